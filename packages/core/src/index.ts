@@ -1,0 +1,12 @@
+export { canonicalize, type JsonValue } from "./canonical.js";
+export {
+  deriveKey,
+  keyMaterial,
+  CONVERSATION_ID_PATTERN,
+  TOOL_NAME_PATTERN,
+  KEY_HEX_LENGTH,
+  type KeyInput,
+} from "./key.js";
+export * from "./errors.js";
+export * from "./ledger.js";
+export { MemoryLedger, assertStorableResult, utf8ByteLength, type MemoryLedgerOptions } from "./memory-ledger.js";

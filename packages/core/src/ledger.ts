@@ -1,0 +1,144 @@
+import type { StoredError } from "./errors.js";
+
+/**
+ * How a tool's side effect must be guarded (spec §5, EFFECT-1..EFFECT-4).
+ * - read: no effect; never claimed.
+ * - keyed_write: the downstream API deduplicates on the forwarded Idempotency-Key,
+ *   so a re-run with the same key is safe.
+ * - unkeyed_write: the downstream does no deduplication; the ledger is the only guard.
+ */
+export type EffectClass = "read" | "keyed_write" | "unkeyed_write";
+
+/** The effect classes that the ledger records. */
+export type LedgerEffect = Exclude<EffectClass, "read">;
+
+/** Row states (spec §6, LEDGER-3). `released` is a claimable tombstone that keeps the fence. */
+export type RowState = "in_flight" | "completed" | "failed" | "unknown" | "released";
+
+export interface RowBase {
+  key: string;
+  toolName: string;
+  effect: LedgerEffect;
+  /** Fencing token of the most recent claim; strictly increases with every claim of the key. */
+  fence: number;
+  /** Store-clock milliseconds when the current fence was claimed. */
+  claimedAt: number;
+}
+
+export interface InFlightRow extends RowBase {
+  state: "in_flight";
+  owner: string;
+  /** Store-clock milliseconds after which another attempt may act on the row (LEDGER-6). */
+  leaseExpiresAt: number;
+}
+
+export interface CompletedRow extends RowBase {
+  state: "completed";
+  /** The result as JSON text, exactly as stored: replays return these bytes (LEDGER-8). */
+  result: string;
+  finishedAt: number;
+}
+
+export interface FailedRow extends RowBase {
+  state: "failed";
+  error: StoredError;
+  finishedAt: number;
+}
+
+export interface UnknownRow extends RowBase {
+  state: "unknown";
+  /** Why the outcome is unknown, e.g. "lease_expired" or "tool_error". */
+  reason: string;
+  finishedAt: number;
+}
+
+export interface ReleasedRow extends RowBase {
+  state: "released";
+  finishedAt: number;
+}
+
+export type LedgerRow = InFlightRow | CompletedRow | FailedRow | UnknownRow | ReleasedRow;
+
+/** A row that ends a call: its content is what every replay receives. */
+export type TerminalRow = CompletedRow | FailedRow | UnknownRow;
+
+export interface ClaimRequest {
+  key: string;
+  toolName: string;
+  effect: LedgerEffect;
+  /** Who is claiming (process and attempt), for diagnostics; not used for ownership. */
+  owner: string;
+  /** Lease length in milliseconds, measured on the ledger's clock. */
+  leaseMs: number;
+}
+
+export type ClaimResult =
+  /** The caller owns the key and must run the tool, then complete, fail, mark unknown or release. */
+  | { outcome: "claimed"; fence: number; leaseExpiresAt: number; takeover: boolean }
+  /**
+   * The key is held: a live in-flight row of another attempt, or a terminal row.
+   * An expired unkeyed_write claim is returned here already moved to `unknown` (LEDGER-7).
+   */
+  | { outcome: "existing"; row: InFlightRow | TerminalRow };
+
+export interface LedgerCapabilities {
+  /**
+   * durable: an acknowledged write survives a crash of the store (fsync'd WAL, replicated, ...).
+   * volatile: acknowledged rows can be lost (Redis without persistence, the in-memory ledger).
+   * The dispatcher refuses unkeyed_write tools on a volatile ledger (LEDGER-14).
+   */
+  durability: "durable" | "volatile";
+  /** Whose clock leases are measured on: the store's own, or each process's. */
+  clock: "store" | "process";
+  /** Whether several processes can share the ledger and still get one winner per key. */
+  sharedAcrossProcesses: boolean;
+  /** Largest result, in UTF-8 bytes of its JSON text, that complete() accepts. */
+  maxResultBytes: number;
+}
+
+/**
+ * The ledger contract (spec §6). Every method is atomic on one key. Every method
+ * that cannot reach or trust the store rejects with LedgerUnavailableError, and never
+ * reports a claim that did not happen. Rows that cannot be decoded raise LedgerCorruptError.
+ */
+export interface Ledger {
+  readonly capabilities: LedgerCapabilities;
+
+  /** Claim before run (LEDGER-1, LEDGER-2). Exactly one concurrent claimant of a key wins. */
+  claim(request: ClaimRequest): Promise<ClaimResult>;
+
+  /** Extend a held lease (LEDGER-9). Rejects with StaleClaimError if `fence` no longer owns the row. */
+  renew(key: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }>;
+
+  /**
+   * Record the result (JSON text, stored and returned byte-for-byte). Rejects with
+   * StaleClaimError on a fence mismatch and ResultNotStorableError above maxResultBytes.
+   */
+  complete(key: string, fence: number, result: string): Promise<void>;
+
+  /** Record a definite failure that replays identically (LEDGER-8). */
+  fail(key: string, fence: number, error: StoredError): Promise<void>;
+
+  /** Record that the outcome cannot be known (LEDGER-7); the call is never re-run. */
+  markUnknown(key: string, fence: number, reason: string): Promise<void>;
+
+  /** Give the claim back because the effect did not happen, or a re-run is safe (LEDGER-8). */
+  release(key: string, fence: number): Promise<void>;
+
+  /** Read a row without changing it. */
+  lookup(key: string): Promise<LedgerRow | undefined>;
+
+  /** Delete terminal and released rows whose retention has passed; returns how many went. */
+  sweep(): Promise<number>;
+
+  close(): Promise<void>;
+}
+
+/** Default retention of finished rows: at least as long as any route can replay a turn (LEDGER-13). */
+export const DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000;
+
+/** Default largest storable result (LEDGER-10). */
+export const DEFAULT_MAX_RESULT_BYTES = 1024 * 1024;
+
+/** Row format version stored with every row; a reader that meets another refuses it (LEDGER-11). */
+export const ROW_FORMAT_VERSION = 1;

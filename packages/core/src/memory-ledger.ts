@@ -1,0 +1,208 @@
+import { ResultNotStorableError, StaleClaimError, type StoredError } from "./errors.js";
+import {
+  DEFAULT_MAX_RESULT_BYTES,
+  DEFAULT_RETENTION_MS,
+  type ClaimRequest,
+  type ClaimResult,
+  type InFlightRow,
+  type Ledger,
+  type LedgerCapabilities,
+  type LedgerRow,
+} from "./ledger.js";
+
+export interface MemoryLedgerOptions {
+  /** Clock in milliseconds; injectable so tests can expire leases without sleeping. */
+  now?: () => number;
+  retentionMs?: number;
+  maxResultBytes?: number;
+}
+
+/** UTF-8 byte length of a string, without allocating a Buffer. */
+export function utf8ByteLength(text: string): number {
+  let bytes = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x80) bytes += 1;
+    else if (c < 0x800) bytes += 2;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length) {
+      const d = text.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        bytes += 4;
+        i++;
+      } else bytes += 3;
+    } else bytes += 3;
+  }
+  return bytes;
+}
+
+/** Shared check for complete(): results above the limit are refused, the claim is held (LEDGER-10). */
+export function assertStorableResult(key: string, result: string, maxResultBytes: number): void {
+  const size = utf8ByteLength(result);
+  if (size > maxResultBytes) {
+    throw new ResultNotStorableError(key, `${size} bytes exceeds the ledger's limit of ${maxResultBytes}`);
+  }
+}
+
+/**
+ * The reference ledger: a Map, one process, volatile. It follows the spec exactly and is
+ * what the conformance kit's model is checked against; use a real adapter in production.
+ */
+export class MemoryLedger implements Ledger {
+  readonly capabilities: LedgerCapabilities;
+  private readonly rows = new Map<string, LedgerRow & { expiresAt?: number }>();
+  private readonly now: () => number;
+  private readonly retentionMs: number;
+
+  constructor(options: MemoryLedgerOptions = {}) {
+    this.now = options.now ?? Date.now;
+    this.retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
+    this.capabilities = {
+      durability: "volatile",
+      clock: "process",
+      sharedAcrossProcesses: false,
+      maxResultBytes: options.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES,
+    };
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    const now = this.now();
+    const row = this.rows.get(request.key);
+    if (row === undefined || row.state === "released" || this.retentionPassed(row, now)) {
+      const fence = (row?.fence ?? 0) + 1;
+      return this.takeClaim(request, fence, now, false);
+    }
+    if (row.state !== "in_flight") return { outcome: "existing", row: structuredClone(row) };
+    if (row.leaseExpiresAt > now) return { outcome: "existing", row: structuredClone(row) };
+    // The owner's lease ran out: it died, hung, or lost the store (LEDGER-7).
+    if (row.effect === "keyed_write") return this.takeClaim(request, row.fence + 1, now, true);
+    const unknown = {
+      key: row.key,
+      toolName: row.toolName,
+      effect: row.effect,
+      fence: row.fence,
+      claimedAt: row.claimedAt,
+      state: "unknown" as const,
+      reason: "lease_expired",
+      finishedAt: now,
+      expiresAt: now + this.retentionMs,
+    };
+    this.rows.set(row.key, unknown);
+    const { expiresAt: _omit, ...visible } = unknown;
+    return { outcome: "existing", row: visible };
+  }
+
+  async renew(key: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
+    // An expired lease that nobody has acted on yet is still this owner's: the fence,
+    // not the clock, decides ownership (LEDGER-5).
+    const row = this.owned(key, fence);
+    const now = this.now();
+    row.leaseExpiresAt = now + leaseMs;
+    return { leaseExpiresAt: row.leaseExpiresAt };
+  }
+
+  async complete(key: string, fence: number, result: string): Promise<void> {
+    const row = this.owned(key, fence);
+    assertStorableResult(key, result, this.capabilities.maxResultBytes);
+    const now = this.now();
+    this.rows.set(key, {
+      ...this.base(row),
+      state: "completed",
+      result,
+      finishedAt: now,
+      expiresAt: now + this.retentionMs,
+    });
+  }
+
+  async fail(key: string, fence: number, error: StoredError): Promise<void> {
+    const row = this.owned(key, fence);
+    const now = this.now();
+    this.rows.set(key, {
+      ...this.base(row),
+      state: "failed",
+      error: structuredClone(error),
+      finishedAt: now,
+      expiresAt: now + this.retentionMs,
+    });
+  }
+
+  async markUnknown(key: string, fence: number, reason: string): Promise<void> {
+    const row = this.owned(key, fence);
+    const now = this.now();
+    this.rows.set(key, {
+      ...this.base(row),
+      state: "unknown",
+      reason,
+      finishedAt: now,
+      expiresAt: now + this.retentionMs,
+    });
+  }
+
+  async release(key: string, fence: number): Promise<void> {
+    const row = this.owned(key, fence);
+    const now = this.now();
+    this.rows.set(key, { ...this.base(row), state: "released", finishedAt: now, expiresAt: now + this.retentionMs });
+  }
+
+  async lookup(key: string): Promise<LedgerRow | undefined> {
+    const row = this.rows.get(key);
+    if (row === undefined || this.retentionPassed(row, this.now())) return undefined;
+    const { expiresAt: _omit, ...visible } = row;
+    return structuredClone(visible) as LedgerRow;
+  }
+
+  async sweep(): Promise<number> {
+    const now = this.now();
+    let removed = 0;
+    for (const [key, row] of this.rows) {
+      if (this.retentionPassed(row, now)) {
+        this.rows.delete(key);
+        removed++;
+      }
+    }
+    return removed;
+  }
+
+  async close(): Promise<void> {}
+
+  /** Number of rows held, for tests and diagnostics. */
+  get size(): number {
+    return this.rows.size;
+  }
+
+  private retentionPassed(row: { state: string; expiresAt?: number }, now: number): boolean {
+    return row.state !== "in_flight" && row.expiresAt !== undefined && row.expiresAt <= now;
+  }
+
+  private takeClaim(request: ClaimRequest, fence: number, now: number, takeover: boolean): ClaimResult {
+    const row: InFlightRow = {
+      key: request.key,
+      toolName: request.toolName,
+      effect: request.effect,
+      fence,
+      claimedAt: now,
+      state: "in_flight",
+      owner: request.owner,
+      leaseExpiresAt: now + request.leaseMs,
+    };
+    this.rows.set(request.key, row);
+    return { outcome: "claimed", fence, leaseExpiresAt: row.leaseExpiresAt, takeover };
+  }
+
+  private owned(key: string, fence: number): InFlightRow {
+    const row = this.rows.get(key);
+    if (row === undefined || row.state !== "in_flight" || row.fence !== fence) {
+      throw new StaleClaimError(key, fence);
+    }
+    return row;
+  }
+
+  private base(row: InFlightRow) {
+    return {
+      key: row.key,
+      toolName: row.toolName,
+      effect: row.effect,
+      fence: row.fence,
+      claimedAt: row.claimedAt,
+    };
+  }
+}
