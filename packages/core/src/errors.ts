@@ -182,3 +182,30 @@ export class DurabilityMismatchError extends DispatchOnceError {
     this.tools = tools;
   }
 }
+
+/**
+ * How a tool tells the dispatcher what its failure means for the effect (spec LEDGER-8).
+ * - "definite": the effect did not happen and a re-run would fail the same way (a declined
+ *   card, a validation error from the downstream API). Recorded and replayed identically.
+ * - "not_performed": the effect certainly did not happen and a re-run may succeed (a 503
+ *   before the request was accepted, a refused connection). The claim is released.
+ * Any other thrown value means the outcome is unknown: a keyed_write's claim is released
+ * (the downstream key collapses a re-run); an unkeyed_write's row becomes unknown.
+ */
+export type FailureDisposition = "definite" | "not_performed";
+
+export class ToolError extends Error {
+  readonly disposition: FailureDisposition;
+  readonly code: string | undefined;
+  readonly details: unknown;
+  constructor(
+    message: string,
+    options: { disposition?: FailureDisposition; code?: string; details?: unknown; cause?: unknown } = {},
+  ) {
+    super(message, { cause: options.cause });
+    this.name = "ToolError";
+    this.disposition = options.disposition ?? "definite";
+    this.code = options.code;
+    this.details = options.details;
+  }
+}
