@@ -10,3 +10,23 @@ export {
 export * from "./errors.js";
 export * from "./ledger.js";
 export { MemoryLedger, assertStorableResult, utf8ByteLength, type MemoryLedgerOptions } from "./memory-ledger.js";
+export {
+  defineTool,
+  ToolRegistry,
+  type ToolDefinition,
+  type ToolRunContext,
+  type ToolAuditEntry,
+  type ProviderToolSchema,
+} from "./registry.js";
+export {
+  Dispatcher,
+  UnguardedDispatcher,
+  type DispatcherOptions,
+  type CallDispatcher,
+  type TurnDispatch,
+  type TurnContext,
+  type ToolCall,
+  type DispatchOutcome,
+  type DispatchEvent,
+  type DispatchLogger,
+} from "./dispatcher.js";

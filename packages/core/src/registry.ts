@@ -1,0 +1,174 @@
+import { z } from "zod";
+import { InvalidToolDefinitionError, UnknownToolError } from "./errors.js";
+import { TOOL_NAME_PATTERN } from "./key.js";
+import type { EffectClass } from "./ledger.js";
+
+/** What a tool's run function receives besides its arguments. */
+export interface ToolRunContext {
+  /**
+   * The call's idempotency key (spec DISPATCH-4). Forward it as the `Idempotency-Key`
+   * header to any downstream API that accepts one.
+   */
+  idempotencyKey: string;
+  conversationId: string;
+  turnIndex: number;
+  ordinal: number;
+  toolName: string;
+  /** Aborted when this attempt loses its claim (lease lost to another attempt). */
+  signal: AbortSignal;
+}
+
+export interface ToolDefinition<Schema extends z.ZodType = z.ZodType, Result = unknown> {
+  name: string;
+  description?: string;
+  /** Declared once, here; there is no default (spec EFFECT-1). */
+  effect: EffectClass;
+  input: Schema;
+  /**
+   * Top-level argument names that identify the effect (spec IDENT-1). When set, only these
+   * enter the key, so a free-text field the model re-words on a retry (a memo) does not
+   * mint a new key. It must name every field that tells two effects apart (IDENT-2).
+   */
+  identity?: readonly (keyof z.output<Schema> & string)[];
+  run(args: z.output<Schema>, context: ToolRunContext): Promise<Result> | Result;
+}
+
+/** Declare a tool; the definition is checked when it is added to a registry. */
+export function defineTool<Schema extends z.ZodType, Result>(
+  definition: ToolDefinition<Schema, Result>,
+): ToolDefinition<Schema, Result> {
+  return definition;
+}
+
+export interface ToolAuditEntry {
+  name: string;
+  effect: EffectClass;
+  /** Whether a replay of the turn could perform this tool's effect twice without Dispatch-Once. */
+  canDoubleFire: boolean;
+  /** How the dispatcher protects it. */
+  protection: string;
+  identity: readonly string[] | "all arguments" | "n/a";
+}
+
+/** The JSON Schema form the Messages API expects in `tools`. */
+export interface ProviderToolSchema {
+  name: string;
+  description?: string;
+  input_schema: Record<string, unknown>;
+}
+
+const EFFECTS: readonly EffectClass[] = ["read", "keyed_write", "unkeyed_write"];
+
+/**
+ * One place that lists every tool with its schema and effect class, so "which of our
+ * tools can double-fire" is answered by reading one registry (spec EFFECT-5).
+ */
+export class ToolRegistry {
+  private readonly tools = new Map<string, ToolDefinition>();
+
+  constructor(tools: readonly ToolDefinition<any, any>[] = []) {
+    for (const tool of tools) this.add(tool);
+  }
+
+  add(tool: ToolDefinition<any, any>): this {
+    checkDefinition(tool);
+    if (this.tools.has(tool.name)) {
+      throw new InvalidToolDefinitionError(`tool ${tool.name} is registered twice`);
+    }
+    this.tools.set(tool.name, tool as ToolDefinition);
+    return this;
+  }
+
+  get(name: string): ToolDefinition {
+    const tool = this.tools.get(name);
+    if (tool === undefined) throw new UnknownToolError(name);
+    return tool;
+  }
+
+  has(name: string): boolean {
+    return this.tools.has(name);
+  }
+
+  list(): ToolDefinition[] {
+    return [...this.tools.values()];
+  }
+
+  audit(): ToolAuditEntry[] {
+    return this.list().map((tool) => {
+      const identity = tool.effect === "read" ? "n/a" : (tool.identity ?? "all arguments");
+      switch (tool.effect) {
+        case "read":
+          return { name: tool.name, effect: tool.effect, canDoubleFire: false, protection: "none needed (no effect)", identity };
+        case "keyed_write":
+          return {
+            name: tool.name,
+            effect: tool.effect,
+            canDoubleFire: true,
+            protection: "ledger claim + Idempotency-Key forwarded downstream",
+            identity,
+          };
+        case "unkeyed_write":
+          return {
+            name: tool.name,
+            effect: tool.effect,
+            canDoubleFire: true,
+            protection: "ledger claim only (durable ledger required; unknown outcomes never re-run)",
+            identity,
+          };
+      }
+    });
+  }
+
+  /** Tool declarations for the provider request, generated from the same zod schemas. */
+  providerSchemas(): ProviderToolSchema[] {
+    return this.list().map((tool) => {
+      const { $schema: _drop, ...schema } = z.toJSONSchema(tool.input, { io: "input" }) as Record<string, unknown>;
+      return {
+        name: tool.name,
+        ...(tool.description !== undefined ? { description: tool.description } : {}),
+        input_schema: schema,
+      };
+    });
+  }
+}
+
+function checkDefinition(tool: ToolDefinition<any, any>): void {
+  if (typeof tool?.name !== "string" || !TOOL_NAME_PATTERN.test(tool.name)) {
+    throw new InvalidToolDefinitionError(
+      `tool name ${JSON.stringify(tool?.name)} must match ${TOOL_NAME_PATTERN.source}`,
+    );
+  }
+  if (!EFFECTS.includes(tool.effect)) {
+    throw new InvalidToolDefinitionError(
+      `tool ${tool.name} must declare effect as one of ${EFFECTS.join(", ")}, got ${JSON.stringify(tool.effect)}`,
+    );
+  }
+  if (!(tool.input instanceof z.ZodType)) {
+    throw new InvalidToolDefinitionError(`tool ${tool.name} needs a zod schema as input`);
+  }
+  if (typeof tool.run !== "function") {
+    throw new InvalidToolDefinitionError(`tool ${tool.name} needs a run function`);
+  }
+  if (tool.identity !== undefined) {
+    if (tool.effect === "read") {
+      throw new InvalidToolDefinitionError(`tool ${tool.name} is a read; identity only applies to writes`);
+    }
+    if (!(tool.input instanceof z.ZodObject)) {
+      throw new InvalidToolDefinitionError(`tool ${tool.name} declares identity, so its input must be a z.object`);
+    }
+    const fields = Object.keys(tool.input.shape);
+    if (tool.identity.length === 0) {
+      throw new InvalidToolDefinitionError(`tool ${tool.name} declares an empty identity`);
+    }
+    for (const field of tool.identity) {
+      if (!fields.includes(field)) {
+        throw new InvalidToolDefinitionError(
+          `tool ${tool.name}: identity field ${JSON.stringify(field)} is not in its schema (${fields.join(", ")})`,
+        );
+      }
+    }
+    if (new Set(tool.identity).size !== tool.identity.length) {
+      throw new InvalidToolDefinitionError(`tool ${tool.name}: identity names a field twice`);
+    }
+  }
+}
