@@ -1,0 +1,215 @@
+import { formatIdempotencyKey } from "./idempotency-key.js";
+import { PROBLEM_TYPE_BASE, type Problem } from "./problems.js";
+import type {
+  CreateInvoiceBody,
+  CreatePaymentBody,
+  FaultSpec,
+  Invoice,
+  ListResponse,
+  Payment,
+} from "./schemas.js";
+
+/**
+ * What a failed call means for the effect, from the caller's side:
+ * - "rejected": the server refused the request; the effect did not happen and repeating the same
+ *   request fails the same way (400, 401, 404, 413, 422, 409 payment-already-voided).
+ *   Maps to the core FailureDisposition "definite".
+ * - "not_performed": the effect certainly did not happen and a retry may succeed (503 before
+ *   acceptance, connection refused). Maps to "not_performed".
+ * - "in_flight": another request with the same Idempotency-Key is executing (409); its outcome
+ *   is not known yet. Retry later with the same key.
+ * - "unknown": the request may or may not have been performed (connection dropped mid-request,
+ *   timeout, 5xx other than the mock's 503). Retry with the same key to learn the outcome.
+ */
+export type PaymentsOutcome = "rejected" | "not_performed" | "in_flight" | "unknown";
+
+export abstract class PaymentsError extends Error {
+  abstract readonly code: string;
+  abstract readonly outcome: PaymentsOutcome;
+  /** True when the effect of this request certainly did not happen. */
+  get effectNotPerformed(): boolean {
+    return this.outcome === "rejected" || this.outcome === "not_performed";
+  }
+}
+
+/** The server answered with an error status and (normally) an RFC 9457 problem body. */
+export class PaymentsApiError extends PaymentsError {
+  readonly status: number;
+  readonly problem: Problem;
+  readonly code: string;
+  readonly outcome: PaymentsOutcome;
+  readonly replayed: boolean;
+  constructor(status: number, problem: Problem, replayed: boolean) {
+    super(`${status} ${problem.title}: ${problem.detail}`);
+    this.name = "PaymentsApiError";
+    this.status = status;
+    this.problem = problem;
+    this.code = problem.code;
+    this.replayed = replayed;
+    this.outcome = classify(status, problem);
+  }
+}
+
+/** No HTTP response was received: refused, dropped mid-request, timed out or aborted. */
+export class PaymentsConnectionError extends PaymentsError {
+  readonly code: "connection_refused" | "connection_lost" | "timeout" | "aborted";
+  readonly outcome: PaymentsOutcome;
+  constructor(code: PaymentsConnectionError["code"], message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "PaymentsConnectionError";
+    this.code = code;
+    // A refused connection never reached the server; every other loss may have happened after it acted.
+    this.outcome = code === "connection_refused" ? "not_performed" : "unknown";
+  }
+}
+
+function classify(status: number, problem: Problem): PaymentsOutcome {
+  if (status === 409 && problem.type === `${PROBLEM_TYPE_BASE}idempotency-key-in-use`) return "in_flight";
+  if (status === 503 && problem.type === `${PROBLEM_TYPE_BASE}service-unavailable`) return "not_performed";
+  if (status >= 400 && status < 500) return "rejected";
+  return "unknown";
+}
+
+export interface PaymentsClientOptions {
+  /** e.g. server.url */
+  baseURL: string;
+  /** The bearer token; it names the account. */
+  token: string;
+  fetch?: typeof fetch;
+  /** Abort a request after this long (the outcome is then unknown). Default: no timeout. */
+  timeoutMs?: number;
+  /** How to send Idempotency-Key: as an RFC 8941 sf-string (the IETF draft) or bare. Default "sf-string". */
+  idempotencyKeyFormat?: "sf-string" | "bare";
+}
+
+export interface RequestOptions {
+  signal?: AbortSignal;
+  /** Sent as `x-mock-fault` (test and demo use only). */
+  fault?: FaultSpec | FaultSpec["outcome"];
+}
+
+export interface KeyedRequestOptions extends RequestOptions {
+  idempotencyKey?: string;
+}
+
+export interface PaymentsResult<T> {
+  body: T;
+  status: number;
+  /** The server answered with `Idempotent-Replayed: true`: this is the stored response of an earlier request. */
+  replayed: boolean;
+}
+
+export interface PaymentsClient {
+  createPayment(body: CreatePaymentBody, options?: KeyedRequestOptions): Promise<PaymentsResult<Payment>>;
+  voidPayment(id: string, options?: KeyedRequestOptions & { reason?: string }): Promise<PaymentsResult<Payment>>;
+  getPayment(id: string, options?: RequestOptions): Promise<PaymentsResult<Payment>>;
+  listPayments(options?: RequestOptions): Promise<PaymentsResult<ListResponse<Payment>>>;
+  /** The unkeyed "internal" API: every call creates a new invoice. */
+  createInvoice(body: CreateInvoiceBody, options?: KeyedRequestOptions): Promise<PaymentsResult<Invoice>>;
+  listInvoices(options?: RequestOptions): Promise<PaymentsResult<ListResponse<Invoice>>>;
+}
+
+export function createPaymentsClient(options: PaymentsClientOptions): PaymentsClient {
+  const doFetch = options.fetch ?? globalThis.fetch;
+  const base = options.baseURL.replace(/\/+$/, "");
+  const keyFormat = options.idempotencyKeyFormat ?? "sf-string";
+
+  async function call<T>(
+    method: "GET" | "POST",
+    path: string,
+    body: unknown,
+    opts: KeyedRequestOptions | undefined,
+  ): Promise<PaymentsResult<T>> {
+    const headers: Record<string, string> = {
+      authorization: `Bearer ${options.token}`,
+      accept: "application/json, application/problem+json",
+    };
+    if (body !== undefined) headers["content-type"] = "application/json";
+    if (opts?.idempotencyKey !== undefined) {
+      headers["idempotency-key"] = keyFormat === "sf-string" ? formatIdempotencyKey(opts.idempotencyKey) : opts.idempotencyKey;
+    }
+    if (opts?.fault !== undefined) headers["x-mock-fault"] = typeof opts.fault === "string" ? opts.fault : JSON.stringify(opts.fault);
+
+    const signals: AbortSignal[] = [];
+    if (opts?.signal !== undefined) signals.push(opts.signal);
+    const timeout = options.timeoutMs !== undefined ? AbortSignal.timeout(options.timeoutMs) : undefined;
+    if (timeout !== undefined) signals.push(timeout);
+    const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
+
+    let response: globalThis.Response;
+    let text: string;
+    try {
+      const init: RequestInit = { method, headers };
+      if (body !== undefined) init.body = JSON.stringify(body);
+      if (signal !== undefined) init.signal = signal;
+      response = await doFetch(`${base}${path}`, init);
+      text = await response.text();
+    } catch (error) {
+      throw toConnectionError(error, timeout?.aborted === true, method, path);
+    }
+    const replayed = response.headers.get("idempotent-replayed") === "true";
+    if (!response.ok) {
+      throw new PaymentsApiError(response.status, parseProblem(response, text), replayed);
+    }
+    let parsed: T;
+    try {
+      parsed = JSON.parse(text) as T;
+    } catch (error) {
+      // A 2xx we cannot read: the request was performed, but we cannot say what it returned.
+      throw new PaymentsConnectionError("connection_lost", `${method} ${path}: unreadable ${response.status} body`, { cause: error });
+    }
+    return { body: parsed, status: response.status, replayed };
+  }
+
+  return {
+    createPayment: (body, opts) => call<Payment>("POST", "/v1/payments", body, opts),
+    voidPayment: (id, opts) =>
+      call<Payment>("POST", `/v1/payments/${encodeURIComponent(id)}/void`, opts?.reason !== undefined ? { reason: opts.reason } : {}, opts),
+    getPayment: (id, opts) => call<Payment>("GET", `/v1/payments/${encodeURIComponent(id)}`, undefined, opts),
+    listPayments: (opts) => call<ListResponse<Payment>>("GET", "/v1/payments", undefined, opts),
+    createInvoice: (body, opts) => call<Invoice>("POST", "/v1/invoices", body, opts),
+    listInvoices: (opts) => call<ListResponse<Invoice>>("GET", "/v1/invoices", undefined, opts),
+  };
+}
+
+function parseProblem(response: globalThis.Response, text: string): Problem {
+  try {
+    const body = JSON.parse(text) as Partial<Problem>;
+    if (typeof body === "object" && body !== null && typeof body.type === "string") {
+      return {
+        ...body,
+        type: body.type,
+        title: typeof body.title === "string" ? body.title : response.statusText,
+        status: typeof body.status === "number" ? body.status : response.status,
+        detail: typeof body.detail === "string" ? body.detail : "",
+        code: typeof body.code === "string" ? body.code : `http_${response.status}`,
+      };
+    }
+  } catch {
+    // fall through: not a problem document
+  }
+  return { type: "about:blank", title: response.statusText, status: response.status, detail: text.slice(0, 500), code: `http_${response.status}` };
+}
+
+function toConnectionError(error: unknown, timedOut: boolean, method: string, path: string): PaymentsConnectionError {
+  const what = `${method} ${path}`;
+  if (timedOut) return new PaymentsConnectionError("timeout", `${what}: timed out; the outcome is unknown`, { cause: error });
+  if ((error as { name?: unknown } | null)?.name === "AbortError") {
+    return new PaymentsConnectionError("aborted", `${what}: aborted; the outcome is unknown`, { cause: error });
+  }
+  if (hasCode(error, "ECONNREFUSED")) {
+    return new PaymentsConnectionError("connection_refused", `${what}: connection refused; nothing was sent`, { cause: error });
+  }
+  return new PaymentsConnectionError("connection_lost", `${what}: the connection was lost before a response arrived; the outcome is unknown`, {
+    cause: error,
+  });
+}
+
+/** undici wraps socket errors in `cause`, sometimes in an AggregateError (one per address tried). */
+function hasCode(error: unknown, code: string, depth = 0): boolean {
+  if (error === null || typeof error !== "object" || depth > 5) return false;
+  const e = error as { code?: unknown; cause?: unknown; errors?: unknown };
+  if (e.code === code) return true;
+  if (Array.isArray(e.errors) && e.errors.length > 0 && e.errors.every((inner) => hasCode(inner, code, depth + 1))) return true;
+  return hasCode(e.cause, code, depth + 1);
+}
