@@ -1,0 +1,789 @@
+import { EventEmitter } from "node:events";
+import type { AddressInfo, Socket } from "node:net";
+import type { Server } from "node:http";
+import express, { type NextFunction, type Request, type Response } from "express";
+import { MockProviderError } from "./errors.js";
+import { errorForStatus, parseFault, parseFaultRule, parseTiming, resolvePosition } from "./faults.js";
+import { checkTurn, renderTurn, type PingMode, type PlannedEvent, type RenderedResponse } from "./render.js";
+import { Rng, mintId, sha256Hex, stableStringify } from "./random.js";
+import { validateMessagesRequest, type MessagesRequest } from "./request-schema.js";
+import { defaultScript } from "./script.js";
+import type {
+  ApiErrorBody,
+  CutKind,
+  Fault,
+  FaultPlan,
+  FaultRule,
+  FaultSource,
+  RequestInfo,
+  RequestRecord,
+  Script,
+  SentEvent,
+  Timing,
+} from "./types.js";
+
+export interface MockProviderOptions {
+  /** Default 0 (an ephemeral port). */
+  port?: number;
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Seeds every per-response variation; default "0". Same seed and same requests, same bytes. */
+  seed?: string | number;
+  /** The scripted model; default `defaultScript` (directives in the last user message). */
+  script?: Script;
+  timing?: Partial<Timing>;
+  /** "standard" (one ping after the first content_block_start, as the API), "none", "every_event". */
+  pings?: PingMode;
+  faultPlan?: FaultPlan;
+  faultRules?: FaultRule[];
+  /** When set, only this key is accepted (x-api-key or Authorization: Bearer); otherwise any non-empty key. */
+  apiKey?: string;
+  /** Honour the `x-mock-fault` request header; default true. */
+  allowFaultHeader?: boolean;
+  onEvent?: (event: SentEvent, record: RequestRecord) => void;
+}
+
+/** A stream paused by a `hold` fault, waiting for `release()` or `cutNow()`. */
+export interface HeldStream {
+  requestNumber: number;
+  /** Index of the event that will be written next if released. */
+  beforeEvent: number;
+  nextEventType: string | undefined;
+}
+
+export interface WaitOptions {
+  /** Reject after this long; default: wait until the test's own timeout. */
+  timeoutMs?: number;
+}
+
+export interface MockProvider {
+  /** http://host:port, without a trailing slash. */
+  readonly url: string;
+  /** What to give the SDK: `new Anthropic({ baseURL: provider.baseURL, apiKey: "test" })`. */
+  readonly baseURL: string;
+  readonly port: number;
+  /** The request log, oldest first (live array; do not mutate). */
+  readonly requests: readonly RequestRecord[];
+  readonly faults: {
+    /** Faults consumed one per valid /v1/messages request, first in first out. */
+    enqueue(...faults: Fault[]): void;
+    clear(): void;
+    readonly pending: readonly Fault[];
+  };
+  setFaultPlan(plan: FaultPlan | undefined): void;
+  setFaultRules(rules: FaultRule[]): void;
+  /** Merge into the provider-wide delays. */
+  setTiming(timing: Partial<Timing>): void;
+  readonly timing: Readonly<Timing>;
+  setScript(script: Script): void;
+  /** Called after each event has been handed to the socket. Returns an unsubscribe function. */
+  onEvent(listener: (event: SentEvent, record: RequestRecord) => void): () => void;
+  /** Resolves with the first sent event (already sent or future) matching the predicate. */
+  waitForEvent(predicate: (event: SentEvent, record: RequestRecord) => boolean, options?: WaitOptions): Promise<SentEvent>;
+  /** Resolves when request `requestNumber` has ended (any outcome but "pending"). */
+  waitForEnd(requestNumber: number, options?: WaitOptions): Promise<RequestRecord>;
+  /** Resolves with a held stream (already held or future), optionally of one request. */
+  waitForHold(requestNumber?: number, options?: WaitOptions): Promise<HeldStream>;
+  readonly held: readonly HeldStream[];
+  /** Let held streams (all, or one request's) continue. */
+  release(requestNumber?: number): void;
+  /** Cut held streams (all, or one request's) now. */
+  cutNow(requestNumber?: number, kind?: CutKind, error?: ApiErrorBody): void;
+  /** Forget the log, request numbers and per-body attempt counters. */
+  clearRequests(): void;
+  /** Stop listening and destroy open sockets (streams in progress end as resets). */
+  close(): Promise<void>;
+}
+
+const DEFAULT_TIMING: Timing = { firstEventMs: 0, betweenEventsMs: 0, afterBlockStopMs: 0, beforeMessageStopMs: 0 };
+const ORGANIZATION_ID = "00000000-0000-4000-8000-00000000d15c";
+
+type HoldAction = { type: "release" } | { type: "cut"; kind: CutKind; error?: ApiErrorBody } | { type: "gone" };
+
+interface LiveHold extends HeldStream {
+  resolve(action: HoldAction): void;
+}
+
+function apiError(res: Response, status: number, error: ApiErrorBody, requestId: string, extraHeaders: Record<string, string> = {}): void {
+  res.status(status);
+  res.setHeader("request-id", requestId);
+  for (const [k, v] of Object.entries(extraHeaders)) res.setHeader(k, v);
+  res.json({ type: "error", error, request_id: requestId });
+}
+
+function headerRecord(req: Request): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(req.headers)) {
+    if (v === undefined) continue;
+    out[k] = Array.isArray(v) ? v.join(", ") : v;
+  }
+  return out;
+}
+
+function bodyWithoutStream(body: unknown): unknown {
+  if (body === null || typeof body !== "object" || Array.isArray(body)) return body;
+  const { stream: _stream, ...rest } = body as Record<string, unknown>;
+  return rest;
+}
+
+function positionalFault(fault: Fault | undefined): Extract<Fault, { at: unknown }> | undefined {
+  return fault && "at" in fault ? fault : undefined;
+}
+
+class Provider implements MockProvider {
+  url = "";
+  baseURL = "";
+  port = 0;
+  readonly requests: RequestRecord[] = [];
+  private readonly emitter = new EventEmitter();
+  private readonly queue: Fault[] = [];
+  private rules: Array<{ rule: FaultRule; fired: number }> = [];
+  private plan: FaultPlan | undefined;
+  private script: Script;
+  private baseTiming: Timing;
+  private readonly seed: string;
+  private readonly pings: PingMode;
+  private readonly options: MockProviderOptions;
+  private requestCounter = 0;
+  private attempts = new Map<string, number>();
+  private readonly holds: LiveHold[] = [];
+  private readonly sockets = new Set<Socket>();
+  private server: Server | undefined;
+  private closed = false;
+  readonly app: express.Express;
+
+  constructor(options: MockProviderOptions) {
+    this.options = options;
+    this.seed = String(options.seed ?? "0");
+    this.script = options.script ?? defaultScript;
+    this.baseTiming = { ...DEFAULT_TIMING, ...(options.timing ? parseTiming(options.timing) : {}) };
+    this.pings = options.pings ?? "standard";
+    if (!["standard", "none", "every_event"].includes(this.pings)) {
+      throw new MockProviderError("invalid_option", `pings must be standard, none or every_event`);
+    }
+    this.plan = options.faultPlan;
+    this.setFaultRules(options.faultRules ?? []);
+    this.emitter.setMaxListeners(0);
+    if (options.onEvent) this.onEvent(options.onEvent);
+    this.app = this.buildApp();
+  }
+
+  readonly faults: MockProvider["faults"] = (() => {
+    const queue = this.queue;
+    return {
+      enqueue: (...faults: Fault[]) => {
+        for (const f of faults) queue.push(parseFault(f));
+      },
+      clear: () => {
+        queue.length = 0;
+      },
+      get pending(): readonly Fault[] {
+        return queue.slice();
+      },
+    };
+  })();
+
+  get timing(): Readonly<Timing> {
+    return { ...this.baseTiming };
+  }
+
+  get held(): readonly HeldStream[] {
+    return this.holds.map(({ requestNumber, beforeEvent, nextEventType }) => ({ requestNumber, beforeEvent, nextEventType }));
+  }
+
+  setFaultPlan(plan: FaultPlan | undefined): void {
+    this.plan = plan;
+  }
+
+  setFaultRules(rules: FaultRule[]): void {
+    this.rules = rules.map((r) => ({ rule: parseFaultRule(r), fired: 0 }));
+  }
+
+  setTiming(timing: Partial<Timing>): void {
+    this.baseTiming = { ...this.baseTiming, ...parseTiming(timing) };
+  }
+
+  setScript(script: Script): void {
+    this.script = script;
+  }
+
+  onEvent(listener: (event: SentEvent, record: RequestRecord) => void): () => void {
+    this.emitter.on("event", listener);
+    return () => this.emitter.off("event", listener);
+  }
+
+  private waitOn<T>(
+    eventName: string,
+    check: () => T | undefined,
+    options: WaitOptions | undefined,
+    what: string,
+  ): Promise<T> {
+    const now = check();
+    if (now !== undefined) return Promise.resolve(now);
+    return new Promise<T>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const listener = () => {
+        const value = check();
+        if (value === undefined) return;
+        this.emitter.off(eventName, listener);
+        if (timer) clearTimeout(timer);
+        resolve(value);
+      };
+      this.emitter.on(eventName, listener);
+      if (options?.timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          this.emitter.off(eventName, listener);
+          reject(new Error(`mock provider: timed out after ${options.timeoutMs} ms waiting for ${what}`));
+        }, options.timeoutMs);
+      }
+    });
+  }
+
+  waitForEvent(predicate: (event: SentEvent, record: RequestRecord) => boolean, options?: WaitOptions): Promise<SentEvent> {
+    const check = () => {
+      for (const record of this.requests) {
+        const hit = record.events.find((e) => predicate(e, record));
+        if (hit) return hit;
+      }
+      return undefined;
+    };
+    return this.waitOn("event", check, options, "an event");
+  }
+
+  waitForEnd(requestNumber: number, options?: WaitOptions): Promise<RequestRecord> {
+    const check = () => {
+      const record = this.requests.find((r) => r.requestNumber === requestNumber);
+      return record && record.outcome !== "pending" ? record : undefined;
+    };
+    return this.waitOn("end", check, options, `the end of request ${requestNumber}`);
+  }
+
+  waitForHold(requestNumber?: number, options?: WaitOptions): Promise<HeldStream> {
+    const check = () => {
+      const hold = this.holds.find((h) => requestNumber === undefined || h.requestNumber === requestNumber);
+      return hold ? { requestNumber: hold.requestNumber, beforeEvent: hold.beforeEvent, nextEventType: hold.nextEventType } : undefined;
+    };
+    return this.waitOn("hold", check, options, "a held stream");
+  }
+
+  private takeHolds(requestNumber: number | undefined): LiveHold[] {
+    const taken = this.holds.filter((h) => requestNumber === undefined || h.requestNumber === requestNumber);
+    if (taken.length === 0) {
+      throw new MockProviderError(
+        "no_held_stream",
+        requestNumber === undefined ? "no stream is held" : `request ${requestNumber} is not held`,
+      );
+    }
+    for (const h of taken) this.holds.splice(this.holds.indexOf(h), 1);
+    return taken;
+  }
+
+  release(requestNumber?: number): void {
+    for (const h of this.takeHolds(requestNumber)) h.resolve({ type: "release" });
+  }
+
+  cutNow(requestNumber?: number, kind: CutKind = "reset", error?: ApiErrorBody): void {
+    const action: HoldAction = error ? { type: "cut", kind, error } : { type: "cut", kind };
+    for (const h of this.takeHolds(requestNumber)) h.resolve(action);
+  }
+
+  clearRequests(): void {
+    this.requests.length = 0;
+    this.requestCounter = 0;
+    this.attempts.clear();
+  }
+
+  async listen(port: number, host: string): Promise<void> {
+    const server = this.app.listen(port, host);
+    this.server = server;
+    server.on("connection", (socket: Socket) => {
+      this.sockets.add(socket);
+      socket.on("close", () => this.sockets.delete(socket));
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once("listening", resolve);
+      server.once("error", reject);
+    });
+    const address = server.address() as AddressInfo;
+    this.port = address.port;
+    const shownHost = host.includes(":") ? `[${host}]` : host;
+    this.url = `http://${shownHost}:${address.port}`;
+    this.baseURL = this.url;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const h of this.holds.splice(0)) h.resolve({ type: "gone" });
+    const server = this.server;
+    if (!server) return;
+    const done = new Promise<void>((resolve) => server.close(() => resolve()));
+    for (const socket of this.sockets) socket.destroy();
+    server.closeAllConnections();
+    await done;
+  }
+
+  private chooseFault(req: Request, request: MessagesRequest, info: RequestInfo): { fault?: Fault; source?: FaultSource } {
+    const header = req.headers["x-mock-fault"];
+    if (typeof header === "string" && header.trim() !== "" && this.options.allowFaultHeader !== false) {
+      let json: unknown;
+      try {
+        json = JSON.parse(header);
+      } catch (e) {
+        throw new MockProviderError("invalid_fault", "x-mock-fault header is not JSON", { cause: e });
+      }
+      return { fault: parseFault(json), source: "header" };
+    }
+    const queued = this.queue.shift();
+    if (queued) return { fault: queued, source: "queue" };
+    if (this.plan) {
+      const planned = this.plan(request, info);
+      if (planned) return { fault: parseFault(planned), source: "plan" };
+    }
+    const bodyText = JSON.stringify(request);
+    for (const entry of this.rules) {
+      const { rule } = entry;
+      if (rule.attempt !== undefined && rule.attempt !== info.attempt) continue;
+      if (rule.requestNumber !== undefined && rule.requestNumber !== info.requestNumber) continue;
+      if (rule.bodyContains !== undefined && !bodyText.includes(rule.bodyContains)) continue;
+      if (rule.times !== undefined && entry.fired >= rule.times) continue;
+      entry.fired += 1;
+      return { fault: rule.fault, source: "rules" };
+    }
+    return {};
+  }
+
+  private finish(record: RequestRecord, outcome: RequestRecord["outcome"], status?: number): void {
+    if (record.outcome !== "pending") return;
+    record.outcome = outcome;
+    if (status !== undefined) record.status = status;
+    record.endedAt = Date.now();
+    this.emitter.emit("end", record);
+  }
+
+  private buildApp(): express.Express {
+    const app = express();
+    app.disable("x-powered-by");
+    app.disable("etag");
+    app.use(express.json({ limit: "32mb" }));
+
+    app.post("/v1/messages", (req, res) => this.handleMessages(req, res));
+
+    const control = express.Router();
+    control.get("/health", (_req, res) => {
+      res.json({ ok: true, requests: this.requests.length });
+    });
+    control.get("/requests", (_req, res) => {
+      res.json({ requests: this.requests });
+    });
+    control.delete("/requests", (_req, res) => {
+      this.clearRequests();
+      res.json({ ok: true });
+    });
+    control.get("/faults", (_req, res) => {
+      res.json({ pending: this.queue, rules: this.rules.map((r) => ({ ...r.rule, fired: r.fired })) });
+    });
+    control.post("/faults", (req, res) => {
+      const body = req.body as { enqueue?: unknown; rules?: unknown } | undefined;
+      if (body && typeof body === "object" && ("enqueue" in body || "rules" in body)) {
+        if (body.enqueue !== undefined) {
+          if (!Array.isArray(body.enqueue)) throw new MockProviderError("invalid_fault", "enqueue must be an array of faults");
+          const parsed = body.enqueue.map(parseFault);
+          this.queue.push(...parsed);
+        }
+        if (body.rules !== undefined) {
+          if (!Array.isArray(body.rules)) throw new MockProviderError("invalid_fault", "rules must be an array of fault rules");
+          this.setFaultRules(body.rules as FaultRule[]);
+        }
+      } else {
+        this.queue.push(parseFault(body));
+      }
+      res.json({ pending: this.queue, rules: this.rules.map((r) => ({ ...r.rule, fired: r.fired })) });
+    });
+    control.delete("/faults", (_req, res) => {
+      this.queue.length = 0;
+      this.rules = [];
+      res.json({ ok: true });
+    });
+    control.post("/timing", (req, res) => {
+      this.setTiming(req.body as Partial<Timing>);
+      res.json({ timing: this.baseTiming });
+    });
+    control.get("/holds", (_req, res) => {
+      res.json({ held: this.held });
+    });
+    control.post("/release", (req, res) => {
+      const n = (req.body as { requestNumber?: number } | undefined)?.requestNumber;
+      this.release(n);
+      res.json({ ok: true });
+    });
+    control.post("/cut", (req, res) => {
+      const body = (req.body ?? {}) as { requestNumber?: number; kind?: CutKind; error?: ApiErrorBody };
+      const kind = body.kind ?? "reset";
+      if (!["reset", "tcp_reset", "clean_close", "error_event"].includes(kind)) {
+        throw new MockProviderError("invalid_fault", `kind must be reset, tcp_reset, clean_close or error_event`);
+      }
+      this.cutNow(body.requestNumber, kind, body.error);
+      res.json({ ok: true });
+    });
+    app.use("/_control", control);
+
+    app.use((req: Request, res: Response) => {
+      apiError(res, 404, { type: "not_found_error", message: `Not found: ${req.method} ${req.path}` }, mintId("req_011C", new Rng(Math.random())));
+    });
+
+    // Body-parser failures and control-endpoint mistakes answer like the API: typed JSON errors.
+    app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+      const requestId = mintId("req_011C", new Rng(Math.random()));
+      if (res.headersSent) return;
+      if (err instanceof MockProviderError) {
+        apiError(res, 400, { type: "invalid_request_error", message: `${err.code}: ${err.message}` }, requestId, { "x-should-retry": "false" });
+        return;
+      }
+      const status = (err as { status?: number }).status;
+      if (status === 400 || status === 413) {
+        apiError(res, status, { type: status === 413 ? "request_too_large" : "invalid_request_error", message: "There was an error parsing the body of your request." }, requestId);
+        return;
+      }
+      apiError(res, 500, { type: "api_error", message: `mock provider: ${String((err as Error)?.message ?? err)}` }, requestId, { "x-should-retry": "false" });
+    });
+    return app;
+  }
+
+  private async handleMessages(req: Request, res: Response): Promise<void> {
+    const headers = headerRecord(req);
+    const receivedAt = Date.now();
+    const body: unknown = req.body;
+    const bodyHash = sha256Hex(stableStringify(bodyWithoutStream(body)));
+    const requestNumber = ++this.requestCounter;
+    const stream = typeof body === "object" && body !== null && (body as { stream?: unknown }).stream === true;
+    const record: RequestRecord = {
+      requestNumber,
+      attempt: 0,
+      bodyHash,
+      receivedAt,
+      method: req.method,
+      path: req.path,
+      headers,
+      body,
+      stream,
+      requestId: "",
+      faultFired: false,
+      toolUses: [],
+      events: [],
+      outcome: "pending",
+    };
+    this.requests.push(record);
+    this.emitter.emit("request", record);
+    // Until the script has run, ids come from the request number: error responses need one too.
+    record.requestId = mintId("req_011C", new Rng("request", this.seed, bodyHash, requestNumber));
+
+    const reject = (status: number, type: string, message: string, outcome: RequestRecord["outcome"], extra: Record<string, string> = {}) => {
+      record.error = message;
+      apiError(res, status, { type, message }, record.requestId, extra);
+      this.finish(record, outcome, status);
+    };
+
+    const apiKey = headers["x-api-key"] ?? /^Bearer\s+(.+)$/i.exec(headers["authorization"] ?? "")?.[1];
+    if (!apiKey) return reject(401, "authentication_error", "x-api-key header is required", "invalid_request");
+    if (this.options.apiKey !== undefined && apiKey !== this.options.apiKey) {
+      return reject(401, "authentication_error", "invalid x-api-key", "invalid_request");
+    }
+    if (!headers["anthropic-version"]) {
+      return reject(400, "invalid_request_error", "anthropic-version: header is required", "invalid_request");
+    }
+    const validation = validateMessagesRequest(body);
+    if (!validation.ok) return reject(400, "invalid_request_error", validation.message, "invalid_request");
+    const request = validation.request;
+
+    const attempt = (this.attempts.get(bodyHash) ?? 0) + 1;
+    this.attempts.set(bodyHash, attempt);
+    record.attempt = attempt;
+    const info: RequestInfo = { requestNumber, attempt, bodyHash, stream, headers };
+
+    let fault: Fault | undefined;
+    try {
+      const chosen = this.chooseFault(req, request, info);
+      fault = chosen.fault;
+      if (chosen.fault) record.fault = chosen.fault;
+      if (chosen.source) record.faultSource = chosen.source;
+    } catch (e) {
+      const message = e instanceof MockProviderError ? `${e.code}: ${e.message}` : String(e);
+      return reject(400, "invalid_request_error", `mock provider: ${message}`, "invalid_request", { "x-should-retry": "false" });
+    }
+    const timing: Timing = { ...this.baseTiming, ...(fault?.timing ?? {}) };
+
+    if (fault?.kind === "status") {
+      await this.sleepUnlessGone(res, timing.firstEventMs);
+      const error = fault.error ?? errorForStatus(fault.status);
+      const extra: Record<string, string> = {};
+      if (fault.retryAfterMs !== undefined) extra["retry-after-ms"] = String(fault.retryAfterMs);
+      if (fault.shouldRetry !== undefined) extra["x-should-retry"] = String(fault.shouldRetry);
+      record.faultFired = true;
+      return reject(fault.status, error.type, error.message, "status", extra);
+    }
+
+    // The scripted model, then the rendering of this one response.
+    let rendered: RenderedResponse;
+    let cutAt: number | undefined;
+    try {
+      const declared = request.tools ? new Set(request.tools.map((t) => t.name)) : undefined;
+      const turn = await this.script(request);
+      checkTurn(turn, declared ?? new Set());
+      record.turn = turn;
+      rendered = renderTurn(turn, {
+        seed: this.seed,
+        bodyHash,
+        attempt,
+        model: request.model,
+        inputTokens: Math.max(1, Math.ceil(stableStringify(bodyWithoutStream(body)).length / 4)),
+        pings: this.pings,
+      });
+      const positional = positionalFault(fault);
+      if (positional) {
+        if (!stream && positional.kind !== "reset" && positional.kind !== "tcp_reset" && positional.kind !== "hold") {
+          throw new MockProviderError("fault_not_applicable", `fault ${positional.kind} applies to streaming requests only`);
+        }
+        cutAt = resolvePosition(positional.at, rendered.events);
+      }
+    } catch (e) {
+      const message = e instanceof MockProviderError ? `${e.code}: ${e.message}` : e instanceof Error ? e.message : String(e);
+      return reject(500, "api_error", `mock provider: ${message}`, "script_error", { "x-should-retry": "false" });
+    }
+    record.requestId = rendered.requestId;
+    record.messageId = rendered.messageId;
+    record.toolUses = rendered.toolUses.map(({ id, name, input, json, fragments }) => ({ id, name, input, json, fragments }));
+
+    if (!stream) return this.respondWhole(req, res, record, rendered, fault, timing);
+    return this.respondStream(req, res, record, rendered, fault, cutAt, timing);
+  }
+
+  private sleepUnlessGone(res: Response, ms: number): Promise<void> {
+    if (ms <= 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        res.off("close", done);
+        resolve();
+      }
+      res.on("close", done);
+    });
+  }
+
+  private async holdHere(record: RequestRecord, beforeEvent: number, nextEventType: string | undefined, res: Response): Promise<HoldAction> {
+    return new Promise<HoldAction>((resolve) => {
+      const hold: LiveHold = {
+        requestNumber: record.requestNumber,
+        beforeEvent,
+        nextEventType,
+        resolve: (action) => {
+          res.off("close", onGone);
+          resolve(action);
+        },
+      };
+      const onGone = () => {
+        const i = this.holds.indexOf(hold);
+        if (i !== -1) this.holds.splice(i, 1);
+        hold.resolve({ type: "gone" });
+      };
+      res.on("close", onGone);
+      this.holds.push(hold);
+      this.emitter.emit("hold", hold);
+    });
+  }
+
+  private async respondWhole(
+    req: Request,
+    res: Response,
+    record: RequestRecord,
+    rendered: RenderedResponse,
+    fault: Fault | undefined,
+    timing: Timing,
+  ): Promise<void> {
+    await this.sleepUnlessGone(res, timing.firstEventMs);
+    if (fault && (fault.kind === "reset" || fault.kind === "tcp_reset" || fault.kind === "hold")) {
+      record.faultFired = true;
+      let kind: CutKind | "release" = fault.kind === "hold" ? "release" : fault.kind;
+      if (fault.kind === "hold") {
+        const action = await this.holdHere(record, 0, undefined, res);
+        if (action.type === "gone") return this.finish(record, "client_closed");
+        kind = action.type === "release" ? "release" : action.kind;
+        if (kind === "clean_close" || kind === "error_event") kind = "reset";
+      }
+      if (kind === "reset" || kind === "tcp_reset") {
+        // No response at all: the SDK sees a connection error (and retries it, maxRetries).
+        this.finish(record, kind);
+        if (kind === "tcp_reset") req.socket.resetAndDestroy();
+        else req.socket.destroy();
+        return;
+      }
+    }
+    if (res.destroyed || res.writableEnded) return this.finish(record, "client_closed");
+    res.status(200);
+    res.setHeader("request-id", rendered.requestId);
+    res.setHeader("anthropic-organization-id", ORGANIZATION_ID);
+    res.json(rendered.message);
+    this.finish(record, "complete", 200);
+  }
+
+  private async respondStream(
+    req: Request,
+    res: Response,
+    record: RequestRecord,
+    rendered: RenderedResponse,
+    fault: Fault | undefined,
+    cutAt: number | undefined,
+    timing: Timing,
+  ): Promise<void> {
+    const started = record.receivedAt;
+    const positional = positionalFault(fault);
+    let ended = false;
+    let holdRequested = false;
+    const wakers = new Set<() => void>();
+    const wakeAll = () => {
+      for (const w of [...wakers]) w();
+    };
+
+    res.status(200);
+    res.setHeader("content-type", "text/event-stream; charset=utf-8");
+    res.setHeader("cache-control", "no-cache");
+    res.setHeader("request-id", rendered.requestId);
+    res.setHeader("anthropic-organization-id", ORGANIZATION_ID);
+    res.setHeader("x-mock-request-number", String(record.requestNumber));
+    res.setHeader("x-mock-attempt", String(record.attempt));
+    res.flushHeaders();
+    record.status = 200;
+
+    res.on("close", () => {
+      if (!ended) {
+        ended = true;
+        this.finish(record, "client_closed", 200);
+      }
+      wakeAll();
+    });
+
+    const sleep = (ms: number) =>
+      new Promise<void>((resolve) => {
+        if (ms <= 0 || ended) return resolve();
+        const done = () => {
+          clearTimeout(timer);
+          wakers.delete(done);
+          resolve();
+        };
+        const timer = setTimeout(done, ms);
+        wakers.add(done);
+      });
+
+    const writeRaw = (chunk: string) =>
+      new Promise<void>((resolve) => {
+        const done = () => {
+          wakers.delete(done);
+          resolve();
+        };
+        wakers.add(done);
+        res.write(chunk, () => done());
+      });
+
+    const write = async (planned: PlannedEvent, index: number) => {
+      const sent: SentEvent = {
+        requestNumber: record.requestNumber,
+        index,
+        type: planned.type,
+        data: planned.data,
+        atMs: Date.now() - started,
+      };
+      record.events.push(sent);
+      await writeRaw(`event: ${planned.type}\ndata: ${JSON.stringify(planned.data)}\n\n`);
+      this.emitter.emit("event", sent, record);
+    };
+
+    const cut = async (kind: CutKind, error?: ApiErrorBody) => {
+      if (ended) return;
+      ended = true;
+      record.faultFired = true;
+      if (kind === "error_event") {
+        const body = { type: "error", error: error ?? { type: "overloaded_error", message: "Overloaded" } };
+        const sent: SentEvent = { requestNumber: record.requestNumber, index: record.events.length, type: "error", data: body, atMs: Date.now() - started };
+        record.events.push(sent);
+        this.finish(record, "error_event", 200);
+        res.end(`event: error\ndata: ${JSON.stringify(body)}\n\n`);
+        this.emitter.emit("event", sent, record);
+      } else if (kind === "clean_close") {
+        this.finish(record, "clean_close", 200);
+        res.end();
+      } else {
+        // Destroying the socket leaves the chunked body unterminated: undici reports "terminated".
+        this.finish(record, kind, 200);
+        if (kind === "tcp_reset") req.socket.resetAndDestroy();
+        else req.socket.destroy();
+      }
+      wakeAll();
+    };
+
+    const holdOrCut = async (index: number): Promise<boolean> => {
+      // Returns true when the stream should go on writing.
+      if (!positional) return true;
+      if (positional.kind !== "hold") {
+        await cut(positional.kind, positional.kind === "error_event" ? positional.error : undefined);
+        return false;
+      }
+      record.faultFired = true;
+      const action = await this.holdHere(record, index, rendered.events[index]?.type, res);
+      if (action.type === "gone" || ended) {
+        if (!ended) {
+          ended = true;
+          this.finish(record, "client_closed", 200);
+        }
+        return false;
+      }
+      if (action.type === "release") return true;
+      await cut(action.kind, action.error);
+      return false;
+    };
+
+    let timer: NodeJS.Timeout | undefined;
+    if (positional && "afterMs" in positional.at) {
+      timer = setTimeout(() => {
+        if (ended) return;
+        if (positional.kind === "hold") {
+          holdRequested = true;
+          return;
+        }
+        void cut(positional.kind, positional.kind === "error_event" ? positional.error : undefined);
+      }, positional.at.afterMs);
+    }
+
+    try {
+      const events = rendered.events;
+      for (let i = 0; i < events.length && !ended; i++) {
+        const planned = events[i]!;
+        let delay = i === 0 ? timing.firstEventMs : timing.betweenEventsMs;
+        if (i > 0 && events[i - 1]!.type === "content_block_stop") delay += timing.afterBlockStopMs;
+        if (planned.type === "message_stop") delay += timing.beforeMessageStopMs;
+        await sleep(delay);
+        if (ended) break;
+        if (i === cutAt || holdRequested) {
+          holdRequested = false;
+          if (!(await holdOrCut(i))) break;
+        }
+        if (ended) break;
+        await write(planned, i);
+      }
+      if (!ended) {
+        ended = true;
+        this.finish(record, "complete", 200);
+        res.end();
+      }
+    } finally {
+      if (timer) clearTimeout(timer);
+    }
+  }
+}
+
+/** Start a mock Anthropic Messages API on loopback (port 0 by default). */
+export async function startMockProvider(options: MockProviderOptions = {}): Promise<MockProvider & { readonly app: express.Express }> {
+  const provider = new Provider(options);
+  await provider.listen(options.port ?? 0, options.host ?? "127.0.0.1");
+  return provider;
+}

@@ -1,0 +1,194 @@
+import type { MessagesRequest } from "./request-schema.js";
+
+export type { MessagesRequest };
+
+/** A text block the scripted model says. */
+export interface ScriptedText {
+  type: "text";
+  text: string;
+}
+
+/**
+ * A tool call the scripted model makes. `input` is the arguments as values; how they are serialised
+ * (key order, whitespace, fragment boundaries) varies per response, the values do not.
+ * `reword` names free-text fields (dotted paths for nested ones) whose wording may change across
+ * responses, as a real model re-words a memo on a retry: either field names (built-in variants) or
+ * a map from field to the explicit variants to choose from.
+ */
+export interface ScriptedToolUse {
+  type: "tool_use";
+  name: string;
+  input: Record<string, unknown>;
+  reword?: string[] | Record<string, string[]>;
+}
+
+export type ScriptedContent = ScriptedText | ScriptedToolUse;
+
+export type ScriptedStopReason = "tool_use" | "end_turn";
+
+/** What the scripted model answers to one request. `stopReason` defaults to `tool_use` when there is a call. */
+export interface AssistantTurn {
+  content: ScriptedContent[];
+  stopReason?: ScriptedStopReason;
+}
+
+/**
+ * The scripted "model". It must be a function of the request alone (no clock, no counters): the same
+ * body must produce materially the same turn, which is what makes a retried turn dangerous.
+ */
+export type Script = (request: MessagesRequest) => AssistantTurn | Promise<AssistantTurn>;
+
+/** Delays the stream writer inserts, in milliseconds. All default to 0. */
+export interface Timing {
+  /** After the response headers, before `message_start`. */
+  firstEventMs: number;
+  /** Before every event after the first. */
+  betweenEventsMs: number;
+  /** Extra delay after each `content_block_stop`, before the next event. */
+  afterBlockStopMs: number;
+  /** Extra delay before `message_stop` (the chapter's 240 ms gap between the last block and the message stop). */
+  beforeMessageStopMs: number;
+}
+
+/**
+ * Where in a stream a fault happens. Every position except `afterMs` names the event the fault
+ * replaces: the delays due before that event are spent first, then the fault fires instead of it.
+ */
+export type FaultPosition =
+  /** Instead of event number `event` (0-based, pings included): events 0..event-1 were sent. */
+  | { event: number }
+  /**
+   * During argument streaming of the `toolUse`-th tool_use block (0-based among tool_use blocks),
+   * after `afterFragment` of its `input_json_delta` fragments were sent (0 = right after its
+   * `content_block_start`). If the block has fewer fragments, all are sent and the fault replaces
+   * its `content_block_stop`: the arguments are never completed.
+   */
+  | { toolUse: number; afterFragment: number }
+  /** In the gap after the `content_block_stop` of content block `afterBlockStop` (0-based content index). */
+  | { afterBlockStop: number }
+  /** In the gap after the `content_block_stop` of the `afterToolUseStop`-th tool_use block. */
+  | { afterToolUseStop: number }
+  /** Right before `message_stop` (after `message_delta` and the `beforeMessageStopMs` delay). */
+  | { beforeMessageStop: true }
+  /** `ms` after the response headers were sent, whatever the writer is doing at that moment. */
+  | { afterMs: number };
+
+/** The body of an Anthropic API error, as sent in JSON error responses and `event: error`. */
+export interface ApiErrorBody {
+  type: string;
+  message: string;
+}
+
+/**
+ * What goes wrong with one response.
+ * - `reset`: the socket is destroyed (no terminating chunk). messages.stream() rejects with
+ *   AnthropicError('terminated'); create({stream:true}) iteration throws TypeError('terminated').
+ * - `tcp_reset`: like `reset` but with a TCP RST (socket.resetAndDestroy()); bytes in flight may be lost.
+ * - `clean_close`: res.end() without `message_stop`; the raw iterator simply ends.
+ * - `error_event`: an `event: error` (default overloaded_error) then res.end(); the SDK raises APIError.
+ * - `hold`: the stream pauses at the position until `release()` or `cutNow()` (the on_signal cut).
+ * - `status`: an HTTP error status before the stream starts (default 529 overloaded_error). The SDK
+ *   retries 408/409/429/5xx itself (maxRetries, default 2) unless `shouldRetry: false`.
+ * Every kind may carry `timing` overrides for the same response.
+ */
+export type Fault =
+  | { kind: "reset"; at: FaultPosition; timing?: Partial<Timing> }
+  | { kind: "tcp_reset"; at: FaultPosition; timing?: Partial<Timing> }
+  | { kind: "clean_close"; at: FaultPosition; timing?: Partial<Timing> }
+  | { kind: "error_event"; at: FaultPosition; error?: ApiErrorBody; timing?: Partial<Timing> }
+  | { kind: "hold"; at: FaultPosition; timing?: Partial<Timing> }
+  | {
+      kind: "status";
+      status: number;
+      error?: ApiErrorBody;
+      /** Sent as `retry-after-ms` so the SDK's automatic retry waits this long instead of ~0.5 s. */
+      retryAfterMs?: number;
+      /** Sent as `x-should-retry`, which the SDK obeys over its status rules. */
+      shouldRetry?: boolean;
+      timing?: Partial<Timing>;
+    }
+  /** No fault, only different delays for this response. */
+  | { kind: "timing"; timing: Partial<Timing> };
+
+export type CutKind = "reset" | "tcp_reset" | "clean_close" | "error_event";
+
+/** Facts about a request a fault plan can decide on. */
+export interface RequestInfo {
+  /** 1-based over the provider's lifetime (or since `clearRequests()`). */
+  requestNumber: number;
+  /** 1-based count of requests with this same model input (body without `stream`). */
+  attempt: number;
+  /** Hash of the model input; equal bodies have equal hashes. */
+  bodyHash: string;
+  stream: boolean;
+  headers: Record<string, string>;
+}
+
+export type FaultPlan = (request: MessagesRequest, info: RequestInfo) => Fault | undefined;
+
+/**
+ * A serialisable fault rule (control endpoint, CLI): the first rule whose conditions all match the
+ * request gives its fault; `times` limits how often it fires (default unlimited).
+ */
+export interface FaultRule {
+  attempt?: number;
+  requestNumber?: number;
+  /** Matches when the JSON of the request body contains this substring. */
+  bodyContains?: string;
+  times?: number;
+  fault: Fault;
+}
+
+export type FaultSource = "header" | "queue" | "plan" | "rules";
+
+export type ResponseOutcome =
+  | "pending"
+  | "complete"
+  | "reset"
+  | "tcp_reset"
+  | "clean_close"
+  | "error_event"
+  | "status"
+  | "invalid_request"
+  | "script_error"
+  | "client_closed";
+
+/** One event the writer actually put on the wire. */
+export interface SentEvent {
+  requestNumber: number;
+  /** 0-based position in this response's stream, pings included. */
+  index: number;
+  type: string;
+  data: Record<string, unknown>;
+  /** Milliseconds since the request arrived. */
+  atMs: number;
+}
+
+export interface RequestRecord {
+  requestNumber: number;
+  attempt: number;
+  bodyHash: string;
+  receivedAt: number;
+  method: string;
+  path: string;
+  headers: Record<string, string>;
+  body: unknown;
+  stream: boolean;
+  /** `request-id` header sent back. */
+  requestId: string;
+  messageId?: string;
+  fault?: Fault;
+  faultSource?: FaultSource;
+  /** Whether the fault's position was reached (false when the client left first). */
+  faultFired: boolean;
+  /** The turn the script produced, before rendering. */
+  turn?: AssistantTurn;
+  /** The tool calls as rendered for this response: fresh ids, re-worded values. */
+  toolUses: Array<{ id: string; name: string; input: Record<string, unknown>; json: string; fragments: string[] }>;
+  events: SentEvent[];
+  outcome: ResponseOutcome;
+  status?: number;
+  /** Error text for invalid requests and script errors. */
+  error?: string;
+  endedAt?: number;
+}
