@@ -1,1 +1,16 @@
-export {};
+export {
+  PostgresLedger,
+  createPostgresLedger,
+  MAX_CONFIGURABLE_RESULT_BYTES,
+  type PostgresLedgerOptions,
+  type Queryable,
+} from "./postgres-ledger.js";
+export { InvalidLedgerInputError } from "./errors.js";
+export {
+  schemaSql,
+  quoteIdentifier,
+  validateIdentifier,
+  DEFAULT_SCHEMA,
+  DEFAULT_TABLE,
+  type TableName,
+} from "./sql.js";

@@ -1,0 +1,359 @@
+import pg from "pg";
+import type { PoolConfig, QueryConfig, QueryResult, QueryResultRow } from "pg";
+import {
+  DEFAULT_MAX_RESULT_BYTES,
+  DEFAULT_RETENTION_MS,
+  LedgerCorruptError,
+  LedgerUnavailableError,
+  ResultNotStorableError,
+  StaleClaimError,
+  assertStorableResult,
+  type ClaimRequest,
+  type ClaimResult,
+  type InFlightRow,
+  type Ledger,
+  type LedgerCapabilities,
+  type LedgerRow,
+  type StoredError,
+  type TerminalRow,
+} from "@dispatch-once/core";
+import { InvalidLedgerInputError } from "./errors.js";
+import { decodeRow, retentionPassed, type RawRow } from "./row.js";
+import {
+  DEFAULT_SCHEMA,
+  DEFAULT_TABLE,
+  schemaSql,
+  statements,
+  validateIdentifier,
+  type Statement,
+  type Statements,
+  type TableName,
+} from "./sql.js";
+
+/**
+ * Anything that runs a query: a pg.Pool, a pg.Client or a checked-out pg.PoolClient.
+ * The ledger never ends a queryable it did not create.
+ */
+export interface Queryable {
+  query<R extends QueryResultRow = any>(config: QueryConfig): Promise<QueryResult<R>>;
+}
+
+export interface PostgresLedgerOptions {
+  /** Bring your own pool or client (shared with the application). Mutually exclusive with connectionString. */
+  pool?: Queryable;
+  /** Or let the ledger create (and, on close(), end) its own pg.Pool. */
+  connectionString?: string;
+  /** Extra pg.Pool settings for the pool the ledger creates from connectionString. */
+  poolConfig?: Omit<PoolConfig, "connectionString">;
+  /** Schema holding the table (default "public"). [A-Za-z_][A-Za-z0-9_]*, at most 63 characters. */
+  schema?: string;
+  /** Table name (default "dispatch_once_ledger"). Same alphabet, at most 52 characters. */
+  table?: string;
+  /** How long finished and released rows are kept (default 24 h, LEDGER-13). */
+  retentionMs?: number;
+  /** Largest result in UTF-8 bytes that complete() stores (default 1 MiB, at most 256 MiB). */
+  maxResultBytes?: number;
+  /**
+   * What the ledger declares (default "durable": a committed row is in the fsync'd WAL).
+   * Declare "volatile" if the server runs with fsync=off or synchronous_commit=off for
+   * these sessions, or replicates asynchronously and fails over: then acknowledged rows
+   * can be lost, and unkeyed_write tools must not rely on this ledger (LEDGER-14).
+   */
+  durability?: "durable" | "volatile";
+}
+
+/** Ceiling on maxResultBytes: PostgreSQL text holds 1 GB, but a row that large hurts every reader. */
+export const MAX_CONFIGURABLE_RESULT_BYTES = 256 * 1024 * 1024;
+
+/** Transaction-scoped advisory lock id serialising concurrent migrate() calls (any table). */
+const MIGRATE_LOCK_ID = 7_326_119_502_418_913n;
+
+/**
+ * A claim statement returns no row only when its key was inserted by a transaction that
+ * committed after the statement's snapshot (see sql.ts); a re-run then sees it. More than a
+ * few in a row means something else is wrong.
+ */
+const MAX_CLAIM_ATTEMPTS = 8;
+
+const SWEEP_BATCH = 5_000;
+
+function positiveInteger(field: string, value: unknown, max = Number.MAX_SAFE_INTEGER): number {
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > max) {
+    throw new InvalidLedgerInputError(field, `${String(value)} is not an integer in 1..${max}`);
+  }
+  return value;
+}
+
+/** Text PostgreSQL can hold exactly: no NUL (text cannot contain it) and no lone surrogate (UTF-8 cannot encode it). */
+function storableText(value: string): boolean {
+  return !value.includes("\u0000") && value.isWellFormed();
+}
+
+function requestText(field: string, value: unknown, maxLength: number): string {
+  if (typeof value !== "string" || value.length === 0 || value.length > maxLength || !storableText(value)) {
+    throw new InvalidLedgerInputError(
+      field,
+      `must be a non-empty string of at most ${maxLength} characters without NUL or lone surrogates`,
+    );
+  }
+  return value;
+}
+
+/** Longest lease accepted: a year. Longer is a configuration mistake, not a lease. */
+const MAX_LEASE_MS = 366 * 24 * 60 * 60 * 1000;
+
+/** Whole milliseconds on the server clock, rounded up so a lease is never shorter than asked. */
+function leaseMilliseconds(leaseMs: unknown): string {
+  if (typeof leaseMs !== "number" || !Number.isFinite(leaseMs) || leaseMs < 0 || leaseMs > MAX_LEASE_MS) {
+    throw new InvalidLedgerInputError("leaseMs", `${String(leaseMs)} is not a number of milliseconds in 0..${MAX_LEASE_MS}`);
+  }
+  return String(Math.ceil(leaseMs));
+}
+
+function describe(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    return typeof code === "string" ? `${error.message} (${code})` : error.message;
+  }
+  return String(error);
+}
+
+/**
+ * Dispatch-Once ledger on PostgreSQL. Each transition is one statement and one round trip;
+ * leases run on the server's clock; results are stored in a text column byte for byte.
+ */
+export class PostgresLedger implements Ledger {
+  readonly capabilities: LedgerCapabilities;
+  readonly schema: string;
+  readonly table: string;
+  readonly retentionMs: number;
+  private readonly db: Queryable;
+  private readonly ownedPool: pg.Pool | undefined;
+  private readonly sql: Statements;
+  private closed = false;
+
+  constructor(options: PostgresLedgerOptions) {
+    if (typeof options !== "object" || options === null) {
+      throw new InvalidLedgerInputError("options", "an options object is required");
+    }
+    this.schema = validateIdentifier("schema", options.schema ?? DEFAULT_SCHEMA);
+    this.table = validateIdentifier("table", options.table ?? DEFAULT_TABLE);
+    this.retentionMs = positiveInteger("retentionMs", options.retentionMs ?? DEFAULT_RETENTION_MS);
+    const maxResultBytes = positiveInteger(
+      "maxResultBytes",
+      options.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES,
+      MAX_CONFIGURABLE_RESULT_BYTES,
+    );
+    const durability = options.durability ?? "durable";
+    if (durability !== "durable" && durability !== "volatile") {
+      throw new InvalidLedgerInputError("durability", `must be "durable" or "volatile", not ${String(durability)}`);
+    }
+    if ((options.pool === undefined) === (options.connectionString === undefined)) {
+      throw new InvalidLedgerInputError("pool", "give exactly one of pool (bring your own) or connectionString");
+    }
+    if (options.pool !== undefined) {
+      if (typeof (options.pool as { query?: unknown }).query !== "function") {
+        throw new InvalidLedgerInputError("pool", "must be a pg.Pool, pg.Client or pg.PoolClient");
+      }
+      this.db = options.pool;
+      this.ownedPool = undefined;
+    } else {
+      if (typeof options.connectionString !== "string" || options.connectionString.length === 0) {
+        throw new InvalidLedgerInputError("connectionString", "must be a non-empty string");
+      }
+      const pool = new pg.Pool({
+        connectionTimeoutMillis: 10_000,
+        ...options.poolConfig,
+        connectionString: options.connectionString,
+      });
+      // An idle client whose server connection dies emits 'error' on the pool; without a
+      // listener that is an uncaught exception. The next query simply gets a new connection.
+      pool.on("error", () => {});
+      this.db = pool;
+      this.ownedPool = pool;
+    }
+    this.sql = statements({ schema: this.schema, table: this.table });
+    this.capabilities = {
+      durability,
+      clock: "store",
+      sharedAcrossProcesses: true,
+      maxResultBytes,
+    };
+  }
+
+  /** The DDL this ledger's migrate() runs (the shipped schema.sql is this for the default names). */
+  schemaSql(): string {
+    return schemaSql({ schema: this.schema, table: this.table });
+  }
+
+  /**
+   * Create the schema, table and index if they do not exist. Safe to run from many
+   * processes at once: one simple-protocol round trip, one implicit transaction,
+   * serialised by an advisory lock.
+   */
+  async migrate(): Promise<void> {
+    const text = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK_ID});\n${this.schemaSql()}`;
+    await this.run("migrate", { text });
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    if (typeof request !== "object" || request === null) {
+      throw new InvalidLedgerInputError("request", "a claim request object is required");
+    }
+    const key = requestText("key", request.key, 1024);
+    const toolName = requestText("toolName", request.toolName, 1024);
+    const owner = requestText("owner", request.owner, 1024);
+    if (request.effect !== "keyed_write" && request.effect !== "unkeyed_write") {
+      throw new InvalidLedgerInputError("effect", `must be keyed_write or unkeyed_write, not ${String(request.effect)}`);
+    }
+    const leaseMs = leaseMilliseconds(request.leaseMs);
+    const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs)];
+    for (let attempt = 1; attempt <= MAX_CLAIM_ATTEMPTS; attempt++) {
+      const { rows } = await this.run<RawRow & { acted: boolean }>("claim", this.prepared(this.sql.claim, values));
+      const raw = rows[0];
+      if (raw === undefined) continue; // inserted by a racer after our snapshot: look again
+      if (raw.acted && raw.state === "in_flight") {
+        return {
+          outcome: "claimed",
+          fence: Number(raw.fence),
+          leaseExpiresAt: Number(raw.lease_expires_at),
+          takeover: raw.takeover === true,
+        };
+      }
+      // Either the claim moved an expired unkeyed_write claim to unknown, or it found a
+      // live in-flight row or a terminal row within retention.
+      const row = decodeRow(raw);
+      if (row.state === "released") {
+        throw new LedgerCorruptError(key, "claim left a released row in place");
+      }
+      return { outcome: "existing", row: row as InFlightRow | TerminalRow };
+    }
+    throw new LedgerUnavailableError(
+      `claim of ${key} saw the row change under it ${MAX_CLAIM_ATTEMPTS} times in a row; nothing was claimed`,
+    );
+  }
+
+  async renew(key: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
+    const lease = leaseMilliseconds(leaseMs);
+    this.assertFence(key, fence);
+    const { rows } = await this.run<{ lease_expires_at: string }>(
+      "renew",
+      this.prepared(this.sql.renew, [key, String(fence), lease]),
+    );
+    const row = rows[0];
+    if (row === undefined) throw new StaleClaimError(key, fence);
+    return { leaseExpiresAt: Number(row.lease_expires_at) };
+  }
+
+  async complete(key: string, fence: number, result: string): Promise<void> {
+    this.assertFence(key, fence);
+    if (typeof result !== "string") {
+      throw new ResultNotStorableError(key, "the result is not JSON text");
+    }
+    let refusal: ResultNotStorableError | undefined;
+    try {
+      assertStorableResult(key, result, this.capabilities.maxResultBytes);
+      if (!storableText(result)) {
+        refusal = new ResultNotStorableError(key, "it contains NUL or a lone surrogate, which a PostgreSQL text column cannot hold byte for byte");
+      }
+    } catch (error) {
+      if (!(error instanceof ResultNotStorableError)) throw error;
+      refusal = error;
+    }
+    if (refusal !== undefined) {
+      // Same precedence as the reference ledger: a stale owner hears "stale" first.
+      const { rowCount } = await this.run("complete", this.prepared(this.sql.owns, [key, String(fence)]));
+      if (rowCount === 0) throw new StaleClaimError(key, fence);
+      throw refusal;
+    }
+    await this.finish("complete", this.sql.complete, key, fence, [result]);
+  }
+
+  async fail(key: string, fence: number, error: StoredError): Promise<void> {
+    this.assertFence(key, fence);
+    let json: string | undefined;
+    try {
+      json = JSON.stringify(error);
+    } catch (cause) {
+      throw new InvalidLedgerInputError("error", `cannot be stored as JSON: ${describe(cause)}`);
+    }
+    if (typeof error !== "object" || error === null || typeof json !== "string") {
+      throw new InvalidLedgerInputError("error", "must be a StoredError object");
+    }
+    await this.finish("fail", this.sql.fail, key, fence, [json]);
+  }
+
+  async markUnknown(key: string, fence: number, reason: string): Promise<void> {
+    this.assertFence(key, fence);
+    await this.finish("markUnknown", this.sql.markUnknown, key, fence, [requestText("reason", reason, 4096)]);
+  }
+
+  async release(key: string, fence: number): Promise<void> {
+    this.assertFence(key, fence);
+    await this.finish("release", this.sql.release, key, fence, []);
+  }
+
+  async lookup(key: string): Promise<LedgerRow | undefined> {
+    requestText("key", key, 1024);
+    const { rows } = await this.run<RawRow & { now_ms: string }>("lookup", this.prepared(this.sql.lookup, [key]));
+    const raw = rows[0];
+    if (raw === undefined) return undefined;
+    // Decode first: a corrupt row is reported even when its retention column says "old".
+    const row = decodeRow(raw);
+    return retentionPassed(raw, Number(raw.now_ms)) ? undefined : row;
+  }
+
+  async sweep(): Promise<number> {
+    let removed = 0;
+    for (;;) {
+      const { rowCount } = await this.run("sweep", this.prepared(this.sql.sweep, [String(SWEEP_BATCH)]));
+      removed += rowCount ?? 0;
+      if ((rowCount ?? 0) < SWEEP_BATCH) return removed;
+    }
+  }
+
+  /** Ends the pool only if the ledger created it; a pool you passed in stays yours. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.ownedPool?.end();
+  }
+
+  private async finish(op: string, sql: Statement, key: string, fence: number, extra: string[]): Promise<void> {
+    const { rowCount } = await this.run(op, this.prepared(sql, [key, String(fence), ...extra, String(this.retentionMs)]));
+    if (rowCount === 0) throw new StaleClaimError(key, fence);
+  }
+
+  private assertFence(key: string, fence: number): void {
+    requestText("key", key, 1024);
+    // No row can be owned by a fence that is not a positive integer: refuse without asking.
+    if (typeof fence !== "number" || !Number.isSafeInteger(fence) || fence < 1) {
+      throw new StaleClaimError(key, fence);
+    }
+  }
+
+  private prepared(sql: Statement, values: string[]): QueryConfig {
+    return { name: sql.name, text: sql.text, values };
+  }
+
+  /** Every driver or server failure becomes LedgerUnavailableError with the cause (LEDGER-12). */
+  private async run<R extends QueryResultRow = QueryResultRow>(op: string, config: QueryConfig): Promise<QueryResult<R>> {
+    if (this.closed) throw new LedgerUnavailableError(`PostgreSQL ledger ${op}: the ledger is closed`);
+    try {
+      return await this.db.query<R>(config);
+    } catch (error) {
+      const hint = (error as { code?: unknown }).code === "42P01" ? " (has migrate() been run?)" : "";
+      throw new LedgerUnavailableError(
+        `PostgreSQL ledger ${op} on ${this.schema}.${this.table} failed: ${describe(error)}${hint}`,
+        { cause: error },
+      );
+    }
+  }
+}
+
+/** Create a PostgreSQL ledger. Call `await ledger.migrate()` once (or apply schema.sql yourself). */
+export function createPostgresLedger(options: PostgresLedgerOptions): PostgresLedger {
+  return new PostgresLedger(options);
+}
+
+export type { TableName };
