@@ -1,0 +1,164 @@
+// Confirms the Python-generated vectors against the TypeScript implementation in
+// packages/core. Not the project's test suite (packages/core/test runs the vectors);
+// a tool for whoever regenerates the vectors.
+//
+//   node --import tsx spec/reference/crosscheck_ts.mjs            (core sources, via tsx)
+//   CORE=/work/main/packages/core/dist/index.js node spec/reference/crosscheck_ts.mjs
+import { readFileSync } from "node:fs";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { dirname, join } from "node:path";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const vectors = join(here, "..", "vectors");
+const load = (name) => JSON.parse(readFileSync(join(vectors, name), "utf8"));
+
+const core = process.env.CORE
+  ? await import(pathToFileURL(process.env.CORE).href)
+  : {
+      ...(await import(pathToFileURL(join(here, "../../packages/core/src/canonical.ts")).href)),
+      ...(await import(pathToFileURL(join(here, "../../packages/core/src/key.ts")).href)),
+      ...(await import(pathToFileURL(join(here, "../../packages/core/src/memory-ledger.ts")).href)),
+    };
+const { canonicalize, deriveKey, keyMaterial, MemoryLedger } = core;
+
+let passed = 0;
+const failures = [];
+const check = (id, ok, detail) => (ok ? passed++ : failures.push(`${id}: ${detail}`));
+const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+for (const v of load("canonical.json").vectors) {
+  const got = canonicalize(v.input);
+  check(v.id, got === v.canonical, `got ${got}`);
+}
+
+for (const v of load("keys.json").vectors) {
+  const got = { c: canonicalize(v.input.args), m: keyMaterial(v.input), k: deriveKey(v.input) };
+  check(v.id, got.c === v.canonicalArgs && got.m === v.material && got.k === v.key, JSON.stringify(got));
+}
+
+for (const v of load("identity.json").vectors) {
+  const projection = Object.fromEntries(v.identity.filter((f) => f in v.args).map((f) => [f, v.args[f]]));
+  const key = deriveKey({ ...v.input, args: projection });
+  check(v.id, same(projection, v.projection) && key === v.key, `key ${key}`);
+}
+
+function pointerSet(root, pointer, make) {
+  if (pointer === "") return make(root);
+  const tokens = pointer.slice(1).split("/").map((t) => t.replace(/~1/g, "/").replace(/~0/g, "~"));
+  let target = root;
+  for (const t of tokens.slice(0, -1)) target = target[t];
+  target[tokens.at(-1)] = make(root);
+  return root;
+}
+const specials = {
+  NaN: () => NaN,
+  Infinity: () => Infinity,
+  "-Infinity": () => -Infinity,
+  undefined_in_array: () => undefined,
+  bigint: () => 1n,
+  function: () => () => 1,
+  date: () => new Date(0),
+  cycle: (root) => root,
+};
+for (const v of load("rejections.json").vectors) {
+  const input = structuredClone(v.input);
+  if (v.special) input.args = pointerSet(input.args, v.specialPath, specials[v.special]);
+  let error;
+  try {
+    deriveKey(input);
+  } catch (e) {
+    error = e;
+  }
+  const want = v.error;
+  const ok =
+    error !== undefined &&
+    error.code === want.code &&
+    (want.field === undefined || error.field === want.field) &&
+    (want.problem === undefined || error.problem === want.problem) &&
+    (want.path === undefined || error.path === want.path);
+  check(v.id, ok, error ? `${error.code} ${error.field ?? ""} ${error.problem ?? ""} ${JSON.stringify(error.path)}` : "not rejected");
+}
+
+for (const c of load("ledger-transitions.json").cases) {
+  let now = 1_000_000;
+  const ledger = new MemoryLedger({ now: () => now });
+  const problems = [];
+  for (const [i, step] of c.steps.entries()) {
+    const where = `step ${i} ${step.op}`;
+    const attempt = async (fn) => {
+      try {
+        await fn();
+        return { ok: true };
+      } catch (e) {
+        return { error: e.code ?? String(e) };
+      }
+    };
+    const compareRow = (row, expect) => {
+      for (const [field, value] of Object.entries(expect)) {
+        if (field === "outcome") continue;
+        if (!same(row?.[field], value)) problems.push(`${where}: ${field} ${JSON.stringify(row?.[field])} != ${JSON.stringify(value)}`);
+      }
+    };
+    switch (step.op) {
+      case "claim": {
+        const r = await ledger.claim({ key: step.key, toolName: "test_tool", effect: step.effect, owner: step.owner, leaseMs: step.leaseMs });
+        if (r.outcome !== step.expect.outcome) problems.push(`${where}: outcome ${r.outcome}`);
+        else if (r.outcome === "claimed") {
+          if (r.fence !== step.expect.fence || r.takeover !== step.expect.takeover) problems.push(`${where}: ${JSON.stringify(r)}`);
+        } else compareRow(r.row, step.expect);
+        break;
+      }
+      case "complete":
+      case "fail":
+      case "markUnknown":
+      case "release":
+      case "renew": {
+        const arg =
+          step.op === "complete"
+            ? step.resultRepeat
+              ? `"${step.resultRepeat.char.repeat(step.resultRepeat.count)}"`
+              : step.result
+            : step.op === "fail"
+              ? step.error
+              : step.op === "markUnknown"
+                ? step.reason
+                : step.leaseMs;
+        const r = await attempt(() => ledger[step.op](step.key, step.fence, arg));
+        if (!same(r, step.expect)) problems.push(`${where}: ${JSON.stringify(r)}`);
+        break;
+      }
+      case "lookup": {
+        const row = await ledger.lookup(step.key);
+        if (step.expect.absent) {
+          if (row !== undefined) problems.push(`${where}: expected absent, got ${row.state}`);
+        } else compareRow(row, step.expect);
+        break;
+      }
+      case "expire_lease": {
+        const row = await ledger.lookup(step.key);
+        if (row?.state !== "in_flight") problems.push(`${where}: no in-flight row`);
+        else now = Math.max(now, row.leaseExpiresAt);
+        break;
+      }
+      case "expire_retention": {
+        const row = await ledger.lookup(step.key);
+        // Absent: an earlier clock advance already passed this row's retention too.
+        if (row?.state === "in_flight") problems.push(`${where}: row is in flight`);
+        else if (row !== undefined) now = Math.max(now, row.finishedAt + 24 * 60 * 60 * 1000);
+        break;
+      }
+      case "sweep": {
+        const removed = await ledger.sweep();
+        if (removed !== step.expect.removed) problems.push(`${where}: removed ${removed}`);
+        break;
+      }
+      default:
+        problems.push(`${where}: unknown op`);
+    }
+  }
+  check(c.id, problems.length === 0, problems.join("; "));
+}
+
+for (const f of failures) console.log(`FAIL ${f}`);
+console.log(`${passed} passed, ${failures.length} failed`);
+process.exit(failures.length === 0 ? 0 : 1);

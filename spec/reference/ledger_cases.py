@@ -1,0 +1,195 @@
+"""Data-driven ledger cases (spec §6), written to spec/vectors/ledger-transitions.json."""
+
+from __future__ import annotations
+
+PAY_RESULT = '{"payment_id":"pay_8Kq2","status":"succeeded"}'
+DECLINED = {"name": "ToolError", "message": "card declined", "code": "card_declined"}
+NOT_STORABLE = {"name": "ResultNotStorableError", "message": "result exceeds the ledger's limit", "code": "result_not_storable"}
+
+
+def claim(key="k1", owner="a", effect="keyed_write", lease_ms=30000, **expect):
+    return {"op": "claim", "key": key, "effect": effect, "owner": owner, "leaseMs": lease_ms, "expect": expect}
+
+
+def claimed(fence, takeover=False, **kw):
+    return claim(outcome="claimed", fence=fence, takeover=takeover, **kw)
+
+
+def existing(state, fence, key="k1", owner="b", effect="keyed_write", **fields):
+    return claim(key=key, owner=owner, effect=effect, outcome="existing", state=state, fence=fence, **fields)
+
+
+def op(name, key="k1", fence=1, expect=None, **kw):
+    step = {"op": name, "key": key}
+    if fence is not None:
+        step["fence"] = fence
+    step.update(kw)
+    step["expect"] = expect if expect is not None else {"ok": True}
+    return step
+
+
+STALE = {"error": "stale_claim"}
+
+
+def lookup(key="k1", **expect):
+    return {"op": "lookup", "key": key, "expect": expect}
+
+
+def hook(name, key="k1"):
+    return {"op": name, "key": key}
+
+
+def sweep(removed):
+    return {"op": "sweep", "expect": {"removed": removed}}
+
+
+def repeat_result(char, count, expect):
+    return {"op": "complete", "key": "k1", "fence": 1, "resultRepeat": {"char": char, "count": count}, "expect": expect}
+
+
+def ledger_cases() -> dict:
+    cases = []
+
+    def case(rule, description, *steps):
+        cases.append({"id": f"LT-{len(cases) + 1:03d}", "rule": rule, "description": description, "steps": list(steps)})
+
+    case("LEDGER-1", "the first claim of a key wins and creates an in-flight row with fence 1",
+         claimed(1), lookup(state="in_flight", fence=1, owner="a"))
+    case("LEDGER-6", "while the lease is live every other claim sees the in-flight row, whoever asks",
+         claimed(1), existing("in_flight", 1), existing("in_flight", 1, owner="a"), lookup(state="in_flight", fence=1, owner="a"))
+    case("LEDGER-1", "keys are independent",
+         claimed(1), claimed(1, key="k2"), lookup(state="in_flight", fence=1), lookup(key="k2", state="in_flight", fence=1))
+    case("LEDGER-3", "in_flight -> completed; later claims get the stored result",
+         claimed(1), op("complete", result=PAY_RESULT), lookup(state="completed", fence=1, result=PAY_RESULT),
+         existing("completed", 1, result=PAY_RESULT), existing("completed", 1, owner="c", result=PAY_RESULT))
+    case("LEDGER-8", "a definite failure is recorded and replayed identically",
+         claimed(1), op("fail", error=DECLINED), lookup(state="failed", fence=1, error=DECLINED),
+         existing("failed", 1, error=DECLINED))
+    case("LEDGER-8", "a stored failure keeps its details exactly",
+         claimed(1),
+         op("fail", error={**DECLINED, "details": {"decline_code": "insufficient_funds", "retry": False, "amounts": [1, 2.5], "note": "caf\u00e9"}}),
+         lookup(state="failed", fence=1, error={**DECLINED, "details": {"decline_code": "insufficient_funds", "retry": False, "amounts": [1, 2.5], "note": "caf\u00e9"}}))
+    case("LEDGER-3", "in_flight -> unknown by the owner; the call is never claimable again",
+         claimed(1), op("markUnknown", reason="tool_error"), lookup(state="unknown", fence=1, reason="tool_error"),
+         existing("unknown", 1, reason="tool_error"), existing("unknown", 1, owner="c", effect="keyed_write", reason="tool_error"))
+    case("LEDGER-8", "release (not performed) leaves a released row; the next claim wins with fence 2, not a takeover",
+         claimed(1), op("release"), lookup(state="released", fence=1), claimed(2, owner="b"),
+         lookup(state="in_flight", fence=2, owner="b"))
+    case("LEDGER-4", "fences increase over repeated release and reclaim; only the newest fence finishes the row",
+         claimed(1), op("release"), claimed(2, owner="b"), op("release", fence=2), claimed(3, owner="c"),
+         op("complete", fence=2, result=PAY_RESULT, expect=STALE), op("complete", fence=3, result=PAY_RESULT),
+         lookup(state="completed", fence=3, result=PAY_RESULT))
+    case("LEDGER-7", "an expired keyed_write claim is taken over with a new fence",
+         claimed(1), hook("expire_lease"), claimed(2, takeover=True, owner="b"), lookup(state="in_flight", fence=2, owner="b"))
+    case("LEDGER-5", "after a takeover the old owner is refused on every operation and changes nothing",
+         claimed(1), hook("expire_lease"), claimed(2, takeover=True, owner="b"),
+         op("complete", result='{"from":"a"}', expect=STALE), op("fail", error=DECLINED, expect=STALE),
+         op("markUnknown", reason="tool_error", expect=STALE), op("release", expect=STALE),
+         op("renew", leaseMs=30000, expect=STALE), lookup(state="in_flight", fence=2, owner="b"),
+         op("complete", fence=2, result='{"from":"b"}'), lookup(state="completed", fence=2, result='{"from":"b"}'))
+    case("LEDGER-4", "a chain of takeovers: fences 1, 2, 3; every earlier fence is stale",
+         claimed(1), hook("expire_lease"), claimed(2, takeover=True, owner="b"), hook("expire_lease"),
+         claimed(3, takeover=True, owner="c"), op("complete", fence=1, result=PAY_RESULT, expect=STALE),
+         op("complete", fence=2, result=PAY_RESULT, expect=STALE), op("complete", fence=3, result=PAY_RESULT),
+         lookup(state="completed", fence=3, result=PAY_RESULT))
+    case("LEDGER-16", "ownership is the fence, not the owner string: the same owner re-claiming after expiry takes over with a new fence",
+         claimed(1), hook("expire_lease"), claimed(2, takeover=True, owner="a"), op("complete", fence=1, result=PAY_RESULT, expect=STALE))
+    case("LEDGER-7", "an expired unkeyed_write claim becomes unknown (lease_expired) and is never claimed again",
+         claimed(1, effect="unkeyed_write"), hook("expire_lease"),
+         existing("unknown", 1, effect="unkeyed_write", reason="lease_expired"),
+         lookup(state="unknown", fence=1, reason="lease_expired"),
+         op("complete", result=PAY_RESULT, expect=STALE), op("markUnknown", reason="tool_error", expect=STALE),
+         existing("unknown", 1, owner="c", effect="unkeyed_write", reason="lease_expired"))
+    case("LEDGER-18", "expiry follows the effect class stored in the row, not the claimant's",
+         claimed(1, effect="unkeyed_write"), hook("expire_lease"),
+         existing("unknown", 1, effect="keyed_write", reason="lease_expired"))
+    case("LEDGER-18", "a keyed_write row is taken over even when the claimant says unkeyed_write",
+         claimed(1), hook("expire_lease"), claimed(2, takeover=True, owner="b", effect="unkeyed_write"))
+    case("LEDGER-17", "lookup never acts on an expired lease; the owner can still complete (LEDGER-16)",
+         claimed(1, effect="unkeyed_write"), hook("expire_lease"), lookup(state="in_flight", fence=1, owner="a"),
+         op("complete", result=PAY_RESULT), lookup(state="completed", fence=1, result=PAY_RESULT),
+         existing("completed", 1, effect="unkeyed_write", result=PAY_RESULT))
+    case("LEDGER-16", "an expired lease nobody acted on is still the owner's: renew succeeds and the row is live again",
+         claimed(1), hook("expire_lease"), op("renew", leaseMs=30000), existing("in_flight", 1))
+    case("LEDGER-9", "a renewed lease can itself expire and be taken over",
+         claimed(1), op("renew", leaseMs=60000), existing("in_flight", 1), hook("expire_lease"),
+         claimed(2, takeover=True, owner="b"))
+    case("LEDGER-9", "renew after a takeover is refused; the new owner can renew",
+         claimed(1), hook("expire_lease"), claimed(2, takeover=True, owner="b"),
+         op("renew", fence=1, leaseMs=30000, expect=STALE), op("renew", fence=2, leaseMs=30000))
+    case("LEDGER-5", "renew of a finished row is refused",
+         claimed(1), op("complete", result=PAY_RESULT), op("renew", leaseMs=30000, expect=STALE),
+         lookup(state="completed", fence=1, result=PAY_RESULT))
+    case("LEDGER-5", "a fence that was never issued is refused and the row is unchanged",
+         claimed(1), op("complete", fence=2, result=PAY_RESULT, expect=STALE), op("release", fence=0, expect=STALE),
+         lookup(state="in_flight", fence=1, owner="a"))
+    case("LEDGER-5", "a finished row cannot be finished again: the first result stays",
+         claimed(1), op("complete", result='{"n":1}'), op("complete", result='{"n":2}', expect=STALE),
+         op("fail", error=DECLINED, expect=STALE), op("markUnknown", reason="tool_error", expect=STALE),
+         op("release", expect=STALE), lookup(state="completed", fence=1, result='{"n":1}'))
+    case("LEDGER-5", "a failed row cannot be completed or released",
+         claimed(1), op("fail", error=DECLINED), op("complete", result=PAY_RESULT, expect=STALE),
+         op("release", expect=STALE), lookup(state="failed", fence=1, error=DECLINED))
+    case("LEDGER-5", "a released row cannot be finished with the fence that released it",
+         claimed(1), op("release"), op("release", expect=STALE), op("complete", result=PAY_RESULT, expect=STALE),
+         lookup(state="released", fence=1))
+    case("LEDGER-5", "every fenced operation on a key without a row is refused",
+         op("complete", key="k9", result=PAY_RESULT, expect=STALE), op("fail", key="k9", error=DECLINED, expect=STALE),
+         op("markUnknown", key="k9", reason="tool_error", expect=STALE), op("release", key="k9", expect=STALE),
+         op("renew", key="k9", leaseMs=30000, expect=STALE), lookup(key="k9", absent=True))
+    odd = ' {"b" : [1.50, 2e0 ],\n\t"a":"caf\u00e9 \U0001f600 \\u00e9", "c":null}\r\n'
+    case("LEDGER-10", "a result is returned byte for byte: whitespace, number spelling, UTF-8 and \\u escapes untouched",
+         claimed(1), op("complete", result=odd), lookup(state="completed", fence=1, result=odd),
+         existing("completed", 1, result=odd))
+    case("LEDGER-10", "a result of exactly maxResultBytes (1048576 UTF-8 bytes) is stored",
+         claimed(1), repeat_result("x", 1048574, {"ok": True}), lookup(state="completed", fence=1))
+    case("LEDGER-10", "one byte over the limit: result_not_storable, the claim is held (not released), the owner records the failure",
+         claimed(1), repeat_result("x", 1048575, {"error": "result_not_storable"}),
+         lookup(state="in_flight", fence=1, owner="a"), existing("in_flight", 1),
+         op("fail", error=NOT_STORABLE), lookup(state="failed", fence=1, error=NOT_STORABLE),
+         existing("failed", 1, error=NOT_STORABLE))
+    case("LEDGER-10", "the limit counts UTF-8 bytes: 524287 x U+00E9 (2 bytes each) plus quotes is exactly 1048576",
+         claimed(1), repeat_result("\u00e9", 524287, {"ok": True}), lookup(state="completed", fence=1))
+    case("LEDGER-10", "the limit counts UTF-8 bytes: 524288 x U+00E9 is 1048578 bytes, refused",
+         claimed(1), repeat_result("\u00e9", 524288, {"error": "result_not_storable"}), lookup(state="in_flight", fence=1))
+    case("LEDGER-10", "a character outside the BMP counts 4 bytes (not 2 UTF-16 units): 262144 x U+1F600 is 1048578 bytes, refused",
+         claimed(1), repeat_result("\U0001f600", 262144, {"error": "result_not_storable"}), lookup(state="in_flight", fence=1))
+    case("LEDGER-10", "262143 x U+1F600 plus quotes is 1048574 bytes, stored",
+         claimed(1), repeat_result("\U0001f600", 262143, {"ok": True}), lookup(state="completed", fence=1))
+    case("LEDGER-13", "retention never removes an in-flight row, even one whose lease has expired",
+         claimed(1), claimed(1, key="k2"), op("complete", key="k2", result=PAY_RESULT), hook("expire_lease"),
+         hook("expire_retention", key="k2"), sweep(1), lookup(state="in_flight", fence=1, owner="a"), lookup(key="k2", absent=True))
+    case("LEDGER-13", "a finished row inside its retention is kept by sweep",
+         claimed(1), op("complete", result=PAY_RESULT), sweep(0), lookup(state="completed", fence=1, result=PAY_RESULT))
+    case("LEDGER-19", "after retention a key is absent: the next claim starts afresh",
+         claimed(1), op("complete", result=PAY_RESULT), hook("expire_retention"), lookup(absent=True), sweep(1),
+         lookup(absent=True), claimed(1, owner="b"))
+    case("LEDGER-13", "released, unknown and failed rows are all removed once their retention has passed",
+         claimed(1), op("release"), claimed(1, key="k2"), op("markUnknown", key="k2", reason="tool_error"),
+         claimed(1, key="k3"), op("fail", key="k3", error=DECLINED),
+         hook("expire_retention"), hook("expire_retention", key="k2"), hook("expire_retention", key="k3"),
+         sweep(3), lookup(absent=True), lookup(key="k2", absent=True), lookup(key="k3", absent=True))
+    case("LEDGER-8", "an unkeyed_write claim may be released (not performed) and claimed again; a later expiry is unknown",
+         claimed(1, effect="unkeyed_write"), op("release"), claimed(2, owner="b", effect="unkeyed_write"),
+         hook("expire_lease"), existing("unknown", 2, owner="c", effect="unkeyed_write", reason="lease_expired"))
+    case("LEDGER-7", "after a takeover completes, later claimants get the completed row with the new fence",
+         claimed(1), hook("expire_lease"), claimed(2, takeover=True, owner="b"), op("complete", fence=2, result=PAY_RESULT),
+         existing("completed", 2, owner="c", result=PAY_RESULT))
+    return {
+        "description": (
+            "Ledger cases (spec §6). Run each case on a fresh, empty ledger with maxResultBytes 1048576 and the "
+            "default retention; run its steps in order and compare each step's result with `expect`. claim: "
+            "toolName is any fixed valid name; expect {outcome:'claimed', fence, takeover} or {outcome:'existing', "
+            "state, fence, ...} where result/error/reason, when present, MUST equal the row's (result byte for byte, "
+            "error as deep JSON equality). complete/fail/markUnknown/release/renew: expect {ok:true} or {error:<code>}. "
+            "complete with `resultRepeat: {char, count}` instead of `result` stores the JSON string '\"' + char "
+            "repeated count times + '\"' (count + 2 characters; its UTF-8 size decides LEDGER-10). lookup: expect "
+            "{absent:true} or the fields to compare (state, fence, and when present result, error, reason, owner). "
+            "Test hooks: expire_lease moves the lease of the key's current in-flight claim into the past; "
+            "expire_retention moves the retention of the key's finished or released row into the past (nothing to do if "
+            "lookup already reports the key absent); a harness MAY "
+            "implement either by advancing one injected clock (never backwards), and every case is written so that "
+            "its expectations hold either way. sweep: expect {removed:n}. Generated by spec/reference/generate_vectors.py."
+        ),
+        "cases": cases,
+    }
