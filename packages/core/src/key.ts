@@ -28,7 +28,8 @@ export const KEY_HEX_LENGTH = 32;
 /** The exact string that is hashed (spec KEY-1). */
 export function keyMaterial(input: KeyInput): string {
   const { conversationId, turnIndex, name, args } = input;
-  const ordinal = input.ordinal ?? 0;
+  // Only an absent ordinal defaults to 0; null is a caller bug, not "the first".
+  const ordinal = input.ordinal === undefined ? 0 : input.ordinal;
   if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
     throw new InvalidKeyInputError(
       "conversationId",

@@ -1,0 +1,37 @@
+import { z } from "zod";
+import { Dispatcher, MemoryLedger, ToolError, defineTool } from "@dispatch-once/core";
+
+// 1. Declare each tool once, with its effect class next to its schema.
+const sendPayment = defineTool({
+  name: "send_payment",
+  effect: "keyed_write", // the payments API deduplicates on Idempotency-Key
+  input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), memo: z.string() }),
+  identity: ["payee", "amount", "currency"], // a re-worded memo is the same payment
+  async run(args, { idempotencyKey }) {
+    const res = await fetch(`${paymentsUrl}/v1/payments`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "idempotency-key": idempotencyKey },
+      body: JSON.stringify(args),
+    });
+    if (res.status === 402) throw new ToolError("card declined", { code: "card_declined" });
+    return res.json();
+  },
+});
+
+// 2. Choose a ledger (MemoryLedger for one process; SQLite, PostgreSQL or Redis in production).
+const dispatcher = new Dispatcher({ tools: [sendPayment], ledger: new MemoryLedger() });
+
+// 3. Per attempt of a turn, dispatch each call as its content_block_stop arrives.
+export async function onToolCall(conversationId: string, turnIndex: number, name: string, input: unknown) {
+  try {
+    return await dispatcher.turn({ conversationId, turnIndex }).dispatch({ name, input });
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code === "in_flight_elsewhere") return "another attempt is still paying; try again shortly";
+    if (code === "outcome_unknown") return "unknown whether it ran; a human must check";
+    throw error;
+  }
+}
+
+export let paymentsUrl = "http://127.0.0.1:4010";
+export const setPaymentsUrl = (url: string) => void (paymentsUrl = url);
