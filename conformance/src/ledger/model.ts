@@ -1,0 +1,475 @@
+import fc from "fast-check";
+import { isDeepStrictEqual } from "node:util";
+import type { ClaimResult, Ledger, LedgerEffect, RowState, StoredError } from "@dispatch-once/core";
+import { ConformanceFailure, codeOf, describeError, show } from "../failure.js";
+import type { LedgerFixture, LedgerSubject } from "../types.js";
+import { LEASE_MS, TOOL_FOR, claimRequest, freshKey, rowEssence } from "./support.js";
+
+/**
+ * One step of a random scenario. Steps name keys, owners and payloads by index so that
+ * fast-check can shrink a failing sequence by dropping steps: an owner's fence is whatever
+ * its last successful claim of the key returned, so a shrunk sequence stays meaningful.
+ */
+export type Step =
+  | { op: "claim"; key: number; owner: number; via: number }
+  | { op: "race"; key: number; owners: number[] }
+  | { op: "complete"; key: number; owner: number; via: number; result: number }
+  | { op: "fail"; key: number; owner: number; via: number; error: number }
+  | { op: "markUnknown"; key: number; owner: number; via: number; reason: number }
+  | { op: "release"; key: number; owner: number; via: number }
+  | { op: "renew"; key: number; owner: number; via: number }
+  | { op: "lookup"; key: number; via: number }
+  | { op: "expire_lease"; key: number }
+  | { op: "sweep"; via: number }
+  | { op: "restart" };
+
+/** The scenario's keys: label and effect class (a key's effect is fixed, as its tool's is). */
+export const MODEL_KEYS: ReadonlyArray<{ label: string; effect: LedgerEffect }> = [
+  { label: "k1", effect: "keyed_write" },
+  { label: "k2", effect: "unkeyed_write" },
+  { label: "k3", effect: "keyed_write" },
+];
+export const MODEL_OWNERS = ["owner-a", "owner-b", "owner-c"] as const;
+export const MODEL_RESULTS = [
+  '{"id":"pay_1","amount":1200}',
+  '{ "b" : 1 ,\n\t"a" : [ ] }',
+  '"café ☕ 😀"',
+  '"caf\\u00e9"',
+  "[1.0, 1e2, -0, 12345678901234567890]",
+  "null",
+];
+export const MODEL_ERRORS: StoredError[] = [
+  { name: "CardDeclinedError", message: "card declined", code: "card_declined", details: { decline_code: "do_not_honor" } },
+  { name: "ToolError", message: "ünïcödé 😀 failure" },
+];
+export const MODEL_REASONS = ["tool_error", "connection_reset"];
+
+/** Which steps a subject can take: restart only when it survives one, a second instance only when shared. */
+export function stepArbitrary(capabilities: { survivesRestart: boolean; sharedAcrossProcesses: boolean }): fc.Arbitrary<Step> {
+  const key = fc.nat({ max: MODEL_KEYS.length - 1 });
+  const owner = fc.nat({ max: MODEL_OWNERS.length - 1 });
+  const via = capabilities.sharedAcrossProcesses ? fc.nat({ max: 1 }) : fc.constant(0);
+  const arbs: Array<{ arbitrary: fc.Arbitrary<Step>; weight: number }> = [
+    { weight: 6, arbitrary: fc.record({ op: fc.constant("claim" as const), key, owner, via }) },
+    {
+      weight: 2,
+      arbitrary: fc.record({
+        op: fc.constant("race" as const),
+        key,
+        owners: fc.uniqueArray(owner, { minLength: 2, maxLength: MODEL_OWNERS.length }),
+      }),
+    },
+    {
+      weight: 3,
+      arbitrary: fc.record({ op: fc.constant("complete" as const), key, owner, via, result: fc.nat({ max: MODEL_RESULTS.length - 1 }) }),
+    },
+    {
+      weight: 2,
+      arbitrary: fc.record({ op: fc.constant("fail" as const), key, owner, via, error: fc.nat({ max: MODEL_ERRORS.length - 1 }) }),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.record({ op: fc.constant("markUnknown" as const), key, owner, via, reason: fc.nat({ max: MODEL_REASONS.length - 1 }) }),
+    },
+    { weight: 2, arbitrary: fc.record({ op: fc.constant("release" as const), key, owner, via }) },
+    { weight: 1, arbitrary: fc.record({ op: fc.constant("renew" as const), key, owner, via }) },
+    { weight: 2, arbitrary: fc.record({ op: fc.constant("lookup" as const), key, via }) },
+    { weight: 3, arbitrary: fc.record({ op: fc.constant("expire_lease" as const), key }) },
+    { weight: 1, arbitrary: fc.record({ op: fc.constant("sweep" as const), via }) },
+  ];
+  if (capabilities.survivesRestart) arbs.push({ weight: 1, arbitrary: fc.constant({ op: "restart" as const }) });
+  return fc.oneof(...arbs);
+}
+
+interface ModelRow {
+  state: RowState;
+  fence: number;
+  owner?: string;
+  /** The lease was expired by the scenario and nobody has acted on it yet. */
+  expired?: boolean;
+  result?: string;
+  error?: StoredError;
+  reason?: string;
+}
+
+/**
+ * The reference semantics of spec §6 as a plain state machine (what MemoryLedger does). It
+ * holds the fences the subject actually issued, so fences need only increase, not be 1, 2, 3.
+ */
+export class ReferenceModel {
+  readonly rows = new Map<number, ModelRow>();
+  readonly lastFence = new Map<number, number>();
+  /** fences[owner][key]: the fence of the owner's latest successful claim of the key. */
+  readonly fences = MODEL_OWNERS.map(() => new Map<number, number>());
+
+  fenceOf(owner: number, key: number): number {
+    return this.fences[owner]!.get(key) ?? 0;
+  }
+
+  /** What a claim must return now. */
+  claimExpectation(key: number): { kind: "claim"; takeover: boolean; above: number } | { kind: "existing"; row: ModelRow } {
+    const row = this.rows.get(key);
+    const above = this.lastFence.get(key) ?? 0;
+    if (row === undefined || row.state === "released") return { kind: "claim", takeover: false, above };
+    if (row.state !== "in_flight" || !row.expired) return { kind: "existing", row };
+    if (MODEL_KEYS[key]!.effect === "keyed_write") return { kind: "claim", takeover: true, above };
+    return { kind: "existing", row: { state: "unknown", fence: row.fence, reason: "lease_expired" } };
+  }
+
+  claimed(key: number, owner: number, fence: number): void {
+    this.rows.set(key, { state: "in_flight", fence, owner: MODEL_OWNERS[owner]! });
+    this.lastFence.set(key, fence);
+    this.fences[owner]!.set(key, fence);
+  }
+
+  owns(key: number, fence: number): boolean {
+    const row = this.rows.get(key);
+    return row !== undefined && row.state === "in_flight" && row.fence === fence;
+  }
+
+  essence(key: number, keyHex: string, row: ModelRow | undefined): Record<string, unknown> | undefined {
+    if (row === undefined) return undefined;
+    const effect = MODEL_KEYS[key]!.effect;
+    const out: Record<string, unknown> = { key: keyHex, state: row.state, fence: row.fence, effect, toolName: TOOL_FOR[effect] };
+    if (row.state === "in_flight") out.owner = row.owner;
+    if (row.state === "completed") out.result = row.result;
+    if (row.state === "failed") out.error = row.error;
+    if (row.state === "unknown") out.reason = row.reason;
+    return out;
+  }
+}
+
+/** A disagreement between subject and model, with the rule the subject's behaviour breaks. */
+export class StepMismatch extends ConformanceFailure {}
+
+function mismatch(rule: string, message: string): never {
+  throw new StepMismatch(message, { violates: rule });
+}
+
+/** Drives the subject through one scenario; records a readable timeline as it goes. */
+export class ScenarioDriver {
+  readonly timeline: string[] = [];
+  private readonly keys = MODEL_KEYS.map((k) => freshKey(k.label));
+  private instances: Ledger[];
+  private t = 0;
+
+  constructor(
+    private readonly subject: LedgerSubject,
+    private readonly fixture: LedgerFixture,
+  ) {
+    this.instances = [fixture.ledger];
+  }
+
+  private async via(index: number): Promise<Ledger> {
+    const i = this.subject.capabilities.sharedAcrossProcesses ? index : 0;
+    while (this.instances.length <= i) this.instances.push(await this.fixture.reopen());
+    return this.instances[i]!;
+  }
+
+  private viaLabel(index: number): string {
+    return this.subject.capabilities.sharedAcrossProcesses ? ` via ledger#${index + 1}` : "";
+  }
+
+  async perform(model: ReferenceModel, step: Step): Promise<void> {
+    this.t++;
+    const prefix = `t=${this.t} ${describeStep(step)}${"via" in step ? this.viaLabel(step.via) : ""}`;
+    try {
+      const outcome = await this.execute(model, step);
+      this.timeline.push(`${prefix} -> ${outcome}`);
+    } catch (error) {
+      if (error instanceof StepMismatch) {
+        const { actual, expected } = (error.cause ?? {}) as { actual?: string; expected?: string };
+        this.timeline.push(`${prefix} -> ${actual ?? "?"}`);
+        this.timeline.push(`      ✗ expected ${expected ?? "?"} (${error.violates})`);
+        throw new StepMismatch(`t=${this.t} ${describeStep(step)}: ${error.message}`, { violates: error.violates ?? "LEDGER-3" });
+      }
+      this.timeline.push(`${prefix} -> threw ${describeError(error)}`);
+      throw new StepMismatch(`t=${this.t} ${describeStep(step)} threw ${describeError(error)}`, { violates: ruleForError(error), cause: error });
+    }
+  }
+
+  private async execute(model: ReferenceModel, step: Step): Promise<string> {
+    switch (step.op) {
+      case "claim":
+        return this.claim(model, step.key, [step.owner], [await this.via(step.via)]);
+      case "race": {
+        const ledgers = await Promise.all(step.owners.map((_, i) => this.via(i % 2)));
+        return this.claim(model, step.key, step.owners, ledgers);
+      }
+      case "complete":
+      case "fail":
+      case "markUnknown":
+      case "release":
+      case "renew":
+        return this.ownerOp(model, step, await this.via(step.via));
+      case "lookup":
+        return this.lookup(model, step.key, await this.via(step.via));
+      case "expire_lease": {
+        const row = model.rows.get(step.key);
+        if (row?.state !== "in_flight") return "nothing in flight (no-op)";
+        await this.fixture.raw.expireLease(this.keys[step.key]!);
+        row.expired = true;
+        return `lease of fence=${row.fence} expired`;
+      }
+      case "sweep": {
+        const removed = await (await this.via(step.via)).sweep();
+        if (removed !== 0) fail("LEDGER-13", `sweep removed ${removed}`, "sweep removed 0 (no retention has passed)", `sweep removed ${removed} rows although no retention had passed`);
+        return "removed 0";
+      }
+      case "restart":
+        this.instances = [await this.fixture.reopen()];
+        return "fresh instance over the same store";
+    }
+  }
+
+  private async claim(model: ReferenceModel, key: number, owners: number[], ledgers: Ledger[]): Promise<string> {
+    const keyHex = this.keys[key]!;
+    const effect = MODEL_KEYS[key]!.effect;
+    const expectation = model.claimExpectation(key);
+    const results: ClaimResult[] = await Promise.all(
+      owners.map((o, i) => ledgers[i]!.claim(claimRequest(keyHex, MODEL_OWNERS[o]!, effect, LEASE_MS))),
+    );
+    const race = owners.length > 1;
+    const winners = results.flatMap((r, i) => (r.outcome === "claimed" ? [{ r, owner: owners[i]! }] : []));
+    const summary = summarizeClaims(results, owners);
+    if (expectation.kind === "claim") {
+      if (winners.length !== 1) {
+        const expected = `exactly one claimed (fence > ${expectation.above}${expectation.takeover ? ", takeover" : ""})`;
+        if (winners.length > 1) fail("LEDGER-1", summary, expected, `${winners.length} concurrent claims of one key won`);
+        const row = model.rows.get(key);
+        const rule = expectation.takeover ? "LEDGER-7" : row?.state === "released" ? "LEDGER-3" : "LEDGER-3";
+        fail(rule, summary, expected, `claim did not win although the key was ${row === undefined ? "absent" : expectation.takeover ? "an expired keyed_write claim" : row.state}`);
+      }
+      const { r, owner } = winners[0]!;
+      if (r.outcome !== "claimed") throw new Error("unreachable");
+      if (!(Number.isSafeInteger(r.fence) && r.fence > expectation.above)) {
+        fail("LEDGER-4", summary, `fence > ${expectation.above}`, `fence ${r.fence} does not exceed the previous fence ${expectation.above}`);
+      }
+      if (r.takeover !== expectation.takeover) {
+        fail(expectation.takeover ? "LEDGER-7" : "LEDGER-3", summary, `takeover ${expectation.takeover}`, `takeover reported ${r.takeover}`);
+      }
+      model.claimed(key, owner, r.fence);
+      const expectedRow = model.essence(key, keyHex, model.rows.get(key));
+      for (const [i, other] of results.entries()) {
+        if (other.outcome === "claimed") continue;
+        if (!isDeepStrictEqual(rowEssence(other.row), expectedRow)) {
+          fail("LEDGER-1", summary, `losers see the winner's row ${show(expectedRow)}`, `${MODEL_OWNERS[owners[i]!]} saw ${show(rowEssence(other.row))}`);
+        }
+      }
+      return summary;
+    }
+    // The key is held: every claimant must see the held row (an expired unkeyed_write as unknown).
+    const expectedRow = model.essence(key, keyHex, expectation.row);
+    if (winners.length > 0) {
+      const held = model.rows.get(key)!;
+      const rule = race && held.state === "in_flight" && !held.expired
+        ? "LEDGER-1"
+        : held.state === "in_flight" && held.expired
+          ? "LEDGER-7"
+          : held.state === "in_flight"
+            ? "LEDGER-6"
+            : "LEDGER-3";
+      fail(rule, summary, `existing ${describeModelRow(expectation.row)}`, `a claim won although the key is held (${describeModelRow(held)}${held.expired ? ", lease expired" : ""})`);
+    }
+    for (const result of results) {
+      if (result.outcome !== "existing") continue;
+      const actual = rowEssence(result.row);
+      if (!isDeepStrictEqual(actual, expectedRow)) {
+        fail(ruleForRowDifference(actual, expectedRow), summary, `existing ${describeModelRow(expectation.row)}`, `claim returned ${show(actual)}, expected ${show(expectedRow)}`);
+      }
+    }
+    if (expectation.row.state === "unknown" && model.rows.get(key)?.state === "in_flight") {
+      model.rows.set(key, expectation.row);
+    }
+    return summary;
+  }
+
+  private async ownerOp(model: ReferenceModel, step: Extract<Step, { owner: number; via: number }>, ledger: Ledger): Promise<string> {
+    const keyHex = this.keys[step.key]!;
+    const fence = model.fenceOf(step.owner, step.key);
+    const owned = model.owns(step.key, fence);
+    let actual = "ok";
+    let thrown: unknown;
+    try {
+      switch (step.op) {
+        case "complete":
+          await ledger.complete(keyHex, fence, MODEL_RESULTS[step.result]!);
+          break;
+        case "fail":
+          await ledger.fail(keyHex, fence, MODEL_ERRORS[step.error]!);
+          break;
+        case "markUnknown":
+          await ledger.markUnknown(keyHex, fence, MODEL_REASONS[step.reason]!);
+          break;
+        case "release":
+          await ledger.release(keyHex, fence);
+          break;
+        case "renew":
+          await ledger.renew(keyHex, fence, LEASE_MS);
+          break;
+        case "claim":
+          throw new Error("unreachable");
+      }
+    } catch (error) {
+      thrown = error;
+      actual = codeOf(error) ?? describeError(error);
+    }
+    const label = `fence=${fence}`;
+    if (!owned) {
+      if (thrown === undefined) {
+        const row = model.rows.get(step.key);
+        fail("LEDGER-5", `${label} ok`, "stale_claim", `${step.op} with fence ${fence} was accepted although ${row === undefined ? "no row exists" : `the row is ${describeModelRow(row)}`}`);
+      }
+      if (codeOf(thrown) !== "stale_claim") fail(ruleForError(thrown), `${label} ${actual}`, "stale_claim", `${step.op} raised ${describeError(thrown)} instead of stale_claim`);
+      return `${label} stale_claim`;
+    }
+    if (thrown !== undefined) {
+      fail(step.op === "renew" ? "LEDGER-9" : "LEDGER-3", `${label} ${actual}`, "ok", `${step.op} by the owning fence ${fence} raised ${describeError(thrown)}`);
+    }
+    const row = model.rows.get(step.key)!;
+    switch (step.op) {
+      case "complete":
+        model.rows.set(step.key, { state: "completed", fence, result: MODEL_RESULTS[step.result]! });
+        break;
+      case "fail":
+        model.rows.set(step.key, { state: "failed", fence, error: MODEL_ERRORS[step.error]! });
+        break;
+      case "markUnknown":
+        model.rows.set(step.key, { state: "unknown", fence, reason: MODEL_REASONS[step.reason]! });
+        break;
+      case "release":
+        model.rows.set(step.key, { state: "released", fence });
+        break;
+      case "renew":
+        row.expired = false;
+        break;
+    }
+    return `${label} ok`;
+  }
+
+  private async lookup(model: ReferenceModel, key: number, ledger: Ledger): Promise<string> {
+    const keyHex = this.keys[key]!;
+    const expected = model.essence(key, keyHex, model.rows.get(key));
+    const actual = rowEssence(await ledger.lookup(keyHex));
+    const text = actual === undefined ? "no row" : describeEssence(actual);
+    if (!isDeepStrictEqual(actual, expected)) {
+      fail(ruleForRowDifference(actual, expected), text, expected === undefined ? "no row" : describeEssence(expected), `lookup returned ${show(actual)}, expected ${show(expected)}`);
+    }
+    const raw = await this.fixture.raw.read(keyHex);
+    const stored = raw === undefined ? undefined : { state: raw.state, fence: Number(raw.fence) };
+    const want = expected === undefined ? undefined : { state: expected.state, fence: expected.fence };
+    if (!isDeepStrictEqual(stored, want)) {
+      fail("LEDGER-2", `${text}; stored ${show(stored)}`, `stored ${show(want)}`, `raw.read shows ${show(stored)} while the ledger reports ${show(want)}`);
+    }
+    return text;
+  }
+}
+
+function fail(rule: string, actual: string, expected: string, message: string): never {
+  throw new StepMismatch(message, { violates: rule, cause: { actual, expected } });
+}
+
+function ruleForError(error: unknown): string {
+  switch (codeOf(error)) {
+    case "ledger_unavailable":
+      return "LEDGER-12";
+    case "ledger_corrupt":
+      return "LEDGER-11";
+    case "result_not_storable":
+      return "LEDGER-10";
+    default:
+      return "LEDGER-3";
+  }
+}
+
+function ruleForRowDifference(actual: Record<string, unknown> | undefined, expected: Record<string, unknown> | undefined): string {
+  if (actual === undefined || expected === undefined) return expected?.state === "in_flight" ? "LEDGER-6" : "LEDGER-3";
+  if (actual.state !== expected.state) {
+    return expected.state === "unknown" && expected.reason === "lease_expired" ? "LEDGER-7" : expected.state === "failed" ? "LEDGER-8" : "LEDGER-3";
+  }
+  if (actual.fence !== expected.fence) return "LEDGER-4";
+  if (actual.result !== expected.result) return "LEDGER-10";
+  if (!isDeepStrictEqual(actual.error, expected.error)) return "LEDGER-8";
+  if (actual.reason !== expected.reason) return expected.reason === "lease_expired" ? "LEDGER-7" : "LEDGER-3";
+  return "LEDGER-3";
+}
+
+function summarizeClaims(results: ClaimResult[], owners: number[]): string {
+  if (results.length === 1) return describeClaim(results[0]!);
+  return results.map((r, i) => `${MODEL_OWNERS[owners[i]!]}: ${describeClaim(r)}`).join("; ");
+}
+
+function describeClaim(r: ClaimResult): string {
+  if (r.outcome === "claimed") return `claimed fence=${r.fence}${r.takeover ? " (takeover)" : ""}`;
+  return `existing ${describeEssence(rowEssence(r.row)!)}`;
+}
+
+function describeEssence(e: Record<string, unknown>): string {
+  const bits = [String(e.state), `fence=${String(e.fence)}`];
+  if (e.state === "in_flight") bits.push(`owner=${String(e.owner)}`);
+  if (e.state === "completed") bits.push(`result=${show(e.result)}`);
+  if (e.state === "failed") bits.push(`error=${show((e.error as StoredError | undefined)?.name)}`);
+  if (e.state === "unknown") bits.push(`reason=${String(e.reason)}`);
+  return bits.join(" ");
+}
+
+function describeModelRow(row: ModelRow): string {
+  return describeEssence({ ...row });
+}
+
+/** `claim k1 (keyed_write) by owner-b`, `complete k2 by owner-a with "null"`. */
+export function describeStep(step: Step): string {
+  const k = "key" in step ? MODEL_KEYS[step.key]! : undefined;
+  const who = "owner" in step ? ` by ${MODEL_OWNERS[step.owner]}` : "";
+  switch (step.op) {
+    case "claim":
+      return `claim ${k!.label} (${k!.effect})${who}`;
+    case "race":
+      return `race ${k!.label} (${k!.effect}) by ${step.owners.map((o) => MODEL_OWNERS[o]).join(", ")} concurrently`;
+    case "complete":
+      return `complete ${k!.label}${who} with ${show(MODEL_RESULTS[step.result])}`;
+    case "fail":
+      return `fail ${k!.label}${who} with ${MODEL_ERRORS[step.error]!.name}`;
+    case "markUnknown":
+      return `markUnknown ${k!.label}${who} reason ${MODEL_REASONS[step.reason]}`;
+    case "release":
+    case "renew":
+      return `${step.op} ${k!.label}${who}`;
+    case "lookup":
+      return `lookup ${k!.label}`;
+    case "expire_lease":
+      return `expire_lease ${k!.label}`;
+    case "sweep":
+      return "sweep";
+    case "restart":
+      return "restart";
+  }
+}
+
+class StepCommand implements fc.AsyncCommand<ReferenceModel, ScenarioDriver> {
+  constructor(readonly step: Step) {}
+  check(): boolean {
+    return true;
+  }
+  async run(model: ReferenceModel, driver: ScenarioDriver): Promise<void> {
+    await driver.perform(model, this.step);
+  }
+  toString(): string {
+    return describeStep(this.step);
+  }
+}
+
+/** Runs one scenario against a fresh namespace of the subject, through fast-check's asyncModelRun. */
+export async function runScenario(subject: LedgerSubject, steps: readonly Step[]): Promise<{ timeline: string[]; error?: StepMismatch }> {
+  const fixture = await subject.create();
+  const driver = new ScenarioDriver(subject, fixture);
+  try {
+    await fc.asyncModelRun(() => ({ model: new ReferenceModel(), real: driver }), steps.map((s) => new StepCommand(s)));
+    return { timeline: driver.timeline };
+  } catch (error) {
+    if (error instanceof StepMismatch) return { timeline: driver.timeline, error };
+    throw error;
+  } finally {
+    await fixture.destroy();
+  }
+}

@@ -1,0 +1,219 @@
+import type { ClaimResult, Ledger, LedgerEffect, LedgerRow, StoredError } from "@dispatch-once/core";
+import { isDeepStrictEqual } from "node:util";
+import bundled from "../../../spec/vectors/ledger-transitions.json";
+import { ConformanceFailure, codeOf, describeError, show } from "../failure.js";
+import type { LedgerSubject } from "../types.js";
+import { freshKey, rowEssence } from "./support.js";
+
+/** One step of spec/vectors/ledger-transitions.json (see its `description`). */
+export interface VectorStep {
+  op: "claim" | "complete" | "fail" | "markUnknown" | "release" | "renew" | "lookup" | "expire_lease" | "expire_retention" | "sweep";
+  key?: string;
+  effect?: LedgerEffect;
+  owner?: string;
+  leaseMs?: number;
+  fence?: number;
+  result?: string;
+  resultRepeat?: { char: string; count: number };
+  error?: StoredError;
+  reason?: string;
+  expect?: Record<string, unknown> | null;
+}
+
+export interface VectorCase {
+  id: string;
+  rule: string;
+  description: string;
+  steps: VectorStep[];
+}
+
+export interface VectorFile {
+  description?: string;
+  cases: VectorCase[];
+}
+
+/** The vectors bundled at build time from spec/vectors/ledger-transitions.json. */
+export const BUNDLED_LEDGER_VECTORS = bundled as unknown as VectorFile;
+
+/** The fixed tool name the vectors leave to the harness ("any fixed valid name"). */
+const VECTOR_TOOL = "vector_tool";
+/** The vectors are written for this limit. */
+export const VECTOR_MAX_RESULT_BYTES = 1_048_576;
+
+export function parseVectorFile(value: unknown): VectorFile {
+  if (typeof value !== "object" || value === null || !Array.isArray((value as VectorFile).cases)) {
+    throw new TypeError("ledger vectors: expected an object with a `cases` array");
+  }
+  for (const c of (value as VectorFile).cases) {
+    if (typeof c.id !== "string" || typeof c.rule !== "string" || !Array.isArray(c.steps)) {
+      throw new TypeError(`ledger vectors: malformed case ${show(c)}`);
+    }
+  }
+  return value as VectorFile;
+}
+
+/** Runs one vector case on a fresh namespace; throws with a step-by-step timeline at the first difference. */
+export async function runVectorCase(subject: LedgerSubject, vector: VectorCase): Promise<void> {
+  const fixture = await subject.create({ maxResultBytes: VECTOR_MAX_RESULT_BYTES });
+  const keys = new Map<string, string>();
+  const keyOf = (label: string | undefined): string => {
+    const name = label ?? "k1";
+    let key = keys.get(name);
+    if (key === undefined) {
+      key = freshKey(`${vector.id}-${name}`);
+      keys.set(name, key);
+    }
+    return key;
+  };
+  const timeline: string[] = [];
+  const ledger: Ledger = fixture.ledger;
+  try {
+    for (const [i, step] of vector.steps.entries()) {
+      const t = i + 1;
+      const head = `t=${t} ${describeVectorStep(step)}`;
+      let actual: Record<string, unknown> | undefined;
+      const expect = step.expect ?? undefined;
+      try {
+        actual = await performStep(ledger, fixture, step, keyOf(step.key));
+      } catch (error) {
+        actual = { threw: describeError(error) };
+      }
+      const problem = expect === undefined ? (actual?.threw ? `threw ${actual.threw}` : undefined) : compare(step, expect, actual);
+      timeline.push(`${head} -> ${describeOutcome(actual)}`);
+      if (problem !== undefined) {
+        timeline.push(`      ✗ expected ${describeOutcome(expect)}`);
+        throw new ConformanceFailure(
+          [`${vector.id} (${vector.rule}) step t=${t}: ${problem}`, `  ${vector.description}`, ...timeline.map((l) => `  ${l}`)].join("\n"),
+        );
+      }
+    }
+  } finally {
+    await fixture.destroy();
+  }
+}
+
+async function performStep(
+  ledger: Ledger,
+  fixture: Awaited<ReturnType<LedgerSubject["create"]>>,
+  step: VectorStep,
+  key: string,
+): Promise<Record<string, unknown> | undefined> {
+  const fenced = async (action: () => Promise<unknown>) => {
+    try {
+      await action();
+      return { ok: true };
+    } catch (error) {
+      const code = codeOf(error);
+      if (code === undefined) throw error;
+      return { error: code };
+    }
+  };
+  switch (step.op) {
+    case "claim": {
+      const result: ClaimResult = await ledger.claim({
+        key,
+        toolName: VECTOR_TOOL,
+        effect: step.effect ?? "keyed_write",
+        owner: step.owner ?? "a",
+        leaseMs: step.leaseMs ?? 30_000,
+      });
+      if (result.outcome === "claimed") return { outcome: "claimed", fence: result.fence, takeover: result.takeover };
+      return { outcome: "existing", ...rowFields(result.row) };
+    }
+    case "complete":
+      return fenced(() => ledger.complete(key, step.fence!, resultText(step)));
+    case "fail":
+      return fenced(() => ledger.fail(key, step.fence!, step.error!));
+    case "markUnknown":
+      return fenced(() => ledger.markUnknown(key, step.fence!, step.reason!));
+    case "release":
+      return fenced(() => ledger.release(key, step.fence!));
+    case "renew":
+      return fenced(() => ledger.renew(key, step.fence!, step.leaseMs ?? 30_000));
+    case "lookup": {
+      const row = await ledger.lookup(key);
+      return row === undefined ? { absent: true } : rowFields(row);
+    }
+    case "expire_lease":
+      await fixture.raw.expireLease(key);
+      return undefined;
+    case "expire_retention":
+      // The vectors allow "nothing to do" when the key is already absent (one shared clock).
+      if ((await ledger.lookup(key)) !== undefined) await fixture.raw.expireRetention(key);
+      return undefined;
+    case "sweep":
+      return { removed: await ledger.sweep() };
+    default:
+      throw new TypeError(`ledger vectors: unknown op ${show((step as { op: unknown }).op)}`);
+  }
+}
+
+function resultText(step: VectorStep): string {
+  if (step.resultRepeat !== undefined) return `"${step.resultRepeat.char.repeat(step.resultRepeat.count)}"`;
+  return step.result!;
+}
+
+function rowFields(row: LedgerRow): Record<string, unknown> {
+  const e = rowEssence(row)!;
+  const out: Record<string, unknown> = { state: e.state, fence: e.fence };
+  for (const f of ["owner", "result", "error", "reason"] as const) if (e[f] !== undefined) out[f] = e[f];
+  return out;
+}
+
+/** Compares only the fields `expect` names (the vectors' rule); returns a description of the first difference. */
+function compare(step: VectorStep, expect: Record<string, unknown>, actual: Record<string, unknown> | undefined): string | undefined {
+  if (actual === undefined) return `no observable result`;
+  if (actual.threw !== undefined) return `threw ${String(actual.threw)}`;
+  for (const [field, want] of Object.entries(expect)) {
+    if (!isDeepStrictEqual(actual[field], want)) {
+      const got = actual[field];
+      if (field === "result" && typeof want === "string" && typeof got === "string") {
+        return `${step.op} returned a result that is not byte-for-byte the stored one (${Buffer.byteLength(got)} vs ${Buffer.byteLength(want)} bytes)`;
+      }
+      return `${step.op}: ${field} is ${show(got)}, expected ${show(want)}`;
+    }
+  }
+  if (expect.absent === true && actual.absent !== true) return `lookup found a row, expected none`;
+  return undefined;
+}
+
+function describeVectorStep(step: VectorStep): string {
+  const key = step.key ?? "";
+  switch (step.op) {
+    case "claim":
+      return `claim ${key} (${step.effect}) by ${step.owner}`;
+    case "complete":
+      return `complete ${key} fence=${step.fence} with ${step.resultRepeat ? `"${step.resultRepeat.char}"×${step.resultRepeat.count}` : show(step.result)}`;
+    case "fail":
+      return `fail ${key} fence=${step.fence} with ${step.error?.name}`;
+    case "markUnknown":
+      return `markUnknown ${key} fence=${step.fence} reason ${step.reason}`;
+    case "release":
+      return `release ${key} fence=${step.fence}`;
+    case "renew":
+      return `renew ${key} fence=${step.fence}`;
+    case "sweep":
+      return "sweep";
+    default:
+      return `${step.op} ${key}`;
+  }
+}
+
+function describeOutcome(o: Record<string, unknown> | undefined): string {
+  if (o === undefined) return "done";
+  if (o.threw !== undefined) return `threw ${String(o.threw)}`;
+  if (o.absent === true) return "no row";
+  if (o.ok === true) return "ok";
+  if (o.error !== undefined && o.state === undefined) return String(o.error);
+  if (o.removed !== undefined) return `removed ${String(o.removed)}`;
+  const bits: string[] = [];
+  if (o.outcome !== undefined) bits.push(String(o.outcome));
+  if (o.state !== undefined) bits.push(String(o.state));
+  if (o.fence !== undefined) bits.push(`fence=${String(o.fence)}`);
+  if (o.takeover === true) bits.push("(takeover)");
+  if (o.owner !== undefined) bits.push(`owner=${String(o.owner)}`);
+  if (o.result !== undefined) bits.push(`result=${show(o.result)}`);
+  if (o.error !== undefined) bits.push(`error=${show((o.error as StoredError).name)}`);
+  if (o.reason !== undefined) bits.push(`reason=${String(o.reason)}`);
+  return bits.join(" ");
+}

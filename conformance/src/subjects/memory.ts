@@ -1,0 +1,62 @@
+import { MemoryLedger, type LedgerRow } from "@dispatch-once/core";
+import type { LedgerFixture, LedgerSubject } from "../types.js";
+
+type StoredMemoryRow = LedgerRow & { expiresAt?: number };
+
+/**
+ * MemoryLedger keeps its rows in a private Map; the raw hooks reach into it the way a
+ * Postgres subject's hooks would run SQL against the table. It is the reference ledger, so a
+ * kit change that breaks this access is caught by the kit's own tests.
+ */
+function rowsOf(ledger: MemoryLedger): Map<string, StoredMemoryRow> {
+  const rows = (ledger as unknown as { rows?: unknown }).rows;
+  if (!(rows instanceof Map)) throw new Error("MemoryLedger no longer keeps its rows in `rows`: update the memory subject");
+  return rows as Map<string, StoredMemoryRow>;
+}
+
+/**
+ * The in-memory reference ledger as a conformance subject. An injected clock stands in for the
+ * store clock: expiring a lease or a retention moves that row's deadline to the current tick.
+ * It is one process and volatile, so it declares no restart, sharing, corruption or
+ * unavailability capability; `reopen` returns the same instance.
+ */
+export function memoryLedgerSubject(name = "ledger-memory"): LedgerSubject {
+  return {
+    name,
+    capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false },
+    async create(options = {}): Promise<LedgerFixture> {
+      let tick = Date.UTC(2026, 0, 1);
+      const now = () => tick;
+      const ledger = new MemoryLedger({ now, ...options });
+      const rows = rowsOf(ledger);
+      return {
+        ledger,
+        reopen: async () => ledger,
+        raw: {
+          async read(key) {
+            const row = rows.get(key);
+            if (row === undefined) return undefined;
+            const { expiresAt: _expiresAt, ...visible } = structuredClone(row);
+            return visible as Record<string, unknown>;
+          },
+          async expireLease(key) {
+            const row = rows.get(key);
+            if (row?.state !== "in_flight") throw new Error(`expireLease: ${key} has no in-flight claim`);
+            tick += 1;
+            row.leaseExpiresAt = tick - 1;
+          },
+          async expireRetention(key) {
+            const row = rows.get(key);
+            if (row === undefined || row.state === "in_flight") throw new Error(`expireRetention: ${key} has no finished row`);
+            tick += 1;
+            row.expiresAt = tick - 1;
+          },
+        },
+        async destroy() {
+          rows.clear();
+          await ledger.close();
+        },
+      };
+    },
+  };
+}
