@@ -1,0 +1,39 @@
+import Anthropic from "@anthropic-ai/sdk";
+import { Dispatcher, MemoryLedger, ToolRegistry, defineTool } from "@dispatch-once/core";
+import { ConversationRunner, MemoryConversationStore, TurnFailedError } from "@dispatch-once/anthropic";
+import { z } from "zod";
+
+export const payments: { key: string; payee: string }[] = [];
+const tools = new ToolRegistry([
+  defineTool({
+    name: "send_payment",
+    effect: "keyed_write",
+    input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), memo: z.string() }),
+    identity: ["payee", "amount", "currency"],
+    run: async (args, { idempotencyKey }) => {
+      payments.push({ key: idempotencyKey, payee: args.payee }); // your API call, with the key as a header
+      return { paymentId: `pay_${payments.length}` };
+    },
+  }),
+]);
+
+export function createRunner(client: Anthropic) {
+  return new ConversationRunner({
+    client, // new Anthropic() in production; its own retries stop once headers arrived
+    dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }), // a durable ledger in production
+    store: new MemoryConversationStore(), // your conversation table: idempotent appends, compare-and-append commits
+    model: "claude-sonnet-4-5",
+    tools: tools.providerSchemas(),
+  });
+}
+
+export async function handleUserMessage(runner: ConversationRunner, conversationId: string, messageId: string, text: string) {
+  try {
+    const { turns } = await runner.send(conversationId, { id: messageId, content: text }); // messageId comes from the client
+    return turns.at(-1)?.text ?? "";
+  } catch (error) {
+    if (!(error instanceof TurnFailedError)) throw error;
+    // Nothing was written to the conversation; show the record and let the user re-send the same message id.
+    return error.record.calls.map((c) => `${c.name}: ${c.summary}`).join("\n") || "connection lost; please retry";
+  }
+}
