@@ -148,6 +148,8 @@ export class RedisLedger implements Ledger {
         // Fail fast instead of queueing for ever: the dispatcher treats ledger_unavailable
         // as "nothing claimed, nothing run".
         maxRetriesPerRequest: 1,
+        // Reconnect quickly (ioredis' default backs off to 2 s, and every queued command waits for it).
+        retryStrategy: (times: number) => Math.min(times * 50, 250),
         // A command whose reply was lost is NOT resent after a reconnect: a resent claim
         // would meet its own row and a resent complete would be refused as stale.
         autoResendUnfulfilledCommands: false,

@@ -1,0 +1,69 @@
+import { createServer } from "node:net";
+import { randomBytes } from "node:crypto";
+import { Redis, type Cluster } from "ioredis";
+
+export const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
+
+/** A prefix no other test run (or engineer) uses; every test deletes only keys under it. */
+export function uniquePrefix(tag: string): string {
+  return `do-test-${tag}-${process.pid}-${randomBytes(6).toString("hex")}`;
+}
+
+/** A plain client for reading and writing the store directly (not through the adapter). */
+export function rawClient(): Redis {
+  const client = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+  client.on("error", () => {});
+  return client;
+}
+
+/** Delete every key under `prefix` (SCAN MATCH, never FLUSHDB: the server is shared). */
+export async function deleteByPrefix(client: Redis, prefix: string): Promise<number> {
+  let cursor = "0";
+  let deleted = 0;
+  do {
+    const [next, keys] = await client.scan(cursor, "MATCH", `${prefix}:*`, "COUNT", 1000);
+    cursor = next;
+    if (keys.length > 0) deleted += await client.del(...keys);
+  } while (cursor !== "0");
+  return deleted;
+}
+
+/** Every key under `prefix` on one node. */
+export async function keysByPrefix(client: Redis, prefix: string): Promise<string[]> {
+  let cursor = "0";
+  const found: string[] = [];
+  do {
+    const [next, keys] = await client.scan(cursor, "MATCH", `${prefix}:*`, "COUNT", 1000);
+    cursor = next;
+    found.push(...keys);
+  } while (cursor !== "0");
+  return found;
+}
+
+/** A loopback port with nothing listening on it (bound, then released). */
+export async function closedPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.on("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      if (address === null || typeof address === "string") return reject(new Error("no port"));
+      server.close(() => resolve(address.port));
+    });
+  });
+}
+
+/** Server clock in ms, as the ledger's scripts read it. */
+export async function serverNow(client: Redis | Cluster): Promise<number> {
+  const [seconds, micros] = (await client.time()) as [number | string, number | string];
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+}
+
+/** Make an in-flight row's lease lie in the past on the server clock (atomically, in a script). */
+export const EXPIRE_LEASE_LUA = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('HGET', KEYS[1], 'state') ~= 'in_flight' then return 0 end
+redis.call('HSET', KEYS[1], 'leaseExpiresAt', string.format('%d', now - 1))
+return 1
+`;
