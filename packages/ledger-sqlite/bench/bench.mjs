@@ -1,0 +1,181 @@
+// Benchmark of @dispatch-once/ledger-sqlite against SQLite's raw primitive (not a test).
+// Run: node bench/bench.mjs [--json] [--duration MS]   (build first: pnpm build)
+//
+// better-sqlite3 is synchronous: within one process every statement runs to completion
+// on the calling thread, so "concurrency N" here is N async claimers interleaving on one
+// connection (the same number of statements, serialised). Cross-process concurrency is
+// proven by the race test, not measured here.
+import Database from "better-sqlite3";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { SqliteLedger } from "../dist/index.js";
+
+const RESULT = JSON.stringify({ payment_id: "pay_0001", amount: 1250, currency: "EUR", status: "succeeded" });
+
+function percentile(sorted, p) {
+  if (sorted.length === 0) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+/**
+ * Run `concurrency` async loops of each op for durationMs in total, in alternating slices
+ * (adapter, floor, adapter, floor, ...) so that the noise of a shared machine (other
+ * processes, fsync latency) falls on both sides of the ratio alike.
+ */
+async function measurePair(durationMs, concurrency, ops, slices = 20) {
+  const stats = ops.map(() => ({ latencies: [], elapsed: 0, next: 0 }));
+  const sliceMs = durationMs / slices;
+  for (let s = 0; s < slices; s++) {
+    for (let o = 0; o < ops.length; o++) {
+      const st = stats[o];
+      const op = ops[o];
+      const started = performance.now();
+      const deadline = started + sliceMs;
+      async function loop() {
+        while (performance.now() < deadline) {
+          const i = st.next++;
+          const t0 = performance.now();
+          await op(i);
+          st.latencies.push((performance.now() - t0) * 1000);
+        }
+      }
+      await Promise.all(Array.from({ length: concurrency }, loop));
+      st.elapsed += (performance.now() - started) / 1000;
+    }
+  }
+  return stats.map((st) => {
+    st.latencies.sort((a, b) => a - b);
+    return {
+      opsPerSec: Math.round(st.latencies.length / st.elapsed),
+      p50us: Math.round(percentile(st.latencies, 50)),
+      p99us: Math.round(percentile(st.latencies, 99)),
+    };
+  });
+}
+
+function openRaw(path, synchronous) {
+  const db = new Database(path, { timeout: 5000 });
+  db.pragma("journal_mode = WAL");
+  db.pragma(`synchronous = ${synchronous}`);
+  return db;
+}
+
+/** The floor: what the issue names as SQLite's primitive, INSERT OR IGNORE then UPDATE, on a plain keyed table. */
+function floorStatements(db, table) {
+  db.exec(`CREATE TABLE ${table} (key TEXT PRIMARY KEY, state TEXT NOT NULL, result TEXT)`);
+  return {
+    insert: db.prepare(`INSERT OR IGNORE INTO ${table} (key, state) VALUES (?, 'in_flight')`),
+    update: db.prepare(`UPDATE ${table} SET state = 'completed', result = ? WHERE key = ?`),
+  };
+}
+
+async function benchMode({ dir, synchronous, adapterName, durationMs, concurrencies }) {
+  const rows = [];
+  let run = 0;
+  for (const concurrency of concurrencies) {
+    run++;
+    // claim+complete on distinct keys: the adapter (leases and fencing on) against the floor
+    // (INSERT OR IGNORE + UPDATE on a plain table), same file settings, same run.
+    const ledger = new SqliteLedger({ path: join(dir, `adapter-${synchronous}-${run}.db`), synchronous });
+    const rawDb = openRaw(join(dir, `floor-${synchronous}-${run}.db`), synchronous);
+    const floorStmts = floorStatements(rawDb, "floor");
+    const [adapter, floor] = await measurePair(durationMs, concurrency, [
+      async (i) => {
+        const key = `k${i}`;
+        const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000 });
+        if (claim.outcome !== "claimed") throw new Error(`bench key ${key} was not claimed`);
+        await ledger.complete(key, claim.fence, RESULT);
+      },
+      async (i) => {
+        const key = `k${i}`;
+        if (floorStmts.insert.run(key).changes !== 1) throw new Error(`floor key ${key} was not inserted`);
+        floorStmts.update.run(RESULT, key);
+      },
+    ]);
+    await ledger.close();
+    rawDb.close();
+    rows.push(row(adapterName, "claim+complete", concurrency, adapter, floor));
+
+    // Same-key contention: `concurrency` claimers race for one key; exactly one wins and
+    // completes. ops/s counts claim attempts; latency is per round (all N claims + one complete).
+    const contended = new SqliteLedger({ path: join(dir, `contention-${synchronous}-${run}.db`), synchronous });
+    const rawContended = openRaw(join(dir, `contention-floor-${synchronous}-${run}.db`), synchronous);
+    const cStmts = floorStatements(rawContended, "floor");
+    const [contention, contentionFloor] = await measurePair(durationMs, 1, [
+      async (i) => {
+        const key = `hot${i}`;
+        const results = await Promise.all(
+          Array.from({ length: concurrency }, (_, c) =>
+            contended.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: `c${c}`, leaseMs: 30_000 }),
+          ),
+        );
+        const winners = results.filter((r) => r.outcome === "claimed");
+        if (winners.length !== 1) throw new Error(`key ${key}: ${winners.length} winners`);
+        await contended.complete(key, winners[0].fence, RESULT);
+      },
+      async (i) => {
+        const key = `hot${i}`;
+        const results = await Promise.all(Array.from({ length: concurrency }, async () => cStmts.insert.run(key).changes));
+        if (results.filter((n) => n === 1).length !== 1) throw new Error(`floor key ${key}: not one winner`);
+        cStmts.update.run(RESULT, key);
+      },
+    ]);
+    await contended.close();
+    rawContended.close();
+    const perAttempt = (m) => ({ ...m, opsPerSec: m.opsPerSec * concurrency });
+    rows.push(row(adapterName, "same-key contention", concurrency, perAttempt(contention), perAttempt(contentionFloor)));
+  }
+  return rows;
+}
+
+function row(adapter, workload, concurrency, measured, floor) {
+  return {
+    adapter,
+    workload,
+    concurrency,
+    opsPerSec: measured.opsPerSec,
+    p50us: measured.p50us,
+    p99us: measured.p99us,
+    floorOpsPerSec: floor.opsPerSec,
+    ratio: Math.round((measured.opsPerSec / floor.opsPerSec) * 100) / 100,
+  };
+}
+
+/**
+ * Rows for the adapter's default (synchronous=FULL: fsync per commit, declared durable)
+ * and for synchronous=NORMAL (declared volatile), each against a floor with the same setting.
+ */
+export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], modes = ["FULL", "NORMAL"] } = {}) {
+  const dir = mkdtempSync(join(tmpdir(), "ledger-sqlite-bench-"));
+  try {
+    const rows = [];
+    for (const synchronous of modes) {
+      const adapterName = synchronous === "FULL" ? "ledger-sqlite" : `ledger-sqlite (synchronous=${synchronous})`;
+      rows.push(...(await benchMode({ dir, synchronous, adapterName, durationMs, concurrencies })));
+    }
+    return rows;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function printTable(rows) {
+  const header = ["adapter", "workload", "conc", "ops/s", "p50 µs", "p99 µs", "floor ops/s", "ratio"];
+  const lines = rows.map((r) => [r.adapter, r.workload, r.concurrency, r.opsPerSec, r.p50us, r.p99us, r.floorOpsPerSec, r.ratio.toFixed(2)].map(String));
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i].length)));
+  const fmt = (cells) => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join("  ");
+  console.log(fmt(header));
+  console.log(widths.map((w) => "-".repeat(w)).join("  "));
+  for (const l of lines) console.log(fmt(l));
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  const args = process.argv.slice(2);
+  const durationIndex = args.indexOf("--duration");
+  const durationMs = durationIndex >= 0 ? Number(args[durationIndex + 1]) : 3000;
+  const rows = await bench({ durationMs });
+  if (args.includes("--json")) console.log(JSON.stringify(rows, null, 2));
+  else printTable(rows);
+}

@@ -1,0 +1,57 @@
+import Database from "better-sqlite3";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { ClaimRequest } from "@dispatch-once/core";
+
+/** A fresh directory for one test's database files; removed by the returned cleanup. */
+export function tempDir(label: string): { dir: string; cleanup: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), `ledger-sqlite-${label}-`));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** A second, independent connection to the same file: assertions read the store, not the adapter. */
+export function rawConnection(path: string): Database.Database {
+  const db = new Database(path, { timeout: 5000 });
+  db.pragma("journal_mode = WAL");
+  return db;
+}
+
+export interface StoredRow {
+  key: string;
+  v: number;
+  state: string;
+  tool_name: string;
+  effect: string;
+  fence: number;
+  claimed_at: number;
+  owner: string | null;
+  lease_expires_at: number | null;
+  result: string | null;
+  error: string | null;
+  reason: string | null;
+  finished_at: number | null;
+  expires_at: number | null;
+}
+
+export function selectRow(db: Database.Database, table: string, key: string): StoredRow | undefined {
+  return db.prepare(`SELECT * FROM "${table}" WHERE key = ?`).get(key) as StoredRow | undefined;
+}
+
+/** The stored bytes of the result column, as SQLite holds them (not decoded by any JS string path). */
+export function resultBytes(db: Database.Database, table: string, key: string): Buffer | undefined {
+  const row = db.prepare(`SELECT CAST(result AS BLOB) AS bytes FROM "${table}" WHERE key = ?`).get(key) as
+    | { bytes: Buffer | null }
+    | undefined;
+  return row?.bytes ?? undefined;
+}
+
+/** A controllable process clock, so leases and retention expire without sleeping. */
+export function manualClock(start = 1_700_000_000_000): { now: () => number; advance: (ms: number) => void; set: (ms: number) => void } {
+  let t = start;
+  return { now: () => t, advance: (ms) => (t += ms), set: (ms) => (t = ms) };
+}
+
+export function request(key: string, over: Partial<ClaimRequest> = {}): ClaimRequest {
+  return { key, toolName: "send_payment", effect: "keyed_write", owner: "attempt-1", leaseMs: 30_000, ...over };
+}

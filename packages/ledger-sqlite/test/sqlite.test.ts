@@ -1,0 +1,449 @@
+// Store-specific tests: every assertion about what was written reads the SQLite file through
+// an independent connection. The general ledger contract is the conformance kit's job.
+import Database from "better-sqlite3";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import {
+  DEFAULT_MAX_RESULT_BYTES,
+  LedgerCorruptError,
+  LedgerUnavailableError,
+  ROW_FORMAT_VERSION,
+  ResultNotStorableError,
+  StaleClaimError,
+} from "@dispatch-once/core";
+import { InvalidLedgerInputError, SqliteLedger, createSqliteLedger, schemaSql } from "../src/index.js";
+import { manualClock, rawConnection, request, resultBytes, selectRow, tempDir, type StoredRow } from "./helpers.js";
+
+const TABLE = "dispatch_once_ledger";
+const RETENTION = 60_000;
+
+let dir: string;
+let cleanup: () => void;
+let path: string;
+let raw: Database.Database;
+let clock: ReturnType<typeof manualClock>;
+let ledger: SqliteLedger;
+const opened: { close(): unknown }[] = [];
+
+function open(options: Partial<ConstructorParameters<typeof SqliteLedger>[0]> = {}): SqliteLedger {
+  const l = new SqliteLedger({ path, retentionMs: RETENTION, now: clock.now, ...options });
+  opened.push(l);
+  return l;
+}
+
+function stored(key: string): StoredRow | undefined {
+  return selectRow(raw, TABLE, key);
+}
+
+beforeEach(() => {
+  ({ dir, cleanup } = tempDir("store"));
+  path = join(dir, "ledger.db");
+  clock = manualClock();
+  ledger = open();
+  raw = rawConnection(path);
+});
+
+afterEach(async () => {
+  for (const l of opened.splice(0)) await l.close();
+  raw.close();
+  cleanup();
+});
+
+describe("schema and settings", () => {
+  it("creates the table and the partial expiry index on open, in WAL mode with synchronous=FULL (durable)", () => {
+    const objects = raw
+      .prepare("SELECT type, name, sql FROM sqlite_master WHERE tbl_name = ? ORDER BY type")
+      .all(TABLE) as { type: string; name: string; sql: string }[];
+    expect(objects.map((o) => `${o.type}:${o.name}`)).toEqual([`index:${TABLE}_expires_at`, `table:${TABLE}`]);
+    expect(objects[0]?.sql).toContain("WHERE expires_at IS NOT NULL");
+    expect(raw.pragma("journal_mode", { simple: true })).toBe("wal");
+    expect(ledger.database.pragma("synchronous", { simple: true })).toBe(2);
+    expect(ledger.capabilities).toEqual({
+      durability: "durable",
+      clock: "process",
+      sharedAcrossProcesses: true,
+      maxResultBytes: DEFAULT_MAX_RESULT_BYTES,
+    });
+  });
+
+  it("declares synchronous=NORMAL volatile, and an in-memory database volatile and unshared", () => {
+    const normal = open({ synchronous: "NORMAL" });
+    expect(normal.database.pragma("synchronous", { simple: true })).toBe(1);
+    expect(normal.capabilities.durability).toBe("volatile");
+    const memory = open({ path: ":memory:" });
+    expect(memory.capabilities).toMatchObject({ durability: "volatile", sharedAcrossProcesses: false });
+  });
+
+  it("adopts a connection it is given: reads its settings, never changes or closes it", async () => {
+    const own = new Database(join(dir, "own.db"));
+    own.pragma("journal_mode = WAL");
+    own.pragma("synchronous = NORMAL");
+    const adopted = new SqliteLedger({ database: own, table: "calls" });
+    expect(adopted.capabilities.durability).toBe("volatile");
+    expect(own.pragma("synchronous", { simple: true })).toBe(1);
+    expect(await adopted.claim(request("a"))).toMatchObject({ outcome: "claimed", fence: 1 });
+    await adopted.close();
+    expect(own.open).toBe(true);
+    expect(own.prepare("SELECT state FROM calls WHERE key = 'a'").get()).toEqual({ state: "in_flight" });
+    own.close();
+  });
+
+  it("sweeps through the partial index, not a table scan", () => {
+    const plan = raw
+      .prepare(`EXPLAIN QUERY PLAN DELETE FROM ${TABLE} WHERE key IN (SELECT key FROM ${TABLE} WHERE expires_at <= ? LIMIT ?)`)
+      .all(1, 1) as { detail: string }[];
+    expect(plan.map((p) => p.detail).join("\n")).toContain(`USING COVERING INDEX ${TABLE}_expires_at`);
+  });
+
+  it("schemaSql() is the plain SQL migrate() runs, for a custom table", () => {
+    const sql = schemaSql("tool_calls");
+    const db = new Database(":memory:");
+    db.exec(sql);
+    db.exec(sql); // idempotent
+    const names = (db.prepare("SELECT name FROM sqlite_master ORDER BY name").all() as { name: string }[]).map((r) => r.name);
+    expect(names).toEqual(["tool_calls", "tool_calls_expires_at"]);
+    db.close();
+  });
+});
+
+describe("claims as stored rows", () => {
+  it("a first claim writes one in-flight row with fence 1, a lease on the process clock, no expiry", async () => {
+    const claim = await ledger.claim(request("k1", { leaseMs: 5000, owner: "proc-7/attempt-2" }));
+    expect(claim).toEqual({ outcome: "claimed", fence: 1, leaseExpiresAt: clock.now() + 5000, takeover: false });
+    expect(stored("k1")).toEqual({
+      key: "k1",
+      v: ROW_FORMAT_VERSION,
+      state: "in_flight",
+      tool_name: "send_payment",
+      effect: "keyed_write",
+      fence: 1,
+      claimed_at: clock.now(),
+      owner: "proc-7/attempt-2",
+      lease_expires_at: clock.now() + 5000,
+      result: null,
+      error: null,
+      reason: null,
+      finished_at: null,
+      expires_at: null,
+    });
+  });
+
+  it("a second claim of a live key returns the stored row and writes nothing", async () => {
+    await ledger.claim(request("k1"));
+    const before = stored("k1");
+    clock.advance(10);
+    const second = await ledger.claim(request("k1", { owner: "attempt-2" }));
+    expect(second).toEqual({
+      outcome: "existing",
+      row: {
+        key: "k1",
+        toolName: "send_payment",
+        effect: "keyed_write",
+        fence: 1,
+        claimedAt: before?.claimed_at,
+        state: "in_flight",
+        owner: "attempt-1",
+        leaseExpiresAt: before?.lease_expires_at,
+      },
+    });
+    expect(stored("k1")).toEqual(before);
+  });
+
+  it("an expired keyed_write claim is taken over: fence 2 in the row, and the old owner is refused", async () => {
+    await ledger.claim(request("k1"));
+    raw.prepare(`UPDATE ${TABLE} SET lease_expires_at = ? WHERE key = 'k1'`).run(clock.now() - 1);
+    const takeover = await ledger.claim(request("k1", { owner: "attempt-2" }));
+    expect(takeover).toMatchObject({ outcome: "claimed", fence: 2, takeover: true });
+    expect(stored("k1")).toMatchObject({ state: "in_flight", fence: 2, owner: "attempt-2" });
+    await expect(ledger.complete("k1", 1, "{}")).rejects.toBeInstanceOf(StaleClaimError);
+    expect(stored("k1")).toMatchObject({ state: "in_flight", fence: 2, result: null });
+  });
+
+  it("an expired unkeyed_write claim becomes unknown (lease_expired) in the row and is never re-claimed", async () => {
+    await ledger.claim(request("u1", { effect: "unkeyed_write" }));
+    raw.prepare(`UPDATE ${TABLE} SET lease_expires_at = ? WHERE key = 'u1'`).run(clock.now());
+    const seen = await ledger.claim(request("u1", { effect: "unkeyed_write", owner: "attempt-2" }));
+    expect(seen).toEqual({
+      outcome: "existing",
+      row: {
+        key: "u1",
+        toolName: "send_payment",
+        effect: "unkeyed_write",
+        fence: 1,
+        claimedAt: clock.now(),
+        state: "unknown",
+        reason: "lease_expired",
+        finishedAt: clock.now(),
+      },
+    });
+    expect(stored("u1")).toMatchObject({
+      state: "unknown",
+      fence: 1,
+      reason: "lease_expired",
+      owner: null,
+      lease_expires_at: null,
+      finished_at: clock.now(),
+      expires_at: clock.now() + RETENTION,
+    });
+    expect(await ledger.claim(request("u1", { effect: "unkeyed_write" }))).toMatchObject({ outcome: "existing" });
+  });
+
+  it("a released row keeps its fence and is re-claimed with the next one", async () => {
+    await ledger.claim(request("k1"));
+    await ledger.release("k1", 1);
+    expect(stored("k1")).toMatchObject({ state: "released", fence: 1, owner: null, expires_at: clock.now() + RETENTION });
+    expect(await ledger.claim(request("k1", { owner: "attempt-2" }))).toMatchObject({ outcome: "claimed", fence: 2, takeover: false });
+    expect(stored("k1")).toMatchObject({ state: "in_flight", fence: 2, finished_at: null, expires_at: null });
+  });
+
+  it("a renewed lease is written to the row; renew by a stale fence is refused", async () => {
+    await ledger.claim(request("k1", { leaseMs: 1000 }));
+    clock.advance(500);
+    expect(await ledger.renew("k1", 1, 1000)).toEqual({ leaseExpiresAt: clock.now() + 1000 });
+    expect(stored("k1")?.lease_expires_at).toBe(clock.now() + 1000);
+    await expect(ledger.renew("k1", 2, 1000)).rejects.toMatchObject({ code: "stale_claim" });
+  });
+});
+
+describe("fencing: a stale owner changes nothing", () => {
+  const transitions: [string, (l: SqliteLedger, fence: number) => Promise<unknown>][] = [
+    ["complete", (l, f) => l.complete("k1", f, '{"ok":true}')],
+    ["fail", (l, f) => l.fail("k1", f, { name: "Declined", message: "card declined" })],
+    ["markUnknown", (l, f) => l.markUnknown("k1", f, "tool_error")],
+    ["release", (l, f) => l.release("k1", f)],
+    ["renew", (l, f) => l.renew("k1", f, 999)],
+  ];
+  for (const [name, act] of transitions) {
+    it(`${name} with a wrong fence, or on a finished row, is stale_claim and leaves the row as it was`, async () => {
+      await ledger.claim(request("k1"));
+      const live = stored("k1");
+      for (const fence of [0, 2, 1.5, Number.NaN]) {
+        await expect(act(ledger, fence)).rejects.toBeInstanceOf(StaleClaimError);
+        expect(stored("k1")).toEqual(live);
+      }
+      // SQLite would coerce the text '1' to the integer column's 1: the adapter must not.
+      await expect(act(ledger, "1" as unknown as number)).rejects.toBeInstanceOf(StaleClaimError);
+      await ledger.complete("k1", 1, '"done"');
+      const done = stored("k1");
+      await expect(act(ledger, 1)).rejects.toBeInstanceOf(StaleClaimError);
+      expect(stored("k1")).toEqual(done);
+    });
+  }
+});
+
+describe("results byte for byte", () => {
+  const samples: [string, string][] = [
+    ["ascii", '{"payment_id":"pay_1","amount":1250}'],
+    ["unicode", '{"name":"Zoë Ødegård","city":"København","note":"naïve café — “quoted”"}'],
+    ["astral", '{"emoji":"😀👩‍👩‍👧‍👦","math":"𝔸𝔹ℂ","cjk":"𠜎𠜱"}'],
+    ["whitespace and key order kept", '{ "b" : 1 ,\n\t"a" : [ 1 , 2 ] }  '],
+    ["escapes", '{"s":"\\u0000\\n\\"\\\\\\ud83d\\ude00\\ud800"}'],
+    ["raw control characters and NUL", 'x\u0000y\u0001z\u007f'],
+    ["deep nesting", "[".repeat(500) + "]".repeat(500)],
+    ["number forms", '[1.0,1e+22,-0,0.1000000000000000055511151231257827]'],
+  ];
+  for (const [name, text] of samples) {
+    it(`${name}: the stored bytes are the UTF-8 of the text, and every read returns the same string`, async () => {
+      await ledger.claim(request("r"));
+      await ledger.complete("r", 1, text);
+      expect(resultBytes(raw, TABLE, "r")?.equals(Buffer.from(text, "utf8"))).toBe(true);
+      const replay = await ledger.claim(request("r"));
+      expect(replay.outcome === "existing" && replay.row.state === "completed" && replay.row.result).toBe(text);
+      const reopened = open();
+      const looked = await reopened.lookup("r");
+      expect(looked?.state === "completed" && looked.result).toBe(text);
+    });
+  }
+
+  it("accepts exactly maxResultBytes (counted in UTF-8) and refuses one byte more, leaving the claim in flight", async () => {
+    const small = open({ maxResultBytes: 1000, table: "limited" });
+    expect(small.capabilities.maxResultBytes).toBe(1000);
+    const exact = "é".repeat(499) + "ab"; // 998 + 2 = 1000 bytes, 501 UTF-16 units
+    const over = "é".repeat(500) + "a"; // 1001 bytes
+    await small.claim(request("big"));
+    await expect(small.complete("big", 1, over)).rejects.toBeInstanceOf(ResultNotStorableError);
+    expect(selectRow(raw, "limited", "big")).toMatchObject({ state: "in_flight", fence: 1, result: null });
+    await small.complete("big", 1, exact);
+    expect(resultBytes(raw, "limited", "big")?.length).toBe(1000);
+  });
+
+  it("stores a result of the default 1 MiB limit and refuses 1 MiB + 1", async () => {
+    const mib = "x".repeat(DEFAULT_MAX_RESULT_BYTES - 2);
+    await ledger.claim(request("m1"));
+    await expect(ledger.complete("m1", 1, `"${mib}x"`)).rejects.toMatchObject({ code: "result_not_storable" });
+    await ledger.complete("m1", 1, `"${mib}"`);
+    expect(resultBytes(raw, TABLE, "m1")?.length).toBe(DEFAULT_MAX_RESULT_BYTES);
+  });
+
+  it("refuses a lone surrogate (it cannot round-trip through UTF-8) and a stale owner hears stale_claim first", async () => {
+    await ledger.claim(request("s"));
+    await expect(ledger.complete("s", 1, '"\ud800"')).rejects.toBeInstanceOf(ResultNotStorableError);
+    await expect(ledger.complete("s", 2, '"\ud800"')).rejects.toBeInstanceOf(StaleClaimError);
+    await expect(ledger.complete("s", 2, "x".repeat(DEFAULT_MAX_RESULT_BYTES + 1))).rejects.toBeInstanceOf(StaleClaimError);
+    expect(stored("s")).toMatchObject({ state: "in_flight", result: null });
+  });
+
+  it("stores a failure as JSON and replays it", async () => {
+    await ledger.claim(request("f"));
+    const error = { name: "CardDeclined", message: "Karte abgelehnt ✗", code: "card_declined", details: { decline: "insufficient_funds", n: [1, 2] } };
+    await ledger.fail("f", 1, error);
+    expect(JSON.parse(stored("f")?.error ?? "null")).toEqual(error);
+    expect(await ledger.claim(request("f"))).toMatchObject({ outcome: "existing", row: { state: "failed", error } });
+  });
+});
+
+describe("corrupt rows are never absent", () => {
+  const corruptions: [string, string][] = [
+    ["another format version", `UPDATE ${TABLE} SET v = 2`],
+    ["an unknown state", `UPDATE ${TABLE} SET state = 'done'`],
+    ["an unknown effect", `UPDATE ${TABLE} SET effect = 'read'`],
+    ["a missing lease", `UPDATE ${TABLE} SET lease_expires_at = NULL`],
+    ["a text fence", `UPDATE ${TABLE} SET fence = 'one'`],
+    ["a finished row without expiry", `UPDATE ${TABLE} SET state = 'released', finished_at = 1, expires_at = NULL`],
+    ["a failure that is not JSON", `UPDATE ${TABLE} SET state = 'failed', finished_at = 1, expires_at = 9e15, error = '{oops'`],
+    ["a failure without a message", `UPDATE ${TABLE} SET state = 'failed', finished_at = 1, expires_at = 9e15, error = '{"name":"X"}'`],
+    ["a result stored as a BLOB", `UPDATE ${TABLE} SET state = 'completed', finished_at = 1, expires_at = 9e15, result = X'7B7D'`],
+  ];
+  for (const [name, sql] of corruptions) {
+    it(`${name}: claim and lookup raise ledger_corrupt and the row is not overwritten`, async () => {
+      await ledger.claim(request("c"));
+      raw.exec(sql);
+      const before = stored("c");
+      await expect(ledger.claim(request("c"))).rejects.toBeInstanceOf(LedgerCorruptError);
+      await expect(ledger.lookup("c")).rejects.toMatchObject({ code: "ledger_corrupt", key: "c" });
+      expect(stored("c")).toEqual(before);
+    });
+  }
+});
+
+describe("retention and sweep", () => {
+  it("a finished row past retention reads as absent, is re-claimed with the next fence, and in-flight rows are never swept", async () => {
+    await ledger.claim(request("done"));
+    await ledger.complete("done", 1, "1");
+    await ledger.claim(request("old-live", { leaseMs: 1 })); // lease long expired, never finished
+    clock.advance(RETENTION - 1);
+    expect(await ledger.lookup("done")).toMatchObject({ state: "completed" });
+    clock.advance(1);
+    expect(await ledger.lookup("done")).toBeUndefined();
+    // Not swept yet: the row is still there, so the fence continues instead of restarting.
+    expect(await ledger.claim(request("done"))).toMatchObject({ outcome: "claimed", fence: 2, takeover: false });
+    await ledger.release("done", 2);
+    clock.advance(RETENTION);
+    expect(await ledger.sweep()).toBe(1);
+    expect(stored("done")).toBeUndefined();
+    expect(stored("old-live")).toMatchObject({ state: "in_flight" });
+    // Physically deleted: the key is absent again and starts over at fence 1 (see README).
+    expect(await ledger.claim(request("done"))).toMatchObject({ outcome: "claimed", fence: 1 });
+  });
+
+  it("sweeps in batches until nothing expired is left, and only expired rows", async () => {
+    const batched = open({ sweepBatchSize: 2 });
+    for (let i = 0; i < 5; i++) {
+      await batched.claim(request(`e${i}`));
+      await batched.complete(`e${i}`, 1, "null");
+    }
+    clock.advance(RETENTION);
+    await batched.claim(request("fresh"));
+    await batched.fail("fresh", 1, { name: "E", message: "m" });
+    expect(await batched.sweep()).toBe(5);
+    expect(raw.prepare(`SELECT key FROM ${TABLE}`).pluck().all()).toEqual(["fresh"]);
+    expect(await batched.sweep()).toBe(0);
+  });
+});
+
+describe("restart and other connections", () => {
+  it("a new instance over the same file sees every row and continues the fences", async () => {
+    await ledger.claim(request("a"));
+    await ledger.complete("a", 1, '{"id":1}');
+    await ledger.claim(request("b"));
+    await ledger.release("b", 1);
+    await ledger.close();
+    const restarted = open();
+    expect(await restarted.claim(request("a"))).toMatchObject({ outcome: "existing", row: { state: "completed", result: '{"id":1}' } });
+    expect(await restarted.claim(request("b"))).toMatchObject({ outcome: "claimed", fence: 2 });
+  });
+});
+
+describe("unavailable store", () => {
+  it("a closed ledger refuses every operation with ledger_unavailable", async () => {
+    await ledger.claim(request("k"));
+    await ledger.close();
+    await expect(ledger.claim(request("x"))).rejects.toBeInstanceOf(LedgerUnavailableError);
+    await expect(ledger.complete("k", 1, "1")).rejects.toMatchObject({ code: "ledger_unavailable" });
+    await expect(ledger.lookup("k")).rejects.toMatchObject({ code: "ledger_unavailable" });
+    await expect(ledger.sweep()).rejects.toMatchObject({ code: "ledger_unavailable" });
+    expect(stored("x")).toBeUndefined();
+    expect(stored("k")).toMatchObject({ state: "in_flight" });
+  });
+
+  it("a connection closed under the ledger is ledger_unavailable", async () => {
+    const own = new Database(path);
+    const adopted = new SqliteLedger({ database: own });
+    own.close();
+    await expect(adopted.claim(request("x"))).rejects.toBeInstanceOf(LedgerUnavailableError);
+  });
+
+  it("a path that cannot be opened, or a file that is not a database, is ledger_unavailable", () => {
+    expect(() => createSqliteLedger(join(dir, "missing-dir", "l.db"))).toThrow(LedgerUnavailableError);
+    const garbage = join(dir, "garbage.db");
+    writeFileSync(garbage, "this is not an SQLite database, just text long enough to have a header.".repeat(20));
+    expect(() => createSqliteLedger(garbage)).toThrow(LedgerUnavailableError);
+  });
+
+  it("a write lock held past the busy timeout is ledger_unavailable and nothing is written", async () => {
+    await ledger.claim(request("held"));
+    const impatient = open({ busyTimeoutMs: 20 });
+    raw.exec("BEGIN IMMEDIATE");
+    try {
+      await expect(impatient.claim(request("new"))).rejects.toMatchObject({ code: "ledger_unavailable" });
+      await expect(impatient.complete("held", 1, "1")).rejects.toBeInstanceOf(LedgerUnavailableError);
+    } finally {
+      raw.exec("ROLLBACK");
+    }
+    expect(stored("new")).toBeUndefined();
+    expect(stored("held")).toMatchObject({ state: "in_flight", result: null });
+    // The store is back: the same calls now succeed.
+    expect(await impatient.claim(request("new"))).toMatchObject({ outcome: "claimed", fence: 1 });
+  });
+
+  it("refuses to run inside the caller's own transaction (it could roll back after we report a claim)", async () => {
+    const own = new Database(join(dir, "own.db"));
+    const adopted = new SqliteLedger({ database: own });
+    own.exec("BEGIN");
+    await expect(adopted.claim(request("x"))).rejects.toBeInstanceOf(LedgerUnavailableError);
+    own.exec("ROLLBACK");
+    expect(await adopted.claim(request("x"))).toMatchObject({ outcome: "claimed" });
+    own.close();
+  });
+});
+
+describe("bad input is a typed error", () => {
+  it("refuses bad options and arguments with invalid_ledger_input", async () => {
+    const bad: [() => unknown, string][] = [
+      [() => new SqliteLedger({ path, table: 'x"; DROP TABLE y; --' }), "table"],
+      [() => new SqliteLedger({ path, retentionMs: -1 }), "retentionMs"],
+      [() => new SqliteLedger({ path, maxResultBytes: 2_000_000_000 }), "maxResultBytes"],
+      [() => new SqliteLedger({ path, synchronous: "OFF" as "FULL" }), "synchronous"],
+      [() => new SqliteLedger({}), "path"],
+      [() => new SqliteLedger({ path, database: raw }), "path"],
+    ];
+    for (const [make, field] of bad) {
+      let thrown: unknown;
+      try {
+        make();
+      } catch (error) {
+        thrown = error;
+      }
+      expect(thrown).toBeInstanceOf(InvalidLedgerInputError);
+      expect(thrown).toMatchObject({ code: "invalid_ledger_input", field });
+    }
+    await expect(ledger.claim(request("k", { leaseMs: -5 }))).rejects.toMatchObject({ field: "leaseMs" });
+    await expect(ledger.claim(request("k", { effect: "read" as "keyed_write" }))).rejects.toMatchObject({ field: "effect" });
+    await expect(ledger.claim(request(""))).rejects.toMatchObject({ field: "key" });
+    await ledger.claim(request("k"));
+    await expect(ledger.fail("k", 1, { name: "E" } as { name: string; message: string })).rejects.toMatchObject({ field: "error" });
+    expect(stored("k")).toMatchObject({ state: "in_flight" });
+    expect(raw.prepare("SELECT count(*) FROM sqlite_master WHERE name = 'y'").pluck().get()).toBe(0);
+  });
+});
