@@ -162,7 +162,7 @@ def ledger_cases() -> dict:
     case("LEDGER-13", "a finished row inside its retention is kept by sweep",
          claimed(1), op("complete", result=PAY_RESULT), sweep(0), lookup(state="completed", fence=1, result=PAY_RESULT))
     case("LEDGER-19", "after retention a key is absent: the next claim starts afresh",
-         claimed(1), op("complete", result=PAY_RESULT), hook("expire_retention"), lookup(absent=True), sweep(1),
+         claimed(1), op("complete", result=PAY_RESULT), hook("expire_retention"), sweep(1),
          lookup(absent=True), claimed(1, owner="b"))
     case("LEDGER-13", "released, unknown and failed rows are all removed once their retention has passed",
          claimed(1), op("release"), claimed(1, key="k2"), op("markUnknown", key="k2", reason="tool_error"),
