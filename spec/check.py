@@ -77,6 +77,9 @@ def main() -> int:
         if line.startswith("## Appendix"):
             section = "appendix"
         if '<a id="' not in line:
+            # Only rule paragraphs are normative: BCP 14 keywords elsewhere blur what a rule is.
+            if strongest_keyword(line) and not line.startswith('The key words "MUST"'):
+                problems.append(f"dispatch-once.md:{number}: BCP 14 keyword outside a rule paragraph")
             continue
         match = ANCHOR_RE.match(line)
         if not match:
