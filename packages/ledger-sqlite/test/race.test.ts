@@ -1,0 +1,126 @@
+// Several OS processes share one database file and race to claim the same keys. Each key
+// must get exactly one winner and exactly one run, asserted from the file itself.
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SqliteLedger } from "../src/index.js";
+import { rawConnection, tempDir } from "./helpers.js";
+
+const PROCESSES = 4;
+const FRESH = 600; // never seen: the INSERT fast path races
+const EXPIRED = 150; // in flight with a dead lease: keyed_write takeover races inside BEGIN IMMEDIATE
+const RELEASED = 150; // released with fence 3: re-claim races inside BEGIN IMMEDIATE
+const packageDir = fileURLToPath(new URL("..", import.meta.url));
+const workerPath = fileURLToPath(new URL("./race/worker.ts", import.meta.url));
+
+interface WorkerReport {
+  pid: number;
+  won: { key: string; fence: number; takeover: boolean }[];
+  existing: number;
+}
+
+function startWorker(args: string[]): { child: ChildProcessWithoutNullStreams; ready: Promise<void>; report: Promise<WorkerReport> } {
+  const child = spawn(process.execPath, ["--import", "tsx", workerPath, ...args], { cwd: packageDir });
+  let stdout = "";
+  let stderr = "";
+  let markReady: () => void = () => {};
+  const ready = new Promise<void>((resolve) => (markReady = resolve));
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+    stdout += chunk;
+    if (stdout.startsWith("ready\n")) markReady();
+  });
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const report = new Promise<WorkerReport>((resolve, reject) => {
+    child.on("error", reject);
+    child.on("exit", (code) => {
+      if (code !== 0) return reject(new Error(`race worker exited ${code}: ${stderr}`));
+      const last = stdout.trim().split("\n").at(-1) ?? "";
+      resolve(JSON.parse(last) as WorkerReport);
+    });
+  });
+  // A worker that dies before "ready" must fail the test, not hang it.
+  report.catch(() => markReady());
+  return { child, ready, report };
+}
+
+let dir: string;
+let cleanup: () => void;
+beforeAll(() => ({ dir, cleanup } = tempDir("race")));
+afterAll(() => cleanup());
+
+describe("multi-process race on one file", () => {
+  for (const round of [1, 2]) {
+    it(`round ${round}: ${PROCESSES} processes, ${FRESH + EXPIRED * 2 + RELEASED} keys: one winner and one run per claimable key`, async () => {
+      const path = join(dir, "race.db");
+      const table = `race_${round}`;
+      const setup = new SqliteLedger({ path, table });
+      const raw = rawConnection(path);
+      raw.exec(`CREATE TABLE "${table}_runs" (key TEXT NOT NULL, pid INTEGER NOT NULL, fence INTEGER NOT NULL)`);
+      const past = Date.now() - 1000;
+      const insert = raw.prepare(
+        `INSERT INTO "${table}" (key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, finished_at, expires_at)
+         VALUES (?, 1, ?, 'send_payment', ?, ?, ?, ?, ?, ?, ?)`,
+      );
+      const fresh = Array.from({ length: FRESH }, (_, i) => `fresh-${i}`);
+      const expiredKeyed = Array.from({ length: EXPIRED }, (_, i) => `expired-${i}`);
+      const expiredUnkeyed = Array.from({ length: EXPIRED }, (_, i) => `unkeyed-${i}`);
+      const released = Array.from({ length: RELEASED }, (_, i) => `released-${i}`);
+      for (const key of expiredKeyed) insert.run(key, "in_flight", "keyed_write", 1, past - 5000, "dead", past, null, null);
+      for (const key of expiredUnkeyed) insert.run(key, "in_flight", "unkeyed_write", 1, past - 5000, "dead", past, null, null);
+      for (const key of released) insert.run(key, "released", "keyed_write", 3, past - 5000, null, null, past, past + 86_400_000);
+      await setup.close();
+      const keys = [...fresh, ...expiredKeyed, ...expiredUnkeyed, ...released];
+      // Interleave groups so every phase of a worker's walk mixes fast and slow paths.
+      const mixed = keys.map((k, i) => [((i * 7919) % keys.length), k] as const).sort((a, b) => a[0] - b[0]).map(([, k]) => k);
+      const keysFile = join(dir, `keys-${round}.json`);
+      writeFileSync(keysFile, JSON.stringify(mixed));
+
+      const workers = Array.from({ length: PROCESSES }, (_, i) => startWorker([path, table, keysFile, String(Math.floor((i * keys.length) / PROCESSES) + i)]));
+      await Promise.all(workers.map((w) => w.ready));
+      for (const w of workers) w.child.stdin.write("go\n");
+      const reports = await Promise.all(workers.map((w) => w.report));
+
+      // From the file: the run log has exactly one run per claimable key and none for unkeyed expired ones.
+      const runs = raw.prepare(`SELECT key, pid, fence FROM "${table}_runs"`).all() as { key: string; pid: number; fence: number }[];
+      const runsByKey = new Map<string, { pid: number; fence: number }[]>();
+      for (const r of runs) runsByKey.set(r.key, [...(runsByKey.get(r.key) ?? []), r]);
+      const claimable = [...fresh, ...expiredKeyed, ...released];
+      expect(runs.length).toBe(claimable.length);
+      for (const key of claimable) expect(runsByKey.get(key), key).toHaveLength(1);
+      for (const key of expiredUnkeyed) expect(runsByKey.get(key), key).toBeUndefined();
+
+      // From the file: every row ended as the single winner left it.
+      const rows = new Map(
+        (raw.prepare(`SELECT key, state, fence, result, reason FROM "${table}"`).all() as {
+          key: string;
+          state: string;
+          fence: number;
+          result: string | null;
+          reason: string | null;
+        }[]).map((r) => [r.key, r]),
+      );
+      const expectedFence = (key: string) => (key.startsWith("fresh") ? 1 : key.startsWith("expired") ? 2 : 4);
+      for (const key of claimable) {
+        const row = rows.get(key);
+        const run = runsByKey.get(key)?.[0];
+        expect(row, key).toMatchObject({ state: "completed", fence: expectedFence(key) });
+        expect(run?.fence, key).toBe(expectedFence(key));
+        expect(JSON.parse(row?.result ?? "null"), key).toEqual({ pid: run?.pid, fence: expectedFence(key) });
+      }
+      for (const key of expiredUnkeyed) {
+        expect(rows.get(key), key).toMatchObject({ state: "unknown", fence: 1, reason: "lease_expired" });
+      }
+
+      // The processes' own accounts agree with the file.
+      const won = reports.flatMap((r) => r.won);
+      expect(won.length).toBe(claimable.length);
+      expect(new Set(won.map((w) => w.key)).size).toBe(claimable.length);
+      expect(won.filter((w) => w.takeover).map((w) => w.key).sort()).toEqual([...expiredKeyed].sort());
+      expect(reports.reduce((n, r) => n + r.existing, 0)).toBe(keys.length * PROCESSES - claimable.length);
+      console.log(`round ${round} wins per process: ${reports.map((r) => `${r.pid}=${r.won.length}`).join(" ")}`);
+      raw.close();
+    });
+  }
+});
