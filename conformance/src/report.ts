@@ -157,9 +157,10 @@ export function renderFailures(
 ): string {
   const parts: string[] = [];
   for (const c of report.checks.filter((r) => r.status === "fail")) {
-    const rules = [c.rule, ...(c.violates ?? [])].join(" / ");
-    const lines = [`✗ ${rules}: ${c.rule} ${c.name}`, indent(c.error ?? "failed")];
     const cx = c.counterexample;
+    // A counterexample's error message repeats the timeline printed below; keep its first line.
+    const error = cx === undefined ? (c.error ?? "failed") : (c.error ?? "failed").split("\n")[0]!;
+    const lines = [`✗ ${c.rule} ${c.name}`, indent(error)];
     if (cx !== undefined) {
       if (cx.violates !== undefined) lines.push(`  breaks ${cx.violates}: ${ruleInfo(cx.violates).title}`);
       lines.push("  counterexample (shrunk), one step per line:");

@@ -30,6 +30,8 @@ export const MODEL_KEYS: ReadonlyArray<{ label: string; effect: LedgerEffect }> 
   { label: "k3", effect: "keyed_write" },
 ];
 export const MODEL_OWNERS = ["owner-a", "owner-b", "owner-c"] as const;
+/** Owner index meaning "whoever made the latest successful claim of the key" (owner-a if none). */
+export const HOLDER = MODEL_OWNERS.length;
 export const MODEL_RESULTS = [
   '{"id":"pay_1","amount":1200}',
   '{ "b" : 1 ,\n\t"a" : [ ] }',
@@ -48,6 +50,9 @@ export const MODEL_REASONS = ["tool_error", "connection_reset"];
 export function stepArbitrary(capabilities: { survivesRestart: boolean; sharedAcrossProcesses: boolean }): fc.Arbitrary<Step> {
   const key = fc.nat({ max: MODEL_KEYS.length - 1 });
   const owner = fc.nat({ max: MODEL_OWNERS.length - 1 });
+  // Owner operations name "the latest claimant" half the time, so that valid transitions are
+  // as common as stale ones; it is resolved when the step runs.
+  const actor = fc.oneof(fc.constant(HOLDER), owner);
   const via = capabilities.sharedAcrossProcesses ? fc.nat({ max: 1 }) : fc.constant(0);
   const arbs: Array<{ arbitrary: fc.Arbitrary<Step>; weight: number }> = [
     { weight: 6, arbitrary: fc.record({ op: fc.constant("claim" as const), key, owner, via }) },
@@ -61,18 +66,18 @@ export function stepArbitrary(capabilities: { survivesRestart: boolean; sharedAc
     },
     {
       weight: 3,
-      arbitrary: fc.record({ op: fc.constant("complete" as const), key, owner, via, result: fc.nat({ max: MODEL_RESULTS.length - 1 }) }),
+      arbitrary: fc.record({ op: fc.constant("complete" as const), key, owner: actor, via, result: fc.nat({ max: MODEL_RESULTS.length - 1 }) }),
     },
     {
       weight: 2,
-      arbitrary: fc.record({ op: fc.constant("fail" as const), key, owner, via, error: fc.nat({ max: MODEL_ERRORS.length - 1 }) }),
+      arbitrary: fc.record({ op: fc.constant("fail" as const), key, owner: actor, via, error: fc.nat({ max: MODEL_ERRORS.length - 1 }) }),
     },
     {
       weight: 1,
-      arbitrary: fc.record({ op: fc.constant("markUnknown" as const), key, owner, via, reason: fc.nat({ max: MODEL_REASONS.length - 1 }) }),
+      arbitrary: fc.record({ op: fc.constant("markUnknown" as const), key, owner: actor, via, reason: fc.nat({ max: MODEL_REASONS.length - 1 }) }),
     },
-    { weight: 2, arbitrary: fc.record({ op: fc.constant("release" as const), key, owner, via }) },
-    { weight: 1, arbitrary: fc.record({ op: fc.constant("renew" as const), key, owner, via }) },
+    { weight: 2, arbitrary: fc.record({ op: fc.constant("release" as const), key, owner: actor, via }) },
+    { weight: 1, arbitrary: fc.record({ op: fc.constant("renew" as const), key, owner: actor, via }) },
     { weight: 2, arbitrary: fc.record({ op: fc.constant("lookup" as const), key, via }) },
     { weight: 3, arbitrary: fc.record({ op: fc.constant("expire_lease" as const), key }) },
     { weight: 1, arbitrary: fc.record({ op: fc.constant("sweep" as const), via }) },
@@ -85,6 +90,8 @@ interface ModelRow {
   state: RowState;
   fence: number;
   owner?: string;
+  /** How many restarts had happened when the row was claimed (a row lost to a restart breaks LEDGER-6). */
+  epoch?: number;
   /** The lease was expired by the scenario and nobody has acted on it yet. */
   expired?: boolean;
   result?: string;
@@ -99,8 +106,17 @@ interface ModelRow {
 export class ReferenceModel {
   readonly rows = new Map<number, ModelRow>();
   readonly lastFence = new Map<number, number>();
+  /** Restarts so far. */
+  epoch = 0;
   /** fences[owner][key]: the fence of the owner's latest successful claim of the key. */
   readonly fences = MODEL_OWNERS.map(() => new Map<number, number>());
+
+  /** The owner of the latest successful claim of the key, for HOLDER steps. */
+  latestClaimer(key: number): number {
+    const last = this.lastFence.get(key);
+    const i = this.fences.findIndex((m) => last !== undefined && m.get(key) === last);
+    return i === -1 ? 0 : i;
+  }
 
   fenceOf(owner: number, key: number): number {
     return this.fences[owner]!.get(key) ?? 0;
@@ -117,7 +133,7 @@ export class ReferenceModel {
   }
 
   claimed(key: number, owner: number, fence: number): void {
-    this.rows.set(key, { state: "in_flight", fence, owner: MODEL_OWNERS[owner]! });
+    this.rows.set(key, { state: "in_flight", fence, owner: MODEL_OWNERS[owner]!, epoch: this.epoch });
     this.lastFence.set(key, fence);
     this.fences[owner]!.set(key, fence);
   }
@@ -160,6 +176,11 @@ export class ScenarioDriver {
     this.instances = [fixture.ledger];
   }
 
+  /** Opens every instance up front: opening one is not an event of the scenario. */
+  async open(): Promise<void> {
+    if (this.subject.capabilities.sharedAcrossProcesses) this.instances = [this.instances[0]!, await this.fixture.reopen()];
+  }
+
   private async via(index: number): Promise<Ledger> {
     const i = this.subject.capabilities.sharedAcrossProcesses ? index : 0;
     while (this.instances.length <= i) this.instances.push(await this.fixture.reopen());
@@ -170,9 +191,11 @@ export class ScenarioDriver {
     return this.subject.capabilities.sharedAcrossProcesses ? ` via ledger#${index + 1}` : "";
   }
 
-  async perform(model: ReferenceModel, step: Step): Promise<void> {
+  async perform(model: ReferenceModel, given: Step): Promise<void> {
     this.t++;
-    const prefix = `t=${this.t} ${describeStep(step)}${"via" in step ? this.viaLabel(step.via) : ""}`;
+    const step: Step = "owner" in given && given.owner === HOLDER ? { ...given, owner: model.latestClaimer(given.key) } : given;
+    const fence = "owner" in step && step.op !== "claim" ? ` fence=${model.fenceOf(step.owner, step.key) || "0 (holds none)"}` : "";
+    const prefix = `t=${this.t} ${describeStep(step)}${fence}${"via" in step ? this.viaLabel(step.via) : ""}`;
     try {
       const outcome = await this.execute(model, step);
       this.timeline.push(`${prefix} -> ${outcome}`);
@@ -218,7 +241,9 @@ export class ScenarioDriver {
       }
       case "restart":
         this.instances = [await this.fixture.reopen()];
-        return "fresh instance over the same store";
+        if (this.subject.capabilities.sharedAcrossProcesses) this.instances.push(await this.fixture.reopen());
+        model.epoch++;
+        return "every instance replaced by a fresh one over the same store";
     }
   }
 
@@ -262,13 +287,7 @@ export class ScenarioDriver {
     const expectedRow = model.essence(key, keyHex, expectation.row);
     if (winners.length > 0) {
       const held = model.rows.get(key)!;
-      const rule = race && held.state === "in_flight" && !held.expired
-        ? "LEDGER-1"
-        : held.state === "in_flight" && held.expired
-          ? "LEDGER-7"
-          : held.state === "in_flight"
-            ? "LEDGER-6"
-            : "LEDGER-3";
+      const rule = heldRowRule(held, race, model.epoch);
       fail(rule, summary, `existing ${describeModelRow(expectation.row)}`, `a claim won although the key is held (${describeModelRow(held)}${held.expired ? ", lease expired" : ""})`);
     }
     for (const result of results) {
@@ -314,17 +333,16 @@ export class ScenarioDriver {
       thrown = error;
       actual = codeOf(error) ?? describeError(error);
     }
-    const label = `fence=${fence}`;
     if (!owned) {
       if (thrown === undefined) {
         const row = model.rows.get(step.key);
-        fail("LEDGER-5", `${label} ok`, "stale_claim", `${step.op} with fence ${fence} was accepted although ${row === undefined ? "no row exists" : `the row is ${describeModelRow(row)}`}`);
+        fail("LEDGER-5", "ok", "stale_claim", `${step.op} with fence ${fence} was accepted although ${row === undefined ? "no row exists" : `the row is ${describeModelRow(row)}`}`);
       }
-      if (codeOf(thrown) !== "stale_claim") fail(ruleForError(thrown), `${label} ${actual}`, "stale_claim", `${step.op} raised ${describeError(thrown)} instead of stale_claim`);
-      return `${label} stale_claim`;
+      if (codeOf(thrown) !== "stale_claim") fail(ruleForError(thrown), actual, "stale_claim", `${step.op} raised ${describeError(thrown)} instead of stale_claim`);
+      return "stale_claim";
     }
     if (thrown !== undefined) {
-      fail(step.op === "renew" ? "LEDGER-9" : "LEDGER-3", `${label} ${actual}`, "ok", `${step.op} by the owning fence ${fence} raised ${describeError(thrown)}`);
+      fail(step.op === "renew" ? "LEDGER-9" : "LEDGER-3", actual, "ok", `${step.op} by the owning fence ${fence} raised ${describeError(thrown)}`);
     }
     const row = model.rows.get(step.key)!;
     switch (step.op) {
@@ -344,7 +362,7 @@ export class ScenarioDriver {
         row.expired = false;
         break;
     }
-    return `${label} ok`;
+    return "ok";
   }
 
   private async lookup(model: ReferenceModel, key: number, ledger: Ledger): Promise<string> {
@@ -367,6 +385,22 @@ export class ScenarioDriver {
 
 function fail(rule: string, actual: string, expected: string, message: string): never {
   throw new StepMismatch(message, { violates: rule, cause: { actual, expected } });
+}
+
+/** Which rule a claim breaks by winning a key the model holds. */
+function heldRowRule(held: ModelRow, race: boolean, epoch: number): string {
+  switch (held.state) {
+    case "in_flight":
+      if (held.expired) return "LEDGER-7";
+      if (held.epoch !== epoch) return "LEDGER-6";
+      return race ? "LEDGER-1" : "LEDGER-6";
+    case "failed":
+      return "LEDGER-8";
+    case "unknown":
+      return held.reason === "lease_expired" ? "LEDGER-7" : "LEDGER-3";
+    default:
+      return "LEDGER-3";
+  }
 }
 
 function ruleForError(error: unknown): string {
@@ -464,6 +498,7 @@ export async function runScenario(subject: LedgerSubject, steps: readonly Step[]
   const fixture = await subject.create();
   const driver = new ScenarioDriver(subject, fixture);
   try {
+    await driver.open();
     await fc.asyncModelRun(() => ({ model: new ReferenceModel(), real: driver }), steps.map((s) => new StepCommand(s)));
     return { timeline: driver.timeline };
   } catch (error) {

@@ -18,7 +18,7 @@ export interface PropertyOptions {
  * record a readable timeline, and the failure carries seed and path to replay it exactly.
  */
 export async function runModelProperty(subject: LedgerSubject, options: PropertyOptions): Promise<void> {
-  const steps = fc.array(stepArbitrary(subject.capabilities), { minLength: 1, maxLength: options.maxSteps ?? 30 });
+  const steps = fc.array(stepArbitrary(subject.capabilities), { minLength: 1, maxLength: options.maxSteps ?? 30, size: "max" });
   const property = fc.asyncProperty(steps, async (scenario) => {
     const { error } = await runScenario(subject, scenario);
     if (error !== undefined) throw error;

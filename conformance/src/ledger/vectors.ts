@@ -167,6 +167,8 @@ function compare(step: VectorStep, expect: Record<string, unknown>, actual: Reco
   for (const [field, want] of Object.entries(expect)) {
     if (!isDeepStrictEqual(actual[field], want)) {
       const got = actual[field];
+      if (field === "error" && actual.ok === true) return `${step.op} was accepted, expected ${show(want)}`;
+      if (field === "ok" && actual.error !== undefined) return `${step.op} raised ${show(actual.error)}, expected ok`;
       if (field === "result" && typeof want === "string" && typeof got === "string") {
         return `${step.op} returned a result that is not byte-for-byte the stored one (${Buffer.byteLength(got)} vs ${Buffer.byteLength(want)} bytes)`;
       }

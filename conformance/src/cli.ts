@@ -1,0 +1,182 @@
+#!/usr/bin/env node
+import { isAbsolute, resolve } from "node:path";
+import { readFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+import { ledgerChecks, MODEL_CHECK_PREFIX, randomSeed } from "./ledger/index.js";
+import { renderFailures, renderReportJson, renderReportTable, runChecks } from "./report.js";
+import type { CheckResult, LedgerSubject } from "./types.js";
+
+const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
+       (from the monorepo root: pnpm conformance --adapter <module> [options])
+
+  --adapter <path>   module whose default export is a LedgerSubject, or a function
+                     returning one (or a promise of one)
+  --runs <n>         runs of the model-based property check (default 100)
+  --seed <n>         seed of the property check (default: random, always printed)
+  --path <p>         replay exactly the shrunk counterexample at this fast-check path
+                     (with --seed; runs only the model-based check unless --only is given)
+  --only <text>      run only checks whose "RULE name" contains <text> (case-insensitive)
+  --vectors <file>   ledger-transitions.json to use instead of the bundled copy
+  --json             print the report as JSON on stdout (progress still goes to stderr)
+  --quiet            no per-check progress on stderr
+  -h, --help         this text
+
+Exit status: 0 when every MUST rule that applies passes, 1 when one fails, 2 on bad usage.`;
+
+class UsageError extends Error {}
+
+interface CliOptions {
+  adapter: string;
+  runs: number;
+  seed: number;
+  path?: string;
+  only?: string;
+  vectors?: unknown;
+  json: boolean;
+  quiet: boolean;
+}
+
+function parse(argv: string[]): CliOptions | "help" {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        adapter: { type: "string" },
+        runs: { type: "string" },
+        seed: { type: "string" },
+        path: { type: "string" },
+        only: { type: "string" },
+        vectors: { type: "string" },
+        json: { type: "boolean", default: false },
+        quiet: { type: "boolean", default: false },
+        help: { type: "boolean", short: "h", default: false },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (error) {
+    throw new UsageError(error instanceof Error ? error.message : String(error));
+  }
+  if (values.help) return "help";
+  if (values.adapter === undefined) throw new UsageError("--adapter <path to module> is required");
+  const int = (name: string, text: string | undefined, fallback: number, min: number): number => {
+    if (text === undefined) return fallback;
+    if (!/^-?\d+$/.test(text) || !Number.isSafeInteger(Number(text)) || Number(text) < min) {
+      throw new UsageError(`--${name} must be an integer >= ${min}, got ${JSON.stringify(text)}`);
+    }
+    return Number(text);
+  };
+  if (values.path !== undefined && values.seed === undefined) throw new UsageError("--path needs the --seed it was printed with");
+  if (values.path !== undefined && !/^\d+(:\d+)*$/.test(values.path)) throw new UsageError(`--path must look like 3:1:0, got ${JSON.stringify(values.path)}`);
+  const options: CliOptions = {
+    adapter: values.adapter,
+    runs: int("runs", values.runs, 100, 1),
+    seed: int("seed", values.seed, randomSeed(), -(2 ** 31)),
+    json: values.json ?? false,
+    quiet: values.quiet ?? false,
+  };
+  if (values.path !== undefined) options.path = values.path;
+  const only = values.only ?? (values.path !== undefined ? MODEL_CHECK_PREFIX : undefined);
+  if (only !== undefined) options.only = only;
+  if (values.vectors !== undefined) {
+    try {
+      options.vectors = JSON.parse(readFileSync(values.vectors, "utf8"));
+    } catch (error) {
+      throw new UsageError(`--vectors ${values.vectors}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
+  return options;
+}
+
+async function loadSubject(modulePath: string): Promise<LedgerSubject> {
+  const absolute = isAbsolute(modulePath) ? modulePath : resolve(process.cwd(), modulePath);
+  let mod: { default?: unknown };
+  try {
+    mod = (await import(pathToFileURL(absolute).href)) as { default?: unknown };
+  } catch (error) {
+    const hint = /\.[cm]?ts$/.test(absolute) ? " (a TypeScript module needs a loader: node --import tsx ...)" : "";
+    throw new UsageError(`cannot load --adapter ${modulePath}${hint}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  let subject: unknown = mod.default;
+  if (typeof subject === "function") subject = await (subject as () => unknown)();
+  if (typeof subject !== "object" || subject === null || typeof (subject as LedgerSubject).create !== "function") {
+    throw new UsageError(
+      `--adapter ${modulePath}: the default export must be a LedgerSubject ({ name, capabilities, create }) or a function returning one`,
+    );
+  }
+  return subject as LedgerSubject;
+}
+
+function shellQuote(text: string): string {
+  return /^[\w./:@=-]+$/.test(text) ? text : `'${text.replaceAll("'", "'\\''")}'`;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  let options: CliOptions | "help";
+  let subject: LedgerSubject;
+  let checks;
+  try {
+    options = parse(argv);
+    if (options === "help") {
+      process.stdout.write(`${USAGE}\n`);
+      return 0;
+    }
+    subject = await loadSubject(options.adapter);
+    checks = ledgerChecks(subject, {
+      runs: options.runs,
+      seed: options.seed,
+      ...(options.path === undefined ? {} : { path: options.path }),
+      ...(options.vectors === undefined ? {} : { vectors: options.vectors }),
+    });
+  } catch (error) {
+    if (error instanceof UsageError || error instanceof TypeError) {
+      process.stderr.write(`dispatch-once-conformance: ${error.message}\n\n${USAGE}\n`);
+      return 2;
+    }
+    throw error;
+  }
+  const only = options.only?.toLowerCase();
+  const selected = only === undefined ? checks : checks.filter((c) => `${c.rule} ${c.name}`.toLowerCase().includes(only));
+  if (selected.length === 0) {
+    process.stderr.write(`dispatch-once-conformance: --only ${JSON.stringify(options.only)} matches no check\n`);
+    return 2;
+  }
+  const opts = options;
+  const report = await runChecks(selected, {
+    subject: subject.name,
+    levels: ["ledger"],
+    seed: opts.seed,
+    ...(opts.path === undefined ? { runs: opts.runs } : {}),
+    onResult: (r) => {
+      if (opts.quiet) return;
+      const mark = r.status === "pass" ? "✓" : r.status === "fail" ? "✗" : "-";
+      process.stderr.write(`${mark} ${r.rule} ${r.name}${r.status === "not_applicable" ? ` (not applicable: ${r.reasonNotApplicable})` : ""}\n`);
+    },
+  });
+  const replay = (c: CheckResult) => {
+    const cx = c.counterexample;
+    if (cx === undefined) return undefined;
+    return `pnpm conformance --adapter ${shellQuote(opts.adapter)} --seed ${cx.seed} --path ${shellQuote(cx.path)}`;
+  };
+  if (opts.json) {
+    process.stdout.write(`${renderReportJson(report)}\n`);
+  } else {
+    process.stdout.write(`\n${renderReportTable(report)}\n`);
+    const failures = renderFailures(report, { replay });
+    if (failures !== "") process.stdout.write(`\nFailures:\n\n${failures}\n`);
+    process.stdout.write(`\nseed ${opts.seed}${opts.path === undefined ? "" : `, path ${opts.path}`} (re-run the same cases with --seed ${opts.seed})\n`);
+  }
+  return report.conforms ? 0 : 1;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    process.stderr.write(`dispatch-once-conformance: internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exitCode = 2;
+  },
+);
