@@ -1,0 +1,121 @@
+// The SQLite ledger as a conformance subject (API: @dispatch-once/conformance LedgerSubject).
+// Every create() gets its own database file; the raw hooks use a second, independent
+// connection and plain SQL, never the adapter.
+import Database from "better-sqlite3";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Ledger } from "@dispatch-once/core";
+import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance";
+import type { SqliteLedger, SqliteLedgerOptions } from "../src/index.js";
+
+const TABLE = "dispatch_once_ledger";
+
+interface Row {
+  key: string;
+  v: unknown;
+  state: unknown;
+  tool_name: unknown;
+  effect: unknown;
+  fence: unknown;
+  claimed_at: unknown;
+  owner: unknown;
+  lease_expires_at: unknown;
+  result: unknown;
+  error: unknown;
+  reason: unknown;
+  finished_at: unknown;
+}
+
+/** The hook's own reading of a stored row, in core's LedgerRow field names. */
+function asLedgerRow(r: Row): Record<string, unknown> {
+  const base = { key: r.key, toolName: r.tool_name, effect: r.effect, fence: r.fence, claimedAt: r.claimed_at, state: r.state };
+  switch (r.state) {
+    case "in_flight":
+      return { ...base, owner: r.owner, leaseExpiresAt: r.lease_expires_at };
+    case "completed":
+      return { ...base, result: r.result, finishedAt: r.finished_at };
+    case "failed":
+      return { ...base, error: typeof r.error === "string" ? safeParse(r.error) : r.error, finishedAt: r.finished_at };
+    case "unknown":
+      return { ...base, reason: r.reason, finishedAt: r.finished_at };
+    case "released":
+      return { ...base, finishedAt: r.finished_at };
+    default:
+      return { ...base, v: r.v };
+  }
+}
+
+function safeParse(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * `Ledger` is the class to certify: the TypeScript source under vitest, the built dist/
+ * when the conformance CLI loads test/conformance-subject.mjs.
+ */
+export function createSqliteSubject(
+  LedgerClass: new (options: SqliteLedgerOptions) => SqliteLedger,
+  name = "ledger-sqlite",
+): LedgerSubject {
+  let root: string | undefined;
+  let counter = 0;
+  return {
+    name,
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true },
+    async create(options = {}): Promise<LedgerFixture> {
+      root ??= mkdtempSync(join(tmpdir(), "ledger-sqlite-conformance-"));
+      const dir = mkdtempSync(join(root, `f${++counter}-`));
+      const path = join(dir, "ledger.db");
+      const ledgers: SqliteLedger[] = [];
+      const open = (): SqliteLedger => {
+        const ledger = new LedgerClass({ path, table: TABLE, ...options });
+        ledgers.push(ledger);
+        return ledger;
+      };
+      const ledger = open();
+      const raw = new Database(path, { timeout: 5000 });
+      const select = raw.prepare(`SELECT * FROM ${TABLE} WHERE key = ?`);
+      const change = (sql: string, ...params: unknown[]): void => {
+        const { changes } = raw.prepare(sql).run(...params);
+        if (changes !== 1) throw new Error(`raw hook changed ${changes} rows: ${sql}`);
+      };
+      return {
+        ledger,
+        reopen: async (): Promise<Ledger> => open(),
+        raw: {
+          async read(key) {
+            const row = select.get(key) as Row | undefined;
+            return row === undefined ? undefined : asLedgerRow(row);
+          },
+          // SQLite leases are on the process clock, so "the past" is Date.now() - 1.
+          async expireLease(key) {
+            change(`UPDATE ${TABLE} SET lease_expires_at = ? WHERE key = ? AND state = 'in_flight'`, Date.now() - 1, key);
+          },
+          async expireRetention(key) {
+            change(`UPDATE ${TABLE} SET expires_at = ? WHERE key = ? AND state <> 'in_flight'`, Date.now() - 1, key);
+          },
+          async corrupt(key) {
+            // A row from a format version this reader does not know.
+            change(`UPDATE ${TABLE} SET v = 999, state = 'in_flight?' WHERE key = ?`, key);
+          },
+          async disconnected() {
+            // A ledger whose connection is gone (closed under it): every call must fail closed.
+            const broken = open();
+            broken.database.close();
+            return broken;
+          },
+        },
+        async destroy() {
+          for (const l of ledgers) await l.close();
+          raw.close();
+          rmSync(dir, { recursive: true, force: true });
+        },
+      };
+    },
+  };
+}
