@@ -282,3 +282,48 @@ describe("fault plans and mistakes", () => {
     expect(provider.requests[0]!.outcome).toBe("reset");
   });
 });
+
+describe("replays and the client side", () => {
+  it("two identical requests in flight at once (a double-clicked send) are attempts 1 and 2 with their own ids", async () => {
+    const { provider, client } = await setup();
+    provider.setFaultPlan(() => ({ kind: "hold", at: { beforeMessageStop: true } }));
+    const first = client.messages.stream(body("pay acme")).finalMessage();
+    const second = client.messages.stream(body("pay acme")).finalMessage();
+    await provider.waitForHold(1);
+    await provider.waitForHold(2);
+    expect(provider.held.map((h) => h.requestNumber).sort()).toEqual([1, 2]);
+    provider.release(2);
+    provider.release(1);
+    const [a, b] = await Promise.all([first, second]);
+    expect((a.content[1] as any).input).toEqual((b.content[1] as any).input);
+    expect((a.content[1] as any).id).not.toBe((b.content[1] as any).id);
+    expect(provider.requests.map((r) => r.attempt).sort()).toEqual([1, 2]);
+  });
+
+  it("a header fault rides along on the SDK's own retries: every attempt gets it", async () => {
+    const { provider, client } = await setup({}, { maxRetries: 2 });
+    const error = await rejection(
+      client.messages.create(body("pay acme"), { headers: { "x-mock-fault": JSON.stringify({ kind: "status", status: 529, retryAfterMs: 1 }) } }),
+    );
+    expect(error.status).toBe(529);
+    expect(provider.requests.map((r) => [r.attempt, r.faultSource])).toEqual([
+      [1, "header"],
+      [2, "header"],
+      [3, "header"],
+    ]);
+  });
+
+  it("a client that aborts mid-stream is logged as client_closed and the writer stops", async () => {
+    const { provider, client } = await setup();
+    provider.faults.enqueue({ kind: "hold", at: { afterToolUseStop: 0 } });
+    const stream = client.messages.stream(body("pay acme"));
+    const aborted = new Promise<void>((resolve) => stream.on("abort", () => resolve()));
+    await provider.waitForHold(1);
+    stream.abort();
+    await aborted;
+    const record = await provider.waitForEnd(1);
+    expect(record.outcome).toBe("client_closed");
+    expect(record.events.map((e) => e.type)).not.toContain("message_delta");
+    expect(provider.held).toEqual([]);
+  });
+});
