@@ -57,6 +57,8 @@ async function main(): Promise<void> {
     timing,
     pings: values.pings as PingMode,
     faultRules: rules,
+    // A long-running mock must not grow without bound; tests in-process keep the whole log.
+    logLimit: 1000,
     ...(values["api-key"] !== undefined && { apiKey: values["api-key"] }),
   });
   process.stdout.write(`mock-provider listening on ${provider.url} (seed ${values.seed})\n`);

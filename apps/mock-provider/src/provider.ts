@@ -41,6 +41,8 @@ export interface MockProviderOptions {
   /** Honour the `x-mock-fault` request header; default true. */
   allowFaultHeader?: boolean;
   onEvent?: (event: SentEvent, record: RequestRecord) => void;
+  /** Keep at most this many requests in the log (oldest dropped); default unlimited. */
+  logLimit?: number;
 }
 
 /** A stream paused by a `hold` fault, waiting for `release()` or `cutNow()`. */
@@ -146,6 +148,8 @@ class Provider implements MockProvider {
   private readonly options: MockProviderOptions;
   private requestCounter = 0;
   private attempts = new Map<string, number>();
+  /** Bumped by clearRequests(): attempt numbers restart, ids must not repeat. */
+  private generation = 0;
   private readonly holds: LiveHold[] = [];
   private readonly sockets = new Set<Socket>();
   private server: Server | undefined;
@@ -158,6 +162,9 @@ class Provider implements MockProvider {
     this.script = options.script ?? defaultScript;
     this.baseTiming = { ...DEFAULT_TIMING, ...(options.timing ? parseTiming(options.timing) : {}) };
     this.pings = options.pings ?? "standard";
+    if (options.logLimit !== undefined && !(Number.isInteger(options.logLimit) && options.logLimit >= 1)) {
+      throw new MockProviderError("invalid_option", "logLimit must be a positive integer");
+    }
     if (!["standard", "none", "every_event"].includes(this.pings)) {
       throw new MockProviderError("invalid_option", `pings must be standard, none or every_event`);
     }
@@ -291,6 +298,7 @@ class Provider implements MockProvider {
     this.requests.length = 0;
     this.requestCounter = 0;
     this.attempts.clear();
+    this.generation += 1;
   }
 
   async listen(port: number, host: string): Promise<void> {
@@ -474,6 +482,8 @@ class Provider implements MockProvider {
       outcome: "pending",
     };
     this.requests.push(record);
+    const limit = this.options.logLimit;
+    if (limit !== undefined && this.requests.length > limit) this.requests.splice(0, this.requests.length - limit);
     this.emitter.emit("request", record);
     // Until the script has run, ids come from the request number: error responses need one too.
     record.requestId = mintId("req_011C", new Rng("request", this.seed, bodyHash, requestNumber));
@@ -538,6 +548,7 @@ class Provider implements MockProvider {
         model: request.model,
         inputTokens: Math.max(1, Math.ceil(stableStringify(bodyWithoutStream(body)).length / 4)),
         pings: this.pings,
+        idSalt: String(this.generation),
       });
       const positional = positionalFault(fault);
       if (positional) {

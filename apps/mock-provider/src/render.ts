@@ -52,6 +52,8 @@ export interface RenderOptions {
   model: string;
   inputTokens: number;
   pings: PingMode;
+  /** Mixed into ids only, so ids stay fresh after the provider forgets its attempt counters. */
+  idSalt?: string;
 }
 
 const BUILT_IN_REWORDINGS: Array<(s: string) => string> = [
@@ -181,7 +183,7 @@ export function checkTurn(turn: AssistantTurn, declaredTools: ReadonlySet<string
 
 export function renderTurn(turn: AssistantTurn, options: RenderOptions): RenderedResponse {
   const rng = new Rng("render", options.seed, options.bodyHash, options.attempt);
-  const ids = new Rng("ids", options.seed, options.bodyHash, options.attempt);
+  const ids = new Rng("ids", options.seed, options.idSalt ?? "", options.bodyHash, options.attempt);
   const messageId = mintId("msg_01", ids);
   const requestId = mintId("req_011C", ids);
   const hasToolUse = turn.content.some((c) => c.type === "tool_use");

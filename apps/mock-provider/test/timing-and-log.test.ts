@@ -84,9 +84,18 @@ describe("request log", () => {
     expect(first!.bodyHash).toBe(third!.bodyHash);
     expect(new Set(provider.requests.map((r) => r.toolUses[0]!.id)).size).toBe(3);
 
+    const idsBefore = provider.requests.map((r) => r.toolUses[0]!.id);
     provider.clearRequests();
     await client.messages.create(body("pay acme"));
     expect(provider.requests.map((r) => [r.requestNumber, r.attempt])).toEqual([[1, 1]]);
+    // Attempt numbers restart, ids stay fresh.
+    expect(idsBefore).not.toContain(provider.requests[0]!.toolUses[0]!.id);
+  });
+
+  it("keeps at most logLimit requests", async () => {
+    const { provider, client } = await setup({ logLimit: 2 });
+    for (let i = 0; i < 3; i++) await client.messages.create(body("pay acme"));
+    expect(provider.requests.map((r) => r.requestNumber)).toEqual([2, 3]);
   });
 
   it("logs invalid requests with the API's 400 and does not spend a queued fault on them", async () => {
