@@ -1,0 +1,77 @@
+import { describe, expect, it } from "vitest";
+import { ledgerChecks, runChecks, type Report } from "../src/index.js";
+import { kvSubject, type Bugs } from "./fixtures/kv-ledger.js";
+
+/**
+ * The kit proves its power: each ledger below carries one planted bug and must be rejected,
+ * with the rule it breaks failing. `model` names the rule the model-based check must blame in
+ * its shrunk counterexample, for the bugs a random sequence of operations can reach.
+ */
+const BROKEN: Array<{ bug: keyof Bugs; rule: string; what: string; check: RegExp; model?: string }> = [
+  { bug: "racyClaim", rule: "LEDGER-1", what: "check-then-insert claim with an await between read and write", check: /concurrent claims of one key wins/, model: "LEDGER-1" },
+  { bug: "noFencing", rule: "LEDGER-5", what: "complete/fail/... accept any fence", check: /stale owner/, model: "LEDGER-5" },
+  { bug: "forgetsInFlightOnRestart", rule: "LEDGER-6", what: "a restart forgets in-flight rows", check: /survives a restart/, model: "LEDGER-6" },
+  { bug: "takesOverUnkeyed", rule: "LEDGER-7", what: "expired unkeyed_write claims are taken over instead of marked unknown", check: /never claimable again/, model: "LEDGER-7" },
+  { bug: "failReleases", rule: "LEDGER-8", what: "fail() releases instead of storing the failure", check: /definite failure is stored/, model: "LEDGER-8" },
+  { bug: "reserialisesResults", rule: "LEDGER-10", what: "results re-serialised with JSON.stringify(JSON.parse(...))", check: /byte-for-byte/, model: "LEDGER-10" },
+  { bug: "truncatesResults", rule: "LEDGER-10", what: "results truncated to 64 KiB", check: /900 KB/ },
+  { bug: "measuresUtf16", rule: "LEDGER-10", what: "the size limit counts UTF-16 units, not UTF-8 bytes", check: /over maxResultBytes/ },
+  { bug: "corruptAsAbsent", rule: "LEDGER-11", what: "a corrupt row is treated as absent", check: /corrupt finished row/ },
+  { bug: "claimsWhenOffline", rule: "LEDGER-12", what: "an unreachable store reports a claim", check: /unreachable store raises ledger_unavailable and creates no row/ },
+  { bug: "sweepsInFlight", rule: "LEDGER-13", what: "sweep deletes in-flight rows with an expired lease", check: /never removes in-flight rows/, model: "LEDGER-13" },
+  { bug: "fenceRestartsOnRelease", rule: "LEDGER-4", what: "the fence restarts at 1 after a release", check: /release and re-claim cycles/, model: "LEDGER-4" },
+  { bug: "claimsDurable", rule: "LEDGER-14", what: "declares durable although a restart loses rows", check: /agree with the subject/ },
+];
+
+const SEED = 20261129;
+
+async function certify(bugs: Bugs, name: string): Promise<Report> {
+  const subject = kvSubject(name, bugs);
+  return runChecks(ledgerChecks(subject, { runs: 200, seed: SEED }), { subject: name, seed: SEED, runs: 200 });
+}
+
+describe("broken ledgers are rejected with the rule they break", () => {
+  it("control: the same ledger without a bug conforms", async () => {
+    const report = await certify({}, "kv-correct");
+    expect(report.checks.filter((c) => c.status === "fail")).toEqual([]);
+    expect(report.conforms).toBe(true);
+  });
+
+  for (const { bug, rule, what, check, model } of BROKEN) {
+    it(`${bug} (${what}) fails ${rule}`, async () => {
+      const report = await certify({ [bug]: true }, `kv-${bug}`);
+      expect(report.conforms).toBe(false);
+      expect(report.rules.find((r) => r.rule === rule)?.status, `${rule} for ${bug}`).toBe("fail");
+      // The deterministic check written for this rule is among the failures, with a message.
+      const failing = report.checks.filter((c) => c.status === "fail" && c.rule === rule);
+      const named = failing.find((c) => check.test(c.name));
+      expect(named, `a failing ${rule} check matching ${check} (failing: ${failing.map((c) => c.name).join(" | ")})`).toBeDefined();
+      expect(named!.error).toBeTruthy();
+      if (model !== undefined) {
+        const property = report.checks.find((c) => c.name.startsWith("model-based"))!;
+        expect(property.status).toBe("fail");
+        expect(property.violates).toEqual([model]);
+        const cx = property.counterexample!;
+        expect(cx.seed).toBe(SEED);
+        expect(cx.path).toMatch(/^\d+(:\d+)*$/);
+        expect(cx.violates).toBe(model);
+        // A readable timeline: numbered steps ending with what was expected instead.
+        expect(cx.timeline[0]).toMatch(/^t=1 /);
+        expect(cx.timeline.at(-1)).toMatch(/✗ expected .*\(LEDGER-\d+\)$/);
+        expect(property.error).toContain(`--seed ${SEED} --path "${cx.path}"`);
+      }
+    });
+  }
+
+  it("a failing model check replays exactly from its seed and path", async () => {
+    const subject = kvSubject("kv-noFencing", { noFencing: true });
+    const first = await runChecks(ledgerChecks(subject, { runs: 200, seed: SEED }).filter((c) => c.name.startsWith("model-based")), { subject: subject.name });
+    const cx = first.checks[0]!.counterexample!;
+    const replay = await runChecks(
+      ledgerChecks(subject, { seed: cx.seed, path: cx.path }).filter((c) => c.name.startsWith("model-based")),
+      { subject: subject.name },
+    );
+    expect(replay.checks[0]!.status).toBe("fail");
+    expect(replay.checks[0]!.counterexample!.timeline).toEqual(cx.timeline);
+  });
+});

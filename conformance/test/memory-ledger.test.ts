@@ -1,0 +1,52 @@
+import { describe, expect, it } from "vitest";
+import { MemoryLedger } from "@dispatch-once/core";
+import { ledgerChecks, memoryLedgerSubject, registerLedgerChecks, runChecks } from "../src/index.js";
+import { kvSubject } from "./fixtures/kv-ledger.js";
+
+const runs = Number(process.env.CONFORMANCE_RUNS ?? 100);
+const seed = process.env.CONFORMANCE_SEED === undefined ? undefined : Number(process.env.CONFORMANCE_SEED);
+const options = { runs, ...(seed === undefined ? {} : { seed }) };
+
+// The reference ledger through the runner-agnostic registration, as an adapter's suite would do it.
+registerLedgerChecks(memoryLedgerSubject(), { describe, it }, options);
+
+// A second, independent ledger (JSON text in a shared KV store) that declares every capability,
+// so the restart, multi-instance, corruption and unavailability checks run too.
+registerLedgerChecks(kvSubject("kv-reference"), { describe, it }, options);
+
+describe("report for the in-memory ledger", () => {
+  it("conforms, with only the capabilities it lacks reported not applicable", async () => {
+    const subject = memoryLedgerSubject();
+    const report = await runChecks(ledgerChecks(subject, options), { subject: subject.name });
+    expect(report.conforms).toBe(true);
+    expect(report.checks.filter((c) => c.status === "fail")).toEqual([]);
+    const status = Object.fromEntries(report.rules.map((r) => [r.rule, r.status]));
+    // In-process rows have no bytes to corrupt and no connection to lose.
+    expect(status["LEDGER-11"]).toBe("not_applicable");
+    expect(status["LEDGER-12"]).toBe("not_applicable");
+    for (let n = 1; n <= 19; n++) {
+      if (n === 11 || n === 12) continue;
+      expect(status[`LEDGER-${n}`], `LEDGER-${n}`).toBe("pass");
+    }
+    const restart = report.checks.filter((c) => c.name.includes("restart") && c.status === "not_applicable");
+    expect(restart.length).toBeGreaterThan(0);
+    for (const c of restart) expect(c.reasonNotApplicable).toContain("survivesRestart");
+  });
+
+  it("reports the memory ledger's declared capabilities as they are", async () => {
+    const fixture = await memoryLedgerSubject().create({ maxResultBytes: 4096 });
+    expect(fixture.ledger).toBeInstanceOf(MemoryLedger);
+    expect(fixture.ledger.capabilities).toMatchObject({ durability: "volatile", sharedAcrossProcesses: false, maxResultBytes: 4096 });
+    expect(await fixture.reopen()).toBe(fixture.ledger);
+    await fixture.destroy();
+  });
+
+  it("marks checks needing an undeclared capability not applicable instead of skipping them", () => {
+    const checks = ledgerChecks(memoryLedgerSubject(), { runs: 1, seed: 1 });
+    const na = checks.filter((c) => !c.applicable);
+    expect(na.map((c) => c.rule)).toEqual(expect.arrayContaining(["LEDGER-11", "LEDGER-12", "LEDGER-6"]));
+    for (const c of na) expect(c.reasonNotApplicable).toMatch(/^needs /);
+    // Every vector of spec/vectors/ledger-transitions.json becomes a check named by its rule and id.
+    expect(checks.filter((c) => c.name.startsWith("vector LT-")).length).toBeGreaterThanOrEqual(39);
+  });
+});

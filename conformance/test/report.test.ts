@@ -1,0 +1,94 @@
+import { describe, expect, it } from "vitest";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { spawnSync } from "node:child_process";
+import {
+  MATRIX_END,
+  MATRIX_START,
+  patchComplianceMatrix,
+  renderComplianceMatrix,
+  renderReportTable,
+  runChecks,
+  summarizeRules,
+  type Check,
+  type CheckResult,
+} from "../src/index.js";
+
+const ok = (rule: string, name: string): Check => ({ rule, name, applicable: true, run: async () => {} });
+const bad = (rule: string, name: string): Check => ({
+  rule,
+  name,
+  applicable: true,
+  run: async () => {
+    throw new Error("boom");
+  },
+});
+const na = (rule: string, name: string): Check => ({ rule, name, applicable: false, reasonNotApplicable: "needs x", run: async () => {} });
+
+describe("per-rule summary", () => {
+  it("a rule passes only when all its checks pass, fails on any failure, and is n/a when none ran", async () => {
+    const report = await runChecks([ok("LEDGER-1", "a"), bad("LEDGER-1", "b"), ok("LEDGER-2", "c"), na("LEDGER-2", "d"), na("LEDGER-11", "e")], { subject: "s" });
+    const by = Object.fromEntries(report.rules.map((r) => [r.rule, r]));
+    expect(by["LEDGER-1"]).toMatchObject({ status: "fail", passed: 1, failed: 1 });
+    expect(by["LEDGER-2"]).toMatchObject({ status: "pass", passed: 1, notApplicable: 1 });
+    expect(by["LEDGER-11"]).toMatchObject({ status: "not_applicable" });
+    expect(report.conforms).toBe(false);
+    expect(report.checks.find((c) => c.name === "b")?.error).toContain("boom");
+    expect(renderReportTable(report)).toContain("DOES NOT CONFORM: LEDGER-1");
+  });
+
+  it("a failing check's `violates` fails that rule too", () => {
+    const results: CheckResult[] = [
+      { rule: "LEDGER-3", name: "model", status: "fail", violates: ["LEDGER-5"] },
+      { rule: "LEDGER-5", name: "direct", status: "pass" },
+    ];
+    const rules = summarizeRules(results);
+    expect(rules.map((r) => [r.rule, r.status])).toEqual([
+      ["LEDGER-3", "fail"],
+      ["LEDGER-5", "fail"],
+    ]);
+  });
+
+  it("orders rules numerically (LEDGER-2 before LEDGER-10)", async () => {
+    const report = await runChecks([ok("LEDGER-10", "x"), ok("LEDGER-2", "y")], { subject: "s" });
+    expect(report.rules.map((r) => r.rule)).toEqual(["LEDGER-2", "LEDGER-10"]);
+  });
+});
+
+describe("compliance matrix", () => {
+  it("renders rules as rows and subjects as columns", async () => {
+    const a = await runChecks([ok("LEDGER-1", "a"), na("LEDGER-11", "b")], { subject: "ledger-memory" });
+    const b = await runChecks([bad("LEDGER-1", "a"), ok("LEDGER-11", "b")], { subject: "ledger-broken" });
+    const matrix = renderComplianceMatrix({ "ledger-memory": a, "ledger-broken": b });
+    const lines = matrix.split("\n");
+    expect(lines[0]).toBe("| Rule | Requirement | ledger-memory | ledger-broken |");
+    expect(lines.find((l) => l.startsWith("| LEDGER-1 "))).toMatch(/\| MUST \| ✅ \| ❌ \|$/);
+    expect(lines.find((l) => l.startsWith("| LEDGER-11 "))).toMatch(/\| n\/a \| ✅ \|$/);
+    expect(lines.at(-1)).toBe("| **Conforms (CONF-1)** | | ✅ | ❌ |");
+  });
+
+  it("patches only the text between the markers and refuses a file without them", () => {
+    const doc = `# Spec\n\nbefore\n${MATRIX_START}\nold\n${MATRIX_END}\nafter\n`;
+    expect(patchComplianceMatrix(doc, "| new |")).toBe(`# Spec\n\nbefore\n${MATRIX_START}\n| new |\n${MATRIX_END}\nafter\n`);
+    expect(() => patchComplianceMatrix("# no markers", "x")).toThrow(/markers/);
+  });
+
+  it("scripts/compliance-matrix.mjs patches a copy of the spec README from JSON reports", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "matrix-"));
+    const memory = await runChecks([ok("LEDGER-1", "a"), na("LEDGER-12", "b")], { subject: "ledger-memory" });
+    const pg = await runChecks([ok("LEDGER-1", "a"), ok("LEDGER-12", "b")], { subject: "ledger-postgres" });
+    writeFileSync(join(dir, "memory.json"), JSON.stringify(memory));
+    writeFileSync(join(dir, "pg.json"), JSON.stringify(pg));
+    const readme = join(dir, "README.md");
+    writeFileSync(readme, `intro\n${MATRIX_START}\n${MATRIX_END}\noutro\n`);
+    const run = spawnSync(process.execPath, ["scripts/compliance-matrix.mjs", "--spec", readme, join(dir, "memory.json"), join(dir, "pg.json")], { encoding: "utf8" });
+    expect(run.stderr).toBe("");
+    expect(run.status).toBe(0);
+    const patched = readFileSync(readme, "utf8");
+    expect(patched).toContain("| Rule | Requirement | ledger-memory | ledger-postgres |");
+    expect(patched).toMatch(/\| LEDGER-12 [^\n]*\| n\/a \| ✅ \|/);
+    expect(patched.startsWith("intro\n")).toBe(true);
+    expect(patched.endsWith("outro\n")).toBe(true);
+  });
+});
