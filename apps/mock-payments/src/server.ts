@@ -187,7 +187,14 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
       if (key !== null) store.complete(account, key, r);
       return r;
     });
-    for (const e of appended) options.onEffect?.(e);
+    for (const e of appended) {
+      // The effect is committed: a throwing listener must not turn it into an error response.
+      try {
+        options.onEffect?.(e);
+      } catch (error) {
+        console.error("[mock-payments] onEffect listener threw", error);
+      }
+    }
     return response;
   }
 

@@ -232,6 +232,27 @@ describe("POST /v1/payments with Idempotency-Key", () => {
     expect(server.effects()).toHaveLength(2);
   });
 
+  it("reports each committed effect to onEffect; a throwing listener does not turn the effect into an error", async () => {
+    const seen: string[] = [];
+    const server = await startServer({
+      onEffect: (e) => {
+        seen.push(e.resourceId);
+        throw new Error("listener bug");
+      },
+    });
+    const errors: unknown[] = [];
+    const original = console.error;
+    console.error = (...args: unknown[]) => errors.push(args);
+    try {
+      const res = await http(server, "POST", "/v1/payments", { key: "k-listener", body: payment() });
+      expect(res.status).toBe(201);
+      expect(seen).toEqual([res.body.id]);
+      expect(errors).toHaveLength(1);
+    } finally {
+      console.error = original;
+    }
+  });
+
   it("defaults retention to 24 hours", async () => {
     let now = Date.parse("2026-01-01T00:00:00Z");
     const server = await startServer({ now: () => now });
