@@ -22,6 +22,74 @@ CREATE TABLE IF NOT EXISTS "public"."dispatch_once_ledger" (
   reason           text                -- unknown: why, e.g. lease_expired
 );
 
--- sweep() walks this index; in-flight rows (expires_at NULL) are not in it.
-CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_expires_at"
-  ON "public"."dispatch_once_ledger" (expires_at) WHERE expires_at IS NOT NULL;
+-- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
+-- not change, so complete/fail/release stay HOT updates (no index writes); an index on
+-- expires_at would cost every finish an index insert.
+CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_claimed_at"
+  ON "public"."dispatch_once_ledger" (claimed_at);
+
+-- claim(): the whole claim rule in one round trip (see the package README).
+CREATE OR REPLACE FUNCTION "public"."dispatch_once_ledger_claim"(
+  p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint,
+  OUT acted boolean, OUT key text, OUT v smallint, OUT state text, OUT tool_name text, OUT effect text,
+  OUT fence bigint, OUT takeover boolean, OUT owner text, OUT claimed_at bigint, OUT lease_expires_at bigint,
+  OUT finished_at bigint, OUT expires_at bigint, OUT result text, OUT error text, OUT reason text)
+LANGUAGE plpgsql VOLATILE AS $claim$
+#variable_conflict use_column
+DECLARE
+  now_ms bigint;
+BEGIN
+  FOR attempt IN 1..100 LOOP
+    now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+
+    INSERT INTO "public"."dispatch_once_ledger" AS r (key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at)
+      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, now_ms, now_ms + p_lease_ms)
+      ON CONFLICT (key) DO NOTHING
+      RETURNING r.fence, r.lease_expires_at INTO fence, lease_expires_at;
+    IF FOUND THEN
+      acted := true; state := 'in_flight'; takeover := false;
+      RETURN;
+    END IF;
+
+    UPDATE "public"."dispatch_once_ledger" AS r SET
+        state            = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN 'unknown' ELSE 'in_flight' END,
+        tool_name        = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN r.tool_name ELSE p_tool_name END,
+        effect           = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN r.effect ELSE p_effect END,
+        fence            = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN r.fence ELSE r.fence + 1 END,
+        takeover         = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN r.takeover ELSE r.state = 'in_flight' END,
+        owner            = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN r.owner ELSE p_owner END,
+        claimed_at       = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN r.claimed_at ELSE now_ms END,
+        lease_expires_at = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN NULL ELSE now_ms + p_lease_ms END,
+        finished_at      = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN now_ms END,
+        expires_at       = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN now_ms + p_retention_ms END,
+        reason           = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN 'lease_expired' END,
+        result           = NULL,
+        error            = NULL
+      WHERE r.key = p_key AND (r.v = 1 AND (
+             r.state = 'released'
+          OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
+          OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
+              AND r.lease_expires_at <= now_ms)))
+      RETURNING r.key, r.v, r.state, r.tool_name, r.effect, r.fence, r.takeover, r.owner, r.claimed_at, r.lease_expires_at, r.finished_at, r.expires_at, r.result, r.error, r.reason
+        INTO key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, finished_at, expires_at, result, error, reason;
+    IF FOUND THEN
+      acted := true;
+      RETURN;
+    END IF;
+
+    SELECT r.key, r.v, r.state, r.tool_name, r.effect, r.fence, r.takeover, r.owner, r.claimed_at, r.lease_expires_at, r.finished_at, r.expires_at, r.result, r.error, r.reason
+        INTO key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, finished_at, expires_at, result, error, reason
+      FROM "public"."dispatch_once_ledger" AS r
+     WHERE r.key = p_key AND (r.v = 1 AND (
+             r.state = 'released'
+          OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
+          OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
+              AND r.lease_expires_at <= now_ms))) IS NOT TRUE;
+    IF FOUND THEN
+      acted := false;
+      RETURN;
+    END IF;
+  END LOOP;
+  RAISE EXCEPTION 'claim of % lost 100 races in a row', p_key USING ERRCODE = '40001';
+END
+$claim$;

@@ -68,14 +68,9 @@ export const MAX_CONFIGURABLE_RESULT_BYTES = 256 * 1024 * 1024;
 /** Transaction-scoped advisory lock id serialising concurrent migrate() calls (any table). */
 const MIGRATE_LOCK_ID = 7_326_119_502_418_913n;
 
-/**
- * A claim statement returns no row only when its key was inserted by a transaction that
- * committed after the statement's snapshot (see sql.ts); a re-run then sees it. More than a
- * few in a row means something else is wrong.
- */
-const MAX_CLAIM_ATTEMPTS = 8;
-
 const SWEEP_BATCH = 5_000;
+
+type ClaimRow = RawRow & { acted: boolean };
 
 function positiveInteger(field: string, value: unknown, max = Number.MAX_SAFE_INTEGER): number {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > max) {
@@ -208,29 +203,22 @@ export class PostgresLedger implements Ledger {
     }
     const leaseMs = leaseMilliseconds(request.leaseMs);
     const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs)];
-    for (let attempt = 1; attempt <= MAX_CLAIM_ATTEMPTS; attempt++) {
-      const { rows } = await this.run<RawRow & { acted: boolean }>("claim", this.prepared(this.sql.claim, values));
-      const raw = rows[0];
-      if (raw === undefined) continue; // inserted by a racer after our snapshot: look again
-      if (raw.acted && raw.state === "in_flight") {
-        return {
-          outcome: "claimed",
-          fence: Number(raw.fence),
-          leaseExpiresAt: Number(raw.lease_expires_at),
-          takeover: raw.takeover === true,
-        };
-      }
-      // Either the claim moved an expired unkeyed_write claim to unknown, or it found a
-      // live in-flight row or a terminal row within retention.
-      const row = decodeRow(raw);
-      if (row.state === "released") {
-        throw new LedgerCorruptError(key, "claim left a released row in place");
-      }
-      return { outcome: "existing", row: row as InFlightRow | TerminalRow };
+    const { rows } = await this.run<ClaimRow>("claim", this.prepared(this.sql.claim, values));
+    const raw = rows[0];
+    if (raw === undefined) throw new LedgerUnavailableError(`claim of ${key} returned no row; nothing was claimed`);
+    if (raw.acted && raw.state === "in_flight") {
+      return {
+        outcome: "claimed",
+        fence: Number(raw.fence),
+        leaseExpiresAt: Number(raw.lease_expires_at),
+        takeover: raw.takeover === true,
+      };
     }
-    throw new LedgerUnavailableError(
-      `claim of ${key} saw the row change under it ${MAX_CLAIM_ATTEMPTS} times in a row; nothing was claimed`,
-    );
+    // The claim turned an expired unkeyed_write claim unknown, or found a live in-flight
+    // row or a terminal row within retention (or a row it cannot decode: corrupt).
+    const row = decodeRow(raw);
+    if (row.state === "released") throw new LedgerCorruptError(key, "a released row was not claimable");
+    return { outcome: "existing", row };
   }
 
   async renew(key: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
@@ -306,7 +294,7 @@ export class PostgresLedger implements Ledger {
   async sweep(): Promise<number> {
     let removed = 0;
     for (;;) {
-      const { rowCount } = await this.run("sweep", this.prepared(this.sql.sweep, [String(SWEEP_BATCH)]));
+      const { rowCount } = await this.run("sweep", this.prepared(this.sql.sweep, [String(SWEEP_BATCH), String(this.retentionMs)]));
       removed += rowCount ?? 0;
       if ((rowCount ?? 0) < SWEEP_BATCH) return removed;
     }

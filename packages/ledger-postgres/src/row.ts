@@ -111,3 +111,4 @@ export function decodeRow(raw: RawRow): LedgerRow {
 export function retentionPassed(raw: RawRow, nowMs: number): boolean {
   return raw.state !== "in_flight" && raw.expires_at !== null && Number(raw.expires_at) <= nowMs;
 }
+

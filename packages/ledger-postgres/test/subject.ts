@@ -1,0 +1,82 @@
+import type { Ledger } from "@dispatch-once/core";
+import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance";
+import type pg from "pg";
+import { PostgresLedger } from "../src/index.js";
+import {
+  DATABASE_URL,
+  adminPool,
+  closedPort,
+  closedUrl,
+  dropSchema,
+  expireLease,
+  expireRetention,
+  readStoredRow,
+  table,
+  uniqueSchema,
+} from "./helpers.js";
+
+let shared: pg.Pool | undefined;
+/** One pool for every fixture's own ledger and raw hooks (the shared-pool case, bring-your-own). */
+function sharedPool(): pg.Pool {
+  shared ??= adminPool(6);
+  return shared;
+}
+
+/**
+ * The PostgreSQL ledger as a conformance subject: every create() gets a fresh schema
+ * do_test_conf_<random> (dropped by destroy()); raw hooks are SQL against that table.
+ */
+export const postgresSubject: LedgerSubject = {
+  name: "ledger-postgres",
+  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true },
+  async create(options = {}): Promise<LedgerFixture> {
+    const pool = sharedPool();
+    const schema = uniqueSchema("conf");
+    const ledger = new PostgresLedger({ pool, schema, ...options });
+    await ledger.migrate();
+    const others: Ledger[] = [];
+    return {
+      ledger,
+      // A restart: a new instance with its own pool (ended by its close()).
+      async reopen() {
+        const other = new PostgresLedger({ connectionString: DATABASE_URL, poolConfig: { max: 4 }, schema, ...options });
+        others.push(other);
+        return other;
+      },
+      raw: {
+        read: (key) => readStoredRow(pool, schema, key),
+        expireLease: (key) => expireLease(pool, schema, key),
+        expireRetention: (key) => expireRetention(pool, schema, key),
+        // An unknown row format version: the adapter must refuse it, never treat it as absent.
+        async corrupt(key) {
+          const { rowCount } = await pool.query(`UPDATE ${table(schema)} SET v = 0 WHERE key = $1`, [key]);
+          if (rowCount !== 1) throw new Error(`corrupt: no row ${key}`);
+        },
+        async disconnected() {
+          const broken = new PostgresLedger({
+            connectionString: closedUrl(await closedPort()),
+            poolConfig: { connectionTimeoutMillis: 2_000 },
+            schema,
+            ...options,
+          });
+          others.push(broken);
+          return broken;
+        },
+      },
+      async destroy() {
+        await Promise.all(others.map((l) => l.close()));
+        await ledger.close();
+        await dropSchema(pool, schema);
+      },
+    };
+  },
+};
+
+/** End the shared pool (call from afterAll). */
+export async function closeSubjectPool(): Promise<void> {
+  const pool = shared;
+  shared = undefined;
+  await pool?.end();
+}
+
+export default postgresSubject;
