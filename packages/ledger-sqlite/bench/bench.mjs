@@ -3,13 +3,15 @@
 //
 // better-sqlite3 is synchronous: within one process every statement runs to completion
 // on the calling thread, so "concurrency N" here is N async claimers interleaving on one
-// connection (the same number of statements, serialised). Cross-process concurrency is
-// proven by the race test, not measured here.
+// connection (the same number of statements, serialised). Real parallelism on one file is
+// measured separately: "claim+complete (N connections)" runs N worker threads, each with
+// its own connection, which contend for SQLite's write lock exactly as N processes would.
 import Database from "better-sqlite3";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { Worker, isMainThread, parentPort, workerData } from "node:worker_threads";
 import { SqliteLedger } from "../dist/index.js";
 
 const RESULT = JSON.stringify({ payment_id: "pay_0001", amount: 1250, currency: "EUR", status: "succeeded" });
@@ -143,17 +145,112 @@ function row(adapter, workload, concurrency, measured, floor) {
   };
 }
 
+/** Worker thread body: one connection, claim+complete (or the floor) on its own keys per slice. */
+async function connectionWorker({ path, synchronous, kind, id }) {
+  let op;
+  if (kind === "adapter") {
+    const ledger = new SqliteLedger({ path, synchronous, busyTimeoutMs: 60_000 });
+    op = async (key) => {
+      const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: `t${id}`, leaseMs: 30_000 });
+      if (claim.outcome !== "claimed") throw new Error(`bench key ${key} was not claimed`);
+      await ledger.complete(key, claim.fence, RESULT);
+    };
+  } else {
+    const db = new Database(path, { timeout: 60_000 });
+    db.pragma(`synchronous = ${synchronous}`);
+    const insert = db.prepare(`INSERT OR IGNORE INTO floor (key, state) VALUES (?, 'in_flight')`);
+    const update = db.prepare(`UPDATE floor SET state = 'completed', result = ? WHERE key = ?`);
+    op = async (key) => {
+      if (insert.run(key).changes !== 1) throw new Error(`floor key ${key} was not inserted`);
+      update.run(RESULT, key);
+    };
+  }
+  let next = 0;
+  parentPort.on("message", async (sliceMs) => {
+    const latencies = [];
+    const deadline = performance.now() + sliceMs;
+    while (performance.now() < deadline) {
+      const t0 = performance.now();
+      await op(`t${id}-${next++}`);
+      latencies.push((performance.now() - t0) * 1000);
+    }
+    parentPort.postMessage(latencies);
+  });
+  parentPort.postMessage("ready");
+}
+
+async function startWorkers(n, data) {
+  const workers = Array.from({ length: n }, (_, id) => new Worker(fileURLToPath(import.meta.url), { workerData: { ledgerSqliteBench: { ...data, id } } }));
+  await Promise.all(workers.map((w) => reply(w)));
+  return workers;
+}
+
+/** The worker's next message (or its error), without leaving listeners behind. */
+function reply(worker, message) {
+  return new Promise((resolve, reject) => {
+    const onMessage = (value) => {
+      worker.off("error", onError);
+      resolve(value);
+    };
+    const onError = (error) => {
+      worker.off("message", onMessage);
+      reject(error);
+    };
+    worker.once("message", onMessage);
+    worker.once("error", onError);
+    if (message !== undefined) worker.postMessage(message);
+  });
+}
+
+async function runSlice(workers, sliceMs) {
+  const started = performance.now();
+  const parts = await Promise.all(workers.map((w) => reply(w, sliceMs)));
+  return { latencies: parts.flat(), elapsed: (performance.now() - started) / 1000 };
+}
+
+/** N connections (worker threads) on one file: the adapter and the floor, in alternating slices. */
+async function benchConnections({ dir, synchronous, adapterName, durationMs, connections }) {
+  const rows = [];
+  for (const n of connections) {
+    const adapterPath = join(dir, `threads-adapter-${synchronous}-${n}.db`);
+    const floorPath = join(dir, `threads-floor-${synchronous}-${n}.db`);
+    await new SqliteLedger({ path: adapterPath, synchronous }).close(); // schema before the race
+    const setup = openRaw(floorPath, synchronous);
+    floorStatements(setup, "floor");
+    setup.close();
+    const adapterWorkers = await startWorkers(n, { path: adapterPath, synchronous, kind: "adapter" });
+    const floorWorkers = await startWorkers(n, { path: floorPath, synchronous, kind: "floor" });
+    const acc = [{ latencies: [], elapsed: 0 }, { latencies: [], elapsed: 0 }];
+    const slices = 10;
+    for (let s = 0; s < slices; s++) {
+      for (const [i, workers] of [adapterWorkers, floorWorkers].entries()) {
+        const r = await runSlice(workers, durationMs / slices);
+        acc[i].latencies.push(...r.latencies);
+        acc[i].elapsed += r.elapsed;
+      }
+    }
+    await Promise.all([...adapterWorkers, ...floorWorkers].map((w) => w.terminate()));
+    const [adapter, floor] = acc.map((a) => {
+      a.latencies.sort((x, y) => x - y);
+      return { opsPerSec: Math.round(a.latencies.length / a.elapsed), p50us: Math.round(percentile(a.latencies, 50)), p99us: Math.round(percentile(a.latencies, 99)) };
+    });
+    rows.push(row(adapterName, `claim+complete (${n} connections)`, n, adapter, floor));
+  }
+  return rows;
+}
+
 /**
  * Rows for the adapter's default (synchronous=FULL: fsync per commit, declared durable)
  * and for synchronous=NORMAL (declared volatile), each against a floor with the same setting.
  */
-export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], modes = ["FULL", "NORMAL"] } = {}) {
+export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], connections = [2, 4], modes = ["FULL", "NORMAL"] } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "ledger-sqlite-bench-"));
   try {
     const rows = [];
     for (const synchronous of modes) {
       const adapterName = synchronous === "FULL" ? "ledger-sqlite" : `ledger-sqlite (synchronous=${synchronous})`;
       rows.push(...(await benchMode({ dir, synchronous, adapterName, durationMs, concurrencies })));
+      rows.push(...(await benchConnections({ dir, synchronous, adapterName, durationMs, connections })));
     }
     return rows;
   } finally {
@@ -171,7 +268,9 @@ function printTable(rows) {
   for (const l of lines) console.log(fmt(l));
 }
 
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+if (!isMainThread && workerData?.ledgerSqliteBench) {
+  await connectionWorker(workerData.ledgerSqliteBench);
+} else if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   const args = process.argv.slice(2);
   const durationIndex = args.indexOf("--duration");
   const durationMs = durationIndex >= 0 ? Number(args[durationIndex + 1]) : 3000;
