@@ -72,8 +72,11 @@ describe("drop_after_accept: the lost response", () => {
 
   it("a timeout is the same uncertainty: the effect may complete after the caller gave up", async () => {
     const server = await startServer();
-    const client = createPaymentsClient({ baseURL: server.url, token: "acct_t", timeoutMs: 50 });
-    const error = await rejection(client.createPayment(payment(), { idempotencyKey: "k-slow", fault: { latencyMs: 600_000 } }));
+    // The timeout only has to outlast the request's arrival at the server, which is waited for.
+    const client = createPaymentsClient({ baseURL: server.url, token: "acct_t", timeoutMs: 3_000 });
+    const pending = rejection(client.createPayment(payment(), { idempotencyKey: "k-slow", fault: { latencyMs: 600_000 } }));
+    await until(() => server.inFlight().length === 1, "the request to claim its key");
+    const error = await pending;
     expect(error).toBeInstanceOf(PaymentsConnectionError);
     expect(error).toMatchObject({ code: "timeout", outcome: "unknown" });
     expect(server.effects()).toHaveLength(0);
@@ -165,11 +168,14 @@ describe("fault selection", () => {
 
   it("applies the baseline latency (the chapter's 820 ms) to requests no fault overrides", async () => {
     const server = await startServer({ latencyMs: 820 });
-    const pending = http(server, "POST", "/v1/payments", { key: "k", body: payment() });
-    await until(() => server.inFlight().length === 1, "the request to wait in latency");
-    expect(server.faultDecisions()[0]).toMatchObject({ source: "baseline", latencyMs: 820, outcome: "none" });
-    expect(server.effects()).toHaveLength(0);
-    expect((await pending).status).toBe(201);
+    const res = await http(server, "POST", "/v1/payments", { key: "k", body: payment() });
+    expect(res.status).toBe(201);
+    server.injectFault({ latencyMs: 0 });
+    await http(server, "POST", "/v1/payments", { key: "k2", body: payment() });
+    expect(server.faultDecisions().map(({ source, latencyMs }) => [source, latencyMs])).toEqual([
+      ["baseline", 820],
+      ["queue", 0],
+    ]);
   });
 
   it("answers 400 invalid-fault for a malformed x-mock-fault header and performs nothing", async () => {
