@@ -65,8 +65,10 @@ export interface DispatcherOptions {
   leaseMs?: number;
   /** How long a caller waits on another attempt's in-flight claim before giving up (LEDGER-15). Default 10 s. */
   waitMs?: number;
-  /** First back-off between re-claims while waiting; doubles up to 500 ms. Default 20 ms. */
+  /** First back-off between re-claims while waiting; doubles up to `maxPollMs`. Default 20 ms. */
   pollMs?: number;
+  /** Longest back-off between re-claims while waiting. Default 500 ms. */
+  maxPollMs?: number;
   /**
    * Run unkeyed_write tools on a ledger that declares itself volatile. Refused by default
    * because such a ledger can forget a claim and nothing downstream would catch the repeat (LEDGER-14).
@@ -109,6 +111,7 @@ export class Dispatcher implements CallDispatcher {
   private readonly leaseMs: number;
   private readonly waitMs: number;
   private readonly pollMs: number;
+  private readonly maxPollMs: number;
   private readonly logger: DispatchLogger;
   private readonly onEvent: ((event: DispatchEvent) => void) | undefined;
 
@@ -119,6 +122,7 @@ export class Dispatcher implements CallDispatcher {
     this.leaseMs = options.leaseMs ?? 30_000;
     this.waitMs = options.waitMs ?? 10_000;
     this.pollMs = options.pollMs ?? 20;
+    this.maxPollMs = options.maxPollMs ?? 500;
     this.logger = options.logger ?? consoleLogger;
     this.onEvent = options.onEvent;
 
@@ -228,7 +232,7 @@ export class Dispatcher implements CallDispatcher {
       if (waited >= this.waitMs) throw new InFlightElsewhereError(key, waited);
       this.emit({ type: "waiting", key, toolName: tool.name, ordinal, owner: (row as InFlightRow).owner });
       await sleep(Math.min(delay, this.waitMs - waited));
-      delay = Math.min(delay * 2, 500);
+      delay = Math.min(delay * 2, this.maxPollMs);
     }
   }
 

@@ -1,0 +1,66 @@
+import { MemoryLedger, UnguardedDispatcher, type Ledger } from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { runEndToEnd } from "../src/e2e/index.js";
+import type { LedgerSubject } from "../src/index.js";
+
+/** The reference ledger on the wall clock, so dead workers' leases really lapse. */
+const memory: LedgerSubject = {
+  name: "ledger-memory",
+  capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false },
+  async create() {
+    const ledger = new MemoryLedger();
+    return {
+      ledger,
+      reopen: async () => ledger,
+      raw: {
+        read: async () => undefined,
+        expireLease: async () => {},
+        expireRetention: async () => {},
+      },
+      destroy: async () => {},
+    };
+  },
+};
+
+const runs = Number(process.env.CONFORMANCE_E2E_RUNS ?? 150);
+
+describe("end-to-end level", () => {
+  it(`CONF-2 the in-memory ledger performs every effect exactly once over ${runs} random scenarios`, async () => {
+    await runEndToEnd(memory, { runs, seed: Number(process.env.CONFORMANCE_SEED ?? 20261129) });
+  }, 600_000);
+
+  it("CONF-2 the naive handler is rejected with a duplicate and a readable counterexample", async () => {
+    const error = await runEndToEnd(memory, {
+      runs: 200,
+      seed: 7,
+      dispatcher: (tools) => new UnguardedDispatcher(tools),
+    }).catch((e: unknown) => e as Error);
+    expect(error).toBeInstanceOf(Error);
+    const message = (error as Error).message;
+    expect(message).toMatch(/breaks (CONF-2|DISPATCH-5)/);
+    expect(message).toContain("timeline of the shrunk scenario:");
+    expect(message).toMatch(/seed 7, path "[0-9:]+"/);
+  }, 600_000);
+
+  it("CONF-2 a ledger that forgets every claim is rejected: unkeyed invoices repeat", async () => {
+    const forgetful: LedgerSubject = {
+      ...memory,
+      async create() {
+        const fixture = await memory.create();
+        // Claims always win, nothing is remembered: the dispatcher has no memory again.
+        const ledger: Ledger = Object.assign(Object.create(fixture.ledger), {
+          claim: async () => ({ outcome: "claimed", fence: 1, leaseExpiresAt: Date.now() + 1000, takeover: false }),
+          complete: async () => {},
+          fail: async () => {},
+          release: async () => {},
+          markUnknown: async () => {},
+          renew: async () => ({ leaseExpiresAt: Date.now() + 1000 }),
+        });
+        return { ...fixture, ledger, reopen: async () => ledger };
+      },
+    };
+    const error = await runEndToEnd(forgetful, { runs: 300, seed: 11 }).catch((e: unknown) => e as Error);
+    expect(error).toBeInstanceOf(Error);
+    expect((error as Error).message).toMatch(/invoice .* performed 2 times/);
+  }, 600_000);
+});
