@@ -2,15 +2,15 @@
 // Renders the compliance matrix from JSON conformance reports and writes it into the spec
 // between <!-- compliance-matrix:start --> and <!-- compliance-matrix:end -->.
 //
-//   node conformance/scripts/compliance-matrix.mjs [--spec spec/README.md] [--stdout] report.json [name=report.json ...]
+//   node conformance/scripts/compliance-matrix.mjs [--spec spec/dispatch-once.md] [--stdout] report.json [name=report.json ...]
 //
 // Each report is the output of `pnpm conformance --adapter <module> --json`; its column is
 // named by the report's subject unless given as name=path. Requires a built kit (dist/).
-import { readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { patchComplianceMatrix, renderComplianceMatrix } from "../dist/index.js";
+import { MATRIX_START, patchComplianceMatrix, renderComplianceMatrix } from "../dist/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -53,7 +53,9 @@ const matrix = renderComplianceMatrix(reports);
 if (values.stdout) {
   process.stdout.write(`${matrix}\n`);
 } else {
-  const spec = resolve(values.spec ?? resolve(here, "../../spec/README.md"));
+  // Default: the spec file that holds the markers (§10.1 of dispatch-once.md), else spec/README.md.
+  const candidates = [resolve(here, "../../spec/dispatch-once.md"), resolve(here, "../../spec/README.md")];
+  const spec = resolve(values.spec ?? (candidates.find((f) => existsSync(f) && readFileSync(f, "utf8").includes(MATRIX_START)) ?? candidates[1]));
   let text;
   try {
     text = readFileSync(spec, "utf8");

@@ -191,7 +191,7 @@ export function renderComplianceMatrix(reports: Record<string, Report>): string 
   const sorted = [...ids].sort(compareRuleIds);
   const escape = (text: string) => text.replaceAll("|", "\\|");
   const lines = [
-    `| Rule | Requirement | ${subjects.map(escape).join(" | ")} |`,
+    `| Rule | Level | ${subjects.map(escape).join(" | ")} |`,
     `| --- | --- | ${subjects.map(() => ":---:").join(" | ")} |`,
   ];
   for (const id of sorted) {
@@ -200,7 +200,8 @@ export function renderComplianceMatrix(reports: Record<string, Report>): string 
       return summary === undefined ? "—" : CELL[summary.status];
     });
     const info = ruleInfo(id);
-    const title = info.title === "" ? id : `${id} ${escape(info.title)}`;
+    // The matrix lives in the spec itself, next to the rules' anchors.
+    const title = info.title === "" ? `[${id}](#${id})` : `[${id}](#${id}) ${escape(info.title)}`;
     lines.push(`| ${title} | ${info.requirement} | ${cells.join(" | ")} |`);
   }
   lines.push(

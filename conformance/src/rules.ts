@@ -1,3 +1,4 @@
+import specRules from "../../spec/rules.json";
 import type { RuleRequirement } from "./types.js";
 
 export interface RuleInfo {
@@ -30,11 +31,29 @@ export const RULES: readonly RuleInfo[] = [
   { id: "LEDGER-17", requirement: "MUST", title: "lookup never acts on an expired lease" },
   { id: "LEDGER-18", requirement: "MUST", title: "expiry follows the effect class stored in the row, not the claimant's" },
   { id: "LEDGER-19", requirement: "MUST", title: "after retention a key is absent: the next claim starts afresh" },
+  { id: "LEDGER-20", requirement: "MUST", title: "a ledger shared across processes measures leases on the store's clock" },
   { id: "CONF-1", requirement: "MUST", title: "a ledger adapter passes every MUST rule of §6 with its declared capabilities" },
   { id: "CONF-2", requirement: "MUST", title: "an implementation passes the key vectors and the end-to-end runs" },
 ];
 
-const BY_ID = new Map(RULES.map((r) => [r.id, r]));
+/** spec/rules.json, bundled at build time: `{ id, section, level, subject, summary }` per rule. */
+interface SpecRule {
+  id: string;
+  section?: string;
+  level?: string;
+  subject?: string;
+  summary?: string;
+}
+
+const SPEC_RULES: SpecRule[] = Array.isArray(specRules) ? (specRules as SpecRule[]) : [];
+
+/** The spec's catalogue wins (its levels and summaries are normative); the list above fills gaps. */
+const BY_ID = new Map<string, RuleInfo>(RULES.map((r) => [r.id, r]));
+for (const r of SPEC_RULES) {
+  if (typeof r.id !== "string") continue;
+  const level = r.level === "MUST" || r.level === "SHOULD" || r.level === "MAY" ? r.level : BY_ID.get(r.id)?.requirement ?? "MUST";
+  BY_ID.set(r.id, { id: r.id, requirement: level, title: r.summary ?? BY_ID.get(r.id)?.title ?? "" });
+}
 
 /** The catalogue entry of a rule id; an id the kit does not know is treated as MUST (fail closed). */
 export function ruleInfo(id: string): RuleInfo {

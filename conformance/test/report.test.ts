@@ -62,9 +62,9 @@ describe("compliance matrix", () => {
     const b = await runChecks([bad("LEDGER-1", "a"), ok("LEDGER-11", "b")], { subject: "ledger-broken" });
     const matrix = renderComplianceMatrix({ "ledger-memory": a, "ledger-broken": b });
     const lines = matrix.split("\n");
-    expect(lines[0]).toBe("| Rule | Requirement | ledger-memory | ledger-broken |");
-    expect(lines.find((l) => l.startsWith("| LEDGER-1 "))).toMatch(/\| MUST \| ✅ \| ❌ \|$/);
-    expect(lines.find((l) => l.startsWith("| LEDGER-11 "))).toMatch(/\| n\/a \| ✅ \|$/);
+    expect(lines[0]).toBe("| Rule | Level | ledger-memory | ledger-broken |");
+    expect(lines.find((l) => l.startsWith("| [LEDGER-1](#LEDGER-1) "))).toMatch(/\| MUST \| ✅ \| ❌ \|$/);
+    expect(lines.find((l) => l.startsWith("| [LEDGER-11](#LEDGER-11) "))).toMatch(/\| n\/a \| ✅ \|$/);
     expect(lines.at(-1)).toBe("| **Conforms (CONF-1)** | | ✅ | ❌ |");
   });
 
@@ -86,8 +86,8 @@ describe("compliance matrix", () => {
     expect(run.stderr).toBe("");
     expect(run.status).toBe(0);
     const patched = readFileSync(readme, "utf8");
-    expect(patched).toContain("| Rule | Requirement | ledger-memory | ledger-postgres |");
-    expect(patched).toMatch(/\| LEDGER-12 [^\n]*\| n\/a \| ✅ \|/);
+    expect(patched).toContain("| Rule | Level | ledger-memory | ledger-postgres |");
+    expect(patched).toMatch(/\| \[LEDGER-12\]\(#LEDGER-12\) [^\n]*\| n\/a \| ✅ \|/);
     expect(patched.startsWith("intro\n")).toBe(true);
     expect(patched.endsWith("outro\n")).toBe(true);
   });

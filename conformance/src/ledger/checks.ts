@@ -369,14 +369,14 @@ export const LEDGER_CHECK_SPECS: LedgerCheckSpec[] = [
   // LEDGER-4 -----------------------------------------------------------------
   {
     rule: "LEDGER-4",
-    name: "the fence strictly increases across 5 release and re-claim cycles",
+    name: "the fence starts at 1 and increases by one across 5 release and re-claim cycles",
     run: (subject) =>
       withFixture(subject, async (fixture) => {
         const key = freshKey();
         let last = 0;
         for (let i = 0; i < 5; i++) {
           const fence = await claimNew(fixture.ledger, key, `owner-${i}`, "keyed_write");
-          must(fence > last, `claim #${i} got fence ${fence}, not above the previous ${last}`);
+          must(fence === last + 1, `claim #${i} got fence ${fence}, expected ${last + 1} (the previous fence + 1)`);
           await mustBeStored(fixture, key, { state: "in_flight", fence }, `row after claim #${i}`);
           await fixture.ledger.release(key, fence);
           last = fence;
@@ -385,7 +385,7 @@ export const LEDGER_CHECK_SPECS: LedgerCheckSpec[] = [
   },
   {
     rule: "LEDGER-4",
-    name: "the fence strictly increases across 4 takeovers of expired keyed_write claims",
+    name: "the fence increases by one across 4 takeovers of expired keyed_write claims",
     run: (subject) =>
       withFixture(subject, async (fixture) => {
         const key = freshKey();
@@ -396,7 +396,7 @@ export const LEDGER_CHECK_SPECS: LedgerCheckSpec[] = [
             await fixture.ledger.claim(claimRequest(key, `owner-${i}`, "keyed_write")),
             `takeover #${i}`,
           );
-          must(taken.fence > last, `takeover #${i} got fence ${taken.fence}, not above the previous ${last}`);
+          must(taken.fence === last + 1, `takeover #${i} got fence ${taken.fence}, expected ${last + 1}`);
           last = taken.fence;
         }
         await fixture.ledger.complete(key, last, "1");
@@ -414,7 +414,7 @@ export const LEDGER_CHECK_SPECS: LedgerCheckSpec[] = [
         await fixture.ledger.release(key, first);
         const reopened = await fixture.reopen();
         const second = await claimNew(reopened, key, "owner-b", "keyed_write");
-        must(second > first, `after restart the fence went from ${first} to ${second}`);
+        must(second === first + 1, `after restart the fence went from ${first} to ${second}, expected ${first + 1}`);
       }),
   },
   // LEDGER-5 -----------------------------------------------------------------
@@ -839,6 +839,38 @@ export const LEDGER_CHECK_SPECS: LedgerCheckSpec[] = [
         await mustRejectWith(fixture.ledger.lookup(key), "ledger_corrupt", "lookup of a corrupt in-flight row");
       }),
   },
+  {
+    rule: "LEDGER-11",
+    name: "fenced operations and sweep never overwrite or remove a corrupt row",
+    needs: ["corruption"],
+    run: (subject) =>
+      withFixture(subject, async (fixture) => {
+        for (const op of OWNER_OPS) {
+          const key = freshKey(op);
+          const fence = await claimNew(fixture.ledger, key, "owner-a", "keyed_write");
+          await fixture.raw.corrupt!(key);
+          let outcome: string;
+          try {
+            await ownerOp(fixture.ledger, op, key, fence);
+            outcome = "ok";
+          } catch (error) {
+            outcome = (error as { code?: string }).code ?? String(error);
+          }
+          must(outcome === "ledger_corrupt" || outcome === "stale_claim", `${op} on a corrupt row returned ${outcome}, expected ledger_corrupt`);
+          await mustRejectWith(fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write")), "ledger_corrupt", `claim after ${op} on a corrupt row`);
+        }
+        const key = freshKey("sweep");
+        const fence = await claimNew(fixture.ledger, key, "owner-a", "keyed_write");
+        await fixture.ledger.complete(key, fence, "1");
+        await fixture.raw.corrupt!(key);
+        try {
+          await fixture.ledger.sweep();
+        } catch (error) {
+          must((error as { code?: string }).code === "ledger_corrupt", `sweep over a corrupt row raised ${String(error)}`);
+        }
+        await mustRejectWith(fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write")), "ledger_corrupt", "claim after a sweep over a corrupt row");
+      }),
+  },
   // LEDGER-12 ----------------------------------------------------------------
   {
     rule: "LEDGER-12",
@@ -868,7 +900,6 @@ export const LEDGER_CHECK_SPECS: LedgerCheckSpec[] = [
           mustEqual(await snapshot(fixture, key), before, `row after ${op} on an unreachable store`);
         }
         await mustRejectWith(broken.lookup(key), "ledger_unavailable", "lookup on an unreachable store");
-        await mustRejectWith(broken.sweep(), "ledger_unavailable", "sweep on an unreachable store");
       }),
   },
   // LEDGER-13 ----------------------------------------------------------------
@@ -884,8 +915,9 @@ export const LEDGER_CHECK_SPECS: LedgerCheckSpec[] = [
           await finishAs(fixture.ledger, key, await claimNew(fixture.ledger, key, "owner-a", "keyed_write"), state);
           await fixture.raw.expireRetention(key);
         }
+        // A store that expires rows itself (Redis TTL) may have forgotten them already (LEDGER-19): it may count fewer, never more.
         const removed = await fixture.ledger.sweep();
-        mustEqual(removed, 4, "rows removed by sweep");
+        must(Number.isSafeInteger(removed) && removed >= 0 && removed <= 4, `sweep reported ${show(removed)} rows removed; 4 had passed retention`);
         for (const key of keys) {
           mustEqual(await fixture.raw.read(key), undefined, `stored row ${short(key)} after sweep`);
           mustEqual(await fixture.ledger.lookup(key), undefined, `lookup ${short(key)} after sweep`);
@@ -909,7 +941,8 @@ export const LEDGER_CHECK_SPECS: LedgerCheckSpec[] = [
         const done = freshKey("done");
         await fixture.ledger.complete(done, await claimNew(fixture.ledger, done, "owner-a", "keyed_write"), "true");
         await fixture.raw.expireRetention(done);
-        mustEqual(await fixture.ledger.sweep(), 1, "rows removed by sweep (only the finished one)");
+        const removed = await fixture.ledger.sweep();
+        must(removed >= 0 && removed <= 1, `sweep reported ${removed} rows removed; only 1 finished row had passed retention`);
         for (const [key, fence, label] of held) {
           await mustBeStored(fixture, key, { state: "in_flight", fence }, `${label} in-flight row after sweep`);
         }
@@ -1030,15 +1063,27 @@ export const LEDGER_CHECK_SPECS: LedgerCheckSpec[] = [
   },
   {
     rule: "LEDGER-19",
-    name: "after retention and sweep a key is absent and the next claim wins",
+    name: "after retention and sweep a key is absent and the next claim is a first claim (fence 1)",
     run: (subject) =>
       withFixture(subject, async (fixture) => {
         const key = freshKey();
         await fixture.ledger.complete(key, await claimNew(fixture.ledger, key, "owner-a", "keyed_write"), '"old"');
         await fixture.raw.expireRetention(key);
-        mustEqual(await fixture.ledger.sweep(), 1, "rows removed by sweep");
+        const removed = await fixture.ledger.sweep();
+        must(removed >= 0 && removed <= 1, `sweep reported ${removed} rows removed; 1 had passed retention`);
         mustEqual(await fixture.ledger.lookup(key), undefined, "lookup after sweep");
-        mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write")), "claim after retention");
+        mustEqual(await fixture.raw.read(key), undefined, "stored row after retention and sweep");
+        const again = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write")), "claim after retention");
+        must(again.fence === 1 && !again.takeover, `a forgotten key behaves as never claimed: got fence ${again.fence}, takeover ${again.takeover}; expected fence 1, no takeover`);
+      }),
+  },
+  {
+    rule: "LEDGER-20",
+    name: "a ledger shared across processes measures leases on the store's clock",
+    needs: ["sharedAcrossProcesses"],
+    run: (subject) =>
+      withFixture(subject, async (fixture) => {
+        mustEqual(fixture.ledger.capabilities.clock, "store", "capabilities.clock of a ledger shared across processes");
       }),
   },
 ];

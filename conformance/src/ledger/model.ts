@@ -123,12 +123,13 @@ export class ReferenceModel {
   }
 
   /** What a claim must return now. */
-  claimExpectation(key: number): { kind: "claim"; takeover: boolean; above: number } | { kind: "existing"; row: ModelRow } {
+  claimExpectation(key: number): { kind: "claim"; takeover: boolean; fence: number } | { kind: "existing"; row: ModelRow } {
     const row = this.rows.get(key);
-    const above = this.lastFence.get(key) ?? 0;
-    if (row === undefined || row.state === "released") return { kind: "claim", takeover: false, above };
+    // LEDGER-4: fence 1 for a key without a row, the row's fence + 1 after a release or takeover.
+    const fence = (row?.fence ?? 0) + 1;
+    if (row === undefined || row.state === "released") return { kind: "claim", takeover: false, fence };
     if (row.state !== "in_flight" || !row.expired) return { kind: "existing", row };
-    if (MODEL_KEYS[key]!.effect === "keyed_write") return { kind: "claim", takeover: true, above };
+    if (MODEL_KEYS[key]!.effect === "keyed_write") return { kind: "claim", takeover: true, fence };
     return { kind: "existing", row: { state: "unknown", fence: row.fence, reason: "lease_expired" } };
   }
 
@@ -259,7 +260,7 @@ export class ScenarioDriver {
     const summary = summarizeClaims(results, owners);
     if (expectation.kind === "claim") {
       if (winners.length !== 1) {
-        const expected = `exactly one claimed (fence > ${expectation.above}${expectation.takeover ? ", takeover" : ""})`;
+        const expected = `exactly one claimed (fence=${expectation.fence}${expectation.takeover ? ", takeover" : ""})`;
         if (winners.length > 1) fail("LEDGER-1", summary, expected, `${winners.length} concurrent claims of one key won`);
         const row = model.rows.get(key);
         const rule = expectation.takeover ? "LEDGER-7" : row?.state === "released" ? "LEDGER-3" : "LEDGER-3";
@@ -267,8 +268,8 @@ export class ScenarioDriver {
       }
       const { r, owner } = winners[0]!;
       if (r.outcome !== "claimed") throw new Error("unreachable");
-      if (!(Number.isSafeInteger(r.fence) && r.fence > expectation.above)) {
-        fail("LEDGER-4", summary, `fence > ${expectation.above}`, `fence ${r.fence} does not exceed the previous fence ${expectation.above}`);
+      if (r.fence !== expectation.fence) {
+        fail("LEDGER-4", summary, `fence=${expectation.fence}`, `the claim got fence ${r.fence}; LEDGER-4 gives ${expectation.fence} (1 for a new key, the previous fence + 1 after release or takeover)`);
       }
       if (r.takeover !== expectation.takeover) {
         fail(expectation.takeover ? "LEDGER-7" : "LEDGER-3", summary, `takeover ${expectation.takeover}`, `takeover reported ${r.takeover}`);
