@@ -7,16 +7,20 @@ import {
   defineTool,
   type CallDispatcher,
 } from "@dispatch-once/core";
+import { createPaymentsClient, startMockPayments } from "@dispatch-once/mock-payments";
 import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
 import { z } from "zod";
 import { ConversationRunner, MemoryConversationStore, type ConversationRunnerOptions } from "../src/index.js";
 
 export const PAY_ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "Invoice 1042" };
 
-/** A downstream that performs an effect per call, like a payments API handed a fresh key each time. */
-export function paymentsDownstream(latencyMs: number) {
-  const effects: { idempotencyKey: string; payee: string; amount: number; at: number }[] = [];
-  let accepted = 0;
+/**
+ * The send_payment tool over the mock payments API: the key travels as the Idempotency-Key
+ * header, and the API's effect log is the oracle for how many payments were made.
+ */
+export async function paymentsDownstream(latencyMs: number) {
+  const server = await startMockPayments({ latencyMs });
+  const client = createPaymentsClient({ baseURL: server.url, token: "acct_test" });
   const tools = new ToolRegistry([
     defineTool({
       name: "send_payment",
@@ -31,13 +35,14 @@ export function paymentsDownstream(latencyMs: number) {
       }),
       identity: ["payee", "amount", "currency", "reference"],
       async run(args, ctx) {
-        await new Promise((r) => setTimeout(r, latencyMs));
-        effects.push({ idempotencyKey: ctx.idempotencyKey, payee: args.payee, amount: args.amount, at: Date.now() });
-        return { paymentId: `pay_${++accepted}`, status: "accepted" };
+        const payment = await client.createPayment(args, { idempotencyKey: ctx.idempotencyKey });
+        return { paymentId: payment.body.id, status: "accepted" };
       },
     }),
   ]);
-  return { tools, effects };
+  const effects = () =>
+    server.effects().filter((e) => e.kind === "payment_created").map((e) => ({ idempotencyKey: e.idempotencyKey, paymentId: e.resourceId, at: Date.parse(e.at) }));
+  return { tools, effects, server };
 }
 
 export async function providerWithPlans(): Promise<MockProvider> {
@@ -51,11 +56,18 @@ export async function providerWithPlans(): Promise<MockProvider> {
   });
 }
 
-export function setup(
+const servers: { close(): Promise<void> }[] = [];
+/** Close every payments server the tests of a file started. */
+export async function closeDownstreams(): Promise<void> {
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+}
+
+export async function setup(
   provider: MockProvider,
   options: { guarded: boolean; latencyMs?: number; runner?: Partial<ConversationRunnerOptions> },
 ) {
-  const downstream = paymentsDownstream(options.latencyMs ?? 50);
+  const downstream = await paymentsDownstream(options.latencyMs ?? 50);
+  servers.push(downstream.server);
   const ledger = new MemoryLedger();
   const dispatcher: CallDispatcher = options.guarded
     ? new Dispatcher({ tools: downstream.tools, ledger, waitMs: 10_000, pollMs: 5 })

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { MockProvider } from "@dispatch-once/mock-provider";
 import { TurnFailedError, type RunnerEvent } from "../src/index.js";
-import { PAY_ACME, providerWithPlans, setup } from "./fixtures.js";
+import { PAY_ACME, providerWithPlans, setup, closeDownstreams } from "./fixtures.js";
 
 let provider: MockProvider;
 beforeEach(async () => {
@@ -9,6 +9,7 @@ beforeEach(async () => {
 });
 afterEach(async () => {
   await provider.close();
+  await closeDownstreams();
 });
 
 /** The chapter's cut: reset after the call's content_block_stop, before message_stop, first attempt only. */
@@ -24,37 +25,38 @@ function cutFirstAttempt(at: "during_dispatch" | "after_dispatch_before_stop", t
 describe("the chapter's incident over the real SDK", () => {
   it("STREAM-5 naive handler: the automatic retry pays twice", async () => {
     cutFirstAttempt("after_dispatch_before_stop");
-    const { runner, effects } = setup(provider, { guarded: false, latencyMs: 100 });
+    const { runner, effects } = await setup(provider, { guarded: false, latencyMs: 100 });
     const result = await runner.send("conv-incident", { id: "m1", content: "pay acme" });
     expect(result.status).toBe("answered");
-    expect(effects).toHaveLength(2);
+    expect(effects()).toHaveLength(2);
     // The retry's call carried a fresh toolu_ id: the naive key changed with it.
-    expect(new Set(effects.map((e) => e.idempotencyKey)).size).toBe(2);
+    expect(new Set(effects().map((e) => e.idempotencyKey)).size).toBe(2);
   });
 
   for (const position of ["during_dispatch", "after_dispatch_before_stop"] as const) {
     it(`STREAM-5 guarded: a reset ${position} pays once and the retry gets the first payment's result`, async () => {
       cutFirstAttempt(position);
       const events: RunnerEvent[] = [];
-      const { runner, effects, store } = setup(provider, {
+      const { runner, effects, store } = await setup(provider, {
         guarded: true,
         latencyMs: 100,
         runner: { onEvent: (e) => events.push(e) },
       });
       const result = await runner.send("conv-incident", { id: "m1", content: "pay acme" });
-      expect(effects).toHaveLength(1);
+      expect(effects()).toHaveLength(1);
       const failed = events.find((e) => e.type === "stream_failed");
       expect(failed).toMatchObject({ position });
       const paymentTurn = result.turns[0]!;
       expect(paymentTurn.attempts).toBe(2);
-      expect(paymentTurn.calls[0]).toMatchObject({ replayed: true, result: { paymentId: "pay_1", status: "accepted" } });
+      const [payment] = effects();
+      expect(paymentTurn.calls[0]).toMatchObject({ replayed: true, result: { paymentId: payment!.paymentId, status: "accepted" } });
 
       // What the conversation holds: the retried response's toolu_ id, the first payment's result.
       const snapshot = await store.load("conv-incident");
       const toolResults = snapshot.messages[2]!.content as { tool_use_id: string; content: string }[];
       const assistant = snapshot.messages[1]!.content as { id: string }[];
       expect(toolResults[0]!.tool_use_id).toBe(assistant[0]!.id);
-      expect(JSON.parse(toolResults[0]!.content)).toEqual({ paymentId: "pay_1", status: "accepted" });
+      expect(JSON.parse(toolResults[0]!.content)).toEqual({ paymentId: payment!.paymentId, status: "accepted" });
       expect(provider.requests[1]!.toolUses[0]!.id).toBe(assistant[0]!.id);
       expect(provider.requests[0]!.toolUses[0]!.id).not.toBe(assistant[0]!.id);
     });
@@ -65,26 +67,26 @@ describe("the chapter's incident over the real SDK", () => {
       info.requestNumber === 1 ? { kind: "clean_close", at: { beforeMessageStop: true }, timing: { beforeMessageStopMs: 200 } } : undefined,
     );
     const events: RunnerEvent[] = [];
-    const { runner, effects } = setup(provider, { guarded: true, runner: { onEvent: (e) => events.push(e) } });
+    const { runner, effects } = await setup(provider, { guarded: true, runner: { onEvent: (e) => events.push(e) } });
     await runner.send("conv-close", { id: "m1", content: "pay acme" });
     expect(events.find((e) => e.type === "stream_failed")).toMatchObject({
       position: "after_dispatch_before_stop",
       error: expect.stringContaining("StreamIncompleteError"),
     });
-    expect(effects).toHaveLength(1);
+    expect(effects()).toHaveLength(1);
   });
 
   it("STREAM-2 an overloaded error event mid-stream is a failed stream, and is retried", async () => {
     provider.setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "error_event", at: { beforeMessageStop: true } } : undefined));
-    const { runner, effects } = setup(provider, { guarded: true });
+    const { runner, effects } = await setup(provider, { guarded: true });
     const result = await runner.send("conv-err", { id: "m1", content: "pay acme" });
     expect(result.turns[0]!.attempts).toBe(2);
-    expect(effects).toHaveLength(1);
+    expect(effects()).toHaveLength(1);
   });
 
   it("STREAM-3 a cut while arguments stream: nothing dispatched, no ledger row, the call is not run", async () => {
     provider.setFaultPlan(() => ({ kind: "reset", at: { toolUse: 0, afterFragment: 2 } }));
-    const { runner, effects, ledger, store } = setup(provider, { guarded: true });
+    const { runner, effects, ledger, store } = await setup(provider, { guarded: true });
     const error = await runner.send("conv-args", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TurnFailedError);
     const record = (error as TurnFailedError).record;
@@ -94,7 +96,7 @@ describe("the chapter's incident over the real SDK", () => {
     ]);
     expect(record.calls[0]!.partialArguments!.length).toBeGreaterThan(0);
     expect(() => JSON.parse(record.calls[0]!.partialArguments!)).toThrow();
-    expect(effects).toHaveLength(0);
+    expect(effects()).toHaveLength(0);
     expect(ledger.size).toBe(0);
     // RECORD-1: the conversation holds only what the user said; the record lives beside it.
     const snapshot = await store.load("conv-args");
@@ -105,30 +107,30 @@ describe("the chapter's incident over the real SDK", () => {
 
   it("RECORD-2 a failed turn reports calls that ran with their stored result, and writes nothing", async () => {
     provider.setFaultPlan(() => ({ kind: "reset", at: { beforeMessageStop: true } }));
-    const { runner, effects, store } = setup(provider, { guarded: true, runner: { retry: { attempts: 2, backoffMs: () => 1 } } });
+    const { runner, effects, store } = await setup(provider, { guarded: true, runner: { retry: { attempts: 2, backoffMs: () => 1 } } });
     const error = (await runner.send("conv-ran", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error.record.position).toBe("after_dispatch_before_stop");
     expect(error.record.calls).toEqual([
-      expect.objectContaining({ status: "completed", result: { paymentId: "pay_1", status: "accepted" } }),
+      expect.objectContaining({ status: "completed", result: { paymentId: effects()[0]!.paymentId, status: "accepted" } }),
     ]);
-    expect(effects).toHaveLength(1);
+    expect(effects()).toHaveLength(1);
     expect((await store.load("conv-ran")).messages).toHaveLength(1);
   });
 
   it("IDENT-1 a memo re-worded by the retried response still pays once", async () => {
     cutFirstAttempt("after_dispatch_before_stop");
-    const { runner, effects } = setup(provider, { guarded: true });
+    const { runner, effects } = await setup(provider, { guarded: true });
     await runner.send("conv-memo", { id: "m1", content: "pay acme" });
     const memos = provider.requests.slice(0, 2).map((r) => r.toolUses[0]!.input.memo);
     expect(memos[0]).not.toBe(memos[1]);
-    expect(effects).toHaveLength(1);
+    expect(effects()).toHaveLength(1);
   });
 
   it("DISPATCH-6 two identical calls in one turn both pay, and a retry of that turn pays nothing more", async () => {
     provider.setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : undefined));
-    const { runner, effects } = setup(provider, { guarded: true });
+    const { runner, effects } = await setup(provider, { guarded: true });
     const result = await runner.send("conv-twice", { id: "m1", content: "pay acme twice" });
-    expect(effects).toHaveLength(2);
+    expect(effects()).toHaveLength(2);
     expect(result.turns[0]!.calls.map((c) => c.ordinal)).toEqual([0, 1]);
     expect(result.turns[0]!.calls.every((c) => c.replayed)).toBe(true);
   });
@@ -136,11 +138,11 @@ describe("the chapter's incident over the real SDK", () => {
   it("STREAM-4 dispatch happens at content_block_stop, before message_stop", async () => {
     provider.setTiming({ beforeMessageStopMs: 150 });
     const events: RunnerEvent[] = [];
-    const { runner, effects } = setup(provider, { guarded: true, latencyMs: 10, runner: { onEvent: (e) => events.push(e) } });
+    const { runner, effects } = await setup(provider, { guarded: true, latencyMs: 10, runner: { onEvent: (e) => events.push(e) } });
     await runner.send("conv-early", { id: "m1", content: "pay acme" });
     const messageStop = await provider.waitForEvent((e) => e.type === "message_stop");
     const received = provider.requests[0]!.receivedAt;
-    expect(effects[0]!.at).toBeLessThan(received + messageStop.atMs);
+    expect(effects()[0]!.at).toBeLessThan(received + messageStop.atMs);
     expect(PAY_ACME.payee).toBe("acme");
   });
 });

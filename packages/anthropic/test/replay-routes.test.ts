@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { MockProvider } from "@dispatch-once/mock-provider";
 import { ConversationRunner, TurnFailedError } from "../src/index.js";
-import { providerWithPlans, setup } from "./fixtures.js";
+import { providerWithPlans, setup, closeDownstreams } from "./fixtures.js";
 
 let provider: MockProvider;
 beforeEach(async () => {
@@ -9,25 +9,26 @@ beforeEach(async () => {
 });
 afterEach(async () => {
   await provider.close();
+  await closeDownstreams();
 });
 
 describe("every replay route performs the effect once", () => {
   it("TURN-2 client re-send after a failed turn: same message id, same turn index, no second payment", async () => {
     // The first send's only attempt dies after the payment; the client re-sends its pending message.
     provider.setFaultPlan((_r, info) => (info.requestNumber === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : undefined));
-    const { runner, effects, store } = setup(provider, { guarded: true, runner: { retry: { attempts: 1 } } });
+    const { runner, effects, store } = await setup(provider, { guarded: true, runner: { retry: { attempts: 1 } } });
     await expect(runner.send("conv-resend", { id: "m1", content: "pay acme" })).rejects.toBeInstanceOf(TurnFailedError);
     const again = await runner.send("conv-resend", { id: "m1", content: "pay acme" });
     expect(again.appended).toBe(false);
     expect(again.turns[0]).toMatchObject({ turnIndex: 0, committed: true });
-    expect(again.turns[0]!.calls[0]).toMatchObject({ replayed: true, result: { paymentId: "pay_1" } });
-    expect(effects).toHaveLength(1);
+    expect(again.turns[0]!.calls[0]).toMatchObject({ replayed: true, result: { paymentId: effects()[0]!.paymentId } });
+    expect(effects()).toHaveLength(1);
     // One user message, one assistant turn, one tool result, one closing turn.
     expect((await store.load("conv-resend")).messages.map((m) => m.role)).toEqual(["user", "assistant", "user", "assistant"]);
   });
 
   it("TURN-5 queue redelivery run concurrently by two workers: one payment, one committed history", async () => {
-    const first = setup(provider, { guarded: true, latencyMs: 80 });
+    const first = await setup(provider, { guarded: true, latencyMs: 80 });
     // A second worker process: its own runner and SDK client, the same ledger and conversation store.
     const second = new ConversationRunner({
       client: first.client,
@@ -38,7 +39,7 @@ describe("every replay route performs the effect once", () => {
     });
     const message = { id: "m1", content: "pay acme" };
     const [a, b] = await Promise.all([first.runner.send("conv-redeliver", message), second.send("conv-redeliver", message)]);
-    expect(first.effects).toHaveLength(1);
+    expect(first.effects()).toHaveLength(1);
     expect([a.appended, b.appended].sort()).toEqual([false, true]);
     const snapshot = await first.store.load("conv-redeliver");
     expect(snapshot.messages.map((m) => m.role)).toEqual(["user", "assistant", "user", "assistant"]);
@@ -46,28 +47,29 @@ describe("every replay route performs the effect once", () => {
   });
 
   it("TURN-2 a double-clicked send: the second click resolves to the first message", async () => {
-    const { runner, effects, store } = setup(provider, { guarded: true, latencyMs: 40 });
+    const { runner, effects, store } = await setup(provider, { guarded: true, latencyMs: 40 });
     const message = { id: "m-click", content: "pay acme" };
     const first = runner.send("conv-click", message);
     await new Promise((r) => setTimeout(r, 5));
     const second = runner.send("conv-click", message);
     await Promise.all([first, second]);
-    expect(effects).toHaveLength(1);
+    expect(effects()).toHaveLength(1);
     expect((await store.load("conv-click")).messages.filter((m) => m.role === "user" && typeof m.content === "string")).toHaveLength(1);
     // A click after the answer is complete asks the model nothing and runs nothing.
     const requestsBefore = provider.requests.length;
     const late = await runner.send("conv-click", message);
     expect(late).toMatchObject({ appended: false, turns: [] });
     expect(provider.requests).toHaveLength(requestsBefore);
-    expect(effects).toHaveLength(1);
+    expect(effects()).toHaveLength(1);
   });
 
   it("TURN-1 a legitimate second payment in a later turn is made", async () => {
-    const { runner, effects } = setup(provider, { guarded: true });
+    const { runner, effects } = await setup(provider, { guarded: true });
     await runner.send("conv-repeat", { id: "m1", content: "pay acme" });
     const second = await runner.send("conv-repeat", { id: "m2", content: "pay acme" });
-    expect(effects).toHaveLength(2);
+    expect(effects()).toHaveLength(2);
     expect(second.turns[0]).toMatchObject({ turnIndex: 2 });
-    expect(second.turns[0]!.calls[0]).toMatchObject({ replayed: false, result: { paymentId: "pay_2" } });
+    expect(second.turns[0]!.calls[0]).toMatchObject({ replayed: false, result: { paymentId: effects()[1]!.paymentId } });
+    expect(effects()[0]!.paymentId).not.toBe(effects()[1]!.paymentId);
   });
 });
