@@ -44,11 +44,11 @@ export const postgresSubject: LedgerSubject = {
         return other;
       },
       raw: {
-        read: (key) => readStoredRow(pool, schema, key),
-        expireLease: (key) => expireLease(pool, schema, key),
-        expireRetention: (key) => expireRetention(pool, schema, key),
+        read: (key: string) => readStoredRow(pool, schema, key),
+        expireLease: (key: string) => expireLease(pool, schema, key),
+        expireRetention: (key: string) => expireRetention(pool, schema, key),
         // An unknown row format version: the adapter must refuse it, never treat it as absent.
-        async corrupt(key) {
+        async corrupt(key: string) {
           const { rowCount } = await pool.query(`UPDATE ${table(schema)} SET v = 0 WHERE key = $1`, [key]);
           if (rowCount !== 1) throw new Error(`corrupt: no row ${key}`);
         },
