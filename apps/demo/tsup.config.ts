@@ -1,9 +1,11 @@
 import { defineConfig } from "tsup";
 
 export default defineConfig({
-  entry: ["src/index.ts", "src/cli.ts"],
+  // chaos-worker runs the naive side of the chaos run in a worker thread.
+  entry: ["src/index.ts", "src/cli.ts", "src/chaos-worker.ts"],
   format: ["esm", "cjs"],
-  dts: true,
+  dts: { entry: ["src/index.ts"] },
+  shims: true,
   sourcemap: true,
   clean: true,
   target: "node20",

@@ -1,0 +1,231 @@
+import type { Ledger } from "@dispatch-once/core";
+import { TurnFailedError, type RunnerEvent } from "@dispatch-once/anthropic";
+import { paymentMessage, startSide, type PaymentArgs, type Side } from "./world.js";
+
+/** The chapter's figures for the incident. */
+export const CHAPTER = {
+  /** The dispatcher's call to the payments API. */
+  paymentsMs: 820,
+  /** The provider's gap between the last content block stopping and message_stop. */
+  gapMs: 240,
+  /** Stream failures per turn. */
+  failureRate: 0.006,
+  /** Share of stream failures that land after dispatch (inside the window). */
+  windowShare: 0.11,
+} as const;
+
+/** Where the reset lands: this long after the payment was accepted, inside the 240 ms gap. */
+export const RESET_AFTER_ACCEPT_MS = 120;
+
+export type TimelineKind =
+  | "attempt_started"
+  | "dispatched"
+  | "payment_accepted"
+  | "stream_reset"
+  | "retry_scheduled"
+  | "replayed_from_ledger"
+  | "ran_again"
+  | "turn_committed"
+  | "answered"
+  | "turn_failed";
+
+export interface TimelineEntry {
+  /** Milliseconds from the start of the incident run. */
+  atMs: number;
+  kind: TimelineKind;
+  attempt: number;
+  text: string;
+}
+
+export interface IncidentSide {
+  payments: number;
+  paymentIds: string[];
+  /** The toolu_ ids of the send_payment call in each attempt: new per response. */
+  callIds: string[];
+  /** The Idempotency-Key each POST carried. */
+  idempotencyKeys: string[];
+  /** What the retry's dispatch did. */
+  retryDispatch: "ran_again" | "replayed_from_ledger" | "none";
+  failurePosition: string | undefined;
+  timeline: TimelineEntry[];
+  /**
+   * The window on the first attempt (ms from start): dispatch, payment accepted, the handler back
+   * on the stream (call resolved), the reset, and when message_stop was due (the provider's gap
+   * after the handler returned to the stream).
+   */
+  window: { dispatchMs: number; acceptedMs: number; resolvedMs: number; resetMs: number; messageStopDueMs: number } | undefined;
+  durationMs: number;
+}
+
+export interface IncidentResult {
+  timeScale: number;
+  paymentsMs: number;
+  gapMs: number;
+  resetAfterAcceptMs: number;
+  naive: IncidentSide;
+  guarded: IncidentSide;
+}
+
+export const INCIDENT_PAYMENT: PaymentArgs = {
+  payee: "acme-supplies",
+  amount: 1_250_000,
+  currency: "EUR",
+  reference: "INV-1042",
+  memo: "Invoice 1042, March deliveries",
+};
+
+/** The chapter's incident, naive and guarded side by side (each in its own world, run concurrently). */
+export async function runIncident(options: { ledger: Ledger; runId: string; seed: string; timeScale: number }): Promise<IncidentResult> {
+  const [naive, guarded] = await Promise.all([
+    replayIncident({ ...options, guarded: false }),
+    replayIncident({ ...options, guarded: true }),
+  ]);
+  return {
+    timeScale: options.timeScale,
+    paymentsMs: CHAPTER.paymentsMs * options.timeScale,
+    gapMs: CHAPTER.gapMs * options.timeScale,
+    resetAfterAcceptMs: RESET_AFTER_ACCEPT_MS * options.timeScale,
+    naive,
+    guarded,
+  };
+}
+
+async function replayIncident(options: { ledger: Ledger; runId: string; seed: string; timeScale: number; guarded: boolean }): Promise<IncidentSide> {
+  const scale = options.timeScale;
+  const started = Date.now();
+  const at = () => Date.now() - started;
+  const timeline: TimelineEntry[] = [];
+  const add = (kind: TimelineKind, attempt: number, text: string, atMs = at()) => timeline.push({ atMs, kind, attempt, text });
+  let currentAttempt = 0;
+  let side: Side | undefined;
+  const acceptedAt: number[] = [];
+  const idempotencyKeys: string[] = [];
+  const paymentIds: string[] = [];
+  try {
+    side = await startSide({
+      guarded: options.guarded,
+      ledger: options.ledger,
+      paymentsLatencyMs: CHAPTER.paymentsMs * scale,
+      providerTiming: {},
+      seed: options.seed,
+      onEffect: (effect) => {
+        if (effect.kind !== "payment_created") return;
+        acceptedAt.push(at());
+        idempotencyKeys.push(effect.idempotencyKey ?? "(none)");
+        paymentIds.push(effect.resourceId);
+        add("payment_accepted", currentAttempt, `payments API accepted ${effect.resourceId} (Idempotency-Key ${shorten(effect.idempotencyKey)})`);
+      },
+    });
+    const provider = side.provider;
+    // First attempt: the stream is held where message_stop would go and cut once the payment is
+    // accepted, so the reset lands inside the window by construction, not by timing luck.
+    let cutRequest: number | undefined;
+    // The chapter's handler is away for the payment (820 ms), then the provider takes its 240 ms
+    // before message_stop: the payment turn's stream stays open through both, one after the other.
+    const paymentTurnTiming = { afterBlockStopMs: CHAPTER.paymentsMs * scale, beforeMessageStopMs: CHAPTER.gapMs * scale };
+    provider.setFaultPlan((_request, info) => {
+      if (info.headers["x-demo-turn-index"] !== "0") return undefined;
+      if (cutRequest !== undefined || info.headers["x-demo-attempt"] !== "1") return { kind: "timing", timing: paymentTurnTiming };
+      cutRequest = info.requestNumber;
+      return { kind: "hold", at: { beforeMessageStop: true }, timing: { ...paymentTurnTiming, beforeMessageStopMs: 0 } };
+    });
+    const callIds: string[] = [];
+    let dispatchMs: number | undefined;
+    let resolvedMs: number | undefined;
+    let resetMs: number | undefined;
+    let failurePosition: string | undefined;
+    let retryDispatch: IncidentSide["retryDispatch"] = "none";
+    const onEvent = (event: RunnerEvent) => {
+      if (event.turnIndex !== 0) {
+        if (event.type === "turn_committed") add("answered", event.attempt, "the model confirms the payment; the message is answered");
+        return;
+      }
+      const t = event.at - started;
+      switch (event.type) {
+        case "attempt_started":
+          currentAttempt = event.attempt;
+          add("attempt_started", event.attempt, event.attempt === 1 ? "request sent to the provider" : "retry: the same request sent again (nothing was committed)", t);
+          break;
+        case "call_complete":
+          callIds.push(event.callId);
+          if (event.attempt === 1) dispatchMs = t;
+          add("dispatched", event.attempt, `send_payment complete (${event.callId}): dispatched at content_block_stop`, t);
+          break;
+        case "call_resolved":
+          if (event.attempt === 1) resolvedMs = t;
+          if (event.attempt === 1 && cutRequest !== undefined) {
+            const request = cutRequest;
+            setTimeout(() => {
+              void provider.waitForHold(request).then(() => provider.cutNow(request, "reset"));
+            }, RESET_AFTER_ACCEPT_MS * scale);
+          }
+          if (event.attempt > 1) {
+            retryDispatch = event.replayed ? "replayed_from_ledger" : "ran_again";
+            add(
+              retryDispatch,
+              event.attempt,
+              event.replayed
+                ? "the retry's dispatch found the key completed in the ledger: first payment's result replayed, payments API not called"
+                : "the retry's dispatch ran the tool again: a second payment",
+              t,
+            );
+          }
+          break;
+        case "stream_failed":
+          resetMs = t;
+          failurePosition = event.position;
+          add("stream_reset", event.attempt, `connection reset before message_stop (position ${event.position})`, t);
+          break;
+        case "retry_scheduled":
+          add("retry_scheduled", event.attempt, `retry scheduled in ${event.delayMs} ms`, t);
+          break;
+        case "turn_committed":
+          add("turn_committed", event.attempt, "message_stop received: the turn is committed to the conversation", t);
+          break;
+        case "turn_failed":
+          add("turn_failed", event.attempt, `the turn failed: ${event.record.error.message}`, t);
+          break;
+      }
+    };
+    const runner = side.runner({
+      retry: { attempts: 3, backoffMs: (n) => Math.max(1, Math.round(100 * 2 ** (n - 1) * scale)) },
+      requestHeaders: (info) => ({ "x-demo-attempt": String(info.attempt), "x-demo-turn-index": String(info.turnIndex) }),
+      onEvent,
+    });
+    const conversationId = `${options.runId}-incident-${options.guarded ? "guarded" : "naive"}`;
+    try {
+      await runner.send(conversationId, { id: "msg-1", content: paymentMessage(INCIDENT_PAYMENT) });
+    } catch (error) {
+      if (!(error instanceof TurnFailedError)) throw error;
+    }
+    timeline.sort((a, b) => a.atMs - b.atMs);
+    const window =
+      dispatchMs !== undefined && acceptedAt[0] !== undefined && resolvedMs !== undefined && resetMs !== undefined
+        ? {
+            dispatchMs,
+            acceptedMs: acceptedAt[0],
+            resolvedMs,
+            resetMs,
+            messageStopDueMs: resolvedMs + CHAPTER.gapMs * scale,
+          }
+        : undefined;
+    return {
+      payments: side.payments.effects({ kind: "payment_created" }).length,
+      paymentIds,
+      callIds,
+      idempotencyKeys,
+      retryDispatch,
+      failurePosition,
+      timeline,
+      window,
+      durationMs: at(),
+    };
+  } finally {
+    await side?.close();
+  }
+}
+
+function shorten(key: string | null): string {
+  if (key === null) return "none";
+  return key.length > 20 ? `${key.slice(0, 16)}…` : key;
+}

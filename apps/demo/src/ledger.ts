@@ -1,0 +1,118 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Ledger } from "@dispatch-once/core";
+import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
+import { createPostgresLedger } from "@dispatch-once/ledger-postgres";
+import { createRedisLedger } from "@dispatch-once/ledger-redis";
+import { Redis } from "ioredis";
+import pg from "pg";
+import type { LedgerSpec } from "./options.js";
+
+export interface OpenLedger {
+  ledger: Ledger;
+  kind: LedgerSpec["kind"];
+  /** Where the rows are, for the printout (no credentials). */
+  location: string;
+  durability: "durable" | "volatile";
+  warnings: string[];
+  /** Close the ledger and remove what the demo created (unless asked to keep it). */
+  close(): Promise<void>;
+}
+
+/** The demo's own table/schema/prefix per run, so repeated runs and parallel tests never share rows. */
+export function defaultNamespace(runId: string): string {
+  return `dispatch_once_demo_${runId}`;
+}
+
+export async function openLedger(spec: LedgerSpec, namespace: string, keep: boolean): Promise<OpenLedger> {
+  const warnings: string[] = [];
+  switch (spec.kind) {
+    case "sqlite": {
+      const tempDir = spec.path === undefined ? mkdtempSync(join(tmpdir(), "dispatch-once-demo-")) : undefined;
+      const path = spec.path ?? join(tempDir!, "ledger.sqlite");
+      const ledger = createSqliteLedger({ path, table: namespace });
+      return {
+        ledger,
+        kind: "sqlite",
+        location: `${path} (table ${namespace})`,
+        durability: ledger.capabilities.durability,
+        warnings,
+        async close() {
+          await ledger.close();
+          // A file the user named is theirs; the temporary one goes unless asked to keep it.
+          if (tempDir !== undefined && !keep) rmSync(tempDir, { recursive: true, force: true });
+          if (tempDir !== undefined && keep) warnings.push(`ledger kept at ${path}`);
+        },
+      };
+    }
+    case "postgres": {
+      const pool = new pg.Pool({ connectionString: spec.url, max: 8, connectionTimeoutMillis: 10_000 });
+      pool.on("error", () => {});
+      let schemaExisted: boolean;
+      try {
+        const { rows } = await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_namespace WHERE nspname = $1", [namespace]);
+        schemaExisted = (rows[0]?.n ?? 0) > 0;
+      } catch (error) {
+        await pool.end();
+        throw new Error(`cannot reach PostgreSQL at ${redact(spec.url)}: ${(error as Error).message}`, { cause: error });
+      }
+      const ledger = createPostgresLedger({ pool, schema: namespace, table: "ledger" });
+      await ledger.migrate();
+      return {
+        ledger,
+        kind: "postgres",
+        location: `${redact(spec.url)} (table ${namespace}.ledger)`,
+        durability: ledger.capabilities.durability,
+        warnings,
+        async close() {
+          await ledger.close();
+          // Only a schema this run created is dropped; an existing one is left as it was.
+          if (!keep && !schemaExisted) await pool.query(`DROP SCHEMA IF EXISTS "${namespace}" CASCADE`);
+          await pool.end();
+        },
+      };
+    }
+    case "redis": {
+      const client = new Redis(spec.url, { maxRetriesPerRequest: 2, lazyConnect: true });
+      try {
+        await client.connect();
+      } catch (error) {
+        client.disconnect();
+        throw new Error(`cannot reach Redis at ${redact(spec.url)}: ${(error as Error).message}`, { cause: error });
+      }
+      const prefix = `dispatch-once-demo:${namespace}`;
+      const ledger = await createRedisLedger({ client, prefix, onWarning: (m) => warnings.push(m) });
+      return {
+        ledger,
+        kind: "redis",
+        location: `${redact(spec.url)} (keys ${prefix}:*)`,
+        durability: ledger.capabilities.durability,
+        warnings,
+        async close() {
+          await ledger.close();
+          if (!keep) {
+            // Delete only this run's keys: other users share the server (never FLUSHDB).
+            let cursor = "0";
+            do {
+              const [next, keys] = await client.scan(cursor, "MATCH", `${prefix}:*`, "COUNT", 1000);
+              cursor = next;
+              if (keys.length > 0) await client.unlink(...keys);
+            } while (cursor !== "0");
+          }
+          client.disconnect();
+        },
+      };
+    }
+  }
+}
+
+function redact(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password !== "") u.password = "***";
+    return u.toString();
+  } catch {
+    return url;
+  }
+}
