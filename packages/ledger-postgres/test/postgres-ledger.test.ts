@@ -1,0 +1,491 @@
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { ROW_FORMAT_VERSION, type ClaimRequest, type LedgerEffect } from "@dispatch-once/core";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { InvalidLedgerInputError, PostgresLedger, schemaSql } from "../src/index.js";
+import {
+  DATABASE_URL,
+  adminPool,
+  closedPort,
+  closedUrl,
+  dropSchema,
+  expireLease,
+  expireRetention,
+  freshLedger,
+  readStoredRow,
+  serverNow,
+  storedColumns,
+  table,
+  uniqueSchema,
+} from "./helpers.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+let admin: pg.Pool;
+const schemas: string[] = [];
+
+beforeAll(() => {
+  admin = adminPool(8);
+});
+
+afterAll(async () => {
+  for (const schema of schemas) await dropSchema(admin, schema);
+  await admin.end();
+});
+
+async function fresh(tag: string, options: { retentionMs?: number; maxResultBytes?: number; table?: string } = {}) {
+  const made = await freshLedger(admin, tag, options);
+  schemas.push(made.schema);
+  return made;
+}
+
+function request(key: string, owner: string, effect: LedgerEffect = "keyed_write", leaseMs = 60_000): ClaimRequest {
+  return { key, toolName: "send_payment", effect, owner, leaseMs };
+}
+
+async function claimed(ledger: PostgresLedger, key: string, owner = "owner-a", effect: LedgerEffect = "keyed_write") {
+  const result = await ledger.claim(request(key, owner, effect));
+  if (result.outcome !== "claimed") throw new Error(`expected a claim of ${key}, got ${JSON.stringify(result)}`);
+  return result;
+}
+
+/** Every column plus the tuple's xmin/xmax: equal before and after means nothing was written or locked. */
+async function tuple(schema: string, key: string, name?: string) {
+  const { rows } = await admin.query(`SELECT xmin::text, xmax::text, * FROM ${table(schema, name)} WHERE key = $1`, [key]);
+  return rows[0];
+}
+
+async function rejection(promise: Promise<unknown>): Promise<Error & { code?: string; field?: string; cause?: unknown }> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as Error & { code?: string };
+  }
+  throw new Error("expected a rejection");
+}
+
+describe("schema and migrate()", () => {
+  it("schema.sql shipped in the package is exactly what migrate() runs for the default names", () => {
+    expect(readFileSync(join(here, "..", "schema.sql"), "utf8")).toBe(schemaSql());
+  });
+
+  it("the README prints schema.sql verbatim", () => {
+    expect(readFileSync(join(here, "..", "README.md"), "utf8")).toContain(schemaSql());
+  });
+
+  it("creates the table, its index and the claim function in the configured schema; concurrent and repeated runs are safe", async () => {
+    const schema = uniqueSchema("migrate");
+    schemas.push(schema);
+    const ledgers = Array.from({ length: 4 }, () => new PostgresLedger({ pool: admin, schema, table: "Tool_Calls" }));
+    await Promise.all(ledgers.map((l) => l.migrate()));
+    await ledgers[0]!.migrate();
+    const { rows } = await admin.query(
+      `SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 ORDER BY 1`,
+      [schema],
+    );
+    expect(rows).toEqual([
+      { relname: "Tool_Calls", relkind: "r" },
+      { relname: "Tool_Calls_claimed_at", relkind: "i" },
+      { relname: "Tool_Calls_pkey", relkind: "i" },
+    ]);
+    const fn = await admin.query(
+      `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1`,
+      [schema],
+    );
+    expect(fn.rows).toEqual([{ proname: "Tool_Calls_claim" }]);
+    // Results are text, never jsonb: jsonb would re-serialise and replays would differ.
+    const types = await admin.query(
+      `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND column_name IN ('result', 'error')`,
+      [schema],
+    );
+    expect(types.rows.map((r) => r.data_type)).toEqual(["text", "text"]);
+  });
+
+  it("rejects unsafe or invalid schema and table names with a typed error, before any SQL", () => {
+    for (const [field, value] of [
+      ["table", 'calls"; DROP TABLE x; --'],
+      ["table", "1calls"],
+      ["table", ""],
+      ["table", "calls-2"],
+      ["table", "x".repeat(53)],
+      ["schema", "public.evil"],
+      ["schema", "s".repeat(64)],
+    ] as const) {
+      const make = () => new PostgresLedger({ pool: admin, [field]: value });
+      expect(make).toThrow(InvalidLedgerInputError);
+      try {
+        make();
+      } catch (error) {
+        expect(error).toMatchObject({ code: "invalid_ledger_input", field });
+      }
+    }
+  });
+
+  it("rejects bad options with a typed error: no connection, two connections, bad limits", () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [{}, "pool"],
+      [{ pool: admin, connectionString: DATABASE_URL }, "pool"],
+      [{ pool: {} }, "pool"],
+      [{ pool: admin, retentionMs: 0 }, "retentionMs"],
+      [{ pool: admin, retentionMs: 1.5 }, "retentionMs"],
+      [{ pool: admin, maxResultBytes: -1 }, "maxResultBytes"],
+      [{ pool: admin, durability: "sometimes" }, "durability"],
+    ];
+    for (const [options, field] of cases) {
+      expect(() => new PostgresLedger(options as never)).toThrow(expect.objectContaining({ code: "invalid_ledger_input", field }));
+    }
+  });
+
+  it("a ledger whose table was never migrated raises ledger_unavailable and says so", async () => {
+    const ledger = new PostgresLedger({ pool: admin, schema: uniqueSchema("nomigrate") });
+    const error = await rejection(ledger.claim(request("k", "o")));
+    expect(error.code).toBe("ledger_unavailable");
+    expect(error.message).toMatch(/migrate\(\)|does not exist/);
+  });
+});
+
+describe("claims, fences and leases, read from the table", () => {
+  let ledger: PostgresLedger;
+  let schema: string;
+  beforeAll(async () => {
+    ({ ledger, schema } = await fresh("claim", { retentionMs: 3_600_000 }));
+  });
+
+  it("a claim inserts one in_flight row, fence 1, with the lease measured on the server clock", async () => {
+    const before = await serverNow(admin);
+    const result = await ledger.claim(request("c1", "owner-a", "keyed_write", 45_000));
+    const after = await serverNow(admin);
+    expect(result).toMatchObject({ outcome: "claimed", fence: 1, takeover: false });
+    const c = await storedColumns(admin, schema, "c1");
+    expect(c).toMatchObject({
+      v: ROW_FORMAT_VERSION,
+      state: "in_flight",
+      fence: "1",
+      takeover: false,
+      owner: "owner-a",
+      tool_name: "send_payment",
+      effect: "keyed_write",
+      finished_at: null,
+      expires_at: null,
+      result: null,
+    });
+    const claimedAt = Number(c!.claimed_at);
+    expect(claimedAt).toBeGreaterThanOrEqual(before);
+    expect(claimedAt).toBeLessThanOrEqual(after);
+    expect(Number(c!.lease_expires_at)).toBe(claimedAt + 45_000);
+    expect(result.outcome === "claimed" && result.leaseExpiresAt).toBe(claimedAt + 45_000);
+  });
+
+  it("a claim that finds a live row returns it and writes nothing (no new tuple version, no row lock)", async () => {
+    const before = await tuple(schema, "c1");
+    const result = await ledger.claim(request("c1", "owner-b"));
+    expect(result).toEqual({ outcome: "existing", row: await readStoredRow(admin, schema, "c1") });
+    const after = await tuple(schema, "c1");
+    expect(after).toEqual(before);
+    expect(after.xmax).toBe("0");
+  });
+
+  it("renew moves the lease on the server clock; complete stores the result and ends the lease", async () => {
+    const { fence } = await claimed(ledger, "c2");
+    const before = await serverNow(admin);
+    const { leaseExpiresAt } = await ledger.renew("c2", fence, 90_000);
+    expect(leaseExpiresAt).toBeGreaterThanOrEqual(before + 90_000);
+    expect(Number((await storedColumns(admin, schema, "c2"))!.lease_expires_at)).toBe(leaseExpiresAt);
+    await ledger.complete("c2", fence, '{"ok":true}');
+    const c = await storedColumns(admin, schema, "c2");
+    expect(c).toMatchObject({ state: "completed", result: '{"ok":true}', lease_expires_at: null, fence: "1" });
+    expect(Number(c!.expires_at) - Number(c!.finished_at)).toBe(3_600_000);
+  });
+
+  it("release keeps the fence; the next claim continues it (fence 2, not a takeover)", async () => {
+    const first = await claimed(ledger, "c3");
+    await ledger.release("c3", first.fence);
+    expect(await storedColumns(admin, schema, "c3")).toMatchObject({ state: "released", fence: "1" });
+    const second = await claimed(ledger, "c3", "owner-b");
+    expect(second).toMatchObject({ fence: 2, takeover: false });
+    expect(await storedColumns(admin, schema, "c3")).toMatchObject({ state: "in_flight", fence: "2", owner: "owner-b", takeover: false, finished_at: null });
+  });
+
+  it("an expired keyed_write claim is taken over: fence + 1, takeover recorded in the row", async () => {
+    await claimed(ledger, "c4", "owner-a", "keyed_write");
+    await expireLease(admin, schema, "c4");
+    const takeover = await claimed(ledger, "c4", "owner-b", "keyed_write");
+    expect(takeover).toMatchObject({ fence: 2, takeover: true });
+    expect(await storedColumns(admin, schema, "c4")).toMatchObject({ state: "in_flight", fence: "2", owner: "owner-b", takeover: true });
+  });
+
+  it("an expired unkeyed_write claim becomes unknown (lease_expired) in the row and is returned, never re-claimed", async () => {
+    await claimed(ledger, "c5", "owner-a", "unkeyed_write");
+    await expireLease(admin, schema, "c5");
+    const result = await ledger.claim(request("c5", "owner-b", "unkeyed_write"));
+    expect(result.outcome).toBe("existing");
+    const c = await storedColumns(admin, schema, "c5");
+    expect(c).toMatchObject({ state: "unknown", reason: "lease_expired", fence: "1", owner: "owner-a", lease_expires_at: null });
+    expect(Number(c!.expires_at) - Number(c!.finished_at)).toBe(3_600_000);
+    expect(result).toEqual({ outcome: "existing", row: await readStoredRow(admin, schema, "c5") });
+    // And it stays unknown: a later claim does not run it either.
+    expect(await ledger.claim(request("c5", "owner-c", "unkeyed_write"))).toMatchObject({ outcome: "existing", row: { state: "unknown" } });
+  });
+
+  it("a stale owner is refused with stale_claim by every transition, and the row is not touched", async () => {
+    const old = await claimed(ledger, "c6");
+    await expireLease(admin, schema, "c6");
+    await claimed(ledger, "c6", "owner-b");
+    const before = await tuple(schema, "c6");
+    const attempts: [string, () => Promise<unknown>][] = [
+      ["renew", () => ledger.renew("c6", old.fence, 1000)],
+      ["complete", () => ledger.complete("c6", old.fence, '"late"')],
+      ["fail", () => ledger.fail("c6", old.fence, { name: "Error", message: "late" })],
+      ["markUnknown", () => ledger.markUnknown("c6", old.fence, "late")],
+      ["release", () => ledger.release("c6", old.fence)],
+      ["complete with fence 0", () => ledger.complete("c6", 0, '"x"')],
+      ["complete with fence 2.5", () => ledger.complete("c6", 2.5, '"x"')],
+    ];
+    for (const [what, attempt] of attempts) {
+      expect((await rejection(attempt())).code, what).toBe("stale_claim");
+    }
+    expect(await tuple(schema, "c6")).toEqual(before);
+  });
+
+  it("fail stores the StoredError as JSON text and it replays identically", async () => {
+    const { fence } = await claimed(ledger, "c7");
+    const error = { name: "CardDeclined", message: "card declined: insufficient funds", code: "card_declined", details: { attempt: 1, tags: ["a", "ü"] } };
+    await ledger.fail("c7", fence, error);
+    const c = await storedColumns(admin, schema, "c7");
+    expect(c).toMatchObject({ state: "failed", error: JSON.stringify(error) });
+    expect(await ledger.claim(request("c7", "owner-b"))).toMatchObject({ outcome: "existing", row: { state: "failed", error } });
+  });
+
+  it("bad claim input is refused with a typed error and nothing is written", async () => {
+    for (const [field, bad] of [
+      ["key", { key: "" }],
+      ["key", { key: "nul\u0000key" }],
+      ["owner", { owner: "\ud800" }],
+      ["effect", { effect: "read" }],
+      ["leaseMs", { leaseMs: -1 }],
+      ["leaseMs", { leaseMs: Number.NaN }],
+    ] as const) {
+      const error = await rejection(ledger.claim({ ...request("bad-input", "o"), ...bad } as ClaimRequest));
+      expect(error).toMatchObject({ code: "invalid_ledger_input", field });
+    }
+    expect(await storedColumns(admin, schema, "bad-input")).toBeUndefined();
+  });
+
+  it("32 concurrent claims of a new key over one pool: one winner, and the row's only writer is the winner", async () => {
+    const results = await Promise.all(Array.from({ length: 32 }, (_, i) => ledger.claim(request("contended", `racer-${i}`))));
+    const winners = results.filter((r) => r.outcome === "claimed");
+    expect(winners).toHaveLength(1);
+    const row = await tuple(schema, "contended");
+    expect(row).toMatchObject({ fence: "1", state: "in_flight", xmax: "0" });
+    for (const r of results) if (r.outcome === "existing") expect(r.row).toMatchObject({ state: "in_flight", fence: 1, owner: row.owner });
+  });
+});
+
+describe("results byte for byte", () => {
+  let ledger: PostgresLedger;
+  let schema: string;
+  beforeAll(async () => {
+    ({ ledger, schema } = await fresh("bytes", { maxResultBytes: 64 * 1024 }));
+  });
+
+  const results: [string, string][] = [
+    ["unicode and astral", '{"name":"Zoë 名前 😀🇺🇳","note":"𝔘𝔫𝔦𝔠𝔬𝔡𝔢"}'],
+    ["whitespace that JSON.stringify would drop", '{ "a" : [ 1 ,\n\t2 ] ,  "b":{}\r\n}'],
+    ["escapes kept as written", '{"s":"\\u00e9\\n\\"\\\\\\/","lone":"\\ud800"}'],
+    ["number forms jsonb would rewrite", '{"n":1.0,"e":1E+2,"z":-0,"big":12345678901234567890}'],
+    ["duplicate members jsonb would merge", '{"a":1,"a":2}'],
+    ["a bare scalar", '"just a string"'],
+  ];
+  for (const [name, text] of results) {
+    it(`${name}: stored in the text column and replayed with the same bytes`, async () => {
+      const key = `bytes-${name}`;
+      const { fence } = await claimed(ledger, key);
+      await ledger.complete(key, fence, text);
+      const { rows } = await admin.query(`SELECT result, octet_length(result) AS bytes FROM ${table(schema)} WHERE key = $1`, [key]);
+      expect(rows[0].result).toBe(text);
+      expect(rows[0].bytes).toBe(Buffer.byteLength(text, "utf8"));
+      const replay = await ledger.claim(request(key, "owner-b"));
+      expect(replay.outcome === "existing" && replay.row.state === "completed" && replay.row.result).toBe(text);
+      const looked = await ledger.lookup(key);
+      expect(looked?.state === "completed" && looked.result).toBe(text);
+    });
+  }
+
+  it("a result exactly at the limit is stored; one byte over is refused with result_not_storable and the claim is held", async () => {
+    const limit = 64 * 1024;
+    const atLimit = `"${"é".repeat((limit - 2) / 2)}"`;
+    expect(Buffer.byteLength(atLimit)).toBe(limit);
+    const a = await claimed(ledger, "limit-ok");
+    await ledger.complete("limit-ok", a.fence, atLimit);
+    expect((await storedColumns(admin, schema, "limit-ok"))!.result).toBe(atLimit);
+
+    const over = `"${"é".repeat((limit - 2) / 2)}x"`;
+    const b = await claimed(ledger, "limit-over");
+    const before = await tuple(schema, "limit-over");
+    expect((await rejection(ledger.complete("limit-over", b.fence, over))).code).toBe("result_not_storable");
+    expect(await tuple(schema, "limit-over")).toEqual(before);
+    // The claim is still held by its owner, who can record the failure.
+    await ledger.fail("limit-over", b.fence, { name: "ResultNotStorableError", message: "too big", code: "result_not_storable" });
+  });
+
+  it("text PostgreSQL cannot hold exactly (raw NUL, lone surrogate) is refused with result_not_storable, row unchanged", async () => {
+    const { fence } = await claimed(ledger, "unholdable");
+    const before = await tuple(schema, "unholdable");
+    for (const text of ['"a\u0000b"', '"\ud83d"']) {
+      expect((await rejection(ledger.complete("unholdable", fence, text))).code).toBe("result_not_storable");
+    }
+    expect(await tuple(schema, "unholdable")).toEqual(before);
+  });
+
+  it("an oversized result from a stale owner hears stale_claim first, like the reference ledger", async () => {
+    expect((await rejection(ledger.complete("never-claimed", 1, "x".repeat(70_000)))).code).toBe("stale_claim");
+  });
+});
+
+describe("corrupt rows", () => {
+  let ledger: PostgresLedger;
+  let schema: string;
+  beforeAll(async () => {
+    ({ ledger, schema } = await fresh("corrupt"));
+  });
+
+  const corruptions: [string, string][] = [
+    ["an unknown format version", "v = 2"],
+    ["an unknown state", "state = 'exploded'"],
+    ["an unknown effect", "effect = 'maybe_write'"],
+    ["a failed row whose error is not JSON", "state = 'failed', error = '{not json', finished_at = claimed_at, expires_at = claimed_at + 86400000"],
+    ["a completed row without its result", "state = 'completed', finished_at = claimed_at, expires_at = claimed_at + 86400000"],
+  ];
+  for (const [name, set] of corruptions) {
+    it(`${name}: claim and lookup raise ledger_corrupt, the row is left as it is and never treated as absent`, async () => {
+      const key = `corrupt-${name}`;
+      await claimed(ledger, key, "owner-a", "unkeyed_write");
+      // Also expire the lease: even a claimable-looking corrupt row must not be taken over.
+      await admin.query(`UPDATE ${table(schema)} SET ${set}, lease_expires_at = 0 WHERE key = $1`, [key]);
+      const before = await tuple(schema, key);
+      expect((await rejection(ledger.claim(request(key, "owner-b", "unkeyed_write")))).code).toBe("ledger_corrupt");
+      expect((await rejection(ledger.lookup(key))).code).toBe("ledger_corrupt");
+      expect(await tuple(schema, key)).toEqual(before);
+    });
+  }
+});
+
+describe("retention and sweep", () => {
+  let ledger: PostgresLedger;
+  let schema: string;
+  beforeAll(async () => {
+    ({ ledger, schema } = await fresh("sweep", { retentionMs: 86_400_000 }));
+  });
+
+  it("a row past retention reads as absent and is claimable again with the fence continued; sweep deletes only expired finished rows", async () => {
+    const done = await claimed(ledger, "r-done");
+    await ledger.complete("r-done", done.fence, '"ok"');
+    const kept = await claimed(ledger, "r-kept");
+    await ledger.complete("r-kept", kept.fence, '"ok"');
+    const released = await claimed(ledger, "r-released");
+    await ledger.release("r-released", released.fence);
+    await claimed(ledger, "r-inflight");
+    // An in-flight row as old as it gets, lease long expired: retention never removes it.
+    await admin.query(`UPDATE ${table(schema)} SET claimed_at = 0, lease_expires_at = 1 WHERE key = 'r-inflight'`);
+    const again = await claimed(ledger, "r-again");
+    await ledger.complete("r-again", again.fence, '"ok"');
+
+    for (const key of ["r-done", "r-released", "r-again"]) await expireRetention(admin, schema, key);
+    expect(await ledger.lookup("r-done")).toBeUndefined();
+    expect(await claimed(ledger, "r-again", "owner-b")).toMatchObject({ fence: 2, takeover: false });
+
+    expect(await ledger.sweep()).toBe(2);
+    expect(await storedColumns(admin, schema, "r-done")).toBeUndefined();
+    expect(await storedColumns(admin, schema, "r-released")).toBeUndefined();
+    expect(await storedColumns(admin, schema, "r-kept")).toMatchObject({ state: "completed" });
+    expect(await storedColumns(admin, schema, "r-inflight")).toMatchObject({ state: "in_flight" });
+    expect(await storedColumns(admin, schema, "r-again")).toMatchObject({ state: "in_flight", fence: "2" });
+    expect(await ledger.sweep()).toBe(0);
+    // Physically deleted: the next claim starts again at fence 1 (no owner of the old row can be live).
+    expect(await claimed(ledger, "r-done", "owner-c")).toMatchObject({ fence: 1 });
+  });
+
+  it("sweeps a backlog larger than one batch, in batches, and returns the total", async () => {
+    const n = 12_345;
+    await admin.query(
+      `INSERT INTO ${table(schema)} (key, v, state, tool_name, effect, fence, owner, claimed_at, finished_at, expires_at, result)
+       SELECT 'bulk-' || i, 1, 'completed', 'send_payment', 'keyed_write', 1, 'o', 1000 + i, 2000 + i, 3000 + i, '"ok"'
+         FROM generate_series(1, $1::int) AS i`,
+      [n],
+    );
+    expect(await ledger.sweep()).toBe(n);
+    const { rows } = await admin.query(`SELECT count(*) AS n FROM ${table(schema)} WHERE key LIKE 'bulk-%'`);
+    expect(rows[0].n).toBe("0");
+  });
+});
+
+describe("connections: bring your own pool, restarts and failures", () => {
+  it("close() never ends a pool it did not create; a restart (new instance, own pool) sees the rows", async () => {
+    const { ledger, schema } = await fresh("restart");
+    const { fence } = await claimed(ledger, "restart-1");
+    await ledger.complete("restart-1", fence, '{"kept":"yes ✓"}');
+    await ledger.close();
+    expect((await admin.query("SELECT 1 AS one")).rows).toEqual([{ one: 1 }]);
+    expect((await rejection(ledger.lookup("restart-1"))).code).toBe("ledger_unavailable");
+
+    const reopened = new PostgresLedger({ connectionString: DATABASE_URL, schema });
+    expect(await reopened.claim(request("restart-1", "owner-b"))).toMatchObject({
+      outcome: "existing",
+      row: { state: "completed", result: '{"kept":"yes ✓"}' },
+    });
+    await reopened.close();
+  });
+
+  it("two ledgers with different tables share one pool without their prepared statements colliding", async () => {
+    const schema = uniqueSchema("two");
+    schemas.push(schema);
+    const a = new PostgresLedger({ pool: admin, schema, table: "calls_a" });
+    const b = new PostgresLedger({ pool: admin, schema, table: "calls_b" });
+    await a.migrate();
+    await b.migrate();
+    for (let i = 0; i < 5; i++) {
+      expect(await a.claim(request(`same-${i}`, "a"))).toMatchObject({ outcome: "claimed", fence: 1 });
+      expect(await b.claim(request(`same-${i}`, "b"))).toMatchObject({ outcome: "claimed", fence: 1 });
+    }
+    expect((await storedColumns(admin, schema, "same-0", "calls_a"))!.owner).toBe("a");
+    expect((await storedColumns(admin, schema, "same-0", "calls_b"))!.owner).toBe("b");
+  });
+
+  it("a refused connection raises ledger_unavailable with the driver's error as cause, for every operation", async () => {
+    const ledger = new PostgresLedger({ connectionString: closedUrl(await closedPort()), schema: "do_test_unreachable" });
+    const ops: [string, () => Promise<unknown>][] = [
+      ["migrate", () => ledger.migrate()],
+      ["claim", () => ledger.claim(request("k", "o"))],
+      ["renew", () => ledger.renew("k", 1, 1000)],
+      ["complete", () => ledger.complete("k", 1, '"x"')],
+      ["fail", () => ledger.fail("k", 1, { name: "E", message: "m" })],
+      ["markUnknown", () => ledger.markUnknown("k", 1, "why")],
+      ["release", () => ledger.release("k", 1)],
+      ["lookup", () => ledger.lookup("k")],
+      ["sweep", () => ledger.sweep()],
+    ];
+    for (const [name, op] of ops) {
+      const error = await rejection(op());
+      expect(error.code, name).toBe("ledger_unavailable");
+      expect((error.cause as { code?: string }).code, name).toBe("ECONNREFUSED");
+    }
+    await ledger.close();
+  });
+
+  it("a connection the server terminates (57P01) raises ledger_unavailable, and the claim it carried did not happen", async () => {
+    const { schema } = await fresh("terminated");
+    const client = new pg.Client({ connectionString: DATABASE_URL });
+    client.on("error", () => {});
+    await client.connect();
+    const ledger = new PostgresLedger({ pool: client, schema });
+    expect(await ledger.claim(request("before", "o"))).toMatchObject({ outcome: "claimed" });
+    const { rows } = await client.query("SELECT pg_backend_pid() AS pid");
+    await admin.query("SELECT pg_terminate_backend($1)", [rows[0].pid]);
+    const error = await rejection(ledger.claim(request("after-terminate", "o")));
+    expect(error.code).toBe("ledger_unavailable");
+    expect(await storedColumns(admin, schema, "after-terminate")).toBeUndefined();
+    await client.end().catch(() => {});
+  });
+});
