@@ -10,6 +10,7 @@ import { kvSubject, type Bugs } from "./fixtures/kv-ledger.js";
 const BROKEN: Array<{ bug: keyof Bugs; rule: string; what: string; check: RegExp; model?: string }> = [
   { bug: "racyClaim", rule: "LEDGER-1", what: "check-then-insert claim with an await between read and write", check: /concurrent claims of one key wins/, model: "LEDGER-1" },
   { bug: "noFencing", rule: "LEDGER-5", what: "complete/fail/... accept any fence", check: /stale owner/, model: "LEDGER-5" },
+  { bug: "racyComplete", rule: "LEDGER-5", what: "complete checks the fence, awaits, then writes over a takeover", check: /racing a takeover/, model: "LEDGER-5" },
   { bug: "forgetsInFlightOnRestart", rule: "LEDGER-6", what: "a restart forgets in-flight rows", check: /survives a restart/, model: "LEDGER-6" },
   { bug: "takesOverUnkeyed", rule: "LEDGER-7", what: "expired unkeyed_write claims are taken over instead of marked unknown", check: /never claimable again/, model: "LEDGER-7" },
   { bug: "failReleases", rule: "LEDGER-8", what: "fail() releases instead of storing the failure", check: /definite failure is stored/, model: "LEDGER-8" },

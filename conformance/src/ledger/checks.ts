@@ -488,6 +488,36 @@ export const LEDGER_CHECK_SPECS: LedgerCheckSpec[] = [
   },
   {
     rule: "LEDGER-5",
+    name: "a stale owner's complete racing a takeover: never both succeed (20 rounds)",
+    run: (subject) =>
+      withFixture(subject, async (fixture) => {
+        const ledgers = subject.capabilities.sharedAcrossProcesses ? await instances(fixture, 2) : [fixture.ledger, fixture.ledger];
+        for (let round = 0; round < 20; round++) {
+          const key = freshKey(String(round));
+          const stale = await claimNew(fixture.ledger, key, "owner-old", "keyed_write");
+          await fixture.raw.expireLease(key);
+          const [completed, claim] = await Promise.all([
+            ledgers[0]!.complete(key, stale, '"zombie"').then(
+              () => "ok",
+              (error: unknown) => (error as { code?: string }).code ?? String(error),
+            ),
+            ledgers[1]!.claim(claimRequest(key, "owner-new", "keyed_write")),
+          ]);
+          const row = rowEssence(await fixture.ledger.lookup(key));
+          if (completed === "ok") {
+            // Complete came first: the claimant must see the completed row, and it stays.
+            must(claim.outcome === "existing" && claim.row.state === "completed", `round ${round}: the stale owner's complete succeeded AND the takeover claimed fence ${claim.outcome === "claimed" ? claim.fence : "?"}`);
+            mustEqual(row, { key, state: "completed", fence: stale, effect: "keyed_write", toolName: TOOL_FOR.keyed_write, result: '"zombie"' }, `round ${round}: row after complete-then-claim`);
+          } else {
+            mustEqual(completed, "stale_claim", `round ${round}: the stale owner's complete after the takeover`);
+            const taken = mustBeClaimed(claim, `round ${round}: takeover`);
+            mustEqual(row, { key, state: "in_flight", fence: taken.fence, effect: "keyed_write", toolName: TOOL_FOR.keyed_write, owner: "owner-new" }, `round ${round}: row after claim-then-complete`);
+          }
+        }
+      }),
+  },
+  {
+    rule: "LEDGER-5",
     name: "a stale owner is refused through another instance",
     needs: ["sharedAcrossProcesses"],
     run: (subject) =>

@@ -21,7 +21,9 @@ export type Step =
   | { op: "lookup"; key: number; via: number }
   | { op: "expire_lease"; key: number }
   | { op: "sweep"; via: number }
-  | { op: "restart" };
+  | { op: "restart" }
+  /** The key's latest claimant completes while `owner` claims, concurrently (a zombie owner vs a takeover). */
+  | { op: "contend"; key: number; owner: number; result: number };
 
 /** The scenario's keys: label and effect class (a key's effect is fixed, as its tool's is). */
 export const MODEL_KEYS: ReadonlyArray<{ label: string; effect: LedgerEffect }> = [
@@ -82,6 +84,10 @@ export function stepArbitrary(capabilities: { survivesRestart: boolean; sharedAc
     { weight: 3, arbitrary: fc.record({ op: fc.constant("expire_lease" as const), key }) },
     { weight: 1, arbitrary: fc.record({ op: fc.constant("sweep" as const), via }) },
   ];
+  arbs.push({
+    weight: 2,
+    arbitrary: fc.record({ op: fc.constant("contend" as const), key, owner, result: fc.nat({ max: MODEL_RESULTS.length - 1 }) }),
+  });
   if (capabilities.survivesRestart) arbs.push({ weight: 1, arbitrary: fc.constant({ op: "restart" as const }) });
   return fc.oneof(...arbs);
 }
@@ -144,6 +150,39 @@ export class ReferenceModel {
     return row !== undefined && row.state === "in_flight" && row.fence === fence;
   }
 
+  clone(): ReferenceModel {
+    const copy = new ReferenceModel();
+    copy.copyFrom(this);
+    return copy;
+  }
+
+  copyFrom(other: ReferenceModel): void {
+    this.rows.clear();
+    for (const [k, row] of other.rows) this.rows.set(k, { ...row });
+    this.lastFence.clear();
+    for (const [k, f] of other.lastFence) this.lastFence.set(k, f);
+    other.fences.forEach((m, i) => {
+      this.fences[i]!.clear();
+      for (const [k, f] of m) this.fences[i]!.set(k, f);
+    });
+    this.epoch = other.epoch;
+  }
+
+  /** A claim by `owner` as the model performs it: returns what the claimant must see. */
+  applyClaim(key: number, owner: number): ReturnType<ReferenceModel["claimExpectation"]> {
+    const expectation = this.claimExpectation(key);
+    if (expectation.kind === "claim") this.claimed(key, owner, expectation.fence);
+    else if (expectation.row.state === "unknown" && this.rows.get(key)?.state === "in_flight") this.rows.set(key, expectation.row);
+    return expectation;
+  }
+
+  /** complete(key, fence, result) as the model performs it. */
+  applyComplete(key: number, fence: number, result: string): "ok" | "stale_claim" {
+    if (!this.owns(key, fence)) return "stale_claim";
+    this.rows.set(key, { state: "completed", fence, result });
+    return "ok";
+  }
+
   essence(key: number, keyHex: string, row: ModelRow | undefined): Record<string, unknown> | undefined {
     if (row === undefined) return undefined;
     const effect = MODEL_KEYS[key]!.effect;
@@ -159,9 +198,6 @@ export class ReferenceModel {
 /** A disagreement between subject and model, with the rule the subject's behaviour breaks. */
 export class StepMismatch extends ConformanceFailure {}
 
-function mismatch(rule: string, message: string): never {
-  throw new StepMismatch(message, { violates: rule });
-}
 
 /** Drives the subject through one scenario; records a readable timeline as it goes. */
 export class ScenarioDriver {
@@ -195,7 +231,7 @@ export class ScenarioDriver {
   async perform(model: ReferenceModel, given: Step): Promise<void> {
     this.t++;
     const step: Step = "owner" in given && given.owner === HOLDER ? { ...given, owner: model.latestClaimer(given.key) } : given;
-    const fence = "owner" in step && step.op !== "claim" ? ` fence=${model.fenceOf(step.owner, step.key) || "0 (holds none)"}` : "";
+    const fence = "owner" in step && step.op !== "claim" && step.op !== "contend" ? ` fence=${model.fenceOf(step.owner, step.key) || "0 (holds none)"}` : "";
     const prefix = `t=${this.t} ${describeStep(step)}${fence}${"via" in step ? this.viaLabel(step.via) : ""}`;
     try {
       const outcome = await this.execute(model, step);
@@ -228,6 +264,8 @@ export class ScenarioDriver {
         return this.ownerOp(model, step, await this.via(step.via));
       case "lookup":
         return this.lookup(model, step.key, await this.via(step.via));
+      case "contend":
+        return this.contend(model, step);
       case "expire_lease": {
         const row = model.rows.get(step.key);
         if (row?.state !== "in_flight") return "nothing in flight (no-op)";
@@ -343,7 +381,10 @@ export class ScenarioDriver {
       return "stale_claim";
     }
     if (thrown !== undefined) {
-      fail(step.op === "renew" ? "LEDGER-9" : "LEDGER-3", actual, "ok", `${step.op} by the owning fence ${fence} raised ${describeError(thrown)}`);
+      const held = model.rows.get(step.key);
+      // An owner refused after a restart: the in-flight row did not survive it.
+      const lost = codeOf(thrown) === "stale_claim" && held?.epoch !== undefined && held.epoch !== model.epoch;
+      fail(lost ? "LEDGER-6" : step.op === "renew" ? "LEDGER-9" : "LEDGER-3", actual, "ok", `${step.op} by the owning fence ${fence} raised ${describeError(thrown)}`);
     }
     const row = model.rows.get(step.key)!;
     switch (step.op) {
@@ -366,6 +407,60 @@ export class ScenarioDriver {
     return "ok";
   }
 
+  /**
+   * The holder's complete and another claim run concurrently; the outcome must be one of the two
+   * serial orders (linearizability): complete then claim, or claim then complete.
+   */
+  private async contend(model: ReferenceModel, step: Extract<Step, { op: "contend" }>): Promise<string> {
+    const keyHex = this.keys[step.key]!;
+    const effect = MODEL_KEYS[step.key]!.effect;
+    const holder = model.latestClaimer(step.key);
+    const fence = model.fenceOf(holder, step.key);
+    const text = MODEL_RESULTS[step.result]!;
+    const [completer, claimer] = [await this.via(0), await this.via(1)];
+    const [completed, claim] = await Promise.all([
+      completer.complete(keyHex, fence, text).then(
+        () => "ok",
+        (error: unknown) => codeOf(error) ?? describeError(error),
+      ),
+      claimer.claim(claimRequest(keyHex, MODEL_OWNERS[step.owner]!, effect, LEASE_MS)),
+    ]);
+    const summary = `${MODEL_OWNERS[holder]} complete fence=${fence} -> ${completed}; ${MODEL_OWNERS[step.owner]} claim -> ${describeClaim(claim)}`;
+    const candidates = (["complete first", "claim first"] as const).map((order) => {
+      const m = model.clone();
+      let c: string;
+      let p: ReturnType<ReferenceModel["claimExpectation"]>;
+      let row: Record<string, unknown> | undefined;
+      if (order === "complete first") {
+        c = m.applyComplete(step.key, fence, text);
+        p = m.applyClaim(step.key, step.owner);
+      } else {
+        p = m.applyClaim(step.key, step.owner);
+        c = m.applyComplete(step.key, fence, text);
+      }
+      if (p.kind === "existing") row = m.essence(step.key, keyHex, p.row);
+      const matches =
+        c === completed &&
+        (p.kind === "claim"
+          ? claim.outcome === "claimed" && claim.fence === p.fence && claim.takeover === p.takeover
+          : claim.outcome === "existing" && isDeepStrictEqual(rowEssence(claim.row), row));
+      const expected = `complete -> ${c}; claim -> ${p.kind === "claim" ? `claimed fence=${p.fence}${p.takeover ? " (takeover)" : ""}` : `existing ${describeEssence(row!)}`}`;
+      return { order, m, matches, expected, c, p, row };
+    });
+    const match = candidates.find((c) => c.matches);
+    if (match === undefined) {
+      const rule = contendRule(model, step.key, completed, claim, candidates);
+      fail(
+        rule,
+        summary,
+        candidates.map((c) => `${c.order}: ${c.expected}`).join(" | or | "),
+        `concurrent complete and claim match neither serial order (${summary})`,
+      );
+    }
+    model.copyFrom(match.m);
+    return `${summary} (as if ${match.order})`;
+  }
+
   private async lookup(model: ReferenceModel, key: number, ledger: Ledger): Promise<string> {
     const keyHex = this.keys[key]!;
     const expected = model.essence(key, keyHex, model.rows.get(key));
@@ -386,6 +481,31 @@ export class ScenarioDriver {
 
 function fail(rule: string, actual: string, expected: string, message: string): never {
   throw new StepMismatch(message, { violates: rule, cause: { actual, expected } });
+}
+
+/** Which rule a concurrent complete + claim breaks when it matches neither serial order. */
+function contendRule(
+  model: ReferenceModel,
+  key: number,
+  completed: string,
+  claim: ClaimResult,
+  candidates: Array<{ c: string; p: ReturnType<ReferenceModel["claimExpectation"]>; row: Record<string, unknown> | undefined }>,
+): string {
+  // The completing owner's write was accepted although the claim acted on its expired lease.
+  const claimActed = claim.outcome === "claimed" || (claim.row.state === "unknown" && claim.row.reason === "lease_expired");
+  if (completed === "ok" && claimActed && model.rows.get(key)?.state === "in_flight") return "LEDGER-5";
+  const same = candidates.filter((c) => c.c === completed);
+  const pick =
+    same.find((c) => (c.p.kind === "claim") === (claim.outcome === "claimed") && (c.row === undefined || claim.outcome !== "existing" || c.row.state === claim.row.state)) ??
+    same[0] ??
+    candidates[1]!;
+  if (pick.p.kind === "existing") {
+    const held = model.rows.get(key);
+    if (claim.outcome === "claimed") return held === undefined ? "LEDGER-3" : heldRowRule(held, true, model.epoch);
+    return ruleForRowDifference(rowEssence(claim.row), pick.row);
+  }
+  if (claim.outcome === "claimed") return claim.fence !== pick.p.fence ? "LEDGER-4" : pick.p.takeover ? "LEDGER-7" : "LEDGER-3";
+  return pick.p.takeover ? "LEDGER-7" : "LEDGER-3";
 }
 
 /** Which rule a claim breaks by winning a key the model holds. */
@@ -478,6 +598,8 @@ export function describeStep(step: Step): string {
       return "sweep";
     case "restart":
       return "restart";
+    case "contend":
+      return `contend ${k!.label} (${k!.effect}): the latest claimant completes with ${show(MODEL_RESULTS[step.result])} while ${MODEL_OWNERS[step.owner]} claims, concurrently`;
   }
 }
 
