@@ -12,8 +12,8 @@ const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
 
   --adapter <path>   module whose default export is a LedgerSubject, or a function
                      returning one (or a promise of one)
-  --runs <n>         runs of the model-based property check (default 100)
-  --seed <n>         seed of the property check (default: random, always printed)
+  --runs <n>         runs of the model-based property check (default $CONFORMANCE_RUNS or 100)
+  --seed <n>         seed of the property check (default $CONFORMANCE_SEED or random; always printed)
   --path <p>         replay exactly the shrunk counterexample at this fast-check path
                      (with --seed; runs only the model-based check unless --only is given)
   --only <text>      run only checks whose "RULE name" contains <text> (case-insensitive)
@@ -72,8 +72,8 @@ function parse(argv: string[]): CliOptions | "help" {
   if (values.path !== undefined && !/^\d+(:\d+)*$/.test(values.path)) throw new UsageError(`--path must look like 3:1:0, got ${JSON.stringify(values.path)}`);
   const options: CliOptions = {
     adapter: values.adapter,
-    runs: int("runs", values.runs, 100, 1),
-    seed: int("seed", values.seed, randomSeed(), -(2 ** 31)),
+    runs: int("runs", values.runs ?? process.env.CONFORMANCE_RUNS, 100, 1),
+    seed: int("seed", values.seed ?? process.env.CONFORMANCE_SEED, randomSeed(), -(2 ** 31)),
     json: values.json ?? false,
     quiet: values.quiet ?? false,
   };

@@ -22,8 +22,9 @@ export function randomSeed(): number {
  */
 export function ledgerChecks(subject: LedgerSubject, options: LedgerCheckOptions = {}): Check[] {
   validateSubject(subject);
-  const runs = options.runs ?? 100;
-  const seed = options.seed ?? randomSeed();
+  // CI sizes runs and pins seeds through the environment (turbo passes CONFORMANCE_RUNS / CONFORMANCE_SEED).
+  const runs = options.runs ?? envInteger("CONFORMANCE_RUNS") ?? 100;
+  const seed = options.seed ?? envInteger("CONFORMANCE_SEED") ?? randomSeed();
   const checks: Check[] = LEDGER_CHECK_SPECS.map((spec) => {
     const missing = (spec.needs ?? []).filter((c) => !subject.capabilities[c]);
     const check: Check = { rule: spec.rule, name: spec.name, applicable: missing.length === 0, run: () => spec.run(subject) };
@@ -77,6 +78,14 @@ export function registerChecks(title: string, checks: readonly Check[], t: TestR
 
 export function registerLedgerChecks(subject: LedgerSubject, t: TestRegistrar, options?: LedgerCheckOptions): void {
   registerChecks(`@dispatch-once/conformance ledger level: ${subject.name}`, ledgerChecks(subject, options), t);
+}
+
+function envInteger(name: string): number | undefined {
+  const text = typeof process === "undefined" ? undefined : process.env[name];
+  if (text === undefined || text === "") return undefined;
+  const value = Number(text);
+  if (!Number.isSafeInteger(value)) throw new TypeError(`${name} must be an integer, got ${JSON.stringify(text)}`);
+  return value;
 }
 
 function validateSubject(subject: LedgerSubject): void {
