@@ -21,6 +21,12 @@ const BROKEN: Array<{ bug: keyof Bugs; rule: string; what: string; check: RegExp
   { bug: "claimsWhenOffline", rule: "LEDGER-12", what: "an unreachable store reports a claim", check: /unreachable store raises ledger_unavailable and creates no row/ },
   { bug: "sweepsInFlight", rule: "LEDGER-13", what: "sweep deletes in-flight rows with an expired lease", check: /never removes in-flight rows/, model: "LEDGER-13" },
   { bug: "fenceRestartsOnRelease", rule: "LEDGER-4", what: "the fence restarts at 1 after a release", check: /release and re-claim cycles/, model: "LEDGER-4" },
+  { bug: "lookupActsOnExpiry", rule: "LEDGER-17", what: "lookup settles an expired unkeyed_write claim", check: /lookup never acts/, model: "LEDGER-17" },
+  { bug: "reentrantOwner", rule: "LEDGER-15", what: "the same owner string re-claiming a live claim is granted", check: /even to a re-claim by the same owner/ },
+  { bug: "claimantEffect", rule: "LEDGER-18", what: "expiry follows the claimant's effect class", check: /effect class stored in the row/ },
+  { bug: "sweepsEarly", rule: "LEDGER-13", what: "sweep removes finished rows inside their retention", check: /retention has not passed/ },
+  { bug: "releasesOversized", rule: "LEDGER-10", what: "an oversized result releases the claim", check: /claim stays held/ },
+  { bug: "processClock", rule: "LEDGER-20", what: "a shared ledger on process clocks", check: /store's clock/ },
   { bug: "claimsDurable", rule: "LEDGER-14", what: "declares durable although a restart loses rows", check: /agree with the subject/ },
 ];
 

@@ -467,7 +467,9 @@ export class ScenarioDriver {
     const actual = rowEssence(await ledger.lookup(keyHex));
     const text = actual === undefined ? "no row" : describeEssence(actual);
     if (!isDeepStrictEqual(actual, expected)) {
-      fail(ruleForRowDifference(actual, expected), text, expected === undefined ? "no row" : describeEssence(expected), `lookup returned ${show(actual)}, expected ${show(expected)}`);
+      const held = model.rows.get(key);
+      const actedOnExpiry = held?.state === "in_flight" && held.expired === true && actual?.state !== "in_flight";
+      fail(actedOnExpiry ? "LEDGER-17" : ruleForRowDifference(actual, expected), text, expected === undefined ? "no row" : describeEssence(expected), `lookup returned ${show(actual)}, expected ${show(expected)}`);
     }
     const raw = await this.fixture.raw.read(keyHex);
     const stored = raw === undefined ? undefined : { state: raw.state, fence: Number(raw.fence) };
