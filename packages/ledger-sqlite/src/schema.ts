@@ -17,18 +17,21 @@ export function assertTableName(table: string): void {
 /**
  * The schema, as plain SQL (what `migrate()` runs). One row per key.
  *
- * - WITHOUT ROWID: the key is the only index the hot path touches, so a claim and a
- *   completion write one B-tree instead of a table plus a key index.
- * - `expires_at` is NULL while a row is in flight and `finished_at + retention` after it
- *   ends; the partial index holds only finished rows, so sweeping never scans live claims
- *   and a claim (expires_at NULL) never touches the index.
+ * - `seq` (the rowid) is the claim order: a first claim appends (max + 1) and a re-claim
+ *   moves the row to the end, so rows sit in order of `claimed_at` and `sweep()` walks from
+ *   the front until it meets a row claimed within the retention period. That replaces a
+ *   secondary index on `expires_at`, which would cost a second B-tree write per completion.
+ * - `key` is UNIQUE: the claim's `INSERT ... ON CONFLICT (key) DO NOTHING` is the atomic step.
+ * - Small columns first and `result` last, so walking the table never reads a large
+ *   result's overflow pages.
  * - No CHECK constraints: decoding every row on read is the guard (LEDGER-11), and a row
  *   written by another format version must reach the reader to be refused with ledger_corrupt.
  */
 export function schemaSql(table: string = DEFAULT_TABLE): string {
   assertTableName(table);
   return `CREATE TABLE IF NOT EXISTS "${table}" (
-  key              TEXT    NOT NULL PRIMARY KEY,
+  seq              INTEGER PRIMARY KEY,
+  key              TEXT    NOT NULL UNIQUE,
   v                INTEGER NOT NULL,
   state            TEXT    NOT NULL,
   tool_name        TEXT    NOT NULL,
@@ -37,12 +40,11 @@ export function schemaSql(table: string = DEFAULT_TABLE): string {
   claimed_at       INTEGER NOT NULL,
   owner            TEXT,
   lease_expires_at INTEGER,
-  result           TEXT,
-  error            TEXT,
-  reason           TEXT,
   finished_at      INTEGER,
-  expires_at       INTEGER
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS "${table}_expires_at" ON "${table}" (expires_at) WHERE expires_at IS NOT NULL;
+  expires_at       INTEGER,
+  reason           TEXT,
+  error            TEXT,
+  result           TEXT
+);
 `;
 }

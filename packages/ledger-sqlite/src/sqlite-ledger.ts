@@ -21,7 +21,7 @@ import {
   type UnknownRow,
 } from "@dispatch-once/core";
 import { InvalidLedgerInputError } from "./errors.js";
-import { decodeRow, type RawRow } from "./row.js";
+import { decodeRow, type DecodedRow, type RawRow } from "./row.js";
 import { DEFAULT_TABLE, assertTableName, schemaSql } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
@@ -60,11 +60,14 @@ export interface SqliteLedgerOptions {
   synchronous?: SqliteSynchronous;
   /** Create the table and index if missing (default true). Set false when you run schemaSql() yourself. */
   migrate?: boolean;
-  /** Largest number of rows one sweep statement deletes before yielding the write lock. Default 1000. */
+  /** Rows one sweep step examines (and at most deletes) before yielding the write lock. Default 1000. */
   sweepBatchSize?: number;
   /**
-   * Clock in milliseconds (default Date.now). SQLite has no server clock: leases are
-   * measured on the process clock, which processes sharing one file on one machine share.
+   * Test hook: a clock (milliseconds) that replaces the store's. By default every time is
+   * taken inside the SQL statement from SQLite's own clock (`julianday('now')`), so all
+   * processes sharing the file measure leases on one clock (LEDGER-20). When `now` is given
+   * it is registered as a SQL function on the connection and the ledger declares
+   * `clock: "process"`.
    */
   now?: () => number;
 }
@@ -74,22 +77,40 @@ const DEFAULT_SWEEP_BATCH = 1000;
 /** SQLite's default SQLITE_MAX_LENGTH: no TEXT value can be longer. */
 const SQLITE_MAX_LENGTH = 1_000_000_000;
 
+/**
+ * The store's clock in integer milliseconds since the Unix epoch, evaluated by SQLite inside
+ * each statement ('now' is fixed for the duration of one sqlite3_step, so every use within a
+ * statement agrees). julianday() is used rather than unixepoch('subsec') so that connections
+ * brought from older SQLite builds work too; ROUND absorbs the double's ~50 µs error.
+ */
+export const STORE_NOW_SQL = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+
 const COLUMNS =
   "key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, result, error, reason, finished_at, expires_at";
 
 /** Every statement the ledger runs, prepared once per instance. */
 interface Statements {
-  insertClaim: Database.Statement<[string, number, string, string, number, string, number]>;
-  select: Database.Statement<[string], RawRow>;
-  reclaim: Database.Statement<[number, string, string, number, number, string, number, string, number]>;
-  expireToUnknown: Database.Statement<[number, number, string, number]>;
-  renew: Database.Statement<[number, string, number]>;
-  complete: Database.Statement<[string, number, number, string, number]>;
-  fail: Database.Statement<[string, number, number, string, number]>;
-  markUnknown: Database.Statement<[string, number, number, string, number]>;
-  release: Database.Statement<[number, number, string, number]>;
+  /** (key, v, toolName, effect, owner, leaseMs) -> the stored times, or nothing when the key exists. */
+  insertClaim: Database.Statement<[string, number, string, string, string, number], { lease_expires_at: number }>;
+  /** The row and the store's time, read in one statement. */
+  select: Database.Statement<[string], RawRow & { now: unknown }>;
+  /** (v, toolName, effect, newFence, owner, leaseMs, key, oldFence) */
+  reclaim: Database.Statement<[number, string, string, number, string, number, string, number], { lease_expires_at: number }>;
+  /** (retentionMs, key, fence) */
+  expireToUnknown: Database.Statement<[number, string, number], { finished_at: number }>;
+  /** (leaseMs, key, fence) */
+  renew: Database.Statement<[number, string, number], { lease_expires_at: number }>;
+  /** (result, retentionMs, key, fence) */
+  complete: Database.Statement<[string, number, string, number]>;
+  fail: Database.Statement<[string, number, string, number]>;
+  markUnknown: Database.Statement<[string, number, string, number]>;
+  /** (retentionMs, key, fence) */
+  release: Database.Statement<[number, string, number]>;
   owns: Database.Statement<[string, number], { one: number }>;
-  sweepBatch: Database.Statement<[number, number]>;
+  /** (after seq, batch size) -> the next rows in claim order, with the store's time */
+  sweepScan: Database.Statement<[number, number], { seq: number; claimed_at: unknown; now: number }>;
+  /** (after seq, up to seq) -> delete the finished rows past retention in that range */
+  sweepRange: Database.Statement<[number, number]>;
 }
 
 /**
@@ -107,7 +128,6 @@ export class SqliteLedger implements Ledger {
   private readonly ownsDatabase: boolean;
   private readonly retentionMs: number;
   private readonly sweepBatchSize: number;
-  private readonly now: () => number;
   private readonly stmts: Statements;
   private readonly claimTransaction: (request: ClaimRequest) => ClaimResult;
   private closed = false;
@@ -132,7 +152,6 @@ export class SqliteLedger implements Ledger {
     if (options.now !== undefined && typeof options.now !== "function") {
       throw new InvalidLedgerInputError("now", "expected a function returning milliseconds");
     }
-    this.now = options.now ?? Date.now;
     if ((options.path === undefined) === (options.database === undefined)) {
       throw new InvalidLedgerInputError("path", "give exactly one of `path` and `database`");
     }
@@ -172,11 +191,19 @@ export class SqliteLedger implements Ledger {
       }
       const synchronous = Number(db.pragma("synchronous", { simple: true }));
       if (options.migrate ?? true) db.exec(schemaSql(table));
-      this.stmts = prepare(db, table);
+      let nowSql = STORE_NOW_SQL;
+      if (options.now !== undefined) {
+        const clock = options.now;
+        nowSql = `dispatch_once_now_${table}()`;
+        db.function(`dispatch_once_now_${table}`, { deterministic: false }, () => clock());
+      }
+      this.stmts = prepare(db, table, nowSql);
       this.claimTransaction = db.transaction((request: ClaimRequest) => this.claimLocked(request)).immediate;
       this.capabilities = {
         durability: durabilityOf(db, journalMode, synchronous),
-        clock: "process",
+        // Without a test clock every time comes from SQLite inside the statement: one clock
+        // for every process sharing the file (they share one host: WAL needs shared memory).
+        clock: options.now === undefined ? "store" : "process",
         // An anonymous (":memory:" or temporary) database lives inside one connection.
         sharedAcrossProcesses: !db.memory,
         maxResultBytes,
@@ -195,23 +222,13 @@ export class SqliteLedger implements Ledger {
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     assertClaimRequest(request);
     return this.guard(request.key, "claim", () => {
-      const now = this.now();
-      const leaseExpiresAt = now + request.leaseMs;
       // Fast path, one statement: a key never seen is claimed with fence 1.
-      const inserted = this.stmts.insertClaim.run(
-        request.key,
-        ROW_FORMAT_VERSION,
-        request.toolName,
-        request.effect,
-        now,
-        request.owner,
-        leaseExpiresAt,
-      );
-      if (inserted.changes === 1) return { outcome: "claimed", fence: 1, leaseExpiresAt, takeover: false };
+      const inserted = this.insert(request);
+      if (inserted !== undefined) return inserted;
       // The key exists. Most of the time it is a live claim or a finished row, which a plain
       // read can report without taking the write lock (waiting claimers poll this path).
       const seen = this.read(request.key);
-      if (seen !== undefined && !this.needsTransition(seen.row, seen.expiresAt, now)) {
+      if (seen !== undefined && !this.needsTransition(seen.row, seen.expiresAt, seen.now)) {
         return { outcome: "existing", row: seen.row as InFlightRow | TerminalRow };
       }
       // Released, expired or past retention: decide and write under the write lock.
@@ -223,11 +240,9 @@ export class SqliteLedger implements Ledger {
     assertLeaseMs(leaseMs);
     return this.guard(key, "renew", () => {
       // The fence, not the clock, decides ownership: an expired lease nobody acted on is still this owner's.
-      const leaseExpiresAt = this.now() + leaseMs;
-      if (!isFence(fence) || this.stmts.renew.run(leaseExpiresAt, key, fence).changes !== 1) {
-        throw new StaleClaimError(key, fence);
-      }
-      return { leaseExpiresAt };
+      const renewed = isFence(fence) ? this.stmts.renew.get(leaseMs, key, fence) : undefined;
+      if (renewed === undefined) throw new StaleClaimError(key, fence);
+      return { leaseExpiresAt: renewed.lease_expires_at };
     });
   }
 
@@ -244,8 +259,7 @@ export class SqliteLedger implements Ledger {
         this.assertOwned(key, fence); // a stale owner hears stale_claim first, as from the reference ledger
         assertStorableResult(key, result, max);
       }
-      const now = this.now();
-      if (!isFence(fence) || this.stmts.complete.run(result, now, now + this.retentionMs, key, fence).changes !== 1) {
+      if (!isFence(fence) || this.stmts.complete.run(result, this.retentionMs, key, fence).changes !== 1) {
         throw new StaleClaimError(key, fence);
       }
     });
@@ -254,8 +268,7 @@ export class SqliteLedger implements Ledger {
   async fail(key: string, fence: number, error: StoredError): Promise<void> {
     this.guard(key, "fail", () => {
       const json = encodeStoredError(error);
-      const now = this.now();
-      if (!isFence(fence) || this.stmts.fail.run(json, now, now + this.retentionMs, key, fence).changes !== 1) {
+      if (!isFence(fence) || this.stmts.fail.run(json, this.retentionMs, key, fence).changes !== 1) {
         throw new StaleClaimError(key, fence);
       }
     });
@@ -266,8 +279,7 @@ export class SqliteLedger implements Ledger {
       throw new InvalidLedgerInputError("reason", "expected a well-formed string");
     }
     this.guard(key, "markUnknown", () => {
-      const now = this.now();
-      if (!isFence(fence) || this.stmts.markUnknown.run(reason, now, now + this.retentionMs, key, fence).changes !== 1) {
+      if (!isFence(fence) || this.stmts.markUnknown.run(reason, this.retentionMs, key, fence).changes !== 1) {
         throw new StaleClaimError(key, fence);
       }
     });
@@ -275,8 +287,7 @@ export class SqliteLedger implements Ledger {
 
   async release(key: string, fence: number): Promise<void> {
     this.guard(key, "release", () => {
-      const now = this.now();
-      if (!isFence(fence) || this.stmts.release.run(now, now + this.retentionMs, key, fence).changes !== 1) {
+      if (!isFence(fence) || this.stmts.release.run(this.retentionMs, key, fence).changes !== 1) {
         throw new StaleClaimError(key, fence);
       }
     });
@@ -286,23 +297,44 @@ export class SqliteLedger implements Ledger {
     return this.guard(key, "lookup", () => {
       const seen = this.read(key);
       if (seen === undefined) return undefined;
-      if (seen.row.state !== "in_flight" && seen.expiresAt !== null && seen.expiresAt <= this.now()) return undefined;
+      if (seen.row.state !== "in_flight" && seen.expiresAt !== null && seen.expiresAt <= seen.now) return undefined;
       return seen.row;
     });
   }
 
   /**
-   * Delete finished and released rows whose retention has passed, in batches of
-   * `sweepBatchSize`, each its own short write so claims from other processes interleave.
-   * In-flight rows have no expires_at and are never touched (LEDGER-13).
+   * Delete finished and released rows whose retention has passed. Rows are kept in claim
+   * order (`seq`), and a row claimed within the last `retentionMs` cannot have expired
+   * (it finished after it was claimed), so the walk starts at the front and stops at the
+   * first such row: the cost is the expired rows plus the few old ones still held (in
+   * flight for longer than the retention). Each batch of `sweepBatchSize` rows is one short
+   * DELETE that re-checks every row's state and expiry under the write lock; claims from
+   * other processes interleave between batches. In-flight rows are never deleted (LEDGER-13).
    */
   async sweep(): Promise<number> {
     let removed = 0;
+    let after = Number.MIN_SAFE_INTEGER;
     for (;;) {
-      const cutoff = this.now();
-      const batch = this.guard(undefined, "sweep", () => this.stmts.sweepBatch.run(cutoff, this.sweepBatchSize).changes);
-      removed += batch;
-      if (batch < this.sweepBatchSize) return removed;
+      const step = this.guard(undefined, "sweep", () => {
+        const rows = this.stmts.sweepScan.all(after, this.sweepBatchSize);
+        const first = rows[0];
+        if (first === undefined) return { deleted: 0, upTo: after, done: true };
+        const claimedBefore = first.now - this.retentionMs;
+        let upTo = after;
+        let young = false;
+        for (const row of rows) {
+          if (typeof row.claimed_at === "number" && row.claimed_at > claimedBefore) {
+            young = true;
+            break;
+          }
+          upTo = row.seq;
+        }
+        const deleted = upTo === after ? 0 : this.stmts.sweepRange.run(after, upTo).changes;
+        return { deleted, upTo, done: young || rows.length < this.sweepBatchSize };
+      });
+      removed += step.deleted;
+      after = step.upTo;
+      if (step.done) return removed;
       // Let claims waiting in this process run between batches.
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
@@ -316,22 +348,21 @@ export class SqliteLedger implements Ledger {
   }
 
   private claimLocked(request: ClaimRequest): ClaimResult {
-    const now = this.now();
-    const leaseExpiresAt = now + request.leaseMs;
     const seen = this.read(request.key);
     if (seen === undefined) {
       // Swept between our insert attempt and the lock: the key is absent again.
-      this.stmts.insertClaim.run(request.key, ROW_FORMAT_VERSION, request.toolName, request.effect, now, request.owner, leaseExpiresAt);
-      return { outcome: "claimed", fence: 1, leaseExpiresAt, takeover: false };
+      const inserted = this.insert(request);
+      if (inserted === undefined) throw new Error("row appeared while holding the write lock");
+      return inserted;
     }
-    const { row, expiresAt } = seen;
+    const { row, expiresAt, now } = seen;
     if (!this.needsTransition(row, expiresAt, now)) {
       return { outcome: "existing", row: row as InFlightRow | TerminalRow };
     }
     if (row.state === "in_flight" && row.effect === "unkeyed_write") {
       // The owner's lease ran out and nothing downstream deduplicates: never re-run (LEDGER-7).
-      const finishedAt = now;
-      this.stmts.expireToUnknown.run(finishedAt, finishedAt + this.retentionMs, row.key, row.fence);
+      const done = this.stmts.expireToUnknown.get(this.retentionMs, row.key, row.fence);
+      if (done === undefined) throw new Error("in-flight row changed while holding the write lock");
       const unknown: UnknownRow = {
         key: row.key,
         toolName: row.toolName,
@@ -340,24 +371,38 @@ export class SqliteLedger implements Ledger {
         claimedAt: row.claimedAt,
         state: "unknown",
         reason: "lease_expired",
-        finishedAt,
+        finishedAt: done.finished_at,
       };
       return { outcome: "existing", row: unknown };
     }
     // Released, past retention, or an expired keyed_write (takeover: the downstream key makes a re-run safe).
     const fence = row.fence + 1;
-    this.stmts.reclaim.run(
+    const taken = this.stmts.reclaim.get(
       ROW_FORMAT_VERSION,
       request.toolName,
       request.effect,
       fence,
-      now,
       request.owner,
-      leaseExpiresAt,
+      request.leaseMs,
       request.key,
       row.fence,
     );
-    return { outcome: "claimed", fence, leaseExpiresAt, takeover: row.state === "in_flight" };
+    if (taken === undefined) throw new Error("row changed while holding the write lock");
+    return { outcome: "claimed", fence, leaseExpiresAt: taken.lease_expires_at, takeover: row.state === "in_flight" };
+  }
+
+  /** The one-statement claim of an absent key; undefined when the key exists. */
+  private insert(request: ClaimRequest): ClaimResult | undefined {
+    const inserted = this.stmts.insertClaim.get(
+      request.key,
+      ROW_FORMAT_VERSION,
+      request.toolName,
+      request.effect,
+      request.owner,
+      request.leaseMs,
+    );
+    if (inserted === undefined) return undefined;
+    return { outcome: "claimed", fence: 1, leaseExpiresAt: inserted.lease_expires_at, takeover: false };
   }
 
   /** Whether a claim must change this row (rather than report it as existing). */
@@ -367,9 +412,12 @@ export class SqliteLedger implements Ledger {
     return expiresAt !== null && expiresAt <= now;
   }
 
-  private read(key: string) {
+  /** The decoded row and the store's time at the read. */
+  private read(key: string): (DecodedRow & { now: number }) | undefined {
     const raw = this.stmts.select.get(key);
-    return raw === undefined ? undefined : decodeRow(key, raw);
+    if (raw === undefined) return undefined;
+    if (typeof raw.now !== "number") throw new Error(`the store's clock returned ${String(raw.now)}`);
+    return { ...decodeRow(key, raw), now: raw.now };
   }
 
   private assertOwned(key: string, fence: number): void {
@@ -405,33 +453,35 @@ export function createSqliteLedger(options: SqliteLedgerOptions | string): Sqlit
   return new SqliteLedger(typeof options === "string" ? { path: options } : options);
 }
 
-function prepare(db: SqliteDatabase, table: string): Statements {
+function prepare(db: SqliteDatabase, table: string, now: string): Statements {
   const t = `"${table}"`;
   const owned = "WHERE key = ? AND state = 'in_flight' AND fence = ?";
-  const finish = "owner = NULL, lease_expires_at = NULL, finished_at = ?, expires_at = ?";
+  const finish = `owner = NULL, lease_expires_at = NULL, finished_at = ${now}, expires_at = ${now} + ?`;
   return {
     insertClaim: db.prepare(
       `INSERT INTO ${t} (key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at)
-       VALUES (?, ?, 'in_flight', ?, ?, 1, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
+       VALUES (?, ?, 'in_flight', ?, ?, 1, ${now}, ?, ${now} + ?) ON CONFLICT (key) DO NOTHING
+       RETURNING lease_expires_at`,
     ),
-    select: db.prepare(`SELECT ${COLUMNS} FROM ${t} WHERE key = ?`),
+    select: db.prepare(`SELECT ${COLUMNS}, ${now} AS now FROM ${t} WHERE key = ?`),
     // Guarded by the fence read inside the same IMMEDIATE transaction (belt and braces).
     reclaim: db.prepare(
-      `UPDATE ${t} SET v = ?, state = 'in_flight', tool_name = ?, effect = ?, fence = ?, claimed_at = ?, owner = ?,
-         lease_expires_at = ?, result = NULL, error = NULL, reason = NULL, finished_at = NULL, expires_at = NULL
-       WHERE key = ? AND fence = ?`,
+      `UPDATE ${t} SET seq = (SELECT max(seq) FROM ${t}) + 1, v = ?, state = 'in_flight', tool_name = ?, effect = ?, fence = ?, claimed_at = ${now}, owner = ?,
+         lease_expires_at = ${now} + ?, result = NULL, error = NULL, reason = NULL, finished_at = NULL, expires_at = NULL
+       WHERE key = ? AND fence = ? RETURNING lease_expires_at`,
     ),
     expireToUnknown: db.prepare(
-      `UPDATE ${t} SET state = 'unknown', reason = 'lease_expired', ${finish} ${owned}`,
+      `UPDATE ${t} SET state = 'unknown', reason = 'lease_expired', ${finish} ${owned} RETURNING finished_at`,
     ),
-    renew: db.prepare(`UPDATE ${t} SET lease_expires_at = ? ${owned}`),
+    renew: db.prepare(`UPDATE ${t} SET lease_expires_at = ${now} + ? ${owned} RETURNING lease_expires_at`),
     complete: db.prepare(`UPDATE ${t} SET state = 'completed', result = ?, ${finish} ${owned}`),
     fail: db.prepare(`UPDATE ${t} SET state = 'failed', error = ?, ${finish} ${owned}`),
     markUnknown: db.prepare(`UPDATE ${t} SET state = 'unknown', reason = ?, ${finish} ${owned}`),
     release: db.prepare(`UPDATE ${t} SET state = 'released', ${finish} ${owned}`),
     owns: db.prepare(`SELECT 1 AS one FROM ${t} ${owned}`),
-    sweepBatch: db.prepare(
-      `DELETE FROM ${t} WHERE key IN (SELECT key FROM ${t} WHERE expires_at <= ? LIMIT ?)`,
+    sweepScan: db.prepare(`SELECT seq, claimed_at, ${now} AS now FROM ${t} WHERE seq > ? ORDER BY seq LIMIT ?`),
+    sweepRange: db.prepare(
+      `DELETE FROM ${t} WHERE seq > ? AND seq <= ? AND state <> 'in_flight' AND expires_at <= ${now}`,
     ),
   };
 }

@@ -34,8 +34,16 @@ export interface StoredRow {
   expires_at: number | null;
 }
 
+const COLUMNS =
+  "key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, result, error, reason, finished_at, expires_at";
+
 export function selectRow(db: Database.Database, table: string, key: string): StoredRow | undefined {
-  return db.prepare(`SELECT * FROM "${table}" WHERE key = ?`).get(key) as StoredRow | undefined;
+  return db.prepare(`SELECT ${COLUMNS} FROM "${table}" WHERE key = ?`).get(key) as StoredRow | undefined;
+}
+
+/** The row's place in claim order (the rowid sweep walks). */
+export function seqOf(db: Database.Database, table: string, key: string): number | undefined {
+  return db.prepare(`SELECT seq FROM "${table}" WHERE key = ?`).pluck().get(key) as number | undefined;
 }
 
 /** The stored bytes of the result column, as SQLite holds them (not decoded by any JS string path). */

@@ -3,7 +3,7 @@
 import Database from "better-sqlite3";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import {
   DEFAULT_MAX_RESULT_BYTES,
   LedgerCorruptError,
@@ -13,7 +13,7 @@ import {
   StaleClaimError,
 } from "@dispatch-once/core";
 import { InvalidLedgerInputError, SqliteLedger, createSqliteLedger, schemaSql } from "../src/index.js";
-import { manualClock, rawConnection, request, resultBytes, selectRow, tempDir, type StoredRow } from "./helpers.js";
+import { manualClock, rawConnection, request, resultBytes, selectRow, seqOf, tempDir, type StoredRow } from "./helpers.js";
 
 const TABLE = "dispatch_once_ledger";
 const RETENTION = 60_000;
@@ -51,17 +51,17 @@ afterEach(async () => {
 });
 
 describe("schema and settings", () => {
-  it("creates the table and the partial expiry index on open, in WAL mode with synchronous=FULL (durable)", () => {
+  it("creates the table (and only the key index) on open, in WAL mode with synchronous=FULL (durable)", () => {
+    const storeClock = open({ now: undefined });
     const objects = raw
-      .prepare("SELECT type, name, sql FROM sqlite_master WHERE tbl_name = ? ORDER BY type")
-      .all(TABLE) as { type: string; name: string; sql: string }[];
-    expect(objects.map((o) => `${o.type}:${o.name}`)).toEqual([`index:${TABLE}_expires_at`, `table:${TABLE}`]);
-    expect(objects[0]?.sql).toContain("WHERE expires_at IS NOT NULL");
+      .prepare("SELECT type, name FROM sqlite_master WHERE tbl_name = ? ORDER BY type")
+      .all(TABLE) as { type: string; name: string }[];
+    expect(objects.map((o) => `${o.type}:${o.name}`)).toEqual([`index:sqlite_autoindex_${TABLE}_1`, `table:${TABLE}`]);
     expect(raw.pragma("journal_mode", { simple: true })).toBe("wal");
-    expect(ledger.database.pragma("synchronous", { simple: true })).toBe(2);
-    expect(ledger.capabilities).toEqual({
+    expect(storeClock.database.pragma("synchronous", { simple: true })).toBe(2);
+    expect(storeClock.capabilities).toEqual({
       durability: "durable",
-      clock: "process",
+      clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes: DEFAULT_MAX_RESULT_BYTES,
     });
@@ -89,11 +89,14 @@ describe("schema and settings", () => {
     own.close();
   });
 
-  it("sweeps through the partial index, not a table scan", () => {
-    const plan = raw
-      .prepare(`EXPLAIN QUERY PLAN DELETE FROM ${TABLE} WHERE key IN (SELECT key FROM ${TABLE} WHERE expires_at <= ? LIMIT ?)`)
-      .all(1, 1) as { detail: string }[];
-    expect(plan.map((p) => p.detail).join("\n")).toContain(`USING COVERING INDEX ${TABLE}_expires_at`);
+  it("sweep reads and deletes by ranges of claim order (rowid), never by a table scan", () => {
+    const storeClock = open({ now: undefined });
+    const { sweepScan, sweepRange } = (storeClock as unknown as { stmts: Record<string, { source: string }> }).stmts;
+    for (const statement of [sweepScan, sweepRange]) {
+      expect(statement?.source).toContain("julianday('now')");
+      const plan = raw.prepare(`EXPLAIN QUERY PLAN ${statement?.source}`).all(1, 2) as { detail: string }[];
+      expect(plan.map((p) => p.detail).join("\n")).toMatch(/SEARCH \S+ USING INTEGER PRIMARY KEY \(rowid>\? AND rowid<\?\)|SEARCH \S+ USING INTEGER PRIMARY KEY \(rowid>\?\)/);
+    }
   });
 
   it("schemaSql() is the plain SQL migrate() runs, for a custom table", () => {
@@ -102,8 +105,42 @@ describe("schema and settings", () => {
     db.exec(sql);
     db.exec(sql); // idempotent
     const names = (db.prepare("SELECT name FROM sqlite_master ORDER BY name").all() as { name: string }[]).map((r) => r.name);
-    expect(names).toEqual(["tool_calls", "tool_calls_expires_at"]);
+    expect(names).toEqual(["sqlite_autoindex_tool_calls_1", "tool_calls"]);
     db.close();
+  });
+});
+
+describe("the store's clock (LEDGER-20)", () => {
+  it("takes every time from SQLite inside the statement, never from the process clock", async () => {
+    const storeClock = open({ now: undefined });
+    expect(storeClock.capabilities.clock).toBe("store");
+    const before = Date.now();
+    // A process clock that is wildly wrong must not reach the ledger's rows.
+    const wrong = vi.spyOn(Date, "now").mockReturnValue(0);
+    let claim, renewed;
+    try {
+      claim = await storeClock.claim(request("t", { leaseMs: 5000 }));
+      renewed = await storeClock.renew("t", 1, 7000);
+      await storeClock.complete("t", 1, "1");
+    } finally {
+      wrong.mockRestore();
+    }
+    const after = Date.now();
+    const row = stored("t");
+    expect(row?.claimed_at).toBeGreaterThanOrEqual(before);
+    expect(row?.claimed_at).toBeLessThanOrEqual(after);
+    expect(claim).toEqual({ outcome: "claimed", fence: 1, leaseExpiresAt: (row?.claimed_at ?? 0) + 5000, takeover: false });
+    expect(renewed?.leaseExpiresAt).toBeGreaterThanOrEqual((row?.claimed_at ?? 0) + 7000);
+    expect(renewed?.leaseExpiresAt).toBeLessThanOrEqual(after + 7000);
+    expect(row?.finished_at).toBeGreaterThanOrEqual(before);
+    expect(row?.expires_at).toBe((row?.finished_at ?? 0) + RETENTION);
+  });
+
+  it("a lease set in the past on the store's clock is expired for every process", async () => {
+    const storeClock = open({ now: undefined });
+    await storeClock.claim(request("t"));
+    raw.prepare(`UPDATE ${TABLE} SET lease_expires_at = ? WHERE key = 't'`).run(Date.now() - 1);
+    expect(await storeClock.claim(request("t", { owner: "attempt-2" }))).toMatchObject({ outcome: "claimed", fence: 2, takeover: true });
   });
 });
 
@@ -189,12 +226,15 @@ describe("claims as stored rows", () => {
     expect(await ledger.claim(request("u1", { effect: "unkeyed_write" }))).toMatchObject({ outcome: "existing" });
   });
 
-  it("a released row keeps its fence and is re-claimed with the next one", async () => {
+  it("a released row keeps its fence and is re-claimed with the next one, moving to the end of claim order", async () => {
     await ledger.claim(request("k1"));
+    await ledger.claim(request("k2"));
+    expect(seqOf(raw, TABLE, "k1")).toBeLessThan(seqOf(raw, TABLE, "k2") ?? 0);
     await ledger.release("k1", 1);
     expect(stored("k1")).toMatchObject({ state: "released", fence: 1, owner: null, expires_at: clock.now() + RETENTION });
     expect(await ledger.claim(request("k1", { owner: "attempt-2" }))).toMatchObject({ outcome: "claimed", fence: 2, takeover: false });
     expect(stored("k1")).toMatchObject({ state: "in_flight", fence: 2, finished_at: null, expires_at: null });
+    expect(seqOf(raw, TABLE, "k1")).toBeGreaterThan(seqOf(raw, TABLE, "k2") ?? Infinity);
   });
 
   it("a renewed lease is written to the row; renew by a stale fence is refused", async () => {
@@ -335,6 +375,21 @@ describe("retention and sweep", () => {
     expect(stored("old-live")).toMatchObject({ state: "in_flight" });
     // Physically deleted: the key is absent again and starts over at fence 1 (see README).
     expect(await ledger.claim(request("done"))).toMatchObject({ outcome: "claimed", fence: 1 });
+  });
+
+  it("a re-claimed row moves behind older rows, so it never holds back the sweep of rows claimed after its first claim", async () => {
+    await ledger.claim(request("x"));
+    await ledger.release("x", 1);
+    clock.advance(1);
+    await ledger.claim(request("y"));
+    await ledger.complete("y", 1, "1"); // finished at t0+1: expires at t0+1+R
+    clock.advance(9);
+    await ledger.claim(request("x")); // released -> fence 2, claimed at t0+10
+    await ledger.complete("x", 2, "2");
+    clock.set(clock.now() - 9 + RETENTION); // t0+1+R: y has expired, x has not
+    expect(await ledger.sweep()).toBe(1);
+    expect(stored("y")).toBeUndefined();
+    expect(stored("x")).toMatchObject({ state: "completed", fence: 2 });
   });
 
   it("sweeps in batches until nothing expired is left, and only expired rows", async () => {

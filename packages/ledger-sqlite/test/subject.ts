@@ -5,7 +5,7 @@ import Database from "better-sqlite3";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Ledger } from "@dispatch-once/core";
+import { DEFAULT_RETENTION_MS, type Ledger } from "@dispatch-once/core";
 import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance";
 import type { SqliteLedger, SqliteLedgerOptions } from "../src/index.js";
 
@@ -71,6 +71,7 @@ export function createSqliteSubject(
       root ??= mkdtempSync(join(tmpdir(), "ledger-sqlite-conformance-"));
       const dir = mkdtempSync(join(root, `f${++counter}-`));
       const path = join(dir, "ledger.db");
+      const retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
       const ledgers: SqliteLedger[] = [];
       const open = (): SqliteLedger => {
         const ledger = new LedgerClass({ path, table: TABLE, ...options });
@@ -79,7 +80,10 @@ export function createSqliteSubject(
       };
       const ledger = open();
       const raw = new Database(path, { timeout: 5000 });
-      const select = raw.prepare(`SELECT * FROM ${TABLE} WHERE key = ?`);
+      const select = raw.prepare(
+        `SELECT key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, result, error, reason, finished_at
+         FROM ${TABLE} WHERE key = ?`,
+      );
       const change = (sql: string, ...params: unknown[]): void => {
         const { changes } = raw.prepare(sql).run(...params);
         if (changes !== 1) throw new Error(`raw hook changed ${changes} rows: ${sql}`);
@@ -96,8 +100,21 @@ export function createSqliteSubject(
           async expireLease(key) {
             change(`UPDATE ${TABLE} SET lease_expires_at = ? WHERE key = ? AND state = 'in_flight'`, Date.now() - 1, key);
           },
+          // As if the row had been claimed and finished longer than the retention ago: all of
+          // its times move back together and it moves to the front of claim order, which is
+          // where a row that old sits (sweep walks claim order; see the README).
           async expireRetention(key) {
-            change(`UPDATE ${TABLE} SET expires_at = ? WHERE key = ? AND state <> 'in_flight'`, Date.now() - 1, key);
+            const expiresAt = Date.now() - 1;
+            const finishedAt = expiresAt - retentionMs;
+            change(
+              `UPDATE ${TABLE} SET expires_at = ?, finished_at = ?, claimed_at = min(claimed_at, ?),
+                 seq = (SELECT min(seq) FROM ${TABLE}) - 1
+               WHERE key = ? AND state <> 'in_flight'`,
+              expiresAt,
+              finishedAt,
+              finishedAt,
+              key,
+            );
           },
           async corrupt(key) {
             // A row from a format version this reader does not know.
