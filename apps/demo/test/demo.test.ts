@@ -1,0 +1,290 @@
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Redis } from "ioredis";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { POSITIONS, planTurn, SPLIT } from "../src/chaos.js";
+import { DemoUsageError, parseArgs } from "../src/options.js";
+import type { DemoResult } from "../src/run.js";
+import { wilson } from "../src/stats.js";
+import { decodePng, inkStats } from "./png.js";
+
+const APP = fileURLToPath(new URL("..", import.meta.url));
+const CLI = join(APP, "dist", "cli.js");
+const DATABASE_URL = process.env["DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/test";
+const REDIS_URL = process.env["REDIS_URL"] ?? "redis://127.0.0.1:6379";
+const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium";
+const RUN = `t${process.pid}_${Date.now().toString(36)}`;
+
+// Small but not trivial: about 60 stream failures, several inside the window.
+const SMALL = [
+  "--turns", "240", "--failure-rate", "0.25", "--seed", "7", "--time-scale", "0.005",
+  "--incident-time-scale", "0.2", "--redeliveries", "8", "--concurrency", "8", "--json",
+];
+
+interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function runCli(args: string[]): Promise<CliRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], { cwd: APP, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+function parseOne(run: CliRun): DemoResult {
+  expect(run.code, run.stderr).toBe(0);
+  // Exactly one JSON object and nothing else on stdout.
+  const lines = run.stdout.split("\n").filter((l) => l !== "");
+  expect(lines).toHaveLength(1);
+  return JSON.parse(lines[0]!) as DemoResult;
+}
+
+const tmp = mkdtempSync(join(tmpdir(), "demo-test-"));
+const reportPath = join(tmp, "report.html");
+const pgSchema = `demo_${RUN}`;
+const redisNamespace = `demo_${RUN}`;
+let runs: Record<"sqlite" | "postgres" | "redis", DemoResult>;
+
+beforeAll(async () => {
+  // The demo is run as users run it: the built CLI (and its worker thread).
+  execFileSync("pnpm", ["exec", "tsup"], { cwd: APP, stdio: "ignore", timeout: 180_000 });
+  const [sqlite, postgres, redis] = await Promise.all([
+    runCli([...SMALL, "--report", reportPath]),
+    runCli([...SMALL, "--ledger", DATABASE_URL, "--ledger-namespace", pgSchema]),
+    runCli([...SMALL, "--ledger", REDIS_URL, "--ledger-namespace", redisNamespace]),
+  ]);
+  runs = { sqlite: parseOne(sqlite), postgres: parseOne(postgres), redis: parseOne(redis) };
+}, 240_000);
+
+afterAll(() => {
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+describe("pnpm demo --json, on each ledger", () => {
+  for (const ledger of ["sqlite", "postgres", "redis"] as const) {
+    it(`${ledger}: the incident pays twice naive and once guarded; the retry's dispatch is replayed from the ledger`, () => {
+      const { incident } = runs[ledger];
+      expect(runs[ledger].ledger.kind).toBe(ledger);
+      expect(incident.naive.payments).toBe(2);
+      expect(incident.guarded.payments).toBe(1);
+      expect(incident.naive.retryDispatch).toBe("ran_again");
+      expect(incident.guarded.retryDispatch).toBe("replayed_from_ledger");
+      for (const side of [incident.naive, incident.guarded]) {
+        expect(side.failurePosition).toBe("after_dispatch_before_stop");
+        // The retried response carries a new toolu_ id: keying on it deduplicates nothing.
+        expect(side.callIds).toHaveLength(2);
+        expect(side.callIds[0]).not.toBe(side.callIds[1]);
+        // The reset landed inside the window by construction: the stream was held where
+        // message_stop goes and cut only after the payment was accepted (causal order, not timing).
+        const w = side.window!;
+        expect(w.dispatchMs).toBeLessThanOrEqual(w.acceptedMs);
+        expect(w.acceptedMs).toBeLessThanOrEqual(w.resolvedMs);
+        expect(w.resolvedMs).toBeLessThanOrEqual(w.resetMs);
+        expect(side.timeline.filter((e) => e.kind === "turn_committed").map((e) => e.attempt)).toEqual([2]);
+      }
+      expect(incident.naive.idempotencyKeys).toEqual(incident.naive.callIds);
+      expect(incident.guarded.idempotencyKeys).toHaveLength(1);
+      expect(incident.guarded.idempotencyKeys[0]).toMatch(/^[0-9a-f]{32}$/);
+    });
+
+    it(`${ledger}: the guarded side makes no duplicate on any route, and its ledger alone stopped every repeat`, () => {
+      const { chaos } = runs[ledger];
+      expect(chaos.guarded.duplicates).toBe(0);
+      expect(chaos.guarded.payments).toBe(chaos.turns);
+      // Not one repeated POST reached the payments API: the ledger, not only the downstream key, held.
+      expect(chaos.guarded.posts).toBe(chaos.turns);
+      expect(chaos.guarded.replayedFromLedger).toBe(chaos.failuresInWindow);
+      expect(chaos.guarded.failedTurns).toBe(0);
+      for (const route of chaos.routes) {
+        expect(route.guarded.duplicates, route.name).toBe(0);
+        expect(route.guarded.posts, route.name).toBe(route.guarded.payments);
+      }
+      expect(chaos.anomalies).toEqual([]);
+    });
+  }
+
+  it("the naive side duplicates exactly the failures inside the window, on every route", () => {
+    const { chaos } = runs.sqlite;
+    expect(chaos.turns).toBe(240);
+    expect(chaos.failuresInWindow).toBeGreaterThan(0);
+    expect(chaos.streamFailures).toBeGreaterThan(chaos.failuresInWindow);
+    // By construction: a failure before dispatch costs a retry, one inside the window a payment.
+    expect(chaos.naive.duplicates).toBe(chaos.failuresInWindow);
+    expect(chaos.naive.payments).toBe(chaos.turns + chaos.failuresInWindow);
+    const route = (name: string) => chaos.routes.find((r) => r.name === name)!;
+    expect(route("automatic_retry").naive.duplicates).toBe(chaos.failuresInWindow);
+    expect(route("client_resend").replays).toBe(chaos.streamFailures);
+    expect(route("client_resend").naive.duplicates).toBe(chaos.failuresInWindow);
+    expect(route("queue_redelivery").replays).toBe(8);
+    expect(route("queue_redelivery").naive.duplicates).toBe(8);
+  });
+
+  it("stream failures land where they were planned, at the spec's positions", () => {
+    const { chaos } = runs.sqlite;
+    expect(Object.keys(chaos.byPosition).sort()).toEqual([...POSITIONS].sort());
+    expect(chaos.byPosition).toEqual(chaos.plannedByPosition);
+    expect(chaos.naive.byPosition).toEqual(chaos.guarded.byPosition);
+    expect(chaos.failuresInWindow).toBe(chaos.byPosition.during_dispatch + chaos.byPosition.after_dispatch_before_stop);
+    for (const position of POSITIONS) expect(chaos.byPosition[position], position).toBeGreaterThan(0);
+  });
+
+  it("reports the measured rate with its Wilson interval beside the chapter's arithmetic", () => {
+    const { chaos } = runs.sqlite;
+    expect(chaos.naiveDuplicateRate).toEqual(wilson(chaos.naive.duplicates, chaos.turns));
+    expect(chaos.chapter.duplicateRate).toBeCloseTo(0.006 * 0.11, 10);
+    expect(chaos.chapter.oneIn).toBe(1515);
+    expect(chaos.chapter.atThisFailureRate.duplicateRate).toBeCloseTo(0.25 * 0.11, 10);
+  });
+
+  it("is deterministic for a seed: every ledger's run has the same counts", () => {
+    const counts = (r: DemoResult) => ({
+      incident: [r.incident.naive.payments, r.incident.guarded.payments],
+      streamFailures: r.chaos.streamFailures,
+      byPosition: r.chaos.byPosition,
+      naive: r.chaos.naive.duplicates,
+      guarded: r.chaos.guarded.duplicates,
+      duplicated: r.chaos.naive.duplicatedReferences,
+      routes: r.chaos.routes.map((x) => [x.replays, x.naive.duplicates, x.guarded.duplicates]),
+    });
+    expect(counts(runs.postgres)).toEqual(counts(runs.sqlite));
+    expect(counts(runs.redis)).toEqual(counts(runs.sqlite));
+  });
+
+  it("says loudly that the Redis ledger is volatile, and uses only a keyed_write tool on it", () => {
+    expect(runs.redis.ledger.durability).toBe("volatile");
+    expect(runs.redis.ledger.note).toMatch(/VOLATILE/);
+    expect(runs.sqlite.ledger.durability).toBe("durable");
+    expect(runs.postgres.ledger.durability).toBe("durable");
+  });
+
+  it("removes what it created: the PostgreSQL schema and the Redis keys are gone", async () => {
+    const pool = new pg.Pool({ connectionString: DATABASE_URL });
+    try {
+      const { rows } = await pool.query("SELECT 1 FROM pg_namespace WHERE nspname = $1", [pgSchema]);
+      expect(rows).toHaveLength(0);
+    } finally {
+      await pool.end();
+    }
+    const redis = new Redis(REDIS_URL);
+    try {
+      const [, keys] = await redis.scan("0", "MATCH", `dispatch-once-demo:${redisNamespace}:*`, "COUNT", 10_000);
+      expect(keys).toEqual([]);
+    } finally {
+      redis.disconnect();
+    }
+  });
+});
+
+describe("the HTML report", () => {
+  it("is self-contained and renders in headless Chromium", () => {
+    if (!existsSync(CHROMIUM)) {
+      throw new Error(`Chromium not found at ${CHROMIUM}: install Debian's chromium package or set CHROMIUM_PATH`);
+    }
+    const html = readFileSync(reportPath, "utf8");
+    // Nothing fetched from anywhere: no scripts, no external URLs.
+    expect(html).not.toMatch(/<script|<link|src=|@import|url\(/i);
+    expect(html).not.toMatch(/https?:\/\/(?!www\.w3\.org\/2000\/svg)/);
+    const profile = mkdtempSync(join(tmp, "chromium-"));
+    const flags = [
+      "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync", `--user-data-dir=${profile}`,
+    ];
+    const dom = execFileSync(CHROMIUM, [...flags, "--dump-dom", `file://${reportPath}`], { encoding: "utf8", timeout: 90_000, stdio: ["ignore", "pipe", "ignore"] });
+    for (const id of ["incident-window", "incident-timeline", "chart-positions", "chart-routes", "chart-rate", "chaos-table", "routes-table"]) {
+      expect(dom, id).toContain(`id="${id}"`);
+    }
+    expect(dom.match(/class="bar position"/g)).toHaveLength(4);
+    expect(dom.match(/class="bar naive"/g)).toHaveLength(3);
+    expect(dom).toContain('class="window"');
+    const png = join(tmp, "report.png");
+    execFileSync(CHROMIUM, [...flags, `--screenshot=${png}`, "--window-size=1200,900", `file://${reportPath}`], {
+      timeout: 90_000,
+      stdio: "ignore",
+    });
+    const image = decodePng(readFileSync(png));
+    expect(image.width).toBe(1200);
+    const ink = inkStats(image);
+    // A blank page has one colour; this one has text, shaded windows and coloured cards.
+    expect(ink.colours).toBeGreaterThan(50);
+    expect(ink.inkShare).toBeGreaterThan(0.05);
+  }, 200_000);
+});
+
+describe("bad options exit with code 2 and say what is wrong", () => {
+  const cases: Array<[string[], RegExp]> = [
+    [["--turns", "0"], /--turns must be between/],
+    [["--turns", "many"], /--turns must be a whole number/],
+    [["--failure-rate", "1.5"], /--failure-rate must be a number/],
+    [["--time-scale", "0"], /--time-scale must be a number/],
+    [["--ledger", "mysql://x"], /unsupported scheme/],
+    [["--ledger", "sqlite:"], /needs a file path/],
+    [["--frobnicate"], /unknown option "--frobnicate"/],
+    [["--seed"], /--seed needs a value/],
+    [["--json=yes"], /--json takes no value/],
+  ];
+  for (const [args, message] of cases) {
+    it(args.join(" "), async () => {
+      const run = await runCli(args);
+      expect(run.code).toBe(2);
+      expect(run.stdout).toBe("");
+      expect(run.stderr).toMatch(message);
+    });
+  }
+
+  it("parseArgs raises DemoUsageError with the option's name", () => {
+    expect(() => parseArgs(["--concurrency", "0"])).toThrow(DemoUsageError);
+    try {
+      parseArgs(["--ledger-namespace", "bad-name!"]);
+      expect.unreachable();
+    } catch (error) {
+      expect(error).toMatchObject({ code: "bad_option", option: "--ledger-namespace" });
+    }
+    expect(parseArgs(["--ledger", "postgres://u@h/db", "--json"])).toMatchObject({
+      ledger: { kind: "postgres", url: "postgres://u@h/db" },
+      json: true,
+      progress: false,
+    });
+  });
+});
+
+describe("the arithmetic", () => {
+  it("Wilson's interval matches known values", () => {
+    const zero = wilson(0, 10);
+    expect(zero.low).toBe(0);
+    expect(zero.high).toBeCloseTo(0.2775, 4);
+    const seven = wilson(7, 400);
+    expect(seven.low).toBeCloseTo(0.0085, 4);
+    expect(seven.high).toBeCloseTo(0.03568, 4);
+  });
+
+  it("the seeded plan places failures at the chapter's proportions", () => {
+    const counts: Record<string, number> = { before_any_call: 0, arguments_streaming: 0, during_dispatch: 0, after_dispatch_before_stop: 0 };
+    const n = 100_000;
+    let failures = 0;
+    for (let i = 0; i < n; i++) {
+      const failure = planTurn("arith", "chaos", i, 0.006, `T-${i}`).failure;
+      if (failure !== undefined) failures++;
+    }
+    for (let i = 0; i < n; i++) counts[planTurn("arith", "chaos", i, 1, `T-${i}`).failure!.position]!++;
+    // 0.6 % of turns fail (binomial sd ≈ 0.024 %).
+    expect(failures / n).toBeGreaterThan(0.0052);
+    expect(failures / n).toBeLessThan(0.0068);
+    const inWindow = (counts["during_dispatch"]! + counts["after_dispatch_before_stop"]!) / n;
+    expect(inWindow).toBeGreaterThan(0.105);
+    expect(inWindow).toBeLessThan(0.115);
+    expect(counts["during_dispatch"]! / (inWindow * n)).toBeCloseTo(SPLIT.duringDispatchOfWindow, 1);
+    expect(planTurn("arith", "chaos", 42, 0.3, "x")).toEqual(planTurn("arith", "chaos", 42, 0.3, "x"));
+  });
+});
