@@ -31,9 +31,8 @@ CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_claimed_at"
 -- claim(): the whole claim rule in one round trip (see the package README).
 CREATE OR REPLACE FUNCTION "public"."dispatch_once_ledger_claim"(
   p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint,
-  OUT acted boolean, OUT key text, OUT v smallint, OUT state text, OUT tool_name text, OUT effect text,
-  OUT fence bigint, OUT takeover boolean, OUT owner text, OUT claimed_at bigint, OUT lease_expires_at bigint,
-  OUT finished_at bigint, OUT expires_at bigint, OUT result text, OUT error text, OUT reason text)
+  OUT acted boolean, OUT state text, OUT fence bigint, OUT lease_expires_at bigint, OUT takeover boolean,
+  OUT row_json text)
 LANGUAGE plpgsql VOLATILE AS $claim$
 #variable_conflict use_column
 DECLARE
@@ -70,15 +69,15 @@ BEGIN
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
               AND r.lease_expires_at <= now_ms)))
-      RETURNING r.key, r.v, r.state, r.tool_name, r.effect, r.fence, r.takeover, r.owner, r.claimed_at, r.lease_expires_at, r.finished_at, r.expires_at, r.result, r.error, r.reason
-        INTO key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, finished_at, expires_at, result, error, reason;
+      RETURNING r.state, r.fence, r.lease_expires_at, r.takeover, to_json(r)::text
+        INTO state, fence, lease_expires_at, takeover, row_json;
     IF FOUND THEN
       acted := true;
       RETURN;
     END IF;
 
-    SELECT r.key, r.v, r.state, r.tool_name, r.effect, r.fence, r.takeover, r.owner, r.claimed_at, r.lease_expires_at, r.finished_at, r.expires_at, r.result, r.error, r.reason
-        INTO key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, finished_at, expires_at, result, error, reason
+    SELECT r.state, r.fence, r.lease_expires_at, r.takeover, to_json(r)::text
+        INTO state, fence, lease_expires_at, takeover, row_json
       FROM "public"."dispatch_once_ledger" AS r
      WHERE r.key = p_key AND (r.v = 1 AND (
              r.state = 'released'

@@ -70,8 +70,6 @@ const MIGRATE_LOCK_ID = 7_326_119_502_418_913n;
 
 const SWEEP_BATCH = 5_000;
 
-type ClaimRow = RawRow & { acted: boolean };
-
 function positiveInteger(field: string, value: unknown, max = Number.MAX_SAFE_INTEGER): number {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > max) {
     throw new InvalidLedgerInputError(field, `${String(value)} is not an integer in 1..${max}`);
@@ -203,17 +201,18 @@ export class PostgresLedger implements Ledger {
     }
     const leaseMs = leaseMilliseconds(request.leaseMs);
     const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs)];
-    const { rows } = await this.run<ClaimRow>("claim", this.prepared(this.sql.claim, values));
-    const raw = rows[0];
-    if (raw === undefined) throw new LedgerUnavailableError(`claim of ${key} returned no row; nothing was claimed`);
-    if (raw.acted && raw.state === "in_flight") {
-      return {
-        outcome: "claimed",
-        fence: Number(raw.fence),
-        leaseExpiresAt: Number(raw.lease_expires_at),
-        takeover: raw.takeover === true,
-      };
+    // Array rows: the claim is the hot path, and skipping per-row object construction is
+    // measurable. Cells: acted, state, fence, lease_expires_at, takeover, row_json.
+    const { rows } = await this.run<unknown[]>("claim", {
+      ...this.prepared(this.sql.claim, values),
+      rowMode: "array",
+    } as QueryConfig);
+    const cells = rows[0];
+    if (cells === undefined) throw new LedgerUnavailableError(`claim of ${key} returned no row; nothing was claimed`);
+    if (cells[0] === true && cells[1] === "in_flight") {
+      return { outcome: "claimed", fence: Number(cells[2]), leaseExpiresAt: Number(cells[3]), takeover: cells[4] === true };
     }
+    const raw = JSON.parse(String(cells[5])) as RawRow;
     // The claim turned an expired unkeyed_write claim unknown, or found a live in-flight
     // row or a terminal row within retention (or a row it cannot decode: corrupt).
     const row = decodeRow(raw);

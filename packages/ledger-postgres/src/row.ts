@@ -6,20 +6,20 @@ import {
   type StoredError,
 } from "@dispatch-once/core";
 
-/** A row as pg returns it: bigint columns arrive as strings. */
+/** A row as pg returns it (bigint columns as strings) or as to_json renders it (as numbers). */
 export interface RawRow {
   key: string;
   v: number | null;
   state: string | null;
   tool_name: string | null;
   effect: string | null;
-  fence: string | null;
+  fence: string | number | null;
   takeover: boolean | null;
   owner: string | null;
-  claimed_at: string | null;
-  lease_expires_at: string | null;
-  finished_at: string | null;
-  expires_at: string | null;
+  claimed_at: string | number | null;
+  lease_expires_at: string | number | null;
+  finished_at: string | number | null;
+  expires_at: string | number | null;
   result: string | null;
   error: string | null;
   reason: string | null;
@@ -27,7 +27,7 @@ export interface RawRow {
 
 class Corrupt extends Error {}
 
-function int(value: string | null, column: string): number {
+function int(value: string | number | null, column: string): number {
   if (value === null) throw new Corrupt(`${column} is missing`);
   const n = Number(value);
   if (!Number.isSafeInteger(n)) throw new Corrupt(`${column} ${value} is not a safe integer`);
