@@ -3,19 +3,44 @@ import { isAbsolute, resolve } from "node:path";
 import { readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { endToEndChecks } from "./e2e/index.js";
 import { ledgerChecks, MODEL_CHECK_PREFIX, randomSeed } from "./ledger/index.js";
 import { renderFailures, renderReportJson, renderReportTable, runChecks } from "./report.js";
-import type { CheckResult, LedgerSubject } from "./types.js";
+import type { Check, CheckResult, LedgerSubject } from "./types.js";
+
+interface LevelOptions {
+  runs: number;
+  seed: number;
+  path?: string;
+  vectors?: unknown;
+}
+
+/**
+ * The kit's levels. Each turns a subject into named checks; the report and the exit status
+ * are the same for all. A property check of a level is replayed with --level L --seed S --path P.
+ */
+const LEVELS: Record<string, { build: (subject: LedgerSubject, o: LevelOptions) => Check[]; replayOnly: (c: Check) => boolean }> = {
+  ledger: {
+    build: (subject, o) => ledgerChecks(subject, o),
+    replayOnly: (c) => c.name.startsWith(MODEL_CHECK_PREFIX),
+  },
+  e2e: {
+    build: (subject, o) => endToEndChecks(subject, { runs: o.runs, seed: o.seed, ...(o.path === undefined ? {} : { path: o.path }) }),
+    replayOnly: () => true,
+  },
+};
 
 const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
        (from the monorepo root: pnpm conformance --adapter <module> [options])
 
   --adapter <path>   module whose default export is a LedgerSubject, or a function
                      returning one (or a promise of one)
-  --runs <n>         runs of the model-based property check (default $CONFORMANCE_RUNS or 100)
+  --level <level>    ledger (the ledger contract, CONF-1), e2e (random conversations
+                     through the turn runner, CONF-2) or all (default)
+  --runs <n>         runs of each property check (default $CONFORMANCE_RUNS or 100)
   --seed <n>         seed of the property check (default $CONFORMANCE_SEED or random; always printed)
   --path <p>         replay exactly the shrunk counterexample at this fast-check path
-                     (with --seed; runs only the model-based check unless --only is given)
+                     (with --seed and --level; runs only that level's property check)
   --only <text>      run only checks whose "RULE name" contains <text> (case-insensitive)
   --vectors <file>   ledger-transitions.json to use instead of the bundled copy
   --json             print the report as JSON on stdout (progress still goes to stderr)
@@ -28,6 +53,7 @@ class UsageError extends Error {}
 
 interface CliOptions {
   adapter: string;
+  levels: string[];
   runs: number;
   seed: number;
   path?: string;
@@ -44,6 +70,7 @@ function parse(argv: string[]): CliOptions | "help" {
       args: argv,
       options: {
         adapter: { type: "string" },
+        level: { type: "string", default: "all" },
         runs: { type: "string" },
         seed: { type: "string" },
         path: { type: "string" },
@@ -69,17 +96,20 @@ function parse(argv: string[]): CliOptions | "help" {
     return Number(text);
   };
   if (values.path !== undefined && values.seed === undefined) throw new UsageError("--path needs the --seed it was printed with");
+  const level = values.level ?? "all";
+  if (level !== "all" && !(level in LEVELS)) throw new UsageError(`--level must be one of ${[...Object.keys(LEVELS), "all"].join(", ")}, got ${JSON.stringify(level)}`);
+  if (values.path !== undefined && level === "all") throw new UsageError("--path replays one level's property: give --level ledger or --level e2e");
   if (values.path !== undefined && !/^\d+(:\d+)*$/.test(values.path)) throw new UsageError(`--path must look like 3:1:0, got ${JSON.stringify(values.path)}`);
   const options: CliOptions = {
     adapter: values.adapter,
+    levels: level === "all" ? Object.keys(LEVELS) : [level],
     runs: int("runs", values.runs ?? process.env.CONFORMANCE_RUNS, 100, 1),
     seed: int("seed", values.seed ?? process.env.CONFORMANCE_SEED, randomSeed(), -(2 ** 31)),
     json: values.json ?? false,
     quiet: values.quiet ?? false,
   };
   if (values.path !== undefined) options.path = values.path;
-  const only = values.only ?? (values.path !== undefined ? MODEL_CHECK_PREFIX : undefined);
-  if (only !== undefined) options.only = only;
+  if (values.only !== undefined) options.only = values.only;
   if (values.vectors !== undefined) {
     try {
       options.vectors = JSON.parse(readFileSync(values.vectors, "utf8"));
@@ -116,7 +146,7 @@ function shellQuote(text: string): string {
 export async function main(argv: string[]): Promise<number> {
   let options: CliOptions | "help";
   let subject: LedgerSubject;
-  let checks;
+  let checks: Array<Check & { level: string }>;
   try {
     options = parse(argv);
     if (options === "help") {
@@ -124,12 +154,19 @@ export async function main(argv: string[]): Promise<number> {
       return 0;
     }
     subject = await loadSubject(options.adapter);
-    checks = ledgerChecks(subject, {
-      runs: options.runs,
-      seed: options.seed,
-      ...(options.path === undefined ? {} : { path: options.path }),
-      ...(options.vectors === undefined ? {} : { vectors: options.vectors }),
-    });
+    const o = options;
+    const levelOptions: LevelOptions = {
+      runs: o.runs,
+      seed: o.seed,
+      ...(o.path === undefined ? {} : { path: o.path }),
+      ...(o.vectors === undefined ? {} : { vectors: o.vectors }),
+    };
+    checks = o.levels.flatMap((level) =>
+      LEVELS[level]!.build(subject, levelOptions)
+        // A replay runs only the property the path belongs to.
+        .filter((c) => o.path === undefined || LEVELS[level]!.replayOnly(c))
+        .map((c) => Object.assign(c, { level })),
+    );
   } catch (error) {
     if (error instanceof UsageError || error instanceof TypeError) {
       process.stderr.write(`dispatch-once-conformance: ${error.message}\n\n${USAGE}\n`);
@@ -146,7 +183,7 @@ export async function main(argv: string[]): Promise<number> {
   const opts = options;
   const report = await runChecks(selected, {
     subject: subject.name,
-    levels: ["ledger"],
+    levels: opts.levels,
     seed: opts.seed,
     ...(opts.path === undefined ? { runs: opts.runs } : {}),
     onResult: (r) => {
@@ -155,10 +192,12 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`${mark} ${r.rule} ${r.name}${r.status === "not_applicable" ? ` (not applicable: ${r.reasonNotApplicable})` : ""}\n`);
     },
   });
+  const levelOf = new Map(selected.map((c) => [`${c.rule} ${c.name}`, c.level]));
   const replay = (c: CheckResult) => {
     const cx = c.counterexample;
     if (cx === undefined) return undefined;
-    return `pnpm conformance --adapter ${shellQuote(opts.adapter)} --seed ${cx.seed} --path ${shellQuote(cx.path)}`;
+    const level = levelOf.get(`${c.rule} ${c.name}`) ?? "ledger";
+    return `pnpm conformance --adapter ${shellQuote(opts.adapter)} --level ${level} --seed ${cx.seed} --path ${shellQuote(cx.path)}`;
   };
   if (opts.json) {
     process.stdout.write(`${renderReportJson(report)}\n`);

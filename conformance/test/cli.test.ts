@@ -15,7 +15,7 @@ function cli(args: string[], loader = false) {
 
 describe("dispatch-once-conformance CLI", () => {
   it("certifies the in-memory ledger: exit 0, every applicable rule passes", () => {
-    const { code, stdout, stderr } = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--runs", "60", "--seed", "11"]);
+    const { code, stdout, stderr } = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--runs", "60", "--seed", "11"]);
     expect(stderr).toContain("✓ LEDGER-1 exactly one of 64 concurrent claims of one key wins");
     expect(stderr).toContain("(not applicable: needs corruption (raw.corrupt))");
     expect(stdout).toContain("Dispatch-Once conformance: ledger-memory (levels: ledger, seed 11, 60 runs)");
@@ -25,7 +25,7 @@ describe("dispatch-once-conformance CLI", () => {
   });
 
   it("--json prints a report a compliance matrix can be built from", () => {
-    const { code, stdout } = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--runs", "20", "--seed", "3", "--json", "--quiet"]);
+    const { code, stdout } = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--runs", "20", "--seed", "3", "--json", "--quiet"]);
     expect(code).toBe(0);
     const report = JSON.parse(stdout);
     expect(report).toMatchObject({ subject: "ledger-memory", conforms: true, seed: 3, runs: 20, levels: ["ledger"] });
@@ -33,22 +33,31 @@ describe("dispatch-once-conformance CLI", () => {
   });
 
   it("rejects a ledger without fencing: exit 1, the rule, a timeline and the replay command", () => {
-    const { code, stdout } = cli(["--adapter", "test/fixtures/no-fencing-subject.ts", "--runs", "100", "--seed", "5", "--quiet"], true);
+    const { code, stdout } = cli(["--adapter", "test/fixtures/no-fencing-subject.ts", "--level", "ledger", "--runs", "100", "--seed", "5", "--quiet"], true);
     expect(code).toBe(1);
     expect(stdout).toMatch(/LEDGER-5\s+MUST\s+FAIL/);
     expect(stdout).toContain("DOES NOT CONFORM:");
     expect(stdout).toContain("breaks LEDGER-5");
     expect(stdout).toMatch(/\n {4}t=1 [^\n]+ -> [^\n]+\n/);
     expect(stdout).toMatch(/✗ expected stale_claim \(LEDGER-5\)/);
-    const replay = /replay: pnpm conformance --adapter test\/fixtures\/no-fencing-subject\.ts --seed 5 --path (\S+)/.exec(stdout);
+    const replay = /replay: pnpm conformance --adapter test\/fixtures\/no-fencing-subject\.ts --level ledger --seed 5 --path (\S+)/.exec(stdout);
     expect(replay, stdout).not.toBeNull();
 
     // The printed seed and path replay exactly the shrunk case, and only the model check runs.
-    const again = cli(["--adapter", "test/fixtures/no-fencing-subject.ts", "--seed", "5", "--path", replay![1]!, "--quiet"], true);
+    const again = cli(["--adapter", "test/fixtures/no-fencing-subject.ts", "--level", "ledger", "--seed", "5", "--path", replay![1]!, "--quiet"], true);
     expect(again.code).toBe(1);
     expect(again.stdout).toContain("model-based");
     expect(again.stdout).toContain(`seed 5, path "${replay![1]}"`);
     expect(again.stdout).not.toContain("vector LT-");
+  });
+
+  it("runs every level by default: the ledger rules and the end-to-end property (CONF-2) in one report", () => {
+    const { code, stdout } = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--runs", "5", "--seed", "3", "--json", "--quiet"]);
+    const report = JSON.parse(stdout);
+    expect(report.levels).toEqual(["ledger", "e2e"]);
+    expect(report.rules.find((r: { rule: string }) => r.rule === "CONF-2")?.status).toBe("pass");
+    expect(report.rules.find((r: { rule: string }) => r.rule === "LEDGER-1")?.status).toBe("pass");
+    expect(code).toBe(0);
   });
 
   it("exits 2 with the usage on bad arguments", () => {
@@ -64,5 +73,11 @@ describe("dispatch-once-conformance CLI", () => {
     const pathWithoutSeed = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--path", "1:2"]);
     expect(pathWithoutSeed.code).toBe(2);
     expect(pathWithoutSeed.stderr).toContain("--path needs the --seed");
+    const pathWithoutLevel = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--seed", "1", "--path", "1:2"]);
+    expect(pathWithoutLevel.code).toBe(2);
+    expect(pathWithoutLevel.stderr).toContain("give --level ledger or --level e2e");
+    const badLevel = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "network"]);
+    expect(badLevel.code).toBe(2);
+    expect(badLevel.stderr).toContain("--level must be one of ledger, e2e, all");
   });
 });

@@ -15,8 +15,8 @@ function rowsOf(ledger: MemoryLedger): Map<string, StoredMemoryRow> {
 }
 
 /**
- * The in-memory reference ledger as a conformance subject. An injected clock stands in for the
- * store clock: expiring a lease or a retention moves that row's deadline to the current tick.
+ * The in-memory reference ledger as a conformance subject. Its injected clock is the store
+ * clock: expiring a lease or a retention moves that one row's deadline into the past.
  * It is one process and volatile, so it declares no restart, sharing, corruption or
  * unavailability capability; `reopen` returns the same instance.
  */
@@ -25,8 +25,10 @@ export function memoryLedgerSubject(name = "ledger-memory"): LedgerSubject {
     name,
     capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false },
     async create(options = {}): Promise<LedgerFixture> {
-      let tick = Date.UTC(2026, 0, 1);
-      const now = () => tick;
+      // A monotonic wall clock: leases taken by the end-to-end level lapse in real time, and the
+      // hooks move one row's deadline to "now" without touching any other row.
+      let last = 0;
+      const now = () => (last = Math.max(last, Date.now()));
       const ledger = new MemoryLedger({ now, ...options });
       const rows = rowsOf(ledger);
       return {
@@ -42,14 +44,12 @@ export function memoryLedgerSubject(name = "ledger-memory"): LedgerSubject {
           async expireLease(key) {
             const row = rows.get(key);
             if (row?.state !== "in_flight") throw new Error(`expireLease: ${key} has no in-flight claim`);
-            tick += 1;
-            row.leaseExpiresAt = tick - 1;
+            row.leaseExpiresAt = now() - 1;
           },
           async expireRetention(key) {
             const row = rows.get(key);
             if (row === undefined || row.state === "in_flight") throw new Error(`expireRetention: ${key} has no finished row`);
-            tick += 1;
-            row.expiresAt = tick - 1;
+            row.expiresAt = now() - 1;
           },
         },
         async destroy() {
