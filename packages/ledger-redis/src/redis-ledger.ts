@@ -74,7 +74,6 @@ export interface RedisServerReport {
 const CMD_CLAIM = "dispatchOnceLedgerClaimV1";
 const CMD_RENEW = "dispatchOnceLedgerRenewV1";
 const CMD_FINISH = "dispatchOnceLedgerFinishV1";
-const VERSION = String(ROW_FORMAT_VERSION);
 
 type ScriptReply = [string, ...unknown[]];
 
@@ -86,7 +85,6 @@ interface ScriptClient {
 
 const STATES = new Set(["in_flight", "completed", "failed", "unknown", "released"]);
 const EFFECTS = new Set(["keyed_write", "unkeyed_write"]);
-const DECIMAL = /^(0|[1-9][0-9]*)$/;
 
 function nonNegativeInteger(field: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
@@ -185,8 +183,8 @@ export class RedisLedger implements Ledger {
     const reply = await this.call("claim", key, () =>
       this.scripts[CMD_CLAIM](
         this.redisKey(key),
-        VERSION,
-        request.toolName,
+        // JSON-escaped here, spliced into the row header by the script.
+        JSON.stringify(request.toolName),
         request.effect,
         request.owner,
         leaseMs,
@@ -202,7 +200,7 @@ export class RedisLedger implements Ledger {
           takeover: Number(reply[3]) === 1,
         };
       case "existing": {
-        const row = decodeRow(key, pairsToRecord(reply[1]));
+        const row = decodeRow(key, String(reply[1]));
         if (row.state === "released") throw new LedgerCorruptError(key, "claim returned a released row");
         return { outcome: "existing", row: row as InFlightRow | TerminalRow };
       }
@@ -218,7 +216,7 @@ export class RedisLedger implements Ledger {
     const lease = this.checkLease(leaseMs);
     if (!Number.isSafeInteger(fence)) throw new StaleClaimError(key, fence);
     const reply = await this.call("renew", key, () =>
-      this.scripts[CMD_RENEW](this.redisKey(key), VERSION, String(fence), lease),
+      this.scripts[CMD_RENEW](this.redisKey(key), String(fence), lease),
     );
     this.expectOk(reply, key, fence);
     return { leaseExpiresAt: Number(reply[1]) };
@@ -237,7 +235,7 @@ export class RedisLedger implements Ledger {
       await this.assertOwned(key, fence);
       throw error;
     }
-    await this.finish(key, fence, "completed", "result", result);
+    await this.finish(key, fence, "completed", result);
   }
 
   async fail(key: string, fence: number, error: StoredError): Promise<void> {
@@ -252,36 +250,36 @@ export class RedisLedger implements Ledger {
     } catch (cause) {
       throw new InvalidLedgerInputError("error", `is not JSON-serialisable: ${(cause as Error).message}`);
     }
-    await this.finish(key, fence, "failed", "error", text);
+    await this.finish(key, fence, "failed", text);
   }
 
   async markUnknown(key: string, fence: number, reason: string): Promise<void> {
     this.checkKey(key);
     if (typeof reason !== "string") throw new InvalidLedgerInputError("reason", "must be a string");
     if (!Number.isSafeInteger(fence)) throw new StaleClaimError(key, fence);
-    await this.finish(key, fence, "unknown", "reason", reason);
+    await this.finish(key, fence, "unknown", reason);
   }
 
   async release(key: string, fence: number): Promise<void> {
     this.checkKey(key);
     if (!Number.isSafeInteger(fence)) throw new StaleClaimError(key, fence);
-    await this.finish(key, fence, "released", "", "");
+    await this.finish(key, fence, "released", "");
   }
 
   async lookup(key: string): Promise<LedgerRow | undefined> {
     this.checkKey(key);
-    let fields: Record<string, string>;
+    let value: string | null;
     try {
-      fields = await this.client.hgetall(this.redisKey(key));
+      value = await this.client.get(this.redisKey(key));
     } catch (error) {
       if (error instanceof Error && error.message.startsWith("WRONGTYPE")) {
-        throw new LedgerCorruptError(key, "the key does not hold a hash", { cause: error });
+        throw new LedgerCorruptError(key, "the key does not hold a string", { cause: error });
       }
       throw this.unavailable("lookup", key, error);
     }
     // Redis removes finished rows when their retention passes, so absent means absent.
-    if (Object.keys(fields).length === 0) return undefined;
-    return decodeRow(key, fields);
+    if (value === null) return undefined;
+    return decodeRow(key, value);
   }
 
   /**
@@ -318,7 +316,7 @@ export class RedisLedger implements Ledger {
       throw this.unavailable("checkServer", "-", error);
     }
     for (const node of nodes) {
-      const name = `${node.options.host ?? "?"}:${node.options.port ?? "?"}`;
+      const name = node.options.path ?? `${node.options.host ?? "?"}:${node.options.port ?? "?"}`;
       const read = async (setting: string): Promise<string | undefined> => {
         try {
           const reply = (await node.config("GET", setting)) as unknown as string[];
@@ -360,25 +358,17 @@ export class RedisLedger implements Ledger {
     this.onWarning(message);
   }
 
-  private async finish(key: string, fence: number, state: string, field: string, value: string): Promise<void> {
+  private async finish(key: string, fence: number, state: string, body: string): Promise<void> {
     const reply = await this.call(state === "released" ? "release" : state, key, () =>
-      this.scripts[CMD_FINISH](this.redisKey(key), VERSION, String(fence), state, this.retentionArg, field, value),
+      this.scripts[CMD_FINISH](this.redisKey(key), String(fence), state, this.retentionArg, body),
     );
     this.expectOk(reply, key, fence);
   }
 
   /** Read-only ownership check, used only to classify an error path. */
   private async assertOwned(key: string, fence: number): Promise<void> {
-    let fields: (string | null)[];
-    try {
-      fields = await this.client.hmget(this.redisKey(key), "v", "state", "fence");
-    } catch (error) {
-      if (error instanceof Error && error.message.startsWith("WRONGTYPE")) {
-        throw new LedgerCorruptError(key, "the key does not hold a hash", { cause: error });
-      }
-      throw this.unavailable("complete", key, error);
-    }
-    if (fields[1] !== "in_flight" || fields[2] !== String(fence)) throw new StaleClaimError(key, fence);
+    const row = await this.lookup(key);
+    if (row === undefined || row.state !== "in_flight" || row.fence !== fence) throw new StaleClaimError(key, fence);
   }
 
   private expectOk(reply: ScriptReply, key: string, fence: number): void {
@@ -444,37 +434,36 @@ export async function createRedisLedger(options: CreateRedisLedgerOptions = {}):
   }
 }
 
-function pairsToRecord(flat: unknown): Record<string, string> {
-  const record: Record<string, string> = Object.create(null) as Record<string, string>;
-  if (!Array.isArray(flat)) return record;
-  for (let i = 0; i + 1 < flat.length; i += 2) record[String(flat[i])] = String(flat[i + 1]);
-  return record;
-}
-
-/** Decode a stored hash into a LedgerRow, refusing anything this version did not write (LEDGER-11). */
-export function decodeRow(key: string, fields: Record<string, string>): LedgerRow {
-  const corrupt = (why: string): never => {
-    throw new LedgerCorruptError(key, why);
+/** Decode a stored value into a LedgerRow, refusing anything this version did not write (LEDGER-11). */
+export function decodeRow(key: string, value: string): LedgerRow {
+  const corrupt = (why: string, cause?: unknown): never => {
+    throw new LedgerCorruptError(key, why, cause === undefined ? undefined : { cause });
   };
+  const newline = value.indexOf("\n");
+  if (newline < 0) corrupt("no row header");
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value.slice(0, newline));
+  } catch (cause) {
+    corrupt("row header is not JSON", cause);
+  }
+  if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) corrupt("row header is not an object");
+  const header = parsed as Record<string, unknown>;
+  // The body after the first newline: the result's bytes, exactly as stored.
+  const body = value.slice(newline + 1);
   const int = (name: string): number => {
-    const text = fields[name];
-    if (text === undefined || !DECIMAL.test(text)) return corrupt(`field ${name} is ${text === undefined ? "missing" : "not an integer"}`);
-    const value = Number(text);
-    if (!Number.isSafeInteger(value)) return corrupt(`field ${name} is out of range`);
-    return value;
+    const n = header[name];
+    return typeof n === "number" && Number.isSafeInteger(n) && n >= 0 ? n : corrupt(`field ${name} is missing or not an integer`);
   };
-  const str = (name: string): string => {
-    const text = fields[name];
-    return text === undefined ? corrupt(`field ${name} is missing`) : text;
-  };
-  if (fields.v !== VERSION) corrupt(`unknown format version ${String(fields.v)}`);
-  const state = str("state");
-  if (!STATES.has(state)) corrupt(`unknown state ${state}`);
-  const effect = str("effect");
-  if (!EFFECTS.has(effect)) corrupt(`unknown effect ${effect}`);
+  if (header.v !== ROW_FORMAT_VERSION) corrupt(`unknown format version ${JSON.stringify(header.v)}`);
+  const state = header.state;
+  if (typeof state !== "string" || !STATES.has(state)) corrupt(`unknown state ${JSON.stringify(state)}`);
+  const effect = header.effect;
+  if (typeof effect !== "string" || !EFFECTS.has(effect)) corrupt(`unknown effect ${JSON.stringify(effect)}`);
+  if (typeof header.toolName !== "string") corrupt("field toolName is missing");
   const base = {
     key,
-    toolName: str("toolName"),
+    toolName: header.toolName as string,
     effect: effect as "keyed_write" | "unkeyed_write",
     fence: int("fence"),
     claimedAt: int("claimedAt"),
@@ -482,18 +471,17 @@ export function decodeRow(key: string, fields: Record<string, string>): LedgerRo
   if (base.fence < 1) corrupt("fence is below 1");
   switch (state) {
     case "in_flight":
-      return { ...base, state, owner: str("owner"), leaseExpiresAt: int("leaseExpiresAt") };
+      return { ...base, state, owner: body, leaseExpiresAt: int("leaseExpiresAt") };
     case "completed":
-      return { ...base, state, result: str("result"), finishedAt: int("finishedAt") };
+      return { ...base, state, result: body, finishedAt: int("finishedAt") };
     case "failed":
-      return { ...base, state, error: decodeStoredError(key, str("error")), finishedAt: int("finishedAt") };
+      return { ...base, state, error: decodeStoredError(key, body), finishedAt: int("finishedAt") };
     case "unknown":
-      return { ...base, state, reason: str("reason"), finishedAt: int("finishedAt") };
+      return { ...base, state, reason: body, finishedAt: int("finishedAt") };
     default:
       return { ...base, state: "released", finishedAt: int("finishedAt") };
   }
 }
-
 function decodeStoredError(key: string, text: string): StoredError {
   let value: unknown;
   try {

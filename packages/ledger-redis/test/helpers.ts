@@ -61,9 +61,20 @@ export async function serverNow(client: Redis | Cluster): Promise<number> {
 
 /** Make an in-flight row's lease lie in the past on the server clock (atomically, in a script). */
 export const EXPIRE_LEASE_LUA = `
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if redis.call('HGET', KEYS[1], 'state') ~= 'in_flight' then return 0 end
-redis.call('HSET', KEYS[1], 'leaseExpiresAt', string.format('%d', now - 1))
+local replaced, n = string.gsub(v, '^({"v":%d+,"state":"in_flight","fence":%d+,"claimedAt":%d+,"leaseExpiresAt":)%d+',
+  '%1' .. string.format('%d', now - 1), 1)
+if n == 0 then return 0 end
+redis.call('SET', KEYS[1], replaced)
 return 1
 `;
+
+/** The test's own reading of a stored row (not the adapter's): JSON header, newline, raw body. */
+export function parseStored(value: string): { header: Record<string, unknown>; body: string } {
+  const newline = value.indexOf("\n");
+  if (newline < 0) throw new Error(`no header in ${JSON.stringify(value.slice(0, 80))}`);
+  return { header: JSON.parse(value.slice(0, newline)) as Record<string, unknown>, body: value.slice(newline + 1) };
+}

@@ -4,7 +4,7 @@ import { Cluster, Redis } from "ioredis";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { createRedisLedger, type RedisLedger } from "../src/index.js";
 import { startCluster, type LocalCluster } from "./cluster.js";
-import { EXPIRE_LEASE_LUA, keysByPrefix, uniquePrefix } from "./helpers.js";
+import { EXPIRE_LEASE_LUA, keysByPrefix, parseStored, uniquePrefix } from "./helpers.js";
 
 // Issue 5: each transition is one script on one key, so the adapter runs unchanged on Redis
 // Cluster. A real three-node cluster is started here on loopback and torn down in afterAll.
@@ -41,7 +41,7 @@ it("claim/complete/fail/release/takeover/unknown on 240 keys spread over all thr
   expect(report.unsafe).toEqual([]);
 
   const keys = Array.from({ length: 240 }, () => randomBytes(16).toString("hex"));
-  const expected = new Map<string, Record<string, string>>();
+  const expected = new Map<string, { header: Record<string, unknown>; body?: string }>();
   await Promise.all(
     keys.map(async (key, i) => {
       const kind = i % 6;
@@ -51,18 +51,18 @@ it("claim/complete/fail/release/takeover/unknown on 240 keys spread over all thr
       switch (kind) {
         case 0:
           await l.complete(key, 1, JSON.stringify({ invoice: key, note: "€ 😀" }));
-          expected.set(key, { state: "completed", fence: "1", result: JSON.stringify({ invoice: key, note: "€ 😀" }) });
+          expected.set(key, { header: { state: "completed", fence: 1 }, body: JSON.stringify({ invoice: key, note: "€ 😀" }) });
           break;
         case 1:
           await l.fail(key, 1, { name: "Declined", message: "no" });
-          expected.set(key, { state: "failed", fence: "1" });
+          expected.set(key, { header: { state: "failed", fence: 1 } });
           break;
         case 2: {
           await l.release(key, 1);
           const again = await l.claim(request(key, { owner: "attempt-2" }));
           expect(again).toMatchObject({ outcome: "claimed", fence: 2, takeover: false });
           await expect(l.complete(key, 1, "{}")).rejects.toMatchObject({ code: "stale_claim" });
-          expected.set(key, { state: "in_flight", fence: "2", owner: "attempt-2" });
+          expected.set(key, { header: { state: "in_flight", fence: 2 }, body: "attempt-2" });
           break;
         }
         case 3: {
@@ -70,7 +70,7 @@ it("claim/complete/fail/release/takeover/unknown on 240 keys spread over all thr
           const takeover = await l.claim(request(key, { owner: "attempt-2" }));
           expect(takeover).toMatchObject({ outcome: "claimed", fence: 2, takeover: true });
           await l.complete(key, 2, '"second"');
-          expected.set(key, { state: "completed", fence: "2", result: '"second"' });
+          expected.set(key, { header: { state: "completed", fence: 2 }, body: '"second"' });
           break;
         }
         case 4: {
@@ -78,13 +78,13 @@ it("claim/complete/fail/release/takeover/unknown on 240 keys spread over all thr
           const takeover = await l.claim(request(key, { owner: "attempt-2" }));
           expect(takeover).toMatchObject({ outcome: "claimed", fence: 2, takeover: true });
           await l.markUnknown(key, 2, "tool_error");
-          expected.set(key, { state: "unknown", fence: "2", reason: "tool_error" });
+          expected.set(key, { header: { state: "unknown", fence: 2 }, body: "tool_error" });
           break;
         }
         default: {
           const seen = await l.claim(request(key, { effect, owner: "attempt-2" }));
           expect(seen.outcome === "existing" && seen.row).toMatchObject({ state: "unknown", reason: "lease_expired" });
-          expected.set(key, { state: "unknown", fence: "1", reason: "lease_expired" });
+          expected.set(key, { header: { state: "unknown", fence: 1 }, body: "lease_expired" });
         }
       }
     }),
@@ -99,10 +99,10 @@ it("claim/complete/fail/release/takeover/unknown on 240 keys spread over all thr
       perNode.set(port, found);
       for (const redisKey of found) {
         const key = redisKey.slice(prefix.length + 2, -1);
-        const stored = await node.hgetall(redisKey);
+        const stored = parseStored((await node.get(redisKey))!);
         expect(stored, redisKey).toMatchObject(expected.get(key)!);
         const pttl = await node.pttl(redisKey);
-        if (stored.state === "in_flight") expect(pttl).toBe(-1);
+        if (stored.header.state === "in_flight") expect(pttl).toBe(-1);
         else expect(pttl > 0 && pttl <= 600_000, `pttl ${pttl}`).toBe(true);
       }
     } finally {
@@ -115,5 +115,5 @@ it("claim/complete/fail/release/takeover/unknown on 240 keys spread over all thr
   for (const [port, found] of perNode) expect(found.length, `rows on node ${port}`).toBeGreaterThan(0);
 
   // And through the adapter (lookup routes by slot).
-  for (const key of keys) expect(await l.lookup(key)).toMatchObject({ state: expected.get(key)!.state });
+  for (const key of keys) expect(await l.lookup(key)).toMatchObject({ state: expected.get(key)!.header.state });
 }, 120_000);

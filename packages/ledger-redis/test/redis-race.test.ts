@@ -3,7 +3,7 @@ import { fileURLToPath } from "node:url";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { RedisLedger } from "../src/index.js";
-import { REDIS_URL, deleteByPrefix, rawClient, uniquePrefix } from "./helpers.js";
+import { REDIS_URL, deleteByPrefix, parseStored, rawClient, uniquePrefix } from "./helpers.js";
 
 const WORKERS = 4;
 const KEYS = 300;
@@ -85,9 +85,8 @@ it(`${WORKERS} OS processes race for ${KEYS} keys: one winner and exactly one ru
   const probe = new RedisLedger({ client: raw, prefix });
   for (let i = 0; i < KEYS; i++) {
     const key = `race-${i}`;
-    const row = await raw.hgetall(probe.redisKey(key));
-    expect(row.state).toBe("completed");
-    expect(row.fence).toBe("1");
-    expect(JSON.parse(row.result ?? "null")).toEqual({ worker: claimedBy.get(key), key });
+    const row = parseStored((await raw.get(probe.redisKey(key)))!);
+    expect(row.header).toMatchObject({ state: "completed", fence: 1 });
+    expect(JSON.parse(row.body)).toEqual({ worker: claimedBy.get(key), key });
   }
 });

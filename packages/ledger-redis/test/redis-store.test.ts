@@ -7,6 +7,7 @@ import {
   REDIS_URL,
   closedPort,
   deleteByPrefix,
+  parseStored,
   rawClient,
   serverNow,
   uniquePrefix,
@@ -31,12 +32,19 @@ function request(key: string, overrides: Partial<ClaimRequest> = {}): ClaimReque
   return { key, toolName: "send_payment", effect: "keyed_write", owner: "attempt-1", leaseMs: 30_000, ...overrides };
 }
 
-/** Everything Redis holds for one row: type, fields (raw strings) and TTL. */
+/** Everything Redis holds for one key: type, value (raw) and TTL. */
 async function snapshot(l: RedisLedger, key: string) {
   const k = l.redisKey(key);
   const type = await raw.type(k);
-  const value = type === "hash" ? await raw.hgetall(k) : type === "string" ? await raw.get(k) : null;
+  const value = type === "hash" ? await raw.hgetall(k) : type === "string" ? await raw.get(k) : type === "list" ? await raw.lrange(k, 0, -1) : null;
   return { type, value, pttl: await raw.pttl(k) };
+}
+
+/** The stored row read directly and parsed by the test: header fields, body, TTL. */
+async function stored(l: RedisLedger, key: string) {
+  const value = await raw.get(l.redisKey(key));
+  if (value === null) return undefined;
+  return { ...parseStored(value), pttl: await raw.pttl(l.redisKey(key)) };
 }
 
 async function expireLease(l: RedisLedger, key: string): Promise<void> {
@@ -59,7 +67,7 @@ afterAll(async () => {
 });
 
 describe("row layout", () => {
-  it("a claim writes one hash at prefix:{key}, times on the server clock, and no TTL", async () => {
+  it("a claim writes one string at prefix:{key}: JSON header with server-clock times, owner as body, no TTL", async () => {
     const l = ledger();
     const before = await serverNow(raw);
     const claim = await l.claim(request("k1"));
@@ -67,17 +75,12 @@ describe("row layout", () => {
     expect(claim).toMatchObject({ outcome: "claimed", fence: 1, takeover: false });
     expect(l.redisKey("k1")).toBe(`${l.prefix}:{k1}`);
     const snap = await snapshot(l, "k1");
-    expect(snap.type).toBe("hash");
+    expect(snap.type).toBe("string");
     expect(snap.pttl).toBe(-1); // an in-flight row must never expire: that would forget the claim
-    const row = snap.value as Record<string, string>;
-    expect(row).toMatchObject({
-      v: "1",
-      state: "in_flight",
-      toolName: "send_payment",
-      effect: "keyed_write",
-      fence: "1",
-      owner: "attempt-1",
-    });
+    const { header, body } = parseStored(snap.value as string);
+    expect(header).toMatchObject({ v: 1, state: "in_flight", toolName: "send_payment", effect: "keyed_write", fence: 1 });
+    expect(body).toBe("attempt-1");
+    const row = header as Record<string, number>;
     const claimedAt = Number(row.claimedAt);
     expect(claimedAt).toBeGreaterThanOrEqual(before);
     expect(claimedAt).toBeLessThanOrEqual(after);
@@ -102,11 +105,12 @@ describe("row layout", () => {
     const before = await serverNow(raw);
     const renewed = await l.renew("k1", claim.fence, 60_000);
     const after = await serverNow(raw);
-    const stored = Number(await raw.hget(l.redisKey("k1"), "leaseExpiresAt"));
-    expect(renewed.leaseExpiresAt).toBe(stored);
-    expect(stored).toBeGreaterThanOrEqual(before + 60_000);
-    expect(stored).toBeLessThanOrEqual(after + 60_000);
-    expect(await raw.pttl(l.redisKey("k1"))).toBe(-1);
+    const row = await stored(l, "k1");
+    const lease = Number(row?.header.leaseExpiresAt);
+    expect(renewed.leaseExpiresAt).toBe(lease);
+    expect(lease).toBeGreaterThanOrEqual(before + 60_000);
+    expect(lease).toBeLessThanOrEqual(after + 60_000);
+    expect(row).toMatchObject({ pttl: -1, body: "attempt-1", header: { state: "in_flight", fence: 1 } });
   });
 });
 
@@ -115,18 +119,16 @@ describe("fences, release, takeover, unknown", () => {
     const l = ledger({ retentionMs: 600_000 });
     await l.claim(request("k1"));
     await l.release("k1", 1);
-    const released = await snapshot(l, "k1");
-    expect(released.value).toMatchObject({ state: "released", fence: "1" });
-    expect(released.value).not.toHaveProperty("owner");
-    expect(released.pttl).toBeGreaterThan(0);
-    expect(released.pttl).toBeLessThanOrEqual(600_000);
+    const released = await stored(l, "k1");
+    expect(released).toMatchObject({ header: { state: "released", fence: 1 }, body: "" });
+    expect(released?.pttl).toBeGreaterThan(0);
+    expect(released?.pttl).toBeLessThanOrEqual(600_000);
 
     const again = await l.claim(request("k1", { owner: "attempt-2" }));
     expect(again).toMatchObject({ outcome: "claimed", fence: 2, takeover: false });
-    const reclaimed = await snapshot(l, "k1");
-    expect(reclaimed.pttl).toBe(-1);
-    expect(reclaimed.value).toMatchObject({ state: "in_flight", fence: "2", owner: "attempt-2" });
-    expect(reclaimed.value).not.toHaveProperty("finishedAt");
+    const reclaimed = await stored(l, "k1");
+    expect(reclaimed).toMatchObject({ pttl: -1, header: { state: "in_flight", fence: 2 }, body: "attempt-2" });
+    expect(reclaimed?.header).not.toHaveProperty("finishedAt");
   });
 
   it("an expired keyed_write lease is taken over with fence+1; the old owner is then refused and changes nothing", async () => {
@@ -136,7 +138,7 @@ describe("fences, release, takeover, unknown", () => {
     const takeover = await l.claim(request("k1", { owner: "attempt-2" }));
     expect(takeover).toMatchObject({ outcome: "claimed", fence: 2, takeover: true });
     const after = await snapshot(l, "k1");
-    expect(after.value).toMatchObject({ state: "in_flight", fence: "2", owner: "attempt-2" });
+    expect(parseStored(after.value as string)).toMatchObject({ header: { state: "in_flight", fence: 2 }, body: "attempt-2" });
 
     await expect(l.complete("k1", 1, '"late"')).rejects.toMatchObject({ code: "stale_claim" });
     expect(await snapshot(l, "k1")).toEqual(after);
@@ -149,14 +151,13 @@ describe("fences, release, takeover, unknown", () => {
     const seen = await l.claim(request("k1", { effect: "unkeyed_write", owner: "attempt-2" }));
     expect(seen.outcome).toBe("existing");
     expect(seen.outcome === "existing" && seen.row).toMatchObject({ state: "unknown", reason: "lease_expired", fence: 1 });
-    const stored = await snapshot(l, "k1");
-    expect(stored.value).toMatchObject({ state: "unknown", reason: "lease_expired", fence: "1" });
-    expect(stored.value).not.toHaveProperty("owner");
-    expect(stored.value).not.toHaveProperty("leaseExpiresAt");
-    expect(stored.pttl).toBeGreaterThan(0);
+    const row = await stored(l, "k1");
+    expect(row).toMatchObject({ header: { state: "unknown", fence: 1 }, body: "lease_expired" });
+    expect(row?.header).not.toHaveProperty("leaseExpiresAt");
+    expect(row?.pttl).toBeGreaterThan(0);
     const third = await l.claim(request("k1", { effect: "unkeyed_write", owner: "attempt-3" }));
     expect(third.outcome).toBe("existing");
-    expect(await snapshot(l, "k1")).toMatchObject({ value: stored.value });
+    expect((await stored(l, "k1"))?.header).toEqual(row?.header);
   });
 
   it("every transition with a stale fence is refused and leaves the stored row byte-identical", async () => {
@@ -201,8 +202,10 @@ describe("results", () => {
       const claim = await l.claim(request(key));
       if (claim.outcome !== "claimed") throw new Error("expected a claim");
       await l.complete(key, claim.fence, text);
-      const bytes = await raw.hgetBuffer(l.redisKey(key), "result");
-      expect(bytes?.equals(Buffer.from(text, "utf8"))).toBe(true);
+      // The stored bytes end with exactly the UTF-8 bytes of the result, after the header line.
+      const bytes = (await raw.getBuffer(l.redisKey(key)))!;
+      const body = bytes.subarray(bytes.indexOf(0x0a) + 1);
+      expect(body.equals(Buffer.from(text, "utf8"))).toBe(true);
       expect((await l.lookup(key))?.state === "completed" && (await l.lookup(key))).toMatchObject({ result: text });
       const replay = await l.claim(request(key, { owner: "attempt-2" }));
       expect(replay.outcome === "existing" && replay.row.state === "completed" && replay.row.result).toBe(text);
@@ -221,7 +224,7 @@ describe("results", () => {
     // A stale fence is reported as stale even when the result is also too big.
     await expect(l.complete("k1", 2, seventeen)).rejects.toMatchObject({ code: "stale_claim" });
     await l.complete("k1", 1, sixteen);
-    expect(await raw.hget(l.redisKey("k1"), "result")).toBe(sixteen);
+    expect((await stored(l, "k1"))?.body).toBe(sixteen);
   });
 
   it("a failure is stored as JSON and decoded back", async () => {
@@ -229,22 +232,25 @@ describe("results", () => {
     await l.claim(request("k1"));
     const error = { name: "CardDeclined", message: "déclinée 💳", code: "card_declined", details: { attempt: 1, tags: ["a"] } };
     await l.fail("k1", 1, error);
-    expect(JSON.parse((await raw.hget(l.redisKey("k1"), "error")) ?? "null")).toEqual(error);
+    expect(JSON.parse((await stored(l, "k1"))?.body ?? "null")).toEqual(error);
     expect(await l.lookup("k1")).toMatchObject({ state: "failed", error });
   });
 });
 
 describe("corrupt rows", () => {
+  const h = (fields: string) => `{"v":1,${fields}}`;
   const corruptions: Array<[string, (r: Redis, k: string) => Promise<unknown>]> = [
-    ["a string value", (r, k) => r.set(k, "\u0000garbage")],
+    ["a hash value", (r, k) => r.hset(k, { v: "1", state: "completed" })],
     ["a list value", (r, k) => r.rpush(k, "x")],
-    ["an unknown format version", (r, k) => r.hset(k, { v: "2", state: "completed", toolName: "t", effect: "keyed_write", fence: "1", claimedAt: "1", result: "1", finishedAt: "2" })],
-    ["an unknown state", (r, k) => r.hset(k, { v: "1", state: "pending", toolName: "t", effect: "keyed_write", fence: "1", claimedAt: "1" })],
-    ["an in-flight row without a lease", (r, k) => r.hset(k, { v: "1", state: "in_flight", toolName: "t", effect: "keyed_write", fence: "1", claimedAt: "1", owner: "o" })],
-    ["a non-numeric fence", (r, k) => r.hset(k, { v: "1", state: "released", toolName: "t", effect: "keyed_write", fence: "one", claimedAt: "1", finishedAt: "2" })],
-    ["a failed row whose error is not JSON", (r, k) => r.hset(k, { v: "1", state: "failed", toolName: "t", effect: "keyed_write", fence: "1", claimedAt: "1", error: "{oops", finishedAt: "2" })],
-    ["a completed row without its result", (r, k) => r.hset(k, { v: "1", state: "completed", toolName: "t", effect: "keyed_write", fence: "1", claimedAt: "1", finishedAt: "2" })],
-    ["an expired in-flight row of an unknown effect", (r, k) => r.hset(k, { v: "1", state: "in_flight", toolName: "t", effect: "write", fence: "1", claimedAt: "1", owner: "o", leaseExpiresAt: "1" })],
+    ["a string without a header line", (r, k) => r.set(k, "\u0000garbage")],
+    ["a header that is not JSON", (r, k) => r.set(k, '{"v":1,"state":"completed",\n{}')],
+    ["an unknown format version", (r, k) => r.set(k, '{"v":2,"state":"completed","fence":1,"claimedAt":1,"finishedAt":2,"effect":"keyed_write","toolName":"t"}\n1')],
+    ["an unknown state", (r, k) => r.set(k, `${h('"state":"pending","fence":1,"claimedAt":1,"finishedAt":2,"effect":"keyed_write","toolName":"t"')}\n`)],
+    ["an in-flight row without a lease", (r, k) => r.set(k, `${h('"state":"in_flight","fence":1,"claimedAt":1,"effect":"keyed_write","toolName":"t"')}\no`)],
+    ["a non-numeric fence", (r, k) => r.set(k, `${h('"state":"released","fence":"one","claimedAt":1,"finishedAt":2,"effect":"keyed_write","toolName":"t"')}\n`)],
+    ["a failed row whose error is not JSON", (r, k) => r.set(k, `${h('"state":"failed","fence":1,"claimedAt":1,"finishedAt":2,"effect":"keyed_write","toolName":"t"')}\n{oops`)],
+    ["a completed row without finishedAt", (r, k) => r.set(k, `${h('"state":"completed","fence":1,"claimedAt":1,"effect":"keyed_write","toolName":"t"')}\n1`)],
+    ["an expired in-flight row of an unknown effect", (r, k) => r.set(k, `${h('"state":"in_flight","fence":1,"claimedAt":1,"leaseExpiresAt":1,"effect":"write","toolName":"t"')}\no`)],
   ];
 
   for (const [name, write] of corruptions) {
@@ -309,7 +315,7 @@ describe("instances and connections", () => {
     const held = await second.claim(request("held", { owner: "restarted" }));
     expect(held.outcome === "existing" && held.row).toMatchObject({ state: "in_flight", owner: "attempt-1" });
     await second.complete("held", 1, "{}"); // the fence, not the instance, owns the row
-    expect(await raw.hget(second.redisKey("held"), "state")).toBe("completed");
+    expect((await stored(second, "held"))?.header.state).toBe("completed");
   });
 
   it("a refused connection raises ledger_unavailable from every method and nothing is claimed", async () => {
@@ -334,7 +340,7 @@ describe("instances and connections", () => {
     await l.close();
     await expect(l.claim(request("k2"))).rejects.toMatchObject({ code: "ledger_unavailable" });
     expect(await raw.exists(l.redisKey("k2"))).toBe(0);
-    expect(await client.hget(l.redisKey("k1"), "state")).toBe("in_flight");
+    expect(parseStored((await client.get(l.redisKey("k1")))!).header.state).toBe("in_flight");
     await client.quit();
   });
 

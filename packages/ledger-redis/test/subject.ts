@@ -1,7 +1,7 @@
 import type { Ledger } from "@dispatch-once/core";
 import type { Redis } from "ioredis";
 import { RedisLedger } from "../src/index.js";
-import { EXPIRE_LEASE_LUA, REDIS_URL, closedPort, deleteByPrefix, rawClient, uniquePrefix } from "./helpers.js";
+import { EXPIRE_LEASE_LUA, REDIS_URL, closedPort, deleteByPrefix, parseStored, rawClient, uniquePrefix } from "./helpers.js";
 
 /** The agreed @dispatch-once/conformance types (.tmp/conformance-api.md), structurally. */
 export interface LedgerFixture {
@@ -22,19 +22,18 @@ export interface LedgerSubject {
   create(options?: { retentionMs?: number; maxResultBytes?: number }): Promise<LedgerFixture>;
 }
 
-const NUMERIC = new Set(["fence", "claimedAt", "leaseExpiresAt", "finishedAt"]);
+const BODY_FIELD: Record<string, string> = { in_flight: "owner", completed: "result", unknown: "reason" };
 
-/** Decode a stored hash with the test's own code (not the adapter's), field names as core's LedgerRow. */
+/** Decode a stored row with the test's own code (not the adapter's), field names as core's LedgerRow. */
 export async function readRow(client: Redis, redisKey: string, key: string): Promise<Record<string, unknown> | undefined> {
-  const fields = await client.hgetall(redisKey);
-  if (Object.keys(fields).length === 0) return undefined;
-  const row: Record<string, unknown> = { key };
-  for (const [name, value] of Object.entries(fields)) {
-    if (name === "v") continue;
-    if (NUMERIC.has(name)) row[name] = Number(value);
-    else if (name === "error") row[name] = JSON.parse(value);
-    else row[name] = value;
-  }
+  const value = await client.get(redisKey);
+  if (value === null) return undefined;
+  const { header, body } = parseStored(value);
+  const { v: _version, ...fields } = header;
+  const row: Record<string, unknown> = { key, ...fields };
+  const state = String(header.state);
+  if (state === "failed") row.error = JSON.parse(body);
+  else if (BODY_FIELD[state] !== undefined) row[BODY_FIELD[state]] = body;
   return row;
 }
 
@@ -63,11 +62,11 @@ export const redisSubject: LedgerSubject = {
         },
         async expireRetention(key) {
           // A timestamp in the past: Redis removes the key at once, as it would when its TTL ran out.
-          const state = await raw.hget(keyOf(key), "state");
-          if (state !== null && state !== "in_flight") await raw.pexpireat(keyOf(key), 1);
+          const value = await raw.get(keyOf(key));
+          if (value !== null && parseStored(value).header.state !== "in_flight") await raw.pexpireat(keyOf(key), 1);
         },
         async corrupt(key) {
-          await raw.set(keyOf(key), "\u0000not a ledger row");
+          await raw.set(keyOf(key), "\u0000not a ledger row\n{}");
         },
         async disconnected() {
           const port = await closedPort();
