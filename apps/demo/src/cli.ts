@@ -41,7 +41,7 @@ async function main(argv: string[]): Promise<number> {
   }
   // The guarded side must never pay twice; a run where it did is a failure, loudly.
   const guardedDuplicates =
-    result.incident.guarded.payments - 1 + result.chaos.guarded.duplicates + result.chaos.routes.reduce((s, r) => s + r.guarded.duplicates, 0);
+    Math.max(0, result.incident.guarded.payments - 1) + result.chaos.guarded.duplicates + result.chaos.routes.reduce((s, r) => s + r.guarded.duplicates, 0);
   if (guardedDuplicates > 0) {
     process.stderr.write(`demo: Dispatch-Once made ${guardedDuplicates} duplicate payment(s): this is a bug, please report it with --seed ${options.seed}\n`);
     return 1;

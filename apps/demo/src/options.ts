@@ -31,7 +31,7 @@ export interface DemoOptions {
 }
 
 export const DEFAULT_OPTIONS: DemoOptions = {
-  turns: 16_000,
+  turns: 5_000,
   failureRate: 0.006,
   seed: "1515",
   ledger: { kind: "sqlite" },
@@ -126,6 +126,8 @@ export function parseArgs(argv: readonly string[]): DemoOptions {
   const options: DemoOptions = { ...DEFAULT_OPTIONS };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
+    // `pnpm demo -- --turns 100` may pass the separator through.
+    if (arg === "--") continue;
     const eq = arg.startsWith("--") ? arg.indexOf("=") : -1;
     const name = eq === -1 ? arg : arg.slice(0, eq);
     const spec = SPECS[name];

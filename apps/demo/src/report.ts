@@ -147,7 +147,7 @@ function windowSvg(side: IncidentSide, gapMs: number): string {
 function timelineSvg(naive: IncidentSide, guarded: IncidentSide): string {
   const width = 1000;
   const left = 130;
-  const right = 140;
+  const right = 175;
   const end = Math.max(...naive.timeline.map((e) => e.atMs), ...guarded.timeline.map((e) => e.atMs), 1);
   const x = (t: number) => left + (t / end) * (width - left - right);
   const lane = (side: IncidentSide, y: number, label: string, color: string) => {
