@@ -5,6 +5,7 @@ import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { endToEndChecks } from "./e2e/index.js";
 import { ledgerChecks, MODEL_CHECK_PREFIX, randomSeed } from "./ledger/index.js";
+import { RESULT_PROPERTY_NAME } from "./ledger/result-property.js";
 import { renderFailures, renderReportJson, renderReportTable, runChecks } from "./report.js";
 import type { Check, CheckResult, LedgerSubject } from "./types.js";
 
@@ -22,7 +23,7 @@ interface LevelOptions {
 const LEVELS: Record<string, { build: (subject: LedgerSubject, o: LevelOptions) => Check[]; replayOnly: (c: Check) => boolean }> = {
   ledger: {
     build: (subject, o) => ledgerChecks(subject, o),
-    replayOnly: (c) => c.name.startsWith(MODEL_CHECK_PREFIX),
+    replayOnly: (c) => c.name.startsWith(MODEL_CHECK_PREFIX) || c.name.startsWith(RESULT_PROPERTY_NAME),
   },
   e2e: {
     build: (subject, o) => endToEndChecks(subject, { runs: o.runs, seed: o.seed, ...(o.path === undefined ? {} : { path: o.path }) }),
@@ -197,7 +198,9 @@ export async function main(argv: string[]): Promise<number> {
     const cx = c.counterexample;
     if (cx === undefined) return undefined;
     const level = levelOf.get(`${c.rule} ${c.name}`) ?? "ledger";
-    return `pnpm conformance --adapter ${shellQuote(opts.adapter)} --level ${level} --seed ${cx.seed} --path ${shellQuote(cx.path)}`;
+    // A path belongs to one property: name it (the part of the check name before its run count).
+    const only = c.name.startsWith(MODEL_CHECK_PREFIX) ? MODEL_CHECK_PREFIX : c.name.startsWith(RESULT_PROPERTY_NAME) ? "random JSON texts" : c.name.replace(/ \(.*$/, "");
+    return `pnpm conformance --adapter ${shellQuote(opts.adapter)} --level ${level} --seed ${cx.seed} --path ${shellQuote(cx.path)} --only ${shellQuote(only)}`;
   };
   if (opts.json) {
     process.stdout.write(`${renderReportJson(report)}\n`);

@@ -40,15 +40,16 @@ describe("dispatch-once-conformance CLI", () => {
     expect(stdout).toContain("breaks LEDGER-5");
     expect(stdout).toMatch(/\n {4}t=1 [^\n]+ -> [^\n]+\n/);
     expect(stdout).toMatch(/✗ expected stale_claim \(LEDGER-5\)/);
-    const replay = /replay: pnpm conformance --adapter test\/fixtures\/no-fencing-subject\.ts --level ledger --seed 5 --path (\S+)/.exec(stdout);
+    const replay = /replay: pnpm conformance --adapter test\/fixtures\/no-fencing-subject\.ts --level ledger --seed 5 --path (\S+) --only (model-based:)/.exec(stdout);
     expect(replay, stdout).not.toBeNull();
 
     // The printed seed and path replay exactly the shrunk case, and only the model check runs.
-    const again = cli(["--adapter", "test/fixtures/no-fencing-subject.ts", "--level", "ledger", "--seed", "5", "--path", replay![1]!, "--quiet"], true);
+    const again = cli(["--adapter", "test/fixtures/no-fencing-subject.ts", "--level", "ledger", "--seed", "5", "--path", replay![1]!, "--only", replay![2]!, "--quiet"], true);
     expect(again.code).toBe(1);
     expect(again.stdout).toContain("model-based");
     expect(again.stdout).toContain(`seed 5, path "${replay![1]}"`);
     expect(again.stdout).not.toContain("vector LT-");
+    expect(again.stdout).not.toContain("random JSON texts");
   });
 
   it("runs every level by default: the ledger rules and the end-to-end property (CONF-2) in one report", () => {

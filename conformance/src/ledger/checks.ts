@@ -51,22 +51,19 @@ export const TRICKY_RESULTS: ReadonlyArray<{ label: string; text: string }> = [
   { label: "deep nesting (400 levels)", text: `${"[".repeat(200)}{"deep":${"[".repeat(199)}true${"]".repeat(199)}}${"]".repeat(200)}` },
 ];
 
-/** A JSON string text of exactly `bytes` UTF-8 bytes, made mostly of multi-byte characters. */
+/** A JSON string text of exactly `bytes` UTF-8 bytes (>= 2), made mostly of multi-byte characters. */
 export function jsonTextOfBytes(bytes: number): string {
   let body = "";
   let size = 2; // the quotes
-  const pieces: Array<[string, number]> = [
-    ["😀", 4],
-    ["é", 2],
-    ["a", 1],
-  ];
-  for (const [piece, n] of pieces) {
-    while (size + n <= bytes) {
-      body += piece;
-      size += n;
-      if (n > 1 && size + n > bytes) break;
-    }
+  while (size + 4 <= bytes - 3) {
+    body += "😀";
+    size += 4;
   }
+  while (size + 2 <= bytes) {
+    body += "é";
+    size += 2;
+  }
+  if (size < bytes) body += "a";
   return `"${body}"`;
 }
 

@@ -1,6 +1,7 @@
 import type { Check, LedgerCheckOptions, LedgerSubject, SubjectCapability } from "../types.js";
 import { LEDGER_CHECK_SPECS } from "./checks.js";
 import { MODEL_CHECK_NAME, runModelProperty } from "./property.js";
+import { RESULT_PROPERTY_NAME, runResultProperty } from "./result-property.js";
 import { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase } from "./vectors.js";
 
 const CAPABILITY_WORDS: Record<SubjectCapability, string> = {
@@ -36,6 +37,12 @@ export function ledgerChecks(subject: LedgerSubject, options: LedgerCheckOptions
     name: `${MODEL_CHECK_NAME} (${options.path === undefined ? `${runs} runs` : "replay"}, seed ${seed})`,
     applicable: true,
     run: () => runModelProperty(subject, { runs, seed, ...(options.path === undefined ? {} : { path: options.path }) }),
+  });
+  checks.push({
+    rule: "LEDGER-10",
+    name: `${RESULT_PROPERTY_NAME} (${options.path === undefined ? `${runs} runs` : "replay"}, seed ${seed})`,
+    applicable: true,
+    run: () => runResultProperty(subject, { runs, seed, ...(options.path === undefined ? {} : { path: options.path }) }),
   });
   const vectors = parseVectorFile(options.vectors ?? BUNDLED_LEDGER_VECTORS);
   for (const vector of vectors.cases) {

@@ -3,7 +3,7 @@ import { ConformanceFailure } from "../failure.js";
 import type { Counterexample, LedgerSubject } from "../types.js";
 import { runScenario, stepArbitrary, type Step } from "./model.js";
 
-export const MODEL_CHECK_NAME = "model-based: random claim/race/complete/fail/markUnknown/release/renew/lookup/expire_lease/sweep/restart sequences agree with the reference model";
+export const MODEL_CHECK_NAME = "model-based: random claim/race/contend/complete/fail/markUnknown/release/renew/lookup/expire_lease/sweep/restart sequences agree with the reference model";
 
 export interface PropertyOptions {
   runs: number;
