@@ -426,9 +426,8 @@ export class SqliteLedger implements Ledger {
 
   /** Run a store operation; every driver failure becomes a typed ledger error (LEDGER-11, LEDGER-12). */
   private guard<T>(key: string | undefined, operation: string, fn: () => T): T {
-    if (this.closed || !this.database.open) {
-      throw new LedgerUnavailableError(`SQLite ledger ${operation}: the database connection is closed`);
-    }
+    // A connection closed under us (brought-your-own) makes the driver throw, mapped below.
+    if (this.closed) throw new LedgerUnavailableError(`SQLite ledger ${operation}: the ledger is closed`);
     if (this.database.inTransaction) {
       // Inside the caller's transaction our writes could still roll back after we report them.
       throw new LedgerUnavailableError(`SQLite ledger ${operation}: the connection is inside another transaction`);
