@@ -58,7 +58,7 @@ export interface SqliteLedgerOptions {
    * refused by the dispatcher unless explicitly allowed, LEDGER-14).
    */
   synchronous?: SqliteSynchronous;
-  /** Create the table and index if missing (default true). Set false when you run schemaSql() yourself. */
+  /** Create the table if missing (default true). Set false when you run schemaSql() yourself. */
   migrate?: boolean;
   /** Rows one sweep step examines (and at most deletes) before yielding the write lock. Default 1000. */
   sweepBatchSize?: number;
@@ -214,7 +214,7 @@ export class SqliteLedger implements Ledger {
     }
   }
 
-  /** Create the table and index if missing (idempotent; also run on open unless `migrate: false`). */
+  /** Create the table if missing (idempotent; also run on open unless `migrate: false`). */
   migrate(): void {
     this.guard(undefined, "migrate", () => this.database.exec(schemaSql(this.table)));
   }
