@@ -392,6 +392,29 @@ describe("retention and sweep", () => {
     expect(stored("x")).toMatchObject({ state: "completed", fence: 2 });
   });
 
+  it("stops at the first row claimed within retention: the rows walked are the expired ones, not the table", async () => {
+    const walker = open({ sweepBatchSize: 1 });
+    const scan = (walker as unknown as { stmts: { sweepScan: { all: (...args: unknown[]) => unknown[] } } }).stmts.sweepScan;
+    const all = scan.all.bind(scan);
+    let steps = 0;
+    scan.all = (...args: unknown[]) => {
+      steps++;
+      return all(...args);
+    };
+    for (const key of ["old-1", "old-2"]) {
+      await walker.claim(request(key));
+      await walker.complete(key, 1, "1");
+    }
+    clock.advance(RETENTION);
+    for (let i = 0; i < 50; i++) {
+      await walker.claim(request(`young-${i}`));
+      await walker.complete(`young-${i}`, 1, "1");
+    }
+    expect(await walker.sweep()).toBe(2);
+    expect(steps).toBe(3); // old-1, old-2, then the first young row ends the walk
+    expect(raw.prepare(`SELECT count(*) FROM ${TABLE}`).pluck().get()).toBe(50);
+  });
+
   it("sweeps in batches until nothing expired is left, and only expired rows", async () => {
     const batched = open({ sweepBatchSize: 2 });
     for (let i = 0; i < 5; i++) {
