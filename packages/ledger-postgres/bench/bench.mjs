@@ -114,7 +114,10 @@ export async function bench({
 
     for (const concurrency of concurrencies) {
       const connections = Math.min(concurrency, MAX_CONNECTIONS);
-      const pool = new pg.Pool({ connectionString, max: connections });
+      // Diagnostic only (BENCH_ASYNC_COMMIT=1): take the WAL flush out of both sides to see
+      // the CPU cost alone. Never how the ledger should run (it would be volatile).
+      const asyncCommit = process.env.BENCH_ASYNC_COMMIT === "1" ? { options: "-c synchronous_commit=off" } : {};
+      const pool = new pg.Pool({ connectionString, max: connections, ...asyncCommit });
       pool.on("error", () => {});
       const ledger = new PostgresLedger({ pool, schema });
       try {
