@@ -5,6 +5,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LedgerUnavailableError } from "@dispatch-once/core";
 import { SqliteLedger } from "../src/index.js";
 import { rawConnection, tempDir } from "./helpers.js";
 
@@ -123,4 +124,48 @@ describe("multi-process race on one file", () => {
       raw.close();
     });
   }
+});
+
+describe("a process killed while it holds the write lock", () => {
+  it("blocks others only until it dies, and its uncommitted claim never existed", async () => {
+    const path = join(dir, "killed.db");
+    const ledger = new SqliteLedger({ path, busyTimeoutMs: 200 });
+    // Another process takes the write lock and writes a claim it never commits.
+    const holder = spawn(
+      process.execPath,
+      [
+        "--input-type=module",
+        "-e",
+        `import Database from "better-sqlite3";
+         const db = new Database(process.argv[1]);
+         db.exec("BEGIN IMMEDIATE");
+         db.prepare("INSERT INTO dispatch_once_ledger (key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at) VALUES ('k', 1, 'in_flight', 'send_payment', 'keyed_write', 7, 0, 'doomed', 9e15)").run();
+         process.stdout.write("holding\\n");
+         setInterval(() => {}, 1000);`,
+        path,
+      ],
+      { cwd: packageDir },
+    );
+    let stderr = "";
+    holder.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+    await new Promise<void>((resolve, reject) => {
+      holder.stdout.setEncoding("utf8").on("data", (chunk: string) => chunk.includes("holding") && resolve());
+      holder.on("exit", (code) => reject(new Error(`lock holder exited ${code}: ${stderr}`)));
+    });
+    try {
+      await expect(ledger.claim({ key: "k", toolName: "send_payment", effect: "keyed_write", owner: "a", leaseMs: 1000 })).rejects.toBeInstanceOf(
+        LedgerUnavailableError,
+      );
+    } finally {
+      const exited = new Promise((resolve) => holder.once("exit", resolve));
+      holder.kill("SIGKILL");
+      await exited;
+    }
+    const claim = await ledger.claim({ key: "k", toolName: "send_payment", effect: "keyed_write", owner: "b", leaseMs: 1000 });
+    expect(claim).toMatchObject({ outcome: "claimed", fence: 1 });
+    const raw = rawConnection(path);
+    expect(raw.prepare("SELECT fence, owner FROM dispatch_once_ledger WHERE key = 'k'").all()).toEqual([{ fence: 1, owner: "b" }]);
+    raw.close();
+    await ledger.close();
+  });
 });
