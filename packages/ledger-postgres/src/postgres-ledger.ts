@@ -10,12 +10,10 @@ import {
   assertStorableResult,
   type ClaimRequest,
   type ClaimResult,
-  type InFlightRow,
   type Ledger,
   type LedgerCapabilities,
   type LedgerRow,
   type StoredError,
-  type TerminalRow,
 } from "@dispatch-once/core";
 import { InvalidLedgerInputError } from "./errors.js";
 import { decodeRow, retentionPassed, type RawRow } from "./row.js";

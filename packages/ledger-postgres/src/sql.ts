@@ -211,7 +211,6 @@ export interface Statements {
 /** Every statement the ledger runs, each one round trip. */
 export function statements(name: TableName): Statements {
   const t = `${quoteIdentifier(name.schema)}.${quoteIdentifier(name.table)}`;
-  const r = (c: string) => c.replace(/(^|, )/g, "$1r.");
 
   // One round trip: the whole claim rule runs server-side in the claim function (see
   // claimFunctionSql for why it is a function and not a single CTE).
