@@ -21,7 +21,8 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(USAGE);
     return 0;
   }
-  const bar = options.progress && !options.json ? new ProgressBar(process.stderr) : undefined;
+  // A bar redrawn in place only makes sense on a terminal; piped stderr gets the phase lines only.
+  const bar = options.progress && !options.json && process.stderr.isTTY ? new ProgressBar(process.stderr) : undefined;
   const say = (line: string) => {
     if (!options.json) process.stderr.write(`${line}\n`);
   };

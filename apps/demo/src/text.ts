@@ -102,7 +102,10 @@ export function chaosText(chaos: ChaosResult): string[] {
   }
   out.push(
     `   expected here: ${t.expectedDuplicates.toFixed(1)} duplicates; the estimate is ${t.insideInterval ? "INSIDE" : "OUTSIDE"} the measured interval` +
-      (r.successes < 10 ? " (few events: for a tighter interval use --turns 50000 or --failure-rate 0.06)" : ""),
+      (r.successes < 10
+        ? ` (few events: for a tighter interval use --turns ${n(chaos.turns * 10)}` +
+          (chaos.failureRate <= 0.1 ? ` or --failure-rate ${Number((chaos.failureRate * 10).toPrecision(3))})` : ")")
+        : ""),
   );
   out.push("");
   out.push("   every replay route, counted the same way     replays   naive dup   Dispatch-Once dup");

@@ -56,15 +56,18 @@ const reportPath = join(tmp, "report.html");
 const pgSchema = `demo_${RUN}`;
 const redisNamespace = `demo_${RUN}`;
 let runs: Record<"sqlite" | "postgres" | "redis", DemoResult>;
+let textRun: CliRun;
 
 beforeAll(async () => {
   // The demo is run as users run it: the built CLI (and its worker thread).
   execFileSync("pnpm", ["exec", "tsup"], { cwd: APP, stdio: "ignore", timeout: 180_000 });
-  const [sqlite, postgres, redis] = await Promise.all([
+  const [sqlite, postgres, redis, text] = await Promise.all([
     runCli([...SMALL, "--report", reportPath]),
     runCli([...SMALL, "--ledger", DATABASE_URL, "--ledger-namespace", pgSchema]),
     runCli([...SMALL, "--ledger", REDIS_URL, "--ledger-namespace", redisNamespace]),
+    runCli(["--turns", "60", "--failure-rate", "0.5", "--seed", "7", "--time-scale", "0.005", "--incident-time-scale", "0.05", "--redeliveries", "2"]),
   ]);
+  textRun = text;
   runs = { sqlite: parseOne(sqlite), postgres: parseOne(postgres), redis: parseOne(redis) };
 }, 240_000);
 
@@ -184,6 +187,26 @@ describe("pnpm demo --json, on each ledger", () => {
     } finally {
       redis.disconnect();
     }
+  });
+});
+
+describe("the text report", () => {
+  it("prints both timelines, the table by position, the rate beside the chapter's arithmetic and every route", () => {
+    expect(textRun.code, textRun.stderr).toBe(0);
+    const out = textRun.stdout;
+    expect(out).toContain("1. THE INCIDENT");
+    expect(out).toMatch(/effect log shows 2 payments \(the retry's dispatch ran the tool again\)/);
+    expect(out).toMatch(/effect log shows 1 payment \(the retry's dispatch was answered from the ledger\)/);
+    for (const position of POSITIONS) expect(out).toContain(position);
+    expect(out).toMatch(/DUPLICATE payments\s+\d+\s+0\n/);
+    expect(out).toContain("95 % interval (Wilson)");
+    expect(out).toContain("0.006 x 0.11 = 0.00066, about 1 in 1,515 turns");
+    expect(out).toContain("0.5 x 0.11 = 0.0550, about 1 in 18");
+    expect(out).toMatch(/queue redelivers to two workers\s+2\s+2\s+0/);
+    expect(out).toContain("time scale 0.005");
+    // Not a terminal: no progress bar redrawn into the log, only the phase lines.
+    expect(textRun.stderr).not.toContain("\r");
+    expect(textRun.stderr).toContain("Chaos run: 60 turns per side");
   });
 });
 
