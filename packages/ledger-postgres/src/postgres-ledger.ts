@@ -68,6 +68,12 @@ const MIGRATE_LOCK_ID = 7_326_119_502_418_913n;
 
 const SWEEP_BATCH = 5_000;
 
+/**
+ * Keys are 32 hex digits in practice; 512 UTF-16 units is at most 2 KB of UTF-8, under
+ * the ~2.7 KB a btree entry may hold.
+ */
+const MAX_KEY_LENGTH = 512;
+
 function positiveInteger(field: string, value: unknown, max = Number.MAX_SAFE_INTEGER): number {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1 || value > max) {
     throw new InvalidLedgerInputError(field, `${String(value)} is not an integer in 1..${max}`);
@@ -191,7 +197,7 @@ export class PostgresLedger implements Ledger {
     if (typeof request !== "object" || request === null) {
       throw new InvalidLedgerInputError("request", "a claim request object is required");
     }
-    const key = requestText("key", request.key, 1024);
+    const key = requestText("key", request.key, MAX_KEY_LENGTH);
     const toolName = requestText("toolName", request.toolName, 1024);
     const owner = requestText("owner", request.owner, 1024);
     if (request.effect !== "keyed_write" && request.effect !== "unkeyed_write") {
@@ -279,7 +285,7 @@ export class PostgresLedger implements Ledger {
   }
 
   async lookup(key: string): Promise<LedgerRow | undefined> {
-    requestText("key", key, 1024);
+    requestText("key", key, MAX_KEY_LENGTH);
     const { rows } = await this.run<RawRow & { now_ms: string }>("lookup", this.prepared(this.sql.lookup, [key]));
     const raw = rows[0];
     if (raw === undefined) return undefined;
@@ -310,7 +316,7 @@ export class PostgresLedger implements Ledger {
   }
 
   private assertFence(key: string, fence: number): void {
-    requestText("key", key, 1024);
+    requestText("key", key, MAX_KEY_LENGTH);
     // No row can be owned by a fence that is not a positive integer: refuse without asking.
     if (typeof fence !== "number" || !Number.isSafeInteger(fence) || fence < 1) {
       throw new StaleClaimError(key, fence);

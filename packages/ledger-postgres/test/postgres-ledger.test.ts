@@ -262,6 +262,7 @@ describe("claims, fences and leases, read from the table", () => {
     for (const [field, bad] of [
       ["key", { key: "" }],
       ["key", { key: "nul\u0000key" }],
+      ["key", { key: "k".repeat(513) }],
       ["owner", { owner: "\ud800" }],
       ["effect", { effect: "read" }],
       ["leaseMs", { leaseMs: -1 }],
