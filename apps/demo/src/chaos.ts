@@ -202,8 +202,16 @@ class FaultDirector {
     this.fired.add(turnKey);
     const attempt = info.headers["x-demo-attempt"] ?? "1";
     const cutKind = failure.kind;
-    const pending = (trigger: PendingCut["trigger"]) =>
-      this.cuts.set(`${turnKey}|${attempt}`, { requestNumber: info.requestNumber, kind: cutKind, trigger });
+    const pending = (trigger: PendingCut["trigger"]) => {
+      const attemptKey = `${turnKey}|${attempt}`;
+      this.cuts.set(attemptKey, { requestNumber: info.requestNumber, kind: cutKind, trigger });
+      // A held stream whose trigger never comes would hang the run: cut it anyway, and say so.
+      setTimeout(() => {
+        if (!this.cuts.delete(attemptKey)) return;
+        this.anomalies.push(`${attemptKey}: no ${trigger} within 30 s; the held stream was cut anyway`);
+        this.cutWhenHeld(info.requestNumber, cutKind, attemptKey);
+      }, 30_000).unref();
+    };
     let fault: Fault;
     switch (failure.position) {
       case "before_any_call":
@@ -240,6 +248,15 @@ class FaultDirector {
     clearTimeout(timeout);
   }
 
+  /** Cut the stream once it is held (it may not have reached the hold yet). */
+  private cutWhenHeld(requestNumber: number, kind: CutKind, attemptKey: string): void {
+    const { provider } = this.side;
+    void provider
+      .waitForHold(requestNumber, { timeoutMs: 30_000 })
+      .then(() => provider.cutNow(requestNumber, kind))
+      .catch((error: unknown) => this.anomalies.push(`cut of ${attemptKey} failed: ${String(error)}`));
+  }
+
   readonly onEvent = (event: RunnerEvent): void => {
     const turnKey = `${event.conversationId}|${event.turnIndex}`;
     if (event.type === "call_complete" || event.type === "call_resolved") {
@@ -247,11 +264,7 @@ class FaultDirector {
       const cutPlan = this.cuts.get(attemptKey);
       if (cutPlan !== undefined && cutPlan.trigger === event.type) {
         this.cuts.delete(attemptKey);
-        const { provider } = this.side;
-        void provider
-          .waitForHold(cutPlan.requestNumber, { timeoutMs: 30_000 })
-          .then(() => provider.cutNow(cutPlan.requestNumber, cutPlan.kind))
-          .catch((error: unknown) => this.anomalies.push(`cut of ${attemptKey} failed: ${String(error)}`));
+        this.cutWhenHeld(cutPlan.requestNumber, cutPlan.kind, attemptKey);
       }
     } else if (event.type === "stream_failed") {
       this.streamFailures++;
@@ -309,135 +322,139 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
     pollMs: Math.max(1, Math.round(5 * scale)),
     hooks: { afterPost: (_args, context) => director!.afterPost(context.conversationId, context.turnIndex) },
   });
-  director = new FaultDirector(side);
-  side.setFaultPlan(director.faultPlan);
-  let replayedFromLedger = 0;
-  let failedTurns = 0;
-  const headers = (info: { conversationId: string; turnIndex: number; attempt: number }) => ({
-    "x-demo-turn": `${info.conversationId}|${info.turnIndex}`,
-    "x-demo-attempt": String(info.attempt),
-  });
-  const onEvent = (event: RunnerEvent) => {
-    director!.onEvent(event);
-    if (event.type === "call_resolved" && event.replayed === true) replayedFromLedger++;
-  };
-  const backoffMs = (n: number) => Math.max(1, Math.round(100 * 2 ** (n - 1) * scale));
-  const retrying = side.runner({ retry: { attempts: 3, backoffMs }, requestHeaders: headers, onEvent });
-  let lastReport = 0;
-  const progress = (phase: ChaosProgress["phase"], done: number, total: number, references: string[]) => {
-    // Throttled: counting duplicates reads the whole effect log.
-    if (options.onProgress === undefined || (Date.now() - lastReport < 100 && done < total)) return;
-    lastReport = Date.now();
-    options.onProgress({
-      side: sideName,
-      phase,
-      done,
-      total,
-      duplicates: countDuplicates(side.paymentsByReference(), references).duplicates,
-      streamFailures: director!.streamFailures,
+  try {
+    director = new FaultDirector(side);
+    side.setFaultPlan(director.faultPlan);
+    let replayedFromLedger = 0;
+    let failedTurns = 0;
+    const headers = (info: { conversationId: string; turnIndex: number; attempt: number }) => ({
+      "x-demo-turn": `${info.conversationId}|${info.turnIndex}`,
+      "x-demo-attempt": String(info.attempt),
     });
-  };
+    const onEvent = (event: RunnerEvent) => {
+      director!.onEvent(event);
+      if (event.type === "call_resolved" && event.replayed === true) replayedFromLedger++;
+    };
+    const backoffMs = (n: number) => Math.max(1, Math.round(100 * 2 ** (n - 1) * scale));
+    const retrying = side.runner({ retry: { attempts: 3, backoffMs }, requestHeaders: headers, onEvent });
+    let lastReport = 0;
+    const progress = (phase: ChaosProgress["phase"], done: number, total: number, references: string[]) => {
+      // Throttled: counting duplicates reads the whole effect log.
+      if (options.onProgress === undefined || (Date.now() - lastReport < 100 && done < total)) return;
+      lastReport = Date.now();
+      options.onProgress({
+        side: sideName,
+        phase,
+        done,
+        total,
+        duplicates: countDuplicates(side.paymentsByReference(), references).duplicates,
+        streamFailures: director!.streamFailures,
+      });
+    };
 
-  // Route 1, the chapter's: the automatic retry around the streaming request.
-  const references: string[] = [];
-  const failingPlans: TurnPlan[] = [];
-  let done = 0;
-  await pool(options.turns, options.concurrency, async (index, worker, nth) => {
-    const reference = `T-${index}`;
-    const plan = planTurn(options.seed, "chaos", index, options.failureRate, reference);
-    if (plan.failure !== undefined) failingPlans.push(plan);
-    references.push(reference);
-    const conversationId = `${options.runId}-w${worker}-c${Math.floor(nth / MESSAGES_PER_CONVERSATION)}`;
-    // Only the payment turn is run (runTurn), not the model's closing confirmation: it cannot
-    // pay, and skipping it halves the cost of a turn. The replay routes below run full sends.
-    const turnIndex = nth % MESSAGES_PER_CONVERSATION;
-    director!.plan(conversationId, turnIndex, plan.failure);
-    try {
-      await side.store.appendUserMessage(conversationId, { id: `m-${index}`, content: paymentMessage(plan.args) });
-      await retrying.runTurn(conversationId);
-    } catch (error) {
-      if (!(error instanceof TurnFailedError)) throw error;
-      failedTurns++;
-    }
-    done++;
-    progress("automatic_retry", done, options.turns, references);
-  });
-  const counts = side.paymentsByReference();
-  const main = countDuplicates(counts, references);
-  const posts = references.reduce((sum, r) => sum + (side.posts.get(r) ?? 0), 0);
-  const totals: SideTotals = {
-    turns: options.turns,
-    payments: main.payments,
-    duplicates: main.duplicates,
-    posts,
-    replayedFromLedger,
-    failedTurns,
-    streamFailures: director.streamFailures,
-    byPosition: { ...director.byPosition },
-    positionMismatches: director.positionMismatches,
-    duplicatedReferences: main.duplicatedReferences.sort(),
-    durationMs: Date.now() - started,
-  };
-
-  // Route 2: no automatic retry; the turn fails and the client re-sends its pending message.
-  // Every failure of route 1 is replayed this way, at the same position.
-  const resendRunner = side.runner({ retry: { attempts: 1, backoffMs }, requestHeaders: headers, onEvent });
-  failingPlans.sort((a, b) => a.index - b.index);
-  const resendReferences: string[] = [];
-  let resendDone = 0;
-  await pool(failingPlans.length, options.concurrency, async (i) => {
-    const original = failingPlans[i]!;
-    const reference = `RS-${original.index}`;
-    resendReferences.push(reference);
-    const conversationId = `${options.runId}-resend-${original.index}`;
-    director!.plan(conversationId, 0, original.failure);
-    const message = { id: `m-${original.index}`, content: paymentMessage({ ...original.args, reference, memo: `Invoice ${reference}` }) };
-    try {
-      await resendRunner.send(conversationId, message);
-    } catch (error) {
-      if (!(error instanceof TurnFailedError)) throw error;
+    // Route 1, the chapter's: the automatic retry around the streaming request.
+    const references: string[] = [];
+    const failingPlans: TurnPlan[] = [];
+    let done = 0;
+    await pool(options.turns, options.concurrency, async (index, worker, nth) => {
+      const reference = `T-${index}`;
+      const plan = planTurn(options.seed, "chaos", index, options.failureRate, reference);
+      if (plan.failure !== undefined) failingPlans.push(plan);
+      references.push(reference);
+      const conversationId = `${options.runId}-w${worker}-c${Math.floor(nth / MESSAGES_PER_CONVERSATION)}`;
+      // Only the payment turn is run (runTurn), not the model's closing confirmation: it cannot
+      // pay, and skipping it halves the cost of a turn. The replay routes below run full sends.
+      const turnIndex = nth % MESSAGES_PER_CONVERSATION;
+      director!.plan(conversationId, turnIndex, plan.failure);
       try {
-        await resendRunner.send(conversationId, message);
-      } catch (again) {
-        if (!(again instanceof TurnFailedError)) throw again;
+        await side.store.appendUserMessage(conversationId, { id: `m-${index}`, content: paymentMessage(plan.args) });
+        await retrying.runTurn(conversationId);
+      } catch (error) {
+        if (!(error instanceof TurnFailedError)) throw error;
         failedTurns++;
       }
-    }
-    resendDone++;
-    progress("client_resend", resendDone, failingPlans.length, resendReferences);
-  });
-  const resend = countDuplicates(side.paymentsByReference(), resendReferences);
+      done++;
+      progress("automatic_retry", done, options.turns, references);
+    });
+    const counts = side.paymentsByReference();
+    const main = countDuplicates(counts, references);
+    const posts = references.reduce((sum, r) => sum + (side.posts.get(r) ?? 0), 0);
+    const totals: SideTotals = {
+      turns: options.turns,
+      payments: main.payments,
+      duplicates: main.duplicates,
+      posts,
+      replayedFromLedger,
+      failedTurns,
+      streamFailures: director.streamFailures,
+      byPosition: { ...director.byPosition },
+      positionMismatches: director.positionMismatches,
+      duplicatedReferences: main.duplicatedReferences.sort(),
+      durationMs: Date.now() - started,
+    };
 
-  // Route 3: a queue with at-least-once delivery hands the same message to two workers at once.
-  const redeliveryReferences: string[] = [];
-  const second = side.runner({ retry: { attempts: 3, backoffMs }, requestHeaders: headers, onEvent });
-  let redeliveryDone = 0;
-  await pool(options.redeliveries, options.concurrency, async (index) => {
-    const reference = `RD-${index}`;
-    redeliveryReferences.push(reference);
-    const plan = planTurn(options.seed, "redelivery", index, 0, reference);
-    const conversationId = `${options.runId}-redeliver-${index}`;
-    const message = { id: `m-${index}`, content: paymentMessage(plan.args) };
-    await Promise.all([retrying.send(conversationId, message), second.send(conversationId, message)]);
-    redeliveryDone++;
-    progress("queue_redelivery", redeliveryDone, options.redeliveries, redeliveryReferences);
-  });
-  const redelivery = countDuplicates(side.paymentsByReference(), redeliveryReferences);
-  const postsOf = (refs: string[]) => refs.reduce((sum, r) => sum + (side.posts.get(r) ?? 0), 0);
-  totals.failedTurns = failedTurns;
-  totals.durationMs = Date.now() - started;
-  await side.close();
-  return {
-    totals,
-    resend: { replays: failingPlans.length, duplicates: resend.duplicates, payments: resend.payments, posts: postsOf(resendReferences) },
-    redelivery: {
-      replays: options.redeliveries,
-      duplicates: redelivery.duplicates,
-      payments: redelivery.payments,
-      posts: postsOf(redeliveryReferences),
-    },
-    anomalies: [...director.anomalies.map((a) => `${sideName}: ${a}`), ...side.warnings.map((w) => `${sideName}: ${w}`)],
-  };
+    // Route 2: no automatic retry; the turn fails and the client re-sends its pending message.
+    // Every failure of route 1 is replayed this way, at the same position.
+    const resendRunner = side.runner({ retry: { attempts: 1, backoffMs }, requestHeaders: headers, onEvent });
+    failingPlans.sort((a, b) => a.index - b.index);
+    const resendReferences: string[] = [];
+    let resendDone = 0;
+    await pool(failingPlans.length, options.concurrency, async (i) => {
+      const original = failingPlans[i]!;
+      const reference = `RS-${original.index}`;
+      resendReferences.push(reference);
+      const conversationId = `${options.runId}-resend-${original.index}`;
+      director!.plan(conversationId, 0, original.failure);
+      const message = { id: `m-${original.index}`, content: paymentMessage({ ...original.args, reference, memo: `Invoice ${reference}` }) };
+      try {
+        await resendRunner.send(conversationId, message);
+      } catch (error) {
+        if (!(error instanceof TurnFailedError)) throw error;
+        try {
+          await resendRunner.send(conversationId, message);
+        } catch (again) {
+          if (!(again instanceof TurnFailedError)) throw again;
+          failedTurns++;
+        }
+      }
+      resendDone++;
+      progress("client_resend", resendDone, failingPlans.length, resendReferences);
+    });
+    const resend = countDuplicates(side.paymentsByReference(), resendReferences);
+
+    // Route 3: a queue with at-least-once delivery hands the same message to two workers at once.
+    const redeliveryReferences: string[] = [];
+    const second = side.runner({ retry: { attempts: 3, backoffMs }, requestHeaders: headers, onEvent });
+    let redeliveryDone = 0;
+    await pool(options.redeliveries, options.concurrency, async (index) => {
+      const reference = `RD-${index}`;
+      redeliveryReferences.push(reference);
+      const plan = planTurn(options.seed, "redelivery", index, 0, reference);
+      const conversationId = `${options.runId}-redeliver-${index}`;
+      const message = { id: `m-${index}`, content: paymentMessage(plan.args) };
+      await Promise.all([retrying.send(conversationId, message), second.send(conversationId, message)]);
+      redeliveryDone++;
+      progress("queue_redelivery", redeliveryDone, options.redeliveries, redeliveryReferences);
+    });
+    const redelivery = countDuplicates(side.paymentsByReference(), redeliveryReferences);
+    const postsOf = (refs: string[]) => refs.reduce((sum, r) => sum + (side.posts.get(r) ?? 0), 0);
+    totals.failedTurns = failedTurns;
+    totals.durationMs = Date.now() - started;
+    return {
+      totals,
+      resend: { replays: failingPlans.length, duplicates: resend.duplicates, payments: resend.payments, posts: postsOf(resendReferences) },
+      redelivery: {
+        replays: options.redeliveries,
+        duplicates: redelivery.duplicates,
+        payments: redelivery.payments,
+        posts: postsOf(redeliveryReferences),
+      },
+      anomalies: [...director.anomalies.map((a) => `${sideName}: ${a}`), ...side.warnings.map((w) => `${sideName}: ${w}`)],
+    };
+  } finally {
+    // Servers left open would keep the process alive after an error.
+    await side.close();
+  }
 }
 
 export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
