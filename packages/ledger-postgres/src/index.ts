@@ -13,4 +13,5 @@ export {
   DEFAULT_SCHEMA,
   DEFAULT_TABLE,
   type TableName,
+  type SchemaOptions,
 } from "./sql.js";

@@ -179,17 +179,18 @@ export class PostgresLedger implements Ledger {
   }
 
   /** The DDL this ledger's migrate() runs (the shipped schema.sql is this for the default names). */
-  schemaSql(): string {
-    return schemaSql({ schema: this.schema, table: this.table });
+  schemaSql(options: { hashPartitions?: number } = {}): string {
+    return schemaSql({ schema: this.schema, table: this.table, ...options });
   }
 
   /**
    * Create the schema, table and index if they do not exist. Safe to run from many
    * processes at once: one simple-protocol round trip, one implicit transaction,
-   * serialised by an advisory lock.
+   * serialised by an advisory lock. `hashPartitions` creates a new table hash-partitioned
+   * by key (an existing table is left as it is).
    */
-  async migrate(): Promise<void> {
-    const text = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK_ID});\n${this.schemaSql()}`;
+  async migrate(options: { hashPartitions?: number } = {}): Promise<void> {
+    const text = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK_ID});\n${this.schemaSql(options)}`;
     await this.run("migrate", { text });
   }
 

@@ -142,10 +142,33 @@ $claim$;`;
 }
 
 /** The DDL, in the exact form `migrate()` runs and schema.sql ships. */
-export function schemaSql(name: Partial<TableName> = {}): string {
-  const schema = validateIdentifier("schema", name.schema ?? DEFAULT_SCHEMA);
-  const table = validateIdentifier("table", name.table ?? DEFAULT_TABLE);
+export interface SchemaOptions extends Partial<TableName> {
+  /**
+   * Create the table hash-partitioned by key into this many partitions (2..64). Uniqueness
+   * of the key stays global, because key is the partition key; each partition is vacuumed
+   * and indexed on its own. Only used when the table does not exist yet.
+   */
+  hashPartitions?: number;
+}
+
+export function schemaSql(options: SchemaOptions = {}): string {
+  const schema = validateIdentifier("schema", options.schema ?? DEFAULT_SCHEMA);
+  const table = validateIdentifier("table", options.table ?? DEFAULT_TABLE);
+  const partitions = options.hashPartitions;
+  if (partitions !== undefined && (!Number.isSafeInteger(partitions) || partitions < 2 || partitions > 64)) {
+    throw new InvalidLedgerInputError("hashPartitions", `${String(partitions)} is not an integer in 2..64`);
+  }
   const qualified = `${quoteIdentifier(schema)}.${quoteIdentifier(table)}`;
+  const partitionDdl =
+    partitions === undefined
+      ? ""
+      : `\n-- Hash partitions by key: uniqueness stays global (key is the partition key).\n` +
+        Array.from(
+          { length: partitions },
+          (_, i) =>
+            `CREATE TABLE IF NOT EXISTS ${quoteIdentifier(schema)}.${quoteIdentifier(`${table}_p${i}`)}\n` +
+            `  PARTITION OF ${qualified} FOR VALUES WITH (MODULUS ${partitions}, REMAINDER ${i});\n`,
+        ).join("");
   return `-- Dispatch-Once ledger, row format v1 (@dispatch-once/ledger-postgres).
 -- Times are epoch milliseconds on the SERVER clock; results are JSON text (never jsonb:
 -- replays must return the stored bytes, and jsonb re-serialises).
@@ -168,8 +191,8 @@ CREATE TABLE IF NOT EXISTS ${qualified} (
   result           text,               -- completed: the result's JSON text, byte for byte
   error            text,               -- failed: the StoredError as JSON text
   reason           text                -- unknown: why, e.g. lease_expired
-);
-
+)${partitions === undefined ? "" : " PARTITION BY HASH (key)"};
+${partitionDdl}
 -- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
 -- not change, so complete/fail/release stay HOT updates (no index writes); an index on
 -- expires_at would cost every finish an index insert.

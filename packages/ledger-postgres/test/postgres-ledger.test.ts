@@ -146,6 +146,42 @@ describe("schema and migrate()", () => {
   });
 });
 
+describe("hash-partitioned table (migrate({ hashPartitions }))", () => {
+  it("keeps one winner per key across partitions, takes over, sweeps, and spreads keys over the partitions", async () => {
+    const schema = uniqueSchema("hashpart");
+    schemas.push(schema);
+    const ledger = new PostgresLedger({ pool: admin, schema });
+    await ledger.migrate({ hashPartitions: 4 });
+    await ledger.migrate(); // an existing table is left as it is
+    const parts = await admin.query(
+      `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass ORDER BY 1`,
+      [table(schema)],
+    );
+    expect(parts.rows.map((r) => r.relname)).toEqual([0, 1, 2, 3].map((i) => `dispatch_once_ledger_p${i}`));
+
+    const results = await Promise.all(Array.from({ length: 16 }, (_, i) => ledger.claim(request("hp", `racer-${i}`))));
+    expect(results.filter((r) => r.outcome === "claimed")).toHaveLength(1);
+    await expireLease(admin, schema, "hp");
+    expect(await claimed(ledger, "hp", "owner-b")).toMatchObject({ fence: 2, takeover: true });
+
+    for (let i = 0; i < 100; i++) {
+      const c = await claimed(ledger, `hp-${i}`);
+      await ledger.complete(`hp-${i}`, c.fence, '"ok"');
+    }
+    const spread = await admin.query(`SELECT tableoid::regclass::text AS part, count(*) AS n FROM ${table(schema)} GROUP BY 1`);
+    expect(spread.rows).toHaveLength(4);
+    for (let i = 0; i < 100; i += 2) await expireRetention(admin, schema, `hp-${i}`);
+    expect(await ledger.sweep()).toBe(50);
+    expect((await admin.query(`SELECT count(*) AS n FROM ${table(schema)}`)).rows[0].n).toBe("51");
+  });
+
+  it("rejects a partition count outside 2..64 with a typed error", () => {
+    for (const n of [1, 65, 2.5]) {
+      expect(() => schemaSql({ hashPartitions: n })).toThrow(expect.objectContaining({ code: "invalid_ledger_input", field: "hashPartitions" }));
+    }
+  });
+});
+
 describe("claims, fences and leases, read from the table", () => {
   let ledger: PostgresLedger;
   let schema: string;
