@@ -3,6 +3,7 @@ export {
   createPostgresLedger,
   MAX_CONFIGURABLE_RESULT_BYTES,
   type PostgresLedgerOptions,
+  type DurabilityProbe,
   type Queryable,
 } from "./postgres-ledger.js";
 export { InvalidLedgerInputError } from "./errors.js";

@@ -60,6 +60,14 @@ export interface PostgresLedgerOptions {
   durability?: "durable" | "volatile";
 }
 
+/** What probeDurability() found. Replication is not inspected: with asynchronous standbys a failover can still lose commits. */
+export interface DurabilityProbe {
+  durable: boolean;
+  /** Why not durable, one line per setting. */
+  reasons: string[];
+  settings: { fsync: string; synchronousCommit: string; fullPageWrites: string };
+}
+
 /** Ceiling on maxResultBytes: PostgreSQL text holds 1 GB, but a row that large hurts every reader. */
 export const MAX_CONFIGURABLE_RESULT_BYTES = 256 * 1024 * 1024;
 
@@ -192,6 +200,30 @@ export class PostgresLedger implements Ledger {
   async migrate(options: { hashPartitions?: number } = {}): Promise<void> {
     const text = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK_ID});\n${this.schemaSql(options)}`;
     await this.run("migrate", { text });
+  }
+
+  /**
+   * Read the server settings that decide whether a committed claim survives a crash, as seen
+   * by a session of this ledger's pool (a shared pool inherits whatever the application SETs).
+   * `capabilities.durability` stays what you declared: use this at startup to choose it.
+   */
+  async probeDurability(): Promise<DurabilityProbe> {
+    const { rows } = await this.run<{ fsync: string; synchronous_commit: string; full_page_writes: string }>("probeDurability", {
+      text: `SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit,
+                    current_setting('full_page_writes') AS full_page_writes`,
+    });
+    const settings = rows[0]!;
+    const reasons: string[] = [];
+    if (settings.fsync !== "on") reasons.push("fsync is off: a server crash can lose or corrupt committed rows");
+    if (settings.synchronous_commit === "off") {
+      reasons.push("synchronous_commit is off: the last commits before a server crash can be lost");
+    }
+    if (settings.full_page_writes !== "on") reasons.push("full_page_writes is off: a crash can leave torn pages");
+    return {
+      durable: reasons.length === 0,
+      reasons,
+      settings: { fsync: settings.fsync, synchronousCommit: settings.synchronous_commit, fullPageWrites: settings.full_page_writes },
+    };
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {

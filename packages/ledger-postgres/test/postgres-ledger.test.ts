@@ -511,6 +511,17 @@ describe("connections: bring your own pool, restarts and failures", () => {
     await ledger.close();
   });
 
+  it("probeDurability reads the session's settings: durable by default, not when the pool's sessions commit asynchronously", async () => {
+    const { ledger } = await fresh("probe");
+    expect(await ledger.probeDurability()).toMatchObject({ durable: true, reasons: [], settings: { fsync: "on", synchronousCommit: "on" } });
+    const asyncPool = new pg.Pool({ connectionString: DATABASE_URL, max: 1, options: "-c synchronous_commit=off" });
+    const asyncLedger = new PostgresLedger({ pool: asyncPool });
+    const probe = await asyncLedger.probeDurability();
+    expect(probe.durable).toBe(false);
+    expect(probe.reasons).toEqual([expect.stringContaining("synchronous_commit is off")]);
+    await asyncPool.end();
+  });
+
   it("a connection the server terminates (57P01) raises ledger_unavailable, and the claim it carried did not happen", async () => {
     const { schema } = await fresh("terminated");
     const client = new pg.Client({ connectionString: DATABASE_URL });
