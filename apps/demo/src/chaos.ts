@@ -414,7 +414,8 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
           await resendRunner.send(conversationId, message);
         } catch (again) {
           if (!(again instanceof TurnFailedError)) throw again;
-          failedTurns++;
+          // Only the first request of a turn is cut: a re-send that fails too is a defect.
+          director!.anomalies.push(`${conversationId}: the client's re-send failed too (${again.message})`);
         }
       }
       resendDone++;
@@ -438,7 +439,6 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
     });
     const redelivery = countDuplicates(side.paymentsByReference(), redeliveryReferences);
     const postsOf = (refs: string[]) => refs.reduce((sum, r) => sum + (side.posts.get(r) ?? 0), 0);
-    totals.failedTurns = failedTurns;
     totals.durationMs = Date.now() - started;
     return {
       totals,
