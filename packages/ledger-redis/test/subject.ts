@@ -1,26 +1,8 @@
 import type { Ledger } from "@dispatch-once/core";
+import type { LedgerSubject } from "@dispatch-once/conformance";
 import type { Redis } from "ioredis";
 import { RedisLedger } from "../src/index.js";
 import { EXPIRE_LEASE_LUA, REDIS_URL, closedPort, deleteByPrefix, parseStored, rawClient, uniquePrefix } from "./helpers.js";
-
-/** The agreed @dispatch-once/conformance types (.tmp/conformance-api.md), structurally. */
-export interface LedgerFixture {
-  ledger: Ledger;
-  reopen(): Promise<Ledger>;
-  raw: {
-    read(key: string): Promise<Record<string, unknown> | undefined>;
-    expireLease(key: string): Promise<void>;
-    expireRetention(key: string): Promise<void>;
-    corrupt?(key: string): Promise<void>;
-    disconnected?(): Promise<Ledger>;
-  };
-  destroy(): Promise<void>;
-}
-export interface LedgerSubject {
-  name: string;
-  capabilities: { sharedAcrossProcesses: boolean; survivesRestart: boolean; corruption: boolean; unavailability: boolean };
-  create(options?: { retentionMs?: number; maxResultBytes?: number }): Promise<LedgerFixture>;
-}
 
 const BODY_FIELD: Record<string, string> = { in_flight: "owner", completed: "result", unknown: "reason" };
 
