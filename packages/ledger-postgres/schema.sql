@@ -30,13 +30,16 @@ CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_claimed_at"
 
 -- claim(): the whole claim rule in one round trip (see the package README).
 CREATE OR REPLACE FUNCTION "public"."dispatch_once_ledger_claim"(
-  p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint,
-  OUT acted boolean, OUT state text, OUT fence bigint, OUT lease_expires_at bigint, OUT takeover boolean,
-  OUT row_json text)
+  p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint)
+RETURNS text
 LANGUAGE plpgsql VOLATILE AS $claim$
 #variable_conflict use_column
 DECLARE
   now_ms bigint;
+  claimed_fence bigint;
+  claimed_lease bigint;
+  claimed_takeover boolean;
+  held text;
 BEGIN
   FOR attempt IN 1..100 LOOP
     now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
@@ -44,10 +47,9 @@ BEGIN
     INSERT INTO "public"."dispatch_once_ledger" AS r (key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at)
       VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, now_ms, now_ms + p_lease_ms)
       ON CONFLICT (key) DO NOTHING
-      RETURNING r.fence, r.lease_expires_at INTO fence, lease_expires_at;
+      RETURNING r.lease_expires_at INTO claimed_lease;
     IF FOUND THEN
-      acted := true; state := 'in_flight'; takeover := false;
-      RETURN;
+      RETURN 'c1 ' || claimed_lease || ' 0';
     END IF;
 
     UPDATE "public"."dispatch_once_ledger" AS r SET
@@ -69,15 +71,16 @@ BEGIN
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
               AND r.lease_expires_at <= now_ms)))
-      RETURNING r.state, r.fence, r.lease_expires_at, r.takeover, to_json(r)::text
-        INTO state, fence, lease_expires_at, takeover, row_json;
+      RETURNING r.fence, r.lease_expires_at, r.takeover, CASE WHEN r.state = 'in_flight' THEN NULL ELSE to_json(r)::text END
+        INTO claimed_fence, claimed_lease, claimed_takeover, held;
     IF FOUND THEN
-      acted := true;
-      RETURN;
+      IF held IS NOT NULL THEN
+        RETURN 'e' || held;  -- an expired unkeyed_write claim, now unknown
+      END IF;
+      RETURN 'c' || claimed_fence || ' ' || claimed_lease || CASE WHEN claimed_takeover THEN ' 1' ELSE ' 0' END;
     END IF;
 
-    SELECT r.state, r.fence, r.lease_expires_at, r.takeover, to_json(r)::text
-        INTO state, fence, lease_expires_at, takeover, row_json
+    SELECT to_json(r)::text INTO held
       FROM "public"."dispatch_once_ledger" AS r
      WHERE r.key = p_key AND (r.v = 1 AND (
              r.state = 'released'
@@ -85,8 +88,7 @@ BEGIN
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
               AND r.lease_expires_at <= now_ms))) IS NOT TRUE;
     IF FOUND THEN
-      acted := false;
-      RETURN;
+      RETURN 'e' || held;
     END IF;
   END LOOP;
   RAISE EXCEPTION 'claim of % lost 100 races in a row', p_key USING ERRCODE = '40001';

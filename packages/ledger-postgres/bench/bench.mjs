@@ -109,8 +109,8 @@ export async function bench({
       name: `bench_floor_update_${schema}`,
       text: `UPDATE ${schema}.floor SET state = 'completed', result = $2 WHERE key = $1`,
     };
-    let seq = 0;
-    const nextKey = () => `${schema}-${(seq++).toString(36).padStart(8, "0")}`;
+    // Real keys are 32 hex digits of a SHA-256: spread over the primary key, not appended.
+    const nextKey = () => randomBytes(16).toString("hex");
 
     for (const concurrency of concurrencies) {
       const connections = Math.min(concurrency, MAX_CONNECTIONS);

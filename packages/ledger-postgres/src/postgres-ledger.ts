@@ -238,18 +238,20 @@ export class PostgresLedger implements Ledger {
     }
     const leaseMs = leaseMilliseconds(request.leaseMs);
     const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs)];
-    // Array rows: the claim is the hot path, and skipping per-row object construction is
-    // measurable. Cells: acted, state, fence, lease_expires_at, takeover, row_json.
+    // One text cell (see claimFunctionSql): 'c<fence> <leaseExpiresAt> <0|1>' or 'e<row JSON>'.
     const { rows } = await this.run<unknown[]>("claim", {
       ...this.prepared(this.sql.claim, values),
       rowMode: "array",
     } as QueryConfig);
-    const cells = rows[0];
-    if (cells === undefined) throw new LedgerUnavailableError(`claim of ${key} returned no row; nothing was claimed`);
-    if (cells[0] === true && cells[1] === "in_flight") {
-      return { outcome: "claimed", fence: Number(cells[2]), leaseExpiresAt: Number(cells[3]), takeover: cells[4] === true };
+    const answer = rows[0]?.[0];
+    if (typeof answer !== "string" || answer.length < 2) {
+      throw new LedgerUnavailableError(`claim of ${key} returned no answer; nothing was claimed`);
     }
-    const raw = JSON.parse(String(cells[5])) as RawRow;
+    if (answer[0] === "c") {
+      const [fence, leaseExpiresAt, takeover] = answer.slice(1).split(" ");
+      return { outcome: "claimed", fence: Number(fence), leaseExpiresAt: Number(leaseExpiresAt), takeover: takeover === "1" };
+    }
+    const raw = JSON.parse(answer.slice(1)) as RawRow;
     // The claim turned an expired unkeyed_write claim unknown, or found a live in-flight
     // row or a terminal row within retention (or a row it cannot decode: corrupt).
     const row = decodeRow(raw);
