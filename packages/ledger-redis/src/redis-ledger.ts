@@ -29,7 +29,7 @@ export interface RedisLedgerOptions {
   url?: string;
   /** Key prefix; rows live at `${prefix}:{${key}}`. Must not contain `{` or `}`. Default "dispatch-once". */
   prefix?: string;
-  /** How long finished and released rows are kept (PEXPIRE). Default DEFAULT_RETENTION_MS (24 h). */
+  /** How long finished and released rows are kept (a PX TTL). Default DEFAULT_RETENTION_MS (24 h). */
   retentionMs?: number;
   /** Largest result (UTF-8 bytes of its JSON text) complete() accepts. Default 1 MiB. */
   maxResultBytes?: number;
@@ -97,7 +97,7 @@ function nonNegativeInteger(field: string, value: unknown, fallback: number): nu
 /**
  * A ledger on Redis or Redis Cluster. Every transition is one Lua script on one key
  * (EVALSHA via ioredis defineCommand), leases are measured on the server's clock, and
- * finished rows are removed by Redis itself (PEXPIRE), so sweep() has nothing to do.
+ * finished rows are removed by Redis itself (written with a PX TTL), so sweep() has nothing to do.
  */
 export class RedisLedger implements Ledger {
   readonly capabilities: LedgerCapabilities;
@@ -283,7 +283,7 @@ export class RedisLedger implements Ledger {
   }
 
   /**
-   * A no-op: Redis expires finished and released rows by their TTL (PEXPIRE retentionMs),
+   * A no-op: Redis expires finished and released rows by their TTL (SET ... PX retentionMs),
    * and in-flight rows carry no TTL. Returns 0.
    */
   async sweep(): Promise<number> {
