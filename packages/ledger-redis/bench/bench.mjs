@@ -9,6 +9,7 @@ import { Redis } from "ioredis";
 import { RedisLedger } from "../dist/index.js";
 
 const ADAPTER = "ledger-redis";
+const FLOOR = "redis floor (SET NX + SET XX)";
 const SLICES = 3;
 const RETENTION_MS = 60_000; // leftovers expire on their own even if cleanup is interrupted
 
@@ -130,7 +131,7 @@ export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], ur
       }
       const fs = summarise(f);
       const as = summarise(a);
-      rows.push({ adapter: `${ADAPTER} (floor: SET NX + SET XX)`, workload: "claim+complete", concurrency, ...fs, floorOpsPerSec: fs.opsPerSec, ratio: 1 });
+      rows.push({ adapter: FLOOR, workload: "claim+complete", concurrency, ...fs, floorOpsPerSec: fs.opsPerSec, ratio: 1 });
       rows.push({ adapter: ADAPTER, workload: "claim+complete", concurrency, ...as, floorOpsPerSec: fs.opsPerSec, ratio: Number((as.opsPerSec / fs.opsPerSec).toFixed(2)) });
       await deletePrefix(admin, prefix);
     }
@@ -143,7 +144,7 @@ export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], ur
       }
       const fs = summarise(f);
       const as = summarise(a);
-      rows.push({ adapter: `${ADAPTER} (floor: SET NX + SET XX)`, workload: "same-key contention", concurrency, ...fs, floorOpsPerSec: fs.opsPerSec, ratio: 1 });
+      rows.push({ adapter: FLOOR, workload: "same-key contention", concurrency, ...fs, floorOpsPerSec: fs.opsPerSec, ratio: 1 });
       rows.push({ adapter: ADAPTER, workload: "same-key contention", concurrency, ...as, floorOpsPerSec: fs.opsPerSec, ratio: Number((as.opsPerSec / fs.opsPerSec).toFixed(2)) });
       await deletePrefix(admin, prefix);
     }
