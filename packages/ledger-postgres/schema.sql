@@ -39,6 +39,7 @@ DECLARE
   claimed_fence bigint;
   claimed_lease bigint;
   claimed_takeover boolean;
+  is_claimable boolean;
   held text;
 BEGIN
   FOR attempt IN 1..100 LOOP
@@ -50,6 +51,26 @@ BEGIN
       RETURNING r.lease_expires_at INTO claimed_lease;
     IF FOUND THEN
       RETURN 'c1 ' || claimed_lease || ' 0';
+    END IF;
+
+    -- The key exists (and, if a racer was inserting it, that racer has committed: the INSERT
+    -- waited for it). Read it with a fresh snapshot, without locking or writing.
+    SELECT (r.v = 1 AND (
+             r.state = 'released'
+          OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
+          OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
+              AND r.lease_expires_at <= now_ms))), CASE WHEN (r.v = 1 AND (
+             r.state = 'released'
+          OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
+          OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
+              AND r.lease_expires_at <= now_ms))) IS TRUE THEN NULL ELSE to_json(r)::text END
+      INTO is_claimable, held
+      FROM "public"."dispatch_once_ledger" AS r WHERE r.key = p_key;
+    IF NOT FOUND THEN
+      CONTINUE;  -- swept since the INSERT: try the INSERT again
+    END IF;
+    IF is_claimable IS NOT TRUE THEN
+      RETURN 'e' || held;  -- live in-flight, terminal within retention, or corrupt
     END IF;
 
     UPDATE "public"."dispatch_once_ledger" AS r SET
@@ -79,17 +100,7 @@ BEGIN
       END IF;
       RETURN 'c' || claimed_fence || ' ' || claimed_lease || CASE WHEN claimed_takeover THEN ' 1' ELSE ' 0' END;
     END IF;
-
-    SELECT to_json(r)::text INTO held
-      FROM "public"."dispatch_once_ledger" AS r
-     WHERE r.key = p_key AND (r.v = 1 AND (
-             r.state = 'released'
-          OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
-          OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
-              AND r.lease_expires_at <= now_ms))) IS NOT TRUE;
-    IF FOUND THEN
-      RETURN 'e' || held;
-    END IF;
+    -- A racer acted on the claimable row first (the UPDATE re-checked and found it live): look again.
   END LOOP;
   RAISE EXCEPTION 'claim of % lost 100 races in a row', p_key USING ERRCODE = '40001';
 END

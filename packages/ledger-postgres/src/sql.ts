@@ -62,13 +62,14 @@ export function claimFunctionName(name: TableName): string {
  * fresh snapshot (READ COMMITTED), so the steps below always see the latest committed row:
  *
  *  1. INSERT ... ON CONFLICT DO NOTHING: the key was absent -> claimed, fence 1.
- *  2. Conditional UPDATE on the claim rule (released, past retention, expired lease). The
- *     UPDATE locks the row and re-checks the WHERE on its latest version, so of concurrent
- *     claimers that all saw it claimable exactly one acts: a new fence (keyed_write takeover,
- *     or a re-claim), or, for an expired unkeyed_write claim, the row becomes unknown.
- *  3. Otherwise read the row without locking or writing (a claim that finds a live or a
- *     terminal row writes nothing): it is returned if it is not claimable. It can have
- *     become claimable, or been swept, since step 2 only through a racer; then loop.
+ *  2. Otherwise read the row (fresh snapshot, no lock, no write). If it is not claimable
+ *     (a live in-flight row, a terminal row within retention, or a corrupt row) it is the
+ *     answer: a claim that finds such a row writes nothing. If it was swept meanwhile, loop.
+ *  3. If it is claimable (released, past retention, expired lease): a conditional UPDATE on
+ *     the claim rule. The UPDATE locks the row and re-checks the WHERE on its latest version
+ *     (EvalPlanQual), so of concurrent claimers that all saw it claimable exactly one acts:
+ *     a new fence (keyed_write takeover, or a re-claim), or, for an expired unkeyed_write
+ *     claim, the row becomes unknown. The others find the WHERE false and loop to step 1.
  * Rows of another format version (v <> 1) are never written, only returned (as corrupt).
  */
 export function claimFunctionSql(name: TableName): string {
@@ -95,6 +96,7 @@ DECLARE
   claimed_fence bigint;
   claimed_lease bigint;
   claimed_takeover boolean;
+  is_claimable boolean;
   held text;
 BEGIN
   FOR attempt IN 1..100 LOOP
@@ -106,6 +108,18 @@ BEGIN
       RETURNING r.lease_expires_at INTO claimed_lease;
     IF FOUND THEN
       RETURN 'c1 ' || claimed_lease || ' 0';
+    END IF;
+
+    -- The key exists (and, if a racer was inserting it, that racer has committed: the INSERT
+    -- waited for it). Read it with a fresh snapshot, without locking or writing.
+    SELECT ${claimable}, CASE WHEN ${claimable} IS TRUE THEN NULL ELSE to_json(r)::text END
+      INTO is_claimable, held
+      FROM ${t} AS r WHERE r.key = p_key;
+    IF NOT FOUND THEN
+      CONTINUE;  -- swept since the INSERT: try the INSERT again
+    END IF;
+    IF is_claimable IS NOT TRUE THEN
+      RETURN 'e' || held;  -- live in-flight, terminal within retention, or corrupt
     END IF;
 
     UPDATE ${t} AS r SET
@@ -131,13 +145,7 @@ BEGIN
       END IF;
       RETURN 'c' || claimed_fence || ' ' || claimed_lease || CASE WHEN claimed_takeover THEN ' 1' ELSE ' 0' END;
     END IF;
-
-    SELECT to_json(r)::text INTO held
-      FROM ${t} AS r
-     WHERE r.key = p_key AND ${claimable} IS NOT TRUE;
-    IF FOUND THEN
-      RETURN 'e' || held;
-    END IF;
+    -- A racer acted on the claimable row first (the UPDATE re-checked and found it live): look again.
   END LOOP;
   RAISE EXCEPTION 'claim of % lost 100 races in a row', p_key USING ERRCODE = '40001';
 END

@@ -310,6 +310,24 @@ describe("claims, fences and leases, read from the table", () => {
     expect(await storedColumns(admin, schema, "bad-input")).toBeUndefined();
   });
 
+  it("32 concurrent claims of an expired claim: one takeover for keyed_write, none and one unknown row for unkeyed_write", async () => {
+    for (const effect of ["keyed_write", "unkeyed_write"] as const) {
+      const key = `expired-race-${effect}`;
+      await claimed(ledger, key, "owner-a", effect);
+      await expireLease(admin, schema, key);
+      const results = await Promise.all(Array.from({ length: 32 }, (_, i) => ledger.claim(request(key, `racer-${i}`, effect))));
+      const winners = results.filter((r) => r.outcome === "claimed");
+      const stored = await storedColumns(admin, schema, key);
+      if (effect === "keyed_write") {
+        expect(winners).toEqual([expect.objectContaining({ fence: 2, takeover: true })]);
+        expect(stored).toMatchObject({ state: "in_flight", fence: "2", takeover: true });
+      } else {
+        expect(winners).toEqual([]);
+        expect(stored).toMatchObject({ state: "unknown", fence: "1", reason: "lease_expired" });
+      }
+    }
+  });
+
   it("32 concurrent claims of a new key over one pool: one winner, and the row's only writer is the winner", async () => {
     const results = await Promise.all(Array.from({ length: 32 }, (_, i) => ledger.claim(request("contended", `racer-${i}`))));
     const winners = results.filter((r) => r.outcome === "claimed");

@@ -3,14 +3,16 @@
 // it appends to the run log table (the stand-in for the tool's side effect) and completes
 // the key. Prints one JSON line: which keys it won, and how.
 //
-//   node --import tsx test/race-worker.ts <schema> <keys file> <worker id>
+//   node --import tsx test/race-worker.ts <schema> <keys file> <worker id> [same|shuffled]
+// "same": every process walks the keys in the same order, so they collide on every key at
+// once (the hardest case for a takeover); "shuffled" (default): each in its own order.
 // Writes "ready" once connected, then waits for "go" on stdin so every process starts together.
 import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import pg from "pg";
 import { PostgresLedger } from "../src/index.js";
 
-const [schema, keysFile, workerId] = process.argv.slice(2);
+const [schema, keysFile, workerId, orderMode = "shuffled"] = process.argv.slice(2);
 if (schema === undefined || keysFile === undefined || workerId === undefined) throw new Error("usage: race-worker <schema> <keys file> <worker id>");
 const keys: { key: string; effect: "keyed_write" | "unkeyed_write" }[] = JSON.parse(readFileSync(keysFile, "utf8"));
 
@@ -23,7 +25,7 @@ await Promise.all([1, 2, 3].map(() => pool.query("SELECT 1")));
 let seed = Number(workerId) * 7919 + 17;
 const random = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
 const order = [...keys];
-for (let i = order.length - 1; i > 0; i--) {
+for (let i = order.length - 1; orderMode === "shuffled" && i > 0; i--) {
   const j = Math.floor(random() * (i + 1));
   [order[i], order[j]] = [order[j]!, order[i]!];
 }

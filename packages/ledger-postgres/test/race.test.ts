@@ -20,13 +20,13 @@ interface WorkerReport {
 type Effect = "keyed_write" | "unkeyed_write";
 
 /** Start PROCESSES workers, wait until all are connected, release them at once, collect their reports. */
-async function race(schema: string, keys: { key: string; effect: Effect }[]): Promise<WorkerReport[]> {
+async function race(schema: string, keys: { key: string; effect: Effect }[], order: "same" | "shuffled"): Promise<WorkerReport[]> {
   const dir = mkdtempSync(join(tmpdir(), "do-pg-race-"));
   const keysFile = join(dir, "keys.json");
   writeFileSync(keysFile, JSON.stringify(keys));
   try {
     const workers = Array.from({ length: PROCESSES }, (_, id) => {
-      const child = spawn(process.execPath, ["--import", "tsx", join(here, "race-worker.ts"), schema, keysFile, String(id)], {
+      const child = spawn(process.execPath, ["--import", "tsx", join(here, "race-worker.ts"), schema, keysFile, String(id), order], {
         cwd: join(here, ".."),
         env: { ...process.env, DATABASE_URL },
         stdio: ["pipe", "pipe", "pipe"],
@@ -83,7 +83,7 @@ describe(`multi-process race: ${PROCESSES} OS processes claim the same keys`, ()
       key: `fresh-${i}`,
       effect: (i % 2 === 0 ? "keyed_write" : "unkeyed_write") as Effect,
     }));
-    const reports = await race(schema, keys);
+    const reports = await race(schema, keys, "shuffled");
 
     // Winners as the processes saw them.
     const winners = new Map<string, number[]>();
@@ -136,7 +136,8 @@ describe(`multi-process race: ${PROCESSES} OS processes claim the same keys`, ()
       ...Array.from({ length: n }, (_, i) => ({ key: `released-${i + 1}`, effect: "unkeyed_write" as Effect })),
       ...Array.from({ length: n }, (_, i) => ({ key: `past-retention-${i + 1}`, effect: "keyed_write" as Effect })),
     ];
-    const reports = await race(schema, keys);
+    // Every process walks the keys in the same order: all six hit each claimable row at once.
+    const reports = await race(schema, keys, "same");
 
     const wins = reports.flatMap((r) => r.won.map((w) => ({ ...w, worker: r.worker })));
     const byKey = new Map<string, typeof wins>();
