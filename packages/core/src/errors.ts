@@ -16,7 +16,9 @@ export type DispatchOnceErrorCode =
   | "ledger_unavailable"
   | "ledger_corrupt"
   | "result_not_storable"
-  | "durability_mismatch";
+  | "durability_mismatch"
+  | "invalid_ledger_input"
+  | "unsafe_store_config";
 
 export class DispatchOnceError extends Error {
   readonly code: DispatchOnceErrorCode;
@@ -171,6 +173,32 @@ export class ResultNotStorableError extends DispatchOnceError {
   constructor(key: string, message: string, options?: { cause?: unknown }) {
     super("result_not_storable", `result of call ${key} cannot be stored: ${message}`, options);
     this.key = key;
+  }
+}
+
+/** An option or argument a ledger adapter cannot accept (a bad table name, a negative lease, ...). */
+export class InvalidLedgerInputError extends DispatchOnceError {
+  /** The option or argument that was refused, e.g. "table" or "leaseMs". */
+  readonly field: string;
+  constructor(field: string, message: string) {
+    super("invalid_ledger_input", `${field}: ${message}`);
+    this.field = field;
+  }
+}
+
+/**
+ * The store is configured in a way that breaks the ledger's guarantee (an evicting Redis
+ * maxmemory-policy forgets claims); adapters refuse to start on it (LEDGER-14).
+ */
+export class UnsafeStoreConfigError extends DispatchOnceError {
+  readonly setting: string;
+  readonly value: string;
+  readonly node: string;
+  constructor(node: string, setting: string, value: string, message: string) {
+    super("unsafe_store_config", `${node}: ${setting}=${value}: ${message}`);
+    this.node = node;
+    this.setting = setting;
+    this.value = value;
   }
 }
 

@@ -7,5 +7,5 @@ export {
   type CreateRedisLedgerOptions,
   type RedisServerReport,
 } from "./redis-ledger.js";
-export { InvalidLedgerInputError, UnsafeServerConfigError } from "./errors.js";
+export { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
 export { CLAIM_LUA, RENEW_LUA, FINISH_LUA } from "./scripts.js";

@@ -17,7 +17,7 @@ import {
   type TerminalRow,
 } from "@dispatch-once/core";
 import { Redis, type Cluster } from "ioredis";
-import { InvalidLedgerInputError, UnsafeServerConfigError } from "./errors.js";
+import { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
 import { CLAIM_LUA, FINISH_LUA, RENEW_LUA } from "./scripts.js";
 
 export type RedisClient = Redis | Cluster;
@@ -49,7 +49,7 @@ export interface RedisLedgerOptions {
 export interface CreateRedisLedgerOptions extends RedisLedgerOptions {
   /**
    * What createRedisLedger does when a node's maxmemory-policy can evict keys: "refuse"
-   * (default: throw UnsafeServerConfigError) or "warn". Policies are read with CONFIG GET;
+   * (default: throw UnsafeStoreConfigError) or "warn". Policies are read with CONFIG GET;
    * where CONFIG is not permitted (managed services) a warning says it could not be verified.
    */
   onUnsafeServer?: "refuse" | "warn";
@@ -419,7 +419,7 @@ export async function createRedisLedger(options: CreateRedisLedgerOptions = {}):
     const report = await ledger.checkServer();
     const firstUnsafe = report.unsafe[0];
     if (firstUnsafe !== undefined && (options.onUnsafeServer ?? "refuse") === "refuse") {
-      throw new UnsafeServerConfigError(
+      throw new UnsafeStoreConfigError(
         firstUnsafe.node,
         firstUnsafe.setting,
         firstUnsafe.value,

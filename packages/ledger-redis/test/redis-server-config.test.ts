@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { UnsafeServerConfigError, createRedisLedger } from "../src/index.js";
+import { UnsafeStoreConfigError, createRedisLedger } from "../src/index.js";
 import { REDIS_URL, rawClient, uniquePrefix } from "./helpers.js";
 
 // The startup check reads CONFIG. The shared server's config must not be changed, so this
@@ -49,8 +49,8 @@ it("refuses a server whose maxmemory-policy can evict rows (an evicted in-flight
   const client = new Redis({ path: socket });
   try {
     const refused = createRedisLedger({ client, prefix: uniquePrefix("evict") });
-    await expect(refused).rejects.toBeInstanceOf(UnsafeServerConfigError);
-    await expect(refused).rejects.toMatchObject({ code: "unsafe_server_config", setting: "maxmemory-policy", value: "allkeys-lru" });
+    await expect(refused).rejects.toBeInstanceOf(UnsafeStoreConfigError);
+    await expect(refused).rejects.toMatchObject({ code: "unsafe_store_config", setting: "maxmemory-policy", value: "allkeys-lru" });
 
     const warnings: string[] = [];
     const warned = await createRedisLedger({
@@ -85,7 +85,7 @@ it("reads the shared server's settings without changing them and reports them", 
       expect(ledger.capabilities.durability).toBe("volatile"); // never inferred: durable is an assertion
       await ledger.close();
     } else {
-      await expect(make()).rejects.toMatchObject({ code: "unsafe_server_config" });
+      await expect(make()).rejects.toMatchObject({ code: "unsafe_store_config" });
     }
   } finally {
     await raw.quit();
