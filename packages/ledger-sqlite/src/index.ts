@@ -6,4 +6,5 @@ export {
   type SqliteSynchronous,
 } from "./sqlite-ledger.js";
 export { schemaSql, DEFAULT_TABLE, TABLE_NAME_PATTERN } from "./schema.js";
-export { InvalidLedgerInputError } from "./errors.js";
+// Core's error for bad adapter options and arguments (code invalid_ledger_input), re-exported for convenience.
+export { InvalidLedgerInputError } from "@dispatch-once/core";

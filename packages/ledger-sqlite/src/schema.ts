@@ -1,4 +1,4 @@
-import { InvalidLedgerInputError } from "./errors.js";
+import { InvalidLedgerInputError } from "@dispatch-once/core";
 
 export const DEFAULT_TABLE = "dispatch_once_ledger";
 

@@ -3,6 +3,7 @@ import {
   DEFAULT_MAX_RESULT_BYTES,
   DEFAULT_RETENTION_MS,
   DispatchOnceError,
+  InvalidLedgerInputError,
   LedgerCorruptError,
   LedgerUnavailableError,
   ROW_FORMAT_VERSION,
@@ -20,7 +21,6 @@ import {
   type TerminalRow,
   type UnknownRow,
 } from "@dispatch-once/core";
-import { InvalidLedgerInputError } from "./errors.js";
 import { decodeRow, type DecodedRow, type RawRow } from "./row.js";
 import { DEFAULT_TABLE, assertTableName, schemaSql } from "./schema.js";
 
@@ -435,7 +435,7 @@ export class SqliteLedger implements Ledger {
     try {
       return fn();
     } catch (cause) {
-      if (cause instanceof DispatchOnceError || cause instanceof InvalidLedgerInputError) throw cause;
+      if (cause instanceof DispatchOnceError) throw cause;
       const code = (cause as { code?: unknown }).code;
       if (key !== undefined && typeof code === "string" && (code.startsWith("SQLITE_CORRUPT") || code === "SQLITE_NOTADB")) {
         throw new LedgerCorruptError(key, `the database file is damaged (${code})`, { cause });
