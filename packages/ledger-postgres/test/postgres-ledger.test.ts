@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { ROW_FORMAT_VERSION, type ClaimRequest, type LedgerEffect } from "@dispatch-once/core";
+import { DispatchOnceError, ROW_FORMAT_VERSION, type ClaimRequest, type LedgerEffect } from "@dispatch-once/core";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidLedgerInputError, PostgresLedger, schemaSql } from "../src/index.js";
@@ -119,6 +119,7 @@ describe("schema and migrate()", () => {
         make();
       } catch (error) {
         expect(error).toMatchObject({ code: "invalid_ledger_input", field });
+        expect(error).toBeInstanceOf(DispatchOnceError);
       }
     }
   });
