@@ -34,4 +34,11 @@ export { runScenario, describeStep, type Step } from "./ledger/model.js";
 export { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase, type VectorCase, type VectorFile, type VectorStep } from "./ledger/vectors.js";
 export { TRICKY_RESULTS } from "./ledger/checks.js";
 export { memoryLedgerSubject } from "./subjects/memory.js";
-export { endToEndChecks, runEndToEnd, END_TO_END_CHECK_NAME, type EndToEndOptions } from "./e2e/index.js";
+export {
+  endToEndChecks,
+  registerEndToEndChecks,
+  runEndToEnd,
+  END_TO_END_CHECK_NAME,
+  DEFAULT_END_TO_END_RUNS,
+  type EndToEndOptions,
+} from "./e2e/index.js";

@@ -4,6 +4,7 @@ import { MemoryConversationStore } from "@dispatch-once/anthropic";
 import type { CallDispatcher, Ledger, ToolDefinition } from "@dispatch-once/core";
 import { createPaymentsClient } from "@dispatch-once/mock-payments";
 import { ConformanceFailure } from "../failure.js";
+import { randomSeed, registerChecks, type TestRegistrar } from "../ledger/index.js";
 import type { Check, Counterexample, LedgerFixture, LedgerSubject } from "../types.js";
 import { checkOracle, type OracleViolation } from "./oracle.js";
 import { scenarioArbitrary, type Scenario } from "./scenario.js";
@@ -91,7 +92,7 @@ async function runCase(world: World, subject: LedgerSubject, scenario: Scenario,
         let primary: Worker = await spawn(`w${conversation.id.slice(5)}`);
         for (const message of conversation.messages) {
           if (primary.dead) primary = await spawn(`${primary.name}*`);
-          await runMessage(world, ctx, conversation.id, message, spawn, primary);
+          await runMessage(ctx, conversation.id, message, spawn, primary);
           const snapshot = await ctx.store.load(conversation.id);
           // A message left unanswered ends the conversation: the user gave up.
           if (snapshot.pendingMessageId !== undefined) break;
@@ -114,22 +115,42 @@ function renderTimeline(ctx: CaseContext, workers: number): string[] {
   return lines;
 }
 
+/** Runs a certification makes unless told otherwise: CI certifies every ledger with 1,000. */
+export const DEFAULT_END_TO_END_RUNS = 1000;
+
+function envInteger(name: string): number | undefined {
+  const raw = process.env[name];
+  if (raw === undefined || raw === "") return undefined;
+  const n = Number(raw);
+  if (!Number.isSafeInteger(n)) throw new Error(`${name} must be an integer, got ${JSON.stringify(raw)}`);
+  return n;
+}
+
 /** The end-to-end level as checks (issue 6, level 2), named after CONF-2. */
 export function endToEndChecks(subject: LedgerSubject, options: EndToEndOptions = {}): Check[] {
+  // CI sizes runs and pins seeds through the environment, as the ledger level does.
+  const runs = options.runs ?? envInteger("CONFORMANCE_E2E_RUNS") ?? DEFAULT_END_TO_END_RUNS;
+  const seed = options.seed ?? envInteger("CONFORMANCE_SEED") ?? randomSeed();
   return [
     {
       rule: "CONF-2",
-      name: END_TO_END_CHECK_NAME,
+      name: `${END_TO_END_CHECK_NAME} (${options.path === undefined ? `${runs} runs` : "replay"}, seed ${seed})`,
       applicable: true,
-      run: () => runEndToEnd(subject, options),
+      run: () => runEndToEnd(subject, { ...options, runs, seed }),
     },
   ];
+}
+
+/** Registers the end-to-end level with any describe/it runner, as registerLedgerChecks does the ledger level. */
+export function registerEndToEndChecks(subject: LedgerSubject, t: TestRegistrar, options: EndToEndOptions = {}): void {
+  // Shrinking a failure replays whole conversations; allow for it beyond the runs themselves.
+  registerChecks(`${subject.name} end to end (spec CONF-2)`, endToEndChecks(subject, options), t, 1_800_000);
 }
 
 export async function runEndToEnd(subject: LedgerSubject, options: EndToEndOptions = {}): Promise<void> {
   const world = await startWorld();
   try {
-    const seed = options.seed ?? (Date.now() ^ (Math.random() * 0x7fffffff)) >>> 0;
+    const seed = options.seed ?? randomSeed();
     const property = fc.asyncProperty(scenarioArbitrary(), async (scenario) => {
       const run = await runCase(world, subject, scenario, options);
       if (run.violations.length > 0) {

@@ -2,7 +2,6 @@ import Anthropic from "@anthropic-ai/sdk";
 import {
   ConversationRunner,
   MemoryConversationStore,
-  TurnFailedError,
   type RunnerEvent,
   type SendResult,
 } from "@dispatch-once/anthropic";
@@ -16,7 +15,6 @@ import {
   type ToolDefinition,
 } from "@dispatch-once/core";
 import {
-  createPaymentsClient,
   PaymentsError,
   startMockPayments,
   type FaultSpec,
@@ -341,7 +339,6 @@ export function programProvider(world: World, scenario: Scenario, account: strin
 
 /** Runs one message by its replay route; never throws (outcomes are recorded for the oracle). */
 export async function runMessage(
-  world: World,
   ctx: CaseContext,
   conversationId: string,
   message: MessagePlan,
@@ -385,4 +382,3 @@ export async function runMessage(
   }
 }
 
-export { TurnFailedError };
