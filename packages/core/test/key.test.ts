@@ -145,10 +145,11 @@ describe("canonicalize", () => {
     expect(canonicalize({ b: undefined, a: -0 })).toBe('{"a":0}');
   });
 
-  it("KEY-5 agrees with JSON.parse: the canonical text parses back to the same value", () => {
+  it("KEY-5 agrees with JSON: the canonical text parses back to the value JSON.stringify keeps", () => {
     fc.assert(
       fc.property(jsonArgs, (value) => {
-        expect(JSON.parse(canonicalize(value))).toEqual(value);
+        // JSON has no -0: both serialisations turn a nested -0 into 0.
+        expect(JSON.parse(canonicalize(value))).toEqual(JSON.parse(JSON.stringify(value)));
       }),
     );
   });
