@@ -2,7 +2,7 @@
 // Every create() gets its own database file; the raw hooks use a second, independent
 // connection and plain SQL, never the adapter.
 import Database from "better-sqlite3";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEFAULT_RETENTION_MS, type Ledger } from "@dispatch-once/core";
@@ -68,7 +68,10 @@ export function createSqliteSubject(
     name,
     capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true },
     async create(options = {}): Promise<LedgerFixture> {
-      root ??= mkdtempSync(join(tmpdir(), "ledger-sqlite-conformance-"));
+      // The kit checks semantics, not the disk: on a memory-backed filesystem fsync is cheap, so
+      // synchronous=FULL (the default) stays on while 1,000 end-to-end runs fit in CI. The
+      // benchmark measures the real disk.
+      root ??= mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : tmpdir(), "ledger-sqlite-conformance-"));
       const dir = mkdtempSync(join(root, `f${++counter}-`));
       const path = join(dir, "ledger.db");
       const retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
