@@ -64,11 +64,18 @@ def main() -> int:
     anchored: dict[str, dict] = {}
     section = None
     in_code = False
+    in_matrix = False
     for number, line in enumerate(doc_lines, 1):
         if line.startswith("```"):
             in_code = not in_code
             continue
         if in_code:
+            continue
+        # The generated compliance matrix quotes each rule's level (MUST, SHOULD); it is not prose.
+        if line.startswith("<!-- compliance-matrix:"):
+            in_matrix = line.startswith("<!-- compliance-matrix:start")
+            continue
+        if in_matrix:
             continue
         heading = HEADING_RE.match(line)
         if heading:
