@@ -13,7 +13,7 @@ const sendPayment = defineTool({
       headers: { "content-type": "application/json", "idempotency-key": idempotencyKey },
       body: JSON.stringify(args),
     });
-    if (res.status === 402) throw new ToolError("card declined", { code: "card_declined" });
+    if (res.status === 402) throw new ToolError("card declined", { disposition: "definite", code: "card_declined" });
     return res.json();
   },
 });

@@ -2,17 +2,22 @@ import { hostname } from "node:os";
 import { randomUUID } from "node:crypto";
 import { canonicalize, type JsonValue } from "./canonical.js";
 import {
-  DispatchOnceError,
+  ClaimReleasedError,
   DurabilityMismatchError,
   InFlightElsewhereError,
+  InvalidArgumentError,
+  InvalidToolDefinitionError,
+  LedgerCorruptError,
   OutcomeUnknownError,
   ResultNotStorableError,
   ToolError,
   ToolFailedError,
   ToolInputError,
+  isDispatchOnceError,
   type StoredError,
 } from "./errors.js";
 import { deriveKey } from "./key.js";
+import { toJsonData } from "./json-data.js";
 import type { InFlightRow, Ledger, LedgerEffect, TerminalRow } from "./ledger.js";
 import { utf8ByteLength } from "./memory-ledger.js";
 import { ToolRegistry, type ToolDefinition } from "./registry.js";
@@ -49,8 +54,17 @@ export type DispatchEvent =
   | { type: "run_finished"; key: string; toolName: string; ordinal: number; ok: boolean }
   | { type: "replayed"; key: string; toolName: string; ordinal: number; state: TerminalRow["state"] }
   | { type: "waiting"; key: string; toolName: string; ordinal: number; owner: string }
-  | { type: "released"; key: string; toolName: string; ordinal: number }
-  | { type: "lease_lost"; key: string; toolName: string; ordinal: number };
+  | { type: "released"; key: string; toolName: string; ordinal: number; effectMayHaveHappened: boolean }
+  /**
+   * The row's stored request differs from this dispatch's arguments (outside the identity,
+   * e.g. a re-worded memo): the stored one is what runs or is replayed (IDENT-3, LEDGER-21).
+   */
+  | { type: "request_differs"; key: string; toolName: string; ordinal: number; stored: string; replay: string }
+  /**
+   * The claim was lost while the tool ran: refused renewal (stale_claim), or renewals that
+   * could not reach the ledger past the lease (self-fencing, DISPATCH-13). The tool was aborted.
+   */
+  | { type: "lease_lost"; key: string; toolName: string; ordinal: number; reason: "stale_claim" | "lease_unconfirmed" };
 
 export interface DispatchLogger {
   warn(message: string, fields?: Record<string, unknown>): void;
@@ -98,6 +112,15 @@ interface PreparedCall {
   /** Canonical text of what identifies the call: the identity projection or all arguments. */
   identityText: string;
   identityArgs: unknown;
+  /**
+   * JSON text of all validated arguments, members in the order the schema produced them: what
+   * a write asks the downstream to do, stored by the first claim so that every re-run sends
+   * the same bytes (LEDGER-21). Order-preserving, because downstreams that fingerprint the raw
+   * body would otherwise see a re-run as a different request.
+   */
+  requestText: string;
+  /** JCS text of all validated arguments: compared when a stored request differs in bytes. */
+  requestCanonical: string;
 }
 
 /**
@@ -116,7 +139,13 @@ export class Dispatcher implements CallDispatcher {
   private readonly onEvent: ((event: DispatchEvent) => void) | undefined;
 
   constructor(options: DispatcherOptions) {
-    this.registry = options.tools instanceof ToolRegistry ? options.tools : new ToolRegistry(options.tools);
+    if (typeof options !== "object" || options === null) {
+      throw new InvalidArgumentError("options", "the Dispatcher needs { tools, ledger }");
+    }
+    this.registry = toRegistry(options.tools);
+    if (typeof options.ledger?.claim !== "function") {
+      throw new InvalidArgumentError("options.ledger", "must be a Ledger (an object with claim, complete, ...)");
+    }
     this.ledger = options.ledger;
     this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
     this.leaseMs = options.leaseMs ?? 30_000;
@@ -138,6 +167,7 @@ export class Dispatcher implements CallDispatcher {
 
   /** A per-attempt dispatcher that assigns ordinals in dispatch order (TURN-4, TURN-6). */
   turn(context: TurnContext): TurnDispatch {
+    checkTurnContext(context);
     const seen = new Map<string, number>();
     return {
       dispatch: (call: ToolCall) => {
@@ -165,26 +195,65 @@ export class Dispatcher implements CallDispatcher {
     };
   }
 
-  /** Dispatch one call at an explicit ordinal (default 0). */
+  /** Dispatch one call at an explicit ordinal (absent: 0; present, it must be a valid ordinal, KEY-4). */
   async dispatch(call: ToolCall, context: TurnContext & { ordinal?: number }): Promise<DispatchOutcome> {
-    return this.execute(this.prepare(call), context, context.ordinal ?? 0);
+    checkTurnContext(context);
+    const prepared = this.prepare(call);
+    return this.execute(prepared, context, ordinalOf(context));
   }
 
   /** The key a call would get, without claiming or running anything. */
   keyFor(call: ToolCall, context: TurnContext & { ordinal?: number }): string {
+    checkTurnContext(context);
     const prepared = this.prepare(call);
+    return this.keyOf(prepared, context, ordinalOf(context));
+  }
+
+  private keyOf(prepared: PreparedCall, context: TurnContext, ordinal: number): string {
     return deriveKey({
       conversationId: context.conversationId,
       turnIndex: context.turnIndex,
       name: prepared.tool.name,
       args: prepared.identityArgs,
-      ordinal: context.ordinal ?? 0,
+      ordinal,
     });
   }
 
   private prepare(call: ToolCall): PreparedCall {
+    if (typeof call !== "object" || call === null) {
+      throw new InvalidArgumentError("call", "must be an object { name, input }");
+    }
     const tool = this.registry.get(call.name);
-    const parsed = tool.input.safeParse(call.input);
+    const args = this.validate(tool, call.input);
+    const identityArgs = tool.identity === undefined ? args : project(args as Record<string, unknown>, tool.identity);
+    const identityText = canonicalize(identityArgs);
+    if (tool.effect === "read") return { tool, args, identityArgs, identityText, requestText: identityText, requestCanonical: identityText };
+    // A write's arguments are what a re-run sends again, so they must be JSON data (LEDGER-21):
+    // canonicalize refuses anything JSON text cannot carry back (a Date, a Map, NaN).
+    const requestCanonical = tool.identity === undefined ? identityText : canonicalize(args);
+    const requestText = JSON.stringify(args);
+    // The key must be a function of the model's input alone: validate again and compare, so a
+    // schema default or transform that is not pure (a timestamp, a random id) is refused
+    // instead of minting a new key on every replay (IDENT-5).
+    const again = this.validate(tool, call.input);
+    const againIdentity = tool.identity === undefined ? again : project(again as Record<string, unknown>, tool.identity);
+    if (canonicalize(againIdentity) !== identityText) {
+      throw new InvalidToolDefinitionError(
+        `tool ${tool.name}: two validations of the same input gave different identity arguments ` +
+          `(an impure default or transform, e.g. a timestamp); its key would change on every replay (IDENT-5)`,
+      );
+    }
+    return { tool, args, identityArgs, identityText, requestText, requestCanonical };
+  }
+
+  private validate(tool: ToolDefinition, input: unknown): unknown {
+    let parsed: ReturnType<ToolDefinition["input"]["safeParse"]>;
+    try {
+      parsed = tool.input.safeParse(input);
+    } catch (cause) {
+      // A throwing getter or a revoked proxy in the input: the schema could not read it.
+      throw new ToolInputError(tool.name, [{ path: [], message: `the input cannot be read: ${describeError(cause)}` }]);
+    }
     if (!parsed.success) {
       throw new ToolInputError(
         tool.name,
@@ -194,37 +263,59 @@ export class Dispatcher implements CallDispatcher {
         })),
       );
     }
-    const args = parsed.data;
-    const identityArgs = tool.identity === undefined ? args : project(args as Record<string, unknown>, tool.identity);
-    return { tool, args, identityArgs, identityText: canonicalize(identityArgs) };
+    return parsed.data;
   }
 
   private async execute(prepared: PreparedCall, context: TurnContext, ordinal: number): Promise<DispatchOutcome> {
     const { tool } = prepared;
-    const key = deriveKey({
-      conversationId: context.conversationId,
-      turnIndex: context.turnIndex,
-      name: tool.name,
-      args: prepared.identityArgs,
-      ordinal,
-    });
+    const key = this.keyOf(prepared, context, ordinal);
     const base = { key, toolName: tool.name, effect: tool.effect, ordinal };
 
     if (tool.effect === "read") {
       // Reads have no effect to guard (EFFECT-2): run every time, never claim.
       const result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, new AbortController().signal));
-      const resultJson = canonicalize(result === undefined ? null : result);
+      const resultJson = canonicalize(toJsonData(result === undefined ? null : result));
       return { ...base, result: JSON.parse(resultJson) as JsonValue, resultJson, replayed: false };
     }
 
     const effect: LedgerEffect = tool.effect;
+    const size = utf8ByteLength(prepared.requestText);
+    if (size > this.ledger.capabilities.maxResultBytes) {
+      throw new ToolInputError(tool.name, [
+        { path: [], message: `the arguments are ${size} bytes; the ledger stores at most ${this.ledger.capabilities.maxResultBytes}` },
+      ]);
+    }
     const started = Date.now();
     let delay = this.pollMs;
+    let differenceLogged = false;
     for (;;) {
-      const claim = await this.ledger.claim({ key, toolName: tool.name, effect, owner: this.owner, leaseMs: this.leaseMs });
+      const claimSentAt = Date.now();
+      const claim = await this.ledger.claim({
+        key,
+        toolName: tool.name,
+        effect,
+        owner: this.owner,
+        leaseMs: this.leaseMs,
+        request: prepared.requestText,
+      });
+      const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;
+      if (!differenceLogged && stored !== prepared.requestText && !sameRequest(stored, prepared.requestCanonical)) {
+        // Same logical call, re-worded outside its identity: the first request is the one that
+        // runs or is replayed; the difference is worth seeing (IDENT-3).
+        differenceLogged = true;
+        this.logger.warn("a replay's arguments differ from the first request outside the identity; using the first request", {
+          key,
+          tool: tool.name,
+          stored,
+          replay: prepared.requestText,
+        });
+        this.emit({ type: "request_differs", key, toolName: tool.name, ordinal, stored, replay: prepared.requestText });
+      }
       if (claim.outcome === "claimed") {
         this.emit({ type: "claimed", key, toolName: tool.name, ordinal, fence: claim.fence, takeover: claim.takeover });
-        return this.runClaimed(prepared, context, ordinal, key, claim.fence, base);
+        // A re-run (after release or takeover) sends exactly the first request (LEDGER-21).
+        const args = claim.request === prepared.requestText ? prepared.args : parseStoredRequest(key, claim.request);
+        return this.runClaimed({ ...prepared, args }, context, ordinal, key, claim.fence, claimSentAt, base);
       }
       const row = claim.row;
       if (row.state !== "in_flight") return this.replay(row, base);
@@ -242,6 +333,10 @@ export class Dispatcher implements CallDispatcher {
       case "completed":
         return { ...base, result: JSON.parse(row.result) as JsonValue, resultJson: row.result, replayed: true };
       case "failed":
+        // A replayed result_not_storable is a failure to KEEP the result of an effect that happened.
+        if (row.error.code === "result_not_storable") {
+          throw new ResultNotStorableError(base.key, `${row.error.message} (replayed)`);
+        }
         throw new ToolFailedError(base.key, row.error, true);
       case "unknown":
         throw new OutcomeUnknownError(base.key, row.reason);
@@ -254,21 +349,36 @@ export class Dispatcher implements CallDispatcher {
     ordinal: number,
     key: string,
     fence: number,
+    claimSentAt: number,
     base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
   ): Promise<DispatchOutcome> {
     const { tool } = prepared;
     const lease = new AbortController();
-    // Keep the claim while a slow tool runs (LEDGER-9); if it is lost, tell the tool.
+    let finished = false;
+    // Our own estimate of the lease, on our clock: renewals that cannot reach the ledger past
+    // it mean another attempt may already have taken the row over (DISPATCH-13).
+    // The lease began no earlier than the claim was sent, so this is a safe local bound.
+    let confirmedUntil = claimSentAt + this.leaseMs;
+    const loseLease = (reason: "stale_claim" | "lease_unconfirmed", error: unknown) => {
+      if (finished || lease.signal.aborted) return;
+      clearInterval(renewal);
+      this.emit({ type: "lease_lost", key, toolName: tool.name, ordinal, reason });
+      lease.abort(error);
+    };
+    // Keep the claim while a slow tool runs (LEDGER-9); if it is lost, tell the tool (DISPATCH-11).
     const renewal = setInterval(() => {
-      this.ledger.renew(key, fence, this.leaseMs).catch((error: unknown) => {
-        if (error instanceof DispatchOnceError && error.code === "stale_claim") {
-          clearInterval(renewal);
-          this.emit({ type: "lease_lost", key, toolName: tool.name, ordinal });
-          lease.abort(error);
-        } else {
-          this.logger.warn("lease renewal failed; will retry", { key, error: String(error) });
-        }
-      });
+      const sentAt = Date.now();
+      this.ledger.renew(key, fence, this.leaseMs).then(
+        () => {
+          confirmedUntil = sentAt + this.leaseMs;
+        },
+        (error: unknown) => {
+          if (finished) return;
+          if (isDispatchOnceError(error, "stale_claim")) return loseLease("stale_claim", error);
+          if (Date.now() >= confirmedUntil) return loseLease("lease_unconfirmed", error);
+          this.logger.warn("lease renewal failed; will retry", { key, error: describeError(error) });
+        },
+      );
     }, Math.max(1, Math.floor(this.leaseMs / 3)));
     renewal.unref?.();
 
@@ -277,17 +387,19 @@ export class Dispatcher implements CallDispatcher {
     try {
       result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease.signal));
     } catch (error) {
+      finished = true;
       clearInterval(renewal);
       this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: false });
       return this.recordFailure(error, tool, key, fence, base);
     }
+    finished = true;
     clearInterval(renewal);
     this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: true });
 
     let resultJson: string;
     try {
-      // A tool that returns nothing has the result null.
-      resultJson = canonicalize(result === undefined ? null : result);
+      // JSON semantics first (toJSON, Dates, SDK objects), then JCS; a tool that returns nothing has the result null.
+      resultJson = canonicalize(toJsonData(result === undefined ? null : result));
       const size = utf8ByteLength(resultJson);
       if (size > this.ledger.capabilities.maxResultBytes) {
         throw new ResultNotStorableError(
@@ -295,22 +407,30 @@ export class Dispatcher implements CallDispatcher {
           `${size} bytes exceeds the ledger's limit of ${this.ledger.capabilities.maxResultBytes}`,
         );
       }
+    } catch (error) {
+      if (!isDispatchOnceError(error, "not_canonicalizable") && !isDispatchOnceError(error, "result_not_storable")) throw error;
+      return this.failClosed(key, fence, error);
+    }
+    try {
       await this.ledger.complete(key, fence, resultJson);
     } catch (error) {
-      if (!(error instanceof DispatchOnceError) || !["not_canonicalizable", "result_not_storable"].includes(error.code)) {
-        throw error;
-      }
-      // The effect happened and its result cannot be kept: fail closed, never re-run (LEDGER-10).
-      const notStorable =
-        error instanceof ResultNotStorableError ? error : new ResultNotStorableError(key, error.message, { cause: error });
-      await this.ledger.fail(key, fence, {
-        name: "ResultNotStorableError",
-        message: notStorable.message,
-        code: "result_not_storable",
-      });
-      throw notStorable;
+      if (!isDispatchOnceError(error, "result_not_storable")) throw error;
+      return this.failClosed(key, fence, error);
     }
     return { ...base, result: JSON.parse(resultJson) as JsonValue, resultJson, replayed: false };
+  }
+
+  /** The effect happened and its result cannot be kept: fail closed, never re-run (LEDGER-10). */
+  private async failClosed(key: string, fence: number, error: Error): Promise<never> {
+    const notStorable = isDispatchOnceError(error, "result_not_storable")
+      ? error
+      : new ResultNotStorableError(key, error.message, { cause: error });
+    await this.ledger.fail(key, fence, {
+      name: "ResultNotStorableError",
+      message: notStorable.message,
+      code: "result_not_storable",
+    });
+    throw notStorable;
   }
 
   private async recordFailure(
@@ -320,26 +440,38 @@ export class Dispatcher implements CallDispatcher {
     fence: number,
     base: { ordinal: number },
   ): Promise<never> {
-    if (isToolError(error)) {
-      if (error.disposition === "not_performed") {
-        await this.ledger.release(key, fence);
-        this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal });
-        throw error;
+    const disposition = ToolError.isInstance(error) ? error.disposition : "unknown";
+    switch (disposition) {
+      case "definite": {
+        const stored = toStoredError(error as ToolError);
+        await this.ledger.fail(key, fence, stored);
+        throw new ToolFailedError(key, stored, false);
       }
-      const stored = toStoredError(error);
-      await this.ledger.fail(key, fence, stored);
-      throw new ToolFailedError(key, stored, false);
+      case "not_performed":
+        await this.ledger.release(key, fence);
+        this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: false });
+        throw new ClaimReleasedError(key, false, error);
+      case "request_mismatch": {
+        // The downstream holds this key for another request: the first one may have been
+        // performed, and no re-run can tell, whatever the class (EFFECT-6).
+        const reason = `request_mismatch: ${describeError(error)}`;
+        await this.ledger.markUnknown(key, fence, reason);
+        throw new OutcomeUnknownError(key, reason, { cause: error });
+      }
+      case "unknown":
+        break;
     }
     if (tool.effect === "keyed_write") {
-      // Unknown outcome, but a re-run carries the same Idempotency-Key and collapses downstream.
+      // Unknown outcome, but a re-run sends the stored request under the same key and the
+      // downstream collapses it (EFFECT-3, LEDGER-21).
       await this.ledger.release(key, fence);
-      this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal });
-      throw error;
+      this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: true });
+      throw new ClaimReleasedError(key, true, error);
     }
     // Unknown outcome and nothing downstream to collapse a repeat: never re-run (EFFECT-4).
-    const reason = `tool_error: ${error instanceof Error ? error.message : String(error)}`;
+    const reason = `tool_error: ${describeError(error)}`;
     await this.ledger.markUnknown(key, fence, reason);
-    throw Object.assign(new OutcomeUnknownError(key, reason), { cause: error });
+    throw new OutcomeUnknownError(key, reason, { cause: error });
   }
 
   private runContext(toolName: string, key: string, context: TurnContext, ordinal: number, signal: AbortSignal) {
@@ -365,7 +497,7 @@ export class Dispatcher implements CallDispatcher {
 export class UnguardedDispatcher implements CallDispatcher {
   private readonly registry: ToolRegistry;
   constructor(tools: ToolRegistry | readonly ToolDefinition<any, any>[]) {
-    this.registry = tools instanceof ToolRegistry ? tools : new ToolRegistry(tools);
+    this.registry = toRegistry(tools);
   }
   turn(context: TurnContext): TurnDispatch {
     return {
@@ -382,7 +514,7 @@ export class UnguardedDispatcher implements CallDispatcher {
           toolName: tool.name,
           signal: new AbortController().signal,
         });
-        const resultJson = canonicalize(result === undefined ? null : result);
+        const resultJson = canonicalize(toJsonData(result === undefined ? null : result));
         return {
           key,
           toolName: tool.name,
@@ -403,14 +535,49 @@ function project(args: Record<string, unknown>, fields: readonly string[]): Reco
   return out;
 }
 
-function isToolError(error: unknown): error is ToolError {
-  if (error instanceof ToolError) return true;
-  // A ToolError from another copy of this package still carries its disposition.
-  return (
-    error instanceof Error &&
-    error.name === "ToolError" &&
-    ((error as ToolError).disposition === "definite" || (error as ToolError).disposition === "not_performed")
-  );
+/** A registry of any copy of this package (duck-typed: `instanceof` fails across copies), or a list of tools. */
+function toRegistry(tools: unknown): ToolRegistry {
+  if (Array.isArray(tools)) return new ToolRegistry(tools);
+  const candidate = tools as Partial<ToolRegistry> | null | undefined;
+  if (typeof candidate?.get === "function" && typeof candidate.list === "function") return candidate as ToolRegistry;
+  throw new InvalidArgumentError("tools", "must be a ToolRegistry or an array of tool definitions");
+}
+
+function checkTurnContext(context: unknown): asserts context is TurnContext {
+  if (typeof context !== "object" || context === null) {
+    throw new InvalidArgumentError("context", "must be an object { conversationId, turnIndex }");
+  }
+}
+
+/** An absent ordinal is 0; a present one, even null, goes to KEY-4's check. */
+function ordinalOf(context: { ordinal?: number }): number {
+  return context.ordinal === undefined ? 0 : context.ordinal;
+}
+
+/** Whether stored request text denotes the same JSON value as this dispatch's arguments. */
+function sameRequest(stored: string, canonical: string): boolean {
+  try {
+    return canonicalize(JSON.parse(stored)) === canonical;
+  } catch {
+    return false;
+  }
+}
+
+/** The stored request is JSON text written by an earlier claim; unreadable text is a corrupt row. */
+function parseStoredRequest(key: string, text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (cause) {
+    throw new LedgerCorruptError(key, "its stored request is not JSON", { cause });
+  }
+}
+
+function describeError(error: unknown): string {
+  try {
+    return error instanceof Error ? error.message : String(error);
+  } catch {
+    return "an unprintable error";
+  }
 }
 
 function toStoredError(error: ToolError): StoredError {
@@ -418,9 +585,9 @@ function toStoredError(error: ToolError): StoredError {
   if (error.code !== undefined) stored.code = error.code;
   if (error.details !== undefined) {
     try {
-      stored.details = JSON.parse(canonicalize(error.details));
+      stored.details = JSON.parse(canonicalize(toJsonData(error.details)));
     } catch {
-      stored.details = String(error.details);
+      stored.details = describeError(error.details);
     }
   }
   return stored;

@@ -30,3 +30,20 @@ export {
   type DispatchEvent,
   type DispatchLogger,
 } from "./dispatcher.js";
+export type {
+  ConversationStore,
+  ConversationStoreCapabilities,
+  MessageState,
+  StoredMessage,
+  StoredTurn,
+  AppendResult,
+  LeaseResult,
+  TurnSnapshot,
+  TurnCommit,
+} from "./conversation.js";
+export {
+  MemoryConversationStore,
+  checkMessageId,
+  type MemoryConversationStoreOptions,
+} from "./memory-conversation-store.js";
+export { toJsonData, MAX_RESULT_DEPTH } from "./json-data.js";

@@ -23,6 +23,12 @@ export interface RowBase {
   fence: number;
   /** Store-clock milliseconds when the current fence was claimed. */
   claimedAt: number;
+  /**
+   * What the effect was asked to do: the JSON text of the validated arguments of the FIRST
+   * claim of the key (opaque to the ledger), kept byte for byte by every later claim (re-claim after release,
+   * takeover) until the row is forgotten. Every run of the tool uses it (LEDGER-21).
+   */
+  request: string;
 }
 
 export interface InFlightRow extends RowBase {
@@ -70,11 +76,24 @@ export interface ClaimRequest {
   owner: string;
   /** Lease length in milliseconds, measured on the ledger's clock. */
   leaseMs: number;
+  /**
+   * The JSON text of this call's validated arguments (opaque to the ledger). Stored only when the claim creates the
+   * row (no row, or a row past retention); a claim of a released or expired row keeps the
+   * stored request and returns it, so the re-run sends the first request (LEDGER-21).
+   */
+  request: string;
 }
 
 export type ClaimResult =
   /** The caller owns the key and must run the tool, then complete, fail, mark unknown or release. */
-  | { outcome: "claimed"; fence: number; leaseExpiresAt: number; takeover: boolean }
+  | {
+      outcome: "claimed";
+      fence: number;
+      leaseExpiresAt: number;
+      takeover: boolean;
+      /** The row's stored request: the claimant MUST run the tool with it, not with its own (LEDGER-21). */
+      request: string;
+    }
   /**
    * The key is held: a live in-flight row of another attempt, or a terminal row.
    * An expired unkeyed_write claim is returned here already moved to `unknown` (LEDGER-7).

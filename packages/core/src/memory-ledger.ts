@@ -67,20 +67,23 @@ export class MemoryLedger implements Ledger {
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     const now = this.now();
     const row = this.rows.get(request.key);
-    if (row === undefined || row.state === "released" || this.retentionPassed(row, now)) {
-      const fence = (row?.fence ?? 0) + 1;
-      return this.takeClaim(request, fence, now, false);
+    if (row === undefined || this.retentionPassed(row, now)) {
+      // A forgotten row behaves as one never claimed (LEDGER-19), but the fence keeps rising.
+      return this.takeClaim(request, (row?.fence ?? 0) + 1, now, false, request.request);
     }
+    // A re-claim keeps the first claim's request: the re-run sends what the first run sent (LEDGER-21).
+    if (row.state === "released") return this.takeClaim(request, row.fence + 1, now, false, row.request);
     if (row.state !== "in_flight") return { outcome: "existing", row: structuredClone(row) };
     if (row.leaseExpiresAt > now) return { outcome: "existing", row: structuredClone(row) };
     // The owner's lease ran out: it died, hung, or lost the store (LEDGER-7).
-    if (row.effect === "keyed_write") return this.takeClaim(request, row.fence + 1, now, true);
+    if (row.effect === "keyed_write") return this.takeClaim(request, row.fence + 1, now, true, row.request);
     const unknown = {
       key: row.key,
       toolName: row.toolName,
       effect: row.effect,
       fence: row.fence,
       claimedAt: row.claimedAt,
+      request: row.request,
       state: "unknown" as const,
       reason: "lease_expired",
       finishedAt: now,
@@ -173,19 +176,20 @@ export class MemoryLedger implements Ledger {
     return row.state !== "in_flight" && row.expiresAt !== undefined && row.expiresAt <= now;
   }
 
-  private takeClaim(request: ClaimRequest, fence: number, now: number, takeover: boolean): ClaimResult {
+  private takeClaim(request: ClaimRequest, fence: number, now: number, takeover: boolean, stored: string): ClaimResult {
     const row: InFlightRow = {
       key: request.key,
       toolName: request.toolName,
       effect: request.effect,
       fence,
       claimedAt: now,
+      request: stored,
       state: "in_flight",
       owner: request.owner,
       leaseExpiresAt: now + request.leaseMs,
     };
     this.rows.set(request.key, row);
-    return { outcome: "claimed", fence, leaseExpiresAt: row.leaseExpiresAt, takeover };
+    return { outcome: "claimed", fence, leaseExpiresAt: row.leaseExpiresAt, takeover, request: stored };
   }
 
   private owned(key: string, fence: number): InFlightRow {
@@ -203,6 +207,7 @@ export class MemoryLedger implements Ledger {
       effect: row.effect,
       fence: row.fence,
       claimedAt: row.claimedAt,
+      request: row.request,
     };
   }
 }

@@ -143,7 +143,8 @@ function checkDefinition(tool: ToolDefinition<any, any>): void {
       `tool ${tool.name} must declare effect as one of ${EFFECTS.join(", ")}, got ${JSON.stringify(tool.effect)}`,
     );
   }
-  if (!(tool.input instanceof z.ZodType)) {
+  // Duck-typed: a schema from another copy of zod is still a schema (instanceof is not).
+  if (typeof (tool.input as { safeParse?: unknown } | undefined)?.safeParse !== "function") {
     throw new InvalidToolDefinitionError(`tool ${tool.name} needs a zod schema as input`);
   }
   if (typeof tool.run !== "function") {
@@ -153,10 +154,11 @@ function checkDefinition(tool: ToolDefinition<any, any>): void {
     if (tool.effect === "read") {
       throw new InvalidToolDefinitionError(`tool ${tool.name} is a read; identity only applies to writes`);
     }
-    if (!(tool.input instanceof z.ZodObject)) {
+    const shape = (tool.input as { shape?: unknown }).shape;
+    if (typeof shape !== "object" || shape === null) {
       throw new InvalidToolDefinitionError(`tool ${tool.name} declares identity, so its input must be a z.object`);
     }
-    const fields = Object.keys(tool.input.shape);
+    const fields = Object.keys(shape);
     if (tool.identity.length === 0) {
       throw new InvalidToolDefinitionError(`tool ${tool.name} declares an empty identity`);
     }

@@ -15,6 +15,7 @@ import {
   deriveKey,
   type Ledger,
 } from "../src/index.js";
+import { canonicalize as canonicalizeForTest } from "../src/canonical.js";
 import { fakePayments, manualClock, recordingLogger } from "./helpers.js";
 
 const turn0 = { conversationId: "conv-1", turnIndex: 0 };
@@ -139,7 +140,7 @@ describe("Dispatcher", () => {
       input: z.object({ amount: z.number() }),
       run: () => {
         runs++;
-        throw new ToolError("card declined", { code: "card_declined", details: { decline: "insufficient_funds" } });
+        throw new ToolError("card declined", { disposition: "definite", code: "card_declined", details: { decline: "insufficient_funds" } });
       },
     });
     const dispatcher = new Dispatcher({ tools: [declined], ledger: new MemoryLedger() });
@@ -168,7 +169,9 @@ describe("Dispatcher", () => {
     const ledger = new MemoryLedger();
     const dispatcher = new Dispatcher({ tools: [flaky], ledger });
     await expect(dispatcher.turn(turn0).dispatch({ name: "create_invoice", input: { amount: 1 } })).rejects.toMatchObject({
-      disposition: "not_performed",
+      code: "claim_released",
+      effectMayHaveHappened: false,
+      cause: { disposition: "not_performed" },
     });
     const retry = await dispatcher.turn(turn0).dispatch({ name: "create_invoice", input: { amount: 1 } });
     expect(runs).toBe(2);
@@ -241,7 +244,7 @@ describe("Dispatcher", () => {
     const { tool, effects } = fakePayments();
     const dispatcher = new Dispatcher({ tools: [tool], ledger, leaseMs: 1_000 });
     const key = dispatcher.keyFor({ name: "send_payment", input: pay }, turn0);
-    await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "dead", leaseMs: 1_000 });
+    await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "dead", leaseMs: 1_000, request: canonicalizeForTest(pay) });
     clock.advance(1_001);
     const outcome = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay });
     expect(effects.map((e) => e.key)).toEqual([key]);
@@ -294,15 +297,16 @@ describe("Dispatcher", () => {
       input: z.object({}),
       run: () => {
         runs++;
-        return { at: new Date(0) };
+        // JSON.stringify would write {} and lose the data: refused, not guessed (DISPATCH-7).
+        return { lines: new Map([["a", 1]]) };
       },
     });
     const ledger = new MemoryLedger();
     const dispatcher = new Dispatcher({ tools: [weird], ledger });
     await expect(dispatcher.turn(turn0).dispatch({ name: "create_invoice", input: {} })).rejects.toBeInstanceOf(ResultNotStorableError);
+    // The replay says the same: the effect happened and its result was not kept.
     await expect(dispatcher.turn(turn0).dispatch({ name: "create_invoice", input: {} })).rejects.toMatchObject({
-      code: "tool_failed",
-      error: { code: "result_not_storable" },
+      code: "result_not_storable",
     });
     expect(runs).toBe(1);
   });

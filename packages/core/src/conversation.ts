@@ -1,0 +1,169 @@
+import type { JsonValue } from "./canonical.js";
+
+/**
+ * The conversation-store contract (spec §4.4, TURN-9 … TURN-14). Provider-agnostic: messages
+ * are stored as JSON values exactly as the stream side hands them over.
+ *
+ * The model-visible history (the *log*) changes ONLY through `commitTurn`, which is a
+ * compare-and-append on the whole log (its version is the number of committed turns) and on
+ * the conversation's turn lease. User messages wait in a per-conversation queue until a turn
+ * answers them; the queue is answered strictly in arrival order, one message at a time, so two
+ * different messages can never share a turn index, and the message a turn answers is a fact
+ * the store fixes (binds) before the turn's first attempt starts.
+ */
+
+/** Where a user message is in its life (TURN-9). */
+export type MessageState =
+  /** Waiting behind earlier messages, or for a worker. */
+  | "queued"
+  /** Bound to a turn index; its turns are being produced. */
+  | "in_progress"
+  /** A turn that ended the model's answer (not a tool-use stop) was committed for it. */
+  | "answered"
+  /** Its turn failed and was recorded; see `failure`. */
+  | "failed";
+
+export interface StoredMessage {
+  id: string;
+  content: JsonValue;
+  /** Arrival order within the conversation, from 1. */
+  seq: number;
+  state: MessageState;
+  /** The turn index of its first turn, fixed when it was bound (TURN-11); absent while queued. */
+  turnIndex?: number;
+  /** The failed-turn record of its last failure, while `state` is "failed". */
+  failure?: JsonValue;
+}
+
+export interface AppendResult {
+  /** False when the id was already present: a re-send, a redelivery, a double click (TURN-2). */
+  appended: boolean;
+  /** The message as stored after this call (a re-send of a failed message may have reopened it). */
+  message: StoredMessage;
+  /** True when this call moved a failed message back to "queued" (TURN-12). */
+  reopened: boolean;
+}
+
+/** One committed turn as stored. */
+export interface StoredTurn {
+  turnIndex: number;
+  messageId: string;
+  assistant: JsonValue;
+  /** The message carrying the tool results, when the turn stopped for tool use. */
+  toolResults?: JsonValue;
+  stopReason: string | null;
+}
+
+export type LeaseResult =
+  | { acquired: true; fence: number; leaseExpiresAt: number }
+  | { acquired: false; owner: string; leaseExpiresAt: number };
+
+/** What the next turn of a conversation is, read under the turn lease by `beginTurn`. */
+export interface TurnSnapshot {
+  conversationId: string;
+  /** The next turn's index: the number of committed turns (TURN-1). Also the log's version. */
+  turnIndex: number;
+  /** The message this turn answers; bound to the conversation from now on (TURN-11). */
+  message: StoredMessage;
+  /**
+   * Exactly what the next request sends: the committed log, then the message's own content
+   * when none of its turns is committed yet.
+   */
+  input: JsonValue[];
+}
+
+export interface TurnCommit {
+  /** The turn lease under which the turn was produced. */
+  fence: number;
+  messageId: string;
+  turnIndex: number;
+  assistant: JsonValue;
+  toolResults?: JsonValue;
+  stopReason: string | null;
+  /** True when this turn ends the answer (the model did not stop for tool use). */
+  answers: boolean;
+}
+
+export interface ConversationStoreCapabilities {
+  /**
+   * durable: every acknowledged write survives a crash or restart of the store and its host.
+   * volatile: it can forget (an in-process map). A volatile store beside a durable ledger is
+   * refused by the runner unless explicitly allowed (TURN-14).
+   */
+  durability: "durable" | "volatile";
+  /** Whose clock turn leases are measured on. */
+  clock: "store" | "process";
+  sharedAcrossProcesses: boolean;
+}
+
+/**
+ * Where conversations live. Every method is atomic per conversation. Stores that cannot reach
+ * or trust their storage raise `store_unavailable` / `store_corrupt`, never "absent".
+ */
+export interface ConversationStore {
+  readonly capabilities: ConversationStoreCapabilities;
+
+  /**
+   * Queue a user message, idempotent on its id (TURN-2). A re-send of a `failed` message
+   * reopens it (back to "queued") only while it is the conversation's most recently bound
+   * message (no other message was bound since), so its retry runs at the failed turn's index
+   * with the same keys (TURN-12); otherwise it stays failed.
+   */
+  appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult>;
+
+  /** One message as stored, or undefined. */
+  message(conversationId: string, messageId: string): Promise<StoredMessage | undefined>;
+
+  /** The committed turns that answered a message, in order (TURN-7). */
+  turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]>;
+
+  /** The committed log: what a request made now would send before any pending message. */
+  log(conversationId: string): Promise<JsonValue[]>;
+
+  /**
+   * Take the conversation's turn lease (TURN-10). Succeeds when nobody holds it or the
+   * holder's lease expired (store clock); every success returns a fence one higher than any
+   * fence issued before for this conversation.
+   */
+  acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult>;
+
+  /** Extend a held lease; `conversation_lease_lost` if `fence` no longer holds it. */
+  renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }>;
+
+  /** Give the lease back; a stale fence is ignored (nothing to give back). */
+  releaseLease(conversationId: string, fence: number): Promise<void>;
+
+  /**
+   * Under the lease: the next turn to produce, or undefined when no message waits. Picks the
+   * `in_progress` message if there is one, else the oldest `queued` one, and binds it
+   * (state "in_progress", `turnIndex` = committed turn count) if it was queued.
+   * `conversation_lease_lost` if `fence` does not hold the lease.
+   */
+  beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined>;
+
+  /**
+   * Compare-and-append (TURN-5): appends the turn iff `fence` holds the lease, exactly
+   * `commit.turnIndex` turns are committed, and `commit.messageId` is the in-progress message.
+   * The first commit of a message also appends its content to the log, in the same write.
+   * With `answers`, the message becomes "answered". Returns whether it appended.
+   */
+  commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }>;
+
+  /**
+   * Under the lease: the in-progress message `messageId` failed; store the failed-turn record
+   * beside the conversation (never in the log, RECORD-4) and set the message to "failed".
+   * `conversation_lease_lost` if `fence` does not hold the lease.
+   */
+  failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void>;
+
+  /**
+   * Keep a record beside the conversation without changing any message: a superseded
+   * attempt's effects (TURN-13). Needs no lease: the writer may be the one that lost it.
+   */
+  addRecord(conversationId: string, record: JsonValue): Promise<void>;
+
+  /** Every record kept beside the conversation (failed turns and superseded attempts), oldest first. */
+  records(conversationId: string): Promise<JsonValue[]>;
+
+  close(): Promise<void>;
+}

@@ -1,0 +1,111 @@
+import { CanonicalizationError } from "./errors.js";
+
+/** Deepest nesting a result may have; deeper values are refused, never a stack overflow. */
+export const MAX_RESULT_DEPTH = 1000;
+
+/**
+ * What `JSON.stringify` would send for a tool's result, as plain JSON data, so that results
+ * built by SDKs store and replay (DISPATCH-7): `toJSON` is honoured (a `Date` becomes its ISO
+ * text, SDK objects their wire form), class instances contribute their own enumerable
+ * string-keyed members, and members whose value is undefined, a function or a symbol are
+ * dropped (inside arrays they become null), exactly as JSON.stringify does.
+ *
+ * Where JSON.stringify would silently lose or invent data, this refuses with
+ * `not_canonicalizable` instead: NaN and ±Infinity (stringify writes null), bigint (stringify
+ * throws), a Map, Set, WeakMap, typed array or ArrayBuffer (stringify writes {}), a cycle,
+ * and nesting deeper than MAX_RESULT_DEPTH. The output is then given to `canonicalize`.
+ */
+export function toJsonData(value: unknown): unknown {
+  return convert(value, "", "", 0, new Set());
+}
+
+function convert(value: unknown, holderKey: string, path: string, depth: number, ancestors: Set<object>): unknown {
+  let current: unknown = value;
+  if (typeof current === "object" && current !== null) {
+    const toJSON = read(current, "toJSON", path);
+    if (typeof toJSON === "function") {
+      try {
+        current = (toJSON as (key: string) => unknown).call(current, holderKey);
+      } catch (cause) {
+        throw new CanonicalizationError("unreadable", path, `toJSON() threw: ${describe(cause)}`);
+      }
+    }
+  }
+  switch (typeof current) {
+    case "string":
+    case "boolean":
+      return current;
+    case "number":
+      if (!Number.isFinite(current)) {
+        throw new CanonicalizationError("non_finite_number", path, `${String(current)} has no JSON form`);
+      }
+      return current;
+    case "bigint":
+      throw new CanonicalizationError("unsupported_type", path, "a bigint is not JSON");
+    case "undefined":
+    case "function":
+    case "symbol":
+      return undefined; // the caller drops it (object member) or writes null (array element)
+    case "object":
+      break;
+  }
+  if (current === null) return null;
+  const obj = current as object;
+  if (depth >= MAX_RESULT_DEPTH) {
+    throw new CanonicalizationError("too_deep", path, `nested deeper than ${MAX_RESULT_DEPTH} levels`);
+  }
+  if (
+    obj instanceof Map ||
+    obj instanceof Set ||
+    obj instanceof WeakMap ||
+    obj instanceof WeakSet ||
+    ArrayBuffer.isView(obj) ||
+    obj instanceof ArrayBuffer
+  ) {
+    const kind = (obj as { constructor?: { name?: string } }).constructor?.name ?? "object";
+    throw new CanonicalizationError("unsupported_type", path, `a ${kind} has no JSON form (JSON.stringify writes {})`);
+  }
+  if (ancestors.has(obj)) throw new CanonicalizationError("cycle", path, "the value contains a cycle");
+  ancestors.add(obj);
+  try {
+    if (Array.isArray(obj)) {
+      const out: unknown[] = new Array(obj.length);
+      for (let i = 0; i < obj.length; i++) {
+        const item = convert(read(obj, String(i), path), String(i), `${path}/${i}`, depth + 1, ancestors);
+        out[i] = item === undefined ? null : item;
+      }
+      return out;
+    }
+    const out: Record<string, unknown> = {};
+    let names: string[];
+    try {
+      names = Object.keys(obj);
+    } catch (cause) {
+      throw new CanonicalizationError("unreadable", path, `its members cannot be listed: ${describe(cause)}`);
+    }
+    for (const name of names) {
+      const memberPath = `${path}/${name.replace(/~/g, "~0").replace(/\//g, "~1")}`;
+      const member = convert(read(obj, name, memberPath), name, memberPath, depth + 1, ancestors);
+      if (member !== undefined) out[name] = member;
+    }
+    return out;
+  } finally {
+    ancestors.delete(obj);
+  }
+}
+
+function read(obj: object, name: string, path: string): unknown {
+  try {
+    return (obj as Record<string, unknown>)[name];
+  } catch (cause) {
+    throw new CanonicalizationError("unreadable", path, `reading it threw: ${describe(cause)}`);
+  }
+}
+
+function describe(error: unknown): string {
+  try {
+    return error instanceof Error ? error.message : String(error);
+  } catch {
+    return "an unprintable value";
+  }
+}

@@ -1,0 +1,219 @@
+import type { JsonValue } from "./canonical.js";
+import type {
+  AppendResult,
+  ConversationStore,
+  ConversationStoreCapabilities,
+  LeaseResult,
+  StoredMessage,
+  StoredTurn,
+  TurnCommit,
+  TurnSnapshot,
+} from "./conversation.js";
+import { ConversationLeaseLostError, InvalidStoreInputError } from "./errors.js";
+import { CONVERSATION_ID_PATTERN } from "./key.js";
+
+interface Conversation {
+  messages: Map<string, StoredMessage>;
+  /** Messages in arrival order. */
+  order: StoredMessage[];
+  turns: StoredTurn[];
+  log: JsonValue[];
+  /** The message bound most recently (TURN-12 decides re-opening by it). */
+  lastBound: string | undefined;
+  lease: { fence: number; owner: string; expiresAt: number } | undefined;
+  /** Highest fence ever issued; kept when the lease is released so fences only rise. */
+  fence: number;
+  records: JsonValue[];
+}
+
+export interface MemoryConversationStoreOptions {
+  /** Clock in milliseconds; injectable so tests can expire leases without sleeping. */
+  now?: () => number;
+}
+
+/**
+ * The reference conversation store: one process, volatile. Every method is atomic because it
+ * never awaits. Use a durable store (SQLite, PostgreSQL) beside a durable ledger (TURN-14).
+ */
+export class MemoryConversationStore implements ConversationStore {
+  readonly capabilities: ConversationStoreCapabilities = {
+    durability: "volatile",
+    clock: "process",
+    sharedAcrossProcesses: false,
+  };
+  private readonly conversations = new Map<string, Conversation>();
+  private readonly now: () => number;
+
+  constructor(options: MemoryConversationStoreOptions = {}) {
+    this.now = options.now ?? Date.now;
+  }
+
+  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
+    checkMessageId(message?.id);
+    const conversation = this.get(conversationId);
+    const known = conversation.messages.get(message.id);
+    if (known !== undefined) {
+      if (known.state === "failed" && reopenable(conversation, known)) {
+        known.state = "queued";
+        delete known.failure;
+        return { appended: false, message: clone(known), reopened: true };
+      }
+      return { appended: false, message: clone(known), reopened: false };
+    }
+    const stored: StoredMessage = {
+      id: message.id,
+      content: clone(message.content),
+      seq: conversation.order.length + 1,
+      state: "queued",
+    };
+    conversation.messages.set(stored.id, stored);
+    conversation.order.push(stored);
+    return { appended: true, message: clone(stored), reopened: false };
+  }
+
+  async message(conversationId: string, messageId: string): Promise<StoredMessage | undefined> {
+    const found = this.get(conversationId).messages.get(messageId);
+    return found === undefined ? undefined : clone(found);
+  }
+
+  async turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]> {
+    return clone(this.get(conversationId).turns.filter((t) => t.messageId === messageId));
+  }
+
+  async log(conversationId: string): Promise<JsonValue[]> {
+    return clone(this.get(conversationId).log);
+  }
+
+  async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
+    const conversation = this.get(conversationId);
+    const now = this.now();
+    const held = conversation.lease;
+    if (held !== undefined && held.expiresAt > now) {
+      return { acquired: false, owner: held.owner, leaseExpiresAt: held.expiresAt };
+    }
+    conversation.fence++;
+    conversation.lease = { fence: conversation.fence, owner, expiresAt: now + leaseMs };
+    return { acquired: true, fence: conversation.fence, leaseExpiresAt: conversation.lease.expiresAt };
+  }
+
+  async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
+    const conversation = this.get(conversationId);
+    const lease = this.held(conversationId, conversation, fence);
+    lease.expiresAt = this.now() + leaseMs;
+    return { leaseExpiresAt: lease.expiresAt };
+  }
+
+  async releaseLease(conversationId: string, fence: number): Promise<void> {
+    const conversation = this.get(conversationId);
+    if (conversation.lease?.fence === fence) conversation.lease = undefined;
+  }
+
+  async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
+    const conversation = this.get(conversationId);
+    this.held(conversationId, conversation, fence);
+    const current =
+      conversation.order.find((m) => m.state === "in_progress") ?? conversation.order.find((m) => m.state === "queued");
+    if (current === undefined) return undefined;
+    if (current.state === "queued") {
+      current.state = "in_progress";
+      current.turnIndex = conversation.turns.length;
+      conversation.lastBound = current.id;
+    }
+    const started = conversation.turns.some((t) => t.messageId === current.id);
+    const input = clone(conversation.log);
+    if (!started) input.push(clone(current.content));
+    return { conversationId, turnIndex: conversation.turns.length, message: clone(current), input };
+  }
+
+  async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
+    const conversation = this.get(conversationId);
+    const lease = conversation.lease;
+    if (lease === undefined || lease.fence !== commit.fence) return { committed: false };
+    if (conversation.turns.length !== commit.turnIndex) return { committed: false };
+    const message = conversation.messages.get(commit.messageId);
+    if (message === undefined || message.state !== "in_progress") return { committed: false };
+    if (!conversation.turns.some((t) => t.messageId === message.id)) conversation.log.push(clone(message.content));
+    conversation.log.push(clone(commit.assistant));
+    if (commit.toolResults !== undefined) conversation.log.push(clone(commit.toolResults));
+    const turn: StoredTurn = {
+      turnIndex: commit.turnIndex,
+      messageId: commit.messageId,
+      assistant: clone(commit.assistant),
+      stopReason: commit.stopReason,
+    };
+    if (commit.toolResults !== undefined) turn.toolResults = clone(commit.toolResults);
+    conversation.turns.push(turn);
+    if (commit.answers) message.state = "answered";
+    return { committed: true };
+  }
+
+  async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
+    const conversation = this.get(conversationId);
+    this.held(conversationId, conversation, fence);
+    const message = conversation.messages.get(messageId);
+    if (message === undefined || message.state !== "in_progress") {
+      throw new InvalidStoreInputError("messageId", `message ${messageId} is not in progress`);
+    }
+    message.state = "failed";
+    message.failure = clone(record);
+    conversation.records.push(clone(record));
+  }
+
+  async addRecord(conversationId: string, record: JsonValue): Promise<void> {
+    this.get(conversationId).records.push(clone(record));
+  }
+
+  async records(conversationId: string): Promise<JsonValue[]> {
+    return clone(this.get(conversationId).records);
+  }
+
+  async close(): Promise<void> {}
+
+  private held(conversationId: string, conversation: Conversation, fence: number) {
+    const lease = conversation.lease;
+    // The fence decides, not the clock: an expired lease nobody took is still its holder's.
+    if (lease === undefined || lease.fence !== fence) throw new ConversationLeaseLostError(conversationId, fence);
+    return lease;
+  }
+
+  private get(conversationId: string): Conversation {
+    if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
+      throw new InvalidStoreInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);
+    }
+    let conversation = this.conversations.get(conversationId);
+    if (conversation === undefined) {
+      conversation = {
+        messages: new Map(),
+        order: [],
+        turns: [],
+        log: [],
+        lastBound: undefined,
+        lease: undefined,
+        fence: 0,
+        records: [],
+      };
+      this.conversations.set(conversationId, conversation);
+    }
+    return conversation;
+  }
+}
+
+/**
+ * TURN-12: a failed message may be retried only while no other message has been bound since
+ * it: then every turn committed since its binding is its own, and its retry runs at the failed
+ * turn's index with the same keys.
+ */
+function reopenable(conversation: Conversation, message: StoredMessage): boolean {
+  return conversation.lastBound === message.id;
+}
+
+/** Message ids are opaque to the store but must be usable as keys everywhere: non-empty, at most 256 characters. */
+export function checkMessageId(id: unknown): asserts id is string {
+  if (typeof id !== "string" || id.length === 0 || id.length > 256 || !id.isWellFormed()) {
+    throw new InvalidStoreInputError("messageId", "must be a non-empty string of at most 256 characters");
+  }
+}
+
+function clone<T>(value: T): T {
+  return structuredClone(value);
+}

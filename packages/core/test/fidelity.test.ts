@@ -1,0 +1,364 @@
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import {
+  Dispatcher,
+  MemoryLedger,
+  ToolError,
+  canonicalize,
+  defineTool,
+  isDispatchOnceError,
+  type DispatchEvent,
+  type Ledger,
+} from "../src/index.js";
+import { manualClock, recordingLogger } from "./helpers.js";
+
+const turn0 = { conversationId: "conv_fidelity", turnIndex: 0 };
+const pay = { payee: "acme", amount: 125_000, currency: "EUR", memo: "Invoice 1042" };
+const reworded = { ...pay, memo: "Paying invoice no. 1042" };
+
+/**
+ * A keyed downstream with the IETF draft's semantics: the first request under a key is
+ * performed; a repeat with the same body is answered with the stored response; a repeat with
+ * another body is refused (422) without being performed. `lose` drops the response of the next
+ * accepted request (performed, but the caller never hears).
+ */
+function keyedDownstream() {
+  const byKey = new Map<string, { body: string; id: string }>();
+  const effects: { key: string; body: Record<string, unknown> }[] = [];
+  let loseNext = 0;
+  const tool = defineTool({
+    name: "send_payment",
+    effect: "keyed_write",
+    input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), memo: z.string() }),
+    identity: ["payee", "amount", "currency"],
+    async run(args, ctx) {
+      const body = JSON.stringify(args);
+      const held = byKey.get(ctx.idempotencyKey);
+      if (held !== undefined) {
+        if (held.body !== body) {
+          throw new ToolError("422 key reused with a different request", { disposition: "request_mismatch" });
+        }
+        return { paymentId: held.id, replayed: true };
+      }
+      const id = `pay_${effects.length + 1}`;
+      byKey.set(ctx.idempotencyKey, { body, id });
+      effects.push({ key: ctx.idempotencyKey, body: args });
+      if (loseNext > 0) {
+        loseNext--;
+        throw new Error("socket hang up after the request was sent");
+      }
+      return { paymentId: id, replayed: false };
+    },
+  });
+  return { tool, effects, byKey, lose: () => void loseNext++ };
+}
+
+describe("re-run fidelity (LEDGER-21, IDENT-3)", () => {
+  it("LEDGER-21 a re-run after a lost response sends the first request, so a re-worded memo is not a 422", async () => {
+    const down = keyedDownstream();
+    const { logger, warnings } = recordingLogger();
+    const events: DispatchEvent[] = [];
+    const ledger = new MemoryLedger();
+    const dispatcher = new Dispatcher({ tools: [down.tool], ledger, logger, onEvent: (e) => events.push(e) });
+    down.lose();
+    const first = dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay });
+    await expect(first).rejects.toMatchObject({ code: "claim_released", effectMayHaveHappened: true });
+    // The retried model re-words the memo; same identity, same key.
+    const retry = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: reworded });
+    expect(retry.result).toEqual({ paymentId: "pay_1", replayed: true });
+    expect(down.effects).toHaveLength(1);
+    expect(down.effects[0]!.body.memo).toBe("Invoice 1042");
+    const row = await ledger.lookup(retry.key);
+    expect(row).toMatchObject({ state: "completed", request: JSON.stringify(pay) });
+    expect(events.filter((e) => e.type === "request_differs")).toEqual([
+      expect.objectContaining({ key: retry.key, stored: JSON.stringify(pay), replay: JSON.stringify(reworded) }),
+    ]);
+    expect(warnings.some((w) => w.message.includes("differ"))).toBe(true);
+  });
+
+  it("LEDGER-21 a takeover re-runs the first owner's request, not the replay's", async () => {
+    const clock = manualClock();
+    const ledger = new MemoryLedger({ now: clock.now });
+    const down = keyedDownstream();
+    const dispatcher = new Dispatcher({ tools: [down.tool], ledger, leaseMs: 1_000 });
+    const key = dispatcher.keyFor({ name: "send_payment", input: pay }, turn0);
+    // A worker claimed with the original memo, performed nothing we know of, and died.
+    await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "dead", leaseMs: 1_000, request: JSON.stringify(pay) });
+    clock.advance(1_001);
+    const outcome = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: reworded });
+    expect(outcome.replayed).toBe(false);
+    expect(down.effects.map((e) => e.body.memo)).toEqual(["Invoice 1042"]);
+  });
+
+  it("IDENT-3 a replay answered from a completed row logs the re-worded arguments and runs nothing", async () => {
+    const down = keyedDownstream();
+    const { logger, warnings } = recordingLogger();
+    const dispatcher = new Dispatcher({ tools: [down.tool], ledger: new MemoryLedger(), logger });
+    await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay });
+    const again = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: reworded });
+    expect(again.replayed).toBe(true);
+    expect(down.effects).toHaveLength(1);
+    expect(warnings.filter((w) => w.message.includes("differ"))).toHaveLength(1);
+  });
+});
+
+describe("truthful outcomes (EFFECT-6, LEDGER-8, DISPATCH-7)", () => {
+  it("EFFECT-6 a downstream 'key reused with a different request' is an unknown outcome, never a definite failure", async () => {
+    const down = keyedDownstream();
+    const ledger = new MemoryLedger();
+    const dispatcher = new Dispatcher({ tools: [down.tool], ledger });
+    const key = dispatcher.keyFor({ name: "send_payment", input: pay }, turn0);
+    // The ledger forgot the claim (a wiped volatile store); the downstream still holds the key.
+    down.byKey.set(key, { body: JSON.stringify(pay), id: "pay_0" });
+    const first = dispatcher.turn(turn0).dispatch({ name: "send_payment", input: reworded });
+    await expect(first).rejects.toMatchObject({ code: "outcome_unknown" });
+    expect((await ledger.lookup(key))?.state).toBe("unknown");
+    // Never re-run, never reported as "did not happen".
+    await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay })).rejects.toMatchObject({
+      code: "outcome_unknown",
+    });
+  });
+
+  it("LEDGER-8 a ToolError without a disposition is unknown, not definite", async () => {
+    let runs = 0;
+    const unkeyed = defineTool({
+      name: "create_ticket",
+      effect: "unkeyed_write",
+      input: z.object({ title: z.string() }),
+      run: () => {
+        runs++;
+        throw new ToolError("upstream timeout", {} as never);
+      },
+    });
+    const ledger = new MemoryLedger();
+    const dispatcher = new Dispatcher({ tools: [unkeyed], ledger, allowVolatileLedgerForUnkeyedWrites: true, logger: recordingLogger().logger });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "create_ticket", input: { title: "x" } })).rejects.toMatchObject({
+      code: "outcome_unknown",
+    });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "create_ticket", input: { title: "x" } })).rejects.toMatchObject({
+      code: "outcome_unknown",
+    });
+    expect(runs).toBe(1);
+    expect(new ToolError("x", { disposition: "definte" as never }).disposition).toBe("unknown");
+  });
+
+  it("DISPATCH-7 results follow JSON semantics: Dates, toJSON and class instances store and replay", async () => {
+    class Payment {
+      constructor(
+        readonly id: string,
+        readonly createdAt: Date,
+      ) {}
+      secret() {
+        return "not data";
+      }
+    }
+    const sdkLike = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ amount: z.number() }),
+      run: () => ({ payment: new Payment("pay_1", new Date(0)), money: { toJSON: () => "12.50 EUR" }, skipped: undefined }),
+    });
+    const dispatcher = new Dispatcher({ tools: [sdkLike], ledger: new MemoryLedger() });
+    const first = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } });
+    expect(first.result).toEqual({ payment: { id: "pay_1", createdAt: "1970-01-01T00:00:00.000Z" }, money: "12.50 EUR" });
+    const again = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } });
+    expect(again.resultJson).toBe(first.resultJson);
+  });
+
+  it("LEDGER-10 a result JSON.stringify would corrupt (bigint, NaN) fails closed and replays as result_not_storable", async () => {
+    for (const bad of [{ amount: 10n }, { ratio: Number.NaN }]) {
+      let runs = 0;
+      const tool = defineTool({
+        name: "send_payment",
+        effect: "keyed_write",
+        input: z.object({}),
+        run: () => {
+          runs++;
+          return bad;
+        },
+      });
+      const ledger = new MemoryLedger();
+      const dispatcher = new Dispatcher({ tools: [tool], ledger });
+      await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: {} })).rejects.toMatchObject({ code: "result_not_storable" });
+      await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: {} })).rejects.toMatchObject({ code: "result_not_storable" });
+      expect(runs).toBe(1);
+    }
+  });
+});
+
+describe("impure schemas (IDENT-5)", () => {
+  it("IDENT-5 a default that is not pure on an identity field is refused before anything is claimed", async () => {
+    let tick = 0;
+    const tool = defineTool({
+      name: "schedule_payment",
+      effect: "keyed_write",
+      input: z.object({ payee: z.string(), executeOn: z.string().default(() => `2026-12-${String(++tick).padStart(2, "0")}`) }),
+      identity: ["payee", "executeOn"],
+      run: () => ({ ok: true }),
+    });
+    const ledger = new MemoryLedger();
+    const dispatcher = new Dispatcher({ tools: [tool], ledger });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "schedule_payment", input: { payee: "acme" } })).rejects.toMatchObject({
+      code: "invalid_tool_definition",
+    });
+    expect(ledger.size).toBe(0);
+  });
+
+  it("IDENT-5 a pure default is accepted and an impure one outside the identity is stored with the first request", async () => {
+    let tick = 0;
+    const seen: string[] = [];
+    const tool = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ payee: z.string(), currency: z.string().default("EUR"), note: z.string().default(() => `n${++tick}`) }),
+      identity: ["payee", "currency"],
+      run: (args) => {
+        seen.push(args.note);
+        throw new ToolError("lost", { disposition: "unknown" });
+      },
+    });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: new MemoryLedger() });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { payee: "acme" } })).rejects.toMatchObject({ code: "claim_released" });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { payee: "acme" } })).rejects.toMatchObject({ code: "claim_released" });
+    // The re-run ran with the first request's note, not a freshly defaulted one.
+    expect(seen).toHaveLength(2);
+    expect(seen[1]).toBe(seen[0]);
+  });
+});
+
+describe("hostile arguments to the dispatcher", () => {
+  const dispatcher = new Dispatcher({ tools: [keyedDownstream().tool], ledger: new MemoryLedger() });
+
+  it("ERR-1 dispatch(null), turn(null) and a non-object context are typed errors", async () => {
+    await expect(dispatcher.turn(turn0).dispatch(null as never)).rejects.toMatchObject({ code: "invalid_argument", field: "call" });
+    expect(() => dispatcher.turn(null as never)).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+    await expect(dispatcher.dispatch({ name: "send_payment", input: pay }, null as never)).rejects.toMatchObject({ code: "invalid_argument" });
+  });
+
+  it("KEY-4 an ordinal that is present but null is refused, never read as 0", async () => {
+    await expect(dispatcher.dispatch({ name: "send_payment", input: pay }, { ...turn0, ordinal: null as never })).rejects.toMatchObject({
+      code: "invalid_key_input",
+      field: "ordinal",
+    });
+  });
+
+  it("DISPATCH-1 a tool name that is a bigint or a symbol is unknown_tool with a readable message", async () => {
+    await expect(dispatcher.turn(turn0).dispatch({ name: 10n as never, input: {} })).rejects.toMatchObject({ code: "unknown_tool" });
+    await expect(dispatcher.turn(turn0).dispatch({ name: Symbol("x") as never, input: {} })).rejects.toMatchObject({ code: "unknown_tool" });
+  });
+
+  it("DISPATCH-2 an input whose getter throws is tool_input_invalid, not the raw error", async () => {
+    const input = {
+      ...pay,
+      get memo(): string {
+        throw new Error("boom");
+      },
+    };
+    await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input })).rejects.toMatchObject({ code: "tool_input_invalid" });
+  });
+});
+
+describe("two copies of core in one process (ERR-3)", () => {
+  // The package's own ESM and CJS builds are two copies with two sets of classes, as a
+  // consumer mixing import and require (or two versions) gets.
+  const require = createRequire(import.meta.url);
+  const cjsPath = fileURLToPath(new URL("../dist/index.cjs", import.meta.url));
+  const esmPath = new URL("../dist/index.js", import.meta.url).href;
+
+  it("ERR-3 errors of one copy are recognised by the other (brand, not instanceof)", async () => {
+    const cjs = require(cjsPath) as typeof import("../src/index.js");
+    const esm = (await import(esmPath)) as typeof import("../src/index.js");
+    expect(esm.StaleClaimError).not.toBe(cjs.StaleClaimError);
+    const stale = new cjs.StaleClaimError("k", 1);
+    expect(stale instanceof esm.DispatchOnceError).toBe(false);
+    expect(esm.isDispatchOnceError(stale, "stale_claim")).toBe(true);
+    expect(esm.DispatchOnceError.isInstance(stale)).toBe(true);
+    expect(isDispatchOnceError(new esm.ToolFailedError("k", { name: "E", message: "m" }, false), "tool_failed")).toBe(true);
+    expect(esm.ToolError.isInstance(new cjs.ToolError("x", { disposition: "definite" }))).toBe(true);
+    expect(isDispatchOnceError(new Error("plain"))).toBe(false);
+  });
+
+  it("ERR-3 a dispatcher of one copy over a ledger and tools of the other keeps the protocol", async () => {
+    const cjs = require(cjsPath) as typeof import("../src/index.js");
+    const esm = (await import(esmPath)) as typeof import("../src/index.js");
+    // Fail-closed path: the other copy's ledger refuses an oversized result with its own class.
+    let runs = 0;
+    const big = esm.defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({}),
+      run: () => {
+        runs++;
+        return { text: "x".repeat(100) };
+      },
+    });
+    const small = new cjs.MemoryLedger({ maxResultBytes: 1_000_000 });
+    // The ledger declares a large limit but its complete() refuses: only its error says so.
+    const refusing: Ledger = Object.assign(Object.create(small) as Ledger, {
+      capabilities: small.capabilities,
+      complete: (key: string) => Promise.reject(new cjs.ResultNotStorableError(key, "too big for this store")),
+    });
+    const dispatcher = new esm.Dispatcher({ tools: new cjs.ToolRegistry([big]) as never, ledger: refusing });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: {} })).rejects.toMatchObject({ code: "result_not_storable" });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: {} })).rejects.toMatchObject({ code: "result_not_storable" });
+    expect(runs).toBe(1);
+
+    // Lease path: the other copy's stale_claim on renewal aborts the tool (DISPATCH-11).
+    const ledger = new cjs.MemoryLedger();
+    const losing: Ledger = Object.assign(Object.create(ledger) as Ledger, {
+      capabilities: ledger.capabilities,
+      renew: (key: string, fence: number) => Promise.reject(new cjs.StaleClaimError(key, fence)),
+    });
+    let aborted = false;
+    const slow = esm.defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({}),
+      run: (_args, ctx) =>
+        new Promise((resolve) => {
+          ctx.signal.addEventListener("abort", () => {
+            aborted = true;
+            resolve({ aborted: true });
+          });
+          setTimeout(() => resolve({ aborted: false }), 2_000);
+        }),
+    });
+    const events: DispatchEvent[] = [];
+    const d2 = new esm.Dispatcher({ tools: [slow], ledger: losing, leaseMs: 30, onEvent: (e) => events.push(e) });
+    await d2.turn(turn0).dispatch({ name: "send_payment", input: {} }).catch(() => undefined);
+    expect(aborted).toBe(true);
+    expect(events).toContainEqual(expect.objectContaining({ type: "lease_lost", reason: "stale_claim" }));
+  });
+});
+
+describe("self-fencing (DISPATCH-13)", () => {
+  it("DISPATCH-13 renewals that cannot reach the ledger for longer than the lease abort the tool", async () => {
+    const ledger = new MemoryLedger();
+    const unreachable: Ledger = Object.assign(Object.create(ledger) as Ledger, {
+      capabilities: ledger.capabilities,
+      renew: () => Promise.reject(Object.assign(new Error("ECONNRESET"), { code: "ledger_unavailable" })),
+    });
+    let aborted = false;
+    const slow = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({}),
+      run: (_args, ctx) =>
+        new Promise((resolve, reject) => {
+          ctx.signal.addEventListener("abort", () => {
+            aborted = true;
+            reject(new Error("aborted: claim not confirmed"));
+          });
+          setTimeout(() => resolve({ late: true }), 3_000);
+        }),
+    });
+    const events: DispatchEvent[] = [];
+    const dispatcher = new Dispatcher({ tools: [slow], ledger: unreachable, leaseMs: 60, onEvent: (e) => events.push(e), logger: recordingLogger().logger });
+    const outcome = dispatcher.turn(turn0).dispatch({ name: "send_payment", input: {} });
+    await expect(outcome).rejects.toMatchObject({ code: "claim_released", effectMayHaveHappened: true });
+    expect(aborted).toBe(true);
+    expect(events).toContainEqual(expect.objectContaining({ type: "lease_lost", reason: "lease_unconfirmed" }));
+  });
+});
