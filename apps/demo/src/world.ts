@@ -29,6 +29,7 @@ import {
 } from "@dispatch-once/mock-provider";
 import {
   PaymentsError,
+  DISPOSITION_BY_OUTCOME,
   createPaymentsClient,
   startMockPayments,
   type Effect,
@@ -144,14 +145,11 @@ export async function startSide(options: SideOptions): Promise<Side> {
         const response = await paymentsClient.createPayment(args, { idempotencyKey: context.idempotencyKey });
         paymentId = response.body.id;
       } catch (error) {
-        if (error instanceof PaymentsError && (error.outcome === "rejected" || error.outcome === "not_performed")) {
-          throw new ToolError(error.message, {
-            disposition: error.outcome === "rejected" ? "definite" : "not_performed",
-            code: error.code,
-            cause: error,
-          });
+        if (error instanceof PaymentsError) {
+          // A 422 "key reused with a different request" is request_mismatch, never "did not happen".
+          throw new ToolError(error.message, { disposition: DISPOSITION_BY_OUTCOME[error.outcome], code: error.code, cause: error });
         }
-        throw error; // unknown outcome
+        throw error; // not a payments answer at all: unknown outcome
       }
       await hooks?.afterPost?.(args as PaymentArgs, context, paymentId);
       return { paymentId, status: "accepted", amount: args.amount, currency: args.currency, payee: args.payee };

@@ -12,8 +12,11 @@ import type {
 /**
  * What a failed call means for the effect, from the caller's side:
  * - "rejected": the server refused the request; the effect did not happen and repeating the same
- *   request fails the same way (400, 401, 404, 413, 422, 409 payment-already-voided).
+ *   request fails the same way (400, 401, 404, 413, a validation 422, 409 payment-already-voided).
  *   Maps to the core FailureDisposition "definite".
+ * - "request_mismatch": 422 idempotency-key-reused: the key is held for a DIFFERENT request, which
+ *   may well have been performed. It is never "did not happen": maps to "request_mismatch"
+ *   (the dispatcher marks the call unknown; spec EFFECT-6).
  * - "not_performed": the effect certainly did not happen and a retry may succeed (503 before
  *   acceptance, connection refused). Maps to "not_performed".
  * - "in_flight": another request with the same Idempotency-Key is executing (409); its outcome
@@ -21,7 +24,20 @@ import type {
  * - "unknown": the request may or may not have been performed (connection dropped mid-request,
  *   timeout, 5xx other than the mock's 503). Retry with the same key to learn the outcome.
  */
-export type PaymentsOutcome = "rejected" | "not_performed" | "in_flight" | "unknown";
+export type PaymentsOutcome = "rejected" | "not_performed" | "in_flight" | "unknown" | "request_mismatch";
+
+/**
+ * The core `FailureDisposition` each outcome maps to (spec LEDGER-8, EFFECT-6), so every tool
+ * over this client tells the dispatcher the same truth:
+ * `throw new ToolError(e.message, { disposition: DISPOSITION_BY_OUTCOME[e.outcome], code: e.code, cause: e })`.
+ */
+export const DISPOSITION_BY_OUTCOME = {
+  rejected: "definite",
+  not_performed: "not_performed",
+  request_mismatch: "request_mismatch",
+  in_flight: "unknown",
+  unknown: "unknown",
+} as const satisfies Record<PaymentsOutcome, "definite" | "not_performed" | "request_mismatch" | "unknown">;
 
 export abstract class PaymentsError extends Error {
   abstract readonly code: string;
@@ -65,6 +81,8 @@ export class PaymentsConnectionError extends PaymentsError {
 
 function classify(status: number, problem: Problem): PaymentsOutcome {
   if (status === 409 && problem.type === `${PROBLEM_TYPE_BASE}idempotency-key-in-use`) return "in_flight";
+  // Checked before the 4xx rule: this 422 says nothing about whether the first request happened.
+  if (status === 422 && problem.type === `${PROBLEM_TYPE_BASE}idempotency-key-reused`) return "request_mismatch";
   if (status === 503 && problem.type === `${PROBLEM_TYPE_BASE}service-unavailable`) return "not_performed";
   if (status >= 400 && status < 500) return "rejected";
   return "unknown";

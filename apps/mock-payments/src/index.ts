@@ -18,6 +18,7 @@ export {
   type PaymentsResult,
   type RequestOptions,
   type KeyedRequestOptions,
+  DISPOSITION_BY_OUTCOME,
 } from "./client.js";
 export { MockPaymentsError, type MockPaymentsErrorCode } from "./errors.js";
 export {

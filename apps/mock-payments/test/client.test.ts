@@ -53,7 +53,8 @@ describe("createPaymentsClient", () => {
   });
 
   it.each([
-    ["422 key reused", "rejected", 422, "idempotency_key_reused"],
+    // The key is held for another request that may have been performed: never "rejected" (EFFECT-6).
+    ["422 key reused", "request_mismatch", 422, "idempotency_key_reused"],
     ["409 key in use", "in_flight", 409, "idempotency_key_in_use"],
     ["400 invalid body", "rejected", 400, "invalid_request_body"],
     ["401 unauthorized", "rejected", 401, "unauthorized"],

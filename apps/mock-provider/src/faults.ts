@@ -23,6 +23,7 @@ export const faultPositionSchema = z.union([
   z.object({ afterBlockStop: nonNegativeInt }).strict(),
   z.object({ afterToolUseStop: nonNegativeInt }).strict(),
   z.object({ beforeMessageStop: z.literal(true) }).strict(),
+  z.object({ afterMessageStop: z.literal(true) }).strict(),
   z.object({ afterMs: delay }).strict(),
 ]);
 
@@ -131,6 +132,8 @@ export function resolvePosition(position: FaultPosition, events: readonly Planne
     return position.event;
   }
   if ("beforeMessageStop" in position) return events.findIndex((e) => e.type === "message_stop");
+  // One past the last event: the turn is complete and only the transport fails (STREAM-1).
+  if ("afterMessageStop" in position) return events.length;
   if ("toolUse" in position) {
     const start = events.findIndex((e) => e.type === "content_block_start" && e.toolUse === position.toolUse);
     if (start === -1) throw unreachable(`the turn has no tool_use block number ${position.toolUse}`);

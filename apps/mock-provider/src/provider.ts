@@ -781,6 +781,7 @@ class Provider implements MockProvider {
         if (ended) break;
         await write(planned, i);
       }
+      if (!ended && cutAt === events.length) await holdOrCut(events.length);
       if (!ended) {
         ended = true;
         this.finish(record, "complete", 200);

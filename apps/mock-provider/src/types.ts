@@ -70,6 +70,8 @@ export type FaultPosition =
   | { afterToolUseStop: number }
   /** Right before `message_stop` (after `message_delta` and the `beforeMessageStopMs` delay). */
   | { beforeMessageStop: true }
+  /** After `message_stop` was written, before the response ends: the turn is complete, the transport then fails. */
+  | { afterMessageStop: true }
   /** `ms` after the response headers were sent, whatever the writer is doing at that moment. */
   | { afterMs: number };
 

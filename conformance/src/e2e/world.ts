@@ -16,6 +16,7 @@ import {
 } from "@dispatch-once/core";
 import {
   PaymentsError,
+  DISPOSITION_BY_OUTCOME,
   startMockPayments,
   type FaultSpec,
   type MockPaymentsServer,
@@ -117,8 +118,7 @@ export function argsSignature(tool: string, args: Record<string, unknown>): stri
 /** Maps the payments client's classification onto the dispatcher's failure dispositions (LEDGER-8). */
 function classify(error: unknown): never {
   if (error instanceof PaymentsError) {
-    if (error.outcome === "rejected") throw new ToolError(error.message, { disposition: "definite", code: error.code });
-    if (error.outcome === "not_performed") throw new ToolError(error.message, { disposition: "not_performed", code: error.code });
+    throw new ToolError(error.message, { disposition: DISPOSITION_BY_OUTCOME[error.outcome], code: error.code });
   }
   throw error; // unknown outcome
 }
@@ -173,7 +173,7 @@ function tools(ctx: CaseContext, worker: () => Worker): ToolDefinition<any, any>
         try {
           const list = await client.listPayments();
           const target = list.body.data.find((p) => p.reference === args.reference && p.status !== "voided");
-          if (target === undefined) throw new ToolError(`no open payment with reference ${args.reference}`, { code: "no_such_payment" });
+          if (target === undefined) throw new ToolError(`no open payment with reference ${args.reference}`, { disposition: "definite", code: "no_such_payment" });
           voided = await client.voidPayment(target.id, { idempotencyKey, ...(fault ? { fault: { outcome: fault } } : {}) });
         } catch (error) {
           if (error instanceof ToolError) throw error;

@@ -33,7 +33,8 @@ export async function handleUserMessage(runner: ConversationRunner, conversation
     return turns.at(-1)?.text ?? "";
   } catch (error) {
     if (!(error instanceof TurnFailedError)) throw error;
-    // Nothing was written to the conversation; show the record and let the user re-send the same message id.
-    return error.record.calls.map((c) => `${c.name}: ${c.summary}`).join("\n") || "connection lost; please retry";
+    // Nothing was written to the conversation. Tell the user what happened to each effect, in
+    // every attempt, and let them re-send the SAME message id (record.retryable says it can help).
+    return error.record.effects.map((e) => `${e.name}: ${e.effect.replace(/_/g, " ")}`).join("\n") || "connection lost; please retry";
   }
 }

@@ -113,10 +113,12 @@ export class TurnAccumulator {
 
   /** Where the stream died, read from the calls' phases at the moment of failure (STREAM-2). */
   failurePosition(): FailurePosition {
+    // STREAM-2's order: a dispatched call still running decides first, since its effect is the
+    // one nobody can vouch for yet; an open call beside it is abandoned either way.
+    if (this.calls.some((c) => c.phase === "complete" || c.phase === "dispatched")) return "during_dispatch";
     if (this.calls.some((c) => c.phase === "announced" || c.phase === "arguments_streaming" || c.phase === "abandoned")) {
       return "arguments_streaming";
     }
-    if (this.calls.some((c) => c.phase === "complete" || c.phase === "dispatched")) return "during_dispatch";
     if (this.calls.some((c) => c.phase === "resolved")) return "after_dispatch_before_stop";
     return "before_any_call";
   }

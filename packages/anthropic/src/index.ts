@@ -5,18 +5,32 @@ export {
   type FailurePosition,
   type AssistantBlock,
 } from "./accumulator.js";
+// The conversation-store contract lives in core (provider-agnostic); re-exported for convenience.
 export {
   MemoryConversationStore,
   type ConversationStore,
-  type ConversationSnapshot,
+  type StoredMessage,
+  type StoredTurn,
+  type TurnSnapshot,
   type TurnCommit,
   type AppendResult,
-  type UserContent,
-} from "./conversation.js";
-export type { FailedTurnRecord, FailedCallRecord, FailedCallStatus } from "./record.js";
+} from "@dispatch-once/core";
+export {
+  classifyCallError,
+  summarizeEffects,
+  type CallRecord,
+  type CallStatus,
+  type EffectStatus,
+  type FailedTurnRecord,
+  type FailedCallRecord,
+  type FailedCallStatus,
+  type SupersededAttemptRecord,
+  type ConversationRecord,
+} from "./record.js";
 export {
   ConversationRunner,
   StreamIncompleteError,
+  InvalidArgumentsJsonError,
   TurnFailedError,
   defaultRetryPolicy,
   type AttemptFailure,
@@ -26,4 +40,5 @@ export {
   type CallReport,
   type TurnOutcome,
   type SendResult,
+  type UserContent,
 } from "./runner.js";

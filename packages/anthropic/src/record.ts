@@ -1,42 +1,149 @@
-import type { JsonValue, StoredError } from "@dispatch-once/core";
+import { effectOf, isDispatchOnceError, type JsonValue, type StoredError } from "@dispatch-once/core";
 import type { FailurePosition } from "./accumulator.js";
 
-/** What happened to one call of a failed turn (spec RECORD-2). */
-export type FailedCallStatus =
-  /** The stream died before the call's arguments finished: never run (STREAM-3). */
+/** What happened to one call of one attempt (spec RECORD-2). */
+export type CallStatus =
+  /** Never dispatched: the stream died while its arguments streamed, or before it was handed over (STREAM-3). */
   | "not_run"
+  /** The tool ran, or its stored result was replayed. */
   | "completed"
+  /** A definite failure (recorded or replayed): the effect did not happen. */
   | "failed"
+  /** The call was refused before anything was claimed (invalid arguments, unknown tool). */
+  | "rejected"
+  /** The tool's error did not settle the call; its claim was released for a re-run with the same key. */
+  | "released"
+  /** The effect happened but its result could not be stored: the turn is never committed with it. */
+  | "result_not_storable"
   | "in_flight_elsewhere"
   | "outcome_unknown"
-  /** The call was dispatched and raised something else (a released claim, a ledger error). */
+  /** Any other error (a ledger that could not be reached, a lost claim). */
   | "error";
 
-export interface FailedCallRecord {
+/**
+ * What is known about the call's effect in the world, in the words a user needs:
+ * - "happened": it was performed (completed now or earlier, or performed and not storable);
+ * - "not_happened": it certainly was not;
+ * - "may_have_happened": nobody can tell from here; it will not be repeated blindly;
+ * - "none": the tool has no effect (a read).
+ */
+export type EffectStatus = "happened" | "not_happened" | "may_have_happened" | "none";
+
+export interface CallRecord {
+  /** The attempt of the turn this call belonged to, from 1. */
+  attempt: number;
+  /** Content block index in that attempt's assistant message. */
   index: number;
+  /** Provider id (toolu_...), minted per response: for the log only. */
   callId: string;
   name: string;
-  status: FailedCallStatus;
+  status: CallStatus;
+  effect: EffectStatus;
   /** Human-readable, e.g. "not run (connection lost)". */
   summary: string;
   /** The argument text received before the stream died; for the log, never for the conversation. */
   partialArguments?: string;
   key?: string;
+  ordinal?: number;
+  replayed?: boolean;
   result?: JsonValue;
   error?: StoredError;
 }
 
+/** @deprecated Use CallRecord. */
+export type FailedCallRecord = CallRecord;
+/** @deprecated Use CallStatus. */
+export type FailedCallStatus = CallStatus;
+
 /**
- * The failed-turn record (spec §9): kept beside the conversation, shown to the user,
- * never written into the conversation itself (RECORD-1).
+ * The failed-turn record (spec §9): kept beside the conversation, shown to the user, never
+ * written into the conversation itself (RECORD-1, RECORD-4). It lists every call of EVERY
+ * attempt (RECORD-5), so an effect made by an early attempt is never forgotten because a later
+ * attempt died before reaching it.
  */
 export interface FailedTurnRecord {
+  kind: "failed_turn";
   conversationId: string;
+  /** The user message whose turn failed. */
+  messageId: string;
   turnIndex: number;
   attempts: number;
-  /** Where the last attempt's stream died, or "call_unresolved" when the stream finished but a call did not. */
-  position: FailurePosition | "call_unresolved";
+  /** Where the last attempt's stream died, "call_unresolved" when it finished but a call did not, "turn_limit" after maxTurns. */
+  position: FailurePosition | "call_unresolved" | "turn_limit";
   error: StoredError;
-  calls: FailedCallRecord[];
+  /** Every call of every attempt, in order. */
+  calls: CallRecord[];
+  /** Per key, what is known about each effect the turn asked for (the strongest word across attempts). */
+  effects: { key: string; name: string; effect: EffectStatus }[];
+  /** True when re-sending the same message id may complete the turn (nothing is left unknown). */
+  retryable: boolean;
   at: string;
+}
+
+/**
+ * The effects of an attempt whose commit lost to another attempt (TURN-13): nothing of it
+ * reached the conversation, but what it did in the world is kept beside it.
+ */
+export interface SupersededAttemptRecord {
+  kind: "superseded_attempt";
+  conversationId: string;
+  messageId: string;
+  turnIndex: number;
+  attempt: number;
+  calls: CallRecord[];
+  at: string;
+}
+
+export type ConversationRecord = FailedTurnRecord | SupersededAttemptRecord;
+
+const RANK: Record<EffectStatus, number> = { none: 0, not_happened: 1, may_have_happened: 2, happened: 3 };
+
+/** Per key, the strongest statement any attempt established (a completed replay beats "may have"). */
+export function summarizeEffects(calls: readonly CallRecord[]): FailedTurnRecord["effects"] {
+  const byKey = new Map<string, { key: string; name: string; effect: EffectStatus }>();
+  for (const call of calls) {
+    if (call.key === undefined || call.effect === "none") continue;
+    const known = byKey.get(call.key);
+    if (known === undefined || RANK[call.effect] > RANK[known.effect]) {
+      byKey.set(call.key, { key: call.key, name: call.name, effect: call.effect });
+    }
+  }
+  return [...byKey.values()];
+}
+
+/** Status and effect of a call that was dispatched and raised `error`. */
+export function classifyCallError(error: unknown, isRead: boolean): { status: CallStatus; effect: EffectStatus; summary: string } {
+  const message = error instanceof Error ? error.message : String(error);
+  const effectWord = (): EffectStatus => {
+    if (isRead) return "none";
+    const known = effectOf(error);
+    return known === "yes" ? "happened" : known === "no" ? "not_happened" : "may_have_happened";
+  };
+  const code = isDispatchOnceError(error) ? error.code : undefined;
+  switch (code) {
+    case "tool_failed":
+      return { status: "failed", effect: isRead ? "none" : "not_happened", summary: `failed: ${message}` };
+    case "tool_input_invalid":
+    case "unknown_tool":
+    case "invalid_arguments_json":
+    case "invalid_tool_definition":
+    case "not_canonicalizable":
+      return { status: "rejected", effect: isRead ? "none" : "not_happened", summary: `not run: ${message}` };
+    case "result_not_storable":
+      return { status: "result_not_storable", effect: "happened", summary: "performed, but its result could not be stored" };
+    case "claim_released": {
+      const effect = effectWord();
+      return {
+        status: "released",
+        effect,
+        summary: effect === "not_happened" ? "not performed; will be retried" : "may have been performed; a retry with the same key settles it",
+      };
+    }
+    case "in_flight_elsewhere":
+      return { status: "in_flight_elsewhere", effect: effectWord(), summary: "still running in another attempt" };
+    case "outcome_unknown":
+      return { status: "outcome_unknown", effect: effectWord(), summary: "may have been performed; nobody can confirm it, and it will not be repeated automatically" };
+    default:
+      return { status: "error", effect: effectWord(), summary: `error: ${message}` };
+  }
 }

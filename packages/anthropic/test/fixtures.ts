@@ -1,24 +1,30 @@
 import Anthropic from "@anthropic-ai/sdk";
 import {
   Dispatcher,
+  MemoryConversationStore,
   MemoryLedger,
+  ToolError,
   ToolRegistry,
   UnguardedDispatcher,
   defineTool,
   type CallDispatcher,
+  type ConversationStore,
+  type Ledger,
 } from "@dispatch-once/core";
-import { createPaymentsClient, startMockPayments } from "@dispatch-once/mock-payments";
+import { DISPOSITION_BY_OUTCOME, PaymentsError, createPaymentsClient, startMockPayments } from "@dispatch-once/mock-payments";
 import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
 import { z } from "zod";
-import { ConversationRunner, MemoryConversationStore, type ConversationRunnerOptions } from "../src/index.js";
+import { ConversationRunner, type ConversationRunnerOptions } from "../src/index.js";
 
 export const PAY_ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "Invoice 1042" };
+export const PAY_ALICE = { payee: "alice", amount: 2_500, currency: "EUR", reference: "RENT-11", memo: "November rent" };
+export const PAY_BOB = { payee: "bob", amount: 4_000, currency: "EUR", reference: "LOAN-3", memo: "Loan repayment" };
 
 /**
  * The send_payment tool over the mock payments API: the key travels as the Idempotency-Key
  * header, and the API's effect log is the oracle for how many payments were made.
  */
-export async function paymentsDownstream(latencyMs: number) {
+export async function paymentsDownstream(latencyMs: number, options: { result?: (paymentId: string) => unknown } = {}) {
   const server = await startMockPayments({ latencyMs });
   const client = createPaymentsClient({ baseURL: server.url, token: "acct_test" });
   const tools = new ToolRegistry([
@@ -35,8 +41,17 @@ export async function paymentsDownstream(latencyMs: number) {
       }),
       identity: ["payee", "amount", "currency", "reference"],
       async run(args, ctx) {
-        const payment = await client.createPayment(args, { idempotencyKey: ctx.idempotencyKey });
-        return { paymentId: payment.body.id, status: "accepted" };
+        let payment;
+        try {
+          payment = await client.createPayment(args, { idempotencyKey: ctx.idempotencyKey, signal: ctx.signal });
+        } catch (error) {
+          // The truth about the effect, as the payments API's answer tells it (LEDGER-8, EFFECT-6).
+          if (error instanceof PaymentsError) {
+            throw new ToolError(error.message, { disposition: DISPOSITION_BY_OUTCOME[error.outcome], code: error.code, cause: error });
+          }
+          throw error;
+        }
+        return options.result?.(payment.body.id) ?? { paymentId: payment.body.id, status: "accepted" };
       },
     }),
   ]);
@@ -51,6 +66,8 @@ export async function providerWithPlans(): Promise<MockProvider> {
     script: scriptFromPlans({
       "pay acme": payAcme,
       "pay acme twice": turn(toolUse("send_payment", PAY_ACME), toolUse("send_payment", PAY_ACME)),
+      "pay alice": turn(toolUse("send_payment", PAY_ALICE, { reword: ["memo"] })),
+      "pay bob": turn(toolUse("send_payment", PAY_BOB, { reword: ["memo"] })),
       "hello": { content: [{ type: "text", text: "Hi." }], stopReason: "end_turn" },
     }),
   });
@@ -64,15 +81,22 @@ export async function closeDownstreams(): Promise<void> {
 
 export async function setup(
   provider: MockProvider,
-  options: { guarded: boolean; latencyMs?: number; runner?: Partial<ConversationRunnerOptions> },
+  options: {
+    guarded: boolean;
+    latencyMs?: number;
+    runner?: Partial<ConversationRunnerOptions>;
+    result?: (paymentId: string) => unknown;
+    ledger?: Ledger;
+    store?: ConversationStore;
+  },
 ) {
-  const downstream = await paymentsDownstream(options.latencyMs ?? 50);
+  const downstream = await paymentsDownstream(options.latencyMs ?? 50, options.result ? { result: options.result } : {});
   servers.push(downstream.server);
-  const ledger = new MemoryLedger();
+  const ledger: Ledger & { size?: number } = options.ledger ?? new MemoryLedger();
   const dispatcher: CallDispatcher = options.guarded
     ? new Dispatcher({ tools: downstream.tools, ledger, waitMs: 10_000, pollMs: 5 })
     : new UnguardedDispatcher(downstream.tools);
-  const store = new MemoryConversationStore();
+  const store = options.store ?? new MemoryConversationStore();
   const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "test-key", maxRetries: 0 });
   const runner = new ConversationRunner({
     client,
@@ -83,5 +107,17 @@ export async function setup(
     retry: { backoffMs: () => 10 },
     ...options.runner,
   });
-  return { ...downstream, ledger, store, runner, client };
+  /** Another worker process over the same ledger and conversation store (its own runner). */
+  const worker = (extra: Partial<ConversationRunnerOptions> = {}) =>
+    new ConversationRunner({
+      client,
+      dispatcher,
+      store,
+      model: "claude-test",
+      tools: downstream.tools.providerSchemas(),
+      retry: { backoffMs: () => 10 },
+      ...options.runner,
+      ...extra,
+    });
+  return { ...downstream, ledger, store, runner, client, dispatcher, worker };
 }

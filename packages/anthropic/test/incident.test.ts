@@ -52,9 +52,9 @@ describe("the chapter's incident over the real SDK", () => {
       expect(paymentTurn.calls[0]).toMatchObject({ replayed: true, result: { paymentId: payment!.paymentId, status: "accepted" } });
 
       // What the conversation holds: the retried response's toolu_ id, the first payment's result.
-      const snapshot = await store.load("conv-incident");
-      const toolResults = snapshot.messages[2]!.content as { tool_use_id: string; content: string }[];
-      const assistant = snapshot.messages[1]!.content as { id: string }[];
+      const log = (await store.log("conv-incident")) as { role: string; content: unknown }[];
+      const toolResults = log[2]!.content as { tool_use_id: string; content: string }[];
+      const assistant = log[1]!.content as { id: string }[];
       expect(toolResults[0]!.tool_use_id).toBe(assistant[0]!.id);
       expect(JSON.parse(toolResults[0]!.content)).toEqual({ paymentId: payment!.paymentId, status: "accepted" });
       expect(provider.requests[1]!.toolUses[0]!.id).toBe(assistant[0]!.id);
@@ -91,18 +91,21 @@ describe("the chapter's incident over the real SDK", () => {
     expect(error).toBeInstanceOf(TurnFailedError);
     const record = (error as TurnFailedError).record;
     expect(record).toMatchObject({ position: "arguments_streaming", attempts: 3, turnIndex: 0 });
-    expect(record.calls).toEqual([
-      expect.objectContaining({ name: "send_payment", status: "not_run", summary: "not run (connection lost)" }),
-    ]);
+    // RECORD-5: every attempt's call is listed, each never run.
+    expect(record.calls).toHaveLength(3);
+    for (const [i, call] of record.calls.entries()) {
+      expect(call).toMatchObject({ attempt: i + 1, name: "send_payment", status: "not_run", effect: "not_happened", summary: "not run (connection lost)" });
+    }
+    expect(record.effects).toEqual([]);
     expect(record.calls[0]!.partialArguments!.length).toBeGreaterThan(0);
     expect(() => JSON.parse(record.calls[0]!.partialArguments!)).toThrow();
     expect(effects()).toHaveLength(0);
     expect(ledger.size).toBe(0);
-    // RECORD-1: the conversation holds only what the user said; the record lives beside it.
-    const snapshot = await store.load("conv-args");
-    expect(snapshot.messages).toEqual([{ role: "user", content: "pay acme" }]);
-    expect(snapshot.turnCount).toBe(0);
-    expect(await store.failedTurns("conv-args")).toHaveLength(1);
+    // RECORD-1: nothing of the failed turn is in the conversation; the record lives beside it,
+    // and the message waits, failed, for a re-send of its id (TURN-12).
+    expect(await store.log("conv-args")).toEqual([]);
+    expect(await store.message("conv-args", "m1")).toMatchObject({ state: "failed", turnIndex: 0 });
+    expect(await store.records("conv-args")).toEqual([expect.objectContaining({ kind: "failed_turn", messageId: "m1" })]);
   });
 
   it("RECORD-2 a failed turn reports calls that ran with their stored result, and writes nothing", async () => {
@@ -110,11 +113,14 @@ describe("the chapter's incident over the real SDK", () => {
     const { runner, effects, store } = await setup(provider, { guarded: true, runner: { retry: { attempts: 2, backoffMs: () => 1 } } });
     const error = (await runner.send("conv-ran", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error.record.position).toBe("after_dispatch_before_stop");
+    const paid = { paymentId: effects()[0]!.paymentId, status: "accepted" };
     expect(error.record.calls).toEqual([
-      expect.objectContaining({ status: "completed", result: { paymentId: effects()[0]!.paymentId, status: "accepted" } }),
+      expect.objectContaining({ attempt: 1, status: "completed", effect: "happened", replayed: false, result: paid }),
+      expect.objectContaining({ attempt: 2, status: "completed", effect: "happened", replayed: true, result: paid }),
     ]);
+    expect(error.record.effects).toEqual([{ key: error.record.calls[0]!.key, name: "send_payment", effect: "happened" }]);
     expect(effects()).toHaveLength(1);
-    expect((await store.load("conv-ran")).messages).toHaveLength(1);
+    expect(await store.log("conv-ran")).toHaveLength(0);
   });
 
   it("IDENT-1 a memo re-worded by the retried response still pays once", async () => {

@@ -21,7 +21,7 @@ describe("README", () => {
       provider.setFaultRules([{ bodyContains: '"pay acme"}]', times: 3, fault: { kind: "reset", at: { beforeMessageStop: true } } }]);
       const runner = createRunner(new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }));
       const failed = await handleUserMessage(runner, "conv-1", "msg-1", "pay acme");
-      expect(failed).toBe("send_payment: completed earlier (result replayed)");
+      expect(failed).toBe("send_payment: happened");
       expect(payments).toHaveLength(1);
 
       // The user re-sends the same message: the turn now completes from the ledger.

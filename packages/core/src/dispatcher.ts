@@ -95,6 +95,8 @@ export interface DispatcherOptions {
 /** What the stream side needs from a dispatcher; the guarded one and the unguarded baseline both provide it. */
 export interface CallDispatcher {
   turn(context: TurnContext): TurnDispatch;
+  /** The effect class of a registered tool, so a runner can tell reads from writes in its records. */
+  effectClassOf?(toolName: string): ToolDefinition["effect"] | undefined;
 }
 
 export interface TurnDispatch {
@@ -163,6 +165,10 @@ export class Dispatcher implements CallDispatcher {
       if (!options.allowVolatileLedgerForUnkeyedWrites) throw new DurabilityMismatchError(unkeyed, message);
       this.logger.warn(`${message} (allowed by allowVolatileLedgerForUnkeyedWrites)`, { tools: unkeyed });
     }
+  }
+
+  effectClassOf(toolName: string): ToolDefinition["effect"] | undefined {
+    return this.registry.has(toolName) ? this.registry.get(toolName).effect : undefined;
   }
 
   /** A per-attempt dispatcher that assigns ordinals in dispatch order (TURN-4, TURN-6). */

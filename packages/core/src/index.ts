@@ -47,3 +47,11 @@ export {
   type MemoryConversationStoreOptions,
 } from "./memory-conversation-store.js";
 export { toJsonData, MAX_RESULT_DEPTH } from "./json-data.js";
+export {
+  ERROR_CATALOGUE,
+  catalogueEntry,
+  effectOf,
+  type ErrorCatalogueEntry,
+  type EffectKnowledge,
+  type Retryable,
+} from "./error-catalogue.js";
