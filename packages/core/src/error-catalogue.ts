@@ -29,37 +29,43 @@ export interface ErrorCatalogueEntry {
   raisedWhen: string;
 }
 
+/** Every code with its entry; a `Record` over the code union, so a new code cannot be left out. */
+const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry, "code"> } = {
+  invalid_key_input: { rules: ["KEY-2", "KEY-3", "KEY-4"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a key component is outside its alphabet or range" },
+  not_canonicalizable: { rules: ["KEY-6"], carries: ["problem", "path"], effect: "no", retryable: "no", raisedWhen: "arguments have no JCS form" },
+  invalid_argument: { rules: ["ERR-1"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a public API is called with an argument it does not accept" },
+  unknown_tool: { rules: ["DISPATCH-1"], carries: ["toolName"], effect: "no", retryable: "no", raisedWhen: "the call names no registered tool" },
+  invalid_tool_definition: { rules: ["EFFECT-1", "IDENT-2", "IDENT-5"], carries: [], effect: "no", retryable: "no", raisedWhen: "a tool definition or its schema breaks the registry's rules" },
+  tool_input_invalid: { rules: ["DISPATCH-2"], carries: ["toolName", "issues"], effect: "no", retryable: "no", raisedWhen: "arguments fail the tool's schema" },
+  invalid_arguments_json: { rules: ["DISPATCH-2"], carries: ["toolName"], effect: "no", retryable: "no", raisedWhen: "a complete tool_use block's arguments are not JSON" },
+  in_flight_elsewhere: { rules: ["LEDGER-15"], carries: ["key", "waitedMs"], effect: "possibly", retryable: "same_message", raisedWhen: "another attempt holds a live claim past the wait bound" },
+  claim_released: { rules: ["LEDGER-8", "LEDGER-21"], carries: ["key", "effectMayHaveHappened", "cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the tool's error did not settle the call; the claim was released for a re-run with the stored request" },
+  outcome_unknown: { rules: ["LEDGER-7", "LEDGER-8", "EFFECT-6"], carries: ["key", "reason"], effect: "possibly", retryable: "no", raisedWhen: "the row is unknown: nobody can tell if the effect happened; never re-run" },
+  tool_failed: { rules: ["LEDGER-8", "DISPATCH-9"], carries: ["key", "error", "replayed"], effect: "no", retryable: "no", raisedWhen: "a definite failure, first run or replayed" },
+  stale_claim: { rules: ["LEDGER-5", "DISPATCH-8"], carries: ["key", "fence"], effect: "possibly", retryable: "same_message", raisedWhen: "a fence no longer owns an in-flight row" },
+  ledger_unavailable: { rules: ["LEDGER-12", "DISPATCH-10"], carries: ["cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the ledger's store cannot be reached or refused the operation" },
+  ledger_corrupt: { rules: ["LEDGER-11", "DISPATCH-10"], carries: ["key"], effect: "possibly", retryable: "no", raisedWhen: "a ledger row cannot be read back" },
+  result_not_storable: { rules: ["LEDGER-10", "DISPATCH-7"], carries: ["key"], effect: "yes", retryable: "no", raisedWhen: "the effect happened and its result is not JSON or is too large (first run or replayed)" },
+  durability_mismatch: { rules: ["LEDGER-14", "TURN-14"], carries: ["tools"], effect: "no", retryable: "no", raisedWhen: "unkeyed_write tools on a volatile ledger, or a volatile conversation store beside a durable ledger" },
+  invalid_ledger_input: { rules: ["LEDGER-12"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a ledger option or argument the adapter cannot accept" },
+  unsafe_store_config: { rules: ["LEDGER-14"], carries: ["node", "setting", "value"], effect: "no", retryable: "no", raisedWhen: "the store is configured so it can forget acknowledged rows" },
+  stream_incomplete: { rules: ["STREAM-1"], carries: ["eventsSeen"], effect: "no", retryable: "same_message", raisedWhen: "a stream ended without message_stop (its calls are judged one by one)" },
+  turn_failed: { rules: ["RECORD-2", "RECORD-5"], carries: ["record", "replayed"], effect: "possibly", retryable: "same_message", raisedWhen: "a turn failed within the retry policy; the record says which effects happened" },
+  conversation_busy: { rules: ["TURN-10"], carries: ["conversationId", "messageId", "waitedMs"], effect: "no", retryable: "same_message", raisedWhen: "another worker holds the conversation's turn lease past the wait bound; the message is queued" },
+  conversation_lease_lost: { rules: ["TURN-10"], carries: ["conversationId", "fence"], effect: "possibly", retryable: "same_message", raisedWhen: "a turn lease presented no longer holds the conversation" },
+  store_unavailable: { rules: ["TURN-14"], carries: ["cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the conversation store cannot be reached or refused the operation" },
+  store_corrupt: { rules: ["TURN-14"], carries: ["conversationId"], effect: "possibly", retryable: "no", raisedWhen: "stored conversation data cannot be read back" },
+  invalid_store_input: { rules: ["TURN-2"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a conversation-store option or argument it cannot accept" },
+};
+
 /**
  * Every error code any Dispatch-Once package raises (spec §11, ERR-1 … ERR-4), as data. The
  * spec's table is checked against this list by a test, so the two cannot drift.
  */
-export const ERROR_CATALOGUE: readonly ErrorCatalogueEntry[] = [
-  { code: "invalid_key_input", rules: ["KEY-2", "KEY-3", "KEY-4"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a key component is outside its alphabet or range" },
-  { code: "not_canonicalizable", rules: ["KEY-6"], carries: ["problem", "path"], effect: "no", retryable: "no", raisedWhen: "arguments have no JCS form" },
-  { code: "invalid_argument", rules: ["ERR-1"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a public API is called with an argument it does not accept" },
-  { code: "unknown_tool", rules: ["DISPATCH-1"], carries: ["toolName"], effect: "no", retryable: "no", raisedWhen: "the call names no registered tool" },
-  { code: "invalid_tool_definition", rules: ["EFFECT-1", "IDENT-2", "IDENT-5"], carries: [], effect: "no", retryable: "no", raisedWhen: "a tool definition or its schema breaks the registry's rules" },
-  { code: "tool_input_invalid", rules: ["DISPATCH-2"], carries: ["toolName", "issues"], effect: "no", retryable: "no", raisedWhen: "arguments fail the tool's schema" },
-  { code: "invalid_arguments_json", rules: ["DISPATCH-2"], carries: ["toolName"], effect: "no", retryable: "no", raisedWhen: "a complete tool_use block's arguments are not JSON" },
-  { code: "in_flight_elsewhere", rules: ["LEDGER-15"], carries: ["key", "waitedMs"], effect: "possibly", retryable: "same_message", raisedWhen: "another attempt holds a live claim past the wait bound" },
-  { code: "claim_released", rules: ["LEDGER-8", "LEDGER-21"], carries: ["key", "effectMayHaveHappened", "cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the tool's error did not settle the call; the claim was released for a re-run with the stored request" },
-  { code: "outcome_unknown", rules: ["LEDGER-7", "LEDGER-8", "EFFECT-6"], carries: ["key", "reason"], effect: "possibly", retryable: "no", raisedWhen: "the row is unknown: nobody can tell if the effect happened; never re-run" },
-  { code: "tool_failed", rules: ["LEDGER-8", "DISPATCH-9"], carries: ["key", "error", "replayed"], effect: "no", retryable: "no", raisedWhen: "a definite failure, first run or replayed" },
-  { code: "stale_claim", rules: ["LEDGER-5", "DISPATCH-8"], carries: ["key", "fence"], effect: "possibly", retryable: "same_message", raisedWhen: "a fence no longer owns an in-flight row" },
-  { code: "ledger_unavailable", rules: ["LEDGER-12", "DISPATCH-10"], carries: ["cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the ledger's store cannot be reached or refused the operation" },
-  { code: "ledger_corrupt", rules: ["LEDGER-11", "DISPATCH-10"], carries: ["key"], effect: "possibly", retryable: "no", raisedWhen: "a ledger row cannot be read back" },
-  { code: "result_not_storable", rules: ["LEDGER-10", "DISPATCH-7"], carries: ["key"], effect: "yes", retryable: "no", raisedWhen: "the effect happened and its result is not JSON or is too large (first run or replayed)" },
-  { code: "durability_mismatch", rules: ["LEDGER-14", "TURN-14"], carries: ["tools"], effect: "no", retryable: "no", raisedWhen: "unkeyed_write tools on a volatile ledger, or a volatile conversation store beside a durable ledger" },
-  { code: "invalid_ledger_input", rules: ["LEDGER-12"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a ledger option or argument the adapter cannot accept" },
-  { code: "unsafe_store_config", rules: ["LEDGER-14"], carries: ["node", "setting", "value"], effect: "no", retryable: "no", raisedWhen: "the store is configured so it can forget acknowledged rows" },
-  { code: "stream_incomplete", rules: ["STREAM-1"], carries: ["eventsSeen"], effect: "no", retryable: "same_message", raisedWhen: "a stream ended without message_stop (its calls are judged one by one)" },
-  { code: "turn_failed", rules: ["RECORD-2", "RECORD-5"], carries: ["record", "replayed"], effect: "possibly", retryable: "same_message", raisedWhen: "a turn failed within the retry policy; the record says which effects happened" },
-  { code: "conversation_busy", rules: ["TURN-10"], carries: ["conversationId", "messageId", "waitedMs"], effect: "no", retryable: "same_message", raisedWhen: "another worker holds the conversation's turn lease past the wait bound; the message is queued" },
-  { code: "conversation_lease_lost", rules: ["TURN-10"], carries: ["conversationId", "fence"], effect: "possibly", retryable: "same_message", raisedWhen: "a turn lease presented no longer holds the conversation" },
-  { code: "store_unavailable", rules: ["TURN-14"], carries: ["cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the conversation store cannot be reached or refused the operation" },
-  { code: "store_corrupt", rules: ["TURN-14"], carries: ["conversationId"], effect: "possibly", retryable: "no", raisedWhen: "stored conversation data cannot be read back" },
-  { code: "invalid_store_input", rules: ["TURN-2"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a conversation-store option or argument it cannot accept" },
-];
+export const ERROR_CATALOGUE: readonly ErrorCatalogueEntry[] = (Object.keys(ENTRIES) as DispatchOnceErrorCode[]).map((code) => ({
+  code,
+  ...ENTRIES[code],
+}));
 
 const BY_CODE = new Map(ERROR_CATALOGUE.map((entry) => [entry.code, entry]));
 

@@ -55,3 +55,4 @@ export {
   type EffectKnowledge,
   type Retryable,
 } from "./error-catalogue.js";
+export { tenantConversationId, TENANT_PATTERN } from "./tenant.js";
