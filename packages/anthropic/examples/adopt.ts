@@ -21,7 +21,7 @@ export function createRunner(client: Anthropic) {
   return new ConversationRunner({
     client, // new Anthropic() in production; its own retries stop once headers arrived
     dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }), // a durable ledger in production
-    store: new MemoryConversationStore(), // your conversation table: idempotent appends, compare-and-append commits
+    store: new MemoryConversationStore(), // SqliteConversationStore / PostgresConversationStore beside a durable ledger
     model: "claude-sonnet-4-5",
     tools: tools.providerSchemas(),
   });
