@@ -15,6 +15,8 @@ import { Worker, isMainThread, parentPort, workerData } from "node:worker_thread
 import { SqliteLedger } from "../dist/index.js";
 
 const RESULT = JSON.stringify({ payment_id: "pay_0001", amount: 1250, currency: "EUR", status: "succeeded" });
+/** The call's arguments as the dispatcher passes them (LEDGER-21: stored with every claim). */
+const REQUEST = '{"amount":1250,"currency":"eur","to":"acct_1J2K3L4M"}';
 
 function percentile(sorted, p) {
   if (sorted.length === 0) return 0;
@@ -86,7 +88,7 @@ async function benchMode({ dir, synchronous, adapterName, durationMs, concurrenc
     const [adapter, floor] = await measurePair(durationMs, concurrency, [
       async (i) => {
         const key = `k${i}`;
-        const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000 });
+        const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000, request: REQUEST });
         if (claim.outcome !== "claimed") throw new Error(`bench key ${key} was not claimed`);
         await ledger.complete(key, claim.fence, RESULT);
       },
@@ -110,7 +112,7 @@ async function benchMode({ dir, synchronous, adapterName, durationMs, concurrenc
         const key = `hot${i}`;
         const results = await Promise.all(
           Array.from({ length: concurrency }, (_, c) =>
-            contended.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: `c${c}`, leaseMs: 30_000 }),
+            contended.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: `c${c}`, leaseMs: 30_000, request: REQUEST }),
           ),
         );
         const winners = results.filter((r) => r.outcome === "claimed");
@@ -151,7 +153,7 @@ async function connectionWorker({ path, synchronous, kind, id }) {
   if (kind === "adapter") {
     const ledger = new SqliteLedger({ path, synchronous, busyTimeoutMs: 60_000 });
     op = async (key) => {
-      const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: `t${id}`, leaseMs: 30_000 });
+      const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: `t${id}`, leaseMs: 30_000, request: REQUEST });
       if (claim.outcome !== "claimed") throw new Error(`bench key ${key} was not claimed`);
       await ledger.complete(key, claim.fence, RESULT);
     };

@@ -5,6 +5,6 @@ export {
   type SqliteDatabase,
   type SqliteSynchronous,
 } from "./sqlite-ledger.js";
-export { schemaSql, DEFAULT_TABLE, TABLE_NAME_PATTERN } from "./schema.js";
+export { schemaSql, addRequestColumnSql, DEFAULT_TABLE, TABLE_NAME_PATTERN } from "./schema.js";
 // Core's error for bad adapter options and arguments (code invalid_ledger_input), re-exported for convenience.
 export { InvalidLedgerInputError } from "@dispatch-once/core";

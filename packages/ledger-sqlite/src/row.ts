@@ -22,6 +22,7 @@ export interface RawRow {
   reason: unknown;
   finished_at: unknown;
   expires_at: unknown;
+  request: unknown;
 }
 
 /** A decoded row plus the retention deadline the adapter keeps beside it. */
@@ -78,9 +79,9 @@ function decodeError(key: string, raw: RawRow): StoredError {
 
 /**
  * Decode and validate a stored row. Anything unexpected (another format version, an
- * unknown state or effect, a missing column) raises LedgerCorruptError: a row that
- * cannot be read is never treated as absent (LEDGER-11). The result column is returned
- * as stored, never parsed or re-serialised (LEDGER-10).
+ * unknown state or effect, a missing column, a NULL request) raises LedgerCorruptError: a
+ * row that cannot be read is never treated as absent (LEDGER-11). The result and request
+ * columns are returned as stored, never parsed or re-serialised (LEDGER-10, LEDGER-21).
  */
 export function decodeRow(key: string, raw: RawRow): DecodedRow {
   if (raw.v !== ROW_FORMAT_VERSION) {
@@ -96,7 +97,11 @@ export function decodeRow(key: string, raw: RawRow): DecodedRow {
   const fence = num(key, raw, "fence");
   if (!Number.isSafeInteger(fence) || fence < 1) throw corrupt(key, `fence ${fence} is not a positive integer`);
   const claimedAt = num(key, raw, "claimed_at");
-  const base = { key, toolName, effect: effect as LedgerEffect, fence, claimedAt };
+  // A row written before the request column existed has none: the re-run could not send the
+  // first request, so the row is unreadable, never absent (LEDGER-11, LEDGER-21).
+  if (raw.request === null) throw corrupt(key, "column request is NULL (a row written before the request column existed)");
+  const request = text(key, raw, "request");
+  const base = { key, toolName, effect: effect as LedgerEffect, fence, claimedAt, request };
   const expiresAt = raw.expires_at === null ? null : num(key, raw, "expires_at");
   switch (raw.state) {
     case "in_flight":

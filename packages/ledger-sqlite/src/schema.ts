@@ -22,8 +22,11 @@ export function assertTableName(table: string): void {
  *   the front until it meets a row claimed within the retention period. That replaces a
  *   secondary index on `expires_at`, which would cost a second B-tree write per completion.
  * - `key` is UNIQUE: the claim's `INSERT ... ON CONFLICT (key) DO NOTHING` is the atomic step.
- * - Small columns first and `result` last, so walking the table never reads a large
- *   result's overflow pages.
+ * - Small columns first and the two large ones, `request` and `result`, last, so walking
+ *   the table never reads their overflow pages.
+ * - `request` (LEDGER-21) is nullable only because `ALTER TABLE ... ADD COLUMN` cannot add a
+ *   NOT NULL column without a default to a table that has rows; the adapter writes it with
+ *   every row, and a NULL one (a row of an older version) reads as ledger_corrupt.
  * - No CHECK constraints: decoding every row on read is the guard (LEDGER-11), and a row
  *   written by another format version must reach the reader to be refused with ledger_corrupt.
  */
@@ -44,7 +47,17 @@ export function schemaSql(table: string = DEFAULT_TABLE): string {
   expires_at       INTEGER,
   reason           TEXT,
   error            TEXT,
+  request          TEXT,
   result           TEXT
 );
 `;
+}
+
+/**
+ * The column added after the first release. `migrate()` adds it to a table created before
+ * (SQLite has no `ADD COLUMN IF NOT EXISTS`: it reads `PRAGMA table_info` first).
+ */
+export function addRequestColumnSql(table: string = DEFAULT_TABLE): string {
+  assertTableName(table);
+  return `ALTER TABLE "${table}" ADD COLUMN request TEXT;\n`;
 }

@@ -22,7 +22,7 @@ import {
   type UnknownRow,
 } from "@dispatch-once/core";
 import { decodeRow, type DecodedRow, type RawRow } from "./row.js";
-import { DEFAULT_TABLE, assertTableName, schemaSql } from "./schema.js";
+import { DEFAULT_TABLE, addRequestColumnSql, assertTableName, schemaSql } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
 export type SqliteDatabase = Database.Database;
@@ -35,7 +35,9 @@ export interface SqliteLedgerOptions {
   /**
    * Bring your own connection. The ledger does not change its journal mode or
    * synchronous setting (durability is read from them) and does not close it.
-   * Do not call the ledger while the connection is inside your own transaction.
+   * Every call made while the connection is inside your own transaction is refused with
+   * InvalidLedgerInputError (field "database"): your rollback would undo a claim the ledger
+   * had already reported (LEDGER-22).
    */
   database?: SqliteDatabase;
   /** Table name (a plain identifier). Default "dispatch_once_ledger". */
@@ -58,7 +60,11 @@ export interface SqliteLedgerOptions {
    * refused by the dispatcher unless explicitly allowed, LEDGER-14).
    */
   synchronous?: SqliteSynchronous;
-  /** Create the table if missing (default true). Set false when you run schemaSql() yourself. */
+  /**
+   * Create the table if missing, and add the `request` column to a table of an older version
+   * (default true). Set false when you run schemaSql() (and, on an older table,
+   * addRequestColumnSql()) yourself.
+   */
   migrate?: boolean;
   /** Rows one sweep step examines (and at most deletes) before yielding the write lock. Default 1000. */
   sweepBatchSize?: number;
@@ -86,16 +92,19 @@ const SQLITE_MAX_LENGTH = 1_000_000_000;
 export const STORE_NOW_SQL = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 
 const COLUMNS =
-  "key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, result, error, reason, finished_at, expires_at";
+  "key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, result, error, reason, finished_at, expires_at, request";
 
 /** Every statement the ledger runs, prepared once per instance. */
 interface Statements {
-  /** (key, v, toolName, effect, owner, leaseMs) -> the stored times, or nothing when the key exists. */
-  insertClaim: Database.Statement<[string, number, string, string, string, number], { lease_expires_at: number }>;
+  /** (key, v, toolName, effect, owner, leaseMs, request) -> the stored times, or nothing when the key exists. */
+  insertClaim: Database.Statement<[string, number, string, string, string, number, string], { lease_expires_at: number }>;
   /** The row and the store's time, read in one statement. */
   select: Database.Statement<[string], RawRow & { now: unknown }>;
-  /** (v, toolName, effect, newFence, owner, leaseMs, key, oldFence) */
-  reclaim: Database.Statement<[number, string, string, number, string, number, string, number], { lease_expires_at: number }>;
+  /** (v, toolName, effect, newFence, owner, leaseMs, new request or NULL to keep the stored one, key, oldFence) */
+  reclaim: Database.Statement<
+    [number, string, string, number, string, number, string | null, string, number],
+    { lease_expires_at: number }
+  >;
   /** (retentionMs, key, fence) */
   expireToUnknown: Database.Statement<[number, string, number], { finished_at: number }>;
   /** (leaseMs, key, fence) */
@@ -190,7 +199,7 @@ export class SqliteLedger implements Ledger {
         journalMode = String(db.pragma("journal_mode", { simple: true })).toLowerCase();
       }
       const synchronous = Number(db.pragma("synchronous", { simple: true }));
-      if (options.migrate ?? true) db.exec(schemaSql(table));
+      if (options.migrate ?? true) ensureSchema(db, table);
       let nowSql = STORE_NOW_SQL;
       if (options.now !== undefined) {
         const clock = options.now;
@@ -210,13 +219,19 @@ export class SqliteLedger implements Ledger {
       };
     } catch (cause) {
       if (this.ownsDatabase) db.close();
-      throw new LedgerUnavailableError(`cannot prepare SQLite ledger table ${table}: ${message(cause)}`, { cause });
+      const hint = /no such column: request|has no column named request/.test(message(cause))
+        ? ` (the table predates the request column: open with migrate: true, or run addRequestColumnSql(${JSON.stringify(table)}))`
+        : "";
+      throw new LedgerUnavailableError(`cannot prepare SQLite ledger table ${table}: ${message(cause)}${hint}`, { cause });
     }
   }
 
-  /** Create the table if missing (idempotent; also run on open unless `migrate: false`). */
+  /**
+   * Create the table if missing and add the `request` column to a table of an older version
+   * (idempotent; also run on open unless `migrate: false`).
+   */
   migrate(): void {
-    this.guard(undefined, "migrate", () => this.database.exec(schemaSql(this.table)));
+    this.guard(undefined, "migrate", () => ensureSchema(this.database, this.table));
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
@@ -369,6 +384,7 @@ export class SqliteLedger implements Ledger {
         effect: row.effect,
         fence: row.fence,
         claimedAt: row.claimedAt,
+        request: row.request, // kept (LEDGER-21)
         state: "unknown",
         reason: "lease_expired",
         finishedAt: done.finished_at,
@@ -376,6 +392,10 @@ export class SqliteLedger implements Ledger {
       return { outcome: "existing", row: unknown };
     }
     // Released, past retention, or an expired keyed_write (takeover: the downstream key makes a re-run safe).
+    // A re-claim of a released row and a takeover keep the first claim's request, so the re-run
+    // sends what the first run sent; a row past retention is forgotten, so this claim creates
+    // it anew with its own request (LEDGER-21). NULL keeps the stored text without copying it.
+    const keep = row.state === "released" || row.state === "in_flight";
     const fence = row.fence + 1;
     const taken = this.stmts.reclaim.get(
       ROW_FORMAT_VERSION,
@@ -384,11 +404,18 @@ export class SqliteLedger implements Ledger {
       fence,
       request.owner,
       request.leaseMs,
+      keep ? null : request.request,
       request.key,
       row.fence,
     );
     if (taken === undefined) throw new Error("row changed while holding the write lock");
-    return { outcome: "claimed", fence, leaseExpiresAt: taken.lease_expires_at, takeover: row.state === "in_flight" };
+    return {
+      outcome: "claimed",
+      fence,
+      leaseExpiresAt: taken.lease_expires_at,
+      takeover: row.state === "in_flight",
+      request: keep ? row.request : request.request,
+    };
   }
 
   /** The one-statement claim of an absent key; undefined when the key exists. */
@@ -400,9 +427,10 @@ export class SqliteLedger implements Ledger {
       request.effect,
       request.owner,
       request.leaseMs,
+      request.request,
     );
     if (inserted === undefined) return undefined;
-    return { outcome: "claimed", fence: 1, leaseExpiresAt: inserted.lease_expires_at, takeover: false };
+    return { outcome: "claimed", fence: 1, leaseExpiresAt: inserted.lease_expires_at, takeover: false, request: request.request };
   }
 
   /** Whether a claim must change this row (rather than report it as existing). */
@@ -429,8 +457,13 @@ export class SqliteLedger implements Ledger {
     // A connection closed under us (brought-your-own) makes the driver throw, mapped below.
     if (this.closed) throw new LedgerUnavailableError(`SQLite ledger ${operation}: the ledger is closed`);
     if (this.database.inTransaction) {
-      // Inside the caller's transaction our writes could still roll back after we report them.
-      throw new LedgerUnavailableError(`SQLite ledger ${operation}: the connection is inside another transaction`);
+      // Inside the caller's transaction our writes could still roll back after we report them:
+      // a claim undone after the tool ran lets a replay run it again (LEDGER-22). Refused
+      // before any statement runs, so nothing is written.
+      throw new InvalidLedgerInputError(
+        "database",
+        `SQLite ledger ${operation}: the connection is inside a transaction; the ledger must commit its own writes (commit or roll back first, or give the ledger its own connection)`,
+      );
     }
     try {
       return fn();
@@ -458,15 +491,15 @@ function prepare(db: SqliteDatabase, table: string, now: string): Statements {
   const finish = `owner = NULL, lease_expires_at = NULL, finished_at = ${now}, expires_at = ${now} + ?`;
   return {
     insertClaim: db.prepare(
-      `INSERT INTO ${t} (key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at)
-       VALUES (?, ?, 'in_flight', ?, ?, 1, ${now}, ?, ${now} + ?) ON CONFLICT (key) DO NOTHING
+      `INSERT INTO ${t} (key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, request)
+       VALUES (?, ?, 'in_flight', ?, ?, 1, ${now}, ?, ${now} + ?, ?) ON CONFLICT (key) DO NOTHING
        RETURNING lease_expires_at`,
     ),
     select: db.prepare(`SELECT ${COLUMNS}, ${now} AS now FROM ${t} WHERE key = ?`),
     // Guarded by the fence read inside the same IMMEDIATE transaction (belt and braces).
     reclaim: db.prepare(
       `UPDATE ${t} SET seq = (SELECT max(seq) FROM ${t}) + 1, v = ?, state = 'in_flight', tool_name = ?, effect = ?, fence = ?, claimed_at = ${now}, owner = ?,
-         lease_expires_at = ${now} + ?, result = NULL, error = NULL, reason = NULL, finished_at = NULL, expires_at = NULL
+         lease_expires_at = ${now} + ?, request = coalesce(?, request), result = NULL, error = NULL, reason = NULL, finished_at = NULL, expires_at = NULL
        WHERE key = ? AND fence = ? RETURNING lease_expires_at`,
     ),
     expireToUnknown: db.prepare(
@@ -483,6 +516,20 @@ function prepare(db: SqliteDatabase, table: string, now: string): Statements {
       `DELETE FROM ${t} WHERE seq > ? AND seq <= ? AND state <> 'in_flight' AND expires_at <= ${now}`,
     ),
   };
+}
+
+/**
+ * Create the table if missing, and add the `request` column (LEDGER-21) to a table an older
+ * version created. The column check and the ALTER run under the write lock, so processes
+ * opening the file at once add it exactly once; a table that has it costs one read.
+ */
+function ensureSchema(db: SqliteDatabase, table: string): void {
+  db.exec(schemaSql(table));
+  const hasRequest = db.prepare("SELECT 1 FROM pragma_table_info(?) WHERE name = 'request'").pluck();
+  if (hasRequest.get(table) !== undefined) return;
+  db.transaction(() => {
+    if (hasRequest.get(table) === undefined) db.exec(addRequestColumnSql(table));
+  }).immediate();
 }
 
 /**
@@ -531,6 +578,14 @@ function assertClaimRequest(request: ClaimRequest): void {
     throw new InvalidLedgerInputError("effect", `expected "keyed_write" or "unkeyed_write", got ${JSON.stringify(request.effect)}`);
   }
   assertLeaseMs(request.leaseMs);
+  // Stored and returned byte for byte (LEDGER-21): a lone surrogate cannot round-trip through UTF-8.
+  const text = (request as { request?: unknown }).request;
+  if (typeof text !== "string" || !text.isWellFormed()) {
+    throw new InvalidLedgerInputError("request", "expected the call's request as a well-formed string (JSON text)");
+  }
+  if (text.length * 3 > SQLITE_MAX_LENGTH && utf8ByteLength(text) > SQLITE_MAX_LENGTH) {
+    throw new InvalidLedgerInputError("request", `SQLite stores at most ${SQLITE_MAX_LENGTH} bytes in one value`);
+  }
 }
 
 /** Serialise a StoredError as JSON, refusing what would not read back as one. */

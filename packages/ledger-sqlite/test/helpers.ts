@@ -32,10 +32,11 @@ export interface StoredRow {
   reason: string | null;
   finished_at: number | null;
   expires_at: number | null;
+  request: string | null;
 }
 
 const COLUMNS =
-  "key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, result, error, reason, finished_at, expires_at";
+  "key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, result, error, reason, finished_at, expires_at, request";
 
 export function selectRow(db: Database.Database, table: string, key: string): StoredRow | undefined {
   return db.prepare(`SELECT ${COLUMNS} FROM "${table}" WHERE key = ?`).get(key) as StoredRow | undefined;
@@ -48,7 +49,12 @@ export function seqOf(db: Database.Database, table: string, key: string): number
 
 /** The stored bytes of the result column, as SQLite holds them (not decoded by any JS string path). */
 export function resultBytes(db: Database.Database, table: string, key: string): Buffer | undefined {
-  const row = db.prepare(`SELECT CAST(result AS BLOB) AS bytes FROM "${table}" WHERE key = ?`).get(key) as
+  return columnBytes(db, table, key, "result");
+}
+
+/** The stored bytes of a text column (result or request), as SQLite holds them. */
+export function columnBytes(db: Database.Database, table: string, key: string, column: "result" | "request"): Buffer | undefined {
+  const row = db.prepare(`SELECT CAST(${column} AS BLOB) AS bytes FROM "${table}" WHERE key = ?`).get(key) as
     | { bytes: Buffer | null }
     | undefined;
   return row?.bytes ?? undefined;
@@ -60,6 +66,9 @@ export function manualClock(start = 1_700_000_000_000): { now: () => number; adv
   return { now: () => t, advance: (ms) => (t += ms), set: (ms) => (t = ms) };
 }
 
+/** The request text the helpers claim with unless told otherwise. */
+export const REQUEST = '{"amount":1250,"to":"acct_1"}';
+
 export function request(key: string, over: Partial<ClaimRequest> = {}): ClaimRequest {
-  return { key, toolName: "send_payment", effect: "keyed_write", owner: "attempt-1", leaseMs: 30_000, ...over };
+  return { key, toolName: "send_payment", effect: "keyed_write", owner: "attempt-1", leaseMs: 30_000, request: REQUEST, ...over };
 }

@@ -58,19 +58,21 @@ describe("multi-process race on one file", () => {
       const table = `race_${round}`;
       const setup = new SqliteLedger({ path, table });
       const raw = rawConnection(path);
-      raw.exec(`CREATE TABLE "${table}_runs" (key TEXT NOT NULL, pid INTEGER NOT NULL, fence INTEGER NOT NULL)`);
+      raw.exec(`CREATE TABLE "${table}_runs" (key TEXT NOT NULL, pid INTEGER NOT NULL, fence INTEGER NOT NULL, request TEXT NOT NULL)`);
       const past = Date.now() - 1000;
       const insert = raw.prepare(
-        `INSERT INTO "${table}" (key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, finished_at, expires_at)
-         VALUES (?, 1, ?, 'send_payment', ?, ?, ?, ?, ?, ?, ?)`,
+        `INSERT INTO "${table}" (key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, finished_at, expires_at, request)
+         VALUES (?, 1, ?, 'send_payment', ?, ?, ?, ?, ?, ?, ?, ?)`,
       );
+      // The first claim's request of every pre-existing row: a re-claim or takeover must run with it (LEDGER-21).
+      const seeded = (key: string) => `{"first":"${key}"}`;
       const fresh = Array.from({ length: FRESH }, (_, i) => `fresh-${i}`);
       const expiredKeyed = Array.from({ length: EXPIRED }, (_, i) => `expired-${i}`);
       const expiredUnkeyed = Array.from({ length: EXPIRED }, (_, i) => `unkeyed-${i}`);
       const released = Array.from({ length: RELEASED }, (_, i) => `released-${i}`);
-      for (const key of expiredKeyed) insert.run(key, "in_flight", "keyed_write", 1, past - 5000, "dead", past, null, null);
-      for (const key of expiredUnkeyed) insert.run(key, "in_flight", "unkeyed_write", 1, past - 5000, "dead", past, null, null);
-      for (const key of released) insert.run(key, "released", "keyed_write", 3, past - 5000, null, null, past, past + 86_400_000);
+      for (const key of expiredKeyed) insert.run(key, "in_flight", "keyed_write", 1, past - 5000, "dead", past, null, null, seeded(key));
+      for (const key of expiredUnkeyed) insert.run(key, "in_flight", "unkeyed_write", 1, past - 5000, "dead", past, null, null, seeded(key));
+      for (const key of released) insert.run(key, "released", "keyed_write", 3, past - 5000, null, null, past, past + 86_400_000, seeded(key));
       await setup.close();
       const keys = [...fresh, ...expiredKeyed, ...expiredUnkeyed, ...released];
       // Interleave groups so every phase of a worker's walk mixes fast and slow paths.
@@ -84,8 +86,8 @@ describe("multi-process race on one file", () => {
       const reports = await Promise.all(workers.map((w) => w.report));
 
       // From the file: the run log has exactly one run per claimable key and none for unkeyed expired ones.
-      const runs = raw.prepare(`SELECT key, pid, fence FROM "${table}_runs"`).all() as { key: string; pid: number; fence: number }[];
-      const runsByKey = new Map<string, { pid: number; fence: number }[]>();
+      const runs = raw.prepare(`SELECT key, pid, fence, request FROM "${table}_runs"`).all() as { key: string; pid: number; fence: number; request: string }[];
+      const runsByKey = new Map<string, { pid: number; fence: number; request: string }[]>();
       for (const r of runs) runsByKey.set(r.key, [...(runsByKey.get(r.key) ?? []), r]);
       const claimable = [...fresh, ...expiredKeyed, ...released];
       expect(runs.length).toBe(claimable.length);
@@ -94,12 +96,13 @@ describe("multi-process race on one file", () => {
 
       // From the file: every row ended as the single winner left it.
       const rows = new Map(
-        (raw.prepare(`SELECT key, state, fence, result, reason FROM "${table}"`).all() as {
+        (raw.prepare(`SELECT key, state, fence, result, reason, request FROM "${table}"`).all() as {
           key: string;
           state: string;
           fence: number;
           result: string | null;
           reason: string | null;
+          request: string | null;
         }[]).map((r) => [r.key, r]),
       );
       const expectedFence = (key: string) => (key.startsWith("fresh") ? 1 : key.startsWith("expired") ? 2 : 4);
@@ -109,9 +112,14 @@ describe("multi-process race on one file", () => {
         expect(row, key).toMatchObject({ state: "completed", fence: expectedFence(key) });
         expect(run?.fence, key).toBe(expectedFence(key));
         expect(JSON.parse(row?.result ?? "null"), key).toEqual({ pid: run?.pid, fence: expectedFence(key) });
+        // LEDGER-21: a fresh key stores its winner's request; a re-claimed or taken-over row keeps
+        // the first one, and the single run used exactly the stored request.
+        const firstRequest = key.startsWith("fresh") ? `{"key":"${key}","pid":${run?.pid}}` : seeded(key);
+        expect(row?.request, key).toBe(firstRequest);
+        expect(run?.request, key).toBe(firstRequest);
       }
       for (const key of expiredUnkeyed) {
-        expect(rows.get(key), key).toMatchObject({ state: "unknown", fence: 1, reason: "lease_expired" });
+        expect(rows.get(key), key).toMatchObject({ state: "unknown", fence: 1, reason: "lease_expired", request: seeded(key) });
       }
 
       // The processes' own accounts agree with the file.
@@ -153,7 +161,7 @@ describe("a process killed while it holds the write lock", () => {
       holder.on("exit", (code) => reject(new Error(`lock holder exited ${code}: ${stderr}`)));
     });
     try {
-      await expect(ledger.claim({ key: "k", toolName: "send_payment", effect: "keyed_write", owner: "a", leaseMs: 1000 })).rejects.toBeInstanceOf(
+      await expect(ledger.claim({ key: "k", toolName: "send_payment", effect: "keyed_write", owner: "a", leaseMs: 1000, request: "{}" })).rejects.toBeInstanceOf(
         LedgerUnavailableError,
       );
     } finally {
@@ -161,7 +169,7 @@ describe("a process killed while it holds the write lock", () => {
       holder.kill("SIGKILL");
       await exited;
     }
-    const claim = await ledger.claim({ key: "k", toolName: "send_payment", effect: "keyed_write", owner: "b", leaseMs: 1000 });
+    const claim = await ledger.claim({ key: "k", toolName: "send_payment", effect: "keyed_write", owner: "b", leaseMs: 1000, request: "{}" });
     expect(claim).toMatchObject({ outcome: "claimed", fence: 1 });
     const raw = rawConnection(path);
     expect(raw.prepare("SELECT fence, owner FROM dispatch_once_ledger WHERE key = 'k'").all()).toEqual([{ fence: 1, owner: "b" }]);

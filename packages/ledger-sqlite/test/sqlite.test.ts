@@ -12,8 +12,19 @@ import {
   ResultNotStorableError,
   StaleClaimError,
 } from "@dispatch-once/core";
-import { InvalidLedgerInputError, SqliteLedger, createSqliteLedger, schemaSql } from "../src/index.js";
-import { manualClock, rawConnection, request, resultBytes, selectRow, seqOf, tempDir, type StoredRow } from "./helpers.js";
+import { InvalidLedgerInputError, SqliteLedger, addRequestColumnSql, createSqliteLedger, schemaSql } from "../src/index.js";
+import {
+  REQUEST,
+  columnBytes,
+  manualClock,
+  rawConnection,
+  request,
+  resultBytes,
+  selectRow,
+  seqOf,
+  tempDir,
+  type StoredRow,
+} from "./helpers.js";
 
 const TABLE = "dispatch_once_ledger";
 const RETENTION = 60_000;
@@ -129,7 +140,7 @@ describe("the store's clock (LEDGER-20)", () => {
     const row = stored("t");
     expect(row?.claimed_at).toBeGreaterThanOrEqual(before);
     expect(row?.claimed_at).toBeLessThanOrEqual(after);
-    expect(claim).toEqual({ outcome: "claimed", fence: 1, leaseExpiresAt: (row?.claimed_at ?? 0) + 5000, takeover: false });
+    expect(claim).toEqual({ outcome: "claimed", fence: 1, leaseExpiresAt: (row?.claimed_at ?? 0) + 5000, takeover: false, request: REQUEST });
     expect(renewed?.leaseExpiresAt).toBeGreaterThanOrEqual((row?.claimed_at ?? 0) + 7000);
     expect(renewed?.leaseExpiresAt).toBeLessThanOrEqual(after + 7000);
     expect(row?.finished_at).toBeGreaterThanOrEqual(before);
@@ -145,9 +156,9 @@ describe("the store's clock (LEDGER-20)", () => {
 });
 
 describe("claims as stored rows", () => {
-  it("a first claim writes one in-flight row with fence 1, a lease on the process clock, no expiry", async () => {
+  it("a first claim writes one in-flight row with fence 1, a lease on the process clock, no expiry, and its request (LEDGER-21)", async () => {
     const claim = await ledger.claim(request("k1", { leaseMs: 5000, owner: "proc-7/attempt-2" }));
-    expect(claim).toEqual({ outcome: "claimed", fence: 1, leaseExpiresAt: clock.now() + 5000, takeover: false });
+    expect(claim).toEqual({ outcome: "claimed", fence: 1, leaseExpiresAt: clock.now() + 5000, takeover: false, request: REQUEST });
     expect(stored("k1")).toEqual({
       key: "k1",
       v: ROW_FORMAT_VERSION,
@@ -163,14 +174,15 @@ describe("claims as stored rows", () => {
       reason: null,
       finished_at: null,
       expires_at: null,
+      request: REQUEST,
     });
   });
 
-  it("a second claim of a live key returns the stored row and writes nothing", async () => {
+  it("a second claim of a live key returns the stored row (with the first request) and writes nothing", async () => {
     await ledger.claim(request("k1"));
     const before = stored("k1");
     clock.advance(10);
-    const second = await ledger.claim(request("k1", { owner: "attempt-2" }));
+    const second = await ledger.claim(request("k1", { owner: "attempt-2", request: '{"amount":9999}' }));
     expect(second).toEqual({
       outcome: "existing",
       row: {
@@ -179,6 +191,7 @@ describe("claims as stored rows", () => {
         effect: "keyed_write",
         fence: 1,
         claimedAt: before?.claimed_at,
+        request: REQUEST,
         state: "in_flight",
         owner: "attempt-1",
         leaseExpiresAt: before?.lease_expires_at,
@@ -187,20 +200,20 @@ describe("claims as stored rows", () => {
     expect(stored("k1")).toEqual(before);
   });
 
-  it("an expired keyed_write claim is taken over: fence 2 in the row, and the old owner is refused", async () => {
+  it("an expired keyed_write claim is taken over: fence 2 in the row, the first request kept and returned, the old owner refused", async () => {
     await ledger.claim(request("k1"));
     raw.prepare(`UPDATE ${TABLE} SET lease_expires_at = ? WHERE key = 'k1'`).run(clock.now() - 1);
-    const takeover = await ledger.claim(request("k1", { owner: "attempt-2" }));
-    expect(takeover).toMatchObject({ outcome: "claimed", fence: 2, takeover: true });
-    expect(stored("k1")).toMatchObject({ state: "in_flight", fence: 2, owner: "attempt-2" });
+    const takeover = await ledger.claim(request("k1", { owner: "attempt-2", request: '{"amount":1250, "to":"acct_1"}' }));
+    expect(takeover).toEqual({ outcome: "claimed", fence: 2, leaseExpiresAt: clock.now() + 30_000, takeover: true, request: REQUEST });
+    expect(stored("k1")).toMatchObject({ state: "in_flight", fence: 2, owner: "attempt-2", request: REQUEST });
     await expect(ledger.complete("k1", 1, "{}")).rejects.toBeInstanceOf(StaleClaimError);
     expect(stored("k1")).toMatchObject({ state: "in_flight", fence: 2, result: null });
   });
 
-  it("an expired unkeyed_write claim becomes unknown (lease_expired) in the row and is never re-claimed", async () => {
+  it("an expired unkeyed_write claim becomes unknown (lease_expired) in the row, keeps its request, and is never re-claimed", async () => {
     await ledger.claim(request("u1", { effect: "unkeyed_write" }));
     raw.prepare(`UPDATE ${TABLE} SET lease_expires_at = ? WHERE key = 'u1'`).run(clock.now());
-    const seen = await ledger.claim(request("u1", { effect: "unkeyed_write", owner: "attempt-2" }));
+    const seen = await ledger.claim(request("u1", { effect: "unkeyed_write", owner: "attempt-2", request: '{"other":true}' }));
     expect(seen).toEqual({
       outcome: "existing",
       row: {
@@ -209,6 +222,7 @@ describe("claims as stored rows", () => {
         effect: "unkeyed_write",
         fence: 1,
         claimedAt: clock.now(),
+        request: REQUEST,
         state: "unknown",
         reason: "lease_expired",
         finishedAt: clock.now(),
@@ -218,6 +232,7 @@ describe("claims as stored rows", () => {
       state: "unknown",
       fence: 1,
       reason: "lease_expired",
+      request: REQUEST,
       owner: null,
       lease_expires_at: null,
       finished_at: clock.now(),
@@ -226,14 +241,20 @@ describe("claims as stored rows", () => {
     expect(await ledger.claim(request("u1", { effect: "unkeyed_write" }))).toMatchObject({ outcome: "existing" });
   });
 
-  it("a released row keeps its fence and is re-claimed with the next one, moving to the end of claim order", async () => {
+  it("a released row keeps its fence and request and is re-claimed with the next fence and the first request, moving to the end of claim order", async () => {
     await ledger.claim(request("k1"));
     await ledger.claim(request("k2"));
     expect(seqOf(raw, TABLE, "k1")).toBeLessThan(seqOf(raw, TABLE, "k2") ?? 0);
     await ledger.release("k1", 1);
-    expect(stored("k1")).toMatchObject({ state: "released", fence: 1, owner: null, expires_at: clock.now() + RETENTION });
-    expect(await ledger.claim(request("k1", { owner: "attempt-2" }))).toMatchObject({ outcome: "claimed", fence: 2, takeover: false });
-    expect(stored("k1")).toMatchObject({ state: "in_flight", fence: 2, finished_at: null, expires_at: null });
+    expect(stored("k1")).toMatchObject({ state: "released", fence: 1, owner: null, expires_at: clock.now() + RETENTION, request: REQUEST });
+    expect(await ledger.claim(request("k1", { owner: "attempt-2", request: '{"amount":1}' }))).toEqual({
+      outcome: "claimed",
+      fence: 2,
+      leaseExpiresAt: clock.now() + 30_000,
+      takeover: false,
+      request: REQUEST,
+    });
+    expect(stored("k1")).toMatchObject({ state: "in_flight", fence: 2, finished_at: null, expires_at: null, request: REQUEST });
     expect(seqOf(raw, TABLE, "k1")).toBeGreaterThan(seqOf(raw, TABLE, "k2") ?? Infinity);
   });
 
@@ -333,6 +354,93 @@ describe("results byte for byte", () => {
   });
 });
 
+describe("the stored request (LEDGER-21)", () => {
+  const samples: [string, string][] = [
+    ["unicode and astral", '{"name":"Zoë Ødegård","emoji":"😀👩‍👩‍👧‍👦","cjk":"𠜎"}'],
+    ["whitespace and key order kept", '{ "to" : "acct_1" ,\n\t"amount" : 1250 }  '],
+    ["escapes and raw NUL", '{"s":"\\u0000\\ud800"}\u0000x'],
+    ["empty text", ""],
+  ];
+  for (const [name, text] of samples) {
+    it(`${name}: stored as the UTF-8 of the text and returned identically by claim, lookup and every later state`, async () => {
+      const claim = await ledger.claim(request("q", { request: text }));
+      expect(claim.outcome === "claimed" && claim.request).toBe(text);
+      expect(columnBytes(raw, TABLE, "q", "request")?.equals(Buffer.from(text, "utf8"))).toBe(true);
+      expect((await ledger.lookup("q"))?.request).toBe(text);
+      await ledger.complete("q", 1, '"ok"');
+      expect(stored("q")?.request).toBe(text);
+      const replay = await ledger.claim(request("q", { request: "{}" }));
+      expect(replay.outcome === "existing" && replay.row.request).toBe(text);
+      expect((await open().lookup("q"))?.request).toBe(text);
+    });
+  }
+
+  it("every terminal transition keeps the request; a re-claim after release and a takeover return it", async () => {
+    const terminal: [string, (key: string) => Promise<void>][] = [
+      ["completed", (k) => ledger.complete(k, 1, "1")],
+      ["failed", (k) => ledger.fail(k, 1, { name: "E", message: "m" })],
+      ["unknown", (k) => ledger.markUnknown(k, 1, "tool_error")],
+      ["released", (k) => ledger.release(k, 1)],
+    ];
+    for (const [state, finish] of terminal) {
+      const key = `t-${state}`;
+      await ledger.claim(request(key, { request: `{"first":"${state}"}` }));
+      await finish(key);
+      expect(stored(key), state).toMatchObject({ state, request: `{"first":"${state}"}` });
+      expect((await ledger.lookup(key))?.request, state).toBe(`{"first":"${state}"}`);
+    }
+    // Released, then re-claimed, then released again and taken over after expiry: still the first request.
+    const again = await ledger.claim(request("t-released", { request: "{}" }));
+    expect(again).toMatchObject({ outcome: "claimed", fence: 2, request: '{"first":"released"}' });
+    raw.prepare(`UPDATE ${TABLE} SET lease_expires_at = ? WHERE key = 't-released'`).run(clock.now() - 1);
+    const taken = await ledger.claim(request("t-released", { request: "[]" }));
+    expect(taken).toMatchObject({ outcome: "claimed", fence: 3, takeover: true, request: '{"first":"released"}' });
+    expect(stored("t-released")?.request).toBe('{"first":"released"}');
+  });
+});
+
+describe("schema migration (the request column)", () => {
+  /** The table as the first release created it: no request column. */
+  const OLD_SCHEMA = schemaSql("old").replace(/\n\s*request\s+TEXT,/, "");
+
+  it("migrate on open adds the column to an older table; its old rows read as ledger_corrupt, new claims work", async () => {
+    expect(OLD_SCHEMA).not.toContain("request");
+    raw.exec(OLD_SCHEMA);
+    raw
+      .prepare(
+        `INSERT INTO old (key, v, state, tool_name, effect, fence, claimed_at, finished_at, expires_at, result)
+         VALUES ('legacy', 1, 'completed', 'send_payment', 'keyed_write', 1, ?, ?, ?, '"paid"')`,
+      )
+      .run(clock.now(), clock.now(), clock.now() + RETENTION);
+    const upgraded = open({ table: "old" });
+    const columns = raw.prepare("SELECT name FROM pragma_table_info('old')").pluck().all();
+    expect(columns).toContain("request");
+    // Reopening (or migrate() again) is a no-op: the column is added exactly once.
+    open({ table: "old" }).migrate();
+    expect(raw.prepare("SELECT count(*) FROM pragma_table_info('old') WHERE name = 'request'").pluck().get()).toBe(1);
+    // The old row has no request: the re-run could not send the first request, so it is never absent.
+    await expect(upgraded.lookup("legacy")).rejects.toMatchObject({ code: "ledger_corrupt", key: "legacy" });
+    await expect(upgraded.claim(request("legacy"))).rejects.toBeInstanceOf(LedgerCorruptError);
+    expect(selectRow(raw, "old", "legacy")).toMatchObject({ state: "completed", request: null });
+    expect(await upgraded.claim(request("fresh"))).toMatchObject({ outcome: "claimed", fence: 1, request: REQUEST });
+    expect(selectRow(raw, "old", "fresh")?.request).toBe(REQUEST);
+  });
+
+  it("with migrate: false an older table is refused at open (ledger_unavailable naming the fix); addRequestColumnSql() is that fix", () => {
+    raw.exec(OLD_SCHEMA);
+    let thrown: unknown;
+    try {
+      open({ table: "old", migrate: false });
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(LedgerUnavailableError);
+    expect((thrown as Error).message).toMatch(/addRequestColumnSql\("old"\)/);
+    raw.exec(addRequestColumnSql("old"));
+    expect(open({ table: "old", migrate: false }).table).toBe("old");
+  });
+});
+
 describe("corrupt rows are never absent", () => {
   const corruptions: [string, string][] = [
     ["another format version", `UPDATE ${TABLE} SET v = 2`],
@@ -344,6 +452,10 @@ describe("corrupt rows are never absent", () => {
     ["a failure that is not JSON", `UPDATE ${TABLE} SET state = 'failed', finished_at = 1, expires_at = 9e15, error = '{oops'`],
     ["a failure without a message", `UPDATE ${TABLE} SET state = 'failed', finished_at = 1, expires_at = 9e15, error = '{"name":"X"}'`],
     ["a result stored as a BLOB", `UPDATE ${TABLE} SET state = 'completed', finished_at = 1, expires_at = 9e15, result = X'7B7D'`],
+    // A row of a version before the request column (LEDGER-21): doubt never becomes absence.
+    ["a NULL request", `UPDATE ${TABLE} SET request = NULL`],
+    ["a released row with a NULL request", `UPDATE ${TABLE} SET state = 'released', finished_at = 1, expires_at = 9e15, request = NULL`],
+    ["a request stored as a BLOB", `UPDATE ${TABLE} SET request = X'7B7D'`],
   ];
   for (const [name, sql] of corruptions) {
     it(`${name}: claim and lookup raise ledger_corrupt and the row is not overwritten`, async () => {
@@ -358,7 +470,7 @@ describe("corrupt rows are never absent", () => {
 });
 
 describe("retention and sweep", () => {
-  it("a finished row past retention reads as absent, is re-claimed with the next fence, and in-flight rows are never swept", async () => {
+  it("a finished row past retention reads as absent, is re-claimed with the next fence and the new claim's request, and in-flight rows are never swept", async () => {
     await ledger.claim(request("done"));
     await ledger.complete("done", 1, "1");
     await ledger.claim(request("old-live", { leaseMs: 1 })); // lease long expired, never finished
@@ -366,8 +478,15 @@ describe("retention and sweep", () => {
     expect(await ledger.lookup("done")).toMatchObject({ state: "completed" });
     clock.advance(1);
     expect(await ledger.lookup("done")).toBeUndefined();
-    // Not swept yet: the row is still there, so the fence continues instead of restarting.
-    expect(await ledger.claim(request("done"))).toMatchObject({ outcome: "claimed", fence: 2, takeover: false });
+    // Not swept yet: the row is still there, so the fence continues instead of restarting. The
+    // old row is forgotten, so this claim creates it anew and stores its own request (LEDGER-21).
+    expect(await ledger.claim(request("done", { request: '{"second":"call"}' }))).toMatchObject({
+      outcome: "claimed",
+      fence: 2,
+      takeover: false,
+      request: '{"second":"call"}',
+    });
+    expect(stored("done")).toMatchObject({ state: "in_flight", fence: 2, request: '{"second":"call"}' });
     await ledger.release("done", 2);
     clock.advance(RETENTION);
     expect(await ledger.sweep()).toBe(1);
@@ -485,13 +604,33 @@ describe("unavailable store", () => {
     expect(await impatient.claim(request("new"))).toMatchObject({ outcome: "claimed", fence: 1 });
   });
 
-  it("refuses to run inside the caller's own transaction (it could roll back after we report a claim)", async () => {
+  it("LEDGER-22: refuses every operation inside the caller's own transaction (invalid_ledger_input, field database), writing nothing", async () => {
     const own = new Database(join(dir, "own.db"));
     const adopted = new SqliteLedger({ database: own });
-    own.exec("BEGIN");
-    await expect(adopted.claim(request("x"))).rejects.toBeInstanceOf(LedgerUnavailableError);
-    own.exec("ROLLBACK");
-    expect(await adopted.claim(request("x"))).toMatchObject({ outcome: "claimed" });
+    await adopted.claim(request("held"));
+    const before = own.prepare("SELECT * FROM dispatch_once_ledger ORDER BY key").all();
+    const ops: [string, () => Promise<unknown>][] = [
+      ["claim", () => adopted.claim(request("x"))],
+      ["renew", () => adopted.renew("held", 1, 1000)],
+      ["complete", () => adopted.complete("held", 1, "1")],
+      ["fail", () => adopted.fail("held", 1, { name: "E", message: "m" })],
+      ["markUnknown", () => adopted.markUnknown("held", 1, "why")],
+      ["release", () => adopted.release("held", 1)],
+      ["lookup", () => adopted.lookup("held")],
+      ["sweep", () => adopted.sweep()],
+    ];
+    for (const begin of ["BEGIN", "BEGIN IMMEDIATE"]) {
+      own.exec(begin);
+      for (const [name, op] of ops) {
+        await expect(op(), `${begin} ${name}`).rejects.toMatchObject({ code: "invalid_ledger_input", field: "database" });
+      }
+      // Committing the caller's transaction must not commit a ledger write either: there is none.
+      own.exec("COMMIT");
+      expect(own.prepare("SELECT * FROM dispatch_once_ledger ORDER BY key").all()).toEqual(before);
+    }
+    // Outside a transaction the same connection works again.
+    expect(await adopted.claim(request("x"))).toMatchObject({ outcome: "claimed", fence: 1 });
+    await adopted.complete("held", 1, "1");
     own.close();
   });
 });
@@ -519,6 +658,16 @@ describe("bad input is a typed error", () => {
     await expect(ledger.claim(request("k", { leaseMs: -5 }))).rejects.toMatchObject({ field: "leaseMs" });
     await expect(ledger.claim(request("k", { effect: "read" as "keyed_write" }))).rejects.toMatchObject({ field: "effect" });
     await expect(ledger.claim(request(""))).rejects.toMatchObject({ field: "key" });
+    // The request is stored and returned byte for byte (LEDGER-21): text only, and well-formed.
+    for (const bad of [undefined, null, 42, { amount: 1 }, '{"s":"\ud800"}']) {
+      await expect(ledger.claim(request("k", { request: bad as string }))).rejects.toMatchObject({
+        code: "invalid_ledger_input",
+        field: "request",
+      });
+    }
+    const { request: _omitted, ...withoutRequest } = request("k");
+    await expect(ledger.claim(withoutRequest as never)).rejects.toMatchObject({ field: "request" });
+    expect(stored("k")).toBeUndefined();
     await ledger.claim(request("k"));
     await expect(ledger.fail("k", 1, { name: "E" } as { name: string; message: string })).rejects.toMatchObject({ field: "error" });
     expect(stored("k")).toMatchObject({ state: "in_flight" });

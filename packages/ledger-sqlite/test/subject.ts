@@ -25,11 +25,20 @@ interface Row {
   error: unknown;
   reason: unknown;
   finished_at: unknown;
+  request: unknown;
 }
 
 /** The hook's own reading of a stored row, in core's LedgerRow field names. */
 function asLedgerRow(r: Row): Record<string, unknown> {
-  const base = { key: r.key, toolName: r.tool_name, effect: r.effect, fence: r.fence, claimedAt: r.claimed_at, state: r.state };
+  const base = {
+    key: r.key,
+    toolName: r.tool_name,
+    effect: r.effect,
+    fence: r.fence,
+    claimedAt: r.claimed_at,
+    request: r.request,
+    state: r.state,
+  };
   switch (r.state) {
     case "in_flight":
       return { ...base, owner: r.owner, leaseExpiresAt: r.lease_expires_at };
@@ -84,7 +93,7 @@ export function createSqliteSubject(
       const ledger = open();
       const raw = new Database(path, { timeout: 5000 });
       const select = raw.prepare(
-        `SELECT key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, result, error, reason, finished_at
+        `SELECT key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, result, error, reason, finished_at, request
          FROM ${TABLE} WHERE key = ?`,
       );
       const change = (sql: string, ...params: unknown[]): void => {

@@ -14,7 +14,7 @@ const rotated = [...keys.slice(offset % keys.length), ...keys.slice(0, offset % 
 const order = offset % 2 === 1 ? rotated.reverse() : rotated;
 
 const ledger = new SqliteLedger({ path, table, busyTimeoutMs: 60_000 });
-const runLog = ledger.database.prepare(`INSERT INTO "${table}_runs" (key, pid, fence) VALUES (?, ?, ?)`);
+const runLog = ledger.database.prepare(`INSERT INTO "${table}_runs" (key, pid, fence, request) VALUES (?, ?, ?, ?)`);
 const owner = `pid-${process.pid}`;
 
 const lines = createInterface({ input: process.stdin });
@@ -26,9 +26,10 @@ const won: { key: string; fence: number; takeover: boolean }[] = [];
 let existing = 0;
 for (const key of order) {
   const effect = key.startsWith("unkeyed") ? "unkeyed_write" : "keyed_write";
-  const claim = await ledger.claim({ key, toolName: "send_payment", effect, owner, leaseMs: 600_000 });
+  const claim = await ledger.claim({ key, toolName: "send_payment", effect, owner, leaseMs: 600_000, request: `{"key":"${key}","pid":${process.pid}}` });
   if (claim.outcome === "claimed") {
-    runLog.run(key, process.pid, claim.fence);
+    // The tool runs with the request the claim returned: the stored one (LEDGER-21).
+    runLog.run(key, process.pid, claim.fence, claim.request);
     // The tool takes a moment, so other processes meet this claim while it is in flight.
     await new Promise((resolve) => setTimeout(resolve, 1));
     await ledger.complete(key, claim.fence, JSON.stringify({ pid: process.pid, fence: claim.fence }));
