@@ -19,8 +19,23 @@ CREATE TABLE IF NOT EXISTS "public"."dispatch_once_ledger" (
   owner            text,               -- who holds / held the claim (diagnostics only)
   result           text,               -- completed: the result's JSON text, byte for byte
   error            text,               -- failed: the StoredError as JSON text
-  reason           text                -- unknown: why, e.g. lease_expired
+  reason           text,               -- unknown: why, e.g. lease_expired
+  request          text                -- the first claim's request, byte for byte (LEDGER-21)
 );
+
+-- A table created before the request column gets it here (last, as in a new table). It is
+-- nullable only so that it can be added to a table with rows: every row the ledger writes
+-- has one, and a row without one (an older version's) reads as ledger_corrupt. Checked
+-- first because ALTER TABLE takes an ACCESS EXCLUSIVE lock even when the column exists,
+-- and claims would queue behind it on every migrate().
+DO $add_request$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                  WHERE attrelid = '"public"."dispatch_once_ledger"'::regclass AND attname = 'request' AND NOT attisdropped) THEN
+    ALTER TABLE "public"."dispatch_once_ledger" ADD COLUMN request text;
+  END IF;
+END
+$add_request$;
 
 -- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
 -- not change, so complete/fail/release stay HOT updates (no index writes); an index on
@@ -28,9 +43,12 @@ CREATE TABLE IF NOT EXISTS "public"."dispatch_once_ledger" (
 CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_claimed_at"
   ON "public"."dispatch_once_ledger" (claimed_at);
 
--- claim(): the whole claim rule in one round trip (see the package README).
+-- claim(): the whole claim rule in one round trip (see the package README). The previous
+-- version's function (six arguments) wrote rows without a request: it goes.
+DROP FUNCTION IF EXISTS "public"."dispatch_once_ledger_claim"(text, text, text, text, bigint, bigint);
 CREATE OR REPLACE FUNCTION "public"."dispatch_once_ledger_claim"(
-  p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint)
+  p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint,
+  p_request text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE AS $claim$
 #variable_conflict use_column
@@ -39,27 +57,33 @@ DECLARE
   claimed_fence bigint;
   claimed_lease bigint;
   claimed_takeover boolean;
+  claimed_request text;
   is_claimable boolean;
   held text;
 BEGIN
+  -- Inside a transaction that has written, a rollback would undo the claim after the tool
+  -- ran: refuse before writing, and leave the caller's transaction as it was.
+  IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    RETURN 't';
+  END IF;
   FOR attempt IN 1..100 LOOP
     now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 
-    INSERT INTO "public"."dispatch_once_ledger" AS r (key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at)
-      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, now_ms, now_ms + p_lease_ms)
+    INSERT INTO "public"."dispatch_once_ledger" AS r (key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, request)
+      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, now_ms, now_ms + p_lease_ms, p_request)
       ON CONFLICT (key) DO NOTHING
       RETURNING r.lease_expires_at INTO claimed_lease;
     IF FOUND THEN
-      RETURN 'c1 ' || claimed_lease || ' 0';
+      RETURN 'c1 ' || claimed_lease || ' 0';  -- the stored request is the caller's own: not sent back
     END IF;
 
     -- The key exists (and, if a racer was inserting it, that racer has committed: the INSERT
     -- waited for it). Read it with a fresh snapshot, without locking or writing.
-    SELECT (r.v = 1 AND (
+    SELECT (r.v = 1 AND r.request IS NOT NULL AND (
              r.state = 'released'
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
-              AND r.lease_expires_at <= now_ms))), CASE WHEN (r.v = 1 AND (
+              AND r.lease_expires_at <= now_ms))), CASE WHEN (r.v = 1 AND r.request IS NOT NULL AND (
              r.state = 'released'
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
@@ -85,20 +109,25 @@ BEGIN
         finished_at      = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN now_ms END,
         expires_at       = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN now_ms + p_retention_ms END,
         reason           = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN 'lease_expired' END,
+        -- kept by a re-claim, a takeover and the expiry to unknown; a row past retention is
+        -- forgotten, so its claim stores the claimant's request (LEDGER-21)
+        request          = CASE WHEN r.state IN ('completed', 'failed', 'unknown') THEN p_request ELSE r.request END,
         result           = NULL,
         error            = NULL
-      WHERE r.key = p_key AND (r.v = 1 AND (
+      WHERE r.key = p_key AND (r.v = 1 AND r.request IS NOT NULL AND (
              r.state = 'released'
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
               AND r.lease_expires_at <= now_ms)))
-      RETURNING r.fence, r.lease_expires_at, r.takeover, CASE WHEN r.state = 'in_flight' THEN NULL ELSE to_json(r)::text END
-        INTO claimed_fence, claimed_lease, claimed_takeover, held;
+      RETURNING r.fence, r.lease_expires_at, r.takeover, r.request,
+                CASE WHEN r.state = 'in_flight' THEN NULL ELSE to_json(r)::text END
+        INTO claimed_fence, claimed_lease, claimed_takeover, claimed_request, held;
     IF FOUND THEN
       IF held IS NOT NULL THEN
         RETURN 'e' || held;  -- an expired unkeyed_write claim, now unknown
       END IF;
-      RETURN 'c' || claimed_fence || ' ' || claimed_lease || CASE WHEN claimed_takeover THEN ' 1' ELSE ' 0' END;
+      RETURN 'c' || claimed_fence || ' ' || claimed_lease || CASE WHEN claimed_takeover THEN ' 1 ' ELSE ' 0 ' END
+        || claimed_request;
     END IF;
     -- A racer acted on the claimable row first (the UPDATE re-checked and found it live): look again.
   END LOOP;

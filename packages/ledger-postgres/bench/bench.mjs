@@ -20,6 +20,8 @@ const SLICE_MS = 250;
 /** Connections per measurement: min(concurrency, this). The server is shared (max_connections 100). */
 const MAX_CONNECTIONS = 32;
 const RESULT = JSON.stringify({ ok: true, id: "pay_0123456789", amount: 1250, currency: "EUR" });
+/** The call's arguments as the dispatcher passes them (LEDGER-21: stored with every claim). */
+const REQUEST = '{"amount":1250,"currency":"eur","to":"acct_1J2K3L4M"}';
 
 function percentile(sorted, p) {
   if (sorted.length === 0) return 0;
@@ -133,7 +135,7 @@ export async function bench({
           },
           async () => {
             const key = nextKey();
-            const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000 });
+            const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000, request: REQUEST });
             if (claim.outcome !== "claimed") throw new Error("adapter claim did not win");
             await ledger.complete(key, claim.fence, RESULT);
           },
@@ -159,7 +161,7 @@ export async function bench({
               const key = nextKey();
               const claims = await Promise.all(
                 Array.from({ length: concurrency }, (_, i) =>
-                  ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: `c${i}`, leaseMs: 30_000 }),
+                  ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: `c${i}`, leaseMs: 30_000, request: REQUEST }),
                 ),
               );
               const winners = claims.filter((c) => c.outcome === "claimed");

@@ -34,10 +34,21 @@ import {
  */
 export interface Queryable {
   query<R extends QueryResultRow = any>(config: QueryConfig): Promise<QueryResult<R>>;
+  /**
+   * pg.Client's (and so PoolClient's) transaction status from the server's last ReadyForQuery:
+   * "I" idle, "T" inside a transaction block, "E" inside a failed one. When present, the
+   * ledger refuses to run while it is not idle (LEDGER-22).
+   */
+  getTransactionStatus?(): string | null;
 }
 
 export interface PostgresLedgerOptions {
-  /** Bring your own pool or client (shared with the application). Mutually exclusive with connectionString. */
+  /**
+   * Bring your own pool or client (shared with the application). Mutually exclusive with
+   * connectionString. A client must not be inside your own transaction when the ledger uses
+   * it: every ledger operation refuses that with InvalidLedgerInputError (field "pool"),
+   * because your rollback would undo a claim the ledger had already reported (LEDGER-22).
+   */
   pool?: Queryable;
   /** Or let the ledger create (and, on close(), end) its own pg.Pool. */
   connectionString?: string;
@@ -94,6 +105,20 @@ function storableText(value: string): boolean {
   return !value.includes("\u0000") && value.isWellFormed();
 }
 
+/** PostgreSQL's largest value (1 GB - 1 byte): a longer request cannot be stored. */
+const MAX_TEXT_BYTES = 0x3fffffff;
+
+/** The call's request: any text PostgreSQL can hold byte for byte (LEDGER-21); may be empty. */
+function storedRequest(value: unknown): string {
+  if (typeof value !== "string" || !storableText(value)) {
+    throw new InvalidLedgerInputError("request", "must be the call's request as a string without NUL or lone surrogates");
+  }
+  if (value.length * 3 > MAX_TEXT_BYTES && Buffer.byteLength(value, "utf8") > MAX_TEXT_BYTES) {
+    throw new InvalidLedgerInputError("request", `is over PostgreSQL's ${MAX_TEXT_BYTES} bytes for one value`);
+  }
+  return value;
+}
+
 function requestText(field: string, value: unknown, maxLength: number): string {
   if (typeof value !== "string" || value.length === 0 || value.length > maxLength || !storableText(value)) {
     throw new InvalidLedgerInputError(
@@ -133,6 +158,8 @@ export class PostgresLedger implements Ledger {
   readonly table: string;
   readonly retentionMs: number;
   private readonly db: Queryable;
+  /** The brought client's transaction status, when it has one (a pool has none). */
+  private readonly transactionStatus: (() => unknown) | undefined;
   private readonly ownedPool: pg.Pool | undefined;
   private readonly sql: Statements;
   private closed = false;
@@ -161,6 +188,9 @@ export class PostgresLedger implements Ledger {
         throw new InvalidLedgerInputError("pool", "must be a pg.Pool, pg.Client or pg.PoolClient");
       }
       this.db = options.pool;
+      const client = options.pool;
+      this.transactionStatus =
+        typeof client.getTransactionStatus === "function" ? () => client.getTransactionStatus?.() : undefined;
       this.ownedPool = undefined;
     } else {
       if (typeof options.connectionString !== "string" || options.connectionString.length === 0) {
@@ -175,6 +205,7 @@ export class PostgresLedger implements Ledger {
       // listener that is an uncaught exception. The next query simply gets a new connection.
       pool.on("error", () => {});
       this.db = pool;
+      this.transactionStatus = undefined; // each query gets an idle client of the ledger's own pool
       this.ownedPool = pool;
     }
     this.sql = statements({ schema: this.schema, table: this.table });
@@ -192,14 +223,16 @@ export class PostgresLedger implements Ledger {
   }
 
   /**
-   * Create the schema, table and index if they do not exist. Safe to run from many
+   * Create the schema, table and index if they do not exist, add the `request` column to a
+   * table of the previous version, and (re)create the claim function. Safe to run from many
    * processes at once: one simple-protocol round trip, one implicit transaction,
    * serialised by an advisory lock. `hashPartitions` creates a new table hash-partitioned
-   * by key (an existing table is left as it is).
+   * by key (an existing table is left as it is). Unlike the ledger operations it may run
+   * inside your own (migration) transaction: DDL that rolls back leaves nothing to trust.
    */
   async migrate(options: { hashPartitions?: number } = {}): Promise<void> {
     const text = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK_ID});\n${this.schemaSql(options)}`;
-    await this.run("migrate", { text });
+    await this.run("migrate", { text }, false);
   }
 
   /**
@@ -208,10 +241,14 @@ export class PostgresLedger implements Ledger {
    * `capabilities.durability` stays what you declared: use this at startup to choose it.
    */
   async probeDurability(): Promise<DurabilityProbe> {
-    const { rows } = await this.run<{ fsync: string; synchronous_commit: string; full_page_writes: string }>("probeDurability", {
-      text: `SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit,
+    const { rows } = await this.run<{ fsync: string; synchronous_commit: string; full_page_writes: string }>(
+      "probeDurability",
+      {
+        text: `SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit,
                     current_setting('full_page_writes') AS full_page_writes`,
-    });
+      },
+      false,
+    );
     const settings = rows[0]!;
     const reasons: string[] = [];
     if (settings.fsync !== "on") reasons.push("fsync is off: a server crash can lose or corrupt committed rows");
@@ -237,20 +274,20 @@ export class PostgresLedger implements Ledger {
       throw new InvalidLedgerInputError("effect", `must be keyed_write or unkeyed_write, not ${String(request.effect)}`);
     }
     const leaseMs = leaseMilliseconds(request.leaseMs);
-    const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs)];
-    // One text cell (see claimFunctionSql): 'c<fence> <leaseExpiresAt> <0|1>' or 'e<row JSON>'.
+    const own = storedRequest((request as { request?: unknown }).request);
+    const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs), own];
+    // One text cell (see claimFunctionSql): 'c<fence> <leaseExpiresAt> <0|1>[ <stored request>]',
+    // 'e<row JSON>' or 't' (refused: inside the caller's transaction).
     const { rows } = await this.run<unknown[]>("claim", {
       ...this.prepared(this.sql.claim, values),
       rowMode: "array",
     } as QueryConfig);
     const answer = rows[0]?.[0];
+    if (answer === "t") throw this.insideTransaction("claim", false);
     if (typeof answer !== "string" || answer.length < 2) {
       throw new LedgerUnavailableError(`claim of ${key} returned no answer; nothing was claimed`);
     }
-    if (answer[0] === "c") {
-      const [fence, leaseExpiresAt, takeover] = answer.slice(1).split(" ");
-      return { outcome: "claimed", fence: Number(fence), leaseExpiresAt: Number(leaseExpiresAt), takeover: takeover === "1" };
-    }
+    if (answer[0] === "c") return claimedAnswer(key, answer, own);
     const raw = JSON.parse(answer.slice(1)) as RawRow;
     // The claim turned an expired unkeyed_write claim unknown, or found a live in-flight
     // row or a terminal row within retention (or a row it cannot decode: corrupt).
@@ -362,11 +399,39 @@ export class PostgresLedger implements Ledger {
     return { name: sql.name, text: sql.text, values };
   }
 
-  /** Every driver or server failure becomes LedgerUnavailableError with the cause (LEDGER-12). */
-  private async run<R extends QueryResultRow = QueryResultRow>(op: string, config: QueryConfig): Promise<QueryResult<R>> {
+  /** Whether the brought client is inside a transaction block (pg's status from the last ReadyForQuery). */
+  private inTransaction(): boolean {
+    const status = this.transactionStatus?.();
+    return status === "T" || status === "E";
+  }
+
+  private insideTransaction(op: string, ran: boolean): InvalidLedgerInputError {
+    return new InvalidLedgerInputError(
+      "pool",
+      `PostgreSQL ledger ${op}: the client is inside a transaction, where a rollback would undo the ledger's write after it ` +
+        `was reported (LEDGER-22); ${ran ? "the statement ran inside it and is not reported as done" : "nothing was written"}. ` +
+        "Commit or roll back first, or give the ledger a pool or a client of its own.",
+    );
+  }
+
+  /**
+   * Every driver or server failure becomes LedgerUnavailableError with the cause (LEDGER-12).
+   * `ownTransaction`: the statement must commit on its own (LEDGER-22). A brought client inside
+   * a transaction block is refused before the statement is sent; and because the status read
+   * first can be stale (a BEGIN the application queued on the client just before us), it is
+   * read again after the statement: if the statement ran inside a transaction, its outcome is
+   * not reported (a claim is not handed out, so no tool runs on it).
+   */
+  private async run<R extends QueryResultRow = QueryResultRow>(
+    op: string,
+    config: QueryConfig,
+    ownTransaction = true,
+  ): Promise<QueryResult<R>> {
     if (this.closed) throw new LedgerUnavailableError(`PostgreSQL ledger ${op}: the ledger is closed`);
+    if (ownTransaction && this.inTransaction()) throw this.insideTransaction(op, false);
+    let result: QueryResult<R>;
     try {
-      return await this.db.query<R>(config);
+      result = await this.db.query<R>(config);
     } catch (error) {
       const hint = (error as { code?: unknown }).code === "42P01" ? " (has migrate() been run?)" : "";
       throw new LedgerUnavailableError(
@@ -374,7 +439,34 @@ export class PostgresLedger implements Ledger {
         { cause: error },
       );
     }
+    if (ownTransaction && this.inTransaction()) throw this.insideTransaction(op, true);
+    return result;
   }
+}
+
+/**
+ * Read a claimed answer, 'c<fence> <leaseExpiresAt> <0|1>' (the claim created the row with
+ * the caller's own request) or 'c<fence> <leaseExpiresAt> <0|1> <stored request>' (a re-claim
+ * or takeover: everything after the third space is the stored request, byte for byte).
+ */
+function claimedAnswer(key: string, answer: string, own: string): ClaimResult {
+  const first = answer.indexOf(" ");
+  const second = answer.indexOf(" ", first + 1);
+  const third = answer.indexOf(" ", second + 1);
+  const fence = Number(answer.slice(1, first));
+  const leaseExpiresAt = Number(answer.slice(first + 1, second));
+  const takeover = answer.slice(second + 1, third === -1 ? undefined : third);
+  if (first < 0 || second < 0 || !Number.isSafeInteger(fence) || !Number.isSafeInteger(leaseExpiresAt) || (takeover !== "0" && takeover !== "1")) {
+    // The claim may have committed; unreadable, it is not handed out and expires with its lease.
+    throw new LedgerUnavailableError(`claim of ${key} returned an answer the adapter cannot read: ${answer.slice(0, 40)}`);
+  }
+  return {
+    outcome: "claimed",
+    fence,
+    leaseExpiresAt,
+    takeover: takeover === "1",
+    request: third === -1 ? own : answer.slice(third + 1),
+  };
 }
 
 /** Create a PostgreSQL ledger. Call `await ledger.migrate()` once (or apply schema.sql yourself). */

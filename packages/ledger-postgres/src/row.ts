@@ -23,6 +23,7 @@ export interface RawRow {
   result: string | null;
   error: string | null;
   reason: string | null;
+  request: string | null;
 }
 
 class Corrupt extends Error {}
@@ -63,8 +64,8 @@ function storedError(json: string | null): StoredError {
 
 /**
  * Decode a stored row into core's LedgerRow. Anything unexpected (another format version,
- * an unknown state or effect, a missing column, an error that is not JSON) is corruption:
- * LedgerCorruptError, never "absent" (LEDGER-11).
+ * an unknown state or effect, a missing column or request, an error that is not JSON) is
+ * corruption: LedgerCorruptError, never "absent" (LEDGER-11).
  */
 export function decodeRow(raw: RawRow): LedgerRow {
   try {
@@ -75,12 +76,18 @@ export function decodeRow(raw: RawRow): LedgerRow {
     }
     const fence = int(raw.fence, "fence");
     if (fence < 1) throw new Corrupt(`fence ${fence} is not positive`);
+    // A row written before the request column existed has none: a re-run could not send the
+    // first request, so the row is unreadable, never absent (LEDGER-11, LEDGER-21).
+    if (raw.request === null || raw.request === undefined) {
+      throw new Corrupt("request is missing (a row written before the request column existed)");
+    }
     const base = {
       key: raw.key,
       toolName: text(raw.tool_name, "tool_name"),
       effect: effect as LedgerEffect,
       fence,
       claimedAt: int(raw.claimed_at, "claimed_at"),
+      request: raw.request,
     };
     switch (raw.state) {
       case "in_flight":

@@ -37,8 +37,7 @@ export interface TableName {
 
 /**
  * Server-clock "now" in epoch milliseconds. statement_timestamp() is fixed for the whole
- * statement (every use inside one statement agrees) and, unlike now(), still advances when
- * the application runs the ledger on a client that is inside its own transaction.
+ * statement (every use inside one statement agrees).
  */
 export const NOW_MS = "floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint";
 
@@ -70,24 +69,39 @@ export function claimFunctionName(name: TableName): string {
  *     (EvalPlanQual), so of concurrent claimers that all saw it claimable exactly one acts:
  *     a new fence (keyed_write takeover, or a re-claim), or, for an expired unkeyed_write
  *     claim, the row becomes unknown. The others find the WHERE false and loop to step 1.
- * Rows of another format version (v <> 1) are never written, only returned (as corrupt).
+ * Rows of another format version (v <> 1), and rows without a request (written before the
+ * column existed), are never written, only returned (as corrupt).
+ *
+ * The request (LEDGER-21): the INSERT stores the claimant's; a re-claim of a released row,
+ * a takeover and the expiry to unknown keep the stored one; a row past retention is
+ * forgotten, so its claim stores the claimant's. A claim by the UPDATE returns the stored
+ * request in the answer, so the owner re-runs the first request without a second round trip.
+ *
+ * Before anything else the function refuses to run inside a transaction that has already
+ * written (it has a transaction id): a rollback there would undo the claim after the tool ran
+ * (LEDGER-22). A transaction that has only read has no id yet; the adapter catches that case
+ * from the driver's transaction status before it sends the claim.
  */
 export function claimFunctionSql(name: TableName): string {
   const t = `${quoteIdentifier(name.schema)}.${quoteIdentifier(name.table)}`;
   const unk = "r.state = 'in_flight' AND r.effect = 'unkeyed_write'";
-  const claimable = `(r.v = 1 AND (
+  const claimable = `(r.v = 1 AND r.request IS NOT NULL AND (
              r.state = 'released'
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
               AND r.lease_expires_at <= now_ms)))`;
   // It returns ONE text value, not a row: a function scan with several output columns
   // costs ~10-15 us more per call than a scalar (measured), on the hottest statement.
-  //   'c<fence> <lease_expires_at> <0|1 takeover>'  claimed
-  //   'e<row as JSON>'                              existing (live, terminal, just turned unknown, or corrupt)
-  // to_json escapes strings losslessly, so the stored result's bytes survive; bigints are
-  // JSON numbers, exact below 2^53.
+  //   'c<fence> <lease_expires_at> <0|1 takeover>'            claimed, storing the claimant's own request
+  //   'c<fence> <lease_expires_at> <0|1 takeover> <request>'  claimed by the UPDATE: everything after
+  //                                                           the third space is the stored request
+  //   'e<row as JSON>'     existing (live, terminal, just turned unknown, or corrupt)
+  //   't'                  refused: the caller's transaction has written (LEDGER-22)
+  // to_json escapes strings losslessly, so the stored result's and request's bytes survive;
+  // bigints are JSON numbers, exact below 2^53.
   return `CREATE OR REPLACE FUNCTION ${claimFunctionName(name)}(
-  p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint)
+  p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint,
+  p_request text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE AS $claim$
 #variable_conflict use_column
@@ -96,18 +110,24 @@ DECLARE
   claimed_fence bigint;
   claimed_lease bigint;
   claimed_takeover boolean;
+  claimed_request text;
   is_claimable boolean;
   held text;
 BEGIN
+  -- Inside a transaction that has written, a rollback would undo the claim after the tool
+  -- ran: refuse before writing, and leave the caller's transaction as it was.
+  IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    RETURN 't';
+  END IF;
   FOR attempt IN 1..100 LOOP
     now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 
-    INSERT INTO ${t} AS r (key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at)
-      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, now_ms, now_ms + p_lease_ms)
+    INSERT INTO ${t} AS r (key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, request)
+      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, now_ms, now_ms + p_lease_ms, p_request)
       ON CONFLICT (key) DO NOTHING
       RETURNING r.lease_expires_at INTO claimed_lease;
     IF FOUND THEN
-      RETURN 'c1 ' || claimed_lease || ' 0';
+      RETURN 'c1 ' || claimed_lease || ' 0';  -- the stored request is the caller's own: not sent back
     END IF;
 
     -- The key exists (and, if a racer was inserting it, that racer has committed: the INSERT
@@ -134,16 +154,21 @@ BEGIN
         finished_at      = CASE WHEN ${unk} THEN now_ms END,
         expires_at       = CASE WHEN ${unk} THEN now_ms + p_retention_ms END,
         reason           = CASE WHEN ${unk} THEN 'lease_expired' END,
+        -- kept by a re-claim, a takeover and the expiry to unknown; a row past retention is
+        -- forgotten, so its claim stores the claimant's request (LEDGER-21)
+        request          = CASE WHEN r.state IN ('completed', 'failed', 'unknown') THEN p_request ELSE r.request END,
         result           = NULL,
         error            = NULL
       WHERE r.key = p_key AND ${claimable}
-      RETURNING r.fence, r.lease_expires_at, r.takeover, CASE WHEN r.state = 'in_flight' THEN NULL ELSE to_json(r)::text END
-        INTO claimed_fence, claimed_lease, claimed_takeover, held;
+      RETURNING r.fence, r.lease_expires_at, r.takeover, r.request,
+                CASE WHEN r.state = 'in_flight' THEN NULL ELSE to_json(r)::text END
+        INTO claimed_fence, claimed_lease, claimed_takeover, claimed_request, held;
     IF FOUND THEN
       IF held IS NOT NULL THEN
         RETURN 'e' || held;  -- an expired unkeyed_write claim, now unknown
       END IF;
-      RETURN 'c' || claimed_fence || ' ' || claimed_lease || CASE WHEN claimed_takeover THEN ' 1' ELSE ' 0' END;
+      RETURN 'c' || claimed_fence || ' ' || claimed_lease || CASE WHEN claimed_takeover THEN ' 1 ' ELSE ' 0 ' END
+        || claimed_request;
     END IF;
     -- A racer acted on the claimable row first (the UPDATE re-checked and found it live): look again.
   END LOOP;
@@ -201,23 +226,40 @@ CREATE TABLE IF NOT EXISTS ${qualified} (
   owner            text,               -- who holds / held the claim (diagnostics only)
   result           text,               -- completed: the result's JSON text, byte for byte
   error            text,               -- failed: the StoredError as JSON text
-  reason           text                -- unknown: why, e.g. lease_expired
+  reason           text,               -- unknown: why, e.g. lease_expired
+  request          text                -- the first claim's request, byte for byte (LEDGER-21)
 )${partitions === undefined ? "" : " PARTITION BY HASH (key)"};
 ${partitionDdl}
+-- A table created before the request column gets it here (last, as in a new table). It is
+-- nullable only so that it can be added to a table with rows: every row the ledger writes
+-- has one, and a row without one (an older version's) reads as ledger_corrupt. Checked
+-- first because ALTER TABLE takes an ACCESS EXCLUSIVE lock even when the column exists,
+-- and claims would queue behind it on every migrate().
+DO $add_request$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                  WHERE attrelid = '${qualified}'::regclass AND attname = 'request' AND NOT attisdropped) THEN
+    ALTER TABLE ${qualified} ADD COLUMN request text;
+  END IF;
+END
+$add_request$;
+
 -- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
 -- not change, so complete/fail/release stay HOT updates (no index writes); an index on
 -- expires_at would cost every finish an index insert.
 CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_claimed_at`)}
   ON ${qualified} (claimed_at);
 
--- claim(): the whole claim rule in one round trip (see the package README).
+-- claim(): the whole claim rule in one round trip (see the package README). The previous
+-- version's function (six arguments) wrote rows without a request: it goes.
+DROP FUNCTION IF EXISTS ${claimFunctionName({ schema, table })}(text, text, text, text, bigint, bigint);
 ${claimFunctionSql({ schema, table })}
 `;
 }
 
 /** The columns every read returns, in one place so decoders and statements agree. */
 export const ROW_COLUMNS =
-  "key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, finished_at, expires_at, result, error, reason";
+  "key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, finished_at, expires_at, result, error, reason, request";
 
 export interface Statement {
   /** Prepared-statement name: derived from the text, so two ledgers on one pool never clash. */
@@ -248,7 +290,7 @@ export function statements(name: TableName): Statements {
 
   // One round trip: the whole claim rule runs server-side in the claim function (see
   // claimFunctionSql for why it is a function and not a single CTE).
-  const claim = statement("claim", `SELECT ${claimFunctionName(name)}($1, $2, $3, $4, $5::bigint, $6::bigint)`);
+  const claim = statement("claim", `SELECT ${claimFunctionName(name)}($1, $2, $3, $4, $5::bigint, $6::bigint, $7)`);
 
   // Every owner transition is one conditional UPDATE on the fencing token: a stale owner
   // matches no row and changes nothing (LEDGER-5). A row of another format version is

@@ -81,6 +81,7 @@ export async function readStoredRow(
     effect: c.effect,
     fence: Number(c.fence),
     claimedAt: Number(c.claimed_at),
+    request: c.request,
     state: c.state,
   };
   switch (c.state) {

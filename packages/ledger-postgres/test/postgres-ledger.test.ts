@@ -41,12 +41,15 @@ async function fresh(tag: string, options: { retentionMs?: number; maxResultByte
   return made;
 }
 
-function request(key: string, owner: string, effect: LedgerEffect = "keyed_write", leaseMs = 60_000): ClaimRequest {
-  return { key, toolName: "send_payment", effect, owner, leaseMs };
+/** The request text claims carry unless a test says otherwise. */
+const REQUEST = '{"amount":1250,"to":"acct_1"}';
+
+function request(key: string, owner: string, effect: LedgerEffect = "keyed_write", leaseMs = 60_000, text = REQUEST): ClaimRequest {
+  return { key, toolName: "send_payment", effect, owner, leaseMs, request: text };
 }
 
-async function claimed(ledger: PostgresLedger, key: string, owner = "owner-a", effect: LedgerEffect = "keyed_write") {
-  const result = await ledger.claim(request(key, owner, effect));
+async function claimed(ledger: PostgresLedger, key: string, owner = "owner-a", effect: LedgerEffect = "keyed_write", text = REQUEST) {
+  const result = await ledger.claim(request(key, owner, effect, 60_000, text));
   if (result.outcome !== "claimed") throw new Error(`expected a claim of ${key}, got ${JSON.stringify(result)}`);
   return result;
 }
@@ -190,13 +193,14 @@ describe("claims, fences and leases, read from the table", () => {
     ({ ledger, schema } = await fresh("claim", { retentionMs: 3_600_000 }));
   });
 
-  it("a claim inserts one in_flight row, fence 1, with the lease measured on the server clock", async () => {
+  it("a claim inserts one in_flight row, fence 1, with the lease measured on the server clock and its request (LEDGER-21)", async () => {
     const before = await serverNow(admin);
     const result = await ledger.claim(request("c1", "owner-a", "keyed_write", 45_000));
     const after = await serverNow(admin);
-    expect(result).toMatchObject({ outcome: "claimed", fence: 1, takeover: false });
+    expect(result).toMatchObject({ outcome: "claimed", fence: 1, takeover: false, request: REQUEST });
     const c = await storedColumns(admin, schema, "c1");
     expect(c).toMatchObject({
+      request: REQUEST,
       v: ROW_FORMAT_VERSION,
       state: "in_flight",
       fence: "1",
@@ -236,30 +240,44 @@ describe("claims, fences and leases, read from the table", () => {
     expect(Number(c!.expires_at) - Number(c!.finished_at)).toBe(3_600_000);
   });
 
-  it("release keeps the fence; the next claim continues it (fence 2, not a takeover)", async () => {
+  it("release keeps the fence and request; the next claim continues the fence (2, not a takeover) and returns the first request", async () => {
     const first = await claimed(ledger, "c3");
     await ledger.release("c3", first.fence);
-    expect(await storedColumns(admin, schema, "c3")).toMatchObject({ state: "released", fence: "1" });
-    const second = await claimed(ledger, "c3", "owner-b");
-    expect(second).toMatchObject({ fence: 2, takeover: false });
-    expect(await storedColumns(admin, schema, "c3")).toMatchObject({ state: "in_flight", fence: "2", owner: "owner-b", takeover: false, finished_at: null });
+    expect(await storedColumns(admin, schema, "c3")).toMatchObject({ state: "released", fence: "1", request: REQUEST });
+    const second = await claimed(ledger, "c3", "owner-b", "keyed_write", '{"amount":1}');
+    expect(second).toMatchObject({ fence: 2, takeover: false, request: REQUEST });
+    expect(await storedColumns(admin, schema, "c3")).toMatchObject({
+      state: "in_flight",
+      fence: "2",
+      owner: "owner-b",
+      takeover: false,
+      finished_at: null,
+      request: REQUEST,
+    });
   });
 
-  it("an expired keyed_write claim is taken over: fence + 1, takeover recorded in the row", async () => {
+  it("an expired keyed_write claim is taken over: fence + 1, takeover recorded in the row, the first request kept and returned", async () => {
     await claimed(ledger, "c4", "owner-a", "keyed_write");
     await expireLease(admin, schema, "c4");
-    const takeover = await claimed(ledger, "c4", "owner-b", "keyed_write");
-    expect(takeover).toMatchObject({ fence: 2, takeover: true });
-    expect(await storedColumns(admin, schema, "c4")).toMatchObject({ state: "in_flight", fence: "2", owner: "owner-b", takeover: true });
+    const takeover = await claimed(ledger, "c4", "owner-b", "keyed_write", '{"amount":1250, "to":"acct_1"}');
+    expect(takeover).toMatchObject({ fence: 2, takeover: true, request: REQUEST });
+    expect(await storedColumns(admin, schema, "c4")).toMatchObject({
+      state: "in_flight",
+      fence: "2",
+      owner: "owner-b",
+      takeover: true,
+      request: REQUEST,
+    });
   });
 
-  it("an expired unkeyed_write claim becomes unknown (lease_expired) in the row and is returned, never re-claimed", async () => {
+  it("an expired unkeyed_write claim becomes unknown (lease_expired) in the row, keeps its request, and is returned, never re-claimed", async () => {
     await claimed(ledger, "c5", "owner-a", "unkeyed_write");
     await expireLease(admin, schema, "c5");
-    const result = await ledger.claim(request("c5", "owner-b", "unkeyed_write"));
+    const result = await ledger.claim(request("c5", "owner-b", "unkeyed_write", 60_000, '{"other":true}'));
     expect(result.outcome).toBe("existing");
+    expect(result.outcome === "existing" && result.row.request).toBe(REQUEST);
     const c = await storedColumns(admin, schema, "c5");
-    expect(c).toMatchObject({ state: "unknown", reason: "lease_expired", fence: "1", owner: "owner-a", lease_expires_at: null });
+    expect(c).toMatchObject({ state: "unknown", reason: "lease_expired", fence: "1", owner: "owner-a", lease_expires_at: null, request: REQUEST });
     expect(Number(c!.expires_at) - Number(c!.finished_at)).toBe(3_600_000);
     expect(result).toEqual({ outcome: "existing", row: await readStoredRow(admin, schema, "c5") });
     // And it stays unknown: a later claim does not run it either.
@@ -304,6 +322,12 @@ describe("claims, fences and leases, read from the table", () => {
       ["effect", { effect: "read" }],
       ["leaseMs", { leaseMs: -1 }],
       ["leaseMs", { leaseMs: Number.NaN }],
+      // Stored and returned byte for byte (LEDGER-21): only text a PostgreSQL text column holds exactly.
+      ["request", { request: undefined }],
+      ["request", { request: 42 }],
+      ["request", { request: { amount: 1 } }],
+      ["request", { request: '{"s":"\ud800"}' }],
+      ["request", { request: '{"s":"a\u0000b"}' }],
     ] as const) {
       const error = await rejection(ledger.claim({ ...request("bad-input", "o"), ...bad } as ClaimRequest));
       expect(error).toMatchObject({ code: "invalid_ledger_input", field });
@@ -413,6 +437,10 @@ describe("corrupt rows", () => {
     ["an unknown effect", "effect = 'maybe_write'"],
     ["a failed row whose error is not JSON", "state = 'failed', error = '{not json', finished_at = claimed_at, expires_at = claimed_at + 86400000"],
     ["a completed row without its result", "state = 'completed', finished_at = claimed_at, expires_at = claimed_at + 86400000"],
+    // A row of the version before the request column (LEDGER-21): doubt never becomes absence.
+    ["an in-flight row without a request", "request = NULL"],
+    ["a released row without a request", "state = 'released', request = NULL, finished_at = claimed_at, expires_at = claimed_at + 86400000"],
+    ["a row past retention without a request", "state = 'completed', result = '1', request = NULL, finished_at = 0, expires_at = 1"],
   ];
   for (const [name, set] of corruptions) {
     it(`${name}: claim and lookup raise ledger_corrupt, the row is left as it is and never treated as absent`, async () => {
@@ -450,7 +478,13 @@ describe("retention and sweep", () => {
 
     for (const key of ["r-done", "r-released", "r-again"]) await expireRetention(admin, schema, key);
     expect(await ledger.lookup("r-done")).toBeUndefined();
-    expect(await claimed(ledger, "r-again", "owner-b")).toMatchObject({ fence: 2, takeover: false });
+    // Forgotten, so this claim creates the row anew and stores its own request (LEDGER-21).
+    expect(await claimed(ledger, "r-again", "owner-b", "keyed_write", '{"second":"call"}')).toMatchObject({
+      fence: 2,
+      takeover: false,
+      request: '{"second":"call"}',
+    });
+    expect(await storedColumns(admin, schema, "r-again")).toMatchObject({ state: "in_flight", request: '{"second":"call"}' });
 
     expect(await ledger.sweep()).toBe(2);
     expect(await storedColumns(admin, schema, "r-done")).toBeUndefined();
@@ -466,8 +500,8 @@ describe("retention and sweep", () => {
   it("sweeps a backlog larger than one batch, in batches, and returns the total", async () => {
     const n = 12_345;
     await admin.query(
-      `INSERT INTO ${table(schema)} (key, v, state, tool_name, effect, fence, owner, claimed_at, finished_at, expires_at, result)
-       SELECT 'bulk-' || i, 1, 'completed', 'send_payment', 'keyed_write', 1, 'o', 1000 + i, 2000 + i, 3000 + i, '"ok"'
+      `INSERT INTO ${table(schema)} (key, v, state, tool_name, effect, fence, owner, claimed_at, finished_at, expires_at, result, request)
+       SELECT 'bulk-' || i, 1, 'completed', 'send_payment', 'keyed_write', 1, 'o', 1000 + i, 2000 + i, 3000 + i, '"ok"', '{}'
          FROM generate_series(1, $1::int) AS i`,
       [n],
     );
@@ -554,5 +588,276 @@ describe("connections: bring your own pool, restarts and failures", () => {
     expect(error.code).toBe("ledger_unavailable");
     expect(await storedColumns(admin, schema, "after-terminate")).toBeUndefined();
     await client.end().catch(() => {});
+  });
+});
+
+describe("the stored request (LEDGER-21)", () => {
+  let ledger: PostgresLedger;
+  let schema: string;
+  beforeAll(async () => {
+    ({ ledger, schema } = await fresh("request"));
+  });
+
+  // The claimed answer separates its fields with spaces: requests full of spaces and digits,
+  // or shaped like an answer, must come back whole.
+  const texts: [string, string][] = [
+    ["unicode and astral", '{"name":"Zoë 名前 😀🇺🇳","note":"𝔘𝔫𝔦𝔠𝔬𝔡𝔢"}'],
+    ["whitespace and key order jsonb would rewrite", '{ "to" : "acct_1" ,\n\t"amount" : 1.0 }  '],
+    ["spaces, digits and an answer's shape", " c2 1700000000000 1 e{} 0 "],
+    ["escapes kept as written", '{"s":"\\u00e9\\n\\"\\\\\\/","lone":"\\ud800"}'],
+    ["empty text", ""],
+  ];
+  for (const [name, text] of texts) {
+    it(`${name}: stored byte for byte, and returned identically by the first claim, a re-claim, a takeover, an existing row and lookup`, async () => {
+      const key = `req-${name}`;
+      const first = await claimed(ledger, key, "owner-a", "keyed_write", text);
+      expect(first.request).toBe(text);
+      const { rows } = await admin.query(`SELECT request, octet_length(request) AS bytes FROM ${table(schema)} WHERE key = $1`, [key]);
+      expect(rows[0]).toEqual({ request: text, bytes: Buffer.byteLength(text, "utf8") });
+      // A live row: every waiter sees the first request in the existing row (the row as JSON).
+      const waiting = await ledger.claim(request(key, "owner-b", "keyed_write", 60_000, "{}"));
+      expect(waiting.outcome === "existing" && waiting.row.request).toBe(text);
+      // Released and re-claimed, then taken over: the answer carries the stored request.
+      await ledger.release(key, first.fence);
+      expect((await claimed(ledger, key, "owner-b", "keyed_write", "[]")).request).toBe(text);
+      await expireLease(admin, schema, key);
+      const taken = await claimed(ledger, key, "owner-c", "keyed_write", "[1]");
+      expect(taken).toMatchObject({ fence: 3, takeover: true, request: text });
+      await ledger.complete(key, taken.fence, '"ok"');
+      expect((await ledger.lookup(key))?.request).toBe(text);
+      expect((await storedColumns(admin, schema, key))!.request).toBe(text);
+    });
+  }
+
+  it("every terminal transition keeps the request, and lookup returns it", async () => {
+    const finish: [string, (key: string, fence: number) => Promise<void>][] = [
+      ["completed", (k, f) => ledger.complete(k, f, "1")],
+      ["failed", (k, f) => ledger.fail(k, f, { name: "E", message: "m" })],
+      ["unknown", (k, f) => ledger.markUnknown(k, f, "tool_error")],
+      ["released", (k, f) => ledger.release(k, f)],
+    ];
+    for (const [state, done] of finish) {
+      const key = `terminal-${state}`;
+      const { fence } = await claimed(ledger, key, "owner-a", "unkeyed_write", `{"first":"${state}"}`);
+      await done(key, fence);
+      expect(await storedColumns(admin, schema, key), state).toMatchObject({ state, request: `{"first":"${state}"}` });
+      expect(await ledger.lookup(key), state).toEqual(await readStoredRow(admin, schema, key));
+      expect((await ledger.lookup(key))?.request, state).toBe(`{"first":"${state}"}`);
+    }
+  });
+});
+
+describe("schema migration from 0.1.0 (the request column)", () => {
+  it("migrate() adds the column to a 0.1.0 table, replaces the old claim function, and old rows read as ledger_corrupt", async () => {
+    const schema = uniqueSchema("upgrade");
+    schemas.push(schema);
+    // The schema.sql 0.1.0 shipped, for this schema, with one row it wrote.
+    const old = readFileSync(join(here, "fixtures", "schema-0.1.0.sql"), "utf8").replaceAll('"public"', `"${schema}"`);
+    expect(old).not.toContain("request");
+    await admin.query(old);
+    await admin.query(`SELECT "${schema}".dispatch_once_ledger_claim('legacy', 'send_payment', 'unkeyed_write', 'o', 60000, 86400000)`);
+
+    const ledger = new PostgresLedger({ pool: admin, schema });
+    await ledger.migrate();
+    await ledger.migrate(); // idempotent
+    const columns = await admin.query(
+      `SELECT column_name, data_type, is_nullable FROM information_schema.columns WHERE table_schema = $1 AND column_name = 'request'`,
+      [schema],
+    );
+    expect(columns.rows).toEqual([{ column_name: "request", data_type: "text", is_nullable: "YES" }]);
+    const fns = await admin.query(
+      `SELECT p.oid::regprocedure::text AS signature FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1`,
+      [schema],
+    );
+    expect(fns.rows.map((r) => r.signature)).toEqual([
+      `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text)`,
+    ]);
+    // The old row has no request: its re-run could not send the first request, so it is never absent,
+    // and an expired one is not turned unknown or taken over either: it is left for a person.
+    await expireLease(admin, schema, "legacy");
+    const before = await tuple(schema, "legacy");
+    expect((await rejection(ledger.lookup("legacy"))).code).toBe("ledger_corrupt");
+    expect((await rejection(ledger.claim(request("legacy", "owner-b", "unkeyed_write")))).code).toBe("ledger_corrupt");
+    expect(await tuple(schema, "legacy")).toEqual(before);
+    // New claims store their request; the table and the fresh DDL agree column for column.
+    expect(await claimed(ledger, "fresh")).toMatchObject({ fence: 1, request: REQUEST });
+    const fresh = uniqueSchema("upgrade_fresh");
+    schemas.push(fresh);
+    await new PostgresLedger({ pool: admin, schema: fresh }).migrate();
+    const shape = async (s: string) =>
+      (
+        await admin.query(
+          `SELECT column_name, data_type, is_nullable, ordinal_position FROM information_schema.columns
+            WHERE table_schema = $1 AND table_name = 'dispatch_once_ledger' ORDER BY ordinal_position`,
+          [s],
+        )
+      ).rows;
+    expect(await shape(schema)).toEqual(await shape(fresh));
+  });
+
+  it("migrate() on a table that has the column takes no ACCESS EXCLUSIVE lock (claims never queue behind a no-op ALTER)", async () => {
+    const { schema } = await fresh("upgrade_lock");
+    const client = new pg.Client({ connectionString: DATABASE_URL });
+    await client.connect();
+    try {
+      const pid = (await client.query("SELECT pg_backend_pid() AS pid")).rows[0].pid;
+      await client.query("BEGIN");
+      await new PostgresLedger({ pool: client, schema }).migrate(); // held until ROLLBACK: observable
+      const { rows } = await admin.query(
+        `SELECT mode FROM pg_locks WHERE pid = $1 AND relation = $2::regclass AND mode = 'AccessExclusiveLock'`,
+        [pid, table(schema)],
+      );
+      expect(rows).toEqual([]);
+      await client.query("ROLLBACK");
+    } finally {
+      await client.end();
+    }
+  });
+
+  it("migrate() adds the column to every partition of a hash-partitioned 0.1.0 table", async () => {
+    const schema = uniqueSchema("upgrade_part");
+    schemas.push(schema);
+    const old = readFileSync(join(here, "fixtures", "schema-0.1.0.sql"), "utf8")
+      .replaceAll('"public"', `"${schema}"`)
+      .replace(/\n\);\n/, "\n) PARTITION BY HASH (key);\n");
+    await admin.query(old);
+    for (let i = 0; i < 2; i++) {
+      await admin.query(
+        `CREATE TABLE "${schema}"."dispatch_once_ledger_p${i}" PARTITION OF "${schema}"."dispatch_once_ledger" FOR VALUES WITH (MODULUS 2, REMAINDER ${i})`,
+      );
+    }
+    const ledger = new PostgresLedger({ pool: admin, schema });
+    await ledger.migrate();
+    const { rows } = await admin.query(
+      `SELECT table_name FROM information_schema.columns WHERE table_schema = $1 AND column_name = 'request' ORDER BY 1`,
+      [schema],
+    );
+    expect(rows.map((r) => r.table_name)).toEqual(["dispatch_once_ledger", "dispatch_once_ledger_p0", "dispatch_once_ledger_p1"]);
+    for (let i = 0; i < 20; i++) expect(await claimed(ledger, `p-${i}`)).toMatchObject({ fence: 1, request: REQUEST });
+  });
+});
+
+describe("LEDGER-22: a client inside the caller's transaction is refused before the ledger writes", () => {
+  let schema: string;
+  let client: pg.Client;
+  let onClient: PostgresLedger;
+  beforeAll(async () => {
+    ({ schema } = await fresh("txn"));
+    client = new pg.Client({ connectionString: DATABASE_URL });
+    client.on("error", () => {});
+    await client.connect();
+    onClient = new PostgresLedger({ pool: client, schema });
+  });
+  afterAll(async () => {
+    await client.end();
+  });
+
+  async function refusedInside(what: string, op: () => Promise<unknown>) {
+    const error = await rejection(op());
+    expect(error, what).toMatchObject({ code: "invalid_ledger_input", field: "pool" });
+    expect(error.message, what).toMatch(/inside a transaction/);
+  }
+
+  for (const [name, after] of [
+    ["right after BEGIN", async () => {}],
+    ["after it read", async () => void (await client.query("SELECT 1"))],
+    ["after it wrote", async () => void (await client.query(`CREATE TEMP TABLE IF NOT EXISTS mine (x int); INSERT INTO mine VALUES (1)`))],
+    ["in REPEATABLE READ", async () => void (await client.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))],
+  ] as const) {
+    it(`${name}: claim is refused with invalid_ledger_input (field pool), nothing is written, the caller's transaction is intact`, async () => {
+      const key = `txn-${name}`;
+      await client.query("BEGIN");
+      await after();
+      await refusedInside("claim", () => onClient.claim(request(key, "o")));
+      // Not aborted: the caller's own work goes on and can commit.
+      expect(client.getTransactionStatus()).toBe("T");
+      expect((await client.query("SELECT 2 AS two")).rows).toEqual([{ two: 2 }]);
+      await client.query("COMMIT");
+      expect(await storedColumns(admin, schema, key)).toBeUndefined();
+      // Outside the transaction the same client claims as usual.
+      expect(await onClient.claim(request(key, "o"))).toMatchObject({ outcome: "claimed", fence: 1 });
+      expect(await storedColumns(admin, schema, key)).toMatchObject({ state: "in_flight", fence: "1" });
+    });
+  }
+
+  it("every other operation is refused inside the transaction and changes nothing; after ROLLBACK they work", async () => {
+    const { fence } = await claimed(onClient, "txn-ops");
+    const before = await tuple(schema, "txn-ops");
+    await client.query("BEGIN");
+    const ops: [string, () => Promise<unknown>][] = [
+      ["renew", () => onClient.renew("txn-ops", fence, 1000)],
+      ["complete", () => onClient.complete("txn-ops", fence, '"x"')],
+      ["complete (too large)", () => onClient.complete("txn-ops", fence, "x".repeat(2 * 1024 * 1024))],
+      ["fail", () => onClient.fail("txn-ops", fence, { name: "E", message: "m" })],
+      ["markUnknown", () => onClient.markUnknown("txn-ops", fence, "why")],
+      ["release", () => onClient.release("txn-ops", fence)],
+      ["lookup", () => onClient.lookup("txn-ops")],
+      ["sweep", () => onClient.sweep()],
+    ];
+    for (const [what, op] of ops) await refusedInside(what, op);
+    await client.query("ROLLBACK");
+    expect(await tuple(schema, "txn-ops")).toEqual(before);
+    await onClient.complete("txn-ops", fence, '"done"');
+    expect(await storedColumns(admin, schema, "txn-ops")).toMatchObject({ state: "completed", result: '"done"' });
+  });
+
+  it("a failed transaction (status E) is refused too", async () => {
+    await client.query("BEGIN");
+    await rejection(client.query("SELECT no_such_column FROM no_such_table"));
+    expect(client.getTransactionStatus()).toBe("E");
+    await refusedInside("claim", () => onClient.claim(request("txn-failed", "o")));
+    await client.query("ROLLBACK");
+    expect(await storedColumns(admin, schema, "txn-failed")).toBeUndefined();
+  });
+
+  it("a BEGIN queued on the client just before the claim (status not yet T): the claim is not handed out, and the rollback leaves no row", async () => {
+    const begin = client.query("BEGIN"); // not awaited: the claim queues behind it
+    await refusedInside("claim", () => onClient.claim(request("txn-queued", "o")));
+    await begin;
+    await client.query("ROLLBACK");
+    expect(await storedColumns(admin, schema, "txn-queued")).toBeUndefined();
+  });
+
+  it("a checked-out PoolClient inside BEGIN is refused; released to its pool and checked out again outside it, it works", async () => {
+    const pool = adminPool(1);
+    const pooled = await pool.connect();
+    const onPooled = new PostgresLedger({ pool: pooled, schema });
+    await pooled.query("BEGIN");
+    await refusedInside("claim", () => onPooled.claim(request("txn-pooled", "o")));
+    await pooled.query("ROLLBACK");
+    expect(await onPooled.claim(request("txn-pooled", "o"))).toMatchObject({ outcome: "claimed" });
+    pooled.release();
+    await pool.end();
+  });
+
+  it("a queryable without a transaction status (a wrapper) inside a transaction that wrote: the claim function refuses it, writing nothing", async () => {
+    const wrapper = { query: (config: never) => client.query(config) };
+    const onWrapper = new PostgresLedger({ pool: wrapper as never, schema });
+    await client.query("BEGIN");
+    await client.query(`CREATE TEMP TABLE IF NOT EXISTS mine (x int); INSERT INTO mine VALUES (2)`);
+    await refusedInside("claim", () => onWrapper.claim(request("txn-wrapper", "o")));
+    expect(client.getTransactionStatus()).toBe("T"); // refused by an answer, not an error: not aborted
+    await client.query("COMMIT");
+    expect(await storedColumns(admin, schema, "txn-wrapper")).toBeUndefined();
+  });
+
+  it("a pg.Pool works as before, whatever its other clients are doing, and migrate() may run inside a migration transaction", async () => {
+    const pool = adminPool(3);
+    const onPool = new PostgresLedger({ pool, schema });
+    const busy = await pool.connect();
+    await busy.query("BEGIN");
+    const c = await claimed(onPool, "txn-pool");
+    await onPool.complete("txn-pool", c.fence, '"ok"');
+    expect(await storedColumns(admin, schema, "txn-pool")).toMatchObject({ state: "completed", result: '"ok"' });
+    await busy.query("ROLLBACK");
+    busy.release();
+    await pool.end();
+
+    const migrating = uniqueSchema("txn_migrate");
+    schemas.push(migrating);
+    await client.query("BEGIN");
+    await new PostgresLedger({ pool: client, schema: migrating }).migrate();
+    await client.query("ROLLBACK");
+    expect((await admin.query(`SELECT 1 FROM pg_namespace WHERE nspname = $1`, [migrating])).rowCount).toBe(0);
   });
 });

@@ -48,9 +48,22 @@ let next = 0;
 async function lane(): Promise<void> {
   while (next < order.length) {
     const { key, effect } = order[next++]!;
-    const claim = await ledger.claim({ key, toolName: "send_payment", effect, owner: `worker-${workerId}`, leaseMs: 60_000 });
+    const claim = await ledger.claim({
+      key,
+      toolName: "send_payment",
+      effect,
+      owner: `worker-${workerId}`,
+      leaseMs: 60_000,
+      request: `{"key":"${key}","worker":${Number(workerId)}}`,
+    });
     if (claim.outcome === "claimed") {
-      await pool.query(`INSERT INTO "${schema}".run_log (key, worker, fence) VALUES ($1, $2, $3)`, [key, workerId, claim.fence]);
+      // The tool runs with the request the claim returned: the stored one (LEDGER-21).
+      await pool.query(`INSERT INTO "${schema}".run_log (key, worker, fence, request) VALUES ($1, $2, $3, $4)`, [
+        key,
+        workerId,
+        claim.fence,
+        claim.request,
+      ]);
       await ledger.complete(key, claim.fence, JSON.stringify({ ranBy: Number(workerId), fence: claim.fence }));
       won.push({ key, fence: claim.fence, takeover: claim.takeover });
     } else {

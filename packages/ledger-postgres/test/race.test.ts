@@ -69,7 +69,7 @@ describe(`multi-process race: ${PROCESSES} OS processes claim the same keys`, ()
     // The run log: one row per execution of the "tool". Its primary key is deliberately NOT on
     // key, so a second run would be recorded, not refused.
     await admin.query(
-      `CREATE TABLE "${schema}".run_log (id bigserial PRIMARY KEY, key text NOT NULL, worker int NOT NULL, fence bigint NOT NULL)`,
+      `CREATE TABLE "${schema}".run_log (id bigserial PRIMARY KEY, key text NOT NULL, worker int NOT NULL, fence bigint NOT NULL, request text NOT NULL)`,
     );
   });
 
@@ -101,14 +101,18 @@ describe(`multi-process race: ${PROCESSES} OS processes claim the same keys`, ()
     expect(runs.filter((r) => r.runs !== "1")).toEqual([]);
     for (const r of runs) expect(winners.get(r.key)).toEqual([r.worker]);
 
-    // Ledger rows: every key completed at fence 1 with the winner's result, never taken over.
+    // Ledger rows: every key completed at fence 1 with the winner's result, never taken over,
+    // storing the winner's request, which is the one its run used (LEDGER-21).
     const { rows } = await admin.query(
-      `SELECT key, state, fence, takeover, result FROM ${table(schema)} WHERE key LIKE 'fresh-%'`,
+      `SELECT t.key, t.state, t.fence, t.takeover, t.result, t.request, l.request AS ran_with
+         FROM ${table(schema)} t JOIN "${schema}".run_log l USING (key) WHERE t.key LIKE 'fresh-%'`,
     );
     expect(rows.length).toBe(keys.length);
     for (const row of rows) {
       expect(row).toMatchObject({ state: "completed", fence: "1", takeover: false });
       expect(JSON.parse(row.result)).toEqual({ ranBy: winners.get(row.key)![0], fence: 1 });
+      expect(row.request).toBe(`{"key":"${row.key}","worker":${winners.get(row.key)![0]}}`);
+      expect(row.ran_with).toBe(row.request);
     }
   });
 
@@ -116,11 +120,12 @@ describe(`multi-process race: ${PROCESSES} OS processes claim the same keys`, ()
     // Seed rows directly in SQL, as a crashed owner or an earlier release would leave them.
     const n = 60;
     await admin.query(
-      `INSERT INTO ${table(schema)} (key, v, state, tool_name, effect, fence, owner, claimed_at, lease_expires_at, finished_at, expires_at)
+      `INSERT INTO ${table(schema)} (key, v, state, tool_name, effect, fence, owner, claimed_at, lease_expires_at, finished_at, expires_at, request)
        SELECT k.key, 1, k.state, 'send_payment', k.effect, 5, 'crashed', now_ms - 120000,
               CASE WHEN k.state = 'in_flight' THEN now_ms - 60000 END,
               CASE WHEN k.state <> 'in_flight' THEN now_ms - 60000 END,
-              CASE WHEN k.state = 'released' THEN now_ms + 3600000 WHEN k.state = 'completed' THEN now_ms - 1 END
+              CASE WHEN k.state = 'released' THEN now_ms + 3600000 WHEN k.state = 'completed' THEN now_ms - 1 END,
+              '{"first":"' || k.key || '"}'
          FROM (SELECT floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS now_ms) c,
               LATERAL (
                 SELECT 'expired-keyed-' || i AS key, 'in_flight' AS state, 'keyed_write' AS effect FROM generate_series(1, $1::int) i
@@ -156,6 +161,19 @@ describe(`multi-process race: ${PROCESSES} OS processes claim the same keys`, ()
     );
     expect(runs.length).toBe(claimable.length);
     expect(runs.filter((r) => r.runs !== "1" || r.fence !== "6")).toEqual([]);
+
+    // LEDGER-21: a takeover and a re-claim after release keep the first request and run with it;
+    // a row past retention is forgotten, so its winner stores and runs its own request.
+    const { rows: requests } = await admin.query<{ key: string; request: string; ran_with: string | null; worker: number | null }>(
+      `SELECT t.key, t.request, l.request AS ran_with, l.worker
+         FROM ${table(schema)} t LEFT JOIN "${schema}".run_log l USING (key) WHERE t.key NOT LIKE 'fresh-%'`,
+    );
+    expect(requests.length).toBe(keys.length);
+    for (const r of requests) {
+      const expected = r.key.startsWith("past-retention-") ? `{"key":"${r.key}","worker":${r.worker}}` : `{"first":"${r.key}"}`;
+      expect(r.request, r.key).toBe(expected);
+      expect(r.ran_with, r.key).toBe(r.key.startsWith("expired-unkeyed-") ? null : expected);
+    }
 
     const { rows: states } = await admin.query<{ kind: string; state: string; fence: string; takeover: boolean; reason: string | null; n: string }>(
       `SELECT regexp_replace(key, '-[0-9]+$', '') AS kind, state, fence, takeover, reason, count(*) AS n
