@@ -229,7 +229,7 @@ describe("Dispatcher", () => {
     const dispatcher = new Dispatcher({ tools: [invoice], ledger: durable(ledger), leaseMs: 1_000 });
     const key = dispatcher.keyFor({ name: "create_invoice", input: { amount: 1 } }, turn0);
     // A worker claimed and died mid-call.
-    await ledger.claim({ key, toolName: "create_invoice", effect: "unkeyed_write", owner: "dead", leaseMs: 1_000 });
+    await ledger.claim({ key, toolName: "create_invoice", effect: "unkeyed_write", owner: "dead", leaseMs: 1_000, request: canonicalizeForTest({ amount: 1 }) });
     clock.advance(1_001);
     await expect(dispatcher.turn(turn0).dispatch({ name: "create_invoice", input: { amount: 1 } })).rejects.toMatchObject({
       code: "outcome_unknown",
@@ -257,7 +257,7 @@ describe("Dispatcher", () => {
     const { tool, effects } = fakePayments();
     const dispatcher = new Dispatcher({ tools: [tool], ledger, waitMs: 60, pollMs: 5 });
     const key = dispatcher.keyFor({ name: "send_payment", input: pay }, turn0);
-    await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "other", leaseMs: 60_000 });
+    await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "other", leaseMs: 60_000, request: canonicalizeForTest(pay) });
     const attempt = dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay });
     await expect(attempt).rejects.toBeInstanceOf(InFlightElsewhereError);
     expect(effects).toHaveLength(0);
@@ -268,7 +268,7 @@ describe("Dispatcher", () => {
     const { tool, effects } = fakePayments();
     const dispatcher = new Dispatcher({ tools: [tool], ledger, waitMs: 2_000, pollMs: 5 });
     const key = dispatcher.keyFor({ name: "send_payment", input: pay }, turn0);
-    const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "other", leaseMs: 60_000 });
+    const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "other", leaseMs: 60_000, request: canonicalizeForTest(pay) });
     if (claim.outcome !== "claimed") throw new Error("expected to claim");
     setTimeout(() => void ledger.complete(key, claim.fence, '{"paymentId":"pay_other"}'), 30);
     const outcome = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay });
