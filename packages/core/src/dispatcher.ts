@@ -8,6 +8,7 @@ import {
   InvalidArgumentError,
   InvalidToolDefinitionError,
   LedgerCorruptError,
+  LedgerUnavailableError,
   OutcomeUnknownError,
   ResultNotStorableError,
   ToolError,
@@ -16,6 +17,7 @@ import {
   isDispatchOnceError,
   type StoredError,
 } from "./errors.js";
+import { catalogueEntry } from "./error-catalogue.js";
 import { deriveKey } from "./key.js";
 import { toJsonData } from "./json-data.js";
 import type { InFlightRow, Ledger, LedgerEffect, TerminalRow } from "./ledger.js";
@@ -418,7 +420,7 @@ export class Dispatcher implements CallDispatcher {
       return this.failClosed(key, fence, error);
     }
     try {
-      await this.ledger.complete(key, fence, resultJson);
+      await this.recorded(key, () => this.ledger.complete(key, fence, resultJson));
     } catch (error) {
       if (!isDispatchOnceError(error, "result_not_storable")) throw error;
       return this.failClosed(key, fence, error);
@@ -426,16 +428,36 @@ export class Dispatcher implements CallDispatcher {
     return { ...base, result: JSON.parse(resultJson) as JsonValue, resultJson, replayed: false };
   }
 
+  /**
+   * A ledger write made AFTER the tool ran. An error from it says nothing about the effect,
+   * which may have happened: one whose code would read "did not happen" (a refused argument,
+   * a connection inside the caller's transaction) is re-raised as ledger_unavailable, so no
+   * caller or record tells the user an effect failed that may have taken place (ERR-4).
+   */
+  private async recorded(key: string, write: () => Promise<void>): Promise<void> {
+    try {
+      await write();
+    } catch (error) {
+      if (catalogueEntry(error)?.effect === "no") {
+        throw new LedgerUnavailableError(
+          `the ledger refused to record the outcome of call ${key} after the tool ran: ${describeError(error)}`,
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+  }
+
   /** The effect happened and its result cannot be kept: fail closed, never re-run (LEDGER-10). */
   private async failClosed(key: string, fence: number, error: Error): Promise<never> {
     const notStorable = isDispatchOnceError(error, "result_not_storable")
       ? error
       : new ResultNotStorableError(key, error.message, { cause: error });
-    await this.ledger.fail(key, fence, {
+    await this.recorded(key, () => this.ledger.fail(key, fence, {
       name: "ResultNotStorableError",
       message: notStorable.message,
       code: "result_not_storable",
-    });
+    }));
     throw notStorable;
   }
 
@@ -450,18 +472,18 @@ export class Dispatcher implements CallDispatcher {
     switch (disposition) {
       case "definite": {
         const stored = toStoredError(error as ToolError);
-        await this.ledger.fail(key, fence, stored);
+        await this.recorded(key, () => this.ledger.fail(key, fence, stored));
         throw new ToolFailedError(key, stored, false);
       }
       case "not_performed":
-        await this.ledger.release(key, fence);
+        await this.recorded(key, () => this.ledger.release(key, fence));
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: false });
         throw new ClaimReleasedError(key, false, error);
       case "request_mismatch": {
         // The downstream holds this key for another request: the first one may have been
         // performed, and no re-run can tell, whatever the class (EFFECT-6).
         const reason = `request_mismatch: ${describeError(error)}`;
-        await this.ledger.markUnknown(key, fence, reason);
+        await this.recorded(key, () => this.ledger.markUnknown(key, fence, reason));
         throw new OutcomeUnknownError(key, reason, { cause: error });
       }
       case "unknown":
@@ -470,13 +492,13 @@ export class Dispatcher implements CallDispatcher {
     if (tool.effect === "keyed_write") {
       // Unknown outcome, but a re-run sends the stored request under the same key and the
       // downstream collapses it (EFFECT-3, LEDGER-21).
-      await this.ledger.release(key, fence);
+      await this.recorded(key, () => this.ledger.release(key, fence));
       this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: true });
       throw new ClaimReleasedError(key, true, error);
     }
     // Unknown outcome and nothing downstream to collapse a repeat: never re-run (EFFECT-4).
     const reason = `tool_error: ${describeError(error)}`;
-    await this.ledger.markUnknown(key, fence, reason);
+    await this.recorded(key, () => this.ledger.markUnknown(key, fence, reason));
     throw new OutcomeUnknownError(key, reason, { cause: error });
   }
 

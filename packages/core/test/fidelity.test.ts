@@ -333,6 +333,21 @@ describe("two copies of core in one process (ERR-3)", () => {
   });
 });
 
+describe("ledger errors after the tool ran (ERR-4)", () => {
+  it("ERR-4 a ledger that refuses to record an outcome after the run never reads as 'did not happen'", async () => {
+    const { InvalidLedgerInputError } = await import("../src/index.js");
+    const base = new MemoryLedger();
+    const refusing: Ledger = Object.assign(Object.create(base) as Ledger, {
+      capabilities: base.capabilities,
+      complete: () => Promise.reject(new InvalidLedgerInputError("pool", "the connection is inside a transaction")),
+    });
+    const down = keyedDownstream();
+    const dispatcher = new Dispatcher({ tools: [down.tool], ledger: refusing });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay })).rejects.toMatchObject({ code: "ledger_unavailable" });
+    expect(down.effects).toHaveLength(1);
+  });
+});
+
 describe("self-fencing (DISPATCH-13)", () => {
   it("DISPATCH-13 renewals that cannot reach the ledger for longer than the lease abort the tool", async () => {
     const ledger = new MemoryLedger();
