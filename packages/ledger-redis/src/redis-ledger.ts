@@ -71,9 +71,11 @@ export interface RedisServerReport {
   unsafe: Array<{ node: string; setting: string; value: string }>;
 }
 
-const CMD_CLAIM = "dispatchOnceLedgerClaimV1";
-const CMD_RENEW = "dispatchOnceLedgerRenewV1";
-const CMD_FINISH = "dispatchOnceLedgerFinishV1";
+// V2: rows carry the stored request (LEDGER-21). A new name, so a client shared with an older
+// copy of this package never runs the other copy's script under the same command.
+const CMD_CLAIM = "dispatchOnceLedgerClaimV2";
+const CMD_RENEW = "dispatchOnceLedgerRenewV2";
+const CMD_FINISH = "dispatchOnceLedgerFinishV2";
 
 type ScriptReply = [string, ...unknown[]];
 
@@ -179,6 +181,10 @@ export class RedisLedger implements Ledger {
       throw new InvalidLedgerInputError("effect", `must be keyed_write or unkeyed_write, got ${String(request.effect)}`);
     }
     if (typeof request.owner !== "string") throw new InvalidLedgerInputError("owner", "must be a string");
+    // Stored as UTF-8 and returned byte for byte (LEDGER-21): a lone surrogate has no UTF-8 form.
+    if (typeof request.request !== "string" || !request.request.isWellFormed()) {
+      throw new InvalidLedgerInputError("request", "must be a string without lone surrogates");
+    }
     const leaseMs = this.checkLease(request.leaseMs);
     const reply = await this.call("claim", key, () =>
       this.scripts[CMD_CLAIM](
@@ -189,6 +195,7 @@ export class RedisLedger implements Ledger {
         request.owner,
         leaseMs,
         this.retentionArg,
+        request.request,
       ),
     );
     switch (reply[0]) {
@@ -198,6 +205,9 @@ export class RedisLedger implements Ledger {
           fence: Number(reply[1]),
           leaseExpiresAt: Number(reply[2]),
           takeover: Number(reply[3]) === 1,
+          // A re-claim or takeover replies with the row's stored request; a claim that created
+          // the row replies without it, because what it stored is this very argument.
+          request: reply.length > 4 ? String(reply[4]) : request.request,
         };
       case "existing": {
         const row = decodeRow(key, String(reply[1]));
@@ -461,26 +471,56 @@ export function decodeRow(key: string, value: string): LedgerRow {
   const effect = header.effect;
   if (typeof effect !== "string" || !EFFECTS.has(effect)) corrupt(`unknown effect ${JSON.stringify(effect)}`);
   if (typeof header.toolName !== "string") corrupt("field toolName is missing");
+  // The body starts with the stored request (LEDGER-21). A row without requestBytes was
+  // written before LEDGER-21: it has no request to re-run with, so it is corrupt, not absent.
+  const split = utf8Prefix(body, int("requestBytes"));
+  if (split === undefined) corrupt("the body does not start with requestBytes bytes of UTF-8");
+  const request = body.slice(0, split);
+  const rest = body.slice(split);
   const base = {
     key,
     toolName: header.toolName as string,
     effect: effect as "keyed_write" | "unkeyed_write",
     fence: int("fence"),
     claimedAt: int("claimedAt"),
+    request,
   };
   if (base.fence < 1) corrupt("fence is below 1");
   switch (state) {
     case "in_flight":
-      return { ...base, state, owner: body, leaseExpiresAt: int("leaseExpiresAt") };
+      return { ...base, state, owner: rest, leaseExpiresAt: int("leaseExpiresAt") };
     case "completed":
-      return { ...base, state, result: body, finishedAt: int("finishedAt") };
+      return { ...base, state, result: rest, finishedAt: int("finishedAt") };
     case "failed":
-      return { ...base, state, error: decodeStoredError(key, body), finishedAt: int("finishedAt") };
+      return { ...base, state, error: decodeStoredError(key, rest), finishedAt: int("finishedAt") };
     case "unknown":
-      return { ...base, state, reason: body, finishedAt: int("finishedAt") };
+      return { ...base, state, reason: rest, finishedAt: int("finishedAt") };
     default:
+      if (rest !== "") corrupt("a released row has text after its request");
       return { ...base, state: "released", finishedAt: int("finishedAt") };
   }
+}
+
+/**
+ * The index in `text` (UTF-16 code units) after its first `bytes` UTF-8 bytes, or undefined when
+ * `text` is shorter or the count ends inside a character. Walks only the prefix, so reading the
+ * request in front of a 1 MiB result costs the request's length, not the result's.
+ */
+function utf8Prefix(text: string, bytes: number): number | undefined {
+  let i = 0;
+  let n = 0;
+  while (n < bytes) {
+    if (i >= text.length) return undefined;
+    const c = text.charCodeAt(i);
+    if (c < 0x80) n += 1;
+    else if (c < 0x800) n += 2;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      n += 4;
+      i += 1;
+    } else n += 3; // the rest of the BMP; a lone surrogate (never stored) reads back as U+FFFD, also 3 bytes
+    i += 1;
+  }
+  return n === bytes ? i : undefined;
 }
 function decodeStoredError(key: string, text: string): StoredError {
   let value: unknown;

@@ -65,16 +65,29 @@ local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local replaced, n = string.gsub(v, '^({"v":%d+,"state":"in_flight","fence":%d+,"claimedAt":%d+,"leaseExpiresAt":)%d+',
+local replaced, n = string.gsub(v, '^({"v":%d+,"state":"in_flight","fence":%d+,"claimedAt":%d+,"requestBytes":%d+,"leaseExpiresAt":)%d+',
   '%1' .. string.format('%d', now - 1), 1)
 if n == 0 then return 0 end
 redis.call('SET', KEYS[1], replaced)
 return 1
 `;
 
-/** The test's own reading of a stored row (not the adapter's): JSON header, newline, raw body. */
-export function parseStored(value: string): { header: Record<string, unknown>; body: string } {
-  const newline = value.indexOf("\n");
-  if (newline < 0) throw new Error(`no header in ${JSON.stringify(value.slice(0, 80))}`);
-  return { header: JSON.parse(value.slice(0, newline)) as Record<string, unknown>, body: value.slice(newline + 1) };
+/**
+ * The test's own reading of a stored row (not the adapter's), done on the bytes: JSON header,
+ * newline, then the stored request (header.requestBytes UTF-8 bytes) and the state's body.
+ * Pass the Buffer from getBuffer() to see exactly what Redis holds.
+ */
+export function parseStored(value: string | Buffer): { header: Record<string, unknown>; request: string; body: string } {
+  const bytes = typeof value === "string" ? Buffer.from(value, "utf8") : value;
+  const newline = bytes.indexOf(0x0a);
+  if (newline < 0) throw new Error(`no header in ${JSON.stringify(bytes.subarray(0, 80).toString())}`);
+  const header = JSON.parse(bytes.subarray(0, newline).toString("utf8")) as Record<string, unknown>;
+  const requestBytes = header.requestBytes;
+  if (typeof requestBytes !== "number") throw new Error(`no requestBytes in ${JSON.stringify(header)}`);
+  const start = newline + 1;
+  return {
+    header,
+    request: bytes.subarray(start, start + requestBytes).toString("utf8"),
+    body: bytes.subarray(start + requestBytes).toString("utf8"),
+  };
 }

@@ -29,7 +29,7 @@ await Promise.all(
   [0, 1, 2, 3].map(async (lane) => {
     for (let i = lane; i < keys.length; i += 4) {
       const key = keys[i]!;
-      const claim = await ledger.claim({ key, toolName: "send_payment", effect: "unkeyed_write", owner: `worker-${workerId}`, leaseMs: 60_000 });
+      const claim = await ledger.claim({ key, toolName: "send_payment", effect: "unkeyed_write", owner: `worker-${workerId}`, leaseMs: 60_000, request: JSON.stringify({ key }) });
       if (claim.outcome === "claimed") {
         won.push(key);
         await log.rpush(`${prefix}:runs`, `${key}|${workerId}|${claim.fence}`); // the side effect

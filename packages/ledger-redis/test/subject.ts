@@ -8,11 +8,12 @@ const BODY_FIELD: Record<string, string> = { in_flight: "owner", completed: "res
 
 /** Decode a stored row with the test's own code (not the adapter's), field names as core's LedgerRow. */
 export async function readRow(client: Redis, redisKey: string, key: string): Promise<Record<string, unknown> | undefined> {
-  const value = await client.get(redisKey);
+  // The bytes, not a decoded string: the request is split off by its UTF-8 length (requestBytes).
+  const value = await client.getBuffer(redisKey);
   if (value === null) return undefined;
-  const { header, body } = parseStored(value);
-  const { v: _version, ...fields } = header;
-  const row: Record<string, unknown> = { key, ...fields };
+  const { header, request, body } = parseStored(value);
+  const { v: _version, requestBytes: _length, ...fields } = header;
+  const row: Record<string, unknown> = { key, ...fields, request };
   const state = String(header.state);
   if (state === "failed") row.error = JSON.parse(body);
   else if (BODY_FIELD[state] !== undefined) row[BODY_FIELD[state]] = body;
