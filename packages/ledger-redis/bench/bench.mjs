@@ -7,6 +7,8 @@ import { randomBytes } from "node:crypto";
 import { pathToFileURL } from "node:url";
 import { Redis } from "ioredis";
 import { RedisLedger } from "../dist/index.js";
+// A typical stored request (LEDGER-21): the JCS text of a payment call's arguments, 55 bytes.
+const REQUEST = '{"amount":4200,"currency":"eur","to":"acct_0123456789"}';
 
 const ADAPTER = "ledger-redis";
 const FLOOR = "redis floor (SET NX + SET XX)";
@@ -75,7 +77,7 @@ export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], ur
   // The adapter: lease on the server clock, fence checked on complete.
   const ledgerClaimComplete = async () => {
     const key = `k${n++}`;
-    const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000 });
+    const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000, request: REQUEST });
     if (claim.outcome !== "claimed") throw new Error("ledger claim lost");
     await ledger.complete(key, claim.fence, result);
   };
@@ -109,7 +111,7 @@ export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], ur
   );
   const ledgerContended = contended(
     async (key) => {
-      const claim = await ledger.claim({ key: `c${key}`, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000 });
+      const claim = await ledger.claim({ key: `c${key}`, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000, request: REQUEST });
       return claim.outcome === "claimed" ? claim.fence : 0;
     },
     (key, fence) => ledger.complete(`c${key}`, fence, result),

@@ -8,6 +8,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { RedisLedger } from "../dist/index.js";
+// A typical stored request (LEDGER-21): the JCS text of a payment call's arguments, 55 bytes.
+const REQUEST = '{"amount":4200,"currency":"eur","to":"acct_0123456789"}';
 
 const dir = mkdtempSync(join(tmpdir(), "ledger-redis-cpu-"));
 const path = join(dir, "redis.sock");
@@ -33,7 +35,7 @@ try {
     },
     "ledger (claim + complete)": async () => {
       const k = `k${n++}`;
-      const c = await ledger.claim({ key: k, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000 });
+      const c = await ledger.claim({ key: k, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000, request: REQUEST });
       await ledger.complete(k, c.fence, result);
     },
   };

@@ -2,6 +2,8 @@
 // EVALSHA of a one-call script, EVALSHA of the claim script (ioredis evalsha), and ledger.claim.
 import { Redis } from "ioredis";
 import { RedisLedger, CLAIM_LUA } from "../dist/index.js";
+// A typical stored request (LEDGER-21): the JCS text of a payment call's arguments, 55 bytes.
+const REQUEST = '{"amount":4200,"currency":"eur","to":"acct_0123456789"}';
 const url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const c = new Redis(url);
 const prefix = `do-lat-${process.pid}`;
@@ -12,8 +14,8 @@ let n = 0;
 const probes = {
   set: () => c.set(`${prefix}:s${n++}`, "x", "NX"),
   evalshaSet: () => c.evalsha(shaSet, 1, `${prefix}:e${n++}`, "x"),
-  evalshaClaim: () => c.evalsha(shaClaim, 1, `${prefix}:c${n++}`, '"send_payment"', "keyed_write", "owner", "30000", "60000"),
-  ledgerClaim: () => ledger.claim({ key: `l${n++}`, toolName: "send_payment", effect: "keyed_write", owner: "owner", leaseMs: 30000 }),
+  evalshaClaim: () => c.evalsha(shaClaim, 1, `${prefix}:c${n++}`, '"send_payment"', "keyed_write", "owner", "30000", "60000", REQUEST),
+  ledgerClaim: () => ledger.claim({ key: `l${n++}`, toolName: "send_payment", effect: "keyed_write", owner: "owner", leaseMs: 30000, request: REQUEST }),
 };
 const res = {};
 for (let round = 0; round < 5; round++) for (const [name, f] of Object.entries(probes)) {
