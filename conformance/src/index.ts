@@ -42,3 +42,5 @@ export {
   DEFAULT_END_TO_END_RUNS,
   type EndToEndOptions,
 } from "./e2e/index.js";
+// The conversation-store level (TURN-2, TURN-5, TURN-7, TURN-9..TURN-12, TURN-14, RECORD-4).
+export * from "./conversation/index.js";

@@ -1,0 +1,896 @@
+import { isDeepStrictEqual } from "node:util";
+import type { ConversationStore, JsonValue, StoredMessage, StoredTurn, TurnSnapshot } from "@dispatch-once/core";
+import { must, mustEqual, mustRejectWith, show } from "../failure.js";
+import {
+  LEASE_MS,
+  TRICKY_CONTENT,
+  acquire,
+  assistantText,
+  commitFor,
+  containsValue,
+  freshConversation,
+  mustAcquire,
+  mustBegin,
+  racers,
+  toolResult,
+  toolUse,
+  userText,
+  withConversationFixture,
+} from "./support.js";
+import type { ConversationStoreFixture, ConversationStoreSubject, ConversationSubjectCapability, RawMessage } from "./types.js";
+
+/** A deterministic conversation-store check before it is bound to a subject. */
+export interface ConversationCheckSpec {
+  rule: string;
+  name: string;
+  needs?: ConversationSubjectCapability[];
+  run(subject: ConversationStoreSubject): Promise<void>;
+}
+
+/** What a StoredMessage must look like: exactly these members (absent ones absent). */
+function expectedMessage(m: { id: string; content: JsonValue; seq: number; state: StoredMessage["state"]; turnIndex?: number; failure?: JsonValue }): StoredMessage {
+  const out: StoredMessage = { id: m.id, content: m.content, seq: m.seq, state: m.state };
+  if (m.turnIndex !== undefined) out.turnIndex = m.turnIndex;
+  if (m.failure !== undefined) out.failure = m.failure;
+  return out;
+}
+
+/** The stored messages (raw) must say what the store answers, message by message. */
+async function storageAgrees(fixture: ConversationStoreFixture, store: ConversationStore, conversationId: string, what: string): Promise<RawMessage[]> {
+  const raw = await fixture.raw.messages(conversationId);
+  for (const r of raw) {
+    mustEqual(await store.message(conversationId, r.id), expectedMessage(r), `${what}: message(${r.id}) against the stored message`);
+  }
+  const seqs = raw.map((r) => r.seq);
+  mustEqual(seqs, seqs.map((_, i) => i + 1), `${what}: stored messages are numbered 1, 2, ... in arrival order`);
+  return raw;
+}
+
+async function mustNotCommit(store: ConversationStore, conversationId: string, commit: Parameters<ConversationStore["commitTurn"]>[1], what: string): Promise<void> {
+  const result = await store.commitTurn(conversationId, commit);
+  mustEqual(result, { committed: false }, what);
+}
+
+async function mustCommit(store: ConversationStore, conversationId: string, commit: Parameters<ConversationStore["commitTurn"]>[1], what: string): Promise<void> {
+  const result = await store.commitTurn(conversationId, commit);
+  mustEqual(result, { committed: true }, what);
+}
+
+// ---------------------------------------------------------------------------------- TURN-2
+
+export const appendIsIdempotent: ConversationCheckSpec = {
+  rule: "TURN-2",
+  name: "a re-send of a message id returns the stored message (first content) and stores nothing new",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      const first = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice 10 €") });
+      mustEqual(first, { appended: true, reopened: false, message: expectedMessage({ id: "m1", content: userText("pay alice 10 €"), seq: 1, state: "queued" }) }, "first append");
+      const again = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice 10 € (edited)") });
+      mustEqual(again, { appended: false, reopened: false, message: first.message }, "re-send of m1 with other content");
+      const second = await store.appendUserMessage(c, { id: "m2", content: userText("pay bob") });
+      mustEqual(second.message.seq, 2, "the next new message's seq");
+      await store.appendUserMessage(c, { id: "m1", content: userText("third send") });
+      const raw = await storageAgrees(fixture, store, c, "after re-sends");
+      mustEqual(raw.map((m) => [m.id, m.seq, m.state]), [["m1", 1, "queued"], ["m2", 2, "queued"]], "stored messages after re-sends");
+      mustEqual(raw[0]?.content, userText("pay alice 10 €"), "m1's stored content is the first send's");
+    }),
+};
+
+export const resendOfAnsweredChangesNothing: ConversationCheckSpec = {
+  rule: "TURN-2",
+  name: "a re-send of an answered message creates no message and no turn, and nothing waits afterwards",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const fence = await acquire(store, c, "worker-a");
+      const snapshot = await mustBegin(store, c, fence, "begin m1");
+      await mustCommit(store, c, commitFor(snapshot, fence), "commit m1's answer");
+      const log = await store.log(c);
+      const resend = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      mustEqual(resend, { appended: false, reopened: false, message: expectedMessage({ id: "m1", content: userText("pay alice"), seq: 1, state: "answered", turnIndex: 0 }) }, "re-send of answered m1");
+      mustEqual(await store.beginTurn(c, fence), undefined, "beginTurn after the re-send (nothing waits)");
+      mustEqual(await store.log(c), log, "log after the re-send");
+      mustEqual((await fixture.raw.turns(c)).length, 1, "stored turns after the re-send");
+      mustEqual((await fixture.raw.messages(c)).length, 1, "stored messages after the re-send");
+    }),
+};
+
+export const badIdsRefused: ConversationCheckSpec = {
+  rule: "TURN-2",
+  name: "a bad conversation id or message id is refused with invalid_store_input and stores nothing",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      for (const bad of ["", "has space", "x".repeat(257), "ünï"]) {
+        await mustRejectWith(store.appendUserMessage(bad, { id: "m1", content: "hi" }), "invalid_store_input", `append to conversation id ${show(bad)}`);
+      }
+      for (const bad of ["", "x".repeat(257), "lone \ud800 surrogate", 42 as unknown as string]) {
+        await mustRejectWith(store.appendUserMessage(c, { id: bad, content: "hi" }), "invalid_store_input", `append of message id ${show(bad)}`);
+      }
+      await mustRejectWith(store.acquireLease("has space", "worker-a", LEASE_MS), "invalid_store_input", "acquireLease on a bad conversation id");
+      mustEqual(await fixture.raw.messages(c), [], "stored messages after refused appends");
+      // The longest id is accepted: 256 characters, any well-formed text.
+      const long = "é".repeat(256);
+      mustEqual((await store.appendUserMessage(c, { id: long, content: "hi" })).appended, true, "append of a 256-character message id");
+      mustEqual((await store.message(c, long))?.id, long, "message() of the 256-character id");
+    }),
+};
+
+// ---------------------------------------------------------------------------------- TURN-5
+
+export const concurrentCommitsOneWins: ConversationCheckSpec = {
+  rule: "TURN-5",
+  name: "of 8 concurrent commits of one turn exactly one commits, and the stored turn and log are the winner's",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const c = freshConversation();
+      await fixture.store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const fence = await acquire(fixture.store, c, "worker-a");
+      const snapshot = await mustBegin(fixture.store, c, fence, "begin m1");
+      const stores = await racers(subject, fixture, 4);
+      const commits = Array.from({ length: 8 }, (_, i) => commitFor(snapshot, fence, { assistant: assistantText(`attempt ${i}`), answers: i % 2 === 0 }));
+      const results = await Promise.all(commits.map((commit, i) => stores[i % stores.length]!.commitTurn(c, commit)));
+      const winners = results.flatMap((r, i) => (r.committed ? [i] : []));
+      must(winners.length === 1, `expected exactly one of 8 concurrent commits to commit, got ${winners.length} (${show(results)})`);
+      const won = commits[winners[0]!]!;
+      const turn: StoredTurn = { turnIndex: 0, messageId: "m1", assistant: won.assistant, stopReason: "end_turn" };
+      mustEqual(await fixture.raw.turns(c), [turn], "stored turns after the race");
+      mustEqual(await fixture.store.turnsOf(c, "m1"), [turn], "turnsOf(m1) after the race");
+      mustEqual(await fixture.store.log(c), [userText("pay alice"), won.assistant], "log after the race");
+      mustEqual((await fixture.store.message(c, "m1"))?.state, won.answers ? "answered" : "in_progress", "m1's state follows the winner");
+    }),
+};
+
+export const staleFenceCommitRefused: ConversationCheckSpec = {
+  rule: "TURN-5",
+  name: "a commit under a stale fence is refused and stores nothing; the new holder's commit of the same turn succeeds",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const old = await acquire(store, c, "worker-a");
+      const first = await mustBegin(store, c, old, "begin by worker-a");
+      await fixture.raw.expireLease(c);
+      const current = await acquire(store, c, "worker-b", "acquire after expiry");
+      const second = await mustBegin(store, c, current, "begin by worker-b");
+      mustEqual([second.message.id, second.turnIndex], [first.message.id, first.turnIndex], "worker-b continues the bound message");
+      await mustNotCommit(store, c, commitFor(first, old, { assistant: assistantText("zombie") }), "commit under the stale fence");
+      await mustNotCommit(store, c, commitFor(first, current + 1, { assistant: assistantText("future") }), "commit under a fence never issued");
+      mustEqual(await fixture.raw.turns(c), [], "stored turns after refused commits");
+      mustEqual(await store.log(c), [], "log after refused commits");
+      await mustCommit(store, c, commitFor(second, current, { assistant: assistantText("live") }), "commit under the current fence");
+      mustEqual(await store.log(c), [userText("pay alice"), assistantText("live")], "log after the holder's commit");
+    }),
+};
+
+export const wrongTurnIndexRefused: ConversationCheckSpec = {
+  rule: "TURN-5",
+  name: "a commit at a turn index other than the committed count is refused (ahead, behind, a replay of a committed turn)",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice and bob") });
+      const fence = await acquire(store, c, "worker-a");
+      const snapshot = await mustBegin(store, c, fence, "begin m1");
+      await mustNotCommit(store, c, commitFor(snapshot, fence, { turnIndex: 1 }), "commit at index 1 with none committed");
+      await mustNotCommit(store, c, commitFor(snapshot, fence, { turnIndex: -1 }), "commit at index -1");
+      const tool = commitFor(snapshot, fence, { assistant: toolUse("toolu_1", { to: "alice" }), toolResults: toolResult("toolu_1", "ok"), stopReason: "tool_use", answers: false });
+      await mustCommit(store, c, tool, "commit of the tool-use turn 0");
+      await mustNotCommit(store, c, commitFor(snapshot, fence, { assistant: assistantText("replay of turn 0") }), "a second commit at index 0");
+      await mustNotCommit(store, c, commitFor(snapshot, fence, { turnIndex: 2 }), "commit at index 2 with one committed");
+      mustEqual((await fixture.raw.turns(c)).map((t) => t.turnIndex), [0], "stored turn indexes");
+      await mustCommit(store, c, commitFor(snapshot, fence, { turnIndex: 1 }), "commit at index 1 with one committed");
+      mustEqual((await fixture.raw.turns(c)).map((t) => t.turnIndex), [0, 1], "stored turn indexes after the continuation");
+    }),
+};
+
+export const notInProgressRefused: ConversationCheckSpec = {
+  rule: "TURN-5",
+  name: "a commit naming a message that is not in progress (queued, answered, failed, unknown) is refused",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("first") });
+      await store.appendUserMessage(c, { id: "m2", content: userText("second") });
+      const fence = await acquire(store, c, "worker-a");
+      const s1 = await mustBegin(store, c, fence, "begin m1");
+      await mustNotCommit(store, c, commitFor(s1, fence, { messageId: "m2" }), "commit naming the queued m2");
+      await mustNotCommit(store, c, commitFor(s1, fence, { messageId: "m9" }), "commit naming an unknown message");
+      mustEqual(await fixture.raw.turns(c), [], "stored turns after refused commits");
+      mustEqual((await store.message(c, "m2"))?.state, "queued", "m2 stays queued");
+      await mustCommit(store, c, commitFor(s1, fence), "commit answering m1");
+      await mustNotCommit(store, c, commitFor(s1, fence, { turnIndex: 1 }), "commit naming the answered m1");
+      const s2 = await mustBegin(store, c, fence, "begin m2");
+      await store.failMessage(c, fence, "m2", { failed: "m2" });
+      await mustNotCommit(store, c, commitFor(s2, fence), "commit naming the failed m2");
+      mustEqual((await fixture.raw.turns(c)).length, 1, "stored turns after the refused commits");
+    }),
+};
+
+export const userMessageEntersWithCommit: ConversationCheckSpec = {
+  rule: "TURN-5",
+  name: "a user message enters the log only with its first committed turn, once; tool results follow their turn",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      const content = userText("pay alice 10 €");
+      await store.appendUserMessage(c, { id: "m1", content });
+      mustEqual(await store.log(c), [], "log after the append");
+      const fence = await acquire(store, c, "worker-a");
+      const s0 = await mustBegin(store, c, fence, "begin m1");
+      mustEqual(s0.input, [content], "input of the first turn");
+      mustEqual(await store.log(c), [], "log after binding");
+      const use = toolUse("toolu_1", { to: "alice", amount: 1000 });
+      const result = toolResult("toolu_1", "paid");
+      await mustCommit(store, c, commitFor(s0, fence, { assistant: use, toolResults: result, stopReason: "tool_use", answers: false }), "commit turn 0");
+      mustEqual(await store.log(c), [content, use, result], "log after turn 0");
+      const s1 = await mustBegin(store, c, fence, "begin turn 1");
+      mustEqual(s1.input, [content, use, result], "input of turn 1 (the user message is not repeated)");
+      await mustCommit(store, c, commitFor(s1, fence, { assistant: assistantText("done") }), "commit turn 1");
+      mustEqual(await store.log(c), [content, use, result, assistantText("done")], "log after turn 1");
+    }),
+};
+
+// ---------------------------------------------------------------------------------- TURN-9
+
+export const oneAtATimeInArrivalOrder: ConversationCheckSpec = {
+  rule: "TURN-9",
+  name: "one message in progress at a time, bound in arrival order (not id order); a turn's input holds no other waiting message",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      const content = { "m-z": userText("first (z)"), "m-a": userText("second (a)"), "m-m": userText("third (m)") };
+      for (const [id, text] of Object.entries(content)) await store.appendUserMessage(c, { id, content: text });
+      const fence = await acquire(store, c, "worker-a");
+      const s1 = await mustBegin(store, c, fence, "first begin");
+      mustEqual([s1.message.id, s1.turnIndex, s1.input], ["m-z", 0, [content["m-z"]]], "first begin binds the first arrival");
+      const again = await mustBegin(store, c, fence, "second begin before any commit");
+      mustEqual(again.message.id, "m-z", "a second begin continues the message in progress");
+      const states = (await storageAgrees(fixture, store, c, "while m-z is in progress")).map((m) => [m.id, m.state]);
+      mustEqual(states, [["m-z", "in_progress"], ["m-a", "queued"], ["m-m", "queued"]], "stored states while m-z is in progress");
+      await mustCommit(store, c, commitFor(s1, fence), "answer m-z");
+      const s2 = await mustBegin(store, c, fence, "begin after m-z");
+      mustEqual([s2.message.id, s2.turnIndex], ["m-a", 1], "the next arrival, at the next index");
+      mustEqual(s2.input, [content["m-z"], commitFor(s1, fence).assistant, content["m-a"]], "input holds the answered m-z and m-a only");
+      await store.failMessage(c, fence, "m-a", { failed: "m-a" });
+      const s3 = await mustBegin(store, c, fence, "begin after m-a failed");
+      mustEqual([s3.message.id, s3.turnIndex], ["m-m", 1], "after a failure the next arrival takes the failed turn's index");
+      await store.appendUserMessage(c, { id: "m-late", content: userText("arrived meanwhile") });
+      mustEqual((await store.message(c, "m-late"))?.state, "queued", "a message arriving meanwhile is queued");
+      await mustCommit(store, c, commitFor(s3, fence), "answer m-m");
+      const s4 = await mustBegin(store, c, fence, "begin after m-m");
+      mustEqual(s4.message.id, "m-late", "the late message is answered next");
+      await mustCommit(store, c, commitFor(s4, fence), "answer m-late");
+      mustEqual(await store.beginTurn(c, fence), undefined, "beginTurn with nothing waiting");
+    }),
+};
+
+// ---------------------------------------------------------------------------------- TURN-10
+
+export const leaseExclusive: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "the turn lease is exclusive while live, even to a second acquire by the same owner string",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      const first = mustAcquire(await store.acquireLease(c, "worker-a", LEASE_MS), "acquire by worker-a");
+      for (const owner of ["worker-b", "worker-a"]) {
+        const other = await store.acquireLease(c, owner, LEASE_MS);
+        mustEqual(other, { acquired: false, owner: "worker-a", leaseExpiresAt: first.leaseExpiresAt }, `acquire by ${owner} while worker-a holds the lease`);
+      }
+      const raw = await fixture.raw.lease(c);
+      mustEqual(raw && { fence: raw.fence, owner: raw.owner }, { fence: first.fence, owner: "worker-a" }, "stored lease");
+    }),
+};
+
+export const leaseTakeoverAfterExpiry: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "an expired lease is taken with a higher fence; the old fence gets conversation_lease_lost (renew, beginTurn, failMessage), is not committed, and its release is ignored",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const old = await acquire(store, c, "worker-a");
+      const snapshot = await mustBegin(store, c, old, "begin by worker-a");
+      await fixture.raw.expireLease(c);
+      const current = await acquire(store, c, "worker-b", "acquire after expiry");
+      must(current > old, `the new fence ${current} must be higher than the expired one ${old}`);
+      await mustRejectWith(store.renewLease(c, old, LEASE_MS), "conversation_lease_lost", "renew with the stale fence");
+      await mustRejectWith(store.beginTurn(c, old), "conversation_lease_lost", "beginTurn with the stale fence");
+      await mustRejectWith(store.failMessage(c, old, "m1", { stale: true }), "conversation_lease_lost", "failMessage with the stale fence");
+      await mustNotCommit(store, c, commitFor(snapshot, old), "commit with the stale fence");
+      await store.releaseLease(c, old);
+      const raw = await fixture.raw.lease(c);
+      mustEqual(raw && { fence: raw.fence, owner: raw.owner }, { fence: current, owner: "worker-b" }, "stored lease after the stale release");
+      mustEqual((await store.message(c, "m1"))?.state, "in_progress", "m1 is still in progress (the stale failMessage changed nothing)");
+      mustEqual(await store.records(c), [], "records after the stale failMessage");
+      await store.renewLease(c, current, LEASE_MS);
+      await mustCommit(store, c, commitFor(await mustBegin(store, c, current, "begin by worker-b"), current), "worker-b commits");
+    }),
+};
+
+export const expiredLeaseStillHolds: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "an expired lease nobody took is still its holder's: renew, beginTurn and commit with its fence succeed",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const fence = await acquire(store, c, "worker-a");
+      await fixture.raw.expireLease(c);
+      const renewed = await store.renewLease(c, fence, LEASE_MS);
+      must(Number.isFinite(renewed.leaseExpiresAt), `renew must return leaseExpiresAt, got ${show(renewed)}`);
+      const taken = await store.acquireLease(c, "worker-b", LEASE_MS);
+      mustEqual(taken.acquired, false, "acquire by worker-b after the holder renewed");
+      await fixture.raw.expireLease(c);
+      const snapshot = await mustBegin(store, c, fence, "begin under an expired lease nobody took");
+      await mustCommit(store, c, commitFor(snapshot, fence), "commit under an expired lease nobody took");
+    }),
+};
+
+export const fencesRiseAcrossRelease: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "every grant's fence is higher than all earlier ones, across release and re-acquire; a stale release is ignored",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      const fences: number[] = [];
+      for (let i = 0; i < 4; i++) {
+        const fence = await acquire(store, c, `worker-${i}`);
+        must(fences.every((f) => fence > f), `grant ${i + 1}: fence ${fence} is not higher than every earlier one (${fences.join(", ")})`);
+        fences.push(fence);
+        mustEqual((await fixture.raw.lease(c))?.fence, fence, `stored fence after grant ${i + 1}`);
+        if (i % 2 === 0) await store.releaseLease(c, fence);
+        else await fixture.raw.expireLease(c);
+      }
+      const held = await acquire(store, c, "holder");
+      await store.releaseLease(c, fences[0]!);
+      mustEqual((await store.acquireLease(c, "intruder", LEASE_MS)).acquired, false, "acquire after a stale release (the holder keeps the lease)");
+      await store.releaseLease(c, held);
+      const raw = await fixture.raw.lease(c);
+      mustEqual(raw && { fence: raw.fence, owner: raw.owner }, { fence: held, owner: undefined }, "stored lease after release: no holder, the fence kept");
+    }),
+};
+
+export const concurrentAcquiresOneWinner: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "of 8 concurrent acquires exactly one wins, on a fresh conversation and after expiry; the losers see the winner",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const c = freshConversation();
+      const stores = await racers(subject, fixture, 4);
+      let previous = 0;
+      for (const round of ["fresh", "after expiry"]) {
+        if (round === "after expiry") await fixture.raw.expireLease(c);
+        const results = await Promise.all(Array.from({ length: 8 }, (_, i) => stores[i % stores.length]!.acquireLease(c, `racer-${i}`, LEASE_MS)));
+        const winners = results.flatMap((r, i) => (r.acquired ? [i] : []));
+        must(winners.length === 1, `${round}: expected exactly one of 8 concurrent acquires to win, got ${winners.length} (${show(results)})`);
+        const winner = `racer-${winners[0]}`;
+        const won = results[winners[0]!] as { fence: number; leaseExpiresAt: number };
+        must(won.fence > previous, `${round}: the winner's fence ${won.fence} must be higher than ${previous}`);
+        for (const r of results) if (!r.acquired) mustEqual(r.owner, winner, `${round}: a loser is told the winner`);
+        const raw = await fixture.raw.lease(c);
+        mustEqual(raw && { fence: raw.fence, owner: raw.owner }, { fence: won.fence, owner: winner }, `${round}: stored lease`);
+        previous = won.fence;
+      }
+    }),
+};
+
+export const renewExtends: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "renew extends the lease from now on the store's clock and is what the store holds",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      const first = mustAcquire(await store.acquireLease(c, "worker-a", 60_000), "acquire for 60 s");
+      const renewed = await store.renewLease(c, first.fence, 3 * 60_000);
+      must(renewed.leaseExpiresAt > first.leaseExpiresAt, `renew for 180 s must end later than ${first.leaseExpiresAt}, got ${renewed.leaseExpiresAt}`);
+      must(renewed.leaseExpiresAt - first.leaseExpiresAt < 3 * 60_000, `renew must count from now, not from the old expiry (${first.leaseExpiresAt} -> ${renewed.leaseExpiresAt})`);
+      mustEqual((await fixture.raw.lease(c))?.expiresAt, renewed.leaseExpiresAt, "stored expiry after renew");
+      const other = await store.acquireLease(c, "worker-b", LEASE_MS);
+      mustEqual(other, { acquired: false, owner: "worker-a", leaseExpiresAt: renewed.leaseExpiresAt }, "acquire by worker-b after renew");
+    }),
+};
+
+export const leasesPerConversation: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "leases, fences and queues of different conversations are independent",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const a = freshConversation("a");
+      const b = freshConversation("b");
+      await store.appendUserMessage(a, { id: "m1", content: userText("in a") });
+      await store.appendUserMessage(b, { id: "m1", content: userText("in b") });
+      const fa = await acquire(store, a, "worker-a");
+      const fb = await acquire(store, b, "worker-b", "acquire b while a is held");
+      const sa = await mustBegin(store, a, fa, "begin a");
+      const sb = await mustBegin(store, b, fb, "begin b");
+      mustEqual([sa.input, sb.input], [[userText("in a")], [userText("in b")]], "each conversation answers its own m1");
+      await fixture.raw.expireLease(a);
+      mustEqual((await store.acquireLease(b, "worker-c", LEASE_MS)).acquired, false, "b's lease is still live after a's expired");
+      await mustCommit(store, a, commitFor(sa, fa), "commit a");
+      mustEqual(await store.log(b), [], "b's log after a's commit");
+      mustEqual((await store.message(b, "m1"))?.state, "in_progress", "b's m1 after a's commit");
+    }),
+};
+
+// ---------------------------------------------------------------------------------- TURN-11
+
+export const bindsAtCommittedCount: ConversationCheckSpec = {
+  rule: "TURN-11",
+  name: "beginTurn binds the oldest queued message at turnIndex = committed turn count, in storage, before any commit",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      await store.appendUserMessage(c, { id: "m2", content: userText("pay bob") });
+      const fence = await acquire(store, c, "worker-a");
+      const s0 = await mustBegin(store, c, fence, "begin m1");
+      mustEqual(s0.message, expectedMessage({ id: "m1", content: userText("pay alice"), seq: 1, state: "in_progress", turnIndex: 0 }), "the bound m1");
+      const stored = (await fixture.raw.messages(c))[0];
+      mustEqual(stored && { state: stored.state, turnIndex: stored.turnIndex }, { state: "in_progress", turnIndex: 0 }, "m1 as stored right after begin");
+      await mustCommit(store, c, commitFor(s0, fence, { assistant: toolUse("toolu_1", {}), toolResults: toolResult("toolu_1", "ok"), stopReason: "tool_use", answers: false }), "turn 0");
+      await mustCommit(store, c, commitFor(s0, fence, { turnIndex: 1 }), "turn 1 answers m1");
+      const s2 = await mustBegin(store, c, fence, "begin m2");
+      mustEqual([s2.message.id, s2.turnIndex, s2.message.turnIndex], ["m2", 2, 2], "m2 is bound at the committed count 2");
+      const raw = await storageAgrees(fixture, store, c, "after binding m2");
+      mustEqual(raw.map((m) => [m.id, m.state, m.turnIndex]), [["m1", "answered", 0], ["m2", "in_progress", 2]], "stored bindings");
+    }),
+};
+
+export const bindingSurvivesTakeover: ConversationCheckSpec = {
+  rule: "TURN-11",
+  name: "a new lease holder gets the bound message at the same index, not a newer one, with the same input",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const a = await acquire(store, c, "worker-a");
+      const first = await mustBegin(store, c, a, "begin by worker-a");
+      await store.appendUserMessage(c, { id: "m2", content: userText("pay bob") });
+      await fixture.raw.expireLease(c);
+      const b = await acquire(store, c, "worker-b", "takeover");
+      const second = await mustBegin(store, c, b, "begin by worker-b");
+      mustEqual(second, first, "worker-b's snapshot");
+    }),
+};
+
+export const bindingSurvivesRestart: ConversationCheckSpec = {
+  rule: "TURN-11",
+  name: "the binding survives a restart: a fresh instance continues the same message at the same index",
+  needs: ["survivesRestart"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const c = freshConversation();
+      await fixture.store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      await fixture.store.appendUserMessage(c, { id: "m2", content: userText("pay bob") });
+      const a = await acquire(fixture.store, c, "worker-a");
+      const s0 = await mustBegin(fixture.store, c, a, "begin m1");
+      await mustCommit(fixture.store, c, commitFor(s0, a, { assistant: toolUse("toolu_1", {}), toolResults: toolResult("toolu_1", "ok"), stopReason: "tool_use", answers: false }), "turn 0");
+      const first = await mustBegin(fixture.store, c, a, "begin turn 1");
+      const restarted = await fixture.reopen();
+      await fixture.raw.expireLease(c);
+      const b = await acquire(restarted, c, "worker-b", "acquire on the fresh instance");
+      const second = await mustBegin(restarted, c, b, "begin on the fresh instance");
+      mustEqual(second, first, "the fresh instance's snapshot");
+    }),
+};
+
+export const toolLoopStaysBound: ConversationCheckSpec = {
+  rule: "TURN-11",
+  name: "after a tool-use commit the same message continues at the next index; a later arrival waits",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice, then bob") });
+      const fence = await acquire(store, c, "worker-a");
+      let snapshot = await mustBegin(store, c, fence, "begin m1");
+      await store.appendUserMessage(c, { id: "m2", content: userText("meanwhile") });
+      for (let i = 0; i < 3; i++) {
+        mustEqual([snapshot.message.id, snapshot.turnIndex], ["m1", i], `turn ${i} answers m1`);
+        await mustCommit(store, c, commitFor(snapshot, fence, { assistant: toolUse(`toolu_${i}`, { i }), toolResults: toolResult(`toolu_${i}`, `ok ${i}`), stopReason: "tool_use", answers: false }), `tool turn ${i}`);
+        snapshot = await mustBegin(store, c, fence, `begin turn ${i + 1}`);
+      }
+      must(!containsValue(snapshot.input, userText("meanwhile"), isDeepStrictEqual), "m2's content must not be in m1's input");
+      mustEqual(snapshot.input.filter((m) => isDeepStrictEqual(m, userText("pay alice, then bob"))).length, 1, "m1's content occurs once in the input");
+    }),
+};
+
+// ---------------------------------------------------------------------------------- TURN-12
+
+export const resendReopensFailed: ConversationCheckSpec = {
+  rule: "TURN-12",
+  name: "a re-send of the failed message reopens it while it is the most recently bound, and it retries at its bound index",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m0", content: userText("hello") });
+      const fence = await acquire(store, c, "worker-a");
+      await mustCommit(store, c, commitFor(await mustBegin(store, c, fence, "begin m0"), fence), "answer m0");
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const first = await mustBegin(store, c, fence, "begin m1");
+      const record = { kind: "failed_turn", messageId: "m1", effects: [{ key: "k1", effect: "may_have_happened" }] };
+      await store.failMessage(c, fence, "m1", record);
+      mustEqual(await store.message(c, "m1"), expectedMessage({ id: "m1", content: userText("pay alice"), seq: 2, state: "failed", turnIndex: 1, failure: record }), "m1 after failMessage");
+      const resend = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      mustEqual([resend.appended, resend.reopened, resend.message.state, "failure" in resend.message], [false, true, "queued", false], "re-send of the failed m1");
+      const retry = await mustBegin(store, c, fence, "begin the retry");
+      mustEqual([retry.message.id, retry.turnIndex, retry.input], [first.message.id, first.turnIndex, first.input], "the retry's message, index and input");
+      await mustCommit(store, c, commitFor(retry, fence), "the retry commits");
+    }),
+};
+
+export const newMessageTakesFailedIndex: ConversationCheckSpec = {
+  rule: "TURN-12",
+  name: "a new message after a failed turn takes the failed turn's index",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const fence = await acquire(store, c, "worker-a");
+      const failed = await mustBegin(store, c, fence, "begin m1");
+      await store.failMessage(c, fence, "m1", { failed: "m1" });
+      await store.appendUserMessage(c, { id: "m2", content: userText("try again: pay alice") });
+      const next = await mustBegin(store, c, fence, "begin m2");
+      mustEqual([next.message.id, next.turnIndex], ["m2", failed.turnIndex], "m2's binding");
+      mustEqual(next.input, [userText("try again: pay alice")], "m2's input (nothing of the failed turn)");
+    }),
+};
+
+export const resendAfterOtherBoundStaysFailed: ConversationCheckSpec = {
+  rule: "TURN-12",
+  name: "a re-send of a failed message after another message was bound returns the stored failure and changes nothing",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const fence = await acquire(store, c, "worker-a");
+      await mustBegin(store, c, fence, "begin m1");
+      const record = { failed: "m1", effects: ["unknown"] };
+      await store.failMessage(c, fence, "m1", record);
+      await store.appendUserMessage(c, { id: "m2", content: userText("something else") });
+      await mustBegin(store, c, fence, "begin m2");
+      const before = await store.message(c, "m1");
+      const resend = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      mustEqual(resend, { appended: false, reopened: false, message: before }, "re-send of m1 after m2 was bound");
+      mustEqual(before?.failure, record, "m1 keeps its failure");
+      const next = await mustBegin(store, c, fence, "begin after the re-send");
+      mustEqual(next.message.id, "m2", "m2 stays the message in progress");
+      // Still stays failed once m2 is answered: m2 remains the most recently bound.
+      await mustCommit(store, c, commitFor(next, fence), "answer m2");
+      mustEqual((await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") })).reopened, false, "re-send of m1 after m2 was answered");
+      mustEqual(await store.beginTurn(c, fence), undefined, "nothing waits after the refused re-send");
+    }),
+};
+
+export const reopenedGoesFirst: ConversationCheckSpec = {
+  rule: "TURN-12",
+  name: "a failed message re-sent while later ones only wait is reopened and answered before them",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const fence = await acquire(store, c, "worker-a");
+      const first = await mustBegin(store, c, fence, "begin m1");
+      await store.appendUserMessage(c, { id: "m2", content: userText("and then?") });
+      await store.failMessage(c, fence, "m1", { failed: "m1" });
+      mustEqual((await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") })).reopened, true, "re-send of m1 while m2 only waits");
+      const retry = await mustBegin(store, c, fence, "begin after the re-send");
+      mustEqual([retry.message.id, retry.turnIndex], ["m1", first.turnIndex], "m1 retries first, at its index");
+    }),
+};
+
+// ---------------------------------------------------------------------------------- TURN-7
+
+export const turnsOfInOrder: ConversationCheckSpec = {
+  rule: "TURN-7",
+  name: "turnsOf returns a message's committed turns in order, exactly as committed; none for other messages",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      await store.appendUserMessage(c, { id: "m2", content: userText("pay bob") });
+      const fence = await acquire(store, c, "worker-a");
+      const s0 = await mustBegin(store, c, fence, "begin m1");
+      const t0: StoredTurn = { turnIndex: 0, messageId: "m1", assistant: toolUse("toolu_1", { to: "alice" }), toolResults: toolResult("toolu_1", "paid"), stopReason: "tool_use" };
+      const t1: StoredTurn = { turnIndex: 1, messageId: "m1", assistant: assistantText("Paid alice."), stopReason: null };
+      await mustCommit(store, c, { ...commitFor(s0, fence), ...t0, answers: false }, "turn 0");
+      await mustCommit(store, c, { ...commitFor(s0, fence), ...t1, answers: true }, "turn 1");
+      mustEqual(await store.turnsOf(c, "m1"), [t0, t1], "turnsOf(m1)");
+      mustEqual(await fixture.raw.turns(c), [t0, t1], "stored turns");
+      mustEqual(await store.turnsOf(c, "m2"), [], "turnsOf the queued m2");
+      mustEqual(await store.turnsOf(c, "m9"), [], "turnsOf an unknown message");
+      mustEqual(await store.turnsOf(freshConversation(), "m1"), [], "turnsOf in an unknown conversation");
+      mustEqual(await store.message(freshConversation(), "m1"), undefined, "message() in an unknown conversation");
+      mustEqual(await store.log(freshConversation()), [], "log of an unknown conversation");
+    }),
+};
+
+export const contentRoundTrips: ConversationCheckSpec = {
+  rule: "TURN-7",
+  name: "messages, turns, tool results, failures and records come back deep-equal (non-ASCII, 3- and 4-byte UTF-8, escapes, numbers, 200-deep nesting, 64 KiB)",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      for (const { label, value } of TRICKY_CONTENT) {
+        const c = freshConversation();
+        await store.appendUserMessage(c, { id: "m1", content: value });
+        await store.appendUserMessage(c, { id: "m2", content: value });
+        mustEqual((await store.message(c, "m1"))?.content, value, `${label}: message().content`);
+        const fence = await acquire(store, c, "worker-a");
+        const s0 = await mustBegin(store, c, fence, `${label}: begin`);
+        mustEqual(s0.input, [value], `${label}: beginTurn input`);
+        await mustCommit(store, c, commitFor(s0, fence, { assistant: value, toolResults: value, stopReason: "tool_use", answers: false }), `${label}: commit`);
+        await mustCommit(store, c, commitFor(s0, fence, { turnIndex: 1, assistant: value }), `${label}: commit`);
+        const s2 = await mustBegin(store, c, fence, `${label}: begin m2`);
+        mustEqual(s2.input, [value, value, value, value, value], `${label}: the next turn's input`);
+        await store.failMessage(c, fence, "m2", value);
+        await store.addRecord(c, value);
+        mustEqual(await store.log(c), [value, value, value, value], `${label}: log`);
+        mustEqual(await store.turnsOf(c, "m1"), [
+          { turnIndex: 0, messageId: "m1", assistant: value, toolResults: value, stopReason: "tool_use" },
+          { turnIndex: 1, messageId: "m1", assistant: value, stopReason: "end_turn" },
+        ], `${label}: turnsOf`);
+        mustEqual((await store.message(c, "m2"))?.failure, value, `${label}: failure`);
+        mustEqual(await store.records(c), [value, value], `${label}: records`);
+        mustEqual((await fixture.raw.messages(c)).map((m) => m.content), [value, value], `${label}: stored content`);
+      }
+    }),
+};
+
+// ---------------------------------------------------------------------------------- TURN-14
+
+export const durabilityDeclared: ConversationCheckSpec = {
+  rule: "TURN-14",
+  name: "the declared durability agrees with the subject: durable exactly when a fresh instance sees earlier writes",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const caps = fixture.store.capabilities;
+      must(caps.durability === "durable" || caps.durability === "volatile", `capabilities.durability must be "durable" or "volatile", got ${show(caps.durability)}`);
+      must(caps.clock === "store" || caps.clock === "process", `capabilities.clock must be "store" or "process", got ${show(caps.clock)}`);
+      const declaresDurable = caps.durability === "durable";
+      must(
+        declaresDurable === subject.capabilities.survivesRestart,
+        `the store declares ${caps.durability} but the subject says survivesRestart=${subject.capabilities.survivesRestart}: they must agree with the subject`,
+      );
+      must(
+        caps.sharedAcrossProcesses === subject.capabilities.sharedAcrossProcesses,
+        `the store declares sharedAcrossProcesses=${caps.sharedAcrossProcesses}, the subject ${subject.capabilities.sharedAcrossProcesses}: they must agree with the subject`,
+      );
+      // Leases of a store shared by several processes are only exclusive on one clock (TURN-10).
+      if (caps.sharedAcrossProcesses) must(caps.clock === "store", `a store shared across processes must measure leases on the store's clock, declares ${show(caps.clock)}`);
+    }),
+};
+
+/** Builds a conversation with every kind of state: answered, failed, in progress, queued, records, a held lease. */
+async function everyKindOfState(store: ConversationStore, c: string): Promise<{ fence: number; snapshot: TurnSnapshot }> {
+  await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+  await store.appendUserMessage(c, { id: "m2", content: userText("pay bob") });
+  await store.appendUserMessage(c, { id: "m3", content: userText("pay carol") });
+  await store.appendUserMessage(c, { id: "m4", content: userText("pay dave") });
+  const fence = await acquire(store, c, "worker-a");
+  const s0 = await mustBegin(store, c, fence, "begin m1");
+  await mustCommit(store, c, commitFor(s0, fence, { assistant: toolUse("toolu_1", { to: "alice" }), toolResults: toolResult("toolu_1", "paid"), stopReason: "tool_use", answers: false }), "m1 turn 0");
+  await mustCommit(store, c, commitFor(s0, fence, { turnIndex: 1 }), "m1 turn 1");
+  await mustBegin(store, c, fence, "begin m2");
+  await store.failMessage(c, fence, "m2", { failed: "m2", effects: [{ key: "k", effect: "may_have_happened" }] });
+  await store.addRecord(c, { superseded: "attempt 2 of m1" });
+  const snapshot = await mustBegin(store, c, fence, "begin m3");
+  return { fence, snapshot };
+}
+
+async function everything(store: ConversationStore, c: string): Promise<unknown> {
+  const ids = ["m1", "m2", "m3", "m4"];
+  return {
+    messages: await Promise.all(ids.map((id) => store.message(c, id))),
+    turns: await Promise.all(ids.map((id) => store.turnsOf(c, id))),
+    log: await store.log(c),
+    records: await store.records(c),
+  };
+}
+
+export const restartSeesEverything: ConversationCheckSpec = {
+  rule: "TURN-14",
+  name: "a fresh instance sees every message, turn, binding, record and the held lease; the holder continues on it",
+  needs: ["survivesRestart"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const c = freshConversation();
+      const { fence, snapshot } = await everyKindOfState(fixture.store, c);
+      const before = await everything(fixture.store, c);
+      const lease = await fixture.raw.lease(c);
+      const restarted = await fixture.reopen();
+      mustEqual(await everything(restarted, c), before, "what a fresh instance reads");
+      mustEqual(await fixture.raw.lease(c), lease, "stored lease after the restart");
+      const other = await restarted.acquireLease(c, "worker-b", LEASE_MS);
+      mustEqual([other.acquired, other.acquired ? undefined : other.owner], [false, "worker-a"], "the held lease is still held after the restart");
+      mustEqual(await mustBegin(restarted, c, fence, "begin on the fresh instance"), snapshot, "the bound m3 on the fresh instance");
+      await mustCommit(restarted, c, commitFor(snapshot, fence), "commit on the fresh instance under the old fence");
+    }),
+};
+
+export const fenceNeverBackwards: ConversationCheckSpec = {
+  rule: "TURN-14",
+  name: "the fence never goes backwards across restarts, released or expired",
+  needs: ["survivesRestart"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const c = freshConversation();
+      let store = fixture.store;
+      let highest = 0;
+      for (let i = 0; i < 3; i++) {
+        const fence = await acquire(store, c, `worker-${i}`);
+        must(fence > highest, `after ${i} restarts the fence ${fence} must be higher than ${highest}`);
+        highest = fence;
+        if (i % 2 === 0) await store.releaseLease(c, fence);
+        else await fixture.raw.expireLease(c);
+        store = await fixture.reopen();
+      }
+      mustEqual((await fixture.raw.lease(c))?.fence, highest, "stored fence");
+    }),
+};
+
+export const corruptIsNotAbsent: ConversationCheckSpec = {
+  rule: "TURN-14",
+  name: "a damaged stored message raises store_corrupt on message, beginTurn and log; it is never treated as absent",
+  needs: ["corruption"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const fence = await acquire(store, c, "worker-a");
+      await mustCommit(store, c, commitFor(await mustBegin(store, c, fence, "begin m1"), fence), "answer m1");
+      await store.appendUserMessage(c, { id: "m2", content: userText("pay bob") });
+      await fixture.raw.corrupt!(c, "m1");
+      await fixture.raw.corrupt!(c, "m2");
+      await mustRejectWith(store.message(c, "m1"), "store_corrupt", "message() of the damaged m1");
+      await mustRejectWith(store.log(c), "store_corrupt", "log() over the damaged m1");
+      await mustRejectWith(store.beginTurn(c, fence), "store_corrupt", "beginTurn over the damaged m2");
+      await mustRejectWith(store.appendUserMessage(c, { id: "m2", content: userText("pay bob") }), "store_corrupt", "re-send of the damaged m2");
+    }),
+};
+
+export const unavailableFailsClosed: ConversationCheckSpec = {
+  rule: "TURN-14",
+  name: "an unreachable store raises store_unavailable from every method and reports nothing as done",
+  needs: ["unavailability"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const c = freshConversation();
+      const broken = await fixture.raw.disconnected!();
+      const calls: Array<[string, () => Promise<unknown>]> = [
+        ["appendUserMessage", () => broken.appendUserMessage(c, { id: "m1", content: "hi" })],
+        ["message", () => broken.message(c, "m1")],
+        ["turnsOf", () => broken.turnsOf(c, "m1")],
+        ["log", () => broken.log(c)],
+        ["acquireLease", () => broken.acquireLease(c, "worker-a", LEASE_MS)],
+        ["renewLease", () => broken.renewLease(c, 1, LEASE_MS)],
+        ["releaseLease", () => broken.releaseLease(c, 1)],
+        ["beginTurn", () => broken.beginTurn(c, 1)],
+        ["commitTurn", () => broken.commitTurn(c, { fence: 1, messageId: "m1", turnIndex: 0, assistant: "a", stopReason: null, answers: true })],
+        ["failMessage", () => broken.failMessage(c, 1, "m1", {})],
+        ["addRecord", () => broken.addRecord(c, {})],
+        ["records", () => broken.records(c)],
+      ];
+      for (const [name, call] of calls) await mustRejectWith(call(), "store_unavailable", `${name} on an unreachable store`);
+      mustEqual(await fixture.raw.messages(c), [], "nothing was stored");
+      mustEqual(await fixture.raw.records(c), [], "no record was stored");
+    }),
+};
+
+// ---------------------------------------------------------------------------------- RECORD-4
+
+export const recordsBesideLog: ConversationCheckSpec = {
+  rule: "RECORD-4",
+  name: "a failed turn's record is kept beside the log (records, the message's failure), never in it; a message not in progress cannot fail",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      await store.appendUserMessage(c, { id: "m2", content: userText("pay bob") });
+      const fence = await acquire(store, c, "worker-a");
+      const s0 = await mustBegin(store, c, fence, "begin m1");
+      const use = toolUse("toolu_1", { to: "alice" });
+      const result = toolResult("toolu_1", "paid");
+      await mustCommit(store, c, commitFor(s0, fence, { assistant: use, toolResults: result, stopReason: "tool_use", answers: false }), "m1 turn 0");
+      const record = { kind: "failed_turn", messageId: "m1", turnIndex: 1, effects: [{ key: "k1", status: "happened" }], note: "RECORD-4 marker" };
+      await mustRejectWith(store.failMessage(c, fence, "m2", record), "invalid_store_input", "failMessage of the queued m2");
+      await store.failMessage(c, fence, "m1", record);
+      const log = await store.log(c);
+      mustEqual(log, [userText("pay alice"), use, result], "log after the failure");
+      must(!containsValue(log, record, isDeepStrictEqual), "the failed-turn record must never be in the log");
+      mustEqual(await store.records(c), [record], "records after the failure");
+      mustEqual(await fixture.raw.records(c), [record], "stored records after the failure");
+      mustEqual((await store.message(c, "m1"))?.failure, record, "m1's failure");
+      await mustRejectWith(store.failMessage(c, fence, "m1", record), "invalid_store_input", "failMessage of the already failed m1");
+      const next = await mustBegin(store, c, fence, "begin m2");
+      mustEqual(next.input, [...log, userText("pay bob")], "m2's turn sends the log and m2, never the record");
+      must(!containsValue(next.input, record, isDeepStrictEqual), "the record must never be in a turn's input");
+    }),
+};
+
+export const addRecordNeedsNoLease: ConversationCheckSpec = {
+  rule: "RECORD-4",
+  name: "addRecord needs no lease (the loser of a takeover keeps its record), changes no message and keeps records in order",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.addRecord(c, { first: "without any lease or message" });
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const old = await acquire(store, c, "worker-a");
+      await mustBegin(store, c, old, "begin m1");
+      await fixture.raw.expireLease(c);
+      await acquire(store, c, "worker-b", "takeover");
+      const superseded = { superseded: "worker-a's attempt", effects: [{ key: "k1", status: "happened" }] };
+      await store.addRecord(c, superseded);
+      await store.addRecord(c, "a plain string record");
+      mustEqual(await store.records(c), [{ first: "without any lease or message" }, superseded, "a plain string record"], "records in order");
+      mustEqual(await fixture.raw.records(c), await store.records(c), "stored records");
+      mustEqual((await store.message(c, "m1"))?.state, "in_progress", "addRecord changes no message");
+      mustEqual(await store.log(c), [], "addRecord writes nothing into the log");
+    }),
+};
+
+/** Every deterministic conversation-store check, in rule order. */
+export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
+  appendIsIdempotent,
+  resendOfAnsweredChangesNothing,
+  badIdsRefused,
+  concurrentCommitsOneWins,
+  staleFenceCommitRefused,
+  wrongTurnIndexRefused,
+  notInProgressRefused,
+  userMessageEntersWithCommit,
+  turnsOfInOrder,
+  contentRoundTrips,
+  oneAtATimeInArrivalOrder,
+  leaseExclusive,
+  leaseTakeoverAfterExpiry,
+  expiredLeaseStillHolds,
+  fencesRiseAcrossRelease,
+  concurrentAcquiresOneWinner,
+  renewExtends,
+  leasesPerConversation,
+  bindsAtCommittedCount,
+  bindingSurvivesTakeover,
+  bindingSurvivesRestart,
+  toolLoopStaysBound,
+  resendReopensFailed,
+  newMessageTakesFailedIndex,
+  resendAfterOtherBoundStaysFailed,
+  reopenedGoesFirst,
+  durabilityDeclared,
+  restartSeesEverything,
+  fenceNeverBackwards,
+  corruptIsNotAbsent,
+  unavailableFailsClosed,
+  recordsBesideLog,
+  addRecordNeedsNoLease,
+];

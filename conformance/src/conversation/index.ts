@@ -1,0 +1,85 @@
+import type { Check } from "../types.js";
+import { randomSeed, registerChecks, type TestRegistrar } from "../ledger/index.js";
+import { CONVERSATION_CHECK_SPECS } from "./checks.js";
+import { CONVERSATION_MODEL_CHECK_NAME, runConversationModelProperty } from "./model.js";
+import type { ConversationCheckOptions, ConversationStoreSubject, ConversationSubjectCapability } from "./types.js";
+
+const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
+  sharedAcrossProcesses: "needs sharedAcrossProcesses (several instances are one store)",
+  survivesRestart: "needs survivesRestart (a fresh instance sees earlier writes)",
+  corruption: "needs corruption (raw.corrupt)",
+  unavailability: "needs unavailability (raw.disconnected)",
+};
+
+/**
+ * Every conversation-store check for a subject: the deterministic checks (one per rule
+ * aspect) and the model-based property against MemoryConversationStore. Checks that need a
+ * capability the subject does not declare come back with `applicable: false` and a reason.
+ */
+export function conversationStoreChecks(subject: ConversationStoreSubject, options: ConversationCheckOptions = {}): Check[] {
+  validateSubject(subject);
+  const runs = options.runs ?? envInteger("CONFORMANCE_RUNS") ?? 100;
+  const seed = options.seed ?? envInteger("CONFORMANCE_SEED") ?? randomSeed();
+  const checks: Check[] = CONVERSATION_CHECK_SPECS.map((spec) => {
+    const missing = (spec.needs ?? []).filter((c) => !subject.capabilities[c]);
+    const check: Check = { rule: spec.rule, name: spec.name, applicable: missing.length === 0, run: () => spec.run(subject) };
+    if (missing.length > 0) check.reasonNotApplicable = missing.map((c) => CAPABILITY_WORDS[c]).join("; ");
+    return check;
+  });
+  checks.push({
+    rule: "TURN-5",
+    name: `${CONVERSATION_MODEL_CHECK_NAME} (${options.path === undefined ? `${runs} runs` : "replay"}, seed ${seed})`,
+    applicable: true,
+    run: () =>
+      runConversationModelProperty(subject, {
+        runs,
+        seed,
+        ...(options.path === undefined ? {} : { path: options.path }),
+        ...(options.maxSteps === undefined ? {} : { maxSteps: options.maxSteps }),
+      }),
+  });
+  return checks;
+}
+
+/**
+ * Registers every conversation-store check with any describe/it runner (vitest, mocha,
+ * node:test), named `${rule} ${name}`; not-applicable checks are listed as such.
+ */
+export function registerConversationStoreChecks(subject: ConversationStoreSubject, t: TestRegistrar, options?: ConversationCheckOptions): void {
+  registerChecks(`@dispatch-once/conformance conversation store: ${subject.name}`, conversationStoreChecks(subject, options), t);
+}
+
+function envInteger(name: string): number | undefined {
+  const text = typeof process === "undefined" ? undefined : process.env[name];
+  if (text === undefined || text === "") return undefined;
+  const value = Number(text);
+  if (!Number.isSafeInteger(value)) throw new TypeError(`${name} must be an integer, got ${JSON.stringify(text)}`);
+  return value;
+}
+
+function validateSubject(subject: ConversationStoreSubject): void {
+  if (typeof subject !== "object" || subject === null) throw new TypeError("conversation-store subject: expected an object");
+  if (typeof subject.name !== "string" || subject.name === "") throw new TypeError("conversation-store subject: `name` must be a non-empty string");
+  if (typeof subject.create !== "function") throw new TypeError(`conversation-store subject ${subject.name}: \`create\` must be a function`);
+  const caps = subject.capabilities as unknown as Record<string, unknown> | undefined;
+  for (const flag of ["sharedAcrossProcesses", "survivesRestart", "corruption", "unavailability"]) {
+    if (typeof caps?.[flag] !== "boolean") {
+      throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag} must be declared as true or false`);
+    }
+  }
+}
+
+export * from "./checks.js";
+export {
+  CONVERSATION_MODEL_CHECK_NAME,
+  MODEL_CONTENT,
+  runConversationModelProperty,
+  runConversationScenario,
+  conversationStepArbitrary,
+  type ConversationStep,
+  type ConversationPropertyOptions,
+  type FenceRef,
+} from "./model.js";
+export { memoryConversationSubject, memoryRaw, memoryConversationState, monotonicClock } from "./memory-subject.js";
+export { LEASE_MS as CONVERSATION_LEASE_MS, TRICKY_CONTENT } from "./support.js";
+export type * from "./types.js";

@@ -1,0 +1,91 @@
+import type { ConversationStore, JsonValue, MessageState } from "@dispatch-once/core";
+
+/**
+ * What a conversation store's test gives the kit (the conversation-store counterpart of
+ * LedgerSubject). Checks that need a capability the subject does not declare are reported
+ * "not applicable", never silently skipped.
+ */
+export interface ConversationStoreSubject {
+  /** e.g. "conversation-sqlite" */
+  name: string;
+  capabilities: ConversationSubjectCapabilities;
+  /** A store over a FRESH, ISOLATED namespace (new file / schema / map). Called many times. */
+  create(): Promise<ConversationStoreFixture>;
+}
+
+export interface ConversationSubjectCapabilities {
+  /** Several instances over one store (reopen()) are one store: races between them have one winner. */
+  sharedAcrossProcesses: boolean;
+  /** A fresh instance (reopen()) sees everything an earlier one wrote (TURN-14). */
+  survivesRestart: boolean;
+  /** raw.corrupt is implemented: the kit can damage a stored message (store_corrupt). */
+  corruption: boolean;
+  /** raw.disconnected is implemented: a store whose storage cannot be reached (store_unavailable). */
+  unavailability: boolean;
+}
+
+export type ConversationSubjectCapability = keyof ConversationSubjectCapabilities;
+
+/** The lease columns as stored: `fence` is the highest fence ever issued; owner/expiry only while held. */
+export interface RawLease {
+  fence: number;
+  /** The holder, or undefined when nobody holds the lease (never taken, or released). */
+  owner?: string;
+  /** Epoch milliseconds on the store's clock, while held. */
+  expiresAt?: number;
+}
+
+/** A message as stored, decoded by the test hook itself (not by the store). */
+export interface RawMessage {
+  id: string;
+  seq: number;
+  state: MessageState;
+  content: JsonValue;
+  turnIndex?: number;
+  failure?: JsonValue;
+}
+
+/** A committed turn as stored, decoded by the test hook itself. */
+export interface RawTurn {
+  turnIndex: number;
+  messageId: string;
+  assistant: JsonValue;
+  toolResults?: JsonValue;
+  stopReason: string | null;
+}
+
+export interface ConversationStoreFixture {
+  store: ConversationStore;
+  /** Another store instance over the SAME namespace (a restart, or a second process's view). */
+  reopen(): Promise<ConversationStore>;
+  /** Direct storage access: assertions read what is stored, not only what the store answers. */
+  raw: {
+    /** The conversation's lease columns, or undefined when the conversation has never been written. */
+    lease(conversationId: string): Promise<RawLease | undefined>;
+    /** Every stored message of the conversation, in `seq` order. */
+    messages(conversationId: string): Promise<RawMessage[]>;
+    /** Every committed turn of the conversation, in turn order. */
+    turns(conversationId: string): Promise<RawTurn[]>;
+    /** Every record kept beside the conversation, oldest first. */
+    records(conversationId: string): Promise<JsonValue[]>;
+    /** Make the conversation's current lease lie in the past on the store's clock (nothing else changes). */
+    expireLease(conversationId: string): Promise<void>;
+    /** Overwrite one stored message with bytes the store cannot decode (only with capabilities.corruption). */
+    corrupt?(conversationId: string, messageId: string): Promise<void>;
+    /** A store instance whose storage is unreachable (only with capabilities.unavailability). */
+    disconnected?(): Promise<ConversationStore>;
+  };
+  /** Drop the namespace and close every store instance created from this fixture. */
+  destroy(): Promise<void>;
+}
+
+export interface ConversationCheckOptions {
+  /** Runs of the model-based property. Default 100 (CONFORMANCE_RUNS). */
+  runs?: number;
+  /** Seed of the property; random when absent (always printed on failure). */
+  seed?: number;
+  /** fast-check replay path printed with a counterexample. */
+  path?: string;
+  /** Longest random sequence. Default 40. */
+  maxSteps?: number;
+}

@@ -1,0 +1,77 @@
+import { describe, expect, it } from "vitest";
+import { conversationStoreChecks, runChecks, type Report } from "../src/index.js";
+import { kvConversationSubject, type ConversationBugs } from "./conversation-fixtures/kv-conversation-store.js";
+
+/**
+ * The kit proves its power: each store below carries one planted bug and must be rejected,
+ * with the rule it breaks failing in the deterministic check written for it (`check`). `model`
+ * names the rule the model-based check must blame in its shrunk counterexample, for the bugs a
+ * random sequence of operations reaches.
+ */
+const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; check: RegExp; model?: string }> = [
+  { bug: "commitIgnoresFence", rule: "TURN-5", what: "commitTurn ignores the fence", check: /stale fence is refused/, model: "TURN-5" },
+  { bug: "commitChecksCountOnly", rule: "TURN-5", what: "commitTurn checks the turn count only", check: /not in progress .* is refused/, model: "TURN-5" },
+  { bug: "racyCommit", rule: "TURN-5", what: "commitTurn checks, yields, then writes without the lock", check: /8 concurrent commits/, model: "TURN-5" },
+  { bug: "appendNotIdempotent", rule: "TURN-2", what: "a re-send appends a second message", check: /re-send of a message id/, model: "TURN-2" },
+  { bug: "acquireIgnoresExpiry", rule: "TURN-10", what: "acquireLease grants a live lease", check: /exclusive while live/, model: "TURN-10" },
+  { bug: "fenceRestartsOnRelease", rule: "TURN-10", what: "the fence restarts at 1 after a release", check: /higher than all earlier ones/, model: "TURN-10" },
+  { bug: "reopensAfterOtherBound", rule: "TURN-12", what: "a re-send reopens a failed message after another was bound", check: /after another message was bound/, model: "TURN-12" },
+  { bug: "lifo", rule: "TURN-9", what: "beginTurn binds the newest queued message", check: /arrival order/, model: "TURN-9" },
+  { bug: "rebindsOnTakeover", rule: "TURN-11", what: "a new lease holder binds the newest message instead of the bound one", check: /new lease holder gets the bound message/, model: "TURN-9" },
+  { bug: "recordsInLog", rule: "RECORD-4", what: "records are appended to the log", check: /beside the log/, model: "RECORD-4" },
+  { bug: "forgetsOnRestart", rule: "TURN-14", what: "a fresh instance sees nothing (declared durable)", check: /fresh instance sees every message/ },
+  { bug: "fenceResetsOnRestart", rule: "TURN-14", what: "the fence counter restarts with each instance", check: /never goes backwards/, model: "TURN-10" },
+  { bug: "latin1Content", rule: "TURN-7", what: "non-ASCII content comes back mangled", check: /come back deep-equal/, model: "TURN-7" },
+];
+
+const SEED = 20261130;
+
+async function certify(bugs: ConversationBugs, name: string): Promise<Report> {
+  const subject = kvConversationSubject(name, bugs);
+  return runChecks(conversationStoreChecks(subject, { runs: 200, seed: SEED }), { subject: name, seed: SEED, runs: 200, levels: ["conversation"] });
+}
+
+describe("broken conversation stores are rejected with the rule they break", () => {
+  it("control: the same store without a bug conforms", async () => {
+    const report = await certify({}, "kv-correct");
+    expect(report.checks.filter((c) => c.status === "fail")).toEqual([]);
+    expect(report.conforms).toBe(true);
+  });
+
+  for (const { bug, rule, what, check, model } of BROKEN) {
+    it(`${bug} (${what}) fails ${rule}`, async () => {
+      const report = await certify({ [bug]: true }, `kv-${bug}`);
+      expect(report.conforms).toBe(false);
+      expect(report.rules.find((r) => r.rule === rule)?.status, `${rule} for ${bug}`).toBe("fail");
+      const failing = report.checks.filter((c) => c.status === "fail" && c.rule === rule);
+      const named = failing.find((c) => check.test(c.name));
+      expect(named, `a failing ${rule} check matching ${check} (failing: ${failing.map((c) => c.name).join(" | ")})`).toBeDefined();
+      expect(named!.error).toBeTruthy();
+      if (model !== undefined) {
+        const property = report.checks.find((c) => c.name.startsWith("model-based"))!;
+        expect(property.status, `the model-based check for ${bug}`).toBe("fail");
+        const cx = property.counterexample!;
+        expect(cx.violates, property.error).toBe(model);
+        expect(cx.seed).toBe(SEED);
+        expect(cx.path).toMatch(/^\d+(:\d+)*$/);
+        expect(cx.timeline[0]).toMatch(/^t=1 /);
+        expect(cx.timeline.at(-1)).toMatch(/✗ .*\((TURN|RECORD)-\d+\)$/);
+        expect(property.error).toContain(`--seed ${SEED} --path "${cx.path}"`);
+      }
+    });
+  }
+
+  it("a failing model check replays exactly from its seed and path", async () => {
+    const subject = kvConversationSubject("kv-commitIgnoresFence", { commitIgnoresFence: true });
+    const model = (options: { seed: number; path?: string; runs?: number }) =>
+      conversationStoreChecks(subject, options).filter((c) => c.name.startsWith("model-based"));
+    const first = await runChecks(model({ runs: 200, seed: SEED }), { subject: subject.name });
+    const cx = first.checks[0]!.counterexample!;
+    const replay = await runChecks(model({ seed: cx.seed, path: cx.path }), { subject: subject.name });
+    expect(replay.checks[0]!.status).toBe("fail");
+    // Every run uses fresh conversation ids; apart from them the replay is the same timeline.
+    const anonymous = (timeline: string[]) => timeline.map((l) => l.replace(/model-[0-9a-f]{8}-/g, "model-*-"));
+    expect(anonymous(replay.checks[0]!.counterexample!.timeline)).toEqual(anonymous(cx.timeline));
+    expect(replay.checks[0]!.counterexample!.value).toEqual(cx.value);
+  });
+});

@@ -1,0 +1,326 @@
+// A second, independent conversation store for the kit's self-tests: every conversation is one
+// JSON text in a shared key-value map (the "server"), every method runs under that
+// conversation's lock and yields to the event loop between its read and its write, so races
+// are real. Each planted bug breaks one rule; without bugs it must conform.
+import {
+  ConversationLeaseLostError,
+  CONVERSATION_ID_PATTERN,
+  InvalidStoreInputError,
+  checkMessageId,
+  type AppendResult,
+  type ConversationStore,
+  type ConversationStoreCapabilities,
+  type JsonValue,
+  type LeaseResult,
+  type StoredMessage,
+  type StoredTurn,
+  type TurnCommit,
+  type TurnSnapshot,
+} from "@dispatch-once/core";
+import type { ConversationStoreFixture, ConversationStoreSubject } from "../../src/index.js";
+
+export interface ConversationBugs {
+  /** commitTurn does not check the fence. */
+  commitIgnoresFence?: boolean;
+  /** commitTurn checks the turn count only (neither fence nor message). */
+  commitChecksCountOnly?: boolean;
+  /** A re-send of a known id appends a second message. */
+  appendNotIdempotent?: boolean;
+  /** acquireLease grants the lease even while it is live. */
+  acquireIgnoresExpiry?: boolean;
+  /** The fence restarts at 1 whenever nobody holds the lease. */
+  fenceRestartsOnRelease?: boolean;
+  /** A re-send reopens any failed message, even after another one was bound. */
+  reopensAfterOtherBound?: boolean;
+  /** beginTurn binds the newest queued message. */
+  lifo?: boolean;
+  /** A new lease holder binds the newest queued message instead of continuing the bound one. */
+  rebindsOnTakeover?: boolean;
+  /** Records are also appended to the log. */
+  recordsInLog?: boolean;
+  /** Each instance keeps its own state: a restart forgets everything (declared durable all the same). */
+  forgetsOnRestart?: boolean;
+  /** The fence counter lives in the instance: a fresh instance starts again at 1. */
+  fenceResetsOnRestart?: boolean;
+  /** Text is stored as Latin-1: non-ASCII content comes back mangled. */
+  latin1Content?: boolean;
+  /** commitTurn reads, yields, then writes without holding the conversation's lock. */
+  racyCommit?: boolean;
+}
+
+interface State {
+  messages: StoredMessage[];
+  turns: StoredTurn[];
+  lastBound: string | null;
+  /** The fence under which the in-progress message was bound (for the rebindsOnTakeover bug). */
+  boundFence: number;
+  lease: { fence: number; owner: string; expiresAt: number } | null;
+  fence: number;
+  records: JsonValue[];
+}
+
+/** The shared "server": conversation texts, per-conversation lock chains, one clock. */
+export interface KvBacking {
+  data: Map<string, string>;
+  locks: Map<string, Promise<void>>;
+  now: () => number;
+}
+
+export function kvBacking(): KvBacking {
+  let last = 0;
+  return { data: new Map(), locks: new Map(), now: () => (last = Math.max(last, Date.now())) };
+}
+
+const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+export class KvConversationStore implements ConversationStore {
+  readonly capabilities: ConversationStoreCapabilities = { durability: "durable", clock: "store", sharedAcrossProcesses: true };
+  private instanceFence = new Map<string, number>();
+
+  constructor(
+    private readonly backing: KvBacking,
+    private readonly bugs: ConversationBugs = {},
+  ) {}
+
+  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
+    checkMessageId(message?.id);
+    return this.locked(conversationId, (s) => {
+      const known = s.messages.find((m) => m.id === message.id);
+      if (known !== undefined && !this.bugs.appendNotIdempotent) {
+        const reopenable = this.bugs.reopensAfterOtherBound || s.lastBound === known.id;
+        if (known.state === "failed" && reopenable) {
+          known.state = "queued";
+          delete known.failure;
+          return { appended: false, message: structuredClone(known), reopened: true };
+        }
+        return { appended: false, message: structuredClone(known), reopened: false };
+      }
+      const stored: StoredMessage = { id: message.id, content: this.text(message.content), seq: s.messages.length + 1, state: "queued" };
+      s.messages.push(stored);
+      return { appended: true, message: structuredClone(stored), reopened: false };
+    });
+  }
+
+  async message(conversationId: string, messageId: string): Promise<StoredMessage | undefined> {
+    return this.locked(conversationId, (s) => structuredClone(s.messages.find((m) => m.id === messageId)));
+  }
+
+  async turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]> {
+    return this.locked(conversationId, (s) => structuredClone(s.turns.filter((t) => t.messageId === messageId)));
+  }
+
+  async log(conversationId: string): Promise<JsonValue[]> {
+    return this.locked(conversationId, (s) => this.logOf(s));
+  }
+
+  async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
+    return this.locked(conversationId, (s) => {
+      const now = this.backing.now();
+      if (s.lease !== null && s.lease.expiresAt > now && !this.bugs.acquireIgnoresExpiry) {
+        return { acquired: false, owner: s.lease.owner, leaseExpiresAt: s.lease.expiresAt };
+      }
+      let fence: number;
+      if (this.bugs.fenceResetsOnRestart) {
+        fence = (this.instanceFence.get(conversationId) ?? 0) + 1;
+        this.instanceFence.set(conversationId, fence);
+      } else {
+        fence = this.bugs.fenceRestartsOnRelease && s.lease === null ? 1 : s.fence + 1;
+      }
+      s.fence = fence;
+      s.lease = { fence, owner, expiresAt: now + leaseMs };
+      return { acquired: true, fence, leaseExpiresAt: s.lease.expiresAt };
+    });
+  }
+
+  async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
+    return this.locked(conversationId, (s) => {
+      const lease = held(conversationId, s, fence);
+      lease.expiresAt = this.backing.now() + leaseMs;
+      return { leaseExpiresAt: lease.expiresAt };
+    });
+  }
+
+  async releaseLease(conversationId: string, fence: number): Promise<void> {
+    return this.locked(conversationId, (s) => {
+      if (s.lease?.fence === fence) s.lease = null;
+    });
+  }
+
+  async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
+    return this.locked(conversationId, (s) => {
+      held(conversationId, s, fence);
+      const queued = s.messages.filter((m) => m.state === "queued");
+      let current = s.messages.find((m) => m.state === "in_progress");
+      if (current !== undefined && this.bugs.rebindsOnTakeover && s.boundFence !== fence && queued.length > 0) {
+        current.state = "queued";
+        current = undefined;
+      }
+      current ??= this.bugs.lifo || this.bugs.rebindsOnTakeover ? queued.at(-1) : queued[0];
+      if (current === undefined) return undefined;
+      if (current.state === "queued") {
+        current.state = "in_progress";
+        current.turnIndex = s.turns.length;
+        s.lastBound = current.id;
+        s.boundFence = fence;
+      }
+      const input = this.logOf(s);
+      if (!s.turns.some((t) => t.messageId === current.id)) input.push(structuredClone(current.content));
+      return { conversationId, turnIndex: s.turns.length, message: structuredClone(current), input };
+    });
+  }
+
+  async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
+    const apply = (s: State): { committed: boolean } => {
+      const loose = this.bugs.commitChecksCountOnly;
+      if (!loose && !this.bugs.commitIgnoresFence && s.lease?.fence !== commit.fence) return { committed: false };
+      if (s.turns.length !== commit.turnIndex) return { committed: false };
+      const message = s.messages.find((m) => m.id === commit.messageId);
+      if (!loose && (message === undefined || message.state !== "in_progress")) return { committed: false };
+      const turn: StoredTurn = { turnIndex: commit.turnIndex, messageId: commit.messageId, assistant: this.text(commit.assistant), stopReason: commit.stopReason };
+      if (commit.toolResults !== undefined) turn.toolResults = this.text(commit.toolResults);
+      s.turns.push(turn);
+      if (commit.answers && message !== undefined) message.state = "answered";
+      return { committed: true };
+    };
+    if (!this.bugs.racyCommit) return this.locked(conversationId, apply);
+    const s = this.load(conversationId);
+    await yieldNow();
+    const result = apply(s);
+    this.save(conversationId, s);
+    return result;
+  }
+
+  async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
+    return this.locked(conversationId, (s) => {
+      held(conversationId, s, fence);
+      const message = s.messages.find((m) => m.id === messageId);
+      if (message === undefined || message.state !== "in_progress") throw new InvalidStoreInputError("messageId", `message ${messageId} is not in progress`);
+      message.state = "failed";
+      message.failure = this.text(record);
+      s.records.push(this.text(record));
+    });
+  }
+
+  async addRecord(conversationId: string, record: JsonValue): Promise<void> {
+    return this.locked(conversationId, (s) => {
+      s.records.push(this.text(record));
+    });
+  }
+
+  async records(conversationId: string): Promise<JsonValue[]> {
+    return this.locked(conversationId, (s) => structuredClone(s.records));
+  }
+
+  async close(): Promise<void> {}
+
+  /** The log, derived from the turns (a message's content before its first turn). */
+  private logOf(s: State): JsonValue[] {
+    const out: JsonValue[] = [];
+    const started = new Set<string>();
+    for (const t of s.turns) {
+      if (!started.has(t.messageId)) {
+        started.add(t.messageId);
+        const content = s.messages.find((m) => m.id === t.messageId)?.content;
+        if (content !== undefined) out.push(structuredClone(content));
+      }
+      out.push(structuredClone(t.assistant));
+      if (t.toolResults !== undefined) out.push(structuredClone(t.toolResults));
+    }
+    if (this.bugs.recordsInLog) out.push(...structuredClone(s.records));
+    return out;
+  }
+
+  private text(value: JsonValue): JsonValue {
+    const json = JSON.stringify(value);
+    return JSON.parse(this.bugs.latin1Content ? json.replace(/[^\x00-\x7f]/g, "?") : json) as JsonValue;
+  }
+
+  private load(conversationId: string): State {
+    if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
+      throw new InvalidStoreInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);
+    }
+    const text = this.backing.data.get(conversationId);
+    return text === undefined
+      ? { messages: [], turns: [], lastBound: null, boundFence: 0, lease: null, fence: 0, records: [] }
+      : (JSON.parse(text) as State);
+  }
+
+  private save(conversationId: string, s: State): void {
+    this.backing.data.set(conversationId, JSON.stringify(s));
+  }
+
+  /** Runs `fn` on the conversation's state under its lock, yielding between read and write. */
+  private async locked<T>(conversationId: string, fn: (s: State) => T): Promise<T> {
+    const previous = this.backing.locks.get(conversationId) ?? Promise.resolve();
+    let release: () => void = () => {};
+    const mine = new Promise<void>((resolve) => (release = resolve));
+    const chain = previous.then(() => mine);
+    this.backing.locks.set(conversationId, chain);
+    await previous;
+    try {
+      const s = this.load(conversationId);
+      await yieldNow();
+      const result = fn(s);
+      this.save(conversationId, s);
+      return result;
+    } finally {
+      release();
+      if (this.backing.locks.get(conversationId) === chain) this.backing.locks.delete(conversationId);
+    }
+  }
+}
+
+function held(conversationId: string, s: State, fence: number): { fence: number; owner: string; expiresAt: number } {
+  if (s.lease === null || s.lease.fence !== fence) throw new ConversationLeaseLostError(conversationId, fence);
+  return s.lease;
+}
+
+/**
+ * The KV store as a subject declaring every capability except corruption and unavailability:
+ * restart, sharing and the model's restart steps all run against it.
+ */
+export function kvConversationSubject(name: string, bugs: ConversationBugs = {}): ConversationStoreSubject {
+  return {
+    name,
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false },
+    async create(): Promise<ConversationStoreFixture> {
+      const backing = kvBacking();
+      // forgetsOnRestart: every instance gets a private map, but the hooks read the first one.
+      const open = () => new KvConversationStore(bugs.forgetsOnRestart ? { ...backing, data: new Map(), locks: new Map() } : backing, bugs);
+      const store = open();
+      const dataOf = (conversationId: string): State | undefined => {
+        const source = bugs.forgetsOnRestart ? (store as unknown as { backing: KvBacking }).backing.data : backing.data;
+        const text = source.get(conversationId);
+        return text === undefined ? undefined : (JSON.parse(text) as State);
+      };
+      return {
+        store,
+        reopen: async () => open(),
+        raw: {
+          async lease(conversationId) {
+            const s = dataOf(conversationId);
+            if (s === undefined) return undefined;
+            return s.lease === null ? { fence: s.fence } : { fence: s.fence, owner: s.lease.owner, expiresAt: s.lease.expiresAt };
+          },
+          async messages(conversationId) {
+            return (dataOf(conversationId)?.messages ?? []) as never;
+          },
+          async turns(conversationId) {
+            return dataOf(conversationId)?.turns ?? [];
+          },
+          async records(conversationId) {
+            return dataOf(conversationId)?.records ?? [];
+          },
+          async expireLease(conversationId) {
+            const source = bugs.forgetsOnRestart ? (store as unknown as { backing: KvBacking }).backing.data : backing.data;
+            const s = dataOf(conversationId);
+            if (s?.lease == null) return;
+            s.lease.expiresAt = backing.now() - 1;
+            source.set(conversationId, JSON.stringify(s));
+          },
+        },
+        async destroy() {},
+      };
+    },
+  };
+}

@@ -1,0 +1,50 @@
+import { describe, expect, it } from "vitest";
+import { MemoryConversationStore } from "@dispatch-once/core";
+import { conversationStoreChecks, memoryConversationSubject, registerConversationStoreChecks, runChecks } from "../src/index.js";
+import { kvConversationSubject } from "./conversation-fixtures/kv-conversation-store.js";
+
+const runs = Number(process.env.CONFORMANCE_RUNS ?? 100);
+const seed = process.env.CONFORMANCE_SEED === undefined ? undefined : Number(process.env.CONFORMANCE_SEED);
+const options = { runs, ...(seed === undefined ? {} : { seed }) };
+
+// The reference store through the runner-agnostic registration, as a store's own suite does it.
+registerConversationStoreChecks(memoryConversationSubject(), { describe, it }, options);
+
+// A second, independent store (JSON per conversation in a shared map, a lock per conversation)
+// that declares restart and sharing, so the restart checks and the model's restart steps and
+// cross-instance races run too.
+registerConversationStoreChecks(kvConversationSubject("conversation-kv-reference"), { describe, it }, options);
+
+describe("report for MemoryConversationStore", () => {
+  it("conforms; only the capabilities it lacks are not applicable", async () => {
+    const subject = memoryConversationSubject();
+    const report = await runChecks(conversationStoreChecks(subject, options), { subject: subject.name, levels: ["conversation"] });
+    expect(report.checks.filter((c) => c.status === "fail")).toEqual([]);
+    expect(report.conforms).toBe(true);
+    const status = Object.fromEntries(report.rules.map((r) => [r.rule, r.status]));
+    for (const rule of ["TURN-2", "TURN-5", "TURN-7", "TURN-9", "TURN-10", "TURN-11", "TURN-12", "TURN-14", "RECORD-4"]) {
+      expect(status[rule], rule).toBe("pass");
+    }
+    const na = report.checks.filter((c) => c.status === "not_applicable");
+    expect(na.map((c) => c.reasonNotApplicable).sort()).toEqual([
+      "needs corruption (raw.corrupt)",
+      "needs survivesRestart (a fresh instance sees earlier writes)",
+      "needs survivesRestart (a fresh instance sees earlier writes)",
+      "needs survivesRestart (a fresh instance sees earlier writes)",
+      "needs unavailability (raw.disconnected)",
+    ]);
+  });
+
+  it("hands out the reference store itself", async () => {
+    const fixture = await memoryConversationSubject().create();
+    expect(fixture.store).toBeInstanceOf(MemoryConversationStore);
+    expect(fixture.store.capabilities).toEqual({ durability: "volatile", clock: "process", sharedAcrossProcesses: false });
+    expect(await fixture.reopen()).toBe(fixture.store);
+    await fixture.destroy();
+  });
+
+  it("refuses a subject that does not declare its capabilities", () => {
+    const bad = { name: "x", capabilities: { sharedAcrossProcesses: true }, create: async () => { throw new Error("unused"); } };
+    expect(() => conversationStoreChecks(bad as never)).toThrow(/capabilities.survivesRestart must be declared/);
+  });
+});
