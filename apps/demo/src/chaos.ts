@@ -1,13 +1,14 @@
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
-import type { Ledger } from "@dispatch-once/core";
-import { TurnFailedError, type FailurePosition, type RunnerEvent } from "@dispatch-once/anthropic";
+import { isDispatchOnceError, type ConversationStore, type Ledger } from "@dispatch-once/core";
+import { MemoryConversationStore, type FailurePosition, type RunnerEvent, type TurnFailedError } from "@dispatch-once/anthropic";
 import type { CutKind, Fault, FaultPlan } from "@dispatch-once/mock-provider";
 import { CHAPTER } from "./incident.js";
 import { Rng } from "./prng.js";
 import { wilson, type RateEstimate } from "./stats.js";
-import { countDuplicates, paymentMessage, startSide, type PaymentArgs, type Side } from "./world.js";
+import { addAudit, auditMessage, emptyTally, recordsOf, type AuditTally, type MisreportReason } from "./oracle.js";
+import { countDuplicates, paymentMessage, startSide, type LostResponseDisposition, type PaymentArgs, type Side } from "./world.js";
 
 export const POSITIONS: readonly FailurePosition[] = [
   "before_any_call",
@@ -32,7 +33,14 @@ export const SPLIT = {
 } as const;
 
 const CUT_KINDS: readonly CutKind[] = ["reset", "reset", "reset", "clean_close", "error_event"];
-const MESSAGES_PER_CONVERSATION = 4;
+/**
+ * User messages per conversation in the main route. Each message is two model turns (the
+ * payment, then the model's confirmation), so a conversation of three is six turns: short, as
+ * a payments assistant's sessions are, which keeps each request's re-sent history small.
+ */
+export const MESSAGES_PER_CONVERSATION = 3;
+/** The stalled worker's turn lease in the redelivery route; its store clock jumps past it. */
+const STALLED_WORKER_LEASE_MS = 60_000;
 const PAYEES = ["acme-supplies", "globex", "initech", "umbrella-logistics", "hooli", "stark-parts", "wayne-freight", "tyrell-labs"];
 
 export interface PlannedFailure {
@@ -45,11 +53,24 @@ export interface PlannedFailure {
 export interface TurnPlan {
   index: number;
   args: PaymentArgs;
+  /** Where the payment turn's stream is cut once (its first request only), if it is. */
   failure: PlannedFailure | undefined;
+  /** The payment turn's first POST loses its response after the payments API accepted it. */
+  loseResponse: boolean;
+  /** Every retried response to the turn re-words the memo (outside the call's identity). */
+  rewordsMemo: boolean;
 }
 
-/** The plan of one turn, a function of (seed, route, index) alone. */
-export function planTurn(seed: string, route: string, index: number, failureRate: number, reference: string): TurnPlan {
+/** Rates of the faults added on top of the chapter's stream cuts. */
+export interface PlanRates {
+  /** Share of payment turns whose first POST loses its response (mock payments `drop_after_accept`). */
+  dropRate?: number;
+  /** Share of messages whose memo the model re-words on a retried response (mock provider `reword`). */
+  rewordRate?: number;
+}
+
+/** The plan of one turn, a function of (seed, route, index) and the rates alone. */
+export function planTurn(seed: string, route: string, index: number, failureRate: number, reference: string, rates: PlanRates = {}): TurnPlan {
   const rng = new Rng(seed, route, index);
   const args: PaymentArgs = {
     payee: rng.pick(PAYEES),
@@ -63,11 +84,14 @@ export function planTurn(seed: string, route: string, index: number, failureRate
   const split = rng.next();
   const kind = rng.pick(CUT_KINDS);
   const afterFragment = rng.int(0, 2);
-  if (!fails) return { index, args, failure: undefined };
+  // Drawn after the cut's numbers, always: adding these faults moved no earlier decision.
+  const loseResponse = rng.next() < (rates.dropRate ?? 0);
+  const rewordsMemo = rng.next() < (rates.rewordRate ?? 0);
+  if (!fails) return { index, args, failure: undefined, loseResponse, rewordsMemo };
   let position: FailurePosition;
   if (where < SPLIT.preDispatch) position = split < SPLIT.beforeAnyCallOfPreDispatch ? "before_any_call" : "arguments_streaming";
   else position = split < SPLIT.duringDispatchOfWindow ? "during_dispatch" : "after_dispatch_before_stop";
-  return { index, args, failure: { position, kind, afterFragment } };
+  return { index, args, failure: { position, kind, afterFragment }, loseResponse, rewordsMemo };
 }
 
 export type PositionCounts = Record<FailurePosition, number>;
@@ -82,10 +106,34 @@ export interface SideTotals {
   payments: number;
   /** Payments beyond the first, per turn, summed. */
   duplicates: number;
-  /** POSTs the tool sent (the guarded side also has the downstream's own Idempotency-Key check behind the ledger). */
+  /**
+   * Duplicates by what made the handler repeat the call: a stream cut inside the window (the
+   * chapter's cause; also when the turn lost a response too), else a lost payments response.
+   */
+  duplicatesByCause: { streamCut: number; lostResponse: number };
+  /** POSTs the tool sent (the guarded side's re-runs after a lost response included). */
   posts: number;
   /** Retried dispatches answered from the ledger without calling the payments API. */
   replayedFromLedger: number;
+  /** POSTs whose response the payments API lost after accepting them (injected). */
+  lostResponses: number;
+  /** POSTs the payments API answered from its Idempotency-Key store instead of paying again. */
+  downstreamReplays: number;
+  /** Retried model responses whose memo was re-worded. */
+  rewordedResponses: number;
+  /**
+   * Re-worded calls answered with, or re-run as, the first request (LEDGER-21); naive: always 0.
+   * Not fixed by the seed: a second and a third response may pick the same re-wording (then the
+   * third does not differ from what the second stored), and which one they pick depends on the
+   * request's history: earlier turns' payment ids (random) and toolu_ ids (in global request order).
+   */
+  requestDiffers: number;
+  /** Messages whose committed turns or records disagree with the effect log (see oracle.ts). */
+  misreports: number;
+  misreportReasons: Record<MisreportReason, number>;
+  misreportExamples: string[];
+  /** Failed turns that told the user a payment "may have happened" (truthful; not misreports). */
+  mayHaveHappened: number;
   /** Turns that failed for good (the client saw an error). */
   failedTurns: number;
   streamFailures: number;
@@ -96,30 +144,51 @@ export interface SideTotals {
   durationMs: number;
 }
 
+/** One side's counts on one replay route. */
+export interface RouteSide {
+  duplicates: number;
+  payments: number;
+  posts: number;
+  misreports: number;
+  mayHaveHappened: number;
+  /** ...of which the payment did exist. */
+  mayHaveHappenedAndDid: number;
+}
+
 export interface RouteResult {
   name: "automatic_retry" | "client_resend" | "queue_redelivery";
   description: string;
   /** Turns this route replayed (re-issued). */
   replays: number;
-  naive: { duplicates: number; payments: number };
-  guarded: { duplicates: number; payments: number; posts: number };
+  naive: RouteSide;
+  guarded: RouteSide;
 }
 
 export interface ChaosResult {
   turns: number;
   failureRate: number;
+  dropRate: number;
+  rewordRate: number;
   seed: string;
   timeScale: number;
   concurrency: number;
+  messagesPerConversation: number;
   paymentsMs: number;
   gapMs: number;
   streamFailures: number;
   failuresInWindow: number;
   byPosition: PositionCounts;
   plannedByPosition: PositionCounts;
+  /** What the seed planned for the main route, besides the cuts. */
+  planned: {
+    lostResponses: number;
+    /** Turns planned with both a lost response and a cut inside the window. */
+    lostResponsesInWindow: number;
+    rewordedMemos: number;
+  };
   naive: SideTotals;
   guarded: SideTotals;
-  /** Naive duplicates per turn, with its 95 % Wilson interval. */
+  /** Naive duplicates caused by a cut stream, per turn, with its 95 % Wilson interval (the chapter's quantity). */
   naiveDuplicateRate: RateEstimate;
   /** The chapter's arithmetic, at the chapter's rate and at the rate used. */
   chapter: {
@@ -140,6 +209,12 @@ export interface ChaosOptions {
   parallel?: boolean;
   turns: number;
   failureRate: number;
+  /** Share of payment turns whose first POST loses its response. */
+  dropRate: number;
+  /** Share of messages whose memo a retried response re-words. */
+  rewordRate: number;
+  /** What the tool reports for a lost response (default "unknown", the truth); tests make it lie. */
+  lostResponseAs?: LostResponseDisposition;
   seed: string;
   timeScale: number;
   concurrency: number;
@@ -164,15 +239,28 @@ interface PendingCut {
   trigger: "call_complete" | "call_resolved";
 }
 
+/** What the director does to one message's payment turn. */
+interface Expectation {
+  failure: PlannedFailure | undefined;
+  loseResponse: boolean;
+  /** Hold the first response before message_stop and report its request number once the call resolved. */
+  stall?: (requestNumber: number | undefined) => void;
+}
+
 /**
- * Turns faults planned per turn into provider faults, and fires the cuts that must land at a
- * point of the handler's own progress (inside the window) from the runner's events: the stream
- * is held at the position and cut when the handler has reached the right state.
+ * Turns faults planned per message into provider and payments faults, and fires the cuts that
+ * must land at a point of the handler's own progress (inside the window) from the runner's
+ * events: the stream is held at the position and cut when the handler has reached the right
+ * state. A message's faults go to its payment turn, the first turn the runner starts for it,
+ * whatever index the conversation gives it.
  */
 class FaultDirector {
-  private readonly planned = new Map<string, PlannedFailure>();
+  private readonly expected = new Map<string, Expectation>();
+  private readonly turns = new Map<string, Expectation>();
   private readonly fired = new Set<string>();
+  private readonly dropped = new Set<string>();
   private readonly cuts = new Map<string, PendingCut>();
+  private readonly stalls = new Map<string, { requestNumber: number; report: (n: number | undefined) => void }>();
   private readonly gates = new Map<string, { open: () => void; promise: Promise<void>; consumed: boolean }>();
   readonly byPosition = zeroCounts();
   streamFailures = 0;
@@ -181,12 +269,21 @@ class FaultDirector {
 
   constructor(private readonly side: Side) {}
 
-  /** Register the fault of the payment turn at (conversation, turn index). */
-  plan(conversationId: string, turnIndex: number, failure: PlannedFailure | undefined): void {
-    if (failure === undefined) return;
+  /** Register what happens to the payment turn of (conversation, message). */
+  expect(conversationId: string, messageId: string, expectation: Expectation): void {
+    if (expectation.failure === undefined && !expectation.loseResponse && expectation.stall === undefined) return;
+    this.expected.set(`${conversationId}|${messageId}`, expectation);
+  }
+
+  /** The message's first attempt names its payment turn: bind the plan to that turn index. */
+  private bind(conversationId: string, messageId: string, turnIndex: number): void {
+    const messageKey = `${conversationId}|${messageId}`;
+    const expectation = this.expected.get(messageKey);
+    if (expectation === undefined) return;
+    this.expected.delete(messageKey);
     const turnKey = `${conversationId}|${turnIndex}`;
-    this.planned.set(turnKey, failure);
-    if (failure.position === "during_dispatch") {
+    this.turns.set(turnKey, expectation);
+    if (expectation.failure?.position === "during_dispatch") {
       let open!: () => void;
       const promise = new Promise<void>((resolve) => (open = resolve));
       this.gates.set(turnKey, { open, promise, consumed: false });
@@ -196,14 +293,19 @@ class FaultDirector {
   readonly faultPlan: FaultPlan = (_request, info) => {
     const turnKey = info.headers["x-demo-turn"];
     if (turnKey === undefined) return undefined;
-    const failure = this.planned.get(turnKey);
-    // One failure per planned turn: its first request only.
-    if (failure === undefined || this.fired.has(turnKey)) return undefined;
+    const expectation = this.turns.get(turnKey);
+    // One fault per planned turn: its first request only.
+    if (expectation === undefined || this.fired.has(turnKey)) return undefined;
     this.fired.add(turnKey);
-    const attempt = info.headers["x-demo-attempt"] ?? "1";
+    const attemptKey = `${turnKey}|${info.headers["x-demo-attempt"] ?? "1"}`;
+    if (expectation.stall !== undefined) {
+      this.stalls.set(attemptKey, { requestNumber: info.requestNumber, report: expectation.stall });
+      return { kind: "hold", at: { beforeMessageStop: true } };
+    }
+    const failure = expectation.failure;
+    if (failure === undefined) return undefined;
     const cutKind = failure.kind;
     const pending = (trigger: PendingCut["trigger"]) => {
-      const attemptKey = `${turnKey}|${attempt}`;
       this.cuts.set(attemptKey, { requestNumber: info.requestNumber, kind: cutKind, trigger });
       // A held stream whose trigger never comes would hang the run: cut it anyway, and say so.
       setTimeout(() => {
@@ -212,30 +314,32 @@ class FaultDirector {
         this.cutWhenHeld(info.requestNumber, cutKind, attemptKey);
       }, 30_000).unref();
     };
-    let fault: Fault;
     switch (failure.position) {
       case "before_any_call":
         // Replaces the first content_block_start: only message_start was sent.
-        fault = cut(cutKind, { event: 1 });
-        break;
+        return cut(cutKind, { event: 1 });
       case "arguments_streaming":
-        fault = cut(cutKind, { toolUse: 0, afterFragment: failure.afterFragment });
-        break;
+        return cut(cutKind, { toolUse: 0, afterFragment: failure.afterFragment });
       case "during_dispatch":
         // Held right after content_block_stop; cut once the call is dispatched (its POST is out).
-        fault = { kind: "hold", at: { afterToolUseStop: 0 } };
         pending("call_complete");
-        break;
+        return { kind: "hold", at: { afterToolUseStop: 0 } };
       case "after_dispatch_before_stop":
-        // Held where message_stop would go; cut once the payment has been accepted and resolved.
-        fault = { kind: "hold", at: { beforeMessageStop: true } };
+        // Held where message_stop would go; cut once the payment call has resolved.
         pending("call_resolved");
-        break;
+        return { kind: "hold", at: { beforeMessageStop: true } };
     }
-    return fault;
   };
 
-  /** Tool hook: a during_dispatch turn's first POST does not return before the reset was seen. */
+  /** Tool hook: whether this POST loses its response (the planned turn's first POST only). */
+  loseResponse(conversationId: string, turnIndex: number): boolean {
+    const turnKey = `${conversationId}|${turnIndex}`;
+    if (this.turns.get(turnKey)?.loseResponse !== true || this.dropped.has(turnKey)) return false;
+    this.dropped.add(turnKey);
+    return true;
+  }
+
+  /** Tool hook: a during_dispatch turn's first POST does not return (or fail) before the reset was seen. */
   async afterPost(conversationId: string, turnIndex: number): Promise<void> {
     const gate = this.gates.get(`${conversationId}|${turnIndex}`);
     if (gate === undefined || gate.consumed) return;
@@ -246,6 +350,15 @@ class FaultDirector {
     }, 30_000);
     await gate.promise;
     clearTimeout(timeout);
+  }
+
+  /** Let a stalled (held) stream go on to message_stop, once it is held. */
+  releaseWhenHeld(requestNumber: number): void {
+    const { provider } = this.side;
+    void provider
+      .waitForHold(requestNumber, { timeoutMs: 30_000 })
+      .then(() => provider.release(requestNumber))
+      .catch((error: unknown) => this.anomalies.push(`release of request ${requestNumber} failed: ${String(error)}`));
   }
 
   /** Cut the stream once it is held (it may not have reached the hold yet). */
@@ -259,17 +372,24 @@ class FaultDirector {
 
   readonly onEvent = (event: RunnerEvent): void => {
     const turnKey = `${event.conversationId}|${event.turnIndex}`;
-    if (event.type === "call_complete" || event.type === "call_resolved") {
+    if (event.type === "attempt_started") {
+      this.bind(event.conversationId, event.messageId, event.turnIndex);
+    } else if (event.type === "call_complete" || event.type === "call_resolved") {
       const attemptKey = `${turnKey}|${event.attempt}`;
       const cutPlan = this.cuts.get(attemptKey);
       if (cutPlan !== undefined && cutPlan.trigger === event.type) {
         this.cuts.delete(attemptKey);
         this.cutWhenHeld(cutPlan.requestNumber, cutPlan.kind, attemptKey);
       }
+      const stall = this.stalls.get(attemptKey);
+      if (stall !== undefined && event.type === "call_resolved") {
+        this.stalls.delete(attemptKey);
+        stall.report(stall.requestNumber);
+      }
     } else if (event.type === "stream_failed") {
       this.streamFailures++;
       this.byPosition[event.position]++;
-      const planned = this.planned.get(turnKey);
+      const planned = this.turns.get(turnKey)?.failure;
       if (planned === undefined || planned.position !== event.position) {
         this.positionMismatches++;
         this.anomalies.push(`${turnKey}: stream failed at ${event.position}, planned ${planned?.position ?? "no failure"}`);
@@ -296,8 +416,9 @@ async function pool(count: number, concurrency: number, job: (index: number, wor
 
 export interface SideRun {
   totals: SideTotals;
-  resend: { replays: number; duplicates: number; payments: number; posts: number };
-  redelivery: { replays: number; duplicates: number; payments: number; posts: number };
+  main: { replays: number } & RouteSide;
+  resend: { replays: number } & RouteSide;
+  redelivery: { replays: number } & RouteSide;
   anomalies: string[];
 }
 
@@ -307,11 +428,16 @@ export type SideOptions = Omit<ChaosOptions, "ledger" | "onProgress" | "parallel
   onProgress?: (progress: ChaosProgress) => void;
 };
 
+const isTurnFailed = (error: unknown): error is TurnFailedError => isDispatchOnceError(error, "turn_failed");
+
 /** One side of the chaos run: all three routes, naive (no ledger) or guarded. */
 export async function runSide(options: SideOptions, guarded: boolean): Promise<SideRun> {
   const scale = options.timeScale;
   const started = Date.now();
   const sideName = guarded ? "guarded" : "naive";
+  const rates: PlanRates = { dropRate: options.dropRate, rewordRate: options.rewordRate };
+  // References whose memo the scripted model re-words on a retried response.
+  const rewording = new Set<string>();
   let director: FaultDirector | undefined;
   const side = await startSide({
     guarded,
@@ -320,7 +446,12 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
     providerTiming: { beforeMessageStopMs: CHAPTER.gapMs * scale },
     seed: options.seed,
     pollMs: Math.max(1, Math.round(5 * scale)),
-    hooks: { afterPost: (_args, context) => director!.afterPost(context.conversationId, context.turnIndex) },
+    rewordsMemo: (args) => rewording.has(args.reference),
+    ...(options.lostResponseAs !== undefined ? { lostResponseAs: options.lostResponseAs } : {}),
+    hooks: {
+      loseResponse: (_args, context) => director!.loseResponse(context.conversationId, context.turnIndex),
+      afterPost: (_args, context) => director!.afterPost(context.conversationId, context.turnIndex),
+    },
   });
   try {
     director = new FaultDirector(side);
@@ -339,7 +470,7 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
     const retrying = side.runner({ retry: { attempts: 3, backoffMs }, requestHeaders: headers, onEvent });
     let lastReport = 0;
     const progress = (phase: ChaosProgress["phase"], done: number, total: number, references: string[]) => {
-      // Throttled: counting duplicates reads the whole effect log.
+      // Throttled: counting duplicates walks every reference.
       if (options.onProgress === undefined || (Date.now() - lastReport < 100 && done < total)) return;
       lastReport = Date.now();
       options.onProgress({
@@ -351,40 +482,66 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
         streamFailures: director!.streamFailures,
       });
     };
+    // The second oracle, per route: what the conversation committed and the records say, against the effect log.
+    const tallies = { main: emptyTally(), resend: emptyTally(), redelivery: emptyTally() };
+    const audit = async (tally: AuditTally, store: ConversationStore, conversationId: string, messageId: string, reference: string) => {
+      const [committed, records] = await Promise.all([store.turnsOf(conversationId, messageId), store.records(conversationId)]);
+      const payments = side.paymentsOf(reference).map((e) => ({ resourceId: e.resourceId, idempotencyKey: e.idempotencyKey }));
+      addAudit(tally, reference, auditMessage({ committed, records: recordsOf(records, messageId), payments }));
+    };
+    const sumOf = (map: Map<string, number>, refs: readonly string[]) => refs.reduce((sum, r) => sum + (map.get(r) ?? 0), 0);
 
-    // Route 1, the chapter's: the automatic retry around the streaming request.
+    // Route 1, the chapter's: the automatic retry around the streaming request. Every message
+    // is sent as users send it (runner.send): the payment turn, then the model's confirmation.
     const references: string[] = [];
-    const failingPlans: TurnPlan[] = [];
+    const faultedPlans: TurnPlan[] = [];
+    const plans = new Map<string, TurnPlan>();
     let done = 0;
     await pool(options.turns, options.concurrency, async (index, worker, nth) => {
       const reference = `T-${index}`;
-      const plan = planTurn(options.seed, "chaos", index, options.failureRate, reference);
-      if (plan.failure !== undefined) failingPlans.push(plan);
+      const plan = planTurn(options.seed, "chaos", index, options.failureRate, reference, rates);
+      plans.set(reference, plan);
+      if (plan.failure !== undefined || plan.loseResponse) faultedPlans.push(plan);
+      if (plan.rewordsMemo) rewording.add(reference);
       references.push(reference);
       const conversationId = `${options.runId}-w${worker}-c${Math.floor(nth / MESSAGES_PER_CONVERSATION)}`;
-      // Only the payment turn is run (runTurn), not the model's closing confirmation: it cannot
-      // pay, and skipping it halves the cost of a turn. The replay routes below run full sends.
-      const turnIndex = nth % MESSAGES_PER_CONVERSATION;
-      director!.plan(conversationId, turnIndex, plan.failure);
+      const messageId = `m-${index}`;
+      director!.expect(conversationId, messageId, { failure: plan.failure, loseResponse: plan.loseResponse });
       try {
-        await side.store.appendUserMessage(conversationId, { id: `m-${index}`, content: paymentMessage(plan.args) });
-        await retrying.runTurn(conversationId);
+        await retrying.send(conversationId, { id: messageId, content: paymentMessage(plan.args) });
       } catch (error) {
-        if (!(error instanceof TurnFailedError)) throw error;
+        if (!isTurnFailed(error)) throw error;
         failedTurns++;
       }
+      await audit(tallies.main, side.store, conversationId, messageId, reference);
       done++;
       progress("automatic_retry", done, options.turns, references);
     });
     const counts = side.paymentsByReference();
     const main = countDuplicates(counts, references);
-    const posts = references.reduce((sum, r) => sum + (side.posts.get(r) ?? 0), 0);
+    const byCause = { streamCut: 0, lostResponse: 0 };
+    for (const reference of main.duplicatedReferences) {
+      const failure = plans.get(reference)?.failure;
+      const n = (counts.get(reference) ?? 0) - 1;
+      if (failure !== undefined && IN_WINDOW.has(failure.position)) byCause.streamCut += n;
+      else byCause.lostResponse += n;
+    }
+    const reworded = rewordedResponses(side);
     const totals: SideTotals = {
       turns: options.turns,
       payments: main.payments,
       duplicates: main.duplicates,
-      posts,
+      duplicatesByCause: byCause,
+      posts: sumOf(side.posts, references),
       replayedFromLedger,
+      lostResponses: sumOf(side.lostResponses, references),
+      downstreamReplays: sumOf(side.downstreamReplays, references),
+      rewordedResponses: sumOf(reworded, references),
+      requestDiffers: sumOf(side.requestDiffers, references),
+      misreports: tallies.main.misreports,
+      misreportReasons: tallies.main.byReason,
+      misreportExamples: tallies.main.examples,
+      mayHaveHappened: tallies.main.mayHaveHappened,
       failedTurns,
       streamFailures: director.streamFailures,
       byPosition: { ...director.byPosition },
@@ -393,68 +550,121 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
       durationMs: Date.now() - started,
     };
 
-    // Route 2: no automatic retry; the turn fails and the client re-sends its pending message.
-    // Every failure of route 1 is replayed this way, at the same position.
+    // Route 2: no automatic retry; the turn fails and the client re-sends its pending message
+    // (same id) until it is answered. Every turn of route 1 that met a fault (a cut stream or a
+    // lost response) is replayed this way, with the same faults.
     const resendRunner = side.runner({ retry: { attempts: 1, backoffMs }, requestHeaders: headers, onEvent });
-    failingPlans.sort((a, b) => a.index - b.index);
+    faultedPlans.sort((a, b) => a.index - b.index);
     const resendReferences: string[] = [];
     let resendDone = 0;
-    await pool(failingPlans.length, options.concurrency, async (i) => {
-      const original = failingPlans[i]!;
+    await pool(faultedPlans.length, options.concurrency, async (i) => {
+      const original = faultedPlans[i]!;
       const reference = `RS-${original.index}`;
       resendReferences.push(reference);
+      if (original.rewordsMemo) rewording.add(reference);
       const conversationId = `${options.runId}-resend-${original.index}`;
-      director!.plan(conversationId, 0, original.failure);
-      const message = { id: `m-${original.index}`, content: paymentMessage({ ...original.args, reference, memo: `Invoice ${reference}` }) };
-      try {
-        await resendRunner.send(conversationId, message);
-      } catch (error) {
-        if (!(error instanceof TurnFailedError)) throw error;
+      const messageId = `m-${original.index}`;
+      director!.expect(conversationId, messageId, { failure: original.failure, loseResponse: original.loseResponse });
+      const message = { id: messageId, content: paymentMessage({ ...original.args, reference, memo: `Invoice ${reference}` }) };
+      // A turn with a cut before dispatch and a lost response fails twice: three sends answer any plan.
+      for (let send = 1; ; send++) {
         try {
           await resendRunner.send(conversationId, message);
-        } catch (again) {
-          if (!(again instanceof TurnFailedError)) throw again;
-          // Only the first request of a turn is cut: a re-send that fails too is a defect.
-          director!.anomalies.push(`${conversationId}: the client's re-send failed too (${again.message})`);
+          break;
+        } catch (error) {
+          if (!isTurnFailed(error)) throw error;
+          if (send === 3 || !error.record.retryable) {
+            director!.anomalies.push(`${conversationId}: send ${send} failed (${error.message}); retryable ${error.record.retryable}`);
+            break;
+          }
         }
       }
+      await audit(tallies.resend, side.store, conversationId, messageId, reference);
       resendDone++;
-      progress("client_resend", resendDone, failingPlans.length, resendReferences);
+      progress("client_resend", resendDone, faultedPlans.length, resendReferences);
     });
     const resend = countDuplicates(side.paymentsByReference(), resendReferences);
 
-    // Route 3: a queue with at-least-once delivery hands the same message to two workers at once.
+    // Route 3: an at-least-once queue redelivers a message whose first worker stalled mid-turn
+    // (a GC pause, a partition) for longer than its conversation lease and the queue's
+    // visibility timeout: the payment was made, message_stop had not arrived. A second worker
+    // takes the conversation over and runs the turn at the same index (TURN-10); the first one
+    // wakes up, its commit is refused and its effects are recorded beside the conversation
+    // (TURN-13). (Two workers at once is harmless to both sides now: the turn lease queues one
+    // behind the other, and the second reads the answer from the store, TURN-7.)
     const redeliveryReferences: string[] = [];
-    const second = side.runner({ retry: { attempts: 3, backoffMs }, requestHeaders: headers, onEvent });
     let redeliveryDone = 0;
     await pool(options.redeliveries, options.concurrency, async (index) => {
       const reference = `RD-${index}`;
       redeliveryReferences.push(reference);
-      const plan = planTurn(options.seed, "redelivery", index, 0, reference);
+      const plan = planTurn(options.seed, "redelivery", index, 0, reference, { rewordRate: options.rewordRate });
+      if (plan.rewordsMemo) rewording.add(reference);
       const conversationId = `${options.runId}-redeliver-${index}`;
-      const message = { id: `m-${index}`, content: paymentMessage(plan.args) };
-      await Promise.all([retrying.send(conversationId, message), second.send(conversationId, message)]);
+      const messageId = `m-${index}`;
+      // The queue's two consumers share one conversation store. Its clock is this conversation's
+      // own, so the stalled worker's lease can expire at once without touching any other one.
+      let skewMs = 0;
+      const store = new MemoryConversationStore({ now: () => Date.now() + skewMs });
+      const worker = () =>
+        side.runner({ store, turnLeaseMs: STALLED_WORKER_LEASE_MS, retry: { attempts: 3, backoffMs }, requestHeaders: headers, onEvent });
+      const [first, second] = [worker(), worker()];
+      let stalled!: (requestNumber: number | undefined) => void;
+      const stall = new Promise<number | undefined>((resolve) => (stalled = resolve));
+      director!.expect(conversationId, messageId, { failure: undefined, loseResponse: false, stall: stalled });
+      const message = { id: messageId, content: paymentMessage(plan.args) };
+      const firstDone = first.send(conversationId, message);
+      const held = await Promise.race([stall, firstDone.then(() => undefined)]);
+      if (held === undefined) {
+        director!.anomalies.push(`${conversationId}: the first worker never stalled`);
+      } else {
+        skewMs = STALLED_WORKER_LEASE_MS + 1;
+        await second.send(conversationId, message);
+        director!.releaseWhenHeld(held);
+      }
+      await firstDone;
+      await audit(tallies.redelivery, store, conversationId, messageId, reference);
       redeliveryDone++;
       progress("queue_redelivery", redeliveryDone, options.redeliveries, redeliveryReferences);
     });
     const redelivery = countDuplicates(side.paymentsByReference(), redeliveryReferences);
-    const postsOf = (refs: string[]) => refs.reduce((sum, r) => sum + (side.posts.get(r) ?? 0), 0);
     totals.durationMs = Date.now() - started;
     return {
       totals,
-      resend: { replays: failingPlans.length, duplicates: resend.duplicates, payments: resend.payments, posts: postsOf(resendReferences) },
-      redelivery: {
-        replays: options.redeliveries,
-        duplicates: redelivery.duplicates,
-        payments: redelivery.payments,
-        posts: postsOf(redeliveryReferences),
-      },
+      resend: { replays: faultedPlans.length, ...routeSide(resend, sumOf(side.posts, resendReferences), tallies.resend) },
+      redelivery: { replays: options.redeliveries, ...routeSide(redelivery, sumOf(side.posts, redeliveryReferences), tallies.redelivery) },
+      main: { replays: faultedPlans.length, ...routeSide(main, totals.posts, tallies.main) },
       anomalies: [...director.anomalies.map((a) => `${sideName}: ${a}`), ...side.warnings.map((w) => `${sideName}: ${w}`)],
     };
   } finally {
     // Servers left open would keep the process alive after an error.
     await side.close();
   }
+}
+
+function routeSide(counted: { duplicates: number; payments: number }, posts: number, tally: AuditTally): RouteSide {
+  return {
+    duplicates: counted.duplicates,
+    payments: counted.payments,
+    posts,
+    misreports: tally.misreports,
+    mayHaveHappened: tally.mayHaveHappened,
+    mayHaveHappenedAndDid: tally.mayHaveHappenedAndDid,
+  };
+}
+
+/** Per reference: model responses whose send_payment memo differs from what the script said. */
+function rewordedResponses(side: Side): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const record of side.provider.requests) {
+    const scripted = record.turn?.content.filter((c) => c.type === "tool_use") ?? [];
+    record.toolUses.forEach((rendered, i) => {
+      const said = scripted[i];
+      if (said === undefined || said.type !== "tool_use" || rendered.input["memo"] === said.input["memo"]) return;
+      const reference = String(rendered.input["reference"]);
+      out.set(reference, (out.get(reference) ?? 0) + 1);
+    });
+  }
+  return out;
 }
 
 export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
@@ -474,13 +684,18 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     guarded = await runSide({ ...plain, ledger, ...(onProgress ? { onProgress } : {}) }, true);
   }
   const plannedByPosition = zeroCounts();
+  const planned = { lostResponses: 0, lostResponsesInWindow: 0, rewordedMemos: 0 };
+  const rates = { dropRate: options.dropRate, rewordRate: options.rewordRate };
   for (let i = 0; i < options.turns; i++) {
-    const failure = planTurn(options.seed, "chaos", i, options.failureRate, `T-${i}`).failure;
-    if (failure !== undefined) plannedByPosition[failure.position]++;
+    const plan = planTurn(options.seed, "chaos", i, options.failureRate, `T-${i}`, rates);
+    if (plan.failure !== undefined) plannedByPosition[plan.failure.position]++;
+    if (plan.loseResponse) planned.lostResponses++;
+    if (plan.loseResponse && plan.failure !== undefined && IN_WINDOW.has(plan.failure.position)) planned.lostResponsesInWindow++;
+    if (plan.rewordsMemo) planned.rewordedMemos++;
   }
   const byPosition = guarded.totals.byPosition;
   const failuresInWindow = byPosition.during_dispatch + byPosition.after_dispatch_before_stop;
-  const naiveDuplicateRate = wilson(naive.totals.duplicates, options.turns);
+  const naiveDuplicateRate = wilson(naive.totals.duplicatesByCause.streamCut, options.turns);
   const chapterRate = CHAPTER.failureRate * CHAPTER.windowShare;
   const thisRate = options.failureRate * CHAPTER.windowShare;
   const anomalies = [...naive.anomalies, ...guarded.anomalies];
@@ -492,15 +707,19 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   return {
     turns: options.turns,
     failureRate: options.failureRate,
+    dropRate: options.dropRate,
+    rewordRate: options.rewordRate,
     seed: options.seed,
     timeScale: options.timeScale,
     concurrency: options.concurrency,
+    messagesPerConversation: MESSAGES_PER_CONVERSATION,
     paymentsMs: CHAPTER.paymentsMs * options.timeScale,
     gapMs: CHAPTER.gapMs * options.timeScale,
     streamFailures: guarded.totals.streamFailures,
     failuresInWindow,
     byPosition,
     plannedByPosition,
+    planned,
     naive: naive.totals,
     guarded: guarded.totals,
     naiveDuplicateRate,
@@ -520,29 +739,34 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       {
         name: "automatic_retry",
         description: "the SDK-level retry around the stream re-issues the turn (the chapter's route)",
-        replays: guarded.totals.streamFailures,
-        naive: { duplicates: naive.totals.duplicates, payments: naive.totals.payments },
-        guarded: { duplicates: guarded.totals.duplicates, payments: guarded.totals.payments, posts: guarded.totals.posts },
+        replays: naive.main.replays,
+        naive: withoutReplays(naive.main),
+        guarded: withoutReplays(guarded.main),
       },
       {
         name: "client_resend",
         description: "no automatic retry: the turn fails and the client re-sends its pending message (same message id)",
         replays: naive.resend.replays,
-        naive: { duplicates: naive.resend.duplicates, payments: naive.resend.payments },
-        guarded: { duplicates: guarded.resend.duplicates, payments: guarded.resend.payments, posts: guarded.resend.posts },
+        naive: withoutReplays(naive.resend),
+        guarded: withoutReplays(guarded.resend),
       },
       {
         name: "queue_redelivery",
-        description: "an at-least-once queue hands the same message to two workers at once",
+        description: "an at-least-once queue redelivers a message whose worker stalled mid-turn past its lease; a second worker takes over",
         replays: naive.redelivery.replays,
-        naive: { duplicates: naive.redelivery.duplicates, payments: naive.redelivery.payments },
-        guarded: { duplicates: guarded.redelivery.duplicates, payments: guarded.redelivery.payments, posts: guarded.redelivery.posts },
+        naive: withoutReplays(naive.redelivery),
+        guarded: withoutReplays(guarded.redelivery),
       },
     ],
     split: SPLIT,
     anomalies,
     durationMs: Date.now() - started,
   };
+}
+
+function withoutReplays(route: { replays: number } & RouteSide): RouteSide {
+  const { duplicates, payments, posts, misreports, mayHaveHappened, mayHaveHappenedAndDid } = route;
+  return { duplicates, payments, posts, misreports, mayHaveHappened, mayHaveHappenedAndDid };
 }
 
 /** The built worker entry beside this module, if there is one (running from source there is not). */

@@ -40,11 +40,15 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`\n${renderText(result)}\n`);
     if (options.report !== undefined) process.stdout.write(`HTML report written to ${options.report}\n`);
   }
-  // The guarded side must never pay twice; a run where it did is a failure, loudly.
+  // The guarded side must never pay twice nor misreport an effect; a run where it did is a failure, loudly.
   const guardedDuplicates =
-    Math.max(0, result.incident.guarded.payments - 1) + result.chaos.guarded.duplicates + result.chaos.routes.reduce((s, r) => s + r.guarded.duplicates, 0);
-  if (guardedDuplicates > 0) {
-    process.stderr.write(`demo: Dispatch-Once made ${guardedDuplicates} duplicate payment(s): this is a bug, please report it with --seed ${options.seed}\n`);
+    Math.max(0, result.incident.guarded.payments - 1) + result.chaos.routes.reduce((s, r) => s + r.guarded.duplicates, 0);
+  const guardedMisreports = result.chaos.routes.reduce((s, r) => s + r.guarded.misreports, 0);
+  if (guardedDuplicates > 0 || guardedMisreports > 0) {
+    process.stderr.write(
+      `demo: Dispatch-Once made ${guardedDuplicates} duplicate payment(s) and misreported ${guardedMisreports} effect(s): ` +
+        `this is a bug, please report it with --seed ${options.seed}\n`,
+    );
     return 1;
   }
   return 0;

@@ -1,5 +1,18 @@
-export { runChaos, planTurn, POSITIONS, IN_WINDOW, SPLIT } from "./chaos.js";
-export type { ChaosResult, ChaosOptions, ChaosProgress, SideTotals, RouteResult, PositionCounts, TurnPlan, PlannedFailure } from "./chaos.js";
+export { runChaos, planTurn, POSITIONS, IN_WINDOW, SPLIT, MESSAGES_PER_CONVERSATION } from "./chaos.js";
+export type {
+  ChaosResult,
+  ChaosOptions,
+  ChaosProgress,
+  SideTotals,
+  RouteResult,
+  RouteSide,
+  PositionCounts,
+  TurnPlan,
+  PlannedFailure,
+  PlanRates,
+} from "./chaos.js";
+export { auditMessage, addAudit, emptyTally, recordsOf, MISREPORT_REASONS } from "./oracle.js";
+export type { MisreportReason, MessageEvidence, MessageAudit, AuditTally, LoggedPayment } from "./oracle.js";
 export { runIncident, CHAPTER, RESET_AFTER_ACCEPT_MS, INCIDENT_PAYMENT } from "./incident.js";
 export type { IncidentResult, IncidentSide, TimelineEntry, TimelineKind } from "./incident.js";
 export { parseArgs, parseLedgerSpec, DemoUsageError, DEFAULT_OPTIONS, USAGE } from "./options.js";

@@ -10,6 +10,10 @@ export interface DemoOptions {
   turns: number;
   /** Share of turns whose stream fails once (the chapter: 0.006). */
   failureRate: number;
+  /** Share of payment turns whose first POST loses its response after the payments API accepted it. */
+  dropRate: number;
+  /** Share of messages whose memo the model re-words when it answers a retried request. */
+  rewordRate: number;
   seed: string;
   ledger: LedgerSpec;
   /** Table (SQLite, PostgreSQL) or key prefix (Redis) the demo's ledger rows live in; default: unique per run. */
@@ -33,6 +37,8 @@ export interface DemoOptions {
 export const DEFAULT_OPTIONS: DemoOptions = {
   turns: 5_000,
   failureRate: 0.006,
+  dropRate: 0.001,
+  rewordRate: 0.5,
   seed: "1515",
   ledger: { kind: "sqlite" },
   keepLedger: false,
@@ -64,6 +70,10 @@ then measures the same failure at scale, naive handler vs Dispatch-Once.
 Options:
   --turns N              payment turns per side in the chaos run (default ${DEFAULT_OPTIONS.turns})
   --failure-rate P       share of turns whose stream fails once, 0 < P <= 1 (default ${DEFAULT_OPTIONS.failureRate}, the chapter's 0.6 %)
+  --drop-rate P          share of payment turns whose first POST loses its response after the payments API
+                         accepted it, 0 <= P <= 1 (default ${DEFAULT_OPTIONS.dropRate}: one in 1,000)
+  --reword-rate P        share of messages whose memo a retried model response re-words, 0 <= P <= 1
+                         (default ${DEFAULT_OPTIONS.rewordRate})
   --seed S               seed for every random decision; same seed, same counts (default ${DEFAULT_OPTIONS.seed})
   --ledger SPEC          sqlite (temp file, default) | sqlite:PATH | postgres://... | redis://...
   --ledger-namespace N   table (sqlite, postgres) or key prefix (redis) to use (default: unique per run)
@@ -78,11 +88,13 @@ Options:
   -h, --help             this text
 `;
 
-type Kind = "int" | "rate" | "scale" | "string" | "flag";
+type Kind = "int" | "rate" | "share" | "scale" | "string" | "flag";
 
 const SPECS: Record<string, { kind: Kind; key: keyof DemoOptions | "ledger" | "noProgress"; min?: number; max?: number }> = {
   "--turns": { kind: "int", key: "turns", min: 1, max: 10_000_000 },
   "--failure-rate": { kind: "rate", key: "failureRate" },
+  "--drop-rate": { kind: "share", key: "dropRate" },
+  "--reword-rate": { kind: "share", key: "rewordRate" },
   "--seed": { kind: "string", key: "seed" },
   "--ledger": { kind: "string", key: "ledger" },
   "--ledger-namespace": { kind: "string", key: "ledgerNamespace" },
@@ -172,6 +184,15 @@ function assign(options: DemoOptions, name: string, spec: (typeof SPECS)[string]
       const n = Number(value);
       if (value.trim() === "" || !Number.isFinite(n) || n <= 0 || n > 1) {
         throw new DemoUsageError(`${name} must be a number with 0 < ${name.slice(2)} <= 1, got ${JSON.stringify(value)}`, name);
+      }
+      target[spec.key] = n;
+      return;
+    }
+    case "share": {
+      // Zero is allowed: it switches the fault off.
+      const n = Number(value);
+      if (value.trim() === "" || !Number.isFinite(n) || n < 0 || n > 1) {
+        throw new DemoUsageError(`${name} must be a number with 0 <= ${name.slice(2)} <= 1, got ${JSON.stringify(value)}`, name);
       }
       target[spec.key] = n;
       return;

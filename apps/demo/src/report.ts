@@ -59,6 +59,7 @@ export function renderReport(result: DemoResult): string {
   <div class="card" id="card-incident-guarded"><div>Incident, Dispatch-Once</div><div class="big guarded">${incident.guarded.payments} payment${incident.guarded.payments === 1 ? "" : "s"}</div></div>
   <div class="card" id="card-chaos-naive"><div>Chaos run, naive: duplicates in ${num(chaos.turns)} turns</div><div class="big naive">${num(chaos.naive.duplicates)}</div></div>
   <div class="card" id="card-chaos-guarded"><div>Chaos run, Dispatch-Once</div><div class="big guarded">${num(chaos.guarded.duplicates)}</div></div>
+  <div class="card" id="card-misreports"><div>Misreported effects, naive / Dispatch-Once</div><div class="big"><span class="naive">${num(sumRoutes(result, "naive"))}</span> / <span class="guarded">${num(sumRoutes(result, "guarded"))}</span></div></div>
 </div>
 
 <h2>1. The incident: the window between the side effect and the end of the stream</h2>
@@ -71,9 +72,12 @@ ${timelineTable("Naive handler", incident.naive)}
 ${timelineTable("Dispatch-Once", incident.guarded)}
 
 <h2>2. The chaos run</h2>
-<p class="note">${num(chaos.turns)} payment turns per side over ${chaos.concurrency} concurrent conversations; a stream fails once on
-${fix(chaos.failureRate * 100, 2)} % of turns, ${fix(chaos.split.preDispatch * 100, 0)} % of them before any dispatch and the rest inside the window,
-placed by a seeded generator per turn. Timings scaled by ${esc(chaos.timeScale)} (payments ${fix(chaos.paymentsMs)} ms, gap ${fix(chaos.gapMs)} ms).</p>
+<p class="note">${num(chaos.turns)} payment messages per side over ${chaos.concurrency} concurrent conversations of ${chaos.messagesPerConversation}
+messages (each a payment turn and the model's confirmation); a stream fails once on
+${fix(chaos.failureRate * 100, 2)} % of payment turns, ${fix(chaos.split.preDispatch * 100, 0)} % of them before any dispatch and the rest inside the window;
+the payments API loses its response to ${fix(chaos.dropRate * 100, 2)} % of first POSTs after paying; ${fix(chaos.rewordRate * 100, 0)} % of messages
+get their memo re-worded by a retried response. Every fault is placed by a seeded generator per message.
+Timings scaled by ${esc(chaos.timeScale)} (payments ${fix(chaos.paymentsMs)} ms, gap ${fix(chaos.gapMs)} ms).</p>
 ${positionsSvg(result)}
 ${routesSvg(result)}
 ${rateSvg(result)}
@@ -83,23 +87,42 @@ ${rateSvg(result)}
 <tr><td>stream failures</td><td>${num(chaos.naive.streamFailures)}</td><td>${num(chaos.guarded.streamFailures)}</td></tr>
 <tr><td>payments made (effect log)</td><td>${num(chaos.naive.payments)}</td><td>${num(chaos.guarded.payments)}</td></tr>
 <tr><td>duplicate payments</td><td class="naive">${num(chaos.naive.duplicates)}</td><td class="guarded">${num(chaos.guarded.duplicates)}</td></tr>
+<tr><td>&nbsp;&nbsp;after a cut stream</td><td>${num(chaos.naive.duplicatesByCause.streamCut)}</td><td>${num(chaos.guarded.duplicatesByCause.streamCut)}</td></tr>
+<tr><td>&nbsp;&nbsp;after a lost payments response</td><td>${num(chaos.naive.duplicatesByCause.lostResponse)}</td><td>${num(chaos.guarded.duplicatesByCause.lostResponse)}</td></tr>
+<tr><td>misreported effects</td><td class="naive">${num(chaos.naive.misreports)}</td><td class="guarded">${num(chaos.guarded.misreports)}</td></tr>
+<tr><td>told "may have happened" (truthful)</td><td>${num(chaos.naive.mayHaveHappened)}</td><td>${num(chaos.guarded.mayHaveHappened)}</td></tr>
 <tr><td>POSTs to the payments API</td><td>${num(chaos.naive.posts)}</td><td>${num(chaos.guarded.posts)}</td></tr>
+<tr><td>&nbsp;&nbsp;answered from its Idempotency-Key</td><td>${num(chaos.naive.downstreamReplays)}</td><td>${num(chaos.guarded.downstreamReplays)}</td></tr>
 <tr><td>retries answered from the ledger</td><td>–</td><td>${num(chaos.guarded.replayedFromLedger)}</td></tr>
+<tr><td>re-worded retries sent as first asked (LEDGER-21)</td><td>–</td><td>${num(chaos.guarded.requestDiffers)}</td></tr>
 </table>
 <table id="routes-table">
-<tr><th>replay route</th><th>replays</th><th>naive duplicates</th><th>Dispatch-Once duplicates</th></tr>
-${chaos.routes.map((r) => `<tr><td>${esc(r.description)}</td><td>${num(r.replays)}</td><td class="naive">${num(r.naive.duplicates)}</td><td class="guarded">${num(r.guarded.duplicates)}</td></tr>`).join("\n")}
+<tr><th>replay route</th><th>replays</th><th>naive duplicates</th><th>Dispatch-Once duplicates</th><th>naive misreported</th><th>Dispatch-Once misreported</th><th>naive "may have happened"</th><th>Dispatch-Once "may have happened"</th></tr>
+${chaos.routes
+  .map(
+    (r) =>
+      `<tr><td>${esc(r.description)}</td><td>${num(r.replays)}</td><td class="naive">${num(r.naive.duplicates)}</td><td class="guarded">${num(r.guarded.duplicates)}</td>` +
+      `<td class="naive">${num(r.naive.misreports)}</td><td class="guarded">${num(r.guarded.misreports)}</td><td>${num(r.naive.mayHaveHappened)}</td><td>${num(r.guarded.mayHaveHappened)}</td></tr>`,
+  )
+  .join("\n")}
 </table>
+<p class="note">Misreported: a message whose committed turns or failed-turn records disagree with the payments API's effect log (an error or
+"not happened" for a payment that exists, a success naming a payment that does not, two payments where one was said). "May have happened"
+is the truthful answer when nobody can tell; it is counted apart.</p>
 <p class="note">The chapter's arithmetic: streams fail on 0.006 of turns, 0.11 of those failures land after dispatch;
 0.006 × 0.11 = ${fix(chaos.chapter.duplicateRate, 5)}, one turn in about ${num(chaos.chapter.oneIn)}.
 At this run's failure rate: ${esc(chaos.failureRate)} × 0.11 = ${chaos.chapter.atThisFailureRate.duplicateRate.toPrecision(3)} (${esc(oneIn(chaos.chapter.atThisFailureRate.duplicateRate))}).
-Measured (naive): ${chaos.naiveDuplicateRate.successes} / ${num(chaos.turns)}, 95 % Wilson interval
+Measured (naive, duplicates after a cut stream): ${chaos.naiveDuplicateRate.successes} / ${num(chaos.turns)}, 95 % Wilson interval
 ${fix(chaos.naiveDuplicateRate.low * 10_000, 2)} to ${fix(chaos.naiveDuplicateRate.high * 10_000, 2)} per 10,000 turns:
 the estimate is <strong>${chaos.chapter.atThisFailureRate.insideInterval ? "inside" : "outside"}</strong> it.</p>
 </main>
 </body>
 </html>
 `;
+}
+
+function sumRoutes(result: DemoResult, side: "naive" | "guarded"): number {
+  return result.chaos.routes.reduce((sum, r) => sum + r[side].misreports, 0);
 }
 
 /** The window on a time axis: dispatch, payment accepted, reset, message_stop due. */
@@ -259,7 +282,7 @@ function rateSvg(result: DemoResult): string {
   const per10k = (v: number) => fix(v * 10_000, 2);
   const ticks = niceTicks(0, top * 10_000, 6);
   return `<svg id="chart-rate" role="img" aria-label="Naive duplicate rate with its 95 % interval and the chapter's estimate" width="${width}" height="200" viewBox="0 0 ${width} 200" xmlns="http://www.w3.org/2000/svg">
-  <text x="20" y="24" font-weight="bold">Naive duplicates per 10,000 turns: measured (95 % Wilson interval) vs the chapter's arithmetic</text>
+  <text x="20" y="24" font-weight="bold">Naive duplicates after a cut stream per 10,000 turns: measured (95 % Wilson interval) vs the chapter's arithmetic</text>
   <line x1="${left}" y1="150" x2="${width - right}" y2="150" stroke="${COLORS.axis}"/>
   ${ticks.map((t) => `<line x1="${x(t / 10_000)}" y1="150" x2="${x(t / 10_000)}" y2="156" stroke="${COLORS.axis}"/><text x="${x(t / 10_000)}" y="170" text-anchor="middle">${t}</text>`).join("")}
   <rect class="interval" x="${x(r.low)}" y="80" width="${Math.max(2, x(r.high) - x(r.low))}" height="24" fill="${COLORS.naive}" opacity="0.25"/>

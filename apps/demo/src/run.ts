@@ -39,6 +39,8 @@ export async function runDemo(options: DemoOptions, hooks: RunHooks = {}): Promi
     const chaos = await runChaos({
       turns: options.turns,
       failureRate: options.failureRate,
+      dropRate: options.dropRate,
+      rewordRate: options.rewordRate,
       seed: options.seed,
       timeScale: options.timeScale,
       concurrency: options.concurrency,

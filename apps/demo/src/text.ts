@@ -61,12 +61,16 @@ function sideTimeline(title: string, side: IncidentSide): string[] {
 export function chaosText(chaos: ChaosResult): string[] {
   const out: string[] = [];
   out.push(
-    `2. THE CHAOS RUN: ${n(chaos.turns)} payment turns per side over ${chaos.concurrency} concurrent conversations; ` +
-      `streams fail once on ${pct(chaos.failureRate)} of turns`,
+    `2. THE CHAOS RUN: ${n(chaos.turns)} payment messages per side over ${chaos.concurrency} concurrent conversations ` +
+      `(${chaos.messagesPerConversation} messages each; every message is a payment turn and the model's confirmation)`,
+  );
+  out.push(
+    `   faults: streams fail once on ${pct(chaos.failureRate)} of payment turns; the payments API loses its response ` +
+      `to ${pct(chaos.dropRate)} of first POSTs (after it paid); ${pct(chaos.rewordRate)} of messages get their memo re-worded on a retry`,
   );
   out.push(
     `   time scale ${chaos.timeScale}: payments call ${chaos.paymentsMs.toFixed(1)} ms, provider gap ${chaos.gapMs.toFixed(1)} ms ` +
-      `(the chapter's 820 ms and 240 ms x ${chaos.timeScale}); where a stream fails is drawn per turn from the seed.`,
+      `(the chapter's 820 ms and 240 ms x ${chaos.timeScale}); every fault is drawn per message from the seed.`,
   );
   out.push("");
   out.push("   stream failures by position         planned  measured");
@@ -79,21 +83,35 @@ export function chaosText(chaos: ChaosResult): string[] {
     `     inside the window: ${chaos.failuresInWindow} of ${chaos.streamFailures}` +
       (chaos.streamFailures > 0 ? ` (${pct(chaos.failuresInWindow / chaos.streamFailures)}; the chapter: 11 %)` : ""),
   );
+  out.push(`     lost payments responses: ${chaos.planned.lostResponses} planned, ${chaos.guarded.lostResponses} measured`);
   out.push("");
-  out.push("                                        naive    Dispatch-Once");
-  const row = (label: string, a: string, b: string) => `     ${label.padEnd(32)}${a.padStart(8)}${b.padStart(15)}`;
-  out.push(row("turns", n(chaos.naive.turns), n(chaos.guarded.turns)));
-  out.push(row("payments made (effect log)", n(chaos.naive.payments), n(chaos.guarded.payments)));
-  out.push(row("DUPLICATE payments", n(chaos.naive.duplicates), n(chaos.guarded.duplicates)));
-  out.push(row("POSTs to the payments API", n(chaos.naive.posts), n(chaos.guarded.posts)));
-  out.push(row("retries answered from the ledger", "-", n(chaos.guarded.replayedFromLedger)));
-  out.push(row("turns failed for good", n(chaos.naive.failedTurns), n(chaos.guarded.failedTurns)));
+  out.push("                                              naive    Dispatch-Once");
+  const row = (label: string, a: string, b: string) => `     ${label.padEnd(38)}${a.padStart(8)}${b.padStart(15)}`;
+  const { naive, guarded } = chaos;
+  out.push(row("messages", n(naive.turns), n(guarded.turns)));
+  out.push(row("payments made (effect log)", n(naive.payments), n(guarded.payments)));
+  out.push(row("DUPLICATE payments", n(naive.duplicates), n(guarded.duplicates)));
+  out.push(row("  after a cut stream", n(naive.duplicatesByCause.streamCut), n(guarded.duplicatesByCause.streamCut)));
+  out.push(row("  after a lost payments response", n(naive.duplicatesByCause.lostResponse), n(guarded.duplicatesByCause.lostResponse)));
+  out.push(row("MISREPORTED effects", n(naive.misreports), n(guarded.misreports)));
+  out.push(row("told \"may have happened\" (truthful)", n(naive.mayHaveHappened), n(guarded.mayHaveHappened)));
+  out.push(row("POSTs to the payments API", n(naive.posts), n(guarded.posts)));
+  out.push(row("  answered from its Idempotency-Key", n(naive.downstreamReplays), n(guarded.downstreamReplays)));
+  out.push(row("retries answered from the ledger", "-", n(guarded.replayedFromLedger)));
+  out.push(row("re-worded retries sent as first asked", "-", n(guarded.requestDiffers)));
+  out.push(row("model responses with a re-worded memo", n(naive.rewordedResponses), n(guarded.rewordedResponses)));
+  out.push(row("messages failed for good", n(naive.failedTurns), n(guarded.failedTurns)));
+  const reasons = Object.entries(naive.misreportReasons).filter(([, count]) => count > 0);
+  if (reasons.length > 0) out.push(`     naive misreports by reason: ${reasons.map(([r, count]) => `${r} ${count}`).join(", ")}`);
+  out.push(
+    "     (misreported: what the conversation committed or the failed-turn record says disagrees with the effect log)",
+  );
   out.push("");
   const r = chaos.naiveDuplicateRate;
   const c = chaos.chapter;
   const t = c.atThisFailureRate;
   out.push(
-    `   naive duplicate rate: ${r.successes} / ${n(r.trials)} turns = ${oneIn(r.rate)}; 95 % interval (Wilson) ` +
+    `   naive duplicates after a cut stream: ${r.successes} / ${n(r.trials)} turns = ${oneIn(r.rate)}; 95 % interval (Wilson) ` +
       `${r.low === 0 ? "0" : oneIn(r.low)} .. ${oneIn(r.high)}`,
   );
   out.push(`   the chapter: 0.006 x 0.11 = ${c.duplicateRate.toFixed(5)}, about ${oneIn(c.duplicateRate)} turns`);
@@ -108,15 +126,20 @@ export function chaosText(chaos: ChaosResult): string[] {
         : ""),
   );
   out.push("");
-  out.push("   every replay route, counted the same way     replays   naive dup   Dispatch-Once dup");
+  out.push("   every replay route, counted the same way                   duplicates          misreported      may have happened");
+  out.push("                                                  replays   naive  Dispatch-Once   naive  Dispatch-Once   naive  Dispatch-Once");
   const names: Record<string, string> = {
     automatic_retry: "automatic retry of the stream",
     client_resend: "client re-sends after a failed turn",
-    queue_redelivery: "queue redelivers to two workers",
+    queue_redelivery: "queue redelivers after a stalled worker",
   };
+  const pair = (a: number, b: number) => `${n(a).padStart(8)}${n(b).padStart(15)}`;
   for (const route of chaos.routes) {
     out.push(
-      `     ${names[route.name]!.padEnd(40)}${n(route.replays).padStart(8)}${n(route.naive.duplicates).padStart(12)}${n(route.guarded.duplicates).padStart(20)}`,
+      `     ${names[route.name]!.padEnd(41)}${n(route.replays).padStart(10)}` +
+        pair(route.naive.duplicates, route.guarded.duplicates) +
+        pair(route.naive.misreports, route.guarded.misreports) +
+        pair(route.naive.mayHaveHappened, route.guarded.mayHaveHappened),
     );
   }
   if (chaos.anomalies.length > 0) {

@@ -54,25 +54,39 @@ export function paymentMessage(args: PaymentArgs): string {
 }
 
 /**
- * The scripted model: a message "pay {...}" gets one send_payment call (whose memo a retried
- * response re-words, as a real model does); the tool result gets a one-line confirmation.
- * A function of the request alone, so a replayed turn gets the same call again.
+ * The scripted model: a message "pay {...}" gets one send_payment call; the tool result gets a
+ * one-line confirmation. A function of the request alone, so a replayed turn gets the same call
+ * again. When `rewordsMemo(args)` is true, every response after the first to the same request
+ * re-words the memo (the mock provider's `reword`), as a real model does on a retry.
  */
-export const paymentScript: Script = (request) => {
-  const results = lastToolResults(request);
-  if (results.length > 0) {
-    return { content: [say(`Done: ${results.map((r) => r.content).join("; ")}`)], stopReason: "end_turn" };
-  }
-  const text = lastUserText(request);
-  if (!text.startsWith("pay ")) return { content: [say("I can only send payments in this demo.")], stopReason: "end_turn" };
-  const args = JSON.parse(text.slice(4)) as PaymentArgs;
-  return turn(toolUse("send_payment", { ...args }, { reword: ["memo"] }));
-};
+export function createPaymentScript(rewordsMemo: (args: PaymentArgs) => boolean = () => true): Script {
+  return (request) => {
+    const results = lastToolResults(request);
+    if (results.length > 0) {
+      return { content: [say(`Done: ${results.map((r) => r.content).join("; ")}`)], stopReason: "end_turn" };
+    }
+    const text = lastUserText(request);
+    if (!text.startsWith("pay ")) return { content: [say("I can only send payments in this demo.")], stopReason: "end_turn" };
+    const args = JSON.parse(text.slice(4)) as PaymentArgs;
+    return turn(toolUse("send_payment", { ...args }, rewordsMemo(args) ? { reword: ["memo"] } : {}));
+  };
+}
 
-/** Hooks the demo uses to observe the tool and, in the chaos run, to fix where a cut lands. */
+/** The incident's model: a retried response always re-words the memo. */
+export const paymentScript: Script = createPaymentScript();
+
+/** Hooks the demo uses to observe the tool and, in the chaos run, to fix where a fault lands. */
 export interface ToolHooks {
-  /** Called when the payments API has answered, before the tool returns to the dispatcher. */
-  afterPost?(args: PaymentArgs, context: ToolRunContext, paymentId: string): Promise<void> | void;
+  /**
+   * Before the POST: whether the payments API should lose this request's response after it
+   * accepted it (mock payments `drop_after_accept`): the payment exists, the caller cannot know.
+   */
+  loseResponse?(args: PaymentArgs, context: ToolRunContext): boolean;
+  /**
+   * Called when the payments call has ended, answered (`paymentId`) or not (undefined: an error,
+   * a lost response), before the tool returns or throws to the dispatcher.
+   */
+  afterPost?(args: PaymentArgs, context: ToolRunContext, paymentId: string | undefined): Promise<void> | void;
 }
 
 export interface SideOptions {
@@ -85,7 +99,17 @@ export interface SideOptions {
   pollMs?: number;
   hooks?: ToolHooks;
   onEffect?: (effect: Effect) => void;
+  /** Whether the model re-words this payment's memo on a retried response (default: always). */
+  rewordsMemo?: (args: PaymentArgs) => boolean;
+  /**
+   * What the tool tells the dispatcher when the payments API's response is lost. The truth, and
+   * the default, is "unknown". The tests set "definite" or "not_performed" to build a tool that
+   * lies, and check that the misreport oracle catches it.
+   */
+  lostResponseAs?: LostResponseDisposition;
 }
+
+export type LostResponseDisposition = "unknown" | "definite" | "not_performed";
 
 /**
  * One side of the comparison: its own mock payments API (so its effect log counts only its
@@ -100,14 +124,25 @@ export interface Side {
   dispatcher: CallDispatcher;
   /** POSTs the tool sent to the payments API, per payment reference. */
   posts: Map<string, number>;
-  /** Dispatcher warnings (e.g. a repeated call within one turn). */
+  /** POSTs whose response the payments API was told to lose after accepting them, per reference. */
+  lostResponses: Map<string, number>;
+  /** POSTs the payments API answered from its Idempotency-Key store (`Idempotent-Replayed`), per reference. */
+  downstreamReplays: Map<string, number>;
+  /**
+   * Dispatches whose arguments differed from the first request outside the identity (a
+   * re-worded memo) and were answered with the first request (LEDGER-21), per reference.
+   */
+  requestDiffers: Map<string, number>;
+  /** Dispatcher warnings that say something is off (a repeated call within one turn, ...). */
   warnings: string[];
   /** A runner over this side; every runner of a side shares its conversation store unless given one. */
   runner(options?: Partial<ConversationRunnerOptions>): ConversationRunner;
   store: MemoryConversationStore;
   setFaultPlan(plan: FaultPlan | undefined): void;
-  /** Payments the downstream actually created, per reference: the oracle. */
+  /** Payments the downstream actually created, per reference: the first oracle. */
   paymentsByReference(): Map<string, number>;
+  /** The payment_created effects of one reference, in log order. */
+  paymentsOf(reference: string): Effect[];
   close(): Promise<void>;
 }
 
@@ -120,14 +155,29 @@ const paymentInput = z.object({
 });
 
 export async function startSide(options: SideOptions): Promise<Side> {
+  // Indexed as the effects happen: the oracle reads one reference at a time, thousands of times.
+  const byReference = new Map<string, Effect[]>();
   const payments = await startMockPayments({
     latencyMs: Math.round(options.paymentsLatencyMs),
-    ...(options.onEffect !== undefined ? { onEffect: options.onEffect } : {}),
+    onEffect: (effect) => {
+      if (effect.kind === "payment_created") {
+        const reference = String(effect.payload["reference"]);
+        const list = byReference.get(reference);
+        if (list === undefined) byReference.set(reference, [effect]);
+        else list.push(effect);
+      }
+      options.onEffect?.(effect);
+    },
   });
-  const provider = await startMockProvider({ script: paymentScript, timing: options.providerTiming, seed: options.seed });
+  const script = options.rewordsMemo === undefined ? paymentScript : createPaymentScript(options.rewordsMemo);
+  const provider = await startMockProvider({ script, timing: options.providerTiming, seed: options.seed });
   const paymentsClient = createPaymentsClient({ baseURL: payments.url, token: PAYMENTS_ACCOUNT_TOKEN });
   const posts = new Map<string, number>();
-  const warnings: string[] = [];
+  const lostResponses = new Map<string, number>();
+  const downstreamReplays = new Map<string, number>();
+  const requestDiffers = new Map<string, number>();
+  const bump = (map: Map<string, number>, reference: string) => map.set(reference, (map.get(reference) ?? 0) + 1);
+  const warnings: { message: string; key?: unknown; replay?: unknown }[] = [];
   const hooks = options.hooks;
 
   const sendPayment = defineTool({
@@ -138,16 +188,26 @@ export async function startSide(options: SideOptions): Promise<Side> {
     // The memo is free text a retried response may re-word: it does not identify the payment.
     identity: ["payee", "amount", "currency", "reference"],
     async run(args, context) {
-      posts.set(args.reference, (posts.get(args.reference) ?? 0) + 1);
+      bump(posts, args.reference);
+      const lose = hooks?.loseResponse?.(args as PaymentArgs, context) ?? false;
+      if (lose) bump(lostResponses, args.reference);
       let paymentId: string;
       try {
         // The key goes downstream as Idempotency-Key: the naive handler's is the toolu_ id.
-        const response = await paymentsClient.createPayment(args, { idempotencyKey: context.idempotencyKey });
+        const response = await paymentsClient.createPayment(args, {
+          idempotencyKey: context.idempotencyKey,
+          ...(lose ? { fault: "drop_after_accept" as const } : {}),
+        });
         paymentId = response.body.id;
+        if (response.replayed) bump(downstreamReplays, args.reference);
       } catch (error) {
+        await hooks?.afterPost?.(args as PaymentArgs, context, undefined);
         if (error instanceof PaymentsError) {
-          // A 422 "key reused with a different request" is request_mismatch, never "did not happen".
-          throw new ToolError(error.message, { disposition: DISPOSITION_BY_OUTCOME[error.outcome], code: error.code, cause: error });
+          // A lost response is "unknown"; a 422 "key reused with a different request" is
+          // request_mismatch: never "did not happen".
+          const disposition =
+            error.outcome === "unknown" && options.lostResponseAs !== undefined ? options.lostResponseAs : DISPOSITION_BY_OUTCOME[error.outcome];
+          throw new ToolError(error.message, { disposition, code: error.code, cause: error });
         }
         throw error; // not a payments answer at all: unknown outcome
       }
@@ -166,7 +226,16 @@ export async function startSide(options: SideOptions): Promise<Side> {
       leaseMs: 30_000,
       waitMs: 30_000,
       pollMs: options.pollMs ?? 5,
-      logger: { warn: (message) => warnings.push(message) },
+      logger: { warn: (message, fields) => warnings.push({ message, key: fields?.["key"], replay: fields?.["replay"] }) },
+      onEvent: (event) => {
+        if (event.type !== "request_differs") return;
+        // Expected whenever a retried response re-worded the memo: counted, not an anomaly. The
+        // dispatcher warns right before it emits this event; that warning is taken back here.
+        const last = warnings.at(-1);
+        if (last !== undefined && last.key === event.key && last.replay === event.replay) warnings.pop();
+        const reference = (JSON.parse(event.stored) as { reference?: unknown }).reference;
+        bump(requestDiffers, String(reference));
+      },
     });
   } else {
     dispatcher = new UnguardedDispatcher(tools);
@@ -182,7 +251,12 @@ export async function startSide(options: SideOptions): Promise<Side> {
     tools,
     dispatcher,
     posts,
-    warnings,
+    lostResponses,
+    downstreamReplays,
+    requestDiffers,
+    get warnings() {
+      return warnings.map((w) => w.message);
+    },
     store,
     runner: (overrides = {}) =>
       new ConversationRunner({
@@ -192,17 +266,19 @@ export async function startSide(options: SideOptions): Promise<Side> {
         model: MODEL,
         tools: tools.providerSchemas(),
         maxTokens: 256,
+        // The demo's conversations live in this process for one run, under conversation ids
+        // unique to the run: no restart can reissue a turn index whose keys the ledger holds
+        // (the hazard TURN-14 refuses a volatile store for).
+        allowVolatileConversationStore: true,
         ...overrides,
       }),
     setFaultPlan: (plan) => provider.setFaultPlan(plan),
     paymentsByReference() {
       const counts = new Map<string, number>();
-      for (const effect of payments.effects({ kind: "payment_created" })) {
-        const reference = String(effect.payload["reference"]);
-        counts.set(reference, (counts.get(reference) ?? 0) + 1);
-      }
+      for (const [reference, list] of byReference) counts.set(reference, list.length);
       return counts;
     },
+    paymentsOf: (reference) => [...(byReference.get(reference) ?? [])],
     async close() {
       await provider.close();
       await payments.close();

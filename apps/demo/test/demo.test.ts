@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import { Redis } from "ioredis";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { POSITIONS, planTurn, SPLIT } from "../src/chaos.js";
+import { IN_WINDOW, POSITIONS, planTurn, SPLIT } from "../src/chaos.js";
 import { DemoUsageError, parseArgs } from "../src/options.js";
 import type { DemoResult } from "../src/run.js";
 import { wilson } from "../src/stats.js";
@@ -19,11 +19,30 @@ const REDIS_URL = process.env["REDIS_URL"] ?? "redis://127.0.0.1:6379";
 const CHROMIUM = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium";
 const RUN = `t${process.pid}_${Date.now().toString(36)}`;
 
-// Small but not trivial: about 60 stream failures, several inside the window.
+// Small but not trivial: about 60 stream failures, several inside the window, about 20 lost
+// payments responses, and half the messages re-worded on a retry.
+const RATES = { failureRate: 0.25, dropRate: 0.1, rewordRate: 0.5 };
 const SMALL = [
-  "--turns", "240", "--failure-rate", "0.25", "--seed", "7", "--time-scale", "0.005",
+  "--turns", "240", "--failure-rate", String(RATES.failureRate), "--drop-rate", String(RATES.dropRate),
+  "--reword-rate", String(RATES.rewordRate), "--seed", "7", "--time-scale", "0.005",
   "--incident-time-scale", "0.2", "--redeliveries", "8", "--concurrency", "8", "--json",
 ];
+
+/** What the seed planned for the main route, recomputed here from the plan alone. */
+function plannedSmall() {
+  let faulted = 0;
+  let repeatHazard = 0;
+  let lost = 0;
+  for (let i = 0; i < 240; i++) {
+    const plan = planTurn("7", "chaos", i, RATES.failureRate, `T-${i}`, RATES);
+    const inWindow = plan.failure !== undefined && IN_WINDOW.has(plan.failure.position);
+    if (plan.failure !== undefined || plan.loseResponse) faulted++;
+    // A naive handler repeats the payment after a cut inside the window or a lost response.
+    if (inWindow || plan.loseResponse) repeatHazard++;
+    if (plan.loseResponse) lost++;
+  }
+  return { faulted, repeatHazard, lost };
+}
 
 interface CliRun {
   code: number | null;
@@ -102,36 +121,66 @@ describe("pnpm demo --json, on each ledger", () => {
       expect(incident.guarded.idempotencyKeys[0]).toMatch(/^[0-9a-f]{32}$/);
     });
 
-    it(`${ledger}: the guarded side makes no duplicate on any route, and its ledger alone stopped every repeat`, () => {
+    it(`${ledger}: the guarded side makes no duplicate and misreports no effect on any route`, () => {
       const { chaos } = runs[ledger];
       expect(chaos.guarded.duplicates).toBe(0);
+      expect(chaos.guarded.misreports).toBe(0);
+      expect(chaos.guarded.mayHaveHappened).toBe(0);
       expect(chaos.guarded.payments).toBe(chaos.turns);
-      // Not one repeated POST reached the payments API: the ledger, not only the downstream key, held.
-      expect(chaos.guarded.posts).toBe(chaos.turns);
-      expect(chaos.guarded.replayedFromLedger).toBe(chaos.failuresInWindow);
       expect(chaos.guarded.failedTurns).toBe(0);
+      // Lost responses happened, as planned; each cost the guarded side exactly one re-run POST,
+      // under the same key and with the first request's body (LEDGER-21), which the payments API
+      // answered from its key store. Every other repeat was stopped by the ledger alone.
+      expect(chaos.guarded.lostResponses).toBe(chaos.planned.lostResponses);
+      expect(chaos.guarded.lostResponses).toBeGreaterThan(0);
+      expect(chaos.guarded.posts).toBe(chaos.turns + chaos.guarded.lostResponses);
+      expect(chaos.guarded.downstreamReplays).toBe(chaos.guarded.lostResponses);
+      expect(chaos.guarded.replayedFromLedger).toBe(chaos.failuresInWindow - chaos.planned.lostResponsesInWindow);
+      // Re-worded memos reached the dispatcher and were sent as first asked.
+      expect(chaos.guarded.rewordedResponses).toBeGreaterThan(0);
+      expect(chaos.guarded.requestDiffers).toBeGreaterThan(0);
       for (const route of chaos.routes) {
         expect(route.guarded.duplicates, route.name).toBe(0);
-        expect(route.guarded.posts, route.name).toBe(route.guarded.payments);
+        expect(route.guarded.misreports, route.name).toBe(0);
+        expect(route.guarded.payments, route.name).toBe(route.name === "automatic_retry" ? chaos.turns : route.replays);
       }
+      const resend = chaos.routes.find((r) => r.name === "client_resend")!;
+      // Without the automatic retry a lost response fails the turn first: its record says the
+      // payment "may have happened" (it had), and the client's re-send completes it.
+      expect(resend.guarded.mayHaveHappened).toBe(chaos.guarded.lostResponses);
+      expect(resend.guarded.mayHaveHappenedAndDid).toBe(chaos.guarded.lostResponses);
+      const redelivery = chaos.routes.find((r) => r.name === "queue_redelivery")!;
+      expect(redelivery.guarded.posts).toBe(redelivery.guarded.payments);
       expect(chaos.anomalies).toEqual([]);
     });
   }
 
-  it("the naive side duplicates exactly the failures inside the window, on every route", () => {
+  it("the naive side repeats every payment after a cut inside the window or a lost response, and misreports each", () => {
     const { chaos } = runs.sqlite;
+    const planned = plannedSmall();
     expect(chaos.turns).toBe(240);
     expect(chaos.failuresInWindow).toBeGreaterThan(0);
     expect(chaos.streamFailures).toBeGreaterThan(chaos.failuresInWindow);
-    // By construction: a failure before dispatch costs a retry, one inside the window a payment.
-    expect(chaos.naive.duplicates).toBe(chaos.failuresInWindow);
-    expect(chaos.naive.payments).toBe(chaos.turns + chaos.failuresInWindow);
+    expect(chaos.planned.lostResponses).toBe(planned.lost);
+    // By construction: a failure before dispatch costs a retry; one inside the window, or a lost
+    // response, costs a payment (one, when a turn has both).
+    expect(chaos.naive.duplicates).toBe(planned.repeatHazard);
+    expect(chaos.naive.duplicatesByCause.streamCut).toBe(chaos.failuresInWindow);
+    expect(chaos.naive.duplicatesByCause.lostResponse).toBe(planned.lost - chaos.planned.lostResponsesInWindow);
+    expect(chaos.naive.payments).toBe(chaos.turns + chaos.naive.duplicates);
+    // Each of those messages was answered naming one payment while the effect log has two.
+    expect(chaos.naive.misreports).toBe(chaos.naive.duplicates);
+    expect(chaos.naive.misreportReasons.two_payments).toBe(chaos.naive.duplicates);
     const route = (name: string) => chaos.routes.find((r) => r.name === name)!;
-    expect(route("automatic_retry").naive.duplicates).toBe(chaos.failuresInWindow);
-    expect(route("client_resend").replays).toBe(chaos.streamFailures);
-    expect(route("client_resend").naive.duplicates).toBe(chaos.failuresInWindow);
+    expect(route("automatic_retry").replays).toBe(planned.faulted);
+    expect(route("automatic_retry").naive.duplicates).toBe(planned.repeatHazard);
+    expect(route("client_resend").replays).toBe(planned.faulted);
+    expect(route("client_resend").naive.duplicates).toBe(planned.repeatHazard);
+    expect(route("client_resend").naive.misreports).toBe(planned.repeatHazard);
+    expect(route("client_resend").naive.mayHaveHappened).toBe(planned.lost);
     expect(route("queue_redelivery").replays).toBe(8);
     expect(route("queue_redelivery").naive.duplicates).toBe(8);
+    expect(route("queue_redelivery").naive.misreports).toBe(8);
   });
 
   it("stream failures land where they were planned, at the spec's positions", () => {
@@ -145,7 +194,7 @@ describe("pnpm demo --json, on each ledger", () => {
 
   it("reports the measured rate with its Wilson interval beside the chapter's arithmetic", () => {
     const { chaos } = runs.sqlite;
-    expect(chaos.naiveDuplicateRate).toEqual(wilson(chaos.naive.duplicates, chaos.turns));
+    expect(chaos.naiveDuplicateRate).toEqual(wilson(chaos.naive.duplicatesByCause.streamCut, chaos.turns));
     expect(chaos.chapter.duplicateRate).toBeCloseTo(0.006 * 0.11, 10);
     expect(chaos.chapter.oneIn).toBe(1515);
     expect(chaos.chapter.atThisFailureRate.duplicateRate).toBeCloseTo(0.25 * 0.11, 10);
@@ -159,7 +208,11 @@ describe("pnpm demo --json, on each ledger", () => {
       naive: r.chaos.naive.duplicates,
       guarded: r.chaos.guarded.duplicates,
       duplicated: r.chaos.naive.duplicatedReferences,
-      routes: r.chaos.routes.map((x) => [x.replays, x.naive.duplicates, x.guarded.duplicates]),
+      lost: [r.chaos.naive.lostResponses, r.chaos.guarded.lostResponses],
+      // Not requestDiffers: whether a third response picks the same re-wording as the second
+      // depends on the history's payment ids and toolu_ ids, which no seed fixes.
+      reworded: [r.chaos.naive.rewordedResponses, r.chaos.guarded.rewordedResponses],
+      routes: r.chaos.routes.map((x) => [x.replays, x.naive.duplicates, x.guarded.duplicates, x.naive.misreports, x.guarded.misreports, x.naive.mayHaveHappened, x.guarded.mayHaveHappened]),
     });
     expect(counts(runs.postgres)).toEqual(counts(runs.sqlite));
     expect(counts(runs.redis)).toEqual(counts(runs.sqlite));
@@ -199,10 +252,14 @@ describe("the text report", () => {
     expect(out).toMatch(/effect log shows 1 payment \(the retry's dispatch was answered from the ledger\)/);
     for (const position of POSITIONS) expect(out).toContain(position);
     expect(out).toMatch(/DUPLICATE payments\s+\d+\s+0\n/);
+    expect(out).toMatch(/MISREPORTED effects\s+\d+\s+0\n/);
+    expect(out).toMatch(/told "may have happened" \(truthful\)\s+\d+\s+\d+\n/);
+    expect(out).toContain("the payments API loses its response to 0.10 % of first POSTs");
     expect(out).toContain("95 % interval (Wilson)");
     expect(out).toContain("0.006 x 0.11 = 0.00066, about 1 in 1,515 turns");
     expect(out).toContain("0.5 x 0.11 = 0.0550, about 1 in 18");
-    expect(out).toMatch(/queue redelivers to two workers\s+2\s+2\s+0/);
+    // replays, duplicates naive and guarded, misreported naive and guarded.
+    expect(out).toMatch(/queue redelivers after a stalled worker\s+2\s+2\s+0\s+2\s+0\s/);
     expect(out).toContain("time scale 0.005");
     // Not a terminal: no progress bar redrawn into the log, only the phase lines.
     expect(textRun.stderr).not.toContain("\r");
@@ -256,6 +313,8 @@ describe("bad options exit with code 2 and say what is wrong", () => {
     [["--frobnicate"], /unknown option "--frobnicate"/],
     [["--seed"], /--seed needs a value/],
     [["--json=yes"], /--json takes no value/],
+    [["--drop-rate", "-0.1"], /--drop-rate must be a number with 0 <= drop-rate <= 1/],
+    [["--reword-rate", "1.5"], /--reword-rate must be a number with 0 <= reword-rate <= 1/],
   ];
   for (const [args, message] of cases) {
     it(args.join(" "), async () => {
@@ -274,6 +333,9 @@ describe("bad options exit with code 2 and say what is wrong", () => {
     } catch (error) {
       expect(error).toMatchObject({ code: "bad_option", option: "--ledger-namespace" });
     }
+    // Zero switches an added fault off; the chapter's own rate must stay above zero.
+    expect(parseArgs(["--drop-rate", "0", "--reword-rate", "0"])).toMatchObject({ dropRate: 0, rewordRate: 0 });
+    expect(() => parseArgs(["--failure-rate", "0"])).toThrow(DemoUsageError);
     expect(parseArgs(["--ledger", "postgres://u@h/db", "--json"])).toMatchObject({
       ledger: { kind: "postgres", url: "postgres://u@h/db" },
       json: true,

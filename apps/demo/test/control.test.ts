@@ -1,0 +1,64 @@
+import { MemoryLedger } from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { runChaos, type ChaosResult } from "../src/chaos.js";
+import type { LostResponseDisposition } from "../src/world.js";
+
+/*
+ * Negative controls for the misreport oracle: the chaos run with a tool that lies about a lost
+ * payments response. Dispatch-Once can only be as truthful as the dispositions its tools give
+ * (LEDGER-8); when a tool says "failed" or "not performed" for a payment that went out, the
+ * guarded side must show misreports, or the oracle that reports 0 for the honest tool proves nothing.
+ */
+
+async function chaosWith(lostResponseAs: LostResponseDisposition): Promise<ChaosResult> {
+  return runChaos({
+    parallel: false,
+    turns: 24,
+    failureRate: 0,
+    dropRate: 0.5,
+    rewordRate: 0.5,
+    lostResponseAs,
+    seed: "control",
+    timeScale: 0.002,
+    concurrency: 6,
+    redeliveries: 0,
+    ledger: new MemoryLedger(),
+    runId: `ctl${process.pid}${lostResponseAs.slice(0, 3)}`,
+  });
+}
+
+const route = (chaos: ChaosResult, name: string) => chaos.routes.find((r) => r.name === name)!;
+
+describe("the misreport oracle catches a tool that lies about a lost response", () => {
+  it("honest ('unknown', the default): the guarded side pays once and misreports nothing", async () => {
+    const chaos = await chaosWith("unknown");
+    expect(chaos.guarded.lostResponses).toBeGreaterThan(0);
+    for (const r of chaos.routes) {
+      expect(r.guarded.duplicates, r.name).toBe(0);
+      expect(r.guarded.misreports, r.name).toBe(0);
+    }
+    // Without the automatic retry the turn fails first, and its record says "may have happened" (truthful).
+    expect(route(chaos, "client_resend").guarded.mayHaveHappened).toBe(chaos.guarded.lostResponses);
+    expect(route(chaos, "client_resend").guarded.mayHaveHappenedAndDid).toBe(chaos.guarded.lostResponses);
+    expect(chaos.anomalies).toEqual([]);
+  });
+
+  it("RECORD-3: 'definite' commits an error result for a payment that exists, on every lost response", async () => {
+    const chaos = await chaosWith("definite");
+    expect(chaos.guarded.lostResponses).toBeGreaterThan(0);
+    expect(chaos.guarded.duplicates).toBe(0);
+    expect(chaos.guarded.misreports).toBe(chaos.guarded.lostResponses);
+    expect(chaos.guarded.misreportReasons.committed_error_for_payment).toBe(chaos.guarded.lostResponses);
+    expect(route(chaos, "client_resend").guarded.misreports).toBe(chaos.guarded.lostResponses);
+  });
+
+  it("RECORD-2: 'not_performed' writes a record saying not_happened for a payment that exists", async () => {
+    const chaos = await chaosWith("not_performed");
+    expect(chaos.guarded.lostResponses).toBeGreaterThan(0);
+    // With the automatic retry the re-run is answered by the payments API's key: nothing false is left.
+    expect(route(chaos, "automatic_retry").guarded.misreports).toBe(0);
+    // Without it, the failed turn's record denies the payment before the re-send makes it right.
+    expect(route(chaos, "client_resend").guarded.misreports).toBe(chaos.guarded.lostResponses);
+    expect(route(chaos, "client_resend").guarded.duplicates).toBe(0);
+  });
+});

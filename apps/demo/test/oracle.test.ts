@@ -1,0 +1,146 @@
+import type { StoredTurn } from "@dispatch-once/core";
+import type { CallRecord, FailedTurnRecord, SupersededAttemptRecord } from "@dispatch-once/anthropic";
+import { describe, expect, it } from "vitest";
+import { addAudit, auditMessage, emptyTally, recordsOf, type LoggedPayment } from "../src/oracle.js";
+
+/*
+ * The misreport oracle on hand-built evidence shaped exactly as the runner stores it, one case per
+ * reason: each of these must be caught, and none of the truthful cases may be.
+ */
+
+const KEY = "c0f728ebe165b183aa00000000000001";
+const PAYMENT: LoggedPayment = { resourceId: "pay_1", idempotencyKey: KEY };
+
+function paymentTurn(result: { paymentId: string } | { error: { name: string; message: string } }, isError = false): StoredTurn {
+  return {
+    turnIndex: 0,
+    messageId: "m-1",
+    stopReason: "tool_use",
+    assistant: { role: "assistant", content: [{ type: "tool_use", id: "toolu_A", name: "send_payment", input: { reference: "T-1" } }] },
+    toolResults: {
+      role: "user",
+      content: [{ type: "tool_result", tool_use_id: "toolu_A", content: JSON.stringify(result), ...(isError ? { is_error: true } : {}) }],
+    },
+  };
+}
+
+const confirmation: StoredTurn = {
+  turnIndex: 1,
+  messageId: "m-1",
+  stopReason: "end_turn",
+  assistant: { role: "assistant", content: [{ type: "text", text: "Done." }] },
+};
+
+function call(overrides: Partial<CallRecord>): CallRecord {
+  return { attempt: 1, index: 0, callId: "toolu_A", name: "send_payment", status: "completed", effect: "happened", summary: "", ...overrides };
+}
+
+function failed(calls: CallRecord[], effects: FailedTurnRecord["effects"] = []): FailedTurnRecord {
+  return {
+    kind: "failed_turn",
+    conversationId: "c",
+    messageId: "m-1",
+    turnIndex: 0,
+    attempts: 1,
+    position: "call_unresolved",
+    error: { name: "Error", message: "x" },
+    calls,
+    effects,
+    retryable: true,
+    at: "2026-11-30T00:00:00.000Z",
+  };
+}
+
+describe("the misreport oracle", () => {
+  it("a committed success naming the one payment that exists is not a misreport", () => {
+    const audit = auditMessage({ committed: [paymentTurn({ paymentId: "pay_1" }), confirmation], records: [], payments: [PAYMENT] });
+    expect(audit).toEqual({ reasons: [], mayHaveHappened: 0, mayHaveHappenedAndDid: 0 });
+  });
+
+  it("two payments for one message are a misreport, whatever was said (two_payments)", () => {
+    const audit = auditMessage({
+      committed: [paymentTurn({ paymentId: "pay_2" })],
+      records: [],
+      payments: [PAYMENT, { resourceId: "pay_2", idempotencyKey: "toolu_B" }],
+    });
+    expect(audit.reasons).toEqual(["two_payments"]);
+  });
+
+  it("RECORD-3: a committed error result for a payment that exists (committed_error_for_payment)", () => {
+    const audit = auditMessage({
+      committed: [paymentTurn({ error: { name: "ToolError", message: "connection lost" } }, true)],
+      records: [],
+      payments: [PAYMENT],
+    });
+    expect(audit.reasons).toEqual(["committed_error_for_payment", "effect_unreported"]);
+  });
+
+  it("a committed error result when no payment exists is the truth", () => {
+    const audit = auditMessage({ committed: [paymentTurn({ error: { name: "ToolError", message: "card declined" } }, true)], records: [], payments: [] });
+    expect(audit.reasons).toEqual([]);
+  });
+
+  it("a committed success naming a payment the effect log does not have (committed_unknown_payment)", () => {
+    expect(auditMessage({ committed: [paymentTurn({ paymentId: "pay_9" })], records: [], payments: [PAYMENT] }).reasons).toEqual([
+      "committed_unknown_payment",
+      "effect_unreported",
+    ]);
+    expect(auditMessage({ committed: [paymentTurn({ paymentId: "pay_9" })], records: [], payments: [] }).reasons).toEqual([
+      "committed_unknown_payment",
+    ]);
+  });
+
+  it("RECORD-2: a record saying not_happened for a key whose payment exists (record_denies_effect)", () => {
+    const record = failed([call({ status: "released", effect: "not_happened", key: KEY })], [{ key: KEY, name: "send_payment", effect: "not_happened" }]);
+    const audit = auditMessage({ committed: [], records: [record], payments: [PAYMENT] });
+    expect(audit.reasons).toEqual(["record_denies_effect", "effect_unreported"]);
+  });
+
+  it("RECORD-2: the naive handler's key is its toolu_ id, so a denial is matched on the call id too", () => {
+    const record = failed([call({ status: "failed", effect: "not_happened" })]);
+    const audit = auditMessage({ committed: [], records: [record], payments: [{ resourceId: "pay_1", idempotencyKey: "toolu_A" }] });
+    expect(audit.reasons).toContain("record_denies_effect");
+  });
+
+  it("RECORD-5: a failed turn whose record does not mention a payment that exists (effect_unreported)", () => {
+    const record = failed([call({ status: "not_run", effect: "not_happened", callId: "toolu_Z" })]);
+    const audit = auditMessage({ committed: [], records: [record], payments: [PAYMENT] });
+    expect(audit.reasons).toEqual(["effect_unreported"]);
+  });
+
+  it("a not_run call of an earlier attempt is the truth about that call, even when a later one paid", () => {
+    const early = failed([call({ callId: "toolu_Z", status: "not_run", effect: "not_happened" })]);
+    const audit = auditMessage({ committed: [paymentTurn({ paymentId: "pay_1" })], records: [early], payments: [PAYMENT] });
+    expect(audit.reasons).toEqual([]);
+  });
+
+  it("'may have happened' is never a misreport: it is counted apart, with whether the payment did exist", () => {
+    const record = failed([call({ status: "released", effect: "may_have_happened", key: KEY })], [{ key: KEY, name: "send_payment", effect: "may_have_happened" }]);
+    const happened = auditMessage({ committed: [], records: [record], payments: [PAYMENT] });
+    expect(happened).toEqual({ reasons: [], mayHaveHappened: 1, mayHaveHappenedAndDid: 1 });
+    const didNot = auditMessage({ committed: [], records: [record], payments: [] });
+    expect(didNot).toEqual({ reasons: [], mayHaveHappened: 1, mayHaveHappenedAndDid: 0 });
+  });
+
+  it("TURN-13: a superseded attempt's record stating the payment is a statement of it", () => {
+    const superseded: SupersededAttemptRecord = {
+      kind: "superseded_attempt",
+      conversationId: "c",
+      messageId: "m-1",
+      turnIndex: 0,
+      attempt: 1,
+      calls: [call({ key: KEY })],
+      at: "2026-11-30T00:00:00.000Z",
+    };
+    expect(auditMessage({ committed: [], records: [superseded], payments: [PAYMENT] }).reasons).toEqual([]);
+  });
+
+  it("tallies count a message once, its reasons each, and keep a few examples", () => {
+    const tally = emptyTally();
+    addAudit(tally, "T-1", { reasons: ["two_payments", "effect_unreported"], mayHaveHappened: 0, mayHaveHappenedAndDid: 0 });
+    addAudit(tally, "T-2", { reasons: [], mayHaveHappened: 2, mayHaveHappenedAndDid: 1 });
+    expect(tally).toMatchObject({ messages: 2, misreports: 1, mayHaveHappened: 2, mayHaveHappenedAndDid: 1, examples: ["T-1: two_payments, effect_unreported"] });
+    expect(tally.byReason).toMatchObject({ two_payments: 1, effect_unreported: 1, record_denies_effect: 0 });
+    expect(recordsOf([failed([]), { ...failed([]), messageId: "m-2" }], "m-2")).toHaveLength(1);
+  });
+});
