@@ -19,6 +19,7 @@ __all__ = [
     "InvalidKeyInput",
     "NotCanonicalizable",
     "canonicalize",
+    "MAX_CANONICAL_DEPTH",
     "number_to_string",
     "key_material",
     "derive_key",
@@ -32,6 +33,10 @@ __all__ = [
 CONVERSATION_ID_PATTERN = re.compile(r"[A-Za-z0-9_.:~-]{1,256}")
 TOOL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_SAFE_INTEGER = 2**53 - 1
+# KEY-6: arrays and objects nested deeper than this are refused with problem "too_deep" ("[]" is
+# at depth 1). Far beyond any tool schema, and below the roughly 1000 levels at which Python's own
+# json module stops at its default recursion limit, so accepted arguments stay readable by peers.
+MAX_CANONICAL_DEPTH = 512
 
 
 class InvalidKeyInput(ValueError):
@@ -140,11 +145,67 @@ def _pointer_token(name: str) -> str:
 
 
 def canonicalize(value: object) -> str:
-    """RFC 8785 (JCS) text of a JSON value; raises NotCanonicalizable (KEY-6)."""
-    return _serialize(value, "", set())
+    """RFC 8785 (JCS) text of a JSON value; raises NotCanonicalizable (KEY-6).
+
+    Iterative, so that nesting is bounded by MAX_CANONICAL_DEPTH and never by Python's
+    recursion limit: a work list of pending steps, last in first out.
+    """
+    out: list[str] = []
+    ancestors: set[int] = set()  # ids of the containers being written (cycle detection)
+    # Steps: ("value", v, path, depth) writes a value that has `depth` containers around it;
+    # ("name", name, path) writes a member name and its colon; ("text", s) writes s;
+    # ("leave", id) ends a container.
+    work: list[tuple] = [("value", value, "", 0)]
+    while work:
+        step = work.pop()
+        kind = step[0]
+        if kind == "text":
+            out.append(step[1])
+        elif kind == "name":
+            out.append(_serialize_string(step[1], step[2]) + ":")
+        elif kind == "leave":
+            ancestors.discard(step[1])
+        else:
+            _, item, path, depth = step
+            if isinstance(item, (list, dict)):
+                _open(item, path, depth, ancestors, work)
+            else:
+                out.append(_scalar(item, path))
+    return "".join(out)
 
 
-def _serialize(value: object, path: str, ancestors: set[int]) -> str:
+def _open(container, path: str, depth: int, ancestors: set[int], work: list[tuple]) -> None:
+    """Checks a list or dict and schedules its text: bracket, members in order, bracket."""
+    if id(container) in ancestors:
+        raise NotCanonicalizable("cycle", path, "the value contains a cycle")
+    if depth + 1 > MAX_CANONICAL_DEPTH:
+        raise NotCanonicalizable("too_deep", path, f"arrays and objects are nested deeper than {MAX_CANONICAL_DEPTH} levels")
+    ancestors.add(id(container))
+    steps: list[tuple] = []
+    if isinstance(container, list):
+        steps.append(("text", "["))
+        for i, item in enumerate(container):
+            if i:
+                steps.append(("text", ","))
+            steps.append(("value", item, f"{path}/{i}", depth + 1))
+        steps.append(("text", "]"))
+    else:
+        for name in container:
+            if not isinstance(name, str):
+                raise NotCanonicalizable("unsupported_type", path, "member names must be strings")
+        steps.append(("text", "{"))
+        for i, name in enumerate(sorted(container, key=_utf16_units)):
+            member_path = f"{path}/{_pointer_token(name)}"
+            if i:
+                steps.append(("text", ","))
+            steps.append(("name", name, member_path))
+            steps.append(("value", container[name], member_path, depth + 1))
+        steps.append(("text", "}"))
+    steps.append(("leave", id(container)))
+    work.extend(reversed(steps))
+
+
+def _scalar(value: object, path: str) -> str:
     if value is None:
         return "null"
     if value is True:
@@ -163,23 +224,6 @@ def _serialize(value: object, path: str, ancestors: set[int]) -> str:
         return number_to_string(value)
     if isinstance(value, str):
         return _serialize_string(value, path)
-    if isinstance(value, (list, dict)):
-        if id(value) in ancestors:
-            raise NotCanonicalizable("cycle", path, "the value contains a cycle")
-        ancestors.add(id(value))
-        try:
-            if isinstance(value, list):
-                return "[" + ",".join(_serialize(item, f"{path}/{i}", ancestors) for i, item in enumerate(value)) + "]"
-            members = []
-            for name in value:
-                if not isinstance(name, str):
-                    raise NotCanonicalizable("unsupported_type", path, "member names must be strings")
-            for name in sorted(value, key=_utf16_units):
-                member_path = f"{path}/{_pointer_token(name)}"
-                members.append(_serialize_string(name, member_path) + ":" + _serialize(value[name], member_path, ancestors))
-            return "{" + ",".join(members) + "}"
-        finally:
-            ancestors.discard(id(value))
     raise NotCanonicalizable("unsupported_type", path, f"a {type(value).__name__} is not JSON")
 
 

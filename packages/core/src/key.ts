@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
-import { canonicalize } from "./canonical.js";
-import { InvalidKeyInputError } from "./errors.js";
+import { canonicalize, describeError, withCause } from "./canonical.js";
+import { CanonicalizationError, InvalidArgumentError, InvalidKeyInputError, describeValue } from "./errors.js";
 
 /**
  * Alphabets that keep the key material unambiguous (spec KEY-2, KEY-3): none of the first
@@ -25,22 +25,45 @@ export interface KeyInput {
 /** Length of a key in hex digits: 128 bits of SHA-256. */
 export const KEY_HEX_LENGTH = 32;
 
-/** The exact string that is hashed (spec KEY-1). */
+/**
+ * The exact string that is hashed (spec KEY-1).
+ *
+ * Hostile input is refused with a typed error, never a TypeError or a RangeError: an input that
+ * is not an object with `invalid_argument` (field "input"); a component that is out of its
+ * alphabet or range, or whose reading throws (a getter, a revoked proxy), with
+ * `invalid_key_input` and its field; arguments without a JCS form, or whose reading throws,
+ * with `not_canonicalizable` (KEY-6). Components are read once each, in the order they are
+ * checked, so the error names the first bad one.
+ */
 export function keyMaterial(input: KeyInput): string {
-  const { conversationId, turnIndex, name, args } = input;
-  // Only an absent ordinal defaults to 0; null is a caller bug, not "the first".
-  const ordinal = input.ordinal === undefined ? 0 : input.ordinal;
+  if (typeof input !== "object" || input === null) {
+    throw new InvalidArgumentError(
+      "input",
+      `must be an object with conversationId, turnIndex, name and args, got ${describeValue(input)}`,
+    );
+  }
+  const conversationId = readComponent(input, "conversationId");
   if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
     throw new InvalidKeyInputError(
       "conversationId",
-      `must match ${CONVERSATION_ID_PATTERN.source}, got ${JSON.stringify(conversationId)}`,
+      `must match ${CONVERSATION_ID_PATTERN.source}, got ${describeValue(conversationId)}`,
     );
   }
+  const name = readComponent(input, "name");
   if (typeof name !== "string" || !TOOL_NAME_PATTERN.test(name)) {
-    throw new InvalidKeyInputError("name", `must match ${TOOL_NAME_PATTERN.source}, got ${JSON.stringify(name)}`);
+    throw new InvalidKeyInputError("name", `must match ${TOOL_NAME_PATTERN.source}, got ${describeValue(name)}`);
   }
-  checkIndex("turnIndex", turnIndex);
-  checkIndex("ordinal", ordinal);
+  const turnIndex = checkIndex("turnIndex", readComponent(input, "turnIndex"));
+  // Only an absent ordinal defaults to 0; null is a caller bug, not "the first".
+  const given = readComponent(input, "ordinal");
+  const ordinal = checkIndex("ordinal", given === undefined ? 0 : given);
+  let args: unknown;
+  try {
+    args = input.args;
+  } catch (cause) {
+    // The arguments themselves cannot be read: KEY-6's "unreadable" at the root of the arguments.
+    throw withCause(new CanonicalizationError("unreadable", "", `reading the arguments threw: ${describeError(cause)}`), cause);
+  }
   return `${conversationId}|${turnIndex}|${name}|${ordinal}|${canonicalize(args)}`;
 }
 
@@ -53,8 +76,17 @@ export function deriveKey(input: KeyInput): string {
   return createHash("sha256").update(keyMaterial(input), "utf8").digest("hex").slice(0, KEY_HEX_LENGTH);
 }
 
-function checkIndex(field: string, value: unknown): void {
+function checkIndex(field: string, value: unknown): number {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
-    throw new InvalidKeyInputError(field, `must be a non-negative safe integer, got ${String(value)}`);
+    throw new InvalidKeyInputError(field, `must be a non-negative safe integer, got ${describeValue(value)}`);
+  }
+  return value;
+}
+
+function readComponent(input: object, field: "conversationId" | "name" | "turnIndex" | "ordinal"): unknown {
+  try {
+    return (input as Record<string, unknown>)[field];
+  } catch (cause) {
+    throw withCause(new InvalidKeyInputError(field, `reading it threw: ${describeError(cause)}`), cause);
   }
 }
