@@ -101,10 +101,12 @@ for (const c of load("ledger-transitions.json").cases) {
     };
     switch (step.op) {
       case "claim": {
-        const r = await ledger.claim({ key: step.key, toolName: "test_tool", effect: step.effect, owner: step.owner, leaseMs: step.leaseMs });
+        const r = await ledger.claim({ key: step.key, toolName: "test_tool", effect: step.effect, owner: step.owner, leaseMs: step.leaseMs, request: step.request });
         if (r.outcome !== step.expect.outcome) problems.push(`${where}: outcome ${r.outcome}`);
         else if (r.outcome === "claimed") {
           if (r.fence !== step.expect.fence || r.takeover !== step.expect.takeover) problems.push(`${where}: ${JSON.stringify(r)}`);
+          // LEDGER-21: the claimed result carries the row's stored request, byte for byte.
+          if (step.expect.request !== undefined && r.request !== step.expect.request) problems.push(`${where}: request ${JSON.stringify(r.request)} != ${JSON.stringify(step.expect.request)}`);
         } else compareRow(r.row, step.expect);
         break;
       }

@@ -7,8 +7,19 @@ DECLINED = {"name": "ToolError", "message": "card declined", "code": "card_decli
 NOT_STORABLE = {"name": "ResultNotStorableError", "message": "result exceeds the ledger's limit", "code": "result_not_storable"}
 
 
-def claim(key="k1", owner="a", effect="keyed_write", lease_ms=30000, **expect):
-    return {"op": "claim", "key": key, "effect": effect, "owner": owner, "leaseMs": lease_ms, "expect": expect}
+def request_of(owner):
+    """The request an attempt sends when a case does not name one: different per owner (LEDGER-21)."""
+    return '{"payee":"acct_991","amount":4200,"memo":"attempt %s"}' % owner
+
+
+def claim(key="k1", owner="a", effect="keyed_write", lease_ms=30000, request=None, returns=None, **expect):
+    """A claim sending `request` (the owner's default when None); `returns` is the request it must get back."""
+    if returns is not None:
+        expect["request"] = returns
+    step = {"op": "claim", "key": key, "effect": effect, "owner": owner, "leaseMs": lease_ms}
+    step["request"] = request if request is not None else request_of(owner)
+    step["expect"] = expect
+    return step
 
 
 def claimed(fence, takeover=False, **kw):
@@ -175,16 +186,67 @@ def ledger_cases() -> dict:
     case("LEDGER-7", "after a takeover completes, later claimants get the completed row with the new fence",
          claimed(1), hook("expire_lease"), claimed(2, takeover=True, owner="b"), op("complete", fence=2, result=PAY_RESULT),
          existing("completed", 2, owner="c", result=PAY_RESULT))
+
+    # LEDGER-21: every attempt sends a request of its own (request_of(owner)); the row keeps the first.
+    ra, rb, rc = request_of("a"), request_of("b"), request_of("c")
+    case("LEDGER-21", "the first claim stores the claimant's request and returns it; lookup returns it; a later claimant gets the stored request, not its own",
+         claimed(1, returns=ra), lookup(state="in_flight", fence=1, owner="a", request=ra),
+         existing("in_flight", 1, returns=ra), lookup(state="in_flight", fence=1, request=ra))
+    case("LEDGER-21", "a re-claim after release keeps the first request and returns it, not the claimant's own, release after release",
+         claimed(1, returns=ra), op("release"), lookup(state="released", fence=1, request=ra),
+         claimed(2, owner="b", returns=ra), lookup(state="in_flight", fence=2, owner="b", request=ra),
+         op("release", fence=2), claimed(3, owner="c", returns=ra), op("complete", fence=3, result=PAY_RESULT),
+         lookup(state="completed", fence=3, result=PAY_RESULT, request=ra))
+    case("LEDGER-21", "a keyed_write takeover keeps the first request and returns it, not the claimant's own, takeover after takeover",
+         claimed(1, returns=ra), hook("expire_lease"), claimed(2, takeover=True, owner="b", returns=ra),
+         lookup(state="in_flight", fence=2, owner="b", request=ra), hook("expire_lease"),
+         claimed(3, takeover=True, owner="c", returns=ra), lookup(state="in_flight", fence=3, owner="c", request=ra))
+    case("LEDGER-21", "a takeover of a row re-claimed after release still returns the first request",
+         claimed(1, returns=ra), op("release"), claimed(2, owner="b", returns=ra), hook("expire_lease"),
+         claimed(3, takeover=True, owner="c", returns=ra), op("complete", fence=3, result=PAY_RESULT),
+         existing("completed", 3, owner="d", result=PAY_RESULT, returns=ra))
+    case("LEDGER-21", "an expired unkeyed_write claim that turns unknown keeps the first request, whoever claims it",
+         claimed(1, effect="unkeyed_write", returns=ra), hook("expire_lease"),
+         existing("unknown", 1, effect="unkeyed_write", reason="lease_expired", returns=ra),
+         lookup(state="unknown", fence=1, reason="lease_expired", request=ra),
+         existing("unknown", 1, owner="c", effect="keyed_write", reason="lease_expired", returns=ra))
+    case("LEDGER-21", "an unkeyed_write row released, re-claimed and then expired is unknown with the first request",
+         claimed(1, effect="unkeyed_write", returns=ra), op("release"), claimed(2, owner="b", effect="unkeyed_write", returns=ra),
+         hook("expire_lease"), existing("unknown", 2, owner="c", effect="unkeyed_write", reason="lease_expired", returns=ra))
+    case("LEDGER-21", "completed, failed and unknown rows keep the request and return it to every later claimant",
+         claimed(1, returns=ra), op("complete", result=PAY_RESULT),
+         claimed(1, key="k2", returns=ra), op("fail", key="k2", error=DECLINED),
+         claimed(1, key="k3", returns=ra), op("markUnknown", key="k3", reason="tool_error"),
+         existing("completed", 1, result=PAY_RESULT, returns=ra), existing("failed", 1, key="k2", error=DECLINED, returns=ra),
+         existing("unknown", 1, key="k3", reason="tool_error", returns=ra),
+         lookup(state="completed", fence=1, request=ra), lookup(key="k2", state="failed", fence=1, request=ra),
+         lookup(key="k3", state="unknown", fence=1, request=ra))
+    case("LEDGER-21", "after retention the next claim stores its own request, not the forgotten row's (completed and released rows)",
+         claimed(1, returns=ra), op("complete", result=PAY_RESULT), claimed(1, key="k2", returns=ra), op("release", key="k2"),
+         hook("expire_retention"), hook("expire_retention", key="k2"), sweep(2),
+         claimed(1, owner="b", returns=rb), lookup(state="in_flight", fence=1, owner="b", request=rb),
+         claimed(1, key="k2", owner="c", returns=rc), lookup(key="k2", state="in_flight", fence=1, owner="c", request=rc))
+    # Written the way no re-encoder writes it: JSON escapes kept escaped, raw 3- and 4-byte UTF-8, a combining
+    # mark (not NFC), U+2028, odd whitespace, duplicate member names, a number spelled 1.50.
+    odd_request = (' { "memo" : "caf\\u00e9 \\ud83d\\ude00 \\"q\\" \\\\ \\/", "city":"\u6771\u4eac \u2013 \u20ac12 \u2615",\n\t'
+                   '"n" : 1.50, "e\u0301":"\U0001f600\u2028", "a":1, "a":2 }\r\n')
+    case("LEDGER-21", "a request is stored and returned byte for byte: whitespace, duplicate names, number spelling, \\u escapes, raw 3- and 4-byte UTF-8, a combining mark, U+2028",
+         claimed(1, request=odd_request, returns=odd_request), lookup(state="in_flight", fence=1, request=odd_request),
+         existing("in_flight", 1, returns=odd_request), op("release"), claimed(2, owner="b", returns=odd_request),
+         op("complete", fence=2, result=PAY_RESULT), existing("completed", 2, owner="c", result=PAY_RESULT, returns=odd_request),
+         lookup(state="completed", fence=2, request=odd_request))
     return {
         "description": (
             "Ledger cases (spec §6). Run each case on a fresh, empty ledger with maxResultBytes 1048576 and the "
             "default retention; run its steps in order and compare each step's result with `expect`. claim: "
-            "toolName is any fixed valid name; expect {outcome:'claimed', fence, takeover} or {outcome:'existing', "
-            "state, fence, ...} where result/error/reason, when present, MUST equal the row's (result byte for byte, "
-            "error as deep JSON equality). complete/fail/markUnknown/release/renew: expect {ok:true} or {error:<code>}. "
+            "toolName is any fixed valid name; `request` is the JSON text the claimant sends, opaque to the ledger "
+            "(LEDGER-21); expect {outcome:'claimed', fence, takeover} or {outcome:'existing', state, fence, ...} where "
+            "result/error/reason/request, when present, MUST equal the claimed result's or the row's (result and request "
+            "byte for byte, error as deep JSON equality). complete/fail/markUnknown/release/renew: expect {ok:true} or "
+            "{error:<code>}. "
             "complete with `resultRepeat: {char, count}` instead of `result` stores the JSON string '\"' + char "
             "repeated count times + '\"' (count + 2 characters; its UTF-8 size decides LEDGER-10). lookup: expect "
-            "{absent:true} or the fields to compare (state, fence, and when present result, error, reason, owner). "
+            "{absent:true} or the fields to compare (state, fence, and when present result, error, reason, owner, request). "
             "Test hooks: expire_lease moves the lease of the key's current in-flight claim into the past; "
             "expire_retention moves the retention of the key's finished or released row into the past (nothing to do if "
             "lookup already reports the key absent); a harness MAY "

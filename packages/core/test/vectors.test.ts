@@ -145,6 +145,8 @@ describe("spec/vectors/ledger-transitions.json on the in-memory ledger", () => {
               effect: step.effect as "keyed_write",
               owner: step.owner as string,
               leaseMs: step.leaseMs as number,
+              // LEDGER-21: the vectors compare the request a claim returns and a row keeps.
+              request: step.request as string,
             });
             const seen = result.outcome === "claimed" ? result : { outcome: "existing", ...result.row };
             expect(seen, where).toMatchObject(step.expect!);
