@@ -32,6 +32,7 @@ export const RULES: readonly RuleInfo[] = [
   { id: "LEDGER-18", requirement: "MUST", title: "expiry follows the effect class stored in the row, not the claimant's" },
   { id: "LEDGER-19", requirement: "MUST", title: "after retention a key is absent: the next claim starts afresh" },
   { id: "LEDGER-20", requirement: "MUST", title: "a ledger shared across processes measures leases on the store's clock" },
+  { id: "LEDGER-21", requirement: "MUST", title: "the creating claim stores the request; re-claims, takeovers and unknown keep it; claimed results and lookup return it byte for byte" },
   { id: "CONF-1", requirement: "MUST", title: "a ledger adapter passes every MUST rule of §6 with its declared capabilities" },
   { id: "CONF-2", requirement: "MUST", title: "an implementation passes the key vectors and the end-to-end runs" },
 ];

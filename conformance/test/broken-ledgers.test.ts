@@ -28,6 +28,13 @@ const BROKEN: Array<{ bug: keyof Bugs; rule: string; what: string; check: RegExp
   { bug: "releasesOversized", rule: "LEDGER-10", what: "an oversized result releases the claim", check: /claim stays held/ },
   { bug: "processClock", rule: "LEDGER-20", what: "a shared ledger on process clocks", check: /store's clock/ },
   { bug: "claimsDurable", rule: "LEDGER-14", what: "declares durable although a restart loses rows", check: /agree with the subject/ },
+  { bug: "requestOverwrittenOnReclaim", rule: "LEDGER-21", what: "a re-claim after release stores the claimant's request", check: /re-claim after release keeps the stored request/, model: "LEDGER-21" },
+  { bug: "requestOverwrittenOnTakeover", rule: "LEDGER-21", what: "a takeover stores the claimant's request", check: /takeover keeps the stored request/, model: "LEDGER-21" },
+  { bug: "returnsClaimantRequest", rule: "LEDGER-21", what: "the claimed result carries the claimant's own request, not the stored one", check: /re-claim after release keeps the stored request/, model: "LEDGER-21" },
+  { bug: "requestLostOnUnknown", rule: "LEDGER-21", what: "an expired unkeyed_write claim turned unknown loses its request", check: /turns unknown keeps the stored request/, model: "LEDGER-21" },
+  { bug: "reencodesRequest", rule: "LEDGER-21", what: "requests re-encoded with JSON.stringify(JSON.parse(...))", check: /byte for byte/, model: "LEDGER-21" },
+  { bug: "truncatesRequest", rule: "LEDGER-21", what: "requests truncated to 16 Ki UTF-16 units", check: /byte for byte/, model: "LEDGER-21" },
+  { bug: "keepsRequestAfterRetention", rule: "LEDGER-21", what: "a claim of a row past retention keeps the forgotten row's request", check: /claim after retention stores the new claimant's request/ },
 ];
 
 const SEED = 20261129;

@@ -11,8 +11,10 @@ import {
   mustBeClaimed,
   mustBeExisting,
   mustBeStored,
+  requestFor,
   rowEssence,
   short,
+  textDiff,
   withFixture,
 } from "./support.js";
 
@@ -51,6 +53,24 @@ export const TRICKY_RESULTS: ReadonlyArray<{ label: string; text: string }> = [
   { label: "deep nesting (400 levels)", text: `${"[".repeat(200)}{"deep":${"[".repeat(199)}true${"]".repeat(199)}}${"]".repeat(200)}` },
 ];
 
+/**
+ * Request texts whose exact bytes a careless store changes (LEDGER-21): a JSON column type
+ * re-encodes them, a normalising or re-encoding driver changes their characters, a sized column
+ * truncates them. Every one is a JSON text, as a dispatcher's request is; the ledger must not care.
+ */
+export const TRICKY_REQUESTS: ReadonlyArray<{ label: string; text: string }> = [
+  { label: "compact text", text: '{"amount":4200,"currency":"EUR","payee":"acct_991"}' },
+  { label: "odd whitespace, member order and number spelling", text: '{ "payee" : "acct_991",\n\t"amount" : 4200.0 ,\r\n "currency":"EUR", "n":[1e2,-0,0.10] }' },
+  { label: "escapes kept escaped", text: '{"memo":"caf\\u00e9 \\ud83d\\ude00 \\u0000 \\u001f \\"q\\" \\\\ \\/ \\b\\f\\n\\r\\t"}' },
+  { label: "raw 3-byte UTF-8 characters", text: '{"memo":"東京 – €100 – ☕ – ｶﾀｶﾅ – ✓ – №7"}' },
+  { label: "astral characters", text: '{"memo":"😀🧪🏳️‍🌈 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"}' },
+  { label: "combining marks (not NFC-normalised)", text: '{"name":"e\u0301 vs \u00e9, A\u030a vs \u00c5"}' },
+  { label: "line and paragraph separators, zero-width and BOM-like characters", text: '{"memo":"a\u2028b\u2029c \u200b\u200d\ufeffx"}' },
+  { label: "duplicate member names", text: '{"a":1,"a":2}' },
+  { label: "leading and trailing whitespace", text: '  {"padded":true}\n' },
+  { label: "a request over 64 KiB", text: bigResult(100 * 1024) },
+];
+
 /** A JSON string text of exactly `bytes` UTF-8 bytes (>= 2), made mostly of multi-byte characters. */
 export function jsonTextOfBytes(bytes: number): string {
   let body = "";
@@ -80,6 +100,36 @@ function bigResult(approxBytes: number): string {
   return `{"items": [\n${items.join(",\n")}\n]}`;
 }
 
+/** Requires `got` to be `expected` byte for byte; names the claimant's own request when that is what came back. */
+function mustRequest(got: unknown, expected: string, what: string, own?: string): void {
+  if (got === expected) return;
+  const note = own !== undefined && own !== expected && got === own ? " (it is the claimant's own request, not the stored one)" : "";
+  throw new ConformanceFailure(`${what}: the request is not byte-for-byte the one the row must carry${note}: ${textDiff(expected, got)}`);
+}
+
+/** lookup and the stored row (raw.read) both carry `expected` as the row's request. */
+async function mustKeepRequest(fixture: LedgerFixture, ledger: Ledger, key: string, expected: string, what: string, own?: string): Promise<void> {
+  mustRequest((await lookupMust(ledger, key, what)).request, expected, `${what}, via lookup`, own);
+  const raw = await fixture.raw.read(key);
+  if (raw === undefined) throw new ConformanceFailure(`${what}: raw.read finds no stored row for ${short(key)}`);
+  mustRequest(raw.request, expected, `${what}, the stored row (raw.read)`, own);
+}
+
+/** `n` concurrent claims, each sending its own request; the winner must get `stored` back and every loser see it. */
+async function raceKeepsRequest(ledgers: Ledger[], key: string, n: number, stored: string, what: string): Promise<number> {
+  const sent = Array.from({ length: n }, (_, i) => requestFor(`racer-${i}`));
+  const results = await Promise.all(sent.map((text, i) => ledgers[i % ledgers.length]!.claim(claimRequest(key, `racer-${i}`, "keyed_write", LEASE_MS, text))));
+  const winners = results.flatMap((r, i) => (r.outcome === "claimed" ? [{ r, i }] : []));
+  must(winners.length === 1, `${what}: ${winners.length} of ${n} concurrent claims won, exactly one must`);
+  const { r, i } = winners[0]!;
+  if (r.outcome !== "claimed") throw new Error("unreachable");
+  mustRequest(r.request, stored, `${what}: the winner (racer-${i})`, sent[i]);
+  for (const [j, other] of results.entries()) {
+    if (other.outcome === "existing") mustRequest(other.row.request, stored, `${what}: the row seen by loser racer-${j}`, sent[j]);
+  }
+  return r.fence;
+}
+
 async function lookupMust(ledger: Ledger, key: string, what: string): Promise<LedgerRow> {
   const row = await ledger.lookup(key);
   if (row === undefined) throw new ConformanceFailure(`${what}: lookup finds no row for ${short(key)}`);
@@ -89,9 +139,10 @@ async function lookupMust(ledger: Ledger, key: string, what: string): Promise<Le
 async function snapshot(fixture: LedgerFixture, key: string) {
   const viaLookup = await fixture.ledger.lookup(key);
   const raw = await fixture.raw.read(key);
+  // The stored request is part of the row: an operation that "changes nothing" keeps it too (LEDGER-21).
   return {
-    lookup: viaLookup === undefined ? undefined : { ...rowEssence(viaLookup), lease: leaseOf(viaLookup) },
-    raw: raw === undefined ? undefined : { ...rowEssence(raw), lease: leaseOf(raw) },
+    lookup: viaLookup === undefined ? undefined : { ...rowEssence(viaLookup), lease: leaseOf(viaLookup), request: viaLookup.request },
+    raw: raw === undefined ? undefined : { ...rowEssence(raw), lease: leaseOf(raw), request: raw.request },
   };
 }
 
@@ -1113,6 +1164,192 @@ export const LEDGER_CHECK_SPECS: LedgerCheckSpec[] = [
         mustEqual(fixture.ledger.capabilities.clock, "store", "capabilities.clock of a ledger shared across processes");
       }),
   },
+  // LEDGER-21 ----------------------------------------------------------------
+  // Every claimant below sends a request of its own (requestFor(owner)), so a ledger that keeps or
+  // returns a later claimant's request, instead of the one the creating claim stored, shows it.
+  {
+    rule: "LEDGER-21",
+    name: "the first claim stores the claimant's request and returns it; lookup, the stored row and later claimants see it",
+    run: (subject) =>
+      withFixture(subject, async (fixture) => {
+        for (const effect of EFFECTS) {
+          const key = freshKey();
+          const first = requestFor("owner-a");
+          const claimed = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-a", effect, LEASE_MS, first)), `first claim (${effect})`);
+          mustRequest(claimed.request, first, `the claimed result of the first claim (${effect})`);
+          await mustKeepRequest(fixture, fixture.ledger, key, first, `the in-flight row after the first claim (${effect})`);
+          const second = requestFor("owner-b");
+          const row = mustBeExisting(await fixture.ledger.claim(claimRequest(key, "owner-b", effect, LEASE_MS, second)), `second claim (${effect})`);
+          mustRequest(row.request, first, `the in-flight row returned to another claimant (${effect})`, second);
+          await mustKeepRequest(fixture, fixture.ledger, key, first, `the row after a losing claim (${effect})`, second);
+        }
+      }),
+  },
+  {
+    rule: "LEDGER-21",
+    name: "a re-claim after release keeps the stored request and returns it, not the claimant's own",
+    run: (subject) =>
+      withFixture(subject, async (fixture) => {
+        for (const effect of EFFECTS) {
+          const key = freshKey();
+          const first = requestFor("owner-0");
+          let fence = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-0", effect, LEASE_MS, first)), "first claim").fence;
+          for (let i = 1; i <= 3; i++) {
+            await fixture.ledger.release(key, fence);
+            await mustKeepRequest(fixture, fixture.ledger, key, first, `the released row #${i} (${effect})`);
+            const own = requestFor(`owner-${i}`);
+            const again = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, `owner-${i}`, effect, LEASE_MS, own)), `re-claim #${i} after release (${effect})`);
+            mustRequest(again.request, first, `the claimed result of re-claim #${i} after release (${effect})`, own);
+            await mustKeepRequest(fixture, fixture.ledger, key, first, `the row after re-claim #${i} (${effect})`, own);
+            fence = again.fence;
+          }
+        }
+        // Many claimants of a released row at once, each with its own request: the winner gets the stored one.
+        const key = freshKey("race");
+        const first = requestFor("owner-first");
+        const fence = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-first", "keyed_write", LEASE_MS, first)), "first claim").fence;
+        await fixture.ledger.release(key, fence);
+        const ledgers = subject.capabilities.sharedAcrossProcesses ? await instances(fixture, 3) : [fixture.ledger];
+        await raceKeepsRequest(ledgers, key, 16, first, "16 concurrent re-claims after release");
+        await mustKeepRequest(fixture, fixture.ledger, key, first, "the row after 16 concurrent re-claims");
+      }),
+  },
+  {
+    rule: "LEDGER-21",
+    name: "a keyed_write takeover keeps the stored request and returns it, not the claimant's own",
+    run: (subject) =>
+      withFixture(subject, async (fixture) => {
+        const key = freshKey();
+        const first = requestFor("owner-0");
+        mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-0", "keyed_write", LEASE_MS, first)), "first claim");
+        for (let i = 1; i <= 3; i++) {
+          await fixture.raw.expireLease(key);
+          const own = requestFor(`owner-${i}`);
+          const taken = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, `owner-${i}`, "keyed_write", LEASE_MS, own)), `takeover #${i}`);
+          must(taken.takeover, `takeover #${i} must report takeover: true`);
+          mustRequest(taken.request, first, `the claimed result of takeover #${i}`, own);
+          await mustKeepRequest(fixture, fixture.ledger, key, first, `the row after takeover #${i}`, own);
+        }
+        const raced = freshKey("race");
+        const stored = requestFor("owner-dead");
+        mustBeClaimed(await fixture.ledger.claim(claimRequest(raced, "owner-dead", "keyed_write", LEASE_MS, stored)), "first claim");
+        await fixture.raw.expireLease(raced);
+        const ledgers = subject.capabilities.sharedAcrossProcesses ? await instances(fixture, 3) : [fixture.ledger];
+        await raceKeepsRequest(ledgers, raced, 16, stored, "16 concurrent takeovers");
+        await mustKeepRequest(fixture, fixture.ledger, raced, stored, "the row after 16 concurrent takeovers");
+      }),
+  },
+  {
+    rule: "LEDGER-21",
+    name: "an expired unkeyed_write claim that turns unknown keeps the stored request",
+    run: (subject) =>
+      withFixture(subject, async (fixture) => {
+        // Straight from the first claim, and after a release and re-claim (the stored request is still the first).
+        for (const released of [false, true]) {
+          const key = freshKey(String(released));
+          const first = requestFor("owner-dead");
+          let fence = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-dead", "unkeyed_write", LEASE_MS, first)), "first claim").fence;
+          if (released) {
+            await fixture.ledger.release(key, fence);
+            fence = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-next", "unkeyed_write", LEASE_MS, requestFor("owner-next"))), "re-claim").fence;
+          }
+          await fixture.raw.expireLease(key);
+          const what = released ? "after a release and re-claim" : "from the first claim";
+          for (const owner of ["owner-b", "owner-c"]) {
+            const own = requestFor(owner);
+            const row = mustBeExisting(await fixture.ledger.claim(claimRequest(key, owner, "unkeyed_write", LEASE_MS, own)), `claim by ${owner} of an expired unkeyed_write row`);
+            must(row.state === "unknown", `claim by ${owner} of an expired unkeyed_write row: expected the unknown row, got ${describeRow(row)}`);
+            mustRequest(row.request, first, `the unknown row returned to ${owner} (${what})`, own);
+          }
+          await mustKeepRequest(fixture, fixture.ledger, key, first, `the unknown row (${what})`);
+        }
+      }),
+  },
+  {
+    rule: "LEDGER-21",
+    name: "completed, failed, unknown and released rows keep the stored request",
+    run: (subject) =>
+      withFixture(subject, async (fixture) => {
+        for (const state of ["completed", "failed", "unknown", "released"] as const) {
+          const key = freshKey(state);
+          const first = requestFor("owner-a");
+          const fence = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-a", "keyed_write", LEASE_MS, first)), "claim").fence;
+          await finishAs(fixture.ledger, key, fence, state);
+          await mustKeepRequest(fixture, fixture.ledger, key, first, `the ${state} row`);
+          if (state === "released") continue;
+          const own = requestFor("owner-b");
+          const row = mustBeExisting(await fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write", LEASE_MS, own)), `claim of the ${state} row`);
+          mustRequest(row.request, first, `the ${state} row returned to a later claimant`, own);
+        }
+      }),
+  },
+  {
+    rule: "LEDGER-21",
+    name: "a claim after retention stores the new claimant's request",
+    run: (subject) =>
+      withFixture(subject, async (fixture) => {
+        // Past retention a row is forgotten (LEDGER-19), swept or not: the next claim creates the row afresh.
+        for (const state of ["completed", "released"] as const) {
+          for (const swept of [false, true]) {
+            const key = freshKey(`${state}-${swept}`);
+            const old = requestFor("owner-old");
+            const fence = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-old", "keyed_write", LEASE_MS, old)), "first claim").fence;
+            await finishAs(fixture.ledger, key, fence, state);
+            await fixture.raw.expireRetention(key);
+            if (swept) await fixture.ledger.sweep();
+            const what = `a claim of a ${state} row past retention${swept ? ", swept" : ", not yet swept"}`;
+            const fresh = requestFor("owner-new");
+            const claimed = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-new", "keyed_write", LEASE_MS, fresh)), what);
+            mustRequest(claimed.request, fresh, `the claimed result of ${what} (the forgotten row's request must not come back)`);
+            await mustKeepRequest(fixture, fixture.ledger, key, fresh, `the row after ${what}`);
+          }
+        }
+      }),
+  },
+  {
+    rule: "LEDGER-21",
+    name: `requests are stored and returned byte for byte (${TRICKY_REQUESTS.length} tricky JSON texts, one over 64 KiB)`,
+    run: (subject) =>
+      withFixture(subject, async (fixture) => {
+        for (const { label, text } of TRICKY_REQUESTS) {
+          const key = freshKey(label);
+          const claimed = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-a", "keyed_write", LEASE_MS, text)), `claim (${label})`);
+          mustRequest(claimed.request, text, `${label}: the claimed result`);
+          await mustKeepRequest(fixture, fixture.ledger, key, text, `${label}: the in-flight row`);
+          await fixture.ledger.release(key, claimed.fence);
+          const own = requestFor("owner-b");
+          const again = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write", LEASE_MS, own)), `re-claim after release (${label})`);
+          mustRequest(again.request, text, `${label}: the claimed result of a re-claim after release`, own);
+          await fixture.ledger.complete(key, again.fence, '"done"');
+          const row = mustBeExisting(await fixture.ledger.claim(claimRequest(key, "owner-c", "keyed_write")), `replay (${label})`);
+          mustRequest(row.request, text, `${label}: the completed row returned to a replay`);
+          await mustKeepRequest(fixture, fixture.ledger, key, text, `${label}: the completed row`);
+        }
+      }),
+  },
+  {
+    rule: "LEDGER-21",
+    name: "the stored request survives a restart: a fresh instance returns it on lookup, re-claim and takeover",
+    needs: ["survivesRestart"],
+    run: (subject) =>
+      withFixture(subject, async (fixture) => {
+        const released = freshKey("released");
+        const expired = freshKey("expired");
+        const text = TRICKY_REQUESTS.find((r) => r.label.startsWith("escapes"))!.text;
+        const astral = TRICKY_REQUESTS.find((r) => r.label.startsWith("astral"))!.text;
+        await fixture.ledger.release(released, mustBeClaimed(await fixture.ledger.claim(claimRequest(released, "owner-a", "keyed_write", LEASE_MS, text)), "claim").fence);
+        mustBeClaimed(await fixture.ledger.claim(claimRequest(expired, "owner-a", "keyed_write", LEASE_MS, astral)), "claim");
+        const reopened = await fixture.reopen();
+        await mustKeepRequest(fixture, reopened, released, text, "the released row seen by a fresh instance");
+        await mustKeepRequest(fixture, reopened, expired, astral, "the in-flight row seen by a fresh instance");
+        const own = requestFor("owner-b");
+        const again = mustBeClaimed(await reopened.claim(claimRequest(released, "owner-b", "keyed_write", LEASE_MS, own)), "re-claim through a fresh instance");
+        mustRequest(again.request, text, "the claimed result of a re-claim through a fresh instance", own);
+        await fixture.raw.expireLease(expired);
+        const taken = mustBeClaimed(await reopened.claim(claimRequest(expired, "owner-b", "keyed_write", LEASE_MS, own)), "takeover through a fresh instance");
+        mustRequest(taken.request, astral, "the claimed result of a takeover through a fresh instance", own);
+      }),
+  },
 ];
 
 async function completeAndReplay(fixture: LedgerFixture, ledgers: Ledger[], text: string, label: string): Promise<void> {
@@ -1133,9 +1370,4 @@ function mustResultBytes(row: LedgerRow, text: string, what: string): void {
   if (row.result !== text) throw new ConformanceFailure(`${what}: replayed result is not byte-for-byte the stored one: ${diffText(text, row.result)}`);
 }
 
-function diffText(expected: string, actual: unknown): string {
-  if (typeof actual !== "string") return `expected a string, got ${show(actual)}`;
-  let i = 0;
-  while (i < expected.length && i < actual.length && expected[i] === actual[i]) i++;
-  return `lengths ${Buffer.byteLength(expected)} vs ${Buffer.byteLength(actual)} bytes, first difference at UTF-16 index ${i}: expected ${show(expected.slice(i, i + 24))}, got ${show(actual.slice(i, i + 24))}`;
-}
+const diffText = textDiff;

@@ -3,7 +3,7 @@ import { isDeepStrictEqual } from "node:util";
 import type { ClaimResult, Ledger, LedgerEffect, RowState, StoredError } from "@dispatch-once/core";
 import { ConformanceFailure, codeOf, describeError, show } from "../failure.js";
 import type { LedgerFixture, LedgerSubject } from "../types.js";
-import { LEASE_MS, TOOL_FOR, claimRequest, freshKey, rowEssence } from "./support.js";
+import { LEASE_MS, TOOL_FOR, claimRequest, freshKey, rowEssence, textDiff } from "./support.js";
 
 /**
  * One step of a random scenario. Steps name keys, owners and payloads by index so that
@@ -11,8 +11,10 @@ import { LEASE_MS, TOOL_FOR, claimRequest, freshKey, rowEssence } from "./suppor
  * its last successful claim of the key returned, so a shrunk sequence stays meaningful.
  */
 export type Step =
-  | { op: "claim"; key: number; owner: number; via: number }
-  | { op: "race"; key: number; owners: number[] }
+  /** `request` indexes the key's MODEL_REQUESTS: what this claimant would send (LEDGER-21). */
+  | { op: "claim"; key: number; owner: number; via: number; request: number }
+  /** The i-th racer sends request (request + i) mod MODEL_REQUESTS_PER_KEY, so racers' requests differ. */
+  | { op: "race"; key: number; owners: number[]; request: number }
   | { op: "complete"; key: number; owner: number; via: number; result: number }
   | { op: "fail"; key: number; owner: number; via: number; error: number }
   | { op: "markUnknown"; key: number; owner: number; via: number; reason: number }
@@ -23,7 +25,7 @@ export type Step =
   | { op: "sweep"; via: number }
   | { op: "restart" }
   /** The key's latest claimant completes while `owner` claims, concurrently (a zombie owner vs a takeover). */
-  | { op: "contend"; key: number; owner: number; result: number };
+  | { op: "contend"; key: number; owner: number; result: number; request: number };
 
 /** The scenario's keys: label and effect class (a key's effect is fixed, as its tool's is). */
 export const MODEL_KEYS: ReadonlyArray<{ label: string; effect: LedgerEffect }> = [
@@ -48,6 +50,37 @@ export const MODEL_ERRORS: StoredError[] = [
 ];
 export const MODEL_REASONS = ["tool_error", "connection_reset"];
 
+/**
+ * The requests claimants of a key send (LEDGER-21): distinct per key and per attempt, so a ledger
+ * that stores a later claimant's request, returns the claimant's own, loses it, or changes its
+ * bytes (re-encoding, normalising, truncating) shows it. Every one is a JSON text, as a dispatcher's is.
+ */
+function requestsFor(label: string): string[] {
+  const lines: string[] = [];
+  for (let i = 0; lines.join(",").length < 18_000; i++) lines.push(`"Zeile ${i}: Zahlung №${i} – ✓ 東京 😀 ${"x".repeat(i % 7)}"`);
+  return [
+    `{"payee":"acct_991","amount":1200,"currency":"EUR","ref":"${label}"}`,
+    // Written the way no re-encoder writes it: spaces, member order, number spelling, escapes kept escaped.
+    `{ "ref" : "${label}",\n\t"memo" : "caf\\u00e9 \\ud83d\\ude00 \\"quoted\\" \\\\ \\/ \\n", "amount" : 1200.50 }`,
+    // Raw multi-byte UTF-8: 3-byte characters, a combining mark (not NFC-normalised), an astral one, U+2028.
+    `{"ref":"${label}","memo":"東京 – €12 – ☕ – ｶﾀｶﾅ – e\u0301 – 😀 – \u2028 – \u200b"}`,
+    // Large-ish (about 23 KB, over 16 Ki UTF-16 units): a column or value size limit truncates it.
+    `{"ref":"${label}","lines":[${lines.join(",")}]}`,
+  ];
+}
+export const MODEL_REQUESTS: ReadonlyArray<readonly string[]> = MODEL_KEYS.map((k) => requestsFor(k.label));
+export const MODEL_REQUESTS_PER_KEY = MODEL_REQUESTS[0]!.length;
+const REQUEST_LABELS = new Map<string, string>(
+  MODEL_REQUESTS.flatMap((texts, k) => texts.map((text, i) => [text, `${MODEL_KEYS[k]!.label}#${i}`] as [string, string])),
+);
+
+/** `k1#2` for a request of the scenario; otherwise what was returned instead, briefly. */
+export function requestLabel(text: unknown): string {
+  if (text === undefined) return "(none)";
+  if (typeof text !== "string") return `(not a string: ${show(text)})`;
+  return REQUEST_LABELS.get(text) ?? `(unrecognised, ${Buffer.byteLength(text)} bytes: ${show(text.slice(0, 48))}${text.length > 48 ? "…" : ""})`;
+}
+
 /** Which steps a subject can take: restart only when it survives one, a second instance only when shared. */
 export function stepArbitrary(capabilities: { survivesRestart: boolean; sharedAcrossProcesses: boolean }): fc.Arbitrary<Step> {
   const key = fc.nat({ max: MODEL_KEYS.length - 1 });
@@ -56,14 +89,16 @@ export function stepArbitrary(capabilities: { survivesRestart: boolean; sharedAc
   // as common as stale ones; it is resolved when the step runs.
   const actor = fc.oneof(fc.constant(HOLDER), owner);
   const via = capabilities.sharedAcrossProcesses ? fc.nat({ max: 1 }) : fc.constant(0);
+  const request = fc.nat({ max: MODEL_REQUESTS_PER_KEY - 1 });
   const arbs: Array<{ arbitrary: fc.Arbitrary<Step>; weight: number }> = [
-    { weight: 6, arbitrary: fc.record({ op: fc.constant("claim" as const), key, owner, via }) },
+    { weight: 6, arbitrary: fc.record({ op: fc.constant("claim" as const), key, owner, via, request }) },
     {
       weight: 2,
       arbitrary: fc.record({
         op: fc.constant("race" as const),
         key,
         owners: fc.uniqueArray(owner, { minLength: 2, maxLength: MODEL_OWNERS.length }),
+        request,
       }),
     },
     {
@@ -86,7 +121,7 @@ export function stepArbitrary(capabilities: { survivesRestart: boolean; sharedAc
   ];
   arbs.push({
     weight: 2,
-    arbitrary: fc.record({ op: fc.constant("contend" as const), key, owner, result: fc.nat({ max: MODEL_RESULTS.length - 1 }) }),
+    arbitrary: fc.record({ op: fc.constant("contend" as const), key, owner, result: fc.nat({ max: MODEL_RESULTS.length - 1 }), request }),
   });
   if (capabilities.survivesRestart) arbs.push({ weight: 1, arbitrary: fc.constant({ op: "restart" as const }) });
   return fc.oneof(...arbs);
@@ -103,7 +138,14 @@ interface ModelRow {
   result?: string;
   error?: StoredError;
   reason?: string;
+  /** The stored request (LEDGER-21): the creating claim's, kept by every later transition. */
+  request: string;
 }
+
+type ClaimExpectation =
+  /** `stored`: the row's request the claim must keep and return; absent when the claim creates the row. */
+  | { kind: "claim"; takeover: boolean; fence: number; stored?: string }
+  | { kind: "existing"; row: ModelRow };
 
 /**
  * The reference semantics of spec §6 as a plain state machine (what MemoryLedger does). It
@@ -129,18 +171,20 @@ export class ReferenceModel {
   }
 
   /** What a claim must return now. */
-  claimExpectation(key: number): { kind: "claim"; takeover: boolean; fence: number } | { kind: "existing"; row: ModelRow } {
+  claimExpectation(key: number): ClaimExpectation {
     const row = this.rows.get(key);
     // LEDGER-4: fence 1 for a key without a row, the row's fence + 1 after a release or takeover.
     const fence = (row?.fence ?? 0) + 1;
-    if (row === undefined || row.state === "released") return { kind: "claim", takeover: false, fence };
+    if (row === undefined) return { kind: "claim", takeover: false, fence };
+    // LEDGER-21: a re-claim after release and a takeover keep the stored request.
+    if (row.state === "released") return { kind: "claim", takeover: false, fence, stored: row.request };
     if (row.state !== "in_flight" || !row.expired) return { kind: "existing", row };
-    if (MODEL_KEYS[key]!.effect === "keyed_write") return { kind: "claim", takeover: true, fence };
-    return { kind: "existing", row: { state: "unknown", fence: row.fence, reason: "lease_expired" } };
+    if (MODEL_KEYS[key]!.effect === "keyed_write") return { kind: "claim", takeover: true, fence, stored: row.request };
+    return { kind: "existing", row: { state: "unknown", fence: row.fence, reason: "lease_expired", request: row.request } };
   }
 
-  claimed(key: number, owner: number, fence: number): void {
-    this.rows.set(key, { state: "in_flight", fence, owner: MODEL_OWNERS[owner]!, epoch: this.epoch });
+  claimed(key: number, owner: number, fence: number, request: string): void {
+    this.rows.set(key, { state: "in_flight", fence, owner: MODEL_OWNERS[owner]!, epoch: this.epoch, request });
     this.lastFence.set(key, fence);
     this.fences[owner]!.set(key, fence);
   }
@@ -168,10 +212,10 @@ export class ReferenceModel {
     this.epoch = other.epoch;
   }
 
-  /** A claim by `owner` as the model performs it: returns what the claimant must see. */
-  applyClaim(key: number, owner: number): ReturnType<ReferenceModel["claimExpectation"]> {
+  /** A claim by `owner` sending `request` as the model performs it: returns what the claimant must see. */
+  applyClaim(key: number, owner: number, request: string): ClaimExpectation {
     const expectation = this.claimExpectation(key);
-    if (expectation.kind === "claim") this.claimed(key, owner, expectation.fence);
+    if (expectation.kind === "claim") this.claimed(key, owner, expectation.fence, expectation.stored ?? request);
     else if (expectation.row.state === "unknown" && this.rows.get(key)?.state === "in_flight") this.rows.set(key, expectation.row);
     return expectation;
   }
@@ -179,7 +223,7 @@ export class ReferenceModel {
   /** complete(key, fence, result) as the model performs it. */
   applyComplete(key: number, fence: number, result: string): "ok" | "stale_claim" {
     if (!this.owns(key, fence)) return "stale_claim";
-    this.rows.set(key, { state: "completed", fence, result });
+    this.rows.set(key, { state: "completed", fence, result, request: this.rows.get(key)!.request });
     return "ok";
   }
 
@@ -191,8 +235,23 @@ export class ReferenceModel {
     if (row.state === "completed") out.result = row.result;
     if (row.state === "failed") out.error = row.error;
     if (row.state === "unknown") out.reason = row.reason;
+    out.request = row.request;
     return out;
   }
+}
+
+/** rowEssence plus the stored request (LEDGER-21): what the model compares. */
+function fullEssence(row: Parameters<typeof rowEssence>[0]): Record<string, unknown> | undefined {
+  const e = rowEssence(row);
+  if (e === undefined) return undefined;
+  e.request = (row as Record<string, unknown>).request;
+  return e;
+}
+
+function withoutRequest(e: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+  if (e === undefined) return undefined;
+  const { request: _request, ...rest } = e;
+  return rest;
 }
 
 /** A disagreement between subject and model, with the rule the subject's behaviour breaks. */
@@ -251,10 +310,10 @@ export class ScenarioDriver {
   private async execute(model: ReferenceModel, step: Step): Promise<string> {
     switch (step.op) {
       case "claim":
-        return this.claim(model, step.key, [step.owner], [await this.via(step.via)]);
+        return this.claim(model, step.key, [step.owner], [await this.via(step.via)], step.request);
       case "race": {
         const ledgers = await Promise.all(step.owners.map((_, i) => this.via(i % 2)));
-        return this.claim(model, step.key, step.owners, ledgers);
+        return this.claim(model, step.key, step.owners, ledgers, step.request);
       }
       case "complete":
       case "fail":
@@ -269,6 +328,12 @@ export class ScenarioDriver {
       case "expire_lease": {
         const row = model.rows.get(step.key);
         if (row?.state !== "in_flight") return "nothing in flight (no-op)";
+        // The hook needs the in-flight row; one the store lost (a restart that forgot it) is the finding, not a hook error.
+        const stored = await this.fixture.raw.read(this.keys[step.key]!);
+        if (stored?.state !== "in_flight") {
+          const lost = row.epoch !== undefined && row.epoch !== model.epoch;
+          fail(lost ? "LEDGER-6" : "LEDGER-3", `stored ${stored === undefined ? "no row" : describeEssence(rowEssence(stored)!)}`, `stored in_flight fence=${row.fence}`, `the in-flight row (fence ${row.fence}) is no longer stored${lost ? " after a restart" : ""}`);
+        }
         await this.fixture.raw.expireLease(this.keys[step.key]!);
         row.expired = true;
         return `lease of fence=${row.fence} expired`;
@@ -286,15 +351,16 @@ export class ScenarioDriver {
     }
   }
 
-  private async claim(model: ReferenceModel, key: number, owners: number[], ledgers: Ledger[]): Promise<string> {
+  private async claim(model: ReferenceModel, key: number, owners: number[], ledgers: Ledger[], request: number): Promise<string> {
     const keyHex = this.keys[key]!;
     const effect = MODEL_KEYS[key]!.effect;
     const expectation = model.claimExpectation(key);
+    const texts = owners.map((_, i) => raceRequest(key, request, i));
     const results: ClaimResult[] = await Promise.all(
-      owners.map((o, i) => ledgers[i]!.claim(claimRequest(keyHex, MODEL_OWNERS[o]!, effect, LEASE_MS))),
+      owners.map((o, i) => ledgers[i]!.claim(claimRequest(keyHex, MODEL_OWNERS[o]!, effect, LEASE_MS, texts[i]))),
     );
     const race = owners.length > 1;
-    const winners = results.flatMap((r, i) => (r.outcome === "claimed" ? [{ r, owner: owners[i]! }] : []));
+    const winners = results.flatMap((r, i) => (r.outcome === "claimed" ? [{ r, owner: owners[i]!, sent: texts[i]! }] : []));
     const summary = summarizeClaims(results, owners);
     if (expectation.kind === "claim") {
       if (winners.length !== 1) {
@@ -304,7 +370,7 @@ export class ScenarioDriver {
         const rule = expectation.takeover ? "LEDGER-7" : row?.state === "released" ? "LEDGER-3" : "LEDGER-3";
         fail(rule, summary, expected, `claim did not win although the key was ${row === undefined ? "absent" : expectation.takeover ? "an expired keyed_write claim" : row.state}`);
       }
-      const { r, owner } = winners[0]!;
+      const { r, owner, sent } = winners[0]!;
       if (r.outcome !== "claimed") throw new Error("unreachable");
       if (r.fence !== expectation.fence) {
         fail("LEDGER-4", summary, `fence=${expectation.fence}`, `the claim got fence ${r.fence}; LEDGER-4 gives ${expectation.fence} (1 for a new key, the previous fence + 1 after release or takeover)`);
@@ -312,12 +378,18 @@ export class ScenarioDriver {
       if (r.takeover !== expectation.takeover) {
         fail(expectation.takeover ? "LEDGER-7" : "LEDGER-3", summary, `takeover ${expectation.takeover}`, `takeover reported ${r.takeover}`);
       }
-      model.claimed(key, owner, r.fence);
+      const stored = expectation.stored ?? sent;
+      if (r.request !== stored) {
+        fail("LEDGER-21", summary, `claimed fence=${expectation.fence} request=${requestLabel(stored)}`, claimedRequestProblem(expectation, sent, r.request));
+      }
+      model.claimed(key, owner, r.fence, stored);
       const expectedRow = model.essence(key, keyHex, model.rows.get(key));
       for (const [i, other] of results.entries()) {
         if (other.outcome === "claimed") continue;
-        if (!isDeepStrictEqual(rowEssence(other.row), expectedRow)) {
-          fail("LEDGER-1", summary, `losers see the winner's row ${show(expectedRow)}`, `${MODEL_OWNERS[owners[i]!]} saw ${show(rowEssence(other.row))}`);
+        const seen = fullEssence(other.row);
+        if (!isDeepStrictEqual(seen, expectedRow)) {
+          const rule = ruleForRowDifference(seen, expectedRow) === "LEDGER-21" ? "LEDGER-21" : "LEDGER-1";
+          fail(rule, summary, `losers see the winner's row ${describeEssence(expectedRow!)}`, `${MODEL_OWNERS[owners[i]!]} saw ${describeEssence(seen!)}${requestMismatch(seen, expectedRow)}`);
         }
       }
       return summary;
@@ -331,9 +403,9 @@ export class ScenarioDriver {
     }
     for (const result of results) {
       if (result.outcome !== "existing") continue;
-      const actual = rowEssence(result.row);
+      const actual = fullEssence(result.row);
       if (!isDeepStrictEqual(actual, expectedRow)) {
-        fail(ruleForRowDifference(actual, expectedRow), summary, `existing ${describeModelRow(expectation.row)}`, `claim returned ${show(actual)}, expected ${show(expectedRow)}`);
+        fail(ruleForRowDifference(actual, expectedRow), summary, `existing ${describeModelRow(expectation.row)}`, `claim returned ${show(withoutRequest(actual))}, expected ${show(withoutRequest(expectedRow))}${requestMismatch(actual, expectedRow)}`);
       }
     }
     if (expectation.row.state === "unknown" && model.rows.get(key)?.state === "in_flight") {
@@ -387,18 +459,20 @@ export class ScenarioDriver {
       fail(lost ? "LEDGER-6" : step.op === "renew" ? "LEDGER-9" : "LEDGER-3", actual, "ok", `${step.op} by the owning fence ${fence} raised ${describeError(thrown)}`);
     }
     const row = model.rows.get(step.key)!;
+    // Every transition keeps the stored request (LEDGER-21).
+    const { request } = row;
     switch (step.op) {
       case "complete":
-        model.rows.set(step.key, { state: "completed", fence, result: MODEL_RESULTS[step.result]! });
+        model.rows.set(step.key, { state: "completed", fence, result: MODEL_RESULTS[step.result]!, request });
         break;
       case "fail":
-        model.rows.set(step.key, { state: "failed", fence, error: MODEL_ERRORS[step.error]! });
+        model.rows.set(step.key, { state: "failed", fence, error: MODEL_ERRORS[step.error]!, request });
         break;
       case "markUnknown":
-        model.rows.set(step.key, { state: "unknown", fence, reason: MODEL_REASONS[step.reason]! });
+        model.rows.set(step.key, { state: "unknown", fence, reason: MODEL_REASONS[step.reason]!, request });
         break;
       case "release":
-        model.rows.set(step.key, { state: "released", fence });
+        model.rows.set(step.key, { state: "released", fence, request });
         break;
       case "renew":
         row.expired = false;
@@ -417,33 +491,35 @@ export class ScenarioDriver {
     const holder = model.latestClaimer(step.key);
     const fence = model.fenceOf(holder, step.key);
     const text = MODEL_RESULTS[step.result]!;
+    const sent = MODEL_REQUESTS[step.key]![step.request]!;
     const [completer, claimer] = [await this.via(0), await this.via(1)];
     const [completed, claim] = await Promise.all([
       completer.complete(keyHex, fence, text).then(
         () => "ok",
         (error: unknown) => codeOf(error) ?? describeError(error),
       ),
-      claimer.claim(claimRequest(keyHex, MODEL_OWNERS[step.owner]!, effect, LEASE_MS)),
+      claimer.claim(claimRequest(keyHex, MODEL_OWNERS[step.owner]!, effect, LEASE_MS, sent)),
     ]);
     const summary = `${MODEL_OWNERS[holder]} complete fence=${fence} -> ${completed}; ${MODEL_OWNERS[step.owner]} claim -> ${describeClaim(claim)}`;
     const candidates = (["complete first", "claim first"] as const).map((order) => {
       const m = model.clone();
       let c: string;
-      let p: ReturnType<ReferenceModel["claimExpectation"]>;
+      let p: ClaimExpectation;
       let row: Record<string, unknown> | undefined;
       if (order === "complete first") {
         c = m.applyComplete(step.key, fence, text);
-        p = m.applyClaim(step.key, step.owner);
+        p = m.applyClaim(step.key, step.owner, sent);
       } else {
-        p = m.applyClaim(step.key, step.owner);
+        p = m.applyClaim(step.key, step.owner, sent);
         c = m.applyComplete(step.key, fence, text);
       }
       if (p.kind === "existing") row = m.essence(step.key, keyHex, p.row);
+      // The order is decided without the request; which request came back is checked once it is (LEDGER-21).
       const matches =
         c === completed &&
         (p.kind === "claim"
           ? claim.outcome === "claimed" && claim.fence === p.fence && claim.takeover === p.takeover
-          : claim.outcome === "existing" && isDeepStrictEqual(rowEssence(claim.row), row));
+          : claim.outcome === "existing" && isDeepStrictEqual(rowEssence(claim.row), withoutRequest(row)));
       const expected = `complete -> ${c}; claim -> ${p.kind === "claim" ? `claimed fence=${p.fence}${p.takeover ? " (takeover)" : ""}` : `existing ${describeEssence(row!)}`}`;
       return { order, m, matches, expected, c, p, row };
     });
@@ -457,6 +533,17 @@ export class ScenarioDriver {
         `concurrent complete and claim match neither serial order (${summary})`,
       );
     }
+    if (match.p.kind === "claim") {
+      const stored = match.p.stored ?? sent;
+      if (claim.outcome === "claimed" && claim.request !== stored) {
+        fail("LEDGER-21", summary, `claimed fence=${match.p.fence} request=${requestLabel(stored)} (as if ${match.order})`, claimedRequestProblem(match.p, sent, claim.request));
+      }
+    } else if (claim.outcome === "existing") {
+      const actual = fullEssence(claim.row);
+      if (!isDeepStrictEqual(actual, match.row)) {
+        fail("LEDGER-21", summary, `existing ${describeEssence(match.row!)} (as if ${match.order})`, `the row returned to the claim keeps a different request${requestMismatch(actual, match.row)}`);
+      }
+    }
     model.copyFrom(match.m);
     return `${summary} (as if ${match.order})`;
   }
@@ -464,18 +551,22 @@ export class ScenarioDriver {
   private async lookup(model: ReferenceModel, key: number, ledger: Ledger): Promise<string> {
     const keyHex = this.keys[key]!;
     const expected = model.essence(key, keyHex, model.rows.get(key));
-    const actual = rowEssence(await ledger.lookup(keyHex));
+    const actual = fullEssence(await ledger.lookup(keyHex));
     const text = actual === undefined ? "no row" : describeEssence(actual);
     if (!isDeepStrictEqual(actual, expected)) {
       const held = model.rows.get(key);
       const actedOnExpiry = held?.state === "in_flight" && held.expired === true && actual?.state !== "in_flight";
-      fail(actedOnExpiry ? "LEDGER-17" : ruleForRowDifference(actual, expected), text, expected === undefined ? "no row" : describeEssence(expected), `lookup returned ${show(actual)}, expected ${show(expected)}`);
+      fail(actedOnExpiry ? "LEDGER-17" : ruleForRowDifference(actual, expected), text, expected === undefined ? "no row" : describeEssence(expected), `lookup returned ${show(withoutRequest(actual))}, expected ${show(withoutRequest(expected))}${requestMismatch(actual, expected)}`);
     }
     const raw = await this.fixture.raw.read(keyHex);
     const stored = raw === undefined ? undefined : { state: raw.state, fence: Number(raw.fence) };
     const want = expected === undefined ? undefined : { state: expected.state, fence: expected.fence };
     if (!isDeepStrictEqual(stored, want)) {
       fail("LEDGER-2", `${text}; stored ${show(stored)}`, `stored ${show(want)}`, `raw.read shows ${show(stored)} while the ledger reports ${show(want)}`);
+    }
+    // What is stored, not only what the adapter says, keeps the request byte for byte (LEDGER-21).
+    if (raw !== undefined && expected !== undefined && raw.request !== expected.request) {
+      fail("LEDGER-21", `${text}; stored request=${requestLabel(raw.request)}`, `stored request=${requestLabel(expected.request)}`, `raw.read shows the stored request ${requestLabel(raw.request)}, expected ${requestLabel(expected.request)}: ${textDiff(expected.request as string, raw.request)}`);
     }
     return text;
   }
@@ -485,13 +576,37 @@ function fail(rule: string, actual: string, expected: string, message: string): 
   throw new StepMismatch(message, { violates: rule, cause: { actual, expected } });
 }
 
+/** The request the i-th claimant of a claim or race step sends. */
+function raceRequest(key: number, request: number, i: number): string {
+  return MODEL_REQUESTS[key]![(request + i) % MODEL_REQUESTS_PER_KEY]!;
+}
+
+/** Which part of LEDGER-21 a claimed result with the wrong request breaks, and how. */
+function claimedRequestProblem(expectation: Extract<ClaimExpectation, { kind: "claim" }>, sent: string, got: unknown): string {
+  const stored = expectation.stored ?? sent;
+  const aspect =
+    expectation.stored === undefined
+      ? "the claim that creates the row must store the claimant's request and return it"
+      : expectation.takeover
+        ? "a keyed_write takeover must keep the stored request and return it, not the claimant's"
+        : "a re-claim after release must keep the stored request and return it, not the claimant's";
+  const own = expectation.stored !== undefined && got === sent && sent !== stored ? " (the claimant's own)" : "";
+  return `${aspect}: the claim returned request ${requestLabel(got)}${own}, expected ${requestLabel(stored)}; ${textDiff(stored, got)}`;
+}
+
+/** "; request k1#2, expected k1#0 (...)" when two essences differ in their request, else "". */
+function requestMismatch(actual: Record<string, unknown> | undefined, expected: Record<string, unknown> | undefined): string {
+  if (actual === undefined || expected === undefined || actual.request === expected.request) return "";
+  return `; request ${requestLabel(actual.request)}, expected ${requestLabel(expected.request)} (${textDiff(expected.request as string, actual.request)})`;
+}
+
 /** Which rule a concurrent complete + claim breaks when it matches neither serial order. */
 function contendRule(
   model: ReferenceModel,
   key: number,
   completed: string,
   claim: ClaimResult,
-  candidates: Array<{ c: string; p: ReturnType<ReferenceModel["claimExpectation"]>; row: Record<string, unknown> | undefined }>,
+  candidates: Array<{ c: string; p: ClaimExpectation; row: Record<string, unknown> | undefined }>,
 ): string {
   // The completing owner's write was accepted although the claim acted on its expired lease.
   const claimActed = claim.outcome === "claimed" || (claim.row.state === "unknown" && claim.row.reason === "lease_expired");
@@ -504,7 +619,7 @@ function contendRule(
   if (pick.p.kind === "existing") {
     const held = model.rows.get(key);
     if (claim.outcome === "claimed") return held === undefined ? "LEDGER-3" : heldRowRule(held, true, model.epoch);
-    return ruleForRowDifference(rowEssence(claim.row), pick.row);
+    return ruleForRowDifference(rowEssence(claim.row), withoutRequest(pick.row));
   }
   if (claim.outcome === "claimed") return claim.fence !== pick.p.fence ? "LEDGER-4" : pick.p.takeover ? "LEDGER-7" : "LEDGER-3";
   return pick.p.takeover ? "LEDGER-7" : "LEDGER-3";
@@ -548,6 +663,8 @@ function ruleForRowDifference(actual: Record<string, unknown> | undefined, expec
   if (actual.result !== expected.result) return "LEDGER-10";
   if (!isDeepStrictEqual(actual.error, expected.error)) return "LEDGER-8";
   if (actual.reason !== expected.reason) return expected.reason === "lease_expired" ? "LEDGER-7" : "LEDGER-3";
+  // Everything else agrees: the row carries another request than the one stored (LEDGER-21).
+  if (actual.request !== expected.request) return "LEDGER-21";
   return "LEDGER-3";
 }
 
@@ -557,8 +674,8 @@ function summarizeClaims(results: ClaimResult[], owners: number[]): string {
 }
 
 function describeClaim(r: ClaimResult): string {
-  if (r.outcome === "claimed") return `claimed fence=${r.fence}${r.takeover ? " (takeover)" : ""}`;
-  return `existing ${describeEssence(rowEssence(r.row)!)}`;
+  if (r.outcome === "claimed") return `claimed fence=${r.fence}${r.takeover ? " (takeover)" : ""} request=${requestLabel(r.request)}`;
+  return `existing ${describeEssence(fullEssence(r.row)!)}`;
 }
 
 function describeEssence(e: Record<string, unknown>): string {
@@ -567,6 +684,7 @@ function describeEssence(e: Record<string, unknown>): string {
   if (e.state === "completed") bits.push(`result=${show(e.result)}`);
   if (e.state === "failed") bits.push(`error=${show((e.error as StoredError | undefined)?.name)}`);
   if (e.state === "unknown") bits.push(`reason=${String(e.reason)}`);
+  if ("request" in e) bits.push(`request=${requestLabel(e.request)}`);
   return bits.join(" ");
 }
 
@@ -580,9 +698,9 @@ export function describeStep(step: Step): string {
   const who = "owner" in step ? ` by ${MODEL_OWNERS[step.owner]}` : "";
   switch (step.op) {
     case "claim":
-      return `claim ${k!.label} (${k!.effect})${who}`;
+      return `claim ${k!.label} (${k!.effect})${who} sending ${requestLabel(raceRequest(step.key, step.request, 0))}`;
     case "race":
-      return `race ${k!.label} (${k!.effect}) by ${step.owners.map((o) => MODEL_OWNERS[o]).join(", ")} concurrently`;
+      return `race ${k!.label} (${k!.effect}) by ${step.owners.map((o, i) => `${MODEL_OWNERS[o]} sending ${requestLabel(raceRequest(step.key, step.request, i))}`).join(", ")} concurrently`;
     case "complete":
       return `complete ${k!.label}${who} with ${show(MODEL_RESULTS[step.result])}`;
     case "fail":
@@ -601,7 +719,7 @@ export function describeStep(step: Step): string {
     case "restart":
       return "restart";
     case "contend":
-      return `contend ${k!.label} (${k!.effect}): the latest claimant completes with ${show(MODEL_RESULTS[step.result])} while ${MODEL_OWNERS[step.owner]} claims, concurrently`;
+      return `contend ${k!.label} (${k!.effect}): the latest claimant completes with ${show(MODEL_RESULTS[step.result])} while ${MODEL_OWNERS[step.owner]} claims sending ${requestLabel(MODEL_REQUESTS[step.key]![step.request])}, concurrently`;
   }
 }
 

@@ -16,8 +16,16 @@ export function freshKey(label = ""): string {
   return createHash("sha256").update(`${randomUUID()}|${label}`).digest("hex").slice(0, 32);
 }
 
-export function claimRequest(key: string, owner: string, effect: LedgerEffect, leaseMs = LEASE_MS): ClaimRequest {
-  return { key, toolName: TOOL_FOR[effect], effect, owner, leaseMs };
+/**
+ * The request a claimant sends when a check does not name one (LEDGER-21). It differs per owner,
+ * so a ledger that keeps or returns the wrong claimant's request is visible wherever it is read.
+ */
+export function requestFor(owner: string): string {
+  return `{"payee":"acct_991","amount":4200,"currency":"EUR","memo":"attempt by ${owner}"}`;
+}
+
+export function claimRequest(key: string, owner: string, effect: LedgerEffect, leaseMs = LEASE_MS, request = requestFor(owner)): ClaimRequest {
+  return { key, toolName: TOOL_FOR[effect], effect, owner, leaseMs, request };
 }
 
 export async function withFixture<T>(
@@ -33,10 +41,7 @@ export async function withFixture<T>(
   }
 }
 
-export function mustBeClaimed(
-  result: ClaimResult,
-  what: string,
-): { fence: number; leaseExpiresAt: number; takeover: boolean } {
+export function mustBeClaimed(result: ClaimResult, what: string): Extract<ClaimResult, { outcome: "claimed" }> {
   if (result.outcome !== "claimed") {
     throw new ConformanceFailure(`${what}: expected outcome "claimed", got existing ${describeRow(result.row)}`);
   }
@@ -117,4 +122,12 @@ export function rowEssence(row: LedgerRow | Record<string, unknown> | undefined)
   if (r.state === "failed") out.error = r.error;
   if (r.state === "unknown") out.reason = r.reason;
   return out;
+}
+
+/** Where two texts first differ, in bytes and UTF-16 units: what a byte-for-byte failure (LEDGER-10, LEDGER-21) prints. */
+export function textDiff(expected: string, actual: unknown): string {
+  if (typeof actual !== "string") return `expected a string of ${Buffer.byteLength(expected)} bytes, got ${show(actual)}`;
+  let i = 0;
+  while (i < expected.length && i < actual.length && expected[i] === actual[i]) i++;
+  return `lengths ${Buffer.byteLength(expected)} vs ${Buffer.byteLength(actual)} bytes, first difference at UTF-16 index ${i}: expected ${show(expected.slice(i, i + 24))}, got ${show(actual.slice(i, i + 24))}`;
 }

@@ -3,7 +3,7 @@ import { isDeepStrictEqual } from "node:util";
 import bundled from "../../../spec/vectors/ledger-transitions.json";
 import { ConformanceFailure, codeOf, describeError, show } from "../failure.js";
 import type { LedgerSubject } from "../types.js";
-import { freshKey, rowEssence } from "./support.js";
+import { freshKey, rowEssence, textDiff } from "./support.js";
 
 /** One step of spec/vectors/ledger-transitions.json (see its `description`). */
 export interface VectorStep {
@@ -12,6 +12,8 @@ export interface VectorStep {
   effect?: LedgerEffect;
   owner?: string;
   leaseMs?: number;
+  /** The claim's request (LEDGER-21): JSON text the ledger stores and returns byte for byte. */
+  request?: string;
   fence?: number;
   result?: string;
   resultRepeat?: { char: string; count: number };
@@ -37,6 +39,8 @@ export const BUNDLED_LEDGER_VECTORS = bundled as unknown as VectorFile;
 
 /** The fixed tool name the vectors leave to the harness ("any fixed valid name"). */
 const VECTOR_TOOL = "vector_tool";
+/** The request of a claim step that names none (vectors written before LEDGER-21). */
+const VECTOR_DEFAULT_REQUEST = "{}";
 /** The vectors are written for this limit. */
 export const VECTOR_MAX_RESULT_BYTES = 1_048_576;
 
@@ -79,7 +83,8 @@ export async function runVectorCase(subject: LedgerSubject, vector: VectorCase):
         actual = { threw: describeError(error) };
       }
       const problem = expect === undefined ? (actual?.threw ? `threw ${actual.threw}` : undefined) : compare(step, expect, actual);
-      timeline.push(`${head} -> ${describeOutcome(actual)}`);
+      // The request is shown where the vector checks it (LEDGER-21), not on every claim.
+      timeline.push(`${head} -> ${describeOutcome(actual, expect?.request !== undefined)}`);
       if (problem !== undefined) {
         timeline.push(`      ✗ expected ${describeOutcome(expect)}`);
         throw new ConformanceFailure(
@@ -116,8 +121,9 @@ async function performStep(
         effect: step.effect ?? "keyed_write",
         owner: step.owner ?? "a",
         leaseMs: step.leaseMs ?? 30_000,
+        request: step.request ?? VECTOR_DEFAULT_REQUEST,
       });
-      if (result.outcome === "claimed") return { outcome: "claimed", fence: result.fence, takeover: result.takeover };
+      if (result.outcome === "claimed") return { outcome: "claimed", fence: result.fence, takeover: result.takeover, request: result.request };
       return { outcome: "existing", ...rowFields(result.row) };
     }
     case "complete":
@@ -157,6 +163,7 @@ function rowFields(row: LedgerRow): Record<string, unknown> {
   const e = rowEssence(row)!;
   const out: Record<string, unknown> = { state: e.state, fence: e.fence };
   for (const f of ["owner", "result", "error", "reason"] as const) if (e[f] !== undefined) out[f] = e[f];
+  out.request = row.request;
   return out;
 }
 
@@ -187,6 +194,10 @@ function compare(step: VectorStep, expect: Record<string, unknown>, actual: Reco
       if (field === "result" && typeof want === "string" && typeof got === "string") {
         return `${step.op} returned a result that is not byte-for-byte the stored one (${Buffer.byteLength(got)} vs ${Buffer.byteLength(want)} bytes)`;
       }
+      if (field === "request" && typeof want === "string") {
+        const own = step.op === "claim" && got === (step.request ?? VECTOR_DEFAULT_REQUEST) ? " (the claimant's own)" : "";
+        return `${step.op} returned a request that is not byte-for-byte the stored one${own}: ${textDiff(want, got)}`;
+      }
       return `${step.op}: ${field} is ${show(got)}, expected ${show(want)}`;
     }
   }
@@ -198,7 +209,7 @@ function describeVectorStep(step: VectorStep): string {
   const key = step.key ?? "";
   switch (step.op) {
     case "claim":
-      return `claim ${key} (${step.effect}) by ${step.owner}`;
+      return `claim ${key} (${step.effect}) by ${step.owner}${step.request === undefined ? "" : ` sending ${show(step.request)}`}`;
     case "complete":
       return `complete ${key} fence=${step.fence} with ${step.resultRepeat ? `"${step.resultRepeat.char}"×${step.resultRepeat.count}` : show(step.result)}`;
     case "fail":
@@ -216,7 +227,7 @@ function describeVectorStep(step: VectorStep): string {
   }
 }
 
-function describeOutcome(o: Record<string, unknown> | undefined): string {
+function describeOutcome(o: Record<string, unknown> | undefined, withRequest = true): string {
   if (o === undefined) return "done";
   if (o.threw !== undefined) return `threw ${String(o.threw)}`;
   if (o.absent === true) return "no row";
@@ -232,5 +243,6 @@ function describeOutcome(o: Record<string, unknown> | undefined): string {
   if (o.result !== undefined) bits.push(`result=${show(o.result)}`);
   if (o.error !== undefined) bits.push(`error=${show((o.error as StoredError).name)}`);
   if (o.reason !== undefined) bits.push(`reason=${String(o.reason)}`);
+  if (withRequest && o.request !== undefined) bits.push(`request=${show(o.request)}`);
   return bits.join(" ");
 }
