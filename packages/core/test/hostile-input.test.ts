@@ -160,12 +160,17 @@ describe("KEY-6 members JSON would silently drop are refused (hidden_member)", (
     expectTyped(error, "not_canonicalizable", { problem: "hidden_member", path: "/amount_override" });
   });
 
-  it("KEY-6 a named (non-index) property on an array, and a symbol on an array", () => {
+  it("KEY-6 a named (non-index) property on an array, enumerable or not, and a symbol on an array", () => {
     const list: unknown[] & { note?: string } = [1, 2];
     list.note = "dropped by JSON";
     expectTyped(thrownBy(() => canonicalize({ "a/list": list })), "not_canonicalizable", {
       problem: "hidden_member",
       path: "/a~1list/note",
+    });
+    const quiet = Object.defineProperty([1, 2], "unit", { value: "EUR", enumerable: false });
+    expectTyped(thrownBy(() => canonicalize({ amounts: quiet })), "not_canonicalizable", {
+      problem: "hidden_member",
+      path: "/amounts/unit",
     });
     const tagged = Object.assign([1], { [Symbol("x")]: 1 });
     expectTyped(thrownBy(() => canonicalize([tagged])), "not_canonicalizable", { problem: "hidden_member", path: "/0" });
