@@ -46,7 +46,10 @@ export function conversationStoreChecks(subject: ConversationStoreSubject, optio
  * node:test), named `${rule} ${name}`; not-applicable checks are listed as such.
  */
 export function registerConversationStoreChecks(subject: ConversationStoreSubject, t: TestRegistrar, options?: ConversationCheckOptions): void {
-  registerChecks(`@dispatch-once/conformance conversation store: ${subject.name}`, conversationStoreChecks(subject, options), t);
+  // A networked store with fsync on every commit runs about a run of the model per 0.3 s:
+  // the per-test timeout grows with the runs so that CONFORMANCE_RUNS=1000 fits.
+  const runs = options?.runs ?? envInteger("CONFORMANCE_RUNS") ?? 100;
+  registerChecks(`@dispatch-once/conformance conversation store: ${subject.name}`, conversationStoreChecks(subject, options), t, Math.max(300_000, runs * 1_000));
 }
 
 function envInteger(name: string): number | undefined {
@@ -77,6 +80,7 @@ export {
   runConversationScenario,
   conversationStepArbitrary,
   type ConversationStep,
+  type ScenarioInstances,
   type ConversationPropertyOptions,
   type FenceRef,
 } from "./model.js";

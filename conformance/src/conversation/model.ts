@@ -131,6 +131,14 @@ function describeOutcome(outcome: Outcome): string {
   return outcome.ok ? show(outcome.value) : `error ${outcome.code ?? describeError(outcome.error)}`;
 }
 
+/**
+ * The subject's store instances a scenario runs on; shared by the runs of one property so
+ * that instances are opened once (and again only by restart steps), not per run.
+ */
+export interface ScenarioInstances {
+  stores: ConversationStore[];
+}
+
 export interface ConversationScenarioResult {
   timeline: string[];
   error?: ConformanceFailure;
@@ -145,6 +153,7 @@ export async function runConversationScenario(
   subject: ConversationStoreSubject,
   fixture: ConversationStoreFixture,
   steps: readonly ConversationStep[],
+  instances: ScenarioInstances = { stores: [] },
 ): Promise<ConversationScenarioResult> {
   const timeline: string[] = [];
   const run = randomUUID().slice(0, 8);
@@ -153,8 +162,8 @@ export async function runConversationScenario(
   const modelNow = 1_800_000_000_000;
   const model = new MemoryConversationStore({ now: () => modelNow });
   const modelRaw = memoryRaw(model, () => modelNow);
-  const instances = subject.capabilities.sharedAcrossProcesses ? [fixture.store, await fixture.reopen()] : [fixture.store];
-  const real: Side = { stores: instances, fences: convs.map(() => []) };
+  if (instances.stores.length === 0) instances.stores = subject.capabilities.sharedAcrossProcesses ? [fixture.store, await fixture.reopen()] : [fixture.store];
+  const real: Side = { stores: instances.stores, fences: convs.map(() => []) };
   const ref: Side = { stores: [model], fences: convs.map(() => []) };
   const snapshots: (TurnSnapshot | undefined)[] = convs.map(() => undefined);
   /** The messages each conversation's snapshots answered, in binding order (without repeats in a row). */
@@ -435,7 +444,10 @@ export async function runConversationScenario(
       }
       case "restart": {
         const before = await snapshotOf(model);
+        // The instances this property opened are closed (a stopped process); the fixture's own stays open for later runs.
+        for (const old of real.stores) if (old !== fixture.store) await old.close();
         real.stores = subject.capabilities.sharedAcrossProcesses ? [await fixture.reopen(), await fixture.reopen()] : [await fixture.reopen()];
+        instances.stores = real.stores;
         timeline.push(`${at} restart (fresh store instances)`);
         for (const [i, s] of real.stores.entries()) {
           const after = await attempt(() => snapshotOf(s));
@@ -539,8 +551,9 @@ export async function runConversationModelProperty(subject: ConversationStoreSub
   const fixture = await subject.create();
   try {
     const steps = fc.array(conversationStepArbitrary(subject.capabilities), { minLength: 1, maxLength: options.maxSteps ?? 40, size: "max" });
+    const instances: ScenarioInstances = { stores: [] };
     const property = fc.asyncProperty(steps, async (scenario) => {
-      const { error } = await runConversationScenario(subject, fixture, scenario);
+      const { error } = await runConversationScenario(subject, fixture, scenario, instances);
       if (error !== undefined) throw error;
     });
     const details = await fc.check(property, {
@@ -552,7 +565,7 @@ export async function runConversationModelProperty(subject: ConversationStoreSub
     const report = fc.defaultReportMessage(details) ?? "property failed";
     if (details.counterexample === null) throw new ConformanceFailure(report);
     const shrunk = details.counterexample[0] as ConversationStep[];
-    const replay = await runConversationScenario(subject, fixture, shrunk);
+    const replay = await runConversationScenario(subject, fixture, shrunk, instances);
     const original = details.errorInstance;
     const violates = replay.error?.violates ?? (original instanceof ConformanceFailure ? original.violates : undefined);
     const counterexample: Counterexample = {
