@@ -1,0 +1,8 @@
+export {
+  SqliteConversationStore,
+  createSqliteConversationStore,
+  STORE_NOW_SQL,
+  type SqliteConversationStoreOptions,
+  type SqliteDatabase,
+} from "./sqlite-conversation-store.js";
+export { schemaSql, tablesFor, DEFAULT_TABLE_PREFIX, TABLE_PREFIX_PATTERN, type ConversationTables } from "./schema.js";

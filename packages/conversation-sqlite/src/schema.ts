@@ -1,0 +1,82 @@
+import { InvalidStoreInputError } from "@dispatch-once/core";
+
+export const DEFAULT_TABLE_PREFIX = "dispatch_once_";
+
+/** Table names are interpolated into SQL, so the prefix must be a plain identifier start. */
+export const TABLE_PREFIX_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/;
+
+export interface ConversationTables {
+  conversations: string;
+  messages: string;
+  turns: string;
+  records: string;
+}
+
+export function tablesFor(prefix: string = DEFAULT_TABLE_PREFIX): ConversationTables {
+  if (typeof prefix !== "string" || !TABLE_PREFIX_PATTERN.test(prefix)) {
+    throw new InvalidStoreInputError("tablePrefix", `${JSON.stringify(prefix)} is not a plain identifier prefix (${TABLE_PREFIX_PATTERN.source})`);
+  }
+  return {
+    conversations: `${prefix}conversations`,
+    messages: `${prefix}messages`,
+    turns: `${prefix}turns`,
+    records: `${prefix}records`,
+  };
+}
+
+/**
+ * The schema, as plain SQL (what `migrate()` runs).
+ *
+ * - conversations: one row per conversation, the lease and what TURN-12 needs. `fence` is the
+ *   highest fence ever issued and is never lowered (a release clears only owner and expiry),
+ *   so fences rise across release, expiry and restart. The lease is held iff `lease_owner`
+ *   is not NULL, and then its fence is `fence`.
+ * - messages: one row per user message; `seq` is the arrival order. `content` and `failure`
+ *   are JSON text. The (conversation_id, state, seq) index finds the message in progress and
+ *   the oldest queued one without scanning the conversation's history.
+ * - turns: one row per committed turn; the primary key (conversation_id, turn_index) makes a
+ *   second turn at one index impossible even if the compare-and-append were wrong.
+ *   `tool_results` is NULL when the turn has none (JSON null is the text 'null').
+ * - records: failed-turn and superseded-attempt records, beside the log, never in it (RECORD-4).
+ * - The CHECK on `state` keeps a message in one of its four states: beginTurn's indexed
+ *   lookups could not see a row in any other.
+ */
+export function schemaSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
+  const t = tablesFor(prefix);
+  return `CREATE TABLE IF NOT EXISTS "${t.conversations}" (
+  conversation_id  TEXT    NOT NULL PRIMARY KEY,
+  fence            INTEGER NOT NULL DEFAULT 0,
+  lease_owner      TEXT,
+  lease_expires_at INTEGER,
+  last_bound       TEXT
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS "${t.messages}" (
+  conversation_id TEXT    NOT NULL,
+  message_id      TEXT    NOT NULL,
+  seq             INTEGER NOT NULL,
+  state           TEXT    NOT NULL CHECK (state IN ('queued', 'in_progress', 'answered', 'failed')),
+  turn_index      INTEGER,
+  failure         TEXT,
+  content         TEXT    NOT NULL,
+  PRIMARY KEY (conversation_id, message_id),
+  UNIQUE (conversation_id, seq)
+);
+CREATE INDEX IF NOT EXISTS "${t.messages}_state" ON "${t.messages}" (conversation_id, state, seq);
+CREATE TABLE IF NOT EXISTS "${t.turns}" (
+  conversation_id TEXT    NOT NULL,
+  turn_index      INTEGER NOT NULL,
+  message_id      TEXT    NOT NULL,
+  stop_reason     TEXT,
+  assistant       TEXT    NOT NULL,
+  tool_results    TEXT,
+  PRIMARY KEY (conversation_id, turn_index)
+);
+CREATE INDEX IF NOT EXISTS "${t.turns}_message" ON "${t.turns}" (conversation_id, message_id, turn_index);
+CREATE TABLE IF NOT EXISTS "${t.records}" (
+  conversation_id TEXT    NOT NULL,
+  seq             INTEGER NOT NULL,
+  record          TEXT    NOT NULL,
+  PRIMARY KEY (conversation_id, seq)
+);
+`;
+}

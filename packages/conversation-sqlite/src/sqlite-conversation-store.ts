@@ -1,0 +1,594 @@
+import Database from "better-sqlite3";
+import {
+  CONVERSATION_ID_PATTERN,
+  ConversationLeaseLostError,
+  InvalidStoreInputError,
+  StoreCorruptError,
+  StoreUnavailableError,
+  checkMessageId,
+  isDispatchOnceError,
+  type AppendResult,
+  type ConversationStore,
+  type ConversationStoreCapabilities,
+  type JsonValue,
+  type LeaseResult,
+  type MessageState,
+  type StoredMessage,
+  type StoredTurn,
+  type TurnCommit,
+  type TurnSnapshot,
+} from "@dispatch-once/core";
+import { decodeJson, encodeJson } from "./json.js";
+import { DEFAULT_TABLE_PREFIX, schemaSql, tablesFor, type ConversationTables } from "./schema.js";
+
+/** better-sqlite3's connection type, re-exported so callers can bring their own. */
+export type SqliteDatabase = Database.Database;
+
+export interface SqliteConversationStoreOptions {
+  /** Database file to open (created if absent). Exactly one of `path` and `database`. */
+  path?: string;
+  /**
+   * Bring your own connection. The store does not change its journal mode or synchronous
+   * setting (durability is read from them) and does not close it. Do not call the store
+   * while the connection is inside your own transaction: it refuses (store_unavailable).
+   */
+  database?: SqliteDatabase;
+  /** Prefix of the four table names (default "dispatch_once_"): a plain identifier. */
+  tablePrefix?: string;
+  /** How long a write waits for another process's write lock before store_unavailable. Default 5000 ms. */
+  busyTimeoutMs?: number;
+  /**
+   * With `path`: "FULL" (default) fsyncs the WAL at every commit, so the store declares
+   * durability "durable". "NORMAL" can lose the last commits on power loss or an OS crash, so
+   * the store declares "volatile" (and a runner beside a durable ledger refuses it, TURN-14).
+   */
+  synchronous?: "FULL" | "NORMAL";
+  /** Create the tables if missing (default true). Set false when you run schemaSql() yourself. */
+  migrate?: boolean;
+  /**
+   * Test hook: a clock (milliseconds) that replaces the store's. By default every lease time
+   * is read inside the statement from SQLite's own clock, one clock for every process on the
+   * file (they share one host). With `now` the store declares `clock: "process"`.
+   */
+  now?: () => number;
+}
+
+const DEFAULT_BUSY_TIMEOUT_MS = 5000;
+/** Longest lease accepted: a year. Longer is a configuration mistake, not a lease. */
+const MAX_LEASE_MS = 366 * 24 * 60 * 60 * 1000;
+const MAX_OWNER_LENGTH = 1024;
+
+/**
+ * The store's clock in integer milliseconds since the Unix epoch, evaluated by SQLite inside
+ * the statement (as the SQLite ledger does; julianday rather than unixepoch('subsec') so that
+ * older SQLite builds work too).
+ */
+export const STORE_NOW_SQL = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+
+const STATES: ReadonlySet<string> = new Set<MessageState>(["queued", "in_progress", "answered", "failed"]);
+
+interface ConversationRow {
+  fence: number;
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+  last_bound: string | null;
+  now: number;
+}
+
+interface MessageRow {
+  message_id: string;
+  seq: unknown;
+  state: unknown;
+  content: unknown;
+  turn_index: unknown;
+  failure: unknown;
+}
+
+interface TurnRow {
+  turn_index: unknown;
+  message_id: string;
+  assistant: unknown;
+  tool_results: unknown;
+  stop_reason: unknown;
+}
+
+interface Statements {
+  ensure: Database.Statement<[string]>;
+  conversation: Database.Statement<[string], ConversationRow>;
+  message: Database.Statement<[string, string], MessageRow>;
+  nextSeq: Database.Statement<[string], { next: number }>;
+  insertMessage: Database.Statement<[string, string, number, string]>;
+  reopen: Database.Statement<[string, string]>;
+  inProgress: Database.Statement<[string], MessageRow>;
+  oldestQueued: Database.Statement<[string], MessageRow>;
+  bind: Database.Statement<[number, string, string]>;
+  setLastBound: Database.Statement<[string, string]>;
+  turnCount: Database.Statement<[string], { n: number }>;
+  hasTurn: Database.Statement<[string, string], { one: number }>;
+  turnsOf: Database.Statement<[string, string], TurnRow>;
+  /** The committed turns in order, each with its message's content on the message's first turn. */
+  log: Database.Statement<[string], TurnRow & { content: unknown; known: number }>;
+  grant: Database.Statement<[number, string, number, string]>;
+  renew: Database.Statement<[number, string, number], { lease_expires_at: number }>;
+  release: Database.Statement<[string, number]>;
+  insertTurn: Database.Statement<[string, number, string, string | null, string, string | null]>;
+  answer: Database.Statement<[string, string]>;
+  fail: Database.Statement<[string, string, string]>;
+  insertRecord: Database.Statement<[string, string, string]>;
+  records: Database.Statement<[string], { record: unknown }>;
+}
+
+/**
+ * The conversation store on SQLite (better-sqlite3, WAL). Every write method is one
+ * BEGIN IMMEDIATE transaction, so SQLite's single write lock serialises it against every
+ * other writer on the file, in this process or another; every read is one statement.
+ */
+export class SqliteConversationStore implements ConversationStore {
+  readonly capabilities: ConversationStoreCapabilities;
+  /** The four table names this store uses. */
+  readonly tables: ConversationTables;
+  /** The underlying connection (for diagnostics and tests). */
+  readonly database: SqliteDatabase;
+  private readonly ownsDatabase: boolean;
+  private readonly prefix: string;
+  private readonly stmts: Statements;
+  private readonly write: <T>(fn: () => T) => T;
+  private closed = false;
+
+  constructor(options: SqliteConversationStoreOptions) {
+    if (typeof options !== "object" || options === null) {
+      throw new InvalidStoreInputError("options", "expected an options object");
+    }
+    const prefix = options.tablePrefix ?? DEFAULT_TABLE_PREFIX;
+    this.tables = tablesFor(prefix);
+    this.prefix = prefix;
+    if (options.busyTimeoutMs !== undefined && (!Number.isSafeInteger(options.busyTimeoutMs) || options.busyTimeoutMs < 0)) {
+      throw new InvalidStoreInputError("busyTimeoutMs", `expected a non-negative integer, got ${String(options.busyTimeoutMs)}`);
+    }
+    if (options.synchronous !== undefined && options.synchronous !== "FULL" && options.synchronous !== "NORMAL") {
+      throw new InvalidStoreInputError("synchronous", `expected "FULL" or "NORMAL", got ${JSON.stringify(options.synchronous)}`);
+    }
+    if (options.now !== undefined && typeof options.now !== "function") {
+      throw new InvalidStoreInputError("now", "expected a function returning milliseconds");
+    }
+    if ((options.path === undefined) === (options.database === undefined)) {
+      throw new InvalidStoreInputError("path", "give exactly one of `path` and `database`");
+    }
+    if (options.path !== undefined && (typeof options.path !== "string" || options.path.trim() === "")) {
+      throw new InvalidStoreInputError("path", 'expected a file path (or ":memory:")');
+    }
+    if (options.database !== undefined && options.synchronous !== undefined) {
+      throw new InvalidStoreInputError("synchronous", "set PRAGMA synchronous on your own connection instead");
+    }
+
+    let db: SqliteDatabase;
+    try {
+      db = options.path !== undefined ? new Database(options.path, { timeout: options.busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS }) : options.database!;
+    } catch (cause) {
+      throw new StoreUnavailableError(`cannot open SQLite database ${options.path}: ${message(cause)}`, { cause });
+    }
+    this.ownsDatabase = options.path !== undefined;
+    this.database = db;
+    try {
+      let journalMode: string;
+      if (this.ownsDatabase) {
+        // WAL: readers (message, log) proceed while another process writes.
+        journalMode = String(db.pragma("journal_mode = WAL", { simple: true })).toLowerCase();
+        db.pragma(`synchronous = ${options.synchronous ?? "FULL"}`);
+      } else {
+        if (options.busyTimeoutMs !== undefined) db.pragma(`busy_timeout = ${options.busyTimeoutMs}`);
+        else if (Number(db.pragma("busy_timeout", { simple: true })) === 0) db.pragma(`busy_timeout = ${DEFAULT_BUSY_TIMEOUT_MS}`);
+        journalMode = String(db.pragma("journal_mode", { simple: true })).toLowerCase();
+      }
+      const synchronous = Number(db.pragma("synchronous", { simple: true }));
+      if (options.migrate ?? true) db.exec(schemaSql(prefix));
+      let nowSql = STORE_NOW_SQL;
+      if (options.now !== undefined) {
+        const clock = options.now;
+        nowSql = `dispatch_once_conversation_now_${prefix}()`;
+        db.function(`dispatch_once_conversation_now_${prefix}`, { deterministic: false }, () => clock());
+      }
+      this.stmts = prepare(db, this.tables, nowSql);
+      const transaction = db.transaction((fn: () => unknown) => fn());
+      this.write = <T>(fn: () => T): T => transaction.immediate(fn) as T;
+      this.capabilities = {
+        durability: durabilityOf(db, journalMode, synchronous),
+        clock: options.now === undefined ? "store" : "process",
+        // An anonymous (":memory:" or temporary) database lives inside one connection.
+        sharedAcrossProcesses: !db.memory,
+      };
+    } catch (cause) {
+      if (this.ownsDatabase) db.close();
+      if (isDispatchOnceError(cause)) throw cause;
+      throw new StoreUnavailableError(`cannot prepare the SQLite conversation tables: ${message(cause)}`, { cause });
+    }
+  }
+
+  /** Create the tables if missing (idempotent; also run on open unless `migrate: false`). */
+  migrate(): void {
+    this.guard("", "migrate", () => this.database.exec(schemaSql(this.prefix)));
+  }
+
+  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
+    checkMessageId(message?.id);
+    checkConversationId(conversationId);
+    const content = encodeJson("content", message.content);
+    return this.guard(conversationId, "appendUserMessage", () =>
+      this.write(() => {
+        const s = this.stmts;
+        const known = s.message.get(conversationId, message.id);
+        if (known !== undefined) {
+          const stored = decodeMessage(conversationId, known);
+          // TURN-12: a failed message reopens only while no other message was bound since it.
+          if (stored.state === "failed" && this.conversationRow(conversationId)?.last_bound === stored.id) {
+            s.reopen.run(conversationId, stored.id);
+            stored.state = "queued";
+            delete stored.failure;
+            return { appended: false, message: stored, reopened: true };
+          }
+          return { appended: false, message: stored, reopened: false };
+        }
+        s.ensure.run(conversationId);
+        const seq = s.nextSeq.get(conversationId)!.next;
+        s.insertMessage.run(conversationId, message.id, seq, content);
+        // What the caller reads back is what a reader of the row gets (JSON's value, not the caller's object).
+        return { appended: true, message: { id: message.id, content: JSON.parse(content) as JsonValue, seq, state: "queued" }, reopened: false };
+      }),
+    );
+  }
+
+  async message(conversationId: string, messageId: string): Promise<StoredMessage | undefined> {
+    checkConversationId(conversationId);
+    checkMessageIdType(messageId);
+    return this.guard(conversationId, "message", () => {
+      const row = this.stmts.message.get(conversationId, messageId);
+      return row === undefined ? undefined : decodeMessage(conversationId, row);
+    });
+  }
+
+  async turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]> {
+    checkConversationId(conversationId);
+    checkMessageIdType(messageId);
+    return this.guard(conversationId, "turnsOf", () => this.stmts.turnsOf.all(conversationId, messageId).map((r) => decodeTurn(conversationId, r)));
+  }
+
+  async log(conversationId: string): Promise<JsonValue[]> {
+    checkConversationId(conversationId);
+    return this.guard(conversationId, "log", () => this.readLog(conversationId));
+  }
+
+  async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
+    checkConversationId(conversationId);
+    checkOwner(owner);
+    const ms = checkLeaseMs(leaseMs);
+    return this.guard(conversationId, "acquireLease", () =>
+      this.write(() => {
+        this.stmts.ensure.run(conversationId);
+        const row = this.conversationRow(conversationId)!;
+        // Taken while a live lease exists: measured on the store's clock, read in this transaction.
+        if (row.lease_owner !== null && row.lease_expires_at !== null && row.lease_expires_at > row.now) {
+          return { acquired: false, owner: row.lease_owner, leaseExpiresAt: row.lease_expires_at };
+        }
+        const fence = row.fence + 1;
+        const leaseExpiresAt = row.now + ms;
+        this.stmts.grant.run(fence, owner, leaseExpiresAt, conversationId);
+        return { acquired: true, fence, leaseExpiresAt };
+      }),
+    );
+  }
+
+  async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
+    checkConversationId(conversationId);
+    const ms = checkLeaseMs(leaseMs);
+    return this.guard(conversationId, "renewLease", () => {
+      // One statement: the fence, not the clock, decides (an expired lease nobody took is still held).
+      const renewed = isFence(fence) ? this.stmts.renew.get(ms, conversationId, fence) : undefined;
+      if (renewed === undefined) throw new ConversationLeaseLostError(conversationId, fence);
+      return { leaseExpiresAt: renewed.lease_expires_at };
+    });
+  }
+
+  async releaseLease(conversationId: string, fence: number): Promise<void> {
+    checkConversationId(conversationId);
+    this.guard(conversationId, "releaseLease", () => {
+      if (isFence(fence)) this.stmts.release.run(conversationId, fence);
+    });
+  }
+
+  async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
+    checkConversationId(conversationId);
+    return this.guard(conversationId, "beginTurn", () =>
+      this.write(() => {
+        this.assertHeld(conversationId, fence);
+        const s = this.stmts;
+        const row = s.inProgress.get(conversationId) ?? s.oldestQueued.get(conversationId);
+        if (row === undefined) return undefined;
+        const current = decodeMessage(conversationId, row);
+        const turnIndex = s.turnCount.get(conversationId)!.n;
+        if (current.state === "queued") {
+          // TURN-11: bound durably before the first attempt: state and turn index in this commit.
+          s.bind.run(turnIndex, conversationId, current.id);
+          s.setLastBound.run(current.id, conversationId);
+          current.state = "in_progress";
+          current.turnIndex = turnIndex;
+        }
+        const input = this.readLog(conversationId);
+        if (s.hasTurn.get(conversationId, current.id) === undefined) input.push(structuredClone(current.content));
+        return { conversationId, turnIndex, message: current, input };
+      }),
+    );
+  }
+
+  async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
+    checkConversationId(conversationId);
+    const c = checkCommit(commit);
+    return this.guard(conversationId, "commitTurn", () =>
+      this.write(() => {
+        const s = this.stmts;
+        // TURN-5: the lease's fence, the log's version and the bound message, all under the write lock.
+        const row = this.conversationRow(conversationId);
+        if (row === undefined || row.lease_owner === null || !isFence(c.fence) || row.fence !== c.fence) return { committed: false };
+        if (s.turnCount.get(conversationId)!.n !== c.turnIndex) return { committed: false };
+        const stored = s.message.get(conversationId, c.messageId);
+        if (stored === undefined || decodeMessage(conversationId, stored).state !== "in_progress") return { committed: false };
+        s.insertTurn.run(conversationId, c.turnIndex, c.messageId, c.stopReason, c.assistant, c.toolResults);
+        if (c.answers) s.answer.run(conversationId, c.messageId);
+        return { committed: true };
+      }),
+    );
+  }
+
+  async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
+    checkConversationId(conversationId);
+    const text = encodeJson("record", record);
+    this.guard(conversationId, "failMessage", () =>
+      this.write(() => {
+        this.assertHeld(conversationId, fence);
+        const row = typeof messageId === "string" ? this.stmts.message.get(conversationId, messageId) : undefined;
+        if (row === undefined || decodeMessage(conversationId, row).state !== "in_progress") {
+          throw new InvalidStoreInputError("messageId", `message ${String(messageId)} is not in progress`);
+        }
+        this.stmts.fail.run(text, conversationId, messageId);
+        // RECORD-4: the record goes beside the conversation, never into the log.
+        this.stmts.insertRecord.run(conversationId, conversationId, text);
+      }),
+    );
+  }
+
+  async addRecord(conversationId: string, record: JsonValue): Promise<void> {
+    checkConversationId(conversationId);
+    const text = encodeJson("record", record);
+    this.guard(conversationId, "addRecord", () => this.write(() => this.stmts.insertRecord.run(conversationId, conversationId, text)));
+  }
+
+  async records(conversationId: string): Promise<JsonValue[]> {
+    checkConversationId(conversationId);
+    return this.guard(conversationId, "records", () =>
+      this.stmts.records.all(conversationId).map((r, i) => decodeJson(conversationId, `record ${i + 1}`, r.record)),
+    );
+  }
+
+  /** Close the connection if the store opened it (a brought-your-own connection is left open). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.ownsDatabase && this.database.open) this.database.close();
+  }
+
+  private conversationRow(conversationId: string): ConversationRow | undefined {
+    const row = this.stmts.conversation.get(conversationId);
+    if (row === undefined) return undefined;
+    if (!Number.isSafeInteger(row.fence) || row.fence < 0 || typeof row.now !== "number") {
+      throw new StoreCorruptError(conversationId, `the conversation row has fence ${String(row.fence)}`);
+    }
+    return row;
+  }
+
+  /** The fence, not the clock, decides: an expired lease nobody took is still its holder's. */
+  private assertHeld(conversationId: string, fence: number): void {
+    const row = this.conversationRow(conversationId);
+    if (row === undefined || row.lease_owner === null || !isFence(fence) || row.fence !== fence) {
+      throw new ConversationLeaseLostError(conversationId, fence);
+    }
+  }
+
+  /** The log: per committed turn in order, the message's content before its first turn, then assistant and tool results. */
+  private readLog(conversationId: string): JsonValue[] {
+    const out: JsonValue[] = [];
+    const started = new Set<string>();
+    let previous: string | undefined;
+    for (const row of this.stmts.log.all(conversationId)) {
+      if (row.message_id !== previous) {
+        // A message's turns are contiguous (TURN-9: one message in progress at a time).
+        if (started.has(row.message_id) || row.known !== 1) {
+          throw new StoreCorruptError(conversationId, `turn ${String(row.turn_index)} belongs to message ${row.message_id}, which ${row.known !== 1 ? "is not stored" : "answered an earlier turn before another message"}`);
+        }
+        started.add(row.message_id);
+        out.push(decodeJson(conversationId, `content of message ${row.message_id}`, row.content));
+        previous = row.message_id;
+      }
+      const turn = decodeTurn(conversationId, row);
+      out.push(turn.assistant);
+      if (turn.toolResults !== undefined) out.push(turn.toolResults);
+    }
+    return out;
+  }
+
+  /** Run a store operation; every driver failure becomes a typed store error. */
+  private guard<T>(conversationId: string, operation: string, fn: () => T): T {
+    if (this.closed) throw new StoreUnavailableError(`SQLite conversation store ${operation}: the store is closed`);
+    if (this.database.open && this.database.inTransaction) {
+      // Inside the caller's transaction our writes could still roll back after we report them.
+      throw new StoreUnavailableError(`SQLite conversation store ${operation}: the connection is inside another transaction`);
+    }
+    try {
+      return fn();
+    } catch (cause) {
+      if (isDispatchOnceError(cause)) throw cause;
+      const code = (cause as { code?: unknown }).code;
+      if (typeof code === "string" && (code.startsWith("SQLITE_CORRUPT") || code === "SQLITE_NOTADB")) {
+        throw new StoreCorruptError(conversationId, `the database file is damaged (${code})`, { cause });
+      }
+      // SQLITE_BUSY past the busy timeout, I/O errors, a closed or read-only connection: the
+      // transaction did not commit, so nothing is reported as done.
+      throw new StoreUnavailableError(`SQLite conversation store ${operation} failed: ${message(cause)}`, { cause });
+    }
+  }
+}
+
+/** Open (or adopt) a SQLite conversation store. A string is a file path. */
+export function createSqliteConversationStore(options: SqliteConversationStoreOptions | string): SqliteConversationStore {
+  return new SqliteConversationStore(typeof options === "string" ? { path: options } : options);
+}
+
+function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statements {
+  const conv = `"${t.conversations}"`;
+  const msgs = `"${t.messages}"`;
+  const turns = `"${t.turns}"`;
+  const recs = `"${t.records}"`;
+  const messageColumns = "message_id, seq, state, content, turn_index, failure";
+  const held = "conversation_id = ? AND lease_owner IS NOT NULL AND fence = ?";
+  return {
+    ensure: db.prepare(`INSERT INTO ${conv} (conversation_id) VALUES (?) ON CONFLICT (conversation_id) DO NOTHING`),
+    conversation: db.prepare(`SELECT fence, lease_owner, lease_expires_at, last_bound, ${now} AS now FROM ${conv} WHERE conversation_id = ?`),
+    message: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND message_id = ?`),
+    nextSeq: db.prepare(`SELECT coalesce(max(seq), 0) + 1 AS next FROM ${msgs} WHERE conversation_id = ?`),
+    insertMessage: db.prepare(`INSERT INTO ${msgs} (conversation_id, message_id, seq, state, content) VALUES (?, ?, ?, 'queued', ?)`),
+    reopen: db.prepare(`UPDATE ${msgs} SET state = 'queued', failure = NULL WHERE conversation_id = ? AND message_id = ?`),
+    inProgress: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND state = 'in_progress' ORDER BY seq LIMIT 1`),
+    oldestQueued: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND state = 'queued' ORDER BY seq LIMIT 1`),
+    bind: db.prepare(`UPDATE ${msgs} SET state = 'in_progress', turn_index = ? WHERE conversation_id = ? AND message_id = ?`),
+    setLastBound: db.prepare(`UPDATE ${conv} SET last_bound = ? WHERE conversation_id = ?`),
+    turnCount: db.prepare(`SELECT coalesce(max(turn_index) + 1, 0) AS n FROM ${turns} WHERE conversation_id = ?`),
+    hasTurn: db.prepare(`SELECT 1 AS one FROM ${turns} WHERE conversation_id = ? AND message_id = ? LIMIT 1`),
+    turnsOf: db.prepare(
+      `SELECT turn_index, message_id, assistant, tool_results, stop_reason FROM ${turns} WHERE conversation_id = ? AND message_id = ? ORDER BY turn_index`,
+    ),
+    // The content is fetched only where a message's turns begin (lag), not once per turn.
+    log: db.prepare(
+      `SELECT t.turn_index, t.message_id, t.assistant, t.tool_results, t.stop_reason, (m.message_id IS NOT NULL) AS known,
+         CASE WHEN lag(t.message_id) OVER (ORDER BY t.turn_index) IS t.message_id THEN NULL ELSE m.content END AS content
+       FROM ${turns} t LEFT JOIN ${msgs} m ON m.conversation_id = t.conversation_id AND m.message_id = t.message_id
+       WHERE t.conversation_id = ? ORDER BY t.turn_index`,
+    ),
+    grant: db.prepare(`UPDATE ${conv} SET fence = ?, lease_owner = ?, lease_expires_at = ? WHERE conversation_id = ?`),
+    renew: db.prepare(`UPDATE ${conv} SET lease_expires_at = ${now} + ? WHERE ${held} RETURNING lease_expires_at`),
+    // The fence stays: the next grant is one higher even after a release.
+    release: db.prepare(`UPDATE ${conv} SET lease_owner = NULL, lease_expires_at = NULL WHERE ${held}`),
+    insertTurn: db.prepare(
+      `INSERT INTO ${turns} (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results) VALUES (?, ?, ?, ?, ?, ?)`,
+    ),
+    answer: db.prepare(`UPDATE ${msgs} SET state = 'answered' WHERE conversation_id = ? AND message_id = ?`),
+    fail: db.prepare(`UPDATE ${msgs} SET state = 'failed', failure = ? WHERE conversation_id = ? AND message_id = ?`),
+    insertRecord: db.prepare(
+      `INSERT INTO ${recs} (conversation_id, seq, record) VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM ${recs} WHERE conversation_id = ?), ?)`,
+    ),
+    records: db.prepare(`SELECT record FROM ${recs} WHERE conversation_id = ? ORDER BY seq`),
+  };
+}
+
+/** A stored message, checked field by field: anything unexpected is store_corrupt, never "absent". */
+function decodeMessage(conversationId: string, row: MessageRow): StoredMessage {
+  const what = `message ${row.message_id}`;
+  if (typeof row.state !== "string" || !STATES.has(row.state)) throw new StoreCorruptError(conversationId, `${what} has state ${String(row.state)}`);
+  if (!isCount(row.seq, 1)) throw new StoreCorruptError(conversationId, `${what} has seq ${String(row.seq)}`);
+  const out: StoredMessage = { id: row.message_id, content: decodeJson(conversationId, `content of ${what}`, row.content), seq: row.seq, state: row.state as MessageState };
+  if (row.turn_index !== null) {
+    if (!isCount(row.turn_index, 0)) throw new StoreCorruptError(conversationId, `${what} has turn index ${String(row.turn_index)}`);
+    out.turnIndex = row.turn_index;
+  } else if (row.state !== "queued") {
+    throw new StoreCorruptError(conversationId, `${what} is ${row.state} but was never bound to a turn index`);
+  }
+  if (row.state === "failed") out.failure = decodeJson(conversationId, `failure of ${what}`, row.failure);
+  return out;
+}
+
+function decodeTurn(conversationId: string, row: TurnRow): StoredTurn {
+  if (!isCount(row.turn_index, 0)) throw new StoreCorruptError(conversationId, `a turn has index ${String(row.turn_index)}`);
+  const what = `turn ${row.turn_index}`;
+  if (row.stop_reason !== null && typeof row.stop_reason !== "string") throw new StoreCorruptError(conversationId, `${what} has a stop reason that is not text`);
+  const turn: StoredTurn = {
+    turnIndex: row.turn_index,
+    messageId: row.message_id,
+    assistant: decodeJson(conversationId, `assistant message of ${what}`, row.assistant),
+    stopReason: row.stop_reason,
+  };
+  if (row.tool_results !== null) turn.toolResults = decodeJson(conversationId, `tool results of ${what}`, row.tool_results);
+  return turn;
+}
+
+function isCount(value: unknown, min: number): value is number {
+  return typeof value === "number" && Number.isSafeInteger(value) && value >= min;
+}
+
+function isFence(fence: unknown): fence is number {
+  return typeof fence === "number" && Number.isSafeInteger(fence) && fence >= 1;
+}
+
+function checkConversationId(conversationId: unknown): asserts conversationId is string {
+  if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
+    throw new InvalidStoreInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);
+  }
+}
+
+function checkMessageIdType(messageId: unknown): asserts messageId is string {
+  if (typeof messageId !== "string") throw new InvalidStoreInputError("messageId", "must be a string");
+}
+
+function checkOwner(owner: unknown): asserts owner is string {
+  if (typeof owner !== "string" || owner.length > MAX_OWNER_LENGTH || !owner.isWellFormed()) {
+    throw new InvalidStoreInputError("owner", `must be a well-formed string of at most ${MAX_OWNER_LENGTH} characters`);
+  }
+}
+
+/** Whole milliseconds, rounded up so a lease is never shorter than asked. */
+function checkLeaseMs(leaseMs: unknown): number {
+  if (typeof leaseMs !== "number" || !Number.isFinite(leaseMs) || leaseMs < 0 || leaseMs > MAX_LEASE_MS) {
+    throw new InvalidStoreInputError("leaseMs", `${String(leaseMs)} is not a number of milliseconds in 0..${MAX_LEASE_MS}`);
+  }
+  return Math.ceil(leaseMs);
+}
+
+/** A commit's fields, with its JSON already encoded (refused before the store is touched). */
+function checkCommit(commit: TurnCommit): {
+  fence: unknown;
+  messageId: string;
+  turnIndex: number;
+  assistant: string;
+  toolResults: string | null;
+  stopReason: string | null;
+  answers: boolean;
+} {
+  if (typeof commit !== "object" || commit === null) throw new InvalidStoreInputError("commit", "expected a turn commit object");
+  checkMessageIdType(commit.messageId);
+  if (typeof commit.turnIndex !== "number") throw new InvalidStoreInputError("turnIndex", "must be a number");
+  if (commit.stopReason !== null && (typeof commit.stopReason !== "string" || !commit.stopReason.isWellFormed())) {
+    throw new InvalidStoreInputError("stopReason", "must be a well-formed string or null");
+  }
+  if (typeof commit.answers !== "boolean") throw new InvalidStoreInputError("answers", "must be a boolean");
+  return {
+    fence: commit.fence,
+    messageId: commit.messageId,
+    // A turn index that is not a whole number can never equal the committed count: not committed.
+    turnIndex: commit.turnIndex,
+    assistant: encodeJson("assistant", commit.assistant),
+    toolResults: commit.toolResults === undefined ? null : encodeJson("toolResults", commit.toolResults),
+    stopReason: commit.stopReason,
+    answers: commit.answers,
+  };
+}
+
+/**
+ * SQLite's durability follows its journal and sync settings: WAL or a rollback journal with
+ * synchronous=FULL (or EXTRA) fsyncs every commit; WAL with NORMAL can lose the last commits
+ * on power loss; memory/off journals and anonymous databases lose everything.
+ */
+function durabilityOf(db: SqliteDatabase, journalMode: string, synchronous: number): "durable" | "volatile" {
+  if (db.memory) return "volatile";
+  if (journalMode === "memory" || journalMode === "off") return "volatile";
+  return synchronous >= 2 ? "durable" : "volatile";
+}
+
+function message(cause: unknown): string {
+  return cause instanceof Error ? cause.message : String(cause);
+}

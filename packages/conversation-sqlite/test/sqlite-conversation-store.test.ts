@@ -1,0 +1,295 @@
+import Database from "better-sqlite3";
+import { spawn } from "node:child_process";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isDispatchOnceError, type JsonValue } from "@dispatch-once/core";
+import { SqliteConversationStore, schemaSql, tablesFor } from "../src/index.js";
+import { packageDir, rawConnection, tempDir } from "./helpers.js";
+
+let dir: string;
+let cleanup: () => void;
+beforeAll(() => ({ dir, cleanup } = tempDir("unit")));
+afterAll(() => cleanup());
+
+let counter = 0;
+const freshPath = () => join(dir, `db-${++counter}.db`);
+
+async function rejectsWith(promise: Promise<unknown>, code: string, field?: string): Promise<void> {
+  const error = await promise.then(
+    (value) => {
+      throw new Error(`expected ${code}, resolved with ${JSON.stringify(value)}`);
+    },
+    (e: unknown) => e,
+  );
+  expect(isDispatchOnceError(error, code as never), String(error)).toBe(true);
+  if (field !== undefined) expect((error as { field?: string }).field).toBe(field);
+}
+
+function throwsWith(fn: () => unknown, code: string, field?: string): void {
+  try {
+    fn();
+  } catch (error) {
+    expect(isDispatchOnceError(error, code as never), String(error)).toBe(true);
+    if (field !== undefined) expect((error as { field?: string }).field).toBe(field);
+    return;
+  }
+  throw new Error(`expected ${code}`);
+}
+
+const user = (text: string): JsonValue => ({ role: "user", content: [{ type: "text", text }] });
+
+describe("TURN-14 restart: a store closed and opened again (a new instance, a new connection) sees everything", () => {
+  it("messages in every state, turns, the log, records, the held lease and its fence, and the binding", async () => {
+    const path = freshPath();
+    const first = new SqliteConversationStore({ path });
+    const c = "restart-1";
+    for (const id of ["m1", "m2", "m3", "m4"]) await first.appendUserMessage(c, { id, content: user(`${id}: Zahlung an Zoë 😀`) });
+    const lease = await first.acquireLease(c, "worker-a", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    const s1 = await first.beginTurn(c, lease.fence);
+    await first.commitTurn(c, { fence: lease.fence, messageId: "m1", turnIndex: 0, assistant: { tool: "use" }, toolResults: { tool: "result" }, stopReason: "tool_use", answers: false });
+    await first.commitTurn(c, { fence: lease.fence, messageId: "m1", turnIndex: 1, assistant: { text: "done" }, stopReason: null, answers: true });
+    await first.beginTurn(c, lease.fence);
+    await first.failMessage(c, lease.fence, "m2", { failed: "m2", effects: ["may_have_happened"] });
+    await first.addRecord(c, { superseded: true });
+    const bound = await first.beginTurn(c, lease.fence);
+    const read = async (s: SqliteConversationStore) => ({
+      messages: await Promise.all(["m1", "m2", "m3", "m4"].map((id) => s.message(c, id))),
+      turns: await s.turnsOf(c, "m1"),
+      log: await s.log(c),
+      records: await s.records(c),
+    });
+    const before = await read(first);
+    await first.close();
+    await rejectsWith(first.log(c), "store_unavailable");
+
+    const second = new SqliteConversationStore({ path });
+    expect(await read(second)).toEqual(before);
+    expect(before.messages.map((m) => m?.state)).toEqual(["answered", "failed", "in_progress", "queued"]);
+    expect(s1?.message.id).toBe("m1");
+    // The lease is still held by worker-a under its fence, and the bound m3 continues.
+    expect(await second.acquireLease(c, "worker-b", 1000)).toMatchObject({ acquired: false, owner: "worker-a" });
+    expect(await second.beginTurn(c, lease.fence)).toEqual(bound);
+    await second.releaseLease(c, lease.fence);
+    await second.close();
+
+    // A third instance: the fence goes on from where it was, never back.
+    const third = new SqliteConversationStore({ path });
+    expect(await third.acquireLease(c, "worker-c", 1000)).toMatchObject({ acquired: true, fence: lease.fence + 1 });
+    await third.close();
+  });
+
+  it("an acknowledged write is on disk before the call returns: a process killed right after it loses nothing", async () => {
+    const path = freshPath();
+    // The child writes and acknowledges, then is SIGKILLed: no close(), no checkpoint.
+    const child = spawn(
+      process.execPath,
+      [
+        "--import",
+        "tsx",
+        "-e",
+        `import { SqliteConversationStore } from "./src/index.ts";
+         const store = new SqliteConversationStore({ path: process.argv[1] });
+         await store.appendUserMessage("killed", { id: "m1", content: { text: "before the kill" } });
+         const lease = await store.acquireLease("killed", "child", 600000);
+         await store.beginTurn("killed", lease.fence);
+         await store.commitTurn("killed", { fence: lease.fence, messageId: "m1", turnIndex: 0, assistant: { text: "answer" }, stopReason: "end_turn", answers: true });
+         process.stdout.write("acknowledged\\n");
+         setInterval(() => {}, 1000);`,
+        path,
+      ],
+      { cwd: packageDir },
+    );
+    let stderr = "";
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.setEncoding("utf8").on("data", (chunk: string) => chunk.includes("acknowledged") && resolve());
+      child.on("exit", (code) => reject(new Error(`child exited ${code}: ${stderr}`)));
+    });
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    child.kill("SIGKILL");
+    await exited;
+    const store = new SqliteConversationStore({ path });
+    expect(await store.log("killed")).toEqual([{ text: "before the kill" }, { text: "answer" }]);
+    expect(await store.message("killed", "m1")).toMatchObject({ state: "answered", turnIndex: 0 });
+    await store.close();
+  });
+});
+
+describe("TURN-14 durability is declared from the connection's settings", () => {
+  it("a file with WAL and synchronous=FULL is durable, shared across processes, on the store's clock", async () => {
+    const store = new SqliteConversationStore({ path: freshPath() });
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true });
+    expect(store.database.pragma("journal_mode", { simple: true })).toBe("wal");
+    expect(store.database.pragma("synchronous", { simple: true })).toBe(2);
+    await store.close();
+  });
+
+  it("synchronous=NORMAL and :memory: are volatile; a test clock is the process's", async () => {
+    const normal = new SqliteConversationStore({ path: freshPath(), synchronous: "NORMAL" });
+    expect(normal.capabilities.durability).toBe("volatile");
+    await normal.close();
+    const memory = new SqliteConversationStore({ path: ":memory:" });
+    expect(memory.capabilities).toEqual({ durability: "volatile", clock: "store", sharedAcrossProcesses: false });
+    await memory.close();
+    const clocked = new SqliteConversationStore({ path: freshPath(), now: () => 1_000 });
+    expect(clocked.capabilities.clock).toBe("process");
+    await clocked.close();
+  });
+
+  it("a brought connection keeps its settings, is not closed, and is refused while inside the caller's transaction", async () => {
+    const db = new Database(freshPath());
+    db.pragma("journal_mode = WAL");
+    db.pragma("synchronous = FULL");
+    const store = new SqliteConversationStore({ database: db, tablePrefix: "app_" });
+    expect(store.capabilities.durability).toBe("durable");
+    await store.appendUserMessage("byo", { id: "m1", content: "hi" });
+    expect(db.prepare("SELECT count(*) AS n FROM app_messages").get()).toEqual({ n: 1 });
+    db.exec("BEGIN");
+    await rejectsWith(store.appendUserMessage("byo", { id: "m2", content: "inside" }), "store_unavailable");
+    db.exec("ROLLBACK");
+    await store.close();
+    expect(db.open).toBe(true);
+    db.close();
+  });
+});
+
+describe("TURN-10 leases on the store's clock", () => {
+  it("a lease expires when the clock passes it, and not before", async () => {
+    let now = 1_000_000;
+    const store = new SqliteConversationStore({ path: freshPath(), now: () => now });
+    const first = await store.acquireLease("clock", "a", 5_000);
+    expect(first).toEqual({ acquired: true, fence: 1, leaseExpiresAt: 1_005_000 });
+    now = 1_004_999;
+    expect(await store.acquireLease("clock", "b", 5_000)).toEqual({ acquired: false, owner: "a", leaseExpiresAt: 1_005_000 });
+    now = 1_005_000;
+    expect(await store.acquireLease("clock", "b", 5_000)).toEqual({ acquired: true, fence: 2, leaseExpiresAt: 1_010_000 });
+    expect(await store.renewLease("clock", 2, 10_000)).toEqual({ leaseExpiresAt: 1_015_000 });
+    await rejectsWith(store.renewLease("clock", 1, 10_000), "conversation_lease_lost");
+    await store.close();
+  });
+
+  it("without a test clock, lease times are SQLite's wall clock", async () => {
+    const store = new SqliteConversationStore({ path: freshPath() });
+    const before = Date.now();
+    const lease = await store.acquireLease("wall", "a", 60_000);
+    const after = Date.now();
+    if (!lease.acquired) throw new Error("not acquired");
+    expect(lease.leaseExpiresAt).toBeGreaterThanOrEqual(before + 60_000 - 1);
+    expect(lease.leaseExpiresAt).toBeLessThanOrEqual(after + 60_000 + 1);
+    await store.close();
+  });
+
+  it("a process holding the write lock past busyTimeoutMs makes a write fail with store_unavailable, and nothing is written", async () => {
+    const path = freshPath();
+    const store = new SqliteConversationStore({ path, busyTimeoutMs: 100 });
+    const holder = rawConnection(path);
+    holder.exec("BEGIN IMMEDIATE");
+    await rejectsWith(store.appendUserMessage("busy", { id: "m1", content: "x" }), "store_unavailable");
+    await rejectsWith(store.acquireLease("busy", "a", 1000), "store_unavailable");
+    holder.exec("ROLLBACK");
+    expect(await store.message("busy", "m1")).toBeUndefined();
+    expect(await store.acquireLease("busy", "a", 1000)).toMatchObject({ acquired: true, fence: 1 });
+    holder.close();
+    await store.close();
+  });
+});
+
+describe("bad input is refused with invalid_store_input before anything is stored", () => {
+  it("content, records and turns JSON cannot carry", async () => {
+    const store = new SqliteConversationStore({ path: freshPath() });
+    const bad: Array<[string, unknown]> = [
+      ["NaN", { n: Number.NaN }],
+      ["Infinity", [Number.POSITIVE_INFINITY]],
+      ["undefined", undefined],
+      ["undefined in an array", [1, undefined]],
+      ["a lone surrogate", "\ud800"],
+      ["a Date", new Date(0)],
+      ["a bigint", { n: 1n }],
+      ["a function", { f: () => 1 }],
+      ["a Map", new Map()],
+    ];
+    for (const [label, value] of bad) {
+      await rejectsWith(store.appendUserMessage("bad", { id: `m-${label}`, content: value as JsonValue }), "invalid_store_input", "content");
+      await rejectsWith(store.addRecord("bad", value as JsonValue), "invalid_store_input", "record");
+    }
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    await rejectsWith(store.appendUserMessage("bad", { id: "m-cycle", content: cyclic as JsonValue }), "invalid_store_input", "content");
+    expect(await store.message("bad", "m-NaN")).toBeUndefined();
+    expect(await store.records("bad")).toEqual([]);
+
+    await store.appendUserMessage("bad", { id: "m1", content: "ok" });
+    const lease = await store.acquireLease("bad", "a", 60_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    await store.beginTurn("bad", lease.fence);
+    const commit = { fence: lease.fence, messageId: "m1", turnIndex: 0, assistant: "a" as JsonValue, stopReason: null, answers: true };
+    await rejectsWith(store.commitTurn("bad", { ...commit, assistant: { n: Number.NaN } }), "invalid_store_input", "assistant");
+    await rejectsWith(store.commitTurn("bad", { ...commit, toolResults: [undefined] as unknown as JsonValue }), "invalid_store_input", "toolResults");
+    await rejectsWith(store.commitTurn("bad", { ...commit, stopReason: 7 as unknown as string }), "invalid_store_input", "stopReason");
+    await rejectsWith(store.commitTurn("bad", { ...commit, answers: "yes" as unknown as boolean }), "invalid_store_input", "answers");
+    await rejectsWith(store.commitTurn("bad", { ...commit, turnIndex: "0" as unknown as number }), "invalid_store_input", "turnIndex");
+    await rejectsWith(store.commitTurn("bad", null as never), "invalid_store_input", "commit");
+    await rejectsWith(store.failMessage("bad", lease.fence, "m1", { n: 1n } as unknown as JsonValue), "invalid_store_input", "record");
+    expect(await store.log("bad")).toEqual([]);
+    expect((await store.message("bad", "m1"))?.state).toBe("in_progress");
+    // A turn index that is no whole number can never be the committed count: refused, not an error.
+    expect(await store.commitTurn("bad", { ...commit, turnIndex: 0.5 })).toEqual({ committed: false });
+    expect(await store.commitTurn("bad", commit)).toEqual({ committed: true });
+    await store.close();
+  });
+
+  it("lease arguments, ids and options", async () => {
+    const store = new SqliteConversationStore({ path: freshPath() });
+    for (const leaseMs of [-1, Number.NaN, Number.POSITIVE_INFINITY, "5" as unknown as number, 400 * 24 * 3600 * 1000]) {
+      await rejectsWith(store.acquireLease("args", "a", leaseMs), "invalid_store_input", "leaseMs");
+    }
+    await rejectsWith(store.acquireLease("args", 7 as unknown as string, 1000), "invalid_store_input", "owner");
+    await rejectsWith(store.acquireLease("args", "x".repeat(1025), 1000), "invalid_store_input", "owner");
+    await rejectsWith(store.message("bad id", "m1"), "invalid_store_input", "conversationId");
+    await rejectsWith(store.message("args", 1 as unknown as string), "invalid_store_input", "messageId");
+    await rejectsWith(store.records("x".repeat(257)), "invalid_store_input", "conversationId");
+    // Fences that cannot hold a lease are refused as such, never as bad input.
+    for (const fence of [0, -1, 1.5, Number.NaN]) {
+      await rejectsWith(store.beginTurn("args", fence), "conversation_lease_lost");
+      await rejectsWith(store.renewLease("args", fence, 1000), "conversation_lease_lost");
+    }
+    await store.close();
+    throwsWith(() => new SqliteConversationStore({} as never), "invalid_store_input", "path");
+    throwsWith(() => new SqliteConversationStore({ path: freshPath(), tablePrefix: 'x"; DROP' }), "invalid_store_input", "tablePrefix");
+    throwsWith(() => new SqliteConversationStore({ path: freshPath(), synchronous: "OFF" as never }), "invalid_store_input", "synchronous");
+    throwsWith(() => new SqliteConversationStore({ path: freshPath(), busyTimeoutMs: -5 }), "invalid_store_input", "busyTimeoutMs");
+    throwsWith(() => new SqliteConversationStore(null as never), "invalid_store_input", "options");
+    throwsWith(() => new SqliteConversationStore({ path: join(dir, "no-such-dir", "x.db") }), "store_unavailable");
+  });
+});
+
+describe("storage", () => {
+  it("content is stored as JSON text with the caller's member order, and the schema is plain SQL", async () => {
+    const path = freshPath();
+    const store = new SqliteConversationStore({ path });
+    await store.appendUserMessage("layout", { id: "m1", content: { z: 1, a: "é", n: [1.5, -0.25] } });
+    const raw = rawConnection(path);
+    expect(raw.prepare("SELECT content FROM dispatch_once_messages").get()).toEqual({ content: '{"z":1,"a":"é","n":[1.5,-0.25]}' });
+    raw.close();
+    expect(schemaSql()).toContain('CREATE TABLE IF NOT EXISTS "dispatch_once_turns"');
+    expect(tablesFor("app_")).toEqual({ conversations: "app_conversations", messages: "app_messages", turns: "app_turns", records: "app_records" });
+    store.migrate();
+    await store.close();
+  });
+
+  it("a turn whose message is missing is store_corrupt, not a shorter log", async () => {
+    const path = freshPath();
+    const store = new SqliteConversationStore({ path });
+    await store.appendUserMessage("orphan", { id: "m1", content: "hi" });
+    const lease = await store.acquireLease("orphan", "a", 60_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    await store.beginTurn("orphan", lease.fence);
+    await store.commitTurn("orphan", { fence: lease.fence, messageId: "m1", turnIndex: 0, assistant: "a", stopReason: null, answers: true });
+    const raw = rawConnection(path);
+    raw.prepare("DELETE FROM dispatch_once_messages WHERE message_id = 'm1'").run();
+    raw.close();
+    await rejectsWith(store.log("orphan"), "store_corrupt");
+    await store.close();
+  });
+});

@@ -1,0 +1,98 @@
+// The SQLite conversation store as a conformance subject (API: @dispatch-once/conformance
+// ConversationStoreSubject). Every create() gets its own database file; the raw hooks read and
+// write the tables over a second, independent connection with plain SQL, never the store.
+import Database from "better-sqlite3";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { ConversationStore, JsonValue } from "@dispatch-once/core";
+import type { ConversationStoreFixture, ConversationStoreSubject, RawMessage, RawTurn } from "@dispatch-once/conformance";
+import { STORE_NOW_SQL, SqliteConversationStore, tablesFor } from "../src/index.js";
+
+const T = tablesFor();
+
+function parse(text: unknown): JsonValue {
+  return JSON.parse(String(text)) as JsonValue;
+}
+
+export function createSqliteConversationSubject(name = "conversation-sqlite"): ConversationStoreSubject {
+  let root: string | undefined;
+  let counter = 0;
+  return {
+    name,
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true },
+    async create(): Promise<ConversationStoreFixture> {
+      // The kit checks semantics, not the disk: a memory-backed filesystem keeps
+      // synchronous=FULL (the default) cheap. The restart and race tests use a real temp dir.
+      root ??= mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : tmpdir(), "conversation-sqlite-conformance-"));
+      const dir = mkdtempSync(join(root, `f${++counter}-`));
+      const path = join(dir, "conversations.db");
+      const stores: SqliteConversationStore[] = [];
+      const open = (): SqliteConversationStore => {
+        const store = new SqliteConversationStore({ path });
+        stores.push(store);
+        return store;
+      };
+      const store = open();
+      const raw = new Database(path, { timeout: 5000 });
+      return {
+        store,
+        reopen: async (): Promise<ConversationStore> => open(),
+        raw: {
+          async lease(conversationId) {
+            const row = raw.prepare(`SELECT fence, lease_owner, lease_expires_at FROM "${T.conversations}" WHERE conversation_id = ?`).get(conversationId) as
+              | { fence: number; lease_owner: string | null; lease_expires_at: number | null }
+              | undefined;
+            if (row === undefined) return undefined;
+            return row.lease_owner === null ? { fence: row.fence } : { fence: row.fence, owner: row.lease_owner, expiresAt: Number(row.lease_expires_at) };
+          },
+          async messages(conversationId) {
+            const rows = raw
+              .prepare(`SELECT message_id, seq, state, content, turn_index, failure FROM "${T.messages}" WHERE conversation_id = ? ORDER BY seq`)
+              .all(conversationId) as { message_id: string; seq: number; state: RawMessage["state"]; content: string; turn_index: number | null; failure: string | null }[];
+            return rows.map((r) => {
+              const m: RawMessage = { id: r.message_id, content: parse(r.content), seq: r.seq, state: r.state };
+              if (r.turn_index !== null) m.turnIndex = r.turn_index;
+              if (r.state === "failed") m.failure = parse(r.failure);
+              return m;
+            });
+          },
+          async turns(conversationId) {
+            const rows = raw
+              .prepare(`SELECT turn_index, message_id, assistant, tool_results, stop_reason FROM "${T.turns}" WHERE conversation_id = ? ORDER BY turn_index`)
+              .all(conversationId) as { turn_index: number; message_id: string; assistant: string; tool_results: string | null; stop_reason: string | null }[];
+            return rows.map((r) => {
+              const t: RawTurn = { turnIndex: r.turn_index, messageId: r.message_id, assistant: parse(r.assistant), stopReason: r.stop_reason };
+              if (r.tool_results !== null) t.toolResults = parse(r.tool_results);
+              return t;
+            });
+          },
+          async records(conversationId) {
+            return (raw.prepare(`SELECT record FROM "${T.records}" WHERE conversation_id = ? ORDER BY seq`).all(conversationId) as { record: string }[]).map((r) =>
+              parse(r.record),
+            );
+          },
+          // The store's clock is SQLite's ('now' on this host): one millisecond before it.
+          async expireLease(conversationId) {
+            raw.prepare(`UPDATE "${T.conversations}" SET lease_expires_at = ${STORE_NOW_SQL} - 1 WHERE conversation_id = ? AND lease_owner IS NOT NULL`).run(conversationId);
+          },
+          async corrupt(conversationId, messageId) {
+            const { changes } = raw.prepare(`UPDATE "${T.messages}" SET content = '{"role":"user",' WHERE conversation_id = ? AND message_id = ?`).run(conversationId, messageId);
+            if (changes !== 1) throw new Error(`corrupt: no message ${messageId} in ${conversationId}`);
+          },
+          async disconnected() {
+            // A store whose connection is gone (closed under it): every call must fail closed.
+            const broken = open();
+            broken.database.close();
+            return broken;
+          },
+        },
+        async destroy() {
+          for (const s of stores) await s.close();
+          raw.close();
+          rmSync(dir, { recursive: true, force: true });
+        },
+      };
+    },
+  };
+}
