@@ -1,0 +1,529 @@
+import pg from "pg";
+import type { PoolConfig, QueryResultRow } from "pg";
+import {
+  CONVERSATION_ID_PATTERN,
+  ConversationLeaseLostError,
+  InvalidStoreInputError,
+  StoreCorruptError,
+  StoreUnavailableError,
+  checkMessageId,
+  isDispatchOnceError,
+  type AppendResult,
+  type ConversationStore,
+  type ConversationStoreCapabilities,
+  type JsonValue,
+  type LeaseResult,
+  type MessageState,
+  type StoredMessage,
+  type StoredTurn,
+  type TurnCommit,
+  type TurnSnapshot,
+} from "@dispatch-once/core";
+import { decodeJson, encodeJson } from "./json.js";
+import { DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX, schemaSql, statements, tablesFor, type ConversationTables, type Statement, type Statements } from "./sql.js";
+
+export interface PostgresConversationStoreOptions {
+  /**
+   * Bring your own pg.Pool (shared with the application). Only a pool is accepted: every
+   * method runs its own transaction on a connection of its own, which a single pg.Client
+   * (possibly inside the application's transaction, where a rollback would undo a commit
+   * the store had reported) cannot give. Mutually exclusive with connectionString.
+   */
+  pool?: pg.Pool;
+  /** Or let the store create (and, on close(), end) its own pg.Pool. */
+  connectionString?: string;
+  /** Extra pg.Pool settings for the pool the store creates from connectionString. */
+  poolConfig?: Omit<PoolConfig, "connectionString">;
+  /** Schema holding the tables (default "public"); created by migrate() if missing. */
+  schema?: string;
+  /** Prefix of the four table names (default "dispatch_once_"). */
+  tablePrefix?: string;
+  /**
+   * Longest a statement may run, lock waits included, before the method fails with
+   * store_unavailable (default 10 s). Set on every transaction the store runs (SET LOCAL),
+   * and as the session default of the pool it creates.
+   */
+  statementTimeoutMs?: number;
+  /**
+   * What the store declares (default "durable": a committed transaction is in the fsync'd
+   * WAL). Declare "volatile" if the server runs with fsync=off or synchronous_commit=off, or
+   * replicates asynchronously and fails over: acknowledged turns can then be lost (TURN-14).
+   */
+  durability?: "durable" | "volatile";
+}
+
+const DEFAULT_STATEMENT_TIMEOUT_MS = 10_000;
+/** Longest lease accepted: a year. Longer is a configuration mistake, not a lease. */
+const MAX_LEASE_MS = 366 * 24 * 60 * 60 * 1000;
+const MAX_OWNER_LENGTH = 1024;
+const STATES: ReadonlySet<string> = new Set<MessageState>(["queued", "in_progress", "answered", "failed"]);
+
+interface ConversationRow {
+  fence: string;
+  lease_owner: string | null;
+  lease_expires_at: string | null;
+  last_bound: string | null;
+}
+
+interface MessageRow {
+  message_id: string;
+  seq: unknown;
+  state: unknown;
+  content: unknown;
+  turn_index: unknown;
+  failure: unknown;
+}
+
+interface TurnRow {
+  turn_index: unknown;
+  message_id: string;
+  assistant: unknown;
+  tool_results: unknown;
+  stop_reason: unknown;
+}
+
+type Run = <R extends QueryResultRow = QueryResultRow>(statement: Statement, values: unknown[]) => Promise<R[]>;
+
+/**
+ * The conversation store on PostgreSQL. Every write method is one transaction that first
+ * locks the conversation's row (SELECT ... FOR UPDATE), so all writers of one conversation,
+ * in any number of processes, run one at a time; compare-and-append, binding and lease
+ * grants decide on what they read under that lock. Leases are measured on the server's clock.
+ */
+export class PostgresConversationStore implements ConversationStore {
+  readonly capabilities: ConversationStoreCapabilities;
+  readonly tables: ConversationTables;
+  private readonly pool: pg.Pool;
+  private readonly ownsPool: boolean;
+  private readonly sql: Statements;
+  private readonly statementTimeoutMs: number;
+  private readonly prefix: string;
+  private closed = false;
+
+  constructor(options: PostgresConversationStoreOptions) {
+    if (typeof options !== "object" || options === null) throw new InvalidStoreInputError("options", "an options object is required");
+    this.prefix = options.tablePrefix ?? DEFAULT_TABLE_PREFIX;
+    this.tables = tablesFor(options.schema ?? DEFAULT_SCHEMA, this.prefix);
+    const timeout = options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS;
+    if (!Number.isSafeInteger(timeout) || timeout < 1) {
+      throw new InvalidStoreInputError("statementTimeoutMs", `${String(timeout)} is not a positive integer`);
+    }
+    this.statementTimeoutMs = timeout;
+    const durability = options.durability ?? "durable";
+    if (durability !== "durable" && durability !== "volatile") {
+      throw new InvalidStoreInputError("durability", `must be "durable" or "volatile", not ${String(durability)}`);
+    }
+    if ((options.pool === undefined) === (options.connectionString === undefined)) {
+      throw new InvalidStoreInputError("pool", "give exactly one of pool (bring your own pg.Pool) or connectionString");
+    }
+    if (options.pool !== undefined) {
+      if (!isPool(options.pool)) {
+        throw new InvalidStoreInputError(
+          "pool",
+          "must be a pg.Pool: a pg.Client or PoolClient may be inside your transaction, where a rollback would undo what the store reported",
+        );
+      }
+      this.pool = options.pool;
+      this.ownsPool = false;
+    } else {
+      if (typeof options.connectionString !== "string" || options.connectionString.length === 0) {
+        throw new InvalidStoreInputError("connectionString", "must be a non-empty string");
+      }
+      this.pool = new pg.Pool({
+        connectionTimeoutMillis: 10_000,
+        statement_timeout: timeout,
+        // A process paused mid-transaction (SIGSTOP, a long GC) must not hold a conversation's row lock forever.
+        idle_in_transaction_session_timeout: Math.max(timeout, 30_000),
+        ...options.poolConfig,
+        connectionString: options.connectionString,
+      });
+      // An idle client whose server connection dies emits 'error' on the pool; without a
+      // listener that is an uncaught exception. The next query simply gets a new connection.
+      this.pool.on("error", () => {});
+      this.ownsPool = true;
+    }
+    this.sql = statements(this.tables);
+    this.capabilities = { durability, clock: "store", sharedAcrossProcesses: true };
+  }
+
+  /** The DDL migrate() runs. */
+  schemaSql(): string {
+    return schemaSql(this.tables.schema, this.prefix);
+  }
+
+  /** Create the schema, tables and indexes if missing. Safe from many processes at once (advisory lock). */
+  async migrate(): Promise<void> {
+    if (this.closed) throw new StoreUnavailableError("PostgreSQL conversation store migrate: the store is closed");
+    try {
+      await this.pool.query(this.schemaSql());
+    } catch (cause) {
+      throw new StoreUnavailableError(`PostgreSQL conversation store migrate failed: ${describe(cause)}`, { cause });
+    }
+  }
+
+  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
+    checkMessageId(message?.id);
+    checkMessageIdType(message.id);
+    checkConversationId(conversationId);
+    const content = encodeJson("content", message.content);
+    return this.transaction(conversationId, "appendUserMessage", async (run) => {
+      const conversation = await this.lock(run, conversationId, true);
+      const [known] = await run<MessageRow>(this.sql.message, [conversationId, message.id]);
+      if (known !== undefined) {
+        const stored = decodeMessage(conversationId, known);
+        // TURN-12: a failed message reopens only while no other message was bound since it.
+        if (stored.state === "failed" && conversation!.last_bound === stored.id) {
+          await run(this.sql.reopen, [conversationId, stored.id]);
+          stored.state = "queued";
+          delete stored.failure;
+          return { appended: false, message: stored, reopened: true };
+        }
+        return { appended: false, message: stored, reopened: false };
+      }
+      const [inserted] = await run<{ seq: number }>(this.sql.insertMessage, [conversationId, message.id, content]);
+      return { appended: true, message: { id: message.id, content: JSON.parse(content) as JsonValue, seq: inserted!.seq, state: "queued" }, reopened: false };
+    });
+  }
+
+  async message(conversationId: string, messageId: string): Promise<StoredMessage | undefined> {
+    checkConversationId(conversationId);
+    checkMessageIdType(messageId);
+    const [row] = await this.query<MessageRow>("message", conversationId, this.sql.message, [conversationId, messageId]);
+    return row === undefined ? undefined : decodeMessage(conversationId, row);
+  }
+
+  async turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]> {
+    checkConversationId(conversationId);
+    checkMessageIdType(messageId);
+    const rows = await this.query<TurnRow>("turnsOf", conversationId, this.sql.turnsOf, [conversationId, messageId]);
+    return rows.map((r) => decodeTurn(conversationId, r));
+  }
+
+  async log(conversationId: string): Promise<JsonValue[]> {
+    checkConversationId(conversationId);
+    return buildLog(conversationId, await this.query("log", conversationId, this.sql.log, [conversationId]));
+  }
+
+  async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
+    checkConversationId(conversationId);
+    checkOwner(owner);
+    const ms = checkLeaseMs(leaseMs);
+    return this.transaction(conversationId, "acquireLease", async (run) => {
+      const held = (await this.lock(run, conversationId, true))!;
+      // The grant decides on the server's clock read after the lock (see NOW_MS).
+      const [granted] = await run<{ fence: string; lease_expires_at: string }>(this.sql.grant, [conversationId, owner, String(ms)]);
+      if (granted !== undefined) return { acquired: true, fence: toCount(conversationId, granted.fence), leaseExpiresAt: toCount(conversationId, granted.lease_expires_at) };
+      if (held.lease_owner === null || held.lease_expires_at === null) {
+        throw new StoreCorruptError(conversationId, "the lease was neither free nor held");
+      }
+      return { acquired: false, owner: held.lease_owner, leaseExpiresAt: toCount(conversationId, held.lease_expires_at) };
+    });
+  }
+
+  async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
+    checkConversationId(conversationId);
+    const ms = checkLeaseMs(leaseMs);
+    if (!isFence(fence)) throw new ConversationLeaseLostError(conversationId, fence);
+    // One statement: the fence, not the clock, decides (an expired lease nobody took is still held).
+    const [row] = await this.query<{ lease_expires_at: string }>("renewLease", conversationId, this.sql.renew, [conversationId, String(fence), String(ms)]);
+    if (row === undefined) throw new ConversationLeaseLostError(conversationId, fence);
+    return { leaseExpiresAt: toCount(conversationId, row.lease_expires_at) };
+  }
+
+  async releaseLease(conversationId: string, fence: number): Promise<void> {
+    checkConversationId(conversationId);
+    if (!isFence(fence)) return;
+    await this.query("releaseLease", conversationId, this.sql.release, [conversationId, String(fence)]);
+  }
+
+  async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
+    checkConversationId(conversationId);
+    return this.transaction(conversationId, "beginTurn", async (run) => {
+      this.assertHeld(conversationId, await this.lock(run, conversationId, false), fence);
+      const [row] = await run<MessageRow & { turn_count: number; started: boolean }>(this.sql.current, [conversationId]);
+      if (row === undefined) return undefined;
+      const current = decodeMessage(conversationId, row);
+      const turnIndex = row.turn_count;
+      if (current.state === "queued") {
+        // TURN-11: bound durably before the first attempt: state, turn index and last_bound in this commit.
+        await run(this.sql.bind, [conversationId, current.id, turnIndex]);
+        current.state = "in_progress";
+        current.turnIndex = turnIndex;
+      }
+      const input = buildLog(conversationId, await run(this.sql.log, [conversationId]));
+      if (!row.started) input.push(structuredClone(current.content));
+      return { conversationId, turnIndex, message: current, input };
+    });
+  }
+
+  async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
+    checkConversationId(conversationId);
+    const c = checkCommit(commit);
+    return this.transaction(conversationId, "commitTurn", async (run) => {
+      // TURN-5: the lease's fence, the log's version and the bound message, all read under the row lock.
+      const conversation = await this.lock(run, conversationId, false);
+      if (conversation === undefined || conversation.lease_owner === null || !isFence(c.fence) || toCount(conversationId, conversation.fence) !== c.fence) {
+        return { committed: false };
+      }
+      const [state] = await run<MessageRow & { turn_count: number }>(this.sql.commitState, [conversationId, c.messageId]);
+      if (state === undefined || state.turn_count !== c.turnIndex) return { committed: false };
+      if (state.message_id === null || decodeMessage(conversationId, state).state !== "in_progress") return { committed: false };
+      await run(this.sql.insertTurn, [conversationId, c.turnIndex, c.messageId, c.stopReason, c.assistant, c.toolResults, c.answers]);
+      return { committed: true };
+    });
+  }
+
+  async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
+    checkConversationId(conversationId);
+    const text = encodeJson("record", record);
+    await this.transaction(conversationId, "failMessage", async (run) => {
+      this.assertHeld(conversationId, await this.lock(run, conversationId, false), fence);
+      const [row] = typeof messageId === "string" ? await run<MessageRow>(this.sql.message, [conversationId, messageId]) : [];
+      if (row === undefined || decodeMessage(conversationId, row).state !== "in_progress") {
+        throw new InvalidStoreInputError("messageId", `message ${String(messageId)} is not in progress`);
+      }
+      // RECORD-4: the record goes beside the conversation, never into the log (one statement).
+      await run(this.sql.fail, [conversationId, messageId, text]);
+    });
+  }
+
+  async addRecord(conversationId: string, record: JsonValue): Promise<void> {
+    checkConversationId(conversationId);
+    const text = encodeJson("record", record);
+    await this.transaction(conversationId, "addRecord", async (run) => {
+      // The row lock orders records (seq = max + 1) against every other writer of the conversation.
+      await this.lock(run, conversationId, true);
+      await run(this.sql.insertRecord, [conversationId, text]);
+    });
+  }
+
+  async records(conversationId: string): Promise<JsonValue[]> {
+    checkConversationId(conversationId);
+    const rows = await this.query<{ record: unknown }>("records", conversationId, this.sql.records, [conversationId]);
+    return rows.map((r, i) => decodeJson(conversationId, `record ${i + 1}`, r.record));
+  }
+
+  /** Ends the pool only if the store created it; a pool you passed in stays yours. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.ownsPool) await this.pool.end();
+  }
+
+  /** Lock the conversation's row for this transaction (creating it first when `create`). */
+  private async lock(run: Run, conversationId: string, create: boolean): Promise<ConversationRow | undefined> {
+    let [row] = await run<ConversationRow>(this.sql.lock, [conversationId]);
+    if (row === undefined && create) {
+      await run(this.sql.ensure, [conversationId]);
+      [row] = await run<ConversationRow>(this.sql.lock, [conversationId]);
+      if (row === undefined) throw new StoreCorruptError(conversationId, "the conversation row vanished while it was created");
+    }
+    return row;
+  }
+
+  /** The fence, not the clock, decides: an expired lease nobody took is still its holder's. */
+  private assertHeld(conversationId: string, row: ConversationRow | undefined, fence: number): void {
+    if (row === undefined || row.lease_owner === null || !isFence(fence) || toCount(conversationId, row.fence) !== fence) {
+      throw new ConversationLeaseLostError(conversationId, fence);
+    }
+  }
+
+  /** One statement on its own (atomic by itself). */
+  private async query<R extends QueryResultRow>(op: string, conversationId: string, statement: Statement, values: unknown[]): Promise<R[]> {
+    if (this.closed) throw new StoreUnavailableError(`PostgreSQL conversation store ${op}: the store is closed`);
+    try {
+      return (await this.pool.query<R>({ name: statement.name, text: statement.text, values })).rows;
+    } catch (cause) {
+      throw this.unavailable(op, conversationId, cause);
+    }
+  }
+
+  /**
+   * One transaction on a connection of its own: BEGIN (with the statement timeout), `fn`, COMMIT.
+   * A typed error from `fn` rolls back and is rethrown; any driver or server failure rolls
+   * back and becomes store_unavailable (after a failed COMMIT the outcome is unknown: retry).
+   */
+  private async transaction<T>(conversationId: string, op: string, fn: (run: Run) => Promise<T>): Promise<T> {
+    if (this.closed) throw new StoreUnavailableError(`PostgreSQL conversation store ${op}: the store is closed`);
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (cause) {
+      throw this.unavailable(op, conversationId, cause);
+    }
+    let broken: Error | undefined;
+    try {
+      // One round trip for both (simple protocol); READ COMMITTED: each statement after the lock sees the latest commits.
+      await client.query(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${this.statementTimeoutMs}`);
+      const run: Run = async (statement, values) => (await client.query({ name: statement.name, text: statement.text, values })).rows;
+      const result = await fn(run);
+      await client.query("COMMIT");
+      return result;
+    } catch (error) {
+      try {
+        await client.query("ROLLBACK");
+      } catch (rollback) {
+        broken = rollback instanceof Error ? rollback : new Error(String(rollback));
+      }
+      if (isDispatchOnceError(error)) throw error;
+      throw this.unavailable(op, conversationId, error);
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  private unavailable(op: string, conversationId: string, cause: unknown): Error {
+    if (isDispatchOnceError(cause)) return cause;
+    const code = (cause as { code?: unknown }).code;
+    const hint = code === "42P01" ? " (has migrate() been run?)" : "";
+    return new StoreUnavailableError(`PostgreSQL conversation store ${op} of ${conversationId} failed: ${describe(cause)}${hint}`, { cause });
+  }
+}
+
+/** Create a PostgreSQL conversation store. Call `await store.migrate()` once before use. */
+export function createPostgresConversationStore(options: PostgresConversationStoreOptions): PostgresConversationStore {
+  return new PostgresConversationStore(options);
+}
+
+/** A pg.Pool (of any copy of pg): it hands out connections; a Client or PoolClient does not count them. */
+function isPool(value: unknown): value is pg.Pool {
+  const v = value as { connect?: unknown; query?: unknown; totalCount?: unknown; idleCount?: unknown; release?: unknown } | null;
+  return typeof v === "object" && v !== null && typeof v.connect === "function" && typeof v.query === "function" && typeof v.totalCount === "number" && typeof v.idleCount === "number" && v.release === undefined;
+}
+
+/** The log: per committed turn in order, the message's content before its first turn, then assistant and tool results. */
+function buildLog(conversationId: string, rows: QueryResultRow[]): JsonValue[] {
+  const out: JsonValue[] = [];
+  const started = new Set<string>();
+  let previous: string | undefined;
+  for (const row of rows as (TurnRow & { content: unknown; known: boolean })[]) {
+    if (row.message_id !== previous) {
+      // A message's turns are contiguous (TURN-9: one message in progress at a time).
+      if (started.has(row.message_id) || !row.known) {
+        throw new StoreCorruptError(
+          conversationId,
+          `turn ${String(row.turn_index)} belongs to message ${row.message_id}, which ${!row.known ? "is not stored" : "answered an earlier turn before another message"}`,
+        );
+      }
+      started.add(row.message_id);
+      out.push(decodeJson(conversationId, `content of message ${row.message_id}`, row.content));
+      previous = row.message_id;
+    }
+    const turn = decodeTurn(conversationId, row);
+    out.push(turn.assistant);
+    if (turn.toolResults !== undefined) out.push(turn.toolResults);
+  }
+  return out;
+}
+
+/** A stored message, checked field by field: anything unexpected is store_corrupt, never "absent". */
+function decodeMessage(conversationId: string, row: MessageRow): StoredMessage {
+  const what = `message ${row.message_id}`;
+  if (typeof row.state !== "string" || !STATES.has(row.state)) throw new StoreCorruptError(conversationId, `${what} has state ${String(row.state)}`);
+  if (!isCount(row.seq, 1)) throw new StoreCorruptError(conversationId, `${what} has seq ${String(row.seq)}`);
+  const out: StoredMessage = { id: row.message_id, content: decodeJson(conversationId, `content of ${what}`, row.content), seq: row.seq, state: row.state as MessageState };
+  if (row.turn_index !== null) {
+    if (!isCount(row.turn_index, 0)) throw new StoreCorruptError(conversationId, `${what} has turn index ${String(row.turn_index)}`);
+    out.turnIndex = row.turn_index;
+  } else if (row.state !== "queued") {
+    throw new StoreCorruptError(conversationId, `${what} is ${row.state} but was never bound to a turn index`);
+  }
+  if (row.state === "failed") out.failure = decodeJson(conversationId, `failure of ${what}`, row.failure);
+  return out;
+}
+
+function decodeTurn(conversationId: string, row: TurnRow): StoredTurn {
+  if (!isCount(row.turn_index, 0)) throw new StoreCorruptError(conversationId, `a turn has index ${String(row.turn_index)}`);
+  const what = `turn ${row.turn_index}`;
+  if (row.stop_reason !== null && typeof row.stop_reason !== "string") throw new StoreCorruptError(conversationId, `${what} has a stop reason that is not text`);
+  const turn: StoredTurn = {
+    turnIndex: row.turn_index,
+    messageId: row.message_id,
+    assistant: decodeJson(conversationId, `assistant message of ${what}`, row.assistant),
+    stopReason: row.stop_reason,
+  };
+  if (row.tool_results !== null) turn.toolResults = decodeJson(conversationId, `tool results of ${what}`, row.tool_results);
+  return turn;
+}
+
+/** A bigint column (pg returns text) as a safe integer, or store_corrupt. */
+function toCount(conversationId: string, value: unknown): number {
+  const n = typeof value === "string" ? Number(value) : value;
+  if (typeof n !== "number" || !Number.isSafeInteger(n)) throw new StoreCorruptError(conversationId, `${String(value)} is not a safe integer`);
+  return n;
+}
+
+function isCount(value: unknown, min: number): value is number {
+  return typeof value === "number" && Number.isSafeInteger(value) && value >= min;
+}
+
+function isFence(fence: unknown): fence is number {
+  return typeof fence === "number" && Number.isSafeInteger(fence) && fence >= 1;
+}
+
+/** Text PostgreSQL can hold exactly: no NUL and no lone surrogate. */
+function storable(text: string): boolean {
+  return !text.includes("\u0000") && text.isWellFormed();
+}
+
+function checkConversationId(conversationId: unknown): asserts conversationId is string {
+  if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
+    throw new InvalidStoreInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);
+  }
+}
+
+function checkMessageIdType(messageId: unknown): asserts messageId is string {
+  if (typeof messageId !== "string") throw new InvalidStoreInputError("messageId", "must be a string");
+  // A text column cannot hold NUL: such an id can be neither stored nor found.
+  if (!storable(messageId)) throw new InvalidStoreInputError("messageId", "must not contain NUL or lone surrogates");
+}
+
+function checkOwner(owner: unknown): asserts owner is string {
+  if (typeof owner !== "string" || owner.length > MAX_OWNER_LENGTH || !storable(owner)) {
+    throw new InvalidStoreInputError("owner", `must be a string of at most ${MAX_OWNER_LENGTH} characters without NUL or lone surrogates`);
+  }
+}
+
+/** Whole milliseconds, rounded up so a lease is never shorter than asked. */
+function checkLeaseMs(leaseMs: unknown): number {
+  if (typeof leaseMs !== "number" || !Number.isFinite(leaseMs) || leaseMs < 0 || leaseMs > MAX_LEASE_MS) {
+    throw new InvalidStoreInputError("leaseMs", `${String(leaseMs)} is not a number of milliseconds in 0..${MAX_LEASE_MS}`);
+  }
+  return Math.ceil(leaseMs);
+}
+
+function checkCommit(commit: TurnCommit): {
+  fence: unknown;
+  messageId: string;
+  turnIndex: number;
+  assistant: string;
+  toolResults: string | null;
+  stopReason: string | null;
+  answers: boolean;
+} {
+  if (typeof commit !== "object" || commit === null) throw new InvalidStoreInputError("commit", "expected a turn commit object");
+  checkMessageIdType(commit.messageId);
+  if (typeof commit.turnIndex !== "number") throw new InvalidStoreInputError("turnIndex", "must be a number");
+  if (commit.stopReason !== null && (typeof commit.stopReason !== "string" || !storable(commit.stopReason))) {
+    throw new InvalidStoreInputError("stopReason", "must be a string without NUL or lone surrogates, or null");
+  }
+  if (typeof commit.answers !== "boolean") throw new InvalidStoreInputError("answers", "must be a boolean");
+  return {
+    fence: commit.fence,
+    messageId: commit.messageId,
+    // Not a whole number: it can never equal the committed count (refused, not an error).
+    turnIndex: Number.isSafeInteger(commit.turnIndex) ? commit.turnIndex : -1,
+    assistant: encodeJson("assistant", commit.assistant),
+    toolResults: commit.toolResults === undefined ? null : encodeJson("toolResults", commit.toolResults),
+    stopReason: commit.stopReason,
+    answers: commit.answers,
+  };
+}
+
+function describe(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    return typeof code === "string" ? `${error.message} (${code})` : error.message;
+  }
+  return String(error);
+}

@@ -1,0 +1,213 @@
+import { createHash } from "node:crypto";
+import { InvalidStoreInputError } from "@dispatch-once/core";
+
+export const DEFAULT_SCHEMA = "public";
+export const DEFAULT_TABLE_PREFIX = "dispatch_once_";
+
+const SCHEMA_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+/** Leaves room for the longest table name ("conversations") and index suffix within 63 bytes. */
+export const TABLE_PREFIX_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/;
+
+export interface ConversationTables {
+  schema: string;
+  conversations: string;
+  messages: string;
+  turns: string;
+  records: string;
+}
+
+export function tablesFor(schema: string = DEFAULT_SCHEMA, prefix: string = DEFAULT_TABLE_PREFIX): ConversationTables {
+  if (typeof schema !== "string" || !SCHEMA_PATTERN.test(schema)) {
+    throw new InvalidStoreInputError("schema", `${JSON.stringify(schema)} is not a plain identifier (${SCHEMA_PATTERN.source})`);
+  }
+  if (typeof prefix !== "string" || !TABLE_PREFIX_PATTERN.test(prefix)) {
+    throw new InvalidStoreInputError("tablePrefix", `${JSON.stringify(prefix)} is not a plain identifier prefix (${TABLE_PREFIX_PATTERN.source})`);
+  }
+  return { schema, conversations: `${prefix}conversations`, messages: `${prefix}messages`, turns: `${prefix}turns`, records: `${prefix}records` };
+}
+
+/** Quoted, schema-qualified names (identifiers are validated, so quoting never needs escaping). */
+export function qualified(t: ConversationTables): { conv: string; msgs: string; turns: string; recs: string } {
+  const q = (name: string) => `"${t.schema}"."${name}"`;
+  return { conv: q(t.conversations), msgs: q(t.messages), turns: q(t.turns), recs: q(t.records) };
+}
+
+/**
+ * Server-clock "now" in epoch milliseconds. clock_timestamp(), not statement_timestamp():
+ * lease decisions run in the statement AFTER the conversation row was locked, and must see
+ * the time after any wait for that lock, not when the transaction's first statement began.
+ */
+export const NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/** Transaction-scoped advisory lock id serialising concurrent migrate() calls. */
+const MIGRATE_LOCK_ID = 7_326_119_502_418_914n;
+
+/**
+ * The schema (what `migrate()` runs), one implicit transaction under an advisory lock.
+ *
+ * - conversations: one row per conversation, locked FOR UPDATE by every write so that all
+ *   writers of one conversation run one at a time. `fence` is the highest fence ever issued and
+ *   is never lowered; the lease is held iff `lease_owner` is not NULL (its fence is `fence`).
+ * - messages: one row per user message, `seq` the arrival order; `content`/`failure` JSON text
+ *   (text, not jsonb: jsonb would reorder members and cannot hold \u0000).
+ * - turns: the primary key (conversation_id, turn_index) forbids a second turn at one index.
+ * - records: beside the log, never in it (RECORD-4).
+ */
+export function schemaSql(schema: string = DEFAULT_SCHEMA, prefix: string = DEFAULT_TABLE_PREFIX): string {
+  const t = tablesFor(schema, prefix);
+  const q = qualified(t);
+  return `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK_ID});
+CREATE SCHEMA IF NOT EXISTS "${t.schema}";
+CREATE TABLE IF NOT EXISTS ${q.conv} (
+  conversation_id  text   NOT NULL PRIMARY KEY,
+  fence            bigint NOT NULL DEFAULT 0,
+  lease_owner      text,
+  lease_expires_at bigint,
+  last_bound       text
+);
+CREATE TABLE IF NOT EXISTS ${q.msgs} (
+  conversation_id text    NOT NULL,
+  message_id      text    NOT NULL,
+  seq             integer NOT NULL,
+  state           text    NOT NULL CHECK (state IN ('queued', 'in_progress', 'answered', 'failed')),
+  turn_index      integer,
+  failure         text,
+  content         text    NOT NULL,
+  PRIMARY KEY (conversation_id, message_id),
+  UNIQUE (conversation_id, seq)
+);
+CREATE INDEX IF NOT EXISTS "${t.messages}_state" ON ${q.msgs} (conversation_id, state, seq);
+CREATE TABLE IF NOT EXISTS ${q.turns} (
+  conversation_id text    NOT NULL,
+  turn_index      integer NOT NULL,
+  message_id      text    NOT NULL,
+  stop_reason     text,
+  assistant       text    NOT NULL,
+  tool_results    text,
+  PRIMARY KEY (conversation_id, turn_index)
+);
+CREATE INDEX IF NOT EXISTS "${t.turns}_message" ON ${q.turns} (conversation_id, message_id, turn_index);
+CREATE TABLE IF NOT EXISTS ${q.recs} (
+  conversation_id text    NOT NULL,
+  seq             integer NOT NULL,
+  record          text    NOT NULL,
+  PRIMARY KEY (conversation_id, seq)
+);
+`;
+}
+
+export interface Statement {
+  name: string;
+  text: string;
+}
+
+export interface Statements {
+  lock: Statement;
+  ensure: Statement;
+  message: Statement;
+  insertMessage: Statement;
+  reopen: Statement;
+  /** The message in progress, else the oldest queued one, with the turn count and whether it has a turn. */
+  current: Statement;
+  bind: Statement;
+  turnsOf: Statement;
+  log: Statement;
+  grant: Statement;
+  renew: Statement;
+  release: Statement;
+  /** The log's version and the named message, read after the lock. */
+  commitState: Statement;
+  insertTurn: Statement;
+  fail: Statement;
+  insertRecord: Statement;
+  records: Statement;
+}
+
+/**
+ * Every statement, named per table set (prepared once per connection; the name carries a
+ * hash of the tables so two stores over different schemas on one pool never collide).
+ */
+export function statements(t: ConversationTables): Statements {
+  const q = qualified(t);
+  const tag = createHash("sha256").update(`${t.schema}.${t.conversations}`).digest("hex").slice(0, 10);
+  const s = (name: string, text: string): Statement => ({ name: `do_conv_${tag}_${name}`, text });
+  const messageColumns = "message_id, seq, state, content, turn_index, failure";
+  return {
+    lock: s("lock", `SELECT fence, lease_owner, lease_expires_at, last_bound FROM ${q.conv} WHERE conversation_id = $1 FOR UPDATE`),
+    ensure: s("ensure", `INSERT INTO ${q.conv} (conversation_id) VALUES ($1) ON CONFLICT (conversation_id) DO NOTHING`),
+    message: s("message", `SELECT ${messageColumns} FROM ${q.msgs} WHERE conversation_id = $1 AND message_id = $2`),
+    insertMessage: s(
+      "insert_message",
+      `INSERT INTO ${q.msgs} (conversation_id, message_id, seq, state, content)
+       VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM ${q.msgs} WHERE conversation_id = $1), 'queued', $3) RETURNING seq`,
+    ),
+    reopen: s("reopen", `UPDATE ${q.msgs} SET state = 'queued', failure = NULL WHERE conversation_id = $1 AND message_id = $2`),
+    current: s(
+      "current",
+      `SELECT m.*, (SELECT coalesce(max(turn_index) + 1, 0) FROM ${q.turns} WHERE conversation_id = $1) AS turn_count,
+         EXISTS (SELECT 1 FROM ${q.turns} t WHERE t.conversation_id = $1 AND t.message_id = m.message_id) AS started
+       FROM ((SELECT ${messageColumns}, 0 AS rank FROM ${q.msgs} WHERE conversation_id = $1 AND state = 'in_progress' ORDER BY seq LIMIT 1)
+             UNION ALL
+             (SELECT ${messageColumns}, 1 AS rank FROM ${q.msgs} WHERE conversation_id = $1 AND state = 'queued' ORDER BY seq LIMIT 1)) m
+       ORDER BY m.rank LIMIT 1`,
+    ),
+    bind: s(
+      "bind",
+      `WITH bound AS (UPDATE ${q.msgs} SET state = 'in_progress', turn_index = $3 WHERE conversation_id = $1 AND message_id = $2 RETURNING 1)
+       UPDATE ${q.conv} SET last_bound = $2 WHERE conversation_id = $1 AND EXISTS (SELECT 1 FROM bound)`,
+    ),
+    turnsOf: s(
+      "turns_of",
+      `SELECT turn_index, message_id, assistant, tool_results, stop_reason FROM ${q.turns} WHERE conversation_id = $1 AND message_id = $2 ORDER BY turn_index`,
+    ),
+    // The content is fetched only where a message's turns begin (lag), not once per turn.
+    log: s(
+      "log",
+      `SELECT t.turn_index, t.message_id, t.assistant, t.tool_results, t.stop_reason, (m.message_id IS NOT NULL) AS known,
+         CASE WHEN lag(t.message_id) OVER (ORDER BY t.turn_index) IS NOT DISTINCT FROM t.message_id THEN NULL ELSE m.content END AS content
+       FROM ${q.turns} t LEFT JOIN ${q.msgs} m ON m.conversation_id = t.conversation_id AND m.message_id = t.message_id
+       WHERE t.conversation_id = $1 ORDER BY t.turn_index`,
+    ),
+    // Runs after the row is locked: the clock is read after any wait, and the row cannot change under it.
+    grant: s(
+      "grant",
+      `UPDATE ${q.conv} c SET fence = c.fence + 1, lease_owner = $2, lease_expires_at = n.now + $3::bigint
+       FROM (SELECT ${NOW_MS} AS now) n
+       WHERE c.conversation_id = $1 AND (c.lease_owner IS NULL OR c.lease_expires_at <= n.now)
+       RETURNING c.fence, c.lease_expires_at`,
+    ),
+    renew: s(
+      "renew",
+      `UPDATE ${q.conv} SET lease_expires_at = ${NOW_MS} + $3::bigint
+       WHERE conversation_id = $1 AND lease_owner IS NOT NULL AND fence = $2 RETURNING lease_expires_at`,
+    ),
+    // The fence stays: the next grant is one higher even after a release.
+    release: s(
+      "release",
+      `UPDATE ${q.conv} SET lease_owner = NULL, lease_expires_at = NULL WHERE conversation_id = $1 AND lease_owner IS NOT NULL AND fence = $2`,
+    ),
+    commitState: s(
+      "commit_state",
+      `SELECT (SELECT coalesce(max(turn_index) + 1, 0) FROM ${q.turns} WHERE conversation_id = $1) AS turn_count, m.*
+       FROM (SELECT 1) one LEFT JOIN (SELECT ${messageColumns} FROM ${q.msgs} WHERE conversation_id = $1 AND message_id = $2) m ON true`,
+    ),
+    insertTurn: s(
+      "insert_turn",
+      `WITH turn AS (
+         INSERT INTO ${q.turns} (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results)
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1)
+       UPDATE ${q.msgs} SET state = 'answered' WHERE $7::boolean AND conversation_id = $1 AND message_id = $3 AND EXISTS (SELECT 1 FROM turn)`,
+    ),
+    fail: s(
+      "fail",
+      `WITH failed AS (UPDATE ${q.msgs} SET state = 'failed', failure = $3 WHERE conversation_id = $1 AND message_id = $2 RETURNING 1)
+       INSERT INTO ${q.recs} (conversation_id, seq, record)
+       SELECT $1, (SELECT coalesce(max(seq), 0) + 1 FROM ${q.recs} WHERE conversation_id = $1), $3 WHERE EXISTS (SELECT 1 FROM failed)`,
+    ),
+    insertRecord: s(
+      "insert_record",
+      `INSERT INTO ${q.recs} (conversation_id, seq, record) VALUES ($1, (SELECT coalesce(max(seq), 0) + 1 FROM ${q.recs} WHERE conversation_id = $1), $2)`,
+    ),
+    records: s("records", `SELECT record FROM ${q.recs} WHERE conversation_id = $1 ORDER BY seq`),
+  };
+}

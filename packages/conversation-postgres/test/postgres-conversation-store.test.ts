@@ -1,0 +1,206 @@
+import pg from "pg";
+import { afterAll, describe, expect, it } from "vitest";
+import { isDispatchOnceError, type JsonValue } from "@dispatch-once/core";
+import { PostgresConversationStore, schemaSql } from "../src/index.js";
+import { DATABASE_URL, adminPool, closedPort, dropSchema, uniqueSchema } from "./helpers.js";
+
+const admin = adminPool();
+const schemas: string[] = [];
+afterAll(async () => {
+  for (const s of schemas) await dropSchema(admin, s);
+  await admin.end();
+});
+
+async function fresh(tag: string, options: Partial<ConstructorParameters<typeof PostgresConversationStore>[0]> = {}): Promise<{ store: PostgresConversationStore; schema: string }> {
+  const schema = uniqueSchema(tag);
+  schemas.push(schema);
+  const store = new PostgresConversationStore({ connectionString: DATABASE_URL, schema, ...options } as never);
+  await store.migrate();
+  return { store, schema };
+}
+
+async function rejectsWith(promise: Promise<unknown>, code: string, field?: string): Promise<unknown> {
+  const error = await promise.then(
+    (value) => {
+      throw new Error(`expected ${code}, resolved with ${JSON.stringify(value)}`);
+    },
+    (e: unknown) => e,
+  );
+  expect(isDispatchOnceError(error, code as never), String(error)).toBe(true);
+  if (field !== undefined) expect((error as { field?: string }).field).toBe(field);
+  return error;
+}
+
+function throwsWith(fn: () => unknown, code: string, field?: string): void {
+  try {
+    fn();
+  } catch (error) {
+    expect(isDispatchOnceError(error, code as never), String(error)).toBe(true);
+    if (field !== undefined) expect((error as { field?: string }).field).toBe(field);
+    return;
+  }
+  throw new Error(`expected ${code}`);
+}
+
+const user = (text: string): JsonValue => ({ role: "user", content: [{ type: "text", text }] });
+
+describe("TURN-14 restart: a store closed and opened again (a new instance, a new pool) sees everything", () => {
+  it("messages in every state, turns, the log, records, the held lease and its fence, and the binding", async () => {
+    const { store: first, schema } = await fresh("restart");
+    const c = "restart-1";
+    for (const id of ["m1", "m2", "m3", "m4"]) await first.appendUserMessage(c, { id, content: user(`${id}: Zahlung an Zoë 😀`) });
+    const lease = await first.acquireLease(c, "worker-a", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    await first.beginTurn(c, lease.fence);
+    await first.commitTurn(c, { fence: lease.fence, messageId: "m1", turnIndex: 0, assistant: { tool: "use" }, toolResults: { tool: "result" }, stopReason: "tool_use", answers: false });
+    await first.commitTurn(c, { fence: lease.fence, messageId: "m1", turnIndex: 1, assistant: { text: "done" }, stopReason: null, answers: true });
+    await first.beginTurn(c, lease.fence);
+    await first.failMessage(c, lease.fence, "m2", { failed: "m2", effects: ["may_have_happened"] });
+    await first.addRecord(c, { superseded: true });
+    const bound = await first.beginTurn(c, lease.fence);
+    const read = async (s: PostgresConversationStore) => ({
+      messages: await Promise.all(["m1", "m2", "m3", "m4"].map((id) => s.message(c, id))),
+      turns: await s.turnsOf(c, "m1"),
+      log: await s.log(c),
+      records: await s.records(c),
+    });
+    const before = await read(first);
+    await first.close();
+    await rejectsWith(first.log(c), "store_unavailable");
+
+    const second = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
+    expect(await read(second)).toEqual(before);
+    expect(before.messages.map((m) => m?.state)).toEqual(["answered", "failed", "in_progress", "queued"]);
+    expect(await second.acquireLease(c, "worker-b", 1000)).toMatchObject({ acquired: false, owner: "worker-a" });
+    expect(await second.beginTurn(c, lease.fence)).toEqual(bound);
+    await second.releaseLease(c, lease.fence);
+    await second.close();
+
+    const third = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
+    expect(await third.acquireLease(c, "worker-c", 1000)).toMatchObject({ acquired: true, fence: lease.fence + 1 });
+    await third.close();
+  });
+});
+
+describe("TURN-10 leases are measured on the server's clock", () => {
+  it("leaseExpiresAt is the server's now plus the lease, and a lease past it is taken over", async () => {
+    const { store, schema } = await fresh("clock");
+    const { rows } = await admin.query(`SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now`);
+    const serverBefore = Number(rows[0].now);
+    const lease = await store.acquireLease("clock", "a", 60_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    expect(lease.leaseExpiresAt).toBeGreaterThanOrEqual(serverBefore + 60_000);
+    expect(lease.leaseExpiresAt).toBeLessThan(serverBefore + 60_000 + 5_000);
+    // The lease ends at the server's now: the next acquire (in a later statement) takes it over.
+    await admin.query(`UPDATE "${schema}".dispatch_once_conversations SET lease_expires_at = floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`);
+    expect(await store.acquireLease("clock", "b", 60_000)).toMatchObject({ acquired: true, fence: 2 });
+    await store.close();
+  });
+});
+
+describe("pools, transactions and timeouts", () => {
+  it("only a pg.Pool is accepted (a Client could be inside the application's transaction); a brought pool is not ended", async () => {
+    const client = new pg.Client({ connectionString: DATABASE_URL });
+    throwsWith(() => new PostgresConversationStore({ pool: client as never }), "invalid_store_input", "pool");
+    const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
+    const poolClient = await pool.connect();
+    throwsWith(() => new PostgresConversationStore({ pool: poolClient as never }), "invalid_store_input", "pool");
+    poolClient.release();
+    const schema = uniqueSchema("byo");
+    schemas.push(schema);
+    const store = new PostgresConversationStore({ pool, schema });
+    await store.migrate();
+    await store.appendUserMessage("byo", { id: "m1", content: "hi" });
+    await store.close();
+    expect((await pool.query("SELECT 1 AS one")).rows).toEqual([{ one: 1 }]);
+    await pool.end();
+  });
+
+  it("a conversation row locked past statementTimeoutMs fails the write with store_unavailable, and nothing is written", async () => {
+    const { store, schema } = await fresh("timeout", { statementTimeoutMs: 300 });
+    await store.appendUserMessage("locked", { id: "m1", content: "first" });
+    const holder = await admin.connect();
+    try {
+      await holder.query("BEGIN");
+      await holder.query(`SELECT 1 FROM "${schema}".dispatch_once_conversations WHERE conversation_id = 'locked' FOR UPDATE`);
+      const started = Date.now();
+      const error = await rejectsWith(store.appendUserMessage("locked", { id: "m2", content: "second" }), "store_unavailable");
+      expect(String(error)).toMatch(/statement timeout/);
+      expect(Date.now() - started).toBeLessThan(5_000);
+      await rejectsWith(store.acquireLease("locked", "a", 1000), "store_unavailable");
+    } finally {
+      await holder.query("ROLLBACK");
+      holder.release();
+    }
+    expect(await store.message("locked", "m2")).toBeUndefined();
+    expect(await store.acquireLease("locked", "a", 1000)).toMatchObject({ acquired: true, fence: 1 });
+    await store.close();
+  });
+
+  it("an unreachable server is store_unavailable; tables that were never migrated say so", async () => {
+    const down = new PostgresConversationStore({ connectionString: `postgres://postgres@127.0.0.1:${await closedPort()}/test`, poolConfig: { connectionTimeoutMillis: 2_000 } });
+    await rejectsWith(down.appendUserMessage("x", { id: "m1", content: 1 }), "store_unavailable");
+    await rejectsWith(down.migrate(), "store_unavailable");
+    await down.close();
+    const schema = uniqueSchema("nomigrate");
+    schemas.push(schema);
+    const unmigrated = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
+    const error = await rejectsWith(unmigrated.log("x"), "store_unavailable");
+    expect(String(error)).toMatch(/has migrate\(\) been run/);
+    await unmigrated.close();
+  });
+
+  it("migrate is idempotent and safe from several stores at once", async () => {
+    const schema = uniqueSchema("migrate");
+    schemas.push(schema);
+    const stores = Array.from({ length: 4 }, () => new PostgresConversationStore({ connectionString: DATABASE_URL, schema }));
+    await Promise.all(stores.map((s) => s.migrate()));
+    await stores[0]!.migrate();
+    expect(stores[0]!.schemaSql()).toBe(schemaSql(schema));
+    for (const s of stores) await s.close();
+  });
+});
+
+describe("bad input is refused with invalid_store_input before anything is stored", () => {
+  it("content PostgreSQL or JSON cannot carry, ids with NUL, lease arguments, options", async () => {
+    const { store } = await fresh("inputs");
+    for (const value of [{ n: Number.NaN }, undefined, "\ud800", new Date(0), { n: 1n }]) {
+      await rejectsWith(store.appendUserMessage("bad", { id: "m1", content: value as JsonValue }), "invalid_store_input", "content");
+    }
+    // JSON escapes U+0000 inside strings: content with it round-trips; an id with it is refused.
+    await store.appendUserMessage("bad", { id: "m-nul-content", content: "a\u0000b" });
+    expect((await store.message("bad", "m-nul-content"))?.content).toBe("a\u0000b");
+    await rejectsWith(store.appendUserMessage("bad", { id: "m\u0000", content: 1 }), "invalid_store_input", "messageId");
+    await rejectsWith(store.acquireLease("bad", "a\u0000", 1000), "invalid_store_input", "owner");
+    for (const leaseMs of [-1, Number.NaN, 400 * 24 * 3600 * 1000]) await rejectsWith(store.acquireLease("bad", "a", leaseMs), "invalid_store_input", "leaseMs");
+    await rejectsWith(store.log("bad id"), "invalid_store_input", "conversationId");
+    for (const fence of [0, 1.5, -1]) await rejectsWith(store.beginTurn("bad", fence), "conversation_lease_lost");
+    await store.appendUserMessage("bad", { id: "m1", content: "ok" });
+    const lease = await store.acquireLease("bad", "a", 60_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    await store.beginTurn("bad", lease.fence);
+    const commit = { fence: lease.fence, messageId: "m-nul-content", turnIndex: 0, assistant: "a" as JsonValue, stopReason: null, answers: true };
+    await rejectsWith(store.commitTurn("bad", { ...commit, assistant: { n: Number.POSITIVE_INFINITY } }), "invalid_store_input", "assistant");
+    await rejectsWith(store.commitTurn("bad", { ...commit, stopReason: "x\u0000" }), "invalid_store_input", "stopReason");
+    expect(await store.commitTurn("bad", { ...commit, turnIndex: 0.5 })).toEqual({ committed: false });
+    expect(await store.commitTurn("bad", commit)).toEqual({ committed: true });
+    await store.close();
+    throwsWith(() => new PostgresConversationStore({} as never), "invalid_store_input", "pool");
+    throwsWith(() => new PostgresConversationStore({ connectionString: DATABASE_URL, schema: "bad-schema" }), "invalid_store_input", "schema");
+    throwsWith(() => new PostgresConversationStore({ connectionString: DATABASE_URL, tablePrefix: "x".repeat(41) }), "invalid_store_input", "tablePrefix");
+    throwsWith(() => new PostgresConversationStore({ connectionString: DATABASE_URL, statementTimeoutMs: 0 }), "invalid_store_input", "statementTimeoutMs");
+    throwsWith(() => new PostgresConversationStore({ connectionString: DATABASE_URL, durability: "maybe" as never }), "invalid_store_input", "durability");
+  });
+
+  it("content is stored as JSON text (not jsonb) with the caller's member order; capabilities are declared", async () => {
+    const { store, schema } = await fresh("layout");
+    await store.appendUserMessage("layout", { id: "m1", content: { z: 1, a: "é", n: [1.5, -0.25] } });
+    const { rows } = await admin.query(`SELECT content FROM "${schema}".dispatch_once_messages`);
+    expect(rows).toEqual([{ content: '{"z":1,"a":"é","n":[1.5,-0.25]}' }]);
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true });
+    await store.close();
+    const volatile = new PostgresConversationStore({ connectionString: DATABASE_URL, durability: "volatile" });
+    expect(volatile.capabilities.durability).toBe("volatile");
+    await volatile.close();
+  });
+});
