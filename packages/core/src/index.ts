@@ -1,4 +1,4 @@
-export { canonicalize, type JsonValue } from "./canonical.js";
+export { canonicalize, MAX_CANONICAL_DEPTH, type JsonValue } from "./canonical.js";
 export {
   deriveKey,
   keyMaterial,

@@ -1,7 +1,8 @@
+import { MAX_CANONICAL_DEPTH } from "./canonical.js";
 import { CanonicalizationError } from "./errors.js";
 
-/** Deepest nesting a result may have; deeper values are refused, never a stack overflow. */
-export const MAX_RESULT_DEPTH = 1000;
+/** Deepest nesting a result may have: the same bound as canonicalisation (KEY-6), never a stack overflow. */
+export const MAX_RESULT_DEPTH = MAX_CANONICAL_DEPTH;
 
 /**
  * What `JSON.stringify` would send for a tool's result, as plain JSON data, so that results

@@ -186,30 +186,20 @@ export class SqliteLedger implements Ledger {
     this.database = db;
 
     try {
-      let journalMode: string;
-      if (this.ownsDatabase) {
-        // WAL lets readers (waiting claimers, lookups) proceed while one process writes.
-        journalMode = String(db.pragma("journal_mode = WAL", { simple: true })).toLowerCase();
-        db.pragma(`synchronous = ${options.synchronous ?? "FULL"}`);
-      } else {
-        if (options.busyTimeoutMs !== undefined) db.pragma(`busy_timeout = ${options.busyTimeoutMs}`);
-        else if (Number(db.pragma("busy_timeout", { simple: true })) === 0) {
-          db.pragma(`busy_timeout = ${DEFAULT_BUSY_TIMEOUT_MS}`);
-        }
-        journalMode = String(db.pragma("journal_mode", { simple: true })).toLowerCase();
-      }
-      const synchronous = Number(db.pragma("synchronous", { simple: true }));
-      if (options.migrate ?? true) ensureSchema(db, table);
-      let nowSql = STORE_NOW_SQL;
-      if (options.now !== undefined) {
-        const clock = options.now;
-        nowSql = `dispatch_once_now_${table}()`;
-        db.function(`dispatch_once_now_${table}`, { deterministic: false }, () => clock());
-      }
-      this.stmts = prepare(db, table, nowSql);
+      // Setting up a connection to a file other processes are setting up too (a fleet starting
+      // together on a new file) can meet SQLITE_BUSY that SQLite's busy handler never waits for:
+      // turning a new file to WAL reads page 1 and then upgrades to a write lock, and SQLite
+      // refuses that upgrade at once (deadlock avoidance) while another process holds the write
+      // lock. Every setup step is idempotent, so the whole setup is retried until the busy
+      // timeout has passed in total (openWithin): the same bound a claim waits for the lock.
+      const bound = options.path !== undefined
+        ? (options.busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS)
+        : this.adoptBusyTimeout(db, options.busyTimeoutMs);
+      const set = openWithin(db, bound, () => this.setUp(db, table, options));
+      this.stmts = set.stmts;
       this.claimTransaction = db.transaction((request: ClaimRequest) => this.claimLocked(request)).immediate;
       this.capabilities = {
-        durability: durabilityOf(db, journalMode, synchronous),
+        durability: durabilityOf(db, set.journalMode, set.synchronous),
         // Without a test clock every time comes from SQLite inside the statement: one clock
         // for every process sharing the file (they share one host: WAL needs shared memory).
         clock: options.now === undefined ? "store" : "process",
@@ -224,6 +214,38 @@ export class SqliteLedger implements Ledger {
         : "";
       throw new LedgerUnavailableError(`cannot prepare SQLite ledger table ${table}: ${message(cause)}${hint}`, { cause });
     }
+  }
+
+  /** A brought connection's busy timeout: the one given, else its own, else the default. */
+  private adoptBusyTimeout(db: SqliteDatabase, busyTimeoutMs: number | undefined): number {
+    if (busyTimeoutMs !== undefined) db.pragma(`busy_timeout = ${busyTimeoutMs}`);
+    else if (Number(db.pragma("busy_timeout", { simple: true })) === 0) db.pragma(`busy_timeout = ${DEFAULT_BUSY_TIMEOUT_MS}`);
+    return Number(db.pragma("busy_timeout", { simple: true }));
+  }
+
+  /** One attempt at the connection setup: journal mode, schema, statements (each step idempotent). */
+  private setUp(
+    db: SqliteDatabase,
+    table: string,
+    options: SqliteLedgerOptions,
+  ): { journalMode: string; synchronous: number; stmts: Statements } {
+    let journalMode: string;
+    if (this.ownsDatabase) {
+      // WAL lets readers (waiting claimers, lookups) proceed while one process writes.
+      journalMode = String(db.pragma("journal_mode = WAL", { simple: true })).toLowerCase();
+      db.pragma(`synchronous = ${options.synchronous ?? "FULL"}`);
+    } else {
+      journalMode = String(db.pragma("journal_mode", { simple: true })).toLowerCase();
+    }
+    const synchronous = Number(db.pragma("synchronous", { simple: true }));
+    if (options.migrate ?? true) ensureSchema(db, table);
+    let nowSql = STORE_NOW_SQL;
+    if (options.now !== undefined) {
+      const clock = options.now;
+      nowSql = `dispatch_once_now_${table}()`;
+      db.function(`dispatch_once_now_${table}`, { deterministic: false }, () => clock());
+    }
+    return { journalMode, synchronous, stmts: prepare(db, table, nowSql) };
   }
 
   /**
@@ -395,7 +417,9 @@ export class SqliteLedger implements Ledger {
     // A re-claim of a released row and a takeover keep the first claim's request, so the re-run
     // sends what the first run sent; a row past retention is forgotten, so this claim creates
     // it anew with its own request (LEDGER-21). NULL keeps the stored text without copying it.
-    const keep = row.state === "released" || row.state === "in_flight";
+    // A released row past its retention is forgotten too (LEDGER-19): it must not lend its request.
+    const forgotten = row.state !== "in_flight" && expiresAt !== null && expiresAt <= now;
+    const keep = !forgotten && (row.state === "released" || row.state === "in_flight");
     const fence = row.fence + 1;
     const taken = this.stmts.reclaim.get(
       ROW_FORMAT_VERSION,
@@ -483,6 +507,49 @@ export class SqliteLedger implements Ledger {
 /** Open (or adopt) a SQLite ledger. A string is a file path. */
 export function createSqliteLedger(options: SqliteLedgerOptions | string): SqliteLedger {
   return new SqliteLedger(typeof options === "string" ? { path: options } : options);
+}
+
+/**
+ * Run `setUp` until it succeeds or `boundMs` has passed IN TOTAL, retrying on SQLITE_BUSY and
+ * SQLITE_LOCKED (any extended code): the errors another process's setup or write lock causes,
+ * including those SQLite returns at once without calling the busy handler. Each attempt's own
+ * busy waits count against the same bound (busy_timeout is lowered to the time left and then
+ * restored), so a first open never takes much longer than the busy timeout. Between attempts
+ * it sleeps 1, 2, 4 ... up to 50 ms with jitter (synchronously: the constructor is synchronous,
+ * as is every better-sqlite3 call and SQLite's own busy handler).
+ */
+function openWithin<T>(db: SqliteDatabase, boundMs: number, setUp: () => T): T {
+  const started = performance.now();
+  const deadline = started + boundMs;
+  let pause = 1;
+  let attempts = 0;
+  for (;;) {
+    attempts++;
+    const left = Math.max(0, Math.floor(deadline - performance.now()));
+    try {
+      db.pragma(`busy_timeout = ${left}`);
+      return setUp();
+    } catch (cause) {
+      const code = (cause as { code?: unknown }).code;
+      const busy = typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"));
+      const now = performance.now();
+      if (!busy || now >= deadline) {
+        if (busy && cause instanceof Error) {
+          cause.message += ` (still locked after ${Math.round(now - started)} ms and ${attempts} attempts; the bound is busyTimeoutMs = ${boundMs} ms)`;
+        }
+        throw cause;
+      }
+      sleepSync(Math.min(pause * (0.5 + Math.random()), deadline - now));
+      pause = Math.min(pause * 2, 50);
+    } finally {
+      if (db.open) db.pragma(`busy_timeout = ${boundMs}`);
+    }
+  }
+}
+
+/** Block the thread for `ms` milliseconds (no busy loop). */
+function sleepSync(ms: number): void {
+  if (ms > 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
 function prepare(db: SqliteDatabase, table: string, now: string): Statements {
