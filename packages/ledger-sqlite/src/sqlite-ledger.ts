@@ -49,7 +49,9 @@ export interface SqliteLedgerOptions {
   /**
    * How long a statement waits for another process's write lock before the call fails
    * with LedgerUnavailableError. Default 5000 ms. With `database`, only set when given
-   * (or when the connection has no busy timeout at all).
+   * (or when the connection has no busy timeout at all). It also bounds the whole first-open
+   * setup (journal mode, schema, statements), which is retried on SQLITE_BUSY/SQLITE_LOCKED
+   * until this much time has passed in total: a fleet starting together on a new file opens.
    */
   busyTimeoutMs?: number;
   /**
