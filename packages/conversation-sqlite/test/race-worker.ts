@@ -40,6 +40,9 @@ for (let i = 0; i < Math.max(commits.length, acquires.length); i++) {
     });
     if (result.committed) committed.push(c.conversationId);
   }
+  // A moment between conversations (as a real worker streams a turn): SQLite's busy handler
+  // sleeps while it waits, so without a gap the first process would take every lock.
+  await new Promise((resolve) => setTimeout(resolve, 1));
   const a = acquires[i];
   if (a !== undefined) {
     const lease = await store.acquireLease(a, `pid-${process.pid}`, 600_000);
