@@ -8,12 +8,13 @@ import type { LostResponseDisposition } from "../src/world.js";
  * payments response. Dispatch-Once can only be as truthful as the dispositions its tools give
  * (LEDGER-8); when a tool says "failed" or "not performed" for a payment that went out, the
  * guarded side must show misreports, or the oracle that reports 0 for the honest tool proves nothing.
+ * (The honest tool is the demo's own: demo.test.ts checks its 0 misreports with lost responses.)
  */
 
-async function chaosWith(lostResponseAs: LostResponseDisposition): Promise<ChaosResult> {
+async function chaosWith(lostResponseAs: Exclude<LostResponseDisposition, "unknown">): Promise<ChaosResult> {
   return runChaos({
     parallel: false,
-    turns: 24,
+    turns: 16,
     failureRate: 0,
     dropRate: 0.5,
     rewordRate: 0.5,
@@ -30,19 +31,6 @@ async function chaosWith(lostResponseAs: LostResponseDisposition): Promise<Chaos
 const route = (chaos: ChaosResult, name: string) => chaos.routes.find((r) => r.name === name)!;
 
 describe("the misreport oracle catches a tool that lies about a lost response", () => {
-  it("honest ('unknown', the default): the guarded side pays once and misreports nothing", async () => {
-    const chaos = await chaosWith("unknown");
-    expect(chaos.guarded.lostResponses).toBeGreaterThan(0);
-    for (const r of chaos.routes) {
-      expect(r.guarded.duplicates, r.name).toBe(0);
-      expect(r.guarded.misreports, r.name).toBe(0);
-    }
-    // Without the automatic retry the turn fails first, and its record says "may have happened" (truthful).
-    expect(route(chaos, "client_resend").guarded.mayHaveHappened).toBe(chaos.guarded.lostResponses);
-    expect(route(chaos, "client_resend").guarded.mayHaveHappenedAndDid).toBe(chaos.guarded.lostResponses);
-    expect(chaos.anomalies).toEqual([]);
-  });
-
   it("RECORD-3: 'definite' commits an error result for a payment that exists, on every lost response", async () => {
     const chaos = await chaosWith("definite");
     expect(chaos.guarded.lostResponses).toBeGreaterThan(0);
