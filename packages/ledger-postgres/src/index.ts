@@ -2,6 +2,8 @@ export {
   PostgresLedger,
   createPostgresLedger,
   MAX_CONFIGURABLE_RESULT_BYTES,
+  DEFAULT_TIMEOUT_MS,
+  MAX_SERIALIZATION_ATTEMPTS,
   type PostgresLedgerOptions,
   type DurabilityProbe,
   type Queryable,

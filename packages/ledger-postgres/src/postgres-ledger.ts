@@ -52,8 +52,22 @@ export interface PostgresLedgerOptions {
   pool?: Queryable;
   /** Or let the ledger create (and, on close(), end) its own pg.Pool. */
   connectionString?: string;
-  /** Extra pg.Pool settings for the pool the ledger creates from connectionString. */
+  /**
+   * Extra pg.Pool settings for the pool the ledger creates from connectionString. Its `options`
+   * are sent after the ledger's own session settings (statement_timeout, READ COMMITTED), so
+   * an explicit setting there wins. `connectionTimeoutMillis` is capped at `timeoutMs`.
+   */
   poolConfig?: Omit<PoolConfig, "connectionString">;
+  /**
+   * The most any ledger operation takes before it settles, in milliseconds (default 5000): waiting
+   * for a pooled connection, connecting, the statement, and any retries of a serialization
+   * failure, all inside this one bound. Past it the operation rejects with LedgerUnavailableError
+   * (plus timer latency). On the ledger's own pool a connection whose statement outlived the bound
+   * is destroyed (never reused), new connections give up at the bound, and the server cancels a
+   * statement after it too (statement_timeout). On a brought pool or client the ledger stops
+   * waiting at the bound; the connection and its statement stay the pool's (set its timeouts).
+   */
+  timeoutMs?: number;
   /** Schema holding the table (default "public"). [A-Za-z_][A-Za-z0-9_]*, at most 63 characters. */
   schema?: string;
   /** Table name (default "dispatch_once_ledger"). Same alphabet, at most 52 characters. */
@@ -78,6 +92,17 @@ export interface DurabilityProbe {
   reasons: string[];
   settings: { fsync: string; synchronousCommit: string; fullPageWrites: string };
 }
+
+/** Default bound on one ledger operation (timeoutMs), the same as the Redis ledger's command timeout. */
+export const DEFAULT_TIMEOUT_MS = 5_000;
+
+/**
+ * Attempts of one operation that meets a serialization failure (40001) or a deadlock (40P01).
+ * Such a statement was rolled back: nothing happened, so sending it again is safe; the retry sees
+ * the newer snapshot (under REPEATABLE READ or SERIALIZABLE a claim that loses a race to a row it
+ * cannot see fails this way, and its retry finds the row). Bounded by timeoutMs as well.
+ */
+export const MAX_SERIALIZATION_ATTEMPTS = 10;
 
 /** Ceiling on maxResultBytes: PostgreSQL text holds 1 GB, but a row that large hurts every reader. */
 export const MAX_CONFIGURABLE_RESULT_BYTES = 256 * 1024 * 1024;
@@ -161,6 +186,8 @@ export class PostgresLedger implements Ledger {
   /** The brought client's transaction status, when it has one (a pool has none). */
   private readonly transactionStatus: (() => unknown) | undefined;
   private readonly ownedPool: pg.Pool | undefined;
+  /** The bound on every operation (timeoutMs). */
+  readonly timeoutMs: number;
   private readonly sql: Statements;
   private closed = false;
 
@@ -176,6 +203,7 @@ export class PostgresLedger implements Ledger {
       options.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES,
       MAX_CONFIGURABLE_RESULT_BYTES,
     );
+    this.timeoutMs = positiveInteger("timeoutMs", options.timeoutMs ?? DEFAULT_TIMEOUT_MS, 24 * 60 * 60 * 1000);
     const durability = options.durability ?? "durable";
     if (durability !== "durable" && durability !== "volatile") {
       throw new InvalidLedgerInputError("durability", `must be "durable" or "volatile", not ${String(durability)}`);
@@ -196,9 +224,20 @@ export class PostgresLedger implements Ledger {
       if (typeof options.connectionString !== "string" || options.connectionString.length === 0) {
         throw new InvalidLedgerInputError("connectionString", "must be a non-empty string");
       }
+      if (/[?&]options=/.test(options.connectionString)) {
+        // pg lets the connection string's options replace the config's, which would drop the
+        // ledger's session settings (statement_timeout, READ COMMITTED) without a word.
+        throw new InvalidLedgerInputError(
+          "connectionString",
+          "carries session options (?options=...): pass them as poolConfig.options instead, so the ledger can add its own",
+        );
+      }
+      const given = options.poolConfig?.connectionTimeoutMillis;
       const pool = new pg.Pool({
-        connectionTimeoutMillis: 10_000,
         ...options.poolConfig,
+        // A connection attempt to a paused server never ends by itself: give it up at the bound.
+        connectionTimeoutMillis: given !== undefined && given > 0 ? Math.min(given, this.timeoutMs) : this.timeoutMs,
+        options: [ownSessionOptions(this.timeoutMs), options.poolConfig?.options].filter(Boolean).join(" "),
         connectionString: options.connectionString,
       });
       // An idle client whose server connection dies emits 'error' on the pool; without a
@@ -421,6 +460,12 @@ export class PostgresLedger implements Ledger {
    * first can be stale (a BEGIN the application queued on the client just before us), it is
    * read again after the statement: if the statement ran inside a transaction, its outcome is
    * not reported (a claim is not handed out, so no tool runs on it).
+   *
+   * Bounded: the whole operation (connection wait, statement, retries) settles within
+   * `timeoutMs`. A serialization failure or deadlock (40001, 40P01: the statement was rolled
+   * back, nothing happened) is sent again, up to MAX_SERIALIZATION_ATTEMPTS times within the
+   * bound, so REPEATABLE READ or SERIALIZABLE sessions never turn a lost race into
+   * ledger_unavailable while retries remain.
    */
   private async run<R extends QueryResultRow = QueryResultRow>(
     op: string,
@@ -429,19 +474,124 @@ export class PostgresLedger implements Ledger {
   ): Promise<QueryResult<R>> {
     if (this.closed) throw new LedgerUnavailableError(`PostgreSQL ledger ${op}: the ledger is closed`);
     if (ownTransaction && this.inTransaction()) throw this.insideTransaction(op, false);
+    const deadline = performance.now() + this.timeoutMs;
+    for (let attempt = 1; ; attempt++) {
+      let result: QueryResult<R>;
+      try {
+        result = await this.send<R>(config, deadline);
+      } catch (error) {
+        if (ownTransaction && this.inTransaction()) throw this.insideTransaction(op, true);
+        if (isRetryable(error) && attempt < MAX_SERIALIZATION_ATTEMPTS && performance.now() < deadline) {
+          // Immediately at first (the retry's snapshot already sees the racer's commit), then
+          // with a little jitter so a crowd of retries spreads out.
+          if (attempt > 1) await sleep(Math.min(Math.random() * 2 ** attempt, deadline - performance.now()));
+          continue;
+        }
+        const code = (error as { code?: unknown }).code;
+        const hint =
+          code === "42P01"
+            ? " (has migrate() been run?)"
+            : isRetryable(error)
+              ? ` (still failing after ${attempt} attempts)`
+              : "";
+        throw new LedgerUnavailableError(
+          `PostgreSQL ledger ${op} on ${this.schema}.${this.table} failed: ${describe(error)}${hint}`,
+          { cause: error },
+        );
+      }
+      if (ownTransaction && this.inTransaction()) throw this.insideTransaction(op, true);
+      return result;
+    }
+  }
+
+  /**
+   * One statement, settled by the deadline. On the ledger's own pool the connection is checked
+   * out here (the same round trips as pool.query) so that one whose statement outlives the
+   * deadline can be destroyed rather than handed to the next caller still waiting on a paused
+   * server. A connection that arrives after the deadline is put back unused.
+   */
+  private async send<R extends QueryResultRow>(config: QueryConfig, deadline: number): Promise<QueryResult<R>> {
+    const pool = this.ownedPool;
+    if (pool === undefined) return withDeadline(this.db.query<R>(config), deadline, this.timeoutMs, "the statement");
+    const client = await withDeadline(pool.connect(), deadline, this.timeoutMs, "a connection", (late) => late.release());
     let result: QueryResult<R>;
     try {
-      result = await this.db.query<R>(config);
+      result = await withDeadline(client.query<R>(config), deadline, this.timeoutMs, "the statement");
     } catch (error) {
-      const hint = (error as { code?: unknown }).code === "42P01" ? " (has migrate() been run?)" : "";
-      throw new LedgerUnavailableError(
-        `PostgreSQL ledger ${op} on ${this.schema}.${this.table} failed: ${describe(error)}${hint}`,
-        { cause: error },
-      );
+      // A server error (it has a SQLSTATE and a severity) leaves the connection usable; a
+      // timeout or a broken connection does not: destroy it.
+      const serverError = typeof (error as { severity?: unknown }).severity === "string" && !(error instanceof DeadlineError);
+      client.release(serverError ? undefined : (error as Error));
+      throw error;
     }
-    if (ownTransaction && this.inTransaction()) throw this.insideTransaction(op, true);
+    client.release();
     return result;
   }
+}
+
+/** The operation did not settle within timeoutMs. */
+class DeadlineError extends Error {
+  readonly code = "DISPATCH_ONCE_TIMEOUT";
+  constructor(waitingFor: string, timeoutMs: number) {
+    super(
+      `no answer within timeoutMs = ${timeoutMs} ms (waiting for ${waitingFor}); nothing is reported as done ` +
+        "(a statement already sent may still be applied by the server: a claim then expires with its lease)",
+    );
+    this.name = "DeadlineError";
+  }
+}
+
+/**
+ * `promise`, or a DeadlineError once `deadline` (performance.now() time) has passed. What the
+ * promise settles to afterwards is handed to `late` (a connection to put back) or dropped.
+ */
+function withDeadline<T>(
+  promise: Promise<T>,
+  deadline: number,
+  timeoutMs: number,
+  waitingFor: string,
+  late?: (value: T) => void,
+): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let expired = false;
+    const timer = setTimeout(() => {
+      expired = true;
+      reject(new DeadlineError(waitingFor, timeoutMs));
+    }, Math.max(0, deadline - performance.now()));
+    promise.then(
+      (value) => {
+        if (!expired) {
+          clearTimeout(timer);
+          resolve(value);
+        } else late?.(value);
+      },
+      (error: unknown) => {
+        if (!expired) {
+          clearTimeout(timer);
+          reject(error);
+        }
+      },
+    );
+  });
+}
+
+/** 40001 serialization_failure, 40P01 deadlock_detected: rolled back, safe to send again. */
+function isRetryable(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === "40001" || code === "40P01";
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+}
+
+/**
+ * Startup options of the ledger's own connections: the server cancels a statement that runs
+ * past the bound (a lock wait, a slow disk), and every transaction runs at READ COMMITTED, the
+ * level the claim function is written for, whatever the database or role defaults to.
+ */
+function ownSessionOptions(timeoutMs: number): string {
+  return `-c statement_timeout=${timeoutMs} -c default_transaction_isolation=read\\ committed`;
 }
 
 /**

@@ -1,0 +1,192 @@
+// Store faults seen from the client (issue 18): a paused server must not hang a ledger call. The
+// server is "paused" by a proxy the test freezes (test/proxy.ts); the shared server never is.
+import { isDispatchOnceError, type ClaimRequest } from "@dispatch-once/core";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PostgresLedger } from "../src/index.js";
+import { adminPool, dropSchema, storedColumns, uniqueSchema } from "./helpers.js";
+import { freezableProxy, type FreezableProxy } from "./proxy.js";
+
+let admin: pg.Pool;
+const schemas: string[] = [];
+const proxies: FreezableProxy[] = [];
+const ledgers: PostgresLedger[] = [];
+
+beforeAll(() => {
+  admin = adminPool(4);
+});
+
+afterAll(async () => {
+  for (const proxy of proxies) proxy.thaw();
+  await Promise.all(ledgers.map((l) => l.close().catch(() => {})));
+  await Promise.all(proxies.map((p) => p.close()));
+  for (const schema of schemas) await dropSchema(admin, schema);
+  await admin.end();
+});
+
+function request(key: string, owner = "owner-a"): ClaimRequest {
+  return { key, toolName: "send_payment", effect: "unkeyed_write", owner, leaseMs: 60_000, request: '{"amount":1}' };
+}
+
+async function migrated(tag: string): Promise<string> {
+  const schema = uniqueSchema(tag);
+  schemas.push(schema);
+  await new PostgresLedger({ pool: admin, schema }).migrate();
+  return schema;
+}
+
+async function proxy(): Promise<FreezableProxy> {
+  const made = await freezableProxy();
+  proxies.push(made);
+  return made;
+}
+
+function track(ledger: PostgresLedger): PostgresLedger {
+  ledgers.push(ledger);
+  return ledger;
+}
+
+type Settled = { state: "fulfilled"; value: unknown; ms: number } | { state: "rejected"; error: unknown; ms: number } | { state: "pending"; ms: number };
+
+/** How a call settles, and when; "pending" if it has not settled within guardMs (a hang). */
+async function settle(call: () => Promise<unknown>, guardMs: number): Promise<Settled> {
+  const started = performance.now();
+  const ms = () => Math.round(performance.now() - started);
+  let timer: NodeJS.Timeout | undefined;
+  const guard = new Promise<Settled>((resolve) => (timer = setTimeout(() => resolve({ state: "pending", ms: ms() }), guardMs)));
+  const outcome = call().then(
+    (value): Settled => ({ state: "fulfilled", value, ms: ms() }),
+    (error: unknown): Settled => ({ state: "rejected", error, ms: ms() }),
+  );
+  const result = await Promise.race([outcome, guard]);
+  clearTimeout(timer);
+  return result;
+}
+
+/** Timers on this shared 2-core machine fire late under load: the documented bound plus this much. */
+const SLACK_MS = 1_000;
+
+function expectUnavailableWithin(result: Settled, boundMs: number, what: string): void {
+  if (result.state === "pending") throw new Error(`${what}: still pending after ${result.ms} ms (the bound is ${boundMs} ms): it hangs`);
+  if (result.state === "fulfilled") throw new Error(`${what}: answered ${JSON.stringify(result.value)} from a paused server`);
+  expect(isDispatchOnceError(result.error, "ledger_unavailable"), `${what}: ${String(result.error)}`).toBe(true);
+  expect(result.ms, `${what} settled after ${result.ms} ms`).toBeLessThan(boundMs + SLACK_MS);
+}
+
+describe("LEDGER-12: a paused server (frozen proxy) gives ledger_unavailable within timeoutMs", () => {
+  it("own pool: the claim on a warm connection, and each claim after it, fail within the bound (no extra wait for new connections)", async () => {
+    const schema = await migrated("paused");
+    const p = await proxy();
+    const ledger = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 1_500 }));
+    expect(await ledger.claim(request("warm"))).toMatchObject({ outcome: "claimed" });
+    p.freeze();
+    const times: number[] = [];
+    for (let i = 0; i < 4; i++) {
+      const result = await settle(() => ledger.claim(request(`paused-${i}`)), 12_000);
+      expectUnavailableWithin(result, 1_500, `claim ${i}`);
+      expect(result.ms, `claim ${i} gave up before the bound`).toBeGreaterThanOrEqual(1_400);
+      times.push(result.ms);
+    }
+    console.log(`claims on a paused server settled after ${times.join(", ")} ms (bound 1500 ms)`);
+    // The thaw: the same ledger works again at once.
+    p.thaw();
+    expect(await ledger.claim(request("after-thaw"))).toMatchObject({ outcome: "claimed", fence: 1 });
+    // A claim the ledger gave up on had been SENT: after the thaw the server may still apply it.
+    // It was never reported as claimed (nothing ran on it); if it was applied, its row is an
+    // ordinary in-flight claim that expires with its lease (issue 18, "false unknowns": core's part).
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    let applied = 0;
+    for (let i = 0; i < 4; i++) {
+      const row = await storedColumns(admin, schema, `paused-${i}`);
+      if (row !== undefined) applied++;
+      if (row !== undefined) expect(row).toMatchObject({ state: "in_flight", owner: "owner-a", fence: "1" });
+    }
+    console.log(`claims given up on and applied by the server after the thaw: ${applied} of 4`);
+  });
+
+  it("own pool: more concurrent claims than the pool has connections each fail within the bound", async () => {
+    const schema = await migrated("pausedconc");
+    const p = await proxy();
+    const ledger = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 1_500, poolConfig: { max: 4 } }));
+    expect(await ledger.claim(request("warm"))).toMatchObject({ outcome: "claimed" });
+    p.freeze();
+    const results = await Promise.all(Array.from({ length: 12 }, (_, i) => settle(() => ledger.claim(request(`c-${i}`)), 12_000)));
+    results.forEach((result, i) => expectUnavailableWithin(result, 1_500, `concurrent claim ${i}`));
+    // And the next wave (the pool had to replace every connection) is bounded the same way.
+    const again = await Promise.all(Array.from({ length: 6 }, (_, i) => settle(() => ledger.claim(request(`d-${i}`)), 12_000)));
+    again.forEach((result, i) => expectUnavailableWithin(result, 1_500, `second-wave claim ${i}`));
+    p.thaw();
+    expect(await ledger.claim(request("after-thaw"))).toMatchObject({ outcome: "claimed" });
+  });
+
+  it("own pool: every operation is bounded the same way", async () => {
+    const schema = await migrated("pausedops");
+    const p = await proxy();
+    const ledger = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 1_000 }));
+    const held = await ledger.claim(request("held"));
+    if (held.outcome !== "claimed") throw new Error("expected a claim");
+    p.freeze();
+    const ops: [string, () => Promise<unknown>][] = [
+      ["renew", () => ledger.renew("held", held.fence, 1000)],
+      ["complete", () => ledger.complete("held", held.fence, '"x"')],
+      ["fail", () => ledger.fail("held", held.fence, { name: "E", message: "m" })],
+      ["markUnknown", () => ledger.markUnknown("held", held.fence, "why")],
+      ["release", () => ledger.release("held", held.fence)],
+      ["lookup", () => ledger.lookup("held")],
+      ["sweep", () => ledger.sweep()],
+      ["migrate", () => ledger.migrate()],
+      ["probeDurability", () => ledger.probeDurability()],
+    ];
+    for (const [name, op] of ops) expectUnavailableWithin(await settle(op, 12_000), 1_000, name);
+    p.thaw();
+    expect(await ledger.lookup("held")).toMatchObject({ state: "in_flight" });
+  });
+
+  it("own pool, default timeoutMs: a claim on a paused server fails within 5 s", async () => {
+    const schema = await migrated("pauseddefault");
+    const p = await proxy();
+    const ledger = track(new PostgresLedger({ connectionString: p.url, schema }));
+    expect(await ledger.claim(request("warm"))).toMatchObject({ outcome: "claimed" });
+    p.freeze();
+    const result = await settle(() => ledger.claim(request("paused")), 15_000);
+    expectUnavailableWithin(result, 5_000, "claim with the default bound");
+    expect(result.ms).toBeGreaterThanOrEqual(4_900);
+    p.thaw();
+  });
+
+  it("own pool, a new connection to a paused server: the connection wait is inside the same bound", async () => {
+    const schema = await migrated("pausedconnect");
+    const p = await proxy();
+    const ledger = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 1_500 }));
+    p.freeze(); // before the first connection: the TCP connect succeeds, the startup is never answered
+    expectUnavailableWithin(await settle(() => ledger.claim(request("cold")), 12_000), 1_500, "claim on a cold pool");
+    expect(p.accepted()).toBeGreaterThanOrEqual(1);
+    p.thaw();
+    expect(await ledger.claim(request("after-thaw"))).toMatchObject({ outcome: "claimed" });
+  });
+
+  it("a brought pool without any timeout: the ledger's call still settles within timeoutMs (the connection stays the pool's)", async () => {
+    const schema = await migrated("pausedbyo");
+    const p = await proxy();
+    const pool = new pg.Pool({ connectionString: p.url, max: 2 });
+    pool.on("error", () => {});
+    const ledger = track(new PostgresLedger({ pool, schema, timeoutMs: 1_500 }));
+    expect(await ledger.claim(request("warm"))).toMatchObject({ outcome: "claimed" });
+    p.freeze();
+    expectUnavailableWithin(await settle(() => ledger.claim(request("paused")), 12_000), 1_500, "claim over a brought pool");
+    p.thaw();
+    expect(await ledger.claim(request("after-thaw"))).toMatchObject({ outcome: "claimed" });
+    await pool.end();
+  });
+
+  it("rejects a timeoutMs that is not a positive integer, and session options in the connection string", () => {
+    for (const timeoutMs of [0, -1, 1.5, Number.NaN, "5000"]) {
+      expect(() => new PostgresLedger({ connectionString: "postgres://x@127.0.0.1/db", timeoutMs } as never)).toThrow(
+        expect.objectContaining({ code: "invalid_ledger_input", field: "timeoutMs" }),
+      );
+    }
+    expect(() => new PostgresLedger({ connectionString: "postgres://x@127.0.0.1/db?options=-c%20statement_timeout%3D0" })).toThrow(
+      expect.objectContaining({ code: "invalid_ledger_input", field: "connectionString" }),
+    );
+  });
+});
