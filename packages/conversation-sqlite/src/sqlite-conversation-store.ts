@@ -170,29 +170,41 @@ export class SqliteConversationStore implements ConversationStore {
     this.ownsDatabase = options.path !== undefined;
     this.database = db;
     try {
-      let journalMode: string;
-      if (this.ownsDatabase) {
-        // WAL: readers (message, log) proceed while another process writes.
-        journalMode = String(db.pragma("journal_mode = WAL", { simple: true })).toLowerCase();
-        db.pragma(`synchronous = ${options.synchronous ?? "FULL"}`);
-      } else {
+      // A fleet starting together on a new file can meet SQLITE_BUSY that SQLite's busy handler
+      // never waits for (turning a new file to WAL upgrades a read lock to a write lock, refused
+      // at once while another process holds the write lock). Every setup step is idempotent, so
+      // the whole setup is retried until busyTimeoutMs has passed in total (as the SQLite ledger does).
+      let bound: number;
+      if (this.ownsDatabase) bound = options.busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS;
+      else {
         if (options.busyTimeoutMs !== undefined) db.pragma(`busy_timeout = ${options.busyTimeoutMs}`);
         else if (Number(db.pragma("busy_timeout", { simple: true })) === 0) db.pragma(`busy_timeout = ${DEFAULT_BUSY_TIMEOUT_MS}`);
-        journalMode = String(db.pragma("journal_mode", { simple: true })).toLowerCase();
+        bound = Number(db.pragma("busy_timeout", { simple: true }));
       }
-      const synchronous = Number(db.pragma("synchronous", { simple: true }));
-      if (options.migrate ?? true) db.exec(schemaSql(prefix));
-      let nowSql = STORE_NOW_SQL;
-      if (options.now !== undefined) {
-        const clock = options.now;
-        nowSql = `dispatch_once_conversation_now_${prefix}()`;
-        db.function(`dispatch_once_conversation_now_${prefix}`, { deterministic: false }, () => clock());
-      }
-      this.stmts = prepare(db, this.tables, nowSql);
+      const set = openWithin(db, bound, () => {
+        let journalMode: string;
+        if (this.ownsDatabase) {
+          // WAL: readers (message, log) proceed while another process writes.
+          journalMode = String(db.pragma("journal_mode = WAL", { simple: true })).toLowerCase();
+          db.pragma(`synchronous = ${options.synchronous ?? "FULL"}`);
+        } else {
+          journalMode = String(db.pragma("journal_mode", { simple: true })).toLowerCase();
+        }
+        const synchronous = Number(db.pragma("synchronous", { simple: true }));
+        if (options.migrate ?? true) db.exec(schemaSql(prefix));
+        let nowSql = STORE_NOW_SQL;
+        if (options.now !== undefined) {
+          const clock = options.now;
+          nowSql = `dispatch_once_conversation_now_${prefix}()`;
+          db.function(`dispatch_once_conversation_now_${prefix}`, { deterministic: false }, () => clock());
+        }
+        return { journalMode, synchronous, stmts: prepare(db, this.tables, nowSql) };
+      });
+      this.stmts = set.stmts;
       const transaction = db.transaction((fn: () => unknown) => fn());
       this.write = <T>(fn: () => T): T => transaction.immediate(fn) as T;
       this.capabilities = {
-        durability: durabilityOf(db, journalMode, synchronous),
+        durability: durabilityOf(db, set.journalMode, set.synchronous),
         clock: options.now === undefined ? "store" : "process",
         // An anonymous (":memory:" or temporary) database lives inside one connection.
         sharedAcrossProcesses: !db.memory,
@@ -439,6 +451,46 @@ export class SqliteConversationStore implements ConversationStore {
 /** Open (or adopt) a SQLite conversation store. A string is a file path. */
 export function createSqliteConversationStore(options: SqliteConversationStoreOptions | string): SqliteConversationStore {
   return new SqliteConversationStore(typeof options === "string" ? { path: options } : options);
+}
+
+/**
+ * Run `setUp` until it succeeds or `boundMs` has passed IN TOTAL, retrying on SQLITE_BUSY and
+ * SQLITE_LOCKED (any extended code), including those SQLite returns at once without calling the
+ * busy handler. Each attempt's own busy waits count against the same bound (busy_timeout is
+ * lowered to the time left, then restored). Between attempts it sleeps 1, 2, 4 ... up to 50 ms
+ * with jitter, synchronously: the constructor, like every better-sqlite3 call, is synchronous.
+ */
+function openWithin<T>(db: SqliteDatabase, boundMs: number, setUp: () => T): T {
+  const started = performance.now();
+  const deadline = started + boundMs;
+  let pause = 1;
+  let attempts = 0;
+  for (;;) {
+    attempts++;
+    try {
+      db.pragma(`busy_timeout = ${Math.max(0, Math.floor(deadline - performance.now()))}`);
+      return setUp();
+    } catch (cause) {
+      const code = (cause as { code?: unknown }).code;
+      const busy = typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"));
+      const now = performance.now();
+      if (!busy || now >= deadline) {
+        if (busy && cause instanceof Error) {
+          cause.message += ` (still locked after ${Math.round(now - started)} ms and ${attempts} attempts; the bound is busyTimeoutMs = ${boundMs} ms)`;
+        }
+        throw cause;
+      }
+      sleepSync(Math.min(pause * (0.5 + Math.random()), deadline - now));
+      pause = Math.min(pause * 2, 50);
+    } finally {
+      if (db.open) db.pragma(`busy_timeout = ${boundMs}`);
+    }
+  }
+}
+
+/** Block the thread for `ms` milliseconds (no busy loop). */
+function sleepSync(ms: number): void {
+  if (ms > 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
 function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statements {
