@@ -159,7 +159,7 @@ export class KvConversationStore implements ConversationStore {
       if (current === undefined) return undefined;
       if (current.state === "queued") {
         current.state = "in_progress";
-        current.turnIndex = s.turns.length;
+        current.turnIndex ??= s.turns.length; // a reopened message keeps its first index (TURN-11)
         s.lastBound = current.id;
         s.boundFence = fence;
       }

@@ -248,7 +248,7 @@ export class PostgresConversationStore implements ConversationStore {
         // TURN-11: bound durably before the first attempt: state, turn index and last_bound in this commit.
         await run(this.sql.bind, [conversationId, current.id, turnIndex]);
         current.state = "in_progress";
-        current.turnIndex = turnIndex;
+        current.turnIndex ??= turnIndex;
       }
       const input = buildLog(conversationId, await run(this.sql.log, [conversationId]));
       if (!row.started) input.push(structuredClone(current.content));

@@ -153,7 +153,7 @@ export function statements(t: ConversationTables): Statements {
     ),
     bind: s(
       "bind",
-      `WITH bound AS (UPDATE ${q.msgs} SET state = 'in_progress', turn_index = $3 WHERE conversation_id = $1 AND message_id = $2 RETURNING 1)
+      `WITH bound AS (UPDATE ${q.msgs} SET state = 'in_progress', turn_index = coalesce(turn_index, $3) WHERE conversation_id = $1 AND message_id = $2 RETURNING 1)
        UPDATE ${q.conv} SET last_bound = $2 WHERE conversation_id = $1 AND EXISTS (SELECT 1 FROM bound)`,
     ),
     turnsOf: s(

@@ -322,7 +322,7 @@ export class SqliteConversationStore implements ConversationStore {
           s.bind.run(turnIndex, conversationId, current.id);
           s.setLastBound.run(current.id, conversationId);
           current.state = "in_progress";
-          current.turnIndex = turnIndex;
+          current.turnIndex ??= turnIndex;
         }
         const input = this.readLog(conversationId);
         if (s.hasTurn.get(conversationId, current.id) === undefined) input.push(structuredClone(current.content));
@@ -509,7 +509,8 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     reopen: db.prepare(`UPDATE ${msgs} SET state = 'queued', failure = NULL WHERE conversation_id = ? AND message_id = ?`),
     inProgress: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND state = 'in_progress' ORDER BY seq LIMIT 1`),
     oldestQueued: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND state = 'queued' ORDER BY seq LIMIT 1`),
-    bind: db.prepare(`UPDATE ${msgs} SET state = 'in_progress', turn_index = ? WHERE conversation_id = ? AND message_id = ?`),
+    // A reopened message keeps the index of its first turn (TURN-11, TURN-12).
+    bind: db.prepare(`UPDATE ${msgs} SET state = 'in_progress', turn_index = coalesce(turn_index, ?) WHERE conversation_id = ? AND message_id = ?`),
     setLastBound: db.prepare(`UPDATE ${conv} SET last_bound = ? WHERE conversation_id = ?`),
     turnCount: db.prepare(`SELECT coalesce(max(turn_index) + 1, 0) AS n FROM ${turns} WHERE conversation_id = ?`),
     hasTurn: db.prepare(`SELECT 1 AS one FROM ${turns} WHERE conversation_id = ? AND message_id = ? LIMIT 1`),

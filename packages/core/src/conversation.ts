@@ -1,7 +1,7 @@
 import type { JsonValue } from "./canonical.js";
 
 /**
- * The conversation-store contract (spec §4.4, TURN-9 … TURN-14). Provider-agnostic: messages
+ * The conversation-store contract (spec §4.1 and §4.2, TURN-1 … TURN-14). Provider-agnostic: messages
  * are stored as JSON values exactly as the stream side hands them over.
  *
  * The model-visible history (the *log*) changes ONLY through `commitTurn`, which is a
@@ -29,7 +29,7 @@ export interface StoredMessage {
   /** Arrival order within the conversation, from 1. */
   seq: number;
   state: MessageState;
-  /** The turn index of its first turn, fixed when it was bound (TURN-11); absent while queued. */
+  /** The turn index of its first turn, fixed when it was first bound (TURN-11); absent until then (a reopened message keeps it). */
   turnIndex?: number;
   /** The failed-turn record of its last failure, while `state` is "failed". */
   failure?: JsonValue;
@@ -122,8 +122,8 @@ export interface ConversationStore {
 
   /**
    * Take the conversation's turn lease (TURN-10). Succeeds when nobody holds it or the
-   * holder's lease expired (store clock); every success returns a fence one higher than any
-   * fence issued before for this conversation.
+   * holder's lease expired (store clock); every success returns a fence higher than any fence
+   * issued before for this conversation (the reference stores add one).
    */
   acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult>;
 

@@ -10,6 +10,7 @@ import type {
   TurnSnapshot,
 } from "./conversation.js";
 import { ConversationLeaseLostError, InvalidStoreInputError } from "./errors.js";
+import { canonicalize } from "./canonical.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
 
 interface Conversation {
@@ -50,6 +51,7 @@ export class MemoryConversationStore implements ConversationStore {
 
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
     checkMessageId(message?.id);
+    checkJson("content", message.content);
     const conversation = this.get(conversationId);
     const known = conversation.messages.get(message.id);
     if (known !== undefined) {
@@ -85,6 +87,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
+    checkLease(owner, leaseMs);
     const conversation = this.get(conversationId);
     const now = this.now();
     const held = conversation.lease;
@@ -116,7 +119,8 @@ export class MemoryConversationStore implements ConversationStore {
     if (current === undefined) return undefined;
     if (current.state === "queued") {
       current.state = "in_progress";
-      current.turnIndex = conversation.turns.length;
+      // A reopened message keeps the index of its first turn (TURN-11, TURN-12).
+      current.turnIndex ??= conversation.turns.length;
       conversation.lastBound = current.id;
     }
     const started = conversation.turns.some((t) => t.messageId === current.id);
@@ -126,6 +130,8 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
+    checkJson("assistant", commit.assistant);
+    if (commit.toolResults !== undefined) checkJson("toolResults", commit.toolResults);
     const conversation = this.get(conversationId);
     const lease = conversation.lease;
     if (lease === undefined || lease.fence !== commit.fence) return { committed: false };
@@ -205,6 +211,22 @@ export class MemoryConversationStore implements ConversationStore {
  */
 function reopenable(conversation: Conversation, message: StoredMessage): boolean {
   return conversation.lastBound === message.id;
+}
+
+/** What every store can keep and give back deep-equal: JSON data, as the durable stores store it. */
+function checkJson(field: string, value: unknown): void {
+  try {
+    canonicalize(value);
+  } catch (cause) {
+    throw new InvalidStoreInputError(field, `must be JSON data: ${(cause as Error).message}`);
+  }
+}
+
+function checkLease(owner: unknown, leaseMs: unknown): void {
+  if (typeof owner !== "string" || owner.length === 0) throw new InvalidStoreInputError("owner", "must be a non-empty string");
+  if (typeof leaseMs !== "number" || !Number.isSafeInteger(leaseMs) || leaseMs <= 0) {
+    throw new InvalidStoreInputError("leaseMs", "must be a positive integer of milliseconds");
+  }
 }
 
 /** Message ids are opaque to the store but must be usable as keys everywhere: non-empty, at most 256 characters. */
