@@ -77,20 +77,31 @@ export interface PostgresLedgerOptions {
   /** Largest result in UTF-8 bytes that complete() stores (default 1 MiB, at most 256 MiB). */
   maxResultBytes?: number;
   /**
-   * What the ledger declares (default "durable": a committed row is in the fsync'd WAL).
-   * Declare "volatile" if the server runs with fsync=off or synchronous_commit=off for
-   * these sessions, or replicates asynchronously and fails over: then acknowledged rows
-   * can be lost, and unkeyed_write tools must not rely on this ledger (LEDGER-14).
+   * What the ledger declares (LEDGER-14). Default "probe": `capabilities.durability` is
+   * "volatile" until `migrate()` or `probeDurability()` has read the server settings of a
+   * session of this pool, then "durable" exactly when fsync, synchronous_commit and
+   * full_page_writes keep a committed row across a server crash. Create the Dispatcher after
+   * that (it reads capabilities once, and refuses unkeyed_write tools on a volatile ledger).
+   * "durable" or "volatile" is an explicit override that skips the decision: declare "volatile"
+   * when you fail over to asynchronous standbys, "durable" only when you know better than the
+   * probe (it cannot see other sessions' SETs).
    */
-  durability?: "durable" | "volatile";
+  durability?: "probe" | "durable" | "volatile";
 }
 
-/** What probeDurability() found. Replication is not inspected: with asynchronous standbys a failover can still lose commits. */
+/** What probeDurability() found, as seen by one session of the ledger's pool. */
 export interface DurabilityProbe {
   durable: boolean;
   /** Why not durable, one line per setting. */
   reasons: string[];
-  settings: { fsync: string; synchronousCommit: string; fullPageWrites: string };
+  /**
+   * What the probe cannot decide but you should know: asynchronous standbys it can see (a
+   * failover to one can lose the last commits; declare "volatile" if you would fail over to it).
+   */
+  warnings: string[];
+  settings: { fsync: string; synchronousCommit: string; fullPageWrites: string; synchronousStandbyNames: string };
+  /** What capabilities.durability says after this probe (the probe's verdict, or your override). */
+  declared: "durable" | "volatile";
 }
 
 /** Default bound on one ledger operation (timeoutMs), the same as the Redis ledger's command timeout. */
@@ -178,7 +189,10 @@ function describe(error: unknown): string {
  * leases run on the server's clock; results are stored in a text column byte for byte.
  */
 export class PostgresLedger implements Ledger {
-  readonly capabilities: LedgerCapabilities;
+  /** Replaced, never mutated, when a probe decides the durability (durability: "probe"). */
+  private declared: LedgerCapabilities;
+  /** "probe" (decided by the server settings) or the explicit override. */
+  readonly durabilityMode: "probe" | "durable" | "volatile";
   readonly schema: string;
   readonly table: string;
   readonly retentionMs: number;
@@ -204,10 +218,11 @@ export class PostgresLedger implements Ledger {
       MAX_CONFIGURABLE_RESULT_BYTES,
     );
     this.timeoutMs = positiveInteger("timeoutMs", options.timeoutMs ?? DEFAULT_TIMEOUT_MS, 24 * 60 * 60 * 1000);
-    const durability = options.durability ?? "durable";
-    if (durability !== "durable" && durability !== "volatile") {
-      throw new InvalidLedgerInputError("durability", `must be "durable" or "volatile", not ${String(durability)}`);
+    const durability = options.durability ?? "probe";
+    if (durability !== "probe" && durability !== "durable" && durability !== "volatile") {
+      throw new InvalidLedgerInputError("durability", `must be "probe", "durable" or "volatile", not ${String(durability)}`);
     }
+    this.durabilityMode = durability;
     if ((options.pool === undefined) === (options.connectionString === undefined)) {
       throw new InvalidLedgerInputError("pool", "give exactly one of pool (bring your own) or connectionString");
     }
@@ -248,12 +263,18 @@ export class PostgresLedger implements Ledger {
       this.ownedPool = pool;
     }
     this.sql = statements({ schema: this.schema, table: this.table });
-    this.capabilities = {
-      durability,
+    this.declared = Object.freeze({
+      // Not yet probed: an unknown is not durable (the dispatcher refuses unkeyed_write tools).
+      durability: durability === "probe" ? "volatile" : durability,
       clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes,
-    };
+    });
+  }
+
+  /** What the ledger declares (LEDGER-14); with durability "probe", decided by the last probe. */
+  get capabilities(): LedgerCapabilities {
+    return this.declared;
   }
 
   /** The DDL this ledger's migrate() runs (the shipped schema.sql is this for the default names). */
@@ -272,19 +293,31 @@ export class PostgresLedger implements Ledger {
   async migrate(options: { hashPartitions?: number } = {}): Promise<void> {
     const text = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK_ID});\n${this.schemaSql(options)}`;
     await this.run("migrate", { text }, false);
+    // Opening the ledger is where its durability is decided (durability: "probe").
+    if (this.durabilityMode === "probe") await this.probeDurability();
   }
 
   /**
    * Read the server settings that decide whether a committed claim survives a crash, as seen
    * by a session of this ledger's pool (a shared pool inherits whatever the application SETs).
-   * `capabilities.durability` stays what you declared: use this at startup to choose it.
+   * With durability "probe" (the default) this decides `capabilities.durability`; with an
+   * explicit "durable" or "volatile" it only reports. `migrate()` calls it.
    */
   async probeDurability(): Promise<DurabilityProbe> {
-    const { rows } = await this.run<{ fsync: string; synchronous_commit: string; full_page_writes: string }>(
+    const { rows } = await this.run<{
+      fsync: string;
+      synchronous_commit: string;
+      full_page_writes: string;
+      synchronous_standby_names: string;
+      async_standbys: number;
+    }>(
       "probeDurability",
       {
+        // pg_stat_replication shows sync_state only to roles with pg_read_all_stats; others count 0.
         text: `SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit,
-                    current_setting('full_page_writes') AS full_page_writes`,
+                    current_setting('full_page_writes') AS full_page_writes,
+                    current_setting('synchronous_standby_names') AS synchronous_standby_names,
+                    (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('async', 'potential'))::int AS async_standbys`,
       },
       false,
     );
@@ -295,10 +328,28 @@ export class PostgresLedger implements Ledger {
       reasons.push("synchronous_commit is off: the last commits before a server crash can be lost");
     }
     if (settings.full_page_writes !== "on") reasons.push("full_page_writes is off: a crash can leave torn pages");
+    const warnings: string[] = [];
+    if (settings.async_standbys > 0) {
+      warnings.push(
+        `${settings.async_standbys} standby(s) replicate asynchronously: a failover to one can lose the last commits ` +
+          `(declare durability "volatile" if you would fail over to it, or list it in synchronous_standby_names)`,
+      );
+    }
+    const durable = reasons.length === 0;
+    if (this.durabilityMode === "probe") {
+      this.declared = Object.freeze({ ...this.declared, durability: durable ? "durable" : "volatile" });
+    }
     return {
-      durable: reasons.length === 0,
+      durable,
       reasons,
-      settings: { fsync: settings.fsync, synchronousCommit: settings.synchronous_commit, fullPageWrites: settings.full_page_writes },
+      warnings,
+      settings: {
+        fsync: settings.fsync,
+        synchronousCommit: settings.synchronous_commit,
+        fullPageWrites: settings.full_page_writes,
+        synchronousStandbyNames: settings.synchronous_standby_names,
+      },
+      declared: this.declared.durability,
     };
   }
 

@@ -41,6 +41,9 @@ export const postgresSubject: LedgerSubject = {
       async reopen() {
         const other = new PostgresLedger({ connectionString: DATABASE_URL, poolConfig: { max: 4 }, schema, ...options });
         others.push(other);
+        // What a restarted process does before it hands the ledger to a Dispatcher: decide
+        // the durability from the server (migrate() does the same on first open).
+        await other.probeDurability();
         return other;
       },
       raw: {
