@@ -68,8 +68,11 @@ export interface FailedTurnRecord {
   messageId: string;
   turnIndex: number;
   attempts: number;
-  /** Where the last attempt's stream died, "call_unresolved" when it finished but a call did not, "turn_limit" after maxTurns. */
-  position: FailurePosition | "call_unresolved" | "turn_limit";
+  /**
+   * Where the last attempt's stream died; "call_unresolved" when it finished but a call did not;
+   * "commit_refused" when the store could not keep the turn; "turn_limit" after maxTurns.
+   */
+  position: FailurePosition | "call_unresolved" | "commit_refused" | "turn_limit";
   error: StoredError;
   /** Every call of every attempt, in order. */
   calls: CallRecord[];

@@ -68,7 +68,9 @@ export class TurnFailedError extends DispatchOnceError {
 export type AttemptFailure =
   | { kind: "stream"; position: FailurePosition; error: unknown }
   /** The stream finished but a dispatched call could not be resolved (in flight elsewhere, unknown, released). */
-  | { kind: "call"; error: unknown; calls: CallRecord[] };
+  | { kind: "call"; error: unknown; calls: CallRecord[] }
+  /** The store refused to keep the turn the stream established (content it cannot store, e.g. nested past KEY-6's bound). */
+  | { kind: "commit"; error: unknown };
 
 export interface RetryPolicy {
   /**
@@ -102,7 +104,9 @@ export const defaultRetryPolicy: RetryPolicy = {
   shouldRetry: (failure) =>
     failure.kind === "stream"
       ? !isPermanentRequestError(failure.error)
-      : !failure.calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
+      : failure.kind === "commit"
+        ? false
+        : !failure.calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
 };
 
 export type RunnerEvent = { at: number; conversationId: string; turnIndex: number; attempt: number } & (
@@ -383,7 +387,17 @@ export class ConversationRunner {
       const records = this.callRecords(run.accumulator, run.resolutions, attempt);
       calls.push(...records);
       if (run.failure === undefined) {
-        const outcome = await this.commit(snapshot, fence, attempt, run.accumulator, run.resolutions);
+        let outcome: TurnOutcome;
+        try {
+          outcome = await this.commit(snapshot, fence, attempt, run.accumulator, run.resolutions);
+        } catch (error) {
+          // The store cannot keep what the stream established: the turn fails with a record
+          // (what its calls did is known), instead of leaving the message in progress forever.
+          if (!isDispatchOnceError(error, "invalid_store_input")) throw error;
+          lastFailure = { kind: "commit", error };
+          if (attempt >= this.retry.attempts || !this.retry.shouldRetry(lastFailure)) break;
+          continue;
+        }
         if (outcome.committed) return { kind: "committed", outcome };
         // Another worker took the conversation and committed (or will): what this attempt did
         // in the world is kept beside the conversation, never orphaned (TURN-13).
@@ -592,12 +606,12 @@ export class ConversationRunner {
       messageId: snapshot.message.id,
       turnIndex: snapshot.turnIndex,
       attempts,
-      position: failure?.kind === "stream" ? failure.position : "call_unresolved",
+      position: failure?.kind === "stream" ? failure.position : failure?.kind === "commit" ? "commit_refused" : "call_unresolved",
       error: storedErrorOf(failure?.error),
       calls,
       effects,
       // Re-sending helps unless an effect is left for a person to settle.
-      retryable: !calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
+      retryable: failure?.kind !== "commit" && !calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
       at: new Date().toISOString(),
     };
   }

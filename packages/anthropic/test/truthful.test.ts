@@ -1,7 +1,9 @@
+import { createRequire } from "node:module";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { z } from "zod";
 import { MemoryLedger } from "@dispatch-once/core";
 import type { MockProvider } from "@dispatch-once/mock-provider";
-import { TurnFailedError, type RunnerEvent } from "../src/index.js";
+import { ConversationRunner, TurnFailedError, type RunnerEvent } from "../src/index.js";
 import { PAY_ACME, closeDownstreams, providerWithPlans, setup } from "./fixtures.js";
 
 /**
@@ -136,5 +138,134 @@ describe("truthful results and records (DISPATCH-7, LEDGER-10, RECORD-5)", () =>
     expect(settled.turns[0]!.calls[0]).toMatchObject({ result: { paymentId: effects()[0]!.paymentId } });
     expect(effects()).toHaveLength(1);
     expect(PAY_ACME.payee).toBe("acme");
+  });
+});
+
+describe("the rest of issue 10's findings through the SDK (LEDGER-8, ERR-3, IDENT-5, KEY-6)", () => {
+  it("LEDGER-8 a tool that throws a ToolError without a disposition after paying is not committed as a failed payment", async () => {
+    const { Dispatcher, MemoryLedger, ToolError, ToolRegistry, defineTool } = await import("@dispatch-once/core");
+    const { createPaymentsClient } = await import("@dispatch-once/mock-payments");
+    const { runner: base, server, effects, client, store } = await setup(provider, { guarded: true });
+    const payments = createPaymentsClient({ baseURL: server.url, token: "acct_test" });
+    let calls = 0;
+    const careless = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ payee: z.string(), amount: z.number(), currency: z.string(), reference: z.string(), memo: z.string() }),
+      identity: ["payee", "amount", "currency", "reference"],
+      async run(args, ctx) {
+        const paid = await payments.createPayment(args, { idempotencyKey: ctx.idempotencyKey });
+        // The old default read this as "definite": the payment was made and reported as failed.
+        if (++calls === 1) throw new ToolError("timed out waiting for the receipt", {} as never);
+        return { paymentId: paid.body.id };
+      },
+    });
+    const runner = new ConversationRunner({
+      client,
+      store,
+      dispatcher: new Dispatcher({ tools: new ToolRegistry([careless]), ledger: new MemoryLedger() }),
+      model: "claude-test",
+      tools: [{ name: "send_payment", input_schema: { type: "object" } }],
+      retry: { backoffMs: () => 5 },
+    });
+    void base;
+    const result = await runner.send("conv-careless", { id: "m1", content: "pay acme" });
+    expect(effects()).toHaveLength(1);
+    expect(result.turns[0]!.calls[0]).toMatchObject({ result: { paymentId: effects()[0]!.paymentId } });
+    expect(result.turns[0]!.calls[0]!.error).toBeUndefined();
+  });
+
+  it("ERR-3 a ledger from another copy of core (CJS beside ESM) still fails closed on an unstorable result", async () => {
+    const require = createRequire(import.meta.url);
+    const cjs = require(require.resolve("@dispatch-once/core").replace(/index\.js$/, "index.cjs")) as typeof import("@dispatch-once/core");
+    const other = new cjs.MemoryLedger();
+    const ledger = Object.assign(Object.create(other), {
+      capabilities: other.capabilities,
+      complete: (key: string) => Promise.reject(new cjs.ResultNotStorableError(key, "too large for this store")),
+    });
+    const { runner, effects } = await setup(provider, { guarded: true, ledger });
+    const error = (await runner.send("conv-copies", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(error).toBeInstanceOf(TurnFailedError);
+    expect(effects()).toHaveLength(1);
+    expect(error.record.calls[0]).toMatchObject({ status: "result_not_storable", effect: "happened" });
+    expect(error.record.attempts).toBe(1);
+  });
+
+  it("IDENT-5 an impure default in the identity is refused before any payment, not a new key per replay", async () => {
+    const { Dispatcher, MemoryLedger, ToolRegistry, defineTool } = await import("@dispatch-once/core");
+    const { createPaymentsClient } = await import("@dispatch-once/mock-payments");
+    provider.setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : undefined));
+    const { server, effects, client, store } = await setup(provider, { guarded: true });
+    const payments = createPaymentsClient({ baseURL: server.url, token: "acct_test" });
+    let tick = 0;
+    const impure = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({
+        payee: z.string(),
+        amount: z.number(),
+        currency: z.string(),
+        reference: z.string(),
+        memo: z.string(),
+        requestedAt: z.string().default(() => `2026-11-30T10:00:${String(++tick).padStart(2, "0")}Z`),
+      }),
+      identity: ["payee", "amount", "currency", "reference", "requestedAt"],
+      async run(args, ctx) {
+        const paid = await payments.createPayment({ ...args, memo: args.memo }, { idempotencyKey: ctx.idempotencyKey });
+        return { paymentId: paid.body.id };
+      },
+    });
+    const runner = new ConversationRunner({
+      client,
+      store,
+      dispatcher: new Dispatcher({ tools: new ToolRegistry([impure]), ledger: new MemoryLedger() }),
+      model: "claude-test",
+      tools: [{ name: "send_payment", input_schema: { type: "object" } }],
+      retry: { backoffMs: () => 5 },
+    });
+    const result = await runner.send("conv-impure", { id: "m1", content: "pay acme" });
+    // Old code: a new key on each attempt, and the cut stream's retry paid a second time.
+    expect(effects()).toHaveLength(0);
+    expect(result.turns[0]!.calls[0]!.error).toMatchObject({ code: "invalid_tool_definition" });
+  });
+
+  // 1,000 levels: beyond KEY-6's 512, within what the mock provider's own JSON handling survives in a
+  // test worker (the old recursive canonicaliser overflowed at about 3,000 on the main thread; core's
+  // hostile-input tests cover that depth directly).
+  it("KEY-6 a 1,000-deep JSON argument is a typed refusal reported to the model, not a crash that kills the turn", async () => {
+    const { Dispatcher, MemoryLedger, ToolRegistry, defineTool } = await import("@dispatch-once/core");
+    const { scriptFromPlans, startMockProvider, toolUse, turn } = await import("@dispatch-once/mock-provider");
+    let deep: unknown = "bottom";
+    for (let i = 0; i < 1_000; i++) deep = [deep];
+    const deepProvider = await startMockProvider({ script: scriptFromPlans({ "save it": turn(toolUse("save_note", { data: deep })) }) });
+    try {
+      let runs = 0;
+      const note = defineTool({
+        name: "save_note",
+        effect: "keyed_write",
+        input: z.object({ data: z.any() }),
+        run: () => ++runs,
+      });
+      const { client: _c, store } = await setup(provider, { guarded: true });
+      void _c;
+      const Anthropic = (await import("@anthropic-ai/sdk")).default;
+      const runner = new ConversationRunner({
+        client: new Anthropic({ baseURL: deepProvider.baseURL, apiKey: "test", maxRetries: 0 }),
+        store,
+        dispatcher: new Dispatcher({ tools: new ToolRegistry([note]), ledger: new MemoryLedger() }),
+        model: "claude-test",
+        tools: [{ name: "save_note", input_schema: { type: "object" } }],
+      });
+      const error = (await runner.send("conv-deep", { id: "m1", content: "save it" }).catch((e: unknown) => e)) as TurnFailedError;
+      expect(runs).toBe(0);
+      // The dispatcher refused the call with a typed error; the store cannot keep the model's own
+      // output either, so the turn fails with a record that says nothing ran, and is not retried.
+      expect(error).toBeInstanceOf(TurnFailedError);
+      expect(error.record).toMatchObject({ position: "commit_refused", attempts: 1, retryable: false, effects: [] });
+      expect(error.record.calls[0]).toMatchObject({ status: "rejected", effect: "not_happened", error: { code: "not_canonicalizable" } });
+      expect(await store.message("conv-deep", "m1")).toMatchObject({ state: "failed" });
+    } finally {
+      await deepProvider.close();
+    }
   });
 });
