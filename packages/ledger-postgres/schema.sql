@@ -38,10 +38,16 @@ END
 $add_request$;
 
 -- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
--- not change, so complete/fail/release stay HOT updates (no index writes); an index on
--- expires_at would cost every finish an index insert.
+-- not change; an index on expires_at would cost every finish one more index insert.
 CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_claimed_at"
   ON "public"."dispatch_once_ledger" (claimed_at);
+
+-- listExpiredInFlight() reads this index: only in-flight rows are in it (the calls running now,
+-- plus any expired claim nobody came back for), so it stays small and the listing never scans
+-- finished rows. Its price: finishing a call changes the state, which this index's predicate reads,
+-- so complete/fail/release/markUnknown (and renew) are no longer HOT updates (see the README).
+CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_in_flight"
+  ON "public"."dispatch_once_ledger" (lease_expires_at) WHERE state = 'in_flight';
 
 -- claim(): the whole claim rule in one round trip (see the package README). The previous
 -- version's function (six arguments) wrote rows without a request: it goes.

@@ -6,6 +6,7 @@ export {
   MAX_SERIALIZATION_ATTEMPTS,
   type PostgresLedgerOptions,
   type DurabilityProbe,
+  type ListExpiredInFlightOptions,
   type Queryable,
 } from "./postgres-ledger.js";
 export { InvalidLedgerInputError } from "./errors.js";

@@ -10,6 +10,7 @@ import {
   assertStorableResult,
   type ClaimRequest,
   type ClaimResult,
+  type InFlightRow,
   type Ledger,
   type LedgerCapabilities,
   type LedgerRow,
@@ -114,6 +115,17 @@ export const DEFAULT_TIMEOUT_MS = 5_000;
  * cannot see fails this way, and its retry finds the row). Bounded by timeoutMs as well.
  */
 export const MAX_SERIALIZATION_ATTEMPTS = 10;
+
+/** Options of listExpiredInFlight(); the same shape in every Dispatch-Once SQL ledger. */
+export interface ListExpiredInFlightOptions {
+  /** Only rows whose lease ran out at least this many ms ago (store clock). Default 0. */
+  olderThanMs?: number;
+  /** At most this many rows (1..10 000). Default 100. */
+  limit?: number;
+}
+
+const DEFAULT_LIST_LIMIT = 100;
+const MAX_LIST_LIMIT = 10_000;
 
 /** Ceiling on maxResultBytes: PostgreSQL text holds 1 GB, but a row that large hurts every reader. */
 export const MAX_CONFIGURABLE_RESULT_BYTES = 256 * 1024 * 1024;
@@ -454,6 +466,36 @@ export class PostgresLedger implements Ledger {
     // Decode first: a corrupt row is reported even when its retention column says "old".
     const row = decodeRow(raw);
     return retentionPassed(raw, Number(raw.now_ms)) ? undefined : row;
+  }
+
+  /**
+   * In-flight rows whose lease ran out at least `olderThanMs` ago (server clock; default 0),
+   * oldest expiry first, at most `limit` (default 100, at most 10 000). Read-only: nothing is
+   * moved to `unknown` or taken over here. Such a row stays in flight until someone claims its
+   * key again: a claim settles it by the rules of its effect class (an expired unkeyed_write
+   * becomes unknown, LEDGER-7; an expired keyed_write is taken over and re-run under the same
+   * key), so an operator or a reconciler can find claims nobody came back for. Backed by the
+   * partial index on in-flight rows: the finished rows are never read. A listed row that does
+   * not decode raises LedgerCorruptError naming its key (LEDGER-11).
+   */
+  async listExpiredInFlight(options: ListExpiredInFlightOptions = {}): Promise<InFlightRow[]> {
+    if (typeof options !== "object" || options === null) {
+      throw new InvalidLedgerInputError("options", "expected { olderThanMs?, limit? }");
+    }
+    const olderThanMs = options.olderThanMs ?? 0;
+    if (typeof olderThanMs !== "number" || !Number.isSafeInteger(olderThanMs) || olderThanMs < 0 || olderThanMs > MAX_LEASE_MS) {
+      throw new InvalidLedgerInputError("olderThanMs", `${String(olderThanMs)} is not an integer number of milliseconds in 0..${MAX_LEASE_MS}`);
+    }
+    const limit = positiveInteger("limit", options.limit ?? DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT);
+    const { rows } = await this.run<RawRow>(
+      "listExpiredInFlight",
+      this.prepared(this.sql.expiredInFlight, [String(olderThanMs), String(limit)]),
+    );
+    return rows.map((raw) => {
+      const row = decodeRow(raw);
+      if (row.state !== "in_flight") throw new LedgerCorruptError(raw.key, `listed as in flight but decoded as ${row.state}`);
+      return row;
+    });
   }
 
   async sweep(): Promise<number> {

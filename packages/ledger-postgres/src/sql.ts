@@ -245,10 +245,16 @@ END
 $add_request$;
 
 -- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
--- not change, so complete/fail/release stay HOT updates (no index writes); an index on
--- expires_at would cost every finish an index insert.
+-- not change; an index on expires_at would cost every finish one more index insert.
 CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_claimed_at`)}
   ON ${qualified} (claimed_at);
+
+-- listExpiredInFlight() reads this index: only in-flight rows are in it (the calls running now,
+-- plus any expired claim nobody came back for), so it stays small and the listing never scans
+-- finished rows. Its price: finishing a call changes the state, which this index's predicate reads,
+-- so complete/fail/release/markUnknown (and renew) are no longer HOT updates (see the README).
+CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_in_flight`)}
+  ON ${qualified} (lease_expires_at) WHERE state = 'in_flight';
 
 -- claim(): the whole claim rule in one round trip (see the package README). The previous
 -- version's function (six arguments) wrote rows without a request: it goes.
@@ -282,6 +288,7 @@ export interface Statements {
   owns: Statement;
   lookup: Statement;
   sweep: Statement;
+  expiredInFlight: Statement;
 }
 
 /** Every statement the ledger runs, each one round trip. */
@@ -312,6 +319,15 @@ export function statements(name: TableName): Statements {
     release: statement("release", finish("released", null)),
     owns: statement("owns", `SELECT 1 FROM ${t} WHERE ${owned}`),
     lookup: statement("lookup", `SELECT ${ROW_COLUMNS}, ${NOW_MS} AS now_ms FROM ${t} WHERE key = $1`),
+    // expiredInFlight($1 older_than_ms, $2 limit): in-flight rows whose lease ran out at least
+    // $1 ms ago on the server clock, oldest expiry first. The predicate state = 'in_flight'
+    // matches the partial index's, so the planner walks that index (never the finished rows).
+    expiredInFlight: statement(
+      "expired",
+      `SELECT ${ROW_COLUMNS} FROM ${t}
+ WHERE state = 'in_flight' AND lease_expires_at <= ${NOW_MS} - $1::bigint
+ ORDER BY lease_expires_at LIMIT $2::int`,
+    ),
     // sweep($1 batch, $2 retention_ms). A row's expires_at is finished_at + retention and
     // finished_at >= claimed_at, so every row this ledger's retention has expired has
     // claimed_at <= now - retention: that bound lets the claimed_at index find them oldest

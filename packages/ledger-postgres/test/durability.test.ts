@@ -2,14 +2,16 @@
 // sessions see (durability: "probe", the default), and the dispatcher then refuses
 // unkeyed_write tools on a ledger that can lose acknowledged rows.
 import { createRequire } from "node:module";
-import { Dispatcher, defineTool, isDispatchOnceError } from "@dispatch-once/core";
+import { Dispatcher, defineTool, isDispatchOnceError, type ToolDefinition } from "@dispatch-once/core";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresLedger } from "../src/index.js";
 import { DATABASE_URL, adminPool, dropSchema, uniqueSchema } from "./helpers.js";
 
 // zod is core's dependency (tools take a zod schema); this package does not depend on it.
-const { z } = createRequire(createRequire(import.meta.url).resolve("@dispatch-once/core"))("zod") as typeof import("zod");
+const { z } = createRequire(createRequire(import.meta.url).resolve("@dispatch-once/core"))("zod") as {
+  z: { object(shape: Record<string, unknown>): ToolDefinition["input"]; number(): unknown };
+};
 
 let admin: pg.Pool;
 const schemas: string[] = [];

@@ -91,6 +91,7 @@ describe("schema and migrate()", () => {
     expect(rows).toEqual([
       { relname: "Tool_Calls", relkind: "r" },
       { relname: "Tool_Calls_claimed_at", relkind: "i" },
+      { relname: "Tool_Calls_in_flight", relkind: "i" },
       { relname: "Tool_Calls_pkey", relkind: "i" },
     ]);
     const fn = await admin.query(
