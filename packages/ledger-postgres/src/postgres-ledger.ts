@@ -290,7 +290,7 @@ export class PostgresLedger implements Ledger {
   }
 
   /** The DDL this ledger's migrate() runs (the shipped schema.sql is this for the default names). */
-  schemaSql(options: { hashPartitions?: number } = {}): string {
+  schemaSql(options: { hashPartitions?: number; inFlightIndex?: boolean } = {}): string {
     return schemaSql({ schema: this.schema, table: this.table, ...options });
   }
 
@@ -302,7 +302,7 @@ export class PostgresLedger implements Ledger {
    * by key (an existing table is left as it is). Unlike the ledger operations it may run
    * inside your own (migration) transaction: DDL that rolls back leaves nothing to trust.
    */
-  async migrate(options: { hashPartitions?: number } = {}): Promise<void> {
+  async migrate(options: { hashPartitions?: number; inFlightIndex?: boolean } = {}): Promise<void> {
     const text = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK_ID});\n${this.schemaSql(options)}`;
     await this.run("migrate", { text }, false);
     // Opening the ledger is where its durability is decided (durability: "probe").

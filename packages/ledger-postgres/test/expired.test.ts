@@ -159,4 +159,17 @@ describe("listExpiredInFlight(): expired claims nobody came back for become visi
     expect(listed).toHaveLength(500);
     expect(listed[0]!.key).toBe("f1");
   });
+
+  it("migrate({ inFlightIndex: false }) creates no index; the listing is the same, by a scan", async () => {
+    const schema = uniqueSchema("expirednoidx");
+    schemas.push(schema);
+    const ledger = new PostgresLedger({ pool: admin, schema });
+    await ledger.migrate({ inFlightIndex: false });
+    const { rows } = await admin.query(`SELECT indexname FROM pg_indexes WHERE schemaname = $1 ORDER BY 1`, [schema]);
+    expect(rows.map((r: { indexname: string }) => r.indexname)).toEqual(["dispatch_once_ledger_claimed_at", "dispatch_once_ledger_pkey"]);
+    await ledger.claim(request("x", "unkeyed_write"));
+    await expireLease(admin, schema, "x");
+    expect((await ledger.listExpiredInFlight()).map((r) => r.key)).toEqual(["x"]);
+    await expect(ledger.migrate({ inFlightIndex: "no" as never })).rejects.toMatchObject({ code: "invalid_ledger_input", field: "inFlightIndex" });
+  });
 });
