@@ -4,7 +4,8 @@ export {
   type SqliteLedgerOptions,
   type SqliteDatabase,
   type SqliteSynchronous,
+  type ListExpiredInFlightOptions,
 } from "./sqlite-ledger.js";
-export { schemaSql, addRequestColumnSql, DEFAULT_TABLE, TABLE_NAME_PATTERN } from "./schema.js";
+export { schemaSql, addRequestColumnSql, inFlightIndexSql, DEFAULT_TABLE, TABLE_NAME_PATTERN } from "./schema.js";
 // Core's error for bad adapter options and arguments (code invalid_ledger_input), re-exported for convenience.
 export { InvalidLedgerInputError } from "@dispatch-once/core";

@@ -29,8 +29,12 @@ export function assertTableName(table: string): void {
  *   every row, and a NULL one (a row of an older version) reads as ledger_corrupt.
  * - No CHECK constraints: decoding every row on read is the guard (LEDGER-11), and a row
  *   written by another format version must reach the reader to be refused with ledger_corrupt.
+ * - One partial index, on the lease of in-flight rows only, for listExpiredInFlight(): it holds
+ *   the calls running now (plus expired claims nobody came back for), never the finished rows,
+ *   so it stays a few pages whatever the table size. Its price is one small index write when a
+ *   claim starts and one when it finishes (and on renew).
  */
-export function schemaSql(table: string = DEFAULT_TABLE): string {
+export function schemaSql(table: string = DEFAULT_TABLE, options: { inFlightIndex?: boolean } = {}): string {
   assertTableName(table);
   return `CREATE TABLE IF NOT EXISTS "${table}" (
   seq              INTEGER PRIMARY KEY,
@@ -50,7 +54,16 @@ export function schemaSql(table: string = DEFAULT_TABLE): string {
   request          TEXT,
   result           TEXT
 );
-`;
+${options.inFlightIndex === false ? "" : inFlightIndexSql(table)}`;
+}
+
+/**
+ * The partial index listExpiredInFlight() reads (part of schemaSql() unless
+ * `inFlightIndex: false`). Building it reads the whole table once, under the write lock.
+ */
+export function inFlightIndexSql(table: string = DEFAULT_TABLE): string {
+  assertTableName(table);
+  return `CREATE INDEX IF NOT EXISTS "${table}_in_flight" ON "${table}" (lease_expires_at) WHERE state = 'in_flight';\n`;
 }
 
 /**

@@ -68,6 +68,13 @@ export interface SqliteLedgerOptions {
    * addRequestColumnSql()) yourself.
    */
   migrate?: boolean;
+  /**
+   * Create the partial index on in-flight rows that listExpiredInFlight() reads (default true;
+   * only with `migrate`). It costs every claim and every finish one small index write: measured
+   * 0.94-0.96x claim+complete throughput with synchronous=FULL and 0.79-0.83x with NORMAL. With
+   * false it is not created (an existing one is left), and listExpiredInFlight() scans the table.
+   */
+  inFlightIndex?: boolean;
   /** Rows one sweep step examines (and at most deletes) before yielding the write lock. Default 1000. */
   sweepBatchSize?: number;
   /**
@@ -81,6 +88,18 @@ export interface SqliteLedgerOptions {
 }
 
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
+const DEFAULT_LIST_LIMIT = 100;
+const MAX_LIST_LIMIT = 10_000;
+/** A year: a longer olderThanMs is a mistake, not a query. */
+const MAX_OLDER_THAN_MS = 366 * 24 * 60 * 60 * 1000;
+
+/** Options of listExpiredInFlight(); the same shape in every Dispatch-Once SQL ledger. */
+export interface ListExpiredInFlightOptions {
+  /** Only rows whose lease ran out at least this many ms ago (store clock). Default 0. */
+  olderThanMs?: number;
+  /** At most this many rows (1..10 000). Default 100. */
+  limit?: number;
+}
 const DEFAULT_SWEEP_BATCH = 1000;
 /** SQLite's default SQLITE_MAX_LENGTH: no TEXT value can be longer. */
 const SQLITE_MAX_LENGTH = 1_000_000_000;
@@ -122,6 +141,8 @@ interface Statements {
   sweepScan: Database.Statement<[number, number], { seq: number; claimed_at: unknown; now: number }>;
   /** (after seq, up to seq) -> delete the finished rows past retention in that range */
   sweepRange: Database.Statement<[number, number]>;
+  /** (olderThanMs, limit) -> in-flight rows whose lease ran out, oldest expiry first (the partial index) */
+  expiredInFlight: Database.Statement<[number, number], RawRow>;
 }
 
 /**
@@ -139,6 +160,7 @@ export class SqliteLedger implements Ledger {
   private readonly ownsDatabase: boolean;
   private readonly retentionMs: number;
   private readonly sweepBatchSize: number;
+  private readonly inFlightIndex: boolean;
   private readonly stmts: Statements;
   private readonly claimTransaction: (request: ClaimRequest) => ClaimResult;
   private closed = false;
@@ -156,6 +178,10 @@ export class SqliteLedger implements Ledger {
       throw new InvalidLedgerInputError("maxResultBytes", `SQLite stores at most ${SQLITE_MAX_LENGTH} bytes in one value`);
     }
     this.sweepBatchSize = positiveInteger("sweepBatchSize", options.sweepBatchSize, DEFAULT_SWEEP_BATCH);
+    if (options.inFlightIndex !== undefined && typeof options.inFlightIndex !== "boolean") {
+      throw new InvalidLedgerInputError("inFlightIndex", `expected a boolean, got ${String(options.inFlightIndex)}`);
+    }
+    this.inFlightIndex = options.inFlightIndex ?? true;
     if (options.busyTimeoutMs !== undefined) positiveInteger("busyTimeoutMs", options.busyTimeoutMs, 0, true);
     if (options.synchronous !== undefined && options.synchronous !== "FULL" && options.synchronous !== "NORMAL") {
       throw new InvalidLedgerInputError("synchronous", `expected "FULL" or "NORMAL", got ${JSON.stringify(options.synchronous)}`);
@@ -240,7 +266,7 @@ export class SqliteLedger implements Ledger {
       journalMode = String(db.pragma("journal_mode", { simple: true })).toLowerCase();
     }
     const synchronous = Number(db.pragma("synchronous", { simple: true }));
-    if (options.migrate ?? true) ensureSchema(db, table);
+    if (options.migrate ?? true) ensureSchema(db, table, options.inFlightIndex ?? true);
     let nowSql = STORE_NOW_SQL;
     if (options.now !== undefined) {
       const clock = options.now;
@@ -251,11 +277,12 @@ export class SqliteLedger implements Ledger {
   }
 
   /**
-   * Create the table if missing and add the `request` column to a table of an older version
+   * Create the table if missing, add the `request` column to a table of an older version and
+   * the in-flight index (unless `inFlightIndex: false`)
    * (idempotent; also run on open unless `migrate: false`).
    */
   migrate(): void {
-    this.guard(undefined, "migrate", () => ensureSchema(this.database, this.table));
+    this.guard(undefined, "migrate", () => ensureSchema(this.database, this.table, this.inFlightIndex));
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
@@ -377,6 +404,38 @@ export class SqliteLedger implements Ledger {
       // Let claims waiting in this process run between batches.
       await new Promise<void>((resolve) => setImmediate(resolve));
     }
+  }
+
+  /**
+   * In-flight rows whose lease ran out at least `olderThanMs` ago (store clock; default 0),
+   * oldest expiry first, at most `limit` (default 100, at most 10 000). Read-only: nothing is
+   * moved to `unknown` or taken over here. Such a row stays in flight until someone claims its
+   * key again, which settles it by the rules of its effect class (an expired unkeyed_write
+   * becomes unknown, LEDGER-7; an expired keyed_write is taken over and re-run under the same
+   * key); this is how an operator or a reconciler finds claims nobody came back for. Read from
+   * the partial index on in-flight rows, never from the finished rows. A listed row that does
+   * not decode raises LedgerCorruptError naming its key (LEDGER-11).
+   */
+  async listExpiredInFlight(options: ListExpiredInFlightOptions = {}): Promise<InFlightRow[]> {
+    if (typeof options !== "object" || options === null) {
+      throw new InvalidLedgerInputError("options", "expected { olderThanMs?, limit? }");
+    }
+    const olderThanMs = options.olderThanMs ?? 0;
+    if (typeof olderThanMs !== "number" || !Number.isSafeInteger(olderThanMs) || olderThanMs < 0 || olderThanMs > MAX_OLDER_THAN_MS) {
+      throw new InvalidLedgerInputError("olderThanMs", `expected an integer number of milliseconds in 0..${MAX_OLDER_THAN_MS}, got ${String(olderThanMs)}`);
+    }
+    const limit = options.limit ?? DEFAULT_LIST_LIMIT;
+    if (typeof limit !== "number" || !Number.isSafeInteger(limit) || limit < 1 || limit > MAX_LIST_LIMIT) {
+      throw new InvalidLedgerInputError("limit", `expected an integer in 1..${MAX_LIST_LIMIT}, got ${String(limit)}`);
+    }
+    return this.guard(undefined, "listExpiredInFlight", () =>
+      this.stmts.expiredInFlight.all(olderThanMs, limit).map((raw) => {
+        const key = typeof raw.key === "string" ? raw.key : String(raw.key);
+        const { row } = decodeRow(key, raw);
+        if (row.state !== "in_flight") throw new LedgerCorruptError(key, `listed as in flight but decoded as ${row.state}`);
+        return row;
+      }),
+    );
   }
 
   /** Close the connection if the ledger opened it (a brought-your-own connection is left open). */
@@ -584,6 +643,10 @@ function prepare(db: SqliteDatabase, table: string, now: string): Statements {
     sweepRange: db.prepare(
       `DELETE FROM ${t} WHERE seq > ? AND seq <= ? AND state <> 'in_flight' AND expires_at <= ${now}`,
     ),
+    // state = 'in_flight' is the partial index's own predicate, so SQLite walks that index.
+    expiredInFlight: db.prepare(
+      `SELECT ${COLUMNS} FROM ${t} WHERE state = 'in_flight' AND lease_expires_at <= ${now} - ? ORDER BY lease_expires_at LIMIT ?`,
+    ),
   };
 }
 
@@ -592,8 +655,8 @@ function prepare(db: SqliteDatabase, table: string, now: string): Statements {
  * version created. The column check and the ALTER run under the write lock, so processes
  * opening the file at once add it exactly once; a table that has it costs one read.
  */
-function ensureSchema(db: SqliteDatabase, table: string): void {
-  db.exec(schemaSql(table));
+function ensureSchema(db: SqliteDatabase, table: string, inFlightIndex: boolean): void {
+  db.exec(schemaSql(table, { inFlightIndex }));
   const hasRequest = db.prepare("SELECT 1 FROM pragma_table_info(?) WHERE name = 'request'").pluck();
   if (hasRequest.get(table) !== undefined) return;
   db.transaction(() => {

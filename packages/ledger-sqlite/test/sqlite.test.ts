@@ -62,12 +62,16 @@ afterEach(async () => {
 });
 
 describe("schema and settings", () => {
-  it("creates the table (and only the key index) on open, in WAL mode with synchronous=FULL (durable)", () => {
+  it("creates the table (the key index and the in-flight partial index only) on open, in WAL mode with synchronous=FULL (durable)", () => {
     const storeClock = open({ now: undefined });
     const objects = raw
-      .prepare("SELECT type, name FROM sqlite_master WHERE tbl_name = ? ORDER BY type")
+      .prepare("SELECT type, name FROM sqlite_master WHERE tbl_name = ? ORDER BY type, name")
       .all(TABLE) as { type: string; name: string }[];
-    expect(objects.map((o) => `${o.type}:${o.name}`)).toEqual([`index:sqlite_autoindex_${TABLE}_1`, `table:${TABLE}`]);
+    expect(objects.map((o) => `${o.type}:${o.name}`)).toEqual([
+      `index:${TABLE}_in_flight`,
+      `index:sqlite_autoindex_${TABLE}_1`,
+      `table:${TABLE}`,
+    ]);
     expect(raw.pragma("journal_mode", { simple: true })).toBe("wal");
     expect(storeClock.database.pragma("synchronous", { simple: true })).toBe(2);
     expect(storeClock.capabilities).toEqual({
@@ -116,7 +120,7 @@ describe("schema and settings", () => {
     db.exec(sql);
     db.exec(sql); // idempotent
     const names = (db.prepare("SELECT name FROM sqlite_master ORDER BY name").all() as { name: string }[]).map((r) => r.name);
-    expect(names).toEqual(["sqlite_autoindex_tool_calls_1", "tool_calls"]);
+    expect(names).toEqual(["sqlite_autoindex_tool_calls_1", "tool_calls", "tool_calls_in_flight"]);
     db.close();
   });
 });
