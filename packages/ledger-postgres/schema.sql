@@ -115,9 +115,9 @@ BEGIN
         finished_at      = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN now_ms END,
         expires_at       = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN now_ms + p_retention_ms END,
         reason           = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN 'lease_expired' END,
-        -- kept by a re-claim, a takeover and the expiry to unknown; a row past retention is
-        -- forgotten, so its claim stores the claimant's request (LEDGER-21)
-        request          = CASE WHEN r.state IN ('completed', 'failed', 'unknown') THEN p_request ELSE r.request END,
+        -- kept by a re-claim, a takeover and the expiry to unknown; a row past retention
+        -- (released ones too) is forgotten, so its claim stores the claimant's request (LEDGER-21)
+        request          = CASE WHEN r.state <> 'in_flight' AND r.expires_at <= now_ms THEN p_request ELSE r.request END,
         result           = NULL,
         error            = NULL
       WHERE r.key = p_key AND (r.v = 1 AND r.request IS NOT NULL AND (

@@ -648,6 +648,34 @@ describe("the stored request (LEDGER-21)", () => {
   });
 });
 
+describe("LEDGER-21 with retention: a row past retention is forgotten and lends nothing", () => {
+  for (const state of ["released", "completed", "failed", "unknown"] as const) {
+    it(`a ${state} row past retention (not yet swept): the next claim stores and returns its own request, fence continued`, async () => {
+      const { ledger, schema } = await fresh(`forgot_${state}`);
+      const key = `forgotten-${state}`;
+      const { fence } = await claimed(ledger, key, "owner-a", "keyed_write", '{"who":"old"}');
+      if (state === "released") await ledger.release(key, fence);
+      if (state === "completed") await ledger.complete(key, fence, '"done"');
+      if (state === "failed") await ledger.fail(key, fence, { name: "E", message: "m" });
+      if (state === "unknown") await ledger.markUnknown(key, fence, "tool_error");
+      await expireRetention(admin, schema, key);
+      const next = await ledger.claim(request(key, "owner-b", "keyed_write", 60_000, '{"who":"new"}'));
+      expect(next).toMatchObject({ outcome: "claimed", fence: fence + 1, takeover: false, request: '{"who":"new"}' });
+      expect(await storedColumns(admin, schema, key)).toMatchObject({ state: "in_flight", request: '{"who":"new"}', owner: "owner-b" });
+    });
+  }
+
+  it("a released row within retention still lends its request (a re-claim re-runs the first request)", async () => {
+    const { ledger } = await fresh("forgot_within");
+    const { fence } = await claimed(ledger, "kept", "owner-a", "keyed_write", '{"who":"old"}');
+    await ledger.release("kept", fence);
+    expect(await ledger.claim(request("kept", "owner-b", "keyed_write", 60_000, '{"who":"new"}'))).toMatchObject({
+      outcome: "claimed",
+      request: '{"who":"old"}',
+    });
+  });
+});
+
 describe("schema migration from 0.1.0 (the request column)", () => {
   it("migrate() adds the column to a 0.1.0 table, replaces the old claim function, and old rows read as ledger_corrupt", async () => {
     const schema = uniqueSchema("upgrade");
