@@ -1,14 +1,16 @@
+import type { CallRecord, FailedTurnRecord, SupersededAttemptRecord } from "@dispatch-once/anthropic";
+import type { JsonValue, StoredMessage, StoredTurn } from "@dispatch-once/core";
 import type { Effect } from "@dispatch-once/mock-payments";
-import type { CaseContext } from "./world.js";
-import type { PlannedCall } from "./scenario.js";
+import { faultFree, type PlannedCall } from "./scenario.js";
+import { expectedKey, identityText, short, type CaseContext, type RecordedEvent, type SentMessage, type ToolRun } from "./world.js";
 
 export interface OracleViolation {
   rule: string;
   message: string;
 }
 
-/** What identifies an effect downstream: the fields that tell two effects apart. */
-function plannedSignature(call: PlannedCall): string | undefined {
+/** What the user asked for, as the downstream tells effects apart (a void by its payment's reference). */
+export function plannedSignature(call: PlannedCall): string | undefined {
   const a = call.args;
   switch (call.tool) {
     case "send_payment":
@@ -36,111 +38,482 @@ function effectSignature(effect: Effect, referenceOf: Map<string, string>): stri
   }
 }
 
-type Block = { type: string; id?: string; tool_use_id?: string; is_error?: boolean; content?: unknown; name?: string };
+function describeEffect(effect: Effect): string {
+  return `${effect.kind} ${effect.resourceId} (seq ${effect.seq}, key ${short(effect.idempotencyKey ?? undefined)})`;
+}
+
+type Block = { type: string; id?: string; name?: string; input?: unknown; tool_use_id?: string; is_error?: boolean; content?: unknown };
+
+const blocksOf = (message: JsonValue | undefined): Block[] => {
+  const content = (message as { content?: unknown } | undefined)?.content;
+  return Array.isArray(content) ? (content as Block[]) : [];
+};
+
+const WRITES = new Set(["send_payment", "void_payment", "create_invoice"]);
+/** Record effect words that say the effect may be out there. */
+const SAYS_MAYBE = new Set(["happened", "may_have_happened"]);
+
+/** Union-find over message ids: the messages one intent may have been answered through. */
+class Intents {
+  private readonly parent = new Map<string, string>();
+  find(id: string): string {
+    let root = id;
+    while ((this.parent.get(root) ?? root) !== root) root = this.parent.get(root)!;
+    this.parent.set(id, root);
+    return root;
+  }
+  union(a: string, b: string): void {
+    const ra = this.find(a);
+    const rb = this.find(b);
+    if (ra !== rb) this.parent.set(rb, ra);
+  }
+}
+
+interface ConversationState {
+  id: string;
+  sent: SentMessage[];
+  stored: Map<string, StoredMessage>;
+  turns: StoredTurn[];
+  log: JsonValue[];
+  records: JsonValue[];
+}
 
 /**
- * The Jepsen-style oracle: the downstream effect log against what the conversations committed.
- * Every logical effect of a committed turn happened exactly once; of a failed turn at most once;
- * legitimate repeats were not swallowed; replays returned identical results; abandoned calls
- * were never dispatched; nothing the stream did not establish entered a conversation.
+ * The Jepsen-style oracle (issue 12): the downstream effect log, the tool runs and the stores
+ * against what each user intent asked for and what every answer and record says.
+ * - one effect per planned call per intent (a message and its re-asks), not only per key;
+ * - a committed success had exactly one effect under its key and names it; a committed error had none;
+ * - every failed-turn record lists every effect its attempts made, and never denies one;
+ * - messages take turn indexes one at a time, in arrival order; a re-ask takes the failed index;
+ * - every re-run of a key ran the first request; every answer for a key is the same bytes;
+ * - a run with no fault injected has no failure, takeover or unknown outcome; every send settles.
  */
 export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<OracleViolation[]> {
-  const violations: OracleViolation[] = [];
+  const violations: OracleViolation[] = [...ctx.liveness];
+  const add = (rule: string, message: string) => violations.push({ rule, message });
+
+  const conversations: ConversationState[] = [];
+  for (const conversation of ctx.scenario.conversations) {
+    const { store } = ctx.stores.get(conversation.id)!;
+    const sent = ctx.messages.filter((m) => m.conversationId === conversation.id);
+    const stored = new Map<string, StoredMessage>();
+    const turns: StoredTurn[] = [];
+    for (const m of sent) {
+      const s = await store.message(conversation.id, m.id);
+      if (s !== undefined) stored.set(m.id, s);
+      turns.push(...(await store.turnsOf(conversation.id, m.id)));
+    }
+    turns.sort((a, b) => a.turnIndex - b.turnIndex);
+    conversations.push({ id: conversation.id, sent, stored, turns, log: await store.log(conversation.id), records: await store.records(conversation.id) });
+  }
+
   const referenceOf = new Map<string, string>();
   for (const e of effects) if (e.kind === "payment_created") referenceOf.set(e.resourceId, String(e.payload.reference));
+  const effectsByKey = new Map<string, Effect[]>();
+  for (const e of effects) {
+    if (e.idempotencyKey === null) continue;
+    effectsByKey.set(e.idempotencyKey, [...(effectsByKey.get(e.idempotencyKey) ?? []), e]);
+  }
+  const runsByKey = new Map<string, ToolRun[]>();
+  for (const run of ctx.runs) runsByKey.set(run.key, [...(runsByKey.get(run.key) ?? []), run]);
 
-  const lower = new Map<string, number>();
-  const upper = new Map<string, number>();
-  const bump = (m: Map<string, number>, k: string) => m.set(k, (m.get(k) ?? 0) + 1);
-
-  for (const conversation of ctx.scenario.conversations) {
-    const snapshot = await ctx.store.load(conversation.id);
-    const messages = snapshot.messages;
-
-    // RECORD-1 / RECORD-3: the committed history is well formed and only holds what streams established.
-    const assistants = messages.filter((m) => m.role === "assistant").length;
-    if (assistants !== snapshot.turnCount) {
-      violations.push({ rule: "TURN-5", message: `${conversation.id}: ${assistants} assistant messages but ${snapshot.turnCount} committed turns` });
-    }
-    for (let i = 0; i < messages.length; i++) {
-      const m = messages[i]!;
-      if (m.role !== "assistant" || typeof m.content === "string") continue;
-      const uses = (m.content as Block[]).filter((b) => b.type === "tool_use").map((b) => b.id!);
-      const next = messages[i + 1];
-      const results =
-        next && next.role === "user" && Array.isArray(next.content)
-          ? (next.content as Block[]).filter((b) => b.type === "tool_result").map((b) => b.tool_use_id!)
-          : [];
+  // ---- TURN-5, RECORD-1: the committed log is well formed ----
+  for (const c of conversations) {
+    c.turns.forEach((t, i) => {
+      if (t.turnIndex !== i) add("TURN-5", `${c.id}: committed turn indexes are ${JSON.stringify(c.turns.map((x) => x.turnIndex))}, not 0..${c.turns.length - 1}`);
+    });
+    const assistants = c.log.filter((m) => (m as { role?: string }).role === "assistant").length;
+    if (assistants !== c.turns.length) add("TURN-5", `${c.id}: the log holds ${assistants} assistant messages but ${c.turns.length} turns are committed`);
+    for (let i = 0; i < c.log.length; i++) {
+      if ((c.log[i] as { role?: string }).role !== "assistant") continue;
+      const uses = blocksOf(c.log[i]).filter((b) => b.type === "tool_use").map((b) => b.id);
+      const results = blocksOf(c.log[i + 1]).filter((b) => b.type === "tool_result").map((b) => b.tool_use_id);
       if (uses.length > 0 && JSON.stringify(uses) !== JSON.stringify(results)) {
-        violations.push({
-          rule: "RECORD-1",
-          message: `${conversation.id} message ${i}: tool_use ids ${JSON.stringify(uses)} but tool_result ids ${JSON.stringify(results)}`,
-        });
+        add("RECORD-1", `${c.id} log entry ${i}: tool_use ids ${JSON.stringify(uses)} but tool_result ids ${JSON.stringify(results)}`);
       }
     }
+  }
 
-    for (const plan of conversation.messages) {
-      const content = `${ctx.account} ${plan.text}`;
-      const sent = ctx.outcomes.some((o) => o.conversation === conversation.id && o.message === plan.text) ||
-        messages.some((m) => m.content === content);
-      if (!sent) continue;
-      const at = messages.findIndex((m) => m.role === "user" && m.content === content);
-      const assistant = at >= 0 ? messages[at + 1] : undefined;
-      const committed = assistant !== undefined && assistant.role === "assistant";
-      const resultBlocks = committed ? ((messages[at + 2]?.content ?? []) as Block[]) : [];
-      plan.calls.forEach((call, index) => {
-        const signature = plannedSignature(call);
-        if (signature === undefined) return;
-        bump(upper, signature);
-        const result = resultBlocks.filter((b) => b.type === "tool_result")[index];
-        if (committed && result !== undefined && !result.is_error) bump(lower, signature);
-      });
+  // ---- TURN-9, TURN-11, TURN-12: one message per turn index, in arrival order ----
+  for (const c of conversations) {
+    // The runner's view: which message each attempt at an index answered, and when.
+    const byIndex = new Map<number, { messageId: string; at: number }[]>();
+    for (const e of ctx.events) {
+      if (e.type !== "attempt_started" || e.conversationId !== c.id) continue;
+      const list = byIndex.get(e.turnIndex) ?? [];
+      if (!list.some((x) => x.messageId === e.messageId)) list.push({ messageId: e.messageId, at: e.at });
+      byIndex.set(e.turnIndex, list);
+    }
+    for (const [turnIndex, list] of byIndex) {
+      for (let i = 1; i < list.length; i++) {
+        const earlier = list[i - 1]!;
+        const later = list[i]!;
+        const failedFirst = ctx.events.some(
+          (e) => e.type === "turn_failed" && e.conversationId === c.id && e.turnIndex === turnIndex && e.record.messageId === earlier.messageId && e.at <= later.at,
+        );
+        // The store's word as well, in case the failing worker died before it could tell.
+        const failedInStore =
+          c.stored.get(earlier.messageId)?.state === "failed" && !c.turns.some((t) => t.turnIndex === turnIndex && t.messageId === earlier.messageId);
+        if (!failedFirst && !failedInStore) {
+          add(
+            "TURN-11",
+            `${c.id}: turn ${turnIndex} was attempted for message ${JSON.stringify(earlier.messageId)} and then for ${JSON.stringify(later.messageId)}, ` +
+              `although the first had not failed: two messages share one turn index, and their keys`,
+          );
+        }
+      }
+    }
+    // The store's view: bound indexes follow arrival order; equal only after a failure (TURN-12).
+    const bound = [...c.stored.values()].filter((m) => m.turnIndex !== undefined).sort((a, b) => a.seq - b.seq);
+    for (let i = 1; i < bound.length; i++) {
+      const a = bound[i - 1]!;
+      const b = bound[i]!;
+      if (b.turnIndex! < a.turnIndex! || (b.turnIndex === a.turnIndex && a.state !== "failed")) {
+        add(
+          "TURN-9",
+          `${c.id}: message ${JSON.stringify(a.id)} (arrived ${a.seq}, ${a.state}) is bound to turn ${a.turnIndex} and ` +
+            `${JSON.stringify(b.id)} (arrived ${b.seq}, ${b.state}) to turn ${b.turnIndex}`,
+        );
+      }
+    }
+    for (const m of c.sent) {
+      const s = c.stored.get(m.id);
+      const own = c.turns.filter((t) => t.messageId === m.id).map((t) => t.turnIndex);
+      if (s?.state === "answered" && own.length > 0 && (own[0] !== s.turnIndex || own.some((t, i) => t !== own[0]! + i))) {
+        add("TURN-11", `${c.id}: message ${JSON.stringify(m.id)} is bound to turn ${s.turnIndex} but its committed turns are ${JSON.stringify(own)}`);
+      }
+      if (m.reaskOf !== undefined) {
+        const original = c.stored.get(m.reaskOf);
+        if (s?.turnIndex !== undefined && original?.turnIndex !== undefined && s.turnIndex !== original.turnIndex) {
+          add(
+            "TURN-12",
+            `${c.id}: the re-ask ${JSON.stringify(m.id)} of failed message ${JSON.stringify(m.reaskOf)} took turn ${s.turnIndex}, ` +
+              `not the failed turn's index ${original.turnIndex}: its calls got new keys`,
+          );
+        }
+      }
     }
   }
 
-  const performed = new Map<string, number>();
+  // ---- LEDGER-21: every run of a key sends the first claim's request ----
+  for (const [key, runs] of runsByKey) {
+    const first = runs[0]!;
+    const other = runs.find((r) => r.request !== first.request);
+    if (other !== undefined) {
+      add("LEDGER-21", `${first.tool} key ${short(key)} ran with ${first.request} (${first.worker}) and later with ${other.request} (${other.worker}): a re-run must send the stored request`);
+    }
+  }
+
+  // ---- CONF-2: every effect traces back to a run, and one key performs at most once ----
   for (const e of effects) {
-    const s = effectSignature(e, referenceOf);
-    if (s !== undefined) bump(performed, s);
+    if (!["payment_created", "payment_voided", "invoice_created"].includes(e.kind)) continue;
+    if (e.idempotencyKey === null) add("CONF-2", `${describeEffect(e)} was performed without an Idempotency-Key`);
+    else if (!runsByKey.has(e.idempotencyKey)) add("CONF-2", `${describeEffect(e)} carries a key no tool run of this case was given`);
   }
-  for (const signature of new Set([...upper.keys(), ...performed.keys()])) {
-    const n = performed.get(signature) ?? 0;
-    const min = lower.get(signature) ?? 0;
-    const max = upper.get(signature) ?? 0;
-    if (n > max) {
-      violations.push({ rule: "CONF-2", message: `${signature}: performed ${n} times downstream, but at most ${max} calls were planned (a duplicate)` });
-    } else if (n < min) {
-      violations.push({ rule: "TURN-1", message: `${signature}: performed ${n} times, but ${min} committed calls report success (a swallowed effect)` });
+  for (const [key, list] of effectsByKey) {
+    if (list.length > 1) {
+      add("CONF-2", `key ${short(key)} was performed ${list.length} times downstream (a duplicate): ${list.map(describeEffect).join(", ")}`);
     }
   }
 
-  // STREAM-3: an abandoned call is never dispatched in the attempt that abandoned it.
-  const completed = new Set(ctx.events.filter((e) => e.type === "call_complete").map((e) => (e as { callId: string }).callId));
+  // ---- CONF-2 at the level of intents: a message and its re-asks are one intent ----
+  // A slot is (conversation, turn index): every message attempted or bound there shares its keys.
+  const intents = new Intents();
+  const atSlot = new Map<string, Set<string>>();
+  const slotOf = (conversationId: string, turnIndex: number) => `${conversationId}#${turnIndex}`;
+  const bindAt = (slot: string, messageId: string) => atSlot.set(slot, (atSlot.get(slot) ?? new Set()).add(messageId));
+  for (const e of ctx.events) if (e.type === "attempt_started") bindAt(slotOf(e.conversationId, e.turnIndex), e.messageId);
+  for (const c of conversations) for (const [id, s] of c.stored) if (s.turnIndex !== undefined) bindAt(slotOf(c.id, s.turnIndex), id);
+  for (const ids of atSlot.values()) {
+    const [first, ...rest] = [...ids];
+    for (const id of rest) intents.union(first!, id);
+  }
+  for (const m of ctx.messages) if (m.reaskOf !== undefined) intents.union(m.reaskOf, m.id);
+  const members = new Map<string, SentMessage[]>();
+  for (const m of ctx.messages) members.set(intents.find(m.id), [...(members.get(intents.find(m.id)) ?? []), m]);
+
+  const performed = new Map<string, Map<string, Effect[]>>();
+  for (const e of effects) {
+    const signature = effectSignature(e, referenceOf);
+    const run = e.idempotencyKey === null ? undefined : runsByKey.get(e.idempotencyKey)?.[0];
+    if (signature === undefined || run === undefined) continue;
+    const messages = atSlot.get(slotOf(run.conversationId, run.turnIndex));
+    if (messages === undefined || messages.size === 0) {
+      add("CONF-2", `${describeEffect(e)} was made at turn ${run.turnIndex} of ${run.conversationId}, which answers no message`);
+      continue;
+    }
+    const root = intents.find([...messages][0]!);
+    const bySignature = performed.get(root) ?? new Map<string, Effect[]>();
+    bySignature.set(signature, [...(bySignature.get(signature) ?? []), e]);
+    performed.set(root, bySignature);
+  }
+  for (const [root, bySignature] of performed) {
+    const group = members.get(root) ?? [];
+    for (const [signature, list] of bySignature) {
+      // Identical calls of messages sharing a turn index share keys, so the most any one asked for.
+      const allowed = Math.max(0, ...group.map((m) => m.calls.filter((c) => plannedSignature(c) === signature).length));
+      if (list.length > allowed) {
+        add(
+          "CONF-2",
+          `${signature}: performed ${list.length} times for one intent (messages ${group.map((m) => JSON.stringify(m.id)).join(", ")}), ` +
+            `which asked for it at most ${allowed} times: ${list.map(describeEffect).join(", ")}`,
+        );
+      }
+    }
+  }
+
+  // ---- committed calls: a success names its one effect, an error had none (RECORD-3, EFFECT-6, DISPATCH-5) ----
+  const keyOfCall = new Map<string, string>();
+  for (const e of ctx.events) if (e.type === "call_resolved" && e.key !== undefined) keyOfCall.set(e.callId, e.key);
+  for (const send of ctx.sends) for (const t of send.result?.turns ?? []) for (const x of t.calls) if (x.key !== undefined) keyOfCall.set(x.callId, x.key);
+  for (const e of ctx.events) if (e.type === "turn_failed" || e.type === "attempt_superseded") for (const x of e.record.calls) if (x.key !== undefined) keyOfCall.set(x.callId, x.key);
+  const namedBy = new Map<string, Set<string>>();
+  const answersByKey = new Map<string, string>();
+  for (const c of conversations) {
+    for (const t of c.turns) {
+      const uses = blocksOf(t.assistant).filter((b) => b.type === "tool_use");
+      const results = new Map(blocksOf(t.toolResults).filter((b) => b.type === "tool_result").map((b) => [b.tool_use_id, b]));
+      const seen = new Map<string, number>();
+      for (const use of uses) {
+        const name = use.name ?? "";
+        const identity = identityText(name, use.input);
+        const ordinal = identity === undefined ? 0 : (seen.get(`${name}|${identity}`) ?? 0);
+        if (identity !== undefined) seen.set(`${name}|${identity}`, ordinal + 1);
+        // The key the call was dispatched under, as the runner reported it; the spec's key when it did not.
+        const key = keyOfCall.get(use.id ?? "") ?? expectedKey(c.id, t.turnIndex, name, use.input, ordinal);
+        const block = results.get(use.id);
+        if (key === undefined || block === undefined || !WRITES.has(name)) continue;
+        const text = typeof block.content === "string" ? block.content : JSON.stringify(block.content);
+        const where = `${name} key ${short(key)} (turn ${t.turnIndex} of ${c.id}, message ${JSON.stringify(t.messageId)})`;
+        const underKey = effectsByKey.get(key) ?? [];
+        if (block.is_error === true) {
+          const code = (() => {
+            try {
+              return (JSON.parse(text) as { error?: { code?: string } }).error?.code;
+            } catch {
+              return undefined;
+            }
+          })();
+          if (underKey.length > 0) {
+            add(
+              code === "idempotency_key_reused" ? "EFFECT-6" : "RECORD-3",
+              `${where} was committed as an error (${text.slice(0, 160)}) but its effect happened: ${underKey.map(describeEffect).join(", ")}`,
+            );
+          }
+          continue;
+        }
+        const previous = answersByKey.get(key);
+        if (previous !== undefined && previous !== text) add("DISPATCH-5", `key ${short(key)} was committed with ${previous} and with ${text}`);
+        answersByKey.set(key, text);
+        if (underKey.length === 0) {
+          add("CONF-2", `${where} was committed as a success (${text}) but nothing was performed under its key (a swallowed effect)`);
+          continue;
+        }
+        let named: string | undefined;
+        try {
+          const result = JSON.parse(text) as { paymentId?: string; invoiceId?: string };
+          named = name === "create_invoice" ? result.invoiceId : result.paymentId;
+        } catch {
+          named = undefined;
+        }
+        const effect = underKey[0]!;
+        if (named !== effect.resourceId) {
+          add("DISPATCH-5", `${where} was committed with ${text}, but the effect under its key is ${describeEffect(effect)}`);
+        }
+        const call: PlannedCall = { tool: name as PlannedCall["tool"], args: use.input as Record<string, unknown> };
+        if (plannedSignature(call) !== effectSignature(effect, referenceOf)) {
+          add("CONF-2", `${where} asked for "${plannedSignature(call)}" but the effect under its key is "${effectSignature(effect, referenceOf)}"`);
+        }
+        const root = intents.find(t.messageId);
+        namedBy.set(effect.resourceId + effect.kind, (namedBy.get(effect.resourceId + effect.kind) ?? new Set()).add(root));
+      }
+    }
+  }
+  for (const [effect, roots] of namedBy) {
+    if (roots.size > 1) {
+      add("CONF-2", `one effect (${effect}) is the committed answer of ${roots.size} different intents (${[...roots].map((r) => JSON.stringify(r)).join(", ")}): one of them was swallowed`);
+    }
+  }
+
+  // ---- records: every effect listed, none denied (RECORD-2, RECORD-4, RECORD-5, TURN-13) ----
+  const bySeq = new Map(effects.map((e) => [e.seq, e]));
   for (const e of ctx.events) {
-    if (e.type === "call_abandoned" && completed.has(e.callId)) {
-      violations.push({ rule: "STREAM-3", message: `call ${e.callId} was abandoned but also dispatched` });
+    if (e.type !== "turn_failed" && e.type !== "attempt_superseded") continue;
+    const record: FailedTurnRecord | SupersededAttemptRecord = e.record;
+    const rule = record.kind === "failed_turn" ? "RECORD-5" : "TURN-13";
+    const what = `the ${record.kind === "failed_turn" ? "failed-turn record" : "superseded-attempt record"} of turn ${record.turnIndex} (message ${JSON.stringify(record.messageId)}, ${e.worker})`;
+    const seen = [...(e.effectsSeen ?? [])].map((s) => bySeq.get(s)).filter((x): x is Effect => x !== undefined);
+    const seenUnder = (key: string) => seen.filter((x) => x.idempotencyKey === key);
+    if (record.kind === "failed_turn") {
+      const c = conversations.find((x) => x.id === record.conversationId);
+      const kept = c?.records.some((r) => JSON.stringify(r) === JSON.stringify(record)) ?? false;
+      if (!kept) add("RECORD-4", `${what} is not kept beside the conversation`);
+      if (record.retryable && record.calls.some((x) => x.status === "outcome_unknown" || x.status === "result_not_storable")) {
+        add("RECORD-5", `${what} says a re-send can help although an effect is left unknown or unstorable`);
+      }
+    }
+    // The calls this worker's attempts of this turn ran (a dead worker writes no record).
+    const started = ctx.events
+      .filter(
+        (x) =>
+          x.type === "attempt_started" &&
+          x.worker === e.worker &&
+          x.conversationId === record.conversationId &&
+          x.turnIndex === record.turnIndex &&
+          x.messageId === record.messageId &&
+          x.attempt === (record.kind === "failed_turn" ? 1 : record.attempt) &&
+          x.at <= e.at,
+      )
+      .at(-1);
+    const from = (started?.at ?? e.at) - ctx.started;
+    const to = e.at - ctx.started;
+    const ran = ctx.runs.filter(
+      (r) => r.worker === e.worker && r.conversationId === record.conversationId && r.turnIndex === record.turnIndex && r.startedAt >= from && r.endedAt !== undefined && r.endedAt <= to,
+    );
+    const listed = (key: string): CallRecord[] => record.calls.filter((x) => x.key === key);
+    for (const r of ran) {
+      const made = seenUnder(r.key);
+      if (made.length === 0) continue;
+      const calls = listed(r.key);
+      const summary = record.kind === "failed_turn" ? record.effects.find((x) => x.key === r.key) : undefined;
+      if (!calls.some((x) => SAYS_MAYBE.has(x.effect)) || (record.kind === "failed_turn" && (summary === undefined || !SAYS_MAYBE.has(summary.effect)))) {
+        add(
+          rule,
+          `${what} ${calls.length === 0 ? "omits" : `says ${calls.map((x) => `${x.status}/${x.effect}`).join(", ")} for`} ${r.tool} key ${short(r.key)}, ` +
+            `whose effect happened in one of its attempts: ${made.map(describeEffect).join(", ")}`,
+        );
+      }
+    }
+    // Each call entry speaks for its own attempt: "not_happened" is a lie when that attempt's
+    // time saw the effect made; the per-key summary speaks for the whole turn.
+    const attemptStart = new Map<number, number>();
+    for (const x of ctx.events) {
+      if (
+        x.type === "attempt_started" &&
+        x.worker === e.worker &&
+        x.conversationId === record.conversationId &&
+        x.turnIndex === record.turnIndex &&
+        x.messageId === record.messageId &&
+        x.at >= (started?.at ?? e.at) &&
+        x.at <= e.at
+      ) {
+        attemptStart.set(x.attempt, x.at - ctx.started);
+      }
+    }
+    const madeAt = (x: Effect) => Date.parse(x.at) - ctx.started;
+    for (const x of record.calls) {
+      if (x.key === undefined || x.effect !== "not_happened") continue;
+      const begin = attemptStart.get(x.attempt) ?? from;
+      const end = attemptStart.get(x.attempt + 1) ?? to;
+      const made = seenUnder(x.key).filter((y) => madeAt(y) >= begin && madeAt(y) <= end);
+      if (made.length > 0) {
+        add("RECORD-2", `${what} says ${x.name} key ${short(x.key)} did not happen in attempt ${x.attempt} (${x.status}), but that attempt made it: ${made.map(describeEffect).join(", ")}`);
+      }
+    }
+    if (record.kind === "failed_turn") {
+      for (const x of record.effects) {
+        const made = x.effect === "not_happened" ? seenUnder(x.key) : [];
+        if (made.length > 0) add("RECORD-5", `${what} sums up ${x.name} key ${short(x.key)} as not_happened, but it happened: ${made.map(describeEffect).join(", ")}`);
+      }
+    }
+    for (const x of record.calls) {
+      if (x.key === undefined || x.effect !== "happened") continue;
+      if (seenUnder(x.key).length === 0) add("RECORD-2", `${what} says ${x.name} key ${short(x.key)} happened (${x.status}), but nothing was performed under that key`);
+    }
+  }
+  // Across workers: a message that ended failed must have every effect its turn made listed in
+  // one of its records, whichever live worker made it (RECORD-5). A dead worker writes no record
+  // and nobody else learns its keys unless a later attempt reaches the same call: counted, not
+  // failed (see the kit's README).
+  const deadWorkers = new Set(ctx.timeline.filter((t) => t.what.startsWith("DIES")).map((t) => t.who));
+  for (const c of conversations) {
+    for (const [id, s] of c.stored) {
+      if (s.state !== "failed" || s.turnIndex === undefined) continue;
+      const records = c.records.filter(
+        (r) => (r as { messageId?: string }).messageId === id && (r as { turnIndex?: number }).turnIndex === s.turnIndex,
+      ) as unknown as (FailedTurnRecord | SupersededAttemptRecord)[];
+      const listed = new Set(records.flatMap((r) => r.calls.filter((x) => x.key !== undefined && SAYS_MAYBE.has(x.effect)).map((x) => x.key!)));
+      // Its own runs: from its first attempt to its last record. Others at this index belong to
+      // the messages before or after it (TURN-12).
+      const until = Math.max(...records.map((r) => Date.parse(r.at) - ctx.started));
+      const first = ctx.events.find((e) => e.type === "attempt_started" && e.conversationId === c.id && e.messageId === id && e.turnIndex === s.turnIndex);
+      const since = first === undefined ? until : first.at - ctx.started;
+      for (const r of ctx.runs.filter((x) => x.conversationId === c.id && x.turnIndex === s.turnIndex && x.startedAt >= since && x.startedAt <= until)) {
+        const madeBefore = (effectsByKey.get(r.key) ?? []).filter((x) => Date.parse(x.at) - ctx.started <= until);
+        if (madeBefore.length === 0 || listed.has(r.key)) continue;
+        listed.add(r.key);
+        if (deadWorkers.has(r.worker)) {
+          ctx.diagnostics.unlisted_effect_of_dead_worker = (ctx.diagnostics.unlisted_effect_of_dead_worker ?? 0) + 1;
+          continue;
+        }
+        add(
+          "RECORD-5",
+          `${c.id}: message ${JSON.stringify(id)} ended failed, and none of its ${records.length} records lists ${r.tool} key ${short(r.key)}, ` +
+            `whose effect ${r.worker} made at its turn ${s.turnIndex}: ${madeBefore.map(describeEffect).join(", ")}`,
+        );
+      }
+    }
+  }
+  for (const c of conversations) {
+    for (const [id, s] of c.stored) {
+      if (s.state !== "failed") continue;
+      const failure = s.failure as { kind?: string; messageId?: string } | undefined;
+      if (failure?.kind !== "failed_turn" || failure.messageId !== id) add("RECORD-4", `${c.id}: failed message ${JSON.stringify(id)} has no failed-turn record of its own`);
     }
   }
 
-  // DISPATCH-5: every answer for one key is the same bytes, and a payment result names a real payment.
-  const byKey = new Map<string, string>();
+  // ---- DISPATCH-5: every answer the senders got for one key is the same bytes, naming a real effect ----
   const createdIds = new Set(effects.filter((e) => e.kind === "payment_created").map((e) => e.resourceId));
-  for (const outcome of ctx.outcomes) {
-    for (const turn of outcome.result?.turns ?? []) {
-      for (const call of turn.calls) {
+  for (const send of ctx.sends) {
+    for (const t of send.result?.turns ?? []) {
+      for (const call of t.calls) {
         if (call.key === undefined || call.result === undefined || call.name === "search_payments") continue;
         const text = JSON.stringify(call.result);
-        const seen = byKey.get(call.key);
-        if (seen !== undefined && seen !== text) {
-          violations.push({ rule: "DISPATCH-5", message: `key ${call.key} answered ${seen} and later ${text}` });
-        }
-        byKey.set(call.key, text);
+        const previous = answersByKey.get(`sent:${call.key}`);
+        if (previous !== undefined && previous !== text) add("DISPATCH-5", `key ${short(call.key)} answered ${previous} and later ${text}`);
+        answersByKey.set(`sent:${call.key}`, text);
         const id = (call.result as { paymentId?: string }).paymentId;
         if (call.name === "send_payment" && id !== undefined && !createdIds.has(id)) {
-          violations.push({ rule: "DISPATCH-5", message: `send_payment answered with ${id}, which the payments API never created` });
+          add("DISPATCH-5", `send_payment answered with ${id}, which the payments API never created`);
         }
       }
     }
   }
+
+  // ---- STREAM-3: an abandoned call is never dispatched in the attempt that abandoned it ----
+  const completed = new Set(ctx.events.filter((e) => e.type === "call_complete").map((e) => (e as { callId: string }).callId));
+  for (const e of ctx.events) {
+    if (e.type === "call_abandoned" && completed.has(e.callId)) add("STREAM-3", `call ${e.callId} was abandoned but also dispatched`);
+  }
+
+  // ---- a calm run is boring: no failure, no takeover, no unknown outcome, every message answered ----
+  if (faultFree(ctx.scenario)) checkCalm(ctx, conversations, add);
+
   return violations;
+}
+
+function checkCalm(ctx: CaseContext, conversations: ConversationState[], add: (rule: string, message: string) => void): void {
+  const calm = "in a run with no fault injected";
+  for (const e of ctx.dispatchEvents) {
+    if (e.type === "claimed" && e.takeover) add("LEDGER-6", `${e.worker} took over the claim of ${e.toolName} key ${short(e.key)} ${calm}: a live owner's lease lapsed`);
+  }
+  const unknown = (event: RecordedEvent): string | undefined =>
+    event.type === "call_resolved" && !event.ok && /outcome_unknown|OutcomeUnknown|is unknown/.test(event.error ?? "") ? event.error : undefined;
+  for (const e of ctx.events) {
+    const error = unknown(e);
+    if (error !== undefined) add(/request_mismatch/.test(error) ? "EFFECT-6" : "LEDGER-8", `${e.worker}: an outcome_unknown ${calm}: ${error}`);
+    if (e.type === "attempt_superseded") add("TURN-10", `${e.worker}: turn ${e.turnIndex} attempt ${e.attempt} was superseded ${calm}: a live worker lost the turn lease`);
+    if (e.type === "turn_failed") add("CONF-2", `${e.worker}: turn ${e.turnIndex} of ${JSON.stringify(e.record.messageId)} failed (${e.record.position}) ${calm}`);
+  }
+  for (const s of ctx.sends) {
+    if (s.outcome === "busy" || s.outcome === "error") {
+      add("TURN-10", `send of ${JSON.stringify(s.messageId)} by ${s.worker} ended ${s.outcome} ${calm}: ${s.error instanceof Error ? s.error.message : String(s.error)}`);
+    }
+  }
+  for (const c of conversations) {
+    for (const m of c.sent) {
+      const state = c.stored.get(m.id)?.state ?? "never stored";
+      if (state !== "answered") add("TURN-9", `${c.id}: message ${JSON.stringify(m.id)} ended ${state} ${calm}`);
+    }
+  }
 }

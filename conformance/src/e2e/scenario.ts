@@ -1,9 +1,11 @@
 import fc from "fast-check";
 
 /**
- * A random end-to-end scenario (issue 6, level 2): conversations of tool calls run through the
- * real turn runner, SDK, mock provider and mock payments, with faults at every position the spec
- * names and every replay route. Everything here is data, so fast-check can shrink it.
+ * A random end-to-end scenario (issue 6 level 2, issue 12): conversations of tool calls run
+ * through the real turn runner, SDK, mock provider and mock payments, with faults at every
+ * position the spec names, every replay route, distinct messages sent together, re-asks after a
+ * failed turn and results that cannot be stored. Everything here is data, so fast-check can
+ * shrink it.
  */
 
 export type ToolName = "send_payment" | "void_payment" | "create_invoice" | "search_payments";
@@ -22,11 +24,19 @@ export type StreamCut =
 
 export type CutKind = "reset" | "clean_close" | "error_event";
 
-/** Where the downstream call fails (applied once, to the first execution of the call). */
+/**
+ * Where the downstream call fails (applied once, to the first execution of the call).
+ * `drop_after_accept` is the lost response: the effect is committed, the caller hears nothing.
+ */
 export type DownstreamFault = "fail_before_accept" | "drop_after_accept";
 
-/** A worker process dying mid-dispatch: its claim stays in flight until the lease runs out. */
-export type WorkerDeath = { call: number; when: "before_downstream" | "after_response_before_complete" };
+/**
+ * A worker process dying mid-dispatch (its claim and its turn lease stay held until they lapse),
+ * or stalling there past its turn lease (a long pause): the queue redelivers the message to
+ * another worker, which takes the conversation over; the stalled one wakes up, finishes its
+ * call and finds its commit refused (TURN-13).
+ */
+export type WorkerDeath = { call: number; when: "before_downstream" | "after_response_before_complete" | "stall_before_downstream" };
 
 export type ReplayRoute = "automatic_retry" | "client_resend" | "queue_redelivery" | "double_send";
 
@@ -39,7 +49,23 @@ export interface MessagePlan {
   /** Downstream faults by call index. */
   downstream: Partial<Record<number, DownstreamFault>>;
   death: WorkerDeath | undefined;
+  /**
+   * Call indexes whose result cannot be stored (LEDGER-10): the effect happens, the ledger row
+   * fails closed with result_not_storable and the turn fails without a retry.
+   */
+  unstorable: number[];
   route: ReplayRoute;
+  /**
+   * Sent at the same moment as the previous message of the conversation, by another worker
+   * (TURN-9: two distinct messages close together). Groups hold at most two messages.
+   */
+  concurrent: boolean;
+  /**
+   * When the message ends failed, the user asks again in a new message with the same request
+   * (the model re-words the memo): TURN-12 gives it the failed turn's index, so it is answered
+   * from the ledger and pays nothing new. Only for a message sent alone.
+   */
+  reask: boolean;
 }
 
 export interface ConversationPlan {
@@ -51,6 +77,26 @@ export interface Scenario {
   conversations: ConversationPlan[];
   /** Seeds the mock provider's per-response variation (key order, whitespace, fragments, re-wording). */
   providerSeed: number;
+}
+
+/** True when nothing in the scenario injects a fault: the run must then be boring (see the oracle). */
+export function faultFree(scenario: Scenario): boolean {
+  return scenario.conversations.every((c) =>
+    c.messages.every(
+      (m) => m.cuts.length === 0 && Object.keys(m.downstream).length === 0 && m.death === undefined && m.unstorable.length === 0,
+    ),
+  );
+}
+
+/** Messages in the order they are sent: groups of one, or two sent together (`concurrent`). */
+export function sendGroups(conversation: ConversationPlan): MessagePlan[][] {
+  const groups: MessagePlan[][] = [];
+  for (const message of conversation.messages) {
+    const last = groups[groups.length - 1];
+    if (message.concurrent && last !== undefined && last.length === 1) last.push(message);
+    else groups.push([message]);
+  }
+  return groups;
 }
 
 const PAYEES = ["acme", "globex", "initech"];
@@ -102,7 +148,9 @@ function messageArbitrary(conversation: number, message: number, previous: Plann
   return fc
     .array(call, { minLength: 1, maxLength: 3 })
     .chain((calls) => {
-      // A void of a payment this conversation made once, in an earlier message.
+      // A void of a payment this conversation made in an earlier message. With two open
+      // payments under one reference (a repeat, or a duplicated call), a re-run after a lost
+      // response finds the other one: the payments API answers 422 idempotency-key-reused.
       const voidable = previous.filter((c) => c.tool === "send_payment");
       const withVoid = voidable.length > 0
         ? fc.option(fc.constantFrom(...voidable), { freq: 3 }).map((v) =>
@@ -114,30 +162,40 @@ function messageArbitrary(conversation: number, message: number, previous: Plann
       );
       return duplicated;
     })
-    .chain((calls) =>
-      fc.record({
+    .chain((calls) => {
+      const index = fc.integer({ min: 0, max: calls.length - 1 });
+      return fc.record({
         text: fc.constant(`c${conversation} message ${message}`),
         calls: fc.constant(calls),
         cuts: fc.array(cutArbitrary(calls.length), { maxLength: 2 }),
-        downstream: fc.dictionary(
-          fc.integer({ min: 0, max: calls.length - 1 }).map(String),
-          fc.constantFrom<DownstreamFault>("fail_before_accept", "drop_after_accept"),
-          { maxKeys: 1 },
+        downstream: fc.oneof(
+          { weight: 2, arbitrary: fc.constant({}) },
+          {
+            weight: 2,
+            arbitrary: fc
+              .tuple(index, fc.constantFrom<DownstreamFault>("fail_before_accept", "drop_after_accept", "drop_after_accept"))
+              .map(([i, fault]) => ({ [i]: fault })),
+          },
+          // A lost response on the last call: where a void sits, so its re-run meets the 422.
+          { weight: 1, arbitrary: fc.constant({ [calls.length - 1]: "drop_after_accept" as const }) },
         ) as fc.Arbitrary<Partial<Record<number, DownstreamFault>>>,
-        // Deaths are rarer: each costs a lease expiry before the call can move on.
+        // Deaths are rarer: each costs a claim lease before the call can move on.
         death: fc.oneof(
           { weight: 6, arbitrary: fc.constant(undefined) },
           {
             weight: 1,
             arbitrary: fc.record({
-              call: fc.integer({ min: 0, max: calls.length - 1 }),
-              when: fc.constantFrom<WorkerDeath["when"]>("before_downstream", "after_response_before_complete"),
+              call: index,
+              when: fc.constantFrom<WorkerDeath["when"]>("before_downstream", "after_response_before_complete", "stall_before_downstream"),
             }),
           },
         ),
+        unstorable: fc.oneof({ weight: 8, arbitrary: fc.constant<number[]>([]) }, { weight: 1, arbitrary: index.map((i) => [i]) }),
         route: fc.constantFrom<ReplayRoute>("automatic_retry", "client_resend", "queue_redelivery", "double_send"),
-      }),
-    );
+        concurrent: message === 0 ? fc.constant(false) : fc.boolean().chain((b) => (b ? fc.boolean() : fc.constant(false))),
+        reask: fc.boolean(),
+      });
+    });
 }
 
 function conversationArbitrary(conversation: number): fc.Arbitrary<ConversationPlan> {
@@ -150,9 +208,24 @@ function conversationArbitrary(conversation: number): fc.Arbitrary<ConversationP
   return fc.integer({ min: 1, max: 3 }).chain((count) => messages(count, 0, [])).map((m) => ({ id: `conv-${conversation}`, messages: m }));
 }
 
+/** No cut, no downstream fault, no death, no unstorable result: the calm runs. */
+function calm(conversation: ConversationPlan): ConversationPlan {
+  return {
+    id: conversation.id,
+    messages: conversation.messages.map((m) => ({ ...m, cuts: [], downstream: {}, death: undefined, unstorable: [] })),
+  };
+}
+
 export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
-  return fc.record({
-    conversations: fc.integer({ min: 1, max: 3 }).chain((n) => fc.tuple(...Array.from({ length: n }, (_, i) => conversationArbitrary(i)))),
-    providerSeed: fc.integer({ min: 0, max: 2 ** 31 - 1 }),
-  });
+  return fc
+    .record({
+      conversations: fc.integer({ min: 1, max: 3 }).chain((n) => fc.tuple(...Array.from({ length: n }, (_, i) => conversationArbitrary(i)))),
+      providerSeed: fc.integer({ min: 0, max: 2 ** 31 - 1 }),
+      // A fifth of the runs inject no fault at all: nothing may then fail, be taken over or be unknown.
+      calm: fc.integer({ min: 0, max: 4 }).map((n) => n === 0),
+    })
+    .map(({ conversations, providerSeed, calm: quiet }) => ({
+      conversations: quiet ? conversations.map(calm) : conversations,
+      providerSeed,
+    }));
 }

@@ -1,38 +1,32 @@
 import Anthropic from "@anthropic-ai/sdk";
-import {
-  ConversationRunner,
-  MemoryConversationStore,
-  type RunnerEvent,
-  type SendResult,
-} from "@dispatch-once/anthropic";
+import { ConversationRunner, type RunnerEvent, type SendResult } from "@dispatch-once/anthropic";
 import {
   Dispatcher,
+  MemoryConversationStore,
   ToolError,
   ToolRegistry,
+  canonicalize,
   defineTool,
+  deriveKey,
   type CallDispatcher,
+  type ConversationStore,
+  type DispatchEvent,
+  type DispatcherOptions,
   type Ledger,
   type ToolDefinition,
 } from "@dispatch-once/core";
 import {
-  PaymentsError,
   DISPOSITION_BY_OUTCOME,
+  PaymentsError,
+  createPaymentsClient,
   startMockPayments,
   type FaultSpec,
   type MockPaymentsServer,
   type PaymentsClient,
 } from "@dispatch-once/mock-payments";
-import {
-  startMockProvider,
-  toolUse,
-  turn,
-  scriptFromPlans,
-  type Fault,
-  type FaultPosition,
-  type MockProvider,
-} from "@dispatch-once/mock-provider";
+import { startMockProvider, scriptFromPlans, toolUse, turn, type Fault, type FaultPosition, type MockProvider } from "@dispatch-once/mock-provider";
 import { z } from "zod";
-import type { MessagePlan, Scenario, StreamCut } from "./scenario.js";
+import type { MessagePlan, PlannedCall, Scenario, StreamCut, WorkerDeath } from "./scenario.js";
 
 /** The servers one property run shares across its cases; each case gets its own account and ledger namespace. */
 export interface World {
@@ -54,6 +48,69 @@ export async function startWorld(): Promise<World> {
   };
 }
 
+/**
+ * The conversation's turn lease (TURN-10). Long, so that a live worker never loses it to a
+ * slow event loop (a takeover in a calm run is a finding); a death expires it at once by
+ * moving that conversation store's clock past it (what waiting out the lease would do).
+ */
+export const TURN_LEASE_MS = 5_000;
+/** How long a sender waits for a conversation another worker drives (conversation_busy after). */
+export const BUSY_WAIT_MS = 15_000;
+/** Claim lease when no worker dies: nobody waits on it, so it can be long and never lapse by accident. */
+export const CALM_CLAIM_LEASE_MS = 5_000;
+
+// ---- tools ---------------------------------------------------------------------------------
+
+/** The kit's tools as data: the oracle derives the key of a committed call from them (KEY-1, DISPATCH-3). */
+export const TOOL_SHAPES = {
+  send_payment: {
+    effect: "keyed_write",
+    input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), reference: z.string(), memo: z.string() }),
+    // The memo is free text a retried model re-words: not part of what the payment is (IDENT-1).
+    identity: ["payee", "amount", "currency", "reference"] as string[] | undefined,
+  },
+  void_payment: { effect: "keyed_write", input: z.object({ reference: z.string() }), identity: undefined },
+  // The internal API that deduplicates nothing: the ledger is the only guard (EFFECT-4).
+  create_invoice: {
+    effect: "unkeyed_write",
+    input: z.object({ customer: z.string(), amount: z.number().int(), currency: z.string(), memo: z.string() }),
+    identity: undefined,
+  },
+  search_payments: { effect: "read", input: z.object({}), identity: undefined },
+} as const;
+
+export type KitToolName = keyof typeof TOOL_SHAPES;
+
+function identityArgs(name: KitToolName, args: Record<string, unknown>): Record<string, unknown> {
+  const identity = TOOL_SHAPES[name].identity;
+  if (identity === undefined) return args;
+  return Object.fromEntries(identity.filter((f) => args[f] !== undefined).map((f) => [f, args[f]]));
+}
+
+/** What identifies a call for the ordinal count (TURN-4), or undefined when the input is invalid. */
+export function identityText(name: string, input: unknown): string | undefined {
+  if (!(name in TOOL_SHAPES)) return undefined;
+  const parsed = TOOL_SHAPES[name as KitToolName].input.safeParse(input);
+  if (!parsed.success) return undefined;
+  return canonicalize(identityArgs(name as KitToolName, parsed.data as Record<string, unknown>) as never);
+}
+
+/** The key spec §3 gives a call, computed independently of the dispatcher under test. */
+export function expectedKey(conversationId: string, turnIndex: number, name: string, input: unknown, ordinal: number): string | undefined {
+  if (!(name in TOOL_SHAPES)) return undefined;
+  const parsed = TOOL_SHAPES[name as KitToolName].input.safeParse(input);
+  if (!parsed.success) return undefined;
+  return deriveKey({ conversationId, turnIndex, name, args: identityArgs(name as KitToolName, parsed.data as Record<string, unknown>), ordinal });
+}
+
+/** Faults and deaths are planned per call; a re-worded memo must not hide the call from its plan. */
+export function faultSignature(tool: string, args: Record<string, unknown>): string {
+  const picked = tool in TOOL_SHAPES ? identityArgs(tool as KitToolName, args) : args;
+  return `${tool}:${JSON.stringify(Object.keys(picked).sort().map((k) => [k, picked[k]]))}`;
+}
+
+// ---- what a case records ----------------------------------------------------------------------
+
 /** One line of the readable timeline a counterexample prints. */
 export interface TimelineEntry {
   at: number;
@@ -61,242 +118,442 @@ export interface TimelineEntry {
   what: string;
 }
 
-/** A worker "process": its own SDK client, dispatcher and ledger instance; it can die mid-dispatch. */
-export interface Worker {
-  name: string;
-  runner: ConversationRunner;
-  dead: boolean;
-  /** Rejects with DIED when the worker dies, so whoever waits on it stops waiting. */
-  died: Promise<never>;
-  kill(): void;
+/** One execution of a tool's run function: what the dispatcher handed it and what the downstream said. */
+export interface ToolRun {
+  key: string;
+  tool: string;
+  conversationId: string;
+  turnIndex: number;
+  ordinal: number;
+  /** JCS of the arguments the tool ran with: the stored request on every re-run (LEDGER-21). */
+  request: string;
+  worker: string;
+  startedAt: number;
+  endedAt?: number;
+  downstream?: string;
 }
 
-export const DIED = Symbol("died");
+/** A message the case sent (each id once here, however often it was re-sent). */
+export interface SentMessage {
+  conversationId: string;
+  id: string;
+  text: string;
+  plan: MessagePlan;
+  calls: PlannedCall[];
+  /** For a re-ask: the id of the failed message it asks again (the same intent, TURN-12). */
+  reaskOf?: string;
+  /** Sent together with another message (TURN-9). */
+  concurrent: boolean;
+}
 
-function mortalWorker(name: string): Worker {
-  let kill!: () => void;
-  const died = new Promise<never>((_, reject) => {
-    kill = () => reject(DIED);
-  });
-  died.catch(() => {});
-  const worker: Worker = {
-    name,
-    runner: undefined as never,
-    dead: false,
-    died,
-    kill: () => {
-      worker.dead = true;
-      kill();
-    },
-  };
-  return worker;
+export type SendOutcome = "answered" | "failed" | "busy" | "error" | "died" | "timeout";
+
+export interface SendRecord {
+  conversationId: string;
+  messageId: string;
+  worker: string;
+  startedAt: number;
+  endedAt: number;
+  outcome: SendOutcome;
+  result?: SendResult;
+  error?: unknown;
+}
+
+export type RecordedEvent = RunnerEvent & {
+  worker: string;
+  /** Effects (seq numbers) the payments API had performed when a record was written. */
+  effectsSeen?: Set<number>;
+};
+
+/** A conversation store as the case owns it: `expireLeases` is the clock running past every lease. */
+export interface CaseStore {
+  store: ConversationStore;
+  expireLeases(): void;
 }
 
 export interface CaseContext {
   scenario: Scenario;
   account: string;
-  client: PaymentsClient;
-  store: MemoryConversationStore;
+  stores: Map<string, CaseStore>;
   timeline: TimelineEntry[];
-  /** Every SendResult and TurnFailedError, per conversation and message. */
-  outcomes: { conversation: string; message: string; worker: string; result?: SendResult; error?: unknown }[];
-  /** Runner events of every worker. */
-  events: (RunnerEvent & { worker: string })[];
-  /** Downstream faults still to apply, by a signature of the call's arguments. */
+  messages: SentMessage[];
+  sends: SendRecord[];
+  /** Runner events of every live worker. */
+  events: RecordedEvent[];
+  dispatchEvents: (DispatchEvent & { worker: string; at: number })[];
+  runs: ToolRun[];
+  /** Violations seen while running (a send that never settled); the oracle adds the rest. */
+  liveness: { rule: string; message: string }[];
+  /** Things worth counting that are not violations (see the oracle). */
+  diagnostics: Record<string, number>;
+  /** Faults still to apply, by faultSignature: each on the first execution of its call. */
   pendingDownstream: Map<string, FaultSpec["outcome"]>;
-  /** Deaths still to happen, by the same signature. */
-  pendingDeaths: Map<string, MessagePlan["death"] & {}>;
+  pendingDeaths: Map<string, WorkerDeath["when"]>;
+  pendingUnstorable: Set<string>;
+  effectSeqs(): Set<number>;
+  /** The queue hands a message to a fresh worker (its visibility timeout ran out); settles with that send. */
+  redeliver(conversationId: string, messageId: string): Promise<void>;
   started: number;
+  sendTimeoutMs: number;
 }
 
-const NEVER = new Promise<never>(() => {});
-
-export function argsSignature(tool: string, args: Record<string, unknown>): string {
-  return `${tool}:${JSON.stringify(Object.keys(args).sort().map((k) => [k, args[k]]))}`;
+export function note(ctx: CaseContext, who: string, what: string): void {
+  ctx.timeline.push({ at: Date.now() - ctx.started, who, what });
 }
 
-/** Maps the payments client's classification onto the dispatcher's failure dispositions (LEDGER-8). */
+export const short = (key: string | undefined): string => (key === undefined ? "-" : /^[0-9a-f]{32}$/.test(key) ? key.slice(0, 8) : key);
+
+// ---- workers -------------------------------------------------------------------------------------
+
+class WorkerGone extends Error {
+  constructor(name: string) {
+    super(`worker ${name} is gone`);
+    this.name = "WorkerGone";
+  }
+}
+
+/**
+ * A worker "process": its own SDK client, payments client, dispatcher, ledger instance and view
+ * of the conversation store. When it dies every I/O it starts or awaits fails, as a dead
+ * process's would: it writes nothing more anywhere, its claims and its turn lease stay held.
+ */
+export interface Worker {
+  name: string;
+  conversationId: string;
+  runner: ConversationRunner;
+  dead: boolean;
+  /** Rejects when the worker dies or is retired, so whoever waits on it stops waiting. */
+  died: Promise<never>;
+  /** Death mid-dispatch: the worker stops and its conversation's turn lease lapses. */
+  kill(what: string): void;
+  /** The end of the case (or of a send that never settled): stop everything it still does. */
+  retire(): void;
+}
+
+export const DIED = Symbol("died");
+
+export interface DispatcherDefaults {
+  leaseMs: number;
+  waitMs: number;
+  pollMs: number;
+  maxPollMs: number;
+  allowVolatileLedgerForUnkeyedWrites: boolean;
+  logger: DispatcherOptions["logger"];
+  onEvent: DispatcherOptions["onEvent"];
+}
+
+export interface WorkerFactoryOptions {
+  /** Make a ledger instance for a new worker (a second view of the same namespace). */
+  ledger: () => Promise<Ledger>;
+  /** Build the dispatcher; the default is the real one with `defaults`. Tests of the kit pass broken ones. */
+  dispatcher?: (tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults) => CallDispatcher;
+  leaseMs: number;
+}
+
+function mortal<T extends object>(target: T, isDead: () => boolean, name: string, methods: readonly (keyof T)[]): T {
+  const view = Object.create(target) as T;
+  for (const method of methods) {
+    const f = target[method] as unknown as (...args: unknown[]) => Promise<unknown>;
+    (view as Record<keyof T, unknown>)[method] = (...args: unknown[]) => {
+      if (isDead()) return Promise.reject(new WorkerGone(name));
+      return f.apply(target, args).then(
+        (r) => (isDead() ? Promise.reject(new WorkerGone(name)) : r),
+        (e: unknown) => Promise.reject(isDead() ? new WorkerGone(name) : e),
+      );
+    };
+  }
+  return view;
+}
+
+const LEDGER_METHODS = ["claim", "renew", "complete", "fail", "markUnknown", "release", "lookup", "sweep"] as const;
+const STORE_METHODS = [
+  "appendUserMessage",
+  "message",
+  "turnsOf",
+  "log",
+  "acquireLease",
+  "renewLease",
+  "releaseLease",
+  "beginTurn",
+  "commitTurn",
+  "failMessage",
+  "addRecord",
+  "records",
+] as const;
+
+/** Maps the payments client's classification onto the dispatcher's failure dispositions (LEDGER-8, EFFECT-6). */
 function classify(error: unknown): never {
   if (error instanceof PaymentsError) {
-    throw new ToolError(error.message, { disposition: DISPOSITION_BY_OUTCOME[error.outcome], code: error.code });
+    throw new ToolError(error.message, { disposition: DISPOSITION_BY_OUTCOME[error.outcome], code: error.code, cause: error });
   }
   throw error; // unknown outcome
 }
 
-function tools(ctx: CaseContext, worker: () => Worker): ToolDefinition<any, any>[] {
-  const { client } = ctx;
-  // Applies the planned death or downstream fault of this call, once, on its first execution.
+function describeDownstream(error: unknown): string {
+  if (error instanceof PaymentsError) return `${error.code} (${error.outcome})`;
+  return error instanceof Error ? error.message : String(error);
+}
+
+function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolDefinition<any, any>[] {
+  // Applies the planned death, downstream fault or unstorable result of this call, once, on its first execution.
   const hooks = (signature: string) => {
     const death = ctx.pendingDeaths.get(signature);
     const fault = ctx.pendingDownstream.get(signature);
+    const unstorable = ctx.pendingUnstorable.has(signature);
     ctx.pendingDownstream.delete(signature);
-    if (death) ctx.pendingDeaths.delete(signature);
-    return { death: death?.when, fault };
+    ctx.pendingDeaths.delete(signature);
+    ctx.pendingUnstorable.delete(signature);
+    return { death, fault, unstorable };
   };
-  // A death stops the worker where it stands: its later ledger calls never return, its claim stays
-  // in flight until the lease lapses. Throwing (rather than hanging) ends the renewal timer, as a real
-  // death would.
-  const die = async (w: Worker, what: string): Promise<never> => {
-    w.kill();
-    ctx.timeline.push({ at: Date.now() - ctx.started, who: w.name, what: `DIES ${what}` });
-    throw new Error(`worker ${w.name} died`);
+  const begin = (tool: string, args: Record<string, unknown>, context: { idempotencyKey: string; conversationId: string; turnIndex: number; ordinal: number }): ToolRun => {
+    const run: ToolRun = {
+      key: context.idempotencyKey,
+      tool,
+      conversationId: context.conversationId,
+      turnIndex: context.turnIndex,
+      ordinal: context.ordinal,
+      request: canonicalize(args as never),
+      worker: self.name,
+      startedAt: Date.now() - ctx.started,
+    };
+    ctx.runs.push(run);
+    note(ctx, self.name, `${context.conversationId} runs ${tool} key ${short(run.key)} (turn ${run.turnIndex}, ordinal ${run.ordinal}) with ${run.request}`);
+    return run;
   };
+  const end = (run: ToolRun, downstream: string) => {
+    run.endedAt = Date.now() - ctx.started;
+    run.downstream = downstream;
+    note(ctx, self.name, `${run.conversationId} ${run.tool} key ${short(run.key)}: payments API answered ${downstream}`);
+  };
+  // A death stops the worker where it stands: everything it does from here on fails.
+  const die = (what: string): never => {
+    self.kill(what);
+    throw new WorkerGone(self.name);
+  };
+  // A long pause past the turn lease: the queue redelivers the message meanwhile. The pause
+  // ends when that send settled, or after a while (the other worker may be waiting on this call).
+  const stall = async (conversationId: string) => {
+    const current = ctx.events.filter((x) => x.type === "attempt_started" && x.worker === self.name && x.conversationId === conversationId).at(-1);
+    note(ctx, self.name, `STALLS past its turn lease; the queue redelivers the message`);
+    ctx.stores.get(conversationId)!.expireLeases();
+    const redelivered = current?.type === "attempt_started" ? ctx.redeliver(conversationId, current.messageId) : Promise.resolve();
+    await Promise.race([redelivered, new Promise((r) => setTimeout(r, 300))]);
+    note(ctx, self.name, `wakes up`);
+  };
+  const keyed = (key: string, signal: AbortSignal, fault: FaultSpec["outcome"] | undefined) => ({
+    idempotencyKey: key,
+    signal,
+    ...(fault !== undefined ? { fault: { outcome: fault } } : {}),
+  });
+  // A value JSON cannot carry: the effect happened, the result cannot be kept (LEDGER-10, DISPATCH-7).
+  const unstorableResult = (result: Record<string, unknown>) => ({ ...result, settlementRef: 10n ** 30n });
   return [
     defineTool({
       name: "send_payment",
       effect: "keyed_write",
-      input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), reference: z.string(), memo: z.string() }),
+      input: TOOL_SHAPES.send_payment.input,
       identity: ["payee", "amount", "currency", "reference"],
-      async run(args, { idempotencyKey }) {
-        const w = worker();
-        const { death, fault } = hooks(argsSignature("send_payment", args));
-        if (death === "before_downstream") return die(w, "before calling the payments API");
+      async run(args, context) {
+        const run = begin("send_payment", args, context);
+        const { death, fault, unstorable } = hooks(faultSignature("send_payment", args));
+        if (death === "before_downstream") die("before calling the payments API");
+        if (death === "stall_before_downstream") await stall(context.conversationId);
         let payment;
         try {
-          payment = await client.createPayment(args, { idempotencyKey, ...(fault ? { fault: { outcome: fault } } : {}) });
+          payment = await client.createPayment(args, keyed(context.idempotencyKey, context.signal, fault));
         } catch (error) {
+          end(run, describeDownstream(error));
           classify(error);
         }
-        if (death === "after_response_before_complete") return die(w, "after the payment was accepted, before the ledger completed");
-        return { paymentId: payment.body.id, status: payment.body.status };
+        end(run, `${payment.status}${payment.replayed ? " (replayed)" : ""} ${payment.body.id}`);
+        if (death === "after_response_before_complete") die("after the payment was accepted, before the ledger completed");
+        const result = { paymentId: payment.body.id, status: payment.body.status };
+        return unstorable ? unstorableResult(result) : result;
       },
     }),
     defineTool({
       name: "void_payment",
       effect: "keyed_write",
-      input: z.object({ reference: z.string() }),
-      async run(args, { idempotencyKey }) {
-        const w = worker();
-        const { death, fault } = hooks(argsSignature("void_payment", args));
-        if (death === "before_downstream") return die(w, "before voiding");
+      input: TOOL_SHAPES.void_payment.input,
+      async run(args, context) {
+        const run = begin("void_payment", args, context);
+        const { death, fault, unstorable } = hooks(faultSignature("void_payment", args));
+        if (death === "before_downstream") die("before voiding");
+        if (death === "stall_before_downstream") await stall(context.conversationId);
         let voided;
         try {
-          const list = await client.listPayments();
-          const target = list.body.data.find((p) => p.reference === args.reference && p.status !== "voided");
-          if (target === undefined) throw new ToolError(`no open payment with reference ${args.reference}`, { disposition: "definite", code: "no_such_payment" });
-          voided = await client.voidPayment(target.id, { idempotencyKey, ...(fault ? { fault: { outcome: fault } } : {}) });
+          // The open payment with this reference; failing that, the voided one, so that a
+          // re-run of a void whose response was lost asks the API again (which replays it).
+          const list = await client.listPayments({ signal: context.signal });
+          const same = list.body.data.filter((p) => p.reference === args.reference);
+          const target = same.find((p) => p.status !== "voided") ?? same.findLast((p) => p.status === "voided");
+          if (target === undefined) {
+            end(run, "nothing to void");
+            throw new ToolError(`no payment with reference ${args.reference}`, { disposition: "definite", code: "no_such_payment" });
+          }
+          voided = await client.voidPayment(target.id, keyed(context.idempotencyKey, context.signal, fault));
         } catch (error) {
-          if (error instanceof ToolError) throw error;
+          if (ToolError.isInstance(error)) throw error;
+          end(run, describeDownstream(error));
           classify(error);
         }
-        if (death === "after_response_before_complete") return die(w, "after the void was accepted, before the ledger completed");
-        return { paymentId: voided.body.id, status: voided.body.status };
+        end(run, `${voided.status}${voided.replayed ? " (replayed)" : ""} voided ${voided.body.id}`);
+        if (death === "after_response_before_complete") die("after the void was accepted, before the ledger completed");
+        const result = { paymentId: voided.body.id, status: voided.body.status };
+        return unstorable ? unstorableResult(result) : result;
       },
     }),
     defineTool({
       name: "create_invoice",
-      // The internal API that deduplicates nothing: the ledger is the only guard (EFFECT-4).
       effect: "unkeyed_write",
-      input: z.object({ customer: z.string(), amount: z.number().int(), currency: z.string(), memo: z.string() }),
-      async run(args) {
-        const w = worker();
-        const { death, fault } = hooks(argsSignature("create_invoice", args));
-        if (death === "before_downstream") return die(w, "before creating the invoice");
+      input: TOOL_SHAPES.create_invoice.input,
+      async run(args, context) {
+        const run = begin("create_invoice", args, context);
+        const { death, fault, unstorable } = hooks(faultSignature("create_invoice", args));
+        if (death === "before_downstream") die("before creating the invoice");
+        if (death === "stall_before_downstream") await stall(context.conversationId);
         let invoice;
         try {
-          invoice = await client.createInvoice(args, fault ? { fault: { outcome: fault } } : {});
+          // The API ignores the key; it only lands in its effect log, where the oracle reads it.
+          invoice = await client.createInvoice(args, keyed(context.idempotencyKey, context.signal, fault));
         } catch (error) {
+          end(run, describeDownstream(error));
           classify(error);
         }
-        if (death === "after_response_before_complete") return die(w, "after the invoice was created, before the ledger completed");
-        return { invoiceId: invoice.body.id };
+        end(run, `${invoice.status} ${invoice.body.id}`);
+        if (death === "after_response_before_complete") die("after the invoice was created, before the ledger completed");
+        const result = { invoiceId: invoice.body.id };
+        return unstorable ? unstorableResult(result) : result;
       },
     }),
     defineTool({
       name: "search_payments",
       effect: "read",
-      input: z.object({}),
-      async run() {
-        const list = await client.listPayments();
+      input: TOOL_SHAPES.search_payments.input,
+      async run(_args, context) {
+        const list = await client.listPayments({ signal: context.signal });
         return { count: list.body.data.length };
       },
     }),
   ];
 }
 
-/** A ledger as seen by a worker that may die: once dead, none of its calls ever return (LEDGER-6/7 territory). */
-function mortal(ledger: Ledger, isDead: () => boolean): Ledger {
-  const guard =
-    <A extends unknown[], R>(f: (...args: A) => Promise<R>) =>
-    (...args: A): Promise<R> =>
-      isDead() ? NEVER : f(...args).then((r) => (isDead() ? NEVER : r));
-  return {
-    capabilities: ledger.capabilities,
-    claim: guard((r) => ledger.claim(r)),
-    renew: guard((k, f, l) => ledger.renew(k, f, l)),
-    complete: guard((k, f, r) => ledger.complete(k, f, r)),
-    fail: guard((k, f, e) => ledger.fail(k, f, e)),
-    markUnknown: guard((k, f, r) => ledger.markUnknown(k, f, r)),
-    release: guard((k, f) => ledger.release(k, f)),
-    lookup: (k) => ledger.lookup(k),
-    sweep: () => ledger.sweep(),
-    close: () => ledger.close(),
-  };
-}
-
-export interface WorkerFactoryOptions {
-  /** Make a ledger instance for a new worker (a second view of the same namespace). */
-  ledger: () => Promise<Ledger>;
-  /** Build the dispatcher; the default is the real one. Tests of the kit pass broken ones. */
-  dispatcher?: (tools: ToolDefinition<any, any>[], ledger: Ledger) => CallDispatcher;
-  leaseMs: number;
-}
-
 export async function newWorker(
   world: World,
   ctx: CaseContext,
   name: string,
+  conversationId: string,
   options: WorkerFactoryOptions,
   attempts = 3,
 ): Promise<Worker> {
-  const self = mortalWorker(name);
-  const ledger = mortal(await options.ledger(), () => self.dead);
-  const toolList = tools(ctx, () => self);
+  const abort = new AbortController();
+  let rejectDied!: (reason: unknown) => void;
+  const died = new Promise<never>((_, reject) => {
+    rejectDied = reject;
+  });
+  died.catch(() => {});
+  const caseStore = ctx.stores.get(conversationId)!;
+  const worker: Worker = {
+    name,
+    conversationId,
+    runner: undefined as never,
+    dead: false,
+    died,
+    kill: (what) => {
+      if (worker.dead) return;
+      note(ctx, name, `DIES ${what}`);
+      worker.retire();
+      // Time passes for the rest of the world: its turn lease lapses (TURN-10). Its claims
+      // lapse on the ledger's own clock, which the kit cannot move for a real adapter.
+      caseStore.expireLeases();
+    },
+    retire: () => {
+      if (worker.dead) return;
+      worker.dead = true;
+      abort.abort(new WorkerGone(name));
+      rejectDied(DIED);
+    },
+  };
+  const isDead = () => worker.dead;
+  const mortalFetch = ((input: Parameters<typeof fetch>[0], init?: RequestInit) => {
+    if (worker.dead) return Promise.reject(new WorkerGone(name));
+    const signal = init?.signal ? AbortSignal.any([init.signal, abort.signal]) : abort.signal;
+    return fetch(input, { ...init, signal });
+  }) as typeof fetch;
+  const ledger = mortal(await options.ledger(), isDead, name, LEDGER_METHODS);
+  const store = mortal(caseStore.store, isDead, name, STORE_METHODS);
+  const payments = createPaymentsClient({ baseURL: world.payments.url, token: ctx.account, fetch: mortalFetch });
+  const toolList = kitTools(ctx, worker, payments);
+  const defaults: DispatcherDefaults = {
+    leaseMs: options.leaseMs,
+    // Long enough to outlive a dead worker's claim, so waiters see it lapse (LEDGER-7).
+    waitMs: options.leaseMs * 6,
+    pollMs: 2,
+    maxPollMs: 20,
+    // The kit never loses acknowledged rows, so a volatile ledger is fine for unkeyed writes here.
+    allowVolatileLedgerForUnkeyedWrites: true,
+    logger: { warn: () => {} },
+    onEvent: (event) => {
+      if (worker.dead) return;
+      ctx.dispatchEvents.push({ ...event, worker: name, at: Date.now() - ctx.started });
+      if (event.type === "claimed" && event.takeover) {
+        note(ctx, name, `${conversationId} takes over the expired claim of key ${short(event.key)} (fence ${event.fence})`);
+      }
+    },
+  };
   const dispatcher =
-    options.dispatcher?.(toolList, ledger) ??
-    new Dispatcher({
-      tools: new ToolRegistry(toolList),
-      ledger,
-      leaseMs: options.leaseMs,
-      // Long enough to outlive a dead worker's lease, so waiters see it expire (LEDGER-7).
-      waitMs: options.leaseMs * 6,
-      pollMs: 2,
-      maxPollMs: 20,
-      // The kit never loses acknowledged rows, so a volatile ledger is fine for unkeyed writes here.
-      allowVolatileLedgerForUnkeyedWrites: true,
-      logger: { warn: () => {} },
-    });
-  self.runner = new ConversationRunner({
-    client: new Anthropic({ baseURL: world.provider.baseURL, apiKey: "conformance", maxRetries: 0 }),
+    options.dispatcher?.(toolList, ledger, defaults) ?? new Dispatcher({ tools: new ToolRegistry(toolList), ledger, ...defaults });
+  worker.runner = new ConversationRunner({
+    client: new Anthropic({ baseURL: world.provider.baseURL, apiKey: "conformance", maxRetries: 0, fetch: mortalFetch }),
     dispatcher,
-    store: ctx.store,
+    store,
     model: "claude-conformance",
     tools: new ToolRegistry(toolList.map((t) => ({ ...t, run: () => null }))).providerSchemas(),
     retry: { attempts, backoffMs: () => 2 },
+    owner: name,
+    turnLeaseMs: TURN_LEASE_MS,
+    busyWaitMs: BUSY_WAIT_MS,
+    pollMs: 5,
+    // One case's stores never forget anything: the TURN-14 pairing rule is not what this level tests.
+    allowVolatileConversationStore: true,
     onEvent: (event) => {
-      ctx.events.push({ ...event, worker: name });
-      const detail =
-        event.type === "attempt_started"
-          ? `turn ${event.turnIndex} attempt ${event.attempt} requested`
-          : event.type === "call_complete"
-            ? `${event.name} arguments complete (${event.callId}): dispatching`
-            : event.type === "stream_failed"
-          ? `stream failed (${event.position}): ${event.error}`
-          : event.type === "call_resolved"
-            ? `${event.name} ${event.ok ? (event.replayed ? "replayed from the ledger" : "ran") : `failed: ${event.error}`}`
-            : event.type === "call_abandoned"
-              ? `${event.name} abandoned (arguments: ${JSON.stringify(event.partialArguments)})`
-              : event.type === "turn_committed"
-                ? `turn ${event.turnIndex} ${event.committed ? "committed" : "lost the commit race"}`
-                : event.type === "turn_failed"
-                  ? `turn ${event.turnIndex} failed (${event.record.position})`
-                  : undefined;
-
+      if (worker.dead) return; // a dead process tells nobody anything
+      const recorded: RecordedEvent = { ...event, worker: name };
+      if (event.type === "turn_failed" || event.type === "attempt_superseded") recorded.effectsSeen = ctx.effectSeqs();
+      ctx.events.push(recorded);
+      const detail = describeEvent(event);
       if (detail !== undefined) ctx.timeline.push({ at: event.at - ctx.started, who: name, what: `${event.conversationId} ${detail}` });
     },
   });
-  return self;
+  return worker;
 }
+
+function describeEvent(event: RunnerEvent): string | undefined {
+  switch (event.type) {
+    case "attempt_started":
+      return `turn ${event.turnIndex} attempt ${event.attempt} for message ${JSON.stringify(event.messageId)} requested`;
+    case "call_complete":
+      return `${event.name} arguments complete (${event.callId}): dispatching`;
+    case "stream_failed":
+      return `stream failed (${event.position}): ${event.error}`;
+    case "call_resolved":
+      return `${event.name}${event.key === undefined ? "" : ` key ${short(event.key)}`} ${event.ok ? (event.replayed ? "replayed from the ledger" : "ran") : `failed: ${event.error}`}`;
+    case "call_abandoned":
+      return `${event.name} abandoned (arguments: ${JSON.stringify(event.partialArguments)})`;
+    case "turn_committed":
+      return `turn ${event.turnIndex} ${event.committed ? "committed" : "lost the commit race"} (${event.stopReason})`;
+    case "turn_failed": {
+      const effects = event.record.effects.map((e) => `${e.name} ${short(e.key)} ${e.effect}`).join(", ");
+      return `turn ${event.turnIndex} of ${JSON.stringify(event.record.messageId)} failed (${event.record.position}); record: ${effects || "no effects"}; retryable ${event.record.retryable}`;
+    }
+    case "attempt_superseded":
+      return `turn ${event.turnIndex} attempt ${event.attempt} superseded; recorded ${event.record.calls.length} calls`;
+    default:
+      return undefined;
+  }
+}
+
+// ---- the provider ------------------------------------------------------------------------------
 
 function toPosition(cut: StreamCut): FaultPosition {
   switch (cut.at) {
@@ -311,14 +568,29 @@ function toPosition(cut: StreamCut): FaultPosition {
   }
 }
 
-/** Program the provider for this case: one plan per message text, cuts by request attempt. */
+/** The user's words for a message, unique per case (the account is in them). */
+export function contentOf(account: string, text: string): string {
+  return `${account} ${text}`;
+}
+
+/** A re-ask repeats the request; the model words the payment memo differently this time. */
+export function reaskCalls(calls: PlannedCall[]): PlannedCall[] {
+  return calls.map((c) => (c.tool === "send_payment" ? { tool: c.tool, args: { ...c.args, memo: `${String(c.args.memo)} (asked again)` } } : c));
+}
+
+export const REASK_SUFFIX = " again";
+
+/** Program the provider for this case: one plan per message text (and re-ask), cuts by request attempt. */
 export function programProvider(world: World, scenario: Scenario, account: string): void {
   const plans: Record<string, ReturnType<typeof turn>> = {};
   const cuts = new Map<string, StreamCut[]>();
+  const plan = (calls: PlannedCall[]) =>
+    turn(...calls.map((c) => toolUse(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {})));
   for (const conversation of scenario.conversations) {
     for (const message of conversation.messages) {
-      const text = `${account} ${message.text}`;
-      plans[text] = turn(...message.calls.map((c) => toolUse(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {})));
+      const text = contentOf(account, message.text);
+      plans[text] = plan(message.calls);
+      plans[text + REASK_SUFFIX] = plan(reaskCalls(message.calls));
       cuts.set(text, message.cuts);
     }
   }
@@ -337,48 +609,7 @@ export function programProvider(world: World, scenario: Scenario, account: strin
   });
 }
 
-/** Runs one message by its replay route; never throws (outcomes are recorded for the oracle). */
-export async function runMessage(
-  ctx: CaseContext,
-  conversationId: string,
-  message: MessagePlan,
-  spawn: (name: string, attempts?: number) => Promise<Worker>,
-  primary: Worker,
-): Promise<void> {
-  const content = `${ctx.account} ${message.text}`;
-  const id = `${conversationId}:${message.text}`;
-  const send = async (w: Worker) => {
-    try {
-      const result = await Promise.race([w.runner.send(conversationId, { id, content }), w.died]);
-      ctx.outcomes.push({ conversation: conversationId, message: message.text, worker: w.name, result });
-    } catch (error) {
-      if (error === DIED) return;
-      ctx.outcomes.push({ conversation: conversationId, message: message.text, worker: w.name, error });
-    }
-  };
-  switch (message.route) {
-    case "automatic_retry":
-      await send(primary);
-      break;
-    case "client_resend":
-      // No automatic retry: the client's own re-send below is the replay route.
-      await send(await spawn(`${primary.name}/no-retry`, 1));
-      break;
-    case "queue_redelivery":
-      await Promise.all([send(primary), spawn(`${primary.name}'`).then(send)]);
-      break;
-    case "double_send":
-      await Promise.all([send(primary), new Promise((r) => setTimeout(r, 1)).then(() => send(primary))]);
-      break;
-  }
-  // The client (or the queue) tries again while the message is unanswered: a dead worker's
-  // message is redelivered to a fresh one, a failed turn is re-sent (TURN-2).
-  for (let resend = 0; resend < 3; resend++) {
-    const snapshot = await ctx.store.load(conversationId);
-    if (snapshot.pendingMessageId !== id) return;
-    const alive = primary.dead ? await spawn(`${primary.name}+${resend}`) : primary;
-    ctx.timeline.push({ at: Date.now() - ctx.started, who: alive.name, what: `${conversationId} re-sends ${JSON.stringify(message.text)}` });
-    await send(alive);
-  }
+/** The kit's default conversation store: the reference one, on the case's clock. */
+export function memoryConversationStore(options: { now: () => number }): ConversationStore {
+  return new MemoryConversationStore({ now: options.now });
 }
-

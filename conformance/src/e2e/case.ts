@@ -1,0 +1,312 @@
+import { randomUUID } from "node:crypto";
+import { isDispatchOnceError, type ConversationStore, type StoredMessage } from "@dispatch-once/core";
+import type { FailedTurnRecord } from "@dispatch-once/anthropic";
+import type { LedgerFixture, LedgerSubject } from "../types.js";
+import { checkOracle, type OracleViolation } from "./oracle.js";
+import { faultFree, sendGroups, type MessagePlan, type Scenario } from "./scenario.js";
+import {
+  CALM_CLAIM_LEASE_MS,
+  DIED,
+  REASK_SUFFIX,
+  TURN_LEASE_MS,
+  contentOf,
+  faultSignature,
+  memoryConversationStore,
+  newWorker,
+  note,
+  programProvider,
+  reaskCalls,
+  short,
+  type CaseContext,
+  type CaseStore,
+  type SendOutcome,
+  type SentMessage,
+  type Worker,
+  type WorkerFactoryOptions,
+  type World,
+} from "./world.js";
+
+export interface CaseOptions {
+  /** Claim lease in runs where a worker dies; short, so that its claim lapses quickly. Default 100 ms. */
+  leaseMs?: number;
+  dispatcher?: WorkerFactoryOptions["dispatcher"];
+  /** One conversation store per conversation, on the case's clock; the reference one by default. */
+  conversationStore?: (options: { now: () => number }) => ConversationStore;
+  /** Longest a single send() may take before the run is a TURN-10 violation. Default 20 s. */
+  sendTimeoutMs?: number;
+}
+
+export interface CaseRun {
+  violations: OracleViolation[];
+  timeline: string[];
+  /** What the case exercised, counted (coverage of the random runs). */
+  stats: Record<string, number>;
+}
+
+function caseStats(ctx: CaseContext, elapsedMs: number): Record<string, number> {
+  const count = (f: (x: unknown) => boolean, list: unknown[]) => list.filter(f).length;
+  const stats: Record<string, number> = {
+    cases: 1,
+    calm: faultFree(ctx.scenario) ? 1 : 0,
+    messages: ctx.messages.length,
+    concurrent_messages: count((m) => (m as SentMessage).concurrent, ctx.messages),
+    reasks: count((m) => (m as SentMessage).reaskOf !== undefined, ctx.messages),
+    sends: ctx.sends.length,
+    attempts: count((e) => (e as { type: string }).type === "attempt_started", ctx.events),
+    tool_runs: ctx.runs.length,
+    key_reused_422: count((r) => /idempotency_key_reused/.test((r as { downstream?: string }).downstream ?? ""), ctx.runs),
+    lost_responses: count((r) => /connection_lost/.test((r as { downstream?: string }).downstream ?? ""), ctx.runs),
+    takeovers: count((e) => (e as { type: string; takeover?: boolean }).type === "claimed" && (e as { takeover?: boolean }).takeover === true, ctx.dispatchEvents),
+    deaths: count((t) => (t as { what: string }).what.startsWith("DIES"), ctx.timeline),
+    turns_failed: count((e) => (e as { type: string }).type === "turn_failed", ctx.events),
+    superseded: count((e) => (e as { type: string }).type === "attempt_superseded", ctx.events),
+    outcome_unknown: count((e) => /outcome_unknown|is unknown/.test((e as { error?: string }).error ?? ""), ctx.events),
+    not_storable: count((e) => /could not be stored|result_not_storable|exceeds|not JSON|bigint/.test((e as { error?: string }).error ?? ""), ctx.events),
+    elapsed_ms: elapsedMs,
+  };
+  for (const s of ctx.sends) stats[`send_${s.outcome}`] = (stats[`send_${s.outcome}`] ?? 0) + 1;
+  Object.assign(stats, ctx.diagnostics);
+  return stats;
+}
+
+export async function runCase(world: World, subject: LedgerSubject, scenario: Scenario, options: CaseOptions): Promise<CaseRun> {
+  const fixture: LedgerFixture = await subject.create();
+  const account = `acct_${randomUUID().slice(0, 12)}`;
+  const stores = new Map<string, CaseStore>();
+  for (const conversation of scenario.conversations) {
+    let skew = 0;
+    const store = (options.conversationStore ?? memoryConversationStore)({ now: () => Date.now() + skew });
+    stores.set(conversation.id, { store, expireLeases: () => (skew += TURN_LEASE_MS + 1) });
+  }
+  const ctx: CaseContext = {
+    scenario,
+    account,
+    stores,
+    timeline: [],
+    messages: [],
+    sends: [],
+    events: [],
+    dispatchEvents: [],
+    runs: [],
+    liveness: [],
+    diagnostics: {},
+    pendingDownstream: new Map(),
+    pendingDeaths: new Map(),
+    pendingUnstorable: new Set(),
+    effectSeqs: () => new Set(world.payments.effects({ account }).map((e) => e.seq)),
+    redeliver: () => Promise.resolve(),
+    started: Date.now(),
+    sendTimeoutMs: options.sendTimeoutMs ?? 20_000,
+  };
+  let deaths = false;
+  for (const conversation of scenario.conversations) {
+    for (const message of conversation.messages) {
+      const sig = (index: number) => {
+        const call = message.calls[index];
+        return call === undefined ? undefined : faultSignature(call.tool, call.args);
+      };
+      for (const [index, fault] of Object.entries(message.downstream)) {
+        const s = sig(Number(index));
+        if (s !== undefined && fault !== undefined) ctx.pendingDownstream.set(s, fault);
+      }
+      if (message.death !== undefined) {
+        const s = sig(message.death.call);
+        if (s !== undefined) ctx.pendingDeaths.set(s, message.death.when);
+        deaths = true;
+      }
+      for (const index of message.unstorable) {
+        const s = sig(index);
+        if (s !== undefined) ctx.pendingUnstorable.add(s);
+      }
+    }
+  }
+  programProvider(world, scenario, account);
+  let first = true;
+  const factory: WorkerFactoryOptions = {
+    // The first worker uses the fixture's ledger; every later one a second view of the same namespace.
+    ledger: async () => {
+      if (first) {
+        first = false;
+        return fixture.ledger;
+      }
+      return fixture.reopen();
+    },
+    // Only a death needs a claim to lapse; otherwise a long lease keeps a slow machine honest.
+    leaseMs: deaths ? (options.leaseMs ?? 100) : CALM_CLAIM_LEASE_MS,
+    ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
+  };
+  const workers: Worker[] = [];
+  const background: Promise<void>[] = [];
+  const spawn = async (wanted: string, conversationId: string, attempts?: number) => {
+    // Names are unique in a case: the oracle tells workers' attempts and runs apart by name.
+    let name = wanted;
+    for (let n = 2; workers.some((w) => w.name === name); n++) name = `${wanted}#${n}`;
+    const worker = await newWorker(world, ctx, name, conversationId, factory, attempts);
+    workers.push(worker);
+    return worker;
+  };
+  ctx.redeliver = (conversationId, messageId) => {
+    const message = ctx.messages.find((m) => m.id === messageId);
+    if (message === undefined) return Promise.resolve();
+    const delivery = spawn(`${conversationId.replace("conv-", "w")}~`, conversationId).then((w) => {
+      note(ctx, w.name, `${conversationId} receives the redelivered ${JSON.stringify(messageId)}`);
+      return sendOnce(ctx, w, conversationId, messageId, contentOf(ctx.account, message.text));
+    });
+    background.push(delivery);
+    return delivery;
+  };
+  try {
+    // Conversations run concurrently, as several workers serving several users.
+    await Promise.all(
+      scenario.conversations.map(async (conversation, n) => {
+        let primary: Worker = await spawn(`w${n}`, conversation.id);
+        for (const group of sendGroups(conversation)) {
+          if (primary.dead) primary = await spawn(`${primary.name}*`, conversation.id);
+          if (group.length === 2) {
+            // Two distinct messages close together, from two workers (TURN-9).
+            const second = await spawn(`${primary.name}b`, conversation.id);
+            const [a, b] = group.map((plan) => register(ctx, conversation.id, plan, true));
+            note(ctx, "user", `${conversation.id} sends ${JSON.stringify(a!.text)} and ${JSON.stringify(b!.text)} at once`);
+            await Promise.all([sendMessage(ctx, a!, spawn, primary), sendMessage(ctx, b!, spawn, second)]);
+            continue;
+          }
+          const message = register(ctx, conversation.id, group[0]!, false);
+          const state = await sendMessage(ctx, message, spawn, primary);
+          if (state === "failed" && group[0]!.reask) {
+            // "That failed, try again": a new message with the same request (TURN-12).
+            const reask: SentMessage = {
+              conversationId: conversation.id,
+              id: `${message.id}${REASK_SUFFIX}`,
+              text: `${message.text}${REASK_SUFFIX}`,
+              plan: { ...group[0]!, route: "automatic_retry" },
+              calls: reaskCalls(group[0]!.calls),
+              reaskOf: message.id,
+              concurrent: false,
+            };
+            ctx.messages.push(reask);
+            if (primary.dead) primary = await spawn(`${primary.name}*`, conversation.id);
+            note(ctx, "user", `${conversation.id} asks again in a new message ${JSON.stringify(reask.id)}`);
+            await sendMessage(ctx, reask, spawn, primary);
+          }
+        }
+      }),
+    );
+    // Redeliveries a stalled worker caused may still be running.
+    for (let waited = 0; waited < background.length; ) {
+      const n = background.length;
+      await Promise.all(background);
+      waited = n;
+    }
+    for (const w of workers) w.retire();
+    const violations = await checkOracle(ctx, world.payments.effects({ account }));
+    return { violations, timeline: renderTimeline(ctx, world, workers.length), stats: caseStats(ctx, Date.now() - ctx.started) };
+  } finally {
+    for (const w of workers) w.retire();
+    await fixture.destroy().catch(() => {});
+  }
+}
+
+function register(ctx: CaseContext, conversationId: string, plan: MessagePlan, concurrent: boolean): SentMessage {
+  const message: SentMessage = { conversationId, id: `${conversationId}:${plan.text}`, text: plan.text, plan, calls: plan.calls, concurrent };
+  ctx.messages.push(message);
+  return message;
+}
+
+const TIMEOUT = Symbol("timeout");
+
+/** One send() by one worker, bounded in time (TURN-10); its outcome is recorded, never thrown. */
+async function sendOnce(ctx: CaseContext, w: Worker, conversationId: string, id: string, content: string): Promise<void> {
+  const startedAt = Date.now() - ctx.started;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<typeof TIMEOUT>((resolve) => {
+    timer = setTimeout(() => resolve(TIMEOUT), ctx.sendTimeoutMs);
+  });
+  const settled = await Promise.race([
+    w.runner.send(conversationId, { id, content }).then(
+      (result) => ({ result }),
+      (error: unknown) => ({ error }),
+    ),
+    w.died.catch(() => DIED),
+    timeout,
+  ]);
+  clearTimeout(timer);
+  let outcome: SendOutcome;
+  const record = { conversationId, messageId: id, worker: w.name, startedAt, endedAt: Date.now() - ctx.started };
+  if (settled === TIMEOUT) {
+    outcome = "timeout";
+    ctx.liveness.push({ rule: "TURN-10", message: `send of ${JSON.stringify(id)} by ${w.name} had not settled after ${ctx.sendTimeoutMs} ms` });
+    w.kill(`(stopped by the kit: its send did not settle within ${ctx.sendTimeoutMs} ms)`);
+    ctx.sends.push({ ...record, outcome });
+  } else if (typeof settled === "symbol") {
+    ctx.sends.push({ ...record, outcome: "died" });
+    return;
+  } else if ("result" in settled) {
+    outcome = "answered";
+    ctx.sends.push({ ...record, outcome, result: settled.result });
+    note(ctx, w.name, `${conversationId} send of ${JSON.stringify(id)} answered (${settled.result.fromStore ? "from the store" : `${settled.result.turns.length} turns`})`);
+  } else {
+    const { error } = settled;
+    outcome = isDispatchOnceError(error, "turn_failed") ? "failed" : isDispatchOnceError(error, "conversation_busy") ? "busy" : "error";
+    ctx.sends.push({ ...record, outcome, error });
+    note(ctx, w.name, `${conversationId} send of ${JSON.stringify(id)} ended ${outcome}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
+/**
+ * Sends one message by its replay route, then behaves like a client (or a queue): re-sends it
+ * while it is unanswered and a re-send can help. Returns the message's final state.
+ */
+async function sendMessage(
+  ctx: CaseContext,
+  message: SentMessage,
+  spawn: (name: string, conversationId: string, attempts?: number) => Promise<Worker>,
+  worker: Worker,
+): Promise<StoredMessage["state"] | "absent"> {
+  const { conversationId, id } = message;
+  const content = contentOf(ctx.account, message.text);
+  const { store } = ctx.stores.get(conversationId)!;
+  let primary = worker;
+  const send = (w: Worker) => sendOnce(ctx, w, conversationId, id, content);
+  switch (message.plan.route) {
+    case "automatic_retry":
+      await send(primary);
+      break;
+    case "client_resend":
+      // No automatic retry: the client's own re-send below is the replay route.
+      primary = await spawn(`${primary.name}/1`, conversationId, 1);
+      await send(primary);
+      break;
+    case "queue_redelivery":
+      await Promise.all([send(primary), spawn(`${primary.name}'`, conversationId).then(send)]);
+      break;
+    case "double_send":
+      await Promise.all([send(primary), new Promise((r) => setTimeout(r, 1)).then(() => send(primary))]);
+      break;
+  }
+  // The client (or the queue) tries again while the message is unanswered: a dead worker's
+  // message is redelivered to a fresh one, a failed turn that says a re-send can help is re-sent
+  // (TURN-2, TURN-12); a failure that cannot be helped is shown to the user instead.
+  for (let resend = 0; resend < 3; resend++) {
+    const stored = await store.message(conversationId, id);
+    if (stored?.state === "answered") return "answered";
+    if (stored?.state === "failed" && (stored.failure as FailedTurnRecord | undefined)?.retryable !== true) return "failed";
+    if (primary.dead) primary = await spawn(`${primary.name}+${resend}`, conversationId);
+    note(ctx, primary.name, `${conversationId} re-sends ${JSON.stringify(id)} (${stored?.state ?? "never stored"})`);
+    await send(primary);
+  }
+  return (await store.message(conversationId, id))?.state ?? "absent";
+}
+
+function renderTimeline(ctx: CaseContext, world: World, workers: number): string[] {
+  const entries = [...ctx.timeline];
+  for (const e of world.payments.effects({ account: ctx.account })) {
+    entries.push({
+      at: Date.parse(e.at) - ctx.started,
+      who: "payments",
+      what: `performed ${e.kind} ${e.resourceId} under key ${short(e.idempotencyKey ?? undefined)}`,
+    });
+  }
+  const lines = entries.sort((a, b) => a.at - b.at).map((e) => `t=${String(e.at).padStart(4)}ms ${e.who.padEnd(8)} ${e.what}`);
+  lines.push(`(${workers} workers; keys are shown by their first 8 hex digits)`);
+  return lines;
+}

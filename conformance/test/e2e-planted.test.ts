@@ -1,0 +1,198 @@
+import {
+  Dispatcher,
+  MemoryConversationStore,
+  ToolError,
+  ToolRegistry,
+  type ConversationStore,
+  type JsonValue,
+  type Ledger,
+  type TurnCommit,
+  type TurnSnapshot,
+} from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { runEndToEnd } from "../src/e2e/index.js";
+import { memoryLedgerSubject, type LedgerSubject } from "../src/index.js";
+
+/**
+ * Issue 12: the end-to-end oracle bites. Each test plants one broken piece that the effect-count
+ * oracle of before passed (every effect happened at most as often as some message asked for it)
+ * and requires the intent-level, truth-telling oracle to reject it with a readable
+ * counterexample: the rule, the shrunk scenario, its timeline, and the seed and path to replay it.
+ */
+const memory = memoryLedgerSubject();
+/** Finding each bug takes a few runs; shrinking whole conversations is what costs, so it is capped. */
+const SHRINK_BUDGET_MS = 30_000;
+
+function expectReadable(error: unknown, seed: number): string {
+  expect(error).toBeInstanceOf(Error);
+  const message = (error as Error).message;
+  expect(message).toContain("timeline of the shrunk scenario:");
+  expect(message).toMatch(new RegExp(`seed ${seed}, path "[0-9:]+"`));
+  return message;
+}
+
+/** Every method of a ledger, bound to it, with some replaced: a broken ledger for one bug. */
+function ledgerWith(inner: Ledger, overrides: Partial<Ledger>): Ledger {
+  return {
+    capabilities: inner.capabilities,
+    claim: (r) => inner.claim(r),
+    renew: (k, f, l) => inner.renew(k, f, l),
+    complete: (k, f, r) => inner.complete(k, f, r),
+    fail: (k, f, e) => inner.fail(k, f, e),
+    markUnknown: (k, f, r) => inner.markUnknown(k, f, r),
+    release: (k, f) => inner.release(k, f),
+    lookup: (k) => inner.lookup(k),
+    sweep: () => inner.sweep(),
+    close: () => inner.close(),
+    ...overrides,
+  };
+}
+
+describe("the end-to-end oracle rejects planted bugs the effect count missed", () => {
+  it("EFFECT-6 a tool that reports 422 idempotency-key-reused as a definite failure commits 'failed' for a void that happened", async () => {
+    // A re-run of a void whose response was lost finds the other open payment with the same
+    // reference: the API answers 422 for the key it already used. Taking that as "declined"
+    // commits an error result while the first void went through.
+    const error = await runEndToEnd(memory, {
+      runs: 300,
+      seed: 12,
+      timeLimitMs: SHRINK_BUDGET_MS,
+      dispatcher: (tools, ledger, defaults) =>
+        new Dispatcher({
+          ...defaults,
+          ledger,
+          tools: new ToolRegistry(
+            tools.map((tool) => ({
+              ...tool,
+              run: async (args: unknown, context: Parameters<typeof tool.run>[1]) => {
+                try {
+                  return await tool.run(args, context);
+                } catch (e) {
+                  if (ToolError.isInstance(e) && e.disposition === "request_mismatch") {
+                    throw new ToolError(e.message, { disposition: "definite", code: e.code });
+                  }
+                  throw e;
+                }
+              },
+            })),
+          ),
+        }),
+    }).catch((e: unknown) => e);
+    const message = expectReadable(error, 12);
+    expect(message).toMatch(/breaks EFFECT-6/);
+    expect(message).toMatch(/void_payment key [0-9a-f]{8} .* was committed as an error .*Idempotency-Key was already used.* but its effect happened: payment_voided/);
+  }, 600_000);
+
+  it("LEDGER-21 a ledger that hands a re-claimant its own request re-runs a released payment with the re-worded memo", async () => {
+    // The re-worded memo of a retried response reaches the payments API under the first key:
+    // it refuses it (422) and a payment that went through is left "may have happened".
+    const ownRequest: LedgerSubject = {
+      ...memory,
+      async create(options) {
+        const fixture = await memory.create(options);
+        const ledger = ledgerWith(fixture.ledger, {
+          claim: async (request) => {
+            const result = await fixture.ledger.claim(request);
+            return result.outcome === "claimed" ? { ...result, request: request.request } : result;
+          },
+        });
+        return { ...fixture, ledger, reopen: async () => ledger };
+      },
+    };
+    const error = await runEndToEnd(ownRequest, { runs: 300, seed: 21, timeLimitMs: SHRINK_BUDGET_MS }).catch((e: unknown) => e);
+    const message = expectReadable(error, 21);
+    expect(message).toMatch(/breaks LEDGER-21/);
+    expect(message).toMatch(/send_payment key [0-9a-f]{8} ran with .*"memo":"[^"]*".* and later with .*"memo":"[^"]*"/);
+  }, 600_000);
+
+  it("TURN-11 a store that binds every queued message to one turn index lets two messages answer at the same index", async () => {
+    const error = await runEndToEnd(memory, {
+      runs: 300,
+      seed: 11,
+      timeLimitMs: SHRINK_BUDGET_MS,
+      conversationStore: ({ now }) => new BindsEveryQueuedMessage(new MemoryConversationStore({ now })),
+    }).catch((e: unknown) => e);
+    const message = expectReadable(error, 11);
+    expect(message).toMatch(/breaks TURN-(9|11)/);
+    expect(message).toMatch(/turn \d+ was attempted for message "conv-\d:c\d message \d" and then for "conv-\d:c\d message \d", although the first had not failed/);
+  }, 600_000);
+});
+
+/**
+ * The bug TURN-11 forbids: when the first queued message is bound, every message queued with
+ * it is bound to the same turn index, and a commit is appended at the end of the log whatever
+ * index it names (the compare half of compare-and-append is gone).
+ */
+class BindsEveryQueuedMessage implements ConversationStore {
+  private readonly order = new Map<string, string[]>();
+  private readonly boundAt = new Map<string, number>();
+  private readonly committed = new Map<string, number>();
+  constructor(private readonly inner: MemoryConversationStore) {}
+
+  get capabilities() {
+    return this.inner.capabilities;
+  }
+
+  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }) {
+    const result = await this.inner.appendUserMessage(conversationId, message);
+    if (result.appended) this.order.set(conversationId, [...(this.order.get(conversationId) ?? []), message.id]);
+    return result;
+  }
+
+  async message(conversationId: string, messageId: string) {
+    const found = await this.inner.message(conversationId, messageId);
+    const bound = this.boundAt.get(`${conversationId}\0${messageId}`);
+    return found !== undefined && bound !== undefined && found.state !== "queued" ? { ...found, turnIndex: bound } : found;
+  }
+
+  async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
+    const snapshot = await this.inner.beginTurn(conversationId, fence);
+    if (snapshot === undefined) return snapshot;
+    const id = `${conversationId}\0${snapshot.message.id}`;
+    if (!this.boundAt.has(id)) {
+      for (const other of this.order.get(conversationId) ?? []) {
+        const stored = await this.inner.message(conversationId, other);
+        if (other === snapshot.message.id || stored?.state === "queued") this.boundAt.set(`${conversationId}\0${other}`, snapshot.turnIndex);
+      }
+    }
+    const bound = this.boundAt.get(id)!;
+    const started = (await this.inner.turnsOf(conversationId, snapshot.message.id)).length > 0;
+    if (started || bound === snapshot.turnIndex) return snapshot;
+    return { ...snapshot, turnIndex: bound, message: { ...snapshot.message, turnIndex: bound } };
+  }
+
+  async commitTurn(conversationId: string, commit: TurnCommit) {
+    const count = this.committed.get(conversationId) ?? 0;
+    const result = await this.inner.commitTurn(conversationId, { ...commit, turnIndex: count });
+    if (result.committed) this.committed.set(conversationId, count + 1);
+    return result;
+  }
+
+  turnsOf(conversationId: string, messageId: string) {
+    return this.inner.turnsOf(conversationId, messageId);
+  }
+  log(conversationId: string) {
+    return this.inner.log(conversationId);
+  }
+  acquireLease(conversationId: string, owner: string, leaseMs: number) {
+    return this.inner.acquireLease(conversationId, owner, leaseMs);
+  }
+  renewLease(conversationId: string, fence: number, leaseMs: number) {
+    return this.inner.renewLease(conversationId, fence, leaseMs);
+  }
+  releaseLease(conversationId: string, fence: number) {
+    return this.inner.releaseLease(conversationId, fence);
+  }
+  failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue) {
+    return this.inner.failMessage(conversationId, fence, messageId, record);
+  }
+  addRecord(conversationId: string, record: JsonValue) {
+    return this.inner.addRecord(conversationId, record);
+  }
+  records(conversationId: string) {
+    return this.inner.records(conversationId);
+  }
+  close() {
+    return this.inner.close();
+  }
+}
