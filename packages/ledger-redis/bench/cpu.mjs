@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
-import { RedisLedger } from "../dist/index.js";
+import { LEDGER_REDIS_OPTIONS, RedisLedger } from "../dist/index.js";
 // A typical stored request (LEDGER-21): the JCS text of a payment call's arguments, 55 bytes.
 const REQUEST = '{"amount":4200,"currency":"eur","to":"acct_0123456789"}';
 
@@ -23,8 +23,8 @@ try {
     return (Number(f[11]) + Number(f[12])) * 10_000; // clock ticks (100 Hz) -> µs
   };
   const floor = new Redis({ path });
-  const ledgerClient = new Redis({ path });
-  const ledger = new RedisLedger({ client: ledgerClient, prefix: "cpu", retentionMs: 60_000 });
+  const ledgerClient = new Redis({ path, ...LEDGER_REDIS_OPTIONS });
+  const ledger = new RedisLedger({ client: ledgerClient, prefix: "cpu", retentionMs: 60_000, allowShortRetentionForTests: true });
   const result = '{"payment_id":"pay_0123456789","status":"succeeded","amount":4200,"currency":"eur"}';
   let n = 0;
   const ops = {

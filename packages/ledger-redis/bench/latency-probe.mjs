@@ -7,14 +7,17 @@ const REQUEST = '{"amount":4200,"currency":"eur","to":"acct_0123456789"}';
 const url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const c = new Redis(url);
 const prefix = `do-lat-${process.pid}`;
-const ledger = new RedisLedger({ url, prefix, retentionMs: 60_000 });
+const ledger = new RedisLedger({ url, prefix, retentionMs: 60_000, allowShortRetentionForTests: true });
 const shaSet = await c.script("LOAD", "return redis.call('SET', KEYS[1], ARGV[1], 'NX')");
 const shaClaim = await c.script("LOAD", CLAIM_LUA);
 let n = 0;
 const probes = {
   set: () => c.set(`${prefix}:s${n++}`, "x", "NX"),
   evalshaSet: () => c.evalsha(shaSet, 1, `${prefix}:e${n++}`, "x"),
-  evalshaClaim: () => c.evalsha(shaClaim, 1, `${prefix}:c${n++}`, '"send_payment"', "keyed_write", "owner", "30000", "60000", REQUEST),
+  evalshaClaim: () => {
+    const key = `c${n++}`;
+    return c.evalsha(shaClaim, 2, ledger.redisKey(key), ledger.inflightIndexKey(key), '"send_payment"', "keyed_write", "owner", "30000", "60000", REQUEST, "probe.1");
+  },
   ledgerClaim: () => ledger.claim({ key: `l${n++}`, toolName: "send_payment", effect: "keyed_write", owner: "owner", leaseMs: 30000, request: REQUEST }),
 };
 const res = {};

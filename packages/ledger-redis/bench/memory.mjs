@@ -1,10 +1,10 @@
 // MEMORY USAGE of one row in each state (for the README's sizing section).
 import { Redis } from "ioredis";
-import { RedisLedger } from "../dist/index.js";
+import { LEDGER_REDIS_OPTIONS, RedisLedger } from "../dist/index.js";
 // A typical stored request (LEDGER-21): the JCS text of a payment call's arguments, 55 bytes.
 const REQUEST = '{"amount":4200,"currency":"eur","to":"acct_0123456789"}';
 const url = process.argv[2] ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
-const client = new Redis(url);
+const client = new Redis(url, { ...LEDGER_REDIS_OPTIONS });
 const prefix = `do-mem-${process.pid}`;
 const ledger = new RedisLedger({ client, prefix });
 const key = (i) => `${i}`.padStart(32, "0"); // a real key is 32 hex digits

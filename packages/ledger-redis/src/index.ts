@@ -2,10 +2,18 @@ export {
   RedisLedger,
   createRedisLedger,
   decodeRow,
+  DEFAULT_COMMAND_TIMEOUT_MS,
+  LEDGER_CLUSTER_OPTIONS,
+  LEDGER_REDIS_OPTIONS,
+  MAX_LIST_LIMIT,
+  MIN_RETENTION_MS,
+  type DurabilityViolation,
+  type ListExpiredInFlightOptions,
   type RedisClient,
   type RedisLedgerOptions,
   type CreateRedisLedgerOptions,
   type RedisServerReport,
 } from "./redis-ledger.js";
 export { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
-export { CLAIM_LUA, RENEW_LUA, FINISH_LUA } from "./scripts.js";
+export { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, LIST_EXPIRED_LUA, RENEW_LUA } from "./scripts.js";
+export { keySlot } from "./slots.js";

@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import {
   DEFAULT_MAX_RESULT_BYTES,
   DEFAULT_RETENTION_MS,
@@ -7,6 +8,7 @@ import {
   ResultNotStorableError,
   StaleClaimError,
   assertStorableResult,
+  isDispatchOnceError,
   type ClaimRequest,
   type ClaimResult,
   type InFlightRow,
@@ -18,31 +20,102 @@ import {
 } from "@dispatch-once/core";
 import { Redis, type Cluster } from "ioredis";
 import { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
-import { CLAIM_LUA, FINISH_LUA, RENEW_LUA } from "./scripts.js";
+import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, LIST_EXPIRED_LUA, RENEW_LUA } from "./scripts.js";
+import { SLOT_COUNT, keySlot, slotTags } from "./slots.js";
 
 export type RedisClient = Redis | Cluster;
 
+/**
+ * The shortest retention the ledger accepts (1 hour). Retention must outlast every route that can
+ * replay a turn (LEDGER-13); a replay after it runs the tool again. The floor catches the mistakes
+ * that defeat deduplication outright: 0 (rows deleted as they finish), and seconds passed as
+ * milliseconds (`retentionMs: 86400` is 86 s, not a day). Set your own above your replay horizon.
+ */
+export const MIN_RETENTION_MS = 60 * 60 * 1000;
+
+/** Default bound on every operation (waiting for a connection, then the command). */
+export const DEFAULT_COMMAND_TIMEOUT_MS = 5000;
+
+/** The most rows listExpiredInFlight() returns in one call. */
+export const MAX_LIST_LIMIT = 10_000;
+
+/**
+ * ioredis settings a standalone client MUST have to be used by the ledger; the ledger refuses a
+ * client without them (InvalidLedgerInputError) and creates its own with them. Each one stops a
+ * script from being sent twice, or after its caller was told it failed:
+ * - autoResendUnfulfilledCommands false: ioredis' default (true) re-sends, after a reconnect, every
+ *   command whose reply was lost, though it may have run: a claim runs twice and its claimant meets
+ *   its own row (in flight, then `unknown` for an unkeyed_write that never ran).
+ * - enableOfflineQueue false: the default (true) queues a command while the connection is down and
+ *   sends it when it is back, after a timeout already told the caller it failed: a late claim.
+ * - maxRetriesPerRequest 0: a pending command fails as soon as its connection closes. A higher
+ *   value keeps it across reconnects (to be re-sent with autoResend, or left pending until a timeout).
+ * Spread it into your client's options: `new Redis(url, { ...LEDGER_REDIS_OPTIONS })`, or give the
+ * ledger a dedicated connection with `client.duplicate(LEDGER_REDIS_OPTIONS)`.
+ */
+export const LEDGER_REDIS_OPTIONS = Object.freeze({
+  autoResendUnfulfilledCommands: false,
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 0,
+} as const);
+
+/**
+ * The same for a Cluster client. `retryDelayOnFailover: 0`: ioredis' default (100) re-sends a
+ * command whose node connection closed, to another node, though it may have run. Node connections
+ * take `redisOptions` (ioredis always gives them an offline queue, so that one is not checked there).
+ * `new Cluster(nodes, { ...LEDGER_CLUSTER_OPTIONS, redisOptions: { ...yours, ...LEDGER_CLUSTER_OPTIONS.redisOptions } })`.
+ */
+export const LEDGER_CLUSTER_OPTIONS = Object.freeze({
+  enableOfflineQueue: false,
+  retryDelayOnFailover: 0,
+  redisOptions: Object.freeze({ autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 0 } as const),
+} as const);
+
 export interface RedisLedgerOptions {
-  /** Bring your own client (Redis or Cluster). The ledger never closes a client it did not create. */
+  /**
+   * Bring your own client (Redis or Cluster). It must have LEDGER_REDIS_OPTIONS (a Cluster:
+   * LEDGER_CLUSTER_OPTIONS), or the constructor throws InvalidLedgerInputError naming the setting.
+   * The ledger never closes a client it did not create.
+   */
   client?: RedisClient;
   /** Used when no client is given; default REDIS_URL or redis://127.0.0.1:6379. */
   url?: string;
   /** Key prefix; rows live at `${prefix}:{${key}}`. Must not contain `{` or `}`. Default "dispatch-once". */
   prefix?: string;
-  /** How long finished and released rows are kept (a PX TTL). Default DEFAULT_RETENTION_MS (24 h). */
+  /**
+   * How long finished and released rows are kept (a PX TTL). Default DEFAULT_RETENTION_MS (24 h).
+   * At least MIN_RETENTION_MS (1 h) unless allowShortRetentionForTests; must outlast your longest
+   * replay horizon (LEDGER-13).
+   */
   retentionMs?: number;
+  /**
+   * Tests only: accept any retentionMs of 1 ms or more, so a test can watch Redis expire a row.
+   * A production ledger with a short retention re-runs every replay that comes later.
+   */
+  allowShortRetentionForTests?: boolean;
   /** Largest result (UTF-8 bytes of its JSON text) complete() accepts. Default 1 MiB. */
   maxResultBytes?: number;
   /**
-   * "durable" is an ASSERTION by the operator that every node runs with `appendonly yes` and
-   * `appendfsync always` (and that failover cannot lose acknowledged writes). Default "volatile":
-   * a Redis without fsync'd AOF can lose acknowledged rows, so unkeyed_write tools are refused
-   * by the dispatcher (LEDGER-14).
+   * Default "volatile": a Redis without fsync'd AOF can lose acknowledged rows, so unkeyed_write
+   * tools are refused by the dispatcher (LEDGER-14). "durable" is verified before the ledger
+   * writes anything (createRedisLedger at start, `new RedisLedger` before its first operation):
+   * every primary must run `appendonly yes` and `appendfsync always` and have no replica attached
+   * (a failover to an asynchronous replica loses acknowledged writes). Otherwise every operation
+   * raises UnsafeStoreConfigError. See the README, "Durability".
    */
   durability?: "durable" | "volatile";
-  /** Per-command timeout for a client the ledger creates from `url`. Default 5000 ms. */
+  /**
+   * Default true. false trusts a "durable" declaration without reading the server, for stores
+   * that refuse CONFIG GET and whose durability you have established yourself (each acknowledged
+   * write fsynced before the reply, and no failover that can lose it).
+   */
+  verifyDurability?: boolean;
+  /**
+   * The longest any operation takes before it settles, for any client: waiting for the connection,
+   * then the command. Past it: LedgerUnavailableError. Default 5000 ms; 0 waits for ever.
+   */
   commandTimeoutMs?: number;
-  /** Where configuration warnings go. Default console.warn. */
+  /** Where configuration warnings and released lost claims are reported. Default console.warn. */
   onWarning?: (message: string) => void;
 }
 
@@ -51,42 +124,74 @@ export interface CreateRedisLedgerOptions extends RedisLedgerOptions {
    * What createRedisLedger does when a node's maxmemory-policy can evict keys: "refuse"
    * (default: throw UnsafeStoreConfigError) or "warn". Policies are read with CONFIG GET;
    * where CONFIG is not permitted (managed services) a warning says it could not be verified.
+   * A "durable" declaration the server does not back is always refused (see `durability`).
    */
   onUnsafeServer?: "refuse" | "warn";
-  /** Skip the startup check entirely. Default true (check). */
+  /** Skip the maxmemory-policy check. Default true (check). A durable declaration is still verified. */
   checkServer?: boolean;
 }
 
-/** What checkServer() found on each primary node. `undefined` where CONFIG GET was refused. */
+/** Options of listExpiredInFlight(). */
+export interface ListExpiredInFlightOptions {
+  /** Only rows whose lease ended at least this long ago, on the store's clock. Default 0. */
+  olderThanMs?: number;
+  /** At most this many rows, oldest lease first. Default 100, at most MAX_LIST_LIMIT. */
+  limit?: number;
+}
+
+/** A setting of one primary that a "durable" declaration needs and the server does not have. */
+export interface DurabilityViolation {
+  node: string;
+  setting: string;
+  value: string;
+  why: string;
+}
+
+/** What checkServer() found on each primary node. `undefined` where CONFIG GET or INFO was refused. */
 export interface RedisServerReport {
   nodes: Array<{
     node: string;
     maxmemoryPolicy: string | undefined;
     appendonly: string | undefined;
     appendfsync: string | undefined;
+    /** `connected_slaves` from INFO replication. */
+    connectedReplicas: number | undefined;
   }>;
   /** Human-readable problems; empty when the configuration is safe for the declared durability. */
   warnings: string[];
   /** Settings that break the guarantee regardless of durability (evicting policies). */
   unsafe: Array<{ node: string; setting: string; value: string }>;
+  /** Why the server could not back a "durable" declaration (reported whatever was declared). */
+  notDurable: DurabilityViolation[];
 }
 
-// V2: rows carry the stored request (LEDGER-21). A new name, so a client shared with an older
-// copy of this package never runs the other copy's script under the same command.
-const CMD_CLAIM = "dispatchOnceLedgerClaimV2";
-const CMD_RENEW = "dispatchOnceLedgerRenewV2";
-const CMD_FINISH = "dispatchOnceLedgerFinishV2";
+// V3: in-flight rows carry the claim token and the in-flight index is KEYS[2]. A new name, so a
+// client shared with an older copy of this package never runs the other copy's script under it.
+const CMD_CLAIM = "dispatchOnceLedgerClaimV3";
+const CMD_RENEW = "dispatchOnceLedgerRenewV3";
+const CMD_FINISH = "dispatchOnceLedgerFinishV3";
+const CMD_CANCEL = "dispatchOnceLedgerCancelV3";
+const CMD_LIST = "dispatchOnceLedgerListExpiredV3";
 
 type ScriptReply = [string, ...unknown[]];
 
 interface ScriptClient {
-  [CMD_CLAIM](key: string, ...args: string[]): Promise<ScriptReply>;
-  [CMD_RENEW](key: string, ...args: string[]): Promise<ScriptReply>;
-  [CMD_FINISH](key: string, ...args: string[]): Promise<ScriptReply>;
+  [CMD_CLAIM](row: string, index: string, ...args: string[]): Promise<ScriptReply>;
+  [CMD_RENEW](row: string, index: string, ...args: string[]): Promise<ScriptReply>;
+  [CMD_FINISH](row: string, index: string, ...args: string[]): Promise<ScriptReply>;
+  [CMD_CANCEL](row: string, index: string, ...args: string[]): Promise<ScriptReply>;
 }
 
 const STATES = new Set(["in_flight", "completed", "failed", "unknown", "released"]);
 const EFFECTS = new Set(["keyed_write", "unkeyed_write"]);
+
+/** A lost claim is released for at most its lease plus this long (then its row, if any, is settled by LEDGER-7). */
+const CANCEL_GRACE_MS = 60_000;
+/** At most this many lost claims are being released at once; past it, new ones are left to their lease. */
+const MAX_PENDING_CANCELS = 10_000;
+
+/** Raised by the ledger before anything was sent: the command cannot have run. */
+class NotSentError extends Error {}
 
 function nonNegativeInteger(field: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
@@ -96,10 +201,35 @@ function nonNegativeInteger(field: string, value: unknown, fallback: number): nu
   return value;
 }
 
+/** Client settings that can send a script twice or late, as [option path, value, wanted, why]. */
+function unsafeClientSettings(client: RedisClient): Array<[string, unknown, unknown, string]> {
+  const found: Array<[string, unknown, unknown, string]> = [];
+  const check = (path: string, value: unknown, wanted: unknown, why: string) => {
+    if (value !== wanted) found.push([path, value, wanted, why]);
+  };
+  const resend = "re-sends a script whose reply was lost after a reconnect (it may have run: the claimant meets its own row)";
+  const retries = "keeps a command whose connection closed pending across reconnects instead of failing it at once";
+  if (client.isCluster) {
+    const options = (client as Cluster).options;
+    const node = options.redisOptions ?? {};
+    check("client.enableOfflineQueue", options.enableOfflineQueue, false, "queues a command while the cluster is down and sends it after its caller was told it failed");
+    check("client.retryDelayOnFailover", options.retryDelayOnFailover, 0, "re-sends a command whose node connection closed to another node, though it may have run");
+    check("client.redisOptions.autoResendUnfulfilledCommands", node.autoResendUnfulfilledCommands ?? true, false, resend);
+    check("client.redisOptions.maxRetriesPerRequest", node.maxRetriesPerRequest === undefined ? 20 : node.maxRetriesPerRequest, 0, retries);
+  } else {
+    const options = (client as Redis).options;
+    check("client.autoResendUnfulfilledCommands", options.autoResendUnfulfilledCommands, false, resend);
+    check("client.enableOfflineQueue", options.enableOfflineQueue, false, "queues a command while disconnected and sends it after its caller was told it failed");
+    check("client.maxRetriesPerRequest", options.maxRetriesPerRequest, 0, retries);
+  }
+  return found;
+}
+
 /**
- * A ledger on Redis or Redis Cluster. Every transition is one Lua script on one key
- * (EVALSHA via ioredis defineCommand), leases are measured on the server's clock, and
- * finished rows are removed by Redis itself (written with a PX TTL), so sweep() has nothing to do.
+ * A ledger on Redis or Redis Cluster. Every transition is one Lua script on one row and the
+ * in-flight index of the row's hash slot (EVALSHA via ioredis defineCommand), leases are measured
+ * on the server's clock, and finished rows are removed by Redis itself (written with a PX TTL), so
+ * sweep() has nothing to do.
  */
 export class RedisLedger implements Ledger {
   readonly capabilities: LedgerCapabilities;
@@ -109,7 +239,16 @@ export class RedisLedger implements Ledger {
   private readonly scripts: ScriptClient;
   private readonly ownsClient: boolean;
   private readonly retentionArg: string;
+  private readonly timeoutMs: number;
   private readonly onWarning: (message: string) => void;
+  /** Claim tokens: unique per process (random) and per claim (counter). */
+  private readonly tokenPrefix = randomBytes(6).toString("hex");
+  private tokenCounter = 0;
+  /** Lost claims being released (token -> timer), stopped by close(). */
+  private readonly cancels = new Map<string, NodeJS.Timeout | undefined>();
+  /** "ok" once a durable declaration was verified (or needs none); the check in progress otherwise. */
+  private durabilityChecked: "ok" | Promise<void> | undefined;
+  private readyWaiter: Promise<void> | undefined;
   private closed = false;
 
   constructor(options: RedisLedgerOptions = {}) {
@@ -120,6 +259,16 @@ export class RedisLedger implements Ledger {
     }
     this.prefix = prefix;
     this.retentionMs = nonNegativeInteger("retentionMs", options.retentionMs, DEFAULT_RETENTION_MS);
+    if (options.allowShortRetentionForTests === true) {
+      if (this.retentionMs < 1) throw new InvalidLedgerInputError("retentionMs", "must be at least 1 ms");
+    } else if (this.retentionMs < MIN_RETENTION_MS) {
+      throw new InvalidLedgerInputError(
+        "retentionMs",
+        `must be at least ${MIN_RETENTION_MS} ms (1 hour), got ${this.retentionMs}: a finished row is the only ` +
+          "deduplication, and a replay after its retention runs the tool again (LEDGER-13). Set it beyond your " +
+          "longest replay horizon (default 24 h); allowShortRetentionForTests is for tests only",
+      );
+    }
     this.retentionArg = String(this.retentionMs);
     const maxResultBytes = nonNegativeInteger("maxResultBytes", options.maxResultBytes, DEFAULT_MAX_RESULT_BYTES);
     // Redis' own ceiling for one bulk string (proto-max-bulk-len default) is 512 MB.
@@ -130,6 +279,12 @@ export class RedisLedger implements Ledger {
     if (durability !== "durable" && durability !== "volatile") {
       throw new InvalidLedgerInputError("durability", `must be "durable" or "volatile", got ${String(durability)}`);
     }
+    if (options.verifyDurability !== undefined && typeof options.verifyDurability !== "boolean") {
+      throw new InvalidLedgerInputError("verifyDurability", "must be a boolean");
+    }
+    // Volatile needs no proof; durable is proven before the first write unless the operator vouches for it.
+    if (durability === "volatile" || options.verifyDurability === false) this.durabilityChecked = "ok";
+    this.timeoutMs = nonNegativeInteger("commandTimeoutMs", options.commandTimeoutMs, DEFAULT_COMMAND_TIMEOUT_MS);
     this.onWarning = options.onWarning ?? ((message) => console.warn(`[ledger-redis] ${message}`));
     this.capabilities = {
       durability,
@@ -139,21 +294,26 @@ export class RedisLedger implements Ledger {
     };
 
     if (options.client !== undefined) {
+      const unsafe = unsafeClientSettings(options.client);
+      const first = unsafe[0];
+      if (first !== undefined) {
+        const fix = options.client.isCluster
+          ? "create the Cluster with LEDGER_CLUSTER_OPTIONS (see its doc comment)"
+          : "create the client with { ...LEDGER_REDIS_OPTIONS }, or give the ledger client.duplicate(LEDGER_REDIS_OPTIONS)";
+        throw new InvalidLedgerInputError(
+          first[0],
+          unsafe.map(([path, value, wanted, why]) => `${path} is ${String(value)}, must be ${String(wanted)}: it ${why}`).join("; ") +
+            `. Fix: ${fix}, or pass url and let the ledger create its own client`,
+        );
+      }
       this.client = options.client;
       this.ownsClient = false;
     } else {
       const url = options.url ?? process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
-      const commandTimeout = nonNegativeInteger("commandTimeoutMs", options.commandTimeoutMs, 5000);
       const client = new Redis(url, {
-        // Fail fast instead of queueing for ever: the dispatcher treats ledger_unavailable
-        // as "nothing claimed, nothing run".
-        maxRetriesPerRequest: 1,
-        // Reconnect quickly (ioredis' default backs off to 2 s, and every queued command waits for it).
+        ...LEDGER_REDIS_OPTIONS,
+        // Reconnect quickly (ioredis' default backs off to 2 s); meanwhile calls fail at once.
         retryStrategy: (times: number) => Math.min(times * 50, 250),
-        // A command whose reply was lost is NOT resent after a reconnect: a resent claim
-        // would meet its own row and a resent complete would be refused as stale.
-        autoResendUnfulfilledCommands: false,
-        commandTimeout: commandTimeout > 0 ? commandTimeout : undefined,
         connectTimeout: 5000,
       });
       // Connection errors surface on the commands as LedgerUnavailableError; without a
@@ -163,15 +323,31 @@ export class RedisLedger implements Ledger {
       this.ownsClient = true;
     }
     // Idempotent per client: several ledgers may share one client.
-    this.client.defineCommand(CMD_CLAIM, { lua: CLAIM_LUA, numberOfKeys: 1 });
-    this.client.defineCommand(CMD_RENEW, { lua: RENEW_LUA, numberOfKeys: 1 });
-    this.client.defineCommand(CMD_FINISH, { lua: FINISH_LUA, numberOfKeys: 1 });
+    this.client.defineCommand(CMD_CLAIM, { lua: CLAIM_LUA, numberOfKeys: 2 });
+    this.client.defineCommand(CMD_RENEW, { lua: RENEW_LUA, numberOfKeys: 2 });
+    this.client.defineCommand(CMD_FINISH, { lua: FINISH_LUA, numberOfKeys: 2 });
+    this.client.defineCommand(CMD_CANCEL, { lua: CANCEL_LUA, numberOfKeys: 2 });
+    this.client.defineCommand(CMD_LIST, { lua: LIST_EXPIRED_LUA, numberOfKeys: 1, readOnly: true });
     this.scripts = this.client as unknown as ScriptClient;
+    slotTags(); // built once per process (about 10 ms), not on a first claim
   }
 
   /** The Redis key of a ledger key. The `{...}` hash tag keeps a row in one slot by itself. */
   redisKey(key: string): string {
     return `${this.prefix}:{${key}}`;
+  }
+
+  /**
+   * The in-flight index that holds a ledger key's in-flight row: a sorted set (score
+   * leaseExpiresAt, member the row's Redis key) in the row's own hash slot, one per slot.
+   */
+  inflightIndexKey(key: string): string {
+    return this.indexKeyOfSlot(keySlot(this.redisKey(key)));
+  }
+
+  private indexKeyOfSlot(slot: number): string {
+    // Ends without '}', so it can never equal a row key (of any prefix); the tag is its hash tag.
+    return `${this.prefix}:{${slotTags()[slot]!}}:inflight`;
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
@@ -186,19 +362,33 @@ export class RedisLedger implements Ledger {
       throw new InvalidLedgerInputError("request", "must be a string without lone surrogates");
     }
     const leaseMs = this.checkLease(request.leaseMs);
-    const reply = await this.call("claim", key, () =>
-      this.scripts[CMD_CLAIM](
-        this.redisKey(key),
-        // JSON-escaped here, spliced into the row header by the script.
-        JSON.stringify(request.toolName),
-        request.effect,
-        request.owner,
-        leaseMs,
-        this.retentionArg,
-        request.request,
-      ),
-    );
-    switch (reply[0]) {
+    const token = `${this.tokenPrefix}.${(this.tokenCounter++).toString(36)}`;
+    const redisKey = this.redisKey(key);
+    let reply: ScriptReply;
+    try {
+      reply = await this.call("claim", key, () =>
+        this.scripts[CMD_CLAIM](
+          redisKey,
+          this.inflightIndexKey(key),
+          // JSON-escaped here, spliced into the row header by the script.
+          JSON.stringify(request.toolName),
+          request.effect,
+          request.owner,
+          leaseMs,
+          this.retentionArg,
+          request.request,
+          token,
+        ),
+      );
+    } catch (error) {
+      // The claim may have run although its caller now hears ledger_unavailable (LEDGER-12): a
+      // timeout, or a connection lost after sending. Its claimant never got the fence, so the tool
+      // will not run under it: release the row it may have written, by its token, instead of
+      // leaving an in-flight row whose lease later turns an unkeyed call unknown.
+      if (mayHaveRun(error)) this.cancelLostClaim(key, token, Number(leaseMs));
+      throw error;
+    }
+    switch (this.checked(reply, "claim", key)[0]) {
       case "claimed":
         return {
           outcome: "claimed",
@@ -225,8 +415,10 @@ export class RedisLedger implements Ledger {
     this.checkKey(key);
     const lease = this.checkLease(leaseMs);
     if (!Number.isSafeInteger(fence)) throw new StaleClaimError(key, fence);
-    const reply = await this.call("renew", key, () =>
-      this.scripts[CMD_RENEW](this.redisKey(key), String(fence), lease),
+    const reply = this.checked(
+      await this.call("renew", key, () => this.scripts[CMD_RENEW](this.redisKey(key), this.inflightIndexKey(key), String(fence), lease)),
+      "renew",
+      key,
     );
     this.expectOk(reply, key, fence);
     return { leaseExpiresAt: Number(reply[1]) };
@@ -280,12 +472,13 @@ export class RedisLedger implements Ledger {
     this.checkKey(key);
     let value: string | null;
     try {
-      value = await this.client.get(this.redisKey(key));
+      value = await this.call("lookup", key, () => this.client.get(this.redisKey(key)));
     } catch (error) {
-      if (error instanceof Error && error.message.startsWith("WRONGTYPE")) {
-        throw new LedgerCorruptError(key, "the key does not hold a string", { cause: error });
+      const cause = (error as { cause?: unknown }).cause;
+      if (cause instanceof Error && cause.message.startsWith("WRONGTYPE")) {
+        throw new LedgerCorruptError(key, "the key does not hold a string", { cause });
       }
-      throw this.unavailable("lookup", key, error);
+      throw error;
     }
     // Redis removes finished rows when their retention passes, so absent means absent.
     if (value === null) return undefined;
@@ -293,8 +486,80 @@ export class RedisLedger implements Ledger {
   }
 
   /**
+   * In-flight rows whose lease has ended (at least `olderThanMs` ago, on the store's clock) and
+   * that no claim has acted on yet, oldest lease first. Read from the per-slot in-flight indexes
+   * (no keyspace scan: one read-only script per node reads all of that node's indexes) and
+   * confirmed against each row; it changes nothing (LEDGER-17). An expired unkeyed_write row is
+   * settled by the next claim of its key (LEDGER-7: it becomes `unknown`); an expired keyed_write
+   * row is taken over by the next claim. Meant for an operator or a periodic checker.
+   */
+  async listExpiredInFlight(options: ListExpiredInFlightOptions = {}): Promise<InFlightRow[]> {
+    if (options === null || typeof options !== "object") throw new InvalidLedgerInputError("options", "must be an object");
+    const olderThanMs = nonNegativeInteger("olderThanMs", options.olderThanMs, 0);
+    const limit = nonNegativeInteger("limit", options.limit, 100);
+    if (limit < 1 || limit > MAX_LIST_LIMIT) {
+      throw new InvalidLedgerInputError("limit", `must be between 1 and ${MAX_LIST_LIMIT}, got ${limit}`);
+    }
+    const deadline = this.deadline();
+    const head = `${this.prefix}:{`;
+    // The index is a hint: each candidate row is confirmed, and one that finished, was renewed or
+    // was deleted since is skipped. When skipped entries leave the page short, read a wider window.
+    for (let window = limit; ; window = Math.min(window * 4, MAX_LIST_LIMIT * 4)) {
+      const candidates = await this.expiredCandidates(olderThanMs, window, deadline);
+      const rows: InFlightRow[] = [];
+      for (let i = 0; i < candidates.length && rows.length < limit; ) {
+        const batch = candidates.slice(i, i + Math.max(limit - rows.length, 32));
+        i += batch.length;
+        const values = await Promise.all(
+          batch.map((c) =>
+            c.redisKey.startsWith(head) && c.redisKey.endsWith("}")
+              ? this.call("listExpiredInFlight", c.redisKey, () => this.client.get(c.redisKey), deadline)
+              : null,
+          ),
+        );
+        batch.forEach((c, j) => {
+          const value = values[j];
+          if (value === null || value === undefined || rows.length >= limit) return;
+          const row = decodeRow(c.redisKey.slice(head.length, -1), value);
+          if (row.state === "in_flight" && row.leaseExpiresAt <= c.cutoff) rows.push(row);
+        });
+      }
+      if (rows.length >= limit || candidates.length < window || window >= MAX_LIST_LIMIT * 4) {
+        return rows.sort((a, b) => a.leaseExpiresAt - b.leaseExpiresAt);
+      }
+    }
+  }
+
+  /** The `window` oldest expired index entries over every node, oldest first, each with its node's cutoff. */
+  private async expiredCandidates(
+    olderThanMs: number,
+    window: number,
+    deadline: number,
+  ): Promise<Array<{ redisKey: string; lease: number; cutoff: number }>> {
+    const candidates: Array<{ redisKey: string; lease: number; cutoff: number }> = [];
+    await this.ready("listExpiredInFlight", "-", deadline);
+    const list = this.client as unknown as Record<string, (...args: unknown[]) => Promise<string[]>>;
+    try {
+      await Promise.all(
+        [...this.slotGroups().values()].map(async (slots) => {
+          const [first, ...rest] = slots.map((slot) => this.indexKeyOfSlot(slot));
+          const reply = await this.bounded(list[CMD_LIST]!(first, String(olderThanMs), String(window), ...rest), deadline, "listExpiredInFlight");
+          if (reply[0] === "corrupt") throw new LedgerCorruptError(String(reply[1]), `in-flight index: ${String(reply[2])}`);
+          const cutoff = Number(reply[0]);
+          for (let i = 1; i + 1 < reply.length; i += 2) candidates.push({ redisKey: reply[i]!, lease: Number(reply[i + 1]), cutoff });
+        }),
+      );
+    } catch (error) {
+      if (isDispatchOnceError(error)) throw error;
+      throw this.unavailable("listExpiredInFlight", "-", error);
+    }
+    candidates.sort((a, b) => a.lease - b.lease || (a.redisKey < b.redisKey ? -1 : 1));
+    return candidates.slice(0, window);
+  }
+
+  /**
    * A no-op: Redis expires finished and released rows by their TTL (SET ... PX retentionMs),
-   * and in-flight rows carry no TTL. Returns 0.
+   * and in-flight rows carry no TTL. Returns 0. (Expired in-flight rows: listExpiredInFlight().)
    */
   async sweep(): Promise<number> {
     return 0;
@@ -303,6 +568,8 @@ export class RedisLedger implements Ledger {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    for (const timer of this.cancels.values()) clearTimeout(timer);
+    this.cancels.clear();
     if (!this.ownsClient) return;
     const client = this.client as Redis;
     if (client.status === "ready") {
@@ -313,33 +580,45 @@ export class RedisLedger implements Ledger {
   }
 
   /**
-   * Read the nodes' maxmemory-policy, appendonly and appendfsync (CONFIG GET, on every
-   * primary of a cluster) and say what is unsafe. Never throws for a refused CONFIG.
+   * Read every primary's maxmemory-policy, appendonly and appendfsync (CONFIG GET) and its
+   * attached replicas (INFO replication) and say what is unsafe. Never throws for a refused CONFIG.
    */
   async checkServer(): Promise<RedisServerReport> {
-    const report: RedisServerReport = { nodes: [], warnings: [], unsafe: [] };
+    const report: RedisServerReport = { nodes: [], warnings: [], unsafe: [], notDurable: [] };
+    const deadline = this.deadline();
     let nodes: Redis[];
     try {
-      await this.client.ping();
+      await this.ready("checkServer", "-", deadline);
+      await this.bounded(this.client.ping(), deadline, "checkServer");
       nodes = this.client.isCluster ? (this.client as Cluster).nodes("master") : [this.client as Redis];
     } catch (error) {
+      if (isDispatchOnceError(error)) throw error;
       throw this.unavailable("checkServer", "-", error);
     }
     for (const node of nodes) {
       const name = node.options.path ?? `${node.options.host ?? "?"}:${node.options.port ?? "?"}`;
       const read = async (setting: string): Promise<string | undefined> => {
         try {
-          const reply = (await node.config("GET", setting)) as unknown as string[];
+          const reply = (await this.bounded(node.config("GET", setting), deadline, "checkServer")) as unknown as string[];
           return reply[1];
         } catch {
           return undefined;
         }
       };
+      let connectedReplicas: number | undefined;
+      try {
+        const info = await this.bounded(node.info("replication"), deadline, "checkServer");
+        const match = /^connected_slaves:(\d+)/m.exec(info);
+        connectedReplicas = match ? Number(match[1]) : undefined;
+      } catch {
+        connectedReplicas = undefined;
+      }
       const entry = {
         node: name,
         maxmemoryPolicy: await read("maxmemory-policy"),
         appendonly: await read("appendonly"),
         appendfsync: await read("appendfsync"),
+        connectedReplicas,
       };
       report.nodes.push(entry);
       if (entry.maxmemoryPolicy === undefined) {
@@ -352,13 +631,24 @@ export class RedisLedger implements Ledger {
           `${name}: maxmemory-policy is ${entry.maxmemoryPolicy}; the ledger needs noeviction (an evicted in-flight row is a forgotten claim, an evicted completed row lets a replay run the tool again)`,
         );
       }
-      if (this.capabilities.durability === "durable" && entry.appendonly !== undefined) {
-        if (entry.appendonly !== "yes" || entry.appendfsync !== "always") {
-          report.warnings.push(
-            `${name}: durability "durable" was asserted but appendonly=${entry.appendonly} appendfsync=${entry.appendfsync ?? "?"}; acknowledged rows can be lost in a crash`,
-          );
-        }
+      const lost = "a crash can lose rows Redis has acknowledged";
+      const violation = (setting: string, value: string | undefined, why: string) =>
+        report.notDurable.push({ node: name, setting, value: value ?? "unknown (CONFIG GET refused)", why });
+      if (entry.appendonly !== "yes") violation("appendonly", entry.appendonly, `without the AOF ${lost}`);
+      else if (entry.appendfsync !== "always") violation("appendfsync", entry.appendfsync, `the AOF is fsynced only ${entry.appendfsync ?? "(unknown)"}: ${lost}`);
+      if (entry.connectedReplicas === undefined) {
+        report.notDurable.push({ node: name, setting: "connected_slaves", value: "unknown (INFO refused)", why: "replicas cannot be ruled out" });
+      } else if (entry.connectedReplicas > 0) {
+        report.notDurable.push({
+          node: name,
+          setting: "connected_slaves",
+          value: String(entry.connectedReplicas),
+          why: "replication is asynchronous and this ledger does not WAIT: a failover to a replica can lose acknowledged rows",
+        });
       }
+    }
+    if (this.capabilities.durability === "durable") {
+      for (const v of report.notDurable) report.warnings.push(`${v.node}: durability "durable" is declared but ${v.setting}=${v.value}: ${v.why}`);
     }
     return report;
   }
@@ -368,11 +658,92 @@ export class RedisLedger implements Ledger {
     this.onWarning(message);
   }
 
+  /**
+   * Verify a "durable" declaration against the server (once; a refusal sticks, an unreachable
+   * server is asked again next time). Called by createRedisLedger and before the first operation.
+   */
+  async verifyDurability(report?: RedisServerReport): Promise<void> {
+    if (this.durabilityChecked === "ok") return;
+    if (this.durabilityChecked === undefined) {
+      const check = (async () => {
+        report ??= await this.checkServer();
+        const first = report.notDurable[0];
+        if (first !== undefined) {
+          throw new UnsafeStoreConfigError(
+            first.node,
+            first.setting,
+            first.value,
+            `durability "durable" is declared but ${first.why}. A durable Redis ledger needs appendonly yes, appendfsync always ` +
+              `and no replica on every primary; declare "volatile" (the dispatcher then refuses unkeyed_write tools, LEDGER-14), ` +
+              "or set verifyDurability: false only if you have made every acknowledged write survive yourself",
+          );
+        }
+      })();
+      this.durabilityChecked = check;
+      check.then(
+        () => {
+          this.durabilityChecked = "ok";
+        },
+        (error: unknown) => {
+          // Only a refusal is final; ask again after the server was unreachable.
+          if (!isDispatchOnceError(error, "unsafe_store_config")) this.durabilityChecked = undefined;
+        },
+      );
+    }
+    await this.durabilityChecked;
+  }
+
   private async finish(key: string, fence: number, state: string, body: string): Promise<void> {
-    const reply = await this.call(state === "released" ? "release" : state, key, () =>
-      this.scripts[CMD_FINISH](this.redisKey(key), String(fence), state, this.retentionArg, body),
+    const op = state === "released" ? "release" : state;
+    const reply = this.checked(
+      await this.call(op, key, () =>
+        this.scripts[CMD_FINISH](this.redisKey(key), this.inflightIndexKey(key), String(fence), state, this.retentionArg, body),
+      ),
+      op,
+      key,
     );
     this.expectOk(reply, key, fence);
+  }
+
+  /**
+   * Release the row a lost claim may have written (CANCEL_LUA), in the background: at once (on the
+   * same connection it queues behind the claim, so it runs after it even on a paused server), then
+   * again after each failure, for the claim's lease plus a minute. Harmless when the claim never ran.
+   */
+  private cancelLostClaim(key: string, token: string, leaseMs: number): void {
+    if (this.closed || this.cancels.size >= MAX_PENDING_CANCELS) return;
+    const until = Date.now() + leaseMs + CANCEL_GRACE_MS;
+    let backoff = 100;
+    const attempt = async (): Promise<void> => {
+      this.cancels.set(token, undefined);
+      try {
+        // No deadline: a reply or a closed connection settles it (maxRetriesPerRequest 0).
+        const reply = this.checked(
+          await this.call(
+            "cancel",
+            key,
+            () => this.scripts[CMD_CANCEL](this.redisKey(key), this.inflightIndexKey(key), token, this.retentionArg),
+            Number.POSITIVE_INFINITY,
+          ),
+          "cancel",
+          key,
+        );
+        this.cancels.delete(token);
+        if (reply[0] === "released") {
+          this.warn(`a claim of ${key} whose reply was lost had been written (fence ${String(reply[1])}); it was released, the tool did not run under it`);
+        }
+      } catch {
+        if (this.closed || Date.now() + backoff > until) {
+          this.cancels.delete(token);
+          return;
+        }
+        const timer = setTimeout(() => void attempt(), backoff);
+        timer.unref();
+        this.cancels.set(token, timer);
+        backoff = Math.min(backoff * 2, 5000);
+      }
+    };
+    void attempt();
   }
 
   /** Read-only ownership check, used only to classify an error path. */
@@ -388,19 +759,148 @@ export class RedisLedger implements Ledger {
     throw new LedgerUnavailableError(`unexpected reply from a ledger script: ${String(reply[0])}`);
   }
 
-  private async call(op: string, key: string, run: () => Promise<ScriptReply>): Promise<ScriptReply> {
-    if (this.closed) throw new LedgerUnavailableError(`ledger is closed (${op} of ${key})`);
-    try {
-      const reply = await run();
-      if (!Array.isArray(reply) || typeof reply[0] !== "string") {
-        throw new Error(`malformed script reply ${JSON.stringify(reply)}`);
-      }
-      return reply;
-    } catch (error) {
-      // Whatever went wrong (refused, timed out after sending, OOM, NOPERM), the caller
-      // must assume nothing was claimed; an uncertain claim is recovered by its lease.
-      throw this.unavailable(op, key, error);
+  /** The time by which an operation must settle (Infinity when commandTimeoutMs is 0). */
+  private deadline(): number {
+    return this.timeoutMs > 0 ? Date.now() + this.timeoutMs : Number.POSITIVE_INFINITY;
+  }
+
+  /**
+   * Run one store command within the operation's deadline: verify a durable declaration first
+   * (once), wait for a connection (sending nothing while there is none), then send. The common
+   * case (verified, connected) is one wrapper promise around the client's: this is the hot path.
+   */
+  private call<T>(op: string, key: string, run: () => Promise<T>, deadline?: number): Promise<T> {
+    if (this.closed) return Promise.reject(new LedgerUnavailableError(`ledger is closed (${op} of ${key})`));
+    if (this.durabilityChecked !== "ok" || this.client.status !== "ready") {
+      return this.callWhenReady(op, key, run, deadline ?? this.deadline());
     }
+    return this.send(op, key, run, deadline);
+  }
+
+  /**
+   * Send now, and settle with the reply, or ledger_unavailable on an error or at the deadline
+   * (none given: commandTimeoutMs from now, as one fixed duration, which Node's timers handle
+   * more cheaply than a different remainder each time).
+   */
+  private send<T>(op: string, key: string, run: () => Promise<T>, deadline?: number): Promise<T> {
+    let sent: Promise<T>;
+    try {
+      sent = run();
+    } catch (error) {
+      return Promise.reject(this.unavailable(op, key, error));
+    }
+    return new Promise<T>((resolve, reject) => {
+      const wait = deadline === undefined ? (this.timeoutMs > 0 ? this.timeoutMs : undefined) : deadline - Date.now();
+      const timer =
+        wait === undefined || wait === Number.POSITIVE_INFINITY
+          ? undefined
+          : setTimeout(() => reject(this.unavailable(op, key, new Error(`no reply within ${this.timeoutMs} ms`))), Math.max(0, wait));
+      sent.then(
+        (reply) => {
+          clearTimeout(timer);
+          resolve(reply);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          // Whatever went wrong (timed out after sending, connection lost, OOM, NOPERM), the caller
+          // must assume nothing was claimed; a claim that ran anyway is released by its token.
+          reject(this.unavailable(op, key, error));
+        },
+      );
+    });
+  }
+
+  /** call() when a durable declaration is unverified or the client is not connected yet. */
+  private async callWhenReady<T>(op: string, key: string, run: () => Promise<T>, deadline: number): Promise<T> {
+    if (this.durabilityChecked !== "ok") await this.verifyDurability();
+    await this.ready(op, key, deadline);
+    return this.send(op, key, run, deadline);
+  }
+
+  /** A ledger script's reply must be a table whose first element names the outcome. */
+  private checked(reply: unknown, op: string, key: string): ScriptReply {
+    if (!Array.isArray(reply) || typeof reply[0] !== "string") {
+      throw new LedgerUnavailableError(`redis ${op} of ${key}: malformed script reply ${JSON.stringify(reply)}`);
+    }
+    return reply as ScriptReply;
+  }
+
+  /**
+   * Wait, within the deadline, until the client is connected. Nothing is sent while it is not
+   * (the client has no offline queue), so a failure here means the command did not run. A
+   * client that lost its connection fails at once rather than waiting for its reconnect.
+   */
+  private async ready(op: string, key: string, deadline: number): Promise<void> {
+    const client = this.client;
+    if (client.status === "ready") return;
+    if (client.status === "wait") client.connect().catch(() => {});
+    else if (client.status !== "connecting" && client.status !== "connect") {
+      throw new LedgerUnavailableError(`redis ${op} of ${key}: not connected (${client.status}); nothing was sent`, {
+        cause: new NotSentError(client.status),
+      });
+    }
+    this.readyWaiter ??= new Promise<void>((resolve, reject) => {
+      const settle = (error?: Error) => {
+        client.off("ready", onReady);
+        client.off("close", onDown);
+        client.off("end", onDown);
+        this.readyWaiter = undefined;
+        if (error) reject(error);
+        else resolve();
+      };
+      const onReady = () => settle();
+      const onDown = () => settle(new NotSentError(`the connection attempt failed (${client.status})`));
+      client.on("ready", onReady);
+      client.on("close", onDown);
+      client.on("end", onDown);
+    });
+    try {
+      await this.bounded(this.readyWaiter, deadline, op, true);
+    } catch (error) {
+      throw new LedgerUnavailableError(`redis ${op} of ${key}: not connected; nothing was sent: ${(error as Error).message}`, {
+        cause: error instanceof NotSentError ? error : new NotSentError(String(error)),
+      });
+    }
+  }
+
+  /** `promise`, or a rejection when the deadline passes first. */
+  private bounded<T>(promise: Promise<T>, deadline: number, op: string, waitingForConnection = false): Promise<T> {
+    if (deadline === Number.POSITIVE_INFINITY) return promise;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`${waitingForConnection ? "no connection" : "no reply"} within ${this.timeoutMs} ms (${op})`)),
+        Math.max(0, deadline - Date.now()),
+      );
+      promise.then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  /** Slots grouped by the node group that serves them: one pipeline each. */
+  private slotGroups(): Map<string, number[]> {
+    const groups = new Map<string, number[]>();
+    if (!this.client.isCluster) {
+      groups.set("", Array.from({ length: SLOT_COUNT }, (_, slot) => slot));
+      return groups;
+    }
+    const slots = (this.client as Cluster).slots;
+    for (let slot = 0; slot < SLOT_COUNT; slot++) {
+      const nodes = slots[slot];
+      if (nodes === undefined || nodes.length === 0) throw new Error(`slot ${slot} is not served by any node`);
+      const id = nodes.join(";");
+      let group = groups.get(id);
+      if (group === undefined) groups.set(id, (group = []));
+      group.push(slot);
+    }
+    return groups;
   }
 
   private unavailable(op: string, key: string, error: unknown): LedgerUnavailableError {
@@ -421,22 +921,48 @@ export class RedisLedger implements Ledger {
   }
 }
 
-/** Create a ledger and check the server's configuration first (maxmemory-policy, persistence). */
+/**
+ * Whether a failed command may have run on the server: anything but a refusal before sending
+ * (no connection) or an error reply (a script that raised wrote nothing: each raises only at or
+ * before its single row write).
+ */
+function mayHaveRun(error: unknown): boolean {
+  // Refusals of the ledger itself (unsafe_store_config, ...) come before anything is sent.
+  if (isDispatchOnceError(error) && !isDispatchOnceError(error, "ledger_unavailable")) return false;
+  let cause: unknown = error;
+  while (cause instanceof Error) {
+    if (cause instanceof NotSentError) return false;
+    if (cause.name === "ReplyError") return false;
+    if (/enableOfflineQueue options is false|ledger is closed/.test(cause.message)) return false;
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return true;
+}
+
+/**
+ * Create a ledger and check the server first: an evicting maxmemory-policy is refused (or warned
+ * about), and a "durable" declaration the server does not back is refused.
+ */
 export async function createRedisLedger(options: CreateRedisLedgerOptions = {}): Promise<RedisLedger> {
   const ledger = new RedisLedger(options);
-  if (options.checkServer === false) return ledger;
   try {
-    const report = await ledger.checkServer();
-    const firstUnsafe = report.unsafe[0];
-    if (firstUnsafe !== undefined && (options.onUnsafeServer ?? "refuse") === "refuse") {
-      throw new UnsafeStoreConfigError(
-        firstUnsafe.node,
-        firstUnsafe.setting,
-        firstUnsafe.value,
-        "an evicting policy can drop in-flight rows (forgotten claims) and completed rows (re-runs); set noeviction",
-      );
+    if (options.checkServer !== false) {
+      const report = await ledger.checkServer();
+      const firstUnsafe = report.unsafe[0];
+      if (firstUnsafe !== undefined && (options.onUnsafeServer ?? "refuse") === "refuse") {
+        throw new UnsafeStoreConfigError(
+          firstUnsafe.node,
+          firstUnsafe.setting,
+          firstUnsafe.value,
+          "an evicting policy can drop in-flight rows (forgotten claims) and completed rows (re-runs); set noeviction",
+        );
+      }
+      // A durable declaration the server does not back is refused here, before any warning.
+      await ledger.verifyDurability(report);
+      for (const warning of report.warnings) ledger.warn(warning);
+    } else {
+      await ledger.verifyDurability();
     }
-    for (const warning of report.warnings) ledger.warn(warning);
     return ledger;
   } catch (error) {
     await ledger.close();
@@ -488,6 +1014,8 @@ export function decodeRow(key: string, value: string): LedgerRow {
   if (base.fence < 1) corrupt("fence is below 1");
   switch (state) {
     case "in_flight":
+      // The claim token (never returned) releases a lost claim; a row without one is not this version's.
+      if (typeof header.claim !== "string") corrupt("field claim is missing");
       return { ...base, state, owner: rest, leaseExpiresAt: int("leaseExpiresAt") };
     case "completed":
       return { ...base, state, result: rest, finishedAt: int("finishedAt") };

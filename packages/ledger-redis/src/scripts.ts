@@ -1,13 +1,14 @@
 import { ROW_FORMAT_VERSION } from "@dispatch-once/core";
 
 /**
- * The Lua scripts that implement every ledger transition. Each touches exactly ONE key
- * (KEYS[1]), so it runs unchanged on Redis Cluster, and each is atomic: Redis runs a
- * script to completion before any other command.
+ * The Lua scripts that implement every ledger transition. Each touches one row (KEYS[1]) and the
+ * in-flight index of the row's hash slot (KEYS[2], a sorted set whose hash tag is chosen to land in
+ * the same slot), so it runs unchanged on Redis Cluster, and each is atomic: Redis runs a script
+ * to completion before any other command.
  *
  * A row is ONE string value: a JSON header, a newline, and a body kept as raw bytes. The body
  * starts with the stored request (requestBytes UTF-8 bytes, LEDGER-21), followed by the state's text:
- *   {"v":1,"state":"in_flight","fence":F,"claimedAt":C,"requestBytes":N,"leaseExpiresAt":L,"effect":"E","toolName":"T"}\n<request><owner>
+ *   {"v":1,"state":"in_flight","fence":F,"claimedAt":C,"requestBytes":N,"leaseExpiresAt":L,"claim":"K","effect":"E","toolName":"T"}\n<request><owner>
  *   {"v":1,"state":"completed","fence":F,"claimedAt":C,"requestBytes":N,"finishedAt":D,"effect":"E","toolName":"T"}\n<request><result JSON text>
  *   ... "state":"failed" ...\n<request><StoredError JSON>   "state":"unknown" ...\n<request><reason>   "state":"released" ...\n<request>
  * The header is written only by these scripts, always in this field order, so the scripts
@@ -18,11 +19,22 @@ import { ROW_FORMAT_VERSION } from "@dispatch-once/core";
  * One string instead of a hash: about half the memory per row and fewer server calls
  * per transition (SET ... NX GET claims an absent key and reads a present one at once).
  *
+ * `claim` (K) is a token the adapter makes for each claim call and never shows to the caller: a
+ * claim whose reply was lost (timeout, dropped connection) is released by its token (CANCEL_LUA),
+ * since its claimant never received the fence and so never ran the tool.
+ *
  * Times are milliseconds on the SERVER clock (redis.call('TIME')). In-flight rows carry
  * no TTL; finished and released rows are written with PX retentionMs (LEDGER-13).
  *
+ * The in-flight index: every script that writes an in-flight row adds it (score leaseExpiresAt,
+ * member the row's key) and every script that ends one removes it, in the same atomic step, so
+ * listExpiredInFlight() reads expired claims without scanning the keyspace. The index writes use
+ * pcall: a damaged index key must not fail a transition (the row is the truth); the listing reports it.
+ * Every script writes its row at most once and raises only at or before that write, so an error
+ * reply always means nothing was written.
+ *
  * Replies: {'claimed', fence, leaseExpiresAt, takeover 0|1[, stored request]} | {'existing', value}
- *        | {'ok', time} | {'stale'} | {'corrupt', why}.
+ *        | {'ok', time} | {'stale'} | {'corrupt', why} | {'released', fence} | {'none'}.
  * A claim that CREATES the row replies without the request: what it stored is the caller's own
  * argument, so sending it back would only double the bytes on the wire.
  */
@@ -31,6 +43,7 @@ const V = String(ROW_FORMAT_VERSION);
 
 const PRELUDE = `
 local key = KEYS[1]
+local idx = KEYS[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nows = string.format('%d', now)
@@ -50,23 +63,27 @@ end
 local function request_of(value, nl, nreq)
   return string.sub(value, nl + 1, nl + tonumber(nreq))
 end
+-- leaseExpiresAt, claim token, effect, toolName (a JSON string) of an in-flight header's rest.
 local function inflight(rest)
-  return string.match(rest, '^"leaseExpiresAt":(%d+),"effect":"(%a+_write)","toolName":(".*")$')
+  return string.match(rest, '^"leaseExpiresAt":(%d+),"claim":"([%w%.]*)","effect":"(%a+_write)","toolName":(".*")$')
 end
+-- The in-flight index (see above): best effort, never fails the transition.
+local function index(lease) redis.pcall('ZADD', idx, lease, key) end
+local function unindex() redis.pcall('ZREM', idx, key) end
 -- One concatenation, so a large result is copied once, not once more to prepend the request.
 local function finished(state, fence, claimed, nreq, effect, tool, request, text)
   return '{"v":${V},"state":"' .. state .. '","fence":' .. fence .. ',"claimedAt":' .. claimed ..
     ',"requestBytes":' .. nreq .. ',"finishedAt":' .. nows .. ',"effect":"' .. effect .. '","toolName":' .. tool .. '}\\n' ..
     request .. text
 end
--- Finished rows live retentionMs more; 0 means gone at once.
+-- Finished and released rows live retentionMs more (never 0: the adapter refuses a retention below its floor).
 local function store_finished(value, retention)
-  if tonumber(retention) > 0 then redis.call('SET', key, value, 'PX', retention) else redis.call('DEL', key) end
+  redis.call('SET', key, value, 'PX', retention)
 end
 `;
 
 /**
- * claim. ARGV: 1 toolName as a JSON string, 2 effect, 3 owner, 4 leaseMs, 5 retentionMs, 6 request.
+ * claim. ARGV: 1 toolName as a JSON string, 2 effect, 3 owner, 4 leaseMs, 5 retentionMs, 6 request, 7 claim token.
  * absent -> in_flight (fence 1, stores ARGV[6]); released -> in_flight (fence+1, keeps the stored request);
  * live in_flight or terminal -> existing;
  * expired in_flight: keyed_write -> takeover (fence+1, keeps the request), unkeyed_write -> unknown(lease_expired).
@@ -75,13 +92,17 @@ export const CLAIM_LUA = `${PRELUDE}
 local lease = string.format('%d', now + tonumber(ARGV[4]))
 local function claimed(fence, nreq, request)
   return '{"v":${V},"state":"in_flight","fence":' .. fence .. ',"claimedAt":' .. nows .. ',"requestBytes":' .. nreq ..
-    ',"leaseExpiresAt":' .. lease .. ',"effect":"' .. ARGV[2] .. '","toolName":' .. ARGV[1] .. '}\\n' .. request .. ARGV[3]
+    ',"leaseExpiresAt":' .. lease .. ',"claim":"' .. ARGV[7] .. '","effect":"' .. ARGV[2] .. '","toolName":' .. ARGV[1] ..
+    '}\\n' .. request .. ARGV[3]
 end
 -- One call claims an absent key, or returns the value that is there (WRONGTYPE if not a string).
 -- Only this claim, the one that creates the row, stores the caller's request (#: its UTF-8 bytes).
 local old = redis.pcall('SET', key, claimed('1', string.format('%d', #ARGV[6]), ARGV[6]), 'NX', 'GET')
 if type(old) == 'table' and old.err then return {'corrupt', old.err} end
-if not old then return {'claimed', '1', lease, 0} end
+if not old then
+  index(lease)
+  return {'claimed', '1', lease, 0}
+end
 local state, fence, claimedAt, nreq, rest, nl = header(old)
 if not state then return {'corrupt', fence} end
 local nextFence = string.format('%d', tonumber(fence) + 1)
@@ -92,22 +113,25 @@ if state == 'released' then
   if #old ~= nl + tonumber(nreq) then return {'corrupt', 'text after the request of a released row'} end
   local request = request_of(old, nl, nreq)
   redis.call('SET', key, claimed(nextFence, nreq, request))
+  index(lease)
   return {'claimed', nextFence, lease, 0, request}
 end
 if state == 'completed' or state == 'failed' or state == 'unknown' then return {'existing', old} end
 if state ~= 'in_flight' then return {'corrupt', 'unknown state ' .. state} end
-local leaseAt, effect, tool = inflight(rest)
+local leaseAt, _, effect, tool = inflight(rest)
 if not leaseAt then return {'corrupt', 'unreadable in-flight header'} end
 if tonumber(leaseAt) > now then return {'existing', old} end
 -- The owner's lease ran out: it died, hung, or lost the store (LEDGER-7).
 if effect == 'keyed_write' then
   local request = request_of(old, nl, nreq)
   redis.call('SET', key, claimed(nextFence, nreq, request))
+  index(lease)
   return {'claimed', nextFence, lease, 1, request}
 end
 if effect ~= 'unkeyed_write' then return {'corrupt', 'unknown effect ' .. effect} end
 local unknown = finished('unknown', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), 'lease_expired')
 store_finished(unknown, ARGV[5])
+unindex()
 return {'existing', unknown}
 `;
 
@@ -119,21 +143,80 @@ if not old then return {'stale'} end
 local state, fence, claimedAt, nreq, rest, nl = header(old)
 if not state then return {'corrupt', fence} end
 if state ~= 'in_flight' or fence ~= ARGV[1] then return {'stale'} end
-local leaseAt, effect, tool = inflight(rest)
+local leaseAt, claim, effect, tool = inflight(rest)
 if not leaseAt then return {'corrupt', 'unreadable in-flight header'} end
 `;
 
-/** renew. ARGV: 1 fence, 2 leaseMs. The body (request and owner) is copied unchanged. */
+/** renew. ARGV: 1 fence, 2 leaseMs. The claim token and the body (request and owner) are copied unchanged. */
 export const RENEW_LUA = `${PRELUDE}${OWNED}
 local lease = string.format('%d', now + tonumber(ARGV[2]))
 redis.call('SET', key, '{"v":${V},"state":"in_flight","fence":' .. fence .. ',"claimedAt":' .. claimedAt ..
-  ',"requestBytes":' .. nreq .. ',"leaseExpiresAt":' .. lease .. ',"effect":"' .. effect .. '","toolName":' .. tool ..
-  '}\\n' .. string.sub(old, nl + 1))
+  ',"requestBytes":' .. nreq .. ',"leaseExpiresAt":' .. lease .. ',"claim":"' .. claim .. '","effect":"' .. effect ..
+  '","toolName":' .. tool .. '}\\n' .. string.sub(old, nl + 1))
+index(lease)
 return {'ok', lease}
 `;
 
 /** complete / fail / markUnknown / release. ARGV: 1 fence, 2 new state, 3 retentionMs, 4 body. Keeps the stored request. */
 export const FINISH_LUA = `${PRELUDE}${OWNED}
 store_finished(finished(ARGV[2], fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4]), ARGV[3])
+unindex()
 return {'ok', nows}
+`;
+
+/**
+ * cancel: release an in-flight row that a claim whose reply was lost wrote. ARGV: 1 claim token,
+ * 2 retentionMs. Acts only while the row is in flight under that token (no later claim took it):
+ * the claimant never received the fence, so the tool did not run and a re-run is safe (LEDGER-8).
+ * Replies {'released', fence} or {'none'} (absent, finished, or another claim's row).
+ */
+export const CANCEL_LUA = `${PRELUDE}
+local old = redis.pcall('GET', key)
+if type(old) == 'table' and old.err then return {'corrupt', old.err} end
+if not old then return {'none'} end
+local state, fence, claimedAt, nreq, rest, nl = header(old)
+if not state then return {'corrupt', fence} end
+if state ~= 'in_flight' then return {'none'} end
+local leaseAt, claim, effect, tool = inflight(rest)
+if not leaseAt then return {'corrupt', 'unreadable in-flight header'} end
+if claim ~= ARGV[1] then return {'none'} end
+store_finished(finished('released', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ''), ARGV[2])
+unindex()
+return {'released', fence}
+`;
+
+/**
+ * listExpiredInFlight on one node. KEYS[1]: one in-flight index key the node serves (it routes
+ * the call); ARGV: 1 olderThanMs, 2 limit, 3.. the node's other index keys. Redis refuses declared
+ * keys of several slots in one call, but a script flagged allow-cross-slot-keys may read keys of
+ * any slot its node serves, so one call reads all of one node's indexes.
+ * Reads the node's clock once: cutoff = TIME - olderThanMs, and returns
+ * {cutoff, member, score, member, score, ...}: the `limit` entries with the oldest leases at or
+ * before cutoff, oldest first; or {'corrupt', key, why} for an index key that is not a sorted set.
+ * Read-only (no-writes): it changes nothing.
+ */
+export const LIST_EXPIRED_LUA = `#!lua flags=no-writes,allow-cross-slot-keys
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cutoff = string.format('%d', now - tonumber(ARGV[1]))
+local limit = tonumber(ARGV[2])
+local found = {}
+local function read(k)
+  local entries = redis.pcall('ZRANGE', k, '-inf', cutoff, 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
+  if type(entries) == 'table' and entries.err then return entries.err end
+  for i = 1, #entries, 2 do found[#found + 1] = {entries[i], tonumber(entries[i + 1]), entries[i + 1]} end
+end
+local why = read(KEYS[1])
+if why then return {'corrupt', KEYS[1], why} end
+for i = 3, #ARGV do
+  why = read(ARGV[i])
+  if why then return {'corrupt', ARGV[i], why} end
+end
+table.sort(found, function(a, b) return a[2] < b[2] or (a[2] == b[2] and a[1] < b[1]) end)
+local out = {cutoff}
+for i = 1, math.min(#found, limit) do
+  out[#out + 1] = found[i][1]
+  out[#out + 1] = found[i][3]
+end
+return out
 `;

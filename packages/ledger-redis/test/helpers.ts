@@ -1,6 +1,7 @@
 import { createServer } from "node:net";
 import { randomBytes } from "node:crypto";
 import { Redis, type Cluster } from "ioredis";
+import { LEDGER_REDIS_OPTIONS } from "../src/index.js";
 
 export const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 
@@ -12,6 +13,13 @@ export function uniquePrefix(tag: string): string {
 /** A plain client for reading and writing the store directly (not through the adapter). */
 export function rawClient(): Redis {
   const client = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+  client.on("error", () => {});
+  return client;
+}
+
+/** A client with the settings the ledger requires of a brought client (LEDGER_REDIS_OPTIONS). */
+export function safeClient(url = REDIS_URL): Redis {
+  const client = new Redis(url, { ...LEDGER_REDIS_OPTIONS });
   client.on("error", () => {});
   return client;
 }
@@ -59,16 +67,22 @@ export async function serverNow(client: Redis | Cluster): Promise<number> {
   return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
 }
 
-/** Make an in-flight row's lease lie in the past on the server clock (atomically, in a script). */
+/**
+ * Make an in-flight row's lease lie in the past on the server clock (atomically, in a script):
+ * KEYS[1] the row, KEYS[2] its in-flight index (ledger.inflightIndexKey(key)), whose score moves
+ * with it, as the ledger's own scripts keep them together.
+ */
 export const EXPIRE_LEASE_LUA = `
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local past = string.format('%d', now - 1)
 local replaced, n = string.gsub(v, '^({"v":%d+,"state":"in_flight","fence":%d+,"claimedAt":%d+,"requestBytes":%d+,"leaseExpiresAt":)%d+',
-  '%1' .. string.format('%d', now - 1), 1)
+  '%1' .. past, 1)
 if n == 0 then return 0 end
 redis.call('SET', KEYS[1], replaced)
+if KEYS[2] then redis.call('ZADD', KEYS[2], past, KEYS[1]) end
 return 1
 `;
 

@@ -1,10 +1,12 @@
 import { randomBytes } from "node:crypto";
 import type { ClaimRequest } from "@dispatch-once/core";
-import { Cluster, Redis } from "ioredis";
-import { afterAll, beforeAll, expect, it } from "vitest";
-import { createRedisLedger, type RedisLedger } from "../src/index.js";
+import { isDispatchOnceError } from "@dispatch-once/core";
+import { Cluster, Redis, type ClusterOptions } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CLAIM_LUA, LEDGER_CLUSTER_OPTIONS, RedisLedger, createRedisLedger, keySlot } from "../src/index.js";
 import { startCluster, type LocalCluster } from "./cluster.js";
 import { EXPIRE_LEASE_LUA, keysByPrefix, parseStored, uniquePrefix } from "./helpers.js";
+import { FaultProxy } from "./proxy.js";
 
 // Issue 5: each transition is one script on one key, so the adapter runs unchanged on Redis
 // Cluster. A real three-node cluster is started here on loopback and torn down in afterAll.
@@ -16,11 +18,9 @@ const prefix = uniquePrefix("cluster");
 
 beforeAll(async () => {
   cluster = await startCluster();
-  client = new Cluster(cluster.ports.map((port) => ({ host: "127.0.0.1", port })), {
-    redisOptions: { maxRetriesPerRequest: 1 },
-  });
+  client = new Cluster(cluster.ports.map((port) => ({ host: "127.0.0.1", port })), { ...LEDGER_CLUSTER_OPTIONS });
   client.on("error", () => {});
-  ledger = await createRedisLedger({ client, prefix, retentionMs: 600_000 });
+  ledger = await createRedisLedger({ client, prefix, retentionMs: 7_200_000 });
 }, 120_000);
 
 afterAll(async () => {
@@ -73,7 +73,7 @@ it("claim/complete/fail/release/takeover/unknown on 240 keys spread over all thr
           break;
         }
         case 3: {
-          await client!.eval(EXPIRE_LEASE_LUA, 1, l.redisKey(key));
+          await client!.eval(EXPIRE_LEASE_LUA, 2, l.redisKey(key), l.inflightIndexKey(key));
           const takeover = await l.claim(request(key, { owner: "attempt-2", ...later }));
           expect(takeover).toMatchObject({ outcome: "claimed", fence: 2, takeover: true, request: first(key) });
           await l.complete(key, 2, '"second"');
@@ -98,19 +98,32 @@ it("claim/complete/fail/release/takeover/unknown on 240 keys spread over all thr
   );
 
   // Read every primary directly: each row lives on exactly one node, all three nodes hold rows.
+  // Beside the rows, each node holds the in-flight indexes of its slots: a row in flight is in
+  // the index of its own slot (same node) with its lease as score, a finished row in none.
   const perNode = new Map<number, string[]>();
+  const indexed = new Map<string, number>(); // row key -> score, over all nodes
   for (const port of cluster.ports) {
     const node = new Redis({ host: "127.0.0.1", port });
     try {
       const found = await keysByPrefix(node, prefix);
-      perNode.set(port, found);
-      for (const redisKey of found) {
+      const rows = found.filter((k) => k.endsWith("}"));
+      perNode.set(port, rows);
+      for (const indexKey of found.filter((k) => k.endsWith(":inflight"))) {
+        const entries = await node.zrange(indexKey, "0", "-1", "WITHSCORES");
+        for (let i = 0; i < entries.length; i += 2) {
+          expect(rows, `${entries[i]} is indexed on the node that holds it`).toContain(entries[i]);
+          indexed.set(entries[i]!, Number(entries[i + 1]));
+        }
+      }
+      for (const redisKey of rows) {
         const key = redisKey.slice(prefix.length + 2, -1);
         const stored = parseStored((await node.getBuffer(redisKey))!);
         expect(stored, redisKey).toMatchObject(expected.get(key)!);
         const pttl = await node.pttl(redisKey);
-        if (stored.header.state === "in_flight") expect(pttl).toBe(-1);
-        else expect(pttl > 0 && pttl <= 600_000, `pttl ${pttl}`).toBe(true);
+        if (stored.header.state === "in_flight") {
+          expect(pttl).toBe(-1);
+          expect(indexed.get(redisKey), `${redisKey} in its index`).toBe(Number(stored.header.leaseExpiresAt));
+        } else expect(pttl > 0 && pttl <= 7_200_000, `pttl ${pttl}`).toBe(true);
       }
     } finally {
       node.disconnect();
@@ -120,9 +133,149 @@ it("claim/complete/fail/release/takeover/unknown on 240 keys spread over all thr
   expect(all).toHaveLength(keys.length);
   expect(new Set(all)).toEqual(new Set(keys.map((k) => l.redisKey(k))));
   for (const [port, found] of perNode) expect(found.length, `rows on node ${port}`).toBeGreaterThan(0);
+  const inFlight = keys.filter((k) => expected.get(k)!.header.state === "in_flight").map((k) => l.redisKey(k));
+  expect(new Set(indexed.keys())).toEqual(new Set(inFlight));
 
   // And through the adapter (lookup routes by slot).
   for (const key of keys) {
     expect(await l.lookup(key)).toMatchObject({ state: expected.get(key)!.header.state, request: expected.get(key)!.request });
   }
 }, 120_000);
+
+describe("slots and the in-flight index on a cluster", () => {
+  it("keySlot agrees with CLUSTER KEYSLOT (hash tags, braces, empty tags, non-ASCII), and every row's index key is in the row's own slot", async () => {
+    if (!cluster || !client || !ledger) throw new Error("cluster did not start");
+    const node = new Redis({ host: "127.0.0.1", port: cluster.ports[0]! });
+    try {
+      const samples = ["", "{", "}", "{}", "a{}b", "{a}b", "a{b}c{d}", "x{{y}}", "é", "😀{😀}", "k}", "}{", ...Array.from({ length: 300 }, () => randomBytes(12).toString("base64"))];
+      for (const s of samples) expect(keySlot(s), JSON.stringify(s)).toBe(await node.cluster("KEYSLOT", s));
+      for (const key of ["", "}", "a}b", "{x}", "😀", ...Array.from({ length: 200 }, () => randomBytes(8).toString("hex"))]) {
+        const row = ledger.redisKey(key);
+        expect(await node.cluster("KEYSLOT", ledger.inflightIndexKey(key)), JSON.stringify(key)).toBe(await node.cluster("KEYSLOT", row));
+      }
+    } finally {
+      node.disconnect();
+    }
+  });
+
+  it("listExpiredInFlight lists the expired in-flight rows of every node, oldest first, and nothing else", async () => {
+    if (!cluster || !client || !ledger) throw new Error("cluster did not start");
+    const l = await createRedisLedger({ client, prefix: uniquePrefix("cluster-list"), retentionMs: 7_200_000 });
+    try {
+      const expired = Array.from({ length: 60 }, () => randomBytes(16).toString("hex"));
+      const live = Array.from({ length: 60 }, () => randomBytes(16).toString("hex"));
+      for (const key of expired) await l.claim(request(key, { effect: "unkeyed_write", leaseMs: 0 }));
+      for (const key of live) await l.claim(request(key, { leaseMs: 60_000 }));
+      const listed = await l.listExpiredInFlight({ limit: 1000 });
+      expect(new Set(listed.map((r) => r.key))).toEqual(new Set(expired));
+      const leases = listed.map((r) => r.leaseExpiresAt);
+      expect(leases).toEqual([...leases].sort((a, b) => a - b));
+      // Rows of all three nodes are among them.
+      const ports = new Set<number>();
+      for (const key of expired) {
+        const nodeKey = client.slots[keySlot(l.redisKey(key))]![0]!;
+        ports.add(Number(nodeKey.split(":")[1]));
+      }
+      expect(ports.size).toBe(3);
+      expect(await l.listExpiredInFlight({ limit: 7 })).toEqual(listed.slice(0, 7));
+    } finally {
+      await l.close();
+    }
+  });
+});
+
+describe("Cluster client settings that can send a script twice", () => {
+  it("a Cluster with ioredis' defaults is refused (invalid_ledger_input), naming each setting; each alone is refused; LEDGER_CLUSTER_OPTIONS is accepted", () => {
+    if (!cluster) throw new Error("cluster did not start");
+    const nodes = cluster.ports.map((port) => ({ host: "127.0.0.1", port }));
+    const made: Cluster[] = [];
+    const make = (options: ClusterOptions) => {
+      const c = new Cluster(nodes, { lazyConnect: true, ...options });
+      made.push(c);
+      try {
+        new RedisLedger({ client: c, prefix: uniquePrefix("cluster-refused") });
+        return undefined;
+      } catch (error) {
+        return error;
+      }
+    };
+    try {
+      const defaults = make({});
+      expect(isDispatchOnceError(defaults, "invalid_ledger_input")).toBe(true);
+      expect(defaults).toMatchObject({ field: "client.enableOfflineQueue" });
+      for (const text of ["client.retryDelayOnFailover is 100", "client.redisOptions.autoResendUnfulfilledCommands is true", "client.redisOptions.maxRetriesPerRequest is 20", "LEDGER_CLUSTER_OPTIONS"]) {
+        expect((defaults as Error).message).toContain(text);
+      }
+      const safe = LEDGER_CLUSTER_OPTIONS;
+      const cases: Array<[ClusterOptions, string]> = [
+        [{ ...safe, enableOfflineQueue: true }, "client.enableOfflineQueue"],
+        [{ ...safe, retryDelayOnFailover: 100 }, "client.retryDelayOnFailover"],
+        [{ ...safe, redisOptions: { ...safe.redisOptions, autoResendUnfulfilledCommands: true } }, "client.redisOptions.autoResendUnfulfilledCommands"],
+        [{ ...safe, redisOptions: { ...safe.redisOptions, maxRetriesPerRequest: 2 } }, "client.redisOptions.maxRetriesPerRequest"],
+      ];
+      for (const [options, field] of cases) expect(make(options), field).toMatchObject({ code: "invalid_ledger_input", field });
+      expect(make({ ...safe, redisOptions: { ...safe.redisOptions } })).toBeUndefined();
+    } finally {
+      for (const c of made) c.disconnect();
+    }
+  });
+
+  /** A Cluster client whose every node connection goes through a FaultProxy (ioredis natMap). */
+  async function proxiedCluster(options: ClusterOptions): Promise<{ c: Cluster; proxies: FaultProxy[] }> {
+    const proxies = await Promise.all(cluster!.ports.map((port) => FaultProxy.start({ host: "127.0.0.1", port })));
+    const natMap = Object.fromEntries(cluster!.ports.map((port, i) => [`127.0.0.1:${port}`, { host: "127.0.0.1", port: proxies[i]!.port }]));
+    const c = new Cluster(proxies.map((p) => ({ host: "127.0.0.1", port: p.port })), { ...options, natMap });
+    c.on("error", () => {});
+    await new Promise<void>((resolve, reject) => {
+      c.once("ready", () => resolve());
+      c.once("end", () => reject(new Error("cluster client ended")));
+    });
+    return { c, proxies };
+  }
+
+  it("the hazard on a Cluster, shown on ioredis itself: with its defaults a claim whose reply was lost is re-sent (retryDelayOnFailover) and its claimant meets its own row", async () => {
+    if (!cluster || !ledger) throw new Error("cluster did not start");
+    const { c, proxies } = await proxiedCluster({});
+    try {
+      c.defineCommand("claimForHazardTest", { lua: CLAIM_LUA, numberOfKeys: 2 });
+      const key = randomBytes(16).toString("hex");
+      for (const p of proxies) p.watch("owner-cluster-hazard");
+      const cuts = proxies.map((p) => p.cutAfterReply("owner-cluster-hazard"));
+      const reply = (await (c as unknown as Record<string, (...a: string[]) => Promise<unknown[]>>).claimForHazardTest!(
+        ledger.redisKey(key), ledger.inflightIndexKey(key), '"create_invoice"', "unkeyed_write", "owner-cluster-hazard", "60000", "7200000", first(key), "hazard.1",
+      )) as [string, string];
+      await Promise.race(cuts);
+      expect(proxies.reduce((n, p) => n + p.count("owner-cluster-hazard"), 0)).toBeGreaterThanOrEqual(2);
+      expect(reply[0]).toBe("existing");
+      expect(parseStored(reply[1]).body).toBe("owner-cluster-hazard");
+    } finally {
+      c.disconnect();
+      await Promise.all(proxies.map((p) => p.close()));
+    }
+  });
+
+  it("LEDGER-12 on a Cluster with LEDGER_CLUSTER_OPTIONS: a claim whose reply is lost raises ledger_unavailable, reaches a node once, and its row is released; the retry claims it", async () => {
+    if (!cluster || !ledger) throw new Error("cluster did not start");
+    const { c, proxies } = await proxiedCluster({ ...LEDGER_CLUSTER_OPTIONS });
+    const l = new RedisLedger({ client: c, prefix: uniquePrefix("cluster-lost"), retentionMs: 7_200_000, onWarning: () => {} });
+    try {
+      const key = randomBytes(16).toString("hex");
+      await l.lookup(key);
+      for (const p of proxies) p.watch("owner-cluster-lost");
+      const cuts = proxies.map((p) => p.cutAfterReply("owner-cluster-lost"));
+      await expect(l.claim(request(key, { effect: "unkeyed_write", owner: "owner-cluster-lost" }))).rejects.toMatchObject({ code: "ledger_unavailable" });
+      await Promise.race(cuts);
+      const deadline = Date.now() + 5000;
+      while ((await l.lookup(key).catch(() => undefined))?.state !== "released") {
+        if (Date.now() > deadline) throw new Error(`the lost claim was not released: ${JSON.stringify(await l.lookup(key))}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(proxies.reduce((n, p) => n + p.count("owner-cluster-lost"), 0)).toBe(1);
+      expect(await l.claim(request(key, { effect: "unkeyed_write", owner: "attempt-2", request: "{}" }))).toMatchObject({ outcome: "claimed", fence: 2, request: first(key) });
+    } finally {
+      await l.close();
+      c.disconnect();
+      await Promise.all(proxies.map((p) => p.close()));
+    }
+  });
+});

@@ -82,11 +82,12 @@ it(`${WORKERS} OS processes race for ${KEYS} keys: one winner and exactly one ru
   }
 
   // The rows, read directly: completed once, by the winner.
-  const probe = new RedisLedger({ client: raw, prefix });
+  const probe = new RedisLedger({ url: REDIS_URL, prefix });
   for (let i = 0; i < KEYS; i++) {
     const key = `race-${i}`;
     const row = parseStored((await raw.get(probe.redisKey(key)))!);
     expect(row.header).toMatchObject({ state: "completed", fence: 1 });
     expect(JSON.parse(row.body)).toEqual({ worker: claimedBy.get(key), key });
   }
+  await probe.close();
 });

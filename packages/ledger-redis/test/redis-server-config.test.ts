@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { UnsafeStoreConfigError, createRedisLedger } from "../src/index.js";
+import { LEDGER_REDIS_OPTIONS, UnsafeStoreConfigError, createRedisLedger } from "../src/index.js";
 import { REDIS_URL, rawClient, uniquePrefix } from "./helpers.js";
 
 // The startup check reads CONFIG. The shared server's config must not be changed, so this
@@ -46,7 +46,8 @@ afterAll(async () => {
 });
 
 it("refuses a server whose maxmemory-policy can evict rows (an evicted in-flight row is a forgotten claim)", async () => {
-  const client = new Redis({ path: socket });
+  const client = new Redis({ path: socket, ...LEDGER_REDIS_OPTIONS });
+  client.on("error", () => {});
   try {
     const refused = createRedisLedger({ client, prefix: uniquePrefix("evict") });
     await expect(refused).rejects.toBeInstanceOf(UnsafeStoreConfigError);
@@ -58,12 +59,17 @@ it("refuses a server whose maxmemory-policy can evict rows (an evicted in-flight
       prefix: uniquePrefix("evict"),
       onUnsafeServer: "warn",
       durability: "durable",
+      verifyDurability: false,
       onWarning: (m) => warnings.push(m),
     });
     expect(warnings.some((w) => w.includes("maxmemory-policy is allkeys-lru"))).toBe(true);
-    // durable was asserted, but this server has no AOF: say so.
+    // durable was vouched for without verification, but this server has no AOF: say so.
     expect(warnings.some((w) => w.includes("appendonly=no"))).toBe(true);
     await warned.close();
+    // Verified (the default), the same declaration is refused, whatever onUnsafeServer says (LEDGER-14).
+    await expect(
+      createRedisLedger({ client, prefix: uniquePrefix("evict"), onUnsafeServer: "warn", durability: "durable" }),
+    ).rejects.toMatchObject({ code: "unsafe_store_config", setting: "appendonly", value: "no" });
     expect(await client.ping()).toBe("PONG"); // a caller's client is not closed
   } finally {
     client.disconnect();

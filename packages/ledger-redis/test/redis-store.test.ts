@@ -1,7 +1,7 @@
 import { isDispatchOnceError, type ClaimRequest } from "@dispatch-once/core";
 import type { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { RedisLedger, type RedisLedgerOptions } from "../src/index.js";
+import { MIN_RETENTION_MS, RedisLedger, type RedisLedgerOptions } from "../src/index.js";
 import {
   EXPIRE_LEASE_LUA,
   REDIS_URL,
@@ -9,6 +9,7 @@ import {
   deleteByPrefix,
   parseStored,
   rawClient,
+  safeClient,
   serverNow,
   uniquePrefix,
 } from "./helpers.js";
@@ -53,7 +54,7 @@ async function stored(l: RedisLedger, key: string) {
 }
 
 async function expireLease(l: RedisLedger, key: string): Promise<void> {
-  expect(await raw.eval(EXPIRE_LEASE_LUA, 1, l.redisKey(key))).toBe(1);
+  expect(await raw.eval(EXPIRE_LEASE_LUA, 2, l.redisKey(key), l.inflightIndexKey(key))).toBe(1);
 }
 
 beforeAll(async () => {
@@ -84,7 +85,9 @@ describe("row layout", () => {
     expect(snap.pttl).toBe(-1); // an in-flight row must never expire: that would forget the claim
     const { header, request: storedRequest, body } = parseStored((await raw.getBuffer(l.redisKey("k1")))!);
     expect(header).toMatchObject({ v: 1, state: "in_flight", toolName: "send_payment", effect: "keyed_write", fence: 1 });
-    expect(Object.keys(header)).toEqual(["v", "state", "fence", "claimedAt", "requestBytes", "leaseExpiresAt", "effect", "toolName"]);
+    expect(Object.keys(header)).toEqual(["v", "state", "fence", "claimedAt", "requestBytes", "leaseExpiresAt", "claim", "effect", "toolName"]);
+    expect(header.claim).toMatch(/^[0-9a-f]{12}\.[0-9a-z]+$/); // the claim token, never returned to the caller
+    expect(claim).not.toHaveProperty("claim");
     expect(header.requestBytes).toBe(Buffer.byteLength(FIRST, "utf8"));
     expect(storedRequest).toBe(FIRST);
     expect(body).toBe("attempt-1");
@@ -124,13 +127,13 @@ describe("row layout", () => {
 
 describe("fences, release, takeover, unknown", () => {
   it("release leaves a TTL'd tombstone that keeps the fence and the request; a re-claim takes fence 2, drops the TTL and returns the stored request (LEDGER-21)", async () => {
-    const l = ledger({ retentionMs: 600_000 });
+    const l = ledger({ retentionMs: 7_200_000 });
     await l.claim(request("k1"));
     await l.release("k1", 1);
     const released = await stored(l, "k1");
     expect(released).toMatchObject({ header: { state: "released", fence: 1 }, request: FIRST, body: "" });
     expect(released?.pttl).toBeGreaterThan(0);
-    expect(released?.pttl).toBeLessThanOrEqual(600_000);
+    expect(released?.pttl).toBeLessThanOrEqual(7_200_000);
     expect(await l.lookup("k1")).toMatchObject({ state: "released", request: FIRST });
 
     const again = await l.claim(request("k1", { owner: "attempt-2", request: LATER }));
@@ -154,7 +157,7 @@ describe("fences, release, takeover, unknown", () => {
   });
 
   it("an expired unkeyed_write lease becomes unknown(lease_expired) with retention, keeps the request (LEDGER-21), and is never claimed again", async () => {
-    const l = ledger({ retentionMs: 600_000 });
+    const l = ledger({ retentionMs: 7_200_000 });
     await l.claim(request("k1", { effect: "unkeyed_write" }));
     await expireLease(l, "k1");
     const seen = await l.claim(request("k1", { effect: "unkeyed_write", owner: "attempt-2", request: LATER }));
@@ -355,12 +358,13 @@ describe("corrupt rows", () => {
     ["a non-numeric fence", (r, k) => r.set(k, `${h('"state":"released","fence":"one","claimedAt":1,"requestBytes":2,"finishedAt":2,"effect":"keyed_write","toolName":"t"')}\n{}`)],
     ["a failed row whose error is not JSON", (r, k) => r.set(k, `${h('"state":"failed","fence":1,"claimedAt":1,"requestBytes":2,"finishedAt":2,"effect":"keyed_write","toolName":"t"')}\n{}{oops`)],
     ["a completed row without finishedAt", (r, k) => r.set(k, `${h('"state":"completed","fence":1,"claimedAt":1,"requestBytes":2,"effect":"keyed_write","toolName":"t"')}\n{}1`)],
-    ["an expired in-flight row of an unknown effect", (r, k) => r.set(k, `${h('"state":"in_flight","fence":1,"claimedAt":1,"requestBytes":2,"leaseExpiresAt":1,"effect":"write","toolName":"t"')}\n{}o`)],
+    ["an expired in-flight row of an unknown effect", (r, k) => r.set(k, `${h('"state":"in_flight","fence":1,"claimedAt":1,"requestBytes":2,"leaseExpiresAt":1,"claim":"c","effect":"write","toolName":"t"')}\n{}o`)],
+    ["an expired in-flight row without a claim token", (r, k) => r.set(k, `${h('"state":"in_flight","fence":1,"claimedAt":1,"requestBytes":2,"leaseExpiresAt":1,"effect":"keyed_write","toolName":"t"')}\n{}o`)],
     // LEDGER-21: a row written before requests were stored has none to re-run with. Neither a
     // re-claim of its tombstone nor a takeover of its expired lease may invent one.
     ["a completed row without requestBytes (written before LEDGER-21)", (r, k) => r.set(k, `${h('"state":"completed","fence":1,"claimedAt":1,"finishedAt":2,"effect":"keyed_write","toolName":"t"')}\n1`)],
     ["a released row without requestBytes (written before LEDGER-21)", (r, k) => r.set(k, `${h('"state":"released","fence":1,"claimedAt":1,"finishedAt":2,"effect":"keyed_write","toolName":"t"')}\n`)],
-    ["an expired in-flight row without requestBytes (written before LEDGER-21)", (r, k) => r.set(k, `${h('"state":"in_flight","fence":1,"claimedAt":1,"leaseExpiresAt":1,"effect":"keyed_write","toolName":"t"')}\no`)],
+    ["an expired in-flight row without requestBytes (written before LEDGER-21)", (r, k) => r.set(k, `${h('"state":"in_flight","fence":1,"claimedAt":1,"leaseExpiresAt":1,"claim":"c","effect":"keyed_write","toolName":"t"')}\no`)],
     ["a released row whose body is shorter than requestBytes", (r, k) => r.set(k, `${h('"state":"released","fence":1,"claimedAt":1,"requestBytes":3,"finishedAt":2,"effect":"keyed_write","toolName":"t"')}\n{}`)],
     ["a completed row whose requestBytes ends inside a character", (r, k) => r.set(k, `${h('"state":"completed","fence":1,"claimedAt":1,"requestBytes":1,"finishedAt":2,"effect":"keyed_write","toolName":"t"')}\né1`)],
     ["a released row with text after its request", (r, k) => r.set(k, `${h('"state":"released","fence":1,"claimedAt":1,"requestBytes":2,"finishedAt":2,"effect":"keyed_write","toolName":"t"')}\n{}x`)],
@@ -374,7 +378,7 @@ describe("corrupt rows", () => {
     });
     await raw.set(l.redisKey("rel"), `${h('"state":"released","fence":4,"claimedAt":1,"requestBytes":2,"finishedAt":2,"effect":"keyed_write","toolName":"t"')}\n{}`);
     expect(await l.claim(request("rel", { request: LATER }))).toMatchObject({ outcome: "claimed", fence: 5, request: "{}" });
-    await raw.set(l.redisKey("exp"), `${h('"state":"in_flight","fence":1,"claimedAt":1,"requestBytes":2,"leaseExpiresAt":1,"effect":"keyed_write","toolName":"t"')}\n{}o`);
+    await raw.set(l.redisKey("exp"), `${h('"state":"in_flight","fence":1,"claimedAt":1,"requestBytes":2,"leaseExpiresAt":1,"claim":"c","effect":"keyed_write","toolName":"t"')}\n{}o`);
     expect(await l.claim(request("exp", { request: LATER }))).toMatchObject({ outcome: "claimed", fence: 2, takeover: true, request: "{}" });
   });
 
@@ -420,11 +424,33 @@ describe("retention", () => {
     expect(await stored(l, "k1")).toMatchObject({ header: { state: "in_flight", fence: 1 }, request: LATER, body: "attempt-1" });
   });
 
-  it("retentionMs 0 removes a finished row at once", async () => {
-    const l = ledger({ retentionMs: 0 });
+  it("LEDGER-13: a retention below MIN_RETENTION_MS (1 h) is refused (invalid_ledger_input, field retentionMs): 0 and seconds-as-ms among them", () => {
+    for (const retentionMs of [0, 1, 86_400, MIN_RETENTION_MS - 1]) {
+      let thrown: unknown;
+      try {
+        ledger({ retentionMs });
+      } catch (error) {
+        thrown = error;
+      }
+      expect(isDispatchOnceError(thrown, "invalid_ledger_input"), String(retentionMs)).toBe(true);
+      expect(thrown, String(retentionMs)).toMatchObject({ field: "retentionMs" });
+      expect((thrown as Error).message).toContain("replay");
+    }
+    expect(ledger({ retentionMs: MIN_RETENTION_MS }).retentionMs).toBe(3_600_000);
+    expect(ledger().retentionMs).toBe(24 * 3_600_000);
+    // The test escape hatch still refuses 0: a row gone as it finishes deduplicates nothing, even in a test.
+    expect(() => ledger({ retentionMs: 0, allowShortRetentionForTests: true })).toThrow(/retentionMs/);
+  });
+
+  it("LEDGER-19: with allowShortRetentionForTests Redis itself expires a finished row after its retention; the key is then claimed afresh", async () => {
+    const l = ledger({ retentionMs: 150, allowShortRetentionForTests: true });
     await l.claim(request("k1"));
-    await l.complete("k1", 1, "{}");
+    await l.complete("k1", 1, '"first"');
+    const pttl = await raw.pttl(l.redisKey("k1"));
+    expect(pttl > 0 && pttl <= 150, `pttl ${pttl}`).toBe(true);
+    await new Promise((r) => setTimeout(r, 400));
     expect(await raw.exists(l.redisKey("k1"))).toBe(0);
+    expect(await l.claim(request("k1", { request: LATER }))).toMatchObject({ outcome: "claimed", fence: 1, request: LATER });
   });
 });
 
@@ -458,7 +484,7 @@ describe("instances and connections", () => {
   });
 
   it("a closed ledger raises ledger_unavailable; a client brought by the caller is left open", async () => {
-    const client = rawClient();
+    const client = safeClient();
     const prefix = uniquePrefix("byo");
     prefixes.push(prefix);
     const l = new RedisLedger({ client, prefix });
@@ -475,6 +501,9 @@ describe("instances and connections", () => {
       () => new RedisLedger({ prefix: "a{b}" }),
       () => new RedisLedger({ prefix: "" }),
       () => new RedisLedger({ retentionMs: -1 }),
+      () => new RedisLedger({ retentionMs: 0 }),
+      () => new RedisLedger({ commandTimeoutMs: -1 }),
+      () => new RedisLedger({ verifyDurability: "no" as unknown as boolean }),
       () => new RedisLedger({ maxResultBytes: 1.5 }),
       () => new RedisLedger({ durability: "sometimes" as "durable" }),
     ];
