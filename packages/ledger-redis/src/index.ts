@@ -6,6 +6,7 @@ export {
   LEDGER_CLUSTER_OPTIONS,
   LEDGER_REDIS_OPTIONS,
   MAX_LIST_LIMIT,
+  MAX_OLDER_THAN_MS,
   MIN_RETENTION_MS,
   type DurabilityViolation,
   type ListExpiredInFlightOptions,

@@ -39,6 +39,9 @@ export const DEFAULT_COMMAND_TIMEOUT_MS = 5000;
 /** The most rows listExpiredInFlight() returns in one call. */
 export const MAX_LIST_LIMIT = 10_000;
 
+/** The largest olderThanMs listExpiredInFlight() accepts (a year; more is a mistake, not a query). The SQL ledgers agree. */
+export const MAX_OLDER_THAN_MS = 366 * 24 * 60 * 60 * 1000;
+
 /**
  * ioredis settings a standalone client MUST have to be used by the ledger; the ledger refuses a
  * client without them (InvalidLedgerInputError) and creates its own with them. Each one stops a
@@ -133,7 +136,7 @@ export interface CreateRedisLedgerOptions extends RedisLedgerOptions {
 
 /** Options of listExpiredInFlight(). */
 export interface ListExpiredInFlightOptions {
-  /** Only rows whose lease ended at least this long ago, on the store's clock. Default 0. */
+  /** Only rows whose lease ended at least this long ago, on the store's clock. Default 0, at most MAX_OLDER_THAN_MS (a year). */
   olderThanMs?: number;
   /** At most this many rows, oldest lease first. Default 100, at most MAX_LIST_LIMIT. */
   limit?: number;
@@ -496,6 +499,9 @@ export class RedisLedger implements Ledger {
   async listExpiredInFlight(options: ListExpiredInFlightOptions = {}): Promise<InFlightRow[]> {
     if (options === null || typeof options !== "object") throw new InvalidLedgerInputError("options", "must be an object");
     const olderThanMs = nonNegativeInteger("olderThanMs", options.olderThanMs, 0);
+    if (olderThanMs > MAX_OLDER_THAN_MS) {
+      throw new InvalidLedgerInputError("olderThanMs", `must be at most ${MAX_OLDER_THAN_MS} (a year), got ${olderThanMs}`);
+    }
     const limit = nonNegativeInteger("limit", options.limit, 100);
     if (limit < 1 || limit > MAX_LIST_LIMIT) {
       throw new InvalidLedgerInputError("limit", `must be between 1 and ${MAX_LIST_LIMIT}, got ${limit}`);

@@ -1,7 +1,7 @@
 import { isDispatchOnceError, type ClaimRequest } from "@dispatch-once/core";
 import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { CLAIM_LUA, LEDGER_REDIS_OPTIONS, MAX_LIST_LIMIT, RedisLedger, type RedisLedgerOptions } from "../src/index.js";
+import { CLAIM_LUA, LEDGER_REDIS_OPTIONS, MAX_LIST_LIMIT, MAX_OLDER_THAN_MS, RedisLedger, type RedisLedgerOptions } from "../src/index.js";
 import { EXPIRE_LEASE_LUA, REDIS_URL, deleteByPrefix, parseStored, rawClient, safeClient, uniquePrefix } from "./helpers.js";
 import { FaultProxy } from "./proxy.js";
 
@@ -327,6 +327,7 @@ describe("expired in-flight rows are listed (issue 18: never swept, never listed
     for (const [options, field] of [
       [{ olderThanMs: -1 }, "olderThanMs"],
       [{ olderThanMs: 1.5 }, "olderThanMs"],
+      [{ olderThanMs: MAX_OLDER_THAN_MS + 1 }, "olderThanMs"],
       [{ limit: 0 }, "limit"],
       [{ limit: MAX_LIST_LIMIT + 1 }, "limit"],
       [null, "options"],
