@@ -4,7 +4,7 @@ import { join } from "node:path";
 import type { Ledger } from "@dispatch-once/core";
 import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
 import { createPostgresLedger } from "@dispatch-once/ledger-postgres";
-import { createRedisLedger } from "@dispatch-once/ledger-redis";
+import { LEDGER_REDIS_OPTIONS, createRedisLedger } from "@dispatch-once/ledger-redis";
 import { Redis } from "ioredis";
 import pg from "pg";
 import type { LedgerSpec } from "./options.js";
@@ -74,7 +74,8 @@ export async function openLedger(spec: LedgerSpec, namespace: string, keep: bool
       };
     }
     case "redis": {
-      const client = new Redis(spec.url, { maxRetriesPerRequest: 2, lazyConnect: true });
+      // The ledger refuses clients that could re-send a claim after a reconnect (issue 18).
+      const client = new Redis(spec.url, { ...LEDGER_REDIS_OPTIONS, lazyConnect: true });
       try {
         await client.connect();
       } catch (error) {
