@@ -147,6 +147,13 @@ export interface Ledger {
   /** Read a row without changing it. */
   lookup(key: string): Promise<LedgerRow | undefined>;
 
+  /**
+   * OPTIONAL (LEDGER-25): in-flight rows whose lease expired at least `olderThanMs` ago (ledger
+   * clock), oldest expiry first, at most `limit` (default 100). Read-only. An expired claim that
+   * nobody claims again is otherwise invisible.
+   */
+  listExpiredInFlight?(options?: { olderThanMs?: number; limit?: number }): Promise<InFlightRow[]>;
+
   /** Delete terminal and released rows whose retention has passed; returns how many went. */
   sweep(): Promise<number>;
 

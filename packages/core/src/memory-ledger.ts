@@ -1,4 +1,4 @@
-import { ResultNotStorableError, StaleClaimError, type StoredError } from "./errors.js";
+import { InvalidLedgerInputError, ResultNotStorableError, StaleClaimError, type StoredError } from "./errors.js";
 import {
   DEFAULT_MAX_RESULT_BYTES,
   DEFAULT_RETENTION_MS,
@@ -163,6 +163,19 @@ export class MemoryLedger implements Ledger {
       }
     }
     return removed;
+  }
+
+  async listExpiredInFlight(options: { olderThanMs?: number; limit?: number } = {}): Promise<InFlightRow[]> {
+    const olderThanMs = options.olderThanMs ?? 0;
+    const limit = options.limit ?? 100;
+    if (!Number.isSafeInteger(olderThanMs) || olderThanMs < 0) throw new InvalidLedgerInputError("olderThanMs", "must be a non-negative integer");
+    if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new InvalidLedgerInputError("limit", "must be an integer from 1 to 10000");
+    const cutoff = this.now() - olderThanMs;
+    const expired: InFlightRow[] = [];
+    for (const row of this.rows.values()) {
+      if (row.state === "in_flight" && row.leaseExpiresAt <= cutoff) expired.push(structuredClone(row));
+    }
+    return expired.sort((a, b) => a.leaseExpiresAt - b.leaseExpiresAt).slice(0, limit);
   }
 
   async close(): Promise<void> {}

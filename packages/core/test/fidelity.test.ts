@@ -377,3 +377,21 @@ describe("self-fencing (DISPATCH-13)", () => {
     expect(events).toContainEqual(expect.objectContaining({ type: "lease_lost", reason: "lease_unconfirmed" }));
   });
 });
+
+describe("expired claims are listable (LEDGER-25)", () => {
+  it("LEDGER-25 the memory ledger lists exactly the expired in-flight rows, oldest first, and changes nothing", async () => {
+    const clock = manualClock();
+    const ledger = new MemoryLedger({ now: clock.now });
+    const claim = (key: string, leaseMs: number) =>
+      ledger.claim({ key, toolName: "t", effect: "unkeyed_write", owner: "o", leaseMs, request: "{}" });
+    await claim("a".repeat(32), 100);
+    await claim("b".repeat(32), 50);
+    await claim("c".repeat(32), 10_000);
+    clock.advance(200);
+    const listed = await ledger.listExpiredInFlight({ olderThanMs: 0 });
+    expect(listed.map((r) => r.key)).toEqual(["b".repeat(32), "a".repeat(32)]);
+    expect((await ledger.lookup("a".repeat(32)))?.state).toBe("in_flight");
+    expect(await ledger.listExpiredInFlight({ olderThanMs: 120 })).toHaveLength(1);
+    await expect(ledger.listExpiredInFlight({ limit: 0 })).rejects.toMatchObject({ code: "invalid_ledger_input", field: "limit" });
+  });
+});
