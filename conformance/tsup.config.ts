@@ -1,7 +1,8 @@
 import { defineConfig } from "tsup";
 
 export default defineConfig({
-  entry: ["src/index.ts", "src/cli.ts"],
+  // "ledger" is the ledger level alone ("@dispatch-once/conformance/ledger"): core and fast-check only.
+  entry: { index: "src/index.ts", cli: "src/cli.ts", ledger: "src/ledger/index.ts" },
   format: ["esm", "cjs"],
   dts: true,
   sourcemap: true,

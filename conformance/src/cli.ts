@@ -1,11 +1,21 @@
 #!/usr/bin/env node
 import { isAbsolute, resolve } from "node:path";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
-import { endToEndChecks } from "./e2e/index.js";
-import { ledgerChecks, MODEL_CHECK_PREFIX, randomSeed } from "./ledger/index.js";
+import { DEFAULT_END_TO_END_RUNS, END_TO_END_CHECK_NAME, endToEndChecks } from "./e2e/index.js";
+import {
+  DEFAULT_CHECK_TIMEOUT_MS,
+  DEFAULT_RUN_TIMEOUT_MS,
+  DEFAULT_RUNS,
+  MAX_CONSECUTIVE_TIMEOUTS,
+  envInteger,
+  propertyTimeoutMs,
+  randomSeed,
+} from "./ledger/defaults.js";
+import { ledgerChecks, MODEL_CHECK_PREFIX } from "./ledger/index.js";
 import { RESULT_PROPERTY_NAME } from "./ledger/result-property.js";
+import { PendingOperations, trackSubject } from "./ledger/tracking.js";
 import { renderFailures, renderReportJson, renderReportTable, runChecks } from "./report.js";
 import type { Check, CheckResult, LedgerSubject } from "./types.js";
 
@@ -14,7 +24,11 @@ interface LevelOptions {
   seed: number;
   path?: string;
   vectors?: unknown;
+  checkTimeoutMs: number;
 }
+
+/** The property checks of the ledger level: a --path belongs to exactly one of them. */
+const LEDGER_PROPERTIES = [MODEL_CHECK_PREFIX, RESULT_PROPERTY_NAME];
 
 /**
  * The kit's levels. Each turns a subject into named checks; the report and the exit status
@@ -23,10 +37,23 @@ interface LevelOptions {
 const LEVELS: Record<string, { build: (subject: LedgerSubject, o: LevelOptions) => Check[]; replayOnly: (c: Check) => boolean }> = {
   ledger: {
     build: (subject, o) => ledgerChecks(subject, o),
-    replayOnly: (c) => c.name.startsWith(MODEL_CHECK_PREFIX) || c.name.startsWith(RESULT_PROPERTY_NAME),
+    replayOnly: (c) => LEDGER_PROPERTIES.some((p) => c.name.startsWith(p)),
   },
   e2e: {
-    build: (subject, o) => endToEndChecks(subject, { runs: o.runs, seed: o.seed, ...(o.path === undefined ? {} : { path: o.path }) }),
+    build: (subject, o) => {
+      // The end-to-end level gets the same fail-closed treatment from here: the subject's calls are
+      // tracked for the timeout report, the check has a time limit that grows with its runs, and
+      // fast-check is told to stop a little before it (an interrupted run is reported as a failure).
+      const pending = new PendingOperations();
+      const limit = propertyTimeoutMs(o.checkTimeoutMs, o.runs, o.path !== undefined);
+      const checks = endToEndChecks(trackSubject(subject, pending), {
+        runs: o.runs,
+        seed: o.seed,
+        timeLimitMs: Math.floor(limit * 0.9),
+        ...(o.path === undefined ? {} : { path: o.path }),
+      });
+      return checks.map((c) => ({ ...c, timeoutMs: c.timeoutMs ?? limit, pending: c.pending ?? (() => pending.list()) }));
+    },
     replayOnly: () => true,
   },
 };
@@ -34,32 +61,73 @@ const LEVELS: Record<string, { build: (subject: LedgerSubject, o: LevelOptions) 
 const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
        (from the monorepo root: pnpm conformance --adapter <module> [options])
 
-  --adapter <path>   module whose default export is a LedgerSubject, or a function
-                     returning one (or a promise of one)
-  --level <level>    ledger (the ledger contract, CONF-1), e2e (random conversations
-                     through the turn runner, CONF-2) or all (default)
-  --runs <n>         runs of each property check (default $CONFORMANCE_RUNS or 100)
-  --seed <n>         seed of the property check (default $CONFORMANCE_SEED or random; always printed)
-  --path <p>         replay exactly the shrunk counterexample at this fast-check path
-                     (with --seed and --level; runs only that level's property check)
-  --only <text>      run only checks whose "RULE name" contains <text> (case-insensitive)
-  --vectors <file>   ledger-transitions.json to use instead of the bundled copy
-  --json             print the report as JSON on stdout (progress still goes to stderr)
-  --quiet            no per-check progress on stderr
-  -h, --help         this text
+  --adapter <path>        module whose default export is a LedgerSubject, or a function
+                          returning one (or a promise of one)
+  --level <level>         ledger (the ledger contract, CONF-1), e2e (random conversations
+                          through the turn runner, CONF-2) or all (default)
+  --runs <n>              runs of every property check of every level (default: each
+                          level's own, below)
+  --e2e-runs <n>          runs of the end-to-end property (default --runs, else
+                          $CONFORMANCE_E2E_RUNS, else ${DEFAULT_END_TO_END_RUNS})
+  --seed <n>              seed of every random choice, keys included (default
+                          $CONFORMANCE_SEED, else random; always printed)
+  --path <p>              replay exactly the one case at this fast-check path (with --seed,
+                          --level and, at the ledger level, --only naming the property)
+  --only <text>           run only checks whose "RULE name" contains <text> (case-insensitive)
+  --vectors <file>        ledger-transitions.json to use instead of the bundled copy
+  --check-timeout <ms>    time limit of one check, and of every 100 runs of a property
+                          check (default $CONFORMANCE_CHECK_TIMEOUT_MS, else ${DEFAULT_CHECK_TIMEOUT_MS})
+  --timeout <ms>          time limit of the whole run (default $CONFORMANCE_TIMEOUT_MS,
+                          else ${DEFAULT_RUN_TIMEOUT_MS})
+  --json                  print the report as JSON on stdout (progress still goes to stderr)
+  --quiet                 no per-check progress on stderr
+  -h, --help              this text
 
-Exit status: 0 when every MUST rule that applies passes, 1 when one fails, 2 on bad usage.`;
+Ledger-level property runs: $CONFORMANCE_RUNS, else ${DEFAULT_RUNS} (the same defaults as the API).
+A check over its time limit fails, naming the rule and the adapter calls still pending; a
+property interrupted by its limit fails; after ${MAX_CONSECUTIVE_TIMEOUTS} checks in a row time out, or when the
+run's limit is reached, the remaining checks fail as not run.
+
+Exit status: 0 when every MUST rule that applies passes, 1 when one fails (a timeout
+included), 2 on bad usage or an internal error.`;
 
 class UsageError extends Error {}
+/** The adapter itself misbehaved before any check could run (exit 1, like a failing check). */
+class AdapterError extends Error {}
+
+/**
+ * `promise` within `ms`, failing closed: a promise that nothing can settle any more (Node's event
+ * loop is empty) is caught through 'beforeExit' instead of ending the process with status 0.
+ */
+function withinLimit<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const settle = (fn: () => void) => {
+      clearTimeout(timer);
+      process.off("beforeExit", onIdle);
+      fn();
+    };
+    const timer = setTimeout(() => settle(() => reject(new AdapterError(`${what} did not finish within ${ms} ms`))), ms);
+    timer.unref();
+    const onIdle = () => setImmediate(() => settle(() => reject(new AdapterError(`${what} never finishes: it waits on a promise that nothing left in the event loop can settle`))));
+    process.on("beforeExit", onIdle);
+    promise.then(
+      (value) => settle(() => resolve(value)),
+      (error: unknown) => settle(() => reject(error)),
+    );
+  });
+}
 
 interface CliOptions {
   adapter: string;
   levels: string[];
-  runs: number;
+  /** Runs per level, as resolved (explicit flags, then the environment, then the defaults). */
+  runs: Record<string, number>;
   seed: number;
   path?: string;
   only?: string;
   vectors?: unknown;
+  checkTimeoutMs: number;
+  runTimeoutMs: number;
   json: boolean;
   quiet: boolean;
 }
@@ -73,10 +141,13 @@ function parse(argv: string[]): CliOptions | "help" {
         adapter: { type: "string" },
         level: { type: "string", default: "all" },
         runs: { type: "string" },
+        "e2e-runs": { type: "string" },
         seed: { type: "string" },
         path: { type: "string" },
         only: { type: "string" },
         vectors: { type: "string" },
+        "check-timeout": { type: "string" },
+        timeout: { type: "string" },
         json: { type: "boolean", default: false },
         quiet: { type: "boolean", default: false },
         help: { type: "boolean", short: "h", default: false },
@@ -89,23 +160,37 @@ function parse(argv: string[]): CliOptions | "help" {
   }
   if (values.help) return "help";
   if (values.adapter === undefined) throw new UsageError("--adapter <path to module> is required");
-  const int = (name: string, text: string | undefined, fallback: number, min: number): number => {
-    if (text === undefined) return fallback;
+  const int = (name: string, text: string | undefined, min: number): number | undefined => {
+    if (text === undefined) return undefined;
     if (!/^-?\d+$/.test(text) || !Number.isSafeInteger(Number(text)) || Number(text) < min) {
       throw new UsageError(`--${name} must be an integer >= ${min}, got ${JSON.stringify(text)}`);
     }
     return Number(text);
+  };
+  const env = (name: Parameters<typeof envInteger>[0], min: number): number | undefined => {
+    try {
+      return envInteger(name, min);
+    } catch (error) {
+      throw new UsageError((error as Error).message);
+    }
   };
   if (values.path !== undefined && values.seed === undefined) throw new UsageError("--path needs the --seed it was printed with");
   const level = values.level ?? "all";
   if (level !== "all" && !(level in LEVELS)) throw new UsageError(`--level must be one of ${[...Object.keys(LEVELS), "all"].join(", ")}, got ${JSON.stringify(level)}`);
   if (values.path !== undefined && level === "all") throw new UsageError("--path replays one level's property: give --level ledger or --level e2e");
   if (values.path !== undefined && !/^\d+(:\d+)*$/.test(values.path)) throw new UsageError(`--path must look like 3:1:0, got ${JSON.stringify(values.path)}`);
+  const runs = int("runs", values.runs, 1);
+  // The same sources in the same order as ledgerChecks and endToEndChecks resolve them.
   const options: CliOptions = {
     adapter: values.adapter,
     levels: level === "all" ? Object.keys(LEVELS) : [level],
-    runs: int("runs", values.runs ?? process.env.CONFORMANCE_RUNS, 100, 1),
-    seed: int("seed", values.seed ?? process.env.CONFORMANCE_SEED, randomSeed(), -(2 ** 31)),
+    runs: {
+      ledger: runs ?? env("CONFORMANCE_RUNS", 1) ?? DEFAULT_RUNS,
+      e2e: int("e2e-runs", values["e2e-runs"], 1) ?? runs ?? env("CONFORMANCE_E2E_RUNS", 1) ?? DEFAULT_END_TO_END_RUNS,
+    },
+    seed: int("seed", values.seed, -(2 ** 31)) ?? env("CONFORMANCE_SEED", -(2 ** 31)) ?? randomSeed(),
+    checkTimeoutMs: int("check-timeout", values["check-timeout"], 1) ?? env("CONFORMANCE_CHECK_TIMEOUT_MS", 1) ?? DEFAULT_CHECK_TIMEOUT_MS,
+    runTimeoutMs: int("timeout", values.timeout, 1) ?? env("CONFORMANCE_TIMEOUT_MS", 1) ?? DEFAULT_RUN_TIMEOUT_MS,
     json: values.json ?? false,
     quiet: values.quiet ?? false,
   };
@@ -121,17 +206,25 @@ function parse(argv: string[]): CliOptions | "help" {
   return options;
 }
 
-async function loadSubject(modulePath: string): Promise<LedgerSubject> {
+async function loadSubject(modulePath: string, timeoutMs: number): Promise<LedgerSubject> {
   const absolute = isAbsolute(modulePath) ? modulePath : resolve(process.cwd(), modulePath);
   let mod: { default?: unknown };
   try {
-    mod = (await import(pathToFileURL(absolute).href)) as { default?: unknown };
+    mod = (await withinLimit(import(pathToFileURL(absolute).href), timeoutMs, `loading --adapter ${modulePath}`)) as { default?: unknown };
   } catch (error) {
+    if (error instanceof AdapterError) throw error;
     const hint = /\.[cm]?ts$/.test(absolute) ? " (a TypeScript module needs a loader: node --import tsx ...)" : "";
     throw new UsageError(`cannot load --adapter ${modulePath}${hint}: ${error instanceof Error ? error.message : String(error)}`);
   }
   let subject: unknown = mod.default;
-  if (typeof subject === "function") subject = await (subject as () => unknown)();
+  if (typeof subject === "function") {
+    try {
+      subject = await withinLimit(Promise.resolve().then(() => (subject as () => unknown)()), timeoutMs, `the default export of --adapter ${modulePath}`);
+    } catch (error) {
+      if (error instanceof AdapterError) throw error;
+      throw new AdapterError(`the default export of --adapter ${modulePath} threw: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
   if (typeof subject !== "object" || subject === null || typeof (subject as LedgerSubject).create !== "function") {
     throw new UsageError(
       `--adapter ${modulePath}: the default export must be a LedgerSubject ({ name, capabilities, create }) or a function returning one`,
@@ -144,6 +237,17 @@ function shellQuote(text: string): string {
   return /^[\w./:@=-]+$/.test(text) ? text : `'${text.replaceAll("'", "'\\''")}'`;
 }
 
+function progress(r: CheckResult): string {
+  const mark = r.status === "pass" ? "✓" : r.status === "fail" ? "✗" : "-";
+  const tail =
+    r.status === "not_applicable"
+      ? ` (not applicable: ${r.reasonNotApplicable})`
+      : r.timedOut !== undefined
+        ? `\n    ${(r.error ?? "").split("\n").join("\n    ")}`
+        : "";
+  return `${mark} ${r.rule} ${r.name}${tail}\n`;
+}
+
 export async function main(argv: string[]): Promise<number> {
   let options: CliOptions | "help";
   let subject: LedgerSubject;
@@ -154,24 +258,31 @@ export async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${USAGE}\n`);
       return 0;
     }
-    subject = await loadSubject(options.adapter);
+    subject = await loadSubject(options.adapter, options.checkTimeoutMs);
     const o = options;
-    const levelOptions: LevelOptions = {
-      runs: o.runs,
-      seed: o.seed,
-      ...(o.path === undefined ? {} : { path: o.path }),
-      ...(o.vectors === undefined ? {} : { vectors: o.vectors }),
-    };
-    checks = o.levels.flatMap((level) =>
-      LEVELS[level]!.build(subject, levelOptions)
-        // A replay runs only the property the path belongs to.
-        .filter((c) => o.path === undefined || LEVELS[level]!.replayOnly(c))
-        .map((c) => Object.assign(c, { level })),
-    );
+    checks = o.levels.flatMap((level) => {
+      const levelOptions: LevelOptions = {
+        runs: o.runs[level]!,
+        seed: o.seed,
+        checkTimeoutMs: o.checkTimeoutMs,
+        ...(o.path === undefined ? {} : { path: o.path }),
+        ...(o.vectors === undefined ? {} : { vectors: o.vectors }),
+      };
+      return (
+        LEVELS[level]!.build(subject, levelOptions)
+          // A replay runs only the property the path belongs to.
+          .filter((c) => o.path === undefined || LEVELS[level]!.replayOnly(c))
+          .map((c) => Object.assign(c, { level }))
+      );
+    });
   } catch (error) {
     if (error instanceof UsageError || error instanceof TypeError) {
       process.stderr.write(`dispatch-once-conformance: ${error.message}\n\n${USAGE}\n`);
       return 2;
+    }
+    if (error instanceof AdapterError) {
+      process.stderr.write(`dispatch-once-conformance: DOES NOT CONFORM: ${error.message}\n`);
+      return 1;
     }
     throw error;
   }
@@ -181,26 +292,41 @@ export async function main(argv: string[]): Promise<number> {
     process.stderr.write(`dispatch-once-conformance: --only ${JSON.stringify(options.only)} matches no check\n`);
     return 2;
   }
+  if (options.path !== undefined && selected.length !== 1) {
+    // A path is a position in ONE property's shrink tree: replaying it in two properties replays two unrelated cases.
+    process.stderr.write(
+      `dispatch-once-conformance: --path replays one case of one property, but ${selected.length} checks are selected: add --only with one of\n${selected.map((c) => `  ${JSON.stringify(c.name.replace(/ \(.*$/, ""))}`).join("\n")}\n`,
+    );
+    return 2;
+  }
   const opts = options;
+  const runsByLevel = Object.fromEntries(opts.levels.map((l) => [l, opts.runs[l]!]));
   const report = await runChecks(selected, {
     subject: subject.name,
     levels: opts.levels,
     seed: opts.seed,
-    ...(opts.path === undefined ? { runs: opts.runs } : {}),
+    ...(opts.path === undefined ? { runs: opts.runs[opts.levels[0]!]!, runsByLevel } : {}),
+    checkTimeoutMs: opts.checkTimeoutMs,
+    runTimeoutMs: opts.runTimeoutMs,
     onResult: (r) => {
-      if (opts.quiet) return;
-      const mark = r.status === "pass" ? "✓" : r.status === "fail" ? "✗" : "-";
-      process.stderr.write(`${mark} ${r.rule} ${r.name}${r.status === "not_applicable" ? ` (not applicable: ${r.reasonNotApplicable})` : ""}\n`);
+      if (!opts.quiet) process.stderr.write(progress(r));
     },
   });
   const levelOf = new Map(selected.map((c) => [`${c.rule} ${c.name}`, c.level]));
   const replay = (c: CheckResult) => {
     const cx = c.counterexample;
-    if (cx === undefined) return undefined;
+    // No path, no replay: a property that was interrupted, or that failed before fast-check named a case.
+    if (cx === undefined || cx.path === "") return undefined;
     const level = levelOf.get(`${c.rule} ${c.name}`) ?? "ledger";
     // A path belongs to one property: name it (the part of the check name before its run count).
-    const only = c.name.startsWith(MODEL_CHECK_PREFIX) ? MODEL_CHECK_PREFIX : c.name.startsWith(RESULT_PROPERTY_NAME) ? "random JSON texts" : c.name.replace(/ \(.*$/, "");
-    return `pnpm conformance --adapter ${shellQuote(opts.adapter)} --level ${level} --seed ${cx.seed} --path ${shellQuote(cx.path)} --only ${shellQuote(only)}`;
+    const property = c.name.startsWith(MODEL_CHECK_PREFIX)
+      ? MODEL_CHECK_PREFIX
+      : c.name.startsWith(RESULT_PROPERTY_NAME)
+        ? "random JSON texts"
+        : c.name.startsWith(END_TO_END_CHECK_NAME.slice(0, 20))
+          ? "end to end"
+          : c.name.replace(/ \(.*$/, "");
+    return `pnpm conformance --adapter ${shellQuote(opts.adapter)} --level ${level} --seed ${cx.seed} --path ${shellQuote(cx.path)} --only ${shellQuote(property)}`;
   };
   if (opts.json) {
     process.stdout.write(`${renderReportJson(report)}\n`);
@@ -213,12 +339,35 @@ export async function main(argv: string[]): Promise<number> {
   return report.conforms ? 0 : 1;
 }
 
-main(process.argv.slice(2)).then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (error: unknown) => {
-    process.stderr.write(`dispatch-once-conformance: internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-    process.exitCode = 2;
-  },
-);
+/**
+ * Exits once stdout and stderr are written. A hung adapter leaves sockets and timers behind that
+ * would keep the process alive after the report, so the CLI never waits for the event loop to
+ * drain; and it never leaves the exit status to chance (Node exits 0 when only promises remain).
+ */
+function exit(code: number): void {
+  process.exitCode = code;
+  let waiting = 2;
+  const done = () => {
+    if (--waiting === 0) process.exit(code);
+  };
+  process.stdout.write("", done);
+  process.stderr.write("", done);
+}
+
+// The last guard: the process must never end without a verdict and with status 0 (Node ends a process
+// whose only work left is promises nobody can settle, silently, with status 0).
+let settled = false;
+process.on("exit", (code) => {
+  if (settled) return;
+  process.exitCode = 2;
+  writeSync(2, `dispatch-once-conformance: the run ended before it could report (status ${code} replaced by 2): something it waited on can never settle\n`);
+});
+
+main(process.argv.slice(2)).then((code) => {
+  settled = true;
+  exit(code);
+}, (error: unknown) => {
+  settled = true;
+  process.stderr.write(`dispatch-once-conformance: internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  exit(2);
+});

@@ -1,39 +1,6 @@
-export type {
-  LedgerSubject,
-  LedgerFixture,
-  SubjectCapabilities,
-  SubjectCapability,
-  Check,
-  LedgerCheckOptions,
-  CheckStatus,
-  CheckResult,
-  Counterexample,
-  Report,
-  RuleSummary,
-  RuleRequirement,
-} from "./types.js";
-export { ledgerChecks, registerLedgerChecks, registerChecks, randomSeed, MODEL_CHECK_PREFIX, type TestRegistrar } from "./ledger/index.js";
-export {
-  runChecks,
-  runCheck,
-  summarizeRules,
-  conforms,
-  renderReportTable,
-  renderReportJson,
-  renderCheckList,
-  renderFailures,
-  renderComplianceMatrix,
-  patchComplianceMatrix,
-  MATRIX_START,
-  MATRIX_END,
-  type RunChecksOptions,
-} from "./report.js";
-export { RULES, ruleInfo, compareRuleIds, type RuleInfo } from "./rules.js";
-export { ConformanceFailure } from "./failure.js";
-export { runScenario, describeStep, type Step } from "./ledger/model.js";
-export { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase, type VectorCase, type VectorFile, type VectorStep } from "./ledger/vectors.js";
-export { TRICKY_RESULTS } from "./ledger/checks.js";
-export { memoryLedgerSubject } from "./subjects/memory.js";
+// The ledger level (CONF-1): everything "@dispatch-once/conformance/ledger" exports, which imports
+// only @dispatch-once/core and fast-check. Every deterministic check is exported by name.
+export * from "./ledger/index.js";
 export {
   endToEndChecks,
   registerEndToEndChecks,

@@ -1,4 +1,5 @@
 import { ConformanceFailure, describeError } from "./failure.js";
+import { DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_RUN_TIMEOUT_MS, MAX_CONSECUTIVE_TIMEOUTS } from "./ledger/defaults.js";
 import { compareRuleIds, ruleInfo } from "./rules.js";
 import type { Check, CheckResult, CheckStatus, Report, RuleSummary } from "./types.js";
 
@@ -7,16 +8,46 @@ export interface RunChecksOptions {
   levels?: string[];
   seed?: number;
   runs?: number;
+  runsByLevel?: Record<string, number>;
   /** Called after each check, e.g. to print progress. */
   onResult?: (result: CheckResult) => void;
+  /** Time limit of a check that declares none (Check.timeoutMs). Default DEFAULT_CHECK_TIMEOUT_MS (60 s). */
+  checkTimeoutMs?: number;
+  /** Time limit of the whole run; checks left when it is reached fail as "not run". Default DEFAULT_RUN_TIMEOUT_MS (1 h). */
+  runTimeoutMs?: number;
+  /** After this many timeouts in a row the rest fail as "not run" (the adapter is hung). Default 3. */
+  maxConsecutiveTimeouts?: number;
 }
 
-/** Runs checks one after another (they share one store) and collects a report. */
+/**
+ * Runs checks one after another (they share one store) and collects a report. It fails closed: a
+ * check that exceeds its time limit fails (naming what the subject still had pending), the run as
+ * a whole has a time limit, and checks that could not run fail rather than vanish.
+ */
 export async function runChecks(checks: readonly Check[], options: RunChecksOptions): Promise<Report> {
   const startedAt = new Date().toISOString();
+  const started = performance.now();
+  const runLimit = options.runTimeoutMs ?? DEFAULT_RUN_TIMEOUT_MS;
+  const maxTimeouts = options.maxConsecutiveTimeouts ?? MAX_CONSECUTIVE_TIMEOUTS;
   const results: CheckResult[] = [];
+  let timeouts = 0;
+  let stopped: string | undefined;
   for (const check of checks) {
-    const result = await runCheck(check);
+    let result: CheckResult;
+    if (stopped !== undefined && check.applicable) {
+      result = { rule: check.rule, name: check.name, status: "fail", error: `not run: ${stopped}`, timedOut: "not_run" };
+    } else {
+      const left = runLimit - (performance.now() - started);
+      result = await runCheck(check, { timeoutMs: check.timeoutMs ?? options.checkTimeoutMs ?? DEFAULT_CHECK_TIMEOUT_MS, runLeftMs: left, runTimeoutMs: runLimit });
+      if (result.timedOut === "run") {
+        stopped = `the run's time limit of ${runLimit} ms was reached`;
+      } else if (result.timedOut !== undefined) {
+        timeouts++;
+        if (timeouts >= maxTimeouts) stopped = `${timeouts} checks in a row did not finish, so the subject is taken to be hung`;
+      } else if (result.status !== "not_applicable") {
+        timeouts = 0;
+      }
+    }
     results.push(result);
     options.onResult?.(result);
   }
@@ -26,6 +57,7 @@ export async function runChecks(checks: readonly Check[], options: RunChecksOpti
     levels: options.levels ?? ["ledger"],
     ...(options.seed === undefined ? {} : { seed: options.seed }),
     ...(options.runs === undefined ? {} : { runs: options.runs }),
+    ...(options.runsByLevel === undefined ? {} : { runsByLevel: options.runsByLevel }),
     startedAt,
     finishedAt: new Date().toISOString(),
     conforms: conforms(rules),
@@ -34,7 +66,67 @@ export async function runChecks(checks: readonly Check[], options: RunChecksOpti
   };
 }
 
-export async function runCheck(check: Check): Promise<CheckResult> {
+/** Pending operations listed in a timeout message; the rest are counted. */
+const MAX_PENDING_SHOWN = 8;
+
+type Settled = { kind: "ok" } | { kind: "error"; error: unknown } | { kind: "timeout"; why: "check" | "run" | "idle"; afterMs: number };
+
+/**
+ * Runs a check against its time limit. A check's promise that nothing can settle any more (Node's
+ * event loop is empty: the adapter dropped a callback) is caught at once through 'beforeExit'
+ * rather than left to end the process with no report and status 0; the timer is unref'd so that
+ * it does not itself keep such a process alive.
+ */
+function settle(check: Check, limitMs: number, limitIsRun: boolean): Promise<Settled> {
+  return new Promise<Settled>((resolve) => {
+    const started = performance.now();
+    let done = false;
+    const hasProcess = typeof process !== "undefined" && typeof process.on === "function";
+    const finish = (outcome: Settled) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      if (hasProcess) process.off("beforeExit", onIdle);
+      resolve(outcome);
+    };
+    const timer = setTimeout(() => finish({ kind: "timeout", why: limitIsRun ? "run" : "check", afterMs: Math.round(performance.now() - started) }), Math.max(0, limitMs));
+    (timer as { unref?: () => void }).unref?.();
+    // Settle through setImmediate, a handle that keeps the loop alive: otherwise Node exits right after
+    // this 'beforeExit' and the next check, whose promise may hang too, is never reported.
+    const onIdle = () => setImmediate(() => finish({ kind: "timeout", why: "idle", afterMs: Math.round(performance.now() - started) }));
+    if (hasProcess) process.on("beforeExit", onIdle);
+    let running: Promise<void>;
+    try {
+      running = Promise.resolve(check.run());
+    } catch (error) {
+      running = Promise.reject(error);
+    }
+    running.then(
+      () => finish({ kind: "ok" }),
+      (error: unknown) => finish({ kind: "error", error }),
+    );
+  });
+}
+
+function timeoutMessage(check: Check, outcome: Extract<Settled, { kind: "timeout" }>, limits: { timeoutMs: number; runTimeoutMs?: number }): { message: string; pending: string[] } {
+  const pending = check.pending?.() ?? [];
+  const head =
+    outcome.why === "idle"
+      ? `did not finish and never can (after ${outcome.afterMs} ms): it waits on a promise and nothing is left in Node's event loop that could settle it (the subject dropped a callback, or returned a promise it never settles)`
+      : outcome.why === "run"
+        ? `stopped after ${outcome.afterMs} ms: the run's time limit of ${limits.runTimeoutMs} ms was reached while this check ran`
+        : `timed out after ${outcome.afterMs} ms (its time limit is ${limits.timeoutMs} ms)`;
+  const shown = pending.slice(0, MAX_PENDING_SHOWN).map((p) => `  ${p}`);
+  if (pending.length > MAX_PENDING_SHOWN) shown.push(`  ... and ${pending.length - MAX_PENDING_SHOWN} more`);
+  const lines = pending.length > 0 ? ["pending when it was stopped:", ...shown] : check.pending === undefined ? [] : ["nothing of the subject's was pending: the check itself waits on something else"];
+  return { message: [`${check.rule} ${head}`, ...lines].join("\n"), pending };
+}
+
+/**
+ * Runs one check. `timeoutMs` is its own limit; `runLeftMs` what is left of the run's (the
+ * smaller one applies, and the result says which was reached).
+ */
+export async function runCheck(check: Check, limits: { timeoutMs?: number; runLeftMs?: number; runTimeoutMs?: number } = {}): Promise<CheckResult> {
   if (!check.applicable) {
     return {
       rule: check.rule,
@@ -43,24 +135,41 @@ export async function runCheck(check: Check): Promise<CheckResult> {
       reasonNotApplicable: check.reasonNotApplicable ?? "capability not declared",
     };
   }
+  const timeoutMs = limits.timeoutMs ?? check.timeoutMs ?? DEFAULT_CHECK_TIMEOUT_MS;
+  const runBound = limits.runLeftMs !== undefined && limits.runLeftMs < timeoutMs;
   const started = performance.now();
-  try {
-    await check.run();
-    return { rule: check.rule, name: check.name, status: "pass", durationMs: Math.round(performance.now() - started) };
-  } catch (error) {
-    const result: CheckResult = {
-      rule: check.rule,
-      name: check.name,
-      status: "fail",
-      error: error instanceof ConformanceFailure ? error.message : describeError(error),
-      durationMs: Math.round(performance.now() - started),
-    };
-    if (error instanceof ConformanceFailure) {
-      if (error.counterexample !== undefined) result.counterexample = error.counterexample;
-      if (error.violates !== undefined && error.violates !== check.rule) result.violates = [error.violates];
-    }
-    return result;
+  const outcome = await settle(check, runBound ? limits.runLeftMs! : timeoutMs, runBound);
+  const durationMs = Math.round(performance.now() - started);
+  if (outcome.kind === "ok") return { rule: check.rule, name: check.name, status: "pass", durationMs };
+  if (outcome.kind === "timeout") {
+    const { message, pending } = timeoutMessage(check, outcome, { timeoutMs, ...(limits.runTimeoutMs === undefined ? {} : { runTimeoutMs: limits.runTimeoutMs }) });
+    return { rule: check.rule, name: check.name, status: "fail", error: message, durationMs, timedOut: outcome.why, ...(pending.length > 0 ? { pending } : {}) };
   }
+  const error = outcome.error;
+  const result: CheckResult = {
+    rule: check.rule,
+    name: check.name,
+    status: "fail",
+    error: error instanceof ConformanceFailure ? error.message : describeError(error),
+    durationMs,
+  };
+  if (error instanceof ConformanceFailure) {
+    if (error.counterexample !== undefined) result.counterexample = error.counterexample;
+    if (error.violates !== undefined && error.violates !== check.rule) result.violates = [error.violates];
+  }
+  return result;
+}
+
+/**
+ * A check's run() bound to its time limit, for test runners (registerChecks): resolves when the
+ * check passes, rejects with the check's failure, or with a ConformanceFailure naming what was
+ * pending when the limit was reached.
+ */
+export async function runWithTimeLimit(check: Check, timeoutMs: number): Promise<void> {
+  const outcome = await settle(check, timeoutMs, false);
+  if (outcome.kind === "ok") return;
+  if (outcome.kind === "error") throw outcome.error;
+  throw new ConformanceFailure(timeoutMessage(check, outcome, { timeoutMs }).message);
 }
 
 /**
@@ -113,7 +222,13 @@ export function renderReportTable(report: Report): string {
   const meta = [
     `levels: ${report.levels.join(", ")}`,
     report.seed === undefined ? undefined : `seed ${report.seed}`,
-    report.runs === undefined ? undefined : `${report.runs} runs`,
+    report.runsByLevel !== undefined && Object.keys(report.runsByLevel).length > 1
+      ? Object.entries(report.runsByLevel)
+          .map(([level, runs]) => `${level} ${runs} runs`)
+          .join(", ")
+      : report.runs === undefined
+        ? undefined
+        : `${report.runs} runs`,
   ].filter(Boolean);
   const failing = report.rules.filter((r) => r.status === "fail").map((r) => r.rule);
   const na = report.rules.filter((r) => r.status === "not_applicable").length;
@@ -165,6 +280,9 @@ export function renderFailures(
       if (cx.violates !== undefined) lines.push(`  breaks ${cx.violates}: ${ruleInfo(cx.violates).title}`);
       lines.push("  counterexample (shrunk), one step per line:");
       lines.push(...cx.timeline.map((t) => `    ${t}`));
+      // A case that passed when replayed is timing-dependent: say so, whatever produced it.
+      const note = cx.note ?? (c.error ?? "").split("\n").find((l) => /passed on replay/.test(l))?.trim();
+      if (note !== undefined) lines.push(`  note: ${note.replace(/^\((.*)\)$/, "$1")}`);
       lines.push(`  seed ${cx.seed}, path ${JSON.stringify(cx.path)}`);
       const command = options.replay?.(c);
       if (command !== undefined) lines.push(`  replay: ${command}`);

@@ -22,6 +22,12 @@ export interface SubjectCapabilities {
   corruption: boolean;
   /** The subject's store can be made unreachable for the unavailability check (raw.disconnected). */
   unavailability: boolean;
+  /**
+   * Optional: the fixture can open an instance whose PROCESS clock is skewed (raw.skewedInstance), as
+   * another host's would be. The store-clock check (LEDGER-20) then compares leases issued through it
+   * with leases issued through an instance on the true clock. Absent means false.
+   */
+  clockSkew?: boolean;
 }
 
 export type SubjectCapability = keyof SubjectCapabilities;
@@ -42,6 +48,12 @@ export interface LedgerFixture {
     corrupt?(key: string): Promise<void>;
     /** Return a ledger instance whose connection is broken/refused (only when capabilities.unavailability). */
     disconnected?(): Promise<Ledger>;
+    /**
+     * Another instance over the SAME namespace whose process clock reads `offsetMs` off the true time (as
+     * on a host whose clock is wrong); only when capabilities.clockSkew. A ledger on the store's clock
+     * behaves exactly as through any other instance; one on the process clock does not (LEDGER-20).
+     */
+    skewedInstance?(offsetMs: number): Promise<Ledger>;
   };
   /** Drop the namespace and close every ledger instance created from this fixture. */
   destroy(): Promise<void>;
@@ -54,17 +66,32 @@ export interface Check {
   run(): Promise<void>;
   applicable: boolean;
   reasonNotApplicable?: string;
+  /**
+   * Longest the check may take before it fails with "timed out" and what was pending (a property check's
+   * budget grows with its runs). runChecks and registerChecks fall back to their own default when absent.
+   */
+  timeoutMs?: number;
+  /** The subject's operations in flight right now, one line each (reported when the check times out). */
+  pending?(): string[];
 }
 
 export interface LedgerCheckOptions {
-  /** Runs of each property (model-based) check. Default 100. */
+  /** Runs of each property (model-based) check. Default $CONFORMANCE_RUNS, else 100. */
   runs?: number;
-  /** Seed of the property checks; random when absent (always printed on failure). */
+  /**
+   * Seed of every random choice of the level: property inputs, and the keys and durations the
+   * deterministic checks use. Default $CONFORMANCE_SEED, else random (always reported).
+   */
   seed?: number;
-  /** fast-check replay path printed with a counterexample; replays exactly that case. */
+  /** fast-check replay path printed with a counterexample; replays exactly that one case. */
   path?: string;
   /** Ledger-transition vectors (spec/vectors/ledger-transitions.json); the bundled copy when absent. */
   vectors?: unknown;
+  /**
+   * Time limit of one deterministic check, and of every 100 runs of a property check, in ms.
+   * Default $CONFORMANCE_CHECK_TIMEOUT_MS, else 60,000. A check over it fails, naming what was pending.
+   */
+  checkTimeoutMs?: number;
 }
 
 export type CheckStatus = "pass" | "fail" | "not_applicable";
@@ -81,6 +108,8 @@ export interface Counterexample {
   report?: string;
   /** The shrunk input as data. */
   value?: unknown;
+  /** What the reader must know about this counterexample, e.g. that it passed when replayed (timing-dependent). */
+  note?: string;
 }
 
 export interface CheckResult {
@@ -93,6 +122,10 @@ export interface CheckResult {
   /** Further rules this failing check shows broken (a model check names the step's rule). */
   violates?: string[];
   durationMs?: number;
+  /** Why the check did not finish: its own time limit, the run's, or a promise nothing could settle. */
+  timedOut?: "check" | "run" | "idle" | "not_run";
+  /** The subject's operations that were still in flight when the check was stopped. */
+  pending?: string[];
 }
 
 export type RuleRequirement = "MUST" | "SHOULD" | "MAY";
@@ -112,7 +145,10 @@ export interface Report {
   /** Which levels ran: "ledger" (and later "e2e"). */
   levels: string[];
   seed?: number;
+  /** Runs of the ledger level's property checks (of the only level's, when one other level ran). */
   runs?: number;
+  /** Runs of each level's property checks, e.g. { ledger: 100, e2e: 1000 }. */
+  runsByLevel?: Record<string, number>;
   startedAt: string;
   finishedAt: string;
   /** True when every MUST rule that applies passes. */

@@ -4,13 +4,16 @@ import { join } from "node:path";
 
 const root = join(import.meta.dirname, "..");
 
-function cli(args: string[], loader = false) {
+function cli(args: string[], loader = false, env: Record<string, string> = {}) {
+  const started = performance.now();
   const run = spawnSync(process.execPath, [...(loader ? ["--import", "tsx"] : []), "dist/cli.js", ...args], {
     cwd: root,
     encoding: "utf8",
     timeout: 240_000,
+    // The kit's own variables come from each test, never from the shell that runs the suite.
+    env: { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("CONFORMANCE_"))), ...env },
   });
-  return { code: run.status, stdout: run.stdout, stderr: run.stderr };
+  return { code: run.status, signal: run.signal, stdout: run.stdout, stderr: run.stderr, ms: performance.now() - started };
 }
 
 describe("dispatch-once-conformance CLI", () => {
@@ -80,5 +83,104 @@ describe("dispatch-once-conformance CLI", () => {
     const badLevel = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "network"]);
     expect(badLevel.code).toBe(2);
     expect(badLevel.stderr).toContain("--level must be one of ledger, e2e, all");
+  });
+
+  it("rejects a ledger without fencing and replays the same case from the printed path, with the same timeline", () => {
+    const first = cli(["--adapter", "test/fixtures/no-fencing-subject.ts", "--level", "ledger", "--runs", "100", "--seed", "5", "--only", "model-based", "--json", "--quiet"], true);
+    expect(first.code).toBe(1);
+    const cx = JSON.parse(first.stdout).checks[0].counterexample;
+    const again = cli(["--adapter", "test/fixtures/no-fencing-subject.ts", "--level", "ledger", "--seed", "5", "--path", cx.path, "--only", "model-based", "--json", "--quiet"], true);
+    expect(again.code).toBe(1);
+    const replayed = JSON.parse(again.stdout).checks[0];
+    expect(replayed.name).toContain(`replay of path ${cx.path}`);
+    // Exactly that case: the same path (no further shrinking under a new one) and the same steps.
+    expect(replayed.counterexample.path).toBe(cx.path);
+    expect(replayed.counterexample.timeline).toEqual(cx.timeline);
+  });
+});
+
+describe("the CLI fails closed", () => {
+  const limits = ["--check-timeout", "1000", "--timeout", "30000"];
+
+  it("an adapter whose promises never resolve (a pool deadlock keeping the process alive) fails at the ledger level within a bounded time, naming the rule and the pending calls", () => {
+    const run = cli(["--adapter", "test/fixtures/hung-subject.mjs", "--level", "ledger", ...limits]);
+    expect(run.code).toBe(1);
+    // Three checks of 1 s each time out, then the rest fail as not run; plus start-up.
+    expect(run.ms).toBeLessThan(20_000);
+    expect(run.stderr).toMatch(/✗ LEDGER-1 exactly one of 64 concurrent claims of one key wins\n\s+LEDGER-1 timed out after \d+ ms \(its time limit is 1000 ms\)/);
+    expect(run.stderr).toMatch(/pending when it was stopped:\n\s+fixture#1\/ledger#1\.claim\(key [0-9a-f]{8}, owner racer-0, keyed_write, leaseMs 600000\) pending for \d+ ms/);
+    expect(run.stdout).toContain("not run: 3 checks in a row did not finish, so the subject is taken to be hung");
+    expect(run.stdout).toContain("DOES NOT CONFORM:");
+  });
+
+  it("an adapter that never calls back (nothing left in the event loop) fails at once instead of exiting 0 with no report", () => {
+    const run = cli(["--adapter", "test/fixtures/silent-subject.mjs", "--level", "ledger", ...limits]);
+    expect(run.code).toBe(1);
+    expect(run.ms).toBeLessThan(15_000);
+    expect(run.stderr).toContain("LEDGER-1 did not finish and never can");
+    expect(run.stderr).toContain("pending when it was stopped:");
+    expect(run.stdout).toContain("DOES NOT CONFORM:");
+  });
+
+  it("an adapter that throws on every call fails every applicable check, with the error", () => {
+    const run = cli(["--adapter", "test/fixtures/throwing-subject.mjs", "--level", "ledger", "--runs", "5", ...limits, "--quiet"]);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toMatch(/LEDGER-1\s+MUST\s+FAIL/);
+    expect(run.stdout).toContain("claim: cannot read properties of undefined (reading 'query')");
+    expect(run.stdout).not.toContain("not run:");
+  });
+
+  it("a hung adapter fails the end-to-end level too, within the CLI's time limits", () => {
+    const run = cli(["--adapter", "test/fixtures/hung-subject.mjs", "--level", "e2e", "--e2e-runs", "3", "--check-timeout", "3000", "--timeout", "30000", "--quiet"]);
+    expect(run.code).toBe(1);
+    expect(run.ms).toBeLessThan(30_000);
+    expect(run.stdout).toMatch(/CONF-2\s+MUST\s+FAIL/);
+  });
+
+  it("the run's own time limit stops a run whose checks are each within theirs, and the rest fail as not run", () => {
+    const run = cli(["--adapter", "test/fixtures/hung-subject.mjs", "--level", "ledger", "--check-timeout", "5000", "--timeout", "2000", "--quiet"]);
+    expect(run.code).toBe(1);
+    expect(run.ms).toBeLessThan(15_000);
+    expect(run.stdout).toContain("the run's time limit of 2000 ms was reached");
+  });
+
+  it("--path replays exactly one case, also when that case passes", () => {
+    const run = cli(["--adapter", "test/fixtures/counting-memory-subject.mjs", "--level", "ledger", "--seed", "5", "--path", "3:0", "--only", "model-based", "--quiet"]);
+    expect(run.code).toBe(0);
+    expect(run.stderr).toMatch(/counted: 1 fixtures/);
+    expect(run.stdout).toContain("seed 5, path 3:0");
+  });
+
+  it("--path must select exactly one property", () => {
+    const run = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--seed", "5", "--path", "3"]);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain("--path replays one case of one property, but 2 checks are selected");
+  });
+
+  it("--seed fixes every random choice, keys included: the same seed claims the same keys, another seed others", () => {
+    const keys = (seed: string) => {
+      const run = cli(["--adapter", "test/fixtures/counting-memory-subject.mjs", "--level", "ledger", "--seed", seed, "--runs", "3", "--only", "LEDGER-21", "--quiet"]);
+      expect(run.code).toBe(0);
+      return /counted: \d+ fixtures, keys ([0-9a-f]{16})/.exec(run.stderr)?.[1];
+    };
+    const a = keys("41");
+    expect(a).toBeDefined();
+    expect(keys("41")).toBe(a);
+    expect(keys("42")).not.toBe(a);
+  });
+
+  it("reads CONFORMANCE_RUNS, CONFORMANCE_E2E_RUNS and CONFORMANCE_SEED as the API does, and --runs over both", () => {
+    const ledger = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--only", "model-based", "--json", "--quiet"], false, { CONFORMANCE_RUNS: "7", CONFORMANCE_SEED: "99" });
+    expect(ledger.code).toBe(0);
+    const l = JSON.parse(ledger.stdout);
+    expect(l).toMatchObject({ seed: 99, runs: 7, runsByLevel: { ledger: 7 } });
+    expect(l.checks[0].name).toContain("(7 runs, seed 99)");
+    const both = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--only", "model-based", "--json", "--quiet"], false, { CONFORMANCE_RUNS: "4", CONFORMANCE_E2E_RUNS: "2", CONFORMANCE_SEED: "7" });
+    expect(JSON.parse(both.stdout).runsByLevel).toEqual({ ledger: 4, e2e: 2 });
+    const flags = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--runs", "3", "--only", "model-based", "--json", "--quiet"], false, { CONFORMANCE_E2E_RUNS: "2" });
+    expect(JSON.parse(flags.stdout).runsByLevel).toEqual({ ledger: 3, e2e: 3 });
+    const bad = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger"], false, { CONFORMANCE_RUNS: "many" });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("CONFORMANCE_RUNS must be an integer");
   });
 });

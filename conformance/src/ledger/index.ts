@@ -1,56 +1,141 @@
+/**
+ * The ledger level of the kit ("@dispatch-once/conformance/ledger"): certifies a Ledger adapter
+ * against spec §6 (CONF-1). It imports @dispatch-once/core and fast-check only (a test scans its
+ * import graph), so an adapter author does not install the end-to-end level's mocks.
+ */
 import type { Check, LedgerCheckOptions, LedgerSubject, SubjectCapability } from "../types.js";
-import { LEDGER_CHECK_SPECS } from "./checks.js";
+import { runWithTimeLimit } from "../report.js";
+import { LEDGER_CHECK_SPECS, type LedgerCheckSpec } from "./checks/index.js";
+import { checkContext } from "./context.js";
+import { propertyTimeoutMs, resolveLedgerOptions } from "./defaults.js";
 import { MODEL_CHECK_NAME, runModelProperty } from "./property.js";
 import { RESULT_PROPERTY_NAME, runResultProperty } from "./result-property.js";
+import { PendingOperations, trackSubject } from "./tracking.js";
 import { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase } from "./vectors.js";
+
+export { randomSeed, resolveLedgerOptions, propertyTimeoutMs, envInteger, ENVIRONMENT, DEFAULT_RUNS, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_RUN_TIMEOUT_MS, MAX_CONSECUTIVE_TIMEOUTS, type ResolvedLedgerOptions, type EnvironmentVariable } from "./defaults.js";
+export { checkContext, seededKey, type LedgerCheckContext } from "./context.js";
+export { PendingOperations, trackSubject } from "./tracking.js";
+export { runProperty, valueAtPath, type PropertyOutcome, type PropertyRunOptions } from "./property-runner.js";
+export * from "./checks/index.js";
+export { MODEL_CHECK_NAME, runModelProperty, scenarioSteps } from "./property.js";
+export { RESULT_PROPERTY_NAME, runResultProperty, resultTexts } from "./result-property.js";
+export { runScenario, describeStep, type Step } from "./model.js";
+export { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase, type VectorCase, type VectorFile, type VectorStep } from "./vectors.js";
+export { memoryLedgerSubject } from "../subjects/memory.js";
+export type {
+  LedgerSubject,
+  LedgerFixture,
+  SubjectCapabilities,
+  SubjectCapability,
+  Check,
+  LedgerCheckOptions,
+  CheckStatus,
+  CheckResult,
+  Counterexample,
+  Report,
+  RuleSummary,
+  RuleRequirement,
+} from "../types.js";
+export {
+  runChecks,
+  runCheck,
+  runWithTimeLimit,
+  summarizeRules,
+  conforms,
+  renderReportTable,
+  renderReportJson,
+  renderCheckList,
+  renderFailures,
+  renderComplianceMatrix,
+  patchComplianceMatrix,
+  MATRIX_START,
+  MATRIX_END,
+  type RunChecksOptions,
+} from "../report.js";
+export { RULES, ruleInfo, compareRuleIds, type RuleInfo } from "../rules.js";
+export { ConformanceFailure } from "../failure.js";
 
 const CAPABILITY_WORDS: Record<SubjectCapability, string> = {
   sharedAcrossProcesses: "needs sharedAcrossProcesses (one winner across instances)",
   survivesRestart: "needs survivesRestart (a fresh instance sees earlier rows)",
   corruption: "needs corruption (raw.corrupt)",
   unavailability: "needs unavailability (raw.disconnected)",
+  clockSkew: "needs clockSkew (raw.skewedInstance: an instance on a skewed process clock)",
 };
 
-/** A seed for property checks when none is given; always reported so a failure can be replayed. */
-export function randomSeed(): number {
-  return (Date.now() ^ (Math.random() * 0x7fffffff)) | 0;
+/**
+ * One deterministic check bound to a subject: its keys and random choices come from `seed` and
+ * its name, and its calls into the subject are tracked so that a timeout names what was pending.
+ */
+export function bindLedgerCheck(spec: LedgerCheckSpec, subject: LedgerSubject, options: LedgerCheckOptions = {}): Check {
+  const { seed, checkTimeoutMs } = resolveLedgerOptions(options);
+  const missing = (spec.needs ?? []).filter((c) => !subject.capabilities[c]);
+  const pending = new PendingOperations();
+  const tracked = trackSubject(subject, pending);
+  const check: Check = {
+    rule: spec.rule,
+    name: spec.name,
+    applicable: missing.length === 0,
+    // A check that waits for real time gets that time on top of its limit.
+    timeoutMs: checkTimeoutMs + (spec.waitsMs ?? 0),
+    pending: () => pending.list(),
+    run: () => {
+      pending.clear();
+      return spec.run(checkContext(tracked, seed, spec.name));
+    },
+  };
+  if (missing.length > 0) check.reasonNotApplicable = missing.map((c) => CAPABILITY_WORDS[c]).join("; ");
+  return check;
 }
 
 /**
  * Every ledger-level check for a subject: the deterministic checks (one per rule aspect), the
  * model-based property check, and the spec's ledger-transition vectors. Checks that need a
  * capability the subject does not declare are returned with `applicable: false` and a reason.
+ * Defaults (runs, seed, time limits) come from resolveLedgerOptions: the CLI uses the same.
  */
 export function ledgerChecks(subject: LedgerSubject, options: LedgerCheckOptions = {}): Check[] {
   validateSubject(subject);
-  // CI sizes runs and pins seeds through the environment (turbo passes CONFORMANCE_RUNS / CONFORMANCE_SEED).
-  const runs = options.runs ?? envInteger("CONFORMANCE_RUNS") ?? 100;
-  const seed = options.seed ?? envInteger("CONFORMANCE_SEED") ?? randomSeed();
-  const checks: Check[] = LEDGER_CHECK_SPECS.map((spec) => {
-    const missing = (spec.needs ?? []).filter((c) => !subject.capabilities[c]);
-    const check: Check = { rule: spec.rule, name: spec.name, applicable: missing.length === 0, run: () => spec.run(subject) };
-    if (missing.length > 0) check.reasonNotApplicable = missing.map((c) => CAPABILITY_WORDS[c]).join("; ");
-    return check;
-  });
-  checks.push({
-    rule: "LEDGER-3",
-    name: `${MODEL_CHECK_NAME} (${options.path === undefined ? `${runs} runs` : "replay"}, seed ${seed})`,
-    applicable: true,
-    run: () => runModelProperty(subject, { runs, seed, ...(options.path === undefined ? {} : { path: options.path }) }),
-  });
-  checks.push({
-    rule: "LEDGER-10",
-    name: `${RESULT_PROPERTY_NAME} (${options.path === undefined ? `${runs} runs` : "replay"}, seed ${seed})`,
-    applicable: true,
-    run: () => runResultProperty(subject, { runs, seed, ...(options.path === undefined ? {} : { path: options.path }) }),
-  });
+  const { runs, seed, path, checkTimeoutMs } = resolveLedgerOptions(options);
+  const resolved = { runs, seed, checkTimeoutMs };
+  const checks: Check[] = LEDGER_CHECK_SPECS.map((spec) => bindLedgerCheck(spec, subject, resolved));
+  const propertyLimit = propertyTimeoutMs(checkTimeoutMs, runs, path !== undefined);
+  const property = (rule: string, name: string, run: (tracked: LedgerSubject) => Promise<void>): Check => {
+    const pending = new PendingOperations();
+    const tracked = trackSubject(subject, pending);
+    return {
+      rule,
+      name: `${name} (${path === undefined ? `${runs} runs` : `replay of path ${path}`}, seed ${seed})`,
+      applicable: true,
+      timeoutMs: propertyLimit,
+      pending: () => pending.list(),
+      run: () => {
+        pending.clear();
+        return run(tracked);
+      },
+    };
+  };
+  // fast-check stops starting runs at 90 % of the limit, so a slow but live subject is reported as an
+  // interrupted property (a failure) and only a hung one reaches the hard limit.
+  const timeLimitMs = Math.floor(propertyLimit * 0.9);
+  const propertyOptions = { runs, seed, timeLimitMs, ...(path === undefined ? {} : { path }) };
+  checks.push(property("LEDGER-3", MODEL_CHECK_NAME, (tracked) => runModelProperty(tracked, propertyOptions)));
+  checks.push(property("LEDGER-10", RESULT_PROPERTY_NAME, (tracked) => runResultProperty(tracked, propertyOptions)));
   const vectors = parseVectorFile(options.vectors ?? BUNDLED_LEDGER_VECTORS);
   for (const vector of vectors.cases) {
+    const pending = new PendingOperations();
+    const tracked = trackSubject(subject, pending);
     checks.push({
       rule: vector.rule,
       name: `vector ${vector.id}: ${vector.description}`,
       applicable: true,
-      run: () => runVectorCase(subject, vector),
+      timeoutMs: checkTimeoutMs,
+      pending: () => pending.list(),
+      run: () => {
+        pending.clear();
+        return runVectorCase(tracked, vector, { seed });
+      },
     });
   }
   return checks;
@@ -69,13 +154,17 @@ export interface TestRegistrar {
 /**
  * Registers checks with any describe/it runner (vitest, mocha, node:test). Test names are
  * `${rule} ${name}`; a not-applicable check is registered as a passing test whose name ends
- * with "(not applicable: <reason>)", so it is listed, never silently dropped.
+ * with "(not applicable: <reason>)", so it is listed, never silently dropped. A check with a time
+ * limit (Check.timeoutMs) fails at it, naming what the subject had pending; the runner's own
+ * timeout is set beyond it so that this message, not a bare "timed out", is what a reader sees.
  */
 export function registerChecks(title: string, checks: readonly Check[], t: TestRegistrar, timeoutMs = 300_000): void {
   t.describe(title, () => {
     for (const check of checks) {
       if (check.applicable) {
-        t.it(`${check.rule} ${check.name}`, () => check.run(), timeoutMs);
+        const limit = check.timeoutMs;
+        if (limit === undefined) t.it(`${check.rule} ${check.name}`, () => check.run(), timeoutMs);
+        else t.it(`${check.rule} ${check.name}`, () => runWithTimeLimit(check, limit), Math.max(timeoutMs, limit + 10_000));
       } else {
         t.it(`${check.rule} ${check.name} (not applicable: ${check.reasonNotApplicable ?? "capability not declared"})`, async () => {}, timeoutMs);
       }
@@ -87,14 +176,6 @@ export function registerLedgerChecks(subject: LedgerSubject, t: TestRegistrar, o
   registerChecks(`@dispatch-once/conformance ledger level: ${subject.name}`, ledgerChecks(subject, options), t);
 }
 
-function envInteger(name: string): number | undefined {
-  const text = typeof process === "undefined" ? undefined : process.env[name];
-  if (text === undefined || text === "") return undefined;
-  const value = Number(text);
-  if (!Number.isSafeInteger(value)) throw new TypeError(`${name} must be an integer, got ${JSON.stringify(text)}`);
-  return value;
-}
-
 function validateSubject(subject: LedgerSubject): void {
   if (typeof subject !== "object" || subject === null) throw new TypeError("ledger subject: expected an object");
   if (typeof subject.name !== "string" || subject.name === "") throw new TypeError("ledger subject: `name` must be a non-empty string");
@@ -104,5 +185,8 @@ function validateSubject(subject: LedgerSubject): void {
     if (typeof caps?.[flag] !== "boolean") {
       throw new TypeError(`ledger subject ${subject.name}: capabilities.${flag} must be declared as true or false`);
     }
+  }
+  if (caps?.clockSkew !== undefined && typeof caps.clockSkew !== "boolean") {
+    throw new TypeError(`ledger subject ${subject.name}: capabilities.clockSkew, when declared, must be true or false`);
   }
 }

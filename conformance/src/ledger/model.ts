@@ -3,7 +3,8 @@ import { isDeepStrictEqual } from "node:util";
 import type { ClaimResult, Ledger, LedgerEffect, RowState, StoredError } from "@dispatch-once/core";
 import { ConformanceFailure, codeOf, describeError, show } from "../failure.js";
 import type { LedgerFixture, LedgerSubject } from "../types.js";
-import { LEASE_MS, TOOL_FOR, claimRequest, freshKey, rowEssence, textDiff } from "./support.js";
+import { seededKey } from "./context.js";
+import { LEASE_MS, TOOL_FOR, claimRequest, rowEssence, textDiff } from "./support.js";
 
 /**
  * One step of a random scenario. Steps name keys, owners and payloads by index so that
@@ -24,8 +25,12 @@ export type Step =
   | { op: "expire_lease"; key: number }
   | { op: "sweep"; via: number }
   | { op: "restart" }
-  /** The key's latest claimant completes while `owner` claims, concurrently (a zombie owner vs a takeover). */
-  | { op: "contend"; key: number; owner: number; result: number; request: number };
+  /**
+   * The key's latest claimant completes while `owner` claims, concurrently (a zombie owner vs a
+   * takeover, or an expiring unkeyed_write claim turning unknown). `first` is which call is issued
+   * first: a ledger whose claim reads, awaits and writes loses only when the claim goes first.
+   */
+  | { op: "contend"; key: number; owner: number; result: number; request: number; first: "complete" | "claim" };
 
 /** The scenario's keys: label and effect class (a key's effect is fixed, as its tool's is). */
 export const MODEL_KEYS: ReadonlyArray<{ label: string; effect: LedgerEffect }> = [
@@ -121,7 +126,14 @@ export function stepArbitrary(capabilities: { survivesRestart: boolean; sharedAc
   ];
   arbs.push({
     weight: 2,
-    arbitrary: fc.record({ op: fc.constant("contend" as const), key, owner, result: fc.nat({ max: MODEL_RESULTS.length - 1 }), request }),
+    arbitrary: fc.record({
+      op: fc.constant("contend" as const),
+      key,
+      owner,
+      result: fc.nat({ max: MODEL_RESULTS.length - 1 }),
+      request,
+      first: fc.constantFrom("complete" as const, "claim" as const),
+    }),
   });
   if (capabilities.survivesRestart) arbs.push({ weight: 1, arbitrary: fc.constant({ op: "restart" as const }) });
   return fc.oneof(...arbs);
@@ -261,15 +273,18 @@ export class StepMismatch extends ConformanceFailure {}
 /** Drives the subject through one scenario; records a readable timeline as it goes. */
 export class ScenarioDriver {
   readonly timeline: string[] = [];
-  private readonly keys = MODEL_KEYS.map((k) => freshKey(k.label));
+  /** The scenario's keys come from the seed: every run (each on a fresh namespace) and every replay meets the same ones. */
+  private readonly keys: string[];
   private instances: Ledger[];
   private t = 0;
 
   constructor(
     private readonly subject: LedgerSubject,
     private readonly fixture: LedgerFixture,
+    seed = 0,
   ) {
     this.instances = [fixture.ledger];
+    this.keys = MODEL_KEYS.map((k) => seededKey(seed, "model", k.label));
   }
 
   /** Opens every instance up front: opening one is not an event of the scenario. */
@@ -493,13 +508,17 @@ export class ScenarioDriver {
     const text = MODEL_RESULTS[step.result]!;
     const sent = MODEL_REQUESTS[step.key]![step.request]!;
     const [completer, claimer] = [await this.via(0), await this.via(1)];
-    const [completed, claim] = await Promise.all([
+    const completing = () =>
       completer.complete(keyHex, fence, text).then(
         () => "ok",
         (error: unknown) => codeOf(error) ?? describeError(error),
-      ),
-      claimer.claim(claimRequest(keyHex, MODEL_OWNERS[step.owner]!, effect, LEASE_MS, sent)),
-    ]);
+      );
+    const claiming = () => claimer.claim(claimRequest(keyHex, MODEL_OWNERS[step.owner]!, effect, LEASE_MS, sent));
+    // Both calls start before either is awaited; which starts first decides which one a racy ledger lets in.
+    const [completed, claim] =
+      step.first === "claim"
+        ? await Promise.all([claiming(), completing()]).then(([c, d]) => [d, c] as const)
+        : await Promise.all([completing(), claiming()]);
     const summary = `${MODEL_OWNERS[holder]} complete fence=${fence} -> ${completed}; ${MODEL_OWNERS[step.owner]} claim -> ${describeClaim(claim)}`;
     const candidates = (["complete first", "claim first"] as const).map((order) => {
       const m = model.clone();
@@ -525,7 +544,9 @@ export class ScenarioDriver {
     });
     const match = candidates.find((c) => c.matches);
     if (match === undefined) {
-      const rule = contendRule(model, step.key, completed, claim, candidates);
+      // Which write came last tells who overwrote whom: the stored row after both.
+      const after = await this.fixture.raw.read(keyHex);
+      const rule = contendRule(model, step.key, completed, claim, candidates, after?.state);
       fail(
         rule,
         summary,
@@ -607,10 +628,14 @@ function contendRule(
   completed: string,
   claim: ClaimResult,
   candidates: Array<{ c: string; p: ClaimExpectation; row: Record<string, unknown> | undefined }>,
+  storedAfter?: unknown,
 ): string {
-  // The completing owner's write was accepted although the claim acted on its expired lease.
   const claimActed = claim.outcome === "claimed" || (claim.row.state === "unknown" && claim.row.reason === "lease_expired");
-  if (completed === "ok" && claimActed && model.rows.get(key)?.state === "in_flight") return "LEDGER-5";
+  if (completed === "ok" && claimActed && model.rows.get(key)?.state === "in_flight") {
+    // Both won. The completion written last overwrote a row the claim had acted on (a stale owner's
+    // write, LEDGER-5); the claim's write last turned a completed row back (the expiry was not atomic, LEDGER-7).
+    return storedAfter === undefined || storedAfter === "completed" ? "LEDGER-5" : "LEDGER-7";
+  }
   const same = candidates.filter((c) => c.c === completed);
   const pick =
     same.find((c) => (c.p.kind === "claim") === (claim.outcome === "claimed") && (c.row === undefined || claim.outcome !== "existing" || c.row.state === claim.row.state)) ??
@@ -719,7 +744,9 @@ export function describeStep(step: Step): string {
     case "restart":
       return "restart";
     case "contend":
-      return `contend ${k!.label} (${k!.effect}): the latest claimant completes with ${show(MODEL_RESULTS[step.result])} while ${MODEL_OWNERS[step.owner]} claims sending ${requestLabel(MODEL_REQUESTS[step.key]![step.request])}, concurrently`;
+      return step.first === "claim"
+        ? `contend ${k!.label} (${k!.effect}): ${MODEL_OWNERS[step.owner]} claims sending ${requestLabel(MODEL_REQUESTS[step.key]![step.request])} while the latest claimant completes with ${show(MODEL_RESULTS[step.result])}, concurrently (claim issued first)`
+        : `contend ${k!.label} (${k!.effect}): the latest claimant completes with ${show(MODEL_RESULTS[step.result])} while ${MODEL_OWNERS[step.owner]} claims sending ${requestLabel(MODEL_REQUESTS[step.key]![step.request])}, concurrently (complete issued first)`;
   }
 }
 
@@ -737,9 +764,13 @@ class StepCommand implements fc.AsyncCommand<ReferenceModel, ScenarioDriver> {
 }
 
 /** Runs one scenario against a fresh namespace of the subject, through fast-check's asyncModelRun. */
-export async function runScenario(subject: LedgerSubject, steps: readonly Step[]): Promise<{ timeline: string[]; error?: StepMismatch }> {
+export async function runScenario(
+  subject: LedgerSubject,
+  steps: readonly Step[],
+  options: { seed?: number } = {},
+): Promise<{ timeline: string[]; error?: StepMismatch }> {
   const fixture = await subject.create();
-  const driver = new ScenarioDriver(subject, fixture);
+  const driver = new ScenarioDriver(subject, fixture, options.seed ?? 0);
   try {
     await driver.open();
     await fc.asyncModelRun(() => ({ model: new ReferenceModel(), real: driver }), steps.map((s) => new StepCommand(s)));

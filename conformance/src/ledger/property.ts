@@ -2,6 +2,7 @@ import fc from "fast-check";
 import { ConformanceFailure } from "../failure.js";
 import type { Counterexample, LedgerSubject } from "../types.js";
 import { runScenario, stepArbitrary, type Step } from "./model.js";
+import { runProperty } from "./property-runner.js";
 
 export const MODEL_CHECK_NAME = "model-based: random claim/race/contend/complete/fail/markUnknown/release/renew/lookup/expire_lease/sweep/restart sequences agree with the reference model";
 
@@ -10,49 +11,66 @@ export interface PropertyOptions {
   seed: number;
   path?: string;
   maxSteps?: number;
+  /** Time limit of the property (runs and shrinking); reaching it fails the check. */
+  timeLimitMs?: number;
+}
+
+/** The model property's input: what fast-check generates and shrinks (by dropping steps). */
+export function scenarioSteps(subject: LedgerSubject, maxSteps = 30): fc.Arbitrary<Step[]> {
+  return fc.array(stepArbitrary(subject.capabilities), { minLength: 1, maxLength: maxSteps, size: "max" });
 }
 
 /**
- * Drives the subject and the reference model with random step sequences (fast-check,
- * shrinking by dropping steps). On failure, the shrunk sequence is replayed once more to
- * record a readable timeline, and the failure carries seed and path to replay it exactly.
+ * Drives the subject and the reference model with random step sequences (fast-check, shrinking by
+ * dropping steps). On failure, the shrunk sequence is replayed once more to record a readable
+ * timeline, and the failure carries seed and path to replay it exactly. The scenario's keys come
+ * from the seed, so a replay meets the same keys.
  */
 export async function runModelProperty(subject: LedgerSubject, options: PropertyOptions): Promise<void> {
-  const steps = fc.array(stepArbitrary(subject.capabilities), { minLength: 1, maxLength: options.maxSteps ?? 30, size: "max" });
-  const property = fc.asyncProperty(steps, async (scenario) => {
-    const { error } = await runScenario(subject, scenario);
-    if (error !== undefined) throw error;
-  });
-  const details = await fc.check(property, {
-    numRuns: options.runs,
-    seed: options.seed,
-    ...(options.path === undefined ? {} : { path: options.path }),
-  });
-  if (!details.failed) return;
-  const report = fc.defaultReportMessage(details) ?? "property failed";
-  if (details.counterexample === null) {
-    throw new ConformanceFailure(`${report}`);
+  let last: Awaited<ReturnType<typeof runScenario>> | undefined;
+  const outcome = await runProperty(
+    scenarioSteps(subject, options.maxSteps),
+    async (scenario) => {
+      last = await runScenario(subject, scenario, { seed: options.seed });
+      if (last.error !== undefined) throw last.error;
+    },
+    { runs: options.runs, seed: options.seed, timeLimitMs: options.timeLimitMs ?? 3_600_000, ...(options.path === undefined ? {} : { path: options.path }) },
+  );
+  if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
+  if (outcome.kind === "interrupted") {
+    throw new ConformanceFailure(
+      `the model-based property was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${options.runs} runs: an interrupted run certifies nothing`,
+    );
   }
-  const shrunk = details.counterexample[0] as Step[];
-  const replay = await runScenario(subject, shrunk);
-  const original = details.errorInstance;
+  const shrunk = outcome.value;
+  // A replay (--path) ran its one case once: that run is the finding. Otherwise the shrunk case runs
+  // once more for a clean timeline (and to tell a deterministic failure from a timing-dependent one).
+  const replay = outcome.replay && last !== undefined ? last : await runScenario(subject, shrunk, { seed: options.seed });
+  const original = outcome.error;
   const violates = replay.error?.violates ?? (original instanceof ConformanceFailure ? original.violates : undefined);
+  const note =
+    replay.error === undefined && !outcome.replay
+      ? "the shrunk case passed on replay: the failure is not deterministic (timing-dependent); replay it a few times"
+      : outcome.shrinkingInterrupted
+        ? "the time limit cut shrinking short: this counterexample may not be the smallest"
+        : undefined;
   const counterexample: Counterexample = {
-    seed: details.seed,
-    path: details.counterexamplePath ?? "",
+    seed: outcome.seed,
+    path: outcome.path,
     timeline: replay.timeline,
-    report,
+    report: outcome.report,
     value: shrunk,
     ...(violates === undefined ? {} : { violates }),
+    ...(note === undefined ? {} : { note }),
   };
   const firstLine = replay.error?.message ?? (original instanceof Error ? original.message : String(original));
   throw new ConformanceFailure(
     [
       `the subject disagrees with the reference model${violates ? ` (breaks ${violates})` : ""}: ${firstLine}`,
-      `shrunk counterexample after ${details.numRuns} runs and ${details.numShrinks} shrinks:`,
+      outcome.replay ? `replayed the one case at seed ${outcome.seed}, path "${outcome.path}":` : `shrunk counterexample after ${outcome.numRuns} runs and ${outcome.numShrinks} shrinks:`,
       ...replay.timeline.map((l) => `  ${l}`),
-      replay.error === undefined ? "  (the shrunk case passed on replay: the failure is not deterministic)" : "",
-      `seed ${details.seed}, path "${details.counterexamplePath}" (replay: --seed ${details.seed} --path "${details.counterexamplePath}")`,
+      note === undefined ? "" : `  (${note})`,
+      `seed ${outcome.seed}, path "${outcome.path}" (replay: --seed ${outcome.seed} --path "${outcome.path}")`,
     ]
       .filter((l) => l !== "")
       .join("\n"),

@@ -1,58 +1,70 @@
 import fc from "fast-check";
 import { ConformanceFailure, show } from "../failure.js";
 import type { LedgerSubject } from "../types.js";
-import { claimNew, claimRequest, freshKey, withFixture } from "./support.js";
+import { seededKey } from "./context.js";
+import { runProperty } from "./property-runner.js";
+import { claimNew, claimRequest, withFixture } from "./support.js";
 
 export const RESULT_PROPERTY_NAME = "random JSON texts (any Unicode, any layout) are replayed byte-for-byte";
+
+/** The property's input: a random JSON value over the whole of Unicode, in a random layout. */
+export function resultTexts(): fc.Arbitrary<string> {
+  const layout = fc.oneof(
+    fc.constant((v: unknown) => JSON.stringify(v)),
+    fc.integer({ min: 1, max: 4 }).map((n) => (v: unknown) => JSON.stringify(v, null, n)),
+    fc.constant((v: unknown) => ` ${JSON.stringify(v, null, "\t").replaceAll(":", " : ").replaceAll(",", " ,")}\r\n`),
+  );
+  return fc.tuple(fc.jsonValue({ stringUnit: "binary", maxDepth: 4 }), layout).map(([value, render]) => render(value) ?? "null");
+}
 
 /**
  * LEDGER-10 as a property: random JSON values over the whole of Unicode, written in random
  * layouts (compact, indented, with spaces around separators), completed and read back through
  * claim, lookup and the raw row. Catches stores that normalise, re-encode or trim text.
  */
-export async function runResultProperty(subject: LedgerSubject, options: { runs: number; seed: number; path?: string }): Promise<void> {
+export async function runResultProperty(subject: LedgerSubject, options: { runs: number; seed: number; path?: string; timeLimitMs?: number }): Promise<void> {
   await withFixture(subject, async (fixture) => {
-    const layout = fc.oneof(
-      fc.constant((v: unknown) => JSON.stringify(v)),
-      fc.integer({ min: 1, max: 4 }).map((n) => (v: unknown) => JSON.stringify(v, null, n)),
-      fc.constant((v: unknown) => ` ${JSON.stringify(v, null, "\t").replaceAll(":", " : ").replaceAll(",", " ,")}\r\n`),
-    );
-    const text = fc.tuple(fc.jsonValue({ stringUnit: "binary", maxDepth: 4 }), layout).map(([value, render]) => render(value) ?? "null");
-    const property = fc.asyncProperty(text, async (result) => {
-      const key = freshKey();
-      const fence = await claimNew(fixture.ledger, key, "owner-a", "keyed_write");
-      await fixture.ledger.complete(key, fence, result);
-      const replay = await fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write"));
-      const viaClaim = replay.outcome === "existing" && replay.row.state === "completed" ? replay.row.result : replay;
-      const looked = await fixture.ledger.lookup(key);
-      const viaLookup = looked?.state === "completed" ? looked.result : looked;
-      const viaRaw = (await fixture.raw.read(key))?.result;
-      for (const [how, got] of [["claim", viaClaim], ["lookup", viaLookup], ["raw.read", viaRaw]] as const) {
-        if (got !== result) {
-          throw new ConformanceFailure(`${how} returned ${show(got)} for the completed result ${show(result)}`);
+    // Keys from the seed: one per run, so runs share the namespace without meeting each other's rows.
+    let n = 0;
+    const outcome = await runProperty(
+      resultTexts(),
+      async (result) => {
+        const key = seededKey(options.seed, "random JSON texts", String(n++));
+        const fence = await claimNew(fixture.ledger, key, "owner-a", "keyed_write");
+        await fixture.ledger.complete(key, fence, result);
+        const replay = await fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write"));
+        const viaClaim = replay.outcome === "existing" && replay.row.state === "completed" ? replay.row.result : replay;
+        const looked = await fixture.ledger.lookup(key);
+        const viaLookup = looked?.state === "completed" ? looked.result : looked;
+        const viaRaw = (await fixture.raw.read(key))?.result;
+        for (const [how, got] of [["claim", viaClaim], ["lookup", viaLookup], ["raw.read", viaRaw]] as const) {
+          if (got !== result) {
+            throw new ConformanceFailure(`${how} returned ${show(got)} for the completed result ${show(result)}`);
+          }
         }
-      }
-    });
-    const details = await fc.check(property, {
-      numRuns: options.runs,
-      seed: options.seed,
-      ...(options.path === undefined ? {} : { path: options.path }),
-    });
-    if (!details.failed) return;
-    const value = details.counterexample?.[0];
-    const error = details.errorInstance instanceof Error ? details.errorInstance.message : String(details.errorInstance);
+      },
+      { runs: options.runs, seed: options.seed, timeLimitMs: options.timeLimitMs ?? 3_600_000, ...(options.path === undefined ? {} : { path: options.path }) },
+    );
+    if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
+    if (outcome.kind === "interrupted") {
+      throw new ConformanceFailure(
+        `the random-JSON property was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${options.runs} runs: an interrupted run certifies nothing`,
+      );
+    }
+    const value = outcome.value;
+    const error = outcome.error instanceof Error ? outcome.error.message : String(outcome.error);
     throw new ConformanceFailure(
-      `${error}\nshrunk after ${details.numRuns} runs and ${details.numShrinks} shrinks; seed ${details.seed}, path "${details.counterexamplePath}"`,
+      `${error}\n${outcome.replay ? "replayed one case" : `shrunk after ${outcome.numRuns} runs and ${outcome.numShrinks} shrinks`}; seed ${outcome.seed}, path "${outcome.path}"`,
       {
         counterexample: {
-          seed: details.seed,
-          path: details.counterexamplePath ?? "",
+          seed: outcome.seed,
+          path: outcome.path,
           timeline: [
             `t=1 claim k1 (keyed_write) by owner-a -> claimed`,
-            `t=2 complete k1 with ${show(value)} (${typeof value === "string" ? Buffer.byteLength(value) : 0} bytes) -> ok`,
+            `t=2 complete k1 with ${show(value)} (${Buffer.byteLength(value)} bytes) -> ok`,
             `t=3 claim/lookup/raw.read k1 -> ${error}`,
           ],
-          report: fc.defaultReportMessage(details) ?? "",
+          report: outcome.report,
           value,
           violates: "LEDGER-10",
         },

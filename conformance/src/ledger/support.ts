@@ -1,4 +1,3 @@
-import { createHash, randomUUID } from "node:crypto";
 import type { ClaimRequest, ClaimResult, Ledger, LedgerEffect, LedgerRow } from "@dispatch-once/core";
 import { ConformanceFailure, must, show } from "../failure.js";
 import type { LedgerFixture, LedgerSubject } from "../types.js";
@@ -11,9 +10,9 @@ export const TOOL_FOR: Record<LedgerEffect, string> = {
   unkeyed_write: "send_sms",
 };
 
-/** A fresh key in the shape the dispatcher derives (32 lowercase hex digits, KEY-1). */
-export function freshKey(label = ""): string {
-  return createHash("sha256").update(`${randomUUID()}|${label}`).digest("hex").slice(0, 32);
+/** Waits `ms` of real time: the checks that measure leases and retention on the store's clock wait for real. */
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 }
 
 /**

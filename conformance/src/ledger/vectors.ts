@@ -3,7 +3,8 @@ import { isDeepStrictEqual } from "node:util";
 import bundled from "../../../spec/vectors/ledger-transitions.json";
 import { ConformanceFailure, codeOf, describeError, show } from "../failure.js";
 import type { LedgerSubject } from "../types.js";
-import { freshKey, rowEssence, textDiff } from "./support.js";
+import { seededKey } from "./context.js";
+import { rowEssence, textDiff } from "./support.js";
 
 /** One step of spec/vectors/ledger-transitions.json (see its `description`). */
 export interface VectorStep {
@@ -57,14 +58,15 @@ export function parseVectorFile(value: unknown): VectorFile {
 }
 
 /** Runs one vector case on a fresh namespace; throws with a step-by-step timeline at the first difference. */
-export async function runVectorCase(subject: LedgerSubject, vector: VectorCase): Promise<void> {
+export async function runVectorCase(subject: LedgerSubject, vector: VectorCase, options: { seed?: number } = {}): Promise<void> {
   const fixture = await subject.create({ maxResultBytes: VECTOR_MAX_RESULT_BYTES });
   const keys = new Map<string, string>();
   const keyOf = (label: string | undefined): string => {
     const name = label ?? "k1";
     let key = keys.get(name);
     if (key === undefined) {
-      key = freshKey(`${vector.id}-${name}`);
+      // No randomness: each case runs in a fresh namespace, and the same seed gives the same keys.
+      key = seededKey(options.seed ?? 0, `vector ${vector.id}`, name);
       keys.set(name, key);
     }
     return key;

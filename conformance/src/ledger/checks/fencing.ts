@@ -1,0 +1,213 @@
+/**
+ * LEDGER-4, LEDGER-5 and LEDGER-16: the fence orders claims, refuses stale owners and alone decides ownership.
+ */
+import { must, mustEqual, mustRejectWith } from "../../failure.js";
+import { LEASE_MS, TOOL_FOR, claimNew, claimRequest, mustBeClaimed, mustBeExisting, mustBeStored, rowEssence, withFixture } from "../support.js";
+import { type LedgerCheckSpec, EFFECTS, DECLINED, lookupMust, snapshot, instances, finishAs, OWNER_OPS, ownerOp } from "./common.js";
+
+export const fenceAcrossReleases: LedgerCheckSpec = {
+  rule: "LEDGER-4",
+  name: "the fence starts at 1 and increases by one across 5 release and re-claim cycles",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const key = ctx.key();
+      let last = 0;
+      for (let i = 0; i < 5; i++) {
+        const fence = await claimNew(fixture.ledger, key, `owner-${i}`, "keyed_write");
+        must(fence === last + 1, `claim #${i} got fence ${fence}, expected ${last + 1} (the previous fence + 1)`);
+        await mustBeStored(fixture, key, { state: "in_flight", fence }, `row after claim #${i}`);
+        await fixture.ledger.release(key, fence);
+        last = fence;
+      }
+    }),
+};
+
+export const fenceAcrossTakeovers: LedgerCheckSpec = {
+  rule: "LEDGER-4",
+  name: "the fence increases by one across 4 takeovers of expired keyed_write claims",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const key = ctx.key();
+      let last = await claimNew(fixture.ledger, key, "owner-0", "keyed_write");
+      for (let i = 1; i <= 4; i++) {
+        await fixture.raw.expireLease(key);
+        const taken = mustBeClaimed(
+          await fixture.ledger.claim(claimRequest(key, `owner-${i}`, "keyed_write")),
+          `takeover #${i}`,
+        );
+        must(taken.fence === last + 1, `takeover #${i} got fence ${taken.fence}, expected ${last + 1}`);
+        last = taken.fence;
+      }
+      await fixture.ledger.complete(key, last, "1");
+      mustEqual((await lookupMust(fixture.ledger, key, "lookup")).fence, last, "completed row's fence");
+    }),
+};
+
+export const fenceAfterRestart: LedgerCheckSpec = {
+  rule: "LEDGER-4",
+  name: "the fence keeps increasing after a restart",
+  needs: ["survivesRestart"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const key = ctx.key();
+      const first = await claimNew(fixture.ledger, key, "owner-a", "keyed_write");
+      await fixture.ledger.release(key, first);
+      const reopened = await fixture.reopen();
+      const second = await claimNew(reopened, key, "owner-b", "keyed_write");
+      must(second === first + 1, `after restart the fence went from ${first} to ${second}, expected ${first + 1}`);
+    }),
+};
+
+export const staleOwnerRefusedAfterTakeover: LedgerCheckSpec = {
+  rule: "LEDGER-5",
+  name: "after a takeover the stale owner's complete, fail, renew, markUnknown and release are refused and change nothing",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const op of OWNER_OPS) {
+        const key = ctx.key(op);
+        const stale = await claimNew(fixture.ledger, key, "owner-old", "keyed_write");
+        await fixture.raw.expireLease(key);
+        const current = mustBeClaimed(
+          await fixture.ledger.claim(claimRequest(key, "owner-new", "keyed_write")),
+          "takeover",
+        ).fence;
+        const before = await snapshot(fixture, key);
+        await mustRejectWith(ownerOp(fixture.ledger, op, key, stale), "stale_claim", `${op} by the stale owner (fence ${stale})`);
+        mustEqual(await snapshot(fixture, key), before, `row after the stale owner's ${op}`);
+        // The new owner's claim is intact.
+        await fixture.ledger.complete(key, current, '"new owner"');
+        mustEqual(rowEssence(await fixture.ledger.lookup(key))?.result, '"new owner"', "new owner's result");
+      }
+    }),
+};
+
+export const unissuedFenceRefused: LedgerCheckSpec = {
+  rule: "LEDGER-5",
+  name: "a fence that was never issued is refused and changes nothing",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const op of OWNER_OPS) {
+        const key = ctx.key(op);
+        const fence = await claimNew(fixture.ledger, key, "owner-a", "unkeyed_write");
+        const before = await snapshot(fixture, key);
+        for (const wrong of [fence + 1, fence + 1000]) {
+          await mustRejectWith(ownerOp(fixture.ledger, op, key, wrong), "stale_claim", `${op} with fence ${wrong} (held: ${fence})`);
+          mustEqual(await snapshot(fixture, key), before, `row after ${op} with fence ${wrong}`);
+        }
+      }
+    }),
+};
+
+export const finishedRowRefusesOwnerOps: LedgerCheckSpec = {
+  rule: "LEDGER-5",
+  name: "operations on a finished or released row are refused, even with its own fence",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const state of ["completed", "failed", "unknown", "released"] as const) {
+        for (const op of OWNER_OPS) {
+          const key = ctx.key(`${state}-${op}`);
+          const fence = await claimNew(fixture.ledger, key, "owner-a", "keyed_write");
+          await finishAs(fixture.ledger, key, fence, state);
+          const before = await snapshot(fixture, key);
+          await mustRejectWith(ownerOp(fixture.ledger, op, key, fence), "stale_claim", `${op} on a ${state} row`);
+          mustEqual(await snapshot(fixture, key), before, `${state} row after ${op}`);
+        }
+      }
+    }),
+};
+
+export const absentKeyRefusesOwnerOps: LedgerCheckSpec = {
+  rule: "LEDGER-5",
+  name: "operations on an absent key are refused and create no row",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const op of OWNER_OPS) {
+        const key = ctx.key(op);
+        await mustRejectWith(ownerOp(fixture.ledger, op, key, 1), "stale_claim", `${op} on an unclaimed key`);
+        mustEqual(await fixture.raw.read(key), undefined, `stored row after ${op} on an unclaimed key`);
+        mustEqual(await fixture.ledger.lookup(key), undefined, `lookup after ${op} on an unclaimed key`);
+      }
+    }),
+};
+
+export const staleCompleteRacingTakeover: LedgerCheckSpec = {
+  rule: "LEDGER-5",
+  name: "a stale owner's complete racing a takeover: never both succeed (20 rounds)",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const ledgers = ctx.subject.capabilities.sharedAcrossProcesses ? await instances(fixture, 2) : [fixture.ledger, fixture.ledger];
+      for (let round = 0; round < 20; round++) {
+        const key = ctx.key(String(round));
+        const stale = await claimNew(fixture.ledger, key, "owner-old", "keyed_write");
+        await fixture.raw.expireLease(key);
+        const [completed, claim] = await Promise.all([
+          ledgers[0]!.complete(key, stale, '"zombie"').then(
+            () => "ok",
+            (error: unknown) => (error as { code?: string }).code ?? String(error),
+          ),
+          ledgers[1]!.claim(claimRequest(key, "owner-new", "keyed_write")),
+        ]);
+        const row = rowEssence(await fixture.ledger.lookup(key));
+        if (completed === "ok") {
+          // Complete came first: the claimant must see the completed row, and it stays.
+          must(claim.outcome === "existing" && claim.row.state === "completed", `round ${round}: the stale owner's complete succeeded AND the takeover claimed fence ${claim.outcome === "claimed" ? claim.fence : "?"}`);
+          mustEqual(row, { key, state: "completed", fence: stale, effect: "keyed_write", toolName: TOOL_FOR.keyed_write, result: '"zombie"' }, `round ${round}: row after complete-then-claim`);
+        } else {
+          mustEqual(completed, "stale_claim", `round ${round}: the stale owner's complete after the takeover`);
+          const taken = mustBeClaimed(claim, `round ${round}: takeover`);
+          mustEqual(row, { key, state: "in_flight", fence: taken.fence, effect: "keyed_write", toolName: TOOL_FOR.keyed_write, owner: "owner-new" }, `round ${round}: row after claim-then-complete`);
+        }
+      }
+    }),
+};
+
+export const staleOwnerRefusedViaOtherInstance: LedgerCheckSpec = {
+  rule: "LEDGER-5",
+  name: "a stale owner is refused through another instance",
+  needs: ["sharedAcrossProcesses"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const other = await fixture.reopen();
+      const key = ctx.key();
+      const stale = await claimNew(fixture.ledger, key, "owner-old", "keyed_write");
+      await fixture.raw.expireLease(key);
+      const current = mustBeClaimed(await other.claim(claimRequest(key, "owner-new", "keyed_write")), "takeover").fence;
+      await mustRejectWith(fixture.ledger.complete(key, stale, '"old"'), "stale_claim", "stale complete via the first instance");
+      await mustRejectWith(fixture.ledger.fail(key, stale, DECLINED), "stale_claim", "stale fail via the first instance");
+      await mustBeStored(fixture, key, { state: "in_flight", fence: current, owner: "owner-new" }, "row");
+    }),
+};
+
+export const renewAfterExpiryKeepsClaim: LedgerCheckSpec = {
+  rule: "LEDGER-16",
+  name: "an owner that renews after its lease ran out, before anyone acted, keeps the claim",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const effect of EFFECTS) {
+        const key = ctx.key();
+        const fence = await claimNew(fixture.ledger, key, "owner-a", effect);
+        await fixture.raw.expireLease(key);
+        await fixture.ledger.renew(key, fence, LEASE_MS);
+        const row = mustBeExisting(await fixture.ledger.claim(claimRequest(key, "owner-b", effect)), "claim after renew");
+        mustEqual(rowEssence(row), { key, state: "in_flight", fence, effect, toolName: TOOL_FOR[effect], owner: "owner-a" }, "row after renew");
+        await fixture.ledger.complete(key, fence, '"kept"');
+      }
+    }),
+};
+
+export const sameOwnerAfterExpiryTakesOver: LedgerCheckSpec = {
+  rule: "LEDGER-16",
+  name: "the same owner string re-claiming after expiry takes over with a new fence; its old fence is stale",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const key = ctx.key();
+      const first = await claimNew(fixture.ledger, key, "owner-a", "keyed_write");
+      await fixture.raw.expireLease(key);
+      const again = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-a", "keyed_write")), "re-claim by the same owner after expiry");
+      must(again.takeover && again.fence > first, `re-claim after expiry: fence ${again.fence}, takeover ${again.takeover}`);
+      await mustRejectWith(fixture.ledger.complete(key, first, '"old"'), "stale_claim", "complete with the owner's old fence");
+    }),
+};
+
+/** Every check of this file, in order. */
+export const FENCING_CHECKS: readonly LedgerCheckSpec[] = [fenceAcrossReleases, fenceAcrossTakeovers, fenceAfterRestart, staleOwnerRefusedAfterTakeover, unissuedFenceRefused, finishedRowRefusesOwnerOps, absentKeyRefusesOwnerOps, staleCompleteRacingTakeover, staleOwnerRefusedViaOtherInstance, renewAfterExpiryKeepsClaim, sameOwnerAfterExpiryTakesOver];

@@ -1,0 +1,155 @@
+/**
+ * LEDGER-6, LEDGER-7 and LEDGER-9 measured, not only declared: the lease a claim or a renewal
+ * returns is leaseMs on the store's clock, counted from now, and it runs out in real time. The
+ * hooks (raw.expireLease) jump past a deadline; these checks read the deadlines and wait for them.
+ */
+import type { ClaimResult } from "@dispatch-once/core";
+import { ConformanceFailure, must, show } from "../../failure.js";
+import { claimRequest, describeRow, mustBeClaimed, mustBeExisting, sleep, withFixture } from "../support.js";
+import { EFFECTS, type LedgerCheckSpec, lookupMust } from "./common.js";
+
+/**
+ * How far two readings of the store's clock may disagree with the kit's own measure of the time
+ * between them: millisecond rounding and the store's clock running a hair off the kit's. A unit
+ * slip is off by a factor of 1000, far outside it.
+ */
+export const CLOCK_TOLERANCE_MS = 50;
+
+/** A lease relative to leaseMs, in words: "×1000 (seconds read as milliseconds?)". */
+function factorHint(actual: number, expected: number): string {
+  if (expected === 0 || !Number.isFinite(actual)) return "";
+  const ratio = actual / expected;
+  if (ratio > 500 && ratio < 2000) return " — about 1000 times too long: leaseMs is read as seconds";
+  if (ratio > 0.0005 && ratio < 0.002) return " — about 1000 times too short: the lease is kept in seconds, or leaseMs divided by 1000";
+  return "";
+}
+
+function leaseOfClaim(result: ClaimResult, what: string): number {
+  const claimed = mustBeClaimed(result, what);
+  must(Number.isSafeInteger(claimed.leaseExpiresAt), `${what}: leaseExpiresAt must be an integer of store-clock milliseconds, got ${show(claimed.leaseExpiresAt)}`);
+  return claimed.leaseExpiresAt;
+}
+
+export const leaseLength: LedgerCheckSpec = {
+  rule: "LEDGER-6",
+  name: "a lease ends leaseMs after its claim on the store clock: claims with leaseMs 60,000 and 600,000 get leases 540 s apart, each leaseMs after its claimedAt (a unit slip either way fails)",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const effect of EFFECTS) {
+        const short = ctx.key("60s");
+        const long = ctx.key("600s");
+        const t0 = performance.now();
+        const a = leaseOfClaim(await fixture.ledger.claim(claimRequest(short, "owner-a", effect, 60_000)), `claim with leaseMs 60,000 (${effect})`);
+        const b = leaseOfClaim(await fixture.ledger.claim(claimRequest(long, "owner-b", effect, 600_000)), `claim with leaseMs 600,000 (${effect})`);
+        const between = performance.now() - t0;
+        const diff = b - a;
+        if (diff < 540_000 - CLOCK_TOLERANCE_MS || diff > 540_000 + between + CLOCK_TOLERANCE_MS) {
+          throw new ConformanceFailure(
+            `${effect}: claims with leaseMs 60,000 and 600,000, made ${Math.round(between)} ms apart, got leases ${a} and ${b}: ${diff} ms apart, expected 540,000 ms (plus at most the ${Math.round(between)} ms between them)${factorHint(diff, 540_000)}`,
+          );
+        }
+        for (const [key, leaseMs, lease] of [[short, 60_000, a], [long, 600_000, b]] as const) {
+          const row = await lookupMust(fixture.ledger, key, `lookup after a claim with leaseMs ${leaseMs}`);
+          const claimedAt = Number(row.claimedAt);
+          must(Number.isSafeInteger(claimedAt), `${effect}: the row's claimedAt must be store-clock milliseconds, got ${show(row.claimedAt)}`);
+          const length = lease - claimedAt;
+          // Both are the store's clock at the claim, normally read once; a second reading of it is a few ms later.
+          if (Math.abs(length - leaseMs) > Math.max(250, CLOCK_TOLERANCE_MS)) {
+            throw new ConformanceFailure(
+              `${effect}: a claim with leaseMs ${leaseMs} was claimed at ${claimedAt} with a lease ending ${lease}: ${length} ms, expected ${leaseMs}${factorHint(length, leaseMs)}`,
+            );
+          }
+        }
+      }
+    }),
+};
+
+/** Real time between the claim and the renewal: long enough that a renewal counted from the claim time shows. */
+const RENEW_AFTER_MS = 600;
+
+export const renewalFromNow: LedgerCheckSpec = {
+  rule: "LEDGER-9",
+  name: `renew sets the lease to now + leaseMs on the store clock: renewed ${RENEW_AFTER_MS} ms after the claim it ends that much later, and renewing with leaseMs 120,000 instead of 60,000 adds 60 s (a renewal counted from the claim time, or in other units, fails)`,
+  waitsMs: RENEW_AFTER_MS,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const keys = EFFECTS.map((effect) => ({ effect, key: ctx.key(effect) }));
+      const claims = await Promise.all(
+        keys.map(async ({ effect, key }) => {
+          const before = performance.now();
+          const claimed = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-a", effect, 60_000)), `claim (${effect})`);
+          return { effect, key, claimed, before, after: performance.now() };
+        }),
+      );
+      await sleep(RENEW_AFTER_MS);
+      for (const { effect, key, claimed, before, after } of claims) {
+        const renewStart = performance.now();
+        const first = await fixture.ledger.renew(key, claimed.fence, 60_000);
+        const renewEnd = performance.now();
+        must(Number.isSafeInteger(first.leaseExpiresAt), `${effect}: renew must return leaseExpiresAt in store-clock milliseconds, got ${show(first.leaseExpiresAt)}`);
+        const moved = first.leaseExpiresAt - claimed.leaseExpiresAt;
+        const atLeast = renewStart - after;
+        const atMost = renewEnd - before;
+        if (moved < atLeast - CLOCK_TOLERANCE_MS || moved > atMost + CLOCK_TOLERANCE_MS) {
+          const why =
+            Math.abs(moved) <= CLOCK_TOLERANCE_MS
+              ? ": the renewal is counted from the claim time, not from now, so a renewing owner's lease never moves and it loses the row to a takeover"
+              : factorHint(moved, atLeast);
+          throw new ConformanceFailure(
+            `${effect}: renew(leaseMs 60,000) ${Math.round(atLeast)} ms after a claim with leaseMs 60,000 moved the lease from ${claimed.leaseExpiresAt} to ${first.leaseExpiresAt} (${moved} ms); it must move by the time that passed, ${Math.round(atLeast)} to ${Math.round(atMost)} ms${why}`,
+          );
+        }
+        const again0 = performance.now();
+        const second = await fixture.ledger.renew(key, claimed.fence, 120_000);
+        const again1 = performance.now();
+        const added = second.leaseExpiresAt - first.leaseExpiresAt;
+        if (added < 60_000 - CLOCK_TOLERANCE_MS || added > 60_000 + (again1 - renewStart) + CLOCK_TOLERANCE_MS) {
+          throw new ConformanceFailure(
+            `${effect}: renewing with leaseMs 120,000 right after renewing with 60,000 moved the lease by ${added} ms, expected 60,000 (plus at most ${Math.round(again1 - again0)} ms)${factorHint(added, 60_000)}`,
+          );
+        }
+        const row = await lookupMust(fixture.ledger, key, "lookup after renew");
+        must(row.state === "in_flight" && row.leaseExpiresAt === second.leaseExpiresAt, `${effect}: the stored lease after renew is ${show((row as { leaseExpiresAt?: unknown }).leaseExpiresAt)}, the renewal returned ${second.leaseExpiresAt}`);
+      }
+    }),
+};
+
+/** A lease short enough to wait out, long enough that the claim right after it is certainly inside it. */
+const SHORT_LEASE_MS = 600;
+const LAPSE_MARGIN_MS = 150;
+
+export const leaseLapsesInRealTime: LedgerCheckSpec = {
+  rule: "LEDGER-7",
+  name: `a lease runs out in real time on the store clock, with no hook: a ${SHORT_LEASE_MS} ms claim is live at once and is acted on ${SHORT_LEASE_MS + LAPSE_MARGIN_MS} ms later (keyed_write taken over, unkeyed_write unknown)`,
+  waitsMs: SHORT_LEASE_MS + LAPSE_MARGIN_MS,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      await Promise.all(
+        EFFECTS.map(async (effect) => {
+          const key = ctx.key(effect);
+          const claimed = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-a", effect, SHORT_LEASE_MS)), `claim with leaseMs ${SHORT_LEASE_MS} (${effect})`);
+          const claimedBy = performance.now();
+          const live = await fixture.ledger.claim(claimRequest(key, "owner-b", effect, SHORT_LEASE_MS));
+          if (live.outcome === "claimed" || live.row.state !== "in_flight") {
+            throw new ConformanceFailure(
+              `${effect}: a claim ${Math.round(performance.now() - claimedBy)} ms into a ${SHORT_LEASE_MS} ms lease got ${live.outcome === "claimed" ? `claimed (fence ${live.fence}, takeover ${live.takeover})` : describeRow(live.row)}: the lease was already over, so it is far shorter than leaseMs`,
+              { violates: "LEDGER-6" },
+            );
+          }
+          await sleep(claimedBy + SHORT_LEASE_MS + LAPSE_MARGIN_MS - performance.now());
+          const late = await fixture.ledger.claim(claimRequest(key, "owner-c", effect, SHORT_LEASE_MS));
+          const what = `${effect}: a claim ${Math.round(performance.now() - claimedBy)} ms after a claim with leaseMs ${SHORT_LEASE_MS}`;
+          if (effect === "keyed_write") {
+            const taken = mustBeClaimed(late, `${what} (the lease is over: a takeover)`);
+            must(taken.takeover && taken.fence === claimed.fence + 1, `${what}: expected a takeover with fence ${claimed.fence + 1}, got fence ${taken.fence}, takeover ${taken.takeover}`);
+          } else {
+            const row = mustBeExisting(late, `${what} (the lease is over: the row turns unknown)`);
+            must(row.state === "unknown" && row.reason === "lease_expired", `${what}: expected the row unknown with reason lease_expired, got ${describeRow(row)}: the lease does not run out in real time`);
+          }
+        }),
+      );
+    }),
+};
+
+/** Every check of this file, in order. */
+export const LEASE_LENGTH_CHECKS: readonly LedgerCheckSpec[] = [leaseLength, leaseLapsesInRealTime, renewalFromNow];

@@ -1,0 +1,163 @@
+/**
+ * Operations that meet in production and must be atomic against each other: a renewal fired by
+ * the dispatcher's timer against the owner's completion, a claim that acts on an expiring lease
+ * against the owner's completion (issued in both orders), and sweep against claims that re-create
+ * the rows it is removing. Each pair is run in both orders, across instances when the subject is shared.
+ */
+import type { ClaimResult, Ledger } from "@dispatch-once/core";
+import { ConformanceFailure, codeOf, describeError, must } from "../../failure.js";
+import type { LedgerFixture } from "../../types.js";
+import type { LedgerCheckContext } from "../context.js";
+import { claimNew, claimRequest, describeRow, mustBeStored, withFixture } from "../support.js";
+import { EFFECTS, type LedgerCheckSpec, finishAs, instances, lookupMust } from "./common.js";
+
+/** The stable code an operation settled with, or "ok". */
+async function outcomeOf(operation: Promise<unknown>): Promise<string> {
+  try {
+    await operation;
+    return "ok";
+  } catch (error) {
+    return codeOf(error) ?? describeError(error);
+  }
+}
+
+/** Starts `a` and `b` in that order, before awaiting either; returns their results in the same order. */
+async function both<A, B>(a: () => Promise<A>, b: () => Promise<B>): Promise<[A, B]> {
+  const pa = a();
+  const pb = b();
+  return [await pa, await pb];
+}
+
+/** Two instances to race through: two when the subject is shared across processes, else the one twice. */
+async function pair(ctx: LedgerCheckContext, fixture: LedgerFixture): Promise<[Ledger, Ledger]> {
+  const list = ctx.subject.capabilities.sharedAcrossProcesses ? await instances(fixture, 2) : [fixture.ledger, fixture.ledger];
+  return [list[0]!, list[1]!];
+}
+
+const FINISHES = ["completed", "failed", "unknown", "released"] as const;
+const RENEW_ROUNDS = 6;
+
+export const renewRacingFinish: LedgerCheckSpec = {
+  rule: "LEDGER-5",
+  name: `a renewal racing its owner's complete, fail, markUnknown or release (the dispatcher renews from a timer) never undoes it: the finish succeeds, the renewal lands first or is refused with stale_claim, and the row ends finished (both orders, ${RENEW_ROUNDS} rounds each)`,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const [renewer, finisher] = await pair(ctx, fixture);
+      for (const state of FINISHES) {
+        for (let round = 0; round < RENEW_ROUNDS; round++) {
+          const renewFirst = round % 2 === 0;
+          const key = ctx.key(`${state}-${round}`);
+          const fence = await claimNew(fixture.ledger, key, "owner-a", "keyed_write");
+          const renew = () => outcomeOf(renewer.renew(key, fence, 60_000));
+          const finish = () => outcomeOf(finishAs(finisher, key, fence, state));
+          const [renewed, finished] = renewFirst ? await both(renew, finish) : await both(finish, renew).then(([f, r]) => [r, f] as const);
+          const what = `round ${round} (${renewFirst ? "renew" : "finish"} issued first): renew -> ${renewed}, ${state === "completed" ? "complete" : state === "failed" ? "fail" : state === "unknown" ? "markUnknown" : "release"} -> ${finished}`;
+          must(finished === "ok", `${what}: the owner's own finish was refused although only its renewal ran beside it`);
+          must(renewed === "ok" || renewed === "stale_claim", `${what}: a renewal racing the finish must succeed (it came first) or be refused with stale_claim (it came after), not ${renewed}`);
+          const row = await lookupMust(fixture.ledger, key, what);
+          if (row.state !== state || row.fence !== fence) {
+            throw new ConformanceFailure(`${what}: the row ends ${describeRow(row)}, expected ${state} fence=${fence}: the renewal wrote over the finished row, which a late renewal timer does in every run where it fires during the finish`);
+          }
+          await mustBeStored(fixture, key, { state, fence }, what);
+          // The finished row behaves as finished: a replay sees it, a released one is claimable again.
+          const next = await fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write"));
+          if (state === "released") must(next.outcome === "claimed" && next.fence === fence + 1, `${what}: a claim of the released row must win with fence ${fence + 1}, got ${next.outcome === "claimed" ? `fence ${next.fence}` : describeRow(next.row)}`);
+          else must(next.outcome === "existing" && next.row.state === state, `${what}: a claim of the ${state} row must see it, got ${next.outcome === "claimed" ? `claimed fence ${next.fence}` : describeRow(next.row)}`);
+        }
+      }
+    }),
+};
+
+const EXPIRY_ROUNDS = 5;
+
+function describeClaim(result: ClaimResult): string {
+  return result.outcome === "claimed" ? `claimed fence=${result.fence}${result.takeover ? " (takeover)" : ""}` : `existing ${describeRow(result.row)}`;
+}
+
+export const expiryRacingCompletion: LedgerCheckSpec = {
+  rule: "LEDGER-7",
+  name: `a claim acting on an expired lease racing the owner's complete, issued in both orders (complete then claim, claim then complete): exactly one wins — the completion, or the takeover (keyed_write) or unknown (unkeyed_write) — and the row agrees with it (${EXPIRY_ROUNDS} rounds each)`,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const [completer, claimer] = await pair(ctx, fixture);
+      for (const effect of EFFECTS) {
+        for (const first of ["complete", "claim"] as const) {
+          for (let round = 0; round < EXPIRY_ROUNDS; round++) {
+            const key = ctx.key(`${effect}-${first}-${round}`);
+            const fence = await claimNew(fixture.ledger, key, "owner-old", effect);
+            await fixture.raw.expireLease(key);
+            const complete = () => outcomeOf(completer.complete(key, fence, '"zombie"'));
+            const claim = () => claimer.claim(claimRequest(key, "owner-new", effect));
+            const [completed, claimed] = first === "complete" ? await both(complete, claim) : await both(claim, complete).then(([c, d]) => [d, c] as const);
+            const what = `${effect}, ${first} issued first, round ${round}: complete -> ${completed}; claim -> ${describeClaim(claimed)}`;
+            const row = await lookupMust(fixture.ledger, key, what);
+            if (completed === "ok") {
+              // The completion won: the claim came after it and must see the completed row.
+              if (claimed.outcome === "claimed" || claimed.row.state !== "completed") {
+                throw new ConformanceFailure(
+                  `${what}: both won — the owner's complete succeeded and the claim ${claimed.outcome === "claimed" ? "took the row over" : `saw ${describeRow(claimed.row)}`}; the row ends ${describeRow(row)}. ${effect === "unkeyed_write" ? "An effect that happened is recorded unknown, or a completed call is re-run" : "A completed call is re-run"}: the expiry must be decided atomically against the completion`,
+                );
+              }
+              must(row.state === "completed" && row.fence === fence && row.result === '"zombie"', `${what}: the completion won, so the row must end completed fence=${fence}, got ${describeRow(row)}`);
+              continue;
+            }
+            must(completed === "stale_claim", `${what}: the owner's complete of a row a claim acted on must be refused with stale_claim, not ${completed}`);
+            if (effect === "keyed_write") {
+              must(claimed.outcome === "claimed" && claimed.takeover && claimed.fence === fence + 1, `${what}: the completion lost, so the claim must have taken the row over with fence ${fence + 1}`);
+              must(row.state === "in_flight" && row.fence === fence + 1 && row.owner === "owner-new", `${what}: the takeover won, so the row must end in flight for owner-new with fence ${fence + 1}, got ${describeRow(row)}`);
+            } else {
+              must(claimed.outcome === "existing" && claimed.row.state === "unknown", `${what}: the completion lost, so the claim must have turned the row unknown`);
+              must(row.state === "unknown" && row.reason === "lease_expired" && row.fence === fence, `${what}: the expiry won, so the row must end unknown (lease_expired) fence=${fence}, got ${describeRow(row)}`);
+            }
+          }
+        }
+      }
+    }),
+};
+
+const SWEEP_ROUNDS = 4;
+const SWEEP_KEYS = 8;
+
+export const sweepRacingClaims: LedgerCheckSpec = {
+  rule: "LEDGER-13",
+  name: `sweep racing claims that re-create the rows it is removing (${SWEEP_KEYS} rows past retention, ${SWEEP_ROUNDS} rounds, both orders) never removes a claimed row: every claim that won has its in-flight row`,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const [sweeper, claimer] = await pair(ctx, fixture);
+      for (let round = 0; round < SWEEP_ROUNDS; round++) {
+        const keys: Array<{ key: string; fence: number }> = [];
+        for (let i = 0; i < SWEEP_KEYS; i++) {
+          const key = ctx.key(`${round}-${i}`);
+          const fence = await claimNew(fixture.ledger, key, "owner-old", "keyed_write");
+          await fixture.ledger.complete(key, fence, '"old"');
+          await fixture.raw.expireRetention(key);
+          keys.push({ key, fence });
+        }
+        const sweepFirst = round % 2 === 0;
+        const sweep = () => outcomeOf(sweeper.sweep());
+        const claims = () => Promise.all(keys.map(({ key }, i) => claimer.claim(claimRequest(key, `owner-${i}`, "keyed_write"))));
+        const [swept, claimed] = sweepFirst ? await both(sweep, claims) : await both(claims, sweep).then(([c, s]) => [s, c] as const);
+        must(swept === "ok", `round ${round}: sweep raised ${swept}`);
+        for (const [i, result] of claimed.entries()) {
+          const { key, fence } = keys[i]!;
+          const what = `round ${round} (${sweepFirst ? "sweep" : "claims"} issued first), key #${i}`;
+          if (result.outcome !== "claimed") throw new ConformanceFailure(`${what}: a claim of a row past its retention got existing ${describeRow(result.row)}; it must be claimable`, { violates: "LEDGER-19" });
+          must(!result.takeover && (result.fence === 1 || result.fence === fence + 1), `${what}: a claim of a row past retention is a first claim, got fence ${result.fence}, takeover ${result.takeover}`);
+          const stored = await fixture.raw.read(key);
+          if (stored?.state !== "in_flight" || Number(stored.fence) !== result.fence) {
+            throw new ConformanceFailure(
+              `${what}: the claim won (fence ${result.fence}) but the stored row is ${describeRow(stored)}: the concurrent sweep removed a row after it was claimed again (it decided on what it read earlier), so the claimed call runs with no row to protect it`,
+            );
+          }
+        }
+        // What sweep left is in flight; a second sweep must leave it too.
+        await sweeper.sweep();
+        for (const [i, result] of claimed.entries()) {
+          if (result.outcome === "claimed") await mustBeStored(fixture, keys[i]!.key, { state: "in_flight", fence: result.fence }, `round ${round}, key #${i}, after a second sweep`);
+        }
+      }
+    }),
+};
+
+/** Every check of this file, in order. */
+export const RACE_CHECKS: readonly LedgerCheckSpec[] = [renewRacingFinish, expiryRacingCompletion, sweepRacingClaims];
