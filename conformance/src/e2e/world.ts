@@ -336,8 +336,17 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
     const current = ctx.events.filter((x) => x.type === "attempt_started" && x.worker === self.name && x.conversationId === conversationId).at(-1);
     note(ctx, self.name, `STALLS past its turn lease; the queue redelivers the message`);
     ctx.stores.get(conversationId)!.expireLeases();
+    const since = Date.now() - ctx.started;
     const redelivered = current?.type === "attempt_started" ? ctx.redeliver(conversationId, current.messageId) : Promise.resolve();
-    await Promise.race([redelivered, new Promise((r) => setTimeout(r, 300))]);
+    // Wake when the other worker settled, or waits on a claim this one holds, or after 300 ms.
+    let done = false;
+    const blocked = (async () => {
+      while (!done && !ctx.dispatchEvents.some((x) => x.type === "waiting" && x.worker !== self.name && x.at >= since)) {
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+    await Promise.race([redelivered, blocked, new Promise((r) => setTimeout(r, 300))]);
+    done = true;
     note(ctx, self.name, `wakes up`);
   };
   const keyed = (key: string, signal: AbortSignal, fault: FaultSpec["outcome"] | undefined) => ({
