@@ -438,7 +438,24 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<
       const until = Math.max(...records.map((r) => Date.parse(r.at) - ctx.started));
       const first = ctx.events.find((e) => e.type === "attempt_started" && e.conversationId === c.id && e.messageId === id && e.turnIndex === s.turnIndex);
       const since = first === undefined ? until : first.at - ctx.started;
-      for (const r of ctx.runs.filter((x) => x.conversationId === c.id && x.turnIndex === s.turnIndex && x.startedAt >= since && x.startedAt <= until)) {
+      // A run belongs to the message whose attempt its worker was in when it ran: several
+      // messages can share a turn index (a re-ask after a failure, TURN-12), and a stalled
+      // worker's late record must not pull another message's runs into this one's window.
+      const messageOfRun = (x: (typeof ctx.runs)[number]): string | undefined =>
+        ctx.events
+          .filter(
+            (e) =>
+              e.type === "attempt_started" &&
+              e.worker === x.worker &&
+              e.conversationId === x.conversationId &&
+              e.turnIndex === x.turnIndex &&
+              e.at - ctx.started <= x.startedAt,
+          )
+          .map((e) => (e as { messageId?: string }).messageId)
+          .at(-1);
+      for (const r of ctx.runs.filter(
+        (x) => x.conversationId === c.id && x.turnIndex === s.turnIndex && x.startedAt >= since && x.startedAt <= until && messageOfRun(x) === id,
+      )) {
         const madeBefore = (effectsByKey.get(r.key) ?? []).filter((x) => Date.parse(x.at) - ctx.started <= until);
         if (madeBefore.length === 0 || listed.has(r.key)) continue;
         listed.add(r.key);
