@@ -72,8 +72,8 @@ def main() -> int:
         if in_code:
             continue
         # The generated compliance matrix quotes each rule's level (MUST, SHOULD); it is not prose.
-        if line.startswith("<!-- compliance-matrix:"):
-            in_matrix = line.startswith("<!-- compliance-matrix:start")
+        if line.startswith(("<!-- compliance-matrix:", "<!-- conversation-matrix:")):
+            in_matrix = line.startswith(("<!-- compliance-matrix:start", "<!-- conversation-matrix:start"))
             continue
         if in_matrix:
             continue
