@@ -1,0 +1,493 @@
+/*
+ * Dispatch-Once, the protocol of spec/dispatch-once.md (draft 2), as a Promela model for spin.
+ * Run every check with `pnpm model` (spec/model/run.mjs); README.md says what each one covers.
+ *
+ * Read it beside the spec: every action names the rule it stands for. It models the code on
+ * main: packages/core/src/{memory-conversation-store,memory-ledger,dispatcher}.ts and
+ * packages/anthropic/src/runner.ts (worker.pml), except where a proposed rule is marked
+ * (NP_SAYS_NOT, RESUME_SAYS_NOT switch the code's behaviour back on). The abstraction is
+ * chosen so that the exhaustive searches finish in about a minute on two cores:
+ *
+ *   - 2 workers (processes running ConversationRunner and Dispatcher), 2 user messages in one
+ *     conversation; each message is one user intent, answered by one response with one call:
+ *       message 0 -> "pay"    (keyed_write: the downstream honours Idempotency-Key, EFFECT-3)
+ *       message 1 -> "ticket" (unkeyed_write: the ledger is the only guard, EFFECT-4)
+ *     (-DALL_KEYED makes both keyed, for the volatile ledger, LEDGER-14).
+ *   - A key is (turn index, intent): k = t*M + i. The identity arguments of a call are a
+ *     function of the turn's input (IDENT-5), so every attempt of one turn derives one key;
+ *     the ordinal is always 0 (one call per response; DISPATCH-6 is not modelled).
+ *   - A request is an id: 1 = the wording the model first produced, 2 = a re-worded replay
+ *     (same identity, different bytes outside it, IDENT-3). No payload strings.
+ *   - Time is abstract. A lease expires by an event of the store's clock (LEDGER-20, TURN-10):
+ *     freely when its holder crashed, moved on, or is cut off from the ledger; otherwise only
+ *     by spending the PAUSES budget (a live holder frozen past its lease: a long GC, a stopped
+ *     container). Renewal (LEDGER-9) is what keeps every other lease live. Retention
+ *     (LEDGER-13) passes only for keys that no replay route can reach any more and that no
+ *     bounded-late worker still holds (PINNED).
+ *   - Every fault has a small budget (crashes, pauses, stream cuts, lost responses, ...), so
+ *     every run is finite; run.mjs switches on, per check, the budgets that check is about.
+ *
+ * Properties. Each is a constant bit (so spin's report names it) switched off by -DCHECK_X=0:
+ *   P_ONCE    at most one downstream effect per user intent (message)
+ *   P_UKW     an unkeyed_write request reaches its downstream at most once per key: nothing
+ *             re-runs an unkeyed write whose outcome was unknown
+ *   P_TRUTH   a committed or recorded failure implies no effect (a ledger row failed with a
+ *             definite error, a committed error tool_result)
+ *   P_RECORD  a failed turn's record covers every effect its own attempts made (RECORD-5) and
+ *             calls none that already happened not_happened (RECORD-2); whenever the system is
+ *             quiet, every effect is committed as done or listed by some record (TURN-13)
+ *   P_FENCE   fences strictly increase per key within retention (LEDGER-4)
+ *   P_OWNER   every write the ledger accepts comes from the key's latest claim (LEDGER-5, -16)
+ *   P_SAME    a request sent under a key that the ledger has not forgotten is the request the
+ *             downstream holds for the key, so the downstream collapses the re-run (LEDGER-21)
+ *   P_END     every send returns and every message ends answered or failed (at every terminal
+ *             state; the LTL formula `terminates` at the end says it under weak fairness)
+ *
+ * Switches that put an old or current behaviour back, each expected to yield a counterexample:
+ *   -DOLD_RERUN        turn-1: a re-run sends the replay's own arguments, not the stored
+ *                      request (LEDGER-21)
+ *   -DOLD_422          turn-1: a 422 "key reused" is read as a definite failure (EFFECT-6)
+ *   -DOLD_TURN         turn-1: turn index = committed count read when the turn starts, no turn
+ *                      lease, no binding, user messages in the log at once (TURN-1, TURN-9..11)
+ *   -DNO_SELF_FENCE    turn-1: an owner whose renewals cannot reach the ledger keeps its tool
+ *                      running (DISPATCH-13)
+ *   -DNP_SAYS_NOT      main: a not-performed failure is "not happened" even for a re-claim or a
+ *                      takeover, whose earlier run may have performed the effect (RECORD-2)
+ *   -DRESUME_SAYS_NOT  main: a runner that resumed a message bound by an earlier holder records
+ *                      only its own attempts; the earlier holder may still act (RECORD-2, -5)
+ */
+
+/* ------------------------------------------------------------------ configuration */
+
+#ifndef CRASHES
+#define CRASHES 1        /* worker crashes (the queue redelivers its message) */
+#endif
+#ifndef PAUSES
+#define PAUSES 1         /* a live holder's lease lapses (GC pause, frozen container) */
+#endif
+#ifndef STREAMCUTS
+#define STREAMCUTS 2     /* streams that die before message_stop (STREAM-1) */
+#endif
+#ifndef REWORDS
+#define REWORDS 1        /* replays whose model output re-words the request (IDENT-3) */
+#endif
+#ifndef LOSTS
+#define LOSTS 1          /* downstream responses lost or timed out */
+#endif
+#ifndef REFUSALS
+#define REFUSALS 1       /* requests refused before the downstream accepted them (not performed) */
+#endif
+#ifndef DECLINES
+#define DECLINES 1       /* downstream definite failures (card declined) */
+#endif
+#ifndef NOTSTORABLE
+#define NOTSTORABLE 1    /* results too large to store (LEDGER-10) */
+#endif
+#ifndef REDELIVERIES
+#define REDELIVERIES 1   /* client re-sends, queue redeliveries, double clicks (TURN-2, TURN-8) */
+#endif
+#ifndef PARTITIONS
+#define PARTITIONS 0     /* a worker cut off from the ledger (renewals and writes fail) */
+#endif
+#ifndef RETENTION
+#define RETENTION 0      /* 1: rows and downstream keys may be forgotten after retention */
+#endif
+#ifndef VOLATILE
+#define VOLATILE 0       /* >0: a volatile ledger may lose that many rows at any time */
+#endif
+#ifdef ALL_KEYED
+#define KEYED(i) true
+#else
+#define KEYED(i) ((i) == 0)
+#endif
+#ifdef NO_SELF_FENCE
+#define SELF_FENCE false
+#else
+#define SELF_FENCE true
+#endif
+
+/* Which properties this run checks; the old-design runs switch on only the one they break. */
+#ifndef CHECK_ONCE
+#define CHECK_ONCE 1
+#endif
+#ifndef CHECK_UKW
+#define CHECK_UKW 1
+#endif
+#ifndef CHECK_TRUTH
+#define CHECK_TRUTH 1
+#endif
+#ifndef CHECK_RECORD
+#define CHECK_RECORD 1
+#endif
+#ifndef CHECK_FENCE
+#define CHECK_FENCE 1
+#endif
+#ifndef CHECK_OWNER
+#define CHECK_OWNER 1
+#endif
+#ifndef CHECK_SAME
+#define CHECK_SAME 1
+#endif
+#ifndef CHECK_END
+#define CHECK_END 1
+#endif
+
+/* The properties as constant bits, so that spin names the one an assertion belongs to. */
+bit P_ONCE = CHECK_ONCE;
+bit P_UKW = CHECK_UKW;
+bit P_TRUTH = CHECK_TRUTH;
+bit P_RECORD = CHECK_RECORD;
+bit P_FENCE = CHECK_FENCE;
+bit P_OWNER = CHECK_OWNER;
+bit P_SAME = CHECK_SAME;
+bit P_END = CHECK_END;
+
+/* ------------------------------------------------------------------ sizes and codes */
+
+#define W 2              /* workers */
+#define M 2              /* messages = user intents */
+#define T 2              /* turn indexes */
+#define K 4              /* keys */
+#ifndef MAXATT
+#define MAXATT 3         /* retry policy: attempts per turn, the first included */
+#endif
+#define MAXTURNS 2       /* OLD_TURN: model responses per send */
+#define KEY(t, i) ((t) * M + (i))
+#define INTENT(k) ((k) % M)
+#define NOMSG 9
+
+/* message states in the conversation store (§4.2) */
+#define MS_NONE 0
+#define MS_QUEUED 1      /* received, waiting its turn (TURN-9) */
+#define MS_INPROG 2      /* bound to its turn index (TURN-11) */
+#define MS_ANSWERED 3
+#define MS_FAILED 4      /* its turn failed; the record is kept (RECORD-4) */
+
+/* ledger row states (LEDGER-3) */
+#define R_NONE 0
+#define R_INFLIGHT 1
+#define R_COMPLETED 2
+#define R_FAILED 3       /* definite failure: the effect did not happen */
+#define R_FAILED_NS 4    /* failed with result_not_storable: the effect DID happen (LEDGER-10) */
+#define R_UNKNOWN 5
+#define R_RELEASED 6
+
+/* keyed downstream, per key (IETF Idempotency-Key draft, Stripe) */
+#define DS_NONE 0
+#define DS_INPROG 1      /* a request under the key is executing: others get 409 (EFFECT-7) */
+#define DS_DONE 2        /* performed; a same-payload repeat gets the stored answer */
+#define DS_DECL 3        /* declined; a same-payload repeat gets the decline again */
+
+/* what the tool's downstream call returned */
+#define O_OK 1
+#define O_ACCEPTED 2     /* keyed downstream accepted the request, response still to come */
+#define O_DECLINED 3     /* definite failure */
+#define O_REFUSED 4      /* not performed: never reached the downstream (503, connection refused) */
+#define O_409 5          /* key in use by a request in progress (EFFECT-7) */
+#define O_422 6          /* key held for a different request (EFFECT-6) */
+#define O_LOST 7         /* no answer: timeout, dropped connection */
+#define O_ABORT 8        /* aborted by the dispatcher's self-fencing (DISPATCH-13) */
+#define O_NS 9           /* ran, but the result cannot be stored (LEDGER-10, DISPATCH-7) */
+
+/* how a dispatch resolved, as the runner sees it (§11 codes) */
+#define C_NONE 0         /* not dispatched: the stream died first (STREAM-3) */
+#define C_OK 1           /* result, first run or replayed (DISPATCH-5) */
+#define C_FAILED 2       /* tool_failed (DISPATCH-9) */
+#define C_REL_NP 3       /* claim_released, effect not performed */
+#define C_REL_MAY 4      /* claim_released, effect may have happened */
+#define C_UNKNOWN 5      /* outcome_unknown */
+#define C_NS 6           /* result_not_storable */
+#define C_ELSEWHERE 7    /* in_flight_elsewhere (LEDGER-15) */
+#define C_STALE 8        /* stale_claim (DISPATCH-8) */
+#define C_LEDGER 9       /* ledger_unavailable (DISPATCH-10) */
+
+/* what a record says about an effect (RECORD-2), ordered by strength (RECORD-5) */
+#define SAY_NONE 0
+#define SAY_NOT 1
+#define SAY_MAY 2
+#define SAY_HAPPENED 3
+#define SAY_OF(c) ((c) == C_NONE -> SAY_NONE : \
+                  (((c) == C_OK || (c) == C_NS) -> SAY_HAPPENED : \
+                  (((c) == C_FAILED || (c) == C_REL_NP) -> SAY_NOT : SAY_MAY)))
+
+/* ------------------------------------------------------------------ state */
+
+/* conversation store (§4, MemoryConversationStore) */
+byte ms[M];              /* message state */
+byte midx[M];            /* bound turn index (TURN-11) */
+byte order[M];           /* arrival order (TURN-9) */
+byte narr;
+byte nturns;             /* committed turns: the log's version (TURN-1, TURN-5) */
+byte tmsg[T];            /* message each committed turn answers, +1 */
+byte tres[T];            /* the call result it committed: C_OK or C_FAILED (RECORD-3) */
+byte lholder;            /* turn lease: holder worker +1, 0 none (TURN-10) */
+byte lfence;             /* its fence */
+bool llive;              /* not yet expired on the store's clock */
+byte fencectr;           /* highest turn-lease fence ever issued */
+byte lastBound;          /* message bound most recently, +1 (TURN-12) */
+
+/* ledger (§6, MemoryLedger) */
+byte rst[K];             /* row state */
+byte rfence[K];
+bool rlive[K];           /* lease not expired (LEDGER-6) */
+byte rreq[K];            /* stored request (LEDGER-21) */
+
+/* keyed downstream */
+byte ds[K];
+byte dsfp[K];            /* payload fingerprint: the request id first sent under the key */
+
+/* workers, as the environment sees them */
+chan inbox = [4] of { byte };   /* deliveries: each is one send(message id) */
+bool busy[W];
+byte cmsg[W];            /* the message its send() delivers */
+bool crashed[W];
+bool part[W];            /* cut off from the ledger */
+bool aborted[W];         /* the tool's AbortSignal fired (DISPATCH-11, DISPATCH-13) */
+byte hold[W];            /* key +1 of the claim the worker's dispatcher holds */
+byte hfence[W];          /* that claim's fence */
+bool waiting[W];         /* its request is executing downstream and it waits for the answer */
+bool pend[W];            /* claimed, and the tool has not sent its request yet */
+byte wk[W];              /* key +1 of the turn the worker is producing */
+
+/* fault budgets */
+byte b_crash = CRASHES;
+byte b_pause = PAUSES;
+byte b_cut = STREAMCUTS;
+byte b_reword = REWORDS;
+byte b_lost = LOSTS;
+byte b_refuse = REFUSALS;
+byte b_decl = DECLINES;
+byte b_ns = NOTSTORABLE;
+byte b_redeliver = REDELIVERIES;
+byte b_part = PARTITIONS;
+byte b_lose = VOLATILE;
+
+/* ghosts: what happened in the world, for the properties only */
+byte eff[M];             /* downstream effects per intent */
+byte effk[K];            /* downstream effects per key */
+bool ukreached[K];       /* an unkeyed request of the key reached its downstream */
+byte recd[K];            /* strongest statement any record made about the key */
+byte maxf[K];            /* highest fence issued for the key within retention */
+byte gid[K];             /* claims granted for the key, ever (never reset) */
+byte lin[K];             /* how often the ledger forgot the key: a row's lineage */
+byte dslin[K];           /* lineage of the claim whose request the downstream holds */
+
+#define EFFECT(k) \
+  eff[INTENT(k)]++; effk[k]++; mine = true; \
+  printf("@@ W%d   ** EFFECT of intent %d under key %d (effects for this intent: %d)\n", w, INTENT(k), k, eff[INTENT(k)]); \
+  assert(!P_ONCE || eff[INTENT(k)] <= 1)   /* P_ONCE */
+
+/* ------------------------------------------------------------------ properties at quiet points */
+
+#define DONE_OK(k) ((tmsg[0] == INTENT(k) + 1 && KEY(0, INTENT(k)) == (k) && tres[0] == C_OK) || \
+                    (tmsg[1] == INTENT(k) + 1 && KEY(1, INTENT(k)) == (k) && tres[1] == C_OK))
+#define COVERED(k) (effk[k] == 0 || DONE_OK(k) || recd[k] >= SAY_MAY)
+#define TRUTHFUL_ROW(k) (rst[k] != R_FAILED || effk[k] == 0)
+#define SETTLED(i) (ms[i] == MS_ANSWERED || ms[i] == MS_FAILED)
+#define QUIET (!busy[0] && !busy[1] && len(inbox) == 0)
+/* Checked whenever the system falls quiet (no send in progress, no delivery waiting): by the
+ * step that ends the last send. */
+#define QUIET_CHECK \
+  if \
+  :: QUIET -> \
+     /* every effect is committed as done, or listed as (maybe) happened by some record */ \
+     assert(!P_RECORD || (COVERED(0) && COVERED(1) && COVERED(2) && COVERED(3))); \
+     /* no ledger row and no committed tool_result calls an effect that happened a failure */ \
+     assert(!P_TRUTH || (TRUTHFUL_ROW(0) && TRUTHFUL_ROW(1) && TRUTHFUL_ROW(2) && TRUTHFUL_ROW(3))); \
+     assert(!P_TRUTH || (TRUTHFUL_TURN(0) && TRUTHFUL_TURN(1))) \
+  :: else \
+  fi
+#define TRUTHFUL_TURN(x) (tres[x] != C_FAILED || effk[KEY(x, tmsg[x] - 1)] == 0)
+
+/* ------------------------------------------------------------------ the worker */
+
+#include "worker.pml"
+
+proctype Worker(byte w) provided (!crashed[w]) {
+  byte m;        /* the message this send() delivers */
+  byte myf;      /* turn-lease fence it holds (TURN-10) */
+  byte cur;      /* message the current turn answers */
+  byte t;        /* its turn index */
+  byte att;      /* attempt number */
+  byte rq;       /* request wording the model produced in this attempt */
+  byte sreq;     /* request the run sends */
+  byte k;        /* key of the call */
+  byte cf;       /* fence of the ledger claim */
+  byte cg;       /* which grant of the key that claim was (ghost) */
+  byte cl;       /* the row lineage that claim belongs to (ghost) */
+  byte out;      /* what the downstream call returned */
+  byte res;      /* how the dispatch resolved */
+  byte say;      /* strongest statement about k in this turn's record (RECORD-5) */
+  byte turns;    /* OLD_TURN: responses produced by this send */
+  bool stopped;  /* message_stop seen in this attempt */
+  bool gone;     /* this worker's turn was superseded: the lease moved on */
+  bool mine;     /* one of this turn's attempts, here, made an effect (ghost) */
+  bool resumed;  /* the turn's message was bound under an earlier turn-lease grant */
+
+end_idle:
+  do
+  :: atomic { inbox ? m -> busy[w] = true; cmsg[w] = m; APPEND() };
+     SEND()
+  od
+}
+
+/* ------------------------------------------------------------------ the store's clock */
+
+/* A lease whose holder cannot renew it lapses, sooner or later, on the store's clock
+ * (LEDGER-6, LEDGER-20, TURN-10). This process never gives up: time always passes. */
+/* Ownership is the fence (LEDGER-16): worker x holds row k while its claim's fence is the row's. */
+#define HELD_BY(x, k) (!crashed[x] && hold[x] == (k) + 1 && hfence[x] == rfence[k])
+#define ORPHAN(k) (!HELD_BY(0, k) && !HELD_BY(1, k))
+#define EXPIRE_FREE(k) (rst[k] == R_INFLIGHT && rlive[k] && \
+                        (ORPHAN(k) || (HELD_BY(0, k) && part[0]) || (HELD_BY(1, k) && part[1])))
+#define SELF_FENCE_AT(x, k) \
+  if \
+  :: SELF_FENCE && HELD_BY(x, k) && part[x] -> \
+     aborted[x] = true; printf("@@ W%d   self-fences: no renewal reached the ledger for a lease, aborts its tool (DISPATCH-13)\n", x) \
+  :: else \
+  fi
+#define EXPIRE(k) \
+  rlive[k] = false; \
+  printf("@@ --   lease of key %d (fence %d) expires on the store's clock\n", k, rfence[k]); \
+  /* DISPATCH-13: an owner cut off from the ledger saw its own clock pass the lease first */ \
+  SELF_FENCE_AT(0, k); SELF_FENCE_AT(1, k)
+
+active proctype Clock() {
+end_clock:
+  do
+  :: atomic { lholder != 0 && llive && crashed[lholder - 1] ->
+       llive = false; printf("@@ --   turn lease (fence %d) of crashed W%d expires\n", lfence, lholder - 1) }
+  :: atomic { EXPIRE_FREE(0) -> EXPIRE(0) }
+  :: atomic { EXPIRE_FREE(1) -> EXPIRE(1) }
+  :: atomic { EXPIRE_FREE(2) -> EXPIRE(2) }
+  :: atomic { EXPIRE_FREE(3) -> EXPIRE(3) }
+  od
+}
+
+/* ------------------------------------------------------------------ the keyed downstream */
+
+/* A request under a key executes, then finishes on the downstream's side whether or not its
+ * caller still listens. While the caller waits, the finish and the answer are one step of the
+ * caller (worker.pml); this process finishes the requests nobody waits for any more. */
+#define ORPHAN_REQ(k) (!(waiting[0] && !crashed[0] && hold[0] == (k) + 1) && !(waiting[1] && !crashed[1] && hold[1] == (k) + 1))
+active proctype Downstream() {
+end_ds:
+  do
+  :: atomic { ds[0] == DS_INPROG && ORPHAN_REQ(0) -> ds[0] = DS_DONE }
+  :: atomic { ds[1] == DS_INPROG && ORPHAN_REQ(1) -> ds[1] = DS_DONE }
+  :: atomic { ds[2] == DS_INPROG && ORPHAN_REQ(2) -> ds[2] = DS_DONE }
+  :: atomic { ds[3] == DS_INPROG && ORPHAN_REQ(3) -> ds[3] = DS_DONE }
+  od
+}
+
+/* ------------------------------------------------------------------ faults and time */
+
+/* Retention (LEDGER-13) passes for key k only when no replay route can reach its turn any
+ * more (its message answered, TURN-7; or failed and not re-openable, TURN-12) and no worker
+ * still producing that turn could reach the ledger or the downstream late. Every such late
+ * arrival is bounded (a pause, a retry, a slow request: seconds), except a tool left running
+ * by an owner that is cut off from the ledger and does not fence itself (NO_SELF_FENCE):
+ * that one can outlive any retention. Retention removes finished rows only, never one in
+ * flight; only a claim acts on an expired lease (LEDGER-17). */
+#define SETTLED_FOR_GOOD(i) (ms[i] == MS_ANSWERED || (ms[i] == MS_FAILED && lastBound != (i) + 1))
+#define LATE_BOUNDED(x) (!crashed[x] && !(part[x] && pend[x] && !SELF_FENCE))
+#define PINNED(k) ((wk[0] == (k) + 1 && LATE_BOUNDED(0)) || (wk[1] == (k) + 1 && LATE_BOUNDED(1)))
+#define FINISHED(k) (rst[k] != R_NONE && rst[k] != R_INFLIGHT)
+#define RETAIN(k) \
+  atomic { RETENTION && SETTLED_FOR_GOOD(INTENT(k)) && !PINNED(k) && \
+           (FINISHED(k) || ds[k] == DS_DONE || ds[k] == DS_DECL) -> \
+    if \
+    :: FINISHED(k) -> rst[k] = R_NONE; rfence[k] = 0; rreq[k] = 0; maxf[k] = 0; lin[k]++ \
+    :: else \
+    fi; \
+    if \
+    :: ds[k] == DS_DONE || ds[k] == DS_DECL -> ds[k] = DS_NONE; dsfp[k] = 0; dslin[k] = 0 \
+    :: else \
+    fi; \
+    printf("@@ --   retention passes for key %d: the ledger (LEDGER-19) and the downstream forget it\n", k) }
+/* A volatile ledger (LEDGER-14) can lose any row, in flight or not; LEDGER-14 keeps
+ * unkeyed_write tools off it, so only keyed rows are lost. */
+#define LOSE(k) \
+  atomic { b_lose > 0 && rst[k] != R_NONE && KEYED(INTENT(k)) -> \
+    b_lose--; rst[k] = R_NONE; rfence[k] = 0; rreq[k] = 0; maxf[k] = 0; lin[k]++; \
+    printf("@@ --   the volatile ledger loses key %d\n", k) }
+/* Worker x freezes (a long GC, a stopped container) past the lease of its turn, of its claim,
+ * or both: they lapse on the store's clock while it cannot renew them. */
+#define LIVE_TURN(x) (lholder == (x) + 1 && llive)
+#define LIVE_ROW(x) (hold[x] != 0 && rst[hold[x] - 1] == R_INFLIGHT && rfence[hold[x] - 1] == hfence[x] && \
+                     rlive[hold[x] - 1] && !part[x])
+#define EXPIRE_TURN(x) llive = false; printf("@@ --   turn lease (fence %d) expires on the store's clock\n", lfence)
+#define PAUSE(x) \
+  :: atomic { b_pause > 0 && !crashed[x] && LIVE_TURN(x) -> \
+       b_pause--; printf("@@ W%d   pauses (GC) past its turn lease\n", x); EXPIRE_TURN(x) } \
+  :: atomic { b_pause > 0 && !crashed[x] && LIVE_ROW(x) -> \
+       b_pause--; printf("@@ W%d   pauses (GC) past its claim's lease\n", x); EXPIRE(hold[x] - 1) } \
+  :: atomic { b_pause > 0 && !crashed[x] && LIVE_TURN(x) && LIVE_ROW(x) -> \
+       b_pause--; printf("@@ W%d   pauses (GC) past both its leases\n", x); EXPIRE_TURN(x); EXPIRE(hold[x] - 1) }
+
+#define CRASH(x) \
+  atomic { b_crash > 0 && busy[x] && !crashed[x] && nfull(inbox) -> \
+    b_crash--; crashed[x] = true; busy[x] = false; inbox ! cmsg[x]; \
+    printf("@@ W%d   crashes; the queue redelivers message %d\n", x, cmsg[x]) }
+
+active proctype Env() {
+end_env:
+  do
+  /* a live holder freezes past its leases (TURN-10, LEDGER-6) */
+  PAUSE(0)
+  PAUSE(1)
+  /* a worker dies mid-send, at any point; it never takes another step, its leases lapse,
+     and at-least-once delivery brings its message back */
+  :: CRASH(0)
+  :: CRASH(1)
+  /* a worker loses the ledger: its renewals and writes fail (LEDGER-12); later it heals */
+  :: atomic { b_part > 0 && busy[0] && !part[0] -> b_part--; part[0] = true; printf("@@ W0   is cut off from the ledger\n") }
+  :: atomic { b_part > 0 && busy[1] && !part[1] -> b_part--; part[1] = true; printf("@@ W1   is cut off from the ledger\n") }
+  :: atomic { part[0] -> part[0] = false; printf("@@ W0   reaches the ledger again\n") }
+  :: atomic { part[1] -> part[1] = false; printf("@@ W1   reaches the ledger again\n") }
+  /* the same message arrives again: re-send, redelivery, double click (TURN-2, TURN-8) */
+  :: atomic { b_redeliver > 0 && nfull(inbox) -> b_redeliver--;
+       if
+       :: inbox ! 0; printf("@@ --   message 0 is delivered again\n")
+       :: inbox ! 1; printf("@@ --   message 1 is delivered again\n")
+       fi }
+  /* retention (LEDGER-13, LEDGER-19) and the downstream's own key retention */
+  :: RETAIN(0)
+  :: RETAIN(1)
+  :: RETAIN(2)
+  :: RETAIN(3)
+  /* a volatile ledger forgets (LEDGER-14) */
+  :: LOSE(0)
+  :: LOSE(1)
+  :: LOSE(2)
+  :: LOSE(3)
+  od
+}
+
+/* ------------------------------------------------------------------ end-state properties */
+
+/* When nothing can move any more (timeout), check that everything ended. */
+active proctype Monitor() {
+  timeout ->
+  /* every send returned (a crashed worker's message was redelivered and answered by the other)
+     and every message ended answered or failed: every turn terminated */
+  assert(!P_END || QUIET);
+  assert(!P_END || (SETTLED(0) && SETTLED(1)))
+}
+
+init {
+  atomic {
+    /* the client sends both messages (TURN-8: each id minted once) */
+    inbox ! 0; inbox ! 1;
+    run Worker(0); run Worker(1)
+  }
+}
+
+/* ------------------------------------------------------------------ liveness (LTL) */
+
+#ifdef LIVENESS
+/* Under weak fairness every send returns and every bound message ends answered or failed:
+ * every dispatch and every turn terminates (LEDGER-15 bound, retry policy, TURN-10 waits). */
+ltl terminates { <> [] QUIET &&
+                 [] ((ms[0] == MS_INPROG -> <> SETTLED(0)) && (ms[1] == MS_INPROG -> <> SETTLED(1))) }
+#endif

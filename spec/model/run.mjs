@@ -1,0 +1,389 @@
+#!/usr/bin/env node
+// Runs every model check of spec/model/dispatch_once.pml with spin (`pnpm model`).
+//
+//   node spec/model/run.mjs             every check; exit 1 on any failure
+//   node spec/model/run.mjs --only a,b  the named checks only
+//   node spec/model/run.mjs --list      the checks and what they cover
+//   node spec/model/run.mjs --write     also regenerate COUNTEREXAMPLES.md and the figures in README.md
+//
+// A "verify" check must finish with `errors: 0` and a complete search. An "expect" check switches
+// a rule off (the turn-1 design, or the code on main where it lacks a proposed rule) and must
+// produce a counterexample of the named property; its trail is replayed (spin -t -p) and
+// summarised into a timeline. No dependencies: node, spin (Debian package) and gcc.
+
+import { spawn, spawnSync } from "node:child_process";
+import { copyFileSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir, cpus } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const MODEL = "dispatch_once.pml";
+
+// Every fault budget at zero; each check switches on what it is about.
+const NONE = {
+  CRASHES: 0, PAUSES: 0, STREAMCUTS: 0, REWORDS: 0, LOSTS: 0, REFUSALS: 0,
+  DECLINES: 0, NOTSTORABLE: 0, REDELIVERIES: 0, PARTITIONS: 0, RETENTION: 0, VOLATILE: 0,
+};
+const ONLY = (property) => ({
+  CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_TRUTH: 0, CHECK_RECORD: 0, CHECK_FENCE: 0, CHECK_OWNER: 0, CHECK_SAME: 0, CHECK_END: 0,
+  [`CHECK_${property}`]: 1,
+});
+
+const REPLAY = { STREAMCUTS: 2, REWORDS: 1, LOSTS: 1, REFUSALS: 1, DECLINES: 1, NOTSTORABLE: 1, REDELIVERIES: 1 };
+const LEASE_A = { CRASHES: 1, PAUSES: 1, STREAMCUTS: 2, REFUSALS: 1 };
+const LEASE_B = { CRASHES: 1, PAUSES: 1, LOSTS: 1, REWORDS: 1 };
+const RETAIN = { PARTITIONS: 1, RETENTION: 1, PAUSES: 1, STREAMCUTS: 1 };
+const VOLATILE = { ALL_KEYED: true, VOLATILE: 1, REWORDS: 1, PAUSES: 1, STREAMCUTS: 1 };
+
+/** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", about: string, defines: object, ltl?: string, property?: string, rules?: string}[]} */
+const CHECKS = [
+  {
+    name: "replay",
+    kind: "verify",
+    about: "streams cut before and after the call, re-worded replays, lost and refused requests, declines, "
+      + "unstorable results, a re-send or redelivery of either message",
+    defines: { ...NONE, ...REPLAY },
+  },
+  {
+    name: "lease-a",
+    kind: "verify",
+    about: "a worker crash and a pause past the turn lease and/or the claim's lease (takeover, unknown, "
+      + "wait, stale fences), with cut streams and a refused request",
+    defines: { ...NONE, ...LEASE_A },
+  },
+  {
+    name: "lease-b",
+    kind: "verify",
+    about: "a worker crash and a pause, with a lost response (release, 409 in progress) and a re-worded replay "
+      + "(the stored request on takeover and re-claim)",
+    defines: { ...NONE, ...LEASE_B },
+  },
+  {
+    name: "retention",
+    kind: "verify",
+    about: "a worker cut off from the ledger (self-fencing, orphan claims, ledger_unavailable), retention "
+      + "forgetting rows and downstream keys, a pause and a cut stream",
+    defines: { ...NONE, ...RETAIN },
+  },
+  {
+    name: "volatile",
+    kind: "verify",
+    about: "a volatile ledger that loses a row at any time (both tools keyed, LEDGER-14), a re-worded replay "
+      + "(so the downstream sees a different request: 422, EFFECT-6), a pause and a cut stream; "
+      + "fencing of stale owners is not claimed here (see volatile-fence)",
+    defines: { ...NONE, ...VOLATILE, CHECK_OWNER: 0 },
+  },
+  {
+    name: "liveness",
+    kind: "ltl",
+    ltl: "terminates",
+    about: "LTL under weak fairness: every send returns and every bound message ends answered or failed "
+      + "(a crash and a pause)",
+    defines: { ...NONE, LIVENESS: true, CRASHES: 1, PAUSES: 1 },
+  },
+  {
+    name: "acyclic",
+    kind: "np",
+    about: "no cycle at all in the state graph (pan -l, no progress labels): every run is finite, so with "
+      + "P_END at every terminal state every dispatch and turn terminates under any scheduler "
+      + "(a crash, a pause and a cut stream)",
+    defines: { ...NONE, CRASHES: 1, PAUSES: 1, STREAMCUTS: 1 },
+  },
+  {
+    name: "old-rerun",
+    kind: "expect",
+    property: "P_SAME",
+    rules: "LEDGER-21, IDENT-3",
+    explain: "W1's first request is performed but its answer is lost, so the claim is released as \"may have happened\". The retry's model output re-words the memo (request 2: same identity, same key). The turn-1 dispatcher re-runs with that re-worded request instead of the stored request 1, so the downstream gets a different request under a key it holds for request 1: it cannot collapse the re-run, which is the promise a release of a keyed write rests on. With LEDGER-21 the re-run sends request 1 and the downstream replays its answer.",
+    about: "turn-1 design: a re-run (after a release or a takeover) sends the replay's own arguments instead of the "
+      + "request stored by the key's first claim",
+    defines: { ...NONE, LOSTS: 1, REWORDS: 1, OLD_RERUN: true, ...ONLY("SAME") },
+  },
+  {
+    name: "old-rerun-422",
+    kind: "expect",
+    property: "P_TRUTH",
+    rules: "LEDGER-21, EFFECT-6",
+    explain: "The same run as old-rerun, with the turn-1 reading of the answer: the downstream's 422 (the key holds another request) is taken as a definite failure. The ledger row and the committed turn now say the payment failed although it was made. With EFFECT-6 a 422 marks the row unknown (the effect may have happened); with LEDGER-21 the 422 does not arise at all.",
+    about: "turn-1 design: the replay's arguments on re-run, and a 422 \"key reused\" read as a definite failure",
+    defines: { ...NONE, LOSTS: 1, REWORDS: 1, OLD_RERUN: true, OLD_422: true, ...ONLY("TRUTH") },
+  },
+  {
+    name: "old-turn",
+    kind: "expect",
+    explain: "Both messages are in the log and both workers read the committed count 0. W1's model answers message 1 at turn 0 and commits; W1 then answers message 0 at turn 1 (key 2) and pays. W0, still at its stale turn 0, answers message 0 too, under key 0: a different key, so neither the ledger nor the downstream can tell the two payments are one. With the turn lease, binding and the in-order queue (TURN-9 to TURN-11) message 0 has one turn index for every worker and attempt.",
+    property: "P_ONCE",
+    rules: "TURN-1, TURN-5, TURN-9, TURN-10, TURN-11",
+    about: "turn-1 design: the turn index is the committed count read when a turn starts, with no turn lease "
+      + "and no binding; user messages go into the log at once",
+    defines: { ...NONE, STREAMCUTS: 1, OLD_TURN: true, ...ONLY("ONCE") },
+  },
+  {
+    name: "no-self-fence",
+    kind: "expect",
+    explain: "W1 claims the payment and freezes past both leases; W0 takes the conversation over, takes the claim over, pays and commits. W1 then loses the ledger: its renewals fail, and without self-fencing its tool keeps going for as long as it likes, longer than the retention of the key at the ledger and the downstream. Its request finally arrives at a downstream that no longer knows the key, and pays again. With DISPATCH-13 the tool is aborted once W1's own clock passes the lease, before the store's clock lets anyone take the row over.",
+    property: "P_ONCE",
+    rules: "DISPATCH-13",
+    about: "turn-1 design: an owner whose renewals cannot reach the ledger keeps its tool running past the lease",
+    defines: { ...NONE, PARTITIONS: 1, RETENTION: 1, PAUSES: 1, NO_SELF_FENCE: true, ...ONLY("ONCE") },
+  },
+  {
+    name: "np-says-not",
+    kind: "expect",
+    explain: "W0's request is performed but its answer is lost: the claim is released as \"may have happened\" and the message fails with a record that says so. The user re-sends; the message re-opens at the same turn (TURN-12) and the re-run's request is refused before the downstream accepts it (a 503). The code on main releases with effectMayHaveHappened false and the new record says not_happened, while the first request's payment stands. Proposed rule: only the key's first claim (fence 1) can learn not_happened from a not-performed failure.",
+    property: "P_RECORD",
+    rules: "RECORD-2, LEDGER-8 (proposed: a not-performed failure of a re-claim or takeover may have happened)",
+    about: "the code on main: a not-performed failure releases with effectMayHaveHappened false even when the "
+      + "claim was a re-claim or a takeover, whose earlier run may have performed the effect",
+    defines: { ...NONE, LOSTS: 1, REFUSALS: 1, REDELIVERIES: 1, MAXATT: 1, NP_SAYS_NOT: true, ...ONLY("RECORD") },
+  },
+  {
+    name: "resume-says-not",
+    kind: "expect",
+    explain: "W1 dispatches the payment and freezes past its turn lease before claiming. W0 takes the conversation, resumes message 0, claims the key, and its request is refused before acceptance: release, not performed. W1 wakes, never learns that it lost the turn (nothing fences a claim with the turn lease), re-claims the released key and pays. W0 then fails the message with a record saying not_happened. Proposed rule: a runner that resumed a message bound under an earlier lease grant says may_have_happened for every call it cannot show settled.",
+    property: "P_RECORD",
+    rules: "RECORD-2, RECORD-5, TURN-10 (proposed: a resumed turn's record says an earlier holder's effects may have happened)",
+    about: "the code on main: a runner that resumed a message bound by an earlier holder records only what its "
+      + "own attempts learned; the earlier holder can still be running",
+    defines: { ...NONE, PAUSES: 1, REFUSALS: 1, MAXATT: 1, RESUME_SAYS_NOT: true, ...ONLY("RECORD") },
+  },
+  {
+    name: "volatile-fence",
+    kind: "expect",
+    explain: "W1 claims and pays, then freezes past its turn lease; W0 resumes the message. The volatile ledger loses the row, so W0's claim creates it again with fence 1, the fence W1 still holds. When W1 wakes it completes the row with fence 1 and the ledger accepts it, on W0's claim. The effect stays single (W0's own request, when it comes, gets the downstream's stored answer; the volatile check proves it for every run), but fencing no longer says who owns the row: LEDGER-19's note, and one more reason unkeyed writes stay off volatile ledgers (LEDGER-14).",
+    property: "P_OWNER",
+    rules: "LEDGER-4, LEDGER-5, LEDGER-19 (note), LEDGER-14",
+    about: "a volatile ledger that loses an in-flight row issues fence 1 again, so a stale owner's write lands "
+      + "on the new owner's claim (the downstream key still keeps the effect single: see the volatile check)",
+    defines: { ...NONE, ALL_KEYED: true, VOLATILE: 1, PAUSES: 1, ...ONLY("OWNER") },
+  },
+];
+
+// What each property asserts, for the reports.
+const MEANING = {
+  P_ONCE: "at most one downstream effect per user intent (message)",
+  P_UKW: "an unkeyed_write request reaches its downstream at most once per key",
+  P_TRUTH: "a committed or recorded failure implies that the effect did not happen",
+  P_RECORD: "the failed-turn record covers every effect, and calls none that happened not_happened",
+  P_FENCE: "fences strictly increase per key within retention",
+  P_OWNER: "every write the ledger accepts comes from the key's latest claim",
+  P_SAME: "a re-run under a key the ledger remembers sends the request the downstream holds, so the downstream collapses it",
+  P_END: "every send returns and every message ends answered or failed",
+};
+
+const args = process.argv.slice(2);
+const write = args.includes("--write");
+const onlyArg = args.find((a) => a.startsWith("--only"));
+const only = onlyArg ? (onlyArg.includes("=") ? onlyArg.split("=")[1] : args[args.indexOf(onlyArg) + 1]).split(",") : null;
+
+if (args.includes("--list")) {
+  for (const c of CHECKS) console.log(`${c.name.padEnd(16)} ${c.kind.padEnd(7)} ${c.about}`);
+  process.exit(0);
+}
+for (const tool of ["spin", "gcc"]) {
+  if (spawnSync("sh", ["-c", `command -v ${tool}`]).status !== 0) {
+    console.error(`${tool} is not installed (Debian: apt-get install -y ${tool === "spin" ? "spin" : "build-essential"})`);
+    process.exit(2);
+  }
+}
+const selected = only ? CHECKS.filter((c) => only.includes(c.name)) : CHECKS;
+// Largest searches first, so that the two lanes end together.
+const COST = { "lease-b": 9, "lease-a": 8, replay: 7, retention: 6, volatile: 5, liveness: 4, acyclic: 3 };
+const queue = selected.map((c, i) => i).sort((a, b) => (COST[selected[b].name] ?? 0) - (COST[selected[a].name] ?? 0));
+if (only && selected.length !== only.length) {
+  console.error(`unknown check in --only; known: ${CHECKS.map((c) => c.name).join(", ")}`);
+  process.exit(2);
+}
+
+function defineFlags(defines) {
+  return Object.entries(defines).map(([k, v]) => (v === true ? `-D${k}` : `-D${k}=${v}`));
+}
+
+function run(cmd, argv, cwd) {
+  return new Promise((resolve) => {
+    const child = spawn(cmd, argv, { cwd });
+    let out = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => (out += d));
+    child.on("close", (code) => resolve({ code, out }));
+  });
+}
+
+// The lines of pan's report that say what was searched and what was found.
+const SUMMARY = [
+  /^pan:\d+: .*/, /^pan: (wrote|reached|out of|max search depth|elapsed|resizing).*/, /^\s*\d+ states, stored.*/,
+  /^State-vector .*/, /^\s*[\d.]+\s+total actual memory usage.*/, /^\s*[\d.]+\s+actual memory usage for states.*/,
+  /^Warning: Search not completed.*/, /^\s*[\d]+ transitions .*/, /^hint: .*/, /^\s*(acceptance\s+cycles|non-progress cycles)\s.*/, /^pan: ltl formula .*/,
+];
+
+function figures(out) {
+  const num = (re) => {
+    const m = out.match(re);
+    return m ? Number(m[1]) : null;
+  };
+  return {
+    errors: num(/errors: (\d+)/),
+    states: num(/(\d+) states, stored/),
+    visited: num(/states, stored \(([\d.e+]+) visited\)/),
+    depth: num(/depth reached (\d+)/),
+    memory: num(/([\d.]+)\s+total actual memory usage/),
+    seconds: num(/pan: elapsed time ([\d.e+]+) seconds/),
+    incomplete: /Search not completed|reached -DMEMLIM bound|out of memory|max search depth too small/.test(out),
+  };
+}
+
+// The violated assertion names its property: assert(!P_XXX || ...) (P_XXX is a constant bit).
+function violation(out) {
+  const line = out.split("\n").find((l) => /assertion violated/.test(l)) ?? "";
+  const text = (line.match(/assertion violated (.*) \(at depth/) ?? [null, line])[1];
+  return { property: (line.match(/P_[A-Z]+/) ?? ["an unnamed assertion"])[0], text };
+}
+
+// spin -t -p: keep the model's own narration ("@@ who what") and the violated assertion.
+function timeline(trace) {
+  const rows = [];
+  let violation = null;
+  for (const raw of trace.split("\n")) {
+    const line = raw.trim();
+    const said = line.match(/^@@ (\S+)\s+(.*)$/);
+    if (said) rows.push({ who: said[1], what: said[2] });
+    const failed = line.match(/^spin: ([\w.]+:\d+), Error: assertion violated/);
+    if (failed && violation === null) violation = failed[1];
+  }
+  return { rows, violation };
+}
+
+async function check(c) {
+  const dir = mkdtempSync(join(tmpdir(), `dispatch-once-model-${c.name}-`));
+  for (const f of readdirSync(HERE).filter((f) => f.endsWith(".pml"))) copyFileSync(join(HERE, f), join(dir, f));
+  const flags = defineFlags(c.defines);
+  const started = Date.now();
+  const gen = await run("spin", ["-a", ...flags, MODEL], dir);
+  if (gen.code !== 0) return { c, ok: false, lines: [`spin -a failed:\n${gen.out}`] };
+  const cc = ["-O2", "-w", "-DCOLLAPSE", "-DMEMLIM=3072", "-DNFAIR=3", "-o", "pan", "pan.c"];
+  if (c.kind === "np") cc.unshift("-DNP");
+  else if (c.kind !== "ltl") cc.unshift("-DSAFETY");
+  if (c.kind === "expect") cc.unshift("-DBFS"); // shortest counterexample: the most readable trail
+  const comp = await run("gcc", cc, dir);
+  if (comp.code !== 0) return { c, ok: false, lines: [`gcc failed:\n${comp.out}`] };
+  const panArgs = ["-m100000", c.kind === "expect" ? "-w22" : "-w25"];
+  if (c.kind !== "ltl") panArgs.push("-E"); // a crashed worker is blocked forever; P_END checks the rest
+  if (c.kind === "ltl") panArgs.push("-a", "-f", "-N", c.ltl);
+  if (c.kind === "np") panArgs.push("-l");
+  const pan = await run("./pan", panArgs, dir);
+  const f = figures(pan.out);
+  const lines = pan.out.split("\n").filter((l) => SUMMARY.some((re) => re.test(l))).map((l) => l.trim());
+  const cmd = `spin -a ${flags.join(" ")} ${MODEL}; gcc ${cc.join(" ")}; ./pan ${panArgs.join(" ")}`;
+  let ok;
+  let note;
+  let story = null;
+  if (c.kind === "expect") {
+    if (f.errors > 0) {
+      const replay = await run("spin", ["-t", "-p", "-k", `${MODEL}.trail`, ...flags, MODEL], dir);
+      story = timeline(replay.out);
+      const found = violation(pan.out);
+      story.assertion = found.text;
+      ok = found.property === c.property;
+      note = ok
+        ? `counterexample found, as expected: ${found.property} (${MEANING[found.property]}) violated after ${story.rows.length} steps`
+        : `expected a counterexample of ${c.property}, got ${found.property}: ${found.text}`;
+    } else {
+      ok = false;
+      note = `expected a counterexample of ${c.property}; the search found none (the old bug is not reproduced)`;
+    }
+  } else {
+    ok = f.errors === 0 && !f.incomplete;
+    if (ok) note = "verified";
+    else if (f.errors > 0) {
+      const found = violation(pan.out);
+      note = `${found.property} violated (${MEANING[found.property] ?? found.text})`;
+    } else note = "search incomplete (depth or memory limit): not verified";
+    if (!ok && f.errors > 0) {
+      const replay = await run("spin", ["-t", "-p", "-k", `${MODEL}.trail`, ...flags, MODEL], dir);
+      story = timeline(replay.out);
+    }
+  }
+  if (ok) rmSync(dir, { recursive: true, force: true });
+  else note += ` (files kept in ${dir})`;
+  return { c, ok, note, lines, cmd, figures: f, story, wall: (Date.now() - started) / 1000 };
+}
+
+function print(r) {
+  console.log(`\n== ${r.c.name} (${r.c.kind}${r.c.property ? `, expects ${r.c.property}` : ""}): ${r.c.about}`);
+  if (r.cmd) console.log(`   ${r.cmd}`);
+  for (const l of r.lines) console.log(`   ${l}`);
+  if (r.story && r.story.rows.length > 0) {
+    const rows = r.story.rows;
+    const shown = rows.length > 40 ? [...rows.slice(0, 12), null, ...rows.slice(-26)] : rows;
+    for (const row of shown) console.log(row ? `     ${row.who.padEnd(3)} ${row.what}` : "     ...");
+  }
+  console.log(`   ${r.ok ? "ok" : "FAIL"}: ${r.note}`);
+}
+
+// Two at a time: the machine has two cores and each pan is single-threaded.
+const parallel = Math.max(1, Math.min(2, cpus().length));
+const results = new Array(selected.length);
+let next = 0;
+const t0 = Date.now();
+await Promise.all(
+  Array.from({ length: parallel }, async () => {
+    while (next < queue.length) {
+      const i = queue[next++];
+      results[i] = await check(selected[i]);
+      print(results[i]);
+    }
+  }),
+);
+const failed = results.filter((r) => !r.ok);
+const total = (Date.now() - t0) / 1000;
+console.log(`\n${results.length - failed.length}/${results.length} model checks passed in ${total.toFixed(1)} s`
+  + (failed.length ? `; failed: ${failed.map((r) => r.c.name).join(", ")}` : ""));
+
+if (write && failed.length === 0 && !only) {
+  writeCounterexamples(results.filter((r) => r.c.kind === "expect"));
+  writeFigures(results);
+}
+process.exit(failed.length ? 1 : 0);
+
+function writeCounterexamples(expects) {
+  const spinVersion = spawnSync("spin", ["-V"]).stdout.toString().trim();
+  let md = `# Counterexamples\n\n`
+    + `Generated by \`node spec/model/run.mjs --write\` (${spinVersion}; breadth-first search, so each trail is a\n`
+    + `shortest one). Each section switches one rule off in [dispatch_once.pml](dispatch_once.pml) and shows the\n`
+    + `trail spin found, replayed with \`spin -t -p\` and reduced to the model's narration. \`W0\`, \`W1\` are the\n`
+    + `two workers, \`--\` is the environment (the store's clock, retention, redelivery). Message 0 asks for the\n`
+    + `keyed \`pay\` tool (key 0 at turn 0, key 2 at turn 1); message 1 asks for the unkeyed \`ticket\` tool (keys 1\n`
+    + `and 3). Request 1 is the wording the model first produced, request 2 a re-worded replay.\n`;
+  for (const r of expects) {
+    md += `\n## ${r.c.name}: ${r.c.property} violated\n\n${r.c.about}.\nRules: ${r.c.rules}.\n`
+      + `Run: \`node spec/model/run.mjs --only ${r.c.name}\` (spin defines, faults and switches not zero: `
+      + `\`${defineFlags(r.c.defines).filter((d) => !d.endsWith("=0")).join(" ")}\`).\n\n${r.c.explain}\n\n`
+      + `| # | who | what |\n|---:|---|---|\n`
+      + r.story.rows.map((row, i) => `| ${i + 1} | ${row.who} | ${row.what.replace(/\|/g, "\\|")} |`).join("\n")
+      + `\n\nspin: \`assertion violated ${r.story.assertion}\`: ${r.c.property}, ${MEANING[r.c.property]}.\n`;
+  }
+  writeFileSync(join(HERE, "COUNTEREXAMPLES.md"), md);
+  console.log("wrote spec/model/COUNTEREXAMPLES.md");
+}
+
+function writeFigures(results) {
+  const path = join(HERE, "README.md");
+  const readme = readFileSync(path, "utf8");
+  const start = "<!-- figures:start -->";
+  const end = "<!-- figures:end -->";
+  if (!readme.includes(start) || !readme.includes(end)) {
+    console.error("README.md has no figures markers; not written");
+    return;
+  }
+  const rows = results.map((r) => {
+    const f = r.figures;
+    const found = r.c.kind === "expect" ? `counterexample (${r.c.property}), ${r.story.rows.length} steps` : "errors: 0";
+    const visited = f.visited ? ` (${Math.round(f.visited).toLocaleString("en")} visited)` : "";
+    return `| ${r.c.name} | ${r.c.kind} | ${f.states.toLocaleString("en")}${visited} | ${f.depth} | ${f.memory.toFixed(1)} | ${f.seconds} | ${found} |`;
+  });
+  const table = `${start}\n| check | kind | states stored | depth | memory (MB) | seconds | result |\n|---|---|---:|---:|---:|---:|---|\n`
+    + `${rows.join("\n")}\n\nTotal wall time ${total.toFixed(0)} s on ${cpus().length} cores (${cpus()[0]?.model ?? "?"}), two checks at a time.\n${end}`;
+  writeFileSync(path, readme.replace(new RegExp(`${start}[\\s\\S]*${end}`), table));
+  console.log("wrote the figures in spec/model/README.md");
+}

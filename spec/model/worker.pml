@@ -1,0 +1,486 @@
+/*
+ * One worker: ConversationRunner.send() (packages/anthropic/src/runner.ts) over the
+ * conversation store (packages/core/src/memory-conversation-store.ts), and the Dispatcher
+ * (packages/core/src/dispatcher.ts) over the ledger (packages/core/src/memory-ledger.ts).
+ * Included by dispatch_once.pml; the inlines use the local variables of proctype Worker.
+ *
+ * Each atomic block is one operation of a store, the ledger or the downstream (they are atomic
+ * there too) together with the worker's local bookkeeping; between two blocks anything else
+ * may happen. Lines starting "@@" are the narration that COUNTEREXAMPLES.md is made of.
+ */
+
+/* ---------------------------------------------------------------- ledger claim (§6.2) */
+
+/* A successful claim: in flight, a fresh fence, a live lease (LEDGER-1, LEDGER-4, LEDGER-6). */
+inline GRANT(f) {
+  rst[k] = R_INFLIGHT; rfence[k] = f; rlive[k] = true;
+  assert(!P_FENCE || rfence[k] > maxf[k]);          /* P_FENCE (LEDGER-4) */
+  maxf[k] = rfence[k]; gid[k]++; cg = gid[k]; cf = rfence[k]; cl = lin[k];
+  hold[w] = k + 1; hfence[w] = cf; pend[w] = true; aborted[w] = false;
+#ifdef OLD_RERUN
+  sreq = rq          /* turn-1 design: the (re-)run sends this attempt's own arguments */
+#else
+  sreq = rreq[k]     /* LEDGER-21: the owner runs the row's stored request, not its own */
+#endif
+}
+
+/* A claim that the ledger wrote although its caller could not learn it (LEDGER-12): the row
+ * is in flight with an owner that never runs it; its lease settles it later (LEDGER-7). */
+inline ORPHAN_GRANT(f) {
+  if
+  :: rst[k] == R_NONE -> rreq[k] = rq
+  :: else
+  fi;
+  rst[k] = R_INFLIGHT; rfence[k] = f; rlive[k] = true;
+  assert(!P_FENCE || rfence[k] > maxf[k]);          /* P_FENCE (LEDGER-4) */
+  maxf[k] = rfence[k]; gid[k]++
+}
+
+/* ---------------------------------------------------------------- dispatch (§7.2) */
+
+inline DISPATCH() {
+  res = C_NONE;
+dclaim:
+  atomic {
+    if
+    :: part[w] ->
+       /* LEDGER-12, DISPATCH-10: the ledger cannot be reached. Maybe the claim was written. */
+       if
+       :: skip
+       :: rst[k] == R_NONE -> ORPHAN_GRANT(1)
+       :: rst[k] == R_RELEASED -> ORPHAN_GRANT(rfence[k] + 1)
+       fi;
+       res = C_LEDGER;
+       printf("@@ W%d   claim of key %d: ledger_unavailable (DISPATCH-10); the tool does not run\n", w, k);
+       goto ddone
+    :: else
+    fi;
+    if
+    :: rst[k] == R_NONE ->
+       /* LEDGER-1, LEDGER-21: the claim that creates the row stores the request */
+       rreq[k] = rq; GRANT(1);
+       printf("@@ W%d   claims key %d: fence %d, stores request %d\n", w, k, cf, rreq[k])
+    :: rst[k] == R_RELEASED ->
+       /* LEDGER-3, LEDGER-4: a re-claim after release; LEDGER-21: the stored request is kept */
+       GRANT(rfence[k] + 1);
+       printf("@@ W%d   re-claims released key %d: fence %d, stored request %d (this attempt's: %d)\n", w, k, cf, rreq[k], rq)
+    :: rst[k] == R_INFLIGHT && !rlive[k] && KEYED(INTENT(k)) ->
+       /* LEDGER-7, LEDGER-18: an expired keyed_write claim is taken over */
+       GRANT(rfence[k] + 1);
+       printf("@@ W%d   takes over expired key %d: fence %d, stored request %d\n", w, k, cf, rreq[k])
+    :: rst[k] == R_INFLIGHT && !rlive[k] && !KEYED(INTENT(k)) ->
+       /* LEDGER-7: an expired unkeyed_write claim becomes unknown, never re-run */
+       rst[k] = R_UNKNOWN; res = C_UNKNOWN;
+       printf("@@ W%d   finds key %d expired: unknown (lease_expired), not run (LEDGER-7)\n", w, k);
+       goto ddone
+    :: rst[k] == R_INFLIGHT && rlive[k] ->
+       /* LEDGER-6, LEDGER-15: in flight elsewhere: wait, do not run */
+       printf("@@ W%d   finds key %d in flight elsewhere: waits (LEDGER-15)\n", w, k);
+       goto dwait
+    :: rst[k] == R_COMPLETED ->
+       res = C_OK; printf("@@ W%d   key %d completed: replays the stored result (DISPATCH-5)\n", w, k); goto ddone
+    :: rst[k] == R_FAILED ->
+       res = C_FAILED; printf("@@ W%d   key %d failed: replays tool_failed (DISPATCH-9)\n", w, k); goto ddone
+    :: rst[k] == R_FAILED_NS ->
+       res = C_NS; printf("@@ W%d   key %d: replays result_not_storable (DISPATCH-9)\n", w, k); goto ddone
+    :: rst[k] == R_UNKNOWN ->
+       res = C_UNKNOWN; printf("@@ W%d   key %d unknown: outcome_unknown, not run (DISPATCH-9)\n", w, k); goto ddone
+    fi
+  };
+
+  /* The tool runs, only now (LEDGER-2), with the key as Idempotency-Key (DISPATCH-4, EFFECT-3).
+   * Renewals (LEDGER-9) keep the lease live unless the owner pauses or is cut off. */
+  atomic {
+    pend[w] = false;
+    if
+    :: aborted[w] ->
+       out = O_ABORT; printf("@@ W%d   tool was aborted before sending (DISPATCH-13)\n", w)
+    :: !aborted[w] && b_refuse > 0 ->
+       b_refuse--; out = O_REFUSED;
+       printf("@@ W%d   sends request %d under key %d: refused before acceptance (not performed)\n", w, sreq, k)
+    :: !aborted[w] && KEYED(INTENT(k)) ->
+       printf("@@ W%d   sends request %d under key %d to the keyed downstream\n", w, sreq, k);
+       /* LEDGER-21: a re-run the ledger remembers sends the request the downstream holds */
+       assert(!P_SAME || ds[k] == DS_NONE || dslin[k] != cl || dsfp[k] == sreq);   /* P_SAME */
+       if
+       :: ds[k] == DS_NONE ->
+          dsfp[k] = sreq; dslin[k] = cl;
+          if
+          :: ds[k] = DS_INPROG; out = O_ACCEPTED; waiting[w] = true; EFFECT(k)   /* P_ONCE */
+          :: b_decl > 0 -> b_decl--; ds[k] = DS_DECL; out = O_DECLINED;
+             printf("@@ W%d   downstream declines (definite failure)\n", w)
+          fi
+       :: ds[k] == DS_INPROG ->
+          out = O_409; printf("@@ W%d   downstream: 409 key in use (EFFECT-7)\n", w)
+       :: (ds[k] == DS_DONE || ds[k] == DS_DECL) && dsfp[k] != sreq ->
+          out = O_422; printf("@@ W%d   downstream: 422 key reused with a different request (first was %d)\n", w, dsfp[k])
+       :: ds[k] == DS_DONE && dsfp[k] == sreq ->
+          out = O_OK; printf("@@ W%d   downstream: same key, same request: replays its answer, no new effect\n", w)
+       :: ds[k] == DS_DECL && dsfp[k] == sreq ->
+          out = O_DECLINED; printf("@@ W%d   downstream: replays its decline\n", w)
+       fi
+    :: !aborted[w] && !KEYED(INTENT(k)) ->
+       printf("@@ W%d   sends request %d for key %d to the unkeyed downstream\n", w, sreq, k);
+       assert(!P_UKW || !ukreached[k]);                /* P_UKW */
+       ukreached[k] = true;
+       if
+       :: out = O_OK; EFFECT(k)                          /* P_ONCE */
+       :: b_decl > 0 -> b_decl--; out = O_DECLINED; printf("@@ W%d   downstream declines (definite failure)\n", w)
+       fi
+    fi;
+    if
+    :: (out == O_OK || out == O_DECLINED) && b_lost > 0 ->
+       b_lost--; out = O_LOST; printf("@@ W%d   the response is lost (timeout)\n", w)
+    :: true
+    fi
+  };
+  if
+  :: out == O_ACCEPTED ->
+     if
+     :: atomic { ds[k] = DS_DONE; out = O_OK; waiting[w] = false; printf("@@ W%d   downstream finishes: done\n", w) }
+     :: atomic { b_lost > 0 -> b_lost--; out = O_LOST; waiting[w] = false; printf("@@ W%d   no answer: timeout\n", w) }
+     fi
+  :: else
+  fi;
+
+  /* Record the outcome with the claim's fence (LEDGER-8, LEDGER-5, LEDGER-16). */
+  atomic {
+    if
+    :: out == O_OK && b_ns > 0 ->
+       b_ns--; out = O_NS; printf("@@ W%d   the result cannot be stored (LEDGER-10)\n", w)
+    :: true
+    fi;
+    hold[w] = 0;
+    if
+    :: part[w] ->
+       /* DISPATCH-10: raised, not retried; the row stays in flight until its lease settles it */
+       res = C_LEDGER; printf("@@ W%d   cannot record key %d: ledger_unavailable\n", w, k)
+    :: !part[w] && !(rst[k] == R_INFLIGHT && rfence[k] == cf) ->
+       /* LEDGER-5, DISPATCH-8: the claim was lost; nothing is written, nothing re-run */
+       res = C_STALE; printf("@@ W%d   record with fence %d refused: stale_claim (DISPATCH-8)\n", w, cf)
+    :: !part[w] && rst[k] == R_INFLIGHT && rfence[k] == cf ->
+       if
+       :: out == O_OK ->
+          rst[k] = R_COMPLETED; res = C_OK; printf("@@ W%d   completes key %d\n", w, k)
+       :: out == O_NS ->
+          /* LEDGER-10: fail closed, never released */
+          rst[k] = R_FAILED_NS; res = C_NS; printf("@@ W%d   fails key %d: result_not_storable\n", w, k)
+       :: out == O_DECLINED ->
+          /* LEDGER-8: a definite failure is stored and replayed */
+          rst[k] = R_FAILED; res = C_FAILED; printf("@@ W%d   fails key %d: definite failure\n", w, k);
+          assert(!P_TRUTH || effk[k] == 0)             /* P_TRUTH */
+       :: out == O_REFUSED ->
+          /* LEDGER-8: not performed: release. "Not performed" speaks for this run's request only:
+             a claim that is not the key's first (a re-claim after release, a takeover) follows a
+             run whose request may have been performed, so the call's effect may have happened
+             (RECORD-2; proposed rule, see spec/model/README.md). */
+          rst[k] = R_RELEASED;
+#ifdef NP_SAYS_NOT
+          res = C_REL_NP;       /* the code on main: claim_released, effectMayHaveHappened false */
+#else
+          if
+          :: cf == 1 -> res = C_REL_NP
+          :: else -> res = C_REL_MAY
+          fi;
+#endif
+          printf("@@ W%d   releases key %d: its request was not performed (fence %d)\n", w, k, cf)
+#ifdef OLD_422
+       :: out == O_422 ->
+          /* turn-1 design: a 4xx from the payments API read as a definite failure */
+          rst[k] = R_FAILED; res = C_FAILED;
+          printf("@@ W%d   fails key %d: 422 taken as a definite failure (turn-1 design)\n", w, k);
+          assert(!P_TRUTH || effk[k] == 0)             /* P_TRUTH */
+#else
+       :: out == O_422 ->
+          /* EFFECT-6: the key is held for another request, which may have been performed */
+          rst[k] = R_UNKNOWN; res = C_UNKNOWN; printf("@@ W%d   marks key %d unknown: request_mismatch (EFFECT-6)\n", w, k)
+#endif
+       :: out == O_409 || out == O_LOST || out == O_ABORT ->
+          if
+          :: KEYED(INTENT(k)) ->
+             /* LEDGER-8, EFFECT-7: unknown outcome of a keyed write: release; the re-run is collapsed */
+             rst[k] = R_RELEASED; res = C_REL_MAY; printf("@@ W%d   releases key %d (may have happened)\n", w, k)
+          :: else ->
+             /* LEDGER-8, EFFECT-4: unknown outcome of an unkeyed write: unknown, never re-run */
+             rst[k] = R_UNKNOWN; res = C_UNKNOWN; printf("@@ W%d   marks key %d unknown (tool_error)\n", w, k)
+          fi
+       fi;
+       assert(!P_OWNER || cg == gid[k])                 /* P_OWNER (LEDGER-5, LEDGER-16) */
+    fi;
+    out = 0; sreq = 0; cf = 0; cg = 0; cl = 0; hfence[w] = 0; aborted[w] = false   /* forget what is spent */
+  };
+  goto ddone;
+
+dwait:
+  /* LEDGER-15: claim again when the row moved, or give up at the wait bound */
+  if
+  :: atomic { !(rst[k] == R_INFLIGHT && rlive[k]) -> printf("@@ W%d   claims key %d again\n", w, k) };
+     goto dclaim
+  :: atomic { res = C_ELSEWHERE; printf("@@ W%d   wait bound reached: in_flight_elsewhere\n", w) }
+  fi;
+ddone:
+  skip
+}
+
+/* ---------------------------------------------------------------- one turn (runTurn, §8, §9) */
+
+/* What the failed-turn record says about the call's effect (RECORD-2). */
+inline SAY_WORD() {
+  if
+  :: say == SAY_NONE -> printf("@@ W%d   its record lists no call (none was dispatched)\n", w)
+  :: say == SAY_NOT -> printf("@@ W%d   its record says of key %d: not_happened\n", w, k)
+  :: say == SAY_MAY -> printf("@@ W%d   its record says of key %d: may_have_happened\n", w, k)
+  :: say == SAY_HAPPENED -> printf("@@ W%d   its record says of key %d: happened\n", w, k)
+  fi
+}
+
+#define TURN_DONE wk[w] = 0; res = C_NONE; stopped = false; rq = 0; say = SAY_NONE; mine = false; att = 0
+
+/* After an attempt: how its stream ended, then commit, retry or fail the turn. One atomic step
+ * with the store operation it leads to (compare-and-append or failMessage). */
+inline END_ATTEMPT() {
+  if :: SAY_OF(res) > say -> say = SAY_OF(res) :: else fi;
+  if
+  :: stopped && (res == C_OK || res == C_FAILED) ->
+     /* RECORD-3: message_stop seen and the call resolved with something established */
+#ifdef OLD_TURN
+     /* turn-1 design: compare-and-append on the committed count only */
+     if
+     :: nturns == t ->
+#else
+     /* TURN-5: compare-and-append on the log's version, the turn-lease fence and the bound message */
+     if
+     :: lfence == myf && nturns == t && ms[cur] == MS_INPROG ->
+#endif
+        nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = MS_ANSWERED;
+        if
+        :: res == C_OK -> printf("@@ W%d   attempt %d: message_stop; commits turn %d answering message %d with the result\n", w, att, t, cur)
+        :: else -> printf("@@ W%d   attempt %d: message_stop; commits turn %d answering message %d with an error result (tool_failed)\n", w, att, t, cur)
+        fi;
+        assert(!P_TRUTH || res != C_FAILED || effk[k] == 0)   /* P_TRUTH: RECORD-3 */
+     :: else ->
+        /* TURN-13: the commit is refused; the attempt's calls are kept beside the conversation */
+        if :: say > recd[k] -> recd[k] = say :: else fi;
+        gone = true;
+        printf("@@ W%d   attempt %d: message_stop; commit of turn %d refused: superseded, record kept (TURN-13)\n", w, att, t)
+     fi;
+     TURN_DONE; goto rdone
+  :: else
+  fi;
+  if
+  :: att < MAXATT && (!stopped || (res != C_UNKNOWN && res != C_NS)) ->
+#ifdef OLD_TURN
+     /* turn-1 design: reload; if the count moved, another attempt committed: give up */
+     if
+     :: nturns != t -> gone = true; printf("@@ W%d   the committed count moved: gives up turn %d\n", w, t); TURN_DONE; goto rdone
+     :: else
+     fi;
+#endif
+     /* STREAM-5: retried from any position; the ledger answers repeats */
+     printf("@@ W%d   retries turn %d\n", w, t);
+     res = C_NONE; stopped = false; rq = 0
+  :: else ->
+     /* RECORD-5: the record covers every attempt of the turn (this worker's: they are all it knows);
+        RECORD-2: a call whose effect may have happened is not described as not run or failed */
+     assert(!P_RECORD || !mine || say >= SAY_MAY);          /* P_RECORD */
+#ifdef OLD_TURN
+     if :: say > recd[k] -> recd[k] = say :: else fi;
+     printf("@@ W%d   turn %d fails; the message stays pending\n", w, t);
+     SAY_WORD();
+#else
+     if
+     :: lfence == myf ->
+#ifndef RESUME_SAYS_NOT
+        /* Proposed rule: a turn resumed from an earlier holder (its message was bound under
+           another turn-lease grant) may have effects from that holder's attempts, which can
+           still be running (a paused process) and which this runner never saw: its record
+           says so, and calls nothing "not happened". */
+        if
+        :: resumed && say < SAY_MAY -> say = SAY_MAY;
+           printf("@@ W%d   the turn was resumed from an earlier holder: its effects may have happened\n", w)
+        :: else
+        fi;
+#endif
+        if :: say > recd[k] -> recd[k] = say :: else fi;
+        ms[cur] = MS_FAILED;
+        printf("@@ W%d   message %d fails at turn %d (failMessage)\n", w, cur, t);
+        SAY_WORD();
+        /* the record that fails the message (what a re-send is answered with, TURN-12) never
+           calls an effect that already happened "not happened" (RECORD-2) */
+        assert(!P_RECORD || say != SAY_NOT || effk[k] == 0)    /* P_RECORD */
+     :: else ->
+        if :: say > recd[k] -> recd[k] = say :: else fi;
+        gone = true;
+        printf("@@ W%d   turn lease lost: the failed-turn record goes beside the conversation\n", w)
+     fi;
+#endif
+     TURN_DONE; goto rdone
+  fi
+}
+
+inline RUNTURN() {
+  do
+  :: if
+     :: atomic { b_cut > 0 ->
+          b_cut--; att++; stopped = false; res = C_NONE;
+          printf("@@ W%d   attempt %d: stream dies before the call is complete; nothing dispatched (STREAM-2, STREAM-3)\n", w, att);
+          END_ATTEMPT() }
+     :: atomic {
+          att++;
+          /* the model produces the same logical call; a replay may re-word it (IDENT-3) */
+          if
+          :: rq = 1
+          :: b_reword > 0 -> b_reword--; rq = 2
+          fi;
+          printf("@@ W%d   attempt %d at turn %d: call complete (content_block_stop), dispatches key %d, request %d (STREAM-4)\n", w, att, t, k, rq) };
+        DISPATCH();
+        atomic {
+          /* STREAM-1, STREAM-6: the stream ends with message_stop, or dies; the call was waited for */
+          if
+          :: stopped = true
+          :: b_cut > 0 -> b_cut--; stopped = false;
+             printf("@@ W%d   attempt %d: stream dies after the call resolved (STREAM-1, STREAM-6)\n", w, att)
+          fi;
+          END_ATTEMPT() }
+     fi
+  od;
+rdone:
+  skip
+}
+
+/* ---------------------------------------------------------------- send() */
+
+#ifndef OLD_TURN
+
+/* Hold the turn lease and answer queued messages in arrival order until m is settled. */
+inline DRIVE() {
+  do
+  :: atomic {
+       /* beginTurn: TURN-10 (the fence decides), TURN-9 (in arrival order), TURN-11 (bind),
+          TURN-1 (the index is the committed count, read under the lease) */
+       if
+       :: lfence != myf -> printf("@@ W%d   turn lease lost\n", w); goto dend
+       :: else
+       fi;
+       assert(!(ms[0] == MS_INPROG && ms[1] == MS_INPROG));   /* P_MODEL: one turn in flight (TURN-9) */
+       cur = NOMSG;
+       if
+       :: ms[0] == MS_INPROG -> cur = 0
+       :: ms[1] == MS_INPROG -> cur = 1
+       :: else ->
+          if
+          :: narr > 0 && ms[order[0]] == MS_QUEUED -> cur = order[0]
+          :: narr > 1 && ms[order[0]] != MS_QUEUED && ms[order[1]] == MS_QUEUED -> cur = order[1]
+          :: else
+          fi
+       fi;
+       if
+       :: cur == NOMSG -> goto dend
+       :: else
+       fi;
+       if
+       :: ms[cur] == MS_QUEUED ->
+          ms[cur] = MS_INPROG; midx[cur] = nturns; lastBound = cur + 1;
+          printf("@@ W%d   binds message %d to turn %d (TURN-11)\n", w, cur, nturns)
+       :: else ->
+          resumed = true;
+          printf("@@ W%d   resumes message %d at its bound turn %d\n", w, cur, midx[cur])
+       fi;
+       t = nturns;
+       assert(midx[cur] == t);                                /* P_MODEL: TURN-11, TURN-12 */
+       k = KEY(t, cur); wk[w] = k + 1;
+       att = 0; say = SAY_NONE; gone = false; mine = false
+     };
+     RUNTURN();
+     atomic {
+       if
+       :: gone || cur == m -> gone = false; resumed = false; cur = 0; t = 0; k = 0; goto dend
+       :: else -> resumed = false; cur = 0; t = 0; k = 0
+       fi
+     }
+  od;
+dend:
+  skip
+}
+
+/* The store's append, in the same atomic step as the receipt of the delivery. */
+inline APPEND() {
+    /* TURN-2: idempotent on the message id; TURN-12: a failed message re-opens while nothing was bound since */
+    if
+    :: ms[m] == MS_NONE ->
+       ms[m] = MS_QUEUED; order[narr] = m; narr++; printf("@@ W%d   send(message %d): queued\n", w, m)
+    :: ms[m] == MS_FAILED && lastBound == m + 1 ->
+       ms[m] = MS_QUEUED; printf("@@ W%d   send(message %d): failed earlier, re-opened (TURN-12)\n", w, m)
+    :: else ->
+       printf("@@ W%d   send(message %d): known\n", w, m)
+    fi
+}
+
+inline SEND() {
+  do
+  :: atomic { ms[m] == MS_ANSWERED || ms[m] == MS_FAILED ->
+       /* TURN-7: answered (or failed) already: read back from the store, nothing runs */
+       printf("@@ W%d   send(message %d) returns what the store holds (TURN-7)\n", w, m);
+       busy[w] = false; QUIET_CHECK; m = 0 };
+     break
+  :: atomic { (ms[m] == MS_QUEUED || ms[m] == MS_INPROG) && (lholder == 0 || !llive) ->
+       /* TURN-10: one holder at a time, a higher fence with each grant; a sender that finds
+          the lease held waits (the bound and conversation_busy + re-send are a longer wait) */
+       fencectr++; lholder = w + 1; lfence = fencectr; llive = true; myf = fencectr;
+       printf("@@ W%d   acquires the turn lease, fence %d\n", w, myf) };
+     DRIVE();
+     atomic {
+       if
+       :: lholder == w + 1 && lfence == myf -> lholder = 0; llive = false
+       :: else
+       fi;
+       myf = 0;
+       if
+       :: ms[m] == MS_ANSWERED || ms[m] == MS_FAILED ->
+          printf("@@ W%d   send(message %d) returns\n", w, m); busy[w] = false; QUIET_CHECK; m = 0; break
+       :: else
+       fi
+     }
+  od
+}
+
+#else /* OLD_TURN: the turn-1 runner and store */
+
+inline APPEND() {
+    /* the user message goes straight into the log (pending) */
+    if
+    :: ms[m] == MS_NONE -> ms[m] = MS_QUEUED; order[narr] = m; narr++; printf("@@ W%d   send(message %d): appended to the log\n", w, m)
+    :: else -> printf("@@ W%d   send(message %d): known\n", w, m)
+    fi;
+    turns = 0
+}
+
+inline SEND() {
+  do
+  :: atomic { ms[m] == MS_ANSWERED -> printf("@@ W%d   send(message %d): answered\n", w, m); busy[w] = false; QUIET_CHECK }; break
+  :: atomic { ms[m] != MS_ANSWERED && turns < MAXTURNS ->
+       turns++;
+       /* turn-1 TURN-1: the index is the committed count, read when the turn starts */
+       t = nturns;
+       /* the model answers a user message of its input that has no answer yet */
+       cur = NOMSG;
+       if
+       :: ms[0] == MS_QUEUED -> cur = 0
+       :: ms[1] == MS_QUEUED -> cur = 1
+       :: else
+       fi;
+       if
+       :: cur != NOMSG -> k = KEY(t, cur); wk[w] = k + 1;
+          att = 0; say = SAY_NONE; gone = false; mine = false;
+          printf("@@ W%d   reads %d committed turns: turn %d; the model answers message %d\n", w, t, t, cur)
+       :: else
+       fi };
+     if
+     :: atomic { cur == NOMSG -> busy[w] = false; QUIET_CHECK }; break
+     :: else -> RUNTURN()
+     fi
+  :: atomic { ms[m] != MS_ANSWERED && turns >= MAXTURNS -> busy[w] = false; QUIET_CHECK }; break
+  od
+}
+
+#endif
