@@ -180,6 +180,12 @@ def main() -> int:
     if start != 1 or end != 1 or doc_text.index("<!-- compliance-matrix:start -->") > doc_text.index("<!-- compliance-matrix:end -->"):
         problems.append("dispatch-once.md: want exactly one compliance-matrix:start marker followed by one :end marker")
 
+    # ---- the model-checked rules table (spec/model)
+    sys.path.insert(0, os.path.join(SPEC, "model"))
+    from check_coverage import coverage_problems
+
+    problems += coverage_problems()
+
     for p in problems:
         print(f"FAIL {p}")
     print(f"{len(anchored)} rules anchored, {len(listed)} in rules.json, {len(vector_files)} vector files; {len(problems)} problems")
