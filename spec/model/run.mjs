@@ -4,6 +4,7 @@
 //   node spec/model/run.mjs             every check; exit 1 on any failure
 //   node spec/model/run.mjs --only a,b  the named checks only
 //   node spec/model/run.mjs --list      the checks and what they cover
+//   node spec/model/run.mjs --deep      also the larger searches (several minutes; not run by CI)
 //   node spec/model/run.mjs --write     also regenerate COUNTEREXAMPLES.md and the figures in README.md
 //
 // A "verify" check must finish with `errors: 0` and a complete search. An "expect" check switches
@@ -36,7 +37,7 @@ const LEASE_B = { CRASHES: 1, PAUSES: 1, LOSTS: 1, REWORDS: 1 };
 const RETAIN = { PARTITIONS: 1, RETENTION: 1, PAUSES: 1, STREAMCUTS: 1 };
 const VOLATILE = { ALL_KEYED: true, VOLATILE: 1, REWORDS: 1, PAUSES: 1, STREAMCUTS: 1 };
 
-/** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", about: string, defines: object, ltl?: string, property?: string, rules?: string}[]} */
+/** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string}[]} */
 const CHECKS = [
   {
     name: "replay",
@@ -89,6 +90,27 @@ const CHECKS = [
       + "P_END at every terminal state every dispatch and turn terminates under any scheduler "
       + "(a crash, a pause and a cut stream)",
     defines: { ...NONE, CRASHES: 1, PAUSES: 1, STREAMCUTS: 1 },
+  },
+  {
+    name: "deep-outcomes",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) a crash and a pause with a re-send or redelivery, a decline, an unstorable result and a cut stream",
+    defines: { ...NONE, CRASHES: 1, PAUSES: 1, REDELIVERIES: 1, DECLINES: 1, NOTSTORABLE: 1, STREAMCUTS: 1 },
+  },
+  {
+    name: "deep-partition",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) a crash, a worker cut off from the ledger, retention, a lost response and a re-worded replay",
+    defines: { ...NONE, CRASHES: 1, PARTITIONS: 1, RETENTION: 1, LOSTS: 1, REWORDS: 1 },
+  },
+  {
+    name: "deep-volatile",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) a volatile ledger with a crash, a lost response, a re-worded replay and a redelivery",
+    defines: { ...NONE, ALL_KEYED: true, VOLATILE: 1, CRASHES: 1, LOSTS: 1, REWORDS: 1, REDELIVERIES: 1, CHECK_OWNER: 0 },
   },
   {
     name: "old-rerun",
@@ -187,9 +209,13 @@ for (const tool of ["spin", "gcc"]) {
     process.exit(2);
   }
 }
-const selected = only ? CHECKS.filter((c) => only.includes(c.name)) : CHECKS;
+const deep = args.includes("--deep");
+const selected = only ? CHECKS.filter((c) => only.includes(c.name)) : CHECKS.filter((c) => deep || !c.deep);
 // Largest searches first, so that the two lanes end together.
-const COST = { "lease-b": 9, "lease-a": 8, replay: 7, retention: 6, volatile: 5, liveness: 4, acyclic: 3 };
+const COST = {
+  "deep-volatile": 19, "deep-partition": 18, "deep-outcomes": 17,
+  "lease-b": 9, "lease-a": 8, replay: 7, retention: 6, volatile: 5, liveness: 4, acyclic: 3,
+};
 const queue = selected.map((c, i) => i).sort((a, b) => (COST[selected[b].name] ?? 0) - (COST[selected[a].name] ?? 0));
 if (only && selected.length !== only.length) {
   console.error(`unknown check in --only; known: ${CHECKS.map((c) => c.name).join(", ")}`);
