@@ -367,7 +367,7 @@ end_clock:
 /* ------------------------------------------------------------------ the keyed downstream */
 
 /* A request under a key executes, then finishes on the downstream's side whether or not its
- * caller still listens. While the caller waits, the finish and the answer are one step of the
+ * caller still listens; while it executes, another request under the key gets 409 (EFFECT-7). While the caller waits, the finish and the answer are one step of the
  * caller (worker.pml); this process finishes the requests nobody waits for any more. */
 #define ORPHAN_REQ(k) (!(waiting[0] && !crashed[0] && hold[0] == (k) + 1) && !(waiting[1] && !crashed[1] && hold[1] == (k) + 1))
 active proctype Downstream() {

@@ -35,7 +35,7 @@ const REPLAY = { STREAMCUTS: 2, REWORDS: 1, LOSTS: 1, REFUSALS: 1, DECLINES: 1, 
 const LEASE_A = { CRASHES: 1, PAUSES: 1, STREAMCUTS: 2, REFUSALS: 1 };
 const LEASE_B = { CRASHES: 1, PAUSES: 1, LOSTS: 1, REWORDS: 1 };
 const RETAIN = { PARTITIONS: 1, RETENTION: 1, PAUSES: 1, STREAMCUTS: 1 };
-const VOLATILE = { ALL_KEYED: true, VOLATILE: 1, REWORDS: 1, PAUSES: 1, STREAMCUTS: 1 };
+const VOLATILE = { ALL_KEYED: true, VOLATILE: 1, REWORDS: 1, PAUSES: 1, REFUSALS: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string}[]} */
 const CHECKS = [
@@ -71,9 +71,16 @@ const CHECKS = [
     name: "volatile",
     kind: "verify",
     about: "a volatile ledger that loses a row at any time (both tools keyed, LEDGER-14), a re-worded replay "
-      + "(so the downstream sees a different request: 422, EFFECT-6), a pause and a cut stream; "
+      + "(so the downstream sees a different request: 422, EFFECT-6), a pause and a refused request; "
       + "fencing of stale owners is not claimed here (see volatile-fence)",
     defines: { ...NONE, ...VOLATILE, CHECK_OWNER: 0 },
+  },
+  {
+    name: "volatile-replay",
+    kind: "verify",
+    about: "a volatile ledger that loses a row, with a lost response, a refused request, a re-worded replay and "
+      + "a re-send or redelivery (what a record may say after the ledger forgot)",
+    defines: { ...NONE, ALL_KEYED: true, VOLATILE: 1, LOSTS: 1, REFUSALS: 1, REWORDS: 1, REDELIVERIES: 1, CHECK_OWNER: 0 },
   },
   {
     name: "liveness",
@@ -153,9 +160,9 @@ const CHECKS = [
   {
     name: "np-says-not",
     kind: "expect",
-    explain: "W0's request is performed but its answer is lost: the claim is released as \"may have happened\" and the message fails with a record that says so. The user re-sends; the message re-opens at the same turn (TURN-12) and the re-run's request is refused before the downstream accepts it (a 503). The code on main releases with effectMayHaveHappened false and the new record says not_happened, while the first request's payment stands. Proposed rule: only the key's first claim (fence 1) can learn not_happened from a not-performed failure.",
+    explain: "W0's request is performed but its answer is lost: the claim is released as \"may have happened\" and the message fails with a record that says so. The user re-sends; the message re-opens at the same turn (TURN-12) and the re-run's request is refused before the downstream accepts it (a 503). The code on main releases with effectMayHaveHappened false and the new record says not_happened, while the first request's payment stands. Proposed rule: only the key's first claim (fence 1) on a durable ledger can learn not_happened from a not-performed failure.",
     property: "P_RECORD",
-    rules: "RECORD-2, LEDGER-8 (proposed: a not-performed failure of a re-claim or takeover may have happened)",
+    rules: "RECORD-2, LEDGER-8 (proposed: a not-performed failure of a re-claim, a takeover or any claim of a volatile ledger may have happened)",
     about: "the code on main: a not-performed failure releases with effectMayHaveHappened false even when the "
       + "claim was a re-claim or a takeover, whose earlier run may have performed the effect",
     defines: { ...NONE, LOSTS: 1, REFUSALS: 1, REDELIVERIES: 1, MAXATT: 1, NP_SAYS_NOT: true, ...ONLY("RECORD") },
@@ -214,7 +221,7 @@ const selected = only ? CHECKS.filter((c) => only.includes(c.name)) : CHECKS.fil
 // Largest searches first, so that the two lanes end together.
 const COST = {
   "deep-volatile": 19, "deep-partition": 18, "deep-outcomes": 17,
-  "lease-b": 9, "lease-a": 8, replay: 7, retention: 6, volatile: 5, liveness: 4, acyclic: 3,
+  "lease-b": 9, "lease-a": 8, volatile: 7.5, replay: 7, retention: 6, liveness: 4, acyclic: 3, "volatile-replay": 2,
 };
 const queue = selected.map((c, i) => i).sort((a, b) => (COST[selected[b].name] ?? 0) - (COST[selected[a].name] ?? 0));
 if (only && selected.length !== only.length) {

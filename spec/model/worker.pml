@@ -172,14 +172,15 @@ dclaim:
        :: out == O_REFUSED ->
           /* LEDGER-8: not performed: release. "Not performed" speaks for this run's request only:
              a claim that is not the key's first (a re-claim after release, a takeover) follows a
-             run whose request may have been performed, so the call's effect may have happened
-             (RECORD-2; proposed rule, see spec/model/README.md). */
+             run whose request may have been performed, and so does any claim of a volatile
+             ledger, which may have lost the row of such a run: then the call's effect may have
+             happened (RECORD-2; proposed rule, see spec/model/README.md). */
           rst[k] = R_RELEASED;
 #ifdef NP_SAYS_NOT
           res = C_REL_NP;       /* the code on main: claim_released, effectMayHaveHappened false */
 #else
           if
-          :: cf == 1 -> res = C_REL_NP
+          :: cf == 1 && VOLATILE == 0 -> res = C_REL_NP
           :: else -> res = C_REL_MAY
           fi;
 #endif
