@@ -323,6 +323,7 @@ proctype Worker(byte w) provided (!crashed[w]) {
   bool gone;     /* this worker's turn was superseded: the lease moved on */
   bool mine;     /* one of this turn's attempts, here, made an effect (ghost) */
   bool resumed;  /* the turn's message was bound under an earlier turn-lease grant */
+  bool definite; /* an attempt of this turn found or made the row failed (definite) */
 
 end_idle:
   do

@@ -235,12 +235,13 @@ inline SAY_WORD() {
   fi
 }
 
-#define TURN_DONE wk[w] = 0; res = C_NONE; stopped = false; rq = 0; say = SAY_NONE; mine = false; att = 0
+#define TURN_DONE wk[w] = 0; res = C_NONE; stopped = false; rq = 0; say = SAY_NONE; mine = false; definite = false; att = 0
 
 /* After an attempt: how its stream ended, then commit, retry or fail the turn. One atomic step
  * with the store operation it leads to (compare-and-append or failMessage). */
 inline END_ATTEMPT() {
   if :: SAY_OF(res) > say -> say = SAY_OF(res) :: else fi;
+  if :: res == C_FAILED -> definite = true :: else fi;
   if
   :: stopped && (res == C_OK || res == C_FAILED) ->
      /* RECORD-3: message_stop seen and the call resolved with something established */
@@ -295,9 +296,10 @@ inline END_ATTEMPT() {
         /* Proposed rule: a turn resumed from an earlier holder (its message was bound under
            another turn-lease grant) may have effects from that holder's attempts, which can
            still be running (a paused process) and which this runner never saw: its record
-           says so, and calls nothing "not happened". */
+           says so, and calls nothing "not happened" but a call whose row it read as failed
+           (a definite failure is terminal: no later run can perform it). */
         if
-        :: resumed && say < SAY_MAY -> say = SAY_MAY;
+        :: resumed && say < SAY_MAY && !definite -> say = SAY_MAY;
            printf("@@ W%d   the turn was resumed from an earlier holder: its effects may have happened\n", w)
         :: else
         fi;
