@@ -475,10 +475,17 @@ export class Dispatcher implements CallDispatcher {
         await this.recorded(key, () => this.ledger.fail(key, fence, stored));
         throw new ToolFailedError(key, stored, false);
       }
-      case "not_performed":
+      case "not_performed": {
+        // This run's request was not performed. But a keyed_write re-claimed or taken over (fence
+        // above 1) may carry an earlier run whose response was lost: "not performed" speaks for
+        // this run only, so the call as a whole may have happened (found by the spin model).
+        // A volatile ledger may have forgotten an earlier run's row, so even fence 1 proves nothing there.
+        const earlierRunMayHaveActed =
+          tool.effect === "keyed_write" && (fence > 1 || this.ledger.capabilities.durability !== "durable");
         await this.recorded(key, () => this.ledger.release(key, fence));
-        this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: false });
-        throw new ClaimReleasedError(key, false, error);
+        this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: earlierRunMayHaveActed });
+        throw new ClaimReleasedError(key, earlierRunMayHaveActed, error);
+      }
       case "request_mismatch": {
         // The downstream holds this key for another request: the first one may have been
         // performed, and no re-run can tell, whatever the class (EFFECT-6).

@@ -395,3 +395,37 @@ describe("expired claims are listable (LEDGER-25)", () => {
     await expect(ledger.listExpiredInFlight({ limit: 0 })).rejects.toMatchObject({ code: "invalid_ledger_input", field: "limit" });
   });
 });
+
+describe("a not-performed failure after an earlier run (RECORD-2, spin model finding np-says-not)", () => {
+  it("RECORD-2 a keyed re-run refused before acceptance after a lost response is 'may have happened', not 'not performed'", async () => {
+    let runs = 0;
+    const flaky = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ amount: z.number() }),
+      run: () => {
+        runs++;
+        // Run 1: performed downstream, response lost. Run 2: refused before acceptance (503).
+        if (runs === 1) throw new ToolError("socket hang up", { disposition: "unknown" });
+        throw new ToolError("503 before acceptance", { disposition: "not_performed" });
+      },
+    });
+    const dispatcher = new Dispatcher({ tools: [flaky], ledger: new MemoryLedger() });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } })).rejects.toMatchObject({
+      code: "claim_released",
+      effectMayHaveHappened: true,
+    });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } })).rejects.toMatchObject({
+      code: "claim_released",
+      effectMayHaveHappened: true,
+    });
+    // A first claim refused before acceptance on a durable ledger is still "not performed"; on a
+    // volatile one an earlier run's row may have been forgotten, so it is "may have happened".
+    const base = new MemoryLedger();
+    const durable: Ledger = Object.assign(Object.create(base) as Ledger, { capabilities: { ...base.capabilities, durability: "durable" } });
+    const fresh = new Dispatcher({ tools: [flaky], ledger: durable });
+    await expect(fresh.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } })).rejects.toMatchObject({
+      effectMayHaveHappened: false,
+    });
+  });
+});
