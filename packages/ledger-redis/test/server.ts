@@ -59,14 +59,45 @@ function exited(child: ChildProcess): Promise<void> {
   return new Promise((resolve) => child.once("exit", () => resolve()));
 }
 
+/** The data directory of the server answering on `port`: proves it is the one we started. */
+async function dirOf(port: number): Promise<string | undefined> {
+  const probe = new Redis({ host: "127.0.0.1", port, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+  try {
+    await probe.connect();
+    const reply = (await probe.call("CONFIG", "GET", "dir")) as string[];
+    return reply[1];
+  } catch {
+    return undefined;
+  } finally {
+    probe.disconnect();
+  }
+}
+
 export async function startServer(args: string[]): Promise<PrivateServer> {
   const dir = await mkdtemp(join(tmpdir(), "ledger-redis-server-"));
-  const port = await freePort();
-  const argv = ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--daemonize", "no", ...args];
+  let port = await freePort();
+  let argv: string[] = [];
   let child: ChildProcess;
   const launch = async () => {
+    argv = ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--daemonize", "no", ...args];
     child = spawn("redis-server", argv, { stdio: "ignore" });
     await answers(port, 15_000);
+    // Test files run in parallel and each picks random ports: another file's server (or proxy)
+    // may have taken this port between the check and the spawn. Only our own server will do.
+    if ((await dirOf(port)) !== dir) {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+      throw new Error(`port ${port} is answered by another server`);
+    }
+  };
+  const firstLaunch = async () => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await launch();
+      } catch (error) {
+        if (attempt >= 5) throw error;
+        port = await freePort();
+      }
+    }
   };
   const stop = async () => {
     if (child.exitCode === null && child.signalCode === null) {
@@ -78,7 +109,7 @@ export async function startServer(args: string[]): Promise<PrivateServer> {
     await rm(dir, { recursive: true, force: true });
   };
   try {
-    await launch();
+    await firstLaunch();
   } catch (error) {
     await stop();
     throw error;
