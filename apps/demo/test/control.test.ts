@@ -1,4 +1,4 @@
-import { MemoryLedger } from "@dispatch-once/core";
+import { MemoryLedger, type Ledger } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { runChaos, type ChaosResult } from "../src/chaos.js";
 import type { LostResponseDisposition } from "../src/world.js";
@@ -23,9 +23,17 @@ async function chaosWith(lostResponseAs: Exclude<LostResponseDisposition, "unkno
     timeScale: 0.002,
     concurrency: 6,
     redeliveries: 0,
-    ledger: new MemoryLedger(),
+    // Declared durable: on a volatile ledger (or after a re-claim) the dispatcher no longer believes a
+    // "not performed" about a call an earlier run may have made, so only a first claim on a ledger
+    // that cannot forget lets the lie through, which is what this control needs.
+    ledger: durableMemoryLedger(),
     runId: `ctl${process.pid}${lostResponseAs.slice(0, 3)}`,
   });
+}
+
+function durableMemoryLedger(): Ledger {
+  const base = new MemoryLedger();
+  return Object.assign(Object.create(base) as Ledger, { capabilities: { ...base.capabilities, durability: "durable" as const } });
 }
 
 const route = (chaos: ChaosResult, name: string) => chaos.routes.find((r) => r.name === name)!;
