@@ -13,13 +13,17 @@ import {
   type ConversationStoreCapabilities,
   type JsonValue,
   type LeaseResult,
-  type MessageState,
   type StoredMessage,
   type StoredTurn,
   type TurnCommit,
   type TurnSnapshot,
+  decodeStoreJson,
+  decodeStoredMessage,
+  decodeStoredTurn,
+  encodeStoreJson,
+  type StoredMessageRow,
+  type StoredTurnRow,
 } from "@dispatch-once/core";
-import { decodeJson, encodeJson } from "./json.js";
 import { DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX, schemaSql, statements, tablesFor, type ConversationTables, type Statement, type Statements } from "./sql.js";
 
 export interface PostgresConversationStoreOptions {
@@ -56,30 +60,11 @@ const DEFAULT_STATEMENT_TIMEOUT_MS = 10_000;
 /** Longest lease accepted: a year. Longer is a configuration mistake, not a lease. */
 const MAX_LEASE_MS = 366 * 24 * 60 * 60 * 1000;
 const MAX_OWNER_LENGTH = 1024;
-const STATES: ReadonlySet<string> = new Set<MessageState>(["queued", "in_progress", "answered", "failed"]);
-
 interface ConversationRow {
   fence: string;
   lease_owner: string | null;
   lease_expires_at: string | null;
   last_bound: string | null;
-}
-
-interface MessageRow {
-  message_id: string;
-  seq: unknown;
-  state: unknown;
-  content: unknown;
-  turn_index: unknown;
-  failure: unknown;
-}
-
-interface TurnRow {
-  turn_index: unknown;
-  message_id: string;
-  assistant: unknown;
-  tool_results: unknown;
-  stop_reason: unknown;
 }
 
 type Run = <R extends QueryResultRow = QueryResultRow>(statement: Statement, values: unknown[]) => Promise<R[]>;
@@ -165,12 +150,12 @@ export class PostgresConversationStore implements ConversationStore {
     checkMessageId(message?.id);
     checkMessageIdType(message.id);
     checkConversationId(conversationId);
-    const content = encodeJson("content", message.content);
+    const content = encodeStoreJson("content", message.content);
     return this.transaction(conversationId, "appendUserMessage", async (run) => {
       const conversation = await this.lock(run, conversationId, true);
-      const [known] = await run<MessageRow>(this.sql.message, [conversationId, message.id]);
+      const [known] = await run<StoredMessageRow>(this.sql.message, [conversationId, message.id]);
       if (known !== undefined) {
-        const stored = decodeMessage(conversationId, known);
+        const stored = decodeStoredMessage(conversationId, known);
         // TURN-12: a failed message reopens only while no other message was bound since it.
         if (stored.state === "failed" && conversation!.last_bound === stored.id) {
           await run(this.sql.reopen, [conversationId, stored.id]);
@@ -188,15 +173,15 @@ export class PostgresConversationStore implements ConversationStore {
   async message(conversationId: string, messageId: string): Promise<StoredMessage | undefined> {
     checkConversationId(conversationId);
     checkMessageIdType(messageId);
-    const [row] = await this.query<MessageRow>("message", conversationId, this.sql.message, [conversationId, messageId]);
-    return row === undefined ? undefined : decodeMessage(conversationId, row);
+    const [row] = await this.query<StoredMessageRow>("message", conversationId, this.sql.message, [conversationId, messageId]);
+    return row === undefined ? undefined : decodeStoredMessage(conversationId, row);
   }
 
   async turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]> {
     checkConversationId(conversationId);
     checkMessageIdType(messageId);
-    const rows = await this.query<TurnRow>("turnsOf", conversationId, this.sql.turnsOf, [conversationId, messageId]);
-    return rows.map((r) => decodeTurn(conversationId, r));
+    const rows = await this.query<StoredTurnRow>("turnsOf", conversationId, this.sql.turnsOf, [conversationId, messageId]);
+    return rows.map((r) => decodeStoredTurn(conversationId, r));
   }
 
   async log(conversationId: string): Promise<JsonValue[]> {
@@ -240,9 +225,9 @@ export class PostgresConversationStore implements ConversationStore {
     checkConversationId(conversationId);
     return this.transaction(conversationId, "beginTurn", async (run) => {
       this.assertHeld(conversationId, await this.lock(run, conversationId, false), fence);
-      const [row] = await run<MessageRow & { turn_count: number; started: boolean }>(this.sql.current, [conversationId]);
+      const [row] = await run<StoredMessageRow & { turn_count: number; started: boolean }>(this.sql.current, [conversationId]);
       if (row === undefined) return undefined;
-      const current = decodeMessage(conversationId, row);
+      const current = decodeStoredMessage(conversationId, row);
       const turnIndex = row.turn_count;
       if (current.state === "queued") {
         // TURN-11: bound durably before the first attempt: state, turn index and last_bound in this commit.
@@ -265,9 +250,9 @@ export class PostgresConversationStore implements ConversationStore {
       if (conversation === undefined || conversation.lease_owner === null || !isFence(c.fence) || toCount(conversationId, conversation.fence) !== c.fence) {
         return { committed: false };
       }
-      const [state] = await run<MessageRow & { turn_count: number }>(this.sql.commitState, [conversationId, c.messageId]);
+      const [state] = await run<StoredMessageRow & { turn_count: number }>(this.sql.commitState, [conversationId, c.messageId]);
       if (state === undefined || state.turn_count !== c.turnIndex) return { committed: false };
-      if (state.message_id === null || decodeMessage(conversationId, state).state !== "in_progress") return { committed: false };
+      if (state.message_id === null || decodeStoredMessage(conversationId, state).state !== "in_progress") return { committed: false };
       await run(this.sql.insertTurn, [conversationId, c.turnIndex, c.messageId, c.stopReason, c.assistant, c.toolResults, c.answers]);
       return { committed: true };
     });
@@ -275,11 +260,11 @@ export class PostgresConversationStore implements ConversationStore {
 
   async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
     checkConversationId(conversationId);
-    const text = encodeJson("record", record);
+    const text = encodeStoreJson("record", record);
     await this.transaction(conversationId, "failMessage", async (run) => {
       this.assertHeld(conversationId, await this.lock(run, conversationId, false), fence);
-      const [row] = typeof messageId === "string" ? await run<MessageRow>(this.sql.message, [conversationId, messageId]) : [];
-      if (row === undefined || decodeMessage(conversationId, row).state !== "in_progress") {
+      const [row] = typeof messageId === "string" ? await run<StoredMessageRow>(this.sql.message, [conversationId, messageId]) : [];
+      if (row === undefined || decodeStoredMessage(conversationId, row).state !== "in_progress") {
         throw new InvalidStoreInputError("messageId", `message ${String(messageId)} is not in progress`);
       }
       // RECORD-4: the record goes beside the conversation, never into the log (one statement).
@@ -289,7 +274,7 @@ export class PostgresConversationStore implements ConversationStore {
 
   async addRecord(conversationId: string, record: JsonValue): Promise<void> {
     checkConversationId(conversationId);
-    const text = encodeJson("record", record);
+    const text = encodeStoreJson("record", record);
     await this.transaction(conversationId, "addRecord", async (run) => {
       // The row lock orders records (seq = max + 1) against every other writer of the conversation.
       await this.lock(run, conversationId, true);
@@ -300,7 +285,7 @@ export class PostgresConversationStore implements ConversationStore {
   async records(conversationId: string): Promise<JsonValue[]> {
     checkConversationId(conversationId);
     const rows = await this.query<{ record: unknown }>("records", conversationId, this.sql.records, [conversationId]);
-    return rows.map((r, i) => decodeJson(conversationId, `record ${i + 1}`, r.record));
+    return rows.map((r, i) => decodeStoreJson(conversationId, `record ${i + 1}`, r.record));
   }
 
   /** Ends the pool only if the store created it; a pool you passed in stays yours. */
@@ -396,7 +381,7 @@ function buildLog(conversationId: string, rows: QueryResultRow[]): JsonValue[] {
   const out: JsonValue[] = [];
   const started = new Set<string>();
   let previous: string | undefined;
-  for (const row of rows as (TurnRow & { content: unknown; known: boolean })[]) {
+  for (const row of rows as (StoredTurnRow & { content: unknown; known: boolean })[]) {
     if (row.message_id !== previous) {
       // A message's turns are contiguous (TURN-9: one message in progress at a time).
       if (started.has(row.message_id) || !row.known) {
@@ -406,44 +391,14 @@ function buildLog(conversationId: string, rows: QueryResultRow[]): JsonValue[] {
         );
       }
       started.add(row.message_id);
-      out.push(decodeJson(conversationId, `content of message ${row.message_id}`, row.content));
+      out.push(decodeStoreJson(conversationId, `content of message ${row.message_id}`, row.content));
       previous = row.message_id;
     }
-    const turn = decodeTurn(conversationId, row);
+    const turn = decodeStoredTurn(conversationId, row);
     out.push(turn.assistant);
     if (turn.toolResults !== undefined) out.push(turn.toolResults);
   }
   return out;
-}
-
-/** A stored message, checked field by field: anything unexpected is store_corrupt, never "absent". */
-function decodeMessage(conversationId: string, row: MessageRow): StoredMessage {
-  const what = `message ${row.message_id}`;
-  if (typeof row.state !== "string" || !STATES.has(row.state)) throw new StoreCorruptError(conversationId, `${what} has state ${String(row.state)}`);
-  if (!isCount(row.seq, 1)) throw new StoreCorruptError(conversationId, `${what} has seq ${String(row.seq)}`);
-  const out: StoredMessage = { id: row.message_id, content: decodeJson(conversationId, `content of ${what}`, row.content), seq: row.seq, state: row.state as MessageState };
-  if (row.turn_index !== null) {
-    if (!isCount(row.turn_index, 0)) throw new StoreCorruptError(conversationId, `${what} has turn index ${String(row.turn_index)}`);
-    out.turnIndex = row.turn_index;
-  } else if (row.state !== "queued") {
-    throw new StoreCorruptError(conversationId, `${what} is ${row.state} but was never bound to a turn index`);
-  }
-  if (row.state === "failed") out.failure = decodeJson(conversationId, `failure of ${what}`, row.failure);
-  return out;
-}
-
-function decodeTurn(conversationId: string, row: TurnRow): StoredTurn {
-  if (!isCount(row.turn_index, 0)) throw new StoreCorruptError(conversationId, `a turn has index ${String(row.turn_index)}`);
-  const what = `turn ${row.turn_index}`;
-  if (row.stop_reason !== null && typeof row.stop_reason !== "string") throw new StoreCorruptError(conversationId, `${what} has a stop reason that is not text`);
-  const turn: StoredTurn = {
-    turnIndex: row.turn_index,
-    messageId: row.message_id,
-    assistant: decodeJson(conversationId, `assistant message of ${what}`, row.assistant),
-    stopReason: row.stop_reason,
-  };
-  if (row.tool_results !== null) turn.toolResults = decodeJson(conversationId, `tool results of ${what}`, row.tool_results);
-  return turn;
 }
 
 /** A bigint column (pg returns text) as a safe integer, or store_corrupt. */
@@ -451,10 +406,6 @@ function toCount(conversationId: string, value: unknown): number {
   const n = typeof value === "string" ? Number(value) : value;
   if (typeof n !== "number" || !Number.isSafeInteger(n)) throw new StoreCorruptError(conversationId, `${String(value)} is not a safe integer`);
   return n;
-}
-
-function isCount(value: unknown, min: number): value is number {
-  return typeof value === "number" && Number.isSafeInteger(value) && value >= min;
 }
 
 function isFence(fence: unknown): fence is number {
@@ -513,8 +464,8 @@ function checkCommit(commit: TurnCommit): {
     messageId: commit.messageId,
     // Not a whole number: it can never equal the committed count (refused, not an error).
     turnIndex: Number.isSafeInteger(commit.turnIndex) ? commit.turnIndex : -1,
-    assistant: encodeJson("assistant", commit.assistant),
-    toolResults: commit.toolResults === undefined ? null : encodeJson("toolResults", commit.toolResults),
+    assistant: encodeStoreJson("assistant", commit.assistant),
+    toolResults: commit.toolResults === undefined ? null : encodeStoreJson("toolResults", commit.toolResults),
     stopReason: commit.stopReason,
     answers: commit.answers,
   };

@@ -12,13 +12,17 @@ import {
   type ConversationStoreCapabilities,
   type JsonValue,
   type LeaseResult,
-  type MessageState,
   type StoredMessage,
   type StoredTurn,
   type TurnCommit,
   type TurnSnapshot,
+  decodeStoreJson,
+  decodeStoredMessage,
+  decodeStoredTurn,
+  encodeStoreJson,
+  type StoredMessageRow,
+  type StoredTurnRow,
 } from "@dispatch-once/core";
-import { decodeJson, encodeJson } from "./json.js";
 import { DEFAULT_TABLE_PREFIX, schemaSql, tablesFor, type ConversationTables } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
@@ -65,8 +69,6 @@ const MAX_OWNER_LENGTH = 1024;
  */
 export const STORE_NOW_SQL = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 
-const STATES: ReadonlySet<string> = new Set<MessageState>(["queued", "in_progress", "answered", "failed"]);
-
 interface ConversationRow {
   fence: number;
   lease_owner: string | null;
@@ -75,39 +77,22 @@ interface ConversationRow {
   now: number;
 }
 
-interface MessageRow {
-  message_id: string;
-  seq: unknown;
-  state: unknown;
-  content: unknown;
-  turn_index: unknown;
-  failure: unknown;
-}
-
-interface TurnRow {
-  turn_index: unknown;
-  message_id: string;
-  assistant: unknown;
-  tool_results: unknown;
-  stop_reason: unknown;
-}
-
 interface Statements {
   ensure: Database.Statement<[string]>;
   conversation: Database.Statement<[string], ConversationRow>;
-  message: Database.Statement<[string, string], MessageRow>;
+  message: Database.Statement<[string, string], StoredMessageRow>;
   nextSeq: Database.Statement<[string], { next: number }>;
   insertMessage: Database.Statement<[string, string, number, string]>;
   reopen: Database.Statement<[string, string]>;
-  inProgress: Database.Statement<[string], MessageRow>;
-  oldestQueued: Database.Statement<[string], MessageRow>;
+  inProgress: Database.Statement<[string], StoredMessageRow>;
+  oldestQueued: Database.Statement<[string], StoredMessageRow>;
   bind: Database.Statement<[number, string, string]>;
   setLastBound: Database.Statement<[string, string]>;
   turnCount: Database.Statement<[string], { n: number }>;
   hasTurn: Database.Statement<[string, string], { one: number }>;
-  turnsOf: Database.Statement<[string, string], TurnRow>;
+  turnsOf: Database.Statement<[string, string], StoredTurnRow>;
   /** The committed turns in order, each with its message's content on the message's first turn. */
-  log: Database.Statement<[string], TurnRow & { content: unknown; known: number }>;
+  log: Database.Statement<[string], StoredTurnRow & { content: unknown; known: number }>;
   grant: Database.Statement<[number, string, number, string]>;
   renew: Database.Statement<[number, string, number], { lease_expires_at: number }>;
   release: Database.Statement<[string, number]>;
@@ -224,13 +209,13 @@ export class SqliteConversationStore implements ConversationStore {
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
     checkMessageId(message?.id);
     checkConversationId(conversationId);
-    const content = encodeJson("content", message.content);
+    const content = encodeStoreJson("content", message.content);
     return this.guard(conversationId, "appendUserMessage", () =>
       this.write(() => {
         const s = this.stmts;
         const known = s.message.get(conversationId, message.id);
         if (known !== undefined) {
-          const stored = decodeMessage(conversationId, known);
+          const stored = decodeStoredMessage(conversationId, known);
           // TURN-12: a failed message reopens only while no other message was bound since it.
           if (stored.state === "failed" && this.conversationRow(conversationId)?.last_bound === stored.id) {
             s.reopen.run(conversationId, stored.id);
@@ -254,14 +239,14 @@ export class SqliteConversationStore implements ConversationStore {
     checkMessageIdType(messageId);
     return this.guard(conversationId, "message", () => {
       const row = this.stmts.message.get(conversationId, messageId);
-      return row === undefined ? undefined : decodeMessage(conversationId, row);
+      return row === undefined ? undefined : decodeStoredMessage(conversationId, row);
     });
   }
 
   async turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]> {
     checkConversationId(conversationId);
     checkMessageIdType(messageId);
-    return this.guard(conversationId, "turnsOf", () => this.stmts.turnsOf.all(conversationId, messageId).map((r) => decodeTurn(conversationId, r)));
+    return this.guard(conversationId, "turnsOf", () => this.stmts.turnsOf.all(conversationId, messageId).map((r) => decodeStoredTurn(conversationId, r)));
   }
 
   async log(conversationId: string): Promise<JsonValue[]> {
@@ -315,7 +300,7 @@ export class SqliteConversationStore implements ConversationStore {
         const s = this.stmts;
         const row = s.inProgress.get(conversationId) ?? s.oldestQueued.get(conversationId);
         if (row === undefined) return undefined;
-        const current = decodeMessage(conversationId, row);
+        const current = decodeStoredMessage(conversationId, row);
         const turnIndex = s.turnCount.get(conversationId)!.n;
         if (current.state === "queued") {
           // TURN-11: bound durably before the first attempt: state and turn index in this commit.
@@ -342,7 +327,7 @@ export class SqliteConversationStore implements ConversationStore {
         if (row === undefined || row.lease_owner === null || !isFence(c.fence) || row.fence !== c.fence) return { committed: false };
         if (s.turnCount.get(conversationId)!.n !== c.turnIndex) return { committed: false };
         const stored = s.message.get(conversationId, c.messageId);
-        if (stored === undefined || decodeMessage(conversationId, stored).state !== "in_progress") return { committed: false };
+        if (stored === undefined || decodeStoredMessage(conversationId, stored).state !== "in_progress") return { committed: false };
         s.insertTurn.run(conversationId, c.turnIndex, c.messageId, c.stopReason, c.assistant, c.toolResults);
         if (c.answers) s.answer.run(conversationId, c.messageId);
         return { committed: true };
@@ -352,12 +337,12 @@ export class SqliteConversationStore implements ConversationStore {
 
   async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
     checkConversationId(conversationId);
-    const text = encodeJson("record", record);
+    const text = encodeStoreJson("record", record);
     this.guard(conversationId, "failMessage", () =>
       this.write(() => {
         this.assertHeld(conversationId, fence);
         const row = typeof messageId === "string" ? this.stmts.message.get(conversationId, messageId) : undefined;
-        if (row === undefined || decodeMessage(conversationId, row).state !== "in_progress") {
+        if (row === undefined || decodeStoredMessage(conversationId, row).state !== "in_progress") {
           throw new InvalidStoreInputError("messageId", `message ${String(messageId)} is not in progress`);
         }
         this.stmts.fail.run(text, conversationId, messageId);
@@ -369,14 +354,14 @@ export class SqliteConversationStore implements ConversationStore {
 
   async addRecord(conversationId: string, record: JsonValue): Promise<void> {
     checkConversationId(conversationId);
-    const text = encodeJson("record", record);
+    const text = encodeStoreJson("record", record);
     this.guard(conversationId, "addRecord", () => this.write(() => this.stmts.insertRecord.run(conversationId, conversationId, text)));
   }
 
   async records(conversationId: string): Promise<JsonValue[]> {
     checkConversationId(conversationId);
     return this.guard(conversationId, "records", () =>
-      this.stmts.records.all(conversationId).map((r, i) => decodeJson(conversationId, `record ${i + 1}`, r.record)),
+      this.stmts.records.all(conversationId).map((r, i) => decodeStoreJson(conversationId, `record ${i + 1}`, r.record)),
     );
   }
 
@@ -416,10 +401,10 @@ export class SqliteConversationStore implements ConversationStore {
           throw new StoreCorruptError(conversationId, `turn ${String(row.turn_index)} belongs to message ${row.message_id}, which ${row.known !== 1 ? "is not stored" : "answered an earlier turn before another message"}`);
         }
         started.add(row.message_id);
-        out.push(decodeJson(conversationId, `content of message ${row.message_id}`, row.content));
+        out.push(decodeStoreJson(conversationId, `content of message ${row.message_id}`, row.content));
         previous = row.message_id;
       }
-      const turn = decodeTurn(conversationId, row);
+      const turn = decodeStoredTurn(conversationId, row);
       out.push(turn.assistant);
       if (turn.toolResults !== undefined) out.push(turn.toolResults);
     }
@@ -540,40 +525,6 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
   };
 }
 
-/** A stored message, checked field by field: anything unexpected is store_corrupt, never "absent". */
-function decodeMessage(conversationId: string, row: MessageRow): StoredMessage {
-  const what = `message ${row.message_id}`;
-  if (typeof row.state !== "string" || !STATES.has(row.state)) throw new StoreCorruptError(conversationId, `${what} has state ${String(row.state)}`);
-  if (!isCount(row.seq, 1)) throw new StoreCorruptError(conversationId, `${what} has seq ${String(row.seq)}`);
-  const out: StoredMessage = { id: row.message_id, content: decodeJson(conversationId, `content of ${what}`, row.content), seq: row.seq, state: row.state as MessageState };
-  if (row.turn_index !== null) {
-    if (!isCount(row.turn_index, 0)) throw new StoreCorruptError(conversationId, `${what} has turn index ${String(row.turn_index)}`);
-    out.turnIndex = row.turn_index;
-  } else if (row.state !== "queued") {
-    throw new StoreCorruptError(conversationId, `${what} is ${row.state} but was never bound to a turn index`);
-  }
-  if (row.state === "failed") out.failure = decodeJson(conversationId, `failure of ${what}`, row.failure);
-  return out;
-}
-
-function decodeTurn(conversationId: string, row: TurnRow): StoredTurn {
-  if (!isCount(row.turn_index, 0)) throw new StoreCorruptError(conversationId, `a turn has index ${String(row.turn_index)}`);
-  const what = `turn ${row.turn_index}`;
-  if (row.stop_reason !== null && typeof row.stop_reason !== "string") throw new StoreCorruptError(conversationId, `${what} has a stop reason that is not text`);
-  const turn: StoredTurn = {
-    turnIndex: row.turn_index,
-    messageId: row.message_id,
-    assistant: decodeJson(conversationId, `assistant message of ${what}`, row.assistant),
-    stopReason: row.stop_reason,
-  };
-  if (row.tool_results !== null) turn.toolResults = decodeJson(conversationId, `tool results of ${what}`, row.tool_results);
-  return turn;
-}
-
-function isCount(value: unknown, min: number): value is number {
-  return typeof value === "number" && Number.isSafeInteger(value) && value >= min;
-}
-
 function isFence(fence: unknown): fence is number {
   return typeof fence === "number" && Number.isSafeInteger(fence) && fence >= 1;
 }
@@ -624,8 +575,8 @@ function checkCommit(commit: TurnCommit): {
     messageId: commit.messageId,
     // A turn index that is not a whole number can never equal the committed count: not committed.
     turnIndex: commit.turnIndex,
-    assistant: encodeJson("assistant", commit.assistant),
-    toolResults: commit.toolResults === undefined ? null : encodeJson("toolResults", commit.toolResults),
+    assistant: encodeStoreJson("assistant", commit.assistant),
+    toolResults: commit.toolResults === undefined ? null : encodeStoreJson("toolResults", commit.toolResults),
     stopReason: commit.stopReason,
     answers: commit.answers,
   };

@@ -6,7 +6,6 @@ import {
   Dispatcher,
   MemoryLedger,
   ToolError,
-  canonicalize,
   defineTool,
   isDispatchOnceError,
   type DispatchEvent,

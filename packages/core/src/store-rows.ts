@@ -1,0 +1,98 @@
+import { canonicalize, type JsonValue } from "./canonical.js";
+import type { MessageState, StoredMessage, StoredTurn } from "./conversation.js";
+import { InvalidStoreInputError, StoreCorruptError, isDispatchOnceError } from "./errors.js";
+
+/*
+ * Helpers for conversation-store implementers: one place for what every store that keeps
+ * messages and turns as JSON text must do the same way, so the stores agree byte for byte and
+ * refuse and decode alike (TURN-7, TURN-14).
+ */
+
+/**
+ * JSON text of a value a store must give back deep-equal. `canonicalize` refuses exactly what
+ * JSON cannot carry (NaN and ±Infinity, lone surrogates, undefined in arrays, bigint, Dates and
+ * other class instances, cycles, symbol keys, nesting past 512), so its check is reused; the
+ * stored text is JSON.stringify's, which keeps the caller's member order.
+ */
+export function encodeStoreJson(field: string, value: unknown): string {
+  try {
+    canonicalize(value);
+  } catch (error) {
+    if (isDispatchOnceError(error, "not_canonicalizable")) {
+      throw new InvalidStoreInputError(field, `cannot be stored as JSON and read back equal: ${error.message}`);
+    }
+    throw error;
+  }
+  return JSON.stringify(value);
+}
+
+/** The value of stored JSON text; text that does not parse is corruption, never "absent". */
+export function decodeStoreJson(conversationId: string, what: string, text: unknown): JsonValue {
+  if (typeof text !== "string") throw new StoreCorruptError(conversationId, `${what} is not JSON text (${text === null ? "null" : typeof text})`);
+  try {
+    return JSON.parse(text) as JsonValue;
+  } catch (cause) {
+    throw new StoreCorruptError(conversationId, `${what} is not valid JSON`, { cause });
+  }
+}
+
+/** A message row as a driver returns it: column values, not yet trusted. */
+export interface StoredMessageRow {
+  message_id: string;
+  seq: unknown;
+  state: unknown;
+  content: unknown;
+  turn_index: unknown;
+  failure: unknown;
+}
+
+/** A turn row as a driver returns it: column values, not yet trusted. */
+export interface StoredTurnRow {
+  turn_index: unknown;
+  message_id: string;
+  assistant: unknown;
+  tool_results: unknown;
+  stop_reason: unknown;
+}
+
+const STATES: ReadonlySet<string> = new Set<MessageState>(["queued", "in_progress", "answered", "failed"]);
+
+function isCount(value: unknown, min: number): value is number {
+  return typeof value === "number" && Number.isSafeInteger(value) && value >= min;
+}
+
+/** A stored message, checked field by field: anything unexpected is store_corrupt, never "absent". */
+export function decodeStoredMessage(conversationId: string, row: StoredMessageRow): StoredMessage {
+  const what = `message ${row.message_id}`;
+  if (typeof row.state !== "string" || !STATES.has(row.state)) throw new StoreCorruptError(conversationId, `${what} has state ${String(row.state)}`);
+  if (!isCount(row.seq, 1)) throw new StoreCorruptError(conversationId, `${what} has seq ${String(row.seq)}`);
+  const out: StoredMessage = {
+    id: row.message_id,
+    content: decodeStoreJson(conversationId, `content of ${what}`, row.content),
+    seq: row.seq,
+    state: row.state as MessageState,
+  };
+  if (row.turn_index !== null) {
+    if (!isCount(row.turn_index, 0)) throw new StoreCorruptError(conversationId, `${what} has turn index ${String(row.turn_index)}`);
+    out.turnIndex = row.turn_index;
+  } else if (row.state !== "queued") {
+    throw new StoreCorruptError(conversationId, `${what} is ${row.state} but was never bound to a turn index`);
+  }
+  if (row.state === "failed") out.failure = decodeStoreJson(conversationId, `failure of ${what}`, row.failure);
+  return out;
+}
+
+/** A stored turn, checked field by field. */
+export function decodeStoredTurn(conversationId: string, row: StoredTurnRow): StoredTurn {
+  if (!isCount(row.turn_index, 0)) throw new StoreCorruptError(conversationId, `a turn has index ${String(row.turn_index)}`);
+  const what = `turn ${row.turn_index}`;
+  if (row.stop_reason !== null && typeof row.stop_reason !== "string") throw new StoreCorruptError(conversationId, `${what} has a stop reason that is not text`);
+  const turn: StoredTurn = {
+    turnIndex: row.turn_index,
+    messageId: row.message_id,
+    assistant: decodeStoreJson(conversationId, `assistant message of ${what}`, row.assistant),
+    stopReason: row.stop_reason,
+  };
+  if (row.tool_results !== null) turn.toolResults = decodeStoreJson(conversationId, `tool results of ${what}`, row.tool_results);
+  return turn;
+}
