@@ -1,7 +1,7 @@
 import type { JsonValue } from "./canonical.js";
 
 /**
- * The conversation-store contract (spec §4.1 and §4.2, TURN-1 … TURN-14). Provider-agnostic: messages
+ * The conversation-store contract (spec §4.1 and §4.2, TURN-1 … TURN-15). Provider-agnostic: messages
  * are stored as JSON values exactly as the stream side hands them over.
  *
  * The model-visible history (the *log*) changes ONLY through `commitTurn`, which is a
@@ -70,6 +70,19 @@ export interface TurnSnapshot {
    * when none of its turns is committed yet.
    */
   input: JsonValue[];
+  /**
+   * True when a turn at this `turnIndex` was begun before under an earlier turn-lease grant (a
+   * lower fence), for any message: the same message taken over after its holder's lease
+   * expired, a failed message reopened (TURN-12), or the next message bound at the index where
+   * a failed one stopped. That holder's runs may still be alive (a paused process never learns
+   * it lost the lease, and no check can close that window) and dispatch calls whose keys share
+   * this turn index; they may claim a key after this holder released it. So a runner of a
+   * resumed turn says `may_have_happened` for every call it cannot show settled, never
+   * `not_happened` (TURN-15). False when this index was first begun under `fence`: every earlier
+   * attempt at it was this holder's own, and over. It is a fact about the index, kept by the
+   * store, so it is the same after a restart.
+   */
+  resumed: boolean;
 }
 
 export interface TurnCommit {
@@ -136,7 +149,9 @@ export interface ConversationStore {
   /**
    * Under the lease: the next turn to produce, or undefined when no message waits. Picks the
    * `in_progress` message if there is one, else the oldest `queued` one, and binds it
-   * (state "in_progress", `turnIndex` = committed turn count) if it was queued.
+   * (state "in_progress", `turnIndex` = committed turn count) if it was queued. Keeps the fence
+   * under which each turn index was first begun, durably with the binding, to answer `resumed`
+   * (TURN-15).
    * `conversation_lease_lost` if `fence` does not hold the lease.
    */
   beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined>;

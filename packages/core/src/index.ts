@@ -61,6 +61,7 @@ export {
   decodeStoreJson,
   decodeStoredMessage,
   decodeStoredTurn,
+  beginTurnIndex,
   type StoredMessageRow,
   type StoredTurnRow,
 } from "./store-rows.js";

@@ -21,6 +21,11 @@ interface Conversation {
   log: JsonValue[];
   /** The message bound most recently (TURN-12 decides re-opening by it). */
   lastBound: string | undefined;
+  /**
+   * The turn index begun last and the fence under which it was FIRST begun (TURN-15): a later
+   * grant beginning the same index resumes it.
+   */
+  begun: { turnIndex: number; fence: number } | undefined;
   lease: { fence: number; owner: string; expiresAt: number } | undefined;
   /** Highest fence ever issued; kept when the lease is released so fences only rise. */
   fence: number;
@@ -123,10 +128,12 @@ export class MemoryConversationStore implements ConversationStore {
       current.turnIndex ??= conversation.turns.length;
       conversation.lastBound = current.id;
     }
+    const turnIndex = conversation.turns.length;
+    const resumed = beginIndex(conversation, turnIndex, fence);
     const started = conversation.turns.some((t) => t.messageId === current.id);
     const input = clone(conversation.log);
     if (!started) input.push(clone(current.content));
-    return { conversationId, turnIndex: conversation.turns.length, message: clone(current), input };
+    return { conversationId, turnIndex, message: clone(current), input, resumed };
   }
 
   async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
@@ -194,6 +201,7 @@ export class MemoryConversationStore implements ConversationStore {
         turns: [],
         log: [],
         lastBound: undefined,
+        begun: undefined,
         lease: undefined,
         fence: 0,
         records: [],
@@ -211,6 +219,17 @@ export class MemoryConversationStore implements ConversationStore {
  */
 function reopenable(conversation: Conversation, message: StoredMessage): boolean {
   return conversation.lastBound === message.id;
+}
+
+/**
+ * TURN-15: whether `turnIndex` was begun before under another (earlier) grant. The first fence
+ * to begin an index is kept until a turn is committed there, so that index is never begun again.
+ */
+function beginIndex(conversation: Conversation, turnIndex: number, fence: number): boolean {
+  const begun = conversation.begun;
+  if (begun !== undefined && begun.turnIndex === turnIndex) return begun.fence !== fence;
+  conversation.begun = { turnIndex, fence };
+  return false;
 }
 
 /** What every store can keep and give back deep-equal: JSON data, as the durable stores store it. */

@@ -96,3 +96,26 @@ export function decodeStoredTurn(conversationId: string, row: StoredTurnRow): St
   if (row.tool_results !== null) turn.toolResults = decodeStoreJson(conversationId, `tool results of ${what}`, row.tool_results);
   return turn;
 }
+
+/**
+ * TURN-15 for stores that keep, per conversation, the turn index begun last and the fence that
+ * first began it (`begunTurn`, `begunFence`, both null before any turn was begun): whether
+ * beginning `turnIndex` under `fence` resumes an earlier grant's turn, and whether the store
+ * must now write (`turnIndex`, `fence`) as the index begun last (only when the index is new:
+ * the FIRST fence to begin an index is what later grants are compared with). A fence of 0
+ * stands for an unknown earlier grant (rows written before the columns existed).
+ */
+export function beginTurnIndex(
+  conversationId: string,
+  begun: { begunTurn: unknown; begunFence: unknown },
+  turnIndex: number,
+  fence: number,
+): { resumed: boolean; write: boolean } {
+  const { begunTurn, begunFence } = begun;
+  if (begunTurn === null && begunFence === null) return { resumed: false, write: true };
+  if (!isCount(begunTurn, 0) || !isCount(begunFence, 0)) {
+    throw new StoreCorruptError(conversationId, `the turn begun last is ${String(begunTurn)} under fence ${String(begunFence)}`);
+  }
+  if (begunTurn === turnIndex) return { resumed: begunFence !== fence, write: false };
+  return { resumed: false, write: true };
+}
