@@ -28,6 +28,13 @@ import { ToolRegistry, type ToolDefinition } from "./registry.js";
 export interface TurnContext {
   conversationId: string;
   turnIndex: number;
+  /**
+   * The turn index was begun before under an earlier turn-lease grant (`TurnSnapshot.resumed`,
+   * TURN-15): that holder's run of a call may still be alive (a paused process) and may claim
+   * the key after this run releases it. A not-performed failure then speaks for this run only,
+   * and the call may have happened. Not part of the key.
+   */
+  resumed?: boolean;
 }
 
 export interface ToolCall {
@@ -398,7 +405,7 @@ export class Dispatcher implements CallDispatcher {
       finished = true;
       clearInterval(renewal);
       this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: false });
-      return this.recordFailure(error, tool, key, fence, base);
+      return this.recordFailure(error, tool, key, fence, base, context);
     }
     finished = true;
     clearInterval(renewal);
@@ -467,6 +474,7 @@ export class Dispatcher implements CallDispatcher {
     key: string,
     fence: number,
     base: { ordinal: number },
+    context: TurnContext,
   ): Promise<never> {
     const disposition = ToolError.isInstance(error) ? error.disposition : "unknown";
     switch (disposition) {
@@ -480,8 +488,10 @@ export class Dispatcher implements CallDispatcher {
         // above 1) may carry an earlier run whose response was lost: "not performed" speaks for
         // this run only, so the call as a whole may have happened (found by the spin model).
         // A volatile ledger may have forgotten an earlier run's row, so even fence 1 proves nothing there.
+        // In a resumed turn (TURN-15) an earlier holder's run may claim after this release and
+        // perform the call, whatever the class: not even fence 1 proves it will not happen.
         const earlierRunMayHaveActed =
-          tool.effect === "keyed_write" && (fence > 1 || this.ledger.capabilities.durability !== "durable");
+          (tool.effect === "keyed_write" && (fence > 1 || this.ledger.capabilities.durability !== "durable")) || context.resumed === true;
         await this.recorded(key, () => this.ledger.release(key, fence));
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: earlierRunMayHaveActed });
         throw new ClaimReleasedError(key, earlierRunMayHaveActed, error);
@@ -581,6 +591,10 @@ function toRegistry(tools: unknown): ToolRegistry {
 function checkTurnContext(context: unknown): asserts context is TurnContext {
   if (typeof context !== "object" || context === null) {
     throw new InvalidArgumentError("context", "must be an object { conversationId, turnIndex }");
+  }
+  const resumed = (context as { resumed?: unknown }).resumed;
+  if (resumed !== undefined && typeof resumed !== "boolean") {
+    throw new InvalidArgumentError("context.resumed", "must be a boolean when given");
   }
 }
 

@@ -428,3 +428,46 @@ describe("a not-performed failure after an earlier run (RECORD-2, spin model fin
     });
   });
 });
+
+describe("a not-performed failure in a resumed turn (RECORD-2, proposed TURN-15, spin model finding resume-says-not)", () => {
+  const refused = (effect: "keyed_write" | "unkeyed_write", events: DispatchEvent[] = []) => {
+    const tool = defineTool({
+      name: "send_payment",
+      effect,
+      input: z.object({ amount: z.number() }),
+      run: () => {
+        throw new ToolError("503 before acceptance", { disposition: "not_performed" });
+      },
+    });
+    const base = new MemoryLedger();
+    // Durable, so that a first claim's "not performed" is believed when nobody else may hold the turn.
+    const durable: Ledger = Object.assign(Object.create(base) as Ledger, { capabilities: { ...base.capabilities, durability: "durable" } });
+    return new Dispatcher({ tools: [tool], ledger: durable, onEvent: (e) => events.push(e) });
+  };
+
+  it("TURN-15 a first claim refused before acceptance says 'may have happened' when the turn was resumed: the earlier holder may claim next", async () => {
+    for (const effect of ["keyed_write", "unkeyed_write"] as const) {
+      const events: DispatchEvent[] = [];
+      const dispatcher = refused(effect, events);
+      await expect(dispatcher.turn({ ...turn0, resumed: true }).dispatch({ name: "send_payment", input: { amount: 1 } }), effect).rejects.toMatchObject({
+        code: "claim_released",
+        effectMayHaveHappened: true,
+      });
+      expect(events.filter((e) => e.type === "released"), effect).toEqual([expect.objectContaining({ type: "released", effectMayHaveHappened: true })]);
+      // The same call in a turn this holder began itself: its own first claim, so "not performed".
+      await expect(refused(effect).turn({ ...turn0, resumed: false }).dispatch({ name: "send_payment", input: { amount: 1 } }), effect).rejects.toMatchObject({
+        effectMayHaveHappened: false,
+      });
+      await expect(refused(effect).dispatch({ name: "send_payment", input: { amount: 1 } }, { ...turn0, resumed: true }), effect).rejects.toMatchObject({
+        effectMayHaveHappened: true,
+      });
+    }
+  });
+
+  it("TURN-15 resumed is not part of the key, and a resumed that is not a boolean is refused before anything is claimed", () => {
+    const dispatcher = refused("keyed_write");
+    const call = { name: "send_payment", input: { amount: 1 } };
+    expect(dispatcher.keyFor(call, { ...turn0, resumed: true })).toBe(dispatcher.keyFor(call, turn0));
+    expect(() => dispatcher.turn({ ...turn0, resumed: "yes" as unknown as boolean })).toThrow(expect.objectContaining({ code: "invalid_argument", field: "context.resumed" }));
+  });
+});
