@@ -20,6 +20,7 @@ import {
   decodeStoreJson,
   decodeStoredMessage,
   decodeStoredTurn,
+  beginTurnIndex,
   encodeStoreJson,
   type StoredMessageRow,
   type StoredTurnRow,
@@ -65,6 +66,8 @@ interface ConversationRow {
   lease_owner: string | null;
   lease_expires_at: string | null;
   last_bound: string | null;
+  begun_turn: number | null;
+  begun_fence: string | null;
 }
 
 type Run = <R extends QueryResultRow = QueryResultRow>(statement: Statement, values: unknown[]) => Promise<R[]>;
@@ -224,11 +227,16 @@ export class PostgresConversationStore implements ConversationStore {
   async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
     checkConversationId(conversationId);
     return this.transaction(conversationId, "beginTurn", async (run) => {
-      this.assertHeld(conversationId, await this.lock(run, conversationId, false), fence);
+      const conversation = await this.lock(run, conversationId, false);
+      this.assertHeld(conversationId, conversation, fence);
       const [row] = await run<StoredMessageRow & { turn_count: number; started: boolean }>(this.sql.current, [conversationId]);
       if (row === undefined) return undefined;
       const current = decodeStoredMessage(conversationId, row);
       const turnIndex = row.turn_count;
+      // TURN-15: the fence that first began this index, kept in the same commit as the binding.
+      const { begun_turn: begunTurn, begun_fence: begunFence } = conversation!;
+      const begun = beginTurnIndex(conversationId, { begunTurn, begunFence: begunFence === null ? null : toCount(conversationId, begunFence) }, turnIndex, fence);
+      if (begun.write) await run(this.sql.setBegun, [conversationId, turnIndex, String(fence)]);
       if (current.state === "queued") {
         // TURN-11: bound durably before the first attempt: state, turn index and last_bound in this commit.
         await run(this.sql.bind, [conversationId, current.id, turnIndex]);
@@ -237,7 +245,7 @@ export class PostgresConversationStore implements ConversationStore {
       }
       const input = buildLog(conversationId, await run(this.sql.log, [conversationId]));
       if (!row.started) input.push(structuredClone(current.content));
-      return { conversationId, turnIndex, message: current, input };
+      return { conversationId, turnIndex, message: current, input, resumed: begun.resumed };
     });
   }
 

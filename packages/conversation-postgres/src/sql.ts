@@ -48,6 +48,11 @@ const MIGRATE_LOCK_ID = 7_326_119_502_418_914n;
  * - conversations: one row per conversation, locked FOR UPDATE by every write so that all
  *   writers of one conversation run one at a time. `fence` is the highest fence ever issued and
  *   is never lowered; the lease is held iff `lease_owner` is not NULL (its fence is `fence`).
+ *   `begun_turn` is the turn index begun last and `begun_fence` the fence that first began it
+ *   (TURN-15: a later grant beginning that index resumes it); both NULL until a turn is begun.
+ *   Tables made by an earlier version get them here (ADD COLUMN IF NOT EXISTS); a
+ *   conversation with a turn under way then (a message in progress, or a failed one a re-send
+ *   may reopen) gets its current index marked as begun under fence 0, an unknown earlier grant.
  * - messages: one row per user message, `seq` the arrival order; `content`/`failure` JSON text
  *   (text, not jsonb: jsonb would reorder members and cannot hold \u0000).
  * - turns: the primary key (conversation_id, turn_index) forbids a second turn at one index.
@@ -63,8 +68,12 @@ CREATE TABLE IF NOT EXISTS ${q.conv} (
   fence            bigint NOT NULL DEFAULT 0,
   lease_owner      text,
   lease_expires_at bigint,
-  last_bound       text
+  last_bound       text,
+  begun_turn       integer,
+  begun_fence      bigint
 );
+ALTER TABLE ${q.conv} ADD COLUMN IF NOT EXISTS begun_turn integer;
+ALTER TABLE ${q.conv} ADD COLUMN IF NOT EXISTS begun_fence bigint;
 CREATE TABLE IF NOT EXISTS ${q.msgs} (
   conversation_id text    NOT NULL,
   message_id      text    NOT NULL,
@@ -93,6 +102,13 @@ CREATE TABLE IF NOT EXISTS ${q.recs} (
   record          text    NOT NULL,
   PRIMARY KEY (conversation_id, seq)
 );
+UPDATE ${q.conv} c
+   SET begun_turn = (SELECT coalesce(max(turn_index) + 1, 0) FROM ${q.turns} WHERE conversation_id = c.conversation_id),
+       begun_fence = 0
+ WHERE c.begun_turn IS NULL
+   AND EXISTS (SELECT 1 FROM ${q.msgs} m
+                WHERE m.conversation_id = c.conversation_id
+                  AND (m.state = 'in_progress' OR (m.state = 'failed' AND m.message_id = c.last_bound)));
 `;
 }
 
@@ -110,6 +126,8 @@ export interface Statements {
   /** The message in progress, else the oldest queued one, with the turn count and whether it has a turn. */
   current: Statement;
   bind: Statement;
+  /** TURN-15: the turn index begun last and the fence that first began it. */
+  setBegun: Statement;
   turnsOf: Statement;
   log: Statement;
   grant: Statement;
@@ -133,7 +151,7 @@ export function statements(t: ConversationTables): Statements {
   const s = (name: string, text: string): Statement => ({ name: `do_conv_${tag}_${name}`, text });
   const messageColumns = "message_id, seq, state, content, turn_index, failure";
   return {
-    lock: s("lock", `SELECT fence, lease_owner, lease_expires_at, last_bound FROM ${q.conv} WHERE conversation_id = $1 FOR UPDATE`),
+    lock: s("lock", `SELECT fence, lease_owner, lease_expires_at, last_bound, begun_turn, begun_fence FROM ${q.conv} WHERE conversation_id = $1 FOR UPDATE`),
     ensure: s("ensure", `INSERT INTO ${q.conv} (conversation_id) VALUES ($1) ON CONFLICT (conversation_id) DO NOTHING`),
     message: s("message", `SELECT ${messageColumns} FROM ${q.msgs} WHERE conversation_id = $1 AND message_id = $2`),
     insertMessage: s(
@@ -156,6 +174,7 @@ export function statements(t: ConversationTables): Statements {
       `WITH bound AS (UPDATE ${q.msgs} SET state = 'in_progress', turn_index = coalesce(turn_index, $3) WHERE conversation_id = $1 AND message_id = $2 RETURNING 1)
        UPDATE ${q.conv} SET last_bound = $2 WHERE conversation_id = $1 AND EXISTS (SELECT 1 FROM bound)`,
     ),
+    setBegun: s("set_begun", `UPDATE ${q.conv} SET begun_turn = $2, begun_fence = $3 WHERE conversation_id = $1`),
     turnsOf: s(
       "turns_of",
       `SELECT turn_index, message_id, assistant, tool_results, stop_reason FROM ${q.turns} WHERE conversation_id = $1 AND message_id = $2 ORDER BY turn_index`,

@@ -82,6 +82,44 @@ describe("TURN-14 restart: a store closed and opened again (a new instance, a ne
   });
 });
 
+describe("TURN-15 resumed, in the database", () => {
+  it("tables made before begun_turn/begun_fence existed get them from migrate(); a turn under way then is resumed, a finished one is not", async () => {
+    const { store: old, schema } = await fresh("legacy");
+    for (const c of ["legacy-a", "legacy-b", "legacy-c"]) await old.appendUserMessage(c, { id: "m1", content: user(`${c} pay alice`) });
+    const fences: Record<string, number> = {};
+    for (const c of ["legacy-a", "legacy-b", "legacy-c"]) {
+      const lease = await old.acquireLease(c, "worker-a", 600_000);
+      if (!lease.acquired) throw new Error("not acquired");
+      fences[c] = lease.fence;
+      await old.beginTurn(c, lease.fence);
+    }
+    await old.commitTurn("legacy-b", { fence: fences["legacy-b"]!, messageId: "m1", turnIndex: 0, assistant: { text: "done" }, stopReason: "end_turn", answers: true });
+    await old.failMessage("legacy-c", fences["legacy-c"]!, "m1", { failed: "m1" });
+    await old.releaseLease("legacy-b", fences["legacy-b"]!);
+    await old.releaseLease("legacy-c", fences["legacy-c"]!);
+    await old.close();
+    // What an earlier version's tables look like: no begun_turn, no begun_fence.
+    await admin.query(`ALTER TABLE "${schema}".dispatch_once_conversations DROP COLUMN begun_turn, DROP COLUMN begun_fence`);
+
+    const upgraded = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
+    await rejectsWith(upgraded.beginTurn("legacy-a", fences["legacy-a"]!), "store_unavailable"); // not migrated yet: refused, never answered
+    await upgraded.migrate();
+    // Who began legacy-a's turn 0 is unknown (it may be a paused worker of the old version): resumed, even for the same fence.
+    expect(await upgraded.beginTurn("legacy-a", fences["legacy-a"]!)).toMatchObject({ turnIndex: 0, resumed: true });
+    await upgraded.appendUserMessage("legacy-b", { id: "m2", content: user("pay bob") });
+    const b = await upgraded.acquireLease("legacy-b", "worker-b", 600_000);
+    if (!b.acquired) throw new Error("not acquired");
+    expect(await upgraded.beginTurn("legacy-b", b.fence)).toMatchObject({ turnIndex: 1, resumed: false });
+    expect((await upgraded.appendUserMessage("legacy-c", { id: "m1", content: user("legacy-c pay alice") })).reopened).toBe(true);
+    const c = await upgraded.acquireLease("legacy-c", "worker-c", 600_000);
+    if (!c.acquired) throw new Error("not acquired");
+    expect(await upgraded.beginTurn("legacy-c", c.fence)).toMatchObject({ turnIndex: 0, resumed: true });
+    await upgraded.migrate(); // idempotent: nothing is marked again
+    expect(await upgraded.beginTurn("legacy-b", b.fence)).toMatchObject({ turnIndex: 1, resumed: false });
+    await upgraded.close();
+  });
+});
+
 describe("TURN-10 leases are measured on the server's clock", () => {
   it("leaseExpiresAt is the server's now plus the lease, and a lease past it is taken over", async () => {
     const { store, schema } = await fresh("clock");

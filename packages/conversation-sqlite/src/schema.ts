@@ -30,7 +30,10 @@ export function tablesFor(prefix: string = DEFAULT_TABLE_PREFIX): ConversationTa
  * - conversations: one row per conversation, the lease and what TURN-12 needs. `fence` is the
  *   highest fence ever issued and is never lowered (a release clears only owner and expiry),
  *   so fences rise across release, expiry and restart. The lease is held iff `lease_owner`
- *   is not NULL, and then its fence is `fence`.
+ *   is not NULL, and then its fence is `fence`. `begun_turn` is the turn index begun last and
+ *   `begun_fence` the fence that first began it (TURN-15: a later grant beginning that index
+ *   resumes it); both NULL until a turn is begun. Tables made by an earlier version get them
+ *   from `migrate()` (see `upgradeSql`).
  * - messages: one row per user message; `seq` is the arrival order. `content` and `failure`
  *   are JSON text. The (conversation_id, state, seq) index finds the message in progress and
  *   the oldest queued one without scanning the conversation's history.
@@ -48,7 +51,9 @@ export function schemaSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
   fence            INTEGER NOT NULL DEFAULT 0,
   lease_owner      TEXT,
   lease_expires_at INTEGER,
-  last_bound       TEXT
+  last_bound       TEXT,
+  begun_turn       INTEGER,
+  begun_fence      INTEGER
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS "${t.messages}" (
   conversation_id TEXT    NOT NULL,
@@ -78,5 +83,25 @@ CREATE TABLE IF NOT EXISTS "${t.records}" (
   record          TEXT    NOT NULL,
   PRIMARY KEY (conversation_id, seq)
 );
+`;
+}
+
+/**
+ * What `migrate()` runs on tables made before `begun_turn`/`begun_fence` existed (SQLite has
+ * no ADD COLUMN IF NOT EXISTS: run it once, when `PRAGMA table_info` lacks the columns). A
+ * conversation with a turn under way (a message in progress, or a failed one that a re-send
+ * may reopen) gets its current turn index marked as begun under fence 0, an unknown earlier
+ * grant: its holder may still be running, so the next beginTurn there says `resumed` (TURN-15).
+ */
+export function upgradeSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
+  const t = tablesFor(prefix);
+  return `ALTER TABLE "${t.conversations}" ADD COLUMN begun_turn INTEGER;
+ALTER TABLE "${t.conversations}" ADD COLUMN begun_fence INTEGER;
+UPDATE "${t.conversations}" AS c
+   SET begun_turn = (SELECT coalesce(max(turn_index) + 1, 0) FROM "${t.turns}" WHERE conversation_id = c.conversation_id),
+       begun_fence = 0
+ WHERE EXISTS (SELECT 1 FROM "${t.messages}" m
+                WHERE m.conversation_id = c.conversation_id
+                  AND (m.state = 'in_progress' OR (m.state = 'failed' AND m.message_id = c.last_bound)));
 `;
 }

@@ -19,11 +19,12 @@ import {
   decodeStoreJson,
   decodeStoredMessage,
   decodeStoredTurn,
+  beginTurnIndex,
   encodeStoreJson,
   type StoredMessageRow,
   type StoredTurnRow,
 } from "@dispatch-once/core";
-import { DEFAULT_TABLE_PREFIX, schemaSql, tablesFor, type ConversationTables } from "./schema.js";
+import { DEFAULT_TABLE_PREFIX, schemaSql, tablesFor, upgradeSql, type ConversationTables } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
 export type SqliteDatabase = Database.Database;
@@ -74,6 +75,8 @@ interface ConversationRow {
   lease_owner: string | null;
   lease_expires_at: number | null;
   last_bound: string | null;
+  begun_turn: unknown;
+  begun_fence: unknown;
   now: number;
 }
 
@@ -88,6 +91,7 @@ interface Statements {
   oldestQueued: Database.Statement<[string], StoredMessageRow>;
   bind: Database.Statement<[number, string, string]>;
   setLastBound: Database.Statement<[string, string]>;
+  setBegun: Database.Statement<[number, number, string]>;
   turnCount: Database.Statement<[string], { n: number }>;
   hasTurn: Database.Statement<[string, string], { one: number }>;
   turnsOf: Database.Statement<[string, string], StoredTurnRow>;
@@ -176,7 +180,7 @@ export class SqliteConversationStore implements ConversationStore {
           journalMode = String(db.pragma("journal_mode", { simple: true })).toLowerCase();
         }
         const synchronous = Number(db.pragma("synchronous", { simple: true }));
-        if (options.migrate ?? true) db.exec(schemaSql(prefix));
+        if (options.migrate ?? true) migrateTables(db, prefix, this.tables);
         let nowSql = STORE_NOW_SQL;
         if (options.now !== undefined) {
           const clock = options.now;
@@ -203,7 +207,7 @@ export class SqliteConversationStore implements ConversationStore {
 
   /** Create the tables if missing (idempotent; also run on open unless `migrate: false`). */
   migrate(): void {
-    this.guard("", "migrate", () => this.database.exec(schemaSql(this.prefix)));
+    this.guard("", "migrate", () => migrateTables(this.database, this.prefix, this.tables));
   }
 
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
@@ -302,6 +306,10 @@ export class SqliteConversationStore implements ConversationStore {
         if (row === undefined) return undefined;
         const current = decodeStoredMessage(conversationId, row);
         const turnIndex = s.turnCount.get(conversationId)!.n;
+        // TURN-15: the fence that first began this index, kept in the same commit as the binding.
+        const conversation = this.conversationRow(conversationId)!;
+        const begun = beginTurnIndex(conversationId, { begunTurn: conversation.begun_turn, begunFence: conversation.begun_fence }, turnIndex, fence);
+        if (begun.write) s.setBegun.run(turnIndex, fence, conversationId);
         if (current.state === "queued") {
           // TURN-11: bound durably before the first attempt: state and turn index in this commit.
           s.bind.run(turnIndex, conversationId, current.id);
@@ -311,7 +319,7 @@ export class SqliteConversationStore implements ConversationStore {
         }
         const input = this.readLog(conversationId);
         if (s.hasTurn.get(conversationId, current.id) === undefined) input.push(structuredClone(current.content));
-        return { conversationId, turnIndex, message: current, input };
+        return { conversationId, turnIndex, message: current, input, resumed: begun.resumed };
       }),
     );
   }
@@ -487,7 +495,7 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
   const held = "conversation_id = ? AND lease_owner IS NOT NULL AND fence = ?";
   return {
     ensure: db.prepare(`INSERT INTO ${conv} (conversation_id) VALUES (?) ON CONFLICT (conversation_id) DO NOTHING`),
-    conversation: db.prepare(`SELECT fence, lease_owner, lease_expires_at, last_bound, ${now} AS now FROM ${conv} WHERE conversation_id = ?`),
+    conversation: db.prepare(`SELECT fence, lease_owner, lease_expires_at, last_bound, begun_turn, begun_fence, ${now} AS now FROM ${conv} WHERE conversation_id = ?`),
     message: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND message_id = ?`),
     nextSeq: db.prepare(`SELECT coalesce(max(seq), 0) + 1 AS next FROM ${msgs} WHERE conversation_id = ?`),
     insertMessage: db.prepare(`INSERT INTO ${msgs} (conversation_id, message_id, seq, state, content) VALUES (?, ?, ?, 'queued', ?)`),
@@ -497,6 +505,7 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     // A reopened message keeps the index of its first turn (TURN-11, TURN-12).
     bind: db.prepare(`UPDATE ${msgs} SET state = 'in_progress', turn_index = coalesce(turn_index, ?) WHERE conversation_id = ? AND message_id = ?`),
     setLastBound: db.prepare(`UPDATE ${conv} SET last_bound = ? WHERE conversation_id = ?`),
+    setBegun: db.prepare(`UPDATE ${conv} SET begun_turn = ?, begun_fence = ? WHERE conversation_id = ?`),
     turnCount: db.prepare(`SELECT coalesce(max(turn_index) + 1, 0) AS n FROM ${turns} WHERE conversation_id = ?`),
     hasTurn: db.prepare(`SELECT 1 AS one FROM ${turns} WHERE conversation_id = ? AND message_id = ? LIMIT 1`),
     turnsOf: db.prepare(
@@ -523,6 +532,19 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     ),
     records: db.prepare(`SELECT record FROM ${recs} WHERE conversation_id = ? ORDER BY seq`),
   };
+}
+
+/**
+ * Create the tables if missing, and give tables made by an earlier version the columns added
+ * since (TURN-15's begun_turn/begun_fence), in one write transaction: two processes opening an
+ * old file together add them once.
+ */
+function migrateTables(db: SqliteDatabase, prefix: string, tables: ConversationTables): void {
+  db.exec(schemaSql(prefix));
+  db.transaction(() => {
+    const columns = db.prepare(`SELECT name FROM pragma_table_info(?)`).all(tables.conversations) as { name: string }[];
+    if (!columns.some((c) => c.name === "begun_turn")) db.exec(upgradeSql(prefix));
+  }).immediate();
 }
 
 function isFence(fence: unknown): fence is number {

@@ -116,6 +116,61 @@ describe("TURN-14 restart: a store closed and opened again (a new instance, a ne
   });
 });
 
+describe("TURN-15 resumed, on disk", () => {
+  it("tables made before begun_turn/begun_fence existed get them on open; a turn under way then is resumed, a finished one is not", async () => {
+    const path = freshPath();
+    const old = new SqliteConversationStore({ path });
+    // legacy-a: m1 in progress under worker-a's lease; legacy-b: m1 answered; legacy-c: m1 failed (reopenable).
+    for (const c of ["legacy-a", "legacy-b", "legacy-c"]) await old.appendUserMessage(c, { id: "m1", content: user(`${c} pay alice`) });
+    const fences: Record<string, number> = {};
+    for (const c of ["legacy-a", "legacy-b", "legacy-c"]) {
+      const lease = await old.acquireLease(c, "worker-a", 600_000);
+      if (!lease.acquired) throw new Error("not acquired");
+      fences[c] = lease.fence;
+      await old.beginTurn(c, lease.fence);
+    }
+    await old.commitTurn("legacy-b", { fence: fences["legacy-b"]!, messageId: "m1", turnIndex: 0, assistant: { text: "done" }, stopReason: "end_turn", answers: true });
+    await old.failMessage("legacy-c", fences["legacy-c"]!, "m1", { failed: "m1" });
+    await old.releaseLease("legacy-b", fences["legacy-b"]!);
+    await old.releaseLease("legacy-c", fences["legacy-c"]!);
+    await old.close();
+    // What an earlier version's tables look like: no begun_turn, no begun_fence.
+    const raw = rawConnection(path);
+    raw.exec(`ALTER TABLE dispatch_once_conversations DROP COLUMN begun_turn; ALTER TABLE dispatch_once_conversations DROP COLUMN begun_fence;`);
+    raw.close();
+
+    const upgraded = new SqliteConversationStore({ path });
+    const columns = (rawConnection(path).prepare("SELECT name FROM pragma_table_info('dispatch_once_conversations')").all() as { name: string }[]).map((r) => r.name);
+    expect(columns).toEqual(expect.arrayContaining(["begun_turn", "begun_fence"]));
+    // Who began legacy-a's turn 0 is unknown (it may be a paused worker of the old version): resumed, even for the same fence.
+    expect(await upgraded.beginTurn("legacy-a", fences["legacy-a"]!)).toMatchObject({ turnIndex: 0, resumed: true });
+    // legacy-b finished its turn: the next message's index is new.
+    await upgraded.appendUserMessage("legacy-b", { id: "m2", content: user("pay bob") });
+    const b = await upgraded.acquireLease("legacy-b", "worker-b", 600_000);
+    if (!b.acquired) throw new Error("not acquired");
+    expect(await upgraded.beginTurn("legacy-b", b.fence)).toMatchObject({ turnIndex: 1, resumed: false });
+    // legacy-c's failed turn may be reopened: its index was begun by an unknown earlier grant.
+    expect((await upgraded.appendUserMessage("legacy-c", { id: "m1", content: user("legacy-c pay alice") })).reopened).toBe(true);
+    const c = await upgraded.acquireLease("legacy-c", "worker-c", 600_000);
+    if (!c.acquired) throw new Error("not acquired");
+    expect(await upgraded.beginTurn("legacy-c", c.fence)).toMatchObject({ turnIndex: 0, resumed: true });
+    upgraded.migrate(); // idempotent: the columns are there, nothing is marked again
+    await upgraded.close();
+    const again = new SqliteConversationStore({ path });
+    expect(await again.beginTurn("legacy-b", b.fence)).toMatchObject({ turnIndex: 1, resumed: false });
+    await again.close();
+  });
+
+  it("with migrate: false on old tables the store refuses to open (store_unavailable), never answers without the columns", async () => {
+    const path = freshPath();
+    new SqliteConversationStore({ path }).close();
+    const raw = rawConnection(path);
+    raw.exec(`ALTER TABLE dispatch_once_conversations DROP COLUMN begun_turn; ALTER TABLE dispatch_once_conversations DROP COLUMN begun_fence;`);
+    raw.close();
+    throwsWith(() => new SqliteConversationStore({ path, migrate: false }), "store_unavailable");
+  });
+});
+
 describe("TURN-14 durability is declared from the connection's settings", () => {
   it("a file with WAL and synchronous=FULL is durable, shared across processes, on the store's clock", async () => {
     const store = new SqliteConversationStore({ path: freshPath() });
