@@ -18,6 +18,7 @@ export {
 export {
   classifyCallError,
   summarizeEffects,
+  forResumedTurn,
   type CallRecord,
   type CallStatus,
   type EffectStatus,

@@ -80,6 +80,13 @@ export interface FailedTurnRecord {
   effects: { key: string; name: string; effect: EffectStatus }[];
   /** True when re-sending the same message id may complete the turn (nothing is left unknown). */
   retryable: boolean;
+  /**
+   * True when the turn index was begun before under an earlier turn lease (TURN-15): that
+   * holder's attempts, which this record does not list, may have had effects and may still be
+   * running; no call here that is not shown settled is called `not_happened`. Absent in records
+   * written before the field existed.
+   */
+  resumed?: boolean;
   at: string;
 }
 
@@ -94,6 +101,8 @@ export interface SupersededAttemptRecord {
   turnIndex: number;
   attempt: number;
   calls: CallRecord[];
+  /** As in FailedTurnRecord: the turn index was begun before under an earlier turn lease (TURN-15). */
+  resumed?: boolean;
   at: string;
 }
 
@@ -149,4 +158,18 @@ export function classifyCallError(error: unknown, isRead: boolean): { status: Ca
     default:
       return { status: "error", effect: effectWord(), summary: `error: ${message}` };
   }
+}
+
+/**
+ * A call record of a resumed turn (TURN-15): the earlier holder's run of the same call may
+ * still be alive and may claim its key after this run released it, so "not happened" is said
+ * only of what is settled whoever runs it: a definite failure (a terminal `failed` row, replayed
+ * to every later claim) and a call refused before any claim (its arguments or its tool are
+ * refused the same way for every holder). Everything else that would say `not_happened` (not
+ * run here, released as not performed, refused by an unreachable ledger) says
+ * `may_have_happened`. Reads have no effect to speak of.
+ */
+export function forResumedTurn(call: CallRecord, isRead: boolean): CallRecord {
+  if (call.effect !== "not_happened" || isRead || call.status === "failed" || call.status === "rejected") return call;
+  return { ...call, effect: "may_have_happened", summary: `${call.summary}; an earlier holder of this turn may have run it` };
 }

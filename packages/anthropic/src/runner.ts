@@ -24,6 +24,7 @@ import {
 import { TurnAccumulator, type CallState, type FailurePosition } from "./accumulator.js";
 import {
   classifyCallError,
+  forResumedTurn,
   summarizeEffects,
   type CallRecord,
   type FailedTurnRecord,
@@ -384,7 +385,7 @@ export class ConversationRunner {
     for (;;) {
       attempt++;
       const run = await this.attempt(snapshot, attempt);
-      const records = this.callRecords(run.accumulator, run.resolutions, attempt);
+      const records = this.callRecords(run.accumulator, run.resolutions, attempt, resumedTurn(snapshot));
       calls.push(...records);
       if (run.failure === undefined) {
         let outcome: TurnOutcome;
@@ -408,6 +409,7 @@ export class ConversationRunner {
           turnIndex,
           attempt,
           calls: records,
+          resumed: resumedTurn(snapshot),
           at: new Date().toISOString(),
         };
         await store.addRecord(conversationId, record as unknown as JsonValue);
@@ -445,7 +447,8 @@ export class ConversationRunner {
     const info = { conversationId, turnIndex, attempt };
     const accumulator = new TurnAccumulator();
     const resolutions = new Map<number, Resolution>();
-    const turn = dispatcher.turn({ conversationId, turnIndex });
+    // TURN-15: in a resumed turn a not-performed failure cannot say the call did not happen.
+    const turn = dispatcher.turn({ conversationId, turnIndex, resumed: resumedTurn(snapshot) });
     const dispatches: Promise<void>[] = [];
     let failure: AttemptFailure | undefined;
     this.emit({ type: "attempt_started", ...info, messageId: snapshot.message.id });
@@ -486,7 +489,7 @@ export class ConversationRunner {
     // A dispatched call is never cancelled by the stream's death: wait for its outcome (STREAM-6).
     await Promise.all(dispatches);
     if (failure === undefined) {
-      const records = this.callRecords(accumulator, resolutions, attempt);
+      const records = this.callRecords(accumulator, resolutions, attempt, resumedTurn(snapshot));
       const unresolved = records.find((c) => c.status !== "completed" && c.status !== "not_run" && !committable(c));
       if (unresolved !== undefined) {
         const first = resolutions.get(unresolved.index) as { ok: false; error: unknown };
@@ -570,8 +573,8 @@ export class ConversationRunner {
     return { conversationId, turnIndex, attempts, committed, stopReason, text, calls };
   }
 
-  private callRecords(accumulator: TurnAccumulator, resolutions: Map<number, Resolution>, attempt: number): CallRecord[] {
-    return accumulator.calls.map((call): CallRecord => {
+  private callRecords(accumulator: TurnAccumulator, resolutions: Map<number, Resolution>, attempt: number, resumed: boolean): CallRecord[] {
+    const records = accumulator.calls.map((call): CallRecord => {
       const base = { attempt, index: call.index, callId: call.callId, name: call.name };
       const resolution = resolutions.get(call.index);
       if (call.phase === "abandoned" || resolution === undefined) {
@@ -596,6 +599,8 @@ export class ConversationRunner {
       const key = (resolution.error as { key?: unknown } | null)?.key;
       return { ...base, status, effect, summary, ...(typeof key === "string" ? { key } : {}), error: storedErrorOf(resolution.error) };
     });
+    if (!resumed) return records;
+    return records.map((call) => forResumedTurn(call, this.options.dispatcher.effectClassOf?.(call.name) === "read"));
   }
 
   private failedTurnRecord(snapshot: TurnSnapshot, attempts: number, failure: AttemptFailure | undefined, calls: CallRecord[]): FailedTurnRecord {
@@ -612,6 +617,7 @@ export class ConversationRunner {
       effects,
       // Re-sending helps unless an effect is left for a person to settle.
       retryable: failure?.kind !== "commit" && !calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
+      resumed: resumedTurn(snapshot),
       at: new Date().toISOString(),
     };
   }
@@ -628,6 +634,7 @@ export class ConversationRunner {
       calls: [],
       effects: [],
       retryable: false,
+      resumed: resumedTurn(snapshot),
       at: new Date().toISOString(),
     };
   }
@@ -673,6 +680,15 @@ function storedTurnOutcome(conversationId: string, turn: StoredTurn): TurnOutcom
     text: blocks.flatMap((b) => (b.type === "text" && typeof b.text === "string" ? [b.text] : [])).join(""),
     calls,
   };
+}
+
+/**
+ * Whether the snapshot's turn index was begun under an earlier turn lease (TURN-15). A store
+ * that does not say (written before the field) is taken to have resumed: the record then says
+ * "may have happened" where it cannot show otherwise, never a "not happened" it cannot back.
+ */
+function resumedTurn(snapshot: TurnSnapshot): boolean {
+  return snapshot.resumed !== false;
 }
 
 function describe(error: unknown): string {
