@@ -22,12 +22,13 @@ describe("report for MemoryConversationStore", () => {
     expect(report.checks.filter((c) => c.status === "fail")).toEqual([]);
     expect(report.conforms).toBe(true);
     const status = Object.fromEntries(report.rules.map((r) => [r.rule, r.status]));
-    for (const rule of ["TURN-2", "TURN-5", "TURN-7", "TURN-9", "TURN-10", "TURN-11", "TURN-12", "TURN-14", "RECORD-4"]) {
+    for (const rule of ["TURN-2", "TURN-5", "TURN-7", "TURN-9", "TURN-10", "TURN-11", "TURN-12", "TURN-14", "TURN-15", "RECORD-4"]) {
       expect(status[rule], rule).toBe("pass");
     }
     const na = report.checks.filter((c) => c.status === "not_applicable");
     expect(na.map((c) => c.reasonNotApplicable).sort()).toEqual([
       "needs corruption (raw.corrupt)",
+      "needs survivesRestart (a fresh instance sees earlier writes)",
       "needs survivesRestart (a fresh instance sees earlier writes)",
       "needs survivesRestart (a fresh instance sees earlier writes)",
       "needs survivesRestart (a fresh instance sees earlier writes)",

@@ -469,7 +469,7 @@ export const bindingSurvivesTakeover: ConversationCheckSpec = {
       await fixture.raw.expireLease(c);
       const b = await acquire(store, c, "worker-b", "takeover");
       const second = await mustBegin(store, c, b, "begin by worker-b");
-      mustEqual(second, first, "worker-b's snapshot");
+      mustEqual(bound(second), bound(first), "worker-b's snapshot");
     }),
 };
 
@@ -490,7 +490,7 @@ export const bindingSurvivesRestart: ConversationCheckSpec = {
       await fixture.raw.expireLease(c);
       const b = await acquire(restarted, c, "worker-b", "acquire on the fresh instance");
       const second = await mustBegin(restarted, c, b, "begin on the fresh instance");
-      mustEqual(second, first, "the fresh instance's snapshot");
+      mustEqual(bound(second), bound(first), "the fresh instance's snapshot");
     }),
 };
 
@@ -512,6 +512,87 @@ export const toolLoopStaysBound: ConversationCheckSpec = {
       }
       must(!containsValue(snapshot.input, userText("meanwhile"), isDeepStrictEqual), "m2's content must not be in m1's input");
       mustEqual(snapshot.input.filter((m) => isDeepStrictEqual(m, userText("pay alice, then bob"))).length, 1, "m1's content occurs once in the input");
+    }),
+};
+
+// ---------------------------------------------------------------------------------- TURN-15
+
+/** The snapshot without `resumed`: what TURN-11 compares across holders. */
+function bound(snapshot: TurnSnapshot): Omit<TurnSnapshot, "resumed"> {
+  const { resumed: _resumed, ...rest } = snapshot;
+  return rest;
+}
+
+async function mustResume(store: ConversationStore, c: string, fence: number, expected: [string, number, boolean], what: string): Promise<TurnSnapshot> {
+  const snapshot = await mustBegin(store, c, fence, what);
+  mustEqual([snapshot.message.id, snapshot.turnIndex, snapshot.resumed], expected, `${what}: [message, turnIndex, resumed]`);
+  return snapshot;
+}
+
+export const resumedWhenEarlierGrantBegan: ConversationCheckSpec = {
+  rule: "TURN-15",
+  name: "resumed is true exactly when the turn index was begun under an earlier lease grant (takeover, reopened message, next message at a failed index), false when first begun under this fence",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice, then bob") });
+      const a = await acquire(store, c, "worker-a");
+      const t0 = await mustResume(store, c, a, ["m1", 0, false], "worker-a binds m1 from queued");
+      await mustCommit(store, c, commitFor(t0, a, { assistant: toolUse("toolu_1", {}), toolResults: toolResult("toolu_1", "ok"), stopReason: "tool_use", answers: false }), "turn 0");
+      // The same holder's next turn of its own message: nobody else ever held this index.
+      await mustResume(store, c, a, ["m1", 1, false], "worker-a begins turn 1 of its own message");
+      await mustResume(store, c, a, ["m1", 1, false], "worker-a begins turn 1 again (same fence)");
+      // worker-a pauses past its lease; its run of turn 1 may still be alive.
+      await fixture.raw.expireLease(c);
+      const b = await acquire(store, c, "worker-b", "takeover by worker-b");
+      const t1 = await mustResume(store, c, b, ["m1", 1, true], "worker-b resumes m1 at turn 1");
+      await mustResume(store, c, b, ["m1", 1, true], "worker-b begins turn 1 again (it stays resumed)");
+      await mustCommit(store, c, commitFor(t1, b), "worker-b answers m1 at turn 1");
+      // A new message at a new index under the same fence: not resumed.
+      await store.appendUserMessage(c, { id: "m2", content: userText("pay carol") });
+      await mustResume(store, c, b, ["m2", 2, false], "worker-b binds m2 from queued");
+      await store.failMessage(c, b, "m2", { failed: "m2" });
+      await store.releaseLease(c, b);
+      // A failed message reopened (TURN-12) and begun under a later grant: worker-b's runs of index 2 may be alive.
+      mustEqual((await store.appendUserMessage(c, { id: "m2", content: userText("pay carol") })).reopened, true, "re-send of the failed m2 reopens it");
+      const d = await acquire(store, c, "worker-d");
+      await mustResume(store, c, d, ["m2", 2, true], "worker-d begins the reopened m2");
+      await store.failMessage(c, d, "m2", { failed: "m2 again" });
+      // The next message takes the failed index (TURN-12): earlier runs of index 2 share its keys' turn index.
+      await store.appendUserMessage(c, { id: "m3", content: userText("pay dave") });
+      await mustResume(store, c, d, ["m3", 2, true], "worker-d binds m3 at the failed index 2");
+      await store.releaseLease(c, d);
+      const e = await acquire(store, c, "worker-e");
+      const t2 = await mustResume(store, c, e, ["m3", 2, true], "worker-e resumes m3 at index 2");
+      await mustCommit(store, c, commitFor(t2, e), "worker-e answers m3");
+      await store.appendUserMessage(c, { id: "m4", content: userText("pay erin") });
+      await mustResume(store, c, e, ["m4", 3, false], "worker-e binds m4 at a new index 3");
+    }),
+};
+
+export const resumedSurvivesRestart: ConversationCheckSpec = {
+  rule: "TURN-15",
+  name: "resumed survives a restart: a fresh instance says resumed for a turn index an earlier grant began, and not for one its own fence began",
+  needs: ["survivesRestart"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const c = freshConversation();
+      await fixture.store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const a = await acquire(fixture.store, c, "worker-a");
+      const first = await mustResume(fixture.store, c, a, ["m1", 0, false], "worker-a binds m1");
+      const restarted = await fixture.reopen();
+      // The holder continues on a fresh instance under its own fence: still its own index.
+      mustEqual(await mustBegin(restarted, c, a, "worker-a on the fresh instance"), first, "worker-a's snapshot on the fresh instance");
+      await fixture.raw.expireLease(c);
+      const b = await acquire(restarted, c, "worker-b", "takeover on the fresh instance");
+      await mustResume(restarted, c, b, ["m1", 0, true], "worker-b resumes m1 on the fresh instance");
+      await restarted.failMessage(c, b, "m1", { failed: "m1" });
+      await restarted.releaseLease(c, b);
+      const again = await fixture.reopen();
+      mustEqual((await again.appendUserMessage(c, { id: "m1", content: userText("pay alice") })).reopened, true, "re-send of m1 reopens it");
+      const d = await acquire(again, c, "worker-d");
+      await mustResume(again, c, d, ["m1", 0, true], "worker-d begins the reopened m1 after another restart");
     }),
 };
 
@@ -886,6 +967,8 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   newMessageTakesFailedIndex,
   resendAfterOtherBoundStaysFailed,
   reopenedGoesFirst,
+  resumedWhenEarlierGrantBegan,
+  resumedSurvivesRestart,
   durabilityDeclared,
   restartSeesEverything,
   fenceNeverBackwards,

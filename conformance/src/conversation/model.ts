@@ -482,7 +482,8 @@ function leaksRecord(actual: Outcome, expected: Outcome, records: JsonValue[]): 
 /**
  * Which rule a wrong beginTurn breaks: a lease answer TURN-10; another message than the
  * model's, TURN-9 (arrival order); the same message at another index or state, TURN-11
- * (binding); other input, TURN-9 (the input holds answered messages and this one only).
+ * (binding); another `resumed`, TURN-15 (proposed); other input, TURN-9 (the input holds
+ * answered messages and this one only).
  */
 function beginRule(actual: Outcome, expected: Outcome): string {
   if (!expected.ok || !actual.ok) return "TURN-10";
@@ -490,6 +491,7 @@ function beginRule(actual: Outcome, expected: Outcome): string {
   const e = expected.value as TurnSnapshot | undefined;
   if (a === undefined || e === undefined || a.message?.id !== e.message.id) return "TURN-9";
   if (!isDeepStrictEqual(a.message, e.message) || a.turnIndex !== e.turnIndex) return "TURN-11";
+  if (a.resumed !== e.resumed) return "TURN-15";
   return "TURN-9";
 }
 
@@ -503,7 +505,7 @@ function describeSnapshot(outcome: Outcome): string {
   if (!outcome.ok) return describeOutcome(outcome);
   const s = outcome.value as TurnSnapshot | undefined;
   if (s === undefined) return "nothing waits";
-  return `${s.message.id} at ${s.turnIndex} (input of ${s.input.length})`;
+  return `${s.message.id} at ${s.turnIndex}${s.resumed ? ", resumed" : ""} (input of ${s.input.length})`;
 }
 
 /** Acquire outcomes agree on acquired/owner (expiry times are on each side's clock). */

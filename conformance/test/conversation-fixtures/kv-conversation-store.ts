@@ -46,6 +46,11 @@ export interface ConversationBugs {
   latin1Content?: boolean;
   /** commitTurn reads, yields, then writes without holding the conversation's lock. */
   racyCommit?: boolean;
+  /**
+   * `resumed` only for a message found in progress under another fence: a reopened message,
+   * or the next message at a failed index, is called fresh though an earlier grant began it.
+   */
+  resumedOnlyInProgress?: boolean;
 }
 
 interface State {
@@ -54,6 +59,8 @@ interface State {
   lastBound: string | null;
   /** The fence under which the in-progress message was bound (for the rebindsOnTakeover bug). */
   boundFence: number;
+  /** The turn index begun last and the fence that first began it (TURN-15). */
+  begun?: { turnIndex: number; fence: number } | null;
   lease: { fence: number; owner: string; expiresAt: number } | null;
   fence: number;
   records: JsonValue[];
@@ -157,6 +164,10 @@ export class KvConversationStore implements ConversationStore {
       }
       current ??= this.bugs.lifo || this.bugs.rebindsOnTakeover ? queued.at(-1) : queued[0];
       if (current === undefined) return undefined;
+      const turnIndex = s.turns.length;
+      let resumed = s.begun?.turnIndex === turnIndex && s.begun.fence !== fence;
+      if (s.begun?.turnIndex !== turnIndex) s.begun = { turnIndex, fence };
+      if (this.bugs.resumedOnlyInProgress) resumed = current.state === "in_progress" && s.boundFence !== fence;
       if (current.state === "queued") {
         current.state = "in_progress";
         current.turnIndex ??= s.turns.length; // a reopened message keeps its first index (TURN-11)
@@ -165,7 +176,7 @@ export class KvConversationStore implements ConversationStore {
       }
       const input = this.logOf(s);
       if (!s.turns.some((t) => t.messageId === current.id)) input.push(structuredClone(current.content));
-      return { conversationId, turnIndex: s.turns.length, message: structuredClone(current), input };
+      return { conversationId, turnIndex, message: structuredClone(current), input, resumed };
     });
   }
 
