@@ -100,6 +100,51 @@ describe("a resumed turn speaks for the earlier holder too (proposed TURN-15, RE
     expect(kept.filter((r) => r.kind === "failed_turn").flatMap((r) => (r as FailedTurnRecord).effects.map((e) => e.effect))).not.toContain("not_happened");
   });
 
+  it("TURN-15 the next message at a failed turn's index is resumed too: the paused worker of the failed message pays under that index's key", async () => {
+    let now = 1_700_000_000_000;
+    let cut = false;
+    // While `cut`, every response dies while the payment's arguments stream: nothing is dispatched.
+    provider.setFaultPlan(() => (cut ? { kind: "reset", at: { toolUse: 0, afterFragment: 1 } } : undefined));
+    const store = new MemoryConversationStore({ now: () => now });
+    const shared = durable(new MemoryLedger());
+    const { worker, effects, server, tools } = await setup(provider, {
+      guarded: true,
+      latencyMs: 0,
+      store,
+      ledger: shared,
+      runner: { turnLeaseMs: 60_000, allowVolatileConversationStore: true },
+    });
+    const gate = pausedBeforeClaim(shared);
+    const a = worker({ dispatcher: new Dispatcher({ tools, ledger: gate.ledger, waitMs: 10_000, pollMs: 5 }) });
+    const b = worker({ retry: { attempts: 1, backoffMs: () => 10 } });
+
+    const sentByA = a.send("conv-next", { id: "m1", content: "pay acme" }).catch((error: unknown) => error);
+    await gate.paused;
+    now += 61_000;
+    cut = true;
+    const m1 = (await b.send("conv-next", { id: "m1", content: "pay acme" }).catch((error: unknown) => error)) as TurnFailedError;
+    expect(m1).toBeInstanceOf(TurnFailedError);
+    // B never dispatched the payment, but A's run of it (same turn) is still alive: not "not happened".
+    expect(m1.record).toMatchObject({ resumed: true, effects: [] });
+    expect(m1.record.calls.map((c) => [c.status, c.effect])).toEqual([["not_run", "may_have_happened"]]);
+    cut = false;
+
+    // The user asks again in a new message: it takes the failed index 0 (TURN-12), so the same key.
+    server.injectFault({ outcome: "fail_before_accept" }, { times: 1 });
+    const m2 = (await b.send("conv-next", { id: "m2", content: "pay acme" }).catch((error: unknown) => error)) as TurnFailedError;
+    expect(m2).toBeInstanceOf(TurnFailedError);
+    expect(m2.record).toMatchObject({ messageId: "m2", turnIndex: 0 });
+    expect(effects()).toHaveLength(0);
+
+    gate.wake();
+    await sentByA;
+    expect(effects()).toHaveLength(1);
+    const [payment] = effects();
+    expect(m2.record.resumed).toBe(true);
+    expect(m2.record.effects).toEqual([{ key: payment!.idempotencyKey, name: "send_payment", effect: "may_have_happened" }]);
+    expect(m2.record.calls.map((c) => c.effect)).not.toContain("not_happened");
+  });
+
   it("TURN-15 control: a worker that bound the message itself still says not_happened for its own refused first claim", async () => {
     const store = new MemoryConversationStore();
     const { runner, effects, server } = await setup(provider, {
