@@ -50,7 +50,8 @@ const MIGRATE_LOCK_ID = 7_326_119_502_418_914n;
  *   is never lowered; the lease is held iff `lease_owner` is not NULL (its fence is `fence`).
  *   `begun_turn` is the turn index begun last and `begun_fence` the fence that first began it
  *   (TURN-15: a later grant beginning that index resumes it); both NULL until a turn is begun.
- *   Tables made by an earlier version get them here (ADD COLUMN IF NOT EXISTS); a
+ *   Tables made by an earlier version get them here, only when missing (an ALTER TABLE locks
+ *   the table even when it changes nothing, and migrate() runs at every start); a
  *   conversation with a turn under way then (a message in progress, or a failed one a re-send
  *   may reopen) gets its current index marked as begun under fence 0, an unknown earlier grant.
  * - messages: one row per user message, `seq` the arrival order; `content`/`failure` JSON text
@@ -72,8 +73,6 @@ CREATE TABLE IF NOT EXISTS ${q.conv} (
   begun_turn       integer,
   begun_fence      bigint
 );
-ALTER TABLE ${q.conv} ADD COLUMN IF NOT EXISTS begun_turn integer;
-ALTER TABLE ${q.conv} ADD COLUMN IF NOT EXISTS begun_fence bigint;
 CREATE TABLE IF NOT EXISTS ${q.msgs} (
   conversation_id text    NOT NULL,
   message_id      text    NOT NULL,
@@ -102,13 +101,20 @@ CREATE TABLE IF NOT EXISTS ${q.recs} (
   record          text    NOT NULL,
   PRIMARY KEY (conversation_id, seq)
 );
-UPDATE ${q.conv} c
-   SET begun_turn = (SELECT coalesce(max(turn_index) + 1, 0) FROM ${q.turns} WHERE conversation_id = c.conversation_id),
-       begun_fence = 0
- WHERE c.begun_turn IS NULL
-   AND EXISTS (SELECT 1 FROM ${q.msgs} m
-                WHERE m.conversation_id = c.conversation_id
-                  AND (m.state = 'in_progress' OR (m.state = 'failed' AND m.message_id = c.last_bound)));
+DO $upgrade$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                  WHERE table_schema = '${t.schema}' AND table_name = '${t.conversations}' AND column_name = 'begun_turn') THEN
+    ALTER TABLE ${q.conv} ADD COLUMN begun_turn integer, ADD COLUMN begun_fence bigint;
+    UPDATE ${q.conv} c
+       SET begun_turn = (SELECT coalesce(max(turn_index) + 1, 0) FROM ${q.turns} WHERE conversation_id = c.conversation_id),
+           begun_fence = 0
+     WHERE EXISTS (SELECT 1 FROM ${q.msgs} m
+                    WHERE m.conversation_id = c.conversation_id
+                      AND (m.state = 'in_progress' OR (m.state = 'failed' AND m.message_id = c.last_bound)));
+  END IF;
+END
+$upgrade$;
 `;
 }
 
