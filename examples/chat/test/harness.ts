@@ -28,26 +28,40 @@ export async function startWorld() {
       attempts: 3,
       backoffMs: () => 10,
     });
-  const backend = open();
-  const server: Server = await new Promise((resolve) => {
-    const s = createChatApp({ backend, tenant: TENANT }).listen(0, "127.0.0.1", () => resolve(s));
-  });
+  let backend = open();
+  const listen = (port: number): Promise<Server> =>
+    new Promise((resolve) => {
+      const s = createChatApp({ backend, tenant: TENANT }).listen(port, "127.0.0.1", () => resolve(s));
+    });
+  let server = await listen(0);
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const stop = async () => {
+    server.closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+    await backend.close();
+  };
   return {
     dir,
     provider,
     payments,
-    backend,
+    get backend() {
+      return backend;
+    },
     databasePath,
     url,
+    /** A process restart: new backend instances over the same SQLite file, same port; nothing kept in memory. */
+    async restart() {
+      const port = (server.address() as AddressInfo).port;
+      await stop();
+      backend = open();
+      server = await listen(port);
+    },
     /** Payments the mock performed for this reference (the effect log, the oracle). */
     paymentsFor(reference: string) {
       return payments.effects({ account: ACCOUNT, kind: "payment_created" }).filter((e) => e.payload["reference"] === reference);
     },
     async close() {
-      server.closeAllConnections();
-      await new Promise<void>((r) => server.close(() => r()));
-      await backend.close();
+      await stop();
       await provider.close();
       await payments.close();
       rmSync(dir, { recursive: true, force: true });

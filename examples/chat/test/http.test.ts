@@ -19,7 +19,7 @@ const CONVERSATION = `http-${process.pid}`;
 function post(path: string, headers: Record<string, string | string[]>, body: string): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
   return new Promise((resolve, reject) => {
     const url = new URL(path, world.url);
-    const req = request(url, { method: "POST", headers: { "content-type": "application/json", ...headers } }, (res) => {
+    const req = request(url, { agent: false, method: "POST", headers: { "content-type": "application/json", ...headers } }, (res) => {
       let data = "";
       res.setEncoding("utf8");
       res.on("data", (c: string) => (data += c));
@@ -90,6 +90,36 @@ describe("the chat backend over HTTP (JSON answers)", () => {
     expect(world.paymentsFor("INV-reuse")).toHaveLength(0);
     const stored = await world.backend.store.message(tenantConversationId(TENANT, CONVERSATION), "m-reuse");
     expect(stored?.content).toEqual({ role: "user", content: "hello" });
+  });
+});
+
+describe("the chat backend under double clicks and restarts", () => {
+  it("two concurrent sends of one message id (a double click): one payment, both answered with it", async () => {
+    const [a, b] = await Promise.all([send("m-double", "pay acme 3.00 EUR for INV-double"), send("m-double", "pay acme 3.00 EUR for INV-double")]);
+    expect([a.status, b.status]).toEqual([200, 200]);
+    const effects = world.paymentsFor("INV-double");
+    expect(effects).toHaveLength(1);
+    const answers = [JSON.parse(a.body), JSON.parse(b.body)] as { appended: boolean; text: string }[];
+    expect(answers.map((x) => x.appended).sort()).toEqual([false, true]);
+    for (const answer of answers) expect(answer.text).toContain(effects[0]!.resourceId);
+    const turns = await world.backend.store.turnsOf(tenantConversationId(TENANT, CONVERSATION), "m-double");
+    expect(turns).toHaveLength(2); // one committed answer, not two
+  });
+
+  it("TURN-14 after a restart over the same SQLite file, a re-sent answered message comes from the store and a new one pays anew", async () => {
+    const first = await send("m-restart", "pay acme 4.00 EUR for INV-restart");
+    expect(first.status).toBe(200);
+    await world.restart();
+    const requests = world.provider.requests.length;
+    const again = await send("m-restart", "pay acme 4.00 EUR for INV-restart");
+    expect(again.status).toBe(200);
+    expect(JSON.parse(again.body)).toMatchObject({ appended: false, fromStore: true, text: (JSON.parse(first.body) as { text: string }).text });
+    expect(world.provider.requests.length).toBe(requests);
+    expect(world.paymentsFor("INV-restart")).toHaveLength(1);
+    // A new message after the restart takes the next turn index: a new payment, not the old one replayed.
+    const next = await send("m-restart-2", "pay acme 4.00 EUR for INV-restart");
+    expect(next.status).toBe(200);
+    expect(world.paymentsFor("INV-restart")).toHaveLength(2);
   });
 });
 
