@@ -102,7 +102,10 @@ export function createChatApp(options: ChatAppOptions): express.Express {
     const turnKey = slot(event.conversationId, event.turnIndex);
     if (event.type === "attempt_started") turnOwner.set(turnKey, event.messageId);
     const messageId = event.type === "turn_failed" ? event.record.messageId : turnOwner.get(turnKey);
-    if ((event.type === "turn_committed" && event.committed) || event.type === "turn_failed") turnOwner.delete(turnKey);
+    // The last event of a turn's life here (a superseded attempt's discard comes before attempt_superseded).
+    if ((event.type === "turn_committed" && event.committed) || event.type === "turn_failed" || event.type === "attempt_superseded") {
+      turnOwner.delete(turnKey);
+    }
     if (messageId === undefined) return;
     for (const listener of subscribers.get(slot(event.conversationId, messageId)) ?? []) listener(event);
   });
