@@ -22,7 +22,7 @@ export function createRunner(client: Anthropic) {
     client, // new Anthropic() in production; its own retries stop once headers arrived
     dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }), // a durable ledger in production
     store: new MemoryConversationStore(), // SqliteConversationStore / PostgresConversationStore beside a durable ledger
-    model: "claude-sonnet-4-5",
+    model: "claude-sonnet-5-5",
     tools: tools.providerSchemas(),
   });
 }

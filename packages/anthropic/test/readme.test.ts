@@ -1,14 +1,94 @@
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
+import { readFileSync, readdirSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
-import { scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
-import { describe, expect, it } from "vitest";
+import { say, scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
+import { describe, expect, it, vi } from "vitest";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool } from "@dispatch-once/core";
+import { z } from "zod";
 import { createRunner, handleUserMessage, payments } from "../examples/adopt.js";
+import { StreamedText } from "../examples/stream.js";
+import { errorTable, tableIn } from "../../core/scripts/error-table.js";
+import { ConversationRunner, type RunnerEvent } from "../src/index.js";
 
 describe("README", () => {
-  it("shows examples/adopt.ts verbatim", () => {
-    const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
-    expect(readme).toContain(readFileSync(join(__dirname, "..", "examples", "adopt.ts"), "utf8").trim());
+  const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
+
+  it("shows every file of examples/ verbatim", () => {
+    const files = readdirSync(join(__dirname, "..", "examples")).filter((f) => f.endsWith(".ts"));
+    expect(files).toEqual(expect.arrayContaining(["adopt.ts", "stream.ts"]));
+    for (const file of files) {
+      expect(readme, file).toContain(readFileSync(join(__dirname, "..", "examples", file), "utf8").trim());
+    }
+  });
+
+  it("ERR-4 the error table is the one generated from core's ERROR_CATALOGUE (pnpm --filter @dispatch-once/core readme:errors)", () => {
+    expect(tableIn(readme)).toBe(errorTable());
+  });
+
+  it("documents every runner event type", () => {
+    const source = readFileSync(join(__dirname, "..", "src", "runner.ts"), "utf8");
+    const union = source.slice(source.indexOf("export type RunnerEvent"), source.indexOf("export interface ConversationRunnerOptions"));
+    const types = [...union.matchAll(/type: "([a-z_]+)"/g)].map((m) => m[1]!);
+    expect(types).toEqual(expect.arrayContaining(["text_delta", "attempt_discarded"]));
+    for (const type of types) expect(readme, type).toContain(`| \`${type}\``);
+  });
+
+  it("the streaming example drops a cut attempt's text: what it shows is what was committed", async () => {
+    const args = { payee: "acme", amount: 100, currency: "EUR", memo: "May" };
+    const provider = await startMockProvider({
+      script: scriptFromPlans({ "pay acme": turn(say("Paying acme. "), toolUse("send_payment", args, { reword: ["memo"] })) }),
+    });
+    try {
+      provider.faults.enqueue({ kind: "reset", at: { beforeMessageStop: true } }); // the first response only
+      let paid = 0;
+      const tools = new ToolRegistry([
+        defineTool({ name: "send_payment", effect: "keyed_write", input: z.object({ payee: z.string(), amount: z.number(), currency: z.string(), memo: z.string() }), identity: ["payee", "amount", "currency"], run: async () => ({ paymentId: `pay_${++paid}` }) }),
+      ]);
+      const ui = new StreamedText("conv-stream");
+      const other = new StreamedText("conv-other");
+      const events: RunnerEvent[] = [];
+      const runner = new ConversationRunner({
+        client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }),
+        dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }),
+        store: new MemoryConversationStore(),
+        model: "claude-sonnet-5-5",
+        tools: tools.providerSchemas(),
+        retry: { backoffMs: () => 1 },
+        onEvent: (event) => {
+          events.push(event);
+          ui.onEvent(event);
+          other.onEvent(event);
+        },
+      });
+      const result = await runner.send("conv-stream", { id: "m1", content: "pay acme" });
+      const streamedFirst = events.filter((e) => e.type === "text_delta" && e.attempt === 1 && e.turnIndex === 0).length;
+      expect(streamedFirst).toBeGreaterThan(0); // the cut attempt did stream text …
+      expect(events).toContainEqual(expect.objectContaining({ type: "attempt_discarded", turnIndex: 0, attempt: 1, reason: "retry" })); // … and was discarded
+      expect(ui.text).toBe(result.turns.map((t) => t.text).join(""));
+      expect(ui.text).toBe("Paying acme. Done. send_payment: {\"paymentId\":\"pay_1\"}");
+      expect(other.text).toBe("");
+      expect(paid).toBe(1);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it("names only models the SDK knows and does not deprecate (it warns on every request otherwise)", () => {
+    // The SDK's main entry is index.js at its root (its exports do not list package.json).
+    const sdk = dirname(createRequire(import.meta.url).resolve("@anthropic-ai/sdk"));
+    const union = /export type Model = ([^;]+);/.exec(readFileSync(join(sdk, "resources", "messages", "messages.d.ts"), "utf8"))?.[1] ?? "";
+    const known = new Set([...union.matchAll(/'([^']+)'/g)].map((m) => m[1]));
+    const deprecated = new Set([...readFileSync(join(sdk, "internal", "data", "deprecated-models.js"), "utf8").matchAll(/'(claude-[^']+)':/g)].map((m) => m[1]));
+    expect(known.size).toBeGreaterThan(5);
+    expect(deprecated.size).toBeGreaterThan(0);
+    const texts = [readFileSync(join(__dirname, "..", "README.md"), "utf8"), readFileSync(join(__dirname, "..", "examples", "adopt.ts"), "utf8")];
+    const named = texts.flatMap((t) => [...t.matchAll(/"(claude-[a-z0-9.-]+)"/g)].map((m) => m[1]));
+    expect(named.length).toBeGreaterThan(0);
+    for (const model of named) {
+      expect(known.has(model), `${model} is in the SDK's Model union`).toBe(true);
+      expect(deprecated.has(model), `${model} is not deprecated`).toBe(false);
+    }
   });
 
   it("the adoption example survives a cut stream and a failed turn without paying twice", async () => {
@@ -19,6 +99,7 @@ describe("README", () => {
     try {
       // Every response to the payment request dies after the payment and before message_stop.
       provider.setFaultRules([{ bodyContains: '"pay acme"}]', times: 3, fault: { kind: "reset", at: { beforeMessageStop: true } } }]);
+      const warn = vi.spyOn(console, "warn");
       const runner = createRunner(new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }));
       const failed = await handleUserMessage(runner, "conv-1", "msg-1", "pay acme");
       expect(failed).toBe("send_payment: happened");
@@ -28,6 +109,9 @@ describe("README", () => {
       const answer = await handleUserMessage(runner, "conv-1", "msg-1", "pay acme");
       expect(answer).toContain("pay_1");
       expect(payments).toHaveLength(1);
+      // The SDK warns on every request naming a deprecated model.
+      expect(warn.mock.calls.filter((c) => String(c[0]).includes("deprecated"))).toEqual([]);
+      warn.mockRestore();
     } finally {
       await provider.close();
     }

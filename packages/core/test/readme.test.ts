@@ -1,15 +1,35 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { readFileSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { onToolCall, setPaymentsUrl } from "../examples/adopt.js";
+import { describeFailure } from "../examples/errors.js";
+import { errorTable, tableIn } from "../scripts/error-table.js";
+import { ClaimReleasedError, ERROR_CATALOGUE, InFlightElsewhereError, OutcomeUnknownError, ToolInputError } from "../src/index.js";
 
 describe("README", () => {
-  it("shows examples/adopt.ts verbatim", () => {
-    const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
-    const example = readFileSync(join(__dirname, "..", "examples", "adopt.ts"), "utf8");
-    expect(readme).toContain(example.trim());
+  const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
+
+  it("shows every file of examples/ verbatim", () => {
+    const files = readdirSync(join(__dirname, "..", "examples")).filter((f) => f.endsWith(".ts"));
+    expect(files).toEqual(expect.arrayContaining(["adopt.ts", "errors.ts"]));
+    for (const file of files) {
+      expect(readme, file).toContain(readFileSync(join(__dirname, "..", "examples", file), "utf8").trim());
+    }
+  });
+
+  it("ERR-4 the error table is the one generated from ERROR_CATALOGUE (pnpm --filter @dispatch-once/core readme:errors)", () => {
+    expect(tableIn(readme)).toBe(errorTable());
+    for (const entry of ERROR_CATALOGUE) expect(readme).toContain(`| \`${entry.code}\` |`);
+  });
+
+  it("the error example tells a re-send that can help from one that cannot, and what happened to the effect", () => {
+    expect(describeFailure(new InFlightElsewhereError("k", 10_000))).toEqual({ code: "in_flight_elsewhere", resend: true, effect: "possibly" });
+    expect(describeFailure(new OutcomeUnknownError("k", "lease expired"))).toEqual({ code: "outcome_unknown", resend: false, effect: "possibly" });
+    expect(describeFailure(new ClaimReleasedError("k", false, new Error("503")))).toEqual({ code: "claim_released", resend: true, effect: "no" });
+    expect(describeFailure(new ToolInputError("send_payment", []))).toMatchObject({ code: "tool_input_invalid", resend: false, effect: "no" });
+    expect(describeFailure(new Error("boom"))).toEqual({ code: "internal_error", resend: true, effect: "possibly" });
   });
 
   it("the adoption example pays once across a replayed turn and forwards the key", async () => {
