@@ -45,7 +45,7 @@ export interface StreamErrorReport {
 
 /** Output items as the stream established them, in the Responses API's input-item shape (for the next request). */
 export type OutputItem =
-  | { type: "message"; role: "assistant"; content: Array<{ type: "output_text"; text: string }> }
+  | { type: "message"; role: "assistant"; content: string }
   | { type: "function_call"; call_id: string; name: string; arguments: string };
 
 /**
@@ -178,7 +178,7 @@ export class ResponsesTurnAccumulator {
     return [...this.items.entries()]
       .sort(([a], [b]) => a - b)
       .flatMap(([, item]): OutputItem[] => {
-        if (!("phase" in item)) return [{ type: "message", role: "assistant", content: [{ type: "output_text", text: item.text }] }];
+        if (!("phase" in item)) return [{ type: "message", role: "assistant", content: item.text }];
         if (item.phase === "abandoned" || item.phase === "announced" || item.phase === "arguments_streaming") return [];
         return [{ type: "function_call", call_id: item.callId, name: item.name, arguments: item.partialJson }];
       });
