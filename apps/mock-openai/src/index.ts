@@ -1,0 +1,24 @@
+export { startMockOpenAI, parseFault } from "./provider.js";
+export type { MockOpenAI, MockOpenAIOptions } from "./provider.js";
+export { MockOpenAIError } from "./errors.js";
+export type { MockOpenAIErrorCode } from "./errors.js";
+export { scriptFromPlans, say, text, call, respond, lastUserText } from "./script.js";
+export { renderResponse, resolvePosition } from "./render.js";
+export type { PlannedEvent, RenderedResponse } from "./render.js";
+export type {
+  Fault,
+  FaultPlan,
+  FaultPosition,
+  RenderedCall,
+  RequestInfo,
+  RequestRecord,
+  ResponseOutcome,
+  ResponsesRequest,
+  Script,
+  ScriptedFunctionCall,
+  ScriptedOutput,
+  ScriptedResponse,
+  ScriptedText,
+  SentEvent,
+  Timing,
+} from "./types.js";

@@ -1,0 +1,82 @@
+import { createHash } from "node:crypto";
+
+/** Deterministic PRNG (sfc32) seeded from any strings: same parts, same sequence. */
+export class Rng {
+  private a: number;
+  private b: number;
+  private c: number;
+  private d: number;
+
+  constructor(...parts: Array<string | number>) {
+    const digest = createHash("sha256").update(parts.map(String).join("\u0000")).digest();
+    this.a = digest.readUInt32LE(0);
+    this.b = digest.readUInt32LE(4);
+    this.c = digest.readUInt32LE(8);
+    this.d = digest.readUInt32LE(12);
+    for (let i = 0; i < 12; i++) this.nextUint32();
+  }
+
+  nextUint32(): number {
+    this.a >>>= 0;
+    this.b >>>= 0;
+    this.c >>>= 0;
+    this.d >>>= 0;
+    let t = (this.a + this.b) | 0;
+    this.a = this.b ^ (this.b >>> 9);
+    this.b = (this.c + (this.c << 3)) | 0;
+    this.c = (this.c << 21) | (this.c >>> 11);
+    this.d = (this.d + 1) | 0;
+    t = (t + this.d) | 0;
+    this.c = (this.c + t) | 0;
+    return t >>> 0;
+  }
+
+  /** Uniform float in [0, 1). */
+  next(): number {
+    return this.nextUint32() / 4294967296;
+  }
+
+  /** Uniform integer in [min, max]. */
+  int(min: number, max: number): number {
+    return min + Math.floor(this.next() * (max - min + 1));
+  }
+
+  pick<T>(items: readonly T[]): T {
+    if (items.length === 0) throw new RangeError("pick from an empty list");
+    return items[this.int(0, items.length - 1)] as T;
+  }
+
+  shuffle<T>(items: readonly T[]): T[] {
+    const out = items.slice();
+    for (let i = out.length - 1; i > 0; i--) {
+      const j = this.int(0, i);
+      const tmp = out[i] as T;
+      out[i] = out[j] as T;
+      out[j] = tmp;
+    }
+    return out;
+  }
+}
+
+export function sha256Hex(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
+}
+
+const ID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/** An id shaped like the API's (`call_…`, `fc_…`, `resp_…`): prefix + 22 base62 characters. */
+export function mintId(prefix: string, rng: Rng): string {
+  let out = prefix;
+  for (let i = 0; i < 22; i++) out += ID_ALPHABET[rng.int(0, ID_ALPHABET.length - 1)];
+  return out;
+}
+
+/** JSON with object keys sorted recursively: the hash of a body must not depend on its key order. */
+export function stableStringify(value: unknown): string {
+  if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
+  if (Array.isArray(value)) return `[${value.map(stableStringify).join(",")}]`;
+  const entries = Object.entries(value as Record<string, unknown>)
+    .filter(([, v]) => v !== undefined)
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${stableStringify(v)}`).join(",")}}`;
+}

@@ -1,0 +1,117 @@
+/** Text the scripted model says (one `message` output item). */
+export interface ScriptedText {
+  type: "text";
+  text: string;
+}
+
+/**
+ * A function call the scripted model makes. `arguments` are values; their serialisation (key
+ * order, whitespace, fragment boundaries) varies per response, the values do not, except the
+ * free-text fields named in `reword`, which a retried model may re-word.
+ */
+export interface ScriptedFunctionCall {
+  type: "function_call";
+  name: string;
+  arguments: Record<string, unknown>;
+  reword?: string[];
+}
+
+export type ScriptedOutput = ScriptedText | ScriptedFunctionCall;
+
+export interface ScriptedResponse {
+  output: ScriptedOutput[];
+}
+
+/** The Responses API request body, as far as the mock reads it. */
+export interface ResponsesRequest {
+  model: string;
+  input: string | Array<Record<string, unknown>>;
+  stream?: boolean;
+  tools?: unknown[];
+  [key: string]: unknown;
+}
+
+/** The scripted model: a function of the request alone, so equal requests give materially equal responses. */
+export type Script = (request: ResponsesRequest) => ScriptedResponse;
+
+/** Delays in milliseconds; all default to 0. */
+export interface Timing {
+  betweenEventsMs: number;
+  /** Extra delay after each function call's `response.output_item.done`. */
+  afterCallDoneMs: number;
+  /** Extra delay before `response.completed` (the window the chapter's incident lives in). */
+  beforeCompletedMs: number;
+}
+
+/**
+ * Where a fault fires; every position names the event it replaces.
+ * - `{ event }`: instead of event number `event` (0-based).
+ * - `{ call, afterFragment }`: during argument streaming of the `call`-th function call, after
+ *   `afterFragment` argument deltas (0 = right after its `response.output_item.added`).
+ * - `{ afterCallDone }`: right after the `afterCallDone`-th call's `response.output_item.done`.
+ * - `{ beforeCompleted: true }`: instead of `response.completed`.
+ */
+export type FaultPosition =
+  | { event: number }
+  | { call: number; afterFragment: number }
+  | { afterCallDone: number }
+  | { beforeCompleted: true };
+
+/**
+ * - `reset`: the socket is destroyed mid-body.
+ * - `clean_close`: the body ends cleanly without `response.completed`.
+ * - `error_event`: an `event: error` (type `error`, code, message), then the body ends.
+ * - `failed_event`: `event: response.failed` with the response's error, then the body ends.
+ * - `status`: an HTTP error before the stream (5xx, 429, ...).
+ */
+export type Fault =
+  | { kind: "reset" | "clean_close"; at: FaultPosition; timing?: Partial<Timing> }
+  | { kind: "error_event"; at: FaultPosition; code?: string; message?: string; timing?: Partial<Timing> }
+  | { kind: "failed_event"; at: FaultPosition; code?: string; message?: string; timing?: Partial<Timing> }
+  | { kind: "status"; status: number; shouldRetry?: boolean };
+
+export interface RequestInfo {
+  requestNumber: number;
+  /** 1-based count of requests with the same model input (body without `stream`). */
+  attempt: number;
+  bodyHash: string;
+  stream: boolean;
+}
+
+export type FaultPlan = (request: ResponsesRequest, info: RequestInfo) => Fault | undefined;
+
+export type ResponseOutcome = "pending" | "complete" | "reset" | "clean_close" | "error_event" | "failed_event" | "status" | "invalid_request" | "script_error" | "client_closed";
+
+export interface RenderedCall {
+  /** The output item id (`fc_…`), fresh per response. */
+  id: string;
+  /** The `call_id` (`call_…`), fresh per response: it cannot deduplicate a replay. */
+  callId: string;
+  name: string;
+  arguments: Record<string, unknown>;
+  json: string;
+  fragments: string[];
+}
+
+export interface SentEvent {
+  index: number;
+  type: string;
+  data: Record<string, unknown>;
+}
+
+export interface RequestRecord {
+  requestNumber: number;
+  attempt: number;
+  bodyHash: string;
+  body: unknown;
+  headers: Record<string, string>;
+  stream: boolean;
+  responseId?: string;
+  fault?: Fault;
+  faultFired: boolean;
+  calls: RenderedCall[];
+  events: SentEvent[];
+  outcome: ResponseOutcome;
+  status?: number;
+  error?: string;
+}

@@ -1,0 +1,225 @@
+import { execFile, spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import OpenAI from "openai";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { call, parseFault, respond, say, scriptFromPlans, startMockOpenAI, text, type Fault, type MockOpenAI } from "../src/index.js";
+
+const PAY = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "Invoice 1042" };
+const script = scriptFromPlans({
+  pay: respond(text("Paying."), call("send_payment", PAY, { reword: ["memo"] })),
+  "pay twice": respond(call("send_payment", PAY), call("send_payment", { ...PAY, reference: "INV-1043" })),
+  hello: say("Hi there, how can I help?"),
+});
+
+let mock: MockOpenAI;
+let client: OpenAI;
+beforeEach(async () => {
+  mock = await startMockOpenAI({ script, seed: "test" });
+  client = new OpenAI({ baseURL: mock.baseURL, apiKey: "test-key", maxRetries: 0 });
+});
+afterEach(async () => {
+  await mock.close();
+});
+
+/** Drain a raw stream; returns the events seen and what it raised (if anything). */
+async function drain(input: string, fault?: Fault) {
+  if (fault) mock.queueFault(fault);
+  const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+  try {
+    const stream = await client.responses.create({ model: "gpt-test", input, stream: true });
+    for await (const event of stream) events.push(event);
+    return { events, error: undefined as unknown };
+  } catch (error) {
+    return { events, error };
+  }
+}
+
+describe("the Responses API stream, read by the real openai SDK", () => {
+  it("a complete turn: every event in order, sequence numbers, a function call done long before response.completed", async () => {
+    const { events, error } = await drain("pay");
+    expect(error).toBeUndefined();
+    const types = events.map((e) => e.type);
+    expect(types[0]).toBe("response.created");
+    expect(types.at(-1)).toBe("response.completed");
+    expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
+    const done = events.find((e) => e.type === "response.output_item.done" && e.item.type === "function_call");
+    expect(done).toMatchObject({ item: { type: "function_call", status: "completed", name: "send_payment" } });
+    const item = (done as OpenAI.Responses.ResponseOutputItemDoneEvent).item as OpenAI.Responses.ResponseFunctionToolCall;
+    expect(JSON.parse(item.arguments)).toEqual(PAY);
+    const deltas = events.filter((e) => e.type === "response.function_call_arguments.delta").map((e) => (e as { delta: string }).delta);
+    expect(deltas.join("")).toBe(item.arguments);
+    // What the wire carried: an event: line per event, equal to the data's type.
+    expect(mock.requests[0]!.events.map((e) => e.type)).toEqual(types);
+  });
+
+  it("responses.stream() assembles the same response the non-streaming call returns (text and arguments)", async () => {
+    const final = await client.responses.stream({ model: "gpt-test", input: "pay" }).finalResponse();
+    expect(final.status).toBe("completed");
+    expect(final.output_text).toBe("Paying.");
+    const plain = await client.responses.create({ model: "gpt-test", input: "hello" });
+    expect(plain.output_text).toBe("Hi there, how can I help?");
+    const paid = await client.responses.create({ model: "gpt-test", input: "pay" });
+    const fc = paid.output.find((o) => o.type === "function_call") as OpenAI.Responses.ResponseFunctionToolCall;
+    expect(JSON.parse(fc.arguments).payee).toBe("acme");
+  });
+
+  it("two responses to the same request: fresh call_ids and item ids, the same values, a re-worded memo on the retry", async () => {
+    await drain("pay");
+    await drain("pay");
+    const [a, b] = mock.requests.map((r) => r.calls[0]!);
+    expect(a!.callId).not.toBe(b!.callId);
+    expect(a!.id).not.toBe(b!.id);
+    expect(a!.callId).toMatch(/^call_/);
+    expect(a!.id).toMatch(/^fc_/);
+    const { memo: memoA, ...restA } = JSON.parse(a!.json);
+    const { memo: memoB, ...restB } = JSON.parse(b!.json);
+    expect(restA).toEqual(restB);
+    expect(memoA).toBe("Invoice 1042");
+    expect(memoB).not.toBe(memoA);
+    expect(mock.requests.map((r) => r.attempt)).toEqual([1, 2]);
+  });
+
+  it("serialisation varies across seeds (key order, whitespace, fragment boundaries) while values do not", async () => {
+    const renders = new Set<string>();
+    for (let seed = 0; seed < 12; seed++) {
+      const other = await startMockOpenAI({ script, seed: String(seed) });
+      const c = new OpenAI({ baseURL: other.baseURL, apiKey: "k", maxRetries: 0 });
+      const stream = await c.responses.create({ model: "gpt-test", input: "pay twice", stream: true });
+      for await (const _ of stream) void _;
+      const calls = other.requests[0]!.calls;
+      expect(calls.map((x) => JSON.parse(x.json).reference)).toEqual(["INV-1042", "INV-1043"]);
+      renders.add(calls.map((x) => x.fragments.join("|")).join("#"));
+      await other.close();
+    }
+    expect(renders.size).toBeGreaterThan(6);
+  });
+});
+
+describe("faults, and what the SDK raises for each (facts written in the README)", () => {
+  it("reset mid-stream: create({stream:true}) iteration throws a bare TypeError('terminated'); stream() raises OpenAIError('terminated')", async () => {
+    const { events, error } = await drain("pay", { kind: "reset", at: { beforeCompleted: true } });
+    expect(error).toBeInstanceOf(TypeError);
+    expect((error as Error).message).toBe("terminated");
+    expect(events.at(-1)!.type).toBe("response.output_item.done");
+    mock.queueFault({ kind: "reset", at: { beforeCompleted: true } });
+    const failure = await client.responses.stream({ model: "gpt-test", input: "pay" }).finalResponse().catch((e: unknown) => e);
+    expect(failure).toBeInstanceOf(OpenAI.OpenAIError);
+    expect((failure as Error).message).toBe("terminated");
+  });
+
+  it("clean close before response.completed: the raw iterator just ends, and stream().finalResponse() RESOLVES with status in_progress", async () => {
+    const { events, error } = await drain("pay", { kind: "clean_close", at: { beforeCompleted: true } });
+    expect(error).toBeUndefined();
+    expect(events.some((e) => e.type === "response.completed")).toBe(false);
+    mock.queueFault({ kind: "clean_close", at: { beforeCompleted: true } });
+    const final = await client.responses.stream({ model: "gpt-test", input: "pay" }).finalResponse();
+    // The SDK does not notice: only the absence of response.completed tells the turn is incomplete.
+    expect(final.status).toBe("in_progress");
+    expect(final.output.some((o) => o.type === "function_call" && o.status === "completed")).toBe(true);
+  });
+
+  it("an error event is yielded as an event (no throw) by the raw iterator; stream() rejects with the event object itself", async () => {
+    const { events, error } = await drain("pay", { kind: "error_event", at: { afterCallDone: 0 }, code: "server_error" });
+    expect(error).toBeUndefined();
+    expect(events.at(-1)).toMatchObject({ type: "error", code: "server_error" });
+    mock.queueFault({ kind: "error_event", at: { afterCallDone: 0 } });
+    const failure = await client.responses.stream({ model: "gpt-test", input: "pay" }).finalResponse().catch((e: unknown) => e);
+    expect(failure).not.toBeInstanceOf(Error);
+    expect(failure).toMatchObject({ type: "error" });
+  });
+
+  it("response.failed is yielded as an event; stream().finalResponse() resolves with status failed", async () => {
+    const { events, error } = await drain("pay", { kind: "failed_event", at: { beforeCompleted: true } });
+    expect(error).toBeUndefined();
+    expect(events.at(-1)).toMatchObject({ type: "response.failed", response: { status: "failed" } });
+  });
+
+  it("5xx and 429 before the stream: typed APIErrors with the status; the SDK's own retry (maxRetries) recovers them", async () => {
+    const five = await drain("pay", { kind: "status", status: 503 });
+    expect(five.error).toBeInstanceOf(OpenAI.InternalServerError);
+    expect((five.error as InstanceType<typeof OpenAI.APIError>).status).toBe(503);
+    const rate = await drain("pay", { kind: "status", status: 429 });
+    expect(rate.error).toBeInstanceOf(OpenAI.RateLimitError);
+    const retrying = new OpenAI({ baseURL: mock.baseURL, apiKey: "k", maxRetries: 1 });
+    mock.queueFault({ kind: "status", status: 500 });
+    const ok = await retrying.responses.create({ model: "gpt-test", input: "hello" });
+    expect(ok.output_text).toBe("Hi there, how can I help?");
+  });
+
+  it("a reset or clean close at every event position: the SDK saw exactly the events before it, never response.completed", async () => {
+    // Each attempt renders its own fragment boundaries, so the event count varies: walk positions
+    // until the mock says the position is past the end of that response.
+    for (const kind of ["reset", "clean_close"] as const) {
+      let at = 0;
+      for (;; at++) {
+        const { events, error } = await drain("pay twice", { kind, at: { event: at } });
+        if (error instanceof OpenAI.InternalServerError && error.message.includes("fault_position_unreachable")) break;
+        expect(events.length, `${kind} at event ${at}`).toBe(at);
+        expect(events.some((e) => e.type === "response.completed")).toBe(false);
+        if (kind === "reset") expect(error, `reset at event ${at}`).toBeInstanceOf(TypeError);
+        else expect(error, `clean_close at event ${at}`).toBeUndefined();
+      }
+      expect(at).toBeGreaterThan(10);
+    }
+  });
+
+  it("a cut during argument streaming leaves the call's arguments incomplete (no arguments.done, no output_item.done)", async () => {
+    const { events } = await drain("pay", { kind: "reset", at: { call: 0, afterFragment: 1 } });
+    expect(events.filter((e) => e.type === "response.function_call_arguments.delta")).toHaveLength(1);
+    expect(events.some((e) => e.type === "response.function_call_arguments.done")).toBe(false);
+  });
+
+  it("an unreachable fault position and a bad fault fail loudly", async () => {
+    const { error } = await drain("hello", { kind: "reset", at: { afterCallDone: 0 } });
+    expect(error).toBeInstanceOf(OpenAI.InternalServerError);
+    expect((error as Error).message).toContain("fault_position_unreachable");
+    expect(() => parseFault({ kind: "reset", at: { nowhere: 1 } })).toThrow(/invalid fault/);
+    const { error: noPlan } = await drain("unknown words");
+    expect((noPlan as Error).message).toContain("no_plan");
+  });
+});
+
+describe("control endpoints and CLI", () => {
+  it("faults queued over HTTP apply to the next request; the request log is served; reset clears it", async () => {
+    const queued = await fetch(`${mock.url}/_control/faults`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ kind: "clean_close", at: { beforeCompleted: true } }) });
+    expect(queued.status).toBe(204);
+    const bad = await fetch(`${mock.url}/_control/faults`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ kind: "nope" }) });
+    expect(bad.status).toBe(400);
+    await drain("pay");
+    const log = (await (await fetch(`${mock.url}/_control/requests`)).json()) as Array<{ outcome: string; faultFired: boolean }>;
+    expect(log).toMatchObject([{ outcome: "clean_close", faultFired: true }]);
+    await fetch(`${mock.url}/_control/reset`, { method: "POST" });
+    expect(mock.requests).toHaveLength(0);
+  });
+
+  it("the x-mock-fault header sets a fault for one request", async () => {
+    const stream = await client.responses.create({ model: "gpt-test", input: "pay", stream: true }, { headers: { "x-mock-fault": JSON.stringify({ kind: "clean_close", at: { afterCallDone: 0 } }) } });
+    const types: string[] = [];
+    for await (const e of stream) types.push(e.type);
+    expect(types.at(-1)).toBe("response.output_item.done");
+    expect(mock.requests[0]!.outcome).toBe("clean_close");
+  });
+
+  it("the CLI serves the plan script and a fault given on the command line", async () => {
+    const cli = fileURLToPath(new URL("../dist/cli.js", import.meta.url));
+    const child = spawn(process.execPath, [cli, "--port", "0", "--fault", JSON.stringify({ kind: "reset", at: { beforeCompleted: true } })]);
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        child.stdout.on("data", (d: Buffer) => {
+          const m = /listening on (\S+)/.exec(d.toString());
+          if (m) resolve(m[1]!);
+        });
+        child.on("exit", (code) => reject(new Error(`cli exited ${code}`)));
+      });
+      const c = new OpenAI({ baseURL: `${url}/v1`, apiKey: "k", maxRetries: 0 });
+      const failure = await c.responses.stream({ model: "gpt-test", input: "pay acme" }).finalResponse().catch((e: unknown) => e);
+      expect((failure as Error).message).toBe("terminated");
+      const ok = await c.responses.create({ model: "gpt-test", input: "hello" });
+      expect(ok.output_text).toBe("Hi.");
+      const help = await new Promise<string>((resolve) => execFile(process.execPath, [cli, "--help"], (_e, out) => resolve(out)));
+      expect(help).toContain("usage: mock-openai");
+    } finally {
+      child.kill("SIGTERM");
+    }
+  });
+});
