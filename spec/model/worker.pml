@@ -293,7 +293,7 @@ inline END_ATTEMPT() {
      if
      :: lfence == myf ->
 #ifndef RESUME_SAYS_NOT
-        /* Proposed rule: a turn resumed from an earlier holder (its message was bound under
+        /* TURN-15, RECORD-6: a turn resumed from an earlier holder (its message was bound under
            another turn-lease grant) may have effects from that holder's attempts, which can
            still be running (a paused process) and which this runner never saw: its record
            says so, and calls nothing "not happened" but a call whose row it read as failed
@@ -386,7 +386,7 @@ inline DRIVE() {
           ms[cur] = MS_INPROG; midx[cur] = nturns; lastBound = cur + 1;
           printf("@@ W%d   binds message %d to turn %d (TURN-11)\n", w, cur, nturns)
        :: else ->
-          resumed = true;
+          resumed = true;   /* TURN-15: the store says the turn index was begun before */
           printf("@@ W%d   resumes message %d at its bound turn %d\n", w, cur, midx[cur])
        fi;
        t = nturns;
