@@ -10,7 +10,8 @@ import {
   type TurnSnapshot,
 } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { runEndToEnd } from "../src/e2e/index.js";
+import { endToEndChecks, runEndToEnd } from "../src/e2e/index.js";
+import { ConformanceFailure } from "../src/failure.js";
 import { memoryLedgerSubject, type LedgerSubject } from "../src/index.js";
 
 /**
@@ -115,6 +116,42 @@ describe("the end-to-end oracle rejects planted bugs the effect count missed", (
     const message = expectReadable(error, 11);
     expect(message).toMatch(/breaks TURN-(9|11)/);
     expect(message).toMatch(/turn \d+ was attempted for message "conv-\d:c\d message \d" and then for "conv-\d:c\d message \d", although the first had not failed/);
+  }, 600_000);
+});
+
+describe("--path replays exactly one end-to-end case", () => {
+  it("a planted bug's printed seed and path replay that one shrunk scenario once, failing the same rule on the same scenario; on a correct store it passes, once", async () => {
+    const broken = ({ now }: { now: () => number }) => new BindsEveryQueuedMessage(new MemoryConversationStore({ now }));
+    const first = await runEndToEnd(memory, { runs: 300, seed: 11, timeLimitMs: SHRINK_BUDGET_MS, conversationStore: broken }).catch((e: unknown) => e);
+    expect(first).toBeInstanceOf(ConformanceFailure);
+    const cx = (first as ConformanceFailure).counterexample!;
+    const rule = (first as ConformanceFailure).violates!;
+    expect(rule).toMatch(/^TURN-(9|11)$/);
+    expect(cx.path).toMatch(/^\d+(:\d+)*$/);
+
+    let stats: Record<string, number> = {};
+    const again = await runEndToEnd(memory, {
+      runs: 300,
+      seed: cx.seed,
+      path: cx.path,
+      conversationStore: broken,
+      onStats: (s) => (stats = s),
+    }).catch((e: unknown) => e);
+    // One case, the shrunk one: not 300 runs, not a further shrink under a new path.
+    expect(stats.property_cases).toBe(1);
+    expect(again).toBeInstanceOf(ConformanceFailure);
+    const replayed = again as ConformanceFailure;
+    expect(replayed.violates).toBe(rule);
+    expect(replayed.counterexample!.path).toBe(cx.path);
+    expect(replayed.counterexample!.value).toEqual(cx.value);
+    expect(replayed.message).toContain(`replayed scenario (one case, seed ${cx.seed}, path "${cx.path}")`);
+    expect(replayed.counterexample!.note).toBeUndefined();
+
+    // The same case on a correct store passes, after exactly one run, and says it was a replay.
+    let passing: Record<string, number> = {};
+    await runEndToEnd(memory, { runs: 300, seed: cx.seed, path: cx.path, onStats: (s) => (passing = s) });
+    expect(passing).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+    expect(endToEndChecks(memory, { seed: cx.seed, path: cx.path })[0]!.name).toContain(`replay of path ${cx.path}, one case`);
   }, 600_000);
 });
 

@@ -16,6 +16,7 @@ import { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase } from "./vector
 export { randomSeed, resolveLedgerOptions, propertyTimeoutMs, envInteger, ENVIRONMENT, DEFAULT_RUNS, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_RUN_TIMEOUT_MS, MAX_CONSECUTIVE_TIMEOUTS, type ResolvedLedgerOptions, type EnvironmentVariable } from "./defaults.js";
 export { checkContext, seededKey, type LedgerCheckContext } from "./context.js";
 export { PendingOperations, trackSubject } from "./tracking.js";
+export { skewProcessClock } from "./skew.js";
 export { runProperty, valueAtPath, type PropertyOutcome, type PropertyRunOptions } from "./property-runner.js";
 export * from "./checks/index.js";
 export { MODEL_CHECK_NAME, runModelProperty, scenarioSteps } from "./property.js";

@@ -1,5 +1,5 @@
 import type { Ledger } from "@dispatch-once/core";
-import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance";
+import { skewProcessClock, type LedgerFixture, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 import type pg from "pg";
 import { PostgresLedger } from "../src/index.js";
 import {
@@ -28,7 +28,10 @@ function sharedPool(): pg.Pool {
  */
 export const postgresSubject: LedgerSubject = {
   name: "ledger-postgres",
-  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true },
+  // clockSkew: PostgresLedger has no clock option (every time is the server's clock_timestamp()),
+  // so the skewed instance is a second instance whose calls run with this process's Date off
+  // (skewProcessClock): one that read Date.now() for a lease would take over live claims.
+  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true },
   async create(options = {}): Promise<LedgerFixture> {
     const pool = sharedPool();
     const schema = uniqueSchema("conf");
@@ -54,6 +57,11 @@ export const postgresSubject: LedgerSubject = {
         async corrupt(key: string) {
           const { rowCount } = await pool.query(`UPDATE ${table(schema)} SET v = 0 WHERE key = $1`, [key]);
           if (rowCount !== 1) throw new Error(`corrupt: no row ${key}`);
+        },
+        async skewedInstance(offsetMs: number) {
+          const other = new PostgresLedger({ connectionString: DATABASE_URL, poolConfig: { max: 2 }, schema, ...options });
+          others.push(other);
+          return skewProcessClock(other, offsetMs);
         },
         async disconnected() {
           const broken = new PostgresLedger({

@@ -1,5 +1,5 @@
 import type { Ledger } from "@dispatch-once/core";
-import type { LedgerSubject } from "@dispatch-once/conformance";
+import { skewProcessClock, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 import type { Redis } from "ioredis";
 import { RedisLedger } from "../src/index.js";
 import { EXPIRE_LEASE_LUA, REDIS_URL, closedPort, deleteByPrefix, parseStored, rawClient, uniquePrefix } from "./helpers.js";
@@ -24,7 +24,10 @@ export async function readRow(client: Redis, redisKey: string, key: string): Pro
 /** Fresh prefix per create(); raw hooks talk to Redis directly. */
 export const redisSubject: LedgerSubject = {
   name: "ledger-redis",
-  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true },
+  // clockSkew: RedisLedger has no clock option (leases are on the server's TIME inside its
+  // scripts), so the skewed instance is another instance whose calls run with this process's Date
+  // off (skewProcessClock): one that computed a lease from Date.now() would take over live claims.
+  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true },
   async create(options = {}) {
     const prefix = uniquePrefix("conf");
     const raw = rawClient();
@@ -54,6 +57,7 @@ export const redisSubject: LedgerSubject = {
         async corrupt(key) {
           await raw.set(keyOf(key), "\u0000not a ledger row\n{}");
         },
+        skewedInstance: async (offsetMs) => skewProcessClock(open(), offsetMs),
         async disconnected() {
           const port = await closedPort();
           const broken = new RedisLedger({ url: `redis://127.0.0.1:${port}`, prefix });

@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEFAULT_RETENTION_MS, type Ledger } from "@dispatch-once/core";
-import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance";
+import { skewProcessClock, type LedgerFixture, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 import type { SqliteLedger, SqliteLedgerOptions } from "../src/index.js";
 
 const TABLE = "dispatch_once_ledger";
@@ -75,7 +75,12 @@ export function createSqliteSubject(
   let counter = 0;
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true },
+    // clockSkew: without the `now` test hook every time is SQLite's julianday('now'), read by the
+    // SQLite library from the OS; the processes sharing a file share a host, hence that clock.
+    // The skewed instance is another instance whose calls run with this process's JavaScript
+    // Date off (skewProcessClock): a ledger that took leases from Date.now() (as `now: Date.now`
+    // does) takes over live claims through it and fails LEDGER-20.
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true },
     async create(options = {}): Promise<LedgerFixture> {
       // The kit checks semantics, not the disk: on a memory-backed filesystem fsync is cheap, so
       // synchronous=FULL (the default) stays on while 1,000 end-to-end runs fit in CI. The
@@ -132,6 +137,7 @@ export function createSqliteSubject(
             // A row from a format version this reader does not know.
             change(`UPDATE ${TABLE} SET v = 999, state = 'in_flight?' WHERE key = ?`, key);
           },
+          skewedInstance: async (offsetMs: number) => skewProcessClock(open(), offsetMs),
           async disconnected() {
             // A ledger whose connection is gone (closed under it): every call must fail closed.
             const broken = open();
