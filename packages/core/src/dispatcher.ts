@@ -67,6 +67,8 @@ export type DispatchEvent =
    * could not reach the ledger past the lease (self-fencing, DISPATCH-13). The tool was aborted.
    */
   | { type: "lease_lost"; key: string; toolName: string; ordinal: number; reason: "stale_claim" | "lease_unconfirmed" }
+  /** This run's outcome went into the ledger (the last write of a claimed run; absent when the write was refused). */
+  | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" }
   /**
    * A reconcile probe answered (RECON-10). `verdict` is the probe's answer (`error`: it threw or
    * answered something that is not a verdict); `settled` is what the dispatcher did with the row
@@ -485,7 +487,7 @@ export class Dispatcher implements CallDispatcher {
       return this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
     }
     try {
-      await this.recorded(key, () => this.ledger.complete(key, fence, resultJson));
+      await this.recorded(key, () => this.ledger.complete(key, fence, resultJson), { toolName: tool.name, ordinal, state: "completed" });
     } catch (error) {
       if (!isDispatchOnceError(error, "result_not_storable")) throw error;
       return this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
@@ -506,12 +508,12 @@ export class Dispatcher implements CallDispatcher {
     error: Error,
     base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
   ): Promise<DispatchOutcome> {
-    if (tool.reconcile === undefined) return this.failClosed(key, fence, error);
+    if (tool.reconcile === undefined) return this.failClosed(key, fence, error, base);
     const answer = await this.probe(tool, args, key, "result_not_storable", new AbortController().signal);
     if (answer.verdict === "performed" && answer.resultJson !== undefined) {
       return this.settlePerformed(key, fence, answer.resultJson, "result_not_storable", answer, base);
     }
-    return this.settle(key, base, "result_not_storable", answer, "failed", () => this.failClosed(key, fence, error));
+    return this.settle(key, base, "result_not_storable", answer, "failed", () => this.failClosed(key, fence, error, base));
   }
 
   /**
@@ -564,10 +566,10 @@ export class Dispatcher implements CallDispatcher {
   ): Promise<DispatchOutcome> {
     return this.settle(key, base, cause, answer, "completed", async () => {
       try {
-        await this.recorded(key, () => this.ledger.complete(key, fence, resultJson));
+        await this.recorded(key, () => this.ledger.complete(key, fence, resultJson), { toolName: base.toolName, ordinal: base.ordinal, state: "completed" });
       } catch (error) {
         if (!isDispatchOnceError(error, "result_not_storable")) throw error;
-        return this.failClosed(key, fence, error);
+        return this.failClosed(key, fence, error, base);
       }
       return { ...base, result: JSON.parse(resultJson) as JsonValue, resultJson, replayed: false };
     });
@@ -625,9 +627,14 @@ export class Dispatcher implements CallDispatcher {
    * a connection inside the caller's transaction) is re-raised as ledger_unavailable, so no
    * caller or record tells the user an effect failed that may have taken place (ERR-4).
    */
-  private async recorded(key: string, write: () => Promise<void>): Promise<void> {
+  private async recorded(
+    key: string,
+    write: () => Promise<void>,
+    done?: { toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" },
+  ): Promise<void> {
     try {
       await write();
+      if (done !== undefined) this.emit({ type: "recorded", key, ...done });
     } catch (error) {
       if (catalogueEntry(error)?.effect === "no") {
         throw new LedgerUnavailableError(
@@ -640,7 +647,7 @@ export class Dispatcher implements CallDispatcher {
   }
 
   /** The effect happened and its result cannot be kept: fail closed, never re-run (LEDGER-10). */
-  private async failClosed(key: string, fence: number, error: Error): Promise<never> {
+  private async failClosed(key: string, fence: number, error: Error, base: { toolName: string; ordinal: number }): Promise<never> {
     const notStorable = isDispatchOnceError(error, "result_not_storable")
       ? error
       : new ResultNotStorableError(key, error.message, { cause: error });
@@ -648,7 +655,7 @@ export class Dispatcher implements CallDispatcher {
       name: "ResultNotStorableError",
       message: notStorable.message,
       code: "result_not_storable",
-    }));
+    }), { toolName: base.toolName, ordinal: base.ordinal, state: "failed" });
     throw notStorable;
   }
 
@@ -662,10 +669,11 @@ export class Dispatcher implements CallDispatcher {
     answer: ProbeAnswer | undefined,
   ): Promise<DispatchOutcome> {
     const disposition = ToolError.isInstance(error) ? error.disposition : "unknown";
+    const done = { toolName: tool.name, ordinal: base.ordinal };
     switch (disposition) {
       case "definite": {
         const stored = toStoredError(error as ToolError);
-        await this.recorded(key, () => this.ledger.fail(key, fence, stored));
+        await this.recorded(key, () => this.ledger.fail(key, fence, stored), { ...done, state: "failed" });
         throw new ToolFailedError(key, stored, false);
       }
       case "not_performed": {
@@ -675,7 +683,7 @@ export class Dispatcher implements CallDispatcher {
         // A volatile ledger may have forgotten an earlier run's row, so even fence 1 proves nothing there.
         const earlierRunMayHaveActed =
           tool.effect === "keyed_write" && (fence > 1 || this.ledger.capabilities.durability !== "durable");
-        await this.recorded(key, () => this.ledger.release(key, fence));
+        await this.recorded(key, () => this.ledger.release(key, fence), { ...done, state: "released" });
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: earlierRunMayHaveActed });
         throw new ClaimReleasedError(key, earlierRunMayHaveActed, error);
       }
@@ -696,14 +704,14 @@ export class Dispatcher implements CallDispatcher {
       // The downstream has the effect: the user is told it happened, with its result (RECON-3).
       if (answer.resultJson !== undefined) return this.settlePerformed(key, fence, answer.resultJson, cause, answer, base);
       const notStorable = new ResultNotStorableError(key, `reconciled as performed, but ${answer.detail ?? "its result cannot be stored"}`);
-      return this.settle(key, base, cause, answer, "failed", () => this.failClosed(key, fence, notStorable));
+      return this.settle(key, base, cause, answer, "failed", () => this.failClosed(key, fence, notStorable, base));
     }
     if (tool.effect === "keyed_write") {
       // Unknown outcome (or not performed by the probe's account), but a re-run sends the stored
       // request under the same key and the downstream collapses it with any late landing of
       // this one (EFFECT-3, LEDGER-21, RECON-4).
       const release = async (): Promise<never> => {
-        await this.recorded(key, () => this.ledger.release(key, fence));
+        await this.recorded(key, () => this.ledger.release(key, fence), { ...done, state: "released" });
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: true });
         throw new ClaimReleasedError(key, true, error);
       };
@@ -726,7 +734,7 @@ export class Dispatcher implements CallDispatcher {
     // The probe's answer goes into the row's reason, for whoever settles it later.
     const full = answer === undefined ? reason : `${reason}; reconcile: ${answer.verdict}${answer.detail !== undefined ? ` (${answer.detail})` : ""}`;
     const mark = async (): Promise<never> => {
-      await this.recorded(key, () => this.ledger.markUnknown(key, fence, full));
+      await this.recorded(key, () => this.ledger.markUnknown(key, fence, full), { toolName: base.toolName, ordinal: base.ordinal, state: "unknown" });
       throw new OutcomeUnknownError(key, full, { cause: error });
     };
     return answer === undefined ? mark() : this.settle(key, base, cause, answer, "unknown", mark);

@@ -91,6 +91,9 @@ describe("reconciliation after a lost response (RECON-2)", () => {
     expect(reconciled(s.events)).toEqual([
       expect.objectContaining({ key: s.key, cause: "tool_error", verdict: "performed", settled: "completed" }),
     ]);
+    expect(s.events.filter((e) => e.type === "recorded")).toEqual([
+      { type: "recorded", key: s.key, toolName: "create_invoice", ordinal: 0, state: "completed" },
+    ]);
   });
 
   it("RECON-4 unkeyed: not_performed is not trusted (a request in transit may still land): the row stays unknown, never re-run", async () => {
@@ -102,6 +105,7 @@ describe("reconciliation after a lost response (RECON-2)", () => {
     await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toMatchObject({ code: "outcome_unknown" });
     expect(s.runs()).toBe(1);
     expect(reconciled(s.events)).toEqual([expect.objectContaining({ verdict: "not_performed", settled: "unknown" })]);
+    expect(s.events.filter((e) => e.type === "recorded").map((e) => e.type === "recorded" && e.state)).toEqual(["unknown"]);
   });
 
   it("RECON-5 a probe that throws leaves the outcome as it would have been (unknown), never 'not happened'", async () => {
@@ -301,7 +305,9 @@ describe("reconciliation after a lost lease (RECON-8)", () => {
     const call = { name: "send_payment", input: { amount: 1 } };
     await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "stale_claim" });
     expect(await memory.lookup(dispatcher.keyFor(call, turn0))).toMatchObject({ state: "completed", result: '{"id":"pay_other"}' });
-    expect(events.find((e) => e.type === "reconciled")).toMatchObject({ cause: "lease_lost", verdict: "performed" });
+    expect(events.find((e) => e.type === "reconciled")).toMatchObject({ cause: "lease_lost", verdict: "performed", settled: "none" });
+    // The refused write recorded nothing.
+    expect(events.some((e) => e.type === "recorded")).toBe(false);
   });
 });
 
