@@ -71,8 +71,9 @@ export type DispatchEvent =
   | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" }
   /**
    * A reconcile probe answered (RECON-10). `verdict` is the probe's answer (`error`: it threw or
-   * answered something that is not a verdict); `settled` is what the dispatcher did with the row
-   * (`none`: nothing, on demand or because the fenced write was refused). No ordinal on demand.
+   * answered something that is not a verdict); `settled` is what the dispatcher writes for it
+   * (`none` on demand), confirmed by the `recorded` event that follows; a write refused (stale
+   * fence) has no `recorded` event. No ordinal on demand.
    */
   | {
       type: "reconciled";
@@ -576,8 +577,9 @@ export class Dispatcher implements CallDispatcher {
   }
 
   /**
-   * Apply a settlement and emit what happened. The event names the settlement once its write
-   * went through; a refused write (stale fence, ledger down) settled nothing.
+   * Emit the probe's answer and what the dispatcher writes for it, then write. The `recorded`
+   * event that follows confirms the write; without it (a stale fence, the ledger down) nothing
+   * was settled.
    */
   private async settle<T>(
     key: string,
@@ -587,18 +589,8 @@ export class Dispatcher implements CallDispatcher {
     settled: "completed" | "failed" | "released" | "unknown",
     write: () => Promise<T>,
   ): Promise<T> {
-    let value: T;
-    try {
-      value = await write();
-    } catch (error) {
-      // failClosed and recordFailure throw the caller's error after their write succeeded.
-      const wrote = isDispatchOnceError(error, "result_not_storable") || isDispatchOnceError(error, "outcome_unknown") || isDispatchOnceError(error, "claim_released");
-      const actual = isDispatchOnceError(error, "result_not_storable") ? "failed" : settled;
-      this.emitReconciled(key, base.toolName, base.ordinal, cause, answer, wrote ? actual : "none");
-      throw error;
-    }
     this.emitReconciled(key, base.toolName, base.ordinal, cause, answer, settled);
-    return value;
+    return write();
   }
 
   private emitReconciled(

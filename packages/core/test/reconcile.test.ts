@@ -305,8 +305,8 @@ describe("reconciliation after a lost lease (RECON-8)", () => {
     const call = { name: "send_payment", input: { amount: 1 } };
     await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "stale_claim" });
     expect(await memory.lookup(dispatcher.keyFor(call, turn0))).toMatchObject({ state: "completed", result: '{"id":"pay_other"}' });
-    expect(events.find((e) => e.type === "reconciled")).toMatchObject({ cause: "lease_lost", verdict: "performed", settled: "none" });
-    // The refused write recorded nothing.
+    expect(events.find((e) => e.type === "reconciled")).toMatchObject({ cause: "lease_lost", verdict: "performed", settled: "completed" });
+    // The fenced write was refused: nothing was recorded.
     expect(events.some((e) => e.type === "recorded")).toBe(false);
   });
 });
