@@ -128,6 +128,11 @@ export interface SideTotals {
    * request's history: earlier turns' payment ids (random) and toolu_ ids (in global request order).
    */
   requestDiffers: number;
+  /**
+   * Lost payments responses the reconcile probe settled (RECON-3): the ledger row completed from
+   * the payments API's lookup by idempotency key instead of staying open; naive: always 0.
+   */
+  reconciled: number;
   /** Messages whose committed turns or records disagree with the effect log (see oracle.ts). */
   misreports: number;
   misreportReasons: Record<MisreportReason, number>;
@@ -538,6 +543,7 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
       downstreamReplays: sumOf(side.downstreamReplays, references),
       rewordedResponses: sumOf(reworded, references),
       requestDiffers: sumOf(side.requestDiffers, references),
+      reconciled: sumOf(side.reconciled, references),
       misreports: tallies.main.misreports,
       misreportReasons: tallies.main.byReason,
       misreportExamples: tallies.main.examples,

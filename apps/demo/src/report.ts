@@ -95,6 +95,7 @@ ${rateSvg(result)}
 <tr><td>&nbsp;&nbsp;answered from its Idempotency-Key</td><td>${num(chaos.naive.downstreamReplays)}</td><td>${num(chaos.guarded.downstreamReplays)}</td></tr>
 <tr><td>retries answered from the ledger</td><td>–</td><td>${num(chaos.guarded.replayedFromLedger)}</td></tr>
 <tr><td>re-worded retries sent as first asked (LEDGER-21)</td><td>–</td><td>${num(chaos.guarded.requestDiffers)}</td></tr>
+<tr><td>lost responses settled by reconciliation</td><td>–</td><td>${num(chaos.guarded.reconciled)}</td></tr>
 </table>
 <table id="routes-table">
 <tr><th>replay route</th><th>replays</th><th>naive duplicates</th><th>Dispatch-Once duplicates</th><th>naive misreported</th><th>Dispatch-Once misreported</th><th>naive "may have happened"</th><th>Dispatch-Once "may have happened"</th></tr>

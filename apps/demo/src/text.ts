@@ -99,6 +99,7 @@ export function chaosText(chaos: ChaosResult): string[] {
   out.push(row("  answered from its Idempotency-Key", n(naive.downstreamReplays), n(guarded.downstreamReplays)));
   out.push(row("retries answered from the ledger", "-", n(guarded.replayedFromLedger)));
   out.push(row("re-worded retries sent as first asked", "-", n(guarded.requestDiffers)));
+  out.push(row("lost responses settled by reconciliation", "-", n(guarded.reconciled)));
   out.push(row("model responses with a re-worded memo", n(naive.rewordedResponses), n(guarded.rewordedResponses)));
   out.push(row("messages failed for good", n(naive.failedTurns), n(guarded.failedTurns)));
   const reasons = Object.entries(naive.misreportReasons).filter(([, count]) => count > 0);

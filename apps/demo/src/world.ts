@@ -133,6 +133,8 @@ export interface Side {
    * re-worded memo) and were answered with the first request (LEDGER-21), per reference.
    */
   requestDiffers: Map<string, number>;
+  /** Lost responses settled by the reconcile probe (the row completed from the payments API's lookup), by reference. */
+  reconciled: Map<string, number>;
   /** Dispatcher warnings that say something is off (a repeated call within one turn, ...). */
   warnings: string[];
   /** A runner over this side; every runner of a side shares its conversation store unless given one. */
@@ -176,6 +178,9 @@ export async function startSide(options: SideOptions): Promise<Side> {
   const lostResponses = new Map<string, number>();
   const downstreamReplays = new Map<string, number>();
   const requestDiffers = new Map<string, number>();
+  /** Lost responses the reconcile probe settled from the payments API's key lookup, by reference. */
+  const reconciled = new Map<string, number>();
+  const referenceOfKey = new Map<string, string>();
   const bump = (map: Map<string, number>, reference: string) => map.set(reference, (map.get(reference) ?? 0) + 1);
   const warnings: { message: string; key?: unknown; replay?: unknown }[] = [];
   const hooks = options.hooks;
@@ -189,6 +194,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
     identity: ["payee", "amount", "currency", "reference"],
     async run(args, context) {
       bump(posts, args.reference);
+      referenceOfKey.set(context.idempotencyKey, args.reference);
       const lose = hooks?.loseResponse?.(args as PaymentArgs, context) ?? false;
       if (lose) bump(lostResponses, args.reference);
       let paymentId: string;
@@ -214,6 +220,20 @@ export async function startSide(options: SideOptions): Promise<Side> {
       await hooks?.afterPost?.(args as PaymentArgs, context, paymentId);
       return { paymentId, status: "accepted", amount: args.amount, currency: args.currency, payee: args.payee };
     },
+    // After a lost response, ask the payments API what it holds under the key (RECON-1): a
+    // stored 2xx is the payment, told as run would have told it; nothing stored is "not
+    // performed" (the dispatcher trusts that only because the key guards the re-run).
+    async reconcile(args, context) {
+      const found = (await paymentsClient.lookupIdempotencyKey(context.idempotencyKey, { signal: context.signal })).body;
+      if (found.state === "absent") return { outcome: "not_performed" };
+      if (found.state === "in_flight") return { outcome: "unknown", reason: "the payments API is still processing the key" };
+      const { status, body } = found.response;
+      if (status < 200 || status >= 300 || typeof (body as { id?: unknown } | null)?.id !== "string") {
+        return { outcome: "unknown", reason: `the key holds a ${status} response` };
+      }
+      const paymentId = (body as { id: string }).id;
+      return { outcome: "performed", result: { paymentId, status: "accepted", amount: args.amount, currency: args.currency, payee: args.payee } };
+    },
   });
   const tools = new ToolRegistry([sendPayment]);
 
@@ -228,6 +248,11 @@ export async function startSide(options: SideOptions): Promise<Side> {
       pollMs: options.pollMs ?? 5,
       logger: { warn: (message, fields) => warnings.push({ message, key: fields?.["key"], replay: fields?.["replay"] }) },
       onEvent: (event) => {
+        if (event.type === "reconciled" && event.settled === "completed") {
+          const reference = referenceOfKey.get(event.key);
+          if (reference !== undefined) bump(reconciled, reference);
+          return;
+        }
         if (event.type !== "request_differs") return;
         // Expected whenever a retried response re-worded the memo: counted, not an anomaly. The
         // dispatcher warns right before it emits this event; that warning is taken back here.
@@ -254,6 +279,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
     lostResponses,
     downstreamReplays,
     requestDiffers,
+    reconciled,
     get warnings() {
       return warnings.map((w) => w.message);
     },

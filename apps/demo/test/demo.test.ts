@@ -128,14 +128,16 @@ describe("pnpm demo --json, on each ledger", () => {
       expect(chaos.guarded.mayHaveHappened).toBe(0);
       expect(chaos.guarded.payments).toBe(chaos.turns);
       expect(chaos.guarded.failedTurns).toBe(0);
-      // Lost responses happened, as planned; each cost the guarded side exactly one re-run POST,
-      // under the same key and with the first request's body (LEDGER-21), which the payments API
-      // answered from its key store. Every other repeat was stopped by the ledger alone.
+      // Lost responses happened, as planned; the reconcile probe settled each from the payments
+      // API's lookup by key (RECON-3): no re-run POST, and the ledger row completed with the
+      // payment, so every repeat was stopped by the ledger alone.
       expect(chaos.guarded.lostResponses).toBe(chaos.planned.lostResponses);
       expect(chaos.guarded.lostResponses).toBeGreaterThan(0);
-      expect(chaos.guarded.posts).toBe(chaos.turns + chaos.guarded.lostResponses);
-      expect(chaos.guarded.downstreamReplays).toBe(chaos.guarded.lostResponses);
-      expect(chaos.guarded.replayedFromLedger).toBe(chaos.failuresInWindow - chaos.planned.lostResponsesInWindow);
+      expect(chaos.guarded.reconciled).toBe(chaos.guarded.lostResponses);
+      expect(chaos.naive.reconciled).toBe(0);
+      expect(chaos.guarded.posts).toBe(chaos.turns);
+      expect(chaos.guarded.downstreamReplays).toBe(0);
+      expect(chaos.guarded.replayedFromLedger).toBe(chaos.failuresInWindow);
       // Re-worded memos reached the dispatcher and were sent as first asked.
       expect(chaos.guarded.rewordedResponses).toBeGreaterThan(0);
       expect(chaos.guarded.requestDiffers).toBeGreaterThan(0);
@@ -145,10 +147,11 @@ describe("pnpm demo --json, on each ledger", () => {
         expect(route.guarded.payments, route.name).toBe(route.name === "automatic_retry" ? chaos.turns : route.replays);
       }
       const resend = chaos.routes.find((r) => r.name === "client_resend")!;
-      // Without the automatic retry a lost response fails the turn first: its record says the
-      // payment "may have happened" (it had), and the client's re-send completes it.
-      expect(resend.guarded.mayHaveHappened).toBe(chaos.guarded.lostResponses);
-      expect(resend.guarded.mayHaveHappenedAndDid).toBe(chaos.guarded.lostResponses);
+      // Without the automatic retry a lost response used to fail the turn with "may have
+      // happened"; the reconcile probe now settles it from the payments API before the turn
+      // fails, so no turn is left telling the user anything but the payment (RECON-3).
+      expect(resend.guarded.mayHaveHappened).toBe(0);
+      expect(resend.guarded.mayHaveHappenedAndDid).toBe(0);
       const redelivery = chaos.routes.find((r) => r.name === "queue_redelivery")!;
       expect(redelivery.guarded.posts).toBe(redelivery.guarded.payments);
       expect(chaos.anomalies).toEqual([]);

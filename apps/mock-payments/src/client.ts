@@ -4,6 +4,7 @@ import type {
   CreateInvoiceBody,
   CreatePaymentBody,
   FaultSpec,
+  IdempotencyKeyLookup,
   Invoice,
   ListResponse,
   Payment,
@@ -125,6 +126,8 @@ export interface PaymentsClient {
   /** The unkeyed "internal" API: every call creates a new invoice. */
   createInvoice(body: CreateInvoiceBody, options?: KeyedRequestOptions): Promise<PaymentsResult<Invoice>>;
   listInvoices(options?: RequestOptions): Promise<PaymentsResult<ListResponse<Invoice>>>;
+  /** What the server holds under this account's idempotency key (for reconciliation). */
+  lookupIdempotencyKey(key: string, options?: RequestOptions): Promise<PaymentsResult<IdempotencyKeyLookup>>;
 }
 
 export function createPaymentsClient(options: PaymentsClientOptions): PaymentsClient {
@@ -187,6 +190,8 @@ export function createPaymentsClient(options: PaymentsClientOptions): PaymentsCl
     listPayments: (opts) => call<ListResponse<Payment>>("GET", "/v1/payments", undefined, opts),
     createInvoice: (body, opts) => call<Invoice>("POST", "/v1/invoices", body, opts),
     listInvoices: (opts) => call<ListResponse<Invoice>>("GET", "/v1/invoices", undefined, opts),
+    lookupIdempotencyKey: (key, opts) =>
+      call<IdempotencyKeyLookup>("GET", `/v1/idempotency-keys/${encodeURIComponent(key)}`, undefined, opts),
   };
 }
 

@@ -51,6 +51,7 @@ export {
   type Payment,
   type Invoice,
   type ListResponse,
+  type IdempotencyKeyLookup,
   type Operation,
   type FaultOutcome,
   type FaultSpec,

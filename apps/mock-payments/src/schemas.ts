@@ -56,6 +56,18 @@ export interface ListResponse<T> {
   data: T[];
 }
 
+/**
+ * What the server holds under an idempotency key, for the account asking (GET
+ * /v1/idempotency-keys/:key): `completed` with the stored response (the effect happened, or a
+ * business error was stored), `in_flight` (claimed, not finished: a request is being processed),
+ * or `absent` (no request with this key has been accepted, or its record has expired). `absent`
+ * says nothing about a request still on its way to the server.
+ */
+export type IdempotencyKeyLookup =
+  | { object: "idempotency_key"; key: string; state: "absent" }
+  | { object: "idempotency_key"; key: string; state: "in_flight"; operation: Operation }
+  | { object: "idempotency_key"; key: string; state: "completed"; operation: Operation; response: { status: number; body: unknown } };
+
 /** The API's operations; faults are matched against these names. */
 export const OPERATIONS = [
   "create_payment",
@@ -64,6 +76,7 @@ export const OPERATIONS = [
   "list_payments",
   "create_invoice",
   "list_invoices",
+  "lookup_idempotency_key",
 ] as const;
 export type Operation = (typeof OPERATIONS)[number];
 /** Faults without an explicit `operations` list apply to these (the calls that perform effects). */

@@ -19,6 +19,7 @@ import {
   type FaultSpec,
   type InjectedFault,
   type Invoice,
+  type IdempotencyKeyLookup,
   type ListResponse,
   type Operation,
   type Payment,
@@ -459,6 +460,29 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
       await ctx.reachExecution();
       const list: ListResponse<Payment> = { object: "list", data: store.listPayments(ctx.account) };
       return ok(list);
+    }),
+  );
+
+  // Reconciliation: what this account's key holds, so a caller whose response was lost can ask.
+  v1.get(
+    "/idempotency-keys/:key",
+    route("lookup_idempotency_key", async (req, ctx) => {
+      await ctx.reachExecution();
+      const key = req.params["key"] as string;
+      const record = store.getRecord(ctx.account, key, clock());
+      const found: IdempotencyKeyLookup =
+        record === null
+          ? { object: "idempotency_key", key, state: "absent" }
+          : record.state === "in_flight" || record.response === null
+            ? { object: "idempotency_key", key, state: "in_flight", operation: record.operation }
+            : {
+                object: "idempotency_key",
+                key,
+                state: "completed",
+                operation: record.operation,
+                response: { status: record.response.status, body: record.response.body },
+              };
+      return ok(found);
     }),
   );
 

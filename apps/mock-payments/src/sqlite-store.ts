@@ -141,6 +141,12 @@ class SqliteStore implements Store {
     if (info.changes !== 1) throw new Error(`no in_flight claim for key ${key}`);
   }
 
+  getRecord(account: string, key: string, now: number): IdempotencyRecord | null {
+    const row = this.stmt.getRecord.get(account, key);
+    if (row === undefined || (row.state === "completed" && row.expires_at <= now)) return null;
+    return toRecord(row);
+  }
+
   release(account: string, key: string): void {
     this.stmt.releaseRecord.run(account, key);
   }

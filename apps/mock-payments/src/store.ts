@@ -68,6 +68,11 @@ export interface Store {
   claim(input: ClaimInput): ClaimResult;
   /** Store the response and mark the record completed (called inside the effect's transaction). */
   complete(account: string, key: string, response: StoredResponse): void;
+  /**
+   * Read (account, key) without changing it: the record a lookup by idempotency key reports.
+   * A completed record whose retention has passed (as of `now`) counts as absent, as in claim.
+   */
+  getRecord(account: string, key: string, now: number): IdempotencyRecord | null;
   /** Drop an in_flight claim whose effect did not happen. */
   release(account: string, key: string): void;
   /** Drop every in_flight claim; at startup these belong to a dead instance that performed nothing. */
@@ -141,6 +146,12 @@ export class MemoryStore implements Store {
     record.state = "completed";
     record.response = structuredClone(response);
     this.undo?.push(() => Object.assign(record, before));
+  }
+
+  getRecord(account: string, key: string, now: number): IdempotencyRecord | null {
+    const record = this.records.get(recordId(account, key));
+    if (record === undefined || (record.state === "completed" && record.expiresAt <= now)) return null;
+    return cloneRecord(record);
   }
 
   release(account: string, key: string): void {

@@ -20,9 +20,9 @@ import {
 import { catalogueEntry } from "./error-catalogue.js";
 import { deriveKey } from "./key.js";
 import { toJsonData } from "./json-data.js";
-import type { InFlightRow, Ledger, LedgerEffect, TerminalRow } from "./ledger.js";
+import type { InFlightRow, Ledger, LedgerEffect, LedgerRow, TerminalRow } from "./ledger.js";
 import { utf8ByteLength } from "./memory-ledger.js";
-import { ToolRegistry, type ToolDefinition } from "./registry.js";
+import { ToolRegistry, type ReconcileCause, type ToolDefinition } from "./registry.js";
 
 /** Where a call sits: identical across every replay of the turn (spec §4). */
 export interface TurnContext {
@@ -73,7 +73,41 @@ export type DispatchEvent =
    * The claim was lost while the tool ran: refused renewal (stale_claim), or renewals that
    * could not reach the ledger past the lease (self-fencing, DISPATCH-13). The tool was aborted.
    */
-  | { type: "lease_lost"; key: string; toolName: string; ordinal: number; reason: "stale_claim" | "lease_unconfirmed" };
+  | { type: "lease_lost"; key: string; toolName: string; ordinal: number; reason: "stale_claim" | "lease_unconfirmed" }
+  /** This run's outcome went into the ledger (the last write of a claimed run; absent when the write was refused). */
+  | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" }
+  /**
+   * A reconcile probe answered (RECON-10). `verdict` is the probe's answer (`error`: it threw or
+   * answered something that is not a verdict); `settled` is what the dispatcher writes for it
+   * (`none` on demand), confirmed by the `recorded` event that follows; a write refused (stale
+   * fence) has no `recorded` event. No ordinal on demand.
+   */
+  | {
+      type: "reconciled";
+      key: string;
+      toolName: string;
+      ordinal?: number;
+      cause: ReconcileCause;
+      verdict: ProbeVerdict;
+      settled: "completed" | "failed" | "released" | "unknown" | "none";
+      error?: string;
+    };
+
+/** A probe's answer as the dispatcher saw it; `error` when it threw or did not answer a verdict. */
+export type ProbeVerdict = "performed" | "not_performed" | "unknown" | "error";
+
+/** What `Dispatcher.reconcile(key)` found (RECON-9). It reports; it does not change the row. */
+export interface ReconcileReport {
+  key: string;
+  toolName?: string;
+  state: LedgerRow["state"] | "absent";
+  /** `none`: no probe ran (the row is not unknown, or its tool has no probe or is not registered). */
+  verdict: ProbeVerdict | "none";
+  /** The downstream's result, when the verdict is performed and the result is JSON data. */
+  result?: JsonValue;
+  resultJson?: string;
+  detail?: string;
+}
 
 export interface DispatchLogger {
   warn(message: string, fields?: Record<string, unknown>): void;
@@ -222,6 +256,34 @@ export class Dispatcher implements CallDispatcher {
     checkTurnContext(context);
     const prepared = this.prepare(call);
     return this.keyOf(prepared, context, ordinalOf(context));
+  }
+
+  /**
+   * Ask an `unknown` row's tool whether the effect happened (RECON-9). Read-only: the answer is
+   * reported (and emitted as a `reconciled` event), and the row stays unknown, because the ledger
+   * has no fenced transition out of `unknown` yet; an operator settles it from this report.
+   */
+  async reconcile(key: string): Promise<ReconcileReport> {
+    if (typeof key !== "string" || key.length === 0) throw new InvalidArgumentError("key", "must be a non-empty string");
+    const row = await this.ledger.lookup(key);
+    if (row === undefined) return { key, state: "absent", verdict: "none", detail: "no row for this key" };
+    const report = { key, toolName: row.toolName, state: row.state };
+    if (row.state !== "unknown") {
+      return { ...report, verdict: "none", detail: `only an unknown row is reconciled; this one is ${row.state}` };
+    }
+    if (!this.registry.has(row.toolName)) {
+      return { ...report, verdict: "none", detail: `tool ${row.toolName} is not registered with this dispatcher` };
+    }
+    const tool = this.registry.get(row.toolName);
+    if (tool.reconcile === undefined) {
+      return { ...report, verdict: "none", detail: `tool ${row.toolName} declares no reconcile probe` };
+    }
+    const answer = await this.probe(tool, parseStoredRequest(key, row.request), key, "on_demand", new AbortController().signal);
+    this.emitReconciled(key, tool.name, undefined, "on_demand", answer, "none");
+    if (answer.verdict === "performed" && answer.resultJson !== undefined) {
+      return { ...report, verdict: "performed", result: JSON.parse(answer.resultJson) as JsonValue, resultJson: answer.resultJson };
+    }
+    return { ...report, verdict: answer.verdict, ...(answer.detail !== undefined ? { detail: answer.detail } : {}) };
   }
 
   private keyOf(prepared: PreparedCall, context: TurnContext, ordinal: number): string {
@@ -402,10 +464,16 @@ export class Dispatcher implements CallDispatcher {
     try {
       result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease.signal));
     } catch (error) {
+      this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: false });
+      // Before an outcome becomes unknown, ask the downstream (RECON-2): the run has ended, and
+      // the claim is still renewed while the probe asks. After a lost lease every write is fenced.
+      const cause: ReconcileCause = lease.signal.aborted ? "lease_lost" : "tool_error";
+      const answer = mayReconcile(error)
+        ? await this.probe(tool, prepared.args, key, cause, lease.signal.aborted ? new AbortController().signal : lease.signal)
+        : undefined;
       finished = true;
       clearInterval(renewal);
-      this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: false });
-      return this.recordFailure(error, tool, key, fence, base, context);
+      return this.recordFailure(error, tool, key, fence, base, context, cause, answer);
     }
     finished = true;
     clearInterval(renewal);
@@ -424,15 +492,132 @@ export class Dispatcher implements CallDispatcher {
       }
     } catch (error) {
       if (!isDispatchOnceError(error, "not_canonicalizable") && !isDispatchOnceError(error, "result_not_storable")) throw error;
-      return this.failClosed(key, fence, error);
+      return this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
     }
     try {
-      await this.recorded(key, () => this.ledger.complete(key, fence, resultJson));
+      await this.recorded(key, () => this.ledger.complete(key, fence, resultJson), { toolName: tool.name, ordinal, state: "completed" });
     } catch (error) {
       if (!isDispatchOnceError(error, "result_not_storable")) throw error;
-      return this.failClosed(key, fence, error);
+      return this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
     }
     return { ...base, result: JSON.parse(resultJson) as JsonValue, resultJson, replayed: false };
+  }
+
+  /**
+   * The effect happened and its result cannot be kept (RECON-7): a probe may supply a result the
+   * ledger can store (the downstream's own record of it). Any other answer keeps the failure
+   * closed: a known effect never becomes "not performed".
+   */
+  private async reconcileUnstorable(
+    tool: ToolDefinition,
+    args: unknown,
+    key: string,
+    fence: number,
+    error: Error,
+    base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
+  ): Promise<DispatchOutcome> {
+    if (tool.reconcile === undefined) return this.failClosed(key, fence, error, base);
+    const answer = await this.probe(tool, args, key, "result_not_storable", new AbortController().signal);
+    if (answer.verdict === "performed" && answer.resultJson !== undefined) {
+      return this.settlePerformed(key, fence, answer.resultJson, "result_not_storable", answer, base);
+    }
+    return this.settle(key, base, "result_not_storable", answer, "failed", () => this.failClosed(key, fence, error, base));
+  }
+
+  /**
+   * Run a tool's probe and read its answer. Whatever goes wrong in it (a throw, a non-verdict, a
+   * result that is not JSON) can only weaken the answer to `error`, never strengthen it (RECON-5).
+   */
+  private async probe(tool: ToolDefinition, args: unknown, key: string, cause: ReconcileCause, signal: AbortSignal): Promise<ProbeAnswer> {
+    const reconcile = tool.reconcile;
+    if (reconcile === undefined) return { verdict: "unknown", detail: "no probe" };
+    let answer: unknown;
+    try {
+      answer = await reconcile.call(tool, args, { idempotencyKey: key, toolName: tool.name, cause, signal });
+    } catch (error) {
+      return { verdict: "error", detail: describeError(error) };
+    }
+    const outcome = typeof answer === "object" && answer !== null ? (answer as { outcome?: unknown }).outcome : undefined;
+    switch (outcome) {
+      case "performed": {
+        const result = (answer as { result?: unknown }).result;
+        try {
+          const resultJson = canonicalize(toJsonData(result === undefined ? null : result));
+          const size = utf8ByteLength(resultJson);
+          if (size > this.ledger.capabilities.maxResultBytes) {
+            return { verdict: "performed", detail: `the result is ${size} bytes; the ledger stores at most ${this.ledger.capabilities.maxResultBytes}` };
+          }
+          return { verdict: "performed", resultJson };
+        } catch (error) {
+          return { verdict: "performed", detail: `the result is not JSON data: ${describeError(error)}` };
+        }
+      }
+      case "not_performed":
+        return { verdict: "not_performed" };
+      case "unknown": {
+        const reason = (answer as { reason?: unknown }).reason;
+        return typeof reason === "string" ? { verdict: "unknown", detail: reason } : { verdict: "unknown" };
+      }
+      default:
+        return { verdict: "error", detail: "the probe did not answer a verdict ({ outcome: performed | not_performed | unknown })" };
+    }
+  }
+
+  /** The probe says the effect happened: complete the row with its result, fenced (RECON-3). */
+  private async settlePerformed(
+    key: string,
+    fence: number,
+    resultJson: string,
+    cause: ReconcileCause,
+    answer: ProbeAnswer,
+    base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
+  ): Promise<DispatchOutcome> {
+    return this.settle(key, base, cause, answer, "completed", async () => {
+      try {
+        await this.recorded(key, () => this.ledger.complete(key, fence, resultJson), { toolName: base.toolName, ordinal: base.ordinal, state: "completed" });
+      } catch (error) {
+        if (!isDispatchOnceError(error, "result_not_storable")) throw error;
+        return this.failClosed(key, fence, error, base);
+      }
+      return { ...base, result: JSON.parse(resultJson) as JsonValue, resultJson, replayed: false };
+    });
+  }
+
+  /**
+   * Emit the probe's answer and what the dispatcher writes for it, then write. The `recorded`
+   * event that follows confirms the write; without it (a stale fence, the ledger down) nothing
+   * was settled.
+   */
+  private async settle<T>(
+    key: string,
+    base: { toolName: string; ordinal: number },
+    cause: ReconcileCause,
+    answer: ProbeAnswer,
+    settled: "completed" | "failed" | "released" | "unknown",
+    write: () => Promise<T>,
+  ): Promise<T> {
+    this.emitReconciled(key, base.toolName, base.ordinal, cause, answer, settled);
+    return write();
+  }
+
+  private emitReconciled(
+    key: string,
+    toolName: string,
+    ordinal: number | undefined,
+    cause: ReconcileCause,
+    answer: ProbeAnswer,
+    settled: "completed" | "failed" | "released" | "unknown" | "none",
+  ): void {
+    this.emit({
+      type: "reconciled",
+      key,
+      toolName,
+      ...(ordinal !== undefined ? { ordinal } : {}),
+      cause,
+      verdict: answer.verdict,
+      settled,
+      ...(answer.verdict === "error" && answer.detail !== undefined ? { error: answer.detail } : {}),
+    });
   }
 
   /**
@@ -441,9 +626,14 @@ export class Dispatcher implements CallDispatcher {
    * a connection inside the caller's transaction) is re-raised as ledger_unavailable, so no
    * caller or record tells the user an effect failed that may have taken place (ERR-4).
    */
-  private async recorded(key: string, write: () => Promise<void>): Promise<void> {
+  private async recorded(
+    key: string,
+    write: () => Promise<void>,
+    done?: { toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" },
+  ): Promise<void> {
     try {
       await write();
+      if (done !== undefined) this.emit({ type: "recorded", key, ...done });
     } catch (error) {
       if (catalogueEntry(error)?.effect === "no") {
         throw new LedgerUnavailableError(
@@ -456,7 +646,7 @@ export class Dispatcher implements CallDispatcher {
   }
 
   /** The effect happened and its result cannot be kept: fail closed, never re-run (LEDGER-10). */
-  private async failClosed(key: string, fence: number, error: Error): Promise<never> {
+  private async failClosed(key: string, fence: number, error: Error, base: { toolName: string; ordinal: number }): Promise<never> {
     const notStorable = isDispatchOnceError(error, "result_not_storable")
       ? error
       : new ResultNotStorableError(key, error.message, { cause: error });
@@ -464,7 +654,7 @@ export class Dispatcher implements CallDispatcher {
       name: "ResultNotStorableError",
       message: notStorable.message,
       code: "result_not_storable",
-    }));
+    }), { toolName: base.toolName, ordinal: base.ordinal, state: "failed" });
     throw notStorable;
   }
 
@@ -473,14 +663,17 @@ export class Dispatcher implements CallDispatcher {
     tool: ToolDefinition,
     key: string,
     fence: number,
-    base: { ordinal: number },
+    base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
     context: TurnContext,
-  ): Promise<never> {
+    cause: ReconcileCause,
+    answer: ProbeAnswer | undefined,
+  ): Promise<DispatchOutcome> {
     const disposition = ToolError.isInstance(error) ? error.disposition : "unknown";
+    const done = { toolName: tool.name, ordinal: base.ordinal };
     switch (disposition) {
       case "definite": {
         const stored = toStoredError(error as ToolError);
-        await this.recorded(key, () => this.ledger.fail(key, fence, stored));
+        await this.recorded(key, () => this.ledger.fail(key, fence, stored), { ...done, state: "failed" });
         throw new ToolFailedError(key, stored, false);
       }
       case "not_performed": {
@@ -492,31 +685,61 @@ export class Dispatcher implements CallDispatcher {
         // perform the call, whatever the class: not even fence 1 proves it will not happen.
         const earlierRunMayHaveActed =
           (tool.effect === "keyed_write" && (fence > 1 || this.ledger.capabilities.durability !== "durable")) || context.resumed === true;
-        await this.recorded(key, () => this.ledger.release(key, fence));
+        await this.recorded(key, () => this.ledger.release(key, fence), { ...done, state: "released" });
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: earlierRunMayHaveActed });
         throw new ClaimReleasedError(key, earlierRunMayHaveActed, error);
       }
       case "request_mismatch": {
         // The downstream holds this key for another request: the first one may have been
-        // performed, and no re-run can tell, whatever the class (EFFECT-6).
-        const reason = `request_mismatch: ${describeError(error)}`;
-        await this.recorded(key, () => this.ledger.markUnknown(key, fence, reason));
-        throw new OutcomeUnknownError(key, reason, { cause: error });
+        // performed, and no re-run can tell, whatever the class (EFFECT-6). A probe that finds
+        // the first request performed settles it (RECON-6); "not performed" cannot release a key
+        // the downstream holds for another request that may still be in flight.
+        if (answer?.verdict === "performed" && answer.resultJson !== undefined) {
+          return this.settlePerformed(key, fence, answer.resultJson, "request_mismatch", answer, base);
+        }
+        return this.leaveUnknown(key, fence, `request_mismatch: ${describeError(error)}`, error, base, "request_mismatch", answer);
       }
       case "unknown":
         break;
     }
-    if (tool.effect === "keyed_write") {
-      // Unknown outcome, but a re-run sends the stored request under the same key and the
-      // downstream collapses it (EFFECT-3, LEDGER-21).
-      await this.recorded(key, () => this.ledger.release(key, fence));
-      this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: true });
-      throw new ClaimReleasedError(key, true, error);
+    if (answer?.verdict === "performed") {
+      // The downstream has the effect: the user is told it happened, with its result (RECON-3).
+      if (answer.resultJson !== undefined) return this.settlePerformed(key, fence, answer.resultJson, cause, answer, base);
+      const notStorable = new ResultNotStorableError(key, `reconciled as performed, but ${answer.detail ?? "its result cannot be stored"}`);
+      return this.settle(key, base, cause, answer, "failed", () => this.failClosed(key, fence, notStorable, base));
     }
-    // Unknown outcome and nothing downstream to collapse a repeat: never re-run (EFFECT-4).
-    const reason = `tool_error: ${describeError(error)}`;
-    await this.recorded(key, () => this.ledger.markUnknown(key, fence, reason));
-    throw new OutcomeUnknownError(key, reason, { cause: error });
+    if (tool.effect === "keyed_write") {
+      // Unknown outcome (or not performed by the probe's account), but a re-run sends the stored
+      // request under the same key and the downstream collapses it with any late landing of
+      // this one (EFFECT-3, LEDGER-21, RECON-4).
+      const release = async (): Promise<never> => {
+        await this.recorded(key, () => this.ledger.release(key, fence), { ...done, state: "released" });
+        this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: true });
+        throw new ClaimReleasedError(key, true, error);
+      };
+      return answer === undefined ? release() : this.settle(key, base, cause, answer, "released", release);
+    }
+    // Unknown outcome and nothing downstream to collapse a repeat: never re-run (EFFECT-4). A
+    // probe's "not performed" is not trusted here: the request may still be in transit (RECON-4).
+    return this.leaveUnknown(key, fence, `${cause}: ${describeError(error)}`, error, base, cause, answer);
+  }
+
+  private async leaveUnknown(
+    key: string,
+    fence: number,
+    reason: string,
+    error: unknown,
+    base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
+    cause: ReconcileCause,
+    answer: ProbeAnswer | undefined,
+  ): Promise<never> {
+    // The probe's answer goes into the row's reason, for whoever settles it later.
+    const full = answer === undefined ? reason : `${reason}; reconcile: ${answer.verdict}${answer.detail !== undefined ? ` (${answer.detail})` : ""}`;
+    const mark = async (): Promise<never> => {
+      await this.recorded(key, () => this.ledger.markUnknown(key, fence, full), { toolName: base.toolName, ordinal: base.ordinal, state: "unknown" });
+      throw new OutcomeUnknownError(key, full, { cause: error });
+    };
+    return answer === undefined ? mark() : this.settle(key, base, cause, answer, "unknown", mark);
   }
 
   private runContext(toolName: string, key: string, context: TurnContext, ordinal: number, signal: AbortSignal) {
@@ -533,6 +756,23 @@ export class Dispatcher implements CallDispatcher {
   private emit(event: DispatchEvent): void {
     this.onEvent?.(event);
   }
+}
+
+/** A probe's answer, read: a performed result is canonical JSON text ready for the ledger, or absent when it cannot be stored. */
+type ProbeAnswer =
+  | { verdict: "performed"; resultJson: string; detail?: undefined }
+  | { verdict: "performed"; resultJson?: undefined; detail: string }
+  | { verdict: "not_performed"; detail?: undefined }
+  | { verdict: "unknown" | "error"; detail?: string };
+
+/**
+ * Whether a failure would leave the outcome open (a lost response, a lost lease, a key held for
+ * another request), so a probe may settle it. A definite or not-performed ToolError is the
+ * downstream's own answer about this run (RECON-2).
+ */
+function mayReconcile(error: unknown): boolean {
+  if (!ToolError.isInstance(error)) return true;
+  return error.disposition === "unknown" || error.disposition === "request_mismatch";
 }
 
 /**

@@ -15,6 +15,9 @@ export {
   ToolRegistry,
   type ToolDefinition,
   type ToolRunContext,
+  type ReconcileContext,
+  type ReconcileCause,
+  type ReconcileVerdict,
   type ToolAuditEntry,
   type ProviderToolSchema,
 } from "./registry.js";
@@ -29,6 +32,7 @@ export {
   type DispatchOutcome,
   type DispatchEvent,
   type DispatchLogger,
+  type ReconcileReport,
 } from "./dispatcher.js";
 export type {
   ConversationStore,

@@ -18,6 +18,34 @@ export interface ToolRunContext {
   signal: AbortSignal;
 }
 
+/** What a reconcile probe receives besides the call's stored arguments. */
+export interface ReconcileContext {
+  /** The call's idempotency key: the one its run forwarded downstream (look the effect up by it). */
+  idempotencyKey: string;
+  toolName: string;
+  /**
+   * Why the dispatcher asks: the run's response was lost (tool_error), its claim was lost while it
+   * ran (lease_lost), the downstream holds the key for another request (request_mismatch), the
+   * result could not be kept (result_not_storable), or someone asked about an unknown row (on_demand).
+   */
+  cause: ReconcileCause;
+  /** Aborted when the dispatcher stops waiting for the answer (the claim is lost). */
+  signal: AbortSignal;
+}
+
+export type ReconcileCause = "tool_error" | "lease_lost" | "request_mismatch" | "result_not_storable" | "on_demand";
+
+/**
+ * A probe's answer (RECON-1). `performed` carries the effect's result as the downstream reports
+ * it; `not_performed` says the downstream has no trace of it NOW (a request still in transit
+ * may land later, which is why the dispatcher trusts it only where a re-run is guarded anyway);
+ * `unknown` says the probe cannot tell.
+ */
+export type ReconcileVerdict<Result = unknown> =
+  | { outcome: "performed"; result: Result }
+  | { outcome: "not_performed" }
+  | { outcome: "unknown"; reason?: string };
+
 export interface ToolDefinition<Schema extends z.ZodType = z.ZodType, Result = unknown> {
   name: string;
   description?: string;
@@ -31,6 +59,12 @@ export interface ToolDefinition<Schema extends z.ZodType = z.ZodType, Result = u
    */
   identity?: readonly (keyof z.output<Schema> & string)[];
   run(args: z.output<Schema>, context: ToolRunContext): Promise<Result> | Result;
+  /**
+   * Optional probe (RECON-1): asks the downstream whether this call's effect happened (by the
+   * idempotency key, a reference, or a search). Called with the call's stored request, only after
+   * its run has ended, before the dispatcher would leave the outcome unknown, and on demand.
+   */
+  reconcile?(args: z.output<Schema>, context: ReconcileContext): Promise<ReconcileVerdict<Result>> | ReconcileVerdict<Result>;
 }
 
 /** Declare a tool; the definition is checked when it is added to a registry. */
@@ -149,6 +183,14 @@ function checkDefinition(tool: ToolDefinition<any, any>): void {
   }
   if (typeof tool.run !== "function") {
     throw new InvalidToolDefinitionError(`tool ${tool.name} needs a run function`);
+  }
+  if (tool.reconcile !== undefined) {
+    if (typeof tool.reconcile !== "function") {
+      throw new InvalidToolDefinitionError(`tool ${tool.name}: reconcile must be a function`);
+    }
+    if (tool.effect === "read") {
+      throw new InvalidToolDefinitionError(`tool ${tool.name} is a read; it has no effect to reconcile`);
+    }
   }
   if (tool.identity !== undefined) {
     if (tool.effect === "read") {

@@ -1,0 +1,352 @@
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import {
+  ClaimReleasedError,
+  Dispatcher,
+  MemoryLedger,
+  OutcomeUnknownError,
+  ResultNotStorableError,
+  ToolError,
+  defineTool,
+  type DispatchEvent,
+  type Ledger,
+  type ReconcileVerdict,
+} from "../src/index.js";
+import { recordingLogger } from "./helpers.js";
+
+const turn0 = { conversationId: "conv-r", turnIndex: 0 };
+
+function durable(ledger: MemoryLedger): Ledger {
+  return Object.assign(Object.create(ledger), {
+    capabilities: { ...ledger.capabilities, durability: "durable" as const },
+  }) as Ledger;
+}
+
+/**
+ * A downstream whose effect log is the oracle: `performed` holds what it did, by key.
+ * `loseResponse` performs the effect and then throws as a lost response would.
+ */
+function downstream(effect: "keyed_write" | "unkeyed_write", probe: (key: string, args: { amount: number }) => ReconcileVerdict | Promise<ReconcileVerdict>) {
+  const performed = new Map<string, { id: string; amount: number }>();
+  const log: string[] = [];
+  let runs = 0;
+  let loseResponse = true;
+  const tool = defineTool({
+    name: "create_invoice",
+    effect,
+    input: z.object({ amount: z.number(), memo: z.string().optional() }),
+    identity: ["amount"],
+    run: (args, ctx) => {
+      runs++;
+      log.push("run");
+      const id = `inv_${runs}`;
+      performed.set(ctx.idempotencyKey, { id, amount: args.amount });
+      if (loseResponse) throw new Error("socket hang up after send");
+      return { id, amount: args.amount };
+    },
+    reconcile: async (args, ctx) => {
+      log.push(`probe:${ctx.cause}`);
+      return probe(ctx.idempotencyKey, args);
+    },
+  });
+  return {
+    tool,
+    performed,
+    log,
+    runs: () => runs,
+    answerNormally: () => void (loseResponse = false),
+  };
+}
+
+function setup(effect: "keyed_write" | "unkeyed_write", probe: Parameters<typeof downstream>[1]) {
+  const d = downstream(effect, probe);
+  const memory = new MemoryLedger();
+  const ledger = durable(memory);
+  const events: DispatchEvent[] = [];
+  const { logger, warnings } = recordingLogger();
+  const dispatcher = new Dispatcher({ tools: [d.tool], ledger, logger, onEvent: (e) => events.push(e) });
+  const call = { name: "create_invoice", input: { amount: 5 } };
+  const key = dispatcher.keyFor(call, turn0);
+  return { ...d, ledger, dispatcher, events, warnings, call, key };
+}
+
+const reconciled = (events: DispatchEvent[]) => events.filter((e) => e.type === "reconciled");
+
+describe("reconciliation after a lost response (RECON-2)", () => {
+  it("RECON-3 unkeyed: performed completes the row with the probe's result; the replay answers from the ledger", async () => {
+    const s = setup("unkeyed_write", (key) => {
+      const p = s.performed.get(key);
+      return p ? { outcome: "performed", result: { id: p.id, amount: p.amount } } : { outcome: "not_performed" };
+    });
+    const first = await s.dispatcher.turn(turn0).dispatch(s.call);
+    expect(first).toMatchObject({ replayed: false, result: { id: "inv_1", amount: 5 } });
+    const row = await s.ledger.lookup(s.key);
+    expect(row).toMatchObject({ state: "completed", result: '{"amount":5,"id":"inv_1"}' });
+    const again = await s.dispatcher.turn(turn0).dispatch(s.call);
+    expect(again).toMatchObject({ replayed: true, resultJson: first.resultJson });
+    // The downstream's log and the ledger agree: one effect, recorded once.
+    expect(s.runs()).toBe(1);
+    expect([...s.performed.values()]).toEqual([{ id: "inv_1", amount: 5 }]);
+    expect(s.log).toEqual(["run", "probe:tool_error"]);
+    expect(reconciled(s.events)).toEqual([
+      expect.objectContaining({ key: s.key, cause: "tool_error", verdict: "performed", settled: "completed" }),
+    ]);
+    expect(s.events.filter((e) => e.type === "recorded")).toEqual([
+      { type: "recorded", key: s.key, toolName: "create_invoice", ordinal: 0, state: "completed" },
+    ]);
+  });
+
+  it("RECON-4 unkeyed: not_performed is not trusted (a request in transit may still land): the row stays unknown, never re-run", async () => {
+    const s = setup("unkeyed_write", () => ({ outcome: "not_performed" }));
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    const row = await s.ledger.lookup(s.key);
+    expect(row?.state).toBe("unknown");
+    expect(row?.state === "unknown" && row.reason).toContain("reconcile: not_performed");
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toMatchObject({ code: "outcome_unknown" });
+    expect(s.runs()).toBe(1);
+    expect(reconciled(s.events)).toEqual([expect.objectContaining({ verdict: "not_performed", settled: "unknown" })]);
+    expect(s.events.filter((e) => e.type === "recorded").map((e) => e.type === "recorded" && e.state)).toEqual(["unknown"]);
+  });
+
+  it("RECON-5 a probe that throws leaves the outcome as it would have been (unknown), never 'not happened'", async () => {
+    const s = setup("unkeyed_write", () => {
+      throw new Error("lookup endpoint down");
+    });
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    expect((await s.ledger.lookup(s.key))?.state).toBe("unknown");
+    expect(reconciled(s.events)).toEqual([expect.objectContaining({ verdict: "error", settled: "unknown", error: "lookup endpoint down" })]);
+  });
+
+  it("RECON-5 a probe answer that is not a verdict counts as unknown", async () => {
+    const s = setup("unkeyed_write", () => ({ outcome: "yes" }) as unknown as ReconcileVerdict);
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    expect((await s.ledger.lookup(s.key))?.state).toBe("unknown");
+    expect(reconciled(s.events)[0]).toMatchObject({ verdict: "error" });
+  });
+
+  it("RECON-3 a performed verdict whose result cannot be stored fails closed (happened, not kept), never released", async () => {
+    const s = setup("keyed_write", () => ({ outcome: "performed", result: { when: new Map() } }));
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(ResultNotStorableError);
+    const row = await s.ledger.lookup(s.key);
+    expect(row).toMatchObject({ state: "failed", error: { code: "result_not_storable" } });
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toMatchObject({ code: "result_not_storable" });
+    expect(s.runs()).toBe(1);
+  });
+
+  it("RECON-3 keyed: performed completes the row instead of releasing it for a re-run", async () => {
+    const s = setup("keyed_write", (key) => {
+      const p = s.performed.get(key);
+      return p ? { outcome: "performed", result: p } : { outcome: "not_performed" };
+    });
+    const first = await s.dispatcher.turn(turn0).dispatch(s.call);
+    expect(first.result).toEqual({ id: "inv_1", amount: 5 });
+    expect((await s.ledger.lookup(s.key))?.state).toBe("completed");
+    expect(s.runs()).toBe(1);
+  });
+
+  it("RECON-4 keyed: not_performed releases as before (the key guards the re-run against a late landing)", async () => {
+    const s = setup("keyed_write", () => ({ outcome: "not_performed" }));
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(ClaimReleasedError);
+    expect((await s.ledger.lookup(s.key))?.state).toBe("released");
+    expect(reconciled(s.events)).toEqual([expect.objectContaining({ verdict: "not_performed", settled: "released" })]);
+    s.answerNormally();
+    const rerun = await s.dispatcher.turn(turn0).dispatch(s.call);
+    expect(rerun.replayed).toBe(false);
+    // Both runs carried the same key: a keyed downstream collapses them into one effect.
+    expect([...s.performed.keys()]).toEqual([s.key]);
+  });
+
+  it("RECON-2 the probe runs after the run ended, with the stored (first) request and the call's key", async () => {
+    const seen: unknown[] = [];
+    let runEnded = false;
+    const tool = defineTool({
+      name: "create_invoice",
+      effect: "unkeyed_write",
+      input: z.object({ amount: z.number(), memo: z.string() }),
+      identity: ["amount"],
+      run: async () => {
+        await new Promise((r) => setTimeout(r, 10));
+        runEnded = true;
+        throw new Error("timeout");
+      },
+      reconcile: (args, ctx) => {
+        seen.push({ args, key: ctx.idempotencyKey, runEnded, aborted: ctx.signal.aborted });
+        return { outcome: "unknown" };
+      },
+    });
+    const memory = new MemoryLedger();
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: durable(memory) });
+    const key = dispatcher.keyFor({ name: "create_invoice", input: { amount: 5, memo: "first" } }, turn0);
+    await memory.claim({ key, toolName: "create_invoice", effect: "unkeyed_write", owner: "x", leaseMs: 60_000, request: '{"amount":5,"memo":"first"}' });
+    await memory.release(key, 1);
+    await expect(
+      dispatcher.turn(turn0).dispatch({ name: "create_invoice", input: { amount: 5, memo: "re-worded" } }),
+    ).rejects.toBeInstanceOf(OutcomeUnknownError);
+    expect(seen).toEqual([{ args: { amount: 5, memo: "first" }, key, runEnded: true, aborted: false }]);
+  });
+
+  it("RECON-2 a definite failure or a not-performed disposition is the tool's own answer: no probe", async () => {
+    for (const disposition of ["definite", "not_performed"] as const) {
+      let probes = 0;
+      const tool = defineTool({
+        name: "create_invoice",
+        effect: "unkeyed_write",
+        input: z.object({ amount: z.number() }),
+        run: () => {
+          throw new ToolError("no", { disposition });
+        },
+        reconcile: () => {
+          probes++;
+          return { outcome: "unknown" };
+        },
+      });
+      const dispatcher = new Dispatcher({ tools: [tool], ledger: durable(new MemoryLedger()) });
+      await expect(dispatcher.turn(turn0).dispatch({ name: "create_invoice", input: { amount: 1 } })).rejects.toThrow();
+      expect(probes).toBe(0);
+    }
+  });
+});
+
+describe("reconciliation after request_mismatch (RECON-6)", () => {
+  function mismatch(verdict: ReconcileVerdict) {
+    const tool = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ amount: z.number() }),
+      run: () => {
+        throw new ToolError("Idempotency-Key reused with another body", { disposition: "request_mismatch" });
+      },
+      reconcile: () => verdict,
+    });
+    const memory = new MemoryLedger();
+    const events: DispatchEvent[] = [];
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: memory, onEvent: (e) => events.push(e) });
+    const call = { name: "send_payment", input: { amount: 3 } };
+    return { dispatcher, memory, events, call, key: dispatcher.keyFor(call, turn0) };
+  }
+
+  it("RECON-6 performed: the FIRST request's effect happened; the row completes with the downstream's result", async () => {
+    const m = mismatch({ outcome: "performed", result: { id: "pay_first", amount: 3 } });
+    const outcome = await m.dispatcher.turn(turn0).dispatch(m.call);
+    expect(outcome.result).toEqual({ id: "pay_first", amount: 3 });
+    expect(await m.memory.lookup(m.key)).toMatchObject({ state: "completed" });
+    expect(m.events.find((e) => e.type === "reconciled")).toMatchObject({ cause: "request_mismatch", settled: "completed" });
+  });
+
+  it("RECON-6 not_performed does not release a key the downstream holds for another request: unknown", async () => {
+    const m = mismatch({ outcome: "not_performed" });
+    await expect(m.dispatcher.turn(turn0).dispatch(m.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    expect(await m.memory.lookup(m.key)).toMatchObject({ state: "unknown" });
+  });
+});
+
+describe("reconciliation of an unstorable result (RECON-7)", () => {
+  function big(verdict: () => ReconcileVerdict) {
+    let runs = 0;
+    const tool = defineTool({
+      name: "export_report",
+      effect: "keyed_write",
+      input: z.object({ id: z.string() }),
+      run: () => {
+        runs++;
+        return { rows: "x".repeat(2_000) };
+      },
+      reconcile: verdict,
+    });
+    const memory = new MemoryLedger({ maxResultBytes: 500 });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: memory });
+    const call = { name: "export_report", input: { id: "r1" } };
+    return { dispatcher, memory, call, key: dispatcher.keyFor(call, turn0), runs: () => runs };
+  }
+
+  it("RECON-7 performed with a storable summary completes the row with it", async () => {
+    const b = big(() => ({ outcome: "performed", result: { reportId: "rep_1" } }));
+    const first = await b.dispatcher.turn(turn0).dispatch(b.call);
+    expect(first.result).toEqual({ reportId: "rep_1" });
+    const again = await b.dispatcher.turn(turn0).dispatch(b.call);
+    expect(again).toMatchObject({ replayed: true, resultJson: first.resultJson });
+    expect(b.runs()).toBe(1);
+  });
+
+  it("RECON-7 a known effect never becomes 'not happened': not_performed keeps result_not_storable", async () => {
+    const b = big(() => ({ outcome: "not_performed" }));
+    await expect(b.dispatcher.turn(turn0).dispatch(b.call)).rejects.toBeInstanceOf(ResultNotStorableError);
+    expect(await b.memory.lookup(b.key)).toMatchObject({ state: "failed", error: { code: "result_not_storable" } });
+  });
+});
+
+describe("reconciliation after a lost lease (RECON-8)", () => {
+  it("RECON-8 the probe's write is fenced: after a takeover it cannot overwrite the new owner's row", async () => {
+    const memory = new MemoryLedger();
+    // A ledger whose renewals are refused: the claim is lost while the tool runs.
+    const ledger = Object.assign(Object.create(memory), {
+      renew: async (key: string) => {
+        const { StaleClaimError } = await import("../src/errors.js");
+        // Another attempt takes the row over before we learn of it.
+        const row = await memory.lookup(key);
+        if (row?.state === "in_flight" && row.owner !== "other") {
+          await memory.release(key, row.fence);
+          const c = await memory.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "other", leaseMs: 60_000, request: row.request });
+          if (c.outcome === "claimed") await memory.complete(key, c.fence, '{"id":"pay_other"}');
+        }
+        throw new StaleClaimError(key, 1);
+      },
+    }) as Ledger;
+    const events: DispatchEvent[] = [];
+    const tool = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ amount: z.number() }),
+      run: (_args, ctx) =>
+        new Promise((_resolve, reject) => ctx.signal.addEventListener("abort", () => reject(new Error("aborted")))),
+      reconcile: () => ({ outcome: "performed", result: { id: "pay_mine" } }),
+    });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, leaseMs: 30, onEvent: (e) => events.push(e) });
+    const call = { name: "send_payment", input: { amount: 1 } };
+    await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "stale_claim" });
+    expect(await memory.lookup(dispatcher.keyFor(call, turn0))).toMatchObject({ state: "completed", result: '{"id":"pay_other"}' });
+    expect(events.find((e) => e.type === "reconciled")).toMatchObject({ cause: "lease_lost", verdict: "performed", settled: "completed" });
+    // The fenced write was refused: nothing was recorded.
+    expect(events.some((e) => e.type === "recorded")).toBe(false);
+  });
+});
+
+describe("on-demand reconciliation (RECON-9)", () => {
+  it("RECON-9 reports the probe's verdict for an unknown row without changing the row", async () => {
+    let answer: ReconcileVerdict = { outcome: "unknown" };
+    const s = setup("unkeyed_write", () => answer);
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    answer = { outcome: "performed", result: { id: "inv_1", amount: 5 } };
+    const report = await s.dispatcher.reconcile(s.key);
+    expect(report).toMatchObject({ key: s.key, toolName: "create_invoice", state: "unknown", verdict: "performed", result: { id: "inv_1", amount: 5 } });
+    expect((await s.ledger.lookup(s.key))?.state).toBe("unknown");
+    expect(s.log).toEqual(["run", "probe:tool_error", "probe:on_demand"]);
+    expect(reconciled(s.events).at(-1)).toMatchObject({ cause: "on_demand", verdict: "performed", settled: "none" });
+  });
+
+  it("RECON-9 refuses rows that are not unknown, absent keys, and tools without a probe", async () => {
+    const s = setup("unkeyed_write", () => ({ outcome: "unknown" }));
+    await expect(s.dispatcher.reconcile(s.key)).resolves.toMatchObject({ state: "absent", verdict: "none" });
+    s.answerNormally();
+    await s.dispatcher.turn(turn0).dispatch(s.call);
+    await expect(s.dispatcher.reconcile(s.key)).resolves.toMatchObject({ state: "completed", verdict: "none" });
+    expect(s.log).toEqual(["run"]);
+
+    const bare = defineTool({ name: "t", effect: "unkeyed_write", input: z.object({}), run: () => {
+      throw new Error("lost");
+    } });
+    const dispatcher = new Dispatcher({ tools: [bare], ledger: durable(new MemoryLedger()) });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "t", input: {} })).rejects.toBeInstanceOf(OutcomeUnknownError);
+    const key = dispatcher.keyFor({ name: "t", input: {} }, turn0);
+    await expect(dispatcher.reconcile(key)).resolves.toMatchObject({ state: "unknown", verdict: "none", detail: expect.stringContaining("no reconcile probe") });
+  });
+});
+
+describe("defineTool reconcile checks", () => {
+  it("RECON-1 a read cannot declare a probe, and a probe must be a function", () => {
+    const read = defineTool({ name: "r", effect: "read", input: z.object({}), run: () => 1, reconcile: () => ({ outcome: "unknown" }) });
+    expect(() => new Dispatcher({ tools: [read], ledger: new MemoryLedger() })).toThrow(/no effect to reconcile/);
+    const bad = { name: "w", effect: "keyed_write", input: z.object({}), run: () => 1, reconcile: 3 } as never;
+    expect(() => new Dispatcher({ tools: [bad], ledger: new MemoryLedger() })).toThrow(/reconcile must be a function/);
+  });
+});

@@ -1,0 +1,49 @@
+/**
+ * Attribute and instrument names, defined like OpenTelemetry semantic conventions (spec §13,
+ * proposed). Metric attributes stay low-cardinality: keys, conversation ids and messages go on
+ * spans only.
+ */
+export const ATTR = {
+  TOOL_NAME: "dispatch_once.tool.name",
+  KEY: "dispatch_once.key",
+  ORDINAL: "dispatch_once.ordinal",
+  FENCE: "dispatch_once.fence",
+  TAKEOVER: "dispatch_once.takeover",
+  OUTCOME: "dispatch_once.outcome",
+  RUN_OK: "dispatch_once.run.ok",
+  REPLAY_STATE: "dispatch_once.replay.state",
+  LEASE_LOST_REASON: "dispatch_once.lease_lost.reason",
+  RECONCILE_CAUSE: "dispatch_once.reconcile.cause",
+  RECONCILE_VERDICT: "dispatch_once.reconcile.verdict",
+  RECONCILE_SETTLED: "dispatch_once.reconcile.settled",
+  CONVERSATION_ID: "dispatch_once.conversation.id",
+  TURN_INDEX: "dispatch_once.turn.index",
+  ATTEMPT: "dispatch_once.attempt",
+  TURN_OUTCOME: "dispatch_once.turn.outcome",
+  STOP_REASON: "dispatch_once.turn.stop_reason",
+  FAILURE_POSITION: "dispatch_once.stream.failure_position",
+} as const;
+
+export const SPAN = {
+  /** A claimed run of a tool: from run_started to the ledger write that ends it. */
+  RUN: "dispatch_once.run",
+  /** A turn of the runner: from its first attempt to commit or failure. */
+  TURN: "dispatch_once.turn",
+} as const;
+
+export const METRIC = {
+  CLAIMS: "dispatch_once.claims",
+  TAKEOVERS: "dispatch_once.takeovers",
+  REPLAYS: "dispatch_once.replays",
+  WAITS: "dispatch_once.waits",
+  OUTCOMES: "dispatch_once.outcomes",
+  UNKNOWNS: "dispatch_once.unknowns",
+  RECONCILIATIONS: "dispatch_once.reconciliations",
+  LEASE_LOSSES: "dispatch_once.lease_losses",
+  RUN_DURATION: "dispatch_once.run.duration",
+  TURNS: "dispatch_once.turns",
+  ATTEMPTS: "dispatch_once.attempts",
+  RETRIES: "dispatch_once.retries",
+  ABANDONED_CALLS: "dispatch_once.abandoned_calls",
+  TURN_DURATION: "dispatch_once.turn.duration",
+} as const;

@@ -1,0 +1,8 @@
+export { ATTR, METRIC, SPAN } from "./attributes.js";
+export {
+  DispatchTelemetry,
+  dispatchTelemetry,
+  INSTRUMENTATION_NAME,
+  INSTRUMENTATION_VERSION,
+  type TelemetryOptions,
+} from "./telemetry.js";

@@ -1,0 +1,270 @@
+import {
+  SpanKind,
+  SpanStatusCode,
+  metrics,
+  trace,
+  type Attributes,
+  type Counter,
+  type Histogram,
+  type Meter,
+  type Span,
+  type Tracer,
+} from "@opentelemetry/api";
+import type { DispatchEvent } from "@dispatch-once/core";
+import type { RunnerEvent } from "@dispatch-once/anthropic";
+import { ATTR, METRIC, SPAN } from "./attributes.js";
+
+export const INSTRUMENTATION_NAME = "@dispatch-once/opentelemetry";
+export const INSTRUMENTATION_VERSION = "0.1.0";
+
+export interface TelemetryOptions {
+  /** Default: the global tracer provider's tracer (a no-op until an SDK registers one). */
+  tracer?: Tracer;
+  /** Default: the global meter provider's meter (a no-op until an SDK registers one). */
+  meter?: Meter;
+  /**
+   * Open spans kept at most (a run whose last ledger write was refused never ends on its own);
+   * the oldest is ended with outcome `not_recorded` past it. Default 10 000.
+   */
+  maxOpenSpans?: number;
+  /** Monotonic milliseconds, for durations; the dispatcher's events carry no timestamps. */
+  now?: () => number;
+}
+
+interface Open {
+  span: Span;
+  startedAt: number;
+  /** Tool name for a run; unused for a turn. */
+  toolName: string;
+  runStartedAt?: number;
+}
+
+/**
+ * The one place where Dispatch-Once events become spans and metrics. Attach `onDispatchEvent`
+ * to `new Dispatcher({ onEvent })` and `onRunnerEvent` to the runner's `onEvent`; core itself
+ * never depends on OpenTelemetry.
+ */
+export class DispatchTelemetry {
+  private readonly tracer: Tracer;
+  private readonly maxOpen: number;
+  private readonly now: () => number;
+  private readonly runs = new Map<string, Open>();
+  private readonly turns = new Map<string, Open>();
+  private readonly counters: Record<
+    Exclude<keyof typeof METRIC, "RUN_DURATION" | "TURN_DURATION">,
+    Counter
+  >;
+  private readonly runDuration: Histogram;
+  private readonly turnDuration: Histogram;
+
+  constructor(options: TelemetryOptions = {}) {
+    this.tracer = options.tracer ?? trace.getTracer(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION);
+    const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION);
+    this.maxOpen = options.maxOpenSpans ?? 10_000;
+    this.now = options.now ?? (() => performance.now());
+    const counter = (name: string, description: string) => meter.createCounter(name, { description, unit: "{event}" });
+    this.counters = {
+      CLAIMS: counter(METRIC.CLAIMS, "Claims won (the tool runs)"),
+      TAKEOVERS: counter(METRIC.TAKEOVERS, "Claims won over another attempt's expired claim"),
+      REPLAYS: counter(METRIC.REPLAYS, "Calls answered from a finished ledger row without running"),
+      WAITS: counter(METRIC.WAITS, "Polls of another attempt's live in-flight claim"),
+      OUTCOMES: counter(METRIC.OUTCOMES, "Claimed runs by the ledger state they ended in"),
+      UNKNOWNS: counter(METRIC.UNKNOWNS, "Claimed runs whose outcome was recorded unknown"),
+      RECONCILIATIONS: counter(METRIC.RECONCILIATIONS, "Reconcile probe answers"),
+      LEASE_LOSSES: counter(METRIC.LEASE_LOSSES, "Claims lost while the tool ran"),
+      TURNS: counter(METRIC.TURNS, "Runner turns by outcome"),
+      ATTEMPTS: counter(METRIC.ATTEMPTS, "Streamed attempts of a turn"),
+      RETRIES: counter(METRIC.RETRIES, "Attempts retried after a failed stream"),
+      ABANDONED_CALLS: counter(METRIC.ABANDONED_CALLS, "Tool calls cut off before content_block_stop (never run)"),
+    };
+    this.runDuration = meter.createHistogram(METRIC.RUN_DURATION, { description: "Wall time of a claimed tool run", unit: "s" });
+    this.turnDuration = meter.createHistogram(METRIC.TURN_DURATION, { description: "Wall time of a turn, all attempts", unit: "s" });
+  }
+
+  /** For `DispatcherOptions.onEvent`. Never throws: telemetry must not change a dispatch. */
+  readonly onDispatchEvent = (event: DispatchEvent): void => {
+    try {
+      this.dispatchEvent(event);
+    } catch {
+      // A broken exporter or meter is not the caller's failure.
+    }
+  };
+
+  /** For the runner's `onEvent`. Never throws. */
+  readonly onRunnerEvent = (event: RunnerEvent): void => {
+    try {
+      this.runnerEvent(event);
+    } catch {
+      // as above
+    }
+  };
+
+  /** End every span still open (at shutdown), marked `not_recorded`. */
+  endAll(): void {
+    for (const key of [...this.runs.keys()]) this.endRun(key, "not_recorded");
+    for (const id of [...this.turns.keys()]) this.endTurn(id, "not_recorded", undefined);
+  }
+
+  private dispatchEvent(event: DispatchEvent): void {
+    const tool = { [ATTR.TOOL_NAME]: event.toolName };
+    switch (event.type) {
+      case "claimed": {
+        this.counters.CLAIMS.add(1, { ...tool, [ATTR.TAKEOVER]: event.takeover });
+        if (event.takeover) this.counters.TAKEOVERS.add(1, tool);
+        // A previous run of this key whose last write was refused never ended: end it now.
+        if (this.runs.has(event.key)) this.endRun(event.key, "not_recorded");
+        const span = this.tracer.startSpan(SPAN.RUN, {
+          kind: SpanKind.INTERNAL,
+          attributes: {
+            ...tool,
+            [ATTR.KEY]: event.key,
+            [ATTR.ORDINAL]: event.ordinal,
+            [ATTR.FENCE]: event.fence,
+            [ATTR.TAKEOVER]: event.takeover,
+          },
+        });
+        this.open(this.runs, event.key, { span, startedAt: this.now(), toolName: event.toolName });
+        return;
+      }
+      case "run_started": {
+        const run = this.runs.get(event.key);
+        if (run !== undefined) run.runStartedAt = this.now();
+        run?.span.addEvent("dispatch_once.run_started");
+        return;
+      }
+      case "run_finished": {
+        const run = this.runs.get(event.key);
+        if (run?.runStartedAt !== undefined) {
+          this.runDuration.record((this.now() - run.runStartedAt) / 1000, { ...tool, [ATTR.RUN_OK]: event.ok });
+        }
+        run?.span.addEvent("dispatch_once.run_finished", { [ATTR.RUN_OK]: event.ok });
+        return;
+      }
+      case "replayed":
+        this.counters.REPLAYS.add(1, { ...tool, [ATTR.REPLAY_STATE]: event.state });
+        return;
+      case "waiting":
+        this.counters.WAITS.add(1, tool);
+        return;
+      case "lease_lost":
+        this.counters.LEASE_LOSSES.add(1, { ...tool, [ATTR.LEASE_LOST_REASON]: event.reason });
+        this.runs.get(event.key)?.span.addEvent("dispatch_once.lease_lost", { [ATTR.LEASE_LOST_REASON]: event.reason });
+        return;
+      case "request_differs":
+        this.runs.get(event.key)?.span.addEvent("dispatch_once.request_differs");
+        return;
+      case "reconciled": {
+        const attributes: Attributes = {
+          ...tool,
+          [ATTR.RECONCILE_CAUSE]: event.cause,
+          [ATTR.RECONCILE_VERDICT]: event.verdict,
+          [ATTR.RECONCILE_SETTLED]: event.settled,
+        };
+        this.counters.RECONCILIATIONS.add(1, attributes);
+        this.runs.get(event.key)?.span.addEvent("dispatch_once.reconciled", attributes);
+        return;
+      }
+      case "released":
+        // The ledger write itself arrives as `recorded`; this one says whether the effect may have happened.
+        this.runs.get(event.key)?.span.setAttribute("dispatch_once.released.effect_may_have_happened", event.effectMayHaveHappened);
+        return;
+      case "recorded":
+        this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: event.state });
+        if (event.state === "unknown") this.counters.UNKNOWNS.add(1, tool);
+        this.endRun(event.key, event.state);
+        return;
+    }
+  }
+
+  private runnerEvent(event: RunnerEvent): void {
+    const id = `${event.conversationId}\u0000${event.turnIndex}`;
+    const turn = this.turns.get(id);
+    switch (event.type) {
+      case "attempt_started": {
+        this.counters.ATTEMPTS.add(1);
+        if (turn === undefined) {
+          const span = this.tracer.startSpan(SPAN.TURN, {
+            kind: SpanKind.INTERNAL,
+            attributes: { [ATTR.CONVERSATION_ID]: event.conversationId, [ATTR.TURN_INDEX]: event.turnIndex },
+          });
+          this.open(this.turns, id, { span, startedAt: this.now(), toolName: "" });
+        }
+        this.turns.get(id)?.span.addEvent("dispatch_once.attempt_started", { [ATTR.ATTEMPT]: event.attempt });
+        return;
+      }
+      case "stream_failed":
+        turn?.span.addEvent("dispatch_once.stream_failed", { [ATTR.ATTEMPT]: event.attempt, [ATTR.FAILURE_POSITION]: event.position });
+        return;
+      case "retry_scheduled":
+        this.counters.RETRIES.add(1);
+        turn?.span.addEvent("dispatch_once.retry_scheduled", { [ATTR.ATTEMPT]: event.attempt, "dispatch_once.retry.delay_ms": event.delayMs });
+        return;
+      case "call_abandoned":
+        this.counters.ABANDONED_CALLS.add(1, { [ATTR.TOOL_NAME]: event.name });
+        turn?.span.addEvent("dispatch_once.call_abandoned", { [ATTR.TOOL_NAME]: event.name, [ATTR.ATTEMPT]: event.attempt });
+        return;
+      case "call_resolved":
+        turn?.span.addEvent("dispatch_once.call_resolved", {
+          [ATTR.TOOL_NAME]: event.name,
+          [ATTR.ATTEMPT]: event.attempt,
+          "dispatch_once.call.ok": event.ok,
+          ...(event.key !== undefined ? { [ATTR.KEY]: event.key } : {}),
+          ...(event.replayed !== undefined ? { "dispatch_once.call.replayed": event.replayed } : {}),
+        });
+        return;
+      case "attempt_superseded":
+        turn?.span.addEvent("dispatch_once.attempt_superseded", { [ATTR.ATTEMPT]: event.attempt });
+        return;
+      case "turn_committed": {
+        const outcome = event.committed ? "committed" : "not_committed";
+        this.counters.TURNS.add(1, { [ATTR.TURN_OUTCOME]: outcome });
+        this.endTurn(id, outcome, event.stopReason);
+        return;
+      }
+      case "turn_failed":
+        this.counters.TURNS.add(1, { [ATTR.TURN_OUTCOME]: "failed" });
+        this.endTurn(id, "failed", undefined);
+        return;
+      default:
+        // text_delta, call_complete, call_unresolved, attempt_discarded: visible through the others.
+        return;
+    }
+  }
+
+  private open(map: Map<string, Open>, id: string, entry: Open): void {
+    // Kept even when the span does not record (no SDK): the run's duration still goes to the meter.
+    map.set(id, entry);
+    if (map.size > this.maxOpen) {
+      const oldest = map.keys().next().value as string;
+      if (map === this.runs) this.endRun(oldest, "not_recorded");
+      else this.endTurn(oldest, "not_recorded", undefined);
+    }
+  }
+
+  private endRun(key: string, outcome: string): void {
+    const run = this.runs.get(key);
+    if (run === undefined) return;
+    this.runs.delete(key);
+    run.span.setAttribute(ATTR.OUTCOME, outcome);
+    if (outcome === "failed" || outcome === "unknown" || outcome === "not_recorded") {
+      run.span.setStatus({ code: SpanStatusCode.ERROR, message: outcome });
+    }
+    run.span.end();
+  }
+
+  private endTurn(id: string, outcome: string, stopReason: string | null | undefined): void {
+    const turn = this.turns.get(id);
+    if (turn === undefined) return;
+    this.turns.delete(id);
+    this.turnDuration.record((this.now() - turn.startedAt) / 1000, { [ATTR.TURN_OUTCOME]: outcome });
+    turn.span.setAttribute(ATTR.TURN_OUTCOME, outcome);
+    if (stopReason !== undefined && stopReason !== null) turn.span.setAttribute(ATTR.STOP_REASON, stopReason);
+    if (outcome !== "committed") turn.span.setStatus({ code: SpanStatusCode.ERROR, message: outcome });
+    turn.span.end();
+  }
+}
+
+/** Telemetry over the global providers (no-ops until an SDK registers), or the given tracer and meter. */
+export function dispatchTelemetry(options?: TelemetryOptions): DispatchTelemetry {
+  return new DispatchTelemetry(options);
+}

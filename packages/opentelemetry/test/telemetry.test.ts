@@ -1,0 +1,166 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
+import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from "@opentelemetry/sdk-metrics";
+import { Dispatcher, MemoryLedger, OutcomeUnknownError, defineTool, type Ledger } from "@dispatch-once/core";
+import type { RunnerEvent } from "@dispatch-once/anthropic";
+import { ATTR, METRIC, SPAN, dispatchTelemetry } from "../src/index.js";
+
+const turn0 = { conversationId: "conv-otel", turnIndex: 0 };
+
+function sdk() {
+  const spans = new InMemorySpanExporter();
+  const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
+  const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+  const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 60_000 });
+  const meterProvider = new MeterProvider({ readers: [reader] });
+  const telemetry = dispatchTelemetry({ tracer: tracerProvider.getTracer("t"), meter: meterProvider.getMeter("t") });
+  /** Sum of a counter's points whose attributes include `match`. */
+  const metric = async (name: string, match: Record<string, unknown> = {}) => {
+    await reader.forceFlush();
+    const all = exporter.getMetrics().at(-1)?.scopeMetrics.flatMap((s) => s.metrics) ?? [];
+    const points = all.find((m) => m.descriptor.name === name)?.dataPoints ?? [];
+    let sum = 0;
+    for (const p of points) {
+      if (Object.entries(match).every(([k, v]) => p.attributes[k] === v)) {
+        sum += typeof p.value === "number" ? p.value : (p.value as { count: number }).count;
+      }
+    }
+    return sum;
+  };
+  return { spans, telemetry, metric, shutdown: () => Promise.all([tracerProvider.shutdown(), meterProvider.shutdown()]) };
+}
+
+function durable(ledger: MemoryLedger): Ledger {
+  return Object.assign(Object.create(ledger), { capabilities: { ...ledger.capabilities, durability: "durable" as const } }) as Ledger;
+}
+
+let cleanup: (() => Promise<unknown>) | undefined;
+afterEach(async () => {
+  await cleanup?.();
+  cleanup = undefined;
+});
+
+describe("dispatcher events -> spans and metrics (OTEL-1)", () => {
+  it("OTEL-1 a claimed run is one span ending in its ledger outcome; a replay and claims are counted", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    let runs = 0;
+    const tool = defineTool({ name: "send_payment", effect: "keyed_write", input: z.object({ amount: z.number() }), run: () => ({ id: `pay_${++runs}` }) });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: new MemoryLedger(), onEvent: s.telemetry.onDispatchEvent });
+    const call = { name: "send_payment", input: { amount: 1 } };
+    const first = await dispatcher.turn(turn0).dispatch(call);
+    await dispatcher.turn(turn0).dispatch(call);
+
+    const finished = s.spans.getFinishedSpans();
+    expect(finished.map((x) => x.name)).toEqual([SPAN.RUN]);
+    expect(finished[0]!.attributes).toMatchObject({
+      [ATTR.TOOL_NAME]: "send_payment",
+      [ATTR.KEY]: first.key,
+      [ATTR.ORDINAL]: 0,
+      [ATTR.FENCE]: 1,
+      [ATTR.TAKEOVER]: false,
+      [ATTR.OUTCOME]: "completed",
+    });
+    expect(finished[0]!.events.map((e) => e.name)).toEqual(["dispatch_once.run_started", "dispatch_once.run_finished"]);
+    expect(await s.metric(METRIC.CLAIMS, { [ATTR.TOOL_NAME]: "send_payment" })).toBe(1);
+    expect(await s.metric(METRIC.REPLAYS, { [ATTR.REPLAY_STATE]: "completed" })).toBe(1);
+    expect(await s.metric(METRIC.OUTCOMES, { [ATTR.OUTCOME]: "completed" })).toBe(1);
+    expect(await s.metric(METRIC.RUN_DURATION, { [ATTR.RUN_OK]: true })).toBe(1);
+    expect(runs).toBe(1);
+  });
+
+  it("OTEL-1 unknowns and reconciliations are counted; the run span carries the probe's answer and ends in error", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    let verdict: "performed" | "not_performed" = "not_performed";
+    const tool = defineTool({
+      name: "create_invoice",
+      effect: "unkeyed_write",
+      input: z.object({ n: z.number() }),
+      run: () => {
+        throw new Error("socket hang up");
+      },
+      reconcile: () => (verdict === "performed" ? { outcome: "performed", result: { id: "inv_1" } } : { outcome: "not_performed" }),
+    });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: durable(new MemoryLedger()), onEvent: s.telemetry.onDispatchEvent });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "create_invoice", input: { n: 1 } })).rejects.toBeInstanceOf(OutcomeUnknownError);
+    verdict = "performed";
+    await expect(dispatcher.turn(turn0).dispatch({ name: "create_invoice", input: { n: 2 } })).resolves.toMatchObject({ result: { id: "inv_1" } });
+
+    const [unknown, settled] = s.spans.getFinishedSpans();
+    expect(unknown!.attributes[ATTR.OUTCOME]).toBe("unknown");
+    expect(unknown!.status.code).toBe(2); // ERROR
+    expect(unknown!.events.find((e) => e.name === "dispatch_once.reconciled")?.attributes).toMatchObject({
+      [ATTR.RECONCILE_CAUSE]: "tool_error",
+      [ATTR.RECONCILE_VERDICT]: "not_performed",
+      [ATTR.RECONCILE_SETTLED]: "unknown",
+    });
+    expect(settled!.attributes[ATTR.OUTCOME]).toBe("completed");
+    expect(await s.metric(METRIC.UNKNOWNS)).toBe(1);
+    expect(await s.metric(METRIC.RECONCILIATIONS)).toBe(2);
+    expect(await s.metric(METRIC.RECONCILIATIONS, { [ATTR.RECONCILE_SETTLED]: "completed" })).toBe(1);
+    expect(await s.metric(METRIC.RUN_DURATION, { [ATTR.RUN_OK]: false })).toBe(2);
+  });
+
+  it("OTEL-2 metric points never carry a key or a conversation id (bounded cardinality)", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    const tool = defineTool({ name: "t", effect: "keyed_write", input: z.object({ n: z.number() }), run: () => 1 });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: new MemoryLedger(), onEvent: s.telemetry.onDispatchEvent });
+    for (let n = 0; n < 5; n++) await dispatcher.turn(turn0).dispatch({ name: "t", input: { n } });
+    expect(await s.metric(METRIC.CLAIMS)).toBe(5);
+    expect(await s.metric(METRIC.CLAIMS, { [ATTR.TOOL_NAME]: "t", [ATTR.TAKEOVER]: false })).toBe(5);
+  });
+
+  it("OTEL-3 a broken meter or tracer never changes a dispatch", async () => {
+    const broken = new Proxy({}, { get: () => () => { throw new Error("exporter down"); } });
+    const counterOk = { add: () => undefined, record: () => undefined };
+    const meter = { createCounter: () => counterOk, createHistogram: () => counterOk } as never;
+    const telemetry = dispatchTelemetry({ tracer: broken as never, meter });
+    const tool = defineTool({ name: "t", effect: "keyed_write", input: z.object({}), run: () => 7 });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: new MemoryLedger(), onEvent: telemetry.onDispatchEvent });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "t", input: {} })).resolves.toMatchObject({ result: 7 });
+  });
+
+  it("OTEL-3 without an SDK the global API is a no-op: nothing recorded, the dispatch unchanged", async () => {
+    const telemetry = dispatchTelemetry();
+    const tool = defineTool({ name: "t", effect: "keyed_write", input: z.object({}), run: () => 7 });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: new MemoryLedger(), onEvent: telemetry.onDispatchEvent });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "t", input: {} })).resolves.toMatchObject({ result: 7 });
+    telemetry.endAll();
+  });
+});
+
+describe("runner events -> turn spans and metrics (OTEL-1)", () => {
+  const base = { at: 0, conversationId: "c1", turnIndex: 2 };
+  it("OTEL-1 a turn with a cut-off attempt and a retry is one span with its attempts; retries and abandoned calls counted", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    const events: RunnerEvent[] = [
+      { ...base, attempt: 1, type: "attempt_started", messageId: "m1" },
+      { ...base, attempt: 1, type: "call_abandoned", callId: "toolu_1", name: "send_payment", partialArguments: '{"amo' },
+      { ...base, attempt: 1, type: "stream_failed", position: "mid_tool_use" as never, error: "reset" },
+      { ...base, attempt: 1, type: "retry_scheduled", delayMs: 100 },
+      { ...base, attempt: 2, type: "attempt_started", messageId: "m1" },
+      { ...base, attempt: 2, type: "call_resolved", callId: "toolu_2", name: "send_payment", key: "k", replayed: false, ok: true },
+      { ...base, attempt: 2, type: "turn_committed", committed: true, stopReason: "tool_use" },
+    ];
+    for (const e of events) s.telemetry.onRunnerEvent(e);
+    const [turn] = s.spans.getFinishedSpans();
+    expect(turn!.name).toBe(SPAN.TURN);
+    expect(turn!.attributes).toMatchObject({ [ATTR.CONVERSATION_ID]: "c1", [ATTR.TURN_INDEX]: 2, [ATTR.TURN_OUTCOME]: "committed", [ATTR.STOP_REASON]: "tool_use" });
+    expect(turn!.events.map((e) => e.name)).toEqual([
+      "dispatch_once.attempt_started",
+      "dispatch_once.call_abandoned",
+      "dispatch_once.stream_failed",
+      "dispatch_once.retry_scheduled",
+      "dispatch_once.attempt_started",
+      "dispatch_once.call_resolved",
+    ]);
+    expect(await s.metric(METRIC.ATTEMPTS)).toBe(2);
+    expect(await s.metric(METRIC.RETRIES)).toBe(1);
+    expect(await s.metric(METRIC.ABANDONED_CALLS, { [ATTR.TOOL_NAME]: "send_payment" })).toBe(1);
+    expect(await s.metric(METRIC.TURNS, { [ATTR.TURN_OUTCOME]: "committed" })).toBe(1);
+  });
+});
