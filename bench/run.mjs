@@ -31,8 +31,17 @@ for (const adapter of adapters) {
   }
 }
 
+// Dispatcher CPU per call above a memory ledger (no store, no network: the dispatcher's own cost).
+let dispatcherOverhead = null;
+try {
+  const { benchDispatcherOverhead } = await import("./dispatcher-overhead.mjs");
+  dispatcherOverhead = await benchDispatcherOverhead();
+} catch (error) {
+  failures.push({ adapter: "dispatcher-overhead", error: String(error?.stack ?? error) });
+}
+
 if (json) {
-  process.stdout.write(`${JSON.stringify({ durationMs, rows, failures })}\n`);
+  process.stdout.write(`${JSON.stringify({ durationMs, rows, dispatcherOverhead, failures })}\n`);
 } else {
   const header = ["adapter", "workload", "conc", "ops/s", "p50 µs", "p99 µs", "floor ops/s", "ratio"];
   const body = rows.map((r) => [
@@ -50,6 +59,13 @@ if (json) {
   console.log(line(header));
   console.log(widths.map((w) => "-".repeat(w)).join("  "));
   for (const b of body) console.log(line(b));
+  if (dispatcherOverhead) {
+    const d = dispatcherOverhead;
+    console.log(
+      `\ndispatcher overhead: ${d.overheadCpuUsPerCall.toFixed(1)} µs CPU per call above the ledger ` +
+        `(dispatch ${d.dispatchCpuUsPerCall.toFixed(1)} µs, MemoryLedger claim+complete ${d.ledgerCpuUsPerCall.toFixed(1)} µs, ${d.calls} calls)`,
+    );
+  }
   for (const f of failures) console.log(`\n${f.adapter}: FAILED\n${f.error}`);
 }
 process.exitCode = failures.length > 0 ? 1 : 0;

@@ -1,7 +1,7 @@
 import { defineConfig } from "tsup";
 
 export default defineConfig({
-  entry: ["src/index.ts"],
+  entry: { index: "src/index.ts", "internal/index": "src/internal/index.ts" },
   format: ["esm", "cjs"],
   dts: true,
   sourcemap: true,

@@ -17,6 +17,9 @@ import {
   type StoredTurn,
   type TurnCommit,
   type TurnSnapshot,
+} from "@dispatch-once/core";
+import {
+  checkLeaseMs as checkLease,
   decodeStoreJson,
   decodeStoredMessage,
   decodeStoredTurn,
@@ -24,7 +27,7 @@ import {
   encodeStoreJson,
   type StoredMessageRow,
   type StoredTurnRow,
-} from "@dispatch-once/core";
+} from "@dispatch-once/core/internal";
 import { DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX, schemaSql, statements, tablesFor, type ConversationTables, type Statement, type Statements } from "./sql.js";
 
 export interface PostgresConversationStoreOptions {
@@ -58,8 +61,6 @@ export interface PostgresConversationStoreOptions {
 }
 
 const DEFAULT_STATEMENT_TIMEOUT_MS = 10_000;
-/** Longest lease accepted: a year. Longer is a configuration mistake, not a lease. */
-const MAX_LEASE_MS = 366 * 24 * 60 * 60 * 1000;
 const MAX_OWNER_LENGTH = 1024;
 interface ConversationRow {
   fence: string;
@@ -443,12 +444,9 @@ function checkOwner(owner: unknown): asserts owner is string {
   }
 }
 
-/** Whole milliseconds, rounded up so a lease is never shorter than asked. */
+/** Whole milliseconds, rounded up so a lease is never shorter than asked (core's one limit). */
 function checkLeaseMs(leaseMs: unknown): number {
-  if (typeof leaseMs !== "number" || !Number.isFinite(leaseMs) || leaseMs < 0 || leaseMs > MAX_LEASE_MS) {
-    throw new InvalidStoreInputError("leaseMs", `${String(leaseMs)} is not a number of milliseconds in 0..${MAX_LEASE_MS}`);
-  }
-  return Math.ceil(leaseMs);
+  return checkLease(leaseMs, (field, reason) => new InvalidStoreInputError(field, reason));
 }
 
 function checkCommit(commit: TurnCommit): {

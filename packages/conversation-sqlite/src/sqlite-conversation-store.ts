@@ -16,6 +16,10 @@ import {
   type StoredTurn,
   type TurnCommit,
   type TurnSnapshot,
+} from "@dispatch-once/core";
+import {
+  checkLeaseMs as checkLease,
+  openWithin,
   decodeStoreJson,
   decodeStoredMessage,
   decodeStoredTurn,
@@ -23,7 +27,7 @@ import {
   encodeStoreJson,
   type StoredMessageRow,
   type StoredTurnRow,
-} from "@dispatch-once/core";
+} from "@dispatch-once/core/internal";
 import { DEFAULT_TABLE_PREFIX, schemaSql, tablesFor, upgradeSql, type ConversationTables } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
@@ -59,8 +63,6 @@ export interface SqliteConversationStoreOptions {
 }
 
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
-/** Longest lease accepted: a year. Longer is a configuration mistake, not a lease. */
-const MAX_LEASE_MS = 366 * 24 * 60 * 60 * 1000;
 const MAX_OWNER_LENGTH = 1024;
 
 /**
@@ -446,46 +448,6 @@ export function createSqliteConversationStore(options: SqliteConversationStoreOp
   return new SqliteConversationStore(typeof options === "string" ? { path: options } : options);
 }
 
-/**
- * Run `setUp` until it succeeds or `boundMs` has passed IN TOTAL, retrying on SQLITE_BUSY and
- * SQLITE_LOCKED (any extended code), including those SQLite returns at once without calling the
- * busy handler. Each attempt's own busy waits count against the same bound (busy_timeout is
- * lowered to the time left, then restored). Between attempts it sleeps 1, 2, 4 ... up to 50 ms
- * with jitter, synchronously: the constructor, like every better-sqlite3 call, is synchronous.
- */
-function openWithin<T>(db: SqliteDatabase, boundMs: number, setUp: () => T): T {
-  const started = performance.now();
-  const deadline = started + boundMs;
-  let pause = 1;
-  let attempts = 0;
-  for (;;) {
-    attempts++;
-    try {
-      db.pragma(`busy_timeout = ${Math.max(0, Math.floor(deadline - performance.now()))}`);
-      return setUp();
-    } catch (cause) {
-      const code = (cause as { code?: unknown }).code;
-      const busy = typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"));
-      const now = performance.now();
-      if (!busy || now >= deadline) {
-        if (busy && cause instanceof Error) {
-          cause.message += ` (still locked after ${Math.round(now - started)} ms and ${attempts} attempts; the bound is busyTimeoutMs = ${boundMs} ms)`;
-        }
-        throw cause;
-      }
-      sleepSync(Math.min(pause * (0.5 + Math.random()), deadline - now));
-      pause = Math.min(pause * 2, 50);
-    } finally {
-      if (db.open) db.pragma(`busy_timeout = ${boundMs}`);
-    }
-  }
-}
-
-/** Block the thread for `ms` milliseconds (no busy loop). */
-function sleepSync(ms: number): void {
-  if (ms > 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
-}
-
 function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statements {
   const conv = `"${t.conversations}"`;
   const msgs = `"${t.messages}"`;
@@ -567,12 +529,9 @@ function checkOwner(owner: unknown): asserts owner is string {
   }
 }
 
-/** Whole milliseconds, rounded up so a lease is never shorter than asked. */
+/** Whole milliseconds, rounded up so a lease is never shorter than asked (core's one limit). */
 function checkLeaseMs(leaseMs: unknown): number {
-  if (typeof leaseMs !== "number" || !Number.isFinite(leaseMs) || leaseMs < 0 || leaseMs > MAX_LEASE_MS) {
-    throw new InvalidStoreInputError("leaseMs", `${String(leaseMs)} is not a number of milliseconds in 0..${MAX_LEASE_MS}`);
-  }
-  return Math.ceil(leaseMs);
+  return checkLease(leaseMs, (field, reason) => new InvalidStoreInputError(field, reason));
 }
 
 /** A commit's fields, with its JSON already encoded (refused before the store is touched). */

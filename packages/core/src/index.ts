@@ -60,12 +60,3 @@ export {
   type Retryable,
 } from "./error-catalogue.js";
 export { tenantConversationId, TENANT_PATTERN } from "./tenant.js";
-export {
-  encodeStoreJson,
-  decodeStoreJson,
-  decodeStoredMessage,
-  decodeStoredTurn,
-  beginTurnIndex,
-  type StoredMessageRow,
-  type StoredTurnRow,
-} from "./store-rows.js";

@@ -21,6 +21,7 @@ import {
   type TerminalRow,
   type UnknownRow,
 } from "@dispatch-once/core";
+import { openWithin } from "@dispatch-once/core/internal";
 import { decodeRow, type DecodedRow, type RawRow } from "./row.js";
 import { DEFAULT_TABLE, addRequestColumnSql, assertTableName, schemaSql } from "./schema.js";
 
@@ -568,49 +569,6 @@ export class SqliteLedger implements Ledger {
 /** Open (or adopt) a SQLite ledger. A string is a file path. */
 export function createSqliteLedger(options: SqliteLedgerOptions | string): SqliteLedger {
   return new SqliteLedger(typeof options === "string" ? { path: options } : options);
-}
-
-/**
- * Run `setUp` until it succeeds or `boundMs` has passed IN TOTAL, retrying on SQLITE_BUSY and
- * SQLITE_LOCKED (any extended code): the errors another process's setup or write lock causes,
- * including those SQLite returns at once without calling the busy handler. Each attempt's own
- * busy waits count against the same bound (busy_timeout is lowered to the time left and then
- * restored), so a first open never takes much longer than the busy timeout. Between attempts
- * it sleeps 1, 2, 4 ... up to 50 ms with jitter (synchronously: the constructor is synchronous,
- * as is every better-sqlite3 call and SQLite's own busy handler).
- */
-function openWithin<T>(db: SqliteDatabase, boundMs: number, setUp: () => T): T {
-  const started = performance.now();
-  const deadline = started + boundMs;
-  let pause = 1;
-  let attempts = 0;
-  for (;;) {
-    attempts++;
-    const left = Math.max(0, Math.floor(deadline - performance.now()));
-    try {
-      db.pragma(`busy_timeout = ${left}`);
-      return setUp();
-    } catch (cause) {
-      const code = (cause as { code?: unknown }).code;
-      const busy = typeof code === "string" && (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED"));
-      const now = performance.now();
-      if (!busy || now >= deadline) {
-        if (busy && cause instanceof Error) {
-          cause.message += ` (still locked after ${Math.round(now - started)} ms and ${attempts} attempts; the bound is busyTimeoutMs = ${boundMs} ms)`;
-        }
-        throw cause;
-      }
-      sleepSync(Math.min(pause * (0.5 + Math.random()), deadline - now));
-      pause = Math.min(pause * 2, 50);
-    } finally {
-      if (db.open) db.pragma(`busy_timeout = ${boundMs}`);
-    }
-  }
-}
-
-/** Block the thread for `ms` milliseconds (no busy loop). */
-function sleepSync(ms: number): void {
-  if (ms > 0) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
 function prepare(db: SqliteDatabase, table: string, now: string): Statements {

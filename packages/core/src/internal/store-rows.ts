@@ -1,6 +1,6 @@
-import { canonicalize, type JsonValue } from "./canonical.js";
-import type { MessageState, StoredMessage, StoredTurn } from "./conversation.js";
-import { InvalidStoreInputError, StoreCorruptError, isDispatchOnceError } from "./errors.js";
+import { canonicalize, type JsonValue } from "../canonical.js";
+import type { MessageState, StoredMessage, StoredTurn } from "../conversation.js";
+import { InvalidStoreInputError, StoreCorruptError, isDispatchOnceError } from "../errors.js";
 
 /*
  * Helpers for conversation-store implementers: one place for what every store that keeps

@@ -1,0 +1,57 @@
+// Dispatcher CPU per call above its ledger: the same N payment calls once as bare
+// MemoryLedger claim+complete, once through Dispatcher.dispatch on a MemoryLedger (a tool
+// that returns at once). Measured as process CPU time (user+system) per call, so other
+// jobs on the machine slow the wall clock but not this number much. A benchmark: asserts nothing.
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const core = await import(pathToFileURL(join(root, "packages", "core", "dist", "index.js")).href);
+// zod is core's peer; resolve it from core so the bench needs no dependency of its own.
+const { z } = createRequire(join(root, "packages", "core", "package.json"))("zod");
+
+const pay = (i) => ({ payee: "acme-supplies", amount: 12_500 + (i % 97), currency: "EUR", reference: `T-${i}`, memo: "invoice 7" });
+
+async function cpuPerCall(n, body) {
+  for (let i = 0; i < Math.min(2_000, n); i++) await body(-1 - i); // warm-up, own keys
+  const before = process.cpuUsage();
+  for (let i = 0; i < n; i++) await body(i);
+  const used = process.cpuUsage(before);
+  return (used.user + used.system) / n;
+}
+
+export async function benchDispatcherOverhead({ calls = 20_000 } = {}) {
+  const run = `${process.pid}-${Date.now()}`;
+  const ledger = new core.MemoryLedger();
+  const ledgerUs = await cpuPerCall(calls, async (i) => {
+    const key = `${run}-l-${i}`;
+    const claim = await ledger.claim({
+      key,
+      toolName: "send_payment",
+      effect: "keyed_write",
+      owner: "bench",
+      leaseMs: 30_000,
+      request: JSON.stringify(pay(i)),
+    });
+    await ledger.complete(key, claim.fence, JSON.stringify({ paymentId: `pay_${i}`, status: "accepted" }));
+  });
+  const tool = core.defineTool({
+    name: "send_payment",
+    effect: "keyed_write",
+    input: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string().length(3), reference: z.string(), memo: z.string().optional() }),
+    identity: ["payee", "amount", "currency", "reference"],
+    async run(args) {
+      return { paymentId: `pay_${args.reference}`, status: "accepted" };
+    },
+  });
+  const dispatcher = new core.Dispatcher({ tools: [tool], ledger: new core.MemoryLedger() });
+  const dispatchUs = await cpuPerCall(calls, (i) =>
+    dispatcher.turn({ conversationId: `${run}-c-${i}`, turnIndex: 0 }).dispatch({ name: "send_payment", input: pay(i) }),
+  );
+  return { calls, ledgerCpuUsPerCall: ledgerUs, dispatchCpuUsPerCall: dispatchUs, overheadCpuUsPerCall: dispatchUs - ledgerUs };
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  console.log(JSON.stringify(await benchDispatcherOverhead()));
+}

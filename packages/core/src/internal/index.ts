@@ -1,0 +1,16 @@
+/*
+ * @dispatch-once/core/internal: the toolkit for store adapter authors (ledgers, conversation
+ * stores). What every adapter must do the same way lives here once, so each adapter keeps only
+ * its mapping onto its store. Not for applications: the main entry point is the public API.
+ */
+export {
+  encodeStoreJson,
+  decodeStoreJson,
+  decodeStoredMessage,
+  decodeStoredTurn,
+  beginTurnIndex,
+  type StoredMessageRow,
+  type StoredTurnRow,
+} from "./store-rows.js";
+export { MAX_LEASE_MS, checkLeaseMs } from "./leases.js";
+export { openWithin, type PragmaConnection } from "./sqlite-open.js";
