@@ -37,7 +37,7 @@ const LEASE_B = { CRASHES: 1, PAUSES: 1, LOSTS: 1, REWORDS: 1 };
 const RETAIN = { PARTITIONS: 1, RETENTION: 1, PAUSES: 1, STREAMCUTS: 1 };
 const VOLATILE = { ALL_KEYED: true, VOLATILE: 1, REWORDS: 1, PAUSES: 1, REFUSALS: 1 };
 
-/** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string}[]} */
+/** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
 const CHECKS = [
   {
     name: "replay",

@@ -8,9 +8,11 @@
  *
  * A bare value is 1..255 characters from the RFC 9110 tchar set plus ":", "/", "=", "@"
  * (enough for UUIDs, hex, base64 and base64url). Anything else is malformed: an empty value,
- * whitespace or a comma (two header lines are joined with ", "), a quoted string that is
+ * whitespace other than the space or tab around the value (a 0xA0 byte is not stripped, so
+ * `k\xa0` cannot stand for `k`), a comma, a quoted string that is
  * unterminated, has a bad escape, a non-printable character or trailing text, or a decoded
- * key longer than 255 characters.
+ * key longer than 255 characters. Two header lines are malformed too; the server counts them in
+ * the raw headers because Node joins them with ", " (`"a` and `b"` would read as the key `a, b`).
  */
 export const MAX_IDEMPOTENCY_KEY_LENGTH = 255;
 
@@ -18,8 +20,11 @@ export type ParsedIdempotencyKey = { ok: true; key: string } | { ok: false; reas
 
 const BARE_KEY = /^[!#$%&'*+\-.^_`|~0-9A-Za-z:/=@]+$/;
 
+/** RFC 9110 OWS is space and tab only; `String.prototype.trim` would also strip U+00A0 (a 0xA0 byte). */
+const OWS_AROUND = /^[ \t]+|[ \t]+$/g;
+
 export function parseIdempotencyKey(raw: string): ParsedIdempotencyKey {
-  const value = raw.trim();
+  const value = raw.replace(OWS_AROUND, "");
   if (value.length === 0) return { ok: false, reason: "the header is empty" };
   let key: string;
   if (value.startsWith('"')) {

@@ -36,6 +36,7 @@ export {
   type ParsedIdempotencyKey,
 } from "./idempotency-key.js";
 export { canonicalJson, fingerprint } from "./canonical.js";
+export { ISO_4217_CURRENCIES, isIso4217Currency } from "./currencies.js";
 export { parseFaultHeader, type FaultDecision, type FaultSource, type FaultState, type QueuedFault } from "./faults.js";
 export type { Effect, EffectKind, EffectFilter } from "./store.js";
 export {

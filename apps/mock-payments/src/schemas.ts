@@ -1,4 +1,11 @@
 import { z } from "zod";
+import { isIso4217Currency } from "./currencies.js";
+
+/** An ISO 4217 alphabetic code from the list the mock knows (currencies.ts), not just the shape. */
+const currencySchema = z
+  .string()
+  .regex(/^[A-Z]{3}$/, "must be an ISO 4217 code: three upper-case letters")
+  .refine(isIso4217Currency, "is not an ISO 4217 currency code");
 
 /** Request bodies. Strict: an unknown member is a 400, so "same payload" is never ambiguous. */
 export const createPaymentBodySchema = z.strictObject({
@@ -6,7 +13,7 @@ export const createPaymentBodySchema = z.strictObject({
   /** Minor units (cents); an integer above zero. */
   amount: z.int().positive(),
   /** ISO 4217 alphabetic code. */
-  currency: z.string().regex(/^[A-Z]{3}$/, "must be an ISO 4217 code: three upper-case letters"),
+  currency: currencySchema,
   /** The invoice or reference this payment settles. */
   reference: z.string().min(1).max(200),
   memo: z.string().max(1000).optional(),
@@ -21,7 +28,7 @@ export type VoidPaymentBody = z.infer<typeof voidPaymentBodySchema>;
 export const createInvoiceBodySchema = z.strictObject({
   customer: z.string().min(1).max(200),
   amount: z.int().positive(),
-  currency: z.string().regex(/^[A-Z]{3}$/, "must be an ISO 4217 code: three upper-case letters"),
+  currency: currencySchema,
   memo: z.string().max(1000).optional(),
 });
 export type CreateInvoiceBody = z.infer<typeof createInvoiceBodySchema>;
@@ -74,6 +81,7 @@ export const OPERATIONS = [
   "void_payment",
   "get_payment",
   "list_payments",
+  "get_invoice",
   "create_invoice",
   "list_invoices",
   "lookup_idempotency_key",

@@ -1,13 +1,14 @@
 import { randomBytes } from "node:crypto";
-import { createServer, type Server } from "node:http";
+import { STATUS_CODES, createServer, type Server } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
+import type { Duplex } from "node:stream";
 import express, { type NextFunction, type Request, type Response } from "express";
 import type { z } from "zod";
 import { fingerprint } from "./canonical.js";
 import { MockPaymentsError } from "./errors.js";
 import { FaultController, parseFaultHeader, type FaultDecision, type FaultState } from "./faults.js";
 import { parseIdempotencyKey } from "./idempotency-key.js";
-import { PROBLEM_CONTENT_TYPE, ProblemError, makeProblem, type Problem } from "./problems.js";
+import { PROBLEM_CONTENT_TYPE, ProblemError, makeProblem, problemTypeUri, type Problem, type ProblemSlug } from "./problems.js";
 import {
   createInvoiceBodySchema,
   createPaymentBodySchema,
@@ -262,7 +263,10 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
     res.status(response.status);
     res.setHeader("Content-Type", `${response.contentType}; charset=utf-8`);
     if (replayed) res.setHeader("Idempotent-Replayed", "true");
-    if (response.status === 503) res.setHeader("Retry-After", "1");
+    const location = locationOf(response);
+    if (location !== null) res.setHeader("Location", location);
+    // A refused request and a key still in flight are both worth retrying shortly.
+    if (response.status === 503 || isProblemOf(response, "idempotency-key-in-use")) res.setHeader("Retry-After", "1");
     res.end(JSON.stringify(response.body));
   }
 
@@ -324,7 +328,7 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
   }
 
   function readKey(req: Request, required: boolean): string | null {
-    const raw = req.get("idempotency-key");
+    const raw = keyHeader(req);
     if (raw === undefined) {
       if (required) {
         throw new ProblemError("idempotency-key-missing", "this server requires an Idempotency-Key header on this endpoint");
@@ -499,7 +503,7 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
     route("create_invoice", async (req, ctx) => {
       // The "internal" API that never expected to be called twice: no deduplication at all.
       // A key the caller sent is ignored (recorded in the effect log only, when well-formed).
-      const raw = req.get("idempotency-key");
+      const raw = keyHeader(req);
       const parsedKey = raw === undefined ? null : parseIdempotencyKey(raw);
       const sentKey = parsedKey !== null && parsedKey.ok ? parsedKey.key : null;
       const body = parseBody(createInvoiceBodySchema, req.body);
@@ -519,6 +523,17 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
         return { status: 201, contentType: "application/json", body: invoice };
       });
       return { response, replayed: false };
+    }),
+  );
+
+  v1.get(
+    "/invoices/:id",
+    route("get_invoice", async (req, ctx) => {
+      await ctx.reachExecution();
+      const id = req.params["id"] as string;
+      const invoice = store.getInvoice(ctx.account, id);
+      if (invoice === null) throw new ProblemError("invoice-not-found", `no invoice ${JSON.stringify(id)} for this account`);
+      return ok(invoice);
     }),
   );
 
@@ -548,6 +563,8 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
   // ---- lifecycle --------------------------------------------------------------------------
 
   const httpServer: Server = createServer(app);
+  // Requests Node's HTTP parser rejects never reach express; answer them with problem+json too.
+  httpServer.on("clientError", (error: NodeJS.ErrnoException, socket: Duplex) => answerClientError(error, socket));
   httpServer.on("connection", (socket) => {
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
@@ -711,6 +728,61 @@ function ok(body: unknown): Outcome {
 
 function newId(prefix: string): string {
   return `${prefix}_${randomBytes(12).toString("hex")}`;
+}
+
+/**
+ * The Idempotency-Key header value, or undefined when absent. Two header lines are malformed:
+ * Node joins them with ", " into one value, which could parse as one key (`"a` + `b"`).
+ */
+function keyHeader(req: Request): string | undefined {
+  let lines = 0;
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    if (req.rawHeaders[i]!.toLowerCase() === "idempotency-key") lines++;
+  }
+  if (lines > 1) {
+    throw new ProblemError("idempotency-key-malformed", `Idempotency-Key: the header is sent ${lines} times; send it once`);
+  }
+  return req.get("idempotency-key");
+}
+
+function isProblemOf(response: StoredResponse, slug: ProblemSlug): boolean {
+  const body = response.body as { type?: unknown } | null;
+  return response.contentType === PROBLEM_CONTENT_TYPE && body?.type === problemTypeUri(slug);
+}
+
+/** 201 Created names the new resource (RFC 9110 §15.3.2), on a replay as on the first answer. */
+function locationOf(response: StoredResponse): string | null {
+  if (response.status !== 201) return null;
+  const body = response.body as { object?: unknown; id?: unknown } | null;
+  if (typeof body?.id !== "string") return null;
+  if (body.object === "payment") return `/v1/payments/${encodeURIComponent(body.id)}`;
+  if (body.object === "invoice") return `/v1/invoices/${encodeURIComponent(body.id)}`;
+  return null;
+}
+
+/**
+ * What can be answered to a request the parser rejected. Impossible: an answer after the socket
+ * is gone (ECONNRESET, a peer that closed) or once a response to an earlier request on the
+ * connection has started; those sockets are only destroyed.
+ */
+function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
+  const started = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+  if (error.code === "ECONNRESET" || !socket.writable || started) {
+    socket.destroy();
+    return;
+  }
+  const problem =
+    error.code === "HPE_HEADER_OVERFLOW"
+      ? makeProblem("request-header-fields-too-large", "the request's header section exceeds the server's limit")
+      : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+        ? makeProblem("request-timeout", "the request was not received completely in time")
+        : makeProblem("malformed-request", `the request could not be parsed as HTTP/1.1 (${error.code ?? "parse error"})`);
+  const body = JSON.stringify(problem);
+  const reason = STATUS_CODES[problem.status] ?? "Bad Request";
+  socket.end(
+    `HTTP/1.1 ${problem.status} ${reason}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
 }
 
 function toProblem(error: unknown): Problem {

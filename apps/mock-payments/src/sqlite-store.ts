@@ -113,6 +113,7 @@ class SqliteStore implements Store {
       getPayment: db.prepare<[string, string], { doc: string }>("SELECT doc FROM payments WHERE id = ? AND account = ?"),
       listPayments: db.prepare<[string], { doc: string }>("SELECT doc FROM payments WHERE account = ? ORDER BY seq"),
       insertInvoice: db.prepare<[string, string, string]>("INSERT INTO invoices (id, account, doc) VALUES (?, ?, ?)"),
+      getInvoice: db.prepare<[string, string], { doc: string }>("SELECT doc FROM invoices WHERE id = ? AND account = ?"),
       listInvoices: db.prepare<[string], { doc: string }>("SELECT doc FROM invoices WHERE account = ? ORDER BY seq"),
       insertEffect: db.prepare(
         "INSERT INTO effects (kind, account, idempotency_key, resource_id, payload, at) VALUES (@kind, @account, @idempotencyKey, @resourceId, @payload, @at)",
@@ -188,6 +189,11 @@ class SqliteStore implements Store {
 
   insertInvoice(account: string, invoice: Invoice): void {
     this.stmt.insertInvoice.run(invoice.id, account, JSON.stringify(invoice));
+  }
+
+  getInvoice(account: string, id: string): Invoice | null {
+    const row = this.stmt.getInvoice.get(id, account);
+    return row === undefined ? null : (JSON.parse(row.doc) as Invoice);
   }
 
   listInvoices(account: string): Invoice[] {

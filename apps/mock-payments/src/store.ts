@@ -88,6 +88,7 @@ export interface Store {
   getPayment(account: string, id: string): Payment | null;
   listPayments(account: string): Payment[];
   insertInvoice(account: string, invoice: Invoice): void;
+  getInvoice(account: string, id: string): Invoice | null;
   listInvoices(account: string): Invoice[];
 
   appendEffect(effect: NewEffect): Effect;
@@ -224,6 +225,11 @@ export class MemoryStore implements Store {
   insertInvoice(account: string, invoice: Invoice): void {
     this.invoices.set(invoice.id, { account, invoice: structuredClone(invoice) });
     this.undo?.push(() => this.invoices.delete(invoice.id));
+  }
+
+  getInvoice(account: string, id: string): Invoice | null {
+    const row = this.invoices.get(id);
+    return row === undefined || row.account !== account ? null : structuredClone(row.invoice);
   }
 
   listInvoices(account: string): Invoice[] {

@@ -36,7 +36,7 @@ try {
     "ledger (claim + complete)": async () => {
       const k = `k${n++}`;
       const c = await ledger.claim({ key: k, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000, request: REQUEST });
-      await ledger.complete(k, c.fence, result);
+      await ledger.complete(k, fenceOf(c), result);
     },
   };
   const N = 30_000;
@@ -65,4 +65,10 @@ try {
 } finally {
   server.kill("SIGTERM");
   rmSync(dir, { recursive: true, force: true });
+}
+
+/** The fence of a fresh claim: every bench key is new, so any other outcome is a bench bug. */
+function fenceOf(claim) {
+  if (claim.outcome !== "claimed") throw new Error(`expected a fresh claim, got ${claim.outcome}`);
+  return claim.fence;
 }

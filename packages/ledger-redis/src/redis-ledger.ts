@@ -520,7 +520,7 @@ export class RedisLedger implements Ledger {
           batch.map((c) =>
             c.redisKey.startsWith(head) && c.redisKey.endsWith("}")
               ? this.call("listExpiredInFlight", c.redisKey, () => this.client.get(c.redisKey), deadline)
-              : null,
+              : Promise.resolve(null),
           ),
         );
         batch.forEach((c, j) => {

@@ -1,0 +1,29 @@
+// @ts-check
+/**
+ * Type-aware lint for a protocol whose safety depends on awaiting: a claim, a completion or a
+ * release that is not awaited can reorder against the tool run it guards. Run by `pnpm lint`
+ * (turbo: each package's `lint` runs tsc --noUnusedLocals, the root adds eslint and the .mjs check).
+ */
+import tseslint from "typescript-eslint";
+
+export default tseslint.config(
+  {
+    ignores: ["**/dist/**", "**/node_modules/**", "**/*.mjs", "**/*.cjs", "**/*.js", "**/*.d.ts"],
+  },
+  {
+    files: ["packages/*/{src,test,examples}/**/*.ts", "apps/*/{src,test}/**/*.ts", "conformance/{src,test}/**/*.ts"],
+    languageOptions: {
+      parser: tseslint.parser,
+      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+    },
+    plugins: { "@typescript-eslint": tseslint.plugin },
+    linterOptions: { reportUnusedDisableDirectives: "error" },
+    rules: {
+      // Core rule; the tests that build sparse arrays on purpose say so with a disable comment.
+      "no-sparse-arrays": "error",
+      "@typescript-eslint/no-floating-promises": "error",
+      "@typescript-eslint/no-misused-promises": "error",
+      "@typescript-eslint/await-thenable": "error",
+    },
+  },
+);
