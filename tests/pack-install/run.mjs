@@ -28,10 +28,13 @@ const PUBLISHED = [
   "packages/ledger-sqlite",
   "apps/mock-payments",
   "apps/mock-provider",
+  "apps/mock-openai",
+  "packages/openai",
+  "packages/opentelemetry",
   "conformance",
 ];
 // What a user's project lists besides our packages: the SDK, zod and the driver it uses.
-const USER_DEPENDENCIES = { "@anthropic-ai/sdk": "1.14.0", zod: "4.6.7", "better-sqlite3": "12.11.1" };
+const USER_DEPENDENCIES = { "@anthropic-ai/sdk": "1.14.0", openai: "6.49.0", "@opentelemetry/api": "1.9.1", zod: "4.6.7", "better-sqlite3": "12.11.1" };
 const USER_DEV_DEPENDENCIES = { typescript: "5.9.3", "@types/node": "20.19.43" };
 
 const started = Date.now();
@@ -125,7 +128,7 @@ for (const entry of ["out/main.mjs", "out/main.cjs"]) {
 }
 
 step("the mocks' bin entries run outside the monorepo");
-for (const bin of ["dispatch-once-mock-payments", "dispatch-once-mock-provider"]) {
+for (const bin of ["dispatch-once-mock-payments", "dispatch-once-mock-provider", "dispatch-once-mock-openai"]) {
   const help = run(join(app, "node_modules/.bin", bin), ["--help"], app);
   if (!/port/.test(help)) throw new Error(`${bin} --help printed no usage:\n${help}`);
 }

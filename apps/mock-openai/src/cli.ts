@@ -3,7 +3,7 @@ import { parseArgs } from "node:util";
 import { parseFault, startMockOpenAI } from "./provider.js";
 import { call, respond, say, scriptFromPlans } from "./script.js";
 
-const USAGE = `usage: mock-openai [--port N] [--host H] [--seed S] [--before-completed-ms N] [--fault JSON]
+const USAGE = `usage: dispatch-once-mock-openai [--port N] [--host H] [--seed S] [--before-completed-ms N] [--fault JSON]
 
 Serves POST /v1/responses (the OpenAI Responses API, streaming and not) with a small plan script
 ("pay acme" makes a send_payment call, "hello" answers text), and /_control/{requests,faults,reset}.`;

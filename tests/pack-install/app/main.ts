@@ -13,6 +13,9 @@ import * as conversationPostgres from "@dispatch-once/conversation-postgres";
 import * as ledgerPostgres from "@dispatch-once/ledger-postgres";
 import * as ledgerRedis from "@dispatch-once/ledger-redis";
 import * as conformance from "@dispatch-once/conformance";
+import * as openaiSide from "@dispatch-once/openai";
+import * as telemetry from "@dispatch-once/opentelemetry";
+import * as mockOpenai from "@dispatch-once/mock-openai";
 
 /** A UI's view of the runner's events: typed from the installed .d.ts only. */
 export function describeEvent(event: RunnerEvent): string {
@@ -52,6 +55,9 @@ async function main(): Promise<void> {
       Object.keys(ledgerPostgres).length > 0,
       Object.keys(ledgerRedis).length > 0,
       Object.keys(conformance).length > 0,
+      Object.keys(openaiSide).length > 0,
+      Object.keys(telemetry).length > 0,
+      Object.keys(mockOpenai).length > 0,
     ];
     const ok =
       effects.length === 1 &&
