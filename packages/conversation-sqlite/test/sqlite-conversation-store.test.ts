@@ -163,7 +163,7 @@ describe("TURN-15 resumed, on disk", () => {
 
   it("with migrate: false on old tables the store refuses to open (store_unavailable), never answers without the columns", async () => {
     const path = freshPath();
-    new SqliteConversationStore({ path }).close();
+    await new SqliteConversationStore({ path }).close();
     const raw = rawConnection(path);
     raw.exec(`ALTER TABLE dispatch_once_conversations DROP COLUMN begun_turn; ALTER TABLE dispatch_once_conversations DROP COLUMN begun_fence;`);
     raw.close();
