@@ -7,6 +7,7 @@ import {
   LedgerUnavailableError,
   ResultNotStorableError,
   StaleClaimError,
+  assertClaimId,
   assertStorableResult,
   type ClaimRequest,
   type ClaimResult,
@@ -377,7 +378,8 @@ export class PostgresLedger implements Ledger {
     }
     const leaseMs = leaseMilliseconds(request.leaseMs);
     const own = storedRequest((request as { request?: unknown }).request);
-    const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs), own];
+    assertClaimId(request.claimId);
+    const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs), own, request.claimId ?? null];
     // One text cell (see claimFunctionSql): 'c<fence> <leaseExpiresAt> <0|1>[ <stored request>]',
     // 'e<row JSON>' or 't' (refused: inside the caller's transaction).
     const { rows } = await this.run<unknown[]>("claim", {
@@ -527,7 +529,7 @@ export class PostgresLedger implements Ledger {
     }
   }
 
-  private prepared(sql: Statement, values: string[]): QueryConfig {
+  private prepared(sql: Statement, values: Array<string | null>): QueryConfig {
     return { name: sql.name, text: sql.text, values };
   }
 
