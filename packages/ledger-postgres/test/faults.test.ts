@@ -191,6 +191,29 @@ describe("LEDGER-12: a paused server (frozen proxy) gives ledger_unavailable wit
   });
 });
 
+describe("a connection that ends while its statement runs (found by the fault suite)", () => {
+  it("LEDGER-12 own pool: connections cut under claims in flight reject them as ledger_unavailable and do not crash the process (pg emits 'error' on a checked-out client)", async () => {
+    const schema = await migrated("cut");
+    const p = await proxy();
+    const ledger = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 5_000 }));
+    expect(await ledger.claim(request("warm"))).toMatchObject({ outcome: "claimed" });
+    const uncaught: unknown[] = [];
+    const onUncaught = (error: unknown) => uncaught.push(error);
+    process.on("uncaughtException", onUncaught);
+    try {
+      p.freeze();
+      const pending = [ledger.claim(request("cut-1")), ledger.claim(request("cut-2"))].map((c) => c.then(() => "claimed", (e: unknown) => (e as { code?: string }).code));
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await p.close(); // every connection dropped while its statement is in flight
+      expect(await Promise.all(pending)).toEqual(["ledger_unavailable", "ledger_unavailable"]);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    } finally {
+      process.off("uncaughtException", onUncaught);
+    }
+    expect(uncaught).toEqual([]);
+  });
+});
+
 describe("LEDGER-26: a claim the paused server applies after the client gave up is taken by its claim id (issue 18: false unknowns)", () => {
   it("through the dispatcher: the claim times out on a frozen proxy, the server applies it at the thaw, the retry with the same claim id gets its fence, the unkeyed tool runs once and nothing is unknown", async () => {
     const schema = await migrated("claimid");
