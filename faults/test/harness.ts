@@ -158,7 +158,7 @@ export async function runSuite(store: StoreUnderTest, options: SuiteOptions): Pr
     const respawns: Promise<unknown>[] = [];
     const killer = (async () => {
       while (Date.now() < until) {
-        await sleep(150 + random() * 500);
+        await sleep(300 + random() * 700);
         const victims = live().filter((w) => w.pending.size > 0);
         if (victims.length === 0) continue;
         const victim = pick(victims);
@@ -177,7 +177,7 @@ export async function runSuite(store: StoreUnderTest, options: SuiteOptions): Pr
         const copies = random() < 0.3 ? 2 : 1;
         for (let c = 0; c < copies; c++) inflight.push(send(pick(ready), intent));
       }
-      await sleep(10 + random() * 60);
+      await sleep(20 + random() * 80);
     }
     await Promise.all([faultsDone, killer]);
     await Promise.all(respawns);

@@ -157,7 +157,7 @@ export async function postgresStore(pauseMs: number, outageMs: number): Promise<
       { name: `unreachable ${outageMs * 2} ms`, run: () => proxy.cut(outageMs * 2) },
     ],
     skipped: ["restart of the server itself: the cluster is shared, so a restart is a proxy cut (every connection dropped, statements in flight applied or not)"],
-    reader: () => (reader ??= new PostgresLedger({ pool: admin, schema, durability: "durable" })),
+    reader: () => (reader ??= new PostgresLedger({ pool: admin, schema, durability: "durable", timeoutMs: 30_000 })),
     close: async () => {
       await proxy.close();
       await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);

@@ -72,9 +72,31 @@ const invoice = defineTool({
   },
 });
 
+/**
+ * FAULT_PLANT=ignore-claim-id: the ledger never sees the claim id (a ledger without LEDGER-26). The
+ * suite must then find false unknowns; this is how it proves it can (see the README), never a default.
+ */
+function planted(ledger: Ledger): Ledger {
+  if (process.env.FAULT_PLANT !== "ignore-claim-id") return ledger;
+  return {
+    get capabilities() {
+      return ledger.capabilities;
+    },
+    claim: ({ claimId: _ignored, ...request }) => ledger.claim(request),
+    renew: (key, fence, leaseMs) => ledger.renew(key, fence, leaseMs),
+    complete: (key, fence, result) => ledger.complete(key, fence, result),
+    fail: (key, fence, error) => ledger.fail(key, fence, error),
+    markUnknown: (key, fence, reason) => ledger.markUnknown(key, fence, reason),
+    release: (key, fence) => ledger.release(key, fence),
+    lookup: (key) => ledger.lookup(key),
+    sweep: () => ledger.sweep(),
+    close: () => ledger.close(),
+  };
+}
+
 const dispatcher = new Dispatcher({
   tools: [pay, invoice],
-  ledger: await openLedger(),
+  ledger: planted(await openLedger()),
   owner: `worker-${config.id}`,
   leaseMs: config.leaseMs,
   waitMs: config.waitMs,

@@ -375,7 +375,9 @@ export class Dispatcher implements CallDispatcher {
         }
         this.emit({ type: "claim_retry", key: request.key, toolName: request.toolName, ordinal, attempt, error: describeError(error) });
         await sleep(Math.min(delay, left));
-        delay = Math.min(delay * 2, this.maxPollMs);
+        // Within a third of the lease: a claim the store applied late holds a fresh lease, and
+        // only meeting it again before that lease runs out keeps it this claim's (LEDGER-26).
+        delay = Math.min(delay * 2, this.maxPollMs, Math.max(1, Math.floor(request.leaseMs / 3)));
       }
     }
   }
@@ -389,7 +391,7 @@ export class Dispatcher implements CallDispatcher {
    */
   private settleLostClaim(request: ClaimRequest, ordinal: number): void {
     const until = Date.now() + request.leaseMs + 60_000;
-    let delay = Math.max(this.pollMs, 100);
+    let delay = Math.min(Math.max(this.pollMs, 100), Math.max(1, Math.floor(request.leaseMs / 3)));
     const attempt = async (): Promise<void> => {
       try {
         const claim = await this.ledger.claim(request);
@@ -411,7 +413,8 @@ export class Dispatcher implements CallDispatcher {
         }
         const timer = setTimeout(() => void attempt(), delay);
         timer.unref?.();
-        delay = Math.min(delay * 2, 5_000);
+        // Within a third of the lease, as above: a late-applied claim must be met before its lease ends.
+        delay = Math.min(delay * 2, 5_000, Math.max(1, Math.floor(request.leaseMs / 3)));
       }
     };
     void attempt();
