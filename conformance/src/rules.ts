@@ -33,6 +33,7 @@ export const RULES: readonly RuleInfo[] = [
   { id: "LEDGER-19", requirement: "MUST", title: "after retention a key is absent: the next claim starts afresh" },
   { id: "LEDGER-20", requirement: "MUST", title: "a ledger shared across processes measures leases on the store's clock" },
   { id: "LEDGER-21", requirement: "MUST", title: "the creating claim stores the request; re-claims, takeovers and unknown keep it; claimed results and lookup return it byte for byte" },
+  { id: "LEDGER-26", requirement: "MUST", title: "a claim is recognised by its claim id: sent again, it is the same claim (its fence), not another attempt's row" },
   { id: "CONF-1", requirement: "MUST", title: "a ledger adapter passes every MUST rule of §6 with its declared capabilities" },
   { id: "CONF-2", requirement: "MUST", title: "an implementation passes the key vectors and the end-to-end runs" },
 ];

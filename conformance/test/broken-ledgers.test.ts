@@ -50,6 +50,7 @@ const BROKEN: Array<{ bug: keyof Bugs; rule: string; what: string; check: RegExp
   { bug: "racyExpiryToUnknown", rule: "LEDGER-7", what: "a claim turning an expired unkeyed_write claim unknown reads, awaits, then writes over the owner's completion", check: /claim acting on an expired lease racing the owner's complete/, model: "LEDGER-7" },
   { bug: "threeByteAsTwo", rule: "LEDGER-10", what: "the size limit counts every non-ASCII UTF-16 unit as 2 bytes (wrong for 3-byte characters)", check: /3-byte UTF-8 characters/ },
   { bug: "usesProcessClock", rule: "LEDGER-20", what: "leases measured on each instance's process clock while declaring the store's", check: /process clock is 10 minutes fast or slow/ },
+  { bug: "ignoresClaimId", rule: "LEDGER-26", what: "the claim id is ignored: a claim sent again after a lost reply meets its own row as someone else's", check: /same claim/ },
   { bug: "eagerExpiry", rule: "LEDGER-6", what: "a lease counts as expired 2 s before its end", check: /^liveness:/ },
 ];
 

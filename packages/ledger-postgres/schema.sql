@@ -20,7 +20,8 @@ CREATE TABLE IF NOT EXISTS "public"."dispatch_once_ledger" (
   result           text,               -- completed: the result's JSON text, byte for byte
   error            text,               -- failed: the StoredError as JSON text
   reason           text,               -- unknown: why, e.g. lease_expired
-  request          text                -- the first claim's request, byte for byte (LEDGER-21)
+  request          text,               -- the first claim's request, byte for byte (LEDGER-21)
+  claim_id         text                -- the in-flight claim's claim id, if it gave one (LEDGER-26); last, as when added
 );
 
 -- A table created before the request column gets it here (last, as in a new table). It is
@@ -36,6 +37,16 @@ BEGIN
   END IF;
 END
 $add_request$;
+
+-- The claim id column (LEDGER-26), added to a table created before it, the same way.
+DO $add_claim_id$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                  WHERE attrelid = '"public"."dispatch_once_ledger"'::regclass AND attname = 'claim_id' AND NOT attisdropped) THEN
+    ALTER TABLE "public"."dispatch_once_ledger" ADD COLUMN claim_id text;
+  END IF;
+END
+$add_claim_id$;
 
 -- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
 -- not change; an index on expires_at would cost every finish one more index insert.
@@ -54,7 +65,7 @@ CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_in_flight"
 DROP FUNCTION IF EXISTS "public"."dispatch_once_ledger_claim"(text, text, text, text, bigint, bigint);
 CREATE OR REPLACE FUNCTION "public"."dispatch_once_ledger_claim"(
   p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint,
-  p_request text)
+  p_request text, p_claim_id text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE AS $claim$
 #variable_conflict use_column
@@ -65,6 +76,7 @@ DECLARE
   claimed_takeover boolean;
   claimed_request text;
   is_claimable boolean;
+  is_own boolean;
   held text;
 BEGIN
   -- Inside a transaction that has written, a rollback would undo the claim after the tool
@@ -75,8 +87,8 @@ BEGIN
   FOR attempt IN 1..100 LOOP
     now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 
-    INSERT INTO "public"."dispatch_once_ledger" AS r (key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, request)
-      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, now_ms, now_ms + p_lease_ms, p_request)
+    INSERT INTO "public"."dispatch_once_ledger" AS r (key, v, state, tool_name, effect, fence, takeover, owner, claim_id, claimed_at, lease_expires_at, request)
+      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, p_claim_id, now_ms, now_ms + p_lease_ms, p_request)
       ON CONFLICT (key) DO NOTHING
       RETURNING r.lease_expires_at INTO claimed_lease;
     IF FOUND THEN
@@ -93,11 +105,22 @@ BEGIN
              r.state = 'released'
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
-              AND r.lease_expires_at <= now_ms))) IS TRUE THEN NULL ELSE to_json(r)::text END
-      INTO is_claimable, held
+              AND r.lease_expires_at <= now_ms))) IS TRUE THEN NULL ELSE to_json(r)::text END, (p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id)
+      INTO is_claimable, held, is_own
       FROM "public"."dispatch_once_ledger" AS r WHERE r.key = p_key;
     IF NOT FOUND THEN
       CONTINUE;  -- swept since the INSERT: try the INSERT again
+    END IF;
+    IF is_own THEN
+      -- The same claim sent again (its reply was lost): it holds the row, live or expired, with
+      -- its fence; the lease restarts from now (LEDGER-26). Re-checked under the row lock.
+      UPDATE "public"."dispatch_once_ledger" AS r SET lease_expires_at = now_ms + p_lease_ms
+        WHERE r.key = p_key AND (p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id)
+        RETURNING r.fence, r.lease_expires_at, r.request INTO claimed_fence, claimed_lease, claimed_request;
+      IF FOUND THEN
+        RETURN 'c' || claimed_fence || ' ' || claimed_lease || ' 0 ' || claimed_request;
+      END IF;
+      CONTINUE;  -- acted on meanwhile (finished, taken over): look again
     END IF;
     IF is_claimable IS NOT TRUE THEN
       RETURN 'e' || held;  -- live in-flight, terminal within retention, or corrupt
@@ -110,6 +133,7 @@ BEGIN
         fence            = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN r.fence ELSE r.fence + 1 END,
         takeover         = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN r.takeover ELSE r.state = 'in_flight' END,
         owner            = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN r.owner ELSE p_owner END,
+        claim_id         = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN r.claim_id ELSE p_claim_id END,
         claimed_at       = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN r.claimed_at ELSE now_ms END,
         lease_expires_at = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN NULL ELSE now_ms + p_lease_ms END,
         finished_at      = CASE WHEN r.state = 'in_flight' AND r.effect = 'unkeyed_write' THEN now_ms END,
@@ -140,3 +164,12 @@ BEGIN
   RAISE EXCEPTION 'claim of % lost 100 races in a row', p_key USING ERRCODE = '40001';
 END
 $claim$;
+
+-- The previous version's seven-argument claim (no claim id) stays callable while processes of that
+-- version still run, as this claim without a claim id: the rule is the new one (a re-claim clears
+-- the row's claim id, so an old process's claim is never taken for a new process's).
+CREATE OR REPLACE FUNCTION "public"."dispatch_once_ledger_claim"(
+  p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint, p_request text)
+RETURNS text LANGUAGE sql VOLATILE AS $claim7$
+  SELECT "public"."dispatch_once_ledger_claim"(p_key, p_tool_name, p_effect, p_owner, p_lease_ms, p_retention_ms, p_request, NULL::text)
+$claim7$;

@@ -20,7 +20,7 @@ import {
 import { catalogueEntry } from "./error-catalogue.js";
 import { deriveKey } from "./key.js";
 import { toJsonData } from "./json-data.js";
-import type { InFlightRow, Ledger, LedgerEffect, LedgerRow, TerminalRow } from "./ledger.js";
+import { newClaimId, type ClaimRequest, type ClaimResult, type InFlightRow, type Ledger, type LedgerEffect, type LedgerRow, type TerminalRow } from "./ledger.js";
 import { utf8ByteLength } from "./memory-ledger.js";
 import { ToolRegistry, type ReconcileCause, type ToolDefinition } from "./registry.js";
 
@@ -74,6 +74,17 @@ export type DispatchEvent =
    * could not reach the ledger past the lease (self-fencing, DISPATCH-13). The tool was aborted.
    */
   | { type: "lease_lost"; key: string; toolName: string; ordinal: number; reason: "stale_claim" | "lease_unconfirmed" }
+  /**
+   * A claim could not reach the ledger (it may have been applied, its reply lost): it is sent
+   * again with the same claim id, which the ledger recognises as the same claim (LEDGER-26).
+   */
+  | { type: "claim_retry"; key: string; toolName: string; ordinal: number; attempt: number; error: string }
+  /**
+   * The claim retries ran out: the claim is released in the background by its claim id (claimed
+   * again with it, then released), so a row it may have written is not left to expire into
+   * `unknown` (LEDGER-26). `released` says whether a row was found and released.
+   */
+  | { type: "lost_claim_settled"; key: string; toolName: string; ordinal: number; released: boolean }
   /** This run's outcome went into the ledger (the last write of a claimed run; absent when the write was refused). */
   | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" }
   /**
@@ -126,6 +137,12 @@ export interface DispatcherOptions {
   pollMs?: number;
   /** Longest back-off between re-claims while waiting. Default 500 ms. */
   maxPollMs?: number;
+  /**
+   * How long a claim that fails with ledger_unavailable is sent again, with the same claim id,
+   * before the dispatch fails with ledger_unavailable (LEDGER-26). Default 2 s. After that the
+   * claim is released in the background (for at most the lease plus a minute) by its claim id.
+   */
+  claimRetryMs?: number;
   /**
    * Run unkeyed_write tools on a ledger that declares itself volatile. Refused by default
    * because such a ledger can forget a claim and nothing downstream would catch the repeat (LEDGER-14).
@@ -180,6 +197,7 @@ export class Dispatcher implements CallDispatcher {
   private readonly waitMs: number;
   private readonly pollMs: number;
   private readonly maxPollMs: number;
+  private readonly claimRetryMs: number;
   private readonly logger: DispatchLogger;
   private readonly onEvent: ((event: DispatchEvent) => void) | undefined;
 
@@ -197,6 +215,7 @@ export class Dispatcher implements CallDispatcher {
     this.waitMs = options.waitMs ?? 10_000;
     this.pollMs = options.pollMs ?? 20;
     this.maxPollMs = options.maxPollMs ?? 500;
+    this.claimRetryMs = options.claimRetryMs ?? 2_000;
     this.logger = options.logger ?? consoleLogger;
     this.onEvent = options.onEvent;
 
@@ -365,16 +384,14 @@ export class Dispatcher implements CallDispatcher {
     const started = Date.now();
     let delay = this.pollMs;
     let differenceLogged = false;
+    // One claim id for this dispatch's claims: a claim sent again after a lost reply is
+    // recognised by the ledger as the same claim, not met as another attempt's row (LEDGER-26).
+    const claimId = newClaimId();
     for (;;) {
-      const claimSentAt = Date.now();
-      const claim = await this.ledger.claim({
-        key,
-        toolName: tool.name,
-        effect,
-        owner: this.owner,
-        leaseMs: this.leaseMs,
-        request: prepared.requestText,
-      });
+      const { claim, sentAt: claimSentAt } = await this.claimRetrying(
+        { key, toolName: tool.name, effect, owner: this.owner, leaseMs: this.leaseMs, request: prepared.requestText, claimId },
+        ordinal,
+      );
       const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;
       if (!differenceLogged && stored !== prepared.requestText && !sameRequest(stored, prepared.requestCanonical)) {
         // Same logical call, re-worded outside its identity: the first request is the one that
@@ -402,6 +419,74 @@ export class Dispatcher implements CallDispatcher {
       await sleep(Math.min(delay, this.waitMs - waited));
       delay = Math.min(delay * 2, this.maxPollMs);
     }
+  }
+
+  /**
+   * Claim, sending the same claim again while the ledger is unavailable, for up to claimRetryMs
+   * (LEDGER-26): a claim that timed out may have been applied, and only its own claim id lets the
+   * retry take it instead of meeting it as a live row of someone else (and, once its lease runs
+   * out, an unkeyed_write call that never ran as `unknown`). When the retries run out, the claim
+   * is released in the background, and the dispatch fails with the last ledger_unavailable.
+   */
+  private async claimRetrying(request: ClaimRequest, ordinal: number): Promise<{ claim: ClaimResult; sentAt: number }> {
+    const deadline = Date.now() + this.claimRetryMs;
+    let delay = this.pollMs;
+    for (let attempt = 1; ; attempt++) {
+      const sentAt = Date.now();
+      try {
+        return { claim: await this.ledger.claim(request), sentAt };
+      } catch (error) {
+        if (!isDispatchOnceError(error, "ledger_unavailable")) throw error;
+        const left = deadline - Date.now();
+        if (left <= 0) {
+          this.settleLostClaim(request, ordinal);
+          throw error;
+        }
+        this.emit({ type: "claim_retry", key: request.key, toolName: request.toolName, ordinal, attempt, error: describeError(error) });
+        await sleep(Math.min(delay, left));
+        // Within a third of the lease: a claim the store applied late holds a fresh lease, and
+        // only meeting it again before that lease runs out keeps it this claim's (LEDGER-26).
+        delay = Math.min(delay * 2, this.maxPollMs, Math.max(1, Math.floor(request.leaseMs / 3)));
+      }
+    }
+  }
+
+  /**
+   * Release, by its claim id, a claim whose reply never arrived (LEDGER-26): claim again with the
+   * same id; `claimed` means the row is this claim's (the tool did not run under it), so release
+   * it; `existing` means it never landed or someone else holds the key. Retried in the background
+   * while the ledger stays unavailable, for the lease plus a minute (after that the row, if any,
+   * is settled by LEDGER-7). Timers are unref'd: a process that exits leaves the row to its lease.
+   */
+  private settleLostClaim(request: ClaimRequest, ordinal: number): void {
+    const until = Date.now() + request.leaseMs + 60_000;
+    let delay = Math.min(Math.max(this.pollMs, 100), Math.max(1, Math.floor(request.leaseMs / 3)));
+    const attempt = async (): Promise<void> => {
+      try {
+        const claim = await this.ledger.claim(request);
+        let released = false;
+        if (claim.outcome === "claimed") {
+          await this.ledger.release(request.key, claim.fence);
+          released = true;
+          this.logger.warn("a claim whose reply was lost had been written; released by its claim id", { key: request.key, fence: claim.fence });
+        }
+        this.emit({ type: "lost_claim_settled", key: request.key, toolName: request.toolName, ordinal, released });
+      } catch (error) {
+        // stale_claim on the release: someone acted on the row first; nothing of ours is left.
+        if (!isDispatchOnceError(error, "ledger_unavailable") || Date.now() + delay > until) {
+          this.logger.warn("a claim whose reply was lost could not be released; its lease will settle it (LEDGER-7)", {
+            key: request.key,
+            error: describeError(error),
+          });
+          return;
+        }
+        const timer = setTimeout(() => void attempt(), delay);
+        timer.unref?.();
+        // Within a third of the lease, as above: a late-applied claim must be met before its lease ends.
+        delay = Math.min(delay * 2, 5_000, Math.max(1, Math.floor(request.leaseMs / 3)));
+      }
+    };
+    void attempt();
   }
 
   private replay(row: TerminalRow, base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">): DispatchOutcome {

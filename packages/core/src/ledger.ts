@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import type { StoredError } from "./errors.js";
 
 /**
@@ -82,6 +83,24 @@ export interface ClaimRequest {
    * stored request and returns it, so the re-run sends the first request (LEDGER-21).
    */
   request: string;
+  /**
+   * OPTIONAL claim id (LEDGER-26): random and unique per claim attempt (see newClaimId), matching
+   * CLAIM_ID_PATTERN. The ledger stores it with the in-flight row it writes. A claim that meets an
+   * in-flight row holding its own claim id is the same claim, sent again because its reply was
+   * lost (a timeout, a dropped connection, a paused store that applied it later): the ledger
+   * answers `claimed` with the row's fence (not a takeover, not `existing`, not `unknown`), and
+   * restarts the lease from now. Without a claim id a claim is never recognised: the owner string
+   * does not identify a claim (LEDGER-16).
+   */
+  claimId?: string;
+}
+
+/** What a claim id looks like: URL-safe characters, long enough to be unguessable (LEDGER-26). */
+export const CLAIM_ID_PATTERN = /^[A-Za-z0-9_-]{16,64}$/;
+
+/** A fresh claim id: 128 random bits, base64url (LEDGER-26). */
+export function newClaimId(): string {
+  return randomBytes(16).toString("base64url");
 }
 
 export type ClaimResult =
@@ -90,6 +109,7 @@ export type ClaimResult =
       outcome: "claimed";
       fence: number;
       leaseExpiresAt: number;
+      /** False when the claim was recognised by its claim id (it is the same claim, LEDGER-26). */
       takeover: boolean;
       /** The row's stored request: the claimant MUST run the tool with it, not with its own (LEDGER-21). */
       request: string;

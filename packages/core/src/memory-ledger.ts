@@ -8,6 +8,7 @@ import {
   type Ledger,
   type LedgerCapabilities,
   type LedgerRow,
+  CLAIM_ID_PATTERN,
 } from "./ledger.js";
 
 export interface MemoryLedgerOptions {
@@ -43,13 +44,26 @@ export function assertStorableResult(key: string, result: string, maxResultBytes
   }
 }
 
+/** A claim id, when given, must look like one (LEDGER-26); shared by the adapters. */
+export function assertClaimId(claimId: unknown): void {
+  if (claimId !== undefined && (typeof claimId !== "string" || !CLAIM_ID_PATTERN.test(claimId))) {
+    throw new InvalidLedgerInputError("claimId", `must match ${CLAIM_ID_PATTERN.source} (see newClaimId)`);
+  }
+}
+
+/** A stored row as callers see it: without the bookkeeping (retention deadline, claim id). */
+function visibleRow(row: LedgerRow & { expiresAt?: number; claimId?: string }): LedgerRow {
+  const { expiresAt: _expires, claimId: _claim, ...visible } = row;
+  return structuredClone(visible) as LedgerRow;
+}
+
 /**
  * The reference ledger: a Map, one process, volatile. It follows the spec exactly and is
  * what the conformance kit's model is checked against; use a real adapter in production.
  */
 export class MemoryLedger implements Ledger {
   readonly capabilities: LedgerCapabilities;
-  private readonly rows = new Map<string, LedgerRow & { expiresAt?: number }>();
+  private readonly rows = new Map<string, LedgerRow & { expiresAt?: number; claimId?: string }>();
   private readonly now: () => number;
   private readonly retentionMs: number;
 
@@ -65,6 +79,7 @@ export class MemoryLedger implements Ledger {
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
+    assertClaimId(request.claimId);
     const now = this.now();
     const row = this.rows.get(request.key);
     if (row === undefined || this.retentionPassed(row, now)) {
@@ -74,7 +89,12 @@ export class MemoryLedger implements Ledger {
     // A re-claim keeps the first claim's request: the re-run sends what the first run sent (LEDGER-21).
     if (row.state === "released") return this.takeClaim(request, row.fence + 1, now, false, row.request);
     if (row.state !== "in_flight") return { outcome: "existing", row: structuredClone(row) };
-    if (row.leaseExpiresAt > now) return { outcome: "existing", row: structuredClone(row) };
+    // The same claim sent again (its reply was lost): it holds the row, live or expired (LEDGER-26).
+    if (request.claimId !== undefined && row.claimId === request.claimId) {
+      row.leaseExpiresAt = now + request.leaseMs;
+      return { outcome: "claimed", fence: row.fence, leaseExpiresAt: row.leaseExpiresAt, takeover: false, request: row.request };
+    }
+    if (row.leaseExpiresAt > now) return { outcome: "existing", row: visibleRow(row) as InFlightRow };
     // The owner's lease ran out: it died, hung, or lost the store (LEDGER-7).
     if (row.effect === "keyed_write") return this.takeClaim(request, row.fence + 1, now, true, row.request);
     const unknown = {
@@ -149,8 +169,7 @@ export class MemoryLedger implements Ledger {
   async lookup(key: string): Promise<LedgerRow | undefined> {
     const row = this.rows.get(key);
     if (row === undefined || this.retentionPassed(row, this.now())) return undefined;
-    const { expiresAt: _omit, ...visible } = row;
-    return structuredClone(visible) as LedgerRow;
+    return visibleRow(row);
   }
 
   async sweep(): Promise<number> {
@@ -173,7 +192,7 @@ export class MemoryLedger implements Ledger {
     const cutoff = this.now() - olderThanMs;
     const expired: InFlightRow[] = [];
     for (const row of this.rows.values()) {
-      if (row.state === "in_flight" && row.leaseExpiresAt <= cutoff) expired.push(structuredClone(row));
+      if (row.state === "in_flight" && row.leaseExpiresAt <= cutoff) expired.push(visibleRow(row) as InFlightRow);
     }
     return expired.sort((a, b) => a.leaseExpiresAt - b.leaseExpiresAt).slice(0, limit);
   }
@@ -190,7 +209,7 @@ export class MemoryLedger implements Ledger {
   }
 
   private takeClaim(request: ClaimRequest, fence: number, now: number, takeover: boolean, stored: string): ClaimResult {
-    const row: InFlightRow = {
+    const row: InFlightRow & { claimId?: string } = {
       key: request.key,
       toolName: request.toolName,
       effect: request.effect,
@@ -201,6 +220,7 @@ export class MemoryLedger implements Ledger {
       owner: request.owner,
       leaseExpiresAt: now + request.leaseMs,
     };
+    if (request.claimId !== undefined) row.claimId = request.claimId;
     this.rows.set(request.key, row);
     return { outcome: "claimed", fence, leaseExpiresAt: row.leaseExpiresAt, takeover, request: stored };
   }

@@ -7,6 +7,7 @@ import {
   LedgerUnavailableError,
   ResultNotStorableError,
   StaleClaimError,
+  assertClaimId,
   assertStorableResult,
   type ClaimRequest,
   type ClaimResult,
@@ -377,7 +378,8 @@ export class PostgresLedger implements Ledger {
     }
     const leaseMs = leaseMilliseconds(request.leaseMs);
     const own = storedRequest((request as { request?: unknown }).request);
-    const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs), own];
+    assertClaimId(request.claimId);
+    const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs), own, request.claimId ?? null];
     // One text cell (see claimFunctionSql): 'c<fence> <leaseExpiresAt> <0|1>[ <stored request>]',
     // 'e<row JSON>' or 't' (refused: inside the caller's transaction).
     const { rows } = await this.run<unknown[]>("claim", {
@@ -527,7 +529,7 @@ export class PostgresLedger implements Ledger {
     }
   }
 
-  private prepared(sql: Statement, values: string[]): QueryConfig {
+  private prepared(sql: Statement, values: Array<string | null>): QueryConfig {
     return { name: sql.name, text: sql.text, values };
   }
 
@@ -607,6 +609,14 @@ export class PostgresLedger implements Ledger {
     const pool = this.ownedPool;
     if (pool === undefined) return withDeadline(this.db.query<R>(config), deadline, this.timeoutMs, "the statement");
     const client = await withDeadline(pool.connect(), deadline, this.timeoutMs, "a connection", (late) => late.release());
+    // pg-pool removes its own 'error' listener from a client while it is checked out, and a
+    // client whose connection ends (a restart, a cut) emits 'error' even when its query has
+    // already been rejected: without a listener that is an uncaught exception that kills the
+    // process (found by the fault suite). The query's rejection is the error we report.
+    if (!guarded.has(client)) {
+      guarded.add(client);
+      client.on("error", () => {});
+    }
     let result: QueryResult<R>;
     try {
       result = await withDeadline(client.query<R>(config), deadline, this.timeoutMs, "the statement");
@@ -621,6 +631,9 @@ export class PostgresLedger implements Ledger {
     return result;
   }
 }
+
+/** Pool clients that carry the ledger's own 'error' listener (see send()). */
+const guarded = new WeakSet<object>();
 
 /** The operation did not settle within timeoutMs. */
 class DeadlineError extends Error {

@@ -85,6 +85,8 @@ export function claimFunctionName(name: TableName): string {
 export function claimFunctionSql(name: TableName): string {
   const t = `${quoteIdentifier(name.schema)}.${quoteIdentifier(name.table)}`;
   const unk = "r.state = 'in_flight' AND r.effect = 'unkeyed_write'";
+  // A claim meeting its own claim id on the in-flight row is that claim sent again (LEDGER-26).
+  const own = "(p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id)";
   const claimable = `(r.v = 1 AND r.request IS NOT NULL AND (
              r.state = 'released'
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
@@ -101,7 +103,7 @@ export function claimFunctionSql(name: TableName): string {
   // bigints are JSON numbers, exact below 2^53.
   return `CREATE OR REPLACE FUNCTION ${claimFunctionName(name)}(
   p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint,
-  p_request text)
+  p_request text, p_claim_id text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE AS $claim$
 #variable_conflict use_column
@@ -112,6 +114,7 @@ DECLARE
   claimed_takeover boolean;
   claimed_request text;
   is_claimable boolean;
+  is_own boolean;
   held text;
 BEGIN
   -- Inside a transaction that has written, a rollback would undo the claim after the tool
@@ -122,8 +125,8 @@ BEGIN
   FOR attempt IN 1..100 LOOP
     now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 
-    INSERT INTO ${t} AS r (key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, request)
-      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, now_ms, now_ms + p_lease_ms, p_request)
+    INSERT INTO ${t} AS r (key, v, state, tool_name, effect, fence, takeover, owner, claim_id, claimed_at, lease_expires_at, request)
+      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, p_claim_id, now_ms, now_ms + p_lease_ms, p_request)
       ON CONFLICT (key) DO NOTHING
       RETURNING r.lease_expires_at INTO claimed_lease;
     IF FOUND THEN
@@ -132,11 +135,22 @@ BEGIN
 
     -- The key exists (and, if a racer was inserting it, that racer has committed: the INSERT
     -- waited for it). Read it with a fresh snapshot, without locking or writing.
-    SELECT ${claimable}, CASE WHEN ${claimable} IS TRUE THEN NULL ELSE to_json(r)::text END
-      INTO is_claimable, held
+    SELECT ${claimable}, CASE WHEN ${claimable} IS TRUE THEN NULL ELSE to_json(r)::text END, ${own}
+      INTO is_claimable, held, is_own
       FROM ${t} AS r WHERE r.key = p_key;
     IF NOT FOUND THEN
       CONTINUE;  -- swept since the INSERT: try the INSERT again
+    END IF;
+    IF is_own THEN
+      -- The same claim sent again (its reply was lost): it holds the row, live or expired, with
+      -- its fence; the lease restarts from now (LEDGER-26). Re-checked under the row lock.
+      UPDATE ${t} AS r SET lease_expires_at = now_ms + p_lease_ms
+        WHERE r.key = p_key AND ${own}
+        RETURNING r.fence, r.lease_expires_at, r.request INTO claimed_fence, claimed_lease, claimed_request;
+      IF FOUND THEN
+        RETURN 'c' || claimed_fence || ' ' || claimed_lease || ' 0 ' || claimed_request;
+      END IF;
+      CONTINUE;  -- acted on meanwhile (finished, taken over): look again
     END IF;
     IF is_claimable IS NOT TRUE THEN
       RETURN 'e' || held;  -- live in-flight, terminal within retention, or corrupt
@@ -149,6 +163,7 @@ BEGIN
         fence            = CASE WHEN ${unk} THEN r.fence ELSE r.fence + 1 END,
         takeover         = CASE WHEN ${unk} THEN r.takeover ELSE r.state = 'in_flight' END,
         owner            = CASE WHEN ${unk} THEN r.owner ELSE p_owner END,
+        claim_id         = CASE WHEN ${unk} THEN r.claim_id ELSE p_claim_id END,
         claimed_at       = CASE WHEN ${unk} THEN r.claimed_at ELSE now_ms END,
         lease_expires_at = CASE WHEN ${unk} THEN NULL ELSE now_ms + p_lease_ms END,
         finished_at      = CASE WHEN ${unk} THEN now_ms END,
@@ -236,7 +251,8 @@ CREATE TABLE IF NOT EXISTS ${qualified} (
   result           text,               -- completed: the result's JSON text, byte for byte
   error            text,               -- failed: the StoredError as JSON text
   reason           text,               -- unknown: why, e.g. lease_expired
-  request          text                -- the first claim's request, byte for byte (LEDGER-21)
+  request          text,               -- the first claim's request, byte for byte (LEDGER-21)
+  claim_id         text                -- the in-flight claim's claim id, if it gave one (LEDGER-26); last, as when added
 )${partitions === undefined ? "" : " PARTITION BY HASH (key)"};
 ${partitionDdl}
 -- A table created before the request column gets it here (last, as in a new table). It is
@@ -252,6 +268,16 @@ BEGIN
   END IF;
 END
 $add_request$;
+
+-- The claim id column (LEDGER-26), added to a table created before it, the same way.
+DO $add_claim_id$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                  WHERE attrelid = '${qualified}'::regclass AND attname = 'claim_id' AND NOT attisdropped) THEN
+    ALTER TABLE ${qualified} ADD COLUMN claim_id text;
+  END IF;
+END
+$add_claim_id$;
 
 -- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
 -- not change; an index on expires_at would cost every finish one more index insert.
@@ -269,6 +295,15 @@ ${options.inFlightIndex === false ? "-- (no in-flight index: inFlightIndex: fals
 -- version's function (six arguments) wrote rows without a request: it goes.
 DROP FUNCTION IF EXISTS ${claimFunctionName({ schema, table })}(text, text, text, text, bigint, bigint);
 ${claimFunctionSql({ schema, table })}
+
+-- The previous version's seven-argument claim (no claim id) stays callable while processes of that
+-- version still run, as this claim without a claim id: the rule is the new one (a re-claim clears
+-- the row's claim id, so an old process's claim is never taken for a new process's).
+CREATE OR REPLACE FUNCTION ${claimFunctionName({ schema, table })}(
+  p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint, p_request text)
+RETURNS text LANGUAGE sql VOLATILE AS $claim7$
+  SELECT ${claimFunctionName({ schema, table })}(p_key, p_tool_name, p_effect, p_owner, p_lease_ms, p_retention_ms, p_request, NULL::text)
+$claim7$;
 `;
 }
 
@@ -306,7 +341,7 @@ export function statements(name: TableName): Statements {
 
   // One round trip: the whole claim rule runs server-side in the claim function (see
   // claimFunctionSql for why it is a function and not a single CTE).
-  const claim = statement("claim", `SELECT ${claimFunctionName(name)}($1, $2, $3, $4, $5::bigint, $6::bigint, $7)`);
+  const claim = statement("claim", `SELECT ${claimFunctionName(name)}($1, $2, $3, $4, $5::bigint, $6::bigint, $7, $8::text)`);
 
   // Every owner transition is one conditional UPDATE on the fencing token: a stale owner
   // matches no row and changes nothing (LEDGER-5). A row of another format version is

@@ -1,6 +1,6 @@
 // Store faults seen from the client (issue 18): a paused server must not hang a ledger call. The
 // server is "paused" by a proxy the test freezes (test/proxy.ts); the shared server never is.
-import { isDispatchOnceError, type ClaimRequest } from "@dispatch-once/core";
+import { Dispatcher, defineTool, isDispatchOnceError, type ClaimRequest, type DispatchEvent } from "@dispatch-once/core";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresLedger } from "../src/index.js";
@@ -188,5 +188,79 @@ describe("LEDGER-12: a paused server (frozen proxy) gives ledger_unavailable wit
     expect(() => new PostgresLedger({ connectionString: "postgres://x@127.0.0.1/db?options=-c%20statement_timeout%3D0" })).toThrow(
       expect.objectContaining({ code: "invalid_ledger_input", field: "connectionString" }),
     );
+  });
+});
+
+describe("a connection that ends while its statement runs (found by the fault suite)", () => {
+  it("LEDGER-12 own pool: connections cut under claims in flight reject them as ledger_unavailable and do not crash the process (pg emits 'error' on a checked-out client)", async () => {
+    const schema = await migrated("cut");
+    const p = await proxy();
+    const ledger = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 5_000 }));
+    expect(await ledger.claim(request("warm"))).toMatchObject({ outcome: "claimed" });
+    const uncaught: unknown[] = [];
+    const onUncaught = (error: unknown) => uncaught.push(error);
+    process.on("uncaughtException", onUncaught);
+    try {
+      p.freeze();
+      const pending = [ledger.claim(request("cut-1")), ledger.claim(request("cut-2"))].map((c) => c.then(() => "claimed", (e: unknown) => (e as { code?: string }).code));
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await p.close(); // every connection dropped while its statement is in flight
+      expect(await Promise.all(pending)).toEqual(["ledger_unavailable", "ledger_unavailable"]);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    } finally {
+      process.off("uncaughtException", onUncaught);
+    }
+    expect(uncaught).toEqual([]);
+  });
+});
+
+describe("LEDGER-26: a claim the paused server applies after the client gave up is taken by its claim id (issue 18: false unknowns)", () => {
+  it("through the dispatcher: the claim times out on a frozen proxy, the server applies it at the thaw, the retry with the same claim id gets its fence, the unkeyed tool runs once and nothing is unknown", async () => {
+    const schema = await migrated("claimid");
+    const p = await proxy();
+    const ledger = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 300, durability: "durable" }));
+    await ledger.lookup("warm-up");
+    const runs: unknown[] = [];
+    const tool = defineTool({
+      name: "post_note",
+      effect: "unkeyed_write",
+      // A pass-through schema: the test is about the claim, not validation (no zod here).
+      input: { safeParse: (value: unknown) => ({ success: true, data: value }) } as never,
+      run: async (args: unknown) => {
+        runs.push(args);
+        return { ok: true };
+      },
+    });
+    const events: DispatchEvent[] = [];
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, leaseMs: 1_500, claimRetryMs: 8_000, onEvent: (e) => events.push(e), logger: { warn: () => {} } });
+    p.freeze();
+    const thaw = setTimeout(() => p.thaw(), 1_000); // the server "resumes" after three client timeouts
+    const turn = { conversationId: "conv-paused-pg", turnIndex: 0 };
+    const out = await dispatcher.turn(turn).dispatch({ name: "post_note", input: { text: "hi" } });
+    clearTimeout(thaw);
+    expect(runs).toEqual([{ text: "hi" }]);
+    expect(events.filter((e) => e.type === "claim_retry").length).toBeGreaterThan(0);
+    expect(events).toContainEqual(expect.objectContaining({ type: "claimed", fence: 1, takeover: false }));
+    // Past the lease of the first claim: completed with fence 1, and the replay is answered from it.
+    await new Promise((resolve) => setTimeout(resolve, 1_600));
+    expect(await storedColumns(admin, schema, out.key)).toMatchObject({ state: "completed", fence: "1" });
+    const replay = await dispatcher.turn(turn).dispatch({ name: "post_note", input: { text: "hi" } });
+    expect(replay.replayed).toBe(true);
+    expect(runs).toHaveLength(1);
+  });
+
+  it("the previous version's seven-argument claim function still works after the migration, and its claims are never taken for a claim id's", async () => {
+    const schema = await migrated("claim7");
+    const fn = `"${schema}"."dispatch_once_ledger_claim"`;
+    const id = "claim-id-0123456789abcdef";
+    const ledger = track(new PostgresLedger({ pool: admin, schema }));
+    const first = await ledger.claim({ ...request("k7"), claimId: id, effect: "keyed_write" });
+    expect(first).toMatchObject({ outcome: "claimed", fence: 1 });
+    await admin.query(`UPDATE "${schema}".dispatch_once_ledger SET lease_expires_at = 0 WHERE key = 'k7'`);
+    // An old process takes the expired keyed claim over through the old signature.
+    const { rows } = await admin.query(`SELECT ${fn}($1, $2, $3, $4, $5, $6, $7) AS answer`, ["k7", "send_payment", "keyed_write", "old-process", 60_000, 86_400_000, "{}"]);
+    expect(String(rows[0].answer)).toMatch(/^c2 \d+ 1 /);
+    // The new process's claim sent again meets the old process's claim, not its own.
+    expect(await ledger.claim({ ...request("k7"), claimId: id, effect: "keyed_write" })).toMatchObject({ outcome: "existing" });
   });
 });

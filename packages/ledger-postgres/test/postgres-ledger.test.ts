@@ -98,7 +98,8 @@ describe("schema and migrate()", () => {
       `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1`,
       [schema],
     );
-    expect(fn.rows).toEqual([{ proname: "Tool_Calls_claim" }]);
+    // The claim with a claim id (LEDGER-26), and the previous version's seven-argument claim, kept as its wrapper.
+    expect(fn.rows).toEqual([{ proname: "Tool_Calls_claim" }, { proname: "Tool_Calls_claim" }]);
     // Results are text, never jsonb: jsonb would re-serialise and replays would differ.
     const types = await admin.query(
       `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND column_name IN ('result', 'error')`,
@@ -698,8 +699,9 @@ describe("schema migration from 0.1.0 (the request column)", () => {
       `SELECT p.oid::regprocedure::text AS signature FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1`,
       [schema],
     );
-    expect(fns.rows.map((r) => r.signature)).toEqual([
+    expect(fns.rows.map((r) => r.signature).sort()).toEqual([
       `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text)`,
+      `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text,text)`,
     ]);
     // The old row has no request: its re-run could not send the first request, so it is never absent,
     // and an expired one is not turned unknown or taken over either: it is left for a person.

@@ -7,6 +7,7 @@ import {
   ROW_FORMAT_VERSION,
   ResultNotStorableError,
   StaleClaimError,
+  assertClaimId,
   assertStorableResult,
   isDispatchOnceError,
   type ClaimRequest,
@@ -365,7 +366,10 @@ export class RedisLedger implements Ledger {
       throw new InvalidLedgerInputError("request", "must be a string without lone surrogates");
     }
     const leaseMs = this.checkLease(request.leaseMs);
-    const token = `${this.tokenPrefix}.${(this.tokenCounter++).toString(36)}`;
+    assertClaimId(request.claimId);
+    // The caller's claim id when given (LEDGER-26: a claim sent again is recognised by it), else
+    // a token of this ledger's own, never repeated (it has a '.', which a claim id never has).
+    const token = request.claimId ?? `${this.tokenPrefix}.${(this.tokenCounter++).toString(36)}`;
     const redisKey = this.redisKey(key);
     let reply: ScriptReply;
     try {
@@ -388,7 +392,9 @@ export class RedisLedger implements Ledger {
       // timeout, or a connection lost after sending. Its claimant never got the fence, so the tool
       // will not run under it: release the row it may have written, by its token, instead of
       // leaving an in-flight row whose lease later turns an unkeyed call unknown.
-      if (mayHaveRun(error)) this.cancelLostClaim(key, token, Number(leaseMs));
+      // A claim with a claim id is its caller's to send again or release (LEDGER-26): released
+      // here, it could be released under a retry that the ledger has just recognised as it.
+      if (mayHaveRun(error) && request.claimId === undefined) this.cancelLostClaim(key, token, Number(leaseMs));
       throw error;
     }
     switch (this.checked(reply, "claim", key)[0]) {

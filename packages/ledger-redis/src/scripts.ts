@@ -65,7 +65,7 @@ local function request_of(value, nl, nreq)
 end
 -- leaseExpiresAt, claim token, effect, toolName (a JSON string) of an in-flight header's rest.
 local function inflight(rest)
-  return string.match(rest, '^"leaseExpiresAt":(%d+),"claim":"([%w%.]*)","effect":"(%a+_write)","toolName":(".*")$')
+  return string.match(rest, '^"leaseExpiresAt":(%d+),"claim":"([%w%._%-]*)","effect":"(%a+_write)","toolName":(".*")$')
 end
 -- The in-flight index (see above): best effort, never fails the transition.
 local function index(lease) redis.pcall('ZADD', idx, lease, key) end
@@ -83,7 +83,9 @@ end
 `;
 
 /**
- * claim. ARGV: 1 toolName as a JSON string, 2 effect, 3 owner, 4 leaseMs, 5 retentionMs, 6 request, 7 claim token.
+ * claim. ARGV: 1 toolName as a JSON string, 2 effect, 3 owner, 4 leaseMs, 5 retentionMs, 6 request, 7 claim token
+ * (the caller's claim id when it gave one, LEDGER-26).
+ * in_flight under this very token -> the same claim: claimed with its fence, lease from now;
  * absent -> in_flight (fence 1, stores ARGV[6]); released -> in_flight (fence+1, keeps the stored request);
  * live in_flight or terminal -> existing;
  * expired in_flight: keyed_write -> takeover (fence+1, keeps the request), unkeyed_write -> unknown(lease_expired).
@@ -118,8 +120,17 @@ if state == 'released' then
 end
 if state == 'completed' or state == 'failed' or state == 'unknown' then return {'existing', old} end
 if state ~= 'in_flight' then return {'corrupt', 'unknown state ' .. state} end
-local leaseAt, _, effect, tool = inflight(rest)
+local leaseAt, claim, effect, tool = inflight(rest)
 if not leaseAt then return {'corrupt', 'unreadable in-flight header'} end
+-- The same claim sent again (its reply was lost): it holds the row, live or expired, with its
+-- fence; the lease restarts from now and the stored request goes back (LEDGER-26).
+if claim == ARGV[7] then
+  redis.call('SET', key, '{"v":${V},"state":"in_flight","fence":' .. fence .. ',"claimedAt":' .. claimedAt ..
+    ',"requestBytes":' .. nreq .. ',"leaseExpiresAt":' .. lease .. ',"claim":"' .. claim .. '","effect":"' .. effect ..
+    '","toolName":' .. tool .. '}\\n' .. string.sub(old, nl + 1))
+  index(lease)
+  return {'claimed', fence, lease, 0, request_of(old, nl, nreq)}
+end
 if tonumber(leaseAt) > now then return {'existing', old} end
 -- The owner's lease ran out: it died, hung, or lost the store (LEDGER-7).
 if effect == 'keyed_write' then

@@ -1,4 +1,4 @@
-import { isDispatchOnceError, type ClaimRequest } from "@dispatch-once/core";
+import { Dispatcher, defineTool, isDispatchOnceError, type ClaimRequest, type DispatchEvent } from "@dispatch-once/core";
 import { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { CLAIM_LUA, LEDGER_REDIS_OPTIONS, MAX_LIST_LIMIT, MAX_OLDER_THAN_MS, RedisLedger, type RedisLedgerOptions } from "../src/index.js";
@@ -78,7 +78,7 @@ afterAll(async () => {
 });
 
 describe("client settings that can send a script twice (issue 18: ioredis autoResendUnfulfilledCommands)", () => {
-  it("the hazard, shown on ioredis itself: with its defaults a claim whose reply was lost is re-sent after the reconnect, runs twice, and its claimant meets its own row", async () => {
+  it("the hazard, shown on ioredis itself: with its defaults a claim whose reply was lost is re-sent after the reconnect and runs twice; its token makes the second run the same claim (LEDGER-26), where it used to meet its own row", async () => {
     const p = await proxy();
     const client = new Redis(p.url); // ioredis defaults, as a user would pass it
     client.on("error", () => {});
@@ -96,8 +96,9 @@ describe("client settings that can send a script twice (issue 18: ioredis autoRe
     )) as [string, string];
     await cut;
     expect(p.count("owner-hazard")).toBe(2); // sent, reply lost, sent again
-    expect(reply[0]).toBe("existing");
-    expect(parseStored(reply[1]).body).toBe("owner-hazard"); // its own row, live: the caller would wait, then see unknown
+    // Before LEDGER-26 this was 'existing' with the claimant's own live row: it would wait, then see unknown.
+    expect(reply.slice(0, 2)).toEqual(["claimed", "1"]);
+    expect(await probe.lookup("k")).toMatchObject({ state: "in_flight", fence: 1, owner: "owner-hazard" });
   });
 
   it("a brought standalone client with ioredis' defaults is refused (invalid_ledger_input) naming each unsafe setting and the fix", () => {
@@ -202,7 +203,47 @@ describe("a claim the store applies after the client gave up (issue 18: false un
     });
   }
 
-  it("residual (needs the core change in the notes): when the process that gave up dies before its release reaches the server, the late claim stays in flight and its lease turns the unkeyed call unknown", async () => {
+  it("LEDGER-26 through the dispatcher: a claim held past commandTimeoutMs and run late by the server is sent again with its claim id and taken, so the unkeyed tool runs once and nothing is left unknown", async () => {
+    const p = await proxy();
+    const l = ledger({ url: p.url, commandTimeoutMs: 300 });
+    await l.lookup("warm-up");
+    const runs: unknown[] = [];
+    const tool = defineTool({
+      name: "post_note",
+      effect: "unkeyed_write",
+      // A pass-through schema: the test is about the claim, not validation (no zod here).
+      input: { safeParse: (value: unknown) => ({ success: true, data: value }) } as never,
+      run: async (args: unknown) => {
+        runs.push(args);
+        return { ok: true };
+      },
+    });
+    const events: DispatchEvent[] = [];
+    const dispatcher = new Dispatcher({
+      tools: [tool],
+      ledger: l,
+      owner: "owner-paused",
+      leaseMs: 1500,
+      claimRetryMs: 5000,
+      allowVolatileLedgerForUnkeyedWrites: true,
+      onEvent: (e) => events.push(e),
+      logger: { warn: () => {} },
+    });
+    const held = p.hold("owner-paused", 900); // the server "pauses" for this connection
+    const out = await dispatcher.turn({ conversationId: "conv-paused", turnIndex: 0 }).dispatch({ name: "post_note", input: { text: "hi" } });
+    await held;
+    expect(runs).toEqual([{ text: "hi" }]);
+    expect(events.filter((e) => e.type === "claim_retry").length).toBeGreaterThan(0);
+    expect(events).toContainEqual(expect.objectContaining({ type: "claimed", fence: 1, takeover: false }));
+    // Past the first claim's lease: the row is completed, never unknown, and the replay is answered from it.
+    await new Promise((r) => setTimeout(r, 1600));
+    expect(await state(l, out.key)).toBe("completed");
+    const replay = await dispatcher.turn({ conversationId: "conv-paused", turnIndex: 0 }).dispatch({ name: "post_note", input: { text: "hi" } });
+    expect(replay.replayed).toBe(true);
+    expect(runs).toHaveLength(1);
+  });
+
+  it("residual (a claimant that dies mid-claim, inherent; LEDGER-26 covers a live one): when the process that gave up dies before its release reaches the server, the late claim stays in flight and its lease turns the unkeyed call unknown", async () => {
     const p = await proxy();
     const l = ledger({ url: p.url, commandTimeoutMs: 300 });
     await l.lookup("warm-up");

@@ -27,6 +27,9 @@ export function assertTableName(table: string): void {
  * - `request` (LEDGER-21) is nullable only because `ALTER TABLE ... ADD COLUMN` cannot add a
  *   NOT NULL column without a default to a table that has rows; the adapter writes it with
  *   every row, and a NULL one (a row of an older version) reads as ledger_corrupt.
+ * - \`claim_id\` (LEDGER-26) is the claim id of the in-flight row's claim, when the claimant gave
+ *   one (NULL once the row finishes): a claim that meets its own claim id is the same claim sent
+ *   again, and takes the row with its fence. Never returned in rows.
  * - No CHECK constraints: decoding every row on read is the guard (LEDGER-11), and a row
  *   written by another format version must reach the reader to be refused with ledger_corrupt.
  * - One partial index, on the lease of in-flight rows only, for listExpiredInFlight(): it holds
@@ -46,6 +49,7 @@ export function schemaSql(table: string = DEFAULT_TABLE, options: { inFlightInde
   fence            INTEGER NOT NULL,
   claimed_at       INTEGER NOT NULL,
   owner            TEXT,
+  claim_id         TEXT,
   lease_expires_at INTEGER,
   finished_at      INTEGER,
   expires_at       INTEGER,
@@ -73,4 +77,13 @@ export function inFlightIndexSql(table: string = DEFAULT_TABLE): string {
 export function addRequestColumnSql(table: string = DEFAULT_TABLE): string {
   assertTableName(table);
   return `ALTER TABLE "${table}" ADD COLUMN request TEXT;\n`;
+}
+
+/**
+ * The claim id column (LEDGER-26), added after the request column. \`migrate()\` adds it to a
+ * table created before (at the end of the table: small, and NULL in every existing row).
+ */
+export function addClaimIdColumnSql(table: string = DEFAULT_TABLE): string {
+  assertTableName(table);
+  return `ALTER TABLE "${table}" ADD COLUMN claim_id TEXT;\n`;
 }

@@ -11,6 +11,7 @@ import {
   StaleClaimError,
   assertStorableResult,
   utf8ByteLength,
+  assertClaimId,
   type ClaimRequest,
   type ClaimResult,
   type InFlightRow,
@@ -23,7 +24,7 @@ import {
 } from "@dispatch-once/core";
 import { openWithin } from "@dispatch-once/core/internal";
 import { decodeRow, type DecodedRow, type RawRow } from "./row.js";
-import { DEFAULT_TABLE, addRequestColumnSql, assertTableName, schemaSql } from "./schema.js";
+import { DEFAULT_TABLE, addClaimIdColumnSql, addRequestColumnSql, assertTableName, schemaSql } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
 export type SqliteDatabase = Database.Database;
@@ -118,13 +119,13 @@ const COLUMNS =
 
 /** Every statement the ledger runs, prepared once per instance. */
 interface Statements {
-  /** (key, v, toolName, effect, owner, leaseMs, request) -> the stored times, or nothing when the key exists. */
-  insertClaim: Database.Statement<[string, number, string, string, string, number, string], { lease_expires_at: number }>;
-  /** The row and the store's time, read in one statement. */
-  select: Database.Statement<[string], RawRow & { now: unknown }>;
-  /** (v, toolName, effect, newFence, owner, leaseMs, new request or NULL to keep the stored one, key, oldFence) */
+  /** (key, v, toolName, effect, owner, claimId, leaseMs, request) -> the stored times, or nothing when the key exists. */
+  insertClaim: Database.Statement<[string, number, string, string, string, string | null, number, string], { lease_expires_at: number }>;
+  /** The row, its claim id and the store's time, read in one statement. */
+  select: Database.Statement<[string], RawRow & { claim_id: unknown; now: unknown }>;
+  /** (v, toolName, effect, newFence, owner, claimId, leaseMs, new request or NULL to keep the stored one, key, oldFence) */
   reclaim: Database.Statement<
-    [number, string, string, number, string, number, string | null, string, number],
+    [number, string, string, number, string, string | null, number, string | null, string, number],
     { lease_expires_at: number }
   >;
   /** (retentionMs, key, fence) */
@@ -238,9 +239,11 @@ export class SqliteLedger implements Ledger {
       };
     } catch (cause) {
       if (this.ownsDatabase) db.close();
-      const hint = /no such column: request|has no column named request/.test(message(cause))
-        ? ` (the table predates the request column: open with migrate: true, or run addRequestColumnSql(${JSON.stringify(table)}))`
-        : "";
+      const missing = /no such column: (request|claim_id)|has no column named (request|claim_id)/.exec(message(cause));
+      const column = missing?.[1] ?? missing?.[2];
+      const hint = column === undefined
+        ? ""
+        : ` (the table predates the ${column} column: open with migrate: true, or run ${column === "request" ? "addRequestColumnSql" : "addClaimIdColumnSql"}(${JSON.stringify(table)}))`;
       throw new LedgerUnavailableError(`cannot prepare SQLite ledger table ${table}: ${message(cause)}${hint}`, { cause });
     }
   }
@@ -295,7 +298,7 @@ export class SqliteLedger implements Ledger {
       // The key exists. Most of the time it is a live claim or a finished row, which a plain
       // read can report without taking the write lock (waiting claimers poll this path).
       const seen = this.read(request.key);
-      if (seen !== undefined && !this.needsTransition(seen.row, seen.expiresAt, seen.now)) {
+      if (seen !== undefined && !ownClaim(seen, request) && !this.needsTransition(seen.row, seen.expiresAt, seen.now)) {
         return { outcome: "existing", row: seen.row as InFlightRow | TerminalRow };
       }
       // Released, expired or past retention: decide and write under the write lock.
@@ -455,6 +458,13 @@ export class SqliteLedger implements Ledger {
       return inserted;
     }
     const { row, expiresAt, now } = seen;
+    if (ownClaim(seen, request)) {
+      // The same claim sent again (its reply was lost): it holds the row, live or expired, with
+      // its fence; the lease restarts from now (LEDGER-26).
+      const renewed = this.stmts.renew.get(request.leaseMs, row.key, row.fence);
+      if (renewed === undefined) throw new Error("in-flight row changed while holding the write lock");
+      return { outcome: "claimed", fence: row.fence, leaseExpiresAt: renewed.lease_expires_at, takeover: false, request: row.request };
+    }
     if (!this.needsTransition(row, expiresAt, now)) {
       return { outcome: "existing", row: row as InFlightRow | TerminalRow };
     }
@@ -489,6 +499,7 @@ export class SqliteLedger implements Ledger {
       request.effect,
       fence,
       request.owner,
+      request.claimId ?? null,
       request.leaseMs,
       keep ? null : request.request,
       request.key,
@@ -512,6 +523,7 @@ export class SqliteLedger implements Ledger {
       request.toolName,
       request.effect,
       request.owner,
+      request.claimId ?? null,
       request.leaseMs,
       request.request,
     );
@@ -526,12 +538,12 @@ export class SqliteLedger implements Ledger {
     return expiresAt !== null && expiresAt <= now;
   }
 
-  /** The decoded row and the store's time at the read. */
-  private read(key: string): (DecodedRow & { now: number }) | undefined {
+  /** The decoded row, its claim id and the store's time at the read. */
+  private read(key: string): (DecodedRow & { now: number; claimId: unknown }) | undefined {
     const raw = this.stmts.select.get(key);
     if (raw === undefined) return undefined;
     if (typeof raw.now !== "number") throw new Error(`the store's clock returned ${String(raw.now)}`);
-    return { ...decodeRow(key, raw), now: raw.now };
+    return { ...decodeRow(key, raw), now: raw.now, claimId: raw.claim_id };
   }
 
   private assertOwned(key: string, fence: number): void {
@@ -574,17 +586,17 @@ export function createSqliteLedger(options: SqliteLedgerOptions | string): Sqlit
 function prepare(db: SqliteDatabase, table: string, now: string): Statements {
   const t = `"${table}"`;
   const owned = "WHERE key = ? AND state = 'in_flight' AND fence = ?";
-  const finish = `owner = NULL, lease_expires_at = NULL, finished_at = ${now}, expires_at = ${now} + ?`;
+  const finish = `owner = NULL, claim_id = NULL, lease_expires_at = NULL, finished_at = ${now}, expires_at = ${now} + ?`;
   return {
     insertClaim: db.prepare(
-      `INSERT INTO ${t} (key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, request)
-       VALUES (?, ?, 'in_flight', ?, ?, 1, ${now}, ?, ${now} + ?, ?) ON CONFLICT (key) DO NOTHING
+      `INSERT INTO ${t} (key, v, state, tool_name, effect, fence, claimed_at, owner, claim_id, lease_expires_at, request)
+       VALUES (?, ?, 'in_flight', ?, ?, 1, ${now}, ?, ?, ${now} + ?, ?) ON CONFLICT (key) DO NOTHING
        RETURNING lease_expires_at`,
     ),
-    select: db.prepare(`SELECT ${COLUMNS}, ${now} AS now FROM ${t} WHERE key = ?`),
+    select: db.prepare(`SELECT ${COLUMNS}, claim_id, ${now} AS now FROM ${t} WHERE key = ?`),
     // Guarded by the fence read inside the same IMMEDIATE transaction (belt and braces).
     reclaim: db.prepare(
-      `UPDATE ${t} SET seq = (SELECT max(seq) FROM ${t}) + 1, v = ?, state = 'in_flight', tool_name = ?, effect = ?, fence = ?, claimed_at = ${now}, owner = ?,
+      `UPDATE ${t} SET seq = (SELECT max(seq) FROM ${t}) + 1, v = ?, state = 'in_flight', tool_name = ?, effect = ?, fence = ?, claimed_at = ${now}, owner = ?, claim_id = ?,
          lease_expires_at = ${now} + ?, request = coalesce(?, request), result = NULL, error = NULL, reason = NULL, finished_at = NULL, expires_at = NULL
        WHERE key = ? AND fence = ? RETURNING lease_expires_at`,
     ),
@@ -615,11 +627,18 @@ function prepare(db: SqliteDatabase, table: string, now: string): Statements {
  */
 function ensureSchema(db: SqliteDatabase, table: string, inFlightIndex: boolean): void {
   db.exec(schemaSql(table, { inFlightIndex }));
-  const hasRequest = db.prepare("SELECT 1 FROM pragma_table_info(?) WHERE name = 'request'").pluck();
-  if (hasRequest.get(table) !== undefined) return;
+  const has = db.prepare("SELECT count(*) FROM pragma_table_info(?) WHERE name IN ('request', 'claim_id')").pluck();
+  if (has.get(table) === 2) return;
   db.transaction(() => {
-    if (hasRequest.get(table) === undefined) db.exec(addRequestColumnSql(table));
+    const column = db.prepare("SELECT 1 FROM pragma_table_info(?) WHERE name = ?").pluck();
+    if (column.get(table, "request") === undefined) db.exec(addRequestColumnSql(table));
+    if (column.get(table, "claim_id") === undefined) db.exec(addClaimIdColumnSql(table)); // LEDGER-26
   }).immediate();
+}
+
+/** Whether the claim meets an in-flight row written by itself: its claim id is on the row (LEDGER-26). */
+function ownClaim(seen: DecodedRow & { claimId: unknown }, request: ClaimRequest): boolean {
+  return request.claimId !== undefined && seen.row.state === "in_flight" && seen.claimId === request.claimId;
 }
 
 /**
@@ -668,6 +687,7 @@ function assertClaimRequest(request: ClaimRequest): void {
     throw new InvalidLedgerInputError("effect", `expected "keyed_write" or "unkeyed_write", got ${JSON.stringify(request.effect)}`);
   }
   assertLeaseMs(request.leaseMs);
+  assertClaimId(request.claimId);
   // Stored and returned byte for byte (LEDGER-21): a lone surrogate cannot round-trip through UTF-8.
   const text = (request as { request?: unknown }).request;
   if (typeof text !== "string" || !text.isWellFormed()) {

@@ -12,7 +12,7 @@ import {
   ResultNotStorableError,
   StaleClaimError,
 } from "@dispatch-once/core";
-import { InvalidLedgerInputError, SqliteLedger, addRequestColumnSql, createSqliteLedger, schemaSql } from "../src/index.js";
+import { InvalidLedgerInputError, SqliteLedger, addClaimIdColumnSql, addRequestColumnSql, createSqliteLedger, schemaSql } from "../src/index.js";
 import {
   REQUEST,
   columnBytes,
@@ -442,6 +442,38 @@ describe("schema migration (the request column)", () => {
     expect((thrown as Error).message).toMatch(/addRequestColumnSql\("old"\)/);
     raw.exec(addRequestColumnSql("old"));
     expect(open({ table: "old", migrate: false }).table).toBe("old");
+  });
+});
+
+describe("schema migration (the claim_id column, LEDGER-26)", () => {
+  /** The table as the release before claim ids created it. */
+  const V2_SCHEMA = schemaSql("v2").replace(/\n\s*claim_id\s+TEXT,/, "");
+
+  it("migrate on open adds claim_id to a table without it, once; an in-flight row of the old version is never anyone's own claim; new claims are recognised by their id", async () => {
+    expect(V2_SCHEMA).not.toContain("claim_id");
+    raw.exec(V2_SCHEMA);
+    raw
+      .prepare(
+        `INSERT INTO v2 (key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, request)
+         VALUES ('old-claim', 1, 'in_flight', 'send_payment', 'keyed_write', 1, ?, 'owner-a', ?, '{}')`,
+      )
+      .run(clock.now(), clock.now() + 60_000);
+    const upgraded = open({ table: "v2" });
+    open({ table: "v2" }).migrate();
+    expect(raw.prepare("SELECT count(*) FROM pragma_table_info('v2') WHERE name = 'claim_id'").pluck().get()).toBe(1);
+    const id = "claim-id-0123456789abcdef";
+    expect(await upgraded.claim(request("old-claim", { owner: "owner-a", claimId: id }))).toMatchObject({ outcome: "existing" });
+    const first = await upgraded.claim(request("new-claim", { claimId: id }));
+    expect(first).toMatchObject({ outcome: "claimed", fence: 1 });
+    expect(await upgraded.claim(request("new-claim", { claimId: id }))).toMatchObject({ outcome: "claimed", fence: 1, takeover: false });
+    expect(await upgraded.claim(request("new-claim", { claimId: "another-claim-id-0123456" }))).toMatchObject({ outcome: "existing" });
+  });
+
+  it("with migrate: false a table without claim_id is refused at open, naming addClaimIdColumnSql(), which is the fix", () => {
+    raw.exec(V2_SCHEMA);
+    expect(() => open({ table: "v2", migrate: false })).toThrow(/addClaimIdColumnSql\("v2"\)/);
+    raw.exec(addClaimIdColumnSql("v2"));
+    expect(open({ table: "v2", migrate: false }).table).toBe("v2");
   });
 });
 

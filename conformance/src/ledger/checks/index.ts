@@ -7,6 +7,7 @@ import { compareRuleIds } from "../../rules.js";
 import { ATOMICITY_CHECKS } from "./atomicity.js";
 import { CAPABILITIES_CHECKS } from "./capabilities.js";
 import { CLAIM_BEFORE_RUN_CHECKS } from "./claim-before-run.js";
+import { CLAIM_ID_CHECKS } from "./claim-id.js";
 import type { LedgerCheckSpec } from "./common.js";
 import { CORRUPTION_CHECKS } from "./corruption.js";
 import { FAILURES_CHECKS } from "./failures.js";
@@ -26,6 +27,7 @@ import { UNAVAILABILITY_CHECKS } from "./unavailability.js";
 export * from "./atomicity.js";
 export * from "./capabilities.js";
 export * from "./claim-before-run.js";
+export * from "./claim-id.js";
 export * from "./corruption.js";
 export * from "./failures.js";
 export * from "./fencing.js";
@@ -61,6 +63,7 @@ export const LEDGER_CHECKS_BY_CONCERN: Readonly<Record<string, readonly LedgerCh
   "store-clock": STORE_CLOCK_CHECKS,
   liveness: LIVENESS_CHECKS,
   requests: REQUESTS_CHECKS,
+  "claim-id": CLAIM_ID_CHECKS,
 };
 
 /** Every deterministic ledger check, in rule order (concern order within a rule). */

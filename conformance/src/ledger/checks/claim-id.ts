@@ -1,0 +1,103 @@
+/**
+ * LEDGER-26 (proposed): a claim is recognised by its claim id. A claim whose reply was lost (a
+ * timeout, a dropped connection, a paused store that applied it later) is sent again with the same
+ * claim id; meeting its own in-flight row it is the same claim, not another attempt's live row
+ * (and, past the lease, not an unkeyed_write call to turn unknown although it never ran).
+ */
+import { newClaimId, type ClaimRequest, type LedgerEffect } from "@dispatch-once/core";
+import { ConformanceFailure, must, mustEqual } from "../../failure.js";
+import { claimRequest, describeRow, mustBeClaimed, mustBeExisting, requestFor, withFixture } from "../support.js";
+import { type LedgerCheckSpec, EFFECTS, lookupMust } from "./common.js";
+
+function withId(key: string, owner: string, effect: LedgerEffect, claimId: string | undefined, leaseMs?: number): ClaimRequest {
+  const request = claimRequest(key, owner, effect, leaseMs);
+  return claimId === undefined ? request : { ...request, claimId };
+}
+
+export const claimRecognisedByClaimId: LedgerCheckSpec = {
+  rule: "LEDGER-26",
+  name: "a claim sent again with its claim id is the same claim: claimed with its fence, not a takeover, with the stored request; another claim id or none meets the row as held",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const others = ctx.subject.capabilities.sharedAcrossProcesses ? [fixture.ledger, await fixture.reopen()] : [fixture.ledger];
+      for (const effect of EFFECTS) {
+        for (const [i, again] of others.entries()) {
+          const key = ctx.key();
+          const id = newClaimId();
+          const via = i === 0 ? "" : " via another instance";
+          const first = mustBeClaimed(await fixture.ledger.claim(withId(key, "owner-a", effect, id)), `first claim (${effect})`);
+          // The same claim, re-sent with another owner string and request: the id decides, the row keeps its request.
+          const resent = mustBeClaimed(await again.claim(withId(key, "owner-a-retry", effect, id)), `the same claim sent again${via} (${effect})`);
+          mustEqual(resent.fence, first.fence, `fence of the claim sent again${via} (${effect})`);
+          mustEqual(resent.takeover, false, `takeover of the claim sent again${via} (${effect})`);
+          mustEqual(resent.request, requestFor("owner-a"), `request of the claim sent again${via} (${effect})`);
+          const row = await lookupMust(fixture.ledger, key, `after the claim was sent again (${effect})`);
+          must(row.state === "in_flight" && row.fence === first.fence, `the row after the claim was sent again must stay in flight with fence ${first.fence}, got ${describeRow(row)}`);
+          // Neither another claim id nor the owner string alone is that claim (LEDGER-16).
+          mustBeExisting(await again.claim(withId(key, "owner-b", effect, newClaimId())), `a claim with another claim id${via} (${effect})`);
+          mustBeExisting(await again.claim(withId(key, "owner-a", effect, undefined)), `a claim without a claim id by the same owner string${via} (${effect})`);
+          // Still the first claim's: its fence finishes it.
+          await fixture.ledger.complete(key, first.fence, '{"ok":true}');
+        }
+      }
+    }),
+};
+
+export const claimRecognisedAfterLease: LedgerCheckSpec = {
+  rule: "LEDGER-26",
+  name: "a claim sent again after its lease ran out, before anyone acted on it, is still the same claim: claimed with its fence (unkeyed_write: not unknown, keyed_write: not a takeover) and the lease restarts",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const effect of EFFECTS) {
+        const key = ctx.key();
+        const id = newClaimId();
+        const first = mustBeClaimed(await fixture.ledger.claim(withId(key, "owner-a", effect, id)), `first claim (${effect})`);
+        await fixture.raw.expireLease(key);
+        const resent = await fixture.ledger.claim(withId(key, "owner-a", effect, id));
+        if (resent.outcome !== "claimed") {
+          throw new ConformanceFailure(`the same claim sent again after its lease ran out (${effect}) must be claimed with fence ${first.fence}, got existing ${describeRow(resent.row)}: a call that never ran would be settled as another attempt's`);
+        }
+        mustEqual(resent.fence, first.fence, `fence of the claim sent again after its lease (${effect})`);
+        mustEqual(resent.takeover, false, `takeover of the claim sent again after its lease (${effect})`);
+        // The lease restarted: another claimant now meets a live claim, not an expired one.
+        const other = mustBeExisting(await fixture.ledger.claim(withId(key, "owner-b", effect, newClaimId())), `another claim after the lease restarted (${effect})`);
+        must(other.state === "in_flight" && other.fence === first.fence, `after the lease restarted another claimant must meet the live claim (fence ${first.fence}), got ${describeRow(other)}`);
+      }
+    }),
+};
+
+export const claimIdOnlyWhileInFlight: LedgerCheckSpec = {
+  rule: "LEDGER-26",
+  name: "a claim id recognises only its own in-flight claim: after complete, after an unkeyed_write expiry turned it unknown, or after a takeover, it is an ordinary claim",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const effect of EFFECTS) {
+        const key = ctx.key();
+        const id = newClaimId();
+        const first = mustBeClaimed(await fixture.ledger.claim(withId(key, "owner-a", effect, id)), `first claim (${effect})`);
+        await fixture.ledger.complete(key, first.fence, '{"done":1}');
+        const row = mustBeExisting(await fixture.ledger.claim(withId(key, "owner-a", effect, id)), `the claim id after complete (${effect})`);
+        mustEqual(row.state, "completed", `state met by the claim id after complete (${effect})`);
+      }
+      // Someone else acted on the expired claim first: the id no longer holds the row.
+      const unkeyed = ctx.key("unknown");
+      const lostId = newClaimId();
+      mustBeClaimed(await fixture.ledger.claim(withId(unkeyed, "owner-a", "unkeyed_write", lostId)), "first claim (unkeyed_write)");
+      await fixture.raw.expireLease(unkeyed);
+      const settled = mustBeExisting(await fixture.ledger.claim(withId(unkeyed, "owner-b", "unkeyed_write", newClaimId())), "another claim after the lease (unkeyed_write)");
+      mustEqual(settled.state, "unknown", "another claimant settles the expired unkeyed_write claim (LEDGER-7)");
+      const late = mustBeExisting(await fixture.ledger.claim(withId(unkeyed, "owner-a", "unkeyed_write", lostId)), "the first claim id after the row turned unknown");
+      mustEqual(late.state, "unknown", "the first claim id after the row turned unknown");
+
+      const keyed = ctx.key("takeover");
+      const oldId = newClaimId();
+      const old = mustBeClaimed(await fixture.ledger.claim(withId(keyed, "owner-a", "keyed_write", oldId)), "first claim (keyed_write)");
+      await fixture.raw.expireLease(keyed);
+      const taken = mustBeClaimed(await fixture.ledger.claim(withId(keyed, "owner-b", "keyed_write", newClaimId())), "takeover (keyed_write)");
+      must(taken.takeover && taken.fence > old.fence, `a takeover must report takeover with a higher fence, got fence ${taken.fence}, takeover ${taken.takeover}`);
+      const stale = mustBeExisting(await fixture.ledger.claim(withId(keyed, "owner-a", "keyed_write", oldId)), "the first claim id after a takeover");
+      must(stale.state === "in_flight" && stale.fence === taken.fence, `the first claim id after a takeover must meet the taker's claim (fence ${taken.fence}), got ${describeRow(stale)}`);
+    }),
+};
+
+export const CLAIM_ID_CHECKS: readonly LedgerCheckSpec[] = [claimRecognisedByClaimId, claimRecognisedAfterLease, claimIdOnlyWhileInFlight];
