@@ -31,6 +31,7 @@ try {
 const { values, positionals } = parsed;
 if (positionals.length === 0) fail("give at least one JSON report file");
 
+/** @type {Record<string, any>} */
 const reports = {};
 for (const arg of positionals) {
   const eq = arg.indexOf("=");
