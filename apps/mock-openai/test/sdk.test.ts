@@ -217,7 +217,7 @@ describe("control endpoints and CLI", () => {
       const ok = await c.responses.create({ model: "gpt-test", input: "hello" });
       expect(ok.output_text).toBe("Hi.");
       const help = await new Promise<string>((resolve) => execFile(process.execPath, [cli, "--help"], (_e, out) => resolve(out)));
-      expect(help).toContain("usage: mock-openai");
+      expect(help).toContain("usage: dispatch-once-mock-openai");
     } finally {
       child.kill("SIGTERM");
     }

@@ -6,7 +6,9 @@ import { ERROR_CATALOGUE, effectOf, ClaimReleasedError, OutcomeUnknownError, Res
 /** The spec's §11 table, read as data: code, rules, effect, re-send. */
 function specTable(): Map<string, { rules: string[]; effect: string; resend: string }> {
   const text = readFileSync(join(__dirname, "..", "..", "..", "spec", "dispatch-once.md"), "utf8");
-  const section = text.slice(text.indexOf("## 11 Error codes"), text.indexOf("## Appendix A"));
+  const start = text.indexOf("## 11 Error codes");
+  // §11 ends at the next top-level section (§12 has prose with `|` in it).
+  const section = text.slice(start, text.indexOf("\n## ", start + 1));
   const rows = new Map<string, { rules: string[]; effect: string; resend: string }>();
   for (const line of section.split("\n")) {
     const cells = line.split("|").map((c) => c.trim());
