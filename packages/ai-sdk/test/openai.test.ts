@@ -2,7 +2,7 @@ import { createOpenAI } from "@ai-sdk/openai";
 import { MemoryLedger } from "@dispatch-once/core";
 import { call, respond, scriptFromPlans, startMockOpenAI, type MockOpenAI } from "@dispatch-once/mock-openai";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { stepCountIs, streamText, type ModelMessage } from "ai";
+import { generateText, stepCountIs, streamText, type ModelMessage } from "ai";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createOnceTools } from "../src/index.js";
 import { drain, invoiceTool, outputsOf, quiet, until } from "./helpers.js";
@@ -62,5 +62,19 @@ describe("through @ai-sdk/openai (Responses API) against the mock OpenAI provide
     const retried = await attempt();
     expect(payments.effects().length).toBe(1);
     expect(outputsOf(retried)).toEqual([{ invoice: payments.effects()[0]!.resourceId, amount: 12_500 }]);
+  });
+});
+
+describe("generateText through @ai-sdk/openai (non-streaming Responses API)", () => {
+  it("AISDK-2: a regenerate with generateText bills once", async () => {
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const outputs: unknown[] = [];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const forTurn = once.forTurn({ conversationId: "chat_og", messages: firstTurn });
+      const result = await generateText({ model: model(), messages: firstTurn, tools: forTurn.tools, stopWhen: stepCountIs(3), maxRetries: 0 });
+      outputs.push(result.steps.flatMap((step) => step.toolResults.map((r) => r.output)));
+    }
+    expect(payments.effects().length).toBe(1);
+    expect(outputs[1]).toEqual(outputs[0]);
   });
 });
