@@ -31,10 +31,12 @@ const PUBLISHED = [
   "apps/mock-openai",
   "packages/openai",
   "packages/opentelemetry",
+  "packages/mcp",
+  "packages/ai-sdk",
   "conformance",
 ];
 // What a user's project lists besides our packages: the SDK, zod and the driver it uses.
-const USER_DEPENDENCIES = { "@anthropic-ai/sdk": "1.14.0", openai: "6.49.0", "@opentelemetry/api": "1.9.1", zod: "4.6.7", "better-sqlite3": "12.11.1" };
+const USER_DEPENDENCIES = { "@anthropic-ai/sdk": "1.14.0", openai: "6.49.0", "@opentelemetry/api": "1.9.1", "@modelcontextprotocol/sdk": "1.32.2", ai: "6.0.325", zod: "4.6.7", "better-sqlite3": "12.11.1" };
 const USER_DEV_DEPENDENCIES = { typescript: "5.9.3", "@types/node": "20.19.43" };
 
 const started = Date.now();
