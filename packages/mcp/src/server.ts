@@ -38,12 +38,15 @@ export interface McpToolGuardOptions {
    */
   unkeyedCalls?: "refuse" | "run";
   /**
-   * Scopes this server's rows in a ledger shared with other servers: the ledger row of a call is
-   * derived from (namespace, tool name, the client's key). Core's conversation-id alphabet.
+   * Scopes rows in a shared ledger: the ledger row of a call is derived from (namespace, tool
+   * name, the client's key). A function is asked per call, so a server that serves several
+   * principals can put the authenticated one in it (MCP-8) and one principal's key never replays
+   * another's result. Core's conversation-id alphabet; a function's bad answer is refused per call
+   * with `invalid_argument`.
    * @default "mcp"
-   * @example { namespace: "billing-mcp" }
+   * @example { namespace: (extra) => `billing:${extra.authInfo?.clientId ?? "anonymous"}` }
    */
-  namespace?: string;
+  namespace?: string | ((extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => string);
   /**
    * The rest of core's dispatcher options (lease, wait bound, logger, events, ...).
    * @default {}
@@ -114,7 +117,7 @@ interface CallScope {
 export class McpToolGuard {
   private readonly ledger: Ledger;
   private readonly unkeyedCalls: "refuse" | "run";
-  private readonly namespace: string;
+  private readonly namespace: string | ((extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => string);
   private readonly dispatcherOptions: Omit<DispatcherOptions, "tools" | "ledger">;
   private readonly registry = new ToolRegistry();
   private readonly scope = new AsyncLocalStorage<CallScope>();
@@ -125,9 +128,7 @@ export class McpToolGuard {
     const unkeyed = options.unkeyedCalls ?? "refuse";
     if (unkeyed !== "refuse" && unkeyed !== "run") throw new InvalidArgumentError("options.unkeyedCalls", 'must be "refuse" or "run"');
     const namespace = options.namespace ?? "mcp";
-    if (typeof namespace !== "string" || !CONVERSATION_ID_PATTERN.test(namespace)) {
-      throw new InvalidArgumentError("options.namespace", `must match ${CONVERSATION_ID_PATTERN.source}`);
-    }
+    if (typeof namespace !== "function") checkNamespace(namespace);
     this.ledger = options.ledger;
     this.unkeyedCalls = unkeyed;
     this.namespace = namespace;
@@ -185,9 +186,14 @@ export class McpToolGuard {
     return server.registerTool(name, mcpConfig as never, callback as never);
   }
 
-  /** The ledger row key of a call to `toolName` with the client's `key` (for lookups and `reconcile`). */
-  ledgerKeyFor(toolName: string, key: string): string {
-    return this.current.keyFor({ name: toolName, input: { key, args: null } }, { conversationId: this.namespace, turnIndex: 0 });
+  /**
+   * The ledger row key of a call to `toolName` with the client's `key` (for lookups and
+   * `reconcile`); `namespace` is the one the call ran under (default: the configured string).
+   */
+  ledgerKeyFor(toolName: string, key: string, namespace?: string): string {
+    const scope = namespace ?? (typeof this.namespace === "string" ? this.namespace : undefined);
+    if (scope === undefined) throw new InvalidArgumentError("namespace", "the guard's namespace is a function: pass the call's namespace");
+    return this.current.keyFor({ name: toolName, input: { key, args: null } }, { conversationId: scope, turnIndex: 0 });
   }
 
   private async handle(
@@ -207,8 +213,9 @@ export class McpToolGuard {
       return errorResult(new IdempotencyKeyMalformedError(name, describe(raw)));
     }
     try {
+      const namespace = typeof this.namespace === "string" ? this.namespace : checkNamespace(this.namespace(extra));
       const outcome = await this.scope.run({ handler, extra }, () =>
-        this.current.dispatch({ name, input: { key: raw, args: args ?? null } }, { conversationId: this.namespace, turnIndex: 0 }),
+        this.current.dispatch({ name, input: { key: raw, args: args ?? null } }, { conversationId: namespace, turnIndex: 0 }),
       );
       const result = outcome.result as unknown as CallToolResult;
       return outcome.replayed ? { ...result, _meta: { ...result._meta, [REPLAYED_META]: true } } : result;
@@ -231,6 +238,13 @@ function errorResult(error: Error & { code: string }, key?: string): CallToolRes
   };
   if (isDispatchOnceError(error, "tool_failed")) meta.error = (error as unknown as { error: StoredError }).error;
   return { isError: true, content: [{ type: "text", text: `[${error.code}] ${error.message}` }], _meta: { [ERROR_META]: meta } };
+}
+
+function checkNamespace(namespace: unknown): string {
+  if (typeof namespace !== "string" || !CONVERSATION_ID_PATTERN.test(namespace)) {
+    throw new InvalidArgumentError("options.namespace", `must match ${CONVERSATION_ID_PATTERN.source}, got ${describe(namespace)}`);
+  }
+  return namespace;
 }
 
 function describe(value: unknown): string {

@@ -187,6 +187,38 @@ describe("MCP-3, MCP-5: the guard claims before the handler runs and replays a r
   });
 });
 
+describe("MCP-8: a namespace per principal", () => {
+  // A stand-in for extra.authInfo (the in-memory transport carries no authentication).
+  const tenantOf = (extra: { _meta?: Record<string, unknown> }) => `billing:${String(extra._meta?.["com.example/tenant"])}`;
+
+  it("the same key from two principals runs once for each; a repeat within one is replayed", async () => {
+    const s = await setup({ namespace: tenantOf });
+    const key = idempotencyKeyFor({ conversationId: "c_9", turnIndex: 0 }, invoice);
+    const send = (tenant: string) => s.client.callTool({ ...invoice, _meta: { [IDEMPOTENCY_KEY_META]: key, "com.example/tenant": tenant } });
+    try {
+      await send("alice");
+      await send("bob");
+      const again = await send("alice");
+      expect(payments.effects().length).toBe(2);
+      expect((again as CallToolResult)._meta?.[REPLAYED_META]).toBe(true);
+      expect((await s.guard.dispatcher.ledger.lookup(s.guard.ledgerKeyFor("create_invoice", key, "billing:bob")))?.state).toBe("completed");
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("a namespace function's answer outside the alphabet refuses the call with invalid_argument", async () => {
+    const s = await setup({ namespace: () => "has space" });
+    try {
+      const result = await mcpTurn(s.client, { conversationId: "c_9", turnIndex: 0 }).callTool(invoice);
+      expect(errorMeta(result)?.code).toBe("invalid_argument");
+      expect(s.seen.length).toBe(0);
+    } finally {
+      await s.close();
+    }
+  });
+});
+
 describe("MCP-4, MCP-6: refusals and unsettled outcomes are tool errors with a code", () => {
   it("refuses a write without a key by default (idempotency_key_missing), and runs nothing", async () => {
     const s = await setup();
