@@ -1,8 +1,9 @@
 import { createAnthropic } from "@ai-sdk/anthropic";
-import { MemoryLedger } from "@dispatch-once/core";
+import { MemoryLedger, isDispatchOnceError } from "@dispatch-once/core";
 import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { stepCountIs, streamText, type ModelMessage } from "ai";
+import { stepCountIs, streamText, tool, type ModelMessage } from "ai";
+import { z } from "zod";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createOnceTools, turnIndexOf } from "../src/index.js";
 import { drain, invoiceTool, outputsOf, quiet, until } from "./helpers.js";
@@ -111,5 +112,37 @@ describe("tool approvals (needsApproval) through @ai-sdk/anthropic", () => {
     expect(runs.length).toBe(1);
     expect(outputs[0]).toHaveLength(1);
     expect(outputs[1]).toEqual(outputs[0]);
+  });
+});
+
+describe("errors and approvals in the low-latency mode", () => {
+  it("AISDK-5: an unsettled call surfaces as the tool's error with its code, and a regenerate does not run it again", async () => {
+    let runs = 0;
+    const failing = tool({
+      inputSchema: z.object({ customer: z.string(), amount: z.number().int() }),
+      execute: async (): Promise<{ invoice: string }> => {
+        runs++;
+        throw new Error("socket hang up after the request was sent");
+      },
+    });
+    const once = createOnceTools({ tools: { create_invoice: failing }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const codes: unknown[] = [];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const forTurn = once.forTurn({ conversationId: "chat_e", messages: firstTurn });
+      const parts = await drain(streamText({ model: model(), messages: firstTurn, tools: forTurn.tools, stopWhen: stepCountIs(3), maxRetries: 0 }).fullStream);
+      const toolError = parts.find((p) => p.type === "tool-error") as { error?: unknown } | undefined;
+      codes.push(isDispatchOnceError(toolError?.error) ? toolError.error.code : toolError);
+    }
+    expect(codes).toEqual(["outcome_unknown", "outcome_unknown"]);
+    expect(runs).toBe(1);
+  });
+
+  it("AISDK-4: a call that needs approval is not started at its tool-call part", async () => {
+    const approved = { ...invoiceTool(payments), needsApproval: true };
+    const once = createOnceTools({ tools: { create_invoice: approved }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const forTurn = once.forTurn({ conversationId: "chat_a", messages: firstTurn, dispatchAt: "tool-call" });
+    const parts = await drain(streamText({ model: model(), messages: firstTurn, tools: forTurn.tools, onChunk: forTurn.onChunk, stopWhen: stepCountIs(3), maxRetries: 0 }).fullStream);
+    expect(parts.some((p) => p.type === "tool-approval-request")).toBe(true);
+    expect(payments.effects().length).toBe(0);
   });
 });
