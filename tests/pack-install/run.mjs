@@ -129,6 +129,17 @@ for (const entry of ["out/main.mjs", "out/main.cjs"]) {
   console.log(`[pack-install]   ${line}`);
 }
 
+// @dispatch-once/ai-sdk is loaded, not type-checked by the strict app: ai 6's own .d.ts fails
+// exactOptionalPropertyTypes with skipLibCheck off (TS2344 in ai/dist/index.d.ts), which no
+// package of ours can fix. Its ESM and CJS builds must still load from the installed tarball.
+step("@dispatch-once/ai-sdk loads as ESM and CJS");
+for (const [flag, code] of [
+  ["--input-type=module", 'const m = await import("@dispatch-once/ai-sdk"); if (typeof m.createOnceTools !== "function") process.exit(1);'],
+  ["--input-type=commonjs", 'const m = require("@dispatch-once/ai-sdk"); if (typeof m.createOnceTools !== "function") process.exit(1);'],
+]) {
+  run(process.execPath, [flag, "-e", code], app);
+}
+
 step("the mocks' bin entries run outside the monorepo");
 for (const bin of ["dispatch-once-mock-payments", "dispatch-once-mock-provider", "dispatch-once-mock-openai"]) {
   const help = run(join(app, "node_modules/.bin", bin), ["--help"], app);

@@ -17,7 +17,6 @@ import * as openaiSide from "@dispatch-once/openai";
 import * as telemetry from "@dispatch-once/opentelemetry";
 import * as mockOpenai from "@dispatch-once/mock-openai";
 import * as mcp from "@dispatch-once/mcp";
-import * as aiSdk from "@dispatch-once/ai-sdk";
 
 /** A UI's view of the runner's events: typed from the installed .d.ts only. */
 export function describeEvent(event: RunnerEvent): string {
@@ -61,7 +60,6 @@ async function main(): Promise<void> {
       Object.keys(telemetry).length > 0,
       Object.keys(mockOpenai).length > 0,
       typeof mcp.McpToolGuard,
-      typeof aiSdk.createOnceTools,
     ];
     const ok =
       effects.length === 1 &&
