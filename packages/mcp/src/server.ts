@@ -6,6 +6,7 @@ import {
   Dispatcher,
   effectOf,
   InvalidArgumentError,
+  InvalidToolDefinitionError,
   isDispatchOnceError,
   ToolRegistry,
   type DispatcherOptions,
@@ -158,6 +159,14 @@ export class McpToolGuard {
     const call = hasInput
       ? (handler as CallScope["handler"])
       : (_args: unknown, extra: GuardedToolExtra) => (handler as (extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>)(extra);
+    // The same tool registered again (a stateless HTTP server builds an McpServer per request):
+    // the definition does not hold the handler (the call's scope does), so one entry serves all.
+    if (this.registry.has(name)) {
+      if (this.registry.get(name).effect !== effect) {
+        throw new InvalidToolDefinitionError(`tool ${name} is registered again with effect ${effect}; it was ${this.registry.get(name).effect}`);
+      }
+      return server.registerTool(name, mcpConfig as never, this.callback(name, effect, hasInput, call) as never);
+    }
     this.registry.add(
       defineTool({
         name,
@@ -179,11 +188,15 @@ export class McpToolGuard {
     // A new dispatcher over the grown registry: its constructor re-checks that unkeyed_write
     // tools have a durable ledger (LEDGER-14), which a registry grown after construction skips.
     this.current = new Dispatcher({ ...this.dispatcherOptions, tools: this.registry, ledger: this.ledger });
-    const callback = (...params: unknown[]) => {
+    return server.registerTool(name, mcpConfig as never, this.callback(name, effect, hasInput, call) as never);
+  }
+
+  /** The callback McpServer calls: with (args, extra) when the tool has an input schema, (extra) otherwise. */
+  private callback(name: string, effect: EffectClass, hasInput: boolean, handler: CallScope["handler"]) {
+    return (...params: unknown[]) => {
       const [args, extra] = (hasInput ? params : [undefined, params[0]]) as [unknown, RequestHandlerExtra<ServerRequest, ServerNotification>];
-      return this.handle(name, effect, args, extra, call);
+      return this.handle(name, effect, args, extra, handler);
     };
-    return server.registerTool(name, mcpConfig as never, callback as never);
   }
 
   /**

@@ -312,6 +312,22 @@ describe("MCP-4, MCP-6: refusals and unsettled outcomes are tool errors with a c
   });
 });
 
+describe("registering on several servers", () => {
+  it("EFFECT-1: the same tool on another McpServer keeps its effect class; a different one is refused", () => {
+    const guard = new McpToolGuard({ ledger: new MemoryLedger() });
+    const handler = () => ({ content: [] });
+    guard.registerTool(new McpServer({ name: "a", version: "1" }), "send_payment", { effect: "keyed_write" }, handler);
+    guard.registerTool(new McpServer({ name: "b", version: "1" }), "send_payment", { effect: "keyed_write" }, handler);
+    let caught: unknown;
+    try {
+      guard.registerTool(new McpServer({ name: "c", version: "1" }), "send_payment", { effect: "read" }, handler);
+    } catch (error) {
+      caught = error;
+    }
+    expect(isDispatchOnceError(caught, "invalid_tool_definition")).toBe(true);
+  });
+});
+
 /** Polls a condition on the event loop (no wall-clock assertion: only the order of events matters). */
 async function until(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((resolve) => setTimeout(resolve, 1));
