@@ -1,4 +1,4 @@
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { MemoryLedger, type DispatchEvent } from "@dispatch-once/core";
 import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
@@ -29,7 +29,8 @@ beforeEach(async () => {
     ledger: new MemoryLedger(),
     dispatcher: { allowVolatileLedgerForUnkeyedWrites: true, logger: { warn: () => {} }, onEvent: (e) => events.push(e) },
   });
-  http = createServer(async (req, res) => {
+  http = createServer((req, res) => void serve(req, res));
+  async function serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const server = new McpServer({ name: "billing", version: "1.0.0" });
     guard.registerTool(
       server,
@@ -48,7 +49,7 @@ beforeEach(async () => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
     await transport.handleRequest(req, res, chunks.length > 0 ? JSON.parse(Buffer.concat(chunks).toString("utf8")) : undefined);
-  });
+  }
   await new Promise<void>((resolve) => http.listen(0, "127.0.0.1", resolve));
   url = new URL(`http://127.0.0.1:${(http.address() as AddressInfo).port}/mcp`);
 });
