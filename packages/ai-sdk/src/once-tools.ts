@@ -1,8 +1,10 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import {
+  CONVERSATION_ID_PATTERN,
   defineTool,
   Dispatcher,
   InvalidArgumentError,
+  InvalidKeyInputError,
   type DispatcherOptions,
   type EffectClass,
   type Ledger,
@@ -144,6 +146,11 @@ export class OnceTools<TOOLS extends ToolSet> {
     const turnIndex = input.turnIndex ?? turnIndexOf(input.messages ?? (undefined as never));
     const mode = input.dispatchAt ?? "step";
     if (mode !== "step" && mode !== "tool-call") throw new InvalidArgumentError("input.dispatchAt", 'must be "step" or "tool-call"');
+    // Checked here, not at the first call: a bad id would otherwise surface as every tool's error.
+    if (typeof input.conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(input.conversationId)) {
+      throw new InvalidKeyInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);
+    }
+    if (!Number.isSafeInteger(turnIndex) || turnIndex < 0) throw new InvalidKeyInputError("turnIndex", "must be a non-negative safe integer");
     const turn = this.dispatcher.turn({ conversationId: input.conversationId, turnIndex });
     const started = new Map<string, Promise<DispatchOutcome>>();
     const dispatch = (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions) =>

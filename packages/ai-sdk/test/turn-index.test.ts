@@ -37,6 +37,17 @@ describe("EFFECT-1: every executed tool declares its effect class", () => {
     expect(isDispatchOnceError(caught, "invalid_argument")).toBe(true);
   });
 
+  it("KEY-2: forTurn refuses a conversation id outside core's alphabet before any call runs", () => {
+    const once = createOnceTools({ tools: { noop }, effects: { noop: "keyed_write" }, ledger: new MemoryLedger() });
+    let caught: unknown;
+    try {
+      once.forTurn({ conversationId: "chat id with spaces", messages: [{ role: "user" }] });
+    } catch (error) {
+      caught = error;
+    }
+    expect(isDispatchOnceError(caught, "invalid_key_input")).toBe(true);
+  });
+
   it("passes a tool without execute (a client-side tool) through unchanged", () => {
     const clientSide = tool({ inputSchema: z.object({}) });
     const once = createOnceTools({ tools: { noop, clientSide }, effects: { noop: "read", clientSide: "read" }, ledger: new MemoryLedger() });
