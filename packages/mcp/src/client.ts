@@ -45,6 +45,12 @@ export type ToolCallingClient = Pick<Client, "callTool">;
 export interface McpTurn<C extends ToolCallingClient> {
   /** `client.callTool` with the call's key in `_meta`. */
   callTool(params: CallToolParams, ...rest: DropFirst<Parameters<C["callTool"]>>): ReturnType<C["callTool"]>;
+  /**
+   * Send the LAST call with these params again, with its key (after a transport error or a
+   * timeout, when its result never arrived): the server answers it from the ledger if it ran.
+   * `callTool` with the same params would be the next identical call (a new ordinal, a new key).
+   */
+  resend(params: CallToolParams, ...rest: DropFirst<Parameters<C["callTool"]>>): ReturnType<C["callTool"]>;
   /** The key the next call with these params would carry, without sending it or using up its ordinal. */
   peekKey(params: Pick<CallToolParams, "name" | "arguments">): string;
 }
@@ -72,6 +78,13 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
       const key = idempotencyKeyFor({ ...context, ordinal }, params);
       // Counted only once the key exists: a call refused for its input does not shift later ordinals.
       seen.set(id, ordinal + 1);
+      const send = client.callTool.bind(client) as (...args: unknown[]) => ReturnType<C["callTool"]>;
+      return send(withIdempotencyKey(params, key), ...rest);
+    },
+    resend(params, ...rest) {
+      const sent = seen.get(identity(params));
+      if (sent === undefined) throw new InvalidArgumentError("params", `no call to ${params.name} with these arguments was sent in this turn`);
+      const key = idempotencyKeyFor({ ...context, ordinal: sent - 1 }, params);
       const send = client.callTool.bind(client) as (...args: unknown[]) => ReturnType<C["callTool"]>;
       return send(withIdempotencyKey(params, key), ...rest);
     },

@@ -109,6 +109,23 @@ describe("MCP-1, MCP-2: the client carries core's key in _meta", () => {
     }
   });
 
+  it("resend re-sends the last identical call with its key; callTool again is the next call", async () => {
+    const s = await setup();
+    try {
+      const turn = mcpTurn(s.client, { conversationId: "c_r", turnIndex: 0 });
+      const first = await turn.callTool(invoice);
+      const resent = await turn.resend(invoice);
+      expect(payments.effects().length).toBe(1);
+      expect((resent as CallToolResult)._meta?.[REPLAYED_META]).toBe(true);
+      expect(text(resent)).toBe(text(first));
+      await turn.callTool(invoice);
+      expect(payments.effects().length).toBe(2);
+      expect(() => turn.resend({ name: "create_invoice", arguments: { customer: "never", amount: 1 } })).toThrow(/no call/);
+    } finally {
+      await s.close();
+    }
+  });
+
   it("keeps the caller's other _meta members", async () => {
     const s = await setup();
     try {
