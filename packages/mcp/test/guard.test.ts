@@ -329,6 +329,43 @@ describe("MCP-4, MCP-6: refusals and unsettled outcomes are tool errors with a c
   });
 });
 
+describe("MCP-7: a tool's own isError result is its answer", () => {
+  it("is stored and replayed like any other result: the handler does not run again", async () => {
+    const ledger = new MemoryLedger();
+    const guard = new McpToolGuard({ ledger, dispatcher: { allowVolatileLedgerForUnkeyedWrites: true, logger: { warn: () => {} } } });
+    const server = new McpServer({ name: "billing", version: "1.0.0" });
+    let runs = 0;
+    guard.registerTool(
+      server,
+      "create_invoice",
+      { inputSchema: { customer: z.string(), amount: z.number().int() }, effect: "unkeyed_write" },
+      async ({ customer }) => {
+        runs += 1;
+        return { isError: true, content: [{ type: "text", text: `no such customer ${customer}` }] };
+      },
+    );
+    const client = new Client({ name: "agent", version: "1.0.0" });
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await Promise.all([server.connect(serverSide), client.connect(clientSide)]);
+    try {
+      const first = (await mcpTurn(client, { conversationId: "c_7", turnIndex: 0 }).callTool(invoice)) as CallToolResult;
+      const again = (await mcpTurn(client, { conversationId: "c_7", turnIndex: 0 }).callTool(invoice)) as CallToolResult;
+      expect(runs).toBe(1);
+      expect(first.isError).toBe(true);
+      expect(again.isError).toBe(true);
+      expect(text(again)).toBe("no such customer acme");
+      expect(again._meta?.[REPLAYED_META]).toBe(true);
+      // The tool's answer is not a Dispatch-Once error: no error member, and the row is completed.
+      expect(errorMeta(again)).toBeUndefined();
+      const key = idempotencyKeyFor({ conversationId: "c_7", turnIndex: 0 }, invoice);
+      expect((await ledger.lookup(guard.ledgerKeyFor("create_invoice", key)))?.state).toBe("completed");
+    } finally {
+      await client.close();
+      await server.close();
+    }
+  });
+});
+
 describe("registering on several servers", () => {
   it("EFFECT-1: the same tool on another McpServer keeps its effect class; a different one is refused", () => {
     const guard = new McpToolGuard({ ledger: new MemoryLedger() });
