@@ -15,6 +15,7 @@ export {
   type TurnCommit,
   type AppendResult,
 } from "@dispatch-once/core";
+// Records are the shared runner's (@dispatch-once/runner); re-exported so imports keep working.
 export {
   classifyCallError,
   summarizeEffects,
@@ -27,7 +28,7 @@ export {
   type FailedCallStatus,
   type SupersededAttemptRecord,
   type ConversationRecord,
-} from "./record.js";
+} from "@dispatch-once/runner";
 export {
   ConversationRunner,
   StreamIncompleteError,
