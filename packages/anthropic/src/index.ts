@@ -15,8 +15,18 @@ export {
   type TurnCommit,
   type AppendResult,
 } from "@dispatch-once/core";
-// Records are the shared runner's (@dispatch-once/runner); re-exported so imports keep working.
+// The runner's logic, errors, records and result types are shared with every stream side
+// (@dispatch-once/runner); re-exported so imports keep working.
 export {
+  StreamIncompleteError,
+  InvalidArgumentsJsonError,
+  TurnFailedError,
+  defaultRetryPolicy,
+  type AttemptFailure,
+  type RetryPolicy,
+  type CallReport,
+  type TurnOutcome,
+  type SendResult,
   classifyCallError,
   summarizeEffects,
   forResumedTurn,
@@ -29,18 +39,4 @@ export {
   type SupersededAttemptRecord,
   type ConversationRecord,
 } from "@dispatch-once/runner";
-export {
-  ConversationRunner,
-  StreamIncompleteError,
-  InvalidArgumentsJsonError,
-  TurnFailedError,
-  defaultRetryPolicy,
-  type AttemptFailure,
-  type RetryPolicy,
-  type RunnerEvent,
-  type ConversationRunnerOptions,
-  type CallReport,
-  type TurnOutcome,
-  type SendResult,
-  type UserContent,
-} from "./runner.js";
+export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type UserContent } from "./runner.js";

@@ -14,19 +14,6 @@ import {
 } from "@dispatch-once/runner";
 import { TurnAccumulator } from "./accumulator.js";
 
-// The runner's logic, errors and result types are shared with every stream side (@dispatch-once/runner).
-export {
-  StreamIncompleteError,
-  InvalidArgumentsJsonError,
-  TurnFailedError,
-  defaultRetryPolicy,
-  type AttemptFailure,
-  type RetryPolicy,
-  type CallReport,
-  type TurnOutcome,
-  type SendResult,
-} from "@dispatch-once/runner";
-
 export type UserContent = string | Anthropic.Messages.ContentBlockParam[];
 type RawEvent = Anthropic.Messages.RawMessageStreamEvent;
 
