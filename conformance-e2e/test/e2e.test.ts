@@ -1,7 +1,7 @@
 import { UnguardedDispatcher, type Ledger } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { DEFAULT_END_TO_END_RUNS, runEndToEnd } from "../src/e2e/index.js";
-import { memoryLedgerSubject, type LedgerSubject } from "../src/index.js";
+import { DEFAULT_END_TO_END_RUNS, runEndToEnd } from "../src/index.js";
+import { memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 
 // The reference ledger on a monotonic wall clock, so dead workers' leases really lapse.
 const memory = memoryLedgerSubject();
