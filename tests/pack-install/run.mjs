@@ -165,8 +165,17 @@ writeFileSync(
   JSON.stringify({ name: "ledger-adapter", private: true, version: "1.0.0", devDependencies: { "@dispatch-once/conformance": ours["@dispatch-once/conformance"], "@dispatch-once/core": ours["@dispatch-once/core"] } }, null, 2),
 );
 run("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"], ledgerOnly);
+step("npm ls");
 const installed = run("npm", ["ls", "--all", "--parseable"], ledgerOnly).trim().split("\n").map((p) => p.slice(ledgerOnly.length + 1)).filter(Boolean);
-const expected = ["node_modules/@dispatch-once/conformance", "node_modules/@dispatch-once/core", "node_modules/fast-check", "node_modules/pure-rand"];
+// The kit, core with what core itself needs (its peers, which npm installs), fast-check with its one dependency.
+const corePackage = JSON.parse(readFileSync(join(root, "packages/core/package.json"), "utf8"));
+const expected = [
+  "@dispatch-once/conformance",
+  "@dispatch-once/core",
+  ...Object.keys({ ...corePackage.dependencies, ...corePackage.peerDependencies }),
+  "fast-check",
+  "pure-rand",
+].map((name) => `node_modules/${name}`);
 const unexpected = installed.filter((p) => !expected.includes(p));
 if (unexpected.length > 0) throw new Error(`installing @dispatch-once/conformance pulled in more than core and fast-check:\n${unexpected.join("\n")}`);
 for (const absent of ["express", "better-sqlite3", "@anthropic-ai/sdk", "@dispatch-once/mock-payments", "@dispatch-once/mock-provider", "@dispatch-once/anthropic"]) {
@@ -183,16 +192,19 @@ function cli(args) {
     return { code: e.status, stdout: e.stdout, stderr: e.stderr };
   }
 }
+step("the CLI without the e2e package");
 for (const level of ["e2e", "all"]) {
   const missing = cli(["--adapter", "subject.mjs", "--level", level]);
   if (missing.code !== 2 || !missing.stderr.includes("npm i -D @dispatch-once/conformance-e2e")) {
     throw new Error(`--level ${level} without @dispatch-once/conformance-e2e: expected exit 2 and what to install, got ${missing.code}:\n${missing.stderr}${missing.stdout}`);
   }
 }
+step("the CLI at the ledger level");
 const ledger = cli(["--adapter", "subject.mjs", "--only", "LEDGER-1 ", "--json", "--quiet"]);
 const report = ledger.code === 0 ? JSON.parse(ledger.stdout) : undefined;
 if (report?.conforms !== true || JSON.stringify(report.levels) !== '["ledger"]') throw new Error(`the ledger level alone did not run: ${ledger.code}\n${ledger.stderr}${ledger.stdout.slice(0, 400)}`);
 console.log(`[pack-install]   ${installed.length} packages installed for the ledger level; --level e2e exits 2 naming @dispatch-once/conformance-e2e`);
 
+step("removing the temp dir");
 rmSync(work, { recursive: true, force: true });
 step("passed");
