@@ -8,10 +8,14 @@ import type { ConformanceLevel } from "./types.js";
 /** The package that holds the end-to-end level. */
 export const END_TO_END_PACKAGE = "@dispatch-once/conformance-e2e";
 
+/**
+ * True when `error` says the package itself cannot be found — not a file inside it (an unbuilt
+ * dist) nor one of its own dependencies, which are reported as they are.
+ */
 function isNotFound(error: unknown, packageName: string): boolean {
   const code = (error as { code?: unknown } | null)?.code;
   const message = error instanceof Error ? error.message : "";
-  return (code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND") && message.includes(packageName);
+  return (code === "ERR_MODULE_NOT_FOUND" || code === "MODULE_NOT_FOUND") && (message.includes(`'${packageName}'`) || message.includes(`'${packageName}/`));
 }
 
 /**
