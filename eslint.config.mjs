@@ -11,7 +11,7 @@ export default tseslint.config(
     ignores: ["**/dist/**", "**/node_modules/**", "**/*.mjs", "**/*.cjs", "**/*.js", "**/*.d.ts"],
   },
   {
-    files: ["packages/*/{src,test,examples}/**/*.ts", "apps/*/{src,test}/**/*.ts", "conformance/{src,test}/**/*.ts"],
+    files: ["packages/*/{src,test,examples}/**/*.ts", "apps/*/{src,test}/**/*.ts", "conformance/{src,test}/**/*.ts", "conformance-e2e/{src,test}/**/*.ts"],
     languageOptions: {
       parser: tseslint.parser,
       parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },

@@ -1,62 +1,49 @@
 #!/usr/bin/env node
-import { isAbsolute, resolve } from "node:path";
+import { dirname, isAbsolute, resolve } from "node:path";
 import { readFileSync, writeSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
-import { DEFAULT_END_TO_END_RUNS, END_TO_END_CHECK_NAME, endToEndChecks } from "./e2e/index.js";
 import {
   DEFAULT_CHECK_TIMEOUT_MS,
+  DEFAULT_END_TO_END_RUNS,
   DEFAULT_RUN_TIMEOUT_MS,
   DEFAULT_RUNS,
   MAX_CONSECUTIVE_TIMEOUTS,
   envInteger,
-  propertyTimeoutMs,
   randomSeed,
 } from "./ledger/defaults.js";
+import { LevelNotInstalledError } from "./errors/level-not-installed.js";
+import { END_TO_END_PACKAGE, loadEndToEndLevel } from "./levels.js";
 import { ledgerChecks, MODEL_CHECK_PREFIX } from "./ledger/index.js";
 import { RESULT_PROPERTY_NAME } from "./ledger/result-property.js";
-import { PendingOperations, trackSubject } from "./ledger/tracking.js";
 import { renderFailures, renderReportJson, renderReportTable, runChecks } from "./report.js";
-import type { Check, CheckResult, LedgerSubject } from "./types.js";
-
-interface LevelOptions {
-  runs: number;
-  seed: number;
-  path?: string;
-  vectors?: unknown;
-  checkTimeoutMs: number;
-}
+import type { Check, CheckResult, ConformanceLevel, LedgerSubject, LevelOptions } from "./types.js";
 
 /** The property checks of the ledger level: a --path belongs to exactly one of them. */
 const LEDGER_PROPERTIES = [MODEL_CHECK_PREFIX, RESULT_PROPERTY_NAME];
 
-/**
- * The kit's levels. Each turns a subject into named checks; the report and the exit status
- * are the same for all. A property check of a level is replayed with --level L --seed S --path P.
- */
-const LEVELS: Record<string, { build: (subject: LedgerSubject, o: LevelOptions) => Check[]; replayOnly: (c: Check) => boolean }> = {
-  ledger: {
-    build: (subject, o) => ledgerChecks(subject, o),
-    replayOnly: (c) => LEDGER_PROPERTIES.some((p) => c.name.startsWith(p)),
-  },
-  e2e: {
-    build: (subject, o) => {
-      // The end-to-end level gets the same fail-closed treatment from here: the subject's calls are
-      // tracked for the timeout report, the check has a time limit that grows with its runs, and
-      // fast-check is told to stop a little before it (an interrupted run is reported as a failure).
-      const pending = new PendingOperations();
-      const limit = propertyTimeoutMs(o.checkTimeoutMs, o.runs, o.path !== undefined);
-      const checks = endToEndChecks(trackSubject(subject, pending), {
-        runs: o.runs,
-        seed: o.seed,
-        timeLimitMs: Math.floor(limit * 0.9),
-        ...(o.path === undefined ? {} : { path: o.path }),
-      });
-      return checks.map((c) => ({ ...c, timeoutMs: c.timeoutMs ?? limit, pending: c.pending ?? (() => pending.list()) }));
-    },
-    replayOnly: () => true,
-  },
+/** The ledger level (CONF-1), built in. */
+const ledgerLevel: ConformanceLevel = {
+  checks: (subject, o) => ledgerChecks(subject, o),
+  replayable: (c) => LEDGER_PROPERTIES.some((p) => c.name.startsWith(p)),
+  property: (c) => (c.name.startsWith(MODEL_CHECK_PREFIX) ? MODEL_CHECK_PREFIX : c.name.startsWith(RESULT_PROPERTY_NAME) ? "random JSON texts" : c.name.replace(/ \(.*$/, "")),
 };
+
+/**
+ * The kit's levels. Each turns a subject into named checks; the report and the exit status are the
+ * same for all. The end-to-end level is a separate package (its mocks pull express and
+ * better-sqlite3), loaded when it is asked for: `--level e2e` and `--level all` fail with exit 2 and
+ * what to install when it is missing; with no --level, the run covers every level installed and
+ * says on stderr and in the report's `levels` which ran.
+ */
+const LEVEL_NAMES = ["ledger", "e2e"] as const;
+type LevelName = (typeof LEVEL_NAMES)[number];
+
+async function loadLevel(level: LevelName, adapter: string): Promise<ConformanceLevel> {
+  if (level === "ledger") return ledgerLevel;
+  // From the kit's own place, then the user's project (the working directory, the adapter's directory).
+  return loadEndToEndLevel({ from: [process.cwd(), dirname(resolve(process.cwd(), adapter))] });
+}
 
 const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
        (from the monorepo root: pnpm conformance --adapter <module> [options])
@@ -64,7 +51,8 @@ const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
   --adapter <path>        module whose default export is a LedgerSubject, or a function
                           returning one (or a promise of one)
   --level <level>         ledger (the ledger contract, CONF-1), e2e (random conversations
-                          through the turn runner, CONF-2) or all (default)
+                          through the turn runner, CONF-2; needs ${END_TO_END_PACKAGE})
+                          or all (both). Default: every level installed
   --runs <n>              runs of every property check of every level (default: each
                           level's own, below)
   --e2e-runs <n>          runs of the end-to-end property (default --runs, else
@@ -89,7 +77,8 @@ property interrupted by its limit fails; after ${MAX_CONSECUTIVE_TIMEOUTS} check
 run's limit is reached, the remaining checks fail as not run.
 
 Exit status: 0 when every MUST rule that applies passes, 1 when one fails (a timeout
-included), 2 on bad usage or an internal error.`;
+included), 2 on bad usage (${END_TO_END_PACKAGE} missing for --level e2e or all included)
+or an internal error.`;
 
 class UsageError extends Error {}
 /** The adapter itself misbehaved before any check could run (exit 1, like a failing check). */
@@ -119,7 +108,9 @@ function withinLimit<T>(promise: Promise<T>, ms: number, what: string): Promise<
 
 interface CliOptions {
   adapter: string;
-  levels: string[];
+  levels: LevelName[];
+  /** No --level: the e2e level runs when its package is installed, and is left out (with a note) when not. */
+  levelsByDefault: boolean;
   /** Runs per level, as resolved (explicit flags, then the environment, then the defaults). */
   runs: Record<string, number>;
   seed: number;
@@ -139,7 +130,7 @@ function parse(argv: string[]): CliOptions | "help" {
       args: argv,
       options: {
         adapter: { type: "string" },
-        level: { type: "string", default: "all" },
+        level: { type: "string" },
         runs: { type: "string" },
         "e2e-runs": { type: "string" },
         seed: { type: "string" },
@@ -176,14 +167,15 @@ function parse(argv: string[]): CliOptions | "help" {
   };
   if (values.path !== undefined && values.seed === undefined) throw new UsageError("--path needs the --seed it was printed with");
   const level = values.level ?? "all";
-  if (level !== "all" && !(level in LEVELS)) throw new UsageError(`--level must be one of ${[...Object.keys(LEVELS), "all"].join(", ")}, got ${JSON.stringify(level)}`);
+  if (level !== "all" && !(LEVEL_NAMES as readonly string[]).includes(level)) throw new UsageError(`--level must be one of ${[...LEVEL_NAMES, "all"].join(", ")}, got ${JSON.stringify(level)}`);
   if (values.path !== undefined && level === "all") throw new UsageError("--path replays one level's property: give --level ledger or --level e2e");
   if (values.path !== undefined && !/^\d+(:\d+)*$/.test(values.path)) throw new UsageError(`--path must look like 3:1:0, got ${JSON.stringify(values.path)}`);
   const runs = int("runs", values.runs, 1);
   // The same sources in the same order as ledgerChecks and endToEndChecks resolve them.
   const options: CliOptions = {
     adapter: values.adapter,
-    levels: level === "all" ? Object.keys(LEVELS) : [level],
+    levels: level === "all" ? [...LEVEL_NAMES] : [level as LevelName],
+    levelsByDefault: values.level === undefined,
     runs: {
       ledger: runs ?? env("CONFORMANCE_RUNS", 1) ?? DEFAULT_RUNS,
       e2e: int("e2e-runs", values["e2e-runs"], 1) ?? runs ?? env("CONFORMANCE_E2E_RUNS", 1) ?? DEFAULT_END_TO_END_RUNS,
@@ -252,12 +244,24 @@ export async function main(argv: string[]): Promise<number> {
   let options: CliOptions | "help";
   let subject: LedgerSubject;
   let checks: Array<Check & { level: string }>;
+  const levels = new Map<LevelName, ConformanceLevel>();
   try {
     options = parse(argv);
     if (options === "help") {
       process.stdout.write(`${USAGE}\n`);
       return 0;
     }
+    // The levels first: a missing package is a usage error, reported before the adapter is touched.
+    for (const level of options.levels) {
+      try {
+        levels.set(level, await loadLevel(level, options.adapter));
+      } catch (error) {
+        if (!(LevelNotInstalledError.isInstance(error) && options.levelsByDefault)) throw error;
+        // No --level asked for it: run what is installed, and say so (the report's `levels` too).
+        process.stderr.write(`dispatch-once-conformance: the ${level} level is not installed (${error.packageName}): running ${options.levels.filter((l) => l !== level).join(", ")} only\n`);
+      }
+    }
+    options.levels = options.levels.filter((l) => levels.has(l));
     subject = await loadSubject(options.adapter, options.checkTimeoutMs);
     const o = options;
     checks = o.levels.flatMap((level) => {
@@ -269,13 +273,19 @@ export async function main(argv: string[]): Promise<number> {
         ...(o.vectors === undefined ? {} : { vectors: o.vectors }),
       };
       return (
-        LEVELS[level]!.build(subject, levelOptions)
+        levels
+          .get(level)!
+          .checks(subject, levelOptions)
           // A replay runs only the property the path belongs to.
-          .filter((c) => o.path === undefined || LEVELS[level]!.replayOnly(c))
+          .filter((c) => o.path === undefined || levels.get(level)!.replayable(c))
           .map((c) => Object.assign(c, { level }))
       );
     });
   } catch (error) {
+    if (LevelNotInstalledError.isInstance(error)) {
+      process.stderr.write(`dispatch-once-conformance: ${error.message}\n`);
+      return 2;
+    }
     if (error instanceof UsageError || error instanceof TypeError) {
       process.stderr.write(`dispatch-once-conformance: ${error.message}\n\n${USAGE}\n`);
       return 2;
@@ -317,15 +327,9 @@ export async function main(argv: string[]): Promise<number> {
     const cx = c.counterexample;
     // No path, no replay: a property that was interrupted, or that failed before fast-check named a case.
     if (cx === undefined || cx.path === "") return undefined;
-    const level = levelOf.get(`${c.rule} ${c.name}`) ?? "ledger";
-    // A path belongs to one property: name it (the part of the check name before its run count).
-    const property = c.name.startsWith(MODEL_CHECK_PREFIX)
-      ? MODEL_CHECK_PREFIX
-      : c.name.startsWith(RESULT_PROPERTY_NAME)
-        ? "random JSON texts"
-        : c.name.startsWith(END_TO_END_CHECK_NAME.slice(0, 20))
-          ? "end to end"
-          : c.name.replace(/ \(.*$/, "");
+    const level = (levelOf.get(`${c.rule} ${c.name}`) ?? "ledger") as LevelName;
+    // A path belongs to one property: its level names it (the part of the check name before its run count).
+    const property = (levels.get(level) ?? ledgerLevel).property(c);
     return `pnpm conformance --adapter ${shellQuote(opts.adapter)} --level ${level} --seed ${cx.seed} --path ${shellQuote(cx.path)} --only ${shellQuote(property)}`;
   };
   if (opts.json) {

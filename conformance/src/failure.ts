@@ -1,18 +1,31 @@
 import { inspect, isDeepStrictEqual } from "node:util";
 import type { Counterexample } from "./types.js";
 
+const FAILURE_BRAND: unique symbol = Symbol.for("dispatch-once.conformance.failure") as never;
+
 /**
  * Thrown by a check that found the subject breaking a rule. `violates` names the rule when
  * it differs from the check's own (a model check covers several rules).
+ *
+ * Recognised with `ConformanceFailure.isInstance` (a `Symbol.for` brand), never `instanceof`: a
+ * level in another package (`@dispatch-once/conformance-e2e`) may throw it from another copy of
+ * this module (its CJS build, or another version), and the report must still read its rule.
  */
 export class ConformanceFailure extends Error {
   readonly violates: string | undefined;
   readonly counterexample: Counterexample | undefined;
+  declare readonly [FAILURE_BRAND]: true;
   constructor(message: string, options: { violates?: string; counterexample?: Counterexample; cause?: unknown } = {}) {
     super(message, { cause: options.cause });
     this.name = "ConformanceFailure";
     this.violates = options.violates;
     this.counterexample = options.counterexample;
+    Object.defineProperty(this, FAILURE_BRAND, { value: true });
+  }
+
+  /** True for a failure thrown by any copy of the kit. */
+  static isInstance(error: unknown): error is ConformanceFailure {
+    return typeof error === "object" && error !== null && (error as { [FAILURE_BRAND]?: unknown })[FAILURE_BRAND] === true;
   }
 }
 

@@ -150,10 +150,10 @@ export async function runCheck(check: Check, limits: { timeoutMs?: number; runLe
     rule: check.rule,
     name: check.name,
     status: "fail",
-    error: error instanceof ConformanceFailure ? error.message : describeError(error),
+    error: ConformanceFailure.isInstance(error) ? error.message : describeError(error),
     durationMs,
   };
-  if (error instanceof ConformanceFailure) {
+  if (ConformanceFailure.isInstance(error)) {
     if (error.counterexample !== undefined) result.counterexample = error.counterexample;
     if (error.violates !== undefined && error.violates !== check.rule) result.violates = [error.violates];
   }

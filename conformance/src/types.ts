@@ -156,3 +156,26 @@ export interface Report {
   rules: RuleSummary[];
   checks: CheckResult[];
 }
+
+/** What the CLI hands every level: the resolved settings of one run. */
+export interface LevelOptions {
+  runs: number;
+  seed: number;
+  path?: string;
+  vectors?: unknown;
+  checkTimeoutMs: number;
+}
+
+/**
+ * A level of the kit as the CLI drives it. The ledger level is built in; the end-to-end level is
+ * `endToEndLevel` of `@dispatch-once/conformance-e2e`, loaded only when asked for, so that this
+ * package depends on core and fast-check alone.
+ */
+export interface ConformanceLevel {
+  /** The level's checks for a subject, with the CLI's fail-closed limits applied. */
+  checks(subject: LedgerSubject, options: LevelOptions): Check[];
+  /** True for the check a `--path` of this level replays (a property check). */
+  replayable(check: Check): boolean;
+  /** For a property check, the `--only` text that names it in a printed replay command. */
+  property(check: Pick<Check, "name">): string;
+}

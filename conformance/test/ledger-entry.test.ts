@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
+import { LevelNotInstalledError, loadEndToEndLevel } from "../src/index.js";
 
 /**
  * An adapter author who wants only the ledger checks installs core and fast-check, nothing of the
@@ -70,5 +71,21 @@ describe("the ledger level depends on @dispatch-once/core and fast-check only", 
       require: { types: "./dist/ledger.d.cts", default: "./dist/ledger.cjs" },
     });
     for (const file of [pkg.exports["./ledger"]!.import.default, pkg.exports["./ledger"]!.require.default]) expect(existsSync(join(root, file)), file).toBe(true);
+  });
+});
+
+describe("the end-to-end level is a separate package (@dispatch-once/conformance-e2e)", () => {
+  it("this package depends on core (peer) and fast-check only: no mocks, no SDK, no express or better-sqlite3", () => {
+    const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { dependencies: Record<string, string>; peerDependencies: Record<string, string> };
+    expect(Object.keys(pkg.dependencies)).toEqual(["fast-check"]);
+    expect(Object.keys(pkg.peerDependencies)).toEqual(["@dispatch-once/core"]);
+  });
+
+  it("a level whose package is missing is a LevelNotInstalledError naming what to install", async () => {
+    const error = await loadEndToEndLevel({ packageName: "@dispatch-once/conformance-e2e-not-here", from: [root] }).catch((e: unknown) => e);
+    expect(LevelNotInstalledError.isInstance(error)).toBe(true);
+    expect(error).toMatchObject({ code: "level_not_installed", level: "e2e", packageName: "@dispatch-once/conformance-e2e-not-here" });
+    expect((error as Error).message).toContain("npm i -D @dispatch-once/conformance-e2e-not-here");
+    expect((error as Error).message).toContain("--level ledger");
   });
 });

@@ -35,6 +35,7 @@ const PUBLISHED = [
   "packages/mcp",
   "packages/ai-sdk",
   "conformance",
+  "conformance-e2e",
 ];
 // What a user's project lists besides our packages: the SDK, zod and the driver it uses.
 const USER_DEPENDENCIES = { "@anthropic-ai/sdk": "1.14.0", openai: "6.49.0", "@opentelemetry/api": "1.9.1", "@modelcontextprotocol/sdk": "1.32.2", ai: "6.0.325", zod: "4.6.7", "better-sqlite3": "12.11.1" };
@@ -64,6 +65,8 @@ mkdirSync(app);
 step(`packing ${PUBLISHED.length} packages into ${tarballs}`);
 /** @type {Record<string, string>} */
 const ours = {};
+/** @type {Record<string, string>} */
+const tarballOf = {};
 for (const dir of PUBLISHED) {
   const pkg = JSON.parse(readFileSync(join(root, dir, "package.json"), "utf8"));
   for (const file of ["LICENSE", "README.md"]) {
@@ -74,6 +77,7 @@ for (const dir of PUBLISHED) {
   const made = readdirSync(tarballs).filter((f) => !before.has(f));
   if (made.length !== 1) throw new Error(`pnpm pack in ${dir} made ${made.length} tarballs`);
   ours[pkg.name] = `file:${join(tarballs, made[0])}`;
+  tarballOf[pkg.name] = join(tarballs, made[0]);
 }
 
 writeFileSync(
@@ -147,5 +151,61 @@ for (const bin of ["dispatch-once-mock-payments", "dispatch-once-mock-provider",
   if (!/port/.test(help)) throw new Error(`${bin} --help printed no usage:\n${help}`);
 }
 
+step("the conformance CLI loads the end-to-end level from the installed @dispatch-once/conformance-e2e");
+writeFileSync(join(app, "subject.mjs"), 'import { memoryLedgerSubject } from "@dispatch-once/conformance/ledger";\nexport default memoryLedgerSubject("ledger-memory");\n');
+const e2e = JSON.parse(run(join(app, "node_modules/.bin/dispatch-once-conformance"), ["--adapter", "subject.mjs", "--level", "e2e", "--e2e-runs", "2", "--seed", "1", "--json", "--quiet"], app));
+if (e2e.conforms !== true || JSON.stringify(e2e.levels) !== '["e2e"]') throw new Error(`--level e2e did not certify the memory ledger: ${JSON.stringify(e2e).slice(0, 400)}`);
+
+// An adapter author who wants the ledger checks installs @dispatch-once/conformance (and core, its
+// peer) and nothing of the end-to-end level: no mocks, no express, no better-sqlite3, no SDK.
+step("the ledger-level kit alone: installs without the mocks, and --level e2e says what to install");
+const ledgerOnly = join(work, "ledger-only");
+mkdirSync(ledgerOnly);
+writeFileSync(
+  join(ledgerOnly, "package.json"),
+  JSON.stringify({ name: "ledger-adapter", private: true, version: "1.0.0", devDependencies: { "@dispatch-once/conformance": ours["@dispatch-once/conformance"], "@dispatch-once/core": ours["@dispatch-once/core"] } }, null, 2),
+);
+run("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", "--ignore-scripts", "--loglevel=error"], ledgerOnly);
+step("npm ls");
+const installed = run("npm", ["ls", "--all", "--parseable"], ledgerOnly).trim().split("\n").map((p) => p.slice(ledgerOnly.length + 1)).filter(Boolean);
+// The kit, core with what core itself needs (its peers, which npm installs), fast-check with its one dependency.
+const corePackage = JSON.parse(readFileSync(join(root, "packages/core/package.json"), "utf8"));
+const expected = [
+  "@dispatch-once/conformance",
+  "@dispatch-once/core",
+  ...Object.keys({ ...corePackage.dependencies, ...corePackage.peerDependencies }),
+  "fast-check",
+  "pure-rand",
+].map((name) => `node_modules/${name}`);
+const unexpected = installed.filter((p) => !expected.includes(p));
+if (unexpected.length > 0) throw new Error(`installing @dispatch-once/conformance pulled in more than core and fast-check:\n${unexpected.join("\n")}`);
+for (const absent of ["express", "better-sqlite3", "@anthropic-ai/sdk", "@dispatch-once/mock-payments", "@dispatch-once/mock-provider", "@dispatch-once/anthropic"]) {
+  if (existsSync(join(ledgerOnly, "node_modules", absent))) throw new Error(`installing @dispatch-once/conformance installed ${absent}`);
+}
+writeFileSync(join(ledgerOnly, "subject.mjs"), 'import { memoryLedgerSubject } from "@dispatch-once/conformance/ledger";\nexport default memoryLedgerSubject("ledger-memory");\n');
+const cliPath = join(ledgerOnly, "node_modules/.bin/dispatch-once-conformance");
+/** The CLI's status and output, whatever the status. */
+function cli(args) {
+  try {
+    return { code: 0, stdout: execFileSync(cliPath, args, { cwd: ledgerOnly, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }), stderr: "" };
+  } catch (error) {
+    const e = /** @type {{ status: number, stdout: string, stderr: string }} */ (error);
+    return { code: e.status, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+step("the CLI without the e2e package");
+for (const level of ["e2e", "all"]) {
+  const missing = cli(["--adapter", "subject.mjs", "--level", level]);
+  if (missing.code !== 2 || !missing.stderr.includes("npm i -D @dispatch-once/conformance-e2e")) {
+    throw new Error(`--level ${level} without @dispatch-once/conformance-e2e: expected exit 2 and what to install, got ${missing.code}:\n${missing.stderr}${missing.stdout}`);
+  }
+}
+step("the CLI at the ledger level");
+const ledger = cli(["--adapter", "subject.mjs", "--only", "LEDGER-1 ", "--json", "--quiet"]);
+const report = ledger.code === 0 ? JSON.parse(ledger.stdout) : undefined;
+if (report?.conforms !== true || JSON.stringify(report.levels) !== '["ledger"]') throw new Error(`the ledger level alone did not run: ${ledger.code}\n${ledger.stderr}${ledger.stdout.slice(0, 400)}`);
+console.log(`[pack-install]   ${installed.length} packages installed for the ledger level; --level e2e exits 2 naming @dispatch-once/conformance-e2e`);
+
+step("removing the temp dir");
 rmSync(work, { recursive: true, force: true });
 step("passed");

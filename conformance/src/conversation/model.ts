@@ -569,7 +569,7 @@ export async function runConversationModelProperty(subject: ConversationStoreSub
     const shrunk = details.counterexample[0] as ConversationStep[];
     const replay = await runConversationScenario(subject, fixture, shrunk, instances);
     const original = details.errorInstance;
-    const violates = replay.error?.violates ?? (original instanceof ConformanceFailure ? original.violates : undefined);
+    const violates = replay.error?.violates ?? (ConformanceFailure.isInstance(original) ? original.violates : undefined);
     const counterexample: Counterexample = {
       seed: details.seed,
       path: details.counterexamplePath ?? "",

@@ -8,6 +8,13 @@
 export const DEFAULT_RUNS = 100;
 
 /**
+ * Runs of the end-to-end property (level 2, CONF-2, in @dispatch-once/conformance-e2e):
+ * CONFORMANCE_E2E_RUNS, else this. Kept here so that the CLI resolves every level's runs the same
+ * way whether or not that package is installed; CI certifies every ledger with 1,000.
+ */
+export const DEFAULT_END_TO_END_RUNS = 1000;
+
+/**
  * Time limit of one deterministic check, and of every 100 runs of a property check:
  * CONFORMANCE_CHECK_TIMEOUT_MS, else this. The slowest deterministic check waits about 3 s of real
  * time (retention); a healthy adapter finishes any check in a few seconds.

@@ -13,7 +13,7 @@ import { RESULT_PROPERTY_NAME, runResultProperty } from "./result-property.js";
 import { PendingOperations, trackSubject } from "./tracking.js";
 import { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase } from "./vectors.js";
 
-export { randomSeed, resolveLedgerOptions, propertyTimeoutMs, envInteger, ENVIRONMENT, DEFAULT_RUNS, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_RUN_TIMEOUT_MS, MAX_CONSECUTIVE_TIMEOUTS, type ResolvedLedgerOptions, type EnvironmentVariable } from "./defaults.js";
+export { randomSeed, resolveLedgerOptions, propertyTimeoutMs, envInteger, ENVIRONMENT, DEFAULT_RUNS, DEFAULT_END_TO_END_RUNS, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_RUN_TIMEOUT_MS, MAX_CONSECUTIVE_TIMEOUTS, type ResolvedLedgerOptions, type EnvironmentVariable } from "./defaults.js";
 export { checkContext, seededKey, type LedgerCheckContext } from "./context.js";
 export { PendingOperations, trackSubject } from "./tracking.js";
 export { skewProcessClock } from "./skew.js";
@@ -37,6 +37,8 @@ export type {
   Report,
   RuleSummary,
   RuleRequirement,
+  ConformanceLevel,
+  LevelOptions,
 } from "../types.js";
 export {
   runChecks,
@@ -56,6 +58,7 @@ export {
 } from "../report.js";
 export { RULES, ruleInfo, compareRuleIds, type RuleInfo } from "../rules.js";
 export { ConformanceFailure } from "../failure.js";
+export { LevelNotInstalledError } from "../errors/level-not-installed.js";
 
 const CAPABILITY_WORDS: Record<SubjectCapability, string> = {
   sharedAcrossProcesses: "needs sharedAcrossProcesses (one winner across instances)",

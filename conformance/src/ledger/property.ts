@@ -47,7 +47,7 @@ export async function runModelProperty(subject: LedgerSubject, options: Property
   // once more for a clean timeline (and to tell a deterministic failure from a timing-dependent one).
   const replay = outcome.replay && last !== undefined ? last : await runScenario(subject, shrunk, { seed: options.seed });
   const original = outcome.error;
-  const violates = replay.error?.violates ?? (original instanceof ConformanceFailure ? original.violates : undefined);
+  const violates = replay.error?.violates ?? (ConformanceFailure.isInstance(original) ? original.violates : undefined);
   const note =
     replay.error === undefined && !outcome.replay
       ? "the shrunk case passed on replay: the failure is not deterministic (timing-dependent); replay it a few times"

@@ -1,4 +1,5 @@
-import { registerEndToEndChecks, registerLedgerChecks } from "@dispatch-once/conformance";
+import { registerLedgerChecks } from "@dispatch-once/conformance";
+import { registerEndToEndChecks } from "@dispatch-once/conformance-e2e";
 import { afterAll, describe, it } from "vitest";
 import { closeSubjectPool, postgresSubject } from "./subject.js";
 

@@ -1,4 +1,5 @@
-import { registerEndToEndChecks, registerLedgerChecks } from "@dispatch-once/conformance";
+import { registerLedgerChecks } from "@dispatch-once/conformance";
+import { registerEndToEndChecks } from "@dispatch-once/conformance-e2e";
 import { describe, it } from "vitest";
 import { redisSubject } from "./subject.js";
 

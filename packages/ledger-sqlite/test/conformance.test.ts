@@ -3,7 +3,8 @@ import { describe, expect, it } from "vitest";
 import { bindLedgerCheck, leasesOnOneClock, skewedProcessClock } from "@dispatch-once/conformance/ledger";
 import { SqliteLedger, type SqliteLedgerOptions } from "../src/index.js";
 import { createSqliteSubject } from "./subject.js";
-import { registerEndToEndChecks, registerLedgerChecks } from "@dispatch-once/conformance";
+import { registerLedgerChecks } from "@dispatch-once/conformance";
+import { registerEndToEndChecks } from "@dispatch-once/conformance-e2e";
 import subject from "./conformance-subject.js";
 
 registerLedgerChecks(subject, { describe, it });

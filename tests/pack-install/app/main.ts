@@ -13,6 +13,7 @@ import * as conversationPostgres from "@dispatch-once/conversation-postgres";
 import * as ledgerPostgres from "@dispatch-once/ledger-postgres";
 import * as ledgerRedis from "@dispatch-once/ledger-redis";
 import * as conformance from "@dispatch-once/conformance";
+import * as conformanceE2e from "@dispatch-once/conformance-e2e";
 import * as openaiSide from "@dispatch-once/openai";
 import * as telemetry from "@dispatch-once/opentelemetry";
 import * as mockOpenai from "@dispatch-once/mock-openai";
@@ -56,6 +57,7 @@ async function main(): Promise<void> {
       Object.keys(ledgerPostgres).length > 0,
       Object.keys(ledgerRedis).length > 0,
       Object.keys(conformance).length > 0,
+      typeof conformanceE2e.endToEndLevel.checks === "function",
       Object.keys(openaiSide).length > 0,
       Object.keys(telemetry).length > 0,
       Object.keys(mockOpenai).length > 0,

@@ -1,7 +1,19 @@
-import { ConformanceFailure } from "../failure.js";
-import { randomSeed, registerChecks, type TestRegistrar } from "../ledger/index.js";
-import { runProperty } from "../ledger/property-runner.js";
-import type { Check, Counterexample, LedgerSubject } from "../types.js";
+import {
+  ConformanceFailure,
+  DEFAULT_END_TO_END_RUNS,
+  PendingOperations,
+  envInteger,
+  propertyTimeoutMs,
+  randomSeed,
+  trackSubject,
+  type ConformanceLevel,
+  registerChecks,
+  runProperty,
+  type Check,
+  type Counterexample,
+  type LedgerSubject,
+  type TestRegistrar,
+} from "@dispatch-once/conformance/ledger";
 import { runCase, type CaseOptions, type CaseRun } from "./case.js";
 import { scenarioArbitrary, type Scenario } from "./scenario.js";
 import { startWorld } from "./world.js";
@@ -27,21 +39,13 @@ export interface EndToEndOptions extends CaseOptions {
 export const END_TO_END_CHECK_NAME =
   "end to end: random conversations, stream cuts at every position, downstream faults, worker deaths, distinct messages sent together, re-asks and every replay route perform each intent's effects exactly once and tell the truth about them";
 
-/** Runs a certification makes unless told otherwise: CI certifies every ledger with 1,000. */
-export const DEFAULT_END_TO_END_RUNS = 1000;
-
-function envInteger(name: string): number | undefined {
-  const raw = process.env[name];
-  if (raw === undefined || raw === "") return undefined;
-  const n = Number(raw);
-  if (!Number.isSafeInteger(n)) throw new Error(`${name} must be an integer, got ${JSON.stringify(raw)}`);
-  return n;
-}
+/** Runs a certification makes unless told otherwise (CONFORMANCE_E2E_RUNS, else this): 1,000. */
+export { DEFAULT_END_TO_END_RUNS };
 
 /** The end-to-end level as checks (issue 6, level 2), named after CONF-2. */
 export function endToEndChecks(subject: LedgerSubject, options: EndToEndOptions = {}): Check[] {
   // CI sizes runs and pins seeds through the environment, as the ledger level does.
-  const runs = options.runs ?? envInteger("CONFORMANCE_E2E_RUNS") ?? DEFAULT_END_TO_END_RUNS;
+  const runs = options.runs ?? envInteger("CONFORMANCE_E2E_RUNS", 1) ?? DEFAULT_END_TO_END_RUNS;
   const seed = options.seed ?? envInteger("CONFORMANCE_SEED") ?? randomSeed();
   return [
     {
@@ -58,6 +62,28 @@ export function registerEndToEndChecks(subject: LedgerSubject, t: TestRegistrar,
   // Shrinking a failure replays whole conversations; allow for it beyond the runs themselves.
   registerChecks(`${subject.name} end to end (spec CONF-2)`, endToEndChecks(subject, options), t, 1_800_000);
 }
+
+/**
+ * The end-to-end level as the `dispatch-once-conformance` CLI of @dispatch-once/conformance drives
+ * it (`--level e2e`), with the same fail-closed treatment as the ledger level: the subject's calls
+ * are tracked for the timeout report, the check has a time limit that grows with its runs, and
+ * fast-check is told to stop a little before it (an interrupted run is reported as a failure).
+ */
+export const endToEndLevel: ConformanceLevel = {
+  checks: (subject, o) => {
+    const pending = new PendingOperations();
+    const limit = propertyTimeoutMs(o.checkTimeoutMs, o.runs, o.path !== undefined);
+    const checks = endToEndChecks(trackSubject(subject, pending), {
+      runs: o.runs,
+      seed: o.seed,
+      timeLimitMs: Math.floor(limit * 0.9),
+      ...(o.path === undefined ? {} : { path: o.path }),
+    });
+    return checks.map((c) => ({ ...c, timeoutMs: c.timeoutMs ?? limit, pending: c.pending ?? (() => pending.list()) }));
+  },
+  replayable: () => true,
+  property: () => "end to end",
+};
 
 export async function runEndToEnd(subject: LedgerSubject, options: EndToEndOptions = {}): Promise<void> {
   const world = await startWorld();
@@ -99,7 +125,7 @@ export async function runEndToEnd(subject: LedgerSubject, options: EndToEndOptio
     // The shrunk scenario once more, for its timeline (a replay already ran it once: that is the run).
     const replay = outcome.replay && last !== undefined ? last : await runCase(world, subject, shrunk, options);
     const error = outcome.error;
-    const fromError = error instanceof ConformanceFailure ? error.violates : undefined;
+    const fromError = ConformanceFailure.isInstance(error) ? error.violates : undefined;
     const found = replay.violations;
     const violates = found[0]?.rule ?? fromError;
     const timeline = replay.timeline;

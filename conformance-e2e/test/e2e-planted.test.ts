@@ -10,9 +10,8 @@ import {
   type TurnSnapshot,
 } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { endToEndChecks, runEndToEnd } from "../src/e2e/index.js";
-import { ConformanceFailure } from "../src/failure.js";
-import { memoryLedgerSubject, type LedgerSubject } from "../src/index.js";
+import { endToEndChecks, runEndToEnd } from "../src/index.js";
+import { ConformanceFailure, memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 
 /**
  * Issue 12: the end-to-end oracle bites. Each test plants one broken piece that the effect-count

@@ -593,6 +593,7 @@ export const REASK_SUFFIX = " again";
 export function programProvider(world: World, scenario: Scenario, account: string): void {
   const plans: Record<string, ReturnType<typeof turn>> = {};
   const cuts = new Map<string, StreamCut[]>();
+  const outages = new Map<string, StreamCut>();
   const plan = (calls: PlannedCall[]) =>
     turn(...calls.map((c) => toolUse(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {})));
   for (const conversation of scenario.conversations) {
@@ -601,6 +602,7 @@ export function programProvider(world: World, scenario: Scenario, account: strin
       plans[text] = plan(message.calls);
       plans[text + REASK_SUFFIX] = plan(reaskCalls(message.calls));
       cuts.set(text, message.cuts);
+      if (message.outage !== undefined) outages.set(text, message.outage);
     }
   }
   world.provider.setScript(scriptFromPlans(plans));
@@ -608,7 +610,8 @@ export function programProvider(world: World, scenario: Scenario, account: strin
     // Faults apply to the request whose last message is the user's text: the tool turn.
     const last = request.messages[request.messages.length - 1];
     const text = typeof last?.content === "string" ? last.content : undefined;
-    const planned = text === undefined ? undefined : cuts.get(text)?.[info.attempt - 1];
+    // The planned cut of this attempt; else, from the second request on, the outage.
+    const planned = text === undefined ? undefined : (cuts.get(text)?.[info.attempt - 1] ?? (info.attempt >= 2 ? outages.get(text) : undefined));
     if (planned === undefined) return undefined;
     const fault: Fault =
       planned.kind === "error_event"

@@ -50,6 +50,14 @@ export interface MessagePlan {
   downstream: Partial<Record<number, DownstreamFault>>;
   death: WorkerDeath | undefined;
   /**
+   * A provider outage that outlasts every retry and re-send: from the second request for this
+   * message's turn on, every response is cut here. With a death after a call's effect and a cut
+   * before that call, no later attempt reaches it: the dead worker's effect is known only to the
+   * downstream and the ledger, and the message ends failed (issue 12: every effect of every
+   * attempt must still be accounted for, RECORD-5, RECORD-6).
+   */
+  outage: StreamCut | undefined;
+  /**
    * Call indexes whose result cannot be stored (LEDGER-10): the effect happens, the ledger row
    * fails closed with result_not_storable and the turn fails without a retry.
    */
@@ -83,7 +91,8 @@ export interface Scenario {
 export function faultFree(scenario: Scenario): boolean {
   return scenario.conversations.every((c) =>
     c.messages.every(
-      (m) => m.cuts.length === 0 && Object.keys(m.downstream).length === 0 && m.death === undefined && m.unstorable.length === 0,
+      (m) =>
+        m.cuts.length === 0 && Object.keys(m.downstream).length === 0 && m.death === undefined && m.outage === undefined && m.unstorable.length === 0,
     ),
   );
 }
@@ -194,8 +203,27 @@ function messageArbitrary(conversation: number, message: number, previous: Plann
         route: fc.constantFrom<ReplayRoute>("automatic_retry", "client_resend", "queue_redelivery", "double_send"),
         concurrent: message === 0 ? fc.constant(false) : fc.boolean().chain((b) => (b ? fc.boolean() : fc.constant(false))),
         reask: fc.boolean(),
-      });
+      }).chain((plan) => outageArbitrary(plan).map((outage): MessagePlan => ({ ...plan, outage })));
     });
+}
+
+/**
+ * Mostly none. With a death after a call's effect, often a cut inside that call's arguments or
+ * before it: the case where the dead worker's effect is reached by no later attempt.
+ */
+function outageArbitrary(plan: Omit<MessagePlan, "outage">): fc.Arbitrary<StreamCut | undefined> {
+  const none = fc.constant(undefined);
+  const death = plan.death;
+  if (death === undefined || death.when !== "after_response_before_complete") {
+    return fc.oneof({ weight: 12, arbitrary: none }, { weight: 1, arbitrary: cutArbitrary(plan.calls.length) });
+  }
+  const beforeTheCall = fc.record({
+    at: fc.constant("arguments" as const),
+    toolUse: fc.constant(death.call),
+    afterFragment: fc.integer({ min: 0, max: 2 }),
+    kind: cutKind,
+  });
+  return fc.oneof({ weight: 1, arbitrary: none }, { weight: 2, arbitrary: beforeTheCall }, { weight: 1, arbitrary: cutArbitrary(plan.calls.length) });
 }
 
 function conversationArbitrary(conversation: number): fc.Arbitrary<ConversationPlan> {
@@ -208,11 +236,11 @@ function conversationArbitrary(conversation: number): fc.Arbitrary<ConversationP
   return fc.integer({ min: 1, max: 3 }).chain((count) => messages(count, 0, [])).map((m) => ({ id: `conv-${conversation}`, messages: m }));
 }
 
-/** No cut, no downstream fault, no death, no unstorable result: the calm runs. */
+/** No cut, no outage, no downstream fault, no death, no unstorable result: the calm runs. */
 function calm(conversation: ConversationPlan): ConversationPlan {
   return {
     id: conversation.id,
-    messages: conversation.messages.map((m) => ({ ...m, cuts: [], downstream: {}, death: undefined, unstorable: [] })),
+    messages: conversation.messages.map((m) => ({ ...m, cuts: [], downstream: {}, death: undefined, outage: undefined, unstorable: [] })),
   };
 }
 

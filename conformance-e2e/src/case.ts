@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { isDispatchOnceError, type ConversationStore, type StoredMessage } from "@dispatch-once/core";
 import type { FailedTurnRecord } from "@dispatch-once/anthropic";
-import type { LedgerFixture, LedgerSubject } from "../types.js";
+import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
 import { checkOracle, type OracleViolation } from "./oracle.js";
 import { faultFree, sendGroups, type MessagePlan, type Scenario } from "./scenario.js";
 import {

@@ -269,6 +269,8 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<
   for (const e of ctx.events) if (e.type === "turn_failed" || e.type === "attempt_superseded") for (const x of e.record.calls) if (x.key !== undefined) keyOfCall.set(x.callId, x.key);
   const namedBy = new Map<string, Set<string>>();
   const answersByKey = new Map<string, string>();
+  /** Keys of write calls the committed conversation answers (as a success or an error). */
+  const committedKeys = new Set<string>();
   for (const c of conversations) {
     for (const t of c.turns) {
       const uses = blocksOf(t.assistant).filter((b) => b.type === "tool_use");
@@ -282,6 +284,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<
         // The key the call was dispatched under, as the runner reported it; the spec's key when it did not.
         const key = keyOfCall.get(use.id ?? "") ?? expectedKey(c.id, t.turnIndex, name, use.input, ordinal);
         const block = results.get(use.id);
+        if (key !== undefined && block !== undefined && WRITES.has(name)) committedKeys.add(key);
         if (key === undefined || block === undefined || !WRITES.has(name)) continue;
         const text = typeof block.content === "string" ? block.content : JSON.stringify(block.content);
         const where = `${name} key ${short(key)} (turn ${t.turnIndex} of ${c.id}, message ${JSON.stringify(t.messageId)})`;
@@ -423,8 +426,9 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<
   }
   // Across workers: a message that ended failed must have every effect its turn made listed in
   // one of its records, whichever live worker made it (RECORD-5). A dead worker writes no record
-  // and nobody else learns its keys unless a later attempt reaches the same call: counted, not
-  // failed (see the kit's README).
+  // and nobody else learns its keys unless a later attempt reaches the same call: such an effect
+  // is judged by checkEveryEffectAccounted below (RECORD-6: the resumed turn's record must say
+  // that an earlier holder's attempts may have had effects it does not list).
   const deadWorkers = new Set(ctx.timeline.filter((t) => t.what.startsWith("DIES")).map((t) => t.who));
   for (const c of conversations) {
     for (const [id, s] of c.stored) {
@@ -471,6 +475,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<
       }
     }
   }
+  checkEveryEffectAccounted(ctx, conversations, effects, committedKeys, deadWorkers, add);
   for (const c of conversations) {
     for (const [id, s] of c.stored) {
       if (s.state !== "failed") continue;
@@ -532,5 +537,79 @@ function checkCalm(ctx: CaseContext, conversations: ConversationState[], add: (r
       const state = c.stored.get(m.id)?.state ?? "never stored";
       if (state !== "answered") add("TURN-9", `${c.id}: message ${JSON.stringify(m.id)} ended ${state} ${calm}`);
     }
+  }
+}
+
+/**
+ * Every effect of every attempt is accounted for (issue 12; RECORD-5, RECORD-6, TURN-13, proposed
+ * RECORD-7): what the user can read — the committed conversation, the records kept beside it —
+ * covers each effect the downstream performed. An effect is accounted for when its key is
+ * answered in a committed turn, or listed as `happened` / `may_have_happened` by a record (a
+ * failed-turn or superseded-attempt record, or a failed-turn record's per-key summary), or, when
+ * it was made by a worker that died (which writes nothing), covered by a later failed-turn
+ * record of its turn that says `resumed: true` (RECORD-6: the earlier holder's attempts, which it
+ * does not list, may have had effects). The kit knows every key (it ran every tool), so it needs
+ * nothing from the ledger's rows. A message nobody resolved (neither answered nor failed: its
+ * client gave up while it was in flight) was told nothing yet: counted, not failed.
+ */
+function checkEveryEffectAccounted(
+  ctx: CaseContext,
+  conversations: ConversationState[],
+  effects: Effect[],
+  committedKeys: Set<string>,
+  deadWorkers: Set<string>,
+  add: (rule: string, message: string) => void,
+): void {
+  const count = (name: string) => (ctx.diagnostics[name] = (ctx.diagnostics[name] ?? 0) + 1);
+  type AnyRecord = FailedTurnRecord | SupersededAttemptRecord;
+  const records: AnyRecord[] = [];
+  for (const e of ctx.events) if (e.type === "turn_failed" || e.type === "attempt_superseded") records.push(e.record);
+  for (const c of conversations) for (const r of c.records) records.push(r as unknown as AnyRecord);
+  const listed = new Set<string>();
+  for (const r of records) {
+    for (const x of r.calls ?? []) if (x.key !== undefined && SAYS_MAYBE.has(x.effect)) listed.add(x.key);
+    if (r.kind === "failed_turn") for (const x of r.effects ?? []) if (SAYS_MAYBE.has(x.effect)) listed.add(x.key);
+  }
+  const runsByKey = new Map<string, ToolRun[]>();
+  for (const run of ctx.runs) runsByKey.set(run.key, [...(runsByKey.get(run.key) ?? []), run]);
+  // Keys a live worker's attempt reached (dispatched, or found in the ledger): a record or a commit speaks for them.
+  const reached = new Set<string>();
+  for (const e of ctx.events) if (e.type === "call_resolved" && e.key !== undefined) reached.add(e.key);
+  for (const e of effects) {
+    if (!["payment_created", "payment_voided", "invoice_created"].includes(e.kind) || e.idempotencyKey === null) continue;
+    const key = e.idempotencyKey;
+    const runs = runsByKey.get(key) ?? [];
+    const run = runs[0];
+    if (run === undefined) continue; // CONF-2 above: an effect no run was given the key of
+    const byDead = runs.some((r) => deadWorkers.has(r.worker));
+    if (byDead) count("dead_worker_effects");
+    if (byDead && !reached.has(key)) count("dead_worker_effect_unreached");
+    if (committedKeys.has(key) || listed.has(key)) continue;
+    const madeAt = Date.parse(e.at) - ctx.started;
+    // The failed-turn records of its turn written after it was made.
+    const later = records.filter(
+      (r): r is FailedTurnRecord =>
+        r.kind === "failed_turn" && r.conversationId === run.conversationId && r.turnIndex === run.turnIndex && Date.parse(r.at) - ctx.started >= madeAt,
+    );
+    if (byDead && later.some((r) => r.resumed === true)) {
+      if (!reached.has(key)) count("dead_worker_effect_unreached_reported_by_resumed_record");
+      continue;
+    }
+    const c = conversations.find((x) => x.id === run.conversationId);
+    const atSlot = [...(c?.stored.values() ?? [])].filter((m) => m.turnIndex === run.turnIndex);
+    if (later.length === 0 && !atSlot.some((m) => m.state === "answered" || m.state === "failed")) {
+      count("effect_of_unresolved_message");
+      continue;
+    }
+    const who = byDead ? `${run.worker}, which died before it could record it,` : run.worker;
+    add(
+      later.length > 0 ? (byDead ? "RECORD-6" : "RECORD-5") : "RECORD-7",
+      `${describeEffect(e)}, made by ${who} (${run.tool} at turn ${run.turnIndex} of ${run.conversationId}), is accounted for nowhere: ` +
+        `no committed turn answers its key, no record lists it` +
+        (later.length > 0
+          ? `, and the ${later.length} failed-turn record(s) of that turn written after it do not say the turn was resumed (an earlier holder's attempts may have had effects)`
+          : ", and no failed-turn record of that turn was written after it") +
+        `: the user is never told it happened`,
+    );
   }
 }
