@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS "public"."dispatch_once_ledger" (
   error            text,               -- failed: the StoredError as JSON text
   reason           text,               -- unknown: why, e.g. lease_expired
   request          text,               -- the first claim's request, byte for byte (LEDGER-21)
-  claim_id         text                -- the in-flight claim's claim id, if it gave one (LEDGER-26); last, as when added
+  claim_id         text                -- the claim id of the row's claim, if it gave one (LEDGER-26); a released row refuses it (LEDGER-27); last, as when added
 );
 
 -- A table created before the request column gets it here (last, as in a new table). It is
