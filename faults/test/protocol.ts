@@ -13,6 +13,8 @@ export interface WorkerConfig {
   leaseMs: number;
   waitMs: number;
   claimRetryMs: number;
+  /** A JSON-lines file the worker appends its dispatcher's events to (the oracle quotes them in a violation). */
+  tracePath: string;
 }
 
 /** One dispatch of one intent (a replay of the same call has the same conversation, turn and input). */

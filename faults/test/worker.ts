@@ -7,6 +7,7 @@
  * argv[2]: JSON WorkerConfig.
  */
 import { Dispatcher, ToolError, catalogueEntry, defineTool, isDispatchOnceError, type Ledger } from "@dispatch-once/core";
+import { appendFileSync } from "node:fs";
 import { z } from "zod";
 import type { Call, Report, WorkerConfig } from "./protocol.js";
 
@@ -94,15 +95,44 @@ function planted(ledger: Ledger): Ledger {
   };
 }
 
+/**
+ * Every claim call in the trace: its claim id, when it was sent and when it was answered or failed.
+ * The oracle needs it to tell a claimant that could not reach the store for its whole lease (the
+ * row then expires by LEDGER-7, as a dead claimant's does) from a false unknown.
+ */
+function traced(ledger: Ledger): Ledger {
+  const claim = ledger.claim.bind(ledger);
+  ledger.claim = async (request) => {
+    const sentAt = Date.now();
+    const base = { type: "ledger_claim", key: request.key, claimId: request.claimId, sentAt };
+    try {
+      const answer = await claim(request);
+      trace({ ...base, outcome: answer.outcome, fence: answer.outcome === "claimed" ? answer.fence : answer.row.fence });
+      return answer;
+    } catch (error) {
+      trace({ ...base, error: isDispatchOnceError(error) ? error.code : String(error) });
+      throw error;
+    }
+  };
+  return ledger;
+}
+
 const dispatcher = new Dispatcher({
   tools: [pay, invoice],
-  ledger: planted(await openLedger()),
+  ledger: traced(planted(await openLedger())),
   owner: `worker-${config.id}`,
   leaseMs: config.leaseMs,
   waitMs: config.waitMs,
   claimRetryMs: config.claimRetryMs,
-  logger: { warn: () => {} },
+  // Every event and warning, with the worker and the time, for the oracle to quote: a violation
+  // is diagnosed from what the dispatchers did with its key, not guessed at.
+  onEvent: (event) => trace(event),
+  logger: { warn: (message: string, fields?: Record<string, unknown>) => trace({ type: "warn", message, ...fields }) },
 });
+
+function trace(event: object): void {
+  appendFileSync(config.tracePath, `${JSON.stringify({ at: Date.now(), worker: config.id, ...event })}\n`);
+}
 
 process.on("message", (message: Call) => {
   const turn = { conversationId: message.conversationId, turnIndex: message.turnIndex };

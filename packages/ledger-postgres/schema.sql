@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS "public"."dispatch_once_ledger" (
   error            text,               -- failed: the StoredError as JSON text
   reason           text,               -- unknown: why, e.g. lease_expired
   request          text,               -- the first claim's request, byte for byte (LEDGER-21)
-  claim_id         text                -- the in-flight claim's claim id, if it gave one (LEDGER-26); last, as when added
+  claim_id         text                -- the claim id of the row's claim, if it gave one (LEDGER-26); a released row refuses it (LEDGER-27); last, as when added
 );
 
 -- A table created before the request column gets it here (last, as in a new table). It is
@@ -77,6 +77,7 @@ DECLARE
   claimed_request text;
   is_claimable boolean;
   is_own boolean;
+  is_released boolean;
   held text;
 BEGIN
   -- Inside a transaction that has written, a rollback would undo the claim after the tool
@@ -105,11 +106,14 @@ BEGIN
              r.state = 'released'
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
-              AND r.lease_expires_at <= now_ms))) IS TRUE THEN NULL ELSE to_json(r)::text END, (p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id)
-      INTO is_claimable, held, is_own
+              AND r.lease_expires_at <= now_ms))) IS TRUE THEN NULL ELSE to_json(r)::text END, (p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id), (p_claim_id IS NOT NULL AND r.v = 1 AND r.state = 'released' AND r.expires_at > now_ms AND r.claim_id IS NOT DISTINCT FROM p_claim_id), r.fence
+      INTO is_claimable, held, is_own, is_released, claimed_fence
       FROM "public"."dispatch_once_ledger" AS r WHERE r.key = p_key;
     IF NOT FOUND THEN
       CONTINUE;  -- swept since the INSERT: try the INSERT again
+    END IF;
+    IF is_released THEN
+      RETURN 's' || claimed_fence;  -- a late copy of a released claim: it must not take the row again
     END IF;
     IF is_own THEN
       -- The same claim sent again (its reply was lost): it holds the row, live or expired, with

@@ -101,8 +101,16 @@ for (const c of load("ledger-transitions.json").cases) {
     };
     switch (step.op) {
       case "claim": {
-        const r = await ledger.claim({ key: step.key, toolName: "test_tool", effect: step.effect, owner: step.owner, leaseMs: step.leaseMs, request: step.request });
-        if (r.outcome !== step.expect.outcome) problems.push(`${where}: outcome ${r.outcome}`);
+        let r;
+        try {
+          r = await ledger.claim({ key: step.key, toolName: "test_tool", effect: step.effect, owner: step.owner, leaseMs: step.leaseMs, request: step.request, claimId: step.claimId });
+        } catch (e) {
+          // A refused claim (a malformed claim id; a released claim id, proposed LEDGER-27) expects {error}.
+          r = { error: e.code ?? String(e) };
+        }
+        if (step.expect.outcome === undefined || r.error !== undefined) {
+          if (!same(r, step.expect)) problems.push(`${where}: ${JSON.stringify(r)}`);
+        } else if (r.outcome !== step.expect.outcome) problems.push(`${where}: outcome ${r.outcome}`);
         else if (r.outcome === "claimed") {
           if (r.fence !== step.expect.fence || r.takeover !== step.expect.takeover) problems.push(`${where}: ${JSON.stringify(r)}`);
           // LEDGER-21: the claimed result carries the row's stored request, byte for byte.

@@ -12,12 +12,15 @@ def request_of(owner):
     return '{"payee":"acct_991","amount":4200,"memo":"attempt %s"}' % owner
 
 
-def claim(key="k1", owner="a", effect="keyed_write", lease_ms=30000, request=None, returns=None, **expect):
-    """A claim sending `request` (the owner's default when None); `returns` is the request it must get back."""
+def claim(key="k1", owner="a", effect="keyed_write", lease_ms=30000, request=None, returns=None, claim_id=None, **expect):
+    """A claim sending `request` (the owner's default when None) and, when given, a claim id (LEDGER-26);
+    `returns` is the request it must get back."""
     if returns is not None:
         expect["request"] = returns
     step = {"op": "claim", "key": key, "effect": effect, "owner": owner, "leaseMs": lease_ms}
     step["request"] = request if request is not None else request_of(owner)
+    if claim_id is not None:
+        step["claimId"] = claim_id
     step["expect"] = expect
     return step
 
@@ -28,6 +31,19 @@ def claimed(fence, takeover=False, **kw):
 
 def existing(state, fence, key="k1", owner="b", effect="keyed_write", **fields):
     return claim(key=key, owner=owner, effect=effect, outcome="existing", state=state, fence=fence, **fields)
+
+
+def refused(code, key="k1", owner="a", effect="keyed_write", **kw):
+    """A claim the ledger refuses, raising `code` (no outcome)."""
+    step = claim(key=key, owner=owner, effect=effect, **kw)
+    step["expect"] = {"error": code}
+    return step
+
+
+# Claim ids (LEDGER-26): 16 to 64 characters from [A-Za-z0-9_-]; one per claim attempt.
+CID_A = "cid-a_0123456789ABCDEF"
+CID_B = "cid-b_0123456789ABCDEF"
+CID_C = "cid-c_0123456789ABCDEF"
 
 
 def op(name, key="k1", fence=1, expect=None, **kw):
@@ -235,12 +251,75 @@ def ledger_cases() -> dict:
          existing("in_flight", 1, returns=odd_request), op("release"), claimed(2, owner="b", returns=odd_request),
          op("complete", fence=2, result=PAY_RESULT), existing("completed", 2, owner="c", result=PAY_RESULT, returns=odd_request),
          lookup(state="completed", fence=2, request=odd_request))
+    # LEDGER-26: a claim carrying a claim id (claimId) is recognised by it, and only by it, while its row is in flight.
+    case("LEDGER-26", "a claim sent again with its claim id on its own live in-flight row is the same claim: claimed, same fence, not a takeover, the stored request, whatever owner and request the copy carries",
+         claimed(1, claim_id=CID_A, returns=ra), claimed(1, owner="a2", claim_id=CID_A, returns=ra),
+         claimed(1, owner="b", claim_id=CID_A, returns=ra), lookup(state="in_flight", fence=1, owner="a", request=ra),
+         op("complete", result=PAY_RESULT), lookup(state="completed", fence=1, result=PAY_RESULT))
+    case("LEDGER-26", "the claim sent again restarts its lease: after the lease ran out it is still claimed (not a takeover), and then another claimant meets a live claim",
+         claimed(1, claim_id=CID_A), hook("expire_lease"), claimed(1, claim_id=CID_A, returns=ra),
+         existing("in_flight", 1, claim_id=CID_B), existing("in_flight", 1, owner="c"))
+    case("LEDGER-26", "an unkeyed_write claim sent again after its lease ran out, before anyone acted on it, is the same claim, not unknown; its lease restarts",
+         claimed(1, effect="unkeyed_write", claim_id=CID_A), hook("expire_lease"),
+         claimed(1, effect="unkeyed_write", claim_id=CID_A, returns=ra), lookup(state="in_flight", fence=1, owner="a"),
+         existing("in_flight", 1, effect="unkeyed_write", claim_id=CID_B),
+         op("complete", result=PAY_RESULT), existing("completed", 1, effect="unkeyed_write", result=PAY_RESULT))
+    case("LEDGER-26", "another claim id, no claim id, or the same owner string without the claim id meets a live row as existing (LEDGER-16)",
+         claimed(1, claim_id=CID_A), existing("in_flight", 1, claim_id=CID_B), existing("in_flight", 1),
+         existing("in_flight", 1, owner="a"), existing("in_flight", 1, owner="a", claim_id=CID_B),
+         lookup(state="in_flight", fence=1, owner="a"))
+    case("LEDGER-26", "a claim without a claim id is never recognised, even by a claim without one: its own copy after the lease is a takeover",
+         claimed(1), hook("expire_lease"), claimed(2, takeover=True, owner="a", returns=ra))
+    case("LEDGER-26", "another claim id on an expired keyed_write row is a takeover; the first claim id then meets the taker's claim",
+         claimed(1, claim_id=CID_A), hook("expire_lease"), claimed(2, takeover=True, owner="b", claim_id=CID_B, returns=ra),
+         existing("in_flight", 2, owner="a", claim_id=CID_A), claimed(2, owner="b", claim_id=CID_B, returns=ra),
+         op("complete", fence=1, result=PAY_RESULT, expect=STALE), op("complete", fence=2, result=PAY_RESULT))
+    case("LEDGER-26", "another claim id on an expired unkeyed_write row turns it unknown (LEDGER-7); the first claim id then meets unknown",
+         claimed(1, effect="unkeyed_write", claim_id=CID_A), hook("expire_lease"),
+         existing("unknown", 1, effect="unkeyed_write", reason="lease_expired", claim_id=CID_B),
+         existing("unknown", 1, owner="a", effect="unkeyed_write", reason="lease_expired", claim_id=CID_A))
+    case("LEDGER-26", "after the row finished the claim id is an ordinary claim: completed, failed and unknown rows are existing",
+         claimed(1, claim_id=CID_A), op("complete", result=PAY_RESULT),
+         claimed(1, key="k2", claim_id=CID_B), op("fail", key="k2", error=DECLINED),
+         claimed(1, key="k3", claim_id=CID_C), op("markUnknown", key="k3", reason="tool_error"),
+         existing("completed", 1, owner="a", claim_id=CID_A, result=PAY_RESULT),
+         existing("failed", 1, key="k2", owner="a", claim_id=CID_B, error=DECLINED),
+         existing("unknown", 1, key="k3", owner="a", claim_id=CID_C, reason="tool_error"))
+    case("LEDGER-26", "release by claim id (DISPATCH-16): the claim whose reply was lost is sent again with its id, claimed with its fence, and released; the next claim re-claims with fence 2 and the first request",
+         claimed(1, effect="unkeyed_write", claim_id=CID_A), claimed(1, effect="unkeyed_write", claim_id=CID_A, returns=ra),
+         op("release"), lookup(state="released", fence=1, request=ra),
+         claimed(2, owner="b", effect="unkeyed_write", claim_id=CID_B, returns=ra), lookup(state="in_flight", fence=2, owner="b"))
+    # Proposed LEDGER-27 (spec notes): a released row refuses the claim id it was released under.
+    case("LEDGER-26", "proposed LEDGER-27: a late copy of a claim released by its claim id is refused with stale_claim and changes nothing; another claim id re-claims",
+         claimed(1, effect="unkeyed_write", claim_id=CID_A), op("release"),
+         refused("stale_claim", effect="unkeyed_write", claim_id=CID_A), lookup(state="released", fence=1, request=ra),
+         refused("stale_claim", owner="z", effect="keyed_write", claim_id=CID_A), lookup(state="released", fence=1),
+         claimed(2, owner="b", effect="unkeyed_write", claim_id=CID_B, returns=ra))
+    case("LEDGER-26", "proposed LEDGER-27: a released row refuses only the claim id it was released under; a re-claim stores its own id, which a later release keeps",
+         claimed(1, claim_id=CID_A), op("release"), claimed(2, owner="b", claim_id=CID_B, returns=ra),
+         claimed(2, owner="b", claim_id=CID_B, returns=ra), existing("in_flight", 2, owner="a", claim_id=CID_A),
+         op("release", fence=2), refused("stale_claim", owner="b", claim_id=CID_B),
+         claimed(3, owner="a", claim_id=CID_A, returns=ra))
+    case("LEDGER-26", "proposed LEDGER-27: a row released without a claim id refuses nobody; after retention the released claim id is forgotten with its row (LEDGER-19)",
+         claimed(1), op("release"), claimed(2, owner="b", claim_id=CID_A, returns=ra),
+         claimed(1, key="k2", claim_id=CID_B), op("release", key="k2"), hook("expire_retention", key="k2"), sweep(1),
+         claimed(1, key="k2", owner="c", claim_id=CID_B, returns=rc))
+    case("LEDGER-26", "a claim id that does not match [A-Za-z0-9_-]{16,64} is refused (invalid_ledger_input) before anything is written; 16 and 64 characters are accepted",
+         refused("invalid_ledger_input", claim_id="cid-a_012345678"), refused("invalid_ledger_input", claim_id="c" * 65),
+         refused("invalid_ledger_input", claim_id="cid-a_0123456789.ABC"), refused("invalid_ledger_input", claim_id="cid a_0123456789ABC"),
+         refused("invalid_ledger_input", claim_id="cid-a_0123456789AB\n"), refused("invalid_ledger_input", claim_id=""),
+         refused("invalid_ledger_input", claim_id="cid-a_0123456789\u00e9AB"), lookup(absent=True),
+         claimed(1, claim_id="cid-a_0123456789"), claimed(1, key="k2", claim_id="C" * 64),
+         claimed(1, claim_id="cid-a_0123456789"), claimed(1, key="k2", claim_id="C" * 64))
     return {
         "description": (
             "Ledger cases (spec §6). Run each case on a fresh, empty ledger with maxResultBytes 1048576 and the "
             "default retention; run its steps in order and compare each step's result with `expect`. claim: "
             "toolName is any fixed valid name; `request` is the JSON text the claimant sends, opaque to the ledger "
-            "(LEDGER-21); expect {outcome:'claimed', fence, takeover} or {outcome:'existing', state, fence, ...} where "
+            "(LEDGER-21); `claimId`, when present, is the claim's claim id (LEDGER-26), sent as given; expect "
+            "{outcome:'claimed', fence, takeover} or {outcome:'existing', state, fence, ...} or {error:<code>} (the claim is "
+            "refused with that code: invalid_ledger_input for a malformed claim id, stale_claim for the claim id a released "
+            "row was released under) where "
             "result/error/reason/request, when present, MUST equal the claimed result's or the row's (result and request "
             "byte for byte, error as deep JSON equality). complete/fail/markUnknown/release/renew: expect {ok:true} or "
             "{error:<code>}. "

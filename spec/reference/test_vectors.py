@@ -1,4 +1,4 @@
-"""Runs every key-derivation vector in spec/vectors against the Python reference.
+"""Runs every vector in spec/vectors against the Python reference (keys, and the ledger cases on ledger_ref).
 
     python3 spec/reference/test_vectors.py
 
@@ -17,6 +17,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import dispatch_once_ref as ref  # noqa: E402
+import ledger_ref  # noqa: E402
 
 VECTORS = os.path.join(HERE, "..", "vectors")
 PY_SPECIALS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
@@ -39,6 +40,89 @@ def set_pointer(root, pointer: str, value):
     else:
         target[tokens[-1]] = value
     return root
+
+
+def run_ledger_case(case: dict) -> list[str]:
+    """One ledger case on a fresh reference ledger; returns what differed from `expect`."""
+    clock = {"now": 1_000_000}
+    ledger = ledger_ref.ReferenceLedger(lambda: clock["now"])
+    problems: list[str] = []
+
+    def compare(where: str, got: dict, expect: dict) -> None:
+        for field, want in expect.items():
+            if field != "outcome" and got.get(field) != want:
+                problems.append(f"{where}: {field} {got.get(field)!r} != {want!r}")
+
+    def refused(fn) -> dict:
+        try:
+            fn()
+            return {"ok": True}
+        except ledger_ref.LedgerError as e:
+            return {"error": e.code}
+
+    for i, step in enumerate(case["steps"]):
+        where, key, want = f"step {i} {step['op']}", step.get("key", "k1"), step.get("expect")
+        op = step["op"]
+        if op == "claim":
+            outcome: dict = {}
+
+            def run_claim() -> None:
+                outcome.update(ledger.claim(key, step["effect"], step["owner"], step["leaseMs"], step["request"], step.get("claimId")))
+
+            answer = refused(run_claim)
+            if "outcome" not in want or "error" in answer:
+                if answer != want:
+                    problems.append(f"{where}: {answer} != {want}")
+            elif outcome["outcome"] != want["outcome"]:
+                problems.append(f"{where}: outcome {outcome['outcome']}")
+            elif outcome["outcome"] == "claimed":
+                compare(where, outcome, {k: v for k, v in want.items() if k in ("fence", "takeover", "request")})
+            else:
+                compare(where, outcome["row"], want)
+        elif op in ("complete", "fail", "markUnknown", "release", "renew"):
+            fence = step["fence"]
+            if op == "complete":
+                rep = step.get("resultRepeat")
+                text = f'"{rep["char"] * rep["count"]}"' if rep else step["result"]
+                answer = refused(lambda: ledger.complete(key, fence, text))
+            elif op == "fail":
+                answer = refused(lambda: ledger.fail(key, fence, step["error"]))
+            elif op == "markUnknown":
+                answer = refused(lambda: ledger.mark_unknown(key, fence, step["reason"]))
+            elif op == "release":
+                answer = refused(lambda: ledger.release(key, fence))
+            else:
+                answer = refused(lambda: ledger.renew(key, fence, step["leaseMs"]))
+            if answer != want:
+                problems.append(f"{where}: {answer} != {want}")
+        elif op == "lookup":
+            row = ledger.lookup(key)
+            if want.get("absent"):
+                if row is not None:
+                    problems.append(f"{where}: expected absent, got {row['state']}")
+            elif row is None:
+                problems.append(f"{where}: absent")
+            else:
+                compare(where, row, want)
+        elif op == "expire_lease":
+            row = ledger.lookup(key)
+            if row is None or row["state"] != "in_flight":
+                problems.append(f"{where}: no in-flight row")
+            else:
+                clock["now"] = max(clock["now"], row["leaseExpiresAt"])
+        elif op == "expire_retention":
+            row = ledger.lookup(key)  # absent: an earlier clock advance already passed its retention
+            if row is not None and row["state"] == "in_flight":
+                problems.append(f"{where}: row is in flight")
+            elif row is not None:
+                clock["now"] = max(clock["now"], row["finishedAt"] + ledger_ref.DEFAULT_RETENTION_MS)
+        elif op == "sweep":
+            removed = ledger.sweep()
+            if removed != want["removed"]:
+                problems.append(f"{where}: removed {removed}")
+        else:
+            problems.append(f"{where}: unknown op")
+    return problems
 
 
 def main() -> int:
@@ -111,6 +195,10 @@ def main() -> int:
         check(v["id"], projection == v["projection"], f"projection {projection}")
         check(v["id"], ref.canonicalize(projection) == v["canonicalProjection"], "canonicalProjection")
         check(v["id"], key == v["key"], f"key {key}")
+
+    for c in load("ledger-transitions.json")["cases"]:
+        problems = run_ledger_case(c)
+        check(c["id"], not problems, "; ".join(problems))
 
     for f in failures:
         print(f"FAIL {f}")

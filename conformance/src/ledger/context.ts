@@ -23,8 +23,12 @@ export function seededKey(seed: number, scope: string, label: string): string {
   return createHash("sha256").update(`${seed}|${scope}|${label}`).digest("hex").slice(0, 32);
 }
 
-/** mulberry32 over a 32-bit state: small, fast and the same on every platform. */
-function prng(state: number): () => number {
+/**
+ * mulberry32 over a 32-bit state: small, fast and the same on every platform. Uniform in [0, 1).
+ * Exported for harnesses that must replay their random choices from a printed seed (the fault suite).
+ * @example const random = mulberry32(42); random(); // 0.6011037519201636
+ */
+export function mulberry32(state: number): () => number {
   let a = state >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
@@ -37,7 +41,7 @@ function prng(state: number): () => number {
 
 export function checkContext(subject: LedgerSubject, seed: number, scope: string): LedgerCheckContext {
   let n = 0;
-  const random = prng(Number.parseInt(seededKey(seed, scope, "prng").slice(0, 8), 16));
+  const random = mulberry32(Number.parseInt(seededKey(seed, scope, "prng").slice(0, 8), 16));
   return {
     subject,
     seed,

@@ -14,7 +14,7 @@ import { PendingOperations, trackSubject } from "./tracking.js";
 import { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase } from "./vectors.js";
 
 export { randomSeed, resolveLedgerOptions, propertyTimeoutMs, envInteger, ENVIRONMENT, DEFAULT_RUNS, DEFAULT_END_TO_END_RUNS, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_RUN_TIMEOUT_MS, MAX_CONSECUTIVE_TIMEOUTS, type ResolvedLedgerOptions, type EnvironmentVariable } from "./defaults.js";
-export { checkContext, seededKey, type LedgerCheckContext } from "./context.js";
+export { checkContext, mulberry32, seededKey, type LedgerCheckContext } from "./context.js";
 export { PendingOperations, trackSubject } from "./tracking.js";
 export { skewProcessClock } from "./skew.js";
 export { runProperty, valueAtPath, type PropertyOutcome, type PropertyRunOptions } from "./property-runner.js";

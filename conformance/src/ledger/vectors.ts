@@ -15,6 +15,8 @@ export interface VectorStep {
   leaseMs?: number;
   /** The claim's request (LEDGER-21): JSON text the ledger stores and returns byte for byte. */
   request?: string;
+  /** The claim's claim id (LEDGER-26), sent as given (a malformed one is expected to be refused). */
+  claimId?: string;
   fence?: number;
   result?: string;
   resultRepeat?: { char: string; count: number };
@@ -117,14 +119,24 @@ async function performStep(
   };
   switch (step.op) {
     case "claim": {
-      const result: ClaimResult = await ledger.claim({
-        key,
-        toolName: VECTOR_TOOL,
-        effect: step.effect ?? "keyed_write",
-        owner: step.owner ?? "a",
-        leaseMs: step.leaseMs ?? 30_000,
-        request: step.request ?? VECTOR_DEFAULT_REQUEST,
-      });
+      let result: ClaimResult;
+      try {
+        result = await ledger.claim({
+          key,
+          toolName: VECTOR_TOOL,
+          effect: step.effect ?? "keyed_write",
+          owner: step.owner ?? "a",
+          leaseMs: step.leaseMs ?? 30_000,
+          request: step.request ?? VECTOR_DEFAULT_REQUEST,
+          ...(step.claimId === undefined ? {} : { claimId: step.claimId }),
+        });
+      } catch (error) {
+        // A refused claim is compared by its code: a malformed claim id, or the claim id a released
+        // row was released under (proposed LEDGER-27). Anything without a code is a failure.
+        const code = codeOf(error);
+        if (code === undefined) throw error;
+        return { error: code };
+      }
       if (result.outcome === "claimed") return { outcome: "claimed", fence: result.fence, takeover: result.takeover, request: result.request };
       return { outcome: "existing", ...rowFields(result.row) };
     }
@@ -211,7 +223,7 @@ function describeVectorStep(step: VectorStep): string {
   const key = step.key ?? "";
   switch (step.op) {
     case "claim":
-      return `claim ${key} (${step.effect}) by ${step.owner}${step.request === undefined ? "" : ` sending ${show(step.request)}`}`;
+      return `claim ${key} (${step.effect}) by ${step.owner}${step.claimId === undefined ? "" : ` claim id ${show(step.claimId)}`}${step.request === undefined ? "" : ` sending ${show(step.request)}`}`;
     case "complete":
       return `complete ${key} fence=${step.fence} with ${step.resultRepeat ? `"${step.resultRepeat.char}"×${step.resultRepeat.count}` : show(step.result)}`;
     case "fail":

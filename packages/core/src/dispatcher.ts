@@ -472,7 +472,13 @@ export class Dispatcher implements CallDispatcher {
         }
         this.emit({ type: "lost_claim_settled", key: request.key, toolName: request.toolName, ordinal, released });
       } catch (error) {
-        // stale_claim on the release: someone acted on the row first; nothing of ours is left.
+        if (isDispatchOnceError(error, "stale_claim")) {
+          // From the claim: the row was released under this claim id already (an earlier attempt's
+          // release applied, its reply lost; LEDGER-27). From the release: someone acted on the row
+          // first. Either way nothing of ours is left to release.
+          this.emit({ type: "lost_claim_settled", key: request.key, toolName: request.toolName, ordinal, released: false });
+          return;
+        }
         if (!isDispatchOnceError(error, "ledger_unavailable") || Date.now() + delay > until) {
           this.logger.warn("a claim whose reply was lost could not be released; its lease will settle it (LEDGER-7)", {
             key: request.key,

@@ -9,7 +9,7 @@ export {
 } from "./key.js";
 export * from "./errors.js";
 export * from "./ledger.js";
-export { MemoryLedger, assertClaimId, assertStorableResult, utf8ByteLength, type MemoryLedgerOptions } from "./memory-ledger.js";
+export { MemoryLedger, assertClaimId, assertStorableResult, releasedClaimError, utf8ByteLength, type MemoryLedgerOptions } from "./memory-ledger.js";
 export {
   defineTool,
   ToolRegistry,

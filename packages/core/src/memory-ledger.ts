@@ -52,6 +52,15 @@ export function assertClaimId(claimId: unknown): void {
 }
 
 /** A stored row as callers see it: without the bookkeeping (retention deadline, claim id). */
+/**
+ * The answer to a claim whose claim id is the one a released row was released under (LEDGER-27):
+ * that claim is over, and a copy of it (sent before the release, applied after) is stale. Every
+ * ledger answers it with this error, so callers can tell it from a stale fence by its message only.
+ */
+export function releasedClaimError(key: string, fence: number): StaleClaimError {
+  return new StaleClaimError(key, fence, "this claim id was released; a copy of its claim cannot take the row again");
+}
+
 function visibleRow(row: LedgerRow & { expiresAt?: number; claimId?: string }): LedgerRow {
   const { expiresAt: _expires, claimId: _claim, ...visible } = row;
   return structuredClone(visible) as LedgerRow;
@@ -86,8 +95,13 @@ export class MemoryLedger implements Ledger {
       // A forgotten row behaves as one never claimed (LEDGER-19), but the fence keeps rising.
       return this.takeClaim(request, (row?.fence ?? 0) + 1, now, false, request.request);
     }
-    // A re-claim keeps the first claim's request: the re-run sends what the first run sent (LEDGER-21).
-    if (row.state === "released") return this.takeClaim(request, row.fence + 1, now, false, row.request);
+    if (row.state === "released") {
+      // A copy of the claim that was released, arriving late (its reply was lost, and it was
+      // released by its claim id): it must not take the row again, or nobody would hold it (LEDGER-27).
+      if (request.claimId !== undefined && row.claimId === request.claimId) throw releasedClaimError(request.key, row.fence);
+      // A re-claim keeps the first claim's request: the re-run sends what the first run sent (LEDGER-21).
+      return this.takeClaim(request, row.fence + 1, now, false, row.request);
+    }
     if (row.state !== "in_flight") return { outcome: "existing", row: structuredClone(row) };
     // The same claim sent again (its reply was lost): it holds the row, live or expired (LEDGER-26).
     if (request.claimId !== undefined && row.claimId === request.claimId) {
@@ -163,7 +177,9 @@ export class MemoryLedger implements Ledger {
   async release(key: string, fence: number): Promise<void> {
     const row = this.owned(key, fence);
     const now = this.now();
-    this.rows.set(key, { ...this.base(row), state: "released", finishedAt: now, expiresAt: now + this.retentionMs });
+    // The released row keeps the claim id it was released under (LEDGER-27).
+    const claimId = (row as { claimId?: string }).claimId;
+    this.rows.set(key, { ...this.base(row), state: "released", finishedAt: now, expiresAt: now + this.retentionMs, ...(claimId === undefined ? {} : { claimId }) });
   }
 
   async lookup(key: string): Promise<LedgerRow | undefined> {

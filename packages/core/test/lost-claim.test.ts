@@ -118,6 +118,51 @@ describe("a claim is recognised by its claim id (LEDGER-26)", () => {
     expect(runs).toEqual(["once"]);
   });
 
+  it("LEDGER-27 (proposed) a late copy of a claim released by its claim id is refused: the row stays released and a replay runs the tool once", async () => {
+    let down = true;
+    const base = new MemoryLedger();
+    const { ledger, claims } = lossyLedger(base, () => down);
+    const { tool, runs } = counter();
+    const events: DispatchEvent[] = [];
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, pollMs: 1, maxPollMs: 5, claimRetryMs: 30, onEvent: (e) => events.push(e), logger: recordingLogger().logger });
+    const call = { name: "post_note", input: { text: "once" } };
+    await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "ledger_unavailable" });
+    down = false;
+    await expect.poll(() => events.find((e) => e.type === "lost_claim_settled"), { timeout: 5_000 }).toMatchObject({ released: true });
+    // A copy of the first claim that the store applies only now (it was paused, or ran it after the client left).
+    const key = dispatcher.keyFor(call, turn0);
+    await expect(base.claim(claims[0]!)).rejects.toMatchObject({ code: "stale_claim" });
+    expect(await base.lookup(key)).toMatchObject({ state: "released", fence: 1 });
+    const replay = await dispatcher.turn(turn0).dispatch(call);
+    expect(replay.replayed).toBe(false);
+    expect(runs).toEqual(["once"]);
+  });
+
+  it("LEDGER-27 (proposed) a release by claim id whose reply was lost: the next attempt's claim is refused as already released, which settles it without a warning", async () => {
+    let down = true;
+    let releaseLost = true;
+    const base = new MemoryLedger();
+    const { ledger } = lossyLedger(base, () => down);
+    // The store applies the first release, but its reply is lost.
+    ledger.release = async (key: string, fence: number) => {
+      await base.release(key, fence);
+      if (releaseLost) {
+        releaseLost = false;
+        throw new LedgerUnavailableError("release timed out (the store may have applied it)");
+      }
+    };
+    const { tool } = counter();
+    const events: DispatchEvent[] = [];
+    const recorded = recordingLogger();
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, pollMs: 1, maxPollMs: 5, claimRetryMs: 30, onEvent: (e) => events.push(e), logger: recorded.logger });
+    const call = { name: "post_note", input: { text: "once" } };
+    await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "ledger_unavailable" });
+    down = false;
+    await expect.poll(() => events.find((e) => e.type === "lost_claim_settled"), { timeout: 5_000 }).toMatchObject({ released: false });
+    expect(await base.lookup(dispatcher.keyFor(call, turn0))).toMatchObject({ state: "released", fence: 1 });
+    expect(recorded.warnings.filter((w) => w.message.includes("could not be released"))).toEqual([]);
+  });
+
   it("LEDGER-26 a malformed claim id is refused before anything is written", async () => {
     const base = new MemoryLedger();
     const request = { key: "m".repeat(64), toolName: "t", effect: "keyed_write" as const, owner: "o", leaseMs: 1000, request: "{}" };

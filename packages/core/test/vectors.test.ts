@@ -139,15 +139,25 @@ describe("spec/vectors/ledger-transitions.json on the in-memory ledger", () => {
         };
         switch (step.op) {
           case "claim": {
-            const result = await ledger.claim({
-              key,
-              toolName: "send_payment",
-              effect: step.effect as "keyed_write",
-              owner: step.owner as string,
-              leaseMs: step.leaseMs as number,
-              // LEDGER-21: the vectors compare the request a claim returns and a row keeps.
-              request: step.request as string,
-            });
+            const claim = () =>
+              ledger.claim({
+                key,
+                toolName: "send_payment",
+                effect: step.effect as "keyed_write",
+                owner: step.owner as string,
+                leaseMs: step.leaseMs as number,
+                // LEDGER-21: the vectors compare the request a claim returns and a row keeps.
+                request: step.request as string,
+                // LEDGER-26: a claim id, when the step carries one (a malformed one must be refused).
+                ...(step.claimId === undefined ? {} : { claimId: step.claimId as string }),
+              });
+            if (step.expect!.outcome === undefined) {
+              // A refused claim: invalid_ledger_input for a malformed claim id, stale_claim for the
+              // claim id a released row was released under (proposed LEDGER-27).
+              expect(await settle(claim), where).toEqual(step.expect);
+              break;
+            }
+            const result = await claim();
             const seen = result.outcome === "claimed" ? result : { outcome: "existing", ...result.row };
             expect(seen, where).toMatchObject(step.expect!);
             break;

@@ -9,6 +9,7 @@ import {
   StaleClaimError,
   assertClaimId,
   assertStorableResult,
+  releasedClaimError,
   type ClaimRequest,
   type ClaimResult,
   type InFlightRow,
@@ -381,7 +382,8 @@ export class PostgresLedger implements Ledger {
     assertClaimId(request.claimId);
     const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs), own, request.claimId ?? null];
     // One text cell (see claimFunctionSql): 'c<fence> <leaseExpiresAt> <0|1>[ <stored request>]',
-    // 'e<row JSON>' or 't' (refused: inside the caller's transaction).
+    // 'e<row JSON>', 't' (refused: inside the caller's transaction) or 's<fence>' (refused: the
+    // row was released under this claim id, so this is a late copy of a claim that is over; LEDGER-27).
     const { rows } = await this.run<unknown[]>("claim", {
       ...this.prepared(this.sql.claim, values),
       rowMode: "array",
@@ -392,6 +394,7 @@ export class PostgresLedger implements Ledger {
       throw new LedgerUnavailableError(`claim of ${key} returned no answer; nothing was claimed`);
     }
     if (answer[0] === "c") return claimedAnswer(key, answer, own);
+    if (answer[0] === "s") throw releasedClaimError(key, Number(answer.slice(1)));
     const raw = JSON.parse(answer.slice(1)) as RawRow;
     // The claim turned an expired unkeyed_write claim unknown, or found a live in-flight
     // row or a terminal row within retention (or a row it cannot decode: corrupt).

@@ -87,6 +87,9 @@ export function claimFunctionSql(name: TableName): string {
   const unk = "r.state = 'in_flight' AND r.effect = 'unkeyed_write'";
   // A claim meeting its own claim id on the in-flight row is that claim sent again (LEDGER-26).
   const own = "(p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id)";
+  // A claim meeting the released row its own claim id was released under is a late copy of a
+  // claim that is over (its reply was lost and it was released by its claim id): refused (LEDGER-27).
+  const released = "(p_claim_id IS NOT NULL AND r.v = 1 AND r.state = 'released' AND r.expires_at > now_ms AND r.claim_id IS NOT DISTINCT FROM p_claim_id)";
   const claimable = `(r.v = 1 AND r.request IS NOT NULL AND (
              r.state = 'released'
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
@@ -99,6 +102,7 @@ export function claimFunctionSql(name: TableName): string {
   //                                                           the third space is the stored request
   //   'e<row as JSON>'     existing (live, terminal, just turned unknown, or corrupt)
   //   't'                  refused: the caller's transaction has written (LEDGER-22)
+  //   's<fence>'           refused: the row was released under this claim id (LEDGER-27)
   // to_json escapes strings losslessly, so the stored result's and request's bytes survive;
   // bigints are JSON numbers, exact below 2^53.
   return `CREATE OR REPLACE FUNCTION ${claimFunctionName(name)}(
@@ -115,6 +119,7 @@ DECLARE
   claimed_request text;
   is_claimable boolean;
   is_own boolean;
+  is_released boolean;
   held text;
 BEGIN
   -- Inside a transaction that has written, a rollback would undo the claim after the tool
@@ -135,11 +140,14 @@ BEGIN
 
     -- The key exists (and, if a racer was inserting it, that racer has committed: the INSERT
     -- waited for it). Read it with a fresh snapshot, without locking or writing.
-    SELECT ${claimable}, CASE WHEN ${claimable} IS TRUE THEN NULL ELSE to_json(r)::text END, ${own}
-      INTO is_claimable, held, is_own
+    SELECT ${claimable}, CASE WHEN ${claimable} IS TRUE THEN NULL ELSE to_json(r)::text END, ${own}, ${released}, r.fence
+      INTO is_claimable, held, is_own, is_released, claimed_fence
       FROM ${t} AS r WHERE r.key = p_key;
     IF NOT FOUND THEN
       CONTINUE;  -- swept since the INSERT: try the INSERT again
+    END IF;
+    IF is_released THEN
+      RETURN 's' || claimed_fence;  -- a late copy of a released claim: it must not take the row again
     END IF;
     IF is_own THEN
       -- The same claim sent again (its reply was lost): it holds the row, live or expired, with
@@ -252,7 +260,7 @@ CREATE TABLE IF NOT EXISTS ${qualified} (
   error            text,               -- failed: the StoredError as JSON text
   reason           text,               -- unknown: why, e.g. lease_expired
   request          text,               -- the first claim's request, byte for byte (LEDGER-21)
-  claim_id         text                -- the in-flight claim's claim id, if it gave one (LEDGER-26); last, as when added
+  claim_id         text                -- the claim id of the row's claim, if it gave one (LEDGER-26); a released row refuses it (LEDGER-27); last, as when added
 )${partitions === undefined ? "" : " PARTITION BY HASH (key)"};
 ${partitionDdl}
 -- A table created before the request column gets it here (last, as in a new table). It is

@@ -249,6 +249,38 @@ describe("LEDGER-26: a claim the paused server applies after the client gave up 
     expect(runs).toHaveLength(1);
   });
 
+  it("LEDGER-27 (proposed): a copy of a claim that the paused server runs after its claimant released it by claim id is refused; the row stays released, with no in-flight row for a lease to turn unknown", async () => {
+    const schema = await migrated("latecopy");
+    const p = await proxy();
+    const late = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 300, durability: "durable" }));
+    await late.lookup("warm-up");
+    // The backend behind the proxy: once it has exited, it has run everything it received.
+    const { rows: behind } = await admin.query<{ pid: number }>(
+      "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE $1",
+      [`%"${schema}"%`],
+    );
+    expect(behind).toHaveLength(1);
+    const direct = track(new PostgresLedger({ pool: admin, schema, durability: "durable" }));
+    const claim: ClaimRequest = { ...request("late"), claimId: "late-copy-0123456789abcdef" };
+    p.freeze();
+    const lost = await late.claim(claim).then((answer) => answer, (error: unknown) => error);
+    expect(isDispatchOnceError(lost, "ledger_unavailable"), String(lost)).toBe(true);
+    // DISPATCH-16, on a healthy connection: claim again with the same id (it never landed: claimed, fence 1), release it.
+    expect(await direct.claim(claim)).toMatchObject({ outcome: "claimed", fence: 1 });
+    await direct.release("late", 1);
+    p.thaw(); // the paused server resumes and runs the copy it had received
+    for (let polls = 0; ; polls++) {
+      const { rows } = await admin.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1", [behind[0]!.pid]);
+      if (rows.length === 0) break;
+      if (polls > 200) throw new Error("the backend behind the proxy never ran the held claim and exited");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    // Before LEDGER-27 the copy took the released row again: in_flight, fence 2, held by nobody.
+    expect(await storedColumns(admin, schema, "late")).toMatchObject({ state: "released", fence: "1", claim_id: claim.claimId });
+    await expect(direct.claim(claim)).rejects.toMatchObject({ code: "stale_claim" });
+    expect(await direct.claim({ ...request("late", "owner-b"), claimId: "next-claim-0123456789abcd" })).toMatchObject({ outcome: "claimed", fence: 2, takeover: false });
+  });
+
   it("the previous version's seven-argument claim function still works after the migration, and its claims are never taken for a claim id's", async () => {
     const schema = await migrated("claim7");
     const fn = `"${schema}"."dispatch_once_ledger_claim"`;

@@ -8,6 +8,7 @@ import {
   ResultNotStorableError,
   StaleClaimError,
   assertClaimId,
+  releasedClaimError,
   assertStorableResult,
   isDispatchOnceError,
   type ClaimRequest,
@@ -413,6 +414,9 @@ export class RedisLedger implements Ledger {
         if (row.state === "released") throw new LedgerCorruptError(key, "claim returned a released row");
         return { outcome: "existing", row: row as InFlightRow | TerminalRow };
       }
+      case "released_claim":
+        // A late copy of a claim that was released by its claim id (or by its token): refused (LEDGER-27).
+        throw releasedClaimError(key, Number(reply[1]));
       case "corrupt":
         throw new LedgerCorruptError(key, String(reply[1]));
       default:

@@ -33,7 +33,7 @@ import { ROW_FORMAT_VERSION } from "@dispatch-once/core";
  * Every script writes its row at most once and raises only at or before that write, so an error
  * reply always means nothing was written.
  *
- * Replies: {'claimed', fence, leaseExpiresAt, takeover 0|1[, stored request]} | {'existing', value}
+ * Replies: {'claimed', fence, leaseExpiresAt, takeover 0|1[, stored request]} | {'existing', value} | {'released_claim', fence}
  *        | {'ok', time} | {'stale'} | {'corrupt', why} | {'released', fence} | {'none'}.
  * A claim that CREATES the row replies without the request: what it stored is the caller's own
  * argument, so sending it back would only double the bytes on the wire.
@@ -71,9 +71,13 @@ end
 local function index(lease) redis.pcall('ZADD', idx, lease, key) end
 local function unindex() redis.pcall('ZREM', idx, key) end
 -- One concatenation, so a large result is copied once, not once more to prepend the request.
-local function finished(state, fence, claimed, nreq, effect, tool, request, text)
+-- A released row keeps the claim token it was released under (claim, else nil): a late copy of
+-- that claim is refused (LEDGER-27).
+local function finished(state, fence, claimed, nreq, effect, tool, request, text, claim)
+  local kept = ''
+  if claim then kept = ',"claim":"' .. claim .. '"' end
   return '{"v":${V},"state":"' .. state .. '","fence":' .. fence .. ',"claimedAt":' .. claimed ..
-    ',"requestBytes":' .. nreq .. ',"finishedAt":' .. nows .. ',"effect":"' .. effect .. '","toolName":' .. tool .. '}\\n' ..
+    ',"requestBytes":' .. nreq .. ',"finishedAt":' .. nows .. kept .. ',"effect":"' .. effect .. '","toolName":' .. tool .. '}\\n' ..
     request .. text
 end
 -- Finished and released rows live retentionMs more (never 0: the adapter refuses a retention below its floor).
@@ -87,7 +91,7 @@ end
  * (the caller's claim id when it gave one, LEDGER-26).
  * in_flight under this very token -> the same claim: claimed with its fence, lease from now;
  * absent -> in_flight (fence 1, stores ARGV[6]); released -> in_flight (fence+1, keeps the stored request);
- * live in_flight or terminal -> existing;
+ * live in_flight or terminal -> existing; released under this very token -> {'released_claim', fence} (LEDGER-27);
  * expired in_flight: keyed_write -> takeover (fence+1, keeps the request), unkeyed_write -> unknown(lease_expired).
  */
 export const CLAIM_LUA = `${PRELUDE}
@@ -113,6 +117,8 @@ local nextFence = string.format('%d', tonumber(fence) + 1)
 if state == 'released' then
   -- A tombstone is header and request only; anything after is not a row this version wrote.
   if #old ~= nl + tonumber(nreq) then return {'corrupt', 'text after the request of a released row'} end
+  -- A late copy of the claim this row was released under: it must not take the row again (LEDGER-27).
+  if string.match(rest, '^"finishedAt":%d+,"claim":"([%w%._%-]*)",') == ARGV[7] then return {'released_claim', fence} end
   local request = request_of(old, nl, nreq)
   redis.call('SET', key, claimed(nextFence, nreq, request))
   index(lease)
@@ -170,7 +176,9 @@ return {'ok', lease}
 
 /** complete / fail / markUnknown / release. ARGV: 1 fence, 2 new state, 3 retentionMs, 4 body. Keeps the stored request. */
 export const FINISH_LUA = `${PRELUDE}${OWNED}
-store_finished(finished(ARGV[2], fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4]), ARGV[3])
+local kept = nil
+if ARGV[2] == 'released' then kept = claim end
+store_finished(finished(ARGV[2], fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4], kept), ARGV[3])
 unindex()
 return {'ok', nows}
 `;
@@ -191,7 +199,7 @@ if state ~= 'in_flight' then return {'none'} end
 local leaseAt, claim, effect, tool = inflight(rest)
 if not leaseAt then return {'corrupt', 'unreadable in-flight header'} end
 if claim ~= ARGV[1] then return {'none'} end
-store_finished(finished('released', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ''), ARGV[2])
+store_finished(finished('released', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), '', claim), ARGV[2])
 unindex()
 return {'released', fence}
 `;

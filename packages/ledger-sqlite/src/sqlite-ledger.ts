@@ -12,6 +12,7 @@ import {
   assertStorableResult,
   utf8ByteLength,
   assertClaimId,
+  releasedClaimError,
   type ClaimRequest,
   type ClaimResult,
   type InFlightRow,
@@ -465,6 +466,11 @@ export class SqliteLedger implements Ledger {
       if (renewed === undefined) throw new Error("in-flight row changed while holding the write lock");
       return { outcome: "claimed", fence: row.fence, leaseExpiresAt: renewed.lease_expires_at, takeover: false, request: row.request };
     }
+    if (releasedUnder(seen, request) && (expiresAt === null || expiresAt > now)) {
+      // A late copy of a claim that was released by its claim id: it must not take the row again,
+      // or nobody would hold it (LEDGER-27).
+      throw releasedClaimError(request.key, row.fence);
+    }
     if (!this.needsTransition(row, expiresAt, now)) {
       return { outcome: "existing", row: row as InFlightRow | TerminalRow };
     }
@@ -607,7 +613,8 @@ function prepare(db: SqliteDatabase, table: string, now: string): Statements {
     complete: db.prepare(`UPDATE ${t} SET state = 'completed', result = ?, ${finish} ${owned}`),
     fail: db.prepare(`UPDATE ${t} SET state = 'failed', error = ?, ${finish} ${owned}`),
     markUnknown: db.prepare(`UPDATE ${t} SET state = 'unknown', reason = ?, ${finish} ${owned}`),
-    release: db.prepare(`UPDATE ${t} SET state = 'released', ${finish} ${owned}`),
+    // A released row keeps its claim id: a late copy of that claim is refused (LEDGER-27).
+    release: db.prepare(`UPDATE ${t} SET state = 'released', ${finish.replace("claim_id = NULL, ", "")} ${owned}`),
     owns: db.prepare(`SELECT 1 AS one FROM ${t} ${owned}`),
     sweepScan: db.prepare(`SELECT seq, claimed_at, ${now} AS now FROM ${t} WHERE seq > ? ORDER BY seq LIMIT ?`),
     sweepRange: db.prepare(
@@ -639,6 +646,11 @@ function ensureSchema(db: SqliteDatabase, table: string, inFlightIndex: boolean)
 /** Whether the claim meets an in-flight row written by itself: its claim id is on the row (LEDGER-26). */
 function ownClaim(seen: DecodedRow & { claimId: unknown }, request: ClaimRequest): boolean {
   return request.claimId !== undefined && seen.row.state === "in_flight" && seen.claimId === request.claimId;
+}
+
+/** Whether the claim meets the released row its own claim id was released under (LEDGER-27). */
+function releasedUnder(seen: DecodedRow & { claimId: unknown }, request: ClaimRequest): boolean {
+  return request.claimId !== undefined && seen.row.state === "released" && seen.claimId === request.claimId;
 }
 
 /**
