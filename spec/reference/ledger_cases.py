@@ -289,18 +289,18 @@ def ledger_cases() -> dict:
          claimed(1, effect="unkeyed_write", claim_id=CID_A), claimed(1, effect="unkeyed_write", claim_id=CID_A, returns=ra),
          op("release"), lookup(state="released", fence=1, request=ra),
          claimed(2, owner="b", effect="unkeyed_write", claim_id=CID_B, returns=ra), lookup(state="in_flight", fence=2, owner="b"))
-    # Proposed LEDGER-27 (spec notes): a released row refuses the claim id it was released under.
-    case("LEDGER-26", "proposed LEDGER-27: a late copy of a claim released by its claim id is refused with stale_claim and changes nothing; another claim id re-claims",
+    # LEDGER-27: a released row refuses the claim id it was released under.
+    case("LEDGER-27", "a late copy of a claim released by its claim id is refused with stale_claim and changes nothing; another claim id re-claims",
          claimed(1, effect="unkeyed_write", claim_id=CID_A), op("release"),
          refused("stale_claim", effect="unkeyed_write", claim_id=CID_A), lookup(state="released", fence=1, request=ra),
          refused("stale_claim", owner="z", effect="keyed_write", claim_id=CID_A), lookup(state="released", fence=1),
          claimed(2, owner="b", effect="unkeyed_write", claim_id=CID_B, returns=ra))
-    case("LEDGER-26", "proposed LEDGER-27: a released row refuses only the claim id it was released under; a re-claim stores its own id, which a later release keeps",
+    case("LEDGER-27", "a released row refuses only the claim id it was released under; a re-claim stores its own id, which a later release keeps",
          claimed(1, claim_id=CID_A), op("release"), claimed(2, owner="b", claim_id=CID_B, returns=ra),
          claimed(2, owner="b", claim_id=CID_B, returns=ra), existing("in_flight", 2, owner="a", claim_id=CID_A),
          op("release", fence=2), refused("stale_claim", owner="b", claim_id=CID_B),
          claimed(3, owner="a", claim_id=CID_A, returns=ra))
-    case("LEDGER-26", "proposed LEDGER-27: a row released without a claim id refuses nobody; after retention the released claim id is forgotten with its row (LEDGER-19)",
+    case("LEDGER-27", "a row released without a claim id refuses nobody; after retention the released claim id is forgotten with its row (LEDGER-19)",
          claimed(1), op("release"), claimed(2, owner="b", claim_id=CID_A, returns=ra),
          claimed(1, key="k2", claim_id=CID_B), op("release", key="k2"), hook("expire_retention", key="k2"), sweep(1),
          claimed(1, key="k2", owner="c", claim_id=CID_B, returns=rc))
