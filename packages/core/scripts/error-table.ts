@@ -18,6 +18,7 @@ function classNames(): Map<string, { name: string; from: string }> {
   const found = new Map<string, { name: string; from: string }>();
   const sources: [string, string][] = [
     [join(packages, "core", "src", "errors.ts"), "@dispatch-once/core"],
+    [join(packages, "core", "src", "resolution-refused-error.ts"), "@dispatch-once/core"],
     [join(packages, "anthropic", "src", "runner.ts"), "@dispatch-once/anthropic"],
   ];
   for (const [file, from] of sources) {

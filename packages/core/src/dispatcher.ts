@@ -389,7 +389,18 @@ export class Dispatcher implements CallDispatcher {
     const claimId = newClaimId();
     for (;;) {
       const { claim, sentAt: claimSentAt } = await this.claimRetrying(
-        { key, toolName: tool.name, effect, owner: this.owner, leaseMs: this.leaseMs, request: prepared.requestText, claimId },
+        {
+          key,
+          toolName: tool.name,
+          effect,
+          owner: this.owner,
+          leaseMs: this.leaseMs,
+          request: prepared.requestText,
+          claimId,
+          // Stored with the row so an operator can list a conversation's calls (LIST-3).
+          conversationId: context.conversationId,
+          turnIndex: context.turnIndex,
+        },
         ordinal,
       );
       const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;

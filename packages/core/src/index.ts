@@ -9,6 +9,8 @@ export {
 } from "./key.js";
 export * from "./errors.js";
 export * from "./ledger.js";
+export { checkClaimOrigin, checkListQuery, checkResolveRequest, decodeListCursor, encodeListCursor, rowSince } from "./ledger-ops.js";
+export { ResolutionRefusedError } from "./resolution-refused-error.js";
 export { MemoryLedger, assertClaimId, assertStorableResult, utf8ByteLength, type MemoryLedgerOptions } from "./memory-ledger.js";
 export {
   defineTool,
