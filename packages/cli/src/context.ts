@@ -90,3 +90,12 @@ export function ledgerOpener(io: CliIo, values: OptionValues, command: string): 
     },
   };
 }
+
+/**
+ * Whether the ledger provides an OPTIONAL method: its `capabilities.supports` flag says so and
+ * the method is there (a flag is how the contract announces it; the check of the function keeps
+ * an adapter that sets the flag without the method from crashing the CLI).
+ */
+export function supports(ledger: Ledger, feature: "listRows" | "resolve" | "auditTrail"): boolean {
+  return ledger.capabilities.supports?.[feature] === true && typeof ledger[feature] === "function";
+}

@@ -1,6 +1,6 @@
 import type { LedgerRow } from "@dispatch-once/core";
 import { formatAge } from "./duration.js";
-import type { AuditEntry } from "./ledger-ops.js";
+import type { AuditEntry } from "@dispatch-once/core";
 
 /** A plain, aligned text table (no colours: output is often piped or pasted into a ticket). */
 export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
@@ -21,8 +21,8 @@ export function sinceOf(row: LedgerRow): number {
 export const LIST_HEADER = ["KEY", "STATE", "TOOL", "FENCE", "CONVERSATION", "TURN", "AGE"] as const;
 
 export function listRow(row: LedgerRow, now: number): string[] {
-  const conversation = (row as { conversationId?: string }).conversationId;
-  const turn = (row as { turnIndex?: number }).turnIndex;
+  const conversation = row.conversationId;
+  const turn = row.turnIndex;
   return [
     row.key,
     row.state,
@@ -63,8 +63,8 @@ export function describeRow(row: LedgerRow, audit: readonly AuditEntry[] | undef
   field("state", row.state);
   field("tool", `${row.toolName} (${row.effect})`);
   field("fence", String(row.fence));
-  const conversation = (row as { conversationId?: string }).conversationId;
-  const turn = (row as { turnIndex?: number }).turnIndex;
+  const conversation = row.conversationId;
+  const turn = row.turnIndex;
   field("conversation", conversation ?? "-");
   field("turn", turn === undefined ? "-" : String(turn));
   field("claimed at", iso(row.claimedAt));

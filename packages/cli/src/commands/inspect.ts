@@ -1,7 +1,6 @@
-import { LEDGER_HELP, LEDGER_OPTIONS, type Command } from "../context.js";
+import { LEDGER_HELP, LEDGER_OPTIONS, supports, type Command } from "../context.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { describeRow } from "../format.js";
-import type { OperatorLedger } from "../ledger-ops.js";
 
 export const inspectCommand: Command = {
   name: "inspect",
@@ -24,10 +23,10 @@ Example:
   async run({ io, values, positionals, ledger }) {
     const key = positionals[0] as string;
     const opened = await ledger();
-    const store = opened.ledger as OperatorLedger;
+    const store = opened.ledger;
     const row = await store.lookup(key);
     if (row === undefined) throw new KeyNotFoundError(key);
-    const audit = typeof store.auditTrail === "function" ? await store.auditTrail(key) : undefined;
+    const audit = supports(store, "auditTrail") && store.auditTrail !== undefined ? await store.auditTrail(key) : undefined;
     if (values["json"] === true) io.stdout(`${JSON.stringify({ row, audit: audit ?? null })}\n`);
     else io.stdout(describeRow(row, audit, Date.now()));
     return 0;

@@ -1,10 +1,11 @@
 import type { RowState } from "@dispatch-once/core";
-import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, type Command } from "../context.js";
+
+import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, supports, type Command } from "../context.js";
 import { parseCount, parseDuration } from "../duration.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
 import { LIST_HEADER, listRow, table } from "../format.js";
-import { MAX_LIST_LIMIT, type ListRowsQuery, type OperatorLedger } from "../ledger-ops.js";
+import { MAX_LIST_LIMIT, type ListRowsQuery } from "@dispatch-once/core";
 
 export const ROW_STATES: readonly RowState[] = ["in_flight", "completed", "failed", "unknown", "released"];
 
@@ -21,6 +22,7 @@ export const listCommand: Command = {
     conversation: { type: "string" },
     "older-than": { type: "string" },
     limit: { type: "string" },
+    "page-size": { type: "string" },
     json: { type: "boolean" },
   },
   positionals: [0, 0],
@@ -35,6 +37,8 @@ Options:
       --conversation <id>    only this conversation's rows
       --older-than <age>     only rows whose last change is at least this old: 30s, 10m, 2h, 7d
       --limit <n>            print at most n rows (default ${DEFAULT_LIST_ROWS}; 0 = all)
+      --page-size <n>        rows asked of the ledger per page (default and most ${MAX_LIST_LIMIT});
+                             smaller pages hold the store's locks and memory for less time
       --json                 one JSON object per line (the row as the ledger returns it)
 ${LEDGER_HELP}
 
@@ -60,11 +64,14 @@ Examples:
     if (olderThan !== undefined) query.olderThanMs = parseDuration(olderThan, "--older-than", command);
     const limitText = stringOption(values, "limit");
     const limit = limitText === undefined ? DEFAULT_LIST_ROWS : parseCount(limitText, "--limit", command);
+    const pageText = stringOption(values, "page-size");
+    const pageSize = pageText === undefined ? MAX_LIST_LIMIT : parseCount(pageText, "--page-size", command, 1);
+    if (pageSize > MAX_LIST_LIMIT) throw new UsageError(`--page-size is at most ${MAX_LIST_LIMIT}`, command);
     const json = values["json"] === true;
 
     const opened = await ledger();
-    const store = opened.ledger as OperatorLedger;
-    if (typeof store.listRows !== "function") throw new UnsupportedOperationError("listRows", opened.display);
+    const store = opened.ledger;
+    if (!supports(store, "listRows") || store.listRows === undefined) throw new UnsupportedOperationError("listRows", opened.display);
 
     const now = Date.now();
     const printed: string[][] = [];
@@ -72,7 +79,7 @@ Examples:
     let more = false;
     let cursor: string | undefined;
     do {
-      const want = limit === 0 ? MAX_LIST_LIMIT : Math.min(MAX_LIST_LIMIT, limit - count);
+      const want = limit === 0 ? pageSize : Math.min(pageSize, limit - count);
       const page = await store.listRows({ ...query, limit: want, ...(cursor !== undefined ? { cursor } : {}) });
       for (const row of page.rows) {
         if (limit !== 0 && count >= limit) {

@@ -1,13 +1,13 @@
 import { readFileSync } from "node:fs";
 import { userInfo } from "node:os";
 import { resolve as resolvePath } from "node:path";
-import type { StoredError } from "@dispatch-once/core";
-import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, type CliIo, type Command } from "../context.js";
+import type { Resolution, ResolveRequest, StoredError } from "@dispatch-once/core";
+import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, supports, type CliIo, type Command } from "../context.js";
 import { parseCount } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
-import type { OperatorLedger, Resolution, ResolveRequest } from "../ledger-ops.js";
+
 
 /** The `name` of the stored error a `--failed` resolution writes; replays raise tool_failed with it. */
 export const RESOLVED_FAILURE_NAME = "OperatorResolvedFailure";
@@ -80,8 +80,8 @@ Example:
     }
 
     const opened = await ledger();
-    const store = opened.ledger as OperatorLedger;
-    if (typeof store.resolve !== "function") throw new UnsupportedOperationError("resolve", opened.display);
+    const store = opened.ledger;
+    if (!supports(store, "resolve") || store.resolve === undefined) throw new UnsupportedOperationError("resolve", opened.display);
     const before = await store.lookup(key);
     if (before === undefined) throw new KeyNotFoundError(key);
     const request: ResolveRequest = { key, resolution, actor, reason, ...(expectedFence !== undefined ? { expectedFence } : {}) };
