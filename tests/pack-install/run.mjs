@@ -20,6 +20,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, "../..");
 const PUBLISHED = [
   "packages/core",
+  "packages/cli",
   "packages/anthropic",
   "packages/conversation-postgres",
   "packages/conversation-sqlite",

@@ -50,7 +50,7 @@ export function jsonLines(stdout: string): unknown[] {
 }
 
 export function randomKey(): string {
-  return randomBytes(32).toString("hex");
+  return randomBytes(16).toString("hex");
 }
 
 /** A real store the tests own: the ledger (for seeding), the CLI arguments that open it, and cleanup. */
