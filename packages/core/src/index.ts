@@ -46,7 +46,18 @@ export type {
   LeaseResult,
   TurnSnapshot,
   TurnCommit,
+  FailedTurn,
+  FailedTurnsQuery,
+  FailedTurnsPage,
 } from "./conversation.js";
+export { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT } from "./conversation.js";
+export {
+  checkFailedTurnsQuery,
+  encodeFailedTurnsCursor,
+  decodeFailedTurnsCursor,
+  isAfterPosition,
+  type FailedTurnPosition,
+} from "./failed-turns.js";
 export {
   MemoryConversationStore,
   checkMessageId,
