@@ -6,12 +6,13 @@ import { listCommand } from "./commands/list.js";
 import { reconcileCommand } from "./commands/reconcile.js";
 import { resolveCommand } from "./commands/resolve.js";
 import { sweepCommand } from "./commands/sweep.js";
+import { turnsCommand } from "./commands/turns.js";
 import { ledgerOpener, type CliIo, type Command, type OptionValues } from "./context.js";
 import { CliError } from "./errors/cli-error.js";
 import { UsageError } from "./errors/usage-error.js";
 import { EXIT_CODES } from "./exit-codes.js";
 
-export const COMMANDS: readonly Command[] = [listCommand, inspectCommand, resolveCommand, reconcileCommand, auditCommand, sweepCommand];
+export const COMMANDS: readonly Command[] = [listCommand, inspectCommand, resolveCommand, reconcileCommand, auditCommand, sweepCommand, turnsCommand];
 
 const EXIT_HELP = `Exit codes:
   0  ok

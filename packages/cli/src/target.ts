@@ -1,6 +1,6 @@
 import { existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
-import type { Ledger } from "@dispatch-once/core";
+import type { ConversationStore, Ledger } from "@dispatch-once/core";
 import { AdapterMissingError } from "./errors/adapter-missing-error.js";
 import { InvalidTargetError } from "./errors/invalid-target-error.js";
 
@@ -100,6 +100,54 @@ export async function openLedger(target: string, options: OpenLedgerOptions = {}
       });
       return { ledger, target: parsed, display };
     }
+  }
+}
+
+/** Where the conversation store keeps its tables, when not the default. */
+export interface OpenConversationStoreOptions {
+  /** Table name prefix (SQLite and PostgreSQL). @default "dispatch_once_" */
+  tablePrefix?: string;
+  /** PostgreSQL schema. @default "public" */
+  schema?: string;
+  /** Directory a relative SQLite path is resolved against. @default process.cwd() */
+  cwd?: string;
+}
+
+export interface OpenedConversationStore {
+  store: ConversationStore;
+  target: LedgerTarget;
+  display: string;
+}
+
+/**
+ * Open the conversation store a target names (a SQLite file or a PostgreSQL URL) through its
+ * package, imported only now, like openLedger. There is no Redis conversation store.
+ */
+export async function openConversationStore(target: string, options: OpenConversationStoreOptions = {}): Promise<OpenedConversationStore> {
+  const parsed = parseTarget(target, options.cwd);
+  const display = parsed.kind === "sqlite" ? parsed.path : redact(target);
+  const prefix = options.tablePrefix !== undefined ? { tablePrefix: options.tablePrefix } : {};
+  switch (parsed.kind) {
+    case "sqlite": {
+      if (!existsSync(parsed.path)) throw new InvalidTargetError(display, `no SQLite conversation store file at ${display}`);
+      const adapter = await importAdapter(
+        () => import("@dispatch-once/conversation-sqlite"),
+        ["@dispatch-once/conversation-sqlite", "better-sqlite3"],
+        display,
+      );
+      return { store: adapter.createSqliteConversationStore({ path: parsed.path, ...prefix }), target: parsed, display };
+    }
+    case "postgres": {
+      const adapter = await importAdapter(() => import("@dispatch-once/conversation-postgres"), ["@dispatch-once/conversation-postgres", "pg"], display);
+      const store = new adapter.PostgresConversationStore({
+        connectionString: parsed.connectionString,
+        ...prefix,
+        ...(options.schema !== undefined ? { schema: options.schema } : {}),
+      });
+      return { store, target: parsed, display };
+    }
+    case "redis":
+      throw new InvalidTargetError(display, "there is no Redis conversation store: give the SQLite file or PostgreSQL URL your runner uses");
   }
 }
 
