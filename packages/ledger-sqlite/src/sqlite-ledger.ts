@@ -282,11 +282,15 @@ export class SqliteLedger implements Ledger {
       };
     } catch (cause) {
       if (this.ownsDatabase) db.close();
-      const missing = /no such column: (request|claim_id)|has no column named (request|claim_id)/.exec(message(cause));
+      const missing = /no such column: (request|claim_id|conversation_id|turn_index)|has no column named (request|claim_id|conversation_id|turn_index)/.exec(message(cause));
       const column = missing?.[1] ?? missing?.[2];
-      const hint = column === undefined
-        ? ""
-        : ` (the table predates the ${column} column: open with migrate: true, or run ${column === "request" ? "addRequestColumnSql" : "addClaimIdColumnSql"}(${JSON.stringify(table)}))`;
+      const fix = column === "request" ? "addRequestColumnSql" : column === "claim_id" ? "addClaimIdColumnSql" : "addConversationColumnsSql";
+      const noAudit = /no such table: \S*_audit/.test(message(cause));
+      const hint = column !== undefined
+        ? ` (the table predates the ${column} column: open with migrate: true, or run ${fix}(${JSON.stringify(table)}), then listIndexesSql() and auditTableSql())`
+        : noAudit
+          ? ` (the audit table is missing: open with migrate: true, or run auditTableSql(${JSON.stringify(table)}))`
+          : "";
       throw new LedgerUnavailableError(`cannot prepare SQLite ledger table ${table}: ${message(cause)}${hint}`, { cause });
     }
   }
