@@ -35,6 +35,8 @@ export {
   type DispatchEvent,
   type DispatchLogger,
   type ReconcileReport,
+  type ProbeVerdict,
+  RECONCILE_ACTOR,
 } from "./dispatcher.js";
 export type {
   ConversationStore,

@@ -58,10 +58,14 @@ function downstream(effect: "keyed_write" | "unkeyed_write", probe: (key: string
   };
 }
 
-function setup(effect: "keyed_write" | "unkeyed_write", probe: Parameters<typeof downstream>[1]) {
+function setup(effect: "keyed_write" | "unkeyed_write", probe: Parameters<typeof downstream>[1], options: { resolve?: boolean } = {}) {
   const d = downstream(effect, probe);
   const memory = new MemoryLedger();
   const ledger = durable(memory);
+  if (options.resolve === false) {
+    // A ledger of an older adapter: no resolve() to settle with.
+    Object.assign(ledger, { resolve: undefined, capabilities: { ...ledger.capabilities, supports: { ...ledger.capabilities.supports, resolve: false } } });
+  }
   const events: DispatchEvent[] = [];
   const { logger, warnings } = recordingLogger();
   const dispatcher = new Dispatcher({ tools: [d.tool], ledger, logger, onEvent: (e) => events.push(e) });
@@ -312,16 +316,30 @@ describe("reconciliation after a lost lease (RECON-8)", () => {
 });
 
 describe("on-demand reconciliation (RECON-9)", () => {
-  it("RECON-9 reports the probe's verdict for an unknown row without changing the row", async () => {
+  it("RECON-9 on a ledger without resolve(), reports the probe's verdict for an unknown row without changing the row", async () => {
+    let answer: ReconcileVerdict = { outcome: "unknown" };
+    const s = setup("unkeyed_write", () => answer, { resolve: false });
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    answer = { outcome: "performed", result: { id: "inv_1", amount: 5 } };
+    const report = await s.dispatcher.reconcile(s.key);
+    expect(report).toMatchObject({ key: s.key, toolName: "create_invoice", state: "unknown", verdict: "performed", result: { id: "inv_1", amount: 5 }, settled: "none" });
+    expect((await s.ledger.lookup(s.key))?.state).toBe("unknown");
+    expect(s.log).toEqual(["run", "probe:tool_error", "probe:on_demand"]);
+    expect(reconciled(s.events).at(-1)).toMatchObject({ cause: "on_demand", verdict: "performed", settled: "none" });
+  });
+
+  it("RESOLVE-6 on a ledger with resolve(), performed settles the unknown row completed; the replay answers from the ledger", async () => {
     let answer: ReconcileVerdict = { outcome: "unknown" };
     const s = setup("unkeyed_write", () => answer);
     await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
     answer = { outcome: "performed", result: { id: "inv_1", amount: 5 } };
     const report = await s.dispatcher.reconcile(s.key);
-    expect(report).toMatchObject({ key: s.key, toolName: "create_invoice", state: "unknown", verdict: "performed", result: { id: "inv_1", amount: 5 } });
-    expect((await s.ledger.lookup(s.key))?.state).toBe("unknown");
-    expect(s.log).toEqual(["run", "probe:tool_error", "probe:on_demand"]);
-    expect(reconciled(s.events).at(-1)).toMatchObject({ cause: "on_demand", verdict: "performed", settled: "none" });
+    expect(report).toMatchObject({ state: "unknown", verdict: "performed", settled: "completed", row: { state: "completed", fence: 2 } });
+    expect(reconciled(s.events).at(-1)).toMatchObject({ cause: "on_demand", verdict: "performed", settled: "completed" });
+    expect(s.events.at(-1)).toMatchObject({ type: "resolved", state: "completed", actor: "dispatch-once:reconcile" });
+    const replay = await s.dispatcher.turn(turn0).dispatch(s.call);
+    expect(replay).toMatchObject({ replayed: true, result: { id: "inv_1", amount: 5 } });
+    expect(s.runs()).toBe(1);
   });
 
   it("RECON-9 refuses rows that are not unknown, absent keys, and tools without a probe", async () => {
