@@ -6,7 +6,7 @@ import { Dispatcher, isDispatchOnceError, type AuditEntry, type LedgerRow } from
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createInvoiceTools } from "./fixtures/invoice-tools.mjs";
-import { FIXTURES, jsonLines, postgresBackend, runBin, sqliteBackend, type Backend } from "./helpers.js";
+import { FIXTURES, jsonLines, postgresBackend, randomKey, runBin, sqliteBackend, type Backend } from "./helpers.js";
 
 const TOOLS = join(FIXTURES, "invoice-tools.mjs");
 
@@ -81,5 +81,19 @@ describe.each([
     const again = await runBin(["reconcile", key, "--tools", TOOLS, ...backend.args], { env: { CLI_TEST_PAYMENTS_URL: payments.url } });
     expect(again.code).toBe(4);
     expect(again.stderr).toContain("only an unknown row is reconciled");
+  });
+
+  it("reconcile settles nothing (exit 4) for a tool the module does not register, and exits 3 for a key without a row", async () => {
+    const key = randomKey();
+    const claim = await backend.ledger.claim({ key, toolName: "send_fax", effect: "unkeyed_write", owner: "test", leaseMs: 60_000, request: "{}" });
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await backend.ledger.markUnknown(key, claim.fence, "tool_error");
+    const env = { CLI_TEST_PAYMENTS_URL: payments.url };
+    const unregistered = await runBin(["reconcile", key, "--tools", TOOLS, ...backend.args], { env });
+    expect(unregistered.code).toBe(4);
+    expect(unregistered.stdout).toMatch(/^verdict:\s+none \(tool send_fax is not registered with this dispatcher\)$/m);
+    expect(await backend.ledger.lookup(key)).toMatchObject({ state: "unknown", fence: claim.fence });
+    const absent = await runBin(["reconcile", randomKey(), "--tools", TOOLS, ...backend.args], { env });
+    expect(absent.code).toBe(3);
   });
 });

@@ -1,6 +1,7 @@
 import { hostname, userInfo } from "node:os";
 import { Dispatcher } from "@dispatch-once/core";
 import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, type Command } from "../context.js";
+import { parseDuration } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { NothingSettledError } from "../errors/nothing-settled-error.js";
 import { UsageError } from "../errors/usage-error.js";
@@ -9,7 +10,7 @@ import { loadToolsModule } from "../tools-module.js";
 export const reconcileCommand: Command = {
   name: "reconcile",
   summary: "ask the tool's reconcile probe whether an unknown row's effect happened, and settle it",
-  options: { ...LEDGER_OPTIONS, tools: { type: "string" }, json: { type: "boolean" } },
+  options: { ...LEDGER_OPTIONS, tools: { type: "string" }, grace: { type: "string" }, json: { type: "boolean" } },
   positionals: [1, 1],
   help: `Usage: dispatch-once reconcile <key> --tools <module> [options]
 
@@ -22,6 +23,9 @@ Options:
       --tools <module>   a JavaScript module exporting the registry as \`tools\` or as its default
                          export (a ToolRegistry, an array of tool definitions, or a function
                          returning either); see the README, "The tools module"
+      --grace <age>      how long an unkeyed_write row must have been unknown before a probe's
+                         "not performed" may release it (a request still in transit may land
+                         later): 30s, 10m, ... (default: the dispatcher's, 60s)
       --json             print {"report": ..., "before": state, "row": row after} as JSON
 ${LEDGER_HELP}
 
@@ -31,6 +35,8 @@ is not open, its tool has no probe or is not in the module, or the probe could n
     const key = positionals[0] as string;
     const toolsPath = stringOption(values, "tools");
     if (toolsPath === undefined) throw new UsageError("--tools <module> is required: the module that exports your tool registry", command);
+    const graceText = stringOption(values, "grace");
+    const grace = graceText === undefined ? undefined : parseDuration(graceText, "--grace", command);
     const tools = await loadToolsModule(toolsPath, io.cwd);
     const { ledger: store } = await ledger();
     const before = await store.lookup(key);
@@ -42,6 +48,7 @@ is not open, its tool has no probe or is not in the module, or the probe could n
       // This dispatcher never runs a tool (reconcile only calls probes), so the durability
       // refusal that protects unkeyed runs does not apply; its warning still goes to stderr.
       allowVolatileLedgerForUnkeyedWrites: true,
+      ...(grace !== undefined ? { reconcileGraceMs: grace } : {}),
       logger: { warn: (message) => io.stderr(`warning: ${message}\n`) },
     });
     const report = await dispatcher.reconcile(key);
