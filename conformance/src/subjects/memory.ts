@@ -23,7 +23,15 @@ function rowsOf(ledger: MemoryLedger): Map<string, StoredMemoryRow> {
 export function memoryLedgerSubject(name = "ledger-memory"): LedgerSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false },
+    capabilities: {
+      sharedAcrossProcesses: false,
+      survivesRestart: false,
+      corruption: false,
+      unavailability: false,
+      listRows: true,
+      resolve: true,
+      auditTrail: true,
+    },
     async create(options = {}): Promise<LedgerFixture> {
       // A monotonic wall clock: leases taken by the end-to-end level lapse in real time, and the
       // hooks move one row's deadline to "now" without touching any other row.
