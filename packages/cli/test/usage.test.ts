@@ -53,6 +53,15 @@ describe("dispatch-once usage", () => {
     expect(result.stderr).not.toContain("hunter2");
   });
 
+  it.each([
+    ["postgres", "postgres://postgres@127.0.0.1:1/test"],
+    ["redis", "redis://127.0.0.1:1"],
+  ])("an unreachable %s server exits 1 with ledger_unavailable", async (_kind, target) => {
+    const result = await runBin(["list", "--ledger", target]);
+    expect(result.code).toBe(EXIT_CODES.error);
+    expect(result.stderr).toMatch(/^dispatch-once list: .*\[ledger_unavailable\]\n$/);
+  });
+
   it("a missing SQLite file is refused, not created", async () => {
     const dir = mkdtempSync(join(tmpdir(), "dispatch-once-cli-usage-"));
     try {
