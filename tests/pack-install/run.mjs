@@ -134,5 +134,11 @@ for (const bin of ["dispatch-once-mock-payments", "dispatch-once-mock-provider",
   if (!/port/.test(help)) throw new Error(`${bin} --help printed no usage:\n${help}`);
 }
 
+step("the operator CLI's bin lists the SQLite ledger the installed adapter opens");
+const ledgerFile = join(app, "cli-ledger.db");
+run(process.execPath, ["--input-type=module", "-e", `import { createSqliteLedger } from "@dispatch-once/ledger-sqlite"; await createSqliteLedger(${JSON.stringify(ledgerFile)}).close();`], app);
+const listed = run(join(app, "node_modules/.bin", "dispatch-once"), ["list", "--ledger", ledgerFile, "--json"], app);
+if (listed !== "") throw new Error(`dispatch-once list on an empty ledger printed:\n${listed}`);
+
 rmSync(work, { recursive: true, force: true });
 step("passed");
