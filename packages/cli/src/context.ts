@@ -1,5 +1,6 @@
 import type { ParseArgsConfig } from "node:util";
 import type { Ledger } from "@dispatch-once/core";
+import { parseDuration } from "./duration.js";
 import { UsageError } from "./errors/usage-error.js";
 import { openLedger, type OpenedLedger } from "./target.js";
 
@@ -73,12 +74,14 @@ export function ledgerOpener(io: CliIo, values: OptionValues, command: string): 
         const table = stringOption(values, "table");
         const schema = stringOption(values, "schema");
         const prefix = stringOption(values, "prefix");
+        const retention = stringOption(values, "retention");
         return openLedger(target, {
           cwd: io.cwd,
           onWarning: (message) => io.stderr(`warning: ${message}\n`),
           ...(table !== undefined ? { table } : {}),
           ...(schema !== undefined ? { schema } : {}),
           ...(prefix !== undefined ? { prefix } : {}),
+          ...(retention !== undefined ? { retentionMs: parseDuration(retention, "--retention", command) } : {}),
         });
       })();
       return opened;

@@ -41,6 +41,12 @@ export interface OpenLedgerOptions {
   schema?: string;
   /** Redis key prefix. @default "dispatch-once" */
   prefix?: string;
+  /**
+   * How long finished rows are kept, as the application configured its ledger. Only `sweep`
+   * needs it: the adapters decide what is past retention by their own setting.
+   * @default the adapter's default (24 h)
+   */
+  retentionMs?: number;
   /** Where adapter warnings go (an evicting Redis policy, ...). @default console.warn */
   onWarning?: (message: string) => void;
   /** Directory a relative SQLite path is resolved against. @default process.cwd() */
@@ -69,7 +75,11 @@ export async function openLedger(target: string, options: OpenLedgerOptions = {}
       if (!existsSync(parsed.path)) throw new InvalidTargetError(display, `no SQLite ledger file at ${display}`);
       if (!statSync(parsed.path).isFile()) throw new InvalidTargetError(display, `${display} is not a file`);
       const adapter = await importAdapter(() => import("@dispatch-once/ledger-sqlite"), ["@dispatch-once/ledger-sqlite", "better-sqlite3"], display);
-      const ledger = adapter.createSqliteLedger({ path: parsed.path, ...(options.table !== undefined ? { table: options.table } : {}) });
+      const ledger = adapter.createSqliteLedger({
+        path: parsed.path,
+        ...(options.table !== undefined ? { table: options.table } : {}),
+        ...(options.retentionMs !== undefined ? { retentionMs: options.retentionMs } : {}),
+      });
       return { ledger, target: parsed, display };
     }
     case "postgres": {
@@ -78,6 +88,7 @@ export async function openLedger(target: string, options: OpenLedgerOptions = {}
         connectionString: parsed.connectionString,
         ...(options.schema !== undefined ? { schema: options.schema } : {}),
         ...(options.table !== undefined ? { table: options.table } : {}),
+        ...(options.retentionMs !== undefined ? { retentionMs: options.retentionMs } : {}),
       });
       try {
         // Reads the server's settings, so capabilities tell the truth about durability (audit
@@ -94,6 +105,7 @@ export async function openLedger(target: string, options: OpenLedgerOptions = {}
       const ledger = await adapter.createRedisLedger({
         url: parsed.url,
         ...(options.prefix !== undefined ? { prefix: options.prefix } : {}),
+        ...(options.retentionMs !== undefined ? { retentionMs: options.retentionMs } : {}),
         // An operator reading rows is told about an evicting policy, not refused.
         onUnsafeServer: "warn",
         onWarning: warn,

@@ -1,7 +1,9 @@
 // Every ledger command driven through the built bin, as a user runs it, on each real store.
 import type { Ledger, LedgerRow } from "@dispatch-once/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BACKENDS, jsonLines, randomKey, runBin, type Backend, type BinResult } from "./helpers.js";
+import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
+import Database from "better-sqlite3";
+import { BACKENDS, jsonLines, randomKey, runBin, sqliteBackend, type Backend, type BinResult } from "./helpers.js";
 
 type Seeded = { key: string; fence: number };
 
@@ -202,5 +204,40 @@ describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
     expect(await backend.ledger.lookup(completedRow.key)).toBeDefined();
     const human = await run("sweep");
     expect(human.stdout).toMatch(/^swept \d+ rows?\n$/);
+  });
+});
+
+/** The keys a SQLite ledger file holds, read directly (raw hook). */
+function storedKeys(path: string): string[] {
+  const db = new Database(path, { readonly: true });
+  try {
+    return (db.prepare("SELECT key FROM dispatch_once_ledger ORDER BY key").all() as { key: string }[]).map((r) => r.key);
+  } finally {
+    db.close();
+  }
+}
+
+describe("dispatch-once sweep --retention on a SQLite file (LEDGER-13)", () => {
+  it("judges retention by the application's setting: nothing goes at the 24 h default, both rows at 1 ms", async () => {
+    const backend = await sqliteBackend();
+    // The application's ledger keeps finished rows for 1 ms (each row carries the expiry its writer gave it).
+    const app = createSqliteLedger({ path: backend.args[1] as string, retentionMs: 1 });
+    try {
+      const first = await seed(app, "completed");
+      const second = await seed(app, "failed");
+      const kept = await runBin(["sweep", "--json", ...backend.args]);
+      expect(kept.code, kept.stderr).toBe(0);
+      expect(JSON.parse(kept.stdout)).toEqual({ swept: 0 });
+      // lookup() already hides rows past their expiry; the file still holds them until a sweep.
+      expect(storedKeys(backend.args[1] as string)).toEqual([first.key, second.key].sort());
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      const swept = await runBin(["sweep", "--retention", "1ms", ...backend.args]);
+      expect(swept.code, swept.stderr).toBe(0);
+      expect(swept.stdout).toBe("swept 2 rows\n");
+      expect(storedKeys(backend.args[1] as string)).toEqual([]);
+    } finally {
+      await app.close();
+      await backend.cleanup();
+    }
   });
 });

@@ -3,7 +3,7 @@ import { LEDGER_HELP, LEDGER_OPTIONS, type Command } from "../context.js";
 export const sweepCommand: Command = {
   name: "sweep",
   summary: "delete finished rows whose retention has passed; print how many went",
-  options: { ...LEDGER_OPTIONS, json: { type: "boolean" } },
+  options: { ...LEDGER_OPTIONS, retention: { type: "string" }, json: { type: "boolean" } },
   positionals: [0, 0],
   help: `Usage: dispatch-once sweep [options]
 
@@ -12,7 +12,11 @@ has passed (in-flight rows are never swept). Prints the number of rows deleted. 
 rows by itself, so its sweep usually finds nothing.
 
 Options:
-      --json   print {"swept": n}
+      --retention <age>  the retention your application gives its ledger (retentionMs): 24h, 7d, ...
+                         (default 24h, the adapters' default). The adapter judges "past retention"
+                         by this setting, so pass the application's, or rows it still replays
+                         from may go (LEDGER-13).
+      --json             print {"swept": n}
 ${LEDGER_HELP}`,
   async run({ io, values, ledger }) {
     const { ledger: store } = await ledger();
