@@ -531,6 +531,7 @@ describe("instances and connections", () => {
       clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes: 1024 * 1024,
+      supports: { resolve: true, auditTrail: true, listExpiredInFlight: true },
     });
     expect(ledger({ durability: "durable" }).capabilities.durability).toBe("durable");
   });
