@@ -6,13 +6,15 @@ import { Dispatcher, isDispatchOnceError, type AuditEntry, type LedgerRow } from
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createInvoiceTools } from "./fixtures/invoice-tools.mjs";
-import { FIXTURES, jsonLines, randomKey, runBin, sqliteBackend, type Backend } from "./helpers.js";
+import { FIXTURES, jsonLines, postgresBackend, randomKey, runBin, sqliteBackend, type Backend } from "./helpers.js";
 
 const TOOLS = join(FIXTURES, "invoice-tools.mjs");
 
-// The durable ledgers whose adapters offer listRows, resolve and auditTrail (capabilities.supports).
-// PostgreSQL joins when its adapter does; Redis is volatile, so the dispatcher refuses unkeyed writes on it.
-describe.each([["sqlite", sqliteBackend]] as const)("operator scenario on %s (RECON-9, RESOLVE-6, RESOLVE-7)", (_name, open) => {
+// The durable ledgers. Redis is volatile, so the dispatcher refuses unkeyed writes on it (LEDGER-14).
+describe.each([
+  ["sqlite", sqliteBackend],
+  ["postgres", postgresBackend],
+] as const)("operator scenario on %s (RECON-9, RESOLVE-6, RESOLVE-7)", (_name, open) => {
   let backend: Backend;
   let payments: MockPaymentsServer;
 

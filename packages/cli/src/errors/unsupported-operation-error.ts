@@ -8,7 +8,7 @@ export class UnsupportedOperationError extends CliError {
     super(
       "unsupported_operation",
       EXIT_CODES.refused,
-      `this ledger (${ledgerName}) does not support ${operation}; upgrade its adapter package`,
+      `this ledger (${ledgerName}) does not support ${operation}: its adapter does not offer this OPTIONAL method (capabilities.supports)`,
     );
     this.operation = operation;
   }
