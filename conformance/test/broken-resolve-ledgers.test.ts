@@ -12,7 +12,7 @@ import {
   type ResolveRequest,
   type ResolvedRow,
 } from "@dispatch-once/core";
-import { ledgerChecks, runChecks, type LedgerFixture, type LedgerSubject } from "../src/index.js";
+import { ledgerChecks, memoryLedgerSubject, runChecks, type LedgerSubject } from "../src/index.js";
 
 /**
  * The listing, resolution and audit checks prove their power: each ledger below is the reference
@@ -111,43 +111,7 @@ class ForgetsConversation extends MemoryLedger {
   }
 }
 
-function subjectOf(name: string, Ledger: typeof MemoryLedger): LedgerSubject {
-  return {
-    name,
-    capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false, listRows: true, resolve: true, auditTrail: true },
-    async create(options = {}): Promise<LedgerFixture> {
-      let last = 0;
-      const now = () => (last = Math.max(last, Date.now()));
-      const ledger = new Ledger({ now, ...options });
-      const rows = rowsOf(ledger);
-      return {
-        ledger,
-        reopen: async () => ledger,
-        raw: {
-          async read(key) {
-            const row = rows.get(key);
-            if (row === undefined) return undefined;
-            const { expiresAt: _e, ...visible } = structuredClone(row);
-            return visible as Record<string, unknown>;
-          },
-          async expireLease(key) {
-            const row = rows.get(key);
-            if (row?.state !== "in_flight") throw new Error(`expireLease: ${key} has no in-flight claim`);
-            row.leaseExpiresAt = now() - 1;
-          },
-          async expireRetention(key) {
-            const row = rows.get(key);
-            if (row === undefined || row.state === "in_flight") throw new Error(`expireRetention: ${key} has no finished row`);
-            row.expiresAt = now() - 1;
-          },
-        },
-        async destroy() {
-          rows.clear();
-        },
-      };
-    },
-  };
-}
+const subjectOf = (name: string, Ledger: typeof MemoryLedger): LedgerSubject => memoryLedgerSubject(name, Ledger);
 
 const BROKEN: Array<{ bug: string; ledger: typeof MemoryLedger; rule: string; check: RegExp }> = [
   { bug: "resolvesLiveInFlight", ledger: ResolvesLiveInFlight, rule: "RESOLVE-2", check: /refuses a live in-flight/ },

@@ -4,7 +4,7 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   resolve: {
     // The README's example imports the package by name; resolve it to the source under test.
-    alias: { "@dispatch-once/anthropic": fileURLToPath(new URL("./src/index.ts", import.meta.url)) },
+    alias: { "@dispatch-once/openai": fileURLToPath(new URL("./src/index.ts", import.meta.url)) },
   },
   test: {
     include: ["test/**/*.test.ts"],

@@ -21,6 +21,7 @@ const root = resolve(here, "../..");
 const PUBLISHED = [
   "packages/core",
   "packages/cli",
+  "packages/runner",
   "packages/anthropic",
   "packages/conversation-postgres",
   "packages/conversation-sqlite",
@@ -32,10 +33,12 @@ const PUBLISHED = [
   "apps/mock-openai",
   "packages/openai",
   "packages/opentelemetry",
+  "packages/mcp",
+  "packages/ai-sdk",
   "conformance",
 ];
 // What a user's project lists besides our packages: the SDK, zod and the driver it uses.
-const USER_DEPENDENCIES = { "@anthropic-ai/sdk": "1.14.0", openai: "6.49.0", "@opentelemetry/api": "1.9.1", zod: "4.6.7", "better-sqlite3": "12.11.1" };
+const USER_DEPENDENCIES = { "@anthropic-ai/sdk": "1.14.0", openai: "6.49.0", "@opentelemetry/api": "1.9.1", "@modelcontextprotocol/sdk": "1.32.2", ai: "6.0.325", zod: "4.6.7", "better-sqlite3": "12.11.1" };
 const USER_DEV_DEPENDENCIES = { typescript: "5.9.3", "@types/node": "20.19.43" };
 
 const started = Date.now();
@@ -126,6 +129,17 @@ for (const entry of ["out/main.mjs", "out/main.cjs"]) {
   const result = JSON.parse(line);
   if (result.ok !== true || result.effects !== 1) throw new Error(`${entry} did not show exactly one effect: ${line}`);
   console.log(`[pack-install]   ${line}`);
+}
+
+// @dispatch-once/ai-sdk is loaded, not type-checked by the strict app: ai 6's own .d.ts fails
+// exactOptionalPropertyTypes with skipLibCheck off (TS2344 in ai/dist/index.d.ts), which no
+// package of ours can fix. Its ESM and CJS builds must still load from the installed tarball.
+step("@dispatch-once/ai-sdk loads as ESM and CJS");
+for (const [flag, code] of [
+  ["--input-type=module", 'const m = await import("@dispatch-once/ai-sdk"); if (typeof m.createOnceTools !== "function") process.exit(1);'],
+  ["--input-type=commonjs", 'const m = require("@dispatch-once/ai-sdk"); if (typeof m.createOnceTools !== "function") process.exit(1);'],
+]) {
+  run(process.execPath, [flag, "-e", code], app);
 }
 
 step("the mocks' bin entries run outside the monorepo");

@@ -1,6 +1,16 @@
 import type { Ledger } from "@dispatch-once/core";
 import { TurnFailedError, type RunnerEvent } from "@dispatch-once/anthropic";
+import { startOpenAIStream } from "./openai.js";
 import { paymentMessage, startSide, type PaymentArgs, type Side } from "./world.js";
+
+/** The stream side the incident runs on. */
+export type DemoProvider = "anthropic" | "openai";
+
+/** The events that bound the window on each provider's stream (spec STREAM-7), for the timelines. */
+export const STREAM_EVENTS: Record<DemoProvider, { callDone: string; finish: string; callIdPrefix: string }> = {
+  anthropic: { callDone: "content_block_stop", finish: "message_stop", callIdPrefix: "toolu_" },
+  openai: { callDone: "response.output_item.done", finish: "response.completed", callIdPrefix: "call_" },
+};
 
 /** The chapter's figures for the incident. */
 export const CHAPTER = {
@@ -40,7 +50,7 @@ export interface TimelineEntry {
 export interface IncidentSide {
   payments: number;
   paymentIds: string[];
-  /** The toolu_ ids of the send_payment call in each attempt: new per response. */
+  /** The provider call ids (toolu_…, call_…) of the send_payment call in each attempt: new per response. */
   callIds: string[];
   /** The Idempotency-Key each POST carried. */
   idempotencyKeys: string[];
@@ -58,6 +68,10 @@ export interface IncidentSide {
 }
 
 export interface IncidentResult {
+  /** The stream side it ran on; absent in results written before the option existed means "anthropic". */
+  provider: DemoProvider;
+  /** That stream's event names: where a call completes, what finishes a response. */
+  events: (typeof STREAM_EVENTS)[DemoProvider];
   timeScale: number;
   paymentsMs: number;
   gapMs: number;
@@ -75,12 +89,15 @@ export const INCIDENT_PAYMENT: PaymentArgs = {
 };
 
 /** The chapter's incident, naive and guarded side by side (each in its own world, run concurrently). */
-export async function runIncident(options: { ledger: Ledger; runId: string; seed: string; timeScale: number }): Promise<IncidentResult> {
+export async function runIncident(options: { ledger: Ledger; runId: string; seed: string; timeScale: number; provider?: DemoProvider }): Promise<IncidentResult> {
+  const provider = options.provider ?? "anthropic";
   const [naive, guarded] = await Promise.all([
-    replayIncident({ ...options, guarded: false }),
-    replayIncident({ ...options, guarded: true }),
+    replayIncident({ ...options, provider, guarded: false }),
+    replayIncident({ ...options, provider, guarded: true }),
   ]);
   return {
+    provider,
+    events: STREAM_EVENTS[provider],
     timeScale: options.timeScale,
     paymentsMs: CHAPTER.paymentsMs * options.timeScale,
     gapMs: CHAPTER.gapMs * options.timeScale,
@@ -90,7 +107,15 @@ export async function runIncident(options: { ledger: Ledger; runId: string; seed
   };
 }
 
-async function replayIncident(options: { ledger: Ledger; runId: string; seed: string; timeScale: number; guarded: boolean }): Promise<IncidentSide> {
+async function replayIncident(options: {
+  ledger: Ledger;
+  runId: string;
+  seed: string;
+  timeScale: number;
+  guarded: boolean;
+  provider: DemoProvider;
+}): Promise<IncidentSide> {
+  const words = STREAM_EVENTS[options.provider];
   const scale = options.timeScale;
   const started = Date.now();
   const at = () => Date.now() - started;
@@ -98,6 +123,8 @@ async function replayIncident(options: { ledger: Ledger; runId: string; seed: st
   const add = (kind: TimelineKind, attempt: number, text: string, atMs = at()) => timeline.push({ atMs, kind, attempt, text });
   let currentAttempt = 0;
   let side: Side | undefined;
+  let closeStream: (() => Promise<void>) | undefined;
+  let cutOpenAI: (() => void) | undefined;
   const acceptedAt: number[] = [];
   const idempotencyKeys: string[] = [];
   const paymentIds: string[] = [];
@@ -123,7 +150,7 @@ async function replayIncident(options: { ledger: Ledger; runId: string; seed: st
     // The chapter's handler is away for the payment (820 ms), then the provider takes its 240 ms
     // before message_stop: the payment turn's stream stays open through both, one after the other.
     const paymentTurnTiming = { afterBlockStopMs: CHAPTER.paymentsMs * scale, beforeMessageStopMs: CHAPTER.gapMs * scale };
-    provider.setFaultPlan((_request, info) => {
+    if (options.provider === "anthropic") provider.setFaultPlan((_request, info) => {
       if (info.headers["x-demo-turn-index"] !== "0") return undefined;
       if (cutRequest !== undefined || info.headers["x-demo-attempt"] !== "1") return { kind: "timing", timing: paymentTurnTiming };
       cutRequest = info.requestNumber;
@@ -149,10 +176,11 @@ async function replayIncident(options: { ledger: Ledger; runId: string; seed: st
         case "call_complete":
           callIds.push(event.callId);
           if (event.attempt === 1) dispatchMs = t;
-          add("dispatched", event.attempt, `send_payment complete (${event.callId}): dispatched at content_block_stop`, t);
+          add("dispatched", event.attempt, `send_payment complete (${event.callId}): dispatched at ${words.callDone}`, t);
           break;
         case "call_resolved":
           if (event.attempt === 1) resolvedMs = t;
+          if (event.attempt === 1) cutOpenAI?.();
           if (event.attempt === 1 && cutRequest !== undefined) {
             const request = cutRequest;
             setTimeout(() => {
@@ -174,24 +202,41 @@ async function replayIncident(options: { ledger: Ledger; runId: string; seed: st
         case "stream_failed":
           resetMs = t;
           failurePosition = event.position;
-          add("stream_reset", event.attempt, `connection reset before message_stop (position ${event.position})`, t);
+          add("stream_reset", event.attempt, `connection reset before ${words.finish} (position ${event.position})`, t);
           break;
         case "retry_scheduled":
           add("retry_scheduled", event.attempt, `retry scheduled in ${event.delayMs} ms`, t);
           break;
         case "turn_committed":
-          add("turn_committed", event.attempt, "message_stop received: the turn is committed to the conversation", t);
+          add("turn_committed", event.attempt, `${words.finish} received: the turn is committed to the conversation`, t);
           break;
         case "turn_failed":
           add("turn_failed", event.attempt, `the turn failed: ${event.record.error.message}`, t);
           break;
       }
     };
-    const runner = side.runner({
-      retry: { attempts: 3, backoffMs: (n) => Math.max(1, Math.round(100 * 2 ** (n - 1) * scale)) },
-      requestHeaders: (info) => ({ "x-demo-attempt": String(info.attempt), "x-demo-turn-index": String(info.turnIndex) }),
+    const runnerOptions = {
+      retry: { attempts: 3, backoffMs: (n: number) => Math.max(1, Math.round(100 * 2 ** (n - 1) * scale)) },
+      requestHeaders: (info: { attempt: number; turnIndex: number }) => ({ "x-demo-attempt": String(info.attempt), "x-demo-turn-index": String(info.turnIndex) }),
       onEvent,
-    });
+    };
+    // Either stream side's runner: the same send() over the shared runner.
+    let runner: { send(conversationId: string, message: { id: string; content: string }): Promise<unknown> };
+    if (options.provider === "openai") {
+      // The first response is held after the call's output_item.done (the mock waits long
+      // before response.completed) and cut once the payment was accepted, as on the Anthropic
+      // side: the reset lands inside the window by construction, not by timing luck.
+      const stream = await startOpenAIStream(side, { seed: options.seed, gapMs: CHAPTER.gapMs * scale });
+      closeStream = () => stream.mock.close();
+      stream.holdNext();
+      cutOpenAI = () => setTimeout(() => stream.cutHeld(), RESET_AFTER_ACCEPT_MS * scale);
+      stream.mock.setFaultPlan((_request, info) =>
+        info.requestNumber === 1 ? { kind: "clean_close", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 60_000 } } : undefined,
+      );
+      runner = stream.runner(runnerOptions);
+    } else {
+      runner = side.runner(runnerOptions);
+    }
     const conversationId = `${options.runId}-incident-${options.guarded ? "guarded" : "naive"}`;
     try {
       await runner.send(conversationId, { id: "msg-1", content: paymentMessage(INCIDENT_PAYMENT) });
@@ -221,6 +266,7 @@ async function replayIncident(options: { ledger: Ledger; runId: string; seed: st
       durationMs: at(),
     };
   } finally {
+    await closeStream?.();
     await side?.close();
   }
 }

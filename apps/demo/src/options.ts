@@ -1,5 +1,7 @@
 /** Command-line options of `pnpm demo`, parsed strictly: every bad option is a typed error (exit code 2). */
 
+import type { DemoProvider } from "./incident.js";
+
 export type LedgerSpec =
   | { kind: "sqlite"; path?: string }
   | { kind: "postgres"; url: string }
@@ -15,6 +17,8 @@ export interface DemoOptions {
   /** Share of messages whose memo the model re-words when it answers a retried request. */
   rewordRate: number;
   seed: string;
+  /** The stream side the incident runs on (the chaos run uses the Anthropic mock). */
+  provider: DemoProvider;
   ledger: LedgerSpec;
   /** Table (SQLite, PostgreSQL) or key prefix (Redis) the demo's ledger rows live in; default: unique per run. */
   ledgerNamespace?: string;
@@ -40,6 +44,7 @@ export const DEFAULT_OPTIONS: DemoOptions = {
   dropRate: 0.001,
   rewordRate: 0.5,
   seed: "1515",
+  provider: "anthropic",
   ledger: { kind: "sqlite" },
   keepLedger: false,
   json: false,
@@ -75,6 +80,8 @@ Options:
   --reword-rate P        share of messages whose memo a retried model response re-words, 0 <= P <= 1
                          (default ${DEFAULT_OPTIONS.rewordRate})
   --seed S               seed for every random decision; same seed, same counts (default ${DEFAULT_OPTIONS.seed})
+  --provider P           the incident's stream side: anthropic (Messages API, default) | openai (Responses API);
+                         the chaos run uses the Anthropic mock
   --ledger SPEC          sqlite (temp file, default) | sqlite:PATH | postgres://... | redis://...
   --ledger-namespace N   table (sqlite, postgres) or key prefix (redis) to use (default: unique per run)
   --keep-ledger          keep the ledger rows/table/file afterwards (default: remove what the demo created)
@@ -96,6 +103,7 @@ const SPECS: Record<string, { kind: Kind; key: keyof DemoOptions | "ledger" | "n
   "--drop-rate": { kind: "share", key: "dropRate" },
   "--reword-rate": { kind: "share", key: "rewordRate" },
   "--seed": { kind: "string", key: "seed" },
+  "--provider": { kind: "string", key: "provider" },
   "--ledger": { kind: "string", key: "ledger" },
   "--ledger-namespace": { kind: "string", key: "ledgerNamespace" },
   "--keep-ledger": { kind: "flag", key: "keepLedger" },
@@ -205,6 +213,9 @@ function assign(options: DemoOptions, name: string, spec: (typeof SPECS)[string]
           throw new DemoUsageError(`${name} must match ${NAMESPACE_PATTERN.source}, got ${JSON.stringify(value)}`, name);
         }
         options.ledgerNamespace = value;
+      } else if (spec.key === "provider") {
+        if (value !== "anthropic" && value !== "openai") throw new DemoUsageError(`${name} must be anthropic or openai, got ${JSON.stringify(value)}`, name);
+        options.provider = value;
       } else if (spec.key === "seed") {
         if (value.length > 200) throw new DemoUsageError(`${name} is limited to 200 characters`, name);
         options.seed = value;

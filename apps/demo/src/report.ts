@@ -1,5 +1,5 @@
 import { IN_WINDOW, POSITIONS } from "./chaos.js";
-import type { IncidentSide, TimelineEntry } from "./incident.js";
+import type { IncidentResult, IncidentSide, TimelineEntry } from "./incident.js";
 import type { DemoResult } from "./run.js";
 import { oneIn } from "./stats.js";
 
@@ -63,11 +63,11 @@ export function renderReport(result: DemoResult): string {
 </div>
 
 <h2>1. The incident: the window between the side effect and the end of the stream</h2>
-<p class="note">The payments call takes ${fix(incident.paymentsMs, 0)} ms and the provider's gap before <code>message_stop</code> is ${fix(incident.gapMs, 0)} ms;
+<p class="note">The payments call takes ${fix(incident.paymentsMs, 0)} ms and the provider's gap before <code>${esc(incident.events.finish)}</code> is ${fix(incident.gapMs, 0)} ms;
 the connection resets ${fix(incident.resetAfterAcceptMs, 0)} ms after the payment was accepted. The retry re-sends the conversation as it stood before the turn,
-and the model makes the same call again with a new <code>toolu_</code> id.</p>
-${windowSvg(incident.naive, incident.gapMs)}
-${timelineSvg(incident.naive, incident.guarded)}
+and the model makes the same call again with a new <code>${esc(incident.events.callIdPrefix)}</code> id.</p>
+${windowSvg(incident.naive, incident.gapMs, incident.events)}
+${timelineSvg(incident.naive, incident.guarded, incident.events.finish)}
 ${timelineTable("Naive handler", incident.naive)}
 ${timelineTable("Dispatch-Once", incident.guarded)}
 
@@ -126,8 +126,8 @@ function sumRoutes(result: DemoResult, side: "naive" | "guarded"): number {
   return result.chaos.routes.reduce((sum, r) => sum + r[side].misreports, 0);
 }
 
-/** The window on a time axis: dispatch, payment accepted, reset, message_stop due. */
-function windowSvg(side: IncidentSide, gapMs: number): string {
+/** The window on a time axis: dispatch, payment accepted, reset, the finishing event due. */
+function windowSvg(side: IncidentSide, gapMs: number, events: IncidentResult["events"]): string {
   const w = side.window;
   if (w === undefined) return `<p id="incident-window-missing">The incident's window was not observed.</p>`;
   const width = 1000;
@@ -138,10 +138,10 @@ function windowSvg(side: IncidentSide, gapMs: number): string {
   const x = (t: number) => left + ((t - t0) / (t1 - t0)) * (width - left - right);
   const axisY = 150;
   const marks: Array<{ t: number; label: string; color: string; row: number }> = [
-    { t: w.dispatchMs, label: "dispatch (content_block_stop)", color: COLORS.axis, row: 0 },
+    { t: w.dispatchMs, label: `dispatch (${events.callDone})`, color: COLORS.axis, row: 0 },
     { t: w.acceptedMs, label: "payment accepted", color: COLORS.naive, row: 1 },
     { t: w.resetMs, label: "connection reset", color: "#000", row: 2 },
-    { t: w.messageStopDueMs, label: "message_stop due", color: COLORS.stream, row: 3 },
+    { t: w.messageStopDueMs, label: `${events.finish} due`, color: COLORS.stream, row: 3 },
   ];
   const ticks = niceTicks(t0 - w.dispatchMs, t1 - w.dispatchMs, 8);
   const top = 40;
@@ -162,13 +162,13 @@ function windowSvg(side: IncidentSide, gapMs: number): string {
     )
     .join("\n  ")}
   ${marks.map(label).join("\n  ")}
-  <text x="${(x(w.dispatchMs) + x(w.messageStopDueMs)) / 2}" y="${axisY + 40}" text-anchor="middle">the window: the payments call, then the provider's ${fix(gapMs, 0)} ms before message_stop</text>
+  <text x="${(x(w.dispatchMs) + x(w.messageStopDueMs)) / 2}" y="${axisY + 40}" text-anchor="middle">the window: the payments call, then the provider's ${fix(gapMs, 0)} ms before ${esc(events.finish)}</text>
   <text x="${left}" y="222">ms after dispatch; shaded red: the payment exists but the turn is not committed</text>
 </svg>`;
 }
 
 /** Both sides' attempts on one axis: streams, payments, the retry's dispatch. */
-function timelineSvg(naive: IncidentSide, guarded: IncidentSide): string {
+function timelineSvg(naive: IncidentSide, guarded: IncidentSide, finish: string): string {
   const width = 1000;
   const left = 130;
   const right = 175;
@@ -185,7 +185,7 @@ function timelineSvg(naive: IncidentSide, guarded: IncidentSide): string {
       const cutOff = endEvent?.kind === "stream_reset";
       parts.push(
         `<rect class="stream" x="${x(start.atMs)}" y="${y - 8 + (start.attempt - 1) * 18}" width="${Math.max(2, x(stop) - x(start.atMs))}" height="12" fill="${COLORS.stream}" opacity="0.35"/>` +
-          `<text x="${x(stop) + 4}" y="${y + 3 + (start.attempt - 1) * 18}">attempt ${start.attempt}${cutOff ? ": reset" : ": message_stop"}</text>`,
+          `<text x="${x(stop) + 4}" y="${y + 3 + (start.attempt - 1) * 18}">attempt ${start.attempt}${cutOff ? ": reset" : `: ${esc(finish)}`}</text>`,
       );
     }
     for (const e of side.timeline) {

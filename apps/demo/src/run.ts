@@ -34,7 +34,7 @@ export async function runDemo(options: DemoOptions, hooks: RunHooks = {}): Promi
   const open = await openLedger(options.ledger, namespace, options.keepLedger);
   try {
     hooks.onPhase?.("incident");
-    const incident = await runIncident({ ledger: open.ledger, runId, seed: options.seed, timeScale: options.incidentTimeScale });
+    const incident = await runIncident({ ledger: open.ledger, runId, seed: options.seed, timeScale: options.incidentTimeScale, provider: options.provider });
     hooks.onPhase?.("chaos");
     const chaos = await runChaos({
       turns: options.turns,

@@ -20,17 +20,17 @@ export function renderText(result: DemoResult): string {
 
   const scaleNote = incident.timeScale === 1 ? "" : ` (time scale ${incident.timeScale})`;
   out.push(
-    `1. THE INCIDENT: send_payment takes ${ms(incident.paymentsMs)}, the provider's gap before message_stop is ${ms(incident.gapMs)}${scaleNote};`,
+    `1. THE INCIDENT: send_payment takes ${ms(incident.paymentsMs)}, the provider's gap before ${incident.events.finish} is ${ms(incident.gapMs)}${scaleNote};`,
   );
-  out.push(`   the connection resets ${ms(incident.resetAfterAcceptMs)} after the payment was accepted, before message_stop.`);
+  out.push(`   the connection resets ${ms(incident.resetAfterAcceptMs)} after the payment was accepted, before ${incident.events.finish}.`);
   out.push("");
-  out.push(...sideTimeline("Naive handler (runs every call it is handed; its Idempotency-Key is the toolu_ id)", incident.naive));
+  out.push(...sideTimeline(`Naive handler (runs every call it is handed; its Idempotency-Key is the ${incident.events.callIdPrefix} id)`, incident.naive));
   out.push(...sideTimeline(`Dispatch-Once (key from conversation, turn, tool, ordinal, arguments; claimed in the ${ledgerName} ledger first)`, incident.guarded));
   const w = incident.naive.window;
   if (w !== undefined) {
     out.push(
       `   The window (naive run): dispatch at ${w.dispatchMs} ms, payment accepted +${w.acceptedMs - w.dispatchMs} ms, ` +
-        `reset +${w.resetMs - w.dispatchMs} ms; message_stop was due at +${Math.round(w.messageStopDueMs - w.dispatchMs)} ms ` +
+        `reset +${w.resetMs - w.dispatchMs} ms; ${incident.events.finish} was due at +${Math.round(w.messageStopDueMs - w.dispatchMs)} ms ` +
         `(the provider's ${ms(incident.gapMs)} after the handler got the payment's answer at +${w.resolvedMs - w.dispatchMs} ms).`,
     );
     out.push("   A reset anywhere in there leaves a payment made and a turn that never happened, as far as the retry can tell.");

@@ -15,7 +15,18 @@ export {
   type TurnCommit,
   type AppendResult,
 } from "@dispatch-once/core";
+// The runner's logic, errors, records and result types are shared with every stream side
+// (@dispatch-once/runner); re-exported so imports keep working.
 export {
+  StreamIncompleteError,
+  InvalidArgumentsJsonError,
+  TurnFailedError,
+  defaultRetryPolicy,
+  type AttemptFailure,
+  type RetryPolicy,
+  type CallReport,
+  type TurnOutcome,
+  type SendResult,
   classifyCallError,
   summarizeEffects,
   forResumedTurn,
@@ -27,19 +38,5 @@ export {
   type FailedCallStatus,
   type SupersededAttemptRecord,
   type ConversationRecord,
-} from "./record.js";
-export {
-  ConversationRunner,
-  StreamIncompleteError,
-  InvalidArgumentsJsonError,
-  TurnFailedError,
-  defaultRetryPolicy,
-  type AttemptFailure,
-  type RetryPolicy,
-  type RunnerEvent,
-  type ConversationRunnerOptions,
-  type CallReport,
-  type TurnOutcome,
-  type SendResult,
-  type UserContent,
-} from "./runner.js";
+} from "@dispatch-once/runner";
+export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type UserContent } from "./runner.js";

@@ -1,701 +1,148 @@
-import { hostname } from "node:os";
-import { randomUUID } from "node:crypto";
 import type Anthropic from "@anthropic-ai/sdk";
+import type { JsonValue, ProviderToolSchema, StoredTurn } from "@dispatch-once/core";
 import {
-  CONVERSATION_ID_PATTERN,
-  ConversationBusyError,
-  DispatchOnceError,
-  DurabilityMismatchError,
-  InvalidArgumentError,
-  InvalidKeyInputError,
-  checkMessageId,
-  describeValue,
-  isDispatchOnceError,
-  type CallDispatcher,
-  type ConversationStore,
-  type DispatchOutcome,
-  type JsonValue,
-  type ProviderToolSchema,
-  type StoredError,
-  type StoredTurn,
-  type TurnDispatch,
-  type TurnSnapshot,
-} from "@dispatch-once/core";
-import { TurnAccumulator, type CallState, type FailurePosition } from "./accumulator.js";
-import {
-  classifyCallError,
-  forResumedTurn,
-  summarizeEffects,
-  type CallRecord,
-  type FailedTurnRecord,
-  type SupersededAttemptRecord,
-} from "./record.js";
+  TurnRunner,
+  checkRunnerOptions,
+  type CallAnswer,
+  type CommitShape,
+  type RunnerEvent as SharedRunnerEvent,
+  type StoredTurnView,
+  type StreamProvider,
+  type StreamStep,
+  type TurnRunnerOptions,
+  readStoredResult,
+} from "@dispatch-once/runner";
+import { TurnAccumulator } from "./accumulator.js";
 
 export type UserContent = string | Anthropic.Messages.ContentBlockParam[];
+type RawEvent = Anthropic.Messages.RawMessageStreamEvent;
 
-/** A stream that ended without message_stop; the SDK raises nothing for a clean close (STREAM-1). */
-export class StreamIncompleteError extends DispatchOnceError {
-  readonly eventsSeen: number;
-  constructor(eventsSeen: number) {
-    super("stream_incomplete", `the stream ended after ${eventsSeen} events without message_stop`);
-    this.eventsSeen = eventsSeen;
-  }
-}
-
-/** A complete tool_use block whose arguments are not JSON: a fact about the call, sent to the model as an error. */
-export class InvalidArgumentsJsonError extends DispatchOnceError {
-  readonly toolName: string;
-  constructor(toolName: string, detail: string) {
-    super("invalid_arguments_json", `arguments for ${toolName} are not JSON: ${detail}`);
-    this.toolName = toolName;
-  }
-}
-
+/** The runner's events (defined by `@dispatch-once/runner`); every type is listed below. */
+export type RunnerEvent = SharedRunnerEvent;
 /**
- * A turn that could not be completed within the retry policy; carries the failed-turn record,
- * which says for every effect the turn asked for whether it happened (RECORD-2, RECORD-5).
- * `replayed` is true when the record was stored earlier and this send() only read it.
+ * Every event type, for a reader and for this package's README test: attempt_started,
+ * text_delta (text as it streams; a UI drops it on attempt_discarded), call_complete,
+ * call_resolved, call_abandoned, stream_failed, call_unresolved, attempt_discarded,
+ * retry_scheduled, turn_committed, turn_failed, attempt_superseded.
  */
-export class TurnFailedError extends DispatchOnceError {
-  readonly record: FailedTurnRecord;
-  readonly replayed: boolean;
-  constructor(record: FailedTurnRecord, options: { replayed?: boolean } = {}) {
-    super("turn_failed", `turn ${record.turnIndex} of ${record.conversationId} failed (${record.position}): ${record.error.message}`);
-    this.record = record;
-    this.replayed = options.replayed ?? false;
-  }
-}
+type ListedEvent =
+  | { type: "attempt_started" }
+  | { type: "text_delta" }
+  | { type: "call_complete" }
+  | { type: "call_resolved" }
+  | { type: "call_abandoned" }
+  | { type: "stream_failed" }
+  | { type: "call_unresolved" }
+  | { type: "attempt_discarded" }
+  | { type: "retry_scheduled" }
+  | { type: "turn_committed" }
+  | { type: "turn_failed" }
+  | { type: "attempt_superseded" };
+// Fails to compile when the shared runner gains an event type the list above (and so the README) misses.
+const everyEventListed: [Exclude<RunnerEvent["type"], ListedEvent["type"]>] extends [never] ? true : false = true;
+void everyEventListed;
 
-export type AttemptFailure =
-  | { kind: "stream"; position: FailurePosition; error: unknown }
-  /** The stream finished but a dispatched call could not be resolved (in flight elsewhere, unknown, released). */
-  | { kind: "call"; error: unknown; calls: CallRecord[] }
-  /** The store refused to keep the turn the stream established (content it cannot store, e.g. nested past KEY-6's bound). */
-  | { kind: "commit"; error: unknown };
-
-export interface RetryPolicy {
-  /**
-   * Attempts of one turn, the first included.
-   * @default 3
-   */
-  attempts: number;
-  /**
-   * Delay before retry number n (1 for the first retry).
-   * @default (n) => 100 * 2 ** (n - 1)
-   */
-  backoffMs(retry: number): number;
-  /**
-   * Whether a failed attempt is worth another one.
-   * @default every stream failure except a permanent 4xx, every unresolved call except an unknown outcome or a result that could not be stored
-   */
-  shouldRetry(failure: AttemptFailure): boolean;
-}
-
-/** Client errors that a retry cannot fix: a malformed request, bad credentials. */
-function isPermanentRequestError(error: unknown): boolean {
-  const status = (error as { status?: unknown } | undefined)?.status;
-  return typeof status === "number" && status >= 400 && status < 500 && ![408, 409, 429].includes(status);
-}
-
-export const defaultRetryPolicy: RetryPolicy = {
-  attempts: 3,
-  backoffMs: (retry) => 100 * 2 ** (retry - 1),
-  // A retry is safe at every position because the ledger answers repeats (STREAM-5); only what
-  // asking again cannot settle is left for a person: an unknown outcome, an unstorable result.
-  shouldRetry: (failure) =>
-    failure.kind === "stream"
-      ? !isPermanentRequestError(failure.error)
-      : failure.kind === "commit"
-        ? false
-        : !failure.calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
-};
-
-export type RunnerEvent = { at: number; conversationId: string; turnIndex: number; attempt: number } & (
-  | { type: "attempt_started"; messageId: string }
-  /** Text as it streams, for a UI. An attempt that later fails is announced by `attempt_discarded`. */
-  | { type: "text_delta"; index: number; text: string }
-  | { type: "call_complete"; callId: string; name: string; index: number }
-  | { type: "call_resolved"; callId: string; name: string; key?: string; replayed?: boolean; ok: boolean; error?: string }
-  | { type: "call_abandoned"; callId: string; name: string; partialArguments: string }
-  | { type: "stream_failed"; position: FailurePosition; error: string }
-  | { type: "call_unresolved"; error: string }
-  /** Everything this attempt streamed is void: a UI drops its text (the retry streams anew). */
-  | { type: "attempt_discarded"; reason: "retry" | "failed" | "superseded" }
-  | { type: "retry_scheduled"; delayMs: number }
-  | { type: "turn_committed"; committed: boolean; stopReason: string | null }
-  | { type: "turn_failed"; record: FailedTurnRecord }
-  | { type: "attempt_superseded"; record: SupersededAttemptRecord }
-);
-
-export interface ConversationRunnerOptions {
+export interface ConversationRunnerOptions extends TurnRunnerOptions {
   client: Anthropic;
-  dispatcher: CallDispatcher;
-  /** Where conversations live; a durable one beside a durable ledger (TURN-14). */
-  store: ConversationStore;
   model: string;
   tools: ProviderToolSchema[];
   /** @default 1024 */
   maxTokens?: number;
   system?: string;
-  retry?: Partial<RetryPolicy>;
-  /**
-   * Model responses per message before its turn is failed (position "turn_limit").
-   * @default 8
-   */
-  maxTurns?: number;
-  /** Extra request headers per attempt (tracing, or fault injection against a mock provider). */
-  requestHeaders?: (info: { conversationId: string; turnIndex: number; attempt: number }) => Record<string, string>;
-  onEvent?: (event: RunnerEvent) => void;
-  /**
-   * Names this worker in turn leases; diagnostics only.
-   * @default `${hostname}:${pid}:${random}`
-   */
-  owner?: string;
-  /**
-   * The conversation's turn lease (TURN-10), renewed every third of it while this runner drives.
-   * @default 30_000
-   */
-  turnLeaseMs?: number;
-  /**
-   * How long send() waits while another worker holds the conversation before `conversation_busy`
-   * (the message stays queued; re-send the same id).
-   * @default 30_000
-   */
-  busyWaitMs?: number;
-  /**
-   * Poll interval while waiting for another worker.
-   * @default 25
-   */
-  pollMs?: number;
-  /**
-   * Accept a volatile conversation store beside a durable ledger. Refused by default: after a
-   * restart the store reissues turn indexes whose keys the ledger still holds, and new requests
-   * are answered with old effects (TURN-14).
-   * @default false
-   */
-  allowVolatileConversationStore?: boolean;
-}
-
-export interface CallReport {
-  callId: string;
-  name: string;
-  key?: string;
-  ordinal?: number;
-  replayed?: boolean;
-  result?: JsonValue;
-  error?: StoredError;
-}
-
-export interface TurnOutcome {
-  conversationId: string;
-  turnIndex: number;
-  /** Attempts this send made for the turn; 0 when the turn was read back from the store. */
-  attempts: number;
-  /** Always true for a returned turn: only committed turns are reported. */
-  committed: boolean;
-  stopReason: string | null;
-  text: string;
-  calls: CallReport[];
-}
-
-export interface SendResult {
-  conversationId: string;
-  messageId: string;
-  /** False when the message id was already known: a re-send, a redelivery, a double click (TURN-2). */
-  appended: boolean;
-  /**
-   * "answered": the model ended its answer. "turn_limit" cannot be returned any more: a message
-   * that reaches maxTurns fails with a record (kept for type compatibility).
-   */
-  status: "answered" | "turn_limit";
-  /** The committed turns that answer the message, in order. */
-  turns: TurnOutcome[];
-  /** True when the answer was read back from the store (TURN-7): this send ran nothing. */
-  fromStore: boolean;
-}
-
-type Resolution = { ok: true; outcome: DispatchOutcome } | { ok: false; error: unknown };
-
-type TurnResult =
-  | { kind: "committed"; outcome: TurnOutcome }
-  | { kind: "failed"; record: FailedTurnRecord }
-  | { kind: "superseded" };
-
-/** Call errors that are themselves an established answer for the model: sent as is_error results. */
-function committable(call: CallRecord): boolean {
-  return call.status === "failed" || call.status === "rejected";
-}
-
-function storedErrorOf(error: unknown): StoredError {
-  if (isDispatchOnceError(error, "tool_failed")) return (error as unknown as { error: StoredError }).error;
-  const stored: StoredError = {
-    name: error instanceof Error ? error.name : "Error",
-    message: error instanceof Error ? error.message : describeValue(error),
-  };
-  const code = (error as { code?: unknown } | undefined)?.code;
-  if (typeof code === "string") stored.code = code;
-  return stored;
 }
 
 /**
- * Runs conversations over the real SDK: one turn in flight per conversation (a turn lease in
- * the store), each message answered in arrival order, each tool call dispatched the moment its
- * content_block_stop arrives, failed streams retried, and a turn committed only when the stream
- * established it (message_stop seen, every call resolved) (RECORD-3).
+ * The Messages API as a `StreamProvider`: a call is final at its `content_block_stop`, only
+ * `message_stop` finishes a response (STREAM-1), and a turn commits the assistant message
+ * with one user message of `tool_result` blocks.
  */
-export class ConversationRunner {
-  private readonly options: ConversationRunnerOptions;
-  private readonly retry: RetryPolicy;
-  private readonly owner: string;
+class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserContent> {
+  readonly finishEvent = "message_stop";
+  constructor(private readonly options: ConversationRunnerOptions) {}
 
-  constructor(options: ConversationRunnerOptions) {
-    if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "must be an object");
-    for (const field of ["client", "dispatcher", "store"] as const) {
-      if (typeof options[field] !== "object" || options[field] === null) {
-        throw new InvalidArgumentError(`options.${field}`, "is required");
-      }
-    }
-    this.options = options;
-    this.retry = { ...defaultRetryPolicy, ...options.retry };
-    this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-    const ledgerDurability = (options.dispatcher as { ledger?: { capabilities?: { durability?: string } } }).ledger?.capabilities
-      ?.durability;
-    if (
-      options.store.capabilities?.durability !== "durable" &&
-      ledgerDurability === "durable" &&
-      options.allowVolatileConversationStore !== true
-    ) {
-      throw new DurabilityMismatchError(
-        ["conversation store"],
-        "a volatile conversation store beside a durable ledger: after a restart the store reissues turn indexes " +
-          "whose keys the ledger still holds, so new requests are answered with old effects (TURN-14). Use a durable " +
-          "store (SqliteConversationStore, PostgresConversationStore) or pass allowVolatileConversationStore: true",
-      );
-    }
+  createAccumulator(): TurnAccumulator {
+    return new TurnAccumulator();
   }
 
-  /**
-   * Queue a user message (idempotent on its id, TURN-2) and return its answer: the committed
-   * turns that answer it, produced now or read back (TURN-7). Throws `TurnFailedError` when
-   * its turn failed (re-send the same id to retry while nothing moved past it, TURN-12) and
-   * `ConversationBusyError` when another worker kept the conversation past `busyWaitMs`.
-   */
-  async send(conversationId: string, message: { id: string; content: UserContent }): Promise<SendResult> {
-    // Refused before any model request, and not retryable (KEY-2).
-    if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
-      throw new InvalidKeyInputError(
-        "conversationId",
-        `must match ${CONVERSATION_ID_PATTERN.source}, got ${describeValue(conversationId)}`,
-      );
-    }
-    if (typeof message !== "object" || message === null) throw new InvalidArgumentError("message", "must be { id, content }");
-    checkMessageId(message.id);
-    const { store } = this.options;
-    const append = await store.appendUserMessage(conversationId, {
-      id: message.id,
-      content: { role: "user", content: message.content } as unknown as JsonValue,
-    });
-    const started = Date.now();
-    let produced: TurnOutcome[] = [];
-    let current = append.message;
-    for (;;) {
-      if (current.state === "answered") {
-        const fromStore = produced.length === 0;
-        const turns = fromStore ? (await store.turnsOf(conversationId, message.id)).map((t) => storedTurnOutcome(conversationId, t)) : produced;
-        return { conversationId, messageId: message.id, appended: append.appended, status: "answered", turns, fromStore };
-      }
-      if (current.state === "failed") {
-        throw new TurnFailedError(current.failure as unknown as FailedTurnRecord, { replayed: produced.length === 0 });
-      }
-      const lease = await store.acquireLease(conversationId, this.owner, this.leaseMs);
-      if (lease.acquired) {
-        produced = produced.concat(await this.drive(conversationId, lease.fence, message.id));
-      } else {
-        const waited = Date.now() - started;
-        if (waited >= (this.options.busyWaitMs ?? 30_000)) throw new ConversationBusyError(conversationId, message.id, waited);
-        await sleep(this.options.pollMs ?? 25);
-      }
-      const latest = await store.message(conversationId, message.id);
-      if (latest === undefined) throw new InvalidArgumentError("message.id", `message ${message.id} vanished from the store`);
-      current = latest;
-    }
+  userMessage(content: UserContent): JsonValue {
+    return { role: "user", content } as unknown as JsonValue;
   }
 
-  private get leaseMs(): number {
-    return this.options.turnLeaseMs ?? 30_000;
+  async open(input: JsonValue[], { headers }: { headers?: Record<string, string> }): Promise<AsyncIterable<RawEvent>> {
+    const { client, model, tools, system, maxTokens } = this.options;
+    return client.messages.create(
+      {
+        model,
+        max_tokens: maxTokens ?? 1024,
+        messages: input as unknown as Anthropic.Messages.MessageParam[],
+        ...(tools.length > 0 ? { tools: tools as Anthropic.Messages.ToolUnion[] } : {}),
+        ...(system !== undefined ? { system } : {}),
+        stream: true,
+      },
+      headers !== undefined ? { headers } : undefined,
+    );
   }
 
-  /**
-   * Hold the turn lease and answer queued messages in arrival order until `messageId` is
-   * answered or failed, or the lease is lost. Returns the turns it committed for `messageId`.
-   */
-  private async drive(conversationId: string, fence: number, messageId: string): Promise<TurnOutcome[]> {
-    const { store } = this.options;
-    let lost = false;
-    const renewal = setInterval(() => {
-      store.renewLease(conversationId, fence, this.leaseMs).catch((error: unknown) => {
-        if (isDispatchOnceError(error, "conversation_lease_lost")) lost = true;
-      });
-    }, Math.max(1, Math.floor(this.leaseMs / 3)));
-    renewal.unref?.();
-    const ours: TurnOutcome[] = [];
-    try {
-      while (!lost) {
-        let snapshot: TurnSnapshot | undefined;
-        try {
-          snapshot = await store.beginTurn(conversationId, fence);
-        } catch (error) {
-          if (isDispatchOnceError(error, "conversation_lease_lost")) return ours;
-          throw error;
-        }
-        if (snapshot === undefined) return ours;
-        const isOurs = snapshot.message.id === messageId;
-        const turnsSoFar = snapshot.turnIndex - (snapshot.message.turnIndex ?? snapshot.turnIndex);
-        if (turnsSoFar >= (this.options.maxTurns ?? 8)) {
-          const record = this.turnLimitRecord(snapshot, turnsSoFar);
-          await store.failMessage(conversationId, fence, snapshot.message.id, record as unknown as JsonValue);
-          this.emit({ type: "turn_failed", conversationId, turnIndex: snapshot.turnIndex, attempt: 0, record });
-          if (isOurs) return ours;
-          continue;
-        }
-        const result = await this.runTurn(snapshot, fence);
-        if (result.kind === "superseded") return ours;
-        if (result.kind === "failed") {
-          if (isOurs) return ours;
-          continue;
-        }
-        if (isOurs) ours.push(result.outcome);
-        if (isOurs && result.outcome.stopReason !== "tool_use") return ours;
-      }
-      return ours;
-    } finally {
-      clearInterval(renewal);
-      await store.releaseLease(conversationId, fence).catch(() => undefined);
-    }
+  apply(accumulator: TurnAccumulator, event: RawEvent): StreamStep {
+    const complete = accumulator.apply(event);
+    const step: StreamStep = complete !== undefined ? { complete } : {};
+    if (event.type === "content_block_delta" && event.delta.type === "text_delta") step.textDelta = { index: event.index, text: event.delta.text };
+    return step;
   }
 
-  /** One model response at the snapshot's turn index, retried per the policy. */
-  private async runTurn(snapshot: TurnSnapshot, fence: number): Promise<TurnResult> {
-    const { store } = this.options;
-    const { conversationId, turnIndex } = snapshot;
-    const messageId = snapshot.message.id;
-    const calls: CallRecord[] = [];
-    let lastFailure: AttemptFailure | undefined;
-    let attempt = 0;
-    for (;;) {
-      attempt++;
-      const run = await this.attempt(snapshot, attempt);
-      const records = this.callRecords(run.accumulator, run.resolutions, attempt, resumedTurn(snapshot));
-      calls.push(...records);
-      if (run.failure === undefined) {
-        let outcome: TurnOutcome;
-        try {
-          outcome = await this.commit(snapshot, fence, attempt, run.accumulator, run.resolutions);
-        } catch (error) {
-          // The store cannot keep what the stream established: the turn fails with a record
-          // (what its calls did is known), instead of leaving the message in progress forever.
-          if (!isDispatchOnceError(error, "invalid_store_input")) throw error;
-          lastFailure = { kind: "commit", error };
-          if (attempt >= this.retry.attempts || !this.retry.shouldRetry(lastFailure)) break;
-          continue;
-        }
-        if (outcome.committed) return { kind: "committed", outcome };
-        // Another worker took the conversation and committed (or will): what this attempt did
-        // in the world is kept beside the conversation, never orphaned (TURN-13).
-        const record: SupersededAttemptRecord = {
-          kind: "superseded_attempt",
-          conversationId,
-          messageId,
-          turnIndex,
-          attempt,
-          calls: records,
-          resumed: resumedTurn(snapshot),
-          at: new Date().toISOString(),
-        };
-        await store.addRecord(conversationId, record as unknown as JsonValue);
-        this.emit({ type: "attempt_discarded", conversationId, turnIndex, attempt, reason: "superseded" });
-        this.emit({ type: "attempt_superseded", conversationId, turnIndex, attempt, record });
-        return { kind: "superseded" };
-      }
-      lastFailure = run.failure;
-      if (attempt >= this.retry.attempts || !this.retry.shouldRetry(run.failure)) break;
-      this.emit({ type: "attempt_discarded", conversationId, turnIndex, attempt, reason: "retry" });
-      const delayMs = this.retry.backoffMs(attempt);
-      this.emit({ type: "retry_scheduled", conversationId, turnIndex, attempt, delayMs });
-      await sleep(delayMs);
-    }
-    this.emit({ type: "attempt_discarded", conversationId, turnIndex, attempt, reason: "failed" });
-    const record = this.failedTurnRecord(snapshot, attempt, lastFailure, calls);
-    try {
-      await store.failMessage(conversationId, fence, messageId, record as unknown as JsonValue);
-    } catch (error) {
-      if (!isDispatchOnceError(error, "conversation_lease_lost")) throw error;
-      // Lost the conversation meanwhile: the record still goes beside it; the new holder carries on.
-      await store.addRecord(conversationId, record as unknown as JsonValue);
-      return { kind: "superseded" };
-    }
-    this.emit({ type: "turn_failed", conversationId, turnIndex, attempt, record });
-    return { kind: "failed", record };
+  finished(accumulator: TurnAccumulator): boolean {
+    return accumulator.messageStopped;
   }
 
-  private async attempt(
-    snapshot: TurnSnapshot,
-    attempt: number,
-  ): Promise<{ accumulator: TurnAccumulator; resolutions: Map<number, Resolution>; failure?: AttemptFailure }> {
-    const { client, dispatcher, model, tools } = this.options;
-    const { conversationId, turnIndex } = snapshot;
-    const info = { conversationId, turnIndex, attempt };
-    const accumulator = new TurnAccumulator();
-    const resolutions = new Map<number, Resolution>();
-    // TURN-15: in a resumed turn a not-performed failure cannot say the call did not happen.
-    const turn = dispatcher.turn({ conversationId, turnIndex, resumed: resumedTurn(snapshot) });
-    const dispatches: Promise<void>[] = [];
-    let failure: AttemptFailure | undefined;
-    this.emit({ type: "attempt_started", ...info, messageId: snapshot.message.id });
-    try {
-      const headers = this.options.requestHeaders?.(info);
-      const stream = await client.messages.create(
-        {
-          model,
-          max_tokens: this.options.maxTokens ?? 1024,
-          messages: snapshot.input as unknown as Anthropic.Messages.MessageParam[],
-          ...(tools.length > 0 ? { tools: tools as Anthropic.Messages.ToolUnion[] } : {}),
-          ...(this.options.system !== undefined ? { system: this.options.system } : {}),
-          stream: true,
-        },
-        headers !== undefined ? { headers } : undefined,
-      );
-      for await (const event of stream) {
-        const complete = accumulator.apply(event);
-        if (event.type === "content_block_delta" && event.delta.type === "text_delta") {
-          this.emit({ type: "text_delta", ...info, index: event.index, text: event.delta.text });
-        }
-        // Dispatch at content_block_stop, as latency-minded handlers do (STREAM-4).
-        if (complete !== undefined) dispatches.push(this.dispatchCall(turn, complete, resolutions, info));
-      }
-      if (!accumulator.messageStopped) throw new StreamIncompleteError(accumulator.eventsSeen);
-    } catch (error) {
-      // A transport error after message_stop changes nothing: the stream established the turn (STREAM-1).
-      if (!accumulator.messageStopped) {
-        // Read the position now: calls still running belong to "during_dispatch" (STREAM-2).
-        const position = accumulator.failurePosition();
-        for (const call of accumulator.abandonOpenCalls()) {
-          this.emit({ type: "call_abandoned", ...info, callId: call.callId, name: call.name, partialArguments: call.partialJson });
-        }
-        failure = { kind: "stream", position, error };
-        this.emit({ type: "stream_failed", ...info, position, error: describe(error) });
-      }
-    }
-    // A dispatched call is never cancelled by the stream's death: wait for its outcome (STREAM-6).
-    await Promise.all(dispatches);
-    if (failure === undefined) {
-      const records = this.callRecords(accumulator, resolutions, attempt, resumedTurn(snapshot));
-      const unresolved = records.find((c) => c.status !== "completed" && c.status !== "not_run" && !committable(c));
-      if (unresolved !== undefined) {
-        const first = resolutions.get(unresolved.index) as { ok: false; error: unknown };
-        failure = { kind: "call", error: first.error, calls: records };
-        this.emit({ type: "call_unresolved", ...info, error: describe(first.error) });
-      }
-    }
-    return failure === undefined ? { accumulator, resolutions } : { accumulator, resolutions, failure };
-  }
-
-  private async dispatchCall(
-    turn: TurnDispatch,
-    call: CallState,
-    resolutions: Map<number, Resolution>,
-    info: { conversationId: string; turnIndex: number; attempt: number },
-  ): Promise<void> {
-    this.emit({ type: "call_complete", ...info, callId: call.callId, name: call.name, index: call.index });
-    call.phase = "dispatched";
-    let resolution: Resolution;
-    if (call.inputError !== undefined) {
-      resolution = { ok: false, error: new InvalidArgumentsJsonError(call.name, call.inputError) };
-    } else {
-      try {
-        resolution = { ok: true, outcome: await turn.dispatch({ name: call.name, input: call.input, callId: call.callId }) };
-      } catch (error) {
-        resolution = { ok: false, error };
-      }
-    }
-    resolutions.set(call.index, resolution);
-    call.phase = "resolved";
-    this.emit({
-      type: "call_resolved",
-      ...info,
-      callId: call.callId,
-      name: call.name,
-      ok: resolution.ok,
-      ...(resolution.ok
-        ? { key: resolution.outcome.key, replayed: resolution.outcome.replayed }
-        : { error: describe(resolution.error) }),
-    });
-  }
-
-  private async commit(
-    snapshot: TurnSnapshot,
-    fence: number,
-    attempts: number,
-    accumulator: TurnAccumulator,
-    resolutions: Map<number, Resolution>,
-  ): Promise<TurnOutcome> {
-    const { conversationId, turnIndex } = snapshot;
+  commitShape(accumulator: TurnAccumulator, answers: CallAnswer[]): CommitShape {
     const content = accumulator.content();
-    const calls: CallReport[] = [];
-    const toolResults: Anthropic.Messages.ToolResultBlockParam[] = [];
-    for (const call of accumulator.calls) {
-      const resolution = resolutions.get(call.index);
-      if (resolution === undefined) continue;
-      if (resolution.ok) {
-        const { outcome } = resolution;
-        calls.push({ callId: call.callId, name: call.name, key: outcome.key, ordinal: outcome.ordinal, replayed: outcome.replayed, result: outcome.result });
-        toolResults.push({ type: "tool_result", tool_use_id: call.callId, content: outcome.resultJson });
-      } else {
-        // Only errors that are facts about the call reach here (attempt() failed the rest).
-        const error = storedErrorOf(resolution.error);
-        const key = (resolution.error as { key?: unknown }).key;
-        calls.push({ callId: call.callId, name: call.name, ...(typeof key === "string" ? { key } : {}), error });
-        toolResults.push({ type: "tool_result", tool_use_id: call.callId, content: JSON.stringify({ error }), is_error: true });
-      }
-    }
-    const stopReason = accumulator.stopReason;
-    const { committed } = await this.options.store.commitTurn(conversationId, {
-      fence,
-      messageId: snapshot.message.id,
-      turnIndex,
+    const toolResults: Anthropic.Messages.ToolResultBlockParam[] = answers.map(({ call, answer }) =>
+      answer.ok
+        ? { type: "tool_result", tool_use_id: call.callId, content: answer.resultJson }
+        : { type: "tool_result", tool_use_id: call.callId, content: JSON.stringify({ error: answer.error }), is_error: true },
+    );
+    const { stopReason } = accumulator;
+    return {
       assistant: { role: "assistant", content } as unknown as JsonValue,
       ...(toolResults.length > 0 ? { toolResults: { role: "user", content: toolResults } as unknown as JsonValue } : {}),
       stopReason,
       answers: stopReason !== "tool_use",
-    });
-    this.emit({ type: "turn_committed", conversationId, turnIndex, attempt: attempts, committed, stopReason });
-    const text = content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("");
-    return { conversationId, turnIndex, attempts, committed, stopReason, text, calls };
-  }
-
-  private callRecords(accumulator: TurnAccumulator, resolutions: Map<number, Resolution>, attempt: number, resumed: boolean): CallRecord[] {
-    const records = accumulator.calls.map((call): CallRecord => {
-      const base = { attempt, index: call.index, callId: call.callId, name: call.name };
-      const resolution = resolutions.get(call.index);
-      if (call.phase === "abandoned" || resolution === undefined) {
-        return { ...base, status: "not_run", effect: "not_happened", summary: "not run (connection lost)", partialArguments: call.partialJson };
-      }
-      if (resolution.ok) {
-        const { outcome } = resolution;
-        const isRead = outcome.effect === "read";
-        return {
-          ...base,
-          status: "completed",
-          effect: isRead ? "none" : "happened",
-          summary: outcome.replayed ? "completed earlier (result replayed)" : "completed",
-          key: outcome.key,
-          ordinal: outcome.ordinal,
-          replayed: outcome.replayed,
-          result: outcome.result,
-        };
-      }
-      const isRead = this.options.dispatcher.effectClassOf?.(call.name) === "read";
-      const { status, effect, summary } = classifyCallError(resolution.error, isRead);
-      const key = (resolution.error as { key?: unknown } | null)?.key;
-      return { ...base, status, effect, summary, ...(typeof key === "string" ? { key } : {}), error: storedErrorOf(resolution.error) };
-    });
-    if (!resumed) return records;
-    return records.map((call) => forResumedTurn(call, this.options.dispatcher.effectClassOf?.(call.name) === "read"));
-  }
-
-  private failedTurnRecord(snapshot: TurnSnapshot, attempts: number, failure: AttemptFailure | undefined, calls: CallRecord[]): FailedTurnRecord {
-    const effects = summarizeEffects(calls);
-    return {
-      kind: "failed_turn",
-      conversationId: snapshot.conversationId,
-      messageId: snapshot.message.id,
-      turnIndex: snapshot.turnIndex,
-      attempts,
-      position: failure?.kind === "stream" ? failure.position : failure?.kind === "commit" ? "commit_refused" : "call_unresolved",
-      error: storedErrorOf(failure?.error),
-      calls,
-      effects,
-      // Re-sending helps unless an effect is left for a person to settle.
-      retryable: failure?.kind !== "commit" && !calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
-      resumed: resumedTurn(snapshot),
-      at: new Date().toISOString(),
+      text: content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join(""),
     };
   }
 
-  private turnLimitRecord(snapshot: TurnSnapshot, turns: number): FailedTurnRecord {
-    return {
-      kind: "failed_turn",
-      conversationId: snapshot.conversationId,
-      messageId: snapshot.message.id,
-      turnIndex: snapshot.turnIndex,
-      attempts: 0,
-      position: "turn_limit",
-      error: { name: "TurnLimit", message: `the model used ${turns} turns for this message (maxTurns)` },
-      calls: [],
-      effects: [],
-      retryable: false,
-      resumed: resumedTurn(snapshot),
-      at: new Date().toISOString(),
-    };
-  }
-
-  private emit(event: Omit<RunnerEvent, "at"> & Record<string, unknown>): void {
-    this.options.onEvent?.({ at: Date.now(), ...event } as RunnerEvent);
-  }
-}
-
-/** A committed turn read back from the store (TURN-7): its text and its calls' results. */
-function storedTurnOutcome(conversationId: string, turn: StoredTurn): TurnOutcome {
-  const assistant = turn.assistant as { content?: unknown };
-  const blocks = Array.isArray(assistant.content) ? (assistant.content as { type: string; text?: string; id?: string; name?: string }[]) : [];
-  const results = new Map<string, { content?: unknown; is_error?: boolean }>();
-  const resultBlocks = (turn.toolResults as { content?: unknown } | undefined)?.content;
-  if (Array.isArray(resultBlocks)) {
-    for (const block of resultBlocks as { tool_use_id?: string; content?: unknown; is_error?: boolean }[]) {
-      if (typeof block.tool_use_id === "string") results.set(block.tool_use_id, block);
+  readTurn(turn: StoredTurn): StoredTurnView {
+    const assistant = turn.assistant as { content?: unknown };
+    const blocks = Array.isArray(assistant.content) ? (assistant.content as { type: string; text?: string; id?: string; name?: string }[]) : [];
+    const results = new Map<string, { content?: unknown; is_error?: boolean }>();
+    const resultBlocks = (turn.toolResults as { content?: unknown } | undefined)?.content;
+    if (Array.isArray(resultBlocks)) {
+      for (const block of resultBlocks as { tool_use_id?: string; content?: unknown; is_error?: boolean }[]) {
+        if (typeof block.tool_use_id === "string") results.set(block.tool_use_id, block);
+      }
     }
+    return {
+      text: blocks.flatMap((b) => (b.type === "text" && typeof b.text === "string" ? [b.text] : [])).join(""),
+      calls: blocks
+        .filter((b) => b.type === "tool_use")
+        .map((b) => {
+          const found = results.get(b.id ?? "");
+          return { callId: b.id ?? "", name: b.name ?? "", ...readStoredResult(found?.content, found?.is_error === true) };
+        }),
+    };
   }
-  const calls: CallReport[] = blocks
-    .filter((b) => b.type === "tool_use")
-    .map((b) => {
-      const found = results.get(b.id ?? "");
-      const report: CallReport = { callId: b.id ?? "", name: b.name ?? "", replayed: true };
-      if (found !== undefined && typeof found.content === "string") {
-        try {
-          const parsed = JSON.parse(found.content) as JsonValue;
-          if (found.is_error === true) report.error = (parsed as { error?: StoredError }).error ?? { name: "Error", message: found.content };
-          else report.result = parsed;
-        } catch {
-          report.result = found.content;
-        }
-      }
-      return report;
-    });
-  return {
-    conversationId,
-    turnIndex: turn.turnIndex,
-    attempts: 0,
-    committed: true,
-    stopReason: turn.stopReason,
-    text: blocks.flatMap((b) => (b.type === "text" && typeof b.text === "string" ? [b.text] : [])).join(""),
-    calls,
-  };
 }
 
 /**
- * Whether the snapshot's turn index was begun under an earlier turn lease (TURN-15). A store
- * that does not say (written before the field) is taken to have resumed: the record then says
- * "may have happened" where it cannot show otherwise, never a "not happened" it cannot back.
+ * Runs conversations over the real SDK with the shared runner (`@dispatch-once/runner`): one
+ * turn in flight per conversation (a turn lease in the store), each message answered in
+ * arrival order, each tool call dispatched the moment its content_block_stop arrives, failed
+ * streams retried, and a turn committed only when the stream established it (message_stop
+ * seen, every call resolved) (RECORD-3).
  */
-function resumedTurn(snapshot: TurnSnapshot): boolean {
-  return snapshot.resumed !== false;
-}
-
-function describe(error: unknown): string {
-  if (error instanceof Error) return `${error.name}: ${error.message}`;
-  return describeValue(error);
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+export class ConversationRunner extends TurnRunner<TurnAccumulator, RawEvent, UserContent> {
+  constructor(options: ConversationRunnerOptions) {
+    checkRunnerOptions(options, ["client", "dispatcher", "store"]);
+    super(new MessagesStream(options), options);
+  }
 }

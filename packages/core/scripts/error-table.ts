@@ -1,4 +1,4 @@
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ERROR_CATALOGUE } from "../src/error-catalogue.js";
@@ -13,13 +13,18 @@ const packages = join(here, "..", "..");
 export const BEGIN = "<!-- error-table:begin (generated from ERROR_CATALOGUE by packages/core/scripts/error-table.ts) -->";
 export const END = "<!-- error-table:end -->";
 
-/** Class name per code, read from the sources that raise them (core, and the stream side's own three). */
+/** Class name per code, read from the sources that raise them (core, and the shared runner's own three). */
 function classNames(): Map<string, { name: string; from: string }> {
   const found = new Map<string, { name: string; from: string }>();
+  const runnerErrors = join(packages, "runner", "src", "errors");
   const sources: [string, string][] = [
     [join(packages, "core", "src", "errors.ts"), "@dispatch-once/core"],
     [join(packages, "core", "src", "resolution-refused-error.ts"), "@dispatch-once/core"],
-    [join(packages, "anthropic", "src", "runner.ts"), "@dispatch-once/anthropic"],
+    // Raised by the runner every stream side shares; each side re-exports them.
+    ...readdirSync(runnerErrors)
+      .filter((f) => f.endsWith(".ts"))
+      .sort()
+      .map((f): [string, string] => [join(runnerErrors, f), "@dispatch-once/runner"]),
   ];
   for (const [file, from] of sources) {
     for (const m of readFileSync(file, "utf8").matchAll(/export class (\w+) extends DispatchOnceError \{[\s\S]*?super\(\s*"([a-z_]+)"/g)) {

@@ -1,6 +1,19 @@
 import OpenAI from "openai";
+import {
+  Dispatcher,
+  MemoryConversationStore,
+  MemoryLedger,
+  ToolError,
+  ToolRegistry,
+  UnguardedDispatcher,
+  defineTool,
+  type CallDispatcher,
+  type ConversationStore,
+} from "@dispatch-once/core";
+import { DISPOSITION_BY_OUTCOME, PaymentsError, createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { call, respond, say, scriptFromPlans, startMockOpenAI, text, type Fault, type MockOpenAI } from "@dispatch-once/mock-openai";
-import { ResponsesTurnAccumulator, type CallState } from "../src/index.js";
+import { z } from "zod";
+import { ConversationRunner, ResponsesTurnAccumulator, type CallState, type ConversationRunnerOptions } from "../src/index.js";
 
 export const PAY_ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "Invoice 1042" };
 export const PAY_BOB = { payee: "bob", amount: 4_000, currency: "EUR", reference: "LOAN-3", memo: "Loan repayment" };
@@ -12,6 +25,7 @@ export function startProvider(options: { beforeCompletedMs?: number } = {}): Pro
     script: scriptFromPlans(
       {
         "pay acme": respond(call("send_payment", PAY_ACME, { reword: ["memo"] })),
+        "pay acme twice": respond(call("send_payment", PAY_ACME), call("send_payment", PAY_ACME)),
         "pay acme and bob": respond(text("Two payments."), call("send_payment", PAY_ACME), call("send_payment", PAY_BOB)),
         hello: say("Hi."),
       },
@@ -39,4 +53,70 @@ export async function accumulate(client: OpenAI, input: string, fault?: Fault, o
     error = e;
   }
   return { accumulator, error };
+}
+
+/**
+ * send_payment over the mock payments API: the key travels as the Idempotency-Key header, and
+ * the API's effect log is the oracle for how many payments were made.
+ */
+export async function payments(latencyMs: number): Promise<{ tools: ToolRegistry; server: MockPaymentsServer; effects: () => { idempotencyKey: string | null; paymentId: string }[] }> {
+  const server = await startMockPayments({ latencyMs });
+  const client = createPaymentsClient({ baseURL: server.url, token: "acct_openai_test" });
+  const tools = new ToolRegistry([
+    defineTool({
+      name: "send_payment",
+      description: "Send a payment to a payee",
+      effect: "keyed_write",
+      input: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string().length(3), reference: z.string(), memo: z.string().optional() }),
+      // The memo is re-worded on a retry: it is not part of what the payment is.
+      identity: ["payee", "amount", "currency", "reference"],
+      async run(args, ctx) {
+        try {
+          const payment = await client.createPayment(args, { idempotencyKey: ctx.idempotencyKey, signal: ctx.signal });
+          return { paymentId: payment.body.id, status: "accepted" };
+        } catch (error) {
+          if (error instanceof PaymentsError) throw new ToolError(error.message, { disposition: DISPOSITION_BY_OUTCOME[error.outcome], code: error.code, cause: error });
+          throw error;
+        }
+      },
+    }),
+  ]);
+  const effects = () =>
+    server
+      .effects()
+      .filter((e) => e.kind === "payment_created")
+      .map((e) => ({ idempotencyKey: e.idempotencyKey, paymentId: e.resourceId }));
+  return { tools, server, effects };
+}
+
+/** The payment request (its input ends with the user's message), not the follow-up that carries the result. */
+export const isPaymentRequest = (request: { input: unknown }) =>
+  Array.isArray(request.input) && (request.input.at(-1) as { role?: string } | undefined)?.role === "user";
+
+const servers: { close(): Promise<void> }[] = [];
+/** Close every payments server the tests of a file started. */
+export async function closeDownstreams(): Promise<void> {
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+}
+
+/** The OpenAI runner over the mock, a guarded (or naive) dispatcher and the mock payments API. */
+export async function setup(provider: MockOpenAI, options: { guarded: boolean; latencyMs?: number; runner?: Partial<ConversationRunnerOptions>; store?: ConversationStore }) {
+  const downstream = await payments(options.latencyMs ?? 50);
+  servers.push(downstream.server);
+  const ledger = new MemoryLedger();
+  const dispatcher: CallDispatcher = options.guarded
+    ? new Dispatcher({ tools: downstream.tools, ledger, waitMs: 10_000, pollMs: 5 })
+    : new UnguardedDispatcher(downstream.tools);
+  const store = options.store ?? new MemoryConversationStore();
+  const client = sdk(provider);
+  const runner = new ConversationRunner({
+    client,
+    dispatcher,
+    store,
+    model: "gpt-test",
+    tools: downstream.tools.providerSchemas(),
+    retry: { backoffMs: () => 10 },
+    ...options.runner,
+  });
+  return { ...downstream, ledger, store, runner, client, dispatcher };
 }

@@ -1,52 +1,14 @@
-import {
-  Dispatcher,
-  MemoryLedger,
-  ToolError,
-  ToolRegistry,
-  UnguardedDispatcher,
-  defineTool,
-  type CallDispatcher,
-  type DispatchOutcome,
-} from "@dispatch-once/core";
-import { DISPOSITION_BY_OUTCOME, PaymentsError, createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { Dispatcher, MemoryLedger, UnguardedDispatcher, type CallDispatcher, type DispatchOutcome } from "@dispatch-once/core";
 import type { MockOpenAI } from "@dispatch-once/mock-openai";
 import type OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
-import { z } from "zod";
 import { ResponsesTurnAccumulator, type FailurePosition } from "../src/index.js";
-import { sdk, startProvider } from "./fixtures.js";
+import { payments, sdk, startProvider } from "./fixtures.js";
 
 const opened: Array<{ close(): Promise<void> }> = [];
 afterEach(async () => {
   await Promise.all(opened.splice(0).map((s) => s.close()));
 });
-
-/** send_payment over the mock payments API; its effect log is the oracle. */
-async function payments(latencyMs: number): Promise<{ tools: ToolRegistry; server: MockPaymentsServer }> {
-  const server = await startMockPayments({ latencyMs });
-  opened.push(server);
-  const client = createPaymentsClient({ baseURL: server.url, token: "acct_openai_test" });
-  const tools = new ToolRegistry([
-    defineTool({
-      name: "send_payment",
-      description: "Send a payment to a payee",
-      effect: "keyed_write",
-      input: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string().length(3), reference: z.string(), memo: z.string().optional() }),
-      // The memo is re-worded on a retry: it is not part of what the payment is.
-      identity: ["payee", "amount", "currency", "reference"],
-      async run(args, ctx) {
-        try {
-          const payment = await client.createPayment(args, { idempotencyKey: ctx.idempotencyKey, signal: ctx.signal });
-          return { paymentId: payment.body.id, status: "accepted" };
-        } catch (error) {
-          if (error instanceof PaymentsError) throw new ToolError(error.message, { disposition: DISPOSITION_BY_OUTCOME[error.outcome], code: error.code, cause: error });
-          throw error;
-        }
-      },
-    }),
-  ]);
-  return { tools, server };
-}
 
 interface AttemptFailure {
   attempt: number;
@@ -99,6 +61,7 @@ async function incident(options: { guarded: boolean; cut: "during_dispatch" | "a
   const provider: MockOpenAI = await startProvider({ beforeCompletedMs: options.cut === "after_dispatch_before_stop" ? 400 : 0 });
   opened.push(provider);
   const { tools, server } = await payments(options.cut === "during_dispatch" ? 150 : 50);
+  opened.push(server);
   provider.setFaultPlan((_request, info) =>
     info.attempt === 1 ? { kind: options.kind ?? "reset", at: options.cut === "during_dispatch" ? { afterCallDone: 0 } : { beforeCompleted: true } } : undefined,
   );

@@ -16,6 +16,7 @@ import * as conformance from "@dispatch-once/conformance";
 import * as openaiSide from "@dispatch-once/openai";
 import * as telemetry from "@dispatch-once/opentelemetry";
 import * as mockOpenai from "@dispatch-once/mock-openai";
+import * as mcp from "@dispatch-once/mcp";
 
 /** A UI's view of the runner's events: typed from the installed .d.ts only. */
 export function describeEvent(event: RunnerEvent): string {
@@ -58,6 +59,7 @@ async function main(): Promise<void> {
       Object.keys(openaiSide).length > 0,
       Object.keys(telemetry).length > 0,
       Object.keys(mockOpenai).length > 0,
+      typeof mcp.McpToolGuard,
     ];
     const ok =
       effects.length === 1 &&

@@ -1,5 +1,5 @@
 import { effectOf, isDispatchOnceError, type JsonValue, type StoredError } from "@dispatch-once/core";
-import type { FailurePosition } from "./accumulator.js";
+import type { FailurePosition } from "./phases.js";
 
 /** What happened to one call of one attempt (spec RECORD-2). */
 export type CallStatus =
@@ -32,9 +32,9 @@ export type EffectStatus = "happened" | "not_happened" | "may_have_happened" | "
 export interface CallRecord {
   /** The attempt of the turn this call belonged to, from 1. */
   attempt: number;
-  /** Content block index in that attempt's assistant message. */
+  /** The call's position in that attempt's response (content block index, output index). */
   index: number;
-  /** Provider id (toolu_...), minted per response: for the log only. */
+  /** Provider call id (toolu_…, call_…), minted per response: for the log only. */
   callId: string;
   name: string;
   status: CallStatus;

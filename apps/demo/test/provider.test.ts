@@ -1,0 +1,31 @@
+import { MemoryLedger } from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { runIncident } from "../src/incident.js";
+import { DemoUsageError, parseArgs } from "../src/options.js";
+
+describe("--provider: the incident on each stream side", () => {
+  for (const provider of ["anthropic", "openai"] as const) {
+    it(`${provider}: the cut after the payment pays twice naive and once guarded; the retry's call has a new id and is answered from the ledger`, async () => {
+      const incident = await runIncident({ ledger: new MemoryLedger(), runId: `prov${provider}`, seed: "7", timeScale: 0.05, provider });
+      expect(incident.provider).toBe(provider);
+      expect(incident.naive.payments).toBe(2);
+      expect(incident.guarded.payments).toBe(1);
+      expect(incident.naive.retryDispatch).toBe("ran_again");
+      expect(incident.guarded.retryDispatch).toBe("replayed_from_ledger");
+      for (const side of [incident.naive, incident.guarded]) {
+        // The cut is placed after the payment was accepted, by construction on both providers.
+        expect(side.failurePosition).toBe("after_dispatch_before_stop");
+        expect(side.callIds).toHaveLength(2);
+        expect(side.callIds[0]).not.toBe(side.callIds[1]);
+        for (const id of side.callIds) expect(id.startsWith(incident.events.callIdPrefix)).toBe(true);
+        expect(side.timeline.filter((e) => e.kind === "turn_committed").map((e) => e.attempt)).toEqual([2]);
+      }
+    });
+  }
+
+  it("parses --provider and refuses anything else", () => {
+    expect(parseArgs([]).provider).toBe("anthropic");
+    expect(parseArgs(["--provider", "openai"]).provider).toBe("openai");
+    expect(() => parseArgs(["--provider", "ai-sdk"])).toThrow(DemoUsageError);
+  });
+});

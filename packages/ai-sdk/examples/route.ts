@@ -1,0 +1,35 @@
+import { convertToModelMessages, stepCountIs, streamText, tool, type LanguageModel, type UIMessage } from "ai";
+import type { Ledger } from "@dispatch-once/core";
+import { createOnceTools, dispatchOnceOf } from "@dispatch-once/ai-sdk";
+import { z } from "zod";
+
+export function chatRoute(model: LanguageModel, ledger: Ledger, paymentsUrl: string) {
+  const sendPayment = tool({
+    description: "Pay a payee",
+    inputSchema: z.object({ payee: z.string(), amount: z.number().int() }),
+    execute: async ({ payee, amount }, options) => {
+      // The call's key: forward it, so the payments API collapses a repeat too.
+      const key = dispatchOnceOf(options)!.idempotencyKey;
+      const res = await fetch(`${paymentsUrl}/v1/payments`, {
+        method: "POST",
+        headers: { authorization: "Bearer acct_demo", "content-type": "application/json", "idempotency-key": `"${key}"` },
+        body: JSON.stringify({ payee, amount, currency: "EUR", reference: "agent" }),
+      });
+      return (await res.json()) as { id: string; amount: number };
+    },
+  });
+  const once = createOnceTools({ tools: { send_payment: sendPayment }, effects: { send_payment: "keyed_write" }, ledger });
+
+  // One request of the chat: the first send, a regenerate, a resubmit after a cut stream or an
+  // approval all carry the chat's messages; the turn index is the number of user messages.
+  return async (chatId: string, messages: UIMessage[]) => {
+    const turn = once.forTurn({ conversationId: chatId, messages, dispatchAt: "tool-call" });
+    return streamText({
+      model,
+      messages: await convertToModelMessages(messages),
+      tools: turn.tools,
+      onChunk: turn.onChunk, // dispatchAt "tool-call": run each call as soon as its tool-call part arrives
+      stopWhen: stepCountIs(5),
+    });
+  };
+}

@@ -1,0 +1,11 @@
+export { turnIndexOf } from "./turn-index.js";
+export {
+  createOnceTools,
+  OnceTools,
+  dispatchOnceOf,
+  type OnceToolsOptions,
+  type OnceTurn,
+  type OnceTurnInput,
+  type OnceExecutionOptions,
+  type DispatchOnceCallInfo,
+} from "./once-tools.js";

@@ -1,0 +1,212 @@
+import { AsyncLocalStorage } from "node:async_hooks";
+import {
+  CONVERSATION_ID_PATTERN,
+  defineTool,
+  Dispatcher,
+  InvalidArgumentError,
+  InvalidKeyInputError,
+  type DispatcherOptions,
+  type EffectClass,
+  type Ledger,
+  type ToolDefinition,
+  type DispatchOutcome,
+} from "@dispatch-once/core";
+import type { ModelMessage, Tool, ToolExecutionOptions, ToolSet } from "ai";
+import { z } from "zod";
+import { turnIndexOf } from "./turn-index.js";
+
+/** What a wrapped tool's `execute` finds in its options besides the AI SDK's own (read it with `dispatchOnceOf`). */
+export interface DispatchOnceCallInfo {
+  /** Forward it as the `Idempotency-Key` of the downstream request (DISPATCH-4). */
+  idempotencyKey: string;
+  conversationId: string;
+  turnIndex: number;
+  ordinal: number;
+}
+
+/** The execute options a wrapped tool receives: the AI SDK's, plus `dispatchOnce`. */
+export type OnceExecutionOptions = ToolExecutionOptions & { dispatchOnce: DispatchOnceCallInfo };
+
+export interface OnceToolsOptions<TOOLS extends ToolSet> {
+  /** The app's tools, made with `tool({ description, inputSchema, execute })`. */
+  tools: TOOLS;
+  /**
+   * The effect class of every tool that has `execute` (EFFECT-1: declared, never defaulted).
+   * @example { create_invoice: "unkeyed_write", send_payment: "keyed_write", get_balance: "read" }
+   */
+  effects: { [K in keyof TOOLS]: EffectClass };
+  /** Where claims and results live; shared by every process that serves the chat route. */
+  ledger: Ledger;
+  /**
+   * The rest of core's dispatcher options (lease, wait bound, logger, events, ...).
+   * @default {}
+   * @example { dispatcher: { waitMs: 30_000 } }
+   */
+  dispatcher?: Omit<DispatcherOptions, "tools" | "ledger">;
+}
+
+/** Which request is being answered: the app's conversation and its messages (or an explicit turn index). */
+export type OnceTurnInput = {
+  /** The app's conversation id (the `useChat` chat id): core's alphabet `[A-Za-z0-9_.:~-]{1,256}`. */
+  conversationId: string;
+  /**
+   * When the wrapped tools run: `"step"` (default) where the AI SDK runs them, after the model's
+   * step finished; `"tool-call"` (low latency) as soon as the call's `tool-call` part arrives,
+   * through `onChunk`. Both are keyed the same; the ledger makes the early run safe to replay
+   * when the stream is then cut (AISDK-4).
+   * @default "step"
+   * @example { dispatchAt: "tool-call" }
+   */
+  dispatchAt?: "step" | "tool-call";
+} & (
+  | {
+      /** The request's messages (`UIMessage[]` or `ModelMessage[]`): the turn index is `turnIndexOf(messages)` (AISDK-1). */
+      messages: readonly { role: string }[];
+      turnIndex?: undefined;
+    }
+  | { turnIndex: number; messages?: undefined }
+);
+
+/** One request's view of the wrapped tools: pass `tools` (and, for `dispatchAt: "tool-call"`, `onChunk`) to `streamText`. */
+export interface OnceTurn<TOOLS extends ToolSet> {
+  tools: TOOLS;
+  conversationId: string;
+  turnIndex: number;
+  /**
+   * `streamText`'s `onChunk`: in `"tool-call"` mode it starts each wrapped call the moment its
+   * `tool-call` part arrives; a no-op in `"step"` mode. It never waits for the call.
+   */
+  onChunk(event: { chunk: { type: string } }): void;
+}
+
+interface CallScope {
+  execute: NonNullable<Tool["execute"]>;
+  options: ToolExecutionOptions;
+}
+
+/**
+ * Routes the `execute` of AI SDK tools through core's dispatcher, keyed by (conversation id,
+ * turn index, tool name, ordinal, canonical input), so a regenerate, a resubmit or a re-sent
+ * approval of the same turn is answered from the ledger instead of running again (AISDK-2).
+ *
+ * @example
+ * const once = createOnceTools({ tools: { create_invoice }, effects: { create_invoice: "unkeyed_write" }, ledger });
+ * const turn = once.forTurn({ conversationId: chatId, messages });
+ * const result = streamText({ model, messages: await convertToModelMessages(messages), tools: turn.tools });
+ */
+export function createOnceTools<TOOLS extends ToolSet>(options: OnceToolsOptions<TOOLS>): OnceTools<TOOLS> {
+  return new OnceTools(options);
+}
+
+export class OnceTools<TOOLS extends ToolSet> {
+  /** The dispatcher behind the tools (for `reconcile(key)` and `keyFor`). */
+  readonly dispatcher: Dispatcher;
+  private readonly tools: TOOLS;
+  private readonly scope = new AsyncLocalStorage<CallScope>();
+
+  constructor(options: OnceToolsOptions<TOOLS>) {
+    if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "needs { tools, effects, ledger }");
+    if (typeof options.tools !== "object" || options.tools === null) throw new InvalidArgumentError("options.tools", "must be the app's tool set");
+    this.tools = options.tools;
+    const definitions: ToolDefinition[] = [];
+    for (const [name, tool] of Object.entries(options.tools)) {
+      if (typeof tool.execute !== "function") continue; // client-side tools run in the browser; nothing to guard here
+      const effect = options.effects?.[name as keyof TOOLS];
+      if (effect === undefined) throw new InvalidArgumentError(`options.effects.${name}`, "every tool with execute needs an effect class (EFFECT-1)");
+      definitions.push(
+        defineTool({
+          name,
+          effect,
+          // The AI SDK has validated the input against the tool's own schema before execute.
+          input: z.unknown(),
+          run: async (input, context) => {
+            const scope = this.scope.getStore();
+            if (scope === undefined) throw new Error(`tool ${name} ran outside a wrapped execute`);
+            const signal = scope.options.abortSignal === undefined ? context.signal : AbortSignal.any([scope.options.abortSignal, context.signal]);
+            const info: DispatchOnceCallInfo = {
+              idempotencyKey: context.idempotencyKey,
+              conversationId: context.conversationId,
+              turnIndex: context.turnIndex,
+              ordinal: context.ordinal,
+            };
+            return lastValue(scope.execute(input, { ...scope.options, abortSignal: signal, dispatchOnce: info } as OnceExecutionOptions));
+          },
+        }),
+      );
+    }
+    this.dispatcher = new Dispatcher({ ...options.dispatcher, tools: definitions, ledger: options.ledger });
+  }
+
+  /**
+   * The tools for one request (one attempt at a turn): ordinals restart with every call of
+   * `forTurn`, so the n-th identical call gets the same key in every attempt (TURN-4).
+   */
+  forTurn(input: OnceTurnInput): OnceTurn<TOOLS> {
+    if (typeof input !== "object" || input === null) throw new InvalidArgumentError("input", "needs { conversationId, messages }");
+    const turnIndex = input.turnIndex ?? turnIndexOf(input.messages ?? (undefined as never));
+    const mode = input.dispatchAt ?? "step";
+    if (mode !== "step" && mode !== "tool-call") throw new InvalidArgumentError("input.dispatchAt", 'must be "step" or "tool-call"');
+    // Checked here, not at the first call: a bad id would otherwise surface as every tool's error.
+    if (typeof input.conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(input.conversationId)) {
+      throw new InvalidKeyInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);
+    }
+    if (!Number.isSafeInteger(turnIndex) || turnIndex < 0) throw new InvalidKeyInputError("turnIndex", "must be a non-negative safe integer");
+    const turn = this.dispatcher.turn({ conversationId: input.conversationId, turnIndex });
+    const started = new Map<string, Promise<DispatchOutcome>>();
+    const dispatch = (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions) =>
+      this.scope.run({ execute, options }, () => turn.dispatch({ name, input: toolInput, callId: options.toolCallId }));
+
+    const tools = {} as Record<string, Tool>;
+    for (const [name, tool] of Object.entries(this.tools) as [string, Tool][]) {
+      const execute = tool.execute;
+      if (execute === undefined || !this.dispatcher.registry.has(name)) {
+        tools[name] = tool;
+        continue;
+      }
+      tools[name] = {
+        ...tool,
+        execute: async (toolInput: unknown, options: ToolExecutionOptions) => {
+          const early = started.get(options.toolCallId);
+          started.delete(options.toolCallId);
+          const outcome = await (early ?? dispatch(name, execute, toolInput, options));
+          return outcome.result;
+        },
+      } as Tool;
+    }
+    const messages = input.messages as ModelMessage[] | undefined;
+    return {
+      tools: tools as TOOLS,
+      conversationId: input.conversationId,
+      turnIndex,
+      onChunk: ({ chunk }) => {
+        if (mode !== "tool-call" || chunk.type !== "tool-call") return;
+        const call = chunk as unknown as { toolCallId: string; toolName: string; input: unknown; invalid?: boolean; dynamic?: boolean };
+        const tool = this.tools[call.toolName] as Tool | undefined;
+        // An invalid call is answered by the AI SDK itself; one that needs approval must wait for it.
+        if (call.invalid === true || tool?.execute === undefined || tool.needsApproval !== undefined || !this.dispatcher.registry.has(call.toolName)) return;
+        if (started.has(call.toolCallId)) return;
+        const promise = dispatch(call.toolName, tool.execute, call.input, { toolCallId: call.toolCallId, messages: messages ?? [] });
+        // The step may never finish (a cut stream): nobody awaits the promise then, and its
+        // failure is already in the ledger for the retry, so it must not go unhandled.
+        promise.catch(() => {});
+        started.set(call.toolCallId, promise);
+      },
+    };
+  }
+}
+
+/** Read the Dispatch-Once part of a wrapped tool's execute options (undefined when the tool is not wrapped). */
+export function dispatchOnceOf(options: ToolExecutionOptions): DispatchOnceCallInfo | undefined {
+  return (options as Partial<OnceExecutionOptions>).dispatchOnce;
+}
+
+/** A streaming tool (an async iterable of preliminary results) is settled by its last value. */
+async function lastValue(value: unknown): Promise<unknown> {
+  const resolved = await value;
+  if (resolved !== null && typeof resolved === "object" && Symbol.asyncIterator in resolved) {
+    let last: unknown;
+    for await (const item of resolved as AsyncIterable<unknown>) last = item;
+    return last;
+  }
+  return resolved;
+}

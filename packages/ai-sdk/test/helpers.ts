@@ -1,0 +1,42 @@
+import { createPaymentsClient, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { tool, type TextStreamPart, type ToolSet } from "ai";
+import { z } from "zod";
+
+/** The app's tool, as it would be written without Dispatch-Once: the payments API's unkeyed invoices. */
+export function invoiceTool(payments: MockPaymentsServer, onRun: (key: string | undefined) => void = () => {}) {
+  const api = createPaymentsClient({ baseURL: payments.url, token: "acct_ai" });
+  return tool({
+    description: "Bill a customer",
+    inputSchema: z.object({ customer: z.string(), amount: z.number().int() }),
+    execute: async ({ customer, amount }, options) => {
+      onRun((options as { dispatchOnce?: { idempotencyKey: string } }).dispatchOnce?.idempotencyKey);
+      const { body } = await api.createInvoice({ customer, amount, currency: "EUR" });
+      return { invoice: body.id, amount: body.amount };
+    },
+  });
+}
+
+/**
+ * Reads a whole `fullStream`, keeping its parts. A cut connection makes the iteration throw
+ * (`AI_APICallError`, cause `TypeError: terminated`); it is kept as a last `error` part.
+ */
+export async function drain<T extends ToolSet>(stream: AsyncIterable<TextStreamPart<T>>): Promise<TextStreamPart<T>[]> {
+  const parts: TextStreamPart<T>[] = [];
+  try {
+    for await (const part of stream) parts.push(part);
+  } catch (error) {
+    parts.push({ type: "error", error });
+  }
+  return parts;
+}
+
+export const outputsOf = (parts: readonly { type: string }[]) =>
+  parts.filter((p) => p.type === "tool-result").map((p) => (p as unknown as { output: unknown }).output);
+
+/** Polls a condition on the event loop (no wall-clock assertion: only the order of events matters). */
+export async function until(condition: () => boolean): Promise<void> {
+  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 2));
+}
+
+/** The in-memory ledger is volatile: these tests are about the AI SDK's turns, not durability (LEDGER-14). */
+export const quiet = { allowVolatileLedgerForUnkeyedWrites: true, logger: { warn: () => {} } };

@@ -1,0 +1,80 @@
+import { createOpenAI } from "@ai-sdk/openai";
+import { MemoryLedger } from "@dispatch-once/core";
+import { call, respond, scriptFromPlans, startMockOpenAI, type MockOpenAI } from "@dispatch-once/mock-openai";
+import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { generateText, stepCountIs, streamText, type ModelMessage } from "ai";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { createOnceTools } from "../src/index.js";
+import { drain, invoiceTool, outputsOf, quiet, until } from "./helpers.js";
+
+let mock: MockOpenAI;
+let payments: MockPaymentsServer;
+beforeEach(async () => {
+  payments = await startMockPayments();
+  mock = await startMockOpenAI({
+    seed: "ai-sdk-openai",
+    script: scriptFromPlans({ "bill acme": respond(call("create_invoice", { customer: "acme", amount: 12_500 })) }),
+  });
+});
+afterEach(async () => {
+  await mock.close();
+  await payments.close();
+});
+
+// `openai.responses(...)`: the Responses API, which the mock serves (a call is complete at output_item.done).
+const model = () => createOpenAI({ baseURL: mock.baseURL, apiKey: "test" }).responses("gpt-5");
+const firstTurn: ModelMessage[] = [{ role: "user", content: "bill acme" }];
+
+describe("through @ai-sdk/openai (Responses API) against the mock OpenAI provider", () => {
+  it("the incident: without the wrapper, a regenerate of the turn bills twice", async () => {
+    const tools = { create_invoice: invoiceTool(payments) };
+    for (let attempt = 0; attempt < 2; attempt++) {
+      await drain(streamText({ model: model(), messages: firstTurn, tools, stopWhen: stepCountIs(3), maxRetries: 0 }).fullStream);
+    }
+    expect(payments.effects().length).toBe(2);
+  });
+
+  it("AISDK-2: a regenerate of the same turn bills once and answers the stored result", async () => {
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const outputs: unknown[][] = [];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const turn = once.forTurn({ conversationId: "chat_o", messages: firstTurn });
+      outputs.push(outputsOf(await drain(streamText({ model: model(), messages: firstTurn, tools: turn.tools, stopWhen: stepCountIs(3), maxRetries: 0 }).fullStream)));
+    }
+    expect(payments.effects().length).toBe(1);
+    expect(outputs[0]).toHaveLength(1);
+    expect(outputs[1]).toEqual(outputs[0]);
+  });
+
+  it("AISDK-4: at the tool-call part, a stream cut before response.completed and retried bills once", async () => {
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const attempt = () => {
+      const turn = once.forTurn({ conversationId: "chat_o", messages: firstTurn, dispatchAt: "tool-call" });
+      return drain(streamText({ model: model(), messages: firstTurn, tools: turn.tools, onChunk: turn.onChunk, stopWhen: stepCountIs(3), maxRetries: 0 }).fullStream);
+    };
+    // The connection dies after the call's output_item.done, before response.completed.
+    mock.queueFault({ kind: "reset", at: { beforeCompleted: true } });
+    const cutParts = await attempt();
+    expect(cutParts.some((p) => p.type === "error")).toBe(true);
+    expect(outputsOf(cutParts)).toEqual([]);
+    // The call was started from its tool-call part, so the invoice exists although the step never finished.
+    await until(() => payments.effects().length === 1);
+    const retried = await attempt();
+    expect(payments.effects().length).toBe(1);
+    expect(outputsOf(retried)).toEqual([{ invoice: payments.effects()[0]!.resourceId, amount: 12_500 }]);
+  });
+});
+
+describe("generateText through @ai-sdk/openai (non-streaming Responses API)", () => {
+  it("AISDK-2: a regenerate with generateText bills once", async () => {
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const outputs: unknown[] = [];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const forTurn = once.forTurn({ conversationId: "chat_og", messages: firstTurn });
+      const result = await generateText({ model: model(), messages: firstTurn, tools: forTurn.tools, stopWhen: stepCountIs(3), maxRetries: 0 });
+      outputs.push(result.steps.flatMap((step) => step.toolResults.map((r) => r.output)));
+    }
+    expect(payments.effects().length).toBe(1);
+    expect(outputs[1]).toEqual(outputs[0]);
+  });
+});

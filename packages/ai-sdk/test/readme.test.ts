@@ -1,0 +1,40 @@
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { createAnthropic } from "@ai-sdk/anthropic";
+import { MemoryLedger } from "@dispatch-once/core";
+import { scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
+import { startMockPayments } from "@dispatch-once/mock-payments";
+import type { UIMessage } from "ai";
+import { describe, expect, it } from "vitest";
+import { chatRoute } from "../examples/route.js";
+import { drain, outputsOf } from "./helpers.js";
+
+describe("README", () => {
+  const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
+
+  it("shows every file of examples/ verbatim", () => {
+    const files = readdirSync(join(__dirname, "..", "examples")).filter((f) => f.endsWith(".ts"));
+    expect(files).toEqual(["route.ts"]);
+    for (const file of files) expect(readme, file).toContain(readFileSync(join(__dirname, "..", "examples", file), "utf8").trim());
+  });
+
+  it("the route pays once across a regenerate of the turn, and again in the next turn", async () => {
+    const payments = await startMockPayments({ requireIdempotencyKey: true });
+    const provider = await startMockProvider({ seed: "readme", script: scriptFromPlans({ "pay acme": turn(toolUse("send_payment", { payee: "acme", amount: 12_500 })) }) });
+    try {
+      const route = chatRoute(createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), new MemoryLedger(), payments.url);
+      const ask: UIMessage = { id: "m1", role: "user", parts: [{ type: "text", text: "pay acme" }] };
+      const first = outputsOf(await drain((await route("chat_readme", [ask])).fullStream));
+      const regenerated = outputsOf(await drain((await route("chat_readme", [ask])).fullStream));
+      expect(payments.effects().length).toBe(1);
+      expect(first).toHaveLength(1);
+      expect(regenerated).toEqual(first);
+      const answer: UIMessage = { id: "m2", role: "assistant", parts: [{ type: "text", text: "Paid." }] };
+      await drain((await route("chat_readme", [ask, answer, { ...ask, id: "m3" }])).fullStream);
+      expect(payments.effects().length).toBe(2);
+    } finally {
+      await provider.close();
+      await payments.close();
+    }
+  });
+});

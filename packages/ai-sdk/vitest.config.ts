@@ -1,0 +1,12 @@
+import { fileURLToPath } from "node:url";
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  resolve: {
+    // The README's examples import the package by name; resolve it to the source under test.
+    alias: { "@dispatch-once/ai-sdk": fileURLToPath(new URL("./src/index.ts", import.meta.url)) },
+  },
+  test: {
+    include: ["test/**/*.test.ts"],
+  },
+});

@@ -1,0 +1,101 @@
+import { canonicalize, deriveKey, InvalidArgumentError } from "@dispatch-once/core";
+import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import type { CallToolRequest } from "@modelcontextprotocol/sdk/types.js";
+import { IDEMPOTENCY_KEY_META } from "./meta.js";
+
+/** Where a call sits in the agent's conversation: identical across every replay of the turn (spec §4). */
+export interface McpTurnContext {
+  /** The app's conversation id (core's alphabet: `[A-Za-z0-9_.:~-]{1,256}`). */
+  conversationId: string;
+  /** Position of the turn in the conversation; a regenerate or a retry of the turn keeps it. */
+  turnIndex: number;
+}
+
+/** The params of a `tools/call` request, as `Client.callTool` takes them. */
+export type CallToolParams = CallToolRequest["params"];
+
+/**
+ * The Dispatch-Once key of one MCP tool call: core's key over (conversation id, turn index, tool
+ * name, ordinal, canonical arguments), so a replay of the turn sends the same key (MCP-2).
+ * Absent arguments count as `{}`, the value MCP gives them.
+ *
+ * @example
+ * const key = idempotencyKeyFor({ conversationId: "c_1", turnIndex: 3 }, { name: "pay", arguments: { amount: 100 } });
+ */
+export function idempotencyKeyFor(context: McpTurnContext & { ordinal?: number }, call: Pick<CallToolParams, "name" | "arguments">): string {
+  checkContext(context);
+  return deriveKey({
+    conversationId: context.conversationId,
+    turnIndex: context.turnIndex,
+    name: call.name,
+    args: call.arguments ?? {},
+    ...(context.ordinal !== undefined ? { ordinal: context.ordinal } : {}),
+  });
+}
+
+/** The same params with the key in `_meta` (MCP-1); other `_meta` members are kept. */
+export function withIdempotencyKey<P extends CallToolParams>(params: P, key: string): P {
+  return { ...params, _meta: { ...params._meta, [IDEMPOTENCY_KEY_META]: key } };
+}
+
+/** The part of an MCP client the helper uses; `Client` from `@modelcontextprotocol/sdk` has it. */
+export type ToolCallingClient = Pick<Client, "callTool">;
+
+/** One attempt at a turn: calls made through it carry keys whose ordinals follow call order (TURN-4). */
+export interface McpTurn<C extends ToolCallingClient> {
+  /** `client.callTool` with the call's key in `_meta`. */
+  callTool(params: CallToolParams, ...rest: DropFirst<Parameters<C["callTool"]>>): ReturnType<C["callTool"]>;
+  /**
+   * Send the LAST call with these params again, with its key (after a transport error or a
+   * timeout, when its result never arrived): the server answers it from the ledger if it ran.
+   * `callTool` with the same params would be the next identical call (a new ordinal, a new key).
+   */
+  resend(params: CallToolParams, ...rest: DropFirst<Parameters<C["callTool"]>>): ReturnType<C["callTool"]>;
+  /** The key the next call with these params would carry, without sending it or using up its ordinal. */
+  peekKey(params: Pick<CallToolParams, "name" | "arguments">): string;
+}
+
+type DropFirst<T extends unknown[]> = T extends [unknown, ...infer R] ? R : never;
+
+/**
+ * Start one attempt at a turn (a first run, a regenerate, a retry after a cut stream): make a
+ * new one for each attempt, so the n-th identical call gets ordinal n-1 in every attempt and
+ * so the same key (MCP-2, TURN-4).
+ *
+ * @example
+ * const turn = mcpTurn(client, { conversationId: "c_1", turnIndex: 3 });
+ * const result = await turn.callTool({ name: "pay", arguments: { amount: 100 } });
+ */
+export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurnContext): McpTurn<C> {
+  checkContext(context);
+  if (typeof client?.callTool !== "function") throw new InvalidArgumentError("client", "must be an MCP client with callTool");
+  const seen = new Map<string, number>();
+  const identity = (params: Pick<CallToolParams, "name" | "arguments">) => `${params.name}|${canonicalize(params.arguments ?? {})}`;
+  return {
+    callTool(params, ...rest) {
+      const id = identity(params);
+      const ordinal = seen.get(id) ?? 0;
+      const key = idempotencyKeyFor({ ...context, ordinal }, params);
+      // Counted only once the key exists: a call refused for its input does not shift later ordinals.
+      seen.set(id, ordinal + 1);
+      const send = client.callTool.bind(client) as (...args: unknown[]) => ReturnType<C["callTool"]>;
+      return send(withIdempotencyKey(params, key), ...rest);
+    },
+    resend(params, ...rest) {
+      const sent = seen.get(identity(params));
+      if (sent === undefined) throw new InvalidArgumentError("params", `no call to ${params.name} with these arguments was sent in this turn`);
+      const key = idempotencyKeyFor({ ...context, ordinal: sent - 1 }, params);
+      const send = client.callTool.bind(client) as (...args: unknown[]) => ReturnType<C["callTool"]>;
+      return send(withIdempotencyKey(params, key), ...rest);
+    },
+    peekKey(params) {
+      return idempotencyKeyFor({ ...context, ordinal: seen.get(identity(params)) ?? 0 }, params);
+    },
+  };
+}
+
+function checkContext(context: unknown): asserts context is McpTurnContext {
+  if (typeof context !== "object" || context === null) {
+    throw new InvalidArgumentError("context", "must be an object { conversationId, turnIndex }");
+  }
+}

@@ -1,0 +1,21 @@
+export { META_PREFIX, IDEMPOTENCY_KEY_META, ERROR_META, REPLAYED_META, IDEMPOTENCY_KEY_PATTERN } from "./meta.js";
+export {
+  idempotencyKeyFor,
+  withIdempotencyKey,
+  mcpTurn,
+  type McpTurn,
+  type McpTurnContext,
+  type CallToolParams,
+  type ToolCallingClient,
+} from "./client.js";
+export {
+  McpToolGuard,
+  type McpToolGuardOptions,
+  type GuardedToolExtra,
+  type GuardedToolCallback,
+  type GuardedToolConfig,
+  type GuardErrorMeta,
+} from "./server.js";
+export { McpGuardError, type McpGuardErrorCode } from "./errors/base.js";
+export { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js";
+export { IdempotencyKeyMalformedError } from "./errors/idempotency-key-malformed.js";

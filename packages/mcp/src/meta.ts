@@ -1,0 +1,24 @@
+/**
+ * Where the key travels in MCP (proposed spec MCP-1, MCP-2). `tools/call` has no idempotency
+ * key; its `params._meta` is open, and MCP's key-name rules reserve unprefixed and MCP-owned
+ * prefixes, and ask for reverse-DNS prefixes (2025-11-25 revision). The project's home is the
+ * GitHub organisation `dispatch-once`, so the prefix is `io.github.dispatch-once/`: a namespace
+ * anyone can check the owner of, whose second label (`github`) is outside MCP's reserved space.
+ */
+export const META_PREFIX = "io.github.dispatch-once/";
+
+/** The `_meta` member of a `tools/call` request that carries the call's idempotency key (MCP-1). */
+export const IDEMPOTENCY_KEY_META = `${META_PREFIX}idempotency-key`;
+
+/** The `_meta` member of a tool result that carries a Dispatch-Once error's machine-readable form (MCP-6). */
+export const ERROR_META = `${META_PREFIX}error`;
+
+/** The `_meta` member of a tool result that says it was answered from the ledger (MCP-5). */
+export const REPLAYED_META = `${META_PREFIX}replayed`;
+
+/**
+ * What the guard accepts as a key (MCP-3): core's 32 hex digits, and also other clients' keys
+ * (a UUID, a ULID) in a URL-safe alphabet. At least 16 characters, because a short key is
+ * guessable and collides across conversations; at most 200 so it fits the ledger's identity.
+ */
+export const IDEMPOTENCY_KEY_PATTERN = /^[A-Za-z0-9_.:~-]{16,200}$/;

@@ -1,0 +1,266 @@
+import { AsyncLocalStorage } from "node:async_hooks";
+import {
+  catalogueEntry,
+  CONVERSATION_ID_PATTERN,
+  defineTool,
+  Dispatcher,
+  effectOf,
+  InvalidArgumentError,
+  InvalidToolDefinitionError,
+  isDispatchOnceError,
+  ToolRegistry,
+  type DispatcherOptions,
+  type EffectClass,
+  type EffectKnowledge,
+  type Ledger,
+  type Retryable,
+  type StoredError,
+} from "@dispatch-once/core";
+import type { McpServer, RegisteredTool } from "@modelcontextprotocol/sdk/server/mcp.js";
+import type { AnySchema, SchemaOutput, ShapeOutput, ZodRawShapeCompat } from "@modelcontextprotocol/sdk/server/zod-compat.js";
+import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js";
+import type { CallToolResult, ServerNotification, ServerRequest, ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
+import { z } from "zod";
+import { McpGuardError } from "./errors/base.js";
+import { IdempotencyKeyMalformedError } from "./errors/idempotency-key-malformed.js";
+import { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js";
+import { ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, REPLAYED_META } from "./meta.js";
+
+export interface McpToolGuardOptions {
+  /** Where claims and results live. Shared by every server process that serves the same tools. */
+  ledger: Ledger;
+  /**
+   * What a guarded write does with a call that carries no key (MCP-4): `"refuse"` answers the
+   * tool error `idempotency_key_missing`; `"run"` runs the handler unguarded (with
+   * `idempotencyKey` undefined), for clients that cannot send `_meta` yet. A malformed key is
+   * refused either way.
+   * @default "refuse"
+   * @example { unkeyedCalls: "run" }
+   */
+  unkeyedCalls?: "refuse" | "run";
+  /**
+   * Scopes rows in a shared ledger: the ledger row of a call is derived from (namespace, tool
+   * name, the client's key). A function is asked per call, so a server that serves several
+   * principals can put the authenticated one in it (MCP-8) and one principal's key never replays
+   * another's result. Core's conversation-id alphabet; a function's bad answer is refused per call
+   * with `invalid_argument`.
+   * @default "mcp"
+   * @example { namespace: (extra) => `billing:${extra.authInfo?.clientId ?? "anonymous"}` }
+   */
+  namespace?: string | ((extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => string);
+  /**
+   * The rest of core's dispatcher options (lease, wait bound, logger, events, ...).
+   * @default {}
+   * @example { dispatcher: { waitMs: 30_000, onEvent: (e) => log(e) } }
+   */
+  dispatcher?: Omit<DispatcherOptions, "tools" | "ledger">;
+}
+
+/** What a guarded handler receives besides its arguments: the SDK's extra, plus the call's key. */
+export type GuardedToolExtra = RequestHandlerExtra<ServerRequest, ServerNotification> & {
+  /**
+   * The client's key (absent only for an unkeyed call run under `unkeyedCalls: "run"`). Forward it
+   * as the `Idempotency-Key` of the downstream request (DISPATCH-4).
+   */
+  idempotencyKey: string | undefined;
+};
+
+export type GuardedToolCallback<Args extends undefined | ZodRawShapeCompat | AnySchema> = Args extends ZodRawShapeCompat
+  ? (args: ShapeOutput<Args>, extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>
+  : Args extends AnySchema
+    ? (args: SchemaOutput<Args>, extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>
+    : (extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>;
+
+/** `McpServer.registerTool`'s config, plus the tool's effect class (declared once, no default: EFFECT-1). */
+export interface GuardedToolConfig<InputArgs, OutputArgs> {
+  title?: string;
+  description?: string;
+  inputSchema?: InputArgs;
+  outputSchema?: OutputArgs;
+  annotations?: ToolAnnotations;
+  _meta?: Record<string, unknown>;
+  /** How the handler's effect is guarded: `read` runs every time; writes are claimed first. */
+  effect: EffectClass;
+}
+
+/** The machine-readable form of a refused or failed guarded call, in the result's `_meta` (MCP-6). */
+export interface GuardErrorMeta {
+  code: string;
+  message: string;
+  /** Whether re-sending the same call with the same key may succeed (core's error catalogue). */
+  retryable: Retryable;
+  /** Whether the effect may have happened. */
+  effect: EffectKnowledge;
+  key?: string;
+  /** For `tool_failed`: the handler's recorded failure, replayed identically. */
+  error?: StoredError;
+}
+
+/** What the dispatcher stores per call: the client's key is the identity; the arguments ride along. */
+const ENVELOPE = z.object({ key: z.string(), args: z.unknown() });
+
+interface CallScope {
+  handler: (args: unknown, extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>;
+  extra: RequestHandlerExtra<ServerRequest, ServerNotification>;
+}
+
+/**
+ * Guards `McpServer` tools: reads the key from `_meta`, claims it in the ledger before the
+ * handler runs, answers a repeated key from the ledger, and answers refusals and unsettled
+ * outcomes as tool errors with a code (MCP-3..MCP-6). Everything after the key is core's
+ * dispatcher, so leases, waits, fencing and failure dispositions are the same as anywhere else.
+ *
+ * @example
+ * const guard = new McpToolGuard({ ledger });
+ * guard.registerTool(server, "pay", { inputSchema: { amount: z.number() }, effect: "keyed_write" },
+ *   async ({ amount }, { idempotencyKey }) => ({ content: [{ type: "text", text: await pay(amount, idempotencyKey) }] }));
+ */
+export class McpToolGuard {
+  private readonly ledger: Ledger;
+  private readonly unkeyedCalls: "refuse" | "run";
+  private readonly namespace: string | ((extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => string);
+  private readonly dispatcherOptions: Omit<DispatcherOptions, "tools" | "ledger">;
+  private readonly registry = new ToolRegistry();
+  private readonly scope = new AsyncLocalStorage<CallScope>();
+  private current: Dispatcher;
+
+  constructor(options: McpToolGuardOptions) {
+    if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "the guard needs { ledger }");
+    const unkeyed = options.unkeyedCalls ?? "refuse";
+    if (unkeyed !== "refuse" && unkeyed !== "run") throw new InvalidArgumentError("options.unkeyedCalls", 'must be "refuse" or "run"');
+    const namespace = options.namespace ?? "mcp";
+    if (typeof namespace !== "function") checkNamespace(namespace);
+    this.ledger = options.ledger;
+    this.unkeyedCalls = unkeyed;
+    this.namespace = namespace;
+    this.dispatcherOptions = options.dispatcher ?? {};
+    this.current = new Dispatcher({ ...this.dispatcherOptions, tools: this.registry, ledger: this.ledger });
+  }
+
+  /** The dispatcher behind the guard (for `reconcile(key)` and `keyFor`); replaced when a tool is registered. */
+  get dispatcher(): Dispatcher {
+    return this.current;
+  }
+
+  /**
+   * `server.registerTool` with the guard in front of the handler. The handler receives the
+   * SDK's extra plus `idempotencyKey`; its `signal` also aborts when the claim is lost.
+   */
+  registerTool<OutputArgs extends ZodRawShapeCompat | AnySchema, InputArgs extends undefined | ZodRawShapeCompat | AnySchema = undefined>(
+    server: Pick<McpServer, "registerTool">,
+    name: string,
+    config: GuardedToolConfig<InputArgs, OutputArgs>,
+    handler: GuardedToolCallback<InputArgs>,
+  ): RegisteredTool {
+    if (typeof server?.registerTool !== "function") throw new InvalidArgumentError("server", "must be an McpServer");
+    if (typeof handler !== "function") throw new InvalidArgumentError("handler", "must be a function");
+    const { effect, ...mcpConfig } = config;
+    const hasInput = mcpConfig.inputSchema !== undefined;
+    const call = hasInput
+      ? (handler as CallScope["handler"])
+      : (_args: unknown, extra: GuardedToolExtra) => (handler as (extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>)(extra);
+    // The same tool registered again (a stateless HTTP server builds an McpServer per request):
+    // the definition does not hold the handler (the call's scope does), so one entry serves all.
+    if (this.registry.has(name)) {
+      if (this.registry.get(name).effect !== effect) {
+        throw new InvalidToolDefinitionError(`tool ${name} is registered again with effect ${effect}; it was ${this.registry.get(name).effect}`);
+      }
+      return server.registerTool(name, mcpConfig as never, this.callback(name, effect, hasInput, call) as never);
+    }
+    this.registry.add(
+      defineTool({
+        name,
+        effect,
+        input: ENVELOPE,
+        ...(effect === "read" ? {} : { identity: ["key"] as const }),
+        run: (envelope, context) => {
+          const scope = this.scope.getStore();
+          if (scope === undefined) throw new Error(`tool ${name} ran outside a guarded tools/call`);
+          // The stored request's arguments (envelope.args): a re-run after a takeover sends the first request (LEDGER-21).
+          return scope.handler(envelope.args, {
+            ...scope.extra,
+            idempotencyKey: envelope.key,
+            signal: AbortSignal.any([scope.extra.signal, context.signal]),
+          });
+        },
+      }),
+    );
+    // A new dispatcher over the grown registry: its constructor re-checks that unkeyed_write
+    // tools have a durable ledger (LEDGER-14), which a registry grown after construction skips.
+    this.current = new Dispatcher({ ...this.dispatcherOptions, tools: this.registry, ledger: this.ledger });
+    return server.registerTool(name, mcpConfig as never, this.callback(name, effect, hasInput, call) as never);
+  }
+
+  /** The callback McpServer calls: with (args, extra) when the tool has an input schema, (extra) otherwise. */
+  private callback(name: string, effect: EffectClass, hasInput: boolean, handler: CallScope["handler"]) {
+    return (...params: unknown[]) => {
+      const [args, extra] = (hasInput ? params : [undefined, params[0]]) as [unknown, RequestHandlerExtra<ServerRequest, ServerNotification>];
+      return this.handle(name, effect, args, extra, handler);
+    };
+  }
+
+  /**
+   * The ledger row key of a call to `toolName` with the client's `key` (for lookups and
+   * `reconcile`); `namespace` is the one the call ran under (default: the configured string).
+   */
+  ledgerKeyFor(toolName: string, key: string, namespace?: string): string {
+    const scope = namespace ?? (typeof this.namespace === "string" ? this.namespace : undefined);
+    if (scope === undefined) throw new InvalidArgumentError("namespace", "the guard's namespace is a function: pass the call's namespace");
+    return this.current.keyFor({ name: toolName, input: { key, args: null } }, { conversationId: scope, turnIndex: 0 });
+  }
+
+  private async handle(
+    name: string,
+    effect: EffectClass,
+    args: unknown,
+    extra: RequestHandlerExtra<ServerRequest, ServerNotification>,
+    handler: CallScope["handler"],
+  ): Promise<CallToolResult> {
+    const raw = extra._meta?.[IDEMPOTENCY_KEY_META];
+    if (raw === undefined) {
+      // A read has no effect to guard (EFFECT-2); a write is refused unless the server opted in.
+      if (effect === "read" || this.unkeyedCalls === "run") return handler(args, { ...extra, idempotencyKey: undefined });
+      return errorResult(new IdempotencyKeyMissingError(name));
+    }
+    if (typeof raw !== "string" || !IDEMPOTENCY_KEY_PATTERN.test(raw)) {
+      return errorResult(new IdempotencyKeyMalformedError(name, describe(raw)));
+    }
+    try {
+      const namespace = typeof this.namespace === "string" ? this.namespace : checkNamespace(this.namespace(extra));
+      const outcome = await this.scope.run({ handler, extra }, () =>
+        this.current.dispatch({ name, input: { key: raw, args: args ?? null } }, { conversationId: namespace, turnIndex: 0 }),
+      );
+      const result = outcome.result as unknown as CallToolResult;
+      return outcome.replayed ? { ...result, _meta: { ...result._meta, [REPLAYED_META]: true } } : result;
+    } catch (error) {
+      if (isDispatchOnceError(error)) return errorResult(error, raw);
+      throw error;
+    }
+  }
+}
+
+/** A refusal or an unsettled outcome as an MCP tool error: text for the model, a code for programs (MCP-6). */
+function errorResult(error: Error & { code: string }, key?: string): CallToolResult {
+  const own = McpGuardError.isInstance(error);
+  const meta: GuardErrorMeta = {
+    code: error.code,
+    message: error.message,
+    retryable: own ? "no" : (catalogueEntry(error)?.retryable ?? "no"),
+    effect: own ? "no" : effectOf(error),
+    ...(key !== undefined ? { key } : {}),
+  };
+  if (isDispatchOnceError(error, "tool_failed")) meta.error = (error as unknown as { error: StoredError }).error;
+  return { isError: true, content: [{ type: "text", text: `[${error.code}] ${error.message}` }], _meta: { [ERROR_META]: meta } };
+}
+
+function checkNamespace(namespace: unknown): string {
+  if (typeof namespace !== "string" || !CONVERSATION_ID_PATTERN.test(namespace)) {
+    throw new InvalidArgumentError("options.namespace", `must match ${CONVERSATION_ID_PATTERN.source}, got ${describe(namespace)}`);
+  }
+  return namespace;
+}
+
+function describe(value: unknown): string {
+  if (typeof value === "string") return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
+  return value === null ? "null" : typeof value;
+}

@@ -1,0 +1,173 @@
+import type OpenAI from "openai";
+import type { JsonValue, ProviderToolSchema, StoredTurn } from "@dispatch-once/core";
+import {
+  TurnRunner,
+  checkRunnerOptions,
+  readStoredResult,
+  type CallAnswer,
+  type CommitShape,
+  type StoredTurnView,
+  type StreamProvider,
+  type StreamStep,
+  type TurnRunnerOptions,
+} from "@dispatch-once/runner";
+import { ResponsesTurnAccumulator } from "./accumulator.js";
+
+type StreamEvent = OpenAI.Responses.ResponseStreamEvent;
+
+/** A user message's content, as the Responses API takes it in an input message. */
+export type UserContent = string | OpenAI.Responses.ResponseInputMessageContentList;
+
+export interface ConversationRunnerOptions extends TurnRunnerOptions {
+  client: OpenAI;
+  model: string;
+  /** Core's provider schemas (`registry.providerSchemas()`), sent as function tools. */
+  tools: ProviderToolSchema[];
+  /** The Responses API's `instructions` (a system prompt), sent with every request. */
+  instructions?: string;
+  /** The Responses API's `max_output_tokens`; unset leaves the model's default. */
+  maxOutputTokens?: number;
+}
+
+/**
+ * The Responses API as a `StreamProvider`. A function call is final at its
+ * `response.output_item.done` (status completed), long before the response ends; only
+ * `response.completed` finishes a response (STREAM-1). A clean end of the body without it,
+ * an `error` event, `response.failed` and `response.incomplete` are failed streams: the SDK
+ * yields the last three as ordinary events and raises nothing for any of them.
+ *
+ * The conversation is kept in the API's input-item shape, so the store's log is sent as is: a
+ * turn commits its output items (messages and function calls, as one array) and one
+ * `function_call_output` item per call (as another); `open` flattens the arrays.
+ */
+class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, StreamEvent, UserContent> {
+  readonly finishEvent = "response.completed";
+  constructor(private readonly options: ConversationRunnerOptions) {}
+
+  createAccumulator(): ResponsesTurnAccumulator {
+    return new ResponsesTurnAccumulator();
+  }
+
+  userMessage(content: UserContent): JsonValue {
+    return { role: "user", content } as unknown as JsonValue;
+  }
+
+  async open(input: JsonValue[], { headers }: { headers?: Record<string, string> }): Promise<AsyncIterable<StreamEvent>> {
+    const { client, model, tools, instructions, maxOutputTokens } = this.options;
+    return client.responses.create(
+      {
+        model,
+        input: input.flatMap((entry) => (Array.isArray(entry) ? entry : [entry])) as unknown as OpenAI.Responses.ResponseInput,
+        ...(tools.length > 0 ? { tools: tools.map(functionTool) } : {}),
+        ...(instructions !== undefined ? { instructions } : {}),
+        ...(maxOutputTokens !== undefined ? { max_output_tokens: maxOutputTokens } : {}),
+        stream: true,
+      },
+      headers !== undefined ? { headers } : undefined,
+    );
+  }
+
+  apply(accumulator: ResponsesTurnAccumulator, event: StreamEvent): StreamStep {
+    const complete = accumulator.apply(event);
+    const step: StreamStep = complete !== undefined ? { complete } : {};
+    if (event.type === "response.output_text.delta" && accumulator.terminal === undefined) {
+      step.textDelta = { index: event.output_index, text: event.delta };
+    }
+    return step;
+  }
+
+  finished(accumulator: ResponsesTurnAccumulator): boolean {
+    return accumulator.completed;
+  }
+
+  streamError(accumulator: ResponsesTurnAccumulator): string | undefined {
+    const reported = accumulator.streamError;
+    if (reported === undefined) return undefined;
+    return `${reported.event}${reported.code !== null ? ` ${reported.code}` : ""}: ${reported.message}`;
+  }
+
+  commitShape(accumulator: ResponsesTurnAccumulator, answers: CallAnswer[]): CommitShape {
+    const outputs = answers.map(({ call, answer }) => ({
+      type: "function_call_output" as const,
+      call_id: call.callId,
+      // The API has no error flag on an output: an error goes to the model as `{ error }`.
+      output: answer.ok ? answer.resultJson : JSON.stringify({ error: answer.error }),
+    }));
+    const calls = accumulator.hasCalls;
+    return {
+      assistant: accumulator.output() as unknown as JsonValue,
+      ...(outputs.length > 0 ? { toolResults: outputs as unknown as JsonValue } : {}),
+      // The Responses API has no stop reason; this names why the turn ended in the same terms.
+      stopReason: calls ? "function_call" : "completed",
+      answers: !calls,
+      text: accumulator.text(),
+    };
+  }
+
+  readTurn(turn: StoredTurn): StoredTurnView {
+    const items = Array.isArray(turn.assistant) ? (turn.assistant as { type?: string; content?: unknown; call_id?: string; name?: string }[]) : [];
+    const outputs = new Map<string, unknown>();
+    if (Array.isArray(turn.toolResults)) {
+      for (const item of turn.toolResults as { call_id?: string; output?: unknown }[]) {
+        if (typeof item.call_id === "string") outputs.set(item.call_id, item.output);
+      }
+    }
+    return {
+      text: items.flatMap((i) => (i.type === "message" && typeof i.content === "string" ? [i.content] : [])).join(""),
+      calls: items
+        .filter((i) => i.type === "function_call")
+        .map((i) => {
+          const output = outputs.get(i.call_id ?? "");
+          return { callId: i.call_id ?? "", name: i.name ?? "", ...readStoredResult(output, isErrorOutput(output)) };
+        }),
+    };
+  }
+}
+
+/** Core's tool schema as a Responses function tool; not strict, since a zod schema need not meet strict mode's rules. */
+function functionTool(tool: ProviderToolSchema): OpenAI.Responses.FunctionTool {
+  return {
+    type: "function",
+    name: tool.name,
+    ...(tool.description !== undefined ? { description: tool.description } : {}),
+    parameters: tool.input_schema,
+    strict: false,
+  };
+}
+
+/**
+ * Whether a stored output is the runner's `{ error }` answer. The API keeps no error flag, so
+ * this reads the shape the runner writes (an object whose only member is a stored error); it
+ * only decides how a turn read back from the store is reported.
+ */
+function isErrorOutput(output: unknown): boolean {
+  if (typeof output !== "string") return false;
+  try {
+    const parsed = JSON.parse(output) as unknown;
+    if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) return false;
+    const keys = Object.keys(parsed);
+    const error = (parsed as { error?: { name?: unknown; message?: unknown } }).error;
+    return keys.length === 1 && typeof error?.name === "string" && typeof error.message === "string";
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Runs conversations over the `openai` SDK's Responses API streaming with the shared runner
+ * (`@dispatch-once/runner`), under the same rules as the Anthropic side: a turn lease per
+ * conversation, each function call dispatched at its `response.output_item.done` (status
+ * completed), a stream that ends without `response.completed` retried (the ledger answers the
+ * re-emitted call, whatever its new `call_id`), a turn committed only at `response.completed`
+ * with one `function_call_output` per call, and a failed-turn record when retries run out.
+ *
+ * @example
+ * const runner = new ConversationRunner({ client: new OpenAI(), dispatcher, store, model: "gpt-5", tools: registry.providerSchemas() });
+ * const { turns } = await runner.send("conv-1", { id: "msg-1", content: "pay acme" });
+ */
+export class ConversationRunner extends TurnRunner<ResponsesTurnAccumulator, StreamEvent, UserContent> {
+  constructor(options: ConversationRunnerOptions) {
+    checkRunnerOptions(options, ["client", "dispatcher", "store"]);
+    super(new ResponsesStream(options), options);
+  }
+}

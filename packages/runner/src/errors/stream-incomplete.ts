@@ -1,0 +1,23 @@
+import { DispatchOnceError } from "@dispatch-once/core";
+
+/**
+ * A stream that ended without the event that finishes a turn (`message_stop`,
+ * `response.completed`): a clean close, or an error the provider reported inside the stream.
+ * The SDKs raise nothing for either, so the runner raises this (STREAM-1).
+ */
+export class StreamIncompleteError extends DispatchOnceError {
+  readonly eventsSeen: number;
+  /** The event that did not arrive. */
+  readonly finishEvent: string;
+  /** What the provider said inside the stream before it ended, when it said anything (`error`, `response.failed`). */
+  readonly streamError: string | undefined;
+  constructor(eventsSeen: number, finishEvent = "message_stop", streamError?: string) {
+    super(
+      "stream_incomplete",
+      `the stream ended after ${eventsSeen} events without ${finishEvent}` + (streamError !== undefined ? ` (${streamError})` : ""),
+    );
+    this.eventsSeen = eventsSeen;
+    this.finishEvent = finishEvent;
+    this.streamError = streamError;
+  }
+}

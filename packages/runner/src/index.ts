@@ -1,0 +1,28 @@
+export { CallPhases, isCall, type CallPhase, type CallState, type FailurePosition, type TextPart } from "./phases.js";
+export { readStoredResult, type CallAnswer, type CommitShape, type StoredTurnView, type StreamProvider, type StreamStep } from "./provider.js";
+export {
+  classifyCallError,
+  summarizeEffects,
+  forResumedTurn,
+  type CallRecord,
+  type CallStatus,
+  type EffectStatus,
+  type FailedTurnRecord,
+  type FailedCallRecord,
+  type FailedCallStatus,
+  type SupersededAttemptRecord,
+  type ConversationRecord,
+} from "./record.js";
+export { defaultRetryPolicy, type AttemptFailure, type RetryPolicy } from "./retry.js";
+export { StreamIncompleteError } from "./errors/stream-incomplete.js";
+export { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
+export { TurnFailedError } from "./errors/turn-failed.js";
+export {
+  TurnRunner,
+  checkRunnerOptions,
+  type RunnerEvent,
+  type TurnRunnerOptions,
+  type CallReport,
+  type TurnOutcome,
+  type SendResult,
+} from "./runner.js";

@@ -1,0 +1,46 @@
+import type { CallRecord } from "./record.js";
+import type { FailurePosition } from "./phases.js";
+
+export type AttemptFailure =
+  | { kind: "stream"; position: FailurePosition; error: unknown }
+  /** The stream finished but a dispatched call could not be resolved (in flight elsewhere, unknown, released). */
+  | { kind: "call"; error: unknown; calls: CallRecord[] }
+  /** The store refused to keep the turn the stream established (content it cannot store, e.g. nested past KEY-6's bound). */
+  | { kind: "commit"; error: unknown };
+
+export interface RetryPolicy {
+  /**
+   * Attempts of one turn, the first included.
+   * @default 3
+   */
+  attempts: number;
+  /**
+   * Delay before retry number n (1 for the first retry).
+   * @default (n) => 100 * 2 ** (n - 1)
+   */
+  backoffMs(retry: number): number;
+  /**
+   * Whether a failed attempt is worth another one.
+   * @default every stream failure except a permanent 4xx, every unresolved call except an unknown outcome or a result that could not be stored
+   */
+  shouldRetry(failure: AttemptFailure): boolean;
+}
+
+/** Client errors that a retry cannot fix: a malformed request, bad credentials (both SDKs carry `status`). */
+function isPermanentRequestError(error: unknown): boolean {
+  const status = (error as { status?: unknown } | undefined)?.status;
+  return typeof status === "number" && status >= 400 && status < 500 && ![408, 409, 429].includes(status);
+}
+
+export const defaultRetryPolicy: RetryPolicy = {
+  attempts: 3,
+  backoffMs: (retry) => 100 * 2 ** (retry - 1),
+  // A retry is safe at every position because the ledger answers repeats (STREAM-5); only what
+  // asking again cannot settle is left for a person: an unknown outcome, an unstorable result.
+  shouldRetry: (failure) =>
+    failure.kind === "stream"
+      ? !isPermanentRequestError(failure.error)
+      : failure.kind === "commit"
+        ? false
+        : !failure.calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
+};

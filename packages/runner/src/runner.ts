@@ -1,0 +1,598 @@
+import { hostname } from "node:os";
+import { randomUUID } from "node:crypto";
+import {
+  CONVERSATION_ID_PATTERN,
+  ConversationBusyError,
+  DurabilityMismatchError,
+  InvalidArgumentError,
+  InvalidKeyInputError,
+  checkMessageId,
+  describeValue,
+  isDispatchOnceError,
+  type CallDispatcher,
+  type ConversationStore,
+  type DispatchOutcome,
+  type JsonValue,
+  type StoredError,
+  type StoredTurn,
+  type TurnDispatch,
+  type TurnSnapshot,
+} from "@dispatch-once/core";
+import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
+import { StreamIncompleteError } from "./errors/stream-incomplete.js";
+import { TurnFailedError } from "./errors/turn-failed.js";
+import type { CallPhases, CallState, FailurePosition } from "./phases.js";
+import type { CallAnswer, StreamProvider } from "./provider.js";
+import {
+  classifyCallError,
+  forResumedTurn,
+  summarizeEffects,
+  type CallRecord,
+  type FailedTurnRecord,
+  type SupersededAttemptRecord,
+} from "./record.js";
+import { defaultRetryPolicy, type AttemptFailure, type RetryPolicy } from "./retry.js";
+
+export type RunnerEvent = { at: number; conversationId: string; turnIndex: number; attempt: number } & (
+  | { type: "attempt_started"; messageId: string }
+  /** Text as it streams, for a UI. An attempt that later fails is announced by `attempt_discarded`. */
+  | { type: "text_delta"; index: number; text: string }
+  | { type: "call_complete"; callId: string; name: string; index: number }
+  | { type: "call_resolved"; callId: string; name: string; key?: string; replayed?: boolean; ok: boolean; error?: string }
+  | { type: "call_abandoned"; callId: string; name: string; partialArguments: string }
+  | { type: "stream_failed"; position: FailurePosition; error: string }
+  | { type: "call_unresolved"; error: string }
+  /** Everything this attempt streamed is void: a UI drops its text (the retry streams anew). */
+  | { type: "attempt_discarded"; reason: "retry" | "failed" | "superseded" }
+  | { type: "retry_scheduled"; delayMs: number }
+  | { type: "turn_committed"; committed: boolean; stopReason: string | null }
+  | { type: "turn_failed"; record: FailedTurnRecord }
+  | { type: "attempt_superseded"; record: SupersededAttemptRecord }
+);
+
+/** The runner's options; a stream side adds its own (client, model, tools). */
+export interface TurnRunnerOptions {
+  dispatcher: CallDispatcher;
+  /** Where conversations live; a durable one beside a durable ledger (TURN-14). */
+  store: ConversationStore;
+  retry?: Partial<RetryPolicy>;
+  /**
+   * Model responses per message before its turn is failed (position "turn_limit").
+   * @default 8
+   */
+  maxTurns?: number;
+  /** Extra request headers per attempt (tracing, or fault injection against a mock provider). */
+  requestHeaders?: (info: { conversationId: string; turnIndex: number; attempt: number }) => Record<string, string>;
+  onEvent?: (event: RunnerEvent) => void;
+  /**
+   * Names this worker in turn leases; diagnostics only.
+   * @default `${hostname}:${pid}:${random}`
+   */
+  owner?: string;
+  /**
+   * The conversation's turn lease (TURN-10), renewed every third of it while this runner drives.
+   * @default 30_000
+   */
+  turnLeaseMs?: number;
+  /**
+   * How long send() waits while another worker holds the conversation before `conversation_busy`
+   * (the message stays queued; re-send the same id).
+   * @default 30_000
+   */
+  busyWaitMs?: number;
+  /**
+   * Poll interval while waiting for another worker.
+   * @default 25
+   */
+  pollMs?: number;
+  /**
+   * Accept a volatile conversation store beside a durable ledger. Refused by default: after a
+   * restart the store reissues turn indexes whose keys the ledger still holds, and new requests
+   * are answered with old effects (TURN-14).
+   * @default false
+   */
+  allowVolatileConversationStore?: boolean;
+}
+
+export interface CallReport {
+  callId: string;
+  name: string;
+  key?: string;
+  ordinal?: number;
+  replayed?: boolean;
+  result?: JsonValue;
+  error?: StoredError;
+}
+
+export interface TurnOutcome {
+  conversationId: string;
+  turnIndex: number;
+  /** Attempts this send made for the turn; 0 when the turn was read back from the store. */
+  attempts: number;
+  /** Always true for a returned turn: only committed turns are reported. */
+  committed: boolean;
+  stopReason: string | null;
+  text: string;
+  calls: CallReport[];
+}
+
+export interface SendResult {
+  conversationId: string;
+  messageId: string;
+  /** False when the message id was already known: a re-send, a redelivery, a double click (TURN-2). */
+  appended: boolean;
+  /**
+   * "answered": the model ended its answer. "turn_limit" cannot be returned any more: a message
+   * that reaches maxTurns fails with a record (kept for type compatibility).
+   */
+  status: "answered" | "turn_limit";
+  /** The committed turns that answer the message, in order. */
+  turns: TurnOutcome[];
+  /** True when the answer was read back from the store (TURN-7): this send ran nothing. */
+  fromStore: boolean;
+}
+
+type Resolution = { ok: true; outcome: DispatchOutcome } | { ok: false; error: unknown };
+
+type TurnResult =
+  | { kind: "committed"; outcome: TurnOutcome; answers: boolean }
+  | { kind: "failed"; record: FailedTurnRecord }
+  | { kind: "superseded" };
+
+/** Call errors that are themselves an established answer for the model: sent as is_error results. */
+function committable(call: CallRecord): boolean {
+  return call.status === "failed" || call.status === "rejected";
+}
+
+function storedErrorOf(error: unknown): StoredError {
+  if (isDispatchOnceError(error, "tool_failed")) return (error as unknown as { error: StoredError }).error;
+  const stored: StoredError = {
+    name: error instanceof Error ? error.name : "Error",
+    message: error instanceof Error ? error.message : describeValue(error),
+  };
+  const code = (error as { code?: unknown } | undefined)?.code;
+  if (typeof code === "string") stored.code = code;
+  return stored;
+}
+
+/**
+ * Throws unless `options` is an object whose `fields` are objects; a stream side checks its
+ * client with the runner's own fields, in one order, before it builds its provider.
+ */
+export function checkRunnerOptions(options: unknown, fields: readonly string[] = ["dispatcher", "store"]): void {
+  if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "must be an object");
+  for (const field of fields) {
+    const value = (options as Record<string, unknown>)[field];
+    if (typeof value !== "object" || value === null) throw new InvalidArgumentError(`options.${field}`, "is required");
+  }
+}
+
+/**
+ * Runs conversations over a provider's stream: one turn in flight per conversation (a turn
+ * lease in the store), each message answered in arrival order, each tool call dispatched the
+ * moment the provider says its arguments are final, failed streams retried, and a turn
+ * committed only when the stream established it (its finish event seen, every call resolved)
+ * (RECORD-3). Every stream side uses this class; a provider supplies only a `StreamProvider`.
+ */
+export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
+  private readonly options: TurnRunnerOptions;
+  private readonly provider: StreamProvider<A, E, U>;
+  private readonly retry: RetryPolicy;
+  private readonly owner: string;
+
+  constructor(provider: StreamProvider<A, E, U>, options: TurnRunnerOptions) {
+    checkRunnerOptions(options);
+    this.provider = provider;
+    this.options = options;
+    this.retry = { ...defaultRetryPolicy, ...options.retry };
+    this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+    const ledgerDurability = (options.dispatcher as { ledger?: { capabilities?: { durability?: string } } }).ledger?.capabilities
+      ?.durability;
+    if (
+      options.store.capabilities?.durability !== "durable" &&
+      ledgerDurability === "durable" &&
+      options.allowVolatileConversationStore !== true
+    ) {
+      throw new DurabilityMismatchError(
+        ["conversation store"],
+        "a volatile conversation store beside a durable ledger: after a restart the store reissues turn indexes " +
+          "whose keys the ledger still holds, so new requests are answered with old effects (TURN-14). Use a durable " +
+          "store (SqliteConversationStore, PostgresConversationStore) or pass allowVolatileConversationStore: true",
+      );
+    }
+  }
+
+  /**
+   * Queue a user message (idempotent on its id, TURN-2) and return its answer: the committed
+   * turns that answer it, produced now or read back (TURN-7). Throws `TurnFailedError` when
+   * its turn failed (re-send the same id to retry while nothing moved past it, TURN-12) and
+   * `ConversationBusyError` when another worker kept the conversation past `busyWaitMs`.
+   */
+  async send(conversationId: string, message: { id: string; content: U }): Promise<SendResult> {
+    // Refused before any model request, and not retryable (KEY-2).
+    if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
+      throw new InvalidKeyInputError(
+        "conversationId",
+        `must match ${CONVERSATION_ID_PATTERN.source}, got ${describeValue(conversationId)}`,
+      );
+    }
+    if (typeof message !== "object" || message === null) throw new InvalidArgumentError("message", "must be { id, content }");
+    checkMessageId(message.id);
+    const { store } = this.options;
+    const append = await store.appendUserMessage(conversationId, {
+      id: message.id,
+      content: this.provider.userMessage(message.content),
+    });
+    const started = Date.now();
+    let produced: TurnOutcome[] = [];
+    let current = append.message;
+    for (;;) {
+      if (current.state === "answered") {
+        const fromStore = produced.length === 0;
+        const turns = fromStore ? (await store.turnsOf(conversationId, message.id)).map((t) => this.storedTurnOutcome(conversationId, t)) : produced;
+        return { conversationId, messageId: message.id, appended: append.appended, status: "answered", turns, fromStore };
+      }
+      if (current.state === "failed") {
+        throw new TurnFailedError(current.failure as unknown as FailedTurnRecord, { replayed: produced.length === 0 });
+      }
+      const lease = await store.acquireLease(conversationId, this.owner, this.leaseMs);
+      if (lease.acquired) {
+        produced = produced.concat(await this.drive(conversationId, lease.fence, message.id));
+      } else {
+        const waited = Date.now() - started;
+        if (waited >= (this.options.busyWaitMs ?? 30_000)) throw new ConversationBusyError(conversationId, message.id, waited);
+        await sleep(this.options.pollMs ?? 25);
+      }
+      const latest = await store.message(conversationId, message.id);
+      if (latest === undefined) throw new InvalidArgumentError("message.id", `message ${message.id} vanished from the store`);
+      current = latest;
+    }
+  }
+
+  private get leaseMs(): number {
+    return this.options.turnLeaseMs ?? 30_000;
+  }
+
+  /**
+   * Hold the turn lease and answer queued messages in arrival order until `messageId` is
+   * answered or failed, or the lease is lost. Returns the turns it committed for `messageId`.
+   */
+  private async drive(conversationId: string, fence: number, messageId: string): Promise<TurnOutcome[]> {
+    const { store } = this.options;
+    let lost = false;
+    const renewal = setInterval(() => {
+      store.renewLease(conversationId, fence, this.leaseMs).catch((error: unknown) => {
+        if (isDispatchOnceError(error, "conversation_lease_lost")) lost = true;
+      });
+    }, Math.max(1, Math.floor(this.leaseMs / 3)));
+    renewal.unref?.();
+    const ours: TurnOutcome[] = [];
+    try {
+      while (!lost) {
+        let snapshot: TurnSnapshot | undefined;
+        try {
+          snapshot = await store.beginTurn(conversationId, fence);
+        } catch (error) {
+          if (isDispatchOnceError(error, "conversation_lease_lost")) return ours;
+          throw error;
+        }
+        if (snapshot === undefined) return ours;
+        const isOurs = snapshot.message.id === messageId;
+        const turnsSoFar = snapshot.turnIndex - (snapshot.message.turnIndex ?? snapshot.turnIndex);
+        if (turnsSoFar >= (this.options.maxTurns ?? 8)) {
+          const record = this.turnLimitRecord(snapshot, turnsSoFar);
+          await store.failMessage(conversationId, fence, snapshot.message.id, record as unknown as JsonValue);
+          this.emit({ type: "turn_failed", conversationId, turnIndex: snapshot.turnIndex, attempt: 0, record });
+          if (isOurs) return ours;
+          continue;
+        }
+        const result = await this.runTurn(snapshot, fence);
+        if (result.kind === "superseded") return ours;
+        if (result.kind === "failed") {
+          if (isOurs) return ours;
+          continue;
+        }
+        if (isOurs) ours.push(result.outcome);
+        if (isOurs && result.answers) return ours;
+      }
+      return ours;
+    } finally {
+      clearInterval(renewal);
+      await store.releaseLease(conversationId, fence).catch(() => undefined);
+    }
+  }
+
+  /** One model response at the snapshot's turn index, retried per the policy. */
+  private async runTurn(snapshot: TurnSnapshot, fence: number): Promise<TurnResult> {
+    const { store } = this.options;
+    const { conversationId, turnIndex } = snapshot;
+    const messageId = snapshot.message.id;
+    const calls: CallRecord[] = [];
+    let lastFailure: AttemptFailure | undefined;
+    let attempt = 0;
+    for (;;) {
+      attempt++;
+      const run = await this.attempt(snapshot, attempt);
+      const records = this.callRecords(run.accumulator, run.resolutions, attempt, resumedTurn(snapshot));
+      calls.push(...records);
+      if (run.failure === undefined) {
+        let outcome: TurnOutcome & { answers: boolean };
+        try {
+          outcome = await this.commit(snapshot, fence, attempt, run.accumulator, run.resolutions);
+        } catch (error) {
+          // The store cannot keep what the stream established: the turn fails with a record
+          // (what its calls did is known), instead of leaving the message in progress forever.
+          if (!isDispatchOnceError(error, "invalid_store_input")) throw error;
+          lastFailure = { kind: "commit", error };
+          if (attempt >= this.retry.attempts || !this.retry.shouldRetry(lastFailure)) break;
+          continue;
+        }
+        if (outcome.committed) {
+          const { answers, ...reported } = outcome;
+          return { kind: "committed", outcome: reported, answers };
+        }
+        // Another worker took the conversation and committed (or will): what this attempt did
+        // in the world is kept beside the conversation, never orphaned (TURN-13).
+        const record: SupersededAttemptRecord = {
+          kind: "superseded_attempt",
+          conversationId,
+          messageId,
+          turnIndex,
+          attempt,
+          calls: records,
+          resumed: resumedTurn(snapshot),
+          at: new Date().toISOString(),
+        };
+        await store.addRecord(conversationId, record as unknown as JsonValue);
+        this.emit({ type: "attempt_discarded", conversationId, turnIndex, attempt, reason: "superseded" });
+        this.emit({ type: "attempt_superseded", conversationId, turnIndex, attempt, record });
+        return { kind: "superseded" };
+      }
+      lastFailure = run.failure;
+      if (attempt >= this.retry.attempts || !this.retry.shouldRetry(run.failure)) break;
+      this.emit({ type: "attempt_discarded", conversationId, turnIndex, attempt, reason: "retry" });
+      const delayMs = this.retry.backoffMs(attempt);
+      this.emit({ type: "retry_scheduled", conversationId, turnIndex, attempt, delayMs });
+      await sleep(delayMs);
+    }
+    this.emit({ type: "attempt_discarded", conversationId, turnIndex, attempt, reason: "failed" });
+    const record = this.failedTurnRecord(snapshot, attempt, lastFailure, calls);
+    try {
+      await store.failMessage(conversationId, fence, messageId, record as unknown as JsonValue);
+    } catch (error) {
+      if (!isDispatchOnceError(error, "conversation_lease_lost")) throw error;
+      // Lost the conversation meanwhile: the record still goes beside it; the new holder carries on.
+      await store.addRecord(conversationId, record as unknown as JsonValue);
+      return { kind: "superseded" };
+    }
+    this.emit({ type: "turn_failed", conversationId, turnIndex, attempt, record });
+    return { kind: "failed", record };
+  }
+
+  private async attempt(
+    snapshot: TurnSnapshot,
+    attempt: number,
+  ): Promise<{ accumulator: A; resolutions: Map<number, Resolution>; failure?: AttemptFailure }> {
+    const { dispatcher } = this.options;
+    const { provider } = this;
+    const { conversationId, turnIndex } = snapshot;
+    const info = { conversationId, turnIndex, attempt };
+    const accumulator = provider.createAccumulator();
+    const resolutions = new Map<number, Resolution>();
+    // TURN-15: in a resumed turn a not-performed failure cannot say the call did not happen.
+    const turn = dispatcher.turn({ conversationId, turnIndex, resumed: resumedTurn(snapshot) });
+    const dispatches: Promise<void>[] = [];
+    let failure: AttemptFailure | undefined;
+    this.emit({ type: "attempt_started", ...info, messageId: snapshot.message.id });
+    try {
+      const headers = this.options.requestHeaders?.(info);
+      const stream = await provider.open(snapshot.input, headers !== undefined ? { headers } : {});
+      for await (const event of stream) {
+        const step = provider.apply(accumulator, event);
+        if (step.textDelta !== undefined) this.emit({ type: "text_delta", ...info, index: step.textDelta.index, text: step.textDelta.text });
+        // Dispatch the moment the arguments are final, as latency-minded handlers do (STREAM-4).
+        if (step.complete !== undefined) dispatches.push(this.dispatchCall(turn, step.complete, resolutions, info));
+      }
+      if (!provider.finished(accumulator)) {
+        throw new StreamIncompleteError(accumulator.eventsSeen, provider.finishEvent, provider.streamError?.(accumulator));
+      }
+    } catch (error) {
+      // A transport error after the finish event changes nothing: the stream established the turn (STREAM-1).
+      if (!provider.finished(accumulator)) {
+        // Read the position now: calls still running belong to "during_dispatch" (STREAM-2).
+        const position = accumulator.failurePosition();
+        for (const call of accumulator.abandonOpenCalls()) {
+          this.emit({ type: "call_abandoned", ...info, callId: call.callId, name: call.name, partialArguments: call.partialJson });
+        }
+        failure = { kind: "stream", position, error };
+        this.emit({ type: "stream_failed", ...info, position, error: describe(error) });
+      }
+    }
+    // A dispatched call is never cancelled by the stream's death: wait for its outcome (STREAM-6).
+    await Promise.all(dispatches);
+    if (failure === undefined) {
+      const records = this.callRecords(accumulator, resolutions, attempt, resumedTurn(snapshot));
+      const unresolved = records.find((c) => c.status !== "completed" && c.status !== "not_run" && !committable(c));
+      if (unresolved !== undefined) {
+        const first = resolutions.get(unresolved.index) as { ok: false; error: unknown };
+        failure = { kind: "call", error: first.error, calls: records };
+        this.emit({ type: "call_unresolved", ...info, error: describe(first.error) });
+      }
+    }
+    return failure === undefined ? { accumulator, resolutions } : { accumulator, resolutions, failure };
+  }
+
+  private async dispatchCall(
+    turn: TurnDispatch,
+    call: CallState,
+    resolutions: Map<number, Resolution>,
+    info: { conversationId: string; turnIndex: number; attempt: number },
+  ): Promise<void> {
+    this.emit({ type: "call_complete", ...info, callId: call.callId, name: call.name, index: call.index });
+    call.phase = "dispatched";
+    let resolution: Resolution;
+    if (call.inputError !== undefined) {
+      resolution = { ok: false, error: new InvalidArgumentsJsonError(call.name, call.inputError) };
+    } else {
+      try {
+        resolution = { ok: true, outcome: await turn.dispatch({ name: call.name, input: call.input, callId: call.callId }) };
+      } catch (error) {
+        resolution = { ok: false, error };
+      }
+    }
+    resolutions.set(call.index, resolution);
+    call.phase = "resolved";
+    this.emit({
+      type: "call_resolved",
+      ...info,
+      callId: call.callId,
+      name: call.name,
+      ok: resolution.ok,
+      ...(resolution.ok
+        ? { key: resolution.outcome.key, replayed: resolution.outcome.replayed }
+        : { error: describe(resolution.error) }),
+    });
+  }
+
+  private async commit(
+    snapshot: TurnSnapshot,
+    fence: number,
+    attempts: number,
+    accumulator: A,
+    resolutions: Map<number, Resolution>,
+  ): Promise<TurnOutcome & { answers: boolean }> {
+    const { conversationId, turnIndex } = snapshot;
+    const calls: CallReport[] = [];
+    const answers: CallAnswer[] = [];
+    for (const call of accumulator.calls) {
+      const resolution = resolutions.get(call.index);
+      if (resolution === undefined) continue;
+      if (resolution.ok) {
+        const { outcome } = resolution;
+        calls.push({ callId: call.callId, name: call.name, key: outcome.key, ordinal: outcome.ordinal, replayed: outcome.replayed, result: outcome.result });
+        answers.push({ call, answer: { ok: true, resultJson: outcome.resultJson } });
+      } else {
+        // Only errors that are facts about the call reach here (attempt() failed the rest).
+        const error = storedErrorOf(resolution.error);
+        const key = (resolution.error as { key?: unknown }).key;
+        calls.push({ callId: call.callId, name: call.name, ...(typeof key === "string" ? { key } : {}), error });
+        answers.push({ call, answer: { ok: false, error } });
+      }
+    }
+    const shape = this.provider.commitShape(accumulator, answers);
+    const { stopReason } = shape;
+    const { committed } = await this.options.store.commitTurn(conversationId, {
+      fence,
+      messageId: snapshot.message.id,
+      turnIndex,
+      assistant: shape.assistant,
+      ...(shape.toolResults !== undefined ? { toolResults: shape.toolResults } : {}),
+      stopReason,
+      answers: shape.answers,
+    });
+    this.emit({ type: "turn_committed", conversationId, turnIndex, attempt: attempts, committed, stopReason });
+    return { conversationId, turnIndex, attempts, committed, stopReason, text: shape.text, calls, answers: shape.answers };
+  }
+
+  private callRecords(accumulator: A, resolutions: Map<number, Resolution>, attempt: number, resumed: boolean): CallRecord[] {
+    const records = accumulator.calls.map((call): CallRecord => {
+      const base = { attempt, index: call.index, callId: call.callId, name: call.name };
+      const resolution = resolutions.get(call.index);
+      if (call.phase === "abandoned" || resolution === undefined) {
+        return { ...base, status: "not_run", effect: "not_happened", summary: "not run (connection lost)", partialArguments: call.partialJson };
+      }
+      if (resolution.ok) {
+        const { outcome } = resolution;
+        const isRead = outcome.effect === "read";
+        return {
+          ...base,
+          status: "completed",
+          effect: isRead ? "none" : "happened",
+          summary: outcome.replayed ? "completed earlier (result replayed)" : "completed",
+          key: outcome.key,
+          ordinal: outcome.ordinal,
+          replayed: outcome.replayed,
+          result: outcome.result,
+        };
+      }
+      const isRead = this.options.dispatcher.effectClassOf?.(call.name) === "read";
+      const { status, effect, summary } = classifyCallError(resolution.error, isRead);
+      const key = (resolution.error as { key?: unknown } | null)?.key;
+      return { ...base, status, effect, summary, ...(typeof key === "string" ? { key } : {}), error: storedErrorOf(resolution.error) };
+    });
+    if (!resumed) return records;
+    return records.map((call) => forResumedTurn(call, this.options.dispatcher.effectClassOf?.(call.name) === "read"));
+  }
+
+  private failedTurnRecord(snapshot: TurnSnapshot, attempts: number, failure: AttemptFailure | undefined, calls: CallRecord[]): FailedTurnRecord {
+    const effects = summarizeEffects(calls);
+    return {
+      kind: "failed_turn",
+      conversationId: snapshot.conversationId,
+      messageId: snapshot.message.id,
+      turnIndex: snapshot.turnIndex,
+      attempts,
+      position: failure?.kind === "stream" ? failure.position : failure?.kind === "commit" ? "commit_refused" : "call_unresolved",
+      error: storedErrorOf(failure?.error),
+      calls,
+      effects,
+      // Re-sending helps unless an effect is left for a person to settle.
+      retryable: failure?.kind !== "commit" && !calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
+      resumed: resumedTurn(snapshot),
+      at: new Date().toISOString(),
+    };
+  }
+
+  private turnLimitRecord(snapshot: TurnSnapshot, turns: number): FailedTurnRecord {
+    return {
+      kind: "failed_turn",
+      conversationId: snapshot.conversationId,
+      messageId: snapshot.message.id,
+      turnIndex: snapshot.turnIndex,
+      attempts: 0,
+      position: "turn_limit",
+      error: { name: "TurnLimit", message: `the model used ${turns} turns for this message (maxTurns)` },
+      calls: [],
+      effects: [],
+      retryable: false,
+      resumed: resumedTurn(snapshot),
+      at: new Date().toISOString(),
+    };
+  }
+
+  /** A committed turn read back from the store (TURN-7): its text and its calls' results. */
+  private storedTurnOutcome(conversationId: string, turn: StoredTurn): TurnOutcome {
+    const view = this.provider.readTurn(turn);
+    return {
+      conversationId,
+      turnIndex: turn.turnIndex,
+      attempts: 0,
+      committed: true,
+      stopReason: turn.stopReason,
+      text: view.text,
+      calls: view.calls.map((call) => ({ ...call, replayed: true })),
+    };
+  }
+
+  private emit(event: Omit<RunnerEvent, "at"> & Record<string, unknown>): void {
+    this.options.onEvent?.({ at: Date.now(), ...event } as RunnerEvent);
+  }
+}
+
+/**
+ * Whether the snapshot's turn index was begun under an earlier turn lease (TURN-15). A store
+ * that does not say (written before the field) is taken to have resumed: the record then says
+ * "may have happened" where it cannot show otherwise, never a "not happened" it cannot back.
+ */
+function resumedTurn(snapshot: TurnSnapshot): boolean {
+  return snapshot.resumed !== false;
+}
+
+function describe(error: unknown): string {
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  return describeValue(error);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
