@@ -28,6 +28,15 @@ export interface SubjectCapabilities {
    * with leases issued through an instance on the true clock. Absent means false.
    */
   clockSkew?: boolean;
+  /**
+   * Optional: the ledger offers listRows (LIST-*), resolve (RESOLVE-1..RESOLVE-5, RESOLVE-8) and
+   * auditTrail (RESOLVE-7). Each must agree with the ledger's own `capabilities.supports` flag
+   * (checked), so their checks are not applicable only where the ledger says the method is absent.
+   * Absent means false.
+   */
+  listRows?: boolean;
+  resolve?: boolean;
+  auditTrail?: boolean;
 }
 
 export type SubjectCapability = keyof SubjectCapabilities;

@@ -48,6 +48,44 @@ BEGIN
 END
 $add_claim_id$;
 
+-- The conversation columns (LIST-3), added to a table created before them, the same way.
+DO $add_conversation$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                  WHERE attrelid = '"public"."dispatch_once_ledger"'::regclass AND attname = 'conversation_id' AND NOT attisdropped) THEN
+    ALTER TABLE "public"."dispatch_once_ledger" ADD COLUMN conversation_id text COLLATE "C", ADD COLUMN turn_index bigint;
+  END IF;
+END
+$add_conversation$;
+
+-- listRows() reads these (LIST-6): by state, by tool and by conversation, each in the listing's
+-- order (the last transition: finish sets finished_at, a claim clears it; then the key), so a
+-- filtered page is one index range, never a scan. Their price: three index writes per claim and
+-- per finish (finishing is not a HOT update anyway, see the in-flight index).
+CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_lst_state"
+  ON "public"."dispatch_once_ledger" (state, (coalesce(finished_at, claimed_at)), key);
+CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_lst_tool"
+  ON "public"."dispatch_once_ledger" (tool_name, (coalesce(finished_at, claimed_at)), key);
+CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_lst_conv"
+  ON "public"."dispatch_once_ledger" (conversation_id, (coalesce(finished_at, claimed_at)), key) WHERE conversation_id IS NOT NULL;
+
+-- The audit trail (RESOLVE-7): one row per audited transition, read by key in order; sweep()
+-- deletes a key's entries with its row.
+CREATE TABLE IF NOT EXISTS "public"."dispatch_once_ledger_audit" (
+  id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  at         bigint NOT NULL,
+  fence      bigint NOT NULL,
+  key        text COLLATE "C" NOT NULL,
+  actor      text NOT NULL,
+  action     text NOT NULL,
+  from_state text NOT NULL,
+  to_state   text NOT NULL,
+  reason     text NOT NULL,
+  outcome    text
+);
+CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_audit_key"
+  ON "public"."dispatch_once_ledger_audit" (key, id);
+
 -- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
 -- not change; an index on expires_at would cost every finish one more index insert.
 CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_claimed_at"
@@ -65,7 +103,7 @@ CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_in_flight"
 DROP FUNCTION IF EXISTS "public"."dispatch_once_ledger_claim"(text, text, text, text, bigint, bigint);
 CREATE OR REPLACE FUNCTION "public"."dispatch_once_ledger_claim"(
   p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint,
-  p_request text, p_claim_id text)
+  p_request text, p_claim_id text, p_conversation_id text, p_turn_index bigint)
 RETURNS text
 LANGUAGE plpgsql VOLATILE AS $claim$
 #variable_conflict use_column
@@ -78,6 +116,7 @@ DECLARE
   is_claimable boolean;
   is_own boolean;
   is_released boolean;
+  is_forgotten boolean;
   held text;
 BEGIN
   -- Inside a transaction that has written, a rollback would undo the claim after the tool
@@ -88,8 +127,8 @@ BEGIN
   FOR attempt IN 1..100 LOOP
     now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 
-    INSERT INTO "public"."dispatch_once_ledger" AS r (key, v, state, tool_name, effect, fence, takeover, owner, claim_id, claimed_at, lease_expires_at, request)
-      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, p_claim_id, now_ms, now_ms + p_lease_ms, p_request)
+    INSERT INTO "public"."dispatch_once_ledger" AS r (key, v, state, tool_name, effect, fence, takeover, owner, claim_id, claimed_at, lease_expires_at, request, conversation_id, turn_index)
+      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, p_claim_id, now_ms, now_ms + p_lease_ms, p_request, p_conversation_id, p_turn_index)
       ON CONFLICT (key) DO NOTHING
       RETURNING r.lease_expires_at INTO claimed_lease;
     IF FOUND THEN
@@ -106,8 +145,9 @@ BEGIN
              r.state = 'released'
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
-              AND r.lease_expires_at <= now_ms))) IS TRUE THEN NULL ELSE to_json(r)::text END, (p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id), (p_claim_id IS NOT NULL AND r.v = 1 AND r.state = 'released' AND r.expires_at > now_ms AND r.claim_id IS NOT DISTINCT FROM p_claim_id), r.fence
-      INTO is_claimable, held, is_own, is_released, claimed_fence
+              AND r.lease_expires_at <= now_ms))) IS TRUE THEN NULL ELSE to_json(r)::text END, (p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id), (p_claim_id IS NOT NULL AND r.v = 1 AND r.state = 'released' AND r.expires_at > now_ms AND r.claim_id IS NOT DISTINCT FROM p_claim_id), r.fence,
+           r.state <> 'in_flight' AND r.expires_at <= now_ms
+      INTO is_claimable, held, is_own, is_released, claimed_fence, is_forgotten
       FROM "public"."dispatch_once_ledger" AS r WHERE r.key = p_key;
     IF NOT FOUND THEN
       CONTINUE;  -- swept since the INSERT: try the INSERT again
@@ -146,6 +186,9 @@ BEGIN
         -- kept by a re-claim, a takeover and the expiry to unknown; a row past retention
         -- (released ones too) is forgotten, so its claim stores the claimant's request (LEDGER-21)
         request          = CASE WHEN r.state <> 'in_flight' AND r.expires_at <= now_ms THEN p_request ELSE r.request END,
+        -- the conversation and turn go with the request (LIST-3)
+        conversation_id  = CASE WHEN r.state <> 'in_flight' AND r.expires_at <= now_ms THEN p_conversation_id ELSE r.conversation_id END,
+        turn_index       = CASE WHEN r.state <> 'in_flight' AND r.expires_at <= now_ms THEN p_turn_index ELSE r.turn_index END,
         result           = NULL,
         error            = NULL
       WHERE r.key = p_key AND (r.v = 1 AND r.request IS NOT NULL AND (
@@ -158,7 +201,13 @@ BEGIN
         INTO claimed_fence, claimed_lease, claimed_takeover, claimed_request, held;
     IF FOUND THEN
       IF held IS NOT NULL THEN
-        RETURN 'e' || held;  -- an expired unkeyed_write claim, now unknown
+        -- An expired unkeyed_write claim, now unknown: audited with the transition (RESOLVE-7).
+        INSERT INTO "public"."dispatch_once_ledger_audit" (key, at, actor, action, from_state, to_state, fence, reason)
+          VALUES (p_key, now_ms, p_owner, 'lease_expired', 'in_flight', 'unknown', claimed_fence, 'lease_expired');
+        RETURN 'e' || held;
+      END IF;
+      IF is_forgotten THEN
+        DELETE FROM "public"."dispatch_once_ledger_audit" WHERE key = p_key;  -- a forgotten row's trail goes with it (LEDGER-19)
       END IF;
       RETURN 'c' || claimed_fence || ' ' || claimed_lease || CASE WHEN claimed_takeover THEN ' 1 ' ELSE ' 0 ' END
         || claimed_request;
@@ -169,11 +218,18 @@ BEGIN
 END
 $claim$;
 
--- The previous version's seven-argument claim (no claim id) stays callable while processes of that
--- version still run, as this claim without a claim id: the rule is the new one (a re-claim clears
--- the row's claim id, so an old process's claim is never taken for a new process's).
+-- The previous versions' claims stay callable while processes of those versions still run, as
+-- this claim without what they did not send: eight arguments (no conversation, before issue 15)
+-- and seven (no claim id either). The rule is the new one (a re-claim clears the row's claim id,
+-- so an old process's claim is never taken for a new process's).
+DROP FUNCTION IF EXISTS "public"."dispatch_once_ledger_claim"(text, text, text, text, bigint, bigint, text, text);
+CREATE FUNCTION "public"."dispatch_once_ledger_claim"(
+  p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint, p_request text, p_claim_id text)
+RETURNS text LANGUAGE sql VOLATILE AS $claim8$
+  SELECT "public"."dispatch_once_ledger_claim"(p_key, p_tool_name, p_effect, p_owner, p_lease_ms, p_retention_ms, p_request, p_claim_id, NULL::text, NULL::bigint)
+$claim8$;
 CREATE OR REPLACE FUNCTION "public"."dispatch_once_ledger_claim"(
   p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint, p_request text)
 RETURNS text LANGUAGE sql VOLATILE AS $claim7$
-  SELECT "public"."dispatch_once_ledger_claim"(p_key, p_tool_name, p_effect, p_owner, p_lease_ms, p_retention_ms, p_request, NULL::text)
+  SELECT "public"."dispatch_once_ledger_claim"(p_key, p_tool_name, p_effect, p_owner, p_lease_ms, p_retention_ms, p_request, NULL::text, NULL::text, NULL::bigint)
 $claim7$;

@@ -20,6 +20,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, "../..");
 const PUBLISHED = [
   "packages/core",
+  "packages/cli",
   "packages/runner",
   "packages/anthropic",
   "packages/conversation-postgres",
@@ -150,6 +151,12 @@ for (const bin of ["dispatch-once-mock-payments", "dispatch-once-mock-provider",
   const help = run(join(app, "node_modules/.bin", bin), ["--help"], app);
   if (!/port/.test(help)) throw new Error(`${bin} --help printed no usage:\n${help}`);
 }
+
+step("the operator CLI's bin lists the SQLite ledger the installed adapter opens");
+const ledgerFile = join(app, "cli-ledger.db");
+run(process.execPath, ["--input-type=module", "-e", `import { createSqliteLedger } from "@dispatch-once/ledger-sqlite"; await createSqliteLedger(${JSON.stringify(ledgerFile)}).close();`], app);
+const listed = run(join(app, "node_modules/.bin", "dispatch-once"), ["list", "--ledger", ledgerFile, "--json"], app);
+if (listed !== "") throw new Error(`dispatch-once list on an empty ledger printed:\n${listed}`);
 
 step("the conformance CLI loads the end-to-end level from the installed @dispatch-once/conformance-e2e");
 writeFileSync(join(app, "subject.mjs"), 'import { memoryLedgerSubject } from "@dispatch-once/conformance/ledger";\nexport default memoryLedgerSubject("ledger-memory");\n');

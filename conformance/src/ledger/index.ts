@@ -66,6 +66,9 @@ const CAPABILITY_WORDS: Record<SubjectCapability, string> = {
   corruption: "needs corruption (raw.corrupt)",
   unavailability: "needs unavailability (raw.disconnected)",
   clockSkew: "needs clockSkew (raw.skewedInstance: an instance on a skewed process clock)",
+  listRows: "the ledger does not offer listRows (capabilities.supports.listRows)",
+  resolve: "the ledger does not offer resolve (capabilities.supports.resolve)",
+  auditTrail: "the ledger does not offer auditTrail (capabilities.supports.auditTrail)",
 };
 
 /**

@@ -18,18 +18,28 @@ function rowsOf(ledger: MemoryLedger): Map<string, StoredMemoryRow> {
  * The in-memory reference ledger as a conformance subject. Its injected clock is the store
  * clock: expiring a lease or a retention moves that one row's deadline into the past.
  * It is one process and volatile, so it declares no restart, sharing, corruption or
- * unavailability capability; `reopen` returns the same instance.
+ * unavailability capability; `reopen` returns the same instance. `Ledger` may be a subclass of
+ * MemoryLedger (the kit's own tests plant bugs that way).
  */
-export function memoryLedgerSubject(name = "ledger-memory"): LedgerSubject {
+export function memoryLedgerSubject(name = "ledger-memory", Ledger: typeof MemoryLedger = MemoryLedger): LedgerSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false },
+    capabilities: {
+      sharedAcrossProcesses: false,
+      survivesRestart: false,
+      corruption: false,
+      unavailability: false,
+      listRows: true,
+      resolve: true,
+      auditTrail: true,
+    },
     async create(options = {}): Promise<LedgerFixture> {
       // A monotonic wall clock: leases taken by the end-to-end level lapse in real time, and the
       // hooks move one row's deadline to "now" without touching any other row.
       let last = 0;
       const now = () => (last = Math.max(last, Date.now()));
-      const ledger = new MemoryLedger({ now, ...options });
+      // A subclass (a planted bug in the kit's own tests) keeps the reference ledger's storage.
+      const ledger = new Ledger({ now, ...options });
       const rows = rowsOf(ledger);
       return {
         ledger,

@@ -8,8 +8,13 @@ import {
   StoreUnavailableError,
   checkMessageId,
   isDispatchOnceError,
+  checkFailedTurnsQuery,
+  encodeFailedTurnsCursor,
   type AppendResult,
   type ConversationStore,
+  type FailedTurn,
+  type FailedTurnsPage,
+  type FailedTurnsQuery,
   type ConversationStoreCapabilities,
   type JsonValue,
   type LeaseResult,
@@ -295,6 +300,31 @@ export class PostgresConversationStore implements ConversationStore {
     checkConversationId(conversationId);
     const rows = await this.query<{ record: unknown }>("records", conversationId, this.sql.records, [conversationId]);
     return rows.map((r, i) => decodeStoreJson(conversationId, `record ${i + 1}`, r.record));
+  }
+
+  /** Failed turns across conversations, oldest failure first, a page at a time (TURN-16, proposed). */
+  async listFailedTurns(query: FailedTurnsQuery = {}): Promise<FailedTurnsPage> {
+    const { limit, after } = checkFailedTurnsQuery(query);
+    const conversationId = query.conversationId ?? "";
+    // One more than asked: whether a next page exists, without a second query.
+    const rows = await this.query<{ conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: unknown }>(
+      "listFailedTurns",
+      conversationId,
+      this.sql.listFailed,
+      [query.conversationId ?? null, query.olderThanMs ?? null, after?.failedAt ?? null, after?.conversationId ?? null, after?.messageId ?? null, limit + 1],
+    );
+    const turns: FailedTurn[] = rows.slice(0, limit).map((row) => {
+      const turn: FailedTurn = {
+        conversationId: row.conversation_id,
+        messageId: row.message_id,
+        failedAt: toCount(row.conversation_id, row.failed_at),
+        failure: decodeStoreJson(row.conversation_id, `failure of message ${row.message_id}`, row.failure),
+      };
+      if (row.turn_index !== null && row.turn_index !== undefined) turn.turnIndex = toCount(row.conversation_id, row.turn_index);
+      return turn;
+    });
+    const last = turns.at(-1);
+    return rows.length > limit && last !== undefined ? { turns, cursor: encodeFailedTurnsCursor(last) } : { turns };
   }
 
   /** Ends the pool only if the store created it; a pool you passed in stays yours. */

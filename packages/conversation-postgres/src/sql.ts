@@ -80,6 +80,7 @@ CREATE TABLE IF NOT EXISTS ${q.msgs} (
   state           text    NOT NULL CHECK (state IN ('queued', 'in_progress', 'answered', 'failed')),
   turn_index      integer,
   failure         text,
+  failed_at       bigint,
   content         text    NOT NULL,
   PRIMARY KEY (conversation_id, message_id),
   UNIQUE (conversation_id, seq)
@@ -113,8 +114,16 @@ BEGIN
                     WHERE m.conversation_id = c.conversation_id
                       AND (m.state = 'in_progress' OR (m.state = 'failed' AND m.message_id = c.last_bound)));
   END IF;
+  -- listFailedTurns (TURN-16, proposed): when each message failed; 0 (oldest) for those that already had.
+  IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                  WHERE table_schema = '${t.schema}' AND table_name = '${t.messages}' AND column_name = 'failed_at') THEN
+    ALTER TABLE ${q.msgs} ADD COLUMN failed_at bigint;
+    UPDATE ${q.msgs} SET failed_at = 0 WHERE state = 'failed';
+  END IF;
 END
 $upgrade$;
+-- Only the failed messages, in listing order: listFailedTurns never scans the rest.
+CREATE INDEX IF NOT EXISTS "${t.messages}_failed" ON ${q.msgs} (failed_at, conversation_id COLLATE "C", message_id COLLATE "C") WHERE state = 'failed';
 `;
 }
 
@@ -145,6 +154,8 @@ export interface Statements {
   fail: Statement;
   insertRecord: Statement;
   records: Statement;
+  /** $1 conversation or null, $2 olderThanMs or null, $3..$5 the position after the previous page or nulls, $6 limit. */
+  listFailed: Statement;
 }
 
 /**
@@ -165,7 +176,7 @@ export function statements(t: ConversationTables): Statements {
       `INSERT INTO ${q.msgs} (conversation_id, message_id, seq, state, content)
        VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM ${q.msgs} WHERE conversation_id = $1), 'queued', $3) RETURNING seq`,
     ),
-    reopen: s("reopen", `UPDATE ${q.msgs} SET state = 'queued', failure = NULL WHERE conversation_id = $1 AND message_id = $2`),
+    reopen: s("reopen", `UPDATE ${q.msgs} SET state = 'queued', failure = NULL, failed_at = NULL WHERE conversation_id = $1 AND message_id = $2`),
     current: s(
       "current",
       `SELECT m.*, (SELECT coalesce(max(turn_index) + 1, 0) FROM ${q.turns} WHERE conversation_id = $1) AS turn_count,
@@ -225,7 +236,7 @@ export function statements(t: ConversationTables): Statements {
     ),
     fail: s(
       "fail",
-      `WITH failed AS (UPDATE ${q.msgs} SET state = 'failed', failure = $3 WHERE conversation_id = $1 AND message_id = $2 RETURNING 1)
+      `WITH failed AS (UPDATE ${q.msgs} SET state = 'failed', failure = $3, failed_at = ${NOW_MS} WHERE conversation_id = $1 AND message_id = $2 RETURNING 1)
        INSERT INTO ${q.recs} (conversation_id, seq, record)
        SELECT $1, (SELECT coalesce(max(seq), 0) + 1 FROM ${q.recs} WHERE conversation_id = $1), $3 WHERE EXISTS (SELECT 1 FROM failed)`,
     ),
@@ -234,5 +245,15 @@ export function statements(t: ConversationTables): Statements {
       `INSERT INTO ${q.recs} (conversation_id, seq, record) VALUES ($1, (SELECT coalesce(max(seq), 0) + 1 FROM ${q.recs} WHERE conversation_id = $1), $2)`,
     ),
     records: s("records", `SELECT record FROM ${q.recs} WHERE conversation_id = $1 ORDER BY seq`),
+    // Keyset paging in the failed-messages index's order (byte order of the ids, as the cursor compares).
+    listFailed: s(
+      "list_failed",
+      `SELECT conversation_id, message_id, turn_index, failure, failed_at FROM ${q.msgs}
+        WHERE state = 'failed'
+          AND ($1::text IS NULL OR conversation_id = $1::text)
+          AND ($2::bigint IS NULL OR failed_at <= ${NOW_MS} - $2::bigint)
+          AND ($3::bigint IS NULL OR (failed_at, conversation_id COLLATE "C", message_id COLLATE "C") > ($3::bigint, $4::text COLLATE "C", $5::text COLLATE "C"))
+        ORDER BY failed_at, conversation_id COLLATE "C", message_id COLLATE "C" LIMIT $6`,
+    ),
   };
 }

@@ -242,3 +242,59 @@ describe("bad input is refused with invalid_store_input before anything is store
     await volatile.close();
   });
 });
+
+describe("TURN-16 (proposed) listFailedTurns: failed messages across conversations, oldest failure first, paged", () => {
+  async function failNext(store: PostgresConversationStore, c: string, id: string): Promise<void> {
+    await store.appendUserMessage(c, { id, content: user(`${c} ${id}`) });
+    const lease = await store.acquireLease(c, "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    await store.beginTurn(c, lease.fence);
+    await store.failMessage(c, lease.fence, id, { failed: id, conversation: c });
+    await store.releaseLease(c, lease.fence);
+  }
+
+  it("lists them in failure order; filters by conversation and age; pages by cursor; a reopened message leaves the list", async () => {
+    const { store } = await fresh("failed");
+    await failNext(store, "conv-b", "m1");
+    await failNext(store, "conv-a", "m1");
+    await failNext(store, "conv-b", "m2");
+    await store.appendUserMessage("conv-c", { id: "m1", content: user("queued, never failed") });
+
+    const all = await store.listFailedTurns();
+    expect(all.cursor).toBeUndefined();
+    // Failures in the same millisecond order by conversation id, then message id: sort to compare.
+    const order = (t: { failedAt: number; conversationId: string; messageId: string }) => `${String(t.failedAt).padStart(16, "0")} ${t.conversationId} ${t.messageId}`;
+    expect(all.turns.map(order)).toEqual(all.turns.map(order).sort());
+    expect(all.turns.map((t) => [t.conversationId, t.messageId, t.turnIndex, t.failure]).sort()).toEqual([
+      ["conv-a", "m1", 0, { failed: "m1", conversation: "conv-a" }],
+      ["conv-b", "m1", 0, { failed: "m1", conversation: "conv-b" }],
+      ["conv-b", "m2", 0, { failed: "m2", conversation: "conv-b" }],
+    ]);
+    expect(Math.abs((all.turns[0]?.failedAt ?? 0) - Date.now())).toBeLessThan(3_600_000);
+    expect((await store.listFailedTurns({ conversationId: "conv-b" })).turns.map((t) => t.messageId)).toEqual(["m1", "m2"]);
+    expect((await store.listFailedTurns({ olderThanMs: 3_600_000 })).turns).toEqual([]);
+
+    const paged: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await store.listFailedTurns({ limit: 1, ...(cursor !== undefined ? { cursor } : {}) });
+      paged.push(...page.turns.map((t) => `${t.conversationId}/${t.messageId}`));
+      cursor = page.cursor;
+    } while (cursor !== undefined);
+    expect(paged).toEqual(all.turns.map((t) => `${t.conversationId}/${t.messageId}`));
+
+    expect((await store.appendUserMessage("conv-a", { id: "m1", content: user("again") })).reopened).toBe(true);
+    expect((await store.listFailedTurns()).turns.map((t) => `${t.conversationId}/${t.messageId}`).sort()).toEqual(["conv-b/m1", "conv-b/m2"]);
+    await rejectsWith(store.listFailedTurns({ limit: 0 }), "invalid_store_input", "limit");
+    await store.close();
+  });
+
+  it("migrate() gives a messages table made before failed_at the column; messages that already failed list as failed at 0", async () => {
+    const { store, schema } = await fresh("failed_upgrade");
+    await failNext(store, "legacy", "m1");
+    await admin.query(`DROP INDEX "${schema}".dispatch_once_messages_failed; ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN failed_at`);
+    await store.migrate();
+    expect((await store.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, failure: { failed: "m1", conversation: "legacy" } }]);
+    await store.close();
+  });
+});

@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS "${t.messages}" (
   state           TEXT    NOT NULL CHECK (state IN ('queued', 'in_progress', 'answered', 'failed')),
   turn_index      INTEGER,
   failure         TEXT,
+  failed_at       INTEGER,
   content         TEXT    NOT NULL,
   PRIMARY KEY (conversation_id, message_id),
   UNIQUE (conversation_id, seq)
@@ -83,6 +84,27 @@ CREATE TABLE IF NOT EXISTS "${t.records}" (
   record          TEXT    NOT NULL,
   PRIMARY KEY (conversation_id, seq)
 );
+`;
+}
+
+/**
+ * The failed messages, oldest failure first: what listFailedTurns reads (TURN-16, proposed). A
+ * partial index, so it holds only the failed messages and costs the other writes nothing.
+ * Created after `failedAtUpgradeSql` on tables of an earlier version (it names `failed_at`).
+ */
+export function failedIndexSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
+  const t = tablesFor(prefix);
+  return `CREATE INDEX IF NOT EXISTS "${t.messages}_failed" ON "${t.messages}" (failed_at, conversation_id, message_id) WHERE state = 'failed';\n`;
+}
+
+/**
+ * What `migrate()` runs on a messages table made before `failed_at` existed: the column, and 0
+ * (the oldest time, "failed at an unknown time") for messages that already failed.
+ */
+export function failedAtUpgradeSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
+  const t = tablesFor(prefix);
+  return `ALTER TABLE "${t.messages}" ADD COLUMN failed_at INTEGER;
+UPDATE "${t.messages}" SET failed_at = 0 WHERE state = 'failed';
 `;
 }
 

@@ -7,8 +7,13 @@ import {
   StoreUnavailableError,
   checkMessageId,
   isDispatchOnceError,
+  checkFailedTurnsQuery,
+  encodeFailedTurnsCursor,
   type AppendResult,
   type ConversationStore,
+  type FailedTurn,
+  type FailedTurnsPage,
+  type FailedTurnsQuery,
   type ConversationStoreCapabilities,
   type JsonValue,
   type LeaseResult,
@@ -28,7 +33,7 @@ import {
   type StoredMessageRow,
   type StoredTurnRow,
 } from "@dispatch-once/core/internal";
-import { DEFAULT_TABLE_PREFIX, schemaSql, tablesFor, upgradeSql, type ConversationTables } from "./schema.js";
+import { DEFAULT_TABLE_PREFIX, failedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, type ConversationTables } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
 export type SqliteDatabase = Database.Database;
@@ -107,6 +112,10 @@ interface Statements {
   fail: Database.Statement<[string, string, string]>;
   insertRecord: Database.Statement<[string, string, string]>;
   records: Database.Statement<[string], { record: unknown }>;
+  listFailed: Database.Statement<
+    { conversation: string | null; cutoff: number | null; after: number | null; afterConversation: string; afterMessage: string; limit: number },
+    { conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: number }
+  >;
 }
 
 /**
@@ -375,6 +384,34 @@ export class SqliteConversationStore implements ConversationStore {
     );
   }
 
+  /** Failed turns across conversations, oldest failure first, a page at a time (TURN-16, proposed). */
+  async listFailedTurns(query: FailedTurnsQuery = {}): Promise<FailedTurnsPage> {
+    const { limit, after } = checkFailedTurnsQuery(query);
+    return this.guard(query.conversationId ?? "", "listFailedTurns", () => {
+      // One more than asked: whether a next page exists, without a second query.
+      const rows = this.stmts.listFailed.all({
+        conversation: query.conversationId ?? null,
+        cutoff: query.olderThanMs ?? null,
+        after: after?.failedAt ?? null,
+        afterConversation: after?.conversationId ?? "",
+        afterMessage: after?.messageId ?? "",
+        limit: limit + 1,
+      });
+      const turns: FailedTurn[] = rows.slice(0, limit).map((row) => {
+        const turn: FailedTurn = {
+          conversationId: row.conversation_id,
+          messageId: row.message_id,
+          failedAt: Number(row.failed_at),
+          failure: decodeStoreJson(row.conversation_id, `failure of message ${row.message_id}`, row.failure),
+        };
+        if (typeof row.turn_index === "number") turn.turnIndex = row.turn_index;
+        return turn;
+      });
+      const last = turns.at(-1);
+      return rows.length > limit && last !== undefined ? { turns, cursor: encodeFailedTurnsCursor(last) } : { turns };
+    });
+  }
+
   /** Close the connection if the store opened it (a brought-your-own connection is left open). */
   async close(): Promise<void> {
     if (this.closed) return;
@@ -461,7 +498,7 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     message: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND message_id = ?`),
     nextSeq: db.prepare(`SELECT coalesce(max(seq), 0) + 1 AS next FROM ${msgs} WHERE conversation_id = ?`),
     insertMessage: db.prepare(`INSERT INTO ${msgs} (conversation_id, message_id, seq, state, content) VALUES (?, ?, ?, 'queued', ?)`),
-    reopen: db.prepare(`UPDATE ${msgs} SET state = 'queued', failure = NULL WHERE conversation_id = ? AND message_id = ?`),
+    reopen: db.prepare(`UPDATE ${msgs} SET state = 'queued', failure = NULL, failed_at = NULL WHERE conversation_id = ? AND message_id = ?`),
     inProgress: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND state = 'in_progress' ORDER BY seq LIMIT 1`),
     oldestQueued: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND state = 'queued' ORDER BY seq LIMIT 1`),
     // A reopened message keeps the index of its first turn (TURN-11, TURN-12).
@@ -488,11 +525,20 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
       `INSERT INTO ${turns} (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results) VALUES (?, ?, ?, ?, ?, ?)`,
     ),
     answer: db.prepare(`UPDATE ${msgs} SET state = 'answered' WHERE conversation_id = ? AND message_id = ?`),
-    fail: db.prepare(`UPDATE ${msgs} SET state = 'failed', failure = ? WHERE conversation_id = ? AND message_id = ?`),
+    fail: db.prepare(`UPDATE ${msgs} SET state = 'failed', failure = ?, failed_at = ${now} WHERE conversation_id = ? AND message_id = ?`),
     insertRecord: db.prepare(
       `INSERT INTO ${recs} (conversation_id, seq, record) VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM ${recs} WHERE conversation_id = ?), ?)`,
     ),
     records: db.prepare(`SELECT record FROM ${recs} WHERE conversation_id = ? ORDER BY seq`),
+    // Keyset paging over the partial index on failed messages (failedIndexSql): no scan of the rest.
+    listFailed: db.prepare(
+      `SELECT conversation_id, message_id, turn_index, failure, failed_at FROM ${msgs}
+       WHERE state = 'failed'
+         AND (:conversation IS NULL OR conversation_id = :conversation)
+         AND (:cutoff IS NULL OR failed_at <= ${now} - :cutoff)
+         AND (:after IS NULL OR (failed_at, conversation_id, message_id) > (:after, :afterConversation, :afterMessage))
+       ORDER BY failed_at, conversation_id, message_id LIMIT :limit`,
+    ),
   };
 }
 
@@ -506,6 +552,9 @@ function migrateTables(db: SqliteDatabase, prefix: string, tables: ConversationT
   db.transaction(() => {
     const columns = db.prepare(`SELECT name FROM pragma_table_info(?)`).all(tables.conversations) as { name: string }[];
     if (!columns.some((c) => c.name === "begun_turn")) db.exec(upgradeSql(prefix));
+    const messageColumns = db.prepare(`SELECT name FROM pragma_table_info(?)`).all(tables.messages) as { name: string }[];
+    if (!messageColumns.some((c) => c.name === "failed_at")) db.exec(failedAtUpgradeSql(prefix));
+    db.exec(failedIndexSql(prefix));
   }).immediate();
 }
 

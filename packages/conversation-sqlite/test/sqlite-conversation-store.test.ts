@@ -348,3 +348,74 @@ describe("storage", () => {
     await store.close();
   });
 });
+
+describe("TURN-16 (proposed) listFailedTurns: failed messages across conversations, oldest failure first, paged", () => {
+  /** Fail the next message of a conversation at the store-clock time `at`. */
+  async function failNext(store: SqliteConversationStore, c: string, id: string): Promise<void> {
+    await store.appendUserMessage(c, { id, content: user(`${c} ${id}`) });
+    const lease = await store.acquireLease(c, "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    await store.beginTurn(c, lease.fence);
+    await store.failMessage(c, lease.fence, id, { failed: id, conversation: c });
+    await store.releaseLease(c, lease.fence);
+  }
+
+  it("lists them in failure order with turn index and record; filters by conversation and age; a reopened message leaves the list", async () => {
+    let clock = 1_000_000;
+    const store = new SqliteConversationStore({ path: freshPath(), now: () => clock });
+    await failNext(store, "conv-b", "m1");
+    clock += 1000;
+    await failNext(store, "conv-a", "m1");
+    clock += 1000;
+    await failNext(store, "conv-b", "m2"); // binds at turn index 0 again (no turn committed)
+    await store.appendUserMessage("conv-c", { id: "m1", content: user("queued, never failed") });
+
+    const all = await store.listFailedTurns();
+    expect(all).toEqual({
+      turns: [
+        { conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: 1_000_000, failure: { failed: "m1", conversation: "conv-b" } },
+        { conversationId: "conv-a", messageId: "m1", turnIndex: 0, failedAt: 1_001_000, failure: { failed: "m1", conversation: "conv-a" } },
+        { conversationId: "conv-b", messageId: "m2", turnIndex: 0, failedAt: 1_002_000, failure: { failed: "m2", conversation: "conv-b" } },
+      ],
+    });
+    expect((await store.listFailedTurns({ conversationId: "conv-b" })).turns.map((t) => t.messageId)).toEqual(["m1", "m2"]);
+    clock += 500;
+    // Failed at least 1.5 s ago: the first two.
+    expect((await store.listFailedTurns({ olderThanMs: 1500 })).turns.map((t) => [t.conversationId, t.messageId])).toEqual([["conv-b", "m1"], ["conv-a", "m1"]]);
+
+    // Paging: one at a time through the cursor gives the same three, each once.
+    const paged: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await store.listFailedTurns({ limit: 1, ...(cursor !== undefined ? { cursor } : {}) });
+      paged.push(...page.turns.map((t) => `${t.conversationId}/${t.messageId}`));
+      cursor = page.cursor;
+    } while (cursor !== undefined);
+    expect(paged).toEqual(["conv-b/m1", "conv-a/m1", "conv-b/m2"]);
+
+    // conv-a's m1 is its most recently bound message: a re-send reopens it (TURN-12), and it leaves the list.
+    expect((await store.appendUserMessage("conv-a", { id: "m1", content: user("again") })).reopened).toBe(true);
+    expect((await store.listFailedTurns()).turns.map((t) => `${t.conversationId}/${t.messageId}`)).toEqual(["conv-b/m1", "conv-b/m2"]);
+    await rejectsWith(store.listFailedTurns({ limit: 1001 }), "invalid_store_input", "limit");
+    await rejectsWith(store.listFailedTurns({ cursor: "not-a-cursor" }), "invalid_store_input", "cursor");
+    await store.close();
+  });
+
+  it("a messages table made before failed_at gets it on open; messages that already failed list as failed at 0", async () => {
+    const path = freshPath();
+    const old = new SqliteConversationStore({ path });
+    await failNext(old, "legacy", "m1");
+    await old.close();
+    const raw = rawConnection(path);
+    raw.exec(`DROP INDEX dispatch_once_messages_failed; ALTER TABLE dispatch_once_messages DROP COLUMN failed_at;`);
+    raw.close();
+    const upgraded = new SqliteConversationStore({ path });
+    expect((await upgraded.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, failure: { failed: "m1", conversation: "legacy" } }]);
+    // The listing reads the partial index, not the table.
+    const plan = rawConnection(path)
+      .prepare(`EXPLAIN QUERY PLAN SELECT conversation_id FROM dispatch_once_messages WHERE state = 'failed' AND failed_at <= 5 ORDER BY failed_at, conversation_id, message_id`)
+      .all() as { detail: string }[];
+    expect(plan.map((p) => p.detail).join(" | ")).toContain("dispatch_once_messages_failed");
+    await upgraded.close();
+  });
+});

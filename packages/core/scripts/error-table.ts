@@ -19,6 +19,7 @@ function classNames(): Map<string, { name: string; from: string }> {
   const runnerErrors = join(packages, "runner", "src", "errors");
   const sources: [string, string][] = [
     [join(packages, "core", "src", "errors.ts"), "@dispatch-once/core"],
+    [join(packages, "core", "src", "resolution-refused-error.ts"), "@dispatch-once/core"],
     // Raised by the runner every stream side shares; each side re-exports them.
     ...readdirSync(runnerErrors)
       .filter((f) => f.endsWith(".ts"))

@@ -109,6 +109,49 @@ export interface ConversationStoreCapabilities {
   sharedAcrossProcesses: boolean;
 }
 
+/** Default page size of `listFailedTurns` (TURN-16, proposed). */
+export const DEFAULT_FAILED_TURNS_LIMIT = 100;
+/** Largest page `listFailedTurns` accepts; larger is refused with InvalidStoreInputError. */
+export const MAX_FAILED_TURNS_LIMIT = 1000;
+
+/** A filter over failed turns (every given field narrows the result). */
+export interface FailedTurnsQuery {
+  /** Only this conversation's failed turns. */
+  conversationId?: string;
+  /** Only turns that failed at least this many milliseconds ago (the store's clock). */
+  olderThanMs?: number;
+  /**
+   * Page size.
+   * @default 100
+   * Larger than 1000 is refused with InvalidStoreInputError.
+   */
+  limit?: number;
+  /** The `cursor` of the previous page, opaque; absent for the first page. */
+  cursor?: string;
+}
+
+/** A message whose turn failed and was recorded (state "failed"), as an operator lists it. */
+export interface FailedTurn {
+  conversationId: string;
+  messageId: string;
+  /** The turn index the message was bound to (its retry runs there, TURN-12). */
+  turnIndex?: number;
+  /**
+   * When the failure was recorded, in store-clock milliseconds; 0 for a failure recorded by a
+   * version of the store that did not keep the time (listed first, as the oldest).
+   */
+  failedAt: number;
+  /** The failed-turn record (RECORD-1), as `failMessage` stored it. */
+  failure: JsonValue;
+}
+
+export interface FailedTurnsPage {
+  /** Oldest failure first, ties broken by conversation id, then message id. */
+  turns: FailedTurn[];
+  /** Present when more turns may follow: pass it back as `cursor` for the next page. */
+  cursor?: string;
+}
+
 /**
  * Where conversations live. Every method is atomic per conversation. Stores that cannot reach
  * or trust their storage raise `store_unavailable` / `store_corrupt`, never "absent".
@@ -179,6 +222,14 @@ export interface ConversationStore {
 
   /** Every record kept beside the conversation (failed turns and superseded attempts), oldest first. */
   records(conversationId: string): Promise<JsonValue[]>;
+
+  /**
+   * OPTIONAL (TURN-16, proposed): the messages whose turn failed and that no re-send has reopened,
+   * across conversations (or in one), oldest failure first, a page at a time. Read-only. Served
+   * from an index over failed messages, never a scan of every message. A reopened message leaves
+   * the list; failing again puts it back with the new time.
+   */
+  listFailedTurns?(query?: FailedTurnsQuery): Promise<FailedTurnsPage>;
 
   close(): Promise<void>;
 }

@@ -20,7 +20,7 @@ import {
 import { catalogueEntry } from "./error-catalogue.js";
 import { deriveKey } from "./key.js";
 import { toJsonData } from "./json-data.js";
-import { newClaimId, type ClaimRequest, type ClaimResult, type InFlightRow, type Ledger, type LedgerEffect, type LedgerRow, type TerminalRow } from "./ledger.js";
+import { newClaimId, type Resolution, type ResolvedRow, type ClaimRequest, type ClaimResult, type InFlightRow, type Ledger, type LedgerEffect, type LedgerRow, type TerminalRow } from "./ledger.js";
 import { utf8ByteLength } from "./memory-ledger.js";
 import { ToolRegistry, type ReconcileCause, type ToolDefinition } from "./registry.js";
 
@@ -102,12 +102,17 @@ export type DispatchEvent =
       verdict: ProbeVerdict;
       settled: "completed" | "failed" | "released" | "unknown" | "none";
       error?: string;
-    };
+    }
+  /** A row was settled through the ledger's resolve(), by reconciliation (RESOLVE-6). */
+  | { type: "resolved"; key: string; toolName: string; state: ResolvedRow["state"]; fence: number; actor: string };
 
 /** A probe's answer as the dispatcher saw it; `error` when it threw or did not answer a verdict. */
 export type ProbeVerdict = "performed" | "not_performed" | "unknown" | "error";
 
-/** What `Dispatcher.reconcile(key)` found (RECON-9). It reports; it does not change the row. */
+/** The actor a dispatcher's reconciliation is audited under (RESOLVE-6). */
+export const RECONCILE_ACTOR = "dispatch-once:reconcile";
+
+/** What `Dispatcher.reconcile(key)` found (RECON-9) and what it settled the row to (RESOLVE-6). */
 export interface ReconcileReport {
   key: string;
   toolName?: string;
@@ -118,6 +123,10 @@ export interface ReconcileReport {
   result?: JsonValue;
   resultJson?: string;
   detail?: string;
+  /** What the row was resolved to; `none` when it was left as it was. */
+  settled: "completed" | "failed" | "released" | "none";
+  /** The row as the resolution wrote it, when one was written. */
+  row?: ResolvedRow;
 }
 
 export interface DispatchLogger {
@@ -143,6 +152,14 @@ export interface DispatcherOptions {
    * claim is released in the background (for at most the lease plus a minute) by its claim id.
    */
   claimRetryMs?: number;
+  /**
+   * How long an unkeyed_write row must have been `unknown` before a probe's "not performed" may
+   * release it (RECON-4, RESOLVE-6): a request still in transit when the probe asked may land
+   * later, and nothing downstream would collapse the re-run with it. Measured from the row's
+   * `finishedAt` (ledger clock) to this process's clock.
+   * @default 60000
+   */
+  reconcileGraceMs?: number;
   /**
    * Run unkeyed_write tools on a ledger that declares itself volatile. Refused by default
    * because such a ledger can forget a claim and nothing downstream would catch the repeat (LEDGER-14).
@@ -198,6 +215,7 @@ export class Dispatcher implements CallDispatcher {
   private readonly pollMs: number;
   private readonly maxPollMs: number;
   private readonly claimRetryMs: number;
+  private readonly reconcileGraceMs: number;
   private readonly logger: DispatchLogger;
   private readonly onEvent: ((event: DispatchEvent) => void) | undefined;
 
@@ -216,6 +234,10 @@ export class Dispatcher implements CallDispatcher {
     this.pollMs = options.pollMs ?? 20;
     this.maxPollMs = options.maxPollMs ?? 500;
     this.claimRetryMs = options.claimRetryMs ?? 2_000;
+    this.reconcileGraceMs = options.reconcileGraceMs ?? 60_000;
+    if (!Number.isSafeInteger(this.reconcileGraceMs) || this.reconcileGraceMs < 0) {
+      throw new InvalidArgumentError("options.reconcileGraceMs", "must be a non-negative integer");
+    }
     this.logger = options.logger ?? consoleLogger;
     this.onEvent = options.onEvent;
 
@@ -278,31 +300,124 @@ export class Dispatcher implements CallDispatcher {
   }
 
   /**
-   * Ask an `unknown` row's tool whether the effect happened (RECON-9). Read-only: the answer is
-   * reported (and emitted as a `reconciled` event), and the row stays unknown, because the ledger
-   * has no fenced transition out of `unknown` yet; an operator settles it from this report.
+   * Ask an `unknown` row's tool whether the effect happened, and settle the row from the answer
+   * (RECON-9, RESOLVE-6) when the ledger offers `resolve`: performed with a storable result →
+   * completed; performed without one → failed closed with result_not_storable; not performed →
+   * released (a replay re-runs the stored request), for an unkeyed_write only once the row has
+   * been unknown for `reconcileGraceMs`; unknown or a failed probe → unchanged. Every settlement
+   * is fenced on the fence that was looked at and audited under RECONCILE_ACTOR. On a ledger
+   * without `resolve`, it only reports.
    */
   async reconcile(key: string): Promise<ReconcileReport> {
     if (typeof key !== "string" || key.length === 0) throw new InvalidArgumentError("key", "must be a non-empty string");
     const row = await this.ledger.lookup(key);
-    if (row === undefined) return { key, state: "absent", verdict: "none", detail: "no row for this key" };
+    if (row === undefined) return { key, state: "absent", verdict: "none", settled: "none", detail: "no row for this key" };
     const report = { key, toolName: row.toolName, state: row.state };
     if (row.state !== "unknown") {
-      return { ...report, verdict: "none", detail: `only an unknown row is reconciled; this one is ${row.state}` };
+      return { ...report, verdict: "none", settled: "none", detail: `only an unknown row is reconciled; this one is ${row.state}` };
     }
     if (!this.registry.has(row.toolName)) {
-      return { ...report, verdict: "none", detail: `tool ${row.toolName} is not registered with this dispatcher` };
+      return { ...report, verdict: "none", settled: "none", detail: `tool ${row.toolName} is not registered with this dispatcher` };
     }
     const tool = this.registry.get(row.toolName);
     if (tool.reconcile === undefined) {
-      return { ...report, verdict: "none", detail: `tool ${row.toolName} declares no reconcile probe` };
+      return { ...report, verdict: "none", settled: "none", detail: `tool ${row.toolName} declares no reconcile probe` };
     }
     const answer = await this.probe(tool, parseStoredRequest(key, row.request), key, "on_demand", new AbortController().signal);
-    this.emitReconciled(key, tool.name, undefined, "on_demand", answer, "none");
-    if (answer.verdict === "performed" && answer.resultJson !== undefined) {
-      return { ...report, verdict: "performed", result: JSON.parse(answer.resultJson) as JsonValue, resultJson: answer.resultJson };
+    const found =
+      answer.verdict === "performed" && answer.resultJson !== undefined
+        ? { ...report, verdict: "performed" as const, result: JSON.parse(answer.resultJson) as JsonValue, resultJson: answer.resultJson }
+        : { ...report, verdict: answer.verdict, ...(answer.detail !== undefined ? { detail: answer.detail } : {}) };
+    const plan = this.settlementFor(row, answer);
+    if (plan === undefined || !this.canResolve()) {
+      this.emitReconciled(key, tool.name, undefined, "on_demand", answer, "none");
+      const why = plan === undefined ? undefined : "the ledger offers no resolve(); the row is left for an operator";
+      return { ...found, settled: "none", ...(why !== undefined && !("detail" in found && found.detail !== undefined) ? { detail: why } : {}) };
     }
-    return { ...report, verdict: answer.verdict, ...(answer.detail !== undefined ? { detail: answer.detail } : {}) };
+    this.emitReconciled(key, tool.name, undefined, "on_demand", answer, plan.resolution.outcome === "not_performed" ? "released" : plan.resolution.outcome);
+    try {
+      const written = await this.ledger.resolve!({
+        key,
+        resolution: plan.resolution,
+        actor: RECONCILE_ACTOR,
+        reason: plan.reason,
+        expectedFence: row.fence,
+        action: "reconciled",
+      });
+      this.emit({ type: "resolved", key, toolName: tool.name, state: written.state, fence: written.fence, actor: RECONCILE_ACTOR });
+      return { ...found, settled: written.state, row: written };
+    } catch (error) {
+      // Someone settled or re-claimed the row since it was read: theirs stands (RESOLVE-4).
+      if (isDispatchOnceError(error, "stale_claim") || isDispatchOnceError(error, "resolution_refused")) {
+        return { ...found, settled: "none", detail: `the row changed while it was probed: ${describeError(error)}` };
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * The automatic pass (RESOLVE-6): reconcile every `unknown` row of a registered tool with a
+   * probe, oldest first, a page at a time, on a ledger that lists and resolves. Rows whose probe
+   * still answers unknown stay for the next pass or an operator.
+   */
+  async reconcileUnknown(options: { olderThanMs?: number; limit?: number } = {}): Promise<ReconcileReport[]> {
+    const listRows = this.ledger.listRows;
+    if (listRows === undefined || this.ledger.capabilities.supports?.listRows !== true) {
+      throw new InvalidArgumentError("ledger", "reconcileUnknown needs a ledger that lists rows (capabilities.supports.listRows)");
+    }
+    const limit = options.limit ?? 100;
+    if (!Number.isSafeInteger(limit) || limit < 1) throw new InvalidArgumentError("limit", "must be a positive integer");
+    const probed = this.registry.list().filter((t) => t.reconcile !== undefined).map((t) => t.name);
+    const reports: ReconcileReport[] = [];
+    for (const toolName of probed) {
+      let cursor: string | undefined;
+      do {
+        const page = await listRows.call(this.ledger, {
+          state: "unknown",
+          toolName,
+          limit: Math.min(limit - reports.length, 1000),
+          ...(options.olderThanMs !== undefined ? { olderThanMs: options.olderThanMs } : {}),
+          ...(cursor !== undefined ? { cursor } : {}),
+        });
+        for (const row of page.rows) reports.push(await this.reconcile(row.key));
+        cursor = page.cursor;
+      } while (cursor !== undefined && reports.length < limit);
+      if (reports.length >= limit) break;
+    }
+    return reports;
+  }
+
+  private canResolve(): boolean {
+    return typeof this.ledger.resolve === "function" && this.ledger.capabilities.supports?.resolve === true;
+  }
+
+  /** What an on-demand probe's answer settles an unknown row to, or undefined to leave it (RESOLVE-6, RECON-4). */
+  private settlementFor(row: LedgerRow, answer: ProbeAnswer): { resolution: Resolution; reason: string } | undefined {
+    switch (answer.verdict) {
+      case "performed":
+        if (answer.resultJson !== undefined) {
+          return { resolution: { outcome: "completed", result: answer.resultJson }, reason: "reconcile: performed" };
+        }
+        // It happened and its result cannot be kept: fail closed, never release (RECON-3).
+        return {
+          resolution: {
+            outcome: "failed",
+            error: { name: "ResultNotStorableError", code: "result_not_storable", message: `reconciled as performed, but ${answer.detail}` },
+          },
+          reason: `reconcile: performed, result not storable (${answer.detail})`,
+        };
+      case "not_performed": {
+        // A request still in transit may land after the probe looked (RECON-4): an unkeyed_write is
+        // released only once it has been unknown long enough for any such request to have landed.
+        if (row.effect === "unkeyed_write") {
+          const unknownFor = Date.now() - (row.state === "unknown" ? row.finishedAt : Date.now());
+          if (unknownFor < this.reconcileGraceMs) return undefined;
+        }
+        return { resolution: { outcome: "not_performed" }, reason: "reconcile: not_performed" };
+      }
+      default:
+        return undefined;
+    }
   }
 
   private keyOf(prepared: PreparedCall, context: TurnContext, ordinal: number): string {
@@ -389,7 +504,18 @@ export class Dispatcher implements CallDispatcher {
     const claimId = newClaimId();
     for (;;) {
       const { claim, sentAt: claimSentAt } = await this.claimRetrying(
-        { key, toolName: tool.name, effect, owner: this.owner, leaseMs: this.leaseMs, request: prepared.requestText, claimId },
+        {
+          key,
+          toolName: tool.name,
+          effect,
+          owner: this.owner,
+          leaseMs: this.leaseMs,
+          request: prepared.requestText,
+          claimId,
+          // Stored with the row so an operator can list a conversation's calls (LIST-3).
+          conversationId: context.conversationId,
+          turnIndex: context.turnIndex,
+        },
         ordinal,
       );
       const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;

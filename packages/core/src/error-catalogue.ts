@@ -55,6 +55,7 @@ const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry
   conversation_lease_lost: { rules: ["TURN-10"], carries: ["conversationId", "fence"], effect: "possibly", retryable: "same_message", raisedWhen: "a turn lease presented no longer holds the conversation" },
   store_unavailable: { rules: ["TURN-14"], carries: ["cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the conversation store cannot be reached or refused the operation" },
   store_corrupt: { rules: ["TURN-14"], carries: ["conversationId"], effect: "possibly", retryable: "no", raisedWhen: "stored conversation data cannot be read back" },
+  resolution_refused: { rules: ["RESOLVE-2"], carries: ["key", "state"], effect: "possibly", retryable: "no", raisedWhen: "resolve() met a live in-flight, completed, failed or absent row" },
   invalid_store_input: { rules: ["TURN-2"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a conversation-store option or argument it cannot accept" },
 };
 

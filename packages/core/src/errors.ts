@@ -30,7 +30,8 @@ export type DispatchOnceErrorCode =
   | "conversation_lease_lost"
   | "store_unavailable"
   | "store_corrupt"
-  | "invalid_store_input";
+  | "invalid_store_input"
+  | "resolution_refused";
 
 /** The brand every copy of this package puts on its errors. */
 const ERROR_BRAND: unique symbol = Symbol.for("dispatch-once.error") as never;

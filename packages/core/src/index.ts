@@ -9,6 +9,8 @@ export {
 } from "./key.js";
 export * from "./errors.js";
 export * from "./ledger.js";
+export { checkClaimOrigin, checkListQuery, checkResolveRequest, decodeListCursor, encodeListCursor, rowSince } from "./ledger-ops.js";
+export { ResolutionRefusedError } from "./resolution-refused-error.js";
 export { MemoryLedger, assertClaimId, assertStorableResult, releasedClaimError, utf8ByteLength, type MemoryLedgerOptions } from "./memory-ledger.js";
 export {
   defineTool,
@@ -33,6 +35,8 @@ export {
   type DispatchEvent,
   type DispatchLogger,
   type ReconcileReport,
+  type ProbeVerdict,
+  RECONCILE_ACTOR,
 } from "./dispatcher.js";
 export type {
   ConversationStore,
@@ -44,7 +48,18 @@ export type {
   LeaseResult,
   TurnSnapshot,
   TurnCommit,
+  FailedTurn,
+  FailedTurnsQuery,
+  FailedTurnsPage,
 } from "./conversation.js";
+export { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT } from "./conversation.js";
+export {
+  checkFailedTurnsQuery,
+  encodeFailedTurnsCursor,
+  decodeFailedTurnsCursor,
+  isAfterPosition,
+  type FailedTurnPosition,
+} from "./failed-turns.js";
 export {
   MemoryConversationStore,
   checkMessageId,

@@ -30,6 +30,13 @@ export interface RowBase {
    * takeover) until the row is forgotten. Every run of the tool uses it (LEDGER-21).
    */
   request: string;
+  /**
+   * The conversation and turn the call belongs to, when the claimant said (ClaimRequest). Stored
+   * by the claim that creates the row and kept by later claims, like `request`; for listing and
+   * for an operator's inspection only, never for ownership (LIST-3).
+   */
+  conversationId?: string;
+  turnIndex?: number;
 }
 
 export interface InFlightRow extends RowBase {
@@ -93,6 +100,13 @@ export interface ClaimRequest {
    * does not identify a claim (LEDGER-16).
    */
   claimId?: string;
+  /**
+   * OPTIONAL: the conversation and turn of the call (the dispatcher passes its TurnContext's), stored
+   * with the row so that an operator can list a conversation's rows (LIST-3). Not part of
+   * ownership or of the key's identity; a claim of an existing row keeps the stored values.
+   */
+  conversationId?: string;
+  turnIndex?: number;
 }
 
 /** What a claim id looks like: URL-safe characters, long enough to be unguessable (LEDGER-26). */
@@ -133,6 +147,114 @@ export interface LedgerCapabilities {
   sharedAcrossProcesses: boolean;
   /** Largest result, in UTF-8 bytes of its JSON text, that complete() accepts. */
   maxResultBytes: number;
+  /**
+   * Which OPTIONAL methods the ledger provides (abstract-level style: a flag per feature). A
+   * missing flag, or a missing `supports`, means the method is absent; callers and the
+   * conformance kit check the flag, never call an absent method.
+   */
+  supports?: LedgerSupports;
+}
+
+/** Feature flags of a ledger's OPTIONAL methods. */
+export interface LedgerSupports {
+  /** `listRows` (LIST-1..LIST-6). */
+  listRows?: boolean;
+  /** `resolve` (RESOLVE-1..RESOLVE-8). */
+  resolve?: boolean;
+  /** `auditTrail` (RESOLVE-7). */
+  auditTrail?: boolean;
+  /** `listExpiredInFlight` (LEDGER-25). */
+  listExpiredInFlight?: boolean;
+}
+
+/** Default page size of `listRows` (LIST-4). */
+export const DEFAULT_LIST_LIMIT = 100;
+/** Largest page `listRows` accepts; a larger `limit` is refused with InvalidLedgerInputError (LIST-4). */
+export const MAX_LIST_LIMIT = 1000;
+
+/**
+ * A filter over ledger rows (LIST-1). Every given field narrows the result (AND). Order: oldest
+ * `since` first (`since` = `finishedAt` of a finished row, `claimedAt` of an in-flight one, the
+ * time of the row's last transition), ties broken by key.
+ */
+export interface ListRowsQuery {
+  /** One state or any of several. Absent: every state. */
+  state?: RowState | RowState[];
+  toolName?: string;
+  conversationId?: string;
+  /**
+   * Only rows whose last transition (`finishedAt`, or `claimedAt` while in flight) is at least
+   * this many milliseconds old on the ledger's clock: stuck in-flight rows, old unknowns.
+   */
+  olderThanMs?: number;
+  /**
+   * Page size.
+   * @default 100
+   * Larger than 1000 is refused with InvalidLedgerInputError (LIST-4).
+   */
+  limit?: number;
+  /** The `cursor` of the previous page, opaque; absent for the first page. */
+  cursor?: string;
+}
+
+export interface ListRowsPage {
+  rows: LedgerRow[];
+  /** Present when more rows may follow: pass it back as `cursor` for the next page (LIST-5). */
+  cursor?: string;
+}
+
+/** What an operator (or a reconcile probe) establishes about a call whose outcome was open (RESOLVE-3). */
+export type Resolution =
+  /** The effect happened; `result` is its JSON text, stored byte for byte (maxResultBytes applies). */
+  | { outcome: "completed"; result: string }
+  /** The effect definitely failed; replays answer this error. */
+  | { outcome: "failed"; error: StoredError }
+  /** The effect did not happen: the row becomes `released`, claimable again; a replay re-runs the stored request. */
+  | { outcome: "not_performed" };
+
+/** What an audit entry records (RESOLVE-7). */
+export type AuditAction =
+  /** An operator's resolve(). */
+  | "resolved"
+  /** A reconcile probe's verdict written through resolve() by the dispatcher. */
+  | "reconciled"
+  /** The row's owner recorded that the outcome cannot be known (markUnknown). */
+  | "marked_unknown"
+  /** A claim met an expired unkeyed_write claim and moved it to `unknown` (LEDGER-7). */
+  | "lease_expired";
+
+export interface ResolveRequest {
+  key: string;
+  resolution: Resolution;
+  /** Who resolves: a person's or a process's name ("dispatch-once:reconcile" for the dispatcher). Non-empty. */
+  actor: string;
+  /** Why, for the audit trail: what was checked downstream. Non-empty. */
+  reason: string;
+  /** The fence the operator looked at: resolve is refused with StaleClaimError if the row's fence differs (RESOLVE-4). */
+  expectedFence?: number;
+  /**
+   * The audit action recorded.
+   * @default "resolved"
+   */
+  action?: "resolved" | "reconciled";
+}
+
+/** The row resolve() wrote: completed, failed or released, with the fence it bumped to (RESOLVE-5). */
+export type ResolvedRow = CompletedRow | FailedRow | ReleasedRow;
+
+/** One audited transition of a row (RESOLVE-7). Retained at least as long as the row. */
+export interface AuditEntry {
+  /** Ledger-clock milliseconds. */
+  at: number;
+  actor: string;
+  action: AuditAction;
+  fromState: RowState;
+  toState: RowState;
+  /** The row's fence after the transition. */
+  fence: number;
+  reason: string;
+  /** For resolved/reconciled: the resolution's outcome. */
+  outcome?: Resolution["outcome"];
 }
 
 /**
@@ -173,6 +295,24 @@ export interface Ledger {
    * nobody claims again is otherwise invisible.
    */
   listExpiredInFlight?(options?: { olderThanMs?: number; limit?: number }): Promise<InFlightRow[]>;
+
+  /**
+   * OPTIONAL (LIST-1..LIST-6, `supports.listRows`): rows matching the query, oldest first, one
+   * page at a time. Read-only. Served from indexes, never a scan of every row.
+   */
+  listRows?(query?: ListRowsQuery): Promise<ListRowsPage>;
+
+  /**
+   * OPTIONAL (RESOLVE-1..RESOLVE-8, `supports.resolve`): an operator's fenced, audited
+   * transition of a row whose outcome is open (`unknown`, or `in_flight` with an expired lease)
+   * to completed, failed or released. Bumps the fence, so the former owner's late writes are
+   * refused as stale. Refuses any other row with ResolutionRefusedError, a fence other than
+   * `expectedFence` with StaleClaimError, an oversized result with ResultNotStorableError.
+   */
+  resolve?(request: ResolveRequest): Promise<ResolvedRow>;
+
+  /** OPTIONAL (RESOLVE-7, `supports.auditTrail`): the key's audit entries, oldest first; empty when none. */
+  auditTrail?(key: string): Promise<AuditEntry[]>;
 
   /** Delete terminal and released rows whose retention has passed; returns how many went. */
   sweep(): Promise<number>;

@@ -2,6 +2,9 @@ import type { JsonValue } from "./canonical.js";
 import type {
   AppendResult,
   ConversationStore,
+  FailedTurn,
+  FailedTurnsPage,
+  FailedTurnsQuery,
   ConversationStoreCapabilities,
   LeaseResult,
   StoredMessage,
@@ -12,6 +15,7 @@ import type {
 import { ConversationLeaseLostError, InvalidStoreInputError } from "./errors.js";
 import { canonicalize } from "./canonical.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
+import { checkFailedTurnsQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
 
 interface Conversation {
   messages: Map<string, StoredMessage>;
@@ -30,6 +34,8 @@ interface Conversation {
   /** Highest fence ever issued; kept when the lease is released so fences only rise. */
   fence: number;
   records: JsonValue[];
+  /** When each failed message failed (process clock), for listFailedTurns; dropped on reopen. */
+  failedAt: Map<string, number>;
 }
 
 export interface MemoryConversationStoreOptions {
@@ -63,6 +69,7 @@ export class MemoryConversationStore implements ConversationStore {
       if (known.state === "failed" && reopenable(conversation, known)) {
         known.state = "queued";
         delete known.failure;
+        conversation.failedAt.delete(known.id);
         return { appended: false, message: clone(known), reopened: true };
       }
       return { appended: false, message: clone(known), reopened: false };
@@ -169,6 +176,7 @@ export class MemoryConversationStore implements ConversationStore {
     }
     message.state = "failed";
     message.failure = clone(record);
+    conversation.failedAt.set(messageId, this.now());
     conversation.records.push(clone(record));
   }
 
@@ -178,6 +186,27 @@ export class MemoryConversationStore implements ConversationStore {
 
   async records(conversationId: string): Promise<JsonValue[]> {
     return clone(this.get(conversationId).records);
+  }
+
+  async listFailedTurns(query: FailedTurnsQuery = {}): Promise<FailedTurnsPage> {
+    const { limit, after } = checkFailedTurnsQuery(query);
+    const cutoff = query.olderThanMs === undefined ? undefined : this.now() - query.olderThanMs;
+    const all: FailedTurn[] = [];
+    for (const [conversationId, conversation] of this.conversations) {
+      if (query.conversationId !== undefined && conversationId !== query.conversationId) continue;
+      for (const message of conversation.order) {
+        if (message.state !== "failed") continue;
+        const failedAt = conversation.failedAt.get(message.id) ?? 0;
+        if (cutoff !== undefined && failedAt > cutoff) continue;
+        const turn: FailedTurn = { conversationId, messageId: message.id, failedAt, failure: clone(message.failure ?? null) };
+        if (message.turnIndex !== undefined) turn.turnIndex = message.turnIndex;
+        if (after === undefined || isAfterPosition(turn, after)) all.push(turn);
+      }
+    }
+    all.sort((a, b) => (isAfterPosition(a, b) ? 1 : isAfterPosition(b, a) ? -1 : 0));
+    const turns = all.slice(0, limit);
+    const last = turns.at(-1);
+    return all.length > limit && last !== undefined ? { turns, cursor: encodeFailedTurnsCursor(last) } : { turns };
   }
 
   async close(): Promise<void> {}
@@ -205,6 +234,7 @@ export class MemoryConversationStore implements ConversationStore {
         lease: undefined,
         fence: 0,
         records: [],
+        failedAt: new Map(),
       };
       this.conversations.set(conversationId, conversation);
     }

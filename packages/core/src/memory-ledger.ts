@@ -1,5 +1,12 @@
 import { InvalidLedgerInputError, ResultNotStorableError, StaleClaimError, type StoredError } from "./errors.js";
+import { ResolutionRefusedError } from "./resolution-refused-error.js";
+import { checkClaimOrigin, checkListQuery, checkResolveRequest, decodeListCursor, encodeListCursor, rowSince } from "./ledger-ops.js";
 import {
+  type AuditEntry,
+  type ListRowsPage,
+  type ListRowsQuery,
+  type ResolveRequest,
+  type ResolvedRow,
   DEFAULT_MAX_RESULT_BYTES,
   DEFAULT_RETENTION_MS,
   type ClaimRequest,
@@ -73,6 +80,8 @@ function visibleRow(row: LedgerRow & { expiresAt?: number; claimId?: string }): 
 export class MemoryLedger implements Ledger {
   readonly capabilities: LedgerCapabilities;
   private readonly rows = new Map<string, LedgerRow & { expiresAt?: number; claimId?: string }>();
+  /** Audit entries per key; dropped with the row (sweep, or a claim over a forgotten row). */
+  private readonly audits = new Map<string, AuditEntry[]>();
   private readonly now: () => number;
   private readonly retentionMs: number;
 
@@ -84,23 +93,26 @@ export class MemoryLedger implements Ledger {
       clock: "process",
       sharedAcrossProcesses: false,
       maxResultBytes: options.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES,
+      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true },
     };
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     assertClaimId(request.claimId);
+    checkClaimOrigin(request);
     const now = this.now();
     const row = this.rows.get(request.key);
     if (row === undefined || this.retentionPassed(row, now)) {
       // A forgotten row behaves as one never claimed (LEDGER-19), but the fence keeps rising.
-      return this.takeClaim(request, (row?.fence ?? 0) + 1, now, false, request.request);
+      this.audits.delete(request.key);
+      return this.takeClaim(request, (row?.fence ?? 0) + 1, now, false, request.request, request);
     }
     if (row.state === "released") {
       // A copy of the claim that was released, arriving late (its reply was lost, and it was
       // released by its claim id): it must not take the row again, or nobody would hold it (LEDGER-27).
       if (request.claimId !== undefined && row.claimId === request.claimId) throw releasedClaimError(request.key, row.fence);
       // A re-claim keeps the first claim's request: the re-run sends what the first run sent (LEDGER-21).
-      return this.takeClaim(request, row.fence + 1, now, false, row.request);
+      return this.takeClaim(request, row.fence + 1, now, false, row.request, row);
     }
     if (row.state !== "in_flight") return { outcome: "existing", row: structuredClone(row) };
     // The same claim sent again (its reply was lost): it holds the row, live or expired (LEDGER-26).
@@ -110,20 +122,16 @@ export class MemoryLedger implements Ledger {
     }
     if (row.leaseExpiresAt > now) return { outcome: "existing", row: visibleRow(row) as InFlightRow };
     // The owner's lease ran out: it died, hung, or lost the store (LEDGER-7).
-    if (row.effect === "keyed_write") return this.takeClaim(request, row.fence + 1, now, true, row.request);
+    if (row.effect === "keyed_write") return this.takeClaim(request, row.fence + 1, now, true, row.request, row);
     const unknown = {
-      key: row.key,
-      toolName: row.toolName,
-      effect: row.effect,
-      fence: row.fence,
-      claimedAt: row.claimedAt,
-      request: row.request,
+      ...this.base(row),
       state: "unknown" as const,
       reason: "lease_expired",
       finishedAt: now,
       expiresAt: now + this.retentionMs,
     };
     this.rows.set(row.key, unknown);
+    this.audit(row.key, { at: now, actor: request.owner, action: "lease_expired", fromState: "in_flight", toState: "unknown", fence: row.fence, reason: "lease_expired" });
     const { expiresAt: _omit, ...visible } = unknown;
     return { outcome: "existing", row: visible };
   }
@@ -172,6 +180,7 @@ export class MemoryLedger implements Ledger {
       finishedAt: now,
       expiresAt: now + this.retentionMs,
     });
+    this.audit(key, { at: now, actor: row.owner, action: "marked_unknown", fromState: "in_flight", toState: "unknown", fence, reason });
   }
 
   async release(key: string, fence: number): Promise<void> {
@@ -194,6 +203,7 @@ export class MemoryLedger implements Ledger {
     for (const [key, row] of this.rows) {
       if (this.retentionPassed(row, now)) {
         this.rows.delete(key);
+        this.audits.delete(key);
         removed++;
       }
     }
@@ -213,6 +223,69 @@ export class MemoryLedger implements Ledger {
     return expired.sort((a, b) => a.leaseExpiresAt - b.leaseExpiresAt).slice(0, limit);
   }
 
+  async listRows(query: ListRowsQuery = {}): Promise<ListRowsPage> {
+    const { states, limit } = checkListQuery(query);
+    const after = query.cursor === undefined ? undefined : decodeListCursor(query.cursor);
+    const now = this.now();
+    const cutoff = query.olderThanMs === undefined ? undefined : now - query.olderThanMs;
+    const matching: LedgerRow[] = [];
+    // A scan is fine for the reference ledger; the adapters serve this from indexes (LIST-6).
+    for (const row of this.rows.values()) {
+      if (this.retentionPassed(row, now)) continue;
+      if (states !== undefined && !states.includes(row.state)) continue;
+      if (query.toolName !== undefined && row.toolName !== query.toolName) continue;
+      if (query.conversationId !== undefined && row.conversationId !== query.conversationId) continue;
+      const since = rowSince(row);
+      if (cutoff !== undefined && since > cutoff) continue;
+      if (after !== undefined && (since < after.since || (since === after.since && row.key <= after.key))) continue;
+      matching.push(row);
+    }
+    matching.sort((a, b) => rowSince(a) - rowSince(b) || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    const page = matching.slice(0, limit).map((row) => visibleRow(row));
+    const last = page[page.length - 1];
+    return matching.length > limit && last !== undefined ? { rows: page, cursor: encodeListCursor(rowSince(last), last.key) } : { rows: page };
+  }
+
+  async resolve(request: ResolveRequest): Promise<ResolvedRow> {
+    checkResolveRequest(request);
+    const { key, resolution } = request;
+    const now = this.now();
+    const row = this.rows.get(key);
+    if (row === undefined || this.retentionPassed(row, now)) throw new ResolutionRefusedError(key, "absent");
+    if (request.expectedFence !== undefined && row.fence !== request.expectedFence) {
+      throw new StaleClaimError(key, request.expectedFence, `the row's fence is ${row.fence}, not the expected one`);
+    }
+    const open = row.state === "unknown" || (row.state === "in_flight" && row.leaseExpiresAt <= now);
+    if (!open) throw new ResolutionRefusedError(key, row.state);
+    if (resolution.outcome === "completed") assertStorableResult(key, resolution.result, this.capabilities.maxResultBytes);
+    // A new fence: the former owner's late complete/fail/markUnknown is refused as stale (RESOLVE-5).
+    const fence = row.fence + 1;
+    const base = { ...this.base(row as InFlightRow), fence, finishedAt: now, expiresAt: now + this.retentionMs };
+    const written =
+      resolution.outcome === "completed"
+        ? { ...base, state: "completed" as const, result: resolution.result }
+        : resolution.outcome === "failed"
+          ? { ...base, state: "failed" as const, error: structuredClone(resolution.error) }
+          : { ...base, state: "released" as const };
+    this.rows.set(key, written);
+    this.audit(key, {
+      at: now,
+      actor: request.actor,
+      action: request.action ?? "resolved",
+      fromState: row.state,
+      toState: written.state,
+      fence,
+      reason: request.reason,
+      outcome: resolution.outcome,
+    });
+    return visibleRow(written) as ResolvedRow;
+  }
+
+  async auditTrail(key: string): Promise<AuditEntry[]> {
+    if (typeof key !== "string" || key.length === 0) throw new InvalidLedgerInputError("key", "must be a non-empty string");
+    return structuredClone(this.audits.get(key) ?? []);
+  }
+
   async close(): Promise<void> {}
 
   /** Number of rows held, for tests and diagnostics. */
@@ -224,7 +297,15 @@ export class MemoryLedger implements Ledger {
     return row.state !== "in_flight" && row.expiresAt !== undefined && row.expiresAt <= now;
   }
 
-  private takeClaim(request: ClaimRequest, fence: number, now: number, takeover: boolean, stored: string): ClaimResult {
+  private takeClaim(
+    request: ClaimRequest,
+    fence: number,
+    now: number,
+    takeover: boolean,
+    stored: string,
+    // Where the conversation and turn come from: the row's first claim, like the request (LIST-3).
+    origin: { conversationId?: string; turnIndex?: number },
+  ): ClaimResult {
     const row: InFlightRow & { claimId?: string } = {
       key: request.key,
       toolName: request.toolName,
@@ -232,6 +313,7 @@ export class MemoryLedger implements Ledger {
       fence,
       claimedAt: now,
       request: stored,
+      ...turnOf(origin),
       state: "in_flight",
       owner: request.owner,
       leaseExpiresAt: now + request.leaseMs,
@@ -257,6 +339,21 @@ export class MemoryLedger implements Ledger {
       fence: row.fence,
       claimedAt: row.claimedAt,
       request: row.request,
+      ...turnOf(row),
     };
   }
+
+  private audit(key: string, entry: AuditEntry): void {
+    const entries = this.audits.get(key);
+    if (entries === undefined) this.audits.set(key, [entry]);
+    else entries.push(entry);
+  }
+}
+
+/** The optional conversation fields, only when present (rows carry no `undefined` members). */
+function turnOf(source: { conversationId?: string; turnIndex?: number }): { conversationId?: string; turnIndex?: number } {
+  const out: { conversationId?: string; turnIndex?: number } = {};
+  if (source.conversationId !== undefined) out.conversationId = source.conversationId;
+  if (source.turnIndex !== undefined) out.turnIndex = source.turnIndex;
+  return out;
 }

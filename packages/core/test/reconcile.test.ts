@@ -58,10 +58,14 @@ function downstream(effect: "keyed_write" | "unkeyed_write", probe: (key: string
   };
 }
 
-function setup(effect: "keyed_write" | "unkeyed_write", probe: Parameters<typeof downstream>[1]) {
+function setup(effect: "keyed_write" | "unkeyed_write", probe: Parameters<typeof downstream>[1], options: { resolve?: boolean } = {}) {
   const d = downstream(effect, probe);
   const memory = new MemoryLedger();
   const ledger = durable(memory);
+  if (options.resolve === false) {
+    // A ledger of an older adapter: no resolve() to settle with.
+    Object.assign(ledger, { resolve: undefined, capabilities: { ...ledger.capabilities, supports: { ...ledger.capabilities.supports, resolve: false } } });
+  }
   const events: DispatchEvent[] = [];
   const { logger, warnings } = recordingLogger();
   const dispatcher = new Dispatcher({ tools: [d.tool], ledger, logger, onEvent: (e) => events.push(e) });
@@ -312,16 +316,30 @@ describe("reconciliation after a lost lease (RECON-8)", () => {
 });
 
 describe("on-demand reconciliation (RECON-9)", () => {
-  it("RECON-9 reports the probe's verdict for an unknown row without changing the row", async () => {
+  it("RECON-9 on a ledger without resolve(), reports the probe's verdict for an unknown row without changing the row", async () => {
+    let answer: ReconcileVerdict = { outcome: "unknown" };
+    const s = setup("unkeyed_write", () => answer, { resolve: false });
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    answer = { outcome: "performed", result: { id: "inv_1", amount: 5 } };
+    const report = await s.dispatcher.reconcile(s.key);
+    expect(report).toMatchObject({ key: s.key, toolName: "create_invoice", state: "unknown", verdict: "performed", result: { id: "inv_1", amount: 5 }, settled: "none" });
+    expect((await s.ledger.lookup(s.key))?.state).toBe("unknown");
+    expect(s.log).toEqual(["run", "probe:tool_error", "probe:on_demand"]);
+    expect(reconciled(s.events).at(-1)).toMatchObject({ cause: "on_demand", verdict: "performed", settled: "none" });
+  });
+
+  it("RESOLVE-6 on a ledger with resolve(), performed settles the unknown row completed; the replay answers from the ledger", async () => {
     let answer: ReconcileVerdict = { outcome: "unknown" };
     const s = setup("unkeyed_write", () => answer);
     await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
     answer = { outcome: "performed", result: { id: "inv_1", amount: 5 } };
     const report = await s.dispatcher.reconcile(s.key);
-    expect(report).toMatchObject({ key: s.key, toolName: "create_invoice", state: "unknown", verdict: "performed", result: { id: "inv_1", amount: 5 } });
-    expect((await s.ledger.lookup(s.key))?.state).toBe("unknown");
-    expect(s.log).toEqual(["run", "probe:tool_error", "probe:on_demand"]);
-    expect(reconciled(s.events).at(-1)).toMatchObject({ cause: "on_demand", verdict: "performed", settled: "none" });
+    expect(report).toMatchObject({ state: "unknown", verdict: "performed", settled: "completed", row: { state: "completed", fence: 2 } });
+    expect(reconciled(s.events).at(-1)).toMatchObject({ cause: "on_demand", verdict: "performed", settled: "completed" });
+    expect(s.events.at(-1)).toMatchObject({ type: "resolved", state: "completed", actor: "dispatch-once:reconcile" });
+    const replay = await s.dispatcher.turn(turn0).dispatch(s.call);
+    expect(replay).toMatchObject({ replayed: true, result: { id: "inv_1", amount: 5 } });
+    expect(s.runs()).toBe(1);
   });
 
   it("RECON-9 refuses rows that are not unknown, absent keys, and tools without a probe", async () => {
@@ -348,5 +366,76 @@ describe("defineTool reconcile checks", () => {
     expect(() => new Dispatcher({ tools: [read], ledger: new MemoryLedger() })).toThrow(/no effect to reconcile/);
     const bad = { name: "w", effect: "keyed_write", input: z.object({}), run: () => 1, reconcile: 3 } as never;
     expect(() => new Dispatcher({ tools: [bad], ledger: new MemoryLedger() })).toThrow(/reconcile must be a function/);
+  });
+});
+
+describe("settling unknown rows (RESOLVE-6)", () => {
+  it("RESOLVE-6 not_performed releases a keyed_write's unknown row at once; the replay re-runs the stored request", async () => {
+    let answer: ReconcileVerdict = { outcome: "unknown" };
+    const s = setup("keyed_write", () => answer);
+    // A keyed_write whose probe says unknown is released at run time, not left unknown: make it
+    // unknown the way an operator meets one, through a lease that ran out.
+    const fence = (await s.ledger.claim({ key: s.key, toolName: "create_invoice", effect: "keyed_write", owner: "dead", leaseMs: 1_000_000, request: '{"amount":5}' })) as { fence: number };
+    await s.ledger.markUnknown(s.key, fence.fence, "lease_lost");
+    answer = { outcome: "not_performed" };
+    expect(await s.dispatcher.reconcile(s.key)).toMatchObject({ verdict: "not_performed", settled: "released", row: { state: "released" } });
+    s.answerNormally();
+    const rerun = await s.dispatcher.turn(turn0).dispatch(s.call);
+    expect(rerun).toMatchObject({ replayed: false, result: { amount: 5 } });
+    expect(s.runs()).toBe(1);
+  });
+
+  it("RESOLVE-6 RECON-4 not_performed leaves a fresh unkeyed_write unknown (a request may be in transit); after reconcileGraceMs it releases", async () => {
+    const answer: ReconcileVerdict = { outcome: "not_performed" };
+    const s = setup("unkeyed_write", () => answer);
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    expect(await s.dispatcher.reconcile(s.key)).toMatchObject({ verdict: "not_performed", settled: "none" });
+    expect((await s.ledger.lookup(s.key))?.state).toBe("unknown");
+    const patient = new Dispatcher({ tools: [s.tool], ledger: s.ledger, reconcileGraceMs: 0, logger: recordingLogger().logger });
+    expect(await patient.reconcile(s.key)).toMatchObject({ settled: "released", row: { state: "released", fence: 2 } });
+    expect(() => new Dispatcher({ tools: [s.tool], ledger: s.ledger, reconcileGraceMs: -1 })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+  });
+
+  it("RESOLVE-6 RECON-3 performed without a storable result fails the row closed with result_not_storable, never releases it", async () => {
+    let answer: ReconcileVerdict = { outcome: "unknown" };
+    const s = setup("unkeyed_write", () => answer);
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    answer = { outcome: "performed", result: { big: "x".repeat(2 * 1024 * 1024) } };
+    expect(await s.dispatcher.reconcile(s.key)).toMatchObject({ verdict: "performed", settled: "failed" });
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(ResultNotStorableError);
+    expect(s.runs()).toBe(1);
+  });
+
+  it("RESOLVE-4 a row changed while its probe asked is left as the other writer left it", async () => {
+    let resolveFirst: (() => void) | undefined;
+    const s = setup("unkeyed_write", () => new Promise<ReconcileVerdict>((r) => (resolveFirst = () => r({ outcome: "performed", result: { id: "late" } }))));
+    s.answerNormally();
+    const fence = (await s.ledger.claim({ key: s.key, toolName: "create_invoice", effect: "unkeyed_write", owner: "x", leaseMs: 1_000_000, request: '{"amount":5}' })) as { fence: number };
+    await s.ledger.markUnknown(s.key, fence.fence, "tool_error");
+    const pending = s.dispatcher.reconcile(s.key);
+    await new Promise((r) => setTimeout(r, 5));
+    await s.ledger.resolve!({ key: s.key, resolution: { outcome: "completed", result: '{"id":"ops"}' }, actor: "ops", reason: "dashboard" });
+    resolveFirst!();
+    expect(await pending).toMatchObject({ verdict: "performed", settled: "none" });
+    expect(await s.ledger.lookup(s.key)).toMatchObject({ state: "completed", result: '{"id":"ops"}' });
+  });
+
+  it("RESOLVE-6 reconcileUnknown settles every unknown row of a tool with a probe, oldest first, and leaves the rest", async () => {
+    const verdicts = new Map<string, ReconcileVerdict>();
+    const s = setup("unkeyed_write", (key) => verdicts.get(key) ?? { outcome: "unknown" });
+    const keys: string[] = [];
+    for (let amount = 1; amount <= 3; amount++) {
+      const call = { name: "create_invoice", input: { amount } };
+      keys.push(s.dispatcher.keyFor(call, turn0));
+      await expect(s.dispatcher.turn(turn0).dispatch(call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    }
+    verdicts.set(keys[0]!, { outcome: "performed", result: { id: "inv_1" } });
+    verdicts.set(keys[2]!, { outcome: "performed", result: { id: "inv_3" } });
+    const reports = await s.dispatcher.reconcileUnknown();
+    // Rows that turned unknown in the same millisecond list by key (LIST-2), so compare as a map.
+    expect(Object.fromEntries(reports.map((r) => [r.key, r.settled]))).toEqual({ [keys[0]!]: "completed", [keys[1]!]: "none", [keys[2]!]: "completed" });
+    expect((await s.ledger.listRows!({ state: "unknown" })).rows.map((r) => r.key)).toEqual([keys[1]]);
+    const bare = new Dispatcher({ tools: [s.tool], ledger: Object.assign(Object.create(s.ledger), { capabilities: { ...s.ledger.capabilities, supports: {} } }), logger: recordingLogger().logger });
+    await expect(bare.reconcileUnknown()).rejects.toMatchObject({ code: "invalid_argument" });
   });
 });

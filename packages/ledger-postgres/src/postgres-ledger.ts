@@ -10,6 +10,19 @@ import {
   assertClaimId,
   assertStorableResult,
   releasedClaimError,
+  checkClaimOrigin,
+  checkListQuery,
+  checkResolveRequest,
+  decodeListCursor,
+  encodeListCursor,
+  rowSince,
+  ResolutionRefusedError,
+  type AuditEntry,
+  type ListRowsPage,
+  type ListRowsQuery,
+  type ResolveRequest,
+  type ResolvedRow,
+  type RowState,
   type ClaimRequest,
   type ClaimResult,
   type InFlightRow,
@@ -23,6 +36,10 @@ import { decodeRow, retentionPassed, type RawRow } from "./row.js";
 import {
   DEFAULT_SCHEMA,
   DEFAULT_TABLE,
+  NOW_MS,
+  ROW_COLUMNS,
+  SINCE,
+  quoteIdentifier,
   schemaSql,
   statements,
   validateIdentifier,
@@ -127,6 +144,8 @@ export interface ListExpiredInFlightOptions {
 }
 
 const DEFAULT_LIST_LIMIT = 100;
+/** The optional methods this ledger offers (capabilities.supports). */
+const SUPPORTS = Object.freeze({ listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true });
 const MAX_LIST_LIMIT = 10_000;
 
 /** Ceiling on maxResultBytes: PostgreSQL text holds 1 GB, but a row that large hurts every reader. */
@@ -283,6 +302,7 @@ export class PostgresLedger implements Ledger {
       clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes,
+      supports: SUPPORTS,
     });
   }
 
@@ -380,7 +400,20 @@ export class PostgresLedger implements Ledger {
     const leaseMs = leaseMilliseconds(request.leaseMs);
     const own = storedRequest((request as { request?: unknown }).request);
     assertClaimId(request.claimId);
-    const values = [key, toolName, request.effect, owner, leaseMs, String(this.retentionMs), own, request.claimId ?? null];
+    checkClaimOrigin(request);
+    if (request.conversationId !== undefined) requestText("conversationId", request.conversationId, 512);
+    const values = [
+      key,
+      toolName,
+      request.effect,
+      owner,
+      leaseMs,
+      String(this.retentionMs),
+      own,
+      request.claimId ?? null,
+      request.conversationId ?? null,
+      request.turnIndex === undefined ? null : String(request.turnIndex),
+    ];
     // One text cell (see claimFunctionSql): 'c<fence> <leaseExpiresAt> <0|1>[ <stored request>]',
     // 'e<row JSON>', 't' (refused: inside the caller's transaction) or 's<fence>' (refused: the
     // row was released under this claim id, so this is a late copy of a claim that is over; LEDGER-27).
@@ -506,10 +539,117 @@ export class PostgresLedger implements Ledger {
   async sweep(): Promise<number> {
     let removed = 0;
     for (;;) {
-      const { rowCount } = await this.run("sweep", this.prepared(this.sql.sweep, [String(SWEEP_BATCH), String(this.retentionMs)]));
-      removed += rowCount ?? 0;
-      if ((rowCount ?? 0) < SWEEP_BATCH) return removed;
+      const { rows } = await this.run<{ removed: number }>("sweep", this.prepared(this.sql.sweep, [String(SWEEP_BATCH), String(this.retentionMs)]));
+      const count = Number(rows[0]?.removed ?? 0);
+      removed += count;
+      if (count < SWEEP_BATCH) return removed;
     }
+  }
+
+  /**
+   * Rows matching the query, oldest last transition first (LIST-1..LIST-6), a page at a time.
+   * Each filter is served by its listing index (state, tool or conversation, each ordered by the
+   * last transition and the key), and the cursor is a keyset position in that order.
+   */
+  async listRows(query: ListRowsQuery = {}): Promise<ListRowsPage> {
+    const { states, limit } = checkListQuery(query);
+    const values: string[] = [];
+    const param = (value: string, cast = "") => {
+      values.push(value);
+      return `$${values.length}${cast}`;
+    };
+    const where = [`NOT (state <> 'in_flight' AND expires_at <= ${NOW_MS})`];
+    if (states !== undefined) where.push(`state IN (${states.map((st) => param(st)).join(", ")})`);
+    if (query.toolName !== undefined) where.push(`tool_name = ${param(query.toolName)}`);
+    if (query.conversationId !== undefined) where.push(`conversation_id = ${param(query.conversationId)}`);
+    if (query.olderThanMs !== undefined) where.push(`${SINCE} <= ${NOW_MS} - ${param(String(query.olderThanMs), "::bigint")}`);
+    if (query.cursor !== undefined) {
+      const after = decodeListCursor(query.cursor);
+      where.push(`(${SINCE}, key) > (${param(String(after.since), "::bigint")}, ${param(after.key)})`);
+    }
+    const table = `${quoteIdentifier(this.schema)}.${quoteIdentifier(this.table)}`;
+    const text = `SELECT ${ROW_COLUMNS} FROM ${table} WHERE ${where.join(" AND ")} ORDER BY ${SINCE}, key LIMIT ${param(String(limit + 1), "::int")}`;
+    const { rows: raws } = await this.run<RawRow>("listRows", { text, values });
+    const rows = raws.slice(0, limit).map((raw) => decodeRow(raw));
+    const last = rows[rows.length - 1];
+    return raws.length > limit && last !== undefined ? { rows, cursor: encodeListCursor(rowSince(last), last.key) } : { rows };
+  }
+
+  /**
+   * An operator's fenced, audited transition out of an open outcome (RESOLVE-1..RESOLVE-8): one
+   * statement locks the row, checks its state and fence on the server clock, writes the
+   * resolution with the fence bumped, and appends the audit entry.
+   */
+  async resolve(request: ResolveRequest): Promise<ResolvedRow> {
+    checkResolveRequest(request);
+    const { key, resolution } = request;
+    requestText("key", key, MAX_KEY_LENGTH);
+    requestText("actor", request.actor, 1024);
+    requestText("reason", request.reason, 4096);
+    let result: string | null = null;
+    let error: string | null = null;
+    if (resolution.outcome === "completed") {
+      result = resolution.result;
+      assertStorableResult(key, result, this.capabilities.maxResultBytes);
+      if (!storableText(result)) throw new ResultNotStorableError(key, "it contains NUL or a lone surrogate, which a PostgreSQL text column cannot hold byte for byte");
+    } else if (resolution.outcome === "failed") {
+      error = JSON.stringify(resolution.error);
+    }
+    const state = resolution.outcome === "not_performed" ? "released" : resolution.outcome;
+    const { rows } = await this.run<{ state: string; fence: string; v: number; expires_at: string | null; now_ms: string; written: string | null }>(
+      "resolve",
+      this.prepared(this.sql.resolve, [
+        key,
+        state,
+        result,
+        error,
+        String(this.retentionMs),
+        request.expectedFence === undefined ? null : String(request.expectedFence),
+        request.actor,
+        request.action ?? "resolved",
+        request.reason,
+        resolution.outcome,
+      ]),
+    );
+    const found = rows[0];
+    if (found === undefined) throw new ResolutionRefusedError(key, "absent");
+    if (found.written !== null) {
+      const row = decodeRow(JSON.parse(found.written) as RawRow);
+      if (row.state !== "completed" && row.state !== "failed" && row.state !== "released") {
+        throw new LedgerCorruptError(key, `resolved to ${row.state}`);
+      }
+      return row;
+    }
+    if (found.v !== 1) throw new LedgerCorruptError(key, `unknown row format version ${String(found.v)}`);
+    if (found.state !== "in_flight" && found.expires_at !== null && Number(found.expires_at) <= Number(found.now_ms)) {
+      throw new ResolutionRefusedError(key, "absent");
+    }
+    if (request.expectedFence !== undefined && Number(found.fence) !== request.expectedFence) {
+      throw new StaleClaimError(key, request.expectedFence, `the row's fence is ${found.fence}, not the expected one`);
+    }
+    throw new ResolutionRefusedError(key, found.state as RowState);
+  }
+
+  /** The key's audit entries, oldest first (RESOLVE-7). */
+  async auditTrail(key: string): Promise<AuditEntry[]> {
+    requestText("key", key, MAX_KEY_LENGTH);
+    const { rows } = await this.run<{ at: string; actor: string; action: string; from_state: string; to_state: string; fence: string; reason: string; outcome: string | null }>(
+      "auditTrail",
+      this.prepared(this.sql.auditTrail, [key]),
+    );
+    return rows.map((raw) => {
+      const entry: AuditEntry = {
+        at: Number(raw.at),
+        actor: raw.actor,
+        action: raw.action as AuditEntry["action"],
+        fromState: raw.from_state as RowState,
+        toState: raw.to_state as RowState,
+        fence: Number(raw.fence),
+        reason: raw.reason,
+      };
+      if (raw.outcome !== null) entry.outcome = raw.outcome as NonNullable<AuditEntry["outcome"]>;
+      return entry;
+    });
   }
 
   /** Ends the pool only if the ledger created it; a pool you passed in stays yours. */

@@ -24,6 +24,8 @@ export interface RawRow {
   error: string | null;
   reason: string | null;
   request: string | null;
+  conversation_id?: string | null;
+  turn_index?: string | number | null;
 }
 
 class Corrupt extends Error {}
@@ -88,6 +90,9 @@ export function decodeRow(raw: RawRow): LedgerRow {
       fence,
       claimedAt: int(raw.claimed_at, "claimed_at"),
       request: raw.request,
+      // Optional (LIST-3): NULL in rows claimed without them or before the columns existed.
+      ...(raw.conversation_id === null || raw.conversation_id === undefined ? {} : { conversationId: raw.conversation_id }),
+      ...(raw.turn_index === null || raw.turn_index === undefined ? {} : { turnIndex: int(raw.turn_index, "turn_index") }),
     };
     switch (raw.state) {
       case "in_flight":

@@ -41,6 +41,11 @@ export interface TableName {
  */
 export const NOW_MS = "floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint";
 
+/** The audit table (RESOLVE-7): `<table>_audit`, beside the ledger table. */
+export function auditTableName(name: TableName): string {
+  return `${quoteIdentifier(name.schema)}.${quoteIdentifier(`${name.table}_audit`)}`;
+}
+
 export function claimFunctionName(name: TableName): string {
   return `${quoteIdentifier(name.schema)}.${quoteIdentifier(`${name.table}_claim`)}`;
 }
@@ -84,6 +89,7 @@ export function claimFunctionName(name: TableName): string {
  */
 export function claimFunctionSql(name: TableName): string {
   const t = `${quoteIdentifier(name.schema)}.${quoteIdentifier(name.table)}`;
+  const a = auditTableName(name);
   const unk = "r.state = 'in_flight' AND r.effect = 'unkeyed_write'";
   // A claim meeting its own claim id on the in-flight row is that claim sent again (LEDGER-26).
   const own = "(p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id)";
@@ -107,7 +113,7 @@ export function claimFunctionSql(name: TableName): string {
   // bigints are JSON numbers, exact below 2^53.
   return `CREATE OR REPLACE FUNCTION ${claimFunctionName(name)}(
   p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint,
-  p_request text, p_claim_id text)
+  p_request text, p_claim_id text, p_conversation_id text, p_turn_index bigint)
 RETURNS text
 LANGUAGE plpgsql VOLATILE AS $claim$
 #variable_conflict use_column
@@ -120,6 +126,7 @@ DECLARE
   is_claimable boolean;
   is_own boolean;
   is_released boolean;
+  is_forgotten boolean;
   held text;
 BEGIN
   -- Inside a transaction that has written, a rollback would undo the claim after the tool
@@ -130,8 +137,8 @@ BEGIN
   FOR attempt IN 1..100 LOOP
     now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
 
-    INSERT INTO ${t} AS r (key, v, state, tool_name, effect, fence, takeover, owner, claim_id, claimed_at, lease_expires_at, request)
-      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, p_claim_id, now_ms, now_ms + p_lease_ms, p_request)
+    INSERT INTO ${t} AS r (key, v, state, tool_name, effect, fence, takeover, owner, claim_id, claimed_at, lease_expires_at, request, conversation_id, turn_index)
+      VALUES (p_key, 1, 'in_flight', p_tool_name, p_effect, 1, false, p_owner, p_claim_id, now_ms, now_ms + p_lease_ms, p_request, p_conversation_id, p_turn_index)
       ON CONFLICT (key) DO NOTHING
       RETURNING r.lease_expires_at INTO claimed_lease;
     IF FOUND THEN
@@ -140,8 +147,9 @@ BEGIN
 
     -- The key exists (and, if a racer was inserting it, that racer has committed: the INSERT
     -- waited for it). Read it with a fresh snapshot, without locking or writing.
-    SELECT ${claimable}, CASE WHEN ${claimable} IS TRUE THEN NULL ELSE to_json(r)::text END, ${own}, ${released}, r.fence
-      INTO is_claimable, held, is_own, is_released, claimed_fence
+    SELECT ${claimable}, CASE WHEN ${claimable} IS TRUE THEN NULL ELSE to_json(r)::text END, ${own}, ${released}, r.fence,
+           r.state <> 'in_flight' AND r.expires_at <= now_ms
+      INTO is_claimable, held, is_own, is_released, claimed_fence, is_forgotten
       FROM ${t} AS r WHERE r.key = p_key;
     IF NOT FOUND THEN
       CONTINUE;  -- swept since the INSERT: try the INSERT again
@@ -180,6 +188,9 @@ BEGIN
         -- kept by a re-claim, a takeover and the expiry to unknown; a row past retention
         -- (released ones too) is forgotten, so its claim stores the claimant's request (LEDGER-21)
         request          = CASE WHEN r.state <> 'in_flight' AND r.expires_at <= now_ms THEN p_request ELSE r.request END,
+        -- the conversation and turn go with the request (LIST-3)
+        conversation_id  = CASE WHEN r.state <> 'in_flight' AND r.expires_at <= now_ms THEN p_conversation_id ELSE r.conversation_id END,
+        turn_index       = CASE WHEN r.state <> 'in_flight' AND r.expires_at <= now_ms THEN p_turn_index ELSE r.turn_index END,
         result           = NULL,
         error            = NULL
       WHERE r.key = p_key AND ${claimable}
@@ -188,7 +199,13 @@ BEGIN
         INTO claimed_fence, claimed_lease, claimed_takeover, claimed_request, held;
     IF FOUND THEN
       IF held IS NOT NULL THEN
-        RETURN 'e' || held;  -- an expired unkeyed_write claim, now unknown
+        -- An expired unkeyed_write claim, now unknown: audited with the transition (RESOLVE-7).
+        INSERT INTO ${a} (key, at, actor, action, from_state, to_state, fence, reason)
+          VALUES (p_key, now_ms, p_owner, 'lease_expired', 'in_flight', 'unknown', claimed_fence, 'lease_expired');
+        RETURN 'e' || held;
+      END IF;
+      IF is_forgotten THEN
+        DELETE FROM ${a} WHERE key = p_key;  -- a forgotten row's trail goes with it (LEDGER-19)
       END IF;
       RETURN 'c' || claimed_fence || ' ' || claimed_lease || CASE WHEN claimed_takeover THEN ' 1 ' ELSE ' 0 ' END
         || claimed_request;
@@ -287,6 +304,44 @@ BEGIN
 END
 $add_claim_id$;
 
+-- The conversation columns (LIST-3), added to a table created before them, the same way.
+DO $add_conversation$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                  WHERE attrelid = '${qualified}'::regclass AND attname = 'conversation_id' AND NOT attisdropped) THEN
+    ALTER TABLE ${qualified} ADD COLUMN conversation_id text COLLATE "C", ADD COLUMN turn_index bigint;
+  END IF;
+END
+$add_conversation$;
+
+-- listRows() reads these (LIST-6): by state, by tool and by conversation, each in the listing's
+-- order (the last transition: finish sets finished_at, a claim clears it; then the key), so a
+-- filtered page is one index range, never a scan. Their price: three index writes per claim and
+-- per finish (finishing is not a HOT update anyway, see the in-flight index).
+CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_lst_state`)}
+  ON ${qualified} (state, (coalesce(finished_at, claimed_at)), key);
+CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_lst_tool`)}
+  ON ${qualified} (tool_name, (coalesce(finished_at, claimed_at)), key);
+CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_lst_conv`)}
+  ON ${qualified} (conversation_id, (coalesce(finished_at, claimed_at)), key) WHERE conversation_id IS NOT NULL;
+
+-- The audit trail (RESOLVE-7): one row per audited transition, read by key in order; sweep()
+-- deletes a key's entries with its row.
+CREATE TABLE IF NOT EXISTS ${auditTableName({ schema, table })} (
+  id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  at         bigint NOT NULL,
+  fence      bigint NOT NULL,
+  key        text COLLATE "C" NOT NULL,
+  actor      text NOT NULL,
+  action     text NOT NULL,
+  from_state text NOT NULL,
+  to_state   text NOT NULL,
+  reason     text NOT NULL,
+  outcome    text
+);
+CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_audit_key`)}
+  ON ${auditTableName({ schema, table })} (key, id);
+
 -- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
 -- not change; an index on expires_at would cost every finish one more index insert.
 CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_claimed_at`)}
@@ -304,20 +359,30 @@ ${options.inFlightIndex === false ? "-- (no in-flight index: inFlightIndex: fals
 DROP FUNCTION IF EXISTS ${claimFunctionName({ schema, table })}(text, text, text, text, bigint, bigint);
 ${claimFunctionSql({ schema, table })}
 
--- The previous version's seven-argument claim (no claim id) stays callable while processes of that
--- version still run, as this claim without a claim id: the rule is the new one (a re-claim clears
--- the row's claim id, so an old process's claim is never taken for a new process's).
+-- The previous versions' claims stay callable while processes of those versions still run, as
+-- this claim without what they did not send: eight arguments (no conversation, before issue 15)
+-- and seven (no claim id either). The rule is the new one (a re-claim clears the row's claim id,
+-- so an old process's claim is never taken for a new process's).
+DROP FUNCTION IF EXISTS ${claimFunctionName({ schema, table })}(text, text, text, text, bigint, bigint, text, text);
+CREATE FUNCTION ${claimFunctionName({ schema, table })}(
+  p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint, p_request text, p_claim_id text)
+RETURNS text LANGUAGE sql VOLATILE AS $claim8$
+  SELECT ${claimFunctionName({ schema, table })}(p_key, p_tool_name, p_effect, p_owner, p_lease_ms, p_retention_ms, p_request, p_claim_id, NULL::text, NULL::bigint)
+$claim8$;
 CREATE OR REPLACE FUNCTION ${claimFunctionName({ schema, table })}(
   p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint, p_request text)
 RETURNS text LANGUAGE sql VOLATILE AS $claim7$
-  SELECT ${claimFunctionName({ schema, table })}(p_key, p_tool_name, p_effect, p_owner, p_lease_ms, p_retention_ms, p_request, NULL::text)
+  SELECT ${claimFunctionName({ schema, table })}(p_key, p_tool_name, p_effect, p_owner, p_lease_ms, p_retention_ms, p_request, NULL::text, NULL::text, NULL::bigint)
 $claim7$;
 `;
 }
 
 /** The columns every read returns, in one place so decoders and statements agree. */
 export const ROW_COLUMNS =
-  "key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, finished_at, expires_at, result, error, reason, request";
+  "key, v, state, tool_name, effect, fence, takeover, owner, claimed_at, lease_expires_at, finished_at, expires_at, result, error, reason, request, conversation_id, turn_index";
+
+/** The time of a row's last transition: listRows()'s order and olderThanMs basis (LIST-2). */
+export const SINCE = "coalesce(finished_at, claimed_at)";
 
 export interface Statement {
   /** Prepared-statement name: derived from the text, so two ledgers on one pool never clash. */
@@ -341,6 +406,8 @@ export interface Statements {
   lookup: Statement;
   sweep: Statement;
   expiredInFlight: Statement;
+  resolve: Statement;
+  auditTrail: Statement;
 }
 
 /** Every statement the ledger runs, each one round trip. */
@@ -349,7 +416,8 @@ export function statements(name: TableName): Statements {
 
   // One round trip: the whole claim rule runs server-side in the claim function (see
   // claimFunctionSql for why it is a function and not a single CTE).
-  const claim = statement("claim", `SELECT ${claimFunctionName(name)}($1, $2, $3, $4, $5::bigint, $6::bigint, $7, $8::text)`);
+  const claim = statement("claim", `SELECT ${claimFunctionName(name)}($1, $2, $3, $4, $5::bigint, $6::bigint, $7, $8::text, $9::text, $10::bigint)`);
+  const a = auditTableName(name);
 
   // Every owner transition is one conditional UPDATE on the fencing token: a stale owner
   // matches no row and changes nothing (LEDGER-5). A row of another format version is
@@ -367,7 +435,35 @@ export function statements(name: TableName): Statements {
     ),
     complete: statement("complete", finish("completed", "result")),
     fail: statement("fail", finish("failed", "error")),
-    markUnknown: statement("unknown", finish("unknown", "reason")),
+    // The transition and its audit entry in one statement (RESOLVE-7): the INSERT's row count is the UPDATE's.
+    markUnknown: statement(
+      "unknown",
+      `WITH u AS (${finish("unknown", "reason")} RETURNING key, fence, owner, finished_at)
+INSERT INTO ${a} (key, at, actor, action, from_state, to_state, fence, reason)
+SELECT key, finished_at, owner, 'marked_unknown', 'in_flight', 'unknown', fence, $3 FROM u`,
+    ),
+    // resolve($1 key, $2 state, $3 result, $4 error, $5 retention_ms, $6 expected fence or NULL,
+    // $7 actor, $8 action, $9 reason, $10 outcome): the row locked, checked and written, and the
+    // audit entry appended, in one statement (RESOLVE-2..RESOLVE-8). Returns the row as it was
+    // (for the refusal's reason) and, when written, the new row as JSON.
+    resolve: statement(
+      "resolve",
+      `WITH cur AS (
+  SELECT key, v, state, fence, lease_expires_at, expires_at, ${NOW_MS} AS now_ms FROM ${t} WHERE key = $1 FOR UPDATE
+), upd AS (
+  UPDATE ${t} AS r SET state = $2, fence = r.fence + 1, result = $3, error = $4, reason = NULL, lease_expires_at = NULL,
+         claim_id = NULL, finished_at = cur.now_ms, expires_at = cur.now_ms + $5::bigint
+    FROM cur
+   WHERE r.key = cur.key AND cur.v = 1 AND ($6::bigint IS NULL OR cur.fence = $6::bigint)
+     AND (cur.state = 'unknown' AND cur.expires_at > cur.now_ms OR cur.state = 'in_flight' AND cur.lease_expires_at <= cur.now_ms)
+  RETURNING r.*
+), aud AS (
+  INSERT INTO ${a} (key, at, actor, action, from_state, to_state, fence, reason, outcome)
+  SELECT upd.key, upd.finished_at, $7, $8, cur.state, upd.state, upd.fence, $9, $10 FROM upd, cur
+)
+SELECT cur.state, cur.fence, cur.v, cur.expires_at, cur.now_ms, (SELECT to_json(upd)::text FROM upd) AS written FROM cur`,
+    ),
+    auditTrail: statement("audit", `SELECT at, actor, action, from_state, to_state, fence, reason, outcome FROM ${a} WHERE key = $1 ORDER BY id`),
     release: statement("release", finish("released", null)),
     owns: statement("owns", `SELECT 1 FROM ${t} WHERE ${owned}`),
     lookup: statement("lookup", `SELECT ${ROW_COLUMNS}, ${NOW_MS} AS now_ms FROM ${t} WHERE key = $1`),
@@ -392,9 +488,15 @@ export function statements(name: TableName): Statements {
   SELECT key FROM ${t}
    WHERE claimed_at <= ${NOW_MS} - $2::bigint AND state <> 'in_flight' AND expires_at <= ${NOW_MS}
    ORDER BY claimed_at LIMIT $1::int FOR UPDATE SKIP LOCKED
+), gone AS (
+  DELETE FROM ${t} AS r USING doomed
+   WHERE r.key = doomed.key AND r.state <> 'in_flight' AND r.expires_at <= ${NOW_MS}
+  RETURNING r.key
+), trail AS (
+  -- the rows' audit entries go with them (RESOLVE-7)
+  DELETE FROM ${a} AS e USING gone WHERE e.key = gone.key
 )
-DELETE FROM ${t} AS r USING doomed
- WHERE r.key = doomed.key AND r.state <> 'in_flight' AND r.expires_at <= ${NOW_MS}`,
+SELECT count(*)::int AS removed FROM gone`,
     ),
   };
 }

@@ -187,7 +187,8 @@ describe("claims from sessions above READ COMMITTED: serialization failures are 
     // in a sequence (sequences are not rolled back).
     await admin.query(`CREATE SEQUENCE "${schema}".attempts`);
     await admin.query(`CREATE OR REPLACE FUNCTION "${schema}"."dispatch_once_ledger_claim"(
-        p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint, p_request text, p_claim_id text)
+        p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint, p_request text, p_claim_id text,
+        p_conversation_id text, p_turn_index bigint)
       RETURNS text LANGUAGE plpgsql AS $f$
       BEGIN
         PERFORM nextval('"${schema}".attempts');

@@ -90,16 +90,23 @@ describe("schema and migrate()", () => {
     );
     expect(rows).toEqual([
       { relname: "Tool_Calls", relkind: "r" },
+      { relname: "Tool_Calls_audit", relkind: "r" },
+      { relname: "Tool_Calls_audit_id_seq", relkind: "S" },
+      { relname: "Tool_Calls_audit_key", relkind: "i" },
+      { relname: "Tool_Calls_audit_pkey", relkind: "i" },
       { relname: "Tool_Calls_claimed_at", relkind: "i" },
       { relname: "Tool_Calls_in_flight", relkind: "i" },
+      { relname: "Tool_Calls_lst_conv", relkind: "i" },
+      { relname: "Tool_Calls_lst_state", relkind: "i" },
+      { relname: "Tool_Calls_lst_tool", relkind: "i" },
       { relname: "Tool_Calls_pkey", relkind: "i" },
     ]);
     const fn = await admin.query(
       `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1`,
       [schema],
     );
-    // The claim with a claim id (LEDGER-26), and the previous version's seven-argument claim, kept as its wrapper.
-    expect(fn.rows).toEqual([{ proname: "Tool_Calls_claim" }, { proname: "Tool_Calls_claim" }]);
+    // The claim with a conversation (LIST-3), and the previous versions' eight- and seven-argument claims, kept as wrappers.
+    expect(fn.rows).toEqual([{ proname: "Tool_Calls_claim" }, { proname: "Tool_Calls_claim" }, { proname: "Tool_Calls_claim" }]);
     // Results are text, never jsonb: jsonb would re-serialise and replays would differ.
     const types = await admin.query(
       `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND column_name IN ('result', 'error')`,
@@ -702,6 +709,7 @@ describe("schema migration from 0.1.0 (the request column)", () => {
     expect(fns.rows.map((r) => r.signature).sort()).toEqual([
       `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text)`,
       `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text,text)`,
+      `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text,text,text,bigint)`,
     ]);
     // The old row has no request: its re-run could not send the first request, so it is never absent,
     // and an expired one is not turned unknown or taken over either: it is left for a person.

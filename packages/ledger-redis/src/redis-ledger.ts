@@ -11,6 +11,12 @@ import {
   releasedClaimError,
   assertStorableResult,
   isDispatchOnceError,
+  checkResolveRequest,
+  ResolutionRefusedError,
+  type AuditEntry,
+  type ResolveRequest,
+  type ResolvedRow,
+  type RowState,
   type ClaimRequest,
   type ClaimResult,
   type InFlightRow,
@@ -22,7 +28,7 @@ import {
 } from "@dispatch-once/core";
 import { Redis, type Cluster } from "ioredis";
 import { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
-import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, LIST_EXPIRED_LUA, RENEW_LUA } from "./scripts.js";
+import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, LIST_EXPIRED_LUA, RENEW_LUA, RESOLVE_LUA } from "./scripts.js";
 import { SLOT_COUNT, keySlot, slotTags } from "./slots.js";
 
 export type RedisClient = Redis | Cluster;
@@ -170,21 +176,24 @@ export interface RedisServerReport {
   notDurable: DurabilityViolation[];
 }
 
-// V3: in-flight rows carry the claim token and the in-flight index is KEYS[2]. A new name, so a
-// client shared with an older copy of this package never runs the other copy's script under it.
-const CMD_CLAIM = "dispatchOnceLedgerClaimV3";
+// V4: the row's audit list is KEYS[3] of claim, finish, cancel and resolve (V3: in-flight rows carry
+// the claim token and the in-flight index is KEYS[2]). A new name, so a client shared with an older
+// copy of this package never runs the other copy's script under it.
+const CMD_CLAIM = "dispatchOnceLedgerClaimV4";
 const CMD_RENEW = "dispatchOnceLedgerRenewV3";
-const CMD_FINISH = "dispatchOnceLedgerFinishV3";
-const CMD_CANCEL = "dispatchOnceLedgerCancelV3";
+const CMD_FINISH = "dispatchOnceLedgerFinishV4";
+const CMD_CANCEL = "dispatchOnceLedgerCancelV4";
+const CMD_RESOLVE = "dispatchOnceLedgerResolveV4";
 const CMD_LIST = "dispatchOnceLedgerListExpiredV3";
 
 type ScriptReply = [string, ...unknown[]];
 
 interface ScriptClient {
-  [CMD_CLAIM](row: string, index: string, ...args: string[]): Promise<ScriptReply>;
+  [CMD_CLAIM](row: string, index: string, audit: string, ...args: string[]): Promise<ScriptReply>;
   [CMD_RENEW](row: string, index: string, ...args: string[]): Promise<ScriptReply>;
-  [CMD_FINISH](row: string, index: string, ...args: string[]): Promise<ScriptReply>;
-  [CMD_CANCEL](row: string, index: string, ...args: string[]): Promise<ScriptReply>;
+  [CMD_FINISH](row: string, index: string, audit: string, ...args: string[]): Promise<ScriptReply>;
+  [CMD_CANCEL](row: string, index: string, audit: string, ...args: string[]): Promise<ScriptReply>;
+  [CMD_RESOLVE](row: string, index: string, audit: string, ...args: string[]): Promise<ScriptReply>;
 }
 
 const STATES = new Set(["in_flight", "completed", "failed", "unknown", "released"]);
@@ -296,6 +305,8 @@ export class RedisLedger implements Ledger {
       clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes,
+      // No listRows yet: listing by state needs per-state indexes in every slot (issue 15, not done here).
+      supports: { resolve: true, auditTrail: true, listExpiredInFlight: true },
     };
 
     if (options.client !== undefined) {
@@ -328,10 +339,11 @@ export class RedisLedger implements Ledger {
       this.ownsClient = true;
     }
     // Idempotent per client: several ledgers may share one client.
-    this.client.defineCommand(CMD_CLAIM, { lua: CLAIM_LUA, numberOfKeys: 2 });
+    this.client.defineCommand(CMD_CLAIM, { lua: CLAIM_LUA, numberOfKeys: 3 });
     this.client.defineCommand(CMD_RENEW, { lua: RENEW_LUA, numberOfKeys: 2 });
-    this.client.defineCommand(CMD_FINISH, { lua: FINISH_LUA, numberOfKeys: 2 });
-    this.client.defineCommand(CMD_CANCEL, { lua: CANCEL_LUA, numberOfKeys: 2 });
+    this.client.defineCommand(CMD_FINISH, { lua: FINISH_LUA, numberOfKeys: 3 });
+    this.client.defineCommand(CMD_CANCEL, { lua: CANCEL_LUA, numberOfKeys: 3 });
+    this.client.defineCommand(CMD_RESOLVE, { lua: RESOLVE_LUA, numberOfKeys: 3 });
     this.client.defineCommand(CMD_LIST, { lua: LIST_EXPIRED_LUA, numberOfKeys: 1, readOnly: true });
     this.scripts = this.client as unknown as ScriptClient;
     slotTags(); // built once per process (about 10 ms), not on a first claim
@@ -348,6 +360,98 @@ export class RedisLedger implements Ledger {
    */
   inflightIndexKey(key: string): string {
     return this.indexKeyOfSlot(keySlot(this.redisKey(key)));
+  }
+
+  /**
+   * The row's audit list (RESOLVE-7): JSON entries, oldest first, in the row's own slot (the same
+   * hash tag), expiring with the row. Ends without '}', so it never equals a row key.
+   */
+  auditKey(key: string): string {
+    return `${this.prefix}:{${key}}:audit`;
+  }
+
+  /**
+   * An operator's fenced, audited transition out of an open outcome (RESOLVE-1..RESOLVE-8), in
+   * one script on the row's slot: state and lease checked on the server clock, the fence bumped,
+   * the request kept, the audit entry appended. (listRows is not offered by this adapter yet.)
+   */
+  async resolve(request: ResolveRequest): Promise<ResolvedRow> {
+    checkResolveRequest(request);
+    const key = this.checkKey(request.key);
+    const { resolution } = request;
+    let state: "completed" | "failed" | "released";
+    let body = "";
+    if (resolution.outcome === "completed") {
+      state = "completed";
+      body = resolution.result;
+      assertStorableResult(key, body, this.capabilities.maxResultBytes);
+      if (!body.isWellFormed()) throw new ResultNotStorableError(key, "result contains a lone surrogate");
+    } else if (resolution.outcome === "failed") {
+      state = "failed";
+      body = JSON.stringify(resolution.error);
+    } else {
+      state = "released";
+    }
+    for (const [field, value] of [["actor", request.actor], ["reason", request.reason]] as const) {
+      if (!value.isWellFormed()) throw new InvalidLedgerInputError(field, "must be a well-formed string");
+    }
+    const reply = this.checked(
+      await this.call("resolve", key, () =>
+        this.scripts[CMD_RESOLVE](
+          this.redisKey(key),
+          this.inflightIndexKey(key),
+          this.auditKey(key),
+          request.expectedFence === undefined ? "" : String(request.expectedFence),
+          state,
+          this.retentionArg,
+          body,
+          request.actor,
+          request.action ?? "resolved",
+          request.reason,
+          resolution.outcome,
+        ),
+      ),
+      "resolve",
+      key,
+    );
+    switch (reply[0]) {
+      case "ok":
+        return decodeRow(key, String(reply[1])) as ResolvedRow;
+      case "refused":
+        throw new ResolutionRefusedError(key, String(reply[1]) as RowState | "absent");
+      case "stale":
+        throw new StaleClaimError(key, request.expectedFence ?? Number(reply[1]), `the row's fence is ${String(reply[1])}, not the expected one`);
+      case "corrupt":
+        throw new LedgerCorruptError(key, String(reply[1]));
+      default:
+        throw new LedgerUnavailableError(`unexpected reply from the resolve script: ${String(reply[0])}`);
+    }
+  }
+
+  /** The key's audit entries, oldest first (RESOLVE-7). */
+  async auditTrail(key: string): Promise<AuditEntry[]> {
+    this.checkKey(key);
+    const auditKey = this.auditKey(key);
+    const entries = await this.call("auditTrail", key, () => this.client.lrange(auditKey, 0, -1));
+    return entries.map((text) => {
+      let parsed: Record<string, unknown>;
+      try {
+        parsed = JSON.parse(text) as Record<string, unknown>;
+      } catch (cause) {
+        throw new LedgerCorruptError(key, "an audit entry is not JSON", { cause });
+      }
+      const entry: AuditEntry = {
+        at: Number(parsed.at),
+        actor: String(parsed.actor),
+        action: String(parsed.action) as AuditEntry["action"],
+        fromState: String(parsed.fromState) as RowState,
+        toState: String(parsed.toState) as RowState,
+        fence: Number(parsed.fence),
+        reason: String(parsed.reason),
+      };
+      if (typeof parsed.outcome === "string") entry.outcome = parsed.outcome as NonNullable<AuditEntry["outcome"]>;
+      return entry;
+    });
   }
 
   private indexKeyOfSlot(slot: number): string {
@@ -378,6 +482,7 @@ export class RedisLedger implements Ledger {
         this.scripts[CMD_CLAIM](
           redisKey,
           this.inflightIndexKey(key),
+          this.auditKey(key),
           // JSON-escaped here, spliced into the row header by the script.
           JSON.stringify(request.toolName),
           request.effect,
@@ -713,7 +818,7 @@ export class RedisLedger implements Ledger {
     const op = state === "released" ? "release" : state;
     const reply = this.checked(
       await this.call(op, key, () =>
-        this.scripts[CMD_FINISH](this.redisKey(key), this.inflightIndexKey(key), String(fence), state, this.retentionArg, body),
+        this.scripts[CMD_FINISH](this.redisKey(key), this.inflightIndexKey(key), this.auditKey(key), String(fence), state, this.retentionArg, body),
       ),
       op,
       key,
@@ -738,7 +843,7 @@ export class RedisLedger implements Ledger {
           await this.call(
             "cancel",
             key,
-            () => this.scripts[CMD_CANCEL](this.redisKey(key), this.inflightIndexKey(key), token, this.retentionArg),
+            () => this.scripts[CMD_CANCEL](this.redisKey(key), this.inflightIndexKey(key), this.auditKey(key), token, this.retentionArg),
             Number.POSITIVE_INFINITY,
           ),
           "cancel",

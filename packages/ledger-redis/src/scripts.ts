@@ -67,6 +67,17 @@ end
 local function inflight(rest)
   return string.match(rest, '^"leaseExpiresAt":(%d+),"claim":"([%w%._%-]*)","effect":"(%a+_write)","toolName":(".*")$')
 end
+-- The row's audit trail (RESOLVE-7): a list in the row's own slot (KEYS[3]), living as long as the row.
+local audit = KEYS[3]
+local function audit_entry(actor, action, from, to, fence, reason, outcome)
+  local entry = {at = nows, actor = actor, action = action, fromState = from, toState = to, fence = fence, reason = reason}
+  if outcome then entry.outcome = outcome end
+  redis.call('RPUSH', audit, cjson.encode(entry))
+end
+-- finishedAt, effect, toolName (a JSON string) of a finished header's rest.
+local function finishedrest(rest)
+  return string.match(rest, '^"finishedAt":(%d+),"effect":"(%a+_write)","toolName":(".*")$')
+end
 -- The in-flight index (see above): best effort, never fails the transition.
 local function index(lease) redis.pcall('ZADD', idx, lease, key) end
 local function unindex() redis.pcall('ZREM', idx, key) end
@@ -83,6 +94,8 @@ end
 -- Finished and released rows live retentionMs more (never 0: the adapter refuses a retention below its floor).
 local function store_finished(value, retention)
   redis.call('SET', key, value, 'PX', retention)
+  -- The trail expires with the row (a no-op when there is none).
+  redis.call('PEXPIRE', audit, retention)
 end
 `;
 
@@ -121,6 +134,7 @@ if state == 'released' then
   if string.match(rest, '^"finishedAt":%d+,"claim":"([%w%._%-]*)",') == ARGV[7] then return {'released_claim', fence} end
   local request = request_of(old, nl, nreq)
   redis.call('SET', key, claimed(nextFence, nreq, request))
+  redis.call('PERSIST', audit)  -- an in-flight row never expires, nor does its trail
   index(lease)
   return {'claimed', nextFence, lease, 0, request}
 end
@@ -147,6 +161,7 @@ if effect == 'keyed_write' then
 end
 if effect ~= 'unkeyed_write' then return {'corrupt', 'unknown effect ' .. effect} end
 local unknown = finished('unknown', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), 'lease_expired')
+audit_entry(ARGV[3], 'lease_expired', 'in_flight', 'unknown', fence, 'lease_expired')
 store_finished(unknown, ARGV[5])
 unindex()
 return {'existing', unknown}
@@ -176,11 +191,49 @@ return {'ok', lease}
 
 /** complete / fail / markUnknown / release. ARGV: 1 fence, 2 new state, 3 retentionMs, 4 body. Keeps the stored request. */
 export const FINISH_LUA = `${PRELUDE}${OWNED}
+if ARGV[2] == 'unknown' then
+  -- The owner's own account of a lost outcome, audited with it (RESOLVE-7); the body is request then owner.
+  audit_entry(string.sub(old, nl + 1 + tonumber(nreq)), 'marked_unknown', 'in_flight', 'unknown', fence, ARGV[4])
+end
 local kept = nil
 if ARGV[2] == 'released' then kept = claim end
 store_finished(finished(ARGV[2], fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4], kept), ARGV[3])
 unindex()
 return {'ok', nows}
+`;
+
+/**
+ * resolve (RESOLVE-1..RESOLVE-8). ARGV: 1 expected fence or '', 2 new state (completed | failed |
+ * released), 3 retentionMs, 4 body, 5 actor, 6 action, 7 reason, 8 outcome. Acts on an unknown
+ * row, or an in-flight one whose lease ran out; bumps the fence, keeps the request, appends the
+ * audit entry. Replies {'ok', row} | {'refused', state} | {'stale', fence} | {'corrupt', why}.
+ */
+export const RESOLVE_LUA = `${PRELUDE}
+local old = redis.pcall('GET', key)
+if type(old) == 'table' and old.err then return {'corrupt', old.err} end
+if not old then return {'refused', 'absent'} end
+local state, fence, claimedAt, nreq, rest, nl = header(old)
+if not state then return {'corrupt', fence} end
+if ARGV[1] ~= '' and fence ~= ARGV[1] then return {'stale', fence} end
+local effect, tool
+if state == 'unknown' then
+  local finishedAt
+  finishedAt, effect, tool = finishedrest(rest)
+  if not finishedAt then return {'corrupt', 'unreadable unknown header'} end
+elseif state == 'in_flight' then
+  local leaseAt, claim
+  leaseAt, claim, effect, tool = inflight(rest)
+  if not leaseAt then return {'corrupt', 'unreadable in-flight header'} end
+  if tonumber(leaseAt) > now then return {'refused', state} end
+else
+  return {'refused', state}
+end
+local nextFence = string.format('%d', tonumber(fence) + 1)
+local value = finished(ARGV[2], nextFence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4])
+audit_entry(ARGV[5], ARGV[6], state, ARGV[2], nextFence, ARGV[7], ARGV[8])
+store_finished(value, ARGV[3])
+unindex()
+return {'ok', value}
 `;
 
 /**

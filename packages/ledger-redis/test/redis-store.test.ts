@@ -531,7 +531,33 @@ describe("instances and connections", () => {
       clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes: 1024 * 1024,
+      supports: { resolve: true, auditTrail: true, listExpiredInFlight: true },
     });
     expect(ledger({ durability: "durable" }).capabilities.durability).toBe("durable");
+  });
+});
+
+describe("the audit list (RESOLVE-7)", () => {
+  it("RESOLVE-7 lives in the row's slot, expires with the row, and an in-flight re-claim keeps it from expiring under it", async () => {
+    const l = ledger();
+    await l.claim(request("k1", { effect: "unkeyed_write", owner: "worker-9" }));
+    await l.markUnknown("k1", 1, "tool_error: socket hang up");
+    const auditKey = l.auditKey("k1");
+    expect(auditKey.slice(auditKey.indexOf("{"), auditKey.indexOf("}") + 1)).toBe(`{k1}`); // the row's hash tag
+    const rowTtl = await raw.pttl(l.redisKey("k1"));
+    const auditTtl = await raw.pttl(auditKey);
+    expect(auditTtl > 0 && Math.abs(auditTtl - rowTtl) < 1000, `row ${rowTtl} ms, audit ${auditTtl} ms`).toBe(true);
+    expect(JSON.parse((await raw.lrange(auditKey, 0, -1))[0]!)).toMatchObject({ actor: "worker-9", action: "marked_unknown", fence: "1" });
+    // Resolved not performed, then claimed again: the row is in flight (no TTL), and so is its trail.
+    await l.resolve({ key: "k1", resolution: { outcome: "not_performed" }, actor: "ops", reason: "no trace at the gateway" });
+    expect(await l.claim(request("k1", { effect: "unkeyed_write", owner: "worker-10" }))).toMatchObject({ outcome: "claimed", fence: 3, request: FIRST });
+    expect(await raw.pttl(l.redisKey("k1"))).toBe(-1);
+    expect(await raw.pttl(auditKey)).toBe(-1);
+    await l.complete("k1", 3, '"sent"');
+    expect(await raw.pttl(auditKey)).toBeGreaterThan(0);
+    expect((await l.auditTrail("k1")).map((e) => [e.action, e.actor, e.fence])).toEqual([
+      ["marked_unknown", "worker-9", 1],
+      ["resolved", "ops", 2],
+    ]);
   });
 });

@@ -6,6 +6,14 @@ export {
   type SqliteSynchronous,
   type ListExpiredInFlightOptions,
 } from "./sqlite-ledger.js";
-export { schemaSql, addRequestColumnSql, addClaimIdColumnSql, inFlightIndexSql, DEFAULT_TABLE, TABLE_NAME_PATTERN } from "./schema.js";
+export {
+  schemaSql,
+  tableSql,
+  listIndexesSql,
+  auditTableSql,
+  addConversationColumnsSql,
+  addRequestColumnSql,
+  addClaimIdColumnSql,
+  inFlightIndexSql, DEFAULT_TABLE, TABLE_NAME_PATTERN } from "./schema.js";
 // Core's error for bad adapter options and arguments (code invalid_ledger_input), re-exported for convenience.
 export { InvalidLedgerInputError } from "@dispatch-once/core";

@@ -23,6 +23,8 @@ export interface RawRow {
   finished_at: unknown;
   expires_at: unknown;
   request: unknown;
+  conversation_id?: unknown;
+  turn_index?: unknown;
 }
 
 /** A decoded row plus the retention deadline the adapter keeps beside it. */
@@ -101,7 +103,11 @@ export function decodeRow(key: string, raw: RawRow): DecodedRow {
   // first request, so the row is unreadable, never absent (LEDGER-11, LEDGER-21).
   if (raw.request === null) throw corrupt(key, "column request is NULL (a row written before the request column existed)");
   const request = text(key, raw, "request");
-  const base = { key, toolName, effect: effect as LedgerEffect, fence, claimedAt, request };
+  const base: { key: string; toolName: string; effect: LedgerEffect; fence: number; claimedAt: number; request: string; conversationId?: string; turnIndex?: number } =
+    { key, toolName, effect: effect as LedgerEffect, fence, claimedAt, request };
+  // Optional (LIST-3): NULL in rows written without them, or before the columns existed.
+  if (raw.conversation_id !== null && raw.conversation_id !== undefined) base.conversationId = text(key, raw, "conversation_id");
+  if (raw.turn_index !== null && raw.turn_index !== undefined) base.turnIndex = num(key, raw, "turn_index");
   const expiresAt = raw.expires_at === null ? null : num(key, raw, "expires_at");
   switch (raw.state) {
     case "in_flight":

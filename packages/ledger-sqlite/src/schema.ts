@@ -38,6 +38,11 @@ export function assertTableName(table: string): void {
  *   claim starts and one when it finishes (and on renew).
  */
 export function schemaSql(table: string = DEFAULT_TABLE, options: { inFlightIndex?: boolean } = {}): string {
+  return `${tableSql(table)}${options.inFlightIndex === false ? "" : inFlightIndexSql(table)}${listIndexesSql(table)}${auditTableSql(table)}`;
+}
+
+/** The table alone: what an older table is brought up to with the ADD COLUMN statements before its indexes. */
+export function tableSql(table: string = DEFAULT_TABLE): string {
   assertTableName(table);
   return `CREATE TABLE IF NOT EXISTS "${table}" (
   seq              INTEGER PRIMARY KEY,
@@ -56,9 +61,59 @@ export function schemaSql(table: string = DEFAULT_TABLE, options: { inFlightInde
   reason           TEXT,
   error            TEXT,
   request          TEXT,
-  result           TEXT
+  result           TEXT,
+  conversation_id  TEXT,
+  turn_index       INTEGER
 );
-${options.inFlightIndex === false ? "" : inFlightIndexSql(table)}`;
+`;
+}
+
+/**
+ * The listing indexes (LIST-6): by state, by tool and by conversation, each ordered by the
+ * time of the row's last transition (\`coalesce(finished_at, claimed_at)\`: finish sets
+ * finished_at, a claim clears it) and the key, which is listRows()'s order and keyset cursor.
+ * A listing filtered by any of the three reads only its slice of one index, never the table.
+ * Their price is three index writes per claim and per finish.
+ */
+export function listIndexesSql(table: string = DEFAULT_TABLE): string {
+  assertTableName(table);
+  const since = "coalesce(finished_at, claimed_at)";
+  return `CREATE INDEX IF NOT EXISTS "${table}_by_state" ON "${table}" (state, ${since}, key);
+CREATE INDEX IF NOT EXISTS "${table}_by_tool" ON "${table}" (tool_name, ${since}, key);
+CREATE INDEX IF NOT EXISTS "${table}_by_conversation" ON "${table}" (conversation_id, ${since}, key) WHERE conversation_id IS NOT NULL;
+`;
+}
+
+/**
+ * The audit trail (RESOLVE-7): one row per audited transition (resolution, reconciliation, a
+ * row turned unknown), read by key in insertion order. Entries of a key go when sweep deletes
+ * its row, so they are kept at least as long as the row.
+ */
+export function auditTableSql(table: string = DEFAULT_TABLE): string {
+  assertTableName(table);
+  return `CREATE TABLE IF NOT EXISTS "${table}_audit" (
+  id         INTEGER PRIMARY KEY,
+  key        TEXT    NOT NULL,
+  at         INTEGER NOT NULL,
+  actor      TEXT    NOT NULL,
+  action     TEXT    NOT NULL,
+  from_state TEXT    NOT NULL,
+  to_state   TEXT    NOT NULL,
+  fence      INTEGER NOT NULL,
+  reason     TEXT    NOT NULL,
+  outcome    TEXT
+);
+CREATE INDEX IF NOT EXISTS "${table}_audit_by_key" ON "${table}_audit" (key, id);
+`;
+}
+
+/**
+ * The conversation columns (LIST-3), added after the claim id. \`migrate()\` adds them to a
+ * table created before; existing rows have none (NULL) and list without a conversation.
+ */
+export function addConversationColumnsSql(table: string = DEFAULT_TABLE): string {
+  assertTableName(table);
+  return `ALTER TABLE "${table}" ADD COLUMN conversation_id TEXT;\nALTER TABLE "${table}" ADD COLUMN turn_index INTEGER;\n`;
 }
 
 /**

@@ -13,6 +13,18 @@ import {
   utf8ByteLength,
   assertClaimId,
   releasedClaimError,
+  checkClaimOrigin,
+  checkListQuery,
+  checkResolveRequest,
+  decodeListCursor,
+  encodeListCursor,
+  rowSince,
+  ResolutionRefusedError,
+  type AuditEntry,
+  type ListRowsPage,
+  type ListRowsQuery,
+  type ResolveRequest,
+  type ResolvedRow,
   type ClaimRequest,
   type ClaimResult,
   type InFlightRow,
@@ -25,7 +37,17 @@ import {
 } from "@dispatch-once/core";
 import { openWithin } from "@dispatch-once/core/internal";
 import { decodeRow, type DecodedRow, type RawRow } from "./row.js";
-import { DEFAULT_TABLE, addClaimIdColumnSql, addRequestColumnSql, assertTableName, schemaSql } from "./schema.js";
+import {
+  DEFAULT_TABLE,
+  addClaimIdColumnSql,
+  addConversationColumnsSql,
+  addRequestColumnSql,
+  assertTableName,
+  auditTableSql,
+  inFlightIndexSql,
+  listIndexesSql,
+  tableSql,
+} from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
 export type SqliteDatabase = Database.Database;
@@ -116,17 +138,20 @@ const SQLITE_MAX_LENGTH = 1_000_000_000;
 export const STORE_NOW_SQL = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 
 const COLUMNS =
-  "key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, result, error, reason, finished_at, expires_at, request";
+  "key, v, state, tool_name, effect, fence, claimed_at, owner, lease_expires_at, result, error, reason, finished_at, expires_at, request, conversation_id, turn_index";
+
+/** The time of a row's last transition (finish sets finished_at, a claim clears it): listRows()'s order (LIST-2). */
+const SINCE = "coalesce(finished_at, claimed_at)";
 
 /** Every statement the ledger runs, prepared once per instance. */
 interface Statements {
   /** (key, v, toolName, effect, owner, claimId, leaseMs, request) -> the stored times, or nothing when the key exists. */
-  insertClaim: Database.Statement<[string, number, string, string, string, string | null, number, string], { lease_expires_at: number }>;
+  insertClaim: Database.Statement<[string, number, string, string, string, string | null, number, string, string | null, number | null], { lease_expires_at: number }>;
   /** The row, its claim id and the store's time, read in one statement. */
   select: Database.Statement<[string], RawRow & { claim_id: unknown; now: unknown }>;
   /** (v, toolName, effect, newFence, owner, claimId, leaseMs, new request or NULL to keep the stored one, key, oldFence) */
   reclaim: Database.Statement<
-    [number, string, string, number, string, string | null, number, string | null, string, number],
+    [number, string, string, number, string, string | null, number, string | null, string | null, number | null, string, number],
     { lease_expires_at: number }
   >;
   /** (retentionMs, key, fence) */
@@ -146,6 +171,18 @@ interface Statements {
   sweepRange: Database.Statement<[number, number]>;
   /** (olderThanMs, limit) -> in-flight rows whose lease ran out, oldest expiry first (the partial index) */
   expiredInFlight: Database.Statement<[number, number], RawRow>;
+  /** (reason, key, fence) -> audit the owner's markUnknown, read before the update clears the owner */
+  auditMarkUnknown: Database.Statement<[string, string, number]>;
+  /** (key, actor, fence) -> audit a claim turning an expired unkeyed_write claim unknown */
+  auditLeaseExpired: Database.Statement<[string, string, number]>;
+  /** (key, actor, action, from, to, fence, reason, outcome) */
+  auditInsert: Database.Statement<[string, string, string, string, string, number, string, string | null]>;
+  auditSelect: Database.Statement<[string], { at: unknown; actor: unknown; action: unknown; from_state: unknown; to_state: unknown; fence: unknown; reason: unknown; outcome: unknown }>;
+  auditForget: Database.Statement<[string]>;
+  /** (after seq, up to seq) -> the audit entries of the rows sweepRange is about to delete */
+  auditSweep: Database.Statement<[number, number]>;
+  /** (state, result, error, retentionMs, key, fence) -> the resolved row's times */
+  resolve: Database.Statement<[string, string | null, string | null, number, string, number], { finished_at: number }>;
 }
 
 /**
@@ -166,6 +203,10 @@ export class SqliteLedger implements Ledger {
   private readonly inFlightIndex: boolean;
   private readonly stmts: Statements;
   private readonly claimTransaction: (request: ClaimRequest) => ClaimResult;
+  /** The SQL of the store's clock (or the test clock's function). */
+  private readonly nowSql: string;
+  /** listRows() statements, prepared once per filter combination. */
+  private readonly listStatements = new Map<string, Database.Statement>();
   private closed = false;
 
   constructor(options: SqliteLedgerOptions) {
@@ -228,6 +269,7 @@ export class SqliteLedger implements Ledger {
         : this.adoptBusyTimeout(db, options.busyTimeoutMs);
       const set = openWithin(db, bound, () => this.setUp(db, table, options));
       this.stmts = set.stmts;
+      this.nowSql = set.nowSql;
       this.claimTransaction = db.transaction((request: ClaimRequest) => this.claimLocked(request)).immediate;
       this.capabilities = {
         durability: durabilityOf(db, set.journalMode, set.synchronous),
@@ -237,14 +279,19 @@ export class SqliteLedger implements Ledger {
         // An anonymous (":memory:" or temporary) database lives inside one connection.
         sharedAcrossProcesses: !db.memory,
         maxResultBytes,
+        supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true },
       };
     } catch (cause) {
       if (this.ownsDatabase) db.close();
-      const missing = /no such column: (request|claim_id)|has no column named (request|claim_id)/.exec(message(cause));
+      const missing = /no such column: (request|claim_id|conversation_id|turn_index)|has no column named (request|claim_id|conversation_id|turn_index)/.exec(message(cause));
       const column = missing?.[1] ?? missing?.[2];
-      const hint = column === undefined
-        ? ""
-        : ` (the table predates the ${column} column: open with migrate: true, or run ${column === "request" ? "addRequestColumnSql" : "addClaimIdColumnSql"}(${JSON.stringify(table)}))`;
+      const fix = column === "request" ? "addRequestColumnSql" : column === "claim_id" ? "addClaimIdColumnSql" : "addConversationColumnsSql";
+      const noAudit = /no such table: \S*_audit/.test(message(cause));
+      const hint = column !== undefined
+        ? ` (the table predates the ${column} column: open with migrate: true, or run ${fix}(${JSON.stringify(table)}), then listIndexesSql() and auditTableSql())`
+        : noAudit
+          ? ` (the audit table is missing: open with migrate: true, or run auditTableSql(${JSON.stringify(table)}))`
+          : "";
       throw new LedgerUnavailableError(`cannot prepare SQLite ledger table ${table}: ${message(cause)}${hint}`, { cause });
     }
   }
@@ -261,7 +308,7 @@ export class SqliteLedger implements Ledger {
     db: SqliteDatabase,
     table: string,
     options: SqliteLedgerOptions,
-  ): { journalMode: string; synchronous: number; stmts: Statements } {
+  ): { journalMode: string; synchronous: number; stmts: Statements; nowSql: string } {
     let journalMode: string;
     if (this.ownsDatabase) {
       // WAL lets readers (waiting claimers, lookups) proceed while one process writes.
@@ -278,7 +325,7 @@ export class SqliteLedger implements Ledger {
       nowSql = `dispatch_once_now_${table}()`;
       db.function(`dispatch_once_now_${table}`, { deterministic: false }, () => clock());
     }
-    return { journalMode, synchronous, stmts: prepare(db, table, nowSql) };
+    return { journalMode, synchronous, stmts: prepare(db, table, nowSql), nowSql };
   }
 
   /**
@@ -350,9 +397,12 @@ export class SqliteLedger implements Ledger {
       throw new InvalidLedgerInputError("reason", "expected a well-formed string");
     }
     this.guard(key, "markUnknown", () => {
-      if (!isFence(fence) || this.stmts.markUnknown.run(reason, this.retentionMs, key, fence).changes !== 1) {
-        throw new StaleClaimError(key, fence);
-      }
+      if (!isFence(fence)) throw new StaleClaimError(key, fence);
+      // The audit entry and the transition commit together (RESOLVE-7).
+      this.database.transaction(() => {
+        this.stmts.auditMarkUnknown.run(reason, key, fence);
+        if (this.stmts.markUnknown.run(reason, this.retentionMs, key, fence).changes !== 1) throw new StaleClaimError(key, fence);
+      }).immediate();
     });
   }
 
@@ -400,7 +450,14 @@ export class SqliteLedger implements Ledger {
           }
           upTo = row.seq;
         }
-        const deleted = upTo === after ? 0 : this.stmts.sweepRange.run(after, upTo).changes;
+        let deleted = 0;
+        if (upTo !== after) {
+          // The rows' audit entries go with them, in the same transaction (RESOLVE-7).
+          deleted = this.database.transaction(() => {
+            this.stmts.auditSweep.run(after, upTo);
+            return this.stmts.sweepRange.run(after, upTo).changes;
+          }).immediate();
+        }
         return { deleted, upTo, done: young || rows.length < this.sweepBatchSize };
       });
       removed += step.deleted;
@@ -443,6 +500,132 @@ export class SqliteLedger implements Ledger {
     );
   }
 
+  /**
+   * Rows matching the query, oldest last transition first (LIST-1..LIST-6). Served from the
+   * listing indexes (by state, tool or conversation, each ordered by the last transition and
+   * the key), never a walk of the table; the cursor is a keyset position, so a row that stays
+   * put is listed exactly once however many rows are written meanwhile.
+   */
+  async listRows(query: ListRowsQuery = {}): Promise<ListRowsPage> {
+    const { states, limit } = checkListQuery(query);
+    const where: string[] = [`NOT (state <> 'in_flight' AND expires_at <= ${this.nowSql})`];
+    const params: unknown[] = [];
+    if (states !== undefined) {
+      where.push(`state IN (${states.map(() => "?").join(", ")})`);
+      params.push(...states);
+    }
+    if (query.toolName !== undefined) {
+      where.push("tool_name = ?");
+      params.push(query.toolName);
+    }
+    if (query.conversationId !== undefined) {
+      where.push("conversation_id = ?");
+      params.push(query.conversationId);
+    }
+    if (query.olderThanMs !== undefined) {
+      where.push(`${SINCE} <= ${this.nowSql} - ?`);
+      params.push(query.olderThanMs);
+    }
+    if (query.cursor !== undefined) {
+      const after = decodeListCursor(query.cursor);
+      where.push(`(${SINCE}, key) > (?, ?)`);
+      params.push(after.since, after.key);
+    }
+    params.push(limit + 1);
+    const sql = `SELECT ${COLUMNS} FROM "${this.table}" WHERE ${where.join(" AND ")} ORDER BY ${SINCE}, key LIMIT ?`;
+    return this.guard(undefined, "listRows", () => {
+      let stmt = this.listStatements.get(sql);
+      if (stmt === undefined) {
+        stmt = this.database.prepare(sql);
+        this.listStatements.set(sql, stmt);
+      }
+      const raws = stmt.all(...params) as RawRow[];
+      const rows = raws.slice(0, limit).map((raw) => {
+        const key = typeof raw.key === "string" ? raw.key : String(raw.key);
+        return decodeRow(key, raw).row;
+      });
+      const last = rows[rows.length - 1];
+      return raws.length > limit && last !== undefined ? { rows, cursor: encodeListCursor(rowSince(last), last.key) } : { rows };
+    });
+  }
+
+  /**
+   * An operator's fenced, audited transition out of an open outcome (RESOLVE-1..RESOLVE-8): one
+   * IMMEDIATE transaction reads the row, checks fence and state on the store's clock, writes
+   * the resolution with the fence bumped and appends the audit entry.
+   */
+  async resolve(request: ResolveRequest): Promise<ResolvedRow> {
+    checkResolveRequest(request);
+    const { key, resolution } = request;
+    for (const [field, value] of [["actor", request.actor], ["reason", request.reason]] as const) {
+      if (!value.isWellFormed()) throw new InvalidLedgerInputError(field, "expected a well-formed string");
+    }
+    let result: string | null = null;
+    let error: string | null = null;
+    if (resolution.outcome === "completed") {
+      result = resolution.result;
+      if (!result.isWellFormed()) throw new ResultNotStorableError(key, "result is not well-formed Unicode");
+      assertStorableResult(key, result, this.capabilities.maxResultBytes);
+    } else if (resolution.outcome === "failed") {
+      error = encodeStoredError(resolution.error);
+    }
+    const state = resolution.outcome === "not_performed" ? "released" : resolution.outcome;
+    return this.guard(key, "resolve", () =>
+      this.database.transaction((): ResolvedRow => {
+        const seen = this.read(key);
+        if (seen === undefined || (seen.row.state !== "in_flight" && seen.expiresAt !== null && seen.expiresAt <= seen.now)) {
+          throw new ResolutionRefusedError(key, "absent");
+        }
+        const { row, now } = seen;
+        if (request.expectedFence !== undefined && row.fence !== request.expectedFence) {
+          throw new StaleClaimError(key, request.expectedFence, `the row's fence is ${row.fence}, not the expected one`);
+        }
+        const open = row.state === "unknown" || (row.state === "in_flight" && row.leaseExpiresAt <= now);
+        if (!open) throw new ResolutionRefusedError(key, row.state);
+        const written = this.stmts.resolve.get(state, result, error, this.retentionMs, key, row.fence);
+        if (written === undefined) throw new Error("row changed while holding the write lock");
+        const fence = row.fence + 1;
+        this.stmts.auditInsert.run(key, request.actor, request.action ?? "resolved", row.state, state, fence, request.reason, resolution.outcome);
+        const base = {
+          key,
+          toolName: row.toolName,
+          effect: row.effect,
+          fence,
+          claimedAt: row.claimedAt,
+          request: row.request,
+          ...origin(row),
+          finishedAt: written.finished_at,
+        };
+        if (resolution.outcome === "completed") return { ...base, state: "completed", result: resolution.result };
+        if (resolution.outcome === "failed") return { ...base, state: "failed", error: JSON.parse(error!) as StoredError };
+        return { ...base, state: "released" };
+      }).immediate(),
+    );
+  }
+
+  /** The key's audit entries, oldest first (RESOLVE-7). */
+  async auditTrail(key: string): Promise<AuditEntry[]> {
+    assertText("key", key, false);
+    return this.guard(key, "auditTrail", () =>
+      this.stmts.auditSelect.all(key).map((raw) => {
+        if (typeof raw.at !== "number" || typeof raw.actor !== "string" || typeof raw.fence !== "number" || typeof raw.reason !== "string") {
+          throw new LedgerCorruptError(key, "an audit entry does not decode");
+        }
+        const entry: AuditEntry = {
+          at: raw.at,
+          actor: raw.actor,
+          action: raw.action as AuditEntry["action"],
+          fromState: raw.from_state as AuditEntry["fromState"],
+          toState: raw.to_state as AuditEntry["toState"],
+          fence: raw.fence,
+          reason: raw.reason,
+        };
+        if (typeof raw.outcome === "string") entry.outcome = raw.outcome as NonNullable<AuditEntry["outcome"]>;
+        return entry;
+      }),
+    );
+  }
+
   /** Close the connection if the ledger opened it (a brought-your-own connection is left open). */
   async close(): Promise<void> {
     if (this.closed) return;
@@ -478,6 +661,7 @@ export class SqliteLedger implements Ledger {
       // The owner's lease ran out and nothing downstream deduplicates: never re-run (LEDGER-7).
       const done = this.stmts.expireToUnknown.get(this.retentionMs, row.key, row.fence);
       if (done === undefined) throw new Error("in-flight row changed while holding the write lock");
+      this.stmts.auditLeaseExpired.run(row.key, request.owner, row.fence);
       const unknown: UnknownRow = {
         key: row.key,
         toolName: row.toolName,
@@ -485,6 +669,7 @@ export class SqliteLedger implements Ledger {
         fence: row.fence,
         claimedAt: row.claimedAt,
         request: row.request, // kept (LEDGER-21)
+        ...origin(row),
         state: "unknown",
         reason: "lease_expired",
         finishedAt: done.finished_at,
@@ -508,9 +693,13 @@ export class SqliteLedger implements Ledger {
       request.claimId ?? null,
       request.leaseMs,
       keep ? null : request.request,
+      keep ? null : (request.conversationId ?? null),
+      keep ? null : (request.turnIndex ?? null),
       request.key,
       row.fence,
     );
+    // A forgotten row's audit trail goes with it (LEDGER-19): the new row starts its own.
+    if (forgotten) this.stmts.auditForget.run(request.key);
     if (taken === undefined) throw new Error("row changed while holding the write lock");
     return {
       outcome: "claimed",
@@ -532,6 +721,8 @@ export class SqliteLedger implements Ledger {
       request.claimId ?? null,
       request.leaseMs,
       request.request,
+      request.conversationId ?? null,
+      request.turnIndex ?? null,
     );
     if (inserted === undefined) return undefined;
     return { outcome: "claimed", fence: 1, leaseExpiresAt: inserted.lease_expires_at, takeover: false, request: request.request };
@@ -591,19 +782,20 @@ export function createSqliteLedger(options: SqliteLedgerOptions | string): Sqlit
 
 function prepare(db: SqliteDatabase, table: string, now: string): Statements {
   const t = `"${table}"`;
+  const a = `"${table}_audit"`;
   const owned = "WHERE key = ? AND state = 'in_flight' AND fence = ?";
   const finish = `owner = NULL, claim_id = NULL, lease_expires_at = NULL, finished_at = ${now}, expires_at = ${now} + ?`;
   return {
     insertClaim: db.prepare(
-      `INSERT INTO ${t} (key, v, state, tool_name, effect, fence, claimed_at, owner, claim_id, lease_expires_at, request)
-       VALUES (?, ?, 'in_flight', ?, ?, 1, ${now}, ?, ?, ${now} + ?, ?) ON CONFLICT (key) DO NOTHING
+      `INSERT INTO ${t} (key, v, state, tool_name, effect, fence, claimed_at, owner, claim_id, lease_expires_at, request, conversation_id, turn_index)
+       VALUES (?, ?, 'in_flight', ?, ?, 1, ${now}, ?, ?, ${now} + ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING
        RETURNING lease_expires_at`,
     ),
     select: db.prepare(`SELECT ${COLUMNS}, claim_id, ${now} AS now FROM ${t} WHERE key = ?`),
     // Guarded by the fence read inside the same IMMEDIATE transaction (belt and braces).
     reclaim: db.prepare(
       `UPDATE ${t} SET seq = (SELECT max(seq) FROM ${t}) + 1, v = ?, state = 'in_flight', tool_name = ?, effect = ?, fence = ?, claimed_at = ${now}, owner = ?, claim_id = ?,
-         lease_expires_at = ${now} + ?, request = coalesce(?, request), result = NULL, error = NULL, reason = NULL, finished_at = NULL, expires_at = NULL
+         lease_expires_at = ${now} + ?, request = coalesce(?, request), conversation_id = coalesce(?, conversation_id), turn_index = coalesce(?, turn_index), result = NULL, error = NULL, reason = NULL, finished_at = NULL, expires_at = NULL
        WHERE key = ? AND fence = ? RETURNING lease_expires_at`,
     ),
     expireToUnknown: db.prepare(
@@ -624,6 +816,24 @@ function prepare(db: SqliteDatabase, table: string, now: string): Statements {
     expiredInFlight: db.prepare(
       `SELECT ${COLUMNS} FROM ${t} WHERE state = 'in_flight' AND lease_expires_at <= ${now} - ? ORDER BY lease_expires_at LIMIT ?`,
     ),
+    auditMarkUnknown: db.prepare(
+      `INSERT INTO ${a} (key, at, actor, action, from_state, to_state, fence, reason)
+       SELECT key, ${now}, owner, 'marked_unknown', 'in_flight', 'unknown', fence, ? FROM ${t} WHERE key = ? AND state = 'in_flight' AND fence = ?`,
+    ),
+    auditLeaseExpired: db.prepare(
+      `INSERT INTO ${a} (key, at, actor, action, from_state, to_state, fence, reason) VALUES (?, ${now}, ?, 'lease_expired', 'in_flight', 'unknown', ?, 'lease_expired')`,
+    ),
+    auditInsert: db.prepare(
+      `INSERT INTO ${a} (key, at, actor, action, from_state, to_state, fence, reason, outcome) VALUES (?, ${now}, ?, ?, ?, ?, ?, ?, ?)`,
+    ),
+    auditSelect: db.prepare(`SELECT at, actor, action, from_state, to_state, fence, reason, outcome FROM ${a} WHERE key = ? ORDER BY id`),
+    auditForget: db.prepare(`DELETE FROM ${a} WHERE key = ?`),
+    auditSweep: db.prepare(
+      `DELETE FROM ${a} WHERE key IN (SELECT key FROM ${t} WHERE seq > ? AND seq <= ? AND state <> 'in_flight' AND expires_at <= ${now})`,
+    ),
+    resolve: db.prepare(
+      `UPDATE ${t} SET state = ?, fence = fence + 1, result = ?, error = ?, reason = NULL, ${finish} WHERE key = ? AND fence = ? RETURNING finished_at`,
+    ),
   };
 }
 
@@ -633,14 +843,26 @@ function prepare(db: SqliteDatabase, table: string, now: string): Statements {
  * opening the file at once add it exactly once; a table that has it costs one read.
  */
 function ensureSchema(db: SqliteDatabase, table: string, inFlightIndex: boolean): void {
-  db.exec(schemaSql(table, { inFlightIndex }));
-  const has = db.prepare("SELECT count(*) FROM pragma_table_info(?) WHERE name IN ('request', 'claim_id')").pluck();
-  if (has.get(table) === 2) return;
-  db.transaction(() => {
-    const column = db.prepare("SELECT 1 FROM pragma_table_info(?) WHERE name = ?").pluck();
-    if (column.get(table, "request") === undefined) db.exec(addRequestColumnSql(table));
-    if (column.get(table, "claim_id") === undefined) db.exec(addClaimIdColumnSql(table)); // LEDGER-26
-  }).immediate();
+  db.exec(tableSql(table));
+  const has = db.prepare("SELECT count(*) FROM pragma_table_info(?) WHERE name IN ('request', 'claim_id', 'conversation_id')").pluck();
+  if (has.get(table) !== 3) {
+    db.transaction(() => {
+      const column = db.prepare("SELECT 1 FROM pragma_table_info(?) WHERE name = ?").pluck();
+      if (column.get(table, "request") === undefined) db.exec(addRequestColumnSql(table));
+      if (column.get(table, "claim_id") === undefined) db.exec(addClaimIdColumnSql(table)); // LEDGER-26
+      if (column.get(table, "conversation_id") === undefined) db.exec(addConversationColumnsSql(table)); // LIST-3
+    }).immediate();
+  }
+  // The indexes after the columns they cover exist (an older table gets them here).
+  db.exec(`${inFlightIndex ? inFlightIndexSql(table) : ""}${listIndexesSql(table)}${auditTableSql(table)}`);
+}
+
+/** The optional conversation fields of a row, only when present. */
+function origin(row: { conversationId?: string; turnIndex?: number }): { conversationId?: string; turnIndex?: number } {
+  const out: { conversationId?: string; turnIndex?: number } = {};
+  if (row.conversationId !== undefined) out.conversationId = row.conversationId;
+  if (row.turnIndex !== undefined) out.turnIndex = row.turnIndex;
+  return out;
 }
 
 /** Whether the claim meets an in-flight row written by itself: its claim id is on the row (LEDGER-26). */
@@ -700,6 +922,7 @@ function assertClaimRequest(request: ClaimRequest): void {
   }
   assertLeaseMs(request.leaseMs);
   assertClaimId(request.claimId);
+  checkClaimOrigin(request);
   // Stored and returned byte for byte (LEDGER-21): a lone surrogate cannot round-trip through UTF-8.
   const text = (request as { request?: unknown }).request;
   if (typeof text !== "string" || !text.isWellFormed()) {

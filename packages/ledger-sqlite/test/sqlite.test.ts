@@ -62,12 +62,15 @@ afterEach(async () => {
 });
 
 describe("schema and settings", () => {
-  it("creates the table (the key index and the in-flight partial index only) on open, in WAL mode with synchronous=FULL (durable)", () => {
+  it("creates the table (the key index, the in-flight partial index and the three listing indexes) and the audit table on open, in WAL mode with synchronous=FULL (durable)", () => {
     const storeClock = open({ now: undefined });
     const objects = raw
       .prepare("SELECT type, name FROM sqlite_master WHERE tbl_name = ? ORDER BY type, name")
       .all(TABLE) as { type: string; name: string }[];
     expect(objects.map((o) => `${o.type}:${o.name}`)).toEqual([
+      `index:${TABLE}_by_conversation`,
+      `index:${TABLE}_by_state`,
+      `index:${TABLE}_by_tool`,
       `index:${TABLE}_in_flight`,
       `index:sqlite_autoindex_${TABLE}_1`,
       `table:${TABLE}`,
@@ -79,7 +82,9 @@ describe("schema and settings", () => {
       clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes: DEFAULT_MAX_RESULT_BYTES,
+      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true },
     });
+    expect(raw.prepare("SELECT name FROM sqlite_master WHERE tbl_name = ? ORDER BY name").pluck().all(`${TABLE}_audit`)).toEqual([`${TABLE}_audit`, `${TABLE}_audit_by_key`]);
   });
 
   it("declares synchronous=NORMAL volatile, and an in-memory database volatile and unshared", () => {
@@ -120,7 +125,16 @@ describe("schema and settings", () => {
     db.exec(sql);
     db.exec(sql); // idempotent
     const names = (db.prepare("SELECT name FROM sqlite_master ORDER BY name").all() as { name: string }[]).map((r) => r.name);
-    expect(names).toEqual(["sqlite_autoindex_tool_calls_1", "tool_calls", "tool_calls_in_flight"]);
+    expect(names).toEqual([
+      "sqlite_autoindex_tool_calls_1",
+      "tool_calls",
+      "tool_calls_audit",
+      "tool_calls_audit_by_key",
+      "tool_calls_by_conversation",
+      "tool_calls_by_state",
+      "tool_calls_by_tool",
+      "tool_calls_in_flight",
+    ]);
     db.close();
   });
 });

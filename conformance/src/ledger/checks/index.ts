@@ -5,6 +5,10 @@
  */
 import { compareRuleIds } from "../../rules.js";
 import { ATOMICITY_CHECKS } from "./atomicity.js";
+import { AUDIT_CHECKS } from "./audit.js";
+import { LIST_ROWS_CHECKS } from "./list-rows.js";
+import { RESOLVE_CHECKS } from "./resolve.js";
+import { SUPPORTS_CHECKS } from "./supports.js";
 import { CAPABILITIES_CHECKS } from "./capabilities.js";
 import { CLAIM_BEFORE_RUN_CHECKS } from "./claim-before-run.js";
 import { CLAIM_ID_CHECKS } from "./claim-id.js";
@@ -25,6 +29,10 @@ import { TRANSITIONS_CHECKS } from "./transitions.js";
 import { UNAVAILABILITY_CHECKS } from "./unavailability.js";
 
 export * from "./atomicity.js";
+export * from "./audit.js";
+export * from "./list-rows.js";
+export * from "./resolve.js";
+export * from "./supports.js";
 export * from "./capabilities.js";
 export * from "./claim-before-run.js";
 export * from "./claim-id.js";
@@ -64,6 +72,10 @@ export const LEDGER_CHECKS_BY_CONCERN: Readonly<Record<string, readonly LedgerCh
   liveness: LIVENESS_CHECKS,
   requests: REQUESTS_CHECKS,
   "claim-id": CLAIM_ID_CHECKS,
+  supports: SUPPORTS_CHECKS,
+  "list-rows": LIST_ROWS_CHECKS,
+  resolve: RESOLVE_CHECKS,
+  audit: AUDIT_CHECKS,
 };
 
 /** Every deterministic ledger check, in rule order (concern order within a rule). */

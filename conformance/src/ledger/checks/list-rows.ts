@@ -1,0 +1,208 @@
+/**
+ * LIST-1..LIST-5: listing rows by state, tool, conversation and age, oldest first, a page at a
+ * time. Run only on a ledger that declares `supports.listRows` (the subject's `listRows` capability).
+ */
+import type { Ledger, LedgerRow, ListRowsPage, ListRowsQuery } from "@dispatch-once/core";
+import { ConformanceFailure, must, mustEqual, mustRejectWith, show } from "../../failure.js";
+import { claimNew, claimRequest, mustBeClaimed, short, withFixture } from "../support.js";
+import { type LedgerCheckSpec, finishAs } from "./common.js";
+
+export function listOf(ledger: Ledger): (query?: ListRowsQuery) => Promise<ListRowsPage> {
+  const listRows = ledger.listRows;
+  if (typeof listRows !== "function") throw new ConformanceFailure("the subject declares listRows, but ledger.listRows is not a function");
+  return async (query) => {
+    const page = await listRows.call(ledger, query);
+    must(typeof page === "object" && page !== null && Array.isArray(page.rows), `listRows(${show(query)}) returned ${show(page)}, expected { rows, cursor? }`);
+    return page;
+  };
+}
+
+/** Every row the query lists, page by page. */
+export async function listAll(ledger: Ledger, query: ListRowsQuery): Promise<LedgerRow[]> {
+  const list = listOf(ledger);
+  const rows: LedgerRow[] = [];
+  let cursor: string | undefined;
+  for (let pages = 0; ; pages++) {
+    if (pages > 1000) throw new ConformanceFailure(`listRows(${show(query)}) did not end after 1000 pages: its cursor never runs out`);
+    const page = await list({ ...query, ...(cursor === undefined ? {} : { cursor }) });
+    rows.push(...page.rows);
+    if (page.cursor === undefined) return rows;
+    cursor = page.cursor;
+  }
+}
+
+const since = (row: LedgerRow): number => Number(row.state === "in_flight" ? row.claimedAt : row.finishedAt);
+
+/** Keys of the listed rows that belong to this check (a shared store may hold other rows). */
+function keysOf(rows: LedgerRow[], mine: Set<string>): string[] {
+  return rows.map((r) => r.key).filter((k) => mine.has(k));
+}
+
+/**
+ * A small population: per tool (a, b) and conversation (x, y), rows in flight, completed, failed,
+ * unknown and released. Returns the keys by attribute.
+ */
+async function populate(ledger: Ledger, key: (label: string) => string) {
+  const rows: Array<{ key: string; tool: string; conversation: string; state: string }> = [];
+  for (const tool of ["send_sms_a", "send_sms_b"]) {
+    for (const conversation of ["conv-x", "conv-y"]) {
+      for (const state of ["in_flight", "completed", "failed", "unknown", "released"] as const) {
+        const k = key(`${tool}-${conversation}-${state}`);
+        const claimed = mustBeClaimed(
+          await ledger.claim({ ...claimRequest(k, "owner-a", "unkeyed_write"), toolName: tool, conversationId: conversation, turnIndex: 4 }),
+          `claim of ${short(k)}`,
+        );
+        if (state !== "in_flight") await finishAs(ledger, k, claimed.fence, state);
+        rows.push({ key: k, tool, conversation, state });
+      }
+    }
+  }
+  return rows;
+}
+
+export const listFilters: LedgerCheckSpec = {
+  rule: "LIST-1",
+  name: "listRows returns exactly the rows matching every given filter: state (one or several), tool, conversation, and their combination",
+  needs: ["listRows"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const rows = await populate(fixture.ledger, (l) => ctx.key(l));
+      const mine = new Set(rows.map((r) => r.key));
+      const queries: Array<[ListRowsQuery, (r: (typeof rows)[number]) => boolean]> = [
+        [{ state: "unknown" }, (r) => r.state === "unknown"],
+        [{ state: ["failed", "in_flight"] }, (r) => r.state === "failed" || r.state === "in_flight"],
+        [{ toolName: "send_sms_b" }, (r) => r.tool === "send_sms_b"],
+        [{ conversationId: "conv-y" }, (r) => r.conversation === "conv-y"],
+        [{ state: "completed", toolName: "send_sms_a", conversationId: "conv-x" }, (r) => r.state === "completed" && r.tool === "send_sms_a" && r.conversation === "conv-x"],
+        [{}, () => true],
+      ];
+      for (const [query, matches] of queries) {
+        const listed = await listAll(fixture.ledger, { ...query, limit: 7 });
+        const got = keysOf(listed, mine).sort();
+        const expected = rows.filter(matches).map((r) => r.key).sort();
+        mustEqual(got, expected, `keys listed for ${show(query)}`);
+        for (const row of listed.filter((r) => mine.has(r.key))) {
+          const source = rows.find((r) => r.key === row.key)!;
+          mustEqual([row.state, row.toolName, row.conversationId], [source.state, source.tool, source.conversation], `the listed row ${short(row.key)}`);
+        }
+      }
+    }),
+};
+
+export const listOlderThan: LedgerCheckSpec = {
+  rule: "LIST-1",
+  name: "olderThanMs keeps only rows whose last transition is at least that old (store clock); rows past retention are not listed",
+  needs: ["listRows"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const fresh = ctx.key("fresh");
+      const fence = await claimNew(fixture.ledger, fresh, "owner-a", "unkeyed_write");
+      await fixture.ledger.markUnknown(fresh, fence, "tool_error");
+      const mine = new Set([fresh]);
+      mustEqual(keysOf(await listAll(fixture.ledger, { state: "unknown", olderThanMs: 0 }), mine), [fresh], "olderThanMs 0 lists a row that just turned unknown");
+      mustEqual(keysOf(await listAll(fixture.ledger, { state: "unknown", olderThanMs: 3_600_000 }), mine), [], "olderThanMs of an hour lists no row that just turned unknown");
+      const gone = ctx.key("gone");
+      const f2 = await claimNew(fixture.ledger, gone, "owner-a", "keyed_write");
+      await fixture.ledger.complete(gone, f2, '"done"');
+      await fixture.raw.expireRetention(gone);
+      mustEqual(keysOf(await listAll(fixture.ledger, {}), new Set([gone])), [], "a row past its retention (absent, LEDGER-19) is not listed");
+    }),
+};
+
+export const listOrder: LedgerCheckSpec = {
+  rule: "LIST-2",
+  name: "rows are listed oldest last transition first (finishedAt, or claimedAt in flight), ties by key",
+  needs: ["listRows"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const rows = await populate(fixture.ledger, (l) => ctx.key(l));
+      const mine = new Set(rows.map((r) => r.key));
+      const listed = (await listAll(fixture.ledger, { limit: 3 })).filter((r) => mine.has(r.key));
+      for (let i = 1; i < listed.length; i++) {
+        const a = listed[i - 1]!;
+        const b = listed[i]!;
+        must(
+          since(a) < since(b) || (since(a) === since(b) && a.key < b.key),
+          `rows out of order at ${i}: ${short(a.key)} (${a.state}, ${since(a)}) before ${short(b.key)} (${b.state}, ${since(b)})`,
+        );
+      }
+    }),
+};
+
+export const listKeepsConversation: LedgerCheckSpec = {
+  rule: "LIST-3",
+  name: "the creating claim stores conversationId and turnIndex; re-claims keep them; lookup and listRows return them",
+  needs: ["listRows"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const key = ctx.key();
+      const first = mustBeClaimed(
+        await fixture.ledger.claim({ ...claimRequest(key, "owner-a", "keyed_write"), conversationId: "conv-keep", turnIndex: 9 }),
+        "claim with a conversation",
+      );
+      await fixture.ledger.release(key, first.fence);
+      mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write")), "re-claim without one");
+      const looked = await fixture.ledger.lookup(key);
+      mustEqual([looked?.conversationId, looked?.turnIndex], ["conv-keep", 9], "conversationId and turnIndex after a re-claim (lookup)");
+      const listed = (await listAll(fixture.ledger, { conversationId: "conv-keep" })).filter((r) => r.key === key);
+      mustEqual(listed.map((r) => [r.conversationId, r.turnIndex]), [["conv-keep", 9]], "the row listed by its conversation");
+    }),
+};
+
+export const listLimits: LedgerCheckSpec = {
+  rule: "LIST-4",
+  name: "limit defaults to 100 and is at most 1000; a limit outside 1..1000, an unknown state or a cursor listRows did not make is refused with invalid_ledger_input",
+  needs: ["listRows"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const list = listOf(fixture.ledger);
+      for (const query of [{ limit: 0 }, { limit: 1001 }, { limit: 2.5 }, { state: "done" }, { cursor: "not a cursor!" }] as ListRowsQuery[]) {
+        await mustRejectWith(list(query), "invalid_ledger_input", `listRows(${show(query)})`);
+      }
+      const tool = `tool_${ctx.key("tool").slice(0, 8)}`;
+      for (let i = 0; i < 101; i++) {
+        await fixture.ledger.claim({ ...claimRequest(ctx.key(`row-${i}`), "owner-a", "keyed_write"), toolName: tool });
+      }
+      const page = await list({ toolName: tool });
+      mustEqual(page.rows.length, 100, "rows on a page without a limit (the default, 100)");
+      must(page.cursor !== undefined, "a full page with more rows after it must carry a cursor");
+      const rest = await list({ toolName: tool, cursor: page.cursor! });
+      mustEqual(rest.rows.length, 1, "rows on the second page");
+      mustEqual(rest.cursor, undefined, "the cursor of the last page");
+      mustEqual((await list({ toolName: tool, limit: 1000 })).rows.length, 101, "rows on a page of limit 1000");
+    }),
+};
+
+export const listPagingUnderInserts: LedgerCheckSpec = {
+  rule: "LIST-5",
+  name: "paging with the cursor lists every row that stays put exactly once, while new rows are claimed between pages",
+  needs: ["listRows"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const tool = `tool_${ctx.key("tool").slice(0, 8)}`;
+      const before: string[] = [];
+      for (let i = 0; i < 23; i++) {
+        const key = ctx.key(`before-${i}`);
+        before.push(key);
+        await fixture.ledger.claim({ ...claimRequest(key, "owner-a", "keyed_write"), toolName: tool });
+      }
+      const list = listOf(fixture.ledger);
+      const seen: string[] = [];
+      let cursor: string | undefined;
+      let inserted = 0;
+      do {
+        const page = await list({ toolName: tool, limit: 4, ...(cursor === undefined ? {} : { cursor }) });
+        seen.push(...page.rows.map((r) => r.key));
+        cursor = page.cursor;
+        // Concurrent work: new claims land between pages.
+        for (let j = 0; j < 2; j++) await fixture.ledger.claim({ ...claimRequest(ctx.key(`during-${inserted++}`), "owner-b", "keyed_write"), toolName: tool });
+      } while (cursor !== undefined && inserted < 200);
+      const twice = seen.filter((k, i) => seen.indexOf(k) !== i);
+      mustEqual(twice, [], "rows listed more than once");
+      const missing = before.filter((k) => !seen.includes(k));
+      mustEqual(missing.map(short), [], "rows present throughout the paging that were never listed");
+    }),
+};
+
+/** Every check of this file, in order. */
+export const LIST_ROWS_CHECKS: readonly LedgerCheckSpec[] = [listFilters, listOlderThan, listOrder, listKeepsConversation, listLimits, listPagingUnderInserts];

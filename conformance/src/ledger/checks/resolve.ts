@@ -1,0 +1,276 @@
+/**
+ * RESOLVE-1..RESOLVE-5 and RESOLVE-8: an operator's fenced transition of a row whose outcome is
+ * open (`unknown`, or `in_flight` past its lease) to completed, failed or released. Run only on
+ * a ledger that declares `supports.resolve` (the subject's `resolve` capability, which
+ * resolveSupportDeclared holds to the ledger's own flag).
+ */
+import type { Ledger, LedgerEffect, Resolution, ResolveRequest } from "@dispatch-once/core";
+import { ConformanceFailure, must, mustEqual, mustRejectWith, show } from "../../failure.js";
+import type { LedgerFixture } from "../../types.js";
+import { claimNew, claimRequest, mustBeClaimed, mustBeExisting, requestFor, short, textDiff, withFixture } from "../support.js";
+import { DECLINED, EFFECTS, type LedgerCheckSpec, TRICKY_RESULTS, finishAs, jsonTextOfBytes, lookupMust, OWNER_OPS, ownerOp, snapshot } from "./common.js";
+
+/** The ledger's resolve(), required: these checks run only where the subject declares it. */
+export function resolveOf(ledger: Ledger): (request: ResolveRequest) => Promise<unknown> {
+  const resolve = ledger.resolve;
+  if (typeof resolve !== "function") throw new ConformanceFailure("the subject declares resolve, but ledger.resolve is not a function");
+  return (request) => resolve.call(ledger, request);
+}
+
+export function resolution(key: string, outcome: Resolution, over: Partial<ResolveRequest> = {}): ResolveRequest {
+  return { key, resolution: outcome, actor: "operator-ana", reason: "checked the provider's dashboard", ...over };
+}
+
+/** An `unknown` row made the way a dispatcher makes one: claimed, then marked unknown by its owner. */
+export async function unknownRow(ledger: Ledger, key: string, effect: LedgerEffect = "unkeyed_write"): Promise<number> {
+  const fence = await claimNew(ledger, key, "owner-lost", effect);
+  await ledger.markUnknown(key, fence, "tool_error: socket hang up");
+  return fence;
+}
+
+/** Of the refusal, the code and the state it names. */
+async function mustRefuse(fixture: LedgerFixture, key: string, state: string, what: string): Promise<void> {
+  const before = await snapshot(fixture, key);
+  const error = (await mustRejectWith(
+    resolveOf(fixture.ledger)(resolution(key, { outcome: "completed", result: '{"forced":true}' })),
+    "resolution_refused",
+    what,
+  )) as { state?: unknown };
+  mustEqual(error.state, state, `${what}: the refusal's state`);
+  mustEqual(await snapshot(fixture, key), before, `${what}: the row after the refusal (it must not change)`);
+}
+
+export const resolveRefusesSettledOrLive: LedgerCheckSpec = {
+  rule: "RESOLVE-2",
+  name: "resolve refuses a live in-flight, completed, failed, released or absent row with resolution_refused naming the state, and changes nothing",
+  needs: ["resolve"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const effect of EFFECTS) {
+        const live = ctx.key(`live-${effect}`);
+        await claimNew(fixture.ledger, live, "owner-alive", effect);
+        await mustRefuse(fixture, live, "in_flight", `resolve of a live ${effect} claim (its owner may still record the truth)`);
+      }
+      for (const state of ["completed", "failed", "released"] as const) {
+        const key = ctx.key(state);
+        const fence = await claimNew(fixture.ledger, key, "owner-a", "unkeyed_write");
+        await finishAs(fixture.ledger, key, fence, state);
+        await mustRefuse(fixture, key, state, `resolve of a ${state} row`);
+      }
+      await mustRefuse(fixture, ctx.key("absent"), "absent", "resolve of a key with no row");
+    }),
+};
+
+export const resolveOpensUnknownAndExpired: LedgerCheckSpec = {
+  rule: "RESOLVE-2",
+  name: "resolve accepts an unknown row and an in-flight row whose lease expired (owner gone), of either effect class",
+  needs: ["resolve"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const resolve = resolveOf(fixture.ledger);
+      for (const effect of EFFECTS) {
+        const unknown = ctx.key(`unknown-${effect}`);
+        const fence = await unknownRow(fixture.ledger, unknown, effect);
+        const row = (await resolve(resolution(unknown, { outcome: "completed", result: '{"id":"pay_1"}' }))) as { state?: unknown; fence?: unknown };
+        mustEqual(row.state, "completed", `resolve of an unknown ${effect} row: the returned row's state`);
+        must(Number(row.fence) > fence, `resolve of an unknown ${effect} row returned fence ${show(row.fence)}, expected above ${fence} (RESOLVE-5)`);
+        const expired = ctx.key(`expired-${effect}`);
+        await claimNew(fixture.ledger, expired, "owner-dead", effect);
+        await fixture.raw.expireLease(expired);
+        const settled = (await resolve(resolution(expired, { outcome: "failed", error: DECLINED }))) as { state?: unknown };
+        mustEqual(settled.state, "failed", `resolve of an expired in-flight ${effect} row: the returned row's state`);
+        mustEqual((await lookupMust(fixture.ledger, expired, "lookup after resolve")).state, "failed", `lookup of the resolved expired ${effect} row`);
+      }
+    }),
+};
+
+export const resolveCompletedBytes: LedgerCheckSpec = {
+  rule: "RESOLVE-3",
+  name: "resolve completed stores the result byte-for-byte: lookup and every claim replay it",
+  needs: ["resolve"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const { label, text } of TRICKY_RESULTS.slice(0, 8)) {
+        const key = ctx.key(label);
+        await unknownRow(fixture.ledger, key);
+        await resolveOf(fixture.ledger)(resolution(key, { outcome: "completed", result: text }));
+        const row = mustBeExisting(await fixture.ledger.claim(claimRequest(key, "replayer", "unkeyed_write")), `replay of a resolved row (${label})`);
+        if (row.state !== "completed" || row.result !== text) {
+          throw new ConformanceFailure(`resolved result (${label}) is not replayed byte-for-byte: ${row.state === "completed" ? textDiff(text, row.result) : `row is ${row.state}`}`);
+        }
+        const looked = await lookupMust(fixture.ledger, key, label);
+        must(looked.state === "completed" && looked.result === text, `lookup of a resolved row (${label}): ${looked.state === "completed" ? textDiff(text, looked.result) : looked.state}`);
+      }
+    }),
+};
+
+export const resolveFailedReplays: LedgerCheckSpec = {
+  rule: "RESOLVE-3",
+  name: "resolve failed stores the error: lookup and claims return it identically",
+  needs: ["resolve"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const key = ctx.key();
+      await unknownRow(fixture.ledger, key);
+      await resolveOf(fixture.ledger)(resolution(key, { outcome: "failed", error: DECLINED }));
+      const row = mustBeExisting(await fixture.ledger.claim(claimRequest(key, "replayer", "unkeyed_write")), "replay of a row resolved failed");
+      must(row.state === "failed", `replay of a row resolved failed: expected failed, got ${row.state}`);
+      mustEqual(row.error, DECLINED, "the replayed error");
+    }),
+};
+
+export const resolveNotPerformedReleases: LedgerCheckSpec = {
+  rule: "RESOLVE-3",
+  name: "resolve not_performed releases the row: the next claim wins with a higher fence and the stored request",
+  needs: ["resolve"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const effect of EFFECTS) {
+        const key = ctx.key(effect);
+        await unknownRow(fixture.ledger, key, effect);
+        const row = (await resolveOf(fixture.ledger)(resolution(key, { outcome: "not_performed" }))) as { state?: unknown; fence?: unknown };
+        mustEqual(row.state, "released", `resolve not_performed of an unknown ${effect} row: the returned state`);
+        const claimed = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-rerun", effect)), `claim after resolve not_performed (${effect})`);
+        must(claimed.fence > Number(row.fence), `the re-claim's fence ${claimed.fence} must exceed the resolution's ${show(row.fence)}`);
+        mustEqual(claimed.takeover, false, "takeover of a re-claim after release");
+        mustEqual(claimed.request, requestFor("owner-lost"), `the re-claim's request (the first claim's, LEDGER-21)`);
+      }
+    }),
+};
+
+export const resolveOversizedRefused: LedgerCheckSpec = {
+  rule: "RESOLVE-3",
+  name: "resolve completed with a result over maxResultBytes is refused with result_not_storable and changes nothing",
+  needs: ["resolve"],
+  run: (ctx) =>
+    withFixture(
+      ctx.subject,
+      async (fixture) => {
+        const key = ctx.key();
+        await unknownRow(fixture.ledger, key);
+        const before = await snapshot(fixture, key);
+        await mustRejectWith(resolveOf(fixture.ledger)(resolution(key, { outcome: "completed", result: jsonTextOfBytes(4097) })), "result_not_storable", "an oversized resolved result");
+        mustEqual(await snapshot(fixture, key), before, "the row after an oversized resolution");
+        await resolveOf(fixture.ledger)(resolution(key, { outcome: "completed", result: jsonTextOfBytes(4096) }));
+      },
+      { maxResultBytes: 4096 },
+    ),
+};
+
+export const resolveExpectedFence: LedgerCheckSpec = {
+  rule: "RESOLVE-4",
+  name: "resolve with an expectedFence other than the row's is refused with stale_claim and changes nothing; the row's own fence is accepted",
+  needs: ["resolve"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const key = ctx.key();
+      const fence = await unknownRow(fixture.ledger, key);
+      const before = await snapshot(fixture, key);
+      for (const wrong of [fence + 1, fence + 7]) {
+        await mustRejectWith(
+          resolveOf(fixture.ledger)(resolution(key, { outcome: "not_performed" }, { expectedFence: wrong })),
+          "stale_claim",
+          `resolve expecting fence ${wrong} of a row at fence ${fence}`,
+        );
+      }
+      mustEqual(await snapshot(fixture, key), before, "the row after a stale resolution");
+      await resolveOf(fixture.ledger)(resolution(key, { outcome: "not_performed" }, { expectedFence: fence }));
+      // The same view applied twice: the second finds the fence moved on.
+      await mustRejectWith(
+        resolveOf(fixture.ledger)(resolution(key, { outcome: "not_performed" }, { expectedFence: fence })),
+        "stale_claim",
+        "a second resolution from the same view",
+      );
+    }),
+};
+
+export const resolveFencesFormerOwner: LedgerCheckSpec = {
+  rule: "RESOLVE-5",
+  name: "resolving an expired claim bumps the fence: the paused former owner's complete, fail, markUnknown, renew and release are stale",
+  needs: ["resolve"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const op of OWNER_OPS) {
+        const key = ctx.key(op);
+        const fence = await claimNew(fixture.ledger, key, "owner-paused", "keyed_write");
+        await fixture.raw.expireLease(key);
+        const resolved = (await resolveOf(fixture.ledger)(resolution(key, { outcome: "completed", result: '{"settled":"by ops"}' }))) as { fence?: unknown };
+        const stored = await lookupMust(fixture.ledger, key, "lookup after the resolution");
+        must(
+          Number(resolved.fence) > fence && stored.fence > fence,
+          `the resolution must bump the fence above the former owner's ${fence}: returned ${show(resolved.fence)}, stored ${stored.fence}`,
+        );
+        const before = await snapshot(fixture, key);
+        await mustRejectWith(ownerOp(fixture.ledger, op, key, fence), "stale_claim", `the former owner's late ${op} after the resolution`);
+        mustEqual(await snapshot(fixture, key), before, `the resolved row after the former owner's ${op}`);
+      }
+    }),
+};
+
+export const resolveOneWinner: LedgerCheckSpec = {
+  rule: "RESOLVE-8",
+  name: "of concurrent resolutions of one row exactly one wins; the others are refused (resolution_refused or stale_claim)",
+  needs: ["resolve"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const others = [fixture.ledger];
+      if (ctx.subject.capabilities.sharedAcrossProcesses) others.push(await fixture.reopen());
+      for (let round = 0; round < 3; round++) {
+        const key = ctx.key(`round-${round}`);
+        await unknownRow(fixture.ledger, key);
+        const outcomes: Resolution[] = [
+          { outcome: "completed", result: '{"by":"a"}' },
+          { outcome: "failed", error: DECLINED },
+          { outcome: "not_performed" },
+          { outcome: "completed", result: '{"by":"d"}' },
+        ];
+        const settled = await Promise.allSettled(
+          outcomes.map((o, i) => resolveOf(others[i % others.length]!)(resolution(key, o, { actor: `operator-${i}` }))),
+        );
+        const won = settled.filter((s) => s.status === "fulfilled");
+        must(won.length === 1, `${won.length} of ${settled.length} concurrent resolutions of ${short(key)} succeeded; exactly one must`);
+        for (const s of settled) {
+          if (s.status === "rejected") {
+            const code = (s.reason as { code?: unknown }).code;
+            must(code === "resolution_refused" || code === "stale_claim", `a losing resolution failed with ${show(code)}, expected resolution_refused or stale_claim`);
+          }
+        }
+      }
+    }),
+};
+
+export const resolveChecksInput: LedgerCheckSpec = {
+  rule: "RESOLVE-1",
+  name: "resolve refuses a request without actor or reason, or with an unknown outcome, with invalid_ledger_input, and changes nothing",
+  needs: ["resolve"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const key = ctx.key();
+      await unknownRow(fixture.ledger, key);
+      const before = await snapshot(fixture, key);
+      const bad: Array<[string, ResolveRequest]> = [
+        ["an empty actor", resolution(key, { outcome: "not_performed" }, { actor: "" })],
+        ["an empty reason", resolution(key, { outcome: "not_performed" }, { reason: "" })],
+        ["an unknown outcome", resolution(key, { outcome: "maybe" } as unknown as Resolution)],
+        ["a completed resolution without a result", resolution(key, { outcome: "completed" } as unknown as Resolution)],
+      ];
+      for (const [what, request] of bad) {
+        await mustRejectWith(resolveOf(fixture.ledger)(request), "invalid_ledger_input", `resolve with ${what}`);
+      }
+      mustEqual(await snapshot(fixture, key), before, "the row after refused resolutions");
+    }),
+};
+
+/** Every check of this file, in order. */
+export const RESOLVE_CHECKS: readonly LedgerCheckSpec[] = [
+  resolveChecksInput,
+  resolveRefusesSettledOrLive,
+  resolveOpensUnknownAndExpired,
+  resolveCompletedBytes,
+  resolveFailedReplays,
+  resolveNotPerformedReleases,
+  resolveOversizedRefused,
+  resolveExpectedFence,
+  resolveFencesFormerOwner,
+  resolveOneWinner,
+];

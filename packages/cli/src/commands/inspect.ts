@@ -1,0 +1,34 @@
+import { LEDGER_HELP, LEDGER_OPTIONS, supports, type Command } from "../context.js";
+import { KeyNotFoundError } from "../errors/key-not-found-error.js";
+import { describeRow } from "../format.js";
+
+export const inspectCommand: Command = {
+  name: "inspect",
+  summary: "show one row: state, fence, lease, owner, request, result or error, audit trail",
+  options: { ...LEDGER_OPTIONS, json: { type: "boolean" } },
+  positionals: [1, 1],
+  help: `Usage: dispatch-once inspect <key> [options]
+
+Show everything the ledger holds for one key: state, tool and effect class, fence, claim time,
+lease and owner (in flight), request, result or error, conversation and turn, and the audit
+trail of its resolutions. Exit 3 when the key has no row.
+
+Options:
+      --json   one JSON object: { "row": ..., "audit": [...] } ("audit" is null when the
+               ledger keeps no audit trail)
+${LEDGER_HELP}
+
+Example:
+  dispatch-once inspect 3f1c...e9 --ledger ./ledger.db`,
+  async run({ io, values, positionals, ledger }) {
+    const key = positionals[0] as string;
+    const opened = await ledger();
+    const store = opened.ledger;
+    const row = await store.lookup(key);
+    if (row === undefined) throw new KeyNotFoundError(key);
+    const audit = supports(store, "auditTrail") && store.auditTrail !== undefined ? await store.auditTrail(key) : undefined;
+    if (values["json"] === true) io.stdout(`${JSON.stringify({ row, audit: audit ?? null })}\n`);
+    else io.stdout(describeRow(row, audit, Date.now()));
+    return 0;
+  },
+};

@@ -1,0 +1,106 @@
+import type { RowState } from "@dispatch-once/core";
+
+import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, supports, type Command } from "../context.js";
+import { parseCount, parseDuration } from "../duration.js";
+import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
+import { UsageError } from "../errors/usage-error.js";
+import { LIST_HEADER, listRow, table } from "../format.js";
+import { MAX_LIST_LIMIT, type ListRowsQuery } from "@dispatch-once/core";
+
+export const ROW_STATES: readonly RowState[] = ["in_flight", "completed", "failed", "unknown", "released"];
+
+/** Rows shown when --limit is not given: a screenful, not the whole ledger. */
+export const DEFAULT_LIST_ROWS = 100;
+
+export const listCommand: Command = {
+  name: "list",
+  summary: "list ledger rows by state, tool, conversation and age",
+  options: {
+    ...LEDGER_OPTIONS,
+    state: { type: "string", multiple: true },
+    tool: { type: "string" },
+    conversation: { type: "string" },
+    "older-than": { type: "string" },
+    limit: { type: "string" },
+    "page-size": { type: "string" },
+    json: { type: "boolean" },
+  },
+  positionals: [0, 0],
+  help: `Usage: dispatch-once list [options]
+
+List ledger rows, oldest last change first, following the ledger's cursor page by page.
+
+Options:
+      --state <state>        in_flight, completed, failed, unknown or released; repeat it
+                             (or separate with commas) for several
+      --tool <name>          only this tool's rows
+      --conversation <id>    only this conversation's rows
+      --older-than <age>     only rows whose last change is at least this old: 30s, 10m, 2h, 7d
+      --limit <n>            print at most n rows (default ${DEFAULT_LIST_ROWS}; 0 = all)
+      --page-size <n>        rows asked of the ledger per page (default and most ${MAX_LIST_LIMIT});
+                             smaller pages hold the store's locks and memory for less time
+      --json                 one JSON object per line (the row as the ledger returns it)
+${LEDGER_HELP}
+
+Examples:
+  dispatch-once list --ledger ./ledger.db --state unknown
+  dispatch-once list -l postgres://app@db/app --state in_flight --older-than 10m --json`,
+  async run({ io, values, ledger, command }) {
+    const query: ListRowsQuery = {};
+    const states = (values["state"] as string[] | undefined)?.flatMap((s) => s.split(",")).map((s) => s.trim());
+    if (states !== undefined) {
+      for (const state of states) {
+        if (!(ROW_STATES as readonly string[]).includes(state)) {
+          throw new UsageError(`--state must be one of ${ROW_STATES.join(", ")}, not ${JSON.stringify(state)}`, command);
+        }
+      }
+      query.state = [...new Set(states)] as RowState[];
+    }
+    const tool = stringOption(values, "tool");
+    if (tool !== undefined) query.toolName = tool;
+    const conversation = stringOption(values, "conversation");
+    if (conversation !== undefined) query.conversationId = conversation;
+    const olderThan = stringOption(values, "older-than");
+    if (olderThan !== undefined) query.olderThanMs = parseDuration(olderThan, "--older-than", command);
+    const limitText = stringOption(values, "limit");
+    const limit = limitText === undefined ? DEFAULT_LIST_ROWS : parseCount(limitText, "--limit", command);
+    const pageText = stringOption(values, "page-size");
+    const pageSize = pageText === undefined ? MAX_LIST_LIMIT : parseCount(pageText, "--page-size", command, 1);
+    if (pageSize > MAX_LIST_LIMIT) throw new UsageError(`--page-size is at most ${MAX_LIST_LIMIT}`, command);
+    const json = values["json"] === true;
+
+    const opened = await ledger();
+    const store = opened.ledger;
+    if (!supports(store, "listRows") || store.listRows === undefined) throw new UnsupportedOperationError("listRows", opened.display);
+
+    const now = Date.now();
+    const printed: string[][] = [];
+    let count = 0;
+    let more = false;
+    let cursor: string | undefined;
+    do {
+      const want = limit === 0 ? pageSize : Math.min(pageSize, limit - count);
+      const page = await store.listRows({ ...query, limit: want, ...(cursor !== undefined ? { cursor } : {}) });
+      for (const row of page.rows) {
+        if (limit !== 0 && count >= limit) {
+          more = true;
+          break;
+        }
+        count += 1;
+        // JSON lines go out as they arrive: a long listing streams instead of piling up.
+        if (json) io.stdout(`${JSON.stringify(row)}\n`);
+        else printed.push(listRow(row, now));
+      }
+      cursor = page.cursor;
+      if (limit !== 0 && count >= limit && cursor !== undefined) more = true;
+    } while (cursor !== undefined && (limit === 0 || count < limit));
+
+    if (!json) {
+      if (printed.length > 0) io.stdout(table(LIST_HEADER, printed));
+      io.stderr(`${count} row${count === 1 ? "" : "s"}${more ? ` (more may match: raise --limit, or --limit 0 for all)` : ""}\n`);
+    } else if (more) {
+      io.stderr(`stopped at --limit ${limit}; more rows may match\n`);
+    }
+    return 0;
+  },
+};

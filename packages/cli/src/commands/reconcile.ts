@@ -1,0 +1,80 @@
+import { hostname, userInfo } from "node:os";
+import { Dispatcher } from "@dispatch-once/core";
+import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, type Command } from "../context.js";
+import { parseDuration } from "../duration.js";
+import { KeyNotFoundError } from "../errors/key-not-found-error.js";
+import { NothingSettledError } from "../errors/nothing-settled-error.js";
+import { UsageError } from "../errors/usage-error.js";
+import { loadToolsModule } from "../tools-module.js";
+
+export const reconcileCommand: Command = {
+  name: "reconcile",
+  summary: "ask the tool's reconcile probe whether an unknown row's effect happened, and settle it",
+  options: { ...LEDGER_OPTIONS, tools: { type: "string" }, grace: { type: "string" }, json: { type: "boolean" } },
+  positionals: [1, 1],
+  help: `Usage: dispatch-once reconcile <key> --tools <module> [options]
+
+Import your tool registry from <module>, build a Dispatcher on the ledger and run
+dispatcher.reconcile(key): the row's tool asks the downstream (its reconcile probe, RECON-1)
+whether the effect happened, and the dispatcher settles the row from the answer. Nothing is
+run: only the probe is called, with the row's stored request.
+
+Options:
+      --tools <module>   a JavaScript module exporting the registry as \`tools\` or as its default
+                         export (a ToolRegistry, an array of tool definitions, or a function
+                         returning either); see the README, "The tools module"
+      --grace <age>      how long an unkeyed_write row must have been unknown before a probe's
+                         "not performed" may release it (a request still in transit may land
+                         later): 30s, 10m, ... (default: the dispatcher's, 60s)
+      --json             print {"report": ..., "before": state, "row": row after} as JSON
+${LEDGER_HELP}
+
+Exit 0 when the row was settled; 3 when the key has no row; 4 when nothing was settled (the row
+is not open, its tool has no probe or is not in the module, or the probe could not tell).`,
+  async run({ io, values, positionals, ledger, command }) {
+    const key = positionals[0] as string;
+    const toolsPath = stringOption(values, "tools");
+    if (toolsPath === undefined) throw new UsageError("--tools <module> is required: the module that exports your tool registry", command);
+    const graceText = stringOption(values, "grace");
+    const grace = graceText === undefined ? undefined : parseDuration(graceText, "--grace", command);
+    const tools = await loadToolsModule(toolsPath, io.cwd);
+    const { ledger: store } = await ledger();
+    const before = await store.lookup(key);
+    if (before === undefined) throw new KeyNotFoundError(key);
+    const dispatcher = new Dispatcher({
+      tools,
+      ledger: store,
+      owner: `dispatch-once-cli:${operator()}@${hostname()}:${process.pid}`,
+      // This dispatcher never runs a tool (reconcile only calls probes), so the durability
+      // refusal that protects unkeyed runs does not apply; its warning still goes to stderr.
+      allowVolatileLedgerForUnkeyedWrites: true,
+      ...(grace !== undefined ? { reconcileGraceMs: grace } : {}),
+      logger: { warn: (message) => io.stderr(`warning: ${message}\n`) },
+    });
+    const report = await dispatcher.reconcile(key);
+    const after = await store.lookup(key);
+    const settled = after !== undefined && (after.state !== before.state || after.fence !== before.fence);
+    if (values["json"] === true) {
+      io.stdout(`${JSON.stringify({ report, before: before.state, row: after ?? null, settled })}\n`);
+    } else {
+      const lines = [
+        `key:      ${key}`,
+        `tool:     ${report.toolName ?? before.toolName}`,
+        `verdict:  ${report.verdict}${report.detail !== undefined ? ` (${report.detail})` : ""}`,
+        `state:    ${before.state} -> ${after?.state ?? "absent"}${after !== undefined ? ` (fence ${after.fence})` : ""}`,
+      ];
+      if (report.resultJson !== undefined) lines.push(`result:   ${report.resultJson}`);
+      io.stdout(`${lines.join("\n")}\n`);
+    }
+    if (!settled) throw new NothingSettledError(key, report.detail ?? `the probe answered ${report.verdict}`);
+    return 0;
+  },
+};
+
+function operator(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return "unknown";
+  }
+}

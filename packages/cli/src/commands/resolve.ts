@@ -1,0 +1,122 @@
+import { readFileSync } from "node:fs";
+import { userInfo } from "node:os";
+import { resolve as resolvePath } from "node:path";
+import type { Resolution, ResolveRequest, StoredError } from "@dispatch-once/core";
+import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, supports, type CliIo, type Command } from "../context.js";
+import { parseCount } from "../duration.js";
+import { KeyNotFoundError } from "../errors/key-not-found-error.js";
+import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
+import { UsageError } from "../errors/usage-error.js";
+
+
+/** The `name` of the stored error a `--failed` resolution writes; replays raise tool_failed with it. */
+export const RESOLVED_FAILURE_NAME = "OperatorResolvedFailure";
+
+export const resolveCommand: Command = {
+  name: "resolve",
+  summary: "settle an unknown (or abandoned in-flight) row: completed, failed or not performed",
+  options: {
+    ...LEDGER_OPTIONS,
+    completed: { type: "string" },
+    failed: { type: "string" },
+    code: { type: "string" },
+    "not-performed": { type: "boolean" },
+    reason: { type: "string" },
+    actor: { type: "string" },
+    "expected-fence": { type: "string" },
+    json: { type: "boolean" },
+  },
+  positionals: [1, 1],
+  help: `Usage: dispatch-once resolve <key> (--completed <json> | --failed <message> [--code <code>] | --not-performed)
+                              --reason <text> [--actor <name>] [--expected-fence <n>] [options]
+
+Settle a row whose outcome is open (unknown, or in flight with an expired lease) after you have
+checked the downstream yourself. The ledger bumps the fence (the former owner's late writes are
+refused), stores who, when and why in the row's audit trail, and every replay answers from it:
+  --completed <json>   the effect happened; <json> is its result, returned to every replay.
+                       Must be valid JSON; @path reads it from a file (@- from stdin is not read).
+  --failed <message>   the effect definitely failed; replays fail with this message
+      --code <code>    a machine-readable code for that failure
+  --not-performed      the effect did not happen: the row is released and the next replay runs
+                       the stored request again
+Options:
+      --reason <text>        why: what you checked (required; kept in the audit trail)
+      --actor <name>         who resolves (default: your OS user name)
+      --expected-fence <n>   refuse if the row's fence is no longer n (someone else acted)
+      --json                 print the resolved row as JSON
+${LEDGER_HELP}
+
+Exit 3 when the key has no row; 4 when the ledger refuses (the row is completed, failed, or in
+flight with a live lease, or the fence moved).
+
+Example:
+  dispatch-once resolve 3f1c...e9 -l ./ledger.db --completed '{"invoiceId":"inv_42"}' \\
+    --reason "invoice inv_42 found in the billing console"`,
+  async run({ io, values, positionals, ledger, command }) {
+    const key = positionals[0] as string;
+    const completed = stringOption(values, "completed");
+    const failed = stringOption(values, "failed");
+    const notPerformed = values["not-performed"] === true;
+    const chosen = [completed !== undefined, failed !== undefined, notPerformed].filter(Boolean).length;
+    if (chosen !== 1) throw new UsageError("give exactly one of --completed <json>, --failed <message>, --not-performed", command);
+    const code = stringOption(values, "code");
+    if (code !== undefined && failed === undefined) throw new UsageError("--code only goes with --failed", command);
+    const reason = stringOption(values, "reason")?.trim();
+    if (reason === undefined || reason === "") throw new UsageError("--reason <text> is required: say what you checked downstream", command);
+    const actor = (stringOption(values, "actor") ?? defaultActor(io))?.trim();
+    if (actor === undefined || actor === "") throw new UsageError("no actor: pass --actor <name> (the OS user name is unknown here)", command);
+    const fenceText = stringOption(values, "expected-fence");
+    const expectedFence = fenceText === undefined ? undefined : parseCount(fenceText, "--expected-fence", command, 1);
+
+    let resolution: Resolution;
+    if (completed !== undefined) {
+      resolution = { outcome: "completed", result: resultJson(completed, io, command) };
+    } else if (failed !== undefined) {
+      if (failed.trim() === "") throw new UsageError("--failed needs a message", command);
+      const error: StoredError = { name: RESOLVED_FAILURE_NAME, message: failed, ...(code !== undefined ? { code } : {}) };
+      resolution = { outcome: "failed", error };
+    } else {
+      resolution = { outcome: "not_performed" };
+    }
+
+    const opened = await ledger();
+    const store = opened.ledger;
+    if (!supports(store, "resolve") || store.resolve === undefined) throw new UnsupportedOperationError("resolve", opened.display);
+    const before = await store.lookup(key);
+    if (before === undefined) throw new KeyNotFoundError(key);
+    const request: ResolveRequest = { key, resolution, actor, reason, ...(expectedFence !== undefined ? { expectedFence } : {}) };
+    const row = await store.resolve(request);
+    if (values["json"] === true) io.stdout(`${JSON.stringify(row)}\n`);
+    else io.stdout(`resolved ${key}: ${before.state} -> ${row.state} (fence ${row.fence}) by ${actor}\n`);
+    return 0;
+  },
+};
+
+/** The OS user, like git's default author: who is at the keyboard. */
+function defaultActor(io: CliIo): string | undefined {
+  try {
+    return userInfo().username;
+  } catch {
+    return io.env["USER"] ?? io.env["LOGNAME"] ?? io.env["USERNAME"];
+  }
+}
+
+/** The result text to store: valid JSON, kept as given (no re-serialization that would round big numbers). */
+function resultJson(given: string, io: CliIo, command: string): string {
+  let text = given;
+  if (given.startsWith("@")) {
+    const path = resolvePath(io.cwd, given.slice(1));
+    try {
+      text = readFileSync(path, "utf8");
+    } catch (error) {
+      throw new UsageError(`--completed ${given}: cannot read ${path}: ${(error as Error).message}`, command);
+    }
+  }
+  text = text.trim();
+  try {
+    JSON.parse(text);
+  } catch (error) {
+    throw new UsageError(`--completed must be the result as JSON (${(error as Error).message}); quote it for your shell, e.g. '{"id":"inv_1"}'`, command);
+  }
+  return text;
+}

@@ -1,0 +1,104 @@
+import type { ParseArgsConfig } from "node:util";
+import type { Ledger } from "@dispatch-once/core";
+import { parseDuration } from "./duration.js";
+import { UsageError } from "./errors/usage-error.js";
+import { openLedger, type OpenedLedger } from "./target.js";
+
+/** Where the CLI reads its environment and writes its output; the bin passes the process's. */
+export interface CliIo {
+  /** Receives whole lines of output (each ends with "\n"). */
+  stdout: (text: string) => void;
+  /** Receives diagnostics and errors. */
+  stderr: (text: string) => void;
+  env: Record<string, string | undefined>;
+  /** Directory relative paths (SQLite files, tools modules) are resolved against. */
+  cwd: string;
+}
+
+export type OptionSpecs = NonNullable<ParseArgsConfig["options"]>;
+export type OptionValues = Record<string, string | boolean | (string | boolean)[] | undefined>;
+
+/** One `dispatch-once` command. */
+export interface Command {
+  name: string;
+  /** One line for the command list. */
+  summary: string;
+  /** The full `--help` text. */
+  help: string;
+  options: OptionSpecs;
+  /** Positional arguments it takes, [min, max]. */
+  positionals: [number, number];
+  run(context: CommandContext): Promise<number>;
+}
+
+export interface CommandContext {
+  io: CliIo;
+  values: OptionValues;
+  positionals: string[];
+  command: string;
+  /** Open the ledger named by --ledger (or DISPATCH_ONCE_LEDGER); closed by the runner afterwards. */
+  ledger(): Promise<OpenedLedger>;
+}
+
+/** Options every command that opens a ledger accepts. */
+export const LEDGER_OPTIONS: OptionSpecs = {
+  ledger: { type: "string", short: "l" },
+  table: { type: "string" },
+  schema: { type: "string" },
+  prefix: { type: "string" },
+};
+
+export const LEDGER_HELP = `Ledger options:
+  -l, --ledger <target>  The ledger: a SQLite file (./ledger.db or sqlite:./ledger.db),
+                         postgres://... / postgresql://..., or redis://...
+                         Default: the DISPATCH_ONCE_LEDGER environment variable.
+      --table <name>     SQLite / PostgreSQL table (default dispatch_once_ledger)
+      --schema <name>    PostgreSQL schema (default public)
+      --prefix <prefix>  Redis key prefix (default dispatch-once)`;
+
+export function stringOption(values: OptionValues, name: string): string | undefined {
+  const value = values[name];
+  return typeof value === "string" ? value : undefined;
+}
+
+/** A ledger opener that remembers what it opened, so the runner closes it whatever happens. */
+export function ledgerOpener(io: CliIo, values: OptionValues, command: string): { open: () => Promise<OpenedLedger>; close: () => Promise<void> } {
+  let opened: Promise<OpenedLedger> | undefined;
+  return {
+    open: () => {
+      opened ??= (async () => {
+        const target = stringOption(values, "ledger") ?? io.env["DISPATCH_ONCE_LEDGER"];
+        if (target === undefined || target === "") {
+          throw new UsageError("no ledger: pass --ledger <target> or set DISPATCH_ONCE_LEDGER", command);
+        }
+        const table = stringOption(values, "table");
+        const schema = stringOption(values, "schema");
+        const prefix = stringOption(values, "prefix");
+        const retention = stringOption(values, "retention");
+        return openLedger(target, {
+          cwd: io.cwd,
+          onWarning: (message) => io.stderr(`warning: ${message}\n`),
+          ...(table !== undefined ? { table } : {}),
+          ...(schema !== undefined ? { schema } : {}),
+          ...(prefix !== undefined ? { prefix } : {}),
+          ...(retention !== undefined ? { retentionMs: parseDuration(retention, "--retention", command) } : {}),
+        });
+      })();
+      return opened;
+    },
+    close: async () => {
+      if (opened === undefined) return;
+      const ledger: Ledger | undefined = await opened.then((o) => o.ledger).catch(() => undefined);
+      await ledger?.close();
+    },
+  };
+}
+
+/**
+ * Whether the ledger provides an OPTIONAL method: its `capabilities.supports` flag says so and
+ * the method is there (a flag is how the contract announces it; the check of the function keeps
+ * an adapter that sets the flag without the method from crashing the CLI).
+ */
+export function supports(ledger: Ledger, feature: "listRows" | "resolve" | "auditTrail"): boolean {
+  return ledger.capabilities.supports?.[feature] === true && typeof ledger[feature] === "function";
+}

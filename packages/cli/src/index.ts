@@ -1,0 +1,28 @@
+export { runCli, mainHelp, COMMANDS } from "./run.js";
+export { EXIT_CODES, type ExitCode } from "./exit-codes.js";
+export {
+  parseTarget,
+  openLedger,
+  openConversationStore,
+  redact,
+  type LedgerTarget,
+  type OpenLedgerOptions,
+  type OpenedLedger,
+  type OpenConversationStoreOptions,
+  type OpenedConversationStore,
+} from "./target.js";
+export { loadToolsModule } from "./tools-module.js";
+export { auditTools, type ToolGuardReport } from "./audit.js";
+export { parseDuration } from "./duration.js";
+export type { CliIo, Command, CommandContext } from "./context.js";
+export {
+  CliError,
+  UsageError,
+  InvalidTargetError,
+  AdapterMissingError,
+  KeyNotFoundError,
+  UnsupportedOperationError,
+  ToolsModuleError,
+  NothingSettledError,
+  type CliErrorCode,
+} from "./errors/index.js";

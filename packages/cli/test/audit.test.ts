@@ -1,0 +1,66 @@
+// `dispatch-once audit <tools module>`: which tools can double-fire and how each is guarded.
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import type { ToolGuardReport } from "../src/index.js";
+import { FIXTURES, REDIS_URL, runBin, sqliteBackend } from "./helpers.js";
+
+const MIXED = join(FIXTURES, "mixed-tools.mjs");
+
+describe("dispatch-once audit", () => {
+  it("reports every tool's effect, double-fire and guards, and flags the unkeyed write without a probe", async () => {
+    const result = await runBin(["audit", MIXED, "--json"]);
+    expect(result.code, result.stderr).toBe(0);
+    const reports = JSON.parse(result.stdout) as ToolGuardReport[];
+    const byName = Object.fromEntries(reports.map((r) => [r.name, r]));
+    expect(byName["get_balance"]).toMatchObject({ effect: "read", canDoubleFire: false, guards: ["none needed"] });
+    expect(byName["get_balance"]?.risk).toBeUndefined();
+    expect(byName["send_payment"]).toMatchObject({ effect: "keyed_write", canDoubleFire: true, guards: ["keyed downstream", "ledger claim", "reconcile probe"], identity: ["to", "amount"] });
+    expect(byName["send_payment"]?.risk).toBeUndefined();
+    expect(byName["send_sms"]).toMatchObject({ effect: "unkeyed_write", canDoubleFire: true, guards: ["ledger only"] });
+    expect(byName["send_sms"]?.risk).toContain("add a reconcile probe");
+    expect(byName["book_table"]).toMatchObject({ guards: ["ledger only", "reconcile probe"] });
+    expect(byName["book_table"]?.risk).toBeUndefined();
+    expect(result.stderr).toBe("4 tools, 1 flagged\n");
+  });
+
+  it("--strict exits 5 when a tool is flagged; the table names it", async () => {
+    const result = await runBin(["audit", MIXED, "--strict"]);
+    expect(result.code).toBe(5);
+    expect(result.stdout).toMatch(/^send_sms\s+unkeyed_write\s+possible\s+ledger only\s+all arguments\s+RISKY$/m);
+    expect(result.stdout).toContain("RISKY send_sms: nothing downstream catches a repeat");
+  });
+
+  it("with a volatile --ledger, unkeyed writes are reported as refused by the dispatcher", async () => {
+    const prefix = `do-test-cli-audit-${process.pid}`;
+    const result = await runBin(["audit", MIXED, "--json", "--ledger", REDIS_URL, "--prefix", prefix]);
+    expect(result.code, result.stderr).toBe(0);
+    const reports = JSON.parse(result.stdout) as ToolGuardReport[];
+    const bookTable = reports.find((r) => r.name === "book_table");
+    expect(bookTable?.guards).toContain("volatile ledger refusal");
+    expect(bookTable?.risk).toContain("refuses this tool on this ledger");
+    // A durable SQLite ledger: the probe-guarded unkeyed write is fine.
+    const sqlite = await sqliteBackend();
+    try {
+      const durable = await runBin(["audit", MIXED, "--json", ...sqlite.args]);
+      const reports2 = JSON.parse(durable.stdout) as ToolGuardReport[];
+      expect(reports2.find((r) => r.name === "book_table")?.risk).toBeUndefined();
+    } finally {
+      await sqlite.cleanup();
+    }
+  });
+
+  it("a module without a registry, or that is missing, exits 2", async () => {
+    const wrong = await runBin(["audit", join(FIXTURES, "not-tools.mjs")]);
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toContain("is not a ToolRegistry, an array of tool definitions, or a function returning one");
+    const missing = await runBin(["audit", "./nope.mjs"]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain("no such file");
+  });
+
+  it("accepts a default export that is a factory", async () => {
+    const result = await runBin(["audit", join(FIXTURES, "invoice-tools.mjs"), "--json"]);
+    expect(result.code, result.stderr).toBe(0);
+    expect((JSON.parse(result.stdout) as ToolGuardReport[]).map((r) => r.name)).toEqual(["create_invoice", "look_up_customer"]);
+  });
+});

@@ -1,0 +1,243 @@
+// Every ledger command driven through the built bin, as a user runs it, on each real store.
+import type { Ledger, LedgerRow } from "@dispatch-once/core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
+import Database from "better-sqlite3";
+import { BACKENDS, jsonLines, randomKey, runBin, sqliteBackend, type Backend, type BinResult } from "./helpers.js";
+
+type Seeded = { key: string; fence: number };
+
+async function seed(
+  ledger: Ledger,
+  state: "unknown" | "completed" | "failed" | "in_flight",
+  options: { toolName?: string; conversationId?: string; turnIndex?: number; request?: unknown } = {},
+): Promise<Seeded> {
+  const key = randomKey();
+  const claim = await ledger.claim({
+    key,
+    toolName: options.toolName ?? "create_invoice",
+    effect: "unkeyed_write",
+    owner: "test-worker",
+    leaseMs: 60_000,
+    request: JSON.stringify(options.request ?? { customer: "acme", amount: 4200, currency: "EUR" }),
+    conversationId: options.conversationId ?? "conv-default",
+    turnIndex: options.turnIndex ?? 0,
+  });
+  if (claim.outcome !== "claimed") throw new Error("seed claim not claimed");
+  if (state === "unknown") await ledger.markUnknown(key, claim.fence, "tool_error");
+  if (state === "completed") await ledger.complete(key, claim.fence, '{"invoiceId":"inv_seed"}');
+  if (state === "failed") await ledger.fail(key, claim.fence, { name: "ToolError", message: "card declined", code: "card_declined" });
+  return { key, fence: claim.fence };
+}
+
+/**
+ * An adapter that does not (yet) offer an OPTIONAL method: the CLI must refuse with exit 4 and
+ * name the operation, never crash or print an empty listing as if there were no rows.
+ */
+function expectUnsupported(result: BinResult, operation: string): void {
+  expect(result.code, result.stderr).toBe(4);
+  expect(result.stderr).toContain(`does not support ${operation}`);
+}
+
+describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
+  /** Whether the adapter declares the OPTIONAL method (capabilities.supports); the CLI is tested either way. */
+  const supports = (feature: "listRows" | "resolve" | "auditTrail") => backend.ledger.capabilities.supports?.[feature] === true;
+  let backend: Backend;
+  let run: (...args: string[]) => ReturnType<typeof runBin>;
+  let unknownRow: Seeded;
+  let completedRow: Seeded;
+  let inFlightRow: Seeded;
+
+  beforeAll(async () => {
+    backend = await open();
+    run = (...args) => runBin([...args, ...backend.args]);
+    unknownRow = await seed(backend.ledger, "unknown", { conversationId: "conv-cli-a", turnIndex: 3 });
+    completedRow = await seed(backend.ledger, "completed", { toolName: "send_payment", conversationId: "conv-cli-b" });
+    inFlightRow = await seed(backend.ledger, "in_flight", { toolName: "send_payment", conversationId: "conv-cli-b" });
+  });
+  afterAll(async () => {
+    await backend?.cleanup();
+  });
+
+  it("list --state unknown --json prints exactly the unknown row as a JSON line", async () => {
+    const result = await run("list", "--state", "unknown", "--json");
+    if (!supports("listRows")) return expectUnsupported(result, "listRows");
+    expect(result.code, result.stderr).toBe(0);
+    const rows = jsonLines(result.stdout) as LedgerRow[];
+    expect(rows.map((r) => r.key)).toEqual([unknownRow.key]);
+    expect(rows[0]).toMatchObject({ state: "unknown", toolName: "create_invoice", conversationId: "conv-cli-a", turnIndex: 3 });
+  });
+
+  it("list filters by tool and by conversation, and takes several states", async () => {
+    const byTool = await run("list", "--tool", "send_payment", "--json");
+    if (!supports("listRows")) return expectUnsupported(byTool, "listRows");
+    expect(new Set((jsonLines(byTool.stdout) as LedgerRow[]).map((r) => r.key))).toEqual(new Set([completedRow.key, inFlightRow.key]));
+    const byConversation = await run("list", "--conversation", "conv-cli-a", "--json");
+    expect((jsonLines(byConversation.stdout) as LedgerRow[]).map((r) => r.key)).toEqual([unknownRow.key]);
+    const twoStates = await run("list", "--state", "unknown,in_flight", "--json");
+    expect(new Set((jsonLines(twoStates.stdout) as LedgerRow[]).map((r) => r.key))).toEqual(new Set([unknownRow.key, inFlightRow.key]));
+  });
+
+  it("list pages through the ledger's cursor until every row is printed", async () => {
+    const result = await run("list", "--limit", "0", "--page-size", "1", "--json");
+    if (!supports("listRows")) return expectUnsupported(result, "listRows");
+    expect(result.code, result.stderr).toBe(0);
+    const keys = (jsonLines(result.stdout) as LedgerRow[]).map((r) => r.key);
+    expect(keys).toHaveLength(3);
+    expect(new Set(keys)).toEqual(new Set([unknownRow.key, completedRow.key, inFlightRow.key]));
+  });
+
+  it("list --limit stops early and says more may match; --older-than excludes fresh rows", async () => {
+    const limited = await run("list", "--limit", "2", "--json");
+    if (!supports("listRows")) return expectUnsupported(limited, "listRows");
+    expect(jsonLines(limited.stdout)).toHaveLength(2);
+    expect(limited.stderr).toContain("more rows may match");
+    const old = await run("list", "--older-than", "1h", "--json");
+    expect(old.code, old.stderr).toBe(0);
+    expect(old.stdout).toBe("");
+  });
+
+  it("list prints a table with the full key by default", async () => {
+    const result = await run("list", "--state", "unknown");
+    if (!supports("listRows")) return expectUnsupported(result, "listRows");
+    expect(result.code, result.stderr).toBe(0);
+    const [header, line] = result.stdout.trimEnd().split("\n");
+    expect(header).toMatch(/^KEY\s+STATE\s+TOOL\s+FENCE\s+CONVERSATION\s+TURN\s+AGE$/);
+    expect(line?.split(/\s+/).slice(0, 6)).toEqual([unknownRow.key, "unknown", "create_invoice", String(unknownRow.fence), "conv-cli-a", "3"]);
+    expect(result.stderr).toBe("1 row\n");
+  });
+
+  it("inspect shows the row: state, reason, request, conversation and turn", async () => {
+    const text = await run("inspect", unknownRow.key);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toMatch(/^state:\s+unknown$/m);
+    expect(text.stdout).toMatch(/^reason:\s+tool_error$/m);
+    // What the ledger holds (conversationId is OPTIONAL on a row: an adapter may not store it).
+    const stored = await backend.ledger.lookup(unknownRow.key);
+    expect(text.stdout).toMatch(new RegExp(`^conversation:\\s+${stored?.conversationId ?? "-"}$`, "m"));
+    expect(text.stdout).toContain('"customer": "acme"');
+    const inFlight = await run("inspect", inFlightRow.key, "--json");
+    const { row } = JSON.parse(inFlight.stdout) as { row: LedgerRow };
+    expect(row).toMatchObject({ key: inFlightRow.key, state: "in_flight", owner: "test-worker", fence: inFlightRow.fence });
+    const human = await run("inspect", inFlightRow.key);
+    expect(human.stdout).toMatch(/^owner:\s+test-worker$/m);
+    expect(human.stdout).toMatch(/^lease:\s+\S+ \(\d+\w* left\)$/m);
+  });
+
+  it("inspect and resolve of a key without a row exit 3", async () => {
+    const key = randomKey();
+    const inspect = await run("inspect", key);
+    expect(inspect.code).toBe(3);
+    expect(inspect.stderr).toContain(`no ledger row for key ${key}`);
+    const resolve = await run("resolve", key, "--not-performed", "--reason", "checked");
+    if (!supports("resolve")) return expectUnsupported(resolve, "resolve");
+    expect(resolve.code).toBe(3);
+  });
+
+  it("resolve --completed stores the result bytes, and inspect shows who, when and why", async () => {
+    const row = await seed(backend.ledger, "unknown");
+    const result = await run("resolve", row.key, "--completed", '{"invoiceId": "inv_77"}', "--reason", "found inv_77 in billing", "--actor", "alice");
+    if (!supports("resolve")) {
+      expectUnsupported(result, "resolve");
+      expect(await backend.ledger.lookup(row.key)).toMatchObject({ state: "unknown", fence: row.fence });
+      expect((await run("inspect", row.key)).stdout).toContain("audit trail:  (this ledger keeps none)");
+      return;
+    }    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toMatch(new RegExp(`^resolved ${row.key}: unknown -> completed \\(fence \\d+\\) by alice$`, "m"));
+    const stored = await backend.ledger.lookup(row.key);
+    expect(stored).toMatchObject({ state: "completed", result: '{"invoiceId": "inv_77"}' });
+    const inspect = await run("inspect", row.key, "--json");
+    const { audit } = JSON.parse(inspect.stdout) as { audit: { actor: string; action: string; fromState: string; toState: string; reason: string }[] };
+    expect(audit.at(-1)).toMatchObject({ actor: "alice", action: "resolved", fromState: "unknown", toState: "completed", reason: "found inv_77 in billing" });
+    const human = await run("inspect", row.key);
+    expect(human.stdout).toMatch(/resolved:completed\s+unknown\s+completed\s+\d+\s+alice\s+found inv_77 in billing/);
+  });
+
+  it("resolve --failed stores the message and code; --not-performed releases the row", async () => {
+    const failed = await seed(backend.ledger, "unknown");
+    const f = await run("resolve", failed.key, "--failed", "the bank rejected it", "--code", "bank_rejected", "--reason", "bank statement", "--actor", "bob");
+    if (!supports("resolve")) return expectUnsupported(f, "resolve");
+    expect(f.code, f.stderr).toBe(0);
+    expect(await backend.ledger.lookup(failed.key)).toMatchObject({ state: "failed", error: { message: "the bank rejected it", code: "bank_rejected" } });
+    const released = await seed(backend.ledger, "unknown");
+    const r = await run("resolve", released.key, "--not-performed", "--reason", "no trace downstream", "--json");
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ key: released.key, state: "released" });
+  });
+
+  it("resolve is refused (exit 4) on a completed row and on a live in-flight row, which stay as they were", async () => {
+    const completed = await run("resolve", completedRow.key, "--not-performed", "--reason", "oops");
+    if (!supports("resolve")) return expectUnsupported(completed, "resolve");
+    expect(completed.code).toBe(4);
+    expect(completed.stderr).toContain("[resolution_refused]");
+    expect(await backend.ledger.lookup(completedRow.key)).toMatchObject({ state: "completed", fence: completedRow.fence });
+    const live = await run("resolve", inFlightRow.key, "--not-performed", "--reason", "oops");
+    expect(live.code).toBe(4);
+    expect(await backend.ledger.lookup(inFlightRow.key)).toMatchObject({ state: "in_flight", fence: inFlightRow.fence });
+  });
+
+  it("resolve --expected-fence refuses (exit 4) when the fence moved, and resolves when it matches", async () => {
+    const row = await seed(backend.ledger, "unknown");
+    const stale = await run("resolve", row.key, "--not-performed", "--reason", "checked", "--expected-fence", String(row.fence + 1));
+    if (!supports("resolve")) return expectUnsupported(stale, "resolve");
+    expect(stale.code).toBe(4);
+    expect(stale.stderr).toContain("[stale_claim]");
+    expect(await backend.ledger.lookup(row.key)).toMatchObject({ state: "unknown" });
+    const ok = await run("resolve", row.key, "--not-performed", "--reason", "checked", "--expected-fence", String(row.fence));
+    expect(ok.code, ok.stderr).toBe(0);
+  });
+
+  it("resolve refuses a result that is not JSON before touching the ledger (exit 2)", async () => {
+    const row = await seed(backend.ledger, "unknown");
+    const result = await run("resolve", row.key, "--completed", "{invoiceId: inv_1}", "--reason", "found");
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain("--completed must be the result as JSON");
+    expect(await backend.ledger.lookup(row.key)).toMatchObject({ state: "unknown" });
+  });
+
+  it("sweep prints how many rows it deleted", async () => {
+    const result = await run("sweep", "--json");
+    expect(result.code, result.stderr).toBe(0);
+    const { swept } = JSON.parse(result.stdout) as { swept: number };
+    expect(Number.isInteger(swept)).toBe(true);
+    // Nothing here is past its 24 h retention: every seeded row is still there.
+    expect(await backend.ledger.lookup(completedRow.key)).toBeDefined();
+    const human = await run("sweep");
+    expect(human.stdout).toMatch(/^swept \d+ rows?\n$/);
+  });
+});
+
+/** The keys a SQLite ledger file holds, read directly (raw hook). */
+function storedKeys(path: string): string[] {
+  const db = new Database(path, { readonly: true });
+  try {
+    return (db.prepare("SELECT key FROM dispatch_once_ledger ORDER BY key").all() as { key: string }[]).map((r) => r.key);
+  } finally {
+    db.close();
+  }
+}
+
+describe("dispatch-once sweep --retention on a SQLite file (LEDGER-13)", () => {
+  it("judges retention by the application's setting: nothing goes at the 24 h default, both rows at 1 ms", async () => {
+    const backend = await sqliteBackend();
+    // The application's ledger keeps finished rows for 1 ms (each row carries the expiry its writer gave it).
+    const app = createSqliteLedger({ path: backend.args[1] as string, retentionMs: 1 });
+    try {
+      const first = await seed(app, "completed");
+      const second = await seed(app, "failed");
+      const kept = await runBin(["sweep", "--json", ...backend.args]);
+      expect(kept.code, kept.stderr).toBe(0);
+      expect(JSON.parse(kept.stdout)).toEqual({ swept: 0 });
+      // lookup() already hides rows past their expiry; the file still holds them until a sweep.
+      expect(storedKeys(backend.args[1] as string)).toEqual([first.key, second.key].sort());
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      const swept = await runBin(["sweep", "--retention", "1ms", ...backend.args]);
+      expect(swept.code, swept.stderr).toBe(0);
+      expect(swept.stdout).toBe("swept 2 rows\n");
+      expect(storedKeys(backend.args[1] as string)).toEqual([]);
+    } finally {
+      await app.close();
+      await backend.cleanup();
+    }
+  });
+});

@@ -1,0 +1,131 @@
+import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Ledger } from "@dispatch-once/core";
+import { createPostgresLedger } from "@dispatch-once/ledger-postgres";
+import { createRedisLedger } from "@dispatch-once/ledger-redis";
+import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
+import { Redis } from "ioredis";
+import pg from "pg";
+
+const here = dirname(fileURLToPath(import.meta.url));
+/** The built bin, run as a user runs it: `node dist/cli.js` (what npm's bin shim does). */
+export const BIN = resolve(here, "../dist/cli.js");
+export const FIXTURES = join(here, "fixtures");
+
+export const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+export const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
+
+export interface BinResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Run `dispatch-once <args>` as a child process; never rejects on a non-zero exit. */
+export function runBin(args: readonly string[], options: { env?: Record<string, string>; cwd?: string } = {}): Promise<BinResult> {
+  return new Promise((resolvePromise, reject) => {
+    execFile(
+      process.execPath,
+      [BIN, ...args],
+      { cwd: options.cwd ?? here, env: { ...process.env, DISPATCH_ONCE_LEDGER: "", ...options.env }, encoding: "utf8", timeout: 60_000 },
+      (error, stdout, stderr) => {
+        const code = error === null ? 0 : (error as { code?: unknown }).code;
+        if (typeof code !== "number") return reject(error);
+        resolvePromise({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+/** JSON lines of stdout, parsed. */
+export function jsonLines(stdout: string): unknown[] {
+  return stdout
+    .split("\n")
+    .filter((line) => line.trim() !== "")
+    .map((line) => JSON.parse(line) as unknown);
+}
+
+export function randomKey(): string {
+  return randomBytes(16).toString("hex");
+}
+
+/** A real store the tests own: the ledger (for seeding), the CLI arguments that open it, and cleanup. */
+export interface Backend {
+  name: "sqlite" | "postgres" | "redis";
+  ledger: Ledger;
+  /** `--ledger ... [--schema|--prefix ...]` */
+  args: string[];
+  cleanup(): Promise<void>;
+}
+
+export async function sqliteBackend(): Promise<Backend> {
+  const dir = mkdtempSync(join(tmpdir(), "dispatch-once-cli-"));
+  const path = join(dir, "ledger.db");
+  const ledger = createSqliteLedger(path);
+  return {
+    name: "sqlite",
+    ledger,
+    args: ["--ledger", path],
+    cleanup: async () => {
+      await ledger.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export async function postgresBackend(): Promise<Backend> {
+  const schema = `do_test_cli_${randomBytes(5).toString("hex")}`;
+  const ledger = createPostgresLedger({ connectionString: DATABASE_URL, schema });
+  await ledger.migrate();
+  return {
+    name: "postgres",
+    ledger,
+    args: ["--ledger", DATABASE_URL, "--schema", schema],
+    cleanup: async () => {
+      await ledger.close();
+      const client = new pg.Client({ connectionString: DATABASE_URL });
+      await client.connect();
+      try {
+        await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      } finally {
+        await client.end();
+      }
+    },
+  };
+}
+
+export async function redisBackend(): Promise<Backend> {
+  const prefix = `do-test-cli-${randomBytes(5).toString("hex")}`;
+  const ledger = await createRedisLedger({ url: REDIS_URL, prefix, onUnsafeServer: "warn", onWarning: () => {} });
+  return {
+    name: "redis",
+    ledger,
+    args: ["--ledger", REDIS_URL, "--prefix", prefix],
+    cleanup: async () => {
+      await ledger.close();
+      // Only this test's keys: everything under its own random prefix.
+      const client = new Redis(REDIS_URL, { lazyConnect: true });
+      await client.connect();
+      try {
+        let cursor = "0";
+        do {
+          const [next, keys] = await client.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 500);
+          if (keys.length > 0) await client.del(...keys);
+          cursor = next;
+        } while (cursor !== "0");
+      } finally {
+        client.disconnect();
+      }
+    },
+  };
+}
+
+export const BACKENDS = [
+  ["sqlite", sqliteBackend],
+  ["postgres", postgresBackend],
+  ["redis", redisBackend],
+] as const;

@@ -1,0 +1,100 @@
+// The done-when scenario of issue #15, on each durable store: an unkeyed call ends unknown after a
+// lost response; `dispatch-once list --state unknown` shows it; `dispatch-once reconcile` settles it
+// from the downstream; the next replay answers from the ledger; `inspect` shows the audit trail.
+import { join } from "node:path";
+import { Dispatcher, isDispatchOnceError, type AuditEntry, type LedgerRow } from "@dispatch-once/core";
+import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createInvoiceTools } from "./fixtures/invoice-tools.mjs";
+import { FIXTURES, jsonLines, postgresBackend, randomKey, runBin, sqliteBackend, type Backend } from "./helpers.js";
+
+const TOOLS = join(FIXTURES, "invoice-tools.mjs");
+
+// The durable ledgers. Redis is volatile, so the dispatcher refuses unkeyed writes on it (LEDGER-14).
+describe.each([
+  ["sqlite", sqliteBackend],
+  ["postgres", postgresBackend],
+] as const)("operator scenario on %s (RECON-9, RESOLVE-6, RESOLVE-7)", (_name, open) => {
+  let backend: Backend;
+  let payments: MockPaymentsServer;
+
+  beforeAll(async () => {
+    backend = await open();
+    payments = await startMockPayments();
+  });
+  afterAll(async () => {
+    await payments?.close();
+    await backend?.cleanup();
+  });
+
+  it("lost response -> unknown -> listed -> reconciled from the downstream -> replayed from the ledger, audited", async () => {
+    const dispatcher = new Dispatcher({ tools: createInvoiceTools(payments.url), ledger: backend.ledger, logger: { warn: () => {} } });
+    const call = { name: "create_invoice", input: { customer: "acme", amount: 4200, currency: "EUR" } };
+    const turn = { conversationId: `conv-scenario-${backend.name}`, turnIndex: 2 };
+    const key = dispatcher.keyFor(call, turn);
+
+    // The invoice is created but its response is lost, and the automatic probe cannot reach the
+    // invoices list either: the outcome is unknown, and the unkeyed call must never run again.
+    payments.injectFault({ outcome: "drop_after_accept", operations: ["create_invoice"] });
+    payments.setGlobalFault({ outcome: "fail_before_accept", operations: ["list_invoices"] });
+    const first = await dispatcher.dispatch(call, turn).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    payments.setGlobalFault(null);
+    expect(isDispatchOnceError(first, "outcome_unknown"), String(first)).toBe(true);
+    expect(payments.invoices("acct_cli_test")).toHaveLength(1);
+    const invoiceId = payments.invoices("acct_cli_test")[0]?.id;
+
+    const listed = await runBin(["list", "--state", "unknown", "--json", ...backend.args]);
+    expect(listed.code, listed.stderr).toBe(0);
+    expect((jsonLines(listed.stdout) as LedgerRow[]).map((r) => [r.key, r.toolName, r.conversationId, r.turnIndex])).toEqual([
+      [key, "create_invoice", turn.conversationId, 2],
+    ]);
+
+    const reconciled = await runBin(["reconcile", key, "--tools", TOOLS, ...backend.args], { env: { CLI_TEST_PAYMENTS_URL: payments.url } });
+    expect(reconciled.code, reconciled.stderr).toBe(0);
+    expect(reconciled.stdout).toMatch(/^verdict:\s+performed$/m);
+    expect(reconciled.stdout).toMatch(/^state:\s+unknown -> completed \(fence \d+\)$/m);
+
+    // The replay answers from the ledger: the tool does not run, no second invoice.
+    const replay = await dispatcher.dispatch(call, turn);
+    expect(replay.replayed).toBe(true);
+    expect(replay.result).toEqual({ invoiceId, customer: "acme", amount: 4200, currency: "EUR" });
+    expect(payments.invoices("acct_cli_test")).toHaveLength(1);
+
+    const nothingLeft = await runBin(["list", "--state", "unknown", "--json", ...backend.args]);
+    expect(nothingLeft.stdout).toBe("");
+
+    const inspected = await runBin(["inspect", key, "--json", ...backend.args]);
+    expect(inspected.code, inspected.stderr).toBe(0);
+    const { row, audit } = JSON.parse(inspected.stdout) as { row: LedgerRow; audit: AuditEntry[] };
+    expect(row).toMatchObject({ state: "completed", conversationId: turn.conversationId, turnIndex: 2 });
+    expect(audit.map((e) => [e.action, e.fromState, e.toState])).toEqual([
+      ["marked_unknown", "in_flight", "unknown"],
+      ["reconciled", "unknown", "completed"],
+    ]);
+    expect(audit.at(-1)).toMatchObject({ actor: "dispatch-once:reconcile", outcome: "completed" });
+    const human = await runBin(["inspect", key, ...backend.args]);
+    expect(human.stdout).toMatch(/reconciled:completed\s+unknown\s+completed\s+\d+\s+dispatch-once:reconcile/);
+
+    // Reconciling again settles nothing: the row is no longer open (exit 4).
+    const again = await runBin(["reconcile", key, "--tools", TOOLS, ...backend.args], { env: { CLI_TEST_PAYMENTS_URL: payments.url } });
+    expect(again.code).toBe(4);
+    expect(again.stderr).toContain("only an unknown row is reconciled");
+  });
+
+  it("reconcile settles nothing (exit 4) for a tool the module does not register, and exits 3 for a key without a row", async () => {
+    const key = randomKey();
+    const claim = await backend.ledger.claim({ key, toolName: "send_fax", effect: "unkeyed_write", owner: "test", leaseMs: 60_000, request: "{}" });
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await backend.ledger.markUnknown(key, claim.fence, "tool_error");
+    const env = { CLI_TEST_PAYMENTS_URL: payments.url };
+    const unregistered = await runBin(["reconcile", key, "--tools", TOOLS, ...backend.args], { env });
+    expect(unregistered.code).toBe(4);
+    expect(unregistered.stdout).toMatch(/^verdict:\s+none \(tool send_fax is not registered with this dispatcher\)$/m);
+    expect(await backend.ledger.lookup(key)).toMatchObject({ state: "unknown", fence: claim.fence });
+    const absent = await runBin(["reconcile", randomKey(), "--tools", TOOLS, ...backend.args], { env });
+    expect(absent.code).toBe(3);
+  });
+});

@@ -1,0 +1,53 @@
+import { InvalidStoreInputError } from "./errors.js";
+import { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT, type FailedTurnsQuery } from "./conversation.js";
+
+/**
+ * Checks and the cursor shared by every conversation store's listFailedTurns, so that the stores
+ * refuse the same inputs and page with the same cursor format (TURN-16, proposed).
+ */
+
+/** The position after a failed turn in the listing order (failedAt, conversation id, message id). */
+export interface FailedTurnPosition {
+  failedAt: number;
+  conversationId: string;
+  messageId: string;
+}
+
+/** A checked query: its page size and, when paging, the position after the previous page's last turn. */
+export function checkFailedTurnsQuery(query: FailedTurnsQuery = {}): { limit: number; after: FailedTurnPosition | undefined } {
+  if (typeof query !== "object" || query === null) throw new InvalidStoreInputError("query", "must be an object");
+  if (query.conversationId !== undefined && (typeof query.conversationId !== "string" || query.conversationId.length === 0)) {
+    throw new InvalidStoreInputError("conversationId", "must be a non-empty string");
+  }
+  if (query.olderThanMs !== undefined && (!Number.isSafeInteger(query.olderThanMs) || query.olderThanMs < 0)) {
+    throw new InvalidStoreInputError("olderThanMs", "must be a non-negative integer");
+  }
+  const limit = query.limit ?? DEFAULT_FAILED_TURNS_LIMIT;
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_FAILED_TURNS_LIMIT) {
+    throw new InvalidStoreInputError("limit", `must be an integer from 1 to ${MAX_FAILED_TURNS_LIMIT}`);
+  }
+  return { limit, after: query.cursor === undefined ? undefined : decodeFailedTurnsCursor(query.cursor) };
+}
+
+/** `<failedAt>.<conversation id>.<message id>`, the ids in base64url: keyset paging, stable under writes. */
+export function encodeFailedTurnsCursor(position: FailedTurnPosition): string {
+  const b64 = (text: string) => Buffer.from(text, "utf8").toString("base64url");
+  return `${position.failedAt}.${b64(position.conversationId)}.${b64(position.messageId)}`;
+}
+
+export function decodeFailedTurnsCursor(cursor: string): FailedTurnPosition {
+  const match = typeof cursor === "string" ? /^(\d{1,16})\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$/.exec(cursor) : null;
+  const failedAt = match === null ? NaN : Number(match[1]);
+  if (match === null || !Number.isSafeInteger(failedAt)) {
+    throw new InvalidStoreInputError("cursor", "is not a cursor returned by listFailedTurns");
+  }
+  const text = (b64: string) => Buffer.from(b64, "base64url").toString("utf8");
+  return { failedAt, conversationId: text(match[2] as string), messageId: text(match[3] as string) };
+}
+
+/** Whether a turn sorts after the position (the listing order: failedAt, conversation id, message id). */
+export function isAfterPosition(turn: FailedTurnPosition, after: FailedTurnPosition): boolean {
+  if (turn.failedAt !== after.failedAt) return turn.failedAt > after.failedAt;
+  if (turn.conversationId !== after.conversationId) return turn.conversationId > after.conversationId;
+  return turn.messageId > after.messageId;
+}

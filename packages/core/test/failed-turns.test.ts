@@ -1,0 +1,49 @@
+import { describe, expect, it } from "vitest";
+import { MemoryConversationStore, decodeFailedTurnsCursor, encodeFailedTurnsCursor, isDispatchOnceError } from "../src/index.js";
+
+describe("TURN-16 (proposed) MemoryConversationStore.listFailedTurns", () => {
+  async function failNext(store: MemoryConversationStore, c: string, id: string): Promise<void> {
+    await store.appendUserMessage(c, { id, content: `${c} ${id}` });
+    const lease = await store.acquireLease(c, "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    await store.beginTurn(c, lease.fence);
+    await store.failMessage(c, lease.fence, id, { failed: id });
+    await store.releaseLease(c, lease.fence);
+  }
+
+  it("lists failed messages oldest failure first, ties by conversation then message id; filters; pages; reopened ones leave", async () => {
+    let clock = 5_000;
+    const store = new MemoryConversationStore({ now: () => clock });
+    await failNext(store, "conv-b", "m1");
+    await failNext(store, "conv-a", "m1"); // same millisecond: conv-a sorts first
+    clock = 6_000;
+    await failNext(store, "conv-b", "m2");
+    const all = await store.listFailedTurns();
+    expect(all).toEqual({
+      turns: [
+        { conversationId: "conv-a", messageId: "m1", turnIndex: 0, failedAt: 5_000, failure: { failed: "m1" } },
+        { conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: 5_000, failure: { failed: "m1" } },
+        { conversationId: "conv-b", messageId: "m2", turnIndex: 0, failedAt: 6_000, failure: { failed: "m2" } },
+      ],
+    });
+    clock = 6_500;
+    expect((await store.listFailedTurns({ olderThanMs: 1_000 })).turns.map((t) => t.conversationId)).toEqual(["conv-a", "conv-b"]);
+    expect((await store.listFailedTurns({ conversationId: "conv-b" })).turns.map((t) => t.messageId)).toEqual(["m1", "m2"]);
+    const first = await store.listFailedTurns({ limit: 2 });
+    expect(first.turns).toHaveLength(2);
+    const second = await store.listFailedTurns({ limit: 2, cursor: first.cursor as string });
+    expect(second).toEqual({ turns: [all.turns[2]] });
+    expect((await store.appendUserMessage("conv-a", { id: "m1", content: "again" })).reopened).toBe(true);
+    expect((await store.listFailedTurns()).turns.map((t) => `${t.conversationId}/${t.messageId}`)).toEqual(["conv-b/m1", "conv-b/m2"]);
+  });
+
+  it("refuses a bad limit and a foreign cursor with invalid_store_input; the cursor round-trips any id", async () => {
+    const store = new MemoryConversationStore();
+    for (const query of [{ limit: 0 }, { limit: 1001 }, { olderThanMs: -1 }, { cursor: "x" }, { conversationId: "" }]) {
+      const error = await store.listFailedTurns(query).then(() => undefined, (e: unknown) => e);
+      expect(isDispatchOnceError(error, "invalid_store_input"), JSON.stringify(query)).toBe(true);
+    }
+    const position = { failedAt: 12, conversationId: "tenant:ü/1", messageId: "msg.with.dots" };
+    expect(decodeFailedTurnsCursor(encodeFailedTurnsCursor(position))).toEqual(position);
+  });
+});
