@@ -1,4 +1,4 @@
-// `dispatch-once turns --failed --store <target>` on the real conversation stores (TURN-16, proposed).
+// `dispatch-once turns --failed --store <target>` on the real conversation stores (TURN-17).
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";

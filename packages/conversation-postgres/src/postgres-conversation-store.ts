@@ -302,7 +302,7 @@ export class PostgresConversationStore implements ConversationStore {
     return rows.map((r, i) => decodeStoreJson(conversationId, `record ${i + 1}`, r.record));
   }
 
-  /** Failed turns across conversations, oldest failure first, a page at a time (TURN-16, proposed). */
+  /** Failed turns across conversations, oldest failure first, a page at a time (TURN-17). */
   async listFailedTurns(query: FailedTurnsQuery = {}): Promise<FailedTurnsPage> {
     const { limit, after } = checkFailedTurnsQuery(query);
     const conversationId = query.conversationId ?? "";

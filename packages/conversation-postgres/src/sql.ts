@@ -114,7 +114,7 @@ BEGIN
                     WHERE m.conversation_id = c.conversation_id
                       AND (m.state = 'in_progress' OR (m.state = 'failed' AND m.message_id = c.last_bound)));
   END IF;
-  -- listFailedTurns (TURN-16, proposed): when each message failed; 0 (oldest) for those that already had.
+  -- listFailedTurns (TURN-17): when each message failed; 0 (oldest) for those that already had.
   IF NOT EXISTS (SELECT 1 FROM information_schema.columns
                   WHERE table_schema = '${t.schema}' AND table_name = '${t.messages}' AND column_name = 'failed_at') THEN
     ALTER TABLE ${q.msgs} ADD COLUMN failed_at bigint;

@@ -243,7 +243,7 @@ describe("bad input is refused with invalid_store_input before anything is store
   });
 });
 
-describe("TURN-16 (proposed) listFailedTurns: failed messages across conversations, oldest failure first, paged", () => {
+describe("TURN-17 listFailedTurns: failed messages across conversations, oldest failure first, paged", () => {
   async function failNext(store: PostgresConversationStore, c: string, id: string): Promise<void> {
     await store.appendUserMessage(c, { id, content: user(`${c} ${id}`) });
     const lease = await store.acquireLease(c, "worker", 600_000);

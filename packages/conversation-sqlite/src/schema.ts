@@ -88,7 +88,7 @@ CREATE TABLE IF NOT EXISTS "${t.records}" (
 }
 
 /**
- * The failed messages, oldest failure first: what listFailedTurns reads (TURN-16, proposed). A
+ * The failed messages, oldest failure first: what listFailedTurns reads (TURN-17). A
  * partial index, so it holds only the failed messages and costs the other writes nothing.
  * Created after `failedAtUpgradeSql` on tables of an earlier version (it names `failed_at`).
  */

@@ -384,7 +384,7 @@ export class SqliteConversationStore implements ConversationStore {
     );
   }
 
-  /** Failed turns across conversations, oldest failure first, a page at a time (TURN-16, proposed). */
+  /** Failed turns across conversations, oldest failure first, a page at a time (TURN-17). */
   async listFailedTurns(query: FailedTurnsQuery = {}): Promise<FailedTurnsPage> {
     const { limit, after } = checkFailedTurnsQuery(query);
     return this.guard(query.conversationId ?? "", "listFailedTurns", () => {

@@ -349,7 +349,7 @@ describe("storage", () => {
   });
 });
 
-describe("TURN-16 (proposed) listFailedTurns: failed messages across conversations, oldest failure first, paged", () => {
+describe("TURN-17 listFailedTurns: failed messages across conversations, oldest failure first, paged", () => {
   /** Fail the next message of a conversation at the store-clock time `at`. */
   async function failNext(store: SqliteConversationStore, c: string, id: string): Promise<void> {
     await store.appendUserMessage(c, { id, content: user(`${c} ${id}`) });

@@ -109,7 +109,7 @@ export interface ConversationStoreCapabilities {
   sharedAcrossProcesses: boolean;
 }
 
-/** Default page size of `listFailedTurns` (TURN-16, proposed). */
+/** Default page size of `listFailedTurns` (TURN-17). */
 export const DEFAULT_FAILED_TURNS_LIMIT = 100;
 /** Largest page `listFailedTurns` accepts; larger is refused with InvalidStoreInputError. */
 export const MAX_FAILED_TURNS_LIMIT = 1000;
@@ -224,7 +224,7 @@ export interface ConversationStore {
   records(conversationId: string): Promise<JsonValue[]>;
 
   /**
-   * OPTIONAL (TURN-16, proposed): the messages whose turn failed and that no re-send has reopened,
+   * OPTIONAL (TURN-17): the messages whose turn failed and that no re-send has reopened,
    * across conversations (or in one), oldest failure first, a page at a time. Read-only. Served
    * from an index over failed messages, never a scan of every message. A reopened message leaves
    * the list; failing again puts it back with the new time.

@@ -3,7 +3,7 @@ import { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT, type FailedTurnsQue
 
 /**
  * Checks and the cursor shared by every conversation store's listFailedTurns, so that the stores
- * refuse the same inputs and page with the same cursor format (TURN-16, proposed).
+ * refuse the same inputs and page with the same cursor format (TURN-17).
  */
 
 /** The position after a failed turn in the listing order (failedAt, conversation id, message id). */

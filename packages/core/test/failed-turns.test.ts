@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { MemoryConversationStore, decodeFailedTurnsCursor, encodeFailedTurnsCursor, isDispatchOnceError } from "../src/index.js";
 
-describe("TURN-16 (proposed) MemoryConversationStore.listFailedTurns", () => {
+describe("TURN-17 MemoryConversationStore.listFailedTurns", () => {
   async function failNext(store: MemoryConversationStore, c: string, id: string): Promise<void> {
     await store.appendUserMessage(c, { id, content: `${c} ${id}` });
     const lease = await store.acquireLease(c, "worker", 600_000);
