@@ -66,12 +66,13 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
   };
 
   // Powertools: the payment arguments are the payload it hashes into the key (all of them: it has no identity projection).
-  const persistenceStore = new CachePersistenceLayer({ client: redisClient, keyPrefix: `${prefix}:pt` });
+  // @redis/client 6's typings and Powertools' CacheClient interface disagree on option types; the calls it makes (get, set NX EX, del) match.
+  const persistenceStore = new CachePersistenceLayer({ client: /** @type {any} */ (redisClient) });
   const config = new IdempotencyConfig({ expiresAfterSeconds: 60 });
   // As inside a Lambda invocation: Powertools then bounds an in-progress record by the time left
   // (our lease), and does not warn on every call that it cannot tell the time left.
   config.registerLambdaContext({ getRemainingTimeInMillis: () => 900_000 });
-  const idempotentPay = makeIdempotent(async () => result, { persistenceStore, config, keyPrefix: `${prefix}:pt` });
+  const idempotentPay = makeIdempotent(/** @type {(payment: object) => Promise<object>} */ (async () => result), { persistenceStore, config, keyPrefix: `${prefix}:pt` });
   const powertools = async () => {
     await idempotentPay(pay(n++));
   };
@@ -91,7 +92,7 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
     await drive(4, 300, powertools);
     const probe = pay(-1);
     let runs = 0;
-    const counted = makeIdempotent(async () => ({ run: ++runs }), { persistenceStore, config, keyPrefix: `${prefix}:pt` });
+    const counted = makeIdempotent(/** @type {(payment: object) => Promise<object>} */ (async () => ({ run: ++runs })), { persistenceStore, config, keyPrefix: `${prefix}:pt` });
     await counted(probe);
     await counted(probe);
     if (runs !== 1) throw new Error(`the Powertools layer ran a repeated call ${runs} times`);

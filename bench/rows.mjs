@@ -111,7 +111,7 @@ async function postgresRows(rows, log, url) {
     };
     await fill(schemas.small, BASE_ROWS);
     await fill(schemas.large, rows);
-    return { store: "postgres", rows, ...(await compare(ledgers.small, ledgers.large)) };
+    return { store: "postgres", rows, synchronous: null, ...(await compare(ledgers.small, ledgers.large)) };
   } finally {
     for (const schema of Object.values(schemas)) await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {});
     await pool.end();
