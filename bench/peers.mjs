@@ -36,6 +36,7 @@ const rate = (parts) => Math.round((parts.reduce((n, p) => n + p.ops, 0) / parts
 export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64], url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379" } = {}) {
   const core = await import(pathToFileURL(join(root, "packages", "core", "dist", "index.js")).href);
   const { RedisLedger } = await import(pathToFileURL(join(root, "packages", "ledger-redis", "dist", "index.js")).href);
+  const { deletePrefix } = await import(pathToFileURL(join(root, "packages", "ledger-redis", "bench", "bench.mjs")).href);
   const { z } = require("zod");
   const { Redis } = require("ioredis");
   const { createClient } = require("@redis/client");
@@ -129,15 +130,6 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
 
 function round(x) {
   return Number(x.toFixed(2));
-}
-
-async function deletePrefix(client, prefix) {
-  let cursor = "0";
-  do {
-    const [next, keys] = await client.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 2000);
-    cursor = next;
-    if (keys.length > 0) await client.unlink(...keys);
-  } while (cursor !== "0");
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {

@@ -652,24 +652,14 @@ export class SqliteLedger implements Ledger {
           outcomes.push({ ok: false, error });
         }
       }
-      try {
-        db.exec("COMMIT");
-      } catch (cause) {
-        try {
-          if (db.inTransaction) db.exec("ROLLBACK");
-        } catch {
-          // The rollback's own failure changes nothing: the batch is reported as not written.
-        }
-        const error = new LedgerUnavailableError(`SQLite ledger group commit failed: ${message(cause)}`, { cause });
-        for (const op of batch) op.reject(error);
-        return;
-      }
+      db.exec("COMMIT");
     } catch (cause) {
-      // A savepoint statement failed (the connection broke): roll back and report every write unwritten.
+      // The commit (or a savepoint statement: the connection broke) failed: roll back and report
+      // every write of the batch unwritten.
       try {
         if (db.inTransaction) db.exec("ROLLBACK");
       } catch {
-        // as above
+        // The rollback's own failure changes nothing: the batch is reported as not written.
       }
       const error = new LedgerUnavailableError(`SQLite ledger group commit failed: ${message(cause)}`, { cause });
       for (const op of batch) op.reject(error);
