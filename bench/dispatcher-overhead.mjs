@@ -13,18 +13,29 @@ const { z } = createRequire(join(root, "packages", "core", "package.json"))("zod
 
 const pay = (i) => ({ payee: "acme-supplies", amount: 12_500 + (i % 97), currency: "EUR", reference: `T-${i}`, memo: "invoice 7" });
 
-async function cpuPerCall(n, body) {
-  for (let i = 0; i < Math.min(2_000, n); i++) await body(-1 - i); // warm-up, own keys
-  const before = process.cpuUsage();
-  for (let i = 0; i < n; i++) await body(i);
-  const used = process.cpuUsage(before);
-  return (used.user + used.system) / n;
+/**
+ * CPU µs per call of each body, measured in interleaved slices (a slice of one, then of the
+ * other, `rounds` times), so that load from other jobs and the heap's growth fall on both alike.
+ */
+async function cpuPerCallInterleaved(calls, bodies, rounds = 10) {
+  const slice = Math.max(1, Math.floor(calls / rounds));
+  for (const body of bodies) for (let i = 0; i < Math.min(2_000, slice); i++) await body(-1 - i); // warm-up, own keys
+  const used = bodies.map(() => 0);
+  for (let round = 0; round < rounds; round++) {
+    for (let b = 0; b < bodies.length; b++) {
+      const before = process.cpuUsage();
+      for (let i = round * slice; i < (round + 1) * slice; i++) await bodies[b](i);
+      const delta = process.cpuUsage(before);
+      used[b] += delta.user + delta.system;
+    }
+  }
+  return used.map((us) => us / (slice * rounds));
 }
 
-export async function benchDispatcherOverhead({ calls = 20_000 } = {}) {
+export async function benchDispatcherOverhead({ calls = 40_000 } = {}) {
   const run = `${process.pid}-${Date.now()}`;
   const ledger = new core.MemoryLedger();
-  const ledgerUs = await cpuPerCall(calls, async (i) => {
+  const ledgerBody = async (i) => {
     const key = `${run}-l-${i}`;
     const claim = await ledger.claim({
       key,
@@ -35,7 +46,7 @@ export async function benchDispatcherOverhead({ calls = 20_000 } = {}) {
       request: JSON.stringify(pay(i)),
     });
     await ledger.complete(key, claim.fence, JSON.stringify({ paymentId: `pay_${i}`, status: "accepted" }));
-  });
+  };
   const tool = core.defineTool({
     name: "send_payment",
     effect: "keyed_write",
@@ -46,9 +57,9 @@ export async function benchDispatcherOverhead({ calls = 20_000 } = {}) {
     },
   });
   const dispatcher = new core.Dispatcher({ tools: [tool], ledger: new core.MemoryLedger() });
-  const dispatchUs = await cpuPerCall(calls, (i) =>
-    dispatcher.turn({ conversationId: `${run}-c-${i}`, turnIndex: 0 }).dispatch({ name: "send_payment", input: pay(i) }),
-  );
+  const dispatchBody = (i) =>
+    dispatcher.turn({ conversationId: `${run}-c-${i}`, turnIndex: 0 }).dispatch({ name: "send_payment", input: pay(i) });
+  const [ledgerUs, dispatchUs] = await cpuPerCallInterleaved(calls, [ledgerBody, dispatchBody]);
   return { calls, ledgerCpuUsPerCall: ledgerUs, dispatchCpuUsPerCall: dispatchUs, overheadCpuUsPerCall: dispatchUs - ledgerUs };
 }
 

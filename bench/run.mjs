@@ -12,7 +12,18 @@ const json = args.includes("--json");
 const durationArg = args.find((a) => a.startsWith("--duration-ms="));
 const durationMs = durationArg ? Number(durationArg.split("=")[1]) : 3000;
 const only = args.find((a) => a.startsWith("--only="))?.split("=")[1];
+// --rows N (or --rows=N): claim latency with N rows in the table vs 10,000 (PostgreSQL, SQLite).
+const rowsIndex = args.findIndex((a) => a === "--rows" || a.startsWith("--rows="));
+const rowsArg = rowsIndex < 0 ? undefined : args[rowsIndex].includes("=") ? args[rowsIndex].split("=")[1] : args[rowsIndex + 1];
+const growthRows = rowsArg === undefined ? undefined : Number(rowsArg);
+if (rowsIndex >= 0 && !(Number.isSafeInteger(growthRows) && growthRows >= 10_000)) {
+  process.stderr.write("--rows needs a whole number of rows, at least 10000\n");
+  process.exit(2);
+}
+// --peers: the AWS Powertools idempotency Redis layer beside Dispatch-Once on the same Redis.
+const peersWanted = args.includes("--peers");
 
+// --only=none skips the adapter table (e.g. `pnpm bench --only=none --rows 1000000`).
 const adapters = ["ledger-sqlite", "ledger-postgres", "ledger-redis"].filter((a) => !only || a.includes(only));
 const rows = [];
 const failures = [];
@@ -40,8 +51,38 @@ try {
   failures.push({ adapter: "dispatcher-overhead", error: String(error?.stack ?? error) });
 }
 
+let rowsGrowth = null;
+if (growthRows !== undefined) {
+  try {
+    const { benchRows } = await import("./rows.mjs");
+    rowsGrowth = await benchRows({ rows: growthRows, log: json ? () => {} : (m) => process.stderr.write(`${m}\n`) });
+  } catch (error) {
+    failures.push({ adapter: "rows", error: String(error?.stack ?? error) });
+  }
+}
+
+let peers = null;
+if (peersWanted) {
+  try {
+    const { benchPeers } = await import("./peers.mjs");
+    if (!json) process.stderr.write("benchmarking the Powertools idempotency Redis layer beside Dispatch-Once ...\n");
+    peers = await benchPeers({ durationMs });
+  } catch (error) {
+    failures.push({ adapter: "peers", error: String(error?.stack ?? error) });
+  }
+}
+
+// Every ratio in one place, for `--json` readers: adapter / floor per workload and concurrency,
+// dispatcher µs above the ledger, latency at N rows / at 10k, Dispatch-Once / Powertools.
+const ratios = {
+  adapterToFloor: rows.filter((r) => r.ratio != null && !String(r.adapter).includes("floor")).map((r) => ({ adapter: r.adapter, workload: r.workload, concurrency: r.concurrency, ratio: r.ratio })),
+  dispatcherOverheadCpuUsPerCall: dispatcherOverhead?.overheadCpuUsPerCall ?? null,
+  rowsGrowthP50: rowsGrowth?.map((r) => ({ store: r.store, rows: r.rows, ratio: r.p50Ratio })) ?? null,
+  dispatchOnceToPowertools: peers?.rows.map((r) => ({ concurrency: r.concurrency, ratio: r.dispatchOnceToPowertools })) ?? null,
+};
+
 if (json) {
-  process.stdout.write(`${JSON.stringify({ durationMs, rows, dispatcherOverhead, failures })}\n`);
+  process.stdout.write(`${JSON.stringify({ durationMs, rows, dispatcherOverhead, rowsGrowth, peers, ratios, failures })}\n`);
 } else {
   const header = ["adapter", "workload", "conc", "ops/s", "p50 µs", "p99 µs", "floor ops/s", "ratio"];
   const body = rows.map((r) => [
@@ -65,6 +106,24 @@ if (json) {
       `\ndispatcher overhead: ${d.overheadCpuUsPerCall.toFixed(1)} µs CPU per call above the ledger ` +
         `(dispatch ${d.dispatchCpuUsPerCall.toFixed(1)} µs, MemoryLedger claim+complete ${d.ledgerCpuUsPerCall.toFixed(1)} µs, ${d.calls} calls)`,
     );
+  }
+  if (rowsGrowth) {
+    console.log("\nclaim+complete latency as the table grows (interleaved slices, one call at a time)");
+    for (const r of rowsGrowth) {
+      console.log(
+        `  ${r.store.padEnd(8)} p50 ${r.at10k.p50us} µs at 10,000 rows, ${r.atN.p50us} µs at ${r.rows.toLocaleString("en-US")} rows: ` +
+          `${r.p50Ratio.toFixed(2)}x (mean ${r.meanRatio.toFixed(2)}x)${r.synchronous ? ` [synchronous=${r.synchronous}]` : ""}`,
+      );
+    }
+  }
+  if (peers) {
+    console.log(`\npeers (${peers.workload}; ${peers.peer}), ops/s`);
+    for (const r of peers.rows) {
+      console.log(
+        `  c=${String(r.concurrency).padEnd(3)} floor ${fmt(r.floorOpsPerSec)}  Dispatch-Once ${fmt(r.dispatchOnceOpsPerSec)} (${r.dispatchOnceToFloor.toFixed(2)}x floor)` +
+          `  Powertools ${fmt(r.powertoolsOpsPerSec)} (${r.powertoolsToFloor.toFixed(2)}x floor)  Dispatch-Once / Powertools ${r.dispatchOnceToPowertools.toFixed(2)}x`,
+      );
+    }
   }
   for (const f of failures) console.log(`\n${f.adapter}: FAILED\n${f.error}`);
 }

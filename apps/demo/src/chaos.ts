@@ -531,7 +531,7 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
       if (failure !== undefined && IN_WINDOW.has(failure.position)) byCause.streamCut += n;
       else byCause.lostResponse += n;
     }
-    const reworded = rewordedResponses(side);
+    const reworded = side.rewordedResponses;
     const totals: SideTotals = {
       turns: options.turns,
       payments: main.payments,
@@ -656,21 +656,6 @@ function routeSide(counted: { duplicates: number; payments: number }, posts: num
     mayHaveHappened: tally.mayHaveHappened,
     mayHaveHappenedAndDid: tally.mayHaveHappenedAndDid,
   };
-}
-
-/** Per reference: model responses whose send_payment memo differs from what the script said. */
-function rewordedResponses(side: Side): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const record of side.provider.requests) {
-    const scripted = record.turn?.content.filter((c) => c.type === "tool_use") ?? [];
-    record.toolUses.forEach((rendered, i) => {
-      const said = scripted[i];
-      if (said === undefined || said.type !== "tool_use" || rendered.input["memo"] === said.input["memo"]) return;
-      const reference = String(rendered.input["reference"]);
-      out.set(reference, (out.get(reference) ?? 0) + 1);
-    });
-  }
-  return out;
 }
 
 export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {

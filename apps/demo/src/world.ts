@@ -133,6 +133,8 @@ export interface Side {
    * re-worded memo) and were answered with the first request (LEDGER-21), per reference.
    */
   requestDiffers: Map<string, number>;
+  /** Per reference: model responses whose send_payment memo differs from what the script said. */
+  rewordedResponses: Map<string, number>;
   /** Lost responses settled by the reconcile probe (the row completed from the payments API's lookup), by reference. */
   reconciled: Map<string, number>;
   /** Dispatcher warnings that say something is off (a repeated call within one turn, ...). */
@@ -156,6 +158,9 @@ const paymentInput = z.object({
   memo: z.string().optional(),
 });
 
+/** Request records the mock provider keeps (the newest): enough for any one turn's diagnostics. */
+const PROVIDER_LOG_LIMIT = 256;
+
 export async function startSide(options: SideOptions): Promise<Side> {
   // Indexed as the effects happen: the oracle reads one reference at a time, thousands of times.
   const byReference = new Map<string, Effect[]>();
@@ -172,7 +177,22 @@ export async function startSide(options: SideOptions): Promise<Side> {
     },
   });
   const script = options.rewordsMemo === undefined ? paymentScript : createPaymentScript(options.rewordsMemo);
-  const provider = await startMockProvider({ script, timing: options.providerTiming, seed: options.seed });
+  // The provider's request log keeps each request's body and every event it sent: kept whole it
+  // grew with the run (hundreds of MB at 5,000 turns). The demo reads only the last few records;
+  // what it counts over all of them (re-worded memos) is counted as each response starts.
+  const provider = await startMockProvider({ script, timing: options.providerTiming, seed: options.seed, logLimit: PROVIDER_LOG_LIMIT });
+  const rewordedResponses = new Map<string, number>();
+  provider.onEvent((event, record) => {
+    // The first event of a response: its turn and rendered tool calls are set before it is sent.
+    if (event.index !== 0) return;
+    const scripted = record.turn?.content.filter((c) => c.type === "tool_use") ?? [];
+    record.toolUses.forEach((rendered, i) => {
+      const said = scripted[i];
+      if (said === undefined || said.type !== "tool_use" || rendered.input["memo"] === said.input["memo"]) return;
+      const reference = String(rendered.input["reference"]);
+      rewordedResponses.set(reference, (rewordedResponses.get(reference) ?? 0) + 1);
+    });
+  });
   const paymentsClient = createPaymentsClient({ baseURL: payments.url, token: PAYMENTS_ACCOUNT_TOKEN });
   const posts = new Map<string, number>();
   const lostResponses = new Map<string, number>();
@@ -280,6 +300,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
     downstreamReplays,
     requestDiffers,
     reconciled,
+    rewordedResponses,
     get warnings() {
       return warnings.map((w) => w.message);
     },

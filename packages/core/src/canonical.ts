@@ -45,6 +45,23 @@ export const MAX_CANONICAL_DEPTH = 512;
  * a JSON Pointer only when it reports an error.
  */
 export function canonicalize(value: unknown): string {
+  // Most values canonicalized on the dispatch path are one flat object of scalars (a tool's
+  // arguments, its result): written directly, without the walk's stacks. Anything else goes
+  // to the walk, which also raises every error; an object whose members were already read
+  // goes as a copy of what was read, so that no getter is read twice.
+  if (typeof value === "object" && value !== null) {
+    const flat = flatObjectText(value);
+    if (typeof flat === "string") return flat;
+    if (flat !== undefined) return walk(flat.copy, value);
+  }
+  return walk(value, undefined);
+}
+
+/**
+ * The JCS walk. `root`, when given, is the object whose copy `value` is: meeting it below the
+ * copy is a cycle at the copy, exactly as meeting `value` itself would be.
+ */
+function walk(value: unknown, root: object | undefined): string {
   // The open containers, outermost first: the container, its sorted member names (undefined for
   // an array), the index of the child being written (so that a path can be rebuilt on error),
   // and a count: for an array its length (read once, when it was checked), for an object how many
@@ -96,7 +113,7 @@ export function canonicalize(value: unknown): string {
           if (proto !== null && proto !== Object.prototype) {
             throw fail("unsupported_type", containers, names, current, `a ${kindOf(obj)} is not plain JSON data`);
           }
-          if (ancestors !== undefined ? ancestors.has(obj) : containers.includes(obj)) {
+          if ((ancestors !== undefined ? ancestors.has(obj) : containers.includes(obj)) || (obj === root && containers.length > 0)) {
             throw fail("cycle", containers, names, current, "the value contains a cycle");
           }
           if (containers.length >= MAX_CANONICAL_DEPTH) {
@@ -182,6 +199,95 @@ export function canonicalize(value: unknown): string {
     }
   }
 }
+
+/**
+ * The canonical text of a plain object whose members are all strings, finite numbers, booleans,
+ * null or undefined (absent), with nothing JSON.stringify would drop; undefined for anything
+ * else (the caller then walks the value, and reports what is wrong with it). Never throws: a
+ * getter or proxy that throws sends the value to the walk too.
+ */
+function flatObjectText(obj: object): string | { copy: object } | undefined {
+  let keys: string[];
+  let proto: unknown;
+  try {
+    if (Array.isArray(obj)) return undefined;
+    proto = Object.getPrototypeOf(obj);
+    if (proto !== Object.prototype && proto !== null) return undefined;
+    keys = Object.keys(obj);
+    if (keys.length > FLAT_MAX_MEMBERS) return undefined;
+    if (Object.getOwnPropertyNames(obj).length !== keys.length || Object.getOwnPropertySymbols(obj).length !== 0) return undefined;
+  } catch {
+    return undefined; // nothing was read yet: the walk reports it
+  }
+  keys.sort();
+  // From here every member is read exactly once, in the walk's order; if the object is not flat
+  // after all, the walk gets a copy holding what was read (a read that threw throws again there).
+  const values: unknown[] = new Array(keys.length);
+  const threw: (true | undefined)[] = [];
+  let flat = true;
+  for (let i = 0; i < keys.length; i++) {
+    try {
+      const member = (obj as Record<string, unknown>)[keys[i]!];
+      values[i] = member;
+      if (flat && !isFlatScalar(member, keys[i]!)) flat = false;
+    } catch (cause) {
+      values[i] = cause;
+      threw[i] = true;
+      flat = false;
+    }
+  }
+  if (!flat) {
+    const copy: Record<string, unknown> = proto === null ? (Object.create(null) as Record<string, unknown>) : {};
+    for (let i = 0; i < keys.length; i++) {
+      if (threw[i] === true) {
+        const cause = values[i];
+        Object.defineProperty(copy, keys[i]!, {
+          enumerable: true,
+          configurable: true,
+          get() {
+            throw cause;
+          },
+        });
+      } else {
+        copy[keys[i]!] = values[i];
+      }
+    }
+    return { copy };
+  }
+  let out = "{";
+  for (let i = 0; i < keys.length; i++) {
+    const member = values[i];
+    if (member === undefined) continue; // an undefined member is absent (KEY-6)
+    let text: string;
+    if (typeof member === "string") text = JSON.stringify(member);
+    else if (typeof member === "number") text = member === 0 ? "0" : String(member);
+    else if (typeof member === "boolean") text = member ? "true" : "false";
+    else text = "null";
+    out += `${out.length === 1 ? "" : ","}${JSON.stringify(keys[i])}:${text}`;
+  }
+  return `${out}}`;
+}
+
+/** A member the flat path writes itself: a well-formed string (and name), a finite number, a boolean, null, or undefined (absent). */
+function isFlatScalar(member: unknown, name: string): boolean {
+  if (!name.isWellFormed()) return false;
+  switch (typeof member) {
+    case "undefined":
+    case "boolean":
+      return true;
+    case "string":
+      return member.isWellFormed();
+    case "number":
+      return Number.isFinite(member);
+    case "object":
+      return member === null;
+    default:
+      return false;
+  }
+}
+
+/** Members up to which the flat path is tried (a tool's arguments have a handful). */
+const FLAT_MAX_MEMBERS = 64;
 
 /** Output length at which `out` moves to `chunks` (a few times a typical payload's size). */
 const CHUNK_LENGTH = 8192;

@@ -18,11 +18,12 @@ import {
   type StoredError,
 } from "./errors.js";
 import { catalogueEntry } from "./error-catalogue.js";
-import { deriveKey } from "./key.js";
+import { deriveKeyFromCanonical } from "./key.js";
 import { toJsonData } from "./json-data.js";
 import { newClaimId, type Resolution, type ResolvedRow, type ClaimRequest, type ClaimResult, type InFlightRow, type Ledger, type LedgerEffect, type LedgerRow, type TerminalRow } from "./ledger.js";
 import { utf8ByteLength } from "./memory-ledger.js";
 import { ToolRegistry, type ReconcileCause, type ToolDefinition } from "./registry.js";
+import { RenewalWheel } from "./renewals.js";
 
 /** Where a call sits: identical across every replay of the turn (spec §4). */
 export interface TurnContext {
@@ -218,6 +219,8 @@ export class Dispatcher implements CallDispatcher {
   private readonly reconcileGraceMs: number;
   private readonly logger: DispatchLogger;
   private readonly onEvent: ((event: DispatchEvent) => void) | undefined;
+  /** Renews the leases of every call this dispatcher is running, on one timer (LEDGER-9). */
+  private readonly renewals: RenewalWheel;
 
   constructor(options: DispatcherOptions) {
     if (typeof options !== "object" || options === null) {
@@ -240,6 +243,7 @@ export class Dispatcher implements CallDispatcher {
     }
     this.logger = options.logger ?? consoleLogger;
     this.onEvent = options.onEvent;
+    this.renewals = new RenewalWheel(Math.max(1, Math.floor(this.leaseMs / 3)));
 
     const unkeyed = this.registry.list().filter((t) => t.effect === "unkeyed_write").map((t) => t.name);
     if (unkeyed.length > 0 && this.ledger.capabilities.durability !== "durable") {
@@ -421,13 +425,11 @@ export class Dispatcher implements CallDispatcher {
   }
 
   private keyOf(prepared: PreparedCall, context: TurnContext, ordinal: number): string {
-    return deriveKey({
-      conversationId: context.conversationId,
-      turnIndex: context.turnIndex,
-      name: prepared.tool.name,
-      args: prepared.identityArgs,
-      ordinal,
-    });
+    // The identity's canonical text is made once, in prepare (KEY-1 hashes exactly it).
+    return deriveKeyFromCanonical(
+      { conversationId: context.conversationId, turnIndex: context.turnIndex, name: prepared.tool.name, ordinal },
+      prepared.identityText,
+    );
   }
 
   private prepare(call: ToolCall): PreparedCall {
@@ -448,7 +450,9 @@ export class Dispatcher implements CallDispatcher {
     // instead of minting a new key on every replay (IDENT-5).
     const again = this.validate(tool, call.input);
     const againIdentity = tool.identity === undefined ? again : project(again as Record<string, unknown>, tool.identity);
-    if (canonicalize(againIdentity) !== identityText) {
+    // Equal JSON data has equal canonical text: the cheap structural comparison settles the
+    // usual case, and only a difference is canonicalized to be sure (and to raise what that raises).
+    if (!sameJsonData(identityArgs, againIdentity) && canonicalize(againIdentity) !== identityText) {
       throw new InvalidToolDefinitionError(
         `tool ${tool.name}: two validations of the same input gave different identity arguments ` +
           `(an impure default or transform, e.g. a timestamp); its key would change on every replay (IDENT-5)`,
@@ -484,7 +488,7 @@ export class Dispatcher implements CallDispatcher {
 
     if (tool.effect === "read") {
       // Reads have no effect to guard (EFFECT-2): run every time, never claim.
-      const result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, new AbortController().signal));
+      const result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, new LazyAbort()));
       const resultJson = canonicalize(toJsonData(result === undefined ? null : result));
       return { ...base, result: JSON.parse(resultJson) as JsonValue, resultJson, replayed: false };
     }
@@ -532,7 +536,7 @@ export class Dispatcher implements CallDispatcher {
         this.emit({ type: "request_differs", key, toolName: tool.name, ordinal, stored, replay: prepared.requestText });
       }
       if (claim.outcome === "claimed") {
-        this.emit({ type: "claimed", key, toolName: tool.name, ordinal, fence: claim.fence, takeover: claim.takeover });
+        if (this.onEvent !== undefined) this.emit({ type: "claimed", key, toolName: tool.name, ordinal, fence: claim.fence, takeover: claim.takeover });
         // A re-run (after release or takeover) sends exactly the first request (LEDGER-21).
         const args = claim.request === prepared.requestText ? prepared.args : parseStoredRequest(key, claim.request);
         return this.runClaimed({ ...prepared, args }, context, ordinal, key, claim.fence, claimSentAt, base);
@@ -647,22 +651,23 @@ export class Dispatcher implements CallDispatcher {
     base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
   ): Promise<DispatchOutcome> {
     const { tool } = prepared;
-    const lease = new AbortController();
+    const lease = new LazyAbort();
     let finished = false;
     // Our own estimate of the lease, on our clock: renewals that cannot reach the ledger past
     // it mean another attempt may already have taken the row over (DISPATCH-13).
     // The lease began no earlier than the claim was sent, so this is a safe local bound.
     let confirmedUntil = claimSentAt + this.leaseMs;
     const loseLease = (reason: "stale_claim" | "lease_unconfirmed", error: unknown) => {
-      if (finished || lease.signal.aborted) return;
-      clearInterval(renewal);
+      if (finished || lease.aborted) return;
+      stopRenewing();
       this.emit({ type: "lease_lost", key, toolName: tool.name, ordinal, reason });
       lease.abort(error);
     };
     // Keep the claim while a slow tool runs (LEDGER-9); if it is lost, tell the tool (DISPATCH-11).
-    const renewal = setInterval(() => {
+    const stopRenewing = this.renewals.add(() => {
       const sentAt = Date.now();
-      this.ledger.renew(key, fence, this.leaseMs).then(
+      // A ledger whose renew throws instead of rejecting is handled as one that rejects.
+      new Promise<unknown>((resolve) => resolve(this.ledger.renew(key, fence, this.leaseMs))).then(
         () => {
           confirmedUntil = sentAt + this.leaseMs;
         },
@@ -673,28 +678,27 @@ export class Dispatcher implements CallDispatcher {
           this.logger.warn("lease renewal failed; will retry", { key, error: describeError(error) });
         },
       );
-    }, Math.max(1, Math.floor(this.leaseMs / 3)));
-    renewal.unref?.();
+    });
 
-    this.emit({ type: "run_started", key, toolName: tool.name, ordinal });
+    if (this.onEvent !== undefined) this.emit({ type: "run_started", key, toolName: tool.name, ordinal });
     let result: unknown;
     try {
-      result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease.signal));
+      result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease));
     } catch (error) {
-      this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: false });
+      if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: false });
       // Before an outcome becomes unknown, ask the downstream (RECON-2): the run has ended, and
       // the claim is still renewed while the probe asks. After a lost lease every write is fenced.
-      const cause: ReconcileCause = lease.signal.aborted ? "lease_lost" : "tool_error";
+      const cause: ReconcileCause = lease.aborted ? "lease_lost" : "tool_error";
       const answer = mayReconcile(error)
-        ? await this.probe(tool, prepared.args, key, cause, lease.signal.aborted ? new AbortController().signal : lease.signal)
+        ? await this.probe(tool, prepared.args, key, cause, lease.aborted ? new AbortController().signal : lease.signal)
         : undefined;
       finished = true;
-      clearInterval(renewal);
+      stopRenewing();
       return this.recordFailure(error, tool, key, fence, base, context, cause, answer);
     }
     finished = true;
-    clearInterval(renewal);
-    this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: true });
+    stopRenewing();
+    if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: true });
 
     let resultJson: string;
     try {
@@ -850,7 +854,7 @@ export class Dispatcher implements CallDispatcher {
   ): Promise<void> {
     try {
       await write();
-      if (done !== undefined) this.emit({ type: "recorded", key, ...done });
+      if (done !== undefined && this.onEvent !== undefined) this.emit({ type: "recorded", key, ...done });
     } catch (error) {
       if (catalogueEntry(error)?.effect === "no") {
         throw new LedgerUnavailableError(
@@ -959,19 +963,51 @@ export class Dispatcher implements CallDispatcher {
     return answer === undefined ? mark() : this.settle(key, base, cause, answer, "unknown", mark);
   }
 
-  private runContext(toolName: string, key: string, context: TurnContext, ordinal: number, signal: AbortSignal) {
+  private runContext(toolName: string, key: string, context: TurnContext, ordinal: number, abort: LazyAbort) {
     return {
       idempotencyKey: key,
       conversationId: context.conversationId,
       turnIndex: context.turnIndex,
       ordinal,
       toolName,
-      signal,
+      // Made when the tool first reads it: most tools never do, and a controller per call was
+      // a measurable share of the dispatcher's CPU. The same signal object on every read.
+      get signal(): AbortSignal {
+        return abort.signal;
+      },
     };
   }
 
+  /** On the hot path, call sites test `onEvent` first, so no event object is built for nobody. */
   private emit(event: DispatchEvent): void {
     this.onEvent?.(event);
+  }
+}
+
+/**
+ * An AbortController made only when its signal is first read. Aborted before that, the signal
+ * it then hands out is already aborted with the same reason, as the eager one's would be.
+ */
+class LazyAbort {
+  private controller: AbortController | undefined;
+  private abortedWith: { reason: unknown } | undefined;
+
+  get signal(): AbortSignal {
+    if (this.controller === undefined) {
+      this.controller = new AbortController();
+      if (this.abortedWith !== undefined) this.controller.abort(this.abortedWith.reason);
+    }
+    return this.controller.signal;
+  }
+
+  get aborted(): boolean {
+    return this.abortedWith !== undefined;
+  }
+
+  abort(reason: unknown): void {
+    if (this.abortedWith !== undefined) return;
+    this.abortedWith = { reason };
+    this.controller?.abort(reason);
   }
 }
 
@@ -1029,6 +1065,54 @@ export class UnguardedDispatcher implements CallDispatcher {
       },
     };
   }
+}
+
+/**
+ * Whether `b` is the same JSON data as `a`, where `a` is known to have a canonical form (so its
+ * depth is bounded and it has no cycle): then their canonical texts are equal. Strict where
+ * canonicalize is strict (plain objects and arrays only, an undefined member is absent); false
+ * whenever in doubt, including when reading throws, and the caller then compares canonical text.
+ */
+function sameJsonData(a: unknown, b: unknown): boolean {
+  try {
+    return sameData(a, b);
+  } catch {
+    return false;
+  }
+}
+
+function sameData(a: unknown, b: unknown): boolean {
+  if (a === b && (typeof a !== "object" || a === null)) return true;
+  if (typeof a !== "object" || a === null || typeof b !== "object" || b === null) return false;
+  if (!isPlainContainer(a) || !isPlainContainer(b)) return false;
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) {
+      if (!Object.prototype.hasOwnProperty.call(b, i) || !sameData(a[i], b[i])) return false;
+    }
+    return true;
+  }
+  if (Array.isArray(b)) return false;
+  const ra = a as Record<string, unknown>;
+  const rb = b as Record<string, unknown>;
+  let count = 0;
+  for (const name of Object.keys(ra)) {
+    const value = ra[name];
+    if (value === undefined) continue;
+    count++;
+    if (!Object.prototype.hasOwnProperty.call(rb, name) || !sameData(value, rb[name])) return false;
+  }
+  let countB = 0;
+  for (const name of Object.keys(rb)) if (rb[name] !== undefined) countB++;
+  return count === countB;
+}
+
+/** A plain array or object with nothing JSON.stringify would drop (no symbol or non-enumerable member). */
+function isPlainContainer(value: object): boolean {
+  if (Object.getOwnPropertySymbols(value).length !== 0) return false;
+  if (Array.isArray(value)) return Object.getOwnPropertyNames(value).length === value.length + 1;
+  const proto = Object.getPrototypeOf(value) as unknown;
+  return (proto === null || proto === Object.prototype) && Object.getOwnPropertyNames(value).length === Object.keys(value).length;
 }
 
 function project(args: Record<string, unknown>, fields: readonly string[]): Record<string, unknown> {

@@ -17,10 +17,15 @@ export const MAX_RESULT_DEPTH = MAX_CANONICAL_DEPTH;
  * and nesting deeper than MAX_RESULT_DEPTH. The output is then given to `canonicalize`.
  */
 export function toJsonData(value: unknown): unknown {
-  return convert(value, "", "", 0, new Set());
+  return convert(value, "", [], 0, new Set());
 }
 
-function convert(value: unknown, holderKey: string, path: string, depth: number, ancestors: Set<object>): unknown {
+/**
+ * `path` holds the member names and indices from the root to `value`; the JSON Pointer text is
+ * built from it only when an error reports it (building one per member was most of this walk's
+ * allocation for an ordinary result).
+ */
+function convert(value: unknown, holderKey: string, path: (string | number)[], depth: number, ancestors: Set<object>): unknown {
   let current: unknown = value;
   if (typeof current === "object" && current !== null) {
     const toJSON = read(current, "toJSON", path);
@@ -28,7 +33,7 @@ function convert(value: unknown, holderKey: string, path: string, depth: number,
       try {
         current = (toJSON as (key: string) => unknown).call(current, holderKey);
       } catch (cause) {
-        throw new CanonicalizationError("unreadable", path, `toJSON() threw: ${describe(cause)}`);
+        throw new CanonicalizationError("unreadable", pointer(path), `toJSON() threw: ${describe(cause)}`);
       }
     }
   }
@@ -38,11 +43,11 @@ function convert(value: unknown, holderKey: string, path: string, depth: number,
       return current;
     case "number":
       if (!Number.isFinite(current)) {
-        throw new CanonicalizationError("non_finite_number", path, `${String(current)} has no JSON form`);
+        throw new CanonicalizationError("non_finite_number", pointer(path), `${String(current)} has no JSON form`);
       }
       return current;
     case "bigint":
-      throw new CanonicalizationError("unsupported_type", path, "a bigint is not JSON");
+      throw new CanonicalizationError("unsupported_type", pointer(path), "a bigint is not JSON");
     case "undefined":
     case "function":
     case "symbol":
@@ -53,7 +58,7 @@ function convert(value: unknown, holderKey: string, path: string, depth: number,
   if (current === null) return null;
   const obj = current as object;
   if (depth >= MAX_RESULT_DEPTH) {
-    throw new CanonicalizationError("too_deep", path, `nested deeper than ${MAX_RESULT_DEPTH} levels`);
+    throw new CanonicalizationError("too_deep", pointer(path), `nested deeper than ${MAX_RESULT_DEPTH} levels`);
   }
   if (
     obj instanceof Map ||
@@ -64,15 +69,18 @@ function convert(value: unknown, holderKey: string, path: string, depth: number,
     obj instanceof ArrayBuffer
   ) {
     const kind = (obj as { constructor?: { name?: string } }).constructor?.name ?? "object";
-    throw new CanonicalizationError("unsupported_type", path, `a ${kind} has no JSON form (JSON.stringify writes {})`);
+    throw new CanonicalizationError("unsupported_type", pointer(path), `a ${kind} has no JSON form (JSON.stringify writes {})`);
   }
-  if (ancestors.has(obj)) throw new CanonicalizationError("cycle", path, "the value contains a cycle");
+  if (ancestors.has(obj)) throw new CanonicalizationError("cycle", pointer(path), "the value contains a cycle");
   ancestors.add(obj);
   try {
     if (Array.isArray(obj)) {
       const out: unknown[] = new Array(obj.length);
       for (let i = 0; i < obj.length; i++) {
-        const item = convert(read(obj, String(i), path), String(i), `${path}/${i}`, depth + 1, ancestors);
+        const element = read(obj, String(i), path);
+        path.push(i);
+        const item = convert(element, String(i), path, depth + 1, ancestors);
+        path.pop();
         out[i] = item === undefined ? null : item;
       }
       return out;
@@ -82,11 +90,12 @@ function convert(value: unknown, holderKey: string, path: string, depth: number,
     try {
       names = Object.keys(obj);
     } catch (cause) {
-      throw new CanonicalizationError("unreadable", path, `its members cannot be listed: ${describe(cause)}`);
+      throw new CanonicalizationError("unreadable", pointer(path), `its members cannot be listed: ${describe(cause)}`);
     }
     for (const name of names) {
-      const memberPath = `${path}/${name.replace(/~/g, "~0").replace(/\//g, "~1")}`;
-      const member = convert(read(obj, name, memberPath), name, memberPath, depth + 1, ancestors);
+      path.push(name);
+      const member = convert(read(obj, name, path), name, path, depth + 1, ancestors);
+      path.pop();
       if (member !== undefined) out[name] = member;
     }
     return out;
@@ -95,11 +104,18 @@ function convert(value: unknown, holderKey: string, path: string, depth: number,
   }
 }
 
-function read(obj: object, name: string, path: string): unknown {
+/** RFC 6901 JSON Pointer of a path: "~" is written "~0" and "/" is written "~1". */
+function pointer(path: readonly (string | number)[]): string {
+  let text = "";
+  for (const token of path) text += `/${typeof token === "number" ? String(token) : token.replace(/~/g, "~0").replace(/\//g, "~1")}`;
+  return text;
+}
+
+function read(obj: object, name: string, path: readonly (string | number)[]): unknown {
   try {
     return (obj as Record<string, unknown>)[name];
   } catch (cause) {
-    throw new CanonicalizationError("unreadable", path, `reading it threw: ${describe(cause)}`);
+    throw new CanonicalizationError("unreadable", pointer(path), `reading it threw: ${describe(cause)}`);
   }
 }
 

@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { randomFillSync } from "node:crypto";
 import type { StoredError } from "./errors.js";
 
 /**
@@ -114,8 +114,21 @@ export const CLAIM_ID_PATTERN = /^[A-Za-z0-9_-]{16,64}$/;
 
 /** A fresh claim id: 128 random bits, base64url (LEDGER-26). */
 export function newClaimId(): string {
-  return randomBytes(16).toString("base64url");
+  // Drawn from a pool of CSPRNG bytes refilled 4 KiB at a time, as randomUUID does: one
+  // randomBytes(16) per dispatch was an eighth of the dispatcher's CPU. Each slice is used once.
+  if (claimIdPoolOffset + CLAIM_ID_BYTES > claimIdPool.length) {
+    randomFillSync(claimIdPool);
+    claimIdPoolOffset = 0;
+  }
+  const start = claimIdPoolOffset;
+  claimIdPoolOffset += CLAIM_ID_BYTES;
+  return claimIdPool.toString("base64url", start, start + CLAIM_ID_BYTES);
 }
+
+const CLAIM_ID_BYTES = 16;
+const claimIdPool = Buffer.allocUnsafeSlow(CLAIM_ID_BYTES * 256);
+/** Past the end: the first call fills the pool. */
+let claimIdPoolOffset = claimIdPool.length;
 
 export type ClaimResult =
   /** The caller owns the key and must run the tool, then complete, fail, mark unknown or release. */

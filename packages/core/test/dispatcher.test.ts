@@ -290,6 +290,29 @@ describe("Dispatcher", () => {
     expect((await ledger.lookup(attempts[0].key))?.fence).toBe(1);
   });
 
+  it("LEDGER-9 keeps the lease of every call running at once (one shared renewal timer), and stops renewing a finished one", async () => {
+    const memory = new MemoryLedger();
+    const renewed = new Map<string, number>();
+    const ledger: Ledger = Object.assign(Object.create(memory) as MemoryLedger, {
+      renew: (key: string, fence: number, leaseMs: number) => {
+        renewed.set(key, (renewed.get(key) ?? 0) + 1);
+        return memory.renew(key, fence, leaseMs);
+      },
+    });
+    const slow = fakePayments({ latencyMs: 200 });
+    const dispatcher = new Dispatcher({ tools: [slow.tool], ledger, leaseMs: 60, waitMs: 2_000, pollMs: 10 });
+    const payments = [0, 1, 2].map((i) => ({ ...pay, amount: pay.amount + i }));
+    const outcomes = await Promise.all(payments.map((input) => dispatcher.turn(turn0).dispatch({ name: "send_payment", input })));
+    // Each call ran 200 ms on a 60 ms lease: only renewals kept it (about one every 20 ms).
+    for (const outcome of outcomes) {
+      expect(renewed.get(outcome.key) ?? 0).toBeGreaterThanOrEqual(3);
+      expect((await memory.lookup(outcome.key))?.state).toBe("completed");
+    }
+    const after = new Map(renewed);
+    await new Promise((r) => setTimeout(r, 80));
+    expect(renewed).toEqual(after);
+  });
+
   it("LEDGER-10 a result that is not JSON fails closed: recorded as failed, never re-run", async () => {
     let runs = 0;
     const weird = defineTool({

@@ -214,6 +214,22 @@ describe("KEY-6 members JSON would silently drop are refused (hidden_member)", (
     expect(canonicalize(lazy)).toBe('{"v":1}');
     expect(reads).toBe(1);
   });
+
+  it("KEY-6 a getter beside a nested member is read once too, and a cycle below it is reported where it closes", () => {
+    let reads = 0;
+    const mixed = Object.defineProperty({ nested: { x: [1] } } as Record<string, unknown>, "v", {
+      enumerable: true,
+      get: () => ++reads,
+    });
+    expect(canonicalize(mixed)).toBe('{"nested":{"x":[1]},"v":1}');
+    expect(reads).toBe(1);
+    const loop: Record<string, unknown> = { a: 1 };
+    loop["inner"] = { back: loop };
+    expectTyped(thrownBy(() => canonicalize(loop)), "not_canonicalizable", { problem: "cycle", path: "/inner/back" });
+    const self: Record<string, unknown> = { z: 1 };
+    self["self"] = self;
+    expectTyped(thrownBy(() => canonicalize(self)), "not_canonicalizable", { problem: "cycle", path: "/self" });
+  });
 });
 
 describe("KEY-6 values whose reading throws are unreadable, with the thrown error as the cause", () => {

@@ -52,7 +52,8 @@ function summarise(parts) {
   };
 }
 
-async function deletePrefix(client, prefix) {
+/** Unlink every key under `prefix` (also used by the root bench's peers run). */
+export async function deletePrefix(client, prefix) {
   let cursor = "0";
   do {
     const [next, keys] = await client.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 2000);

@@ -100,6 +100,18 @@ export interface SqliteLedgerOptions {
    * false it is not created (an existing one is left), and listExpiredInFlight() scans the table.
    */
   inFlightIndex?: boolean;
+  /**
+   * Group commit: the writes (claim, renew, complete, fail, markUnknown, release) that arrive in
+   * the same turn of the event loop run in ONE transaction, each in its own savepoint (a write
+   * that fails rolls back alone), and each call resolves only after that transaction has
+   * committed, so an acknowledged write is exactly as durable as without it. With
+   * synchronous=FULL a commit waits for an fsync (milliseconds on many disks) and blocks the
+   * event loop meanwhile; with group commit, writes that queued up during one fsync share the
+   * next. Measured: about a third of the demo's main-thread time went to those commits.
+   * @default false
+   * @example createSqliteLedger({ path: "ledger.db", groupCommit: true })
+   */
+  groupCommit?: boolean;
   /** Rows one sweep step examines (and at most deletes) before yielding the write lock. Default 1000. */
   sweepBatchSize?: number;
   /**
@@ -208,6 +220,10 @@ export class SqliteLedger implements Ledger {
   /** listRows() statements, prepared once per filter combination. */
   private readonly listStatements = new Map<string, Database.Statement>();
   private closed = false;
+  private readonly groupCommit: boolean;
+  /** Group commit: writes waiting for the next flush, and whether a flush is running now. */
+  private pending: PendingWrite[] = [];
+  private flushing = false;
 
   constructor(options: SqliteLedgerOptions) {
     if (typeof options !== "object" || options === null) {
@@ -226,6 +242,10 @@ export class SqliteLedger implements Ledger {
       throw new InvalidLedgerInputError("inFlightIndex", `expected a boolean, got ${String(options.inFlightIndex)}`);
     }
     this.inFlightIndex = options.inFlightIndex ?? true;
+    if (options.groupCommit !== undefined && typeof options.groupCommit !== "boolean") {
+      throw new InvalidLedgerInputError("groupCommit", `expected a boolean, got ${String(options.groupCommit)}`);
+    }
+    this.groupCommit = options.groupCommit ?? false;
     if (options.busyTimeoutMs !== undefined) positiveInteger("busyTimeoutMs", options.busyTimeoutMs, 0, true);
     if (options.synchronous !== undefined && options.synchronous !== "FULL" && options.synchronous !== "NORMAL") {
       throw new InvalidLedgerInputError("synchronous", `expected "FULL" or "NORMAL", got ${JSON.stringify(options.synchronous)}`);
@@ -365,7 +385,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async complete(key: string, fence: number, result: string): Promise<void> {
-    this.guard(key, "complete", () => {
+    return this.guard(key, "complete", () => {
       if (typeof result !== "string" || !result.isWellFormed()) {
         this.assertOwned(key, fence);
         // A lone surrogate cannot be stored as UTF-8 text and read back identically.
@@ -384,7 +404,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async fail(key: string, fence: number, error: StoredError): Promise<void> {
-    this.guard(key, "fail", () => {
+    return this.guard(key, "fail", () => {
       const json = encodeStoredError(error);
       if (!isFence(fence) || this.stmts.fail.run(json, this.retentionMs, key, fence).changes !== 1) {
         throw new StaleClaimError(key, fence);
@@ -396,7 +416,7 @@ export class SqliteLedger implements Ledger {
     if (typeof reason !== "string" || !reason.isWellFormed()) {
       throw new InvalidLedgerInputError("reason", "expected a well-formed string");
     }
-    this.guard(key, "markUnknown", () => {
+    return this.guard(key, "markUnknown", () => {
       if (!isFence(fence)) throw new StaleClaimError(key, fence);
       // The audit entry and the transition commit together (RESOLVE-7).
       this.database.transaction(() => {
@@ -407,7 +427,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async release(key: string, fence: number): Promise<void> {
-    this.guard(key, "release", () => {
+    return this.guard(key, "release", () => {
       if (!isFence(fence) || this.stmts.release.run(this.retentionMs, key, fence).changes !== 1) {
         throw new StaleClaimError(key, fence);
       }
@@ -629,6 +649,8 @@ export class SqliteLedger implements Ledger {
   /** Close the connection if the ledger opened it (a brought-your-own connection is left open). */
   async close(): Promise<void> {
     if (this.closed) return;
+    // Writes already accepted are committed (or refused) before the connection goes.
+    if (this.pending.length > 0) this.flush();
     this.closed = true;
     if (this.ownsDatabase && this.database.open) this.database.close();
   }
@@ -751,7 +773,10 @@ export class SqliteLedger implements Ledger {
   private guard<T>(key: string | undefined, operation: string, fn: () => T): T {
     // A connection closed under us (brought-your-own) makes the driver throw, mapped below.
     if (this.closed) throw new LedgerUnavailableError(`SQLite ledger ${operation}: the ledger is closed`);
-    if (this.database.inTransaction) {
+    // Group commit: a write joins the next batch; its caller awaits the batch's commit (the
+    // write methods return this promise, so none of them resolves before it).
+    if (this.groupCommit && !this.flushing && WRITES.has(operation)) return this.enqueue(key, operation, fn) as T;
+    if (this.database.inTransaction && !this.flushing) {
       // Inside the caller's transaction our writes could still roll back after we report them:
       // a claim undone after the tool ran lets a replay run it again (LEDGER-22). Refused
       // before any statement runs, so nothing is written.
@@ -773,6 +798,89 @@ export class SqliteLedger implements Ledger {
       throw new LedgerUnavailableError(`SQLite ledger ${operation} failed: ${message(cause)}`, { cause });
     }
   }
+
+  private enqueue<T>(key: string | undefined, operation: string, fn: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.pending.push({ key, operation, fn, resolve: resolve as (value: unknown) => void, reject });
+      if (this.pending.length === 1) setImmediate(() => this.flush());
+    });
+  }
+
+  /**
+   * Run the pending writes in one BEGIN IMMEDIATE transaction, each in a savepoint, then COMMIT,
+   * then answer each caller: nothing is acknowledged before the commit. If the transaction
+   * cannot begin or commit, every write in it fails with ledger_unavailable (none was written).
+   */
+  private flush(): void {
+    const batch = this.pending;
+    this.pending = [];
+    if (batch.length === 0) return;
+    if (this.closed) {
+      for (const op of batch) op.reject(new LedgerUnavailableError(`SQLite ledger ${op.operation}: the ledger is closed`));
+      return;
+    }
+    const db = this.database;
+    if (db.inTransaction) {
+      // Same refusal as without group commit (LEDGER-22), before anything is written.
+      for (const op of batch) {
+        op.reject(new InvalidLedgerInputError("database", `SQLite ledger ${op.operation}: the connection is inside a transaction; the ledger must commit its own writes`));
+      }
+      return;
+    }
+    const outcomes: { ok: boolean; value?: unknown; error?: unknown }[] = [];
+    this.flushing = true;
+    try {
+      try {
+        db.exec("BEGIN IMMEDIATE");
+      } catch (cause) {
+        const error = new LedgerUnavailableError(`SQLite ledger group commit could not begin: ${message(cause)}`, { cause });
+        for (const op of batch) op.reject(error);
+        return;
+      }
+      for (const op of batch) {
+        db.exec("SAVEPOINT dispatch_once_write");
+        try {
+          const value = this.guard(op.key, op.operation, op.fn);
+          db.exec("RELEASE dispatch_once_write");
+          outcomes.push({ ok: true, value });
+        } catch (error) {
+          db.exec("ROLLBACK TO dispatch_once_write");
+          db.exec("RELEASE dispatch_once_write");
+          outcomes.push({ ok: false, error });
+        }
+      }
+      db.exec("COMMIT");
+    } catch (cause) {
+      // The commit (or a savepoint statement: the connection broke) failed: roll back and report
+      // every write of the batch unwritten.
+      try {
+        if (db.inTransaction) db.exec("ROLLBACK");
+      } catch {
+        // The rollback's own failure changes nothing: the batch is reported as not written.
+      }
+      const error = new LedgerUnavailableError(`SQLite ledger group commit failed: ${message(cause)}`, { cause });
+      for (const op of batch) op.reject(error);
+      return;
+    } finally {
+      this.flushing = false;
+    }
+    batch.forEach((op, i) => {
+      const outcome = outcomes[i]!;
+      if (outcome.ok) op.resolve(outcome.value);
+      else op.reject(outcome.error);
+    });
+  }
+}
+
+/** The operations that write, and so join a group commit. */
+const WRITES: ReadonlySet<string> = new Set(["claim", "renew", "complete", "fail", "markUnknown", "release"]);
+
+interface PendingWrite {
+  key: string | undefined;
+  operation: string;
+  fn: () => unknown;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
 }
 
 /** Open (or adopt) a SQLite ledger. A string is a file path. */

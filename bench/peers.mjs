@@ -1,0 +1,137 @@
+// `pnpm bench --peers`: Dispatch-Once beside a peer library on the same store and workload.
+// The peer is the AWS Powertools idempotency utility with its Redis persistence layer
+// (@aws-lambda-powertools/idempotency CachePersistenceLayer over @redis/client), wrapping the
+// same payment function that Dispatch-Once's Dispatcher runs over its Redis ledger. Each call is
+// a new logical call (a fresh key): claim, run, record the result. Sides are measured in
+// interleaved slices, with the raw floor (SET NX + SET XX) beside them. A benchmark: asserts nothing.
+import { randomBytes } from "node:crypto";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, "..");
+const require = createRequire(join(here, "package.json"));
+const SLICES = 3;
+
+const pay = (i) => ({ payee: "acme-supplies", amount: 12_500 + (i % 97), currency: "EUR", reference: `P-${i}`, memo: "invoice 7" });
+
+async function drive(concurrency, ms, op) {
+  const end = performance.now() + ms;
+  const started = performance.now();
+  let ops = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < end) {
+        await op();
+        ops++;
+      }
+    }),
+  );
+  return { ops, elapsedMs: performance.now() - started };
+}
+
+const rate = (parts) => Math.round((parts.reduce((n, p) => n + p.ops, 0) / parts.reduce((n, p) => n + p.elapsedMs, 0)) * 1000);
+
+export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64], url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379" } = {}) {
+  const core = await import(pathToFileURL(join(root, "packages", "core", "dist", "index.js")).href);
+  const { RedisLedger } = await import(pathToFileURL(join(root, "packages", "ledger-redis", "dist", "index.js")).href);
+  const { deletePrefix } = await import(pathToFileURL(join(root, "packages", "ledger-redis", "bench", "bench.mjs")).href);
+  const { z } = require("zod");
+  const { Redis } = require("ioredis");
+  const { createClient } = require("@redis/client");
+  const { makeIdempotent, IdempotencyConfig } = require("@aws-lambda-powertools/idempotency");
+  const { CachePersistenceLayer } = require("@aws-lambda-powertools/idempotency/cache");
+
+  const prefix = `do-peers-${process.pid}-${randomBytes(4).toString("hex")}`;
+  const floor = new Redis(url);
+  const ledger = new RedisLedger({ url, prefix: `${prefix}:ledger`, retentionMs: 60_000, allowShortRetentionForTests: true });
+  const redisClient = createClient({ url });
+  await redisClient.connect();
+  const result = { paymentId: "pay_0123456789", status: "accepted" };
+  let n = 0;
+
+  const tool = core.defineTool({
+    name: "send_payment",
+    effect: "keyed_write",
+    input: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string().length(3), reference: z.string(), memo: z.string().optional() }),
+    identity: ["payee", "amount", "currency", "reference"],
+    async run() {
+      return result;
+    },
+  });
+  const dispatcher = new core.Dispatcher({ tools: [tool], ledger });
+  const dispatchOnce = async () => {
+    const i = n++;
+    await dispatcher.turn({ conversationId: `${prefix}-c${i}`, turnIndex: 0 }).dispatch({ name: "send_payment", input: pay(i) });
+  };
+
+  // Powertools: the payment arguments are the payload it hashes into the key (all of them: it has no identity projection).
+  // @redis/client 6's typings and Powertools' CacheClient interface disagree on option types; the calls it makes (get, set NX EX, del) match.
+  const persistenceStore = new CachePersistenceLayer({ client: /** @type {any} */ (redisClient) });
+  const config = new IdempotencyConfig({ expiresAfterSeconds: 60 });
+  // As inside a Lambda invocation: Powertools then bounds an in-progress record by the time left
+  // (our lease), and does not warn on every call that it cannot tell the time left.
+  config.registerLambdaContext({ getRemainingTimeInMillis: () => 900_000 });
+  const idempotentPay = makeIdempotent(/** @type {(payment: object) => Promise<object>} */ (async () => result), { persistenceStore, config, keyPrefix: `${prefix}:pt` });
+  const powertools = async () => {
+    await idempotentPay(pay(n++));
+  };
+
+  const resultText = JSON.stringify(result);
+  const floorOp = async () => {
+    const key = `${prefix}:floor:{${n++}}`;
+    if ((await floor.set(key, "in_flight", "NX")) !== "OK") throw new Error("floor claim lost");
+    await floor.set(key, resultText, "PX", 60_000, "XX");
+  };
+
+  const rows = [];
+  try {
+    // Warm-up (scripts loaded, JIT), then check that the peer really stores and replays.
+    await drive(4, 300, floorOp);
+    await drive(4, 300, dispatchOnce);
+    await drive(4, 300, powertools);
+    const probe = pay(-1);
+    let runs = 0;
+    const counted = makeIdempotent(/** @type {(payment: object) => Promise<object>} */ (async () => ({ run: ++runs })), { persistenceStore, config, keyPrefix: `${prefix}:pt` });
+    await counted(probe);
+    await counted(probe);
+    if (runs !== 1) throw new Error(`the Powertools layer ran a repeated call ${runs} times`);
+
+    const slice = Math.max(50, Math.floor(durationMs / SLICES));
+    for (const concurrency of concurrencies) {
+      const parts = { floor: [], dispatchOnce: [], powertools: [] };
+      for (let s = 0; s < SLICES; s++) {
+        parts.floor.push(await drive(concurrency, slice, floorOp));
+        parts.dispatchOnce.push(await drive(concurrency, slice, dispatchOnce));
+        parts.powertools.push(await drive(concurrency, slice, powertools));
+      }
+      const f = rate(parts.floor);
+      const d = rate(parts.dispatchOnce);
+      const p = rate(parts.powertools);
+      rows.push({
+        concurrency,
+        floorOpsPerSec: f,
+        dispatchOnceOpsPerSec: d,
+        powertoolsOpsPerSec: p,
+        dispatchOnceToFloor: round(d / f),
+        powertoolsToFloor: round(p / f),
+        dispatchOnceToPowertools: round(d / p),
+      });
+    }
+  } finally {
+    await deletePrefix(floor, prefix).catch(() => {});
+    await ledger.close();
+    await redisClient.quit().catch(() => {});
+    await floor.quit();
+  }
+  return { peer: "@aws-lambda-powertools/idempotency 2.35.0 (CachePersistenceLayer, @redis/client 6.3.1)", workload: "dispatch of a new payment call", rows };
+}
+
+function round(x) {
+  return Number(x.toFixed(2));
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  console.log(JSON.stringify(await benchPeers({ durationMs: Number(process.argv[2] ?? 3000) }), null, 2));
+}
