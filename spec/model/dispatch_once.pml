@@ -42,6 +42,9 @@
  *             downstream holds for the key, so the downstream collapses the re-run (LEDGER-21)
  *   P_END     every send returns and every message ends answered or failed (at every terminal
  *             state; the LTL formula `terminates` at the end says it under weak fairness)
+ *   P_NOFALSE an unkeyed_write row turns unknown by lease expiry (LEDGER-7) only under a claim
+ *             that could have run the tool: its `claimed` reached its claimant, or its claimant
+ *             crashed, paused past the lease or lost the ledger (no false `unknown`)
  *
  * Switches that put an old or current behaviour back, each expected to yield a counterexample:
  *   -DOLD_RERUN        turn-1: a re-run sends the replay's own arguments, not the stored
@@ -55,6 +58,10 @@
  *                      takeover, whose earlier run may have performed the effect (RECORD-2)
  *   -DRESUME_SAYS_NOT  main: a runner that resumed a message bound by an earlier holder records
  *                      only its own attempts; the earlier holder may still act (RECORD-2, -5)
+ *   -DGUARD=0          main: nothing keeps a late copy of a claim from taking a released row
+ *                      (LEDGER-26's known residual)
+ *   -DGUARD=1          branch h/K: a released row refuses only the claim id it was released under
+ *   (GUARD 2, the default, is the guard the model verifies: see the configuration below)
  */
 
 /* ------------------------------------------------------------------ configuration */

@@ -92,6 +92,13 @@ const CHECKS = [
     defines: { ...NONE, ...LOSTCLAIM, REFUSALS: 1, STREAMCUTS: 1, REDELIVERIES: 1 },
   },
   {
+    name: "lost-claim-tombstone",
+    kind: "verify",
+    about: "branch h/K's guard (GUARD 1: a released row refuses only the claim id it was released under) keeps "
+      + "every other property with the faults of lost-claim; P_NOFALSE is off (late-claim-tombstone breaks it)",
+    defines: { ...NONE, ...LOSTCLAIM, REFUSALS: 1, STREAMCUTS: 1, REDELIVERIES: 1, GUARD: 1, CHECK_NOFALSE: 0 },
+  },
+  {
     name: "lost-claim-pause",
     kind: "verify",
     about: "a lost claim reply and a late claim, with a pause past a lease (of a holder, or of a claimant "
@@ -273,7 +280,7 @@ const selected = only ? CHECKS.filter((c) => only.includes(c.name)) : CHECKS.fil
 const COST = {
   "deep-volatile": 19, "deep-partition": 18, "deep-outcomes": 17, "deep-lost-claim": 16,
   "lease-b": 9, "lease-a": 8, volatile: 7.5, replay: 7, retention: 6, "lost-claim-pause": 5, liveness: 4, acyclic: 3,
-  "lost-claim": 2.5, "volatile-replay": 2, "lost-claim-crash": 1.9,
+  "lost-claim-tombstone": 2.7, "lost-claim": 2.5, "volatile-replay": 2, "lost-claim-crash": 1.9,
 };
 const queue = selected.map((c, i) => i).sort((a, b) => (COST[selected[b].name] ?? 0) - (COST[selected[a].name] ?? 0));
 if (only && selected.length !== only.length) {
