@@ -42,6 +42,9 @@
  *             downstream holds for the key, so the downstream collapses the re-run (LEDGER-21)
  *   P_END     every send returns and every message ends answered or failed (at every terminal
  *             state; the LTL formula `terminates` at the end says it under weak fairness)
+ *   P_NOFALSE an unkeyed_write row turns unknown by lease expiry (LEDGER-7) only under a claim
+ *             that could have run the tool: its `claimed` reached its claimant, or its claimant
+ *             crashed, paused past the lease or lost the ledger (no false `unknown`)
  *
  * Switches that put an old or current behaviour back, each expected to yield a counterexample:
  *   -DOLD_RERUN        turn-1: a re-run sends the replay's own arguments, not the stored
@@ -55,6 +58,10 @@
  *                      takeover, whose earlier run may have performed the effect (RECORD-2)
  *   -DRESUME_SAYS_NOT  main: a runner that resumed a message bound by an earlier holder records
  *                      only its own attempts; the earlier holder may still act (RECORD-2, -5)
+ *   -DGUARD=0          main: nothing keeps a late copy of a claim from taking a released row
+ *                      (LEDGER-26's known residual)
+ *   -DGUARD=1          branch h/K: a released row refuses only the claim id it was released under
+ *   (GUARD 2, the default, is the guard the model verifies: see the configuration below)
  */
 
 /* ------------------------------------------------------------------ configuration */
@@ -95,6 +102,28 @@
 #ifndef VOLATILE
 #define VOLATILE 0       /* >0: a volatile ledger may lose that many rows at any time */
 #endif
+#ifndef LOSTCLAIMS
+#define LOSTCLAIMS 0     /* claims whose reply is lost: applied by the ledger or not (LEDGER-12, LEDGER-26) */
+#endif
+#ifndef LATECLAIMS
+#define LATECLAIMS 0     /* claims the store holds and applies at any later moment (a paused store, a frozen connection) */
+#endif
+/* Claim ids (LEDGER-26, DISPATCH-16) are minted only when a claim reply can be lost: without
+ * that fault they change nothing, and the other checks keep their state space. */
+#define CLAIMIDS (LOSTCLAIMS + LATECLAIMS > 0)
+/* How a copy of a claim applied after its claimant stopped waiting is kept from taking a row:
+ *   GUARD 0  the code on main: nothing (LEDGER-26's known residual)
+ *   GUARD 1  tombstone (branch h/K): a released row keeps the claim id it was released under and
+ *            refuses a claim carrying it
+ *   GUARD 2  retire (proposed here): GUARD 1, and the dispatcher retires every claim id of which
+ *            a copy may still be on its way (any claim of the dispatch met ledger_unavailable),
+ *            whatever the dispatch ended with; the ledger keeps the retired ids of the key
+ *            (until retention) and refuses every claim carrying one */
+#ifndef GUARD
+#define GUARD 2
+#endif
+#define TOMBSTONE (GUARD >= 1)
+#define RETIRE (GUARD >= 2)
 #ifdef ALL_KEYED
 #define KEYED(i) true
 #else
@@ -131,6 +160,9 @@
 #ifndef CHECK_END
 #define CHECK_END 1
 #endif
+#ifndef CHECK_NOFALSE
+#define CHECK_NOFALSE 1
+#endif
 
 /* The properties as constant bits, so that spin names the one an assertion belongs to. */
 bit P_ONCE = CHECK_ONCE;
@@ -141,6 +173,7 @@ bit P_FENCE = CHECK_FENCE;
 bit P_OWNER = CHECK_OWNER;
 bit P_SAME = CHECK_SAME;
 bit P_END = CHECK_END;
+bit P_NOFALSE = CHECK_NOFALSE;
 
 /* ------------------------------------------------------------------ sizes and codes */
 
@@ -232,6 +265,23 @@ byte rfence[K];
 bool rlive[K];           /* lease not expired (LEDGER-6) */
 byte rreq[K];            /* stored request (LEDGER-21) */
 
+/* claim ids (LEDGER-26, DISPATCH-16): an id is a number, fresh for every dispatch (cidctr) */
+byte cidctr;
+byte rcid[K];            /* the claim id stored with the in-flight row */
+byte rrel[K];            /* TOMBSTONE: the claim id the row was last released under */
+byte ccid[W];            /* claim id the worker is sending again after a lost reply (claimRetrying) */
+byte bgk[W];             /* settleLostClaim pending: key +1 */
+byte bgcid[W];           /* its claim id */
+byte bgrq[W];            /* its request */
+bool bgrel[W];           /* RETIRE: the dispatch never took the row: release it if held under the id */
+int rret[K];             /* RETIRE: the key's retired claim ids, a bit per id */
+#define RETIRED(kk, c) (RETIRE && ((rret[kk] >> (c)) & 1))
+byte lk;                 /* a claim the store holds, to apply later: key +1 */
+byte lcid;               /* its claim id */
+byte lrq;                /* its request */
+byte lw;                 /* its claimant */
+bit took;                /* scratch: the unseen claim just applied took the row */
+
 /* keyed downstream */
 byte ds[K];
 byte dsfp[K];            /* payload fingerprint: the request id first sent under the key */
@@ -261,6 +311,8 @@ byte b_ns = NOTSTORABLE;
 byte b_redeliver = REDELIVERIES;
 byte b_part = PARTITIONS;
 byte b_lose = VOLATILE;
+byte b_lostc = LOSTCLAIMS;
+byte b_late = LATECLAIMS;
 
 /* ghosts: what happened in the world, for the properties only */
 byte eff[M];             /* downstream effects per intent */
@@ -271,6 +323,20 @@ byte maxf[K];            /* highest fence issued for the key within retention */
 byte gid[K];             /* claims granted for the key, ever (never reset) */
 byte lin[K];             /* how often the ledger forgot the key: a row's lineage */
 byte dslin[K];           /* lineage of the claim whose request the downstream holds */
+byte rcl[K];             /* the in-flight row's claim, as its claimant knows it (CLAIMIDS only): */
+#define CL_KNOWN 0       /*   its `claimed` reached the claimant, who may have sent the request */
+#define CL_LOST 1        /*   applied, but its claimant never learned it (lost reply, late claim) */
+#define CL_EXCUSED 0     /*   unseen, and its claimant paused past the lease or lost the ledger */
+byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (CL_LOST only) */
+
+/* P_NOFALSE: an unkeyed_write row turns unknown by lease expiry (LEDGER-7) only under a claim
+ * that could have run the tool: one whose `claimed` reached its claimant (who may have sent the
+ * request), or whose claimant crashed, paused past the lease or was cut off from the ledger
+ * before it could take the claim up or release it (DISPATCH-16: indistinguishable from one
+ * that died after sending). Anything else is a false `unknown`: a call that never ran, which a
+ * person must settle. */
+#define NOFALSE(k) \
+  assert(!P_NOFALSE || !CLAIMIDS || rcl[k] != CL_LOST || crashed[rown[k] - 1] || part[rown[k] - 1])
 
 #define EFFECT(k) \
   eff[INTENT(k)]++; effk[k]++; mine = true; \
@@ -299,6 +365,51 @@ byte dslin[K];           /* lineage of the claim whose request the downstream ho
   fi
 #define TRUTHFUL_TURN(x) (tres[x] != C_FAILED || effk[KEY(x, tmsg[x] - 1)] == 0)
 
+/* ------------------------------------------------------------------ unseen claims (LEDGER-26) */
+
+/* A claim nobody hears the answer to (LEDGER-26): a claim whose reply was lost, a claim the
+ * store applies late, the claim of settleLostClaim (its answer is acted on in the same step).
+ * The ledger's claim (§6.2, memory-ledger.ts claim()), by claim id c of worker x; took says
+ * whether it took the row. */
+inline TAKE_UNSEEN(kk, f, c, x) {
+  rst[kk] = R_INFLIGHT; rfence[kk] = f; rlive[kk] = true; rcid[kk] = c;
+  assert(!P_FENCE || rfence[kk] > maxf[kk]);          /* P_FENCE (LEDGER-4) */
+  maxf[kk] = rfence[kk]; gid[kk]++; rcl[kk] = CL_LOST; rown[kk] = x + 1; rrel[kk] = 0; took = true
+}
+inline APPLY_UNSEEN(kk, c, q, x) {
+  took = false;
+  if
+  :: RETIRED(kk, c) ->
+     printf("@@ --   claim id %d on key %d refused: retired (stale_claim)\n", c, kk)
+  :: !RETIRED(kk, c) && rst[kk] == R_INFLIGHT && rcid[kk] == c ->
+     /* LEDGER-26: its own claim id on its own in-flight row: the same claim, lease restarted */
+     rlive[kk] = true; took = true;
+     printf("@@ --   the ledger recognises claim id %d on key %d: same claim, fence %d, lease restarted (LEDGER-26)\n", c, kk, rfence[kk])
+  :: !RETIRED(kk, c) && rst[kk] == R_NONE ->
+     rreq[kk] = q; TAKE_UNSEEN(kk, 1, c, x);
+     printf("@@ --   claim id %d of W%d takes key %d: fence 1, stores request %d\n", c, x, kk, q)
+  :: !RETIRED(kk, c) && rst[kk] == R_RELEASED && !(TOMBSTONE && rrel[kk] == c) ->
+     TAKE_UNSEEN(kk, rfence[kk] + 1, c, x);
+     printf("@@ --   claim id %d of W%d re-claims released key %d: fence %d\n", c, x, kk, rfence[kk])
+  :: !RETIRED(kk, c) && rst[kk] == R_RELEASED && TOMBSTONE && rrel[kk] == c ->
+     printf("@@ --   claim id %d on key %d refused: the row was released under it (tombstone)\n", c, kk)
+  :: !RETIRED(kk, c) && rst[kk] == R_INFLIGHT && rcid[kk] != c && !rlive[kk] && KEYED(INTENT(kk)) ->
+     TAKE_UNSEEN(kk, rfence[kk] + 1, c, x);
+     printf("@@ --   claim id %d of W%d takes over expired key %d: fence %d\n", c, x, kk, rfence[kk])
+  :: !RETIRED(kk, c) && rst[kk] == R_INFLIGHT && rcid[kk] != c && !rlive[kk] && !KEYED(INTENT(kk)) ->
+     printf("@@ --   claim id %d finds key %d expired: unknown (lease_expired, LEDGER-7)\n", c, kk);
+     NOFALSE(kk);                                   /* P_NOFALSE */
+     rst[kk] = R_UNKNOWN
+  :: else ->
+     printf("@@ --   claim id %d on key %d: existing row, nothing taken\n", c, kk)
+  fi
+}
+/* A released row forgets its claim id and, with the guard, keeps it as a tombstone. */
+#define RELEASE_ROW(kk) \
+  rst[kk] = R_RELEASED; \
+  if :: TOMBSTONE && CLAIMIDS -> rrel[kk] = rcid[kk] :: else fi; \
+  rcid[kk] = 0; rcl[kk] = 0; rown[kk] = 0
+
 /* ------------------------------------------------------------------ the worker */
 
 #include "worker.pml"
@@ -315,6 +426,8 @@ proctype Worker(byte w) provided (!crashed[w]) {
   byte cf;       /* fence of the ledger claim */
   byte cg;       /* which grant of the key that claim was (ghost) */
   byte cl;       /* the row lineage that claim belongs to (ghost) */
+  byte cid;      /* the dispatch's claim id (LEDGER-26, DISPATCH-16), 0 without CLAIMIDS */
+  bool lc;       /* a claim of this dispatch met ledger_unavailable: a copy may be on its way */
   byte out;      /* what the downstream call returned */
   byte res;      /* how the dispatch resolved */
   byte say;      /* strongest statement about k in this turn's record (RECORD-5) */
@@ -339,8 +452,13 @@ end_idle:
 /* Ownership is the fence (LEDGER-16): worker x holds row k while its claim's fence is the row's. */
 #define HELD_BY(x, k) (!crashed[x] && hold[x] == (k) + 1 && hfence[x] == rfence[k])
 #define ORPHAN(k) (!HELD_BY(0, k) && !HELD_BY(1, k))
+/* A claim whose reply was lost is still tended by its claimant while it sends the claim again
+ * (claimRetrying) or releases it (settleLostClaim): both come back within a third of the lease
+ * (DISPATCH-16), so the lease does not run out meanwhile unless the claimant pauses. */
+#define TENDS(x, k) (rcid[k] != 0 && !crashed[x] && !part[x] && (ccid[x] == rcid[k] || bgcid[x] == rcid[k]))
+#define TENDED(k) (TENDS(0, k) || TENDS(1, k))
 #define EXPIRE_FREE(k) (rst[k] == R_INFLIGHT && rlive[k] && \
-                        (ORPHAN(k) || (HELD_BY(0, k) && part[0]) || (HELD_BY(1, k) && part[1])))
+                        ((ORPHAN(k) && !TENDED(k)) || (HELD_BY(0, k) && part[0]) || (HELD_BY(1, k) && part[1])))
 #define SELF_FENCE_AT(x, k) \
   if \
   :: SELF_FENCE && HELD_BY(x, k) && part[x] -> \
@@ -392,13 +510,14 @@ end_ds:
  * flight; only a claim acts on an expired lease (LEDGER-17). */
 #define SETTLED_FOR_GOOD(i) (ms[i] == MS_ANSWERED || (ms[i] == MS_FAILED && lastBound != (i) + 1))
 #define LATE_BOUNDED(x) (!crashed[x] && !(part[x] && pend[x] && !SELF_FENCE))
-#define PINNED(k) ((wk[0] == (k) + 1 && LATE_BOUNDED(0)) || (wk[1] == (k) + 1 && LATE_BOUNDED(1)))
+#define PINNED(k) ((wk[0] == (k) + 1 && LATE_BOUNDED(0)) || (wk[1] == (k) + 1 && LATE_BOUNDED(1)) || \
+                   lk == (k) + 1 || bgk[0] == (k) + 1 || bgk[1] == (k) + 1)
 #define FINISHED(k) (rst[k] != R_NONE && rst[k] != R_INFLIGHT)
 #define RETAIN(k) \
   atomic { RETENTION && SETTLED_FOR_GOOD(INTENT(k)) && !PINNED(k) && \
            (FINISHED(k) || ds[k] == DS_DONE || ds[k] == DS_DECL) -> \
     if \
-    :: FINISHED(k) -> rst[k] = R_NONE; rfence[k] = 0; rreq[k] = 0; maxf[k] = 0; lin[k]++ \
+    :: FINISHED(k) -> rst[k] = R_NONE; rfence[k] = 0; rreq[k] = 0; maxf[k] = 0; lin[k]++; rrel[k] = 0; rret[k] = 0 \
     :: else \
     fi; \
     if \
@@ -411,6 +530,7 @@ end_ds:
 #define LOSE(k) \
   atomic { b_lose > 0 && rst[k] != R_NONE && KEYED(INTENT(k)) -> \
     b_lose--; rst[k] = R_NONE; rfence[k] = 0; rreq[k] = 0; maxf[k] = 0; lin[k]++; \
+    rcid[k] = 0; rrel[k] = 0; rret[k] = 0; rcl[k] = 0; rown[k] = 0; \
     printf("@@ --   the volatile ledger loses key %d\n", k) }
 /* Worker x freezes (a long GC, a stopped container) past the lease of its turn, of its claim,
  * or both: they lapse on the store's clock while it cannot renew them. */
@@ -424,12 +544,40 @@ end_ds:
   :: atomic { b_pause > 0 && !crashed[x] && LIVE_ROW(x) -> \
        b_pause--; printf("@@ W%d   pauses (GC) past its claim's lease\n", x); EXPIRE(hold[x] - 1) } \
   :: atomic { b_pause > 0 && !crashed[x] && LIVE_TURN(x) && LIVE_ROW(x) -> \
-       b_pause--; printf("@@ W%d   pauses (GC) past both its leases\n", x); EXPIRE_TURN(x); EXPIRE(hold[x] - 1) }
+       b_pause--; printf("@@ W%d   pauses (GC) past both its leases\n", x); EXPIRE_TURN(x); EXPIRE(hold[x] - 1) } \
+  :: atomic { b_pause > 0 && wk[x] != 0 && rst[wk[x] - 1] == R_INFLIGHT && rlive[wk[x] - 1] && TENDS(x, wk[x] - 1) -> \
+       b_pause--; printf("@@ W%d   pauses (GC) while it sends its claim again, past the claim's lease\n", x); \
+       rcl[wk[x] - 1] = CL_EXCUSED; rown[wk[x] - 1] = 0; EXPIRE(wk[x] - 1) } \
+  :: atomic { b_pause > 0 && bgk[x] != 0 && rst[bgk[x] - 1] == R_INFLIGHT && rlive[bgk[x] - 1] && TENDS(x, bgk[x] - 1) -> \
+       b_pause--; printf("@@ W%d   pauses (GC) before it settles its lost claim, past the claim's lease\n", x); \
+       rcl[bgk[x] - 1] = CL_EXCUSED; rown[bgk[x] - 1] = 0; EXPIRE(bgk[x] - 1) }
 
 #define CRASH(x) \
   atomic { b_crash > 0 && busy[x] && !crashed[x] && nfull(inbox) -> \
     b_crash--; crashed[x] = true; busy[x] = false; inbox ! cmsg[x]; \
+    ccid[x] = 0; bgk[x] = 0; bgcid[x] = 0; bgrq[x] = 0; bgrel[x] = false; \
     printf("@@ W%d   crashes; the queue redelivers message %d\n", x, cmsg[x]) }
+
+#define SETTLE(x) \
+  atomic { bgk[x] != 0 && !crashed[x] && !part[x] -> \
+    if \
+    :: !RETIRE -> \
+       printf("@@ W%d   settles its lost claim: claims key %d again with claim id %d (DISPATCH-16)\n", x, bgk[x] - 1, bgcid[x]); \
+       APPLY_UNSEEN(bgk[x] - 1, bgcid[x], bgrq[x], x); \
+       if \
+       :: took -> RELEASE_ROW(bgk[x] - 1); printf("@@ W%d   releases key %d by its claim id (the tool did not run)\n", x, bgk[x] - 1) \
+       :: else \
+       fi \
+    :: RETIRE -> \
+       /* retire: release the row if this claim holds it and its tool never ran; refuse the id for good */ \
+       if \
+       :: bgrel[x] && rst[bgk[x] - 1] == R_INFLIGHT && rcid[bgk[x] - 1] == bgcid[x] -> \
+          RELEASE_ROW(bgk[x] - 1); printf("@@ W%d   retires claim id %d: releases key %d, held under it (the tool did not run)\n", x, bgcid[x], bgk[x] - 1) \
+       :: else -> printf("@@ W%d   retires claim id %d on key %d\n", x, bgcid[x], bgk[x] - 1) \
+       fi; \
+       rret[bgk[x] - 1] = rret[bgk[x] - 1] | (1 << bgcid[x]) \
+    fi; \
+    took = false; bgk[x] = 0; bgcid[x] = 0; bgrq[x] = 0; bgrel[x] = false }
 
 active proctype Env() {
 end_env:
@@ -457,6 +605,16 @@ end_env:
   :: RETAIN(1)
   :: RETAIN(2)
   :: RETAIN(3)
+  /* a claim the store held (a paused store, a frozen connection) is applied now (LEDGER-26) */
+  :: atomic { lk != 0 ->
+       printf("@@ --   the store applies W%d's late claim (claim id %d) on key %d now\n", lw, lcid, lk - 1);
+       APPLY_UNSEEN(lk - 1, lcid, lrq, lw); took = false; lk = 0; lcid = 0; lrq = 0; lw = 0 }
+  /* settleLostClaim (DISPATCH-16): claim again with the lost claim's id; release if claimed */
+  :: SETTLE(0)
+  :: SETTLE(1)
+  /* a claimant cut off from the ledger gives its settling up: the row, if any, is the lease's */
+  :: atomic { bgk[0] != 0 && part[0] -> printf("@@ W0   gives up settling its lost claim\n"); bgk[0] = 0; bgcid[0] = 0; bgrq[0] = 0; bgrel[0] = false }
+  :: atomic { bgk[1] != 0 && part[1] -> printf("@@ W1   gives up settling its lost claim\n"); bgk[1] = 0; bgcid[1] = 0; bgrq[1] = 0; bgrel[1] = false }
   /* a volatile ledger forgets (LEDGER-14) */
   :: LOSE(0)
   :: LOSE(1)

@@ -24,10 +24,10 @@ const MODEL = "dispatch_once.pml";
 // Every fault budget at zero; each check switches on what it is about.
 const NONE = {
   CRASHES: 0, PAUSES: 0, STREAMCUTS: 0, REWORDS: 0, LOSTS: 0, REFUSALS: 0,
-  DECLINES: 0, NOTSTORABLE: 0, REDELIVERIES: 0, PARTITIONS: 0, RETENTION: 0, VOLATILE: 0,
+  DECLINES: 0, NOTSTORABLE: 0, REDELIVERIES: 0, PARTITIONS: 0, RETENTION: 0, VOLATILE: 0, LOSTCLAIMS: 0, LATECLAIMS: 0,
 };
 const ONLY = (property) => ({
-  CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_TRUTH: 0, CHECK_RECORD: 0, CHECK_FENCE: 0, CHECK_OWNER: 0, CHECK_SAME: 0, CHECK_END: 0,
+  CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_TRUTH: 0, CHECK_RECORD: 0, CHECK_FENCE: 0, CHECK_OWNER: 0, CHECK_SAME: 0, CHECK_END: 0, CHECK_NOFALSE: 0,
   [`CHECK_${property}`]: 1,
 });
 
@@ -36,6 +36,8 @@ const LEASE_A = { CRASHES: 1, PAUSES: 1, STREAMCUTS: 2, REFUSALS: 1 };
 const LEASE_B = { CRASHES: 1, PAUSES: 1, LOSTS: 1, REWORDS: 1 };
 const RETAIN = { PARTITIONS: 1, RETENTION: 1, PAUSES: 1, STREAMCUTS: 1 };
 const VOLATILE = { ALL_KEYED: true, VOLATILE: 1, REWORDS: 1, PAUSES: 1, REFUSALS: 1 };
+// A claim whose reply is lost (applied or not) and a claim the store applies late (LEDGER-26, DISPATCH-16).
+const LOSTCLAIM = { LOSTCLAIMS: 1, LATECLAIMS: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
 const CHECKS = [
@@ -83,6 +85,34 @@ const CHECKS = [
     defines: { ...NONE, ALL_KEYED: true, VOLATILE: 1, LOSTS: 1, REFUSALS: 1, REWORDS: 1, REDELIVERIES: 1, CHECK_OWNER: 0 },
   },
   {
+    name: "lost-claim",
+    kind: "verify",
+    about: "a claim whose reply is lost (applied or not) and a claim the store applies late, with claim ids, "
+      + "retries, settling and retiring (GUARD 2), a refused request, a cut stream and a re-send or redelivery",
+    defines: { ...NONE, ...LOSTCLAIM, REFUSALS: 1, STREAMCUTS: 1, REDELIVERIES: 1 },
+  },
+  {
+    name: "lost-claim-tombstone",
+    kind: "verify",
+    about: "branch h/K's guard (GUARD 1: a released row refuses only the claim id it was released under) keeps "
+      + "every other property with the faults of lost-claim; P_NOFALSE is off (late-claim-tombstone breaks it)",
+    defines: { ...NONE, ...LOSTCLAIM, REFUSALS: 1, STREAMCUTS: 1, REDELIVERIES: 1, GUARD: 1, CHECK_NOFALSE: 0 },
+  },
+  {
+    name: "lost-claim-pause",
+    kind: "verify",
+    about: "a lost claim reply and a late claim, with a pause past a lease (of a holder, or of a claimant "
+      + "still sending its claim again or settling it)",
+    defines: { ...NONE, ...LOSTCLAIM, PAUSES: 1 },
+  },
+  {
+    name: "lost-claim-crash",
+    kind: "verify",
+    about: "a lost claim reply and a late claim, with a worker crash (a claimant that dies mid-claim leaves "
+      + "the row to its lease)",
+    defines: { ...NONE, ...LOSTCLAIM, CRASHES: 1 },
+  },
+  {
     name: "liveness",
     kind: "ltl",
     ltl: "terminates",
@@ -118,6 +148,13 @@ const CHECKS = [
     deep: true,
     about: "(--deep) a volatile ledger with a crash, a lost response, a re-worded replay and a redelivery",
     defines: { ...NONE, ALL_KEYED: true, VOLATILE: 1, CRASHES: 1, LOSTS: 1, REWORDS: 1, REDELIVERIES: 1, CHECK_OWNER: 0 },
+  },
+  {
+    name: "deep-lost-claim",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) a lost claim reply and a late claim, with a pause and a refused request",
+    defines: { ...NONE, ...LOSTCLAIM, PAUSES: 1, REFUSALS: 1 },
   },
   {
     name: "old-rerun",
@@ -187,6 +224,26 @@ const CHECKS = [
       + "on the new owner's claim (the downstream key still keeps the effect single: see the volatile check)",
     defines: { ...NONE, ALL_KEYED: true, VOLATILE: 1, PAUSES: 1, ...ONLY("OWNER") },
   },
+  {
+    name: "late-claim",
+    kind: "expect",
+    explain: "W0 dispatches the ticket (unkeyed, key 3). The store holds its claim (claim id 1) and applies it only later; W0's dispatcher sees ledger_unavailable, its retries run out, and it settles the claim in the background: it claims again with claim id 1, which creates the row, and releases it. Then the store applies the held copy: the row is released, so claim id 1 re-claims it with fence 2. Nobody holds that claim and nobody comes back for it; its lease runs out, and W0's next attempt finds the row expired: unknown (LEDGER-7), for a ticket that was never sent. LEDGER-26's known residual, on main.",
+    property: "P_NOFALSE",
+    rules: "LEDGER-26 (known residual), DISPATCH-16, LEDGER-7",
+    about: "the code on main: a copy of a claim applied after its claimant released it by claim id takes the "
+      + "released row again, ownerless, and its lease turns an unkeyed call that never ran unknown",
+    defines: { ...NONE, LATECLAIMS: 1, GUARD: 0, ...ONLY("NOFALSE") },
+  },
+  {
+    name: "late-claim-tombstone",
+    kind: "expect",
+    explain: "With the tombstone of branch h/K (a released row refuses the claim id it was released under): W0's claim of the ticket (claim id 1) is applied but its reply is lost; the retries run out and claim id 1 is left to settle in the background. The turn retries: a new dispatch, claim id 2. The store holds its first claim; its retry meets the row held by claim id 1, waits and gives up (in_flight_elsewhere), and nothing settles claim id 2, whose claims all got an answer but one. The settling of claim id 1 releases the row (tombstone: 1). The held copy of claim id 2 arrives: not the tombstone's id, so it re-claims the row, ownerless, and the lease turns the ticket that was never sent unknown. A single tombstone cannot know every id a copy of which is still on its way; the claimant can (GUARD 2: retire every such id).",
+    property: "P_NOFALSE",
+    rules: "LEDGER-26, DISPATCH-16 (proposed: retire every claim id a copy of which may be on its way)",
+    about: "branch h/K's guard: a released row refuses only the claim id it was released under; a late copy of "
+      + "another claim of the same call still takes the row",
+    defines: { ...NONE, ...LOSTCLAIM, GUARD: 1, ...ONLY("NOFALSE") },
+  },
 ];
 
 // What each property asserts, for the reports.
@@ -199,6 +256,7 @@ const MEANING = {
   P_OWNER: "every write the ledger accepts comes from the key's latest claim",
   P_SAME: "a re-run under a key the ledger remembers sends the request the downstream holds, so the downstream collapses it",
   P_END: "every send returns and every message ends answered or failed",
+  P_NOFALSE: "an unkeyed_write row turns unknown by lease expiry only under a claim that could have run the tool",
 };
 
 const args = process.argv.slice(2);
@@ -220,8 +278,9 @@ const deep = args.includes("--deep");
 const selected = only ? CHECKS.filter((c) => only.includes(c.name)) : CHECKS.filter((c) => deep || !c.deep);
 // Largest searches first, so that the two lanes end together.
 const COST = {
-  "deep-volatile": 19, "deep-partition": 18, "deep-outcomes": 17,
-  "lease-b": 9, "lease-a": 8, volatile: 7.5, replay: 7, retention: 6, liveness: 4, acyclic: 3, "volatile-replay": 2,
+  "deep-volatile": 19, "deep-partition": 18, "deep-outcomes": 17, "deep-lost-claim": 16,
+  "lease-b": 9, "lease-a": 8, volatile: 7.5, replay: 7, retention: 6, "lost-claim-pause": 5, liveness: 4, acyclic: 3,
+  "lost-claim-tombstone": 2.7, "lost-claim": 2.5, "volatile-replay": 2, "lost-claim-crash": 1.9,
 };
 const queue = selected.map((c, i) => i).sort((a, b) => (COST[selected[b].name] ?? 0) - (COST[selected[a].name] ?? 0));
 if (only && selected.length !== only.length) {
@@ -391,7 +450,7 @@ function writeCounterexamples(expects) {
   for (const r of expects) {
     md += `\n## ${r.c.name}: ${r.c.property} violated\n\n${r.c.about}.\nRules: ${r.c.rules}.\n`
       + `Run: \`node spec/model/run.mjs --only ${r.c.name}\` (spin defines, faults and switches not zero: `
-      + `\`${defineFlags(r.c.defines).filter((d) => !d.endsWith("=0")).join(" ")}\`).\n\n${r.c.explain}\n\n`
+      + `\`${defineFlags(r.c.defines).filter((d) => !d.endsWith("=0") || d.startsWith("-DGUARD")).join(" ")}\`).\n\n${r.c.explain}\n\n`
       + `| # | who | what |\n|---:|---|---|\n`
       + r.story.rows.map((row, i) => `| ${i + 1} | ${row.who} | ${row.what.replace(/\|/g, "\\|")} |`).join("\n")
       + `\n\nspin: \`assertion violated ${r.story.assertion}\`: ${r.c.property}, ${MEANING[r.c.property]}.\n`;

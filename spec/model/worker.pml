@@ -17,6 +17,8 @@ inline GRANT(f) {
   assert(!P_FENCE || rfence[k] > maxf[k]);          /* P_FENCE (LEDGER-4) */
   maxf[k] = rfence[k]; gid[k]++; cg = gid[k]; cf = rfence[k]; cl = lin[k];
   hold[w] = k + 1; hfence[w] = cf; pend[w] = true; aborted[w] = false;
+  /* LEDGER-26: the row keeps the claim's claim id */
+  if :: CLAIMIDS -> rcid[k] = cid; rcl[k] = CL_KNOWN; rown[k] = 0; rrel[k] = 0; ccid[w] = 0 :: else fi;
 #ifdef OLD_RERUN
   sreq = rq          /* turn-1 design: the (re-)run sends this attempt's own arguments */
 #else
@@ -33,17 +35,45 @@ inline ORPHAN_GRANT(f) {
   fi;
   rst[k] = R_INFLIGHT; rfence[k] = f; rlive[k] = true;
   assert(!P_FENCE || rfence[k] > maxf[k]);          /* P_FENCE (LEDGER-4) */
-  maxf[k] = rfence[k]; gid[k]++
+  maxf[k] = rfence[k]; gid[k]++;
+  /* its claimant is cut off from the ledger: it cannot take the claim up or release it */
+  if :: CLAIMIDS -> rcid[k] = cid; rcl[k] = CL_EXCUSED; rown[k] = 0 :: else fi
+}
+
+/* LEDGER-26: the claimant sends its claim again and the ledger finds its own claim id on its
+ * own in-flight row: `claimed`, the same fence, takeover false, the lease restarted. */
+#define MINE(k) (cid != 0 && rcid[k] == cid)
+inline RECOGNISED() {
+  rlive[k] = true; cf = rfence[k]; cg = gid[k]; cl = lin[k]; rcl[k] = CL_KNOWN; rown[k] = 0; ccid[w] = 0;
+  hold[w] = k + 1; hfence[w] = cf; pend[w] = true; aborted[w] = false;
+#ifdef OLD_RERUN
+  sreq = rq
+#else
+  sreq = rreq[k]
+#endif
 }
 
 /* ---------------------------------------------------------------- dispatch (§7.2) */
 
+#define LOST_CID() if :: cid == 0 -> cidctr++; cid = cidctr :: else fi
+
 inline DISPATCH() {
   res = C_NONE;
+  /* DISPATCH-16: a fresh claim id for this dispatch, sent with every claim of it. The model
+     names it only when one of its claims meets ledger_unavailable (LOST_CID): an id no copy of
+     which is on its way is never presented again once its dispatch ends, so it cannot matter
+     which one it was, and the search need not tell them apart. */
 dclaim:
   atomic {
     if
     :: part[w] ->
+       /* after a lost reply, the retries run out while the ledger stays out of reach: settle it
+          in the background (DISPATCH-16) */
+       if
+       :: ccid[w] != 0 && bgk[w] == 0 -> bgk[w] = k + 1; bgcid[w] = cid; bgrq[w] = rq; bgrel[w] = true; lc = false
+       :: else
+       fi;
+       ccid[w] = 0;
        /* LEDGER-12, DISPATCH-10: the ledger cannot be reached. Maybe the claim was written. */
        if
        :: skip
@@ -55,7 +85,27 @@ dclaim:
        goto ddone
     :: else
     fi;
+    /* LEDGER-12, LEDGER-26: the claim's reply is lost (applied or not), or the store holds the
+       claim and applies it at some later moment; either way the dispatcher sees ledger_unavailable */
     if
+    :: CLAIMIDS && b_lostc > 0 ->
+       b_lostc--; LOST_CID(); ccid[w] = cid; lc = true;
+       if
+       :: printf("@@ W%d   claim of key %d (claim id %d) is lost before the ledger: ledger_unavailable\n", w, k, cid)
+       :: APPLY_UNSEEN(k, cid, rq, w); took = false;
+          printf("@@ W%d   claim of key %d (claim id %d): its reply is lost: ledger_unavailable\n", w, k, cid)
+       fi;
+       goto dlost
+    :: CLAIMIDS && b_late > 0 && lk == 0 ->
+       b_late--; LOST_CID(); ccid[w] = cid; lc = true; lk = k + 1; lcid = cid; lrq = rq; lw = w;
+       printf("@@ W%d   claim of key %d (claim id %d) is held by the store: ledger_unavailable\n", w, k, cid);
+       goto dlost
+    :: true
+    fi;
+    if
+    :: MINE(k) && rst[k] == R_INFLIGHT ->
+       RECOGNISED();
+       printf("@@ W%d   claims key %d again with claim id %d: recognised, fence %d, lease restarted (LEDGER-26)\n", w, k, cid, cf)
     :: rst[k] == R_NONE ->
        /* LEDGER-1, LEDGER-21: the claim that creates the row stores the request */
        rreq[k] = rq; GRANT(1);
@@ -64,16 +114,17 @@ dclaim:
        /* LEDGER-3, LEDGER-4: a re-claim after release; LEDGER-21: the stored request is kept */
        GRANT(rfence[k] + 1);
        printf("@@ W%d   re-claims released key %d: fence %d, stored request %d (this attempt's: %d)\n", w, k, cf, rreq[k], rq)
-    :: rst[k] == R_INFLIGHT && !rlive[k] && KEYED(INTENT(k)) ->
+    :: !MINE(k) && rst[k] == R_INFLIGHT && !rlive[k] && KEYED(INTENT(k)) ->
        /* LEDGER-7, LEDGER-18: an expired keyed_write claim is taken over */
        GRANT(rfence[k] + 1);
        printf("@@ W%d   takes over expired key %d: fence %d, stored request %d\n", w, k, cf, rreq[k])
-    :: rst[k] == R_INFLIGHT && !rlive[k] && !KEYED(INTENT(k)) ->
+    :: !MINE(k) && rst[k] == R_INFLIGHT && !rlive[k] && !KEYED(INTENT(k)) ->
        /* LEDGER-7: an expired unkeyed_write claim becomes unknown, never re-run */
-       rst[k] = R_UNKNOWN; res = C_UNKNOWN;
        printf("@@ W%d   finds key %d expired: unknown (lease_expired), not run (LEDGER-7)\n", w, k);
+       NOFALSE(k);                                      /* P_NOFALSE */
+       rst[k] = R_UNKNOWN; res = C_UNKNOWN; rcid[k] = 0; rcl[k] = 0; rown[k] = 0;
        goto ddone
-    :: rst[k] == R_INFLIGHT && rlive[k] ->
+    :: !MINE(k) && rst[k] == R_INFLIGHT && rlive[k] ->
        /* LEDGER-6, LEDGER-15: in flight elsewhere: wait, do not run */
        printf("@@ W%d   finds key %d in flight elsewhere: waits (LEDGER-15)\n", w, k);
        goto dwait
@@ -175,7 +226,7 @@ dclaim:
              run whose request may have been performed, and so does any claim of a volatile
              ledger, which may have lost the row of such a run: then the call's effect may have
              happened (RECORD-2; proposed rule, see spec/model/README.md). */
-          rst[k] = R_RELEASED;
+          RELEASE_ROW(k);
 #ifdef NP_SAYS_NOT
           res = C_REL_NP;       /* the code on main: claim_released, effectMayHaveHappened false */
 #else
@@ -200,17 +251,31 @@ dclaim:
           if
           :: KEYED(INTENT(k)) ->
              /* LEDGER-8, EFFECT-7: unknown outcome of a keyed write: release; the re-run is collapsed */
-             rst[k] = R_RELEASED; res = C_REL_MAY; printf("@@ W%d   releases key %d (may have happened)\n", w, k)
+             RELEASE_ROW(k); res = C_REL_MAY; printf("@@ W%d   releases key %d (may have happened)\n", w, k)
           :: else ->
              /* LEDGER-8, EFFECT-4: unknown outcome of an unkeyed write: unknown, never re-run */
              rst[k] = R_UNKNOWN; res = C_UNKNOWN; printf("@@ W%d   marks key %d unknown (tool_error)\n", w, k)
           fi
        fi;
-       assert(!P_OWNER || cg == gid[k])                 /* P_OWNER (LEDGER-5, LEDGER-16) */
+       assert(!P_OWNER || cg == gid[k]);                /* P_OWNER (LEDGER-5, LEDGER-16) */
+       if :: CLAIMIDS -> rcid[k] = 0; rcl[k] = 0; rown[k] = 0 :: else fi   /* the row left flight */
     fi;
     out = 0; sreq = 0; cf = 0; cg = 0; cl = 0; hfence[w] = 0; aborted[w] = false   /* forget what is spent */
   };
   goto ddone;
+
+dlost:
+  /* claimRetrying (DISPATCH-16): send the same claim (same claim id) again, or, when the retries
+     run out, fail with ledger_unavailable and release the claim by its id in the background */
+  atomic {
+    if
+    :: printf("@@ W%d   sends the claim again with claim id %d\n", w, cid); goto dclaim
+    :: bgk[w] == 0 ->
+       ccid[w] = 0; lc = false; bgk[w] = k + 1; bgcid[w] = cid; bgrq[w] = rq; bgrel[w] = true; res = C_LEDGER;
+       printf("@@ W%d   claim retries run out: ledger_unavailable (DISPATCH-10); settles claim id %d in the background\n", w, cid);
+       goto ddone
+    fi
+  };
 
 dwait:
   /* LEDGER-15: claim again when the row moved, or give up at the wait bound */
@@ -338,6 +403,17 @@ inline RUNTURN() {
           printf("@@ W%d   attempt %d at turn %d: call complete (content_block_stop), dispatches key %d, request %d (STREAM-4)\n", w, att, t, k, rq) };
         DISPATCH();
         atomic {
+          /* RETIRE: a copy of this dispatch's claim may still be on its way; retire its claim id in
+             the background (releasing the row only if the dispatch never took it) */
+          (!RETIRE || !lc || bgk[w] == 0) ->
+          if
+          :: RETIRE && lc ->
+             bgk[w] = k + 1; bgcid[w] = cid; bgrq[w] = rq; bgrel[w] = (ccid[w] != 0);
+             printf("@@ W%d   will retire claim id %d in the background\n", w, cid)
+          :: else
+          fi;
+          ccid[w] = 0; lc = false;
+          cid = 0;   /* spent: the next dispatch mints its own */
           /* STREAM-1, STREAM-6: the stream ends with message_stop, or dies; the call was waited for */
           if
           :: stopped = true
