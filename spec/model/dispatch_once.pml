@@ -60,7 +60,7 @@
  *                      only its own attempts; the earlier holder may still act (RECORD-2, -5)
  *   -DGUARD=0          main: nothing keeps a late copy of a claim from taking a released row
  *                      (LEDGER-26's known residual)
- *   -DGUARD=1          branch h/K: a released row refuses only the claim id it was released under
+ *   -DGUARD=1          main (LEDGER-27): a released row refuses only the claim id it was released under
  *   (GUARD 2, the default, is the guard the model verifies: see the configuration below)
  */
 
@@ -113,7 +113,7 @@
 #define CLAIMIDS (LOSTCLAIMS + LATECLAIMS > 0)
 /* How a copy of a claim applied after its claimant stopped waiting is kept from taking a row:
  *   GUARD 0  the code on main: nothing (LEDGER-26's known residual)
- *   GUARD 1  tombstone (branch h/K): a released row keeps the claim id it was released under and
+ *   GUARD 1  tombstone (LEDGER-27, main): a released row keeps the claim id it was released under and
  *            refuses a claim carrying it
  *   GUARD 2  retire (proposed here): GUARD 1, and the dispatcher retires every claim id of which
  *            a copy may still be on its way (any claim of the dispatch met ledger_unavailable),

@@ -94,7 +94,7 @@ const CHECKS = [
   {
     name: "lost-claim-tombstone",
     kind: "verify",
-    about: "branch h/K's guard (GUARD 1: a released row refuses only the claim id it was released under) keeps "
+    about: "LEDGER-27's guard (main) (GUARD 1: a released row refuses only the claim id it was released under) keeps "
       + "every other property with the faults of lost-claim; P_NOFALSE is off (late-claim-tombstone breaks it)",
     defines: { ...NONE, ...LOSTCLAIM, REFUSALS: 1, STREAMCUTS: 1, REDELIVERIES: 1, GUARD: 1, CHECK_NOFALSE: 0 },
   },
@@ -237,10 +237,10 @@ const CHECKS = [
   {
     name: "late-claim-tombstone",
     kind: "expect",
-    explain: "With the tombstone of branch h/K (a released row refuses the claim id it was released under): W0's claim of the ticket (claim id 1) is applied but its reply is lost; the retries run out and claim id 1 is left to settle in the background. The turn retries: a new dispatch, claim id 2. The store holds its first claim; its retry meets the row held by claim id 1, waits and gives up (in_flight_elsewhere), and nothing settles claim id 2, whose claims all got an answer but one. The settling of claim id 1 releases the row (tombstone: 1). The held copy of claim id 2 arrives: not the tombstone's id, so it re-claims the row, ownerless, and the lease turns the ticket that was never sent unknown. A single tombstone cannot know every id a copy of which is still on its way; the claimant can (GUARD 2: retire every such id).",
+    explain: "With LEDGER-27's tombstone (main) (a released row refuses the claim id it was released under): W0's claim of the ticket (claim id 1) is applied but its reply is lost; the retries run out and claim id 1 is left to settle in the background. The turn retries: a new dispatch, claim id 2. The store holds its first claim; its retry meets the row held by claim id 1, waits and gives up (in_flight_elsewhere), and nothing settles claim id 2, whose claims all got an answer but one. The settling of claim id 1 releases the row (tombstone: 1). The held copy of claim id 2 arrives: not the tombstone's id, so it re-claims the row, ownerless, and the lease turns the ticket that was never sent unknown. A single tombstone cannot know every id a copy of which is still on its way; the claimant can (GUARD 2: retire every such id).",
     property: "P_NOFALSE",
     rules: "LEDGER-26, DISPATCH-16 (proposed: retire every claim id a copy of which may be on its way)",
-    about: "branch h/K's guard: a released row refuses only the claim id it was released under; a late copy of "
+    about: "LEDGER-27's guard (main): a released row refuses only the claim id it was released under; a late copy of "
       + "another claim of the same call still takes the row",
     defines: { ...NONE, ...LOSTCLAIM, GUARD: 1, ...ONLY("NOFALSE") },
   },
