@@ -101,6 +101,7 @@ const CHECKS = [
   {
     name: "lost-claim-pause",
     kind: "verify",
+    deep: true,
     about: "a lost claim reply and a late claim, with a pause past a lease (of a holder, or of a claimant "
       + "still sending its claim again or settling it)",
     defines: { ...NONE, ...LOSTCLAIM, PAUSES: 1 },
@@ -108,6 +109,7 @@ const CHECKS = [
   {
     name: "lost-claim-crash",
     kind: "verify",
+    deep: true,
     about: "a lost claim reply and a late claim, with a worker crash (a claimant that dies mid-claim leaves "
       + "the row to its lease)",
     defines: { ...NONE, ...LOSTCLAIM, CRASHES: 1 },
