@@ -26,6 +26,16 @@ import { ROW_FORMAT_VERSION } from "@dispatch-once/core";
  * Times are milliseconds on the SERVER clock (redis.call('TIME')). In-flight rows carry
  * no TTL; finished and released rows are written with PX retentionMs (LEDGER-13).
  *
+ * The header's tail from "toolName" on is copied verbatim by every script: it carries the row's
+ * conversationId and turnIndex (LIST-3) when the creating claim gave them:
+ *   ...,"toolName":"T","conversationId":"C","turnIndex":N}
+ * so re-claims, takeovers, finishes and resolutions keep them without parsing them.
+ *
+ * The listing indexes (LIST-6): per state, a sorted set in the row's slot (`rows:<state>` under the
+ * in-flight index's hash tag), member the row's key, score its last transition (claimedAt in
+ * flight, finishedAt after). Every script that changes a row's state moves the member in the same
+ * atomic step (relist), best effort like the in-flight index; LIST_ROWS_LUA reads them.
+ *
  * The in-flight index: every script that writes an in-flight row adds it (score leaseExpiresAt,
  * member the row's key) and every script that ends one removes it, in the same atomic step, so
  * listExpiredInFlight() reads expired claims without scanning the keyspace. The index writes use
