@@ -6,14 +6,17 @@ import { Dispatcher, isDispatchOnceError, type AuditEntry, type LedgerRow } from
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createInvoiceTools } from "./fixtures/invoice-tools.mjs";
-import { FIXTURES, jsonLines, postgresBackend, randomKey, runBin, sqliteBackend, type Backend } from "./helpers.js";
+import { FIXTURES, jsonLines, postgresBackend, randomKey, redisBackend, runBin, sqliteBackend, type Backend } from "./helpers.js";
 
 const TOOLS = join(FIXTURES, "invoice-tools.mjs");
 
-// The durable ledgers. Redis is volatile, so the dispatcher refuses unkeyed writes on it (LEDGER-14).
+// Every ledger the CLI opens. Redis is volatile, so the dispatcher refuses unkeyed writes on it
+// (LEDGER-14) unless told otherwise: the scenario opts in there, since what it tests is the
+// operator's path (list, reconcile, replay, audit), not the store's durability.
 describe.each([
   ["sqlite", sqliteBackend],
   ["postgres", postgresBackend],
+  ["redis", redisBackend],
 ] as const)("operator scenario on %s (RECON-9, RESOLVE-6, RESOLVE-7)", (_name, open) => {
   let backend: Backend;
   let payments: MockPaymentsServer;
@@ -28,7 +31,12 @@ describe.each([
   });
 
   it("lost response -> unknown -> listed -> reconciled from the downstream -> replayed from the ledger, audited", async () => {
-    const dispatcher = new Dispatcher({ tools: createInvoiceTools(payments.url), ledger: backend.ledger, logger: { warn: () => {} } });
+    const dispatcher = new Dispatcher({
+      tools: createInvoiceTools(payments.url),
+      ledger: backend.ledger,
+      logger: { warn: () => {} },
+      allowVolatileLedgerForUnkeyedWrites: backend.ledger.capabilities.durability === "volatile",
+    });
     const call = { name: "create_invoice", input: { customer: "acme", amount: 4200, currency: "EUR" } };
     const turn = { conversationId: `conv-scenario-${backend.name}`, turnIndex: 2 };
     const key = dispatcher.keyFor(call, turn);

@@ -12,6 +12,13 @@ import {
   assertStorableResult,
   isDispatchOnceError,
   checkResolveRequest,
+  checkClaimOrigin,
+  checkListQuery,
+  decodeListCursor,
+  encodeListCursor,
+  rowSince,
+  type ListRowsPage,
+  type ListRowsQuery,
   ResolutionRefusedError,
   type AuditEntry,
   type ResolveRequest,
@@ -28,7 +35,7 @@ import {
 } from "@dispatch-once/core";
 import { Redis, type Cluster } from "ioredis";
 import { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
-import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, LIST_EXPIRED_LUA, RENEW_LUA, RESOLVE_LUA } from "./scripts.js";
+import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, FORGET_LISTED_LUA, LIST_EXPIRED_LUA, LIST_ROWS_LUA, RENEW_LUA, RESOLVE_LUA } from "./scripts.js";
 import { SLOT_COUNT, keySlot, slotTags } from "./slots.js";
 
 export type RedisClient = Redis | Cluster;
@@ -176,15 +183,19 @@ export interface RedisServerReport {
   notDurable: DurabilityViolation[];
 }
 
+// V5: every state change moves the row in its slot's listing indexes, and the header's tail after
+// the tool name carries the row's conversationId and turnIndex (LIST-3, LIST-6).
 // V4: the row's audit list is KEYS[3] of claim, finish, cancel and resolve (V3: in-flight rows carry
 // the claim token and the in-flight index is KEYS[2]). A new name, so a client shared with an older
 // copy of this package never runs the other copy's script under it.
-const CMD_CLAIM = "dispatchOnceLedgerClaimV4";
-const CMD_RENEW = "dispatchOnceLedgerRenewV3";
-const CMD_FINISH = "dispatchOnceLedgerFinishV4";
-const CMD_CANCEL = "dispatchOnceLedgerCancelV4";
-const CMD_RESOLVE = "dispatchOnceLedgerResolveV4";
+const CMD_CLAIM = "dispatchOnceLedgerClaimV5";
+const CMD_RENEW = "dispatchOnceLedgerRenewV5";
+const CMD_FINISH = "dispatchOnceLedgerFinishV5";
+const CMD_CANCEL = "dispatchOnceLedgerCancelV5";
+const CMD_RESOLVE = "dispatchOnceLedgerResolveV5";
 const CMD_LIST = "dispatchOnceLedgerListExpiredV3";
+const CMD_LIST_ROWS = "dispatchOnceLedgerListRowsV1";
+const CMD_FORGET_LISTED = "dispatchOnceLedgerForgetListedV1";
 
 type ScriptReply = [string, ...unknown[]];
 
@@ -305,8 +316,7 @@ export class RedisLedger implements Ledger {
       clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes,
-      // No listRows yet: listing by state needs per-state indexes in every slot (issue 15, not done here).
-      supports: { resolve: true, auditTrail: true, listExpiredInFlight: true },
+      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true },
     };
 
     if (options.client !== undefined) {
@@ -345,6 +355,8 @@ export class RedisLedger implements Ledger {
     this.client.defineCommand(CMD_CANCEL, { lua: CANCEL_LUA, numberOfKeys: 3 });
     this.client.defineCommand(CMD_RESOLVE, { lua: RESOLVE_LUA, numberOfKeys: 3 });
     this.client.defineCommand(CMD_LIST, { lua: LIST_EXPIRED_LUA, numberOfKeys: 1, readOnly: true });
+    this.client.defineCommand(CMD_LIST_ROWS, { lua: LIST_ROWS_LUA, numberOfKeys: 1, readOnly: true });
+    this.client.defineCommand(CMD_FORGET_LISTED, { lua: FORGET_LISTED_LUA, numberOfKeys: 2 });
     this.scripts = this.client as unknown as ScriptClient;
     slotTags(); // built once per process (about 10 ms), not on a first claim
   }
@@ -373,7 +385,7 @@ export class RedisLedger implements Ledger {
   /**
    * An operator's fenced, audited transition out of an open outcome (RESOLVE-1..RESOLVE-8), in
    * one script on the row's slot: state and lease checked on the server clock, the fence bumped,
-   * the request kept, the audit entry appended. (listRows is not offered by this adapter yet.)
+   * the request kept, the audit entry appended.
    */
   async resolve(request: ResolveRequest): Promise<ResolvedRow> {
     checkResolveRequest(request);
@@ -472,6 +484,10 @@ export class RedisLedger implements Ledger {
     }
     const leaseMs = this.checkLease(request.leaseMs);
     assertClaimId(request.claimId);
+    checkClaimOrigin(request);
+    if (request.conversationId !== undefined && !request.conversationId.isWellFormed()) {
+      throw new InvalidLedgerInputError("conversationId", "must be a string without lone surrogates");
+    }
     // The caller's claim id when given (LEDGER-26: a claim sent again is recognised by it), else
     // a token of this ledger's own, never repeated (it has a '.', which a claim id never has).
     const token = request.claimId ?? `${this.tokenPrefix}.${(this.tokenCounter++).toString(36)}`;
@@ -483,8 +499,11 @@ export class RedisLedger implements Ledger {
           redisKey,
           this.inflightIndexKey(key),
           this.auditKey(key),
-          // JSON-escaped here, spliced into the row header by the script.
-          JSON.stringify(request.toolName),
+          // JSON-escaped here, spliced into the row header by the script; the conversation and
+          // turn follow the tool name, where every script copies them unchanged (LIST-3).
+          JSON.stringify(request.toolName) +
+            (request.conversationId === undefined ? "" : `,"conversationId":${JSON.stringify(request.conversationId)}`) +
+            (request.turnIndex === undefined ? "" : `,"turnIndex":${request.turnIndex}`),
           request.effect,
           request.owner,
           leaseMs,
@@ -649,6 +668,73 @@ export class RedisLedger implements Ledger {
         return rows.sort((a, b) => a.leaseExpiresAt - b.leaseExpiresAt);
       }
     }
+  }
+
+  /**
+   * Rows matching every filter given, oldest last transition first, ties by key, a page at a time
+   * (LIST-1..LIST-5). Served from the per-state listing indexes of every slot (LIST-6): a sorted
+   * set per state in each slot's hash tag, scored by the row's last transition, moved in the same
+   * script as every state change. No keyspace scan: one read-only script per node reads that
+   * node's indexes from the cursor on. Tool and conversation are filtered on the rows the state
+   * index yields (there is no per-tool or per-conversation index: see LIST_ROWS_LUA), so a listing
+   * by tool or conversation reads every row of the states asked for until its page is full.
+   * Rows Redis expired (retention) are never listed; their index members are dropped on the way.
+   * Rows written before this version have no index entry until their next transition.
+   * Changes no row (LIST-1).
+   */
+  async listRows(query: ListRowsQuery = {}): Promise<ListRowsPage> {
+    const { states, limit } = checkListQuery(query);
+    const after = query.cursor === undefined ? undefined : decodeListCursor(query.cursor);
+    const deadline = this.deadline();
+    const head = `${this.prefix}:{`;
+    const args = [
+      String(query.olderThanMs ?? 0),
+      // One more than the page: its presence says whether a cursor is due (LIST-5).
+      String(limit + 1),
+      after === undefined ? "" : String(after.since),
+      after === undefined ? "" : after.key,
+      query.toolName ?? "",
+      query.conversationId ?? "",
+      head,
+      ...(() => {
+        const list = states ?? ["in_flight", "completed", "failed", "unknown", "released"];
+        return [String(list.length), ...list];
+      })(),
+    ];
+    const found: Array<{ since: number; key: string; value: string }> = [];
+    const gone: Array<[string, string]> = [];
+    await this.ready("listRows", "-", deadline);
+    const run = this.client as unknown as Record<string, (...a: unknown[]) => Promise<unknown[]>>;
+    try {
+      await Promise.all(
+        [...this.slotGroups().values()].map(async (slots) => {
+          const tags = slots.map((slot) => slotTags()[slot]!);
+          const reply = await this.bounded(run[CMD_LIST_ROWS]!(this.indexKeyOfSlot(slots[0]!), ...args, ...tags), deadline, "listRows");
+          if (reply[0] === "corrupt") throw new LedgerCorruptError(String(reply[1]), `listing index: ${String(reply[2])}`);
+          const n = Number(reply[1]);
+          for (let i = 0; i < n; i++) {
+            const key = String(reply[2 + 2 * i]);
+            const row = decodeRow(key, String(reply[3 + 2 * i]));
+            found.push({ since: rowSince(row), key, value: String(reply[3 + 2 * i]) });
+          }
+          for (let i = 2 + 2 * n; i + 1 < reply.length; i += 2) gone.push([String(reply[i]), String(reply[i + 1])]);
+        }),
+      );
+    } catch (error) {
+      if (isDispatchOnceError(error)) throw error;
+      throw this.unavailable("listRows", "-", error);
+    }
+    // Best effort, after the answer is known: a member whose row Redis expired is dropped only
+    // while the row is still absent (a claim may have written it again meanwhile).
+    for (const [index, member] of gone) {
+      void (run[CMD_FORGET_LISTED]!(index, member) as Promise<unknown>).catch(() => {});
+    }
+    // The same order as each node's (LIST-2): transition time, then the key's UTF-8 bytes.
+    found.sort((a, b) => a.since - b.since || Buffer.compare(Buffer.from(a.key, "utf8"), Buffer.from(b.key, "utf8")));
+    const page = found.slice(0, limit);
+    const rows = page.map((f) => decodeRow(f.key, f.value));
+    const last = page[page.length - 1];
+    return found.length > limit && last !== undefined ? { rows, cursor: encodeListCursor(last.since, last.key) } : { rows };
   }
 
   /** The `window` oldest expired index entries over every node, oldest first, each with its node's cutoff. */
@@ -1091,6 +1177,18 @@ export async function createRedisLedger(options: CreateRedisLedgerOptions = {}):
   }
 }
 
+/** The fields every row has, as decodeRow builds them. */
+interface RowFields {
+  key: string;
+  toolName: string;
+  effect: "keyed_write" | "unkeyed_write";
+  fence: number;
+  claimedAt: number;
+  request: string;
+  conversationId?: string;
+  turnIndex?: number;
+}
+
 /** Decode a stored value into a LedgerRow, refusing anything this version did not write (LEDGER-11). */
 export function decodeRow(key: string, value: string): LedgerRow {
   const corrupt = (why: string, cause?: unknown): never => {
@@ -1124,7 +1222,7 @@ export function decodeRow(key: string, value: string): LedgerRow {
   if (split === undefined) corrupt("the body does not start with requestBytes bytes of UTF-8");
   const request = body.slice(0, split);
   const rest = body.slice(split);
-  const base = {
+  const base: RowFields = {
     key,
     toolName: header.toolName as string,
     effect: effect as "keyed_write" | "unkeyed_write",
@@ -1132,6 +1230,12 @@ export function decodeRow(key: string, value: string): LedgerRow {
     claimedAt: int("claimedAt"),
     request,
   };
+  // Absent from rows written before LIST-3 and from claims that gave none.
+  if (header.conversationId !== undefined) {
+    if (typeof header.conversationId !== "string") corrupt("field conversationId is not a string");
+    base.conversationId = header.conversationId as string;
+  }
+  if (header.turnIndex !== undefined) base.turnIndex = int("turnIndex");
   if (base.fence < 1) corrupt("fence is below 1");
   switch (state) {
     case "in_flight":

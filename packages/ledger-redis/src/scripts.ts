@@ -26,6 +26,16 @@ import { ROW_FORMAT_VERSION } from "@dispatch-once/core";
  * Times are milliseconds on the SERVER clock (redis.call('TIME')). In-flight rows carry
  * no TTL; finished and released rows are written with PX retentionMs (LEDGER-13).
  *
+ * The header's tail from "toolName" on is copied verbatim by every script: it carries the row's
+ * conversationId and turnIndex (LIST-3) when the creating claim gave them:
+ *   ...,"toolName":"T","conversationId":"C","turnIndex":N}
+ * so re-claims, takeovers, finishes and resolutions keep them without parsing them.
+ *
+ * The listing indexes (LIST-6): per state, a sorted set in the row's slot (`rows:<state>` under the
+ * in-flight index's hash tag), member the row's key, score its last transition (claimedAt in
+ * flight, finishedAt after). Every script that changes a row's state moves the member in the same
+ * atomic step (relist), best effort like the in-flight index; LIST_ROWS_LUA reads them.
+ *
  * The in-flight index: every script that writes an in-flight row adds it (score leaseExpiresAt,
  * member the row's key) and every script that ends one removes it, in the same atomic step, so
  * listExpiredInFlight() reads expired claims without scanning the keyspace. The index writes use
@@ -64,8 +74,11 @@ local function request_of(value, nl, nreq)
   return string.sub(value, nl + 1, nl + tonumber(nreq))
 end
 -- leaseExpiresAt, claim token, effect, toolName (a JSON string) of an in-flight header's rest.
+-- "toolName" is the whole tail of the header from the tool name's JSON string on: it carries the
+-- row's conversationId and turnIndex when the creating claim gave them (LIST-3), so every script
+-- that copies it keeps them. Rows written before LIST-3 have no tail after the tool name.
 local function inflight(rest)
-  return string.match(rest, '^"leaseExpiresAt":(%d+),"claim":"([%w%._%-]*)","effect":"(%a+_write)","toolName":(".*")$')
+  return string.match(rest, '^"leaseExpiresAt":(%d+),"claim":"([%w%._%-]*)","effect":"(%a+_write)","toolName":(".*)$')
 end
 -- The row's audit trail (RESOLVE-7): a list in the row's own slot (KEYS[3]), living as long as the row.
 local audit = KEYS[3]
@@ -76,7 +89,20 @@ local function audit_entry(actor, action, from, to, fence, reason, outcome)
 end
 -- finishedAt, effect, toolName (a JSON string) of a finished header's rest.
 local function finishedrest(rest)
-  return string.match(rest, '^"finishedAt":(%d+),"effect":"(%a+_write)","toolName":(".*")$')
+  return string.match(rest, '^"finishedAt":(%d+),"effect":"(%a+_write)","toolName":(".*)$')
+end
+-- The same of a released header's rest (it may keep a claim token before the effect).
+local function releasedrest(rest)
+  return string.match(rest, '^"finishedAt":(%d+),[^{}]-"effect":"(%a+_write)","toolName":(".*)$')
+end
+-- The listing indexes (LIST-6): per state, a sorted set in the row's slot (the in-flight index's
+-- hash tag), score the row's last transition (claimedAt in flight, finishedAt after), member the
+-- row's key. Moved by every script that changes the row's state, in the same atomic step; best
+-- effort like the in-flight index (listRows confirms each member against its row).
+local function listidx(state) return string.sub(idx, 1, #idx - 8) .. 'rows:' .. state end
+local function relist(from, to, at)
+  if from then redis.pcall('ZREM', listidx(from), key) end
+  if to then redis.pcall('ZADD', listidx(to), at, key) end
 end
 -- The in-flight index (see above): best effort, never fails the transition.
 local function index(lease) redis.pcall('ZADD', idx, lease, key) end
@@ -92,15 +118,22 @@ local function finished(state, fence, claimed, nreq, effect, tool, request, text
     request .. text
 end
 -- Finished and released rows live retentionMs more (never 0: the adapter refuses a retention below its floor).
-local function store_finished(value, retention)
+-- from: the state the row leaves (its listing index loses it), to: the state written.
+local function store_finished(value, retention, from, to)
   redis.call('SET', key, value, 'PX', retention)
+  relist(from, to, nows)
+  -- A finished row expires retentionMs after finishedAt (its score): older members of this state's
+  -- index name rows Redis has removed. Dropped as rows of the state are written, so the index
+  -- stays about one retention long (listRows skips any that remain).
+  redis.pcall('ZREMRANGEBYSCORE', listidx(to), '-inf', string.format('(%d', now - tonumber(retention)))
   -- The trail expires with the row (a no-op when there is none).
   redis.call('PEXPIRE', audit, retention)
 end
 `;
 
 /**
- * claim. ARGV: 1 toolName as a JSON string, 2 effect, 3 owner, 4 leaseMs, 5 retentionMs, 6 request, 7 claim token
+ * claim. ARGV: 1 toolName as a JSON string (followed by the header's conversationId and turnIndex
+ * members when the claim gave them: stored by the claim that creates the row, kept by later ones), 2 effect, 3 owner, 4 leaseMs, 5 retentionMs, 6 request, 7 claim token
  * (the caller's claim id when it gave one, LEDGER-26).
  * in_flight under this very token -> the same claim: claimed with its fence, lease from now;
  * absent -> in_flight (fence 1, stores ARGV[6]); released -> in_flight (fence+1, keeps the stored request);
@@ -109,17 +142,18 @@ end
  */
 export const CLAIM_LUA = `${PRELUDE}
 local lease = string.format('%d', now + tonumber(ARGV[4]))
-local function claimed(fence, nreq, request)
+local function claimed(fence, nreq, request, tool)
   return '{"v":${V},"state":"in_flight","fence":' .. fence .. ',"claimedAt":' .. nows .. ',"requestBytes":' .. nreq ..
-    ',"leaseExpiresAt":' .. lease .. ',"claim":"' .. ARGV[7] .. '","effect":"' .. ARGV[2] .. '","toolName":' .. ARGV[1] ..
+    ',"leaseExpiresAt":' .. lease .. ',"claim":"' .. ARGV[7] .. '","effect":"' .. ARGV[2] .. '","toolName":' .. tool ..
     '}\\n' .. request .. ARGV[3]
 end
 -- One call claims an absent key, or returns the value that is there (WRONGTYPE if not a string).
 -- Only this claim, the one that creates the row, stores the caller's request (#: its UTF-8 bytes).
-local old = redis.pcall('SET', key, claimed('1', string.format('%d', #ARGV[6]), ARGV[6]), 'NX', 'GET')
+local old = redis.pcall('SET', key, claimed('1', string.format('%d', #ARGV[6]), ARGV[6], ARGV[1]), 'NX', 'GET')
 if type(old) == 'table' and old.err then return {'corrupt', old.err} end
 if not old then
   index(lease)
+  relist(nil, 'in_flight', nows)
   return {'claimed', '1', lease, 0}
 end
 local state, fence, claimedAt, nreq, rest, nl = header(old)
@@ -132,10 +166,14 @@ if state == 'released' then
   if #old ~= nl + tonumber(nreq) then return {'corrupt', 'text after the request of a released row'} end
   -- A late copy of the claim this row was released under: it must not take the row again (LEDGER-27).
   if string.match(rest, '^"finishedAt":%d+,"claim":"([%w%._%-]*)",') == ARGV[7] then return {'released_claim', fence} end
+  local _, _, storedTool = releasedrest(rest)
+  if not storedTool then return {'corrupt', 'unreadable released header'} end
   local request = request_of(old, nl, nreq)
-  redis.call('SET', key, claimed(nextFence, nreq, request))
+  -- The stored tool name, conversation and turn are kept (LIST-3), as the request is.
+  redis.call('SET', key, claimed(nextFence, nreq, request, storedTool))
   redis.call('PERSIST', audit)  -- an in-flight row never expires, nor does its trail
   index(lease)
+  relist('released', 'in_flight', nows)
   return {'claimed', nextFence, lease, 0, request}
 end
 if state == 'completed' or state == 'failed' or state == 'unknown' then return {'existing', old} end
@@ -155,14 +193,15 @@ if tonumber(leaseAt) > now then return {'existing', old} end
 -- The owner's lease ran out: it died, hung, or lost the store (LEDGER-7).
 if effect == 'keyed_write' then
   local request = request_of(old, nl, nreq)
-  redis.call('SET', key, claimed(nextFence, nreq, request))
+  redis.call('SET', key, claimed(nextFence, nreq, request, tool))
   index(lease)
+  relist(nil, 'in_flight', nows)  -- a new claimedAt: the member moves
   return {'claimed', nextFence, lease, 1, request}
 end
 if effect ~= 'unkeyed_write' then return {'corrupt', 'unknown effect ' .. effect} end
 local unknown = finished('unknown', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), 'lease_expired')
 audit_entry(ARGV[3], 'lease_expired', 'in_flight', 'unknown', fence, 'lease_expired')
-store_finished(unknown, ARGV[5])
+store_finished(unknown, ARGV[5], 'in_flight', 'unknown')
 unindex()
 return {'existing', unknown}
 `;
@@ -197,7 +236,7 @@ if ARGV[2] == 'unknown' then
 end
 local kept = nil
 if ARGV[2] == 'released' then kept = claim end
-store_finished(finished(ARGV[2], fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4], kept), ARGV[3])
+store_finished(finished(ARGV[2], fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4], kept), ARGV[3], 'in_flight', ARGV[2])
 unindex()
 return {'ok', nows}
 `;
@@ -231,7 +270,7 @@ end
 local nextFence = string.format('%d', tonumber(fence) + 1)
 local value = finished(ARGV[2], nextFence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4])
 audit_entry(ARGV[5], ARGV[6], state, ARGV[2], nextFence, ARGV[7], ARGV[8])
-store_finished(value, ARGV[3])
+store_finished(value, ARGV[3], state, ARGV[2])
 unindex()
 return {'ok', value}
 `;
@@ -252,7 +291,7 @@ if state ~= 'in_flight' then return {'none'} end
 local leaseAt, claim, effect, tool = inflight(rest)
 if not leaseAt then return {'corrupt', 'unreadable in-flight header'} end
 if claim ~= ARGV[1] then return {'none'} end
-store_finished(finished('released', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), '', claim), ARGV[2])
+store_finished(finished('released', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), '', claim), ARGV[2], 'in_flight', 'released')
 unindex()
 return {'released', fence}
 `;
@@ -291,4 +330,95 @@ for i = 1, math.min(#found, limit) do
   out[#out + 1] = found[i][3]
 end
 return out
+`;
+
+/**
+ * listRows on one node (LIST-1, LIST-2, LIST-6). KEYS[1]: one key the node serves (it routes the
+ * call). ARGV: 1 olderThanMs, 2 limit, 3 cursor's since or '', 4 cursor's key, 5 toolName or '',
+ * 6 conversationId or '', 7 the row-key head (prefix .. ':{'), 8 n, 9..8+n the states, then the
+ * slot tags of the node's slots. For each state and slot it reads the state's index in that slot
+ * (score = last transition, member = row key) from the cursor up to cutoff = TIME - olderThanMs,
+ * confirms each member against its row (present, in that state, same transition time, and the
+ * tool and conversation asked for), and keeps the first `limit` matches of each index.
+ * Tool and conversation are filtered here, on the row's header: they have no index of their own
+ * (one per tool or conversation and slot would cost a write per transition for each), so a
+ * filtered listing reads the state index's entries until it finds `limit` matches.
+ * Returns {cutoff, n, key, value, ... (n pairs)}: the node's first `limit` matches, ordered by
+ * (transition time, key bytes), then index, member pairs of members whose row is gone (Redis
+ * expired it), for the caller to drop; or {'corrupt', key, why} for an index that is not a sorted set.
+ * Read-only (no-writes): it changes nothing.
+ */
+export const LIST_ROWS_LUA = `#!lua flags=no-writes,allow-cross-slot-keys
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cutoff = string.format('%d', now - tonumber(ARGV[1]))
+local limit = tonumber(ARGV[2])
+local after = nil
+if ARGV[3] ~= '' then after = tonumber(ARGV[3]) end
+local afterKey, tool, conv, head = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local nstates = tonumber(ARGV[8])
+-- Byte order, whatever the server's locale (Lua's < on strings uses strcoll).
+local function before(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+local found, gone = {}, {}
+local chunk = math.max(limit, 16)
+for s = 1, nstates do
+  local state = ARGV[8 + s]
+  for i = 9 + nstates, #ARGV do
+    local ik = head .. ARGV[i] .. '}:rows:' .. state
+    local lo = '-inf'
+    if after then lo = string.format('%d', after) end
+    local taken, offset = 0, 0
+    while taken < limit do
+      local entries = redis.pcall('ZRANGE', ik, lo, cutoff, 'BYSCORE', 'LIMIT', offset, chunk, 'WITHSCORES')
+      if type(entries) == 'table' and entries.err then return {'corrupt', ik, entries.err} end
+      for j = 1, #entries, 2 do
+        local member, score = entries[j], tonumber(entries[j + 1])
+        local k = string.sub(member, #head + 1, -2)
+        if taken < limit and (after == nil or score > after or before(afterKey, k)) then
+          local value = redis.pcall('GET', member)
+          if value == false or value == nil then
+            gone[#gone + 1] = ik
+            gone[#gone + 1] = member
+          elseif type(value) == 'string' then
+            local nl = string.find(value, '\\n', 1, true)
+            local ok, h = false, nil
+            if nl then ok, h = pcall(cjson.decode, string.sub(value, 1, nl - 1)) end
+            if ok and type(h) == 'table' and h.state == state then
+              local since = h.finishedAt
+              if state == 'in_flight' then since = h.claimedAt end
+              if since == score and (tool == '' or h.toolName == tool) and (conv == '' or h.conversationId == conv) then
+                found[#found + 1] = {score, k, value}
+                taken = taken + 1
+              end
+            end
+          end
+        end
+      end
+      if #entries < chunk * 2 then break end
+      offset = offset + chunk
+    end
+  end
+end
+table.sort(found, function(a, b) return a[1] < b[1] or (a[1] == b[1] and before(a[2], b[2])) end)
+local n = math.min(#found, limit)
+local out = {cutoff, n}
+for i = 1, n do
+  out[#out + 1] = found[i][2]
+  out[#out + 1] = found[i][3]
+end
+for i = 1, #gone do out[#out + 1] = gone[i] end
+return out
+`;
+
+/** Drop a listing index member whose row is gone. KEYS: 1 the index, 2 the row key (the member). Never touches a row that exists. */
+export const FORGET_LISTED_LUA = `
+if redis.call('EXISTS', KEYS[2]) == 0 then return redis.pcall('ZREM', KEYS[1], KEYS[2]) end
+return 0
 `;

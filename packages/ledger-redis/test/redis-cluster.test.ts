@@ -142,6 +142,45 @@ it("claim/complete/fail/release/takeover/unknown on 240 keys spread over all thr
   }
 }, 120_000);
 
+describe("listRows on a cluster (LIST-1, LIST-2, LIST-5, LIST-6)", () => {
+  it("merges every node's listing indexes: rows of all three nodes, filtered, oldest first, each once across pages", async () => {
+    if (!cluster || !client || !ledger) throw new Error("cluster did not start");
+    const l = ledger;
+    const conversation = `conv-${randomBytes(4).toString("hex")}`;
+    const keys = Array.from({ length: 45 }, () => randomBytes(16).toString("hex"));
+    // Spread over the nodes: a listing that read one node only would miss rows.
+    const nodesOf = new Set(keys.map((key) => client!.slots[keySlot(l.redisKey(key))]?.[0]));
+    expect(nodesOf.size).toBe(3);
+    const states = new Map<string, string>();
+    for (const [i, key] of keys.entries()) {
+      const claim = await l.claim(request(key, { conversationId: conversation, turnIndex: i, toolName: i % 2 === 0 ? "send_sms" : "create_invoice" }));
+      if (claim.outcome !== "claimed") throw new Error("not claimed");
+      if (i % 3 === 0) await l.complete(key, claim.fence, '"done"');
+      if (i % 3 === 1) await l.markUnknown(key, claim.fence, "tool_error");
+      states.set(key, i % 3 === 0 ? "completed" : i % 3 === 1 ? "unknown" : "in_flight");
+    }
+    const listed: Array<{ key: string; state: string; since: number; turnIndex?: number }> = [];
+    let cursor: string | undefined;
+    do {
+      const page = await l.listRows({ conversationId: conversation, state: ["unknown", "in_flight"], limit: 4, ...(cursor === undefined ? {} : { cursor }) });
+      for (const row of page.rows) {
+        listed.push({ key: row.key, state: row.state, since: row.state === "in_flight" ? row.claimedAt : row.finishedAt, turnIndex: row.turnIndex });
+      }
+      cursor = page.cursor;
+    } while (cursor !== undefined);
+    const expected = keys.filter((key) => states.get(key) !== "completed");
+    expect(listed.map((r) => r.key).sort()).toEqual([...expected].sort());
+    for (const row of listed) expect([row.state, row.turnIndex]).toEqual([states.get(row.key), keys.indexOf(row.key)]);
+    for (let i = 1; i < listed.length; i++) {
+      const [a, b] = [listed[i - 1]!, listed[i]!];
+      expect(a.since < b.since || (a.since === b.since && a.key < b.key), `${a.key} before ${b.key}`).toBe(true);
+    }
+    const sms = await l.listRows({ conversationId: conversation, toolName: "send_sms", state: "completed", limit: 1000 });
+    expect(sms.rows.map((r) => r.key).sort()).toEqual(keys.filter((_, i) => i % 2 === 0 && i % 3 === 0).sort());
+    expect(sms.cursor).toBeUndefined();
+  });
+});
+
 describe("slots and the in-flight index on a cluster", () => {
   it("keySlot agrees with CLUSTER KEYSLOT (hash tags, braces, empty tags, non-ASCII), and every row's index key is in the row's own slot", async () => {
     if (!cluster || !client || !ledger) throw new Error("cluster did not start");

@@ -531,7 +531,7 @@ describe("instances and connections", () => {
       clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes: 1024 * 1024,
-      supports: { resolve: true, auditTrail: true, listExpiredInFlight: true },
+      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true },
     });
     expect(ledger({ durability: "durable" }).capabilities.durability).toBe("durable");
   });
@@ -559,5 +559,107 @@ describe("the audit list (RESOLVE-7)", () => {
       ["marked_unknown", "worker-9", 1],
       ["resolved", "ops", 2],
     ]);
+  });
+});
+
+describe("the listing indexes (LIST-3, LIST-6)", () => {
+  const STATES = ["in_flight", "completed", "failed", "unknown", "released"] as const;
+  /** The index key of a state in a row's slot: the in-flight index's hash tag, `rows:<state>`. */
+  const listIndex = (l: RedisLedger, key: string, state: string) => l.inflightIndexKey(key).replace(/inflight$/, `rows:${state}`);
+  /** Which listing indexes hold the row, with their scores (read from Redis, not through listRows). */
+  async function listedIn(l: RedisLedger, key: string): Promise<Record<string, number>> {
+    const found: Record<string, number> = {};
+    for (const state of STATES) {
+      const score = await raw.zscore(listIndex(l, key, state), l.redisKey(key));
+      if (score !== null) found[state] = Number(score);
+    }
+    return found;
+  }
+  /** The row's last transition time (LIST-2), from the stored header. */
+  async function since(l: RedisLedger, key: string): Promise<number> {
+    const { header } = (await stored(l, key))!;
+    return Number(header.state === "in_flight" ? header.claimedAt : header.finishedAt);
+  }
+
+  it("LIST-6: every transition moves the row to exactly its state's index, scored by its last transition, in the same script", async () => {
+    const l = ledger({ retentionMs: MIN_RETENTION_MS });
+    const expectIn = async (key: string, state: string) => expect(await listedIn(l, key)).toEqual({ [state]: await since(l, key) });
+    // claim -> complete
+    const a = await l.claim(request("a"));
+    await expectIn("a", "in_flight");
+    if (a.outcome !== "claimed") throw new Error("not claimed");
+    await l.complete("a", a.fence, '"ok"');
+    await expectIn("a", "completed");
+    // claim -> release -> re-claim -> fail
+    const b = await l.claim(request("b"));
+    if (b.outcome !== "claimed") throw new Error("not claimed");
+    await l.release("b", b.fence);
+    await expectIn("b", "released");
+    const b2 = await l.claim(request("b", { owner: "attempt-2" }));
+    if (b2.outcome !== "claimed") throw new Error("not claimed");
+    await expectIn("b", "in_flight");
+    await l.fail("b", b2.fence, { name: "Error", message: "declined" });
+    await expectIn("b", "failed");
+    // keyed takeover after the lease, then markUnknown, then resolve
+    const c = await l.claim(request("c"));
+    if (c.outcome !== "claimed") throw new Error("not claimed");
+    await expireLease(l, "c");
+    const taken = await l.claim(request("c", { owner: "attempt-2" }));
+    expect(taken).toMatchObject({ outcome: "claimed", takeover: true });
+    await expectIn("c", "in_flight");
+    await l.markUnknown("c", 2, "lost");
+    await expectIn("c", "unknown");
+    await l.resolve({ key: "c", resolution: { outcome: "not_performed" }, actor: "ops", reason: "checked" });
+    await expectIn("c", "released");
+    // unkeyed claim whose lease ran out: the next claim turns it unknown
+    const d = await l.claim(request("d", { effect: "unkeyed_write" }));
+    if (d.outcome !== "claimed") throw new Error("not claimed");
+    await expireLease(l, "d");
+    expect(await l.claim(request("d", { effect: "unkeyed_write", owner: "attempt-2" }))).toMatchObject({ outcome: "existing", row: { state: "unknown" } });
+    await expectIn("d", "unknown");
+  });
+
+  it("LIST-1: a row Redis expired is not listed, and its index member is dropped (only while the row is absent)", async () => {
+    const l = ledger({ retentionMs: MIN_RETENTION_MS });
+    const claim = await l.claim(request("gone"));
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await l.complete("gone", claim.fence, '"ok"');
+    await raw.pexpireat(l.redisKey("gone"), 1); // as its retention running out would
+    expect((await l.listRows({})).rows).toEqual([]);
+    for (let i = 0; i < 50 && (await raw.zscore(listIndex(l, "gone", "completed"), l.redisKey("gone"))) !== null; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(await listedIn(l, "gone")).toEqual({});
+  });
+
+  it("LIST-3: a row written before conversations were stored still decodes (without them), is listed, and a re-claim keeps its header tail", async () => {
+    const l = ledger({ retentionMs: MIN_RETENTION_MS });
+    const claim = await l.claim(request("old"));
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await l.release("old", claim.fence);
+    // The stored header of a claim without conversation is the pre-LIST-3 layout exactly.
+    const { header } = (await stored(l, "old"))!;
+    expect(Object.keys(header)).toEqual(["v", "state", "fence", "claimedAt", "requestBytes", "finishedAt", "claim", "effect", "toolName"]);
+    const reclaimed = await l.claim(request("old", { owner: "attempt-2", conversationId: "conv-late", turnIndex: 1 }));
+    expect(reclaimed).toMatchObject({ outcome: "claimed", fence: 2, request: FIRST });
+    const row = await l.lookup("old");
+    // A later claim does not add a conversation the creating claim did not give (LIST-3: kept, not replaced).
+    expect(row).toMatchObject({ state: "in_flight", toolName: "send_payment" });
+    expect(row?.conversationId).toBeUndefined();
+    expect((await l.listRows({ state: "in_flight" })).rows.map((r) => r.key)).toEqual(["old"]);
+  });
+
+  it("LIST-3: conversationId and turnIndex are stored in the header and kept by a takeover and a resolution", async () => {
+    const l = ledger({ retentionMs: MIN_RETENTION_MS });
+    const first = await l.claim(request("k", { conversationId: 'conv "quoted" \\ Zoë', turnIndex: 7 }));
+    if (first.outcome !== "claimed") throw new Error("not claimed");
+    expect((await stored(l, "k"))!.header).toMatchObject({ conversationId: 'conv "quoted" \\ Zoë', turnIndex: 7 });
+    await expireLease(l, "k");
+    expect(await l.claim(request("k", { owner: "attempt-2", conversationId: "other", turnIndex: 1 }))).toMatchObject({ takeover: true });
+    await l.markUnknown("k", 2, "lost");
+    const resolved = await l.resolve({ key: "k", resolution: { outcome: "completed", result: '"done"' }, actor: "ops", reason: "checked" });
+    expect(resolved).toMatchObject({ state: "completed", conversationId: 'conv "quoted" \\ Zoë', turnIndex: 7, toolName: "send_payment" });
+    const listed = await l.listRows({ conversationId: 'conv "quoted" \\ Zoë' });
+    expect(listed.rows.map((r) => [r.key, r.state, r.turnIndex])).toEqual([["k", "completed", 7]]);
   });
 });
