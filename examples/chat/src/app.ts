@@ -101,7 +101,9 @@ export function createChatApp(options: ChatAppOptions): express.Express {
   backend.subscribe((event) => {
     const turnKey = slot(event.conversationId, event.turnIndex);
     if (event.type === "attempt_started") turnOwner.set(turnKey, event.messageId);
-    const messageId = event.type === "turn_failed" ? event.record.messageId : turnOwner.get(turnKey);
+    // A resumed turn's record comes after turn_committed, when the turn's owner is forgotten: it names its message.
+    const messageId =
+      event.type === "turn_failed" || event.type === "resumed_turn_recorded" ? event.record.messageId : turnOwner.get(turnKey);
     // The last event of a turn's life here (a superseded attempt's discard comes before attempt_superseded).
     if ((event.type === "turn_committed" && event.committed) || event.type === "turn_failed" || event.type === "attempt_superseded") {
       turnOwner.delete(turnKey);
