@@ -34,6 +34,12 @@ export interface ChatAnswer {
   fromStore: boolean;
   text: string;
   turns: { turnIndex: number; text: string; calls: { name: string; replayed?: boolean; result?: unknown; error?: unknown }[] }[];
+  /**
+   * Effects of earlier runs of a resumed turn that the answer does not contain (RECORD-8): show
+   * them, e.g. "a payment to acme was made by an earlier attempt". `listed: false` means they
+   * could not be looked up and some may exist. Absent when there are none.
+   */
+  earlierEffects?: { turnIndex: number; listed: boolean; calls: { name: string; effect: string; summary: string }[] }[];
 }
 
 /** The server-sent events of one message's answer (`event:` name → `data:` JSON). */
@@ -71,6 +77,15 @@ function answerOf(conversationId: string, result: SendResult): ChatAnswer {
     fromStore: result.fromStore,
     text: turns.map((t) => t.text).join(""),
     turns,
+    ...(result.records !== undefined
+      ? {
+          earlierEffects: result.records.map((r) => ({
+            turnIndex: r.turnIndex,
+            listed: r.listed,
+            calls: r.calls.map((c) => ({ name: c.name, effect: c.effect, summary: c.summary })),
+          })),
+        }
+      : {}),
   };
 }
 
