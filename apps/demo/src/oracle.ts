@@ -92,6 +92,8 @@ function committedResults(turns: readonly StoredTurn[], toolName: string): Commi
 
 /** Calls of a record, with the per-key summary of a failed turn folded in (it may speak for a key too). */
 function statements(record: ConversationRecord): { key?: string; callId?: string; effect: EffectStatus }[] {
+  // A resumed turn's record speaks per ledger row (RECORD-8): a key and its effect, no call id.
+  if (record.kind === "resumed_turn") return record.calls.map((c) => ({ key: c.key, effect: c.effect }));
   const calls: { key?: string; callId?: string; effect: EffectStatus }[] = record.calls.map((c: CallRecord) => ({
     ...(c.key !== undefined ? { key: c.key } : {}),
     callId: c.callId,

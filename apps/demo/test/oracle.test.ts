@@ -1,5 +1,5 @@
 import type { StoredTurn } from "@dispatch-once/core";
-import type { CallRecord, FailedTurnRecord, SupersededAttemptRecord } from "@dispatch-once/anthropic";
+import type { CallRecord, FailedTurnRecord, ResumedTurnRecord, SupersededAttemptRecord } from "@dispatch-once/anthropic";
 import { describe, expect, it } from "vitest";
 import { addAudit, auditMessage, emptyTally, recordsOf, type LoggedPayment } from "../src/oracle.js";
 
@@ -133,6 +133,23 @@ describe("the misreport oracle", () => {
       at: "2026-11-30T00:00:00.000Z",
     };
     expect(auditMessage({ committed: [], records: [superseded], payments: [PAYMENT] }).reasons).toEqual([]);
+  });
+
+  it("RECORD-8: a resumed turn's record listing the earlier holder's payment is a statement of it; one saying not_happened denies it", () => {
+    const resumed = (effect: "happened" | "not_happened"): ResumedTurnRecord => ({
+      kind: "resumed_turn",
+      conversationId: "c",
+      messageId: "m-1",
+      turnIndex: 0,
+      resumed: true,
+      listed: true,
+      calls: [{ key: KEY, name: "send_payment", state: effect === "happened" ? "completed" : "failed", effect, summary: "s" }],
+      at: "2026-11-30T00:00:00.000Z",
+    });
+    const textOnly: StoredTurn[] = [];
+    expect(auditMessage({ committed: textOnly, records: [], payments: [PAYMENT] }).reasons).toEqual(["effect_unreported"]);
+    expect(auditMessage({ committed: textOnly, records: [resumed("happened")], payments: [PAYMENT] }).reasons).toEqual([]);
+    expect(auditMessage({ committed: textOnly, records: [resumed("not_happened")], payments: [PAYMENT] }).reasons).toContain("record_denies_effect");
   });
 
   it("tallies count a message once, its reasons each, and keep a few examples", () => {

@@ -34,6 +34,12 @@ export interface ChatAnswer {
   fromStore: boolean;
   text: string;
   turns: { turnIndex: number; text: string; calls: { name: string; replayed?: boolean; result?: unknown; error?: unknown }[] }[];
+  /**
+   * Effects of earlier runs of a resumed turn that the answer does not contain (RECORD-8): show
+   * them, e.g. "a payment to acme was made by an earlier attempt". `listed: false` means they
+   * could not be looked up and some may exist. Absent when there are none.
+   */
+  earlierEffects?: { turnIndex: number; listed: boolean; calls: { name: string; effect: string; summary: string }[] }[];
 }
 
 /** The server-sent events of one message's answer (`event:` name → `data:` JSON). */
@@ -71,6 +77,15 @@ function answerOf(conversationId: string, result: SendResult): ChatAnswer {
     fromStore: result.fromStore,
     text: turns.map((t) => t.text).join(""),
     turns,
+    ...(result.records !== undefined
+      ? {
+          earlierEffects: result.records.map((r) => ({
+            turnIndex: r.turnIndex,
+            listed: r.listed,
+            calls: r.calls.map((c) => ({ name: c.name, effect: c.effect, summary: c.summary })),
+          })),
+        }
+      : {}),
   };
 }
 
@@ -101,7 +116,9 @@ export function createChatApp(options: ChatAppOptions): express.Express {
   backend.subscribe((event) => {
     const turnKey = slot(event.conversationId, event.turnIndex);
     if (event.type === "attempt_started") turnOwner.set(turnKey, event.messageId);
-    const messageId = event.type === "turn_failed" ? event.record.messageId : turnOwner.get(turnKey);
+    // A resumed turn's record comes after turn_committed, when the turn's owner is forgotten: it names its message.
+    const messageId =
+      event.type === "turn_failed" || event.type === "resumed_turn_recorded" ? event.record.messageId : turnOwner.get(turnKey);
     // The last event of a turn's life here (a superseded attempt's discard comes before attempt_superseded).
     if ((event.type === "turn_committed" && event.committed) || event.type === "turn_failed" || event.type === "attempt_superseded") {
       turnOwner.delete(turnKey);

@@ -37,6 +37,8 @@ export {
   type FailedCallRecord,
   type FailedCallStatus,
   type SupersededAttemptRecord,
+  type ResumedTurnRecord,
+  type UnansweredCallRecord,
   type ConversationRecord,
 } from "@dispatch-once/runner";
 export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type UserContent } from "./runner.js";

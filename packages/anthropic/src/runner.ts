@@ -23,7 +23,7 @@ export type RunnerEvent = SharedRunnerEvent;
  * Every event type, for a reader and for this package's README test: attempt_started,
  * text_delta (text as it streams; a UI drops it on attempt_discarded), call_complete,
  * call_resolved, call_abandoned, stream_failed, call_unresolved, attempt_discarded,
- * retry_scheduled, turn_committed, turn_failed, attempt_superseded.
+ * retry_scheduled, turn_committed, turn_failed, attempt_superseded, resumed_turn_recorded.
  */
 type ListedEvent =
   | { type: "attempt_started" }
@@ -37,7 +37,8 @@ type ListedEvent =
   | { type: "retry_scheduled" }
   | { type: "turn_committed" }
   | { type: "turn_failed" }
-  | { type: "attempt_superseded" };
+  | { type: "attempt_superseded" }
+  | { type: "resumed_turn_recorded" };
 // Fails to compile when the shared runner gains an event type the list above (and so the README) misses.
 const everyEventListed: [Exclude<RunnerEvent["type"], ListedEvent["type"]>] extends [never] ? true : false = true;
 void everyEventListed;

@@ -21,5 +21,7 @@ export {
   type EffectStatus,
   type FailedTurnRecord,
   type SupersededAttemptRecord,
+  type ResumedTurnRecord,
+  type UnansweredCallRecord,
   type ConversationRecord,
 } from "@dispatch-once/runner";

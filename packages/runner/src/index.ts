@@ -4,6 +4,7 @@ export {
   classifyCallError,
   summarizeEffects,
   forResumedTurn,
+  unansweredCall,
   type CallRecord,
   type CallStatus,
   type EffectStatus,
@@ -11,6 +12,8 @@ export {
   type FailedCallRecord,
   type FailedCallStatus,
   type SupersededAttemptRecord,
+  type ResumedTurnRecord,
+  type UnansweredCallRecord,
   type ConversationRecord,
 } from "./record.js";
 export { defaultRetryPolicy, type AttemptFailure, type RetryPolicy } from "./retry.js";

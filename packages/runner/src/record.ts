@@ -1,4 +1,4 @@
-import { effectOf, isDispatchOnceError, type JsonValue, type StoredError } from "@dispatch-once/core";
+import { effectOf, isDispatchOnceError, type JsonValue, type LedgerRow, type RowState, type StoredError } from "@dispatch-once/core";
 import type { FailurePosition } from "./phases.js";
 
 /** What happened to one call of one attempt (spec RECORD-2). */
@@ -106,7 +106,82 @@ export interface SupersededAttemptRecord {
   at: string;
 }
 
-export type ConversationRecord = FailedTurnRecord | SupersededAttemptRecord;
+/** One ledger row of a committed turn's index that the committed turn does not answer (RECORD-8). */
+export interface UnansweredCallRecord {
+  key: string;
+  name: string;
+  /** The row's state when the runner listed it. */
+  state: RowState;
+  /**
+   * `happened` for a completed row, `not_happened` only for a definite failure (a terminal
+   * `failed` row), `may_have_happened` for everything else (in flight, unknown, released: in a
+   * resumed turn a release says nothing about the earlier holder's run, RECORD-6).
+   */
+  effect: EffectStatus;
+  /** Human-readable, e.g. "performed by an earlier run of this turn; not in the conversation". */
+  summary: string;
+  /** The stored result of a completed row. */
+  result?: JsonValue;
+  /** The stored error of a failed row. */
+  error?: StoredError;
+}
+
+/**
+ * Kept beside the conversation when a resumed turn (TURN-15) commits (RECORD-8): the calls that
+ * earlier runs of the same turn index claimed and the committed turn does not answer. A model
+ * may answer a re-run differently (another call, other arguments, plain text), so a payment the
+ * dead holder made would otherwise be in no committed turn and no record (RECORD-7).
+ */
+export interface ResumedTurnRecord {
+  kind: "resumed_turn";
+  conversationId: string;
+  messageId: string;
+  turnIndex: number;
+  /** Always true: only a resumed turn's commit writes this record. */
+  resumed: true;
+  /**
+   * True when the runner listed the turn's ledger rows (a dispatcher whose ledger offers
+   * `listRows`): `calls` is then every claimed call of the index the committed turn does not
+   * answer, as of the listing. False when it could not list them (no `listRows`, or the listing
+   * failed): earlier holders' effects may exist that no record names (RECORD-6).
+   */
+  listed: boolean;
+  /** Why the rows were not listed, when `listed` is false. */
+  unlistedReason?: string;
+  calls: UnansweredCallRecord[];
+  at: string;
+}
+
+export type ConversationRecord = FailedTurnRecord | SupersededAttemptRecord | ResumedTurnRecord;
+
+/** What a row of a resumed turn says of its effect (RECORD-8). */
+export function unansweredCall(row: LedgerRow): UnansweredCallRecord {
+  const base = { key: row.key, name: row.toolName, state: row.state };
+  switch (row.state) {
+    case "completed": {
+      let result: JsonValue | undefined;
+      try {
+        result = JSON.parse(row.result) as JsonValue;
+      } catch {
+        result = undefined;
+      }
+      return {
+        ...base,
+        effect: "happened",
+        summary: "performed by an earlier run of this turn; its result is not in the conversation",
+        ...(result !== undefined ? { result } : {}),
+      };
+    }
+    case "failed":
+      return { ...base, effect: "not_happened", summary: `failed definitely in an earlier run of this turn: ${row.error.message}`, error: row.error };
+    case "in_flight":
+      return { ...base, effect: "may_have_happened", summary: "claimed by an earlier run of this turn that did not finish; it may have been performed" };
+    case "unknown":
+      return { ...base, effect: "may_have_happened", summary: "may have been performed by an earlier run of this turn; nobody can confirm it" };
+    case "released":
+      return { ...base, effect: "may_have_happened", summary: "released by an earlier run of this turn; an earlier holder may have performed it" };
+  }
+}
 
 const RANK: Record<EffectStatus, number> = { none: 0, not_happened: 1, may_have_happened: 2, happened: 3 };
 

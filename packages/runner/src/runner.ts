@@ -6,6 +6,7 @@ import {
   DurabilityMismatchError,
   InvalidArgumentError,
   InvalidKeyInputError,
+  MAX_LIST_LIMIT,
   checkMessageId,
   describeValue,
   isDispatchOnceError,
@@ -13,6 +14,8 @@ import {
   type ConversationStore,
   type DispatchOutcome,
   type JsonValue,
+  type Ledger,
+  type LedgerRow,
   type StoredError,
   type StoredTurn,
   type TurnDispatch,
@@ -27,8 +30,10 @@ import {
   classifyCallError,
   forResumedTurn,
   summarizeEffects,
+  unansweredCall,
   type CallRecord,
   type FailedTurnRecord,
+  type ResumedTurnRecord,
   type SupersededAttemptRecord,
 } from "./record.js";
 import { defaultRetryPolicy, type AttemptFailure, type RetryPolicy } from "./retry.js";
@@ -48,6 +53,8 @@ export type RunnerEvent = { at: number; conversationId: string; turnIndex: numbe
   | { type: "turn_committed"; committed: boolean; stopReason: string | null }
   | { type: "turn_failed"; record: FailedTurnRecord }
   | { type: "attempt_superseded"; record: SupersededAttemptRecord }
+  /** A resumed turn committed and its record went beside the conversation (RECORD-8). */
+  | { type: "resumed_turn_recorded"; record: ResumedTurnRecord }
 );
 
 /** The runner's options; a stream side adds its own (client, model, tools). */
@@ -114,6 +121,12 @@ export interface TurnOutcome {
   stopReason: string | null;
   text: string;
   calls: CallReport[];
+  /**
+   * Present when the turn was resumed (TURN-15) and earlier runs of its index claimed calls it
+   * does not answer, or their rows could not be listed: the record kept beside the conversation
+   * (RECORD-8). A UI shows it: those effects are in no committed turn.
+   */
+  record?: ResumedTurnRecord;
 }
 
 export interface SendResult {
@@ -130,6 +143,12 @@ export interface SendResult {
   turns: TurnOutcome[];
   /** True when the answer was read back from the store (TURN-7): this send ran nothing. */
   fromStore: boolean;
+  /**
+   * The resumed-turn records of the message's turns (RECORD-8): effects of earlier runs that
+   * the committed turns do not answer. Present only when there is one; read back from the store
+   * when `fromStore`.
+   */
+  records?: ResumedTurnRecord[];
 }
 
 type Resolution = { ok: true; outcome: DispatchOutcome } | { ok: false; error: unknown };
@@ -230,7 +249,18 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       if (current.state === "answered") {
         const fromStore = produced.length === 0;
         const turns = fromStore ? (await store.turnsOf(conversationId, message.id)).map((t) => this.storedTurnOutcome(conversationId, t)) : produced;
-        return { conversationId, messageId: message.id, appended: append.appended, status: "answered", turns, fromStore };
+        const records = fromStore
+          ? (await store.records(conversationId)).filter((r): r is ResumedTurnRecord & JsonValue => isResumedTurnRecordOf(r, message.id))
+          : produced.flatMap((t) => (t.record !== undefined ? [t.record] : []));
+        return {
+          conversationId,
+          messageId: message.id,
+          appended: append.appended,
+          status: "answered",
+          turns,
+          fromStore,
+          ...(records.length > 0 ? { records } : {}),
+        };
       }
       if (current.state === "failed") {
         throw new TurnFailedError(current.failure as unknown as FailedTurnRecord, { replayed: produced.length === 0 });
@@ -329,6 +359,13 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         }
         if (outcome.committed) {
           const { answers, ...reported } = outcome;
+          // RECORD-8: an earlier holder's effects that this commit does not answer go beside it.
+          const record = resumedTurn(snapshot) ? await this.resumedTurnRecord(snapshot, reported.calls) : undefined;
+          if (record !== undefined) {
+            await store.addRecord(conversationId, record as unknown as JsonValue);
+            this.emit({ type: "resumed_turn_recorded", conversationId, turnIndex, attempt, record });
+            reported.record = record;
+          }
           return { kind: "committed", outcome: reported, answers };
         }
         // Another worker took the conversation and committed (or will): what this attempt did
@@ -543,6 +580,46 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     };
   }
 
+  /**
+   * The record of a resumed turn that committed (RECORD-8): every row claimed at its index whose
+   * key the committed turn does not answer, or, when the rows cannot be listed, the statement
+   * that earlier effects may exist (RECORD-6). Undefined when the rows were listed and the
+   * committed turn answers all of them.
+   */
+  private async resumedTurnRecord(snapshot: TurnSnapshot, calls: readonly CallReport[]): Promise<ResumedTurnRecord | undefined> {
+    const { conversationId, turnIndex } = snapshot;
+    const base = { kind: "resumed_turn", conversationId, messageId: snapshot.message.id, turnIndex, resumed: true } as const;
+    const listing = await this.turnRows(conversationId, turnIndex);
+    if (!listing.ok) return { ...base, listed: false, unlistedReason: listing.reason, calls: [], at: new Date().toISOString() };
+    const answered = new Set(calls.flatMap((c) => (c.key !== undefined ? [c.key] : [])));
+    const unanswered = listing.rows.filter((row) => !answered.has(row.key)).map(unansweredCall);
+    if (unanswered.length === 0) return undefined;
+    return { ...base, listed: true, calls: unanswered, at: new Date().toISOString() };
+  }
+
+  /** The ledger rows claimed at the turn index, through the dispatcher's ledger when it lists (LIST-3). */
+  private async turnRows(conversationId: string, turnIndex: number): Promise<{ ok: true; rows: LedgerRow[] } | { ok: false; reason: string }> {
+    // Duck-typed: a CallDispatcher need not have a ledger (the unguarded baseline, a custom one).
+    const ledger = (this.options.dispatcher as { ledger?: Partial<Ledger> }).ledger;
+    if (typeof ledger?.listRows !== "function" || ledger.capabilities?.supports?.listRows !== true) {
+      return { ok: false, reason: "the dispatcher's ledger does not list rows (capabilities.supports.listRows)" };
+    }
+    const rows: LedgerRow[] = [];
+    try {
+      let cursor: string | undefined;
+      do {
+        // listRows filters by conversation only; the turn index is checked here.
+        const page = await ledger.listRows({ conversationId, limit: MAX_LIST_LIMIT, ...(cursor !== undefined ? { cursor } : {}) });
+        for (const row of page.rows) if (row.turnIndex === turnIndex) rows.push(row);
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+    } catch (error) {
+      // The turn is committed already: say what is not known rather than fail a committed turn.
+      return { ok: false, reason: `listing the turn's ledger rows failed: ${describe(error)}` };
+    }
+    return { ok: true, rows };
+  }
+
   private turnLimitRecord(snapshot: TurnSnapshot, turns: number): FailedTurnRecord {
     return {
       kind: "failed_turn",
@@ -586,6 +663,11 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
  */
 function resumedTurn(snapshot: TurnSnapshot): boolean {
   return snapshot.resumed !== false;
+}
+
+function isResumedTurnRecordOf(record: JsonValue, messageId: string): boolean {
+  const r = record as Partial<ResumedTurnRecord> | null;
+  return typeof r === "object" && r !== null && r.kind === "resumed_turn" && r.messageId === messageId;
 }
 
 function describe(error: unknown): string {

@@ -1,0 +1,167 @@
+import {
+  Dispatcher,
+  MemoryConversationStore,
+  MemoryLedger,
+  ToolRegistry,
+  defineTool,
+  type ConversationStore,
+  type JsonValue,
+  type Ledger,
+  type StoredTurn,
+} from "@dispatch-once/core";
+import { z } from "zod";
+import {
+  CallPhases,
+  TurnRunner,
+  isCall,
+  type CallAnswer,
+  type CallState,
+  type CommitShape,
+  type RunnerEvent,
+  type StoredTurnView,
+  type StreamProvider,
+  type StreamStep,
+} from "../src/index.js";
+
+/** A toy stream: events are plain objects, so the runner's rules are tested without any SDK. */
+export type ToyEvent =
+  | { t: "call"; index: number; id: string; name: string }
+  | { t: "args"; index: number; json: string }
+  | { t: "done"; index: number }
+  | { t: "text"; index: number; text: string }
+  | { t: "oops"; message: string }
+  | { t: "end" };
+
+export class ToyAccumulator extends CallPhases {
+  ended = false;
+  oops: string | undefined;
+  apply(event: ToyEvent): CallState | undefined {
+    this.eventsSeen++;
+    switch (event.t) {
+      case "call":
+        this.openCall({ index: event.index, callId: event.id, name: event.name, phase: "announced", partialJson: "" });
+        return undefined;
+      case "args": {
+        const call = this.callAt(event.index);
+        if (call !== undefined) this.appendArguments(call, event.json);
+        return undefined;
+      }
+      case "done": {
+        const call = this.callAt(event.index);
+        return call === undefined ? undefined : this.completeCall(call, { requireObject: true });
+      }
+      case "text":
+        this.setText(event.index, event.text);
+        return undefined;
+      case "oops":
+        this.oops = event.message;
+        return undefined;
+      case "end":
+        this.ended = true;
+        return undefined;
+    }
+  }
+  parts_(): unknown[] {
+    return this.orderedParts().map((p) => (isCall(p) ? { call: p.callId } : { text: p.text }));
+  }
+}
+
+/** Responses scripted per request number; a script entry ending in "cut" throws after its events. */
+export class ToyProvider implements StreamProvider<ToyAccumulator, ToyEvent, string> {
+  readonly finishEvent = "end";
+  requests: JsonValue[][] = [];
+  constructor(
+    private readonly script: (request: number, input: JsonValue[]) => (ToyEvent | "cut")[],
+    /** Awaited before a cut: lets a test place the cut after a dispatched call resolved, without timing. */
+    private readonly beforeCut: () => Promise<void>,
+  ) {}
+  createAccumulator() {
+    return new ToyAccumulator();
+  }
+  userMessage(content: string): JsonValue {
+    return { role: "user", content };
+  }
+  async open(input: JsonValue[]): Promise<AsyncIterable<ToyEvent>> {
+    this.requests.push(input);
+    const events = this.script(this.requests.length, input);
+    const beforeCut = this.beforeCut;
+    return (async function* () {
+      for (const event of events) {
+        if (event === "cut") {
+          await beforeCut();
+          throw new TypeError("terminated");
+        }
+        // Let dispatched calls run between events, as a network would.
+        await new Promise((r) => setTimeout(r, 5));
+        yield event;
+      }
+    })();
+  }
+  apply(accumulator: ToyAccumulator, event: ToyEvent): StreamStep {
+    const complete = accumulator.apply(event);
+    return { ...(complete !== undefined ? { complete } : {}), ...(event.t === "text" ? { textDelta: { index: event.index, text: event.text } } : {}) };
+  }
+  finished(accumulator: ToyAccumulator): boolean {
+    return accumulator.ended;
+  }
+  streamError(accumulator: ToyAccumulator): string | undefined {
+    return accumulator.oops;
+  }
+  commitShape(accumulator: ToyAccumulator, answers: CallAnswer[]): CommitShape {
+    const calls = answers.length > 0;
+    return {
+      assistant: accumulator.parts_() as JsonValue,
+      ...(calls ? { toolResults: answers.map(({ call, answer }) => ({ id: call.callId, ...(answer.ok ? { ok: answer.resultJson } : { error: answer.error.message }) })) as JsonValue } : {}),
+      stopReason: calls ? "calls" : "end",
+      answers: !calls,
+      text: accumulator.parts_().flatMap((p) => ("text" in (p as object) ? [(p as { text: string }).text] : [])).join(""),
+    };
+  }
+  readTurn(turn: StoredTurn): StoredTurnView {
+    return { text: "", calls: (Array.isArray(turn.toolResults) ? turn.toolResults : []).map((r) => ({ callId: String((r as { id: string }).id), name: "pay" })) };
+  }
+}
+
+/** A toy runner over one pay tool; `options` lets a test share the store and ledger between workers. */
+export function world(
+  script: (request: number, input: JsonValue[]) => (ToyEvent | "cut")[],
+  cutAfterResolved = false,
+  options: { store?: ConversationStore; ledger?: Ledger; performed?: unknown[] } = {},
+) {
+  const performed: unknown[] = options.performed ?? [];
+  const tools = new ToolRegistry([
+    defineTool({
+      name: "pay",
+      effect: "keyed_write",
+      input: z.object({ to: z.string(), memo: z.string() }),
+      identity: ["to"],
+      run: async (args) => {
+        await new Promise((r) => setTimeout(r, 1));
+        performed.push(args);
+        return { n: performed.length };
+      },
+    }),
+  ]);
+  const events: RunnerEvent[] = [];
+  const provider = new ToyProvider(script, async () => {
+    while (cutAfterResolved && !events.some((e) => e.type === "call_resolved")) await new Promise((r) => setTimeout(r, 1));
+  });
+  const store = options.store ?? new MemoryConversationStore();
+  const dispatcher = new Dispatcher({ tools, ledger: options.ledger ?? new MemoryLedger() });
+  const runner = new TurnRunner(provider, {
+    dispatcher,
+    store,
+    allowVolatileConversationStore: true,
+    retry: { backoffMs: () => 1 },
+    onEvent: (e) => events.push(e),
+  });
+  return { runner, provider, performed, events, store, dispatcher };
+}
+
+export const payCall = (id: string, memo: string): ToyEvent[] => [
+  { t: "call", index: 0, id, name: "pay" },
+  { t: "args", index: 0, json: `{"to":"acme",` },
+  { t: "args", index: 0, json: `"memo":"${memo}"}` },
+  { t: "done", index: 0 },
+];
+
