@@ -15,6 +15,7 @@ import {
   newWorker,
   note,
   programProvider,
+  sendScope,
   reaskCalls,
   short,
   type CaseContext,
@@ -215,6 +216,9 @@ function register(ctx: CaseContext, conversationId: string, plan: MessagePlan, c
 const TIMEOUT = Symbol("timeout");
 
 /** One send() by one worker, bounded in time (TURN-10); its outcome is recorded, never thrown. */
+/** Numbers each send() for sendScope. */
+let sendCount = 0;
+
 async function sendOnce(ctx: CaseContext, w: Worker, conversationId: string, id: string, content: string): Promise<void> {
   const startedAt = Date.now() - ctx.started;
   let timer: NodeJS.Timeout | undefined;
@@ -222,7 +226,7 @@ async function sendOnce(ctx: CaseContext, w: Worker, conversationId: string, id:
     timer = setTimeout(() => resolve(TIMEOUT), ctx.sendTimeoutMs);
   });
   const settled = await Promise.race([
-    w.runner.send(conversationId, { id, content }).then(
+    sendScope.run(++sendCount, () => w.runner.send(conversationId, { id, content })).then(
       (result) => ({ result }),
       (error: unknown) => ({ error }),
     ),

@@ -361,6 +361,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<
         (x) =>
           x.type === "attempt_started" &&
           x.worker === e.worker &&
+          x.send === e.send &&
           x.conversationId === record.conversationId &&
           x.turnIndex === record.turnIndex &&
           x.messageId === record.messageId &&
@@ -371,7 +372,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<
     const from = (started?.at ?? e.at) - ctx.started;
     const to = e.at - ctx.started;
     const ran = ctx.runs.filter(
-      (r) => r.worker === e.worker && r.conversationId === record.conversationId && r.turnIndex === record.turnIndex && r.startedAt >= from && r.endedAt !== undefined && r.endedAt <= to,
+      (r) => r.worker === e.worker && r.send === e.send && r.conversationId === record.conversationId && r.turnIndex === record.turnIndex && r.startedAt >= from && r.endedAt !== undefined && r.endedAt <= to,
     );
     const listed = (key: string): CallRecord[] => record.calls.filter((x) => x.key === key);
     for (const r of ran) {

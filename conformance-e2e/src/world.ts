@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from "node:async_hooks";
 import Anthropic from "@anthropic-ai/sdk";
 import { ConversationRunner, type RunnerEvent, type SendResult } from "@dispatch-once/anthropic";
 import {
@@ -119,6 +120,13 @@ export interface TimelineEntry {
 }
 
 /** One execution of a tool's run function: what the dispatcher handed it and what the downstream said. */
+/**
+ * Which send() a tool run or a runner event belongs to: a worker may run two sends at once (a
+ * double click, a send whose stalled call outlives its turn), and a record speaks only for the
+ * attempts of the send that wrote it.
+ */
+export const sendScope = new AsyncLocalStorage<number>();
+
 export interface ToolRun {
   key: string;
   tool: string;
@@ -128,6 +136,8 @@ export interface ToolRun {
   /** JCS of the arguments the tool ran with: the stored request on every re-run (LEDGER-21). */
   request: string;
   worker: string;
+  /** The send() whose attempt ran it (sendScope). */
+  send?: number;
   startedAt: number;
   endedAt?: number;
   downstream?: string;
@@ -161,6 +171,8 @@ export interface SendRecord {
 
 export type RecordedEvent = RunnerEvent & {
   worker: string;
+  /** The send() that emitted it (sendScope). */
+  send?: number;
   /** Effects (seq numbers) the payments API had performed when a record was written. */
   effectsSeen?: Set<number>;
 };
@@ -314,6 +326,7 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
       ordinal: context.ordinal,
       request: canonicalize(args as never),
       worker: self.name,
+      send: sendScope.getStore(),
       startedAt: Date.now() - ctx.started,
     };
     ctx.runs.push(run);
@@ -527,7 +540,7 @@ export async function newWorker(
     allowVolatileConversationStore: true,
     onEvent: (event) => {
       if (worker.dead) return; // a dead process tells nobody anything
-      const recorded: RecordedEvent = { ...event, worker: name };
+      const recorded: RecordedEvent = { ...event, worker: name, send: sendScope.getStore() };
       if (event.type === "turn_failed" || event.type === "attempt_superseded") recorded.effectsSeen = ctx.effectSeqs();
       ctx.events.push(recorded);
       const detail = describeEvent(event);
