@@ -60,7 +60,7 @@ export function endToEndChecks(subject: LedgerSubject, options: EndToEndOptions 
   return [
     {
       rule: "CONF-2",
-      name: `${END_TO_END_CHECK_NAME} (${options.path === undefined ? `${runs} runs` : `replay of path ${options.path}, one case`}, seed ${seed}, provider ${provider})`,
+      name: `${END_TO_END_CHECK_NAME} (${options.path === undefined ? `${runs} runs` : `replay of path ${options.path}, one case`}, seed ${seed}) (provider ${provider})`,
       applicable: true,
       run: () => runEndToEnd(subject, { ...options, runs, seed }),
     },
@@ -86,6 +86,7 @@ export const endToEndLevel: ConformanceLevel = {
     const checks = endToEndChecks(trackSubject(subject, pending), {
       runs: o.runs,
       seed: o.seed,
+      ...(o.provider === undefined ? {} : { provider: o.provider as ProviderName }),
       timeLimitMs: Math.floor(limit * 0.9),
       ...(o.path === undefined ? {} : { path: o.path }),
     });
