@@ -216,6 +216,9 @@ async function openAISide(): Promise<ProviderSide> {
       const scripted: Record<string, ScriptedResponse> = {};
       for (const [text, calls] of plans) scripted[text] = respond(...calls.map((c) => call(c.tool, c.args, rewordOf(c))));
       script = openAIScript(scripted);
+      // The mock records every request; nothing reads them across cases, and a certification
+      // makes thousands. Attempt numbers restart too, harmlessly: each case's texts are its own.
+      mock.clearRequests();
       mock.setFaultPlan((request, info) => {
         const text = lastUserMessage(request.input);
         const planned = text === undefined ? undefined : cutFor(text, info.attempt);
