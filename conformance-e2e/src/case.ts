@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { isDispatchOnceError, type ConversationStore, type StoredMessage } from "@dispatch-once/core";
-import type { FailedTurnRecord } from "@dispatch-once/anthropic";
+import type { FailedTurnRecord } from "@dispatch-once/runner";
 import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
 import { checkOracle, type OracleViolation } from "./oracle.js";
 import { faultFree, sendGroups, type MessagePlan, type Scenario } from "./scenario.js";
@@ -199,7 +199,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
       waited = n;
     }
     for (const w of workers) w.retire();
-    const violations = await checkOracle(ctx, world.payments.effects({ account }));
+    const violations = await checkOracle(ctx, world.payments.effects({ account }), world.provider.transcript);
     return { violations, timeline: renderTimeline(ctx, world, workers.length), stats: caseStats(ctx, Date.now() - ctx.started) };
   } finally {
     for (const w of workers) w.retire();

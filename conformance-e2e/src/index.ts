@@ -16,8 +16,10 @@ import {
 } from "@dispatch-once/conformance/ledger";
 import { runCase, type CaseOptions, type CaseRun } from "./case.js";
 import { scenarioArbitrary, type Scenario } from "./scenario.js";
+import { PROVIDERS, type ProviderName } from "./provider.js";
 import { startWorld } from "./world.js";
 
+export { PROVIDERS, type ProviderName, type CommittedCall, type CommittedResult, type TranscriptReader } from "./provider.js";
 export { scenarioArbitrary, faultFree, type Scenario } from "./scenario.js";
 export type { OracleViolation } from "./oracle.js";
 export type { DispatcherDefaults } from "./world.js";
@@ -32,6 +34,13 @@ export interface EndToEndOptions extends CaseOptions {
    * counterexample found so far is reported. Default 600,000 ms.
    */
   timeLimitMs?: number;
+  /**
+   * The stream side the workers run: the Anthropic Messages API runner against apps/mock-provider,
+   * or the OpenAI Responses API runner against apps/mock-openai. The oracle is the same for both.
+   * @default "anthropic"
+   * @example { provider: "openai" }
+   */
+  provider?: ProviderName;
   /** Called once with the counts of what the runs exercised (deaths, 422s, re-asks, ...), summed. */
   onStats?: (stats: Record<string, number>) => void;
 }
@@ -47,10 +56,11 @@ export function endToEndChecks(subject: LedgerSubject, options: EndToEndOptions 
   // CI sizes runs and pins seeds through the environment, as the ledger level does.
   const runs = options.runs ?? envInteger("CONFORMANCE_E2E_RUNS", 1) ?? DEFAULT_END_TO_END_RUNS;
   const seed = options.seed ?? envInteger("CONFORMANCE_SEED") ?? randomSeed();
+  const provider = checkProvider(options.provider);
   return [
     {
       rule: "CONF-2",
-      name: `${END_TO_END_CHECK_NAME} (${options.path === undefined ? `${runs} runs` : `replay of path ${options.path}, one case`}, seed ${seed})`,
+      name: `${END_TO_END_CHECK_NAME} (${options.path === undefined ? `${runs} runs` : `replay of path ${options.path}, one case`}, seed ${seed}) (provider ${provider})`,
       applicable: true,
       run: () => runEndToEnd(subject, { ...options, runs, seed }),
     },
@@ -76,6 +86,7 @@ export const endToEndLevel: ConformanceLevel = {
     const checks = endToEndChecks(trackSubject(subject, pending), {
       runs: o.runs,
       seed: o.seed,
+      ...(o.provider === undefined ? {} : { provider: o.provider as ProviderName }),
       timeLimitMs: Math.floor(limit * 0.9),
       ...(o.path === undefined ? {} : { path: o.path }),
     });
@@ -85,8 +96,17 @@ export const endToEndLevel: ConformanceLevel = {
   property: () => "end to end",
 };
 
+/** The provider asked for, refused early when it is none the level runs on (a typo must not certify the default). */
+function checkProvider(provider: string | undefined): ProviderName {
+  if (provider === undefined) return "anthropic";
+  if (!(PROVIDERS as readonly string[]).includes(provider)) {
+    throw new TypeError(`provider must be one of ${PROVIDERS.join(", ")}, got ${JSON.stringify(provider)}`);
+  }
+  return provider as ProviderName;
+}
+
 export async function runEndToEnd(subject: LedgerSubject, options: EndToEndOptions = {}): Promise<void> {
-  const world = await startWorld();
+  const world = await startWorld(checkProvider(options.provider));
   try {
     const seed = options.seed ?? randomSeed();
     const runs = options.runs ?? 100;

@@ -1,6 +1,7 @@
-import type { CallRecord, FailedTurnRecord, SupersededAttemptRecord } from "@dispatch-once/anthropic";
+import type { CallRecord, FailedTurnRecord, SupersededAttemptRecord } from "@dispatch-once/runner";
 import type { JsonValue, StoredMessage, StoredTurn } from "@dispatch-once/core";
 import type { Effect } from "@dispatch-once/mock-payments";
+import type { TranscriptReader } from "./provider.js";
 import { faultFree, type PlannedCall } from "./scenario.js";
 import { expectedKey, identityText, short, type CaseContext, type RecordedEvent, type SentMessage, type ToolRun } from "./world.js";
 
@@ -42,13 +43,6 @@ function describeEffect(effect: Effect): string {
   return `${effect.kind} ${effect.resourceId} (seq ${effect.seq}, key ${short(effect.idempotencyKey ?? undefined)})`;
 }
 
-type Block = { type: string; id?: string; name?: string; input?: unknown; tool_use_id?: string; is_error?: boolean; content?: unknown };
-
-const blocksOf = (message: JsonValue | undefined): Block[] => {
-  const content = (message as { content?: unknown } | undefined)?.content;
-  return Array.isArray(content) ? (content as Block[]) : [];
-};
-
 const WRITES = new Set(["send_payment", "void_payment", "create_invoice"]);
 /** Record effect words that say the effect may be out there. */
 const SAYS_MAYBE = new Set(["happened", "may_have_happened"]);
@@ -88,7 +82,7 @@ interface ConversationState {
  * - every re-run of a key ran the first request; every answer for a key is the same bytes;
  * - a run with no fault injected has no failure, takeover or unknown outcome; every send settles.
  */
-export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<OracleViolation[]> {
+export async function checkOracle(ctx: CaseContext, effects: Effect[], transcript: TranscriptReader): Promise<OracleViolation[]> {
   const violations: OracleViolation[] = [...ctx.liveness];
   const add = (rule: string, message: string) => violations.push({ rule, message });
 
@@ -122,14 +116,14 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<
     c.turns.forEach((t, i) => {
       if (t.turnIndex !== i) add("TURN-5", `${c.id}: committed turn indexes are ${JSON.stringify(c.turns.map((x) => x.turnIndex))}, not 0..${c.turns.length - 1}`);
     });
-    const assistants = c.log.filter((m) => (m as { role?: string }).role === "assistant").length;
+    const assistants = c.log.filter((m) => transcript.isAssistant(m)).length;
     if (assistants !== c.turns.length) add("TURN-5", `${c.id}: the log holds ${assistants} assistant messages but ${c.turns.length} turns are committed`);
     for (let i = 0; i < c.log.length; i++) {
-      if ((c.log[i] as { role?: string }).role !== "assistant") continue;
-      const uses = blocksOf(c.log[i]).filter((b) => b.type === "tool_use").map((b) => b.id);
-      const results = blocksOf(c.log[i + 1]).filter((b) => b.type === "tool_result").map((b) => b.tool_use_id);
+      if (!transcript.isAssistant(c.log[i])) continue;
+      const uses = transcript.calls(c.log[i]).map((b) => b.id);
+      const results = transcript.results(c.log[i + 1]).map((b) => b.id);
       if (uses.length > 0 && JSON.stringify(uses) !== JSON.stringify(results)) {
-        add("RECORD-1", `${c.id} log entry ${i}: tool_use ids ${JSON.stringify(uses)} but tool_result ids ${JSON.stringify(results)}`);
+        add("RECORD-1", `${c.id} log entry ${i}: call ids ${JSON.stringify(uses)} but result ids ${JSON.stringify(results)}`);
       }
     }
   }
@@ -273,8 +267,8 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<
   const committedKeys = new Set<string>();
   for (const c of conversations) {
     for (const t of c.turns) {
-      const uses = blocksOf(t.assistant).filter((b) => b.type === "tool_use");
-      const results = new Map(blocksOf(t.toolResults).filter((b) => b.type === "tool_result").map((b) => [b.tool_use_id, b]));
+      const uses = transcript.calls(t.assistant);
+      const results = new Map(transcript.results(t.toolResults).map((b) => [b.id, b]));
       const seen = new Map<string, number>();
       for (const use of uses) {
         const name = use.name ?? "";
@@ -286,10 +280,10 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<
         const block = results.get(use.id);
         if (key !== undefined && block !== undefined && WRITES.has(name)) committedKeys.add(key);
         if (key === undefined || block === undefined || !WRITES.has(name)) continue;
-        const text = typeof block.content === "string" ? block.content : JSON.stringify(block.content);
+        const { text } = block;
         const where = `${name} key ${short(key)} (turn ${t.turnIndex} of ${c.id}, message ${JSON.stringify(t.messageId)})`;
         const underKey = effectsByKey.get(key) ?? [];
-        if (block.is_error === true) {
+        if (block.isError) {
           const code = (() => {
             try {
               return (JSON.parse(text) as { error?: { code?: string } }).error?.code;
@@ -476,6 +470,8 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[]): Promise<
       }
     }
   }
+  // What the committed-call checks read, counted: a transcript reader that found no call would pass them all.
+  ctx.diagnostics.committed_write_calls = (ctx.diagnostics.committed_write_calls ?? 0) + committedKeys.size;
   checkEveryEffectAccounted(ctx, conversations, effects, committedKeys, deadWorkers, add);
   for (const c of conversations) {
     for (const [id, s] of c.stored) {

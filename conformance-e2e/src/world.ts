@@ -1,6 +1,5 @@
 import { AsyncLocalStorage } from "node:async_hooks";
-import Anthropic from "@anthropic-ai/sdk";
-import { ConversationRunner, type RunnerEvent, type SendResult } from "@dispatch-once/anthropic";
+import type { RunnerEvent, SendResult } from "@dispatch-once/runner";
 import {
   Dispatcher,
   MemoryConversationStore,
@@ -25,19 +24,21 @@ import {
   type MockPaymentsServer,
   type PaymentsClient,
 } from "@dispatch-once/mock-payments";
-import { startMockProvider, scriptFromPlans, toolUse, turn, type Fault, type FaultPosition, type MockProvider } from "@dispatch-once/mock-provider";
 import { z } from "zod";
+import { startProvider, type KitRunner, type ProviderName, type ProviderSide } from "./provider.js";
 import type { MessagePlan, PlannedCall, Scenario, StreamCut, WorkerDeath } from "./scenario.js";
 
 /** The servers one property run shares across its cases; each case gets its own account and ledger namespace. */
 export interface World {
-  provider: MockProvider;
+  /** The mock model provider and the stream side (runner, SDK) the workers drive it with. */
+  provider: ProviderSide;
   payments: MockPaymentsServer;
   close(): Promise<void>;
 }
 
-export async function startWorld(): Promise<World> {
-  const provider = await startMockProvider({});
+/** @param providerName the stream side to run on. @default "anthropic" */
+export async function startWorld(providerName: ProviderName = "anthropic"): Promise<World> {
+  const provider = await startProvider(providerName);
   const payments = await startMockPayments({});
   return {
     provider,
@@ -232,7 +233,7 @@ class WorkerGone extends Error {
 export interface Worker {
   name: string;
   conversationId: string;
-  runner: ConversationRunner;
+  runner: KitRunner;
   dead: boolean;
   /** Rejects when the worker dies or is retired, so whoever waits on it stops waiting. */
   died: Promise<never>;
@@ -525,11 +526,10 @@ export async function newWorker(
   };
   const dispatcher =
     options.dispatcher?.(toolList, ledger, defaults) ?? new Dispatcher({ tools: new ToolRegistry(toolList), ledger, ...defaults });
-  worker.runner = new ConversationRunner({
-    client: new Anthropic({ baseURL: world.provider.baseURL, apiKey: "conformance", maxRetries: 0, fetch: mortalFetch }),
+  worker.runner = world.provider.runner({
+    fetch: mortalFetch,
     dispatcher,
     store,
-    model: "claude-conformance",
     tools: new ToolRegistry(toolList.map((t) => ({ ...t, run: () => null }))).providerSchemas(),
     retry: { attempts, backoffMs: () => 2 },
     owner: name,
@@ -577,19 +577,6 @@ function describeEvent(event: RunnerEvent): string | undefined {
 
 // ---- the provider ------------------------------------------------------------------------------
 
-function toPosition(cut: StreamCut): FaultPosition {
-  switch (cut.at) {
-    case "event":
-      return { event: cut.event };
-    case "arguments":
-      return { toolUse: cut.toolUse, afterFragment: cut.afterFragment };
-    case "after_call":
-      return { afterToolUseStop: cut.toolUse };
-    case "before_message_stop":
-      return { beforeMessageStop: true };
-  }
-}
-
 /** The user's words for a message, unique per case (the account is in them). */
 export function contentOf(account: string, text: string): string {
   return `${account} ${text}`;
@@ -604,34 +591,20 @@ export const REASK_SUFFIX = " again";
 
 /** Program the provider for this case: one plan per message text (and re-ask), cuts by request attempt. */
 export function programProvider(world: World, scenario: Scenario, account: string): void {
-  const plans: Record<string, ReturnType<typeof turn>> = {};
+  const plans = new Map<string, PlannedCall[]>();
   const cuts = new Map<string, StreamCut[]>();
   const outages = new Map<string, StreamCut>();
-  const plan = (calls: PlannedCall[]) =>
-    turn(...calls.map((c) => toolUse(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {})));
   for (const conversation of scenario.conversations) {
     for (const message of conversation.messages) {
       const text = contentOf(account, message.text);
-      plans[text] = plan(message.calls);
-      plans[text + REASK_SUFFIX] = plan(reaskCalls(message.calls));
+      plans.set(text, message.calls);
+      plans.set(text + REASK_SUFFIX, reaskCalls(message.calls));
       cuts.set(text, message.cuts);
       if (message.outage !== undefined) outages.set(text, message.outage);
     }
   }
-  world.provider.setScript(scriptFromPlans(plans));
-  world.provider.setFaultPlan((request, info) => {
-    // Faults apply to the request whose last message is the user's text: the tool turn.
-    const last = request.messages[request.messages.length - 1];
-    const text = typeof last?.content === "string" ? last.content : undefined;
-    // The planned cut of this attempt; else, from the second request on, the outage.
-    const planned = text === undefined ? undefined : (cuts.get(text)?.[info.attempt - 1] ?? (info.attempt >= 2 ? outages.get(text) : undefined));
-    if (planned === undefined) return undefined;
-    const fault: Fault =
-      planned.kind === "error_event"
-        ? { kind: "error_event", at: toPosition(planned) }
-        : { kind: planned.kind, at: toPosition(planned) };
-    return fault;
-  });
+  // The planned cut of this attempt; else, from the second request on, the outage.
+  world.provider.program(plans, (text, attempt) => cuts.get(text)?.[attempt - 1] ?? (attempt >= 2 ? outages.get(text) : undefined));
 }
 
 /** The kit's default conversation store: the reference one, on the case's clock. */

@@ -35,6 +35,23 @@ describe("dispatch-once-conformance --level e2e (CONF-2)", () => {
     expect(code).toBe(0);
   });
 
+  it("--provider openai runs the end-to-end level on the OpenAI Responses side and the report names it; an unknown provider is a usage error", () => {
+    const { code, stdout } = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "e2e", "--provider", "openai", "--e2e-runs", "5", "--seed", "3", "--json", "--quiet"]);
+    const report = JSON.parse(stdout);
+    expect(report.provider).toBe("openai");
+    expect(report.checks[0].name).toContain("(5 runs, seed 3) (provider openai)");
+    expect(report.rules.find((r: { rule: string }) => r.rule === "CONF-2")?.status).toBe("pass");
+    expect(code).toBe(0);
+    // The default stays the Anthropic side, and says so.
+    const byDefault = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "e2e", "--e2e-runs", "2", "--seed", "3", "--json", "--quiet"]);
+    expect(JSON.parse(byDefault.stdout).provider).toBe("anthropic");
+    const unknown = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "e2e", "--provider", "opnai"]);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('provider must be one of anthropic, openai, got "opnai"');
+    const ledgerOnly = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--provider", "openai"]);
+    expect(ledgerOnly.code).toBe(2);
+  });
+
   it("a hung adapter fails the end-to-end level within the CLI's time limits", () => {
     const run = cli(["--adapter", hung, "--level", "e2e", "--e2e-runs", "3", "--check-timeout", "3000", "--timeout", "30000", "--quiet"]);
     expect(run.code).toBe(1);

@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
 import { runCase } from "../src/case.js";
 import type { MessagePlan, Scenario } from "../src/scenario.js";
+import { PROVIDERS } from "../src/provider.js";
 import { startWorld } from "../src/world.js";
 
 /**
@@ -56,9 +57,9 @@ const message: MessagePlan = {
 };
 const scenario: Scenario = { conversations: [{ id: "conv-0", messages: [message] }], providerSeed: 5 };
 
-describe("a dead worker's effect that no later attempt reaches (RECORD-6)", () => {
+describe.each(PROVIDERS)("a dead worker's effect that no later attempt reaches (RECORD-6, provider %s)", (provider) => {
   it("occurs in the scenario: the dead worker's payment happened, no live attempt reached its key, and the real runner's resumed record reports it", async () => {
-    const world = await startWorld();
+    const world = await startWorld(provider);
     try {
       const run = await runCase(world, memory, scenario, {});
       expect(run.violations, run.timeline.join("\n")).toEqual([]);
@@ -71,7 +72,7 @@ describe("a dead worker's effect that no later attempt reaches (RECORD-6)", () =
   }, 120_000);
 
   it("RECORD-6 a runner whose record omits the dead attempt's effect (the turn not said to be resumed) is rejected", async () => {
-    const world = await startWorld();
+    const world = await startWorld(provider);
     try {
       const run = await runCase(world, memory, scenario, { conversationStore: neverResumed });
       const rejected = run.violations.filter((v) => v.rule === "RECORD-6");

@@ -10,7 +10,7 @@ import {
   type TurnSnapshot,
 } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { endToEndChecks, runEndToEnd } from "../src/index.js";
+import { PROVIDERS, endToEndChecks, runEndToEnd } from "../src/index.js";
 import { ConformanceFailure, memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 
 /**
@@ -48,12 +48,14 @@ function ledgerWith(inner: Ledger, overrides: Partial<Ledger>): Ledger {
   };
 }
 
-describe("the end-to-end oracle rejects planted bugs the effect count missed", () => {
+// Every planted bug is in the dispatcher, the ledger or the store: each stream side must reject it.
+describe.each(PROVIDERS)("the end-to-end oracle rejects planted bugs the effect count missed (provider %s)", (provider) => {
   it("EFFECT-6 a tool that reports 422 idempotency-key-reused as a definite failure commits 'failed' for a void that happened", async () => {
     // A re-run of a void whose response was lost finds the other open payment with the same
     // reference: the API answers 422 for the key it already used. Taking that as "declined"
     // commits an error result while the first void went through.
     const error = await runEndToEnd(memory, {
+      provider,
       runs: 300,
       seed: 12,
       timeLimitMs: SHRINK_BUDGET_MS,
@@ -99,7 +101,7 @@ describe("the end-to-end oracle rejects planted bugs the effect count missed", (
         return { ...fixture, ledger, reopen: async () => ledger };
       },
     };
-    const error = await runEndToEnd(ownRequest, { runs: 300, seed: 21, timeLimitMs: SHRINK_BUDGET_MS }).catch((e: unknown) => e);
+    const error = await runEndToEnd(ownRequest, { provider, runs: 300, seed: 21, timeLimitMs: SHRINK_BUDGET_MS }).catch((e: unknown) => e);
     const message = expectReadable(error, 21);
     expect(message).toMatch(/breaks LEDGER-21/);
     expect(message).toMatch(/send_payment key [0-9a-f]{8} ran with .*"memo":"[^"]*".* and later with .*"memo":"[^"]*"/);
@@ -107,6 +109,7 @@ describe("the end-to-end oracle rejects planted bugs the effect count missed", (
 
   it("TURN-11 a store that binds every queued message to one turn index lets two messages answer at the same index", async () => {
     const error = await runEndToEnd(memory, {
+      provider,
       runs: 300,
       seed: 11,
       timeLimitMs: SHRINK_BUDGET_MS,

@@ -1,6 +1,6 @@
 import { UnguardedDispatcher, type Ledger } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { DEFAULT_END_TO_END_RUNS, runEndToEnd } from "../src/index.js";
+import { DEFAULT_END_TO_END_RUNS, PROVIDERS, runEndToEnd } from "../src/index.js";
 import { memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 
 // The reference ledger on a monotonic wall clock, so dead workers' leases really lapse.
@@ -8,6 +8,21 @@ const memory = memoryLedgerSubject();
 
 // The certification of the in-memory ledger: 1,000 runs unless CONFORMANCE_E2E_RUNS says otherwise.
 const runs = Number(process.env.CONFORMANCE_E2E_RUNS ?? DEFAULT_END_TO_END_RUNS);
+
+// The OpenAI side in CI: fewer runs (CONFORMANCE_E2E_OPENAI_RUNS), the same oracle.
+const openAIRuns = Number(process.env.CONFORMANCE_E2E_OPENAI_RUNS ?? 100);
+
+/** A run that never reached the hard cases certifies nothing: each kind must have occurred. */
+function expectHardCases(seen: Record<string, number>, runs: number): void {
+  // The oracle read committed calls: a transcript reader that found none would pass every check.
+  expect(seen.committed_write_calls).toBeGreaterThan(0);
+  if (runs < 200) return;
+  // dead_worker_effect_unreached_reported_by_resumed_record: a dead worker's effect that no later
+  // attempt reached, accounted for by the resumed turn's record (RECORD-6; the outage scenarios).
+  for (const kind of ["calm", "concurrent_messages", "reasks", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
+    expect(seen[kind], kind).toBeGreaterThan(0);
+  }
+}
 
 describe("end-to-end level", () => {
   it(`CONF-2 the in-memory ledger performs every intent's effects exactly once and tells the truth about them over ${runs} random scenarios`, async () => {
@@ -17,18 +32,23 @@ describe("end-to-end level", () => {
       seed: Number(process.env.CONFORMANCE_SEED ?? 20261129),
       onStats: (stats) => Object.assign(seen, stats),
     });
-    // A run that never reached the hard cases certifies nothing: each kind must have occurred.
-    if (runs >= 200) {
-      // dead_worker_effect_unreached_reported_by_resumed_record: a dead worker's effect that no later
-      // attempt reached, accounted for by the resumed turn's record (RECORD-6; the outage scenarios).
-      for (const kind of ["calm", "concurrent_messages", "reasks", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
-        expect(seen[kind], kind).toBeGreaterThan(0);
-      }
-    }
+    expectHardCases(seen, runs);
   }, 1_800_000);
 
-  it("CONF-2 the naive handler is rejected with a duplicate and a readable counterexample", async () => {
+  it(`CONF-2 on the OpenAI Responses stream side (apps/mock-openai), the in-memory ledger performs every intent's effects exactly once over ${openAIRuns} random scenarios`, async () => {
+    const seen: Record<string, number> = {};
+    await runEndToEnd(memory, {
+      provider: "openai",
+      runs: openAIRuns,
+      seed: Number(process.env.CONFORMANCE_SEED ?? 20261201),
+      onStats: (stats) => Object.assign(seen, stats),
+    });
+    expectHardCases(seen, openAIRuns);
+  }, 1_800_000);
+
+  it.each(PROVIDERS)("CONF-2 the naive handler is rejected with a duplicate and a readable counterexample (provider %s)", async (provider) => {
     const error = await runEndToEnd(memory, {
+      provider,
       runs: 200,
       seed: 7,
       dispatcher: (tools) => new UnguardedDispatcher(tools),
@@ -41,7 +61,7 @@ describe("end-to-end level", () => {
     expect(message).toMatch(/seed 7, path "[0-9:]+"/);
   }, 600_000);
 
-  it("CONF-2 a ledger that forgets every claim is rejected: unkeyed invoices repeat", async () => {
+  it.each(PROVIDERS)("CONF-2 a ledger that forgets every claim is rejected: unkeyed invoices repeat (provider %s)", async (provider) => {
     const forgetful: LedgerSubject = {
       ...memory,
       async create() {
@@ -68,7 +88,7 @@ describe("end-to-end level", () => {
         return { ...fixture, ledger, reopen: async () => ledger };
       },
     };
-    const error = await runEndToEnd(forgetful, { runs: 300, seed: 11 }).catch((e: unknown) => e as Error);
+    const error = await runEndToEnd(forgetful, { provider, runs: 300, seed: 11 }).catch((e: unknown) => e as Error);
     expect(error).toBeInstanceOf(Error);
     expect((error as Error).message).toMatch(/invoice .* performed 2 times/);
   }, 600_000);

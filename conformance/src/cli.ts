@@ -57,6 +57,9 @@ const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
                           level's own, below)
   --e2e-runs <n>          runs of the end-to-end property (default --runs, else
                           $CONFORMANCE_E2E_RUNS, else ${DEFAULT_END_TO_END_RUNS})
+  --provider <name>       the stream side of the end-to-end level: anthropic (the Messages
+                          API runner against the Anthropic mock) or openai (the Responses
+                          API runner against the OpenAI mock). Default anthropic
   --seed <n>              seed of every random choice, keys included (default
                           $CONFORMANCE_SEED, else random; always printed)
   --path <p>              replay exactly the one case at this fast-check path (with --seed,
@@ -114,6 +117,8 @@ interface CliOptions {
   /** Runs per level, as resolved (explicit flags, then the environment, then the defaults). */
   runs: Record<string, number>;
   seed: number;
+  /** The end-to-end level's stream side; the level itself says which it knows. */
+  provider: string;
   path?: string;
   only?: string;
   vectors?: unknown;
@@ -133,6 +138,7 @@ function parse(argv: string[]): CliOptions | "help" {
         level: { type: "string" },
         runs: { type: "string" },
         "e2e-runs": { type: "string" },
+        provider: { type: "string" },
         seed: { type: "string" },
         path: { type: "string" },
         only: { type: "string" },
@@ -170,6 +176,7 @@ function parse(argv: string[]): CliOptions | "help" {
   if (level !== "all" && !(LEVEL_NAMES as readonly string[]).includes(level)) throw new UsageError(`--level must be one of ${[...LEVEL_NAMES, "all"].join(", ")}, got ${JSON.stringify(level)}`);
   if (values.path !== undefined && level === "all") throw new UsageError("--path replays one level's property: give --level ledger or --level e2e");
   if (values.path !== undefined && !/^\d+(:\d+)*$/.test(values.path)) throw new UsageError(`--path must look like 3:1:0, got ${JSON.stringify(values.path)}`);
+  if (values.provider !== undefined && level === "ledger") throw new UsageError("--provider chooses the end-to-end level's stream side: give --level e2e or all");
   const runs = int("runs", values.runs, 1);
   // The same sources in the same order as ledgerChecks and endToEndChecks resolve them.
   const options: CliOptions = {
@@ -181,6 +188,7 @@ function parse(argv: string[]): CliOptions | "help" {
       e2e: int("e2e-runs", values["e2e-runs"], 1) ?? runs ?? env("CONFORMANCE_E2E_RUNS", 1) ?? DEFAULT_END_TO_END_RUNS,
     },
     seed: int("seed", values.seed, -(2 ** 31)) ?? env("CONFORMANCE_SEED", -(2 ** 31)) ?? randomSeed(),
+    provider: values.provider ?? "anthropic",
     checkTimeoutMs: int("check-timeout", values["check-timeout"], 1) ?? env("CONFORMANCE_CHECK_TIMEOUT_MS", 1) ?? DEFAULT_CHECK_TIMEOUT_MS,
     runTimeoutMs: int("timeout", values.timeout, 1) ?? env("CONFORMANCE_TIMEOUT_MS", 1) ?? DEFAULT_RUN_TIMEOUT_MS,
     json: values.json ?? false,
@@ -268,6 +276,7 @@ export async function main(argv: string[]): Promise<number> {
       const levelOptions: LevelOptions = {
         runs: o.runs[level]!,
         seed: o.seed,
+        ...(level === "e2e" ? { provider: o.provider } : {}),
         checkTimeoutMs: o.checkTimeoutMs,
         ...(o.path === undefined ? {} : { path: o.path }),
         ...(o.vectors === undefined ? {} : { vectors: o.vectors }),
@@ -316,6 +325,7 @@ export async function main(argv: string[]): Promise<number> {
     levels: opts.levels,
     seed: opts.seed,
     ...(opts.path === undefined ? { runs: opts.runs[opts.levels[0]!]!, runsByLevel } : {}),
+    ...(opts.levels.includes("e2e") ? { provider: opts.provider } : {}),
     checkTimeoutMs: opts.checkTimeoutMs,
     runTimeoutMs: opts.runTimeoutMs,
     onResult: (r) => {
@@ -330,7 +340,7 @@ export async function main(argv: string[]): Promise<number> {
     const level = (levelOf.get(`${c.rule} ${c.name}`) ?? "ledger") as LevelName;
     // A path belongs to one property: its level names it (the part of the check name before its run count).
     const property = (levels.get(level) ?? ledgerLevel).property(c);
-    return `pnpm conformance --adapter ${shellQuote(opts.adapter)} --level ${level} --seed ${cx.seed} --path ${shellQuote(cx.path)} --only ${shellQuote(property)}`;
+    return `pnpm conformance --adapter ${shellQuote(opts.adapter)} --level ${level}${level === "e2e" ? ` --provider ${shellQuote(opts.provider)}` : ""} --seed ${cx.seed} --path ${shellQuote(cx.path)} --only ${shellQuote(property)}`;
   };
   if (opts.json) {
     process.stdout.write(`${renderReportJson(report)}\n`);

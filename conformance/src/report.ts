@@ -9,6 +9,8 @@ export interface RunChecksOptions {
   seed?: number;
   runs?: number;
   runsByLevel?: Record<string, number>;
+  /** The stream side the end-to-end level ran on (named in the report). */
+  provider?: string;
   /** Called after each check, e.g. to print progress. */
   onResult?: (result: CheckResult) => void;
   /** Time limit of a check that declares none (Check.timeoutMs). Default DEFAULT_CHECK_TIMEOUT_MS (60 s). */
@@ -58,6 +60,7 @@ export async function runChecks(checks: readonly Check[], options: RunChecksOpti
     ...(options.seed === undefined ? {} : { seed: options.seed }),
     ...(options.runs === undefined ? {} : { runs: options.runs }),
     ...(options.runsByLevel === undefined ? {} : { runsByLevel: options.runsByLevel }),
+    ...(options.provider === undefined ? {} : { provider: options.provider }),
     startedAt,
     finishedAt: new Date().toISOString(),
     conforms: conforms(rules),
@@ -229,6 +232,7 @@ export function renderReportTable(report: Report): string {
       : report.runs === undefined
         ? undefined
         : `${report.runs} runs`,
+    report.provider === undefined ? undefined : `provider ${report.provider}`,
   ].filter(Boolean);
   const failing = report.rules.filter((r) => r.status === "fail").map((r) => r.rule);
   const na = report.rules.filter((r) => r.status === "not_applicable").length;

@@ -158,6 +158,8 @@ export interface Report {
   runs?: number;
   /** Runs of each level's property checks, e.g. { ledger: 100, e2e: 1000 }. */
   runsByLevel?: Record<string, number>;
+  /** The stream side the end-to-end level ran on, when it ran. */
+  provider?: string;
   startedAt: string;
   finishedAt: string;
   /** True when every MUST rule that applies passes. */
@@ -170,6 +172,8 @@ export interface Report {
 export interface LevelOptions {
   runs: number;
   seed: number;
+  /** The end-to-end level's stream side ("anthropic", "openai"); the ledger level has none. */
+  provider?: string;
   path?: string;
   vectors?: unknown;
   checkTimeoutMs: number;

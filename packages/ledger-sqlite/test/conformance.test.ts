@@ -10,6 +10,8 @@ import subject from "./conformance-subject.js";
 registerLedgerChecks(subject, { describe, it });
 // CONF-2: 1,000 random end-to-end runs (CONFORMANCE_E2E_RUNS) through the runner, SDK and mocks.
 registerEndToEndChecks(subject, { describe, it });
+// CONF-2 on the OpenAI Responses stream side (apps/mock-openai): the same oracle, fewer runs in CI.
+registerEndToEndChecks(subject, { describe, it }, { provider: "openai", runs: Number(process.env.CONFORMANCE_E2E_OPENAI_RUNS ?? 100) });
 
 // The clock-skew hook can fail: the same adapter with its leases on this process's clock
 // (the `now` test hook reading Date.now()) while declaring the store's is rejected through

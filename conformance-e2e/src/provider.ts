@@ -1,0 +1,249 @@
+import Anthropic from "@anthropic-ai/sdk";
+import { ConversationRunner as AnthropicRunner } from "@dispatch-once/anthropic";
+import type { JsonValue, ProviderToolSchema } from "@dispatch-once/core";
+import {
+  call,
+  respond,
+  scriptFromPlans as openAIScript,
+  startMockOpenAI,
+  type Fault as OpenAIFault,
+  type FaultPosition as OpenAIPosition,
+  type ScriptedResponse,
+} from "@dispatch-once/mock-openai";
+import {
+  scriptFromPlans as anthropicScript,
+  startMockProvider,
+  toolUse,
+  turn,
+  type Fault as AnthropicFault,
+  type FaultPosition as AnthropicPosition,
+} from "@dispatch-once/mock-provider";
+import { ConversationRunner as OpenAIRunner } from "@dispatch-once/openai";
+import type { SendResult, TurnRunnerOptions } from "@dispatch-once/runner";
+import OpenAI from "openai";
+import type { PlannedCall, StreamCut } from "./scenario.js";
+
+/** The stream sides the end-to-end level runs on. */
+export type ProviderName = "anthropic" | "openai";
+
+export const PROVIDERS: readonly ProviderName[] = ["anthropic", "openai"];
+
+/** A committed call as the oracle reads it, whatever the provider's wire shape. */
+export interface CommittedCall {
+  /** The provider's call id (`tool_use.id`, `function_call.call_id`). */
+  id: string;
+  name: string;
+  input: unknown;
+}
+
+/** A committed answer to a call: the text the model was given and whether it is an error. */
+export interface CommittedResult {
+  id: string;
+  text: string;
+  isError: boolean;
+}
+
+/**
+ * How a provider's committed log reads, so that the oracle stays provider-neutral: which log
+ * entries are the model's turns, which calls they made, which answers the next entry gave.
+ */
+export interface TranscriptReader {
+  isAssistant(entry: JsonValue | undefined): boolean;
+  calls(entry: JsonValue | undefined): CommittedCall[];
+  results(entry: JsonValue | undefined): CommittedResult[];
+}
+
+/** What a worker needs of a runner: the runner's send, whichever stream side it is. */
+export interface KitRunner {
+  send(conversationId: string, message: { id: string; content: string }): Promise<SendResult>;
+}
+
+export interface RunnerWiring extends TurnRunnerOptions {
+  tools: ProviderToolSchema[];
+  /** The worker's mortal fetch: every stream it opens is cut when it dies. */
+  fetch: typeof fetch;
+}
+
+/** One mock provider of the world and how the kit drives it. */
+export interface ProviderSide {
+  name: ProviderName;
+  /**
+   * Scripts the model: `plans` maps a user text to the calls the model makes for it; `cutFor`
+   * gives the cut of the `attempt`-th (1-based) request whose last input is that user text.
+   */
+  program(plans: Map<string, PlannedCall[]>, cutFor: (text: string, attempt: number) => StreamCut | undefined): void;
+  runner(wiring: RunnerWiring): KitRunner;
+  transcript: TranscriptReader;
+  close(): Promise<void>;
+}
+
+/** The send_payment memo is free text: a retried model re-words it (IDENT-1). */
+const rewordOf = (c: PlannedCall): { reword?: string[] } => (c.tool === "send_payment" ? { reword: ["memo"] } : {});
+
+type Obj = Record<string, unknown>;
+const asArray = (v: unknown): Obj[] => (Array.isArray(v) ? (v as Obj[]) : []);
+const str = (v: unknown): string => (typeof v === "string" ? v : "");
+
+// ---- Anthropic Messages API (apps/mock-provider) ---------------------------------------------
+
+function anthropicPosition(cut: StreamCut): AnthropicPosition {
+  switch (cut.at) {
+    case "event":
+      return { event: cut.event };
+    case "arguments":
+      return { toolUse: cut.toolUse, afterFragment: cut.afterFragment };
+    case "after_call":
+      return { afterToolUseStop: cut.toolUse };
+    case "before_message_stop":
+      return { beforeMessageStop: true };
+  }
+}
+
+const anthropicBlocks = (entry: JsonValue | undefined): Obj[] => asArray((entry as { content?: unknown } | undefined)?.content);
+
+const anthropicTranscript: TranscriptReader = {
+  isAssistant: (entry) => (entry as { role?: unknown } | undefined)?.role === "assistant",
+  calls: (entry) =>
+    anthropicBlocks(entry)
+      .filter((b) => b.type === "tool_use")
+      .map((b) => ({ id: str(b.id), name: str(b.name), input: b.input })),
+  results: (entry) =>
+    anthropicBlocks(entry)
+      .filter((b) => b.type === "tool_result")
+      .map((b) => ({ id: str(b.tool_use_id), text: typeof b.content === "string" ? b.content : JSON.stringify(b.content), isError: b.is_error === true })),
+};
+
+async function anthropicSide(): Promise<ProviderSide> {
+  const mock = await startMockProvider({});
+  return {
+    name: "anthropic",
+    program(plans, cutFor) {
+      const scripted: Record<string, ReturnType<typeof turn>> = {};
+      for (const [text, calls] of plans) scripted[text] = turn(...calls.map((c) => toolUse(c.tool, c.args, rewordOf(c))));
+      mock.setScript(anthropicScript(scripted));
+      mock.setFaultPlan((request, info) => {
+        // Faults apply to the request whose last message is the user's text: the tool turn.
+        const last = request.messages[request.messages.length - 1];
+        const planned = typeof last?.content === "string" ? cutFor(last.content, info.attempt) : undefined;
+        if (planned === undefined) return undefined;
+        const fault: AnthropicFault = { kind: planned.kind, at: anthropicPosition(planned) };
+        return fault;
+      });
+    },
+    runner: ({ fetch, ...options }) =>
+      new AnthropicRunner({
+        ...options,
+        client: new Anthropic({ baseURL: mock.baseURL, apiKey: "conformance", maxRetries: 0, fetch }),
+        model: "claude-conformance",
+      }),
+    transcript: anthropicTranscript,
+    close: () => mock.close(),
+  };
+}
+
+// ---- OpenAI Responses API (apps/mock-openai) ---------------------------------------------------
+
+/** The kit's cut positions in the Responses stream's terms (STREAM-2, as apps/mock-openai names them). */
+function openAIPosition(cut: StreamCut): OpenAIPosition {
+  switch (cut.at) {
+    case "event":
+      return { event: cut.event };
+    case "arguments":
+      return { call: cut.toolUse, afterFragment: cut.afterFragment };
+    case "after_call":
+      return { afterCallDone: cut.toolUse };
+    case "before_message_stop":
+      return { beforeCompleted: true };
+  }
+}
+
+/**
+ * Whether a stored `function_call_output` is the runner's `{ error }` answer: the API keeps no
+ * error flag, so this reads the one shape the runner writes for an error.
+ */
+function isErrorOutput(output: string): boolean {
+  try {
+    const parsed = JSON.parse(output) as unknown;
+    if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) return false;
+    const error = (parsed as { error?: { name?: unknown; message?: unknown } }).error;
+    return Object.keys(parsed).length === 1 && typeof error?.name === "string" && typeof error.message === "string";
+  } catch {
+    return false;
+  }
+}
+
+function parseArguments(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * The runner commits a turn's output items as one array and its `function_call_output` items
+ * as another; a user message is an object. An array with no output item is the model's turn.
+ */
+const openAITranscript: TranscriptReader = {
+  isAssistant: (entry) => Array.isArray(entry) && !asArray(entry).some((i) => i.type === "function_call_output"),
+  calls: (entry) =>
+    asArray(entry)
+      .filter((i) => i.type === "function_call")
+      .map((i) => ({ id: str(i.call_id), name: str(i.name), input: parseArguments(str(i.arguments)) })),
+  results: (entry) =>
+    asArray(entry)
+      .filter((i) => i.type === "function_call_output")
+      .map((i) => {
+        const text = typeof i.output === "string" ? i.output : JSON.stringify(i.output);
+        return { id: str(i.call_id), text, isError: isErrorOutput(text) };
+      }),
+};
+
+/** The user text of a Responses request's last input item, when that item is the user's message. */
+function lastUserMessage(input: unknown): string | undefined {
+  const items = asArray(input);
+  const last = items[items.length - 1];
+  return last?.role === "user" && typeof last.content === "string" ? last.content : undefined;
+}
+
+async function openAISide(): Promise<ProviderSide> {
+  // The mock takes its script once; the kit re-programs it per case through this indirection.
+  let script = openAIScript({});
+  const mock = await startMockOpenAI({ script: (request) => script(request) });
+  return {
+    name: "openai",
+    program(plans, cutFor) {
+      const scripted: Record<string, ScriptedResponse> = {};
+      for (const [text, calls] of plans) scripted[text] = respond(...calls.map((c) => call(c.tool, c.args, rewordOf(c))));
+      script = openAIScript(scripted);
+      // The mock records every request; nothing reads them across cases, and a certification
+      // makes thousands. Attempt numbers restart too, harmlessly: each case's texts are its own.
+      mock.clearRequests();
+      mock.setFaultPlan((request, info) => {
+        const text = lastUserMessage(request.input);
+        const planned = text === undefined ? undefined : cutFor(text, info.attempt);
+        if (planned === undefined) return undefined;
+        const fault: OpenAIFault = { kind: planned.kind, at: openAIPosition(planned) };
+        return fault;
+      });
+    },
+    runner: ({ fetch, ...options }) =>
+      new OpenAIRunner({
+        ...options,
+        client: new OpenAI({ baseURL: mock.baseURL, apiKey: "conformance", maxRetries: 0, fetch }),
+        model: "gpt-conformance",
+      }),
+    transcript: openAITranscript,
+    close: () => mock.close(),
+  };
+}
+
+/** Starts the mock of one provider. */
+export function startProvider(name: ProviderName): Promise<ProviderSide> {
+  switch (name) {
+    case "anthropic":
+      return anthropicSide();
+    case "openai":
+      return openAISide();
+  }
+}
