@@ -5,6 +5,7 @@ export {
   summarizeEffects,
   forResumedTurn,
   unansweredCall,
+  unansweredOwnCall,
   type CallRecord,
   type CallStatus,
   type EffectStatus,

@@ -106,12 +106,22 @@ export interface SupersededAttemptRecord {
   at: string;
 }
 
-/** One ledger row of a committed turn's index that the committed turn does not answer (RECORD-8). */
+/**
+ * One call of a committed turn's index that the committed turn does not answer (RECORD-8): a
+ * ledger row the runner listed, or a call an earlier attempt of this runner dispatched.
+ */
 export interface UnansweredCallRecord {
   key: string;
   name: string;
-  /** The row's state when the runner listed it. */
-  state: RowState;
+  /**
+   * The row's state when the runner listed it; absent for a call known only from this runner's
+   * own earlier attempts (the rows were not listed).
+   */
+  state?: RowState;
+  /** The attempt of this runner that dispatched the call, when one did (from 1). */
+  attempt?: number;
+  /** What that attempt saw of the call (RECORD-2), when one did. */
+  status?: CallStatus;
   /**
    * `happened` for a completed row, `not_happened` only for a definite failure (a terminal
    * `failed` row), `may_have_happened` for everything else (in flight, unknown, released: in a
@@ -127,26 +137,35 @@ export interface UnansweredCallRecord {
 }
 
 /**
- * Kept beside the conversation when a resumed turn (TURN-15) commits (RECORD-8): the calls that
- * earlier runs of the same turn index claimed and the committed turn does not answer. A model
- * may answer a re-run differently (another call, other arguments, plain text), so a payment the
- * dead holder made would otherwise be in no committed turn and no record (RECORD-7).
+ * Kept beside the conversation when a turn commits after more than one attempt, or resumed
+ * (TURN-15) (RECORD-8): the calls that earlier runs of the same turn index (this runner's earlier
+ * attempts, an earlier holder's) dispatched and the committed turn does not answer. A model may
+ * answer a re-run differently (another call, other arguments, plain text), so a payment an
+ * earlier run made would otherwise be in no committed turn and no record (RECORD-7). The kind
+ * keeps its first name, `resumed_turn`, for the records already stored.
  */
 export interface ResumedTurnRecord {
   kind: "resumed_turn";
   conversationId: string;
   messageId: string;
   turnIndex: number;
-  /** Always true: only a resumed turn's commit writes this record. */
-  resumed: true;
   /**
-   * True when the runner listed the turn's ledger rows (a dispatcher whose ledger offers
-   * `listRows`): `calls` is then every claimed call of the index the committed turn does not
-   * answer, as of the listing. False when it could not list them (no `listRows`, or the listing
-   * failed): earlier holders' effects may exist that no record names (RECORD-6).
+   * True when the turn was resumed (TURN-15): an earlier holder's attempts may have had effects.
+   * False when only this runner's earlier attempts are listed (then `listed` is false too: the
+   * runner saw every call it lists).
+   */
+  resumed: boolean;
+  /** This runner's attempts of the turn, the committing one included; absent in records written before the field. */
+  attempts?: number;
+  /**
+   * True when the runner listed the turn's ledger rows (a resumed turn whose dispatcher's ledger
+   * offers `listRows`): `calls` is then every claimed call of the index the committed turn does
+   * not answer, as of the listing, with this runner's own. False when it did not list them (a
+   * turn that was not resumed needs no listing; no `listRows`, or the listing failed): in a
+   * resumed turn earlier holders' effects may then exist that no record names (RECORD-6).
    */
   listed: boolean;
-  /** Why the rows were not listed, when `listed` is false. */
+  /** Why the rows of a resumed turn were not listed, when `listed` is false. */
   unlistedReason?: string;
   calls: UnansweredCallRecord[];
   at: string;
@@ -184,6 +203,49 @@ export function unansweredCall(row: LedgerRow): UnansweredCallRecord {
 }
 
 const RANK: Record<EffectStatus, number> = { none: 0, not_happened: 1, may_have_happened: 2, happened: 3 };
+
+/**
+ * A call an earlier attempt of this runner dispatched and the committed turn does not answer
+ * (RECORD-8): what that attempt established of its effect, as its failed-turn record would say
+ * (RECORD-2). Undefined for a call that has nothing to account for: never dispatched (no key,
+ * STREAM-3) or without effect (a read).
+ */
+export function unansweredOwnCall(call: CallRecord): UnansweredCallRecord | undefined {
+  if (call.key === undefined || call.status === "not_run" || call.effect === "none") return undefined;
+  const said =
+    call.effect === "happened"
+      ? "performed by an earlier attempt of this turn; its result is not in the conversation"
+      : call.effect === "not_happened"
+        ? `not performed by an earlier attempt of this turn (${call.summary})`
+        : `may have been performed by an earlier attempt of this turn (${call.summary})`;
+  return {
+    key: call.key,
+    name: call.name,
+    attempt: call.attempt,
+    status: call.status,
+    effect: call.effect,
+    summary: said,
+    ...(call.result !== undefined ? { result: call.result } : {}),
+    ...(call.error !== undefined ? { error: call.error } : {}),
+  };
+}
+
+/**
+ * Both sources of a committed turn's record in one list, one entry per key (RECORD-8): a listed
+ * row is the later snapshot, so it is kept, with the attempt that dispatched it, unless this
+ * runner established a stronger statement (a completed replay beats a row it cannot read).
+ */
+export function mergeUnanswered(rows: readonly UnansweredCallRecord[], own: readonly UnansweredCallRecord[]): UnansweredCallRecord[] {
+  const byKey = new Map<string, UnansweredCallRecord>();
+  for (const row of rows) byKey.set(row.key, row);
+  for (const call of own) {
+    const row = byKey.get(call.key);
+    if (row === undefined) byKey.set(call.key, call);
+    else if (RANK[call.effect] > RANK[row.effect]) byKey.set(call.key, { ...call, ...(row.state !== undefined ? { state: row.state } : {}) });
+    else if (row.attempt === undefined) byKey.set(call.key, { ...row, ...(call.attempt !== undefined ? { attempt: call.attempt } : {}), ...(call.status !== undefined ? { status: call.status } : {}) });
+  }
+  return [...byKey.values()];
+}
 
 /** Per key, the strongest statement any attempt established (a completed replay beats "may have"). */
 export function summarizeEffects(calls: readonly CallRecord[]): FailedTurnRecord["effects"] {

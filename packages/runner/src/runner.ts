@@ -29,8 +29,10 @@ import type { CallAnswer, StreamProvider } from "./provider.js";
 import {
   classifyCallError,
   forResumedTurn,
+  mergeUnanswered,
   summarizeEffects,
   unansweredCall,
+  unansweredOwnCall,
   type CallRecord,
   type FailedTurnRecord,
   type ResumedTurnRecord,
@@ -53,7 +55,10 @@ export type RunnerEvent = { at: number; conversationId: string; turnIndex: numbe
   | { type: "turn_committed"; committed: boolean; stopReason: string | null }
   | { type: "turn_failed"; record: FailedTurnRecord }
   | { type: "attempt_superseded"; record: SupersededAttemptRecord }
-  /** A resumed turn committed and its record went beside the conversation (RECORD-8). */
+  /**
+   * A turn committed after more than one attempt, or resumed, without answering calls earlier
+   * runs of it dispatched; its record went beside the conversation (RECORD-8).
+   */
   | { type: "resumed_turn_recorded"; record: ResumedTurnRecord }
 );
 
@@ -122,9 +127,10 @@ export interface TurnOutcome {
   text: string;
   calls: CallReport[];
   /**
-   * Present when the turn was resumed (TURN-15) and earlier runs of its index claimed calls it
-   * does not answer, or their rows could not be listed: the record kept beside the conversation
-   * (RECORD-8). A UI shows it: those effects are in no committed turn.
+   * Present when earlier runs of the turn's index (this runner's earlier attempts, or, for a
+   * resumed turn (TURN-15), an earlier holder's) dispatched calls it does not answer, or a resumed
+   * turn's rows could not be listed: the record kept beside the conversation (RECORD-8). A UI
+   * shows it: those effects are in no committed turn.
    */
   record?: ResumedTurnRecord;
 }
@@ -144,7 +150,8 @@ export interface SendResult {
   /** True when the answer was read back from the store (TURN-7): this send ran nothing. */
   fromStore: boolean;
   /**
-   * The resumed-turn records of the message's turns (RECORD-8): effects of earlier runs that
+   * The records of the message's turns that committed after more than one attempt, or resumed
+   * (RECORD-8): effects of earlier runs (attempts, holders) that
    * the committed turns do not answer. Present only when there is one; read back from the store
    * when `fromStore`.
    */
@@ -359,8 +366,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         }
         if (outcome.committed) {
           const { answers, ...reported } = outcome;
-          // RECORD-8: an earlier holder's effects that this commit does not answer go beside it.
-          const record = resumedTurn(snapshot) ? await this.resumedTurnRecord(snapshot, reported.calls) : undefined;
+          // RECORD-8: effects of earlier runs of this turn (this runner's earlier attempts, an
+          // earlier holder's) that this commit does not answer go beside it, before it is reported.
+          const record = await this.committedTurnRecord(snapshot, attempt, calls, reported.calls);
           if (record !== undefined) {
             await store.addRecord(conversationId, record as unknown as JsonValue);
             this.emit({ type: "resumed_turn_recorded", conversationId, turnIndex, attempt, record });
@@ -581,20 +589,36 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   }
 
   /**
-   * The record of a resumed turn that committed (RECORD-8): every row claimed at its index whose
-   * key the committed turn does not answer, or, when the rows cannot be listed, the statement
-   * that earlier effects may exist (RECORD-6). Undefined when the rows were listed and the
-   * committed turn answers all of them.
+   * The record of a turn that committed after more than one attempt, or resumed (RECORD-8):
+   * every call this runner's earlier attempts dispatched and every row claimed at its index
+   * (when the turn was resumed) whose key the committed turn does not answer, one entry per key;
+   * for a resumed turn whose rows cannot be listed, the statement that earlier effects may exist
+   * (RECORD-6). Undefined when there is nothing the committed turn leaves unanswered.
    */
-  private async resumedTurnRecord(snapshot: TurnSnapshot, calls: readonly CallReport[]): Promise<ResumedTurnRecord | undefined> {
+  private async committedTurnRecord(
+    snapshot: TurnSnapshot,
+    attempts: number,
+    own: readonly CallRecord[],
+    calls: readonly CallReport[],
+  ): Promise<ResumedTurnRecord | undefined> {
+    const resumed = resumedTurn(snapshot);
+    if (!resumed && attempts === 1) return undefined;
     const { conversationId, turnIndex } = snapshot;
-    const base = { kind: "resumed_turn", conversationId, messageId: snapshot.message.id, turnIndex, resumed: true } as const;
-    const listing = await this.turnRows(conversationId, turnIndex);
-    if (!listing.ok) return { ...base, listed: false, unlistedReason: listing.reason, calls: [], at: new Date().toISOString() };
+    const base = { kind: "resumed_turn", conversationId, messageId: snapshot.message.id, turnIndex, resumed, attempts } as const;
     const answered = new Set(calls.flatMap((c) => (c.key !== undefined ? [c.key] : [])));
-    const unanswered = listing.rows.filter((row) => !answered.has(row.key)).map(unansweredCall);
+    const ownUnanswered = own.flatMap((call) => {
+      const entry = unansweredOwnCall(call);
+      return entry !== undefined && !answered.has(entry.key) ? [entry] : [];
+    });
+    // This runner saw its own attempts: only a resumed turn has rows it did not see.
+    const listing = resumed ? await this.turnRows(conversationId, turnIndex) : undefined;
+    if (listing !== undefined && !listing.ok) {
+      return { ...base, listed: false, unlistedReason: listing.reason, calls: mergeUnanswered([], ownUnanswered), at: new Date().toISOString() };
+    }
+    const rows = listing?.ok === true ? listing.rows.filter((row) => !answered.has(row.key)).map(unansweredCall) : [];
+    const unanswered = mergeUnanswered(rows, ownUnanswered);
     if (unanswered.length === 0) return undefined;
-    return { ...base, listed: true, calls: unanswered, at: new Date().toISOString() };
+    return { ...base, listed: listing !== undefined, calls: unanswered, at: new Date().toISOString() };
   }
 
   /** The ledger rows claimed at the turn index, through the dispatcher's ledger when it lists (LIST-3). */

@@ -178,6 +178,48 @@ describe("a resumed turn that commits without the dead holder's call (proposed R
     expect(shared.performed).toHaveLength(1);
   });
 
+  it("RECORD-8 resumed and retried: B's attempt 1 pays bob and is cut, attempt 2 answers with text; one record lists A's row and B's own call once each", async () => {
+    const shared = sharedWorld(new MemoryLedger());
+    const paid = await workerAPaysAndDies(shared.store, shared.worker(textOnly).dispatcher);
+    shared.expireLeases();
+    const b = world(
+      (n) => (n === 1 ? [{ t: "call", index: 0, id: "call_b", name: "pay" }, { t: "args", index: 0, json: `{"to":"bob","memo":"from B"}` }, { t: "done", index: 0 }, "cut"] : textOnly()),
+      true,
+      { store: shared.store, ledger: shared.ledger, performed: shared.performed },
+    );
+    const result = await b.runner.send(CONV, { id: "m1", content: "pay acme" });
+    expect(shared.performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob"]);
+    const bobKey = (b.events.find((e) => e.type === "call_resolved") as Extract<RunnerEvent, { type: "call_resolved" }>).key;
+    const stored = resumedRecords(await shared.store.records(CONV));
+    expect(stored).toHaveLength(1);
+    expect(stored[0]).toMatchObject({ resumed: true, listed: true, attempts: 2 });
+    expect(Object.fromEntries(stored[0]!.calls.map((c) => [c.key, [c.state, c.attempt, c.effect]]))).toEqual({
+      [paid.key]: ["completed", undefined, "happened"],
+      [bobKey!]: ["completed", 1, "happened"],
+    });
+    expect(stored[0]!.calls).toHaveLength(2);
+    expect(result.records).toEqual(stored);
+  });
+
+  it("RECORD-8 resumed and retried on a ledger that does not list rows: the record is unlisted but still names this runner's own earlier payment", async () => {
+    const base = new MemoryLedger();
+    const unlisted = Object.assign(Object.create(base) as Ledger, {
+      capabilities: { ...base.capabilities, supports: { ...base.capabilities.supports, listRows: false } },
+    });
+    const shared = sharedWorld(unlisted);
+    await workerAPaysAndDies(shared.store, shared.worker(textOnly).dispatcher);
+    shared.expireLeases();
+    const b = world(
+      (n) => (n === 1 ? [{ t: "call", index: 0, id: "call_b", name: "pay" }, { t: "args", index: 0, json: `{"to":"bob","memo":"from B"}` }, { t: "done", index: 0 }, "cut"] : textOnly()),
+      true,
+      { store: shared.store, ledger: shared.ledger, performed: shared.performed },
+    );
+    const result = await b.runner.send(CONV, { id: "m1", content: "pay acme" });
+    expect(result.records).toEqual([
+      expect.objectContaining({ kind: "resumed_turn", resumed: true, listed: false, calls: [expect.objectContaining({ name: "pay", attempt: 1, effect: "happened" })] }),
+    ]);
+  });
+
   it("RECORD-8 a turn that was not resumed commits without a resumed-turn record", async () => {
     const shared = sharedWorld(new MemoryLedger());
     const result = await shared.worker(payThenText("acme")).runner.send(CONV, { id: "m1", content: "pay acme" });
