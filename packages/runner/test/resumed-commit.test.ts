@@ -58,6 +58,21 @@ const payThenText =
     ];
   };
 
+/** A ledger that does not list rows (capabilities.supports.listRows false). */
+function unlistedLedger(): Ledger {
+  const base = new MemoryLedger();
+  return Object.assign(Object.create(base) as Ledger, {
+    capabilities: { ...base.capabilities, supports: { ...base.capabilities.supports, listRows: false } },
+  });
+}
+
+/** Worker B of a resumed turn: its attempt 1 pays bob and is cut after the call resolved; attempt 2 answers with text. */
+function workerBPaysBobThenCut(shared: ReturnType<typeof sharedWorld>) {
+  const script = (n: number): (ToyEvent | "cut")[] =>
+    n === 1 ? [{ t: "call", index: 0, id: "call_b", name: "pay" }, { t: "args", index: 0, json: `{"to":"bob","memo":"from B"}` }, { t: "done", index: 0 }, "cut"] : textOnly();
+  return world(script, true, { store: shared.store, ledger: shared.ledger, performed: shared.performed });
+}
+
 function resumedRecords(records: JsonValue[]): ResumedTurnRecord[] {
   return (records as unknown as { kind: string }[]).filter((r) => r.kind === "resumed_turn") as unknown as ResumedTurnRecord[];
 }
@@ -164,11 +179,7 @@ describe("a resumed turn that commits without the dead holder's call (proposed R
   });
 
   it("RECORD-8 on a ledger that does not list rows the record says the turn was resumed and is not listed (RECORD-6)", async () => {
-    const base = new MemoryLedger();
-    const unlisted = Object.assign(Object.create(base) as Ledger, {
-      capabilities: { ...base.capabilities, supports: { ...base.capabilities.supports, listRows: false } },
-    });
-    const shared = sharedWorld(unlisted);
+    const shared = sharedWorld(unlistedLedger());
     await workerAPaysAndDies(shared.store, shared.worker(textOnly).dispatcher);
     shared.expireLeases();
     const result = await shared.worker(textOnly).runner.send(CONV, { id: "m1", content: "pay acme" });
@@ -182,11 +193,7 @@ describe("a resumed turn that commits without the dead holder's call (proposed R
     const shared = sharedWorld(new MemoryLedger());
     const paid = await workerAPaysAndDies(shared.store, shared.worker(textOnly).dispatcher);
     shared.expireLeases();
-    const b = world(
-      (n) => (n === 1 ? [{ t: "call", index: 0, id: "call_b", name: "pay" }, { t: "args", index: 0, json: `{"to":"bob","memo":"from B"}` }, { t: "done", index: 0 }, "cut"] : textOnly()),
-      true,
-      { store: shared.store, ledger: shared.ledger, performed: shared.performed },
-    );
+    const b = workerBPaysBobThenCut(shared);
     const result = await b.runner.send(CONV, { id: "m1", content: "pay acme" });
     expect(shared.performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob"]);
     const bobKey = (b.events.find((e) => e.type === "call_resolved") as Extract<RunnerEvent, { type: "call_resolved" }>).key;
@@ -202,18 +209,10 @@ describe("a resumed turn that commits without the dead holder's call (proposed R
   });
 
   it("RECORD-8 resumed and retried on a ledger that does not list rows: the record is unlisted but still names this runner's own earlier payment", async () => {
-    const base = new MemoryLedger();
-    const unlisted = Object.assign(Object.create(base) as Ledger, {
-      capabilities: { ...base.capabilities, supports: { ...base.capabilities.supports, listRows: false } },
-    });
-    const shared = sharedWorld(unlisted);
+    const shared = sharedWorld(unlistedLedger());
     await workerAPaysAndDies(shared.store, shared.worker(textOnly).dispatcher);
     shared.expireLeases();
-    const b = world(
-      (n) => (n === 1 ? [{ t: "call", index: 0, id: "call_b", name: "pay" }, { t: "args", index: 0, json: `{"to":"bob","memo":"from B"}` }, { t: "done", index: 0 }, "cut"] : textOnly()),
-      true,
-      { store: shared.store, ledger: shared.ledger, performed: shared.performed },
-    );
+    const b = workerBPaysBobThenCut(shared);
     const result = await b.runner.send(CONV, { id: "m1", content: "pay acme" });
     expect(result.records).toEqual([
       expect.objectContaining({ kind: "resumed_turn", resumed: true, listed: false, calls: [expect.objectContaining({ name: "pay", attempt: 1, effect: "happened" })] }),
