@@ -1,6 +1,7 @@
 import type { JsonValue } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import type { ResumedTurnRecord, RunnerEvent } from "../src/index.js";
+import { unansweredOwnCall, type CallRecord, type ResumedTurnRecord, type RunnerEvent } from "../src/index.js";
+import { mergeUnanswered } from "../src/record.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
 /**
@@ -88,5 +89,41 @@ describe("a turn that commits after more than one attempt of the same runner (pr
     expect(result.turns[0]!.attempts).toBe(2);
     expect(result.records).toBeUndefined();
     expect(kept(await store.records(CONV))).toEqual([]);
+  });
+});
+
+describe("unansweredOwnCall: what an earlier attempt's call says in the committed turn's record (RECORD-8)", () => {
+  const call = (status: CallRecord["status"], effect: CallRecord["effect"], key: string | undefined = "k"): CallRecord => ({
+    attempt: 1,
+    index: 0,
+    callId: "c1",
+    name: "pay",
+    status,
+    effect,
+    summary: status,
+    ...(key !== undefined ? { key } : {}),
+  });
+
+  it("RECORD-8 resolved ok is happened, a definite failure not_happened, unknown / released-may-have / in flight elsewhere may_have_happened", () => {
+    const said = (c: CallRecord) => unansweredOwnCall(c)?.effect;
+    expect(said(call("completed", "happened"))).toBe("happened");
+    expect(said(call("failed", "not_happened"))).toBe("not_happened");
+    expect(said(call("outcome_unknown", "may_have_happened"))).toBe("may_have_happened");
+    expect(said(call("released", "may_have_happened"))).toBe("may_have_happened");
+    expect(said(call("in_flight_elsewhere", "may_have_happened"))).toBe("may_have_happened");
+    expect(unansweredOwnCall(call("completed", "happened"))).toMatchObject({ key: "k", attempt: 1, status: "completed" });
+  });
+
+  it("RECORD-8 a call never dispatched (STREAM-3) or without effect (a read) is not listed", () => {
+    expect(unansweredOwnCall(call("not_run", "not_happened", undefined))).toBeUndefined();
+    expect(unansweredOwnCall(call("completed", "none"))).toBeUndefined();
+  });
+
+  it("RECORD-8 one entry per key: a listed row keeps its state and gains the attempt; a stronger own statement wins", () => {
+    const row = { key: "k", name: "pay", state: "released" as const, effect: "may_have_happened" as const, summary: "row" };
+    const own = unansweredOwnCall(call("completed", "happened"))!;
+    expect(mergeUnanswered([row], [own, own])).toEqual([expect.objectContaining({ key: "k", state: "released", attempt: 1, effect: "happened" })]);
+    const weaker = unansweredOwnCall(call("failed", "not_happened"))!;
+    expect(mergeUnanswered([row], [weaker])).toEqual([expect.objectContaining({ key: "k", state: "released", attempt: 1, status: "failed", effect: "may_have_happened", summary: "row" })]);
   });
 });
