@@ -249,7 +249,9 @@ function flatObjectText(obj: object): string | { copy: object } | undefined {
           },
         });
       } else {
-        copy[keys[i]!] = values[i];
+        // defineProperty, not assignment: a member named "__proto__" must stay an own member
+        // (assigning it would set the copy's prototype instead).
+        Object.defineProperty(copy, keys[i]!, { value: values[i], enumerable: true, writable: true, configurable: true });
       }
     }
     return { copy };

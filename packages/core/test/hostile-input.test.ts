@@ -230,6 +230,14 @@ describe("KEY-6 members JSON would silently drop are refused (hidden_member)", (
     self["self"] = self;
     expectTyped(thrownBy(() => canonicalize(self)), "not_canonicalizable", { problem: "cycle", path: "/self" });
   });
+
+  it('KEY-6 a member named "__proto__" is an ordinary member, beside scalars and nested values alike', () => {
+    // JSON.parse makes "__proto__" an own member; a copy made by assignment would turn it into
+    // the copy's prototype and lose it (found by the KEY-7 property, seed 964321532).
+    expect(canonicalize(JSON.parse('{"__proto__":[]}'))).toBe('{"__proto__":[]}');
+    expect(canonicalize(JSON.parse('{"a":1,"__proto__":{"b":[2]}}'))).toBe('{"__proto__":{"b":[2]},"a":1}');
+    expect(canonicalize(JSON.parse('{"__proto__":1,"z":"x"}'))).toBe('{"__proto__":1,"z":"x"}');
+  });
 });
 
 describe("KEY-6 values whose reading throws are unreadable, with the thrown error as the cause", () => {
