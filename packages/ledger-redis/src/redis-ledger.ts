@@ -804,12 +804,20 @@ export class RedisLedger implements Ledger {
     }
     for (const node of nodes) {
       const name = node.options.path ?? `${node.options.host ?? "?"}:${node.options.port ?? "?"}`;
+      // Only the server's refusal of the command is an answer ("not permitted"); a server still
+      // loading its dataset after a restart, a dropped connection or a timeout says nothing about
+      // its settings, and must not become a durability verdict that sticks: it is unavailable.
+      const refusedOrUnavailable = (error: unknown): undefined => {
+        if (isCommandRefusal(error)) return undefined;
+        if (isDispatchOnceError(error)) throw error;
+        throw this.unavailable("checkServer", "-", error);
+      };
       const read = async (setting: string): Promise<string | undefined> => {
         try {
           const reply = (await this.bounded(node.config("GET", setting), deadline, "checkServer")) as unknown as string[];
           return reply[1];
-        } catch {
-          return undefined;
+        } catch (error) {
+          return refusedOrUnavailable(error);
         }
       };
       let connectedReplicas: number | undefined;
@@ -817,8 +825,8 @@ export class RedisLedger implements Ledger {
         const info = await this.bounded(node.info("replication"), deadline, "checkServer");
         const match = /^connected_slaves:(\d+)/m.exec(info);
         connectedReplicas = match ? Number(match[1]) : undefined;
-      } catch {
-        connectedReplicas = undefined;
+      } catch (error) {
+        connectedReplicas = refusedOrUnavailable(error);
       }
       const entry = {
         node: name,
@@ -1293,4 +1301,15 @@ function decodeStoredError(key: string, text: string): StoredError {
     throw new LedgerCorruptError(key, "stored error is not a StoredError");
   }
   return value as StoredError;
+}
+
+/**
+ * Whether a command failed because the server refuses it to this client (an ACL without the
+ * command, a managed service that renamed or disabled CONFIG): a permanent answer. Anything else
+ * (LOADING after a restart, BUSY, a dropped connection, a timeout) is the server being unavailable.
+ * @internal exported for tests
+ */
+export function isCommandRefusal(error: unknown): boolean {
+  const message = error instanceof Error ? error.message : typeof error === "string" ? error : "";
+  return /^(NOPERM|ERR unknown command|ERR unknown subcommand|ERR command not allowed|ERR .*not allowed)/i.test(message);
 }

@@ -2,6 +2,7 @@ import type { ClaimRequest } from "@dispatch-once/core";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LEDGER_REDIS_OPTIONS, RedisLedger, createRedisLedger, type RedisLedgerOptions } from "../src/index.js";
+import { isCommandRefusal } from "../src/redis-ledger.js";
 import { closedPort, uniquePrefix } from "./helpers.js";
 import { startServer, type PrivateServer } from "./server.js";
 
@@ -150,6 +151,16 @@ describe("LEDGER-14: the declared durability of a Redis ledger", () => {
     expect(warnings.some((w) => w.includes('"durable" is declared but appendonly=unknown'))).toBe(true);
     await trusted.claim(request("k1"));
     expect(await trusted.lookup("k1")).toMatchObject({ state: "in_flight" });
+  });
+
+  it("only the server's refusal of CONFIG or INFO is a verdict; LOADING after a restart, BUSY or a dropped connection is unavailability (found by the fault suite: a restarted Redis answered LOADING, and claims failed as unsafe_store_config, 'effect: no', for intents already paid)", () => {
+    expect(isCommandRefusal(new Error("NOPERM User ledger has no permissions to run the 'config|get' command"))).toBe(true);
+    expect(isCommandRefusal(new Error("ERR unknown command 'CONFIG', with args beginning with: 'GET' "))).toBe(true);
+    expect(isCommandRefusal(new Error("ERR unknown subcommand 'GET'. Try CONFIG HELP."))).toBe(true);
+    expect(isCommandRefusal(new Error("LOADING Redis is loading the dataset in memory"))).toBe(false);
+    expect(isCommandRefusal(new Error("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."))).toBe(false);
+    expect(isCommandRefusal(new Error("Connection is closed."))).toBe(false);
+    expect(isCommandRefusal(new Error("read ECONNRESET"))).toBe(false);
   });
 
   it("an unreachable server fails the verification as ledger_unavailable (asked again next time), never as a verdict", async () => {
