@@ -1,6 +1,6 @@
 import type { ParseArgsConfig } from "node:util";
 import type { Ledger } from "@dispatch-once/core";
-import { parseDuration } from "./duration.js";
+import { parseCount, parseDuration } from "./duration.js";
 import { UsageError } from "./errors/usage-error.js";
 import { openLedger, type OpenedLedger } from "./target.js";
 
@@ -59,6 +59,30 @@ export const LEDGER_HELP = `Ledger options:
 export function stringOption(values: OptionValues, name: string): string | undefined {
   const value = values[name];
   return typeof value === "string" ? value : undefined;
+}
+
+/**
+ * The options every listing shares: `--conversation`, `--older-than`, `--limit` (0 = all) and
+ * `--page-size` (at most the store's page limit), parsed and checked once.
+ */
+export function listingOptions(
+  values: OptionValues,
+  command: string,
+  defaults: { limit: number; maxPageSize: number },
+): { conversationId?: string; olderThanMs?: number; limit: number; pageSize: number; json: boolean } {
+  const conversationId = stringOption(values, "conversation");
+  const olderThan = stringOption(values, "older-than");
+  const limitText = stringOption(values, "limit");
+  const pageText = stringOption(values, "page-size");
+  const pageSize = pageText === undefined ? defaults.maxPageSize : parseCount(pageText, "--page-size", command, 1);
+  if (pageSize > defaults.maxPageSize) throw new UsageError(`--page-size is at most ${defaults.maxPageSize}`, command);
+  return {
+    ...(conversationId !== undefined ? { conversationId } : {}),
+    ...(olderThan !== undefined ? { olderThanMs: parseDuration(olderThan, "--older-than", command) } : {}),
+    limit: limitText === undefined ? defaults.limit : parseCount(limitText, "--limit", command),
+    pageSize,
+    json: values["json"] === true,
+  };
 }
 
 /** A ledger opener that remembers what it opened, so the runner closes it whatever happens. */

@@ -1,7 +1,6 @@
 import type { RowState } from "@dispatch-once/core";
 
-import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, supports, type Command } from "../context.js";
-import { parseCount, parseDuration } from "../duration.js";
+import { LEDGER_HELP, LEDGER_OPTIONS, listingOptions, stringOption, supports, type Command } from "../context.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
 import { LIST_HEADER, listRow, table } from "../format.js";
@@ -58,16 +57,9 @@ Examples:
     }
     const tool = stringOption(values, "tool");
     if (tool !== undefined) query.toolName = tool;
-    const conversation = stringOption(values, "conversation");
-    if (conversation !== undefined) query.conversationId = conversation;
-    const olderThan = stringOption(values, "older-than");
-    if (olderThan !== undefined) query.olderThanMs = parseDuration(olderThan, "--older-than", command);
-    const limitText = stringOption(values, "limit");
-    const limit = limitText === undefined ? DEFAULT_LIST_ROWS : parseCount(limitText, "--limit", command);
-    const pageText = stringOption(values, "page-size");
-    const pageSize = pageText === undefined ? MAX_LIST_LIMIT : parseCount(pageText, "--page-size", command, 1);
-    if (pageSize > MAX_LIST_LIMIT) throw new UsageError(`--page-size is at most ${MAX_LIST_LIMIT}`, command);
-    const json = values["json"] === true;
+    const { conversationId, olderThanMs, limit, pageSize, json } = listingOptions(values, command, { limit: DEFAULT_LIST_ROWS, maxPageSize: MAX_LIST_LIMIT });
+    if (conversationId !== undefined) query.conversationId = conversationId;
+    if (olderThanMs !== undefined) query.olderThanMs = olderThanMs;
 
     const opened = await ledger();
     const store = opened.ledger;

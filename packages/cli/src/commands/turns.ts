@@ -1,6 +1,6 @@
 import { MAX_FAILED_TURNS_LIMIT, type ConversationStore, type FailedTurnsQuery } from "@dispatch-once/core";
-import { stringOption, type Command } from "../context.js";
-import { formatAge, parseCount, parseDuration } from "../duration.js";
+import { listingOptions, stringOption, type Command } from "../context.js";
+import { formatAge } from "../duration.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
 import { iso, table } from "../format.js";
@@ -50,16 +50,9 @@ Example:
     const target = stringOption(values, "store") ?? io.env["DISPATCH_ONCE_STORE"];
     if (target === undefined || target === "") throw new UsageError("no conversation store: pass --store <target> or set DISPATCH_ONCE_STORE", command);
     const query: FailedTurnsQuery = {};
-    const conversation = stringOption(values, "conversation");
-    if (conversation !== undefined) query.conversationId = conversation;
-    const olderThan = stringOption(values, "older-than");
-    if (olderThan !== undefined) query.olderThanMs = parseDuration(olderThan, "--older-than", command);
-    const limitText = stringOption(values, "limit");
-    const limit = limitText === undefined ? DEFAULT_TURN_ROWS : parseCount(limitText, "--limit", command);
-    const pageText = stringOption(values, "page-size");
-    const pageSize = pageText === undefined ? MAX_FAILED_TURNS_LIMIT : parseCount(pageText, "--page-size", command, 1);
-    if (pageSize > MAX_FAILED_TURNS_LIMIT) throw new UsageError(`--page-size is at most ${MAX_FAILED_TURNS_LIMIT}`, command);
-    const json = values["json"] === true;
+    const { conversationId, olderThanMs, limit, pageSize, json } = listingOptions(values, command, { limit: DEFAULT_TURN_ROWS, maxPageSize: MAX_FAILED_TURNS_LIMIT });
+    if (conversationId !== undefined) query.conversationId = conversationId;
+    if (olderThanMs !== undefined) query.olderThanMs = olderThanMs;
     const schema = stringOption(values, "schema");
     const tablePrefix = stringOption(values, "table-prefix");
 
