@@ -58,10 +58,11 @@
  *                      takeover, whose earlier run may have performed the effect (RECORD-2)
  *   -DRESUME_SAYS_NOT  main: a runner that resumed a message bound by an earlier holder records
  *                      only its own attempts; the earlier holder may still act (RECORD-2, -5)
- *   -DGUARD=0          main: nothing keeps a late copy of a claim from taking a released row
- *                      (LEDGER-26's known residual)
- *   -DGUARD=1          main (LEDGER-27): a released row refuses only the claim id it was released under
- *   (GUARD 2, the default, is the guard the model verifies: see the configuration below)
+ *   -DGUARD=0          before LEDGER-27: nothing keeps a late copy of a claim from taking a released row
+ *                      (LEDGER-26's residual)
+ *   -DGUARD=1          a ledger without retire (LEDGER-27 alone): a released row refuses only the claim
+ *                      id it was released under
+ *   (GUARD 2, the default and main with a ledger that offers retire: LEDGER-28, see the configuration below)
  */
 
 /* ------------------------------------------------------------------ configuration */
@@ -112,10 +113,10 @@
  * that fault they change nothing, and the other checks keep their state space. */
 #define CLAIMIDS (LOSTCLAIMS + LATECLAIMS > 0)
 /* How a copy of a claim applied after its claimant stopped waiting is kept from taking a row:
- *   GUARD 0  the code on main: nothing (LEDGER-26's known residual)
- *   GUARD 1  tombstone (LEDGER-27, main): a released row keeps the claim id it was released under and
- *            refuses a claim carrying it
- *   GUARD 2  retire (proposed here): GUARD 1, and the dispatcher retires every claim id of which
+ *   GUARD 0  before LEDGER-27: nothing (LEDGER-26's residual)
+ *   GUARD 1  tombstone (LEDGER-27 alone: a ledger without retire): a released row keeps the claim id
+ *            it was released under and refuses a claim carrying it
+ *   GUARD 2  retire (LEDGER-28, DISPATCH-16; main): GUARD 1, and the dispatcher retires every claim id of which
  *            a copy may still be on its way (any claim of the dispatch met ledger_unavailable),
  *            whatever the dispatch ended with; the ledger keeps the retired ids of the key
  *            (until retention) and refuses every claim carrying one */

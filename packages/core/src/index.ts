@@ -9,9 +9,9 @@ export {
 } from "./key.js";
 export * from "./errors.js";
 export * from "./ledger.js";
-export { checkClaimOrigin, checkListQuery, checkResolveRequest, decodeListCursor, encodeListCursor, rowSince } from "./ledger-ops.js";
+export { checkClaimOrigin, checkListQuery, checkResolveRequest, checkRetireRequest, decodeListCursor, encodeListCursor, rowSince } from "./ledger-ops.js";
 export { ResolutionRefusedError } from "./resolution-refused-error.js";
-export { MemoryLedger, assertClaimId, assertStorableResult, releasedClaimError, utf8ByteLength, type MemoryLedgerOptions } from "./memory-ledger.js";
+export { MemoryLedger, assertClaimId, assertStorableResult, releasedClaimError, retiredClaimError, utf8ByteLength, type MemoryLedgerOptions } from "./memory-ledger.js";
 export {
   defineTool,
   ToolRegistry,

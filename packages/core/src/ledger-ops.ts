@@ -1,5 +1,14 @@
 import { InvalidLedgerInputError } from "./errors.js";
-import { DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, type LedgerRow, type ListRowsQuery, type ResolveRequest, type RowState } from "./ledger.js";
+import {
+  CLAIM_ID_PATTERN,
+  DEFAULT_LIST_LIMIT,
+  MAX_LIST_LIMIT,
+  type LedgerRow,
+  type ListRowsQuery,
+  type ResolveRequest,
+  type RetireOptions,
+  type RowState,
+} from "./ledger.js";
 
 /**
  * Checks and encodings shared by every ledger's listRows/resolve, so that the adapters refuse
@@ -109,4 +118,21 @@ export function checkResolveRequest(request: ResolveRequest): void {
     default:
       throw new InvalidLedgerInputError("resolution.outcome", "must be completed, failed or not_performed");
   }
+}
+
+/**
+ * retire()'s arguments, checked once for every adapter (LEDGER-28): a key, a claim id (required
+ * here: there is nothing to retire without one) and an optional boolean `release`. Returns
+ * whether to release.
+ */
+export function checkRetireRequest(key: unknown, claimId: unknown, options: unknown): boolean {
+  if (typeof key !== "string" || key.length === 0) throw new InvalidLedgerInputError("key", "must be a non-empty string");
+  if (typeof claimId !== "string" || !CLAIM_ID_PATTERN.test(claimId)) {
+    throw new InvalidLedgerInputError("claimId", `must match ${CLAIM_ID_PATTERN.source} (see newClaimId)`);
+  }
+  if (options === undefined) return false;
+  if (options === null || typeof options !== "object") throw new InvalidLedgerInputError("options", "must be an object");
+  const release = (options as RetireOptions).release;
+  if (release !== undefined && typeof release !== "boolean") throw new InvalidLedgerInputError("release", "must be a boolean");
+  return release === true;
 }

@@ -178,6 +178,26 @@ export interface LedgerSupports {
   auditTrail?: boolean;
   /** `listExpiredInFlight` (LEDGER-25). */
   listExpiredInFlight?: boolean;
+  /** `retire` (LEDGER-28); a dispatcher without it falls back to releasing by claim id (DISPATCH-16). */
+  retire?: boolean;
+}
+
+/** Options of retire() (LEDGER-28). */
+export interface RetireOptions {
+  /**
+   * Also release the key's row if it is in flight under this claim id: the dispatch never
+   * received `claimed` for it, so its tool never ran under it (the claim landed, its reply was
+   * lost). Never set it for a claim id under which the dispatch ran its tool.
+   * @default false
+   * @example { release: true }
+   */
+  release?: boolean;
+}
+
+/** What retire() did (LEDGER-28). */
+export interface RetireResult {
+  /** The row was in flight under the claim id, `release` was asked, and it is now released. */
+  released: boolean;
 }
 
 /** Default page size of `listRows` (LIST-4). */
@@ -326,6 +346,17 @@ export interface Ledger {
 
   /** OPTIONAL (RESOLVE-7, `supports.auditTrail`): the key's audit entries, oldest first; empty when none. */
   auditTrail?(key: string): Promise<AuditEntry[]>;
+
+  /**
+   * OPTIONAL (LEDGER-28, `supports.retire`): retire a claim id of the key, atomically: from now
+   * until the ledger's retention has passed, every claim carrying it is refused with
+   * StaleClaimError and changes nothing, whether the key has a row or not. With `release`, a row
+   * in flight under that claim id is released in the same step (fence and request kept). A
+   * dispatcher retires every claim id of which a copy may still be on its way to the store (one
+   * of its claims met ledger_unavailable), so that a late copy never takes a row nobody holds.
+   * Idempotent: retiring a retired id again changes nothing more.
+   */
+  retire?(key: string, claimId: string, options?: RetireOptions): Promise<RetireResult>;
 
   /** Delete terminal and released rows whose retention has passed; returns how many went. */
   sweep(): Promise<number>;

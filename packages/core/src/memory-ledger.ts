@@ -1,6 +1,14 @@
 import { InvalidLedgerInputError, ResultNotStorableError, StaleClaimError, type StoredError } from "./errors.js";
 import { ResolutionRefusedError } from "./resolution-refused-error.js";
-import { checkClaimOrigin, checkListQuery, checkResolveRequest, decodeListCursor, encodeListCursor, rowSince } from "./ledger-ops.js";
+import {
+  checkClaimOrigin,
+  checkListQuery,
+  checkResolveRequest,
+  checkRetireRequest,
+  decodeListCursor,
+  encodeListCursor,
+  rowSince,
+} from "./ledger-ops.js";
 import {
   type AuditEntry,
   type ListRowsPage,
@@ -15,6 +23,8 @@ import {
   type Ledger,
   type LedgerCapabilities,
   type LedgerRow,
+  type RetireOptions,
+  type RetireResult,
   CLAIM_ID_PATTERN,
 } from "./ledger.js";
 
@@ -68,6 +78,14 @@ export function releasedClaimError(key: string, fence: number): StaleClaimError 
   return new StaleClaimError(key, fence, "this claim id was released; a copy of its claim cannot take the row again");
 }
 
+/**
+ * The answer to a claim carrying a retired claim id (LEDGER-28): its dispatch gave up on it, and
+ * this is a copy that reached the store late. `fence` is the key's row's, or 0 without a row.
+ */
+export function retiredClaimError(key: string, fence: number): StaleClaimError {
+  return new StaleClaimError(key, fence, "this claim id was retired; a late copy of its claim cannot take the row");
+}
+
 function visibleRow(row: LedgerRow & { expiresAt?: number; claimId?: string }): LedgerRow {
   const { expiresAt: _expires, claimId: _claim, ...visible } = row;
   return structuredClone(visible) as LedgerRow;
@@ -80,6 +98,8 @@ function visibleRow(row: LedgerRow & { expiresAt?: number; claimId?: string }): 
 export class MemoryLedger implements Ledger {
   readonly capabilities: LedgerCapabilities;
   private readonly rows = new Map<string, LedgerRow & { expiresAt?: number; claimId?: string }>();
+  /** Retired claim ids per key, each with the time it may be forgotten (LEDGER-28); kept apart from rows. */
+  private readonly retired = new Map<string, Map<string, number>>();
   /** Audit entries per key; dropped with the row (sweep, or a claim over a forgotten row). */
   private readonly audits = new Map<string, AuditEntry[]>();
   private readonly now: () => number;
@@ -93,7 +113,7 @@ export class MemoryLedger implements Ledger {
       clock: "process",
       sharedAcrossProcesses: false,
       maxResultBytes: options.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES,
-      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true },
+      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true, retire: true },
     };
   }
 
@@ -102,6 +122,10 @@ export class MemoryLedger implements Ledger {
     checkClaimOrigin(request);
     const now = this.now();
     const row = this.rows.get(request.key);
+    // A late copy of a claim its dispatch gave up on takes nothing, whatever the row (LEDGER-28).
+    if (request.claimId !== undefined && this.isRetired(request.key, request.claimId, now)) {
+      throw retiredClaimError(request.key, row === undefined || this.retentionPassed(row, now) ? 0 : row.fence);
+    }
     if (row === undefined || this.retentionPassed(row, now)) {
       // A forgotten row behaves as one never claimed (LEDGER-19), but the fence keeps rising.
       this.audits.delete(request.key);
@@ -191,6 +215,20 @@ export class MemoryLedger implements Ledger {
     this.rows.set(key, { ...this.base(row), state: "released", finishedAt: now, expiresAt: now + this.retentionMs, ...(claimId === undefined ? {} : { claimId }) });
   }
 
+  async retire(key: string, claimId: string, options?: RetireOptions): Promise<RetireResult> {
+    const release = checkRetireRequest(key, claimId, options);
+    const now = this.now();
+    let ids = this.retired.get(key);
+    if (ids === undefined) this.retired.set(key, (ids = new Map()));
+    // Kept for the retention from now: a late copy is refused as long as a row would be replayed.
+    ids.set(claimId, now + this.retentionMs);
+    const row = this.rows.get(key);
+    if (!release || row === undefined || row.state !== "in_flight" || row.claimId !== claimId) return { released: false };
+    // The claim landed but its dispatch never took it: nobody ran the tool under it (LEDGER-8 release).
+    this.rows.set(key, { ...this.base(row), state: "released", finishedAt: now, expiresAt: now + this.retentionMs, claimId });
+    return { released: true };
+  }
+
   async lookup(key: string): Promise<LedgerRow | undefined> {
     const row = this.rows.get(key);
     if (row === undefined || this.retentionPassed(row, this.now())) return undefined;
@@ -200,6 +238,10 @@ export class MemoryLedger implements Ledger {
   async sweep(): Promise<number> {
     const now = this.now();
     let removed = 0;
+    for (const [key, ids] of this.retired) {
+      for (const [id, until] of ids) if (until <= now) ids.delete(id);
+      if (ids.size === 0) this.retired.delete(key);
+    }
     for (const [key, row] of this.rows) {
       if (this.retentionPassed(row, now)) {
         this.rows.delete(key);
@@ -291,6 +333,11 @@ export class MemoryLedger implements Ledger {
   /** Number of rows held, for tests and diagnostics. */
   get size(): number {
     return this.rows.size;
+  }
+
+  private isRetired(key: string, claimId: string, now: number): boolean {
+    const until = this.retired.get(key)?.get(claimId);
+    return until !== undefined && until > now;
   }
 
   private retentionPassed(row: { state: string; expiresAt?: number }, now: number): boolean {
