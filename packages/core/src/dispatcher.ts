@@ -86,6 +86,13 @@ export type DispatchEvent =
    * `unknown` (LEDGER-26). `released` says whether a row was found and released.
    */
   | { type: "lost_claim_settled"; key: string; toolName: string; ordinal: number; released: boolean }
+  /**
+   * A dispatch one of whose claims met ledger_unavailable has ended, and its claim id is retired
+   * on a ledger that offers retire (LEDGER-28, DISPATCH-16): a copy of the claim that reaches the
+   * store later is refused. `released` says whether a row the claim had written, and the dispatch
+   * never took, was released with it.
+   */
+  | { type: "claim_retired"; key: string; toolName: string; ordinal: number; released: boolean }
   /** This run's outcome went into the ledger (the last write of a claimed run; absent when the write was refused). */
   | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" }
   /**
@@ -186,6 +193,14 @@ const consoleLogger: DispatchLogger = {
   warn: (message, fields) => console.warn(`[dispatch-once] ${message}`, fields ?? ""),
 };
 
+/** What execute() learns about its claims, for retiring the claim id when the dispatch ends. */
+interface ClaimState {
+  /** A claim met ledger_unavailable: it may have been applied, and a copy may still arrive. */
+  unavailable: boolean;
+  /** The dispatch received `claimed`: its tool runs (or ran) under the claim id. */
+  took: boolean;
+}
+
 interface PreparedCall {
   tool: ToolDefinition;
   args: unknown;
@@ -216,6 +231,8 @@ export class Dispatcher implements CallDispatcher {
   private readonly pollMs: number;
   private readonly maxPollMs: number;
   private readonly claimRetryMs: number;
+  /** The ledger offers retire (LEDGER-28): lost claims are settled by retiring their claim ids. */
+  private readonly retires: boolean;
   private readonly reconcileGraceMs: number;
   private readonly logger: DispatchLogger;
   private readonly onEvent: ((event: DispatchEvent) => void) | undefined;
@@ -237,6 +254,7 @@ export class Dispatcher implements CallDispatcher {
     this.pollMs = options.pollMs ?? 20;
     this.maxPollMs = options.maxPollMs ?? 500;
     this.claimRetryMs = options.claimRetryMs ?? 2_000;
+    this.retires = options.ledger.capabilities.supports?.retire === true && typeof options.ledger.retire === "function";
     this.reconcileGraceMs = options.reconcileGraceMs ?? 60_000;
     if (!Number.isSafeInteger(this.reconcileGraceMs) || this.reconcileGraceMs < 0) {
       throw new InvalidArgumentError("options.reconcileGraceMs", "must be a non-negative integer");
@@ -500,12 +518,34 @@ export class Dispatcher implements CallDispatcher {
         { path: [], message: `the arguments are ${size} bytes; the ledger stores at most ${this.ledger.capabilities.maxResultBytes}` },
       ]);
     }
-    const started = Date.now();
-    let delay = this.pollMs;
-    let differenceLogged = false;
     // One claim id for this dispatch's claims: a claim sent again after a lost reply is
     // recognised by the ledger as the same claim, not met as another attempt's row (LEDGER-26).
     const claimId = newClaimId();
+    // Whether a claim of this dispatch met ledger_unavailable (a copy of it may still reach the
+    // store), and whether the dispatch took the row: both decide the retiring (DISPATCH-16).
+    const claimState: ClaimState = { unavailable: false, took: false };
+    try {
+      return await this.claimAndRun(prepared, context, ordinal, key, base, effect, claimId, claimState);
+    } finally {
+      if (claimState.unavailable && this.retires) this.retireClaim(key, claimId, !claimState.took, tool.name, ordinal);
+    }
+  }
+
+  /** execute()'s claim loop: claim, then run, replay, or wait on another claimant's live claim. */
+  private async claimAndRun(
+    prepared: PreparedCall,
+    context: TurnContext,
+    ordinal: number,
+    key: string,
+    base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
+    effect: LedgerEffect,
+    claimId: string,
+    claimState: ClaimState,
+  ): Promise<DispatchOutcome> {
+    const { tool } = prepared;
+    const started = Date.now();
+    let delay = this.pollMs;
+    let differenceLogged = false;
     for (;;) {
       const { claim, sentAt: claimSentAt } = await this.claimRetrying(
         {
@@ -521,6 +561,7 @@ export class Dispatcher implements CallDispatcher {
           turnIndex: context.turnIndex,
         },
         ordinal,
+        claimState,
       );
       const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;
       if (!differenceLogged && stored !== prepared.requestText && !sameRequest(stored, prepared.requestCanonical)) {
@@ -539,6 +580,7 @@ export class Dispatcher implements CallDispatcher {
         if (this.onEvent !== undefined) this.emit({ type: "claimed", key, toolName: tool.name, ordinal, fence: claim.fence, takeover: claim.takeover });
         // A re-run (after release or takeover) sends exactly the first request (LEDGER-21).
         const args = claim.request === prepared.requestText ? prepared.args : parseStoredRequest(key, claim.request);
+        claimState.took = true;
         return this.runClaimed({ ...prepared, args }, context, ordinal, key, claim.fence, claimSentAt, base);
       }
       const row = claim.row;
@@ -558,7 +600,7 @@ export class Dispatcher implements CallDispatcher {
    * out, an unkeyed_write call that never ran as `unknown`). When the retries run out, the claim
    * is released in the background, and the dispatch fails with the last ledger_unavailable.
    */
-  private async claimRetrying(request: ClaimRequest, ordinal: number): Promise<{ claim: ClaimResult; sentAt: number }> {
+  private async claimRetrying(request: ClaimRequest, ordinal: number, claimState: ClaimState): Promise<{ claim: ClaimResult; sentAt: number }> {
     const deadline = Date.now() + this.claimRetryMs;
     let delay = this.pollMs;
     for (let attempt = 1; ; attempt++) {
@@ -567,9 +609,11 @@ export class Dispatcher implements CallDispatcher {
         return { claim: await this.ledger.claim(request), sentAt };
       } catch (error) {
         if (!isDispatchOnceError(error, "ledger_unavailable")) throw error;
+        claimState.unavailable = true;
         const left = deadline - Date.now();
         if (left <= 0) {
-          this.settleLostClaim(request, ordinal);
+          // A ledger that retires is settled when the dispatch ends (execute); else release by claim id.
+          if (!this.retires) this.settleLostClaim(request, ordinal);
           throw error;
         }
         this.emit({ type: "claim_retry", key: request.key, toolName: request.toolName, ordinal, attempt, error: describeError(error) });
@@ -620,6 +664,38 @@ export class Dispatcher implements CallDispatcher {
         timer.unref?.();
         // Within a third of the lease, as above: a late-applied claim must be met before its lease ends.
         delay = Math.min(delay * 2, 5_000, Math.max(1, Math.floor(request.leaseMs / 3)));
+      }
+    };
+    void attempt();
+  }
+
+  /**
+   * Retire a claim id of which a copy may still reach the store (LEDGER-28, DISPATCH-16): from
+   * then on the ledger refuses it, so a late copy never takes a row nobody holds. `release` when
+   * the dispatch never took the row: a row the claim wrote is released in the same step. In the
+   * background, retried while the ledger stays unavailable for the lease plus a minute (after
+   * that a row, if any, is settled by LEDGER-7); timers are unref'd.
+   */
+  private retireClaim(key: string, claimId: string, release: boolean, toolName: string, ordinal: number): void {
+    const until = Date.now() + this.leaseMs + 60_000;
+    let delay = Math.min(Math.max(this.pollMs, 100), Math.max(1, Math.floor(this.leaseMs / 3)));
+    const attempt = async (): Promise<void> => {
+      try {
+        const { released } = await this.ledger.retire!(key, claimId, { release });
+        if (released) this.logger.warn("a claim whose reply was lost had been written; released as its claim id was retired", { key });
+        this.emit({ type: "claim_retired", key, toolName, ordinal, released });
+      } catch (error) {
+        if (!isDispatchOnceError(error, "ledger_unavailable") || Date.now() + delay > until) {
+          this.logger.warn("a claim id whose claim may still reach the ledger could not be retired; a late copy is settled by its lease (LEDGER-7)", {
+            key,
+            error: describeError(error),
+          });
+          return;
+        }
+        const timer = setTimeout(() => void attempt(), delay);
+        timer.unref?.();
+        // Within a third of the lease: a late-applied claim must be met before its lease ends.
+        delay = Math.min(delay * 2, 5_000, Math.max(1, Math.floor(this.leaseMs / 3)));
       }
     };
     void attempt();
