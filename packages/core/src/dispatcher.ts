@@ -327,11 +327,14 @@ export class Dispatcher implements CallDispatcher {
    * completed; performed without one → failed closed with result_not_storable; not performed →
    * released (a replay re-runs the stored request), for an unkeyed_write only once the row has
    * been unknown for `reconcileGraceMs`; unknown or a failed probe → unchanged. Every settlement
-   * is fenced on the fence that was looked at and audited under RECONCILE_ACTOR. On a ledger
-   * without `resolve`, it only reports.
+   * is fenced on the fence that was looked at and audited under `options.actor` (an operator's
+   * name when a person asked; RECONCILE_ACTOR by default). On a ledger without `resolve`, it
+   * only reports.
    */
-  async reconcile(key: string): Promise<ReconcileReport> {
+  async reconcile(key: string, options: { actor?: string } = {}): Promise<ReconcileReport> {
     if (typeof key !== "string" || key.length === 0) throw new InvalidArgumentError("key", "must be a non-empty string");
+    const actor = options.actor ?? RECONCILE_ACTOR;
+    if (typeof actor !== "string" || actor.trim() === "") throw new InvalidArgumentError("actor", "must be a non-empty string");
     const row = await this.ledger.lookup(key);
     if (row === undefined) return { key, state: "absent", verdict: "none", settled: "none", detail: "no row for this key" };
     const report = { key, toolName: row.toolName, state: row.state };
@@ -361,12 +364,12 @@ export class Dispatcher implements CallDispatcher {
       const written = await this.ledger.resolve!({
         key,
         resolution: plan.resolution,
-        actor: RECONCILE_ACTOR,
+        actor,
         reason: plan.reason,
         expectedFence: row.fence,
         action: "reconciled",
       });
-      this.emit({ type: "resolved", key, toolName: tool.name, state: written.state, fence: written.fence, actor: RECONCILE_ACTOR });
+      this.emit({ type: "resolved", key, toolName: tool.name, state: written.state, fence: written.fence, actor });
       return { ...found, settled: written.state, row: written };
     } catch (error) {
       // Someone settled or re-claimed the row since it was read: theirs stands (RESOLVE-4).
