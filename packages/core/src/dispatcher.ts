@@ -199,6 +199,8 @@ interface ClaimState {
   unavailable: boolean;
   /** The dispatch received `claimed`: its tool runs (or ran) under the claim id. */
   took: boolean;
+  /** The claim id was retired already (before this dispatch released its own row). */
+  retired: boolean;
 }
 
 interface PreparedCall {
@@ -233,6 +235,8 @@ export class Dispatcher implements CallDispatcher {
   private readonly claimRetryMs: number;
   /** The ledger offers retire (LEDGER-28): lost claims are settled by retiring their claim ids. */
   private readonly retires: boolean;
+  /** Each running dispatch's claim id and what its claims met, by the dispatch's `base` object. */
+  private readonly claimsOf = new WeakMap<object, { claimId: string; state: ClaimState }>();
   private readonly reconcileGraceMs: number;
   private readonly logger: DispatchLogger;
   private readonly onEvent: ((event: DispatchEvent) => void) | undefined;
@@ -526,11 +530,14 @@ export class Dispatcher implements CallDispatcher {
     const claimId = newClaimId();
     // Whether a claim of this dispatch met ledger_unavailable (a copy of it may still reach the
     // store), and whether the dispatch took the row: both decide the retiring (DISPATCH-16).
-    const claimState: ClaimState = { unavailable: false, took: false };
+    const claimState: ClaimState = { unavailable: false, took: false, retired: false };
+    // Keyed by this dispatch's `base`, which every recording path receives: a release of this
+    // dispatch's own row retires the claim id first (releaseOwn).
+    this.claimsOf.set(base, { claimId, state: claimState });
     try {
       return await this.claimAndRun(prepared, context, ordinal, key, base, effect, claimId, claimState);
     } finally {
-      if (claimState.unavailable && this.retires) this.retireClaim(key, claimId, !claimState.took, tool.name, ordinal);
+      if (claimState.unavailable && this.retires && !claimState.retired) this.retireClaim(key, claimId, !claimState.took, tool.name, ordinal);
     }
   }
 
@@ -926,6 +933,28 @@ export class Dispatcher implements CallDispatcher {
    * a connection inside the caller's transaction) is re-raised as ledger_unavailable, so no
    * caller or record tells the user an effect failed that may have taken place (ERR-4).
    */
+  /**
+   * Release this dispatch's own claim. If one of its claims met ledger_unavailable, a copy of it
+   * may still reach the store: retire the claim id first (LEDGER-28), so that the copy can never
+   * find the row released and claimable, not even after someone else re-claims and releases it
+   * (LEDGER-27 remembers only the last id released). If the retire cannot reach the ledger, the
+   * release goes ahead (left in flight, an unkeyed call that was not performed would read
+   * `unknown` once its lease ran out) and the retire is tried again when the dispatch ends.
+   */
+  private async releaseOwn(key: string, fence: number, base: { toolName: string; ordinal: number }): Promise<void> {
+    const own = this.claimsOf.get(base);
+    if (own !== undefined && own.state.unavailable && this.retires && !own.state.retired) {
+      try {
+        await this.ledger.retire!(key, own.claimId, { release: false });
+        own.state.retired = true;
+        this.emit({ type: "claim_retired", key, toolName: base.toolName, ordinal: base.ordinal, released: false });
+      } catch (error) {
+        if (!isDispatchOnceError(error, "ledger_unavailable")) throw error;
+      }
+    }
+    await this.ledger.release(key, fence);
+  }
+
   private async recorded(
     key: string,
     write: () => Promise<void>,
@@ -985,7 +1014,7 @@ export class Dispatcher implements CallDispatcher {
         // perform the call, whatever the class: not even fence 1 proves it will not happen.
         const earlierRunMayHaveActed =
           (tool.effect === "keyed_write" && (fence > 1 || this.ledger.capabilities.durability !== "durable")) || context.resumed === true;
-        await this.recorded(key, () => this.ledger.release(key, fence), { ...done, state: "released" });
+        await this.recorded(key, () => this.releaseOwn(key, fence, base), { ...done, state: "released" });
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: earlierRunMayHaveActed });
         throw new ClaimReleasedError(key, earlierRunMayHaveActed, error);
       }
@@ -1013,7 +1042,7 @@ export class Dispatcher implements CallDispatcher {
       // request under the same key and the downstream collapses it with any late landing of
       // this one (EFFECT-3, LEDGER-21, RECON-4).
       const release = async (): Promise<never> => {
-        await this.recorded(key, () => this.ledger.release(key, fence), { ...done, state: "released" });
+        await this.recorded(key, () => this.releaseOwn(key, fence, base), { ...done, state: "released" });
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: true });
         throw new ClaimReleasedError(key, true, error);
       };
