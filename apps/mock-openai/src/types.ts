@@ -63,15 +63,23 @@ export type FaultPosition =
  * - `error_event`: an `event: error` (type `error`, code, message), then the body ends.
  * - `failed_event`: `event: response.failed` with the response's error, then the body ends.
  * - `status`: an HTTP error before the stream (5xx, 429, ...).
+ * - `hold`: the stream pauses at the position until `release()` or `cutNow()`, so a test (or the
+ *   demo's chaos run) cuts it at a point of the client's own progress, not at a guessed time.
  */
 export type Fault =
   | { kind: "reset" | "clean_close"; at: FaultPosition; timing?: Partial<Timing> }
+  | { kind: "hold"; at: FaultPosition; timing?: Partial<Timing> }
   | { kind: "error_event"; at: FaultPosition; code?: string; message?: string; timing?: Partial<Timing> }
   | { kind: "failed_event"; at: FaultPosition; code?: string; message?: string; timing?: Partial<Timing> }
   | { kind: "status"; status: number; shouldRetry?: boolean };
 
+/** How `cutNow()` ends a held stream: the positional fault kinds. */
+export type CutKind = "reset" | "clean_close" | "error_event" | "failed_event";
+
 export interface RequestInfo {
   requestNumber: number;
+  /** The request's headers, lower-cased names (a client's `x-…` headers can steer a plan). */
+  headers: Record<string, string>;
   /** 1-based count of requests with the same model input (body without `stream`). */
   attempt: number;
   bodyHash: string;
@@ -109,6 +117,8 @@ export interface RequestRecord {
   responseId?: string;
   fault?: Fault;
   faultFired: boolean;
+  /** What the script said, before the per-response variation (ids, wording) was applied. */
+  scripted?: ScriptedResponse;
   calls: RenderedCall[];
   events: SentEvent[];
   outcome: ResponseOutcome;
