@@ -17,7 +17,7 @@ export interface DemoOptions {
   /** Share of messages whose memo the model re-words when it answers a retried request. */
   rewordRate: number;
   seed: string;
-  /** The stream side the incident runs on (the chaos run uses the Anthropic mock). */
+  /** The stream side the incident and the chaos run run on. */
   provider: DemoProvider;
   ledger: LedgerSpec;
   /** Table (SQLite, PostgreSQL) or key prefix (Redis) the demo's ledger rows live in; default: unique per run. */
@@ -80,8 +80,8 @@ Options:
   --reword-rate P        share of messages whose memo a retried model response re-words, 0 <= P <= 1
                          (default ${DEFAULT_OPTIONS.rewordRate})
   --seed S               seed for every random decision; same seed, same counts (default ${DEFAULT_OPTIONS.seed})
-  --provider P           the incident's stream side: anthropic (Messages API, default) | openai (Responses API);
-                         the chaos run uses the Anthropic mock
+  --provider P           the stream side of the incident and the chaos run: anthropic (Messages API,
+                         default) | openai (Responses API), each its real SDK against its mock
   --ledger SPEC          sqlite (temp file, default) | sqlite:PATH | postgres://... | redis://...
   --ledger-namespace N   table (sqlite, postgres) or key prefix (redis) to use (default: unique per run)
   --keep-ledger          keep the ledger rows/table/file afterwards (default: remove what the demo created)

@@ -45,6 +45,7 @@ export async function runDemo(options: DemoOptions, hooks: RunHooks = {}): Promi
       timeScale: options.timeScale,
       concurrency: options.concurrency,
       redeliveries: options.redeliveries,
+      provider: options.provider,
       ledger: open.ledger,
       runId,
       ...(hooks.onProgress ? { onProgress: hooks.onProgress } : {}),
