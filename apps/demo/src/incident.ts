@@ -1,15 +1,20 @@
 import type { Ledger } from "@dispatch-once/core";
 import { TurnFailedError, type RunnerEvent } from "@dispatch-once/anthropic";
+import { replayAiSdkIncident } from "./ai-sdk.js";
 import { startOpenAIStream } from "./openai.js";
 import { paymentMessage, startSide, type PaymentArgs, type Side } from "./world.js";
 
-/** The stream side the incident runs on. */
-export type DemoProvider = "anthropic" | "openai";
+/**
+ * The stream side the incident runs on: our runner over the Anthropic or the OpenAI SDK, or the
+ * Vercel AI SDK's own loop (over `@ai-sdk/openai`) with the app's tools wrapped.
+ */
+export type DemoProvider = "anthropic" | "openai" | "ai-sdk";
 
 /** The events that bound the window on each provider's stream (spec STREAM-7), for the timelines. */
 export const STREAM_EVENTS: Record<DemoProvider, { callDone: string; finish: string; callIdPrefix: string }> = {
   anthropic: { callDone: "content_block_stop", finish: "message_stop", callIdPrefix: "toolu_" },
   openai: { callDone: "response.output_item.done", finish: "response.completed", callIdPrefix: "call_" },
+  "ai-sdk": { callDone: "tool-call", finish: "response.completed", callIdPrefix: "call_" },
 };
 
 /** The chapter's figures for the incident. */
@@ -91,9 +96,10 @@ export const INCIDENT_PAYMENT: PaymentArgs = {
 /** The chapter's incident, naive and guarded side by side (each in its own world, run concurrently). */
 export async function runIncident(options: { ledger: Ledger; runId: string; seed: string; timeScale: number; provider?: DemoProvider }): Promise<IncidentResult> {
   const provider = options.provider ?? "anthropic";
+  const replay = provider === "ai-sdk" ? replayAiSdkIncident : replayIncident;
   const [naive, guarded] = await Promise.all([
-    replayIncident({ ...options, provider, guarded: false }),
-    replayIncident({ ...options, provider, guarded: true }),
+    replay({ ...options, provider, guarded: false }),
+    replay({ ...options, provider, guarded: true }),
   ]);
   return {
     provider,
@@ -271,7 +277,7 @@ async function replayIncident(options: {
   }
 }
 
-function shorten(key: string | null): string {
+export function shorten(key: string | null): string {
   if (key === null) return "none";
   return key.length > 20 ? `${key.slice(0, 16)}…` : key;
 }

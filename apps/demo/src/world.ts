@@ -20,8 +20,8 @@ import {
   type MockPaymentsServer,
 } from "@dispatch-once/mock-payments";
 import { z } from "zod";
-import { startOpenAIChaosStream } from "./openai.js";
-import { startAnthropicStream, type DemoRunner, type DemoStream, type RunnerOverrides, type StreamFaultPlan, type StreamSide } from "./streams.js";
+import { startOpenAIChaosStream, type OpenAIStream } from "./openai.js";
+import { startAnthropicStream, type AnthropicStream, type DemoRunner, type RunnerOverrides, type StreamFaultPlan, type StreamSide } from "./streams.js";
 
 export { MODEL } from "./streams.js";
 export const PAYMENTS_ACCOUNT_TOKEN = "demo-account";
@@ -107,7 +107,7 @@ export interface Side {
   guarded: boolean;
   payments: MockPaymentsServer;
   /** The stream side the side's runners talk to (its mock provider, SDK and runner). */
-  stream: DemoStream;
+  stream: AnthropicStream | OpenAIStream;
   /** The Anthropic mock provider; a side on another stream has none (reading it throws). */
   provider: MockProvider;
   /** The Anthropic client; a side on another stream has none (reading it throws). */
@@ -260,11 +260,11 @@ export async function startSide(options: SideOptions): Promise<Side> {
 
   const store = new MemoryConversationStore();
   const world = { dispatcher, tools, store, seed: options.seed, timing: options.providerTiming, rewordsMemo: options.rewordsMemo ?? (() => true) };
-  const stream =
+  const stream: AnthropicStream | OpenAIStream =
     options.stream === "openai"
       ? await startOpenAIChaosStream(world)
       : await startAnthropicStream(world, options.rewordsMemo === undefined ? paymentScript : createPaymentScript(options.rewordsMemo));
-  const anthropicOnly = <T>(what: string, value: (s: typeof stream & { kind: "anthropic" }) => T): T => {
+  const anthropicOnly = <T>(what: string, value: (s: AnthropicStream) => T): T => {
     if (stream.kind !== "anthropic") throw new Error(`this demo side runs on the ${stream.kind} stream: it has no Anthropic ${what}`);
     return value(stream);
   };

@@ -23,9 +23,32 @@ describe("--provider: the incident on each stream side", () => {
     });
   }
 
+  it("ai-sdk: the real `ai` package (streamText over @ai-sdk/openai) pays twice on a regenerate after a cut, and once with createOnceTools", async () => {
+    const incident = await runIncident({ ledger: new MemoryLedger(), runId: "provaisdk", seed: "7", timeScale: 0.05, provider: "ai-sdk" });
+    expect(incident.provider).toBe("ai-sdk");
+    // The payments API's effect log is the oracle.
+    expect(incident.naive.payments).toBe(2);
+    expect(incident.guarded.payments).toBe(1);
+    expect(incident.naive.retryDispatch).toBe("ran_again");
+    expect(incident.guarded.retryDispatch).toBe("replayed_from_ledger");
+    for (const side of [incident.naive, incident.guarded]) {
+      expect(side.failurePosition).toBe("after_dispatch_before_stop");
+      // The regenerated step's call has a new call_id (and a re-worded memo): it cannot deduplicate.
+      expect(side.callIds).toHaveLength(2);
+      expect(side.callIds[0]).not.toBe(side.callIds[1]);
+      for (const id of side.callIds) expect(id.startsWith("call_")).toBe(true);
+      expect(side.timeline.filter((e) => e.kind === "turn_committed").map((e) => e.attempt)).toEqual([2]);
+    }
+    // Naive, the payments API saw each call id as its key; guarded, the one derived key.
+    expect(incident.naive.idempotencyKeys).toEqual(incident.naive.callIds);
+    expect(incident.guarded.idempotencyKeys).toHaveLength(1);
+    expect(incident.guarded.idempotencyKeys[0]).toMatch(/^[0-9a-f]{32}$/);
+  });
+
   it("parses --provider and refuses anything else", () => {
     expect(parseArgs([]).provider).toBe("anthropic");
     expect(parseArgs(["--provider", "openai"]).provider).toBe("openai");
-    expect(() => parseArgs(["--provider", "ai-sdk"])).toThrow(DemoUsageError);
+    expect(parseArgs(["--provider", "ai-sdk"]).provider).toBe("ai-sdk");
+    expect(() => parseArgs(["--provider", "vertex"])).toThrow(DemoUsageError);
   });
 });
