@@ -2,7 +2,7 @@ import OpenAI from "openai";
 import { MemoryConversationStore } from "@dispatch-once/core";
 import { call, lastUserText, respond, say, startMockOpenAI, type Fault, type MockOpenAI, type Script } from "@dispatch-once/mock-openai";
 import { ConversationRunner as ResponsesRunner, type ConversationRunnerOptions as ResponsesRunnerOptions } from "@dispatch-once/openai";
-import { PROVIDER_LOG_LIMIT, bumpReworded, type DemoStream, type StreamFault, type StreamWorld } from "./streams.js";
+import { PROVIDER_LOG_LIMIT, bumpReworded, mockControls, type DemoStream, type StreamFault, type StreamWorld } from "./streams.js";
 import type { PaymentArgs, Side } from "./world.js";
 
 export const OPENAI_MODEL = "gpt-demo";
@@ -55,10 +55,7 @@ export async function startOpenAIChaosStream(world: StreamWorld): Promise<OpenAI
     kind: "openai",
     mock,
     rewordedResponses,
-    setFaultPlan: (plan) => mock.setFaultPlan(plan === undefined ? undefined : (_request, info) => openaiFault(plan(info))),
-    waitForHold: (requestNumber, options) => mock.waitForHold(requestNumber, options),
-    release: (requestNumber) => mock.release(requestNumber),
-    cutNow: (requestNumber, kind) => mock.cutNow(requestNumber, kind),
+    ...mockControls(mock, openaiFault),
     runner: (overrides = {}) =>
       new ResponsesRunner({
         client,
@@ -70,12 +67,10 @@ export async function startOpenAIChaosStream(world: StreamWorld): Promise<OpenAI
         allowVolatileConversationStore: true,
         ...overrides,
       }),
-    close: () => mock.close(),
   };
 }
 
-function openaiFault(fault: StreamFault | undefined): Fault | undefined {
-  if (fault === undefined) return undefined;
+function openaiFault(fault: StreamFault): Fault {
   if (fault.kind === "hold") return { kind: "hold", at: fault.at === "after_call_done" ? { afterCallDone: 0 } : { beforeCompleted: true } };
   // Before any call: replaces the first output_item.added (response.created and in_progress were sent).
   const at = fault.at === "before_any_call" ? { event: 2 } : { call: 0, afterFragment: fault.afterFragment };

@@ -67,6 +67,37 @@ export const PROVIDER_LOG_LIMIT = 256;
 
 export const MODEL = "claude-demo";
 
+/** What both mocks offer for holds and cuts, in their own request and fault types. */
+interface HoldingMock<R, F> {
+  setFaultPlan(plan: ((request: R, info: { requestNumber: number; headers: Record<string, string> }) => F | undefined) | undefined): void;
+  waitForHold(requestNumber: number, options?: { timeoutMs?: number }): Promise<unknown>;
+  release(requestNumber: number): void;
+  cutNow(requestNumber: number, kind: StreamCut): void;
+  close(): Promise<void>;
+}
+
+/** A mock's hold and cut controls as a DemoStream's, with the demo's faults mapped onto the mock's. */
+export function mockControls<R, F>(
+  mock: HoldingMock<R, F>,
+  toMockFault: (fault: StreamFault) => F,
+): Pick<DemoStream, "setFaultPlan" | "waitForHold" | "release" | "cutNow" | "close"> {
+  return {
+    setFaultPlan: (plan) =>
+      mock.setFaultPlan(
+        plan === undefined
+          ? undefined
+          : (_request, info) => {
+              const fault = plan(info);
+              return fault === undefined ? undefined : toMockFault(fault);
+            },
+      ),
+    waitForHold: (requestNumber, options) => mock.waitForHold(requestNumber, options),
+    release: (requestNumber) => mock.release(requestNumber),
+    cutNow: (requestNumber, kind) => mock.cutNow(requestNumber, kind),
+    close: () => mock.close(),
+  };
+}
+
 /** Counts a re-worded memo per payment reference. */
 export function bumpReworded(counts: Map<string, number>, rendered: Record<string, unknown>, scripted: Record<string, unknown>): void {
   if (rendered["memo"] === scripted["memo"]) return;
@@ -102,10 +133,7 @@ export async function startAnthropicStream(world: StreamWorld, script: Script): 
     mock,
     client,
     rewordedResponses,
-    setFaultPlan: (plan) => mock.setFaultPlan(plan === undefined ? undefined : (_request, info) => anthropicFault(plan(info))),
-    waitForHold: (requestNumber, options) => mock.waitForHold(requestNumber, options),
-    release: (requestNumber) => mock.release(requestNumber),
-    cutNow: (requestNumber, kind) => mock.cutNow(requestNumber, kind),
+    ...mockControls(mock, anthropicFault),
     runner: (overrides = {}) =>
       new ConversationRunner({
         client,
@@ -120,12 +148,10 @@ export async function startAnthropicStream(world: StreamWorld, script: Script): 
         allowVolatileConversationStore: true,
         ...overrides,
       }),
-    close: () => mock.close(),
   };
 }
 
-function anthropicFault(fault: StreamFault | undefined): Fault | undefined {
-  if (fault === undefined) return undefined;
+function anthropicFault(fault: StreamFault): Fault {
   if (fault.kind === "hold") return { kind: "hold", at: fault.at === "after_call_done" ? { afterToolUseStop: 0 } : { beforeMessageStop: true } };
   // Before any call: replaces the first content_block_start (only message_start was sent).
   const at = fault.at === "before_any_call" ? { event: 1 } : { toolUse: 0, afterFragment: fault.afterFragment };
