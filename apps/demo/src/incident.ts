@@ -1,7 +1,6 @@
 import type { Ledger } from "@dispatch-once/core";
 import { TurnFailedError, type RunnerEvent } from "@dispatch-once/anthropic";
 import { replayAiSdkIncident } from "./ai-sdk.js";
-import { startOpenAIStream } from "./openai.js";
 import { paymentMessage, startSide, type PaymentArgs, type Side } from "./world.js";
 
 /**
@@ -129,8 +128,6 @@ async function replayIncident(options: {
   const add = (kind: TimelineKind, attempt: number, text: string, atMs = at()) => timeline.push({ atMs, kind, attempt, text });
   let currentAttempt = 0;
   let side: Side | undefined;
-  let closeStream: (() => Promise<void>) | undefined;
-  let cutOpenAI: (() => void) | undefined;
   const acceptedAt: number[] = [];
   const idempotencyKeys: string[] = [];
   const paymentIds: string[] = [];
@@ -139,7 +136,8 @@ async function replayIncident(options: {
       guarded: options.guarded,
       ledger: options.ledger,
       paymentsLatencyMs: CHAPTER.paymentsMs * scale,
-      providerTiming: {},
+      // The Anthropic side sets its timings per request below; the Responses mock keeps the gap throughout.
+      ...(options.provider === "openai" ? { stream: "openai" as const, providerTiming: { beforeMessageStopMs: CHAPTER.gapMs * scale } } : { providerTiming: {} }),
       seed: options.seed,
       onEffect: (effect) => {
         if (effect.kind !== "payment_created") return;
@@ -149,19 +147,27 @@ async function replayIncident(options: {
         add("payment_accepted", currentAttempt, `payments API accepted ${effect.resourceId} (Idempotency-Key ${shorten(effect.idempotencyKey)})`);
       },
     });
-    const provider = side.provider;
+    const provider = side.stream;
     // First attempt: the stream is held where message_stop would go and cut once the payment is
     // accepted, so the reset lands inside the window by construction, not by timing luck.
     let cutRequest: number | undefined;
     // The chapter's handler is away for the payment (820 ms), then the provider takes its 240 ms
     // before message_stop: the payment turn's stream stays open through both, one after the other.
     const paymentTurnTiming = { afterBlockStopMs: CHAPTER.paymentsMs * scale, beforeMessageStopMs: CHAPTER.gapMs * scale };
-    if (options.provider === "anthropic") provider.setFaultPlan((_request, info) => {
+    if (options.provider === "anthropic") side.provider.setFaultPlan((_request, info) => {
       if (info.headers["x-demo-turn-index"] !== "0") return undefined;
       if (cutRequest !== undefined || info.headers["x-demo-attempt"] !== "1") return { kind: "timing", timing: paymentTurnTiming };
       cutRequest = info.requestNumber;
       return { kind: "hold", at: { beforeMessageStop: true }, timing: { ...paymentTurnTiming, beforeMessageStopMs: 0 } };
     });
+    // The Responses stream the same way, in the demo's own fault terms: the first attempt's payment
+    // response is held where response.completed goes (after the call's output_item.done).
+    else
+      provider.setFaultPlan((info) => {
+        if (cutRequest !== undefined || info.headers["x-demo-turn-index"] !== "0" || info.headers["x-demo-attempt"] !== "1") return undefined;
+        cutRequest = info.requestNumber;
+        return { kind: "hold", at: "before_finish" };
+      });
     const callIds: string[] = [];
     let dispatchMs: number | undefined;
     let resolvedMs: number | undefined;
@@ -186,7 +192,6 @@ async function replayIncident(options: {
           break;
         case "call_resolved":
           if (event.attempt === 1) resolvedMs = t;
-          if (event.attempt === 1) cutOpenAI?.();
           if (event.attempt === 1 && cutRequest !== undefined) {
             const request = cutRequest;
             setTimeout(() => {
@@ -227,22 +232,7 @@ async function replayIncident(options: {
       onEvent,
     };
     // Either stream side's runner: the same send() over the shared runner.
-    let runner: { send(conversationId: string, message: { id: string; content: string }): Promise<unknown> };
-    if (options.provider === "openai") {
-      // The first response is held after the call's output_item.done (the mock waits long
-      // before response.completed) and cut once the payment was accepted, as on the Anthropic
-      // side: the reset lands inside the window by construction, not by timing luck.
-      const stream = await startOpenAIStream(side, { seed: options.seed, gapMs: CHAPTER.gapMs * scale });
-      closeStream = () => stream.mock.close();
-      stream.holdNext();
-      cutOpenAI = () => setTimeout(() => stream.cutHeld(), RESET_AFTER_ACCEPT_MS * scale);
-      stream.mock.setFaultPlan((_request, info) =>
-        info.requestNumber === 1 ? { kind: "clean_close", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 60_000 } } : undefined,
-      );
-      runner = stream.runner(runnerOptions);
-    } else {
-      runner = side.runner(runnerOptions);
-    }
+    const runner = side.runner(runnerOptions);
     const conversationId = `${options.runId}-incident-${options.guarded ? "guarded" : "naive"}`;
     try {
       await runner.send(conversationId, { id: "msg-1", content: paymentMessage(INCIDENT_PAYMENT) });
@@ -272,7 +262,6 @@ async function replayIncident(options: {
       durationMs: at(),
     };
   } finally {
-    await closeStream?.();
     await side?.close();
   }
 }

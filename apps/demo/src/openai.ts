@@ -1,9 +1,8 @@
 import OpenAI from "openai";
-import { MemoryConversationStore } from "@dispatch-once/core";
 import { call, lastUserText, respond, say, startMockOpenAI, type Fault, type MockOpenAI, type Script } from "@dispatch-once/mock-openai";
-import { ConversationRunner as ResponsesRunner, type ConversationRunnerOptions as ResponsesRunnerOptions } from "@dispatch-once/openai";
+import { ConversationRunner as ResponsesRunner } from "@dispatch-once/openai";
 import { PROVIDER_LOG_LIMIT, bumpReworded, mockControls, type DemoStream, type StreamFault, type StreamWorld } from "./streams.js";
-import type { PaymentArgs, Side } from "./world.js";
+import type { PaymentArgs } from "./world.js";
 
 export const OPENAI_MODEL = "gpt-demo";
 
@@ -22,9 +21,6 @@ export function createOpenAIPaymentScript(rewordsMemo: (args: PaymentArgs) => bo
     return respond(call("send_payment", { ...args }, rewordsMemo(args) ? { reword: ["memo"] } : {}));
   };
 }
-
-/** The incident's model: a retried response always re-words the memo. */
-export const openaiPaymentScript: Script = createOpenAIPaymentScript();
 
 /** The OpenAI Responses API side of the chaos run: the mock Responses API and `@dispatch-once/openai`'s runner. */
 export interface OpenAIStream extends DemoStream {
@@ -75,71 +71,4 @@ function openaiFault(fault: StreamFault): Fault {
   // Before any call: replaces the first output_item.added (response.created and in_progress were sent).
   const at = fault.at === "before_any_call" ? { event: 2 } : { call: 0, afterFragment: fault.afterFragment };
   return fault.cut === "error_event" ? { kind: "error_event", at, code: "server_error" } : { kind: fault.cut, at };
-}
-
-/**
- * The OpenAI stream side of one demo side: its own mock Responses API and the OpenAI runner over
- * the side's dispatcher (naive or guarded) and tools, so the payments API's effect log counts
- * the same way as on the Anthropic side.
- *
- * The Responses mock cannot hold a stream open at a point and cut it on request, as the Anthropic
- * mock can; so the client's fetch can: `holdNext()` marks the next response, and `cutHeld()`
- * errors its body the way a reset connection does (the SDK's iterator throws
- * `TypeError('terminated')`). The incident cuts once the payment was accepted, by construction.
- */
-export async function startOpenAIStream(side: Side, options: { seed: string; gapMs: number }): Promise<{
-  mock: MockOpenAI;
-  /** The next response's body is held for `cutHeld()`. */
-  holdNext(): void;
-  /** Cut the held response's body now (a reset connection as the SDK sees it). */
-  cutHeld(): void;
-  runner(overrides?: Partial<ResponsesRunnerOptions>): ResponsesRunner;
-}> {
-  const mock = await startMockOpenAI({ seed: options.seed, timing: { beforeCompletedMs: options.gapMs }, script: openaiPaymentScript });
-  let holdNext = false;
-  let cut: (() => void) | undefined;
-  const cuttableFetch: typeof fetch = async (input, init) => {
-    const response = await fetch(input, init);
-    if (!holdNext || response.body === null) return response;
-    holdNext = false;
-    const reader = response.body.getReader();
-    const cutOff = new Promise<never>((_resolve, reject) => {
-      cut = () => reject(new TypeError("terminated", { cause: new Error("demo: connection reset after the payment was accepted") }));
-    });
-    cutOff.catch(() => undefined);
-    const body = new ReadableStream<Uint8Array>({
-      async pull(controller) {
-        try {
-          const chunk = await Promise.race([reader.read(), cutOff]);
-          if (chunk.done) controller.close();
-          else controller.enqueue(chunk.value);
-        } catch (error) {
-          controller.error(error);
-          await reader.cancel().catch(() => undefined);
-        }
-      },
-      cancel: (reason) => reader.cancel(reason),
-    });
-    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
-  };
-  const client = new OpenAI({ baseURL: mock.baseURL, apiKey: "demo-key", maxRetries: 0, fetch: cuttableFetch });
-  const store = new MemoryConversationStore();
-  return {
-    mock,
-    holdNext: () => {
-      holdNext = true;
-    },
-    cutHeld: () => cut?.(),
-    runner: (overrides = {}) =>
-      new ResponsesRunner({
-        client,
-        dispatcher: side.dispatcher,
-        store,
-        model: OPENAI_MODEL,
-        tools: side.tools.providerSchemas(),
-        // As on the Anthropic side: conversations live for one run under run-unique ids (TURN-14).
-        allowVolatileConversationStore: true,
-        ...overrides,
-      }),
-  };
 }

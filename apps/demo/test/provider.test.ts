@@ -26,6 +26,12 @@ describe("--provider: the incident on each stream side", () => {
         expect(side.callIds[0]).not.toBe(side.callIds[1]);
         for (const id of side.callIds) expect(id.startsWith(incident.events.callIdPrefix)).toBe(true);
         expect(side.timeline.filter((e) => e.kind === "turn_committed").map((e) => e.attempt)).toEqual([2]);
+        if (provider === "ai-sdk") continue;
+        // Inside the window by causal order: the mock held the response until the payment was in.
+        const w = side.window!;
+        expect(w.dispatchMs).toBeLessThanOrEqual(w.acceptedMs);
+        expect(w.acceptedMs).toBeLessThanOrEqual(w.resolvedMs);
+        expect(w.resolvedMs).toBeLessThanOrEqual(w.resetMs);
       }
       // Naive, the payments API saw each call id as its key; guarded, the one derived key.
       expect(incident.naive.idempotencyKeys).toEqual(incident.naive.callIds);
