@@ -65,6 +65,7 @@ const positionSchema = z.union([
 const faultSchema = z.union([
   z.object({ kind: z.enum(["reset", "clean_close", "hold"]), at: positionSchema, timing: timingSchema.optional() }).strict(),
   z.object({ kind: z.enum(["error_event", "failed_event"]), at: positionSchema, code: z.string().optional(), message: z.string().optional(), timing: timingSchema.optional() }).strict(),
+  z.object({ kind: z.literal("incomplete_event"), at: positionSchema, reason: z.string().min(1).optional(), timing: timingSchema.optional() }).strict(),
   z.object({ kind: z.literal("status"), status: z.number().int().min(400).max(599), shouldRetry: z.boolean().optional() }).strict(),
 ]);
 
@@ -90,7 +91,7 @@ function statusError(status: number): { type: string; code: string | null; messa
   return { type: "invalid_request_error", code: null, message: "Invalid request" };
 }
 
-const CUT_KINDS: readonly CutKind[] = ["reset", "clean_close", "error_event", "failed_event"];
+const CUT_KINDS: readonly CutKind[] = ["reset", "clean_close", "error_event", "failed_event", "incomplete_event"];
 
 type HoldAction = { type: "release" } | { type: "cut"; kind: CutKind } | { type: "gone" };
 
@@ -256,7 +257,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
         });
       });
     // Ends the stream at event `i` as a positional fault of `kind` does.
-    const cut = async (kind: CutKind, i: number, detail: { code?: string; message?: string }) => {
+    const cut = async (kind: CutKind, i: number, detail: { code?: string; message?: string; reason?: string }) => {
       record.faultFired = true;
       record.outcome = kind;
       if (kind === "reset") {
@@ -269,6 +270,11 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
       } else if (kind === "failed_event") {
         const response = { ...rendered.response, status: "failed", output: [], usage: null, error: { code: detail.code ?? "server_error", message: detail.message ?? "The server had an error." } };
         await write("response.failed", { type: "response.failed", response, sequence_number: i });
+      } else if (kind === "incomplete_event") {
+        // The items the stream had finished before the limit; an item cut by it never got its done event.
+        const done = record.events.filter((e) => e.type === "response.output_item.done").map((e) => e.data["item"]);
+        const response = { ...rendered.response, status: "incomplete", output: done, incomplete_details: { reason: detail.reason ?? "max_output_tokens" } };
+        await write("response.incomplete", { type: "response.incomplete", response, sequence_number: i });
       }
       res.end();
     };
@@ -304,7 +310,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
         return;
       }
       if (fault !== undefined && i === cutAt) {
-        if (fault.kind !== "hold") return cut(fault.kind, i, fault.kind === "error_event" || fault.kind === "failed_event" ? fault : {});
+        if (fault.kind !== "hold") return cut(fault.kind, i, fault.kind === "error_event" || fault.kind === "failed_event" || fault.kind === "incomplete_event" ? fault : {});
         record.faultFired = true;
         const action = await holdHere(i);
         if (action.type === "gone" || clientGone) {

@@ -128,6 +128,18 @@ describe("faults, and what the SDK raises for each (facts written in the README)
     expect(failure).toMatchObject({ type: "error" });
   });
 
+  it("response.incomplete (the output limit) is yielded as an event, with the reason and the items done before it", async () => {
+    const { events, error } = await drain("pay", { kind: "incomplete_event", at: { afterCallDone: 0 } });
+    expect(error).toBeUndefined();
+    const last = events.at(-1) as OpenAI.Responses.ResponseIncompleteEvent;
+    expect(last).toMatchObject({ type: "response.incomplete", response: { status: "incomplete", incomplete_details: { reason: "max_output_tokens" } } });
+    expect(last.response.output.map((o) => o.type)).toEqual(["message", "function_call"]);
+    const cutInArguments = await drain("pay", { kind: "incomplete_event", at: { call: 0, afterFragment: 1 }, reason: "content_filter" });
+    const incomplete = cutInArguments.events.at(-1) as OpenAI.Responses.ResponseIncompleteEvent;
+    expect(incomplete.response.incomplete_details).toEqual({ reason: "content_filter" });
+    expect(incomplete.response.output.map((o) => o.type)).toEqual(["message"]);
+  });
+
   it("response.failed is yielded as an event; stream().finalResponse() resolves with status failed", async () => {
     const { events, error } = await drain("pay", { kind: "failed_event", at: { beforeCompleted: true } });
     expect(error).toBeUndefined();
@@ -229,8 +241,12 @@ describe("hold, then release or cut: faults at a point of the client's own progr
         expect(error).toBeUndefined();
         expect(last).toBe("response.failed");
       },
+      incomplete_event: (error, last) => {
+        expect(error).toBeUndefined();
+        expect(last).toBe("response.incomplete");
+      },
     };
-    for (const [n, kind] of (["reset", "clean_close", "error_event", "failed_event"] as const).entries()) {
+    for (const [n, kind] of (["reset", "clean_close", "error_event", "failed_event", "incomplete_event"] as const).entries()) {
       const { events, ended } = await open("pay", { kind: "hold", at: { beforeCompleted: true } });
       await mock.waitForHold(n + 1, { timeoutMs: 5_000 });
       mock.cutNow(n + 1, kind);
