@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { randomUUID } from "node:crypto";
-import { canonicalize, type JsonValue } from "./canonical.js";
+import { canonicalize, flatArgumentTexts, type JsonValue } from "./canonical.js";
 import {
   ClaimReleasedError,
   DurabilityMismatchError,
@@ -191,7 +191,6 @@ interface PreparedCall {
   args: unknown;
   /** Canonical text of what identifies the call: the identity projection or all arguments. */
   identityText: string;
-  identityArgs: unknown;
   /**
    * JSON text of all validated arguments, members in the order the schema produced them: what
    * a write asks the downstream to do, stored by the first claim so that every re-run sends
@@ -438,27 +437,42 @@ export class Dispatcher implements CallDispatcher {
     }
     const tool = this.registry.get(call.name);
     const args = this.validate(tool, call.input);
+    if (tool.effect !== "read" && typeof args === "object" && args !== null) {
+      // The usual write's arguments, a flat object of scalars: its three texts from one read of it.
+      const texts = flatArgumentTexts(args, tool.identity);
+      if (texts !== undefined) {
+        this.checkIdentityStable(tool, call.input, args, texts.identity);
+        return { tool, args, identityText: texts.identity, requestText: texts.ordered, requestCanonical: texts.canonical };
+      }
+    }
     const identityArgs = tool.identity === undefined ? args : project(args as Record<string, unknown>, tool.identity);
     const identityText = canonicalize(identityArgs);
-    if (tool.effect === "read") return { tool, args, identityArgs, identityText, requestText: identityText, requestCanonical: identityText };
+    if (tool.effect === "read") return { tool, args, identityText, requestText: identityText, requestCanonical: identityText };
     // A write's arguments are what a re-run sends again, so they must be JSON data (LEDGER-21):
     // canonicalize refuses anything JSON text cannot carry back (a Date, a Map, NaN).
     const requestCanonical = tool.identity === undefined ? identityText : canonicalize(args);
     const requestText = JSON.stringify(args);
-    // The key must be a function of the model's input alone: validate again and compare, so a
-    // schema default or transform that is not pure (a timestamp, a random id) is refused
-    // instead of minting a new key on every replay (IDENT-5).
-    const again = this.validate(tool, call.input);
-    const againIdentity = tool.identity === undefined ? again : project(again as Record<string, unknown>, tool.identity);
+    this.checkIdentityStable(tool, call.input, args, identityText);
+    return { tool, args, identityText, requestText, requestCanonical };
+  }
+
+  /**
+   * The key must be a function of the model's input alone: validate again and compare, so a
+   * schema default or transform that is not pure (a timestamp, a random id) is refused instead
+   * of minting a new key on every replay (IDENT-5).
+   */
+  private checkIdentityStable(tool: ToolDefinition, input: unknown, args: unknown, identityText: string): void {
+    const again = this.validate(tool, input);
     // Equal JSON data has equal canonical text: the cheap structural comparison settles the
     // usual case, and only a difference is canonicalized to be sure (and to raise what that raises).
-    if (!sameJsonData(identityArgs, againIdentity) && canonicalize(againIdentity) !== identityText) {
+    if (sameIdentity(args, again, tool.identity)) return;
+    const againIdentity = tool.identity === undefined ? again : project(again as Record<string, unknown>, tool.identity);
+    if (canonicalize(againIdentity) !== identityText) {
       throw new InvalidToolDefinitionError(
         `tool ${tool.name}: two validations of the same input gave different identity arguments ` +
           `(an impure default or transform, e.g. a timestamp); its key would change on every replay (IDENT-5)`,
       );
     }
-    return { tool, args, identityArgs, identityText, requestText, requestCanonical };
   }
 
   private validate(tool: ToolDefinition, input: unknown): unknown {
@@ -1113,6 +1127,26 @@ function isPlainContainer(value: object): boolean {
   if (Array.isArray(value)) return Object.getOwnPropertyNames(value).length === value.length + 1;
   const proto = Object.getPrototypeOf(value) as unknown;
   return (proto === null || proto === Object.prototype) && Object.getOwnPropertyNames(value).length === Object.keys(value).length;
+}
+
+/**
+ * Whether the identity projections (see project) of `a` and `b` are the same JSON data, as
+ * sameJsonData of the two projections says, without making them; `a`'s projection is known to
+ * have a canonical form. False whenever in doubt.
+ */
+function sameIdentity(a: unknown, b: unknown, fields: readonly string[] | undefined): boolean {
+  if (fields === undefined) return sameJsonData(a, b);
+  try {
+    for (const field of fields) {
+      const x = (a as Record<string, unknown>)[field];
+      const y = (b as Record<string, unknown>)[field];
+      // An undefined member is absent from a projection.
+      if (x === undefined ? y !== undefined : y === undefined || !sameData(x, y)) return false;
+    }
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function project(args: Record<string, unknown>, fields: readonly string[]): Record<string, unknown> {
