@@ -673,12 +673,12 @@ export class Dispatcher implements CallDispatcher {
     let confirmedUntil = claimSentAt + this.leaseMs;
     const loseLease = (reason: "stale_claim" | "lease_unconfirmed", error: unknown) => {
       if (finished || lease.aborted) return;
-      stopRenewing();
+      this.renewals.remove(renewal);
       this.emit({ type: "lease_lost", key, toolName: tool.name, ordinal, reason });
       lease.abort(error);
     };
     // Keep the claim while a slow tool runs (LEDGER-9); if it is lost, tell the tool (DISPATCH-11).
-    const stopRenewing = this.renewals.add(() => {
+    const renewal = this.renewals.add(() => {
       const sentAt = Date.now();
       // A ledger whose renew throws instead of rejecting is handled as one that rejects.
       new Promise<unknown>((resolve) => resolve(this.ledger.renew(key, fence, this.leaseMs))).then(
@@ -707,11 +707,11 @@ export class Dispatcher implements CallDispatcher {
         ? await this.probe(tool, prepared.args, key, cause, lease.aborted ? new AbortController().signal : lease.signal)
         : undefined;
       finished = true;
-      stopRenewing();
+      this.renewals.remove(renewal);
       return this.recordFailure(error, tool, key, fence, base, context, cause, answer);
     }
     finished = true;
-    stopRenewing();
+    this.renewals.remove(renewal);
     if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: true });
 
     let resultJson: string;
@@ -730,7 +730,13 @@ export class Dispatcher implements CallDispatcher {
       return this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
     }
     try {
-      await this.recorded(key, () => this.ledger.complete(key, fence, resultJson), { toolName: tool.name, ordinal, state: "completed" });
+      // recorded(), written out: the closure and the extra promise on every dispatch were measurable.
+      try {
+        await this.ledger.complete(key, fence, resultJson);
+        if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: tool.name, ordinal, state: "completed" });
+      } catch (error) {
+        throw afterRunWriteError(key, error);
+      }
     } catch (error) {
       if (!isDispatchOnceError(error, "result_not_storable")) throw error;
       return this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
@@ -870,13 +876,7 @@ export class Dispatcher implements CallDispatcher {
       await write();
       if (done !== undefined && this.onEvent !== undefined) this.emit({ type: "recorded", key, ...done });
     } catch (error) {
-      if (catalogueEntry(error)?.effect === "no") {
-        throw new LedgerUnavailableError(
-          `the ledger refused to record the outcome of call ${key} after the tool ran: ${describeError(error)}`,
-          { cause: error },
-        );
-      }
-      throw error;
+      throw afterRunWriteError(key, error);
     }
   }
 
@@ -1194,6 +1194,17 @@ function parseStoredRequest(key: string, text: string): unknown {
   } catch (cause) {
     throw new LedgerCorruptError(key, "its stored request is not JSON", { cause });
   }
+}
+
+/** What a ledger write made after the tool ran raises for `error` (see recorded, ERR-4). */
+function afterRunWriteError(key: string, error: unknown): unknown {
+  if (catalogueEntry(error)?.effect === "no") {
+    return new LedgerUnavailableError(
+      `the ledger refused to record the outcome of call ${key} after the tool ran: ${describeError(error)}`,
+      { cause: error },
+    );
+  }
+  return error;
 }
 
 function describeError(error: unknown): string {
