@@ -261,7 +261,10 @@ export class Dispatcher implements CallDispatcher {
   /** A per-attempt dispatcher that assigns ordinals in dispatch order (TURN-4, TURN-6). */
   turn(context: TurnContext): TurnDispatch {
     checkTurnContext(context);
-    const seen = new Map<string, number>();
+    // The first call's identity alone, and a Map of every identity's count only from a second
+    // call on: most turns dispatch one call (a Map per turn was a measurable allocation).
+    let first: string | undefined;
+    let seen: Map<string, number> | undefined;
     return {
       dispatch: (call: ToolCall) => {
         // Everything up to the ordinal is synchronous, so ordinals follow call order.
@@ -272,8 +275,14 @@ export class Dispatcher implements CallDispatcher {
           return Promise.reject(error);
         }
         const identity = `${prepared.tool.name}|${prepared.identityText}`;
-        const ordinal = seen.get(identity) ?? 0;
-        seen.set(identity, ordinal + 1);
+        let ordinal = 0;
+        if (first === undefined) {
+          first = identity;
+        } else {
+          seen ??= new Map([[first, 1]]);
+          ordinal = seen.get(identity) ?? 0;
+          seen.set(identity, ordinal + 1);
+        }
         if (ordinal > 0) {
           // Usually a model error, but it may be meant: run it and make it visible (DISPATCH-6).
           this.logger.warn("the same call appears more than once in one turn; running it again", {
@@ -718,7 +727,8 @@ export class Dispatcher implements CallDispatcher {
     try {
       // JSON semantics first (toJSON, Dates, SDK objects), then JCS; a tool that returns nothing has the result null.
       resultJson = canonicalize(toJsonData(result === undefined ? null : result));
-      const size = utf8ByteLength(resultJson);
+      // A UTF-16 unit is at most 3 UTF-8 bytes: a short text need not be counted.
+      const size = resultJson.length * 3 <= this.ledger.capabilities.maxResultBytes ? 0 : utf8ByteLength(resultJson);
       if (size > this.ledger.capabilities.maxResultBytes) {
         throw new ResultNotStorableError(
           key,
