@@ -513,7 +513,7 @@ export class Dispatcher implements CallDispatcher {
       // Reads have no effect to guard (EFFECT-2): run every time, never claim.
       const result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, new LazyAbort()));
       const resultJson = canonicalize(toJsonData(result === undefined ? null : result));
-      return { ...base, result: JSON.parse(resultJson) as JsonValue, resultJson, replayed: false };
+      return outcomeOf(base, resultJson, false);
     }
 
     const effect: LedgerEffect = tool.effect;
@@ -652,7 +652,7 @@ export class Dispatcher implements CallDispatcher {
     this.emit({ type: "replayed", key: base.key, toolName: base.toolName, ordinal: base.ordinal, state: row.state });
     switch (row.state) {
       case "completed":
-        return { ...base, result: JSON.parse(row.result) as JsonValue, resultJson: row.result, replayed: true };
+        return outcomeOf(base, row.result, true);
       case "failed":
         // A replayed result_not_storable is a failure to KEEP the result of an effect that happened.
         if (row.error.code === "result_not_storable") {
@@ -751,7 +751,7 @@ export class Dispatcher implements CallDispatcher {
       if (!isDispatchOnceError(error, "result_not_storable")) throw error;
       return this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
     }
-    return { ...base, result: JSON.parse(resultJson) as JsonValue, resultJson, replayed: false };
+    return outcomeOf(base, resultJson, false);
   }
 
   /**
@@ -830,7 +830,7 @@ export class Dispatcher implements CallDispatcher {
         if (!isDispatchOnceError(error, "result_not_storable")) throw error;
         return this.failClosed(key, fence, error, base);
       }
-      return { ...base, result: JSON.parse(resultJson) as JsonValue, resultJson, replayed: false };
+      return outcomeOf(base, resultJson, false);
     });
   }
 
@@ -1089,6 +1089,23 @@ export class UnguardedDispatcher implements CallDispatcher {
       },
     };
   }
+}
+
+/**
+ * The outcome of a call whose stored result text is `resultJson`: its members written out, in
+ * the order `{ ...base, result, resultJson, replayed }` would give them, because that spread
+ * followed by more members took V8's slow path (measured: a tenth of the dispatcher's CPU).
+ */
+function outcomeOf(base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">, resultJson: string, replayed: boolean): DispatchOutcome {
+  return {
+    key: base.key,
+    toolName: base.toolName,
+    effect: base.effect,
+    ordinal: base.ordinal,
+    result: JSON.parse(resultJson) as JsonValue,
+    resultJson,
+    replayed,
+  };
 }
 
 /**
