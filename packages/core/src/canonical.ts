@@ -364,7 +364,8 @@ export interface ArgumentTexts {
  * (isFlatScalar) with nothing hidden and no `toJSON` that JSON.stringify would call; undefined
  * for anything else, and the caller then makes each text the general way. Each text is exactly
  * what the general way makes: a member absent or undefined is left out of all three, an identity
- * field that is not an own member must read as undefined (else undefined is returned), and
+ * field that is not an own member must read as undefined (else undefined is returned, as it is
+ * for an identity field named "__proto__"), and
  * JSON.stringify writes a flat scalar as JCS does (strings alike, `-0` as `0`).
  * @internal
  */
@@ -387,6 +388,9 @@ export function flatArgumentTexts(args: object, fields: readonly string[] | unde
     }
     if (fields !== undefined) {
       for (const field of fields) {
+        // The general way assigns the projection's members, and assigning "__proto__" sets a
+        // prototype instead: that name is left to it, so that both ways always agree.
+        if (field === "__proto__") return undefined;
         if (!keys.includes(field) && (args as Record<string, unknown>)[field] !== undefined) return undefined;
       }
     }
