@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { randomUUID } from "node:crypto";
-import { canonicalize, flatArgumentTexts, type JsonValue } from "./canonical.js";
+import { canonicalize, canonicalizeAndParse, flatArgumentTexts, type JsonValue } from "./canonical.js";
 import {
   ClaimReleasedError,
   DurabilityMismatchError,
@@ -517,7 +517,7 @@ export class Dispatcher implements CallDispatcher {
     }
 
     const effect: LedgerEffect = tool.effect;
-    const size = utf8ByteLength(prepared.requestText);
+    const size = sizeBeyond(prepared.requestText, this.ledger.capabilities.maxResultBytes);
     if (size > this.ledger.capabilities.maxResultBytes) {
       throw new ToolInputError(tool.name, [
         { path: [], message: `the arguments are ${size} bytes; the ledger stores at most ${this.ledger.capabilities.maxResultBytes}` },
@@ -724,11 +724,11 @@ export class Dispatcher implements CallDispatcher {
     if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: true });
 
     let resultJson: string;
+    let resultParsed: JsonValue | undefined;
     try {
       // JSON semantics first (toJSON, Dates, SDK objects), then JCS; a tool that returns nothing has the result null.
-      resultJson = canonicalize(toJsonData(result === undefined ? null : result));
-      // A UTF-16 unit is at most 3 UTF-8 bytes: a short text need not be counted.
-      const size = resultJson.length * 3 <= this.ledger.capabilities.maxResultBytes ? 0 : utf8ByteLength(resultJson);
+      ({ text: resultJson, parsed: resultParsed } = canonicalizeAndParse(toJsonData(result === undefined ? null : result)));
+      const size = sizeBeyond(resultJson, this.ledger.capabilities.maxResultBytes);
       if (size > this.ledger.capabilities.maxResultBytes) {
         throw new ResultNotStorableError(
           key,
@@ -751,7 +751,7 @@ export class Dispatcher implements CallDispatcher {
       if (!isDispatchOnceError(error, "result_not_storable")) throw error;
       return this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
     }
-    return outcomeOf(base, resultJson, false);
+    return outcomeOf(base, resultJson, false, resultParsed);
   }
 
   /**
@@ -1096,13 +1096,19 @@ export class UnguardedDispatcher implements CallDispatcher {
  * the order `{ ...base, result, resultJson, replayed }` would give them, because that spread
  * followed by more members took V8's slow path (measured: a tenth of the dispatcher's CPU).
  */
-function outcomeOf(base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">, resultJson: string, replayed: boolean): DispatchOutcome {
+function outcomeOf(
+  base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
+  resultJson: string,
+  replayed: boolean,
+  /** JSON.parse(resultJson), when it is at hand already. */
+  parsed?: JsonValue,
+): DispatchOutcome {
   return {
     key: base.key,
     toolName: base.toolName,
     effect: base.effect,
     ordinal: base.ordinal,
-    result: JSON.parse(resultJson) as JsonValue,
+    result: parsed !== undefined ? parsed : (JSON.parse(resultJson) as JsonValue),
     resultJson,
     replayed,
   };
@@ -1221,6 +1227,14 @@ function parseStoredRequest(key: string, text: string): unknown {
   } catch (cause) {
     throw new LedgerCorruptError(key, "its stored request is not JSON", { cause });
   }
+}
+
+/**
+ * The UTF-8 size of `text` when it may be more than `limit` bytes, else 0: a UTF-16 unit is at
+ * most 3 UTF-8 bytes, so a text that short need not be counted (nor its rope flattened).
+ */
+function sizeBeyond(text: string, limit: number): number {
+  return text.length * 3 <= limit ? 0 : utf8ByteLength(text);
 }
 
 /** What a ledger write made after the tool ran raises for `error` (see recorded, ERR-4). */

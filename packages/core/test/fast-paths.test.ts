@@ -3,7 +3,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { flatArgumentTexts, sortNames } from "../src/canonical.js";
+import { canonicalizeAndParse, flatArgumentTexts, sortNames } from "../src/canonical.js";
 import { Dispatcher, MemoryLedger, canonicalize, defineTool, deriveKey } from "../src/index.js";
 
 /** The dispatcher's projection of arguments on identity fields, as it was written before the fast path. */
@@ -87,6 +87,41 @@ describe("flatArgumentTexts: the three argument texts from one read (issue 14)",
     } finally {
       delete (Object.prototype as { toJSON?: unknown }).toJSON;
     }
+  });
+});
+
+describe("canonicalizeAndParse: the result's text and its parse from one read (issue 14)", () => {
+  /** The same JSON value, member order and -0 included (toEqual would not tell 0 from -0 or see the order). */
+  function expectIdentical(actual: unknown, expected: unknown): void {
+    if (typeof expected !== "object" || expected === null) {
+      expect(Object.is(actual, expected)).toBe(true);
+      return;
+    }
+    expect(Object.getPrototypeOf(actual)).toBe(Object.getPrototypeOf(expected));
+    expect(Reflect.ownKeys(actual as object)).toEqual(Reflect.ownKeys(expected));
+    for (const key of Reflect.ownKeys(expected)) {
+      expectIdentical((actual as Record<PropertyKey, unknown>)[key], (expected as Record<PropertyKey, unknown>)[key]);
+    }
+  }
+
+  it("DISPATCH-5 gives canonicalize's text, and exactly JSON.parse of it when it gives a parse", () => {
+    fc.assert(
+      fc.property(fc.oneof({ weight: 4, arbitrary: args }, flatScalar), (value) => {
+        let text: string;
+        try {
+          text = canonicalize(value);
+        } catch (error) {
+          expect(() => canonicalizeAndParse(value)).toThrow((error as Error).message);
+          return;
+        }
+        const answer = canonicalizeAndParse(value);
+        expect(answer.text).toBe(text);
+        const flat = typeof value === "object" && value !== null && allFlat(value as Record<string, unknown>) && Object.keys(value).length <= 64;
+        expect(answer.parsed !== undefined).toBe(flat);
+        if (answer.parsed !== undefined) expectIdentical(answer.parsed, JSON.parse(text));
+      }),
+      { numRuns: 1000 },
+    );
   });
 });
 
