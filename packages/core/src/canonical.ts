@@ -305,16 +305,16 @@ function flatObjectText(obj: object, parse: boolean): string | { copy: object } 
 /**
  * The canonical text of an object whose members, named by `sortedNames` in JCS order, have
  * the flat scalar values `values` (isFlatScalar holds for each; undefined is absent).
- * @internal
  */
-export function flatText(sortedNames: readonly string[], values: readonly unknown[]): string {
+function flatText(sortedNames: readonly string[], values: readonly unknown[]): string {
   let out = "{";
   for (let i = 0; i < sortedNames.length; i++) {
     const member = values[i];
     if (member === undefined) continue; // an undefined member is absent (KEY-6)
     out += `${out.length === 1 ? "" : ","}${quotedName(sortedNames[i]!)}:${scalarText(member)}`;
   }
-  return out + "}";
+  // Flat, not a rope of every piece: a ledger may keep the text (a stored request or result).
+  return flat(out + "}");
 }
 
 /** A flat scalar's JCS text (isFlatScalar holds, and it is not undefined). */
@@ -466,17 +466,14 @@ function joinMembers(members: readonly (string | undefined)[]): string {
     const member = members[i];
     if (member !== undefined) out += out.length === 1 ? member : `,${member}`;
   }
-  return out + "}";
+  return flat(out + "}"); // as in flatText
 }
 
 /** Names up to which sortNames sorts by insertion (quadratic, so only for small objects). */
 const INSERTION_SORT_LIMIT = 16;
 
-/**
- * A member the flat path writes itself: a well-formed string (and name), a finite number, a boolean, null, or undefined (absent).
- * @internal
- */
-export function isFlatScalar(member: unknown, name: string): boolean {
+/** A member the flat path writes itself: a well-formed string (and name), a finite number, a boolean, null, or undefined (absent). */
+function isFlatScalar(member: unknown, name: string): boolean {
   if (!name.isWellFormed()) return false;
   switch (typeof member) {
     case "undefined":
