@@ -340,9 +340,11 @@ function quoted(text: string): string {
 
 /**
  * quoted() of a member name, remembered: the same few names (a schema's) come back on every
- * call. Bounded, so that a stream of distinct names cannot grow it.
+ * call. Bounded in count and in name length, so that a stream of distinct or long names (a
+ * hostile input's) cannot make it hold much: at most about 1 MB of names.
  */
 function quotedName(name: string): string {
+  if (name.length > QUOTED_NAME_MAX_LENGTH) return quoted(name);
   let text = quotedNames.get(name);
   if (text === undefined) {
     text = quoted(name);
@@ -353,6 +355,7 @@ function quotedName(name: string): string {
 
 const quotedNames = new Map<string, string>();
 const QUOTED_NAMES_LIMIT = 4096;
+const QUOTED_NAME_MAX_LENGTH = 64;
 
 /**
  * Sorts member names in place by UTF-16 code units, as `Array.prototype.sort` with no comparator
