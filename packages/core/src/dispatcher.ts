@@ -512,8 +512,8 @@ export class Dispatcher implements CallDispatcher {
     if (tool.effect === "read") {
       // Reads have no effect to guard (EFFECT-2): run every time, never claim.
       const result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, new LazyAbort()));
-      const resultJson = canonicalize(toJsonData(result === undefined ? null : result));
-      return outcomeOf(base, resultJson, false);
+      const { text, parsed } = canonicalizeAndParse(toJsonData(result === undefined ? null : result));
+      return outcomeOf(base, text, false, parsed);
     }
 
     const effect: LedgerEffect = tool.effect;
