@@ -100,13 +100,23 @@ describe("schema and migrate()", () => {
       { relname: "Tool_Calls_lst_state", relkind: "i" },
       { relname: "Tool_Calls_lst_tool", relkind: "i" },
       { relname: "Tool_Calls_pkey", relkind: "i" },
+      { relname: "Tool_Calls_retired", relkind: "r" },
+      { relname: "Tool_Calls_retired_pkey", relkind: "i" },
+      { relname: "Tool_Calls_rt_until", relkind: "i" },
     ]);
     const fn = await admin.query(
-      `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1`,
+      `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY 1`,
       [schema],
     );
-    // The claim with a conversation (LIST-3), and the previous versions' eight- and seven-argument claims, kept as wrappers.
-    expect(fn.rows).toEqual([{ proname: "Tool_Calls_claim" }, { proname: "Tool_Calls_claim" }, { proname: "Tool_Calls_claim" }]);
+    // The claim with a conversation (LIST-3), and the previous versions' eight- and seven-argument claims, kept as wrappers;
+    // retire and its lookup of retired claim ids (LEDGER-28).
+    expect(fn.rows).toEqual([
+      { proname: "Tool_Calls_claim" },
+      { proname: "Tool_Calls_claim" },
+      { proname: "Tool_Calls_claim" },
+      { proname: "Tool_Calls_is_retired" },
+      { proname: "Tool_Calls_retire" },
+    ]);
     // Results are text, never jsonb: jsonb would re-serialise and replays would differ.
     const types = await admin.query(
       `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND column_name IN ('result', 'error')`,
@@ -710,6 +720,8 @@ describe("schema migration from 0.1.0 (the request column)", () => {
       `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text)`,
       `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text,text)`,
       `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text,text,text,bigint)`,
+      `${schema}.dispatch_once_ledger_is_retired(text,text,bigint)`,
+      `${schema}.dispatch_once_ledger_retire(text,text,boolean,bigint)`,
     ]);
     // The old row has no request: its re-run could not send the first request, so it is never absent,
     // and an expired one is not turned unknown or taken over either: it is left for a person.
