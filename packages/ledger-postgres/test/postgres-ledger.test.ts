@@ -842,6 +842,7 @@ describe("LEDGER-22: a client inside the caller's transaction is refused before 
       ["fail", () => onClient.fail("txn-ops", fence, { name: "E", message: "m" })],
       ["markUnknown", () => onClient.markUnknown("txn-ops", fence, "why")],
       ["release", () => onClient.release("txn-ops", fence)],
+      ["retire", () => onClient.retire("txn-ops", "txn-ops-claim-0123456789", { release: true })],
       ["lookup", () => onClient.lookup("txn-ops")],
       ["sweep", () => onClient.sweep()],
     ];
