@@ -226,6 +226,34 @@ describe("LEDGER-28: retire refuses the claim id, row or no row", () => {
     expect(await columns(schema, "k")).toEqual(before);
   });
 
+  it("LEDGER-28: a claim without a claim id never reads the retired ids; a claim with one reads them by one index lookup", async () => {
+    const { ledger, schema } = await fresh("rt_cost");
+    await ledger.retire("someone-else", B);
+    const client = new pg.Client({ connectionString: DATABASE_URL });
+    await client.connect();
+    try {
+      const onClient = new PostgresLedger({ pool: client, schema });
+      // This backend's table counters, flushed (PostgreSQL 15+) after the claims it ran.
+      const scans = async () => {
+        await client.query("SELECT pg_stat_force_next_flush()");
+        const { rows } = await client.query(
+          `SELECT coalesce(idx_scan, 0)::int AS idx, coalesce(seq_scan, 0)::int AS seq FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+          [table(schema, "dispatch_once_ledger_retired")],
+        );
+        return rows[0] as { idx: number; seq: number };
+      };
+      const start = await scans();
+      for (let i = 0; i < 10; i++) await claimed(onClient, `plain-${i}`); // new keys, no id
+      for (let i = 0; i < 10; i++) await onClient.claim(request(`plain-${i}`)); // existing rows, no id
+      expect(await scans()).toEqual(start);
+      for (let i = 0; i < 10; i++) await claimed(onClient, `with-id-${i}`, `claim-id-${i}-0123456789abcdef`); // new keys
+      for (let i = 0; i < 10; i++) await onClient.claim(request(`with-id-${i}`, C)); // existing live rows
+      expect(await scans()).toEqual({ idx: start.idx + 20, seq: start.seq });
+    } finally {
+      await client.end();
+    }
+  });
+
   it("LEDGER-28: supports.retire is declared", async () => {
     const { ledger } = await fresh("rt_supports");
     expect(ledger.capabilities.supports?.retire).toBe(true);
