@@ -215,6 +215,23 @@ describe("a connection that ends while its statement runs (found by the fault su
   });
 });
 
+/** The one backend serving the proxied ledger of `schema` (warmed up): once it has exited, it has run everything it received. */
+async function backendBehindProxy(schema: string): Promise<number> {
+  const { rows } = await admin.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE $1", [`%"${schema}"%`]);
+  expect(rows).toHaveLength(1);
+  return rows[0]!.pid;
+}
+
+/** Until the backend has exited (after a thaw: it ran the held statements, then saw its client gone). */
+async function ranEverything(pid: number): Promise<void> {
+  for (let polls = 0; ; polls++) {
+    const { rows } = await admin.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1", [pid]);
+    if (rows.length === 0) return;
+    if (polls > 200) throw new Error("the backend behind the proxy never ran the held claim and exited");
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 describe("LEDGER-26: a claim the paused server applies after the client gave up is taken by its claim id (issue 18: false unknowns)", () => {
   it("through the dispatcher: the claim times out on a frozen proxy, the server applies it at the thaw, the retry with the same claim id gets its fence, the unkeyed tool runs once and nothing is unknown", async () => {
     const schema = await migrated("claimid");
@@ -255,12 +272,7 @@ describe("LEDGER-26: a claim the paused server applies after the client gave up 
     const p = await proxy();
     const late = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 300, durability: "durable" }));
     await late.lookup("warm-up");
-    // The backend behind the proxy: once it has exited, it has run everything it received.
-    const { rows: behind } = await admin.query<{ pid: number }>(
-      "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE $1",
-      [`%"${schema}"%`],
-    );
-    expect(behind).toHaveLength(1);
+    const behind = await backendBehindProxy(schema);
     const direct = track(new PostgresLedger({ pool: admin, schema, durability: "durable" }));
     const claim: ClaimRequest = { ...request("late"), claimId: "late-copy-0123456789abcdef" };
     p.freeze();
@@ -270,12 +282,7 @@ describe("LEDGER-26: a claim the paused server applies after the client gave up 
     expect(await direct.claim(claim)).toMatchObject({ outcome: "claimed", fence: 1 });
     await direct.release("late", 1);
     p.thaw(); // the paused server resumes and runs the copy it had received
-    for (let polls = 0; ; polls++) {
-      const { rows } = await admin.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1", [behind[0]!.pid]);
-      if (rows.length === 0) break;
-      if (polls > 200) throw new Error("the backend behind the proxy never ran the held claim and exited");
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await ranEverything(behind);
     // Before LEDGER-27 the copy took the released row again: in_flight, fence 2, held by nobody.
     expect(await storedColumns(admin, schema, "late")).toMatchObject({ state: "released", fence: "1", claim_id: claim.claimId });
     await expect(direct.claim(claim)).rejects.toMatchObject({ code: "stale_claim" });
@@ -292,11 +299,7 @@ describe("LEDGER-26: a claim the paused server applies after the client gave up 
     const p = await proxy();
     const late = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 300, durability: "durable" }));
     await late.lookup("warm-up");
-    const { rows: behind } = await admin.query<{ pid: number }>(
-      "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE $1",
-      [`%"${schema}"%`],
-    );
-    expect(behind).toHaveLength(1);
+    const behind = await backendBehindProxy(schema);
     const direct = track(new PostgresLedger({ pool: admin, schema, durability: "durable" }));
     const idA = "dispatch-A-0123456789abcdef";
     const idB = "dispatch-B-0123456789abcdef";
@@ -311,12 +314,7 @@ describe("LEDGER-26: a claim the paused server applies after the client gave up 
     // (release: it never received claimed). Its copy has not landed yet: nothing to release.
     if (retireB) expect(await direct.retire("late", idB, { release: true })).toEqual({ released: false });
     p.thaw(); // the paused server resumes and runs B's copy
-    for (let polls = 0; ; polls++) {
-      const { rows } = await admin.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1", [behind[0]!.pid]);
-      if (rows.length === 0) break;
-      if (polls > 200) throw new Error("the backend behind the proxy never ran the held claim and exited");
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await ranEverything(behind);
     return { row: await storedColumns(admin, schema, "late"), direct, idA, idB };
   }
 

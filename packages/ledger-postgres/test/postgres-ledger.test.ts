@@ -18,6 +18,7 @@ import {
   serverNow,
   storedColumns,
   table,
+  tableShape,
   uniqueSchema,
 } from "./helpers.js";
 
@@ -735,15 +736,7 @@ describe("schema migration from 0.1.0 (the request column)", () => {
     const fresh = uniqueSchema("upgrade_fresh");
     schemas.push(fresh);
     await new PostgresLedger({ pool: admin, schema: fresh }).migrate();
-    const shape = async (s: string) =>
-      (
-        await admin.query(
-          `SELECT column_name, data_type, is_nullable, ordinal_position FROM information_schema.columns
-            WHERE table_schema = $1 AND table_name = 'dispatch_once_ledger' ORDER BY ordinal_position`,
-          [s],
-        )
-      ).rows;
-    expect(await shape(schema)).toEqual(await shape(fresh));
+    expect(await tableShape(admin, schema)).toEqual(await tableShape(admin, fresh));
   });
 
   it("migrate() on a table that has the column takes no ACCESS EXCLUSIVE lock (claims never queue behind a no-op ALTER)", async () => {

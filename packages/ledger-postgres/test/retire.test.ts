@@ -8,7 +8,7 @@ import { retiredClaimError, type ClaimRequest, type LedgerEffect } from "@dispat
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresLedger } from "../src/index.js";
-import { DATABASE_URL, adminPool, closedPort, closedUrl, dropSchema, expireLease, expireRetention, storedColumns, table, uniqueSchema } from "./helpers.js";
+import { DATABASE_URL, adminPool, closedPort, closedUrl, dropSchema, expireLease, expireRetention, storedColumns, table, tableShape, uniqueSchema } from "./helpers.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 let admin: pg.Pool;
@@ -509,15 +509,9 @@ describe("upgrade: a table of the previous version (before retire)", () => {
     const fresh2 = uniqueSchema("rt_upgrade_fresh");
     schemas.push(fresh2);
     await new PostgresLedger({ pool: admin, schema: fresh2 }).migrate();
-    const shape = async (s: string) =>
-      (
-        await admin.query(
-          `SELECT column_name, data_type, is_nullable, ordinal_position FROM information_schema.columns
-            WHERE table_schema = $1 AND table_name = 'dispatch_once_ledger_retired' ORDER BY ordinal_position`,
-          [s],
-        )
-      ).rows;
-    expect(await shape(schema)).toEqual(await shape(fresh2));
-    expect(await shape(schema)).toHaveLength(3);
+    const retired = await tableShape(admin, schema, "dispatch_once_ledger_retired");
+    expect(retired).toHaveLength(3);
+    expect(retired).toEqual(await tableShape(admin, fresh2, "dispatch_once_ledger_retired"));
+    expect(await tableShape(admin, schema)).toEqual(await tableShape(admin, fresh2));
   });
 });
