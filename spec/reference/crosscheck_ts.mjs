@@ -83,7 +83,10 @@ for (const c of load("ledger-transitions.json").cases) {
   let now = 1_000_000;
   const ledger = new MemoryLedger({ now: () => now });
   const problems = [];
+  /** When each key's claim ids were last retired, for expire_retired. */
+  const retiredAt = new Map();
   for (const [i, step] of c.steps.entries()) {
+    if (step.op === "retire") retiredAt.set(step.key, now);
     const where = `step ${i} ${step.op}`;
     const attempt = async (fn) => {
       try {
@@ -135,6 +138,22 @@ for (const c of load("ledger-transitions.json").cases) {
                 : step.leaseMs;
         const r = await attempt(() => ledger[step.op](step.key, step.fence, arg));
         if (!same(r, step.expect)) problems.push(`${where}: ${JSON.stringify(r)}`);
+        break;
+      }
+      case "retire": {
+        // LEDGER-28; a ledger whose supports.retire is not true would skip the case (MemoryLedger has it).
+        let r;
+        try {
+          r = await ledger.retire(step.key, step.claimId, step.options);
+        } catch (e) {
+          r = { error: e.code ?? String(e) };
+        }
+        if (!same(r, step.expect)) problems.push(`${where}: ${JSON.stringify(r)}`);
+        break;
+      }
+      case "expire_retired": {
+        // One clock: the retention from the last retire has passed (retire's time plus the default retention).
+        now = Math.max(now, (retiredAt.get(step.key) ?? now - 24 * 60 * 60 * 1000) + 24 * 60 * 60 * 1000);
         break;
       }
       case "lookup": {
