@@ -12,7 +12,7 @@ import { seededKey } from "./context.js";
 import { runProperty } from "./property-runner.js";
 import { LEASE_MS, TOOL_FOR, requestFor } from "./support.js";
 
-export const RETIRE_PROPERTY_NAME = "retire property: random claims with random claim ids, retires (release true/false), releases, completes and lease expiries agree with the LEDGER-28 model";
+export const RETIRE_PROPERTY_NAME = "retire property: random claims with random claim ids, retires with release true or false, releases, completes and lease expiries agree with the LEDGER-28 model";
 
 const IDS = ["cid-p0_0123456789ABCDEF", "cid-p1_0123456789ABCDEF", "cid-p2_0123456789ABCDEF"] as const;
 const KEYS = ["k1", "k2"] as const;
