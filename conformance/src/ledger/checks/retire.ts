@@ -4,15 +4,12 @@
  * retention, whether the key has a row or not, whatever its state, before LEDGER-26 recognises it.
  * Every check here needs the subject's `retire` capability; without it they are not applicable.
  */
-import { newClaimId, type ClaimRequest, type ClaimResult, type Ledger, type LedgerEffect, type RetireOptions } from "@dispatch-once/core";
+import { newClaimId, type ClaimRequest, type ClaimResult, type Ledger, type RetireOptions } from "@dispatch-once/core";
 import { ConformanceFailure, codeOf, must, mustEqual, mustRejectWith, show } from "../../failure.js";
-import { claimRequest, describeRow, mustBeClaimed, mustBeExisting, requestFor, short, sleep, withFixture } from "../support.js";
+import { claimWithId, describeRow, mustBeClaimed, mustBeExisting, requestFor, short, sleep, withFixture } from "../support.js";
 import { type LedgerCheckSpec, EFFECTS } from "./common.js";
 
-function withId(key: string, owner: string, effect: LedgerEffect, claimId: string | undefined): ClaimRequest {
-  const request = claimRequest(key, owner, effect);
-  return claimId === undefined ? request : { ...request, claimId };
-}
+const withId = claimWithId;
 
 /** The ledger's retire; the checks run only where the subject declares it (and LEDGER-14 checks the two agree). */
 export function retireOf(ledger: Ledger): (key: string, claimId: string, options?: RetireOptions) => Promise<{ released: boolean }> {
