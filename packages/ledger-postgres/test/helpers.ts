@@ -52,6 +52,14 @@ export function table(schema: string, name = "dispatch_once_ledger"): string {
   return `"${schema}"."${name}"`;
 }
 
+/** Move the end of the retention of every claim id retired for the key into the past (LEDGER-28), on the server's clock. */
+export async function expireRetired(pool: pg.Pool | pg.Client, schema: string, key: string, name = "dispatch_once_ledger"): Promise<void> {
+  await pool.query(
+    `UPDATE "${schema}"."${name}_retired" SET retired_until = floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint - 1 WHERE key = $1`,
+    [key],
+  );
+}
+
 /** The stored row, columns as PostgreSQL holds them (bigints as strings), or undefined. */
 export async function storedColumns(
   pool: pg.Pool | pg.Client,

@@ -10,6 +10,7 @@ import {
   dropSchema,
   expireLease,
   expireRetention,
+  expireRetired,
   readStoredRow,
   table,
   uniqueSchema,
@@ -31,7 +32,7 @@ export const postgresSubject: LedgerSubject = {
   // clockSkew: PostgresLedger has no clock option (every time is the server's clock_timestamp()),
   // so the skewed instance is a second instance whose calls run with this process's Date off
   // (skewProcessClock): one that read Date.now() for a lease would take over live claims.
-  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listRows: true, resolve: true, auditTrail: true },
+  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listRows: true, resolve: true, auditTrail: true, retire: true },
   async create(options = {}): Promise<LedgerFixture> {
     const pool = sharedPool();
     const schema = uniqueSchema("conf");
@@ -53,6 +54,7 @@ export const postgresSubject: LedgerSubject = {
         read: (key: string) => readStoredRow(pool, schema, key),
         expireLease: (key: string) => expireLease(pool, schema, key),
         expireRetention: (key: string) => expireRetention(pool, schema, key),
+        expireRetired: (key: string) => expireRetired(pool, schema, key),
         // An unknown row format version: the adapter must refuse it, never treat it as absent.
         async corrupt(key: string) {
           const { rowCount } = await pool.query(`UPDATE ${table(schema)} SET v = 0 WHERE key = $1`, [key]);
