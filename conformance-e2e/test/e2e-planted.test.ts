@@ -10,7 +10,7 @@ import {
   type TurnSnapshot,
 } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { PROVIDERS, endToEndChecks, runEndToEnd } from "../src/index.js";
+import { RUNNER_PROVIDERS, endToEndChecks, runEndToEnd } from "../src/index.js";
 import { ConformanceFailure, memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 
 /**
@@ -49,7 +49,7 @@ function ledgerWith(inner: Ledger, overrides: Partial<Ledger>): Ledger {
 }
 
 // Every planted bug is in the dispatcher, the ledger or the store: each stream side must reject it.
-describe.each(PROVIDERS)("the end-to-end oracle rejects planted bugs the effect count missed (provider %s)", (provider) => {
+describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects planted bugs the effect count missed (provider %s)", (provider) => {
   it("EFFECT-6 a tool that reports 422 idempotency-key-reused as a definite failure commits 'failed' for a void that happened", async () => {
     // A re-run of a void whose response was lost finds the other open payment with the same
     // reference: the API answers 422 for the key it already used. Taking that as "declined"
