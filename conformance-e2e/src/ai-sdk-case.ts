@@ -219,6 +219,7 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   count(ctx.log, "attempts");
   const turn = ctx.forTurn(request);
   const told: Told[] = [];
+  const runsBefore = ctx.log.stats.tool_runs ?? 0;
   const calls = new Map<string, { tool: string; input: Record<string, unknown> }>();
   let failed: string | undefined;
   let finished = false;
@@ -270,6 +271,8 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   if (failed !== undefined) {
     say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} failed (${failed}); nothing kept`);
     count(ctx.log, "attempts_failed");
+    // The chapter's incident: a call ran in this attempt, and the app re-sends the turn anyway.
+    if ((ctx.log.stats.tool_runs ?? 0) > runsBefore) count(ctx.log, "failed_after_a_tool_ran");
     return false;
   }
   ctx.log.told.push(...told);
@@ -362,7 +365,6 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
     count(log, "told_successes", log.told.filter((t) => t.ok).length);
     count(log, "told_errors", log.told.filter((t) => !t.ok).length);
     count(log, "effects", effects.length);
-    if (process.env.KITAISDK_DEBUG && Date.now() - log.started > 1500) console.log(Date.now() - log.started, 'ms\n' + log.timeline.join('\n'));
     return { violations, timeline: log.timeline, stats: log.stats };
   } finally {
     world.current = undefined;
@@ -382,7 +384,8 @@ async function settled(running: { n: number }): Promise<void> {
 
 function describeError(error: unknown): string {
   const entry = catalogueEntry(error);
-  const message = error instanceof Error ? error.message : String(error);
+  // An `error` event of the stream reaches the app as the event's data, a plain object.
+  const message = error instanceof Error ? error.message : typeof error === "object" && error !== null ? JSON.stringify(error) : String(error);
   return entry === undefined ? message.slice(0, 200) : `${entry.code} (effect ${entry.effect}): ${message.slice(0, 160)}`;
 }
 

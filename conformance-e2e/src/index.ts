@@ -18,7 +18,7 @@ import fc from "fast-check";
 import { runAiSdkCase, startAiSdkWorld, type AiSdkAppOptions } from "./ai-sdk-case.js";
 import { aiSdkScenarioArbitrary } from "./ai-sdk-scenario.js";
 import { runCase, type CaseOptions } from "./case.js";
-import { scenarioArbitrary, type Scenario } from "./scenario.js";
+import { scenarioArbitrary } from "./scenario.js";
 import { PROVIDERS, type ProviderName } from "./provider.js";
 import { startWorld } from "./world.js";
 

@@ -10,6 +10,7 @@ import {
   type TurnSnapshot,
 } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
+import { expectReadable } from "./readable.js";
 import { RUNNER_PROVIDERS, endToEndChecks, runEndToEnd } from "../src/index.js";
 import { ConformanceFailure, memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 
@@ -22,14 +23,6 @@ import { ConformanceFailure, memoryLedgerSubject, type LedgerSubject } from "@di
 const memory = memoryLedgerSubject();
 /** Finding each bug takes a few runs; shrinking whole conversations is what costs, so it is capped. */
 const SHRINK_BUDGET_MS = 30_000;
-
-function expectReadable(error: unknown, seed: number): string {
-  expect(error).toBeInstanceOf(Error);
-  const message = (error as Error).message;
-  expect(message).toContain("timeline of the shrunk scenario:");
-  expect(message).toMatch(new RegExp(`seed ${seed}, path "[0-9:]+"`));
-  return message;
-}
 
 /** Every method of a ledger, bound to it, with some replaced: a broken ledger for one bug. */
 function ledgerWith(inner: Ledger, overrides: Partial<Ledger>): Ledger {
