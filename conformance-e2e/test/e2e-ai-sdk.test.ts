@@ -1,5 +1,5 @@
 import { createOnceTools } from "@dispatch-once/ai-sdk";
-import { memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
+import { ConformanceFailure, memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
 import { expectReadable } from "./readable.js";
 import { runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
@@ -32,12 +32,19 @@ describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
 });
 
 describe("the ai-sdk oracle rejects planted bugs", () => {
-  it("AISDK-2 tools not wrapped (the app's tools as written) pay again on a regenerate or a re-send", async () => {
+  it("AISDK-2 tools not wrapped (the app's tools as written) pay again on a regenerate or a re-send; the printed seed and path replay it", async () => {
     const unwrapped: AiSdkAppOptions = { wrap: (tools) => () => ({ tools }) };
     const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 7, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: unwrapped }).catch((e: unknown) => e);
     const message = expectReadable(error, 7);
     expect(message).toMatch(/breaks CONF-2/);
     expect(message).toMatch(/performed 2 times for one intent/);
+    // The printed seed and path replay that one shrunk scenario, once, failing the same rule.
+    const cx = (error as ConformanceFailure).counterexample!;
+    let stats: Record<string, number> = {};
+    const again = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: cx.seed, path: cx.path, aiSdk: unwrapped, onStats: (s) => (stats = s) }).catch((e: unknown) => e);
+    expect(stats.property_cases).toBe(1);
+    expect((again as ConformanceFailure).violates).toBe("CONF-2");
+    expect((again as ConformanceFailure).counterexample!.value).toEqual(cx.value);
   }, 600_000);
 
   it("AISDK-7 a wrapper that ignores identity pays again when the regenerated response re-words the memo", async () => {
