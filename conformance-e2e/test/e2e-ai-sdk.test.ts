@@ -60,6 +60,25 @@ describe("the ai-sdk oracle rejects planted bugs", () => {
     expect(message).toMatch(/send_payment for chat-\d "c\d message \d" .*: performed 2 times for one intent/);
   }, 600_000);
 
+  it("AISDK-1 a wrapper that numbers turns by request instead of by user message gives a re-send or a regenerate new keys", async () => {
+    const perRequest: AiSdkAppOptions = {
+      wrap: (tools, ledger, o) => {
+        const once = createOnceTools({ tools, effects: o.effects, identity: o.identity, ledger, dispatcher: o.dispatcher });
+        const requests = new Map<string, number>();
+        return (request) => {
+          // The bug: each request (each response) is its own turn, as TURN-3 counts for a runner.
+          const turnIndex = requests.get(request.conversationId) ?? 0;
+          requests.set(request.conversationId, turnIndex + 1);
+          return once.forTurn({ conversationId: request.conversationId, turnIndex, dispatchAt: request.dispatchAt });
+        };
+      },
+    };
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 1, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: perRequest }).catch((e: unknown) => e);
+    const message = expectReadable(error, 1);
+    expect(message).toMatch(/breaks CONF-2/);
+    expect(message).toMatch(/performed 2 times for one intent/);
+  }, 600_000);
+
   it("EFFECT-6 tools that tell a lost payments response as a definite failure keep 'did not happen' for a payment that happened", async () => {
     const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 6, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: { disposition: () => "definite" } }).catch((e: unknown) => e);
     const message = expectReadable(error, 6);
