@@ -30,16 +30,27 @@ import { TOOL_SHAPES, short } from "./world.js";
  * was told and kept.
  */
 
+/**
+ * The AI SDK's tool set and messages, structurally: this package's published types must not load
+ * `ai`'s own .d.ts (it fails a consumer's strict type-check without skipLibCheck; see
+ * tests/pack-install). Inside, they are the AI SDK's `ToolSet` and `ModelMessage[]`.
+ */
+export type AiSdkToolSet = Record<string, unknown>;
+export interface AiSdkMessage {
+  role: string;
+  content: unknown;
+}
+
 /** One request of the app's chat route: what `once.forTurn` is given. */
 export interface AiSdkRequest {
   conversationId: string;
-  messages: ModelMessage[];
+  messages: AiSdkMessage[];
   dispatchAt: "step" | "tool-call";
 }
 
 /** What the app hands `streamText` for one request. */
 export interface AiSdkTurnTools {
-  tools: ToolSet;
+  tools: AiSdkToolSet;
   onChunk?: (event: { chunk: { type: string } }) => void;
 }
 
@@ -58,7 +69,7 @@ export interface AiSdkAppOptions {
    * Wraps the app's tools once, and returns the tools of each request.
    * Default: `createOnceTools({ tools, effects, identity, ledger })` and `forTurn(request)`.
    */
-  wrap?: (tools: ToolSet, ledger: Ledger, options: AiSdkWrapOptions) => (request: AiSdkRequest) => AiSdkTurnTools;
+  wrap?: (tools: AiSdkToolSet, ledger: Ledger, options: AiSdkWrapOptions) => (request: AiSdkRequest) => AiSdkTurnTools;
   /** The disposition the app's tools give core for a payments error. Default: the client's own (DISPOSITION_BY_OUTCOME). */
   disposition?: (error: PaymentsError) => FailureDisposition;
 }
@@ -188,7 +199,7 @@ function appTools(world: AiSdkWorld, account: string, log: CaseLog, faults: Map<
 
 /** The app the AISDK rules describe: its tools through `createOnceTools`, identity declared (AISDK-7). */
 const wrapOnce: NonNullable<AiSdkAppOptions["wrap"]> = (tools, ledger, options) => {
-  const once = createOnceTools({ tools, effects: options.effects, identity: options.identity, ledger, dispatcher: options.dispatcher });
+  const once = createOnceTools({ tools: tools as ToolSet, effects: options.effects, identity: options.identity, ledger, dispatcher: options.dispatcher });
   return (request) => once.forTurn(request);
 };
 
@@ -214,7 +225,7 @@ interface Chat {
 async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string): Promise<boolean> {
   const state = ctx.world.current!.attempts.get(content)!;
   state.attempt++;
-  const request = { conversationId: chat.plan.id, messages: chat.messages, dispatchAt: chat.plan.dispatchAt };
+  const request: AiSdkRequest = { conversationId: chat.plan.id, messages: chat.messages, dispatchAt: chat.plan.dispatchAt };
   say(ctx.log, "app", `${chat.plan.id} ${label}: request ${state.attempt} of ${JSON.stringify(message.text)} (${chat.messages.length} messages, tools at ${chat.plan.dispatchAt})`);
   count(ctx.log, "attempts");
   const turn = ctx.forTurn(request);
@@ -227,7 +238,7 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     const result = streamText({
       model: ctx.model,
       messages: chat.messages,
-      tools: turn.tools,
+      tools: turn.tools as ToolSet,
       ...(turn.onChunk !== undefined ? { onChunk: turn.onChunk } : {}),
       stopWhen: stepCountIs(4),
       maxRetries: 0,

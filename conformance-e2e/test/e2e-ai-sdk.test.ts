@@ -1,5 +1,6 @@
 import { createOnceTools } from "@dispatch-once/ai-sdk";
 import { ConformanceFailure, memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
+import type { ToolSet } from "ai";
 import { describe, expect, it } from "vitest";
 import { expectReadable } from "./readable.js";
 import { runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
@@ -50,7 +51,7 @@ describe("the ai-sdk oracle rejects planted bugs", () => {
   it("AISDK-7 a wrapper that ignores identity pays again when the regenerated response re-words the memo", async () => {
     const noIdentity: AiSdkAppOptions = {
       wrap: (tools, ledger, o) => {
-        const once = createOnceTools({ tools, effects: o.effects, ledger, dispatcher: o.dispatcher });
+        const once = createOnceTools({ tools: tools as ToolSet, effects: o.effects, ledger, dispatcher: o.dispatcher });
         return (request) => once.forTurn(request);
       },
     };
@@ -63,7 +64,7 @@ describe("the ai-sdk oracle rejects planted bugs", () => {
   it("AISDK-1 a wrapper that numbers turns by request instead of by user message gives a re-send or a regenerate new keys", async () => {
     const perRequest: AiSdkAppOptions = {
       wrap: (tools, ledger, o) => {
-        const once = createOnceTools({ tools, effects: o.effects, identity: o.identity, ledger, dispatcher: o.dispatcher });
+        const once = createOnceTools({ tools: tools as ToolSet, effects: o.effects, identity: o.identity, ledger, dispatcher: o.dispatcher });
         const requests = new Map<string, number>();
         return (request) => {
           // The bug: each request (each response) is its own turn, as TURN-3 counts for a runner.
