@@ -14,13 +14,18 @@ import {
   type LedgerSubject,
   type TestRegistrar,
 } from "@dispatch-once/conformance/ledger";
-import { runCase, type CaseOptions, type CaseRun } from "./case.js";
-import { scenarioArbitrary, type Scenario } from "./scenario.js";
+import fc from "fast-check";
+import { runAiSdkCase, startAiSdkWorld, type AiSdkAppOptions } from "./ai-sdk-case.js";
+import { aiSdkScenarioArbitrary } from "./ai-sdk-scenario.js";
+import { runCase, type CaseOptions } from "./case.js";
+import { scenarioArbitrary } from "./scenario.js";
 import { PROVIDERS, type ProviderName } from "./provider.js";
 import { startWorld } from "./world.js";
 
-export { PROVIDERS, type ProviderName, type CommittedCall, type CommittedResult, type TranscriptReader } from "./provider.js";
+export { PROVIDERS, RUNNER_PROVIDERS, type ProviderName, type RunnerProviderName, type CommittedCall, type CommittedResult, type TranscriptReader } from "./provider.js";
 export { scenarioArbitrary, faultFree, type Scenario } from "./scenario.js";
+export { aiSdkScenarioArbitrary, type AiSdkScenario, type AiSdkChatPlan, type AiSdkMessagePlan, type AiSdkCut } from "./ai-sdk-scenario.js";
+export type { AiSdkAppOptions, AiSdkMessage, AiSdkRequest, AiSdkToolSet, AiSdkTurnTools, AiSdkWrapOptions } from "./ai-sdk-case.js";
 export type { OracleViolation } from "./oracle.js";
 export type { DispatcherDefaults } from "./world.js";
 
@@ -36,11 +41,19 @@ export interface EndToEndOptions extends CaseOptions {
   timeLimitMs?: number;
   /**
    * The stream side the workers run: the Anthropic Messages API runner against apps/mock-provider,
-   * or the OpenAI Responses API runner against apps/mock-openai. The oracle is the same for both.
+   * or the OpenAI Responses API runner against apps/mock-openai (the same oracle for both); or
+   * `"ai-sdk"`: an app of the Vercel AI SDK profile (spec §13.2) that drives real `streamText`
+   * with tools wrapped by `createOnceTools` against apps/mock-openai, with its own oracle (the
+   * effect log against what the app kept).
    * @default "anthropic"
    * @example { provider: "openai" }
    */
   provider?: ProviderName;
+  /**
+   * Only for `provider: "ai-sdk"`: pieces of the app to replace (the kit's tests plant bugs here).
+   * @default {}
+   */
+  aiSdk?: AiSdkAppOptions;
   /** Called once with the counts of what the runs exercised (deaths, 422s, re-asks, ...), summed. */
   onStats?: (stats: Record<string, number>) => void;
 }
@@ -106,78 +119,107 @@ function checkProvider(provider: string | undefined): ProviderName {
 }
 
 export async function runEndToEnd(subject: LedgerSubject, options: EndToEndOptions = {}): Promise<void> {
-  const world = await startWorld(checkProvider(options.provider));
-  try {
-    const seed = options.seed ?? randomSeed();
-    const runs = options.runs ?? 100;
-    const timeLimitMs = options.timeLimitMs ?? 600_000;
-    const totals: Record<string, number> = {};
-    let cases = 0;
-    let last: CaseRun | undefined;
-    const predicate = async (scenario: Scenario) => {
-      cases++;
-      const run = await runCase(world, subject, scenario, options);
-      last = run;
-      for (const [k, v] of Object.entries(run.stats)) totals[k] = (totals[k] ?? 0) + v;
-      if (run.violations.length > 0) {
-        const [v] = run.violations;
-        throw new ConformanceFailure(run.violations.map((x) => `${x.rule}: ${x.message}`).join("\n"), { violates: v!.rule });
-      }
-    };
-    // As the ledger level: an interrupted run is a failure, and a path replays exactly the one
-    // scenario at that path, once (fast-check given a path walks on, or shrinks on under a new path).
-    const outcome = await runProperty(scenarioArbitrary(), predicate, {
-      runs,
-      seed,
-      timeLimitMs,
-      ...(options.path === undefined ? {} : { path: options.path }),
-    });
-    options.onStats?.({ ...totals, property_cases: cases, ...(outcome.kind === "replayed-passed" ? { replayed_passed: 1 } : {}) });
-    if (outcome.kind === "passed") return;
-    // A replayed case that passes passes, as at the ledger level; the check's name says it was one
-    // replayed case, and onStats counts it (replayed_passed), so nobody mistakes it for a certification.
-    if (outcome.kind === "replayed-passed") return;
-    if (outcome.kind === "interrupted") {
-      // A certification that ran out of time certifies nothing.
-      throw new ConformanceFailure(`the end-to-end property was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${runs} runs`);
+  const provider = checkProvider(options.provider);
+  if (provider === "ai-sdk") {
+    // The AI SDK app owns its loop: no runner, worker or conversation store of the kit's to replace.
+    if (options.dispatcher !== undefined || options.conversationStore !== undefined) {
+      throw new TypeError("provider ai-sdk runs the app's own createOnceTools: plant bugs through options.aiSdk, not dispatcher or conversationStore");
     }
-    const shrunk = outcome.value;
-    // The shrunk scenario once more, for its timeline (a replay already ran it once: that is the run).
-    const replay = outcome.replay && last !== undefined ? last : await runCase(world, subject, shrunk, options);
-    const error = outcome.error;
-    const fromError = ConformanceFailure.isInstance(error) ? error.violates : undefined;
-    const found = replay.violations;
-    const violates = found[0]?.rule ?? fromError;
-    const timeline = replay.timeline;
-    const passedOnReplay = replay.violations.length === 0;
-    const note = passedOnReplay ? "the shrunk scenario passed on replay: timing-dependent" : undefined;
-    const counterexample: Counterexample = {
-      seed: outcome.seed,
-      path: outcome.path,
-      timeline,
-      report: outcome.report,
-      value: shrunk,
-      ...(violates === undefined ? {} : { violates }),
-      ...(note === undefined ? {} : { note }),
-    };
-    const first = found[0]?.message ?? (error instanceof Error ? error.message : String(error));
-    throw new ConformanceFailure(
-      [
-        `the end-to-end oracle rejects the run${violates ? ` (breaks ${violates})` : ""}: ${first}`,
-        ...(found.length > 1 ? ["every violation of the shrunk scenario:", ...found.slice(0, 12).map((v) => `  ${v.rule}: ${v.message}`)] : []),
-        outcome.replay
-          ? `replayed scenario (one case, seed ${outcome.seed}, path "${outcome.path}"): ${JSON.stringify(shrunk)}`
-          : `shrunk scenario after ${outcome.numRuns} runs and ${outcome.numShrinks} shrinks${outcome.shrinkingInterrupted ? " (shrinking cut short by the time limit)" : ""}: ${JSON.stringify(shrunk)}`,
-        "timeline of the shrunk scenario:",
-        ...timeline.map((l) => `  ${l}`),
-        note === undefined ? "" : `  (${note})`,
-        `seed ${outcome.seed}, path "${outcome.path}" (replay: --seed ${outcome.seed} --path "${outcome.path}")`,
-      ]
-        .filter((l) => l !== "")
-        .join("\n"),
-      { ...(violates === undefined ? {} : { violates }), counterexample },
-    );
+    const world = await startAiSdkWorld();
+    try {
+      await runKitProperty(aiSdkScenarioArbitrary(), (scenario) => runAiSdkCase(world, subject, scenario, options.aiSdk), options);
+    } finally {
+      await world.close();
+    }
+    return;
+  }
+  const world = await startWorld(provider);
+  try {
+    await runKitProperty(scenarioArbitrary(), (scenario) => runCase(world, subject, scenario, options), options);
   } finally {
     await world.close();
   }
+}
+
+/** A case's verdict, whichever app ran it. */
+interface KitCaseRun {
+  violations: { rule: string; message: string }[];
+  timeline: string[];
+  stats: Record<string, number>;
+}
+
+/**
+ * The property around the cases, shared by every stream side: fast-check over the scenarios,
+ * stats summed, and on failure the shrunk scenario with its timeline, seed and path.
+ */
+async function runKitProperty<S>(arbitrary: fc.Arbitrary<S>, runOne: (scenario: S) => Promise<KitCaseRun>, options: EndToEndOptions): Promise<void> {
+  const seed = options.seed ?? randomSeed();
+  const runs = options.runs ?? 100;
+  const timeLimitMs = options.timeLimitMs ?? 600_000;
+  const totals: Record<string, number> = {};
+  let cases = 0;
+  let last: KitCaseRun | undefined;
+  const predicate = async (scenario: S) => {
+    cases++;
+    const run = await runOne(scenario);
+    last = run;
+    for (const [k, v] of Object.entries(run.stats)) totals[k] = (totals[k] ?? 0) + v;
+    if (run.violations.length > 0) {
+      const [v] = run.violations;
+      throw new ConformanceFailure(run.violations.map((x) => `${x.rule}: ${x.message}`).join("\n"), { violates: v!.rule });
+    }
+  };
+  // As the ledger level: an interrupted run is a failure, and a path replays exactly the one
+  // scenario at that path, once (fast-check given a path walks on, or shrinks on under a new path).
+  const outcome = await runProperty(arbitrary, predicate, {
+    runs,
+    seed,
+    timeLimitMs,
+    ...(options.path === undefined ? {} : { path: options.path }),
+  });
+  options.onStats?.({ ...totals, property_cases: cases, ...(outcome.kind === "replayed-passed" ? { replayed_passed: 1 } : {}) });
+  if (outcome.kind === "passed") return;
+  // A replayed case that passes passes, as at the ledger level; the check's name says it was one
+  // replayed case, and onStats counts it (replayed_passed), so nobody mistakes it for a certification.
+  if (outcome.kind === "replayed-passed") return;
+  if (outcome.kind === "interrupted") {
+    // A certification that ran out of time certifies nothing.
+    throw new ConformanceFailure(`the end-to-end property was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${runs} runs`);
+  }
+  const shrunk = outcome.value;
+  // The shrunk scenario once more, for its timeline (a replay already ran it once: that is the run).
+  const replay = outcome.replay && last !== undefined ? last : await runOne(shrunk);
+  const error = outcome.error;
+  const fromError = ConformanceFailure.isInstance(error) ? error.violates : undefined;
+  const found = replay.violations;
+  const violates = found[0]?.rule ?? fromError;
+  const timeline = replay.timeline;
+  const passedOnReplay = replay.violations.length === 0;
+  const note = passedOnReplay ? "the shrunk scenario passed on replay: timing-dependent" : undefined;
+  const counterexample: Counterexample = {
+    seed: outcome.seed,
+    path: outcome.path,
+    timeline,
+    report: outcome.report,
+    value: shrunk,
+    ...(violates === undefined ? {} : { violates }),
+    ...(note === undefined ? {} : { note }),
+  };
+  const first = found[0]?.message ?? (error instanceof Error ? error.message : String(error));
+  throw new ConformanceFailure(
+    [
+      `the end-to-end oracle rejects the run${violates ? ` (breaks ${violates})` : ""}: ${first}`,
+      ...(found.length > 1 ? ["every violation of the shrunk scenario:", ...found.slice(0, 12).map((v) => `  ${v.rule}: ${v.message}`)] : []),
+      outcome.replay
+        ? `replayed scenario (one case, seed ${outcome.seed}, path "${outcome.path}"): ${JSON.stringify(shrunk)}`
+        : `shrunk scenario after ${outcome.numRuns} runs and ${outcome.numShrinks} shrinks${outcome.shrinkingInterrupted ? " (shrinking cut short by the time limit)" : ""}: ${JSON.stringify(shrunk)}`,
+      "timeline of the shrunk scenario:",
+      ...timeline.map((l) => `  ${l}`),
+      note === undefined ? "" : `  (${note})`,
+      `seed ${outcome.seed}, path "${outcome.path}" (replay: --seed ${outcome.seed} --path "${outcome.path}")`,
+    ]
+      .filter((l) => l !== "")
+      .join("\n"),
+    { ...(violates === undefined ? {} : { violates }), counterexample },
+  );
 }

@@ -23,10 +23,15 @@ import type { SendResult, TurnRunnerOptions } from "@dispatch-once/runner";
 import OpenAI from "openai";
 import type { PlannedCall, StreamCut } from "./scenario.js";
 
-/** The stream sides the end-to-end level runs on. */
-export type ProviderName = "anthropic" | "openai";
+/** The stream sides the kit's turn runner drives (their planted bugs replace the runner's parts). */
+export type RunnerProviderName = "anthropic" | "openai";
 
-export const PROVIDERS: readonly ProviderName[] = ["anthropic", "openai"];
+export const RUNNER_PROVIDERS: readonly RunnerProviderName[] = ["anthropic", "openai"];
+
+/** The stream sides the end-to-end level runs on: the runner's, and an AI SDK app's (ai-sdk-case.ts). */
+export type ProviderName = RunnerProviderName | "ai-sdk";
+
+export const PROVIDERS: readonly ProviderName[] = [...RUNNER_PROVIDERS, "ai-sdk"];
 
 /** A committed call as the oracle reads it, whatever the provider's wire shape. */
 export interface CommittedCall {
@@ -66,7 +71,7 @@ export interface RunnerWiring extends TurnRunnerOptions {
 
 /** One mock provider of the world and how the kit drives it. */
 export interface ProviderSide {
-  name: ProviderName;
+  name: RunnerProviderName;
   /**
    * Scripts the model: `plans` maps a user text to the calls the model makes for it; `cutFor`
    * gives the cut of the `attempt`-th (1-based) request whose last input is that user text.
@@ -144,7 +149,7 @@ async function anthropicSide(): Promise<ProviderSide> {
 // ---- OpenAI Responses API (apps/mock-openai) ---------------------------------------------------
 
 /** The kit's cut positions in the Responses stream's terms (STREAM-2, as apps/mock-openai names them). */
-function openAIPosition(cut: StreamCut): OpenAIPosition {
+export function openAIPosition(cut: StreamCut): OpenAIPosition {
   switch (cut.at) {
     case "event":
       return { event: cut.event };
@@ -239,7 +244,7 @@ async function openAISide(): Promise<ProviderSide> {
 }
 
 /** Starts the mock of one provider. */
-export function startProvider(name: ProviderName): Promise<ProviderSide> {
+export function startProvider(name: RunnerProviderName): Promise<ProviderSide> {
   switch (name) {
     case "anthropic":
       return anthropicSide();

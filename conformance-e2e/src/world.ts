@@ -25,7 +25,7 @@ import {
   type PaymentsClient,
 } from "@dispatch-once/mock-payments";
 import { z } from "zod";
-import { startProvider, type KitRunner, type ProviderName, type ProviderSide } from "./provider.js";
+import { startProvider, type KitRunner, type ProviderSide, type RunnerProviderName } from "./provider.js";
 import type { MessagePlan, PlannedCall, Scenario, StreamCut, WorkerDeath } from "./scenario.js";
 
 /** The servers one property run shares across its cases; each case gets its own account and ledger namespace. */
@@ -37,7 +37,7 @@ export interface World {
 }
 
 /** @param providerName the stream side to run on. @default "anthropic" */
-export async function startWorld(providerName: ProviderName = "anthropic"): Promise<World> {
+export async function startWorld(providerName: RunnerProviderName = "anthropic"): Promise<World> {
   const provider = await startProvider(providerName);
   const payments = await startMockPayments({});
   return {

@@ -47,9 +47,18 @@ describe("dispatch-once-conformance --level e2e (CONF-2)", () => {
     expect(JSON.parse(byDefault.stdout).provider).toBe("anthropic");
     const unknown = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "e2e", "--provider", "opnai"]);
     expect(unknown.code).toBe(2);
-    expect(unknown.stderr).toContain('provider must be one of anthropic, openai, got "opnai"');
+    expect(unknown.stderr).toContain('provider must be one of anthropic, openai, ai-sdk, got "opnai"');
     const ledgerOnly = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--provider", "openai"]);
     expect(ledgerOnly.code).toBe(2);
+  });
+
+  it("--provider ai-sdk runs the end-to-end level as an AI SDK app (streamText, createOnceTools) and the report names it", () => {
+    const { code, stdout } = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "e2e", "--provider", "ai-sdk", "--e2e-runs", "3", "--seed", "3", "--json", "--quiet"]);
+    const report = JSON.parse(stdout);
+    expect(report.provider).toBe("ai-sdk");
+    expect(report.checks[0].name).toContain("(3 runs, seed 3) (provider ai-sdk)");
+    expect(report.rules.find((r: { rule: string }) => r.rule === "CONF-2")?.status).toBe("pass");
+    expect(code).toBe(0);
   });
 
   it("a hung adapter fails the end-to-end level within the CLI's time limits", () => {

@@ -10,7 +10,8 @@ import {
   type TurnSnapshot,
 } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { PROVIDERS, endToEndChecks, runEndToEnd } from "../src/index.js";
+import { expectReadable } from "./readable.js";
+import { RUNNER_PROVIDERS, endToEndChecks, runEndToEnd } from "../src/index.js";
 import { ConformanceFailure, memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 
 /**
@@ -22,14 +23,6 @@ import { ConformanceFailure, memoryLedgerSubject, type LedgerSubject } from "@di
 const memory = memoryLedgerSubject();
 /** Finding each bug takes a few runs; shrinking whole conversations is what costs, so it is capped. */
 const SHRINK_BUDGET_MS = 30_000;
-
-function expectReadable(error: unknown, seed: number): string {
-  expect(error).toBeInstanceOf(Error);
-  const message = (error as Error).message;
-  expect(message).toContain("timeline of the shrunk scenario:");
-  expect(message).toMatch(new RegExp(`seed ${seed}, path "[0-9:]+"`));
-  return message;
-}
 
 /** Every method of a ledger, bound to it, with some replaced: a broken ledger for one bug. */
 function ledgerWith(inner: Ledger, overrides: Partial<Ledger>): Ledger {
@@ -49,7 +42,7 @@ function ledgerWith(inner: Ledger, overrides: Partial<Ledger>): Ledger {
 }
 
 // Every planted bug is in the dispatcher, the ledger or the store: each stream side must reject it.
-describe.each(PROVIDERS)("the end-to-end oracle rejects planted bugs the effect count missed (provider %s)", (provider) => {
+describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects planted bugs the effect count missed (provider %s)", (provider) => {
   it("EFFECT-6 a tool that reports 422 idempotency-key-reused as a definite failure commits 'failed' for a void that happened", async () => {
     // A re-run of a void whose response was lost finds the other open payment with the same
     // reference: the API answers 422 for the key it already used. Taking that as "declined"

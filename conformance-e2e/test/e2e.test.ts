@@ -1,6 +1,6 @@
 import { UnguardedDispatcher, type Ledger } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { DEFAULT_END_TO_END_RUNS, PROVIDERS, runEndToEnd } from "../src/index.js";
+import { DEFAULT_END_TO_END_RUNS, PROVIDERS, RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import { memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 
 // The reference ledger on a monotonic wall clock, so dead workers' leases really lapse.
@@ -46,7 +46,7 @@ describe("end-to-end level", () => {
     expectHardCases(seen, openAIRuns);
   }, 1_800_000);
 
-  it.each(PROVIDERS)("CONF-2 the naive handler is rejected with a duplicate and a readable counterexample (provider %s)", async (provider) => {
+  it.each(RUNNER_PROVIDERS)("CONF-2 the naive handler is rejected with a duplicate and a readable counterexample (provider %s)", async (provider) => {
     const error = await runEndToEnd(memory, {
       provider,
       runs: 200,

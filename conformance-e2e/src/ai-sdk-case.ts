@@ -1,0 +1,463 @@
+import { randomUUID } from "node:crypto";
+import { createOpenAI } from "@ai-sdk/openai";
+import { createOnceTools, dispatchOnceOf } from "@dispatch-once/ai-sdk";
+import { ToolError, catalogueEntry, canonicalize, type DispatcherOptions, type FailureDisposition, type Ledger } from "@dispatch-once/core";
+import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
+import { lastUserText, scriptFromPlans, call, respond, startMockOpenAI, type MockOpenAI, type ScriptedResponse } from "@dispatch-once/mock-openai";
+import {
+  DISPOSITION_BY_OUTCOME,
+  PaymentsError,
+  createPaymentsClient,
+  startMockPayments,
+  type Effect,
+  type FaultSpec,
+  type MockPaymentsServer,
+} from "@dispatch-once/mock-payments";
+import { stepCountIs, streamText, tool, type ModelMessage, type ToolSet } from "ai";
+import type { AiSdkChatPlan, AiSdkMessagePlan, AiSdkScenario } from "./ai-sdk-scenario.js";
+import type { OracleViolation } from "./oracle.js";
+import { openAIPosition } from "./provider.js";
+import type { PlannedCall } from "./scenario.js";
+import { TOOL_SHAPES, short } from "./world.js";
+
+/**
+ * The `--provider ai-sdk` end-to-end level: not a second runner, but the app spec §13.2
+ * describes. A chat route keeps each chat's messages, gives `streamText` (the real `ai` package,
+ * through `@ai-sdk/openai` against apps/mock-openai) the tools wrapped by `createOnceTools`,
+ * counts the turn from its messages (AISDK-1), re-sends the same messages after a mid-stream
+ * failure (AISDK-6) and regenerates answered turns. The AI SDK decides when tools run; the
+ * app decides what it keeps. The oracle is the payments API's effect log against what the app
+ * was told and kept.
+ */
+
+/**
+ * The AI SDK's tool set and messages, structurally: this package's published types must not load
+ * `ai`'s own .d.ts (it fails a consumer's strict type-check without skipLibCheck; see
+ * tests/pack-install). Inside, they are the AI SDK's `ToolSet` and `ModelMessage[]`.
+ */
+export type AiSdkToolSet = Record<string, unknown>;
+export interface AiSdkMessage {
+  role: string;
+  content: unknown;
+}
+
+/** One request of the app's chat route: what `once.forTurn` is given. */
+export interface AiSdkRequest {
+  conversationId: string;
+  messages: AiSdkMessage[];
+  dispatchAt: "step" | "tool-call";
+}
+
+/** What the app hands `streamText` for one request. */
+export interface AiSdkTurnTools {
+  tools: AiSdkToolSet;
+  onChunk?: (event: { chunk: { type: string } }) => void;
+}
+
+export interface AiSdkWrapOptions {
+  effects: Record<string, "read" | "keyed_write" | "unkeyed_write">;
+  identity: Record<string, readonly string[]>;
+  dispatcher: Omit<DispatcherOptions, "tools" | "ledger">;
+}
+
+/**
+ * How the app under test is built. The defaults are the app the AISDK rules describe; the kit's
+ * own tests replace a piece with a broken one (planted bugs) to show the oracle rejects it.
+ */
+export interface AiSdkAppOptions {
+  /**
+   * Wraps the app's tools once, and returns the tools of each request.
+   * Default: `createOnceTools({ tools, effects, identity, ledger })` and `forTurn(request)`.
+   */
+  wrap?: (tools: AiSdkToolSet, ledger: Ledger, options: AiSdkWrapOptions) => (request: AiSdkRequest) => AiSdkTurnTools;
+  /** The disposition the app's tools give core for a payments error. Default: the client's own (DISPOSITION_BY_OUTCOME). */
+  disposition?: (error: PaymentsError) => FailureDisposition;
+}
+
+/** The app's servers: the mock Responses API and the payments API, shared by a property's cases. */
+export interface AiSdkWorld {
+  openai: MockOpenAI;
+  payments: MockPaymentsServer;
+  /** The case being run, for the mock's script and fault plan (cases run one at a time). */
+  current: AiSdkCaseState | undefined;
+  close(): Promise<void>;
+}
+
+interface AiSdkCaseState {
+  plans: Map<string, ScriptedResponse>;
+  /** Which attempt of its turn the app is making for a user text (1-based), and that turn's plan. */
+  attempts: Map<string, { attempt: number; plan: AiSdkMessagePlan }>;
+}
+
+export async function startAiSdkWorld(): Promise<AiSdkWorld> {
+  const world: AiSdkWorld = { openai: undefined as never, payments: await startMockPayments({}), current: undefined, close: async () => {} };
+  const fallback = scriptFromPlans({});
+  world.openai = await startMockOpenAI({
+    seed: "conformance-ai-sdk",
+    // Nothing reads the requests across cases; a certification makes thousands.
+    logLimit: 50,
+    script: (request) => (world.current === undefined ? fallback(request) : scriptFromPlans(Object.fromEntries(world.current.plans))(request)),
+  });
+  world.openai.setFaultPlan((request) => {
+    const text = lastUserText(request);
+    const at = text === undefined ? undefined : world.current?.attempts.get(text);
+    const planned = at?.plan.cuts[at.attempt - 1];
+    if (planned === undefined) return undefined;
+    const last = Array.isArray(request.input) ? request.input[request.input.length - 1] : undefined;
+    const phase = last?.type === "function_call_output" ? "confirmation" : "tool_step";
+    if (planned.phase !== phase) return undefined;
+    return { kind: planned.cut.kind, at: openAIPosition(planned.cut) };
+  });
+  world.close = async () => {
+    await world.openai.close();
+    await world.payments.close();
+  };
+  return world;
+}
+
+// ---- the app ---------------------------------------------------------------------------------
+
+/** What the app was told about one tool call in an attempt it kept (a tool-result or tool-error part). */
+interface Told {
+  chat: string;
+  message: string;
+  toolCallId: string;
+  tool: string;
+  input: Record<string, unknown>;
+  ok: boolean;
+  output?: unknown;
+  error?: unknown;
+}
+
+interface CaseLog {
+  started: number;
+  timeline: string[];
+  told: Told[];
+  stats: Record<string, number>;
+}
+
+const IDENTITY = { send_payment: TOOL_SHAPES.send_payment.identity! };
+const EFFECTS = { send_payment: "keyed_write", create_invoice: "unkeyed_write" } as const;
+
+function say(log: CaseLog, who: string, what: string): void {
+  log.timeline.push(`${String(Date.now() - log.started).padStart(6)} ms  ${who.padEnd(7)} ${what}`);
+}
+
+function count(log: CaseLog, what: string, by = 1): void {
+  log.stats[what] = (log.stats[what] ?? 0) + by;
+}
+
+/** The app's tools as an AI SDK app writes them: `tool({ inputSchema, execute })` over the payments client. */
+function appTools(world: AiSdkWorld, account: string, log: CaseLog, faults: Map<string, FaultSpec["outcome"]>, running: { n: number }, disposition: AiSdkAppOptions["disposition"]) {
+  const api = createPaymentsClient({ baseURL: world.payments.url, token: account });
+  const tell = disposition ?? ((e: PaymentsError) => DISPOSITION_BY_OUTCOME[e.outcome]);
+  // The app forwards the call's Dispatch-Once key; an unwrapped app has only the provider's call id.
+  const run = async <T>(name: string, args: Record<string, unknown>, options: { toolCallId: string }, perform: (key: string, fault: FaultSpec["outcome"] | undefined) => Promise<T>) => {
+    const info = dispatchOnceOf(options as never);
+    const key = info?.idempotencyKey ?? options.toolCallId;
+    const signature = intentSignature(name, args);
+    const fault = faults.get(signature);
+    faults.delete(signature);
+    running.n++;
+    say(log, "tool", `${name} runs key ${short(key)}${info ? ` (turn ${info.turnIndex}, ordinal ${info.ordinal})` : " (unwrapped)"} with ${canonicalize(args as never)}${fault ? ` [downstream fault ${fault}]` : ""}`);
+    count(log, "tool_runs");
+    try {
+      const result = await perform(key, fault);
+      say(log, "tool", `${name} key ${short(key)}: payments API answered ${JSON.stringify(result)}`);
+      return result;
+    } catch (error) {
+      if (!(error instanceof PaymentsError)) throw error;
+      say(log, "tool", `${name} key ${short(key)}: payments API failed ${error.code} (${error.outcome})`);
+      if (error.outcome === "unknown") count(log, "lost_responses");
+      throw new ToolError(error.message, { disposition: tell(error), code: error.code, cause: error });
+    } finally {
+      running.n--;
+    }
+  };
+  const keyed = (key: string, fault: FaultSpec["outcome"] | undefined) => ({ idempotencyKey: key, ...(fault !== undefined ? { fault: { outcome: fault } } : {}) });
+  return {
+    send_payment: tool({
+      description: "Send a payment to a payee. Amount in minor units.",
+      inputSchema: TOOL_SHAPES.send_payment.input,
+      execute: (args, options) =>
+        run("send_payment", args, options, async (key, fault) => {
+          const { body } = await api.createPayment(args, keyed(key, fault));
+          return { paymentId: body.id, status: body.status };
+        }),
+    }),
+    create_invoice: tool({
+      description: "Create an invoice for a customer. Amount in minor units.",
+      inputSchema: TOOL_SHAPES.create_invoice.input,
+      execute: (args, options) =>
+        run("create_invoice", args, options, async (key, fault) => {
+          const { body } = await api.createInvoice(args, keyed(key, fault));
+          return { invoiceId: body.id };
+        }),
+    }),
+  } satisfies ToolSet;
+}
+
+/** The app the AISDK rules describe: its tools through `createOnceTools`, identity declared (AISDK-7). */
+const wrapOnce: NonNullable<AiSdkAppOptions["wrap"]> = (tools, ledger, options) => {
+  const once = createOnceTools({ tools: tools as ToolSet, effects: options.effects, identity: options.identity, ledger, dispatcher: options.dispatcher });
+  return (request) => once.forTurn(request);
+};
+
+/** A payment is identified by its identity fields, an invoice by all of its own (its memo is unique per call). */
+function intentSignature(tool: string, args: Record<string, unknown>): string {
+  const fields = tool === "send_payment" ? IDENTITY.send_payment : ["customer", "amount", "currency", "memo"];
+  return `${tool}:${canonicalize(Object.fromEntries(fields.map((f) => [f, args[f]])) as never)}`;
+}
+
+/** The user's words for a message, unique per case (the account is in them). */
+const contentOf = (account: string, chat: string, text: string) => `${account} ${chat} ${text}`;
+
+interface Chat {
+  plan: AiSdkChatPlan;
+  /** The app's committed messages (what `useChat` would send with the next request). */
+  messages: ModelMessage[];
+}
+
+/**
+ * One request of the chat route: `streamText` with the chat's messages. Kept only when the
+ * stream finished; a failed attempt leaves the messages as they were.
+ */
+async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string): Promise<boolean> {
+  const state = ctx.world.current!.attempts.get(content)!;
+  state.attempt++;
+  const request: AiSdkRequest = { conversationId: chat.plan.id, messages: chat.messages, dispatchAt: chat.plan.dispatchAt };
+  say(ctx.log, "app", `${chat.plan.id} ${label}: request ${state.attempt} of ${JSON.stringify(message.text)} (${chat.messages.length} messages, tools at ${chat.plan.dispatchAt})`);
+  count(ctx.log, "attempts");
+  const turn = ctx.forTurn(request);
+  const told: Told[] = [];
+  const runsBefore = ctx.log.stats.tool_runs ?? 0;
+  const calls = new Map<string, { tool: string; input: Record<string, unknown> }>();
+  let failed: string | undefined;
+  let finished = false;
+  try {
+    const result = streamText({
+      model: ctx.model,
+      messages: chat.messages,
+      tools: turn.tools as ToolSet,
+      ...(turn.onChunk !== undefined ? { onChunk: turn.onChunk } : {}),
+      stopWhen: stepCountIs(4),
+      maxRetries: 0,
+      // The stream's error reaches the app as its error part; the AI SDK's default logs it too.
+      onError: () => {},
+    });
+    for await (const part of result.fullStream) {
+      if (part.type === "tool-call") {
+        calls.set(part.toolCallId, { tool: part.toolName, input: part.input as Record<string, unknown> });
+        say(ctx.log, "ai-sdk", `tool-call ${part.toolName} (${part.toolCallId})`);
+      } else if (part.type === "tool-result" || part.type === "tool-error") {
+        const c = calls.get(part.toolCallId);
+        const ok = part.type === "tool-result";
+        const entry: Told = {
+          chat: chat.plan.id,
+          message: message.text,
+          toolCallId: part.toolCallId,
+          tool: part.toolName,
+          input: (c?.input ?? part.input) as Record<string, unknown>,
+          ok,
+          ...(ok ? { output: (part as { output: unknown }).output } : { error: (part as { error: unknown }).error }),
+        };
+        told.push(entry);
+        say(ctx.log, "ai-sdk", `${part.type} ${part.toolName}: ${ok ? JSON.stringify(entry.output) : describeError(entry.error)}`);
+      } else if (part.type === "error") {
+        failed ??= describeError(part.error);
+      } else if (part.type === "finish") {
+        finished = true;
+        // A stream that ended without its finishing event is no answer to keep (STREAM-1).
+        if (part.finishReason === "error" || part.finishReason === "other") failed ??= `finish reason ${part.finishReason}`;
+      }
+    }
+    if (!finished) failed ??= "the stream ended without a finish part";
+    if (failed === undefined) {
+      const response = await result.response;
+      chat.messages.push(...response.messages);
+    }
+  } catch (error) {
+    failed ??= describeError(error);
+  }
+  if (failed !== undefined) {
+    say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} failed (${failed}); nothing kept`);
+    count(ctx.log, "attempts_failed");
+    // The chapter's incident: a call ran in this attempt, and the app re-sends the turn anyway.
+    if ((ctx.log.stats.tool_runs ?? 0) > runsBefore) count(ctx.log, "failed_after_a_tool_ran");
+    return false;
+  }
+  ctx.log.told.push(...told);
+  say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} answered; kept ${told.length} tool answers`);
+  return true;
+}
+
+/** A turn as the app drives it: a request, and the same messages again after each failure (AISDK-6). */
+async function driveTurn(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string): Promise<boolean> {
+  for (let resend = 0; resend <= message.resends; resend++) {
+    if (await attempt(ctx, chat, message, content, resend === 0 ? label : `${label}, re-sent after a failure`)) return true;
+    if (resend < message.resends) count(ctx.log, "resends");
+  }
+  return false;
+}
+
+async function runChat(ctx: RunContext, plan: AiSdkChatPlan): Promise<void> {
+  const chat: Chat = { plan, messages: [] };
+  for (const message of plan.messages) {
+    const content = contentOf(ctx.account, plan.id, message.text);
+    chat.messages.push({ role: "user", content });
+    const answered = await driveTurn(ctx, chat, message, content, "send");
+    if (answered) count(ctx.log, "turns_answered");
+    else count(ctx.log, "turns_unanswered");
+    if (message.regenerate) {
+      // Regenerate: drop the answer after the last user message and ask the same turn again.
+      const lastUser = chat.messages.findLastIndex((m) => m.role === "user");
+      chat.messages.splice(lastUser + 1);
+      count(ctx.log, "regenerates");
+      await driveTurn(ctx, chat, message, content, "regenerate");
+    }
+  }
+}
+
+interface RunContext {
+  world: AiSdkWorld;
+  account: string;
+  log: CaseLog;
+  model: ReturnType<ReturnType<typeof createOpenAI>["responses"]>;
+  forTurn: (request: AiSdkRequest) => AiSdkTurnTools;
+}
+
+export interface AiSdkCaseRun {
+  violations: OracleViolation[];
+  timeline: string[];
+  stats: Record<string, number>;
+}
+
+/** One scenario: the chats run side by side, each through its own sequence of turns; then the oracle. */
+export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, scenario: AiSdkScenario, app: AiSdkAppOptions = {}): Promise<AiSdkCaseRun> {
+  const fixture: LedgerFixture = await subject.create();
+  const account = `acct_${randomUUID().slice(0, 12)}`;
+  const log: CaseLog = { started: Date.now(), timeline: [], told: [], stats: { cases: 1 } };
+  const faults = new Map<string, FaultSpec["outcome"]>();
+  const plans = new Map<string, ScriptedResponse>();
+  const attempts = new Map<string, { attempt: number; plan: AiSdkMessagePlan }>();
+  for (const chat of scenario.chats) {
+    for (const message of chat.messages) {
+      const content = contentOf(account, chat.id, message.text);
+      // The memo is free text the mock re-words on every later response to the same request (IDENT-1).
+      plans.set(content, respond(...message.calls.map((c) => call(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {}))));
+      attempts.set(content, { attempt: 0, plan: message });
+      message.calls.forEach((c, i) => {
+        const fault = message.downstream[i];
+        if (fault !== undefined) faults.set(intentSignature(c.tool, c.args), fault);
+      });
+    }
+  }
+  world.current = { plans, attempts };
+  const running = { n: 0 };
+  try {
+    const tools = appTools(world, account, log, faults, running, app.disposition);
+    const dispatcher: AiSdkWrapOptions["dispatcher"] = {
+      leaseMs: 5_000,
+      // Longer than any early-dispatched call of a cut attempt takes, so its retry waits for it (LEDGER-15).
+      waitMs: 15_000,
+      pollMs: 2,
+      maxPollMs: 20,
+      allowVolatileLedgerForUnkeyedWrites: true,
+      logger: { warn: () => {} },
+    };
+    const forTurn = (app.wrap ?? wrapOnce)(tools, fixture.ledger, { effects: EFFECTS, identity: IDENTITY, dispatcher });
+    const model = createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).responses("gpt-conformance");
+    const ctx: RunContext = { world, account, log, model, forTurn };
+    await Promise.all(scenario.chats.map((chat) => runChat(ctx, chat)));
+    // A call started at its tool-call part may outlive the stream that was cut under it.
+    await settled(running);
+    const effects = world.payments.effects({ account });
+    const violations = checkAiSdkOracle(scenario, account, log, effects);
+    count(log, "told_successes", log.told.filter((t) => t.ok).length);
+    count(log, "told_errors", log.told.filter((t) => !t.ok).length);
+    count(log, "effects", effects.length);
+    return { violations, timeline: log.timeline, stats: log.stats };
+  } finally {
+    world.current = undefined;
+    await fixture.destroy().catch(() => {});
+  }
+}
+
+/** Until no tool has run for a little while (a call dispatched early starts a moment after its part). */
+async function settled(running: { n: number }): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  let quiet = 0;
+  while (quiet < 5 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    quiet = running.n === 0 ? quiet + 1 : 0;
+  }
+}
+
+function describeError(error: unknown): string {
+  const entry = catalogueEntry(error);
+  // An `error` event of the stream reaches the app as the event's data, a plain object.
+  const message = error instanceof Error ? error.message : typeof error === "object" && error !== null ? JSON.stringify(error) : String(error);
+  return entry === undefined ? message.slice(0, 200) : `${entry.code} (effect ${entry.effect}): ${message.slice(0, 160)}`;
+}
+
+// ---- the oracle --------------------------------------------------------------------------------
+
+/** Whether what the app was told says the effect certainly did not happen. */
+function saysNotHappened(error: unknown): boolean {
+  const entry = catalogueEntry(error);
+  if (entry !== undefined) return entry.effect === "no";
+  if (ToolError.isInstance(error)) return error.disposition === "definite" || error.disposition === "not_performed";
+  if (error instanceof PaymentsError) return error.outcome === "rejected" || error.outcome === "not_performed";
+  return false;
+}
+
+function effectSignature(effect: Effect): string | undefined {
+  if (effect.kind === "payment_created") return intentSignature("send_payment", effect.payload);
+  if (effect.kind === "invoice_created") return intentSignature("create_invoice", effect.payload);
+  return undefined;
+}
+
+const describeEffect = (e: Effect) => `${e.kind} ${e.resourceId} (seq ${e.seq}, key ${short(e.idempotencyKey ?? undefined)})`;
+
+/**
+ * Per intent (one planned call): at most one effect in the payments API's log; exactly one, and
+ * the one named, when the app was told it succeeded; and no error the app kept may say the effect
+ * did not happen when it did.
+ */
+export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: CaseLog, effects: Effect[]): OracleViolation[] {
+  const violations: OracleViolation[] = [];
+  const add = (rule: string, message: string) => violations.push({ rule, message });
+  const intents = new Map<string, { chat: string; message: string; call: PlannedCall }>();
+  for (const chat of scenario.chats) for (const m of chat.messages) for (const c of m.calls) intents.set(intentSignature(c.tool, c.args), { chat: chat.id, message: m.text, call: c });
+  const bySignature = new Map<string, Effect[]>();
+  for (const e of effects) {
+    const signature = effectSignature(e);
+    if (signature === undefined) continue;
+    if (!intents.has(signature)) add("CONF-2", `${describeEffect(e)} in account ${account} answers no intent of the scenario`);
+    bySignature.set(signature, [...(bySignature.get(signature) ?? []), e]);
+  }
+  const where = (i: { chat: string; message: string; call: PlannedCall }) => `${i.call.tool} for ${i.chat} ${JSON.stringify(i.message)} ("${intentSignature(i.call.tool, i.call.args)}")`;
+  for (const [signature, intent] of intents) {
+    const list = bySignature.get(signature) ?? [];
+    if (list.length > 1) add("CONF-2", `${where(intent)}: performed ${list.length} times for one intent: ${list.map(describeEffect).join(", ")}`);
+  }
+  for (const t of log.told) {
+    const signature = intentSignature(t.tool, t.input);
+    const intent = intents.get(signature);
+    const list = bySignature.get(signature) ?? [];
+    const what = `${t.tool} call ${t.toolCallId} of ${t.chat} ${JSON.stringify(t.message)}`;
+    if (intent === undefined) {
+      add("CONF-2", `${what} was kept with input ${JSON.stringify(t.input)}, which no intent asked for`);
+      continue;
+    }
+    if (t.ok) {
+      const output = t.output as { paymentId?: string; invoiceId?: string } | undefined;
+      const named = t.tool === "create_invoice" ? output?.invoiceId : output?.paymentId;
+      if (list.length === 0) add("RECORD-3", `${what} was kept as a success (${JSON.stringify(t.output)}) but the payments API performed nothing for it`);
+      else if (named !== list[0]!.resourceId) add("DISPATCH-5", `${what} was kept as a success naming ${named}, but the effect is ${describeEffect(list[0]!)}`);
+    } else if (list.length > 0 && saysNotHappened(t.error)) {
+      add("EFFECT-6", `${what} was kept as an error that says the effect did not happen (${describeError(t.error)}) but it happened: ${list.map(describeEffect).join(", ")}`);
+    }
+  }
+  return violations;
+}

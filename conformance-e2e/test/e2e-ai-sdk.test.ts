@@ -1,0 +1,89 @@
+import { createOnceTools } from "@dispatch-once/ai-sdk";
+import { ConformanceFailure, memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
+import type { ToolSet } from "ai";
+import { describe, expect, it } from "vitest";
+import { expectReadable } from "./readable.js";
+import { runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
+
+/**
+ * The end-to-end level on the Vercel AI SDK profile (spec §13.2): an app that drives real
+ * `streamText` with tools wrapped by `createOnceTools` against apps/mock-openai, re-sends after
+ * mid-stream failures (AISDK-6) and regenerates answered turns, judged by the payments API's
+ * effect log against what the app kept. CI sizes it with CONFORMANCE_E2E_AISDK_RUNS.
+ */
+const memory = memoryLedgerSubject();
+const runs = Number(process.env.CONFORMANCE_E2E_AISDK_RUNS ?? 40);
+/** Finding each bug takes a few runs; shrinking whole chats is what costs, so it is capped. */
+const SHRINK_BUDGET_MS = 15_000;
+
+describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
+  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 an app with createOnceTools performs each intent at most once and keeps only the truth, over ${runs} random scenarios`, async () => {
+    const seen: Record<string, number> = {};
+    await runEndToEnd(memory, {
+      provider: "ai-sdk",
+      runs,
+      seed: Number(process.env.CONFORMANCE_SEED ?? 20261201),
+      onStats: (stats) => Object.assign(seen, stats),
+    });
+    // The oracle read what the app kept: an app that kept nothing would pass every check.
+    expect(seen.told_successes).toBeGreaterThan(0);
+    if (runs < 20) return;
+    for (const kind of ["attempts_failed", "failed_after_a_tool_ran", "resends", "regenerates", "lost_responses", "told_errors"]) expect(seen[kind], kind).toBeGreaterThan(0);
+  }, 600_000);
+});
+
+describe("the ai-sdk oracle rejects planted bugs", () => {
+  it("AISDK-2 tools not wrapped (the app's tools as written) pay again on a regenerate or a re-send; the printed seed and path replay it", async () => {
+    const unwrapped: AiSdkAppOptions = { wrap: (tools) => () => ({ tools }) };
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 7, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: unwrapped }).catch((e: unknown) => e);
+    const message = expectReadable(error, 7);
+    expect(message).toMatch(/breaks CONF-2/);
+    expect(message).toMatch(/performed 2 times for one intent/);
+    // The printed seed and path replay that one shrunk scenario, once, failing the same rule.
+    const cx = (error as ConformanceFailure).counterexample!;
+    let stats: Record<string, number> = {};
+    const again = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: cx.seed, path: cx.path, aiSdk: unwrapped, onStats: (s) => (stats = s) }).catch((e: unknown) => e);
+    expect(stats.property_cases).toBe(1);
+    expect((again as ConformanceFailure).violates).toBe("CONF-2");
+    expect((again as ConformanceFailure).counterexample!.value).toEqual(cx.value);
+  }, 600_000);
+
+  it("AISDK-7 a wrapper that ignores identity pays again when the regenerated response re-words the memo", async () => {
+    const noIdentity: AiSdkAppOptions = {
+      wrap: (tools, ledger, o) => {
+        const once = createOnceTools({ tools: tools as ToolSet, effects: o.effects, ledger, dispatcher: o.dispatcher });
+        return (request) => once.forTurn(request);
+      },
+    };
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 17, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: noIdentity }).catch((e: unknown) => e);
+    const message = expectReadable(error, 17);
+    expect(message).toMatch(/breaks CONF-2/);
+    expect(message).toMatch(/send_payment for chat-\d "c\d message \d" .*: performed 2 times for one intent/);
+  }, 600_000);
+
+  it("AISDK-1 a wrapper that numbers turns by request instead of by user message gives a re-send or a regenerate new keys", async () => {
+    const perRequest: AiSdkAppOptions = {
+      wrap: (tools, ledger, o) => {
+        const once = createOnceTools({ tools: tools as ToolSet, effects: o.effects, identity: o.identity, ledger, dispatcher: o.dispatcher });
+        const requests = new Map<string, number>();
+        return (request) => {
+          // The bug: each request (each response) is its own turn, as TURN-3 counts for a runner.
+          const turnIndex = requests.get(request.conversationId) ?? 0;
+          requests.set(request.conversationId, turnIndex + 1);
+          return once.forTurn({ conversationId: request.conversationId, turnIndex, dispatchAt: request.dispatchAt });
+        };
+      },
+    };
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 1, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: perRequest }).catch((e: unknown) => e);
+    const message = expectReadable(error, 1);
+    expect(message).toMatch(/breaks CONF-2/);
+    expect(message).toMatch(/performed 2 times for one intent/);
+  }, 600_000);
+
+  it("EFFECT-6 tools that tell a lost payments response as a definite failure keep 'did not happen' for a payment that happened", async () => {
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 6, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: { disposition: () => "definite" } }).catch((e: unknown) => e);
+    const message = expectReadable(error, 6);
+    expect(message).toMatch(/breaks EFFECT-6/);
+    expect(message).toMatch(/was kept as an error that says the effect did not happen \(tool_failed \(effect no\)/);
+  }, 600_000);
+});
