@@ -59,8 +59,10 @@ const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
   --e2e-runs <n>          runs of the end-to-end property (default --runs, else
                           $CONFORMANCE_E2E_RUNS, else ${DEFAULT_END_TO_END_RUNS})
   --provider <name>       the stream side of the end-to-end level: anthropic (the Messages
-                          API runner against the Anthropic mock) or openai (the Responses
-                          API runner against the OpenAI mock). Default anthropic
+                          API runner against the Anthropic mock), openai (the Responses
+                          API runner against the OpenAI mock) or ai-sdk (an app on the
+                          Vercel AI SDK's streamText with createOnceTools, against the
+                          OpenAI mock). Default anthropic
   --seed <n>              seed of every random choice, keys included (default
                           $CONFORMANCE_SEED, else random; always printed)
   --path <p>              replay exactly the one case at this fast-check path (with --seed,
