@@ -7,7 +7,6 @@ import {
   LedgerCorruptError,
   LedgerUnavailableError,
   ROW_FORMAT_VERSION,
-  ResultNotStorableError,
   StaleClaimError,
   releasedClaimError,
   checkListQuery,
