@@ -119,7 +119,7 @@ describe("checkStoredError, checkUnknownReason and resultRefusal", () => {
 });
 
 /** A row as a store would keep it: every value a primitive; integers as text where the driver says so. */
-function encode(row: LedgerRow & { [k: string]: unknown }, integersAsText: boolean): StoredLedgerFields {
+function encode(row: LedgerRow, integersAsText: boolean): StoredLedgerFields {
   const int = (n: number | undefined) => (n === undefined ? null : integersAsText ? String(n) : n);
   return {
     v: ROW_FORMAT_VERSION,

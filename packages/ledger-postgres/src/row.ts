@@ -1,5 +1,5 @@
 import type { LedgerRow } from "@dispatch-once/core";
-import { decodeLedgerRow } from "@dispatch-once/core/internal";
+import { decodeLedgerColumns } from "@dispatch-once/core/internal";
 
 /** A row as pg returns it (bigint columns as strings) or as to_json renders it (as numbers). */
 export interface RawRow {
@@ -29,27 +29,7 @@ export interface RawRow {
  * (LEDGER-11). pg returns bigint columns as decimal text, to_json as numbers: both are read.
  */
 export function decodeRow(raw: RawRow): LedgerRow {
-  return decodeLedgerRow(
-    raw.key,
-    {
-      v: raw.v,
-      state: raw.state,
-      toolName: raw.tool_name,
-      effect: raw.effect,
-      fence: raw.fence,
-      claimedAt: raw.claimed_at,
-      request: raw.request,
-      conversationId: raw.conversation_id,
-      turnIndex: raw.turn_index,
-      owner: raw.owner,
-      leaseExpiresAt: raw.lease_expires_at,
-      result: raw.result,
-      error: raw.error,
-      reason: raw.reason,
-      finishedAt: raw.finished_at,
-    },
-    { integersAsText: true },
-  );
+  return decodeLedgerColumns(raw.key, raw, { integersAsText: true });
 }
 
 /** Whether a finished row's retention has passed (the claim rule treats it as absent). */

@@ -1,5 +1,5 @@
 import { LedgerCorruptError, type LedgerRow } from "@dispatch-once/core";
-import { decodeLedgerRow, decodeStoredInteger } from "@dispatch-once/core/internal";
+import { decodeLedgerColumns, decodeStoredInteger } from "@dispatch-once/core/internal";
 
 /** A row as better-sqlite3 returns it: column values, not yet trusted. */
 export interface RawRow {
@@ -34,24 +34,7 @@ export interface DecodedRow {
  * result and request columns are returned as stored (LEDGER-10, LEDGER-21).
  */
 export function decodeRow(key: string, raw: RawRow): DecodedRow {
-  const row = decodeLedgerRow(key, {
-    v: raw.v,
-    key: raw.key,
-    state: raw.state,
-    toolName: raw.tool_name,
-    effect: raw.effect,
-    fence: raw.fence,
-    claimedAt: raw.claimed_at,
-    request: raw.request,
-    conversationId: raw.conversation_id,
-    turnIndex: raw.turn_index,
-    owner: raw.owner,
-    leaseExpiresAt: raw.lease_expires_at,
-    result: raw.result,
-    error: raw.error,
-    reason: raw.reason,
-    finishedAt: raw.finished_at,
-  });
+  const row = decodeLedgerColumns(key, raw);
   const expiresAt = raw.expires_at === null ? null : decodeStoredInteger(key, "expires_at", raw.expires_at);
   // A finished row without a retention deadline would never be swept: refuse it rather than guess.
   if (expiresAt === null && row.state !== "in_flight") throw new LedgerCorruptError(key, "finished row has no expires_at");

@@ -24,9 +24,11 @@ export {
   checkStoredError,
   resultRefusal,
   decodeLedgerRow,
+  decodeLedgerColumns,
   decodeStoredError,
   decodeStoredInteger,
   type LedgerStoreLimits,
   type StoredLedgerFields,
+  type StoredLedgerColumns,
   type DecodeLedgerRowOptions,
 } from "./ledger-rows.js";

@@ -258,3 +258,52 @@ export function decodeLedgerRow(key: string, fields: StoredLedgerFields, options
       throw corrupt(key, "state", `is ${describe(fields.state)}, not a row state`);
   }
 }
+
+/**
+ * A row of a SQL ledger table as its driver returns it, in the column names both SQL ledgers
+ * use (snake_case); columns added later (conversation_id, turn_index) may be absent.
+ */
+export interface StoredLedgerColumns {
+  key?: unknown;
+  v: unknown;
+  state: unknown;
+  tool_name: unknown;
+  effect: unknown;
+  fence: unknown;
+  claimed_at: unknown;
+  request: unknown;
+  conversation_id?: unknown;
+  turn_index?: unknown;
+  owner: unknown;
+  lease_expires_at: unknown;
+  result: unknown;
+  error: unknown;
+  reason: unknown;
+  finished_at: unknown;
+}
+
+/** decodeLedgerRow for a SQL ledger's columns. */
+export function decodeLedgerColumns(key: string, c: StoredLedgerColumns, options: DecodeLedgerRowOptions = {}): LedgerRow {
+  return decodeLedgerRow(
+    key,
+    {
+      v: c.v,
+      key: c.key,
+      state: c.state,
+      toolName: c.tool_name,
+      effect: c.effect,
+      fence: c.fence,
+      claimedAt: c.claimed_at,
+      request: c.request,
+      conversationId: c.conversation_id,
+      turnIndex: c.turn_index,
+      owner: c.owner,
+      leaseExpiresAt: c.lease_expires_at,
+      result: c.result,
+      error: c.error,
+      reason: c.reason,
+      finishedAt: c.finished_at,
+    },
+    options,
+  );
+}
