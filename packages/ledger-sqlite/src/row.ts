@@ -1,25 +1,10 @@
 import { LedgerCorruptError, type LedgerRow } from "@dispatch-once/core";
-import { decodeLedgerColumns, decodeStoredInteger } from "@dispatch-once/core/internal";
+import { decodeLedgerColumns, decodeStoredInteger, type StoredLedgerColumns } from "@dispatch-once/core/internal";
 
 /** A row as better-sqlite3 returns it: column values, not yet trusted. */
-export interface RawRow {
+export interface RawRow extends StoredLedgerColumns {
   key: unknown;
-  v: unknown;
-  state: unknown;
-  tool_name: unknown;
-  effect: unknown;
-  fence: unknown;
-  claimed_at: unknown;
-  owner: unknown;
-  lease_expires_at: unknown;
-  result: unknown;
-  error: unknown;
-  reason: unknown;
-  finished_at: unknown;
   expires_at: unknown;
-  request: unknown;
-  conversation_id?: unknown;
-  turn_index?: unknown;
 }
 
 /** A decoded row plus the retention deadline the adapter keeps beside it. */
@@ -40,3 +25,4 @@ export function decodeRow(key: string, raw: RawRow): DecodedRow {
   if (expiresAt === null && row.state !== "in_flight") throw new LedgerCorruptError(key, "finished row has no expires_at");
   return { row, expiresAt };
 }
+
