@@ -25,4 +25,3 @@ export function decodeRow(key: string, raw: RawRow): DecodedRow {
   if (expiresAt === null && row.state !== "in_flight") throw new LedgerCorruptError(key, "finished row has no expires_at");
   return { row, expiresAt };
 }
-
