@@ -6,6 +6,7 @@ import {
   MemoryLedger,
   defineTool,
   newClaimId,
+  ToolError,
   CLAIM_ID_PATTERN,
   type ClaimRequest,
   type DispatchEvent,
@@ -227,6 +228,49 @@ describe("a claim is recognised by its claim id (LEDGER-26)", () => {
     expect(next).toEqual({ ok: false, code: "outcome_unknown" });
     expect(runs).toEqual([]);
     expect(row).toMatchObject({ state: "unknown", reason: "lease_expired" });
+  });
+
+  it("LEDGER-28 a dispatch that releases its own row after a lost reply retires its claim id first: a late copy cannot take the row even after another claim released it", async () => {
+    const base = new MemoryLedger();
+    const held: ClaimRequest[] = [];
+    let claims = 0;
+    let releases = 0;
+    let late: string | undefined;
+    const ledger: Ledger = Object.assign(Object.create(base) as Ledger, {
+      capabilities: { ...base.capabilities, durability: "durable" as const },
+      claim: async (request: ClaimRequest) => {
+        if (++claims === 1) {
+          held.push(request); // held by the store, applied later
+          throw new LedgerUnavailableError("claim timed out (the store may have applied it)");
+        }
+        return base.claim(request);
+      },
+      release: async (key: string, fence: number) => {
+        await base.release(key, fence);
+        if (++releases > 1) return;
+        // Right after this dispatch's release, before anything else it does: another process
+        // claims the row and releases it (not performed), then the held copy lands.
+        const other = await base.claim({ ...held[0]!, claimId: newClaimId(), owner: "other" });
+        if (other.outcome === "claimed") await base.release(key, other.fence);
+        late = await base.claim(held[0]!).then(
+          (answer) => answer.outcome,
+          (error: { code?: string }) => error.code,
+        );
+      },
+    });
+    const tool = defineTool({
+      name: "post_note",
+      effect: "unkeyed_write",
+      input: z.object({ text: z.string() }),
+      async run() {
+        throw new ToolError("the notes service refused the connection", { disposition: "not_performed" });
+      },
+    });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, pollMs: 1, logger: recordingLogger().logger });
+    const call = { name: "post_note", input: { text: "note" } };
+    await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "claim_released" });
+    expect(late).toBe("stale_claim");
+    expect(await base.lookup(dispatcher.keyFor(call, turn0))).toMatchObject({ state: "released", fence: 2 });
   });
 
   describe("on a ledger without retire (LEDGER-27 alone): released by claim id (DISPATCH-16's fallback)", () => {
