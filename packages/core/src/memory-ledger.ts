@@ -1,7 +1,7 @@
 import { InvalidLedgerInputError, ResultNotStorableError, StaleClaimError, type StoredError } from "./errors.js";
 import { ResolutionRefusedError } from "./resolution-refused-error.js";
+import { checkClaimRequest, checkLedgerLeaseMs, checkStoredError } from "./internal/ledger-rows.js";
 import {
-  checkClaimOrigin,
   checkListQuery,
   checkResolveRequest,
   checkRetireRequest,
@@ -118,8 +118,9 @@ export class MemoryLedger implements Ledger {
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
-    assertClaimId(request.claimId);
-    checkClaimOrigin(request);
+    // Leases are whole milliseconds, rounded up, in every ledger.
+    const leaseMs = checkClaimRequest(request);
+    if (leaseMs !== request.leaseMs) request = { ...request, leaseMs };
     const now = this.now();
     const row = this.rows.get(request.key);
     // A late copy of a claim its dispatch gave up on takes nothing, whatever the row (LEDGER-28).
@@ -163,9 +164,10 @@ export class MemoryLedger implements Ledger {
   async renew(key: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
     // An expired lease that nobody has acted on yet is still this owner's: the fence,
     // not the clock, decides ownership (LEDGER-5).
+    const lease = checkLedgerLeaseMs(leaseMs);
     const row = this.owned(key, fence);
     const now = this.now();
-    row.leaseExpiresAt = now + leaseMs;
+    row.leaseExpiresAt = now + lease;
     return { leaseExpiresAt: row.leaseExpiresAt };
   }
 
@@ -183,6 +185,7 @@ export class MemoryLedger implements Ledger {
   }
 
   async fail(key: string, fence: number, error: StoredError): Promise<void> {
+    checkStoredError(error);
     const row = this.owned(key, fence);
     const now = this.now();
     this.rows.set(key, {

@@ -5,13 +5,9 @@ import {
   DEFAULT_RETENTION_MS,
   LedgerCorruptError,
   LedgerUnavailableError,
-  ResultNotStorableError,
   StaleClaimError,
-  assertClaimId,
-  assertStorableResult,
   releasedClaimError,
   retiredClaimError,
-  checkClaimOrigin,
   checkListQuery,
   checkResolveRequest,
   checkRetireRequest,
@@ -35,6 +31,16 @@ import {
   type LedgerRow,
   type StoredError,
 } from "@dispatch-once/core";
+import {
+  MAX_LEASE_MS,
+  checkClaimRequest,
+  checkLedgerKey,
+  checkLedgerLeaseMs,
+  checkStoredError,
+  checkUnknownReason,
+  resultRefusal,
+  type LedgerStoreLimits,
+} from "@dispatch-once/core/internal";
 import { InvalidLedgerInputError } from "./errors.js";
 import { decodeRow, retentionPassed, type RawRow } from "./row.js";
 import {
@@ -181,16 +187,8 @@ function storableText(value: string): boolean {
 /** PostgreSQL's largest value (1 GB - 1 byte): a longer request cannot be stored. */
 const MAX_TEXT_BYTES = 0x3fffffff;
 
-/** The call's request: any text PostgreSQL can hold byte for byte (LEDGER-21); may be empty. */
-function storedRequest(value: unknown): string {
-  if (typeof value !== "string" || !storableText(value)) {
-    throw new InvalidLedgerInputError("request", "must be the call's request as a string without NUL or lone surrogates");
-  }
-  if (value.length * 3 > MAX_TEXT_BYTES && Buffer.byteLength(value, "utf8") > MAX_TEXT_BYTES) {
-    throw new InvalidLedgerInputError("request", `is over PostgreSQL's ${MAX_TEXT_BYTES} bytes for one value`);
-  }
-  return value;
-}
+/** What a PostgreSQL text column holds exactly; keys fit a btree entry (MAX_KEY_LENGTH). */
+const STORE_LIMITS: LedgerStoreLimits = { maxKeyLength: MAX_KEY_LENGTH, maxValueBytes: MAX_TEXT_BYTES, storesNul: false };
 
 function requestText(field: string, value: unknown, maxLength: number): string {
   if (typeof value !== "string" || value.length === 0 || value.length > maxLength || !storableText(value)) {
@@ -200,17 +198,6 @@ function requestText(field: string, value: unknown, maxLength: number): string {
     );
   }
   return value;
-}
-
-/** Longest lease accepted: a year. Longer is a configuration mistake, not a lease. */
-const MAX_LEASE_MS = 366 * 24 * 60 * 60 * 1000;
-
-/** Whole milliseconds on the server clock, rounded up so a lease is never shorter than asked. */
-function leaseMilliseconds(leaseMs: unknown): string {
-  if (typeof leaseMs !== "number" || !Number.isFinite(leaseMs) || leaseMs < 0 || leaseMs > MAX_LEASE_MS) {
-    throw new InvalidLedgerInputError("leaseMs", `${String(leaseMs)} is not a number of milliseconds in 0..${MAX_LEASE_MS}`);
-  }
-  return String(Math.ceil(leaseMs));
 }
 
 function describe(error: unknown): string {
@@ -392,20 +379,8 @@ export class PostgresLedger implements Ledger {
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
-    if (typeof request !== "object" || request === null) {
-      throw new InvalidLedgerInputError("request", "a claim request object is required");
-    }
-    const key = requestText("key", request.key, MAX_KEY_LENGTH);
-    const toolName = requestText("toolName", request.toolName, 1024);
-    const owner = requestText("owner", request.owner, 1024);
-    if (request.effect !== "keyed_write" && request.effect !== "unkeyed_write") {
-      throw new InvalidLedgerInputError("effect", `must be keyed_write or unkeyed_write, not ${String(request.effect)}`);
-    }
-    const leaseMs = leaseMilliseconds(request.leaseMs);
-    const own = storedRequest((request as { request?: unknown }).request);
-    assertClaimId(request.claimId);
-    checkClaimOrigin(request);
-    if (request.conversationId !== undefined) requestText("conversationId", request.conversationId, 512);
+    const leaseMs = String(checkClaimRequest(request, STORE_LIMITS));
+    const { key, toolName, owner, request: own } = request;
     const values = [
       key,
       toolName,
@@ -443,7 +418,7 @@ export class PostgresLedger implements Ledger {
   }
 
   async renew(key: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
-    const lease = leaseMilliseconds(leaseMs);
+    const lease = String(checkLedgerLeaseMs(leaseMs));
     this.assertFence(key, fence);
     const { rows } = await this.run<{ lease_expires_at: string }>(
       "renew",
@@ -456,19 +431,7 @@ export class PostgresLedger implements Ledger {
 
   async complete(key: string, fence: number, result: string): Promise<void> {
     this.assertFence(key, fence);
-    if (typeof result !== "string") {
-      throw new ResultNotStorableError(key, "the result is not JSON text");
-    }
-    let refusal: ResultNotStorableError | undefined;
-    try {
-      assertStorableResult(key, result, this.capabilities.maxResultBytes);
-      if (!storableText(result)) {
-        refusal = new ResultNotStorableError(key, "it contains NUL or a lone surrogate, which a PostgreSQL text column cannot hold byte for byte");
-      }
-    } catch (error) {
-      if (!(error instanceof ResultNotStorableError)) throw error;
-      refusal = error;
-    }
+    const refusal = resultRefusal(key, result, this.capabilities.maxResultBytes, STORE_LIMITS);
     if (refusal !== undefined) {
       // Same precedence as the reference ledger: a stale owner hears "stale" first.
       const { rowCount } = await this.run("complete", this.prepared(this.sql.owns, [key, String(fence)]));
@@ -480,21 +443,13 @@ export class PostgresLedger implements Ledger {
 
   async fail(key: string, fence: number, error: StoredError): Promise<void> {
     this.assertFence(key, fence);
-    let json: string | undefined;
-    try {
-      json = JSON.stringify(error);
-    } catch (cause) {
-      throw new InvalidLedgerInputError("error", `cannot be stored as JSON: ${describe(cause)}`);
-    }
-    if (typeof error !== "object" || error === null || typeof json !== "string") {
-      throw new InvalidLedgerInputError("error", "must be a StoredError object");
-    }
+    const json = checkStoredError(error, STORE_LIMITS);
     await this.finish("fail", this.sql.fail, key, fence, [json]);
   }
 
   async markUnknown(key: string, fence: number, reason: string): Promise<void> {
     this.assertFence(key, fence);
-    await this.finish("markUnknown", this.sql.markUnknown, key, fence, [requestText("reason", reason, 4096)]);
+    await this.finish("markUnknown", this.sql.markUnknown, key, fence, [checkUnknownReason(reason, STORE_LIMITS)]);
   }
 
   async release(key: string, fence: number): Promise<void> {
@@ -511,7 +466,7 @@ export class PostgresLedger implements Ledger {
    */
   async retire(key: string, claimId: string, options?: RetireOptions): Promise<RetireResult> {
     const release = checkRetireRequest(key, claimId, options);
-    requestText("key", key, MAX_KEY_LENGTH);
+    checkLedgerKey(key, STORE_LIMITS);
     const { rows } = await this.run<unknown[]>("retire", {
       ...this.prepared(this.sql.retire, [key, claimId, String(release), String(this.retentionMs)]),
       rowMode: "array",
@@ -524,7 +479,7 @@ export class PostgresLedger implements Ledger {
   }
 
   async lookup(key: string): Promise<LedgerRow | undefined> {
-    requestText("key", key, MAX_KEY_LENGTH);
+    checkLedgerKey(key, STORE_LIMITS);
     const { rows } = await this.run<RawRow & { now_ms: string }>("lookup", this.prepared(this.sql.lookup, [key]));
     const raw = rows[0];
     if (raw === undefined) return undefined;
@@ -614,17 +569,17 @@ export class PostgresLedger implements Ledger {
   async resolve(request: ResolveRequest): Promise<ResolvedRow> {
     checkResolveRequest(request);
     const { key, resolution } = request;
-    requestText("key", key, MAX_KEY_LENGTH);
+    checkLedgerKey(key, STORE_LIMITS);
     requestText("actor", request.actor, 1024);
     requestText("reason", request.reason, 4096);
     let result: string | null = null;
     let error: string | null = null;
     if (resolution.outcome === "completed") {
       result = resolution.result;
-      assertStorableResult(key, result, this.capabilities.maxResultBytes);
-      if (!storableText(result)) throw new ResultNotStorableError(key, "it contains NUL or a lone surrogate, which a PostgreSQL text column cannot hold byte for byte");
+      const refusal = resultRefusal(key, result, this.capabilities.maxResultBytes, STORE_LIMITS);
+      if (refusal !== undefined) throw refusal;
     } else if (resolution.outcome === "failed") {
-      error = JSON.stringify(resolution.error);
+      error = checkStoredError(resolution.error, STORE_LIMITS);
     }
     const state = resolution.outcome === "not_performed" ? "released" : resolution.outcome;
     const { rows } = await this.run<{ state: string; fence: string; v: number; expires_at: string | null; now_ms: string; written: string | null }>(
@@ -663,7 +618,7 @@ export class PostgresLedger implements Ledger {
 
   /** The key's audit entries, oldest first (RESOLVE-7). */
   async auditTrail(key: string): Promise<AuditEntry[]> {
-    requestText("key", key, MAX_KEY_LENGTH);
+    checkLedgerKey(key, STORE_LIMITS);
     const { rows } = await this.run<{ at: string; actor: string; action: string; from_state: string; to_state: string; fence: string; reason: string; outcome: string | null }>(
       "auditTrail",
       this.prepared(this.sql.auditTrail, [key]),
@@ -696,7 +651,7 @@ export class PostgresLedger implements Ledger {
   }
 
   private assertFence(key: string, fence: number): void {
-    requestText("key", key, MAX_KEY_LENGTH);
+    checkLedgerKey(key, STORE_LIMITS);
     // No row can be owned by a fence that is not a positive integer: refuse without asking.
     if (typeof fence !== "number" || !Number.isSafeInteger(fence) || fence < 1) {
       throw new StaleClaimError(key, fence);

@@ -333,6 +333,15 @@ describe("claims, fences and leases, read from the table", () => {
     expect(await ledger.claim(request("c7", "owner-b"))).toMatchObject({ outcome: "existing", row: { state: "failed", error } });
   });
 
+  it("LEDGER-11: fail() refuses an error that would not read back as a StoredError (a code that is not a string, an array), so no row it writes is unreadable", async () => {
+    const { fence } = await claimed(ledger, "bad-error");
+    for (const bad of [{ name: "E", message: "m", code: 5 }, Object.assign([], { name: "E", message: "m" })]) {
+      const error = await rejection(ledger.fail("bad-error", fence, bad as never));
+      expect(error).toMatchObject({ code: "invalid_ledger_input", field: "error" });
+    }
+    expect(await ledger.lookup("bad-error")).toMatchObject({ state: "in_flight", fence });
+  });
+
   it("bad claim input is refused with a typed error and nothing is written", async () => {
     for (const [field, bad] of [
       ["key", { key: "" }],

@@ -4,15 +4,10 @@ import {
   DEFAULT_RETENTION_MS,
   LedgerCorruptError,
   LedgerUnavailableError,
-  ROW_FORMAT_VERSION,
-  ResultNotStorableError,
   StaleClaimError,
-  assertClaimId,
   releasedClaimError,
-  assertStorableResult,
   isDispatchOnceError,
   checkResolveRequest,
-  checkClaimOrigin,
   checkListQuery,
   decodeListCursor,
   encodeListCursor,
@@ -34,6 +29,16 @@ import {
   type TerminalRow,
 } from "@dispatch-once/core";
 import { Redis, type Cluster } from "ioredis";
+import {
+  checkClaimRequest,
+  checkLedgerLeaseMs,
+  checkStoredError,
+  checkUnknownReason,
+  decodeLedgerRow,
+  resultRefusal,
+  type LedgerStoreLimits,
+  type StoredLedgerFields,
+} from "@dispatch-once/core/internal";
 import { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
 import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, FORGET_LISTED_LUA, LIST_EXPIRED_LUA, LIST_ROWS_LUA, RENEW_LUA, RESOLVE_LUA } from "./scripts.js";
 import { SLOT_COUNT, keySlot, slotTags } from "./slots.js";
@@ -207,8 +212,8 @@ interface ScriptClient {
   [CMD_RESOLVE](row: string, index: string, audit: string, ...args: string[]): Promise<ScriptReply>;
 }
 
-const STATES = new Set(["in_flight", "completed", "failed", "unknown", "released"]);
-const EFFECTS = new Set(["keyed_write", "unkeyed_write"]);
+/** What a Redis string holds: any well-formed text, NUL included, up to its 512 MiB bulk limit. */
+const STORE_LIMITS: LedgerStoreLimits = { maxValueBytes: 512 * 1024 * 1024 };
 
 /** A lost claim is released for at most its lease plus this long (then its row, if any, is settled by LEDGER-7). */
 const CANCEL_GRACE_MS = 60_000;
@@ -396,11 +401,11 @@ export class RedisLedger implements Ledger {
     if (resolution.outcome === "completed") {
       state = "completed";
       body = resolution.result;
-      assertStorableResult(key, body, this.capabilities.maxResultBytes);
-      if (!body.isWellFormed()) throw new ResultNotStorableError(key, "result contains a lone surrogate");
+      const refusal = resultRefusal(key, body, this.capabilities.maxResultBytes, STORE_LIMITS);
+      if (refusal !== undefined) throw refusal;
     } else if (resolution.outcome === "failed") {
       state = "failed";
-      body = JSON.stringify(resolution.error);
+      body = checkStoredError(resolution.error, STORE_LIMITS);
     } else {
       state = "released";
     }
@@ -472,22 +477,8 @@ export class RedisLedger implements Ledger {
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
-    const key = this.checkKey(request?.key);
-    if (typeof request.toolName !== "string") throw new InvalidLedgerInputError("toolName", "must be a string");
-    if (!EFFECTS.has(request.effect)) {
-      throw new InvalidLedgerInputError("effect", `must be keyed_write or unkeyed_write, got ${String(request.effect)}`);
-    }
-    if (typeof request.owner !== "string") throw new InvalidLedgerInputError("owner", "must be a string");
-    // Stored as UTF-8 and returned byte for byte (LEDGER-21): a lone surrogate has no UTF-8 form.
-    if (typeof request.request !== "string" || !request.request.isWellFormed()) {
-      throw new InvalidLedgerInputError("request", "must be a string without lone surrogates");
-    }
-    const leaseMs = this.checkLease(request.leaseMs);
-    assertClaimId(request.claimId);
-    checkClaimOrigin(request);
-    if (request.conversationId !== undefined && !request.conversationId.isWellFormed()) {
-      throw new InvalidLedgerInputError("conversationId", "must be a string without lone surrogates");
-    }
+    const leaseMs = String(checkClaimRequest(request, STORE_LIMITS));
+    const key = request.key;
     // The caller's claim id when given (LEDGER-26: a claim sent again is recognised by it), else
     // a token of this ledger's own, never repeated (it has a '.', which a claim id never has).
     const token = request.claimId ?? `${this.tokenPrefix}.${(this.tokenCounter++).toString(36)}`;
@@ -550,7 +541,7 @@ export class RedisLedger implements Ledger {
 
   async renew(key: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
     this.checkKey(key);
-    const lease = this.checkLease(leaseMs);
+    const lease = String(checkLedgerLeaseMs(leaseMs));
     if (!Number.isSafeInteger(fence)) throw new StaleClaimError(key, fence);
     const reply = this.checked(
       await this.call("renew", key, () => this.scripts[CMD_RENEW](this.redisKey(key), this.inflightIndexKey(key), String(fence), lease)),
@@ -563,16 +554,12 @@ export class RedisLedger implements Ledger {
 
   async complete(key: string, fence: number, result: string): Promise<void> {
     this.checkKey(key);
-    if (typeof result !== "string") throw new ResultNotStorableError(key, "result must be JSON text (a string)");
     if (!Number.isSafeInteger(fence)) throw new StaleClaimError(key, fence);
-    try {
-      assertStorableResult(key, result, this.capabilities.maxResultBytes);
-      // A lone surrogate has no UTF-8 form: it could not come back byte-for-byte.
-      if (!result.isWellFormed()) throw new ResultNotStorableError(key, "result contains a lone surrogate");
-    } catch (error) {
+    const refusal = resultRefusal(key, result, this.capabilities.maxResultBytes, STORE_LIMITS);
+    if (refusal !== undefined) {
       // Report a stale fence first, as a refused complete() on someone else's row would.
       await this.assertOwned(key, fence);
-      throw error;
+      throw refusal;
     }
     await this.finish(key, fence, "completed", result);
   }
@@ -580,21 +567,13 @@ export class RedisLedger implements Ledger {
   async fail(key: string, fence: number, error: StoredError): Promise<void> {
     this.checkKey(key);
     if (!Number.isSafeInteger(fence)) throw new StaleClaimError(key, fence);
-    if (error === null || typeof error !== "object" || typeof error.name !== "string" || typeof error.message !== "string") {
-      throw new InvalidLedgerInputError("error", "must be a StoredError { name, message, code?, details? }");
-    }
-    let text: string;
-    try {
-      text = JSON.stringify(error);
-    } catch (cause) {
-      throw new InvalidLedgerInputError("error", `is not JSON-serialisable: ${(cause as Error).message}`);
-    }
+    const text = checkStoredError(error, STORE_LIMITS);
     await this.finish(key, fence, "failed", text);
   }
 
   async markUnknown(key: string, fence: number, reason: string): Promise<void> {
     this.checkKey(key);
-    if (typeof reason !== "string") throw new InvalidLedgerInputError("reason", "must be a string");
+    checkUnknownReason(reason, STORE_LIMITS);
     if (!Number.isSafeInteger(fence)) throw new StaleClaimError(key, fence);
     await this.finish(key, fence, "unknown", reason);
   }
@@ -1128,12 +1107,6 @@ export class RedisLedger implements Ledger {
     return key;
   }
 
-  private checkLease(leaseMs: unknown): string {
-    if (typeof leaseMs !== "number" || !Number.isFinite(leaseMs) || leaseMs < 0 || leaseMs > Number.MAX_SAFE_INTEGER) {
-      throw new InvalidLedgerInputError("leaseMs", `must be a non-negative number of milliseconds, got ${String(leaseMs)}`);
-    }
-    return String(Math.ceil(leaseMs));
-  }
 }
 
 /**
@@ -1185,19 +1158,14 @@ export async function createRedisLedger(options: CreateRedisLedgerOptions = {}):
   }
 }
 
-/** The fields every row has, as decodeRow builds them. */
-interface RowFields {
-  key: string;
-  toolName: string;
-  effect: "keyed_write" | "unkeyed_write";
-  fence: number;
-  claimedAt: number;
-  request: string;
-  conversationId?: string;
-  turnIndex?: number;
-}
+/** Where each state keeps its own text in the body, after the request. */
+const BODY_FIELD = { in_flight: "owner", completed: "result", failed: "error", unknown: "reason" } as const;
 
-/** Decode a stored value into a LedgerRow, refusing anything this version did not write (LEDGER-11). */
+/**
+ * Decode a stored value into a LedgerRow: a JSON header line, then the body (the request, then
+ * the state's own text). The header and body are mapped onto core's toolkit, which refuses
+ * anything this version did not write (LEDGER-11).
+ */
 export function decodeRow(key: string, value: string): LedgerRow {
   const corrupt = (why: string, cause?: unknown): never => {
     throw new LedgerCorruptError(key, why, cause === undefined ? undefined : { cause });
@@ -1212,54 +1180,24 @@ export function decodeRow(key: string, value: string): LedgerRow {
   }
   if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) corrupt("row header is not an object");
   const header = parsed as Record<string, unknown>;
-  // The body after the first newline: the result's bytes, exactly as stored.
+  // The body after the first newline starts with the stored request (LEDGER-21). A row without
+  // requestBytes was written before LEDGER-21: no request to re-run with, so corrupt, not absent.
   const body = value.slice(newline + 1);
-  const int = (name: string): number => {
-    const n = header[name];
-    return typeof n === "number" && Number.isSafeInteger(n) && n >= 0 ? n : corrupt(`field ${name} is missing or not an integer`);
-  };
-  if (header.v !== ROW_FORMAT_VERSION) corrupt(`unknown format version ${JSON.stringify(header.v)}`);
-  const state = header.state;
-  if (typeof state !== "string" || !STATES.has(state)) corrupt(`unknown state ${JSON.stringify(state)}`);
-  const effect = header.effect;
-  if (typeof effect !== "string" || !EFFECTS.has(effect)) corrupt(`unknown effect ${JSON.stringify(effect)}`);
-  if (typeof header.toolName !== "string") corrupt("field toolName is missing");
-  // The body starts with the stored request (LEDGER-21). A row without requestBytes was
-  // written before LEDGER-21: it has no request to re-run with, so it is corrupt, not absent.
-  const split = utf8Prefix(body, int("requestBytes"));
+  const requestBytes = header.requestBytes;
+  if (typeof requestBytes !== "number" || !Number.isSafeInteger(requestBytes) || requestBytes < 0) corrupt("field requestBytes is missing or not an integer");
+  const split = utf8Prefix(body, requestBytes as number);
   if (split === undefined) corrupt("the body does not start with requestBytes bytes of UTF-8");
-  const request = body.slice(0, split);
   const rest = body.slice(split);
-  const base: RowFields = {
-    key,
-    toolName: header.toolName as string,
-    effect: effect as "keyed_write" | "unkeyed_write",
-    fence: int("fence"),
-    claimedAt: int("claimedAt"),
-    request,
-  };
-  // Absent from rows written before LIST-3 and from claims that gave none.
-  if (header.conversationId !== undefined) {
-    if (typeof header.conversationId !== "string") corrupt("field conversationId is not a string");
-    base.conversationId = header.conversationId as string;
+  const fields: StoredLedgerFields = { ...header, key: undefined, request: body.slice(0, split) } as StoredLedgerFields;
+  const state = header.state;
+  if (state === "released") {
+    if (rest !== "") corrupt("a released row has text after its request");
+  } else if (typeof state === "string" && Object.hasOwn(BODY_FIELD, state)) {
+    fields[BODY_FIELD[state as keyof typeof BODY_FIELD]] = rest;
+    // The claim token (never returned) releases a lost claim; a row without one is not this version's.
+    if (state === "in_flight" && typeof header.claim !== "string") corrupt("field claim is missing");
   }
-  if (header.turnIndex !== undefined) base.turnIndex = int("turnIndex");
-  if (base.fence < 1) corrupt("fence is below 1");
-  switch (state) {
-    case "in_flight":
-      // The claim token (never returned) releases a lost claim; a row without one is not this version's.
-      if (typeof header.claim !== "string") corrupt("field claim is missing");
-      return { ...base, state, owner: rest, leaseExpiresAt: int("leaseExpiresAt") };
-    case "completed":
-      return { ...base, state, result: rest, finishedAt: int("finishedAt") };
-    case "failed":
-      return { ...base, state, error: decodeStoredError(key, rest), finishedAt: int("finishedAt") };
-    case "unknown":
-      return { ...base, state, reason: rest, finishedAt: int("finishedAt") };
-    default:
-      if (rest !== "") corrupt("a released row has text after its request");
-      return { ...base, state: "released", finishedAt: int("finishedAt") };
-  }
+  return decodeLedgerRow(key, fields);
 }
 
 /**
@@ -1283,26 +1221,6 @@ function utf8Prefix(text: string, bytes: number): number | undefined {
   }
   return n === bytes ? i : undefined;
 }
-function decodeStoredError(key: string, text: string): StoredError {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (cause) {
-    throw new LedgerCorruptError(key, "stored error is not JSON", { cause });
-  }
-  if (
-    value === null ||
-    typeof value !== "object" ||
-    Array.isArray(value) ||
-    typeof (value as StoredError).name !== "string" ||
-    typeof (value as StoredError).message !== "string" ||
-    ((value as StoredError).code !== undefined && typeof (value as StoredError).code !== "string")
-  ) {
-    throw new LedgerCorruptError(key, "stored error is not a StoredError");
-  }
-  return value as StoredError;
-}
-
 /**
  * Whether a command failed because the server refuses it to this client (an ACL without the
  * command, a managed service that renamed or disabled CONFIG): a permanent answer. Anything else

@@ -525,6 +525,14 @@ describe("instances and connections", () => {
     expect(await raw.exists(l.redisKey("k1"))).toBe(0);
   });
 
+  it("LEDGER-11: fail() refuses an error that would not read back as a StoredError (a code that is not a string), so no row it writes is unreadable", async () => {
+    const l = ledger();
+    const claim = await l.claim(request("k1"));
+    if (claim.outcome !== "claimed") throw new Error("expected a claim");
+    await expect(l.fail("k1", claim.fence, { name: "E", message: "m", code: 5 } as never)).rejects.toMatchObject({ code: "invalid_ledger_input", field: "error" });
+    expect(await l.lookup("k1")).toMatchObject({ state: "in_flight", fence: claim.fence });
+  });
+
   it("capabilities: volatile unless asserted, server clock, shared across processes", () => {
     expect(ledger().capabilities).toEqual({
       durability: "volatile",

@@ -7,13 +7,8 @@ import {
   LedgerCorruptError,
   LedgerUnavailableError,
   ROW_FORMAT_VERSION,
-  ResultNotStorableError,
   StaleClaimError,
-  assertStorableResult,
-  utf8ByteLength,
-  assertClaimId,
   releasedClaimError,
-  checkClaimOrigin,
   checkListQuery,
   checkResolveRequest,
   decodeListCursor,
@@ -35,7 +30,16 @@ import {
   type TerminalRow,
   type UnknownRow,
 } from "@dispatch-once/core";
-import { openWithin } from "@dispatch-once/core/internal";
+import {
+  checkClaimRequest,
+  checkLedgerKey,
+  checkLedgerLeaseMs,
+  checkStoredError,
+  checkUnknownReason,
+  openWithin,
+  resultRefusal,
+  type LedgerStoreLimits,
+} from "@dispatch-once/core/internal";
 import { decodeRow, type DecodedRow, type RawRow } from "./row.js";
 import {
   DEFAULT_TABLE,
@@ -140,6 +144,8 @@ export interface ListExpiredInFlightOptions {
 const DEFAULT_SWEEP_BATCH = 1000;
 /** SQLite's default SQLITE_MAX_LENGTH: no TEXT value can be longer. */
 const SQLITE_MAX_LENGTH = 1_000_000_000;
+/** What a SQLite text value holds: any well-formed text, NUL included, up to SQLITE_MAX_LENGTH bytes. */
+const STORE_LIMITS: LedgerStoreLimits = { maxValueBytes: SQLITE_MAX_LENGTH };
 
 /**
  * The store's clock in integer milliseconds since the Unix epoch, evaluated by SQLite inside
@@ -358,7 +364,9 @@ export class SqliteLedger implements Ledger {
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
-    assertClaimRequest(request);
+    // Leases are whole milliseconds, rounded up, in every ledger.
+    const leaseMs = checkClaimRequest(request, STORE_LIMITS);
+    if (leaseMs !== request.leaseMs) request = { ...request, leaseMs };
     return this.guard(request.key, "claim", () => {
       // Fast path, one statement: a key never seen is claimed with fence 1.
       const inserted = this.insert(request);
@@ -375,10 +383,10 @@ export class SqliteLedger implements Ledger {
   }
 
   async renew(key: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
-    assertLeaseMs(leaseMs);
+    const lease = checkLedgerLeaseMs(leaseMs);
     return this.guard(key, "renew", () => {
       // The fence, not the clock, decides ownership: an expired lease nobody acted on is still this owner's.
-      const renewed = isFence(fence) ? this.stmts.renew.get(leaseMs, key, fence) : undefined;
+      const renewed = isFence(fence) ? this.stmts.renew.get(lease, key, fence) : undefined;
       if (renewed === undefined) throw new StaleClaimError(key, fence);
       return { leaseExpiresAt: renewed.lease_expires_at };
     });
@@ -386,16 +394,10 @@ export class SqliteLedger implements Ledger {
 
   async complete(key: string, fence: number, result: string): Promise<void> {
     return this.guard(key, "complete", () => {
-      if (typeof result !== "string" || !result.isWellFormed()) {
-        this.assertOwned(key, fence);
-        // A lone surrogate cannot be stored as UTF-8 text and read back identically.
-        throw new ResultNotStorableError(key, typeof result !== "string" ? "result is not JSON text" : "result is not well-formed Unicode");
-      }
-      const max = this.capabilities.maxResultBytes;
-      // A UTF-16 code unit is 1 to 3 UTF-8 bytes: count bytes only when the text could be over.
-      if (result.length * 3 > max && utf8ByteLength(result) > max) {
+      const refusal = resultRefusal(key, result, this.capabilities.maxResultBytes, STORE_LIMITS);
+      if (refusal !== undefined) {
         this.assertOwned(key, fence); // a stale owner hears stale_claim first, as from the reference ledger
-        assertStorableResult(key, result, max);
+        throw refusal;
       }
       if (!isFence(fence) || this.stmts.complete.run(result, this.retentionMs, key, fence).changes !== 1) {
         throw new StaleClaimError(key, fence);
@@ -405,7 +407,7 @@ export class SqliteLedger implements Ledger {
 
   async fail(key: string, fence: number, error: StoredError): Promise<void> {
     return this.guard(key, "fail", () => {
-      const json = encodeStoredError(error);
+      const json = checkStoredError(error, STORE_LIMITS);
       if (!isFence(fence) || this.stmts.fail.run(json, this.retentionMs, key, fence).changes !== 1) {
         throw new StaleClaimError(key, fence);
       }
@@ -413,9 +415,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async markUnknown(key: string, fence: number, reason: string): Promise<void> {
-    if (typeof reason !== "string" || !reason.isWellFormed()) {
-      throw new InvalidLedgerInputError("reason", "expected a well-formed string");
-    }
+    checkUnknownReason(reason, STORE_LIMITS);
     return this.guard(key, "markUnknown", () => {
       if (!isFence(fence)) throw new StaleClaimError(key, fence);
       // The audit entry and the transition commit together (RESOLVE-7).
@@ -584,10 +584,10 @@ export class SqliteLedger implements Ledger {
     let error: string | null = null;
     if (resolution.outcome === "completed") {
       result = resolution.result;
-      if (!result.isWellFormed()) throw new ResultNotStorableError(key, "result is not well-formed Unicode");
-      assertStorableResult(key, result, this.capabilities.maxResultBytes);
+      const refusal = resultRefusal(key, result, this.capabilities.maxResultBytes, STORE_LIMITS);
+      if (refusal !== undefined) throw refusal;
     } else if (resolution.outcome === "failed") {
-      error = encodeStoredError(resolution.error);
+      error = checkStoredError(resolution.error, STORE_LIMITS);
     }
     const state = resolution.outcome === "not_performed" ? "released" : resolution.outcome;
     return this.guard(key, "resolve", () =>
@@ -625,7 +625,7 @@ export class SqliteLedger implements Ledger {
 
   /** The key's audit entries, oldest first (RESOLVE-7). */
   async auditTrail(key: string): Promise<AuditEntry[]> {
-    assertText("key", key, false);
+    checkLedgerKey(key, STORE_LIMITS);
     return this.guard(key, "auditTrail", () =>
       this.stmts.auditSelect.all(key).map((raw) => {
         if (typeof raw.at !== "number" || typeof raw.actor !== "string" || typeof raw.fence !== "number" || typeof raw.reason !== "string") {
@@ -1004,61 +1004,6 @@ function positiveInteger(field: string, value: number | undefined, fallback: num
 
 function isFence(fence: unknown): fence is number {
   return typeof fence === "number" && Number.isSafeInteger(fence) && fence >= 1;
-}
-
-function assertLeaseMs(leaseMs: unknown): void {
-  if (typeof leaseMs !== "number" || !Number.isFinite(leaseMs) || leaseMs < 0) {
-    throw new InvalidLedgerInputError("leaseMs", `expected a non-negative number of milliseconds, got ${String(leaseMs)}`);
-  }
-}
-
-function assertText(field: string, value: unknown, allowEmpty: boolean): void {
-  if (typeof value !== "string" || (!allowEmpty && value.length === 0) || !value.isWellFormed()) {
-    throw new InvalidLedgerInputError(field, `expected a ${allowEmpty ? "" : "non-empty "}well-formed string`);
-  }
-}
-
-function assertClaimRequest(request: ClaimRequest): void {
-  if (typeof request !== "object" || request === null) {
-    throw new InvalidLedgerInputError("request", "expected a claim request object");
-  }
-  assertText("key", request.key, false);
-  assertText("toolName", request.toolName, false);
-  assertText("owner", request.owner, true);
-  if (request.effect !== "keyed_write" && request.effect !== "unkeyed_write") {
-    throw new InvalidLedgerInputError("effect", `expected "keyed_write" or "unkeyed_write", got ${JSON.stringify(request.effect)}`);
-  }
-  assertLeaseMs(request.leaseMs);
-  assertClaimId(request.claimId);
-  checkClaimOrigin(request);
-  // Stored and returned byte for byte (LEDGER-21): a lone surrogate cannot round-trip through UTF-8.
-  const text = (request as { request?: unknown }).request;
-  if (typeof text !== "string" || !text.isWellFormed()) {
-    throw new InvalidLedgerInputError("request", "expected the call's request as a well-formed string (JSON text)");
-  }
-  if (text.length * 3 > SQLITE_MAX_LENGTH && utf8ByteLength(text) > SQLITE_MAX_LENGTH) {
-    throw new InvalidLedgerInputError("request", `SQLite stores at most ${SQLITE_MAX_LENGTH} bytes in one value`);
-  }
-}
-
-/** Serialise a StoredError as JSON, refusing what would not read back as one. */
-function encodeStoredError(error: StoredError): string {
-  if (
-    typeof error !== "object" ||
-    error === null ||
-    typeof error.name !== "string" ||
-    typeof error.message !== "string" ||
-    (error.code !== undefined && typeof error.code !== "string")
-  ) {
-    throw new InvalidLedgerInputError("error", "expected a stored error {name: string, message: string, code?: string, details?}");
-  }
-  let json: string | undefined;
-  try {
-    json = JSON.stringify(error);
-  } catch (cause) {
-    throw new InvalidLedgerInputError("error", `not JSON-serialisable: ${message(cause)}`);
-  }
-  return json;
 }
 
 function message(cause: unknown): string {

@@ -14,3 +14,21 @@ export {
 } from "./store-rows.js";
 export { MAX_LEASE_MS, checkLeaseMs } from "./leases.js";
 export { openWithin, type PragmaConnection } from "./sqlite-open.js";
+export {
+  MAX_CLAIM_LABEL_LENGTH,
+  checkClaimRequest,
+  checkLedgerKey,
+  checkUnknownReason,
+  MAX_UNKNOWN_REASON_LENGTH,
+  checkLedgerLeaseMs,
+  checkStoredError,
+  resultRefusal,
+  decodeLedgerRow,
+  decodeLedgerColumns,
+  decodeStoredError,
+  decodeStoredInteger,
+  type LedgerStoreLimits,
+  type StoredLedgerFields,
+  type StoredLedgerColumns,
+  type DecodeLedgerRowOptions,
+} from "./ledger-rows.js";

@@ -1,0 +1,309 @@
+import { InvalidLedgerInputError, LedgerCorruptError, ResultNotStorableError, type StoredError } from "../errors.js";
+import { ROW_FORMAT_VERSION, type ClaimRequest, type LedgerEffect, type LedgerRow, type RowBase } from "../ledger.js";
+import { checkClaimOrigin } from "../ledger-ops.js";
+import { assertClaimId, utf8ByteLength } from "../memory-ledger.js";
+import { checkLeaseMs } from "./leases.js";
+
+/*
+ * The ledger adapter toolkit: how every ledger checks a claim's arguments, a stored error and a
+ * result, and how it turns a stored row back into a LedgerRow. Each adapter maps its store's
+ * columns or fields onto these and keeps only that mapping, so the adapters refuse and decode
+ * alike (LEDGER-10, LEDGER-11, LEDGER-21, LEDGER-26, LIST-3).
+ */
+
+/** What one store can hold; everything else about a claim is checked the same way everywhere. */
+export interface LedgerStoreLimits {
+  /** Longest key in UTF-16 code units (an index entry's limit), if the store has one. */
+  maxKeyLength?: number;
+  /** Largest text value in UTF-8 bytes (a request, a stored error). */
+  maxValueBytes?: number;
+  /** False when a text value cannot hold U+0000 (PostgreSQL text). */
+  storesNul?: boolean;
+}
+
+/** Longest tool name and owner a claim may carry: diagnostics, not payloads. */
+export const MAX_CLAIM_LABEL_LENGTH = 1024;
+
+/** Whether `value` is text the store keeps byte for byte: well-formed UTF-16 (UTF-8 has no lone surrogate), NUL only where stored. */
+function storable(value: string, limits: LedgerStoreLimits): boolean {
+  return value.isWellFormed() && (limits.storesNul !== false || !value.includes("\u0000"));
+}
+
+function textRefusal(limits: LedgerStoreLimits): string {
+  return limits.storesNul === false ? "without NUL or lone surrogates" : "without lone surrogates";
+}
+
+/** Whether `text` is over `maxBytes` of UTF-8; counts bytes only when it could be (a code unit is 1 to 3 bytes). */
+function overBytes(text: string, maxBytes: number | undefined): boolean {
+  return maxBytes !== undefined && text.length * 3 > maxBytes && utf8ByteLength(text) > maxBytes;
+}
+
+function label(field: string, value: unknown, maxLength: number, limits: LedgerStoreLimits): string {
+  if (typeof value !== "string" || value.length === 0 || value.length > maxLength || !storable(value, limits)) {
+    throw new InvalidLedgerInputError(field, `must be a non-empty string of at most ${maxLength} characters ${textRefusal(limits)}`);
+  }
+  return value;
+}
+
+/** Longest reason markUnknown() stores: a short word for an operator, not a payload. */
+export const MAX_UNKNOWN_REASON_LENGTH = 4096;
+
+/** markUnknown()'s reason: non-empty text the store keeps exactly. */
+export function checkUnknownReason(reason: unknown, limits: LedgerStoreLimits = {}): string {
+  return label("reason", reason, MAX_UNKNOWN_REASON_LENGTH, limits);
+}
+
+/** A claim key: a non-empty string the store keeps exactly, within its key length. */
+export function checkLedgerKey(key: unknown, limits: LedgerStoreLimits = {}): string {
+  return label("key", key, limits.maxKeyLength ?? Number.MAX_SAFE_INTEGER, limits);
+}
+
+/** A lease for claim and renew: whole milliseconds in 0..MAX_LEASE_MS, rounded up (one limit for every ledger). */
+export function checkLedgerLeaseMs(leaseMs: unknown): number {
+  return checkLeaseMs(leaseMs, (field, reason) => new InvalidLedgerInputError(field, reason));
+}
+
+/**
+ * Every argument of a claim, checked once and alike for every ledger, before anything is sent:
+ * refused with invalid_ledger_input naming the field. Returns the lease in whole milliseconds.
+ * The request is stored and returned byte for byte (LEDGER-21), so it must be text the store
+ * holds exactly; it may be empty.
+ */
+export function checkClaimRequest(request: ClaimRequest, limits: LedgerStoreLimits = {}): number {
+  if (typeof request !== "object" || request === null) throw new InvalidLedgerInputError("request", "a claim request object is required");
+  checkLedgerKey(request.key, limits);
+  label("toolName", request.toolName, MAX_CLAIM_LABEL_LENGTH, limits);
+  label("owner", request.owner, MAX_CLAIM_LABEL_LENGTH, limits);
+  if (request.effect !== "keyed_write" && request.effect !== "unkeyed_write") {
+    throw new InvalidLedgerInputError("effect", `must be keyed_write or unkeyed_write, not ${String(request.effect)}`);
+  }
+  const leaseMs = checkLedgerLeaseMs(request.leaseMs);
+  const text = (request as { request?: unknown }).request;
+  if (typeof text !== "string" || !storable(text, limits)) {
+    throw new InvalidLedgerInputError("request", `must be the call's request as a string ${textRefusal(limits)}`);
+  }
+  if (overBytes(text, limits.maxValueBytes)) {
+    throw new InvalidLedgerInputError("request", `is over the store's ${limits.maxValueBytes} bytes for one value`);
+  }
+  assertClaimId(request.claimId);
+  checkClaimOrigin(request);
+  if (request.conversationId !== undefined && !storable(request.conversationId, limits)) {
+    throw new InvalidLedgerInputError("conversationId", `must be a string ${textRefusal(limits)}`);
+  }
+  return leaseMs;
+}
+
+/**
+ * fail()'s error, checked and serialised: a StoredError ({ name, message, code?, details? })
+ * whose JSON text reads back as one (LEDGER-8), within the store's value size. Returns the text.
+ */
+export function checkStoredError(error: unknown, limits: LedgerStoreLimits = {}, field = "error"): string {
+  const e = error as Partial<StoredError> | null;
+  if (typeof e !== "object" || e === null || Array.isArray(e) || typeof e.name !== "string" || typeof e.message !== "string" || (e.code !== undefined && typeof e.code !== "string")) {
+    throw new InvalidLedgerInputError(field, "must be a StoredError { name: string, message: string, code?: string, details? }");
+  }
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(e);
+  } catch (cause) {
+    throw new InvalidLedgerInputError(field, `is not JSON-serialisable: ${cause instanceof Error ? cause.message : String(cause)}`);
+  }
+  // JSON.stringify escapes NUL and lone surrogates, so the text is storable; only its size is left.
+  if (overBytes(text, limits.maxValueBytes)) throw new InvalidLedgerInputError(field, `is over the store's ${limits.maxValueBytes} bytes for one value`);
+  return text;
+}
+
+/**
+ * Why complete() cannot store `result`, or undefined when it can (LEDGER-10): not text, text the
+ * store cannot keep byte for byte, or over maxResultBytes. Returned rather than thrown, so each
+ * ledger can answer a stale fence first, as the reference ledger does.
+ */
+export function resultRefusal(key: string, result: unknown, maxResultBytes: number, limits: LedgerStoreLimits = {}): ResultNotStorableError | undefined {
+  if (typeof result !== "string") return new ResultNotStorableError(key, "the result is not JSON text (a string)");
+  if (overBytes(result, maxResultBytes)) {
+    return new ResultNotStorableError(key, `${utf8ByteLength(result)} bytes exceeds the ledger's limit of ${maxResultBytes}`);
+  }
+  if (!storable(result, limits)) {
+    return new ResultNotStorableError(key, `it contains ${limits.storesNul === false ? "NUL or " : ""}a lone surrogate, which the store cannot hold byte for byte`);
+  }
+  return undefined;
+}
+
+/**
+ * A stored row as the store gives it: primitive values (strings, numbers, null), not yet
+ * trusted. Absent optional values are null or undefined. Each adapter maps its columns or
+ * fields onto these names; the state's own text (owner, result, error JSON, reason) goes in its
+ * field. Whatever else a store keeps (claim id, retention deadline) stays with the adapter and
+ * never reaches the row callers see.
+ */
+export interface StoredLedgerFields {
+  /** The row format version (LEDGER-11). */
+  v: unknown;
+  /** The key as stored, when the store keeps it beside the row: it must be the key looked up. */
+  key?: unknown;
+  state: unknown;
+  toolName: unknown;
+  effect: unknown;
+  fence: unknown;
+  claimedAt: unknown;
+  request: unknown;
+  conversationId?: unknown;
+  turnIndex?: unknown;
+  owner?: unknown;
+  leaseExpiresAt?: unknown;
+  result?: unknown;
+  /** The stored error's JSON text. */
+  error?: unknown;
+  reason?: unknown;
+  finishedAt?: unknown;
+}
+
+export interface DecodeLedgerRowOptions {
+  /** The driver returns 64-bit integers as decimal text (pg's bigint): accept canonical digits too. */
+  integersAsText?: boolean;
+}
+
+/** A LedgerCorruptError naming the field; a row that cannot be read is never treated as absent (LEDGER-11). */
+function corrupt(key: string, field: string, problem: string, cause?: unknown): LedgerCorruptError {
+  return new LedgerCorruptError(key, `field ${field} ${problem}`, cause === undefined ? undefined : { cause });
+}
+
+function describe(value: unknown): string {
+  if (value === null) return "missing (null)";
+  if (value === undefined) return "missing";
+  if (typeof value === "string") return `${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value)}`;
+  if (typeof value === "number") return String(value);
+  return `a ${typeof value === "object" ? (Buffer.isBuffer(value) ? "binary value" : "object") : typeof value}`;
+}
+
+const DIGITS = /^(0|[1-9][0-9]{0,15})$/;
+
+/** A stored non-negative safe integer (a time, a fence, a turn index): anything else is corruption. */
+export function decodeStoredInteger(key: string, field: string, value: unknown, options: DecodeLedgerRowOptions = {}): number {
+  const n = typeof value === "number" ? value : options.integersAsText === true && typeof value === "string" && DIGITS.test(value) ? Number(value) : NaN;
+  if (!Number.isSafeInteger(n) || n < 0) throw corrupt(key, field, `is ${describe(value)}, expected a non-negative integer`);
+  return n;
+}
+
+function decodeText(key: string, field: string, value: unknown): string {
+  if (typeof value !== "string") throw corrupt(key, field, `is ${describe(value)}, expected text`);
+  return value;
+}
+
+/** A stored error's JSON text, read back as the StoredError it was (LEDGER-8), members as stored. */
+export function decodeStoredError(key: string, text: unknown): StoredError {
+  const source = decodeText(key, "error", text);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(source);
+  } catch (cause) {
+    throw corrupt(key, "error", "is not JSON", cause);
+  }
+  const e = parsed as Record<string, unknown> | null;
+  if (typeof e !== "object" || e === null || Array.isArray(e)) throw corrupt(key, "error", "is not a JSON object");
+  if (typeof e.name !== "string" || typeof e.message !== "string") throw corrupt(key, "error", "lacks a string name and message");
+  if (e.code !== undefined && typeof e.code !== "string") throw corrupt(key, "error", "has a code that is not a string");
+  return e as unknown as StoredError;
+}
+
+/**
+ * A stored row, checked field by field, as the LedgerRow it was written as. Anything this
+ * version did not write (another format version, an unknown state or effect, a fence below 1,
+ * a time that is not a non-negative integer, missing text, a NULL request from before LEDGER-21,
+ * an error that is not a StoredError) raises LedgerCorruptError naming the field: never
+ * "absent" (LEDGER-11). Result and request are returned as stored, never re-serialised
+ * (LEDGER-10, LEDGER-21).
+ */
+export function decodeLedgerRow(key: string, fields: StoredLedgerFields, options: DecodeLedgerRowOptions = {}): LedgerRow {
+  const int = (field: keyof StoredLedgerFields): number => decodeStoredInteger(key, field, fields[field], options);
+  if (fields.v !== ROW_FORMAT_VERSION && !(options.integersAsText === true && fields.v === String(ROW_FORMAT_VERSION))) {
+    throw corrupt(key, "v", `(format version) is ${describe(fields.v)}, not ${ROW_FORMAT_VERSION}`);
+  }
+  if (fields.key !== undefined && fields.key !== key) throw corrupt(key, "key", `is ${describe(fields.key)}, not the key looked up`);
+  const effect = fields.effect;
+  if (effect !== "keyed_write" && effect !== "unkeyed_write") throw corrupt(key, "effect", `is ${describe(effect)}, not keyed_write or unkeyed_write`);
+  const fence = int("fence");
+  if (fence < 1) throw corrupt(key, "fence", "is 0, expected a positive integer");
+  // A row written before the request column existed has none: a re-run could not send the
+  // first request, so the row is unreadable, never absent (LEDGER-11, LEDGER-21).
+  if (fields.request === null || fields.request === undefined) throw corrupt(key, "request", "is missing (a row written before LEDGER-21 stored requests)");
+  const base: RowBase = {
+    key,
+    toolName: decodeText(key, "toolName", fields.toolName),
+    effect: effect as LedgerEffect,
+    fence,
+    claimedAt: int("claimedAt"),
+    request: decodeText(key, "request", fields.request),
+  };
+  // Optional (LIST-3): absent from rows claimed without them or written before they existed.
+  if (fields.conversationId !== null && fields.conversationId !== undefined) {
+    if (typeof fields.conversationId !== "string" || fields.conversationId.length === 0) {
+      throw corrupt(key, "conversationId", `is ${describe(fields.conversationId)}, expected non-empty text`);
+    }
+    base.conversationId = fields.conversationId;
+  }
+  if (fields.turnIndex !== null && fields.turnIndex !== undefined) base.turnIndex = int("turnIndex");
+  switch (fields.state) {
+    case "in_flight":
+      return { ...base, state: "in_flight", owner: decodeText(key, "owner", fields.owner), leaseExpiresAt: int("leaseExpiresAt") };
+    case "completed":
+      return { ...base, state: "completed", result: decodeText(key, "result", fields.result), finishedAt: int("finishedAt") };
+    case "failed":
+      return { ...base, state: "failed", error: decodeStoredError(key, fields.error), finishedAt: int("finishedAt") };
+    case "unknown":
+      return { ...base, state: "unknown", reason: decodeText(key, "reason", fields.reason), finishedAt: int("finishedAt") };
+    case "released":
+      return { ...base, state: "released", finishedAt: int("finishedAt") };
+    default:
+      throw corrupt(key, "state", `is ${describe(fields.state)}, not a row state`);
+  }
+}
+
+/**
+ * A row of a SQL ledger table as its driver returns it, in the column names both SQL ledgers
+ * use (snake_case); columns added later (conversation_id, turn_index) may be absent.
+ */
+export interface StoredLedgerColumns {
+  key?: unknown;
+  v: unknown;
+  state: unknown;
+  tool_name: unknown;
+  effect: unknown;
+  fence: unknown;
+  claimed_at: unknown;
+  request: unknown;
+  conversation_id?: unknown;
+  turn_index?: unknown;
+  owner: unknown;
+  lease_expires_at: unknown;
+  result: unknown;
+  error: unknown;
+  reason: unknown;
+  finished_at: unknown;
+}
+
+/** decodeLedgerRow for a SQL ledger's columns. */
+export function decodeLedgerColumns(key: string, c: StoredLedgerColumns, options: DecodeLedgerRowOptions = {}): LedgerRow {
+  return decodeLedgerRow(
+    key,
+    {
+      v: c.v,
+      key: c.key,
+      state: c.state,
+      toolName: c.tool_name,
+      effect: c.effect,
+      fence: c.fence,
+      claimedAt: c.claimed_at,
+      request: c.request,
+      conversationId: c.conversation_id,
+      turnIndex: c.turn_index,
+      owner: c.owner,
+      leaseExpiresAt: c.lease_expires_at,
+      result: c.result,
+      error: c.error,
+      reason: c.reason,
+      finishedAt: c.finished_at,
+    },
+    options,
+  );
+}
