@@ -160,6 +160,7 @@ describe("first open while another process holds the new file's write lock", () 
     expect(raw.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name").pluck().all()).toEqual([
       "dispatch_once_ledger",
       "dispatch_once_ledger_audit",
+      "dispatch_once_ledger_retired",
       "fleet_member_setup",
     ]);
     raw.close();
