@@ -276,12 +276,13 @@ describe("Cluster client settings that can send a script twice", () => {
     if (!cluster || !ledger) throw new Error("cluster did not start");
     const { c, proxies } = await proxiedCluster({});
     try {
-      c.defineCommand("claimForHazardTest", { lua: CLAIM_LUA, numberOfKeys: 2 });
+      c.defineCommand("claimForHazardTest", { lua: CLAIM_LUA, numberOfKeys: 4 });
       const key = randomBytes(16).toString("hex");
       for (const p of proxies) p.watch("owner-cluster-hazard");
       const cuts = proxies.map((p) => p.cutAfterReply("owner-cluster-hazard"));
       const reply = (await (c as unknown as Record<string, (...a: string[]) => Promise<unknown[]>>).claimForHazardTest!(
-        ledger.redisKey(key), ledger.inflightIndexKey(key), '"create_invoice"', "unkeyed_write", "owner-cluster-hazard", "60000", "7200000", first(key), "hazard.1",
+        ledger.redisKey(key), ledger.inflightIndexKey(key), ledger.auditKey(key), ledger.retiredKey(key),
+        '"create_invoice"', "unkeyed_write", "owner-cluster-hazard", "60000", "7200000", first(key), "hazard.1", "",
       )) as [string, string];
       await Promise.race(cuts);
       expect(proxies.reduce((n, p) => n + p.count("owner-cluster-hazard"), 0)).toBeGreaterThanOrEqual(2);
