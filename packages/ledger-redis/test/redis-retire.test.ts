@@ -140,7 +140,7 @@ describe("retire (LEDGER-28)", () => {
     const tombstone = await bytes(l, "k");
     expect(await l.retire("k", ID, { release: true })).toEqual({ released: false });
     expect(await bytes(l, "k")).toEqual(tombstone);
-    expect((await raw.zrange(l.retiredKey("k"), 0, -1)).sort()).toEqual([`${ID}:k`, `${OTHER}:k`].sort());
+    expect((await raw.zrange(l.retiredKey("k"), "0", "-1")).sort()).toEqual([`${ID}:k`, `${OTHER}:k`].sort());
     expect(await refusal(l.claim(request("k", ID)))).toEqual({ code: "stale_claim", fence: 1 });
     expect(await l.claim(request("k", undefined, { request: '{"later":true}' }))).toMatchObject({ outcome: "claimed", fence: 2, request: '{"first":true}' });
   });
@@ -184,7 +184,7 @@ describe("retire (LEDGER-28)", () => {
     expect(await l.claim(request("s}1", ID))).toMatchObject({ outcome: "claimed", fence: 1 });
     expect(await raw.zscore(l.retiredKey("s}1"), `${ID}:s}1`)).not.toBeNull();
     await l.retire("s}2", ID);
-    expect(await raw.zrange(l.retiredKey("s}1"), 0, -1)).toEqual([`${ID}:s}2`]);
+    expect(await raw.zrange(l.retiredKey("s}1"), "0", "-1")).toEqual([`${ID}:s}2`]);
     expect(await refusal(l.claim(request("s}2", ID)))).toEqual({ code: "stale_claim", fence: 0 });
   });
 
