@@ -1,15 +1,13 @@
 // retire() (LEDGER-28) on the SQLite file: what it writes, what a claim carrying a retired claim
 // id meets, how long the id is kept, and a race of two processes. Every assertion about what was
 // written reads the file through an independent connection.
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { isDispatchOnceError, type ClaimRequest } from "@dispatch-once/core";
+import type { ClaimRequest } from "@dispatch-once/core";
 import { SqliteLedger } from "../src/index.js";
-import { manualClock, rawConnection, request, selectRow, tempDir } from "./helpers.js";
+import { manualClock, rawConnection, request, selectRow, startTestProcess, tempDir } from "./helpers.js";
 
 const TABLE = "dispatch_once_ledger";
 const RETENTION = 60_000;
@@ -44,17 +42,6 @@ function storedWithClaimId(key: string): (Record<string, unknown> & { claim_id: 
   return raw.prepare(`SELECT * FROM "${TABLE}" WHERE key = ?`).get(key) as (Record<string, unknown> & { claim_id: string | null }) | undefined;
 }
 
-async function refusal(claim: Promise<unknown>): Promise<{ code: string; fence: number }> {
-  const error = await claim.then(
-    (value) => {
-      throw new Error(`expected stale_claim, got ${JSON.stringify(value)}`);
-    },
-    (e: unknown) => e,
-  );
-  if (!isDispatchOnceError(error, "stale_claim")) throw error;
-  return { code: error.code, fence: (error as unknown as { fence: number }).fence };
-}
-
 function withId(key: string, claimId: string, over: Partial<ClaimRequest> = {}): ClaimRequest {
   return request(key, { claimId, ...over });
 }
@@ -78,7 +65,7 @@ describe("retire (LEDGER-28)", () => {
     expect(ledger.capabilities.supports?.retire).toBe(true);
     expect(await ledger.retire("k", ID)).toEqual({ released: false });
     expect(retiredRows()).toEqual([{ key: "k", claim_id: ID, retired_until: clock.now() + RETENTION }]);
-    expect(await refusal(ledger.claim(withId("k", ID)))).toEqual({ code: "stale_claim", fence: 0 });
+    await expect(ledger.claim(withId("k", ID))).rejects.toMatchObject({ code: "stale_claim", fence: 0 });
     expect(selectRow(raw, TABLE, "k")).toBeUndefined();
     // Retired ids are not rows: nothing to look up, list or sweep.
     expect(await ledger.lookup("k")).toBeUndefined();
@@ -89,7 +76,7 @@ describe("retire (LEDGER-28)", () => {
     expect(await ledger.claim(request("k"))).toMatchObject({ outcome: "existing" });
     expect(storedWithClaimId("k")).toMatchObject({ state: "in_flight", fence: 1, claim_id: OTHER });
     // On another claim's live row (the read path, no write lock) the retired id is still refused, not told "existing".
-    expect(await refusal(ledger.claim(withId("k", ID)))).toEqual({ code: "stale_claim", fence: 1 });
+    await expect(ledger.claim(withId("k", ID))).rejects.toMatchObject({ code: "stale_claim", fence: 1 });
   });
 
   it("LEDGER-28: a retired id is refused before LEDGER-26 recognises it on its own in-flight row, and the row is left as it was (lease not restarted)", async () => {
@@ -98,15 +85,15 @@ describe("retire (LEDGER-28)", () => {
     clock.advance(1_000);
     expect(await ledger.retire("k", ID)).toEqual({ released: false });
     expect(storedWithClaimId("k")).toEqual(before);
-    expect(await refusal(ledger.claim(withId("k", ID)))).toEqual({ code: "stale_claim", fence: 1 });
+    await expect(ledger.claim(withId("k", ID))).rejects.toMatchObject({ code: "stale_claim", fence: 1 });
     // Its lease (30 s) expired, the retention (60 s) not: the claim that would take the row as its
     // own is refused too (the locked path).
     clock.advance(30_000);
-    expect(await refusal(ledger.claim(withId("k", ID)))).toEqual({ code: "stale_claim", fence: 1 });
+    await expect(ledger.claim(withId("k", ID))).rejects.toMatchObject({ code: "stale_claim", fence: 1 });
     expect(storedWithClaimId("k")).toEqual(before);
     // Its owner still holds it: the fence, not the claim id, is the ownership (LEDGER-5).
     await ledger.complete("k", 1, '"done"');
-    expect(await refusal(ledger.claim(withId("k", ID)))).toEqual({ code: "stale_claim", fence: 1 });
+    await expect(ledger.claim(withId("k", ID))).rejects.toMatchObject({ code: "stale_claim", fence: 1 });
     expect(selectRow(raw, TABLE, "k")).toMatchObject({ state: "completed", fence: 1, result: '"done"' });
   });
 
@@ -138,7 +125,7 @@ describe("retire (LEDGER-28)", () => {
     expect(storedWithClaimId("k")).toEqual(released);
     expect(retiredRows().map((r) => r.claim_id)).toEqual([OTHER, ID].sort());
     // The released row is claimable by any other claim as ever: the next fence, the first request.
-    expect(await refusal(ledger.claim(withId("k", ID)))).toEqual({ code: "stale_claim", fence: 1 });
+    await expect(ledger.claim(withId("k", ID))).rejects.toMatchObject({ code: "stale_claim", fence: 1 });
     expect(await ledger.claim(request("k", { request: '{"later":true}' }))).toMatchObject({ outcome: "claimed", fence: 2, request: '{"first":true}' });
   });
 
@@ -174,13 +161,13 @@ describe("retire (LEDGER-28)", () => {
     await ledger.retire("k", ID);
     await ledger.retire("young", ID);
     clock.advance(RETENTION - 1);
-    expect(await refusal(ledger.claim(withId("k", ID)))).toEqual({ code: "stale_claim", fence: 0 });
+    await expect(ledger.claim(withId("k", ID))).rejects.toMatchObject({ code: "stale_claim", fence: 0 });
     await ledger.retire("young", ID); // retired again later: kept from this retire on
     clock.advance(1);
     expect(await ledger.sweep()).toBe(0);
     expect(retiredRows().map((r) => r.key)).toEqual(["young"]);
     expect(await ledger.claim(withId("k", ID))).toMatchObject({ outcome: "claimed", fence: 1 });
-    expect(await refusal(ledger.claim(withId("young", ID)))).toEqual({ code: "stale_claim", fence: 0 });
+    await expect(ledger.claim(withId("young", ID))).rejects.toMatchObject({ code: "stale_claim", fence: 0 });
     clock.advance(RETENTION);
     // Past retention but not swept yet: no longer refused (the check reads the time, not the presence).
     expect(retiredRows().map((r) => r.key)).toEqual(["young"]);
@@ -284,34 +271,10 @@ describe("retire (LEDGER-28)", () => {
     const upgraded = open();
     expect(retiredRows()).toEqual([]);
     expect(await upgraded.retire("k", ID, { release: true })).toEqual({ released: true });
-    expect(await refusal(upgraded.claim(withId("k", ID)))).toEqual({ code: "stale_claim", fence: 1 });
+    await expect(upgraded.claim(withId("k", ID))).rejects.toMatchObject({ code: "stale_claim", fence: 1 });
   });
 });
 
-const packageDir = fileURLToPath(new URL("..", import.meta.url));
-const workerPath = fileURLToPath(new URL("./race/retire-worker.ts", import.meta.url));
-
-function startWorker(args: string[]): { child: ChildProcessWithoutNullStreams; ready: Promise<void>; answers: Promise<Record<string, string>> } {
-  const child = spawn(process.execPath, ["--import", "tsx", workerPath, ...args], { cwd: packageDir });
-  let stdout = "";
-  let stderr = "";
-  let markReady: () => void = () => {};
-  const ready = new Promise<void>((resolve) => (markReady = resolve));
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-    stdout += chunk;
-    if (stdout.startsWith("ready\n")) markReady();
-  });
-  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  const answers = new Promise<Record<string, string>>((resolve, reject) => {
-    child.on("error", reject);
-    child.on("exit", (code) => {
-      if (code !== 0) return reject(new Error(`retire race worker exited ${code}: ${stderr}`));
-      resolve(JSON.parse(stdout.trim().split("\n").at(-1) ?? "") as Record<string, string>);
-    });
-  });
-  answers.catch(() => markReady());
-  return { child, ready, answers };
-}
 
 describe("two processes race retire(release: true) against a late claim with the same claim id (LEDGER-28)", () => {
   it("every key ends in exactly one of the consistent outcomes, and the file agrees with both processes", async () => {
@@ -328,12 +291,12 @@ describe("two processes race retire(release: true) against a late claim with the
     const keys = [...fresh, ...held].map((k, i) => [(i * 7919) % 300, k] as const).sort((a, b) => a[0] - b[0]).map(([, k]) => k);
     const keysFile = join(dir, "retire-race-keys.json");
     writeFileSync(keysFile, JSON.stringify(keys));
-    const claimer = startWorker([path, table, keysFile, "claim"]);
-    const retirer = startWorker([path, table, keysFile, "retire"]);
+    const claimer = startTestProcess<Record<string, string>>("retire-worker.ts", [path, table, keysFile, "claim"]);
+    const retirer = startTestProcess<Record<string, string>>("retire-worker.ts", [path, table, keysFile, "retire"]);
     await Promise.all([claimer.ready, retirer.ready]);
     claimer.child.stdin.write("go\n");
     retirer.child.stdin.write("go\n");
-    const [claims, retires] = await Promise.all([claimer.answers, retirer.answers]);
+    const [claims, retires] = await Promise.all([claimer.report, retirer.report]);
 
     const rows = new Map(
       (raw.prepare(`SELECT key, state, fence, claim_id FROM "${table}"`).all() as { key: string; state: string; fence: number; claim_id: string | null }[]).map((r) => [r.key, r]),
