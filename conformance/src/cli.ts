@@ -16,17 +16,18 @@ import { LevelNotInstalledError } from "./errors/level-not-installed.js";
 import { END_TO_END_PACKAGE, loadEndToEndLevel } from "./levels.js";
 import { ledgerChecks, MODEL_CHECK_PREFIX } from "./ledger/index.js";
 import { RESULT_PROPERTY_NAME } from "./ledger/result-property.js";
+import { RETIRE_PROPERTY_NAME } from "./ledger/retire-property.js";
 import { renderFailures, renderReportJson, renderReportTable, runChecks } from "./report.js";
 import type { Check, CheckResult, ConformanceLevel, LedgerSubject, LevelOptions } from "./types.js";
 
 /** The property checks of the ledger level: a --path belongs to exactly one of them. */
-const LEDGER_PROPERTIES = [MODEL_CHECK_PREFIX, RESULT_PROPERTY_NAME];
+const LEDGER_PROPERTIES = [MODEL_CHECK_PREFIX, RESULT_PROPERTY_NAME, RETIRE_PROPERTY_NAME];
 
 /** The ledger level (CONF-1), built in. */
 const ledgerLevel: ConformanceLevel = {
   checks: (subject, o) => ledgerChecks(subject, o),
   replayable: (c) => LEDGER_PROPERTIES.some((p) => c.name.startsWith(p)),
-  property: (c) => (c.name.startsWith(MODEL_CHECK_PREFIX) ? MODEL_CHECK_PREFIX : c.name.startsWith(RESULT_PROPERTY_NAME) ? "random JSON texts" : c.name.replace(/ \(.*$/, "")),
+  property: (c) => (c.name.startsWith(MODEL_CHECK_PREFIX) ? MODEL_CHECK_PREFIX : c.name.startsWith(RESULT_PROPERTY_NAME) ? "random JSON texts" : c.name.startsWith(RETIRE_PROPERTY_NAME) ? "retire property" : c.name.replace(/ \(.*$/, "")),
 };
 
 /**

@@ -37,6 +37,12 @@ export interface SubjectCapabilities {
   listRows?: boolean;
   resolve?: boolean;
   auditTrail?: boolean;
+  /**
+   * Optional: the ledger offers retire (LEDGER-28), and must agree with `capabilities.supports.retire`
+   * (checked). Its checks, and the vectors with a retire step, are not applicable without it. A
+   * subject that declares it gives `raw.expireRetired` too. Absent means false.
+   */
+  retire?: boolean;
 }
 
 export type SubjectCapability = keyof SubjectCapabilities;
@@ -53,6 +59,11 @@ export interface LedgerFixture {
     expireLease(key: string): Promise<void>;
     /** Make a finished/released row's retention lie in the past. */
     expireRetention(key: string): Promise<void>;
+    /**
+     * Make the retention of every claim id retired for the key lie in the past (LEDGER-28), as if it
+     * had been retired longer ago than the retention; only when capabilities.retire.
+     */
+    expireRetired?(key: string): Promise<void>;
     /** Overwrite the stored row with bytes the adapter cannot decode (only when capabilities.corruption). */
     corrupt?(key: string): Promise<void>;
     /** Return a ledger instance whose connection is broken/refused (only when capabilities.unavailability). */

@@ -23,7 +23,7 @@ describe("dispatch-once-conformance CLI", () => {
     expect(stderr).toContain("(not applicable: needs corruption (raw.corrupt))");
     expect(stdout).toContain("Dispatch-Once conformance: ledger-memory (levels: ledger, seed 11, 60 runs)");
     expect(stdout).toMatch(/LEDGER-11\s+MUST\s+n\/a/);
-    expect(stdout).toContain("CONFORMS: 32 rules pass, 3 not applicable by declared capabilities");
+    expect(stdout).toContain("CONFORMS: 33 rules pass, 3 not applicable by declared capabilities");
     expect(code).toBe(0);
   });
 
@@ -138,7 +138,7 @@ describe("the CLI fails closed", () => {
   it("--path must select exactly one property", () => {
     const run = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--seed", "5", "--path", "3"]);
     expect(run.code).toBe(2);
-    expect(run.stderr).toContain("--path replays one case of one property, but 2 checks are selected");
+    expect(run.stderr).toContain("--path replays one case of one property, but 3 checks are selected");
   });
 
   it("--seed fixes every random choice, keys included: the same seed claims the same keys, another seed others", () => {

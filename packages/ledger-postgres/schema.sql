@@ -86,6 +86,19 @@ CREATE TABLE IF NOT EXISTS "public"."dispatch_once_ledger_audit" (
 CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_audit_key"
   ON "public"."dispatch_once_ledger_audit" (key, id);
 
+-- Retired claim ids (LEDGER-28): a claim carrying one is refused until retired_until (server
+-- clock), whether the key has a row or not. Written only by retire() (rare: a dispatch whose
+-- claim met ledger_unavailable); a claim with a claim id reads it by primary key, one without
+-- never reads it. Not rows: sweep() forgets entries past retired_until without counting them.
+CREATE TABLE IF NOT EXISTS "public"."dispatch_once_ledger_retired" (
+  retired_until bigint NOT NULL,  -- retire time + retention: refused until then, then forgotten
+  key           text COLLATE "C" NOT NULL,
+  claim_id      text COLLATE "C" NOT NULL,
+  PRIMARY KEY (key, claim_id)
+);
+CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_rt_until"
+  ON "public"."dispatch_once_ledger_retired" (retired_until);
+
 -- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
 -- not change; an index on expires_at would cost every finish one more index insert.
 CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_claimed_at"
@@ -101,6 +114,14 @@ CREATE INDEX IF NOT EXISTS "dispatch_once_ledger_in_flight"
 -- claim(): the whole claim rule in one round trip (see the package README). The previous
 -- version's function (six arguments) wrote rows without a request: it goes.
 DROP FUNCTION IF EXISTS "public"."dispatch_once_ledger_claim"(text, text, text, text, bigint, bigint);
+CREATE OR REPLACE FUNCTION "public"."dispatch_once_ledger_is_retired"(p_key text, p_claim_id text, p_now_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $is_retired$
+BEGIN
+  RETURN EXISTS (SELECT 1 FROM "public"."dispatch_once_ledger_retired" AS d
+                  WHERE d.key = p_key AND d.claim_id = p_claim_id AND d.retired_until > p_now_ms);
+END
+$is_retired$;
 CREATE OR REPLACE FUNCTION "public"."dispatch_once_ledger_claim"(
   p_key text, p_tool_name text, p_effect text, p_owner text, p_lease_ms bigint, p_retention_ms bigint,
   p_request text, p_claim_id text, p_conversation_id text, p_turn_index bigint)
@@ -117,6 +138,7 @@ DECLARE
   is_own boolean;
   is_released boolean;
   is_forgotten boolean;
+  is_retired boolean;
   held text;
 BEGIN
   -- Inside a transaction that has written, a rollback would undo the claim after the tool
@@ -132,6 +154,15 @@ BEGIN
       ON CONFLICT (key) DO NOTHING
       RETURNING r.lease_expires_at INTO claimed_lease;
     IF FOUND THEN
+      -- A retired claim id creates nothing either (LEDGER-28). Looked up after the INSERT: a
+      -- retire running meanwhile held the key, so the INSERT waited for its commit and this sees it.
+      -- (A claim without a claim id tests one variable, a simple expression: no query.)
+      IF p_claim_id IS NOT NULL THEN
+        IF (p_claim_id IS NOT NULL AND EXISTS (SELECT 1 FROM "public"."dispatch_once_ledger_retired" AS d WHERE d.key = p_key AND d.claim_id = p_claim_id AND d.retired_until > now_ms)) THEN
+          DELETE FROM "public"."dispatch_once_ledger" AS r WHERE r.key = p_key;  -- our own INSERT: undone, nothing changed
+          RETURN 'r0';
+        END IF;
+      END IF;
       RETURN 'c1 ' || claimed_lease || ' 0';  -- the stored request is the caller's own: not sent back
     END IF;
 
@@ -146,11 +177,15 @@ BEGIN
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
               AND r.lease_expires_at <= now_ms))) IS TRUE THEN NULL ELSE to_json(r)::text END, (p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id), (p_claim_id IS NOT NULL AND r.v = 1 AND r.state = 'released' AND r.expires_at > now_ms AND r.claim_id IS NOT DISTINCT FROM p_claim_id), r.fence,
-           r.state <> 'in_flight' AND r.expires_at <= now_ms
-      INTO is_claimable, held, is_own, is_released, claimed_fence, is_forgotten
+           r.state <> 'in_flight' AND r.expires_at <= now_ms, (p_claim_id IS NOT NULL AND EXISTS (SELECT 1 FROM "public"."dispatch_once_ledger_retired" AS d WHERE d.key = p_key AND d.claim_id = p_claim_id AND d.retired_until > now_ms))
+      INTO is_claimable, held, is_own, is_released, claimed_fence, is_forgotten, is_retired
       FROM "public"."dispatch_once_ledger" AS r WHERE r.key = p_key;
     IF NOT FOUND THEN
       CONTINUE;  -- swept since the INSERT: try the INSERT again
+    END IF;
+    IF is_retired THEN
+      -- A late copy of a claim its dispatch gave up on: whatever the row, before LEDGER-26 (LEDGER-28).
+      RETURN 'r' || CASE WHEN is_forgotten IS TRUE THEN 0 ELSE claimed_fence END;
     END IF;
     IF is_released THEN
       RETURN 's' || claimed_fence;  -- a late copy of a released claim: it must not take the row again
@@ -159,7 +194,7 @@ BEGIN
       -- The same claim sent again (its reply was lost): it holds the row, live or expired, with
       -- its fence; the lease restarts from now (LEDGER-26). Re-checked under the row lock.
       UPDATE "public"."dispatch_once_ledger" AS r SET lease_expires_at = now_ms + p_lease_ms
-        WHERE r.key = p_key AND (p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id)
+        WHERE r.key = p_key AND (p_claim_id IS NOT NULL AND r.v = 1 AND r.request IS NOT NULL AND r.state = 'in_flight' AND r.claim_id IS NOT DISTINCT FROM p_claim_id) AND (p_claim_id IS NULL OR NOT "public"."dispatch_once_ledger_is_retired"(p_key, p_claim_id, now_ms))
         RETURNING r.fence, r.lease_expires_at, r.request INTO claimed_fence, claimed_lease, claimed_request;
       IF FOUND THEN
         RETURN 'c' || claimed_fence || ' ' || claimed_lease || ' 0 ' || claimed_request;
@@ -195,7 +230,7 @@ BEGIN
              r.state = 'released'
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
           OR (r.state = 'in_flight' AND r.effect IN ('keyed_write', 'unkeyed_write')
-              AND r.lease_expires_at <= now_ms)))
+              AND r.lease_expires_at <= now_ms))) AND (p_claim_id IS NULL OR NOT "public"."dispatch_once_ledger_is_retired"(p_key, p_claim_id, now_ms))
       RETURNING r.fence, r.lease_expires_at, r.takeover, r.request,
                 CASE WHEN r.state = 'in_flight' THEN NULL ELSE to_json(r)::text END
         INTO claimed_fence, claimed_lease, claimed_takeover, claimed_request, held;
@@ -217,6 +252,44 @@ BEGIN
   RAISE EXCEPTION 'claim of % lost 100 races in a row', p_key USING ERRCODE = '40001';
 END
 $claim$;
+
+-- retire(): LEDGER-28 in one round trip (see the package README).
+CREATE OR REPLACE FUNCTION "public"."dispatch_once_ledger_retire"(p_key text, p_claim_id text, p_release boolean, p_retention_ms bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE AS $retire$
+#variable_conflict use_column
+DECLARE
+  now_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+  held text;
+BEGIN
+  -- As the claim: inside a transaction that has written, a rollback would undo the retire.
+  IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    RETURN 't';
+  END IF;
+  -- Retired for the retention from now; retiring again never shortens it.
+  INSERT INTO "public"."dispatch_once_ledger_retired" AS d (retired_until, key, claim_id)
+    VALUES (now_ms + p_retention_ms, p_key, p_claim_id)
+    ON CONFLICT (key, claim_id) DO UPDATE SET retired_until = greatest(d.retired_until, excluded.retired_until);
+  -- Hold the key (see above). A row of another format version is locked, never written.
+  INSERT INTO "public"."dispatch_once_ledger" AS r (key, v, state, tool_name, effect, fence, claimed_at)
+    VALUES (p_key, 0, 'retiring', '', '', 0, now_ms)
+    ON CONFLICT (key) DO UPDATE SET fence = r.fence WHERE r.v = 1
+    RETURNING r.state INTO held;
+  IF held = 'retiring' THEN
+    DELETE FROM "public"."dispatch_once_ledger" AS r WHERE r.key = p_key;  -- the placeholder: the key had no row
+    RETURN '0';
+  END IF;
+  IF p_release THEN
+    -- In flight under this claim id, lease live or expired: released as release(fence) would.
+    UPDATE "public"."dispatch_once_ledger" AS r SET state = 'released', lease_expires_at = NULL, finished_at = now_ms, expires_at = now_ms + p_retention_ms
+      WHERE r.key = p_key AND r.v = 1 AND r.state = 'in_flight' AND r.claim_id = p_claim_id;
+    IF FOUND THEN
+      RETURN '1';
+    END IF;
+  END IF;
+  RETURN '0';
+END
+$retire$;
 
 -- The previous versions' claims stay callable while processes of those versions still run, as
 -- this claim without what they did not send: eight arguments (no conversation, before issue 15)

@@ -94,7 +94,7 @@ const CHECKS = [
   {
     name: "lost-claim-tombstone",
     kind: "verify",
-    about: "LEDGER-27's guard (main) (GUARD 1: a released row refuses only the claim id it was released under) keeps "
+    about: "LEDGER-27's guard alone, a ledger without retire (GUARD 1: a released row refuses only the claim id it was released under) keeps "
       + "every other property with the faults of lost-claim; P_NOFALSE is off (late-claim-tombstone breaks it)",
     defines: { ...NONE, ...LOSTCLAIM, REFUSALS: 1, STREAMCUTS: 1, REDELIVERIES: 1, GUARD: 1, CHECK_NOFALSE: 0 },
   },
@@ -229,20 +229,20 @@ const CHECKS = [
   {
     name: "late-claim",
     kind: "expect",
-    explain: "W0 dispatches the ticket (unkeyed, key 3). The store holds its claim (claim id 1) and applies it only later; W0's dispatcher sees ledger_unavailable, its retries run out, and it settles the claim in the background: it claims again with claim id 1, which creates the row, and releases it. Then the store applies the held copy: the row is released, so claim id 1 re-claims it with fence 2. Nobody holds that claim and nobody comes back for it; its lease runs out, and W0's next attempt finds the row expired: unknown (LEDGER-7), for a ticket that was never sent. LEDGER-26's known residual, on main.",
+    explain: "W0 dispatches the ticket (unkeyed, key 3). The store holds its claim (claim id 1) and applies it only later; W0's dispatcher sees ledger_unavailable, its retries run out, and it settles the claim in the background: it claims again with claim id 1, which creates the row, and releases it. Then the store applies the held copy: the row is released, so claim id 1 re-claims it with fence 2. Nobody holds that claim and nobody comes back for it; its lease runs out, and W0's next attempt finds the row expired: unknown (LEDGER-7), for a ticket that was never sent. LEDGER-26's residual before LEDGER-27.",
     property: "P_NOFALSE",
-    rules: "LEDGER-26 (known residual), DISPATCH-16, LEDGER-7",
-    about: "the code on main: a copy of a claim applied after its claimant released it by claim id takes the "
+    rules: "LEDGER-26 (residual before LEDGER-27), DISPATCH-16, LEDGER-7",
+    about: "before LEDGER-27: a copy of a claim applied after its claimant released it by claim id takes the "
       + "released row again, ownerless, and its lease turns an unkeyed call that never ran unknown",
     defines: { ...NONE, LATECLAIMS: 1, GUARD: 0, ...ONLY("NOFALSE") },
   },
   {
     name: "late-claim-tombstone",
     kind: "expect",
-    explain: "With LEDGER-27's tombstone (main) (a released row refuses the claim id it was released under): W0's claim of the ticket (claim id 1) is applied but its reply is lost; the retries run out and claim id 1 is left to settle in the background. The turn retries: a new dispatch, claim id 2. The store holds its first claim; its retry meets the row held by claim id 1, waits and gives up (in_flight_elsewhere), and nothing settles claim id 2, whose claims all got an answer but one. The settling of claim id 1 releases the row (tombstone: 1). The held copy of claim id 2 arrives: not the tombstone's id, so it re-claims the row, ownerless, and the lease turns the ticket that was never sent unknown. A single tombstone cannot know every id a copy of which is still on its way; the claimant can (GUARD 2: retire every such id).",
+    explain: "With LEDGER-27's tombstone alone, on a ledger without retire (a released row refuses the claim id it was released under): W0's claim of the ticket (claim id 1) is applied but its reply is lost; the retries run out and claim id 1 is left to settle in the background. The turn retries: a new dispatch, claim id 2. The store holds its first claim; its retry meets the row held by claim id 1, waits and gives up (in_flight_elsewhere), and nothing settles claim id 2, whose claims all got an answer but one. The settling of claim id 1 releases the row (tombstone: 1). The held copy of claim id 2 arrives: not the tombstone's id, so it re-claims the row, ownerless, and the lease turns the ticket that was never sent unknown. A single tombstone cannot know every id a copy of which is still on its way; the claimant can (GUARD 2, LEDGER-28: retire every such id; main).",
     property: "P_NOFALSE",
-    rules: "LEDGER-26, DISPATCH-16 (proposed: retire every claim id a copy of which may be on its way)",
-    about: "LEDGER-27's guard (main): a released row refuses only the claim id it was released under; a late copy of "
+    rules: "LEDGER-26, LEDGER-27, DISPATCH-16 (closed by LEDGER-28: retire every claim id a copy of which may be on its way)",
+    about: "LEDGER-27's guard alone (a ledger without retire): a released row refuses only the claim id it was released under; a late copy of "
       + "another claim of the same call still takes the row",
     defines: { ...NONE, ...LOSTCLAIM, GUARD: 1, ...ONLY("NOFALSE") },
   },

@@ -70,6 +70,21 @@ def sweep(removed):
     return {"op": "sweep", "expect": {"removed": removed}}
 
 
+def retire(claim_id, key="k1", release=None, options=None, released=False, expect=None):
+    """retire(key, claimId, options) (LEDGER-28); `options` is sent as given, else {release} when release is not None."""
+    step = {"op": "retire", "key": key, "claimId": claim_id}
+    if options is not None:
+        step["options"] = options
+    elif release is not None:
+        step["options"] = {"release": release}
+    step["expect"] = expect if expect is not None else {"released": released}
+    return step
+
+
+INVALID = {"error": "invalid_ledger_input"}
+CID_D = "cid-d_0123456789ABCDEF"
+
+
 def repeat_result(char, count, expect):
     return {"op": "complete", "key": "k1", "fence": 1, "resultRepeat": {"char": char, "count": count}, "expect": expect}
 
@@ -311,6 +326,80 @@ def ledger_cases() -> dict:
          refused("invalid_ledger_input", claim_id="cid-a_0123456789\u00e9AB"), lookup(absent=True),
          claimed(1, claim_id="cid-a_0123456789"), claimed(1, key="k2", claim_id="C" * 64),
          claimed(1, claim_id="cid-a_0123456789"), claimed(1, key="k2", claim_id="C" * 64))
+    # LEDGER-28: a retired claim id is refused for the retention, whether the key has a row or not.
+    case("LEDGER-28", "retire with no row creates nothing; a late copy of the retired claim is then refused with stale_claim and creates nothing; other claim ids and none claim as before",
+         retire(CID_A), lookup(absent=True), refused("stale_claim", effect="unkeyed_write", claim_id=CID_A), lookup(absent=True),
+         refused("stale_claim", owner="z", claim_id=CID_A), lookup(absent=True),
+         claimed(1, owner="b", claim_id=CID_B, returns=rb), refused("stale_claim", claim_id=CID_A),
+         lookup(state="in_flight", fence=1, owner="b", request=rb))
+    case("LEDGER-28", "retire with release on the row in flight under the claim id releases it (fence and request kept); another claim id re-claims with fence 2 and the stored request; the retired id stays refused",
+         claimed(1, effect="unkeyed_write", claim_id=CID_A, returns=ra), retire(CID_A, release=True, released=True),
+         lookup(state="released", fence=1, request=ra), refused("stale_claim", effect="unkeyed_write", claim_id=CID_A),
+         lookup(state="released", fence=1), claimed(2, owner="b", effect="unkeyed_write", claim_id=CID_B, returns=ra),
+         refused("stale_claim", effect="unkeyed_write", claim_id=CID_A), lookup(state="in_flight", fence=2, owner="b", request=ra),
+         op("complete", fence=2, result=PAY_RESULT), refused("stale_claim", claim_id=CID_A),
+         lookup(state="completed", fence=2, result=PAY_RESULT))
+    case("LEDGER-28", "retire without release (release false, or no options) leaves the row in flight under its owner, whose fence still writes; the retired id is refused even on its own in-flight row, before LEDGER-26 recognition",
+         claimed(1, claim_id=CID_A), retire(CID_A, release=False), lookup(state="in_flight", fence=1, owner="a"),
+         refused("stale_claim", claim_id=CID_A), lookup(state="in_flight", fence=1, owner="a"),
+         claimed(1, key="k2", claim_id=CID_B), retire(CID_B, key="k2"), lookup(key="k2", state="in_flight", fence=1, owner="a"),
+         refused("stale_claim", key="k2", claim_id=CID_B), existing("in_flight", 1, claim_id=CID_C),
+         op("renew", leaseMs=30000), op("complete", result=PAY_RESULT), lookup(state="completed", fence=1, result=PAY_RESULT),
+         refused("stale_claim", claim_id=CID_A))
+    case("LEDGER-28", "a retired claim id is refused on its own in-flight row even after its lease ran out, and changes nothing; another claim id then takes the expired keyed_write row over",
+         claimed(1, claim_id=CID_A), retire(CID_A), hook("expire_lease"), refused("stale_claim", claim_id=CID_A),
+         lookup(state="in_flight", fence=1, owner="a"), claimed(2, takeover=True, owner="b", claim_id=CID_B, returns=ra),
+         refused("stale_claim", claim_id=CID_A), lookup(state="in_flight", fence=2, owner="b"))
+    case("LEDGER-28", "release on a row in flight under another claim id, or under none, changes nothing and answers released false; that row's own claim id is still recognised",
+         claimed(1, owner="b", claim_id=CID_B, returns=rb), retire(CID_A, release=True), lookup(state="in_flight", fence=1, owner="b"),
+         claimed(1, owner="b", claim_id=CID_B, returns=rb), refused("stale_claim", claim_id=CID_A),
+         claimed(1, key="k2", owner="c", returns=rc), retire(CID_A, key="k2", release=True),
+         lookup(key="k2", state="in_flight", fence=1, owner="c"), op("release", key="k2"),
+         claimed(2, key="k2", owner="d", returns=rc), lookup(key="k2", state="in_flight", fence=2, owner="d"))
+    case("LEDGER-28", "a retired claim id is refused with stale_claim on completed, failed, unknown and released rows and changes none of them; retirement is per key",
+         claimed(1, claim_id=CID_A), op("complete", result=PAY_RESULT), retire(CID_A, release=True),
+         refused("stale_claim", claim_id=CID_A), lookup(state="completed", fence=1, result=PAY_RESULT),
+         claimed(1, key="k2", claim_id=CID_A), op("fail", key="k2", error=DECLINED), retire(CID_A, key="k2"),
+         refused("stale_claim", key="k2", claim_id=CID_A), lookup(key="k2", state="failed", fence=1, error=DECLINED),
+         claimed(1, key="k3", effect="unkeyed_write", claim_id=CID_A), hook("expire_lease", key="k3"),
+         existing("unknown", 1, key="k3", effect="unkeyed_write", reason="lease_expired"), retire(CID_A, key="k3", release=True),
+         refused("stale_claim", key="k3", effect="unkeyed_write", claim_id=CID_A), lookup(key="k3", state="unknown", fence=1, reason="lease_expired"),
+         claimed(1, key="k4", owner="b", claim_id=CID_B), op("release", key="k4"), retire(CID_A, key="k4"),
+         refused("stale_claim", key="k4", claim_id=CID_A), lookup(key="k4", state="released", fence=1),
+         claimed(2, key="k4", owner="c", claim_id=CID_C, returns=rb),
+         claimed(1, key="k5", claim_id=CID_A), lookup(key="k5", state="in_flight", fence=1, owner="a"))
+    case("LEDGER-28", "retiring is idempotent: the second retire with release answers released false and changes nothing; retiring twice with no row creates nothing",
+         claimed(1, claim_id=CID_A), retire(CID_A, release=True, released=True), retire(CID_A, release=True),
+         retire(CID_A), lookup(state="released", fence=1, request=ra), refused("stale_claim", claim_id=CID_A),
+         retire(CID_B, key="k2"), retire(CID_B, key="k2", release=True), lookup(key="k2", absent=True),
+         refused("stale_claim", key="k2", claim_id=CID_B), lookup(key="k2", absent=True),
+         claimed(2, owner="b", claim_id=CID_C, returns=ra))
+    case("LEDGER-28", "release on the claim id's row whose lease ran out releases it (not unknown, not a takeover): the next claim re-claims with fence 2 and the stored request",
+         claimed(1, effect="unkeyed_write", claim_id=CID_A), hook("expire_lease"), retire(CID_A, release=True, released=True),
+         lookup(state="released", fence=1, request=ra), refused("stale_claim", effect="unkeyed_write", claim_id=CID_A),
+         claimed(2, owner="b", effect="unkeyed_write", claim_id=CID_B, returns=ra), lookup(state="in_flight", fence=2, owner="b"))
+    case("LEDGER-28", "the owner's fence cannot write a row retire released; a retired id is not a row: lookup shows none and sweep counts none",
+         claimed(1, claim_id=CID_A), retire(CID_A, release=True, released=True), op("complete", result=PAY_RESULT, expect=STALE),
+         op("release", expect=STALE), lookup(state="released", fence=1),
+         retire(CID_B, key="k2"), retire(CID_C, key="k2"), lookup(key="k2", absent=True), sweep(0), lookup(key="k2", absent=True))
+    case("LEDGER-28", "claims without a claim id are unaffected by a retired claim id: they create, meet, and re-claim a row as before",
+         retire(CID_A), claimed(1, owner="b", returns=rb), existing("in_flight", 1, owner="c"), retire(CID_A, release=True),
+         lookup(state="in_flight", fence=1, owner="b"), op("release"), claimed(2, owner="c", returns=rb),
+         lookup(state="in_flight", fence=2, owner="c"))
+    case("LEDGER-28", "after the retention has passed from the retire, the retired claim id is forgotten: a claim with it creates or re-claims as an ordinary claim",
+         retire(CID_A), hook("expire_retired"), sweep(0), claimed(1, claim_id=CID_A, returns=ra), lookup(state="in_flight", fence=1, owner="a"),
+         claimed(1, key="k2", owner="b", claim_id=CID_B, returns=rb), retire(CID_B, key="k2", release=True, released=True),
+         hook("expire_retention", key="k2"), hook("expire_retired", key="k2"), sweep(1),
+         claimed(1, key="k2", owner="c", claim_id=CID_B, returns=rc), lookup(key="k2", state="in_flight", fence=1, owner="c", request=rc))
+    case("LEDGER-28", "retire refuses, changing nothing, with invalid_ledger_input: an empty key, a malformed or non-string claim id, a release that is not a boolean, options that are not an object",
+         claimed(1, claim_id=CID_A), retire(CID_A, key="", expect=INVALID), retire("cid-a_012345678", expect=INVALID),
+         retire("", expect=INVALID), retire("cid-a_0123456789.ABC", expect=INVALID), retire("c" * 65, expect=INVALID),
+         retire(1234567890123456, expect=INVALID), retire(None, expect=INVALID),
+         retire(CID_A, options={"release": "yes"}, expect=INVALID), retire(CID_A, options={"release": 1}, expect=INVALID),
+         retire(CID_A, options={"release": None}, expect=INVALID), retire(CID_A, options="release", expect=INVALID),
+         lookup(state="in_flight", fence=1, owner="a"), claimed(1, claim_id=CID_A, returns=ra),
+         retire(CID_D, key="k2", options={"release": "true"}, expect=INVALID), claimed(1, key="k2", claim_id=CID_D),
+         retire(CID_A, options={}), refused("stale_claim", claim_id=CID_A))
     return {
         "description": (
             "Ledger cases (spec §6). Run each case on a fresh, empty ledger with maxResultBytes 1048576 and the "
@@ -319,16 +408,21 @@ def ledger_cases() -> dict:
             "(LEDGER-21); `claimId`, when present, is the claim's claim id (LEDGER-26), sent as given; expect "
             "{outcome:'claimed', fence, takeover} or {outcome:'existing', state, fence, ...} or {error:<code>} (the claim is "
             "refused with that code: invalid_ledger_input for a malformed claim id, stale_claim for the claim id a released "
-            "row was released under) where "
+            "row was released under or a claim id retired for the key) where "
             "result/error/reason/request, when present, MUST equal the claimed result's or the row's (result and request "
             "byte for byte, error as deep JSON equality). complete/fail/markUnknown/release/renew: expect {ok:true} or "
+            "{error:<code>}. "
+            "retire (LEDGER-28; only for a ledger whose capabilities.supports.retire is true: a harness reports a case "
+            "with a retire step not applicable otherwise): call retire(key, claimId, options) with claimId and, when "
+            "present, options sent as given (a key of \"\" is the empty string, not a label); expect {released:bool} or "
             "{error:<code>}. "
             "complete with `resultRepeat: {char, count}` instead of `result` stores the JSON string '\"' + char "
             "repeated count times + '\"' (count + 2 characters; its UTF-8 size decides LEDGER-10). lookup: expect "
             "{absent:true} or the fields to compare (state, fence, and when present result, error, reason, owner, request). "
             "Test hooks: expire_lease moves the lease of the key's current in-flight claim into the past; "
             "expire_retention moves the retention of the key's finished or released row into the past (nothing to do if "
-            "lookup already reports the key absent); a harness MAY "
+            "lookup already reports the key absent); expire_retired moves the end of the retention of every claim id "
+            "retired for the key into the past (retire's time plus the retention); a harness MAY "
             "implement either by advancing one injected clock (never backwards), and every case is written so that "
             "its expectations hold either way. sweep: expect {removed:n}. Generated by spec/reference/generate_vectors.py."
         ),

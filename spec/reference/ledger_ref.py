@@ -35,6 +35,8 @@ class ReferenceLedger:
         self.max_result_bytes = max_result_bytes
         self.retention_ms = retention_ms
         self.rows: dict[str, dict] = {}
+        # Retired claim ids per key, each with the time it may be forgotten (LEDGER-28); not rows.
+        self.retired: dict[str, dict[str, int]] = {}
 
     # ---------------------------------------------------------------- claim (LEDGER-1, -6, -7, -18, -21, -26)
 
@@ -45,6 +47,9 @@ class ReferenceLedger:
             raise LedgerError("invalid_ledger_input", f"effect {effect!r}")
         now = self.now()
         row = self._live(key, now)
+        # A late copy of a claim its dispatch gave up on changes nothing, row or not, before LEDGER-26 (LEDGER-28).
+        if claim_id is not None and self.retired.get(key, {}).get(claim_id, now) > now:
+            raise LedgerError("stale_claim", f"{key}: claim id {claim_id} was retired")
         if row is None:
             # Absent or past retention (LEDGER-19): a fresh row with the claimant's request; fences keep rising.
             old = self.rows.get(key)
@@ -95,6 +100,29 @@ class ReferenceLedger:
         if kept is not None:
             row["claim_id"] = kept
 
+    def retire(self, key, claim_id, options=None) -> dict:
+        """LEDGER-28: refuse claim_id for the key for the retention from now; with release, release its in-flight row."""
+        if not isinstance(key, str) or key == "":
+            raise LedgerError("invalid_ledger_input", "key must be a non-empty string")
+        if not isinstance(claim_id, str) or not CLAIM_ID_PATTERN.fullmatch(claim_id):
+            raise LedgerError("invalid_ledger_input", f"claimId {claim_id!r} does not match {CLAIM_ID_PATTERN.pattern}")
+        release = False
+        if options is not None:
+            if not isinstance(options, dict):
+                raise LedgerError("invalid_ledger_input", "options must be an object")
+            release = options.get("release", False)
+            if not isinstance(release, bool):
+                raise LedgerError("invalid_ledger_input", f"release {release!r} is not a boolean")
+        now = self.now()
+        self.retired.setdefault(key, {})[claim_id] = now + self.retention_ms
+        row = self._live(key, now)
+        if not release or row is None or row["state"] != "in_flight" or row.get("claim_id") != claim_id:
+            return {"released": False}
+        # Expired lease or live: the dispatch never took the claim, so nobody ran the tool under it (LEDGER-8).
+        self._finish(row, "released", now)
+        row["claim_id"] = claim_id
+        return {"released": True}
+
     # ---------------------------------------------------------------- reads and retention (LEDGER-13, -17, -19)
 
     def lookup(self, key: str) -> dict | None:
@@ -103,6 +131,10 @@ class ReferenceLedger:
 
     def sweep(self) -> int:
         now = self.now()
+        for k in list(self.retired):
+            self.retired[k] = {cid: until for cid, until in self.retired[k].items() if until > now}
+            if not self.retired[k]:
+                del self.retired[k]
         doomed = [k for k, row in self.rows.items() if self._retention_passed(row, now)]
         for k in doomed:
             del self.rows[k]

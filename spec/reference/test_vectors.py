@@ -95,6 +95,22 @@ def run_ledger_case(case: dict) -> list[str]:
                 answer = refused(lambda: ledger.renew(key, fence, step["leaseMs"]))
             if answer != want:
                 problems.append(f"{where}: {answer} != {want}")
+        elif op == "retire":
+            got: dict = {}
+
+            def run_retire() -> None:
+                got.update(ledger.retire(key, step["claimId"], step.get("options")))
+
+            answer = refused(run_retire)
+            if "error" not in answer:
+                answer = got
+            if answer != want:
+                problems.append(f"{where}: {answer} != {want}")
+        elif op == "expire_retired":
+            # The end of the retention of every claim id retired for the key (LEDGER-28), on the one clock.
+            until = max(ledger.retired.get(key, {}).values(), default=None)
+            if until is not None:
+                clock["now"] = max(clock["now"], until)
         elif op == "lookup":
             row = ledger.lookup(key)
             if want.get("absent"):

@@ -3,9 +3,9 @@ import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import { isDispatchOnceError, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { MemoryConversationStore, type FailurePosition, type RunnerEvent, type TurnFailedError } from "@dispatch-once/anthropic";
-import type { CutKind, Fault, FaultPlan } from "@dispatch-once/mock-provider";
 import { CHAPTER } from "./incident.js";
 import { Rng } from "./prng.js";
+import type { StreamCut, StreamFaultPlan, StreamSide } from "./streams.js";
 import { wilson, type RateEstimate } from "./stats.js";
 import { addAudit, auditMessage, emptyTally, recordsOf, type AuditTally, type MisreportReason } from "./oracle.js";
 import { countDuplicates, paymentMessage, startSide, type LostResponseDisposition, type PaymentArgs, type Side } from "./world.js";
@@ -32,7 +32,7 @@ export const SPLIT = {
   duringDispatchOfWindow: CHAPTER.paymentsMs / (CHAPTER.paymentsMs + CHAPTER.gapMs),
 } as const;
 
-const CUT_KINDS: readonly CutKind[] = ["reset", "reset", "reset", "clean_close", "error_event"];
+const CUT_KINDS: readonly StreamCut[] = ["reset", "reset", "reset", "clean_close", "error_event"];
 /**
  * User messages per conversation in the main route. Each message is two model turns (the
  * payment, then the model's confirmation), so a conversation of three is six turns: short, as
@@ -45,7 +45,7 @@ const PAYEES = ["acme-supplies", "globex", "initech", "umbrella-logistics", "hoo
 
 export interface PlannedFailure {
   position: FailurePosition;
-  kind: CutKind;
+  kind: StreamCut;
   /** For arguments_streaming: how many argument fragments are sent before the cut. */
   afterFragment: number;
 }
@@ -170,6 +170,8 @@ export interface RouteResult {
 }
 
 export interface ChaosResult {
+  /** The stream side it ran on; absent in results written before the option existed means "anthropic". */
+  provider: StreamSide;
   turns: number;
   failureRate: number;
   dropRate: number;
@@ -210,6 +212,8 @@ export interface ChaosResult {
 }
 
 export interface ChaosOptions {
+  /** The stream side both sides run on (default anthropic). */
+  provider?: StreamSide;
   /** Run the naive side in a worker thread, beside the guarded one (default true when the worker file exists). */
   parallel?: boolean;
   turns: number;
@@ -240,7 +244,7 @@ export interface ChaosProgress {
 
 interface PendingCut {
   requestNumber: number;
-  kind: CutKind;
+  kind: StreamCut;
   trigger: "call_complete" | "call_resolved";
 }
 
@@ -295,7 +299,7 @@ class FaultDirector {
     }
   }
 
-  readonly faultPlan: FaultPlan = (_request, info) => {
+  readonly faultPlan: StreamFaultPlan = (info) => {
     const turnKey = info.headers["x-demo-turn"];
     if (turnKey === undefined) return undefined;
     const expectation = this.turns.get(turnKey);
@@ -305,7 +309,7 @@ class FaultDirector {
     const attemptKey = `${turnKey}|${info.headers["x-demo-attempt"] ?? "1"}`;
     if (expectation.stall !== undefined) {
       this.stalls.set(attemptKey, { requestNumber: info.requestNumber, report: expectation.stall });
-      return { kind: "hold", at: { beforeMessageStop: true } };
+      return { kind: "hold", at: "before_finish" };
     }
     const failure = expectation.failure;
     if (failure === undefined) return undefined;
@@ -321,18 +325,18 @@ class FaultDirector {
     };
     switch (failure.position) {
       case "before_any_call":
-        // Replaces the first content_block_start: only message_start was sent.
-        return cut(cutKind, { event: 1 });
+        // Replaces the first output block or item: the response had started, no call had.
+        return { kind: "cut", cut: cutKind, at: "before_any_call" };
       case "arguments_streaming":
-        return cut(cutKind, { toolUse: 0, afterFragment: failure.afterFragment });
+        return { kind: "cut", cut: cutKind, at: "arguments_streaming", afterFragment: failure.afterFragment };
       case "during_dispatch":
-        // Held right after content_block_stop; cut once the call is dispatched (its POST is out).
+        // Held right after the call is complete; cut once the call is dispatched (its POST is out).
         pending("call_complete");
-        return { kind: "hold", at: { afterToolUseStop: 0 } };
+        return { kind: "hold", at: "after_call_done" };
       case "after_dispatch_before_stop":
-        // Held where message_stop would go; cut once the payment call has resolved.
+        // Held where the finishing event would go; cut once the payment call has resolved.
         pending("call_resolved");
-        return { kind: "hold", at: { beforeMessageStop: true } };
+        return { kind: "hold", at: "before_finish" };
     }
   };
 
@@ -359,7 +363,7 @@ class FaultDirector {
 
   /** Let a stalled (held) stream go on to message_stop, once it is held. */
   releaseWhenHeld(requestNumber: number): void {
-    const { provider } = this.side;
+    const provider = this.side.stream;
     void provider
       .waitForHold(requestNumber, { timeoutMs: 30_000 })
       .then(() => provider.release(requestNumber))
@@ -367,8 +371,8 @@ class FaultDirector {
   }
 
   /** Cut the stream once it is held (it may not have reached the hold yet). */
-  private cutWhenHeld(requestNumber: number, kind: CutKind, attemptKey: string): void {
-    const { provider } = this.side;
+  private cutWhenHeld(requestNumber: number, kind: StreamCut, attemptKey: string): void {
+    const provider = this.side.stream;
     void provider
       .waitForHold(requestNumber, { timeoutMs: 30_000 })
       .then(() => provider.cutNow(requestNumber, kind))
@@ -402,10 +406,6 @@ class FaultDirector {
       this.gates.get(turnKey)?.open();
     }
   };
-}
-
-function cut(kind: CutKind, at: Extract<Fault, { kind: "reset" }>["at"]): Fault {
-  return kind === "error_event" ? { kind, at, error: { type: "overloaded_error", message: "Overloaded" } } : { kind, at };
 }
 
 /** Run `count` jobs on `concurrency` workers; job i always goes to worker i % concurrency, in order. */
@@ -446,6 +446,7 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
   let director: FaultDirector | undefined;
   const side = await startSide({
     guarded,
+    ...(options.provider !== undefined ? { stream: options.provider } : {}),
     ledger: options.ledger,
     paymentsLatencyMs: CHAPTER.paymentsMs * scale,
     providerTiming: { beforeMessageStopMs: CHAPTER.gapMs * scale },
@@ -696,6 +697,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     }
   }
   return {
+    provider: options.provider ?? "anthropic",
     turns: options.turns,
     failureRate: options.failureRate,
     dropRate: options.dropRate,

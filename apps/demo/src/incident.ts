@@ -1,15 +1,19 @@
 import type { Ledger } from "@dispatch-once/core";
 import { TurnFailedError, type RunnerEvent } from "@dispatch-once/anthropic";
-import { startOpenAIStream } from "./openai.js";
+import { replayAiSdkIncident } from "./ai-sdk.js";
 import { paymentMessage, startSide, type PaymentArgs, type Side } from "./world.js";
 
-/** The stream side the incident runs on. */
-export type DemoProvider = "anthropic" | "openai";
+/**
+ * The stream side the incident runs on: our runner over the Anthropic or the OpenAI SDK, or the
+ * Vercel AI SDK's own loop (over `@ai-sdk/openai`) with the app's tools wrapped.
+ */
+export type DemoProvider = "anthropic" | "openai" | "ai-sdk";
 
 /** The events that bound the window on each provider's stream (spec STREAM-7), for the timelines. */
 export const STREAM_EVENTS: Record<DemoProvider, { callDone: string; finish: string; callIdPrefix: string }> = {
   anthropic: { callDone: "content_block_stop", finish: "message_stop", callIdPrefix: "toolu_" },
   openai: { callDone: "response.output_item.done", finish: "response.completed", callIdPrefix: "call_" },
+  "ai-sdk": { callDone: "tool-call", finish: "response.completed", callIdPrefix: "call_" },
 };
 
 /** The chapter's figures for the incident. */
@@ -91,9 +95,10 @@ export const INCIDENT_PAYMENT: PaymentArgs = {
 /** The chapter's incident, naive and guarded side by side (each in its own world, run concurrently). */
 export async function runIncident(options: { ledger: Ledger; runId: string; seed: string; timeScale: number; provider?: DemoProvider }): Promise<IncidentResult> {
   const provider = options.provider ?? "anthropic";
+  const replay = provider === "ai-sdk" ? replayAiSdkIncident : replayIncident;
   const [naive, guarded] = await Promise.all([
-    replayIncident({ ...options, provider, guarded: false }),
-    replayIncident({ ...options, provider, guarded: true }),
+    replay({ ...options, provider, guarded: false }),
+    replay({ ...options, provider, guarded: true }),
   ]);
   return {
     provider,
@@ -123,8 +128,6 @@ async function replayIncident(options: {
   const add = (kind: TimelineKind, attempt: number, text: string, atMs = at()) => timeline.push({ atMs, kind, attempt, text });
   let currentAttempt = 0;
   let side: Side | undefined;
-  let closeStream: (() => Promise<void>) | undefined;
-  let cutOpenAI: (() => void) | undefined;
   const acceptedAt: number[] = [];
   const idempotencyKeys: string[] = [];
   const paymentIds: string[] = [];
@@ -133,7 +136,8 @@ async function replayIncident(options: {
       guarded: options.guarded,
       ledger: options.ledger,
       paymentsLatencyMs: CHAPTER.paymentsMs * scale,
-      providerTiming: {},
+      // The Anthropic side sets its timings per request below; the Responses mock keeps the gap throughout.
+      ...(options.provider === "openai" ? { stream: "openai" as const, providerTiming: { beforeMessageStopMs: CHAPTER.gapMs * scale } } : { providerTiming: {} }),
       seed: options.seed,
       onEffect: (effect) => {
         if (effect.kind !== "payment_created") return;
@@ -143,19 +147,27 @@ async function replayIncident(options: {
         add("payment_accepted", currentAttempt, `payments API accepted ${effect.resourceId} (Idempotency-Key ${shorten(effect.idempotencyKey)})`);
       },
     });
-    const provider = side.provider;
+    const provider = side.stream;
     // First attempt: the stream is held where message_stop would go and cut once the payment is
     // accepted, so the reset lands inside the window by construction, not by timing luck.
     let cutRequest: number | undefined;
     // The chapter's handler is away for the payment (820 ms), then the provider takes its 240 ms
     // before message_stop: the payment turn's stream stays open through both, one after the other.
     const paymentTurnTiming = { afterBlockStopMs: CHAPTER.paymentsMs * scale, beforeMessageStopMs: CHAPTER.gapMs * scale };
-    if (options.provider === "anthropic") provider.setFaultPlan((_request, info) => {
+    if (options.provider === "anthropic") side.provider.setFaultPlan((_request, info) => {
       if (info.headers["x-demo-turn-index"] !== "0") return undefined;
       if (cutRequest !== undefined || info.headers["x-demo-attempt"] !== "1") return { kind: "timing", timing: paymentTurnTiming };
       cutRequest = info.requestNumber;
       return { kind: "hold", at: { beforeMessageStop: true }, timing: { ...paymentTurnTiming, beforeMessageStopMs: 0 } };
     });
+    // The Responses stream the same way, in the demo's own fault terms: the first attempt's payment
+    // response is held where response.completed goes (after the call's output_item.done).
+    else
+      provider.setFaultPlan((info) => {
+        if (cutRequest !== undefined || info.headers["x-demo-turn-index"] !== "0" || info.headers["x-demo-attempt"] !== "1") return undefined;
+        cutRequest = info.requestNumber;
+        return { kind: "hold", at: "before_finish" };
+      });
     const callIds: string[] = [];
     let dispatchMs: number | undefined;
     let resolvedMs: number | undefined;
@@ -180,7 +192,6 @@ async function replayIncident(options: {
           break;
         case "call_resolved":
           if (event.attempt === 1) resolvedMs = t;
-          if (event.attempt === 1) cutOpenAI?.();
           if (event.attempt === 1 && cutRequest !== undefined) {
             const request = cutRequest;
             setTimeout(() => {
@@ -221,22 +232,7 @@ async function replayIncident(options: {
       onEvent,
     };
     // Either stream side's runner: the same send() over the shared runner.
-    let runner: { send(conversationId: string, message: { id: string; content: string }): Promise<unknown> };
-    if (options.provider === "openai") {
-      // The first response is held after the call's output_item.done (the mock waits long
-      // before response.completed) and cut once the payment was accepted, as on the Anthropic
-      // side: the reset lands inside the window by construction, not by timing luck.
-      const stream = await startOpenAIStream(side, { seed: options.seed, gapMs: CHAPTER.gapMs * scale });
-      closeStream = () => stream.mock.close();
-      stream.holdNext();
-      cutOpenAI = () => setTimeout(() => stream.cutHeld(), RESET_AFTER_ACCEPT_MS * scale);
-      stream.mock.setFaultPlan((_request, info) =>
-        info.requestNumber === 1 ? { kind: "clean_close", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 60_000 } } : undefined,
-      );
-      runner = stream.runner(runnerOptions);
-    } else {
-      runner = side.runner(runnerOptions);
-    }
+    const runner = side.runner(runnerOptions);
     const conversationId = `${options.runId}-incident-${options.guarded ? "guarded" : "naive"}`;
     try {
       await runner.send(conversationId, { id: "msg-1", content: paymentMessage(INCIDENT_PAYMENT) });
@@ -266,12 +262,11 @@ async function replayIncident(options: {
       durationMs: at(),
     };
   } finally {
-    await closeStream?.();
     await side?.close();
   }
 }
 
-function shorten(key: string | null): string {
+export function shorten(key: string | null): string {
   if (key === null) return "none";
   return key.length > 20 ? `${key.slice(0, 16)}…` : key;
 }

@@ -17,7 +17,7 @@ export interface DemoOptions {
   /** Share of messages whose memo the model re-words when it answers a retried request. */
   rewordRate: number;
   seed: string;
-  /** The stream side the incident runs on (the chaos run uses the Anthropic mock). */
+  /** The stream side the incident and the chaos run run on (ai-sdk: the chaos run uses openai's runner). */
   provider: DemoProvider;
   ledger: LedgerSpec;
   /** Table (SQLite, PostgreSQL) or key prefix (Redis) the demo's ledger rows live in; default: unique per run. */
@@ -80,8 +80,10 @@ Options:
   --reword-rate P        share of messages whose memo a retried model response re-words, 0 <= P <= 1
                          (default ${DEFAULT_OPTIONS.rewordRate})
   --seed S               seed for every random decision; same seed, same counts (default ${DEFAULT_OPTIONS.seed})
-  --provider P           the incident's stream side: anthropic (Messages API, default) | openai (Responses API);
-                         the chaos run uses the Anthropic mock
+  --provider P           the stream side, each its real SDK against its mock: anthropic (Messages API,
+                         default) | openai (Responses API) | ai-sdk (the Vercel AI SDK's streamText over
+                         @ai-sdk/openai, tools wrapped with createOnceTools; the chaos run then runs on
+                         openai: the AI SDK's loop is the app's, not a runner the chaos run drives)
   --ledger SPEC          sqlite (temp file, default) | sqlite:PATH | postgres://... | redis://...
   --ledger-namespace N   table (sqlite, postgres) or key prefix (redis) to use (default: unique per run)
   --keep-ledger          keep the ledger rows/table/file afterwards (default: remove what the demo created)
@@ -214,7 +216,9 @@ function assign(options: DemoOptions, name: string, spec: (typeof SPECS)[string]
         }
         options.ledgerNamespace = value;
       } else if (spec.key === "provider") {
-        if (value !== "anthropic" && value !== "openai") throw new DemoUsageError(`${name} must be anthropic or openai, got ${JSON.stringify(value)}`, name);
+        if (value !== "anthropic" && value !== "openai" && value !== "ai-sdk") {
+          throw new DemoUsageError(`${name} must be anthropic, openai or ai-sdk, got ${JSON.stringify(value)}`, name);
+        }
         options.provider = value;
       } else if (spec.key === "seed") {
         if (value.length > 200) throw new DemoUsageError(`${name} is limited to 200 characters`, name);

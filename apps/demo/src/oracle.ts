@@ -60,10 +60,47 @@ interface CommittedResult {
   paymentId: string | undefined;
 }
 
+/** The paymentId a result's text names, if it is JSON that names one. */
+function paymentIdIn(content: unknown): string | undefined {
+  if (typeof content !== "string") return undefined;
+  try {
+    const parsed = JSON.parse(content) as { paymentId?: unknown };
+    return typeof parsed?.paymentId === "string" ? parsed.paymentId : undefined;
+  } catch {
+    return undefined; // Not JSON: it names no payment.
+  }
+}
+
+/**
+ * A Responses API turn (@dispatch-once/openai): output items, then one function_call_output per
+ * call. The API has no error flag; the runner writes an error as `{ "error": {...} }` alone.
+ */
+function responsesResults(turn: StoredTurn, toolName: string): CommittedResult[] {
+  const items = turn.assistant as { type?: string; name?: string; call_id?: string }[];
+  const callIds = new Set(items.filter((i) => i.type === "function_call" && i.name === toolName && typeof i.call_id === "string").map((i) => i.call_id!));
+  const outputs = Array.isArray(turn.toolResults) ? (turn.toolResults as { call_id?: string; output?: unknown }[]) : [];
+  return outputs
+    .filter((o) => o.call_id !== undefined && callIds.has(o.call_id))
+    .map((o) => {
+      let isError = false;
+      try {
+        const parsed = JSON.parse(String(o.output)) as Record<string, unknown> | null;
+        isError = parsed !== null && typeof parsed === "object" && Object.keys(parsed).length === 1 && "error" in parsed;
+      } catch {
+        // Not JSON: a result, not the runner's error shape.
+      }
+      return { isError, paymentId: paymentIdIn(o.output) };
+    });
+}
+
 /** The send_payment results the conversation committed: what the model and the user were told. */
 function committedResults(turns: readonly StoredTurn[], toolName: string): CommittedResult[] {
   const out: CommittedResult[] = [];
   for (const turn of turns) {
+    if (Array.isArray(turn.assistant)) {
+      out.push(...responsesResults(turn, toolName));
+      continue;
+    }
     const blocks = (turn.assistant as { content?: unknown }).content;
     if (!Array.isArray(blocks)) continue;
     const callIds = new Set(
@@ -75,16 +112,7 @@ function committedResults(turns: readonly StoredTurn[], toolName: string): Commi
     if (!Array.isArray(results)) continue;
     for (const block of results as { tool_use_id?: string; content?: unknown; is_error?: boolean }[]) {
       if (block.tool_use_id === undefined || !callIds.has(block.tool_use_id)) continue;
-      let paymentId: string | undefined;
-      if (typeof block.content === "string") {
-        try {
-          const parsed = JSON.parse(block.content) as { paymentId?: unknown };
-          if (typeof parsed?.paymentId === "string") paymentId = parsed.paymentId;
-        } catch {
-          // Not JSON: it names no payment.
-        }
-      }
-      out.push({ isError: block.is_error === true, paymentId });
+      out.push({ isError: block.is_error === true, paymentId: paymentIdIn(block.content) });
     }
   }
   return out;

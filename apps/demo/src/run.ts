@@ -45,6 +45,9 @@ export async function runDemo(options: DemoOptions, hooks: RunHooks = {}): Promi
       timeScale: options.timeScale,
       concurrency: options.concurrency,
       redeliveries: options.redeliveries,
+      // The chaos run drives a Dispatch-Once runner; under the AI SDK the app owns the loop, so
+      // its chaos run is the OpenAI one (the mock and the stream the AI SDK incident uses).
+      provider: options.provider === "ai-sdk" ? "openai" : options.provider,
       ledger: open.ledger,
       runId,
       ...(hooks.onProgress ? { onProgress: hooks.onProgress } : {}),

@@ -13,7 +13,7 @@ export function renderText(result: DemoResult): string {
   const { incident, chaos, ledger } = result;
   const ledgerName = { sqlite: "SQLite", postgres: "PostgreSQL", redis: "Redis" }[ledger.kind];
   out.push("Dispatch-Once demo: a payment made twice after a cut-off stream is retried, and the fix");
-  out.push(`ledger: ${ledgerName} ${ledger.location}, ${ledger.durability}    seed: ${result.seed}`);
+  out.push(`ledger: ${ledgerName} ${ledger.location}, ${ledger.durability}    seed: ${result.seed}    provider: ${incident.provider ?? "anthropic"}${chaos.provider !== undefined && chaos.provider !== incident.provider ? ` (chaos run: ${chaos.provider})` : ""}`);
   if (ledger.note !== undefined) out.push("", `!!! VOLATILE LEDGER: ${ledger.note}`, "");
   for (const w of ledger.warnings) out.push(`warning: ${w}`);
   out.push("");

@@ -1,4 +1,4 @@
-import Anthropic from "@anthropic-ai/sdk";
+import type Anthropic from "@anthropic-ai/sdk";
 import {
   Dispatcher,
   ToolError,
@@ -9,24 +9,8 @@ import {
   type Ledger,
   type ToolRunContext,
 } from "@dispatch-once/core";
-import {
-  ConversationRunner,
-  MemoryConversationStore,
-  type ConversationRunnerOptions,
-  type RunnerEvent,
-} from "@dispatch-once/anthropic";
-import {
-  lastToolResults,
-  lastUserText,
-  say,
-  startMockProvider,
-  toolUse,
-  turn,
-  type FaultPlan,
-  type MockProvider,
-  type Script,
-  type Timing,
-} from "@dispatch-once/mock-provider";
+import { MemoryConversationStore, type RunnerEvent } from "@dispatch-once/anthropic";
+import { lastToolResults, lastUserText, say, toolUse, turn, type MockProvider, type Script, type Timing } from "@dispatch-once/mock-provider";
 import {
   PaymentsError,
   DISPOSITION_BY_OUTCOME,
@@ -36,8 +20,10 @@ import {
   type MockPaymentsServer,
 } from "@dispatch-once/mock-payments";
 import { z } from "zod";
+import { startOpenAIChaosStream, type OpenAIStream } from "./openai.js";
+import { startAnthropicStream, type AnthropicStream, type DemoRunner, type RunnerOverrides, type StreamFaultPlan, type StreamSide } from "./streams.js";
 
-export const MODEL = "claude-demo";
+export { MODEL } from "./streams.js";
 export const PAYMENTS_ACCOUNT_TOKEN = "demo-account";
 
 export interface PaymentArgs {
@@ -91,6 +77,8 @@ export interface ToolHooks {
 
 export interface SideOptions {
   guarded: boolean;
+  /** The stream side: the Anthropic Messages API (default) or the OpenAI Responses API. */
+  stream?: StreamSide;
   /** Required when guarded. */
   ledger?: Ledger;
   paymentsLatencyMs: number;
@@ -118,7 +106,11 @@ export type LostResponseDisposition = "unknown" | "definite" | "not_performed";
 export interface Side {
   guarded: boolean;
   payments: MockPaymentsServer;
+  /** The stream side the side's runners talk to (its mock provider, SDK and runner). */
+  stream: AnthropicStream | OpenAIStream;
+  /** The Anthropic mock provider; a side on another stream has none (reading it throws). */
   provider: MockProvider;
+  /** The Anthropic client; a side on another stream has none (reading it throws). */
   client: Anthropic;
   tools: ToolRegistry;
   dispatcher: CallDispatcher;
@@ -140,9 +132,9 @@ export interface Side {
   /** Dispatcher warnings that say something is off (a repeated call within one turn, ...). */
   warnings: string[];
   /** A runner over this side; every runner of a side shares its conversation store unless given one. */
-  runner(options?: Partial<ConversationRunnerOptions>): ConversationRunner;
+  runner(options?: RunnerOverrides): DemoRunner;
   store: MemoryConversationStore;
-  setFaultPlan(plan: FaultPlan | undefined): void;
+  setFaultPlan(plan: StreamFaultPlan | undefined): void;
   /** Payments the downstream actually created, per reference: the first oracle. */
   paymentsByReference(): Map<string, number>;
   /** The payment_created effects of one reference, in log order. */
@@ -158,9 +150,6 @@ const paymentInput = z.object({
   memo: z.string().optional(),
 });
 
-/** Request records the mock provider keeps (the newest): enough for any one turn's diagnostics. */
-const PROVIDER_LOG_LIMIT = 256;
-
 export async function startSide(options: SideOptions): Promise<Side> {
   // Indexed as the effects happen: the oracle reads one reference at a time, thousands of times.
   const byReference = new Map<string, Effect[]>();
@@ -175,23 +164,6 @@ export async function startSide(options: SideOptions): Promise<Side> {
       }
       options.onEffect?.(effect);
     },
-  });
-  const script = options.rewordsMemo === undefined ? paymentScript : createPaymentScript(options.rewordsMemo);
-  // The provider's request log keeps each request's body and every event it sent: kept whole it
-  // grew with the run (hundreds of MB at 5,000 turns). The demo reads only the last few records;
-  // what it counts over all of them (re-worded memos) is counted as each response starts.
-  const provider = await startMockProvider({ script, timing: options.providerTiming, seed: options.seed, logLimit: PROVIDER_LOG_LIMIT });
-  const rewordedResponses = new Map<string, number>();
-  provider.onEvent((event, record) => {
-    // The first event of a response: its turn and rendered tool calls are set before it is sent.
-    if (event.index !== 0) return;
-    const scripted = record.turn?.content.filter((c) => c.type === "tool_use") ?? [];
-    record.toolUses.forEach((rendered, i) => {
-      const said = scripted[i];
-      if (said === undefined || said.type !== "tool_use" || rendered.input["memo"] === said.input["memo"]) return;
-      const reference = String(rendered.input["reference"]);
-      rewordedResponses.set(reference, (rewordedResponses.get(reference) ?? 0) + 1);
-    });
   });
   const paymentsClient = createPaymentsClient({ baseURL: payments.url, token: PAYMENTS_ACCOUNT_TOKEN });
   const posts = new Map<string, number>();
@@ -286,13 +258,26 @@ export async function startSide(options: SideOptions): Promise<Side> {
     dispatcher = new UnguardedDispatcher(tools);
   }
 
-  const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "demo-key", maxRetries: 0 });
   const store = new MemoryConversationStore();
+  const world = { dispatcher, tools, store, seed: options.seed, timing: options.providerTiming, rewordsMemo: options.rewordsMemo ?? (() => true) };
+  const stream: AnthropicStream | OpenAIStream =
+    options.stream === "openai"
+      ? await startOpenAIChaosStream(world)
+      : await startAnthropicStream(world, options.rewordsMemo === undefined ? paymentScript : createPaymentScript(options.rewordsMemo));
+  const anthropicOnly = <T>(what: string, value: (s: AnthropicStream) => T): T => {
+    if (stream.kind !== "anthropic") throw new Error(`this demo side runs on the ${stream.kind} stream: it has no Anthropic ${what}`);
+    return value(stream);
+  };
   return {
     guarded: options.guarded,
     payments,
-    provider,
-    client,
+    stream,
+    get provider() {
+      return anthropicOnly("mock provider", (s) => s.mock);
+    },
+    get client() {
+      return anthropicOnly("client", (s) => s.client);
+    },
     tools,
     dispatcher,
     posts,
@@ -300,26 +285,13 @@ export async function startSide(options: SideOptions): Promise<Side> {
     downstreamReplays,
     requestDiffers,
     reconciled,
-    rewordedResponses,
+    rewordedResponses: stream.rewordedResponses,
     get warnings() {
       return warnings.map((w) => w.message);
     },
     store,
-    runner: (overrides = {}) =>
-      new ConversationRunner({
-        client,
-        dispatcher,
-        store,
-        model: MODEL,
-        tools: tools.providerSchemas(),
-        maxTokens: 256,
-        // The demo's conversations live in this process for one run, under conversation ids
-        // unique to the run: no restart can reissue a turn index whose keys the ledger holds
-        // (the hazard TURN-14 refuses a volatile store for).
-        allowVolatileConversationStore: true,
-        ...overrides,
-      }),
-    setFaultPlan: (plan) => provider.setFaultPlan(plan),
+    runner: (overrides = {}) => stream.runner(overrides),
+    setFaultPlan: (plan) => stream.setFaultPlan(plan),
     paymentsByReference() {
       const counts = new Map<string, number>();
       for (const [reference, list] of byReference) counts.set(reference, list.length);
@@ -327,7 +299,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
     },
     paymentsOf: (reference) => [...(byReference.get(reference) ?? [])],
     async close() {
-      await provider.close();
+      await stream.close();
       await payments.close();
     },
   };

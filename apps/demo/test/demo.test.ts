@@ -75,19 +75,22 @@ const reportPath = join(tmp, "report.html");
 const pgSchema = `demo_${RUN}`;
 const redisNamespace = `demo_${RUN}`;
 let runs: Record<"sqlite" | "postgres" | "redis", DemoResult>;
+let openaiRun: DemoResult;
 let textRun: CliRun;
 
 beforeAll(async () => {
   // The demo is run as users run it: the built CLI (and its worker thread).
   execFileSync("pnpm", ["exec", "tsup"], { cwd: APP, stdio: "ignore", timeout: 180_000 });
-  const [sqlite, postgres, redis, text] = await Promise.all([
+  const [sqlite, postgres, redis, text, openai] = await Promise.all([
     runCli([...SMALL, "--report", reportPath]),
     runCli([...SMALL, "--ledger", DATABASE_URL, "--ledger-namespace", pgSchema]),
     runCli([...SMALL, "--ledger", REDIS_URL, "--ledger-namespace", redisNamespace]),
     runCli(["--turns", "60", "--failure-rate", "0.5", "--seed", "7", "--time-scale", "0.005", "--incident-time-scale", "0.05", "--redeliveries", "2"]),
+    runCli([...SMALL, "--provider", "openai"]),
   ]);
   textRun = text;
   runs = { sqlite: parseOne(sqlite), postgres: parseOne(postgres), redis: parseOne(redis) };
+  openaiRun = parseOne(openai);
 }, 240_000);
 
 afterAll(() => {
@@ -219,6 +222,14 @@ describe("pnpm demo --json, on each ledger", () => {
     });
     expect(counts(runs.postgres)).toEqual(counts(runs.sqlite));
     expect(counts(runs.redis)).toEqual(counts(runs.sqlite));
+    // The seed fixes the plan, not the provider: on the OpenAI Responses API (the real openai SDK
+    // against its mock, the naive side in the CLI's worker thread) every count is the same.
+    expect(openaiRun.incident.provider).toBe("openai");
+    expect(openaiRun.chaos.provider).toBe("openai");
+    expect(runs.sqlite.chaos.provider).toBe("anthropic");
+    expect(counts(openaiRun)).toEqual(counts(runs.sqlite));
+    expect(openaiRun.chaos.guarded.misreports).toBe(0);
+    expect(openaiRun.chaos.anomalies).toEqual([]);
   });
 
   it("says loudly that the Redis ledger is volatile, and uses only a keyed_write tool on it", () => {

@@ -152,6 +152,31 @@ describe("the misreport oracle", () => {
     expect(auditMessage({ committed: textOnly, records: [resumed("not_happened")], payments: [PAYMENT] }).reasons).toContain("record_denies_effect");
   });
 
+  it("a Responses API turn (output items, function_call_output) is read the same way: success, error, unknown payment", () => {
+    const responsesTurn = (output: unknown): StoredTurn => ({
+      turnIndex: 0,
+      messageId: "m-1",
+      stopReason: "function_call",
+      assistant: [{ type: "function_call", id: "fc_A", call_id: "call_A", name: "send_payment", arguments: "{}", status: "completed" }],
+      toolResults: [{ type: "function_call_output", call_id: "call_A", output: JSON.stringify(output) }],
+    });
+    expect(auditMessage({ committed: [responsesTurn({ paymentId: "pay_1" })], records: [], payments: [PAYMENT] }).reasons).toEqual([]);
+    // The runner's error shape (an object whose only member is the error) is an error result.
+    expect(auditMessage({ committed: [responsesTurn({ error: { name: "ToolError", message: "lost" } })], records: [], payments: [PAYMENT] }).reasons).toEqual([
+      "committed_error_for_payment",
+      "effect_unreported",
+    ]);
+    expect(auditMessage({ committed: [responsesTurn({ paymentId: "pay_9" })], records: [], payments: [PAYMENT] }).reasons).toEqual([
+      "committed_unknown_payment",
+      "effect_unreported",
+    ]);
+    // Silence is caught on this shape too: a payment exists and the turn names none.
+    expect(auditMessage({ committed: [responsesTurn({ status: "ok" })], records: [], payments: [PAYMENT] }).reasons).toEqual([
+      "committed_unknown_payment",
+      "effect_unreported",
+    ]);
+  });
+
   it("tallies count a message once, its reasons each, and keep a few examples", () => {
     const tally = emptyTally();
     addAudit(tally, "T-1", { reasons: ["two_payments", "effect_unreported"], mayHaveHappened: 0, mayHaveHappenedAndDid: 0 });

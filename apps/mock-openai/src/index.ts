@@ -1,11 +1,12 @@
 export { startMockOpenAI, parseFault } from "./provider.js";
-export type { MockOpenAI, MockOpenAIOptions } from "./provider.js";
+export type { HeldStream, MockOpenAI, MockOpenAIOptions, WaitOptions } from "./provider.js";
 export { MockOpenAIError } from "./errors.js";
 export type { MockOpenAIErrorCode } from "./errors.js";
 export { scriptFromPlans, say, text, call, respond, lastUserText } from "./script.js";
 export { renderResponse, resolvePosition } from "./render.js";
 export type { PlannedEvent, RenderedResponse } from "./render.js";
 export type {
+  CutKind,
   Fault,
   FaultPlan,
   FaultPosition,

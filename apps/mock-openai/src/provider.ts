@@ -1,3 +1,4 @@
+import { EventEmitter } from "node:events";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import express, { type Request, type Response as ExpressResponse } from "express";
@@ -5,7 +6,7 @@ import { z } from "zod";
 import { MockOpenAIError } from "./errors.js";
 import { sha256Hex, stableStringify } from "./random.js";
 import { renderResponse, resolvePosition } from "./render.js";
-import type { Fault, FaultPlan, RequestRecord, ResponsesRequest, Script, Timing } from "./types.js";
+import type { CutKind, Fault, FaultPlan, RequestRecord, ResponsesRequest, Script, SentEvent, Timing } from "./types.js";
 
 export interface MockOpenAIOptions {
   script: Script;
@@ -15,6 +16,21 @@ export interface MockOpenAIOptions {
   seed?: string;
   timing?: Partial<Timing>;
   model?: string;
+  /** Keep at most this many requests in the log (oldest dropped); default unlimited. */
+  logLimit?: number;
+}
+
+/** A stream paused by a `hold` fault, waiting for `release()` or `cutNow()`. */
+export interface HeldStream {
+  requestNumber: number;
+  /** Index of the event that is written next if released (the event the hold replaced). */
+  beforeEvent: number;
+  nextEventType: string | undefined;
+}
+
+export interface WaitOptions {
+  /** Reject after this long; default: wait until the caller's own timeout. */
+  timeoutMs?: number;
 }
 
 export interface MockOpenAI {
@@ -25,6 +41,16 @@ export interface MockOpenAI {
   setFaultPlan(plan: FaultPlan | undefined): void;
   /** Faults applied to the next requests, one each, in order. */
   queueFault(fault: Fault): void;
+  /** Called after each event has been handed to the socket. Returns an unsubscribe function. */
+  onEvent(listener: (event: SentEvent, record: RequestRecord) => void): () => void;
+  /** Streams held by a `hold` fault right now. */
+  readonly held: readonly HeldStream[];
+  /** Resolves with a held stream (already held or future), optionally of one request. */
+  waitForHold(requestNumber?: number, options?: WaitOptions): Promise<HeldStream>;
+  /** Let held streams (all, or one request's) go on from where they stopped. */
+  release(requestNumber?: number): void;
+  /** End held streams (all, or one request's) now, as the positional fault `kind` would. */
+  cutNow(requestNumber?: number, kind?: CutKind): void;
   clearRequests(): void;
   close(): Promise<void>;
 }
@@ -37,8 +63,9 @@ const positionSchema = z.union([
   z.object({ beforeCompleted: z.literal(true) }).strict(),
 ]);
 const faultSchema = z.union([
-  z.object({ kind: z.enum(["reset", "clean_close"]), at: positionSchema, timing: timingSchema.optional() }).strict(),
+  z.object({ kind: z.enum(["reset", "clean_close", "hold"]), at: positionSchema, timing: timingSchema.optional() }).strict(),
   z.object({ kind: z.enum(["error_event", "failed_event"]), at: positionSchema, code: z.string().optional(), message: z.string().optional(), timing: timingSchema.optional() }).strict(),
+  z.object({ kind: z.literal("incomplete_event"), at: positionSchema, reason: z.string().min(1).optional(), timing: timingSchema.optional() }).strict(),
   z.object({ kind: z.literal("status"), status: z.number().int().min(400).max(599), shouldRetry: z.boolean().optional() }).strict(),
 ]);
 
@@ -64,15 +91,47 @@ function statusError(status: number): { type: string; code: string | null; messa
   return { type: "invalid_request_error", code: null, message: "Invalid request" };
 }
 
+const CUT_KINDS: readonly CutKind[] = ["reset", "clean_close", "error_event", "failed_event", "incomplete_event"];
+
+type HoldAction = { type: "release" } | { type: "cut"; kind: CutKind } | { type: "gone" };
+
+interface LiveHold extends HeldStream {
+  resolve(action: HoldAction): void;
+}
+
 const sleep = (ms: number) => (ms > 0 ? new Promise<void>((r) => setTimeout(r, ms)) : Promise.resolve());
 
 export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockOpenAI> {
   const seed = options.seed ?? "0";
+  if (options.logLimit !== undefined && !(Number.isInteger(options.logLimit) && options.logLimit >= 1)) {
+    throw new MockOpenAIError("invalid_option", "logLimit must be a positive integer");
+  }
   const baseTiming: Timing = { betweenEventsMs: 0, afterCallDoneMs: 0, beforeCompletedMs: 0, ...options.timing };
   const requests: RequestRecord[] = [];
   const attempts = new Map<string, number>();
   const queued: Fault[] = [];
   let plan: FaultPlan | undefined;
+  // Request numbers keep counting when the log drops its oldest records (logLimit).
+  let requestCounter = 0;
+  const holds: LiveHold[] = [];
+  const emitter = new EventEmitter();
+  emitter.setMaxListeners(0);
+  const heldView = (h: LiveHold): HeldStream => ({ requestNumber: h.requestNumber, beforeEvent: h.beforeEvent, nextEventType: h.nextEventType });
+  const takeHolds = (requestNumber: number | undefined): LiveHold[] => {
+    const taken = holds.filter((h) => requestNumber === undefined || h.requestNumber === requestNumber);
+    if (taken.length === 0) {
+      throw new MockOpenAIError("no_held_stream", requestNumber === undefined ? "no stream is held" : `request ${requestNumber} is not held`);
+    }
+    for (const h of taken) holds.splice(holds.indexOf(h), 1);
+    return taken;
+  };
+  const release = (requestNumber?: number) => {
+    for (const h of takeHolds(requestNumber)) h.resolve({ type: "release" });
+  };
+  const cutNow = (requestNumber?: number, kind: CutKind = "reset") => {
+    if (!CUT_KINDS.includes(kind)) throw new MockOpenAIError("invalid_fault", `cut kind must be one of ${CUT_KINDS.join(", ")}, got ${JSON.stringify(kind)}`);
+    for (const h of takeHolds(requestNumber)) h.resolve({ type: "cut", kind });
+  };
   // Ids stay fresh after clearRequests() resets the attempt counters.
   let generation = 0;
   const app = express();
@@ -87,6 +146,26 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
       res.status(204).end();
     } catch (error) {
       res.status(400).json({ error: (error as Error).message });
+    }
+  });
+  app.get("/_control/holds", (_req, res) => {
+    res.json(holds.map(heldView));
+  });
+  app.post("/_control/release", (req, res) => {
+    try {
+      release((req.body as { requestNumber?: number } | undefined)?.requestNumber);
+      res.status(204).end();
+    } catch (error) {
+      res.status(409).json({ error: (error as Error).message });
+    }
+  });
+  app.post("/_control/cut", (req, res) => {
+    const body = (req.body ?? {}) as { requestNumber?: number; kind?: CutKind };
+    try {
+      cutNow(body.requestNumber, body.kind);
+      res.status(204).end();
+    } catch (error) {
+      res.status((error as MockOpenAIError).code === "no_held_stream" ? 409 : 400).json({ error: (error as Error).message });
     }
   });
   app.post("/_control/reset", (_req, res) => {
@@ -106,8 +185,9 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     const attempt = (attempts.get(bodyHash) ?? 0) + 1;
     attempts.set(bodyHash, attempt);
     const headers = Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, String(v)]));
-    const record: RequestRecord = { requestNumber: requests.length + 1, attempt, bodyHash, body, headers, stream, faultFired: false, calls: [], events: [], outcome: "pending" };
+    const record: RequestRecord = { requestNumber: ++requestCounter, attempt, bodyHash, body, headers, stream, faultFired: false, calls: [], events: [], outcome: "pending" };
     requests.push(record);
+    if (options.logLimit !== undefined && requests.length > options.logLimit) requests.splice(0, requests.length - options.logLimit);
     const fail = (status: number, outcome: RequestRecord["outcome"], message: string, type = "invalid_request_error") => {
       record.outcome = outcome;
       record.status = status;
@@ -120,7 +200,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     let fault: Fault | undefined;
     try {
       const header = req.headers["x-mock-fault"];
-      fault = typeof header === "string" ? parseFault(JSON.parse(header)) : queued.shift() ?? plan?.(parsed.data as ResponsesRequest, { requestNumber: record.requestNumber, attempt, bodyHash, stream });
+      fault = typeof header === "string" ? parseFault(JSON.parse(header)) : queued.shift() ?? plan?.(parsed.data as ResponsesRequest, { requestNumber: record.requestNumber, headers, attempt, bodyHash, stream });
     } catch (error) {
       return fail(400, "invalid_request", (error as Error).message);
     }
@@ -141,6 +221,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     let cutAt: number | undefined;
     try {
       const scripted = options.script(parsed.data as ResponsesRequest);
+      record.scripted = scripted;
       rendered = renderResponse(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model });
       if (fault !== undefined && stream) cutAt = resolvePosition(fault.at, rendered.events);
     } catch (error) {
@@ -167,9 +248,56 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     // the process, so a reset after event n cuts after exactly n events, not somewhere in a buffer.
     const write = (type: string, data: Record<string, unknown>) =>
       new Promise<void>((resolve) => {
-        record.events.push({ index: record.events.length, type, data });
+        const sent: SentEvent = { index: record.events.length, type, data };
+        record.events.push(sent);
         if (clientGone || res.destroyed) return resolve();
-        res.write(`event: ${type}\ndata: ${JSON.stringify(data)}\n\n`, () => resolve());
+        res.write(`event: ${type}\ndata: ${JSON.stringify(data)}\n\n`, () => {
+          emitter.emit("event", sent, record);
+          resolve();
+        });
+      });
+    // Ends the stream at event `i` as a positional fault of `kind` does.
+    const cut = async (kind: CutKind, i: number, detail: { code?: string; message?: string; reason?: string }) => {
+      record.faultFired = true;
+      record.outcome = kind;
+      if (kind === "reset") {
+        // The chunked body stays unterminated: undici reports "terminated".
+        req.socket.destroy();
+        return;
+      }
+      if (kind === "error_event") {
+        await write("error", { type: "error", code: detail.code ?? "server_error", message: detail.message ?? "The server had an error while processing your request.", param: null, sequence_number: i });
+      } else if (kind === "failed_event") {
+        const response = { ...rendered.response, status: "failed", output: [], usage: null, error: { code: detail.code ?? "server_error", message: detail.message ?? "The server had an error." } };
+        await write("response.failed", { type: "response.failed", response, sequence_number: i });
+      } else if (kind === "incomplete_event") {
+        // The items the stream had finished before the limit; an item cut by it never got its done event.
+        const done = record.events.filter((e) => e.type === "response.output_item.done").map((e) => e.data["item"]);
+        const response = { ...rendered.response, status: "incomplete", output: done, incomplete_details: { reason: detail.reason ?? "max_output_tokens" } };
+        await write("response.incomplete", { type: "response.incomplete", response, sequence_number: i });
+      }
+      res.end();
+    };
+    // Pauses before event `i` until release() or cutNow(); a client that leaves ends the hold.
+    const holdHere = (i: number) =>
+      new Promise<HoldAction>((resolve) => {
+        const hold: LiveHold = {
+          requestNumber: record.requestNumber,
+          beforeEvent: i,
+          nextEventType: rendered.events[i]?.type,
+          resolve: (action) => {
+            res.off("close", onGone);
+            resolve(action);
+          },
+        };
+        const onGone = () => {
+          const at = holds.indexOf(hold);
+          if (at !== -1) holds.splice(at, 1);
+          hold.resolve({ type: "gone" });
+        };
+        res.on("close", onGone);
+        holds.push(hold);
+        emitter.emit("hold");
       });
     for (let i = 0; i <= rendered.events.length; i++) {
       const event = rendered.events[i];
@@ -182,21 +310,14 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
         return;
       }
       if (fault !== undefined && i === cutAt) {
+        if (fault.kind !== "hold") return cut(fault.kind, i, fault.kind === "error_event" || fault.kind === "failed_event" || fault.kind === "incomplete_event" ? fault : {});
         record.faultFired = true;
-        record.outcome = fault.kind;
-        if (fault.kind === "reset") {
-          // The chunked body stays unterminated: undici reports "terminated".
-          req.socket.destroy();
+        const action = await holdHere(i);
+        if (action.type === "gone" || clientGone) {
+          record.outcome = "client_closed";
           return;
         }
-        if (fault.kind === "error_event") {
-          await write("error", { type: "error", code: fault.code ?? "server_error", message: fault.message ?? "The server had an error while processing your request.", param: null, sequence_number: i });
-        } else if (fault.kind === "failed_event") {
-          const response = { ...rendered.response, status: "failed", output: [], usage: null, error: { code: fault.code ?? "server_error", message: fault.message ?? "The server had an error." } };
-          await write("response.failed", { type: "response.failed", response, sequence_number: i });
-        }
-        res.end();
-        return;
+        if (action.type === "cut") return cut(action.kind, i, {});
       }
       if (event === undefined) break;
       await write(event.type, event.data);
@@ -220,6 +341,40 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     queueFault(fault) {
       queued.push(parseFault(fault));
     },
+    onEvent(listener) {
+      emitter.on("event", listener);
+      return () => emitter.off("event", listener);
+    },
+    get held() {
+      return holds.map(heldView);
+    },
+    waitForHold(requestNumber, waitOptions) {
+      const check = () => {
+        const hold = holds.find((h) => requestNumber === undefined || h.requestNumber === requestNumber);
+        return hold === undefined ? undefined : heldView(hold);
+      };
+      const now = check();
+      if (now !== undefined) return Promise.resolve(now);
+      return new Promise<HeldStream>((resolve, reject) => {
+        let timer: NodeJS.Timeout | undefined;
+        const listener = () => {
+          const found = check();
+          if (found === undefined) return;
+          emitter.off("hold", listener);
+          if (timer !== undefined) clearTimeout(timer);
+          resolve(found);
+        };
+        emitter.on("hold", listener);
+        if (waitOptions?.timeoutMs !== undefined) {
+          timer = setTimeout(() => {
+            emitter.off("hold", listener);
+            reject(new MockOpenAIError("no_held_stream", `timed out after ${waitOptions.timeoutMs} ms waiting for ${requestNumber === undefined ? "a held stream" : `request ${requestNumber} to be held`}`));
+          }, waitOptions.timeoutMs);
+        }
+      });
+    },
+    release,
+    cutNow,
     clearRequests() {
       requests.length = 0;
       attempts.clear();
@@ -227,6 +382,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     },
     close: () =>
       new Promise<void>((resolve, reject) => {
+        for (const h of holds.splice(0)) h.resolve({ type: "gone" });
         server.closeAllConnections();
         server.close((e) => (e ? reject(e) : resolve()));
       }),

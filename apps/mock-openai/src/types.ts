@@ -62,16 +62,28 @@ export type FaultPosition =
  * - `clean_close`: the body ends cleanly without `response.completed`.
  * - `error_event`: an `event: error` (type `error`, code, message), then the body ends.
  * - `failed_event`: `event: response.failed` with the response's error, then the body ends.
+ * - `incomplete_event`: `event: response.incomplete` (status incomplete, `incomplete_details.reason`,
+ *   default `max_output_tokens`) with the output items done so far, then the body ends: the
+ *   model stopped at its output limit.
  * - `status`: an HTTP error before the stream (5xx, 429, ...).
+ * - `hold`: the stream pauses at the position until `release()` or `cutNow()`, so a test (or the
+ *   demo's chaos run) cuts it at a point of the client's own progress, not at a guessed time.
  */
 export type Fault =
   | { kind: "reset" | "clean_close"; at: FaultPosition; timing?: Partial<Timing> }
+  | { kind: "hold"; at: FaultPosition; timing?: Partial<Timing> }
   | { kind: "error_event"; at: FaultPosition; code?: string; message?: string; timing?: Partial<Timing> }
   | { kind: "failed_event"; at: FaultPosition; code?: string; message?: string; timing?: Partial<Timing> }
+  | { kind: "incomplete_event"; at: FaultPosition; reason?: string; timing?: Partial<Timing> }
   | { kind: "status"; status: number; shouldRetry?: boolean };
+
+/** How `cutNow()` ends a held stream: the positional fault kinds. */
+export type CutKind = "reset" | "clean_close" | "error_event" | "failed_event" | "incomplete_event";
 
 export interface RequestInfo {
   requestNumber: number;
+  /** The request's headers, lower-cased names (a client's `x-…` headers can steer a plan). */
+  headers: Record<string, string>;
   /** 1-based count of requests with the same model input (body without `stream`). */
   attempt: number;
   bodyHash: string;
@@ -80,7 +92,7 @@ export interface RequestInfo {
 
 export type FaultPlan = (request: ResponsesRequest, info: RequestInfo) => Fault | undefined;
 
-export type ResponseOutcome = "pending" | "complete" | "reset" | "clean_close" | "error_event" | "failed_event" | "status" | "invalid_request" | "script_error" | "client_closed";
+export type ResponseOutcome = "pending" | "complete" | "reset" | "clean_close" | "error_event" | "failed_event" | "incomplete_event" | "status" | "invalid_request" | "script_error" | "client_closed";
 
 export interface RenderedCall {
   /** The output item id (`fc_…`), fresh per response. */
@@ -109,6 +121,8 @@ export interface RequestRecord {
   responseId?: string;
   fault?: Fault;
   faultFired: boolean;
+  /** What the script said, before the per-response variation (ids, wording) was applied. */
+  scripted?: ScriptedResponse;
   calls: RenderedCall[];
   events: SentEvent[];
   outcome: ResponseOutcome;

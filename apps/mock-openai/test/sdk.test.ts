@@ -2,7 +2,7 @@ import { execFile, spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import OpenAI from "openai";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { call, parseFault, respond, say, scriptFromPlans, startMockOpenAI, text, type Fault, type MockOpenAI } from "../src/index.js";
+import { call, parseFault, respond, say, scriptFromPlans, startMockOpenAI, text, type CutKind, type Fault, type MockOpenAI } from "../src/index.js";
 
 const PAY = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "Invoice 1042" };
 const script = scriptFromPlans({
@@ -128,6 +128,18 @@ describe("faults, and what the SDK raises for each (facts written in the README)
     expect(failure).toMatchObject({ type: "error" });
   });
 
+  it("response.incomplete (the output limit) is yielded as an event, with the reason and the items done before it", async () => {
+    const { events, error } = await drain("pay", { kind: "incomplete_event", at: { afterCallDone: 0 } });
+    expect(error).toBeUndefined();
+    const last = events.at(-1) as OpenAI.Responses.ResponseIncompleteEvent;
+    expect(last).toMatchObject({ type: "response.incomplete", response: { status: "incomplete", incomplete_details: { reason: "max_output_tokens" } } });
+    expect(last.response.output.map((o) => o.type)).toEqual(["message", "function_call"]);
+    const cutInArguments = await drain("pay", { kind: "incomplete_event", at: { call: 0, afterFragment: 1 }, reason: "content_filter" });
+    const incomplete = cutInArguments.events.at(-1) as OpenAI.Responses.ResponseIncompleteEvent;
+    expect(incomplete.response.incomplete_details).toEqual({ reason: "content_filter" });
+    expect(incomplete.response.output.map((o) => o.type)).toEqual(["message"]);
+  });
+
   it("response.failed is yielded as an event; stream().finalResponse() resolves with status failed", async () => {
     const { events, error } = await drain("pay", { kind: "failed_event", at: { beforeCompleted: true } });
     expect(error).toBeUndefined();
@@ -176,6 +188,138 @@ describe("faults, and what the SDK raises for each (facts written in the README)
     expect(() => parseFault({ kind: "reset", at: { nowhere: 1 } })).toThrow(/invalid fault/);
     const { error: noPlan } = await drain("unknown words");
     expect((noPlan as Error).message).toContain("no_plan");
+  });
+});
+
+/** Reads a raw stream event by event, so a test can act while the mock holds it. */
+async function open(input: string, fault: Fault) {
+  mock.queueFault(fault);
+  const stream = await client.responses.create({ model: "gpt-test", input, stream: true }, { headers: { "x-demo": "held" } });
+  const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+  const ended = (async () => {
+    try {
+      for await (const event of stream) events.push(event);
+      return undefined;
+    } catch (error) {
+      return error;
+    }
+  })();
+  return { events, ended };
+}
+
+describe("hold, then release or cut: faults at a point of the client's own progress (the chaos run's controls)", () => {
+  it("a stream held after the call's output_item.done waits there; the SDK has the completed call; release() finishes it", async () => {
+    const { events, ended } = await open("pay", { kind: "hold", at: { afterCallDone: 0 } });
+    const held = await mock.waitForHold(1, { timeoutMs: 5_000 });
+    expect(held).toMatchObject({ requestNumber: 1, nextEventType: "response.completed" });
+    expect(mock.held).toHaveLength(1);
+    // The SDK already yielded the completed call: the client can dispatch while the stream is held.
+    await expect.poll(() => events.at(-1)?.type).toBe("response.output_item.done");
+    mock.release(1);
+    expect(await ended).toBeUndefined();
+    expect(events.at(-1)!.type).toBe("response.completed");
+    expect(mock.held).toHaveLength(0);
+    expect(mock.requests[0]).toMatchObject({ outcome: "complete", faultFired: true });
+  });
+
+  it("cutNow() ends a held stream as each positional fault does: reset throws TypeError('terminated'), the others end the body", async () => {
+    const expected: Record<CutKind, (error: unknown, last: string | undefined) => void> = {
+      reset: (error, last) => {
+        expect(error).toBeInstanceOf(TypeError);
+        expect((error as Error).message).toBe("terminated");
+        expect(last).toBe("response.output_item.done");
+      },
+      clean_close: (error, last) => {
+        expect(error).toBeUndefined();
+        expect(last).toBe("response.output_item.done");
+      },
+      error_event: (error, last) => {
+        expect(error).toBeUndefined();
+        expect(last).toBe("error");
+      },
+      failed_event: (error, last) => {
+        expect(error).toBeUndefined();
+        expect(last).toBe("response.failed");
+      },
+      incomplete_event: (error, last) => {
+        expect(error).toBeUndefined();
+        expect(last).toBe("response.incomplete");
+      },
+    };
+    for (const [n, kind] of (["reset", "clean_close", "error_event", "failed_event", "incomplete_event"] as const).entries()) {
+      const { events, ended } = await open("pay", { kind: "hold", at: { beforeCompleted: true } });
+      await mock.waitForHold(n + 1, { timeoutMs: 5_000 });
+      mock.cutNow(n + 1, kind);
+      const error = await ended;
+      expected[kind](error, events.at(-1)?.type);
+      expect(events.some((e) => e.type === "response.completed"), kind).toBe(false);
+      expect(mock.requests[n]!.outcome).toBe(kind);
+    }
+  });
+
+  it("a hold while arguments stream: the call is announced, never done; the plan sees the request's headers", async () => {
+    const seen: Record<string, string>[] = [];
+    mock.setFaultPlan((_request, info) => {
+      seen.push(info.headers);
+      return { kind: "hold", at: { call: 0, afterFragment: 1 } };
+    });
+    const stream = await client.responses.create({ model: "gpt-test", input: "pay twice", stream: true }, { headers: { "x-demo-turn": "c1|0" } });
+    const events: string[] = [];
+    const ended = (async () => {
+      for await (const event of stream) events.push(event.type);
+    })().catch((error: unknown) => error);
+    const held = await mock.waitForHold(undefined, { timeoutMs: 5_000 });
+    expect(held.nextEventType).toMatch(/^response\.function_call_arguments\.(delta|done)$/);
+    mock.cutNow(held.requestNumber, "reset");
+    expect(await ended).toBeInstanceOf(TypeError);
+    expect(events.filter((t) => t === "response.function_call_arguments.delta")).toHaveLength(1);
+    expect(events).not.toContain("response.output_item.done");
+    expect(seen[0]!["x-demo-turn"]).toBe("c1|0");
+  });
+
+  it("a client that goes away while held ends the hold; release and cut of a stream not held fail loudly", async () => {
+    const controller = new AbortController();
+    mock.queueFault({ kind: "hold", at: { beforeCompleted: true } });
+    const stream = await client.responses.create({ model: "gpt-test", input: "pay", stream: true }, { signal: controller.signal });
+    const drained = (async () => {
+      for await (const _ of stream) void _;
+    })().catch(() => undefined);
+    await mock.waitForHold(1, { timeoutMs: 5_000 });
+    controller.abort();
+    await drained;
+    await expect.poll(() => mock.held.length).toBe(0);
+    await expect.poll(() => mock.requests[0]!.outcome).toBe("client_closed");
+    expect(() => mock.release(1)).toThrow(/not held/);
+    expect(() => mock.cutNow()).toThrow(/no stream is held/);
+    await expect(mock.waitForHold(7, { timeoutMs: 20 })).rejects.toThrow(/timed out/);
+  });
+
+  it("held streams are listed, released and cut over HTTP too; onEvent sees every event sent; logLimit keeps the newest records", async () => {
+    await mock.close();
+    mock = await startMockOpenAI({ script, seed: "test", logLimit: 2 });
+    client = new OpenAI({ baseURL: mock.baseURL, apiKey: "test-key", maxRetries: 0 });
+    const sent: string[] = [];
+    const off = mock.onEvent((event, record) => sent.push(`${record.requestNumber}:${event.type}`));
+    const first = await open("pay", { kind: "hold", at: { beforeCompleted: true } });
+    await mock.waitForHold(1, { timeoutMs: 5_000 });
+    const listed = (await (await fetch(`${mock.url}/_control/holds`)).json()) as { requestNumber: number }[];
+    expect(listed).toEqual([{ requestNumber: 1, beforeEvent: expect.any(Number), nextEventType: "response.completed" }]);
+    const post = (path: string, body: unknown) => fetch(`${mock.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    expect((await post("/_control/release", { requestNumber: 1 })).status).toBe(204);
+    expect(await first.ended).toBeUndefined();
+    const second = await open("pay", { kind: "hold", at: { beforeCompleted: true } });
+    await mock.waitForHold(2, { timeoutMs: 5_000 });
+    expect((await post("/_control/cut", { requestNumber: 2, kind: "nope" })).status).toBe(400);
+    expect((await post("/_control/cut", { requestNumber: 2, kind: "clean_close" })).status).toBe(204);
+    expect(await second.ended).toBeUndefined();
+    expect((await post("/_control/cut", { requestNumber: 2 })).status).toBe(409);
+    off();
+    expect(sent.filter((s) => s.startsWith("1:"))).toEqual(first.events.map((e) => `1:${e.type}`));
+    expect(sent.filter((s) => s.startsWith("2:"))).toEqual(second.events.map((e) => `2:${e.type}`));
+    await drain("hello");
+    expect(mock.requests.map((r) => r.requestNumber)).toEqual([2, 3]);
+    // The script's own words are kept beside the rendered (re-worded) ones.
+    expect(mock.requests[0]!.scripted?.output.some((o) => o.type === "function_call")).toBe(true);
   });
 });
 

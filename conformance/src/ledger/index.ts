@@ -10,8 +10,9 @@ import { checkContext } from "./context.js";
 import { propertyTimeoutMs, resolveLedgerOptions } from "./defaults.js";
 import { MODEL_CHECK_NAME, runModelProperty } from "./property.js";
 import { RESULT_PROPERTY_NAME, runResultProperty } from "./result-property.js";
+import { RETIRE_PROPERTY_NAME, runRetireProperty } from "./retire-property.js";
 import { PendingOperations, trackSubject } from "./tracking.js";
-import { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase } from "./vectors.js";
+import { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase, vectorNeeds } from "./vectors.js";
 
 export { randomSeed, resolveLedgerOptions, propertyTimeoutMs, envInteger, ENVIRONMENT, DEFAULT_RUNS, DEFAULT_END_TO_END_RUNS, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_RUN_TIMEOUT_MS, MAX_CONSECUTIVE_TIMEOUTS, type ResolvedLedgerOptions, type EnvironmentVariable } from "./defaults.js";
 export { checkContext, mulberry32, seededKey, type LedgerCheckContext } from "./context.js";
@@ -21,8 +22,9 @@ export { runProperty, valueAtPath, type PropertyOutcome, type PropertyRunOptions
 export * from "./checks/index.js";
 export { MODEL_CHECK_NAME, runModelProperty, scenarioSteps } from "./property.js";
 export { RESULT_PROPERTY_NAME, runResultProperty, resultTexts } from "./result-property.js";
+export { RETIRE_PROPERTY_NAME, runRetireProperty, runRetireScenario, retireStepArbitrary, type RetireStep } from "./retire-property.js";
 export { runScenario, describeStep, type Step } from "./model.js";
-export { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase, type VectorCase, type VectorFile, type VectorStep } from "./vectors.js";
+export { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase, vectorNeeds, type VectorCase, type VectorFile, type VectorStep } from "./vectors.js";
 export { memoryLedgerSubject } from "../subjects/memory.js";
 export type {
   LedgerSubject,
@@ -69,6 +71,7 @@ const CAPABILITY_WORDS: Record<SubjectCapability, string> = {
   listRows: "the ledger does not offer listRows (capabilities.supports.listRows)",
   resolve: "the ledger does not offer resolve (capabilities.supports.resolve)",
   auditTrail: "the ledger does not offer auditTrail (capabilities.supports.auditTrail)",
+  retire: "the ledger does not offer retire (capabilities.supports.retire)",
 };
 
 /**
@@ -108,13 +111,15 @@ export function ledgerChecks(subject: LedgerSubject, options: LedgerCheckOptions
   const resolved = { runs, seed, checkTimeoutMs };
   const checks: Check[] = LEDGER_CHECK_SPECS.map((spec) => bindLedgerCheck(spec, subject, resolved));
   const propertyLimit = propertyTimeoutMs(checkTimeoutMs, runs, path !== undefined);
-  const property = (rule: string, name: string, run: (tracked: LedgerSubject) => Promise<void>): Check => {
+  const property = (rule: string, name: string, run: (tracked: LedgerSubject) => Promise<void>, needs: SubjectCapability[] = []): Check => {
     const pending = new PendingOperations();
     const tracked = trackSubject(subject, pending);
+    const missing = needs.filter((c) => !subject.capabilities[c]);
     return {
       rule,
       name: `${name} (${path === undefined ? `${runs} runs` : `replay of path ${path}`}, seed ${seed})`,
-      applicable: true,
+      applicable: missing.length === 0,
+      ...(missing.length === 0 ? {} : { reasonNotApplicable: missing.map((c) => CAPABILITY_WORDS[c]).join("; ") }),
       timeoutMs: propertyLimit,
       pending: () => pending.list(),
       run: () => {
@@ -129,14 +134,18 @@ export function ledgerChecks(subject: LedgerSubject, options: LedgerCheckOptions
   const propertyOptions = { runs, seed, timeLimitMs, ...(path === undefined ? {} : { path }) };
   checks.push(property("LEDGER-3", MODEL_CHECK_NAME, (tracked) => runModelProperty(tracked, propertyOptions)));
   checks.push(property("LEDGER-10", RESULT_PROPERTY_NAME, (tracked) => runResultProperty(tracked, propertyOptions)));
+  checks.push(property("LEDGER-28", RETIRE_PROPERTY_NAME, (tracked) => runRetireProperty(tracked, propertyOptions), ["retire"]));
   const vectors = parseVectorFile(options.vectors ?? BUNDLED_LEDGER_VECTORS);
   for (const vector of vectors.cases) {
     const pending = new PendingOperations();
     const tracked = trackSubject(subject, pending);
+    // A case that calls retire (LEDGER-28) applies only to a ledger that offers it.
+    const missing = vectorNeeds(vector).filter((c) => !subject.capabilities[c]);
     checks.push({
       rule: vector.rule,
       name: `vector ${vector.id}: ${vector.description}`,
-      applicable: true,
+      applicable: missing.length === 0,
+      ...(missing.length === 0 ? {} : { reasonNotApplicable: missing.map((c) => CAPABILITY_WORDS[c]).join("; ") }),
       timeoutMs: checkTimeoutMs,
       pending: () => pending.list(),
       run: () => {

@@ -27,6 +27,12 @@ export function claimRequest(key: string, owner: string, effect: LedgerEffect, l
   return { key, toolName: TOOL_FOR[effect], effect, owner, leaseMs, request };
 }
 
+/** A claim request carrying a claim id (LEDGER-26), or none. */
+export function claimWithId(key: string, owner: string, effect: LedgerEffect, claimId: string | undefined, leaseMs?: number): ClaimRequest {
+  const request = claimRequest(key, owner, effect, leaseMs);
+  return claimId === undefined ? request : { ...request, claimId };
+}
+
 export async function withFixture<T>(
   subject: LedgerSubject,
   fn: (fixture: LedgerFixture) => Promise<T>,

@@ -86,6 +86,7 @@ function trackFixture(inner: LedgerFixture, pending: PendingOperations, label: s
     expireRetention: hook("expireRetention", raw.expireRetention)!,
   };
   if (raw.corrupt !== undefined) trackedRaw.corrupt = hook("corrupt", raw.corrupt)!;
+  if (raw.expireRetired !== undefined) trackedRaw.expireRetired = hook("expireRetired", raw.expireRetired)!;
   if (raw.disconnected !== undefined) {
     const disconnected = raw.disconnected;
     trackedRaw.disconnected = async () => wrap(await pending.track(`${label} raw.disconnected()`, () => disconnected.call(raw)));

@@ -2,13 +2,13 @@ import type { ClaimResult, Ledger, LedgerEffect, LedgerRow, StoredError } from "
 import { isDeepStrictEqual } from "node:util";
 import bundled from "../../../spec/vectors/ledger-transitions.json";
 import { ConformanceFailure, codeOf, describeError, show } from "../failure.js";
-import type { LedgerSubject } from "../types.js";
+import type { LedgerSubject, SubjectCapability } from "../types.js";
 import { seededKey } from "./context.js";
 import { rowEssence, textDiff } from "./support.js";
 
 /** One step of spec/vectors/ledger-transitions.json (see its `description`). */
 export interface VectorStep {
-  op: "claim" | "complete" | "fail" | "markUnknown" | "release" | "renew" | "lookup" | "expire_lease" | "expire_retention" | "sweep";
+  op: "claim" | "complete" | "fail" | "markUnknown" | "release" | "renew" | "retire" | "lookup" | "expire_lease" | "expire_retention" | "expire_retired" | "sweep";
   key?: string;
   effect?: LedgerEffect;
   owner?: string;
@@ -17,6 +17,8 @@ export interface VectorStep {
   request?: string;
   /** The claim's claim id (LEDGER-26), sent as given (a malformed one is expected to be refused). */
   claimId?: string;
+  /** retire's options (LEDGER-28), sent as given (a malformed one is expected to be refused). */
+  options?: unknown;
   fence?: number;
   result?: string;
   resultRepeat?: { char: string; count: number };
@@ -35,6 +37,11 @@ export interface VectorCase {
 export interface VectorFile {
   description?: string;
   cases: VectorCase[];
+}
+
+/** The subject capabilities a case needs: `retire` for a case with a retire step (LEDGER-28). */
+export function vectorNeeds(vector: VectorCase): SubjectCapability[] {
+  return vector.steps.some((s) => s.op === "retire" || s.op === "expire_retired") ? ["retire"] : [];
 }
 
 /** The vectors bundled at build time from spec/vectors/ledger-transitions.json. */
@@ -64,6 +71,8 @@ export async function runVectorCase(subject: LedgerSubject, vector: VectorCase, 
   const fixture = await subject.create({ maxResultBytes: VECTOR_MAX_RESULT_BYTES });
   const keys = new Map<string, string>();
   const keyOf = (label: string | undefined): string => {
+    // The empty key is sent as it is: retire must refuse it (LEDGER-28).
+    if (label === "") return "";
     const name = label ?? "k1";
     let key = keys.get(name);
     if (key === undefined) {
@@ -150,6 +159,18 @@ async function performStep(
       return fenced(() => ledger.release(key, step.fence!));
     case "renew":
       return fenced(() => ledger.renew(key, step.fence!, step.leaseMs ?? 30_000));
+    case "retire": {
+      if (typeof ledger.retire !== "function") throw new TypeError("ledger vectors: a retire step on a ledger without retire");
+      const retire = ledger.retire.bind(ledger) as (key: unknown, claimId: unknown, options?: unknown) => Promise<unknown>;
+      try {
+        const answer = (await retire(key, step.claimId, step.options)) as { released?: unknown } | undefined;
+        return { released: answer?.released };
+      } catch (error) {
+        const code = codeOf(error);
+        if (code === undefined) throw error;
+        return { error: code };
+      }
+    }
     case "lookup": {
       const row = await ledger.lookup(key);
       return row === undefined ? { absent: true } : rowFields(row);
@@ -160,6 +181,10 @@ async function performStep(
     case "expire_retention":
       // The vectors allow "nothing to do" when the key is already absent (one shared clock).
       if ((await ledger.lookup(key)) !== undefined) await fixture.raw.expireRetention(key);
+      return undefined;
+    case "expire_retired":
+      if (fixture.raw.expireRetired === undefined) throw new TypeError("ledger vectors: the subject declares retire but its fixture has no raw.expireRetired");
+      await fixture.raw.expireRetired(key);
       return undefined;
     case "sweep":
       return { removed: await ledger.sweep() };
@@ -234,6 +259,8 @@ function describeVectorStep(step: VectorStep): string {
       return `release ${key} fence=${step.fence}`;
     case "renew":
       return `renew ${key} fence=${step.fence}`;
+    case "retire":
+      return `retire ${key} claim id ${show(step.claimId)}${step.options === undefined ? "" : ` options ${show(step.options)}`}`;
     case "sweep":
       return "sweep";
     default:
@@ -248,6 +275,7 @@ function describeOutcome(o: Record<string, unknown> | undefined, withRequest = t
   if (o.ok === true) return "ok";
   if (o.error !== undefined && o.state === undefined) return String(o.error);
   if (o.removed !== undefined) return `removed ${String(o.removed)}`;
+  if (o.released !== undefined) return `released ${String(o.released)}`;
   const bits: string[] = [];
   if (o.outcome !== undefined) bits.push(String(o.outcome));
   if (o.state !== undefined) bits.push(String(o.state));

@@ -14,6 +14,13 @@ function rowsOf(ledger: MemoryLedger): Map<string, StoredMemoryRow> {
   return rows as Map<string, StoredMemoryRow>;
 }
 
+/** MemoryLedger's retired claim ids per key, each with the time it may be forgotten (LEDGER-28). */
+function retiredOf(ledger: MemoryLedger): Map<string, Map<string, number>> {
+  const retired = (ledger as unknown as { retired?: unknown }).retired;
+  if (!(retired instanceof Map)) throw new Error("MemoryLedger no longer keeps its retired claim ids in `retired`: update the memory subject");
+  return retired as Map<string, Map<string, number>>;
+}
+
 /**
  * The in-memory reference ledger as a conformance subject. Its injected clock is the store
  * clock: expiring a lease or a retention moves that one row's deadline into the past.
@@ -32,6 +39,7 @@ export function memoryLedgerSubject(name = "ledger-memory", Ledger: typeof Memor
       listRows: true,
       resolve: true,
       auditTrail: true,
+      retire: true,
     },
     async create(options = {}): Promise<LedgerFixture> {
       // A monotonic wall clock: leases taken by the end-to-end level lapse in real time, and the
@@ -55,6 +63,11 @@ export function memoryLedgerSubject(name = "ledger-memory", Ledger: typeof Memor
             const row = rows.get(key);
             if (row?.state !== "in_flight") throw new Error(`expireLease: ${key} has no in-flight claim`);
             row.leaseExpiresAt = now() - 1;
+          },
+          async expireRetired(key) {
+            // As if retired longer ago than the retention (LEDGER-28): each id's end moves into the past.
+            const ids = retiredOf(ledger).get(key);
+            for (const id of ids?.keys() ?? []) ids!.set(id, now() - 1);
           },
           async expireRetention(key) {
             const row = rows.get(key);

@@ -38,6 +38,14 @@ export interface OnceToolsOptions<TOOLS extends ToolSet> {
   /** Where claims and results live; shared by every process that serves the chat route. */
   ledger: Ledger;
   /**
+   * Per tool, the input fields that identify the call (core's `identity`, spec §5.2): the key is
+   * derived from them alone, so a retried model response that re-words a free-text field (a memo,
+   * a note) is still the same call. Without it every field is part of the identity.
+   * @default {}
+   * @example { send_payment: ["payee", "amount", "currency", "reference"] }
+   */
+  identity?: { [K in keyof TOOLS]?: readonly string[] };
+  /**
    * The rest of core's dispatcher options (lease, wait bound, logger, events, ...).
    * @default {}
    * @example { dispatcher: { waitMs: 30_000 } }
@@ -113,12 +121,16 @@ export class OnceTools<TOOLS extends ToolSet> {
       if (typeof tool.execute !== "function") continue; // client-side tools run in the browser; nothing to guard here
       const effect = options.effects?.[name as keyof TOOLS];
       if (effect === undefined) throw new InvalidArgumentError(`options.effects.${name}`, "every tool with execute needs an effect class (EFFECT-1)");
+      const identity = options.identity?.[name as keyof TOOLS];
       definitions.push(
         defineTool({
           name,
           effect,
-          // The AI SDK has validated the input against the tool's own schema before execute.
-          input: z.unknown(),
+          // The AI SDK has validated the input against the tool's own schema before execute; an
+          // identity only needs its fields named (core projects the input onto them, untouched).
+          // (Typed as an object schema so an identity type-checks; the input is passed on as is.)
+          input: (identity === undefined ? z.unknown() : z.looseObject(Object.fromEntries(identity.map((field) => [field, z.unknown()])))) as z.ZodType<Record<string, unknown>>,
+          ...(identity !== undefined ? { identity } : {}),
           run: async (input, context) => {
             const scope = this.scope.getStore();
             if (scope === undefined) throw new Error(`tool ${name} ran outside a wrapped execute`);

@@ -1,8 +1,9 @@
 import { createOpenAI } from "@ai-sdk/openai";
 import { MemoryLedger } from "@dispatch-once/core";
 import { call, respond, scriptFromPlans, startMockOpenAI, type MockOpenAI } from "@dispatch-once/mock-openai";
-import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { generateText, stepCountIs, streamText, type ModelMessage } from "ai";
+import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { generateText, stepCountIs, streamText, tool, type ModelMessage } from "ai";
+import { z } from "zod";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createOnceTools } from "../src/index.js";
 import { drain, invoiceTool, outputsOf, quiet, until } from "./helpers.js";
@@ -62,6 +63,46 @@ describe("through @ai-sdk/openai (Responses API) against the mock OpenAI provide
     const retried = await attempt();
     expect(payments.effects().length).toBe(1);
     expect(outputsOf(retried)).toEqual([{ invoice: payments.effects()[0]!.resourceId, amount: 12_500 }]);
+  });
+});
+
+describe("identity: a retried response that re-words a free-text field", () => {
+  // The mock re-words `note` on every response after the first to the same request, as a model does.
+  const noted = { customer: "acme", amount: 12_500, note: "March deliveries" };
+  const notedTool = () => {
+    const api = createPaymentsClient({ baseURL: payments.url, token: "acct_ai" });
+    return tool({
+      description: "Bill a customer",
+      inputSchema: z.object({ customer: z.string(), amount: z.number().int(), note: z.string() }),
+      execute: async ({ customer, amount }) => ({ invoice: (await api.createInvoice({ customer, amount, currency: "EUR" })).body.id }),
+    });
+  };
+  const regenerateTwice = async (identity: { create_invoice?: readonly string[] }) => {
+    const once = createOnceTools({ tools: { create_invoice: notedTool() }, effects: { create_invoice: "unkeyed_write" }, identity, ledger: new MemoryLedger(), dispatcher: quiet });
+    const messages: ModelMessage[] = [{ role: "user", content: "bill with a note" }];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const turn = once.forTurn({ conversationId: "chat_id", messages });
+      await drain(streamText({ model: model(), messages, tools: turn.tools, stopWhen: stepCountIs(3), maxRetries: 0 }).fullStream);
+    }
+    const notes = mock.requests.filter((r) => r.calls.length > 0).map((r) => r.calls[0]!.arguments["note"]);
+    expect(notes[0]).not.toBe(notes[1]);
+  };
+  beforeEach(() => mock.close().then(async () => {
+    mock = await startMockOpenAI({ seed: "ai-sdk-identity", script: scriptFromPlans({ "bill with a note": respond(call("create_invoice", noted, { reword: ["note"] })) }) });
+  }));
+
+  it("KEY-1: with every field in the identity (the default), the re-worded call is a new call and bills again", async () => {
+    await regenerateTwice({});
+    expect(payments.effects().length).toBe(2);
+  });
+
+  it("LEDGER-21: with identity naming the fields that identify the call, the regenerate bills once", async () => {
+    await regenerateTwice({ create_invoice: ["customer", "amount"] });
+    expect(payments.effects().length).toBe(1);
+  });
+
+  it("an empty identity is refused, as core refuses it in a tool definition", () => {
+    expect(() => createOnceTools({ tools: { create_invoice: notedTool() }, effects: { create_invoice: "unkeyed_write" }, identity: { create_invoice: [] }, ledger: new MemoryLedger() })).toThrow(/empty identity/);
   });
 });
 

@@ -60,7 +60,7 @@ describe.each([
       [key, "create_invoice", turn.conversationId, 2],
     ]);
 
-    const reconciled = await runBin(["reconcile", key, "--tools", TOOLS, ...backend.args], { env: { CLI_TEST_PAYMENTS_URL: payments.url } });
+    const reconciled = await runBin(["reconcile", key, "--tools", TOOLS, "--actor", "carol", ...backend.args], { env: { CLI_TEST_PAYMENTS_URL: payments.url } });
     expect(reconciled.code, reconciled.stderr).toBe(0);
     expect(reconciled.stdout).toMatch(/^verdict:\s+performed$/m);
     expect(reconciled.stdout).toMatch(/^state:\s+unknown -> completed \(fence \d+\)$/m);
@@ -82,9 +82,10 @@ describe.each([
       ["marked_unknown", "in_flight", "unknown"],
       ["reconciled", "unknown", "completed"],
     ]);
-    expect(audit.at(-1)).toMatchObject({ actor: "dispatch-once:reconcile", outcome: "completed" });
+    // The person who asked is in the audit trail (RESOLVE-7), not the tool.
+    expect(audit.at(-1)).toMatchObject({ actor: "carol", outcome: "completed" });
     const human = await runBin(["inspect", key, ...backend.args]);
-    expect(human.stdout).toMatch(/reconciled:completed\s+unknown\s+completed\s+\d+\s+dispatch-once:reconcile/);
+    expect(human.stdout).toMatch(/reconciled:completed\s+unknown\s+completed\s+\d+\s+carol/);
 
     // Reconciling again settles nothing: the row is no longer open (exit 4).
     const again = await runBin(["reconcile", key, "--tools", TOOLS, ...backend.args], { env: { CLI_TEST_PAYMENTS_URL: payments.url } });

@@ -50,11 +50,53 @@ export function canonicalize(value: unknown): string {
   // to the walk, which also raises every error; an object whose members were already read
   // goes as a copy of what was read, so that no getter is read twice.
   if (typeof value === "object" && value !== null) {
-    const flat = flatObjectText(value);
+    const flat = flatObjectText(value, false);
     if (typeof flat === "string") return flat;
     if (flat !== undefined) return walk(flat.copy, value);
   }
   return walk(value, undefined);
+}
+
+/**
+ * `canonicalize(value)` as `text`, and as `parsed` what `JSON.parse(text)` gives when the value
+ * is a flat object of scalars, made from the members already read (undefined otherwise: parse
+ * the text). The dispatcher hands a result back as the parse of its stored text (DISPATCH-5),
+ * and parsing it again was a measurable share of its CPU.
+ * @internal
+ */
+export function canonicalizeAndParse(value: unknown): { text: string; parsed: JsonValue | undefined } {
+  if (typeof value === "object" && value !== null) {
+    parsedFlat = undefined;
+    const flat = flatObjectText(value, true);
+    if (typeof flat === "string") {
+      const parsed = parsedFlat;
+      parsedFlat = undefined;
+      return { text: flat, parsed };
+    }
+    if (flat !== undefined) return { text: walk(flat.copy, value), parsed: undefined };
+  }
+  return { text: walk(value, undefined), parsed: undefined };
+}
+
+/**
+ * Where flatObjectText leaves the parse of the text it returns, when asked to. Written after
+ * every member was read (no getter runs after it), and read by the caller at once.
+ */
+let parsedFlat: { [key: string]: JsonValue } | undefined;
+
+/** What JSON.parse makes of flatText(sortedNames, values): the members in that order, -0 as 0. */
+function parseOfFlat(sortedNames: readonly string[], values: readonly unknown[]): { [key: string]: JsonValue } {
+  const out: { [key: string]: JsonValue } = {};
+  for (let i = 0; i < sortedNames.length; i++) {
+    const member = values[i];
+    if (member === undefined) continue;
+    const value = (member === 0 ? 0 : member) as JsonValue;
+    const name = sortedNames[i]!;
+    // defineProperty for "__proto__": JSON.parse makes it an own member; assigning it would set a prototype.
+    if (name === "__proto__") Object.defineProperty(out, name, { value, enumerable: true, writable: true, configurable: true });
+    else out[name] = value;
+  }
+  return out;
 }
 
 /**
@@ -206,7 +248,7 @@ function walk(value: unknown, root: object | undefined): string {
  * else (the caller then walks the value, and reports what is wrong with it). Never throws: a
  * getter or proxy that throws sends the value to the walk too.
  */
-function flatObjectText(obj: object): string | { copy: object } | undefined {
+function flatObjectText(obj: object, parse: boolean): string | { copy: object } | undefined {
   let keys: string[];
   let proto: unknown;
   try {
@@ -219,11 +261,11 @@ function flatObjectText(obj: object): string | { copy: object } | undefined {
   } catch {
     return undefined; // nothing was read yet: the walk reports it
   }
-  keys.sort();
+  sortNames(keys);
   // From here every member is read exactly once, in the walk's order; if the object is not flat
   // after all, the walk gets a copy holding what was read (a read that threw throws again there).
   const values: unknown[] = new Array(keys.length);
-  const threw: (true | undefined)[] = [];
+  let threw: (true | undefined)[] | undefined;
   let flat = true;
   for (let i = 0; i < keys.length; i++) {
     try {
@@ -232,14 +274,14 @@ function flatObjectText(obj: object): string | { copy: object } | undefined {
       if (flat && !isFlatScalar(member, keys[i]!)) flat = false;
     } catch (cause) {
       values[i] = cause;
-      threw[i] = true;
+      (threw ??= [])[i] = true;
       flat = false;
     }
   }
   if (!flat) {
     const copy: Record<string, unknown> = proto === null ? (Object.create(null) as Record<string, unknown>) : {};
     for (let i = 0; i < keys.length; i++) {
-      if (threw[i] === true) {
+      if (threw?.[i] === true) {
         const cause = values[i];
         Object.defineProperty(copy, keys[i]!, {
           enumerable: true,
@@ -256,19 +298,182 @@ function flatObjectText(obj: object): string | { copy: object } | undefined {
     }
     return { copy };
   }
+  if (parse) parsedFlat = parseOfFlat(keys, values);
+  return flatText(keys, values);
+}
+
+/**
+ * The canonical text of an object whose members, named by `sortedNames` in JCS order, have
+ * the flat scalar values `values` (isFlatScalar holds for each; undefined is absent).
+ */
+function flatText(sortedNames: readonly string[], values: readonly unknown[]): string {
   let out = "{";
-  for (let i = 0; i < keys.length; i++) {
+  for (let i = 0; i < sortedNames.length; i++) {
     const member = values[i];
     if (member === undefined) continue; // an undefined member is absent (KEY-6)
-    let text: string;
-    if (typeof member === "string") text = JSON.stringify(member);
-    else if (typeof member === "number") text = member === 0 ? "0" : String(member);
-    else if (typeof member === "boolean") text = member ? "true" : "false";
-    else text = "null";
-    out += `${out.length === 1 ? "" : ","}${JSON.stringify(keys[i])}:${text}`;
+    out += `${out.length === 1 ? "" : ","}${quotedName(sortedNames[i]!)}:${scalarText(member)}`;
   }
-  return `${out}}`;
+  // Flat, not a rope of every piece: a ledger may keep the text (a stored request or result).
+  return flat(out + "}");
 }
+
+/** A flat scalar's JCS text (isFlatScalar holds, and it is not undefined). */
+function scalarText(member: unknown): string {
+  if (typeof member === "string") return quoted(member);
+  if (typeof member === "number") return member === 0 ? "0" : String(member); // -0 === 0: both are written 0
+  if (typeof member === "boolean") return member ? "true" : "false";
+  return "null";
+}
+
+/**
+ * JSON.stringify of a well-formed string: the string in quotes when nothing in it is escaped
+ * (no control character, quote or backslash; a well-formed string has no lone surrogate), which
+ * is most strings and several times cheaper than the call.
+ */
+function quoted(text: string): string {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x20 || c === 0x22 || c === 0x5c) return JSON.stringify(text);
+  }
+  return `"${text}"`;
+}
+
+/**
+ * quoted() of a member name, remembered: the same few names (a schema's) come back on every
+ * call. Bounded in count and in name length, so that a stream of distinct or long names (a
+ * hostile input's) cannot make it hold much: at most about 1 MB of names.
+ */
+function quotedName(name: string): string {
+  if (name.length > QUOTED_NAME_MAX_LENGTH) return quoted(name);
+  let text = quotedNames.get(name);
+  if (text === undefined) {
+    text = quoted(name);
+    if (quotedNames.size < QUOTED_NAMES_LIMIT) quotedNames.set(name, text);
+  }
+  return text;
+}
+
+const quotedNames = new Map<string, string>();
+const QUOTED_NAMES_LIMIT = 4096;
+const QUOTED_NAME_MAX_LENGTH = 64;
+
+/**
+ * Sorts member names in place by UTF-16 code units, as `Array.prototype.sort` with no comparator
+ * does (RFC 8785 §3.2.3). An insertion sort for the handful of names an object usually has:
+ * the built-in sort allocates a work array on every call, which was the largest single
+ * allocation on the dispatch path.
+ * @internal
+ */
+export function sortNames(names: string[]): string[] {
+  if (names.length > INSERTION_SORT_LIMIT) return names.sort();
+  for (let i = 1; i < names.length; i++) {
+    const name = names[i]!;
+    let j = i - 1;
+    while (j >= 0 && names[j]! > name) {
+      names[j + 1] = names[j]!;
+      j--;
+    }
+    names[j + 1] = name;
+  }
+  return names;
+}
+
+/** sortNames for names that are no more than INSERTION_SORT_LIMIT, moving `values[i]` with `names[i]`. */
+function sortNamesWithValues(names: string[], values: unknown[]): void {
+  for (let i = 1; i < names.length; i++) {
+    const name = names[i]!;
+    const value = values[i];
+    let j = i - 1;
+    while (j >= 0 && names[j]! > name) {
+      names[j + 1] = names[j]!;
+      values[j + 1] = values[j];
+      j--;
+    }
+    names[j + 1] = name;
+    values[j + 1] = value;
+  }
+}
+
+/** The texts a write's validated arguments are stored and keyed by (see flatArgumentTexts). */
+export interface ArgumentTexts {
+  /** `canonicalize(args)`. */
+  canonical: string;
+  /** `canonicalize` of the projection of args on the identity fields (every member when there are none). */
+  identity: string;
+  /** `JSON.stringify(args)`: the members in their own order. */
+  ordered: string;
+}
+
+/**
+ * The three texts the dispatcher makes of a call's validated arguments, from one read of each
+ * member, when the arguments are a plain object of at most INSERTION_SORT_LIMIT flat scalars
+ * (isFlatScalar) with nothing hidden and no `toJSON` that JSON.stringify would call; undefined
+ * for anything else, and the caller then makes each text the general way. Each text is exactly
+ * what the general way makes: a member absent or undefined is left out of all three, an identity
+ * field that is not an own member must read as undefined (else undefined is returned, as it is
+ * for an identity field named "__proto__"), and
+ * JSON.stringify writes a flat scalar as JCS does (strings alike, `-0` as `0`).
+ * @internal
+ */
+export function flatArgumentTexts(args: object, fields: readonly string[] | undefined): ArgumentTexts | undefined {
+  let keys: string[];
+  let values: unknown[];
+  try {
+    if (Array.isArray(args)) return undefined;
+    const proto = Object.getPrototypeOf(args) as unknown;
+    if (proto !== Object.prototype && proto !== null) return undefined;
+    if (proto !== null && "toJSON" in Object.prototype) return undefined;
+    keys = Object.keys(args);
+    if (keys.length > INSERTION_SORT_LIMIT) return undefined;
+    if (Object.getOwnPropertyNames(args).length !== keys.length || Object.getOwnPropertySymbols(args).length !== 0) return undefined;
+    values = new Array(keys.length);
+    for (let i = 0; i < keys.length; i++) {
+      const member = (args as Record<string, unknown>)[keys[i]!];
+      if (!isFlatScalar(member, keys[i]!)) return undefined;
+      values[i] = member;
+    }
+    if (fields !== undefined) {
+      for (const field of fields) {
+        // The general way assigns the projection's members, and assigning "__proto__" sets a
+        // prototype instead: that name is left to it, so that both ways always agree.
+        if (field === "__proto__") return undefined;
+        if (!keys.includes(field) && (args as Record<string, unknown>)[field] !== undefined) return undefined;
+      }
+    }
+  } catch {
+    return undefined; // the general way reports it
+  }
+  // Each member's text once (`"name":value`, or undefined when absent), then the three joins.
+  for (let i = 0; i < keys.length; i++) {
+    const member = values[i];
+    values[i] = member === undefined ? undefined : `${quotedName(keys[i]!)}:${scalarText(member)}`;
+  }
+  const ordered = joinMembers(values as (string | undefined)[]);
+  sortNamesWithValues(keys, values);
+  const canonical = joinMembers(values as (string | undefined)[]);
+  if (fields === undefined) return { canonical, identity: canonical, ordered };
+  let all = true;
+  for (let i = 0; i < keys.length; i++) {
+    if (values[i] !== undefined && !fields.includes(keys[i]!)) {
+      values[i] = undefined;
+      all = false;
+    }
+  }
+  return { canonical, identity: all ? canonical : joinMembers(values as (string | undefined)[]), ordered };
+}
+
+/** An object's text from its members' texts (`"name":value`), in order; undefined ones are absent. */
+function joinMembers(members: readonly (string | undefined)[]): string {
+  let out = "{";
+  for (let i = 0; i < members.length; i++) {
+    const member = members[i];
+    if (member !== undefined) out += out.length === 1 ? member : `,${member}`;
+  }
+  return flat(out + "}"); // as in flatText
+}
+
+/** Names up to which sortNames sorts by insertion (quadratic, so only for small objects). */
+const INSERTION_SORT_LIMIT = 16;
 
 /** A member the flat path writes itself: a well-formed string (and name), a finite number, a boolean, null, or undefined (absent). */
 function isFlatScalar(member: unknown, name: string): boolean {
@@ -342,7 +547,7 @@ function objectMemberNames(obj: object, containers: object[], names: (string[] |
       }
     }
   }
-  return keys.sort();
+  return sortNames(keys);
 }
 
 /**

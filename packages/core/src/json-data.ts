@@ -96,7 +96,11 @@ function convert(value: unknown, holderKey: string, path: (string | number)[], d
       path.push(name);
       const member = convert(read(obj, name, path), name, path, depth + 1, ancestors);
       path.pop();
-      if (member !== undefined) out[name] = member;
+      if (member === undefined) continue;
+      // defineProperty for "__proto__": an own member (JSON.parse makes one, JSON.stringify writes
+      // it); assigning it would set the copy's prototype instead and lose it.
+      if (name === "__proto__") Object.defineProperty(out, name, { value: member, enumerable: true, writable: true, configurable: true });
+      else out[name] = member;
     }
     return out;
   } finally {

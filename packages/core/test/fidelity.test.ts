@@ -6,6 +6,7 @@ import {
   Dispatcher,
   MemoryLedger,
   ToolError,
+  canonicalize,
   defineTool,
   isDispatchOnceError,
   type DispatchEvent,
@@ -164,6 +165,23 @@ describe("truthful outcomes (EFFECT-6, LEDGER-8, DISPATCH-7)", () => {
     expect(first.result).toEqual({ payment: { id: "pay_1", createdAt: "1970-01-01T00:00:00.000Z" }, money: "12.50 EUR" });
     const again = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } });
     expect(again.resultJson).toBe(first.resultJson);
+  });
+
+  it('DISPATCH-7 a result member named "__proto__" (as JSON.parse makes it) is stored as JSON.stringify sends it, at any depth', async () => {
+    // The JSON-semantics copy assigned members, and assigning "__proto__" set the copy's prototype:
+    // a scalar member was lost, and an object member made an effect that happened fail as
+    // result_not_storable.
+    for (const text of ['{"__proto__":1,"b":2}', '{"__proto__":{"x":[1]},"b":2}', '{"wrap":{"__proto__":null}}', '[{"__proto__":"s"}]']) {
+      const tool = defineTool({ name: "send_payment", effect: "keyed_write", input: z.object({}), run: () => JSON.parse(text) as unknown });
+      const dispatcher = new Dispatcher({ tools: [tool], ledger: new MemoryLedger() });
+      const first = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: {} });
+      expect(JSON.parse(first.resultJson)).toEqual(JSON.parse(text));
+      expect(first.resultJson).toBe(canonicalize(JSON.parse(text)));
+      expect(JSON.stringify(first.result)).toBe(JSON.stringify(JSON.parse(first.resultJson)));
+      const read = defineTool({ name: "lookup", effect: "read", input: z.object({}), run: () => JSON.parse(text) as unknown });
+      const reader = new Dispatcher({ tools: [read], ledger: new MemoryLedger() });
+      expect((await reader.turn(turn0).dispatch({ name: "lookup", input: {} })).resultJson).toBe(first.resultJson);
+    }
   });
 
   it("LEDGER-10 a result JSON.stringify would corrupt (bigint, NaN) fails closed and replays as result_not_storable", async () => {

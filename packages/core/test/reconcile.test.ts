@@ -342,6 +342,23 @@ describe("on-demand reconciliation (RECON-9)", () => {
     expect(s.runs()).toBe(1);
   });
 
+  it("RESOLVE-7 an operator's reconcile is audited under the operator's name; an empty actor is refused before the probe runs", async () => {
+    let answer: ReconcileVerdict = { outcome: "unknown" };
+    let probes = 0;
+    const s = setup("unkeyed_write", () => {
+      probes++;
+      return answer;
+    });
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    const before = probes;
+    await expect(s.dispatcher.reconcile(s.key, { actor: "  " })).rejects.toMatchObject({ code: "invalid_argument" });
+    expect(probes).toBe(before);
+    answer = { outcome: "performed", result: { id: "inv_2", amount: 5 } };
+    await s.dispatcher.reconcile(s.key, { actor: "dana" });
+    expect(s.events.at(-1)).toMatchObject({ type: "resolved", state: "completed", actor: "dana" });
+    expect((await s.ledger.auditTrail!(s.key)).at(-1)).toMatchObject({ action: "reconciled", actor: "dana" });
+  });
+
   it("RECON-9 refuses rows that are not unknown, absent keys, and tools without a probe", async () => {
     const s = setup("unkeyed_write", () => ({ outcome: "unknown" }));
     await expect(s.dispatcher.reconcile(s.key)).resolves.toMatchObject({ state: "absent", verdict: "none" });

@@ -192,8 +192,23 @@ describe("spec/vectors/ledger-transitions.json on the in-memory ledger", () => {
             break;
           }
           case "expire_retention":
+          case "expire_retired":
+            // One clock: past the retention of every row finished and every claim id retired so far (LEDGER-28).
             clock.advance(DEFAULT_RETENTION_MS + 1);
             break;
+          case "retire": {
+            // LEDGER-28: claimId and options are sent as given (malformed ones must be refused).
+            const options = step.options as { release?: boolean } | undefined;
+            const retire = () => ledger.retire(key, step.claimId as string, options);
+            let answer: unknown;
+            try {
+              answer = await retire();
+            } catch (error) {
+              answer = { error: (error as { code?: string }).code ?? String(error) };
+            }
+            expect(answer, where).toEqual(step.expect);
+            break;
+          }
           case "sweep":
             expect({ removed: await ledger.sweep() }, where).toEqual(step.expect);
             break;

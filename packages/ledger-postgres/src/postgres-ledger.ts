@@ -10,9 +10,11 @@ import {
   assertClaimId,
   assertStorableResult,
   releasedClaimError,
+  retiredClaimError,
   checkClaimOrigin,
   checkListQuery,
   checkResolveRequest,
+  checkRetireRequest,
   decodeListCursor,
   encodeListCursor,
   rowSince,
@@ -22,6 +24,8 @@ import {
   type ListRowsQuery,
   type ResolveRequest,
   type ResolvedRow,
+  type RetireOptions,
+  type RetireResult,
   type RowState,
   type ClaimRequest,
   type ClaimResult,
@@ -145,7 +149,7 @@ export interface ListExpiredInFlightOptions {
 
 const DEFAULT_LIST_LIMIT = 100;
 /** The optional methods this ledger offers (capabilities.supports). */
-const SUPPORTS = Object.freeze({ listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true });
+const SUPPORTS = Object.freeze({ listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true, retire: true });
 const MAX_LIST_LIMIT = 10_000;
 
 /** Ceiling on maxResultBytes: PostgreSQL text holds 1 GB, but a row that large hurts every reader. */
@@ -415,8 +419,9 @@ export class PostgresLedger implements Ledger {
       request.turnIndex === undefined ? null : String(request.turnIndex),
     ];
     // One text cell (see claimFunctionSql): 'c<fence> <leaseExpiresAt> <0|1>[ <stored request>]',
-    // 'e<row JSON>', 't' (refused: inside the caller's transaction) or 's<fence>' (refused: the
-    // row was released under this claim id, so this is a late copy of a claim that is over; LEDGER-27).
+    // 'e<row JSON>', 't' (refused: inside the caller's transaction), 's<fence>' (refused: the
+    // row was released under this claim id, so this is a late copy of a claim that is over; LEDGER-27)
+    // or 'r<fence>' (refused: the claim id is retired, LEDGER-28; fence 0 without a row).
     const { rows } = await this.run<unknown[]>("claim", {
       ...this.prepared(this.sql.claim, values),
       rowMode: "array",
@@ -428,6 +433,7 @@ export class PostgresLedger implements Ledger {
     }
     if (answer[0] === "c") return claimedAnswer(key, answer, own);
     if (answer[0] === "s") throw releasedClaimError(key, Number(answer.slice(1)));
+    if (answer[0] === "r") throw retiredClaimError(key, Number(answer.slice(1)));
     const raw = JSON.parse(answer.slice(1)) as RawRow;
     // The claim turned an expired unkeyed_write claim unknown, or found a live in-flight
     // row or a terminal row within retention (or a row it cannot decode: corrupt).
@@ -496,6 +502,27 @@ export class PostgresLedger implements Ledger {
     await this.finish("release", this.sql.release, key, fence, []);
   }
 
+  /**
+   * Retire a claim id of the key (LEDGER-28), in one round trip: from now until the retention has
+   * passed on the server clock, every claim carrying it is refused with StaleClaimError and changes
+   * nothing, row or no row; with `release`, the key's row in flight under it (lease live or expired)
+   * is released in the same transaction, as release(fence) would. Idempotent. See retireFunctionSql
+   * for why a claim racing it never takes the row unseen.
+   */
+  async retire(key: string, claimId: string, options?: RetireOptions): Promise<RetireResult> {
+    const release = checkRetireRequest(key, claimId, options);
+    requestText("key", key, MAX_KEY_LENGTH);
+    const { rows } = await this.run<unknown[]>("retire", {
+      ...this.prepared(this.sql.retire, [key, claimId, String(release), String(this.retentionMs)]),
+      rowMode: "array",
+    } as QueryConfig);
+    const answer = rows[0]?.[0];
+    if (answer === "t") throw this.insideTransaction("retire", false);
+    if (answer === "1" || answer === "0") return { released: answer === "1" };
+    // It may have committed; retiring again is harmless (idempotent).
+    throw new LedgerUnavailableError(`retire of ${key} returned an answer the adapter cannot read: ${String(answer).slice(0, 40)}`);
+  }
+
   async lookup(key: string): Promise<LedgerRow | undefined> {
     requestText("key", key, MAX_KEY_LENGTH);
     const { rows } = await this.run<RawRow & { now_ms: string }>("lookup", this.prepared(this.sql.lookup, [key]));
@@ -536,13 +563,17 @@ export class PostgresLedger implements Ledger {
     });
   }
 
+  /** Delete finished and released rows past retention, and forget retired claim ids past theirs (not counted). */
   async sweep(): Promise<number> {
     let removed = 0;
     for (;;) {
-      const { rows } = await this.run<{ removed: number }>("sweep", this.prepared(this.sql.sweep, [String(SWEEP_BATCH), String(this.retentionMs)]));
+      const { rows } = await this.run<{ removed: number; forgotten: number }>(
+        "sweep",
+        this.prepared(this.sql.sweep, [String(SWEEP_BATCH), String(this.retentionMs)]),
+      );
       const count = Number(rows[0]?.removed ?? 0);
       removed += count;
-      if (count < SWEEP_BATCH) return removed;
+      if (count < SWEEP_BATCH && Number(rows[0]?.forgotten ?? 0) < SWEEP_BATCH) return removed;
     }
   }
 

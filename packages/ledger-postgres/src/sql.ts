@@ -50,6 +50,96 @@ export function claimFunctionName(name: TableName): string {
   return `${quoteIdentifier(name.schema)}.${quoteIdentifier(`${name.table}_claim`)}`;
 }
 
+/** The retired claim ids (LEDGER-28): `<table>_retired`, beside the ledger table. */
+export function retiredTableName(name: TableName): string {
+  return `${quoteIdentifier(name.schema)}.${quoteIdentifier(`${name.table}_retired`)}`;
+}
+
+export function retireFunctionName(name: TableName): string {
+  return `${quoteIdentifier(name.schema)}.${quoteIdentifier(`${name.table}_retire`)}`;
+}
+
+export function isRetiredFunctionName(name: TableName): string {
+  return `${quoteIdentifier(name.schema)}.${quoteIdentifier(`${name.table}_is_retired`)}`;
+}
+
+/**
+ * Whether the key's claim id is retired (LEDGER-28). A VOLATILE function, not a subquery, for
+ * one reason: the claim's UPDATEs call it in their WHERE, and when such an UPDATE waited for a
+ * retire that held the row, PostgreSQL re-evaluates the WHERE on the newest row version
+ * (EvalPlanQual) and the function's query takes a fresh snapshot there (READ COMMITTED), which
+ * sees the retire's commit. A subquery would keep the UPDATE's old snapshot and miss it.
+ */
+export function isRetiredFunctionSql(name: TableName): string {
+  return `CREATE OR REPLACE FUNCTION ${isRetiredFunctionName(name)}(p_key text, p_claim_id text, p_now_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $is_retired$
+BEGIN
+  RETURN EXISTS (SELECT 1 FROM ${retiredTableName(name)} AS d
+                  WHERE d.key = p_key AND d.claim_id = p_claim_id AND d.retired_until > p_now_ms);
+END
+$is_retired$;`;
+}
+
+/**
+ * retire (LEDGER-28), one round trip: the claim id is recorded as retired for the retention and,
+ * with p_release, the key's row in flight under it is released as release(fence) would (fence,
+ * request and claim id kept). Returns '1' (released), '0' (not), or 't' (refused: the caller's
+ * transaction has written, LEDGER-22).
+ *
+ * Race-free against a claim carrying the same claim id, which reads the retired ids without any
+ * lock (the claim must stay a read for every claim that finds a row it cannot take). Both write
+ * the key's slot in the ledger table, and one waits for the other:
+ *  - the retire upserts the key: INSERT ... ON CONFLICT (key) DO UPDATE waits for a claim still
+ *    inserting the key, and then writes a new version of the row (a no-op SET) that a claim's
+ *    UPDATE waits for. A claim that got there first has committed by then: the retire sees its
+ *    row and releases it.
+ *  - a claim that got there second re-checks after waiting: its UPDATE's WHERE calls the
+ *    is_retired function again on the new row version (fresh snapshot), and its INSERT of a new
+ *    key is followed by the same lookup, which undoes the INSERT when the id is retired.
+ * When the key has no row, the upsert inserts a placeholder (v = 0, state 'retiring') that only
+ * holds the key until the commit: it is deleted in the same transaction, so nobody ever sees it.
+ */
+export function retireFunctionSql(name: TableName): string {
+  const t = `${quoteIdentifier(name.schema)}.${quoteIdentifier(name.table)}`;
+  return `CREATE OR REPLACE FUNCTION ${retireFunctionName(name)}(p_key text, p_claim_id text, p_release boolean, p_retention_ms bigint)
+RETURNS text
+LANGUAGE plpgsql VOLATILE AS $retire$
+#variable_conflict use_column
+DECLARE
+  now_ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
+  held text;
+BEGIN
+  -- As the claim: inside a transaction that has written, a rollback would undo the retire.
+  IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    RETURN 't';
+  END IF;
+  -- Retired for the retention from now; retiring again never shortens it.
+  INSERT INTO ${retiredTableName(name)} AS d (retired_until, key, claim_id)
+    VALUES (now_ms + p_retention_ms, p_key, p_claim_id)
+    ON CONFLICT (key, claim_id) DO UPDATE SET retired_until = greatest(d.retired_until, excluded.retired_until);
+  -- Hold the key (see above). A row of another format version is locked, never written.
+  INSERT INTO ${t} AS r (key, v, state, tool_name, effect, fence, claimed_at)
+    VALUES (p_key, 0, 'retiring', '', '', 0, now_ms)
+    ON CONFLICT (key) DO UPDATE SET fence = r.fence WHERE r.v = 1
+    RETURNING r.state INTO held;
+  IF held = 'retiring' THEN
+    DELETE FROM ${t} AS r WHERE r.key = p_key;  -- the placeholder: the key had no row
+    RETURN '0';
+  END IF;
+  IF p_release THEN
+    -- In flight under this claim id, lease live or expired: released as release(fence) would.
+    UPDATE ${t} AS r SET state = 'released', lease_expires_at = NULL, finished_at = now_ms, expires_at = now_ms + p_retention_ms
+      WHERE r.key = p_key AND r.v = 1 AND r.state = 'in_flight' AND r.claim_id = p_claim_id;
+    IF FOUND THEN
+      RETURN '1';
+    END IF;
+  END IF;
+  RETURN '0';
+END
+$retire$;`;
+}
+
 /**
  * The claim, as a PL/pgSQL function: one round trip on every path, including the losers
  * of a race, and the cheapest possible first statement for the common case (a new key).
@@ -96,6 +186,11 @@ export function claimFunctionSql(name: TableName): string {
   // A claim meeting the released row its own claim id was released under is a late copy of a
   // claim that is over (its reply was lost and it was released by its claim id): refused (LEDGER-27).
   const released = "(p_claim_id IS NOT NULL AND r.v = 1 AND r.state = 'released' AND r.expires_at > now_ms AND r.claim_id IS NOT DISTINCT FROM p_claim_id)";
+  // A retired claim id takes nothing (LEDGER-28): one primary-key lookup, only for a claim with an id.
+  const rt = retiredTableName(name);
+  const retired = `(p_claim_id IS NOT NULL AND EXISTS (SELECT 1 FROM ${rt} AS d WHERE d.key = p_key AND d.claim_id = p_claim_id AND d.retired_until > now_ms))`;
+  // The same, inside an UPDATE's WHERE: re-evaluated with a fresh snapshot after waiting for a retire.
+  const notRetired = `(p_claim_id IS NULL OR NOT ${isRetiredFunctionName(name)}(p_key, p_claim_id, now_ms))`;
   const claimable = `(r.v = 1 AND r.request IS NOT NULL AND (
              r.state = 'released'
           OR (r.state IN ('completed', 'failed', 'unknown') AND r.expires_at <= now_ms)
@@ -109,6 +204,7 @@ export function claimFunctionSql(name: TableName): string {
   //   'e<row as JSON>'     existing (live, terminal, just turned unknown, or corrupt)
   //   't'                  refused: the caller's transaction has written (LEDGER-22)
   //   's<fence>'           refused: the row was released under this claim id (LEDGER-27)
+  //   'r<fence>'           refused: this claim id is retired (LEDGER-28); fence 0 without a row
   // to_json escapes strings losslessly, so the stored result's and request's bytes survive;
   // bigints are JSON numbers, exact below 2^53.
   return `CREATE OR REPLACE FUNCTION ${claimFunctionName(name)}(
@@ -127,6 +223,7 @@ DECLARE
   is_own boolean;
   is_released boolean;
   is_forgotten boolean;
+  is_retired boolean;
   held text;
 BEGIN
   -- Inside a transaction that has written, a rollback would undo the claim after the tool
@@ -142,17 +239,30 @@ BEGIN
       ON CONFLICT (key) DO NOTHING
       RETURNING r.lease_expires_at INTO claimed_lease;
     IF FOUND THEN
+      -- A retired claim id creates nothing either (LEDGER-28). Looked up after the INSERT: a
+      -- retire running meanwhile held the key, so the INSERT waited for its commit and this sees it.
+      -- (A claim without a claim id tests one variable, a simple expression: no query.)
+      IF p_claim_id IS NOT NULL THEN
+        IF ${retired} THEN
+          DELETE FROM ${t} AS r WHERE r.key = p_key;  -- our own INSERT: undone, nothing changed
+          RETURN 'r0';
+        END IF;
+      END IF;
       RETURN 'c1 ' || claimed_lease || ' 0';  -- the stored request is the caller's own: not sent back
     END IF;
 
     -- The key exists (and, if a racer was inserting it, that racer has committed: the INSERT
     -- waited for it). Read it with a fresh snapshot, without locking or writing.
     SELECT ${claimable}, CASE WHEN ${claimable} IS TRUE THEN NULL ELSE to_json(r)::text END, ${own}, ${released}, r.fence,
-           r.state <> 'in_flight' AND r.expires_at <= now_ms
-      INTO is_claimable, held, is_own, is_released, claimed_fence, is_forgotten
+           r.state <> 'in_flight' AND r.expires_at <= now_ms, ${retired}
+      INTO is_claimable, held, is_own, is_released, claimed_fence, is_forgotten, is_retired
       FROM ${t} AS r WHERE r.key = p_key;
     IF NOT FOUND THEN
       CONTINUE;  -- swept since the INSERT: try the INSERT again
+    END IF;
+    IF is_retired THEN
+      -- A late copy of a claim its dispatch gave up on: whatever the row, before LEDGER-26 (LEDGER-28).
+      RETURN 'r' || CASE WHEN is_forgotten IS TRUE THEN 0 ELSE claimed_fence END;
     END IF;
     IF is_released THEN
       RETURN 's' || claimed_fence;  -- a late copy of a released claim: it must not take the row again
@@ -161,7 +271,7 @@ BEGIN
       -- The same claim sent again (its reply was lost): it holds the row, live or expired, with
       -- its fence; the lease restarts from now (LEDGER-26). Re-checked under the row lock.
       UPDATE ${t} AS r SET lease_expires_at = now_ms + p_lease_ms
-        WHERE r.key = p_key AND ${own}
+        WHERE r.key = p_key AND ${own} AND ${notRetired}
         RETURNING r.fence, r.lease_expires_at, r.request INTO claimed_fence, claimed_lease, claimed_request;
       IF FOUND THEN
         RETURN 'c' || claimed_fence || ' ' || claimed_lease || ' 0 ' || claimed_request;
@@ -193,7 +303,7 @@ BEGIN
         turn_index       = CASE WHEN r.state <> 'in_flight' AND r.expires_at <= now_ms THEN p_turn_index ELSE r.turn_index END,
         result           = NULL,
         error            = NULL
-      WHERE r.key = p_key AND ${claimable}
+      WHERE r.key = p_key AND ${claimable} AND ${notRetired}
       RETURNING r.fence, r.lease_expires_at, r.takeover, r.request,
                 CASE WHEN r.state = 'in_flight' THEN NULL ELSE to_json(r)::text END
         INTO claimed_fence, claimed_lease, claimed_takeover, claimed_request, held;
@@ -342,6 +452,19 @@ CREATE TABLE IF NOT EXISTS ${auditTableName({ schema, table })} (
 CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_audit_key`)}
   ON ${auditTableName({ schema, table })} (key, id);
 
+-- Retired claim ids (LEDGER-28): a claim carrying one is refused until retired_until (server
+-- clock), whether the key has a row or not. Written only by retire() (rare: a dispatch whose
+-- claim met ledger_unavailable); a claim with a claim id reads it by primary key, one without
+-- never reads it. Not rows: sweep() forgets entries past retired_until without counting them.
+CREATE TABLE IF NOT EXISTS ${retiredTableName({ schema, table })} (
+  retired_until bigint NOT NULL,  -- retire time + retention: refused until then, then forgotten
+  key           text COLLATE "C" NOT NULL,
+  claim_id      text COLLATE "C" NOT NULL,
+  PRIMARY KEY (key, claim_id)
+);
+CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_rt_until`)}
+  ON ${retiredTableName({ schema, table })} (retired_until);
+
 -- sweep() walks this index oldest first. It is on claimed_at, which finishing a call does
 -- not change; an index on expires_at would cost every finish one more index insert.
 CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_claimed_at`)}
@@ -357,7 +480,11 @@ ${options.inFlightIndex === false ? "-- (no in-flight index: inFlightIndex: fals
 -- claim(): the whole claim rule in one round trip (see the package README). The previous
 -- version's function (six arguments) wrote rows without a request: it goes.
 DROP FUNCTION IF EXISTS ${claimFunctionName({ schema, table })}(text, text, text, text, bigint, bigint);
+${isRetiredFunctionSql({ schema, table })}
 ${claimFunctionSql({ schema, table })}
+
+-- retire(): LEDGER-28 in one round trip (see the package README).
+${retireFunctionSql({ schema, table })}
 
 -- The previous versions' claims stay callable while processes of those versions still run, as
 -- this claim without what they did not send: eight arguments (no conversation, before issue 15)
@@ -408,6 +535,7 @@ export interface Statements {
   expiredInFlight: Statement;
   resolve: Statement;
   auditTrail: Statement;
+  retire: Statement;
 }
 
 /** Every statement the ledger runs, each one round trip. */
@@ -418,6 +546,7 @@ export function statements(name: TableName): Statements {
   // claimFunctionSql for why it is a function and not a single CTE).
   const claim = statement("claim", `SELECT ${claimFunctionName(name)}($1, $2, $3, $4, $5::bigint, $6::bigint, $7, $8::text, $9::text, $10::bigint)`);
   const a = auditTableName(name);
+  const rt = retiredTableName(name);
 
   // Every owner transition is one conditional UPDATE on the fencing token: a stale owner
   // matches no row and changes nothing (LEDGER-5). A row of another format version is
@@ -465,6 +594,8 @@ SELECT cur.state, cur.fence, cur.v, cur.expires_at, cur.now_ms, (SELECT to_json(
     ),
     auditTrail: statement("audit", `SELECT at, actor, action, from_state, to_state, fence, reason, outcome FROM ${a} WHERE key = $1 ORDER BY id`),
     release: statement("release", finish("released", null)),
+    // retire($1 key, $2 claim id, $3 release, $4 retention_ms): one round trip (retireFunctionSql).
+    retire: statement("retire", `SELECT ${retireFunctionName(name)}($1, $2, $3::boolean, $4::bigint)`),
     owns: statement("owns", `SELECT 1 FROM ${t} WHERE ${owned}`),
     lookup: statement("lookup", `SELECT ${ROW_COLUMNS}, ${NOW_MS} AS now_ms FROM ${t} WHERE key = $1`),
     // expiredInFlight($1 older_than_ms, $2 limit): in-flight rows whose lease ran out at least
@@ -476,7 +607,9 @@ SELECT cur.state, cur.fence, cur.v, cur.expires_at, cur.now_ms, (SELECT to_json(
  WHERE state = 'in_flight' AND lease_expires_at <= ${NOW_MS} - $1::bigint
  ORDER BY lease_expires_at LIMIT $2::int`,
     ),
-    // sweep($1 batch, $2 retention_ms). A row's expires_at is finished_at + retention and
+    // sweep($1 batch, $2 retention_ms). It also forgets up to $1 retired claim ids past their
+    // retired_until (LEDGER-28), oldest first, in the same statement; they are not counted as rows.
+    // A row's expires_at is finished_at + retention and
     // finished_at >= claimed_at, so every row this ledger's retention has expired has
     // claimed_at <= now - retention: that bound lets the claimed_at index find them oldest
     // first. Batched, so a large backlog never holds many row locks at once; SKIP LOCKED
@@ -495,8 +628,16 @@ SELECT cur.state, cur.fence, cur.v, cur.expires_at, cur.now_ms, (SELECT to_json(
 ), trail AS (
   -- the rows' audit entries go with them (RESOLVE-7)
   DELETE FROM ${a} AS e USING gone WHERE e.key = gone.key
+), stale AS (
+  SELECT key, claim_id FROM ${rt} WHERE retired_until <= ${NOW_MS}
+   ORDER BY retired_until LIMIT $1::int FOR UPDATE SKIP LOCKED
+), forgot AS (
+  -- re-checked on the newest version: a retire that extended the id meanwhile keeps it
+  DELETE FROM ${rt} AS d USING stale
+   WHERE d.key = stale.key AND d.claim_id = stale.claim_id AND d.retired_until <= ${NOW_MS}
+  RETURNING 1
 )
-SELECT count(*)::int AS removed FROM gone`,
+SELECT (SELECT count(*) FROM gone)::int AS removed, (SELECT count(*) FROM forgot)::int AS forgotten`,
     ),
   };
 }

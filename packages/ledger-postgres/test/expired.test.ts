@@ -176,6 +176,8 @@ describe("listExpiredInFlight(): expired claims nobody came back for become visi
       "dispatch_once_ledger_lst_state",
       "dispatch_once_ledger_lst_tool",
       "dispatch_once_ledger_pkey",
+      "dispatch_once_ledger_retired_pkey",
+      "dispatch_once_ledger_rt_until",
     ]);
     await ledger.claim(request("x", "unkeyed_write"));
     await expireLease(admin, schema, "x");

@@ -132,6 +132,7 @@ describe("LEDGER-12: a paused server (frozen proxy) gives ledger_unavailable wit
       ["fail", () => ledger.fail("held", held.fence, { name: "E", message: "m" })],
       ["markUnknown", () => ledger.markUnknown("held", held.fence, "why")],
       ["release", () => ledger.release("held", held.fence)],
+      ["retire", () => ledger.retire("held", "held-claim-0123456789abcdef", { release: true })],
       ["lookup", () => ledger.lookup("held")],
       ["sweep", () => ledger.sweep()],
       ["migrate", () => ledger.migrate()],
@@ -214,6 +215,23 @@ describe("a connection that ends while its statement runs (found by the fault su
   });
 });
 
+/** The one backend serving the proxied ledger of `schema` (warmed up): once it has exited, it has run everything it received. */
+async function backendBehindProxy(schema: string): Promise<number> {
+  const { rows } = await admin.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE $1", [`%"${schema}"%`]);
+  expect(rows).toHaveLength(1);
+  return rows[0]!.pid;
+}
+
+/** Until the backend has exited (after a thaw: it ran the held statements, then saw its client gone). */
+async function ranEverything(pid: number): Promise<void> {
+  for (let polls = 0; ; polls++) {
+    const { rows } = await admin.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1", [pid]);
+    if (rows.length === 0) return;
+    if (polls > 200) throw new Error("the backend behind the proxy never ran the held claim and exited");
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 describe("LEDGER-26: a claim the paused server applies after the client gave up is taken by its claim id (issue 18: false unknowns)", () => {
   it("through the dispatcher: the claim times out on a frozen proxy, the server applies it at the thaw, the retry with the same claim id gets its fence, the unkeyed tool runs once and nothing is unknown", async () => {
     const schema = await migrated("claimid");
@@ -254,12 +272,7 @@ describe("LEDGER-26: a claim the paused server applies after the client gave up 
     const p = await proxy();
     const late = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 300, durability: "durable" }));
     await late.lookup("warm-up");
-    // The backend behind the proxy: once it has exited, it has run everything it received.
-    const { rows: behind } = await admin.query<{ pid: number }>(
-      "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE $1",
-      [`%"${schema}"%`],
-    );
-    expect(behind).toHaveLength(1);
+    const behind = await backendBehindProxy(schema);
     const direct = track(new PostgresLedger({ pool: admin, schema, durability: "durable" }));
     const claim: ClaimRequest = { ...request("late"), claimId: "late-copy-0123456789abcdef" };
     p.freeze();
@@ -269,16 +282,53 @@ describe("LEDGER-26: a claim the paused server applies after the client gave up 
     expect(await direct.claim(claim)).toMatchObject({ outcome: "claimed", fence: 1 });
     await direct.release("late", 1);
     p.thaw(); // the paused server resumes and runs the copy it had received
-    for (let polls = 0; ; polls++) {
-      const { rows } = await admin.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1", [behind[0]!.pid]);
-      if (rows.length === 0) break;
-      if (polls > 200) throw new Error("the backend behind the proxy never ran the held claim and exited");
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await ranEverything(behind);
     // Before LEDGER-27 the copy took the released row again: in_flight, fence 2, held by nobody.
     expect(await storedColumns(admin, schema, "late")).toMatchObject({ state: "released", fence: "1", claim_id: claim.claimId });
     await expect(direct.claim(claim)).rejects.toMatchObject({ code: "stale_claim" });
     expect(await direct.claim({ ...request("late", "owner-b"), claimId: "next-claim-0123456789abcd" })).toMatchObject({ outcome: "claimed", fence: 2, takeover: false });
+  });
+
+  /**
+   * LEDGER-27's residual 2 (the model's late-claim-tombstone): a copy of claim id B, held by the
+   * frozen proxy, lands after the row was released under claim id A. Returns the row as the
+   * server left it once the backend behind the proxy had run everything it received.
+   */
+  async function lateCopyOfAnotherId(tag: string, retireB: boolean) {
+    const schema = await migrated(tag);
+    const p = await proxy();
+    const late = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 300, durability: "durable" }));
+    await late.lookup("warm-up");
+    const behind = await backendBehindProxy(schema);
+    const direct = track(new PostgresLedger({ pool: admin, schema, durability: "durable" }));
+    const idA = "dispatch-A-0123456789abcdef";
+    const idB = "dispatch-B-0123456789abcdef";
+    // Dispatch B's claim is sent and held: its reply never comes (ledger_unavailable).
+    p.freeze();
+    const lost = await late.claim({ ...request("late"), claimId: idB }).then((answer) => answer, (error: unknown) => error);
+    expect(isDispatchOnceError(lost, "ledger_unavailable"), String(lost)).toBe(true);
+    // Dispatch A (an earlier attempt whose reply was lost too) took the row, and DISPATCH-16 released it by its claim id.
+    expect(await direct.claim({ ...request("late"), claimId: idA })).toMatchObject({ outcome: "claimed", fence: 1 });
+    await direct.release("late", 1);
+    // DISPATCH-16 with LEDGER-28: dispatch B is over and one of its claims met ledger_unavailable: retire its id
+    // (release: it never received claimed). Its copy has not landed yet: nothing to release.
+    if (retireB) expect(await direct.retire("late", idB, { release: true })).toEqual({ released: false });
+    p.thaw(); // the paused server resumes and runs B's copy
+    await ranEverything(behind);
+    return { row: await storedColumns(admin, schema, "late"), direct, idA, idB };
+  }
+
+  it("LEDGER-28 (LEDGER-27's residual 2): a held copy of claim id B lands after the row was released under claim id A; B retired before it lands, the copy is refused and the row stays released", async () => {
+    const { row, direct, idA, idB } = await lateCopyOfAnotherId("retired", true);
+    expect(row).toMatchObject({ state: "released", fence: "1", claim_id: idA });
+    await expect(direct.claim({ ...request("late"), claimId: idB })).rejects.toMatchObject({ code: "stale_claim", fence: 1 });
+    // The next dispatch of the call claims the released row as usual.
+    expect(await direct.claim({ ...request("late", "owner-c"), claimId: "dispatch-C-0123456789abcdef" })).toMatchObject({ outcome: "claimed", fence: 2, takeover: false });
+  });
+
+  it("control for the test above: without the retire, B's late copy takes the released row (fence 2, in flight under B, held by nobody): the residual the retire closes", async () => {
+    const { row, idB } = await lateCopyOfAnotherId("notretired", false);
+    expect(row).toMatchObject({ state: "in_flight", fence: "2", claim_id: idB });
   });
 
   it("the previous version's seven-argument claim function still works after the migration, and its claims are never taken for a claim id's", async () => {

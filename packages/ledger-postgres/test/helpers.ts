@@ -136,6 +136,16 @@ export async function expireRetention(pool: pg.Pool | pg.Client, schema: string,
   if (rowCount !== 1) throw new Error(`expireRetention: ${key} has no finished row`);
 }
 
+/** A table's columns as information_schema describes them, in order: to compare an upgraded table with a fresh one. */
+export async function tableShape(pool: pg.Pool | pg.Client, schema: string, name = "dispatch_once_ledger"): Promise<Record<string, unknown>[]> {
+  const { rows } = await pool.query(
+    `SELECT column_name, data_type, is_nullable, ordinal_position FROM information_schema.columns
+      WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`,
+    [schema, name],
+  );
+  return rows;
+}
+
 /** A ledger in a brand-new schema, migrated. */
 export async function freshLedger(
   pool: pg.Pool,

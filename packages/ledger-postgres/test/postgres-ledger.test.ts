@@ -18,6 +18,7 @@ import {
   serverNow,
   storedColumns,
   table,
+  tableShape,
   uniqueSchema,
 } from "./helpers.js";
 
@@ -100,13 +101,23 @@ describe("schema and migrate()", () => {
       { relname: "Tool_Calls_lst_state", relkind: "i" },
       { relname: "Tool_Calls_lst_tool", relkind: "i" },
       { relname: "Tool_Calls_pkey", relkind: "i" },
+      { relname: "Tool_Calls_retired", relkind: "r" },
+      { relname: "Tool_Calls_retired_pkey", relkind: "i" },
+      { relname: "Tool_Calls_rt_until", relkind: "i" },
     ]);
     const fn = await admin.query(
-      `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1`,
+      `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 ORDER BY 1`,
       [schema],
     );
-    // The claim with a conversation (LIST-3), and the previous versions' eight- and seven-argument claims, kept as wrappers.
-    expect(fn.rows).toEqual([{ proname: "Tool_Calls_claim" }, { proname: "Tool_Calls_claim" }, { proname: "Tool_Calls_claim" }]);
+    // The claim with a conversation (LIST-3), and the previous versions' eight- and seven-argument claims, kept as wrappers;
+    // retire and its lookup of retired claim ids (LEDGER-28).
+    expect(fn.rows).toEqual([
+      { proname: "Tool_Calls_claim" },
+      { proname: "Tool_Calls_claim" },
+      { proname: "Tool_Calls_claim" },
+      { proname: "Tool_Calls_is_retired" },
+      { proname: "Tool_Calls_retire" },
+    ]);
     // Results are text, never jsonb: jsonb would re-serialise and replays would differ.
     const types = await admin.query(
       `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = $1 AND column_name IN ('result', 'error')`,
@@ -710,6 +721,8 @@ describe("schema migration from 0.1.0 (the request column)", () => {
       `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text)`,
       `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text,text)`,
       `${schema}.dispatch_once_ledger_claim(text,text,text,text,bigint,bigint,text,text,text,bigint)`,
+      `${schema}.dispatch_once_ledger_is_retired(text,text,bigint)`,
+      `${schema}.dispatch_once_ledger_retire(text,text,boolean,bigint)`,
     ]);
     // The old row has no request: its re-run could not send the first request, so it is never absent,
     // and an expired one is not turned unknown or taken over either: it is left for a person.
@@ -723,15 +736,7 @@ describe("schema migration from 0.1.0 (the request column)", () => {
     const fresh = uniqueSchema("upgrade_fresh");
     schemas.push(fresh);
     await new PostgresLedger({ pool: admin, schema: fresh }).migrate();
-    const shape = async (s: string) =>
-      (
-        await admin.query(
-          `SELECT column_name, data_type, is_nullable, ordinal_position FROM information_schema.columns
-            WHERE table_schema = $1 AND table_name = 'dispatch_once_ledger' ORDER BY ordinal_position`,
-          [s],
-        )
-      ).rows;
-    expect(await shape(schema)).toEqual(await shape(fresh));
+    expect(await tableShape(admin, schema)).toEqual(await tableShape(admin, fresh));
   });
 
   it("migrate() on a table that has the column takes no ACCESS EXCLUSIVE lock (claims never queue behind a no-op ALTER)", async () => {
@@ -830,6 +835,7 @@ describe("LEDGER-22: a client inside the caller's transaction is refused before 
       ["fail", () => onClient.fail("txn-ops", fence, { name: "E", message: "m" })],
       ["markUnknown", () => onClient.markUnknown("txn-ops", fence, "why")],
       ["release", () => onClient.release("txn-ops", fence)],
+      ["retire", () => onClient.retire("txn-ops", "txn-ops-claim-0123456789", { release: true })],
       ["lookup", () => onClient.lookup("txn-ops")],
       ["sweep", () => onClient.sweep()],
     ];

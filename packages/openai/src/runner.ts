@@ -34,7 +34,8 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
  * `response.output_item.done` (status completed), long before the response ends; only
  * `response.completed` finishes a response (STREAM-1). A clean end of the body without it,
  * an `error` event, `response.failed` and `response.incomplete` are failed streams: the SDK
- * yields the last three as ordinary events and raises nothing for any of them.
+ * yields the last three as ordinary events and raises nothing for any of them. The first three
+ * are retried; `response.incomplete` is not (STREAM-13).
  *
  * The conversation is kept in the API's input-item shape, so the store's log is sent as is: a
  * turn commits its output items (messages and function calls, as one array) and one
@@ -84,6 +85,13 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
     const reported = accumulator.streamError;
     if (reported === undefined) return undefined;
     return `${reported.event}${reported.code !== null ? ` ${reported.code}` : ""}: ${reported.message}`;
+  }
+
+  // response.incomplete is the model stopping at its output limit (or a content filter): the same
+  // input under the same limit stops at the same place, so it is not retried (STREAM-13).
+  finalStop(accumulator: ResponsesTurnAccumulator): string | undefined {
+    const reported = accumulator.streamError;
+    return reported?.event === "response.incomplete" ? (reported.code ?? "incomplete") : undefined;
   }
 
   commitShape(accumulator: ResponsesTurnAccumulator, answers: CallAnswer[]): CommitShape {

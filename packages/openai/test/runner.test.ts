@@ -133,6 +133,42 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
     expect(effects()).toHaveLength(1);
   });
 
+  it("STREAM-13 response.incomplete (the output limit) after the call completed is not retried: one attempt, the payment stated, retryable false", async () => {
+    provider.setFaultPlan((request) =>
+      isPaymentRequest(request) ? { kind: "incomplete_event", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } } : undefined,
+    );
+    const { runner, effects } = await setup(provider, { guarded: true, latencyMs: 20 });
+    const error = (await runner.send("conv-limit", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(error).toBeInstanceOf(TurnFailedError);
+    expect(provider.requests).toHaveLength(1);
+    expect(error.record).toMatchObject({ attempts: 1, position: "after_dispatch_before_stop", retryable: false, error: { name: "StreamIncompleteError" } });
+    expect(error.record.error.message).toContain("max_output_tokens");
+    // The call completed before the limit was dispatched and paid: the record says so (RECORD-2).
+    expect(error.record.calls).toEqual([expect.objectContaining({ attempt: 1, status: "completed", effect: "happened" })]);
+    expect(effects()).toHaveLength(1);
+  });
+
+  it("STREAM-13 a call cut by the output limit is abandoned, never run, and the turn is not retried; a clean close at the same place is", async () => {
+    provider.setFaultPlan((request) =>
+      isPaymentRequest(request) ? { kind: "incomplete_event", at: { call: 0, afterFragment: 1 } } : undefined,
+    );
+    const { runner, effects } = await setup(provider, { guarded: true });
+    const error = (await runner.send("conv-limit-args", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(error.record).toMatchObject({ attempts: 1, position: "arguments_streaming", retryable: false });
+    expect(error.record.calls).toEqual([expect.objectContaining({ status: "not_run", effect: "not_happened" })]);
+    expect(effects()).toHaveLength(0);
+    // The control: the same position without the provider's final word is a transient failure, retried.
+    let closed = false;
+    provider.setFaultPlan((request) => {
+      if (closed || !isPaymentRequest(request)) return undefined;
+      closed = true;
+      return { kind: "clean_close", at: { call: 0, afterFragment: 1 } };
+    });
+    const { runner: again } = await setup(provider, { guarded: true });
+    const result = await again.send("conv-close-args", { id: "m1", content: "pay acme" });
+    expect(result.turns[0]!.attempts).toBe(2);
+  });
+
   it("TURN-7 a re-sent message id is answered from the store: the turns read back, nothing run", async () => {
     const { runner, effects } = await setup(provider, { guarded: true });
     const first = await runner.send("conv-resend", { id: "m1", content: "pay acme" });

@@ -17,7 +17,7 @@ export {
   type UnansweredCallRecord,
   type ConversationRecord,
 } from "./record.js";
-export { defaultRetryPolicy, type AttemptFailure, type RetryPolicy } from "./retry.js";
+export { defaultRetryPolicy, isFinalStop, type AttemptFailure, type RetryPolicy } from "./retry.js";
 export { StreamIncompleteError } from "./errors/stream-incomplete.js";
 export { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 export { TurnFailedError } from "./errors/turn-failed.js";

@@ -66,6 +66,12 @@ export interface StreamProvider<A extends CallPhases<CallState>, E, U = unknown>
    * throw), for the `StreamIncompleteError` of a stream that ended without finishing.
    */
   streamError?(accumulator: A): string | undefined;
+  /**
+   * The provider's reason when it ended the response for good: the same request ends the same way
+   * again (the Responses API's `response.incomplete`: the output limit, a content filter). Such a
+   * stream is not retried and its failed turn is not `retryable` (STREAM-13).
+   */
+  finalStop?(accumulator: A): string | undefined;
   /** What the turn commits: only called for a finished stream whose calls were all answered. */
   commitShape(accumulator: A, answers: CallAnswer[]): CommitShape;
   /** A committed turn read back from the store. */

@@ -1,3 +1,4 @@
+import { StreamIncompleteError } from "./errors/stream-incomplete.js";
 import type { CallRecord } from "./record.js";
 import type { FailurePosition } from "./phases.js";
 
@@ -21,7 +22,7 @@ export interface RetryPolicy {
   backoffMs(retry: number): number;
   /**
    * Whether a failed attempt is worth another one.
-   * @default every stream failure except a permanent 4xx, every unresolved call except an unknown outcome or a result that could not be stored
+   * @default every stream failure except a permanent 4xx and a response the provider ended for good (STREAM-13), every unresolved call except an unknown outcome or a result that could not be stored
    */
   shouldRetry(failure: AttemptFailure): boolean;
 }
@@ -32,6 +33,11 @@ function isPermanentRequestError(error: unknown): boolean {
   return typeof status === "number" && status >= 400 && status < 500 && ![408, 409, 429].includes(status);
 }
 
+/** A stream the provider ended for good: the same request ends the same way (STREAM-13). */
+export function isFinalStop(error: unknown): boolean {
+  return error instanceof StreamIncompleteError && error.finalStop !== undefined;
+}
+
 export const defaultRetryPolicy: RetryPolicy = {
   attempts: 3,
   backoffMs: (retry) => 100 * 2 ** (retry - 1),
@@ -39,7 +45,7 @@ export const defaultRetryPolicy: RetryPolicy = {
   // asking again cannot settle is left for a person: an unknown outcome, an unstorable result.
   shouldRetry: (failure) =>
     failure.kind === "stream"
-      ? !isPermanentRequestError(failure.error)
+      ? !isPermanentRequestError(failure.error) && !isFinalStop(failure.error)
       : failure.kind === "commit"
         ? false
         : !failure.calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),

@@ -38,7 +38,7 @@ import {
   type ResumedTurnRecord,
   type SupersededAttemptRecord,
 } from "./record.js";
-import { defaultRetryPolicy, type AttemptFailure, type RetryPolicy } from "./retry.js";
+import { defaultRetryPolicy, isFinalStop, type AttemptFailure, type RetryPolicy } from "./retry.js";
 
 export type RunnerEvent = { at: number; conversationId: string; turnIndex: number; attempt: number } & (
   | { type: "attempt_started"; messageId: string }
@@ -439,7 +439,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         if (step.complete !== undefined) dispatches.push(this.dispatchCall(turn, step.complete, resolutions, info));
       }
       if (!provider.finished(accumulator)) {
-        throw new StreamIncompleteError(accumulator.eventsSeen, provider.finishEvent, provider.streamError?.(accumulator));
+        throw new StreamIncompleteError(accumulator.eventsSeen, provider.finishEvent, provider.streamError?.(accumulator), provider.finalStop?.(accumulator));
       }
     } catch (error) {
       // A transport error after the finish event changes nothing: the stream established the turn (STREAM-1).
@@ -581,8 +581,12 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       error: storedErrorOf(failure?.error),
       calls,
       effects,
-      // Re-sending helps unless an effect is left for a person to settle.
-      retryable: failure?.kind !== "commit" && !calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
+      // Re-sending helps unless an effect is left for a person to settle, or the provider ends
+      // this request's response the same way every time (STREAM-13).
+      retryable:
+        failure?.kind !== "commit" &&
+        !(failure?.kind === "stream" && isFinalStop(failure.error)) &&
+        !calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
       resumed: resumedTurn(snapshot),
       at: new Date().toISOString(),
     };

@@ -4,15 +4,12 @@
  * claim id; meeting its own in-flight row it is the same claim, not another attempt's live row
  * (and, past the lease, not an unkeyed_write call to turn unknown although it never ran).
  */
-import { newClaimId, type ClaimRequest, type LedgerEffect } from "@dispatch-once/core";
+import { newClaimId } from "@dispatch-once/core";
 import { ConformanceFailure, must, mustEqual } from "../../failure.js";
-import { claimRequest, describeRow, mustBeClaimed, mustBeExisting, requestFor, withFixture } from "../support.js";
+import { claimWithId, describeRow, mustBeClaimed, mustBeExisting, requestFor, withFixture } from "../support.js";
 import { type LedgerCheckSpec, EFFECTS, lookupMust } from "./common.js";
 
-function withId(key: string, owner: string, effect: LedgerEffect, claimId: string | undefined, leaseMs?: number): ClaimRequest {
-  const request = claimRequest(key, owner, effect, leaseMs);
-  return claimId === undefined ? request : { ...request, claimId };
-}
+const withId = claimWithId;
 
 export const claimRecognisedByClaimId: LedgerCheckSpec = {
   rule: "LEDGER-26",

@@ -24,6 +24,7 @@ import { REQUESTS_CHECKS } from "./requests.js";
 import { RESULTS_CHECKS } from "./results.js";
 import { RETENTION_LENGTH_CHECKS } from "./retention-length.js";
 import { RETENTION_CHECKS } from "./retention.js";
+import { RETIRE_CHECKS } from "./retire.js";
 import { STORE_CLOCK_CHECKS } from "./store-clock.js";
 import { TRANSITIONS_CHECKS } from "./transitions.js";
 import { UNAVAILABILITY_CHECKS } from "./unavailability.js";
@@ -47,6 +48,7 @@ export * from "./requests.js";
 export * from "./results.js";
 export * from "./retention-length.js";
 export * from "./retention.js";
+export * from "./retire.js";
 export * from "./store-clock.js";
 export * from "./transitions.js";
 export * from "./unavailability.js";
@@ -72,6 +74,7 @@ export const LEDGER_CHECKS_BY_CONCERN: Readonly<Record<string, readonly LedgerCh
   liveness: LIVENESS_CHECKS,
   requests: REQUESTS_CHECKS,
   "claim-id": CLAIM_ID_CHECKS,
+  retire: RETIRE_CHECKS,
   supports: SUPPORTS_CHECKS,
   "list-rows": LIST_ROWS_CHECKS,
   resolve: RESOLVE_CHECKS,

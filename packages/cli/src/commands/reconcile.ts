@@ -1,4 +1,5 @@
-import { hostname, userInfo } from "node:os";
+import { hostname } from "node:os";
+import { actorOf } from "../actor.js";
 import { Dispatcher } from "@dispatch-once/core";
 import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, type Command } from "../context.js";
 import { parseDuration } from "../duration.js";
@@ -10,7 +11,7 @@ import { loadToolsModule } from "../tools-module.js";
 export const reconcileCommand: Command = {
   name: "reconcile",
   summary: "ask the tool's reconcile probe whether an unknown row's effect happened, and settle it",
-  options: { ...LEDGER_OPTIONS, tools: { type: "string" }, grace: { type: "string" }, json: { type: "boolean" } },
+  options: { ...LEDGER_OPTIONS, tools: { type: "string" }, grace: { type: "string" }, actor: { type: "string" }, json: { type: "boolean" } },
   positionals: [1, 1],
   help: `Usage: dispatch-once reconcile <key> --tools <module> [options]
 
@@ -26,6 +27,7 @@ Options:
       --grace <age>      how long an unkeyed_write row must have been unknown before a probe's
                          "not performed" may release it (a request still in transit may land
                          later): 30s, 10m, ... (default: the dispatcher's, 60s)
+      --actor <name>     who settles the row, in its audit trail (default: your OS user name)
       --json             print {"report": ..., "before": state, "row": row after} as JSON
 ${LEDGER_HELP}
 
@@ -37,6 +39,7 @@ is not open, its tool has no probe or is not in the module, or the probe could n
     if (toolsPath === undefined) throw new UsageError("--tools <module> is required: the module that exports your tool registry", command);
     const graceText = stringOption(values, "grace");
     const grace = graceText === undefined ? undefined : parseDuration(graceText, "--grace", command);
+    const actor = actorOf(values, io, command);
     const tools = await loadToolsModule(toolsPath, io.cwd);
     const { ledger: store } = await ledger();
     const before = await store.lookup(key);
@@ -44,14 +47,14 @@ is not open, its tool has no probe or is not in the module, or the probe could n
     const dispatcher = new Dispatcher({
       tools,
       ledger: store,
-      owner: `dispatch-once-cli:${operator()}@${hostname()}:${process.pid}`,
+      owner: `dispatch-once-cli:${actor}@${hostname()}:${process.pid}`,
       // This dispatcher never runs a tool (reconcile only calls probes), so the durability
       // refusal that protects unkeyed runs does not apply; its warning still goes to stderr.
       allowVolatileLedgerForUnkeyedWrites: true,
       ...(grace !== undefined ? { reconcileGraceMs: grace } : {}),
       logger: { warn: (message) => io.stderr(`warning: ${message}\n`) },
     });
-    const report = await dispatcher.reconcile(key);
+    const report = await dispatcher.reconcile(key, { actor });
     const after = await store.lookup(key);
     const settled = after !== undefined && (after.state !== before.state || after.fence !== before.fence);
     if (values["json"] === true) {
@@ -70,11 +73,3 @@ is not open, its tool has no probe or is not in the module, or the probe could n
     return 0;
   },
 };
-
-function operator(): string {
-  try {
-    return userInfo().username;
-  } catch {
-    return "unknown";
-  }
-}

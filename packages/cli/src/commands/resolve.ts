@@ -1,13 +1,12 @@
 import { readFileSync } from "node:fs";
-import { userInfo } from "node:os";
 import { resolve as resolvePath } from "node:path";
 import type { Resolution, ResolveRequest, StoredError } from "@dispatch-once/core";
 import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, supports, type CliIo, type Command } from "../context.js";
+import { actorOf } from "../actor.js";
 import { parseCount } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
-
 
 /** The `name` of the stored error a `--failed` resolution writes; replays raise tool_failed with it. */
 export const RESOLVED_FAILURE_NAME = "OperatorResolvedFailure";
@@ -63,8 +62,7 @@ Example:
     if (code !== undefined && failed === undefined) throw new UsageError("--code only goes with --failed", command);
     const reason = stringOption(values, "reason")?.trim();
     if (reason === undefined || reason === "") throw new UsageError("--reason <text> is required: say what you checked downstream", command);
-    const actor = (stringOption(values, "actor") ?? defaultActor(io))?.trim();
-    if (actor === undefined || actor === "") throw new UsageError("no actor: pass --actor <name> (the OS user name is unknown here)", command);
+    const actor = actorOf(values, io, command);
     const fenceText = stringOption(values, "expected-fence");
     const expectedFence = fenceText === undefined ? undefined : parseCount(fenceText, "--expected-fence", command, 1);
 
@@ -93,14 +91,6 @@ Example:
 };
 
 /** The OS user, like git's default author: who is at the keyboard. */
-function defaultActor(io: CliIo): string | undefined {
-  try {
-    return userInfo().username;
-  } catch {
-    return io.env["USER"] ?? io.env["LOGNAME"] ?? io.env["USERNAME"];
-  }
-}
-
 /** The result text to store: valid JSON, kept as given (no re-serialization that would round big numbers). */
 function resultJson(given: string, io: CliIo, command: string): string {
   let text = given;

@@ -11,7 +11,12 @@ export class StreamIncompleteError extends DispatchOnceError {
   readonly finishEvent: string;
   /** What the provider said inside the stream before it ended, when it said anything (`error`, `response.failed`). */
   readonly streamError: string | undefined;
-  constructor(eventsSeen: number, finishEvent = "message_stop", streamError?: string) {
+  /**
+   * The provider's reason when it ended the response for good (STREAM-13): asking again with the
+   * same request ends the same way, so the runner does not retry it.
+   */
+  readonly finalStop: string | undefined;
+  constructor(eventsSeen: number, finishEvent = "message_stop", streamError?: string, finalStop?: string) {
     super(
       "stream_incomplete",
       `the stream ended after ${eventsSeen} events without ${finishEvent}` + (streamError !== undefined ? ` (${streamError})` : ""),
@@ -19,5 +24,6 @@ export class StreamIncompleteError extends DispatchOnceError {
     this.eventsSeen = eventsSeen;
     this.finishEvent = finishEvent;
     this.streamError = streamError;
+    this.finalStop = finalStop;
   }
 }
