@@ -16,5 +16,5 @@ export {
   type RedisServerReport,
 } from "./redis-ledger.js";
 export { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
-export { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, LIST_EXPIRED_LUA, RENEW_LUA } from "./scripts.js";
+export { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, LIST_EXPIRED_LUA, RENEW_LUA, RETIRE_LUA } from "./scripts.js";
 export { keySlot } from "./slots.js";

@@ -6,8 +6,10 @@ import {
   LedgerUnavailableError,
   StaleClaimError,
   releasedClaimError,
+  retiredClaimError,
   isDispatchOnceError,
   checkResolveRequest,
+  checkRetireRequest,
   checkListQuery,
   decodeListCursor,
   encodeListCursor,
@@ -25,12 +27,15 @@ import {
   type Ledger,
   type LedgerCapabilities,
   type LedgerRow,
+  type RetireOptions,
+  type RetireResult,
   type StoredError,
   type TerminalRow,
 } from "@dispatch-once/core";
 import { Redis, type Cluster } from "ioredis";
 import {
   checkClaimRequest,
+  checkLedgerKey,
   checkLedgerLeaseMs,
   checkStoredError,
   checkUnknownReason,
@@ -40,7 +45,7 @@ import {
   type StoredLedgerFields,
 } from "@dispatch-once/core/internal";
 import { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
-import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, FORGET_LISTED_LUA, LIST_EXPIRED_LUA, LIST_ROWS_LUA, RENEW_LUA, RESOLVE_LUA } from "./scripts.js";
+import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, FORGET_LISTED_LUA, LIST_EXPIRED_LUA, LIST_ROWS_LUA, RENEW_LUA, RESOLVE_LUA, RETIRE_LUA } from "./scripts.js";
 import { SLOT_COUNT, keySlot, slotTags } from "./slots.js";
 
 export type RedisClient = Redis | Cluster;
@@ -188,16 +193,18 @@ export interface RedisServerReport {
   notDurable: DurabilityViolation[];
 }
 
+// V6: claim reads the slot's retired claim ids (KEYS[4], LEDGER-28), which retire writes.
 // V5: every state change moves the row in its slot's listing indexes, and the header's tail after
 // the tool name carries the row's conversationId and turnIndex (LIST-3, LIST-6).
 // V4: the row's audit list is KEYS[3] of claim, finish, cancel and resolve (V3: in-flight rows carry
 // the claim token and the in-flight index is KEYS[2]). A new name, so a client shared with an older
 // copy of this package never runs the other copy's script under it.
-const CMD_CLAIM = "dispatchOnceLedgerClaimV5";
+const CMD_CLAIM = "dispatchOnceLedgerClaimV6";
 const CMD_RENEW = "dispatchOnceLedgerRenewV5";
 const CMD_FINISH = "dispatchOnceLedgerFinishV5";
 const CMD_CANCEL = "dispatchOnceLedgerCancelV5";
 const CMD_RESOLVE = "dispatchOnceLedgerResolveV5";
+const CMD_RETIRE = "dispatchOnceLedgerRetireV6";
 const CMD_LIST = "dispatchOnceLedgerListExpiredV3";
 const CMD_LIST_ROWS = "dispatchOnceLedgerListRowsV1";
 const CMD_FORGET_LISTED = "dispatchOnceLedgerForgetListedV1";
@@ -205,11 +212,12 @@ const CMD_FORGET_LISTED = "dispatchOnceLedgerForgetListedV1";
 type ScriptReply = [string, ...unknown[]];
 
 interface ScriptClient {
-  [CMD_CLAIM](row: string, index: string, audit: string, ...args: string[]): Promise<ScriptReply>;
+  [CMD_CLAIM](row: string, index: string, audit: string, retired: string, ...args: string[]): Promise<ScriptReply>;
   [CMD_RENEW](row: string, index: string, ...args: string[]): Promise<ScriptReply>;
   [CMD_FINISH](row: string, index: string, audit: string, ...args: string[]): Promise<ScriptReply>;
   [CMD_CANCEL](row: string, index: string, audit: string, ...args: string[]): Promise<ScriptReply>;
   [CMD_RESOLVE](row: string, index: string, audit: string, ...args: string[]): Promise<ScriptReply>;
+  [CMD_RETIRE](row: string, index: string, audit: string, retired: string, ...args: string[]): Promise<ScriptReply>;
 }
 
 /** What a Redis string holds: any well-formed text, NUL included, up to its 512 MiB bulk limit. */
@@ -321,7 +329,7 @@ export class RedisLedger implements Ledger {
       clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes,
-      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true },
+      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true, retire: true },
     };
 
     if (options.client !== undefined) {
@@ -354,11 +362,12 @@ export class RedisLedger implements Ledger {
       this.ownsClient = true;
     }
     // Idempotent per client: several ledgers may share one client.
-    this.client.defineCommand(CMD_CLAIM, { lua: CLAIM_LUA, numberOfKeys: 3 });
+    this.client.defineCommand(CMD_CLAIM, { lua: CLAIM_LUA, numberOfKeys: 4 });
     this.client.defineCommand(CMD_RENEW, { lua: RENEW_LUA, numberOfKeys: 2 });
     this.client.defineCommand(CMD_FINISH, { lua: FINISH_LUA, numberOfKeys: 3 });
     this.client.defineCommand(CMD_CANCEL, { lua: CANCEL_LUA, numberOfKeys: 3 });
     this.client.defineCommand(CMD_RESOLVE, { lua: RESOLVE_LUA, numberOfKeys: 3 });
+    this.client.defineCommand(CMD_RETIRE, { lua: RETIRE_LUA, numberOfKeys: 4 });
     this.client.defineCommand(CMD_LIST, { lua: LIST_EXPIRED_LUA, numberOfKeys: 1, readOnly: true });
     this.client.defineCommand(CMD_LIST_ROWS, { lua: LIST_ROWS_LUA, numberOfKeys: 1, readOnly: true });
     this.client.defineCommand(CMD_FORGET_LISTED, { lua: FORGET_LISTED_LUA, numberOfKeys: 2 });
@@ -385,6 +394,53 @@ export class RedisLedger implements Ledger {
    */
   auditKey(key: string): string {
     return `${this.prefix}:{${key}}:audit`;
+  }
+
+  /**
+   * The retired claim ids of the slot that holds a ledger key's row (LEDGER-28): a sorted set in
+   * that slot (the in-flight index's hash tag), member `<claim id>:<key>`, score the time until
+   * which the id is refused, the whole set expiring a retention after its last retire.
+   */
+  retiredKey(key: string): string {
+    return this.indexKeyOfSlot(keySlot(this.redisKey(key))).slice(0, -"inflight".length) + "retired";
+  }
+
+  /**
+   * Retire a claim id of the key (LEDGER-28), in one script on the row's slot: from now until the
+   * retention has passed on the server's clock every claim carrying it is refused with
+   * stale_claim, row or no row; with `release`, a row in flight under it (live or expired) is
+   * released in the same script as release() with its fence would. Idempotent.
+   */
+  async retire(key: string, claimId: string, options?: RetireOptions): Promise<RetireResult> {
+    const release = checkRetireRequest(key, claimId, options);
+    // Sent as UTF-8: a lone surrogate would become U+FFFD and retire another key's id.
+    checkLedgerKey(key, STORE_LIMITS);
+    const reply = this.checked(
+      await this.call("retire", key, () =>
+        this.scripts[CMD_RETIRE](
+          this.redisKey(key),
+          this.inflightIndexKey(key),
+          this.auditKey(key),
+          this.retiredKey(key),
+          retiredMember(key, claimId),
+          claimId,
+          this.retentionArg,
+          release ? "1" : "0",
+        ),
+      ),
+      "retire",
+      key,
+    );
+    switch (reply[0]) {
+      case "released":
+        return { released: true };
+      case "retired":
+        return { released: false };
+      case "corrupt":
+        throw new LedgerCorruptError(key, String(reply[1]));
+      default:
+        throw new LedgerUnavailableError(`unexpected reply from the retire script: ${String(reply[0])}`);
+    }
   }
 
   /**
@@ -490,6 +546,7 @@ export class RedisLedger implements Ledger {
           redisKey,
           this.inflightIndexKey(key),
           this.auditKey(key),
+          this.retiredKey(key),
           // JSON-escaped here, spliced into the row header by the script; the conversation and
           // turn follow the tool name, where every script copies them unchanged (LIST-3).
           JSON.stringify(request.toolName) +
@@ -501,6 +558,8 @@ export class RedisLedger implements Ledger {
           this.retentionArg,
           request.request,
           token,
+          // Only a claim that carries a claim id reads the retired ids (LEDGER-28).
+          request.claimId === undefined ? "" : retiredMember(key, request.claimId),
         ),
       );
     } catch (error) {
@@ -532,6 +591,9 @@ export class RedisLedger implements Ledger {
       case "released_claim":
         // A late copy of a claim that was released by its claim id (or by its token): refused (LEDGER-27).
         throw releasedClaimError(key, Number(reply[1]));
+      case "retired":
+        // A late copy of a claim whose claim id its dispatcher retired: refused, nothing written (LEDGER-28).
+        throw retiredClaimError(key, Number(reply[1]));
       case "corrupt":
         throw new LedgerCorruptError(key, String(reply[1]));
       default:
@@ -1107,6 +1169,11 @@ export class RedisLedger implements Ledger {
     return key;
   }
 
+}
+
+/** A retired claim id's member in its slot's set: the claim id first (it has no ':'), then the key. */
+function retiredMember(key: string, claimId: string): string {
+  return `${claimId}:${key}`;
 }
 
 /**

@@ -43,8 +43,14 @@ import { ROW_FORMAT_VERSION } from "@dispatch-once/core";
  * Every script writes its row at most once and raises only at or before that write, so an error
  * reply always means nothing was written.
  *
+ * Retired claim ids (LEDGER-28): per slot, a sorted set `retired` under the in-flight index's hash
+ * tag, member `<claim id>:<ledger key>` (a claim id has no ':'), score the time (server clock) until
+ * which the id is refused. RETIRE_LUA adds to it and gives the whole set a TTL of the retention
+ * (every member's time is at most that far ahead); a claim that carries a claim id reads its one
+ * member (ZSCORE) before anything else, and a claim without one never reads it.
+ *
  * Replies: {'claimed', fence, leaseExpiresAt, takeover 0|1[, stored request]} | {'existing', value} | {'released_claim', fence}
- *        | {'ok', time} | {'stale'} | {'corrupt', why} | {'released', fence} | {'none'}.
+ *        | {'retired', fence or 0} | {'ok', time} | {'stale'} | {'corrupt', why} | {'released', fence} | {'none'}.
  * A claim that CREATES the row replies without the request: what it stored is the caller's own
  * argument, so sending it back would only double the bytes on the wire.
  */
@@ -132,15 +138,32 @@ end
 `;
 
 /**
- * claim. ARGV: 1 toolName as a JSON string (followed by the header's conversationId and turnIndex
+ * claim. KEYS: 1 row, 2 in-flight index, 3 audit list, 4 the slot's retired claim ids.
+ * ARGV: 1 toolName as a JSON string (followed by the header's conversationId and turnIndex
  * members when the claim gave them: stored by the claim that creates the row, kept by later ones), 2 effect, 3 owner, 4 leaseMs, 5 retentionMs, 6 request, 7 claim token
- * (the caller's claim id when it gave one, LEDGER-26).
+ * (the caller's claim id when it gave one, LEDGER-26), 8 the retired-set member of the caller's
+ * claim id, or '' when it gave none.
+ * a retired claim id (LEDGER-28) -> {'retired', the row's fence or 0}, nothing written, whatever the row;
  * in_flight under this very token -> the same claim: claimed with its fence, lease from now;
  * absent -> in_flight (fence 1, stores ARGV[6]); released -> in_flight (fence+1, keeps the stored request);
  * live in_flight or terminal -> existing; released under this very token -> {'released_claim', fence} (LEDGER-27);
  * expired in_flight: keyed_write -> takeover (fence+1, keeps the request), unkeyed_write -> unknown(lease_expired).
  */
 export const CLAIM_LUA = `${PRELUDE}
+-- A late copy of a claim its dispatch gave up on takes nothing, whatever the row: checked before
+-- anything else, before the claim id could be recognised as the row's own (LEDGER-28, LEDGER-26).
+if ARGV[8] ~= '' then
+  local retiredUntil = redis.pcall('ZSCORE', KEYS[4], ARGV[8])
+  if type(retiredUntil) == 'table' and retiredUntil.err then return {'corrupt', 'retired claim ids: ' .. retiredUntil.err} end
+  if retiredUntil and tonumber(retiredUntil) > now then
+    local row = redis.pcall('GET', key)
+    if type(row) == 'table' and row.err then return {'corrupt', row.err} end
+    if not row then return {'retired', '0'} end
+    local state, fence = header(row)
+    if not state then return {'corrupt', fence} end
+    return {'retired', fence}
+  end
+end
 local lease = string.format('%d', now + tonumber(ARGV[4]))
 local function claimed(fence, nreq, request, tool)
   return '{"v":${V},"state":"in_flight","fence":' .. fence .. ',"claimedAt":' .. nows .. ',"requestBytes":' .. nreq ..
@@ -294,6 +317,43 @@ if claim ~= ARGV[1] then return {'none'} end
 store_finished(finished('released', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), '', claim), ARGV[2], 'in_flight', 'released')
 unindex()
 return {'released', fence}
+`;
+
+/**
+ * retire (LEDGER-28). KEYS: 1 row, 2 in-flight index, 3 audit list, 4 the slot's retired claim ids.
+ * ARGV: 1 the retired-set member (claim id ':' key), 2 claim id, 3 retentionMs, 4 '1' to release.
+ * Retires the claim id until TIME + retentionMs (never shortened: ZADD GT), gives the set the
+ * retention as its TTL, drops members already past theirs, and with release releases the row if
+ * it is in flight under that claim id, live or expired, as FINISH_LUA's release would (fence and
+ * request kept, the claim id kept: LEDGER-27). The row is read before anything is written, so a
+ * corrupt reply changes nothing. Replies {'released', fence} | {'retired'} | {'corrupt', why}.
+ */
+export const RETIRE_LUA = `${PRELUDE}
+local retired = KEYS[4]
+local release = nil
+if ARGV[4] == '1' then
+  local old = redis.pcall('GET', key)
+  if type(old) == 'table' and old.err then return {'corrupt', old.err} end
+  if old then
+    local state, fence, claimedAt, nreq, rest, nl = header(old)
+    if not state then return {'corrupt', fence} end
+    if state == 'in_flight' then
+      local leaseAt, claim, effect, tool = inflight(rest)
+      if not leaseAt then return {'corrupt', 'unreadable in-flight header'} end
+      if claim == ARGV[2] then
+        release = {finished('released', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), '', claim), fence}
+      end
+    end
+  end
+end
+local added = redis.pcall('ZADD', retired, 'GT', string.format('%d', now + tonumber(ARGV[3])), ARGV[1])
+if type(added) == 'table' and added.err then return {'corrupt', 'retired claim ids: ' .. added.err} end
+redis.call('PEXPIRE', retired, ARGV[3])
+redis.call('ZREMRANGEBYSCORE', retired, '-inf', nows)
+if not release then return {'retired'} end
+store_finished(release[1], ARGV[3], 'in_flight', 'released')
+unindex()
+return {'released', release[2]}
 `;
 
 /**

@@ -191,10 +191,32 @@ describe("slots and the in-flight index on a cluster", () => {
       for (const key of ["", "}", "a}b", "{x}", "😀", ...Array.from({ length: 200 }, () => randomBytes(8).toString("hex"))]) {
         const row = ledger.redisKey(key);
         expect(await node.cluster("KEYSLOT", ledger.inflightIndexKey(key)), JSON.stringify(key)).toBe(await node.cluster("KEYSLOT", row));
+        // LEDGER-28: the retired claim ids the claim script reads live in the row's slot too.
+        expect(await node.cluster("KEYSLOT", ledger.retiredKey(key)), JSON.stringify(key)).toBe(await node.cluster("KEYSLOT", row));
       }
     } finally {
       node.disconnect();
     }
+  });
+
+  it("LEDGER-28 on a cluster: retire and the claims it refuses run on each key's own node; held rows are released, absent ones never created", async () => {
+    if (!cluster || !client || !ledger) throw new Error("cluster did not start");
+    const id = `cluster-retired-${randomBytes(8).toString("hex")}`;
+    const keys = Array.from({ length: 60 }, () => `retire-${randomBytes(8).toString("hex")}`);
+    const held = keys.filter((_, i) => i % 2 === 0);
+    for (const key of held) expect(await ledger.claim(request(key, { claimId: id }))).toMatchObject({ outcome: "claimed", fence: 1 });
+    const results = await Promise.all(keys.map((key) => ledger!.retire(key, id, { release: true })));
+    keys.forEach((key, i) => expect(results[i], key).toEqual({ released: held.includes(key) }));
+    const nodes = new Set<number>();
+    for (const key of keys) {
+      await expect(ledger.claim(request(key, { claimId: id })), key).rejects.toMatchObject({ code: "stale_claim", fence: held.includes(key) ? 1 : 0 });
+      expect(await client.zscore(ledger.retiredKey(key), `${id}:${key}`), key).not.toBeNull();
+      const row = await client.get(ledger.redisKey(key));
+      if (held.includes(key)) expect(parseStored(row!).header, key).toMatchObject({ state: "released", fence: 1, claim: id });
+      else expect(row, key).toBeNull();
+      nodes.add(cluster.ports.findIndex((port) => (client!.slots[keySlot(ledger!.redisKey(key))] ?? []).includes(`127.0.0.1:${port}`)));
+    }
+    expect(nodes.size).toBe(3); // the keys spread over all three nodes
   });
 
   it("listExpiredInFlight lists the expired in-flight rows of every node, oldest first, and nothing else", async () => {
@@ -276,12 +298,13 @@ describe("Cluster client settings that can send a script twice", () => {
     if (!cluster || !ledger) throw new Error("cluster did not start");
     const { c, proxies } = await proxiedCluster({});
     try {
-      c.defineCommand("claimForHazardTest", { lua: CLAIM_LUA, numberOfKeys: 2 });
+      c.defineCommand("claimForHazardTest", { lua: CLAIM_LUA, numberOfKeys: 4 });
       const key = randomBytes(16).toString("hex");
       for (const p of proxies) p.watch("owner-cluster-hazard");
       const cuts = proxies.map((p) => p.cutAfterReply("owner-cluster-hazard"));
       const reply = (await (c as unknown as Record<string, (...a: string[]) => Promise<unknown[]>>).claimForHazardTest!(
-        ledger.redisKey(key), ledger.inflightIndexKey(key), '"create_invoice"', "unkeyed_write", "owner-cluster-hazard", "60000", "7200000", first(key), "hazard.1",
+        ledger.redisKey(key), ledger.inflightIndexKey(key), ledger.auditKey(key), ledger.retiredKey(key),
+        '"create_invoice"', "unkeyed_write", "owner-cluster-hazard", "60000", "7200000", first(key), "hazard.1", "",
       )) as [string, string];
       await Promise.race(cuts);
       expect(proxies.reduce((n, p) => n + p.count("owner-cluster-hazard"), 0)).toBeGreaterThanOrEqual(2);

@@ -539,7 +539,7 @@ describe("instances and connections", () => {
       clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes: 1024 * 1024,
-      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true },
+      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true, retire: true },
     });
     expect(ledger({ durability: "durable" }).capabilities.durability).toBe("durable");
   });

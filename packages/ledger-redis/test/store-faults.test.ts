@@ -83,7 +83,7 @@ describe("client settings that can send a script twice (issue 18: ioredis autoRe
     const client = new Redis(p.url); // ioredis defaults, as a user would pass it
     client.on("error", () => {});
     cleanup.push(() => client.disconnect());
-    client.defineCommand("claimForHazardTest", { lua: CLAIM_LUA, numberOfKeys: 2 });
+    client.defineCommand("claimForHazardTest", { lua: CLAIM_LUA, numberOfKeys: 4 });
     const prefix = uniquePrefix("hazard");
     prefixes.push(prefix);
     const probe = new RedisLedger({ url: REDIS_URL, prefix });
@@ -92,7 +92,8 @@ describe("client settings that can send a script twice (issue 18: ioredis autoRe
     p.watch("owner-hazard");
     const cut = p.cutAfterReply("owner-hazard");
     const reply = (await (client as unknown as Record<string, (...a: string[]) => Promise<unknown[]>>).claimForHazardTest!(
-      probe.redisKey("k"), probe.inflightIndexKey("k"), '"send_payment"', "unkeyed_write", "owner-hazard", "30000", "86400000", FIRST, "hazard.1",
+      probe.redisKey("k"), probe.inflightIndexKey("k"), probe.auditKey("k"), probe.retiredKey("k"),
+      '"send_payment"', "unkeyed_write", "owner-hazard", "30000", "86400000", FIRST, "hazard.1", "",
     )) as [string, string];
     await cut;
     expect(p.count("owner-hazard")).toBe(2); // sent, reply lost, sent again

@@ -27,7 +27,7 @@ export const redisSubject: LedgerSubject = {
   // clockSkew: RedisLedger has no clock option (leases are on the server's TIME inside its
   // scripts), so the skewed instance is another instance whose calls run with this process's Date
   // off (skewProcessClock): one that computed a lease from Date.now() would take over live claims.
-  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, resolve: true, auditTrail: true, listRows: true },
+  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, resolve: true, auditTrail: true, listRows: true, retire: true },
   async create(options = {}) {
     const prefix = uniquePrefix("conf");
     const raw = rawClient();
@@ -53,6 +53,14 @@ export const redisSubject: LedgerSubject = {
           // A timestamp in the past: Redis removes the key at once, as it would when its TTL ran out.
           const value = await raw.get(keyOf(key));
           if (value !== null && parseStored(value).header.state !== "in_flight") await raw.pexpireat(keyOf(key), 1);
+        },
+        // As if every claim id of the key had been retired longer than the retention ago (LEDGER-28):
+        // its members of the slot's set (`<claim id>:<key>`, a claim id has no ':') get a past time.
+        async expireRetired(key) {
+          const set = ledger.retiredKey(key);
+          for (const member of await raw.zrange(set, "0", "-1")) {
+            if (member.slice(member.indexOf(":") + 1) === key) await raw.zadd(set, "1", member);
+          }
         },
         async corrupt(key) {
           await raw.set(keyOf(key), "\u0000not a ledger row\n{}");

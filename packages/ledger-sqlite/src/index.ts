@@ -11,6 +11,7 @@ export {
   tableSql,
   listIndexesSql,
   auditTableSql,
+  retiredTableSql,
   addConversationColumnsSql,
   addRequestColumnSql,
   addClaimIdColumnSql,

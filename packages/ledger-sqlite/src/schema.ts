@@ -38,7 +38,7 @@ export function assertTableName(table: string): void {
  *   claim starts and one when it finishes (and on renew).
  */
 export function schemaSql(table: string = DEFAULT_TABLE, options: { inFlightIndex?: boolean } = {}): string {
-  return `${tableSql(table)}${options.inFlightIndex === false ? "" : inFlightIndexSql(table)}${listIndexesSql(table)}${auditTableSql(table)}`;
+  return `${tableSql(table)}${options.inFlightIndex === false ? "" : inFlightIndexSql(table)}${listIndexesSql(table)}${auditTableSql(table)}${retiredTableSql(table)}`;
 }
 
 /** The table alone: what an older table is brought up to with the ADD COLUMN statements before its indexes. */
@@ -104,6 +104,26 @@ export function auditTableSql(table: string = DEFAULT_TABLE): string {
   outcome    TEXT
 );
 CREATE INDEX IF NOT EXISTS "${table}_audit_by_key" ON "${table}_audit" (key, id);
+`;
+}
+
+/**
+ * Retired claim ids (LEDGER-28): a claim id its dispatcher gave up on, refused to every claim of
+ * the key until \`retired_until\` (store clock) has passed, row or no row. Apart from the rows,
+ * so listings, lookups and sweep's count never see them. WITHOUT ROWID: a claim that carries a
+ * claim id checks it with one search of this one B-tree. The index on \`retired_until\` lets
+ * sweep() forget the expired ones in bounded batches; it costs one small write per retire, which
+ * happens only for a claim that met ledger_unavailable.
+ */
+export function retiredTableSql(table: string = DEFAULT_TABLE): string {
+  assertTableName(table);
+  return `CREATE TABLE IF NOT EXISTS "${table}_retired" (
+  key           TEXT    NOT NULL,
+  claim_id      TEXT    NOT NULL,
+  retired_until INTEGER NOT NULL,
+  PRIMARY KEY (key, claim_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS "${table}_retired_by_until" ON "${table}_retired" (retired_until);
 `;
 }
 

@@ -9,8 +9,10 @@ import {
   ROW_FORMAT_VERSION,
   StaleClaimError,
   releasedClaimError,
+  retiredClaimError,
   checkListQuery,
   checkResolveRequest,
+  checkRetireRequest,
   decodeListCursor,
   encodeListCursor,
   rowSince,
@@ -26,6 +28,8 @@ import {
   type Ledger,
   type LedgerCapabilities,
   type LedgerRow,
+  type RetireOptions,
+  type RetireResult,
   type StoredError,
   type TerminalRow,
   type UnknownRow,
@@ -50,6 +54,7 @@ import {
   auditTableSql,
   inFlightIndexSql,
   listIndexesSql,
+  retiredTableSql,
   tableSql,
 } from "./schema.js";
 
@@ -105,7 +110,7 @@ export interface SqliteLedgerOptions {
    */
   inFlightIndex?: boolean;
   /**
-   * Group commit: the writes (claim, renew, complete, fail, markUnknown, release) that arrive in
+   * Group commit: the writes (claim, renew, complete, fail, markUnknown, release, retire) that arrive in
    * the same turn of the event loop run in ONE transaction, each in its own savepoint (a write
    * that fails rolls back alone), and each call resolves only after that transaction has
    * committed, so an acknowledged write is exactly as durable as without it. With
@@ -165,8 +170,23 @@ const SINCE = "coalesce(finished_at, claimed_at)";
 interface Statements {
   /** (key, v, toolName, effect, owner, claimId, leaseMs, request) -> the stored times, or nothing when the key exists. */
   insertClaim: Database.Statement<[string, number, string, string, string, string | null, number, string, string | null, number | null], { lease_expires_at: number }>;
+  /** (the same, then key and claimId) -> nothing when the claim id is retired for the key (LEDGER-28), else as insertClaim. */
+  insertClaimUnlessRetired: Database.Statement<
+    [string, number, string, string, string, string | null, number, string, string | null, number | null, string, string],
+    { lease_expires_at: number }
+  >;
   /** The row, its claim id and the store's time, read in one statement. */
   select: Database.Statement<[string], RawRow & { claim_id: unknown; now: unknown }>;
+  /** (key, claimId, key) -> the same, and whether the claim id is retired for the key, in one snapshot (LEDGER-28). */
+  selectForClaimId: Database.Statement<[string, string, string], RawRow & { claim_id: unknown; now: unknown; retired: unknown }>;
+  /** (key, claimId) -> a row when the claim id is retired for the key now (LEDGER-28). */
+  retired: Database.Statement<[string, string], { one: number }>;
+  /** (key, claimId, retentionMs) -> retire the claim id until now + retention (never shortened). */
+  retire: Database.Statement<[string, string, number]>;
+  /** (retentionMs, key, claimId) -> release the key's row if it is in flight under that claim id. */
+  releaseClaimId: Database.Statement<[number, string, string]>;
+  /** (batch size) -> forget up to that many claim ids retired past their retention. */
+  sweepRetired: Database.Statement<[number]>;
   /** (v, toolName, effect, newFence, owner, claimId, leaseMs, new request or NULL to keep the stored one, key, oldFence) */
   reclaim: Database.Statement<
     [number, string, string, number, string, string | null, number, string | null, string | null, number | null, string, number],
@@ -305,18 +325,18 @@ export class SqliteLedger implements Ledger {
         // An anonymous (":memory:" or temporary) database lives inside one connection.
         sharedAcrossProcesses: !db.memory,
         maxResultBytes,
-        supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true },
+        supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true, retire: true },
       };
     } catch (cause) {
       if (this.ownsDatabase) db.close();
       const missing = /no such column: (request|claim_id|conversation_id|turn_index)|has no column named (request|claim_id|conversation_id|turn_index)/.exec(message(cause));
       const column = missing?.[1] ?? missing?.[2];
       const fix = column === "request" ? "addRequestColumnSql" : column === "claim_id" ? "addClaimIdColumnSql" : "addConversationColumnsSql";
-      const noAudit = /no such table: \S*_audit/.test(message(cause));
+      const noTable = /no such table: \S*_(audit|retired)\b/.exec(message(cause))?.[1];
       const hint = column !== undefined
-        ? ` (the table predates the ${column} column: open with migrate: true, or run ${fix}(${JSON.stringify(table)}), then listIndexesSql() and auditTableSql())`
-        : noAudit
-          ? ` (the audit table is missing: open with migrate: true, or run auditTableSql(${JSON.stringify(table)}))`
+        ? ` (the table predates the ${column} column: open with migrate: true, or run ${fix}(${JSON.stringify(table)}), then listIndexesSql(), auditTableSql() and retiredTableSql())`
+        : noTable !== undefined
+          ? ` (the ${noTable} table is missing: open with migrate: true, or run ${noTable}TableSql(${JSON.stringify(table)}))`
           : "";
       throw new LedgerUnavailableError(`cannot prepare SQLite ledger table ${table}: ${message(cause)}${hint}`, { cause });
     }
@@ -356,7 +376,8 @@ export class SqliteLedger implements Ledger {
 
   /**
    * Create the table if missing, add the `request` column to a table of an older version and
-   * the in-flight index (unless `inFlightIndex: false`)
+   * the in-flight index (unless `inFlightIndex: false`), the audit table and the retired claim
+   * ids' table (LEDGER-28; a file of an older version gets it here)
    * (idempotent; also run on open unless `migrate: false`).
    */
   migrate(): void {
@@ -373,7 +394,9 @@ export class SqliteLedger implements Ledger {
       if (inserted !== undefined) return inserted;
       // The key exists. Most of the time it is a live claim or a finished row, which a plain
       // read can report without taking the write lock (waiting claimers poll this path).
-      const seen = this.read(request.key);
+      const seen = this.read(request.key, request.claimId);
+      // A late copy of a claim its dispatch gave up on takes nothing, whatever the row (LEDGER-28).
+      if (seen?.retired === true) throw retiredClaimError(request.key, retainedFence(seen));
       if (seen !== undefined && !ownClaim(seen, request) && !this.needsTransition(seen.row, seen.expiresAt, seen.now)) {
         return { outcome: "existing", row: seen.row as InFlightRow | TerminalRow };
       }
@@ -434,6 +457,24 @@ export class SqliteLedger implements Ledger {
     });
   }
 
+  /**
+   * Retire a claim id of the key (LEDGER-28), in one IMMEDIATE transaction: from now until the
+   * retention has passed on the store's clock every claim carrying it is refused with
+   * stale_claim, row or no row; with `release`, a row in flight under it (live or expired) is
+   * released as release() with its fence would. Idempotent.
+   */
+  async retire(key: string, claimId: string, options?: RetireOptions): Promise<RetireResult> {
+    const release = checkRetireRequest(key, claimId, options);
+    // Stored as UTF-8: a lone surrogate would become U+FFFD and retire another key's id.
+    checkLedgerKey(key, STORE_LIMITS);
+    return this.guard(key, "retire", () =>
+      this.database.transaction((): RetireResult => {
+        this.stmts.retire.run(key, claimId, this.retentionMs);
+        return { released: release && this.stmts.releaseClaimId.run(this.retentionMs, key, claimId).changes === 1 };
+      }).immediate(),
+    );
+  }
+
   async lookup(key: string): Promise<LedgerRow | undefined> {
     return this.guard(key, "lookup", () => {
       const seen = this.read(key);
@@ -453,6 +494,10 @@ export class SqliteLedger implements Ledger {
    * other processes interleave between batches. In-flight rows are never deleted (LEDGER-13).
    */
   async sweep(): Promise<number> {
+    // Retired claim ids past their retention are forgotten first, in batches (not counted: they are not rows, LEDGER-28).
+    while (this.guard(undefined, "sweep", () => this.stmts.sweepRetired.run(this.sweepBatchSize).changes) === this.sweepBatchSize) {
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
     let removed = 0;
     let after = Number.MIN_SAFE_INTEGER;
     for (;;) {
@@ -656,7 +701,11 @@ export class SqliteLedger implements Ledger {
   }
 
   private claimLocked(request: ClaimRequest): ClaimResult {
-    const seen = this.read(request.key);
+    const seen = this.read(request.key, request.claimId);
+    // Checked first, before the claim id is recognised as the row's own (LEDGER-28, LEDGER-26).
+    if (seen === undefined ? request.claimId !== undefined && this.stmts.retired.get(request.key, request.claimId) !== undefined : seen.retired) {
+      throw retiredClaimError(request.key, seen === undefined ? 0 : retainedFence(seen));
+    }
     if (seen === undefined) {
       // Swept between our insert attempt and the lock: the key is absent again.
       const inserted = this.insert(request);
@@ -732,9 +781,12 @@ export class SqliteLedger implements Ledger {
     };
   }
 
-  /** The one-statement claim of an absent key; undefined when the key exists. */
+  /**
+   * The one-statement claim of an absent key; undefined when the key exists or the claim's claim
+   * id is retired (LEDGER-28: only a claim that carries one reads the retired ids).
+   */
   private insert(request: ClaimRequest): ClaimResult | undefined {
-    const inserted = this.stmts.insertClaim.get(
+    const row = [
       request.key,
       ROW_FORMAT_VERSION,
       request.toolName,
@@ -745,7 +797,10 @@ export class SqliteLedger implements Ledger {
       request.request,
       request.conversationId ?? null,
       request.turnIndex ?? null,
-    );
+    ] as const;
+    const inserted = request.claimId === undefined
+      ? this.stmts.insertClaim.get(...row)
+      : this.stmts.insertClaimUnlessRetired.get(...row, request.key, request.claimId);
     if (inserted === undefined) return undefined;
     return { outcome: "claimed", fence: 1, leaseExpiresAt: inserted.lease_expires_at, takeover: false, request: request.request };
   }
@@ -757,12 +812,15 @@ export class SqliteLedger implements Ledger {
     return expiresAt !== null && expiresAt <= now;
   }
 
-  /** The decoded row, its claim id and the store's time at the read. */
-  private read(key: string): (DecodedRow & { now: number; claimId: unknown }) | undefined {
-    const raw = this.stmts.select.get(key);
+  /**
+   * The decoded row, its claim id and the store's time at the read; with a claim id, also whether
+   * it is retired for the key (LEDGER-28), read in the same statement.
+   */
+  private read(key: string, claimId?: string): (DecodedRow & { now: number; claimId: unknown; retired: boolean }) | undefined {
+    const raw = claimId === undefined ? this.stmts.select.get(key) : this.stmts.selectForClaimId.get(key, claimId, key);
     if (raw === undefined) return undefined;
     if (typeof raw.now !== "number") throw new Error(`the store's clock returned ${String(raw.now)}`);
-    return { ...decodeRow(key, raw), now: raw.now, claimId: raw.claim_id };
+    return { ...decodeRow(key, raw), now: raw.now, claimId: raw.claim_id, retired: "retired" in raw && raw.retired === 1 };
   }
 
   private assertOwned(key: string, fence: number): void {
@@ -873,7 +931,7 @@ export class SqliteLedger implements Ledger {
 }
 
 /** The operations that write, and so join a group commit. */
-const WRITES: ReadonlySet<string> = new Set(["claim", "renew", "complete", "fail", "markUnknown", "release"]);
+const WRITES: ReadonlySet<string> = new Set(["claim", "renew", "complete", "fail", "markUnknown", "release", "retire"]);
 
 interface PendingWrite {
   key: string | undefined;
@@ -891,15 +949,41 @@ export function createSqliteLedger(options: SqliteLedgerOptions | string): Sqlit
 function prepare(db: SqliteDatabase, table: string, now: string): Statements {
   const t = `"${table}"`;
   const a = `"${table}_audit"`;
+  const r = `"${table}_retired"`;
   const owned = "WHERE key = ? AND state = 'in_flight' AND fence = ?";
   const finish = `owner = NULL, claim_id = NULL, lease_expires_at = NULL, finished_at = ${now}, expires_at = ${now} + ?`;
+  // A released row keeps its claim id: a late copy of that claim is refused (LEDGER-27).
+  const released = `state = 'released', ${finish.replace("claim_id = NULL, ", "")}`;
   return {
     insertClaim: db.prepare(
       `INSERT INTO ${t} (key, v, state, tool_name, effect, fence, claimed_at, owner, claim_id, lease_expires_at, request, conversation_id, turn_index)
        VALUES (?, ?, 'in_flight', ?, ?, 1, ${now}, ?, ?, ${now} + ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING
        RETURNING lease_expires_at`,
     ),
+    // The same row, only when the claim id is not retired (LEDGER-28): the check and the insert
+    // are one statement, so one write lock (the WHERE makes the upsert parse unambiguous).
+    insertClaimUnlessRetired: db.prepare(
+      `INSERT INTO ${t} (key, v, state, tool_name, effect, fence, claimed_at, owner, claim_id, lease_expires_at, request, conversation_id, turn_index)
+       SELECT ?, ?, 'in_flight', ?, ?, 1, ${now}, ?, ?, ${now} + ?, ?, ?, ?
+       WHERE NOT EXISTS (SELECT 1 FROM ${r} WHERE key = ? AND claim_id = ? AND retired_until > ${now})
+       ON CONFLICT (key) DO NOTHING RETURNING lease_expires_at`,
+    ),
     select: db.prepare(`SELECT ${COLUMNS}, claim_id, ${now} AS now FROM ${t} WHERE key = ?`),
+    selectForClaimId: db.prepare(
+      `SELECT ${COLUMNS}, claim_id, ${now} AS now,
+         EXISTS (SELECT 1 FROM ${r} WHERE key = ? AND claim_id = ? AND retired_until > ${now}) AS retired
+       FROM ${t} WHERE key = ?`,
+    ),
+    retired: db.prepare(`SELECT 1 AS one FROM ${r} WHERE key = ? AND claim_id = ? AND retired_until > ${now}`),
+    retire: db.prepare(
+      `INSERT INTO ${r} (key, claim_id, retired_until) VALUES (?, ?, ${now} + ?)
+       ON CONFLICT (key, claim_id) DO UPDATE SET retired_until = max(retired_until, excluded.retired_until)`,
+    ),
+    // As release (LEDGER-8: fence and request kept, the claim id kept), found by claim id.
+    releaseClaimId: db.prepare(`UPDATE ${t} SET ${released} WHERE key = ? AND state = 'in_flight' AND claim_id = ?`),
+    sweepRetired: db.prepare(
+      `DELETE FROM ${r} WHERE (key, claim_id) IN (SELECT key, claim_id FROM ${r} WHERE retired_until <= ${now} LIMIT ?)`,
+    ),
     // Guarded by the fence read inside the same IMMEDIATE transaction (belt and braces).
     reclaim: db.prepare(
       `UPDATE ${t} SET seq = (SELECT max(seq) FROM ${t}) + 1, v = ?, state = 'in_flight', tool_name = ?, effect = ?, fence = ?, claimed_at = ${now}, owner = ?, claim_id = ?,
@@ -913,8 +997,7 @@ function prepare(db: SqliteDatabase, table: string, now: string): Statements {
     complete: db.prepare(`UPDATE ${t} SET state = 'completed', result = ?, ${finish} ${owned}`),
     fail: db.prepare(`UPDATE ${t} SET state = 'failed', error = ?, ${finish} ${owned}`),
     markUnknown: db.prepare(`UPDATE ${t} SET state = 'unknown', reason = ?, ${finish} ${owned}`),
-    // A released row keeps its claim id: a late copy of that claim is refused (LEDGER-27).
-    release: db.prepare(`UPDATE ${t} SET state = 'released', ${finish.replace("claim_id = NULL, ", "")} ${owned}`),
+    release: db.prepare(`UPDATE ${t} SET ${released} ${owned}`),
     owns: db.prepare(`SELECT 1 AS one FROM ${t} ${owned}`),
     sweepScan: db.prepare(`SELECT seq, claimed_at, ${now} AS now FROM ${t} WHERE seq > ? ORDER BY seq LIMIT ?`),
     sweepRange: db.prepare(
@@ -962,7 +1045,7 @@ function ensureSchema(db: SqliteDatabase, table: string, inFlightIndex: boolean)
     }).immediate();
   }
   // The indexes after the columns they cover exist (an older table gets them here).
-  db.exec(`${inFlightIndex ? inFlightIndexSql(table) : ""}${listIndexesSql(table)}${auditTableSql(table)}`);
+  db.exec(`${inFlightIndex ? inFlightIndexSql(table) : ""}${listIndexesSql(table)}${auditTableSql(table)}${retiredTableSql(table)}`);
 }
 
 /** The optional conversation fields of a row, only when present. */
@@ -976,6 +1059,11 @@ function origin(row: { conversationId?: string; turnIndex?: number }): { convers
 /** Whether the claim meets an in-flight row written by itself: its claim id is on the row (LEDGER-26). */
 function ownClaim(seen: DecodedRow & { claimId: unknown }, request: ClaimRequest): boolean {
   return request.claimId !== undefined && seen.row.state === "in_flight" && seen.claimId === request.claimId;
+}
+
+/** The fence a retired claim id's refusal names: the row's while it is retained, else 0 (LEDGER-28). */
+function retainedFence(seen: DecodedRow & { now: number }): number {
+  return seen.row.state !== "in_flight" && seen.expiresAt !== null && seen.expiresAt <= seen.now ? 0 : seen.row.fence;
 }
 
 /** Whether the claim meets the released row its own claim id was released under (LEDGER-27). */

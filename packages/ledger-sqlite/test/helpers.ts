@@ -1,7 +1,9 @@
 import Database from "better-sqlite3";
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import type { ClaimRequest } from "@dispatch-once/core";
 
 /** A fresh directory for one test's database files; removed by the returned cleanup. */
@@ -71,4 +73,32 @@ export const REQUEST = '{"amount":1250,"to":"acct_1"}';
 
 export function request(key: string, over: Partial<ClaimRequest> = {}): ClaimRequest {
   return { key, toolName: "send_payment", effect: "keyed_write", owner: "attempt-1", leaseMs: 30_000, request: REQUEST, ...over };
+}
+
+/**
+ * One test process (a script under test/race/, run by node with tsx on the source): it prints
+ * "ready" once loaded and waits for "go" on stdin; its last stdout line is its JSON report. A
+ * process that dies before "ready" settles `ready` too, so the test fails instead of hanging.
+ */
+export function startTestProcess<T>(script: string, args: string[]): { child: ChildProcessWithoutNullStreams; ready: Promise<void>; report: Promise<T> } {
+  const packageDir = fileURLToPath(new URL("..", import.meta.url));
+  const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL(`./race/${script}`, import.meta.url)), ...args], { cwd: packageDir });
+  let stdout = "";
+  let stderr = "";
+  let markReady: () => void = () => {};
+  const ready = new Promise<void>((resolve) => (markReady = resolve));
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+    stdout += chunk;
+    if (stdout.startsWith("ready\n")) markReady();
+  });
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const report = new Promise<T>((resolve, reject) => {
+    child.on("error", reject);
+    child.on("exit", (code) => {
+      if (code !== 0) return reject(new Error(`${script} exited ${code}: ${stderr}`));
+      resolve(JSON.parse(stdout.trim().split("\n").at(-1) ?? "") as T);
+    });
+  });
+  report.catch(() => markReady());
+  return { child, ready, report };
 }

@@ -3,7 +3,7 @@
 import Database from "better-sqlite3";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { SqliteLedger, addConversationColumnsSql, auditTableSql, listIndexesSql, tableSql } from "../src/index.js";
+import { SqliteLedger, addConversationColumnsSql, auditTableSql, listIndexesSql, retiredTableSql, tableSql } from "../src/index.js";
 import { manualClock, rawConnection, request, tempDir } from "./helpers.js";
 
 const TABLE = "dispatch_once_ledger";
@@ -88,7 +88,7 @@ describe("migration of a table without the conversation columns or the audit tab
     const ledger = open({ table: "old" });
     open({ table: "old" }).migrate(); // idempotent
     const names = raw.prepare("SELECT name FROM sqlite_master WHERE name LIKE 'old%' ORDER BY name").pluck().all();
-    expect(names).toEqual(["old", "old_audit", "old_audit_by_key", "old_by_conversation", "old_by_state", "old_by_tool", "old_in_flight"]);
+    expect(names).toEqual(["old", "old_audit", "old_audit_by_key", "old_by_conversation", "old_by_state", "old_by_tool", "old_in_flight", "old_retired", "old_retired_by_until"]);
     const listed = await ledger.listRows({ state: "unknown" });
     expect(listed.rows).toHaveLength(1);
     expect(listed.rows[0]).not.toHaveProperty("conversationId");
@@ -104,7 +104,7 @@ describe("migration of a table without the conversation columns or the audit tab
     const raw = rawConnection(path);
     raw.exec(OLD("old"));
     expect(() => open({ table: "old", migrate: false })).toThrow(/addConversationColumnsSql\("old"\)/);
-    raw.exec(addConversationColumnsSql("old") + listIndexesSql("old") + auditTableSql("old"));
+    raw.exec(addConversationColumnsSql("old") + listIndexesSql("old") + auditTableSql("old") + retiredTableSql("old"));
     expect(open({ table: "old", migrate: false }).table).toBe("old");
     raw.close();
   });

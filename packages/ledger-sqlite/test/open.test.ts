@@ -1,20 +1,19 @@
 // A fleet of processes starting together on a database file that does not exist yet: every one
 // must open (journal mode, schema and statements set up under SQLite's locks, waiting within the
 // busy timeout) and the claims that follow must still have exactly one winner per key.
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isDispatchOnceError } from "@dispatch-once/core";
 import { SqliteLedger } from "../src/index.js";
-import { rawConnection, tempDir } from "./helpers.js";
+import { rawConnection, startTestProcess, tempDir } from "./helpers.js";
 
 const PROCESSES = 8;
 const KEYS = 40;
 const ROUNDS = 2;
 const packageDir = fileURLToPath(new URL("..", import.meta.url));
-const openerPath = fileURLToPath(new URL("./race/opener.ts", import.meta.url));
 
 interface OpenReport {
   pid: number;
@@ -24,28 +23,6 @@ interface OpenReport {
   existing?: number;
   durability?: string;
   journalMode?: string;
-}
-
-function startOpener(args: string[]): { child: ChildProcessWithoutNullStreams; ready: Promise<void>; report: Promise<OpenReport> } {
-  const child = spawn(process.execPath, ["--import", "tsx", openerPath, ...args], { cwd: packageDir });
-  let stdout = "";
-  let stderr = "";
-  let markReady: () => void = () => {};
-  const ready = new Promise<void>((resolve) => (markReady = resolve));
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-    stdout += chunk;
-    if (stdout.startsWith("ready\n")) markReady();
-  });
-  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  const report = new Promise<OpenReport>((resolve, reject) => {
-    child.on("error", reject);
-    child.on("exit", (code) => {
-      if (code !== 0) return reject(new Error(`opener exited ${code}: ${stderr}`));
-      resolve(JSON.parse(stdout.trim().split("\n").at(-1) ?? "") as OpenReport);
-    });
-  });
-  report.catch(() => markReady());
-  return { child, ready, report };
 }
 
 let dir: string;
@@ -59,7 +36,7 @@ describe("first open of a new file by a fleet (LEDGER-12: unavailable only past 
       const path = join(dir, `fleet-${round}.db`);
       expect(existsSync(path)).toBe(false);
       const table = "dispatch_once_ledger";
-      const openers = Array.from({ length: PROCESSES }, () => startOpener([path, table, String(KEYS)]));
+      const openers = Array.from({ length: PROCESSES }, () => startTestProcess<OpenReport>("opener.ts", [path, table, String(KEYS)]));
       await Promise.all(openers.map((o) => o.ready));
       for (const o of openers) o.child.stdin.write("go\n");
       const reports = await Promise.all(openers.map((o) => o.report));
@@ -160,6 +137,7 @@ describe("first open while another process holds the new file's write lock", () 
     expect(raw.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name").pluck().all()).toEqual([
       "dispatch_once_ledger",
       "dispatch_once_ledger_audit",
+      "dispatch_once_ledger_retired",
       "fleet_member_setup",
     ]);
     raw.close();

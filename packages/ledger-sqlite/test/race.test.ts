@@ -1,49 +1,24 @@
 // Several OS processes share one database file and race to claim the same keys. Each key
 // must get exactly one winner and exactly one run, asserted from the file itself.
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LedgerUnavailableError } from "@dispatch-once/core";
 import { SqliteLedger } from "../src/index.js";
-import { rawConnection, tempDir } from "./helpers.js";
+import { rawConnection, startTestProcess, tempDir } from "./helpers.js";
 
 const PROCESSES = 4;
 const FRESH = 600; // never seen: the INSERT fast path races
 const EXPIRED = 150; // in flight with a dead lease: keyed_write takeover races inside BEGIN IMMEDIATE
 const RELEASED = 150; // released with fence 3: re-claim races inside BEGIN IMMEDIATE
 const packageDir = fileURLToPath(new URL("..", import.meta.url));
-const workerPath = fileURLToPath(new URL("./race/worker.ts", import.meta.url));
 
 interface WorkerReport {
   pid: number;
   won: { key: string; fence: number; takeover: boolean }[];
   existing: number;
-}
-
-function startWorker(args: string[]): { child: ChildProcessWithoutNullStreams; ready: Promise<void>; report: Promise<WorkerReport> } {
-  const child = spawn(process.execPath, ["--import", "tsx", workerPath, ...args], { cwd: packageDir });
-  let stdout = "";
-  let stderr = "";
-  let markReady: () => void = () => {};
-  const ready = new Promise<void>((resolve) => (markReady = resolve));
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-    stdout += chunk;
-    if (stdout.startsWith("ready\n")) markReady();
-  });
-  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  const report = new Promise<WorkerReport>((resolve, reject) => {
-    child.on("error", reject);
-    child.on("exit", (code) => {
-      if (code !== 0) return reject(new Error(`race worker exited ${code}: ${stderr}`));
-      const last = stdout.trim().split("\n").at(-1) ?? "";
-      resolve(JSON.parse(last) as WorkerReport);
-    });
-  });
-  // A worker that dies before "ready" must fail the test, not hang it.
-  report.catch(() => markReady());
-  return { child, ready, report };
 }
 
 let dir: string;
@@ -80,7 +55,7 @@ describe("multi-process race on one file", () => {
       const keysFile = join(dir, `keys-${round}.json`);
       writeFileSync(keysFile, JSON.stringify(mixed));
 
-      const workers = Array.from({ length: PROCESSES }, (_, i) => startWorker([path, table, keysFile, String(Math.floor((i * keys.length) / PROCESSES) + i)]));
+      const workers = Array.from({ length: PROCESSES }, (_, i) => startTestProcess<WorkerReport>("worker.ts", [path, table, keysFile, String(Math.floor((i * keys.length) / PROCESSES) + i)]));
       await Promise.all(workers.map((w) => w.ready));
       for (const w of workers) w.child.stdin.write("go\n");
       const reports = await Promise.all(workers.map((w) => w.report));

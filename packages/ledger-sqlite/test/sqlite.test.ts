@@ -12,7 +12,18 @@ import {
   ResultNotStorableError,
   StaleClaimError,
 } from "@dispatch-once/core";
-import { InvalidLedgerInputError, SqliteLedger, addClaimIdColumnSql, addRequestColumnSql, createSqliteLedger, schemaSql } from "../src/index.js";
+import {
+  InvalidLedgerInputError,
+  SqliteLedger,
+  addClaimIdColumnSql,
+  addRequestColumnSql,
+  auditTableSql,
+  createSqliteLedger,
+  listIndexesSql,
+  retiredTableSql,
+  schemaSql,
+  tableSql,
+} from "../src/index.js";
 import {
   REQUEST,
   columnBytes,
@@ -82,9 +93,14 @@ describe("schema and settings", () => {
       clock: "store",
       sharedAcrossProcesses: true,
       maxResultBytes: DEFAULT_MAX_RESULT_BYTES,
-      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true },
+      supports: { listRows: true, resolve: true, auditTrail: true, listExpiredInFlight: true, retire: true },
     });
     expect(raw.prepare("SELECT name FROM sqlite_master WHERE tbl_name = ? ORDER BY name").pluck().all(`${TABLE}_audit`)).toEqual([`${TABLE}_audit`, `${TABLE}_audit_by_key`]);
+    // LEDGER-28: the retired claim ids (a WITHOUT ROWID table keyed by key and claim id), and the index sweep forgets them by.
+    expect(raw.prepare("SELECT name FROM sqlite_master WHERE tbl_name = ? ORDER BY name").pluck().all(`${TABLE}_retired`)).toEqual([
+      `${TABLE}_retired`,
+      `${TABLE}_retired_by_until`,
+    ]);
   });
 
   it("declares synchronous=NORMAL volatile, and an in-memory database volatile and unshared", () => {
@@ -134,6 +150,8 @@ describe("schema and settings", () => {
       "tool_calls_by_state",
       "tool_calls_by_tool",
       "tool_calls_in_flight",
+      "tool_calls_retired",
+      "tool_calls_retired_by_until",
     ]);
     db.close();
   });
@@ -461,7 +479,7 @@ describe("schema migration (the request column)", () => {
 
 describe("schema migration (the claim_id column, LEDGER-26)", () => {
   /** The table as the release before claim ids created it. */
-  const V2_SCHEMA = schemaSql("v2").replace(/\n\s*claim_id\s+TEXT,/, "");
+  const V2_SCHEMA = tableSql("v2").replace(/\n\s*claim_id\s+TEXT,/, "");
 
   it("migrate on open adds claim_id to a table without it, once; an in-flight row of the old version is never anyone's own claim; new claims are recognised by their id", async () => {
     expect(V2_SCHEMA).not.toContain("claim_id");
@@ -486,7 +504,7 @@ describe("schema migration (the claim_id column, LEDGER-26)", () => {
   it("with migrate: false a table without claim_id is refused at open, naming addClaimIdColumnSql(), which is the fix", () => {
     raw.exec(V2_SCHEMA);
     expect(() => open({ table: "v2", migrate: false })).toThrow(/addClaimIdColumnSql\("v2"\)/);
-    raw.exec(addClaimIdColumnSql("v2"));
+    raw.exec(addClaimIdColumnSql("v2") + listIndexesSql("v2") + auditTableSql("v2") + retiredTableSql("v2"));
     expect(open({ table: "v2", migrate: false }).table).toBe("v2");
   });
 });
@@ -666,6 +684,7 @@ describe("unavailable store", () => {
       ["fail", () => adopted.fail("held", 1, { name: "E", message: "m" })],
       ["markUnknown", () => adopted.markUnknown("held", 1, "why")],
       ["release", () => adopted.release("held", 1)],
+      ["retire", () => adopted.retire("held", "retired-claim-id-0123", { release: true })],
       ["lookup", () => adopted.lookup("held")],
       ["sweep", () => adopted.sweep()],
     ];
