@@ -70,7 +70,8 @@ function modelStep(rows: Map<number, ModelRow>, retired: Map<number, Set<string>
       }
       if (!row.expired) return { outcome: "existing", state: "in_flight", fence: row.fence };
       if (row.effect === "keyed_write") {
-        Object.assign(row, { fence: row.fence + 1, claimId: id, expired: false });
+        // A takeover is a claim: the row takes the claimant's class, as a re-claim after release does (LEDGER-18).
+        Object.assign(row, { fence: row.fence + 1, effect: step.effect, claimId: id, expired: false });
         return { outcome: "claimed", fence: row.fence, takeover: true };
       }
       Object.assign(row, { state: "unknown", claimId: undefined });
