@@ -145,8 +145,8 @@ export interface Side {
   setFaultPlan(plan: FaultPlan | undefined): void;
   /** Payments the downstream actually created, per reference: the first oracle. */
   paymentsByReference(): Map<string, number>;
-  /** The payment_created effects of one reference, in log order. */
-  paymentsOf(reference: string): Effect[];
+  /** The payment_created effects of one reference, in log order (what the oracle reads of them). */
+  paymentsOf(reference: string): LoggedEffect[];
   close(): Promise<void>;
 }
 
@@ -160,18 +160,42 @@ const paymentInput = z.object({
 
 /** Request records the mock provider keeps (the newest): enough for any one turn's diagnostics. */
 const PROVIDER_LOG_LIMIT = 256;
+/**
+ * Request bodies whose attempts the mock provider counts (the least recently seen forgotten): a
+ * body is re-sent only by the retries of one message, and at most `--concurrency` messages of
+ * a side run at once, each with a few bodies. Counted for every body, they grew with the run.
+ */
+const PROVIDER_ATTEMPTS_LIMIT = 4_096;
+/**
+ * Payments, effects and fault decisions the mock payments API keeps in memory (the newest); the
+ * demo indexes every effect itself as it happens (onEffect), so none of the oracle's input is lost.
+ */
+const PAYMENTS_MEMORY_LIMIT = 1_024;
+/**
+ * How long the mock payments API keeps a completed response replayable under its key. A key is
+ * re-sent only while its message runs (retries, a reconcile lookup; at most seconds, 30 s in the
+ * slowest anomaly path); the default 24 h kept every key of the run.
+ */
+const PAYMENTS_KEY_RETENTION_MS = 60_000;
+
+/** What the oracle reads of a payment_created effect. */
+export type LoggedEffect = Pick<Effect, "resourceId" | "idempotencyKey">;
 
 export async function startSide(options: SideOptions): Promise<Side> {
   // Indexed as the effects happen: the oracle reads one reference at a time, thousands of times.
-  const byReference = new Map<string, Effect[]>();
+  // Only what it reads is kept (the effect's payload was most of an entry).
+  const byReference = new Map<string, LoggedEffect[]>();
   const payments = await startMockPayments({
     latencyMs: Math.round(options.paymentsLatencyMs),
+    memoryLimit: PAYMENTS_MEMORY_LIMIT,
+    retentionMs: PAYMENTS_KEY_RETENTION_MS,
     onEffect: (effect) => {
       if (effect.kind === "payment_created") {
         const reference = String(effect.payload["reference"]);
+        const logged: LoggedEffect = { resourceId: effect.resourceId, idempotencyKey: effect.idempotencyKey };
         const list = byReference.get(reference);
-        if (list === undefined) byReference.set(reference, [effect]);
-        else list.push(effect);
+        if (list === undefined) byReference.set(reference, [logged]);
+        else list.push(logged);
       }
       options.onEffect?.(effect);
     },
@@ -180,7 +204,10 @@ export async function startSide(options: SideOptions): Promise<Side> {
   // The provider's request log keeps each request's body and every event it sent: kept whole it
   // grew with the run (hundreds of MB at 5,000 turns). The demo reads only the last few records;
   // what it counts over all of them (re-worded memos) is counted as each response starts.
-  const provider = await startMockProvider({ script, timing: options.providerTiming, seed: options.seed, logLimit: PROVIDER_LOG_LIMIT });
+  const provider = await startMockProvider({ script, timing: options.providerTiming, seed: options.seed,
+    logLimit: PROVIDER_LOG_LIMIT,
+    attemptsLimit: PROVIDER_ATTEMPTS_LIMIT,
+  });
   const rewordedResponses = new Map<string, number>();
   provider.onEvent((event, record) => {
     // The first event of a response: its turn and rendered tool calls are set before it is sent.
@@ -214,7 +241,6 @@ export async function startSide(options: SideOptions): Promise<Side> {
     identity: ["payee", "amount", "currency", "reference"],
     async run(args, context) {
       bump(posts, args.reference);
-      referenceOfKey.set(context.idempotencyKey, args.reference);
       const lose = hooks?.loseResponse?.(args as PaymentArgs, context) ?? false;
       if (lose) bump(lostResponses, args.reference);
       let paymentId: string;
@@ -244,6 +270,9 @@ export async function startSide(options: SideOptions): Promise<Side> {
     // stored 2xx is the payment, told as run would have told it; nothing stored is "not
     // performed" (the dispatcher trusts that only because the key guards the re-run).
     async reconcile(args, context) {
+      // Named here, where the dispatcher reconciles, for its "reconciled" event (kept per key
+      // until that event: only lost responses are ever reconciled).
+      referenceOfKey.set(context.idempotencyKey, args.reference);
       const found = (await paymentsClient.lookupIdempotencyKey(context.idempotencyKey, { signal: context.signal })).body;
       if (found.state === "absent") return { outcome: "not_performed" };
       if (found.state === "in_flight") return { outcome: "unknown", reason: "the payments API is still processing the key" };
@@ -268,9 +297,10 @@ export async function startSide(options: SideOptions): Promise<Side> {
       pollMs: options.pollMs ?? 5,
       logger: { warn: (message, fields) => warnings.push({ message, key: fields?.["key"], replay: fields?.["replay"] }) },
       onEvent: (event) => {
-        if (event.type === "reconciled" && event.settled === "completed") {
+        if (event.type === "reconciled") {
           const reference = referenceOfKey.get(event.key);
-          if (reference !== undefined) bump(reconciled, reference);
+          referenceOfKey.delete(event.key);
+          if (event.settled === "completed" && reference !== undefined) bump(reconciled, reference);
           return;
         }
         if (event.type !== "request_differs") return;
@@ -288,6 +318,8 @@ export async function startSide(options: SideOptions): Promise<Side> {
 
   const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "demo-key", maxRetries: 0 });
   const store = new MemoryConversationStore();
+  // Converted from zod once: the chaos run starts a runner per conversation.
+  const providerTools = tools.providerSchemas();
   return {
     guarded: options.guarded,
     payments,
@@ -311,7 +343,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
         dispatcher,
         store,
         model: MODEL,
-        tools: tools.providerSchemas(),
+        tools: providerTools,
         maxTokens: 256,
         // The demo's conversations live in this process for one run, under conversation ids
         // unique to the run: no restart can reissue a turn index whose keys the ledger holds
