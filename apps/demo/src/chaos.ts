@@ -3,6 +3,7 @@ import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import { isDispatchOnceError, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { MemoryConversationStore, type FailurePosition, type RunnerEvent, type TurnFailedError } from "@dispatch-once/anthropic";
+import { sideHeapLimits } from "./heap.js";
 import { CHAPTER } from "./incident.js";
 import { Rng } from "./prng.js";
 import type { StreamCut, StreamFaultPlan, StreamSide } from "./streams.js";
@@ -473,7 +474,7 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
       if (event.type === "call_resolved" && event.replayed === true) replayedFromLedger++;
     };
     const backoffMs = (n: number) => Math.max(1, Math.round(100 * 2 ** (n - 1) * scale));
-    const retrying = side.runner({ retry: { attempts: 3, backoffMs }, requestHeaders: headers, onEvent });
+    const retryingOptions = { retry: { attempts: 3, backoffMs }, requestHeaders: headers, onEvent };
     let lastReport = 0;
     const progress = (phase: ChaosProgress["phase"], done: number, total: number, references: string[]) => {
       // Throttled: counting duplicates walks every reference.
@@ -501,25 +502,32 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
     // is sent as users send it (runner.send): the payment turn, then the model's confirmation.
     const references: string[] = [];
     const faultedPlans: TurnPlan[] = [];
-    const plans = new Map<string, TurnPlan>();
+    // Each conversation has a store of its own, dropped once its last message is audited: one
+    // store shared by the run kept every turn of it (most of what a long run's memory grew by).
+    const conversations: { id: string; store: MemoryConversationStore; runner: ReturnType<Side["runner"]> }[] = [];
     let done = 0;
     await pool(options.turns, options.concurrency, async (index, worker, nth) => {
       const reference = `T-${index}`;
       const plan = planTurn(options.seed, "chaos", index, options.failureRate, reference, rates);
-      plans.set(reference, plan);
       if (plan.failure !== undefined || plan.loseResponse) faultedPlans.push(plan);
       if (plan.rewordsMemo) rewording.add(reference);
       references.push(reference);
       const conversationId = `${options.runId}-w${worker}-c${Math.floor(nth / MESSAGES_PER_CONVERSATION)}`;
+      let conversation = conversations[worker];
+      if (conversation?.id !== conversationId) {
+        const store = new MemoryConversationStore();
+        conversation = { id: conversationId, store, runner: side.runner({ ...retryingOptions, store }) };
+        conversations[worker] = conversation;
+      }
       const messageId = `m-${index}`;
       director!.expect(conversationId, messageId, { failure: plan.failure, loseResponse: plan.loseResponse });
       try {
-        await retrying.send(conversationId, { id: messageId, content: paymentMessage(plan.args) });
+        await conversation.runner.send(conversationId, { id: messageId, content: paymentMessage(plan.args) });
       } catch (error) {
         if (!isTurnFailed(error)) throw error;
         failedTurns++;
       }
-      await audit(tallies.main, side.store, conversationId, messageId, reference);
+      await audit(tallies.main, conversation.store, conversationId, messageId, reference);
       done++;
       progress("automatic_retry", done, options.turns, references);
     });
@@ -527,7 +535,8 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
     const main = countDuplicates(counts, references);
     const byCause = { streamCut: 0, lostResponse: 0 };
     for (const reference of main.duplicatedReferences) {
-      const failure = plans.get(reference)?.failure;
+      // The plan is a function of the seed and the index: drawn again rather than kept per turn.
+      const failure = planTurn(options.seed, "chaos", Number(reference.slice(2)), options.failureRate, reference, rates).failure;
       const n = (counts.get(reference) ?? 0) - 1;
       if (failure !== undefined && IN_WINDOW.has(failure.position)) byCause.streamCut += n;
       else byCause.lostResponse += n;
@@ -776,7 +785,7 @@ export type WorkerMessage = { type: "progress"; progress: ChaosProgress } | { ty
 
 function runSideInWorker(file: string, options: SideOptions, onProgress: ChaosOptions["onProgress"]): Promise<SideRun> {
   return new Promise((resolve, reject) => {
-    const worker = new Worker(file, { workerData: options });
+    const worker = new Worker(file, { workerData: options, resourceLimits: sideHeapLimits(options.turns) });
     let settled = false;
     worker.on("message", (message: WorkerMessage) => {
       if (message.type === "progress") onProgress?.(message.progress);

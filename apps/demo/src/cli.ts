@@ -1,10 +1,12 @@
 #!/usr/bin/env node
 /** `pnpm demo`: the chapter's incident replayed, then measured at scale. */
-import { writeFileSync } from "node:fs";
-import { DemoUsageError, USAGE, parseArgs } from "./options.js";
-import { renderReport } from "./report.js";
-import { runDemo } from "./run.js";
-import { ProgressBar, renderText } from "./text.js";
+import { existsSync, writeFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { Worker } from "node:worker_threads";
+import type { DemoThreadMessage } from "./demo-thread.js";
+import { sideHeapLimits } from "./heap.js";
+import { DemoUsageError, USAGE, parseArgs, type DemoOptions } from "./options.js";
+import type { DemoResult, RunHooks } from "./run.js";
 
 async function main(argv: string[]): Promise<number> {
   let options;
@@ -22,11 +24,13 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   // A bar redrawn in place only makes sense on a terminal; piped stderr gets the phase lines only.
+  // The modules of the run load in the demo's thread; this one loads them only to print.
+  const { ProgressBar, renderText } = await import("./text.js");
   const bar = options.progress && !options.json && process.stderr.isTTY ? new ProgressBar(process.stderr) : undefined;
   const say = (line: string) => {
     if (!options.json) process.stderr.write(`${line}\n`);
   };
-  const result = await runDemo(options, {
+  const result = await runDemoThread(options, {
     onPhase: (phase) =>
       phase === "incident"
         ? say(`Replaying the incident (about ${Math.ceil(5 * options.incidentTimeScale)} s at the chapter's timings)...`)
@@ -34,7 +38,7 @@ async function main(argv: string[]): Promise<number> {
     ...(bar ? { onProgress: (p) => bar.update(p) } : {}),
   });
   bar?.done();
-  if (options.report !== undefined) writeFileSync(options.report, renderReport(result));
+  if (options.report !== undefined) writeFileSync(options.report, (await import("./report.js")).renderReport(result));
   if (options.json) process.stdout.write(`${JSON.stringify(result)}\n`);
   else {
     process.stdout.write(`\n${renderText(result)}\n`);
@@ -52,6 +56,40 @@ async function main(argv: string[]): Promise<number> {
     return 1;
   }
   return 0;
+}
+
+/**
+ * Run the demo in a worker thread whose heap is capped (see heap.ts); in this thread when the
+ * built worker file is missing (running from source).
+ */
+async function runDemoThread(options: DemoOptions, hooks: RunHooks): Promise<DemoResult> {
+  const file = fileURLToPath(new URL("./demo-thread.js", import.meta.url));
+  if (!existsSync(file)) return (await import("./run.js")).runDemo(options, hooks);
+  return new Promise((resolve, reject) => {
+    const worker = new Worker(file, {
+      workerData: { options, progress: hooks.onProgress !== undefined },
+      resourceLimits: sideHeapLimits(options.turns),
+    });
+    let settled = false;
+    worker.on("message", (message: DemoThreadMessage) => {
+      if (message.type === "phase") hooks.onPhase?.(message.phase);
+      else if (message.type === "progress") hooks.onProgress?.(message.progress);
+      else if (message.type === "result") {
+        settled = true;
+        resolve(message.result);
+      } else {
+        settled = true;
+        reject(Object.assign(new Error(message.message), { stack: message.stack }));
+      }
+    });
+    worker.on("error", (error) => {
+      settled = true;
+      reject(error);
+    });
+    worker.on("exit", (code) => {
+      if (!settled) reject(new Error(`the demo's thread exited with code ${code} before reporting`));
+    });
+  });
 }
 
 main(process.argv.slice(2)).then(

@@ -47,6 +47,8 @@ export async function startOpenAIChaosStream(world: StreamWorld): Promise<OpenAI
     });
   });
   const client = new OpenAI({ baseURL: mock.baseURL, apiKey: "demo-key", maxRetries: 0 });
+  // Converted from zod once: the chaos run starts a runner per conversation.
+  const providerTools = world.tools.providerSchemas();
   return {
     kind: "openai",
     mock,
@@ -58,7 +60,7 @@ export async function startOpenAIChaosStream(world: StreamWorld): Promise<OpenAI
         dispatcher: world.dispatcher,
         store: world.store,
         model: OPENAI_MODEL,
-        tools: world.tools.providerSchemas(),
+        tools: providerTools,
         // As on the Anthropic side: conversations live for one run under run-unique ids (TURN-14).
         allowVolatileConversationStore: true,
         ...overrides,

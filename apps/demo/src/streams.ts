@@ -64,6 +64,12 @@ export interface StreamWorld {
 
 /** Request records a mock provider keeps (the newest): enough for any one turn's diagnostics. */
 export const PROVIDER_LOG_LIMIT = 256;
+/**
+ * Request bodies whose attempts the mock provider counts (the least recently seen forgotten): a
+ * body is re-sent only by the retries of one message, and at most `--concurrency` messages of
+ * a side run at once, each with a few bodies. Counted for every body, they grew with the run.
+ */
+const PROVIDER_ATTEMPTS_LIMIT = 4_096;
 
 export const MODEL = "claude-demo";
 
@@ -116,7 +122,7 @@ export async function startAnthropicStream(world: StreamWorld, script: Script): 
   // The provider's request log keeps each request's body and every event it sent: kept whole it
   // grew with the run (hundreds of MB at 5,000 turns). The demo reads only the last few records;
   // what it counts over all of them (re-worded memos) is counted as each response starts.
-  const mock = await startMockProvider({ script, timing: world.timing, seed: world.seed, logLimit: PROVIDER_LOG_LIMIT });
+  const mock = await startMockProvider({ script, timing: world.timing, seed: world.seed, logLimit: PROVIDER_LOG_LIMIT, attemptsLimit: PROVIDER_ATTEMPTS_LIMIT });
   const rewordedResponses = new Map<string, number>();
   mock.onEvent((event, record) => {
     // The first event of a response: its turn and rendered tool calls are set before it is sent.
@@ -128,6 +134,8 @@ export async function startAnthropicStream(world: StreamWorld, script: Script): 
     });
   });
   const client = new Anthropic({ baseURL: mock.baseURL, apiKey: "demo-key", maxRetries: 0 });
+  // Converted from zod once: the chaos run starts a runner per conversation.
+  const providerTools = world.tools.providerSchemas();
   return {
     kind: "anthropic",
     mock,
@@ -140,7 +148,7 @@ export async function startAnthropicStream(world: StreamWorld, script: Script): 
         dispatcher: world.dispatcher,
         store: world.store,
         model: MODEL,
-        tools: world.tools.providerSchemas(),
+        tools: providerTools,
         maxTokens: 256,
         // The demo's conversations live in this process for one run, under conversation ids
         // unique to the run: no restart can reissue a turn index whose keys the ledger holds

@@ -137,8 +137,8 @@ export interface Side {
   setFaultPlan(plan: StreamFaultPlan | undefined): void;
   /** Payments the downstream actually created, per reference: the first oracle. */
   paymentsByReference(): Map<string, number>;
-  /** The payment_created effects of one reference, in log order. */
-  paymentsOf(reference: string): Effect[];
+  /** The payment_created effects of one reference, in log order (what the oracle reads of them). */
+  paymentsOf(reference: string): LoggedEffect[];
   close(): Promise<void>;
 }
 
@@ -150,17 +150,36 @@ const paymentInput = z.object({
   memo: z.string().optional(),
 });
 
+/**
+ * Payments, effects and fault decisions the mock payments API keeps in memory (the newest); the
+ * demo indexes every effect itself as it happens (onEffect), so none of the oracle's input is lost.
+ */
+const PAYMENTS_MEMORY_LIMIT = 1_024;
+/**
+ * How long the mock payments API keeps a completed response replayable under its key. A key is
+ * re-sent only while its message runs (retries, a reconcile lookup; at most seconds, 30 s in the
+ * slowest anomaly path); the default 24 h kept every key of the run.
+ */
+const PAYMENTS_KEY_RETENTION_MS = 60_000;
+
+/** What the oracle reads of a payment_created effect. */
+export type LoggedEffect = Pick<Effect, "resourceId" | "idempotencyKey">;
+
 export async function startSide(options: SideOptions): Promise<Side> {
   // Indexed as the effects happen: the oracle reads one reference at a time, thousands of times.
-  const byReference = new Map<string, Effect[]>();
+  // Only what it reads is kept (the effect's payload was most of an entry).
+  const byReference = new Map<string, LoggedEffect[]>();
   const payments = await startMockPayments({
     latencyMs: Math.round(options.paymentsLatencyMs),
+    memoryLimit: PAYMENTS_MEMORY_LIMIT,
+    retentionMs: PAYMENTS_KEY_RETENTION_MS,
     onEffect: (effect) => {
       if (effect.kind === "payment_created") {
         const reference = String(effect.payload["reference"]);
+        const logged: LoggedEffect = { resourceId: effect.resourceId, idempotencyKey: effect.idempotencyKey };
         const list = byReference.get(reference);
-        if (list === undefined) byReference.set(reference, [effect]);
-        else list.push(effect);
+        if (list === undefined) byReference.set(reference, [logged]);
+        else list.push(logged);
       }
       options.onEffect?.(effect);
     },
@@ -186,7 +205,6 @@ export async function startSide(options: SideOptions): Promise<Side> {
     identity: ["payee", "amount", "currency", "reference"],
     async run(args, context) {
       bump(posts, args.reference);
-      referenceOfKey.set(context.idempotencyKey, args.reference);
       const lose = hooks?.loseResponse?.(args as PaymentArgs, context) ?? false;
       if (lose) bump(lostResponses, args.reference);
       let paymentId: string;
@@ -216,6 +234,9 @@ export async function startSide(options: SideOptions): Promise<Side> {
     // stored 2xx is the payment, told as run would have told it; nothing stored is "not
     // performed" (the dispatcher trusts that only because the key guards the re-run).
     async reconcile(args, context) {
+      // Named here, where the dispatcher reconciles, for its "reconciled" event (kept per key
+      // until that event: only lost responses are ever reconciled).
+      referenceOfKey.set(context.idempotencyKey, args.reference);
       const found = (await paymentsClient.lookupIdempotencyKey(context.idempotencyKey, { signal: context.signal })).body;
       if (found.state === "absent") return { outcome: "not_performed" };
       if (found.state === "in_flight") return { outcome: "unknown", reason: "the payments API is still processing the key" };
@@ -240,9 +261,10 @@ export async function startSide(options: SideOptions): Promise<Side> {
       pollMs: options.pollMs ?? 5,
       logger: { warn: (message, fields) => warnings.push({ message, key: fields?.["key"], replay: fields?.["replay"] }) },
       onEvent: (event) => {
-        if (event.type === "reconciled" && event.settled === "completed") {
+        if (event.type === "reconciled") {
           const reference = referenceOfKey.get(event.key);
-          if (reference !== undefined) bump(reconciled, reference);
+          referenceOfKey.delete(event.key);
+          if (event.settled === "completed" && reference !== undefined) bump(reconciled, reference);
           return;
         }
         if (event.type !== "request_differs") return;

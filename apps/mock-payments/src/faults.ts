@@ -51,7 +51,11 @@ export class FaultController {
   private log: FaultDecision[] = [];
   private seq = 0;
 
-  constructor(private readonly baselineLatencyMs: number) {}
+  /** `logLimit`: decisions kept for `decisions()`, the oldest forgotten first (default: all). */
+  constructor(
+    private readonly baselineLatencyMs: number,
+    private readonly logLimit = Number.POSITIVE_INFINITY,
+  ) {}
 
   inject(fault: InjectedFault, times = 1): void {
     const parsed = validate(injectedFaultSchema, fault, "fault");
@@ -127,6 +131,7 @@ export class FaultController {
       latencyMs: spec.latencyMs ?? this.baselineLatencyMs,
     };
     this.log.push(decision);
+    if (this.log.length > this.logLimit) this.log.shift();
     return decision;
   }
 

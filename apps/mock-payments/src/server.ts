@@ -50,6 +50,12 @@ export interface MockPaymentsOptions {
   control?: boolean;
   /** Clock in epoch ms, for retention tests. Default Date.now. */
   now?: () => number;
+  /**
+   * In-memory storage only: keep at most this many payments, invoices, effects and fault
+   * decisions, the oldest forgotten first, so a long run's memory stays flat (`onEffect` still
+   * sees every effect). Idempotency records are bounded by `retentionMs` instead. Default: all.
+   */
+  memoryLimit?: number;
   /** Called after each effect is committed. */
   onEffect?: (effect: Effect) => void;
   /** Called after a crash_after_accept fault has stopped the server (the CLI exits the process here). */
@@ -157,12 +163,14 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
   const storage = options.storage ?? { kind: "memory" };
 
   const store: Store =
-    storage.kind === "sqlite" ? await (await import("./sqlite-store.js")).openSqliteStore(storage.path) : new MemoryStore();
+    storage.kind === "sqlite"
+      ? await (await import("./sqlite-store.js")).openSqliteStore(storage.path)
+      : new MemoryStore(options.memoryLimit !== undefined ? { limit: options.memoryLimit } : {});
   // Claim and effect commit atomically, so a claim still in flight at startup belongs to a dead
   // instance that performed nothing: dropping it lets the retry execute.
   store.releaseAllInFlight();
 
-  const faults = new FaultController(options.latencyMs ?? 0);
+  const faults = new FaultController(options.latencyMs ?? 0, options.memoryLimit);
   if (options.faultPlan !== undefined) faults.setPlan(options.faultPlan);
   const gate = new LatencyGate();
   const sockets = new Set<Socket>();
@@ -216,7 +224,9 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
       return { response: commit(ctx.account, null, execute), replayed: false };
     }
     const now = clock();
-    if (now - lastPurge >= 60_000) {
+    // At most once a minute, and once per retention period when that is shorter (else a short
+    // retention would still keep up to a minute of keys).
+    if (now - lastPurge >= Math.min(60_000, retentionMs)) {
       store.purgeExpired(now);
       lastPurge = now;
     }
@@ -805,6 +815,7 @@ function validateOptions(o: MockPaymentsOptions): void {
   };
   if (o.port !== undefined && (!Number.isInteger(o.port) || o.port < 0 || o.port > 65535)) bad(`port must be an integer 0..65535, got ${o.port}`);
   if (o.retentionMs !== undefined && (!Number.isInteger(o.retentionMs) || o.retentionMs <= 0)) bad(`retentionMs must be a positive integer, got ${o.retentionMs}`);
+  if (o.memoryLimit !== undefined && (!Number.isInteger(o.memoryLimit) || o.memoryLimit <= 0)) bad(`memoryLimit must be a positive integer, got ${o.memoryLimit}`);
   if (o.latencyMs !== undefined && (!Number.isInteger(o.latencyMs) || o.latencyMs < 0 || o.latencyMs > 600_000)) bad(`latencyMs must be an integer 0..600000, got ${o.latencyMs}`);
   if (o.storage !== undefined) {
     if (o.storage.kind === "sqlite") {

@@ -110,6 +110,14 @@ export function matchesEffect(e: Effect, filter: EffectFilter | undefined): bool
 
 const recordId = (account: string, key: string) => `${account}\u0000${key}`;
 
+export interface MemoryStoreOptions {
+  /**
+   * Keep at most this many payments, invoices and effects, the oldest forgotten first (as a log
+   * rotates): a long run's memory stays flat. Default: keep everything.
+   */
+  limit?: number;
+}
+
 /** The default store: everything lives in this process and is lost with it. */
 export class MemoryStore implements Store {
   readonly kind = "memory" as const;
@@ -120,6 +128,19 @@ export class MemoryStore implements Store {
   private effectSeq = 0;
   /** Undo actions of the running transaction, so a throw leaves no partial write behind. */
   private undo: (() => void)[] | null = null;
+  private readonly limit: number;
+
+  constructor(options: MemoryStoreOptions = {}) {
+    this.limit = options.limit ?? Number.POSITIVE_INFINITY;
+  }
+
+  /** Forget the oldest entries of a map beyond the limit (a Map iterates in insertion order). */
+  private trim(map: Map<string, unknown>): void {
+    for (const id of map.keys()) {
+      if (map.size <= this.limit) return;
+      map.delete(id);
+    }
+  }
 
   claim(input: ClaimInput): ClaimResult {
     const id = recordId(input.account, input.key);
@@ -204,6 +225,7 @@ export class MemoryStore implements Store {
   insertPayment(account: string, payment: Payment): void {
     this.payments.set(payment.id, { account, payment: structuredClone(payment) });
     this.undo?.push(() => this.payments.delete(payment.id));
+    this.trim(this.payments);
   }
 
   updatePayment(account: string, payment: Payment): void {
@@ -225,6 +247,7 @@ export class MemoryStore implements Store {
   insertInvoice(account: string, invoice: Invoice): void {
     this.invoices.set(invoice.id, { account, invoice: structuredClone(invoice) });
     this.undo?.push(() => this.invoices.delete(invoice.id));
+    this.trim(this.invoices);
   }
 
   getInvoice(account: string, id: string): Invoice | null {
@@ -239,6 +262,7 @@ export class MemoryStore implements Store {
   appendEffect(effect: NewEffect): Effect {
     const stored: Effect = { seq: ++this.effectSeq, ...structuredClone(effect) };
     this.effectLog.push(stored);
+    if (this.effectLog.length > this.limit) this.effectLog.shift();
     this.undo?.push(() => {
       this.effectLog = this.effectLog.filter((e) => e !== stored);
     });

@@ -232,6 +232,31 @@ describe("POST /v1/payments with Idempotency-Key", () => {
     expect(server.effects()).toHaveLength(2);
   });
 
+  it("keeps at most memoryLimit payments, effects and fault decisions, the newest; onEffect still sees every effect", async () => {
+    const seen: string[] = [];
+    const server = await startServer({ memoryLimit: 2, onEffect: (e) => seen.push(e.resourceId) });
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const res = await http(server, "POST", "/v1/payments", { key: `k-limit-${i}`, body: payment({ amount: 100 + i }) });
+      expect(res.status).toBe(201);
+      ids.push(res.body.id);
+    }
+    expect(seen).toEqual(ids);
+    expect(server.effects().map((e) => e.resourceId)).toEqual(ids.slice(2));
+    expect(server.payments("acct_test").map((p) => p.id)).toEqual(ids.slice(2));
+    expect(server.faultDecisions()).toHaveLength(2);
+    expect((await http(server, "GET", `/v1/payments/${ids[0]}`)).status).toBe(404);
+    expect((await http(server, "GET", `/v1/payments/${ids[3]}`)).status).toBe(200);
+    // Idempotency keys are bounded by retention, not by the limit: the first key still replays.
+    const again = await http(server, "POST", "/v1/payments", { key: "k-limit-0", body: payment({ amount: 100 }) });
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(again.body.id).toBe(ids[0]);
+  });
+
+  it("refuses a memoryLimit that is not a positive integer", async () => {
+    await expect(startServer({ memoryLimit: 0 })).rejects.toMatchObject({ code: "invalid_option" });
+  });
+
   it("reports each committed effect to onEffect; a throwing listener does not turn the effect into an error", async () => {
     const seen: string[] = [];
     const server = await startServer({

@@ -43,6 +43,12 @@ export interface MockProviderOptions {
   onEvent?: (event: SentEvent, record: RequestRecord) => void;
   /** Keep at most this many requests in the log (oldest dropped); default unlimited. */
   logLimit?: number;
+  /**
+   * Count attempts for at most this many distinct request bodies, the least recently seen
+   * forgotten first (a body seen again after that counts as attempt 1); default unlimited.
+   * A long run whose retries come soon after their first request stays flat in memory.
+   */
+  attemptsLimit?: number;
 }
 
 /** A stream paused by a `hold` fault, waiting for `release()` or `cutNow()`. */
@@ -164,6 +170,9 @@ class Provider implements MockProvider {
     this.pings = options.pings ?? "standard";
     if (options.logLimit !== undefined && !(Number.isInteger(options.logLimit) && options.logLimit >= 1)) {
       throw new MockProviderError("invalid_option", "logLimit must be a positive integer");
+    }
+    if (options.attemptsLimit !== undefined && !(Number.isInteger(options.attemptsLimit) && options.attemptsLimit >= 1)) {
+      throw new MockProviderError("invalid_option", "attemptsLimit must be a positive integer");
     }
     if (!["standard", "none", "every_event"].includes(this.pings)) {
       throw new MockProviderError("invalid_option", `pings must be standard, none or every_event`);
@@ -462,7 +471,9 @@ class Provider implements MockProvider {
     const headers = headerRecord(req);
     const receivedAt = Date.now();
     const body: unknown = req.body;
-    const bodyHash = sha256Hex(stableStringify(bodyWithoutStream(body)));
+    // Hashed for the attempt count, and its length is the input token estimate: serialised once.
+    const canonicalBody = stableStringify(bodyWithoutStream(body));
+    const bodyHash = sha256Hex(canonicalBody);
     const requestNumber = ++this.requestCounter;
     const stream = typeof body === "object" && body !== null && (body as { stream?: unknown }).stream === true;
     const record: RequestRecord = {
@@ -507,7 +518,11 @@ class Provider implements MockProvider {
     const request = validation.request;
 
     const attempt = (this.attempts.get(bodyHash) ?? 0) + 1;
+    // Re-inserted so the Map's order is by last use: the first key is the least recently seen.
+    this.attempts.delete(bodyHash);
     this.attempts.set(bodyHash, attempt);
+    const attemptsLimit = this.options.attemptsLimit;
+    if (attemptsLimit !== undefined && this.attempts.size > attemptsLimit) this.attempts.delete(this.attempts.keys().next().value!);
     record.attempt = attempt;
     const info: RequestInfo = { requestNumber, attempt, bodyHash, stream, headers };
 
@@ -546,7 +561,7 @@ class Provider implements MockProvider {
         bodyHash,
         attempt,
         model: request.model,
-        inputTokens: Math.max(1, Math.ceil(stableStringify(bodyWithoutStream(body)).length / 4)),
+        inputTokens: Math.max(1, Math.ceil(canonicalBody.length / 4)),
         pings: this.pings,
         idSalt: String(this.generation),
       });
@@ -663,7 +678,8 @@ class Provider implements MockProvider {
     res.setHeader("anthropic-organization-id", ORGANIZATION_ID);
     res.setHeader("x-mock-request-number", String(record.requestNumber));
     res.setHeader("x-mock-attempt", String(record.attempt));
-    res.flushHeaders();
+    // The headers go out with the first events, or on their own before any wait (below): a
+    // client always has them before a delay, a hold or a cut.
     record.status = 200;
 
     res.on("close", () => {
@@ -696,7 +712,13 @@ class Provider implements MockProvider {
         res.write(chunk, () => done());
       });
 
-    const write = async (planned: PlannedEvent, index: number) => {
+    // Events due at the same moment (no delay between them) go out in one write, as a server
+    // flushing its buffer would send them: one socket write and one client read per batch
+    // instead of per event. A cut or hold lands between events all the same: the batch before
+    // it is flushed first.
+    let batch: SentEvent[] = [];
+    let batchText = "";
+    const write = (planned: PlannedEvent, index: number) => {
       const sent: SentEvent = {
         requestNumber: record.requestNumber,
         index,
@@ -705,8 +727,17 @@ class Provider implements MockProvider {
         atMs: Date.now() - started,
       };
       record.events.push(sent);
-      await writeRaw(`event: ${planned.type}\ndata: ${JSON.stringify(planned.data)}\n\n`);
-      this.emitter.emit("event", sent, record);
+      batch.push(sent);
+      batchText += `event: ${planned.type}\ndata: ${JSON.stringify(planned.data)}\n\n`;
+    };
+    const flush = async () => {
+      if (batch.length === 0) return;
+      const sent = batch;
+      const text = batchText;
+      batch = [];
+      batchText = "";
+      await writeRaw(text);
+      for (const event of sent) this.emitter.emit("event", event, record);
     };
 
     const cut = async (kind: CutKind, error?: ApiErrorBody) => {
@@ -772,6 +803,11 @@ class Provider implements MockProvider {
         let delay = i === 0 ? timing.firstEventMs : timing.betweenEventsMs;
         if (i > 0 && events[i - 1]!.type === "content_block_stop") delay += timing.afterBlockStopMs;
         if (planned.type === "message_stop") delay += timing.beforeMessageStopMs;
+        if (delay > 0 || i === cutAt || holdRequested) {
+          await flush();
+          if (!res.headersSent && !ended) res.flushHeaders();
+        }
+        if (ended) break;
         await sleep(delay);
         if (ended) break;
         if (i === cutAt || holdRequested) {
@@ -779,8 +815,10 @@ class Provider implements MockProvider {
           if (!(await holdOrCut(i))) break;
         }
         if (ended) break;
-        await write(planned, i);
+        write(planned, i);
       }
+      if (!ended) await flush();
+      if (!ended && !res.headersSent) res.flushHeaders();
       if (!ended && cutAt === events.length) await holdOrCut(events.length);
       if (!ended) {
         ended = true;

@@ -98,6 +98,30 @@ describe("request log", () => {
     expect(provider.requests.map((r) => r.requestNumber)).toEqual([2, 3]);
   });
 
+  it("counts attempts for at most attemptsLimit bodies, forgetting the least recently seen", async () => {
+    const { provider, client } = await setup({ attemptsLimit: 2 });
+    // Three different bodies (only max_tokens differs).
+    const maxTokens: Record<string, number> = { acme: 101, globex: 102, initech: 103 };
+    const send = async (text: string) => {
+      await client.messages.create(body("pay acme", { max_tokens: maxTokens[text.slice(4)]! }));
+      return provider.requests.at(-1)!.attempt;
+    };
+    expect(await send("pay acme")).toBe(1);
+    expect(await send("pay globex")).toBe(1);
+    // Seen again within the window: a retry.
+    expect(await send("pay acme")).toBe(2);
+    expect(await send("pay initech")).toBe(1);
+    // globex was the least recently seen body when initech came: forgotten; acme was kept.
+    expect(await send("pay globex")).toBe(1);
+    expect(await send("pay initech")).toBe(2);
+    // acme went when globex came back (the window holds initech and globex).
+    expect(await send("pay acme")).toBe(1);
+  });
+
+  it("refuses an attemptsLimit that is not a positive integer", async () => {
+    await expect(setup({ attemptsLimit: 0 })).rejects.toMatchObject({ code: "invalid_option" });
+  });
+
   it("logs invalid requests with the API's 400 and does not spend a queued fault on them", async () => {
     const { provider, client } = await setup();
     provider.faults.enqueue({ kind: "reset", at: { beforeMessageStop: true } });
