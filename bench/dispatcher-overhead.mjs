@@ -2,6 +2,7 @@
 // MemoryLedger claim+complete, once through Dispatcher.dispatch on a MemoryLedger (a tool
 // that returns at once). Measured as process CPU time (user+system) per call, so other
 // jobs on the machine slow the wall clock but not this number much. A benchmark: asserts nothing.
+import { execFileSync } from "node:child_process";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -32,7 +33,7 @@ async function cpuPerCallInterleaved(calls, bodies, rounds = 10) {
   return used.map((us) => us / (slice * rounds));
 }
 
-export async function benchDispatcherOverhead({ calls = 40_000 } = {}) {
+function makeBodies() {
   const run = `${process.pid}-${Date.now()}`;
   const ledger = new core.MemoryLedger();
   const ledgerBody = async (i) => {
@@ -59,10 +60,58 @@ export async function benchDispatcherOverhead({ calls = 40_000 } = {}) {
   const dispatcher = new core.Dispatcher({ tools: [tool], ledger: new core.MemoryLedger() });
   const dispatchBody = (i) =>
     dispatcher.turn({ conversationId: `${run}-c-${i}`, turnIndex: 0 }).dispatch({ name: "send_payment", input: pay(i) });
-  const [ledgerUs, dispatchUs] = await cpuPerCallInterleaved(calls, [ledgerBody, dispatchBody]);
-  return { calls, ledgerCpuUsPerCall: ledgerUs, dispatchCpuUsPerCall: dispatchUs, overheadCpuUsPerCall: dispatchUs - ledgerUs };
+  return { ledger: ledgerBody, dispatch: dispatchBody };
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+/** CPU µs per call of one body alone in this process, after a warm-up on keys of its own. */
+async function cpuPerCallAlone(calls, body) {
+  for (let i = 0; i < 2_000; i++) await body(-1 - i);
+  const before = process.cpuUsage();
+  for (let i = 0; i < calls; i++) await body(i);
+  const delta = process.cpuUsage(before);
+  return (delta.user + delta.system) / calls;
+}
+
+const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+
+/**
+ * The number is taken with each body in a process of its own (`runs` alternating processes per
+ * body, the median): in interleaved slices of one process, the collector's work falls on
+ * whichever body is running when it starts, and the dispatcher, which allocates most, starts most
+ * scavenges, including those that copy the bare ledger's rows. The interleaved figure is reported
+ * beside it.
+ */
+export async function benchDispatcherOverhead({ calls = 40_000, runs = 3 } = {}) {
+  const self = fileURLToPath(import.meta.url);
+  const alone = (body) => Number(execFileSync(process.execPath, [self, "--alone", body, String(calls)], { encoding: "utf8" }).trim());
+  const ledgerRuns = [];
+  const dispatchRuns = [];
+  for (let r = 0; r < runs; r++) {
+    ledgerRuns.push(alone("ledger"));
+    dispatchRuns.push(alone("dispatch"));
+  }
+  const bodies = makeBodies();
+  const [ledgerInterleaved, dispatchInterleaved] = await cpuPerCallInterleaved(calls, [bodies.ledger, bodies.dispatch]);
+  const ledgerUs = median(ledgerRuns);
+  const dispatchUs = median(dispatchRuns);
+  return {
+    calls,
+    runs,
+    ledgerCpuUsPerCall: ledgerUs,
+    dispatchCpuUsPerCall: dispatchUs,
+    overheadCpuUsPerCall: dispatchUs - ledgerUs,
+    perProcess: { ledger: ledgerRuns, dispatch: dispatchRuns },
+    interleavedOverheadCpuUsPerCall: dispatchInterleaved - ledgerInterleaved,
+  };
+}
+
+const aloneIndex = process.argv.indexOf("--alone");
+if (aloneIndex >= 0) {
+  const body = process.argv[aloneIndex + 1];
+  const calls = Number(process.argv[aloneIndex + 2]);
+  const bodies = makeBodies();
+  if (!(body in bodies) || !Number.isSafeInteger(calls) || calls < 1) throw new Error("usage: --alone ledger|dispatch <calls>");
+  process.stdout.write(`${await cpuPerCallAlone(calls, bodies[body])}\n`);
+} else if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   console.log(JSON.stringify(await benchDispatcherOverhead()));
 }
