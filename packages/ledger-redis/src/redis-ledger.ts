@@ -415,6 +415,7 @@ export class RedisLedger implements Ledger {
     const release = checkRetireRequest(key, claimId, options);
     // Sent as UTF-8: a lone surrogate would become U+FFFD and retire another key's id.
     checkLedgerKey(key, STORE_LIMITS);
+    checkHashTaggable(key);
     const reply = this.checked(
       await this.call("retire", key, () =>
         this.scripts[CMD_RETIRE](
@@ -535,6 +536,7 @@ export class RedisLedger implements Ledger {
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     const leaseMs = String(checkClaimRequest(request, STORE_LIMITS));
     const key = request.key;
+    checkHashTaggable(key);
     // The caller's claim id when given (LEDGER-26: a claim sent again is recognised by it), else
     // a token of this ledger's own, never repeated (it has a '.', which a claim id never has).
     const token = request.claimId ?? `${this.tokenPrefix}.${(this.tokenCounter++).toString(36)}`;
@@ -1294,6 +1296,16 @@ function utf8Prefix(text: string, bytes: number): number | undefined {
  * (LOADING after a restart, BUSY, a dropped connection, a timeout) is the server being unavailable.
  * @internal exported for tests
  */
+/**
+ * A key that starts with '}' gives its row `prefix:{}...}` an empty hash tag: Redis Cluster then
+ * hashes the whole name, and the row's audit list (`...:audit`) lands in another slot, so every
+ * script that touches both would fail with CROSSSLOT. Refused before anything is sent; keys from
+ * deriveKey are hex and never start with it.
+ */
+function checkHashTaggable(key: string): void {
+  if (key.startsWith("}")) throw new InvalidLedgerInputError("key", "must not start with '}' (its row and audit list would not share a Redis Cluster slot)");
+}
+
 export function isCommandRefusal(error: unknown): boolean {
   const message = error instanceof Error ? error.message : typeof error === "string" ? error : "";
   return /^(NOPERM|ERR unknown command|ERR unknown subcommand|ERR command not allowed|ERR .*not allowed)/i.test(message);

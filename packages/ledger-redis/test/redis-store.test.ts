@@ -1,7 +1,7 @@
 import { isDispatchOnceError, type ClaimRequest } from "@dispatch-once/core";
 import type { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { MIN_RETENTION_MS, RedisLedger, type RedisLedgerOptions } from "../src/index.js";
+import { MIN_RETENTION_MS, RedisLedger, keySlot, type RedisLedgerOptions } from "../src/index.js";
 import {
   EXPIRE_LEASE_LUA,
   REDIS_URL,
@@ -122,6 +122,20 @@ describe("row layout", () => {
     expect(lease).toBeGreaterThanOrEqual(before + 60_000);
     expect(lease).toBeLessThanOrEqual(after + 60_000);
     expect(row).toMatchObject({ pttl: -1, request: FIRST, body: "attempt-1", header: { state: "in_flight", fence: 1 } });
+  });
+});
+
+describe("hash tags", () => {
+  it("a key that starts with '}' is refused before anything is sent: its row would hash whole and its audit list land in another cluster slot", async () => {
+    const l = ledger();
+    // What the refusal protects: with an empty hash tag the row and its audit list part ways.
+    expect(keySlot(l.redisKey("}x"))).not.toBe(keySlot(l.auditKey("}x")));
+    expect(keySlot(l.redisKey("x}"))).toBe(keySlot(l.auditKey("x}")));
+    await expect(l.claim(request("}x"))).rejects.toMatchObject({ code: "invalid_ledger_input", field: "key" });
+    await expect(l.retire("}x", "c".repeat(22), { release: true })).rejects.toMatchObject({ code: "invalid_ledger_input", field: "key" });
+    expect(await raw.exists(l.redisKey("}x"), l.auditKey("}x"))).toBe(0);
+    // A '}' anywhere else keeps a non-empty tag shared by the row and its audit list.
+    expect(await l.claim(request("x}"))).toMatchObject({ outcome: "claimed", fence: 1 });
   });
 });
 
