@@ -4,7 +4,7 @@
  * hooks (raw.expireLease) jump past a deadline; these checks read the deadlines and wait for them.
  */
 import type { ClaimResult } from "@dispatch-once/core";
-import { ConformanceFailure, must, show } from "../../failure.js";
+import { ConformanceFailure, must, mustRejectWith, show } from "../../failure.js";
 import { claimRequest, describeRow, mustBeClaimed, mustBeExisting, sleep, withFixture } from "../support.js";
 import { EFFECTS, type LedgerCheckSpec, lookupMust } from "./common.js";
 
@@ -152,4 +152,41 @@ export const leaseLapsesInRealTime: LedgerCheckSpec = {
 };
 
 /** Every check of this file, in order. */
-export const LEASE_LENGTH_CHECKS: readonly LedgerCheckSpec[] = [leaseLength, leaseLapsesInRealTime, renewalFromNow];
+/** The longest lease a ledger accepts (LEDGER-29): 366 days. */
+const MAX_LEASE_MS = 366 * 24 * 60 * 60 * 1000;
+
+export const leaseLimit: LedgerCheckSpec = {
+  rule: "LEDGER-29",
+  name: "claim and renew accept leaseMs from 0 to 366 days and round a fraction up; a longer, negative, non-finite or non-number leaseMs is refused with invalid_ledger_input and writes nothing",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const ledger = fixture.ledger;
+      const bad: Array<[string, unknown]> = [
+        ["366 days + 1 ms", MAX_LEASE_MS + 1],
+        ["-1", -1],
+        ["NaN", Number.NaN],
+        ["Infinity", Number.POSITIVE_INFINITY],
+        ["a string", "60000"],
+      ];
+      for (const [what, leaseMs] of bad) {
+        const key = ctx.key("bad-lease");
+        await mustRejectWith(ledger.claim(claimRequest(key, "owner-a", "keyed_write", leaseMs as number)), "invalid_ledger_input", `claim with leaseMs ${what}`);
+        must((await ledger.lookup(key)) === undefined, `a claim refused for leaseMs ${what} must write nothing, got a row`);
+      }
+      const longest = ctx.key("max-lease");
+      leaseOfClaim(await ledger.claim(claimRequest(longest, "owner-a", "keyed_write", MAX_LEASE_MS)), "claim with leaseMs of exactly 366 days");
+      const fractional = ctx.key("fractional-lease");
+      const claimed = mustBeClaimed(await ledger.claim(claimRequest(fractional, "owner-a", "unkeyed_write", 60_000.4)), "claim with leaseMs 60,000.4");
+      must(Number.isSafeInteger(claimed.leaseExpiresAt), `leaseMs 60,000.4: leaseExpiresAt must be whole milliseconds, got ${show(claimed.leaseExpiresAt)}`);
+      const row = await lookupMust(ledger, fractional, "lookup after a claim with leaseMs 60,000.4");
+      const length = claimed.leaseExpiresAt - Number(row.claimedAt);
+      must(length >= 60_001 && length <= 60_001 + 250, `leaseMs 60,000.4 must be rounded up to 60,001 ms, got a lease of ${length} ms after claimedAt`);
+      for (const [what, leaseMs] of bad) {
+        await mustRejectWith(ledger.renew(fractional, claimed.fence, leaseMs as number), "invalid_ledger_input", `renew with leaseMs ${what}`);
+      }
+      const after = await lookupMust(ledger, fractional, "lookup after refused renewals");
+      must(after.state === "in_flight" && (after as { leaseExpiresAt?: number }).leaseExpiresAt === claimed.leaseExpiresAt, `refused renewals must not change the lease, got ${describeRow(after)}`);
+    }),
+};
+
+export const LEASE_LENGTH_CHECKS: readonly LedgerCheckSpec[] = [leaseLength, leaseLapsesInRealTime, renewalFromNow, leaseLimit];
