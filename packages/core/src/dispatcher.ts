@@ -195,6 +195,8 @@ const consoleLogger: DispatchLogger = {
 
 /** What execute() learns about its claims, for retiring the claim id when the dispatch ends. */
 interface ClaimState {
+  /** The dispatch's one claim id (LEDGER-26). */
+  readonly claimId: string;
   /** A claim met ledger_unavailable: it may have been applied, and a copy may still arrive. */
   unavailable: boolean;
   /** The dispatch received `claimed`: its tool runs (or ran) under the claim id. */
@@ -234,8 +236,12 @@ export class Dispatcher implements CallDispatcher {
   private readonly claimRetryMs: number;
   /** The ledger offers retire (LEDGER-28): lost claims are settled by retiring their claim ids. */
   private readonly retires: boolean;
-  /** Each running dispatch's claim id and what its claims met, by the dispatch's `base` object. */
-  private readonly claimsOf = new WeakMap<object, { claimId: string; state: ClaimState }>();
+  /**
+   * The claim state of each running dispatch one of whose claims met ledger_unavailable, by the
+   * dispatch's `base` object: only then does a release of its own row retire the claim id first
+   * (releaseOwn). Entered when the claim first meets it, not on every dispatch.
+   */
+  private readonly claimsOf = new WeakMap<object, ClaimState>();
   private readonly reconcileGraceMs: number;
   private readonly logger: DispatchLogger;
   private readonly onEvent: ((event: DispatchEvent) => void) | undefined;
@@ -553,12 +559,9 @@ export class Dispatcher implements CallDispatcher {
     const claimId = newClaimId();
     // Whether a claim of this dispatch met ledger_unavailable (a copy of it may still reach the
     // store), and whether the dispatch took the row: both decide the retiring (DISPATCH-16).
-    const claimState: ClaimState = { unavailable: false, took: false, retired: false };
-    // Keyed by this dispatch's `base`, which every recording path receives: a release of this
-    // dispatch's own row retires the claim id first (releaseOwn).
-    this.claimsOf.set(base, { claimId, state: claimState });
+    const claimState: ClaimState = { claimId, unavailable: false, took: false, retired: false };
     try {
-      return await this.claimAndRun(prepared, context, ordinal, key, base, effect, claimId, claimState);
+      return await this.claimAndRun(prepared, context, ordinal, key, base, effect, claimState);
     } finally {
       if (claimState.unavailable && this.retires && !claimState.retired) this.retireClaim(key, claimId, !claimState.took, tool.name, ordinal);
     }
@@ -572,7 +575,6 @@ export class Dispatcher implements CallDispatcher {
     key: string,
     base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
     effect: LedgerEffect,
-    claimId: string,
     claimState: ClaimState,
   ): Promise<DispatchOutcome> {
     const { tool } = prepared;
@@ -588,12 +590,12 @@ export class Dispatcher implements CallDispatcher {
           owner: this.owner,
           leaseMs: this.leaseMs,
           request: prepared.requestText,
-          claimId,
+          claimId: claimState.claimId,
           // Stored with the row so an operator can list a conversation's calls (LIST-3).
           conversationId: context.conversationId,
           turnIndex: context.turnIndex,
         },
-        ordinal,
+        base,
         claimState,
       );
       const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;
@@ -633,7 +635,12 @@ export class Dispatcher implements CallDispatcher {
    * out, an unkeyed_write call that never ran as `unknown`). When the retries run out, the claim
    * is released in the background, and the dispatch fails with the last ledger_unavailable.
    */
-  private async claimRetrying(request: ClaimRequest, ordinal: number, claimState: ClaimState): Promise<{ claim: ClaimResult; sentAt: number }> {
+  private async claimRetrying(
+    request: ClaimRequest,
+    base: { toolName: string; ordinal: number },
+    claimState: ClaimState,
+  ): Promise<{ claim: ClaimResult; sentAt: number }> {
+    const { ordinal } = base;
     const deadline = Date.now() + this.claimRetryMs;
     let delay = this.pollMs;
     for (let attempt = 1; ; attempt++) {
@@ -642,7 +649,12 @@ export class Dispatcher implements CallDispatcher {
         return { claim: await this.ledger.claim(request), sentAt };
       } catch (error) {
         if (!isDispatchOnceError(error, "ledger_unavailable")) throw error;
-        claimState.unavailable = true;
+        if (!claimState.unavailable) {
+          claimState.unavailable = true;
+          // Keyed by this dispatch's `base`, which every recording path receives: a release of
+          // this dispatch's own row retires the claim id first (releaseOwn, DISPATCH-16).
+          this.claimsOf.set(base, claimState);
+        }
         const left = deadline - Date.now();
         if (left <= 0) {
           // A ledger that retires is settled when the dispatch ends (execute); else release by claim id.
@@ -973,10 +985,10 @@ export class Dispatcher implements CallDispatcher {
    */
   private async releaseOwn(key: string, fence: number, base: { toolName: string; ordinal: number }): Promise<void> {
     const own = this.claimsOf.get(base);
-    if (own !== undefined && own.state.unavailable && this.retires && !own.state.retired) {
+    if (own !== undefined && own.unavailable && this.retires && !own.retired) {
       try {
         await this.ledger.retire!(key, own.claimId, { release: false });
-        own.state.retired = true;
+        own.retired = true;
         this.emit({ type: "claim_retired", key, toolName: base.toolName, ordinal: base.ordinal, released: false });
       } catch (error) {
         if (!isDispatchOnceError(error, "ledger_unavailable")) throw error;

@@ -1,4 +1,5 @@
 import { InvalidLedgerInputError } from "./errors.js";
+import { checkLedgerKey } from "./internal/ledger-rows.js";
 import {
   CLAIM_ID_PATTERN,
   DEFAULT_LIST_LIMIT,
@@ -121,12 +122,12 @@ export function checkResolveRequest(request: ResolveRequest): void {
 }
 
 /**
- * retire()'s arguments, checked once for every adapter (LEDGER-28): a key, a claim id (required
- * here: there is nothing to retire without one) and an optional boolean `release`. Returns
- * whether to release.
+ * retire()'s arguments, checked once for every adapter (LEDGER-28): a key (as checkLedgerKey
+ * checks a claim's, without a store's limits), a claim id (required here: there is nothing to
+ * retire without one) and an optional boolean `release`. Returns whether to release.
  */
 export function checkRetireRequest(key: unknown, claimId: unknown, options: unknown): boolean {
-  if (typeof key !== "string" || key.length === 0) throw new InvalidLedgerInputError("key", "must be a non-empty string");
+  checkLedgerKey(key);
   if (typeof claimId !== "string" || !CLAIM_ID_PATTERN.test(claimId)) {
     throw new InvalidLedgerInputError("claimId", `must match ${CLAIM_ID_PATTERN.source} (see newClaimId)`);
   }

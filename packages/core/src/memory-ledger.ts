@@ -212,10 +212,7 @@ export class MemoryLedger implements Ledger {
 
   async release(key: string, fence: number): Promise<void> {
     const row = this.owned(key, fence);
-    const now = this.now();
-    // The released row keeps the claim id it was released under (LEDGER-27).
-    const claimId = (row as { claimId?: string }).claimId;
-    this.rows.set(key, { ...this.base(row), state: "released", finishedAt: now, expiresAt: now + this.retentionMs, ...(claimId === undefined ? {} : { claimId }) });
+    this.setReleased(row, this.now());
   }
 
   async retire(key: string, claimId: string, options?: RetireOptions): Promise<RetireResult> {
@@ -228,7 +225,7 @@ export class MemoryLedger implements Ledger {
     const row = this.rows.get(key);
     if (!release || row === undefined || row.state !== "in_flight" || row.claimId !== claimId) return { released: false };
     // The claim landed but its dispatch never took it: nobody ran the tool under it (LEDGER-8 release).
-    this.rows.set(key, { ...this.base(row), state: "released", finishedAt: now, expiresAt: now + this.retentionMs, claimId });
+    this.setReleased(row, now);
     return { released: true };
   }
 
@@ -371,6 +368,12 @@ export class MemoryLedger implements Ledger {
     if (request.claimId !== undefined) row.claimId = request.claimId;
     this.rows.set(request.key, row);
     return { outcome: "claimed", fence, leaseExpiresAt: row.leaseExpiresAt, takeover, request: stored };
+  }
+
+  /** Release an in-flight row; the released row keeps the claim id it was released under (LEDGER-27). */
+  private setReleased(row: InFlightRow & { claimId?: string }, now: number): void {
+    const claimId = row.claimId;
+    this.rows.set(row.key, { ...this.base(row), state: "released", finishedAt: now, expiresAt: now + this.retentionMs, ...(claimId === undefined ? {} : { claimId }) });
   }
 
   private owned(key: string, fence: number): InFlightRow {

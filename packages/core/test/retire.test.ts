@@ -28,6 +28,8 @@ describe("checkRetireRequest (LEDGER-28)", () => {
   it.each([
     ["key", "", newClaimId(), undefined],
     ["key", 7, newClaimId(), undefined],
+    // As a claim's key is checked (checkLedgerKey): a lone surrogate cannot be stored byte for byte.
+    ["key", "k\uD800", newClaimId(), undefined],
     ["claimId", "k", "short", undefined],
     ["claimId", "k", undefined, undefined],
     ["claimId", "k", "cid-a_0123456789AB\n", undefined],
