@@ -4,7 +4,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { canonicalizeAndParse, flatArgumentTexts, sortNames } from "../src/canonical.js";
-import { Dispatcher, MemoryLedger, canonicalize, defineTool, deriveKey } from "../src/index.js";
+import { Dispatcher, MemoryLedger, canonicalize, defineTool, deriveKey, newClaimId } from "../src/index.js";
 
 /** The dispatcher's projection of arguments on identity fields, as it was written before the fast path. */
 function project(args: Record<string, unknown>, fields: readonly string[]): Record<string, unknown> {
@@ -203,6 +203,102 @@ describe("the dispatcher's fast path for flat arguments, end to end", () => {
           counts.set(identity, expected + 1);
           expect((await dispatched).ordinal).toBe(expected);
         }
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe("MemoryLedger rows written member by member (issue 14)", () => {
+  // The rows as they were written before, with spreads: the general way the member-by-member
+  // writes stand in for. Same members, same values, same order.
+  const turnOf = (source: { conversationId?: string; turnIndex?: number }) => ({
+    ...(source.conversationId !== undefined ? { conversationId: source.conversationId } : {}),
+    ...(source.turnIndex !== undefined ? { turnIndex: source.turnIndex } : {}),
+  });
+  const base = (row: Record<string, unknown> & { conversationId?: string; turnIndex?: number }) => ({
+    key: row.key,
+    toolName: row.toolName,
+    effect: row.effect,
+    fence: row.fence,
+    claimedAt: row.claimedAt,
+    request: row.request,
+    ...turnOf(row),
+  });
+  const end = fc.oneof(
+    fc.record({ kind: fc.constant("complete" as const), result: fc.json() }),
+    fc.record({ kind: fc.constant("fail" as const), message: fc.string({ maxLength: 6 }), code: fc.option(fc.string({ maxLength: 4 }), { nil: undefined }) }),
+    fc.record({ kind: fc.constant("markUnknown" as const), reason: fc.string({ minLength: 1, maxLength: 6 }) }),
+    fc.record({ kind: fc.constantFrom("release" as const, "retire" as const, "expire" as const) }),
+  );
+  const claim = fc.record({
+    effect: fc.constantFrom("keyed_write" as const, "unkeyed_write" as const),
+    conversationId: fc.option(fc.constantFrom("conv_a", "c.1"), { nil: undefined }),
+    turnIndex: fc.option(fc.nat(5), { nil: undefined }),
+    request: fc.json(),
+    claimed: fc.nat(3),
+  });
+
+  it("LEDGER-8 LEDGER-27 LIST-3 every row a claim writes and ends with is the one the spreads wrote", async () => {
+    await fc.assert(
+      fc.asyncProperty(claim, end, async (c, e) => {
+        let now = 1_000;
+        const ledger = new MemoryLedger({ now: () => now });
+        // A row claimed more than once (a released claim id claims no more, LEDGER-27): its fence and claimedAt are the latest claim's.
+        let fence = 0;
+        let claimId = "";
+        for (let i = 0; i <= c.claimed; i++) {
+          claimId = newClaimId();
+          const claimed = await ledger.claim({ key: "k", toolName: "t", effect: c.effect, owner: "o", leaseMs: 100, request: c.request, claimId, ...turnOf(c) });
+          if (claimed.outcome !== "claimed") throw new Error("not claimed");
+          fence = claimed.fence;
+          if (i < c.claimed) await ledger.release("k", fence);
+          now += 10;
+        }
+        const inFlight = (await ledger.lookup("k")) as unknown as Record<string, unknown>;
+        expect(JSON.stringify(inFlight)).toBe(
+          JSON.stringify({ ...base({ ...inFlight, claimedAt: now - 10 }), state: "in_flight", owner: "o", leaseExpiresAt: now - 10 + 100 }),
+        );
+        now += 5;
+        let expected: Record<string, unknown>;
+        switch (e.kind) {
+          case "complete":
+            await ledger.complete("k", fence, e.result);
+            expected = { ...base(inFlight), state: "completed", result: e.result, finishedAt: now };
+            break;
+          case "fail": {
+            const error = { name: "E", message: e.message, ...(e.code !== undefined ? { code: e.code } : {}) };
+            await ledger.fail("k", fence, error);
+            expected = { ...base(inFlight), state: "failed", error, finishedAt: now };
+            break;
+          }
+          case "markUnknown":
+            await ledger.markUnknown("k", fence, e.reason);
+            expected = { ...base(inFlight), state: "unknown", reason: e.reason, finishedAt: now };
+            break;
+          case "release":
+            await ledger.release("k", fence);
+            expected = { ...base(inFlight), state: "released", finishedAt: now };
+            break;
+          case "retire":
+            expect(await ledger.retire("k", claimId, { release: true })).toEqual({ released: true });
+            expected = { ...base(inFlight), state: "released", finishedAt: now };
+            break;
+          case "expire": {
+            // The lease runs out; another claim finds it (LEDGER-7): a keyed_write is taken over, an unkeyed_write left unknown.
+            now += 200;
+            const other = await ledger.claim({ key: "k", toolName: "t", effect: c.effect, owner: "p", leaseMs: 100, request: "{}" });
+            if (c.effect === "keyed_write") {
+              expect(other.outcome).toBe("claimed");
+              expected = { ...base({ ...inFlight, fence: fence + 1, claimedAt: now }), state: "in_flight", owner: "p", leaseExpiresAt: now + 100 };
+            } else {
+              expected = { ...base(inFlight), state: "unknown", reason: "lease_expired", finishedAt: now };
+              expect(other).toEqual({ outcome: "existing", row: expected });
+            }
+            break;
+          }
+        }
+        expect(JSON.stringify(await ledger.lookup("k"))).toBe(JSON.stringify(expected));
       }),
       { numRuns: 300 },
     );
