@@ -616,7 +616,7 @@ export class Dispatcher implements CallDispatcher {
         // A re-run (after release or takeover) sends exactly the first request (LEDGER-21).
         const args = claim.request === prepared.requestText ? prepared.args : parseStoredRequest(key, claim.request);
         claimState.took = true;
-        return this.runClaimed({ ...prepared, args }, context, ordinal, key, claim.fence, claimSentAt, base);
+        return this.runClaimed(tool, args, context, ordinal, key, claim.fence, claimSentAt, base);
       }
       const row = claim.row;
       if (row.state !== "in_flight") return this.replay(row, base);
@@ -763,7 +763,8 @@ export class Dispatcher implements CallDispatcher {
   }
 
   private async runClaimed(
-    prepared: PreparedCall,
+    tool: ToolDefinition,
+    args: unknown,
     context: TurnContext,
     ordinal: number,
     key: string,
@@ -771,7 +772,6 @@ export class Dispatcher implements CallDispatcher {
     claimSentAt: number,
     base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
   ): Promise<DispatchOutcome> {
-    const { tool } = prepared;
     const lease = new LazyAbort();
     let finished = false;
     // Our own estimate of the lease, on our clock: renewals that cannot reach the ledger past
@@ -804,14 +804,14 @@ export class Dispatcher implements CallDispatcher {
     if (this.onEvent !== undefined) this.emit({ type: "run_started", key, toolName: tool.name, ordinal });
     let result: unknown;
     try {
-      result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease));
+      result = await tool.run(args, this.runContext(tool.name, key, context, ordinal, lease));
     } catch (error) {
       if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: false });
       // Before an outcome becomes unknown, ask the downstream (RECON-2): the run has ended, and
       // the claim is still renewed while the probe asks. After a lost lease every write is fenced.
       const cause: ReconcileCause = lease.aborted ? "lease_lost" : "tool_error";
       const answer = mayReconcile(error)
-        ? await this.probe(tool, prepared.args, key, cause, lease.aborted ? new AbortController().signal : lease.signal)
+        ? await this.probe(tool, args, key, cause, lease.aborted ? new AbortController().signal : lease.signal)
         : undefined;
       finished = true;
       this.renewals.remove(renewal);
@@ -835,7 +835,7 @@ export class Dispatcher implements CallDispatcher {
       }
     } catch (error) {
       if (!isDispatchOnceError(error, "not_canonicalizable") && !isDispatchOnceError(error, "result_not_storable")) throw error;
-      return this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
+      return this.reconcileUnstorable(tool, args, key, fence, error, base);
     }
     try {
       // recorded(), written out: the closure and the extra promise on every dispatch were measurable.
@@ -847,7 +847,7 @@ export class Dispatcher implements CallDispatcher {
       }
     } catch (error) {
       if (!isDispatchOnceError(error, "result_not_storable")) throw error;
-      return this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
+      return this.reconcileUnstorable(tool, args, key, fence, error, base);
     }
     return outcomeOf(base, resultJson, false, resultParsed);
   }
