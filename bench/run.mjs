@@ -51,6 +51,19 @@ try {
   failures.push({ adapter: "dispatcher-overhead", error: String(error?.stack ?? error) });
 }
 
+// The full dispatcher path beside the ledger-only path on the same Redis ledger, interleaved:
+// with the Redis adapter's table, or alone with --dispatcher-ledger (e.g. with --only=none).
+let dispatcherLedger = null;
+if (adapters.includes("ledger-redis") || args.includes("--dispatcher-ledger")) {
+  try {
+    const { benchDispatcherToLedger } = await import("./dispatcher-ledger.mjs");
+    if (!json) process.stderr.write("benchmarking the dispatcher beside its Redis ledger ...\n");
+    dispatcherLedger = await benchDispatcherToLedger({ durationMs });
+  } catch (error) {
+    failures.push({ adapter: "dispatcher-ledger", error: String(error?.stack ?? error) });
+  }
+}
+
 let rowsGrowth = null;
 if (growthRows !== undefined) {
   try {
@@ -73,16 +86,18 @@ if (peersWanted) {
 }
 
 // Every ratio in one place, for `--json` readers: adapter / floor per workload and concurrency,
-// dispatcher µs above the ledger, latency at N rows / at 10k, Dispatch-Once / Powertools.
+// dispatcher µs above the ledger, the full dispatcher path / the ledger-only path (same store,
+// same concurrency, interleaved), latency at N rows / at 10k, Dispatch-Once / Powertools.
 const ratios = {
   adapterToFloor: rows.filter((r) => r.ratio != null && !String(r.adapter).includes("floor")).map((r) => ({ adapter: r.adapter, workload: r.workload, concurrency: r.concurrency, ratio: r.ratio })),
   dispatcherOverheadCpuUsPerCall: dispatcherOverhead?.overheadCpuUsPerCall ?? null,
+  dispatcherToLedger: dispatcherLedger?.rows.map((r) => ({ store: r.store, concurrency: r.concurrency, ratio: r.ratio })) ?? null,
   rowsGrowthP50: rowsGrowth?.map((r) => ({ store: r.store, rows: r.rows, ratio: r.p50Ratio })) ?? null,
   dispatchOnceToPowertools: peers?.rows.map((r) => ({ concurrency: r.concurrency, ratio: r.dispatchOnceToPowertools })) ?? null,
 };
 
 if (json) {
-  process.stdout.write(`${JSON.stringify({ durationMs, rows, dispatcherOverhead, rowsGrowth, peers, ratios, failures })}\n`);
+  process.stdout.write(`${JSON.stringify({ durationMs, rows, dispatcherOverhead, dispatcherLedger, rowsGrowth, peers, ratios, failures })}\n`);
 } else {
   const header = ["adapter", "workload", "conc", "ops/s", "p50 µs", "p99 µs", "floor ops/s", "ratio"];
   const body = rows.map((r) => [
@@ -106,6 +121,15 @@ if (json) {
       `\ndispatcher overhead: ${d.overheadCpuUsPerCall.toFixed(1)} µs CPU per call above the ledger ` +
         `(dispatch ${d.dispatchCpuUsPerCall.toFixed(1)} µs, MemoryLedger claim+complete ${d.ledgerCpuUsPerCall.toFixed(1)} µs, ${d.calls} calls)`,
     );
+  }
+  if (dispatcherLedger) {
+    console.log(`\ndispatcher beside its ledger (${dispatcherLedger.workload}), ops/s`);
+    for (const r of dispatcherLedger.rows) {
+      console.log(
+        `  ${r.store} c=${String(r.concurrency).padEnd(3)} ledger ${fmt(r.ledgerOpsPerSec)} (${r.ledgerCpuUsPerCall} µs CPU/call)` +
+          `  dispatcher ${fmt(r.dispatcherOpsPerSec)} (${r.dispatcherCpuUsPerCall} µs CPU/call)  dispatcher / ledger ${r.ratio.toFixed(2)}x`,
+      );
+    }
   }
   if (rowsGrowth) {
     console.log("\nclaim+complete latency as the table grows (interleaved slices, one call at a time)");
