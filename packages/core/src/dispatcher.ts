@@ -23,7 +23,7 @@ import { toJsonData } from "./json-data.js";
 import { newClaimId, type Resolution, type ResolvedRow, type ClaimRequest, type ClaimResult, type InFlightRow, type Ledger, type LedgerEffect, type LedgerRow, type TerminalRow } from "./ledger.js";
 import { utf8ByteLength } from "./memory-ledger.js";
 import { ToolRegistry, type ReconcileCause, type ToolDefinition } from "./registry.js";
-import { RenewalWheel } from "./renewals.js";
+import { RenewalWheel, type RenewalEntry } from "./renewals.js";
 
 /** Where a call sits: identical across every replay of the turn (spec §4). */
 export interface TurnContext {
@@ -246,7 +246,7 @@ export class Dispatcher implements CallDispatcher {
   private readonly logger: DispatchLogger;
   private readonly onEvent: ((event: DispatchEvent) => void) | undefined;
   /** Renews the leases of every call this dispatcher is running, on one timer (LEDGER-9). */
-  private readonly renewals: RenewalWheel;
+  private readonly renewals: RenewalWheel<HeldLease>;
 
   constructor(options: DispatcherOptions) {
     if (typeof options !== "object" || options === null) {
@@ -270,7 +270,7 @@ export class Dispatcher implements CallDispatcher {
     }
     this.logger = options.logger ?? consoleLogger;
     this.onEvent = options.onEvent;
-    this.renewals = new RenewalWheel(Math.max(1, Math.floor(this.leaseMs / 3)));
+    this.renewals = new RenewalWheel<HeldLease>(Math.max(1, Math.floor(this.leaseMs / 3)), (lease) => this.renewLease(lease));
 
     const unkeyed = this.registry.list().filter((t) => t.effect === "unkeyed_write").map((t) => t.name);
     if (unkeyed.length > 0 && this.ledger.capabilities.durability !== "durable") {
@@ -582,22 +582,27 @@ export class Dispatcher implements CallDispatcher {
     let delay = this.pollMs;
     let differenceLogged = false;
     for (;;) {
-      const { claim, sentAt: claimSentAt } = await this.claimRetrying(
-        {
-          key,
-          toolName: tool.name,
-          effect,
-          owner: this.owner,
-          leaseMs: this.leaseMs,
-          request: prepared.requestText,
-          claimId: claimState.claimId,
-          // Stored with the row so an operator can list a conversation's calls (LIST-3).
-          conversationId: context.conversationId,
-          turnIndex: context.turnIndex,
-        },
-        base,
-        claimState,
-      );
+      const request: ClaimRequest = {
+        key,
+        toolName: tool.name,
+        effect,
+        owner: this.owner,
+        leaseMs: this.leaseMs,
+        request: prepared.requestText,
+        claimId: claimState.claimId,
+        // Stored with the row so an operator can list a conversation's calls (LIST-3).
+        conversationId: context.conversationId,
+        turnIndex: context.turnIndex,
+      };
+      // The first attempt here, the retries in claimRetrying: an async call less (and its
+      // frame, a few hundred bytes) on every dispatch whose claim goes through.
+      let claimSentAt = Date.now();
+      let claim: ClaimResult;
+      try {
+        claim = await this.ledger.claim(request);
+      } catch (error) {
+        ({ claim, sentAt: claimSentAt } = await this.claimRetrying(request, base, claimState, claimSentAt, error));
+      }
       const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;
       if (!differenceLogged && stored !== prepared.requestText && !sameRequest(stored, prepared.requestCanonical)) {
         // Same logical call, re-worded outside its identity: the first request is the one that
@@ -634,38 +639,44 @@ export class Dispatcher implements CallDispatcher {
    * retry take it instead of meeting it as a live row of someone else (and, once its lease runs
    * out, an unkeyed_write call that never ran as `unknown`). When the retries run out, the claim
    * is released in the background, and the dispatch fails with the last ledger_unavailable.
+   * claimAndRun sends the first attempt; this takes over from what it met.
    */
   private async claimRetrying(
     request: ClaimRequest,
     base: { toolName: string; ordinal: number },
     claimState: ClaimState,
+    /** When the first attempt was sent, and what it met. */
+    firstSentAt: number,
+    firstError: unknown,
   ): Promise<{ claim: ClaimResult; sentAt: number }> {
     const { ordinal } = base;
-    const deadline = Date.now() + this.claimRetryMs;
+    const deadline = firstSentAt + this.claimRetryMs;
     let delay = this.pollMs;
+    let error = firstError;
     for (let attempt = 1; ; attempt++) {
+      if (!isDispatchOnceError(error, "ledger_unavailable")) throw error;
+      if (!claimState.unavailable) {
+        claimState.unavailable = true;
+        // Keyed by this dispatch's `base`, which every recording path receives: a release of
+        // this dispatch's own row retires the claim id first (releaseOwn, DISPATCH-16).
+        this.claimsOf.set(base, claimState);
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        // A ledger that retires is settled when the dispatch ends (execute); else release by claim id.
+        if (!this.retires) this.settleLostClaim(request, ordinal);
+        throw error;
+      }
+      this.emit({ type: "claim_retry", key: request.key, toolName: request.toolName, ordinal, attempt, error: describeError(error) });
+      await sleep(Math.min(delay, left));
+      // Within a third of the lease: a claim the store applied late holds a fresh lease, and
+      // only meeting it again before that lease runs out keeps it this claim's (LEDGER-26).
+      delay = Math.min(delay * 2, this.maxPollMs, Math.max(1, Math.floor(request.leaseMs / 3)));
       const sentAt = Date.now();
       try {
         return { claim: await this.ledger.claim(request), sentAt };
-      } catch (error) {
-        if (!isDispatchOnceError(error, "ledger_unavailable")) throw error;
-        if (!claimState.unavailable) {
-          claimState.unavailable = true;
-          // Keyed by this dispatch's `base`, which every recording path receives: a release of
-          // this dispatch's own row retires the claim id first (releaseOwn, DISPATCH-16).
-          this.claimsOf.set(base, claimState);
-        }
-        const left = deadline - Date.now();
-        if (left <= 0) {
-          // A ledger that retires is settled when the dispatch ends (execute); else release by claim id.
-          if (!this.retires) this.settleLostClaim(request, ordinal);
-          throw error;
-        }
-        this.emit({ type: "claim_retry", key: request.key, toolName: request.toolName, ordinal, attempt, error: describeError(error) });
-        await sleep(Math.min(delay, left));
-        // Within a third of the lease: a claim the store applied late holds a fresh lease, and
-        // only meeting it again before that lease runs out keeps it this claim's (LEDGER-26).
-        delay = Math.min(delay * 2, this.maxPollMs, Math.max(1, Math.floor(request.leaseMs / 3)));
+      } catch (next) {
+        error = next;
       }
     }
   }
@@ -772,34 +783,10 @@ export class Dispatcher implements CallDispatcher {
     claimSentAt: number,
     base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
   ): Promise<DispatchOutcome> {
-    const lease = new LazyAbort();
-    let finished = false;
-    // Our own estimate of the lease, on our clock: renewals that cannot reach the ledger past
-    // it mean another attempt may already have taken the row over (DISPATCH-13).
     // The lease began no earlier than the claim was sent, so this is a safe local bound.
-    let confirmedUntil = claimSentAt + this.leaseMs;
-    const loseLease = (reason: "stale_claim" | "lease_unconfirmed", error: unknown) => {
-      if (finished || lease.aborted) return;
-      this.renewals.remove(renewal);
-      this.emit({ type: "lease_lost", key, toolName: tool.name, ordinal, reason });
-      lease.abort(error);
-    };
+    const lease = new HeldLease(key, fence, tool.name, ordinal, claimSentAt + this.leaseMs);
     // Keep the claim while a slow tool runs (LEDGER-9); if it is lost, tell the tool (DISPATCH-11).
-    const renewal = this.renewals.add(() => {
-      const sentAt = Date.now();
-      // A ledger whose renew throws instead of rejecting is handled as one that rejects.
-      new Promise<unknown>((resolve) => resolve(this.ledger.renew(key, fence, this.leaseMs))).then(
-        () => {
-          confirmedUntil = sentAt + this.leaseMs;
-        },
-        (error: unknown) => {
-          if (finished) return;
-          if (isDispatchOnceError(error, "stale_claim")) return loseLease("stale_claim", error);
-          if (Date.now() >= confirmedUntil) return loseLease("lease_unconfirmed", error);
-          this.logger.warn("lease renewal failed; will retry", { key, error: describeError(error) });
-        },
-      );
-    });
+    this.renewals.add(lease);
 
     if (this.onEvent !== undefined) this.emit({ type: "run_started", key, toolName: tool.name, ordinal });
     let result: unknown;
@@ -813,12 +800,12 @@ export class Dispatcher implements CallDispatcher {
       const answer = mayReconcile(error)
         ? await this.probe(tool, args, key, cause, lease.aborted ? new AbortController().signal : lease.signal)
         : undefined;
-      finished = true;
-      this.renewals.remove(renewal);
+      lease.finished = true;
+      this.renewals.remove(lease);
       return this.recordFailure(error, tool, key, fence, base, context, cause, answer);
     }
-    finished = true;
-    this.renewals.remove(renewal);
+    lease.finished = true;
+    this.renewals.remove(lease);
     if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: true });
 
     let resultJson: string;
@@ -850,6 +837,31 @@ export class Dispatcher implements CallDispatcher {
       return this.reconcileUnstorable(tool, args, key, fence, error, base);
     }
     return outcomeOf(base, resultJson, false, resultParsed);
+  }
+
+  /** The wheel's renewal of a running call's lease (LEDGER-9). */
+  private renewLease(lease: HeldLease): void {
+    const sentAt = Date.now();
+    // A ledger whose renew throws instead of rejecting is handled as one that rejects.
+    new Promise<unknown>((resolve) => resolve(this.ledger.renew(lease.key, lease.fence, this.leaseMs))).then(
+      () => {
+        lease.confirmedUntil = sentAt + this.leaseMs;
+      },
+      (error: unknown) => {
+        if (lease.finished) return;
+        if (isDispatchOnceError(error, "stale_claim")) return this.loseLease(lease, "stale_claim", error);
+        if (Date.now() >= lease.confirmedUntil) return this.loseLease(lease, "lease_unconfirmed", error);
+        this.logger.warn("lease renewal failed; will retry", { key: lease.key, error: describeError(error) });
+      },
+    );
+  }
+
+  /** The claim was lost while the tool ran: stop renewing, and tell the tool (DISPATCH-11, DISPATCH-13). */
+  private loseLease(lease: HeldLease, reason: "stale_claim" | "lease_unconfirmed", error: unknown): void {
+    if (lease.finished || lease.aborted) return;
+    this.renewals.remove(lease);
+    this.emit({ type: "lease_lost", key: lease.key, toolName: lease.toolName, ordinal: lease.ordinal, reason });
+    lease.abort(error);
   }
 
   /**
@@ -1152,6 +1164,34 @@ class LazyAbort {
     if (this.abortedWith !== undefined) return;
     this.abortedWith = { reason };
     this.controller?.abort(reason);
+  }
+}
+
+/**
+ * A claimed call's lease while its tool runs: an entry of the dispatcher's renewal wheel, and the
+ * abort its tool is told through when the lease is lost (LEDGER-9, DISPATCH-11). One object per
+ * call instead of closures over the run's variables.
+ */
+class HeldLease extends LazyAbort implements RenewalEntry {
+  due = 0;
+  prev: HeldLease | undefined = undefined;
+  next: HeldLease | undefined = undefined;
+  removed = false;
+  /** The run (and its probe) has ended: a renewal's answer no longer matters. */
+  finished = false;
+
+  constructor(
+    readonly key: string,
+    readonly fence: number,
+    readonly toolName: string,
+    readonly ordinal: number,
+    /**
+     * Our own estimate of the lease, on our clock: renewals that cannot reach the ledger past it
+     * mean another attempt may already have taken the row over (DISPATCH-13).
+     */
+    public confirmedUntil: number,
+  ) {
+    super();
   }
 }
 
