@@ -9,31 +9,12 @@ import { randomBytes } from "node:crypto";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { drive, pay, paymentTool } from "./common.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
 const require = createRequire(join(here, "package.json"));
 const SLICES = 4;
-
-const pay = (i) => ({ payee: "acme-supplies", amount: 12_500 + (i % 97), currency: "EUR", reference: `D-${i}`, memo: "invoice 7" });
-
-/** `concurrency` loops of `op` for `ms`: calls made, wall time and process CPU time. */
-async function drive(concurrency, ms, op) {
-  const end = performance.now() + ms;
-  const started = performance.now();
-  const cpu = process.cpuUsage();
-  let ops = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (performance.now() < end) {
-        await op();
-        ops++;
-      }
-    }),
-  );
-  const used = process.cpuUsage(cpu);
-  return { ops, elapsedMs: performance.now() - started, cpuUs: used.user + used.system };
-}
 
 function summarise(parts) {
   const ops = parts.reduce((n, p) => n + p.ops, 0);
@@ -64,24 +45,16 @@ export async function benchDispatcherToLedger({
   const ledgerOnly = async () => {
     const i = n++;
     const key = `l${i}`;
-    const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000, request: JSON.stringify(pay(i)) });
+    const claim = await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "bench", leaseMs: 30_000, request: JSON.stringify(pay(i, "D")) });
     if (claim.outcome !== "claimed") throw new Error("ledger claim lost");
     await ledger.complete(key, claim.fence, resultText);
   };
-  const tool = core.defineTool({
-    name: "send_payment",
-    effect: "keyed_write",
-    input: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string().length(3), reference: z.string(), memo: z.string().optional() }),
-    identity: ["payee", "amount", "currency", "reference"],
-    async run() {
-      return result;
-    },
-  });
+  const tool = paymentTool(core, z, result);
   const dispatcher = new core.Dispatcher({ tools: [tool], ledger });
   const run = randomBytes(4).toString("hex");
   const dispatch = async () => {
     const i = n++;
-    const outcome = await dispatcher.turn({ conversationId: `c${run}-${i}`, turnIndex: 0 }).dispatch({ name: "send_payment", input: pay(i) });
+    const outcome = await dispatcher.turn({ conversationId: `c${run}-${i}`, turnIndex: 0 }).dispatch({ name: "send_payment", input: pay(i, "D") });
     if (outcome.replayed) throw new Error("a new call was replayed");
   };
 

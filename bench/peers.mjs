@@ -8,28 +8,12 @@ import { randomBytes } from "node:crypto";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { drive, pay, paymentTool } from "./common.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
 const require = createRequire(join(here, "package.json"));
 const SLICES = 3;
-
-const pay = (i) => ({ payee: "acme-supplies", amount: 12_500 + (i % 97), currency: "EUR", reference: `P-${i}`, memo: "invoice 7" });
-
-async function drive(concurrency, ms, op) {
-  const end = performance.now() + ms;
-  const started = performance.now();
-  let ops = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (performance.now() < end) {
-        await op();
-        ops++;
-      }
-    }),
-  );
-  return { ops, elapsedMs: performance.now() - started };
-}
 
 const rate = (parts) => Math.round((parts.reduce((n, p) => n + p.ops, 0) / parts.reduce((n, p) => n + p.elapsedMs, 0)) * 1000);
 
@@ -51,19 +35,11 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
   const result = { paymentId: "pay_0123456789", status: "accepted" };
   let n = 0;
 
-  const tool = core.defineTool({
-    name: "send_payment",
-    effect: "keyed_write",
-    input: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string().length(3), reference: z.string(), memo: z.string().optional() }),
-    identity: ["payee", "amount", "currency", "reference"],
-    async run() {
-      return result;
-    },
-  });
+  const tool = paymentTool(core, z, result);
   const dispatcher = new core.Dispatcher({ tools: [tool], ledger });
   const dispatchOnce = async () => {
     const i = n++;
-    await dispatcher.turn({ conversationId: `${prefix}-c${i}`, turnIndex: 0 }).dispatch({ name: "send_payment", input: pay(i) });
+    await dispatcher.turn({ conversationId: `${prefix}-c${i}`, turnIndex: 0 }).dispatch({ name: "send_payment", input: pay(i, "P") });
   };
 
   // Powertools: the payment arguments are the payload it hashes into the key (all of them: it has no identity projection).
@@ -75,7 +51,7 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
   config.registerLambdaContext({ getRemainingTimeInMillis: () => 900_000 });
   const idempotentPay = makeIdempotent(/** @type {(payment: object) => Promise<object>} */ (async () => result), { persistenceStore, config, keyPrefix: `${prefix}:pt` });
   const powertools = async () => {
-    await idempotentPay(pay(n++));
+    await idempotentPay(pay(n++, "P"));
   };
 
   const resultText = JSON.stringify(result);
@@ -91,7 +67,7 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
     await drive(4, 300, floorOp);
     await drive(4, 300, dispatchOnce);
     await drive(4, 300, powertools);
-    const probe = pay(-1);
+    const probe = pay(-1, "P");
     let runs = 0;
     const counted = makeIdempotent(/** @type {(payment: object) => Promise<object>} */ (async () => ({ run: ++runs })), { persistenceStore, config, keyPrefix: `${prefix}:pt` });
     await counted(probe);
