@@ -193,7 +193,7 @@ const consoleLogger: DispatchLogger = {
   warn: (message, fields) => console.warn(`[dispatch-once] ${message}`, fields ?? ""),
 };
 
-/** What execute() learns about its claims, for retiring the claim id when the dispatch ends. */
+/** What claimAndRun() learns about its claims, for retiring the claim id when the dispatch ends. */
 interface ClaimState {
   /** The dispatch's one claim id (LEDGER-26). */
   readonly claimId: string;
@@ -535,19 +535,30 @@ export class Dispatcher implements CallDispatcher {
     return parsed.data;
   }
 
-  private async execute(prepared: PreparedCall, context: TurnContext, ordinal: number): Promise<DispatchOutcome> {
+  /** A call's run: a read runs every time; a write claims first (claimAndRun). */
+  private execute(prepared: PreparedCall, context: TurnContext, ordinal: number): Promise<DispatchOutcome> {
+    return prepared.tool.effect === "read" ? this.runRead(prepared, context, ordinal) : this.claimAndRun(prepared, context, ordinal);
+  }
+
+  /** Reads have no effect to guard (EFFECT-2): run every time, never claim. */
+  private async runRead(prepared: PreparedCall, context: TurnContext, ordinal: number): Promise<DispatchOutcome> {
     const { tool } = prepared;
     const key = this.keyOf(prepared, context, ordinal);
     const base = { key, toolName: tool.name, effect: tool.effect, ordinal };
+    const result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, new LazyAbort()));
+    const { text, parsed } = canonicalizeAndParse(toJsonData(result === undefined ? null : result));
+    return outcomeOf(base, text, false, parsed);
+  }
 
-    if (tool.effect === "read") {
-      // Reads have no effect to guard (EFFECT-2): run every time, never claim.
-      const result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, new LazyAbort()));
-      const { text, parsed } = canonicalizeAndParse(toJsonData(result === undefined ? null : result));
-      return outcomeOf(base, text, false, parsed);
-    }
-
-    const effect: LedgerEffect = tool.effect;
+  /**
+   * A write: claim, then run, replay, or wait on another claimant's live claim. One async
+   * function for the whole claimed path (it was two: an async frame less per dispatch).
+   */
+  private async claimAndRun(prepared: PreparedCall, context: TurnContext, ordinal: number): Promise<DispatchOutcome> {
+    const { tool } = prepared;
+    const key = this.keyOf(prepared, context, ordinal);
+    const base = { key, toolName: tool.name, effect: tool.effect, ordinal };
+    const effect = tool.effect as LedgerEffect; // execute() sends reads to runRead
     const size = sizeBeyond(prepared.requestText, this.ledger.capabilities.maxResultBytes);
     if (size > this.ledger.capabilities.maxResultBytes) {
       throw new ToolInputError(tool.name, [
@@ -561,75 +572,62 @@ export class Dispatcher implements CallDispatcher {
     // store), and whether the dispatch took the row: both decide the retiring (DISPATCH-16).
     const claimState: ClaimState = { claimId, unavailable: false, took: false, retired: false };
     try {
-      return await this.claimAndRun(prepared, context, ordinal, key, base, effect, claimState);
+      const started = Date.now();
+      let delay = this.pollMs;
+      let differenceLogged = false;
+      for (;;) {
+        const request: ClaimRequest = {
+          key,
+          toolName: tool.name,
+          effect,
+          owner: this.owner,
+          leaseMs: this.leaseMs,
+          request: prepared.requestText,
+          claimId,
+          // Stored with the row so an operator can list a conversation's calls (LIST-3).
+          conversationId: context.conversationId,
+          turnIndex: context.turnIndex,
+        };
+        // The first attempt here, the retries in claimRetrying: an async call less (and its
+        // frame, a few hundred bytes) on every dispatch whose claim goes through.
+        let claimSentAt = Date.now();
+        let claim: ClaimResult;
+        try {
+          claim = await this.ledger.claim(request);
+        } catch (error) {
+          ({ claim, sentAt: claimSentAt } = await this.claimRetrying(request, base, claimState, claimSentAt, error));
+        }
+        const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;
+        if (!differenceLogged && stored !== prepared.requestText && !sameRequest(stored, prepared.requestCanonical)) {
+          // Same logical call, re-worded outside its identity: the first request is the one that
+          // runs or is replayed; the difference is worth seeing (IDENT-3).
+          differenceLogged = true;
+          this.logger.warn("a replay's arguments differ from the first request outside the identity; using the first request", {
+            key,
+            tool: tool.name,
+            stored,
+            replay: prepared.requestText,
+          });
+          this.emit({ type: "request_differs", key, toolName: tool.name, ordinal, stored, replay: prepared.requestText });
+        }
+        if (claim.outcome === "claimed") {
+          if (this.onEvent !== undefined) this.emit({ type: "claimed", key, toolName: tool.name, ordinal, fence: claim.fence, takeover: claim.takeover });
+          // A re-run (after release or takeover) sends exactly the first request (LEDGER-21).
+          const args = claim.request === prepared.requestText ? prepared.args : parseStoredRequest(key, claim.request);
+          claimState.took = true;
+          // Awaited here: the dispatch ends (and its claim id is retired, below) when the run has.
+          return await this.runClaimed(tool, args, context, ordinal, key, claim.fence, claimSentAt, base);
+        }
+        const row = claim.row;
+        if (row.state !== "in_flight") return this.replay(row, base);
+        const waited = Date.now() - started;
+        if (waited >= this.waitMs) throw new InFlightElsewhereError(key, waited);
+        this.emit({ type: "waiting", key, toolName: tool.name, ordinal, owner: (row as InFlightRow).owner });
+        await sleep(Math.min(delay, this.waitMs - waited));
+        delay = Math.min(delay * 2, this.maxPollMs);
+      }
     } finally {
       if (claimState.unavailable && this.retires && !claimState.retired) this.retireClaim(key, claimId, !claimState.took, tool.name, ordinal);
-    }
-  }
-
-  /** execute()'s claim loop: claim, then run, replay, or wait on another claimant's live claim. */
-  private async claimAndRun(
-    prepared: PreparedCall,
-    context: TurnContext,
-    ordinal: number,
-    key: string,
-    base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
-    effect: LedgerEffect,
-    claimState: ClaimState,
-  ): Promise<DispatchOutcome> {
-    const { tool } = prepared;
-    const started = Date.now();
-    let delay = this.pollMs;
-    let differenceLogged = false;
-    for (;;) {
-      const request: ClaimRequest = {
-        key,
-        toolName: tool.name,
-        effect,
-        owner: this.owner,
-        leaseMs: this.leaseMs,
-        request: prepared.requestText,
-        claimId: claimState.claimId,
-        // Stored with the row so an operator can list a conversation's calls (LIST-3).
-        conversationId: context.conversationId,
-        turnIndex: context.turnIndex,
-      };
-      // The first attempt here, the retries in claimRetrying: an async call less (and its
-      // frame, a few hundred bytes) on every dispatch whose claim goes through.
-      let claimSentAt = Date.now();
-      let claim: ClaimResult;
-      try {
-        claim = await this.ledger.claim(request);
-      } catch (error) {
-        ({ claim, sentAt: claimSentAt } = await this.claimRetrying(request, base, claimState, claimSentAt, error));
-      }
-      const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;
-      if (!differenceLogged && stored !== prepared.requestText && !sameRequest(stored, prepared.requestCanonical)) {
-        // Same logical call, re-worded outside its identity: the first request is the one that
-        // runs or is replayed; the difference is worth seeing (IDENT-3).
-        differenceLogged = true;
-        this.logger.warn("a replay's arguments differ from the first request outside the identity; using the first request", {
-          key,
-          tool: tool.name,
-          stored,
-          replay: prepared.requestText,
-        });
-        this.emit({ type: "request_differs", key, toolName: tool.name, ordinal, stored, replay: prepared.requestText });
-      }
-      if (claim.outcome === "claimed") {
-        if (this.onEvent !== undefined) this.emit({ type: "claimed", key, toolName: tool.name, ordinal, fence: claim.fence, takeover: claim.takeover });
-        // A re-run (after release or takeover) sends exactly the first request (LEDGER-21).
-        const args = claim.request === prepared.requestText ? prepared.args : parseStoredRequest(key, claim.request);
-        claimState.took = true;
-        return this.runClaimed(tool, args, context, ordinal, key, claim.fence, claimSentAt, base);
-      }
-      const row = claim.row;
-      if (row.state !== "in_flight") return this.replay(row, base);
-      const waited = Date.now() - started;
-      if (waited >= this.waitMs) throw new InFlightElsewhereError(key, waited);
-      this.emit({ type: "waiting", key, toolName: tool.name, ordinal, owner: (row as InFlightRow).owner });
-      await sleep(Math.min(delay, this.waitMs - waited));
-      delay = Math.min(delay * 2, this.maxPollMs);
     }
   }
 
@@ -663,7 +661,7 @@ export class Dispatcher implements CallDispatcher {
       }
       const left = deadline - Date.now();
       if (left <= 0) {
-        // A ledger that retires is settled when the dispatch ends (execute); else release by claim id.
+        // A ledger that retires is settled when the dispatch ends (claimAndRun); else release by claim id.
         if (!this.retires) this.settleLostClaim(request, ordinal);
         throw error;
       }
