@@ -111,6 +111,11 @@ local function store_finished(value, retention, from, to, trail)
 end
 `;
 
+/** A row's header: state, fence, claimedAt, requestBytes, the rest (READERS' header()). */
+const ROW_HEADER = `^{"v":${V},"state":"([%a_]+)","fence":(%d+),"claimedAt":(%d+),"requestBytes":(%d+),(.*)}$`;
+/** The rest of an in-flight header: leaseExpiresAt, claim token, effect, toolName and the tail (READERS' inflight()). */
+const INFLIGHT_REST = `^"leaseExpiresAt":(%d+),"claim":"([%w%._%-]*)","effect":"(%a+_write)","toolName":(".*)$`;
+
 /** The helpers that read a stored row (and append to its audit trail). */
 const READERS = `
 -- state, fence, claimedAt, requestBytes (string), rest-of-header, newline position;
@@ -120,7 +125,7 @@ local function header(value)
   local nl = string.find(value, '\\n', 1, true)
   if not nl then return nil, 'no row header' end
   local state, fence, claimed, nreq, rest = string.match(string.sub(value, 1, nl - 1),
-    '^{"v":${V},"state":"([%a_]+)","fence":(%d+),"claimedAt":(%d+),"requestBytes":(%d+),(.*)}$')
+    '${ROW_HEADER}')
   if not state then return nil, 'unreadable row header' end
   if #value < nl + tonumber(nreq) then return nil, 'row is shorter than its stored request' end
   return state, fence, claimed, nreq, rest, nl
@@ -134,7 +139,7 @@ end
 -- row's conversationId and turnIndex when the creating claim gave them (LIST-3), so every script
 -- that copies it keeps them. Rows written before LIST-3 have no tail after the tool name.
 local function inflight(rest)
-  return string.match(rest, '^"leaseExpiresAt":(%d+),"claim":"([%w%._%-]*)","effect":"(%a+_write)","toolName":(".*)$')
+  return string.match(rest, '${INFLIGHT_REST}')
 end
 local function audit_entry(actor, action, from, to, fence, reason, outcome)
   local entry = {at = nows, actor = actor, action = action, fromState = from, toState = to, fence = fence, reason = reason}
@@ -200,12 +205,19 @@ if not retired then
     redis.pcall('ZADD', string.sub(idx, 1, #idx - 8) .. 'rows:in_flight', nows, key)
     return {'claimed', '1', lease, 0}
   end
-  -- Another claim's live row (the loser of a race): answered after the same checks header() and
-  -- inflight() make below, before any more functions are made.
+  -- A finished row (a replay) or another claim's live row (the loser of a race): answered with the
+  -- checks header() and inflight() make below, before any more functions are made; any other
+  -- row takes the general path below.
   local nl = string.find(old, '\\n', 1, true)
   if nl then
-    local _, _, nreq, leaseAt, claim = string.match(string.sub(old, 1, nl - 1), '${INFLIGHT_HEADER}')
-    if leaseAt and claim ~= ARGV[7] and tonumber(leaseAt) > now and #old >= nl + tonumber(nreq) then return {'existing', old} end
+    local state, _, _, nreq, rest = string.match(string.sub(old, 1, nl - 1), '${ROW_HEADER}')
+    if state and #old >= nl + tonumber(nreq) then
+      if state == 'completed' or state == 'failed' or state == 'unknown' then return {'existing', old} end
+      if state == 'in_flight' then
+        local leaseAt, claim = string.match(rest, '${INFLIGHT_REST}')
+        if leaseAt and claim ~= ARGV[7] and tonumber(leaseAt) > now then return {'existing', old} end
+      end
+    end
   end
 end
 ${WRITERS}${READERS}
