@@ -193,18 +193,21 @@ export interface RedisServerReport {
   notDurable: DurabilityViolation[];
 }
 
+// V7: the claim that creates its row, the loser of a race and the caller's own finish run before
+// the scripts' rarely used functions are made, and a finish at fence 1 skips the audit trail's
+// PEXPIRE (there is none); rows, indexes and replies are unchanged.
 // V6: claim reads the slot's retired claim ids (KEYS[4], LEDGER-28), which retire writes.
 // V5: every state change moves the row in its slot's listing indexes, and the header's tail after
 // the tool name carries the row's conversationId and turnIndex (LIST-3, LIST-6).
 // V4: the row's audit list is KEYS[3] of claim, finish, cancel and resolve (V3: in-flight rows carry
 // the claim token and the in-flight index is KEYS[2]). A new name, so a client shared with an older
 // copy of this package never runs the other copy's script under it.
-const CMD_CLAIM = "dispatchOnceLedgerClaimV6";
-const CMD_RENEW = "dispatchOnceLedgerRenewV5";
-const CMD_FINISH = "dispatchOnceLedgerFinishV5";
-const CMD_CANCEL = "dispatchOnceLedgerCancelV5";
-const CMD_RESOLVE = "dispatchOnceLedgerResolveV5";
-const CMD_RETIRE = "dispatchOnceLedgerRetireV6";
+const CMD_CLAIM = "dispatchOnceLedgerClaimV7";
+const CMD_RENEW = "dispatchOnceLedgerRenewV7";
+const CMD_FINISH = "dispatchOnceLedgerFinishV7";
+const CMD_CANCEL = "dispatchOnceLedgerCancelV7";
+const CMD_RESOLVE = "dispatchOnceLedgerResolveV7";
+const CMD_RETIRE = "dispatchOnceLedgerRetireV7";
 const CMD_LIST = "dispatchOnceLedgerListExpiredV3";
 const CMD_LIST_ROWS = "dispatchOnceLedgerListRowsV1";
 const CMD_FORGET_LISTED = "dispatchOnceLedgerForgetListedV1";
@@ -533,6 +536,11 @@ export class RedisLedger implements Ledger {
     return `${this.prefix}:{${slotTags()[slot]!}}:inflight`;
   }
 
+  /** `prefix:{tag}:` of the row's slot: the head of its slot's in-flight index and retired-id keys. */
+  private slotHead(redisKey: string): string {
+    return `${this.prefix}:{${slotTags()[keySlot(redisKey)]!}}:`;
+  }
+
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     const leaseMs = String(checkClaimRequest(request, STORE_LIMITS));
     const key = request.key;
@@ -541,14 +549,16 @@ export class RedisLedger implements Ledger {
     // a token of this ledger's own, never repeated (it has a '.', which a claim id never has).
     const token = request.claimId ?? `${this.tokenPrefix}.${(this.tokenCounter++).toString(36)}`;
     const redisKey = this.redisKey(key);
+    // The slot is hashed once for the row's index and retired-id keys (the hot path).
+    const slotHead = this.slotHead(redisKey);
     let reply: ScriptReply;
     try {
       reply = await this.call("claim", key, () =>
         this.scripts[CMD_CLAIM](
           redisKey,
-          this.inflightIndexKey(key),
-          this.auditKey(key),
-          this.retiredKey(key),
+          `${slotHead}inflight`,
+          `${redisKey}:audit`,
+          `${slotHead}retired`,
           // JSON-escaped here, spliced into the row header by the script; the conversation and
           // turn follow the tool name, where every script copies them unchanged (LIST-3).
           JSON.stringify(request.toolName) +
@@ -953,9 +963,10 @@ export class RedisLedger implements Ledger {
 
   private async finish(key: string, fence: number, state: string, body: string): Promise<void> {
     const op = state === "released" ? "release" : state;
+    const redisKey = this.redisKey(key);
     const reply = this.checked(
       await this.call(op, key, () =>
-        this.scripts[CMD_FINISH](this.redisKey(key), this.inflightIndexKey(key), this.auditKey(key), String(fence), state, this.retentionArg, body),
+        this.scripts[CMD_FINISH](redisKey, `${this.slotHead(redisKey)}inflight`, `${redisKey}:audit`, String(fence), state, this.retentionArg, body),
       ),
       op,
       key,

@@ -57,50 +57,23 @@ import { ROW_FORMAT_VERSION } from "@dispatch-once/core";
 
 const V = String(ROW_FORMAT_VERSION);
 
-const PRELUDE = `
+/** The row, its slot's in-flight index, its audit list, and the server clock (no functions: see WRITERS). */
+const CLOCK = `
 local key = KEYS[1]
 local idx = KEYS[2]
+-- The row's audit trail (RESOLVE-7): a list in the row's own slot (KEYS[3]), living as long as the row.
+local audit = KEYS[3]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nows = string.format('%d', now)
--- state, fence, claimedAt, requestBytes (string), rest-of-header, newline position;
--- or nil and why, when the value is not a row this version wrote. A row without
--- requestBytes (written before LEDGER-21) is one of those: corrupt, never absent.
-local function header(value)
-  local nl = string.find(value, '\\n', 1, true)
-  if not nl then return nil, 'no row header' end
-  local state, fence, claimed, nreq, rest = string.match(string.sub(value, 1, nl - 1),
-    '^{"v":${V},"state":"([%a_]+)","fence":(%d+),"claimedAt":(%d+),"requestBytes":(%d+),(.*)}$')
-  if not state then return nil, 'unreadable row header' end
-  if #value < nl + tonumber(nreq) then return nil, 'row is shorter than its stored request' end
-  return state, fence, claimed, nreq, rest, nl
-end
--- The stored request: the first requestBytes bytes of the body (LEDGER-21).
-local function request_of(value, nl, nreq)
-  return string.sub(value, nl + 1, nl + tonumber(nreq))
-end
--- leaseExpiresAt, claim token, effect, toolName (a JSON string) of an in-flight header's rest.
--- "toolName" is the whole tail of the header from the tool name's JSON string on: it carries the
--- row's conversationId and turnIndex when the creating claim gave them (LIST-3), so every script
--- that copies it keeps them. Rows written before LIST-3 have no tail after the tool name.
-local function inflight(rest)
-  return string.match(rest, '^"leaseExpiresAt":(%d+),"claim":"([%w%._%-]*)","effect":"(%a+_write)","toolName":(".*)$')
-end
--- The row's audit trail (RESOLVE-7): a list in the row's own slot (KEYS[3]), living as long as the row.
-local audit = KEYS[3]
-local function audit_entry(actor, action, from, to, fence, reason, outcome)
-  local entry = {at = nows, actor = actor, action = action, fromState = from, toState = to, fence = fence, reason = reason}
-  if outcome then entry.outcome = outcome end
-  redis.call('RPUSH', audit, cjson.encode(entry))
-end
--- finishedAt, effect, toolName (a JSON string) of a finished header's rest.
-local function finishedrest(rest)
-  return string.match(rest, '^"finishedAt":(%d+),"effect":"(%a+_write)","toolName":(".*)$')
-end
--- The same of a released header's rest (it may keep a claim token before the effect).
-local function releasedrest(rest)
-  return string.match(rest, '^"finishedAt":(%d+),[^{}]-"effect":"(%a+_write)","toolName":(".*)$')
-end
+`;
+
+/**
+ * The helpers that write a row and move its index members. Each \`local function\` is a closure
+ * made on every run of a script, so the common paths (a claim that creates its row, a finish of
+ * the caller's own in-flight row) run before READERS are made, and the claim's writes nothing here.
+ */
+const WRITERS = `
 -- The listing indexes (LIST-6): per state, a sorted set in the row's slot (the in-flight index's
 -- hash tag), score the row's last transition (claimedAt in flight, finishedAt after), member the
 -- row's key. Moved by every script that changes the row's state, in the same atomic step; best
@@ -125,7 +98,8 @@ local function finished(state, fence, claimed, nreq, effect, tool, request, text
 end
 -- Finished and released rows live retentionMs more (never 0: the adapter refuses a retention below its floor).
 -- from: the state the row leaves (its listing index loses it), to: the state written.
-local function store_finished(value, retention, from, to)
+-- trail: whether the row may have an audit trail (see FINISH_LUA; every other caller passes true).
+local function store_finished(value, retention, from, to, trail)
   redis.call('SET', key, value, 'PX', retention)
   relist(from, to, nows)
   -- A finished row expires retentionMs after finishedAt (its score): older members of this state's
@@ -133,9 +107,63 @@ local function store_finished(value, retention, from, to)
   -- stays about one retention long (listRows skips any that remain).
   redis.pcall('ZREMRANGEBYSCORE', listidx(to), '-inf', string.format('(%d', now - tonumber(retention)))
   -- The trail expires with the row (a no-op when there is none).
-  redis.call('PEXPIRE', audit, retention)
+  if trail then redis.call('PEXPIRE', audit, retention) end
 end
 `;
+
+/** A row's header: state, fence, claimedAt, requestBytes, the rest (READERS' header()). */
+const ROW_HEADER = `^{"v":${V},"state":"([%a_]+)","fence":(%d+),"claimedAt":(%d+),"requestBytes":(%d+),(.*)}$`;
+/** The rest of an in-flight header: leaseExpiresAt, claim token, effect, toolName and the tail (READERS' inflight()). */
+const INFLIGHT_REST = `^"leaseExpiresAt":(%d+),"claim":"([%w%._%-]*)","effect":"(%a+_write)","toolName":(".*)$`;
+
+/** The helpers that read a stored row (and append to its audit trail). */
+const READERS = `
+-- state, fence, claimedAt, requestBytes (string), rest-of-header, newline position;
+-- or nil and why, when the value is not a row this version wrote. A row without
+-- requestBytes (written before LEDGER-21) is one of those: corrupt, never absent.
+local function header(value)
+  local nl = string.find(value, '\\n', 1, true)
+  if not nl then return nil, 'no row header' end
+  local state, fence, claimed, nreq, rest = string.match(string.sub(value, 1, nl - 1),
+    '${ROW_HEADER}')
+  if not state then return nil, 'unreadable row header' end
+  if #value < nl + tonumber(nreq) then return nil, 'row is shorter than its stored request' end
+  return state, fence, claimed, nreq, rest, nl
+end
+-- The stored request: the first requestBytes bytes of the body (LEDGER-21).
+local function request_of(value, nl, nreq)
+  return string.sub(value, nl + 1, nl + tonumber(nreq))
+end
+-- leaseExpiresAt, claim token, effect, toolName (a JSON string) of an in-flight header's rest.
+-- "toolName" is the whole tail of the header from the tool name's JSON string on: it carries the
+-- row's conversationId and turnIndex when the creating claim gave them (LIST-3), so every script
+-- that copies it keeps them. Rows written before LIST-3 have no tail after the tool name.
+local function inflight(rest)
+  return string.match(rest, '${INFLIGHT_REST}')
+end
+local function audit_entry(actor, action, from, to, fence, reason, outcome)
+  local entry = {at = nows, actor = actor, action = action, fromState = from, toState = to, fence = fence, reason = reason}
+  if outcome then entry.outcome = outcome end
+  redis.call('RPUSH', audit, cjson.encode(entry))
+end
+-- finishedAt, effect, toolName (a JSON string) of a finished header's rest.
+local function finishedrest(rest)
+  return string.match(rest, '^"finishedAt":(%d+),"effect":"(%a+_write)","toolName":(".*)$')
+end
+-- The same of a released header's rest (it may keep a claim token before the effect).
+local function releasedrest(rest)
+  return string.match(rest, '^"finishedAt":(%d+),[^{}]-"effect":"(%a+_write)","toolName":(".*)$')
+end
+`;
+
+const PRELUDE = CLOCK + WRITERS + READERS;
+
+/**
+ * An in-flight header read with one pattern: fence, claimedAt, requestBytes, leaseExpiresAt, claim
+ * token, effect, toolName (with the header's tail). It matches exactly when header() finds state
+ * in_flight and inflight() reads the rest, so a script's common path can skip both (and READERS).
+ */
+const INFLIGHT_HEADER = `^{"v":${V},"state":"in_flight","fence":(%d+),"claimedAt":(%d+),"requestBytes":(%d+),"leaseExpiresAt":(%d+),"claim":"([%w%._%-]*)","effect":"(%a+_write)","toolName":(".*)}$`;
 
 /**
  * claim. KEYS: 1 row, 2 in-flight index, 3 audit list, 4 the slot's retired claim ids.
@@ -149,35 +177,57 @@ end
  * live in_flight or terminal -> existing; released under this very token -> {'released_claim', fence} (LEDGER-27);
  * expired in_flight: keyed_write -> takeover (fence+1, keeps the request), unkeyed_write -> unknown(lease_expired).
  */
-export const CLAIM_LUA = `${PRELUDE}
--- A late copy of a claim its dispatch gave up on takes nothing, whatever the row: checked before
--- anything else, before the claim id could be recognised as the row's own (LEDGER-28, LEDGER-26).
-if ARGV[8] ~= '' then
-  local retiredUntil = redis.pcall('ZSCORE', KEYS[4], ARGV[8])
-  if type(retiredUntil) == 'table' and retiredUntil.err then return {'corrupt', 'retired claim ids: ' .. retiredUntil.err} end
-  if retiredUntil and tonumber(retiredUntil) > now then
-    local row = redis.pcall('GET', key)
-    if type(row) == 'table' and row.err then return {'corrupt', row.err} end
-    if not row then return {'retired', '0'} end
-    local state, fence = header(row)
-    if not state then return {'corrupt', fence} end
-    return {'retired', fence}
-  end
-end
+export const CLAIM_LUA = `${CLOCK}
 local lease = string.format('%d', now + tonumber(ARGV[4]))
 local function claimed(fence, nreq, request, tool)
   return '{"v":${V},"state":"in_flight","fence":' .. fence .. ',"claimedAt":' .. nows .. ',"requestBytes":' .. nreq ..
     ',"leaseExpiresAt":' .. lease .. ',"claim":"' .. ARGV[7] .. '","effect":"' .. ARGV[2] .. '","toolName":' .. tool ..
     '}\\n' .. request .. ARGV[3]
 end
--- One call claims an absent key, or returns the value that is there (WRONGTYPE if not a string).
--- Only this claim, the one that creates the row, stores the caller's request (#: its UTF-8 bytes).
-local old = redis.pcall('SET', key, claimed('1', string.format('%d', #ARGV[6]), ARGV[6], ARGV[1]), 'NX', 'GET')
-if type(old) == 'table' and old.err then return {'corrupt', old.err} end
-if not old then
-  index(lease)
-  relist(nil, 'in_flight', nows)
-  return {'claimed', '1', lease, 0}
+-- A late copy of a claim its dispatch gave up on takes nothing, whatever the row: checked before
+-- anything else, before the claim id could be recognised as the row's own (LEDGER-28, LEDGER-26).
+local retired = false
+if ARGV[8] ~= '' then
+  local retiredUntil = redis.pcall('ZSCORE', KEYS[4], ARGV[8])
+  if type(retiredUntil) == 'table' and retiredUntil.err then return {'corrupt', 'retired claim ids: ' .. retiredUntil.err} end
+  retired = retiredUntil and tonumber(retiredUntil) > now
+end
+local old = false
+if not retired then
+  -- One call claims an absent key, or returns the value that is there (WRONGTYPE if not a string).
+  -- Only this claim, the one that creates the row, stores the caller's request (#: its UTF-8 bytes).
+  old = redis.pcall('SET', key, claimed('1', string.format('%d', #ARGV[6]), ARGV[6], ARGV[1]), 'NX', 'GET')
+  if type(old) == 'table' and old.err then return {'corrupt', old.err} end
+  if not old then
+    -- The row is new: into the in-flight index and the in-flight listing (WRITERS' index() and
+    -- relist(nil, 'in_flight'), written out so that this path makes no more functions).
+    redis.pcall('ZADD', idx, lease, key)
+    redis.pcall('ZADD', string.sub(idx, 1, #idx - 8) .. 'rows:in_flight', nows, key)
+    return {'claimed', '1', lease, 0}
+  end
+  -- A finished row (a replay) or another claim's live row (the loser of a race): answered with the
+  -- checks header() and inflight() make below, before any more functions are made; any other
+  -- row takes the general path below.
+  local nl = string.find(old, '\\n', 1, true)
+  if nl then
+    local state, _, _, nreq, rest = string.match(string.sub(old, 1, nl - 1), '${ROW_HEADER}')
+    if state and #old >= nl + tonumber(nreq) then
+      if state == 'completed' or state == 'failed' or state == 'unknown' then return {'existing', old} end
+      if state == 'in_flight' then
+        local leaseAt, claim = string.match(rest, '${INFLIGHT_REST}')
+        if leaseAt and claim ~= ARGV[7] and tonumber(leaseAt) > now then return {'existing', old} end
+      end
+    end
+  end
+end
+${WRITERS}${READERS}
+if retired then
+  local row = redis.pcall('GET', key)
+  if type(row) == 'table' and row.err then return {'corrupt', row.err} end
+  if not row then return {'retired', '0'} end
+  local state, fence = header(row)
+  if not state then return {'corrupt', fence} end
+  return {'retired', fence}
 end
 local state, fence, claimedAt, nreq, rest, nl = header(old)
 if not state then return {'corrupt', fence} end
@@ -224,16 +274,18 @@ end
 if effect ~= 'unkeyed_write' then return {'corrupt', 'unknown effect ' .. effect} end
 local unknown = finished('unknown', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), 'lease_expired')
 audit_entry(ARGV[3], 'lease_expired', 'in_flight', 'unknown', fence, 'lease_expired')
-store_finished(unknown, ARGV[5], 'in_flight', 'unknown')
+store_finished(unknown, ARGV[5], 'in_flight', 'unknown', true)
 unindex()
 return {'existing', unknown}
 `;
 
 /** Shared ownership check: the row must be in_flight AND carry exactly this fence (LEDGER-5). ARGV[1] = fence. */
-const OWNED = `
+const OWNED_READ = `
 local old = redis.pcall('GET', key)
 if type(old) == 'table' and old.err then return {'corrupt', old.err} end
 if not old then return {'stale'} end
+`;
+const OWNED_CHECK = `
 local state, fence, claimedAt, nreq, rest, nl = header(old)
 if not state then return {'corrupt', fence} end
 if state ~= 'in_flight' or fence ~= ARGV[1] then return {'stale'} end
@@ -242,7 +294,7 @@ if not leaseAt then return {'corrupt', 'unreadable in-flight header'} end
 `;
 
 /** renew. ARGV: 1 fence, 2 leaseMs. The claim token and the body (request and owner) are copied unchanged. */
-export const RENEW_LUA = `${PRELUDE}${OWNED}
+export const RENEW_LUA = `${PRELUDE}${OWNED_READ}${OWNED_CHECK}
 local lease = string.format('%d', now + tonumber(ARGV[2]))
 redis.call('SET', key, '{"v":${V},"state":"in_flight","fence":' .. fence .. ',"claimedAt":' .. claimedAt ..
   ',"requestBytes":' .. nreq .. ',"leaseExpiresAt":' .. lease .. ',"claim":"' .. claim .. '","effect":"' .. effect ..
@@ -252,14 +304,33 @@ return {'ok', lease}
 `;
 
 /** complete / fail / markUnknown / release. ARGV: 1 fence, 2 new state, 3 retentionMs, 4 body. Keeps the stored request. */
-export const FINISH_LUA = `${PRELUDE}${OWNED}
+export const FINISH_LUA = `${CLOCK}${WRITERS}${OWNED_READ}
+-- The common case, the caller's own row in flight under its fence, finished as completed, failed
+-- or released: read with one pattern (the same checks as OWNED_CHECK) before READERS are made.
+local nl = string.find(old, '\\n', 1, true)
+if nl and ARGV[2] ~= 'unknown' then
+  local fence, claimedAt, nreq, _, claim, effect, tool = string.match(string.sub(old, 1, nl - 1), '${INFLIGHT_HEADER}')
+  if fence == ARGV[1] and #old >= nl + tonumber(nreq) then
+    local kept = nil
+    if ARGV[2] == 'released' then kept = claim end
+    -- A row in flight at fence 1 has no audit trail, so there is none to expire: every script that
+    -- appends to a trail either writes a finished row (lease_expired, marked_unknown: no claim
+    -- takes it back to fence 1) or bumps the fence (resolve), and a released row is claimed again
+    -- at the next fence. A trail lives exactly as long as its row (store_finished, PERSIST).
+    store_finished(finished(ARGV[2], fence, claimedAt, nreq, effect, tool, string.sub(old, nl + 1, nl + tonumber(nreq)), ARGV[4], kept),
+      ARGV[3], 'in_flight', ARGV[2], fence ~= '1')
+    unindex()
+    return {'ok', nows}
+  end
+end
+${READERS}${OWNED_CHECK}
 if ARGV[2] == 'unknown' then
   -- The owner's own account of a lost outcome, audited with it (RESOLVE-7); the body is request then owner.
   audit_entry(string.sub(old, nl + 1 + tonumber(nreq)), 'marked_unknown', 'in_flight', 'unknown', fence, ARGV[4])
 end
 local kept = nil
 if ARGV[2] == 'released' then kept = claim end
-store_finished(finished(ARGV[2], fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4], kept), ARGV[3], 'in_flight', ARGV[2])
+store_finished(finished(ARGV[2], fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4], kept), ARGV[3], 'in_flight', ARGV[2], true)
 unindex()
 return {'ok', nows}
 `;
@@ -293,7 +364,7 @@ end
 local nextFence = string.format('%d', tonumber(fence) + 1)
 local value = finished(ARGV[2], nextFence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), ARGV[4])
 audit_entry(ARGV[5], ARGV[6], state, ARGV[2], nextFence, ARGV[7], ARGV[8])
-store_finished(value, ARGV[3], state, ARGV[2])
+store_finished(value, ARGV[3], state, ARGV[2], true)
 unindex()
 return {'ok', value}
 `;
@@ -314,7 +385,7 @@ if state ~= 'in_flight' then return {'none'} end
 local leaseAt, claim, effect, tool = inflight(rest)
 if not leaseAt then return {'corrupt', 'unreadable in-flight header'} end
 if claim ~= ARGV[1] then return {'none'} end
-store_finished(finished('released', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), '', claim), ARGV[2], 'in_flight', 'released')
+store_finished(finished('released', fence, claimedAt, nreq, effect, tool, request_of(old, nl, nreq), '', claim), ARGV[2], 'in_flight', 'released', true)
 unindex()
 return {'released', fence}
 `;
@@ -351,7 +422,7 @@ if type(added) == 'table' and added.err then return {'corrupt', 'retired claim i
 redis.call('PEXPIRE', retired, ARGV[3])
 redis.call('ZREMRANGEBYSCORE', retired, '-inf', nows)
 if not release then return {'retired'} end
-store_finished(release[1], ARGV[3], 'in_flight', 'released')
+store_finished(release[1], ARGV[3], 'in_flight', 'released', true)
 unindex()
 return {'released', release[2]}
 `;
