@@ -1,5 +1,5 @@
 import { InvalidLedgerInputError, LedgerCorruptError, ResultNotStorableError, type StoredError } from "../errors.js";
-import { ROW_FORMAT_VERSION, type ClaimRequest, type LedgerEffect, type LedgerRow, type RowBase } from "../ledger.js";
+import { ROW_FORMAT_VERSION, type ClaimRequest, type LedgerRow, type RowBase } from "../ledger.js";
 import { checkClaimOrigin } from "../ledger-ops.js";
 import { assertClaimId, utf8ByteLength } from "../memory-ledger.js";
 import { checkLeaseMs } from "./leases.js";
