@@ -69,9 +69,10 @@ async function sqliteRows(rows, log) {
       const table = "dispatch_once_ledger";
       const now = Date.now();
       // The fill alone gets a page cache big enough for the key index (SQLite's default is 2 MB,
-      // and random keys then make every insert a cache miss: 10M rows took over half an hour).
-      // Put back before measuring, and the WAL the fill left checkpointed away, so the claims
-      // run with the ledger's own settings on a table as it would be after normal use.
+      // and random keys then make nearly every insert a cache miss). Still, each chunk dirties
+      // most pages of that index, which go to the WAL and back: 10M rows took 46 min at load
+      // 10-30 (2 cores). Put back before measuring, and the WAL the fill left checkpointed away,
+      // so the claims run with the ledger's own settings, not through a WAL of a bulk load.
       const cacheSize = ledger.database.pragma("cache_size", { simple: true });
       ledger.database.pragma("cache_size = -2000000");
       for (let done = 0; done < count; done += FILL_CHUNK) {
