@@ -16,7 +16,10 @@ const probes = {
   evalshaSet: () => c.evalsha(shaSet, 1, `${prefix}:e${n++}`, "x"),
   evalshaClaim: () => {
     const key = `c${n++}`;
-    return c.evalsha(shaClaim, 2, ledger.redisKey(key), ledger.inflightIndexKey(key), '"send_payment"', "keyed_write", "owner", "30000", "60000", REQUEST, "probe.1");
+    // The claim script's keys and arguments as RedisLedger.claim sends them (scripts V7: row,
+    // in-flight index, audit trail, retired ids; no claim id, so no retired-id lookup).
+    const index = ledger.inflightIndexKey(key);
+    return c.evalsha(shaClaim, 4, ledger.redisKey(key), index, `${ledger.redisKey(key)}:audit`, index.replace(/inflight$/, "retired"), '"send_payment"', "keyed_write", "owner", "30000", "60000", REQUEST, `probe.${n}`, "");
   },
   ledgerClaim: () => ledger.claim({ key: `l${n++}`, toolName: "send_payment", effect: "keyed_write", owner: "owner", leaseMs: 30000, request: REQUEST }),
 };
