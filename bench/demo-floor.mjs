@@ -20,36 +20,29 @@ const SSE_HEADERS = { "content-type": "text/event-stream; charset=utf-8", "cache
 
 /** A minimal model server: parses the body, answers with the captured stream of the step asked for, in one write. */
 function startModelServer() {
-  const server = http.createServer((req, res) => {
-    let body = "";
-    req.setEncoding("utf8");
-    req.on("data", (chunk) => (body += chunk));
-    req.on("end", () => {
-      const request = JSON.parse(body);
-      const toolResultStep = request.messages.length > 1;
-      res.writeHead(200, SSE_HEADERS);
-      res.end(toolResultStep ? shapes.doneResponse : shapes.toolResponse);
-    });
+  return listen((request, res) => {
+    const toolResultStep = request.messages.length > 1;
+    res.writeHead(200, SSE_HEADERS);
+    res.end(toolResultStep ? shapes.doneResponse : shapes.toolResponse);
   });
-  return listen(server);
 }
 
 /** A minimal payments server: parses the body, answers 201 with the captured payment. */
 function startPaymentsServer() {
+  return listen((_request, res) => {
+    res.writeHead(201, { "content-type": "application/json; charset=utf-8", location: shapes.paymentLocation, "content-length": Buffer.byteLength(shapes.paymentResponse) });
+    res.end(shapes.paymentResponse);
+  });
+}
+
+/** A node:http server that reads and parses each JSON body, then answers with `respond(body, res)`. */
+async function listen(respond) {
   const server = http.createServer((req, res) => {
     let body = "";
     req.setEncoding("utf8");
     req.on("data", (chunk) => (body += chunk));
-    req.on("end", () => {
-      JSON.parse(body);
-      res.writeHead(201, { "content-type": "application/json; charset=utf-8", location: shapes.paymentLocation, "content-length": Buffer.byteLength(shapes.paymentResponse) });
-      res.end(shapes.paymentResponse);
-    });
+    req.on("end", () => respond(JSON.parse(body), res));
   });
-  return listen(server);
-}
-
-async function listen(server) {
   await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
   return { server, url: `http://127.0.0.1:${server.address().port}` };
 }

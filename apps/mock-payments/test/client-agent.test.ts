@@ -1,16 +1,7 @@
 import { Agent, createServer } from "node:http";
 import { afterAll, describe, expect, it } from "vitest";
-import { createPaymentsClient, PaymentsApiError, PaymentsConnectionError, type PaymentsClientOptions, type PaymentsError } from "../src/index.js";
-import { payment, startServer, until } from "./helpers.js";
-
-async function failure(promise: Promise<unknown>): Promise<PaymentsError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as PaymentsError;
-  }
-  throw new Error("expected the call to fail");
-}
+import { createPaymentsClient, PaymentsApiError, PaymentsConnectionError, type PaymentsClientOptions } from "../src/index.js";
+import { failure, payment, startServer, until } from "./helpers.js";
 
 const agent = new Agent({ keepAlive: true });
 afterAll(() => agent.destroy());

@@ -1,15 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { createPaymentsClient, PaymentsApiError, PaymentsConnectionError, type PaymentsError } from "../src/index.js";
-import { payment, problemType, startServer } from "./helpers.js";
-
-async function failure(promise: Promise<unknown>): Promise<PaymentsError> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as PaymentsError;
-  }
-  throw new Error("expected the call to fail");
-}
+import { createPaymentsClient, PaymentsApiError, PaymentsConnectionError } from "../src/index.js";
+import { failure, payment, problemType, startServer } from "./helpers.js";
 
 describe("createPaymentsClient", () => {
   it("creates, replays, voids, gets and lists, reporting Idempotent-Replayed", async () => {
