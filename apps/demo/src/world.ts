@@ -188,7 +188,12 @@ export async function startSide(options: SideOptions): Promise<Side> {
   // The tool's HTTP client is the tool author's choice: node:http over a keep-alive agent costs
   // about a third of fetch's CPU per request, with the same outcomes (a lost response is still
   // connection_lost, "unknown"). The model's streams keep the SDK over fetch: that is what the demo shows.
-  const paymentsAgent = new Agent({ keepAlive: true });
+  // An idle socket must be dropped here before the server drops it (Node's 5 s keep-alive):
+  // a request written on a socket the server is closing is lost before it arrives, which the
+  // tool can only report as "unknown" and the dispatcher then settles and runs again (an extra
+  // POST, seen under heavy load). With a timeout set, the agent closes idle sockets one second
+  // before the server's `Keep-Alive: timeout` hint; without one it ignores the hint.
+  const paymentsAgent = new Agent({ keepAlive: true, timeout: 30_000 });
   const paymentsClient = createPaymentsClient({ baseURL: payments.url, token: PAYMENTS_ACCOUNT_TOKEN, agent: paymentsAgent });
   const posts = new Map<string, number>();
   const lostResponses = new Map<string, number>();

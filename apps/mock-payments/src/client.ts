@@ -99,7 +99,9 @@ export interface PaymentsClientOptions {
   /**
    * Send the requests with node:http over this agent (a keep-alive `http.Agent`, typically)
    * instead of fetch: the same calls, outcomes and errors, for a third of fetch's CPU per
-   * request. An http: base URL only; not together with `fetch`.
+   * request. An http: base URL only; not together with `fetch`. Give the agent a `timeout`:
+   * only then does Node close idle sockets before the server's `Keep-Alive: timeout` (without
+   * it, a request can go out on a socket the server is closing, and is reported lost).
    */
   agent?: Agent;
   /** Abort a request after this long (the outcome is then unknown). Default: no timeout. */
