@@ -22,6 +22,8 @@ if (rowsIndex >= 0 && !(Number.isSafeInteger(growthRows) && growthRows >= 10_000
 }
 // --peers: the AWS Powertools idempotency Redis layer beside Dispatch-Once on the same Redis.
 const peersWanted = args.includes("--peers");
+// --demo-floor: the CPU floor under one turn of the demo's main job (bench/demo-floor.mjs).
+const demoFloorWanted = args.includes("--demo-floor");
 
 // --only=none skips the adapter table (e.g. `pnpm bench --only=none --rows 1000000`).
 const adapters = ["ledger-sqlite", "ledger-postgres", "ledger-redis"].filter((a) => !only || a.includes(only));
@@ -85,6 +87,17 @@ if (peersWanted) {
   }
 }
 
+let demoFloor = null;
+if (demoFloorWanted) {
+  try {
+    const { benchDemoFloor } = await import("./demo-floor.mjs");
+    if (!json) process.stderr.write("measuring the demo's floor (the SDK's streams and the payments POST against minimal servers) ...\n");
+    demoFloor = await benchDemoFloor();
+  } catch (error) {
+    failures.push({ adapter: "demo-floor", error: String(error?.stack ?? error) });
+  }
+}
+
 // Every ratio in one place, for `--json` readers: adapter / floor per workload and concurrency,
 // dispatcher µs above the ledger, the full dispatcher path / the ledger-only path (same store,
 // same concurrency, interleaved), latency at N rows / at 10k, Dispatch-Once / Powertools.
@@ -97,7 +110,7 @@ const ratios = {
 };
 
 if (json) {
-  process.stdout.write(`${JSON.stringify({ durationMs, rows, dispatcherOverhead, dispatcherLedger, rowsGrowth, peers, ratios, failures })}\n`);
+  process.stdout.write(`${JSON.stringify({ durationMs, rows, dispatcherOverhead, dispatcherLedger, rowsGrowth, peers, demoFloor, ratios, failures })}\n`);
 } else {
   const header = ["adapter", "workload", "conc", "ops/s", "p50 µs", "p99 µs", "floor ops/s", "ratio"];
   const body = rows.map((r) => [
@@ -148,6 +161,18 @@ if (json) {
           `  Powertools ${fmt(r.powertoolsOpsPerSec)} (${r.powertoolsToFloor.toFixed(2)}x floor)  Dispatch-Once / Powertools ${r.dispatchOnceToPowertools.toFixed(2)}x`,
       );
     }
+  }
+  if (demoFloor) {
+    const e = demoFloor.cpuMsPerExchange;
+    console.log(
+      `\ndemo floor (CPU ms per exchange, client + server, c=${demoFloor.concurrency}, median of ${demoFloor.rounds} slices): ` +
+        `SDK tool_use stream ${e.sdkToolUseStream}, SDK tool_result stream ${e.sdkToolResultStream}, ` +
+        `payments POST over fetch ${e.fetchPayment}, over a keep-alive http.Agent ${e.keepAliveHttpPayment}`,
+    );
+    console.log(
+      `  per turn (2 sides): ${demoFloor.perTurnCpuMs.paymentsOverFetch} ms with fetch, ${demoFloor.perTurnCpuMs.paymentsOverKeepAliveAgent} ms with the agent; ` +
+        `20,000 turns on 2 idle cores: ${demoFloor.wallSecondsFor20000TurnsOn2Cores.paymentsOverFetch} s / ${demoFloor.wallSecondsFor20000TurnsOn2Cores.paymentsOverKeepAliveAgent} s`,
+    );
   }
   for (const f of failures) console.log(`\n${f.adapter}: FAILED\n${f.error}`);
 }

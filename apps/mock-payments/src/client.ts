@@ -1,3 +1,4 @@
+import { request as httpRequest, type Agent, type IncomingMessage } from "node:http";
 import { formatIdempotencyKey } from "./idempotency-key.js";
 import { PROBLEM_TYPE_BASE, type Problem } from "./problems.js";
 import type {
@@ -95,6 +96,14 @@ export interface PaymentsClientOptions {
   /** The bearer token; it names the account. */
   token: string;
   fetch?: typeof fetch;
+  /**
+   * Send the requests with node:http over this agent (a keep-alive `http.Agent`, typically)
+   * instead of fetch: the same calls, outcomes and errors, for a third of fetch's CPU per
+   * request. An http: base URL only; not together with `fetch`. Give the agent a `timeout`:
+   * only then does Node close idle sockets before the server's `Keep-Alive: timeout` (without
+   * it, a request can go out on a socket the server is closing, and is reported lost).
+   */
+  agent?: Agent;
   /** Abort a request after this long (the outcome is then unknown). Default: no timeout. */
   timeoutMs?: number;
   /** How to send Idempotency-Key: as an RFC 8941 sf-string (the IETF draft) or bare. Default "sf-string". */
@@ -130,9 +139,77 @@ export interface PaymentsClient {
   lookupIdempotencyKey(key: string, options?: RequestOptions): Promise<PaymentsResult<IdempotencyKeyLookup>>;
 }
 
+/** What a call reads of a response, whichever transport carried it. */
+interface WireResponse {
+  status: number;
+  statusText: string;
+  /** The value of a response header (lower-case name), or null. */
+  header(name: string): string | null;
+  text: string;
+}
+
+type Transport = (url: string, method: "GET" | "POST", headers: Record<string, string>, body: string | undefined, signal: AbortSignal | undefined) => Promise<WireResponse>;
+
+function fetchTransport(doFetch: typeof fetch): Transport {
+  return async (url, method, headers, body, signal) => {
+    const init: RequestInit = { method, headers };
+    if (body !== undefined) init.body = body;
+    if (signal !== undefined) init.signal = signal;
+    const response = await doFetch(url, init);
+    const text = await response.text();
+    return { status: response.status, statusText: response.statusText, header: (name) => response.headers.get(name), text };
+  };
+}
+
+/**
+ * node:http over the caller's agent. Every way a response can fail to arrive whole (a refused
+ * connection, a socket closed before or during the response, an abort) rejects, as fetch does,
+ * so the call maps it onto the same connection errors; an abort rejects with an AbortError.
+ */
+function agentTransport(agent: Agent): Transport {
+  return (url, method, headers, body, signal) =>
+    new Promise<WireResponse>((resolve, reject) => {
+      const fail = (error: unknown) => reject(signal?.aborted === true ? abortError(signal, error) : error);
+      const request = httpRequest(url, { method, headers, agent, ...(signal !== undefined ? { signal } : {}) }, (response: IncomingMessage) => {
+        let text = "";
+        response.setEncoding("utf8");
+        response.on("data", (chunk: string) => (text += chunk));
+        response.on("error", fail);
+        response.on("end", () => {
+          const received = response.headers;
+          resolve({
+            status: response.statusCode ?? 0,
+            statusText: response.statusMessage ?? "",
+            header: (name) => {
+              const value = received[name];
+              return value === undefined ? null : Array.isArray(value) ? value.join(", ") : value;
+            },
+            text,
+          });
+        });
+        // A body cut short ends in "close" without "end" (and, on Node 20, an "aborted" error).
+        response.on("close", () => {
+          if (!response.complete) fail(Object.assign(new Error("the response was cut off before its end"), { code: "ECONNRESET" }));
+        });
+      });
+      request.on("error", fail);
+      request.end(body);
+    });
+}
+
+function abortError(signal: AbortSignal, cause: unknown): Error {
+  return Object.assign(new Error("the request was aborted", { cause: signal.reason ?? cause }), { name: "AbortError" });
+}
+
 export function createPaymentsClient(options: PaymentsClientOptions): PaymentsClient {
-  const doFetch = options.fetch ?? globalThis.fetch;
+  if (options.agent !== undefined && options.fetch !== undefined) {
+    throw new TypeError("createPaymentsClient: give either fetch or agent, not both");
+  }
   const base = options.baseURL.replace(/\/+$/, "");
+  if (options.agent !== undefined && !base.startsWith("http:")) {
+    throw new TypeError(`createPaymentsClient: agent needs an http: baseURL, got ${options.baseURL}`);
+  }
+  const transport = options.agent !== undefined ? agentTransport(options.agent) : fetchTransport(options.fetch ?? globalThis.fetch);
   const keyFormat = options.idempotencyKeyFormat ?? "sf-string";
 
   async function call<T>(
@@ -157,19 +234,15 @@ export function createPaymentsClient(options: PaymentsClientOptions): PaymentsCl
     if (timeout !== undefined) signals.push(timeout);
     const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
 
-    let response: globalThis.Response;
-    let text: string;
+    let response: WireResponse;
     try {
-      const init: RequestInit = { method, headers };
-      if (body !== undefined) init.body = JSON.stringify(body);
-      if (signal !== undefined) init.signal = signal;
-      response = await doFetch(`${base}${path}`, init);
-      text = await response.text();
+      response = await transport(`${base}${path}`, method, headers, body !== undefined ? JSON.stringify(body) : undefined, signal);
     } catch (error) {
       throw toConnectionError(error, timeout?.aborted === true, method, path);
     }
-    const replayed = response.headers.get("idempotent-replayed") === "true";
-    if (!response.ok) {
+    const text = response.text;
+    const replayed = response.header("idempotent-replayed") === "true";
+    if (response.status < 200 || response.status > 299) {
       throw new PaymentsApiError(response.status, parseProblem(response, text), replayed);
     }
     let parsed: T;
@@ -195,7 +268,7 @@ export function createPaymentsClient(options: PaymentsClientOptions): PaymentsCl
   };
 }
 
-function parseProblem(response: globalThis.Response, text: string): Problem {
+function parseProblem(response: WireResponse, text: string): Problem {
   try {
     const body = JSON.parse(text) as Partial<Problem>;
     if (typeof body === "object" && body !== null && typeof body.type === "string") {

@@ -1,5 +1,5 @@
 import { afterEach } from "vitest";
-import { startMockPayments, type MockPaymentsOptions, type MockPaymentsServer } from "../src/index.js";
+import { startMockPayments, type MockPaymentsOptions, type MockPaymentsServer, type PaymentsError } from "../src/index.js";
 
 const started: MockPaymentsServer[] = [];
 
@@ -71,4 +71,14 @@ export async function until(condition: () => boolean, what: string, maxMs = 10_0
     if (Date.now() > deadline) throw new Error(`timed out waiting for: ${what}`);
     await new Promise((r) => setTimeout(r, 5));
   }
+}
+
+/** The error a client call fails with; throws when it succeeds. */
+export async function failure(promise: Promise<unknown>): Promise<PaymentsError> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as PaymentsError;
+  }
+  throw new Error("expected the call to fail");
 }
