@@ -43,8 +43,9 @@ async function listen(respond) {
     req.on("data", (chunk) => (body += chunk));
     req.on("end", () => respond(JSON.parse(body), res));
   });
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return { server, url: `http://127.0.0.1:${server.address().port}` };
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(undefined)));
+  const address = /** @type {import("node:net").AddressInfo} */ (server.address());
+  return { server, url: `http://127.0.0.1:${address.port}` };
 }
 
 /** The exchanges measured, each a function that runs one to completion. */

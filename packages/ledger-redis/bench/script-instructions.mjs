@@ -28,7 +28,7 @@ for (const name of only) {
   const exited = new Promise((r) => server.on("exit", r));
   const c = new Redis("redis://127.0.0.1:6398", { retryStrategy: () => 200 }); c.on("error", () => {});
   while (true) { try { await c.ping(); break; } catch { await new Promise((r) => setTimeout(r, 200)); } }
-  const sc = await c.script("LOAD", claim), sf = await c.script("LOAD", finish);
+  const sc = /** @type {string} */ (await c.script("LOAD", claim)), sf = /** @type {string} */ (await c.script("LOAD", finish));
   const keys = (p, i) => [`p:{${p}${i}}`, `p:{${p}${i}}:inflight`, `p:{${p}${i}}:audit`, `p:{${p}${i}}:retired`];
   const claimOp = (p, i, tok = `tok.${i}`) => c.evalsha(sc, 4, ...keys(p, i), '"send_payment"', "keyed_write", "bench", "30000", "60000", REQUEST, tok, "");
   const finishOp = (p, i) => c.evalsha(sf, 3, ...keys(p, i).slice(0, 3), "1", "completed", "60000", RESULT);
