@@ -78,29 +78,32 @@ export interface AiSdkAppOptions {
 export interface AiSdkWorld {
   openai: MockOpenAI;
   payments: MockPaymentsServer;
-  /** The case being run, for the mock's script and fault plan (cases run one at a time). */
-  current: AiSdkCaseState | undefined;
-  close(): Promise<void>;
-}
-
-interface AiSdkCaseState {
+  /**
+   * The running cases' plans and attempts, by user text (the case's account is in it): what the
+   * mock's script and fault plan read. Each case adds its own entries and removes only those, so
+   * a case the property abandoned at its time limit, still running, never touches another's.
+   */
   plans: Map<string, ScriptedResponse>;
   /** Which attempt of its turn the app is making for a user text (1-based), and that turn's plan. */
   attempts: Map<string, { attempt: number; plan: AiSdkMessagePlan }>;
+  close(): Promise<void>;
 }
 
 export async function startAiSdkWorld(): Promise<AiSdkWorld> {
-  const world: AiSdkWorld = { openai: undefined as never, payments: await startMockPayments({}), current: undefined, close: async () => {} };
-  const fallback = scriptFromPlans({});
+  const world: AiSdkWorld = { openai: undefined as never, payments: await startMockPayments({}), plans: new Map(), attempts: new Map(), close: async () => {} };
   world.openai = await startMockOpenAI({
     seed: "conformance-ai-sdk",
     // Nothing reads the requests across cases; a certification makes thousands.
     logLimit: 50,
-    script: (request) => (world.current === undefined ? fallback(request) : scriptFromPlans(Object.fromEntries(world.current.plans))(request)),
+    script: (request) => {
+      const text = lastUserText(request);
+      const plan = text === undefined ? undefined : world.plans.get(text);
+      return scriptFromPlans(plan === undefined ? {} : { [text!]: plan })(request);
+    },
   });
   world.openai.setFaultPlan((request) => {
     const text = lastUserText(request);
-    const at = text === undefined ? undefined : world.current?.attempts.get(text);
+    const at = text === undefined ? undefined : world.attempts.get(text);
     const planned = at?.plan.cuts[at.attempt - 1];
     if (planned === undefined) return undefined;
     const last = Array.isArray(request.input) ? request.input[request.input.length - 1] : undefined;
@@ -223,7 +226,7 @@ interface Chat {
  * stream finished; a failed attempt leaves the messages as they were.
  */
 async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string): Promise<boolean> {
-  const state = ctx.world.current!.attempts.get(content)!;
+  const state = ctx.world.attempts.get(content)!;
   state.attempt++;
   const request: AiSdkRequest = { conversationId: chat.plan.id, messages: chat.messages, dispatchAt: chat.plan.dispatchAt };
   say(ctx.log, "app", `${chat.plan.id} ${label}: request ${state.attempt} of ${JSON.stringify(message.text)} (${chat.messages.length} messages, tools at ${chat.plan.dispatchAt})`);
@@ -338,11 +341,12 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
   const account = `acct_${randomUUID().slice(0, 12)}`;
   const log: CaseLog = { started: Date.now(), timeline: [], told: [], stats: { cases: 1 } };
   const faults = new Map<string, FaultSpec["outcome"]>();
-  const plans = new Map<string, ScriptedResponse>();
-  const attempts = new Map<string, { attempt: number; plan: AiSdkMessagePlan }>();
+  const { plans, attempts } = world;
+  const contents: string[] = [];
   for (const chat of scenario.chats) {
     for (const message of chat.messages) {
       const content = contentOf(account, chat.id, message.text);
+      contents.push(content);
       // The memo is free text the mock re-words on every later response to the same request (IDENT-1).
       plans.set(content, respond(...message.calls.map((c) => call(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {}))));
       attempts.set(content, { attempt: 0, plan: message });
@@ -352,7 +356,6 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       });
     }
   }
-  world.current = { plans, attempts };
   const running = { n: 0 };
   try {
     const tools = appTools(world, account, log, faults, running, app.disposition);
@@ -378,7 +381,10 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
     count(log, "effects", effects.length);
     return { violations, timeline: log.timeline, stats: log.stats };
   } finally {
-    world.current = undefined;
+    for (const content of contents) {
+      plans.delete(content);
+      attempts.delete(content);
+    }
     await fixture.destroy().catch(() => {});
   }
 }

@@ -1,9 +1,11 @@
 import { createOnceTools } from "@dispatch-once/ai-sdk";
 import { ConformanceFailure, memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
 import type { ToolSet } from "ai";
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { expectReadable } from "./readable.js";
-import { runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
+import { runAiSdkCase, startAiSdkWorld } from "../src/ai-sdk-case.js";
+import { aiSdkScenarioArbitrary, runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
 
 /**
  * The end-to-end level on the Vercel AI SDK profile (spec §13.2): an app that drives real
@@ -86,4 +88,27 @@ describe("the ai-sdk oracle rejects planted bugs", () => {
     expect(message).toMatch(/breaks EFFECT-6/);
     expect(message).toMatch(/was kept as an error that says the effect did not happen \(tool_failed \(effect no\)/);
   }, 600_000);
+});
+
+describe("the ai-sdk cases share one world", () => {
+  // fast-check abandons a run at the property's time limit (shrinking included) and goes on: the
+  // abandoned case keeps running beside the next one. A case that owned the world's plans (one
+  // "current" case) was cleared by the abandoned one's end and failed with a TypeError instead
+  // of its verdict (seen in CI under load).
+  it("two cases running at once on one world each get their own plans and verdicts", async () => {
+    const scenarios = fc.sample(aiSdkScenarioArbitrary(), { seed: 3, numRuns: 4 });
+    const world = await startAiSdkWorld();
+    try {
+      const runs = await Promise.all(scenarios.map((scenario) => runAiSdkCase(world, memory, scenario)));
+      for (const run of runs) {
+        expect(run.violations).toEqual([]);
+        expect(run.stats.attempts).toBeGreaterThan(0);
+      }
+      // Each case removes what it added.
+      expect(world.plans.size).toBe(0);
+      expect(world.attempts.size).toBe(0);
+    } finally {
+      await world.close();
+    }
+  }, 120_000);
 });
