@@ -789,19 +789,29 @@ function withDeadline<T>(
 ): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     let expired = false;
-    const timer = setTimeout(() => {
-      expired = true;
-      reject(new DeadlineError(waitingFor, timeoutMs));
-    }, Math.max(0, deadline - performance.now()));
+    let settled = false;
+    // Expire after the poll phase: a timer due during a stall runs before that turn's I/O is
+    // read, when the answer may be waiting already.
+    const timer = setTimeout(
+      () =>
+        setImmediate(() => {
+          if (settled) return;
+          expired = true;
+          reject(new DeadlineError(waitingFor, timeoutMs));
+        }),
+      Math.max(0, deadline - performance.now()),
+    );
     promise.then(
       (value) => {
         if (!expired) {
+          settled = true;
           clearTimeout(timer);
           resolve(value);
         } else late?.(value);
       },
       (error: unknown) => {
         if (!expired) {
+          settled = true;
           clearTimeout(timer);
           reject(error);
         }

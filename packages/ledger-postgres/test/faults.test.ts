@@ -73,6 +73,27 @@ function expectUnavailableWithin(result: Settled, boundMs: number, what: string)
   expect(result.ms, `${what} settled after ${result.ms} ms`).toBeLessThan(boundMs + SLACK_MS);
 }
 
+describe("an answer that arrived while the process was stalled (LEDGER-12)", () => {
+  it("is taken, not reported as ledger_unavailable, when the stall outlasted timeoutMs (the deadline is judged after that turn's I/O)", async () => {
+    const schema = await migrated("stall");
+    const ledger = track(new PostgresLedger({ connectionString: process.env["DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/test", schema, timeoutMs: 200 }));
+    await ledger.lookup("warm-up"); // an idle connection in the pool: the claim is written at once
+    const claim = ledger.claim(request("stalled"));
+    await new Promise((resolve) => setImmediate(resolve));
+    // The event loop is blocked well past the deadline while PostgreSQL answers: when it runs
+    // again, the deadline's timer is due before the answer is read.
+    const until = Date.now() + 1_000;
+    while (Date.now() < until) {
+      // a GC pause, a CPU-bound handler, a starved process
+    }
+    const outcome = await claim.then(
+      (result) => ({ result }),
+      (error: unknown) => ({ error }),
+    );
+    expect(outcome).toMatchObject({ result: { outcome: "claimed", fence: 1 } });
+  });
+});
+
 describe("LEDGER-12: a paused server (frozen proxy) gives ledger_unavailable within timeoutMs", () => {
   it("own pool: the claim on a warm connection, and each claim after it, fail within the bound (no extra wait for new connections)", async () => {
     const schema = await migrated("paused");

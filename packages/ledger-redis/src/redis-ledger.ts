@@ -1063,7 +1063,12 @@ export class RedisLedger implements Ledger {
       const timer =
         wait === undefined || wait === Number.POSITIVE_INFINITY
           ? undefined
-          : setTimeout(() => reject(this.unavailable(op, key, new Error(`no reply within ${this.timeoutMs} ms`))), Math.max(0, wait));
+          : // A timer due during a stall (a blocked loop, a starved process) runs before that
+            // turn's I/O is read: the reply may be waiting already. Judge after the poll phase.
+            setTimeout(
+              () => setImmediate(() => reject(this.unavailable(op, key, new Error(`no reply within ${this.timeoutMs} ms`)))),
+              Math.max(0, wait),
+            );
       sent.then(
         (reply) => {
           clearTimeout(timer);

@@ -172,6 +172,26 @@ describe("client settings that can send a script twice (issue 18: ioredis autoRe
   }
 });
 
+describe("a reply that arrived while the process was stalled (LEDGER-12)", () => {
+  it("is taken, not reported as ledger_unavailable, when the stall outlasted commandTimeoutMs (the deadline is judged after that turn's I/O)", async () => {
+    const l = ledger({ commandTimeoutMs: 100 });
+    await l.lookup("warm-up");
+    const claim = l.claim(request("stalled"));
+    // The event loop is blocked well past the deadline while Redis answers (in well under a
+    // second): when it runs again, the deadline's timer is due before the reply is read.
+    const until = Date.now() + 1_000;
+    while (Date.now() < until) {
+      // a GC pause, a CPU-bound handler, a starved process
+    }
+    const outcome = await claim.then(
+      (result) => ({ result }),
+      (error: unknown) => ({ error }),
+    );
+    expect(outcome).toMatchObject({ result: { outcome: "claimed", fence: 1 } });
+    expect(await state(l, "stalled")).toBe("in_flight");
+  });
+});
+
 describe("a claim the store applies after the client gave up (issue 18: false unknowns)", () => {
   for (const kind of ["the ledger's own client", "a brought client with LEDGER_REDIS_OPTIONS"] as const) {
     it(`LEDGER-12 (${kind}): a claim held past commandTimeoutMs settles as ledger_unavailable within the bound; the server runs it late, and the release queued behind it on the same connection releases it, so the retry runs instead of meeting unknown`, async () => {
