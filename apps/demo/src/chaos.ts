@@ -159,6 +159,8 @@ export interface RouteSide {
   mayHaveHappened: number;
   /** ...of which the payment did exist. */
   mayHaveHappenedAndDid: number;
+  /** The first few of those statements with their cause, "<reference>: <status> <code>: <message>". */
+  mayHaveHappenedExamples: string[];
 }
 
 export interface RouteResult {
@@ -665,6 +667,7 @@ function routeSide(counted: { duplicates: number; payments: number }, posts: num
     misreports: tally.misreports,
     mayHaveHappened: tally.mayHaveHappened,
     mayHaveHappenedAndDid: tally.mayHaveHappenedAndDid,
+    mayHaveHappenedExamples: tally.mayHaveHappenedExamples,
   };
 }
 
@@ -767,8 +770,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
 }
 
 function withoutReplays(route: { replays: number } & RouteSide): RouteSide {
-  const { duplicates, payments, posts, misreports, mayHaveHappened, mayHaveHappenedAndDid } = route;
-  return { duplicates, payments, posts, misreports, mayHaveHappened, mayHaveHappenedAndDid };
+  const { duplicates, payments, posts, misreports, mayHaveHappened, mayHaveHappenedAndDid, mayHaveHappenedExamples } = route;
+  return { duplicates, payments, posts, misreports, mayHaveHappened, mayHaveHappenedAndDid, mayHaveHappenedExamples };
 }
 
 /** The built worker entry beside this module, if there is one (running from source there is not). */

@@ -53,6 +53,11 @@ export interface MessageAudit {
   mayHaveHappened: number;
   /** ...of which the effect log shows the payment did happen (the "may" was the honest answer). */
   mayHaveHappenedAndDid: number;
+  /**
+   * Why each of those records said "may have happened": per call that said it, its status and
+   * its error's code (e.g. "outcome_unknown ledger_unavailable"), so a count can be explained.
+   */
+  mayHaveHappenedCauses: string[];
 }
 
 interface CommittedResult {
@@ -158,11 +163,17 @@ export function auditMessage(evidence: MessageEvidence): MessageAudit {
   }
 
   let mayHaveHappened = 0;
+  const mayHaveHappenedCauses: string[] = [];
   for (const record of evidence.records) {
     const said = statements(record);
     if (said.some((s) => s.effect === "not_happened" && hasEffect(s))) reasons.add("record_denies_effect");
     if (said.some((s) => (s.effect === "happened" || s.effect === "may_have_happened") && hasEffect(s))) stated = true;
-    if (record.kind === "failed_turn" && said.some((s) => s.effect === "may_have_happened")) mayHaveHappened++;
+    if (record.kind === "failed_turn" && said.some((s) => s.effect === "may_have_happened")) {
+      mayHaveHappened++;
+      for (const call of record.calls) {
+        if (call.effect === "may_have_happened") mayHaveHappenedCauses.push(`${call.status} ${call.error?.code ?? "-"}: ${call.error?.message ?? call.summary}`);
+      }
+    }
   }
   if (payments.length > 0 && !stated) reasons.add("effect_unreported");
 
@@ -170,6 +181,7 @@ export function auditMessage(evidence: MessageEvidence): MessageAudit {
     reasons: MISREPORT_REASONS.filter((r) => reasons.has(r)),
     mayHaveHappened,
     mayHaveHappenedAndDid: payments.length > 0 ? mayHaveHappened : 0,
+    mayHaveHappenedCauses,
   };
 }
 
@@ -186,6 +198,8 @@ export interface AuditTally {
   mayHaveHappenedAndDid: number;
   /** The first few misreported messages, "<reference>: reason, reason", for a person to look at. */
   examples: string[];
+  /** The first few "may have happened" statements, "<reference>: <status> <code>: <message>". */
+  mayHaveHappenedExamples: string[];
 }
 
 export function emptyTally(): AuditTally {
@@ -196,6 +210,7 @@ export function emptyTally(): AuditTally {
     mayHaveHappened: 0,
     mayHaveHappenedAndDid: 0,
     examples: [],
+    mayHaveHappenedExamples: [],
   };
 }
 
@@ -203,6 +218,9 @@ export function addAudit(tally: AuditTally, reference: string, audit: MessageAud
   tally.messages++;
   tally.mayHaveHappened += audit.mayHaveHappened;
   tally.mayHaveHappenedAndDid += audit.mayHaveHappenedAndDid;
+  for (const cause of audit.mayHaveHappenedCauses) {
+    if (tally.mayHaveHappenedExamples.length < 10) tally.mayHaveHappenedExamples.push(`${reference}: ${cause}`);
+  }
   if (audit.reasons.length === 0) return;
   tally.misreports++;
   for (const reason of audit.reasons) tally.byReason[reason]++;

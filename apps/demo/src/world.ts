@@ -163,6 +163,10 @@ const PAYMENTS_MEMORY_LIMIT = 1_024;
  */
 const PAYMENTS_KEY_RETENTION_MS = 60_000;
 
+/** The payments server's keep-alive timeout, far above the client agent's idle timeout. */
+const PAYMENTS_KEEP_ALIVE_MS = 65_000;
+const PAYMENTS_AGENT_IDLE_MS = 30_000;
+
 /** What the oracle reads of a payment_created effect. */
 export type LoggedEffect = Pick<Effect, "resourceId" | "idempotencyKey">;
 
@@ -174,6 +178,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
     latencyMs: Math.round(options.paymentsLatencyMs),
     memoryLimit: PAYMENTS_MEMORY_LIMIT,
     retentionMs: PAYMENTS_KEY_RETENTION_MS,
+    keepAliveTimeoutMs: PAYMENTS_KEEP_ALIVE_MS,
     onEffect: (effect) => {
       if (effect.kind === "payment_created") {
         const reference = String(effect.payload["reference"]);
@@ -188,12 +193,14 @@ export async function startSide(options: SideOptions): Promise<Side> {
   // The tool's HTTP client is the tool author's choice: node:http over a keep-alive agent costs
   // about a third of fetch's CPU per request, with the same outcomes (a lost response is still
   // connection_lost, "unknown"). The model's streams keep the SDK over fetch: that is what the demo shows.
-  // An idle socket must be dropped here before the server drops it (Node's 5 s keep-alive):
-  // a request written on a socket the server is closing is lost before it arrives, which the
-  // tool can only report as "unknown" and the dispatcher then settles and runs again (an extra
-  // POST, seen under heavy load). With a timeout set, the agent closes idle sockets one second
-  // before the server's `Keep-Alive: timeout` hint; without one it ignores the hint.
-  const paymentsAgent = new Agent({ keepAlive: true, timeout: 30_000 });
+  // An idle socket must be dropped here before the server drops it: a request written on a
+  // socket the server is closing is lost before it arrives, which the tool can only report as
+  // "unknown"; the probe then finds nothing under the key, so the call is released and run again
+  // (an extra POST, and on the client_resend route a turn told "may have happened"). With a
+  // timeout set, the agent closes idle sockets at min(timeout, hint - 1 s); Node's default 5 s
+  // server left a 1 s margin, which a stalled process overruns (its timers run before its I/O).
+  // So the server keeps idle sockets 65 s and the agent drops them at 30 s.
+  const paymentsAgent = new Agent({ keepAlive: true, timeout: PAYMENTS_AGENT_IDLE_MS });
   const paymentsClient = createPaymentsClient({ baseURL: payments.url, token: PAYMENTS_ACCOUNT_TOKEN, agent: paymentsAgent });
   const posts = new Map<string, number>();
   const lostResponses = new Map<string, number>();

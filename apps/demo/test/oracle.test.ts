@@ -54,7 +54,7 @@ function failed(calls: CallRecord[], effects: FailedTurnRecord["effects"] = []):
 describe("the misreport oracle", () => {
   it("a committed success naming the one payment that exists is not a misreport", () => {
     const audit = auditMessage({ committed: [paymentTurn({ paymentId: "pay_1" }), confirmation], records: [], payments: [PAYMENT] });
-    expect(audit).toEqual({ reasons: [], mayHaveHappened: 0, mayHaveHappenedAndDid: 0 });
+    expect(audit).toEqual({ reasons: [], mayHaveHappened: 0, mayHaveHappenedAndDid: 0, mayHaveHappenedCauses: [] });
   });
 
   it("two payments for one message are a misreport, whatever was said (two_payments)", () => {
@@ -114,12 +114,14 @@ describe("the misreport oracle", () => {
     expect(audit.reasons).toEqual([]);
   });
 
-  it("'may have happened' is never a misreport: it is counted apart, with whether the payment did exist", () => {
-    const record = failed([call({ status: "released", effect: "may_have_happened", key: KEY })], [{ key: KEY, name: "send_payment", effect: "may_have_happened" }]);
+  it("'may have happened' is never a misreport: it is counted apart, with whether the payment did exist and why it was said", () => {
+    const error = { name: "ClaimReleasedError", code: "claim_released", message: "released after a lost response" };
+    const record = failed([call({ status: "released", effect: "may_have_happened", key: KEY, error })], [{ key: KEY, name: "send_payment", effect: "may_have_happened" }]);
+    const causes = ["released claim_released: released after a lost response"];
     const happened = auditMessage({ committed: [], records: [record], payments: [PAYMENT] });
-    expect(happened).toEqual({ reasons: [], mayHaveHappened: 1, mayHaveHappenedAndDid: 1 });
+    expect(happened).toEqual({ reasons: [], mayHaveHappened: 1, mayHaveHappenedAndDid: 1, mayHaveHappenedCauses: causes });
     const didNot = auditMessage({ committed: [], records: [record], payments: [] });
-    expect(didNot).toEqual({ reasons: [], mayHaveHappened: 1, mayHaveHappenedAndDid: 0 });
+    expect(didNot).toEqual({ reasons: [], mayHaveHappened: 1, mayHaveHappenedAndDid: 0, mayHaveHappenedCauses: causes });
   });
 
   it("TURN-13: a superseded attempt's record stating the payment is a statement of it", () => {
@@ -179,9 +181,16 @@ describe("the misreport oracle", () => {
 
   it("tallies count a message once, its reasons each, and keep a few examples", () => {
     const tally = emptyTally();
-    addAudit(tally, "T-1", { reasons: ["two_payments", "effect_unreported"], mayHaveHappened: 0, mayHaveHappenedAndDid: 0 });
-    addAudit(tally, "T-2", { reasons: [], mayHaveHappened: 2, mayHaveHappenedAndDid: 1 });
-    expect(tally).toMatchObject({ messages: 2, misreports: 1, mayHaveHappened: 2, mayHaveHappenedAndDid: 1, examples: ["T-1: two_payments, effect_unreported"] });
+    addAudit(tally, "T-1", { reasons: ["two_payments", "effect_unreported"], mayHaveHappened: 0, mayHaveHappenedAndDid: 0, mayHaveHappenedCauses: [] });
+    addAudit(tally, "T-2", { reasons: [], mayHaveHappened: 2, mayHaveHappenedAndDid: 1, mayHaveHappenedCauses: ["released claim_released: x", "outcome_unknown outcome_unknown: y"] });
+    expect(tally).toMatchObject({
+      messages: 2,
+      misreports: 1,
+      mayHaveHappened: 2,
+      mayHaveHappenedAndDid: 1,
+      examples: ["T-1: two_payments, effect_unreported"],
+      mayHaveHappenedExamples: ["T-2: released claim_released: x", "T-2: outcome_unknown outcome_unknown: y"],
+    });
     expect(tally.byReason).toMatchObject({ two_payments: 1, effect_unreported: 1, record_denies_effect: 0 });
     expect(recordsOf([failed([]), { ...failed([]), messageId: "m-2" }], "m-2")).toHaveLength(1);
   });

@@ -56,6 +56,16 @@ export interface MockPaymentsOptions {
    * sees every effect). Idempotency records are bounded by `retentionMs` instead. Default: all.
    */
   memoryLimit?: number;
+  /**
+   * How long an idle keep-alive connection stays open, in ms (Node's `server.keepAliveTimeout`,
+   * announced to clients as `Keep-Alive: timeout=N`). A client must close idle connections before
+   * the server does: a request written on a connection the server is closing is lost, and a
+   * stalled process runs the server's timer before it reads that request. Give the server the
+   * longer timeout, by a wide margin.
+   * @default 5000 (Node's)
+   * @example 65_000 // beside a client agent that drops idle sockets after 30 s
+   */
+  keepAliveTimeoutMs?: number;
   /** Called after each effect is committed. */
   onEffect?: (effect: Effect) => void;
   /** Called after a crash_after_accept fault has stopped the server (the CLI exits the process here). */
@@ -573,6 +583,7 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
   // ---- lifecycle --------------------------------------------------------------------------
 
   const httpServer: Server = createServer(app);
+  if (options.keepAliveTimeoutMs !== undefined) httpServer.keepAliveTimeout = options.keepAliveTimeoutMs;
   // Requests Node's HTTP parser rejects never reach express; answer them with problem+json too.
   httpServer.on("clientError", (error: NodeJS.ErrnoException, socket: Duplex) => answerClientError(error, socket));
   httpServer.on("connection", (socket) => {
@@ -816,6 +827,9 @@ function validateOptions(o: MockPaymentsOptions): void {
   if (o.port !== undefined && (!Number.isInteger(o.port) || o.port < 0 || o.port > 65535)) bad(`port must be an integer 0..65535, got ${o.port}`);
   if (o.retentionMs !== undefined && (!Number.isInteger(o.retentionMs) || o.retentionMs <= 0)) bad(`retentionMs must be a positive integer, got ${o.retentionMs}`);
   if (o.memoryLimit !== undefined && (!Number.isInteger(o.memoryLimit) || o.memoryLimit <= 0)) bad(`memoryLimit must be a positive integer, got ${o.memoryLimit}`);
+  if (o.keepAliveTimeoutMs !== undefined && (!Number.isInteger(o.keepAliveTimeoutMs) || o.keepAliveTimeoutMs < 1_000 || o.keepAliveTimeoutMs > 3_600_000)) {
+    bad(`keepAliveTimeoutMs must be an integer 1000..3600000, got ${o.keepAliveTimeoutMs}`);
+  }
   if (o.latencyMs !== undefined && (!Number.isInteger(o.latencyMs) || o.latencyMs < 0 || o.latencyMs > 600_000)) bad(`latencyMs must be an integer 0..600000, got ${o.latencyMs}`);
   if (o.storage !== undefined) {
     if (o.storage.kind === "sqlite") {

@@ -1,3 +1,4 @@
+import { Agent, get } from "node:http";
 import { describe, expect, it } from "vitest";
 import { http, payment, problemType, startServer, until } from "./helpers.js";
 
@@ -255,6 +256,27 @@ describe("POST /v1/payments with Idempotency-Key", () => {
 
   it("refuses a memoryLimit that is not a positive integer", async () => {
     await expect(startServer({ memoryLimit: 0 })).rejects.toMatchObject({ code: "invalid_option" });
+  });
+
+  it("keeps idle connections open for keepAliveTimeoutMs and says so in Keep-Alive (clients close theirs first); refuses a value outside 1000..3600000", async () => {
+    const keepAliveOf = async (server: { url: string }) => {
+      const agent = new Agent({ keepAlive: true });
+      try {
+        return await new Promise<string | undefined>((resolve, reject) => {
+          get(`${server.url}/v1/payments/pay_none`, { agent, headers: { authorization: "Bearer acct_test" } }, (res) => {
+            res.resume();
+            res.on("end", () => resolve(String(res.headers["keep-alive"])));
+          }).on("error", reject);
+        });
+      } finally {
+        agent.destroy();
+      }
+    };
+    expect(await keepAliveOf(await startServer())).toBe("timeout=5");
+    expect(await keepAliveOf(await startServer({ keepAliveTimeoutMs: 65_000 }))).toBe("timeout=65");
+    for (const bad of [0, 999, 1.5, 3_600_001]) {
+      await expect(startServer({ keepAliveTimeoutMs: bad }), String(bad)).rejects.toMatchObject({ code: "invalid_option" });
+    }
   });
 
   it("reports each committed effect to onEffect; a throwing listener does not turn the effect into an error", async () => {
