@@ -1174,7 +1174,8 @@ class HeldLease extends LazyAbort implements RenewalEntry {
   due = 0;
   prev: HeldLease | undefined = undefined;
   next: HeldLease | undefined = undefined;
-  removed = false;
+  /** Not in the renewal wheel until added. */
+  removed = true;
   /** The run (and its probe) has ended: a renewal's answer no longer matters. */
   finished = false;
 

@@ -44,9 +44,11 @@ export class RenewalWheel<E extends RenewalEntry = RenewalEntry> {
     }
   }
 
-  /** Stop renewing an entry; removing it again does nothing. */
+  /** Stop renewing an entry; removing it again, or one never added, does nothing. */
   remove(entry: E): void {
-    if (entry.removed) return;
+    // In the list, an entry has a predecessor or is the head: unlinking one that is not (never
+    // added, whatever its flag says) would drop the head, and every other lease with it.
+    if (entry.removed || (entry.prev === undefined && this.head !== entry)) return;
     entry.removed = true;
     if (entry.prev === undefined) this.head = entry.next as E | undefined;
     else entry.prev.next = entry.next;
@@ -87,5 +89,6 @@ export interface RenewalEntry {
   /** The wheel's links, cleared when the entry is removed. */
   prev: RenewalEntry | undefined;
   next: RenewalEntry | undefined;
+  /** True until add(), and again once removed. */
   removed: boolean;
 }

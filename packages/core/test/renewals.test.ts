@@ -36,9 +36,10 @@ class SetWheel {
   }
 }
 
-type Step = { op: "add" } | { op: "remove"; which: number } | { op: "wait"; ms: number };
+type Step = { op: "add" } | { op: "remove"; which: number } | { op: "wait"; ms: number } | { op: "removeNeverAdded"; flag: boolean };
 const step: fc.Arbitrary<Step> = fc.oneof(
   fc.constant({ op: "add" as const }),
+  fc.record({ op: fc.constant("removeNeverAdded" as const), flag: fc.boolean() }),
   fc.record({ op: fc.constant("remove" as const), which: fc.nat(20) }),
   fc.record({ op: fc.constant("wait" as const), ms: fc.integer({ min: 0, max: 120 }) }),
 );
@@ -51,7 +52,7 @@ describe("RenewalWheel (LEDGER-9)", () => {
     vi.useRealTimers();
   });
 
-  it("LEDGER-9 renews exactly what the Set-based wheel renews, when it renews it, in the same order", () => {
+  it("LEDGER-9 renews exactly what the Set-based wheel renews, when it renews it, in the same order; removing an entry never added changes nothing", () => {
     fc.assert(
       fc.property(fc.integer({ min: 1, max: 40 }), fc.array(step, { maxLength: 60 }), (periodMs, steps) => {
         vi.clearAllTimers();
@@ -74,6 +75,10 @@ describe("RenewalWheel (LEDGER-9)", () => {
               list.remove(entry.list);
               set.remove(entry.set);
             }
+          } else if (s.op === "removeNeverAdded") {
+            // An entry that was never added, whatever its flag says, is not the wheel's to
+            // unlink: removing it must leave every added one renewed.
+            list.remove({ id: -1, due: 0, prev: undefined, next: undefined, removed: s.flag });
           } else {
             vi.advanceTimersByTime(s.ms);
           }
