@@ -100,8 +100,10 @@ export interface PaymentsClientOptions {
    * Send the requests with node:http over this agent (a keep-alive `http.Agent`, typically)
    * instead of fetch: the same calls, outcomes and errors, for a third of fetch's CPU per
    * request. An http: base URL only; not together with `fetch`. Give the agent a `timeout`:
-   * only then does Node close idle sockets before the server's `Keep-Alive: timeout` (without
-   * it, a request can go out on a socket the server is closing, and is reported lost).
+   * only then does Node close idle sockets before the server's `Keep-Alive: timeout` (at the
+   * hint minus one second, or the agent's timeout if shorter). Without it, a request can go out
+   * on a socket the server is closing, and is reported lost; a stalled process overruns a small
+   * margin, so give the server a much longer keep-alive (`keepAliveTimeoutMs` on the mock).
    */
   agent?: Agent;
   /** Abort a request after this long (the outcome is then unknown). Default: no timeout. */

@@ -61,7 +61,8 @@ export interface MockPaymentsOptions {
    * announced to clients as `Keep-Alive: timeout=N`). A client must close idle connections before
    * the server does: a request written on a connection the server is closing is lost, and a
    * stalled process runs the server's timer before it reads that request. Give the server the
-   * longer timeout, by a wide margin.
+   * longer timeout, by a wide margin. From 1000 (the announced timeout is in whole seconds) to
+   * 3600000; anything else is refused with `invalid_option`.
    * @default 5000 (Node's)
    * @example 65_000 // beside a client agent that drops idle sockets after 30 s
    */

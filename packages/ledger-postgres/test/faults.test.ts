@@ -91,6 +91,7 @@ describe("an answer that arrived while the process was stalled (LEDGER-12)", () 
       (error: unknown) => ({ error }),
     );
     expect(outcome).toMatchObject({ result: { outcome: "claimed", fence: 1 } });
+    expect(await storedColumns(admin, schema, "stalled")).toMatchObject({ state: "in_flight", fence: "1" });
   });
 });
 

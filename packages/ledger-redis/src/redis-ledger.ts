@@ -193,6 +193,11 @@ export interface RedisServerReport {
   notDurable: DurabilityViolation[];
 }
 
+/** A row's audit list: the row's key (and so its hash tag) plus `:audit`; ends without '}', so it never equals a row key. */
+function auditKeyOf(redisKey: string): string {
+  return `${redisKey}:audit`;
+}
+
 // V7: the claim that creates its row, the loser of a race and the caller's own finish run before
 // the scripts' rarely used functions are made, and a finish at fence 1 skips the audit trail's
 // PEXPIRE (there is none); rows, indexes and replies are unchanged.
@@ -388,7 +393,7 @@ export class RedisLedger implements Ledger {
    * leaseExpiresAt, member the row's Redis key) in the row's own hash slot, one per slot.
    */
   inflightIndexKey(key: string): string {
-    return this.indexKeyOfSlot(keySlot(this.redisKey(key)));
+    return `${this.slotHead(this.redisKey(key))}inflight`;
   }
 
   /**
@@ -396,7 +401,7 @@ export class RedisLedger implements Ledger {
    * hash tag), expiring with the row. Ends without '}', so it never equals a row key.
    */
   auditKey(key: string): string {
-    return `${this.prefix}:{${key}}:audit`;
+    return auditKeyOf(this.redisKey(key));
   }
 
   /**
@@ -405,7 +410,7 @@ export class RedisLedger implements Ledger {
    * which the id is refused, the whole set expiring a retention after its last retire.
    */
   retiredKey(key: string): string {
-    return this.indexKeyOfSlot(keySlot(this.redisKey(key))).slice(0, -"inflight".length) + "retired";
+    return `${this.slotHead(this.redisKey(key))}retired`;
   }
 
   /**
@@ -536,9 +541,12 @@ export class RedisLedger implements Ledger {
     return `${this.prefix}:{${slotTags()[slot]!}}:inflight`;
   }
 
-  /** `prefix:{tag}:` of the row's slot: the head of its slot's in-flight index and retired-id keys. */
+  /**
+   * `prefix:{tag}:` of a row's slot, the head of the slot's in-flight index (`inflight`, as
+   * indexKeyOfSlot) and retired-id keys (`retired`): the claim and finish paths hash the slot once.
+   */
   private slotHead(redisKey: string): string {
-    return `${this.prefix}:{${slotTags()[keySlot(redisKey)]!}}:`;
+    return this.indexKeyOfSlot(keySlot(redisKey)).slice(0, -"inflight".length);
   }
 
   async claim(request: ClaimRequest): Promise<ClaimResult> {
@@ -557,7 +565,7 @@ export class RedisLedger implements Ledger {
         this.scripts[CMD_CLAIM](
           redisKey,
           `${slotHead}inflight`,
-          `${redisKey}:audit`,
+          auditKeyOf(redisKey),
           `${slotHead}retired`,
           // JSON-escaped here, spliced into the row header by the script; the conversation and
           // turn follow the tool name, where every script copies them unchanged (LIST-3).
@@ -966,7 +974,7 @@ export class RedisLedger implements Ledger {
     const redisKey = this.redisKey(key);
     const reply = this.checked(
       await this.call(op, key, () =>
-        this.scripts[CMD_FINISH](redisKey, `${this.slotHead(redisKey)}inflight`, `${redisKey}:audit`, String(fence), state, this.retentionArg, body),
+        this.scripts[CMD_FINISH](redisKey, `${this.slotHead(redisKey)}inflight`, auditKeyOf(redisKey), String(fence), state, this.retentionArg, body),
       ),
       op,
       key,
