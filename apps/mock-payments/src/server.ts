@@ -169,6 +169,7 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
   const host = options.host ?? "127.0.0.1";
   const requireKey = options.requireIdempotencyKey ?? false;
   const retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
+  const purgeEveryMs = Math.min(60_000, Math.ceil(retentionMs / 8));
   const clock = options.now ?? Date.now;
   const allowFaultHeader = options.allowFaultHeader ?? true;
   const storage = options.storage ?? { kind: "memory" };
@@ -235,9 +236,9 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
       return { response: commit(ctx.account, null, execute), replayed: false };
     }
     const now = clock();
-    // At most once a minute, and once per retention period when that is shorter (else a short
-    // retention would still keep up to a minute of keys).
-    if (now - lastPurge >= Math.min(60_000, retentionMs)) {
+    // At most once a minute, and 8 times per retention period when that is shorter: a server
+    // keeps at most 1 1/8 retention periods of keys (purging once per period kept up to two).
+    if (now - lastPurge >= purgeEveryMs) {
       store.purgeExpired(now);
       lastPurge = now;
     }

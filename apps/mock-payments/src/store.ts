@@ -118,10 +118,23 @@ export interface MemoryStoreOptions {
   limit?: number;
 }
 
+/**
+ * An idempotency record as the memory store keeps it: the response as its JSON text, as the
+ * SQLite store keeps it. A parsed response body was about a kilobyte per key, and a server under
+ * load keeps every key of its retention period.
+ */
+type KeptRecord = Omit<IdempotencyRecord, "response"> & { response: string | null };
+
+const recordOf = (kept: KeptRecord): IdempotencyRecord => ({
+  ...kept,
+  response: kept.response === null ? null : (JSON.parse(kept.response) as StoredResponse),
+});
+
 /** The default store: everything lives in this process and is lost with it. */
 export class MemoryStore implements Store {
   readonly kind = "memory" as const;
-  private records = new Map<string, IdempotencyRecord>();
+  /** In claim order, which is expiry order: a new claim of an expired key is inserted anew. */
+  private records = new Map<string, KeptRecord>();
   private payments = new Map<string, { account: string; payment: Payment }>();
   private invoices = new Map<string, { account: string; invoice: Invoice }>();
   private effectLog: Effect[] = [];
@@ -146,8 +159,11 @@ export class MemoryStore implements Store {
     const id = recordId(input.account, input.key);
     const existing = this.records.get(id);
     if (existing !== undefined && !(existing.state === "completed" && existing.expiresAt <= input.now)) {
-      return { claimed: false, existing: cloneRecord(existing) };
+      return { claimed: false, existing: recordOf(existing) };
     }
+    // Deleted first so that the new claim goes to the end of the map's order (purgeExpired stops
+    // at the first record that has not expired).
+    if (existing !== undefined) this.records.delete(id);
     this.records.set(id, {
       account: input.account,
       key: input.key,
@@ -166,14 +182,14 @@ export class MemoryStore implements Store {
     if (record === undefined) throw new Error(`no claim for key ${key}`);
     const before = { ...record };
     record.state = "completed";
-    record.response = structuredClone(response);
+    record.response = JSON.stringify(response);
     this.undo?.push(() => Object.assign(record, before));
   }
 
   getRecord(account: string, key: string, now: number): IdempotencyRecord | null {
     const record = this.records.get(recordId(account, key));
     if (record === undefined || (record.state === "completed" && record.expiresAt <= now)) return null;
-    return cloneRecord(record);
+    return recordOf(record);
   }
 
   release(account: string, key: string): void {
@@ -193,13 +209,20 @@ export class MemoryStore implements Store {
   }
 
   inFlight(): IdempotencyRecord[] {
-    return [...this.records.values()].filter((r) => r.state === "in_flight").map(cloneRecord);
+    return [...this.records.values()].filter((r) => r.state === "in_flight").map(recordOf);
   }
 
+  /**
+   * Forget the completed records that expired by `now`, oldest first, up to the first that has
+   * not: the cost is the number forgotten, not the number kept, so a server can purge often. (A
+   * record that a jump of the clock left behind is still never served: claim and getRecord
+   * check its expiry.)
+   */
   purgeExpired(now: number): number {
     let n = 0;
     for (const [id, r] of this.records) {
-      if (r.state === "completed" && r.expiresAt <= now) {
+      if (r.expiresAt > now) break;
+      if (r.state === "completed") {
         this.records.delete(id);
         n++;
       }
@@ -289,6 +312,3 @@ export class MemoryStore implements Store {
   }
 }
 
-function cloneRecord(r: IdempotencyRecord): IdempotencyRecord {
-  return { ...r, response: r.response === null ? null : structuredClone(r.response) };
-}
