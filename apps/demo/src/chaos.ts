@@ -4,6 +4,7 @@ import { Worker } from "node:worker_threads";
 import { isDispatchOnceError, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { MemoryConversationStore, type FailurePosition, type RunnerEvent, type TurnFailedError } from "@dispatch-once/anthropic";
 import { sideHeapLimits } from "./heap.js";
+import { IN_WINDOW, POSITIONS } from "./positions.js";
 import { CHAPTER } from "./incident.js";
 import { Rng } from "./prng.js";
 import type { StreamCut, StreamFaultPlan, StreamSide } from "./streams.js";
@@ -11,15 +12,7 @@ import { wilson, type RateEstimate } from "./stats.js";
 import { addAudit, auditMessage, emptyTally, recordsOf, type AuditTally, type MisreportReason } from "./oracle.js";
 import { countDuplicates, paymentMessage, startSide, type LostResponseDisposition, type PaymentArgs, type Side } from "./world.js";
 
-export const POSITIONS: readonly FailurePosition[] = [
-  "before_any_call",
-  "arguments_streaming",
-  "during_dispatch",
-  "after_dispatch_before_stop",
-];
-
-/** Positions inside the window: the payment may already have been made. */
-export const IN_WINDOW: ReadonlySet<FailurePosition> = new Set(["during_dispatch", "after_dispatch_before_stop"]);
+export { IN_WINDOW, POSITIONS };
 
 /**
  * How a failure is placed (all drawn from the turn's own seeded generator):

@@ -1,6 +1,5 @@
 import type { Ledger } from "@dispatch-once/core";
 import { TurnFailedError, type RunnerEvent } from "@dispatch-once/anthropic";
-import { replayAiSdkIncident } from "./ai-sdk.js";
 import { paymentMessage, startSide, type PaymentArgs, type Side } from "./world.js";
 
 /**
@@ -95,7 +94,9 @@ export const INCIDENT_PAYMENT: PaymentArgs = {
 /** The chapter's incident, naive and guarded side by side (each in its own world, run concurrently). */
 export async function runIncident(options: { ledger: Ledger; runId: string; seed: string; timeScale: number; provider?: DemoProvider }): Promise<IncidentResult> {
   const provider = options.provider ?? "anthropic";
-  const replay = provider === "ai-sdk" ? replayAiSdkIncident : replayIncident;
+  // The AI SDK (and OpenAI's) modules load only for a run that uses them: every thread of the
+  // demo would otherwise keep them in memory.
+  const replay = provider === "ai-sdk" ? (await import("./ai-sdk.js")).replayAiSdkIncident : replayIncident;
   const [naive, guarded] = await Promise.all([
     replay({ ...options, provider, guarded: false }),
     replay({ ...options, provider, guarded: true }),

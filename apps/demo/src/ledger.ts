@@ -2,12 +2,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Ledger } from "@dispatch-once/core";
-import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
-import { createPostgresLedger } from "@dispatch-once/ledger-postgres";
-import { LEDGER_REDIS_OPTIONS, createRedisLedger } from "@dispatch-once/ledger-redis";
-import { Redis } from "ioredis";
-import pg from "pg";
 import type { LedgerSpec } from "./options.js";
+
+// Each store's adapter and driver load only for the run that uses them (pg and ioredis alone
+// kept about 20 MB of the demo's thread for a SQLite run).
 
 export interface OpenLedger {
   ledger: Ledger;
@@ -29,6 +27,7 @@ export async function openLedger(spec: LedgerSpec, namespace: string, keep: bool
   const warnings: string[] = [];
   switch (spec.kind) {
     case "sqlite": {
+      const { createSqliteLedger } = await import("@dispatch-once/ledger-sqlite");
       const tempDir = spec.path === undefined ? mkdtempSync(join(tmpdir(), "dispatch-once-demo-")) : undefined;
       const path = spec.path ?? join(tempDir!, "ledger.sqlite");
       // Group commit: the claims and completions that queue up while one commit waits for its
@@ -49,6 +48,7 @@ export async function openLedger(spec: LedgerSpec, namespace: string, keep: bool
       };
     }
     case "postgres": {
+      const [{ createPostgresLedger }, { default: pg }] = await Promise.all([import("@dispatch-once/ledger-postgres"), import("pg")]);
       const pool = new pg.Pool({ connectionString: spec.url, max: 8, connectionTimeoutMillis: 10_000 });
       pool.on("error", () => {});
       let schemaExisted: boolean;
@@ -76,6 +76,7 @@ export async function openLedger(spec: LedgerSpec, namespace: string, keep: bool
       };
     }
     case "redis": {
+      const [{ LEDGER_REDIS_OPTIONS, createRedisLedger }, { Redis }] = await Promise.all([import("@dispatch-once/ledger-redis"), import("ioredis")]);
       // The ledger refuses clients that could re-send a claim after a reconnect (issue 18).
       const client = new Redis(spec.url, { ...LEDGER_REDIS_OPTIONS, lazyConnect: true });
       try {

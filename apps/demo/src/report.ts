@@ -1,4 +1,4 @@
-import { IN_WINDOW, POSITIONS } from "./chaos.js";
+import { IN_WINDOW, POSITIONS } from "./positions.js";
 import type { IncidentResult, IncidentSide, TimelineEntry } from "./incident.js";
 import type { DemoResult } from "./run.js";
 import { oneIn } from "./stats.js";

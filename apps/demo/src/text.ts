@@ -1,4 +1,5 @@
-import { POSITIONS, IN_WINDOW, type ChaosProgress, type ChaosResult } from "./chaos.js";
+import type { ChaosProgress, ChaosResult } from "./chaos.js";
+import { IN_WINDOW, POSITIONS } from "./positions.js";
 import type { IncidentSide } from "./incident.js";
 import type { DemoResult } from "./run.js";
 import { oneIn } from "./stats.js";

@@ -21,7 +21,7 @@ import {
   type MockPaymentsServer,
 } from "@dispatch-once/mock-payments";
 import { z } from "zod";
-import { startOpenAIChaosStream, type OpenAIStream } from "./openai.js";
+import type { OpenAIStream } from "./openai.js";
 import { startAnthropicStream, type AnthropicStream, type DemoRunner, type RunnerOverrides, type StreamFaultPlan, type StreamSide } from "./streams.js";
 
 export { MODEL } from "./streams.js";
@@ -301,7 +301,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
   const world = { dispatcher, tools, store, seed: options.seed, timing: options.providerTiming, rewordsMemo: options.rewordsMemo ?? (() => true) };
   const stream: AnthropicStream | OpenAIStream =
     options.stream === "openai"
-      ? await startOpenAIChaosStream(world)
+      ? await (await import("./openai.js")).startOpenAIChaosStream(world) // loaded only when used, as in incident.ts
       : await startAnthropicStream(world, options.rewordsMemo === undefined ? paymentScript : createPaymentScript(options.rewordsMemo));
   const anthropicOnly = <T>(what: string, value: (s: AnthropicStream) => T): T => {
     if (stream.kind !== "anthropic") throw new Error(`this demo side runs on the ${stream.kind} stream: it has no Anthropic ${what}`);

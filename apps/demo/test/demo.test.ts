@@ -1,5 +1,6 @@
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { builtinModules } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -258,6 +259,48 @@ describe("pnpm demo --json, on each ledger", () => {
       expect(keys).toEqual([]);
     } finally {
       redis.disconnect();
+    }
+  });
+});
+
+describe("what each thread of the built CLI loads (static imports; an import() loads only when a run needs it)", () => {
+  const DIST = join(APP, "dist");
+  const IMPORT = /(?:^|\n)(?:import|export)\s*(?:[\w$*{}\s,]+?\s*from\s*)?"([^"]+)"/g;
+  /** The packages a file and the files it imports statically load, by their specifiers. */
+  const packagesLoadedBy = (...entries: string[]): Set<string> => {
+    const seen = new Set<string>();
+    const packages = new Set<string>();
+    const visit = (file: string) => {
+      if (seen.has(file)) return;
+      seen.add(file);
+      for (const [, specifier] of readFileSync(join(DIST, file), "utf8").matchAll(IMPORT)) {
+        if (specifier!.startsWith("./")) visit(specifier!.slice(2));
+        else packages.add(specifier!);
+      }
+    };
+    for (const entry of entries) visit(entry);
+    return packages;
+  };
+  const lazyChunk = (prefix: string) => {
+    const file = readdirSync(DIST).find((f) => f.startsWith(`${prefix}-`) && f.endsWith(".js"));
+    expect(file, `dist/${prefix}-*.js`).toBeDefined();
+    return file!;
+  };
+
+  it("the CLI's own thread, which only starts the run and prints it, loads no package but Node's", () => {
+    // It loaded every SDK, mock server and driver through the constants it prints (55 MB of RSS).
+    const loaded = [...packagesLoadedBy("cli.js", lazyChunk("text"), lazyChunk("report"))];
+    expect(loaded.filter((p) => !p.startsWith("node:") && !builtinModules.includes(p))).toEqual([]);
+  });
+
+  it("a side's thread loads the OpenAI and AI SDK stacks and the PostgreSQL and Redis drivers only for a run that uses them", () => {
+    for (const entry of ["chaos-worker.js", "demo-thread.js"]) {
+      const loaded = packagesLoadedBy(entry);
+      expect(loaded, entry).toContain("@anthropic-ai/sdk"); // the closure is followed at all
+      for (const lazy of ["openai", "ai", "@ai-sdk/openai", "@dispatch-once/openai", "@dispatch-once/ai-sdk", "@dispatch-once/mock-openai", "pg", "ioredis"]) {
+        expect(loaded, `${entry} loads ${lazy}`).not.toContain(lazy);
+      }
+      expect([...loaded].filter((p) => p.startsWith("@dispatch-once/ledger-")), entry).toEqual([]);
     }
   });
 });
