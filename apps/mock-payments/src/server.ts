@@ -36,7 +36,11 @@ export interface MockPaymentsOptions {
   host?: string;
   /** When true, a keyed endpoint called without Idempotency-Key gets 400. Default false. */
   requireIdempotencyKey?: boolean;
-  /** How long a completed response stays replayable under its key. Default 24 h. */
+  /**
+   * How long a completed response stays replayable under its key. Expired keys are forgotten
+   * 8 times per period (at most once a minute), so a server holds at most 1 1/8 periods of keys.
+   * @default 86_400_000 (24 h)
+   */
   retentionMs?: number;
   /** Default in memory. With SQLite a restart keeps payments, invoices, stored responses and effects. */
   storage?: StorageOption;
