@@ -15,8 +15,14 @@ import { aiSdkScenarioArbitrary, runEndToEnd, type AiSdkAppOptions } from "../sr
  */
 const memory = memoryLedgerSubject();
 const runs = Number(process.env.CONFORMANCE_E2E_AISDK_RUNS ?? 40);
-/** Finding each bug takes a few runs; shrinking whole chats is what costs, so it is capped. */
+/**
+ * Finding each bug takes a few runs; shrinking whole chats is what costs, so it is capped. A
+ * shrink cut short by the cap leaves a larger counterexample (a CI run under load reported
+ * "performed 4 times"), so the verdicts below name the duplicate, not the minimal count.
+ */
 const SHRINK_BUDGET_MS = 15_000;
+/** The oracle's CONF-2 verdict on a duplicated intent, at whatever count the shrink reached. */
+const PERFORMED_AGAIN = /performed ([2-9]|\d{2,}) times for one intent/;
 
 describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
   it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 an app with createOnceTools performs each intent at most once and keeps only the truth, over ${runs} random scenarios`, async () => {
@@ -40,7 +46,7 @@ describe("the ai-sdk oracle rejects planted bugs", () => {
     const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 7, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: unwrapped }).catch((e: unknown) => e);
     const message = expectReadable(error, 7);
     expect(message).toMatch(/breaks CONF-2/);
-    expect(message).toMatch(/performed 2 times for one intent/);
+    expect(message).toMatch(PERFORMED_AGAIN);
     // The printed seed and path replay that one shrunk scenario, once, failing the same rule.
     const cx = (error as ConformanceFailure).counterexample!;
     let stats: Record<string, number> = {};
@@ -60,7 +66,7 @@ describe("the ai-sdk oracle rejects planted bugs", () => {
     const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 17, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: noIdentity }).catch((e: unknown) => e);
     const message = expectReadable(error, 17);
     expect(message).toMatch(/breaks CONF-2/);
-    expect(message).toMatch(/send_payment for chat-\d "c\d message \d" .*: performed 2 times for one intent/);
+    expect(message).toMatch(new RegExp(`send_payment for chat-\\d "c\\d message \\d" .*: ${PERFORMED_AGAIN.source}`));
   }, 600_000);
 
   it("AISDK-1 a wrapper that numbers turns by request instead of by user message gives a re-send or a regenerate new keys", async () => {
@@ -79,7 +85,7 @@ describe("the ai-sdk oracle rejects planted bugs", () => {
     const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 1, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: perRequest }).catch((e: unknown) => e);
     const message = expectReadable(error, 1);
     expect(message).toMatch(/breaks CONF-2/);
-    expect(message).toMatch(/performed 2 times for one intent/);
+    expect(message).toMatch(PERFORMED_AGAIN);
   }, 600_000);
 
   it("EFFECT-6 tools that tell a lost payments response as a definite failure keep 'did not happen' for a payment that happened", async () => {
