@@ -397,7 +397,7 @@ class FaultDirector {
       const planned = this.turns.get(turnKey)?.failure;
       if (planned === undefined || planned.position !== event.position) {
         this.positionMismatches++;
-        this.anomalies.push(`${turnKey}: stream failed at ${event.position}, planned ${planned?.position ?? "no failure"}`);
+        this.anomalies.push(`${turnKey}: stream failed at ${event.position} (${event.error}), planned ${planned?.position ?? "no failure"}`);
       }
       this.gates.get(turnKey)?.open();
     }
