@@ -191,7 +191,9 @@ export async function runSuite(store: StoreUnderTest, options: SuiteOptions): Pr
     for (let round = 0; (round < 8 || Date.now() < settleUntil) && settled.size < intents.length; round++) {
       const ready = live();
       const open = intents.map((_, i) => i).filter((i) => !settled.has(i));
-      const answers = await Promise.all(open.map((intent, n) => send(ready[n % ready.length]!, intent).then((report) => ({ intent, report }))));
+      // Each round moves every intent to the next worker: a worker that cannot reach the store
+      // (its new connections time out under load) must not hold the same intent every round.
+      const answers = await Promise.all(open.map((intent, n) => send(ready[(n + round) % ready.length]!, intent).then((report) => ({ intent, report }))));
       for (const { intent, report } of answers) {
         if (report === undefined) continue;
         if (report.ok || ["outcome_unknown", "tool_failed", "result_not_storable"].includes(report.code)) settled.set(intent, report);

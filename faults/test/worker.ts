@@ -12,6 +12,8 @@ import { z } from "zod";
 import type { Call, Report, WorkerConfig } from "./protocol.js";
 
 const config = JSON.parse(process.argv[2]!) as WorkerConfig;
+/** The store client's state, added to a failed report's message where the adapter exposes one. */
+let poolState: (() => string) | undefined;
 
 // Only the ledger this run needs is loaded: a worker's start-up is what a SIGKILL costs the run.
 async function openLedger(): Promise<Ledger> {
@@ -22,7 +24,12 @@ async function openLedger(): Promise<Ledger> {
     }
     case "postgres": {
       const { PostgresLedger } = await import("@dispatch-once/ledger-postgres");
-      return new PostgresLedger({ connectionString: config.store.url, schema: config.store.schema, timeoutMs: config.store.timeoutMs, durability: "durable" });
+      const ledger = new PostgresLedger({ connectionString: config.store.url, schema: config.store.schema, timeoutMs: config.store.timeoutMs, durability: "durable" });
+      // The ledger's own pool, read only to say its state in a failed report: a worker that cannot
+      // reach the store after the faults says whether its pool was full, idle or waiting.
+      const pool = (ledger as unknown as { ownedPool?: { totalCount: number; idleCount: number; waitingCount: number } }).ownedPool;
+      if (pool !== undefined) poolState = () => `pool: ${pool.totalCount} clients, ${pool.idleCount} idle, ${pool.waitingCount} waiting`;
+      return ledger;
     }
     case "redis": {
       const { RedisLedger } = await import("@dispatch-once/ledger-redis");
@@ -145,7 +152,7 @@ process.on("message", (message: Call) => {
         ok: false,
         key: dispatcher.keyFor({ name: message.tool, input: message.input }, turn),
         code: isDispatchOnceError(error) ? error.code : "thrown",
-        message: error instanceof Error ? error.message : String(error),
+        message: `${error instanceof Error ? error.message : String(error)}${poolState !== undefined ? ` (${poolState()})` : ""}`,
         // What the report tells its caller about the effect (the catalogue's word, or the error's own).
         effect: isDispatchOnceError(error, "claim_released")
           ? (error as { effectMayHaveHappened?: boolean }).effectMayHaveHappened ? "possibly" : "no"
