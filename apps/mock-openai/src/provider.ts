@@ -18,6 +18,18 @@ export interface MockOpenAIOptions {
   model?: string;
   /** Keep at most this many requests in the log (oldest dropped); default unlimited. */
   logLimit?: number;
+  /**
+   * How long an idle keep-alive connection stays open, in ms (Node's `server.keepAliveTimeout`,
+   * announced as `Keep-Alive: timeout=N`). The SDKs' fetch (undici) drops an idle connection a
+   * little before that hint (4 s without one), on ticks of its own event loop. A process that
+   * stalls across both deadlines and then sends runs the server's timer first: the request is lost
+   * before any byte of the response (`Connection error.`), a stream failure no fault planned.
+   * Give the server a timeout no connection of the run stays idle for. From 1000 (announced in
+   * whole seconds) to 3600000; anything else is refused with `invalid_option`.
+   * @default 5000 (Node's)
+   * @example 65_000
+   */
+  keepAliveTimeoutMs?: number;
 }
 
 /** A stream paused by a `hold` fault, waiting for `release()` or `cutNow()`. */
@@ -105,6 +117,9 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
   const seed = options.seed ?? "0";
   if (options.logLimit !== undefined && !(Number.isInteger(options.logLimit) && options.logLimit >= 1)) {
     throw new MockOpenAIError("invalid_option", "logLimit must be a positive integer");
+  }
+  if (options.keepAliveTimeoutMs !== undefined && !(Number.isInteger(options.keepAliveTimeoutMs) && options.keepAliveTimeoutMs >= 1_000 && options.keepAliveTimeoutMs <= 3_600_000)) {
+    throw new MockOpenAIError("invalid_option", `keepAliveTimeoutMs must be an integer 1000..3600000, got ${options.keepAliveTimeoutMs}`);
   }
   const baseTiming: Timing = { betweenEventsMs: 0, afterCallDoneMs: 0, beforeCompletedMs: 0, ...options.timing };
   const requests: RequestRecord[] = [];
@@ -329,6 +344,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
   const server: Server = await new Promise((resolve) => {
     const s = app.listen(options.port ?? 0, options.host ?? "127.0.0.1", () => resolve(s));
   });
+  if (options.keepAliveTimeoutMs !== undefined) server.keepAliveTimeout = options.keepAliveTimeoutMs;
   const { port } = server.address() as AddressInfo;
   const url = `http://${options.host ?? "127.0.0.1"}:${port}`;
   return {

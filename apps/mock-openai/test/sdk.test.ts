@@ -207,6 +207,25 @@ async function open(input: string, fault: Fault) {
   return { events, ended };
 }
 
+describe("options", () => {
+  it("keeps idle connections open for keepAliveTimeoutMs and announces it in Keep-Alive; refuses a value outside 1000..3600000", async () => {
+    const keepAliveOf = async (other: MockOpenAI) => {
+      try {
+        const sdk = new OpenAI({ baseURL: other.baseURL, apiKey: "test-key", maxRetries: 0 });
+        const { response } = await sdk.responses.create({ model: "gpt-test", input: "hello" }).withResponse();
+        return response.headers.get("keep-alive");
+      } finally {
+        await other.close();
+      }
+    };
+    expect(await keepAliveOf(await startMockOpenAI({ script }))).toBe("timeout=5");
+    expect(await keepAliveOf(await startMockOpenAI({ script, keepAliveTimeoutMs: 65_000 }))).toBe("timeout=65");
+    for (const bad of [0, 999, 1.5, 3_600_001]) {
+      await expect(startMockOpenAI({ script, keepAliveTimeoutMs: bad }), String(bad)).rejects.toMatchObject({ code: "invalid_option" });
+    }
+  });
+});
+
 describe("hold, then release or cut: faults at a point of the client's own progress (the chaos run's controls)", () => {
   it("a stream held after the call's output_item.done waits there; the SDK has the completed call; release() finishes it", async () => {
     const { events, ended } = await open("pay", { kind: "hold", at: { afterCallDone: 0 } });

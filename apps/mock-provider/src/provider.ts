@@ -49,6 +49,18 @@ export interface MockProviderOptions {
    * A long run whose retries come soon after their first request stays flat in memory.
    */
   attemptsLimit?: number;
+  /**
+   * How long an idle keep-alive connection stays open, in ms (Node's `server.keepAliveTimeout`,
+   * announced as `Keep-Alive: timeout=N`). The SDKs' fetch (undici) drops an idle connection a
+   * little before that hint (4 s without one), on ticks of its own event loop. A process that
+   * stalls across both deadlines and then sends runs the server's timer first: the request is lost
+   * before any byte of the response (`Connection error.`), a stream failure no fault planned.
+   * Give the server a timeout no connection of the run stays idle for. From 1000 (announced in
+   * whole seconds) to 3600000; anything else is refused with `invalid_option`.
+   * @default 5000 (Node's)
+   * @example 65_000
+   */
+  keepAliveTimeoutMs?: number;
 }
 
 /** A stream paused by a `hold` fault, waiting for `release()` or `cutNow()`. */
@@ -173,6 +185,9 @@ class Provider implements MockProvider {
     }
     if (options.attemptsLimit !== undefined && !(Number.isInteger(options.attemptsLimit) && options.attemptsLimit >= 1)) {
       throw new MockProviderError("invalid_option", "attemptsLimit must be a positive integer");
+    }
+    if (options.keepAliveTimeoutMs !== undefined && !(Number.isInteger(options.keepAliveTimeoutMs) && options.keepAliveTimeoutMs >= 1_000 && options.keepAliveTimeoutMs <= 3_600_000)) {
+      throw new MockProviderError("invalid_option", `keepAliveTimeoutMs must be an integer 1000..3600000, got ${options.keepAliveTimeoutMs}`);
     }
     if (!["standard", "none", "every_event"].includes(this.pings)) {
       throw new MockProviderError("invalid_option", `pings must be standard, none or every_event`);
@@ -313,6 +328,7 @@ class Provider implements MockProvider {
   async listen(port: number, host: string): Promise<void> {
     const server = this.app.listen(port, host);
     this.server = server;
+    if (this.options.keepAliveTimeoutMs !== undefined) server.keepAliveTimeout = this.options.keepAliveTimeoutMs;
     server.on("connection", (socket: Socket) => {
       this.sockets.add(socket);
       socket.on("close", () => this.sockets.delete(socket));

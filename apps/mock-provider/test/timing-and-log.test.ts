@@ -122,6 +122,19 @@ describe("request log", () => {
     await expect(setup({ attemptsLimit: 0 })).rejects.toMatchObject({ code: "invalid_option" });
   });
 
+  it("keeps idle connections open for keepAliveTimeoutMs and announces it in Keep-Alive; refuses a value outside 1000..3600000", async () => {
+    const keepAliveOf = async (options: { keepAliveTimeoutMs?: number }) => {
+      const { client } = await setup(options);
+      const { response } = await client.messages.create(body("pay acme")).withResponse();
+      return response.headers.get("keep-alive");
+    };
+    expect(await keepAliveOf({})).toBe("timeout=5");
+    expect(await keepAliveOf({ keepAliveTimeoutMs: 65_000 })).toBe("timeout=65");
+    for (const bad of [0, 999, 1.5, 3_600_001]) {
+      await expect(setup({ keepAliveTimeoutMs: bad }), String(bad)).rejects.toMatchObject({ code: "invalid_option" });
+    }
+  });
+
   it("logs invalid requests with the API's 400 and does not spend a queued fault on them", async () => {
     const { provider, client } = await setup();
     provider.faults.enqueue({ kind: "reset", at: { beforeMessageStop: true } });
