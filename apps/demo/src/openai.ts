@@ -1,7 +1,7 @@
 import OpenAI from "openai";
 import { call, lastUserText, respond, say, startMockOpenAI, type Fault, type MockOpenAI, type Script } from "@dispatch-once/mock-openai";
 import { ConversationRunner as ResponsesRunner } from "@dispatch-once/openai";
-import { PROVIDER_LOG_LIMIT, bumpReworded, mockControls, type DemoStream, type StreamFault, type StreamWorld } from "./streams.js";
+import { PROVIDER_KEEP_ALIVE_MS, PROVIDER_LOG_LIMIT, bumpReworded, mockControls, type DemoStream, type StreamFault, type StreamWorld } from "./streams.js";
 import type { PaymentArgs } from "./world.js";
 
 export const OPENAI_MODEL = "gpt-demo";
@@ -35,6 +35,7 @@ export async function startOpenAIChaosStream(world: StreamWorld): Promise<OpenAI
     // The chapter's gap sits before response.completed here, where it sits before message_stop there.
     timing: { betweenEventsMs: world.timing.betweenEventsMs ?? 0, beforeCompletedMs: world.timing.beforeMessageStopMs ?? 0 },
     logLimit: PROVIDER_LOG_LIMIT,
+    keepAliveTimeoutMs: PROVIDER_KEEP_ALIVE_MS,
   });
   const rewordedResponses = new Map<string, number>();
   mock.onEvent((event, record) => {

@@ -65,6 +65,14 @@ export interface StreamWorld {
 /** Request records a mock provider keeps (the newest): enough for any one turn's diagnostics. */
 export const PROVIDER_LOG_LIMIT = 256;
 /**
+ * The model mocks' keep-alive timeout. The SDKs' fetch drops an idle connection a little before
+ * the server's announced timeout (Node's 5 s by default); a thread that stalls across both (a
+ * loaded CI host) and then sends a request runs the server's timer first, and the request is lost
+ * before its response starts: a stream failure no fault planned (CI saw one at
+ * `before_any_call`). 65 s, as the payments server's: no connection of a run idles that long.
+ */
+export const PROVIDER_KEEP_ALIVE_MS = 65_000;
+/**
  * Request bodies whose attempts the mock provider counts (the least recently seen forgotten): a
  * body is re-sent only by the retries of one message, and at most `--concurrency` messages of
  * a side run at once, each with a few bodies. Counted for every body, they grew with the run.
@@ -122,7 +130,7 @@ export async function startAnthropicStream(world: StreamWorld, script: Script): 
   // The provider's request log keeps each request's body and every event it sent: kept whole it
   // grew with the run (hundreds of MB at 5,000 turns). The demo reads only the last few records;
   // what it counts over all of them (re-worded memos) is counted as each response starts.
-  const mock = await startMockProvider({ script, timing: world.timing, seed: world.seed, logLimit: PROVIDER_LOG_LIMIT, attemptsLimit: PROVIDER_ATTEMPTS_LIMIT });
+  const mock = await startMockProvider({ script, timing: world.timing, seed: world.seed, logLimit: PROVIDER_LOG_LIMIT, attemptsLimit: PROVIDER_ATTEMPTS_LIMIT, keepAliveTimeoutMs: PROVIDER_KEEP_ALIVE_MS });
   const rewordedResponses = new Map<string, number>();
   mock.onEvent((event, record) => {
     // The first event of a response: its turn and rendered tool calls are set before it is sent.
