@@ -87,6 +87,14 @@ function percent(n: number, of: number): string {
 
 const KEYS = 40;
 const RACERS = 12;
+/**
+ * The races' ledgers wait this long: all KEYS x RACERS claims start at once and queue for a pool
+ * of 8 connections, so on a loaded host the last of them wait seconds. With the default 5 s bound
+ * a CI run reported 36 of 480 as unavailable, each at the deadline: "no answer within timeoutMs =
+ * 5000 ms", or a 40001 that came back when no time was left to send it again ("still failing after
+ * 1 attempts"). These tests are about isolation levels; the bound has tests of its own.
+ */
+const RACE_TIMEOUT_MS = 60_000;
 
 describe("claims from sessions above READ COMMITTED: serialization failures are retried, never unavailable", () => {
   for (const isolation of ["serializable", "repeatable read"] as const) {
@@ -97,7 +105,7 @@ describe("claims from sessions above READ COMMITTED: serialization failures are 
       const pool = sessionPool(isolation);
       const { rows } = await pool.query("SELECT current_setting('transaction_isolation') AS level");
       expect(rows[0].level).toBe(isolation);
-      const ledger = new PostgresLedger({ pool, schema });
+      const ledger = new PostgresLedger({ pool, schema, timeoutMs: RACE_TIMEOUT_MS });
       const keys = Array.from({ length: KEYS }, (_, i) => `new-${i}`);
       const { tally, winners } = await race(ledger, keys, RACERS);
       const total = KEYS * RACERS;
@@ -121,7 +129,7 @@ describe("claims from sessions above READ COMMITTED: serialization failures are 
       for (const key of keyed) await setup.claim(request(key, "dead", "keyed_write"));
       for (const key of unkeyed) await setup.claim(request(key, "dead", "unkeyed_write"));
       for (const key of [...keyed, ...unkeyed]) await expireLease(admin, schema, key);
-      const ledger = new PostgresLedger({ pool: sessionPool(isolation), schema });
+      const ledger = new PostgresLedger({ pool: sessionPool(isolation), schema, timeoutMs: RACE_TIMEOUT_MS });
       const a = await race(ledger, keyed, RACERS, "keyed_write");
       const b = await race(ledger, unkeyed, RACERS, "unkeyed_write");
       console.log(
@@ -214,7 +222,7 @@ describe("the ledger's own pool runs at READ COMMITTED whatever the database def
     const url = new URL(DATABASE_URL);
     url.pathname = `/${database}`;
     const schema = "ledger";
-    const own = new PostgresLedger({ connectionString: url.toString(), schema, poolConfig: { max: 8 } });
+    const own = new PostgresLedger({ connectionString: url.toString(), schema, poolConfig: { max: 8 }, timeoutMs: RACE_TIMEOUT_MS });
     ledgers.push(own);
     await own.migrate();
     // What a plain session of this database runs at, and what the ledger's own sessions run at.
@@ -233,7 +241,7 @@ describe("the ledger's own pool runs at READ COMMITTED whatever the database def
     expect(tally).toMatchObject({ unavailable: 0, other: [], claimed: KEYS });
     for (const key of keys) expect(winners.get(key), key).toBe(1);
     // The same table through a brought pool of that database: serializable sessions, retried.
-    const brought = new PostgresLedger({ pool: sessionPool("serializable", url.toString()), schema });
+    const brought = new PostgresLedger({ pool: sessionPool("serializable", url.toString()), schema, timeoutMs: RACE_TIMEOUT_MS });
     const more = await race(brought, keys.map((k) => `byo-${k}`), RACERS);
     expect(more.tally).toMatchObject({ unavailable: 0, other: [], claimed: KEYS });
   });
