@@ -80,7 +80,8 @@ function parseOne(run: CliRun): DemoResult {
 function builtFromCurrentSources(): boolean {
   if (!existsSync(CLI)) return false;
   const built = statSync(CLI).mtimeMs;
-  const inputs = [...readdirSync(join(APP, "src")).map((f) => join(APP, "src", f)), join(APP, "tsup.config.ts"), join(APP, "package.json")];
+  const sources = readdirSync(join(APP, "src"), { recursive: true, encoding: "utf8" }).map((f) => join(APP, "src", f));
+  const inputs = [...sources, join(APP, "tsup.config.ts"), join(APP, "package.json")];
   return inputs.every((f) => !existsSync(f) || statSync(f).mtimeMs <= built);
 }
 

@@ -34,7 +34,8 @@ async function pickPorts(count: number): Promise<number[]> {
   return ports;
 }
 
-async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>): Promise<T> {
+/** Polls `probe` every 100 ms until it returns a value; a probe that throws is tried again. */
+export async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   while (Date.now() < deadline) {

@@ -4,7 +4,7 @@ import { isDispatchOnceError } from "@dispatch-once/core";
 import { Cluster, Redis, type ClusterOptions } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLAIM_LUA, LEDGER_CLUSTER_OPTIONS, RedisLedger, createRedisLedger, keySlot } from "../src/index.js";
-import { startCluster, type LocalCluster } from "./cluster.js";
+import { startCluster, until, type LocalCluster } from "./cluster.js";
 import { EXPIRE_LEASE_LUA, keysByPrefix, parseStored, uniquePrefix } from "./helpers.js";
 import { FaultProxy } from "./proxy.js";
 
@@ -338,16 +338,7 @@ describe("Cluster client settings that can send a script twice", () => {
       // MOVED"), ledger_unavailable. A dispatcher retries such a claim with the same claim id; so
       // does this, and the row must still be claimed at fence 2 by it.
       const retry = request(key, { effect: "unkeyed_write", owner: "attempt-2", request: "{}", claimId: "attempt2claimAAAAAAAAAAAA" });
-      let retried;
-      for (let attempt = 1; ; attempt++) {
-        try {
-          retried = await l.claim(retry);
-          break;
-        } catch (error) {
-          if (attempt >= 20 || !isDispatchOnceError(error, "ledger_unavailable")) throw error;
-          await new Promise((r) => setTimeout(r, 100));
-        }
-      }
+      const retried = await until("the retried claim, while the client reconnects", 2_000, () => l.claim(retry));
       expect(retried).toMatchObject({ outcome: "claimed", fence: 2, request: first(key) });
     } finally {
       await l.close();
