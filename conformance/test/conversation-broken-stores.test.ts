@@ -14,6 +14,7 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "racyCommit", rule: "TURN-5", what: "commitTurn checks, yields, then writes without the lock", check: /8 concurrent commits/, model: "TURN-5" },
   { bug: "appendNotIdempotent", rule: "TURN-2", what: "a re-send appends a second message", check: /re-send of a message id/, model: "TURN-2" },
   { bug: "acquireIgnoresExpiry", rule: "TURN-10", what: "acquireLease grants a live lease", check: /exclusive while live/, model: "TURN-10" },
+  { bug: "leaseArgumentsUnchecked", rule: "TURN-10", what: "acquireLease and renewLease take any owner and leaseMs", check: /owner and length are checked/ },
   { bug: "fenceRestartsOnRelease", rule: "TURN-10", what: "the fence restarts at 1 after a release", check: /higher than all earlier ones/, model: "TURN-10" },
   { bug: "reopensAfterOtherBound", rule: "TURN-12", what: "a re-send reopens a failed message after another was bound", check: /after another message was bound/, model: "TURN-12" },
   { bug: "lifo", rule: "TURN-9", what: "beginTurn binds the newest queued message", check: /arrival order/, model: "TURN-9" },

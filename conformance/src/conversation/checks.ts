@@ -1,5 +1,6 @@
 import { isDeepStrictEqual } from "node:util";
 import type { ConversationStore, JsonValue, StoredMessage, StoredTurn, TurnSnapshot } from "@dispatch-once/core";
+import { MAX_LEASE_MS, MAX_LEASE_OWNER_LENGTH } from "@dispatch-once/core/internal";
 import { must, mustEqual, mustRejectWith, show } from "../failure.js";
 import {
   LEASE_MS,
@@ -404,6 +405,44 @@ export const renewExtends: ConversationCheckSpec = {
       mustEqual((await fixture.raw.lease(c))?.expiresAt, renewed.leaseExpiresAt, "stored expiry after renew");
       const other = await store.acquireLease(c, "worker-b", LEASE_MS);
       mustEqual(other, { acquired: false, owner: "worker-a", leaseExpiresAt: renewed.leaseExpiresAt }, "acquire by worker-b after renew");
+    }),
+};
+
+export const leaseArgumentsChecked: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "a turn lease's owner and length are checked as every store checks them (LEDGER-29's one lease limit): refused with invalid_store_input before anything is stored",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      const badLengths: unknown[] = [-1, Number.NaN, Number.POSITIVE_INFINITY, MAX_LEASE_MS + 1, "60000", null, undefined];
+      for (const bad of badLengths) {
+        const error = await mustRejectWith(store.acquireLease(c, "worker-a", bad as number), "invalid_store_input", `acquireLease with leaseMs ${show(bad)}`);
+        mustEqual((error as { field?: unknown }).field, "leaseMs", `the refused field of acquireLease with leaseMs ${show(bad)}`);
+      }
+      const badOwners: unknown[] = ["", "x".repeat(MAX_LEASE_OWNER_LENGTH + 1), "lone \ud800 surrogate", 42, null];
+      for (const bad of badOwners) {
+        const error = await mustRejectWith(store.acquireLease(c, bad as string, LEASE_MS), "invalid_store_input", `acquireLease by owner ${show(bad)}`);
+        mustEqual((error as { field?: unknown }).field, "owner", `the refused field of acquireLease by owner ${show(bad)}`);
+      }
+      mustEqual((await fixture.raw.lease(c))?.owner, undefined, "the stored lease after refused acquires: nobody holds it");
+      // The limits themselves are accepted: the longest owner, the longest lease, a fraction
+      // rounded up (never shorter than asked), and 0 (a lease that has already run out).
+      const longest = "é".repeat(MAX_LEASE_OWNER_LENGTH);
+      const first = mustAcquire(await store.acquireLease(c, longest, MAX_LEASE_MS), "acquire by a 1,024-character owner for MAX_LEASE_MS");
+      mustEqual((await fixture.raw.lease(c))?.owner, longest, "the stored owner of the longest length");
+      for (const bad of badLengths) {
+        const error = await mustRejectWith(store.renewLease(c, first.fence, bad as number), "invalid_store_input", `renewLease with leaseMs ${show(bad)}`);
+        mustEqual((error as { field?: unknown }).field, "leaseMs", `the refused field of renewLease with leaseMs ${show(bad)}`);
+      }
+      mustEqual((await fixture.raw.lease(c))?.expiresAt, first.leaseExpiresAt, "the stored expiry after refused renewals: unchanged");
+      const fractional = await store.renewLease(c, first.fence, 1_000.25);
+      must(Number.isSafeInteger(fractional.leaseExpiresAt), `a renewal for 1000.25 ms must expire at whole milliseconds, got ${fractional.leaseExpiresAt}`);
+      mustEqual((await fixture.raw.lease(c))?.expiresAt, fractional.leaseExpiresAt, "the stored expiry after a fractional renewal");
+      const zero = await store.renewLease(c, first.fence, 0);
+      mustEqual((await fixture.raw.lease(c))?.expiresAt, zero.leaseExpiresAt, "the stored expiry after a renewal for 0 ms");
+      const taken = mustAcquire(await store.acquireLease(c, "worker-b", LEASE_MS), "acquire by another owner once a 0 ms lease has run out");
+      must(taken.fence > first.fence, `the fence after the takeover must rise above ${first.fence}, got ${taken.fence}`);
     }),
 };
 
@@ -958,6 +997,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   fencesRiseAcrossRelease,
   concurrentAcquiresOneWinner,
   renewExtends,
+  leaseArgumentsChecked,
   leasesPerConversation,
   bindsAtCommittedCount,
   bindingSurvivesTakeover,

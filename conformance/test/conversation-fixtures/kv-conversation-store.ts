@@ -17,6 +17,7 @@ import {
   type TurnCommit,
   type TurnSnapshot,
 } from "@dispatch-once/core";
+import { checkLeaseOwner, checkTurnLeaseMs } from "@dispatch-once/core/internal";
 import type { ConversationStoreFixture, ConversationStoreSubject } from "../../src/index.js";
 
 export interface ConversationBugs {
@@ -51,6 +52,8 @@ export interface ConversationBugs {
    * or the next message at a failed index, is called fresh though an earlier grant began it.
    */
   resumedOnlyInProgress?: boolean;
+  /** acquireLease and renewLease take any owner and leaseMs (a negative one grants an expired lease). */
+  leaseArgumentsUnchecked?: boolean;
 }
 
 interface State {
@@ -121,6 +124,10 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
+    if (!this.bugs.leaseArgumentsUnchecked) {
+      checkLeaseOwner(owner);
+      leaseMs = checkTurnLeaseMs(leaseMs);
+    }
     return this.locked(conversationId, (s) => {
       const now = this.backing.now();
       if (s.lease !== null && s.lease.expiresAt > now && !this.bugs.acquireIgnoresExpiry) {
@@ -140,6 +147,7 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
+    if (!this.bugs.leaseArgumentsUnchecked) leaseMs = checkTurnLeaseMs(leaseMs);
     return this.locked(conversationId, (s) => {
       const lease = held(conversationId, s, fence);
       lease.expiresAt = this.backing.now() + leaseMs;

@@ -24,7 +24,8 @@ import {
   type TurnSnapshot,
 } from "@dispatch-once/core";
 import {
-  checkLeaseMs as checkLease,
+  checkLeaseOwner,
+  checkTurnLeaseMs,
   decodeStoreJson,
   decodeStoredMessage,
   decodeStoredTurn,
@@ -66,7 +67,6 @@ export interface PostgresConversationStoreOptions {
 }
 
 const DEFAULT_STATEMENT_TIMEOUT_MS = 10_000;
-const MAX_OWNER_LENGTH = 1024;
 interface ConversationRow {
   fence: string;
   lease_owner: string | null;
@@ -200,8 +200,8 @@ export class PostgresConversationStore implements ConversationStore {
 
   async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
     checkConversationId(conversationId);
-    checkOwner(owner);
-    const ms = checkLeaseMs(leaseMs);
+    checkLeaseOwner(owner, { storesNul: false });
+    const ms = checkTurnLeaseMs(leaseMs);
     return this.transaction(conversationId, "acquireLease", async (run) => {
       const held = (await this.lock(run, conversationId, true))!;
       // The grant decides on the server's clock read after the lock (see NOW_MS).
@@ -216,7 +216,7 @@ export class PostgresConversationStore implements ConversationStore {
 
   async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
     checkConversationId(conversationId);
-    const ms = checkLeaseMs(leaseMs);
+    const ms = checkTurnLeaseMs(leaseMs);
     if (!isFence(fence)) throw new ConversationLeaseLostError(conversationId, fence);
     // One statement: the fence, not the clock, decides (an expired lease nobody took is still held).
     const [row] = await this.query<{ lease_expires_at: string }>("renewLease", conversationId, this.sql.renew, [conversationId, String(fence), String(ms)]);
@@ -466,17 +466,6 @@ function checkMessageIdType(messageId: unknown): asserts messageId is string {
   if (typeof messageId !== "string") throw new InvalidStoreInputError("messageId", "must be a string");
   // A text column cannot hold NUL: such an id can be neither stored nor found.
   if (!storable(messageId)) throw new InvalidStoreInputError("messageId", "must not contain NUL or lone surrogates");
-}
-
-function checkOwner(owner: unknown): asserts owner is string {
-  if (typeof owner !== "string" || owner.length > MAX_OWNER_LENGTH || !storable(owner)) {
-    throw new InvalidStoreInputError("owner", `must be a string of at most ${MAX_OWNER_LENGTH} characters without NUL or lone surrogates`);
-  }
-}
-
-/** Whole milliseconds, rounded up so a lease is never shorter than asked (core's one limit). */
-function checkLeaseMs(leaseMs: unknown): number {
-  return checkLease(leaseMs, (field, reason) => new InvalidStoreInputError(field, reason));
 }
 
 function checkCommit(commit: TurnCommit): {

@@ -23,7 +23,8 @@ import {
   type TurnSnapshot,
 } from "@dispatch-once/core";
 import {
-  checkLeaseMs as checkLease,
+  checkLeaseOwner,
+  checkTurnLeaseMs,
   openWithin,
   decodeStoreJson,
   decodeStoredMessage,
@@ -68,7 +69,6 @@ export interface SqliteConversationStoreOptions {
 }
 
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
-const MAX_OWNER_LENGTH = 1024;
 
 /**
  * The store's clock in integer milliseconds since the Unix epoch, evaluated by SQLite inside
@@ -271,8 +271,8 @@ export class SqliteConversationStore implements ConversationStore {
 
   async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
     checkConversationId(conversationId);
-    checkOwner(owner);
-    const ms = checkLeaseMs(leaseMs);
+    checkLeaseOwner(owner);
+    const ms = checkTurnLeaseMs(leaseMs);
     return this.guard(conversationId, "acquireLease", () =>
       this.write(() => {
         this.stmts.ensure.run(conversationId);
@@ -291,7 +291,7 @@ export class SqliteConversationStore implements ConversationStore {
 
   async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
     checkConversationId(conversationId);
-    const ms = checkLeaseMs(leaseMs);
+    const ms = checkTurnLeaseMs(leaseMs);
     return this.guard(conversationId, "renewLease", () => {
       // One statement: the fence, not the clock, decides (an expired lease nobody took is still held).
       const renewed = isFence(fence) ? this.stmts.renew.get(ms, conversationId, fence) : undefined;
@@ -570,17 +570,6 @@ function checkConversationId(conversationId: unknown): asserts conversationId is
 
 function checkMessageIdType(messageId: unknown): asserts messageId is string {
   if (typeof messageId !== "string") throw new InvalidStoreInputError("messageId", "must be a string");
-}
-
-function checkOwner(owner: unknown): asserts owner is string {
-  if (typeof owner !== "string" || owner.length > MAX_OWNER_LENGTH || !owner.isWellFormed()) {
-    throw new InvalidStoreInputError("owner", `must be a well-formed string of at most ${MAX_OWNER_LENGTH} characters`);
-  }
-}
-
-/** Whole milliseconds, rounded up so a lease is never shorter than asked (core's one limit). */
-function checkLeaseMs(leaseMs: unknown): number {
-  return checkLease(leaseMs, (field, reason) => new InvalidStoreInputError(field, reason));
 }
 
 /** A commit's fields, with its JSON already encoded (refused before the store is touched). */

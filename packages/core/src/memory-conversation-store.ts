@@ -16,6 +16,7 @@ import { ConversationLeaseLostError, InvalidStoreInputError } from "./errors.js"
 import { canonicalize } from "./canonical.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
 import { checkFailedTurnsQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
+import { checkLeaseOwner, checkTurnLeaseMs } from "./internal/store-rows.js";
 
 interface Conversation {
   messages: Map<string, StoredMessage>;
@@ -99,7 +100,8 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
-    checkLease(owner, leaseMs);
+    checkLeaseOwner(owner);
+    const ms = checkTurnLeaseMs(leaseMs);
     const conversation = this.get(conversationId);
     const now = this.now();
     const held = conversation.lease;
@@ -107,14 +109,17 @@ export class MemoryConversationStore implements ConversationStore {
       return { acquired: false, owner: held.owner, leaseExpiresAt: held.expiresAt };
     }
     conversation.fence++;
-    conversation.lease = { fence: conversation.fence, owner, expiresAt: now + leaseMs };
+    conversation.lease = { fence: conversation.fence, owner, expiresAt: now + ms };
     return { acquired: true, fence: conversation.fence, leaseExpiresAt: conversation.lease.expiresAt };
   }
 
   async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
+    // Checked before the fence: a bad length is refused the same whoever holds the lease, and
+    // never written (it once set a NaN or past expiry on the held lease).
+    const ms = checkTurnLeaseMs(leaseMs);
     const conversation = this.get(conversationId);
     const lease = this.held(conversationId, conversation, fence);
-    lease.expiresAt = this.now() + leaseMs;
+    lease.expiresAt = this.now() + ms;
     return { leaseExpiresAt: lease.expiresAt };
   }
 
@@ -268,13 +273,6 @@ function checkJson(field: string, value: unknown): void {
     canonicalize(value);
   } catch (cause) {
     throw new InvalidStoreInputError(field, `must be JSON data: ${(cause as Error).message}`);
-  }
-}
-
-function checkLease(owner: unknown, leaseMs: unknown): void {
-  if (typeof owner !== "string" || owner.length === 0) throw new InvalidStoreInputError("owner", "must be a non-empty string");
-  if (typeof leaseMs !== "number" || !Number.isSafeInteger(leaseMs) || leaseMs <= 0) {
-    throw new InvalidStoreInputError("leaseMs", "must be a positive integer of milliseconds");
   }
 }
 

@@ -9,6 +9,9 @@ export {
   decodeStoredMessage,
   decodeStoredTurn,
   beginTurnIndex,
+  checkLeaseOwner,
+  checkTurnLeaseMs,
+  MAX_LEASE_OWNER_LENGTH,
   type StoredMessageRow,
   type StoredTurnRow,
 } from "./store-rows.js";

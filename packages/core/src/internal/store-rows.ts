@@ -1,6 +1,7 @@
 import { canonicalize, type JsonValue } from "../canonical.js";
 import type { MessageState, StoredMessage, StoredTurn } from "../conversation.js";
 import { InvalidStoreInputError, StoreCorruptError, isDispatchOnceError } from "../errors.js";
+import { checkLeaseMs } from "./leases.js";
 
 /*
  * Helpers for conversation-store implementers: one place for what every store that keeps
@@ -118,4 +119,33 @@ export function beginTurnIndex(
   }
   if (begunTurn === turnIndex) return { resumed: begunFence !== fence, write: false };
   return { resumed: false, write: true };
+}
+
+/** Longest turn-lease owner a conversation store accepts: a label for an operator, as a ledger's owner (MAX_CLAIM_LABEL_LENGTH). */
+export const MAX_LEASE_OWNER_LENGTH = 1024;
+
+/**
+ * A turn lease's owner, checked alike by every conversation store before it touches its store
+ * (TURN-10): a non-empty string of at most MAX_LEASE_OWNER_LENGTH characters that the store
+ * keeps exactly (well-formed; no NUL where the store's text cannot hold one, `storesNul: false`).
+ * Stores that checked this each in their own way disagreed: one configured owner was refused by
+ * one store and taken by another.
+ */
+export function checkLeaseOwner(owner: unknown, limits: { storesNul?: boolean } = {}): string {
+  if (
+    typeof owner !== "string" ||
+    owner.length === 0 ||
+    owner.length > MAX_LEASE_OWNER_LENGTH ||
+    !owner.isWellFormed() ||
+    (limits.storesNul === false && owner.includes("\u0000"))
+  ) {
+    const text = limits.storesNul === false ? "without NUL or lone surrogates" : "without lone surrogates";
+    throw new InvalidStoreInputError("owner", `must be a non-empty string of at most ${MAX_LEASE_OWNER_LENGTH} characters ${text}`);
+  }
+  return owner;
+}
+
+/** A turn lease's length for acquireLease and renewLease: LEDGER-29's one limit (0..MAX_LEASE_MS, rounded up), refused with invalid_store_input. */
+export function checkTurnLeaseMs(leaseMs: unknown): number {
+  return checkLeaseMs(leaseMs, (field, reason) => new InvalidStoreInputError(field, reason));
 }
