@@ -23,6 +23,7 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "forgetsOnRestart", rule: "TURN-14", what: "a fresh instance sees nothing (declared durable)", check: /fresh instance sees every message/ },
   { bug: "fenceResetsOnRestart", rule: "TURN-14", what: "the fence counter restarts with each instance", check: /never goes backwards/, model: "TURN-10" },
   { bug: "resumedOnlyInProgress", rule: "TURN-15", what: "resumed only for a message found in progress (not a reopened one)", check: /begun under an earlier lease grant/, model: "TURN-15" },
+  { bug: "dataUnchecked", rule: "TURN-18", what: "data JSON cannot carry is kept (a NaN as null)", check: /JSON cannot carry is refused/ },
   { bug: "latin1Content", rule: "TURN-7", what: "non-ASCII content comes back mangled", check: /come back deep-equal/, model: "TURN-7" },
 ];
 

@@ -784,6 +784,61 @@ export const contentRoundTrips: ConversationCheckSpec = {
 
 // ---------------------------------------------------------------------------------- TURN-14
 
+// ---------------------------------------------------------------------------------- TURN-18
+
+/** Values JSON cannot carry, each where a store would otherwise keep it (TURN-18). */
+function notJsonValues(): Array<{ label: string; value: unknown }> {
+  const cyclic: Record<string, unknown> = { type: "text" };
+  cyclic["self"] = cyclic;
+  let deep: unknown = "bottom";
+  for (let i = 0; i < 600; i++) deep = [deep];
+  return [
+    { label: "NaN", value: { type: "n", n: Number.NaN } },
+    { label: "Infinity", value: { type: "n", n: Number.NEGATIVE_INFINITY } },
+    { label: "a lone surrogate", value: { type: "text", text: "half \ud83d" } },
+    { label: "undefined in an array", value: ["a", undefined] },
+    { label: "a bigint", value: { type: "n", n: 10n } },
+    { label: "a Date", value: { type: "at", at: new Date(0) } },
+    { label: "a symbol-keyed member", value: { type: "s", [Symbol("hidden")]: 1 } },
+    { label: "a cycle", value: cyclic },
+    { label: "nesting 600 deep", value: deep },
+  ];
+}
+
+async function mustRefuseData(promise: Promise<unknown>, field: string, what: string): Promise<void> {
+  const error = await mustRejectWith(promise, "invalid_store_input", what);
+  mustEqual((error as { field?: unknown }).field, field, `the refused field of ${what}`);
+}
+
+export const nonJsonRefused: ConversationCheckSpec = {
+  rule: "TURN-18",
+  name: "data JSON cannot carry is refused with invalid_store_input by append, commit, failMessage and addRecord alike, and nothing is stored",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const fence = await acquire(store, c, "worker-a");
+      const snapshot = await mustBegin(store, c, fence, "begin m1");
+      for (const { label, value } of notJsonValues()) {
+        const bad = value as JsonValue;
+        await mustRefuseData(store.appendUserMessage(c, { id: "m-bad", content: bad }), "content", `appendUserMessage with ${label}`);
+        await mustRefuseData(store.commitTurn(c, commitFor(snapshot, fence, { assistant: bad })), "assistant", `commitTurn with ${label} in assistant`);
+        await mustRefuseData(store.commitTurn(c, commitFor(snapshot, fence, { toolResults: bad })), "toolResults", `commitTurn with ${label} in toolResults`);
+        await mustRefuseData(store.failMessage(c, fence, "m1", bad), "record", `failMessage with ${label} in its record`);
+        await mustRefuseData(store.addRecord(c, bad), "record", `addRecord with ${label}`);
+      }
+      mustEqual((await fixture.raw.messages(c)).map((m) => [m.id, m.state]), [["m1", "in_progress"]], "stored messages after refused writes");
+      mustEqual(await fixture.raw.turns(c), [], "stored turns after refused commits");
+      mustEqual(await fixture.raw.records(c), [], "stored records after refused records");
+      // An undefined member is absent, as in JSON text: every store gives back the same value.
+      await store.addRecord(c, { kind: "note", absent: undefined } as unknown as JsonValue);
+      mustEqual(await store.records(c), [{ kind: "note" }], "records() after a record with an undefined member");
+      await mustCommit(store, c, commitFor(snapshot, fence, { assistant: { role: "assistant", content: [{ type: "text", text: "done", citations: undefined }] } as unknown as JsonValue }), "commit with an undefined member");
+      mustEqual(await store.log(c), [userText("pay alice"), { role: "assistant", content: [{ type: "text", text: "done" }] }], "log() after a commit with an undefined member");
+    }),
+};
+
 export const durabilityDeclared: ConversationCheckSpec = {
   rule: "TURN-14",
   name: "the declared durability agrees with the subject: durable exactly when a fresh instance sees earlier writes",
@@ -990,6 +1045,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   userMessageEntersWithCommit,
   turnsOfInOrder,
   contentRoundTrips,
+  nonJsonRefused,
   oneAtATimeInArrivalOrder,
   leaseExclusive,
   leaseTakeoverAfterExpiry,

@@ -17,7 +17,7 @@ import {
   type TurnCommit,
   type TurnSnapshot,
 } from "@dispatch-once/core";
-import { checkLeaseOwner, checkTurnLeaseMs } from "@dispatch-once/core/internal";
+import { checkLeaseOwner, checkTurnLeaseMs, encodeStoreJson } from "@dispatch-once/core/internal";
 import type { ConversationStoreFixture, ConversationStoreSubject } from "../../src/index.js";
 
 export interface ConversationBugs {
@@ -54,6 +54,8 @@ export interface ConversationBugs {
   resumedOnlyInProgress?: boolean;
   /** acquireLease and renewLease take any owner and leaseMs (a negative one grants an expired lease). */
   leaseArgumentsUnchecked?: boolean;
+  /** Content, turns and records are not checked as JSON: a NaN is kept as null, a Date as its string. */
+  dataUnchecked?: boolean;
 }
 
 interface State {
@@ -94,6 +96,7 @@ export class KvConversationStore implements ConversationStore {
 
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
     checkMessageId(message?.id);
+    this.checkData("content", message.content);
     return this.locked(conversationId, (s) => {
       const known = s.messages.find((m) => m.id === message.id);
       if (known !== undefined && !this.bugs.appendNotIdempotent) {
@@ -189,6 +192,8 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
+    this.checkData("assistant", commit.assistant);
+    if (commit.toolResults !== undefined) this.checkData("toolResults", commit.toolResults);
     const apply = (s: State): { committed: boolean } => {
       const loose = this.bugs.commitChecksCountOnly;
       if (!loose && !this.bugs.commitIgnoresFence && s.lease?.fence !== commit.fence) return { committed: false };
@@ -210,6 +215,7 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
+    this.checkData("record", record);
     return this.locked(conversationId, (s) => {
       held(conversationId, s, fence);
       const message = s.messages.find((m) => m.id === messageId);
@@ -221,6 +227,7 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async addRecord(conversationId: string, record: JsonValue): Promise<void> {
+    this.checkData("record", record);
     return this.locked(conversationId, (s) => {
       s.records.push(this.text(record));
     });
@@ -247,6 +254,11 @@ export class KvConversationStore implements ConversationStore {
     }
     if (this.bugs.recordsInLog) out.push(...structuredClone(s.records));
     return out;
+  }
+
+  /** TURN-18, as every store checks it (core's toolkit), before anything is stored. */
+  private checkData(field: string, value: unknown): void {
+    if (!this.bugs.dataUnchecked) encodeStoreJson(field, value);
   }
 
   private text(value: JsonValue): JsonValue {

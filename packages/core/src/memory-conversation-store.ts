@@ -173,6 +173,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
+    checkJson("record", record);
     const conversation = this.get(conversationId);
     this.held(conversationId, conversation, fence);
     const message = conversation.messages.get(messageId);
@@ -186,6 +187,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async addRecord(conversationId: string, record: JsonValue): Promise<void> {
+    checkJson("record", record);
     this.get(conversationId).records.push(clone(record));
   }
 
@@ -267,7 +269,7 @@ function beginIndex(conversation: Conversation, turnIndex: number, fence: number
   return false;
 }
 
-/** What every store can keep and give back deep-equal: JSON data, as the durable stores store it. */
+/** What every store can keep and give back deep-equal: JSON data, as the durable stores store it (TURN-18). */
 function checkJson(field: string, value: unknown): void {
   try {
     canonicalize(value);
@@ -283,6 +285,27 @@ export function checkMessageId(id: unknown): asserts id is string {
   }
 }
 
+/**
+ * A copy of stored JSON data as a durable store gives it back (TURN-18): every value the store
+ * keeps was checked as JSON on the way in, so only plain objects, arrays and scalars occur; an
+ * object member whose value is undefined is absent, as in the stored text of SQLite and
+ * PostgreSQL. A walk, not structuredClone: this store copies on every read and write, and the
+ * serializer's fixed cost made it a measurable share of a runner's CPU.
+ */
 function clone<T>(value: T): T {
-  return structuredClone(value);
+  if (typeof value !== "object" || value === null) return value;
+  if (Array.isArray(value)) {
+    const out: unknown[] = new Array(value.length);
+    for (let i = 0; i < value.length; i++) out[i] = clone(value[i]);
+    return out as T;
+  }
+  const out: Record<string, unknown> = {};
+  for (const name of Object.keys(value)) {
+    const member = (value as Record<string, unknown>)[name];
+    if (member === undefined) continue;
+    // A member named "__proto__" must stay an own member (assignment would set the prototype).
+    if (name === "__proto__") Object.defineProperty(out, name, { value: clone(member), enumerable: true, writable: true, configurable: true });
+    else out[name] = clone(member);
+  }
+  return out as T;
 }
