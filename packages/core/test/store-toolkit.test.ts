@@ -1,6 +1,7 @@
 // The conversation-store side of the adapter toolkit (@dispatch-once/core/internal): a turn
 // lease's owner and length are checked here for every store, so one configured value is taken
 // or refused alike by the memory, SQLite and PostgreSQL stores (LEDGER-29, TURN-10).
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { MAX_LEASE_MS, MAX_LEASE_OWNER_LENGTH, checkLeaseOwner, checkTurnLeaseMs } from "../src/internal/index.js";
 import { MemoryConversationStore, isDispatchOnceError } from "../src/index.js";
@@ -67,5 +68,33 @@ describe("MemoryConversationStore's turn lease", () => {
     expect(zero).toEqual({ acquired: true, fence: 1, leaseExpiresAt: 5_000 });
     const fractional = await store.renewLease("c2", 1, 0.5);
     expect(fractional).toEqual({ leaseExpiresAt: 5_001 });
+  });
+});
+
+describe("MemoryConversationStore's copies (TURN-18)", () => {
+  it("give back what a durable store's JSON text gives back, never the caller's objects (property)", async () => {
+    const store = new MemoryConversationStore();
+    let n = 0;
+    // Objects with undefined members and a "__proto__" own member, besides any JSON value.
+    const member = fc.oneof(fc.string(), fc.constant("__proto__"));
+    const value = fc.letrec((tie) => ({
+      node: fc.oneof({ depthSize: "small" }, fc.jsonValue({ maxDepth: 2 }), tie("object"), fc.array(tie("node"), { maxLength: 3 })),
+      object: fc.dictionary(member, fc.oneof(tie("node"), fc.constant(undefined)), { maxKeys: 4 }),
+    })).node;
+    await fc.assert(
+      fc.asyncProperty(value, async (content) => {
+        const id = `m${++n}`;
+        const c = `c${n}`;
+        const expected = JSON.parse(JSON.stringify(content) ?? "null") as unknown;
+        if (content === undefined) return;
+        await store.appendUserMessage(c, { id, content: content as never });
+        const stored = await store.message(c, id);
+        expect(stored?.content).toStrictEqual(expected);
+        if (typeof content === "object" && content !== null) expect(stored?.content).not.toBe(content);
+        await store.addRecord(c, content as never);
+        expect(await store.records(c)).toStrictEqual([expected]);
+      }),
+      { numRuns: 300 },
+    );
   });
 });
