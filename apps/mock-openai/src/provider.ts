@@ -2,6 +2,7 @@ import { EventEmitter } from "node:events";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import express, { type Request, type Response as ExpressResponse } from "express";
+import { jsonBody } from "@dispatch-once/mock-http";
 import { z } from "zod";
 import { MockOpenAIError } from "./errors.js";
 import { sha256Hex, stableStringify } from "./random.js";
@@ -150,7 +151,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
   // Ids stay fresh after clearRequests() resets the attempt counters.
   let generation = 0;
   const app = express();
-  app.use(express.json({ limit: "10mb" }));
+  app.use(jsonBody({ limitBytes: 10 * 1024 * 1024 }));
 
   app.get("/_control/requests", (_req, res) => {
     res.json(requests);

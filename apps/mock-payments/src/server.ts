@@ -3,6 +3,7 @@ import { STATUS_CODES, createServer, type Server } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import express, { type NextFunction, type Request, type Response } from "express";
+import { jsonBody } from "@dispatch-once/mock-http";
 import type { z } from "zod";
 import { fingerprint } from "./canonical.js";
 import { MockPaymentsError } from "./errors.js";
@@ -377,7 +378,7 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
   const app = express();
   app.disable("x-powered-by");
   app.set("etag", false);
-  const json = express.json({ limit: "100kb", type: ["application/json", "application/*+json"] });
+  const json = jsonBody({ limitBytes: 100 * 1024, type: ["application/json", "application/*+json"] });
 
   if (options.control ?? true) {
     const control = express.Router();

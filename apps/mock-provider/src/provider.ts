@@ -2,6 +2,7 @@ import { EventEmitter } from "node:events";
 import type { AddressInfo, Socket } from "node:net";
 import type { Server } from "node:http";
 import express, { type NextFunction, type Request, type Response } from "express";
+import { jsonBody } from "@dispatch-once/mock-http";
 import { MockProviderError } from "./errors.js";
 import { errorForStatus, parseFault, parseFaultRule, parseTiming, resolvePosition } from "./faults.js";
 import { checkTurn, renderTurn, type PingMode, type PlannedEvent, type RenderedResponse } from "./render.js";
@@ -398,7 +399,7 @@ class Provider implements MockProvider {
     const app = express();
     app.disable("x-powered-by");
     app.disable("etag");
-    app.use(express.json({ limit: "32mb" }));
+    app.use(jsonBody({ limitBytes: 32 * 1024 * 1024 }));
 
     app.post("/v1/messages", (req, res) => this.handleMessages(req, res));
 
