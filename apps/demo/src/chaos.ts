@@ -490,6 +490,10 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
       const [committed, records] = await Promise.all([store.turnsOf(conversationId, messageId), store.records(conversationId)]);
       const payments = side.paymentsOf(reference).map((e) => ({ resourceId: e.resourceId, idempotencyKey: e.idempotencyKey }));
       addAudit(tally, reference, auditMessage({ committed, records: recordsOf(records, messageId), payments }));
+      // Read once: from here on the reference's payments are only counted, and its memo is
+      // never re-worded again (its message has been answered).
+      side.settle(reference);
+      rewording.delete(reference);
     };
     const sumOf = (map: Map<string, number>, refs: readonly string[]) => refs.reduce((sum, r) => sum + (map.get(r) ?? 0), 0);
 

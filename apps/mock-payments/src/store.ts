@@ -120,15 +120,25 @@ export interface MemoryStoreOptions {
 
 /**
  * An idempotency record as the memory store keeps it: the response as its JSON text, as the
- * SQLite store keeps it. A parsed response body was about a kilobyte per key, and a server under
- * load keeps every key of its retention period.
+ * SQLite store keeps it, and the account and key only in the map's id (each was a second copy
+ * of a string the id holds). A parsed response body was about a kilobyte per key, and a server
+ * under load keeps every key of its retention period.
  */
-type KeptRecord = Omit<IdempotencyRecord, "response"> & { response: string | null };
+type KeptRecord = Omit<IdempotencyRecord, "response" | "account" | "key"> & { response: string | null };
 
-const recordOf = (kept: KeptRecord): IdempotencyRecord => ({
-  ...kept,
-  response: kept.response === null ? null : (JSON.parse(kept.response) as StoredResponse),
-});
+const recordOf = (id: string, kept: KeptRecord): IdempotencyRecord => {
+  const split = id.indexOf("\u0000");
+  return {
+    account: id.slice(0, split),
+    key: id.slice(split + 1),
+    operation: kept.operation,
+    fingerprint: kept.fingerprint,
+    state: kept.state,
+    response: kept.response === null ? null : (JSON.parse(kept.response) as StoredResponse),
+    createdAt: kept.createdAt,
+    expiresAt: kept.expiresAt,
+  };
+};
 
 /** The default store: everything lives in this process and is lost with it. */
 export class MemoryStore implements Store {
@@ -159,14 +169,12 @@ export class MemoryStore implements Store {
     const id = recordId(input.account, input.key);
     const existing = this.records.get(id);
     if (existing !== undefined && !(existing.state === "completed" && existing.expiresAt <= input.now)) {
-      return { claimed: false, existing: recordOf(existing) };
+      return { claimed: false, existing: recordOf(id, existing) };
     }
     // Deleted first so that the new claim goes to the end of the map's order (purgeExpired stops
     // at the first record that has not expired).
     if (existing !== undefined) this.records.delete(id);
     this.records.set(id, {
-      account: input.account,
-      key: input.key,
       operation: input.operation,
       fingerprint: input.fingerprint,
       state: "in_flight",
@@ -187,9 +195,10 @@ export class MemoryStore implements Store {
   }
 
   getRecord(account: string, key: string, now: number): IdempotencyRecord | null {
-    const record = this.records.get(recordId(account, key));
+    const id = recordId(account, key);
+    const record = this.records.get(id);
     if (record === undefined || (record.state === "completed" && record.expiresAt <= now)) return null;
-    return recordOf(record);
+    return recordOf(id, record);
   }
 
   release(account: string, key: string): void {
@@ -209,7 +218,7 @@ export class MemoryStore implements Store {
   }
 
   inFlight(): IdempotencyRecord[] {
-    return [...this.records.values()].filter((r) => r.state === "in_flight").map(recordOf);
+    return [...this.records].filter(([, r]) => r.state === "in_flight").map(([id, r]) => recordOf(id, r));
   }
 
   /**
