@@ -57,6 +57,12 @@ async function mustCommit(store: ConversationStore, conversationId: string, comm
   mustEqual(result, { committed: true }, what);
 }
 
+/** Refused with invalid_store_input naming `field`, the store's argument check (TURN-10, TURN-18). */
+async function mustRefuseField(promise: Promise<unknown>, field: string, what: string): Promise<void> {
+  const error = await mustRejectWith(promise, "invalid_store_input", what);
+  mustEqual((error as { field?: unknown }).field, field, `the refused field of ${what}`);
+}
+
 // ---------------------------------------------------------------------------------- TURN-2
 
 export const appendIsIdempotent: ConversationCheckSpec = {
@@ -417,13 +423,11 @@ export const leaseArgumentsChecked: ConversationCheckSpec = {
       const c = freshConversation();
       const badLengths: unknown[] = [-1, Number.NaN, Number.POSITIVE_INFINITY, MAX_LEASE_MS + 1, "60000", null, undefined];
       for (const bad of badLengths) {
-        const error = await mustRejectWith(store.acquireLease(c, "worker-a", bad as number), "invalid_store_input", `acquireLease with leaseMs ${show(bad)}`);
-        mustEqual((error as { field?: unknown }).field, "leaseMs", `the refused field of acquireLease with leaseMs ${show(bad)}`);
+        await mustRefuseField(store.acquireLease(c, "worker-a", bad as number), "leaseMs", `acquireLease with leaseMs ${show(bad)}`);
       }
       const badOwners: unknown[] = ["", "x".repeat(MAX_LEASE_OWNER_LENGTH + 1), "lone \ud800 surrogate", 42, null];
       for (const bad of badOwners) {
-        const error = await mustRejectWith(store.acquireLease(c, bad as string, LEASE_MS), "invalid_store_input", `acquireLease by owner ${show(bad)}`);
-        mustEqual((error as { field?: unknown }).field, "owner", `the refused field of acquireLease by owner ${show(bad)}`);
+        await mustRefuseField(store.acquireLease(c, bad as string, LEASE_MS), "owner", `acquireLease by owner ${show(bad)}`);
       }
       mustEqual((await fixture.raw.lease(c))?.owner, undefined, "the stored lease after refused acquires: nobody holds it");
       // The limits themselves are accepted: the longest owner, the longest lease, a fraction
@@ -432,8 +436,7 @@ export const leaseArgumentsChecked: ConversationCheckSpec = {
       const first = mustAcquire(await store.acquireLease(c, longest, MAX_LEASE_MS), "acquire by a 1,024-character owner for MAX_LEASE_MS");
       mustEqual((await fixture.raw.lease(c))?.owner, longest, "the stored owner of the longest length");
       for (const bad of badLengths) {
-        const error = await mustRejectWith(store.renewLease(c, first.fence, bad as number), "invalid_store_input", `renewLease with leaseMs ${show(bad)}`);
-        mustEqual((error as { field?: unknown }).field, "leaseMs", `the refused field of renewLease with leaseMs ${show(bad)}`);
+        await mustRefuseField(store.renewLease(c, first.fence, bad as number), "leaseMs", `renewLease with leaseMs ${show(bad)}`);
       }
       mustEqual((await fixture.raw.lease(c))?.expiresAt, first.leaseExpiresAt, "the stored expiry after refused renewals: unchanged");
       const fractional = await store.renewLease(c, first.fence, 1_000.25);
@@ -805,11 +808,6 @@ function notJsonValues(): Array<{ label: string; value: unknown }> {
   ];
 }
 
-async function mustRefuseData(promise: Promise<unknown>, field: string, what: string): Promise<void> {
-  const error = await mustRejectWith(promise, "invalid_store_input", what);
-  mustEqual((error as { field?: unknown }).field, field, `the refused field of ${what}`);
-}
-
 export const nonJsonRefused: ConversationCheckSpec = {
   rule: "TURN-18",
   name: "data JSON cannot carry is refused with invalid_store_input by append, commit, failMessage and addRecord alike, and nothing is stored",
@@ -822,11 +820,11 @@ export const nonJsonRefused: ConversationCheckSpec = {
       const snapshot = await mustBegin(store, c, fence, "begin m1");
       for (const { label, value } of notJsonValues()) {
         const bad = value as JsonValue;
-        await mustRefuseData(store.appendUserMessage(c, { id: "m-bad", content: bad }), "content", `appendUserMessage with ${label}`);
-        await mustRefuseData(store.commitTurn(c, commitFor(snapshot, fence, { assistant: bad })), "assistant", `commitTurn with ${label} in assistant`);
-        await mustRefuseData(store.commitTurn(c, commitFor(snapshot, fence, { toolResults: bad })), "toolResults", `commitTurn with ${label} in toolResults`);
-        await mustRefuseData(store.failMessage(c, fence, "m1", bad), "record", `failMessage with ${label} in its record`);
-        await mustRefuseData(store.addRecord(c, bad), "record", `addRecord with ${label}`);
+        await mustRefuseField(store.appendUserMessage(c, { id: "m-bad", content: bad }), "content", `appendUserMessage with ${label}`);
+        await mustRefuseField(store.commitTurn(c, commitFor(snapshot, fence, { assistant: bad })), "assistant", `commitTurn with ${label} in assistant`);
+        await mustRefuseField(store.commitTurn(c, commitFor(snapshot, fence, { toolResults: bad })), "toolResults", `commitTurn with ${label} in toolResults`);
+        await mustRefuseField(store.failMessage(c, fence, "m1", bad), "record", `failMessage with ${label} in its record`);
+        await mustRefuseField(store.addRecord(c, bad), "record", `addRecord with ${label}`);
       }
       mustEqual((await fixture.raw.messages(c)).map((m) => [m.id, m.state]), [["m1", "in_progress"]], "stored messages after refused writes");
       mustEqual(await fixture.raw.turns(c), [], "stored turns after refused commits");
