@@ -810,7 +810,7 @@ function notJsonValues(): Array<{ label: string; value: unknown }> {
 
 export const nonJsonRefused: ConversationCheckSpec = {
   rule: "TURN-18",
-  name: "data JSON cannot carry is refused with invalid_store_input by append, commit, failMessage and addRecord alike, and nothing is stored",
+  name: "data JSON cannot carry is refused with invalid_store_input by append, commit, failMessage and addRecord alike, and nothing is stored; an undefined member comes back absent and -0 as 0",
   run: (subject) =>
     withConversationFixture(subject, async (fixture) => {
       const { store } = fixture;
@@ -829,9 +829,9 @@ export const nonJsonRefused: ConversationCheckSpec = {
       mustEqual((await fixture.raw.messages(c)).map((m) => [m.id, m.state]), [["m1", "in_progress"]], "stored messages after refused writes");
       mustEqual(await fixture.raw.turns(c), [], "stored turns after refused commits");
       mustEqual(await fixture.raw.records(c), [], "stored records after refused records");
-      // An undefined member is absent, as in JSON text: every store gives back the same value.
-      await store.addRecord(c, { kind: "note", absent: undefined } as unknown as JsonValue);
-      mustEqual(await store.records(c), [{ kind: "note" }], "records() after a record with an undefined member");
+      // An undefined member is absent and -0 is 0, as in JSON text: every store gives back the same value.
+      await store.addRecord(c, { kind: "note", absent: undefined, zero: -0, zeros: [-0] } as unknown as JsonValue);
+      mustEqual(await store.records(c), [{ kind: "note", zero: 0, zeros: [0] }], "records() after a record with an undefined member and -0");
       await mustCommit(store, c, commitFor(snapshot, fence, { assistant: { role: "assistant", content: [{ type: "text", text: "done", citations: undefined }] } as unknown as JsonValue }), "commit with an undefined member");
       mustEqual(await store.log(c), [userText("pay alice"), { role: "assistant", content: [{ type: "text", text: "done" }] }], "log() after a commit with an undefined member");
     }),

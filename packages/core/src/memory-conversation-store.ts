@@ -288,12 +288,13 @@ export function checkMessageId(id: unknown): asserts id is string {
 /**
  * A copy of stored JSON data as a durable store gives it back (TURN-18): every value the store
  * keeps was checked as JSON on the way in, so only plain objects, arrays and scalars occur; an
- * object member whose value is undefined is absent, as in the stored text of SQLite and
- * PostgreSQL. A walk, not structuredClone: this store copies on every read and write, and the
+ * object member whose value is undefined is absent and -0 is 0, as in the stored text of SQLite
+ * and PostgreSQL. A walk, not structuredClone: this store copies on every read and write, and the
  * serializer's fixed cost made it a measurable share of a runner's CPU.
  */
 function clone<T>(value: T): T {
-  if (typeof value !== "object" || value === null) return value;
+  // -0 is written "0" in JSON text and read back as 0.
+  if (typeof value !== "object" || value === null) return (value === 0 ? 0 : value) as T;
   if (Array.isArray(value)) {
     const out: unknown[] = new Array(value.length);
     for (let i = 0; i < value.length; i++) out[i] = clone(value[i]);

@@ -97,4 +97,12 @@ describe("MemoryConversationStore's copies (TURN-18)", () => {
       { numRuns: 300 },
     );
   });
+
+  it("give back -0 as 0, as JSON text does (found by the property above, seed -313919738)", async () => {
+    const store = new MemoryConversationStore();
+    await store.appendUserMessage("c-zero", { id: "m1", content: { n: -0, list: [-0, 1] } });
+    const content = (await store.message("c-zero", "m1"))?.content as { n: number; list: number[] };
+    expect(Object.is(content.n, 0)).toBe(true);
+    expect(Object.is(content.list[0], 0)).toBe(true);
+  });
 });
