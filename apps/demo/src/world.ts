@@ -143,12 +143,7 @@ export interface Side {
    * Throws for a reference already settled: its effects are then only counted.
    */
   paymentsOf(reference: string): LoggedEffect[];
-  /**
-   * The oracle has read this reference's effects (its message was audited): keep only their
-   * count, which the duplicate counts read at the end, and count any later effect on it. Each
-   * effect kept its payment id and key (about 200 bytes a turn); a 20,000-turn run kept 4 MB
-   * per side for nothing.
-   */
+  /** The oracle has read this reference's effects (its message was audited): keep only their count (EffectIndex). */
   settle(reference: string): void;
   close(): Promise<void>;
 }
@@ -183,7 +178,7 @@ export type LoggedEffect = Pick<Effect, "resourceId" | "idempotencyKey">;
 export async function startSide(options: SideOptions): Promise<Side> {
   // Indexed as the effects happen: the oracle reads one reference at a time, thousands of times.
   // Only what it reads is kept (the effect's payload was most of an entry).
-  const byReference = new Map<string, LoggedEffect[] | number>();
+  const byReference = new EffectIndex();
   const payments = await startMockPayments({
     latencyMs: Math.round(options.paymentsLatencyMs),
     memoryLimit: PAYMENTS_MEMORY_LIMIT,
@@ -192,11 +187,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
     onEffect: (effect) => {
       if (effect.kind === "payment_created") {
         const reference = String(effect.payload["reference"]);
-        const logged: LoggedEffect = { resourceId: effect.resourceId, idempotencyKey: effect.idempotencyKey };
-        const list = byReference.get(reference);
-        if (list === undefined) byReference.set(reference, [logged]);
-        else if (typeof list === "number") byReference.set(reference, list + 1);
-        else list.push(logged);
+        byReference.add(reference, { resourceId: effect.resourceId, idempotencyKey: effect.idempotencyKey });
       }
       options.onEffect?.(effect);
     },
@@ -342,26 +333,50 @@ export async function startSide(options: SideOptions): Promise<Side> {
     store,
     runner: (overrides = {}) => stream.runner(overrides),
     setFaultPlan: (plan) => stream.setFaultPlan(plan),
-    paymentsByReference() {
-      const counts = new Map<string, number>();
-      for (const [reference, list] of byReference) counts.set(reference, typeof list === "number" ? list : list.length);
-      return counts;
-    },
-    paymentsOf(reference) {
-      const list = byReference.get(reference) ?? [];
-      if (typeof list === "number") throw new Error(`the effects of ${reference} were settled: only their count is kept`);
-      return [...list];
-    },
-    settle(reference) {
-      const list = byReference.get(reference);
-      if (Array.isArray(list)) byReference.set(reference, list.length);
-    },
+    paymentsByReference: () => byReference.counts(),
+    paymentsOf: (reference) => byReference.effectsOf(reference),
+    settle: (reference) => byReference.settle(reference),
     async close() {
       await stream.close();
       await payments.close();
       paymentsAgent.destroy();
     },
   };
+}
+
+/**
+ * The payment_created effects of a side, by reference, as they happen: each one's payment id and
+ * key until the oracle has read them (`settle`, once its message is audited), then only their
+ * count, which the duplicate counts read at the end. A later effect on a settled reference is
+ * still counted. Keeping every effect to the end cost about 200 bytes a turn and side.
+ */
+export class EffectIndex {
+  private readonly byReference = new Map<string, LoggedEffect[] | number>();
+
+  add(reference: string, effect: LoggedEffect): void {
+    const kept = this.byReference.get(reference);
+    if (kept === undefined) this.byReference.set(reference, [effect]);
+    else if (typeof kept === "number") this.byReference.set(reference, kept + 1);
+    else kept.push(effect);
+  }
+
+  /** The effects of one reference, in log order; throws once it is settled (only its count is kept). */
+  effectsOf(reference: string): LoggedEffect[] {
+    const kept = this.byReference.get(reference) ?? [];
+    if (typeof kept === "number") throw new Error(`the effects of ${reference} were settled: only their count is kept`);
+    return [...kept];
+  }
+
+  settle(reference: string): void {
+    const kept = this.byReference.get(reference);
+    if (Array.isArray(kept)) this.byReference.set(reference, kept.length);
+  }
+
+  counts(): Map<string, number> {
+    const counts = new Map<string, number>();
+    for (const [reference, kept] of this.byReference) counts.set(reference, typeof kept === "number" ? kept : kept.length);
+    return counts;
+  }
 }
 
 /** Duplicates = payments beyond the first, summed over references. */

@@ -14,6 +14,11 @@ export interface JsonBodyOptions {
    * @example ["application/json", "application/*+json"]
    */
   type?: string | string[];
+  /**
+   * What parses every request outside the fast path.
+   * @default express.json({ limit: limitBytes, type })
+   */
+  fallback?: RequestHandler;
 }
 
 /**
@@ -30,7 +35,7 @@ export interface JsonBodyOptions {
 export function jsonBody(options: JsonBodyOptions): RequestHandler {
   const { limitBytes } = options;
   if (!Number.isSafeInteger(limitBytes) || limitBytes <= 0) throw new TypeError(`jsonBody: limitBytes must be a positive integer, got ${String(limitBytes)}`);
-  const fallback = express.json({ limit: limitBytes, ...(options.type !== undefined ? { type: options.type } : {}) });
+  const fallback = options.fallback ?? express.json({ limit: limitBytes, ...(options.type !== undefined ? { type: options.type } : {}) });
   return (req: Request, res: Response, next: NextFunction) => {
     const headers = req.headers;
     const type = headers["content-type"];

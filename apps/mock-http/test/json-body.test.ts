@@ -111,6 +111,27 @@ describe("jsonBody answers as express.json()", () => {
     );
   });
 
+  it("parses the SDKs' request shape itself and hands every other shape to body-parser", async () => {
+    const reachedFallback: string[] = [];
+    const reference = express.json({ limit: LIMIT });
+    const server = await serve(
+      jsonBody({
+        limitBytes: LIMIT,
+        fallback: (req, res, next) => {
+          reachedFallback.push(String(req.headers["x-case"]));
+          return reference(req, res, next);
+        },
+      }),
+    );
+    try {
+      for (const [label, sent] of CASES) await send(server, { ...sent, headers: { ...sent.headers, "x-case": label } });
+      const fast = ["an object", "an object with charset=utf-8", "an array", "leading whitespace", "a byte order mark", "non-ASCII text split across writes", "a number (strict mode)", "a string (strict mode)", "whitespace only", "true after whitespace (strict mode)", "malformed JSON", "a trailing comma", "a lone high surrogate escape", "exactly the limit"];
+      expect(reachedFallback).toEqual(CASES.map(([label]) => label).filter((label) => !fast.includes(label)));
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+
   it("refuses a limit that is not a positive integer", () => {
     for (const bad of [0, -1, 1.5, Number.NaN]) expect(() => jsonBody({ limitBytes: bad })).toThrow(TypeError);
   });

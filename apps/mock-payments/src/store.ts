@@ -127,6 +127,7 @@ export interface MemoryStoreOptions {
 type KeptRecord = Omit<IdempotencyRecord, "response" | "account" | "key"> & { response: string | null };
 
 const recordOf = (id: string, kept: KeptRecord): IdempotencyRecord => {
+  // Neither holds NUL: both come from HTTP header values (the bearer token, Idempotency-Key).
   const split = id.indexOf("\u0000");
   return {
     account: id.slice(0, split),

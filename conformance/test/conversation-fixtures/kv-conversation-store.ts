@@ -17,7 +17,7 @@ import {
   type TurnCommit,
   type TurnSnapshot,
 } from "@dispatch-once/core";
-import { checkLeaseOwner, checkTurnLeaseMs, encodeStoreJson } from "@dispatch-once/core/internal";
+import { checkLeaseOwner, checkStoreJson, checkTurnLeaseMs } from "@dispatch-once/core/internal";
 import type { ConversationStoreFixture, ConversationStoreSubject } from "../../src/index.js";
 
 export interface ConversationBugs {
@@ -258,7 +258,7 @@ export class KvConversationStore implements ConversationStore {
 
   /** TURN-18, as every store checks it (core's toolkit), before anything is stored. */
   private checkData(field: string, value: unknown): void {
-    if (!this.bugs.dataUnchecked) encodeStoreJson(field, value);
+    if (!this.bugs.dataUnchecked) checkStoreJson(field, value);
   }
 
   private text(value: JsonValue): JsonValue {

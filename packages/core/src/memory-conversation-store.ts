@@ -13,10 +13,9 @@ import type {
   TurnSnapshot,
 } from "./conversation.js";
 import { ConversationLeaseLostError, InvalidStoreInputError } from "./errors.js";
-import { canonicalize } from "./canonical.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
 import { checkFailedTurnsQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
-import { checkLeaseOwner, checkTurnLeaseMs } from "./internal/store-rows.js";
+import { checkLeaseOwner, checkStoreJson, checkTurnLeaseMs } from "./internal/store-rows.js";
 
 interface Conversation {
   messages: Map<string, StoredMessage>;
@@ -63,7 +62,7 @@ export class MemoryConversationStore implements ConversationStore {
 
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
     checkMessageId(message?.id);
-    checkJson("content", message.content);
+    checkStoreJson("content", message.content);
     const conversation = this.get(conversationId);
     const known = conversation.messages.get(message.id);
     if (known !== undefined) {
@@ -149,8 +148,8 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
-    checkJson("assistant", commit.assistant);
-    if (commit.toolResults !== undefined) checkJson("toolResults", commit.toolResults);
+    checkStoreJson("assistant", commit.assistant);
+    if (commit.toolResults !== undefined) checkStoreJson("toolResults", commit.toolResults);
     const conversation = this.get(conversationId);
     const lease = conversation.lease;
     if (lease === undefined || lease.fence !== commit.fence) return { committed: false };
@@ -173,7 +172,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
-    checkJson("record", record);
+    checkStoreJson("record", record);
     const conversation = this.get(conversationId);
     this.held(conversationId, conversation, fence);
     const message = conversation.messages.get(messageId);
@@ -187,7 +186,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async addRecord(conversationId: string, record: JsonValue): Promise<void> {
-    checkJson("record", record);
+    checkStoreJson("record", record);
     this.get(conversationId).records.push(clone(record));
   }
 
@@ -269,14 +268,6 @@ function beginIndex(conversation: Conversation, turnIndex: number, fence: number
   return false;
 }
 
-/** What every store can keep and give back deep-equal: JSON data, as the durable stores store it (TURN-18). */
-function checkJson(field: string, value: unknown): void {
-  try {
-    canonicalize(value);
-  } catch (cause) {
-    throw new InvalidStoreInputError(field, `must be JSON data: ${(cause as Error).message}`);
-  }
-}
 
 /** Message ids are opaque to the store but must be usable as keys everywhere: non-empty, at most 256 characters. */
 export function checkMessageId(id: unknown): asserts id is string {

@@ -5,6 +5,7 @@
  */
 export {
   encodeStoreJson,
+  checkStoreJson,
   decodeStoreJson,
   decodeStoredMessage,
   decodeStoredTurn,

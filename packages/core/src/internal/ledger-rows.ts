@@ -25,11 +25,11 @@ export interface LedgerStoreLimits {
 export const MAX_CLAIM_LABEL_LENGTH = 1024;
 
 /** Whether `value` is text the store keeps byte for byte: well-formed UTF-16 (UTF-8 has no lone surrogate), NUL only where stored. */
-function storable(value: string, limits: LedgerStoreLimits): boolean {
+function storable(value: string, limits: Pick<LedgerStoreLimits, "storesNul">): boolean {
   return value.isWellFormed() && (limits.storesNul !== false || !value.includes("\u0000"));
 }
 
-function textRefusal(limits: LedgerStoreLimits): string {
+function textRefusal(limits: Pick<LedgerStoreLimits, "storesNul">): string {
   return limits.storesNul === false ? "without NUL or lone surrogates" : "without lone surrogates";
 }
 
@@ -38,9 +38,20 @@ function overBytes(text: string, maxBytes: number | undefined): boolean {
   return maxBytes !== undefined && text.length * 3 > maxBytes && utf8ByteLength(text) > maxBytes;
 }
 
-function label(field: string, value: unknown, maxLength: number, limits: LedgerStoreLimits): string {
+/**
+ * A label (a key, a tool name, an owner, a reason): a non-empty string of at most `maxLength`
+ * characters that the store keeps exactly. Refused with the caller's typed error: ledgers and
+ * conversation stores check labels alike.
+ */
+export function checkLabel(
+  field: string,
+  value: unknown,
+  maxLength: number,
+  limits: Pick<LedgerStoreLimits, "storesNul">,
+  refuse: (field: string, reason: string) => Error = (f, reason) => new InvalidLedgerInputError(f, reason),
+): string {
   if (typeof value !== "string" || value.length === 0 || value.length > maxLength || !storable(value, limits)) {
-    throw new InvalidLedgerInputError(field, `must be a non-empty string of at most ${maxLength} characters ${textRefusal(limits)}`);
+    throw refuse(field, `must be a non-empty string of at most ${maxLength} characters ${textRefusal(limits)}`);
   }
   return value;
 }
@@ -50,12 +61,12 @@ export const MAX_UNKNOWN_REASON_LENGTH = 4096;
 
 /** markUnknown()'s reason: non-empty text the store keeps exactly. */
 export function checkUnknownReason(reason: unknown, limits: LedgerStoreLimits = {}): string {
-  return label("reason", reason, MAX_UNKNOWN_REASON_LENGTH, limits);
+  return checkLabel("reason", reason, MAX_UNKNOWN_REASON_LENGTH, limits);
 }
 
 /** A claim key: a non-empty string the store keeps exactly, within its key length. */
 export function checkLedgerKey(key: unknown, limits: LedgerStoreLimits = {}): string {
-  return label("key", key, limits.maxKeyLength ?? Number.MAX_SAFE_INTEGER, limits);
+  return checkLabel("key", key, limits.maxKeyLength ?? Number.MAX_SAFE_INTEGER, limits);
 }
 
 /** A lease for claim and renew: whole milliseconds in 0..MAX_LEASE_MS, rounded up (one limit for every ledger). */
@@ -72,8 +83,8 @@ export function checkLedgerLeaseMs(leaseMs: unknown): number {
 export function checkClaimRequest(request: ClaimRequest, limits: LedgerStoreLimits = {}): number {
   if (typeof request !== "object" || request === null) throw new InvalidLedgerInputError("request", "a claim request object is required");
   checkLedgerKey(request.key, limits);
-  label("toolName", request.toolName, MAX_CLAIM_LABEL_LENGTH, limits);
-  label("owner", request.owner, MAX_CLAIM_LABEL_LENGTH, limits);
+  checkLabel("toolName", request.toolName, MAX_CLAIM_LABEL_LENGTH, limits);
+  checkLabel("owner", request.owner, MAX_CLAIM_LABEL_LENGTH, limits);
   if (request.effect !== "keyed_write" && request.effect !== "unkeyed_write") {
     throw new InvalidLedgerInputError("effect", `must be keyed_write or unkeyed_write, not ${String(request.effect)}`);
   }

@@ -2,6 +2,7 @@ import { canonicalize, type JsonValue } from "../canonical.js";
 import type { MessageState, StoredMessage, StoredTurn } from "../conversation.js";
 import { InvalidStoreInputError, StoreCorruptError, isDispatchOnceError } from "../errors.js";
 import { checkLeaseMs } from "./leases.js";
+import { MAX_CLAIM_LABEL_LENGTH, checkLabel } from "./ledger-rows.js";
 
 /*
  * Helpers for conversation-store implementers: one place for what every store that keeps
@@ -16,6 +17,12 @@ import { checkLeaseMs } from "./leases.js";
  * stored text is JSON.stringify's, which keeps the caller's member order.
  */
 export function encodeStoreJson(field: string, value: unknown): string {
+  checkStoreJson(field, value);
+  return JSON.stringify(value);
+}
+
+/** TURN-18's check alone, for a store that keeps values rather than their text (MemoryConversationStore). */
+export function checkStoreJson(field: string, value: unknown): void {
   try {
     canonicalize(value);
   } catch (error) {
@@ -24,7 +31,6 @@ export function encodeStoreJson(field: string, value: unknown): string {
     }
     throw error;
   }
-  return JSON.stringify(value);
 }
 
 /** The value of stored JSON text; text that does not parse is corruption, never "absent". */
@@ -121,28 +127,18 @@ export function beginTurnIndex(
   return { resumed: false, write: true };
 }
 
-/** Longest turn-lease owner a conversation store accepts: a label for an operator, as a ledger's owner (MAX_CLAIM_LABEL_LENGTH). */
-export const MAX_LEASE_OWNER_LENGTH = 1024;
+/** Longest turn-lease owner a conversation store accepts: a ledger claim's owner limit. */
+export const MAX_LEASE_OWNER_LENGTH = MAX_CLAIM_LABEL_LENGTH;
 
 /**
  * A turn lease's owner, checked alike by every conversation store before it touches its store
- * (TURN-10): a non-empty string of at most MAX_LEASE_OWNER_LENGTH characters that the store
- * keeps exactly (well-formed; no NUL where the store's text cannot hold one, `storesNul: false`).
- * Stores that checked this each in their own way disagreed: one configured owner was refused by
- * one store and taken by another.
+ * (TURN-10), as a ledger checks a claim's owner: a non-empty string of at most
+ * MAX_LEASE_OWNER_LENGTH characters that the store keeps exactly (well-formed; no NUL where the
+ * store's text cannot hold one, `storesNul: false`). Stores that checked this each in their own
+ * way disagreed: one configured owner was refused by one store and taken by another.
  */
 export function checkLeaseOwner(owner: unknown, limits: { storesNul?: boolean } = {}): string {
-  if (
-    typeof owner !== "string" ||
-    owner.length === 0 ||
-    owner.length > MAX_LEASE_OWNER_LENGTH ||
-    !owner.isWellFormed() ||
-    (limits.storesNul === false && owner.includes("\u0000"))
-  ) {
-    const text = limits.storesNul === false ? "without NUL or lone surrogates" : "without lone surrogates";
-    throw new InvalidStoreInputError("owner", `must be a non-empty string of at most ${MAX_LEASE_OWNER_LENGTH} characters ${text}`);
-  }
-  return owner;
+  return checkLabel("owner", owner, MAX_LEASE_OWNER_LENGTH, limits, (field, reason) => new InvalidStoreInputError(field, reason));
 }
 
 /** A turn lease's length for acquireLease and renewLease: LEDGER-29's one limit (0..MAX_LEASE_MS, rounded up), refused with invalid_store_input. */
