@@ -2,7 +2,9 @@
 /**
  * Type-aware lint for a protocol whose safety depends on awaiting: a claim, a completion or a
  * release that is not awaited can reorder against the tool run it guards. Run by `pnpm lint`
- * (turbo: each package's `lint` runs tsc --noUnusedLocals, the root adds eslint and the .mjs check).
+ * (after tsc over tsconfig.lint.json, the whole workspace as one program, which the typed rules
+ * read too: one program instead of one per package took eslint from 1m30 and 4.3 GB to 30 s and
+ * 1.8 GB; then the .mjs check).
  */
 import tseslint from "typescript-eslint";
 
@@ -14,7 +16,7 @@ export default tseslint.config(
     files: ["packages/*/{src,test,examples}/**/*.ts", "apps/*/{src,test}/**/*.ts", "conformance/{src,test}/**/*.ts", "conformance-e2e/{src,test}/**/*.ts"],
     languageOptions: {
       parser: tseslint.parser,
-      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+      parserOptions: { project: ["./tsconfig.lint.json"], tsconfigRootDir: import.meta.dirname },
     },
     plugins: { "@typescript-eslint": tseslint.plugin },
     linterOptions: { reportUnusedDisableDirectives: "error" },
