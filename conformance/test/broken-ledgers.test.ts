@@ -52,6 +52,11 @@ const BROKEN: Array<{ bug: keyof Bugs; rule: string; what: string; check: RegExp
   { bug: "usesProcessClock", rule: "LEDGER-20", what: "leases measured on each instance's process clock while declaring the store's", check: /process clock is 10 minutes fast or slow/ },
   { bug: "ignoresClaimId", rule: "LEDGER-26", what: "the claim id is ignored: a claim sent again after a lost reply meets its own row as someone else's", check: /same claim/ },
   { bug: "eagerExpiry", rule: "LEDGER-6", what: "a lease counts as expired 2 s before its end", check: /^liveness:/ },
+  // Keys folded by the store's comparison: the second call is answered with the first one's row.
+  { bug: "foldsKeyCase", rule: "LEDGER-30", what: "keys compared case-insensitively (MySQL's, SQL Server's default collations)", check: /keys are compared exactly/ },
+  { bug: "truncatesKeys", rule: "LEDGER-30", what: "keys cut to 16 characters (a CHAR(16) column)", check: /keys are compared exactly/ },
+  { bug: "padSpaceKeys", rule: "LEDGER-30", what: "trailing spaces ignored in keys (a PAD SPACE collation)", check: /keys are compared exactly/ },
+  { bug: "accentInsensitiveKeys", rule: "LEDGER-30", what: "keys compared without accents or width (an accent-insensitive collation)", check: /keys are compared exactly/ },
 ];
 
 const SEED = 20261129;

@@ -25,6 +25,9 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "resumedOnlyInProgress", rule: "TURN-15", what: "resumed only for a message found in progress (not a reopened one)", check: /begun under an earlier lease grant/, model: "TURN-15" },
   { bug: "dataUnchecked", rule: "TURN-18", what: "data JSON cannot carry is kept (a NaN as null)", check: /JSON cannot carry is refused/ },
   { bug: "latin1Content", rule: "TURN-7", what: "non-ASCII content comes back mangled", check: /come back deep-equal/, model: "TURN-7" },
+  { bug: "conversationIdsFoldCase", rule: "TURN-19", what: "conversation ids compared case-insensitively", check: /ids are compared exactly/ },
+  { bug: "messageIdsFoldCase", rule: "TURN-19", what: "message ids compared case-insensitively", check: /ids are compared exactly/ },
+  { bug: "messageIdsTruncated", rule: "TURN-19", what: "message ids cut to 64 characters", check: /ids are compared exactly/ },
 ];
 
 const SEED = 20261130;

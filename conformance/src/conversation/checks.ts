@@ -130,6 +130,74 @@ export const badIdsRefused: ConversationCheckSpec = {
 
 // ---------------------------------------------------------------------------------- TURN-5
 
+// ---------------------------------------------------------------------------------- TURN-19
+
+/**
+ * Message ids one conversation must keep apart: a store that folds them (a case-insensitive or
+ * PAD SPACE collation, an ICU collation, a VARCHAR(64) in MySQL's non-strict mode) takes the
+ * second message for a re-send of the first, and its sender is given the first one's answer.
+ */
+export function messageIdPairs(): Array<{ what: string; first: string; second: string }> {
+  // Every id is unique across pairs: each pair's second message must be new to the conversation.
+  const long = (length: number) => {
+    const body = `m-${length}-`.padEnd(length - 1, "x");
+    return { what: `two ${length}-character message ids that differ only in their last character`, first: `${body}a`, second: `${body}b` };
+  };
+  return [
+    { what: "message ids that differ only in ASCII case", first: "pay-abc", second: "pay-ABC" },
+    { what: "a message id and the same id with a trailing space", first: "pay-trailing", second: "pay-trailing " },
+    { what: "a message id and the same id with a leading space", first: "pay-leading", second: " pay-leading" },
+    { what: "message ids that differ only in Unicode normalisation (NFC \u00e9 against NFD e + U+0301)", first: "nfc-caf\u00e9", second: "nfc-cafe\u0301" },
+    { what: "message ids that differ only in an accent", first: "accent-cafe", second: "accent-caf\u00e9" },
+    { what: "message ids that differ only in width (fullwidth U+FF21 against A)", first: "width-A", second: "width-\uff21" },
+    ...[32, 64, 128, 255, 256].map(long),
+  ];
+}
+
+export const idsComparedExactly: ConversationCheckSpec = {
+  rule: "TURN-19",
+  name: "ids are compared exactly: message ids that differ only in case, spaces, Unicode normalisation, an accent, width or a late character are different messages, and conversation ids that differ only in case or a late character are different conversations",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      let seq = 0;
+      for (const { what, first, second } of messageIdPairs()) {
+        const a = await store.appendUserMessage(c, { id: first, content: userText(`first: ${first}`) });
+        mustEqual([a.appended, a.message.id, a.message.seq], [true, first, ++seq], `${what}: the append of ${show(first)}`);
+        const b = await store.appendUserMessage(c, { id: second, content: userText(`second: ${second}`) });
+        must(
+          b.appended,
+          `${what}: the append of ${show(second)} was taken for a re-send of ${show(b.message.id)} (${show(b.message.content)}): ` +
+            "the second message would never be answered, and its sender would be given the first one's answer",
+        );
+        mustEqual([b.message.id, b.message.seq], [second, ++seq], `${what}: the message appended for ${show(second)}`);
+        mustEqual((await store.message(c, first))?.content, userText(`first: ${first}`), `${what}: message(${show(first)})'s content`);
+        mustEqual((await store.message(c, second))?.content, userText(`second: ${second}`), `${what}: message(${show(second)})'s content`);
+      }
+      mustEqual((await fixture.raw.messages(c)).map((m) => m.id), messageIdPairs().flatMap((p) => [p.first, p.second]), "the stored message ids, byte for byte, in arrival order");
+
+      // Conversation ids (CONVERSATION_ID_PATTERN's alphabet has case, and ids up to 256 characters).
+      const base = freshConversation("conv");
+      const longId = (last: string) => `${base}-`.padEnd(255, "x") + last;
+      for (const [what, x, y] of [
+        ["conversation ids that differ only in ASCII case", `${base}-abc`, `${base}-ABC`],
+        ["two 256-character conversation ids that differ only in their last character", longId("a"), longId("b")],
+      ] as const) {
+        const fenceX = await acquire(store, x, "worker-x");
+        const lease = await store.acquireLease(y, "worker-y", LEASE_MS);
+        must(lease.acquired, `${what}: the lease of ${show(y)} is held by ${show(lease.acquired ? "" : lease.owner)}: the store takes it for ${show(x)}`);
+        await store.appendUserMessage(x, { id: "m1", content: userText(`to ${x}`) });
+        const other = await store.appendUserMessage(y, { id: "m1", content: userText(`to ${y}`) });
+        must(other.appended && other.message.seq === 1, `${what}: m1 of ${show(y)} was taken for m1 of ${show(x)} (seq ${other.message.seq}, ${show(other.message.content)})`);
+        const begun = await mustBegin(store, x, fenceX, `${what}: begin m1 of ${show(x)}`);
+        mustEqual([begun.message.id, begun.turnIndex], ["m1", 0], `${what}: the turn begun in ${show(x)}`);
+        mustEqual((await store.message(y, "m1"))?.state, "queued", `${what}: m1 of ${show(y)} after ${show(x)}'s turn began`);
+        mustEqual((await store.message(y, "m1"))?.content, userText(`to ${y}`), `${what}: m1 of ${show(y)}'s content`);
+      }
+    }),
+};
+
 export const concurrentCommitsOneWins: ConversationCheckSpec = {
   rule: "TURN-5",
   name: "of 8 concurrent commits of one turn exactly one commits, and the stored turn and log are the winner's",
@@ -1036,6 +1104,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   appendIsIdempotent,
   resendOfAnsweredChangesNothing,
   badIdsRefused,
+  idsComparedExactly,
   concurrentCommitsOneWins,
   staleFenceCommitRefused,
   wrongTurnIndexRefused,

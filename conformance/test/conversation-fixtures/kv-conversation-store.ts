@@ -56,6 +56,12 @@ export interface ConversationBugs {
   leaseArgumentsUnchecked?: boolean;
   /** Content, turns and records are not checked as JSON: a NaN is kept as null, a Date as its string. */
   dataUnchecked?: boolean;
+  /** Conversation ids compared case-insensitively (a case-insensitive collation on the key column). */
+  conversationIdsFoldCase?: boolean;
+  /** Message ids compared case-insensitively. */
+  messageIdsFoldCase?: boolean;
+  /** Message ids cut to 64 characters (a VARCHAR(64) under MySQL's non-strict mode). */
+  messageIdsTruncated?: boolean;
 }
 
 interface State {
@@ -83,6 +89,11 @@ export function kvBacking(): KvBacking {
   return { data: new Map(), locks: new Map(), now: () => (last = Math.max(last, Date.now())) };
 }
 
+/** Where a conversation's state lives: its id, unless a planted bug folds ids together. */
+function conversationSlot(bugs: ConversationBugs, conversationId: string): string {
+  return bugs.conversationIdsFoldCase ? conversationId.toLowerCase() : conversationId;
+}
+
 const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class KvConversationStore implements ConversationStore {
@@ -94,11 +105,18 @@ export class KvConversationStore implements ConversationStore {
     private readonly bugs: ConversationBugs = {},
   ) {}
 
+  /** Whether two message ids name one message: the same string, unless a planted bug folds them. */
+  private sameMessage(a: string, b: string): boolean {
+    if (this.bugs.messageIdsFoldCase) return a.toLowerCase() === b.toLowerCase();
+    if (this.bugs.messageIdsTruncated) return a.slice(0, 64) === b.slice(0, 64);
+    return a === b;
+  }
+
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
     checkMessageId(message?.id);
     this.checkData("content", message.content);
     return this.locked(conversationId, (s) => {
-      const known = s.messages.find((m) => m.id === message.id);
+      const known = s.messages.find((m) => this.sameMessage(m.id, message.id));
       if (known !== undefined && !this.bugs.appendNotIdempotent) {
         const reopenable = this.bugs.reopensAfterOtherBound || s.lastBound === known.id;
         if (known.state === "failed" && reopenable) {
@@ -115,11 +133,11 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async message(conversationId: string, messageId: string): Promise<StoredMessage | undefined> {
-    return this.locked(conversationId, (s) => structuredClone(s.messages.find((m) => m.id === messageId)));
+    return this.locked(conversationId, (s) => structuredClone(s.messages.find((m) => this.sameMessage(m.id, messageId))));
   }
 
   async turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]> {
-    return this.locked(conversationId, (s) => structuredClone(s.turns.filter((t) => t.messageId === messageId)));
+    return this.locked(conversationId, (s) => structuredClone(s.turns.filter((t) => this.sameMessage(t.messageId, messageId))));
   }
 
   async log(conversationId: string): Promise<JsonValue[]> {
@@ -198,7 +216,7 @@ export class KvConversationStore implements ConversationStore {
       const loose = this.bugs.commitChecksCountOnly;
       if (!loose && !this.bugs.commitIgnoresFence && s.lease?.fence !== commit.fence) return { committed: false };
       if (s.turns.length !== commit.turnIndex) return { committed: false };
-      const message = s.messages.find((m) => m.id === commit.messageId);
+      const message = s.messages.find((m) => this.sameMessage(m.id, commit.messageId));
       if (!loose && (message === undefined || message.state !== "in_progress")) return { committed: false };
       const turn: StoredTurn = { turnIndex: commit.turnIndex, messageId: commit.messageId, assistant: this.text(commit.assistant), stopReason: commit.stopReason };
       if (commit.toolResults !== undefined) turn.toolResults = this.text(commit.toolResults);
@@ -218,7 +236,7 @@ export class KvConversationStore implements ConversationStore {
     this.checkData("record", record);
     return this.locked(conversationId, (s) => {
       held(conversationId, s, fence);
-      const message = s.messages.find((m) => m.id === messageId);
+      const message = s.messages.find((m) => this.sameMessage(m.id, messageId));
       if (message === undefined || message.state !== "in_progress") throw new InvalidStoreInputError("messageId", `message ${messageId} is not in progress`);
       message.state = "failed";
       message.failure = this.text(record);
@@ -246,7 +264,7 @@ export class KvConversationStore implements ConversationStore {
     for (const t of s.turns) {
       if (!started.has(t.messageId)) {
         started.add(t.messageId);
-        const content = s.messages.find((m) => m.id === t.messageId)?.content;
+        const content = s.messages.find((m) => this.sameMessage(m.id, t.messageId))?.content;
         if (content !== undefined) out.push(structuredClone(content));
       }
       out.push(structuredClone(t.assistant));
@@ -270,23 +288,24 @@ export class KvConversationStore implements ConversationStore {
     if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
       throw new InvalidStoreInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);
     }
-    const text = this.backing.data.get(conversationId);
+    const text = this.backing.data.get(conversationSlot(this.bugs, conversationId));
     return text === undefined
       ? { messages: [], turns: [], lastBound: null, boundFence: 0, lease: null, fence: 0, records: [] }
       : (JSON.parse(text) as State);
   }
 
   private save(conversationId: string, s: State): void {
-    this.backing.data.set(conversationId, JSON.stringify(s));
+    this.backing.data.set(conversationSlot(this.bugs, conversationId), JSON.stringify(s));
   }
 
   /** Runs `fn` on the conversation's state under its lock, yielding between read and write. */
   private async locked<T>(conversationId: string, fn: (s: State) => T): Promise<T> {
-    const previous = this.backing.locks.get(conversationId) ?? Promise.resolve();
+    const slot = conversationSlot(this.bugs, conversationId);
+    const previous = this.backing.locks.get(slot) ?? Promise.resolve();
     let release: () => void = () => {};
     const mine = new Promise<void>((resolve) => (release = resolve));
     const chain = previous.then(() => mine);
-    this.backing.locks.set(conversationId, chain);
+    this.backing.locks.set(slot, chain);
     await previous;
     try {
       const s = this.load(conversationId);
@@ -296,7 +315,7 @@ export class KvConversationStore implements ConversationStore {
       return result;
     } finally {
       release();
-      if (this.backing.locks.get(conversationId) === chain) this.backing.locks.delete(conversationId);
+      if (this.backing.locks.get(slot) === chain) this.backing.locks.delete(slot);
     }
   }
 }
@@ -321,7 +340,7 @@ export function kvConversationSubject(name: string, bugs: ConversationBugs = {})
       const store = open();
       const dataOf = (conversationId: string): State | undefined => {
         const source = bugs.forgetsOnRestart ? (store as unknown as { backing: KvBacking }).backing.data : backing.data;
-        const text = source.get(conversationId);
+        const text = source.get(conversationSlot(bugs, conversationId));
         return text === undefined ? undefined : (JSON.parse(text) as State);
       };
       return {
@@ -347,7 +366,7 @@ export function kvConversationSubject(name: string, bugs: ConversationBugs = {})
             const s = dataOf(conversationId);
             if (s?.lease == null) return;
             s.lease.expiresAt = backing.now() - 1;
-            source.set(conversationId, JSON.stringify(s));
+            source.set(conversationSlot(bugs, conversationId), JSON.stringify(s));
           },
         },
         async destroy() {},

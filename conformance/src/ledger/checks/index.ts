@@ -16,6 +16,7 @@ import type { LedgerCheckSpec } from "./common.js";
 import { CORRUPTION_CHECKS } from "./corruption.js";
 import { FAILURES_CHECKS } from "./failures.js";
 import { FENCING_CHECKS } from "./fencing.js";
+import { KEYS_CHECKS } from "./keys.js";
 import { LEASE_LENGTH_CHECKS } from "./lease-length.js";
 import { LEASES_CHECKS } from "./leases.js";
 import { LIVENESS_CHECKS } from "./liveness.js";
@@ -40,6 +41,7 @@ export * from "./claim-id.js";
 export * from "./corruption.js";
 export * from "./failures.js";
 export * from "./fencing.js";
+export * from "./keys.js";
 export * from "./lease-length.js";
 export * from "./leases.js";
 export * from "./liveness.js";
@@ -57,6 +59,7 @@ export { type LedgerCheckSpec, TRICKY_RESULTS, TRICKY_REQUESTS, jsonTextOfBytes 
 /** The concerns, each a file of this directory, in the order a report lists them. */
 export const LEDGER_CHECKS_BY_CONCERN: Readonly<Record<string, readonly LedgerCheckSpec[]>> = {
   atomicity: ATOMICITY_CHECKS,
+  keys: KEYS_CHECKS,
   "claim-before-run": CLAIM_BEFORE_RUN_CHECKS,
   transitions: TRANSITIONS_CHECKS,
   fencing: FENCING_CHECKS,
