@@ -57,6 +57,7 @@ const BROKEN: Array<{ bug: keyof Bugs; rule: string; what: string; check: RegExp
   { bug: "truncatesKeys", rule: "LEDGER-30", what: "keys cut to 16 characters (a CHAR(16) column)", check: /keys are compared exactly/ },
   { bug: "padSpaceKeys", rule: "LEDGER-30", what: "trailing spaces ignored in keys (a PAD SPACE collation)", check: /keys are compared exactly/ },
   { bug: "accentInsensitiveKeys", rule: "LEDGER-30", what: "keys compared without accents or width (an accent-insensitive collation)", check: /keys are compared exactly/ },
+  { bug: "hexBinaryKeys", rule: "LEDGER-30", what: "keys kept as the 16 bytes of their hex digits (a BINARY(16) column): upper-case hex reads as lower", check: /keys are compared exactly/ },
 ];
 
 const SEED = 20261129;

@@ -29,13 +29,17 @@ export function keyPairs(key: (label: string) => string): KeyPair[] {
     return { what: `two ${length}-character keys that differ only in their last character`, first: `${body}a`, second: `${body}b`, mayRefuse: true };
   };
   // ctx.key gives a new key at every call: each pair's base is drawn once.
-  const [kase, trailing, leading, nfc, accent, width] = ["case", "trailing", "leading", "nfc", "accent", "width"].map(key);
+  const [kase, trailing, leading, nfc, accent, width, hex] = ["case", "trailing", "leading", "nfc", "accent", "width", "upper"].map(key);
+  // A derived key with at least one letter, so that its upper-case spelling differs from it.
+  const lettered = /[a-f]/.test(hex!) ? hex! : `a${hex!.slice(1)}`;
   return [
     // The protocol's own keys are never refused, and one digit apart they are two rows
     // (a CHAR(16) or CHAR(31) column, a prefix index used as the key).
     { what: "two derived keys that differ only in their last hex digit", first: last, second: last.slice(0, 31) + flip(last[31]!), mayRefuse: false },
     { what: "two derived keys that differ only in their first hex digit", first, second: flip(first[0]!) + first.slice(1), mayRefuse: false },
     { what: "keys that differ only in ASCII case", first: `${kase}-key-abc`, second: `${kase}-KEY-ABC`, mayRefuse: true },
+    // A key column of 16 bytes decoded from hex reads "AB" and "ab" alike.
+    { what: "a derived key and the same hex digits in upper case", first: lettered, second: lettered.toUpperCase(), mayRefuse: true },
     { what: "a key and the same key with a trailing space", first: trailing!, second: `${trailing} `, mayRefuse: true },
     { what: "a key and the same key with a leading space", first: leading!, second: ` ${leading}`, mayRefuse: true },
     { what: "keys that differ only in Unicode normalisation (NFC \u00e9 against NFD e + U+0301)", first: `${nfc}-caf\u00e9`, second: `${nfc}-cafe\u0301`, mayRefuse: true },
