@@ -3,7 +3,7 @@ import {
   DEFAULT_END_TO_END_RUNS,
   PendingOperations,
   envInteger,
-  propertyTimeoutMs,
+  endToEndTimeoutMs,
   randomSeed,
   trackSubject,
   type ConformanceLevel,
@@ -95,7 +95,7 @@ export function registerEndToEndChecks(subject: LedgerSubject, t: TestRegistrar,
 export const endToEndLevel: ConformanceLevel = {
   checks: (subject, o) => {
     const pending = new PendingOperations();
-    const limit = propertyTimeoutMs(o.checkTimeoutMs, o.runs, o.path !== undefined);
+    const limit = endToEndTimeoutMs(o.checkTimeoutMs, o.runs, o.path !== undefined);
     const checks = endToEndChecks(trackSubject(subject, pending), {
       runs: o.runs,
       seed: o.seed,

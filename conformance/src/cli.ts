@@ -69,8 +69,9 @@ const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
                           --level and, at the ledger level, --only naming the property)
   --only <text>           run only checks whose "RULE name" contains <text> (case-insensitive)
   --vectors <file>        ledger-transitions.json to use instead of the bundled copy
-  --check-timeout <ms>    time limit of one check, and of every 100 runs of a property
-                          check (default $CONFORMANCE_CHECK_TIMEOUT_MS, else ${DEFAULT_CHECK_TIMEOUT_MS})
+  --check-timeout <ms>    time limit of one check, of every 100 runs of a property check
+                          and of every 20 end-to-end runs (default
+                          $CONFORMANCE_CHECK_TIMEOUT_MS, else ${DEFAULT_CHECK_TIMEOUT_MS})
   --timeout <ms>          time limit of the whole run (default $CONFORMANCE_TIMEOUT_MS,
                           else ${DEFAULT_RUN_TIMEOUT_MS})
   --json                  print the report as JSON on stdout (progress still goes to stderr)

@@ -35,7 +35,7 @@ export const ENVIRONMENT = {
   CONFORMANCE_RUNS: `runs of each ledger-level property check (default ${DEFAULT_RUNS})`,
   CONFORMANCE_E2E_RUNS: "runs of the end-to-end property (default DEFAULT_END_TO_END_RUNS, 1000)",
   CONFORMANCE_SEED: "seed of every random choice of every level (default random, always reported)",
-  CONFORMANCE_CHECK_TIMEOUT_MS: `time limit of one check, and of every 100 runs of a property check (default ${DEFAULT_CHECK_TIMEOUT_MS})`,
+  CONFORMANCE_CHECK_TIMEOUT_MS: `time limit of one check, of every 100 runs of a property check and of every 20 end-to-end runs (default ${DEFAULT_CHECK_TIMEOUT_MS})`,
   CONFORMANCE_TIMEOUT_MS: `time limit of a whole CLI run (default ${DEFAULT_RUN_TIMEOUT_MS})`,
 } as const;
 
@@ -78,4 +78,17 @@ export function resolveLedgerOptions(options: { runs?: number; seed?: number; pa
 /** The time limit of a property check: the per-check limit for every 100 runs (a replay is one run). */
 export function propertyTimeoutMs(checkTimeoutMs: number, runs: number, replay = false): number {
   return checkTimeoutMs * Math.max(1, Math.ceil((replay ? 1 : runs) / 100));
+}
+
+/**
+ * End-to-end runs one check-timeout covers. A run is a whole conversation through the runner,
+ * the SDK and the mocks (0.5-0.6 s a run on the PostgreSQL ledger on a 2-core host), where a
+ * ledger property's run is a few store calls: at 100 runs per limit, a certification of a
+ * healthy PostgreSQL ledger at 200 runs was cut off by its own time limit after 174.
+ */
+export const END_TO_END_RUNS_PER_CHECK_TIMEOUT = 20;
+
+/** The time limit of the end-to-end property: the per-check limit for every 20 runs (a replay is one run). */
+export function endToEndTimeoutMs(checkTimeoutMs: number, runs: number, replay = false): number {
+  return checkTimeoutMs * Math.max(1, Math.ceil((replay ? 1 : runs) / END_TO_END_RUNS_PER_CHECK_TIMEOUT));
 }

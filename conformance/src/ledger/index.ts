@@ -14,7 +14,7 @@ import { RETIRE_PROPERTY_NAME, runRetireProperty } from "./retire-property.js";
 import { PendingOperations, trackSubject } from "./tracking.js";
 import { BUNDLED_LEDGER_VECTORS, parseVectorFile, runVectorCase, vectorNeeds } from "./vectors.js";
 
-export { randomSeed, resolveLedgerOptions, propertyTimeoutMs, envInteger, ENVIRONMENT, DEFAULT_RUNS, DEFAULT_END_TO_END_RUNS, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_RUN_TIMEOUT_MS, MAX_CONSECUTIVE_TIMEOUTS, type ResolvedLedgerOptions, type EnvironmentVariable } from "./defaults.js";
+export { randomSeed, resolveLedgerOptions, propertyTimeoutMs, endToEndTimeoutMs, END_TO_END_RUNS_PER_CHECK_TIMEOUT, envInteger, ENVIRONMENT, DEFAULT_RUNS, DEFAULT_END_TO_END_RUNS, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_RUN_TIMEOUT_MS, MAX_CONSECUTIVE_TIMEOUTS, type ResolvedLedgerOptions, type EnvironmentVariable } from "./defaults.js";
 export { checkContext, mulberry32, seededKey, type LedgerCheckContext } from "./context.js";
 export { PendingOperations, trackSubject } from "./tracking.js";
 export { skewProcessClock } from "./skew.js";
