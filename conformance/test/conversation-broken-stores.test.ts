@@ -8,7 +8,7 @@ import { kvConversationSubject, type ConversationBugs } from "./conversation-fix
  * names the rule the model-based check must blame in its shrunk counterexample, for the bugs a
  * random sequence of operations reaches.
  */
-const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; check: RegExp; model?: string }> = [
+const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; check: RegExp; model?: string; message?: RegExp }> = [
   { bug: "commitIgnoresFence", rule: "TURN-5", what: "commitTurn ignores the fence", check: /stale fence is refused/, model: "TURN-5" },
   { bug: "commitChecksCountOnly", rule: "TURN-5", what: "commitTurn checks the turn count only", check: /not in progress .* is refused/, model: "TURN-5" },
   { bug: "racyCommit", rule: "TURN-5", what: "commitTurn checks, yields, then writes without the lock", check: /8 concurrent commits/, model: "TURN-5" },
@@ -25,9 +25,9 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "resumedOnlyInProgress", rule: "TURN-15", what: "resumed only for a message found in progress (not a reopened one)", check: /begun under an earlier lease grant/, model: "TURN-15" },
   { bug: "dataUnchecked", rule: "TURN-18", what: "data JSON cannot carry is kept (a NaN as null)", check: /JSON cannot carry is refused/ },
   { bug: "latin1Content", rule: "TURN-7", what: "non-ASCII content comes back mangled", check: /come back deep-equal/, model: "TURN-7" },
-  { bug: "conversationIdsFoldCase", rule: "TURN-19", what: "conversation ids compared case-insensitively", check: /ids are compared exactly/ },
-  { bug: "messageIdsFoldCase", rule: "TURN-19", what: "message ids compared case-insensitively", check: /ids are compared exactly/ },
-  { bug: "messageIdsTruncated", rule: "TURN-19", what: "message ids cut to 64 characters", check: /ids are compared exactly/ },
+  { bug: "conversationIdsFoldCase", rule: "TURN-19", what: "conversation ids compared case-insensitively", check: /ids are compared exactly/, message: /^conversation ids that differ only in ASCII case:/ },
+  { bug: "messageIdsFoldCase", rule: "TURN-19", what: "message ids compared case-insensitively", check: /ids are compared exactly/, message: /^message ids that differ only in ASCII case:/ },
+  { bug: "messageIdsTruncated", rule: "TURN-19", what: "message ids cut to 64 characters", check: /ids are compared exactly/, message: /^two 128-character message ids that differ only in their last character:/ },
 ];
 
 const SEED = 20261130;
@@ -44,7 +44,7 @@ describe("broken conversation stores are rejected with the rule they break", () 
     expect(report.conforms).toBe(true);
   });
 
-  for (const { bug, rule, what, check, model } of BROKEN) {
+  for (const { bug, rule, what, check, model, message } of BROKEN) {
     it(`${bug} (${what}) fails ${rule}`, async () => {
       const report = await certify({ [bug]: true }, `kv-${bug}`);
       expect(report.conforms).toBe(false);
@@ -53,6 +53,8 @@ describe("broken conversation stores are rejected with the rule they break", () 
       const named = failing.find((c) => check.test(c.name));
       expect(named, `a failing ${rule} check matching ${check} (failing: ${failing.map((c) => c.name).join(" | ")})`).toBeDefined();
       expect(named!.error).toBeTruthy();
+      // Where one check covers several planted bugs, the case that caught this one is named.
+      if (message !== undefined) expect(named!.error).toMatch(message);
       if (model !== undefined) {
         const property = report.checks.find((c) => c.name.startsWith("model-based"))!;
         expect(property.status, `the model-based check for ${bug}`).toBe("fail");

@@ -128,8 +128,6 @@ export const badIdsRefused: ConversationCheckSpec = {
     }),
 };
 
-// ---------------------------------------------------------------------------------- TURN-5
-
 // ---------------------------------------------------------------------------------- TURN-19
 
 /**
@@ -197,6 +195,8 @@ export const idsComparedExactly: ConversationCheckSpec = {
       }
     }),
 };
+
+// ---------------------------------------------------------------------------------- TURN-5
 
 export const concurrentCommitsOneWins: ConversationCheckSpec = {
   rule: "TURN-5",

@@ -118,6 +118,13 @@ export const keysComparedExactly: LedgerCheckSpec = {
           mustEqual(other.key, second, `${what}: the key of ${show(second)}'s row, byte for byte`);
           mustEqual(other.state, "in_flight", `${what}: the state of ${show(second)}'s row`);
         }
+        // What the store holds, read by the subject's own hook: two rows, each its own call's.
+        const stored = await fixture.raw.read(first);
+        mustEqual([stored?.state, stored?.result], ["completed", '"first call"'], `${what}: the stored row of ${show(first)}`);
+        if (b !== "refused") {
+          const storedSecond = await fixture.raw.read(second);
+          mustEqual([storedSecond?.state, storedSecond?.owner], ["in_flight", "owner-b"], `${what}: the stored row of ${show(second)}`);
+        }
       }
     }),
 };
