@@ -18,6 +18,17 @@ export interface OpenLedger {
   close(): Promise<void>;
 }
 
+/**
+ * The bound on one ledger operation for the server-backed ledgers (Redis `commandTimeoutMs`,
+ * PostgreSQL `timeoutMs`; 5 s by default). A run's counts are a function of its seed, and the
+ * test compares them across ledgers: on a loaded host (CI runs five demos beside other suites on
+ * two cores) a Redis reply once took over 5 s, three claims and completions failed as
+ * ledger_unavailable, and those turns rightly said "may have happened", so the counts were the
+ * host's, not the seed's. The demo measures the protocol under planned faults; it waits as long
+ * as it waits for its own mocks (30 s) before calling a store unavailable.
+ */
+export const DEMO_LEDGER_TIMEOUT_MS = 30_000;
+
 /** The demo's own table/schema/prefix per run, so repeated runs and parallel tests never share rows. */
 export function defaultNamespace(runId: string): string {
   return `dispatch_once_demo_${runId}`;
@@ -59,7 +70,7 @@ export async function openLedger(spec: LedgerSpec, namespace: string, keep: bool
         await pool.end();
         throw new Error(`cannot reach PostgreSQL at ${redact(spec.url)}: ${(error as Error).message}`, { cause: error });
       }
-      const ledger = createPostgresLedger({ pool, schema: namespace, table: "ledger" });
+      const ledger = createPostgresLedger({ pool, schema: namespace, table: "ledger", timeoutMs: DEMO_LEDGER_TIMEOUT_MS });
       await ledger.migrate();
       return {
         ledger,
@@ -86,7 +97,7 @@ export async function openLedger(spec: LedgerSpec, namespace: string, keep: bool
         throw new Error(`cannot reach Redis at ${redact(spec.url)}: ${(error as Error).message}`, { cause: error });
       }
       const prefix = `dispatch-once-demo:${namespace}`;
-      const ledger = await createRedisLedger({ client, prefix, onWarning: (m) => warnings.push(m) });
+      const ledger = await createRedisLedger({ client, prefix, commandTimeoutMs: DEMO_LEDGER_TIMEOUT_MS, onWarning: (m) => warnings.push(m) });
       return {
         ledger,
         kind: "redis",
