@@ -28,14 +28,20 @@ export interface DispatchOnceCallInfo {
 export type OnceExecutionOptions = ToolExecutionOptions & { dispatchOnce: DispatchOnceCallInfo };
 
 export interface OnceToolsOptions<TOOLS extends ToolSet> {
-  /** The app's tools, made with `tool({ description, inputSchema, execute })`. */
+  /**
+   * The app's tools, made with `tool({ description, inputSchema, execute })`.
+   * @example createOnceTools({ tools: { send_payment: sendPayment }, effects: { send_payment: "keyed_write" }, ledger })
+   */
   tools: TOOLS;
   /**
    * The effect class of every tool that has `execute` (EFFECT-1: declared, never defaulted).
    * @example { create_invoice: "unkeyed_write", send_payment: "keyed_write", get_balance: "read" }
    */
   effects: { [K in keyof TOOLS]: EffectClass };
-  /** Where claims and results live; shared by every process that serves the chat route. */
+  /**
+   * Where claims and results live; shared by every process that serves the chat route.
+   * @example createOnceTools({ tools, effects, ledger: createSqliteLedger("ledger.db") })
+   */
   ledger: Ledger;
   /**
    * Per tool, the input fields that identify the call (core's `identity`, spec §5.2): the key is

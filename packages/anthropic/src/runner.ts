@@ -44,11 +44,33 @@ const everyEventListed: [Exclude<RunnerEvent["type"], ListedEvent["type"]>] exte
 void everyEventListed;
 
 export interface ConversationRunnerOptions extends TurnRunnerOptions {
+  /**
+   * The `@anthropic-ai/sdk` client whose Messages API streams every attempt.
+   * @example new ConversationRunner({ client: new Anthropic(), dispatcher, store, model: "claude-sonnet-5-5", tools: registry.providerSchemas() })
+   */
   client: Anthropic;
+  /**
+   * The Messages API's `model`, sent with every request.
+   * @example new ConversationRunner({ client, dispatcher, store, model: "claude-sonnet-5-5", tools: registry.providerSchemas() })
+   */
   model: string;
+  /**
+   * Core's provider schemas (`registry.providerSchemas()`), sent as the request's `tools` (left
+   * out of the request when empty).
+   * @example new ConversationRunner({ client, dispatcher, store, model, tools: registry.providerSchemas() })
+   */
   tools: ProviderToolSchema[];
-  /** @default 1024 */
+  /**
+   * The Messages API's `max_tokens`, sent with every request.
+   * @default 1024
+   * @example new ConversationRunner({ client, dispatcher, store, model, tools, maxTokens: 4096 })
+   */
   maxTokens?: number;
+  /**
+   * The Messages API's `system` prompt, sent with every request.
+   * @default none (no system prompt is sent)
+   * @example new ConversationRunner({ client, dispatcher, store, model, tools, system: "You are a billing assistant. Confirm every payment before sending it." })
+   */
   system?: string;
 }
 

@@ -35,21 +35,42 @@ export function parseTarget(target: string, cwd: string = process.cwd()): Ledger
 
 /** Where the adapter keeps its rows, when not the default. */
 export interface OpenLedgerOptions {
-  /** SQLite and PostgreSQL table. @default "dispatch_once_ledger" */
+  /**
+   * SQLite and PostgreSQL table.
+   * @default "dispatch_once_ledger"
+   * @example await openLedger("./ledger.db", { table: "tool_calls" })
+   */
   table?: string;
-  /** PostgreSQL schema. @default "public" */
+  /**
+   * PostgreSQL schema.
+   * @default "public"
+   * @example await openLedger("postgres://localhost:5432/app", { schema: "billing", table: "tool_calls" })
+   */
   schema?: string;
-  /** Redis key prefix. @default "dispatch-once" */
+  /**
+   * Redis key prefix.
+   * @default "dispatch-once"
+   * @example await openLedger("redis://localhost:6379", { prefix: "billing" })
+   */
   prefix?: string;
   /**
    * How long finished rows are kept, as the application configured its ledger. Only `sweep`
    * needs it: the adapters decide what is past retention by their own setting.
    * @default the adapter's default (24 h)
+   * @example await openLedger("postgres://localhost:5432/app", { retentionMs: 7 * 24 * 60 * 60 * 1000 })
    */
   retentionMs?: number;
-  /** Where adapter warnings go (an evicting Redis policy, ...). @default console.warn */
+  /**
+   * Where adapter warnings go (an evicting Redis policy, ...).
+   * @default console.warn
+   * @example await openLedger("redis://localhost:6379", { onWarning: (message) => console.error(message) })
+   */
   onWarning?: (message: string) => void;
-  /** Directory a relative SQLite path is resolved against. @default process.cwd() */
+  /**
+   * Directory a relative SQLite path is resolved against.
+   * @default process.cwd()
+   * @example await openLedger("./ledger.db", { cwd: "/srv/app" })
+   */
   cwd?: string;
 }
 
@@ -117,11 +138,23 @@ export async function openLedger(target: string, options: OpenLedgerOptions = {}
 
 /** Where the conversation store keeps its tables, when not the default. */
 export interface OpenConversationStoreOptions {
-  /** Table name prefix (SQLite and PostgreSQL). @default "dispatch_once_" */
+  /**
+   * Table name prefix (SQLite and PostgreSQL).
+   * @default "dispatch_once_"
+   * @example await openConversationStore("./conversations.db", { tablePrefix: "support_" })
+   */
   tablePrefix?: string;
-  /** PostgreSQL schema. @default "public" */
+  /**
+   * PostgreSQL schema.
+   * @default "public"
+   * @example await openConversationStore("postgres://localhost:5432/app", { schema: "chat" })
+   */
   schema?: string;
-  /** Directory a relative SQLite path is resolved against. @default process.cwd() */
+  /**
+   * Directory a relative SQLite path is resolved against.
+   * @default process.cwd()
+   * @example await openConversationStore("./conversations.db", { cwd: "/srv/app" })
+   */
   cwd?: string;
 }
 

@@ -42,26 +42,50 @@ export interface PostgresConversationStoreOptions {
    * method runs its own transaction on a connection of its own, which a single pg.Client
    * (possibly inside the application's transaction, where a rollback would undo a commit
    * the store had reported) cannot give. Mutually exclusive with connectionString.
+   * @default none: give connectionString instead (exactly one of the two is required)
+   * @example new PostgresConversationStore({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) })
    */
   pool?: pg.Pool;
-  /** Or let the store create (and, on close(), end) its own pg.Pool. */
+  /**
+   * Or let the store create (and, on close(), end) its own pg.Pool.
+   * @default none: give pool instead (exactly one of the two is required)
+   * @example new PostgresConversationStore({ connectionString: "postgres://localhost:5432/app" })
+   */
   connectionString?: string;
-  /** Extra pg.Pool settings for the pool the store creates from connectionString. */
+  /**
+   * Extra pg.Pool settings for the pool the store creates from connectionString. They are applied
+   * after the store's own, so a `statement_timeout` here replaces the session default that
+   * statementTimeoutMs sets (each transaction's own `SET LOCAL` still applies).
+   * @default no extra settings: pg's defaults, plus connectionTimeoutMillis 10000, statement_timeout = statementTimeoutMs and idle_in_transaction_session_timeout = max(statementTimeoutMs, 30000)
+   * @example new PostgresConversationStore({ connectionString: "postgres://localhost:5432/app", poolConfig: { max: 20 } })
+   */
   poolConfig?: Omit<PoolConfig, "connectionString">;
-  /** Schema holding the tables (default "public"); created by migrate() if missing. */
+  /**
+   * Schema holding the tables (default "public"); created by migrate() if missing.
+   * @default "public"
+   * @example new PostgresConversationStore({ pool, schema: "chat" })
+   */
   schema?: string;
-  /** Prefix of the four table names (default "dispatch_once_"). */
+  /**
+   * Prefix of the four table names (default "dispatch_once_").
+   * @default "dispatch_once_"
+   * @example new PostgresConversationStore({ pool, schema: "chat", tablePrefix: "support_" })
+   */
   tablePrefix?: string;
   /**
    * Longest a statement may run, lock waits included, before the method fails with
    * store_unavailable (default 10 s). Set on every transaction the store runs (SET LOCAL),
    * and as the session default of the pool it creates.
+   * @default 10000 (10 s)
+   * @example new PostgresConversationStore({ pool, statementTimeoutMs: 5_000 })
    */
   statementTimeoutMs?: number;
   /**
    * What the store declares (default "durable": a committed transaction is in the fsync'd
    * WAL). Declare "volatile" if the server runs with fsync=off or synchronous_commit=off, or
    * replicates asynchronously and fails over: acknowledged turns can then be lost (TURN-14).
+   * @default "durable"
+   * @example new PostgresConversationStore({ pool, durability: "volatile" })
    */
   durability?: "durable" | "volatile";
 }

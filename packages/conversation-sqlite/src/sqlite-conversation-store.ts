@@ -40,30 +40,52 @@ import { DEFAULT_TABLE_PREFIX, failedAtUpgradeSql, failedIndexSql, schemaSql, ta
 export type SqliteDatabase = Database.Database;
 
 export interface SqliteConversationStoreOptions {
-  /** Database file to open (created if absent). Exactly one of `path` and `database`. */
+  /**
+   * Database file to open (created if absent). Exactly one of `path` and `database`.
+   * @default none: then `database` must be given (the constructor throws InvalidStoreInputError without either)
+   * @example createSqliteConversationStore({ path: "./var/dispatch-once.db" })
+   */
   path?: string;
   /**
    * Bring your own connection. The store does not change its journal mode or synchronous
    * setting (durability is read from them) and does not close it. Do not call the store
    * while the connection is inside your own transaction: it refuses (store_unavailable).
+   * @default none: the store opens `path` itself (and closes it on close())
+   * @example createSqliteConversationStore({ database: new Database("./var/app.db"), tablePrefix: "chat_" })
    */
   database?: SqliteDatabase;
-  /** Prefix of the four table names (default "dispatch_once_"): a plain identifier. */
+  /**
+   * Prefix of the four table names (default "dispatch_once_"): a plain identifier.
+   * @default "dispatch_once_"
+   * @example createSqliteConversationStore({ path: "./var/dispatch-once.db", tablePrefix: "chat_" })
+   */
   tablePrefix?: string;
-  /** How long a write waits for another process's write lock before store_unavailable. Default 5000 ms. */
+  /**
+   * How long a write waits for another process's write lock before store_unavailable. Default 5000 ms.
+   * @default 5000 (with `database`: the connection's own busy timeout, else 5000 when it has none)
+   * @example createSqliteConversationStore({ path: "./var/dispatch-once.db", busyTimeoutMs: 10_000 })
+   */
   busyTimeoutMs?: number;
   /**
    * With `path`: "FULL" (default) fsyncs the WAL at every commit, so the store declares
    * durability "durable". "NORMAL" can lose the last commits on power loss or an OS crash, so
    * the store declares "volatile" (and a runner beside a durable ledger refuses it, TURN-14).
+   * @default "FULL" (with `path`; with `database` the option is refused and the connection's own setting is used)
+   * @example createSqliteConversationStore({ path: "./var/dispatch-once.db", synchronous: "FULL" })
    */
   synchronous?: "FULL" | "NORMAL";
-  /** Create the tables if missing (default true). Set false when you run schemaSql() yourself. */
+  /**
+   * Create the tables if missing (default true). Set false when you run schemaSql() yourself.
+   * @default true
+   * @example createSqliteConversationStore({ database: db, migrate: false })
+   */
   migrate?: boolean;
   /**
    * Test hook: a clock (milliseconds) that replaces the store's. By default every lease time
    * is read inside the statement from SQLite's own clock, one clock for every process on the
    * file (they share one host). With `now` the store declares `clock: "process"`.
+   * @default none: SQLite's own clock, read inside each statement (`clock: "store"`)
+   * @example createSqliteConversationStore({ path: ":memory:", now: () => Date.now() })
    */
   now?: () => number;
 }

@@ -142,22 +142,53 @@ export interface DispatchLogger {
 }
 
 export interface DispatcherOptions {
+  /**
+   * The tools this dispatcher may run: a ToolRegistry, or an array of tool definitions it wraps in one.
+   * @example new Dispatcher({ tools: [sendPayment], ledger })
+   * @example new Dispatcher({ tools: new ToolRegistry([sendPayment]), ledger })
+   */
   tools: ToolRegistry | readonly ToolDefinition<any, any>[];
+  /**
+   * Where claims and outcomes are recorded. unkeyed_write tools need a durable one (LEDGER-14).
+   * @example new Dispatcher({ tools, ledger: new MemoryLedger() })
+   */
   ledger: Ledger;
-  /** Identifies this process in ledger rows; diagnostics only. */
+  /**
+   * Identifies this process in ledger rows; diagnostics only.
+   * @default "<hostname>:<pid>:<8 random hex characters>" (os.hostname(), process.pid and the start of a random UUID)
+   * @example new Dispatcher({ tools, ledger, owner: "worker-1" })
+   */
   owner?: string;
-  /** Lease on a claim; renewed every third of it while the tool runs (LEDGER-9). Default 30 s. */
+  /**
+   * Lease on a claim; renewed every third of it while the tool runs (LEDGER-9). Default 30 s.
+   * @default 30000
+   * @example new Dispatcher({ tools, ledger, leaseMs: 60_000 })
+   */
   leaseMs?: number;
-  /** How long a caller waits on another attempt's in-flight claim before giving up (LEDGER-15). Default 10 s. */
+  /**
+   * How long a caller waits on another attempt's in-flight claim before giving up (LEDGER-15). Default 10 s.
+   * @default 10000
+   * @example new Dispatcher({ tools, ledger, waitMs: 30_000 })
+   */
   waitMs?: number;
-  /** First back-off between re-claims while waiting; doubles up to `maxPollMs`. Default 20 ms. */
+  /**
+   * First back-off between re-claims while waiting; doubles up to `maxPollMs`. Default 20 ms.
+   * @default 20
+   * @example new Dispatcher({ tools, ledger, pollMs: 50 })
+   */
   pollMs?: number;
-  /** Longest back-off between re-claims while waiting. Default 500 ms. */
+  /**
+   * Longest back-off between re-claims while waiting. Default 500 ms.
+   * @default 500
+   * @example new Dispatcher({ tools, ledger, maxPollMs: 1_000 })
+   */
   maxPollMs?: number;
   /**
    * How long a claim that fails with ledger_unavailable is sent again, with the same claim id,
    * before the dispatch fails with ledger_unavailable (LEDGER-26). Default 2 s. After that the
    * claim is released in the background (for at most the lease plus a minute) by its claim id.
+   * @default 2000
+   * @example new Dispatcher({ tools, ledger, claimRetryMs: 8_000 })
    */
   claimRetryMs?: number;
   /**
@@ -166,14 +197,27 @@ export interface DispatcherOptions {
    * later, and nothing downstream would collapse the re-run with it. Measured from the row's
    * `finishedAt` (ledger clock) to this process's clock.
    * @default 60000
+   * @example new Dispatcher({ tools, ledger, reconcileGraceMs: 300_000 })
    */
   reconcileGraceMs?: number;
   /**
    * Run unkeyed_write tools on a ledger that declares itself volatile. Refused by default
    * because such a ledger can forget a claim and nothing downstream would catch the repeat (LEDGER-14).
+   * @default false (the constructor throws DurabilityMismatchError for unkeyed_write tools on a volatile ledger)
+   * @example new Dispatcher({ tools: [sendPayment], ledger: new MemoryLedger(), allowVolatileLedgerForUnkeyedWrites: true })
    */
   allowVolatileLedgerForUnkeyedWrites?: boolean;
+  /**
+   * Receives the dispatcher's warnings (failed lease renewals, lost claims released, repeated calls in a turn, ...).
+   * @default console.warn, each message prefixed with "[dispatch-once]"
+   * @example new Dispatcher({ tools, ledger, logger: console })
+   */
   logger?: DispatchLogger;
+  /**
+   * Called with each DispatchEvent (claimed, replayed, recorded, reconciled, ...) as it happens, e.g. for telemetry.
+   * @default none (no events are reported)
+   * @example new Dispatcher({ tools, ledger, onEvent: telemetry.onDispatchEvent })
+   */
   onEvent?: (event: DispatchEvent) => void;
 }
 

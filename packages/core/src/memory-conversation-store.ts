@@ -39,7 +39,11 @@ interface Conversation {
 }
 
 export interface MemoryConversationStoreOptions {
-  /** Clock in milliseconds; injectable so tests can expire leases without sleeping. */
+  /**
+   * Clock in milliseconds; injectable so tests can expire leases without sleeping.
+   * @default Date.now
+   * @example new MemoryConversationStore({ now: clock.now })
+   */
   now?: () => number;
 }
 

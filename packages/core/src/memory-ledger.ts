@@ -31,9 +31,25 @@ import {
 } from "./ledger.js";
 
 export interface MemoryLedgerOptions {
-  /** Clock in milliseconds; injectable so tests can expire leases without sleeping. */
+  /**
+   * Clock in milliseconds; injectable so tests can expire leases without sleeping.
+   * @default Date.now
+   * @example new MemoryLedger({ now: clock.now })
+   */
   now?: () => number;
+  /**
+   * How long a finished row is kept after it finished (replayed until then, forgotten after),
+   * and a retired claim id after it was retired (LEDGER-13, LEDGER-28).
+   * @default 86400000 (24 h, DEFAULT_RETENTION_MS)
+   * @example new MemoryLedger({ retentionMs: 7 * 24 * 60 * 60 * 1000 })
+   */
   retentionMs?: number;
+  /**
+   * Largest result, in UTF-8 bytes of its JSON text, that complete() accepts (LEDGER-10); also
+   * the ledger's `capabilities.maxResultBytes`.
+   * @default 1048576 (1 MiB, DEFAULT_MAX_RESULT_BYTES)
+   * @example new MemoryLedger({ maxResultBytes: 64 * 1024 })
+   */
   maxResultBytes?: number;
 }
 

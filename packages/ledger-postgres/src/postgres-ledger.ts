@@ -78,14 +78,22 @@ export interface PostgresLedgerOptions {
    * connectionString. A client must not be inside your own transaction when the ledger uses
    * it: every ledger operation refuses that with InvalidLedgerInputError (field "pool"),
    * because your rollback would undo a claim the ledger had already reported (LEDGER-22).
+   * @default none: give connectionString instead (exactly one of the two is required)
+   * @example createPostgresLedger({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) })
    */
   pool?: Queryable;
-  /** Or let the ledger create (and, on close(), end) its own pg.Pool. */
+  /**
+   * Or let the ledger create (and, on close(), end) its own pg.Pool.
+   * @default none: give pool instead (exactly one of the two is required)
+   * @example createPostgresLedger({ connectionString: "postgres://localhost:5432/app" })
+   */
   connectionString?: string;
   /**
    * Extra pg.Pool settings for the pool the ledger creates from connectionString. Its `options`
    * are sent after the ledger's own session settings (statement_timeout, READ COMMITTED), so
    * an explicit setting there wins. `connectionTimeoutMillis` is capped at `timeoutMs`.
+   * @default no extra settings: pg's defaults, plus connectionTimeoutMillis = timeoutMs and the ledger's session settings
+   * @example createPostgresLedger({ connectionString: "postgres://localhost:5432/app", poolConfig: { max: 20, idleTimeoutMillis: 30_000 } })
    */
   poolConfig?: Omit<PoolConfig, "connectionString">;
   /**
@@ -96,15 +104,33 @@ export interface PostgresLedgerOptions {
    * is destroyed (never reused), new connections give up at the bound, and the server cancels a
    * statement after it too (statement_timeout). On a brought pool or client the ledger stops
    * waiting at the bound; the connection and its statement stay the pool's (set its timeouts).
+   * @default 5000
+   * @example createPostgresLedger({ pool, timeoutMs: 2_000 })
    */
   timeoutMs?: number;
-  /** Schema holding the table (default "public"). [A-Za-z_][A-Za-z0-9_]*, at most 63 characters. */
+  /**
+   * Schema holding the table (default "public"). [A-Za-z_][A-Za-z0-9_]*, at most 63 characters.
+   * @default "public"
+   * @example createPostgresLedger({ pool, schema: "billing" })
+   */
   schema?: string;
-  /** Table name (default "dispatch_once_ledger"). Same alphabet, at most 52 characters. */
+  /**
+   * Table name (default "dispatch_once_ledger"). Same alphabet, at most 52 characters.
+   * @default "dispatch_once_ledger"
+   * @example createPostgresLedger({ pool, schema: "app", table: "tool_calls" })
+   */
   table?: string;
-  /** How long finished and released rows are kept (default 24 h, LEDGER-13). */
+  /**
+   * How long finished and released rows are kept (default 24 h, LEDGER-13).
+   * @default 86400000 (24 h)
+   * @example createPostgresLedger({ pool, retentionMs: 7 * 24 * 60 * 60 * 1000 })
+   */
   retentionMs?: number;
-  /** Largest result in UTF-8 bytes that complete() stores (default 1 MiB, at most 256 MiB). */
+  /**
+   * Largest result in UTF-8 bytes that complete() stores (default 1 MiB, at most 256 MiB).
+   * @default 1048576 (1 MiB)
+   * @example createPostgresLedger({ pool, maxResultBytes: 8 * 1024 * 1024 })
+   */
   maxResultBytes?: number;
   /**
    * What the ledger declares (LEDGER-14). Default "probe": `capabilities.durability` is
@@ -115,6 +141,8 @@ export interface PostgresLedgerOptions {
    * "durable" or "volatile" is an explicit override that skips the decision: declare "volatile"
    * when you fail over to asynchronous standbys, "durable" only when you know better than the
    * probe (it cannot see other sessions' SETs).
+   * @default "probe"
+   * @example createPostgresLedger({ pool, durability: "volatile" })
    */
   durability?: "probe" | "durable" | "volatile";
 }
@@ -147,9 +175,17 @@ export const MAX_SERIALIZATION_ATTEMPTS = 10;
 
 /** Options of listExpiredInFlight(); the same shape in every Dispatch-Once SQL ledger. */
 export interface ListExpiredInFlightOptions {
-  /** Only rows whose lease ran out at least this many ms ago (store clock). Default 0. */
+  /**
+   * Only rows whose lease ran out at least this many ms ago (store clock). Default 0.
+   * @default 0
+   * @example await ledger.listExpiredInFlight({ olderThanMs: 60_000 })
+   */
   olderThanMs?: number;
-  /** At most this many rows (1..10 000). Default 100. */
+  /**
+   * At most this many rows (1..10 000). Default 100.
+   * @default 100
+   * @example await ledger.listExpiredInFlight({ olderThanMs: 60_000, limit: 500 })
+   */
   limit?: number;
 }
 

@@ -8,7 +8,7 @@ export const DEFAULT_TABLE = "dispatch_once_ledger";
  * Unquoted-identifier alphabet. Names are also always double-quoted in SQL, so this is
  * belt and braces: it keeps names typeable in psql and rules out quoting tricks entirely.
  * PostgreSQL truncates identifiers at 63 bytes; the table name leaves room for the
- * "_expires_at" suffix of its index name.
+ * "_claimed_at" suffix of its longest index name.
  */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const MAX_SCHEMA_LENGTH = 63;
@@ -333,12 +333,18 @@ export interface SchemaOptions extends Partial<TableName> {
    * Create the table hash-partitioned by key into this many partitions (2..64). Uniqueness
    * of the key stays global, because key is the partition key; each partition is vacuumed
    * and indexed on its own. Only used when the table does not exist yet.
+   * @default no partitioning: a plain table
+   * @example schemaSql({ schema: "app", table: "tool_calls", hashPartitions: 8 })
+   * @example await ledger.migrate({ hashPartitions: 8 })
    */
   hashPartitions?: number;
   /**
    * Create the partial index on in-flight rows that listExpiredInFlight() reads (default true).
    * Its price: finishing a call is no longer a HOT update (measured 0.95-0.96x claim+complete,
    * CPU-bound). With false it is not created (an existing one is left) and the listing scans.
+   * @default true
+   * @example schemaSql({ table: "tool_calls", inFlightIndex: false })
+   * @example await ledger.migrate({ inFlightIndex: false })
    */
   inFlightIndex?: boolean;
 }

@@ -104,24 +104,42 @@ export interface RedisLedgerOptions {
    * Bring your own client (Redis or Cluster). It must have LEDGER_REDIS_OPTIONS (a Cluster:
    * LEDGER_CLUSTER_OPTIONS), or the constructor throws InvalidLedgerInputError naming the setting.
    * The ledger never closes a client it did not create.
+   * @default none: the ledger creates its own client from `url` (and closes it on close())
+   * @example createRedisLedger({ client: new Redis("redis://cache:6379", { ...LEDGER_REDIS_OPTIONS }) })
    */
   client?: RedisClient;
-  /** Used when no client is given; default REDIS_URL or redis://127.0.0.1:6379. */
+  /**
+   * Used when no client is given; default REDIS_URL or redis://127.0.0.1:6379.
+   * @default process.env.REDIS_URL, else "redis://127.0.0.1:6379"
+   * @example createRedisLedger({ url: "redis://cache:6379" })
+   */
   url?: string;
-  /** Key prefix; rows live at `${prefix}:{${key}}`. Must not contain `{` or `}`. Default "dispatch-once". */
+  /**
+   * Key prefix; rows live at `${prefix}:{${key}}`. Must not contain `{` or `}`. Default "dispatch-once".
+   * @default "dispatch-once"
+   * @example createRedisLedger({ url: process.env.REDIS_URL, prefix: "payments-ledger" })
+   */
   prefix?: string;
   /**
    * How long finished and released rows are kept (a PX TTL). Default DEFAULT_RETENTION_MS (24 h).
    * At least MIN_RETENTION_MS (1 h) unless allowShortRetentionForTests; must outlast your longest
    * replay horizon (LEDGER-13).
+   * @default DEFAULT_RETENTION_MS (86_400_000, 24 h)
+   * @example createRedisLedger({ url: process.env.REDIS_URL, retentionMs: 48 * 3600_000 })
    */
   retentionMs?: number;
   /**
    * Tests only: accept any retentionMs of 1 ms or more, so a test can watch Redis expire a row.
    * A production ledger with a short retention re-runs every replay that comes later.
+   * @default false
+   * @example new RedisLedger({ retentionMs: 50, allowShortRetentionForTests: true })
    */
   allowShortRetentionForTests?: boolean;
-  /** Largest result (UTF-8 bytes of its JSON text) complete() accepts. Default 1 MiB. */
+  /**
+   * Largest result (UTF-8 bytes of its JSON text) complete() accepts. Default 1 MiB.
+   * @default DEFAULT_MAX_RESULT_BYTES (1_048_576, 1 MiB)
+   * @example createRedisLedger({ url: process.env.REDIS_URL, maxResultBytes: 4 * 1024 * 1024 })
+   */
   maxResultBytes?: number;
   /**
    * Default "volatile": a Redis without fsync'd AOF can lose acknowledged rows, so unkeyed_write
@@ -130,20 +148,30 @@ export interface RedisLedgerOptions {
    * every primary must run `appendonly yes` and `appendfsync always` and have no replica attached
    * (a failover to an asynchronous replica loses acknowledged writes). Otherwise every operation
    * raises UnsafeStoreConfigError. See the README, "Durability".
+   * @default "volatile"
+   * @example createRedisLedger({ url: "redis://ledger-primary:6379", durability: "durable" })
    */
   durability?: "durable" | "volatile";
   /**
    * Default true. false trusts a "durable" declaration without reading the server, for stores
    * that refuse CONFIG GET and whose durability you have established yourself (each acknowledged
    * write fsynced before the reply, and no failover that can lose it).
+   * @default true
+   * @example createRedisLedger({ url: process.env.REDIS_URL, durability: "durable", verifyDurability: false })
    */
   verifyDurability?: boolean;
   /**
    * The longest any operation takes before it settles, for any client: waiting for the connection,
    * then the command. Past it: LedgerUnavailableError. Default 5000 ms; 0 waits for ever.
+   * @default 5000
+   * @example createRedisLedger({ url: "redis://cache:6379", commandTimeoutMs: 2_000 })
    */
   commandTimeoutMs?: number;
-  /** Where configuration warnings and released lost claims are reported. Default console.warn. */
+  /**
+   * Where configuration warnings and released lost claims are reported. Default console.warn.
+   * @default console.warn, each message prefixed with "[ledger-redis] "
+   * @example createRedisLedger({ url: process.env.REDIS_URL, onWarning: (message) => logger.warn(message) })
+   */
   onWarning?: (message: string) => void;
 }
 
@@ -153,17 +181,32 @@ export interface CreateRedisLedgerOptions extends RedisLedgerOptions {
    * (default: throw UnsafeStoreConfigError) or "warn". Policies are read with CONFIG GET;
    * where CONFIG is not permitted (managed services) a warning says it could not be verified.
    * A "durable" declaration the server does not back is always refused (see `durability`).
+   * @default "refuse"
+   * @example createRedisLedger({ url: process.env.REDIS_URL, onUnsafeServer: "warn" })
    */
   onUnsafeServer?: "refuse" | "warn";
-  /** Skip the maxmemory-policy check. Default true (check). A durable declaration is still verified. */
+  /**
+   * Whether to read each node's maxmemory-policy at creation (false skips that check). Default
+   * true (check). A durable declaration is still verified.
+   * @default true
+   * @example createRedisLedger({ url: process.env.REDIS_URL, checkServer: false })
+   */
   checkServer?: boolean;
 }
 
 /** Options of listExpiredInFlight(). */
 export interface ListExpiredInFlightOptions {
-  /** Only rows whose lease ended at least this long ago, on the store's clock. Default 0, at most MAX_OLDER_THAN_MS (a year). */
+  /**
+   * Only rows whose lease ended at least this long ago, on the store's clock. Default 0, at most MAX_OLDER_THAN_MS (a year).
+   * @default 0
+   * @example await ledger.listExpiredInFlight({ olderThanMs: 60_000 })
+   */
   olderThanMs?: number;
-  /** At most this many rows, oldest lease first. Default 100, at most MAX_LIST_LIMIT. */
+  /**
+   * At most this many rows, oldest lease first. Default 100, at most MAX_LIST_LIMIT.
+   * @default 100
+   * @example await ledger.listExpiredInFlight({ olderThanMs: 60_000, limit: 500 })
+   */
   limit?: number;
 }
 

@@ -64,7 +64,11 @@ export type SqliteDatabase = Database.Database;
 export type SqliteSynchronous = "FULL" | "NORMAL";
 
 export interface SqliteLedgerOptions {
-  /** Database file to open (created if absent). Exactly one of `path` and `database`. */
+  /**
+   * Database file to open (created if absent). Exactly one of `path` and `database`.
+   * @default none: then `database` must be given (the constructor throws InvalidLedgerInputError without either)
+   * @example createSqliteLedger({ path: "./var/ledger.db" })
+   */
   path?: string;
   /**
    * Bring your own connection. The ledger does not change its journal mode or
@@ -72,13 +76,27 @@ export interface SqliteLedgerOptions {
    * Every call made while the connection is inside your own transaction is refused with
    * InvalidLedgerInputError (field "database"): your rollback would undo a claim the ledger
    * had already reported (LEDGER-22).
+   * @default none: the ledger opens `path` itself (and closes it on close())
+   * @example createSqliteLedger({ database: new Database("./var/app.db"), table: "tool_calls" })
    */
   database?: SqliteDatabase;
-  /** Table name (a plain identifier). Default "dispatch_once_ledger". */
+  /**
+   * Table name (a plain identifier). Default "dispatch_once_ledger".
+   * @default "dispatch_once_ledger"
+   * @example createSqliteLedger({ path: "./var/ledger.db", table: "tool_calls" })
+   */
   table?: string;
-  /** How long finished and released rows are kept (LEDGER-13). Default 24 h. */
+  /**
+   * How long finished and released rows are kept (LEDGER-13). Default 24 h.
+   * @default DEFAULT_RETENTION_MS (86_400_000, 24 h)
+   * @example createSqliteLedger({ path: "./var/ledger.db", retentionMs: 7 * 24 * 3600_000 })
+   */
   retentionMs?: number;
-  /** Largest result complete() accepts, in UTF-8 bytes (LEDGER-10). Default 1 MiB. */
+  /**
+   * Largest result complete() accepts, in UTF-8 bytes (LEDGER-10). Default 1 MiB.
+   * @default DEFAULT_MAX_RESULT_BYTES (1_048_576, 1 MiB)
+   * @example createSqliteLedger({ path: "./var/ledger.db", maxResultBytes: 4 * 1024 * 1024 })
+   */
   maxResultBytes?: number;
   /**
    * How long a statement waits for another process's write lock before the call fails
@@ -86,6 +104,8 @@ export interface SqliteLedgerOptions {
    * (or when the connection has no busy timeout at all). It also bounds the whole first-open
    * setup (journal mode, schema, statements), which is retried on SQLITE_BUSY/SQLITE_LOCKED
    * until this much time has passed in total: a fleet starting together on a new file opens.
+   * @default 5000 (with `database`: the connection's own busy timeout, else 5000 when it has none)
+   * @example createSqliteLedger({ path: "./var/ledger.db", busyTimeoutMs: 10_000 })
    */
   busyTimeoutMs?: number;
   /**
@@ -94,12 +114,16 @@ export interface SqliteLedgerOptions {
    * about 4x faster but the last commits can be lost on power loss or an OS crash (not
    * on a process crash), so the ledger declares "volatile" (unkeyed_write tools are then
    * refused by the dispatcher unless explicitly allowed, LEDGER-14).
+   * @default "FULL" (with `path`; with `database` the option is refused and the connection's own setting is used)
+   * @example createSqliteLedger({ path: "./var/ledger.db", synchronous: "NORMAL" })
    */
   synchronous?: SqliteSynchronous;
   /**
    * Create the table if missing, and add the `request` column to a table of an older version
    * (default true). Set false when you run schemaSql() (and, on an older table,
    * addRequestColumnSql()) yourself.
+   * @default true
+   * @example createSqliteLedger({ database: db, migrate: false })
    */
   migrate?: boolean;
   /**
@@ -107,6 +131,8 @@ export interface SqliteLedgerOptions {
    * only with `migrate`). It costs every claim and every finish one small index write: measured
    * 0.94-0.96x claim+complete throughput with synchronous=FULL and 0.79-0.83x with NORMAL. With
    * false it is not created (an existing one is left), and listExpiredInFlight() scans the table.
+   * @default true
+   * @example createSqliteLedger({ path: "./var/ledger.db", inFlightIndex: false })
    */
   inFlightIndex?: boolean;
   /**
@@ -121,7 +147,11 @@ export interface SqliteLedgerOptions {
    * @example createSqliteLedger({ path: "ledger.db", groupCommit: true })
    */
   groupCommit?: boolean;
-  /** Rows one sweep step examines (and at most deletes) before yielding the write lock. Default 1000. */
+  /**
+   * Rows one sweep step examines (and at most deletes) before yielding the write lock. Default 1000.
+   * @default 1000
+   * @example createSqliteLedger({ path: "./var/ledger.db", sweepBatchSize: 200 })
+   */
   sweepBatchSize?: number;
   /**
    * Test hook: a clock (milliseconds) that replaces the store's. By default every time is
@@ -129,6 +159,8 @@ export interface SqliteLedgerOptions {
    * processes sharing the file measure leases on one clock (LEDGER-20). When `now` is given
    * it is registered as a SQL function on the connection and the ledger declares
    * `clock: "process"`.
+   * @default none: SQLite's own clock, read inside each statement (`clock: "store"`)
+   * @example createSqliteLedger({ path: ":memory:", now: () => Date.now() })
    */
   now?: () => number;
 }
@@ -141,9 +173,17 @@ const MAX_OLDER_THAN_MS = 366 * 24 * 60 * 60 * 1000;
 
 /** Options of listExpiredInFlight(); the same shape in every Dispatch-Once SQL ledger. */
 export interface ListExpiredInFlightOptions {
-  /** Only rows whose lease ran out at least this many ms ago (store clock). Default 0. */
+  /**
+   * Only rows whose lease ran out at least this many ms ago (store clock). Default 0.
+   * @default 0
+   * @example await ledger.listExpiredInFlight({ olderThanMs: 60_000 })
+   */
   olderThanMs?: number;
-  /** At most this many rows (1..10 000). Default 100. */
+  /**
+   * At most this many rows (1..10 000). Default 100.
+   * @default 100
+   * @example await ledger.listExpiredInFlight({ olderThanMs: 60_000, limit: 500 })
+   */
   limit?: number;
 }
 const DEFAULT_SWEEP_BATCH = 1000;

@@ -27,7 +27,10 @@ import { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js"
 import { ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, REPLAYED_META } from "./meta.js";
 
 export interface McpToolGuardOptions {
-  /** Where claims and results live. Shared by every server process that serves the same tools. */
+  /**
+   * Where claims and results live. Shared by every server process that serves the same tools.
+   * @example new McpToolGuard({ ledger: createSqliteLedger("ledger.db") })
+   */
   ledger: Ledger;
   /**
    * What a guarded write does with a call that carries no key (MCP-4): `"refuse"` answers the
@@ -73,13 +76,50 @@ export type GuardedToolCallback<Args extends undefined | ZodRawShapeCompat | Any
 
 /** `McpServer.registerTool`'s config, plus the tool's effect class (declared once, no default: EFFECT-1). */
 export interface GuardedToolConfig<InputArgs, OutputArgs> {
+  /**
+   * The tool's display name in `tools/list`, passed on to `McpServer.registerTool`.
+   * @default none (`tools/list` gives no title)
+   * @example guard.registerTool(server, "send_payment", { title: "Send a payment", effect: "keyed_write" }, handler)
+   */
   title?: string;
+  /**
+   * What the tool does, for the model, in `tools/list`; passed on to `McpServer.registerTool`.
+   * @default none (`tools/list` gives no description)
+   * @example guard.registerTool(server, "send_payment", { description: "Pay a payee", effect: "keyed_write" }, handler)
+   */
   description?: string;
+  /**
+   * The arguments' zod shape or schema, passed on to `McpServer.registerTool`; the handler is then
+   * called with (args, extra).
+   * @default none (`tools/list` advertises an empty object schema and the handler is called with (extra) alone)
+   * @example guard.registerTool(server, "send_payment", { inputSchema: { payee: z.string(), amount: z.number().int() }, effect: "keyed_write" }, handler)
+   */
   inputSchema?: InputArgs;
+  /**
+   * The result's zod shape or schema, passed on to `McpServer.registerTool` (the SDK then requires
+   * `structuredContent` matching it in every result that is not an error).
+   * @default none (no output schema; `structuredContent` is not checked)
+   * @example guard.registerTool(server, "send_payment", { outputSchema: { paymentId: z.string() }, effect: "keyed_write" }, handler)
+   */
   outputSchema?: OutputArgs;
+  /**
+   * MCP's tool annotations (hints for clients), passed on to `McpServer.registerTool`; the guard
+   * reads `effect`, never these.
+   * @default none (no annotations in `tools/list`)
+   * @example guard.registerTool(server, "get_balance", { annotations: { readOnlyHint: true }, effect: "read" }, handler)
+   */
   annotations?: ToolAnnotations;
+  /**
+   * The tool definition's `_meta` in `tools/list`, passed on to `McpServer.registerTool` (not a
+   * call's `_meta`, where the key travels).
+   * @default none (no `_meta` in `tools/list`)
+   * @example guard.registerTool(server, "send_payment", { _meta: { "com.example/team": "billing" }, effect: "keyed_write" }, handler)
+   */
   _meta?: Record<string, unknown>;
-  /** How the handler's effect is guarded: `read` runs every time; writes are claimed first. */
+  /**
+   * How the handler's effect is guarded: `read` runs every time; writes are claimed first.
+   * @example guard.registerTool(server, "send_payment", { inputSchema: { payee: z.string(), amount: z.number().int() }, effect: "keyed_write" }, handler)
+   */
   effect: EffectClass;
 }
 

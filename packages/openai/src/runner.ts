@@ -19,13 +19,32 @@ type StreamEvent = OpenAI.Responses.ResponseStreamEvent;
 export type UserContent = string | OpenAI.Responses.ResponseInputMessageContentList;
 
 export interface ConversationRunnerOptions extends TurnRunnerOptions {
+  /**
+   * The `openai` SDK client whose Responses API streams every attempt.
+   * @example new ConversationRunner({ client: new OpenAI(), dispatcher, store, model: "gpt-5", tools: registry.providerSchemas() })
+   */
   client: OpenAI;
+  /**
+   * The Responses API's `model`, sent with every request.
+   * @example new ConversationRunner({ client, dispatcher, store, model: "gpt-5", tools: registry.providerSchemas() })
+   */
   model: string;
-  /** Core's provider schemas (`registry.providerSchemas()`), sent as function tools. */
+  /**
+   * Core's provider schemas (`registry.providerSchemas()`), sent as function tools.
+   * @example new ConversationRunner({ client, dispatcher, store, model, tools: registry.providerSchemas() })
+   */
   tools: ProviderToolSchema[];
-  /** The Responses API's `instructions` (a system prompt), sent with every request. */
+  /**
+   * The Responses API's `instructions` (a system prompt), sent with every request.
+   * @default none (no instructions are sent)
+   * @example new ConversationRunner({ client, dispatcher, store, model, tools, instructions: "You are a billing assistant. Confirm every payment before sending it." })
+   */
   instructions?: string;
-  /** The Responses API's `max_output_tokens`; unset leaves the model's default. */
+  /**
+   * The Responses API's `max_output_tokens`; unset leaves the model's default.
+   * @default none (`max_output_tokens` is not sent: the model's default)
+   * @example new ConversationRunner({ client, dispatcher, store, model, tools, maxOutputTokens: 4096 })
+   */
   maxOutputTokens?: number;
 }
 

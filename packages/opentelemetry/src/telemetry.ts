@@ -18,16 +18,31 @@ export const INSTRUMENTATION_NAME = "@dispatch-once/opentelemetry";
 export const INSTRUMENTATION_VERSION = "0.1.0";
 
 export interface TelemetryOptions {
-  /** Default: the global tracer provider's tracer (a no-op until an SDK registers one). */
+  /**
+   * Default: the global tracer provider's tracer (a no-op until an SDK registers one).
+   * @default the global tracer provider's tracer named "@dispatch-once/opentelemetry"
+   * @example dispatchTelemetry({ tracer: tracerProvider.getTracer("billing-agent") })
+   */
   tracer?: Tracer;
-  /** Default: the global meter provider's meter (a no-op until an SDK registers one). */
+  /**
+   * Default: the global meter provider's meter (a no-op until an SDK registers one).
+   * @default the global meter provider's meter named "@dispatch-once/opentelemetry"
+   * @example dispatchTelemetry({ meter: meterProvider.getMeter("billing-agent") })
+   */
   meter?: Meter;
   /**
-   * Open spans kept at most (a run whose last ledger write was refused never ends on its own);
-   * the oldest is ended with outcome `not_recorded` past it. Default 10 000.
+   * Open spans kept at most, of each kind: run spans and turn spans are bounded separately (a run
+   * whose last ledger write was refused never ends on its own); past it, the oldest of that kind is
+   * ended with outcome `not_recorded`. Default 10 000.
+   * @default 10_000
+   * @example dispatchTelemetry({ maxOpenSpans: 1_000 })
    */
   maxOpenSpans?: number;
-  /** Monotonic milliseconds, for durations; the dispatcher's events carry no timestamps. */
+  /**
+   * Monotonic milliseconds, for durations; the dispatcher's events carry no timestamps.
+   * @default () => performance.now()
+   * @example dispatchTelemetry({ now: () => Number(process.hrtime.bigint()) / 1e6 })
+   */
   now?: () => number;
 }
 

@@ -13,16 +13,19 @@ export interface RetryPolicy {
   /**
    * Attempts of one turn, the first included.
    * @default 3
+   * @example new TurnRunner(provider, { dispatcher, store, retry: { attempts: 5 } })
    */
   attempts: number;
   /**
    * Delay before retry number n (1 for the first retry).
    * @default (n) => 100 * 2 ** (n - 1)
+   * @example new TurnRunner(provider, { dispatcher, store, retry: { backoffMs: (n) => Math.min(250 * 2 ** (n - 1), 5_000) } })
    */
   backoffMs(retry: number): number;
   /**
    * Whether a failed attempt is worth another one.
-   * @default every stream failure except a permanent 4xx and a response the provider ended for good (STREAM-13), every unresolved call except an unknown outcome or a result that could not be stored
+   * @default every stream failure except a permanent 4xx (any 4xx but 408, 409 and 429) and a response the provider ended for good (STREAM-13); every unresolved call except an unknown outcome or a result that could not be stored; never a turn the conversation store refused to keep (`kind: "commit"`)
+   * @example new TurnRunner(provider, { dispatcher, store, retry: { shouldRetry: (failure) => failure.kind === "stream" && defaultRetryPolicy.shouldRetry(failure) } })
    */
   shouldRetry(failure: AttemptFailure): boolean;
 }

@@ -64,37 +64,66 @@ export type RunnerEvent = { at: number; conversationId: string; turnIndex: numbe
 
 /** The runner's options; a stream side adds its own (client, model, tools). */
 export interface TurnRunnerOptions {
+  /**
+   * Core's dispatcher: every tool call of a turn goes through it (its key, its ledger claim), and
+   * its ledger's durability is checked against the store's (TURN-14).
+   * @example new TurnRunner(provider, { dispatcher: new Dispatcher({ tools, ledger }), store })
+   */
   dispatcher: CallDispatcher;
-  /** Where conversations live; a durable one beside a durable ledger (TURN-14). */
+  /**
+   * Where conversations live; a durable one beside a durable ledger (TURN-14).
+   * @example new TurnRunner(provider, { dispatcher, store: createSqliteConversationStore("conversations.db") })
+   */
   store: ConversationStore;
+  /**
+   * The retry policy of a turn's attempts: the members given replace those of `defaultRetryPolicy`,
+   * one by one.
+   * @default defaultRetryPolicy (3 attempts, 100 * 2 ** (n - 1) ms before retry n, its shouldRetry)
+   * @example new TurnRunner(provider, { dispatcher, store, retry: { attempts: 5, backoffMs: (n) => 250 * 2 ** (n - 1) } })
+   */
   retry?: Partial<RetryPolicy>;
   /**
    * Model responses per message before its turn is failed (position "turn_limit").
    * @default 8
+   * @example new TurnRunner(provider, { dispatcher, store, maxTurns: 4 })
    */
   maxTurns?: number;
-  /** Extra request headers per attempt (tracing, or fault injection against a mock provider). */
+  /**
+   * Extra request headers per attempt (tracing, or fault injection against a mock provider).
+   * @default none (no extra headers are sent)
+   * @example new TurnRunner(provider, { dispatcher, store, requestHeaders: ({ conversationId, turnIndex, attempt }) => ({ "x-request-id": `${conversationId}:${turnIndex}:${attempt}` }) })
+   */
   requestHeaders?: (info: { conversationId: string; turnIndex: number; attempt: number }) => Record<string, string>;
+  /**
+   * Receives every `RunnerEvent` of every conversation this runner drives, each with `at` (ms),
+   * as it happens (for a UI, logs, telemetry).
+   * @default none (events are not reported)
+   * @example new TurnRunner(provider, { dispatcher, store, onEvent: (event) => console.log(event.type, event.conversationId) })
+   */
   onEvent?: (event: RunnerEvent) => void;
   /**
    * Names this worker in turn leases; diagnostics only.
    * @default `${hostname}:${pid}:${random}`
+   * @example new TurnRunner(provider, { dispatcher, store, owner: `worker-${process.pid}` })
    */
   owner?: string;
   /**
    * The conversation's turn lease (TURN-10), renewed every third of it while this runner drives.
    * @default 30_000
+   * @example new TurnRunner(provider, { dispatcher, store, turnLeaseMs: 60_000 })
    */
   turnLeaseMs?: number;
   /**
    * How long send() waits while another worker holds the conversation before `conversation_busy`
    * (the message stays queued; re-send the same id).
    * @default 30_000
+   * @example new TurnRunner(provider, { dispatcher, store, busyWaitMs: 5_000 })
    */
   busyWaitMs?: number;
   /**
    * Poll interval while waiting for another worker.
    * @default 25
+   * @example new TurnRunner(provider, { dispatcher, store, pollMs: 100 })
    */
   pollMs?: number;
   /**
@@ -102,6 +131,7 @@ export interface TurnRunnerOptions {
    * restart the store reissues turn indexes whose keys the ledger still holds, and new requests
    * are answered with old effects (TURN-14).
    * @default false
+   * @example new TurnRunner(provider, { dispatcher, store: new MemoryConversationStore(), allowVolatileConversationStore: true })
    */
   allowVolatileConversationStore?: boolean;
 }

@@ -170,7 +170,11 @@ export interface StoredLedgerFields {
 }
 
 export interface DecodeLedgerRowOptions {
-  /** The driver returns 64-bit integers as decimal text (pg's bigint): accept canonical digits too. */
+  /**
+   * The driver returns 64-bit integers as decimal text (pg's bigint): accept canonical digits too.
+   * @default false (only numbers are accepted as stored integers)
+   * @example decodeLedgerColumns(raw.key, raw, { integersAsText: true })
+   */
   integersAsText?: boolean;
 }
 
