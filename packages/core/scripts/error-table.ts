@@ -16,10 +16,14 @@ export const END = "<!-- error-table:end -->";
 /** Class name per code, read from the sources that raise them (core, and the shared runner's own three). */
 function classNames(): Map<string, { name: string; from: string }> {
   const found = new Map<string, { name: string; from: string }>();
+  const coreErrors = join(packages, "core", "src", "errors");
   const runnerErrors = join(packages, "runner", "src", "errors");
   const sources: [string, string][] = [
-    [join(packages, "core", "src", "errors.ts"), "@dispatch-once/core"],
-    [join(packages, "core", "src", "resolution-refused-error.ts"), "@dispatch-once/core"],
+    // One file per error class in core's src/errors/.
+    ...readdirSync(coreErrors)
+      .filter((f) => f.endsWith(".ts"))
+      .sort()
+      .map((f): [string, string] => [join(coreErrors, f), "@dispatch-once/core"]),
     // Raised by the runner every stream side shares; each side re-exports them.
     ...readdirSync(runnerErrors)
       .filter((f) => f.endsWith(".ts"))

@@ -1,4 +1,4 @@
-import { CanonicalizationError, type CanonicalizationProblem } from "./errors.js";
+import { CanonicalizationError, type CanonicalizationProblem } from "./errors/index.js";
 
 /** A value that has a canonical JSON form. */
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };

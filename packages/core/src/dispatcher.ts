@@ -16,7 +16,7 @@ import {
   ToolInputError,
   isDispatchOnceError,
   type StoredError,
-} from "./errors.js";
+} from "./errors/index.js";
 import { catalogueEntry } from "./error-catalogue.js";
 import { deriveKeyFromCanonical } from "./key.js";
 import { toJsonData } from "./json-data.js";

@@ -1,4 +1,4 @@
-import { isDispatchOnceError, type DispatchOnceErrorCode } from "./errors.js";
+import { isDispatchOnceError, type DispatchOnceErrorCode } from "./errors/index.js";
 
 /**
  * Whether the effect of the call an error is about may have happened:

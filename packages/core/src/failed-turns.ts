@@ -1,4 +1,4 @@
-import { InvalidStoreInputError } from "./errors.js";
+import { InvalidStoreInputError } from "./errors/index.js";
 import { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT, type FailedTurnsQuery } from "./conversation.js";
 
 /**

@@ -7,10 +7,9 @@ export {
   KEY_HEX_LENGTH,
   type KeyInput,
 } from "./key.js";
-export * from "./errors.js";
+export * from "./errors/index.js";
 export * from "./ledger.js";
 export { checkClaimOrigin, checkListQuery, checkResolveRequest, checkRetireRequest, decodeListCursor, encodeListCursor, rowSince } from "./ledger-ops.js";
-export { ResolutionRefusedError } from "./resolution-refused-error.js";
 export { MemoryLedger, assertClaimId, assertStorableResult, releasedClaimError, retiredClaimError, utf8ByteLength, type MemoryLedgerOptions } from "./memory-ledger.js";
 export {
   defineTool,

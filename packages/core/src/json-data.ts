@@ -1,5 +1,5 @@
 import { MAX_CANONICAL_DEPTH } from "./canonical.js";
-import { CanonicalizationError } from "./errors.js";
+import { CanonicalizationError } from "./errors/index.js";
 
 /** Deepest nesting a result may have: the same bound as canonicalisation (KEY-6), never a stack overflow. */
 export const MAX_RESULT_DEPTH = MAX_CANONICAL_DEPTH;

@@ -1,6 +1,6 @@
 import { createHash, hash as oneShotHash } from "node:crypto";
 import { canonicalize, describeError, withCause } from "./canonical.js";
-import { CanonicalizationError, InvalidArgumentError, InvalidKeyInputError, describeValue } from "./errors.js";
+import { CanonicalizationError, InvalidArgumentError, InvalidKeyInputError, describeValue } from "./errors/index.js";
 
 /**
  * Alphabets that keep the key material unambiguous (spec KEY-2, KEY-3): none of the first

@@ -1,4 +1,4 @@
-import { InvalidLedgerInputError } from "./errors.js";
+import { InvalidLedgerInputError } from "./errors/index.js";
 import { checkLedgerKey } from "./internal/ledger-rows.js";
 import {
   CLAIM_ID_PATTERN,

@@ -1,5 +1,5 @@
 import { randomFillSync } from "node:crypto";
-import type { StoredError } from "./errors.js";
+import type { StoredError } from "./errors/index.js";
 
 /**
  * How a tool's side effect must be guarded (spec §5, EFFECT-1..EFFECT-4).

@@ -12,7 +12,7 @@ import type {
   TurnCommit,
   TurnSnapshot,
 } from "./conversation.js";
-import { ConversationLeaseLostError, InvalidStoreInputError } from "./errors.js";
+import { ConversationLeaseLostError, InvalidStoreInputError } from "./errors/index.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
 import { checkFailedTurnsQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
 import { checkLeaseOwner, checkStoreJson, checkTurnLeaseMs } from "./internal/store-rows.js";

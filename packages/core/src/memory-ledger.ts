@@ -1,5 +1,4 @@
-import { InvalidLedgerInputError, ResultNotStorableError, StaleClaimError, type StoredError } from "./errors.js";
-import { ResolutionRefusedError } from "./resolution-refused-error.js";
+import { InvalidLedgerInputError, ResolutionRefusedError, ResultNotStorableError, StaleClaimError, type StoredError } from "./errors/index.js";
 import { checkClaimRequest, checkLedgerLeaseMs, checkStoredError } from "./internal/ledger-rows.js";
 import {
   checkListQuery,

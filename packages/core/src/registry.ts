@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { InvalidToolDefinitionError, UnknownToolError } from "./errors.js";
+import { InvalidToolDefinitionError, UnknownToolError } from "./errors/index.js";
 import { TOOL_NAME_PATTERN } from "./key.js";
 import type { EffectClass } from "./ledger.js";
 

@@ -1,4 +1,4 @@
-import { InvalidKeyInputError, describeValue } from "./errors.js";
+import { InvalidKeyInputError, describeValue } from "./errors/index.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
 
 /** A tenant namespace: the conversation-id alphabet without ":", which separates it (KEY-11). */

@@ -285,7 +285,7 @@ describe("reconciliation after a lost lease (RECON-8)", () => {
     // A ledger whose renewals are refused: the claim is lost while the tool runs.
     const ledger = Object.assign(Object.create(memory), {
       renew: async (key: string) => {
-        const { StaleClaimError } = await import("../src/errors.js");
+        const { StaleClaimError } = await import("../src/errors/index.js");
         // Another attempt takes the row over before we learn of it.
         const row = await memory.lookup(key);
         if (row?.state === "in_flight" && row.owner !== "other") {

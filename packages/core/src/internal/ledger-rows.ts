@@ -1,4 +1,4 @@
-import { InvalidLedgerInputError, LedgerCorruptError, ResultNotStorableError, type StoredError } from "../errors.js";
+import { InvalidLedgerInputError, LedgerCorruptError, ResultNotStorableError, type StoredError } from "../errors/index.js";
 import { ROW_FORMAT_VERSION, type ClaimRequest, type LedgerRow, type RowBase } from "../ledger.js";
 import { checkClaimOrigin } from "../ledger-ops.js";
 import { assertClaimId, utf8ByteLength } from "../memory-ledger.js";

@@ -1,6 +1,6 @@
 import { canonicalize, type JsonValue } from "../canonical.js";
 import type { MessageState, StoredMessage, StoredTurn } from "../conversation.js";
-import { InvalidStoreInputError, StoreCorruptError, isDispatchOnceError } from "../errors.js";
+import { InvalidStoreInputError, StoreCorruptError, isDispatchOnceError } from "../errors/index.js";
 import { checkLeaseMs } from "./leases.js";
 import { MAX_CLAIM_LABEL_LENGTH, checkLabel } from "./ledger-rows.js";
 

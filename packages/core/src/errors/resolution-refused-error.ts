@@ -1,5 +1,5 @@
-import { DispatchOnceError } from "./errors.js";
-import type { RowState } from "./ledger.js";
+import { DispatchOnceError } from "./dispatch-once-error.js";
+import type { RowState } from "../ledger.js";
 
 /**
  * resolve() met a row whose outcome is not open: a live in-flight claim (its owner may still

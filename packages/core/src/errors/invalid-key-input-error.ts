@@ -1,0 +1,10 @@
+import { DispatchOnceError } from "./dispatch-once-error.js";
+
+/** A key component is outside its alphabet or range (spec KEY-2..KEY-4). */
+export class InvalidKeyInputError extends DispatchOnceError {
+  readonly field: string;
+  constructor(field: string, message: string) {
+    super("invalid_key_input", `${field}: ${message}`);
+    this.field = field;
+  }
+}

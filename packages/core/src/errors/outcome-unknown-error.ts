@@ -1,0 +1,16 @@
+import { DispatchOnceError } from "./dispatch-once-error.js";
+
+/**
+ * Whether the effect happened cannot be known, and the tool has no downstream key to
+ * make a re-run safe (an expired claim on an unkeyed_write, or an unclassified error
+ * from one). It is never re-run automatically (LEDGER-6); a human or a reconciler decides.
+ */
+export class OutcomeUnknownError extends DispatchOnceError {
+  readonly key: string;
+  readonly reason: string;
+  constructor(key: string, reason: string, options?: { cause?: unknown }) {
+    super("outcome_unknown", `outcome of call ${key} is unknown (${reason}); it will not be re-run`, options);
+    this.key = key;
+    this.reason = reason;
+  }
+}

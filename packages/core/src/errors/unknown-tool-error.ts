@@ -1,0 +1,11 @@
+import { describeValue } from "./describe-value.js";
+import { DispatchOnceError } from "./dispatch-once-error.js";
+
+export class UnknownToolError extends DispatchOnceError {
+  readonly toolName: string;
+  constructor(toolName: unknown) {
+    const name = typeof toolName === "string" ? toolName : describeValue(toolName);
+    super("unknown_tool", `no tool named ${typeof toolName === "string" ? JSON.stringify(toolName) : name} is registered`);
+    this.toolName = name;
+  }
+}
