@@ -1091,7 +1091,7 @@ export class RedisLedger implements Ledger {
    */
   private call<T>(op: string, key: string, run: () => Promise<T>, deadline?: number): Promise<T> {
     if (this.closed) return Promise.reject(new LedgerUnavailableError(`ledger is closed (${op} of ${key})`));
-    if (this.durabilityChecked !== "ok" || this.client.status !== "ready") {
+    if (this.durabilityChecked !== "ok" || this.client.status !== "ready" || (this.client.isCluster && this.nodeNotReady(key) !== undefined)) {
       return this.callWhenReady(op, key, run, deadline ?? this.deadline());
     }
     return this.send(op, key, run, deadline);
@@ -1139,7 +1139,58 @@ export class RedisLedger implements Ledger {
   private async callWhenReady<T>(op: string, key: string, run: () => Promise<T>, deadline: number): Promise<T> {
     if (this.durabilityChecked !== "ok") await this.verifyDurability();
     await this.ready(op, key, deadline);
+    if (this.client.isCluster) {
+      const node = this.nodeNotReady(key);
+      if (node !== undefined) await this.connected(node, op, key, deadline);
+    }
     return this.send(op, key, run, deadline);
+  }
+
+  /**
+   * On a Cluster: the connection to the primary that serves `key`'s slot, when it is not ready.
+   * ioredis opens a node's connection on the first command routed to it, and a Cluster without an
+   * offline queue refuses that command ("Connection is closed") while the connection opens: on a
+   * new client most first claims failed so, though nothing had been sent. Undefined when the
+   * node is ready, or the slot table does not name it yet (ioredis then routes and refreshes).
+   */
+  private nodeNotReady(key: string): Redis | undefined {
+    const cluster = this.client as Cluster;
+    const nodeKey = cluster.slots[keySlot(this.redisKey(key))]?.[0];
+    if (nodeKey === undefined) return undefined;
+    for (const node of cluster.nodes("master")) {
+      if (`${node.options.host}:${node.options.port}` === nodeKey) return node.status === "ready" ? undefined : node;
+    }
+    return undefined;
+  }
+
+  /** Wait, within the deadline, until a Cluster node's connection is ready (nothing is sent before). */
+  private async connected(node: Redis, op: string, key: string, deadline: number): Promise<void> {
+    if (node.status === "ready") return;
+    if (node.status === "wait") node.connect().catch(() => {});
+    else if (node.status !== "connecting" && node.status !== "connect" && node.status !== "reconnecting") {
+      throw new LedgerUnavailableError(`redis ${op} of ${key}: node ${node.options.host}:${node.options.port} not connected (${node.status}); nothing was sent`, {
+        cause: new NotSentError(node.status),
+      });
+    }
+    const up = new Promise<void>((resolve, reject) => {
+      const settle = (error?: Error) => {
+        node.off("ready", onReady);
+        node.off("end", onDown);
+        if (error) reject(error);
+        else resolve();
+      };
+      const onReady = () => settle();
+      const onDown = () => settle(new NotSentError(`the connection attempt failed (${node.status})`));
+      node.on("ready", onReady);
+      node.on("end", onDown);
+    });
+    try {
+      await this.bounded(up, deadline, op, true);
+    } catch (error) {
+      throw new LedgerUnavailableError(`redis ${op} of ${key}: node ${node.options.host}:${node.options.port} not connected; nothing was sent: ${(error as Error).message}`, {
+        cause: error instanceof NotSentError ? error : new NotSentError(String(error)),
+      });
+    }
   }
 
   /** A ledger script's reply must be a table whose first element names the outcome. */

@@ -142,6 +142,31 @@ it("claim/complete/fail/release/takeover/unknown on 240 keys spread over all thr
   }
 }, 120_000);
 
+describe("a new Cluster client (connections to its nodes open on first use)", () => {
+  it("LEDGER-12: a ledger built on it with new RedisLedger (no server check to touch the nodes first) answers its first claims on every primary: a node whose connection is still opening is waited for within the bound, not reported unavailable", async () => {
+    if (!cluster) throw new Error("cluster did not start");
+    const fresh = new Cluster(cluster.ports.map((port) => ({ host: "127.0.0.1", port })), { ...LEDGER_CLUSTER_OPTIONS });
+    fresh.on("error", () => {});
+    const l = new RedisLedger({ client: fresh, prefix: uniquePrefix("cluster-fresh"), retentionMs: 7_200_000 });
+    try {
+      // ioredis opens a node's connection on the first command routed to it and, without an
+      // offline queue, refuses that command ("Connection is closed") while it opens: nothing
+      // was sent, so the ledger must wait for the connection within its deadline instead.
+      const keys = Array.from({ length: 48 }, () => randomBytes(16).toString("hex"));
+      const claims = await Promise.allSettled(keys.map((key) => l.claim(request(key))));
+      const refused = claims.flatMap((c, i) => (c.status === "rejected" ? [`${keys[i]}: ${String((c.reason as Error).message)}`] : []));
+      expect(refused).toEqual([]);
+      // The keys did reach all three primaries (so each node's first claim was among them).
+      const served = new Set(keys.map((key) => fresh.slots[keySlot(l.redisKey(key))]?.[0]));
+      expect(served.size).toBe(3);
+      for (const c of claims) expect(c).toMatchObject({ status: "fulfilled", value: { outcome: "claimed", fence: 1 } });
+    } finally {
+      await l.close();
+      fresh.disconnect();
+    }
+  });
+});
+
 describe("listRows on a cluster (LIST-1, LIST-2, LIST-5, LIST-6)", () => {
   it("merges every node's listing indexes: rows of all three nodes, filtered, oldest first, each once across pages", async () => {
     if (!cluster || !client || !ledger) throw new Error("cluster did not start");
