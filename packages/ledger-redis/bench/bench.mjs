@@ -3,15 +3,18 @@
 // load from other processes on the machine hits both alike.
 //   node bench/bench.mjs            human table
 //   node bench/bench.mjs --json     JSON rows
+//   node bench/bench.mjs --cluster  the same on a local three-node Redis Cluster it starts
 import { randomBytes } from "node:crypto";
 import { pathToFileURL } from "node:url";
-import { Redis } from "ioredis";
-import { RedisLedger } from "../dist/index.js";
+import { Cluster, Redis } from "ioredis";
+import { LEDGER_CLUSTER_OPTIONS, RedisLedger } from "../dist/index.js";
 // A typical stored request (LEDGER-21): the JCS text of a payment call's arguments, 55 bytes.
 const REQUEST = '{"amount":4200,"currency":"eur","to":"acct_0123456789"}';
 
-const ADAPTER = "ledger-redis";
-const FLOOR = "redis floor (SET NX + SET XX)";
+const SINGLE_ADAPTER = "ledger-redis";
+const SINGLE_FLOOR = "redis floor (SET NX + SET XX)";
+const CLUSTER_ADAPTER = "ledger-redis (Cluster, 3 primaries)";
+const CLUSTER_FLOOR = "redis cluster floor (SET NX + SET XX)";
 const SLICES = 3;
 // Leftovers expire on their own even if cleanup is interrupted: a bench, so the test-only
 // escape from the 1 h retention floor is fine here.
@@ -52,21 +55,42 @@ function summarise(parts) {
   };
 }
 
-/** Unlink every key under `prefix` (also used by the root bench's peers run). */
-export async function deletePrefix(client, prefix) {
+/** Unlink every key under `prefix` (also used by the root bench's peers run); on a Cluster, on each primary. */
+export async function deletePrefix(client, prefix, onClusterNode = false) {
+  if (client instanceof Cluster) {
+    await Promise.all(client.nodes("master").map((node) => deletePrefix(node, prefix, true)));
+    return;
+  }
   let cursor = "0";
   do {
     const [next, keys] = await client.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 2000);
     cursor = next;
-    if (keys.length > 0) await client.unlink(...keys);
+    if (keys.length === 0) continue;
+    // A Cluster node refuses one UNLINK of keys in different slots (CROSSSLOT): one per key there.
+    if (onClusterNode) await Promise.all(keys.map((key) => client.unlink(key)));
+    else await client.unlink(...keys);
   } while (cursor !== "0");
 }
 
-export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379" } = {}) {
+/**
+ * `cluster`: the seed nodes of a Redis Cluster (`{ host, port }[]`) to run on instead of `url`:
+ * the floor's and the ledger's keys spread over its slots, each command sent to its key's primary.
+ */
+export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379", cluster = undefined } = {}) {
   const prefix = `do-bench-${process.pid}-${randomBytes(4).toString("hex")}`;
-  const floor = new Redis(url);
-  const admin = new Redis(url);
-  const ledger = new RedisLedger({ url, prefix: `${prefix}:ledger`, retentionMs: RETENTION_MS, allowShortRetentionForTests: true });
+  // The floor's client keeps ioredis' defaults (its offline queue opens each node's connection on
+  // first use); the ledger's has the settings it requires (LEDGER_CLUSTER_OPTIONS).
+  const connect = () => (cluster === undefined ? new Redis(url) : new Cluster(cluster));
+  const floor = connect();
+  const admin = connect();
+  const ledgerClient = cluster === undefined ? undefined : new Cluster(cluster, { ...LEDGER_CLUSTER_OPTIONS });
+  const ledger = new RedisLedger({
+    ...(ledgerClient === undefined ? { url } : { client: ledgerClient }),
+    prefix: `${prefix}:ledger`,
+    retentionMs: RETENTION_MS,
+    allowShortRetentionForTests: true,
+  });
+  const [ADAPTER, FLOOR] = cluster === undefined ? [SINGLE_ADAPTER, SINGLE_FLOOR] : [CLUSTER_ADAPTER, CLUSTER_FLOOR];
   const result = '{"payment_id":"pay_0123456789","status":"succeeded","amount":4200,"currency":"eur"}';
   let n = 0;
   const rows = [];
@@ -158,8 +182,29 @@ export async function bench({ durationMs = 3000, concurrencies = [1, 16, 64], ur
     await ledger.close();
     await floor.quit();
     await admin.quit();
+    await ledgerClient?.quit();
   }
   return rows;
+}
+
+/**
+ * The same rows on a local three-node Redis Cluster (no replicas, nothing on disk, like the
+ * single server), started here on loopback and stopped after: the cluster helper of the tests
+ * (test/cluster.ts, loaded through tsx), so the bench and the tests start a cluster one way.
+ */
+export async function benchCluster({ durationMs = 3000, concurrencies = [1, 16, 64] } = {}) {
+  const { register } = await import("tsx/esm/api");
+  const unregister = register();
+  // A URL, not a specifier: plain node resolves it once tsx is registered, and the type-check of
+  // this script does not follow it into the TypeScript source.
+  const { startCluster } = await import(new URL("../test/cluster.ts", import.meta.url).href);
+  const local = await startCluster();
+  try {
+    return await bench({ durationMs, concurrencies, cluster: local.ports.map((port) => ({ host: "127.0.0.1", port })) });
+  } finally {
+    await local.stop();
+    await unregister();
+  }
 }
 
 export function formatTable(rows) {
@@ -171,6 +216,6 @@ export function formatTable(rows) {
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const rows = await bench();
+  const rows = process.argv.includes("--cluster") ? await benchCluster() : await bench();
   console.log(process.argv.includes("--json") ? JSON.stringify(rows, null, 2) : formatTable(rows));
 }
