@@ -282,6 +282,22 @@ const MAX_PENDING_CANCELS = 10_000;
 /** Raised by the ledger before anything was sent: the command cannot have run. */
 class NotSentError extends Error {}
 
+/** Resolves when `connection` emits "ready"; rejects with NotSentError when it emits one of `down` first. */
+function untilReady(connection: Redis | Cluster, down: readonly ("close" | "end")[]): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const settle = (error?: Error) => {
+      connection.off("ready", onReady);
+      for (const event of down) connection.off(event, onDown);
+      if (error) reject(error);
+      else resolve();
+    };
+    const onReady = () => settle();
+    const onDown = () => settle(new NotSentError(`the connection attempt failed (${connection.status})`));
+    connection.on("ready", onReady);
+    for (const event of down) connection.on(event, onDown);
+  });
+}
+
 function nonNegativeInteger(field: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
@@ -1172,20 +1188,9 @@ export class RedisLedger implements Ledger {
         cause: new NotSentError(node.status),
       });
     }
-    const up = new Promise<void>((resolve, reject) => {
-      const settle = (error?: Error) => {
-        node.off("ready", onReady);
-        node.off("end", onDown);
-        if (error) reject(error);
-        else resolve();
-      };
-      const onReady = () => settle();
-      const onDown = () => settle(new NotSentError(`the connection attempt failed (${node.status})`));
-      node.on("ready", onReady);
-      node.on("end", onDown);
-    });
     try {
-      await this.bounded(up, deadline, op, true);
+      // A node's connection may close and retry while it opens: only its end is final.
+      await this.bounded(untilReady(node, ["end"]), deadline, op, true);
     } catch (error) {
       throw new LedgerUnavailableError(`redis ${op} of ${key}: node ${node.options.host}:${node.options.port} not connected; nothing was sent: ${(error as Error).message}`, {
         cause: error instanceof NotSentError ? error : new NotSentError(String(error)),
@@ -1215,21 +1220,7 @@ export class RedisLedger implements Ledger {
         cause: new NotSentError(client.status),
       });
     }
-    this.readyWaiter ??= new Promise<void>((resolve, reject) => {
-      const settle = (error?: Error) => {
-        client.off("ready", onReady);
-        client.off("close", onDown);
-        client.off("end", onDown);
-        this.readyWaiter = undefined;
-        if (error) reject(error);
-        else resolve();
-      };
-      const onReady = () => settle();
-      const onDown = () => settle(new NotSentError(`the connection attempt failed (${client.status})`));
-      client.on("ready", onReady);
-      client.on("close", onDown);
-      client.on("end", onDown);
-    });
+    this.readyWaiter ??= untilReady(client, ["close", "end"]).finally(() => (this.readyWaiter = undefined));
     try {
       await this.bounded(this.readyWaiter, deadline, op, true);
     } catch (error) {
