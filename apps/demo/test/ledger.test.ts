@@ -1,5 +1,5 @@
 import { connect, createServer, type Server, type Socket } from "node:net";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, it } from "vitest";
 import { openLedger } from "../src/ledger.js";
 
 const DATABASE_URL = process.env["DATABASE_URL"] ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -71,12 +71,13 @@ afterAll(async () => {
   await Promise.all(proxies.map((p) => p.close()));
 });
 
-describe("the demo's server-backed ledgers wait out a store stalled past the adapters' 5 s default", () => {
+// The two stores' tests run at once: each waits out its own proxy's stall.
+describe.concurrent("the demo's server-backed ledgers wait out a store stalled past the adapters' 5 s default", () => {
   for (const [kind, url] of [
     ["redis", REDIS_URL],
     ["postgres", DATABASE_URL],
   ] as const) {
-    it(`${kind}: a claim and its completion sent into a ${STALL_MS / 1000} s stall both settle`, async () => {
+    it(`${kind}: a claim and its completion sent into a ${STALL_MS / 1000} s stall both settle`, async ({ expect }) => {
       const target = new URL(url);
       const proxy = await StallProxy.start(target);
       proxies.push(proxy);
