@@ -27,7 +27,7 @@ export interface OpenLedger {
  * host's, not the seed's. The demo measures the protocol under planned faults; it waits as long
  * as it waits for its own mocks (30 s) before calling a store unavailable.
  */
-export const DEMO_LEDGER_TIMEOUT_MS = 30_000;
+const DEMO_LEDGER_TIMEOUT_MS = 30_000;
 
 /** The demo's own table/schema/prefix per run, so repeated runs and parallel tests never share rows. */
 export function defaultNamespace(runId: string): string {

@@ -773,7 +773,8 @@ export class RedisLedger implements Ledger {
         const values = await Promise.all(
           batch.map((c) =>
             c.redisKey.startsWith(head) && c.redisKey.endsWith("}")
-              ? this.call("listExpiredInFlight", c.redisKey, () => this.client.get(c.redisKey), deadline)
+              ? // call() takes the ledger key (its message names it; on a Cluster it finds the row's node).
+                this.call("listExpiredInFlight", c.redisKey.slice(head.length, -1), () => this.client.get(c.redisKey), deadline)
               : Promise.resolve(null),
           ),
         );

@@ -160,6 +160,14 @@ describe("a new Cluster client (connections to its nodes open on first use)", ()
       const served = new Set(keys.map((key) => fresh.slots[keySlot(l.redisKey(key))]?.[0]));
       expect(served.size).toBe(3);
       for (const c of claims) expect(c).toMatchObject({ status: "fulfilled", value: { outcome: "claimed", fence: 1 } });
+      // Read from the store: each key has one row, in flight at fence 1, holding its own request.
+      for (const key of keys) {
+        const stored = await fresh.getBuffer(l.redisKey(key));
+        expect(stored, key).not.toBeNull();
+        const row = parseStored(stored!);
+        expect(row.header, key).toMatchObject({ state: "in_flight", fence: 1 });
+        expect(row.request, key).toBe(first(key));
+      }
     } finally {
       await l.close();
       fresh.disconnect();
