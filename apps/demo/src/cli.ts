@@ -6,7 +6,7 @@ import { Worker } from "node:worker_threads";
 import type { DemoThreadMessage } from "./demo-thread.js";
 import { sideHeapLimits } from "./heap.js";
 import { DemoUsageError, USAGE, parseArgs, type DemoOptions } from "./options.js";
-import type { DemoResult, RunHooks } from "./run.js";
+import type { DemoProcessUsage, DemoResult, RunHooks } from "./run.js";
 
 async function main(argv: string[]): Promise<number> {
   let options;
@@ -38,6 +38,7 @@ async function main(argv: string[]): Promise<number> {
     ...(bar ? { onProgress: (p) => bar.update(p) } : {}),
   });
   bar?.done();
+  result.process = processUsage();
   if (options.report !== undefined) writeFileSync(options.report, (await import("./report.js")).renderReport(result));
   if (options.json) process.stdout.write(`${JSON.stringify(result)}\n`);
   else {
@@ -56,6 +57,16 @@ async function main(argv: string[]): Promise<number> {
     return 1;
   }
   return 0;
+}
+
+function processUsage(): DemoProcessUsage {
+  const usage = process.resourceUsage();
+  return {
+    wallMs: Math.round(performance.now()),
+    cpuUserMs: Math.round(usage.userCPUTime / 1000),
+    cpuSystemMs: Math.round(usage.systemCPUTime / 1000),
+    maxRssKiB: usage.maxRSS,
+  };
 }
 
 /**

@@ -19,6 +19,6 @@ export { parseArgs, parseLedgerSpec, DemoUsageError, DEFAULT_OPTIONS, USAGE } fr
 export type { DemoOptions, LedgerSpec } from "./options.js";
 export { wilson, oneIn, type RateEstimate } from "./stats.js";
 export { Rng } from "./prng.js";
-export { runDemo, type DemoResult, type RunHooks } from "./run.js";
+export { runDemo, type DemoResult, type DemoProcessUsage, type RunHooks } from "./run.js";
 export { renderText, ProgressBar } from "./text.js";
 export { renderReport } from "./report.js";

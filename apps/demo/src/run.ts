@@ -19,6 +19,24 @@ export interface DemoResult {
   incident: IncidentResult;
   chaos: ChaosResult;
   durationMs: number;
+  /**
+   * What the whole process used, read by the CLI once the run has ended; absent when `runDemo`
+   * is called directly. Benchmarks read it (`pnpm bench --demo-scale`) rather than a wrapper, so
+   * the numbers are the same wherever the demo runs.
+   */
+  process?: DemoProcessUsage;
+}
+
+/** `process.resourceUsage()` of the CLI's process at the end of the run: every thread counts. */
+export interface DemoProcessUsage {
+  /** Since the process started (module loading and both phases included). */
+  wallMs: number;
+  /** User CPU of every thread of the process. */
+  cpuUserMs: number;
+  /** System CPU of every thread of the process. */
+  cpuSystemMs: number;
+  /** Peak resident set of the process (getrusage's ru_maxrss), in KiB: `time -v`'s "kbytes". */
+  maxRssKiB: number;
 }
 
 export interface RunHooks {

@@ -39,7 +39,9 @@ export function renderText(result: DemoResult): string {
   out.push("");
   out.push(...chaosText(chaos));
   out.push("");
-  out.push(`Finished in ${(result.durationMs / 1000).toFixed(1)} s. Same --seed, same counts. --json for one JSON object, --report FILE for an HTML page.`);
+  const usage = result.process;
+  const cost = usage === undefined ? "" : ` (CPU ${((usage.cpuUserMs + usage.cpuSystemMs) / 1000).toFixed(1)} s, peak RSS ${Math.round(usage.maxRssKiB / 1024)} MiB)`;
+  out.push(`Finished in ${(result.durationMs / 1000).toFixed(1)} s${cost}. Same --seed, same counts. --json for one JSON object, --report FILE for an HTML page.`);
   return out.join("\n");
 }
 

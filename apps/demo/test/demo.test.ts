@@ -142,6 +142,18 @@ describe("pnpm demo --json, on each ledger", () => {
       expect(incident.guarded.idempotencyKeys[0]).toMatch(/^[0-9a-f]{32}$/);
     });
 
+    it(`${ledger}: --json reports what the whole process used (read by pnpm bench --demo-scale)`, () => {
+      const usage = runs[ledger].process!;
+      expect(usage).toBeDefined();
+      // The process started before the run and both phases ran inside it.
+      expect(usage.wallMs).toBeGreaterThanOrEqual(runs[ledger].durationMs);
+      // Every thread's CPU: at least the run's two sides' streaming work, so well above zero.
+      expect(usage.cpuUserMs + usage.cpuSystemMs).toBeGreaterThan(100);
+      // ru_maxrss in KiB: a Node process with three threads holds tens of MiB at the least.
+      expect(usage.maxRssKiB).toBeGreaterThan(20 * 1024);
+      expect(usage.maxRssKiB).toBeLessThan(4 * 1024 * 1024);
+    });
+
     it(`${ledger}: the guarded side makes no duplicate and misreports no effect on any route`, () => {
       const { chaos } = runs[ledger];
       expect(chaos.guarded.duplicates).toBe(0);
