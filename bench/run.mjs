@@ -2,13 +2,19 @@
 // `pnpm bench`: every ledger adapter's benchmark, each beside its store's raw-primitive floor
 // measured in the same run, so the table shows the adapter's cost as a ratio to that floor.
 // A benchmark, not a test: it asserts nothing and prints numbers.
+import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
+import { cpus, loadavg } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const args = process.argv.slice(2);
 const json = args.includes("--json");
+// Which build and when, so that tables made from this run's JSON (bench/report.mjs) say so.
+const startedAt = new Date().toISOString();
+const commit = gitCommit();
+const host = { cpus: cpus().length, cpuModel: cpus()[0]?.model ?? "unknown", loadAverageAtStart: loadavg().map((l) => Number(l.toFixed(2))) };
 const durationArg = args.find((a) => a.startsWith("--duration-ms="));
 const durationMs = durationArg ? Number(durationArg.split("=")[1]) : 3000;
 const only = args.find((a) => a.startsWith("--only="))?.split("=")[1];
@@ -24,6 +30,14 @@ if (rowsIndex >= 0 && !(Number.isSafeInteger(growthRows) && growthRows >= 10_000
 const peersWanted = args.includes("--peers");
 // --demo-floor: the CPU floor under one turn of the demo's main job (bench/demo-floor.mjs).
 const demoFloorWanted = args.includes("--demo-floor");
+// --demo-scale[=5000,20000]: `pnpm demo` at each number of turns, each in a process of its own
+// (bench/demo-scale.mjs): wall time, CPU, peak RSS and the run's correctness counts.
+const demoScaleArg = args.find((a) => a === "--demo-scale" || a.startsWith("--demo-scale="));
+const demoScaleTurns = demoScaleArg?.includes("=") ? demoScaleArg.split("=")[1].split(",").map(Number) : undefined;
+if (demoScaleTurns !== undefined && !(demoScaleTurns.length > 0 && demoScaleTurns.every((n) => Number.isSafeInteger(n) && n >= 1))) {
+  process.stderr.write("--demo-scale= needs numbers of turns separated by commas, e.g. --demo-scale=5000,20000\n");
+  process.exit(2);
+}
 
 // --only=none skips the adapter table (e.g. `pnpm bench --only=none --rows 1000000`).
 const adapters = ["ledger-sqlite", "ledger-postgres", "ledger-redis"].filter((a) => !only || a.includes(only));
@@ -110,6 +124,16 @@ if (demoFloorWanted) {
   }
 }
 
+let demoScale = null;
+if (demoScaleArg !== undefined) {
+  try {
+    const { benchDemoScale } = await import("./demo-scale.mjs");
+    demoScale = await benchDemoScale({ ...(demoScaleTurns ? { turns: demoScaleTurns } : {}), log: json ? () => {} : (m) => process.stderr.write(`${m}\n`) });
+  } catch (error) {
+    failures.push({ adapter: "demo-scale", error: String(error?.stack ?? error) });
+  }
+}
+
 // Every ratio in one place, for `--json` readers: adapter / floor per workload and concurrency,
 // dispatcher µs above the ledger, the full dispatcher path / the ledger-only path (same store,
 // same concurrency, interleaved), latency at N rows / at 10k, Dispatch-Once / Powertools.
@@ -119,10 +143,11 @@ const ratios = {
   dispatcherToLedger: dispatcherLedger?.rows.map((r) => ({ store: r.store, concurrency: r.concurrency, ratio: r.ratio })) ?? null,
   rowsGrowthP50: rowsGrowth?.map((r) => ({ store: r.store, rows: r.rows, ratio: r.p50Ratio })) ?? null,
   dispatchOnceToPowertools: peers?.rows.map((r) => ({ concurrency: r.concurrency, ratio: r.dispatchOnceToPowertools })) ?? null,
+  demoWallToFirstRun: demoScale?.runs.map((r) => ({ turns: r.turns, wallSeconds: r.wallSeconds, maxRssMiB: r.maxRssMiB, ratio: r.wallRatioToFirst })) ?? null,
 };
 
 if (json) {
-  process.stdout.write(`${JSON.stringify({ durationMs, rows, dispatcherOverhead, dispatcherLedger, rowsGrowth, peers, demoFloor, ratios, failures })}\n`);
+  process.stdout.write(`${JSON.stringify({ durationMs, startedAt, commit, host, rows, dispatcherOverhead, dispatcherLedger, rowsGrowth, peers, demoFloor, demoScale, ratios, failures })}\n`);
 } else {
   const header = ["adapter", "workload", "conc", "ops/s", "p50 µs", "p99 µs", "floor ops/s", "ratio"];
   const body = rows.map((r) => [
@@ -186,9 +211,29 @@ if (json) {
         `20,000 turns on 2 idle cores: ${demoFloor.wallSecondsFor20000TurnsOn2Cores.paymentsOverFetch} s / ${demoFloor.wallSecondsFor20000TurnsOn2Cores.paymentsOverKeepAliveAgent} s`,
     );
   }
+  if (demoScale) {
+    console.log(`\nthe demo's main job (SQLite ledger, seed ${demoScale.seed}, each run a process of its own)`);
+    for (const r of demoScale.runs) {
+      console.log(
+        `  ${r.turns.toLocaleString("en-US").padStart(7)} turns: ${r.wallSeconds} s wall (${r.wallRatioToFirst.toFixed(2)}x the first run), ${r.cpuSeconds} s CPU (${r.cpuMsPerTurn} ms a turn), ` +
+          `peak RSS ${r.maxRssMiB} MiB; guarded duplicates ${r.guarded.duplicates}, misreports ${r.guarded.misreports}, "may have happened" ${r.guarded.mayHaveHappened}`,
+      );
+    }
+  }
   for (const f of failures) console.log(`\n${f.adapter}: FAILED\n${f.error}`);
 }
 process.exitCode = failures.length > 0 ? 1 : 0;
+
+/** HEAD's commit, with "+changes" when the work tree differs from it; null outside a git checkout. */
+function gitCommit() {
+  try {
+    const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+    const dirty = execFileSync("git", ["status", "--porcelain", "--untracked-files=no"], { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim() !== "";
+    return dirty ? `${head}+changes` : head;
+  } catch {
+    return null;
+  }
+}
 
 function fmt(n) {
   if (typeof n !== "number" || !Number.isFinite(n)) return "-";

@@ -1,0 +1,73 @@
+// bench/report.mjs judges issue 14's targets from one run's JSON: these hold its verdicts to the
+// targets' wording (the strict reading of each), and the README's block to the markers.
+import { describe, expect, it } from "vitest";
+import { BEGIN, END, renderReport, replaceBetweenMarkers, targetRows } from "../report.mjs";
+
+const adapterRow = (adapter, concurrency, ratio) => ({ adapter, workload: "claim+complete", concurrency, opsPerSec: 1000, p50us: 100, p99us: 200, floorOpsPerSec: 1000 / ratio, ratio });
+const demoRun = (turns, wallSeconds, maxRssKiB, guarded = { duplicates: 0, misreports: 0, mayHaveHappened: 0, posts: turns }) => ({
+  turns, wallSeconds, cpuSeconds: wallSeconds * 1.8, cpuMsPerTurn: 10, maxRssKiB, maxRssMiB: maxRssKiB / 1024, guarded, naive: { duplicates: 3, misreports: 3 }, wallRatioToFirst: 1,
+});
+const verdictOf = (rows, start) => rows.find((r) => r[0].startsWith(start))?.[2];
+
+describe("bench/report.mjs", () => {
+  it("an adapter meets 0.85x only when every ratio at c=1, 16 and 64 does; floors and other concurrencies are not judged", () => {
+    const rows = targetRows({
+      rows: [
+        adapterRow("ledger-a", 1, 0.9), adapterRow("ledger-a", 16, 0.86), adapterRow("ledger-a", 64, 0.85), adapterRow("ledger-a", 4, 0.2),
+        adapterRow("ledger-b", 1, 0.95), adapterRow("ledger-b", 16, 0.84),
+        { ...adapterRow("redis floor (SET NX + SET XX)", 1, 1), ratio: 1 },
+      ],
+    });
+    expect(verdictOf(rows, "ledger-a")).toBe("met");
+    expect(rows.find((r) => r[0].startsWith("ledger-a"))[1]).toBe("0.85x-0.9x");
+    expect(verdictOf(rows, "ledger-b")).toBe("**missed**");
+    expect(rows.some((r) => r[0].startsWith("redis floor"))).toBe(false);
+    expect(rows).toHaveLength(2);
+  });
+
+  it("300 MB is read in decimal bytes: 292,968 KiB (299,999,232 bytes) meets it, 292,970 KiB does not", () => {
+    const at = (kib) => verdictOf(targetRows({ demoScale: { seed: "s", runs: [demoRun(5_000, 30, 200_000), demoRun(20_000, 50, kib)] } }), "the demo: 20,000 turns in at most 300 MB");
+    expect(at(292_968)).toBe("met");
+    expect(at(292_970)).toBe("**missed**");
+  });
+
+  it("the demo's time targets: 60 s at 20,000 turns and at most 4.8x the 5,000-turn run", () => {
+    const rows = targetRows({ demoScale: { seed: "s", runs: [demoRun(5_000, 20, 200_000), demoRun(20_000, 97, 200_000)] } });
+    expect(verdictOf(rows, "the demo: 20,000 turns in at most 60 s")).toBe("**missed**");
+    expect(verdictOf(rows, "the demo: 20,000 turns at most 4.8x")).toBe("**missed**");
+    const fast = targetRows({ demoScale: { seed: "s", runs: [demoRun(5_000, 14, 200_000), demoRun(20_000, 59, 200_000)] } });
+    expect(verdictOf(fast, "the demo: 20,000 turns in at most 60 s")).toBe("met");
+    expect(verdictOf(fast, "the demo: 20,000 turns at most 4.8x")).toBe("met");
+  });
+
+  it("a run whose guarded side paid twice is judged missed however fast it was", () => {
+    const rows = targetRows({ demoScale: { seed: "s", runs: [demoRun(5_000, 10, 1), demoRun(20_000, 40, 1, { duplicates: 1, misreports: 0, mayHaveHappened: 0, posts: 20_001 })] } });
+    expect(verdictOf(rows, "the demo's guarded side")).toBe("**missed**");
+  });
+
+  it("what the run left out is not judged at all", () => {
+    expect(targetRows({ rows: [] })).toEqual([]);
+  });
+
+  it("the peer target is met only when Dispatch-Once is ahead at every concurrency", () => {
+    const peers = (ratios) => ({ peer: "p", workload: "w", rows: ratios.map((r, i) => ({ concurrency: [1, 16, 64][i], dispatchOnceToPowertools: r, floorOpsPerSec: 1, dispatchOnceOpsPerSec: 1, powertoolsOpsPerSec: 1, dispatchOnceToFloor: 1, powertoolsToFloor: 1 })) });
+    expect(targetRows({ peers: peers([1.1, 1.0, 1.3]) })[0][2]).toBe("met");
+    expect(targetRows({ peers: peers([1.1, 0.99, 1.3]) })[0][2]).toBe("**missed**");
+  });
+
+  it("replaces only what lies between the markers, and refuses a file without them", () => {
+    const text = `a\n${BEGIN}\nold\n${END}\nb\n`;
+    const next = replaceBetweenMarkers(text, "new");
+    expect(next).toBe(`a\n${BEGIN}\nnew\n${END}\nb\n`);
+    expect(replaceBetweenMarkers(next, "new")).toBe(next);
+    expect(() => replaceBetweenMarkers("no markers", "x")).toThrow(/markers/);
+  });
+
+  it("renders the run's header and a table per part it ran", () => {
+    const md = renderReport({ durationMs: 3000, startedAt: "2026-12-02T08:00:00.000Z", commit: "abc1234", rows: [adapterRow("ledger-a", 1, 0.9)], failures: [{ adapter: "peers", error: "Error: no Redis\n at x" }] });
+    expect(md).toContain("build abc1234");
+    expect(md).toContain("| ledger-a | claim+complete | 1 |");
+    expect(md).toContain("- peers: Error: no Redis");
+    expect(md).not.toContain("Beside a peer");
+  });
+});
