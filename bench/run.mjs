@@ -92,16 +92,6 @@ if (adapters.includes("ledger-redis") || args.includes("--dispatcher-ledger")) {
   }
 }
 
-let rowsGrowth = null;
-if (growthRows !== undefined) {
-  try {
-    const { benchRows } = await import("./rows.mjs");
-    rowsGrowth = await benchRows({ rows: growthRows, log: json ? () => {} : (m) => process.stderr.write(`${m}\n`) });
-  } catch (error) {
-    failures.push({ adapter: "rows", error: String(error?.stack ?? error) });
-  }
-}
-
 let peers = null;
 if (peersWanted) {
   try {
@@ -131,6 +121,18 @@ if (demoScaleArg !== undefined) {
     demoScale = await benchDemoScale({ ...(demoScaleTurns ? { turns: demoScaleTurns } : {}), log: json ? () => {} : (m) => process.stderr.write(`${m}\n`) });
   } catch (error) {
     failures.push({ adapter: "demo-scale", error: String(error?.stack ?? error) });
+  }
+}
+
+// Last: filling a table of N rows leaves the stores busy afterwards (PostgreSQL's autovacuum and
+// checkpoints of the fill), which would fall on whatever ran next.
+let rowsGrowth = null;
+if (growthRows !== undefined) {
+  try {
+    const { benchRows } = await import("./rows.mjs");
+    rowsGrowth = await benchRows({ rows: growthRows, log: json ? () => {} : (m) => process.stderr.write(`${m}\n`) });
+  } catch (error) {
+    failures.push({ adapter: "rows", error: String(error?.stack ?? error) });
   }
 }
 

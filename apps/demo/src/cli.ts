@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /** `pnpm demo`: the chapter's incident replayed, then measured at scale. */
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import type { DemoThreadMessage } from "./demo-thread.js";
@@ -65,8 +65,22 @@ function processUsage(): DemoProcessUsage {
     wallMs: Math.round(performance.now()),
     cpuUserMs: Math.round(usage.userCPUTime / 1000),
     cpuSystemMs: Math.round(usage.systemCPUTime / 1000),
-    maxRssKiB: usage.maxRSS,
+    maxRssKiB: peakRssKiB() ?? usage.maxRSS,
   };
+}
+
+/**
+ * The peak resident set of this process's own memory (Linux: VmHWM). Not ru_maxrss where there
+ * is a choice: Linux carries it across execve, so a demo spawned by a process holding 500 MB (a
+ * bench that had just filled a table) reported 500 MB whatever it used itself.
+ */
+function peakRssKiB(): number | undefined {
+  try {
+    const match = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync("/proc/self/status", "utf8"));
+    return match === null ? undefined : Number(match[1]);
+  } catch {
+    return undefined;
+  }
 }
 
 /**

@@ -35,7 +35,11 @@ export interface DemoProcessUsage {
   cpuUserMs: number;
   /** System CPU of every thread of the process. */
   cpuSystemMs: number;
-  /** Peak resident set of the process (getrusage's ru_maxrss), in KiB: `time -v`'s "kbytes". */
+  /**
+   * Peak resident set of the process, in KiB (`time -v`'s "kbytes"): Linux's VmHWM of the
+   * process's own memory; elsewhere getrusage's ru_maxrss, which Linux would carry over from a
+   * spawning parent's memory across execve.
+   */
   maxRssKiB: number;
 }
 

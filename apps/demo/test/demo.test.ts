@@ -347,10 +347,43 @@ describe("the text report", () => {
     // replays, duplicates naive and guarded, misreported naive and guarded.
     expect(out).toMatch(/queue redelivers after a stalled worker\s+2\s+2\s+0\s+2\s+0\s/);
     expect(out).toContain("time scale 0.005");
+    expect(out).toMatch(/Finished in \d+\.\d s \(CPU \d+\.\d s, peak RSS \d+ MiB\)\./);
     // Not a terminal: no progress bar redrawn into the log, only the phase lines.
     expect(textRun.stderr).not.toContain("\r");
     expect(textRun.stderr).toContain("Chaos run: 60 turns per side");
   });
+});
+
+describe("the process's usage in --json", () => {
+  // Linux carries ru_maxrss across execve: a demo spawned by a process holding 700 MB (as `pnpm
+  // bench` does after filling a table) once reported that parent's 700 MB as its own peak.
+  it.runIf(process.platform === "linux")("is the demo's own peak, not that of the process that spawned it", async () => {
+    const tiny = [CLI, "--turns", "10", "--seed", "7", "--time-scale", "0.005", "--incident-time-scale", "0.05", "--redeliveries", "1", "--json"];
+    const parent = `
+      const held = Buffer.alloc(700 * 2 ** 20, 1);
+      const heldRssKiB = Math.round(process.memoryUsage().rss / 1024);
+      const child = require("node:child_process").spawn(process.execPath, ${JSON.stringify(tiny)}, { stdio: ["ignore", "pipe", "inherit"] });
+      let out = "";
+      child.stdout.on("data", (d) => (out += d));
+      child.on("close", (code) => process.stdout.write(JSON.stringify({ code, heldRssKiB, held: held.length, demo: JSON.parse(out).process })));
+    `;
+    const run = await new Promise<CliRun>((resolve, reject) => {
+      const child = spawn(process.execPath, ["-e", parent], { cwd: APP, stdio: ["ignore", "pipe", "pipe"] });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+      child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+      child.on("error", reject);
+      child.on("close", (code) => resolve({ code, stdout, stderr }));
+    });
+    expect(run.code, run.stderr).toBe(0);
+    const { code, heldRssKiB, demo } = JSON.parse(run.stdout) as { code: number; heldRssKiB: number; demo: { maxRssKiB: number } };
+    expect(code).toBe(0);
+    // The parent really held its 700 MB when it spawned the demo, so the check below can fail.
+    expect(heldRssKiB).toBeGreaterThan(700 * 1024);
+    // A small run of the demo peaks near 200 MB; the parent's pages must not be counted.
+    expect(demo.maxRssKiB).toBeLessThan(450 * 1024);
+  }, 120_000);
 });
 
 describe("the HTML report", () => {
