@@ -45,12 +45,12 @@ export function renderReport(run) {
     `From one \`pnpm bench --json\` run: started ${run.startedAt ?? "(not recorded)"}, build ${run.commit ?? "(not recorded)"}, ${host}; ` +
       `slices of ${run.durationMs} ms. Every row beside its floor was measured in interleaved slices with it.`,
   );
-  out.push("", "#### Issue 14's targets, judged from this run", "");
+  out.push("", "### Issue 14's targets, judged from this run", "");
   out.push(table(["target", "this run", "verdict"], targetRows(run)));
 
   const adapterRows = run.rows ?? [];
   if (adapterRows.length > 0) {
-    out.push("", "#### Ledgers beside their stores' floors", "");
+    out.push("", "### Ledgers beside their stores' floors", "");
     out.push(
       table(
         ["adapter", "workload", "c", "ops/s", "p50 µs", "p99 µs", "floor ops/s", "ratio"],
@@ -60,7 +60,7 @@ export function renderReport(run) {
   }
   const d = run.dispatcherOverhead;
   if (d) {
-    out.push("", "#### Dispatcher CPU above the ledger", "");
+    out.push("", "### Dispatcher CPU above the ledger", "");
     out.push(
       table(
         ["above the ledger (each body in its own process)", "interleaved in one process", "dispatch", "MemoryLedger claim+complete", "calls"],
@@ -69,7 +69,7 @@ export function renderReport(run) {
     );
   }
   if (run.dispatcherLedger) {
-    out.push("", "#### The full dispatcher path beside the ledger-only path (one Redis ledger)", "");
+    out.push("", "### The full dispatcher path beside the ledger-only path (one Redis ledger)", "");
     out.push(
       table(
         ["c", "ledger ops/s", "dispatcher ops/s", "dispatcher / ledger", "CPU µs per call, ledger / dispatcher"],
@@ -78,7 +78,7 @@ export function renderReport(run) {
     );
   }
   if (run.rowsGrowth) {
-    out.push("", "#### Claim latency as the table grows", "");
+    out.push("", "### Claim latency as the table grows", "");
     out.push(
       table(
         ["store", "rows", "p50 at 10k", "p50 at N", "p50 ratio", "mean ratio"],
@@ -87,7 +87,7 @@ export function renderReport(run) {
     );
   }
   if (run.peers) {
-    out.push("", `#### Beside a peer: ${run.peers.peer}`, "");
+    out.push("", `### Beside a peer: ${run.peers.peer}`, "");
     out.push(
       table(
         ["c", "floor ops/s", "Dispatch-Once ops/s", "Powertools ops/s", "Dispatch-Once / Powertools"],
@@ -103,7 +103,7 @@ export function renderReport(run) {
   }
   const f = run.demoFloor;
   if (f) {
-    out.push("", "#### The floor under a demo turn (the SDK's streams and the payments POST, minimal servers)", "");
+    out.push("", "### The floor under a demo turn (the SDK's streams and the payments POST, minimal servers)", "");
     const e = f.cpuMsPerExchange;
     out.push(
       table(
@@ -121,7 +121,7 @@ export function renderReport(run) {
   }
   const s = run.demoScale;
   if (s) {
-    out.push("", `#### The demo's main job (SQLite ledger, seed \`${s.seed}\`, each run a process of its own)`, "");
+    out.push("", `### The demo's main job (SQLite ledger, seed \`${s.seed}\`, each run a process of its own)`, "");
     out.push(
       table(
         ["turns", "wall", "x the first run", "CPU", "CPU per turn", "peak RSS", "guarded duplicates / misreports / \"may have happened\"", "guarded POSTs", "naive duplicates"],
@@ -140,7 +140,7 @@ export function renderReport(run) {
     );
   }
   if ((run.failures ?? []).length > 0) {
-    out.push("", "#### Parts of the run that failed", "");
+    out.push("", "### Parts of the run that failed", "");
     for (const failure of run.failures) out.push(`- ${failure.adapter}: ${String(failure.error).split("\n")[0]}`);
   }
   return out.join("\n");
