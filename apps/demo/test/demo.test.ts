@@ -57,8 +57,13 @@ function causes(routes: readonly { name: string; guarded: { mayHaveHappenedExamp
 }
 
 function runCli(args: string[]): Promise<CliRun> {
+  return runNode([CLI, ...args]);
+}
+
+/** `node` with these arguments, its output collected. */
+function runNode(args: string[]): Promise<CliRun> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], { cwd: APP, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, args, { cwd: APP, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
@@ -367,15 +372,7 @@ describe("the process's usage in --json", () => {
       child.stdout.on("data", (d) => (out += d));
       child.on("close", (code) => process.stdout.write(JSON.stringify({ code, heldRssKiB, held: held.length, demo: JSON.parse(out).process })));
     `;
-    const run = await new Promise<CliRun>((resolve, reject) => {
-      const child = spawn(process.execPath, ["-e", parent], { cwd: APP, stdio: ["ignore", "pipe", "pipe"] });
-      let stdout = "";
-      let stderr = "";
-      child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
-      child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-      child.on("error", reject);
-      child.on("close", (code) => resolve({ code, stdout, stderr }));
-    });
+    const run = await runNode(["-e", parent]);
     expect(run.code, run.stderr).toBe(0);
     const { code, heldRssKiB, demo } = JSON.parse(run.stdout) as { code: number; heldRssKiB: number; demo: { maxRssKiB: number } };
     expect(code).toBe(0);
