@@ -1,7 +1,12 @@
 // bench/report.mjs judges issue 14's targets from one run's JSON: these hold its verdicts to the
 // targets' wording (the strict reading of each), and the README's block to the markers.
+import { readFileSync, readdirSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { BEGIN, END, renderReport, replaceBetweenMarkers, targetRows } from "../report.mjs";
+
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+const RESULTS = fileURLToPath(new URL("../results/", import.meta.url));
 
 const adapterRow = (adapter, concurrency, ratio) => ({ adapter, workload: "claim+complete", concurrency, opsPerSec: 1000, p50us: 100, p99us: 200, floorOpsPerSec: 1000 / ratio, ratio });
 const demoRun = (turns, wallSeconds, maxRssKiB, guarded = { duplicates: 0, misreports: 0, mayHaveHappened: 0, posts: turns }) => ({
@@ -69,5 +74,14 @@ describe("bench/report.mjs", () => {
     expect(md).toContain("| ledger-a | claim+complete | 1 |");
     expect(md).toContain("- peers: Error: no Redis");
     expect(md).not.toContain("Beside a peer");
+  });
+
+  it("the README's tables are the rendering of a run kept in bench/results/, not edited by hand", () => {
+    const readme = readFileSync(`${ROOT}/README.md`, "utf8");
+    const block = readme.slice(readme.indexOf(BEGIN) + BEGIN.length, readme.indexOf(END)).trim();
+    expect(block.length).toBeGreaterThan(0);
+    const runs = readdirSync(RESULTS).filter((f) => f.endsWith(".json"));
+    const matching = runs.filter((f) => renderReport(JSON.parse(readFileSync(`${RESULTS}${f}`, "utf8"))) === block);
+    expect(matching, `no file of bench/results/ (${runs.join(", ")}) renders to the README's block: run node bench/report.mjs RUN.json --write README.md`).toHaveLength(1);
   });
 });
