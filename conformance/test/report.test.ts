@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
@@ -76,19 +76,23 @@ describe("compliance matrix", () => {
 
   it("scripts/compliance-matrix.mjs patches a copy of the spec README from JSON reports", async () => {
     const dir = mkdtempSync(join(tmpdir(), "matrix-"));
-    const memory = await runChecks([ok("LEDGER-1", "a"), na("LEDGER-12", "b")], { subject: "ledger-memory" });
-    const pg = await runChecks([ok("LEDGER-1", "a"), ok("LEDGER-12", "b")], { subject: "ledger-postgres" });
-    writeFileSync(join(dir, "memory.json"), JSON.stringify(memory));
-    writeFileSync(join(dir, "pg.json"), JSON.stringify(pg));
-    const readme = join(dir, "README.md");
-    writeFileSync(readme, `intro\n${MATRIX_START}\n${MATRIX_END}\noutro\n`);
-    const run = spawnSync(process.execPath, ["scripts/compliance-matrix.mjs", "--spec", readme, join(dir, "memory.json"), join(dir, "pg.json")], { encoding: "utf8" });
-    expect(run.stderr).toBe("");
-    expect(run.status).toBe(0);
-    const patched = readFileSync(readme, "utf8");
-    expect(patched).toContain("| Rule | Level | ledger-memory | ledger-postgres |");
-    expect(patched).toMatch(/\| \[LEDGER-12\]\(#LEDGER-12\) [^\n]*\| n\/a \| ✅ \|/);
-    expect(patched.startsWith("intro\n")).toBe(true);
-    expect(patched.endsWith("outro\n")).toBe(true);
+    try {
+      const memory = await runChecks([ok("LEDGER-1", "a"), na("LEDGER-12", "b")], { subject: "ledger-memory" });
+      const pg = await runChecks([ok("LEDGER-1", "a"), ok("LEDGER-12", "b")], { subject: "ledger-postgres" });
+      writeFileSync(join(dir, "memory.json"), JSON.stringify(memory));
+      writeFileSync(join(dir, "pg.json"), JSON.stringify(pg));
+      const readme = join(dir, "README.md");
+      writeFileSync(readme, `intro\n${MATRIX_START}\n${MATRIX_END}\noutro\n`);
+      const run = spawnSync(process.execPath, ["scripts/compliance-matrix.mjs", "--spec", readme, join(dir, "memory.json"), join(dir, "pg.json")], { encoding: "utf8" });
+      expect(run.stderr).toBe("");
+      expect(run.status).toBe(0);
+      const patched = readFileSync(readme, "utf8");
+      expect(patched).toContain("| Rule | Level | ledger-memory | ledger-postgres |");
+      expect(patched).toMatch(/\| \[LEDGER-12\]\(#LEDGER-12\) [^\n]*\| n\/a \| ✅ \|/);
+      expect(patched.startsWith("intro\n")).toBe(true);
+      expect(patched.endsWith("outro\n")).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

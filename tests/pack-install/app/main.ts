@@ -1,5 +1,5 @@
 // The app a product team would write, compiled twice: as main.mts (ESM) and main.cts (CJS).
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
@@ -71,6 +71,7 @@ async function main(): Promise<void> {
       loaded.every((x) => x === "function" || x === true);
     console.log(JSON.stringify({ ok, effects: effects.length, key: first.key, replayed: again.replayed, loaded }));
     await ledger.close();
+    rmSync(dir, { recursive: true, force: true });
     if (!ok) process.exitCode = 1;
   } finally {
     await payments.close();
