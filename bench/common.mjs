@@ -1,4 +1,5 @@
-// What the root benches that run the dispatcher share (peers, dispatcher beside its ledger).
+// What the root benches share: the payment call and tool of the benches that run the dispatcher
+// (peers, dispatcher beside its ledger), their driver, and how a figure is printed.
 
 /** A payment call's arguments, the `i`th of a run; `tag` keeps one bench's references apart from another's. */
 export const pay = (i, tag) => ({ payee: "acme-supplies", amount: 12_500 + (i % 97), currency: "EUR", reference: `${tag}-${i}`, memo: "invoice 7" });
@@ -32,4 +33,10 @@ export async function drive(concurrency, ms, op) {
   );
   const used = process.cpuUsage(cpu);
   return { ops, elapsedMs: performance.now() - started, cpuUs: used.user + used.system };
+}
+
+/** A figure as the bench prints it: whole and grouped from 100 up, else to one decimal place ("-" for none). */
+export function fmt(n) {
+  if (typeof n !== "number" || !Number.isFinite(n)) return "-";
+  return n >= 100 ? Math.round(n).toLocaleString("en-US") : String(Number(n.toFixed(1)));
 }

@@ -10,6 +10,7 @@
 // README's prose says why a missed one is missed. Nothing is judged for a part the run left out.
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import { fmt } from "./common.mjs";
 
 export const BEGIN = "<!-- bench-report:begin (made by bench/report.mjs from one pnpm bench --json run; do not edit by hand) -->";
 export const END = "<!-- bench-report:end -->";
@@ -27,7 +28,6 @@ export const TARGETS = {
   demoWallRatio: 4.8,
 };
 
-const fmt = (n) => (typeof n !== "number" || !Number.isFinite(n) ? "-" : n >= 100 ? Math.round(n).toLocaleString("en-US") : String(Number(n.toFixed(1))));
 const x = (n) => `${Number(n.toFixed(2))}x`;
 const verdict = (ok) => (ok ? "met" : "**missed**");
 const range = (values) => {

@@ -7,6 +7,7 @@ import { existsSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { fmt } from "./common.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const args = process.argv.slice(2);
@@ -43,98 +44,85 @@ if (demoScaleTurns !== undefined && !(demoScaleTurns.length > 0 && demoScaleTurn
 const adapters = ["ledger-sqlite", "ledger-postgres", "ledger-redis"].filter((a) => !only || a.includes(only));
 const rows = [];
 const failures = [];
+const say = (message) => {
+  if (!json) process.stderr.write(`${message}\n`);
+};
+
+/**
+ * Runs one part of the bench, announced by `message`; a part that throws is recorded in
+ * `failures` under `name` (the run goes on, and exits 1), and gives null.
+ */
+async function part(name, message, run) {
+  say(message);
+  try {
+    return await run();
+  } catch (error) {
+    failures.push({ adapter: name, error: String(error?.stack ?? error) });
+    return null;
+  }
+}
+
+const adapterBench = (adapter) => import(pathToFileURL(join(root, "packages", adapter, "bench", "bench.mjs")).href);
+
 for (const adapter of adapters) {
-  const file = join(root, "packages", adapter, "bench", "bench.mjs");
-  if (!existsSync(file)) {
+  if (!existsSync(join(root, "packages", adapter, "bench", "bench.mjs"))) {
     failures.push({ adapter, error: "no bench/bench.mjs" });
     continue;
   }
-  if (!json) process.stderr.write(`benchmarking ${adapter} ...\n`);
-  try {
-    const mod = await import(pathToFileURL(file).href);
-    rows.push(...(await mod.bench({ durationMs })));
-  } catch (error) {
-    failures.push({ adapter, error: String(error?.stack ?? error) });
-  }
+  rows.push(...((await part(adapter, `benchmarking ${adapter} ...`, async () => (await adapterBench(adapter)).bench({ durationMs }))) ?? []));
 }
 
 // The Redis ledger on a local three-node Redis Cluster beside that cluster's own floor (issue 14
 // names Cluster among the adapters held to 0.85x): with the Redis rows, unless --no-cluster.
 if (adapters.includes("ledger-redis") && !args.includes("--no-cluster")) {
-  if (!json) process.stderr.write("benchmarking ledger-redis on a local Redis Cluster ...\n");
-  try {
-    const mod = await import(pathToFileURL(join(root, "packages", "ledger-redis", "bench", "bench.mjs")).href);
-    rows.push(...(await mod.benchCluster({ durationMs })));
-  } catch (error) {
-    failures.push({ adapter: "ledger-redis (Cluster)", error: String(error?.stack ?? error) });
-  }
+  rows.push(
+    ...((await part("ledger-redis (Cluster)", "benchmarking ledger-redis on a local Redis Cluster ...", async () =>
+      (await adapterBench("ledger-redis")).benchCluster({ durationMs }),
+    )) ?? []),
+  );
 }
 
 // Dispatcher CPU per call above a memory ledger (no store, no network: the dispatcher's own cost).
-let dispatcherOverhead = null;
-try {
-  const { benchDispatcherOverhead } = await import("./dispatcher-overhead.mjs");
-  dispatcherOverhead = await benchDispatcherOverhead();
-} catch (error) {
-  failures.push({ adapter: "dispatcher-overhead", error: String(error?.stack ?? error) });
-}
+const dispatcherOverhead = await part("dispatcher-overhead", "measuring the dispatcher's CPU above its ledger ...", async () =>
+  (await import("./dispatcher-overhead.mjs")).benchDispatcherOverhead(),
+);
 
 // The full dispatcher path beside the ledger-only path on the same Redis ledger, interleaved:
 // with the Redis adapter's table, or alone with --dispatcher-ledger (e.g. with --only=none).
-let dispatcherLedger = null;
-if (adapters.includes("ledger-redis") || args.includes("--dispatcher-ledger")) {
-  try {
-    const { benchDispatcherToLedger } = await import("./dispatcher-ledger.mjs");
-    if (!json) process.stderr.write("benchmarking the dispatcher beside its Redis ledger ...\n");
-    dispatcherLedger = await benchDispatcherToLedger({ durationMs });
-  } catch (error) {
-    failures.push({ adapter: "dispatcher-ledger", error: String(error?.stack ?? error) });
-  }
-}
+const dispatcherLedger =
+  adapters.includes("ledger-redis") || args.includes("--dispatcher-ledger")
+    ? await part("dispatcher-ledger", "benchmarking the dispatcher beside its Redis ledger ...", async () =>
+        (await import("./dispatcher-ledger.mjs")).benchDispatcherToLedger({ durationMs }),
+      )
+    : null;
 
-let peers = null;
-if (peersWanted) {
-  try {
-    const { benchPeers } = await import("./peers.mjs");
-    if (!json) process.stderr.write("benchmarking the Powertools idempotency Redis layer beside Dispatch-Once ...\n");
-    peers = await benchPeers({ durationMs });
-  } catch (error) {
-    failures.push({ adapter: "peers", error: String(error?.stack ?? error) });
-  }
-}
+const peers = peersWanted
+  ? await part("peers", "benchmarking the Powertools idempotency Redis layer beside Dispatch-Once ...", async () =>
+      (await import("./peers.mjs")).benchPeers({ durationMs }),
+    )
+  : null;
 
-let demoFloor = null;
-if (demoFloorWanted) {
-  try {
-    const { benchDemoFloor } = await import("./demo-floor.mjs");
-    if (!json) process.stderr.write("measuring the demo's floor (the SDK's streams and the payments POST against minimal servers) ...\n");
-    demoFloor = await benchDemoFloor();
-  } catch (error) {
-    failures.push({ adapter: "demo-floor", error: String(error?.stack ?? error) });
-  }
-}
+const demoFloor = demoFloorWanted
+  ? await part("demo-floor", "measuring the demo's floor (the SDK's streams and the payments POST against minimal servers) ...", async () =>
+      (await import("./demo-floor.mjs")).benchDemoFloor(),
+    )
+  : null;
 
-let demoScale = null;
-if (demoScaleArg !== undefined) {
-  try {
-    const { benchDemoScale } = await import("./demo-scale.mjs");
-    demoScale = await benchDemoScale({ ...(demoScaleTurns ? { turns: demoScaleTurns } : {}), log: json ? () => {} : (m) => process.stderr.write(`${m}\n`) });
-  } catch (error) {
-    failures.push({ adapter: "demo-scale", error: String(error?.stack ?? error) });
-  }
-}
+const demoScale =
+  demoScaleArg !== undefined
+    ? await part("demo-scale", "running the demo at scale ...", async () =>
+        (await import("./demo-scale.mjs")).benchDemoScale({ ...(demoScaleTurns ? { turns: demoScaleTurns } : {}), log: say }),
+      )
+    : null;
 
 // Last: filling a table of N rows leaves the stores busy afterwards (PostgreSQL's autovacuum and
 // checkpoints of the fill), which would fall on whatever ran next.
-let rowsGrowth = null;
-if (growthRows !== undefined) {
-  try {
-    const { benchRows } = await import("./rows.mjs");
-    rowsGrowth = await benchRows({ rows: growthRows, log: json ? () => {} : (m) => process.stderr.write(`${m}\n`) });
-  } catch (error) {
-    failures.push({ adapter: "rows", error: String(error?.stack ?? error) });
-  }
-}
+const rowsGrowth =
+  growthRows !== undefined
+    ? await part("rows", `measuring claim latency at ${growthRows.toLocaleString("en-US")} rows against 10,000 ...`, async () =>
+        (await import("./rows.mjs")).benchRows({ rows: growthRows, log: say }),
+      )
+    : null;
 
 // Every ratio in one place, for `--json` readers: adapter / floor per workload and concurrency,
 // dispatcher µs above the ledger, the full dispatcher path / the ledger-only path (same store,
@@ -235,9 +223,4 @@ function gitCommit() {
   } catch {
     return null;
   }
-}
-
-function fmt(n) {
-  if (typeof n !== "number" || !Number.isFinite(n)) return "-";
-  return n >= 100 ? Math.round(n).toLocaleString("en-US") : n.toFixed(1);
 }

@@ -370,6 +370,7 @@ describe("the process's usage in --json", () => {
       const child = require("node:child_process").spawn(process.execPath, ${JSON.stringify(tiny)}, { stdio: ["ignore", "pipe", "inherit"] });
       let out = "";
       child.stdout.on("data", (d) => (out += d));
+      // held is read here so that it stays alive (and resident) until the demo has ended.
       child.on("close", (code) => process.stdout.write(JSON.stringify({ code, heldRssKiB, held: held.length, demo: JSON.parse(out).process })));
     `;
     const run = await runNode(["-e", parent]);
