@@ -5,6 +5,7 @@
 // a new logical call (a fresh key): claim, run, record the result. Sides are measured in
 // interleaved slices, with the raw floor (SET NX + SET XX) beside them. A benchmark: asserts nothing.
 import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -15,6 +16,7 @@ const root = join(here, "..");
 const require = createRequire(join(here, "package.json"));
 const SLICES = 3;
 
+const sum = (parts, field) => parts.reduce((n, p) => n + p[field], 0);
 const rate = (parts) => Math.round((parts.reduce((n, p) => n + p.ops, 0) / parts.reduce((n, p) => n + p.elapsedMs, 0)) * 1000);
 
 export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64], url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379" } = {}) {
@@ -61,6 +63,21 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
     await floor.set(key, resultText, "PX", 60_000, "XX");
   };
 
+  // The time each side costs, split where it is spent: this process (the client library and
+  // the dispatcher or the decorator) and redis-server. Throughput on 2 shared cores moves with
+  // the host; these per-call costs are what it is made of. The server's is read from
+  // /proc/PID/stat, so only when redis-server runs on this machine (null otherwise).
+  const serverCpuUs = await redisServerCpuReader(floor);
+  const measure = async (concurrency, ms, op) => {
+    const before = serverCpuUs?.();
+    const part = await drive(concurrency, ms, op);
+    return { ...part, serverCpuUs: before === undefined ? NaN : serverCpuUs() - before };
+  };
+  const perCall = (parts, field) => {
+    const us = sum(parts, field) / sum(parts, "ops");
+    return Number.isFinite(us) ? Number(us.toFixed(1)) : null;
+  };
+
   const rows = [];
   try {
     // Warm-up (scripts loaded, JIT), then check that the peer really stores and replays.
@@ -78,9 +95,9 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
     for (const concurrency of concurrencies) {
       const parts = { floor: [], dispatchOnce: [], powertools: [] };
       for (let s = 0; s < SLICES; s++) {
-        parts.floor.push(await drive(concurrency, slice, floorOp));
-        parts.dispatchOnce.push(await drive(concurrency, slice, dispatchOnce));
-        parts.powertools.push(await drive(concurrency, slice, powertools));
+        parts.floor.push(await measure(concurrency, slice, floorOp));
+        parts.dispatchOnce.push(await measure(concurrency, slice, dispatchOnce));
+        parts.powertools.push(await measure(concurrency, slice, powertools));
       }
       const f = rate(parts.floor);
       const d = rate(parts.dispatchOnce);
@@ -93,6 +110,10 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
         dispatchOnceToFloor: round(d / f),
         powertoolsToFloor: round(p / f),
         dispatchOnceToPowertools: round(d / p),
+        // CPU µs per call: { client, server } for each side.
+        cpuUsPerCall: Object.fromEntries(
+          Object.entries(parts).map(([side, measured]) => [side, { client: perCall(measured, "cpuUs"), server: perCall(measured, "serverCpuUs") }]),
+        ),
       });
     }
   } finally {
@@ -102,6 +123,29 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
     await floor.quit();
   }
   return { peer: "@aws-lambda-powertools/idempotency 2.35.0 (CachePersistenceLayer, @redis/client 6.3.1)", workload: "dispatch of a new payment call", rows };
+}
+
+/**
+ * A reader of redis-server's CPU time (user + system, µs) when it runs on this machine: its pid
+ * from INFO, its clock ticks from /proc. Undefined where either is not available.
+ */
+async function redisServerCpuReader(client) {
+  const pid = /process_id:(\d+)/.exec(await client.info("server"))?.[1];
+  if (pid === undefined) return undefined;
+  const ticksPerSecond = 100; // USER_HZ: 100 on every Linux this bench runs on
+  const read = () => {
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+    return ((Number(fields[11]) + Number(fields[12])) * 1e6) / ticksPerSecond;
+  };
+  try {
+    // The pid is the server's own: a Redis in a container or on another machine may name a pid that here is another process.
+    if (!readFileSync(`/proc/${pid}/comm`, "utf8").startsWith("redis-server")) return undefined;
+    read();
+  } catch {
+    return undefined; // no such process here, or no /proc
+  }
+  return read;
 }
 
 function round(x) {

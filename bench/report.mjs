@@ -100,6 +100,17 @@ export function renderReport(run) {
         ]),
       ),
     );
+    // Runs before this column existed have no split.
+    if (run.peers.rows.every((r) => r.cpuUsPerCall !== undefined)) {
+      const split = (c) => `${fmt(c.client)} + ${c.server === null ? "-" : fmt(c.server)}`;
+      out.push("", "CPU µs per call, this process (client library, dispatcher or decorator) + `redis-server`:", "");
+      out.push(
+        table(
+          ["c", "floor", "Dispatch-Once", "Powertools"],
+          run.peers.rows.map((r) => [String(r.concurrency), split(r.cpuUsPerCall.floor), split(r.cpuUsPerCall.dispatchOnce), split(r.cpuUsPerCall.powertools)]),
+        ),
+      );
+    }
   }
   const f = run.demoFloor;
   if (f) {

@@ -60,6 +60,15 @@ describe("bench/report.mjs", () => {
     expect(targetRows({ peers: peers([1.1, 0.99, 1.3]) })[0][2]).toBe("**missed**");
   });
 
+  it("the peer table splits each side's CPU per call between this process and redis-server, when the run measured it", () => {
+    const row = (cpu) => ({ concurrency: 1, dispatchOnceToPowertools: 1, floorOpsPerSec: 1, dispatchOnceOpsPerSec: 1, powertoolsOpsPerSec: 1, dispatchOnceToFloor: 1, powertoolsToFloor: 1, ...(cpu ? { cpuUsPerCall: cpu } : {}) });
+    const cpu = { floor: { client: 75.8, server: 34.6 }, dispatchOnce: { client: 161.6, server: 93.3 }, powertools: { client: 178.5, server: null } };
+    const md = renderReport({ durationMs: 1, rows: [], peers: { peer: "p", workload: "w", rows: [row(cpu)] } });
+    expect(md).toContain("| 1 | 75.8 + 34.6 | 162 + 93.3 | 179 + - |");
+    // An older run without the split renders as it did.
+    expect(renderReport({ durationMs: 1, rows: [], peers: { peer: "p", workload: "w", rows: [row()] } })).not.toContain("CPU µs per call");
+  });
+
   it("replaces only what lies between the markers, and refuses a file without them", () => {
     const text = `a\n${BEGIN}\nold\n${END}\nb\n`;
     const next = replaceBetweenMarkers(text, "new");
