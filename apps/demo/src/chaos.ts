@@ -10,7 +10,7 @@ import { Rng } from "./prng.js";
 import type { StreamCut, StreamFaultPlan, StreamSide } from "./streams.js";
 import { wilson, type RateEstimate } from "./stats.js";
 import { addAudit, auditMessage, emptyTally, recordsOf, type AuditTally, type MisreportReason } from "./oracle.js";
-import { countDuplicates, paymentMessage, startSide, type LostResponseDisposition, type PaymentArgs, type Side } from "./world.js";
+import { countDuplicates, paymentMessage, startSide, type LostResponseDisposition, type PaymentArgs, type ReferenceCountsLike, type Side } from "./world.js";
 
 export { IN_WINDOW, POSITIONS };
 
@@ -404,6 +404,15 @@ class FaultDirector {
   };
 }
 
+/** The references `<route>-0` .. `<route>-<count-1>`, made each time they are read. */
+function messageReferences(route: string, count: number): Iterable<string> {
+  return {
+    *[Symbol.iterator]() {
+      for (let i = 0; i < count; i++) yield `${route}-${i}`;
+    },
+  };
+}
+
 /** Run `count` jobs on `concurrency` workers; job i always goes to worker i % concurrency, in order. */
 async function pool(count: number, concurrency: number, job: (index: number, worker: number, nth: number) => Promise<void>): Promise<void> {
   const workers = Math.min(concurrency, Math.max(1, count));
@@ -471,7 +480,7 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
     const backoffMs = (n: number) => Math.max(1, Math.round(100 * 2 ** (n - 1) * scale));
     const retryingOptions = { retry: { attempts: 3, backoffMs }, requestHeaders: headers, onEvent };
     let lastReport = 0;
-    const progress = (phase: ChaosProgress["phase"], done: number, total: number, references: string[]) => {
+    const progress = (phase: ChaosProgress["phase"], done: number, total: number, references: Iterable<string>) => {
       // Throttled: counting duplicates walks every reference.
       if (options.onProgress === undefined || (Date.now() - lastReport < 100 && done < total)) return;
       lastReport = Date.now();
@@ -495,11 +504,19 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
       side.settle(reference);
       rewording.delete(reference);
     };
-    const sumOf = (map: Map<string, number>, refs: readonly string[]) => refs.reduce((sum, r) => sum + (map.get(r) ?? 0), 0);
+    const sumOf = (counts: ReferenceCountsLike, refs: Iterable<string>) => {
+      let sum = 0;
+      for (const r of refs) sum += counts.get(r) ?? 0;
+      return sum;
+    };
 
     // Route 1, the chapter's: the automatic retry around the streaming request. Every message
     // is sent as users send it (runner.send): the payment turn, then the model's confirmation.
-    const references: string[] = [];
+    // Every message's reference, T-0 .. T-<turns-1>, read when counting; not kept as strings (a
+    // message not yet sent has no payment, so counting all of them mid-run counts the same).
+    const references = messageReferences("T", options.turns);
+    // Progress counts over the messages started so far: T-0 .. T-<highest started>.
+    let messagesStarted = 0;
     const faultedPlans: TurnPlan[] = [];
     // Each conversation has a store of its own, dropped once its last message is audited: one
     // store shared by the run kept every turn of it (most of what a long run's memory grew by).
@@ -507,10 +524,10 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
     let done = 0;
     await pool(options.turns, options.concurrency, async (index, worker, nth) => {
       const reference = `T-${index}`;
+      messagesStarted = Math.max(messagesStarted, index + 1);
       const plan = planTurn(options.seed, "chaos", index, options.failureRate, reference, rates);
       if (plan.failure !== undefined || plan.loseResponse) faultedPlans.push(plan);
       if (plan.rewordsMemo) rewording.add(reference);
-      references.push(reference);
       const conversationId = `${options.runId}-w${worker}-c${Math.floor(nth / MESSAGES_PER_CONVERSATION)}`;
       let conversation = conversations[worker];
       if (conversation?.id !== conversationId) {
@@ -528,7 +545,7 @@ export async function runSide(options: SideOptions, guarded: boolean): Promise<S
       }
       await audit(tallies.main, conversation.store, conversationId, messageId, reference);
       done++;
-      progress("automatic_retry", done, options.turns, references);
+      progress("automatic_retry", done, options.turns, messageReferences("T", messagesStarted));
     });
     const counts = side.paymentsByReference();
     const main = countDuplicates(counts, references);

@@ -116,20 +116,20 @@ export interface Side {
   tools: ToolRegistry;
   dispatcher: CallDispatcher;
   /** POSTs the tool sent to the payments API, per payment reference. */
-  posts: Map<string, number>;
+  posts: ReferenceCounts;
   /** POSTs whose response the payments API was told to lose after accepting them, per reference. */
-  lostResponses: Map<string, number>;
+  lostResponses: ReferenceCounts;
   /** POSTs the payments API answered from its Idempotency-Key store (`Idempotent-Replayed`), per reference. */
-  downstreamReplays: Map<string, number>;
+  downstreamReplays: ReferenceCounts;
   /**
    * Dispatches whose arguments differed from the first request outside the identity (a
    * re-worded memo) and were answered with the first request (LEDGER-21), per reference.
    */
-  requestDiffers: Map<string, number>;
+  requestDiffers: ReferenceCounts;
   /** Per reference: model responses whose send_payment memo differs from what the script said. */
   rewordedResponses: Map<string, number>;
   /** Lost responses settled by the reconcile probe (the row completed from the payments API's lookup), by reference. */
-  reconciled: Map<string, number>;
+  reconciled: ReferenceCounts;
   /** Dispatcher warnings that say something is off (a repeated call within one turn, ...). */
   warnings: string[];
   /** A runner over this side; every runner of a side shares its conversation store unless given one. */
@@ -137,7 +137,7 @@ export interface Side {
   store: MemoryConversationStore;
   setFaultPlan(plan: StreamFaultPlan | undefined): void;
   /** Payments the downstream actually created, per reference: the first oracle. */
-  paymentsByReference(): Map<string, number>;
+  paymentsByReference(): ReferenceCounts;
   /**
    * The payment_created effects of one reference, in log order (what the oracle reads of them).
    * Throws for a reference already settled: its effects are then only counted.
@@ -204,14 +204,13 @@ export async function startSide(options: SideOptions): Promise<Side> {
   // So the server keeps idle sockets 65 s and the agent drops them at 30 s.
   const paymentsAgent = new Agent({ keepAlive: true, timeout: PAYMENTS_AGENT_IDLE_MS });
   const paymentsClient = createPaymentsClient({ baseURL: payments.url, token: PAYMENTS_ACCOUNT_TOKEN, agent: paymentsAgent });
-  const posts = new Map<string, number>();
-  const lostResponses = new Map<string, number>();
-  const downstreamReplays = new Map<string, number>();
-  const requestDiffers = new Map<string, number>();
+  const posts = new ReferenceCounts();
+  const lostResponses = new ReferenceCounts();
+  const downstreamReplays = new ReferenceCounts();
+  const requestDiffers = new ReferenceCounts();
   /** Lost responses the reconcile probe settled from the payments API's key lookup, by reference. */
-  const reconciled = new Map<string, number>();
+  const reconciled = new ReferenceCounts();
   const referenceOfKey = new Map<string, string>();
-  const bump = (map: Map<string, number>, reference: string) => map.set(reference, (map.get(reference) ?? 0) + 1);
   const warnings: { message: string; key?: unknown; replay?: unknown }[] = [];
   const hooks = options.hooks;
 
@@ -223,9 +222,9 @@ export async function startSide(options: SideOptions): Promise<Side> {
     // The memo is free text a retried response may re-word: it does not identify the payment.
     identity: ["payee", "amount", "currency", "reference"],
     async run(args, context) {
-      bump(posts, args.reference);
+      posts.bump(args.reference);
       const lose = hooks?.loseResponse?.(args as PaymentArgs, context) ?? false;
-      if (lose) bump(lostResponses, args.reference);
+      if (lose) lostResponses.bump(args.reference);
       let paymentId: string;
       try {
         // The key goes downstream as Idempotency-Key: the naive handler's is the toolu_ id.
@@ -234,7 +233,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
           ...(lose ? { fault: "drop_after_accept" as const } : {}),
         });
         paymentId = response.body.id;
-        if (response.replayed) bump(downstreamReplays, args.reference);
+        if (response.replayed) downstreamReplays.bump(args.reference);
       } catch (error) {
         await hooks?.afterPost?.(args as PaymentArgs, context, undefined);
         if (error instanceof PaymentsError) {
@@ -283,7 +282,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
         if (event.type === "reconciled") {
           const reference = referenceOfKey.get(event.key);
           referenceOfKey.delete(event.key);
-          if (event.settled === "completed" && reference !== undefined) bump(reconciled, reference);
+          if (event.settled === "completed" && reference !== undefined) reconciled.bump(reference);
           return;
         }
         if (event.type !== "request_differs") return;
@@ -292,7 +291,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
         const last = warnings.at(-1);
         if (last !== undefined && last.key === event.key && last.replay === event.replay) warnings.pop();
         const reference = (JSON.parse(event.stored) as { reference?: unknown }).reference;
-        bump(requestDiffers, String(reference));
+        requestDiffers.bump(String(reference));
       },
     });
   } else {
@@ -344,47 +343,123 @@ export async function startSide(options: SideOptions): Promise<Side> {
   };
 }
 
+/** What the counts by reference are read through: a `Map<string, number>` is one too. */
+export interface ReferenceCountsLike {
+  get(reference: string): number | undefined;
+}
+
+/**
+ * Counts by payment reference, in a few bytes each. The run's references are `<ROUTE>-<n>`
+ * (T-0 .. T-<turns-1>, RS-<n>, RD-<n>): their counts live in one growable array per route,
+ * indexed by n. A `Map` entry (key string, hash slot, boxed value) cost about 100 bytes a
+ * reference, kept to the end of the run: a side's live heap grew with the run, and every full
+ * collection marked all of it. Any other reference is counted in a Map.
+ */
+export class ReferenceCounts implements ReferenceCountsLike {
+  private readonly dense = new Map<string, Uint16Array>();
+  private readonly other = new Map<string, number>();
+
+  get(reference: string): number | undefined {
+    const slot = denseSlot(reference);
+    if (slot === undefined) return this.other.get(reference);
+    const n = this.dense.get(slot.route)?.[slot.index] ?? 0;
+    // 0 is "never counted", as Map.get says undefined.
+    return n === 0 ? this.other.get(reference) : n;
+  }
+
+  /** Adds one to a reference's count. */
+  bump(reference: string): void {
+    this.set(reference, (this.get(reference) ?? 0) + 1);
+  }
+
+  set(reference: string, count: number): void {
+    const slot = denseSlot(reference);
+    if (slot === undefined || count > 0xffff || count < 1) {
+      this.other.set(reference, count);
+      if (slot !== undefined) this.arrayFor(slot.route, slot.index)[slot.index] = 0;
+      return;
+    }
+    this.arrayFor(slot.route, slot.index)[slot.index] = count;
+    this.other.delete(reference);
+  }
+
+  /** Every counted reference and its count (for a caller that does not know the references). */
+  *entries(): IterableIterator<[string, number]> {
+    for (const [route, counts] of this.dense) {
+      for (let i = 0; i < counts.length; i++) if (counts[i]! > 0) yield [`${route}-${i}`, counts[i]!];
+    }
+    yield* this.other;
+  }
+
+  private arrayFor(route: string, index: number): Uint16Array {
+    let counts = this.dense.get(route);
+    if (counts === undefined || counts.length <= index) {
+      const grown = new Uint16Array(Math.max(1024, index + 1, (counts?.length ?? 0) * 2));
+      if (counts !== undefined) grown.set(counts);
+      this.dense.set(route, (counts = grown));
+    }
+    return counts;
+  }
+}
+
+/** Largest n of `<ROUTE>-<n>` kept in an array: beyond it (not a run's message number) a Map. */
+const DENSE_INDEX_LIMIT = 1 << 24;
+
+function denseSlot(reference: string): { route: string; index: number } | undefined {
+  const match = /^([A-Z]{1,4})-(0|[1-9]\d{0,7})$/.exec(reference);
+  if (match === null) return undefined;
+  const index = Number(match[2]);
+  return index < DENSE_INDEX_LIMIT ? { route: match[1]!, index } : undefined;
+}
+
 /**
  * The payment_created effects of a side, by reference, as they happen: each one's payment id and
  * key until the oracle has read them (`settle`, once its message is audited), then only their
  * count, which the duplicate counts read at the end. A later effect on a settled reference is
- * still counted. Keeping every effect to the end cost about 200 bytes a turn and side.
+ * still counted. Keeping every effect to the end cost about 200 bytes a turn and side; a Map
+ * entry per reference for its count, about 100 more (ReferenceCounts).
  */
 export class EffectIndex {
-  private readonly byReference = new Map<string, LoggedEffect[] | number>();
+  private readonly unsettled = new Map<string, LoggedEffect[]>();
+  private readonly counted = new ReferenceCounts();
+  private readonly settled = new ReferenceCounts();
 
   add(reference: string, effect: LoggedEffect): void {
-    const kept = this.byReference.get(reference);
-    if (kept === undefined) this.byReference.set(reference, [effect]);
-    else if (typeof kept === "number") this.byReference.set(reference, kept + 1);
+    this.counted.bump(reference);
+    if (this.settled.get(reference) !== undefined) return;
+    const kept = this.unsettled.get(reference);
+    if (kept === undefined) this.unsettled.set(reference, [effect]);
     else kept.push(effect);
   }
 
   /** The effects of one reference, in log order; throws once it is settled (only its count is kept). */
   effectsOf(reference: string): LoggedEffect[] {
-    const kept = this.byReference.get(reference) ?? [];
-    if (typeof kept === "number") throw new Error(`the effects of ${reference} were settled: only their count is kept`);
-    return [...kept];
+    if (this.settled.get(reference) !== undefined) throw new Error(`the effects of ${reference} were settled: only their count is kept`);
+    return [...(this.unsettled.get(reference) ?? [])];
   }
 
   settle(reference: string): void {
-    const kept = this.byReference.get(reference);
-    if (Array.isArray(kept)) this.byReference.set(reference, kept.length);
+    this.settled.set(reference, 1);
+    this.unsettled.delete(reference);
   }
 
-  counts(): Map<string, number> {
-    const counts = new Map<string, number>();
-    for (const [reference, kept] of this.byReference) counts.set(reference, typeof kept === "number" ? kept : kept.length);
-    return counts;
+  /** Payments per reference, settled or not. */
+  counts(): ReferenceCounts {
+    return this.counted;
   }
 }
 
-/** Duplicates = payments beyond the first, summed over references. */
-export function countDuplicates(counts: Map<string, number>, references?: Iterable<string>): { payments: number; duplicates: number; duplicatedReferences: string[] } {
+/** Duplicates = payments beyond the first, summed over references (all counted ones if none are named). */
+export function countDuplicates(
+  counts: ReferenceCountsLike & { entries(): Iterable<[string, number]> },
+  references?: Iterable<string>,
+): { payments: number; duplicates: number; duplicatedReferences: string[] } {
   let payments = 0;
   let duplicates = 0;
   const duplicatedReferences: string[] = [];
-  const keys = references === undefined ? [...counts.keys()] : [...references];
+  const keys = references ?? (function* () {
+    for (const [reference] of counts.entries()) yield reference;
+  })();
   for (const reference of keys) {
     const n = counts.get(reference) ?? 0;
     payments += n;

@@ -157,6 +157,12 @@ describe("pnpm demo --json, on each ledger", () => {
       // ru_maxrss in KiB: a Node process with three threads holds tens of MiB at the least.
       expect(usage.maxRssKiB).toBeGreaterThan(20 * 1024);
       expect(usage.maxRssKiB).toBeLessThan(4 * 1024 * 1024);
+      // Each side's own duration lies inside the chaos run's (a time, not a count taken for one).
+      const { chaos } = runs[ledger];
+      for (const side of [chaos.naive, chaos.guarded]) {
+        expect(side.durationMs).toBeGreaterThan(0);
+        expect(side.durationMs).toBeLessThanOrEqual(chaos.durationMs);
+      }
     });
 
     it(`${ledger}: the guarded side makes no duplicate and misreports no effect on any route`, () => {
