@@ -17,7 +17,7 @@ const require = createRequire(join(here, "package.json"));
 const SLICES = 3;
 
 const sum = (parts, field) => parts.reduce((n, p) => n + p[field], 0);
-const rate = (parts) => Math.round((parts.reduce((n, p) => n + p.ops, 0) / parts.reduce((n, p) => n + p.elapsedMs, 0)) * 1000);
+const rate = (parts) => Math.round((sum(parts, "ops") / sum(parts, "elapsedMs")) * 1000);
 
 export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64], url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379" } = {}) {
   const core = await import(pathToFileURL(join(root, "packages", "core", "dist", "index.js")).href);

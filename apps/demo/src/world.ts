@@ -457,9 +457,7 @@ export function countDuplicates(
   let payments = 0;
   let duplicates = 0;
   const duplicatedReferences: string[] = [];
-  const keys = references ?? (function* () {
-    for (const [reference] of counts.entries()) yield reference;
-  })();
+  const keys = references ?? Array.from(counts.entries(), ([reference]) => reference);
   for (const reference of keys) {
     const n = counts.get(reference) ?? 0;
     payments += n;
