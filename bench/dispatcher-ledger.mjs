@@ -9,12 +9,13 @@ import { randomBytes } from "node:crypto";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { drive, pay, paymentTool } from "./common.mjs";
+import { balancedOrders, drive, pay, paymentTool, spread } from "./common.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
 const require = createRequire(join(here, "package.json"));
-const SLICES = 4;
+// Rounds of the two sides, half of them in each order (balancedOrders).
+const ROUNDS = 6;
 
 function summarise(parts) {
   const ops = parts.reduce((n, p) => n + p.ops, 0);
@@ -63,13 +64,13 @@ export async function benchDispatcherToLedger({
     // Warm-up (scripts loaded, JIT) on both paths before measuring.
     await drive(4, 300, ledgerOnly);
     await drive(4, 300, dispatch);
-    const slice = Math.max(50, Math.floor(durationMs / SLICES));
+    const rounds = balancedOrders(["ledger", "dispatcher"], ROUNDS);
+    const slice = Math.max(50, Math.floor(durationMs / ROUNDS));
     for (const concurrency of concurrencies) {
       const l = [];
       const d = [];
-      for (let s = 0; s < SLICES; s++) {
-        l.push(await drive(concurrency, slice, ledgerOnly));
-        d.push(await drive(concurrency, slice, dispatch));
+      for (const order of rounds) {
+        for (const side of order) (side === "ledger" ? l : d).push(await drive(concurrency, slice, side === "ledger" ? ledgerOnly : dispatch));
       }
       const ls = summarise(l);
       const ds = summarise(d);
@@ -79,6 +80,8 @@ export async function benchDispatcherToLedger({
         ledgerOpsPerSec: ls.opsPerSec,
         dispatcherOpsPerSec: ds.opsPerSec,
         ratio: Number((ds.opsPerSec / ls.opsPerSec).toFixed(2)),
+        // The same ratio in each round on its own: how far it moves within this run.
+        ratioByRound: spread(d.map((part, i) => part.ops / part.elapsedMs / (l[i].ops / l[i].elapsedMs))),
         ledgerCpuUsPerCall: ls.cpuUsPerCall,
         dispatcherCpuUsPerCall: ds.cpuUsPerCall,
       });

@@ -9,12 +9,11 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { drive, pay, paymentTool } from "./common.mjs";
+import { balancedOrders, drive, pay, paymentTool, spread } from "./common.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
 const require = createRequire(join(here, "package.json"));
-const SLICES = 3;
 
 const sum = (parts, field) => parts.reduce((n, p) => n + p[field], 0);
 const rate = (parts) => Math.round((sum(parts, "ops") / sum(parts, "elapsedMs")) * 1000);
@@ -91,14 +90,14 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
     await counted(probe);
     if (runs !== 1) throw new Error(`the Powertools layer ran a repeated call ${runs} times`);
 
-    const slice = Math.max(50, Math.floor(durationMs / SLICES));
+    const sides = { floor: floorOp, dispatchOnce, powertools };
+    // Every order of the three sides once: each side is first, second and last alike, and follows
+    // each other side alike, so what one leaves behind (garbage, the server's state) falls evenly.
+    const rounds = balancedOrders(Object.keys(sides));
+    const slice = Math.max(50, Math.floor(durationMs / rounds.length));
     for (const concurrency of concurrencies) {
       const parts = { floor: [], dispatchOnce: [], powertools: [] };
-      for (let s = 0; s < SLICES; s++) {
-        parts.floor.push(await measure(concurrency, slice, floorOp));
-        parts.dispatchOnce.push(await measure(concurrency, slice, dispatchOnce));
-        parts.powertools.push(await measure(concurrency, slice, powertools));
-      }
+      for (const order of rounds) for (const side of order) parts[side].push(await measure(concurrency, slice, sides[side]));
       const f = rate(parts.floor);
       const d = rate(parts.dispatchOnce);
       const p = rate(parts.powertools);
@@ -110,6 +109,8 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
         dispatchOnceToFloor: round(d / f),
         powertoolsToFloor: round(p / f),
         dispatchOnceToPowertools: round(d / p),
+        // The same ratio in each round on its own: how far it moves within this run.
+        dispatchOnceToPowertoolsByRound: spread(parts.dispatchOnce.map((part, i) => part.ops / part.elapsedMs / (parts.powertools[i].ops / parts.powertools[i].elapsedMs))),
         // CPU µs per call: { client, server } for each side.
         cpuUsPerCall: Object.fromEntries(
           Object.entries(parts).map(([side, measured]) => [side, { client: perCall(measured, "cpuUs"), server: perCall(measured, "serverCpuUs") }]),

@@ -35,15 +35,25 @@ const range = (values) => {
   const hi = Math.max(...values);
   return lo === hi ? x(lo) : `${x(lo)}-${x(hi)}`;
 };
+/** A ratio's spread over a run's rounds (runs before the bench kept it have none): "0.62x / 0.76x / 0.9x". */
+const byRound = (spread) => (spread === undefined ? undefined : `${x(spread.min)} / ${x(spread.median)} / ${x(spread.max)}`);
+/** A column of each row's spread, when every row has one. */
+const roundsColumn = (rows, field) => (rows.every((r) => r[field] !== undefined) ? rows.map((r) => byRound(r[field])) : undefined);
 const table = (header, rows) => [`| ${header.join(" | ")} |`, `|${header.map(() => "---").join("|")}|`, ...rows.map((r) => `| ${r.join(" | ")} |`)].join("\n");
 
 /** The Markdown for one run's JSON object (as `pnpm bench --json` prints it). */
 export function renderReport(run) {
   const out = [];
   const host = run.host ? `${run.host.cpus} cores (${run.host.cpuModel}), load average ${run.host.loadAverageAtStart.join(" / ")} at the start` : "host not recorded";
+  // Runs before the reference was kept have none.
+  const sampled = run.host?.reference?.usBeforeEachPart.map((r) => r.us) ?? [];
+  const speed =
+    sampled.length === 0
+      ? ""
+      : ` The host's speed: a reference workload (${run.host.reference.workload}) took ${fmt(Math.min(...sampled))}-${fmt(Math.max(...sampled))} µs a call, timed before each of the run's ${sampled.length} parts; the same code has run about 2x slower or faster on another host of this kind, or on this one an hour later.`;
   out.push(
     `From one \`pnpm bench --json\` run: started ${run.startedAt ?? "(not recorded)"}, build ${run.commit ?? "(not recorded)"}, ${host}; ` +
-      `slices of ${run.durationMs} ms. Every row beside its floor was measured in interleaved slices with it.`,
+      `slices of ${run.durationMs} ms. Every row beside its floor was measured in interleaved slices with it.${speed}`,
   );
   out.push("", "### Issue 14's targets, judged from this run", "");
   out.push(table(["target", "this run", "verdict"], targetRows(run)));
@@ -70,10 +80,12 @@ export function renderReport(run) {
   }
   if (run.dispatcherLedger) {
     out.push("", "### The full dispatcher path beside the ledger-only path (one Redis ledger)", "");
+    const dl = run.dispatcherLedger.rows;
+    const rounds = roundsColumn(dl, "ratioByRound");
     out.push(
       table(
-        ["c", "ledger ops/s", "dispatcher ops/s", "dispatcher / ledger", "CPU µs per call, ledger / dispatcher"],
-        run.dispatcherLedger.rows.map((r) => [String(r.concurrency), fmt(r.ledgerOpsPerSec), fmt(r.dispatcherOpsPerSec), x(r.ratio), `${r.ledgerCpuUsPerCall} / ${r.dispatcherCpuUsPerCall}`]),
+        ["c", "ledger ops/s", "dispatcher ops/s", "dispatcher / ledger", ...(rounds ? [ROUNDS_HEADER] : []), "CPU µs per call, ledger / dispatcher"],
+        dl.map((r, i) => [String(r.concurrency), fmt(r.ledgerOpsPerSec), fmt(r.dispatcherOpsPerSec), x(r.ratio), ...(rounds ? [rounds[i]] : []), `${r.ledgerCpuUsPerCall} / ${r.dispatcherCpuUsPerCall}`]),
       ),
     );
   }
@@ -88,15 +100,17 @@ export function renderReport(run) {
   }
   if (run.peers) {
     out.push("", `### Beside a peer: ${run.peers.peer}`, "");
+    const rounds = roundsColumn(run.peers.rows, "dispatchOnceToPowertoolsByRound");
     out.push(
       table(
-        ["c", "floor ops/s", "Dispatch-Once ops/s", "Powertools ops/s", "Dispatch-Once / Powertools"],
-        run.peers.rows.map((r) => [
+        ["c", "floor ops/s", "Dispatch-Once ops/s", "Powertools ops/s", "Dispatch-Once / Powertools", ...(rounds ? [ROUNDS_HEADER] : [])],
+        run.peers.rows.map((r, i) => [
           String(r.concurrency),
           fmt(r.floorOpsPerSec),
           `${fmt(r.dispatchOnceOpsPerSec)} (${x(r.dispatchOnceToFloor)} floor)`,
           `${fmt(r.powertoolsOpsPerSec)} (${x(r.powertoolsToFloor)} floor)`,
           x(r.dispatchOnceToPowertools),
+          ...(rounds ? [rounds[i]] : []),
         ]),
       ),
     );
@@ -157,6 +171,11 @@ export function renderReport(run) {
   return out.join("\n");
 }
 
+/** Heads the column of a ratio's spread over the rounds of its interleaved slices. */
+const ROUNDS_HEADER = "by round: least / median / most";
+/** " (by round 0.62x-0.9x)" for a ratio measured in rounds; "" for a run that kept no spread. */
+const roundsNote = (spread) => (spread === undefined ? "" : ` (by round ${x(spread.min)}-${x(spread.max)})`);
+
 /** One row per target of issue 14 that the run measured: [target, what the run read, verdict]. */
 export function targetRows(run) {
   const rows = [];
@@ -174,13 +193,15 @@ export function targetRows(run) {
   const d = run.dispatcherOverhead;
   if (d) rows.push([`dispatcher CPU above the ledger: at most ${TARGETS.dispatcherCpuUsAboveLedger} µs a call`, `${fmt(d.overheadCpuUsPerCall)} µs`, verdict(d.overheadCpuUsPerCall <= TARGETS.dispatcherCpuUsAboveLedger)]);
   const c16 = run.dispatcherLedger?.rows.find((r) => r.concurrency === 16);
-  if (c16) rows.push([`the full dispatcher path: at least ${x(TARGETS.dispatcherToLedgerAtC16)} the ledger-only path at c=16`, x(c16.ratio), verdict(c16.ratio >= TARGETS.dispatcherToLedgerAtC16)]);
+  if (c16) rows.push([`the full dispatcher path: at least ${x(TARGETS.dispatcherToLedgerAtC16)} the ledger-only path at c=16`, x(c16.ratio) + roundsNote(c16.ratioByRound), verdict(c16.ratio >= TARGETS.dispatcherToLedgerAtC16)]);
   for (const g of run.rowsGrowth ?? []) {
     rows.push([`${g.store}: claim p50 at ${fmt(g.rows)} rows at most ${x(TARGETS.rowsGrowthP50)} that at 10,000`, x(g.p50Ratio), verdict(g.p50Ratio <= TARGETS.rowsGrowthP50)]);
   }
   if (run.peers) {
     const ratios = run.peers.rows.map((r) => r.dispatchOnceToPowertools);
-    rows.push([`ahead of the AWS Powertools idempotency Redis layer (Dispatch-Once / Powertools at least ${x(TARGETS.dispatchOnceToPeer)}), c=${run.peers.rows.map((r) => r.concurrency).join(", ")}`, range(ratios), verdict(Math.min(...ratios) >= TARGETS.dispatchOnceToPeer)]);
+    const spreads = run.peers.rows.map((r) => r.dispatchOnceToPowertoolsByRound);
+    const note = spreads.every((sp) => sp !== undefined) ? ` (by round, ${range(spreads.map((sp) => sp.min))} at the least, ${range(spreads.map((sp) => sp.max))} at the most)` : "";
+    rows.push([`ahead of the AWS Powertools idempotency Redis layer (Dispatch-Once / Powertools at least ${x(TARGETS.dispatchOnceToPeer)}), c=${run.peers.rows.map((r) => r.concurrency).join(", ")}`, range(ratios) + note, verdict(Math.min(...ratios) >= TARGETS.dispatchOnceToPeer)]);
   }
   const s = run.demoScale;
   const big = s?.runs.find((r) => r.turns === TARGETS.demoTurns);

@@ -2,14 +2,15 @@
 // `pnpm bench`: every ledger adapter's benchmark, each beside its store's raw-primitive floor
 // measured in the same run, so the table shows the adapter's cost as a ratio to that floor.
 // A benchmark, not a test: it asserts nothing and prints numbers.
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import { fmt } from "./common.mjs";
+import { fileURLToPath } from "node:url";
+import { REFERENCE_WORKLOAD, fmt, referenceUs } from "./common.mjs";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const here = dirname(fileURLToPath(import.meta.url));
+const root = join(here, "..");
 const args = process.argv.slice(2);
 const json = args.includes("--json");
 // Which build and when, so that tables made from this run's JSON (bench/report.mjs) say so.
@@ -44,6 +45,8 @@ if (demoScaleTurns !== undefined && !(demoScaleTurns.length > 0 && demoScaleTurn
 const adapters = ["ledger-sqlite", "ledger-postgres", "ledger-redis"].filter((a) => !only || a.includes(only));
 const rows = [];
 const failures = [];
+/** The reference workload's time before each part. */
+const reference = [];
 const say = (message) => {
   if (!json) process.stderr.write(`${message}\n`);
 };
@@ -54,6 +57,8 @@ const say = (message) => {
  */
 async function part(name, message, run) {
   say(message);
+  // The host's speed just before the part (common.mjs, referenceUs): parts run minutes apart.
+  reference.push({ part: name, us: referenceUs() });
   try {
     return await run();
   } catch (error) {
@@ -62,56 +67,85 @@ async function part(name, message, run) {
   }
 }
 
-const adapterBench = (adapter) => import(pathToFileURL(join(root, "packages", adapter, "bench", "bench.mjs")).href);
+/**
+ * Calls `exportName` of the bench module `modulePath` with `options` in a node process of its own
+ * (bench/isolated.mjs: why) and gives its result. `log`: the part's progress lines, shown on
+ * stderr unless --json. A part that fails rejects with the end of what it wrote to stderr.
+ */
+function isolated(modulePath, exportName, options = {}, { log = false } = {}) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...process.execArgv, join(here, "isolated.mjs"), modulePath, exportName, JSON.stringify(options), ...(log ? ["--log"] : [])], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    let errTail = "";
+    child.stdout.setEncoding("utf8").on("data", (chunk) => (out += chunk));
+    child.stderr.setEncoding("utf8").on("data", (chunk) => {
+      if (!json) process.stderr.write(chunk);
+      errTail = (errTail + chunk).slice(-4000);
+    });
+    child.on("error", reject);
+    child.on("close", (code, signal) => {
+      if (code !== 0) return reject(new Error(`${exportName} (${modulePath}) exited with ${signal ?? code}:\n${errTail}`));
+      try {
+        resolve(JSON.parse(out));
+      } catch (error) {
+        reject(new Error(`${exportName} (${modulePath}) wrote no result JSON: ${error}\n${errTail}`));
+      }
+    });
+  });
+}
+
+const adapterBenchPath = (adapter) => join(root, "packages", adapter, "bench", "bench.mjs");
 
 for (const adapter of adapters) {
-  if (!existsSync(join(root, "packages", adapter, "bench", "bench.mjs"))) {
+  if (!existsSync(adapterBenchPath(adapter))) {
     failures.push({ adapter, error: "no bench/bench.mjs" });
     continue;
   }
-  rows.push(...((await part(adapter, `benchmarking ${adapter} ...`, async () => (await adapterBench(adapter)).bench({ durationMs }))) ?? []));
+  rows.push(...((await part(adapter, `benchmarking ${adapter} ...`, () => isolated(adapterBenchPath(adapter), "bench", { durationMs }))) ?? []));
 }
 
 // The Redis ledger on a local three-node Redis Cluster beside that cluster's own floor (issue 14
 // names Cluster among the adapters held to 0.85x): with the Redis rows, unless --no-cluster.
 if (adapters.includes("ledger-redis") && !args.includes("--no-cluster")) {
   rows.push(
-    ...((await part("ledger-redis (Cluster)", "benchmarking ledger-redis on a local Redis Cluster ...", async () =>
-      (await adapterBench("ledger-redis")).benchCluster({ durationMs }),
+    ...((await part("ledger-redis (Cluster)", "benchmarking ledger-redis on a local Redis Cluster ...", () =>
+      isolated(adapterBenchPath("ledger-redis"), "benchCluster", { durationMs }),
     )) ?? []),
   );
 }
 
 // Dispatcher CPU per call above a memory ledger (no store, no network: the dispatcher's own cost).
-const dispatcherOverhead = await part("dispatcher-overhead", "measuring the dispatcher's CPU above its ledger ...", async () =>
-  (await import("./dispatcher-overhead.mjs")).benchDispatcherOverhead(),
+const dispatcherOverhead = await part("dispatcher-overhead", "measuring the dispatcher's CPU above its ledger ...", () =>
+  isolated(join(here, "dispatcher-overhead.mjs"), "benchDispatcherOverhead"),
 );
 
 // The full dispatcher path beside the ledger-only path on the same Redis ledger, interleaved:
 // with the Redis adapter's table, or alone with --dispatcher-ledger (e.g. with --only=none).
 const dispatcherLedger =
   adapters.includes("ledger-redis") || args.includes("--dispatcher-ledger")
-    ? await part("dispatcher-ledger", "benchmarking the dispatcher beside its Redis ledger ...", async () =>
-        (await import("./dispatcher-ledger.mjs")).benchDispatcherToLedger({ durationMs }),
+    ? await part("dispatcher-ledger", "benchmarking the dispatcher beside its Redis ledger ...", () =>
+        isolated(join(here, "dispatcher-ledger.mjs"), "benchDispatcherToLedger", { durationMs }),
       )
     : null;
 
 const peers = peersWanted
-  ? await part("peers", "benchmarking the Powertools idempotency Redis layer beside Dispatch-Once ...", async () =>
-      (await import("./peers.mjs")).benchPeers({ durationMs }),
+  ? await part("peers", "benchmarking the Powertools idempotency Redis layer beside Dispatch-Once ...", () =>
+      isolated(join(here, "peers.mjs"), "benchPeers", { durationMs }),
     )
   : null;
 
 const demoFloor = demoFloorWanted
-  ? await part("demo-floor", "measuring the demo's floor (the SDK's streams and the payments POST against minimal servers) ...", async () =>
-      (await import("./demo-floor.mjs")).benchDemoFloor(),
+  ? await part("demo-floor", "measuring the demo's floor (the SDK's streams and the payments POST against minimal servers) ...", () =>
+      isolated(join(here, "demo-floor.mjs"), "benchDemoFloor"),
     )
   : null;
 
 const demoScale =
   demoScaleArg !== undefined
-    ? await part("demo-scale", "running the demo at scale ...", async () =>
-        (await import("./demo-scale.mjs")).benchDemoScale({ ...(demoScaleTurns ? { turns: demoScaleTurns } : {}), log: say }),
+    ? await part("demo-scale", "running the demo at scale ...", () =>
+        isolated(join(here, "demo-scale.mjs"), "benchDemoScale", demoScaleTurns ? { turns: demoScaleTurns } : {}, { log: !json }),
       )
     : null;
 
@@ -119,8 +153,8 @@ const demoScale =
 // checkpoints of the fill), which would fall on whatever ran next.
 const rowsGrowth =
   growthRows !== undefined
-    ? await part("rows", `measuring claim latency at ${growthRows.toLocaleString("en-US")} rows against 10,000 ...`, async () =>
-        (await import("./rows.mjs")).benchRows({ rows: growthRows, log: say }),
+    ? await part("rows", `measuring claim latency at ${growthRows.toLocaleString("en-US")} rows against 10,000 ...`, () =>
+        isolated(join(here, "rows.mjs"), "benchRows", { rows: growthRows }, { log: !json }),
       )
     : null;
 
@@ -137,7 +171,7 @@ const ratios = {
 };
 
 if (json) {
-  process.stdout.write(`${JSON.stringify({ durationMs, startedAt, commit, host, rows, dispatcherOverhead, dispatcherLedger, rowsGrowth, peers, demoFloor, demoScale, ratios, failures })}\n`);
+  process.stdout.write(`${JSON.stringify({ durationMs, startedAt, commit, host: { ...host, reference: { workload: REFERENCE_WORKLOAD, usBeforeEachPart: reference } }, rows, dispatcherOverhead, dispatcherLedger, rowsGrowth, peers, demoFloor, demoScale, ratios, failures })}\n`);
 } else {
   const header = ["adapter", "workload", "conc", "ops/s", "p50 µs", "p99 µs", "floor ops/s", "ratio"];
   const body = rows.map((r) => [

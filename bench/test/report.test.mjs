@@ -3,6 +3,7 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { balancedOrders, spread } from "../common.mjs";
 import { BEGIN, END, renderReport, replaceBetweenMarkers, targetRows } from "../report.mjs";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -67,6 +68,36 @@ describe("bench/report.mjs", () => {
     expect(md).toContain("| 1 | 75.8 + 34.6 | 162 + 93.3 | 179 + - |");
     // An older run without the split renders as it did.
     expect(renderReport({ durationMs: 1, rows: [], peers: { peer: "p", workload: "w", rows: [row()] } })).not.toContain("CPU µs per call");
+  });
+
+  it("a ratio measured in rounds shows its spread beside it, and is still judged on the run's pooled figure", () => {
+    const dl = (ratio, spread) => ({ workload: "w", rows: [{ store: "redis", concurrency: 16, ledgerOpsPerSec: 100, dispatcherOpsPerSec: 74, ratio, ...(spread ? { ratioByRound: spread } : {}), ledgerCpuUsPerCall: 40, dispatcherCpuUsPerCall: 55 }] });
+    const spread = { min: 0.62, median: 0.8, max: 1.1, rounds: 6 };
+    // One round above the target does not meet it, nor does the median: the pooled ratio is the verdict.
+    expect(targetRows({ dispatcherLedger: dl(0.74, spread) })[0]).toEqual(["the full dispatcher path: at least 0.75x the ledger-only path at c=16", "0.74x (by round 0.62x-1.1x)", "**missed**"]);
+    expect(renderReport({ durationMs: 1, rows: [], dispatcherLedger: dl(0.74, spread) })).toContain("| 16 | 100 | 74 | 0.74x | 0.62x / 0.8x / 1.1x | 40 / 55 |");
+    // A run from before the rounds were kept renders as it did.
+    const old = renderReport({ durationMs: 1, rows: [], dispatcherLedger: dl(0.74) });
+    expect(old).toContain("| 16 | 100 | 74 | 0.74x | 40 / 55 |");
+    expect(old).not.toContain("by round");
+  });
+
+  it("the bench's rounds run each order of the sides equally often, and a spread is its least, median and most", () => {
+    const orders = balancedOrders(["floor", "dispatchOnce", "powertools"]);
+    expect(orders).toHaveLength(6);
+    expect(new Set(orders.map((o) => o.join())).size).toBe(6);
+    for (const side of ["floor", "dispatchOnce", "powertools"]) for (let at = 0; at < 3; at++) expect(orders.filter((o) => o[at] === side)).toHaveLength(2);
+    expect(balancedOrders(["l", "d"], 4).map((o) => o.join(""))).toEqual(["ld", "dl", "ld", "dl"]);
+    expect(() => balancedOrders(["l", "d"], 3)).toThrow(/equally often/);
+    expect(spread([1.2, 0.5, 0.7, 0.9])).toEqual({ min: 0.5, median: 0.8, max: 1.2, rounds: 4 });
+    expect(spread([0.9, 0.5, 0.7])).toEqual({ min: 0.5, median: 0.7, max: 0.9, rounds: 3 });
+  });
+
+  it("the header gives the host's speed from the reference workload timed before each part, when the run kept it", () => {
+    const host = { cpus: 2, cpuModel: "m", loadAverageAtStart: [0, 0, 0] };
+    const reference = { workload: "w", usBeforeEachPart: [{ part: "a", us: 3.16 }, { part: "b", us: 5.9 }, { part: "c", us: 3.3 }] };
+    expect(renderReport({ durationMs: 1, rows: [], host: { ...host, reference } })).toContain("a reference workload (w) took 3.2-5.9 µs a call, timed before each of the run's 3 parts;");
+    expect(renderReport({ durationMs: 1, rows: [], host })).not.toContain("reference workload");
   });
 
   it("replaces only what lies between the markers, and refuses a file without them", () => {

@@ -1,0 +1,24 @@
+// One part of `pnpm bench` in a process of its own: bench/run.mjs starts this with a module, the
+// name of its exported bench function and that function's options as JSON; the result is written
+// to stdout as one line of JSON. `--log` hands the function a `log` that writes to stderr.
+//
+// Why a process per part: in one process, a part runs on what the parts before it left behind:
+// their heap until a timer lets it go (the dispatcher-overhead bench's two memory ledgers, about
+// 90 MB of rows, were still live when the next part began), the type feedback they left on code
+// the parts share (core's dispatcher had met a memory ledger, ioredis a Cluster client), and
+// their open handles. That fell unevenly, on the side that allocates more: Dispatch-Once's CPU per
+// call in the peer bench rose from 58 to 71 µs at c=16 after the parts before it, Powertools'
+// not at all. A production process runs one ledger; so does each part now.
+import { pathToFileURL } from "node:url";
+
+const [modulePath, exportName, optionsJson = "{}", ...flags] = process.argv.slice(2);
+if (modulePath === undefined || exportName === undefined) {
+  process.stderr.write("usage: node bench/isolated.mjs <module> <export> [options as JSON] [--log]\n");
+  process.exit(2);
+}
+const options = JSON.parse(optionsJson);
+if (flags.includes("--log")) options.log = (/** @type {string} */ message) => process.stderr.write(`${message}\n`);
+const run = (await import(pathToFileURL(modulePath).href))[exportName];
+if (typeof run !== "function") throw new Error(`${modulePath} exports no function ${exportName}`);
+const result = await run(options);
+process.stdout.write(`${JSON.stringify(result)}\n`);
