@@ -3,12 +3,12 @@
 // to stdout as one line of JSON. `--log` hands the function a `log` that writes to stderr.
 //
 // Why a process per part: in one process, a part runs on what the parts before it left behind:
-// their heap until a timer lets it go (the dispatcher-overhead bench's two memory ledgers, about
-// 90 MB of rows, were still live when the next part began), the type feedback they left on code
-// the parts share (core's dispatcher had met a memory ledger, ioredis a Cluster client), and
-// their open handles. That fell unevenly, on the side that allocates more: Dispatch-Once's CPU per
-// call in the peer bench rose from 58 to 71 µs at c=16 after the parts before it, Powertools'
-// not at all. A production process runs one ledger; so does each part now.
+// their heap until a timer lets it go (when the dispatcher-ledger bench began, about 90 MB of the
+// dispatcher-overhead bench's memory-ledger rows were still live, after a forced collection), the
+// type feedback they left on code the parts share (core's dispatcher had met a memory ledger,
+// ioredis a Cluster client), and their open handles. A production process runs one ledger; so
+// does each part now. (Back to back, the peer bench alone and after the overhead part differed by
+// less than one run differs from the next: this removes a confounder, not a measured bias.)
 import { pathToFileURL } from "node:url";
 
 const [modulePath, exportName, optionsJson = "{}", ...flags] = process.argv.slice(2);
