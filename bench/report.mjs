@@ -71,10 +71,30 @@ export function renderReport(run) {
   const d = run.dispatcherOverhead;
   if (d) {
     out.push("", "### Dispatcher CPU above the ledger", "");
+    // Runs before the same-fields body have no such columns.
+    const same = d.overheadAboveSameFieldsCpuUsPerCall !== undefined;
     out.push(
       table(
-        ["above the ledger (each body in its own process)", "interleaved in one process", "dispatch", "MemoryLedger claim+complete", "calls"],
-        [[`${fmt(d.overheadCpuUsPerCall)} µs`, `${fmt(d.interleavedOverheadCpuUsPerCall)} µs`, `${fmt(d.dispatchCpuUsPerCall)} µs`, `${fmt(d.ledgerCpuUsPerCall)} µs`, fmt(d.calls)]],
+        [
+          "above the ledger (each body in its own process)",
+          ...(same ? ["above the ledger given the claim id, conversation and turn too"] : []),
+          "interleaved in one process",
+          "dispatch",
+          "MemoryLedger claim+complete",
+          ...(same ? ["the same, given those fields"] : []),
+          "calls",
+        ],
+        [
+          [
+            `${fmt(d.overheadCpuUsPerCall)} µs`,
+            ...(same ? [`${fmt(d.overheadAboveSameFieldsCpuUsPerCall)} µs`] : []),
+            `${fmt(d.interleavedOverheadCpuUsPerCall)} µs`,
+            `${fmt(d.dispatchCpuUsPerCall)} µs`,
+            `${fmt(d.ledgerCpuUsPerCall)} µs`,
+            ...(same ? [`${fmt(d.ledgerSameFieldsCpuUsPerCall)} µs`] : []),
+            fmt(d.calls),
+          ],
+        ],
       ),
     );
   }
@@ -191,7 +211,12 @@ export function targetRows(run) {
     rows.push([`${adapter}: at least ${x(TARGETS.adapterToFloor)} its store's floor at c=1, 16, 64`, range(ratios), verdict(Math.min(...ratios) >= TARGETS.adapterToFloor)]);
   }
   const d = run.dispatcherOverhead;
-  if (d) rows.push([`dispatcher CPU above the ledger: at most ${TARGETS.dispatcherCpuUsAboveLedger} µs a call`, `${fmt(d.overheadCpuUsPerCall)} µs`, verdict(d.overheadCpuUsPerCall <= TARGETS.dispatcherCpuUsAboveLedger)]);
+  if (d) {
+    // Judged against the plain bare body, as the target was first measured; the figure above a
+    // ledger given the same fields is shown beside it, not judged.
+    const same = d.overheadAboveSameFieldsCpuUsPerCall === undefined ? "" : ` (${fmt(d.overheadAboveSameFieldsCpuUsPerCall)} µs above a ledger given the claim id, conversation and turn too)`;
+    rows.push([`dispatcher CPU above the ledger: at most ${TARGETS.dispatcherCpuUsAboveLedger} µs a call`, `${fmt(d.overheadCpuUsPerCall)} µs${same}`, verdict(d.overheadCpuUsPerCall <= TARGETS.dispatcherCpuUsAboveLedger)]);
+  }
   const c16 = run.dispatcherLedger?.rows.find((r) => r.concurrency === 16);
   if (c16) rows.push([`the full dispatcher path: at least ${x(TARGETS.dispatcherToLedgerAtC16)} the ledger-only path at c=16`, x(c16.ratio) + roundsNote(c16.ratioByRound), verdict(c16.ratio >= TARGETS.dispatcherToLedgerAtC16)]);
   for (const g of run.rowsGrowth ?? []) {

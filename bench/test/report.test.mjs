@@ -93,6 +93,16 @@ describe("bench/report.mjs", () => {
     expect(spread([0.9, 0.5, 0.7])).toEqual({ min: 0.5, median: 0.7, max: 0.9, rounds: 3 });
   });
 
+  it("the dispatcher's CPU is judged above the plain bare ledger body; the figure above a body given the same fields is shown, not judged", () => {
+    const overhead = { calls: 40_000, runs: 3, ledgerCpuUsPerCall: 9.7, dispatchCpuUsPerCall: 20.9, overheadCpuUsPerCall: 11.2, interleavedOverheadCpuUsPerCall: 20.4 };
+    const withSame = { ...overhead, ledgerSameFieldsCpuUsPerCall: 13.1, overheadAboveSameFieldsCpuUsPerCall: 7.8 };
+    expect(targetRows({ dispatcherOverhead: withSame })[0].slice(1)).toEqual(["11.2 µs (7.8 µs above a ledger given the claim id, conversation and turn too)", "**missed**"]);
+    expect(renderReport({ durationMs: 1, rows: [], dispatcherOverhead: withSame })).toContain("| 11.2 µs | 7.8 µs | 20.4 µs | 20.9 µs | 9.7 µs | 13.1 µs | 40,000 |");
+    // A run from before the same-fields body renders as it did.
+    expect(renderReport({ durationMs: 1, rows: [], dispatcherOverhead: overhead })).toContain("| 11.2 µs | 20.4 µs | 20.9 µs | 9.7 µs | 40,000 |");
+    expect(targetRows({ dispatcherOverhead: overhead })[0][1]).toBe("11.2 µs");
+  });
+
   it("the header gives the host's speed from the reference workload timed before each part, when the run kept it", () => {
     const host = { cpus: 2, cpuModel: "m", loadAverageAtStart: [0, 0, 0] };
     const reference = { workload: "w", usBeforeEachPart: [{ part: "a", us: 3.16 }, { part: "b", us: 5.9 }, { part: "c", us: 3.3 }] };
