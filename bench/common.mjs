@@ -39,8 +39,8 @@ export async function drive(concurrency, ms, op) {
 /**
  * Orders in which to run `sides` in a bench's rounds, so that each side runs in each position,
  * and after each other side, equally often: what a slice leaves behind (its garbage, a store's
- * state) then falls on every side alike. Every permutation once, or, for `rounds` a multiple of
- * 2 with two sides, the two orders alternately.
+ * state) then falls on every side alike. Every permutation once, or `rounds` (a multiple of
+ * their number) cycling through them.
  */
 export function balancedOrders(sides, rounds) {
   const permutations = (items) =>
@@ -49,6 +49,14 @@ export function balancedOrders(sides, rounds) {
   const n = rounds ?? all.length;
   if (n % all.length !== 0) throw new Error(`${n} rounds do not run each of the ${all.length} orders of ${sides.length} sides equally often`);
   return Array.from({ length: n }, (_, i) => all[i % all.length]);
+}
+
+/**
+ * How far `top`'s rate runs from `bottom`'s over the rounds of one bench: slice i of each list
+ * was taken in round i (as `drive` gives them), so each round's ratio is of slices side by side.
+ */
+export function ratioByRound(top, bottom) {
+  return spread(top.map((part, i) => part.ops / part.elapsedMs / (bottom[i].ops / bottom[i].elapsedMs)));
 }
 
 /** The least, median and greatest of some ratios, to two decimal places. */
@@ -74,6 +82,7 @@ export function referenceUs() {
     const started = process.hrtime.bigint();
     for (let i = 0; i < 20_000; i++) {
       const text = JSON.stringify(pay(i, "R"));
+      // The results are used, so that the compiler cannot drop the work.
       if (createHash("sha256").update(text).digest("base64url").length !== 43 || JSON.parse(text).amount < 0) throw new Error("unreachable");
     }
     samples.push(Number(process.hrtime.bigint() - started) / 1e3 / 20_000);

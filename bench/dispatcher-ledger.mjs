@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { balancedOrders, drive, pay, paymentTool, spread } from "./common.mjs";
+import { balancedOrders, drive, pay, paymentTool, ratioByRound } from "./common.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
@@ -81,7 +81,7 @@ export async function benchDispatcherToLedger({
         dispatcherOpsPerSec: ds.opsPerSec,
         ratio: Number((ds.opsPerSec / ls.opsPerSec).toFixed(2)),
         // The same ratio in each round on its own: how far it moves within this run.
-        ratioByRound: spread(d.map((part, i) => part.ops / part.elapsedMs / (l[i].ops / l[i].elapsedMs))),
+        ratioByRound: ratioByRound(d, l),
         ledgerCpuUsPerCall: ls.cpuUsPerCall,
         dispatcherCpuUsPerCall: ds.cpuUsPerCall,
       });

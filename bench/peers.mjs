@@ -9,7 +9,7 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { balancedOrders, drive, pay, paymentTool, spread } from "./common.mjs";
+import { balancedOrders, drive, pay, paymentTool, ratioByRound } from "./common.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..");
@@ -110,7 +110,7 @@ export async function benchPeers({ durationMs = 3000, concurrencies = [1, 16, 64
         powertoolsToFloor: round(p / f),
         dispatchOnceToPowertools: round(d / p),
         // The same ratio in each round on its own: how far it moves within this run.
-        dispatchOnceToPowertoolsByRound: spread(parts.dispatchOnce.map((part, i) => part.ops / part.elapsedMs / (parts.powertools[i].ops / parts.powertools[i].elapsedMs))),
+        dispatchOnceToPowertoolsByRound: ratioByRound(parts.dispatchOnce, parts.powertools),
         // CPU µs per call: { client, server } for each side.
         cpuUsPerCall: Object.fromEntries(
           Object.entries(parts).map(([side, measured]) => [side, { client: perCall(measured, "cpuUs"), server: perCall(measured, "serverCpuUs") }]),

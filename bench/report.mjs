@@ -35,10 +35,8 @@ const range = (values) => {
   const hi = Math.max(...values);
   return lo === hi ? x(lo) : `${x(lo)}-${x(hi)}`;
 };
-/** A ratio's spread over a run's rounds (runs before the bench kept it have none): "0.62x / 0.76x / 0.9x". */
-const byRound = (spread) => (spread === undefined ? undefined : `${x(spread.min)} / ${x(spread.median)} / ${x(spread.max)}`);
-/** A column of each row's spread, when every row has one. */
-const roundsColumn = (rows, field) => (rows.every((r) => r[field] !== undefined) ? rows.map((r) => byRound(r[field])) : undefined);
+/** A column of each row's spread over its rounds ("0.62x / 0.76x / 0.9x"), when every row has one (runs before the bench kept it have none). */
+const roundsColumn = (rows, field) => (rows.every((r) => r[field] !== undefined) ? rows.map((r) => `${x(r[field].min)} / ${x(r[field].median)} / ${x(r[field].max)}`) : undefined);
 const table = (header, rows) => [`| ${header.join(" | ")} |`, `|${header.map(() => "---").join("|")}|`, ...rows.map((r) => `| ${r.join(" | ")} |`)].join("\n");
 
 /** The Markdown for one run's JSON object (as `pnpm bench --json` prints it). */

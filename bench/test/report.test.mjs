@@ -3,7 +3,7 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { balancedOrders, spread } from "../common.mjs";
+import { balancedOrders, ratioByRound, spread } from "../common.mjs";
 import { BEGIN, END, renderReport, replaceBetweenMarkers, targetRows } from "../report.mjs";
 
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -91,6 +91,9 @@ describe("bench/report.mjs", () => {
     expect(() => balancedOrders(["l", "d"], 3)).toThrow(/equally often/);
     expect(spread([1.2, 0.5, 0.7, 0.9])).toEqual({ min: 0.5, median: 0.8, max: 1.2, rounds: 4 });
     expect(spread([0.9, 0.5, 0.7])).toEqual({ min: 0.5, median: 0.7, max: 0.9, rounds: 3 });
+    // Round by round: slice i of one side against slice i of the other, rates (ops per ms), not ops.
+    const slices = (...rates) => rates.map(([ops, elapsedMs]) => ({ ops, elapsedMs }));
+    expect(ratioByRound(slices([100, 10], [300, 20]), slices([50, 10], [100, 10]))).toEqual({ min: 1.5, median: 1.75, max: 2, rounds: 2 });
   });
 
   it("the dispatcher's CPU is judged above the plain bare ledger body; the figure above a body given the same fields is shown, not judged", () => {
