@@ -3,6 +3,7 @@ export {
   createPostgresLedger,
   MAX_CONFIGURABLE_RESULT_BYTES,
   DEFAULT_TIMEOUT_MS,
+  DEFAULT_CONNECT_TIMEOUT_MS,
   MAX_SERIALIZATION_ATTEMPTS,
   type PostgresLedgerOptions,
   type DurabilityProbe,

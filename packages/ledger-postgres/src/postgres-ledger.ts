@@ -91,8 +91,10 @@ export interface PostgresLedgerOptions {
   /**
    * Extra pg.Pool settings for the pool the ledger creates from connectionString. Its `options`
    * are sent after the ledger's own session settings (statement_timeout, READ COMMITTED), so
-   * an explicit setting there wins. `connectionTimeoutMillis` is capped at `timeoutMs`.
-   * @default no extra settings: pg's defaults, plus connectionTimeoutMillis = timeoutMs and the ledger's session settings
+   * an explicit setting there wins. `connectionTimeoutMillis` bounds one connection attempt, not an
+   * operation: an operation settles at `timeoutMs` in any case, and an attempt still under way then
+   * goes on and serves the next operation.
+   * @default no extra settings: pg's defaults, plus connectionTimeoutMillis = max(timeoutMs, 5000) and the ledger's session settings
    * @example createPostgresLedger({ connectionString: "postgres://localhost:5432/app", poolConfig: { max: 20, idleTimeoutMillis: 30_000 } })
    */
   poolConfig?: Omit<PoolConfig, "connectionString">;
@@ -101,7 +103,8 @@ export interface PostgresLedgerOptions {
    * for a pooled connection, connecting, the statement, and any retries of a serialization
    * failure, all inside this one bound. Past it the operation rejects with LedgerUnavailableError
    * (plus timer latency). On the ledger's own pool a connection whose statement outlived the bound
-   * is destroyed (never reused), new connections give up at the bound, and the server cancels a
+   * is destroyed (never reused), a connection that arrives after the bound is kept for the next
+   * operation (pg's connectionTimeoutMillis ends an attempt), and the server cancels a
    * statement after it too (statement_timeout). On a brought pool or client the ledger stops
    * waiting at the bound; the connection and its statement stay the pool's (set its timeouts).
    * @default 5000
@@ -164,6 +167,12 @@ export interface DurabilityProbe {
 
 /** Default bound on one ledger operation (timeoutMs), the same as the Redis ledger's command timeout. */
 export const DEFAULT_TIMEOUT_MS = 5_000;
+
+/**
+ * The least time the ledger's own pool gives one connection attempt (pg's connectionTimeoutMillis,
+ * unless poolConfig sets it): timeoutMs if that is longer. Not a bound on any operation.
+ */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 
 /**
  * Attempts of one operation that meets a serialization failure (40001) or a deadlock (40P01).
@@ -310,8 +319,12 @@ export class PostgresLedger implements Ledger {
       const given = options.poolConfig?.connectionTimeoutMillis;
       const pool = new pg.Pool({
         ...options.poolConfig,
-        // A connection attempt to a paused server never ends by itself: give it up at the bound.
-        connectionTimeoutMillis: given !== undefined && given > 0 ? Math.min(given, this.timeoutMs) : this.timeoutMs,
+        // A connection attempt to a paused server never ends by itself, so it has a bound; but
+        // not the operation's. The operation still settles at timeoutMs (send() stops waiting and
+        // puts a late connection back unused); the attempt goes on, so a server that is merely
+        // slower to accept a connection than timeoutMs is reached by the next operation. Cut at
+        // timeoutMs, every attempt to such a server was dropped and the ledger never connected.
+        connectionTimeoutMillis: given !== undefined && given > 0 ? given : Math.max(this.timeoutMs, DEFAULT_CONNECT_TIMEOUT_MS),
         options: [ownSessionOptions(this.timeoutMs), options.poolConfig?.options].filter(Boolean).join(" "),
         connectionString: options.connectionString,
       });

@@ -188,6 +188,21 @@ describe("LEDGER-12: a paused server (frozen proxy) gives ledger_unavailable wit
     expect(await ledger.claim(request("after-thaw"))).toMatchObject({ outcome: "claimed" });
   });
 
+  it("own pool, a server slower to accept a connection than timeoutMs: the operation fails at its bound, and the connection it started serves the next one", async () => {
+    // A loaded host (CI, two cores) once took over 400 ms for every new connection: a ledger that
+    // dropped each attempt at its 400 ms bound never reached a store that was merely slow.
+    const schema = await migrated("slowconnect");
+    const p = await proxy();
+    p.slowConnections(900);
+    const ledger = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 300 }));
+    expectUnavailableWithin(await settle(() => ledger.claim(request("cold")), 12_000), 300, "claim on a cold pool");
+    await new Promise((resolve) => setTimeout(resolve, 1_500)); // the attempt completes meanwhile
+    expect(await ledger.claim(request("next"))).toMatchObject({ outcome: "claimed", fence: 1 });
+    expect(p.accepted()).toBe(1);
+    // The operation that gave up sent nothing: its connection went back to the pool unused.
+    expect(await storedColumns(admin, schema, "cold")).toBeUndefined();
+  });
+
   it("a brought pool without any timeout: the ledger's call still settles within timeoutMs (the connection stays the pool's)", async () => {
     const schema = await migrated("pausedbyo");
     const p = await proxy();

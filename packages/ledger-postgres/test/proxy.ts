@@ -16,6 +16,12 @@ export interface FreezableProxy {
   thaw(): void;
   /** Connections accepted so far (for assertions). */
   accepted(): number;
+  /**
+   * From now on, hold each new connection's bytes (both ways) for `ms` after it is accepted, then
+   * forward them: a server slow to accept connections (a loaded host, a far TLS endpoint) whose
+   * established connections answer at once.
+   */
+  slowConnections(ms: number): void;
   close(): Promise<void>;
 }
 
@@ -33,13 +39,24 @@ export async function freezableProxy(): Promise<FreezableProxy> {
   const pairs = new Set<Pair>();
   let frozen = false;
   let accepted = 0;
+  let acceptDelayMs = 0;
   const server: Server = createServer((client) => {
     accepted++;
     const upstream = connect({ host: target.hostname, port: Number(target.port || 5432) });
     const pair: Pair = { client, upstream, toUpstream: [], toClient: [], clientEnded: false, upstreamEnded: false };
     pairs.add(pair);
-    client.on("data", (chunk: Buffer) => (frozen ? pair.toUpstream.push(chunk) : upstream.write(chunk)));
-    upstream.on("data", (chunk: Buffer) => (frozen ? pair.toClient.push(chunk) : client.write(chunk)));
+    let held = acceptDelayMs > 0;
+    const holding = () => frozen || held;
+    if (held) {
+      setTimeout(() => {
+        held = false;
+        if (frozen) return; // the thaw delivers it
+        for (const chunk of pair.toUpstream.splice(0)) upstream.write(chunk);
+        for (const chunk of pair.toClient.splice(0)) if (!client.destroyed) client.write(chunk);
+      }, acceptDelayMs);
+    }
+    client.on("data", (chunk: Buffer) => (holding() ? pair.toUpstream.push(chunk) : upstream.write(chunk)));
+    upstream.on("data", (chunk: Buffer) => (holding() ? pair.toClient.push(chunk) : client.write(chunk)));
     client.on("end", () => {
       pair.clientEnded = true;
       if (!frozen) upstream.end();
@@ -80,6 +97,9 @@ export async function freezableProxy(): Promise<FreezableProxy> {
       }
     },
     accepted: () => accepted,
+    slowConnections: (ms) => {
+      acceptDelayMs = ms;
+    },
     close: async () => {
       for (const pair of pairs) {
         pair.client.destroy();
