@@ -7,6 +7,8 @@ export default defineConfig({
     alias: { "@dispatch-once/anthropic": fileURLToPath(new URL("./src/index.ts", import.meta.url)) },
   },
   test: {
+    // Files share one module graph per worker instead of re-importing it each (README, Quick start).
+    isolate: false,
     include: ["test/**/*.test.ts"],
     testTimeout: 60_000,
     hookTimeout: 60_000,
