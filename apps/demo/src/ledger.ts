@@ -60,9 +60,9 @@ export async function openLedger(spec: LedgerSpec, namespace: string, keep: bool
     }
     case "postgres": {
       const [{ createPostgresLedger }, { default: pg }] = await Promise.all([import("@dispatch-once/ledger-postgres"), import("pg")]);
-      // The pool waits for a connection as long as the ledger waits for an answer (the ledger caps
-      // only pools it makes itself): a CI run once saw a completion fail as ledger_unavailable
-      // after a 10 s connect on a loaded host, and that turn rightly said "may have happened".
+      // The pool waits for a connection as long as the ledger waits for an answer (a brought pool
+      // keeps its own settings): a CI run once saw a completion fail as ledger_unavailable after a
+      // 10 s connect on a loaded host, and that turn rightly said "may have happened".
       // Idle connections stay open for the run: each new one is a fork on the server, slowest
       // exactly when the host is loaded.
       const pool = new pg.Pool({ connectionString: spec.url, max: 8, connectionTimeoutMillis: DEMO_LEDGER_TIMEOUT_MS, idleTimeoutMillis: 0 });

@@ -19,7 +19,8 @@ export interface FreezableProxy {
   /**
    * From now on, hold each new connection's bytes (both ways) for `ms` after it is accepted, then
    * forward them: a server slow to accept connections (a loaded host, a far TLS endpoint) whose
-   * established connections answer at once.
+   * established connections answer at once. Not meant to be combined with freeze(): a thaw
+   * delivers a connection's held bytes before its delay is over.
    */
   slowConnections(ms: number): void;
   close(): Promise<void>;
