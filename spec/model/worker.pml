@@ -204,7 +204,8 @@ dclaim:
     hold[w] = 0;
     if
     :: part[w] ->
-       /* DISPATCH-10: raised, not retried; the row stays in flight until its lease settles it */
+       /* DISPATCH-10: still cut off when the re-sends run out (a re-send that lands is this
+          step taken after the cut heals): raised; the row stays in flight until its lease settles it */
        res = C_LEDGER; printf("@@ W%d   cannot record key %d: ledger_unavailable\n", w, k)
     :: !part[w] && !(rst[k] == R_INFLIGHT && rfence[k] == cf) ->
        /* LEDGER-5, DISPATCH-8: the claim was lost; nothing is written, nothing re-run */
