@@ -58,6 +58,9 @@ export interface DispatchOutcome {
   replayed: boolean;
 }
 
+/** The ledger writes that record a claimed run's outcome (DISPATCH-10, DISPATCH-17). */
+export type RecordWrite = "complete" | "fail" | "markUnknown" | "release";
+
 export type DispatchEvent =
   | { type: "claimed"; key: string; toolName: string; ordinal: number; fence: number; takeover: boolean }
   | { type: "run_started"; key: string; toolName: string; ordinal: number }
@@ -93,6 +96,12 @@ export type DispatchEvent =
    * never took, was released with it.
    */
   | { type: "claim_retired"; key: string; toolName: string; ordinal: number; released: boolean }
+  /**
+   * A record of this run's outcome could not reach the ledger after the tool ran: it is sent
+   * again with the same fence for up to `recordRetryMs` (DISPATCH-10). `write` is the ledger
+   * operation; `attempt` counts the re-sends from 1.
+   */
+  | { type: "record_retry"; key: string; toolName: string; ordinal: number; write: RecordWrite; attempt: number; error: string }
   /** This run's outcome went into the ledger (the last write of a claimed run; absent when the write was refused). */
   | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" }
   /**
@@ -192,6 +201,17 @@ export interface DispatcherOptions {
    */
   claimRetryMs?: number;
   /**
+   * How long a record of a run's outcome (`complete`, `fail`, `markUnknown`, `release`) that
+   * fails with ledger_unavailable is sent again, with the same fence, before the dispatch fails
+   * with ledger_unavailable (DISPATCH-10). The effect has happened by then, so a brief outage of
+   * the ledger should not turn its known outcome into "may have happened". A re-send refused with
+   * stale_claim is settled by reading the row: the first copy may have landed, its reply lost
+   * (DISPATCH-17). 0 sends each record once.
+   * @default 2000
+   * @example new Dispatcher({ tools, ledger, recordRetryMs: 10_000 })
+   */
+  recordRetryMs?: number;
+  /**
    * How long an unkeyed_write row must have been `unknown` before a probe's "not performed" may
    * release it (RECON-4, RESOLVE-6): a request still in transit when the probe asked may land
    * later, and nothing downstream would collapse the re-run with it. Measured from the row's
@@ -278,6 +298,7 @@ export class Dispatcher implements CallDispatcher {
   private readonly pollMs: number;
   private readonly maxPollMs: number;
   private readonly claimRetryMs: number;
+  private readonly recordRetryMs: number;
   /** The ledger offers retire (LEDGER-28): lost claims are settled by retiring their claim ids. */
   private readonly retires: boolean;
   /**
@@ -307,6 +328,10 @@ export class Dispatcher implements CallDispatcher {
     this.pollMs = options.pollMs ?? 20;
     this.maxPollMs = options.maxPollMs ?? 500;
     this.claimRetryMs = options.claimRetryMs ?? 2_000;
+    this.recordRetryMs = options.recordRetryMs ?? 2_000;
+    if (!Number.isSafeInteger(this.recordRetryMs) || this.recordRetryMs < 0) {
+      throw new InvalidArgumentError("options.recordRetryMs", "must be a non-negative integer (milliseconds)");
+    }
     this.retires = options.ledger.capabilities.supports?.retire === true && typeof options.ledger.retire === "function";
     this.reconcileGraceMs = options.reconcileGraceMs ?? 60_000;
     if (!Number.isSafeInteger(this.reconcileGraceMs) || this.reconcileGraceMs < 0) {
@@ -868,11 +893,17 @@ export class Dispatcher implements CallDispatcher {
     }
     try {
       // recorded(), written out: the closure and the extra promise on every dispatch were measurable.
+      let recordError: unknown;
       try {
         await this.ledger.complete(key, fence, resultJson);
-        if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: tool.name, ordinal, state: "completed" });
       } catch (error) {
-        throw afterRunWriteError(key, error);
+        recordError = error;
+      }
+      if (recordError === undefined) {
+        if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: tool.name, ordinal, state: "completed" });
+      } else {
+        const done: RecordDone = { toolName: tool.name, ordinal, state: "completed", write: "complete", result: resultJson };
+        await this.recordAgain(key, fence, () => this.ledger.complete(key, fence, resultJson), done, recordError);
       }
     } catch (error) {
       if (!isDispatchOnceError(error, "result_not_storable")) throw error;
@@ -977,7 +1008,7 @@ export class Dispatcher implements CallDispatcher {
   ): Promise<DispatchOutcome> {
     return this.settle(key, base, cause, answer, "completed", async () => {
       try {
-        await this.recorded(key, () => this.ledger.complete(key, fence, resultJson), { toolName: base.toolName, ordinal: base.ordinal, state: "completed" });
+        await this.recorded(key, fence, () => this.ledger.complete(key, fence, resultJson), { toolName: base.toolName, ordinal: base.ordinal, state: "completed", write: "complete", result: resultJson });
       } catch (error) {
         if (!isDispatchOnceError(error, "result_not_storable")) throw error;
         return this.failClosed(key, fence, error, base);
@@ -1051,17 +1082,56 @@ export class Dispatcher implements CallDispatcher {
     await this.ledger.release(key, fence);
   }
 
-  private async recorded(
-    key: string,
-    write: () => Promise<void>,
-    done?: { toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" },
-  ): Promise<void> {
+  /**
+   * Record a claimed run's outcome with its fence: the `recorded` event when it is written, and
+   * on a failure the re-sends of DISPATCH-10 and DISPATCH-17 (recordAgain).
+   */
+  private async recorded(key: string, fence: number, write: () => Promise<void>, done: RecordDone): Promise<void> {
     try {
       await write();
-      if (done !== undefined && this.onEvent !== undefined) this.emit({ type: "recorded", key, ...done });
     } catch (error) {
-      throw afterRunWriteError(key, error);
+      return this.recordAgain(key, fence, write, done, error);
     }
+    if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: done.toolName, ordinal: done.ordinal, state: done.state });
+  }
+
+  /**
+   * A record met `firstError`. The effect has happened (or is known not to have), so an outage
+   * of the ledger should not leave its outcome unsaid: while the error is ledger_unavailable the
+   * same write is sent again with the same fence, for up to recordRetryMs (DISPATCH-10). Fenced,
+   * a copy that lands late is refused if anyone else acted on the row since. A re-send refused
+   * with stale_claim may mean the first copy landed and its reply was lost: the row says which,
+   * since only this claim holds this fence (DISPATCH-17).
+   */
+  private async recordAgain(key: string, fence: number, write: () => Promise<void>, done: RecordDone, firstError: unknown): Promise<void> {
+    const deadline = Date.now() + this.recordRetryMs;
+    let delay = this.pollMs;
+    let error = firstError;
+    for (let attempt = 1; ; attempt++) {
+      if (attempt > 1 && isDispatchOnceError(error, "stale_claim")) {
+        let row: LedgerRow | undefined;
+        try {
+          row = await this.ledger.lookup(key);
+        } catch (lookupError) {
+          // Whether the first copy landed cannot be told: the effect may have happened (ERR-4).
+          throw afterRunWriteError(key, lookupError);
+        }
+        if (!wroteThis(row, fence, done)) throw error;
+        break;
+      }
+      const left = deadline - Date.now();
+      if (!isDispatchOnceError(error, "ledger_unavailable") || left <= 0) throw afterRunWriteError(key, error);
+      this.emit({ type: "record_retry", key, toolName: done.toolName, ordinal: done.ordinal, write: done.write, attempt, error: describeError(error) });
+      await sleep(Math.min(delay, left));
+      delay = Math.min(delay * 2, this.maxPollMs);
+      try {
+        await write();
+        break;
+      } catch (next) {
+        error = next;
+      }
+    }
+    if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: done.toolName, ordinal: done.ordinal, state: done.state });
   }
 
   /** The effect happened and its result cannot be kept: fail closed, never re-run (LEDGER-10). */
@@ -1069,11 +1139,11 @@ export class Dispatcher implements CallDispatcher {
     const notStorable = isDispatchOnceError(error, "result_not_storable")
       ? error
       : new ResultNotStorableError(key, error.message, { cause: error });
-    await this.recorded(key, () => this.ledger.fail(key, fence, {
+    await this.recorded(key, fence, () => this.ledger.fail(key, fence, {
       name: "ResultNotStorableError",
       message: notStorable.message,
       code: "result_not_storable",
-    }), { toolName: base.toolName, ordinal: base.ordinal, state: "failed" });
+    }), { toolName: base.toolName, ordinal: base.ordinal, state: "failed", write: "fail" });
     throw notStorable;
   }
 
@@ -1092,7 +1162,7 @@ export class Dispatcher implements CallDispatcher {
     switch (disposition) {
       case "definite": {
         const stored = toStoredError(error as ToolError);
-        await this.recorded(key, () => this.ledger.fail(key, fence, stored), { ...done, state: "failed" });
+        await this.recorded(key, fence, () => this.ledger.fail(key, fence, stored), { ...done, state: "failed", write: "fail" });
         throw new ToolFailedError(key, stored, false);
       }
       case "not_performed": {
@@ -1104,7 +1174,7 @@ export class Dispatcher implements CallDispatcher {
         // perform the call, whatever the class: not even fence 1 proves it will not happen.
         const earlierRunMayHaveActed =
           (tool.effect === "keyed_write" && (fence > 1 || this.ledger.capabilities.durability !== "durable")) || context.resumed === true;
-        await this.recorded(key, () => this.releaseOwn(key, fence, base), { ...done, state: "released" });
+        await this.recorded(key, fence, () => this.releaseOwn(key, fence, base), { ...done, state: "released", write: "release" });
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: earlierRunMayHaveActed });
         throw new ClaimReleasedError(key, earlierRunMayHaveActed, error);
       }
@@ -1132,7 +1202,7 @@ export class Dispatcher implements CallDispatcher {
       // request under the same key and the downstream collapses it with any late landing of
       // this one (EFFECT-3, LEDGER-21, RECON-4).
       const release = async (): Promise<never> => {
-        await this.recorded(key, () => this.releaseOwn(key, fence, base), { ...done, state: "released" });
+        await this.recorded(key, fence, () => this.releaseOwn(key, fence, base), { ...done, state: "released", write: "release" });
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: true });
         throw new ClaimReleasedError(key, true, error);
       };
@@ -1155,7 +1225,7 @@ export class Dispatcher implements CallDispatcher {
     // The probe's answer goes into the row's reason, for whoever settles it later.
     const full = answer === undefined ? reason : `${reason}; reconcile: ${answer.verdict}${answer.detail !== undefined ? ` (${answer.detail})` : ""}`;
     const mark = async (): Promise<never> => {
-      await this.recorded(key, () => this.ledger.markUnknown(key, fence, full), { toolName: base.toolName, ordinal: base.ordinal, state: "unknown" });
+      await this.recorded(key, fence, () => this.ledger.markUnknown(key, fence, full), { toolName: base.toolName, ordinal: base.ordinal, state: "unknown", write: "markUnknown" });
       throw new OutcomeUnknownError(key, full, { cause: error });
     };
     return answer === undefined ? mark() : this.settle(key, base, cause, answer, "unknown", mark);
@@ -1441,6 +1511,25 @@ function sizeBeyond(text: string, limit: number): number {
 }
 
 /** What a ledger write made after the tool ran raises for `error` (see recorded, ERR-4). */
+/** What a record writes, for its `recorded` event and for reading back whether it landed (DISPATCH-17). */
+interface RecordDone {
+  toolName: string;
+  ordinal: number;
+  state: "completed" | "failed" | "unknown" | "released";
+  write: RecordWrite;
+  /** A completion's result text: the row must hold exactly it. */
+  result?: string;
+}
+
+/**
+ * Whether `row` is this claim's record: fences are never reused for a key (LEDGER-4), so a row
+ * at this fence in the state the write makes was written by this claim's own write.
+ */
+function wroteThis(row: LedgerRow | undefined, fence: number, done: RecordDone): boolean {
+  if (row === undefined || row.fence !== fence || row.state !== done.state) return false;
+  return row.state !== "completed" || row.result === done.result;
+}
+
 function afterRunWriteError(key: string, error: unknown): unknown {
   if (catalogueEntry(error)?.effect === "no") {
     return new LedgerUnavailableError(

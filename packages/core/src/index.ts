@@ -32,6 +32,7 @@ export {
   type ToolCall,
   type DispatchOutcome,
   type DispatchEvent,
+  type RecordWrite,
   type DispatchLogger,
   type ReconcileReport,
   type ProbeVerdict,
