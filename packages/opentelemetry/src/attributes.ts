@@ -16,6 +16,7 @@ export const ATTR = {
   RECONCILE_CAUSE: "dispatch_once.reconcile.cause",
   RECONCILE_VERDICT: "dispatch_once.reconcile.verdict",
   RECONCILE_SETTLED: "dispatch_once.reconcile.settled",
+  RECORD_WRITE: "dispatch_once.record.write",
   CONVERSATION_ID: "dispatch_once.conversation.id",
   TURN_INDEX: "dispatch_once.turn.index",
   ATTEMPT: "dispatch_once.attempt",

@@ -168,6 +168,10 @@ export class DispatchTelemetry {
       case "request_differs":
         this.runs.get(event.key)?.span.addEvent("dispatch_once.request_differs");
         return;
+      case "record_retry":
+        // The run's outcome is known and its record is being sent again (DISPATCH-10): the span stays open until it lands or is given up.
+        this.runs.get(event.key)?.span.addEvent("dispatch_once.record_retry", { [ATTR.RECORD_WRITE]: event.write, [ATTR.ATTEMPT]: event.attempt });
+        return;
       case "reconciled": {
         const attributes: Attributes = {
           ...tool,

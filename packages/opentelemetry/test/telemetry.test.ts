@@ -132,6 +132,27 @@ describe("dispatcher events -> spans and metrics (OTEL-1)", () => {
   });
 });
 
+describe("a record sent again (OTEL-1, DISPATCH-10)", () => {
+  it("OTEL-1 a completion that met ledger_unavailable and was sent again is a record_retry event on the run's span, which ends completed", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    const { LedgerUnavailableError } = await import("@dispatch-once/core");
+    const base = new MemoryLedger();
+    let down = 1;
+    const flaky: Ledger = Object.assign(Object.create(base) as Ledger, {
+      capabilities: base.capabilities,
+      complete: (key: string, fence: number, result: string) =>
+        down-- > 0 ? Promise.reject(new LedgerUnavailableError("connection reset")) : base.complete(key, fence, result),
+    });
+    const tool = defineTool({ name: "send_payment", effect: "keyed_write", input: z.object({ amount: z.number() }), run: () => ({ id: "pay_1" }) });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: flaky, pollMs: 1, onEvent: s.telemetry.onDispatchEvent });
+    await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } });
+    const [run] = s.spans.getFinishedSpans();
+    expect(run!.attributes).toMatchObject({ [ATTR.OUTCOME]: "completed" });
+    expect(run!.events.find((e) => e.name === "dispatch_once.record_retry")?.attributes).toEqual({ [ATTR.RECORD_WRITE]: "complete", [ATTR.ATTEMPT]: 1 });
+  });
+});
+
 describe("runner events -> turn spans and metrics (OTEL-1)", () => {
   const base = { at: 0, conversationId: "c1", turnIndex: 2 };
   it("OTEL-1 a turn with a cut-off attempt and a retry is one span with its attempts; retries and abandoned calls counted", async () => {
