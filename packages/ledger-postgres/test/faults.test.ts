@@ -383,3 +383,41 @@ describe("LEDGER-26: a claim the paused server applies after the client gave up 
     expect(await ledger.claim({ ...request("k7"), claimId: id, effect: "keyed_write" })).toMatchObject({ outcome: "existing" });
   });
 });
+
+describe("DISPATCH-10, DISPATCH-17: a completion the paused server applies after the client gave up", () => {
+  it("through the dispatcher: the completion times out on a frozen proxy and the server applies it at the thaw; the re-sends (refused then, or applied if one lands first) settle it: the result is returned, the unkeyed tool ran once, nothing is unknown", async () => {
+    const schema = await migrated("lostcomplete");
+    const p = await proxy();
+    const ledger = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 300, durability: "durable" }));
+    await ledger.lookup("warm-up");
+    const runs: unknown[] = [];
+    let thaw: NodeJS.Timeout | undefined;
+    const tool = defineTool({
+      name: "post_note",
+      effect: "unkeyed_write",
+      input: { safeParse: (value: unknown) => ({ success: true, data: value }) } as never,
+      run: async (args: unknown) => {
+        runs.push(args);
+        // The effect has happened; the server pauses before the completion reaches it, and resumes
+        // after the client has given up on it at least once.
+        p.freeze();
+        thaw = setTimeout(() => p.thaw(), 900);
+        return { noteId: "note_1" };
+      },
+    });
+    const events: DispatchEvent[] = [];
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, leaseMs: 30_000, recordRetryMs: 8_000, onEvent: (e) => events.push(e), logger: { warn: () => {} } });
+    const turn = { conversationId: "conv-paused-complete", turnIndex: 0 };
+    const out = await dispatcher.turn(turn).dispatch({ name: "post_note", input: { text: "hi" } });
+    clearTimeout(thaw);
+    // Before DISPATCH-10's re-sends: ledger_unavailable ("may have happened"), and the row left in
+    // flight until its lease turned it unknown, for a note that was posted.
+    expect(out).toMatchObject({ replayed: false, result: { noteId: "note_1" } });
+    expect(events.filter((e) => e.type === "record_retry").length).toBeGreaterThan(0);
+    expect(events.filter((e) => e.type === "recorded")).toEqual([expect.objectContaining({ state: "completed" })]);
+    expect(await storedColumns(admin, schema, out.key)).toMatchObject({ state: "completed", fence: "1" });
+    const replay = await dispatcher.turn(turn).dispatch({ name: "post_note", input: { text: "hi" } });
+    expect(replay).toMatchObject({ replayed: true, resultJson: out.resultJson });
+    expect(runs).toHaveLength(1);
+  });
+});

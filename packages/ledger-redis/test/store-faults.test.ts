@@ -267,6 +267,46 @@ describe("a claim the store applies after the client gave up (issue 18: false un
     expect(runs).toHaveLength(1);
   });
 
+  it("DISPATCH-10, DISPATCH-17 through the dispatcher: a completion held past commandTimeoutMs and run late by the server is sent again; whichever copy lands, the result is returned, the unkeyed tool ran once and the row is completed, not unknown", async () => {
+    const p = await proxy();
+    const l = ledger({ url: p.url, commandTimeoutMs: 300 });
+    await l.lookup("warm-up");
+    const runs: unknown[] = [];
+    const tool = defineTool({
+      name: "post_note",
+      effect: "unkeyed_write",
+      input: { safeParse: (value: unknown) => ({ success: true, data: value }) } as never,
+      run: async (args: unknown) => {
+        runs.push(args);
+        return { noteId: "note-held-complete" };
+      },
+    });
+    const events: DispatchEvent[] = [];
+    const dispatcher = new Dispatcher({
+      tools: [tool],
+      ledger: l,
+      leaseMs: 30_000,
+      recordRetryMs: 5000,
+      allowVolatileLedgerForUnkeyedWrites: true,
+      onEvent: (e) => events.push(e),
+      logger: { warn: () => {} },
+    });
+    // The completion carries the result: the server "pauses" for its connection from that command on.
+    const held = p.hold("note-held-complete", 900);
+    const turn = { conversationId: "conv-paused-complete", turnIndex: 0 };
+    const out = await dispatcher.turn(turn).dispatch({ name: "post_note", input: { text: "hi" } });
+    await held;
+    // Before DISPATCH-10's re-sends: ledger_unavailable ("may have happened"), and the row left in
+    // flight until its lease turned it unknown, for a note that was posted.
+    expect(out).toMatchObject({ replayed: false, result: { noteId: "note-held-complete" } });
+    expect(events.filter((e) => e.type === "record_retry").length).toBeGreaterThan(0);
+    expect(events.filter((e) => e.type === "recorded")).toEqual([expect.objectContaining({ state: "completed" })]);
+    expect(await state(l, out.key)).toBe("completed");
+    const replay = await dispatcher.turn(turn).dispatch({ name: "post_note", input: { text: "hi" } });
+    expect(replay).toMatchObject({ replayed: true, resultJson: out.resultJson });
+    expect(runs).toHaveLength(1);
+  });
+
   it("residual (a claimant that dies mid-claim, inherent; LEDGER-26 covers a live one): when the process that gave up dies before its release reaches the server, the late claim stays in flight and its lease turns the unkeyed call unknown", async () => {
     const p = await proxy();
     const l = ledger({ url: p.url, commandTimeoutMs: 300 });
