@@ -4,6 +4,7 @@ import { canonicalize, canonicalizeAndParse, flatArgumentTexts, type JsonValue }
 import {
   ClaimReleasedError,
   DurabilityMismatchError,
+  IdempotencyKeyReusedError,
   InFlightElsewhereError,
   InvalidArgumentError,
   InvalidToolDefinitionError,
@@ -667,17 +668,37 @@ export class Dispatcher implements CallDispatcher {
           ({ claim, sentAt: claimSentAt } = await this.claimRetrying(request, base, claimState, claimSentAt, error));
         }
         const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;
-        if (!differenceLogged && stored !== prepared.requestText && !sameRequest(stored, prepared.requestCanonical)) {
-          // Same logical call, re-worded outside its identity: the first request is the one that
-          // runs or is replayed; the difference is worth seeing (IDENT-3).
-          differenceLogged = true;
-          this.logger.warn("a replay's arguments differ from the first request outside the identity; using the first request", {
-            key,
-            tool: tool.name,
-            stored,
-            replay: prepared.requestText,
-          });
-          this.emit({ type: "request_differs", key, toolName: tool.name, ordinal, stored, replay: prepared.requestText });
+        if (stored !== prepared.requestText && !sameRequest(stored, prepared.requestCanonical)) {
+          const refuse = tool.onRequestDiffers === "refuse";
+          if (!differenceLogged) {
+            // Same logical call, re-worded outside its identity: the first request is the one that
+            // runs or is replayed; the difference is worth seeing (IDENT-3). Or, for a key a
+            // client assigned, another request under a reused key (IDENT-6).
+            differenceLogged = true;
+            this.logger.warn(
+              refuse
+                ? "a call's arguments differ from the request stored under its key; refused (idempotency_key_reused)"
+                : "a replay's arguments differ from the first request outside the identity; using the first request",
+              { key, tool: tool.name, stored, replay: prepared.requestText },
+            );
+            this.emit({ type: "request_differs", key, toolName: tool.name, ordinal, stored, replay: prepared.requestText });
+          }
+          if (refuse) {
+            // Neither the stored request's outcome nor a run of it is this call's (IDENT-6). A
+            // claim that took the row (released, or taken over) gives it back at once, its stored
+            // request kept for its own re-send (LEDGER-21); nothing is waited on.
+            if (claim.outcome === "claimed") {
+              claimState.took = true;
+              const fence = claim.fence;
+              await this.recorded(key, fence, () => this.releaseOwn(key, fence, base), {
+                toolName: tool.name,
+                ordinal,
+                state: "released",
+                write: "release",
+              });
+            }
+            throw new IdempotencyKeyReusedError(key, tool.name);
+          }
         }
         if (claim.outcome === "claimed") {
           if (this.onEvent !== undefined) this.emit({ type: "claimed", key, toolName: tool.name, ordinal, fence: claim.fence, takeover: claim.takeover });

@@ -38,6 +38,7 @@ const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry
   invalid_tool_definition: { rules: ["EFFECT-1", "IDENT-2", "IDENT-5"], carries: [], effect: "no", retryable: "no", raisedWhen: "a tool definition or its schema breaks the registry's rules" },
   tool_input_invalid: { rules: ["DISPATCH-2"], carries: ["toolName", "issues"], effect: "no", retryable: "no", raisedWhen: "arguments fail the tool's schema" },
   invalid_arguments_json: { rules: ["DISPATCH-2"], carries: ["toolName"], effect: "no", retryable: "no", raisedWhen: "a complete tool_use block's arguments are not JSON" },
+  idempotency_key_reused: { rules: ["IDENT-6", "MCP-9"], carries: ["key", "toolName"], effect: "no", retryable: "no", raisedWhen: "a call's key is stored with other arguments, for a tool that refuses differing requests; nothing ran" },
   in_flight_elsewhere: { rules: ["LEDGER-15"], carries: ["key", "waitedMs"], effect: "possibly", retryable: "same_message", raisedWhen: "another attempt holds a live claim past the wait bound" },
   claim_released: { rules: ["LEDGER-8", "LEDGER-21"], carries: ["key", "effectMayHaveHappened", "cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the tool's error did not settle the call; the claim was released for a re-run with the stored request" },
   outcome_unknown: { rules: ["LEDGER-7", "LEDGER-8", "EFFECT-6"], carries: ["key", "reason"], effect: "possibly", retryable: "no", raisedWhen: "the row is unknown: nobody can tell if the effect happened; never re-run" },

@@ -58,6 +58,17 @@ export interface ToolDefinition<Schema extends z.ZodType = z.ZodType, Result = u
    * mint a new key. It must name every field that tells two effects apart (IDENT-2).
    */
   identity?: readonly (keyof z.output<Schema> & string)[];
+  /**
+   * What a call whose key is already stored with other arguments gets (spec IDENT-3, IDENT-6).
+   * `"use_first"`: it is the same call re-worded outside its identity, so it gets the stored
+   * outcome, or a re-run of the stored request. `"refuse"`: the key was assigned by a client (an
+   * MCP client's key, a UUID per user action), so other arguments are another request; it is
+   * refused with `idempotency_key_reused`, never run and never answered with the other request's
+   * result. Writes only.
+   * @default "use_first"
+   * @example defineTool({ name: "pay", effect: "keyed_write", input, identity: ["key"], onRequestDiffers: "refuse", run })
+   */
+  onRequestDiffers?: "use_first" | "refuse";
   run(args: z.output<Schema>, context: ToolRunContext): Promise<Result> | Result;
   /**
    * Optional probe (RECON-1): asks the downstream whether this call's effect happened (by the
@@ -190,6 +201,16 @@ function checkDefinition(tool: ToolDefinition<any, any>): void {
     }
     if (tool.effect === "read") {
       throw new InvalidToolDefinitionError(`tool ${tool.name} is a read; it has no effect to reconcile`);
+    }
+  }
+  if (tool.onRequestDiffers !== undefined) {
+    if (tool.onRequestDiffers !== "use_first" && tool.onRequestDiffers !== "refuse") {
+      throw new InvalidToolDefinitionError(
+        `tool ${tool.name}: onRequestDiffers must be "use_first" or "refuse", got ${JSON.stringify(tool.onRequestDiffers)}`,
+      );
+    }
+    if (tool.effect === "read") {
+      throw new InvalidToolDefinitionError(`tool ${tool.name} is a read; onRequestDiffers only applies to writes`);
     }
   }
   if (tool.identity !== undefined) {

@@ -31,7 +31,8 @@ export type DispatchOnceErrorCode =
   | "store_unavailable"
   | "store_corrupt"
   | "invalid_store_input"
-  | "resolution_refused";
+  | "resolution_refused"
+  | "idempotency_key_reused";
 
 /** The brand every copy of this package puts on its errors. */
 const ERROR_BRAND: unique symbol = Symbol.for("dispatch-once.error") as never;
