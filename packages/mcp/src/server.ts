@@ -212,7 +212,8 @@ export class McpToolGuard {
         name,
         effect,
         input: ENVELOPE,
-        ...(effect === "read" ? {} : { identity: ["key"] as const }),
+        // The client's key is the identity; other arguments under it are another request (MCP-9).
+        ...(effect === "read" ? {} : { identity: ["key"] as const, onRequestDiffers: "refuse" as const }),
         run: (envelope, context) => {
           const scope = this.scope.getStore();
           if (scope === undefined) throw new Error(`tool ${name} ran outside a guarded tools/call`);

@@ -204,6 +204,75 @@ describe("MCP-3, MCP-5: the guard claims before the handler runs and replays a r
   });
 });
 
+describe("MCP-9: a key reused for other arguments is refused", () => {
+  // A client that assigns its own keys (a UUID per user action) and reuses one after an edit.
+  const key = "7f1c2a9e-0d4b-4e8a-9c31-5b2f6e8d1a47";
+  const keyed = (args: Record<string, unknown>) => ({ name: "create_invoice", arguments: args, _meta: { [IDEMPOTENCY_KEY_META]: key } });
+
+  it("a finished key called with other arguments: idempotency_key_reused, the handler does not run, the first result is not handed over", async () => {
+    const s = await setup();
+    try {
+      const first = await s.client.callTool(keyed({ customer: "acme", amount: 12_500 }));
+      const other = await s.client.callTool(keyed({ customer: "acme", amount: 99_000 }));
+      expect((other as CallToolResult).isError).toBe(true);
+      expect(errorMeta(other)).toMatchObject({ code: "idempotency_key_reused", retryable: "no", effect: "no", key });
+      expect(text(other)).not.toContain(text(first));
+      expect((other as CallToolResult).structuredContent).toBeUndefined();
+      // One invoice, for the first request; the stored row is still the first one's.
+      expect(payments.effects().length).toBe(1);
+      expect(s.seen).toEqual([key]);
+      const row = await s.guard.dispatcher.ledger.lookup(s.guard.ledgerKeyFor("create_invoice", key));
+      expect(row).toMatchObject({ state: "completed", fence: 1 });
+      expect(JSON.parse(row!.request)).toEqual({ key, args: { customer: "acme", amount: 12_500 } });
+      // The first request re-sent is still answered from the ledger.
+      const again = await s.client.callTool(keyed({ amount: 12_500, customer: "acme" }));
+      expect((again as CallToolResult)._meta?.[REPLAYED_META]).toBe(true);
+      expect(text(again)).toBe(text(first));
+    } finally {
+      await s.close();
+    }
+  });
+
+  it("a key in flight for other arguments is refused at once (no wait), and the first call completes", async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const s = await setup({ dispatcher: { waitMs: 60_000 } }, gate);
+    try {
+      const first = s.client.callTool(keyed({ customer: "acme", amount: 1 }));
+      await until(() => s.events.some((e) => e.type === "run_started"));
+      const other = await s.client.callTool(keyed({ customer: "globex", amount: 1 }));
+      expect(errorMeta(other)?.code).toBe("idempotency_key_reused");
+      open();
+      expect((await first as CallToolResult).isError).toBeFalsy();
+      expect(payments.effects().length).toBe(1);
+      expect(s.seen).toEqual([key]);
+    } finally {
+      open();
+      await s.close();
+    }
+  });
+
+  it("a keyed write whose handler said nothing ran is re-run only for its own arguments", async () => {
+    const s = await setup();
+    const pay = (amount: number) => ({ name: "send_payment", arguments: { payee: "acme", amount }, _meta: { [IDEMPOTENCY_KEY_META]: key } });
+    try {
+      await payments.close();
+      // The payments API is down: the client's fetch fails before anything is sent; the claim is released.
+      const down = await s.client.callTool(pay(700));
+      expect(errorMeta(down)?.code).toBe("claim_released");
+      const other = await s.client.callTool(pay(701));
+      expect(errorMeta(other)?.code).toBe("idempotency_key_reused");
+      expect(s.seen).toEqual([key]);
+      const row = await s.guard.dispatcher.ledger.lookup(s.guard.ledgerKeyFor("send_payment", key));
+      expect(row?.state).toBe("released");
+      expect(JSON.parse(row!.request)).toEqual({ key, args: { payee: "acme", amount: 700 } });
+    } finally {
+      payments = await startMockPayments(); // for afterEach
+      await s.close();
+    }
+  });
+});
+
 describe("MCP-8: a namespace per principal", () => {
   // A stand-in for extra.authInfo (the in-memory transport carries no authentication).
   const tenantOf = (extra: { _meta?: Record<string, unknown> }) => `billing:${String(extra._meta?.["com.example/tenant"])}`;
