@@ -33,6 +33,7 @@ export const RULES: readonly RuleInfo[] = [
   { id: "LEDGER-19", requirement: "MUST", title: "after retention a key is absent: the next claim starts afresh" },
   { id: "LEDGER-20", requirement: "MUST", title: "a ledger shared across processes measures leases on the store's clock" },
   { id: "LEDGER-21", requirement: "MUST", title: "the creating claim stores the request; re-claims, takeovers and unknown keep it; claimed results and lookup return it byte for byte" },
+  { id: "LEDGER-25", requirement: "MUST", title: "listExpiredInFlight (optional): exactly the in-flight rows whose lease expired at least olderThanMs ago, oldest expiry first, at most limit; changes no row" },
   { id: "LEDGER-26", requirement: "MUST", title: "a claim is recognised by its claim id: sent again, it is the same claim (its fence), not another attempt's row" },
   { id: "LEDGER-27", requirement: "MUST", title: "a released row refuses the claim id it was released under (stale_claim) until retention" },
   { id: "LEDGER-28", requirement: "MUST", title: "retire (optional): a retired claim id is refused for the retention, row or not, before recognition; release only its own in-flight row" },

@@ -43,6 +43,12 @@ export interface SubjectCapabilities {
    * subject that declares it gives `raw.expireRetired` too. Absent means false.
    */
   retire?: boolean;
+  /**
+   * Optional: the ledger offers listExpiredInFlight (LEDGER-25), and must agree with
+   * `capabilities.supports.listExpiredInFlight` (checked). Its checks are not applicable without it.
+   * Absent means false.
+   */
+  listExpiredInFlight?: boolean;
 }
 
 export type SubjectCapability = keyof SubjectCapabilities;

@@ -23,7 +23,7 @@ describe("dispatch-once-conformance CLI", () => {
     expect(stderr).toContain("(not applicable: needs corruption (raw.corrupt))");
     expect(stdout).toContain("Dispatch-Once conformance: ledger-memory (levels: ledger, seed 11, 60 runs)");
     expect(stdout).toMatch(/LEDGER-11\s+MUST\s+n\/a/);
-    expect(stdout).toContain("CONFORMS: 35 rules pass, 3 not applicable by declared capabilities");
+    expect(stdout).toContain("CONFORMS: 36 rules pass, 3 not applicable by declared capabilities");
     expect(code).toBe(0);
   });
 

@@ -40,6 +40,7 @@ export function memoryLedgerSubject(name = "ledger-memory", Ledger: typeof Memor
       resolve: true,
       auditTrail: true,
       retire: true,
+      listExpiredInFlight: true,
     },
     async create(options = {}): Promise<LedgerFixture> {
       // A monotonic wall clock: leases taken by the end-to-end level lapse in real time, and the

@@ -32,7 +32,7 @@ export const postgresSubject: LedgerSubject = {
   // clockSkew: PostgresLedger has no clock option (every time is the server's clock_timestamp()),
   // so the skewed instance is a second instance whose calls run with this process's Date off
   // (skewProcessClock): one that read Date.now() for a lease would take over live claims.
-  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listRows: true, resolve: true, auditTrail: true, retire: true },
+  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listRows: true, resolve: true, auditTrail: true, retire: true, listExpiredInFlight: true },
   async create(options = {}): Promise<LedgerFixture> {
     const pool = sharedPool();
     const schema = uniqueSchema("conf");

@@ -27,7 +27,7 @@ export const redisSubject: LedgerSubject = {
   // clockSkew: RedisLedger has no clock option (leases are on the server's TIME inside its
   // scripts), so the skewed instance is another instance whose calls run with this process's Date
   // off (skewProcessClock): one that computed a lease from Date.now() would take over live claims.
-  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, resolve: true, auditTrail: true, listRows: true, retire: true },
+  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, resolve: true, auditTrail: true, listRows: true, retire: true, listExpiredInFlight: true },
   async create(options = {}) {
     const prefix = uniquePrefix("conf");
     const raw = rawClient();

@@ -4,7 +4,7 @@
  * claim id; meeting its own in-flight row it is the same claim, not another attempt's live row
  * (and, past the lease, not an unkeyed_write call to turn unknown although it never ran).
  */
-import { newClaimId } from "@dispatch-once/core";
+import { newClaimId, type ClaimResult } from "@dispatch-once/core";
 import { ConformanceFailure, must, mustEqual } from "../../failure.js";
 import { claimWithId, describeRow, mustBeClaimed, mustBeExisting, requestFor, withFixture } from "../support.js";
 import { type LedgerCheckSpec, EFFECTS, lookupMust } from "./common.js";
@@ -97,4 +97,35 @@ export const claimIdOnlyWhileInFlight: LedgerCheckSpec = {
     }),
 };
 
-export const CLAIM_ID_CHECKS: readonly LedgerCheckSpec[] = [claimRecognisedByClaimId, claimRecognisedAfterLease, claimIdOnlyWhileInFlight];
+export const takingClaimStoresItsClaimId: LedgerCheckSpec = {
+  rule: "LEDGER-26",
+  name: "a claim without a claim id that takes the row (a keyed_write takeover, a re-claim after release) stores none: a late copy of the earlier claim id then meets the new holder's live claim, never claims it",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const ledger = fixture.ledger;
+      for (const how of ["takeover", "release"] as const) {
+        const key = ctx.key(how);
+        const oldId = newClaimId();
+        const old = mustBeClaimed(await ledger.claim(withId(key, "owner-a", "keyed_write", oldId)), `first claim, with a claim id (${how})`);
+        if (how === "takeover") await fixture.raw.expireLease(key);
+        else await ledger.release(key, old.fence);
+        const what = how === "takeover" ? "a takeover by a claim without a claim id" : "a re-claim of the released row by a claim without a claim id";
+        const taken = mustBeClaimed(await ledger.claim(withId(key, "owner-b", "keyed_write", undefined)), what);
+        let late: ClaimResult | undefined;
+        try {
+          late = await ledger.claim(withId(key, "owner-a", "keyed_write", oldId));
+        } catch (error) {
+          // A ledger that still refuses the old claim id (stale_claim) takes nothing: safe.
+          if ((error as { code?: string }).code !== "stale_claim") throw error;
+        }
+        if (late?.outcome === "claimed") {
+          throw new ConformanceFailure(`after ${what}, a late copy of the first claim id was answered claimed (fence ${late.fence}): the row must store the taking claim's claim id, none, so two claimants now hold fence ${taken.fence}`);
+        }
+        const row = await lookupMust(ledger, key, `after ${what} and a late copy of the first claim id`);
+        must(row.state === "in_flight" && row.fence === taken.fence && row.owner === "owner-b", `after ${what}, the late copy of the first claim id must leave the new holder's claim (fence ${taken.fence}, owner-b), got ${describeRow(row)}`);
+        await ledger.complete(key, taken.fence, '{"ok":true}');
+      }
+    }),
+};
+
+export const CLAIM_ID_CHECKS: readonly LedgerCheckSpec[] = [claimRecognisedByClaimId, claimRecognisedAfterLease, claimIdOnlyWhileInFlight, takingClaimStoresItsClaimId];

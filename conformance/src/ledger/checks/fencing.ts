@@ -1,7 +1,7 @@
 /**
  * LEDGER-4, LEDGER-5 and LEDGER-16: the fence orders claims, refuses stale owners and alone decides ownership.
  */
-import { must, mustEqual, mustRejectWith } from "../../failure.js";
+import { ConformanceFailure, must, mustEqual, mustRejectWith } from "../../failure.js";
 import { LEASE_MS, TOOL_FOR, claimNew, claimRequest, mustBeClaimed, mustBeExisting, mustBeStored, rowEssence, withFixture } from "../support.js";
 import { type LedgerCheckSpec, EFFECTS, DECLINED, lookupMust, snapshot, instances, finishAs, OWNER_OPS, ownerOp } from "./common.js";
 
@@ -195,6 +195,27 @@ export const renewAfterExpiryKeepsClaim: LedgerCheckSpec = {
     }),
 };
 
+export const finishAfterExpiryKeepsClaim: LedgerCheckSpec = {
+  rule: "LEDGER-16",
+  name: "an owner whose lease ran out, before anyone acted on it, may still complete, fail, markUnknown or release its row",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const effect of EFFECTS) {
+        for (const state of ["completed", "failed", "unknown", "released"] as const) {
+          const key = ctx.key(`${effect}-${state}`);
+          const fence = await claimNew(fixture.ledger, key, "owner-a", effect);
+          await fixture.raw.expireLease(key);
+          try {
+            await finishAs(fixture.ledger, key, fence, state);
+          } catch (error) {
+            throw new ConformanceFailure(`the owner's ${state === "completed" ? "complete" : state === "failed" ? "fail" : state === "unknown" ? "markUnknown" : "release"} after its ${effect} lease ran out, before any claim acted on it, raised ${String(error)}: the fence alone decides ownership`);
+          }
+          await mustBeStored(fixture, key, { state, fence }, `${effect} row finished ${state} by its owner after its lease ran out`);
+        }
+      }
+    }),
+};
+
 export const sameOwnerAfterExpiryTakesOver: LedgerCheckSpec = {
   rule: "LEDGER-16",
   name: "the same owner string re-claiming after expiry takes over with a new fence; its old fence is stale",
@@ -210,4 +231,4 @@ export const sameOwnerAfterExpiryTakesOver: LedgerCheckSpec = {
 };
 
 /** Every check of this file, in order. */
-export const FENCING_CHECKS: readonly LedgerCheckSpec[] = [fenceAcrossReleases, fenceAcrossTakeovers, fenceAfterRestart, staleOwnerRefusedAfterTakeover, unissuedFenceRefused, finishedRowRefusesOwnerOps, absentKeyRefusesOwnerOps, staleCompleteRacingTakeover, staleOwnerRefusedViaOtherInstance, renewAfterExpiryKeepsClaim, sameOwnerAfterExpiryTakesOver];
+export const FENCING_CHECKS: readonly LedgerCheckSpec[] = [fenceAcrossReleases, fenceAcrossTakeovers, fenceAfterRestart, staleOwnerRefusedAfterTakeover, unissuedFenceRefused, finishedRowRefusesOwnerOps, absentKeyRefusesOwnerOps, staleCompleteRacingTakeover, staleOwnerRefusedViaOtherInstance, renewAfterExpiryKeepsClaim, finishAfterExpiryKeepsClaim, sameOwnerAfterExpiryTakesOver];

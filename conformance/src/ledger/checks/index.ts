@@ -15,6 +15,7 @@ import { CLAIM_ID_CHECKS } from "./claim-id.js";
 import type { LedgerCheckSpec } from "./common.js";
 import { CORRUPTION_CHECKS } from "./corruption.js";
 import { FAILURES_CHECKS } from "./failures.js";
+import { EXPIRED_IN_FLIGHT_CHECKS } from "./expired-in-flight.js";
 import { FENCING_CHECKS } from "./fencing.js";
 import { KEYS_CHECKS } from "./keys.js";
 import { LEASE_LENGTH_CHECKS } from "./lease-length.js";
@@ -40,6 +41,7 @@ export * from "./claim-before-run.js";
 export * from "./claim-id.js";
 export * from "./corruption.js";
 export * from "./failures.js";
+export * from "./expired-in-flight.js";
 export * from "./fencing.js";
 export * from "./keys.js";
 export * from "./lease-length.js";
@@ -78,6 +80,7 @@ export const LEDGER_CHECKS_BY_CONCERN: Readonly<Record<string, readonly LedgerCh
   requests: REQUESTS_CHECKS,
   "claim-id": CLAIM_ID_CHECKS,
   retire: RETIRE_CHECKS,
+  "expired-in-flight": EXPIRED_IN_FLIGHT_CHECKS,
   supports: SUPPORTS_CHECKS,
   "list-rows": LIST_ROWS_CHECKS,
   resolve: RESOLVE_CHECKS,

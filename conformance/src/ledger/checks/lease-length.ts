@@ -6,7 +6,7 @@
 import type { ClaimResult } from "@dispatch-once/core";
 import { ConformanceFailure, must, mustRejectWith, show } from "../../failure.js";
 import { claimRequest, describeRow, mustBeClaimed, mustBeExisting, sleep, withFixture } from "../support.js";
-import { EFFECTS, type LedgerCheckSpec, lookupMust } from "./common.js";
+import { EFFECTS, type LedgerCheckSpec, leaseOf, lookupMust } from "./common.js";
 
 /**
  * How far two readings of the store's clock may disagree with the kit's own measure of the time
@@ -186,6 +186,11 @@ export const leaseLimit: LedgerCheckSpec = {
       }
       const after = await lookupMust(ledger, fractional, "lookup after refused renewals");
       must(after.state === "in_flight" && (after as { leaseExpiresAt?: number }).leaseExpiresAt === claimed.leaseExpiresAt, `refused renewals must not change the lease, got ${describeRow(after)}`);
+      // renew rounds a fraction up as claim does: every stored time is whole milliseconds (LEDGER-29, LEDGER-11).
+      const renewed = await ledger.renew(fractional, claimed.fence, 60_000.4);
+      must(Number.isSafeInteger(renewed.leaseExpiresAt), `renew with leaseMs 60,000.4: leaseExpiresAt must be whole milliseconds (the fraction rounded up), got ${show(renewed.leaseExpiresAt)}`);
+      const stored = leaseOf(await lookupMust(ledger, fractional, "lookup after a renewal with leaseMs 60,000.4"));
+      must(stored === renewed.leaseExpiresAt, `renew with leaseMs 60,000.4: the stored lease ${show(stored)} must be the whole-millisecond lease renew returned, ${show(renewed.leaseExpiresAt)}`);
     }),
 };
 

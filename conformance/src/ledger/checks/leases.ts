@@ -1,8 +1,9 @@
 /**
  * LEDGER-6, LEDGER-7, LEDGER-9, LEDGER-15, LEDGER-17 and LEDGER-18: what a lease protects, and what happens when it runs out (with the hooks).
  */
+import type { LedgerEffect } from "@dispatch-once/core";
 import { ConformanceFailure, must, mustEqual, mustRejectWith } from "../../failure.js";
-import { LEASE_MS, TOOL_FOR, claimNew, claimRequest, mustBeClaimed, mustBeExisting, mustBeStored, rowEssence, short, withFixture } from "../support.js";
+import { LEASE_MS, TOOL_FOR, claimNew, claimRequest, describeRow, mustBeClaimed, mustBeExisting, mustBeStored, rowEssence, short, withFixture } from "../support.js";
 import { type LedgerCheckSpec, EFFECTS, lookupMust, leaseOf } from "./common.js";
 
 export const liveRowSeenByClaimants: LedgerCheckSpec = {
@@ -206,5 +207,40 @@ export const expiryFollowsStoredEffect: LedgerCheckSpec = {
     }),
 };
 
+export const takingClaimStoresItsEffect: LedgerCheckSpec = {
+  rule: "LEDGER-18",
+  name: "a claim that takes the row (a re-claim after release, a keyed_write takeover) stores its own effect class, and the next expiry follows it: an unkeyed_write claimant's row turns unknown, a keyed_write claimant's is taken over",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const ledger = fixture.ledger;
+      const cases: Array<{ how: "release" | "takeover"; first: LedgerEffect; second: LedgerEffect }> = [
+        { how: "release", first: "keyed_write", second: "unkeyed_write" },
+        { how: "release", first: "unkeyed_write", second: "keyed_write" },
+        { how: "takeover", first: "keyed_write", second: "unkeyed_write" },
+      ];
+      for (const { how, first, second } of cases) {
+        const what = `a ${first} row ${how === "release" ? "released and re-claimed" : "taken over"} by a ${second} claimant`;
+        const key = ctx.key(`${how}-${second}`);
+        const fence = await claimNew(ledger, key, "owner-a", first);
+        if (how === "release") await ledger.release(key, fence);
+        else await fixture.raw.expireLease(key);
+        const taken = mustBeClaimed(await ledger.claim(claimRequest(key, "owner-b", second)), what);
+        const row = await lookupMust(ledger, key, what);
+        must(row.state === "in_flight" && row.effect === second, `${what}: the row must store the claimant's effect class ${second} (LEDGER-18), got effect ${String(row.effect)} (${describeRow(row)})`);
+        await fixture.raw.expireLease(key);
+        const next = await ledger.claim(claimRequest(key, "owner-c", first));
+        if (second === "unkeyed_write") {
+          const seen = mustBeExisting(next, `${what}, its lease expired, claimed by a ${first} claimant`);
+          // Which tool name the re-claimed row keeps is not what LEDGER-18 rules on: only the class decides.
+          const { toolName: _toolName, ...essence } = rowEssence(seen)!;
+          mustEqual(essence, { key, state: "unknown", fence: taken.fence, effect: "unkeyed_write", reason: "lease_expired" }, `${what}, after its lease expired: the unkeyed_write call is never re-run`);
+        } else {
+          const again = mustBeClaimed(next, `${what}, its lease expired, claimed by a ${first} claimant`);
+          must(again.takeover && again.fence === taken.fence + 1, `${what}, after its lease expired: a keyed_write row is taken over (fence ${taken.fence + 1}, takeover), got fence ${again.fence}, takeover ${again.takeover}`);
+        }
+      }
+    }),
+};
+
 /** Every check of this file, in order. */
-export const LEASES_CHECKS: readonly LedgerCheckSpec[] = [liveRowSeenByClaimants, liveRowSeenViaOtherInstance, inFlightSurvivesRestart, expiredKeyedTakenOver, expiredUnkeyedBecomesUnknown, unknownSurvivesRestart, expiredUnkeyedNeverTakenOverAfterRestart, renewExtendsLease, liveRowMakesSameOwnerWait, lookupNeverActsOnExpiry, expiryFollowsStoredEffect];
+export const LEASES_CHECKS: readonly LedgerCheckSpec[] = [liveRowSeenByClaimants, liveRowSeenViaOtherInstance, inFlightSurvivesRestart, expiredKeyedTakenOver, expiredUnkeyedBecomesUnknown, unknownSurvivesRestart, expiredUnkeyedNeverTakenOverAfterRestart, renewExtendsLease, liveRowMakesSameOwnerWait, lookupNeverActsOnExpiry, expiryFollowsStoredEffect, takingClaimStoresItsEffect];

@@ -9,11 +9,11 @@ import type { SubjectCapability } from "../../types.js";
 import { withFixture } from "../support.js";
 import { type LedgerCheckSpec } from "./common.js";
 
-const OPTIONAL = ["listRows", "resolve", "auditTrail", "retire"] as const;
+const OPTIONAL = ["listRows", "resolve", "auditTrail", "retire", "listExpiredInFlight"] as const;
 
 export const supportsAgree: LedgerCheckSpec = {
   rule: "LEDGER-14",
-  name: "capabilities.supports, the ledger's optional methods (listRows, resolve, auditTrail, retire) and the subject's declaration agree",
+  name: "capabilities.supports, the ledger's optional methods (listRows, resolve, auditTrail, retire, listExpiredInFlight) and the subject's declaration agree",
   run: (ctx) =>
     withFixture(ctx.subject, async (fixture) => {
       const supports = (fixture.ledger.capabilities.supports ?? {}) as Record<string, unknown>;
