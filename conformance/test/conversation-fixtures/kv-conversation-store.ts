@@ -62,6 +62,27 @@ export interface ConversationBugs {
   messageIdsFoldCase?: boolean;
   /** Message ids cut to 64 characters (a VARCHAR(64) under MySQL's non-strict mode). */
   messageIdsTruncated?: boolean;
+  // ---- audit mutants (not planted before) ----
+  /** commitTurn checks the fence and the message but not the expected turn count (lost update). */
+  commitIgnoresCount?: boolean;
+  /** failMessage does not check the fence: a paused holder fails the message after a takeover. */
+  failIgnoresFence?: boolean;
+  /** renewLease does not check the fence: a stale holder extends whoever holds the lease now. */
+  renewIgnoresFence?: boolean;
+  /** releaseLease does not check the fence: a stale holder's release frees the new holder's lease. */
+  releaseIgnoresFence?: boolean;
+  /** beginTurn does not check the fence: a stale holder binds and begins turns. */
+  beginIgnoresFence?: boolean;
+  /** acquireLease is re-entrant for the same owner string while the lease is live. */
+  reentrantSameOwner?: boolean;
+  /** The fence that first began a turn index is kept per instance: a restart forgets it (resumed says false). */
+  begunNotDurable?: boolean;
+  /** A re-send of an answered message queues it again (as if new): it is answered a second time. */
+  resendRequeuesAnswered?: boolean;
+  /** The turn index is a counter of bindings: a new message after a failed turn takes the next index. */
+  indexCountsBindings?: boolean;
+  /** failMessage fails a message in any state (an answered one too). */
+  failAnyState?: boolean;
 }
 
 interface State {
@@ -99,6 +120,7 @@ const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
 export class KvConversationStore implements ConversationStore {
   readonly capabilities: ConversationStoreCapabilities = { durability: "durable", clock: "store", sharedAcrossProcesses: true };
   private instanceFence = new Map<string, number>();
+  private instanceBegun = new Map<string, { turnIndex: number; fence: number } | null>();
 
   constructor(
     private readonly backing: KvBacking,
@@ -117,6 +139,11 @@ export class KvConversationStore implements ConversationStore {
     this.checkData("content", message.content);
     return this.locked(conversationId, (s) => {
       const known = s.messages.find((m) => this.sameMessage(m.id, message.id));
+      if (known !== undefined && this.bugs.resendRequeuesAnswered && known.state === "answered") {
+        known.state = "queued";
+        delete known.turnIndex;
+        return { appended: false, message: structuredClone(known), reopened: false };
+      }
       if (known !== undefined && !this.bugs.appendNotIdempotent) {
         const reopenable = this.bugs.reopensAfterOtherBound || s.lastBound === known.id;
         if (known.state === "failed" && reopenable) {
@@ -151,7 +178,8 @@ export class KvConversationStore implements ConversationStore {
     }
     return this.locked(conversationId, (s) => {
       const now = this.backing.now();
-      if (s.lease !== null && s.lease.expiresAt > now && !this.bugs.acquireIgnoresExpiry) {
+      const reentrant = this.bugs.reentrantSameOwner && s.lease?.owner === owner;
+      if (s.lease !== null && s.lease.expiresAt > now && !this.bugs.acquireIgnoresExpiry && !reentrant) {
         return { acquired: false, owner: s.lease.owner, leaseExpiresAt: s.lease.expiresAt };
       }
       let fence: number;
@@ -170,7 +198,7 @@ export class KvConversationStore implements ConversationStore {
   async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
     if (!this.bugs.leaseArgumentsUnchecked) leaseMs = checkTurnLeaseMs(leaseMs);
     return this.locked(conversationId, (s) => {
-      const lease = held(conversationId, s, fence);
+      const lease = this.bugs.renewIgnoresFence && s.lease !== null ? s.lease : held(conversationId, s, fence);
       lease.expiresAt = this.backing.now() + leaseMs;
       return { leaseExpiresAt: lease.expiresAt };
     });
@@ -178,13 +206,14 @@ export class KvConversationStore implements ConversationStore {
 
   async releaseLease(conversationId: string, fence: number): Promise<void> {
     return this.locked(conversationId, (s) => {
-      if (s.lease?.fence === fence) s.lease = null;
+      if (s.lease?.fence === fence || this.bugs.releaseIgnoresFence) s.lease = null;
     });
   }
 
   async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
     return this.locked(conversationId, (s) => {
-      held(conversationId, s, fence);
+      if (!this.bugs.beginIgnoresFence) held(conversationId, s, fence);
+      if (this.bugs.begunNotDurable) s.begun = this.instanceBegun.get(conversationId) ?? null;
       const queued = s.messages.filter((m) => m.state === "queued");
       let current = s.messages.find((m) => m.state === "in_progress");
       if (current !== undefined && this.bugs.rebindsOnTakeover && s.boundFence !== fence && queued.length > 0) {
@@ -196,10 +225,13 @@ export class KvConversationStore implements ConversationStore {
       const turnIndex = s.turns.length;
       let resumed = s.begun?.turnIndex === turnIndex && s.begun.fence !== fence;
       if (s.begun?.turnIndex !== turnIndex) s.begun = { turnIndex, fence };
+      if (this.bugs.begunNotDurable) this.instanceBegun.set(conversationId, s.begun ?? null);
       if (this.bugs.resumedOnlyInProgress) resumed = current.state === "in_progress" && s.boundFence !== fence;
       if (current.state === "queued") {
         current.state = "in_progress";
-        current.turnIndex ??= s.turns.length; // a reopened message keeps its first index (TURN-11)
+        current.turnIndex ??= this.bugs.indexCountsBindings
+          ? Math.max(s.turns.length, ...s.messages.filter((m) => m.turnIndex !== undefined && m !== current).map((m) => m.turnIndex! + 1))
+          : s.turns.length; // a reopened message keeps its first index (TURN-11)
         s.lastBound = current.id;
         s.boundFence = fence;
       }
@@ -215,7 +247,7 @@ export class KvConversationStore implements ConversationStore {
     const apply = (s: State): { committed: boolean } => {
       const loose = this.bugs.commitChecksCountOnly;
       if (!loose && !this.bugs.commitIgnoresFence && s.lease?.fence !== commit.fence) return { committed: false };
-      if (s.turns.length !== commit.turnIndex) return { committed: false };
+      if (s.turns.length !== commit.turnIndex && !this.bugs.commitIgnoresCount) return { committed: false };
       const message = s.messages.find((m) => this.sameMessage(m.id, commit.messageId));
       if (!loose && (message === undefined || message.state !== "in_progress")) return { committed: false };
       const turn: StoredTurn = { turnIndex: commit.turnIndex, messageId: commit.messageId, assistant: this.text(commit.assistant), stopReason: commit.stopReason };
@@ -235,9 +267,9 @@ export class KvConversationStore implements ConversationStore {
   async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
     this.checkData("record", record);
     return this.locked(conversationId, (s) => {
-      held(conversationId, s, fence);
+      if (!this.bugs.failIgnoresFence) held(conversationId, s, fence);
       const message = s.messages.find((m) => this.sameMessage(m.id, messageId));
-      if (message === undefined || message.state !== "in_progress") throw new InvalidStoreInputError("messageId", `message ${messageId} is not in progress`);
+      if (message === undefined || (message.state !== "in_progress" && !this.bugs.failAnyState)) throw new InvalidStoreInputError("messageId", `message ${messageId} is not in progress`);
       message.state = "failed";
       message.failure = this.text(record);
       s.records.push(this.text(record));
