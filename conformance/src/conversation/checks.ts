@@ -745,6 +745,9 @@ export const newMessageTakesFailedIndex: ConversationCheckSpec = {
       await store.appendUserMessage(c, { id: "m2", content: userText("try again: pay alice") });
       const next = await mustBegin(store, c, fence, "begin m2");
       mustEqual([next.message.id, next.turnIndex], ["m2", failed.turnIndex], "m2's binding");
+      // The binding as stored (TURN-11), not only the snapshot: what a restart, a takeover and the
+      // user's view of the message read.
+      mustEqual([next.message.turnIndex, (await store.message(c, "m2"))?.turnIndex], [failed.turnIndex, failed.turnIndex], "m2's stored binding");
       mustEqual(next.input, [userText("try again: pay alice")], "m2's input (nothing of the failed turn)");
     }),
 };
