@@ -1,5 +1,5 @@
 import type { CallRecord, FailedTurnRecord, SupersededAttemptRecord } from "@dispatch-once/runner";
-import type { JsonValue, StoredMessage, StoredTurn } from "@dispatch-once/core";
+import { canonicalize, type JsonValue, type StoredMessage, type StoredTurn } from "@dispatch-once/core";
 import type { Effect } from "@dispatch-once/mock-payments";
 import type { TranscriptReader } from "./provider.js";
 import { faultFree, type PlannedCall } from "./scenario.js";
@@ -41,6 +41,16 @@ function effectSignature(effect: Effect, referenceOf: Map<string, string>): stri
 
 function describeEffect(effect: Effect): string {
   return `${effect.kind} ${effect.resourceId} (seq ${effect.seq}, key ${short(effect.idempotencyKey ?? undefined)})`;
+}
+
+/** Two JSON values are the same data (a store may keep members in another order, TURN-18). */
+function sameJson(a: unknown, b: unknown): boolean {
+  const text = (v: unknown) => canonicalize(JSON.parse(JSON.stringify(v)) as JsonValue);
+  try {
+    return text(a) === text(b);
+  } catch {
+    return JSON.stringify(a) === JSON.stringify(b);
+  }
 }
 
 const WRITES = new Set(["send_payment", "void_payment", "create_invoice"]);
@@ -270,14 +280,44 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
       const uses = transcript.calls(t.assistant);
       const results = new Map(transcript.results(t.toolResults).map((b) => [b.id, b]));
       const seen = new Map<string, number>();
+      /** Keys of this turn's committed write calls, by the call id that first used each. */
+      const keysInTurn = new Map<string, string>();
       for (const use of uses) {
         const name = use.name ?? "";
         const identity = identityText(name, use.input);
         const ordinal = identity === undefined ? 0 : (seen.get(`${name}|${identity}`) ?? 0);
         if (identity !== undefined) seen.set(`${name}|${identity}`, ordinal + 1);
         // The key the call was dispatched under, as the runner reported it; the spec's key when it did not.
-        const key = keyOfCall.get(use.id ?? "") ?? expectedKey(c.id, t.turnIndex, name, use.input, ordinal);
+        const reported = keyOfCall.get(use.id ?? "");
+        const specKey = expectedKey(c.id, t.turnIndex, name, use.input, ordinal);
+        const key = reported ?? specKey;
         const block = results.get(use.id);
+        if (WRITES.has(name) && block !== undefined && !block.isError && reported !== undefined) {
+          const where = `${name} call ${use.id} (turn ${t.turnIndex} of ${c.id}, message ${JSON.stringify(t.messageId)})`;
+          // DISPATCH-6: two calls of one committed response are two logical calls, two keys: one
+          // key for both answers the second with the first's result and performs it once.
+          const other = keysInTurn.get(reported);
+          if (other !== undefined) {
+            add(
+              "DISPATCH-6",
+              `${where} was dispatched under key ${short(reported)}, the key of call ${other} of the same committed response: ` +
+                `two calls answered by one run (identical calls of one attempt take ordinals 0, 1, ...)`,
+            );
+          } else if (specKey !== undefined && reported !== specKey) {
+            // TURN-4, TURN-6: the committed call's key is spec §3's for another ordinal (a count
+            // that did not restart with the attempt, or counted other calls). Keys derived some
+            // other way altogether are judged by their effects (CONF-2 above).
+            const shifted = [...Array(8).keys()].find((o) => o !== ordinal && expectedKey(c.id, t.turnIndex, name, use.input, o) === reported);
+            if (shifted !== undefined) {
+              add(
+                "TURN-4",
+                `${where} was dispatched under key ${short(reported)}, the key of ordinal ${shifted}; ${ordinal} identical calls precede it in its ` +
+                  `response, so its ordinal is ${ordinal} (key ${short(specKey)}): the ordinal counts identical calls of one attempt, from 0 in every attempt`,
+              );
+            }
+          }
+          keysInTurn.set(reported, use.id);
+        }
         if (key !== undefined && block !== undefined && WRITES.has(name)) committedKeys.add(key);
         if (key === undefined || block === undefined || !WRITES.has(name)) continue;
         const { text } = block;
@@ -332,6 +372,15 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     }
   }
 
+  // ---- RECORD-8: a committed turn's record of earlier runs is kept beside the conversation ----
+  for (const e of ctx.events) {
+    if (e.type !== "resumed_turn_recorded") continue;
+    const c = conversations.find((x) => x.id === e.conversationId);
+    if (!(c?.records.some((r) => sameJson(r, e.record)) ?? false)) {
+      add("RECORD-8", `the record of committed turn ${e.turnIndex} of ${e.conversationId} (message ${JSON.stringify(e.record.messageId)}, ${e.worker}) was reported but is not kept beside the conversation`);
+    }
+  }
+
   // ---- records: every effect listed, none denied (RECORD-2, RECORD-4, RECORD-5, TURN-13) ----
   const bySeq = new Map(effects.map((e) => [e.seq, e]));
   for (const e of ctx.events) {
@@ -341,10 +390,11 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     const what = `the ${record.kind === "failed_turn" ? "failed-turn record" : "superseded-attempt record"} of turn ${record.turnIndex} (message ${JSON.stringify(record.messageId)}, ${e.worker})`;
     const seen = [...(e.effectsSeen ?? [])].map((s) => bySeq.get(s)).filter((x): x is Effect => x !== undefined);
     const seenUnder = (key: string) => seen.filter((x) => x.idempotencyKey === key);
+    // RECORD-4, TURN-13: what the runner reported is what the user can read beside the conversation.
+    const c = conversations.find((x) => x.id === record.conversationId);
+    const kept = c?.records.some((r) => sameJson(r, record)) ?? false;
+    if (!kept) add(record.kind === "failed_turn" ? "RECORD-4" : "TURN-13", `${what} is not kept beside the conversation`);
     if (record.kind === "failed_turn") {
-      const c = conversations.find((x) => x.id === record.conversationId);
-      const kept = c?.records.some((r) => JSON.stringify(r) === JSON.stringify(record)) ?? false;
-      if (!kept) add("RECORD-4", `${what} is not kept beside the conversation`);
       if (record.retryable && record.calls.some((x) => x.status === "outcome_unknown" || x.status === "result_not_storable")) {
         add("RECORD-5", `${what} says a re-send can help although an effect is left unknown or unstorable`);
       }
