@@ -1,0 +1,226 @@
+/**
+ * Audit mutants (not planted before): each plants one realistic bug through the hooks the kit's
+ * planted-bug tests use (dispatcher factory, tool wrapper, ledger subject, conversation store).
+ */
+import {
+  Dispatcher,
+  MemoryConversationStore,
+  ToolError,
+  ToolRegistry,
+  type CallDispatcher,
+  type ConversationStore,
+  type Ledger,
+  type TurnDispatch,
+} from "@dispatch-once/core";
+import { memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
+import type { EndToEndOptions } from "../src/index.js";
+
+export const memory = memoryLedgerSubject();
+
+type DispatcherFactory = NonNullable<EndToEndOptions["dispatcher"]>;
+type Tools = Parameters<DispatcherFactory>[0];
+
+function realDispatcher(tools: Tools, ledger: Ledger, defaults: Parameters<DispatcherFactory>[2]): Dispatcher {
+  return new Dispatcher({ ...defaults, ledger, tools: new ToolRegistry(tools) });
+}
+
+function wrapDispatcher(inner: Dispatcher, turn: CallDispatcher["turn"]): CallDispatcher {
+  return { turn, effectClassOf: (name) => inner.effectClassOf(name) };
+}
+
+function wrapTools(tools: Tools, run: (tool: Tools[number], args: unknown, context: any) => Promise<unknown>): Tools {
+  return tools.map((tool) => ({ ...tool, run: (args: unknown, context: any) => run(tool, args, context) }));
+}
+
+/** Every method of a store bound to it, with some replaced. */
+export function storeWith(inner: ConversationStore, overrides: Partial<ConversationStore>): ConversationStore {
+  return new Proxy(inner, {
+    get(target, prop, receiver) {
+      if (prop in overrides) return (overrides as Record<string | symbol, unknown>)[prop];
+      const value = Reflect.get(target, prop, receiver);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+function ledgerSubjectWith(make: (inner: Ledger) => Ledger): LedgerSubject {
+  return {
+    ...memory,
+    async create(options) {
+      const fixture = await memory.create(options);
+      const ledger = make(fixture.ledger);
+      return { ...fixture, ledger, reopen: async () => make(await fixture.reopen()) };
+    },
+  };
+}
+
+function ledgerWith(inner: Ledger, overrides: Partial<Ledger>): Ledger {
+  return new Proxy(inner, {
+    get(target, prop, receiver) {
+      if (prop in overrides) return (overrides as Record<string | symbol, unknown>)[prop];
+      const value = Reflect.get(target, prop, receiver);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+export interface AuditMutant {
+  name: string;
+  /** The MUST rule it breaks. */
+  breaks: string;
+  subject?: LedgerSubject;
+  options: () => Partial<EndToEndOptions>;
+}
+
+export const MUTANTS: AuditMutant[] = [
+  {
+    // Each call counts its ordinal alone (as if keyed by its toolu_ id): two identical calls of
+    // one response both get ordinal 0, one key; the second is answered with the first's result.
+    name: "ordinalPerCall",
+    breaks: "DISPATCH-6",
+    options: () => ({
+      dispatcher: (tools, ledger, defaults) => {
+        const inner = realDispatcher(tools, ledger, defaults);
+        return wrapDispatcher(inner, (context) => ({ dispatch: (call) => inner.turn(context).dispatch(call) }));
+      },
+    }),
+  },
+  {
+    // The ordinal count is kept per turn across attempts instead of starting again (TURN-6).
+    name: "ordinalAcrossAttempts",
+    breaks: "TURN-6",
+    options: () => ({
+      dispatcher: (tools, ledger, defaults) => {
+        const inner = realDispatcher(tools, ledger, defaults);
+        const turns = new Map<string, TurnDispatch>();
+        return wrapDispatcher(inner, (context) => {
+          const id = `${context.conversationId}|${context.turnIndex}`;
+          if (!turns.has(id)) turns.set(id, inner.turn(context));
+          return turns.get(id)!;
+        });
+      },
+    }),
+  },
+  {
+    // A re-run of a key (a takeover, a released claim) goes out without its Idempotency-Key.
+    name: "dropsKeyOnRerun",
+    breaks: "DISPATCH-4",
+    options: () => {
+      const ran = new Set<string>();
+      return {
+        dispatcher: (tools, ledger, defaults) =>
+          realDispatcher(
+            wrapTools(tools, (tool, args, context) => {
+              const again = ran.has(context.idempotencyKey);
+              ran.add(context.idempotencyKey);
+              return tool.run(args, again ? { ...context, idempotencyKey: undefined } : context);
+            }),
+            ledger,
+            defaults,
+          ),
+      };
+    },
+  },
+  {
+    // A lost response (the downstream may have performed it) is reported as a definite decline.
+    name: "lostResponseAsDeclined",
+    breaks: "RECORD-3",
+    options: () => ({
+      dispatcher: (tools, ledger, defaults) =>
+        realDispatcher(
+          wrapTools(tools, async (tool, args, context) => {
+            try {
+              return await tool.run(args, context);
+            } catch (e) {
+              if (ToolError.isInstance(e) && (e.disposition === "definite" || e.disposition === "not_performed")) throw e;
+              throw new ToolError(e instanceof Error ? e.message : String(e), { disposition: "definite", code: "declined" });
+            }
+          }),
+          ledger,
+          defaults,
+        ),
+    }),
+  },
+  {
+    // A lost response is reported as "not performed": the claim is released as if nothing happened.
+    name: "lostResponseAsNotPerformed",
+    breaks: "RECORD-2",
+    options: () => ({
+      dispatcher: (tools, ledger, defaults) =>
+        realDispatcher(
+          wrapTools(tools, async (tool, args, context) => {
+            try {
+              return await tool.run(args, context);
+            } catch (e) {
+              if (ToolError.isInstance(e) && (e.disposition === "definite" || e.disposition === "not_performed")) throw e;
+              throw new ToolError(e instanceof Error ? e.message : String(e), { disposition: "not_performed", code: "not_sent" });
+            }
+          }),
+          ledger,
+          defaults,
+        ),
+    }),
+  },
+  {
+    // The ledger forgets "unknown": markUnknown releases the row, so an unkeyed write is re-run.
+    name: "unknownReleased",
+    breaks: "EFFECT-4",
+    subject: ledgerSubjectWith((inner) => ledgerWith(inner, { markUnknown: (k, f) => inner.release(k, f) })),
+    options: () => ({}),
+  },
+  {
+    // The runner does not pass `resumed` on to the dispatcher (TURN-15).
+    name: "resumedNotPassed",
+    breaks: "TURN-15",
+    options: () => ({
+      dispatcher: (tools, ledger, defaults) => {
+        const inner = realDispatcher(tools, ledger, defaults);
+        return wrapDispatcher(inner, (context) => inner.turn({ ...context, resumed: false }));
+      },
+    }),
+  },
+  {
+    // The store never says a turn is resumed (TURN-15).
+    name: "storeNeverResumed",
+    breaks: "TURN-15",
+    options: () => ({
+      conversationStore: ({ now }) => {
+        const inner = new MemoryConversationStore({ now });
+        return storeWith(inner, {
+          beginTurn: async (c, f) => {
+            const s = await inner.beginTurn(c, f);
+            return s === undefined ? s : { ...s, resumed: false };
+          },
+        });
+      },
+    }),
+  },
+  {
+    // Superseded-attempt records are reported as events but never kept beside the conversation.
+    name: "supersededRecordsNotKept",
+    breaks: "TURN-13",
+    options: () => ({
+      conversationStore: ({ now }) => {
+        const inner = new MemoryConversationStore({ now });
+        return storeWith(inner, {
+          addRecord: async (c, r) => {
+            if ((r as { kind?: string }).kind === "superseded_attempt") return;
+            return inner.addRecord(c, r);
+          },
+        });
+      },
+    }),
+  },
+  {
+    // Records written without the lease (a failed turn whose holder lost the lease, RECORD-8
+    // records) are dropped: only failMessage keeps a record.
+    name: "addRecordNoop",
+    breaks: "RECORD-4",
+    options: () => ({
+      conversationStore: ({ now }) => {
+        const inner = new MemoryConversationStore({ now });
+        return storeWith(inner, { addRecord: async () => {} });
+      },
+    }),
+  },
+];

@@ -1,0 +1,36 @@
+import { describe, expect, it } from "vitest";
+import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import { expectReadable } from "./readable.js";
+import { MUTANTS, memory } from "./audit-mutants.js";
+
+/**
+ * Planted bugs the end-to-end oracle passed before the audit (each survived 40 to 150 runs):
+ * a dispatcher whose ordinal is counted per call, and records reported to the caller but not
+ * kept beside the conversation. Each must now be rejected with the rule it breaks and a
+ * readable counterexample (timeline, seed and path).
+ */
+const SHRINK_BUDGET_MS = 30_000;
+const mutant = (name: string) => MUTANTS.find((m) => m.name === name)!;
+
+describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects the audit's planted bugs (provider %s)", (provider) => {
+  it("DISPATCH-6 a dispatcher that counts each call's ordinal alone answers the second of two identical calls with the first's payment", async () => {
+    const error = await runEndToEnd(memory, { provider, runs: 300, seed: 6, timeLimitMs: SHRINK_BUDGET_MS, ...mutant("ordinalPerCall").options() }).catch((e: unknown) => e);
+    const message = expectReadable(error, 6);
+    expect(message).toMatch(/breaks DISPATCH-6/);
+    expect(message).toMatch(/send_payment call \S+ \(turn \d+ of conv-\d+, message "[^"]+"\) was dispatched under key [0-9a-f]{8}, the key of call \S+ of the same committed response/);
+  }, 600_000);
+
+  it("TURN-13 a store that drops superseded-attempt records keeps no word of the superseded attempt's calls beside the conversation", async () => {
+    const error = await runEndToEnd(memory, { provider, runs: 300, seed: 13, timeLimitMs: SHRINK_BUDGET_MS, ...mutant("supersededRecordsNotKept").options() }).catch((e: unknown) => e);
+    const message = expectReadable(error, 13);
+    expect(message).toMatch(/breaks TURN-13/);
+    expect(message).toMatch(/the superseded-attempt record of turn \d+ \(message "[^"]+", \S+\) is not kept beside the conversation/);
+  }, 600_000);
+
+  it("RECORD-8 a store whose addRecord keeps nothing loses the record of a turn committed after a retry", async () => {
+    const error = await runEndToEnd(memory, { provider, runs: 300, seed: 8, timeLimitMs: SHRINK_BUDGET_MS, ...mutant("addRecordNoop").options() }).catch((e: unknown) => e);
+    const message = expectReadable(error, 8);
+    expect(message).toMatch(/breaks (RECORD-8|TURN-13)/);
+    expect(message).toMatch(/is not kept beside the conversation/);
+  }, 600_000);
+});
