@@ -20,6 +20,14 @@ describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects the audit's plant
     expect(message).toMatch(/send_payment call \S+ \(turn \d+ of conv-\d+, message "[^"]+"\) was dispatched under key [0-9a-f]{8}, the key of call \S+ of the same committed response/);
   }, 600_000);
 
+  it("TURN-4 a dispatcher whose ordinal count does not restart with the attempt (TURN-6) keys a retried call as another call", async () => {
+    // Caught before the audit by its duplicate payment (CONF-2); now by the key itself, on the smallest scenario.
+    const error = await runEndToEnd(memory, { provider, runs: 300, seed: 4, timeLimitMs: SHRINK_BUDGET_MS, ...mutant("ordinalAcrossAttempts").options() }).catch((e: unknown) => e);
+    const message = expectReadable(error, 4);
+    expect(message).toMatch(/breaks (TURN-4|CONF-2)/);
+    expect(message).toMatch(/was dispatched under key [0-9a-f]{8}, the key of ordinal [1-9]\d*; 0 identical calls precede it/);
+  }, 600_000);
+
   it("TURN-13 a store that drops superseded-attempt records keeps no word of the superseded attempt's calls beside the conversation", async () => {
     const error = await runEndToEnd(memory, { provider, runs: 300, seed: 13, timeLimitMs: SHRINK_BUDGET_MS, ...mutant("supersededRecordsNotKept").options() }).catch((e: unknown) => e);
     const message = expectReadable(error, 13);
