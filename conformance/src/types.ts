@@ -44,9 +44,9 @@ export interface SubjectCapabilities {
    */
   retire?: boolean;
   /**
-   * Optional: the ledger offers listExpiredInFlight (LEDGER-25), and must agree with
-   * `capabilities.supports.listExpiredInFlight` (checked). Its checks are not applicable without it.
-   * Absent means false.
+   * Optional: the ledger offers listExpiredInFlight (LEDGER-25). Declared (true or false), it must
+   * agree with `capabilities.supports.listExpiredInFlight` (checked). Absent, the LEDGER-25 checks
+   * are reported not applicable, whatever the ledger offers: declare it to have them run.
    */
   listExpiredInFlight?: boolean;
 }

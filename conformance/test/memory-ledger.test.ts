@@ -55,3 +55,29 @@ describe("report for the in-memory ledger", () => {
     expect(checks.filter((c) => c.rule === "LEDGER-21" && c.name.startsWith("vector")).length).toBeGreaterThanOrEqual(9);
   });
 });
+
+describe("LEDGER-14, LEDGER-25: a subject written before the listExpiredInFlight declaration", () => {
+  const only = (subject: ReturnType<typeof memoryLedgerSubject>) =>
+    ledgerChecks(subject, options).filter((c) => c.rule === "LEDGER-25" || (c.rule === "LEDGER-14" && c.name.startsWith("capabilities.supports")));
+
+  it("leaving it out is not a failure: the LEDGER-25 checks are reported not applicable, by name, with the reason", async () => {
+    const base = memoryLedgerSubject();
+    const { listExpiredInFlight: _left, ...capabilities } = base.capabilities;
+    const report = await runChecks(only({ ...base, capabilities }), { subject: "memory-undeclared" });
+    expect(report.checks.filter((c) => c.status === "fail")).toEqual([]);
+    const listed = report.checks.filter((c) => c.rule === "LEDGER-25");
+    expect(listed.length).toBeGreaterThan(0);
+    for (const check of listed) {
+      expect(check.status).toBe("not_applicable");
+      expect(check.reasonNotApplicable).toContain("declare listExpiredInFlight");
+    }
+  });
+
+  it("declaring it false while the ledger offers it fails LEDGER-14; declaring it true runs the LEDGER-25 checks", async () => {
+    const base = memoryLedgerSubject();
+    const denied = await runChecks(only({ ...base, capabilities: { ...base.capabilities, listExpiredInFlight: false } }), { subject: "memory-denied" });
+    expect(denied.checks.find((c) => c.rule === "LEDGER-14")).toMatchObject({ status: "fail", error: expect.stringContaining("listExpiredInFlight") });
+    const declared = await runChecks(only(base), { subject: "memory-declared" });
+    expect(declared.checks.filter((c) => c.rule === "LEDGER-25").every((c) => c.status === "pass")).toBe(true);
+  });
+});

@@ -72,7 +72,7 @@ const CAPABILITY_WORDS: Record<SubjectCapability, string> = {
   resolve: "the ledger does not offer resolve (capabilities.supports.resolve)",
   auditTrail: "the ledger does not offer auditTrail (capabilities.supports.auditTrail)",
   retire: "the ledger does not offer retire (capabilities.supports.retire)",
-  listExpiredInFlight: "the ledger does not offer listExpiredInFlight (capabilities.supports.listExpiredInFlight)",
+  listExpiredInFlight: "the subject does not declare listExpiredInFlight (declare it when the ledger offers it: capabilities.supports.listExpiredInFlight)",
 };
 
 /**
