@@ -15,6 +15,7 @@ import {
   ToolError,
   ToolFailedError,
   ToolInputError,
+  describeValue,
   isDispatchOnceError,
   type StoredError,
 } from "./errors/index.js";
@@ -25,6 +26,7 @@ import { newClaimId, type Resolution, type ResolvedRow, type ClaimRequest, type 
 import { utf8ByteLength } from "./memory-ledger.js";
 import { ToolRegistry, type ReconcileCause, type ToolDefinition } from "./registry.js";
 import { RenewalWheel, type RenewalEntry } from "./renewals.js";
+import { MAX_LEASE_MS } from "./internal/leases.js";
 
 /** Where a call sits: identical across every replay of the turn (spec §4). */
 export interface TurnContext {
@@ -323,22 +325,31 @@ export class Dispatcher implements CallDispatcher {
       throw new InvalidArgumentError("options.ledger", "must be a Ledger (an object with claim, complete, ...)");
     }
     this.ledger = options.ledger;
-    this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
-    this.leaseMs = options.leaseMs ?? 30_000;
-    this.waitMs = options.waitMs ?? 10_000;
-    this.pollMs = options.pollMs ?? 20;
-    this.maxPollMs = options.maxPollMs ?? 500;
-    this.claimRetryMs = options.claimRetryMs ?? 2_000;
-    this.recordRetryMs = options.recordRetryMs ?? 2_000;
-    if (!Number.isSafeInteger(this.recordRetryMs) || this.recordRetryMs < 0) {
-      throw new InvalidArgumentError("options.recordRetryMs", "must be a non-negative integer (milliseconds)");
+    if (options.owner !== undefined && (typeof options.owner !== "string" || options.owner === "")) {
+      throw new InvalidArgumentError("options.owner", `must be a non-empty string, got ${describeValue(options.owner)}`);
     }
+    this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+    // Checked here, once: a value the dispatcher cannot use would otherwise be acted on at
+    // dispatch time (a lease of 0 ms ends at its claim, and another attempt takes the row over
+    // while the tool still runs) or refused by the ledger as if the ledger were at fault.
+    this.leaseMs = millis(options.leaseMs, 30_000, "leaseMs", 1, MAX_LEASE_MS);
+    this.waitMs = millis(options.waitMs, 10_000, "waitMs", 0);
+    this.pollMs = millis(options.pollMs, 20, "pollMs", 1);
+    this.maxPollMs = millis(options.maxPollMs, 500, "maxPollMs", this.pollMs);
+    this.claimRetryMs = millis(options.claimRetryMs, 2_000, "claimRetryMs", 0);
+    this.recordRetryMs = millis(options.recordRetryMs, 2_000, "recordRetryMs", 0);
     this.retires = options.ledger.capabilities.supports?.retire === true && typeof options.ledger.retire === "function";
     this.reconcileGraceMs = options.reconcileGraceMs ?? 60_000;
     if (!Number.isSafeInteger(this.reconcileGraceMs) || this.reconcileGraceMs < 0) {
       throw new InvalidArgumentError("options.reconcileGraceMs", "must be a non-negative integer");
     }
+    if (options.logger !== undefined && typeof (options.logger as { warn?: unknown } | null)?.warn !== "function") {
+      throw new InvalidArgumentError("options.logger", "must be an object with a warn(message, fields) method");
+    }
     this.logger = options.logger ?? consoleLogger;
+    if (options.onEvent !== undefined && typeof options.onEvent !== "function") {
+      throw new InvalidArgumentError("options.onEvent", `must be a function, got ${describeValue(options.onEvent)}`);
+    }
     this.onEvent = options.onEvent;
     this.renewals = new RenewalWheel<HeldLease>(Math.max(1, Math.floor(this.leaseMs / 3)), (lease) => this.renewLease(lease));
 
@@ -1501,6 +1512,16 @@ function checkTurnContext(context: unknown): asserts context is TurnContext {
 }
 
 /** An absent ordinal is 0; a present one, even null, goes to KEY-4's check. */
+/** A duration option in whole milliseconds within [min, max], or its default when absent (ERR-1). */
+function millis(value: unknown, fallback: number, field: string, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min || value > max) {
+    const range = max === Number.MAX_SAFE_INTEGER ? `at least ${min}` : `from ${min} to ${max}`;
+    throw new InvalidArgumentError(`options.${field}`, `must be a whole number of milliseconds ${range}, got ${describeValue(value)}`);
+  }
+  return value;
+}
+
 function ordinalOf(context: { ordinal?: number }): number {
   return context.ordinal === undefined ? 0 : context.ordinal;
 }
