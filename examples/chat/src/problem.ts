@@ -1,5 +1,5 @@
 import { TurnFailedError } from "@dispatch-once/anthropic";
-import { catalogueEntry, effectOf, isDispatchOnceError, type EffectKnowledge, type Retryable } from "@dispatch-once/core";
+import { catalogueEntry, effectOf, type EffectKnowledge, type Retryable } from "@dispatch-once/core";
 
 /** An RFC 9457 problem document, with what the client can do about it. */
 export interface ChatProblem {
@@ -37,8 +37,8 @@ export function problemForSendError(error: unknown, ids: { conversationId: strin
   let retryable: Retryable = entry?.retryable ?? "same_message"; // unclassified: a re-send of the same id is still safe
   let effect = effectOf(error);
   let effects: ChatProblem["effects"];
-  if (error instanceof TurnFailedError || isDispatchOnceError(error, "turn_failed")) {
-    const { record } = error as TurnFailedError;
+  if (TurnFailedError.isInstance(error)) {
+    const { record } = error;
     // The record knows better than the code: an effect left for a person means no re-send.
     if (!record.retryable) retryable = "no";
     effects = record.effects;

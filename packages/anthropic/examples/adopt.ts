@@ -32,7 +32,7 @@ export async function handleUserMessage(runner: ConversationRunner, conversation
     const { turns } = await runner.send(conversationId, { id: messageId, content: text }); // messageId comes from the client
     return turns.at(-1)?.text ?? "";
   } catch (error) {
-    if (!(error instanceof TurnFailedError)) throw error;
+    if (!TurnFailedError.isInstance(error)) throw error; // by brand and code: any copy of the package
     // Nothing was written to the conversation. Tell the user what happened to each effect, in
     // every attempt, and let them re-send the SAME message id (record.retryable says it can help).
     return error.record.effects.map((e) => `${e.name}: ${e.effect.replace(/_/g, " ")}`).join("\n") || "connection lost; please retry";

@@ -1,7 +1,17 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
-import { ERROR_CATALOGUE, effectOf, ClaimReleasedError, OutcomeUnknownError, ResultNotStorableError } from "../src/index.js";
+import { describe, expect, expectTypeOf, it } from "vitest";
+import * as core from "../src/index.js";
+import {
+  ERROR_CATALOGUE,
+  effectOf,
+  ClaimReleasedError,
+  DispatchOnceError,
+  InFlightElsewhereError,
+  OutcomeUnknownError,
+  ResultNotStorableError,
+  UnknownToolError,
+} from "../src/index.js";
 
 /** The spec's §11 table, read as data: code, rules, effect, re-send. */
 function specTable(): Map<string, { rules: string[]; effect: string; resend: string }> {
@@ -37,5 +47,39 @@ describe("the error catalogue (ERR-1, ERR-4)", () => {
     expect(effectOf(new ClaimReleasedError("k", false, new Error("503")))).toBe("no");
     expect(effectOf(new ClaimReleasedError("k", true, new Error("timeout")))).toBe("possibly");
     expect(effectOf(new Error("anything else"))).toBe("possibly");
+  });
+});
+
+describe("ERR-3 a subclass's isInstance recognises its own code only", () => {
+  it("InFlightElsewhereError.isInstance is true for its errors (any copy: brand and code) and false for another code", () => {
+    const own = new InFlightElsewhereError("k", 10);
+    const other = new UnknownToolError("nope");
+    expect(InFlightElsewhereError.isInstance(own)).toBe(true);
+    expect(InFlightElsewhereError.isInstance(other)).toBe(false);
+    expect(UnknownToolError.isInstance(own)).toBe(false);
+    const copy = Object.defineProperty({ code: "in_flight_elsewhere", key: "k", waitedMs: 10 }, Symbol.for("dispatch-once.error"), { value: true });
+    expect(InFlightElsewhereError.isInstance(copy)).toBe(true);
+    // The base recognises every code, or the one asked for.
+    expect(DispatchOnceError.isInstance(other)).toBe(true);
+    expect(DispatchOnceError.isInstance(other, "unknown_tool")).toBe(true);
+    expect(DispatchOnceError.isInstance(other, "in_flight_elsewhere")).toBe(false);
+  });
+
+  it("narrows to the subclass, so its fields read without a cast", () => {
+    const error: unknown = new InFlightElsewhereError("k", 10);
+    if (InFlightElsewhereError.isInstance(error)) {
+      expectTypeOf(error).toEqualTypeOf<InFlightElsewhereError>();
+      expect(error.waitedMs).toBe(10);
+    } else {
+      throw new Error("not recognised");
+    }
+  });
+
+  it("every error class core exports names its code statically, a code of the catalogue", () => {
+    for (const [name, value] of Object.entries(core)) {
+      if (typeof value !== "function" || !(value.prototype instanceof DispatchOnceError)) continue;
+      const code = (value as unknown as { code?: string }).code;
+      expect(ERROR_CATALOGUE.map((e) => e.code), `${name}.code`).toContain(code);
+    }
   });
 });

@@ -14,6 +14,8 @@ export type CanonicalizationProblem =
 
 /** A value has no RFC 8785 form (spec KEY-6). `path` is a JSON Pointer to the offending value. */
 export class CanonicalizationError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "not_canonicalizable" as const;
   readonly problem: CanonicalizationProblem;
   readonly path: string;
   constructor(problem: CanonicalizationProblem, path: string, message: string) {

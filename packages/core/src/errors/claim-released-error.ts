@@ -8,6 +8,8 @@ import { DispatchOnceError } from "./dispatch-once-error.js";
  * The tool's own error is the `cause`.
  */
 export class ClaimReleasedError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "claim_released" as const;
   readonly key: string;
   /** True when the tool could not say the effect did not happen. */
   readonly effectMayHaveHappened: boolean;

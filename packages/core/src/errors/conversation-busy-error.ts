@@ -5,6 +5,8 @@ import { DispatchOnceError } from "./dispatch-once-error.js";
  * the wait bound (TURN-10). Retryable: re-send the SAME message id later; it is queued, not lost.
  */
 export class ConversationBusyError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "conversation_busy" as const;
   readonly conversationId: string;
   readonly messageId: string;
   readonly waitedMs: number;

@@ -47,9 +47,21 @@ export class DispatchOnceError extends Error {
     Object.defineProperty(this, ERROR_BRAND, { value: true });
   }
 
-  /** True for an error of any copy of this package (optionally with the given code). */
-  static isInstance(error: unknown, code?: DispatchOnceErrorCode): error is DispatchOnceError {
-    return isDispatchOnceError(error, code);
+  /**
+   * The code of a subclass's errors (each declares its own); none on this base class, whose
+   * `isInstance` recognises every code.
+   */
+  static readonly code: DispatchOnceErrorCode | undefined = undefined;
+
+  /**
+   * True for an error of any copy of this package (by brand and code, ERR-3): called on a
+   * subclass, only for that subclass's code (`TurnFailedError.isInstance(e)` narrows `e` to a
+   * TurnFailedError); on DispatchOnceError, for every code, or for `code` when given.
+   */
+  static isInstance<T>(this: { readonly code: DispatchOnceErrorCode | undefined; prototype: T }, error: unknown, code?: DispatchOnceErrorCode): error is T {
+    const own = this.code;
+    if (own !== undefined && code !== undefined && code !== own) return false;
+    return isDispatchOnceError(error, own ?? code);
   }
 }
 

@@ -1,4 +1,4 @@
-import { DispatchOnceError, isDispatchOnceError } from "./dispatch-once-error.js";
+import { DispatchOnceError } from "./dispatch-once-error.js";
 
 /**
  * A call under a key whose stored request is another one, to a tool that refuses differing
@@ -6,6 +6,8 @@ import { DispatchOnceError, isDispatchOnceError } from "./dispatch-once-error.js
  * this call and the other request's outcome was not handed to it: send it under a key of its own.
  */
 export class IdempotencyKeyReusedError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "idempotency_key_reused" as const;
   readonly key: string;
   readonly toolName: string;
   constructor(key: string, toolName: string) {
@@ -15,10 +17,5 @@ export class IdempotencyKeyReusedError extends DispatchOnceError {
     );
     this.key = key;
     this.toolName = toolName;
-  }
-
-  /** True for this error from any copy of the package (by brand and code, ERR-3). */
-  static override isInstance(error: unknown): error is IdempotencyKeyReusedError {
-    return isDispatchOnceError(error, "idempotency_key_reused");
   }
 }

@@ -2,6 +2,8 @@ import { DispatchOnceError } from "./dispatch-once-error.js";
 
 /** Another attempt holds a live claim on this key and did not finish within the wait bound (LEDGER-9). */
 export class InFlightElsewhereError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "in_flight_elsewhere" as const;
   readonly key: string;
   readonly waitedMs: number;
   constructor(key: string, waitedMs: number) {

@@ -6,6 +6,8 @@ import { DispatchOnceError } from "./dispatch-once-error.js";
  * from one). It is never re-run automatically (LEDGER-6); a human or a reconciler decides.
  */
 export class OutcomeUnknownError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "outcome_unknown" as const;
   readonly key: string;
   readonly reason: string;
   constructor(key: string, reason: string, options?: { cause?: unknown }) {

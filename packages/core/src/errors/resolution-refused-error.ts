@@ -7,6 +7,8 @@ import type { RowState } from "../ledger.js";
  * (RESOLVE-2). An absent row is refused too (`state: "absent"`).
  */
 export class ResolutionRefusedError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "resolution_refused" as const;
   readonly key: string;
   readonly state: RowState | "absent";
   constructor(key: string, state: RowState | "absent", message?: string) {

@@ -2,6 +2,8 @@ import { DispatchOnceError } from "./dispatch-once-error.js";
 
 /** The tool's result is not JSON or is over the size limit; the claim is not released (LEDGER-10). */
 export class ResultNotStorableError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "result_not_storable" as const;
   readonly key: string;
   constructor(key: string, message: string, options?: { cause?: unknown }) {
     super("result_not_storable", `result of call ${key} cannot be stored: ${message}`, options);

@@ -10,6 +10,8 @@ export interface StoredError {
 
 /** A recorded, definite failure: the first attempt's error, replayed identically (LEDGER-8). */
 export class ToolFailedError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "tool_failed" as const;
   readonly key: string;
   readonly error: StoredError;
   readonly replayed: boolean;

@@ -7,6 +7,8 @@ export interface ToolInputIssue {
 
 /** The model's arguments failed the tool's schema; nothing was claimed (spec DISPATCH-2). */
 export class ToolInputError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "tool_input_invalid" as const;
   readonly toolName: string;
   readonly issues: ToolInputIssue[];
   constructor(toolName: string, issues: ToolInputIssue[]) {

@@ -5,6 +5,8 @@ import { DispatchOnceError } from "./dispatch-once-error.js";
  * maxmemory-policy forgets claims); adapters refuse to start on it (LEDGER-14).
  */
 export class UnsafeStoreConfigError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "unsafe_store_config" as const;
   readonly setting: string;
   readonly value: string;
   readonly node: string;

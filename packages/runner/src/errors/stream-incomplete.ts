@@ -6,6 +6,8 @@ import { DispatchOnceError } from "@dispatch-once/core";
  * The SDKs raise nothing for either, so the runner raises this (STREAM-1).
  */
 export class StreamIncompleteError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "stream_incomplete" as const;
   readonly eventsSeen: number;
   /** The event that did not arrive. */
   readonly finishEvent: string;

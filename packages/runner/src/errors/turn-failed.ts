@@ -7,6 +7,8 @@ import type { FailedTurnRecord } from "../record.js";
  * `replayed` is true when the record was stored earlier and this send() only read it.
  */
 export class TurnFailedError extends DispatchOnceError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "turn_failed" as const;
   readonly record: FailedTurnRecord;
   readonly replayed: boolean;
   constructor(record: FailedTurnRecord, options: { replayed?: boolean } = {}) {
