@@ -33,6 +33,9 @@ import {
   encodeStoreJson,
   type StoredMessageRow,
   type StoredTurnRow,
+  unknownOptionName,
+  unknownOptionMessage,
+  type OptionNames,
 } from "@dispatch-once/core/internal";
 import { DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX, schemaSql, statements, tablesFor, type ConversationTables, type Statement, type Statements } from "./sql.js";
 
@@ -108,6 +111,9 @@ type Run = <R extends QueryResultRow = QueryResultRow>(statement: Statement, val
  * in any number of processes, run one at a time; compare-and-append, binding and lease
  * grants decide on what they read under that lock. Leases are measured on the server's clock.
  */
+/** Every option the constructor takes (a misspelt one is refused, never ignored: ERR-1). */
+const OPTION_NAMES: OptionNames<PostgresConversationStoreOptions> = { pool: true, connectionString: true, poolConfig: true, schema: true, tablePrefix: true, statementTimeoutMs: true, durability: true };
+
 export class PostgresConversationStore implements ConversationStore {
   readonly capabilities: ConversationStoreCapabilities;
   readonly tables: ConversationTables;
@@ -120,6 +126,8 @@ export class PostgresConversationStore implements ConversationStore {
 
   constructor(options: PostgresConversationStoreOptions) {
     if (typeof options !== "object" || options === null) throw new InvalidStoreInputError("options", "an options object is required");
+    const unknownOption = unknownOptionName(options, OPTION_NAMES);
+    if (unknownOption !== undefined) throw new InvalidStoreInputError(unknownOption, unknownOptionMessage("PostgresConversationStore", OPTION_NAMES));
     this.prefix = options.tablePrefix ?? DEFAULT_TABLE_PREFIX;
     this.tables = tablesFor(options.schema ?? DEFAULT_SCHEMA, this.prefix);
     const timeout = options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS;

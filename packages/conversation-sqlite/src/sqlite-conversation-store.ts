@@ -33,6 +33,9 @@ import {
   encodeStoreJson,
   type StoredMessageRow,
   type StoredTurnRow,
+  unknownOptionName,
+  unknownOptionMessage,
+  type OptionNames,
 } from "@dispatch-once/core/internal";
 import { DEFAULT_TABLE_PREFIX, failedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, type ConversationTables } from "./schema.js";
 
@@ -145,6 +148,9 @@ interface Statements {
  * BEGIN IMMEDIATE transaction, so SQLite's single write lock serialises it against every
  * other writer on the file, in this process or another; every read is one statement.
  */
+/** Every option the constructor takes (a misspelt one is refused, never ignored: ERR-1). */
+const OPTION_NAMES: OptionNames<SqliteConversationStoreOptions> = { path: true, database: true, tablePrefix: true, busyTimeoutMs: true, synchronous: true, migrate: true, now: true };
+
 export class SqliteConversationStore implements ConversationStore {
   readonly capabilities: ConversationStoreCapabilities;
   /** The four table names this store uses. */
@@ -161,6 +167,8 @@ export class SqliteConversationStore implements ConversationStore {
     if (typeof options !== "object" || options === null) {
       throw new InvalidStoreInputError("options", "expected an options object");
     }
+    const unknownOption = unknownOptionName(options, OPTION_NAMES);
+    if (unknownOption !== undefined) throw new InvalidStoreInputError(unknownOption, unknownOptionMessage("SqliteConversationStore", OPTION_NAMES));
     const prefix = options.tablePrefix ?? DEFAULT_TABLE_PREFIX;
     this.tables = tablesFor(prefix);
     this.prefix = prefix;

@@ -40,6 +40,9 @@ import {
   checkUnknownReason,
   resultRefusal,
   type LedgerStoreLimits,
+  unknownOptionName,
+  unknownOptionMessage,
+  type OptionNames,
 } from "@dispatch-once/core/internal";
 import { InvalidLedgerInputError } from "./errors.js";
 import { decodeRow, retentionPassed, type RawRow } from "./row.js";
@@ -257,6 +260,9 @@ function describe(error: unknown): string {
  * Dispatch-Once ledger on PostgreSQL. Each transition is one statement and one round trip;
  * leases run on the server's clock; results are stored in a text column byte for byte.
  */
+/** Every option the constructor takes (a misspelt one is refused, never ignored: ERR-1). */
+const OPTION_NAMES: OptionNames<PostgresLedgerOptions> = { pool: true, connectionString: true, poolConfig: true, timeoutMs: true, schema: true, table: true, retentionMs: true, maxResultBytes: true, durability: true };
+
 export class PostgresLedger implements Ledger {
   /** Replaced, never mutated, when a probe decides the durability (durability: "probe"). */
   private declared: LedgerCapabilities;
@@ -278,6 +284,8 @@ export class PostgresLedger implements Ledger {
     if (typeof options !== "object" || options === null) {
       throw new InvalidLedgerInputError("options", "an options object is required");
     }
+    const unknownOption = unknownOptionName(options, OPTION_NAMES);
+    if (unknownOption !== undefined) throw new InvalidLedgerInputError(unknownOption, unknownOptionMessage("PostgresLedger", OPTION_NAMES));
     this.schema = validateIdentifier("schema", options.schema ?? DEFAULT_SCHEMA);
     this.table = validateIdentifier("table", options.table ?? DEFAULT_TABLE);
     this.retentionMs = positiveInteger("retentionMs", options.retentionMs ?? DEFAULT_RETENTION_MS);

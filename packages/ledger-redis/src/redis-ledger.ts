@@ -43,6 +43,9 @@ import {
   resultRefusal,
   type LedgerStoreLimits,
   type StoredLedgerFields,
+  unknownOptionName,
+  unknownOptionMessage,
+  type OptionNames,
 } from "@dispatch-once/core/internal";
 import { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
 import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, FORGET_LISTED_LUA, LIST_EXPIRED_LUA, LIST_ROWS_LUA, RENEW_LUA, RESOLVE_LUA, RETIRE_LUA } from "./scripts.js";
@@ -336,6 +339,9 @@ function unsafeClientSettings(client: RedisClient): Array<[string, unknown, unkn
  * on the server's clock, and finished rows are removed by Redis itself (written with a PX TTL), so
  * sweep() has nothing to do.
  */
+/** Every option the constructor takes (a misspelt one is refused, never ignored: ERR-1). */
+const OPTION_NAMES: OptionNames<CreateRedisLedgerOptions> = { client: true, url: true, prefix: true, retentionMs: true, allowShortRetentionForTests: true, maxResultBytes: true, durability: true, verifyDurability: true, commandTimeoutMs: true, onWarning: true, onUnsafeServer: true, checkServer: true };
+
 export class RedisLedger implements Ledger {
   readonly capabilities: LedgerCapabilities;
   readonly prefix: string;
@@ -357,6 +363,9 @@ export class RedisLedger implements Ledger {
   private closed = false;
 
   constructor(options: RedisLedgerOptions = {}) {
+    if (typeof options !== "object" || options === null) throw new InvalidLedgerInputError("options", "expected an options object");
+    const unknownOption = unknownOptionName(options, OPTION_NAMES);
+    if (unknownOption !== undefined) throw new InvalidLedgerInputError(unknownOption, unknownOptionMessage("RedisLedger", OPTION_NAMES));
     const prefix = options.prefix ?? "dispatch-once";
     if (typeof prefix !== "string" || prefix.length === 0 || /[{}]/.test(prefix)) {
       // A brace in the prefix would become the hash tag and pin every row to one slot.

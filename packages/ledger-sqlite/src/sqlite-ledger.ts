@@ -43,6 +43,9 @@ import {
   openWithin,
   resultRefusal,
   type LedgerStoreLimits,
+  unknownOptionName,
+  unknownOptionMessage,
+  type OptionNames,
 } from "@dispatch-once/core/internal";
 import { decodeRow, type DecodedRow, type RawRow } from "./row.js";
 import {
@@ -269,6 +272,9 @@ interface Statements {
  * fencing token, or one BEGIN IMMEDIATE transaction (claims that must read the row
  * before deciding), so SQLite's single write lock serialises them across processes.
  */
+/** Every option the constructor takes (a misspelt one is refused, never ignored: ERR-1). */
+const OPTION_NAMES: OptionNames<SqliteLedgerOptions> = { path: true, database: true, table: true, retentionMs: true, maxResultBytes: true, busyTimeoutMs: true, synchronous: true, migrate: true, inFlightIndex: true, groupCommit: true, sweepBatchSize: true, now: true };
+
 export class SqliteLedger implements Ledger {
   readonly capabilities: LedgerCapabilities;
   /** The table this ledger uses. */
@@ -295,6 +301,8 @@ export class SqliteLedger implements Ledger {
     if (typeof options !== "object" || options === null) {
       throw new InvalidLedgerInputError("options", "expected an options object");
     }
+    const unknownOption = unknownOptionName(options, OPTION_NAMES);
+    if (unknownOption !== undefined) throw new InvalidLedgerInputError(unknownOption, unknownOptionMessage("SqliteLedger", OPTION_NAMES));
     const table = options.table ?? DEFAULT_TABLE;
     assertTableName(table);
     this.table = table;

@@ -36,3 +36,4 @@ export {
   type StoredLedgerColumns,
   type DecodeLedgerRowOptions,
 } from "./ledger-rows.js";
+export { unknownOptionName, unknownOptionMessage, type OptionNames } from "./options.js";
