@@ -1,5 +1,5 @@
 export { CallPhases, isCall, type CallPhase, type CallState, type FailurePosition, type TextPart } from "./phases.js";
-export { readStoredResult, type CallAnswer, type CommitShape, type StoredTurnView, type StreamProvider, type StreamStep } from "./provider.js";
+export { readStoredResult, checkUserContent, type CallAnswer, type CommitShape, type StoredTurnView, type StreamProvider, type StreamStep } from "./provider.js";
 export {
   classifyCallError,
   summarizeEffects,
@@ -24,6 +24,7 @@ export { TurnFailedError } from "./errors/turn-failed.js";
 export {
   TurnRunner,
   checkRunnerOptions,
+  checkOptionValues,
   type RunnerEvent,
   type TurnRunnerOptions,
   type CallReport,

@@ -1,4 +1,4 @@
-import type { JsonValue, StoredError, StoredTurn } from "@dispatch-once/core";
+import { InvalidArgumentError, describeValue, type JsonValue, type StoredError, type StoredTurn } from "@dispatch-once/core";
 import type { CallPhases, CallState } from "./phases.js";
 
 /** What one stream event meant to the runner. */
@@ -32,7 +32,11 @@ export interface CommitShape {
 /** A committed turn read back from the store (TURN-7), in neutral form. */
 export interface StoredTurnView {
   text: string;
-  calls: { callId: string; name: string; result?: JsonValue; error?: StoredError }[];
+  /**
+   * The calls in the order the response made them; `input` is the call's parsed arguments as
+   * committed, from which the runner derives its key and ordinal again (absent: no key is reported).
+   */
+  calls: { callId: string; name: string; input?: unknown; result?: JsonValue; error?: StoredError }[];
 }
 
 /**
@@ -50,6 +54,11 @@ export interface StreamProvider<A extends CallPhases<CallState>, E, U = unknown>
   readonly finishEvent: string;
   /** A fresh accumulator for one attempt. */
   createAccumulator(): A;
+  /**
+   * Throws (an `InvalidArgumentError` with `field` "message.content") for content the provider's
+   * API cannot take as a user message; called by send() before anything is stored or sent.
+   */
+  checkContent?(content: U): void;
   /** The user message as stored in the conversation (and sent back in every later request). */
   userMessage(content: U): JsonValue;
   /**
@@ -90,3 +99,24 @@ export function readStoredResult(content: unknown, isError: boolean): { result?:
   }
 }
 
+
+/**
+ * A user message's content as both stream sides take it: a non-empty string, or a non-empty
+ * array of content blocks (objects with a string `type`). Throws `InvalidArgumentError`
+ * ("message.content") otherwise, before anything is stored or sent.
+ */
+export function checkUserContent(content: unknown): void {
+  if (typeof content === "string") {
+    if (content.length === 0) throw new InvalidArgumentError("message.content", "must not be an empty string");
+    return;
+  }
+  if (!Array.isArray(content)) {
+    throw new InvalidArgumentError("message.content", `must be a non-empty string or a non-empty array of content blocks, got ${describeValue(content)}`);
+  }
+  if (content.length === 0) throw new InvalidArgumentError("message.content", "must not be an empty array");
+  content.forEach((block: unknown, i) => {
+    if (typeof block !== "object" || block === null || Array.isArray(block) || typeof (block as { type?: unknown }).type !== "string") {
+      throw new InvalidArgumentError(`message.content[${i}]`, `must be a content block (an object with a string type), got ${describeValue(block)}`);
+    }
+  });
+}

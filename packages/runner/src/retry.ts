@@ -31,7 +31,7 @@ export interface RetryPolicy {
 }
 
 /** Client errors that a retry cannot fix: a malformed request, bad credentials (both SDKs carry `status`). */
-function isPermanentRequestError(error: unknown): boolean {
+export function isPermanentRequestError(error: unknown): boolean {
   const status = (error as { status?: unknown } | undefined)?.status;
   return typeof status === "number" && status >= 400 && status < 500 && ![408, 409, 429].includes(status);
 }

@@ -12,12 +12,15 @@ import {
   isDispatchOnceError,
   type CallDispatcher,
   type ConversationStore,
+  type DispatchLogger,
   type DispatchOutcome,
   type JsonValue,
   type Ledger,
   type LedgerRow,
   type StoredError,
   type StoredTurn,
+  type ToolCall,
+  type TurnContext,
   type TurnDispatch,
   type TurnSnapshot,
 } from "@dispatch-once/core";
@@ -25,7 +28,7 @@ import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 import { StreamIncompleteError } from "./errors/stream-incomplete.js";
 import { TurnFailedError } from "./errors/turn-failed.js";
 import type { CallPhases, CallState, FailurePosition } from "./phases.js";
-import type { CallAnswer, StreamProvider } from "./provider.js";
+import type { CallAnswer, StoredTurnView, StreamProvider } from "./provider.js";
 import {
   classifyCallError,
   forResumedTurn,
@@ -38,7 +41,7 @@ import {
   type ResumedTurnRecord,
   type SupersededAttemptRecord,
 } from "./record.js";
-import { defaultRetryPolicy, isFinalStop, type AttemptFailure, type RetryPolicy } from "./retry.js";
+import { defaultRetryPolicy, isFinalStop, isPermanentRequestError, type AttemptFailure, type RetryPolicy } from "./retry.js";
 
 export type RunnerEvent = { at: number; conversationId: string; turnIndex: number; attempt: number } & (
   | { type: "attempt_started"; messageId: string }
@@ -101,6 +104,13 @@ export interface TurnRunnerOptions {
    * @example new TurnRunner(provider, { dispatcher, store, onEvent: (event) => console.log(event.type, event.conversationId) })
    */
   onEvent?: (event: RunnerEvent) => void;
+  /**
+   * Receives the runner's warnings: an `onEvent` callback that threw (the error is logged and the
+   * turn carries on: an event callback never changes what the runner does, OTEL-3).
+   * @default console.warn, each message prefixed with "[dispatch-once]"
+   * @example new TurnRunner(provider, { dispatcher, store, logger: { warn: (message, fields) => log.warn(fields, message) } })
+   */
+  logger?: DispatchLogger;
   /**
    * Names this worker in turn leases; diagnostics only.
    * @default `${hostname}:${pid}:${random}`
@@ -223,6 +233,78 @@ export function checkRunnerOptions(options: unknown, fields: readonly string[] =
   }
 }
 
+/** Longest turn lease the stores take (366 days, as core's lease checks). */
+const MAX_TURN_LEASE_MS = 366 * 24 * 60 * 60 * 1000;
+
+const consoleLogger: DispatchLogger = {
+  warn: (message, fields) => console.warn(`[dispatch-once] ${message}`, fields ?? ""),
+};
+
+type OptionRule = "function" | "boolean" | "nonEmptyString" | "string" | "positiveInteger" | "nonNegativeMs" | "positiveMs";
+
+/**
+ * Throws `InvalidArgumentError` naming `${prefix}.${field}` for the first present option whose
+ * value breaks its rule; absent (undefined) options are left to their defaults. A stream side
+ * checks its own options with it before it builds its provider.
+ */
+export function checkOptionValues(options: object, rules: Readonly<Record<string, OptionRule>>, prefix = "options"): void {
+  for (const [field, rule] of Object.entries(rules)) {
+    const value = (options as Record<string, unknown>)[field];
+    if (value === undefined) continue;
+    const reason = optionProblem(value, rule);
+    if (reason !== undefined) throw new InvalidArgumentError(`${prefix}.${field}`, `${reason}, got ${describeValue(value)}`);
+  }
+}
+
+function optionProblem(value: unknown, rule: OptionRule): string | undefined {
+  switch (rule) {
+    case "function":
+      return typeof value === "function" ? undefined : "must be a function";
+    case "boolean":
+      return typeof value === "boolean" ? undefined : "must be a boolean";
+    case "string":
+      return typeof value === "string" ? undefined : "must be a string";
+    case "nonEmptyString":
+      return typeof value === "string" && value.length > 0 ? undefined : "must be a non-empty string";
+    case "positiveInteger":
+      return Number.isSafeInteger(value) && (value as number) >= 1 ? undefined : "must be an integer of at least 1";
+    case "nonNegativeMs":
+      return typeof value === "number" && Number.isFinite(value) && value >= 0 ? undefined : "must be a finite number of milliseconds, 0 or more";
+    case "positiveMs":
+      return typeof value === "number" && Number.isFinite(value) && value > 0 ? undefined : "must be a finite number of milliseconds above 0";
+  }
+}
+
+/**
+ * Every runner option's type and range, once, when the runner is built: a wrong one would
+ * otherwise cost a model request and fail the user's message for good.
+ */
+function checkTurnRunnerOptionValues(options: TurnRunnerOptions): void {
+  checkOptionValues(options, {
+    maxTurns: "positiveInteger",
+    requestHeaders: "function",
+    onEvent: "function",
+    owner: "nonEmptyString",
+    turnLeaseMs: "positiveMs",
+    busyWaitMs: "nonNegativeMs",
+    pollMs: "positiveMs",
+    allowVolatileConversationStore: "boolean",
+  });
+  if (options.turnLeaseMs !== undefined && options.turnLeaseMs > MAX_TURN_LEASE_MS) {
+    throw new InvalidArgumentError("options.turnLeaseMs", `must be at most ${MAX_TURN_LEASE_MS} ms, got ${options.turnLeaseMs}`);
+  }
+  const { logger, retry } = options as { logger?: unknown; retry?: unknown };
+  if (logger !== undefined && (typeof logger !== "object" || logger === null || typeof (logger as { warn?: unknown }).warn !== "function")) {
+    throw new InvalidArgumentError("options.logger", `must be an object with a warn(message, fields) method, got ${describeValue(logger)}`);
+  }
+  if (retry !== undefined) {
+    if (typeof retry !== "object" || retry === null || Array.isArray(retry)) {
+      throw new InvalidArgumentError("options.retry", `must be an object ({ attempts, backoffMs, shouldRetry }), got ${describeValue(retry)}`);
+    }
+    checkOptionValues(retry, { attempts: "positiveInteger", backoffMs: "function", shouldRetry: "function" }, "options.retry");
+  }
+}
+
 /**
  * Runs conversations over a provider's stream: one turn in flight per conversation (a turn
  * lease in the store), each message answered in arrival order, each tool call dispatched the
@@ -235,9 +317,12 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   private readonly provider: StreamProvider<A, E, U>;
   private readonly retry: RetryPolicy;
   private readonly owner: string;
+  private readonly logger: DispatchLogger;
 
   constructor(provider: StreamProvider<A, E, U>, options: TurnRunnerOptions) {
     checkRunnerOptions(options);
+    checkTurnRunnerOptionValues(options);
+    this.logger = options.logger ?? consoleLogger;
     this.provider = provider;
     this.options = options;
     this.retry = { ...defaultRetryPolicy, ...options.retry };
@@ -274,6 +359,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     }
     if (typeof message !== "object" || message === null) throw new InvalidArgumentError("message", "must be { id, content }");
     checkMessageId(message.id);
+    this.provider.checkContent?.(message.content);
     const { store } = this.options;
     const append = await store.appendUserMessage(conversationId, {
       id: message.id,
@@ -281,6 +367,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     });
     const started = Date.now();
     let produced: TurnOutcome[] = [];
+    // Whether this call failed the message (drove its failed turn), rather than only reading a
+    // failure stored earlier (TurnFailedError.replayed).
+    let failedHere = false;
     let current = append.message;
     for (;;) {
       if (current.state === "answered") {
@@ -300,11 +389,17 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         };
       }
       if (current.state === "failed") {
-        throw new TurnFailedError(current.failure as unknown as FailedTurnRecord, { replayed: produced.length === 0 });
+        let record = current.failure as unknown as FailedTurnRecord;
+        // The store kept the message failed on this re-send: another message was bound since, so
+        // no re-send can reopen it (TURN-12) and re-sending cannot help (RECORD-5).
+        if (!failedHere && current === append.message && append.reopened !== true && record.retryable) record = { ...record, retryable: false };
+        throw new TurnFailedError(record, { replayed: !failedHere });
       }
       const lease = await store.acquireLease(conversationId, this.owner, this.leaseMs);
       if (lease.acquired) {
-        produced = produced.concat(await this.drive(conversationId, lease.fence, message.id));
+        const driven = await this.drive(conversationId, lease.fence, message.id);
+        produced = produced.concat(driven.turns);
+        if (driven.failed) failedHere = true;
       } else {
         const waited = Date.now() - started;
         if (waited >= (this.options.busyWaitMs ?? 30_000)) throw new ConversationBusyError(conversationId, message.id, waited);
@@ -324,7 +419,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * Hold the turn lease and answer queued messages in arrival order until `messageId` is
    * answered or failed, or the lease is lost. Returns the turns it committed for `messageId`.
    */
-  private async drive(conversationId: string, fence: number, messageId: string): Promise<TurnOutcome[]> {
+  private async drive(conversationId: string, fence: number, messageId: string): Promise<{ turns: TurnOutcome[]; failed: boolean }> {
     const { store } = this.options;
     let lost = false;
     const renewal = setInterval(() => {
@@ -333,36 +428,44 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       });
     }, Math.max(1, Math.floor(this.leaseMs / 3)));
     renewal.unref?.();
-    const ours: TurnOutcome[] = [];
+    const turns: TurnOutcome[] = [];
+    let failed = false;
+    const ours = () => ({ turns, failed });
     try {
       while (!lost) {
         let snapshot: TurnSnapshot | undefined;
         try {
           snapshot = await store.beginTurn(conversationId, fence);
         } catch (error) {
-          if (isDispatchOnceError(error, "conversation_lease_lost")) return ours;
+          if (isDispatchOnceError(error, "conversation_lease_lost")) return ours();
           throw error;
         }
-        if (snapshot === undefined) return ours;
+        if (snapshot === undefined) return ours();
         const isOurs = snapshot.message.id === messageId;
         const turnsSoFar = snapshot.turnIndex - (snapshot.message.turnIndex ?? snapshot.turnIndex);
         if (turnsSoFar >= (this.options.maxTurns ?? 8)) {
           const record = this.turnLimitRecord(snapshot, turnsSoFar);
           await store.failMessage(conversationId, fence, snapshot.message.id, record as unknown as JsonValue);
           this.emit({ type: "turn_failed", conversationId, turnIndex: snapshot.turnIndex, attempt: 0, record });
-          if (isOurs) return ours;
+          if (isOurs) {
+            failed = true;
+            return ours();
+          }
           continue;
         }
         const result = await this.runTurn(snapshot, fence);
-        if (result.kind === "superseded") return ours;
+        if (result.kind === "superseded") return ours();
         if (result.kind === "failed") {
-          if (isOurs) return ours;
+          if (isOurs) {
+            failed = true;
+            return ours();
+          }
           continue;
         }
-        if (isOurs) ours.push(result.outcome);
-        if (isOurs && result.answers) return ours;
+        if (isOurs) turns.push(result.outcome);
+        if (isOurs && result.answers) return ours();
       }
-      return ours;
+      return ours();
     } finally {
       clearInterval(renewal);
       await store.releaseLease(conversationId, fence).catch(() => undefined);
@@ -612,10 +715,11 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       calls,
       effects,
       // Re-sending helps unless an effect is left for a person to settle, or the provider ends
-      // this request's response the same way every time (STREAM-13).
+      // this request's response the same way every time (STREAM-13), or refused the request as
+      // one it always refuses (a permanent 4xx: the re-send sends the same conversation, RECORD-5).
       retryable:
         failure?.kind !== "commit" &&
-        !(failure?.kind === "stream" && isFinalStop(failure.error)) &&
+        !(failure?.kind === "stream" && (isFinalStop(failure.error) || isPermanentRequestError(failure.error))) &&
         !calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
       resumed: resumedTurn(snapshot),
       at: new Date().toISOString(),
@@ -705,12 +809,71 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       committed: true,
       stopReason: turn.stopReason,
       text: view.text,
-      calls: view.calls.map((call) => ({ ...call, replayed: true })),
+      calls: this.storedCallReports(conversationId, turn.turnIndex, view.calls),
     };
   }
 
+  /**
+   * The calls of a committed turn read back, with the key and ordinal the first send reported:
+   * keys are derived (conversation id, turn index, tool, ordinal, identity arguments), so they
+   * are recomputed through the dispatcher rather than stored. Ordinals are counted per identical
+   * call in the committed order, as the dispatcher's `turn()` counted them: a call refused before
+   * its key (unknown tool, invalid arguments) took none. As in the first send, a call answered
+   * with an error carries its key (a definite failure) but no ordinal.
+   */
+  private storedCallReports(conversationId: string, turnIndex: number, calls: StoredTurnView["calls"]): CallReport[] {
+    const { dispatcher } = this.options;
+    const keyFor = (dispatcher as { keyFor?: (call: ToolCall, context: TurnContext & { ordinal?: number }) => string }).keyFor;
+    const seen = new Map<string, number>();
+    return calls.map(({ input, ...call }): CallReport => {
+      const report: CallReport = { ...call, replayed: true };
+      // A call whose arguments were not JSON was never dispatched: it has no key.
+      if (typeof keyFor !== "function" || input === undefined || call.error?.code === "invalid_arguments_json") return report;
+      const toolCall: ToolCall = { name: call.name, input, callId: call.callId };
+      let first: string;
+      try {
+        first = keyFor.call(dispatcher, toolCall, { conversationId, turnIndex, ordinal: 0 });
+      } catch {
+        return report; // refused before its key, as when it was dispatched
+      }
+      // Identical calls share the key at ordinal 0 (it is made of the tool and its identity).
+      const ordinal = seen.get(first) ?? 0;
+      seen.set(first, ordinal + 1);
+      let key = first;
+      if (ordinal > 0) {
+        try {
+          key = keyFor.call(dispatcher, toolCall, { conversationId, turnIndex, ordinal });
+        } catch {
+          return report;
+        }
+      }
+      return call.error !== undefined ? { ...report, key } : { ...report, key, ordinal };
+    });
+  }
+
+  /** Events are reports: a callback that throws is logged and changes nothing the runner does (OTEL-3). */
   private emit(event: Omit<RunnerEvent, "at"> & Record<string, unknown>): void {
-    this.options.onEvent?.({ at: Date.now(), ...event } as RunnerEvent);
+    const { onEvent } = this.options;
+    if (onEvent === undefined) return;
+    const warn = (error: unknown) => {
+      try {
+        this.logger.warn("an onEvent callback threw; the runner carries on", {
+          type: event.type,
+          conversationId: event.conversationId,
+          turnIndex: event.turnIndex,
+          error: describe(error),
+        });
+      } catch {
+        // A logger that throws cannot change the protocol either.
+      }
+    };
+    try {
+      const returned: unknown = onEvent({ at: Date.now(), ...event } as RunnerEvent);
+      // An async callback's rejection is logged too, never left unhandled.
+      if (typeof (returned as { then?: unknown } | undefined)?.then === "function") (returned as Promise<unknown>).then(undefined, warn);
+    } catch (error) {
+      warn(error);
+    }
   }
 }
 

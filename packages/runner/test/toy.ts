@@ -21,6 +21,7 @@ import {
   type StoredTurnView,
   type StreamProvider,
   type StreamStep,
+  type TurnRunnerOptions,
 } from "../src/index.js";
 
 /** A toy stream: events are plain objects, so the runner's rules are tested without any SDK. */
@@ -70,6 +71,8 @@ export class ToyAccumulator extends CallPhases {
 export class ToyProvider implements StreamProvider<ToyAccumulator, ToyEvent, string> {
   readonly finishEvent = "end";
   requests: JsonValue[][] = [];
+  /** Set by a test that checks the runner asks the provider about a message's content first. */
+  checkContent?: (content: string) => void;
   constructor(
     private readonly script: (request: number, input: JsonValue[]) => (ToyEvent | "cut")[],
     /** Awaited before a cut: lets a test place the cut after a dispatched call resolved, without timing. */
@@ -126,7 +129,7 @@ export class ToyProvider implements StreamProvider<ToyAccumulator, ToyEvent, str
 export function world(
   script: (request: number, input: JsonValue[]) => (ToyEvent | "cut")[],
   cutAfterResolved = false,
-  options: { store?: ConversationStore; ledger?: Ledger; performed?: unknown[] } = {},
+  options: { store?: ConversationStore; ledger?: Ledger; performed?: unknown[]; runner?: Partial<TurnRunnerOptions> } = {},
 ) {
   const performed: unknown[] = options.performed ?? [];
   const tools = new ToolRegistry([
@@ -154,6 +157,7 @@ export function world(
     allowVolatileConversationStore: true,
     retry: { backoffMs: () => 1 },
     onEvent: (e) => events.push(e),
+    ...options.runner,
   });
   return { runner, provider, performed, events, store, dispatcher };
 }
