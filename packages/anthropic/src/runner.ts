@@ -1,8 +1,10 @@
 import type Anthropic from "@anthropic-ai/sdk";
-import type { JsonValue, ProviderToolSchema, StoredTurn } from "@dispatch-once/core";
+import { InvalidArgumentError, type JsonValue, type ProviderToolSchema, type StoredTurn } from "@dispatch-once/core";
 import {
   TurnRunner,
+  checkOptionValues,
   checkRunnerOptions,
+  checkUserContent,
   type CallAnswer,
   type CommitShape,
   type RunnerEvent as SharedRunnerEvent,
@@ -87,6 +89,10 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
     return new TurnAccumulator();
   }
 
+  checkContent(content: UserContent): void {
+    checkUserContent(content);
+  }
+
   userMessage(content: UserContent): JsonValue {
     return { role: "user", content } as unknown as JsonValue;
   }
@@ -136,7 +142,9 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
 
   readTurn(turn: StoredTurn): StoredTurnView {
     const assistant = turn.assistant as { content?: unknown };
-    const blocks = Array.isArray(assistant.content) ? (assistant.content as { type: string; text?: string; id?: string; name?: string }[]) : [];
+    const blocks = Array.isArray(assistant.content)
+      ? (assistant.content as { type: string; text?: string; id?: string; name?: string; input?: unknown }[])
+      : [];
     const results = new Map<string, { content?: unknown; is_error?: boolean }>();
     const resultBlocks = (turn.toolResults as { content?: unknown } | undefined)?.content;
     if (Array.isArray(resultBlocks)) {
@@ -150,7 +158,12 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
         .filter((b) => b.type === "tool_use")
         .map((b) => {
           const found = results.get(b.id ?? "");
-          return { callId: b.id ?? "", name: b.name ?? "", ...readStoredResult(found?.content, found?.is_error === true) };
+          return {
+            callId: b.id ?? "",
+            name: b.name ?? "",
+            ...(b.input !== undefined ? { input: b.input } : {}),
+            ...readStoredResult(found?.content, found?.is_error === true),
+          };
         }),
     };
   }
@@ -166,6 +179,9 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
 export class ConversationRunner extends TurnRunner<TurnAccumulator, RawEvent, UserContent> {
   constructor(options: ConversationRunnerOptions) {
     checkRunnerOptions(options, ["client", "dispatcher", "store"]);
+    checkOptionValues(options, { model: "nonEmptyString", maxTokens: "positiveInteger", system: "string" });
+    if (options.model === undefined) throw new InvalidArgumentError("options.model", "is required");
+    if (!Array.isArray(options.tools)) throw new InvalidArgumentError("options.tools", "must be an array of provider tool schemas (registry.providerSchemas())");
     super(new MessagesStream(options), options);
   }
 }
