@@ -1,8 +1,10 @@
 import type OpenAI from "openai";
-import type { JsonValue, ProviderToolSchema, StoredTurn } from "@dispatch-once/core";
+import { InvalidArgumentError, type JsonValue, type ProviderToolSchema, type StoredTurn } from "@dispatch-once/core";
 import {
   TurnRunner,
+  checkOptionValues,
   checkRunnerOptions,
+  checkUserContent,
   readStoredResult,
   type CallAnswer,
   type CommitShape,
@@ -66,6 +68,10 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
 
   createAccumulator(): ResponsesTurnAccumulator {
     return new ResponsesTurnAccumulator();
+  }
+
+  checkContent(content: UserContent): void {
+    checkUserContent(content);
   }
 
   userMessage(content: UserContent): JsonValue {
@@ -132,7 +138,9 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
   }
 
   readTurn(turn: StoredTurn): StoredTurnView {
-    const items = Array.isArray(turn.assistant) ? (turn.assistant as { type?: string; content?: unknown; call_id?: string; name?: string }[]) : [];
+    const items = Array.isArray(turn.assistant)
+      ? (turn.assistant as { type?: string; content?: unknown; call_id?: string; name?: string; arguments?: unknown }[])
+      : [];
     const outputs = new Map<string, unknown>();
     if (Array.isArray(turn.toolResults)) {
       for (const item of turn.toolResults as { call_id?: string; output?: unknown }[]) {
@@ -145,9 +153,25 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
         .filter((i) => i.type === "function_call")
         .map((i) => {
           const output = outputs.get(i.call_id ?? "");
-          return { callId: i.call_id ?? "", name: i.name ?? "", ...readStoredResult(output, isErrorOutput(output)) };
+          const input = parsedArguments(i.arguments);
+          return {
+            callId: i.call_id ?? "",
+            name: i.name ?? "",
+            ...(input !== undefined ? { input } : {}),
+            ...readStoredResult(output, isErrorOutput(output)),
+          };
         }),
     };
+  }
+}
+
+/** A committed call's arguments text, parsed; undefined when it is not JSON (the call was never dispatched). */
+function parsedArguments(text: unknown): unknown {
+  if (typeof text !== "string") return undefined;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
   }
 }
 
@@ -195,6 +219,9 @@ function isErrorOutput(output: unknown): boolean {
 export class ConversationRunner extends TurnRunner<ResponsesTurnAccumulator, StreamEvent, UserContent> {
   constructor(options: ConversationRunnerOptions) {
     checkRunnerOptions(options, ["client", "dispatcher", "store"]);
+    checkOptionValues(options, { model: "nonEmptyString", maxOutputTokens: "positiveInteger", instructions: "string" });
+    if (options.model === undefined) throw new InvalidArgumentError("options.model", "is required");
+    if (!Array.isArray(options.tools)) throw new InvalidArgumentError("options.tools", "must be an array of provider tool schemas (registry.providerSchemas())");
     super(new ResponsesStream(options), options);
   }
 }

@@ -127,9 +127,10 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
     expect(error.record.effects).toEqual([{ key: error.record.calls[0]!.key, name: "send_payment", effect: "happened" }]);
     expect(effects()).toHaveLength(1);
     expect(await store.log("conv-ran")).toEqual([]);
-    // A re-send of the same id reads the failure back (TURN-12): nothing is run again.
+    // A re-send of the same id reopens it (TURN-12: no later message was bound) and this send runs
+    // the turn again (so it is not a replayed failure); the payment is answered from the ledger.
     const again = await runner.send("conv-ran", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
-    expect(again).toMatchObject({ replayed: true, record: { messageId: "m1" } });
+    expect(again).toMatchObject({ replayed: false, record: { messageId: "m1" } });
     expect(effects()).toHaveLength(1);
   });
 
