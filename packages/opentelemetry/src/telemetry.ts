@@ -11,7 +11,7 @@ import {
   type Tracer,
 } from "@opentelemetry/api";
 import type { DispatchEvent } from "@dispatch-once/core";
-import type { RunnerEvent } from "@dispatch-once/anthropic";
+import type { RunnerEvent } from "@dispatch-once/runner";
 import { ATTR, METRIC, SPAN } from "./attributes.js";
 
 export const INSTRUMENTATION_NAME = "@dispatch-once/opentelemetry";

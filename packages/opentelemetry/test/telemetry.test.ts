@@ -3,7 +3,7 @@ import { z } from "zod";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from "@opentelemetry/sdk-metrics";
 import { Dispatcher, MemoryLedger, OutcomeUnknownError, defineTool, type Ledger } from "@dispatch-once/core";
-import type { RunnerEvent } from "@dispatch-once/anthropic";
+import type { RunnerEvent } from "@dispatch-once/runner";
 import { ATTR, METRIC, SPAN, dispatchTelemetry } from "../src/index.js";
 
 const turn0 = { conversationId: "conv-otel", turnIndex: 0 };
