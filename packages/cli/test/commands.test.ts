@@ -239,4 +239,20 @@ describe("dispatch-once sweep --retention on a SQLite file (LEDGER-13)", () => {
       await backend.cleanup();
     }
   });
+
+  it("never deletes a row before the deadline it was finished with, however short --retention is", async () => {
+    const backend = await sqliteBackend();
+    const app = createSqliteLedger({ path: backend.args[1] as string }); // the application's 24 h
+    try {
+      const row = await seed(app, "completed");
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      const swept = await runBin(["sweep", "--retention", "1ms", "--json", ...backend.args]);
+      expect(swept.code, swept.stderr).toBe(0);
+      expect(JSON.parse(swept.stdout)).toEqual({ swept: 0 });
+      expect(storedKeys(backend.args[1] as string)).toEqual([row.key]);
+    } finally {
+      await app.close();
+      await backend.cleanup();
+    }
+  });
 });

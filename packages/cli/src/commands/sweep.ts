@@ -8,14 +8,19 @@ export const sweepCommand: Command = {
   help: `Usage: dispatch-once sweep [options]
 
 Run the ledger's sweep(): delete completed, failed, unknown and released rows whose retention
-has passed (in-flight rows are never swept). Prints the number of rows deleted. Redis expires
-rows by itself, so its sweep usually finds nothing.
+has passed (in-flight rows are never swept). Prints the number of rows deleted.
+
+Each finished row carries its own deadline, its finish time plus the retention of the ledger
+that finished it (your application's). On SQLite and PostgreSQL a row goes only when that
+deadline has passed AND it was claimed at least --retention ago: --retention can hold rows back
+for longer, never delete one before its deadline. On Redis, sweep does nothing and prints 0:
+Redis drops each finished row by itself when its TTL (set from the application's retention)
+runs out; --retention below 1h is refused there.
 
 Options:
-      --retention <age>  the retention your application gives its ledger (retentionMs): 24h, 7d, ...
-                         (default 24h, the adapters' default). The adapter judges "past retention"
-                         by this setting, so pass the application's, or rows it still replays
-                         from may go (LEDGER-13).
+      --retention <age>  only rows claimed at least this long ago go: 24h, 7d, ... (default 24h,
+                         the adapters' default). Pass your application's retentionMs (LEDGER-13)
+                         or less to sweep every row whose stored deadline has passed.
       --json             print {"swept": n}
 ${LEDGER_HELP}`,
   async run({ io, values, ledger }) {
