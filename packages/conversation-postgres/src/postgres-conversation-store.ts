@@ -432,7 +432,9 @@ export class PostgresConversationStore implements ConversationStore {
     if (isDispatchOnceError(cause)) return cause;
     const code = (cause as { code?: unknown }).code;
     const hint = code === "42P01" ? " (has migrate() been run?)" : "";
-    return new StoreUnavailableError(`PostgreSQL conversation store ${op} of ${conversationId} failed: ${describe(cause)}${hint}`, { cause });
+    // listFailedTurns without a conversation has none to name.
+    const of = conversationId === "" ? "" : ` of ${conversationId}`;
+    return new StoreUnavailableError(`PostgreSQL conversation store ${op}${of} failed: ${describe(cause)}${hint}`, { cause });
   }
 }
 

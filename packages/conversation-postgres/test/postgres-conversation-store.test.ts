@@ -185,6 +185,9 @@ describe("pools, transactions and timeouts", () => {
     const unmigrated = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
     const error = await rejectsWith(unmigrated.log("x"), "store_unavailable");
     expect(String(error)).toMatch(/has migrate\(\) been run/);
+    // Across conversations there is no id to name: no "listFailedTurns of  failed".
+    const listed = await rejectsWith(unmigrated.listFailedTurns(), "store_unavailable");
+    expect((listed as Error).message).toMatch(/^PostgreSQL conversation store listFailedTurns failed: /);
     await unmigrated.close();
   });
 
