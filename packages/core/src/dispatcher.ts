@@ -355,9 +355,17 @@ export class Dispatcher implements CallDispatcher {
 
     const unkeyed = this.registry.list().filter((t) => t.effect === "unkeyed_write").map((t) => t.name);
     if (unkeyed.length > 0 && this.ledger.capabilities.durability !== "durable") {
+      // A ledger that decides its durability by probing the server (PostgreSQL's) declares
+      // "volatile" until the probe ran: the likely cause is a Dispatcher created before it.
+      const probes = typeof (this.ledger as { probeDurability?: unknown }).probeDurability === "function";
       const message =
-        `unkeyed_write tools (${unkeyed.join(", ")}) need a durable ledger: this one can lose ` +
-        `acknowledged rows, and nothing downstream would catch the repeat`;
+        `unkeyed_write tools (${unkeyed.join(", ")}) need a durable ledger: this one declares durability "volatile" ` +
+        `(it can lose acknowledged rows), and nothing downstream would catch the repeat` +
+        (probes
+          ? `. This ledger decides its durability by a probe and declares "volatile" until migrate() or ` +
+            `probeDurability() has run: await one of them before creating the Dispatcher (if it has run, ` +
+            `probeDurability()'s reasons say which server setting is not durable)`
+          : "");
       if (!options.allowVolatileLedgerForUnkeyedWrites) throw new DurabilityMismatchError(unkeyed, message);
       this.logger.warn(`${message} (allowed by allowVolatileLedgerForUnkeyedWrites)`, { tools: unkeyed });
     }

@@ -80,7 +80,10 @@ describe("LEDGER-14: durability probed by default", () => {
     await new PostgresLedger({ pool: admin, schema: s, durability: "volatile" }).migrate();
     const durablePool = new PostgresLedger({ pool: admin, schema: s });
     expect(durablePool.capabilities.durability).toBe("volatile");
-    expect(isDispatchOnceError(durabilityMismatch(() => new Dispatcher({ tools: [invoice], ledger: durablePool })), "durability_mismatch")).toBe(true);
+    const unprobed = durabilityMismatch(() => new Dispatcher({ tools: [invoice], ledger: durablePool }));
+    expect(isDispatchOnceError(unprobed, "durability_mismatch")).toBe(true);
+    // The message names the likely cause: the probe has not run yet.
+    expect((unprobed as Error).message).toMatch(/declares "volatile" until migrate\(\) or probeDurability\(\) has run/);
     expect(await durablePool.probeDurability()).toMatchObject({ durable: true, declared: "durable" });
     expect(durablePool.capabilities.durability).toBe("durable");
 
