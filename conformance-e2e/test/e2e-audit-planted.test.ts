@@ -9,7 +9,7 @@ import { MUTANTS, memory } from "./audit-mutants.js";
  * kept beside the conversation. Each must now be rejected with the rule it breaks and a
  * readable counterexample (timeline, seed and path).
  */
-const SHRINK_BUDGET_MS = 30_000;
+const SHRINK_BUDGET_MS = 8_000;
 const mutant = (name: string) => MUTANTS.find((m) => m.name === name)!;
 
 describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects the audit's planted bugs (provider %s)", (provider) => {
