@@ -24,6 +24,7 @@ import {
   type TurnDispatch,
   type TurnSnapshot,
 } from "@dispatch-once/core";
+import { MAX_LEASE_MS } from "@dispatch-once/core/internal";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 import { StreamIncompleteError } from "./errors/stream-incomplete.js";
 import { TurnFailedError } from "./errors/turn-failed.js";
@@ -233,9 +234,6 @@ export function checkRunnerOptions(options: unknown, fields: readonly string[] =
   }
 }
 
-/** Longest turn lease the stores take (366 days, as core's lease checks). */
-const MAX_TURN_LEASE_MS = 366 * 24 * 60 * 60 * 1000;
-
 const consoleLogger: DispatchLogger = {
   warn: (message, fields) => console.warn(`[dispatch-once] ${message}`, fields ?? ""),
 };
@@ -290,8 +288,9 @@ function checkTurnRunnerOptionValues(options: TurnRunnerOptions): void {
     pollMs: "positiveMs",
     allowVolatileConversationStore: "boolean",
   });
-  if (options.turnLeaseMs !== undefined && options.turnLeaseMs > MAX_TURN_LEASE_MS) {
-    throw new InvalidArgumentError("options.turnLeaseMs", `must be at most ${MAX_TURN_LEASE_MS} ms, got ${options.turnLeaseMs}`);
+  // The stores refuse a longer turn lease (checkTurnLeaseMs), but only at the first send().
+  if (options.turnLeaseMs !== undefined && options.turnLeaseMs > MAX_LEASE_MS) {
+    throw new InvalidArgumentError("options.turnLeaseMs", `must be at most ${MAX_LEASE_MS} ms, got ${options.turnLeaseMs}`);
   }
   const { logger, retry } = options as { logger?: unknown; retry?: unknown };
   if (logger !== undefined && (typeof logger !== "object" || logger === null || typeof (logger as { warn?: unknown }).warn !== "function")) {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { InvalidArgumentError, MemoryConversationStore, type DispatchLogger } from "@dispatch-once/core";
+import { MAX_LEASE_MS } from "@dispatch-once/core/internal";
 import { TurnFailedError, TurnRunner, type RunnerEvent } from "../src/index.js";
 import { ToyProvider, payCall, world, type ToyEvent } from "./toy.js";
 
@@ -126,6 +127,7 @@ describe("options and message content are checked before anything is stored or s
     ["options.pollMs", { pollMs: Number.POSITIVE_INFINITY }],
     ["options.turnLeaseMs", { turnLeaseMs: 0 }],
     ["options.turnLeaseMs", { turnLeaseMs: "30s" }],
+    ["options.turnLeaseMs", { turnLeaseMs: MAX_LEASE_MS + 1 }],
     ["options.owner", { owner: "" }],
     ["options.owner", { owner: 7 }],
     ["options.requestHeaders", { requestHeaders: { "x-a": "b" } }],
@@ -152,7 +154,7 @@ describe("options and message content are checked before anything is stored or s
           retry: { attempts: 1, backoffMs: () => 0, shouldRetry: () => false },
           busyWaitMs: 0,
           pollMs: 1,
-          turnLeaseMs: 1_000,
+          turnLeaseMs: MAX_LEASE_MS,
           owner: "w1",
           requestHeaders: () => ({}),
           logger: console,
