@@ -27,6 +27,7 @@ import { utf8ByteLength } from "./memory-ledger.js";
 import { ToolRegistry, type ReconcileCause, type ToolDefinition } from "./registry.js";
 import { RenewalWheel, type RenewalEntry } from "./renewals.js";
 import { MAX_LEASE_MS } from "./internal/leases.js";
+import { loggerOption } from "./internal/logger.js";
 
 /** Where a call sits: identical across every replay of the turn (spec §4). */
 export interface TurnContext {
@@ -256,10 +257,6 @@ export interface TurnDispatch {
   dispatch(call: ToolCall): Promise<DispatchOutcome>;
 }
 
-const consoleLogger: DispatchLogger = {
-  warn: (message, fields) => console.warn(`[dispatch-once] ${message}`, fields ?? ""),
-};
-
 /** What claimAndRun() learns about its claims, for retiring the claim id when the dispatch ends. */
 interface ClaimState {
   /** The dispatch's one claim id (LEDGER-26). */
@@ -343,10 +340,7 @@ export class Dispatcher implements CallDispatcher {
     if (!Number.isSafeInteger(this.reconcileGraceMs) || this.reconcileGraceMs < 0) {
       throw new InvalidArgumentError("options.reconcileGraceMs", "must be a non-negative integer");
     }
-    if (options.logger !== undefined && typeof (options.logger as { warn?: unknown } | null)?.warn !== "function") {
-      throw new InvalidArgumentError("options.logger", "must be an object with a warn(message, fields) method");
-    }
-    this.logger = options.logger ?? consoleLogger;
+    this.logger = loggerOption(options.logger);
     if (options.onEvent !== undefined && typeof options.onEvent !== "function") {
       throw new InvalidArgumentError("options.onEvent", `must be a function, got ${describeValue(options.onEvent)}`);
     }

@@ -41,6 +41,22 @@ describe("ERR-1 Dispatcher options are checked once, at construction", () => {
     });
   }
 
+  it("names what the logger lacks: the Dispatcher and the runner share one check (internal loggerOption)", () => {
+    const message = (logger: unknown) => {
+      try {
+        new Dispatcher({ ...base(), logger } as never);
+      } catch (error) {
+        return (error as Error).message;
+      }
+      return undefined;
+    };
+    expect(message({ info: () => {} })).toBe("options.logger: must be an object with a warn(message, fields) method, got an object whose warn is undefined");
+    expect(message(null)).toBe("options.logger: must be an object with a warn(message, fields) method, got null");
+    expect(message(console.warn)).toBe("options.logger: must be an object with a warn(message, fields) method, got function");
+    expect(message(console)).toBeUndefined();
+    expect(message(undefined)).toBeUndefined();
+  });
+
   it("accepts the bounds: a 1 ms lease, waits and retries of 0, equal poll bounds, 366 days", () => {
     expect(() => new Dispatcher({ ...base(), leaseMs: 1, waitMs: 0, claimRetryMs: 0, recordRetryMs: 0, pollMs: 5, maxPollMs: 5 })).not.toThrow();
     expect(() => new Dispatcher({ ...base(), leaseMs: 366 * 24 * 60 * 60 * 1000 })).not.toThrow();

@@ -24,7 +24,7 @@ import {
   type TurnDispatch,
   type TurnSnapshot,
 } from "@dispatch-once/core";
-import { MAX_LEASE_MS } from "@dispatch-once/core/internal";
+import { MAX_LEASE_MS, loggerOption } from "@dispatch-once/core/internal";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 import { StreamIncompleteError } from "./errors/stream-incomplete.js";
 import { TurnFailedError } from "./errors/turn-failed.js";
@@ -234,10 +234,6 @@ export function checkRunnerOptions(options: unknown, fields: readonly string[] =
   }
 }
 
-const consoleLogger: DispatchLogger = {
-  warn: (message, fields) => console.warn(`[dispatch-once] ${message}`, fields ?? ""),
-};
-
 type OptionRule = "function" | "boolean" | "nonEmptyString" | "string" | "positiveInteger" | "nonNegativeMs" | "positiveMs";
 
 /**
@@ -292,10 +288,7 @@ function checkTurnRunnerOptionValues(options: TurnRunnerOptions): void {
   if (options.turnLeaseMs !== undefined && options.turnLeaseMs > MAX_LEASE_MS) {
     throw new InvalidArgumentError("options.turnLeaseMs", `must be at most ${MAX_LEASE_MS} ms, got ${options.turnLeaseMs}`);
   }
-  const { logger, retry } = options as { logger?: unknown; retry?: unknown };
-  if (logger !== undefined && (typeof logger !== "object" || logger === null || typeof (logger as { warn?: unknown }).warn !== "function")) {
-    throw new InvalidArgumentError("options.logger", `must be an object with a warn(message, fields) method, got ${describeValue(logger)}`);
-  }
+  const { retry } = options as { retry?: unknown };
   if (retry !== undefined) {
     if (typeof retry !== "object" || retry === null || Array.isArray(retry)) {
       throw new InvalidArgumentError("options.retry", `must be an object ({ attempts, backoffMs, shouldRetry }), got ${describeValue(retry)}`);
@@ -321,7 +314,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   constructor(provider: StreamProvider<A, E, U>, options: TurnRunnerOptions) {
     checkRunnerOptions(options);
     checkTurnRunnerOptionValues(options);
-    this.logger = options.logger ?? consoleLogger;
+    this.logger = loggerOption(options.logger);
     this.provider = provider;
     this.options = options;
     this.retry = { ...defaultRetryPolicy, ...options.retry };

@@ -132,6 +132,7 @@ describe("options and message content are checked before anything is stored or s
     ["options.owner", { owner: 7 }],
     ["options.requestHeaders", { requestHeaders: { "x-a": "b" } }],
     ["options.logger", { logger: console.warn }],
+    ["options.logger", { logger: { info: () => undefined } }],
     ["options.allowVolatileConversationStore", { allowVolatileConversationStore: "yes" }],
   ];
   it.each(bad)("TURN-2 refuses %s = %j with InvalidArgumentError naming the field, at construction", (field, extra) => {

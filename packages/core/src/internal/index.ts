@@ -36,4 +36,5 @@ export {
   type StoredLedgerColumns,
   type DecodeLedgerRowOptions,
 } from "./ledger-rows.js";
+export { loggerOption } from "./logger.js";
 export { unknownOptionName, unknownOptionMessage, type OptionNames } from "./options.js";
