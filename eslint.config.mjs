@@ -13,7 +13,7 @@ export default tseslint.config(
     ignores: ["**/dist/**", "**/node_modules/**", "**/*.mjs", "**/*.cjs", "**/*.js", "**/*.d.ts"],
   },
   {
-    files: ["packages/*/{src,test,examples}/**/*.ts", "apps/*/{src,test}/**/*.ts", "conformance/{src,test}/**/*.ts", "conformance-e2e/{src,test}/**/*.ts"],
+    files: ["packages/*/{src,test,examples}/**/*.ts", "apps/*/{src,test}/**/*.ts", "conformance/{src,test}/**/*.ts", "conformance/scripts/audit-survey.ts", "conformance-e2e/{src,test}/**/*.ts"],
     languageOptions: {
       parser: tseslint.parser,
       parserOptions: { project: ["./tsconfig.lint.json"], tsconfigRootDir: import.meta.dirname },
