@@ -1,26 +1,17 @@
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import Anthropic from "@anthropic-ai/sdk";
-import { Dispatcher, InvalidArgumentError, MemoryConversationStore, MemoryLedger } from "@dispatch-once/core";
-import type { MockProvider } from "@dispatch-once/mock-provider";
+import { describe, expect, it } from "vitest";
+import { InvalidArgumentError } from "@dispatch-once/core";
 import { ConversationRunner, TurnFailedError } from "../src/index.js";
-import { closeDownstreams, providerWithPlans, setup } from "./fixtures.js";
+import { providerPerTest, setup } from "./fixtures.js";
 
 /** Findings of the adoption trial, through the SDK and the mock provider. */
-let provider: MockProvider;
-beforeEach(async () => {
-  provider = await providerWithPlans();
-});
-afterEach(async () => {
-  await provider.close();
-  await closeDownstreams();
-});
+const provider = providerPerTest();
 
 const failure = (promise: Promise<unknown>) => promise.then(() => undefined, (e: unknown) => e) as Promise<TurnFailedError>;
 
 describe("adoption trial findings (anthropic)", () => {
   it("TURN-12 a reset stream that fails the turn in this send: TurnFailedError.replayed is false", async () => {
-    provider.setFaultPlan(() => ({ kind: "reset", at: { event: 2 } }));
-    const { runner } = await setup(provider, { guarded: true, runner: { retry: { attempts: 1, backoffMs: () => 10 } } });
+    provider().setFaultPlan(() => ({ kind: "reset", at: { event: 2 } }));
+    const { runner } = await setup(provider(), { guarded: true, runner: { retry: { attempts: 1, backoffMs: () => 10 } } });
     const error = await failure(runner.send("conv-rp", { id: "m1", content: "pay acme" }));
     expect(error).toBeInstanceOf(TurnFailedError);
     expect(error.replayed).toBe(false);
@@ -28,18 +19,18 @@ describe("adoption trial findings (anthropic)", () => {
   });
 
   it("RECORD-5 a 400 invalid_request_error before any tool call: not retryable, one model request", async () => {
-    provider.setFaultPlan(() => ({ kind: "status", status: 400, error: { type: "invalid_request_error", message: "messages: bad content" } }));
-    const { runner, effects } = await setup(provider, { guarded: true });
+    provider().setFaultPlan(() => ({ kind: "status", status: 400, error: { type: "invalid_request_error", message: "messages: bad content" } }));
+    const { runner, effects } = await setup(provider(), { guarded: true });
     const error = await failure(runner.send("conv-400", { id: "m1", content: "pay acme" }));
     expect(error).toBeInstanceOf(TurnFailedError);
     expect(error.record.position).toBe("before_any_call");
     expect(error.record.retryable).toBe(false);
-    expect(provider.requests).toHaveLength(1);
+    expect(provider().requests).toHaveLength(1);
     expect(effects()).toHaveLength(0);
   });
 
   it("TURN-7 a re-send of an answered message returns the first send's calls, key and ordinal included", async () => {
-    const { runner, effects } = await setup(provider, { guarded: true });
+    const { runner, effects } = await setup(provider(), { guarded: true });
     const first = await runner.send("conv-keys", { id: "m1", content: "pay acme twice" });
     expect(effects()).toHaveLength(2);
     const again = await runner.send("conv-keys", { id: "m1", content: "pay acme twice" });
@@ -52,14 +43,7 @@ describe("adoption trial findings (anthropic)", () => {
   });
 
   it("TURN-2 the runner's options are checked when it is built: model, tools, maxTokens, maxTurns, retry.attempts, busyWaitMs", async () => {
-    const { tools } = await setup(provider, { guarded: true });
-    const base = {
-      client: new Anthropic({ baseURL: provider.baseURL, apiKey: "k" }),
-      dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }),
-      store: new MemoryConversationStore(),
-      model: "claude-test",
-      tools: tools.providerSchemas(),
-    };
+    const { runnerOptions } = await setup(provider(), { guarded: true });
     const cases: [string, Record<string, unknown>][] = [
       ["options.model", { model: 5 }],
       ["options.model", { model: undefined }],
@@ -75,7 +59,7 @@ describe("adoption trial findings (anthropic)", () => {
     for (const [field, extra] of cases) {
       let error: unknown;
       try {
-        new ConversationRunner({ ...base, ...extra } as never);
+        new ConversationRunner({ ...runnerOptions, ...extra } as never);
       } catch (e) {
         error = e;
       }
@@ -85,11 +69,11 @@ describe("adoption trial findings (anthropic)", () => {
   });
 
   it("TURN-2 a message whose content is missing or empty is refused before it is stored or sent", async () => {
-    const { runner, store } = await setup(provider, { guarded: true });
+    const { runner, store } = await setup(provider(), { guarded: true });
     for (const content of [undefined, "", [], [5]]) {
       await expect(runner.send("conv-empty", { id: "m1", content: content as never })).rejects.toBeInstanceOf(InvalidArgumentError);
     }
-    expect(provider.requests).toHaveLength(0);
+    expect(provider().requests).toHaveLength(0);
     expect(await store.message("conv-empty", "m1")).toBeUndefined();
   });
 });

@@ -1,3 +1,4 @@
+import { afterEach, beforeEach } from "vitest";
 import Anthropic from "@anthropic-ai/sdk";
 import {
   Dispatcher,
@@ -79,6 +80,26 @@ export async function closeDownstreams(): Promise<void> {
   await Promise.all(servers.splice(0).map((s) => s.close()));
 }
 
+/**
+ * Call at the top of a test file: each test gets a mock provider with the plans above, started
+ * before it and closed after it with the payments servers it started. Returns the current one.
+ */
+export function providerPerTest(): () => MockProvider {
+  let provider: MockProvider | undefined;
+  beforeEach(async () => {
+    provider = await providerWithPlans();
+  });
+  afterEach(async () => {
+    await provider?.close();
+    provider = undefined;
+    await closeDownstreams();
+  });
+  return () => {
+    if (provider === undefined) throw new Error("the mock provider runs only within a test");
+    return provider;
+  };
+}
+
 export async function setup(
   provider: MockProvider,
   options: {
@@ -98,7 +119,8 @@ export async function setup(
     : new UnguardedDispatcher(downstream.tools);
   const store = options.store ?? new MemoryConversationStore();
   const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "test-key", maxRetries: 0 });
-  const runner = new ConversationRunner({
+  /** The options `runner` was built with. */
+  const runnerOptions: ConversationRunnerOptions = {
     client,
     dispatcher,
     store,
@@ -106,18 +128,9 @@ export async function setup(
     tools: downstream.tools.providerSchemas(),
     retry: { backoffMs: () => 10 },
     ...options.runner,
-  });
+  };
+  const runner = new ConversationRunner(runnerOptions);
   /** Another worker process over the same ledger and conversation store (its own runner). */
-  const worker = (extra: Partial<ConversationRunnerOptions> = {}) =>
-    new ConversationRunner({
-      client,
-      dispatcher,
-      store,
-      model: "claude-test",
-      tools: downstream.tools.providerSchemas(),
-      retry: { backoffMs: () => 10 },
-      ...options.runner,
-      ...extra,
-    });
-  return { ...downstream, ledger, store, runner, client, dispatcher, worker };
+  const worker = (extra: Partial<ConversationRunnerOptions> = {}) => new ConversationRunner({ ...runnerOptions, ...extra });
+  return { ...downstream, ledger, store, runner, runnerOptions, client, dispatcher, worker };
 }

@@ -1,20 +1,12 @@
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { MockProvider } from "@dispatch-once/mock-provider";
+import { describe, expect, it } from "vitest";
 import { TurnFailedError, type RunnerEvent } from "../src/index.js";
-import { PAY_ACME, providerWithPlans, setup, closeDownstreams } from "./fixtures.js";
+import { PAY_ACME, providerPerTest, setup } from "./fixtures.js";
 
-let provider: MockProvider;
-beforeEach(async () => {
-  provider = await providerWithPlans();
-});
-afterEach(async () => {
-  await provider.close();
-  await closeDownstreams();
-});
+const provider = providerPerTest();
 
 /** The chapter's cut: reset after the call's content_block_stop, before message_stop, first attempt only. */
 function cutFirstAttempt(at: "during_dispatch" | "after_dispatch_before_stop", timing = { beforeMessageStopMs: 300 }) {
-  provider.setFaultPlan((_request, info) => {
+  provider().setFaultPlan((_request, info) => {
     if (info.attempt !== 1) return undefined;
     return at === "during_dispatch"
       ? { kind: "reset", at: { afterToolUseStop: 0 }, timing: { afterBlockStopMs: 20 } }
@@ -25,7 +17,7 @@ function cutFirstAttempt(at: "during_dispatch" | "after_dispatch_before_stop", t
 describe("the chapter's incident over the real SDK", () => {
   it("STREAM-5 naive handler: the automatic retry pays twice", async () => {
     cutFirstAttempt("after_dispatch_before_stop");
-    const { runner, effects } = await setup(provider, { guarded: false, latencyMs: 100 });
+    const { runner, effects } = await setup(provider(), { guarded: false, latencyMs: 100 });
     const result = await runner.send("conv-incident", { id: "m1", content: "pay acme" });
     expect(result.status).toBe("answered");
     expect(effects()).toHaveLength(2);
@@ -37,7 +29,7 @@ describe("the chapter's incident over the real SDK", () => {
     it(`STREAM-5 guarded: a reset ${position} pays once and the retry gets the first payment's result`, async () => {
       cutFirstAttempt(position);
       const events: RunnerEvent[] = [];
-      const { runner, effects, store } = await setup(provider, {
+      const { runner, effects, store } = await setup(provider(), {
         guarded: true,
         latencyMs: 100,
         runner: { onEvent: (e) => events.push(e) },
@@ -57,17 +49,17 @@ describe("the chapter's incident over the real SDK", () => {
       const assistant = log[1]!.content as { id: string }[];
       expect(toolResults[0]!.tool_use_id).toBe(assistant[0]!.id);
       expect(JSON.parse(toolResults[0]!.content)).toEqual({ paymentId: payment!.paymentId, status: "accepted" });
-      expect(provider.requests[1]!.toolUses[0]!.id).toBe(assistant[0]!.id);
-      expect(provider.requests[0]!.toolUses[0]!.id).not.toBe(assistant[0]!.id);
+      expect(provider().requests[1]!.toolUses[0]!.id).toBe(assistant[0]!.id);
+      expect(provider().requests[0]!.toolUses[0]!.id).not.toBe(assistant[0]!.id);
     });
   }
 
   it("STREAM-1 a clean close without message_stop is a failed stream, and is retried", async () => {
-    provider.setFaultPlan((_r, info) =>
+    provider().setFaultPlan((_r, info) =>
       info.requestNumber === 1 ? { kind: "clean_close", at: { beforeMessageStop: true }, timing: { beforeMessageStopMs: 200 } } : undefined,
     );
     const events: RunnerEvent[] = [];
-    const { runner, effects } = await setup(provider, { guarded: true, runner: { onEvent: (e) => events.push(e) } });
+    const { runner, effects } = await setup(provider(), { guarded: true, runner: { onEvent: (e) => events.push(e) } });
     await runner.send("conv-close", { id: "m1", content: "pay acme" });
     expect(events.find((e) => e.type === "stream_failed")).toMatchObject({
       position: "after_dispatch_before_stop",
@@ -77,16 +69,16 @@ describe("the chapter's incident over the real SDK", () => {
   });
 
   it("STREAM-2 an overloaded error event mid-stream is a failed stream, and is retried", async () => {
-    provider.setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "error_event", at: { beforeMessageStop: true } } : undefined));
-    const { runner, effects } = await setup(provider, { guarded: true });
+    provider().setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "error_event", at: { beforeMessageStop: true } } : undefined));
+    const { runner, effects } = await setup(provider(), { guarded: true });
     const result = await runner.send("conv-err", { id: "m1", content: "pay acme" });
     expect(result.turns[0]!.attempts).toBe(2);
     expect(effects()).toHaveLength(1);
   });
 
   it("STREAM-3 a cut while arguments stream: nothing dispatched, no ledger row, the call is not run", async () => {
-    provider.setFaultPlan(() => ({ kind: "reset", at: { toolUse: 0, afterFragment: 2 } }));
-    const { runner, effects, ledger, store } = await setup(provider, { guarded: true });
+    provider().setFaultPlan(() => ({ kind: "reset", at: { toolUse: 0, afterFragment: 2 } }));
+    const { runner, effects, ledger, store } = await setup(provider(), { guarded: true });
     const error = await runner.send("conv-args", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TurnFailedError);
     const record = (error as TurnFailedError).record;
@@ -109,8 +101,8 @@ describe("the chapter's incident over the real SDK", () => {
   });
 
   it("RECORD-2 a failed turn reports calls that ran with their stored result, and writes nothing", async () => {
-    provider.setFaultPlan(() => ({ kind: "reset", at: { beforeMessageStop: true } }));
-    const { runner, effects, store } = await setup(provider, { guarded: true, runner: { retry: { attempts: 2, backoffMs: () => 1 } } });
+    provider().setFaultPlan(() => ({ kind: "reset", at: { beforeMessageStop: true } }));
+    const { runner, effects, store } = await setup(provider(), { guarded: true, runner: { retry: { attempts: 2, backoffMs: () => 1 } } });
     const error = (await runner.send("conv-ran", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error.record.position).toBe("after_dispatch_before_stop");
     const paid = { paymentId: effects()[0]!.paymentId, status: "accepted" };
@@ -125,16 +117,16 @@ describe("the chapter's incident over the real SDK", () => {
 
   it("IDENT-1 a memo re-worded by the retried response still pays once", async () => {
     cutFirstAttempt("after_dispatch_before_stop");
-    const { runner, effects } = await setup(provider, { guarded: true });
+    const { runner, effects } = await setup(provider(), { guarded: true });
     await runner.send("conv-memo", { id: "m1", content: "pay acme" });
-    const memos = provider.requests.slice(0, 2).map((r) => r.toolUses[0]!.input.memo);
+    const memos = provider().requests.slice(0, 2).map((r) => r.toolUses[0]!.input.memo);
     expect(memos[0]).not.toBe(memos[1]);
     expect(effects()).toHaveLength(1);
   });
 
   it("DISPATCH-6 two identical calls in one turn both pay, and a retry of that turn pays nothing more", async () => {
-    provider.setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : undefined));
-    const { runner, effects } = await setup(provider, { guarded: true });
+    provider().setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : undefined));
+    const { runner, effects } = await setup(provider(), { guarded: true });
     const result = await runner.send("conv-twice", { id: "m1", content: "pay acme twice" });
     expect(effects()).toHaveLength(2);
     expect(result.turns[0]!.calls.map((c) => c.ordinal)).toEqual([0, 1]);
@@ -142,12 +134,12 @@ describe("the chapter's incident over the real SDK", () => {
   });
 
   it("STREAM-4 dispatch happens at content_block_stop, before message_stop", async () => {
-    provider.setTiming({ beforeMessageStopMs: 150 });
+    provider().setTiming({ beforeMessageStopMs: 150 });
     const events: RunnerEvent[] = [];
-    const { runner, effects } = await setup(provider, { guarded: true, latencyMs: 10, runner: { onEvent: (e) => events.push(e) } });
+    const { runner, effects } = await setup(provider(), { guarded: true, latencyMs: 10, runner: { onEvent: (e) => events.push(e) } });
     await runner.send("conv-early", { id: "m1", content: "pay acme" });
-    const messageStop = await provider.waitForEvent((e) => e.type === "message_stop");
-    const received = provider.requests[0]!.receivedAt;
+    const messageStop = await provider().waitForEvent((e) => e.type === "message_stop");
+    const received = provider().requests[0]!.receivedAt;
     expect(effects()[0]!.at).toBeLessThan(received + messageStop.atMs);
     expect(PAY_ACME.payee).toBe("acme");
   });

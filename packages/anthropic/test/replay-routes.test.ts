@@ -1,24 +1,16 @@
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { MockProvider } from "@dispatch-once/mock-provider";
+import { describe, expect, it } from "vitest";
 import { ConversationRunner, TurnFailedError } from "../src/index.js";
-import { providerWithPlans, setup, closeDownstreams } from "./fixtures.js";
+import { providerPerTest, setup } from "./fixtures.js";
 
 const roles = (log: unknown[]) => log.map((m) => (m as { role: string }).role);
 
-let provider: MockProvider;
-beforeEach(async () => {
-  provider = await providerWithPlans();
-});
-afterEach(async () => {
-  await provider.close();
-  await closeDownstreams();
-});
+const provider = providerPerTest();
 
 describe("every replay route performs the effect once", () => {
   it("TURN-2 client re-send after a failed turn: same message id, same turn index, no second payment", async () => {
     // The first send's only attempt dies after the payment; the client re-sends its pending message.
-    provider.setFaultPlan((_r, info) => (info.requestNumber === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : undefined));
-    const { runner, effects, store } = await setup(provider, { guarded: true, runner: { retry: { attempts: 1 } } });
+    provider().setFaultPlan((_r, info) => (info.requestNumber === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : undefined));
+    const { runner, effects, store } = await setup(provider(), { guarded: true, runner: { retry: { attempts: 1 } } });
     await expect(runner.send("conv-resend", { id: "m1", content: "pay acme" })).rejects.toBeInstanceOf(TurnFailedError);
     const again = await runner.send("conv-resend", { id: "m1", content: "pay acme" });
     expect(again.appended).toBe(false);
@@ -30,7 +22,7 @@ describe("every replay route performs the effect once", () => {
   });
 
   it("TURN-5 queue redelivery run concurrently by two workers: one payment, one committed history", async () => {
-    const first = await setup(provider, { guarded: true, latencyMs: 80 });
+    const first = await setup(provider(), { guarded: true, latencyMs: 80 });
     // A second worker process: its own runner and SDK client, the same ledger and conversation store.
     const second = new ConversationRunner({
       client: first.client,
@@ -47,7 +39,7 @@ describe("every replay route performs the effect once", () => {
   });
 
   it("TURN-2 a double-clicked send: the second click resolves to the first message", async () => {
-    const { runner, effects, store } = await setup(provider, { guarded: true, latencyMs: 40 });
+    const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 40 });
     const message = { id: "m-click", content: "pay acme" };
     const first = runner.send("conv-click", message);
     await new Promise((r) => setTimeout(r, 5));
@@ -56,18 +48,18 @@ describe("every replay route performs the effect once", () => {
     expect(effects()).toHaveLength(1);
     expect((await store.log("conv-click")).filter((m) => typeof (m as { content: unknown }).content === "string")).toHaveLength(1);
     // A click after the answer is complete asks the model nothing and runs nothing.
-    const requestsBefore = provider.requests.length;
+    const requestsBefore = provider().requests.length;
     const late = await runner.send("conv-click", message);
     // TURN-7: the stored answer, not an empty list.
     expect(late).toMatchObject({ appended: false, fromStore: true });
     expect(late.turns.map((t) => t.turnIndex)).toEqual([0, 1]);
     expect(late.turns[0]!.calls[0]).toMatchObject({ name: "send_payment", result: { paymentId: effects()[0]!.paymentId } });
-    expect(provider.requests).toHaveLength(requestsBefore);
+    expect(provider().requests).toHaveLength(requestsBefore);
     expect(effects()).toHaveLength(1);
   });
 
   it("TURN-1 a legitimate second payment in a later turn is made", async () => {
-    const { runner, effects } = await setup(provider, { guarded: true });
+    const { runner, effects } = await setup(provider(), { guarded: true });
     await runner.send("conv-repeat", { id: "m1", content: "pay acme" });
     const second = await runner.send("conv-repeat", { id: "m2", content: "pay acme" });
     expect(effects()).toHaveLength(2);

@@ -1,8 +1,7 @@
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Dispatcher, MemoryConversationStore, MemoryLedger, type Ledger } from "@dispatch-once/core";
-import type { MockProvider } from "@dispatch-once/mock-provider";
 import { TurnFailedError, forResumedTurn, type CallRecord, type FailedTurnRecord, type SupersededAttemptRecord } from "../src/index.js";
-import { closeDownstreams, providerWithPlans, setup } from "./fixtures.js";
+import { providerPerTest, setup } from "./fixtures.js";
 
 /**
  * The spin model's finding resume-says-not (spec/model/README.md, Findings 2) through the real
@@ -12,14 +11,7 @@ import { closeDownstreams, providerWithPlans, setup } from "./fixtures.js";
  * attempt's payment is refused before acceptance (503): released, not performed. Worker A wakes,
  * never having learned it lost the lease, re-claims the released key and pays.
  */
-let provider: MockProvider;
-beforeEach(async () => {
-  provider = await providerWithPlans();
-});
-afterEach(async () => {
-  await provider.close();
-  await closeDownstreams();
-});
+const provider = providerPerTest();
 
 /** A ledger that says it is durable (so a first claim's "not performed" is believed, 7c01856). */
 function durable(base: Ledger): Ledger {
@@ -51,7 +43,7 @@ describe("a resumed turn speaks for the earlier holder too (proposed TURN-15, RE
     let now = 1_700_000_000_000;
     const store = new MemoryConversationStore({ now: () => now });
     const shared = durable(new MemoryLedger());
-    const { worker, effects, server, tools } = await setup(provider, {
+    const { worker, effects, server, tools } = await setup(provider(), {
       guarded: true,
       latencyMs: 0,
       store,
@@ -104,10 +96,10 @@ describe("a resumed turn speaks for the earlier holder too (proposed TURN-15, RE
     let now = 1_700_000_000_000;
     let cut = false;
     // While `cut`, every response dies while the payment's arguments stream: nothing is dispatched.
-    provider.setFaultPlan(() => (cut ? { kind: "reset", at: { toolUse: 0, afterFragment: 1 } } : undefined));
+    provider().setFaultPlan(() => (cut ? { kind: "reset", at: { toolUse: 0, afterFragment: 1 } } : undefined));
     const store = new MemoryConversationStore({ now: () => now });
     const shared = durable(new MemoryLedger());
-    const { worker, effects, server, tools } = await setup(provider, {
+    const { worker, effects, server, tools } = await setup(provider(), {
       guarded: true,
       latencyMs: 0,
       store,
@@ -147,7 +139,7 @@ describe("a resumed turn speaks for the earlier holder too (proposed TURN-15, RE
 
   it("TURN-15 control: a worker that bound the message itself still says not_happened for its own refused first claim", async () => {
     const store = new MemoryConversationStore();
-    const { runner, effects, server } = await setup(provider, {
+    const { runner, effects, server } = await setup(provider(), {
       guarded: true,
       latencyMs: 0,
       store,

@@ -1,23 +1,15 @@
 import { createRequire } from "node:module";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { MemoryLedger } from "@dispatch-once/core";
-import type { MockProvider } from "@dispatch-once/mock-provider";
 import { ConversationRunner, TurnFailedError, type RunnerEvent } from "../src/index.js";
-import { PAY_ACME, closeDownstreams, providerWithPlans, setup } from "./fixtures.js";
+import { PAY_ACME, providerPerTest, setup } from "./fixtures.js";
 
 /**
  * Issue 10 through the real SDK, the mock provider and the mock payments API: the payments
  * effect log AND what the conversation committed or the record says must agree.
  */
-let provider: MockProvider;
-beforeEach(async () => {
-  provider = await providerWithPlans();
-});
-afterEach(async () => {
-  await provider.close();
-  await closeDownstreams();
-});
+const provider = providerPerTest();
 
 type ToolResult = { type: string; tool_use_id: string; content: string; is_error?: boolean };
 const toolResultsOf = (log: unknown[]) =>
@@ -28,11 +20,11 @@ const toolResultsOf = (log: unknown[]) =>
 
 describe("re-runs send the first request (LEDGER-21, EFFECT-6)", () => {
   it("LEDGER-21 a lost response, then a retry that re-words the memo: one payment, committed as paid", async () => {
-    const { runner, effects, server, store } = await setup(provider, { guarded: true });
+    const { runner, effects, server, store } = await setup(provider(), { guarded: true });
     // The payments API performs the first POST and the response is lost on the way back.
     server.injectFault({ outcome: "drop_after_accept" }, { times: 1 });
     const result = await runner.send("conv-lost", { id: "m1", content: "pay acme" });
-    const memos = provider.requests.slice(0, 2).map((r) => r.toolUses[0]!.input.memo);
+    const memos = provider().requests.slice(0, 2).map((r) => r.toolUses[0]!.input.memo);
     expect(memos[0]).not.toBe(memos[1]); // the retried model re-worded it
     expect(effects()).toHaveLength(1);
     const [payment] = effects();
@@ -52,8 +44,8 @@ describe("re-runs send the first request (LEDGER-21, EFFECT-6)", () => {
     const ledger = new MemoryLedger();
     const rows = (ledger as unknown as { rows: Map<string, unknown> }).rows;
     const events: RunnerEvent[] = [];
-    provider.setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : undefined));
-    const { runner, effects, store } = await setup(provider, {
+    provider().setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : undefined));
+    const { runner, effects, store } = await setup(provider(), {
       guarded: true,
       ledger,
       runner: {
@@ -82,7 +74,7 @@ describe("re-runs send the first request (LEDGER-21, EFFECT-6)", () => {
 
 describe("truthful results and records (DISPATCH-7, LEDGER-10, RECORD-5)", () => {
   it("DISPATCH-7 a payment result holding a Date is committed as a result, not as an error", async () => {
-    const { runner, effects, store } = await setup(provider, {
+    const { runner, effects, store } = await setup(provider(), {
       guarded: true,
       result: (paymentId) => ({ paymentId, createdAt: new Date(Date.UTC(2026, 10, 30)) }),
     });
@@ -93,7 +85,7 @@ describe("truthful results and records (DISPATCH-7, LEDGER-10, RECORD-5)", () =>
   });
 
   it("LEDGER-10 a performed payment whose result cannot be stored fails the turn with 'happened', never an error result", async () => {
-    const { runner, effects, store } = await setup(provider, {
+    const { runner, effects, store } = await setup(provider(), {
       guarded: true,
       result: (paymentId) => ({ paymentId, cents: BigInt(12_500) }),
     });
@@ -111,10 +103,10 @@ describe("truthful results and records (DISPATCH-7, LEDGER-10, RECORD-5)", () =>
   });
 
   it("RECORD-5 attempt 1 pays then dies, attempts 2 and 3 die before any call: the record still lists the payment", async () => {
-    provider.setFaultPlan((_r, info) =>
+    provider().setFaultPlan((_r, info) =>
       info.attempt === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : { kind: "reset", at: { event: 1 } },
     );
-    const { runner, effects } = await setup(provider, { guarded: true });
+    const { runner, effects } = await setup(provider(), { guarded: true });
     const error = (await runner.send("conv-forget", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error).toBeInstanceOf(TurnFailedError);
     expect(error.record.position).toBe("before_any_call");
@@ -126,7 +118,7 @@ describe("truthful results and records (DISPATCH-7, LEDGER-10, RECORD-5)", () =>
   });
 
   it("RECORD-2 a lost response on the last attempt is recorded as 'may have happened' with its key", async () => {
-    const { runner, effects, server } = await setup(provider, { guarded: true, runner: { retry: { attempts: 1 } } });
+    const { runner, effects, server } = await setup(provider(), { guarded: true, runner: { retry: { attempts: 1 } } });
     server.injectFault({ outcome: "drop_after_accept" }, { times: 1 });
     const error = (await runner.send("conv-maybe", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(effects()).toHaveLength(1);
@@ -145,7 +137,7 @@ describe("the rest of issue 10's findings through the SDK (LEDGER-8, ERR-3, IDEN
   it("LEDGER-8 a tool that throws a ToolError without a disposition after paying is not committed as a failed payment", async () => {
     const { Dispatcher, MemoryLedger, ToolError, ToolRegistry, defineTool } = await import("@dispatch-once/core");
     const { createPaymentsClient } = await import("@dispatch-once/mock-payments");
-    const { runner: base, server, effects, client, store } = await setup(provider, { guarded: true });
+    const { runner: base, server, effects, client, store } = await setup(provider(), { guarded: true });
     const payments = createPaymentsClient({ baseURL: server.url, token: "acct_test" });
     let calls = 0;
     const careless = defineTool({
@@ -183,7 +175,7 @@ describe("the rest of issue 10's findings through the SDK (LEDGER-8, ERR-3, IDEN
       capabilities: other.capabilities,
       complete: (key: string) => Promise.reject(new cjs.ResultNotStorableError(key, "too large for this store")),
     });
-    const { runner, effects } = await setup(provider, { guarded: true, ledger });
+    const { runner, effects } = await setup(provider(), { guarded: true, ledger });
     const error = (await runner.send("conv-copies", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error).toBeInstanceOf(TurnFailedError);
     expect(effects()).toHaveLength(1);
@@ -194,8 +186,8 @@ describe("the rest of issue 10's findings through the SDK (LEDGER-8, ERR-3, IDEN
   it("IDENT-5 an impure default in the identity is refused before any payment, not a new key per replay", async () => {
     const { Dispatcher, MemoryLedger, ToolRegistry, defineTool } = await import("@dispatch-once/core");
     const { createPaymentsClient } = await import("@dispatch-once/mock-payments");
-    provider.setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : undefined));
-    const { server, effects, client, store } = await setup(provider, { guarded: true });
+    provider().setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "reset", at: { beforeMessageStop: true } } : undefined));
+    const { server, effects, client, store } = await setup(provider(), { guarded: true });
     const payments = createPaymentsClient({ baseURL: server.url, token: "acct_test" });
     let tick = 0;
     const impure = defineTool({
@@ -246,7 +238,7 @@ describe("the rest of issue 10's findings through the SDK (LEDGER-8, ERR-3, IDEN
         input: z.object({ data: z.any() }),
         run: () => ++runs,
       });
-      const { client: _c, store } = await setup(provider, { guarded: true });
+      const { client: _c, store } = await setup(provider(), { guarded: true });
       void _c;
       const Anthropic = (await import("@anthropic-ai/sdk")).default;
       const runner = new ConversationRunner({

@@ -1,18 +1,10 @@
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { MemoryConversationStore, MemoryLedger, type Ledger } from "@dispatch-once/core";
-import type { MockProvider } from "@dispatch-once/mock-provider";
 import { ConversationRunner, TurnAccumulator, TurnFailedError, type RunnerEvent } from "../src/index.js";
-import { closeDownstreams, providerWithPlans, setup } from "./fixtures.js";
+import { providerPerTest, setup } from "./fixtures.js";
 
 /** Issue 11 through the real SDK and the mock provider: one turn in flight per conversation. */
-let provider: MockProvider;
-beforeEach(async () => {
-  provider = await providerWithPlans();
-});
-afterEach(async () => {
-  await provider.close();
-  await closeDownstreams();
-});
+const provider = providerPerTest();
 
 const lastUserText = (messages: { role: string; content: unknown }[]) => {
   const users = messages.filter((m) => m.role === "user" && typeof m.content === "string");
@@ -21,7 +13,7 @@ const lastUserText = (messages: { role: string; content: unknown }[]) => {
 
 describe("distinct messages in one conversation (TURN-9, TURN-11)", () => {
   it("TURN-9 'pay alice' and 'pay bob' sent together by two workers: one payment each, both answered, distinct turns", async () => {
-    const { runner, worker, effects, store, server } = await setup(provider, { guarded: true, latencyMs: 60 });
+    const { runner, worker, effects, store, server } = await setup(provider(), { guarded: true, latencyMs: 60 });
     const second = worker();
     const [alice, bob] = await Promise.all([
       runner.send("conv-race", { id: "m-alice", content: "pay alice" }),
@@ -38,7 +30,7 @@ describe("distinct messages in one conversation (TURN-9, TURN-11)", () => {
     expect(alice.turns[0]!.calls[0]!.result).toMatchObject({ paymentId: expect.any(String) });
     expect(alice.turns[0]!.calls[0]!.result).not.toEqual(bob.turns[0]!.calls[0]!.result);
     // No request ever showed the model a message other than the one it answered, unanswered.
-    for (const request of provider.requests) {
+    for (const request of provider().requests) {
       const msgs = (request.body as { messages: { role: string; content: unknown }[] }).messages;
       const text = lastUserText(msgs);
       const earlierPrompts = msgs.filter((m) => m.role === "user" && typeof m.content === "string").slice(0, -1);
@@ -55,7 +47,7 @@ describe("distinct messages in one conversation (TURN-9, TURN-11)", () => {
   });
 
   it("TURN-9 'hello' then 'pay bob' close together: bob is paid once, by an answered turn, and a re-send returns the stored answer", async () => {
-    const { runner, worker, effects } = await setup(provider, { guarded: true, latencyMs: 30 });
+    const { runner, worker, effects } = await setup(provider(), { guarded: true, latencyMs: 30 });
     const [hello, bob] = await Promise.all([
       runner.send("conv-hello", { id: "m-hello", content: "hello" }),
       worker().send("conv-hello", { id: "m-bob", content: "pay bob" }),
@@ -73,13 +65,13 @@ describe("distinct messages in one conversation (TURN-9, TURN-11)", () => {
 describe("after a failed turn (TURN-12)", () => {
   it("TURN-12 a re-ask in a new message takes the failed turn's index: answered from the ledger, no second payment", async () => {
     // Every response to "pay acme" for the first message dies after the payment.
-    provider.setFaultPlan((request) =>
+    provider().setFaultPlan((request) =>
       request.messages.length === 1 && request.messages[0]!.content === "pay acme" && !reasked
         ? { kind: "reset", at: { beforeMessageStop: true } }
         : undefined,
     );
     let reasked = false;
-    const { runner, effects, store } = await setup(provider, { guarded: true });
+    const { runner, effects, store } = await setup(provider(), { guarded: true });
     const failed = (await runner.send("conv-reask", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(failed).toBeInstanceOf(TurnFailedError);
     expect(failed.record.effects).toEqual([expect.objectContaining({ effect: "happened" })]);
@@ -108,15 +100,15 @@ describe("after a failed turn (TURN-12)", () => {
 
 describe("conversation ids and stores (KEY-2, TURN-14)", () => {
   it("KEY-2 an invalid conversation id is refused at send(), before any model request, and is not retryable", async () => {
-    const { runner } = await setup(provider, { guarded: true });
+    const { runner } = await setup(provider(), { guarded: true });
     for (const bad of ["a|b", "", "x".repeat(257), 42 as unknown as string]) {
       await expect(runner.send(bad, { id: "m1", content: "pay acme" })).rejects.toMatchObject({ code: "invalid_key_input", field: "conversationId" });
     }
-    expect(provider.requests).toHaveLength(0);
+    expect(provider().requests).toHaveLength(0);
   });
 
   it("TURN-14 a volatile conversation store beside a durable ledger is refused unless explicitly allowed", async () => {
-    const { client, tools } = await setup(provider, { guarded: true });
+    const { client, tools } = await setup(provider(), { guarded: true });
     const base = new MemoryLedger();
     const durable: Ledger = Object.assign(Object.create(base) as Ledger, { capabilities: { ...base.capabilities, durability: "durable" } });
     const { Dispatcher } = await import("@dispatch-once/core");
@@ -132,7 +124,7 @@ describe("turn lease (TURN-10, TURN-13)", () => {
     let now = 1_700_000_000_000;
     const store = new MemoryConversationStore({ now: () => now });
     const events: RunnerEvent[] = [];
-    const { runner, worker, effects, server } = await setup(provider, {
+    const { runner, worker, effects, server } = await setup(provider(), {
       guarded: true,
       latencyMs: 0,
       store,
@@ -157,9 +149,9 @@ describe("turn lease (TURN-10, TURN-13)", () => {
 
 describe("stream rules (STREAM-1, STREAM-2)", () => {
   it("STREAM-1 a transport error after message_stop commits the turn without asking the model again", async () => {
-    provider.setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "reset", at: { afterMessageStop: true } } : undefined));
+    provider().setFaultPlan((_r, info) => (info.attempt === 1 ? { kind: "reset", at: { afterMessageStop: true } } : undefined));
     const events: RunnerEvent[] = [];
-    const { runner, effects } = await setup(provider, { guarded: true, runner: { onEvent: (e) => events.push(e) } });
+    const { runner, effects } = await setup(provider(), { guarded: true, runner: { onEvent: (e) => events.push(e) } });
     const result = await runner.send("conv-after-stop", { id: "m1", content: "pay acme" });
     expect(result.turns[0]).toMatchObject({ attempts: 1, committed: true });
     expect(events.filter((e) => e.type === "stream_failed")).toEqual([]);

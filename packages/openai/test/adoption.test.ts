@@ -1,23 +1,14 @@
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import OpenAI from "openai";
-import { Dispatcher, InvalidArgumentError, MemoryConversationStore, MemoryLedger } from "@dispatch-once/core";
-import type { MockOpenAI } from "@dispatch-once/mock-openai";
+import { describe, expect, it } from "vitest";
+import { InvalidArgumentError } from "@dispatch-once/core";
 import { ConversationRunner } from "../src/index.js";
-import { closeDownstreams, setup, startProvider } from "./fixtures.js";
+import { providerPerTest, setup } from "./fixtures.js";
 
 /** Findings of the adoption trial, through the openai SDK and the mock Responses API. */
-let provider: MockOpenAI;
-beforeEach(async () => {
-  provider = await startProvider();
-});
-afterEach(async () => {
-  await provider.close();
-  await closeDownstreams();
-});
+const provider = providerPerTest();
 
 describe("adoption trial findings (openai)", () => {
   it("TURN-7 a re-send of an answered message returns the first send's calls, key and ordinal included", async () => {
-    const { runner, effects } = await setup(provider, { guarded: true });
+    const { runner, effects } = await setup(provider(), { guarded: true });
     const first = await runner.send("conv-keys", { id: "m1", content: "pay acme twice" });
     expect(effects()).toHaveLength(2);
     const again = await runner.send("conv-keys", { id: "m1", content: "pay acme twice" });
@@ -29,14 +20,7 @@ describe("adoption trial findings (openai)", () => {
   });
 
   it("TURN-2 the runner's options are checked when it is built: model, tools, maxOutputTokens, instructions, maxTurns", async () => {
-    const { tools } = await setup(provider, { guarded: true });
-    const base = {
-      client: new OpenAI({ baseURL: provider.baseURL, apiKey: "k" }),
-      dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }),
-      store: new MemoryConversationStore(),
-      model: "gpt-test",
-      tools: tools.providerSchemas(),
-    };
+    const { runnerOptions } = await setup(provider(), { guarded: true });
     const cases: [string, Record<string, unknown>][] = [
       ["options.model", { model: 5 }],
       ["options.tools", { tools: "x" }],
@@ -47,7 +31,7 @@ describe("adoption trial findings (openai)", () => {
     for (const [field, extra] of cases) {
       let error: unknown;
       try {
-        new ConversationRunner({ ...base, ...extra } as never);
+        new ConversationRunner({ ...runnerOptions, ...extra } as never);
       } catch (e) {
         error = e;
       }
@@ -57,7 +41,7 @@ describe("adoption trial findings (openai)", () => {
   });
 
   it("TURN-2 a message whose content is missing or empty is refused before it is stored or sent", async () => {
-    const { runner, store } = await setup(provider, { guarded: true });
+    const { runner, store } = await setup(provider(), { guarded: true });
     for (const content of [undefined, "", []]) {
       await expect(runner.send("conv-empty", { id: "m1", content: content as never })).rejects.toMatchObject({ code: "invalid_argument", field: "message.content" });
     }

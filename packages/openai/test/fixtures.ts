@@ -1,3 +1,4 @@
+import { afterEach, beforeEach } from "vitest";
 import OpenAI from "openai";
 import {
   Dispatcher,
@@ -99,6 +100,27 @@ export async function closeDownstreams(): Promise<void> {
   await Promise.all(servers.splice(0).map((s) => s.close()));
 }
 
+/**
+ * Call at the top of a test file: each test gets a mock Responses API with the plans of
+ * `startProvider`, started before it and closed after it with the payments servers it started.
+ * Returns the current one.
+ */
+export function providerPerTest(): () => MockOpenAI {
+  let provider: MockOpenAI | undefined;
+  beforeEach(async () => {
+    provider = await startProvider();
+  });
+  afterEach(async () => {
+    await provider?.close();
+    provider = undefined;
+    await closeDownstreams();
+  });
+  return () => {
+    if (provider === undefined) throw new Error("the mock provider runs only within a test");
+    return provider;
+  };
+}
+
 /** The OpenAI runner over the mock, a guarded (or naive) dispatcher and the mock payments API. */
 export async function setup(provider: MockOpenAI, options: { guarded: boolean; latencyMs?: number; runner?: Partial<ConversationRunnerOptions>; store?: ConversationStore }) {
   const downstream = await payments(options.latencyMs ?? 50);
@@ -109,7 +131,8 @@ export async function setup(provider: MockOpenAI, options: { guarded: boolean; l
     : new UnguardedDispatcher(downstream.tools);
   const store = options.store ?? new MemoryConversationStore();
   const client = sdk(provider);
-  const runner = new ConversationRunner({
+  /** The options `runner` was built with. */
+  const runnerOptions: ConversationRunnerOptions = {
     client,
     dispatcher,
     store,
@@ -117,6 +140,7 @@ export async function setup(provider: MockOpenAI, options: { guarded: boolean; l
     tools: downstream.tools.providerSchemas(),
     retry: { backoffMs: () => 10 },
     ...options.runner,
-  });
-  return { ...downstream, ledger, store, runner, client, dispatcher };
+  };
+  const runner = new ConversationRunner(runnerOptions);
+  return { ...downstream, ledger, store, runner, runnerOptions, client, dispatcher };
 }

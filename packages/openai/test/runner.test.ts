@@ -1,16 +1,9 @@
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { Fault, MockOpenAI } from "@dispatch-once/mock-openai";
+import { describe, expect, it } from "vitest";
+import type { Fault } from "@dispatch-once/mock-openai";
 import { StreamIncompleteError, TurnFailedError, type RunnerEvent } from "../src/index.js";
-import { PAY_ACME, closeDownstreams, isPaymentRequest, setup, startProvider } from "./fixtures.js";
+import { PAY_ACME, isPaymentRequest, providerPerTest, setup } from "./fixtures.js";
 
-let provider: MockOpenAI;
-beforeEach(async () => {
-  provider = await startProvider();
-});
-afterEach(async () => {
-  await provider.close();
-  await closeDownstreams();
-});
+const provider = providerPerTest();
 
 type Cut = "during_dispatch" | "after_dispatch_before_stop";
 
@@ -21,13 +14,13 @@ function cutFirstAttempt(at: Cut, kind: "reset" | "clean_close" | "error_event" 
       ? { kind, at: { afterCallDone: 0 } }
       : // Long enough for the payment (latency 100 ms) to finish before the cut; the test asserts the position.
         { kind, at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } };
-  provider.setFaultPlan((request, info) => (info.attempt === 1 && isPaymentRequest(request) ? fault : undefined));
+  provider().setFaultPlan((request, info) => (info.attempt === 1 && isPaymentRequest(request) ? fault : undefined));
 }
 
 describe("ConversationRunner over the real openai SDK (Responses streaming) against the mock", () => {
   it("STREAM-5 control: a naive handler (keyed on nothing stable) pays twice on the runner's retry", async () => {
     cutFirstAttempt("after_dispatch_before_stop");
-    const { runner, effects } = await setup(provider, { guarded: false, latencyMs: 100 });
+    const { runner, effects } = await setup(provider(), { guarded: false, latencyMs: 100 });
     const result = await runner.send("conv-naive", { id: "m1", content: "pay acme" });
     expect(result.status).toBe("answered");
     expect(effects()).toHaveLength(2);
@@ -37,7 +30,7 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
     it(`STREAM-5 the chapter's incident: a reset ${position} pays once; the conversation holds one function_call_output with that payment`, async () => {
       cutFirstAttempt(position);
       const events: RunnerEvent[] = [];
-      const { runner, effects, store } = await setup(provider, { guarded: true, latencyMs: 100, runner: { onEvent: (e) => events.push(e) } });
+      const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 100, runner: { onEvent: (e) => events.push(e) } });
       const result = await runner.send("conv-incident", { id: "m1", content: "pay acme" });
 
       // The oracle: one payment in the payments API's effect log.
@@ -48,7 +41,7 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
       expect(events).toContainEqual(expect.objectContaining({ type: "call_resolved", attempt: 1, ok: true }));
 
       // The retry re-emitted the call with a new call_id and a re-worded memo; the ledger answered it.
-      const [first, retry] = provider.requests;
+      const [first, retry] = provider().requests;
       expect(retry!.bodyHash).toBe(first!.bodyHash);
       expect(retry!.calls[0]!.callId).not.toBe(first!.calls[0]!.callId);
       expect(JSON.parse(retry!.calls[0]!.json).memo).not.toBe(JSON.parse(first!.calls[0]!.json).memo);
@@ -68,7 +61,7 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
       expect(JSON.parse(outputs[0]!.output as string)).toEqual({ paymentId: payment!.paymentId, status: "accepted" });
 
       // The follow-up request sent exactly that log, and the model answered it.
-      const followUp = provider.requests.at(-1)!;
+      const followUp = provider().requests.at(-1)!;
       expect((followUp.body as { input: unknown[] }).input).toEqual(log.slice(0, 3));
       expect(result.turns.map((t) => t.text)).toEqual(["", "Payment sent."]);
       expect(result.turns[1]).toMatchObject({ stopReason: "completed", calls: [] });
@@ -79,7 +72,7 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
     it(`STREAM-1 a ${kind} before response.completed (the SDK raises nothing) is a failed stream: retried, one payment`, async () => {
       cutFirstAttempt("after_dispatch_before_stop", kind);
       const events: RunnerEvent[] = [];
-      const { runner, effects } = await setup(provider, { guarded: true, latencyMs: 100, runner: { onEvent: (e) => events.push(e) } });
+      const { runner, effects } = await setup(provider(), { guarded: true, latencyMs: 100, runner: { onEvent: (e) => events.push(e) } });
       const result = await runner.send("conv-close", { id: "m1", content: "pay acme" });
       const failed = events.find((e) => e.type === "stream_failed");
       expect(failed).toMatchObject({ position: "after_dispatch_before_stop", error: expect.stringContaining("StreamIncompleteError") });
@@ -93,15 +86,15 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
   }
 
   it("STREAM-3 a cut before the call's output_item.done dispatches nothing: no payment, no ledger row, a failed-turn record", async () => {
-    provider.setFaultPlan((request) => (isPaymentRequest(request) ? { kind: "reset", at: { call: 0, afterFragment: 2 } } : undefined));
-    const { runner, effects, ledger, store } = await setup(provider, { guarded: true });
+    provider().setFaultPlan((request) => (isPaymentRequest(request) ? { kind: "reset", at: { call: 0, afterFragment: 2 } } : undefined));
+    const { runner, effects, ledger, store } = await setup(provider(), { guarded: true });
     const error = await runner.send("conv-args", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TurnFailedError);
     const record = (error as TurnFailedError).record;
     expect(record).toMatchObject({ kind: "failed_turn", position: "arguments_streaming", attempts: 3, turnIndex: 0, retryable: true });
     expect(record.calls).toHaveLength(3);
     for (const [i, call] of record.calls.entries()) {
-      expect(call).toMatchObject({ attempt: i + 1, name: "send_payment", status: "not_run", effect: "not_happened", callId: provider.requests[i]!.calls[0]!.callId });
+      expect(call).toMatchObject({ attempt: i + 1, name: "send_payment", status: "not_run", effect: "not_happened", callId: provider().requests[i]!.calls[0]!.callId });
       expect(() => JSON.parse(call.partialArguments!)).toThrow();
     }
     expect(record.effects).toEqual([]);
@@ -114,8 +107,8 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
   });
 
   it("RECORD-2 a turn that fails after its payment ran reports it as happened, with its result, and commits nothing", async () => {
-    provider.setFaultPlan((request) => (isPaymentRequest(request) ? { kind: "reset", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } } : undefined));
-    const { runner, effects, store } = await setup(provider, { guarded: true, latencyMs: 20, runner: { retry: { attempts: 2, backoffMs: () => 1 } } });
+    provider().setFaultPlan((request) => (isPaymentRequest(request) ? { kind: "reset", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } } : undefined));
+    const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 20, runner: { retry: { attempts: 2, backoffMs: () => 1 } } });
     const error = (await runner.send("conv-ran", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error).toBeInstanceOf(TurnFailedError);
     expect(error.record.position).toBe("after_dispatch_before_stop");
@@ -135,13 +128,13 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
   });
 
   it("STREAM-13 response.incomplete (the output limit) after the call completed is not retried: one attempt, the payment stated, retryable false", async () => {
-    provider.setFaultPlan((request) =>
+    provider().setFaultPlan((request) =>
       isPaymentRequest(request) ? { kind: "incomplete_event", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } } : undefined,
     );
-    const { runner, effects } = await setup(provider, { guarded: true, latencyMs: 20 });
+    const { runner, effects } = await setup(provider(), { guarded: true, latencyMs: 20 });
     const error = (await runner.send("conv-limit", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error).toBeInstanceOf(TurnFailedError);
-    expect(provider.requests).toHaveLength(1);
+    expect(provider().requests).toHaveLength(1);
     expect(error.record).toMatchObject({ attempts: 1, position: "after_dispatch_before_stop", retryable: false, error: { name: "StreamIncompleteError" } });
     expect(error.record.error.message).toContain("max_output_tokens");
     // The call completed before the limit was dispatched and paid: the record says so (RECORD-2).
@@ -150,33 +143,33 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
   });
 
   it("STREAM-13 a call cut by the output limit is abandoned, never run, and the turn is not retried; a clean close at the same place is", async () => {
-    provider.setFaultPlan((request) =>
+    provider().setFaultPlan((request) =>
       isPaymentRequest(request) ? { kind: "incomplete_event", at: { call: 0, afterFragment: 1 } } : undefined,
     );
-    const { runner, effects } = await setup(provider, { guarded: true });
+    const { runner, effects } = await setup(provider(), { guarded: true });
     const error = (await runner.send("conv-limit-args", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error.record).toMatchObject({ attempts: 1, position: "arguments_streaming", retryable: false });
     expect(error.record.calls).toEqual([expect.objectContaining({ status: "not_run", effect: "not_happened" })]);
     expect(effects()).toHaveLength(0);
     // The control: the same position without the provider's final word is a transient failure, retried.
     let closed = false;
-    provider.setFaultPlan((request) => {
+    provider().setFaultPlan((request) => {
       if (closed || !isPaymentRequest(request)) return undefined;
       closed = true;
       return { kind: "clean_close", at: { call: 0, afterFragment: 1 } };
     });
-    const { runner: again } = await setup(provider, { guarded: true });
+    const { runner: again } = await setup(provider(), { guarded: true });
     const result = await again.send("conv-close-args", { id: "m1", content: "pay acme" });
     expect(result.turns[0]!.attempts).toBe(2);
   });
 
   it("TURN-7 a re-sent message id is answered from the store: the turns read back, nothing run", async () => {
-    const { runner, effects } = await setup(provider, { guarded: true });
+    const { runner, effects } = await setup(provider(), { guarded: true });
     const first = await runner.send("conv-resend", { id: "m1", content: "pay acme" });
-    const requests = provider.requests.length;
+    const requests = provider().requests.length;
     const again = await runner.send("conv-resend", { id: "m1", content: "pay acme" });
     expect(again).toMatchObject({ appended: false, fromStore: true, status: "answered" });
-    expect(provider.requests).toHaveLength(requests);
+    expect(provider().requests).toHaveLength(requests);
     expect(effects()).toHaveLength(1);
     expect(again.turns.map((t) => ({ text: t.text, calls: t.calls.map((c) => ({ callId: c.callId, result: c.result })) }))).toEqual(
       first.turns.map((t) => ({ text: t.text, calls: t.calls.map((c) => ({ callId: c.callId, result: c.result })) })),
@@ -184,8 +177,8 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
   });
 
   it("DISPATCH-6 two identical calls in one response both pay, and a retry of that response pays nothing more", async () => {
-    provider.setFaultPlan((request, info) => (info.attempt === 1 && isPaymentRequest(request) ? { kind: "reset", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } } : undefined));
-    const { runner, effects, store } = await setup(provider, { guarded: true, latencyMs: 20 });
+    provider().setFaultPlan((request, info) => (info.attempt === 1 && isPaymentRequest(request) ? { kind: "reset", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } } : undefined));
+    const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 20 });
     const result = await runner.send("conv-twice", { id: "m1", content: "pay acme twice" });
     expect(effects()).toHaveLength(2);
     expect(result.turns[0]!.calls.map((c) => c.ordinal)).toEqual([0, 1]);
@@ -195,21 +188,21 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
   });
 
   it("a 500 before the stream is retried by the runner; a permanent 400 is not, and fails the turn with a record", async () => {
-    provider.queueFault({ kind: "status", status: 500 });
-    const { runner, effects } = await setup(provider, { guarded: true });
+    provider().queueFault({ kind: "status", status: 500 });
+    const { runner, effects } = await setup(provider(), { guarded: true });
     const result = await runner.send("conv-500", { id: "m1", content: "pay acme" });
     expect(result.turns[0]!.attempts).toBe(2);
     expect(effects()).toHaveLength(1);
 
-    provider.queueFault({ kind: "status", status: 400 });
+    provider().queueFault({ kind: "status", status: 400 });
     const error = (await runner.send("conv-400", { id: "m1", content: "hello" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error).toBeInstanceOf(TurnFailedError);
     expect(error.record).toMatchObject({ attempts: 1, position: "before_any_call", calls: [] });
   });
 
   it("STREAM-1 the error a clean close raises is the shared StreamIncompleteError, naming response.completed", async () => {
-    provider.setFaultPlan((request) => (isPaymentRequest(request) ? { kind: "clean_close", at: { event: 1 } } : undefined));
-    const { runner } = await setup(provider, { guarded: true, runner: { retry: { attempts: 1 } } });
+    provider().setFaultPlan((request) => (isPaymentRequest(request) ? { kind: "clean_close", at: { event: 1 } } : undefined));
+    const { runner } = await setup(provider(), { guarded: true, runner: { retry: { attempts: 1 } } });
     const error = (await runner.send("conv-incomplete", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error.record).toMatchObject({ position: "before_any_call", error: { name: "StreamIncompleteError", code: "stream_incomplete" } });
     expect(error.record.error.message).toContain("without response.completed");
