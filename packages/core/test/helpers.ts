@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { defineTool, type DispatchLogger } from "../src/index.js";
+import { LedgerUnavailableError, MemoryLedger, defineTool, type DispatchLogger, type Ledger } from "../src/index.js";
 
 /** A fake downstream that counts effects by the key it was given, like a payments API would. */
 export function fakePayments(options: { latencyMs?: number } = {}) {
@@ -34,4 +34,29 @@ export function recordingLogger() {
 export function manualClock(start = 1_700_000_000_000) {
   let now = start;
   return { now: () => now, advance: (ms: number) => void (now += ms) };
+}
+
+/** The error a ledger raises when its store cannot be reached. */
+export const unavailable = () => new LedgerUnavailableError("connection terminated due to connection timeout");
+
+/**
+ * A memory ledger whose `write` meets the given faults in order, one per call, then works:
+ * "down" rejects without writing; "lost" writes, then rejects (the reply was lost). `faults` is
+ * read at each call, so a test may add to it or empty it as it goes.
+ */
+export function faulty(write: "complete" | "fail" | "markUnknown" | "release", faults: ("down" | "lost")[], options: { now?: () => number } = {}) {
+  const base = new MemoryLedger(options);
+  const calls: string[] = [];
+  const ledger: Ledger = Object.assign(Object.create(base) as Ledger, {
+    capabilities: base.capabilities,
+    [write]: async (...args: unknown[]) => {
+      const fault = faults.shift();
+      calls.push(fault ?? "ok");
+      if (fault === "down") throw unavailable();
+      const result = await (base[write] as (...a: unknown[]) => Promise<unknown>).apply(base, args);
+      if (fault === "lost") throw unavailable();
+      return result;
+    },
+  });
+  return { ledger, base, calls };
 }

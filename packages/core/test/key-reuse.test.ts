@@ -13,7 +13,7 @@ import {
   isDispatchOnceError,
   type DispatchEvent,
 } from "../src/index.js";
-import { manualClock, recordingLogger } from "./helpers.js";
+import { faulty, manualClock, recordingLogger } from "./helpers.js";
 
 /**
  * A tool keyed by a key its client assigned (an MCP client's `_meta` key, a UUID per user
@@ -156,6 +156,45 @@ describe("IDENT-6 a tool that refuses a different request under its key", () => 
     // The owner's tool ran (one effect); its complete under fence 1 is stale, and it says so.
     await expect(first).rejects.toSatisfy((e) => isDispatchOnceError(e, "stale_claim"));
     expect(pay.effects).toEqual([{ key, args: { payee: "acme", amount: 100 } }]);
+  });
+
+  it("IDENT-6 a release of a taken row that meets ledger_unavailable, re-sent for recordRetryMs: ledger_unavailable, no run, the row in flight until its lease runs out", async () => {
+    const pay = clientKeyedPayments({ onRequestDiffers: "refuse" });
+    const clock = manualClock();
+    const releases: ("down" | "lost")[] = [];
+    const { ledger, base, calls } = faulty("release", releases, { now: clock.now });
+    const events: DispatchEvent[] = [];
+    const dispatcher = new Dispatcher({ tools: [pay.tool], ledger, leaseMs: 1_000, waitMs: 0, pollMs: 1, recordRetryMs: 40, logger: quiet, onEvent: (e) => events.push(e) });
+    const stored = JSON.stringify(call("k-0007-aaaa-bbbb", "acme", 100).input);
+    pay.failNextWith(new ToolError("card network down before sending", { disposition: "not_performed" }));
+    await expect(dispatcher.dispatch(call("k-0007-aaaa-bbbb", "acme", 100), turn)).rejects.toMatchObject({ code: "claim_released" });
+    const key = dispatcher.keyFor(call("k-0007-aaaa-bbbb", "acme", 100), turn);
+    expect(await base.lookup(key)).toMatchObject({ state: "released", fence: 1, request: stored });
+
+    // Another request under the key re-claims the released row (fence 2); its release cannot reach the store.
+    releases.push(...Array.from({ length: 1_000 }, () => "down" as const));
+    const recordedBefore = events.filter((e) => e.type === "recorded").length;
+    const refused = await dispatcher.dispatch(call("k-0007-aaaa-bbbb", "acme", 999), turn).catch((e: unknown) => e);
+    expect(isDispatchOnceError(refused, "ledger_unavailable")).toBe(true);
+    expect(calls.length).toBeGreaterThan(2); // the first release, then the refused claim's, sent again
+    expect(events.filter((e) => e.type === "record_retry")).toContainEqual(expect.objectContaining({ key, write: "release", attempt: 1 }));
+    expect(events.filter((e) => e.type === "recorded")).toHaveLength(recordedBefore);
+    expect(pay.effects).toEqual([]);
+    // The row is the refused claim's, in flight, with the first request kept (LEDGER-21).
+    expect(await base.lookup(key)).toMatchObject({ state: "in_flight", fence: 2, request: stored, leaseExpiresAt: clock.now() + 1_000 });
+    releases.length = 0;
+
+    // While its lease lasts nobody acts on it: the rightful re-send meets a live claim and does not run.
+    await expect(dispatcher.dispatch(call("k-0007-aaaa-bbbb", "acme", 100), turn)).rejects.toSatisfy((e) => isDispatchOnceError(e, "in_flight_elsewhere"));
+    expect(pay.effects).toEqual([]);
+    expect(await base.lookup(key)).toMatchObject({ state: "in_flight", fence: 2 });
+
+    // Once it has run out, a later claim takes the row over: the rightful re-send runs the first request, once.
+    clock.advance(1_001);
+    const rightful = await dispatcher.dispatch(call("k-0007-aaaa-bbbb", "acme", 100), turn);
+    expect(rightful.result).toEqual({ paid: 100, to: "acme", n: 1 });
+    expect(pay.effects).toEqual([{ key, args: { payee: "acme", amount: 100 } }]);
+    expect(await base.lookup(key)).toMatchObject({ state: "completed", fence: 3, request: stored });
   });
 
   it("IDENT-3 without the option a different request under one key is still the first request's replay (the identity's meaning)", async () => {

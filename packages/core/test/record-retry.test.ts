@@ -3,14 +3,13 @@ import { z } from "zod";
 import {
   Dispatcher,
   InvalidLedgerInputError,
-  LedgerUnavailableError,
   MemoryLedger,
   ToolError,
   defineTool,
   type DispatchEvent,
   type Ledger,
 } from "../src/index.js";
-import { manualClock } from "./helpers.js";
+import { faulty, manualClock, unavailable } from "./helpers.js";
 
 // The outcome of a run is written after its effect happened: a write that cannot reach the
 // ledger is sent again with the same fence (DISPATCH-10), and a re-send refused because the
@@ -33,31 +32,6 @@ function payments(fails?: ToolError) {
     },
   });
   return { tool, effects };
-}
-
-const unavailable = () => new LedgerUnavailableError("connection terminated due to connection timeout");
-
-type Write = "complete" | "fail" | "markUnknown" | "release";
-
-/**
- * A memory ledger whose `write` meets the given faults in order, one per call, then works:
- * "down" rejects without writing; "lost" writes, then rejects (the reply was lost).
- */
-function faulty(write: Write, faults: ("down" | "lost")[], options: { now?: () => number } = {}) {
-  const base = new MemoryLedger(options);
-  const calls: string[] = [];
-  const ledger: Ledger = Object.assign(Object.create(base) as Ledger, {
-    capabilities: base.capabilities,
-    [write]: async (...args: unknown[]) => {
-      const fault = faults.shift();
-      calls.push(fault ?? "ok");
-      if (fault === "down") throw unavailable();
-      const result = await (base[write] as (...a: unknown[]) => Promise<unknown>).apply(base, args);
-      if (fault === "lost") throw unavailable();
-      return result;
-    },
-  });
-  return { ledger, base, calls };
 }
 
 describe("a record that cannot reach the ledger is sent again (DISPATCH-10)", () => {
