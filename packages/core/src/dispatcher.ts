@@ -60,6 +60,13 @@ export interface DispatchOutcome {
   resultJson: string;
   /** True when the result came from the ledger and the tool did not run in this call. */
   replayed: boolean;
+  /**
+   * The request this outcome belongs to, present only when it is not this call's: the call was
+   * re-worded outside its identity (a memo), so the stored first request is what was replayed
+   * or re-run (IDENT-3, LEDGER-21). Show this, not the call's arguments, as what was done.
+   * Absent when the two are the same JSON data (member order and number spelling aside).
+   */
+  storedRequest?: JsonValue;
 }
 
 /** The ledger writes that record a claimed run's outcome (DISPATCH-10, DISPATCH-17). */
@@ -658,6 +665,8 @@ export class Dispatcher implements CallDispatcher {
       const started = Date.now();
       let delay = this.pollMs;
       let differenceLogged = false;
+      // The stored request, when it is not this call's (IDENT-3): the outcome names it.
+      let storedRequest: string | undefined;
       for (;;) {
         const request: ClaimRequest = {
           key,
@@ -681,7 +690,9 @@ export class Dispatcher implements CallDispatcher {
           ({ claim, sentAt: claimSentAt } = await this.claimRetrying(request, base, claimState, claimSentAt, error));
         }
         const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;
+        storedRequest = undefined;
         if (stored !== prepared.requestText && !sameRequest(stored, prepared.requestCanonical)) {
+          storedRequest = stored;
           const refuse = tool.onRequestDiffers === "refuse";
           if (!differenceLogged) {
             // Same logical call, re-worded outside its identity: the first request is the one that
@@ -719,10 +730,17 @@ export class Dispatcher implements CallDispatcher {
           const args = claim.request === prepared.requestText ? prepared.args : parseStoredRequest(key, claim.request);
           claimState.took = true;
           // Awaited here: the dispatch ends (and its claim id is retired, below) when the run has.
-          return await this.runClaimed(tool, args, context, ordinal, key, claim.fence, claimSentAt, base);
+          const ran = await this.runClaimed(tool, args, context, ordinal, key, claim.fence, claimSentAt, base);
+          // Parsed again: the tool may have changed the arguments it was handed.
+          if (storedRequest !== undefined) ran.storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
+          return ran;
         }
         const row = claim.row;
-        if (row.state !== "in_flight") return this.replay(row, base);
+        if (row.state !== "in_flight") {
+          const replayed = this.replay(row, base);
+          if (storedRequest !== undefined) replayed.storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
+          return replayed;
+        }
         const waited = Date.now() - started;
         if (waited >= this.waitMs) throw new InFlightElsewhereError(key, waited);
         this.emit({ type: "waiting", key, toolName: tool.name, ordinal, owner: (row as InFlightRow).owner });

@@ -104,6 +104,56 @@ describe("re-run fidelity (LEDGER-21, IDENT-3)", () => {
   });
 });
 
+describe("which request an outcome belongs to (IDENT-3: storedRequest)", () => {
+  it("IDENT-3 a replay answered from a completed row names the stored request, whose memo the payment carried", async () => {
+    const down = keyedDownstream();
+    const ledger = new MemoryLedger();
+    const dispatcher = new Dispatcher({ tools: [down.tool], ledger, logger: recordingLogger().logger });
+    const first = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay });
+    expect(first).not.toHaveProperty("storedRequest");
+    const again = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: reworded });
+    expect(again).toMatchObject({ replayed: true, storedRequest: pay });
+    // What the outcome says ran is what the downstream performed and the ledger holds.
+    expect(down.effects.map((e) => e.body)).toEqual([pay]);
+    expect(JSON.parse((await ledger.lookup(again.key))!.request)).toEqual(again.storedRequest);
+  });
+
+  it("IDENT-3 a re-run after release runs the stored request and says so: the result is not the re-worded call's", async () => {
+    const down = keyedDownstream();
+    const ledger = new MemoryLedger();
+    const dispatcher = new Dispatcher({ tools: [down.tool], ledger, logger: recordingLogger().logger });
+    down.lose();
+    await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay })).rejects.toMatchObject({ code: "claim_released" });
+    const retry = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: reworded });
+    expect(retry).toMatchObject({ replayed: false, storedRequest: pay });
+    expect(down.effects.map((e) => e.body.memo)).toEqual(["Invoice 1042"]);
+  });
+
+  it("IDENT-3 a takeover of a dead owner's claim runs its request and names it", async () => {
+    const clock = manualClock();
+    const ledger = new MemoryLedger({ now: clock.now });
+    const down = keyedDownstream();
+    const dispatcher = new Dispatcher({ tools: [down.tool], ledger, leaseMs: 1_000, logger: recordingLogger().logger });
+    const key = dispatcher.keyFor({ name: "send_payment", input: pay }, turn0);
+    await ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "dead", leaseMs: 1_000, request: JSON.stringify(pay) });
+    clock.advance(1_001);
+    const outcome = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: reworded });
+    expect(outcome).toMatchObject({ replayed: false, storedRequest: pay });
+    expect(down.effects.map((e) => e.body)).toEqual([pay]);
+  });
+
+  it("IDENT-3 the same request in another member order or number spelling is not a different request: no storedRequest", async () => {
+    const down = keyedDownstream();
+    const ledger = new MemoryLedger();
+    const dispatcher = new Dispatcher({ tools: [down.tool], ledger, logger: recordingLogger().logger });
+    await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay });
+    const reordered = { memo: pay.memo, currency: pay.currency, amount: 1.25e5, payee: pay.payee };
+    const again = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: reordered });
+    expect(again.replayed).toBe(true);
+    expect(again).not.toHaveProperty("storedRequest");
+  });
+});
+
 describe("truthful outcomes (EFFECT-6, LEDGER-8, DISPATCH-7)", () => {
   it("EFFECT-6 a downstream 'key reused with a different request' is an unknown outcome, never a definite failure", async () => {
     const down = keyedDownstream();

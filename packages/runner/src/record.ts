@@ -47,6 +47,8 @@ export interface CallRecord {
   ordinal?: number;
   replayed?: boolean;
   result?: JsonValue;
+  /** The request `result` belongs to, when it is not this call's arguments (IDENT-3; as CallReport's). */
+  storedRequest?: JsonValue;
   error?: StoredError;
 }
 

@@ -154,6 +154,14 @@ export interface CallReport {
   ordinal?: number;
   replayed?: boolean;
   result?: JsonValue;
+  /**
+   * The request `result` belongs to, present only when it is not this call's arguments: the
+   * model re-worded the call outside its identity (a memo) on a retry, so the first request
+   * is what ran or was replayed (IDENT-3). What the user is shown as done is this. Set on the
+   * send that dispatched the call; a report read back from the store (`fromStore`) has only
+   * what the conversation holds, the call as the model sent it.
+   */
+  storedRequest?: JsonValue;
   error?: StoredError;
 }
 
@@ -639,7 +647,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       if (resolution === undefined) continue;
       if (resolution.ok) {
         const { outcome } = resolution;
-        calls.push({ callId: call.callId, name: call.name, key: outcome.key, ordinal: outcome.ordinal, replayed: outcome.replayed, result: outcome.result });
+        const report: CallReport = { callId: call.callId, name: call.name, key: outcome.key, ordinal: outcome.ordinal, replayed: outcome.replayed, result: outcome.result };
+        if (outcome.storedRequest !== undefined) report.storedRequest = outcome.storedRequest;
+        calls.push(report);
         answers.push({ call, answer: { ok: true, resultJson: outcome.resultJson } });
       } else {
         // Only errors that are facts about the call reach here (attempt() failed the rest).
@@ -683,6 +693,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           ordinal: outcome.ordinal,
           replayed: outcome.replayed,
           result: outcome.result,
+          ...(outcome.storedRequest !== undefined ? { storedRequest: outcome.storedRequest } : {}),
         };
       }
       const isRead = this.options.dispatcher.effectClassOf?.(call.name) === "read";

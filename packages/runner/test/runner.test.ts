@@ -15,9 +15,25 @@ describe("TurnRunner over a provider-free StreamProvider", () => {
       [2, "calls", ""],
       [1, "end", "Paid."],
     ]);
-    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ callId: "c2", replayed: true, result: { n: 1 } })]);
+    // The answer is the first request's, memo and all: the report says which request it belongs to (IDENT-3).
+    expect(result.turns[0]!.calls).toEqual([
+      expect.objectContaining({ callId: "c2", replayed: true, result: { n: 1 }, storedRequest: { to: "acme", memo: "first" } }),
+    ]);
+    expect(performed).toEqual([expect.objectContaining({ memo: "first" })]);
     // The commit shape is the provider's: one result, under the retried response's call id.
     expect(await store.log("conv-toy")).toEqual([{ role: "user", content: "pay acme" }, [{ call: "c2" }], [{ id: "c2", ok: '{"n":1}' }], [{ text: "Paid." }]]);
+  });
+
+  it("RECORD-5 a failed turn's record names the stored request each re-worded replay was answered with (IDENT-3)", async () => {
+    const { runner, performed } = world((n) => (n === 1 ? [...payCall("c1", "first"), "cut"] : [...payCall(`c${n}`, "reworded"), "cut"]), true);
+    const error = (await runner.send("conv-toy", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(error).toBeInstanceOf(TurnFailedError);
+    expect(performed).toEqual([{ to: "acme", memo: "first" }]);
+    expect(error.record.calls.map((c) => [c.attempt, c.status, c.effect, c.replayed, c.storedRequest])).toEqual([
+      [1, "completed", "happened", false, undefined],
+      [2, "completed", "happened", true, { to: "acme", memo: "first" }],
+      [3, "completed", "happened", true, { to: "acme", memo: "first" }],
+    ]);
   });
 
   it("STREAM-1 a stream that ends without its finish event fails with the provider's finish event and in-band error named", async () => {
