@@ -28,6 +28,12 @@ export interface Command {
   options: OptionSpecs;
   /** Positional arguments it takes, [min, max]. */
   positionals: [number, number];
+  /**
+   * How the command takes `--retention` (RETENTION_OPTION): "required" for a command that finishes
+   * rows (it refuses to write without knowing how long the application keeps them), "optional" for
+   * one whose writes do not set a deadline (sweep). Absent: the command does not take it.
+   */
+  retention?: "required" | "optional";
   run(context: CommandContext): Promise<number>;
 }
 
@@ -55,6 +61,57 @@ export const LEDGER_HELP = `Ledger options:
       --table <name>     SQLite / PostgreSQL table (default dispatch_once_ledger)
       --schema <name>    PostgreSQL schema (default public)
       --prefix <prefix>  Redis key prefix (default dispatch-once)`;
+
+/** The option every command that writes takes: the application's retention of finished rows. */
+export const RETENTION_OPTION: OptionSpecs = { retention: { type: "string" } };
+
+/**
+ * The shortest retention a command that finishes rows accepts: a resolved row is forgotten when
+ * it passes, and a replay after that runs the effect again, so "7m" typed for "7d" must not go
+ * through (the Redis ledger's own floor, MIN_RETENTION_MS).
+ */
+export const MIN_WRITE_RETENTION_MS = 3_600_000;
+
+/**
+ * The retention a command opens the ledger with: `--retention`, else DISPATCH_ONCE_RETENTION.
+ * A command that finishes rows (resolve, reconcile) refuses to run without one and refuses one
+ * under MIN_WRITE_RETENTION_MS; undefined for a command that does not take it, or sweep without
+ * one (the adapter's default).
+ */
+export function retentionOf(command: Command, values: OptionValues, env: CliIo["env"]): number | undefined {
+  if (command.retention === undefined) return undefined;
+  const given = stringOption(values, "retention");
+  const fromEnv = env["DISPATCH_ONCE_RETENTION"];
+  const text = given ?? (fromEnv !== undefined && fromEnv.trim() !== "" ? fromEnv : undefined);
+  const source = given !== undefined ? "--retention" : "DISPATCH_ONCE_RETENTION";
+  if (text === undefined) {
+    if (command.retention === "optional") return undefined;
+    throw new UsageError(
+      "--retention <age> is required: how long your application's ledger keeps finished rows (its retentionMs), " +
+        "e.g. --retention 7d, or set DISPATCH_ONCE_RETENTION. The row this command finishes is kept that long from now; " +
+        "a shorter one than the application's lets a replay after it run the effect again",
+      command.name,
+    );
+  }
+  const ms = parseDuration(text, source, command.name);
+  if (command.retention === "required" && ms < MIN_WRITE_RETENTION_MS) {
+    throw new UsageError(
+      `${source} must be at least 1h, not ${JSON.stringify(text.trim())}: the row this command finishes would be forgotten ` +
+        "then, and a later replay would run its effect again (minutes? days?)",
+      command.name,
+    );
+  }
+  return ms;
+}
+
+/** `--retention` in the help of a command that finishes rows (resolve, reconcile). */
+export const RETENTION_HELP = `Retention (required):
+      --retention <age>  how long your application's ledger keeps finished rows: its retentionMs
+                         (LEDGER-13), e.g. 7d. The row this command finishes is kept that long
+                         from now; a replay after that runs the effect again, so never give less
+                         than the application's (at least 1h). Default: the
+                         DISPATCH_ONCE_RETENTION environment variable; without either the
+                         command is refused (exit 2) before the ledger is opened.`;
 
 export function stringOption(values: OptionValues, name: string): string | undefined {
   const value = values[name];
@@ -86,26 +143,28 @@ export function listingOptions(
 }
 
 /** A ledger opener that remembers what it opened, so the runner closes it whatever happens. */
-export function ledgerOpener(io: CliIo, values: OptionValues, command: string): { open: () => Promise<OpenedLedger>; close: () => Promise<void> } {
+export function ledgerOpener(io: CliIo, values: OptionValues, command: Command): { open: () => Promise<OpenedLedger>; close: () => Promise<void> } {
   let opened: Promise<OpenedLedger> | undefined;
   return {
     open: () => {
       opened ??= (async () => {
         const target = stringOption(values, "ledger") ?? io.env["DISPATCH_ONCE_LEDGER"];
         if (target === undefined || target === "") {
-          throw new UsageError("no ledger: pass --ledger <target> or set DISPATCH_ONCE_LEDGER", command);
+          throw new UsageError("no ledger: pass --ledger <target> or set DISPATCH_ONCE_LEDGER", command.name);
         }
+        // Checked here, before anything is connected to: a command that finishes rows does not
+        // write without knowing how long the application keeps them.
+        const retentionMs = retentionOf(command, values, io.env);
         const table = stringOption(values, "table");
         const schema = stringOption(values, "schema");
         const prefix = stringOption(values, "prefix");
-        const retention = stringOption(values, "retention");
         return openLedger(target, {
           cwd: io.cwd,
           onWarning: (message) => io.stderr(`warning: ${message}\n`),
           ...(table !== undefined ? { table } : {}),
           ...(schema !== undefined ? { schema } : {}),
           ...(prefix !== undefined ? { prefix } : {}),
-          ...(retention !== undefined ? { retentionMs: parseDuration(retention, "--retention", command) } : {}),
+          ...(retentionMs !== undefined ? { retentionMs } : {}),
         });
       })();
       return opened;

@@ -75,7 +75,7 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
         command.name,
       );
     }
-    opener = ledgerOpener(full, values, command.name);
+    opener = ledgerOpener(full, values, command);
     return await command.run({ io: full, values, positionals, command: command.name, ledger: opener.open });
   } catch (error) {
     return report(error, full, command);

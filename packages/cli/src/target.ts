@@ -54,8 +54,9 @@ export interface OpenLedgerOptions {
    */
   prefix?: string;
   /**
-   * How long finished rows are kept, as the application configured its ledger. Only `sweep`
-   * needs it: the adapters decide what is past retention by their own setting.
+   * How long finished rows are kept, as the application configured its ledger (LEDGER-13). Every
+   * row this ledger finishes (resolve, and reconcile through it) is kept that long from then, and
+   * `sweep` holds back rows claimed within it. Give the application's own value when you write.
    * @default the adapter's default (24 h)
    * @example await openLedger("postgres://localhost:5432/app", { retentionMs: 7 * 24 * 60 * 60 * 1000 })
    */
@@ -79,6 +80,8 @@ export interface OpenedLedger {
   target: LedgerTarget;
   /** The target as it may be printed: a URL's password replaced by `***`. */
   display: string;
+  /** The retention it was opened with, when one was given (else the adapter's default applies). */
+  retentionMs?: number;
 }
 
 /**
@@ -90,6 +93,11 @@ export async function openLedger(target: string, options: OpenLedgerOptions = {}
   const parsed = parseTarget(target, options.cwd);
   const display = parsed.kind === "sqlite" ? parsed.path : redact(target);
   const warn = options.onWarning ?? ((message: string) => console.warn(message));
+  const opened = await openLedgerOf(parsed, display, options, warn);
+  return options.retentionMs !== undefined ? { ...opened, retentionMs: options.retentionMs } : opened;
+}
+
+async function openLedgerOf(parsed: LedgerTarget, display: string, options: OpenLedgerOptions, warn: (message: string) => void): Promise<OpenedLedger> {
   switch (parsed.kind) {
     case "sqlite": {
       // An operator's typo must not leave an empty ledger behind and report "no rows".

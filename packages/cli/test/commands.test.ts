@@ -50,7 +50,8 @@ describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
 
   beforeAll(async () => {
     backend = await open();
-    run = (...args) => runBin([...args, ...backend.args]);
+    // resolve finishes rows, so it needs the application's retention (here the adapters' 24 h).
+    run = (...args) => runBin([...args, ...backend.args, ...(args[0] === "resolve" ? ["--retention", "24h"] : [])]);
     unknownRow = await seed(backend.ledger, "unknown", { conversationId: "conv-cli-a", turnIndex: 3 });
     completedRow = await seed(backend.ledger, "completed", { toolName: "send_payment", conversationId: "conv-cli-b" });
     inFlightRow = await seed(backend.ledger, "in_flight", { toolName: "send_payment", conversationId: "conv-cli-b" });

@@ -60,7 +60,7 @@ describe.each([
       [key, "create_invoice", turn.conversationId, 2],
     ]);
 
-    const reconciled = await runBin(["reconcile", key, "--tools", TOOLS, "--actor", "carol", ...backend.args], { env: { CLI_TEST_PAYMENTS_URL: payments.url } });
+    const reconciled = await runBin(["reconcile", key, "--tools", TOOLS, "--retention", "24h", "--actor", "carol", ...backend.args], { env: { CLI_TEST_PAYMENTS_URL: payments.url } });
     expect(reconciled.code, reconciled.stderr).toBe(0);
     expect(reconciled.stdout).toMatch(/^verdict:\s+performed$/m);
     expect(reconciled.stdout).toMatch(/^state:\s+unknown -> completed \(fence \d+\)$/m);
@@ -88,7 +88,7 @@ describe.each([
     expect(human.stdout).toMatch(/reconciled:completed\s+unknown\s+completed\s+\d+\s+carol/);
 
     // Reconciling again settles nothing: the row is no longer open (exit 4).
-    const again = await runBin(["reconcile", key, "--tools", TOOLS, ...backend.args], { env: { CLI_TEST_PAYMENTS_URL: payments.url } });
+    const again = await runBin(["reconcile", key, "--tools", TOOLS, "--retention", "24h", ...backend.args], { env: { CLI_TEST_PAYMENTS_URL: payments.url } });
     expect(again.code).toBe(4);
     expect(again.stderr).toContain("only an unknown row is reconciled");
   });
@@ -99,11 +99,11 @@ describe.each([
     if (claim.outcome !== "claimed") throw new Error("not claimed");
     await backend.ledger.markUnknown(key, claim.fence, "tool_error");
     const env = { CLI_TEST_PAYMENTS_URL: payments.url };
-    const unregistered = await runBin(["reconcile", key, "--tools", TOOLS, ...backend.args], { env });
+    const unregistered = await runBin(["reconcile", key, "--tools", TOOLS, "--retention", "24h", ...backend.args], { env });
     expect(unregistered.code).toBe(4);
     expect(unregistered.stdout).toMatch(/^verdict:\s+none \(tool send_fax is not registered with this dispatcher\)$/m);
     expect(await backend.ledger.lookup(key)).toMatchObject({ state: "unknown", fence: claim.fence });
-    const absent = await runBin(["reconcile", randomKey(), "--tools", TOOLS, ...backend.args], { env });
+    const absent = await runBin(["reconcile", randomKey(), "--tools", TOOLS, "--retention", "24h", ...backend.args], { env });
     expect(absent.code).toBe(3);
   });
 });

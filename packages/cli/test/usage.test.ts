@@ -90,6 +90,7 @@ describe("dispatch-once usage", () => {
     [["resolve", "k", "--completed", "nope", "--reason", "x"], "--completed must be the result as JSON"],
     [["reconcile", "k"], "--tools <module> is required"],
     [["sweep", "--retention", "1day"], "--retention takes a duration like 30s"],
+    [["resolve", "k", "--not-performed", "--reason", "x", "--retention", "7"], "--retention takes a duration like 30s"],
     [["reconcile", "k", "--tools", "x.mjs", "--grace", "10"], "--grace takes a duration like 30s"],
   ])("%j exits 2: %s", async (args, message) => {
     // A ledger that does not exist: every one of these is refused before it is opened.

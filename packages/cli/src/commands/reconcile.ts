@@ -1,19 +1,21 @@
 import { hostname } from "node:os";
 import { actorOf } from "../actor.js";
 import { Dispatcher } from "@dispatch-once/core";
-import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, type Command } from "../context.js";
+import { LEDGER_HELP, LEDGER_OPTIONS, RETENTION_HELP, RETENTION_OPTION, stringOption, type Command } from "../context.js";
 import { parseDuration } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { NothingSettledError } from "../errors/nothing-settled-error.js";
 import { UsageError } from "../errors/usage-error.js";
+import { iso } from "../format.js";
 import { loadToolsModule } from "../tools-module.js";
 
 export const reconcileCommand: Command = {
   name: "reconcile",
   summary: "ask the tool's reconcile probe whether an unknown row's effect happened, and settle it",
-  options: { ...LEDGER_OPTIONS, tools: { type: "string" }, grace: { type: "string" }, actor: { type: "string" }, json: { type: "boolean" } },
+  options: { ...LEDGER_OPTIONS, ...RETENTION_OPTION, tools: { type: "string" }, grace: { type: "string" }, actor: { type: "string" }, json: { type: "boolean" } },
   positionals: [1, 1],
-  help: `Usage: dispatch-once reconcile <key> --tools <module> [options]
+  retention: "required",
+  help: `Usage: dispatch-once reconcile <key> --tools <module> --retention <age> [options]
 
 Import your tool registry from <module>, build a Dispatcher on the ledger and run
 dispatcher.reconcile(key): the row's tool asks the downstream (its reconcile probe, RECON-1)
@@ -29,6 +31,7 @@ Options:
                          later): 30s, 10m, ... (default: the dispatcher's, 60s)
       --actor <name>     who settles the row, in its audit trail (default: your OS user name)
       --json             print {"report": ..., "before": state, "row": row after} as JSON
+${RETENTION_HELP}
 ${LEDGER_HELP}
 
 Exit 0 when the row was settled; 3 when the key has no row; 4 when nothing was settled (the row
@@ -41,7 +44,8 @@ is not open, its tool has no probe or is not in the module, or the probe could n
     const grace = graceText === undefined ? undefined : parseDuration(graceText, "--grace", command);
     const actor = actorOf(values, io, command);
     const tools = await loadToolsModule(toolsPath, io.cwd);
-    const { ledger: store } = await ledger();
+    const opened = await ledger();
+    const store = opened.ledger;
     const before = await store.lookup(key);
     if (before === undefined) throw new KeyNotFoundError(key);
     const dispatcher = new Dispatcher({
@@ -67,6 +71,7 @@ is not open, its tool has no probe or is not in the module, or the probe could n
         `state:    ${before.state} -> ${after?.state ?? "absent"}${after !== undefined ? ` (fence ${after.fence})` : ""}`,
       ];
       if (report.resultJson !== undefined) lines.push(`result:   ${report.resultJson}`);
+      if (settled && after.state !== "in_flight" && opened.retentionMs !== undefined) lines.push(`kept:     until ${iso(after.finishedAt + opened.retentionMs)}`);
       io.stdout(`${lines.join("\n")}\n`);
     }
     if (!settled) throw new NothingSettledError(key, report.detail ?? `the probe answered ${report.verdict}`);

@@ -1,12 +1,13 @@
 import { readFileSync } from "node:fs";
 import { resolve as resolvePath } from "node:path";
 import type { Resolution, ResolveRequest, StoredError } from "@dispatch-once/core";
-import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, supports, type CliIo, type Command } from "../context.js";
+import { LEDGER_HELP, LEDGER_OPTIONS, RETENTION_HELP, RETENTION_OPTION, stringOption, supports, type CliIo, type Command } from "../context.js";
 import { actorOf } from "../actor.js";
 import { parseCount } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
+import { iso } from "../format.js";
 
 /** The `name` of the stored error a `--failed` resolution writes; replays raise tool_failed with it. */
 export const RESOLVED_FAILURE_NAME = "OperatorResolvedFailure";
@@ -16,6 +17,7 @@ export const resolveCommand: Command = {
   summary: "settle an unknown (or abandoned in-flight) row: completed, failed or not performed",
   options: {
     ...LEDGER_OPTIONS,
+    ...RETENTION_OPTION,
     completed: { type: "string" },
     failed: { type: "string" },
     code: { type: "string" },
@@ -26,8 +28,9 @@ export const resolveCommand: Command = {
     json: { type: "boolean" },
   },
   positionals: [1, 1],
+  retention: "required",
   help: `Usage: dispatch-once resolve <key> (--completed <json> | --failed <message> [--code <code>] | --not-performed)
-                              --reason <text> [--actor <name>] [--expected-fence <n>] [options]
+                              --reason <text> --retention <age> [--actor <name>] [--expected-fence <n>] [options]
 
 Settle a row whose outcome is open (unknown, or in flight with an expired lease) after you have
 checked the downstream yourself. The ledger bumps the fence (the former owner's late writes are
@@ -43,13 +46,14 @@ Options:
       --actor <name>         who resolves (default: your OS user name)
       --expected-fence <n>   refuse if the row's fence is no longer n (someone else acted)
       --json                 print the resolved row as JSON
+${RETENTION_HELP}
 ${LEDGER_HELP}
 
 Exit 3 when the key has no row; 4 when the ledger refuses (the row is completed, failed, or in
 flight with a live lease, or the fence moved).
 
 Example:
-  dispatch-once resolve 3f1c...e9 -l ./ledger.db --completed '{"invoiceId":"inv_42"}' \\
+  dispatch-once resolve 3f1c...e9 -l ./ledger.db --retention 7d --completed '{"invoiceId":"inv_42"}' \\
     --reason "invoice inv_42 found in the billing console"`,
   async run({ io, values, positionals, ledger, command }) {
     const key = positionals[0] as string;
@@ -85,7 +89,10 @@ Example:
     const request: ResolveRequest = { key, resolution, actor, reason, ...(expectedFence !== undefined ? { expectedFence } : {}) };
     const row = await store.resolve(request);
     if (values["json"] === true) io.stdout(`${JSON.stringify(row)}\n`);
-    else io.stdout(`resolved ${key}: ${before.state} -> ${row.state} (fence ${row.fence}) by ${actor}\n`);
+    else {
+      io.stdout(`resolved ${key}: ${before.state} -> ${row.state} (fence ${row.fence}) by ${actor}\n`);
+      if (opened.retentionMs !== undefined) io.stdout(`kept until ${iso(row.finishedAt + opened.retentionMs)}\n`);
+    }
     return 0;
   },
 };

@@ -1,10 +1,11 @@
-import { LEDGER_HELP, LEDGER_OPTIONS, type Command } from "../context.js";
+import { LEDGER_HELP, LEDGER_OPTIONS, RETENTION_OPTION, type Command } from "../context.js";
 
 export const sweepCommand: Command = {
   name: "sweep",
   summary: "delete finished rows whose retention has passed; print how many went",
-  options: { ...LEDGER_OPTIONS, retention: { type: "string" }, json: { type: "boolean" } },
+  options: { ...LEDGER_OPTIONS, ...RETENTION_OPTION, json: { type: "boolean" } },
   positionals: [0, 0],
+  retention: "optional",
   help: `Usage: dispatch-once sweep [options]
 
 Run the ledger's sweep(): delete completed, failed, unknown and released rows whose retention
@@ -18,9 +19,10 @@ Redis drops each finished row by itself when its TTL (set from the application's
 runs out; --retention below 1h is refused there.
 
 Options:
-      --retention <age>  only rows claimed at least this long ago go: 24h, 7d, ... (default 24h,
-                         the adapters' default). Pass your application's retentionMs (LEDGER-13)
-                         or less to sweep every row whose stored deadline has passed.
+      --retention <age>  only rows claimed at least this long ago go: 24h, 7d, ... (default: the
+                         DISPATCH_ONCE_RETENTION environment variable, else 24h, the adapters'
+                         default). Pass your application's retentionMs (LEDGER-13) or less to
+                         sweep every row whose stored deadline has passed.
       --json             print {"swept": n}
 ${LEDGER_HELP}`,
   async run({ io, values, ledger }) {
