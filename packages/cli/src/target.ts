@@ -106,6 +106,9 @@ async function openLedgerOf(parsed: LedgerTarget, display: string, options: Open
       const adapter = await importAdapter(() => import("@dispatch-once/ledger-sqlite"), ["@dispatch-once/ledger-sqlite", "better-sqlite3"], display);
       const ledger = adapter.createSqliteLedger({
         path: parsed.path,
+        // Never create or alter a table: a typo in --table, or the wrong file, would otherwise
+        // gain an empty ledger and list "0 rows". A missing table is ledger_unavailable naming it.
+        migrate: false,
         ...(options.table !== undefined ? { table: options.table } : {}),
         ...(options.retentionMs !== undefined ? { retentionMs: options.retentionMs } : {}),
       });
@@ -188,7 +191,8 @@ export async function openConversationStore(target: string, options: OpenConvers
         ["@dispatch-once/conversation-sqlite", "better-sqlite3"],
         display,
       );
-      return { store: adapter.createSqliteConversationStore({ path: parsed.path, ...prefix }), target: parsed, display };
+      // migrate: false, as for the ledger: the wrong file gets no conversation tables.
+      return { store: adapter.createSqliteConversationStore({ path: parsed.path, migrate: false, ...prefix }), target: parsed, display };
     }
     case "postgres": {
       const adapter = await importAdapter(() => import("@dispatch-once/conversation-postgres"), ["@dispatch-once/conversation-postgres", "pg"], display);

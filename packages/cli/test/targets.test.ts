@@ -1,0 +1,60 @@
+// A target that is not what the operator meant: the CLI says so, and changes nothing in it.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
+import { EXIT_CODES } from "../src/index.js";
+import { DATABASE_URL, REDIS_URL, runBin } from "./helpers.js";
+
+function tablesOf(path: string): string[] {
+  const db = new Database(path, { readonly: true });
+  try {
+    return (db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all() as { name: string }[]).map((r) => r.name);
+  } finally {
+    db.close();
+  }
+}
+
+describe("a SQLite file the CLI is pointed at is never migrated", () => {
+  let dir: string;
+  let ledgerPath: string;
+  let otherPath: string;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), "dispatch-once-cli-targets-"));
+    ledgerPath = join(dir, "ledger.db");
+    await createSqliteLedger(ledgerPath).close();
+    otherPath = join(dir, "other.db");
+    const other = new Database(otherPath);
+    other.exec("CREATE TABLE invoices (id TEXT)");
+    other.close();
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("a --table the file does not have (a typo) is an error naming it, not an empty listing, and no table is created", async () => {
+    const before = tablesOf(ledgerPath);
+    const result = await runBin(["list", "--ledger", ledgerPath, "--table", "tool_call", "--state", "unknown"]);
+    expect(result.code, result.stdout).toBe(EXIT_CODES.error);
+    expect(result.stderr).toContain("no such table: tool_call");
+    expect(result.stdout).toBe("");
+    expect(tablesOf(ledgerPath)).toEqual(before);
+  });
+
+  it("a SQLite file that is not a ledger (the wrong file) gets no ledger tables", async () => {
+    for (const args of [["list"], ["sweep"], ["resolve", "0".repeat(32), "--not-performed", "--reason", "x", "--retention", "1d"]]) {
+      const result = await runBin([...args, "--ledger", otherPath]);
+      expect(result.code, `${args[0]}: ${result.stderr}`).toBe(EXIT_CODES.error);
+      expect(result.stderr).toContain("no such table: dispatch_once_ledger");
+    }
+    expect(tablesOf(otherPath)).toEqual(["invoices"]);
+  });
+
+  it("turns --store on a file without conversation tables (the ledger file, by mistake) is an error, and creates none", async () => {
+    const before = tablesOf(ledgerPath);
+    const result = await runBin(["turns", "--failed", "--store", ledgerPath]);
+    expect(result.code, result.stderr).toBe(EXIT_CODES.error);
+    expect(result.stderr).toContain("no such table");
+    expect(tablesOf(ledgerPath)).toEqual(before);
+  });
+});
