@@ -2,7 +2,7 @@ import type { ParseArgsConfig } from "node:util";
 import type { Ledger } from "@dispatch-once/core";
 import { parseCount, parseDuration } from "./duration.js";
 import { UsageError } from "./errors/usage-error.js";
-import { openLedger, type OpenedLedger } from "./target.js";
+import { openLedger, parseTarget, type LedgerTarget, type OpenedLedger } from "./target.js";
 
 /** Where the CLI reads its environment and writes its output; the bin passes the process's. */
 export interface CliIo {
@@ -142,6 +142,33 @@ export function listingOptions(
   };
 }
 
+const STORE_NAMES: Record<LedgerTarget["kind"], string> = { sqlite: "SQLite", postgres: "PostgreSQL", redis: "Redis" };
+
+/**
+ * Refuse an option the target's store does not take (`--table` on Redis, `--prefix` on SQLite, ...):
+ * ignored, it would send the operator to the default table or prefix, another application's rows
+ * or none, without a word.
+ */
+export function checkTargetOptions(
+  kind: LedgerTarget["kind"],
+  values: OptionValues,
+  applies: Partial<Record<LedgerTarget["kind"], readonly string[]>>,
+  what: string,
+  command: string,
+): void {
+  const taken = applies[kind] ?? [];
+  const all = new Set(Object.values(applies).flat());
+  for (const option of all) {
+    if (values[option] !== undefined && !taken.includes(option)) {
+      const alternatives = taken.length > 0 ? ` (it takes ${taken.map((o) => `--${o}`).join(", ")})` : "";
+      throw new UsageError(`--${option} does not apply to a ${STORE_NAMES[kind]} ${what}${alternatives}`, command);
+    }
+  }
+}
+
+/** The ledger options each store takes. */
+const LEDGER_TARGET_OPTIONS = { sqlite: ["table"], postgres: ["schema", "table"], redis: ["prefix"] } as const;
+
 /** A ledger opener that remembers what it opened, so the runner closes it whatever happens. */
 export function ledgerOpener(io: CliIo, values: OptionValues, command: Command): { open: () => Promise<OpenedLedger>; close: () => Promise<void> } {
   let opened: Promise<OpenedLedger> | undefined;
@@ -152,6 +179,7 @@ export function ledgerOpener(io: CliIo, values: OptionValues, command: Command):
         if (target === undefined || target === "") {
           throw new UsageError("no ledger: pass --ledger <target> or set DISPATCH_ONCE_LEDGER", command.name);
         }
+        checkTargetOptions(parseTarget(target, io.cwd).kind, values, LEDGER_TARGET_OPTIONS, "ledger", command.name);
         // Checked here, before anything is connected to: a command that finishes rows does not
         // write without knowing how long the application keeps them.
         const retentionMs = retentionOf(command, values, io.env);

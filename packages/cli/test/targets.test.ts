@@ -58,3 +58,26 @@ describe("a SQLite file the CLI is pointed at is never migrated", () => {
     expect(tablesOf(ledgerPath)).toEqual(before);
   });
 });
+
+describe("an option that does not apply to the target is refused, not ignored", () => {
+  // Unreachable servers and a missing file: each is refused (exit 2) before anything is opened.
+  it.each([
+    [["list", "--ledger", "redis://127.0.0.1:1", "--table", "billing"], "--table does not apply to a Redis ledger (it takes --prefix)"],
+    [["list", "--ledger", "redis://127.0.0.1:1", "--schema", "billing"], "--schema does not apply to a Redis ledger (it takes --prefix)"],
+    [["list", "--ledger", "/nonexistent/ledger.db", "--prefix", "billing"], "--prefix does not apply to a SQLite ledger (it takes --table)"],
+    [["list", "--ledger", "/nonexistent/ledger.db", "--schema", "billing"], "--schema does not apply to a SQLite ledger (it takes --table)"],
+    [["inspect", "k", "--ledger", "postgres://postgres@127.0.0.1:1/test", "--prefix", "billing"], "--prefix does not apply to a PostgreSQL ledger (it takes --schema, --table)"],
+    [["turns", "--failed", "--store", "/nonexistent/chat.db", "--schema", "chat"], "--schema does not apply to a SQLite conversation store (it takes --table-prefix)"],
+  ])("%j exits 2: %s", async (args, message) => {
+    const result = await runBin(args);
+    expect(result.code, result.stderr).toBe(EXIT_CODES.usage);
+    expect(result.stderr).toContain(message);
+  });
+
+  it("the options that do apply still work: --prefix on Redis, --schema and --table on PostgreSQL", async () => {
+    const redis = await runBin(["list", "--ledger", REDIS_URL, "--prefix", "do-test-cli-none"]);
+    expect(redis.code, redis.stderr).toBe(0);
+    const postgres = await runBin(["list", "--ledger", DATABASE_URL, "--schema", "do_test_cli_none", "--table", "t"]);
+    expect(postgres.stderr).toContain('relation "do_test_cli_none.t" does not exist');
+  });
+});

@@ -1,10 +1,10 @@
 import { MAX_FAILED_TURNS_LIMIT, type ConversationStore, type FailedTurnsQuery } from "@dispatch-once/core";
-import { listingOptions, stringOption, type Command } from "../context.js";
+import { checkTargetOptions, listingOptions, stringOption, type Command } from "../context.js";
 import { formatAge } from "../duration.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
 import { iso, table } from "../format.js";
-import { openConversationStore } from "../target.js";
+import { openConversationStore, parseTarget } from "../target.js";
 
 /** Turns shown when --limit is not given. */
 const DEFAULT_TURN_ROWS = 100;
@@ -53,6 +53,7 @@ Example:
     const { conversationId, olderThanMs, limit, pageSize, json } = listingOptions(values, command, { limit: DEFAULT_TURN_ROWS, maxPageSize: MAX_FAILED_TURNS_LIMIT });
     if (conversationId !== undefined) query.conversationId = conversationId;
     if (olderThanMs !== undefined) query.olderThanMs = olderThanMs;
+    checkTargetOptions(parseTarget(target, io.cwd).kind, values, { sqlite: ["table-prefix"], postgres: ["schema", "table-prefix"] }, "conversation store", command);
     const schema = stringOption(values, "schema");
     const tablePrefix = stringOption(values, "table-prefix");
 
