@@ -7,7 +7,7 @@ import { reconcileCommand } from "./commands/reconcile.js";
 import { resolveCommand } from "./commands/resolve.js";
 import { sweepCommand } from "./commands/sweep.js";
 import { turnsCommand } from "./commands/turns.js";
-import { ledgerOpener, type CliIo, type Command, type OptionValues } from "./context.js";
+import { ledgerOpener, type CliIo, type Command, type OptionSpecs, type OptionValues } from "./context.js";
 import { CliError } from "./errors/cli-error.js";
 import { UsageError } from "./errors/usage-error.js";
 import { EXIT_CODES } from "./exit-codes.js";
@@ -86,12 +86,18 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
 
 function parse(command: Command, args: readonly string[]): { values: OptionValues; positionals: string[] } {
   try {
-    const parsed = parseArgs({
-      args: [...args],
-      options: { ...command.options, help: { type: "boolean", short: "h" } },
-      allowPositionals: true,
-      strict: true,
-    });
+    const options = { ...command.options, help: { type: "boolean", short: "h" } } as const;
+    const parsed = parseArgs({ args: [...args], options, allowPositionals: true, strict: true, tokens: true });
+    // parseArgs keeps the last of a repeated option: `--completed A ... --completed B` would store
+    // B, `-l prod.db ... -l other.db` open the other file, without a word. A value given twice is refused.
+    const seen = new Set<string>();
+    for (const token of parsed.tokens) {
+      if (token.kind !== "option") continue;
+      const spec = (options as OptionSpecs)[token.name];
+      if (spec?.type !== "string" || spec.multiple === true) continue;
+      if (seen.has(token.name)) throw new UsageError(`--${token.name} is given more than once: give it once`, command.name);
+      seen.add(token.name);
+    }
     return { values: parsed.values as OptionValues, positionals: parsed.positionals };
   } catch (error) {
     // parseArgs' own TypeErrors (ERR_PARSE_ARGS_*): an unknown option, a missing value.

@@ -90,6 +90,9 @@ describe("dispatch-once usage", () => {
     [["resolve", "k", "--completed", "nope", "--reason", "x"], "--completed must be the result as JSON"],
     [["reconcile", "k"], "--tools <module> is required"],
     [["sweep", "--retention", "1day"], "--retention takes a duration like 30s"],
+    [["resolve", "k", "--completed", '{"a":1}', "--completed", '{"b":2}', "--reason", "x", "--retention", "1d"], "--completed is given more than once"],
+    [["resolve", "k", "--not-performed", "--reason", "x", "--reason", "y", "--retention", "1d"], "--reason is given more than once"],
+    [["list", "-l", "/nonexistent/other.db"], "--ledger is given more than once"],
     [["resolve", "k", "--not-performed", "--reason", "x", "--retention", "7"], "--retention takes a duration like 30s"],
     [["reconcile", "k", "--tools", "x.mjs", "--grace", "10"], "--grace takes a duration like 30s"],
   ])("%j exits 2: %s", async (args, message) => {
