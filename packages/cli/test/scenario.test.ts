@@ -1,6 +1,8 @@
 // The done-when scenario of issue #15, on each durable store: an unkeyed call ends unknown after a
 // lost response; `dispatch-once list --state unknown` shows it; `dispatch-once reconcile` settles it
 // from the downstream; the next replay answers from the ledger; `inspect` shows the audit trail.
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Dispatcher, isDispatchOnceError, type AuditEntry, type LedgerRow } from "@dispatch-once/core";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
@@ -106,4 +108,50 @@ describe.each([
     const absent = await runBin(["reconcile", randomKey(), "--tools", TOOLS, "--retention", "24h", ...backend.args], { env });
     expect(absent.code).toBe(3);
   });
+});
+
+describe.each([
+  ["sqlite", sqliteBackend],
+  ["postgres", postgresBackend],
+  ["redis", redisBackend],
+] as const)("reconcile while someone else settles the row, on %s (RESOLVE-6, RESOLVE-8)", (_name, open) => {
+  let backend: Backend;
+  let dir: string;
+  beforeAll(async () => {
+    backend = await open();
+    dir = mkdtempSync(join(tmpdir(), "dispatch-once-cli-gate-"));
+  });
+  afterAll(async () => {
+    await backend?.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it.each(["unknown", "performed"])(
+    "a row another operator resolves while the probe asks is not reported as settled by this reconcile (probe answers %s): exit 4, theirs stands",
+    async (verdict) => {
+      const key = randomKey();
+      const claim = await backend.ledger.claim({ key, toolName: "create_invoice", effect: "unkeyed_write", owner: "app", leaseMs: 60_000, request: JSON.stringify({ customer: "acme", amount: 1, currency: "EUR" }) });
+      if (claim.outcome !== "claimed") throw new Error("not claimed");
+      await backend.ledger.markUnknown(key, claim.fence, "tool_error");
+      const gate = join(dir, key);
+      const running = runBin(["reconcile", key, "--tools", join(FIXTURES, "gated-probe-tools.mjs"), "--retention", "24h", "--json", ...backend.args], { env: { CLI_TEST_PROBE_GATE: gate } });
+      while (!existsSync(`${gate}.started`)) await new Promise((resolve) => setTimeout(resolve, 10));
+      // Another operator settles it while the probe is asking.
+      await backend.ledger.resolve!({ key, resolution: { outcome: "failed", error: { name: "OperatorResolvedFailure", message: "declined" } }, actor: "erin", reason: "bank log" });
+      writeFileSync(`${gate}.go`, verdict);
+      const result = await running;
+      expect(result.code, result.stderr).toBe(4);
+      const out = JSON.parse(result.stdout) as { report: { settled: string; detail?: string }; settled: boolean; row: LedgerRow };
+      expect(out.settled).toBe(false);
+      expect(out.report.settled).toBe("none");
+      expect(result.stderr).toContain("reconcile settled nothing");
+      // Erin's resolution stands, and the audit trail names her, not this reconcile.
+      expect(await backend.ledger.lookup(key)).toMatchObject({ state: "failed", error: { message: "declined" } });
+      const audit = await backend.ledger.auditTrail!(key);
+      expect(audit.map((e) => [e.action, e.actor])).toEqual([
+        ["marked_unknown", "app"],
+        ["resolved", "erin"],
+      ]);
+    },
+  );
 });

@@ -30,7 +30,9 @@ Options:
                          "not performed" may release it (a request still in transit may land
                          later): 30s, 10m, ... (default: the dispatcher's, 60s)
       --actor <name>     who settles the row, in its audit trail (default: your OS user name)
-      --json             print {"report": ..., "before": state, "row": row after} as JSON
+      --json             print {"report": ..., "before": state, "row": row after, "settled": bool}:
+                         report is the dispatcher's ReconcileReport; settled is true exactly when
+                         this reconcile wrote the row (report.settled is not "none")
 ${RETENTION_HELP}
 ${LEDGER_HELP}
 
@@ -60,7 +62,9 @@ is not open, its tool has no probe or is not in the module, or the probe could n
     });
     const report = await dispatcher.reconcile(key, { actor });
     const after = await store.lookup(key);
-    const settled = after !== undefined && (after.state !== before.state || after.fence !== before.fence);
+    // Settled by THIS reconcile: the dispatcher's report says what it wrote. A row that changed
+    // meanwhile (another operator, the application) was settled by someone else: nothing here.
+    const settled = report.settled !== "none";
     if (values["json"] === true) {
       io.stdout(`${JSON.stringify({ report, before: before.state, row: after ?? null, settled })}\n`);
     } else {
@@ -68,10 +72,12 @@ is not open, its tool has no probe or is not in the module, or the probe could n
         `key:      ${key}`,
         `tool:     ${report.toolName ?? before.toolName}`,
         `verdict:  ${report.verdict}${report.detail !== undefined ? ` (${report.detail})` : ""}`,
-        `state:    ${before.state} -> ${after?.state ?? "absent"}${after !== undefined ? ` (fence ${after.fence})` : ""}`,
+        `state:    ${before.state} -> ${after?.state ?? "absent"}${after !== undefined ? ` (fence ${after.fence})` : ""}${
+          !settled && (after?.state !== before.state || after?.fence !== before.fence) ? " by another writer, not this reconcile" : ""
+        }`,
       ];
       if (report.resultJson !== undefined) lines.push(`result:   ${report.resultJson}`);
-      if (settled && after.state !== "in_flight" && opened.retentionMs !== undefined) lines.push(`kept:     until ${iso(after.finishedAt + opened.retentionMs)}`);
+      if (settled && after !== undefined && after.state !== "in_flight" && opened.retentionMs !== undefined) lines.push(`kept:     until ${iso(after.finishedAt + opened.retentionMs)}`);
       io.stdout(`${lines.join("\n")}\n`);
     }
     if (!settled) throw new NothingSettledError(key, report.detail ?? `the probe answered ${report.verdict}`);
