@@ -113,6 +113,16 @@ export const RETENTION_HELP = `Retention (required):
                          DISPATCH_ONCE_RETENTION environment variable; without either the
                          command is refused (exit 2) before the ledger is opened.`;
 
+/**
+ * The `<key>` argument, exactly as given (a ledger compares keys exactly, LEDGER-30). An empty one
+ * is refused here: stores disagree about it (one refuses it, others find no row).
+ */
+export function keyArgument(positionals: readonly string[], command: string): string {
+  const key = positionals[0] ?? "";
+  if (key === "") throw new UsageError("the key is empty: give the row's key, as `list` prints it", command);
+  return key;
+}
+
 export function stringOption(values: OptionValues, name: string): string | undefined {
   const value = values[name];
   return typeof value === "string" ? value : undefined;

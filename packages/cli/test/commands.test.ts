@@ -134,6 +134,21 @@ describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
     expect(resolve.code).toBe(3);
   });
 
+  it("an empty key is refused (exit 2) on every store; a key not of the derived shape that has no row says so (exit 3)", async () => {
+    for (const args of [["inspect", ""], ["resolve", "", "--not-performed", "--reason", "x"], ["reconcile", "", "--tools", "x.mjs"]]) {
+      const empty = await run(...args);
+      expect(empty.code, `${args[0]}: ${empty.stderr}`).toBe(2);
+      expect(empty.stderr).toContain("the key is empty");
+    }
+    // An abbreviated key, as in a ticket or the README; upper case; a control character.
+    for (const key of ["9b0e...78", unknownRow.key.toUpperCase(), `${unknownRow.key.slice(0, 16)}\u0007`]) {
+      const result = await run("inspect", key);
+      expect(result.code, result.stderr).toBe(3);
+      expect(result.stderr).toContain(`no ledger row for key ${JSON.stringify(key)} (a derived key is 32 lowercase hex digits; this one is not: copied in full?)`);
+      expect(result.stderr).not.toContain("\u0007");
+    }
+  });
+
   it("resolve --completed stores the result bytes, and inspect shows who, when and why", async () => {
     const row = await seed(backend.ledger, "unknown");
     const result = await run("resolve", row.key, "--completed", '{"invoiceId": "inv_77"}', "--reason", "found inv_77 in billing", "--actor", "alice");

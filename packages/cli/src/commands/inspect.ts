@@ -1,4 +1,4 @@
-import { LEDGER_HELP, LEDGER_OPTIONS, supports, type Command } from "../context.js";
+import { keyArgument, LEDGER_HELP, LEDGER_OPTIONS, supports, type Command } from "../context.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { describeRow } from "../format.js";
 
@@ -20,8 +20,8 @@ ${LEDGER_HELP}
 
 Example:
   dispatch-once inspect 3f1c...e9 --ledger ./ledger.db`,
-  async run({ io, values, positionals, ledger }) {
-    const key = positionals[0] as string;
+  async run({ io, values, positionals, ledger, command }) {
+    const key = keyArgument(positionals, command);
     const opened = await ledger();
     const store = opened.ledger;
     const row = await store.lookup(key);

@@ -1,7 +1,7 @@
 import { hostname } from "node:os";
 import { actorOf } from "../actor.js";
 import { Dispatcher } from "@dispatch-once/core";
-import { LEDGER_HELP, LEDGER_OPTIONS, RETENTION_HELP, RETENTION_OPTION, stringOption, type Command } from "../context.js";
+import { keyArgument, LEDGER_HELP, LEDGER_OPTIONS, RETENTION_HELP, RETENTION_OPTION, stringOption, type Command } from "../context.js";
 import { parseDuration } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { NothingSettledError } from "../errors/nothing-settled-error.js";
@@ -39,7 +39,7 @@ ${LEDGER_HELP}
 Exit 0 when the row was settled; 3 when the key has no row; 4 when nothing was settled (the row
 is not open, its tool has no probe or is not in the module, or the probe could not tell).`,
   async run({ io, values, positionals, ledger, command }) {
-    const key = positionals[0] as string;
+    const key = keyArgument(positionals, command);
     const toolsPath = stringOption(values, "tools");
     if (toolsPath === undefined) throw new UsageError("--tools <module> is required: the module that exports your tool registry", command);
     const graceText = stringOption(values, "grace");

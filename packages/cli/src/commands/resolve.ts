@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { resolve as resolvePath } from "node:path";
 import type { Resolution, ResolveRequest, StoredError } from "@dispatch-once/core";
-import { LEDGER_HELP, LEDGER_OPTIONS, RETENTION_HELP, RETENTION_OPTION, stringOption, supports, type CliIo, type Command } from "../context.js";
+import { keyArgument, LEDGER_HELP, LEDGER_OPTIONS, RETENTION_HELP, RETENTION_OPTION, stringOption, supports, type CliIo, type Command } from "../context.js";
 import { actorOf } from "../actor.js";
 import { parseCount } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
@@ -56,7 +56,7 @@ Example:
   dispatch-once resolve 3f1c...e9 -l ./ledger.db --retention 7d --completed '{"invoiceId":"inv_42"}' \\
     --reason "invoice inv_42 found in the billing console"`,
   async run({ io, values, positionals, ledger, command }) {
-    const key = positionals[0] as string;
+    const key = keyArgument(positionals, command);
     const completed = stringOption(values, "completed");
     const failed = stringOption(values, "failed");
     const notPerformed = values["not-performed"] === true;
