@@ -1,0 +1,113 @@
+// The operator and a live application on one key: `resolve` never takes a row from a live owner,
+// fences out a stalled one, and a replay racing a resolution leaves one outcome and at most the one
+// run the row allows (RESOLVE-2, RESOLVE-5, RESOLVE-8, LEDGER-5).
+import { Dispatcher, defineTool, ToolRegistry, isDispatchOnceError } from "@dispatch-once/core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { BACKENDS, runBin, type Backend } from "./helpers.js";
+
+const input = z.object({ n: z.int() });
+
+describe.each(BACKENDS)("resolve against a live application on %s", (_name, open) => {
+  let backend: Backend;
+  let runs = 0;
+  let release: () => void = () => {};
+  const slow = defineTool({
+    name: "book_table",
+    effect: "unkeyed_write",
+    input,
+    run: async () => {
+      runs += 1;
+      await new Promise<void>((resolve) => (release = resolve));
+      return { booked: true };
+    },
+  });
+  const keyed = defineTool({
+    name: "send_payment",
+    effect: "keyed_write",
+    input,
+    run: () => {
+      runs += 1;
+      return { paid: true };
+    },
+  });
+  const dispatcherOf = (backend: Backend, leaseMs = 600) =>
+    new Dispatcher({
+      tools: new ToolRegistry([slow, keyed]),
+      ledger: backend.ledger,
+      leaseMs,
+      logger: { warn: () => {} },
+      allowVolatileLedgerForUnkeyedWrites: backend.ledger.capabilities.durability === "volatile",
+    });
+  const cli = (...args: string[]) => runBin([...args, "--retention", "24h", ...backend.args]);
+
+  beforeAll(async () => {
+    backend = await open();
+  });
+  afterAll(async () => {
+    await backend?.cleanup();
+  });
+
+  it("a live owner renewing its lease keeps the row: resolve and reconcile are refused, the tool's outcome is recorded, it ran once", async () => {
+    runs = 0;
+    const dispatcher = dispatcherOf(backend);
+    const turn = { conversationId: `conv-live-${backend.name}`, turnIndex: 0 };
+    const call = { name: "book_table", input: { n: 1 } };
+    const key = dispatcher.keyFor(call, turn);
+    const dispatched = dispatcher.dispatch(call, turn);
+    while (runs === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+    // Several leases pass while the tool runs: its renewals keep the row live.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    const resolved = await cli("resolve", key, "--not-performed", "--reason", "looks stuck");
+    expect(resolved.code, resolved.stderr).toBe(4);
+    expect(resolved.stderr).toContain("[resolution_refused]");
+    const reconciled = await cli("reconcile", key, "--tools", "./fixtures/probe-tools.mjs");
+    expect(reconciled.code, reconciled.stderr).toBe(4);
+    release();
+    expect((await dispatched).result).toEqual({ booked: true });
+    expect(await backend.ledger.lookup(key)).toMatchObject({ state: "completed", fence: 1 });
+    expect(runs).toBe(1);
+  });
+
+  it("a stalled owner whose lease ran out is fenced out by the resolution: its late complete and renew are refused (stale_claim)", async () => {
+    const key = `${backend.name}-stalled`.padEnd(32, "0");
+    const claim = await backend.ledger.claim({ key, toolName: "book_table", effect: "unkeyed_write", owner: "stalled", leaseMs: 1, request: '{"n":2}' });
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const resolved = await cli("resolve", key, "--completed", '{"booked":"by hand"}', "--reason", "found the booking", "--expected-fence", String(claim.fence));
+    expect(resolved.code, resolved.stderr).toBe(0);
+    await expect(backend.ledger.complete(key, claim.fence, '{"booked":true}')).rejects.toSatisfy((error) => isDispatchOnceError(error, "stale_claim"));
+    await expect(backend.ledger.renew(key, claim.fence, 60_000)).rejects.toSatisfy((error) => isDispatchOnceError(error, "stale_claim"));
+    expect(await backend.ledger.lookup(key)).toMatchObject({ state: "completed", result: '{"booked":"by hand"}', fence: claim.fence + 1 });
+  });
+
+  it("a replay racing a resolution of an expired keyed row: one of them acts, and the tool runs only when the replay won", async () => {
+    const dispatcher = dispatcherOf(backend);
+    for (let i = 0; i < 6; i++) {
+      runs = 0;
+      const turn = { conversationId: `conv-race-${backend.name}`, turnIndex: i };
+      const call = { name: "send_payment", input: { n: i } };
+      const key = dispatcher.keyFor(call, turn);
+      const claim = await backend.ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "dead", leaseMs: 1, request: `{"n":${i}}` });
+      if (claim.outcome !== "claimed") throw new Error("not claimed");
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      // The CLI takes a few hundred ms to start: the replay goes at varying points around it.
+      const resolving = cli("resolve", key, "--completed", '{"paid":"by hand"}', "--reason", "bank statement");
+      await new Promise((resolve) => setTimeout(resolve, i * 180));
+      const replay = await dispatcher.dispatch(call, turn);
+      const resolved = await resolving;
+      const row = await backend.ledger.lookup(key);
+      if (resolved.code === 0) {
+        // The operator's resolution came first: the replay answered from it and ran nothing.
+        expect(runs, `round ${i}`).toBe(0);
+        expect(replay).toMatchObject({ replayed: true, result: { paid: "by hand" } });
+        expect(row).toMatchObject({ state: "completed", result: '{"paid":"by hand"}' });
+      } else {
+        // The replay took the row over first: the resolution was refused and the row is the run's.
+        expect(resolved.code, `round ${i}: ${resolved.stderr}`).toBe(4);
+        expect(runs, `round ${i}`).toBe(1);
+        expect(row).toMatchObject({ state: "completed", result: '{"paid":true}' });
+      }
+    }
+  });
+});
