@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { ToolError, type ToolRegistry } from "@dispatch-once/core";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EXIT_CODES, loadToolsModule, mainHelp } from "../src/index.js";
+import { COMMANDS, EXIT_CODES, loadToolsModule, mainHelp } from "../src/index.js";
 
 describe("README", () => {
   const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
@@ -28,6 +28,12 @@ describe("README", () => {
     expect(readme).toContain(readFileSync(join(__dirname, "..", "examples", "tools.mjs"), "utf8").trim());
     const registry = await loadToolsModule(join(__dirname, "..", "examples", "tools.mjs"));
     expect(registry.list().map((t) => [t.name, t.effect, typeof t.reconcile])).toEqual([["create_invoice", "unkeyed_write", "function"]]);
+  });
+
+  it("documents the --json output of every command that has one", () => {
+    const section = readme.slice(readme.indexOf("## JSON output"), readme.indexOf("## Exit codes"));
+    expect(section.length).toBeGreaterThan(0);
+    for (const command of COMMANDS.filter((c) => "json" in c.options)) expect(section).toMatch(new RegExp(`^\\| \`${command.name}\` \\|`, "m"));
   });
 
   it("documents every exit code", () => {
