@@ -19,7 +19,7 @@ Options:
 ${LEDGER_HELP}
 
 Example:
-  dispatch-once inspect 3f1c...e9 --ledger ./ledger.db`,
+  dispatch-once inspect 3f1c0a9b8e7d6c5b4a3928170f6e5de9 --ledger ./ledger.db`,
   async run({ io, values, positionals, ledger, command }) {
     const key = keyArgument(positionals, command);
     const opened = await ledger();

@@ -53,7 +53,7 @@ Exit 3 when the key has no row; 4 when the ledger refuses (the row is completed,
 flight with a live lease, or the fence moved).
 
 Example:
-  dispatch-once resolve 3f1c...e9 -l ./ledger.db --retention 7d --completed '{"invoiceId":"inv_42"}' \\
+  dispatch-once resolve 3f1c0a9b8e7d6c5b4a3928170f6e5de9 -l ./ledger.db --retention 7d --completed '{"invoiceId":"inv_42"}' \\
     --reason "invoice inv_42 found in the billing console"`,
   async run({ io, values, positionals, ledger, command }) {
     const key = keyArgument(positionals, command);
