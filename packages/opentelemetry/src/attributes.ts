@@ -17,6 +17,8 @@ export const ATTR = {
   RECONCILE_VERDICT: "dispatch_once.reconcile.verdict",
   RECONCILE_SETTLED: "dispatch_once.reconcile.settled",
   RECORD_WRITE: "dispatch_once.record.write",
+  /** The ledger operation sent again after ledger_unavailable: `claim`, or a record write (`complete`, `fail`, `markUnknown`, `release`). */
+  LEDGER_OPERATION: "dispatch_once.ledger.operation",
   CONVERSATION_ID: "dispatch_once.conversation.id",
   TURN_INDEX: "dispatch_once.turn.index",
   ATTEMPT: "dispatch_once.attempt",
@@ -41,6 +43,8 @@ export const METRIC = {
   UNKNOWNS: "dispatch_once.unknowns",
   RECONCILIATIONS: "dispatch_once.reconciliations",
   LEASE_LOSSES: "dispatch_once.lease_losses",
+  /** Ledger operations sent again because the ledger was out of reach (DISPATCH-10, DISPATCH-16). */
+  LEDGER_RETRIES: "dispatch_once.ledger_retries",
   RUN_DURATION: "dispatch_once.run.duration",
   TURNS: "dispatch_once.turns",
   ATTEMPTS: "dispatch_once.attempts",

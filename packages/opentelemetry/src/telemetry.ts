@@ -87,6 +87,7 @@ export class DispatchTelemetry {
       UNKNOWNS: counter(METRIC.UNKNOWNS, "Claimed runs whose outcome was recorded unknown"),
       RECONCILIATIONS: counter(METRIC.RECONCILIATIONS, "Reconcile probe answers"),
       LEASE_LOSSES: counter(METRIC.LEASE_LOSSES, "Claims lost while the tool ran"),
+      LEDGER_RETRIES: counter(METRIC.LEDGER_RETRIES, "Ledger operations sent again after ledger_unavailable"),
       TURNS: counter(METRIC.TURNS, "Runner turns by outcome"),
       ATTEMPTS: counter(METRIC.ATTEMPTS, "Streamed attempts of a turn"),
       RETRIES: counter(METRIC.RETRIES, "Attempts retried after a failed stream"),
@@ -168,7 +169,12 @@ export class DispatchTelemetry {
       case "request_differs":
         this.runs.get(event.key)?.span.addEvent("dispatch_once.request_differs");
         return;
+      case "claim_retry":
+        // The ledger is out of reach before the tool runs (DISPATCH-16): the leading sign of unknown rows to come.
+        this.counters.LEDGER_RETRIES.add(1, { ...tool, [ATTR.LEDGER_OPERATION]: "claim" });
+        return;
       case "record_retry":
+        this.counters.LEDGER_RETRIES.add(1, { ...tool, [ATTR.LEDGER_OPERATION]: event.write });
         // The run's outcome is known and its record is being sent again (DISPATCH-10): the span stays open until it lands or is given up.
         this.runs.get(event.key)?.span.addEvent("dispatch_once.record_retry", { [ATTR.RECORD_WRITE]: event.write, [ATTR.ATTEMPT]: event.attempt });
         return;

@@ -153,6 +153,28 @@ describe("a record sent again (OTEL-1, DISPATCH-10)", () => {
   });
 });
 
+describe("a ledger out of reach is counted (OTEL-1, DISPATCH-10, DISPATCH-16)", () => {
+  it("OTEL-1 a claim and a record sent again after ledger_unavailable count in dispatch_once.ledger_retries by operation", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    const { LedgerUnavailableError } = await import("@dispatch-once/core");
+    const base = new MemoryLedger();
+    let claimsDown = 2;
+    let completesDown = 1;
+    const flaky: Ledger = Object.assign(Object.create(base) as Ledger, {
+      capabilities: base.capabilities,
+      claim: (request: Parameters<Ledger["claim"]>[0]) => (claimsDown-- > 0 ? Promise.reject(new LedgerUnavailableError("connection reset")) : base.claim(request)),
+      complete: (key: string, fence: number, result: string) =>
+        completesDown-- > 0 ? Promise.reject(new LedgerUnavailableError("connection reset")) : base.complete(key, fence, result),
+    });
+    const tool = defineTool({ name: "send_payment", effect: "keyed_write", input: z.object({ amount: z.number() }), run: () => ({ id: "pay_1" }) });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: flaky, pollMs: 1, onEvent: s.telemetry.onDispatchEvent });
+    await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } });
+    expect(await s.metric(METRIC.LEDGER_RETRIES, { [ATTR.TOOL_NAME]: "send_payment", [ATTR.LEDGER_OPERATION]: "claim" })).toBe(2);
+    expect(await s.metric(METRIC.LEDGER_RETRIES, { [ATTR.TOOL_NAME]: "send_payment", [ATTR.LEDGER_OPERATION]: "complete" })).toBe(1);
+  });
+});
+
 describe("runner events -> turn spans and metrics (OTEL-1)", () => {
   const base = { at: 0, conversationId: "c1", turnIndex: 2 };
   it("OTEL-1 a turn with a cut-off attempt and a retry is one span with its attempts; retries and abandoned calls counted", async () => {
