@@ -134,15 +134,30 @@ export interface FailedTurnsQuery {
 export interface FailedTurn {
   conversationId: string;
   messageId: string;
-  /** The turn index the message was bound to (its retry runs there, TURN-12). */
+  /** The turn index the message was bound to (a re-send retries it there while `reopenable`, TURN-12). */
   turnIndex?: number;
   /**
    * When the failure was recorded, in store-clock milliseconds; 0 for a failure recorded by a
    * version of the store that did not keep the time (listed first, as the oldest).
    */
   failedAt: number;
-  /** The failed-turn record (RECORD-1), as `failMessage` stored it. */
+  /**
+   * The failed-turn record (RECORD-1), as `failMessage` stored it: written at the failure and never
+   * updated, so its `retryable` says whether a re-send could help *then* (RECORD-5). Whether one
+   * can help now is `reopenable`.
+   */
   failure: JsonValue;
+  /**
+   * Whether a re-send of this message id now would reopen it (TURN-12): true exactly when it is
+   * its conversation's most recently bound message, so its retry would run at `turnIndex` with
+   * the same keys. False once another message has been bound since (typically a new message,
+   * bound at this failed turn's index): a re-send then only returns the stored failure and runs
+   * nothing, whatever the record's `retryable` says. Read in the same query as the listing.
+   *
+   * Optional so that a store written before it still satisfies the contract; absent means the
+   * store does not say (not "false"). Every store in this repository sets it (TURN-17).
+   */
+  reopenable?: boolean;
 }
 
 export interface FailedTurnsPage {
@@ -227,7 +242,8 @@ export interface ConversationStore {
    * OPTIONAL (TURN-17): the messages whose turn failed and that no re-send has reopened,
    * across conversations (or in one), oldest failure first, a page at a time. Read-only. Served
    * from an index over failed messages, never a scan of every message. A reopened message leaves
-   * the list; failing again puts it back with the new time.
+   * the list; failing again puts it back with the new time. Each turn SHOULD carry `reopenable`
+   * (whether a re-send would reopen it now, TURN-12), read with the listing, not per turn.
    */
   listFailedTurns?(query?: FailedTurnsQuery): Promise<FailedTurnsPage>;
 

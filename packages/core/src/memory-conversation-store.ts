@@ -210,6 +210,8 @@ export class MemoryConversationStore implements ConversationStore {
         if (cutoff !== undefined && failedAt > cutoff) continue;
         const turn: FailedTurn = { conversationId, messageId: message.id, failedAt, failure: clone(message.failure ?? null) };
         if (message.turnIndex !== undefined) turn.turnIndex = message.turnIndex;
+        // What appendUserMessage decides a re-send by, not the record's `retryable` (TURN-12, TURN-17).
+        turn.reopenable = reopenable(conversation, message);
         if (after === undefined || isAfterPosition(turn, after)) all.push(turn);
       }
     }

@@ -21,9 +21,10 @@ describe("TURN-17 MemoryConversationStore.listFailedTurns", () => {
     const all = await store.listFailedTurns();
     expect(all).toEqual({
       turns: [
-        { conversationId: "conv-a", messageId: "m1", turnIndex: 0, failedAt: 5_000, failure: { failed: "m1" } },
-        { conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: 5_000, failure: { failed: "m1" } },
-        { conversationId: "conv-b", messageId: "m2", turnIndex: 0, failedAt: 6_000, failure: { failed: "m2" } },
+        { conversationId: "conv-a", messageId: "m1", turnIndex: 0, failedAt: 5_000, failure: { failed: "m1" }, reopenable: true },
+        // conv-b's m2 was bound at m1's index after m1 failed: a re-send of m1 no longer reopens it.
+        { conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: 5_000, failure: { failed: "m1" }, reopenable: false },
+        { conversationId: "conv-b", messageId: "m2", turnIndex: 0, failedAt: 6_000, failure: { failed: "m2" }, reopenable: true },
       ],
     });
     clock = 6_500;
@@ -35,6 +36,30 @@ describe("TURN-17 MemoryConversationStore.listFailedTurns", () => {
     expect(second).toEqual({ turns: [all.turns[2]] });
     expect((await store.appendUserMessage("conv-a", { id: "m1", content: "again" })).reopened).toBe(true);
     expect((await store.listFailedTurns()).turns.map((t) => `${t.conversationId}/${t.messageId}`)).toEqual(["conv-b/m1", "conv-b/m2"]);
+  });
+
+  it("TURN-17 reopenable says whether a re-send reopens the message now (TURN-12), not what its record said when it failed", async () => {
+    const store = new MemoryConversationStore();
+    const c = "conv-r";
+    await store.appendUserMessage(c, { id: "a", content: "pay alice" });
+    const lease = await store.acquireLease(c, "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    const failed = await store.beginTurn(c, lease.fence);
+    await store.failMessage(c, lease.fence, "a", { failed: "a", retryable: true });
+    const listed = async () => (await store.listFailedTurns({ conversationId: c })).turns.map((t) => [t.messageId, t.turnIndex, t.reopenable, t.failure]);
+    expect(await listed()).toEqual([["a", 0, true, { failed: "a", retryable: true }]]);
+    // b binds at a's index (TURN-12): a is no longer the most recently bound message.
+    await store.appendUserMessage(c, { id: "b", content: "something else" });
+    const next = await store.beginTurn(c, lease.fence);
+    expect([next?.message.id, next?.turnIndex]).toEqual(["b", failed?.turnIndex]);
+    // Still listed (still failed), its stored record unchanged, but a re-send would not reopen it.
+    expect(await listed()).toEqual([["a", 0, false, { failed: "a", retryable: true }]]);
+    const resend = await store.appendUserMessage(c, { id: "a", content: "pay alice" });
+    expect([resend.reopened, resend.message.state]).toEqual([false, "failed"]);
+    expect(await listed()).toEqual([["a", 0, false, { failed: "a", retryable: true }]]);
+    // b fails too: b is reopenable, a stays not.
+    await store.failMessage(c, lease.fence, "b", { failed: "b" });
+    expect((await store.listFailedTurns({ conversationId: c })).turns.map((t) => [t.messageId, t.reopenable])).toEqual([["a", false], ["b", true]]);
   });
 
   it("refuses a bad limit and a foreign cursor with invalid_store_input; the cursor round-trips any id", async () => {
