@@ -139,7 +139,7 @@ interface Statements {
   records: Database.Statement<[string], { record: unknown }>;
   listFailed: Database.Statement<
     { conversation: string | null; cutoff: number | null; after: number | null; afterConversation: string; afterMessage: string; limit: number },
-    { conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: number }
+    { conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: number; reopenable: number }
   >;
 }
 
@@ -433,6 +433,7 @@ export class SqliteConversationStore implements ConversationStore {
           messageId: row.message_id,
           failedAt: Number(row.failed_at),
           failure: decodeStoreJson(row.conversation_id, `failure of message ${row.message_id}`, row.failure),
+          reopenable: row.reopenable === 1,
         };
         if (typeof row.turn_index === "number") turn.turnIndex = row.turn_index;
         return turn;
@@ -561,13 +562,17 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     ),
     records: db.prepare(`SELECT record FROM ${recs} WHERE conversation_id = ? ORDER BY seq`),
     // Keyset paging over the partial index on failed messages (failedIndexSql): no scan of the rest.
+    // Each listed message's conversation row is looked up by its key in the same statement, for
+    // reopenable: a re-send reopens a failed message only while it is last_bound (TURN-12). The
+    // LEFT JOIN keeps the messages' index the outer loop (a missing row: not reopenable).
     listFailed: db.prepare(
-      `SELECT conversation_id, message_id, turn_index, failure, failed_at FROM ${msgs}
-       WHERE state = 'failed'
-         AND (:conversation IS NULL OR conversation_id = :conversation)
-         AND (:cutoff IS NULL OR failed_at <= ${now} - :cutoff)
-         AND (:after IS NULL OR (failed_at, conversation_id, message_id) > (:after, :afterConversation, :afterMessage))
-       ORDER BY failed_at, conversation_id, message_id LIMIT :limit`,
+      `SELECT m.conversation_id, m.message_id, m.turn_index, m.failure, m.failed_at, (c.last_bound IS m.message_id) AS reopenable
+       FROM ${msgs} m LEFT JOIN ${conv} c ON c.conversation_id = m.conversation_id
+       WHERE m.state = 'failed'
+         AND (:conversation IS NULL OR m.conversation_id = :conversation)
+         AND (:cutoff IS NULL OR m.failed_at <= ${now} - :cutoff)
+         AND (:after IS NULL OR (m.failed_at, m.conversation_id, m.message_id) > (:after, :afterConversation, :afterMessage))
+       ORDER BY m.failed_at, m.conversation_id, m.message_id LIMIT :limit`,
     ),
   };
 }

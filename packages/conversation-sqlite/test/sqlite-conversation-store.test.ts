@@ -373,9 +373,10 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     const all = await store.listFailedTurns();
     expect(all).toEqual({
       turns: [
-        { conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: 1_000_000, failure: { failed: "m1", conversation: "conv-b" } },
-        { conversationId: "conv-a", messageId: "m1", turnIndex: 0, failedAt: 1_001_000, failure: { failed: "m1", conversation: "conv-a" } },
-        { conversationId: "conv-b", messageId: "m2", turnIndex: 0, failedAt: 1_002_000, failure: { failed: "m2", conversation: "conv-b" } },
+        // conv-b's m2 was bound after m1 failed: a re-send of m1 no longer reopens it (TURN-12).
+        { conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: 1_000_000, failure: { failed: "m1", conversation: "conv-b" }, reopenable: false },
+        { conversationId: "conv-a", messageId: "m1", turnIndex: 0, failedAt: 1_001_000, failure: { failed: "m1", conversation: "conv-a" }, reopenable: true },
+        { conversationId: "conv-b", messageId: "m2", turnIndex: 0, failedAt: 1_002_000, failure: { failed: "m2", conversation: "conv-b" }, reopenable: true },
       ],
     });
     expect((await store.listFailedTurns({ conversationId: "conv-b" })).turns.map((t) => t.messageId)).toEqual(["m1", "m2"]);
@@ -410,12 +411,88 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     raw.exec(`DROP INDEX dispatch_once_messages_failed; ALTER TABLE dispatch_once_messages DROP COLUMN failed_at;`);
     raw.close();
     const upgraded = new SqliteConversationStore({ path });
-    expect((await upgraded.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, failure: { failed: "m1", conversation: "legacy" } }]);
+    expect((await upgraded.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, failure: { failed: "m1", conversation: "legacy" }, reopenable: true }]);
     // The listing reads the partial index, not the table.
     const plan = rawConnection(path)
       .prepare(`EXPLAIN QUERY PLAN SELECT conversation_id FROM dispatch_once_messages WHERE state = 'failed' AND failed_at <= 5 ORDER BY failed_at, conversation_id, message_id`)
       .all() as { detail: string }[];
     expect(plan.map((p) => p.detail).join(" | ")).toContain("dispatch_once_messages_failed");
     await upgraded.close();
+  });
+
+  it("reopenable: true while the failed message is the conversation's last bound (last_bound), false once another was bound at its index; still listed; a re-send does not reopen it", async () => {
+    const path = freshPath();
+    const store = new SqliteConversationStore({ path });
+    const raw = rawConnection(path);
+    const stored = (c: string) => ({
+      lastBound: (raw.prepare("SELECT last_bound FROM dispatch_once_conversations WHERE conversation_id = ?").get(c) as { last_bound: string | null }).last_bound,
+      messages: raw.prepare("SELECT message_id, state, turn_index, failure FROM dispatch_once_messages WHERE conversation_id = ? ORDER BY seq").all(c),
+    });
+    const listed = async (c: string, s: SqliteConversationStore = store) =>
+      (await s.listFailedTurns({ conversationId: c })).turns.map((t) => [t.messageId, t.turnIndex, t.reopenable, t.failure]);
+    const record = { failed: "a", retryable: true };
+    await store.appendUserMessage("conv-r", { id: "a", content: user("pay alice") });
+    const lease = await store.acquireLease("conv-r", "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    await store.beginTurn("conv-r", lease.fence);
+    await store.failMessage("conv-r", lease.fence, "a", record);
+    expect(stored("conv-r")).toEqual({ lastBound: "a", messages: [{ message_id: "a", state: "failed", turn_index: 0, failure: JSON.stringify(record) }] });
+    expect(await listed("conv-r")).toEqual([["a", 0, true, record]]);
+
+    // b is bound at a's index (TURN-12): a is no longer the most recently bound message.
+    await store.appendUserMessage("conv-r", { id: "b", content: user("something else") });
+    const next = await store.beginTurn("conv-r", lease.fence);
+    expect([next?.message.id, next?.turnIndex]).toEqual(["b", 0]);
+    expect(stored("conv-r").lastBound).toBe("b");
+    // Still failed, so still listed, with the record as stored at the failure (retryable: true), but not reopenable.
+    expect(await listed("conv-r")).toEqual([["a", 0, false, record]]);
+    const resend = await store.appendUserMessage("conv-r", { id: "a", content: user("pay alice") });
+    expect([resend.reopened, resend.message.state]).toEqual([false, "failed"]);
+    expect(stored("conv-r").messages).toEqual([
+      { message_id: "a", state: "failed", turn_index: 0, failure: JSON.stringify(record) },
+      { message_id: "b", state: "in_progress", turn_index: 0, failure: null },
+    ]);
+    expect(await listed("conv-r")).toEqual([["a", 0, false, record]]);
+    // b fails too: b is reopenable, a is not; a fresh instance reads the same from the file.
+    await store.failMessage("conv-r", lease.fence, "b", { failed: "b" });
+    const reopened = new SqliteConversationStore({ path });
+    expect((await reopened.listFailedTurns()).turns.map((t) => [t.messageId, t.reopenable])).toEqual([["a", false], ["b", true]]);
+    raw.close();
+    await reopened.close();
+    await store.close();
+  });
+
+  it("the listing's own statement reads the failed-messages index and looks each conversation row up by its key: no scan, no sort, no query per turn", async () => {
+    const path = freshPath();
+    const store = new SqliteConversationStore({ path });
+    const raw = rawConnection(path);
+    raw.exec("BEGIN");
+    const conversation = raw.prepare("INSERT INTO dispatch_once_conversations (conversation_id, last_bound) VALUES (?, ?)");
+    const message = raw.prepare("INSERT INTO dispatch_once_messages (conversation_id, message_id, seq, state, turn_index, failure, failed_at, content) VALUES (?, ?, ?, ?, 0, ?, ?, '\"x\"')");
+    for (let i = 0; i < 20_000; i++) {
+      const c = `conv-${i}`;
+      conversation.run(c, "m2");
+      message.run(c, "m1", 1, i % 100 === 0 ? "failed" : "answered", i % 100 === 0 ? "{}" : null, i % 100 === 0 ? i : null);
+      message.run(c, "m2", 2, i % 200 === 0 ? "failed" : "answered", i % 200 === 0 ? "{}" : null, i % 200 === 0 ? i : null);
+    }
+    raw.exec("COMMIT; ANALYZE");
+    const sql = (store as unknown as { stmts: { listFailed: { source: string } } }).stmts.listFailed.source;
+    for (const params of [
+      { conversation: null, cutoff: null, after: null, afterConversation: "", afterMessage: "", limit: 101 },
+      { conversation: null, cutoff: 5, after: 100, afterConversation: "conv-100", afterMessage: "m1", limit: 101 },
+      { conversation: "conv-200", cutoff: null, after: null, afterConversation: "", afterMessage: "", limit: 101 },
+    ]) {
+      const plan = (raw.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(params) as { detail: string }[]).map((p) => p.detail).join(" | ");
+      expect(plan, JSON.stringify(params)).toMatch(/USING (COVERING )?INDEX dispatch_once_messages_failed/);
+      expect(plan, JSON.stringify(params)).toMatch(/SEARCH c USING PRIMARY KEY \(conversation_id=\?\)/);
+      expect(plan, JSON.stringify(params)).not.toMatch(/TEMP B-TREE|SCAN c\b/);
+    }
+    const page = await store.listFailedTurns({ limit: 1000 });
+    expect(page.turns).toHaveLength(300);
+    expect(page.turns.filter((t) => t.reopenable).map((t) => `${t.conversationId}/${t.messageId}`)).toEqual(
+      Array.from({ length: 100 }, (_, k) => `conv-${k * 200}/m2`),
+    );
+    raw.close();
+    await store.close();
   });
 });
