@@ -339,7 +339,7 @@ export class PostgresConversationStore implements ConversationStore {
     const { limit, after } = checkFailedTurnsQuery(query);
     const conversationId = query.conversationId ?? "";
     // One more than asked: whether a next page exists, without a second query.
-    const rows = await this.query<{ conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: unknown }>(
+    const rows = await this.query<{ conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: unknown; reopenable: unknown }>(
       "listFailedTurns",
       conversationId,
       this.sql.listFailed,
@@ -351,6 +351,7 @@ export class PostgresConversationStore implements ConversationStore {
         messageId: row.message_id,
         failedAt: toCount(row.conversation_id, row.failed_at),
         failure: decodeStoreJson(row.conversation_id, `failure of message ${row.message_id}`, row.failure),
+        reopenable: row.reopenable === true,
       };
       if (row.turn_index !== null && row.turn_index !== undefined) turn.turnIndex = toCount(row.conversation_id, row.turn_index);
       return turn;

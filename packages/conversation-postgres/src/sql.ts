@@ -246,14 +246,19 @@ export function statements(t: ConversationTables): Statements {
     ),
     records: s("records", `SELECT record FROM ${q.recs} WHERE conversation_id = $1 ORDER BY seq`),
     // Keyset paging in the failed-messages index's order (byte order of the ids, as the cursor compares).
+    // Each listed message's conversation row is looked up by its primary key in the same statement,
+    // for reopenable: a re-send reopens a failed message only while it is last_bound (TURN-12). The
+    // LEFT JOIN keeps the messages' index the outer side (a missing row: not reopenable).
     listFailed: s(
       "list_failed",
-      `SELECT conversation_id, message_id, turn_index, failure, failed_at FROM ${q.msgs}
-        WHERE state = 'failed'
-          AND ($1::text IS NULL OR conversation_id = $1::text)
-          AND ($2::bigint IS NULL OR failed_at <= ${NOW_MS} - $2::bigint)
-          AND ($3::bigint IS NULL OR (failed_at, conversation_id COLLATE "C", message_id COLLATE "C") > ($3::bigint, $4::text COLLATE "C", $5::text COLLATE "C"))
-        ORDER BY failed_at, conversation_id COLLATE "C", message_id COLLATE "C" LIMIT $6`,
+      `SELECT m.conversation_id, m.message_id, m.turn_index, m.failure, m.failed_at,
+              (c.last_bound IS NOT NULL AND c.last_bound = m.message_id) AS reopenable
+         FROM ${q.msgs} m LEFT JOIN ${q.conv} c ON c.conversation_id = m.conversation_id
+        WHERE m.state = 'failed'
+          AND ($1::text IS NULL OR m.conversation_id = $1::text)
+          AND ($2::bigint IS NULL OR m.failed_at <= ${NOW_MS} - $2::bigint)
+          AND ($3::bigint IS NULL OR (m.failed_at, m.conversation_id COLLATE "C", m.message_id COLLATE "C") > ($3::bigint, $4::text COLLATE "C", $5::text COLLATE "C"))
+        ORDER BY m.failed_at, m.conversation_id COLLATE "C", m.message_id COLLATE "C" LIMIT $6`,
     ),
   };
 }

@@ -268,10 +268,11 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     // Failures in the same millisecond order by conversation id, then message id: sort to compare.
     const order = (t: { failedAt: number; conversationId: string; messageId: string }) => `${String(t.failedAt).padStart(16, "0")} ${t.conversationId} ${t.messageId}`;
     expect(all.turns.map(order)).toEqual(all.turns.map(order).sort());
-    expect(all.turns.map((t) => [t.conversationId, t.messageId, t.turnIndex, t.failure]).sort()).toEqual([
-      ["conv-a", "m1", 0, { failed: "m1", conversation: "conv-a" }],
-      ["conv-b", "m1", 0, { failed: "m1", conversation: "conv-b" }],
-      ["conv-b", "m2", 0, { failed: "m2", conversation: "conv-b" }],
+    expect(all.turns.map((t) => [t.conversationId, t.messageId, t.turnIndex, t.failure, t.reopenable]).sort()).toEqual([
+      ["conv-a", "m1", 0, { failed: "m1", conversation: "conv-a" }, true],
+      // conv-b's m2 was bound after m1 failed: a re-send of m1 no longer reopens it (TURN-12).
+      ["conv-b", "m1", 0, { failed: "m1", conversation: "conv-b" }, false],
+      ["conv-b", "m2", 0, { failed: "m2", conversation: "conv-b" }, true],
     ]);
     expect(Math.abs((all.turns[0]?.failedAt ?? 0) - Date.now())).toBeLessThan(3_600_000);
     expect((await store.listFailedTurns({ conversationId: "conv-b" })).turns.map((t) => t.messageId)).toEqual(["m1", "m2"]);
@@ -297,7 +298,77 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     await failNext(store, "legacy", "m1");
     await admin.query(`DROP INDEX "${schema}".dispatch_once_messages_failed; ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN failed_at`);
     await store.migrate();
-    expect((await store.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, failure: { failed: "m1", conversation: "legacy" } }]);
+    expect((await store.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, failure: { failed: "m1", conversation: "legacy" }, reopenable: true }]);
+    await store.close();
+  });
+
+  it("reopenable: true while the failed message is the conversation's last bound (last_bound), false once another was bound at its index; still listed; a re-send does not reopen it", async () => {
+    const { store, schema } = await fresh("reopenable");
+    const stored = async (c: string) => ({
+      lastBound: (await admin.query(`SELECT last_bound FROM "${schema}".dispatch_once_conversations WHERE conversation_id = $1`, [c])).rows[0]?.last_bound,
+      messages: (await admin.query(`SELECT message_id, state, turn_index, failure FROM "${schema}".dispatch_once_messages WHERE conversation_id = $1 ORDER BY seq`, [c])).rows,
+    });
+    const listed = async (c: string, s: PostgresConversationStore = store) =>
+      (await s.listFailedTurns({ conversationId: c })).turns.map((t) => [t.messageId, t.turnIndex, t.reopenable, t.failure]);
+    const record = { failed: "a", retryable: true };
+    await store.appendUserMessage("conv-r", { id: "a", content: user("pay alice") });
+    const lease = await store.acquireLease("conv-r", "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    await store.beginTurn("conv-r", lease.fence);
+    await store.failMessage("conv-r", lease.fence, "a", record);
+    expect(await stored("conv-r")).toEqual({ lastBound: "a", messages: [{ message_id: "a", state: "failed", turn_index: 0, failure: JSON.stringify(record) }] });
+    expect(await listed("conv-r")).toEqual([["a", 0, true, record]]);
+
+    // b is bound at a's index (TURN-12): a is no longer the most recently bound message.
+    await store.appendUserMessage("conv-r", { id: "b", content: user("something else") });
+    const next = await store.beginTurn("conv-r", lease.fence);
+    expect([next?.message.id, next?.turnIndex]).toEqual(["b", 0]);
+    expect((await stored("conv-r")).lastBound).toBe("b");
+    // Still failed, so still listed, with the record as stored at the failure (retryable: true), but not reopenable.
+    expect(await listed("conv-r")).toEqual([["a", 0, false, record]]);
+    const resend = await store.appendUserMessage("conv-r", { id: "a", content: user("pay alice") });
+    expect([resend.reopened, resend.message.state]).toEqual([false, "failed"]);
+    expect((await stored("conv-r")).messages).toEqual([
+      { message_id: "a", state: "failed", turn_index: 0, failure: JSON.stringify(record) },
+      { message_id: "b", state: "in_progress", turn_index: 0, failure: null },
+    ]);
+    expect(await listed("conv-r")).toEqual([["a", 0, false, record]]);
+    // b fails too: b is reopenable, a is not; a fresh instance (a new pool) reads the same.
+    await store.failMessage("conv-r", lease.fence, "b", { failed: "b" });
+    const reopened = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
+    expect((await reopened.listFailedTurns()).turns.map((t) => [t.messageId, t.reopenable])).toEqual([["a", false], ["b", true]]);
+    await reopened.close();
+    await store.close();
+  });
+
+  it("the listing's own statement reads an index over messages and each conversation row by its primary key: no sequential scan, one statement per page", async () => {
+    const { store, schema } = await fresh("failed_plan");
+    const conv = `"${schema}".dispatch_once_conversations`;
+    const msgs = `"${schema}".dispatch_once_messages`;
+    await admin.query(`INSERT INTO ${conv} (conversation_id, last_bound) SELECT 'conv-' || i, 'm2' FROM generate_series(0, 49999) AS i`);
+    await admin.query(
+      `INSERT INTO ${msgs} (conversation_id, message_id, seq, state, turn_index, failure, failed_at, content)
+       SELECT 'conv-' || i, 'm' || k, k, CASE WHEN i % (100 * k) = 0 THEN 'failed' ELSE 'answered' END, 0,
+              CASE WHEN i % (100 * k) = 0 THEN '{}' END, CASE WHEN i % (100 * k) = 0 THEN i END, '"x"'
+         FROM generate_series(0, 49999) AS i, generate_series(1, 2) AS k`,
+    );
+    await admin.query(`ANALYZE ${conv}; ANALYZE ${msgs}`);
+    const sql = (store as unknown as { sql: { listFailed: { text: string } } }).sql.listFailed.text;
+    for (const values of [
+      [null, null, null, null, null, 101],
+      [null, 5, 100, "conv-100", "m1", 101],
+      ["conv-200", null, null, null, null, 101],
+    ]) {
+      const plan = (await admin.query({ text: `EXPLAIN ${sql}`, values })).rows.map((r: { "QUERY PLAN": string }) => r["QUERY PLAN"]).join("\n");
+      expect(plan, JSON.stringify(values)).toMatch(/Index (Only )?Scan using dispatch_once_messages_(failed|state) on dispatch_once_messages m/);
+      expect(plan, JSON.stringify(values)).toMatch(/Index Scan using dispatch_once_conversations_pkey on dispatch_once_conversations c/);
+      expect(plan, JSON.stringify(values)).not.toMatch(/Seq Scan/);
+    }
+    const page = await store.listFailedTurns({ limit: 1000 });
+    expect(page.turns).toHaveLength(750);
+    expect(page.turns.filter((t) => t.reopenable).map((t) => `${t.conversationId}/${t.messageId}`)).toEqual(
+      Array.from({ length: 250 }, (_, k) => `conv-${k * 200}/m2`),
+    );
     await store.close();
   });
 });
