@@ -28,6 +28,8 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "conversationIdsFoldCase", rule: "TURN-19", what: "conversation ids compared case-insensitively", check: /ids are compared exactly/, message: /^conversation ids that differ only in ASCII case:/ },
   { bug: "messageIdsFoldCase", rule: "TURN-19", what: "message ids compared case-insensitively", check: /ids are compared exactly/, message: /^message ids that differ only in ASCII case:/ },
   { bug: "messageIdsTruncated", rule: "TURN-19", what: "message ids cut to 64 characters", check: /ids are compared exactly/, message: /^two 128-character message ids that differ only in their last character:/ },
+  // The model does not list failed turns: only the deterministic check can catch this one.
+  { bug: "listsEveryFailedReopenable", rule: "TURN-17", what: "listFailedTurns says reopenable for every failed message, also after another was bound", check: /reopenable exactly when a re-send would reopen/, message: /after another message was bound at its index/ },
 ];
 
 const SEED = 20261130;

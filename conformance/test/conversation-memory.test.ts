@@ -22,7 +22,7 @@ describe("report for MemoryConversationStore", () => {
     expect(report.checks.filter((c) => c.status === "fail")).toEqual([]);
     expect(report.conforms).toBe(true);
     const status = Object.fromEntries(report.rules.map((r) => [r.rule, r.status]));
-    for (const rule of ["TURN-2", "TURN-5", "TURN-7", "TURN-9", "TURN-10", "TURN-11", "TURN-12", "TURN-14", "TURN-15", "RECORD-4"]) {
+    for (const rule of ["TURN-2", "TURN-5", "TURN-7", "TURN-9", "TURN-10", "TURN-11", "TURN-12", "TURN-14", "TURN-15", "TURN-17", "RECORD-4"]) {
       expect(status[rule], rule).toBe("pass");
     }
     const na = report.checks.filter((c) => c.status === "not_applicable");
@@ -42,6 +42,25 @@ describe("report for MemoryConversationStore", () => {
     expect(fixture.store.capabilities).toEqual({ durability: "volatile", clock: "process", sharedAcrossProcesses: false });
     expect(await fixture.reopen()).toBe(fixture.store);
     await fixture.destroy();
+  });
+
+  it("TURN-17 is not applicable to a subject that does not declare listFailedTurns, and fails one that declares it for a store without the method", async () => {
+    const turn17 = (subject: ReturnType<typeof memoryConversationSubject>) => conversationStoreChecks(subject, options).filter((c) => c.rule === "TURN-17");
+    const reference = memoryConversationSubject();
+    const { listFailedTurns: _declared, ...undeclaredCapabilities } = reference.capabilities;
+    const undeclared = await runChecks(turn17({ ...reference, capabilities: undeclaredCapabilities }), { subject: "undeclared", levels: ["conversation"] });
+    expect(undeclared.checks.map((c) => [c.status, c.reasonNotApplicable])).toEqual([["not_applicable", "needs listFailedTurns (the store offers listFailedTurns)"]]);
+    const without = {
+      ...reference,
+      async create() {
+        const fixture = await reference.create();
+        (fixture.store as { listFailedTurns?: unknown }).listFailedTurns = undefined;
+        return fixture;
+      },
+    };
+    const failed = await runChecks(turn17(without), { subject: "without", levels: ["conversation"] });
+    expect(failed.checks.map((c) => c.status)).toEqual(["fail"]);
+    expect(failed.checks[0]!.error).toMatch(/declares listFailedTurns, but the store has no listFailedTurns method/);
   });
 
   it("refuses a subject that does not declare its capabilities", () => {

@@ -797,6 +797,76 @@ export const reopenedGoesFirst: ConversationCheckSpec = {
     }),
 };
 
+// ---------------------------------------------------------------------------------- TURN-17
+
+/** The store's listFailedTurns, which a subject declaring `listFailedTurns` must have. */
+function listingOf(store: ConversationStore): NonNullable<ConversationStore["listFailedTurns"]> {
+  must(typeof store.listFailedTurns === "function", "the subject declares listFailedTurns, but the store has no listFailedTurns method");
+  return (query) => store.listFailedTurns!(query);
+}
+
+export const listedReopenableExact: ConversationCheckSpec = {
+  rule: "TURN-17",
+  name: "a listed failed turn says reopenable exactly when a re-send would reopen it (TURN-12): true while it is the last bound, false once another message was bound, and it stays listed",
+  needs: ["listFailedTurns"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const list = listingOf(store);
+      const c = freshConversation();
+      /** The listed turns of c: [message id, turn index, reopenable], the record checked on the way. */
+      const listed = async (what: string, records: Record<string, JsonValue>): Promise<Array<[string, number | undefined, boolean | undefined]>> => {
+        const page = await list({ conversationId: c });
+        must(Array.isArray(page?.turns), `${what}: listFailedTurns must return { turns: [...] }, got ${show(page)}`);
+        for (const t of page.turns) {
+          mustEqual(t.conversationId, c, `${what}: the conversation of a listed turn`);
+          mustEqual(t.failure, records[t.messageId], `${what}: the record listed for ${t.messageId}`);
+          must(t.reopenable === undefined || typeof t.reopenable === "boolean", `${what}: ${t.messageId}'s reopenable must be true, false or absent, got ${show(t.reopenable)}`);
+        }
+        return page.turns.map((t) => [t.messageId, t.turnIndex, t.reopenable]);
+      };
+      /** reopenable where the store gives it (SHOULD), `expected` when it does; absent passes. */
+      const says = (rows: Array<[string, number | undefined, boolean | undefined]>, id: string, expected: boolean, what: string): void => {
+        const row = rows.find((r) => r[0] === id);
+        must(row !== undefined, `${what}: the failed message ${id} must be listed, got ${show(rows)}`);
+        if (row[2] !== undefined) mustEqual(row[2], expected, `${what}: ${id}'s reopenable`);
+      };
+      // The record says a re-send may help: as of the failure (RECORD-5). reopenable must not echo it.
+      const a = { kind: "failed_turn", messageId: "a", retryable: true };
+      const b = { kind: "failed_turn", messageId: "b", retryable: true };
+      await store.appendUserMessage(c, { id: "a", content: userText("pay alice") });
+      const fence = await acquire(store, c, "worker-a");
+      const first = await mustBegin(store, c, fence, "begin a");
+      await store.failMessage(c, fence, "a", a);
+      const afterFail = await listed("a failed, the last bound", { a });
+      mustEqual(afterFail.map((r) => r[0]), ["a"], "listed after a failed");
+      mustEqual(afterFail[0]![1], first.turnIndex, "a's listed turn index");
+      says(afterFail, "a", true, "a failed, the last bound");
+
+      await store.appendUserMessage(c, { id: "b", content: userText("something else") });
+      const next = await mustBegin(store, c, fence, "begin b");
+      mustEqual([next.message.id, next.turnIndex], ["b", first.turnIndex], "b's binding (a failed turn's index, TURN-12)");
+      const whileBound = await listed("after another message was bound at its index", { a });
+      mustEqual(whileBound.map((r) => r[0]), ["a"], "listed while b is in progress (a still failed, b not)");
+      says(whileBound, "a", false, "after another message was bound at its index");
+      // The answer it gave is what a re-send does: it stays failed, and stays listed.
+      const resend = await store.appendUserMessage(c, { id: "a", content: userText("pay alice") });
+      mustEqual([resend.reopened, resend.message.state], [false, "failed"], "the re-send of a after b was bound (TURN-12)");
+      says(await listed("after a's re-send", { a }), "a", false, "after a's re-send");
+
+      await store.failMessage(c, fence, "b", b);
+      const both = await listed("b failed too", { a, b });
+      mustEqual(both.map((r) => r[0]).sort(), ["a", "b"], "listed after b failed too");
+      says(both, "a", false, "b failed too");
+      says(both, "b", true, "b failed too, the last bound");
+      // b was listed as reopenable: its re-send reopens it, and it leaves the list.
+      mustEqual((await store.appendUserMessage(c, { id: "b", content: userText("something else") })).reopened, true, "the re-send of b, the last bound");
+      const left = await listed("after b was reopened", { a });
+      mustEqual(left.map((r) => r[0]), ["a"], "listed after b was reopened");
+      says(left, "a", false, "after b was reopened");
+    }),
+};
+
 // ---------------------------------------------------------------------------------- TURN-7
 
 export const turnsOfInOrder: ConversationCheckSpec = {
@@ -1133,6 +1203,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   newMessageTakesFailedIndex,
   resendAfterOtherBoundStaysFailed,
   reopenedGoesFirst,
+  listedReopenableExact,
   resumedWhenEarlierGrantBegan,
   resumedSurvivesRestart,
   durabilityDeclared,

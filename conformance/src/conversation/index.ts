@@ -9,6 +9,7 @@ const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
   survivesRestart: "needs survivesRestart (a fresh instance sees earlier writes)",
   corruption: "needs corruption (raw.corrupt)",
   unavailability: "needs unavailability (raw.disconnected)",
+  listFailedTurns: "needs listFailedTurns (the store offers listFailedTurns)",
 };
 
 /**
@@ -68,6 +69,12 @@ function validateSubject(subject: ConversationStoreSubject): void {
   for (const flag of ["sharedAcrossProcesses", "survivesRestart", "corruption", "unavailability"]) {
     if (typeof caps?.[flag] !== "boolean") {
       throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag} must be declared as true or false`);
+    }
+  }
+  // Optional flags: absent is false, anything else but a boolean is a mistake.
+  for (const flag of ["listFailedTurns"]) {
+    if (caps?.[flag] !== undefined && typeof caps[flag] !== "boolean") {
+      throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag}, when given, must be true or false`);
     }
   }
 }

@@ -22,6 +22,13 @@ export interface ConversationSubjectCapabilities {
   corruption: boolean;
   /** raw.disconnected is implemented: a store whose storage cannot be reached (store_unavailable). */
   unavailability: boolean;
+  /**
+   * Optional: the store offers the OPTIONAL `listFailedTurns` (TURN-17). Declared true, the store
+   * must have the method (checked), and the TURN-17 checks run, `reopenable` included where the
+   * store gives it. Absent means false: they are reported not applicable, whatever the store
+   * offers (declare it to have them run).
+   */
+  listFailedTurns?: boolean;
 }
 
 export type ConversationSubjectCapability = keyof ConversationSubjectCapabilities;

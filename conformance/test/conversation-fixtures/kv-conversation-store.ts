@@ -6,10 +6,16 @@ import {
   ConversationLeaseLostError,
   CONVERSATION_ID_PATTERN,
   InvalidStoreInputError,
+  checkFailedTurnsQuery,
   checkMessageId,
+  encodeFailedTurnsCursor,
+  isAfterPosition,
   type AppendResult,
   type ConversationStore,
   type ConversationStoreCapabilities,
+  type FailedTurn,
+  type FailedTurnsPage,
+  type FailedTurnsQuery,
   type JsonValue,
   type LeaseResult,
   type StoredMessage,
@@ -83,6 +89,11 @@ export interface ConversationBugs {
   indexCountsBindings?: boolean;
   /** failMessage fails a message in any state (an answered one too). */
   failAnyState?: boolean;
+  /**
+   * listFailedTurns says `reopenable: true` for every failed message (as a store might that read
+   * it off the record's `retryable`, written at the failure), also after another message was bound.
+   */
+  listsEveryFailedReopenable?: boolean;
 }
 
 interface State {
@@ -96,6 +107,8 @@ interface State {
   lease: { fence: number; owner: string; expiresAt: number } | null;
   fence: number;
   records: JsonValue[];
+  /** When each failed message failed (the backing's clock), for listFailedTurns (TURN-17). */
+  failedAt?: Record<string, number>;
 }
 
 /** The shared "server": conversation texts, per-conversation lock chains, one clock. */
@@ -149,6 +162,7 @@ export class KvConversationStore implements ConversationStore {
         if (known.state === "failed" && reopenable) {
           known.state = "queued";
           delete known.failure;
+          if (s.failedAt !== undefined) delete s.failedAt[known.id];
           return { appended: false, message: structuredClone(known), reopened: true };
         }
         return { appended: false, message: structuredClone(known), reopened: false };
@@ -272,8 +286,32 @@ export class KvConversationStore implements ConversationStore {
       if (message === undefined || (message.state !== "in_progress" && !this.bugs.failAnyState)) throw new InvalidStoreInputError("messageId", `message ${messageId} is not in progress`);
       message.state = "failed";
       message.failure = this.text(record);
+      (s.failedAt ??= {})[message.id] = this.backing.now();
       s.records.push(this.text(record));
     });
+  }
+
+  /** TURN-17: read-only, over every conversation's text as it is now. */
+  async listFailedTurns(query: FailedTurnsQuery = {}): Promise<FailedTurnsPage> {
+    const { limit, after } = checkFailedTurnsQuery(query);
+    const cutoff = query.olderThanMs === undefined ? undefined : this.backing.now() - query.olderThanMs;
+    const all: FailedTurn[] = [];
+    for (const [conversationId, text] of this.backing.data) {
+      if (query.conversationId !== undefined && conversationId !== conversationSlot(this.bugs, query.conversationId)) continue;
+      const s = JSON.parse(text) as State;
+      for (const m of s.messages) {
+        if (m.state !== "failed") continue;
+        const failedAt = s.failedAt?.[m.id] ?? 0;
+        if (cutoff !== undefined && failedAt > cutoff) continue;
+        const turn: FailedTurn = { conversationId, messageId: m.id, failedAt, failure: structuredClone(m.failure ?? null), reopenable: this.bugs.listsEveryFailedReopenable || s.lastBound === m.id };
+        if (m.turnIndex !== undefined) turn.turnIndex = m.turnIndex;
+        if (after === undefined || isAfterPosition(turn, after)) all.push(turn);
+      }
+    }
+    all.sort((a, b) => (isAfterPosition(a, b) ? 1 : isAfterPosition(b, a) ? -1 : 0));
+    const turns = all.slice(0, limit);
+    const last = turns.at(-1);
+    return all.length > limit && last !== undefined ? { turns, cursor: encodeFailedTurnsCursor(last) } : { turns };
   }
 
   async addRecord(conversationId: string, record: JsonValue): Promise<void> {
@@ -364,7 +402,7 @@ function held(conversationId: string, s: State, fence: number): { fence: number;
 export function kvConversationSubject(name: string, bugs: ConversationBugs = {}): ConversationStoreSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true },
     async create(): Promise<ConversationStoreFixture> {
       const backing = kvBacking();
       // forgetsOnRestart: every instance gets a private map, but the hooks read the first one.
