@@ -8,6 +8,7 @@ import { PostgresConversationStore } from "@dispatch-once/conversation-postgres"
 import { createSqliteConversationStore } from "@dispatch-once/conversation-sqlite";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { resendVerdict } from "../src/commands/turns.js";
 import { DATABASE_URL, jsonLines, runBin } from "./helpers.js";
 
 interface StoreBackend {
@@ -39,12 +40,26 @@ async function postgresStore(): Promise<StoreBackend> {
   };
 }
 
-async function failNext(store: ConversationStore, c: string, id: string): Promise<void> {
+/** A failed-turn record as the runner stores it (RECORD-5), trimmed to what the listing reads. */
+const RECORD = { failed: "m1", effects: ["may_have_happened"], retryable: true };
+/** One whose effect is left unknown: re-sending cannot help, whatever the store does (RECORD-5). */
+const UNKNOWN_RECORD = { failed: "m1", calls: [{ name: "send_payment", status: "outcome_unknown" }], retryable: false };
+
+async function failNext(store: ConversationStore, c: string, id: string, record: FailedTurn["failure"] = RECORD): Promise<void> {
   await store.appendUserMessage(c, { id, content: { role: "user", content: `${c} ${id}` } });
   const lease = await store.acquireLease(c, "worker", 600_000);
   if (!lease.acquired) throw new Error("not acquired");
   await store.beginTurn(c, lease.fence);
-  await store.failMessage(c, lease.fence, id, { failed: id, effects: ["may_have_happened"] });
+  await store.failMessage(c, lease.fence, id, record);
+  await store.releaseLease(c, lease.fence);
+}
+
+/** A new message bound at the failed turn's index (TURN-12), left in progress. */
+async function bindNext(store: ConversationStore, c: string, id: string): Promise<void> {
+  await store.appendUserMessage(c, { id, content: { role: "user", content: `${c} ${id}` } });
+  const lease = await store.acquireLease(c, "worker", 600_000);
+  if (!lease.acquired) throw new Error("not acquired");
+  await store.beginTurn(c, lease.fence);
   await store.releaseLease(c, lease.fence);
 }
 
@@ -57,7 +72,10 @@ describe.each([
     backend = await open();
     await failNext(backend.store, "conv-turns-a", "m1");
     await failNext(backend.store, "conv-turns-b", "m1");
+    // m2 takes m1's index: a re-send of m1 now returns the stored failure (TURN-12), though its record says retryable.
+    await bindNext(backend.store, "conv-turns-b", "m2");
     await backend.store.appendUserMessage("conv-turns-c", { id: "m1", content: "queued" });
+    await failNext(backend.store, "conv-turns-d", "m1", UNKNOWN_RECORD);
   });
   afterAll(async () => {
     await backend?.cleanup();
@@ -68,8 +86,9 @@ describe.each([
     expect(result.code, result.stderr).toBe(0);
     const turns = jsonLines(result.stdout) as FailedTurn[];
     expect(turns.map((t) => [t.conversationId, t.messageId, t.turnIndex, t.failure]).sort()).toEqual([
-      ["conv-turns-a", "m1", 0, { failed: "m1", effects: ["may_have_happened"] }],
-      ["conv-turns-b", "m1", 0, { failed: "m1", effects: ["may_have_happened"] }],
+      ["conv-turns-a", "m1", 0, RECORD],
+      ["conv-turns-b", "m1", 0, RECORD],
+      ["conv-turns-d", "m1", 0, UNKNOWN_RECORD],
     ]);
     const one = await runBin(["turns", "--failed", "--json", "--conversation", "conv-turns-b", ...backend.args]);
     expect((jsonLines(one.stdout) as FailedTurn[]).map((t) => t.conversationId)).toEqual(["conv-turns-b"]);
@@ -77,13 +96,88 @@ describe.each([
 
   it("pages through the store's cursor, prints a table, and --older-than excludes fresh failures", async () => {
     const paged = await runBin(["turns", "--failed", "--json", "--limit", "0", "--page-size", "1", ...backend.args]);
-    expect(jsonLines(paged.stdout)).toHaveLength(2);
+    expect(jsonLines(paged.stdout)).toHaveLength(3);
     const table = await runBin(["turns", "--failed", ...backend.args]);
-    expect(table.stdout.split("\n")[0]).toMatch(/^CONVERSATION\s+MESSAGE\s+TURN\s+FAILED AT\s+AGE$/);
-    expect(table.stderr).toBe("2 failed turns\n");
+    expect(table.stdout.split("\n")[0]).toMatch(/^CONVERSATION\s+MESSAGE\s+TURN\s+FAILED AT\s+AGE\s+RE-SEND$/);
+    expect(table.stderr).toBe("3 failed turns\n");
     const old = await runBin(["turns", "--failed", "--older-than", "1h", ...backend.args]);
     expect(old.code).toBe(0);
     expect(old.stdout).toBe("");
+  });
+});
+
+describe.each([
+  ["sqlite", sqliteStore],
+  ["postgres", postgresStore],
+] as const)("dispatch-once turns --failed on %s says whether a re-send would help (TURN-12, TURN-17, RECORD-5)", (_name, open) => {
+  let backend: StoreBackend;
+  beforeAll(async () => {
+    backend = await open();
+  });
+  afterAll(async () => {
+    await backend?.cleanup();
+  });
+
+  const listed = async () => {
+    const json = await runBin(["turns", "--failed", "--json", "--conversation", "conv-resend", ...backend.args]);
+    expect(json.code, json.stderr).toBe(0);
+    const table = await runBin(["turns", "--failed", "--conversation", "conv-resend", ...backend.args]);
+    expect(table.code, table.stderr).toBe(0);
+    const rows = table.stdout.split("\n").slice(1).filter((l) => l !== "");
+    return {
+      json: (jsonLines(json.stdout) as (FailedTurn & { resend: string })[]).map((t) => [t.messageId, t.reopenable, t.resend]),
+      column: rows.map((l) => [l.split(/\s+/)[1], l.replace(/^(\S+\s+){5}/, "")]),
+    };
+  };
+
+  it("yes while the failed message is the last bound; no once a later message was bound, and the re-send then returns the stored failure", async () => {
+    const { store } = backend;
+    await failNext(store, "conv-resend", "a");
+    expect(await listed()).toEqual({ json: [["a", true, "yes"]], column: [["a", "yes"]] });
+
+    // b takes a's index (TURN-12): a stays failed and listed, its record still says retryable.
+    await bindNext(store, "conv-resend", "b");
+    const after = await listed();
+    expect(after).toEqual({ json: [["a", false, "no: a later message was bound"]], column: [["a", "no: a later message was bound"]] });
+    const json = await runBin(["turns", "--failed", "--json", "--conversation", "conv-resend", ...backend.args]);
+    expect((jsonLines(json.stdout) as FailedTurn[])[0]?.failure).toEqual(RECORD);
+
+    // As the listing says: a re-send of a does not reopen it, and it is still listed.
+    const resend = await store.appendUserMessage("conv-resend", { id: "a", content: "again" });
+    expect([resend.reopened, resend.message.state, resend.message.failure]).toEqual([false, "failed", RECORD]);
+    expect(await listed()).toEqual(after);
+  });
+
+  it("no, with the record's reason, when the record written at the failure says a re-send cannot help", async () => {
+    await failNext(backend.store, "conv-resend-unknown", "m1", UNKNOWN_RECORD);
+    const json = await runBin(["turns", "--failed", "--json", "--conversation", "conv-resend-unknown", ...backend.args]);
+    expect((jsonLines(json.stdout) as (FailedTurn & { resend: string })[]).map((t) => [t.reopenable, t.resend])).toEqual([
+      [true, "no: an effect's outcome is unknown (settle it first: reconcile, resolve)"],
+    ]);
+  });
+});
+
+describe("resendVerdict: the store's reopenable, then the record's retryable as of the failure", () => {
+  const turn = (over: Partial<FailedTurn>): FailedTurn => ({ conversationId: "c", messageId: "m", turnIndex: 0, failedAt: 1, failure: RECORD, ...over });
+  it("combines them", () => {
+    expect(resendVerdict(turn({ reopenable: true }))).toBe("yes");
+    expect(resendVerdict(turn({ reopenable: false }))).toBe("no: a later message was bound");
+    expect(resendVerdict(turn({ reopenable: false, failure: UNKNOWN_RECORD }))).toBe("no: a later message was bound");
+    // A store written before reopenable existed does not say: the record alone cannot tell.
+    expect(resendVerdict(turn({}))).toBe("unknown");
+    expect(resendVerdict(turn({ failure: UNKNOWN_RECORD }))).toBe("unknown");
+    expect(resendVerdict(turn({ reopenable: true, failure: { position: "turn_limit", retryable: false } }))).toBe("no: the turn reached the runner's maxTurns");
+    expect(resendVerdict(turn({ reopenable: true, failure: { position: "commit_refused", retryable: false } }))).toBe("no: the store refused the turn's commit");
+    expect(resendVerdict(turn({ reopenable: true, failure: { calls: [{ status: "result_not_storable" }], retryable: false } }))).toBe("no: an effect happened but its result could not be stored");
+    expect(resendVerdict(turn({ reopenable: true, failure: { error: { name: "APIError", message: "400 invalid_request_error" }, retryable: false } }))).toBe(
+      "no: the record says a re-send cannot help (APIError: 400 invalid_request_error)",
+    );
+    expect(resendVerdict(turn({ reopenable: true, failure: { error: { name: "E", message: "x".repeat(200) }, retryable: false } }))).toBe(
+      `no: the record says a re-send cannot help (E: ${"x".repeat(77)}…)`,
+    );
+    // Not a runner's record: the store would reopen it, whether that helps is not recorded.
+    expect(resendVerdict(turn({ reopenable: true, failure: { failed: "m" } }))).toBe("yes: it reopens; the record does not say if that helps");
+    expect(resendVerdict(turn({ reopenable: true, failure: null }))).toBe("yes: it reopens; the record does not say if that helps");
   });
 });
 
@@ -96,5 +190,13 @@ describe("dispatch-once turns usage", () => {
     const redis = await runBin(["turns", "--failed", "--store", "redis://127.0.0.1:6379"]);
     expect(redis.code).toBe(2);
     expect(redis.stderr).toContain("there is no Redis conversation store");
+  });
+
+  it("--help tells the truth about re-sending: only while no other message was bound since (TURN-12)", async () => {
+    const help = await runBin(["turns", "--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).not.toContain("retries it at the same turn index (TURN-12)");
+    expect(help.stdout).toContain("only while no other message of its conversation has been bound since");
+    expect(help.stdout).toContain("RE-SEND");
   });
 });

@@ -1,4 +1,4 @@
-import { MAX_FAILED_TURNS_LIMIT, type ConversationStore, type FailedTurnsQuery } from "@dispatch-once/core";
+import { MAX_FAILED_TURNS_LIMIT, type ConversationStore, type FailedTurn, type FailedTurnsQuery } from "@dispatch-once/core";
 import { checkTargetOptions, listingOptions, stringOption, type Command } from "../context.js";
 import { formatAge } from "../duration.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
@@ -8,6 +8,42 @@ import { openConversationStore, parseTarget } from "../target.js";
 
 /** Turns shown when --limit is not given. */
 const DEFAULT_TURN_ROWS = 100;
+
+/** Longest error message quoted in a RE-SEND verdict (the whole record is in --json). */
+const MAX_REASON_CHARS = 80;
+
+/**
+ * Whether a re-send of the failed message's id would help now, in words: the store's
+ * `reopenable` (TURN-12, TURN-17) first, since a message that would not reopen only gets its
+ * stored failure back whatever its record says; then the record's `retryable`, which the runner
+ * wrote at the failure (RECORD-5). "unknown" when the store does not say (a store written before
+ * `reopenable` existed): the record alone cannot tell, since a later message may have been bound.
+ */
+export function resendVerdict(turn: FailedTurn): string {
+  if (turn.reopenable === undefined) return "unknown";
+  if (!turn.reopenable) return "no: a later message was bound";
+  const record = isObject(turn.failure) ? turn.failure : {};
+  if (record["retryable"] === true) return "yes";
+  if (record["retryable"] !== false) return "yes: it reopens; the record does not say if that helps";
+  return `no: ${whyNotRetryable(record)}`;
+}
+
+/** The reason a runner's failed-turn record says a re-send cannot help (RECORD-5), as far as it shows. */
+function whyNotRetryable(record: Record<string, unknown>): string {
+  if (record["position"] === "turn_limit") return "the turn reached the runner's maxTurns";
+  if (record["position"] === "commit_refused") return "the store refused the turn's commit";
+  const calls = Array.isArray(record["calls"]) ? record["calls"].filter(isObject) : [];
+  if (calls.some((c) => c["status"] === "outcome_unknown")) return "an effect's outcome is unknown (settle it first: reconcile, resolve)";
+  if (calls.some((c) => c["status"] === "result_not_storable")) return "an effect happened but its result could not be stored";
+  const error = isObject(record["error"]) ? record["error"] : undefined;
+  if (error === undefined) return "the record says a re-send cannot help";
+  const text = `${String(error["name"] ?? "Error")}: ${String(error["message"] ?? "")}`;
+  return `the record says a re-send cannot help (${text.length > MAX_REASON_CHARS ? `${text.slice(0, MAX_REASON_CHARS)}…` : text})`;
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
 
 export const turnsCommand: Command = {
   name: "turns",
@@ -27,8 +63,17 @@ export const turnsCommand: Command = {
   help: `Usage: dispatch-once turns --failed --store <target> [options]
 
 List the user messages whose turn failed and was recorded (state "failed") and that no re-send
-has reopened, oldest failure first, with their turn index and failed-turn record. A re-send of
-such a message (the same message id) retries it at the same turn index (TURN-12).
+has reopened, oldest failure first, with their turn index, failed-turn record, and whether a
+re-send would help now. A re-send of such a message (the same message id) retries it at the same
+turn index only while no other message of its conversation has been bound since (TURN-12); once
+one has (a new message takes the failed turn's index), a re-send returns the stored failure and
+runs nothing, although the record, written at the failure, may still say "retryable": true.
+The RE-SEND column (and "resend" in --json, beside the store's "reopenable") says which:
+  yes                            the store would reopen it, and its record says a retry can help
+  no: a later message was bound  a re-send only returns the stored failure
+  yes: it reopens; ...           the store would reopen it; the record does not say more
+  no: <why>                      the record says a retry cannot help (an effect left unknown, ...)
+  unknown                        the store does not say whether a re-send would reopen it
 
 Options:
       --failed                 required: which turns to list (only failed turns are listed today)
@@ -75,13 +120,14 @@ Example:
         const page = await store.listFailedTurns({ ...query, limit: want, ...(cursor !== undefined ? { cursor } : {}) });
         for (const turn of page.turns) {
           count += 1;
-          if (json) io.stdout(`${JSON.stringify(turn)}\n`);
-          else printed.push([turn.conversationId, turn.messageId, turn.turnIndex === undefined ? "-" : String(turn.turnIndex), turn.failedAt === 0 ? "unknown" : iso(turn.failedAt), turn.failedAt === 0 ? "-" : formatAge(now - turn.failedAt)]);
+          const resend = resendVerdict(turn);
+          if (json) io.stdout(`${JSON.stringify({ ...turn, resend })}\n`);
+          else printed.push([turn.conversationId, turn.messageId, turn.turnIndex === undefined ? "-" : String(turn.turnIndex), turn.failedAt === 0 ? "unknown" : iso(turn.failedAt), turn.failedAt === 0 ? "-" : formatAge(now - turn.failedAt), resend]);
         }
         cursor = page.cursor;
         if (limit !== 0 && count >= limit && cursor !== undefined) more = true;
       } while (cursor !== undefined && (limit === 0 || count < limit));
-      if (!json && printed.length > 0) io.stdout(table(["CONVERSATION", "MESSAGE", "TURN", "FAILED AT", "AGE"], printed));
+      if (!json && printed.length > 0) io.stdout(table(["CONVERSATION", "MESSAGE", "TURN", "FAILED AT", "AGE", "RE-SEND"], printed));
       io.stderr(`${count} failed turn${count === 1 ? "" : "s"}${more ? " (more may match: raise --limit, or --limit 0 for all)" : ""}\n`);
       return 0;
     } finally {
