@@ -43,6 +43,22 @@ describe("TurnFailedError.replayed and record.retryable (TURN-12, RECORD-5)", ()
     expect(provider.requests).toHaveLength(2);
   });
 
+  it("TURN-17 the store's listing says reopenable as the runner acts: the stored record keeps retryable: true, the re-send after a later message returns the stored failure", async () => {
+    const { runner, provider, store } = world((n) => (n === 1 ? ["cut"] : [{ t: "text", index: 0, text: "Hi." }, { t: "end" }]), false, {
+      runner: { retry: { attempts: 1, backoffMs: () => 1 } },
+    });
+    const listed = async () => (await store.listFailedTurns!({ conversationId: "conv-r" })).turns.map((t) => [t.messageId, t.reopenable, (t.failure as { retryable?: unknown }).retryable]);
+    await failed(runner.send("conv-r", { id: "m1", content: "x" }));
+    expect(await listed()).toEqual([["m1", true, true]]);
+    // m2 is bound at m1's index and answered: the record stored at m1's failure still says retryable.
+    await runner.send("conv-r", { id: "m2", content: "y" });
+    expect(await listed()).toEqual([["m1", false, true]]);
+    const again = await failed(runner.send("conv-r", { id: "m1", content: "x" }));
+    expect([again.replayed, again.record.retryable]).toEqual([true, false]);
+    expect(provider.requests).toHaveLength(2);
+    expect(await listed()).toEqual([["m1", false, true]]);
+  });
+
   it("RECORD-5 a permanent 4xx from the model API is not retryable: a re-send sends the same conversation again", async () => {
     const refused = Object.assign(new Error("400 invalid_request_error: messages.0.content: bad"), { status: 400 });
     const { runner, provider } = world(() => [], false);
