@@ -14,12 +14,25 @@ export class McpGuardError extends Error {
     Object.defineProperty(this, BRAND, { value: true });
   }
 
-  /** True for an error of any copy of this package (optionally with the given code); not `instanceof`. */
-  static isInstance(error: unknown, code?: McpGuardErrorCode): error is McpGuardError {
+  /**
+   * The code of a subclass's errors (each declares its own); none on this base class, whose
+   * `isInstance` recognises every code.
+   */
+  static readonly code: McpGuardErrorCode | undefined = undefined;
+
+  /**
+   * True for an error of any copy of this package (by brand and code; not `instanceof`): called
+   * on a subclass, only for that subclass's code (`IdempotencyKeyMissingError.isInstance(e)`
+   * narrows `e` to that class); on McpGuardError, for every code, or for `code` when given.
+   */
+  static isInstance<T>(this: { readonly code: McpGuardErrorCode | undefined; prototype: T }, error: unknown, code?: McpGuardErrorCode): error is T {
+    const own = this.code;
+    if (own !== undefined && code !== undefined && code !== own) return false;
+    const wanted = own ?? code;
     if (typeof error !== "object" || error === null) return false;
     try {
       const branded = (error as Record<symbol, unknown>)[BRAND] === true;
-      return branded && (code === undefined || (error as { code?: unknown }).code === code);
+      return branded && (wanted === undefined || (error as { code?: unknown }).code === wanted);
     } catch {
       return false;
     }

@@ -7,6 +7,8 @@ import { McpGuardError } from "./base.js";
  * that guard without anyone noticing.
  */
 export class IdempotencyKeyMalformedError extends McpGuardError {
+  /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
+  static override readonly code = "idempotency_key_malformed" as const;
   readonly toolName: string;
   constructor(toolName: string, description: string) {
     super(
