@@ -160,7 +160,7 @@ export class McpToolGuard {
   private readonly unkeyedCalls: "refuse" | "run";
   private readonly namespace: string | ((extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => string);
   private readonly dispatcherOptions: Omit<DispatcherOptions, "tools" | "ledger">;
-  private readonly registry = new ToolRegistry();
+  private registry = new ToolRegistry();
   private readonly scope = new AsyncLocalStorage<CallScope>();
   private current: Dispatcher;
 
@@ -207,7 +207,10 @@ export class McpToolGuard {
       }
       return server.registerTool(name, mcpConfig as never, this.callback(name, effect, hasInput, call) as never);
     }
-    this.registry.add(
+    // The grown registry is a copy, kept only once its dispatcher accepted it: a refused tool
+    // (an unkeyed_write over a volatile ledger) must not stay behind and refuse every later one.
+    const registry = new ToolRegistry(this.registry.list());
+    registry.add(
       defineTool({
         name,
         effect,
@@ -228,7 +231,8 @@ export class McpToolGuard {
     );
     // A new dispatcher over the grown registry: its constructor re-checks that unkeyed_write
     // tools have a durable ledger (LEDGER-14), which a registry grown after construction skips.
-    this.current = new Dispatcher({ ...this.dispatcherOptions, tools: this.registry, ledger: this.ledger });
+    this.current = new Dispatcher({ ...this.dispatcherOptions, tools: registry, ledger: this.ledger });
+    this.registry = registry;
     return server.registerTool(name, mcpConfig as never, this.callback(name, effect, hasInput, call) as never);
   }
 

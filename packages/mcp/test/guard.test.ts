@@ -396,6 +396,33 @@ describe("MCP-4, MCP-6: refusals and unsettled outcomes are tool errors with a c
     }
     expect(isDispatchOnceError(caught, "durability_mismatch")).toBe(true);
   });
+
+  it("LEDGER-14: a refused registration leaves the guard as it was: later tools register, and the refused one is not guarded", async () => {
+    const guard = new McpToolGuard({ ledger: new MemoryLedger(), dispatcher: { logger: { warn: () => {} } } });
+    const server = new McpServer({ name: "billing", version: "1.0.0" });
+    expect(() => guard.registerTool(server, "create_invoice", { effect: "unkeyed_write" }, () => ({ content: [] }))).toThrow(/durable ledger/);
+    // The refusal is not remembered as a registered tool: it used to poison every later registration.
+    let runs = 0;
+    guard.registerTool(server, "send_payment", { inputSchema: { payee: z.string() }, effect: "keyed_write" }, () => {
+      runs += 1;
+      return { content: [{ type: "text", text: "paid" }] };
+    });
+    expect(guard.dispatcher.registry.has("create_invoice")).toBe(false);
+    expect(() => guard.registerTool(server, "create_invoice", { effect: "unkeyed_write" }, () => ({ content: [] }))).toThrow(/durable ledger/);
+    const client = new Client({ name: "agent", version: "1.0.0" });
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await Promise.all([server.connect(serverSide), client.connect(clientSide)]);
+    try {
+      const turn = mcpTurn(client, { conversationId: "c_14", turnIndex: 0 });
+      const paid = await turn.callTool({ name: "send_payment", arguments: { payee: "acme" } });
+      expect(text(paid)).toBe("paid");
+      expect((await turn.resend({ name: "send_payment", arguments: { payee: "acme" } }))._meta?.[REPLAYED_META]).toBe(true);
+      expect(runs).toBe(1);
+    } finally {
+      await client.close();
+      await server.close();
+    }
+  });
 });
 
 describe("MCP-7: a tool's own isError result is its answer", () => {
