@@ -59,7 +59,12 @@ export interface McpToolGuardOptions {
   dispatcher?: Omit<DispatcherOptions, "tools" | "ledger">;
 }
 
-/** What a guarded handler receives besides its arguments: the SDK's extra, plus the call's key. */
+/**
+ * What a guarded handler receives besides its arguments: the SDK's extra, plus the call's key.
+ * For a claimed call, `signal` is the claim's: it aborts when the claim is lost (DISPATCH-11),
+ * not when the client cancels the request or gives up waiting (MCP-5); the run goes on to an
+ * outcome the ledger records, which the client's re-send with the same key is answered with.
+ */
 export type GuardedToolExtra = RequestHandlerExtra<ServerRequest, ServerNotification> & {
   /**
    * The client's key (absent only for an unkeyed call run under `unkeyedCalls: "run"`). Forward it
@@ -184,7 +189,8 @@ export class McpToolGuard {
 
   /**
    * `server.registerTool` with the guard in front of the handler. The handler receives the
-   * SDK's extra plus `idempotencyKey`; its `signal` also aborts when the claim is lost.
+   * SDK's extra plus `idempotencyKey`; for a claimed call its `signal` is the claim's (it aborts
+   * when the claim is lost, not when the client cancels the request: MCP-5).
    */
   registerTool<OutputArgs extends ZodRawShapeCompat | AnySchema, InputArgs extends undefined | ZodRawShapeCompat | AnySchema = undefined>(
     server: Pick<McpServer, "registerTool">,
@@ -221,11 +227,10 @@ export class McpToolGuard {
           const scope = this.scope.getStore();
           if (scope === undefined) throw new Error(`tool ${name} ran outside a guarded tools/call`);
           // The stored request's arguments (envelope.args): a re-run after a takeover sends the first request (LEDGER-21).
-          return scope.handler(envelope.args, {
-            ...scope.extra,
-            idempotencyKey: envelope.key,
-            signal: AbortSignal.any([scope.extra.signal, context.signal]),
-          });
+          // The signal is the claim's alone (MCP-5): the request's own signal aborts when the
+          // client cancels it (the SDK does when it stops waiting), and a run cut short there
+          // leaves an outcome nobody knows, where its re-send with the same key wants the result.
+          return scope.handler(envelope.args, { ...scope.extra, idempotencyKey: envelope.key, signal: context.signal });
         },
       }),
     );

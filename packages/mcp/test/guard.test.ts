@@ -176,6 +176,46 @@ describe("MCP-3, MCP-5: the guard claims before the handler runs and replays a r
     }
   });
 
+  it("MCP-5: a client that times out (the SDK cancels the request) does not abort the claimed run; the re-sent key gets its result", async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const api = createPaymentsClient({ baseURL: payments.url, token: "acct_mcp" });
+    const guard = new McpToolGuard({ ledger: new MemoryLedger(), dispatcher: { allowVolatileLedgerForUnkeyedWrites: true, logger: { warn: () => {} } } });
+    const server = new McpServer({ name: "billing", version: "1.0.0" });
+    let runs = 0;
+    guard.registerTool(
+      server,
+      "create_invoice",
+      { inputSchema: { customer: z.string(), amount: z.number().int() }, effect: "unkeyed_write" },
+      // A careful handler: it stops its downstream request when its signal aborts (as fetch does).
+      async ({ customer, amount }, { signal }) => {
+        runs += 1;
+        await gate;
+        signal.throwIfAborted();
+        const { body } = await api.createInvoice({ customer, amount, currency: "EUR" });
+        return { content: [{ type: "text", text: `invoice ${body.id}` }] };
+      },
+    );
+    const client = new Client({ name: "agent", version: "1.0.0" });
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await Promise.all([server.connect(serverSide), client.connect(clientSide)]);
+    try {
+      const turn = mcpTurn(client, { conversationId: "c_cancel", turnIndex: 0 });
+      // The response is lost to the client's timeout: the SDK sends notifications/cancelled.
+      await expect(turn.callTool(invoice, undefined, { timeout: 20 })).rejects.toThrow(/timed out/);
+      await client.ping(); // the server has read the cancellation (messages arrive in order)
+      open();
+      const resent = (await turn.resend(invoice)) as CallToolResult;
+      expect(errorMeta(resent)).toBeUndefined();
+      expect(text(resent)).toMatch(/^invoice inv_/);
+      expect(runs).toBe(1);
+      expect(payments.effects().length).toBe(1);
+    } finally {
+      await client.close();
+      await server.close();
+    }
+  });
+
   it("a different turn or a different conversation runs again", async () => {
     const s = await setup();
     try {
