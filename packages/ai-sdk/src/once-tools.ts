@@ -140,7 +140,11 @@ export class OnceTools<TOOLS extends ToolSet> {
           run: async (input, context) => {
             const scope = this.scope.getStore();
             if (scope === undefined) throw new Error(`tool ${name} ran outside a wrapped execute`);
-            const signal = scope.options.abortSignal === undefined ? context.signal : AbortSignal.any([scope.options.abortSignal, context.signal]);
+            // A claimed write gets the claim's signal alone: the request's (streamText's
+            // abortSignal, often the HTTP request's) aborts when the client goes away, and a run
+            // cut short there leaves an outcome nobody knows, where the retry wants its result.
+            const request = effect === "read" ? scope.options.abortSignal : undefined;
+            const signal = request === undefined ? context.signal : AbortSignal.any([request, context.signal]);
             const info: DispatchOnceCallInfo = {
               idempotencyKey: context.idempotencyKey,
               conversationId: context.conversationId,

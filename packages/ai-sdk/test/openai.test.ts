@@ -119,3 +119,46 @@ describe("generateText through @ai-sdk/openai (non-streaming Responses API)", ()
     expect(outputs[1]).toEqual(outputs[0]);
   });
 });
+
+describe("the request's abortSignal (the client went away while a tool ran)", () => {
+  it("AISDK-2: a claimed write is not aborted by it; the retry gets the invoice the run made", async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const api = createPaymentsClient({ baseURL: payments.url, token: "acct_ai" });
+    let runs = 0;
+    // A careful tool: it stops its downstream request when its abortSignal aborts (as fetch does).
+    const createInvoice = tool({
+      inputSchema: z.object({ customer: z.string(), amount: z.number().int() }),
+      execute: async ({ customer, amount }, { abortSignal }) => {
+        runs++;
+        await gate;
+        abortSignal?.throwIfAborted();
+        return { invoice: (await api.createInvoice({ customer, amount, currency: "EUR" })).body.id, amount };
+      },
+    });
+    const settled: string[] = [];
+    const once = createOnceTools({
+      tools: { create_invoice: createInvoice },
+      effects: { create_invoice: "unkeyed_write" },
+      ledger: new MemoryLedger(),
+      dispatcher: { ...quiet, onEvent: (event) => void (event.type === "run_finished" && settled.push(event.type)) },
+    });
+    const request = (abortSignal?: AbortSignal) => {
+      const forTurn = once.forTurn({ conversationId: "chat_abort", messages: firstTurn });
+      return drain(streamText({ model: model(), messages: firstTurn, tools: forTurn.tools, stopWhen: stepCountIs(3), maxRetries: 0, ...(abortSignal ? { abortSignal } : {}) }).fullStream);
+    };
+    // The app passes the HTTP request's signal to streamText; the browser disconnects while the tool runs.
+    const controller = new AbortController();
+    const first = request(controller.signal);
+    await until(() => runs === 1);
+    controller.abort();
+    open();
+    await first;
+    await until(() => settled.length === 1);
+    expect(payments.effects().length).toBe(1);
+    const retried = await request();
+    expect(retried.filter((p) => p.type === "tool-error")).toEqual([]);
+    expect(outputsOf(retried)).toEqual([{ invoice: payments.effects()[0]!.resourceId, amount: 12_500 }]);
+    expect(runs).toBe(1);
+  });
+});
