@@ -5,13 +5,14 @@ import {
   Dispatcher,
   InvalidArgumentError,
   InvalidKeyInputError,
+  InvalidToolDefinitionError,
   type DispatcherOptions,
   type EffectClass,
   type Ledger,
   type ToolDefinition,
   type DispatchOutcome,
 } from "@dispatch-once/core";
-import type { ModelMessage, Tool, ToolExecutionOptions, ToolSet } from "ai";
+import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolExecutionOptions, type ToolSet } from "ai";
 import { z } from "zod";
 import { turnIndexOf } from "./turn-index.js";
 
@@ -122,6 +123,7 @@ export class OnceTools<TOOLS extends ToolSet> {
     if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "needs { tools, effects, ledger }");
     if (typeof options.tools !== "object" || options.tools === null) throw new InvalidArgumentError("options.tools", "must be the app's tool set");
     this.tools = options.tools;
+    checkToolNames(options);
     const definitions: ToolDefinition[] = [];
     for (const [name, tool] of Object.entries(options.tools)) {
       if (typeof tool.execute !== "function") continue; // client-side tools run in the browser; nothing to guard here
@@ -133,9 +135,10 @@ export class OnceTools<TOOLS extends ToolSet> {
           name,
           effect,
           // The AI SDK has validated the input against the tool's own schema before execute; an
-          // identity only needs its fields named (core projects the input onto them, untouched).
+          // identity only needs the schema's fields named (core projects the input onto them,
+          // untouched, and refuses an identity field the schema does not have: IDENT-2).
           // (Typed as an object schema so an identity type-checks; the input is passed on as is.)
-          input: (identity === undefined ? z.unknown() : z.looseObject(Object.fromEntries(identity.map((field) => [field, z.unknown()])))) as z.ZodType<Record<string, unknown>>,
+          input: (identity === undefined || effect === "read" ? z.unknown() : fieldsOf(name, tool.inputSchema, identity)) as z.ZodType<Record<string, unknown>>,
           ...(identity !== undefined ? { identity } : {}),
           run: async (input, context) => {
             const scope = this.scope.getStore();
@@ -215,6 +218,48 @@ export class OnceTools<TOOLS extends ToolSet> {
       },
     };
   }
+}
+
+/**
+ * `effects` and `identity` name tools of `tools`, and an identity is an array (ERR-1): an entry
+ * under a misspelt or renamed tool's name would otherwise be ignored, and an identity that is
+ * ignored makes a re-worded call (a memo) a new call that runs again.
+ */
+function checkToolNames(options: OnceToolsOptions<ToolSet>): void {
+  const names = Object.keys(options.tools);
+  if (typeof options.effects === "object" && options.effects !== null) {
+    for (const name of Object.keys(options.effects)) {
+      if (!Object.hasOwn(options.tools, name)) throw new InvalidArgumentError(`options.effects.${name}`, `names no tool of options.tools (${names.join(", ")})`);
+    }
+  }
+  if (options.identity === undefined) return;
+  if (typeof options.identity !== "object" || options.identity === null) {
+    throw new InvalidArgumentError("options.identity", "must map tool names to the input fields that identify their calls");
+  }
+  for (const [name, fields] of Object.entries(options.identity)) {
+    if (fields === undefined) continue;
+    if (!Object.hasOwn(options.tools, name) || typeof options.tools[name]?.execute !== "function") {
+      throw new InvalidArgumentError(`options.identity.${name}`, `names no tool with execute in options.tools (${names.join(", ")})`);
+    }
+    if (!Array.isArray(fields)) throw new InvalidArgumentError(`options.identity.${name}`, "must be an array of the input fields that identify the call");
+  }
+}
+
+/**
+ * The top-level fields of a tool's input schema, as the object schema core checks an identity
+ * against (IDENT-2): read from the schema's JSON form, which the AI SDK gives for zod, Standard
+ * Schema and `jsonSchema()` alike. A JSON form that is only available asynchronously
+ * (`jsonSchema(promise)`) cannot be read here: the identity's own fields stand in for it.
+ */
+function fieldsOf(name: string, schema: FlexibleSchema<unknown>, identity: readonly string[]): z.ZodType {
+  const json: unknown = asSchema(schema).jsonSchema;
+  const fields = (names: readonly string[]) => z.looseObject(Object.fromEntries(names.map((field) => [field, z.unknown()])));
+  if (typeof (json as { then?: unknown } | null)?.then === "function") return fields(identity);
+  const properties = (json as { type?: unknown; properties?: unknown } | null)?.properties;
+  if ((json as { type?: unknown } | null)?.type !== "object" || typeof properties !== "object" || properties === null) {
+    throw new InvalidToolDefinitionError(`tool ${name} declares identity, so its inputSchema must be an object schema`);
+  }
+  return fields(Object.keys(properties));
 }
 
 /** Read the Dispatch-Once part of a wrapped tool's execute options (undefined when the tool is not wrapped). */

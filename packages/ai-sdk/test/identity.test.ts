@@ -1,0 +1,64 @@
+import { MemoryLedger, isDispatchOnceError, type DispatchOnceError } from "@dispatch-once/core";
+import { jsonSchema, tool } from "ai";
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { createOnceTools } from "../src/index.js";
+
+/** The Dispatch-Once error `create` throws (a failed expectation when it throws none or another). */
+function refusal(create: () => unknown): DispatchOnceError {
+  try {
+    create();
+  } catch (error) {
+    if (isDispatchOnceError(error)) return error;
+    throw error;
+  }
+  throw new Error("not refused");
+}
+
+describe("IDENT-2: an identity names fields of the tool's own input schema", () => {
+  const execute = async () => ({ id: "pay_1" });
+  const zodPay = tool({ inputSchema: z.object({ payee: z.string(), amount: z.number().int(), memo: z.string() }), execute });
+  const jsonPay = tool({
+    inputSchema: jsonSchema<{ payee: string; amount: number; memo: string }>({ type: "object", properties: { payee: { type: "string" }, amount: { type: "integer" }, memo: { type: "string" } } }),
+    execute,
+  });
+  const ledger = new MemoryLedger();
+
+  it.each([
+    ["a zod schema", { pay: zodPay }],
+    ["a JSON schema", { pay: jsonPay }],
+  ])("refuses a field %s does not have (a misspelt field would drop out of the key)", (_, tools) => {
+    const error = refusal(() => createOnceTools({ tools, effects: { pay: "keyed_write" }, identity: { pay: ["payee", "amout"] }, ledger }));
+    expect(error.code).toBe("invalid_tool_definition");
+    expect(error.message).toMatch(/"amout" is not in its schema/);
+  });
+
+  it("accepts the fields of the schema, and a field with a default", () => {
+    const withDefault = tool({ inputSchema: z.object({ payee: z.string(), currency: z.string().default("EUR"), memo: z.string() }), execute });
+    expect(() => createOnceTools({ tools: { pay: zodPay, other: withDefault }, effects: { pay: "keyed_write", other: "keyed_write" }, identity: { pay: ["payee", "amount"], other: ["payee", "currency"] }, ledger })).not.toThrow();
+  });
+
+  it("refuses an identity for an input that is not an object schema", () => {
+    const listed = tool({ inputSchema: z.array(z.string()), execute });
+    expect(refusal(() => createOnceTools({ tools: { pay: listed }, effects: { pay: "keyed_write" }, identity: { pay: ["0"] }, ledger })).code).toBe("invalid_tool_definition");
+  });
+
+  it("refuses an identity for a tool it does not wrap (a renamed tool would silently lose its identity)", () => {
+    const error = refusal(() => createOnceTools({ tools: { send_payment: zodPay }, effects: { send_payment: "keyed_write" }, identity: { sendPayment: ["payee"] } as never, ledger }));
+    expect(error.code).toBe("invalid_argument");
+    expect(error.message).toMatch(/options\.identity\.sendPayment/);
+    const clientSide = tool({ inputSchema: z.object({ payee: z.string() }) });
+    expect(refusal(() => createOnceTools({ tools: { clientSide }, effects: { clientSide: "read" }, identity: { clientSide: ["payee"] }, ledger })).code).toBe("invalid_argument");
+  });
+
+  it("refuses an effect for a tool that is not in tools", () => {
+    const error = refusal(() => createOnceTools({ tools: { send_payment: zodPay }, effects: { send_payment: "keyed_write", sendPayment: "keyed_write" } as never, ledger }));
+    expect(error.code).toBe("invalid_argument");
+    expect(error.message).toMatch(/options\.effects\.sendPayment/);
+  });
+
+  it("refuses an identity that is not an array of field names with invalid_argument, not a TypeError", () => {
+    expect(refusal(() => createOnceTools({ tools: { pay: zodPay }, effects: { pay: "keyed_write" }, identity: { pay: "payee" } as never, ledger })).code).toBe("invalid_argument");
+    expect(refusal(() => createOnceTools({ tools: { pay: zodPay }, effects: { pay: "keyed_write" }, identity: "payee" as never, ledger })).code).toBe("invalid_argument");
+  });
+});
