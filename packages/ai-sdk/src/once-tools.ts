@@ -92,6 +92,14 @@ export interface OnceTurn<TOOLS extends ToolSet> {
    * `tool-call` part arrives; a no-op in `"step"` mode. It never waits for the call.
    */
   onChunk(event: { chunk: { type: string } }): void;
+  /**
+   * The outcome of a wrapped call of this request once it settled, by the `toolCallId` of its
+   * `tool-result` part: its `key`, whether it was `replayed` from the ledger, and `storedRequest`
+   * when the request that ran is not the part's `input` (a regenerate re-worded a field outside
+   * the identity, IDENT-3): show that, not the part's `input`, as what was done. Undefined for a
+   * call that has not settled or failed (its `tool-error` carries the error).
+   */
+  outcomeOf(toolCallId: string): DispatchOutcome | undefined;
 }
 
 interface CallScope {
@@ -178,8 +186,12 @@ export class OnceTools<TOOLS extends ToolSet> {
     if (!Number.isSafeInteger(turnIndex) || turnIndex < 0) throw new InvalidKeyInputError("turnIndex", "must be a non-negative safe integer");
     const turn = this.dispatcher.turn({ conversationId: input.conversationId, turnIndex });
     const started = new Map<string, Promise<DispatchOutcome>>();
-    const dispatch = (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions) =>
-      this.scope.run({ execute, options }, () => turn.dispatch({ name, input: toolInput, callId: options.toolCallId }));
+    const outcomes = new Map<string, DispatchOutcome>();
+    const dispatch = async (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions) => {
+      const outcome = await this.scope.run({ execute, options }, () => turn.dispatch({ name, input: toolInput, callId: options.toolCallId }));
+      outcomes.set(options.toolCallId, outcome);
+      return outcome;
+    };
 
     const tools = {} as Record<string, Tool>;
     for (const [name, tool] of Object.entries(this.tools) as [string, Tool][]) {
@@ -203,6 +215,7 @@ export class OnceTools<TOOLS extends ToolSet> {
       tools: tools as TOOLS,
       conversationId: input.conversationId,
       turnIndex,
+      outcomeOf: (toolCallId) => outcomes.get(toolCallId),
       onChunk: ({ chunk }) => {
         if (mode !== "tool-call" || chunk.type !== "tool-call") return;
         const call = chunk as unknown as { toolCallId: string; toolName: string; input: unknown; invalid?: boolean; dynamic?: boolean };

@@ -101,6 +101,24 @@ describe("identity: a retried response that re-words a free-text field", () => {
     expect(payments.effects().length).toBe(1);
   });
 
+  it("IDENT-3: the turn says which request a re-worded call was answered with, so the app shows what was done", async () => {
+    const once = createOnceTools({ tools: { create_invoice: notedTool() }, effects: { create_invoice: "unkeyed_write" }, identity: { create_invoice: ["customer", "amount"] }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const messages: ModelMessage[] = [{ role: "user", content: "bill with a note" }];
+    const seen: { input: unknown; outcome: unknown }[] = [];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const turn = once.forTurn({ conversationId: "chat_shown", messages });
+      const parts = await drain(streamText({ model: model(), messages, tools: turn.tools, stopWhen: stepCountIs(3), maxRetries: 0 }).fullStream);
+      for (const part of parts) if (part.type === "tool-result") seen.push({ input: part.input, outcome: turn.outcomeOf(part.toolCallId) });
+    }
+    expect(payments.effects().length).toBe(1);
+    const [first, second] = seen;
+    expect(first!.outcome).toMatchObject({ replayed: false, toolName: "create_invoice", ordinal: 0 });
+    expect(first!.outcome).not.toHaveProperty("storedRequest");
+    // The regenerate re-worded the note: its part's input is not what was billed; the outcome says what was.
+    expect((second!.input as { note: string }).note).not.toBe((first!.input as { note: string }).note);
+    expect(second!.outcome).toMatchObject({ replayed: true, storedRequest: first!.input });
+  });
+
   it("an empty identity is refused, as core refuses it in a tool definition", () => {
     expect(() => createOnceTools({ tools: { create_invoice: notedTool() }, effects: { create_invoice: "unkeyed_write" }, identity: { create_invoice: [] }, ledger: new MemoryLedger() })).toThrow(/empty identity/);
   });
