@@ -1,5 +1,5 @@
 import { convertToModelMessages, stepCountIs, streamText, tool, type LanguageModel, type UIMessage } from "ai";
-import type { Ledger } from "@dispatch-once/core";
+import { ToolError, type Ledger } from "@dispatch-once/core";
 import { createOnceTools, dispatchOnceOf } from "@dispatch-once/ai-sdk";
 import { z } from "zod";
 
@@ -15,6 +15,10 @@ export function chatRoute(model: LanguageModel, ledger: Ledger, paymentsUrl: str
         headers: { authorization: "Bearer acct_demo", "content-type": "application/json", "idempotency-key": `"${key}"` },
         body: JSON.stringify({ payee, amount, currency: "EUR", reference: "agent" }),
       });
+      // Never a result for a refusal: say what it means for the payment (core's ToolError).
+      if (res.status === 422) throw new ToolError("the key holds another payment", { disposition: "request_mismatch" });
+      if (res.status >= 400 && res.status < 500 && res.status !== 409 && res.status !== 429) throw new ToolError(`payment refused (${res.status})`, { disposition: "definite" });
+      if (!res.ok) throw new ToolError(`payments API ${res.status}`, { disposition: "unknown" }); // 409 still in progress, 5xx: re-run with the key
       return (await res.json()) as { id: string; amount: number };
     },
   });

@@ -1,7 +1,7 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { createAnthropic } from "@ai-sdk/anthropic";
-import { MemoryLedger } from "@dispatch-once/core";
+import { MemoryLedger, isDispatchOnceError } from "@dispatch-once/core";
 import { scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
 import { startMockPayments } from "@dispatch-once/mock-payments";
 import type { UIMessage } from "ai";
@@ -32,6 +32,26 @@ describe("README", () => {
       const answer: UIMessage = { id: "m2", role: "assistant", parts: [{ type: "text", text: "Paid." }] };
       await drain((await route("chat_readme", [ask, answer, { ...ask, id: "m3" }])).fullStream);
       expect(payments.effects().length).toBe(2);
+    } finally {
+      await provider.close();
+      await payments.close();
+    }
+  });
+
+  it("a payment the payments API refused is not a result: the tool fails with its code, and the regenerate pays, once", async () => {
+    const payments = await startMockPayments({ requireIdempotencyKey: true });
+    const provider = await startMockProvider({ seed: "readme", script: scriptFromPlans({ "pay acme": turn(toolUse("send_payment", { payee: "acme", amount: 12_500 })) }) });
+    try {
+      const route = chatRoute(createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), new MemoryLedger(), payments.url);
+      const ask: UIMessage = { id: "m1", role: "user", parts: [{ type: "text", text: "pay acme" }] };
+      payments.injectFault({ outcome: "fail_before_accept" }, { times: 1 }); // 503: nothing performed
+      const refused = await drain((await route("chat_refused", [ask])).fullStream);
+      expect(outputsOf(refused)).toEqual([]);
+      const error = (refused.find((p) => p.type === "tool-error") as { error?: unknown } | undefined)?.error;
+      expect(isDispatchOnceError(error, "claim_released")).toBe(true);
+      const regenerated = outputsOf(await drain((await route("chat_refused", [ask])).fullStream));
+      expect(payments.effects().length).toBe(1);
+      expect(regenerated).toMatchObject([{ id: payments.effects()[0]!.resourceId, amount: 12_500 }]);
     } finally {
       await provider.close();
       await payments.close();

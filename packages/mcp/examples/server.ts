@@ -1,5 +1,5 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
-import type { Ledger } from "@dispatch-once/core";
+import { ToolError, type Ledger } from "@dispatch-once/core";
 import { McpToolGuard } from "@dispatch-once/mcp";
 import { z } from "zod";
 
@@ -21,6 +21,10 @@ export function billingServer(ledger: Ledger, paymentsUrl: string): McpServer {
         headers: { authorization: "Bearer acct_demo", "content-type": "application/json", "idempotency-key": `"${idempotencyKey}"` },
         body: JSON.stringify({ payee, amount, currency: "EUR", reference: "agent" }),
       });
+      // Never "paid" for a refusal: say what it means for the payment (core's ToolError).
+      if (res.status === 422) throw new ToolError("the key holds another payment", { disposition: "request_mismatch" });
+      if (res.status >= 400 && res.status < 500 && res.status !== 409 && res.status !== 429) throw new ToolError(`payment refused (${res.status})`, { disposition: "definite" });
+      if (!res.ok) throw new ToolError(`payments API ${res.status}`, { disposition: "unknown" }); // 409 still in progress, 5xx: re-run with the key
       const payment = (await res.json()) as { id: string };
       return { content: [{ type: "text", text: `paid ${amount} to ${payee}: ${payment.id}` }] };
     },

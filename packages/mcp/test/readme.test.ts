@@ -8,7 +8,7 @@ import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { describe, expect, it } from "vitest";
 import { payFromTurn } from "../examples/client.js";
 import { billingServer } from "../examples/server.js";
-import { REPLAYED_META } from "../src/index.js";
+import { ERROR_META, REPLAYED_META, type GuardErrorMeta } from "../src/index.js";
 
 describe("README", () => {
   const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
@@ -33,6 +33,28 @@ describe("README", () => {
       expect(replay._meta?.[REPLAYED_META]).toBe(true);
       await payFromTurn(client, "conv_readme", 2);
       expect(payments.effects().length).toBe(2);
+    } finally {
+      await client.close();
+      await payments.close();
+    }
+  });
+
+  it("a payment the payments API refused is not answered as paid: the turn's replay pays, once", async () => {
+    const payments = await startMockPayments({ requireIdempotencyKey: true });
+    const server = billingServer(new MemoryLedger(), payments.url);
+    const client = new Client({ name: "agent", version: "1.0.0" });
+    const [a, b] = InMemoryTransport.createLinkedPair();
+    await Promise.all([server.connect(b), client.connect(a)]);
+    try {
+      payments.injectFault({ outcome: "fail_before_accept" }, { times: 1 }); // 503: nothing performed
+      const refused = (await payFromTurn(client, "conv_refused", 1)) as CallToolResult;
+      expect(payments.effects().length).toBe(0);
+      expect(refused.isError).toBe(true);
+      expect(refused._meta?.[ERROR_META] as GuardErrorMeta).toMatchObject({ code: "claim_released", retryable: "same_message" });
+      const replay = (await payFromTurn(client, "conv_refused", 1)) as CallToolResult;
+      expect(replay.isError).toBeUndefined();
+      expect(payments.effects().length).toBe(1);
+      expect(replay.content).toEqual([{ type: "text", text: `paid 12500 to acme: ${payments.effects()[0]!.resourceId}` }]);
     } finally {
       await client.close();
       await payments.close();
