@@ -12,6 +12,7 @@ import {
   type ToolDefinition,
   type DispatchOutcome,
 } from "@dispatch-once/core";
+import { unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
 import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolExecutionOptions, type ToolSet } from "ai";
 import { z } from "zod";
 import { turnIndexOf } from "./turn-index.js";
@@ -102,6 +103,9 @@ export interface OnceTurn<TOOLS extends ToolSet> {
   outcomeOf(toolCallId: string): DispatchOutcome | undefined;
 }
 
+const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, dispatcher: true };
+const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, dispatchAt: true };
+
 interface CallScope {
   execute: NonNullable<Tool["execute"]>;
   options: ToolExecutionOptions;
@@ -129,6 +133,9 @@ export class OnceTools<TOOLS extends ToolSet> {
 
   constructor(options: OnceToolsOptions<TOOLS>) {
     if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "needs { tools, effects, ledger }");
+    // A misspelt option would be ignored: `identities` for `identity` keys calls on every field.
+    const unknown = unknownOptionName(options, OPTION_NAMES);
+    if (unknown !== undefined) throw new InvalidArgumentError(`options.${unknown}`, unknownOptionMessage("createOnceTools", OPTION_NAMES));
     if (typeof options.tools !== "object" || options.tools === null) throw new InvalidArgumentError("options.tools", "must be the app's tool set");
     this.tools = options.tools;
     checkToolNames(options);
@@ -176,6 +183,8 @@ export class OnceTools<TOOLS extends ToolSet> {
    */
   forTurn(input: OnceTurnInput): OnceTurn<TOOLS> {
     if (typeof input !== "object" || input === null) throw new InvalidArgumentError("input", "needs { conversationId, messages }");
+    const unknown = unknownOptionName(input, TURN_OPTION_NAMES);
+    if (unknown !== undefined) throw new InvalidArgumentError(`input.${unknown}`, unknownOptionMessage("forTurn", TURN_OPTION_NAMES));
     const turnIndex = input.turnIndex ?? turnIndexOf(input.messages ?? (undefined as never));
     const mode = input.dispatchAt ?? "step";
     if (mode !== "step" && mode !== "tool-call") throw new InvalidArgumentError("input.dispatchAt", 'must be "step" or "tool-call"');

@@ -62,3 +62,21 @@ describe("IDENT-2: an identity names fields of the tool's own input schema", () 
     expect(refusal(() => createOnceTools({ tools: { pay: zodPay }, effects: { pay: "keyed_write" }, identity: "payee" as never, ledger })).code).toBe("invalid_argument");
   });
 });
+
+describe("ERR-1: an option the wrapper does not take is refused, not ignored", () => {
+  const pay = tool({ inputSchema: z.object({ payee: z.string(), memo: z.string() }), execute: async () => "ok" });
+  const ledger = new MemoryLedger();
+
+  it("createOnceTools refuses a misspelt option (identities: the memo would be part of the key, and a re-worded one would pay again)", () => {
+    const error = refusal(() => createOnceTools({ tools: { pay }, effects: { pay: "keyed_write" }, ledger, identities: { pay: ["payee"] } } as never));
+    expect(error.code).toBe("invalid_argument");
+    expect(error.message).toMatch(/options\.identities: is not an option of createOnceTools \(its options: tools, effects, ledger, identity, dispatcher\)/);
+  });
+
+  it("forTurn refuses a misspelt option", () => {
+    const once = createOnceTools({ tools: { pay }, effects: { pay: "keyed_write" }, ledger });
+    const error = refusal(() => once.forTurn({ conversationId: "c", turnIndex: 0, dispatchat: "tool-call" } as never));
+    expect(error.code).toBe("invalid_argument");
+    expect(error.message).toMatch(/input\.dispatchat/);
+  });
+});

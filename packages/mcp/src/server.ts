@@ -16,6 +16,7 @@ import {
   type Retryable,
   type StoredError,
 } from "@dispatch-once/core";
+import { unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
 import type { McpServer, RegisteredTool } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { AnySchema, SchemaOutput, ShapeOutput, ZodRawShapeCompat } from "@modelcontextprotocol/sdk/server/zod-compat.js";
 import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js";
@@ -141,6 +142,8 @@ export interface GuardErrorMeta {
   error?: StoredError;
 }
 
+const OPTION_NAMES: OptionNames<McpToolGuardOptions> = { ledger: true, unkeyedCalls: true, namespace: true, dispatcher: true };
+
 /** What the dispatcher stores per call: the client's key is the identity; the arguments ride along. */
 const ENVELOPE = z.object({ key: z.string(), args: z.unknown() });
 
@@ -171,6 +174,9 @@ export class McpToolGuard {
 
   constructor(options: McpToolGuardOptions) {
     if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "the guard needs { ledger }");
+    // A misspelt option would be ignored: `namepsace` for `namespace` puts every principal in one.
+    const unknown = unknownOptionName(options, OPTION_NAMES);
+    if (unknown !== undefined) throw new InvalidArgumentError(`options.${unknown}`, unknownOptionMessage("McpToolGuard", OPTION_NAMES));
     const unkeyed = options.unkeyedCalls ?? "refuse";
     if (unkeyed !== "refuse" && unkeyed !== "run") throw new InvalidArgumentError("options.unkeyedCalls", 'must be "refuse" or "run"');
     const namespace = options.namespace ?? "mcp";
@@ -200,6 +206,7 @@ export class McpToolGuard {
   ): RegisteredTool {
     if (typeof server?.registerTool !== "function") throw new InvalidArgumentError("server", "must be an McpServer");
     if (typeof handler !== "function") throw new InvalidArgumentError("handler", "must be a function");
+    if (typeof config !== "object" || config === null) throw new InvalidArgumentError("config", "needs { effect } and McpServer's tool config");
     const { effect, ...mcpConfig } = config;
     const hasInput = mcpConfig.inputSchema !== undefined;
     const call = hasInput

@@ -1,5 +1,7 @@
+import { MemoryLedger, isDispatchOnceError } from "@dispatch-once/core";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { describe, expect, it } from "vitest";
-import { IdempotencyKeyMalformedError, IdempotencyKeyMissingError, McpGuardError } from "../src/index.js";
+import { IdempotencyKeyMalformedError, IdempotencyKeyMissingError, McpGuardError, McpToolGuard } from "../src/index.js";
 
 describe("the guard's own error classes", () => {
   const missing = new IdempotencyKeyMissingError("send_payment");
@@ -30,5 +32,29 @@ describe("the guard's own error classes", () => {
     expect(IdempotencyKeyMissingError.isInstance(copy)).toBe(false);
     const unknown: unknown = copy;
     if (IdempotencyKeyMalformedError.isInstance(unknown)) expect(unknown.toolName).toBe("t");
+  });
+});
+
+describe("ERR-1: bad guard options and registrations are refused with a code", () => {
+  it("an option the guard does not take is refused, not ignored (namepsace: every principal would share one namespace, MCP-8)", () => {
+    let caught: unknown;
+    try {
+      new McpToolGuard({ ledger: new MemoryLedger(), namepsace: () => "tenant" } as never);
+    } catch (error) {
+      caught = error;
+    }
+    expect(isDispatchOnceError(caught, "invalid_argument")).toBe(true);
+    expect((caught as Error).message).toMatch(/options\.namepsace: is not an option of McpToolGuard \(its options: ledger, unkeyedCalls, namespace, dispatcher\)/);
+  });
+
+  it("registerTool without a config is invalid_argument, not a TypeError", () => {
+    const guard = new McpToolGuard({ ledger: new MemoryLedger() });
+    let caught: unknown;
+    try {
+      guard.registerTool(new McpServer({ name: "s", version: "1" }), "send_payment", undefined as never, () => ({ content: [] }));
+    } catch (error) {
+      caught = error;
+    }
+    expect(isDispatchOnceError(caught, "invalid_argument")).toBe(true);
   });
 });
