@@ -1,7 +1,7 @@
-import { canonicalize, deriveKey, InvalidArgumentError } from "@dispatch-once/core";
+import { canonicalize, CONVERSATION_ID_PATTERN, deriveKey, InvalidArgumentError, InvalidKeyInputError } from "@dispatch-once/core";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolRequest } from "@modelcontextprotocol/sdk/types.js";
-import { IDEMPOTENCY_KEY_META } from "./meta.js";
+import { IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN } from "./meta.js";
 
 /** Where a call sits in the agent's conversation: identical across every replay of the turn (spec §4). */
 export interface McpTurnContext {
@@ -33,8 +33,15 @@ export function idempotencyKeyFor(context: McpTurnContext & { ordinal?: number }
   });
 }
 
-/** The same params with the key in `_meta` (MCP-1); other `_meta` members are kept. */
+/**
+ * The same params with the key in `_meta` (MCP-1); other `_meta` members are kept. A key the
+ * guard would refuse as malformed (MCP-3) is refused here, with `invalid_argument`.
+ */
 export function withIdempotencyKey<P extends CallToolParams>(params: P, key: string): P {
+  if (typeof key !== "string" || !IDEMPOTENCY_KEY_PATTERN.test(key)) {
+    throw new InvalidArgumentError("key", `must match ${IDEMPOTENCY_KEY_PATTERN.source} (MCP-3), got ${typeof key === "string" ? JSON.stringify(key.slice(0, 40)) : typeof key}`);
+  }
+  if (typeof params !== "object" || params === null) throw new InvalidArgumentError("params", "must be the params of a tools/call request");
   return { ...params, _meta: { ...params._meta, [IDEMPOTENCY_KEY_META]: key } };
 }
 
@@ -94,8 +101,16 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
   };
 }
 
+/** The turn's context, checked where it is given (a bad one would otherwise fail every call of the turn). */
 function checkContext(context: unknown): asserts context is McpTurnContext {
   if (typeof context !== "object" || context === null) {
     throw new InvalidArgumentError("context", "must be an object { conversationId, turnIndex }");
+  }
+  const { conversationId, turnIndex } = context as Partial<McpTurnContext>;
+  if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
+    throw new InvalidKeyInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);
+  }
+  if (typeof turnIndex !== "number" || !Number.isSafeInteger(turnIndex) || turnIndex < 0) {
+    throw new InvalidKeyInputError("turnIndex", "must be a non-negative safe integer");
   }
 }

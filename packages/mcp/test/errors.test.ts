@@ -1,7 +1,7 @@
 import { MemoryLedger, isDispatchOnceError } from "@dispatch-once/core";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { describe, expect, it } from "vitest";
-import { IdempotencyKeyMalformedError, IdempotencyKeyMissingError, McpGuardError, McpToolGuard } from "../src/index.js";
+import { IdempotencyKeyMalformedError, IdempotencyKeyMissingError, McpGuardError, McpToolGuard, mcpTurn, withIdempotencyKey } from "../src/index.js";
 
 describe("the guard's own error classes", () => {
   const missing = new IdempotencyKeyMissingError("send_payment");
@@ -56,5 +56,29 @@ describe("ERR-1: bad guard options and registrations are refused with a code", (
       caught = error;
     }
     expect(isDispatchOnceError(caught, "invalid_argument")).toBe(true);
+  });
+});
+
+describe("ERR-1: the client helpers refuse bad input where it is given", () => {
+  const client = { callTool: async () => ({ content: [] }) };
+  const refused = (f: () => unknown) => {
+    try {
+      f();
+    } catch (error) {
+      return isDispatchOnceError(error) ? error.code : `untyped: ${String(error)}`;
+    }
+    return "accepted";
+  };
+
+  it("mcpTurn checks the conversation id and turn index when the turn is made, not at its first call", () => {
+    expect(refused(() => mcpTurn(client, { conversationId: "chat id with spaces", turnIndex: 0 }))).toBe("invalid_key_input");
+    expect(refused(() => mcpTurn(client, { conversationId: "c_1", turnIndex: -1 }))).toBe("invalid_key_input");
+    expect(refused(() => mcpTurn(client, { conversationId: "c_1", turnIndex: 1.5 }))).toBe("invalid_key_input");
+    expect(refused(() => mcpTurn(client, { conversationId: "c_1", turnIndex: 3 }))).toBe("accepted");
+  });
+
+  it("withIdempotencyKey refuses a key the guard would refuse as malformed (MCP-3)", () => {
+    expect(refused(() => withIdempotencyKey({ name: "send_payment" }, "short"))).toBe("invalid_argument");
+    expect(refused(() => withIdempotencyKey({ name: "send_payment" }, "7f1c2a9e-0d4b-4e8a-9c31-5b2f6e8d1a47"))).toBe("accepted");
   });
 });
