@@ -10,10 +10,14 @@ const sendPayment = defineTool({
   async run(args, { idempotencyKey }) {
     const res = await fetch(`${paymentsUrl}/v1/payments`, {
       method: "POST",
-      headers: { "content-type": "application/json", "idempotency-key": idempotencyKey },
+      headers: { authorization: "Bearer acct_demo", "content-type": "application/json", "idempotency-key": idempotencyKey },
       body: JSON.stringify(args),
     });
+    // Never a result for a refusal: say what each status means for the payment (LEDGER-8, EFFECT-6).
     if (res.status === 402) throw new ToolError("card declined", { disposition: "definite", code: "card_declined" });
+    if (res.status === 422) throw new ToolError("the key holds another payment", { disposition: "request_mismatch" });
+    if (res.status >= 400 && res.status < 500 && ![408, 409, 429].includes(res.status)) throw new ToolError(`payment refused (${res.status})`, { disposition: "definite" });
+    if (!res.ok) throw new ToolError(`payments API ${res.status}`, { disposition: "unknown" }); // 408, 409 in progress, 429, 5xx: re-run with the key
     return res.json();
   },
 });

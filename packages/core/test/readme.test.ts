@@ -53,4 +53,32 @@ describe("README", () => {
       server.close();
     }
   });
+
+  it("LEDGER-8 the adoption example never stores a refused or failed payment as its result", async () => {
+    const statuses = [500, 201, 402, 401];
+    const seen: { key: string; auth: string | undefined }[] = [];
+    const server = createServer((req, res) => {
+      seen.push({ key: String(req.headers["idempotency-key"]), auth: req.headers.authorization });
+      res.statusCode = statuses[seen.length - 1] ?? 500;
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify(res.statusCode < 300 ? { id: `pay_${seen.length}` } : { error: `status ${res.statusCode}` }));
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    setPaymentsUrl(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    try {
+      const args = { payee: "acme", amount: 250, currency: "EUR", memo: "June invoice" };
+      // A 500: the payment may have happened; released, and the re-send re-runs it under the same key.
+      await expect(onToolCall("conv-readme-statuses", 0, "send_payment", args)).rejects.toMatchObject({ code: "claim_released", effectMayHaveHappened: true });
+      expect(await onToolCall("conv-readme-statuses", 0, "send_payment", args)).toMatchObject({ replayed: false, result: { id: "pay_2" } });
+      expect(seen[1]!.key).toBe(seen[0]!.key);
+      // A decline and a refusal are definite failures, recorded and replayed as failures, never as results.
+      await expect(onToolCall("conv-readme-statuses", 1, "send_payment", args)).rejects.toMatchObject({ code: "tool_failed", error: { code: "card_declined" } });
+      await expect(onToolCall("conv-readme-statuses", 2, "send_payment", args)).rejects.toMatchObject({ code: "tool_failed" });
+      await expect(onToolCall("conv-readme-statuses", 2, "send_payment", args)).rejects.toMatchObject({ code: "tool_failed", replayed: true });
+      expect(seen).toHaveLength(4);
+      expect(seen.every((s) => s.auth === "Bearer acct_demo")).toBe(true);
+    } finally {
+      server.close();
+    }
+  });
 });
