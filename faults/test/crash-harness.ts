@@ -1,0 +1,306 @@
+/**
+ * The crash suite's parent side: runner processes (crash-worker.ts, forked), the mock provider and
+ * mock payments they talk to, durable stores they share, and the oracle that reads the truth from
+ * the payments API's effect log, the ledger rows and what the conversation store holds.
+ */
+import { fork, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import type { ConversationStore, JsonValue, Ledger, LedgerRow } from "@dispatch-once/core";
+import { PostgresConversationStore } from "@dispatch-once/conversation-postgres";
+import { SqliteConversationStore } from "@dispatch-once/conversation-sqlite";
+import { PostgresLedger } from "@dispatch-once/ledger-postgres";
+import { RedisLedger } from "@dispatch-once/ledger-redis";
+import { SqliteLedger } from "@dispatch-once/ledger-sqlite";
+import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider, type Script } from "@dispatch-once/mock-provider";
+import type { ConversationStoreConfig, CrashPoint, CrashWorkerConfig, FromWorker, LedgerConfig, RecordLike, ToWorker } from "./crash-protocol.js";
+import { DATABASE_URL, redisStore, type StoreUnderTest } from "./stores.js";
+
+const WORKER = fileURLToPath(new URL("./crash-worker.ts", import.meta.url));
+/** The dispatcher's lease and the turn lease of every runner process: short, so a dead holder's run out soon. */
+export const LEASE_MS = 800;
+
+export const PAY_ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "Invoice 1042" };
+export const INVOICE_ACME = { customer: "acme", amount: 9_900, currency: "EUR" };
+
+/** The scripted model: "pay acme" pays (its memo re-worded on a replay), "invoice acme" invoices; then "Done." */
+export const plans = scriptFromPlans({
+  "pay acme": turn(toolUse("send_payment", PAY_ACME, { reword: ["memo"] })),
+  "invoice acme": turn(toolUse("create_invoice", INVOICE_ACME)),
+});
+
+export type LedgerKind = LedgerConfig["kind"];
+export type StoreKind = ConversationStoreConfig["kind"];
+
+/** One runner process. */
+export class RunnerProcess {
+  readonly child: ChildProcess;
+  readonly ready: Promise<void>;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  private readonly inbox: FromWorker[] = [];
+  private waiter: (() => void) | undefined;
+
+  constructor(config: CrashWorkerConfig) {
+    this.child = fork(WORKER, [JSON.stringify(config)], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+    this.exited = new Promise((resolve) => this.child.once("exit", (code, signal) => resolve({ code, signal })));
+    this.child.on("message", (message: FromWorker) => {
+      this.inbox.push(message);
+      this.waiter?.();
+    });
+    this.exited.then(() => this.waiter?.());
+    this.ready = this.next().then((m) => {
+      if (m.type !== "ready") throw new Error(`runner ${this.child.pid}: expected ready, got ${JSON.stringify(m)}`);
+    });
+  }
+
+  private post(message: ToWorker): void {
+    this.child.send(message);
+  }
+
+  send(conversationId: string, id: string, content: string): void {
+    this.post({ type: "send", conversationId, message: { id, content } });
+  }
+
+  /** The next thing the process says; rejects when it exits first. */
+  async next(): Promise<FromWorker> {
+    for (;;) {
+      const message = this.inbox.shift();
+      if (message !== undefined) return message;
+      if (this.child.exitCode !== null || this.child.signalCode !== null) {
+        throw new Error(`runner ${this.child.pid} exited (${this.child.exitCode ?? this.child.signalCode}) before answering`);
+      }
+      await new Promise<void>((resolve) => (this.waiter = resolve));
+      this.waiter = undefined;
+    }
+  }
+
+  /** Waits until the process parks at `point`. */
+  async reached(point: CrashPoint): Promise<void> {
+    const message = await this.next();
+    if (message.type !== "reached" || message.point !== point) throw new Error(`expected the runner to reach ${point}, got ${JSON.stringify(message)}`);
+  }
+
+  /** The answer to the message it was sent (answered or refused). */
+  async outcome(): Promise<Extract<FromWorker, { type: "answered" | "refused" }>> {
+    const message = await this.next();
+    if (message.type !== "answered" && message.type !== "refused") throw new Error(`expected an answer, got ${JSON.stringify(message)}`);
+    return message;
+  }
+
+  /** SIGKILL, and wait for the process to be gone. */
+  async kill(): Promise<void> {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill("SIGKILL");
+    const { signal } = await this.exited;
+    if (signal !== "SIGKILL") throw new Error(`runner ${this.child.pid} ended with ${String(signal)}, not the suite's SIGKILL`);
+  }
+
+  stop(): void {
+    this.child.kill("SIGSTOP");
+  }
+
+  resume(): void {
+    this.child.kill("SIGCONT");
+    this.post({ type: "continue" });
+  }
+}
+
+export interface World {
+  provider: MockProvider;
+  payments: MockPaymentsServer;
+  account: string;
+  ledgerKind: LedgerKind;
+  storeKind: StoreKind;
+  /** Starts a runner process over the world's stores (not yet sent anything). */
+  runner(options?: { crashAt?: CrashPoint; occurrence?: number }): RunnerProcess;
+  /** Readers of the same stores (the parent's own connections). */
+  ledger: Ledger;
+  store: ConversationStore;
+  /** Everything the oracle knows about one conversation, and what it finds wrong. */
+  audit(conversationId: string): Promise<Audit>;
+  close(): Promise<void>;
+}
+
+export interface Effect {
+  kind: string;
+  key: string;
+  resourceId: string;
+}
+
+export interface Audit {
+  effects: Effect[];
+  rows: LedgerRow[];
+  /** The committed log's JSON text (what the model reads from now on). */
+  log: string;
+  records: RecordLike[];
+  messages: Record<string, string>;
+  violations: string[];
+}
+
+const RESOURCE_ID = /\b(?:pay|inv)_[0-9a-f]{24}\b/g;
+
+/**
+ * The oracle. Exactly once: no key has two effects. Truthful: every effect is either answered in
+ * the committed conversation (its resource id is there) or listed by a record beside it as
+ * happened / may have happened; nothing committed names a resource that does not exist; no record
+ * says not_happened of a key whose effect happened, nor happened of one without effect; a ledger
+ * row that says completed holds the effect's own resource id, and every effect's row says what
+ * became of it (completed, or unknown for a person to settle).
+ */
+function judge(effects: Effect[], rows: LedgerRow[], log: string, records: RecordLike[]): string[] {
+  const violations: string[] = [];
+  const byKey = new Map<string, Effect[]>();
+  for (const e of effects) byKey.set(e.key, [...(byKey.get(e.key) ?? []), e]);
+  for (const [key, list] of byKey) if (list.length > 1) violations.push(`duplicate: ${list.length} effects under key ${key} (${list.map((e) => e.resourceId).join(", ")})`);
+  const existing = new Set(effects.map((e) => e.resourceId));
+  const said = new Map<string, Set<string>>();
+  for (const r of records) {
+    for (const entry of [...(r.effects ?? []), ...(r.calls ?? [])]) {
+      if (entry.key === undefined) continue;
+      said.set(entry.key, (said.get(entry.key) ?? new Set()).add(entry.effect));
+    }
+  }
+  for (const e of effects) {
+    const words = said.get(e.key) ?? new Set();
+    if (!log.includes(e.resourceId) && !words.has("happened") && !words.has("may_have_happened")) {
+      violations.push(`untold: effect ${e.resourceId} (key ${e.key}) is neither in the conversation nor in any record beside it`);
+    }
+    if (words.has("not_happened")) violations.push(`false: a record says not_happened of key ${e.key}, whose effect ${e.resourceId} happened`);
+  }
+  for (const id of log.match(RESOURCE_ID) ?? []) if (!existing.has(id)) violations.push(`false: the conversation names ${id}, which the payments API never created`);
+  for (const [key, words] of said) if (words.has("happened") && !byKey.has(key)) violations.push(`false: a record says happened of key ${key}, which has no effect`);
+  const rowOf = new Map(rows.map((r) => [r.key, r]));
+  for (const e of effects) {
+    const row = rowOf.get(e.key);
+    if (row === undefined) violations.push(`ledger: no row for key ${e.key}, whose effect ${e.resourceId} happened`);
+    else if (row.state === "completed" && !row.result.includes(e.resourceId)) violations.push(`ledger: row ${e.key} completed with ${row.result}, not ${e.resourceId}`);
+    else if (row.state !== "completed" && row.state !== "unknown") violations.push(`ledger: row ${e.key} is ${row.state} although its effect ${e.resourceId} happened`);
+  }
+  for (const row of rows) if (row.state === "completed" && !byKey.has(row.key)) violations.push(`ledger: row ${row.key} completed without an effect`);
+  return violations;
+}
+
+export async function makeWorld(options: { ledger: LedgerKind; store: StoreKind; script?: Script }): Promise<World> {
+  const provider = await startMockProvider({ script: options.script ?? plans, keepAliveTimeoutMs: 60_000 });
+  const payments = await startMockPayments({ latencyMs: 5 });
+  const account = `acct_${randomBytes(6).toString("hex")}`;
+  const dir = await mkdtemp(join(tmpdir(), "crash-suite-"));
+  const schema = `crash_suite_${randomBytes(5).toString("hex")}`;
+  const cleanups: (() => Promise<unknown>)[] = [];
+  let admin: pg.Pool | undefined;
+  const adminPool = () => {
+    if (admin === undefined) {
+      admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
+      admin.on("error", () => {});
+      const pool = admin;
+      cleanups.push(async () => {
+        await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+        await pool.end();
+      });
+    }
+    return admin;
+  };
+
+  let ledgerConfig: LedgerConfig;
+  let ledger: Ledger;
+  switch (options.ledger) {
+    case "sqlite": {
+      const path = join(dir, "ledger.db");
+      ledgerConfig = { kind: "sqlite", path };
+      ledger = new SqliteLedger({ path });
+      break;
+    }
+    case "postgres": {
+      ledgerConfig = { kind: "postgres", url: DATABASE_URL, schema };
+      const reader = new PostgresLedger({ pool: adminPool(), schema, durability: "durable" });
+      await reader.migrate();
+      ledger = reader;
+      break;
+    }
+    case "redis": {
+      // A private redis-server with AOF and fsync always: durable, and nobody else's data.
+      const server: StoreUnderTest = await redisStore(0, 0);
+      const { url, prefix } = server.worker as { url: string; prefix: string };
+      ledgerConfig = { kind: "redis", url, prefix };
+      ledger = new RedisLedger({ url, prefix, durability: "durable" });
+      cleanups.push(() => server.close());
+      break;
+    }
+  }
+  let storeConfig: ConversationStoreConfig;
+  let store: ConversationStore;
+  if (options.store === "sqlite") {
+    const path = join(dir, "conversations.db");
+    storeConfig = { kind: "sqlite", path };
+    store = new SqliteConversationStore({ path });
+  } else {
+    storeConfig = { kind: "postgres", url: DATABASE_URL, schema };
+    const reader = new PostgresConversationStore({ pool: adminPool(), schema });
+    await reader.migrate();
+    store = reader;
+  }
+  const started: RunnerProcess[] = [];
+
+  return {
+    provider,
+    payments,
+    account,
+    ledgerKind: options.ledger,
+    storeKind: options.store,
+    ledger,
+    store,
+    runner: (crash = {}) => {
+      const process = new RunnerProcess({
+        providerUrl: provider.baseURL,
+        paymentsUrl: payments.url,
+        account,
+        ledger: ledgerConfig,
+        store: storeConfig,
+        leaseMs: LEASE_MS,
+        ...crash,
+      });
+      started.push(process);
+      return process;
+    },
+    audit: async (conversationId) => {
+      const effects = payments
+        .effects()
+        .filter((e) => e.account === account)
+        .map((e) => ({ kind: e.kind, key: e.idempotencyKey ?? "", resourceId: e.resourceId }));
+      const rows: LedgerRow[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await ledger.listRows!({ conversationId, ...(cursor !== undefined ? { cursor } : {}) });
+        rows.push(...page.rows);
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+      const log = JSON.stringify(await store.log(conversationId));
+      const records = (await store.records(conversationId)) as unknown as RecordLike[];
+      const messages: Record<string, string> = {};
+      for (const id of ["m1", "m2", "m3"]) {
+        const m = await store.message(conversationId, id);
+        if (m !== undefined) messages[id] = m.state;
+      }
+      return { effects, rows, log, records, messages, violations: judge(effects, rows, log, records) };
+    },
+    close: async () => {
+      for (const p of started) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGKILL");
+      await Promise.all(started.map((p) => p.exited));
+      await provider.close();
+      await payments.close();
+      await store.close();
+      await ledger.close();
+      for (const cleanup of cleanups.reverse()) await cleanup();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The stored turns of a message, as JSON text (for assertions on what the conversation says). */
+export async function turnsText(store: ConversationStore, conversationId: string, messageId: string): Promise<string> {
+  return JSON.stringify((await store.turnsOf(conversationId, messageId)) as unknown as JsonValue);
+}

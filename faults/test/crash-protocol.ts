@@ -1,0 +1,65 @@
+/** What the crash suite's parent and its runner processes say to each other (IPC), and a runner's settings. */
+
+/**
+ * Where a runner process stops: after the payments API accepted the call, before the ledger row
+ * completes; after the row completes (the provider holds message_stop meanwhile); after
+ * message_stop, before the turn's commit; inside the commit's transaction; after the commit, before
+ * whatever the runner writes next.
+ */
+export type CrashPoint = "after_accept" | "after_complete" | "before_commit" | "during_commit" | "after_commit";
+
+export type LedgerConfig =
+  | { kind: "sqlite"; path: string }
+  | { kind: "postgres"; url: string; schema: string }
+  | { kind: "redis"; url: string; prefix: string };
+
+export type ConversationStoreConfig = { kind: "sqlite"; path: string } | { kind: "postgres"; url: string; schema: string };
+
+export interface CrashWorkerConfig {
+  providerUrl: string;
+  paymentsUrl: string;
+  account: string;
+  ledger: LedgerConfig;
+  store: ConversationStoreConfig;
+  /** The dispatcher's lease and the conversation's turn lease. */
+  leaseMs: number;
+  crashAt?: CrashPoint;
+  /** Which passage of `crashAt` stops the process (default the first). */
+  occurrence?: number;
+}
+
+export type ToWorker = { type: "send"; conversationId: string; message: { id: string; content: string } } | { type: "continue" };
+
+export type FromWorker =
+  | { type: "ready" }
+  | { type: "reached"; point: CrashPoint }
+  | { type: "answered"; result: SentResult }
+  | { type: "refused"; code: string; message: string; record?: FailedRecord };
+
+/** The parts of a SendResult the suite reads (it crosses IPC as JSON). */
+export interface SentResult {
+  appended: boolean;
+  fromStore: boolean;
+  turns: { turnIndex: number; text: string; calls: { name: string; key?: string; replayed?: boolean; result?: unknown; error?: unknown }[] }[];
+  records?: RecordLike[];
+}
+
+export interface FailedRecord {
+  kind: "failed_turn";
+  messageId: string;
+  turnIndex: number;
+  retryable: boolean;
+  resumed?: boolean;
+  effects: { key: string; name: string; effect: string }[];
+  calls: { key?: string; status: string; effect: string }[];
+}
+
+/** Any record kept beside a conversation (failed turn, superseded attempt, committed turn). */
+export interface RecordLike {
+  kind: string;
+  messageId: string;
+  turnIndex: number;
+  resumed?: boolean;
+  effects?: { key: string; effect: string }[];
+  calls?: { key?: string; effect: string; status?: string; state?: string }[];
+}

@@ -1,0 +1,211 @@
+/**
+ * A worker process of the crash suite (crash.test.ts): the real runner (the Anthropic stream side
+ * over the mock provider), the real dispatcher, a durable ledger and a durable conversation store,
+ * calling mock payments. The parent sends it one message to answer over IPC ("go"). When the
+ * configured crash point is reached the worker says so ("reached") and parks there, its timers
+ * still running, until the parent SIGKILLs it (a crash), or SIGSTOPs it and later sends "continue"
+ * (a pause). A point inside a synchronous SQLite transaction cannot wait for the parent: there the
+ * worker SIGKILLs itself. Nothing the worker says is trusted by the oracle except as "what this
+ * worker told its client": the effect log, the ledger rows and the stores are read by the parent.
+ *
+ * argv[2]: JSON CrashWorkerConfig.
+ */
+import Anthropic from "@anthropic-ai/sdk";
+import pg from "pg";
+import { ConversationRunner, TurnFailedError } from "@dispatch-once/anthropic";
+import { Dispatcher, MemoryLedger, ToolError, ToolRegistry, defineTool, isDispatchOnceError, type ConversationStore, type Ledger } from "@dispatch-once/core";
+import { z } from "zod";
+import type { CrashPoint, CrashWorkerConfig, FailedRecord, FromWorker, SentResult, ToWorker } from "./crash-protocol.js";
+
+const config = JSON.parse(process.argv[2]!) as CrashWorkerConfig;
+/**
+ * FAULT_PLANT (comma-separated) plants a bug the suite must catch, never a default (README):
+ * "volatile-ledger" gives every process a ledger of its own in memory (a ledger that loses its rows
+ * with the process); "no-key" sends no Idempotency-Key downstream; "lazy-commit" reaches
+ * after_commit before the commit is written (a store that acknowledges a commit it has not made
+ * durable yet).
+ */
+const plants = new Set((process.env.FAULT_PLANT ?? "").split(",").filter((p) => p !== ""));
+const say = (message: FromWorker) => process.send?.(message);
+
+/** How many times each point has been passed; the crash fires on the configured occurrence. */
+const passed = new Map<CrashPoint, number>();
+let resume: (() => void) | undefined;
+
+/** Park at `point` when it is the configured crash point (and occurrence): the parent decides what happens next. */
+async function point(at: CrashPoint): Promise<void> {
+  const n = (passed.get(at) ?? 0) + 1;
+  passed.set(at, n);
+  if (config.crashAt !== at || (config.occurrence ?? 1) !== n) return;
+  await new Promise<void>((resolve) => {
+    resume = resolve;
+    say({ type: "reached", point: at });
+  });
+}
+
+async function openLedger(): Promise<Ledger> {
+  const l = config.ledger;
+  switch (l.kind) {
+    case "sqlite": {
+      const { SqliteLedger } = await import("@dispatch-once/ledger-sqlite");
+      return new SqliteLedger({ path: l.path });
+    }
+    case "postgres": {
+      const { PostgresLedger } = await import("@dispatch-once/ledger-postgres");
+      return new PostgresLedger({ connectionString: l.url, schema: l.schema, durability: "durable" });
+    }
+    case "redis": {
+      const { RedisLedger } = await import("@dispatch-once/ledger-redis");
+      return new RedisLedger({ url: l.url, prefix: l.prefix, durability: "durable" });
+    }
+  }
+}
+
+async function openStore(): Promise<ConversationStore> {
+  const s = config.store;
+  if (s.kind === "sqlite") {
+    const { SqliteConversationStore } = await import("@dispatch-once/conversation-sqlite");
+    const store = new SqliteConversationStore({ path: s.path });
+    if (config.crashAt === "during_commit") {
+      // Inside commitTurn's write transaction, right after the turn's row is inserted and before
+      // the message is marked answered and the transaction commits: a real SIGKILL, mid-transaction.
+      store.database.function("crash_suite_kill", () => process.kill(process.pid, "SIGKILL"));
+      store.database.exec(`CREATE TEMP TRIGGER crash_suite_during_commit AFTER INSERT ON main."${store.tables.turns}" BEGIN SELECT crash_suite_kill(); END`);
+    }
+    return store;
+  }
+  const { PostgresConversationStore } = await import("@dispatch-once/conversation-postgres");
+  const pool = new pg.Pool({ connectionString: s.url });
+  pool.on("error", () => {});
+  if (config.crashAt === "during_commit") {
+    // Park on commitTurn's COMMIT, after its INSERT ran inside the open transaction: the parent
+    // SIGKILLs the process there, and the server sees the connection die mid-transaction.
+    const watched = new WeakSet<pg.PoolClient>();
+    const watch = (client: pg.PoolClient): pg.PoolClient => {
+      if (watched.has(client)) return client; // the pool hands the same clients out again
+      watched.add(client);
+      let inserted = false;
+      const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
+      (client as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
+        const [first] = args;
+        const name = typeof first === "object" && first !== null ? (first as { name?: string }).name : undefined;
+        if (typeof name === "string" && name.endsWith("_insert_turn")) inserted = true;
+        if (first === "COMMIT" && inserted) await point("during_commit");
+        if (first === "COMMIT" || first === "ROLLBACK") inserted = false;
+        return query(...args);
+      };
+      return client;
+    };
+    const connect = pool.connect.bind(pool) as (...args: unknown[]) => Promise<pg.PoolClient>;
+    // pool.query() connects with a callback: only the store's transactions (connect()) are watched.
+    (pool as unknown as { connect: (...args: unknown[]) => unknown }).connect = (...args: unknown[]) =>
+      args.length > 0 ? connect(...args) : connect().then(watch);
+  }
+  return new PostgresConversationStore({ pool, schema: s.schema });
+}
+
+/** A POST to mock payments with the call's Idempotency-Key, its answers told as the payments client maps them. */
+async function post(path: string, body: Record<string, unknown>, key: string, signal: AbortSignal): Promise<{ id: string }> {
+  const response = await fetch(`${config.paymentsUrl}${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${config.account}`, "content-type": "application/json", ...(plants.has("no-key") ? {} : { "idempotency-key": `"${key}"` }) },
+    body: JSON.stringify(body),
+    signal: AbortSignal.any([signal, AbortSignal.timeout(5_000)]),
+  });
+  const text = await response.text();
+  if (!response.ok) {
+    const message = `${response.status} from ${path}: ${text.slice(0, 200)}`;
+    if (response.status === 422) throw new ToolError(message, { disposition: "request_mismatch" });
+    if (response.status >= 400 && response.status < 500 && response.status !== 409) throw new ToolError(message, { disposition: "definite" });
+    throw new Error(message);
+  }
+  return JSON.parse(text) as { id: string };
+}
+
+const tools = new ToolRegistry([
+  defineTool({
+    name: "send_payment",
+    description: "Send a payment",
+    effect: "keyed_write",
+    input: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string(), reference: z.string(), memo: z.string().optional() }),
+    identity: ["payee", "amount", "currency", "reference"],
+    async run(args, ctx) {
+      const payment = await post("/v1/payments", args, ctx.idempotencyKey, ctx.signal);
+      // The payments API accepted it; the ledger does not know yet.
+      await point("after_accept");
+      return { paymentId: payment.id };
+    },
+  }),
+  defineTool({
+    name: "create_invoice",
+    description: "Create an invoice (the API deduplicates nothing)",
+    effect: "unkeyed_write",
+    input: z.object({ customer: z.string(), amount: z.number().int().positive(), currency: z.string() }),
+    async run(args, ctx) {
+      const invoice = await post("/v1/invoices", args, ctx.idempotencyKey, ctx.signal);
+      await point("after_accept");
+      return { invoiceId: invoice.id };
+    },
+  }),
+]);
+
+const ledger = plants.has("volatile-ledger") ? new MemoryLedger() : await openLedger();
+const complete = ledger.complete.bind(ledger);
+ledger.complete = async (...args) => {
+  const done = await complete(...args);
+  await point("after_complete");
+  return done;
+};
+const store = await openStore();
+const commitTurn = store.commitTurn.bind(store);
+store.commitTurn = async (conversationId, commit) => {
+  await point("before_commit");
+  if (plants.has("lazy-commit")) {
+    // Acknowledged first, written after: a crash at after_commit loses it.
+    await point("after_commit");
+    return commitTurn(conversationId, commit);
+  }
+  const committed = await commitTurn(conversationId, commit);
+  if (committed.committed) await point("after_commit");
+  return committed;
+};
+
+const runner = new ConversationRunner({
+  client: new Anthropic({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }),
+  dispatcher: new Dispatcher({
+    tools,
+    ledger,
+    leaseMs: config.leaseMs,
+    waitMs: 15_000,
+    pollMs: 20,
+    owner: `crash-worker-${process.pid}`,
+    ...(plants.has("volatile-ledger") ? { allowVolatileLedgerForUnkeyedWrites: true } : {}),
+  }),
+  store,
+  model: "claude-test",
+  tools: tools.providerSchemas(),
+  retry: { backoffMs: () => 10 },
+  turnLeaseMs: config.leaseMs,
+  busyWaitMs: 15_000,
+  pollMs: 20,
+  owner: `crash-worker-${process.pid}`,
+});
+
+process.on("message", (message: ToWorker) => {
+  if (message.type !== "send") {
+    resume?.();
+    return;
+  }
+  runner.send(message.conversationId, message.message).then(
+    (result) => say({ type: "answered", result: JSON.parse(JSON.stringify(result)) as SentResult }),
+    (error: unknown) =>
+      say({
+        type: "refused",
+        code: isDispatchOnceError(error) ? error.code : "thrown",
+        message: error instanceof Error ? error.message : String(error),
+        ...(TurnFailedError.isInstance(error) ? { record: JSON.parse(JSON.stringify(error.record)) as FailedRecord } : {}),
+      }),
+  );
+});
+
+say({ type: "ready" });

@@ -1,0 +1,245 @@
+/**
+ * The crash suite: runner processes (the Anthropic stream side over the mock provider, the real
+ * dispatcher, a durable ledger and a durable conversation store) SIGKILLed at chosen points of a
+ * streamed turn that pays, then the same message delivered again to a new process. The oracle
+ * reads the payments API's effect log, the ledger rows and the conversation store: each payment
+ * asked for happened once, and what the conversation and the records beside it say is true.
+ * Every crash point is reached deterministically (the worker parks there and says so over IPC);
+ * only the leases' running out (LEASE_MS) is waited for. Tests run two at a time: most of a test
+ * is a process starting or a lease running out.
+ */
+import { describe, expect, it, vi } from "vitest";
+import type { CrashPoint } from "./crash-protocol.js";
+import { LEASE_MS, PAY_ACME, makeWorld, type LedgerKind, type StoreKind, type World } from "./crash-harness.js";
+
+// A runner that hangs fails its test well before the package's default (120 s).
+vi.setConfig({ testTimeout: 30_000, maxConcurrency: 2 });
+
+/** Runs `test` in a world of its own (providers, payments API, stores), closed whatever the test does. */
+async function inWorld(options: Parameters<typeof makeWorld>[0], test: (world: World) => Promise<void>): Promise<void> {
+  const world = await makeWorld(options);
+  try {
+    await test(world);
+  } finally {
+    await world.close();
+  }
+}
+
+/**
+ * A runner process stops at `point` (its `occurrence`-th passage) while answering `content` as
+ * message m1, and is SIGKILLed there. Returns another runner process, started meanwhile.
+ */
+async function crashAt(w: World, conversationId: string, point: CrashPoint, occurrence = 1, content = "pay acme") {
+  const first = w.runner({ crashAt: point, occurrence });
+  const second = w.runner(); // started now: ready by the time the first is dead
+  await Promise.all([first.ready, second.ready]);
+  // The provider holds message_stop, so the row completes while the stream is still open.
+  if (point === "after_complete") w.provider.faults.enqueue({ kind: "hold", at: { beforeMessageStop: true } });
+  first.send(conversationId, "m1", content);
+  if (point === "during_commit" && w.storeKind === "sqlite") {
+    // The worker SIGKILLs itself inside the commit's transaction (better-sqlite3 is synchronous).
+    expect((await first.exited).signal).toBe("SIGKILL");
+  } else {
+    await first.reached(point);
+    await first.kill();
+  }
+  return second;
+}
+
+const paymentsOf = (w: World) => w.payments.effects().filter((e) => e.account === w.account && e.kind === "payment_created");
+const invoicesOf = (w: World) => w.payments.effects().filter((e) => e.account === w.account && e.kind === "invoice_created");
+
+// The turn that pays commits first (stop_reason tool_use, with the tool result), then the model's
+// answer to the result: after_commit #1 falls between the two, #2 after the last. Every point on
+// SQLite; on the server stores the points where the store itself acts (the ledger's takeover of a
+// dead owner's row, the store's transaction dying with its connection, the last commit).
+const EVERY_POINT: [CrashPoint, number][] = [
+  ["after_accept", 1],
+  ["after_complete", 1],
+  ["before_commit", 1],
+  ["during_commit", 1],
+  ["after_commit", 1],
+  ["after_commit", 2],
+];
+describe.concurrent.each<[LedgerKind, StoreKind, [CrashPoint, number][]]>([
+  ["sqlite", "sqlite", EVERY_POINT],
+  ["postgres", "postgres", [["after_accept", 1], ["during_commit", 1], ["after_commit", 1]]],
+  ["redis", "postgres", [["after_accept", 1], ["after_complete", 1]]],
+])("a runner process SIGKILLed mid-turn (%s ledger, %s conversations)", (ledger, store, points) => {
+  it.each<[CrashPoint, number]>(points)("killed %s (#%i): the re-sent message is answered with the one payment, the ledger row completed with it", (point, occurrence) =>
+    inWorld({ ledger, store }, async (world) => {
+      const conversation = `crash-${point}-${occurrence}`;
+      const next = await crashAt(world, conversation, point, occurrence);
+      // Whatever the crash left, the payments API holds the one payment the first process made.
+      expect(paymentsOf(world)).toHaveLength(1);
+      const [payment] = paymentsOf(world);
+
+      next.send(conversation, "m1", "pay acme"); // the client re-sends (or a queue redelivers) the same message
+      const answer = await next.outcome();
+      expect(answer.type, JSON.stringify(answer)).toBe("answered");
+      if (answer.type !== "answered") return;
+      expect(answer.result.fromStore).toBe(point === "after_commit" && occurrence === 2);
+      // The answer is the message's whole answer: the turn that paid, whoever committed it, then the text.
+      expect(answer.result.turns.map((t) => t.turnIndex)).toEqual([0, 1]);
+      expect(answer.result.turns[0]!.calls).toEqual([
+        expect.objectContaining({ name: "send_payment", key: payment!.idempotencyKey, result: { paymentId: payment!.resourceId } }),
+      ]);
+
+      const audit = await world.audit(conversation);
+      expect(audit.violations).toEqual([]);
+      expect(audit.effects).toHaveLength(1);
+      expect(audit.messages).toEqual({ m1: "answered" });
+      expect(audit.rows.map((r) => [r.key, r.state])).toEqual([[payment!.idempotencyKey, "completed"]]);
+      expect(audit.log).toContain(payment!.resourceId);
+    }),
+  );
+});
+
+describe.concurrent("other deliveries, pauses and answers after a crash", () => {
+  it("RECORD-8 attempt 1 paid and its stream was cut, attempt 2 answered with text, killed right after the commit: the payment is still told beside the conversation", () => {
+    let requests = 0;
+    return inWorld(
+      {
+        ledger: "sqlite",
+        store: "sqlite",
+        // The model answers the same prompt differently the second time (RECORD-8's premise).
+        script: () =>
+          ++requests === 1
+            ? { content: [{ type: "tool_use", name: "send_payment", input: PAY_ACME }] }
+            : { content: [{ type: "text", text: "I could not confirm the payment; please check your account." }], stopReason: "end_turn" },
+      },
+      async (world) => {
+        // Attempt 1's stream dies after the payment, before message_stop: the chapter's incident.
+        world.provider.faults.enqueue({ kind: "reset", at: { beforeMessageStop: true } });
+        const conversation = "crash-retried-commit";
+        const next = await crashAt(world, conversation, "after_commit");
+        expect(paymentsOf(world)).toHaveLength(1);
+        const [payment] = paymentsOf(world);
+
+        next.send(conversation, "m1", "pay acme");
+        const answer = await next.outcome();
+        expect(answer.type, JSON.stringify(answer)).toBe("answered");
+        if (answer.type !== "answered") return;
+        expect(answer.result.fromStore).toBe(true);
+        // The committed answer does not mention the payment; what the client is told must.
+        expect(answer.result.records?.flatMap((r) => r.calls ?? []).map((c) => [c.key, c.effect])).toEqual([[payment!.idempotencyKey, "happened"]]);
+        const audit = await world.audit(conversation);
+        expect(audit.violations).toEqual([]);
+        expect(audit.effects).toHaveLength(1);
+        expect(audit.log).not.toContain(payment!.resourceId);
+      },
+    );
+  });
+
+  it("LEDGER-7 an invoice API that deduplicates nothing, its runner killed after the invoice was created: the re-sent message fails saying it may have been; a re-ask in a new message creates nothing", () =>
+    inWorld({ ledger: "sqlite", store: "postgres" }, async (world) => {
+      const conversation = "crash-invoice";
+      const next = await crashAt(world, conversation, "after_accept", 1, "invoice acme");
+      expect(invoicesOf(world)).toHaveLength(1);
+      const [invoice] = invoicesOf(world);
+      const told = [{ key: invoice!.idempotencyKey, name: "create_invoice", effect: "may_have_happened" }];
+
+      next.send(conversation, "m1", "invoice acme");
+      const resent = await next.outcome();
+      expect(resent.type, JSON.stringify(resent)).toBe("refused");
+      if (resent.type !== "refused") return;
+      expect(resent.code).toBe("turn_failed");
+      // Nobody alive knows whether the dead owner's request went out: never not_happened, never retried blindly.
+      expect(resent.record).toMatchObject({ messageId: "m1", turnIndex: 0, resumed: true, retryable: false });
+      expect(resent.record!.effects).toEqual(told);
+
+      // The client gives up on m1 and asks again in a new message: the failed turn's index (TURN-12), the same key.
+      next.send(conversation, "m2", "invoice acme");
+      const reasked = await next.outcome();
+      expect(reasked.type).toBe("refused");
+      if (reasked.type !== "refused") return;
+      expect(reasked.record).toMatchObject({ messageId: "m2", turnIndex: 0 });
+      expect(reasked.record!.effects).toEqual(told);
+
+      expect(invoicesOf(world)).toHaveLength(1);
+      const audit = await world.audit(conversation);
+      expect(audit.violations).toEqual([]);
+      expect(audit.rows.map((r) => [r.key, r.state])).toEqual([[invoice!.idempotencyKey, "unknown"]]);
+      expect(audit.messages).toEqual({ m1: "failed", m2: "failed" });
+      expect(audit.log).toBe("[]");
+    }));
+
+  it("TURN-8 a client that lost the message id sends the same words as a new message: m1 is finished with its one payment, m2 is a new request", () =>
+    inWorld({ ledger: "postgres", store: "sqlite" }, async (world) => {
+      const conversation = "crash-new-id";
+      const next = await crashAt(world, conversation, "after_accept");
+      const [first] = paymentsOf(world);
+
+      next.send(conversation, "m2", "pay acme");
+      const answer = await next.outcome();
+      expect(answer.type, JSON.stringify(answer)).toBe("answered");
+      if (answer.type !== "answered") return;
+      // m1 was bound first (TURN-9): it is answered before m2, with the payment its dead worker made.
+      expect(JSON.stringify(await world.store.turnsOf(conversation, "m1"))).toContain(first!.resourceId);
+      // m2 is what the user chose to say again: a new turn index, a new key, a new payment (TURN-8's price).
+      expect(paymentsOf(world)).toHaveLength(2);
+      const second = paymentsOf(world).find((e) => e.idempotencyKey !== first!.idempotencyKey)!;
+      expect(answer.result.turns.map((t) => t.turnIndex)).toEqual([2, 3]);
+      expect(answer.result.turns[0]!.calls).toEqual([expect.objectContaining({ key: second.idempotencyKey, result: { paymentId: second.resourceId } })]);
+      const audit = await world.audit(conversation);
+      expect(audit.violations).toEqual([]);
+      expect(audit.messages).toEqual({ m1: "answered", m2: "answered" });
+    }));
+
+  it("TURN-7 a queue redelivers the message to two processes at once after the crash: one payment, both answered with it", () =>
+    inWorld({ ledger: "redis", store: "sqlite" }, async (world) => {
+      const conversation = "crash-redelivered";
+      const third = world.runner();
+      const second = await crashAt(world, conversation, "after_accept");
+      await third.ready;
+      const [payment] = paymentsOf(world);
+
+      second.send(conversation, "m1", "pay acme");
+      third.send(conversation, "m1", "pay acme");
+      for (const answer of await Promise.all([second.outcome(), third.outcome()])) {
+        expect(answer.type, JSON.stringify(answer)).toBe("answered");
+        if (answer.type !== "answered") return;
+        expect(answer.result.turns[0]!.calls).toEqual([
+          expect.objectContaining({ key: payment!.idempotencyKey, result: { paymentId: payment!.resourceId } }),
+        ]);
+      }
+      expect(paymentsOf(world)).toHaveLength(1);
+      const audit = await world.audit(conversation);
+      expect(audit.violations).toEqual([]);
+      expect(audit.messages).toEqual({ m1: "answered" });
+    }));
+
+  it("TURN-13 a runner paused (SIGSTOP) past its leases after the payment was accepted: another re-sends and finishes the turn; the paused one wakes, cannot commit, and keeps a true record", () =>
+    inWorld({ ledger: "postgres", store: "postgres" }, async (world) => {
+      const conversation = "crash-paused";
+      const paused = world.runner({ crashAt: "after_accept" });
+      const next = world.runner();
+      await Promise.all([paused.ready, next.ready]);
+      paused.send(conversation, "m1", "pay acme");
+      await paused.reached("after_accept");
+      paused.stop(); // its renewals stop with it: both its leases run out
+      const [payment] = paymentsOf(world);
+      await new Promise((resolve) => setTimeout(resolve, LEASE_MS + 200));
+
+      next.send(conversation, "m1", "pay acme");
+      const answered = await next.outcome();
+      expect(answered.type, JSON.stringify(answered)).toBe("answered");
+
+      paused.resume();
+      const woke = await paused.outcome();
+      expect(woke.type, JSON.stringify(woke)).toBe("answered"); // the message is answered: it reads the answer back
+      for (const answer of [answered, woke]) {
+        if (answer.type !== "answered") return;
+        expect(answer.result.turns[0]!.calls).toEqual([
+          expect.objectContaining({ key: payment!.idempotencyKey, result: { paymentId: payment!.resourceId } }),
+        ]);
+      }
+      expect(paymentsOf(world)).toHaveLength(1);
+      const audit = await world.audit(conversation);
+      expect(audit.violations).toEqual([]);
+      // What the woken process did is beside the conversation (TURN-13), and never says not_happened.
+      const superseded = audit.records.filter((r) => r.kind === "superseded_attempt");
+      expect(superseded.length).toBeGreaterThan(0);
+      expect(superseded.flatMap((r) => (r.calls ?? []).map((c) => c.effect))).not.toContain("not_happened");
+    }));
+});
