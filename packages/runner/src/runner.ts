@@ -374,8 +374,15 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     for (;;) {
       if (current.state === "answered") {
         const fromStore = produced.length === 0;
-        const turns = fromStore ? (await store.turnsOf(conversationId, message.id)).map((t) => this.storedTurnOutcome(conversationId, t)) : produced;
-        const records = fromStore
+        // Every committed turn of the message, in order: this send may have finished a message
+        // whose first turns an earlier holder committed (it died, or lost the lease, between two
+        // turns). Those are read back; the turns produced here are reported as produced.
+        const readBack = fromStore || !producedEvery(produced, current.turnIndex);
+        const mine = new Map(produced.map((t) => [t.turnIndex, t]));
+        const turns = readBack
+          ? (await store.turnsOf(conversationId, message.id)).map((t) => mine.get(t.turnIndex) ?? this.storedTurnOutcome(conversationId, t))
+          : produced;
+        const records = readBack
           ? (await store.records(conversationId)).filter((r): r is ResumedTurnRecord & JsonValue => isResumedTurnRecordOf(r, message.id))
           : produced.flatMap((t) => (t.record !== undefined ? [t.record] : []));
         return {
@@ -887,6 +894,11 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
  */
 function resumedTurn(snapshot: TurnSnapshot): boolean {
   return snapshot.resumed !== false;
+}
+
+/** Whether `produced` holds every turn of a message whose first turn is `firstTurnIndex`, in order. */
+function producedEvery(produced: readonly TurnOutcome[], firstTurnIndex: number | undefined): boolean {
+  return firstTurnIndex !== undefined && produced.length > 0 && produced.every((t, i) => t.turnIndex === firstTurnIndex + i);
 }
 
 function isResumedTurnRecordOf(record: JsonValue, messageId: string): boolean {
