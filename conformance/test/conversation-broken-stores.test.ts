@@ -20,6 +20,8 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "lifo", rule: "TURN-9", what: "beginTurn binds the newest queued message", check: /arrival order/, model: "TURN-9" },
   { bug: "rebindsOnTakeover", rule: "TURN-11", what: "a new lease holder binds the newest message instead of the bound one", check: /new lease holder gets the bound message/, model: "TURN-9" },
   { bug: "recordsInLog", rule: "RECORD-4", what: "records are appended to the log", check: /beside the log/, model: "RECORD-4" },
+  { bug: "commitRecordAlways", rule: "TURN-5", what: "a commit's record is kept when the commit is refused", check: /commit's record/ },
+  { bug: "commitRecordDropped", rule: "TURN-5", what: "a commit's record is dropped (recordsWithCommit declared)", check: /commit's record/ },
   { bug: "forgetsOnRestart", rule: "TURN-14", what: "a fresh instance sees nothing (declared durable)", check: /fresh instance sees every message/ },
   { bug: "fenceResetsOnRestart", rule: "TURN-14", what: "the fence counter restarts with each instance", check: /never goes backwards/, model: "TURN-10" },
   { bug: "resumedOnlyInProgress", rule: "TURN-15", what: "resumed only for a message found in progress (not a reopened one)", check: /begun under an earlier lease grant/, model: "TURN-15" },

@@ -1172,6 +1172,36 @@ export const addRecordNeedsNoLease: ConversationCheckSpec = {
     }),
 };
 
+export const recordKeptWithCommit: ConversationCheckSpec = {
+  rule: "TURN-5",
+  name: "a commit's record (recordsWithCommit) is kept beside the conversation in the commit's own write, exactly when the turn is appended, never in the log; a record JSON cannot carry is refused before anything is stored",
+  needs: ["recordsWithCommit"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      mustEqual(store.capabilities.recordsWithCommit, true, "the store's capabilities.recordsWithCommit (the subject declares it)");
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const old = await acquire(store, c, "worker-a");
+      const first = await mustBegin(store, c, old, "begin by worker-a");
+      await fixture.raw.expireLease(c);
+      const current = await acquire(store, c, "worker-b", "acquire after expiry");
+      const snapshot = await mustBegin(store, c, current, "begin by worker-b");
+      const record = { kind: "resumed_turn", messageId: "m1", turnIndex: 0, calls: [{ key: "k1", name: "pay", effect: "happened" }] };
+      await mustNotCommit(store, c, commitFor(first, old, { record: { ...record, by: "worker-a" } }), "a commit with a record under the stale fence");
+      await mustNotCommit(store, c, commitFor(snapshot, current, { turnIndex: 1, record: { ...record, by: "ahead" } }), "a commit with a record at the wrong turn index");
+      await mustRefuseField(store.commitTurn(c, commitFor(snapshot, current, { record: { bad: Number.NaN } as unknown as JsonValue })), "record", "a commit whose record holds NaN");
+      mustEqual(await store.records(c), [], "records after commits refused or not made");
+      mustEqual(await fixture.raw.turns(c), [], "stored turns after commits refused or not made");
+      await mustCommit(store, c, commitFor(snapshot, current, { record }), "the holder's commit with its record");
+      mustEqual(await store.records(c), [record], "records after the commit");
+      mustEqual(await fixture.raw.records(c), [record], "stored records after the commit");
+      mustEqual(await store.log(c), [userText("pay alice"), assistantText(`answer to m1 at 0`)], "the log holds the turn, never the record");
+      await store.addRecord(c, "added later");
+      mustEqual(await store.records(c), [record, "added later"], "a commit's record is in order with the others");
+    }),
+};
+
 /** Every deterministic conversation-store check, in rule order. */
 export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   appendIsIdempotent,
@@ -1213,4 +1243,5 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   unavailableFailsClosed,
   recordsBesideLog,
   addRecordNeedsNoLease,
+  recordKeptWithCommit,
 ];

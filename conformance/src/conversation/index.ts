@@ -10,6 +10,7 @@ const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
   corruption: "needs corruption (raw.corrupt)",
   unavailability: "needs unavailability (raw.disconnected)",
   listFailedTurns: "needs listFailedTurns (the store offers listFailedTurns)",
+  recordsWithCommit: "needs recordsWithCommit (a commit keeps its record in the same write)",
 };
 
 /**
@@ -72,7 +73,7 @@ function validateSubject(subject: ConversationStoreSubject): void {
     }
   }
   // Optional flags: absent is false, anything else but a boolean is a mistake.
-  for (const flag of ["listFailedTurns"]) {
+  for (const flag of ["listFailedTurns", "recordsWithCommit"]) {
     if (caps?.[flag] !== undefined && typeof caps[flag] !== "boolean") {
       throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag}, when given, must be true or false`);
     }

@@ -29,6 +29,11 @@ export interface ConversationSubjectCapabilities {
    * offers (declare it to have them run).
    */
   listFailedTurns?: boolean;
+  /**
+   * The store keeps a commit's record in the commit's own write (its capabilities say
+   * recordsWithCommit). Optional: absent is false, for subjects written before it.
+   */
+  recordsWithCommit?: boolean;
 }
 
 export type ConversationSubjectCapability = keyof ConversationSubjectCapabilities;

@@ -94,6 +94,10 @@ export interface ConversationBugs {
    * it off the record's `retryable`, written at the failure), also after another message was bound.
    */
   listsEveryFailedReopenable?: boolean;
+  /** commitTurn keeps a commit's record even when it refuses the commit (declaring recordsWithCommit). */
+  commitRecordAlways?: boolean;
+  /** commitTurn drops a commit's record (declaring recordsWithCommit all the same). */
+  commitRecordDropped?: boolean;
 }
 
 interface State {
@@ -131,7 +135,7 @@ function conversationSlot(bugs: ConversationBugs, conversationId: string): strin
 const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class KvConversationStore implements ConversationStore {
-  readonly capabilities: ConversationStoreCapabilities = { durability: "durable", clock: "store", sharedAcrossProcesses: true };
+  readonly capabilities: ConversationStoreCapabilities = { durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true };
   private instanceFence = new Map<string, number>();
   private instanceBegun = new Map<string, { turnIndex: number; fence: number } | null>();
 
@@ -258,17 +262,11 @@ export class KvConversationStore implements ConversationStore {
   async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
     this.checkData("assistant", commit.assistant);
     if (commit.toolResults !== undefined) this.checkData("toolResults", commit.toolResults);
+    if (commit.record !== undefined) this.checkData("record", commit.record);
     const apply = (s: State): { committed: boolean } => {
-      const loose = this.bugs.commitChecksCountOnly;
-      if (!loose && !this.bugs.commitIgnoresFence && s.lease?.fence !== commit.fence) return { committed: false };
-      if (s.turns.length !== commit.turnIndex && !this.bugs.commitIgnoresCount) return { committed: false };
-      const message = s.messages.find((m) => this.sameMessage(m.id, commit.messageId));
-      if (!loose && (message === undefined || message.state !== "in_progress")) return { committed: false };
-      const turn: StoredTurn = { turnIndex: commit.turnIndex, messageId: commit.messageId, assistant: this.text(commit.assistant), stopReason: commit.stopReason };
-      if (commit.toolResults !== undefined) turn.toolResults = this.text(commit.toolResults);
-      s.turns.push(turn);
-      if (commit.answers && message !== undefined) message.state = "answered";
-      return { committed: true };
+      const result = this.applyCommit(s, commit);
+      if (commit.record !== undefined && !this.bugs.commitRecordDropped && (result.committed || this.bugs.commitRecordAlways)) s.records.push(this.text(commit.record));
+      return result;
     };
     if (!this.bugs.racyCommit) return this.locked(conversationId, apply);
     const s = this.load(conversationId);
@@ -276,6 +274,19 @@ export class KvConversationStore implements ConversationStore {
     const result = apply(s);
     this.save(conversationId, s);
     return result;
+  }
+
+  private applyCommit(s: State, commit: TurnCommit): { committed: boolean } {
+    const loose = this.bugs.commitChecksCountOnly;
+    if (!loose && !this.bugs.commitIgnoresFence && s.lease?.fence !== commit.fence) return { committed: false };
+    if (s.turns.length !== commit.turnIndex && !this.bugs.commitIgnoresCount) return { committed: false };
+    const message = s.messages.find((m) => this.sameMessage(m.id, commit.messageId));
+    if (!loose && (message === undefined || message.state !== "in_progress")) return { committed: false };
+    const turn: StoredTurn = { turnIndex: commit.turnIndex, messageId: commit.messageId, assistant: this.text(commit.assistant), stopReason: commit.stopReason };
+    if (commit.toolResults !== undefined) turn.toolResults = this.text(commit.toolResults);
+    s.turns.push(turn);
+    if (commit.answers && message !== undefined) message.state = "answered";
+    return { committed: true };
   }
 
   async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
@@ -402,7 +413,7 @@ function held(conversationId: string, s: State, fence: number): { fence: number;
 export function kvConversationSubject(name: string, bugs: ConversationBugs = {}): ConversationStoreSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true },
     async create(): Promise<ConversationStoreFixture> {
       const backing = kvBacking();
       // forgetsOnRestart: every instance gets a private map, but the hooks read the first one.

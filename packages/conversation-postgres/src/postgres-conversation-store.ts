@@ -169,7 +169,7 @@ export class PostgresConversationStore implements ConversationStore {
       this.ownsPool = true;
     }
     this.sql = statements(this.tables);
-    this.capabilities = { durability, clock: "store", sharedAcrossProcesses: true };
+    this.capabilities = { durability, clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true };
   }
 
   /** The DDL migrate() runs. */
@@ -300,6 +300,8 @@ export class PostgresConversationStore implements ConversationStore {
       if (state === undefined || state.turn_count !== c.turnIndex) return { committed: false };
       if (state.message_id === null || decodeStoredMessage(conversationId, state).state !== "in_progress") return { committed: false };
       await run(this.sql.insertTurn, [conversationId, c.turnIndex, c.messageId, c.stopReason, c.assistant, c.toolResults, c.answers]);
+      // RECORD-4: beside the conversation, never in the log; in the commit's own transaction, under its row lock (RECORD-8).
+      if (c.record !== null) await run(this.sql.insertRecord, [conversationId, c.record]);
       return { committed: true };
     });
   }
@@ -511,6 +513,7 @@ function checkCommit(commit: TurnCommit): {
   toolResults: string | null;
   stopReason: string | null;
   answers: boolean;
+  record: string | null;
 } {
   if (typeof commit !== "object" || commit === null) throw new InvalidStoreInputError("commit", "expected a turn commit object");
   checkMessageIdType(commit.messageId);
@@ -528,6 +531,7 @@ function checkCommit(commit: TurnCommit): {
     toolResults: commit.toolResults === undefined ? null : encodeStoreJson("toolResults", commit.toolResults),
     stopReason: commit.stopReason,
     answers: commit.answers,
+    record: commit.record === undefined ? null : encodeStoreJson("record", commit.record),
   };
 }
 

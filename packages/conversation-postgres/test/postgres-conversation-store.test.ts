@@ -238,7 +238,7 @@ describe("bad input is refused with invalid_store_input before anything is store
     await store.appendUserMessage("layout", { id: "m1", content: { z: 1, a: "é", n: [1.5, -0.25] } });
     const { rows } = await admin.query(`SELECT content FROM "${schema}".dispatch_once_messages`);
     expect(rows).toEqual([{ content: '{"z":1,"a":"é","n":[1.5,-0.25]}' }]);
-    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true });
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true });
     await store.close();
     const volatile = new PostgresConversationStore({ connectionString: DATABASE_URL, durability: "volatile" });
     expect(volatile.capabilities.durability).toBe("volatile");

@@ -238,6 +238,7 @@ export class SqliteConversationStore implements ConversationStore {
         clock: options.now === undefined ? "store" : "process",
         // An anonymous (":memory:" or temporary) database lives inside one connection.
         sharedAcrossProcesses: !db.memory,
+        recordsWithCommit: true,
       };
     } catch (cause) {
       if (this.ownsDatabase) db.close();
@@ -379,6 +380,8 @@ export class SqliteConversationStore implements ConversationStore {
         if (stored === undefined || decodeStoredMessage(conversationId, stored).state !== "in_progress") return { committed: false };
         s.insertTurn.run(conversationId, c.turnIndex, c.messageId, c.stopReason, c.assistant, c.toolResults);
         if (c.answers) s.answer.run(conversationId, c.messageId);
+        // RECORD-4: beside the conversation, never in the log; in the commit's own transaction (RECORD-8).
+        if (c.record !== null) s.insertRecord.run(conversationId, conversationId, c.record);
         return { committed: true };
       }),
     );
@@ -616,6 +619,7 @@ function checkCommit(commit: TurnCommit): {
   toolResults: string | null;
   stopReason: string | null;
   answers: boolean;
+  record: string | null;
 } {
   if (typeof commit !== "object" || commit === null) throw new InvalidStoreInputError("commit", "expected a turn commit object");
   checkMessageIdType(commit.messageId);
@@ -633,6 +637,7 @@ function checkCommit(commit: TurnCommit): {
     toolResults: commit.toolResults === undefined ? null : encodeStoreJson("toolResults", commit.toolResults),
     stopReason: commit.stopReason,
     answers: commit.answers,
+    record: commit.record === undefined ? null : encodeStoreJson("record", commit.record),
   };
 }
 

@@ -174,7 +174,7 @@ describe("TURN-15 resumed, on disk", () => {
 describe("TURN-14 durability is declared from the connection's settings", () => {
   it("a file with WAL and synchronous=FULL is durable, shared across processes, on the store's clock", async () => {
     const store = new SqliteConversationStore({ path: freshPath() });
-    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true });
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true });
     expect(store.database.pragma("journal_mode", { simple: true })).toBe("wal");
     expect(store.database.pragma("synchronous", { simple: true })).toBe(2);
     await store.close();
@@ -185,7 +185,7 @@ describe("TURN-14 durability is declared from the connection's settings", () => 
     expect(normal.capabilities.durability).toBe("volatile");
     await normal.close();
     const memory = new SqliteConversationStore({ path: ":memory:" });
-    expect(memory.capabilities).toEqual({ durability: "volatile", clock: "store", sharedAcrossProcesses: false });
+    expect(memory.capabilities).toEqual({ durability: "volatile", clock: "store", sharedAcrossProcesses: false, recordsWithCommit: true });
     await memory.close();
     const clocked = new SqliteConversationStore({ path: freshPath(), now: () => 1_000 });
     expect(clocked.capabilities.clock).toBe("process");

@@ -95,6 +95,13 @@ export interface TurnCommit {
   stopReason: string | null;
   /** True when this turn ends the answer (the model did not stop for tool use). */
   answers: boolean;
+  /**
+   * A record to keep beside the conversation (RECORD-4) in the same atomic write as the turn,
+   * kept exactly when the turn is appended: the committed turn's record (RECORD-8), which no
+   * crash between the commit and a later `addRecord` can then lose. A runner gives it only to a
+   * store whose capabilities declare `recordsWithCommit`.
+   */
+  record?: JsonValue;
 }
 
 export interface ConversationStoreCapabilities {
@@ -107,6 +114,13 @@ export interface ConversationStoreCapabilities {
   /** Whose clock turn leases are measured on. */
   clock: "store" | "process";
   sharedAcrossProcesses: boolean;
+  /**
+   * True when `commitTurn` keeps `commit.record` in the same atomic write as the turn, exactly
+   * when it appends the turn (TURN-5). A runner gives a store without it the committed turn's
+   * record with `addRecord` after the commit, where a process that dies between the two loses it
+   * (RECORD-8).
+   */
+  recordsWithCommit?: boolean;
 }
 
 /** Default page size of `listFailedTurns` (TURN-17). */
@@ -218,7 +232,9 @@ export interface ConversationStore {
    * Compare-and-append (TURN-5): appends the turn iff `fence` holds the lease, exactly
    * `commit.turnIndex` turns are committed, and `commit.messageId` is the in-progress message.
    * The first commit of a message also appends its content to the log, in the same write.
-   * With `answers`, the message becomes "answered". Returns whether it appended.
+   * With `answers`, the message becomes "answered". With `record` (a store that declares
+   * `recordsWithCommit`), the record is kept beside the conversation in the same write, only if
+   * the turn is appended. Returns whether it appended.
    */
   commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }>;
 

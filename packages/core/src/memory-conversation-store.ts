@@ -56,6 +56,7 @@ export class MemoryConversationStore implements ConversationStore {
     durability: "volatile",
     clock: "process",
     sharedAcrossProcesses: false,
+    recordsWithCommit: true,
   };
   private readonly conversations = new Map<string, Conversation>();
   private readonly now: () => number;
@@ -154,6 +155,7 @@ export class MemoryConversationStore implements ConversationStore {
   async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
     checkStoreJson("assistant", commit.assistant);
     if (commit.toolResults !== undefined) checkStoreJson("toolResults", commit.toolResults);
+    if (commit.record !== undefined) checkStoreJson("record", commit.record);
     const conversation = this.get(conversationId);
     const lease = conversation.lease;
     if (lease === undefined || lease.fence !== commit.fence) return { committed: false };
@@ -172,6 +174,8 @@ export class MemoryConversationStore implements ConversationStore {
     if (commit.toolResults !== undefined) turn.toolResults = clone(commit.toolResults);
     conversation.turns.push(turn);
     if (commit.answers) message.state = "answered";
+    // RECORD-4: beside the conversation, never in the log; in the commit's own write (RECORD-8).
+    if (commit.record !== undefined) conversation.records.push(clone(commit.record));
     return { committed: true };
   }
 

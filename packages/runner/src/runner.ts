@@ -495,7 +495,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       if (run.failure === undefined) {
         let outcome: TurnOutcome & { answers: boolean };
         try {
-          outcome = await this.commit(snapshot, fence, attempt, run.accumulator, run.resolutions);
+          outcome = await this.commit(snapshot, fence, attempt, run.accumulator, run.resolutions, calls);
         } catch (error) {
           // The store cannot keep what the stream established: the turn fails with a record
           // (what its calls did is known), instead of leaving the message in progress forever.
@@ -506,14 +506,6 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         }
         if (outcome.committed) {
           const { answers, ...reported } = outcome;
-          // RECORD-8: effects of earlier runs of this turn (this runner's earlier attempts, an
-          // earlier holder's) that this commit does not answer go beside it, before it is reported.
-          const record = await this.committedTurnRecord(snapshot, attempt, calls, reported.calls);
-          if (record !== undefined) {
-            await store.addRecord(conversationId, record as unknown as JsonValue);
-            this.emit({ type: "resumed_turn_recorded", conversationId, turnIndex, attempt, record });
-            reported.record = record;
-          }
           return { kind: "committed", outcome: reported, answers };
         }
         // Another worker took the conversation and committed (or will): what this attempt did
@@ -639,12 +631,18 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     });
   }
 
+  /**
+   * Commits the attempt's turn (TURN-5) with the record of the calls earlier runs of the turn made
+   * that it does not answer (RECORD-8): in the commit's own write where the store keeps a record
+   * with a commit, else added right after it; in either case before the turn is reported.
+   */
   private async commit(
     snapshot: TurnSnapshot,
     fence: number,
     attempts: number,
     accumulator: A,
     resolutions: Map<number, Resolution>,
+    own: readonly CallRecord[],
   ): Promise<TurnOutcome & { answers: boolean }> {
     const { conversationId, turnIndex } = snapshot;
     const calls: CallReport[] = [];
@@ -668,7 +666,12 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     }
     const shape = this.provider.commitShape(accumulator, answers);
     const { stopReason } = shape;
-    const { committed } = await this.options.store.commitTurn(conversationId, {
+    const { store } = this.options;
+    // RECORD-8: built before the commit, so that a store that keeps a record with its commit
+    // writes both at once: a process that dies right after the commit cannot lose the record.
+    const record = await this.committedTurnRecord(snapshot, attempts, own, calls);
+    const withCommit = record !== undefined && store.capabilities?.recordsWithCommit === true;
+    const { committed } = await store.commitTurn(conversationId, {
       fence,
       messageId: snapshot.message.id,
       turnIndex,
@@ -676,9 +679,17 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       ...(shape.toolResults !== undefined ? { toolResults: shape.toolResults } : {}),
       stopReason,
       answers: shape.answers,
+      ...(withCommit ? { record: record as unknown as JsonValue } : {}),
     });
     this.emit({ type: "turn_committed", conversationId, turnIndex, attempt: attempts, committed, stopReason });
-    return { conversationId, turnIndex, attempts, committed, stopReason, text: shape.text, calls, answers: shape.answers };
+    const outcome: TurnOutcome & { answers: boolean } = { conversationId, turnIndex, attempts, committed, stopReason, text: shape.text, calls, answers: shape.answers };
+    if (committed && record !== undefined) {
+      // A store without recordsWithCommit: right after the commit, before the turn is reported.
+      if (!withCommit) await store.addRecord(conversationId, record as unknown as JsonValue);
+      this.emit({ type: "resumed_turn_recorded", conversationId, turnIndex, attempt: attempts, record });
+      outcome.record = record;
+    }
+    return outcome;
   }
 
   private callRecords(accumulator: A, resolutions: Map<number, Resolution>, attempt: number, resumed: boolean): CallRecord[] {
@@ -737,9 +748,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   }
 
   /**
-   * The record of a turn that committed after more than one attempt, or resumed (RECORD-8):
+   * The record of a turn that commits after more than one attempt, or resumed (RECORD-8):
    * every call this runner's earlier attempts dispatched and every row claimed at its index
-   * (when the turn was resumed) whose key the committed turn does not answer, one entry per key;
+   * (when the turn was resumed, listed before the commit) whose key the turn does not answer, one entry per key;
    * for a resumed turn whose rows cannot be listed, the statement that earlier effects may exist
    * (RECORD-6). Undefined when there is nothing the committed turn leaves unanswered.
    */
