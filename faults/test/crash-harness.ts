@@ -149,9 +149,10 @@ const RESOURCE_ID = /\b(?:pay|inv)_[0-9a-f]{24}\b/g;
  * happened / may have happened; nothing committed names a resource that does not exist; no record
  * says not_happened of a key whose effect happened, nor happened of one without effect; a ledger
  * row that says completed holds the effect's own resource id, and every effect's row says what
- * became of it (completed, or unknown for a person to settle).
+ * became of it (completed; or unknown, or in flight with its owner's lease run out, for a
+ * reconciler or a person to settle).
  */
-function judge(effects: Effect[], rows: LedgerRow[], log: string, records: RecordLike[]): string[] {
+function judge(effects: Effect[], rows: LedgerRow[], log: string, records: RecordLike[], now: number): string[] {
   const violations: string[] = [];
   const byKey = new Map<string, Effect[]>();
   for (const e of effects) byKey.set(e.key, [...(byKey.get(e.key) ?? []), e]);
@@ -178,7 +179,10 @@ function judge(effects: Effect[], rows: LedgerRow[], log: string, records: Recor
     const row = rowOf.get(e.key);
     if (row === undefined) violations.push(`ledger: no row for key ${e.key}, whose effect ${e.resourceId} happened`);
     else if (row.state === "completed" && !row.result.includes(e.resourceId)) violations.push(`ledger: row ${e.key} completed with ${row.result}, not ${e.resourceId}`);
-    else if (row.state !== "completed" && row.state !== "unknown") violations.push(`ledger: row ${e.key} is ${row.state} although its effect ${e.resourceId} happened`);
+    // An expired in-flight row is an outcome nobody settled (its owner died): a reconciler's or a person's (LEDGER-25).
+    else if (row.state === "in_flight" ? row.leaseExpiresAt > now : row.state !== "completed" && row.state !== "unknown") {
+      violations.push(`ledger: row ${e.key} is ${row.state} although its effect ${e.resourceId} happened`);
+    }
   }
   for (const row of rows) if (row.state === "completed" && !byKey.has(row.key)) violations.push(`ledger: row ${row.key} completed without an effect`);
   return violations;
@@ -285,7 +289,7 @@ export async function makeWorld(options: { ledger: LedgerKind; store: StoreKind;
         const m = await store.message(conversationId, id);
         if (m !== undefined) messages[id] = m.state;
       }
-      return { effects, rows, log, records, messages, violations: judge(effects, rows, log, records) };
+      return { effects, rows, log, records, messages, violations: judge(effects, rows, log, records, Date.now()) };
     },
     close: async () => {
       for (const p of started) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGKILL");

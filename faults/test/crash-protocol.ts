@@ -60,6 +60,7 @@ export interface RecordLike {
   messageId: string;
   turnIndex: number;
   resumed?: boolean;
+  listed?: boolean;
   effects?: { key: string; effect: string }[];
   calls?: { key?: string; effect: string; status?: string; state?: string }[];
 }

@@ -23,7 +23,8 @@ const config = JSON.parse(process.argv[2]!) as CrashWorkerConfig;
  * "volatile-ledger" gives every process a ledger of its own in memory (a ledger that loses its rows
  * with the process); "no-key" sends no Idempotency-Key downstream; "lazy-commit" reaches
  * after_commit before the commit is written (a store that acknowledges a commit it has not made
- * durable yet).
+ * durable yet); "record-after-commit" hides the store's recordsWithCommit, so the runner writes a
+ * committed turn's record after the commit (RECORD-8 before the crash suite found the gap).
  */
 const plants = new Set((process.env.FAULT_PLANT ?? "").split(",").filter((p) => p !== ""));
 const say = (message: FromWorker) => process.send?.(message);
@@ -157,6 +158,7 @@ ledger.complete = async (...args) => {
   return done;
 };
 const store = await openStore();
+if (plants.has("record-after-commit")) Object.assign(store, { capabilities: { ...store.capabilities, recordsWithCommit: false } });
 const commitTurn = store.commitTurn.bind(store);
 store.commitTurn = async (conversationId, commit) => {
   await point("before_commit");

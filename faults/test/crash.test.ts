@@ -131,6 +131,48 @@ describe.concurrent("other deliveries, pauses and answers after a crash", () => 
     );
   });
 
+  it("RECORD-8 a dead worker's payment, a resumed turn answered with text, its worker killed right after the commit: the listed row is still told beside the conversation", () => {
+    let requests = 0;
+    return inWorld(
+      {
+        ledger: "redis",
+        store: "postgres",
+        script: () =>
+          ++requests === 1
+            ? { content: [{ type: "tool_use", name: "send_payment", input: PAY_ACME }] }
+            : { content: [{ type: "text", text: "I could not confirm the payment; please check your account." }], stopReason: "end_turn" },
+      },
+      async (world) => {
+        const conversation = "crash-resumed-commit";
+        const first = world.runner({ crashAt: "after_accept" });
+        const resumer = world.runner({ crashAt: "after_commit" });
+        const last = world.runner();
+        await Promise.all([first.ready, resumer.ready, last.ready]);
+        first.send(conversation, "m1", "pay acme");
+        await first.reached("after_accept"); // the first worker dies with the payment accepted, its row in flight
+        await first.kill();
+        const [payment] = paymentsOf(world);
+
+        resumer.send(conversation, "m1", "pay acme"); // resumes the turn (TURN-15); the model answers with text
+        await resumer.reached("after_commit");
+        await resumer.kill();
+
+        last.send(conversation, "m1", "pay acme");
+        const answer = await last.outcome();
+        expect(answer.type, JSON.stringify(answer)).toBe("answered");
+        if (answer.type !== "answered") return;
+        expect(answer.result.fromStore).toBe(true);
+        // The dead worker's row, listed by the resumed turn: in flight when listed, so "may have happened".
+        expect(answer.result.records).toEqual([expect.objectContaining({ kind: "resumed_turn", resumed: true, listed: true })]);
+        expect(answer.result.records![0]!.calls!.map((c) => [c.key, c.state, c.effect])).toEqual([[payment!.idempotencyKey, "in_flight", "may_have_happened"]]);
+        expect(paymentsOf(world)).toHaveLength(1);
+        const audit = await world.audit(conversation);
+        expect(audit.violations).toEqual([]);
+        expect(audit.log).not.toContain(payment!.resourceId);
+      },
+    );
+  });
+
   it("LEDGER-7 an invoice API that deduplicates nothing, its runner killed after the invoice was created: the re-sent message fails saying it may have been; a re-ask in a new message creates nothing", () =>
     inWorld({ ledger: "sqlite", store: "postgres" }, async (world) => {
       const conversation = "crash-invoice";
