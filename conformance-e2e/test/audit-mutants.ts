@@ -213,13 +213,17 @@ export const MUTANTS: AuditMutant[] = [
   },
   {
     // Records written without the lease (a failed turn whose holder lost the lease, RECORD-8
-    // records) are dropped: only failMessage keeps a record.
+    // records) are dropped: only failMessage keeps a record. A RECORD-8 record travels with its
+    // commit on a store that declares recordsWithCommit: dropped there too.
     name: "addRecordNoop",
     breaks: "RECORD-4",
     options: () => ({
       conversationStore: ({ now }) => {
         const inner = new MemoryConversationStore({ now });
-        return storeWith(inner, { addRecord: async () => {} });
+        return storeWith(inner, {
+          addRecord: async () => {},
+          commitTurn: async (c, { record: _dropped, ...commit }) => inner.commitTurn(c, commit),
+        });
       },
     }),
   },

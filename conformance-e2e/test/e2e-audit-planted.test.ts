@@ -38,7 +38,7 @@ describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects the audit's plant
     expect(message).toMatch(/the superseded-attempt record of turn \d+ \(message "[^"]+", \S+\) is not kept beside the conversation/);
   }, 600_000);
 
-  it("RECORD-8 a store whose addRecord keeps nothing loses the record of a turn committed after a retry", async () => {
+  it("RECORD-8 a store whose addRecord keeps nothing (nor a commit's record) loses the record of a turn committed after a retry", async () => {
     const error = await runEndToEnd(memory, { provider, runs: 300, seed: 8, timeLimitMs: SHRINK_BUDGET_MS, ...mutant("addRecordNoop").options() }).catch((e: unknown) => e);
     const message = expectReadable(error, 8);
     expect(message).toMatch(/breaks (RECORD-8|TURN-13)/);
