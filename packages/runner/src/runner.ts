@@ -370,14 +370,17 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     // Whether this call failed the message (drove its failed turn), rather than only reading a
     // failure stored earlier (TurnFailedError.replayed).
     let failedHere = false;
+    // Whether this call produced the turn that answered the message (the last of its turns).
+    let answeredHere = false;
     let current = append.message;
     for (;;) {
       if (current.state === "answered") {
         const fromStore = produced.length === 0;
         // Every committed turn of the message, in order: this send may have finished a message
-        // whose first turns an earlier holder committed (it died, or lost the lease, between two
-        // turns). Those are read back; the turns produced here are reported as produced.
-        const readBack = fromStore || !producedEvery(produced, current.turnIndex);
+        // whose first turns an earlier holder committed, or begun one that another holder finished
+        // (either died, or lost the lease, between two turns). Those turns are read back; the
+        // turns produced here are reported as produced.
+        const readBack = fromStore || !answeredHere || !producedEvery(produced, current.turnIndex);
         const mine = new Map(produced.map((t) => [t.turnIndex, t]));
         const turns = readBack
           ? (await store.turnsOf(conversationId, message.id)).map((t) => mine.get(t.turnIndex) ?? this.storedTurnOutcome(conversationId, t))
@@ -407,6 +410,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         const driven = await this.drive(conversationId, lease.fence, message.id);
         produced = produced.concat(driven.turns);
         if (driven.failed) failedHere = true;
+        if (driven.answered) answeredHere = true;
       } else {
         const waited = Date.now() - started;
         if (waited >= (this.options.busyWaitMs ?? 30_000)) throw new ConversationBusyError(conversationId, message.id, waited);
@@ -424,9 +428,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
 
   /**
    * Hold the turn lease and answer queued messages in arrival order until `messageId` is
-   * answered or failed, or the lease is lost. Returns the turns it committed for `messageId`.
+   * answered or failed, or the lease is lost. Returns the turns it committed for `messageId` and whether the last of them answered it.
    */
-  private async drive(conversationId: string, fence: number, messageId: string): Promise<{ turns: TurnOutcome[]; failed: boolean }> {
+  private async drive(conversationId: string, fence: number, messageId: string): Promise<{ turns: TurnOutcome[]; failed: boolean; answered: boolean }> {
     const { store } = this.options;
     let lost = false;
     const renewal = setInterval(() => {
@@ -437,7 +441,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     renewal.unref?.();
     const turns: TurnOutcome[] = [];
     let failed = false;
-    const ours = () => ({ turns, failed });
+    let answered = false;
+    const ours = () => ({ turns, failed, answered });
     try {
       while (!lost) {
         let snapshot: TurnSnapshot | undefined;
@@ -470,7 +475,10 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           continue;
         }
         if (isOurs) turns.push(result.outcome);
-        if (isOurs && result.answers) return ours();
+        if (isOurs && result.answers) {
+          answered = true;
+          return ours();
+        }
       }
       return ours();
     } finally {
@@ -907,7 +915,7 @@ function resumedTurn(snapshot: TurnSnapshot): boolean {
   return snapshot.resumed !== false;
 }
 
-/** Whether `produced` holds every turn of a message whose first turn is `firstTurnIndex`, in order. */
+/** Whether `produced` holds every turn of a message whose first turn is `firstTurnIndex`, in order, up to the last one produced. */
 function producedEvery(produced: readonly TurnOutcome[], firstTurnIndex: number | undefined): boolean {
   return firstTurnIndex !== undefined && produced.length > 0 && produced.every((t, i) => t.turnIndex === firstTurnIndex + i);
 }

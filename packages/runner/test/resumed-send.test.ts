@@ -56,4 +56,38 @@ describe("a message finished by another worker than the one that began it", () =
       [1, []],
     ]);
   });
+
+  it("TURN-7 a worker paused after its first commit wakes when another finished the message: its answer holds the other's turn too", async () => {
+    let now = 1_700_000_000_000;
+    const store = new MemoryConversationStore({ now: () => now });
+    const ledger = new MemoryLedger();
+    const performed: unknown[] = [];
+    // Worker A stops (a GC pause, SIGSTOP) right after its first commit, until woken.
+    let wake!: () => void;
+    const woken = new Promise<void>((resolve) => (wake = resolve));
+    let commits = 0;
+    const paused = Object.assign(Object.create(store) as ConversationStore, {
+      commitTurn: async (...args: Parameters<ConversationStore["commitTurn"]>) => {
+        const committed = await store.commitTurn(...args);
+        if (++commits === 1) await woken;
+        return committed;
+      },
+    });
+    const a = world(payThenText, false, { store: paused, ledger, performed, runner: { turnLeaseMs: 1_000 } });
+    const sentByA = a.runner.send(CONV, { id: "m1", content: "pay acme" });
+    while ((await store.turnsOf(CONV, "m1")).length === 0) await new Promise((r) => setTimeout(r, 1));
+    now += 60_000; // A's turn lease lapses while it is paused
+
+    const b = world(payThenText, false, { store, ledger, performed });
+    const byB = await b.runner.send(CONV, { id: "m1", content: "pay acme" });
+    expect(byB.turns.map((t) => [t.turnIndex, t.attempts])).toEqual([[0, 0], [1, 1]]);
+    wake();
+    const byA = await sentByA;
+    expect(performed).toHaveLength(1);
+    // A produced turn 0 and lost the lease; B produced turn 1: A's answer is the whole message.
+    expect(byA.turns.map((t) => [t.turnIndex, t.attempts, t.calls.map((c) => c.callId), t.text])).toEqual([
+      [0, 1, ["call_1"], ""],
+      [1, 0, [], ""],
+    ]);
+  });
 });
