@@ -284,4 +284,34 @@ describe.concurrent("other deliveries, pauses and answers after a crash", () => 
       expect(superseded.length).toBeGreaterThan(0);
       expect(superseded.flatMap((r) => (r.calls ?? []).map((c) => c.effect))).not.toContain("not_happened");
     }));
+
+  it("TURN-7 a runner paused (SIGSTOP) past its turn lease right after committing the turn that paid: another finishes the message; both answers hold both turns", () =>
+    inWorld({ ledger: "sqlite", store: "sqlite" }, async (world) => {
+      const conversation = "crash-paused-between-turns";
+      const paused = world.runner({ crashAt: "after_commit" });
+      const next = world.runner();
+      await Promise.all([paused.ready, next.ready]);
+      paused.send(conversation, "m1", "pay acme");
+      await paused.reached("after_commit");
+      paused.stop();
+      const [payment] = paymentsOf(world);
+      await new Promise((resolve) => setTimeout(resolve, LEASE_MS + 200));
+
+      next.send(conversation, "m1", "pay acme");
+      const finished = await next.outcome();
+      paused.resume();
+      const woke = await paused.outcome();
+      for (const answer of [finished, woke]) {
+        expect(answer.type, JSON.stringify(answer)).toBe("answered");
+        if (answer.type !== "answered") return;
+        expect(answer.result.turns.map((t) => t.turnIndex)).toEqual([0, 1]);
+        expect(answer.result.turns[0]!.calls).toEqual([
+          expect.objectContaining({ key: payment!.idempotencyKey, result: { paymentId: payment!.resourceId } }),
+        ]);
+      }
+      expect(paymentsOf(world)).toHaveLength(1);
+      const audit = await world.audit(conversation);
+      expect(audit.violations).toEqual([]);
+      expect(audit.messages).toEqual({ m1: "answered" });
+    }));
 });
