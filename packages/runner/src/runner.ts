@@ -428,7 +428,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
 
   /**
    * Hold the turn lease and answer queued messages in arrival order until `messageId` is
-   * answered or failed, or the lease is lost. Returns the turns it committed for `messageId` and whether the last of them answered it.
+   * answered or failed, or the lease is lost. Returns the turns it committed for `messageId`,
+   * and whether the last of them answered it.
    */
   private async drive(conversationId: string, fence: number, messageId: string): Promise<{ turns: TurnOutcome[]; failed: boolean; answered: boolean }> {
     const { store } = this.options;
