@@ -30,8 +30,18 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "conversationIdsFoldCase", rule: "TURN-19", what: "conversation ids compared case-insensitively", check: /ids are compared exactly/, message: /^conversation ids that differ only in ASCII case:/ },
   { bug: "messageIdsFoldCase", rule: "TURN-19", what: "message ids compared case-insensitively", check: /ids are compared exactly/, message: /^message ids that differ only in ASCII case:/ },
   { bug: "messageIdsTruncated", rule: "TURN-19", what: "message ids cut to 64 characters", check: /ids are compared exactly/, message: /^two 128-character message ids that differ only in their last character:/ },
-  // The model does not list failed turns: only the deterministic check can catch this one.
+  // The model does not list failed turns: only the deterministic TURN-17 checks can catch these.
   { bug: "listsEveryFailedReopenable", rule: "TURN-17", what: "listFailedTurns says reopenable for every failed message, also after another was bound", check: /reopenable exactly when a re-send would reopen/, message: /after another message was bound at its index/ },
+  { bug: "listsReopened", rule: "TURN-17", what: "listFailedTurns lists reopened messages (an index a reopen does not remove from)", check: /lists exactly the messages in state failed/, message: /expected exactly the failed messages/ },
+  { bug: "failedAtProcessClock", rule: "TURN-17", what: "failedAt stamped with the process clock, not the store's", check: /lists exactly the messages in state failed/, message: /must be on the store's clock/ },
+  { bug: "listOrderById", rule: "TURN-17", what: "listFailedTurns orders by ids only, not by failedAt first", check: /orders by \(failedAt, conversation id, message id\)/ },
+  { bug: "ignoresLimit", rule: "TURN-17", what: "listFailedTurns ignores the limit given (pages of 100)", check: /at most limit per page/, message: /exactly limit/ },
+  { bug: "limitUnchecked", rule: "TURN-17", what: "listFailedTurns serves a limit above 1000", check: /at most limit per page/, message: /limit: 1001/ },
+  { bug: "cursorInclusive", rule: "TURN-17", what: "the cursor resumes at the last listed turn (each page repeats it)", check: /cursor lists every turn that stays failed exactly once/, message: /listed twice/ },
+  { bug: "cursorIsOffset", rule: "TURN-17", what: "the cursor is an offset (a listed turn that is reopened makes the next page skip one)", check: /cursor lists every turn that stays failed exactly once/, message: /never listed/ },
+  { bug: "ignoresConversationFilter", rule: "TURN-17", what: "listFailedTurns ignores conversationId", check: /conversationId \}\) lists exactly that conversation's/ },
+  { bug: "olderThanProcessClock", rule: "TURN-17", what: "olderThanMs counted on the process clock, failedAt on the store's", check: /olderThanMs \}\) counts on the store's clock/ },
+  { bug: "listingRecordsItself", rule: "TURN-17", what: "listFailedTurns writes a record of each listing", check: /is read-only/ },
 ];
 
 const SEED = 20261130;

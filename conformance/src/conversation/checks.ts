@@ -19,6 +19,7 @@ import {
   withConversationFixture,
 } from "./support.js";
 import type { ConversationStoreFixture, ConversationStoreSubject, ConversationSubjectCapability, RawMessage } from "./types.js";
+import { FAILED_TURNS_CHECKS, listingOf } from "./failed-turns.js";
 
 /** A deterministic conversation-store check before it is bound to a subject. */
 export interface ConversationCheckSpec {
@@ -799,12 +800,6 @@ export const reopenedGoesFirst: ConversationCheckSpec = {
 
 // ---------------------------------------------------------------------------------- TURN-17
 
-/** The store's listFailedTurns, which a subject declaring `listFailedTurns` must have. */
-function listingOf(store: ConversationStore): NonNullable<ConversationStore["listFailedTurns"]> {
-  must(typeof store.listFailedTurns === "function", "the subject declares listFailedTurns, but the store has no listFailedTurns method");
-  return (query) => store.listFailedTurns!(query);
-}
-
 export const listedReopenableExact: ConversationCheckSpec = {
   rule: "TURN-17",
   name: "a listed failed turn says reopenable exactly when a re-send would reopen it (TURN-12): true while it is the last bound, false once another message was bound, and it stays listed",
@@ -1234,6 +1229,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   resendAfterOtherBoundStaysFailed,
   reopenedGoesFirst,
   listedReopenableExact,
+  ...FAILED_TURNS_CHECKS,
   resumedWhenEarlierGrantBegan,
   resumedSurvivesRestart,
   durabilityDeclared,

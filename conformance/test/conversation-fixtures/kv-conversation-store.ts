@@ -98,6 +98,27 @@ export interface ConversationBugs {
   commitRecordAlways?: boolean;
   /** commitTurn drops a commit's record (declaring recordsWithCommit all the same). */
   commitRecordDropped?: boolean;
+  // ---- TURN-17 listFailedTurns mutants ----
+  /** listFailedTurns reads an index of failures that a reopen does not remove from: reopened messages are listed. */
+  listsReopened?: boolean;
+  /** failMessage stamps failedAt with the process clock, not the store's. */
+  failedAtProcessClock?: boolean;
+  /** listFailedTurns orders by conversation id and message id only (failedAt ignored). */
+  listOrderById?: boolean;
+  /** listFailedTurns ignores the limit it is given: every page holds up to the default 100. */
+  ignoresLimit?: boolean;
+  /** listFailedTurns takes any limit: above 1000 is served, not refused. */
+  limitUnchecked?: boolean;
+  /** The cursor resumes AT the last listed turn, not after it: each page repeats the previous one's last. */
+  cursorInclusive?: boolean;
+  /** The cursor is an offset into the listing: a listed turn that leaves the list makes the next page skip one. */
+  cursorIsOffset?: boolean;
+  /** listFailedTurns ignores the conversationId filter. */
+  ignoresConversationFilter?: boolean;
+  /** olderThanMs is counted from the process clock, though failedAt is on the store's. */
+  olderThanProcessClock?: boolean;
+  /** listFailedTurns writes: it keeps a record of each listing beside the listed conversations. */
+  listingRecordsItself?: boolean;
 }
 
 interface State {
@@ -122,9 +143,14 @@ export interface KvBacking {
   now: () => number;
 }
 
+/** How far the backing's clock runs ahead of the process clock. */
+export const STORE_CLOCK_AHEAD_MS = 90 * 60 * 1000;
+
 export function kvBacking(): KvBacking {
   let last = 0;
-  return { data: new Map(), locks: new Map(), now: () => (last = Math.max(last, Date.now())) };
+  // The store's clock runs ahead of the process clock (a database server's clock need not agree
+  // with the application's), so a store that mixes the two up is caught (TURN-17's failedAt and olderThanMs).
+  return { data: new Map(), locks: new Map(), now: () => (last = Math.max(last, Date.now() + STORE_CLOCK_AHEAD_MS)) };
 }
 
 /** Where a conversation's state lives: its id, unless a planted bug folds ids together. */
@@ -166,7 +192,7 @@ export class KvConversationStore implements ConversationStore {
         if (known.state === "failed" && reopenable) {
           known.state = "queued";
           delete known.failure;
-          if (s.failedAt !== undefined) delete s.failedAt[known.id];
+          if (s.failedAt !== undefined && !this.bugs.listsReopened) delete s.failedAt[known.id];
           return { appended: false, message: structuredClone(known), reopened: true };
         }
         return { appended: false, message: structuredClone(known), reopened: false };
@@ -297,32 +323,53 @@ export class KvConversationStore implements ConversationStore {
       if (message === undefined || (message.state !== "in_progress" && !this.bugs.failAnyState)) throw new InvalidStoreInputError("messageId", `message ${messageId} is not in progress`);
       message.state = "failed";
       message.failure = this.text(record);
-      (s.failedAt ??= {})[message.id] = this.backing.now();
+      (s.failedAt ??= {})[message.id] = this.bugs.failedAtProcessClock ? Date.now() : this.backing.now();
       s.records.push(this.text(record));
     });
   }
 
   /** TURN-17: read-only, over every conversation's text as it is now. */
   async listFailedTurns(query: FailedTurnsQuery = {}): Promise<FailedTurnsPage> {
-    const { limit, after } = checkFailedTurnsQuery(query);
-    const cutoff = query.olderThanMs === undefined ? undefined : this.backing.now() - query.olderThanMs;
+    const bugs = this.bugs;
+    // cursorIsOffset: "o<n>" is the position in the listing, not a key.
+    const offset = bugs.cursorIsOffset && typeof query.cursor === "string" && query.cursor.startsWith("o") ? Number(query.cursor.slice(1)) : 0;
+    const unchecked = bugs.limitUnchecked && typeof query.limit === "number" && query.limit > 1000;
+    const checked = { ...query };
+    if (offset > 0) delete checked.cursor;
+    if (unchecked) delete checked.limit;
+    const { limit: checkedLimit, after } = checkFailedTurnsQuery(checked);
+    const limit = bugs.ignoresLimit ? 100 : unchecked ? query.limit! : checkedLimit;
+    const clock = bugs.olderThanProcessClock ? Date.now() : this.backing.now();
+    const cutoff = query.olderThanMs === undefined ? undefined : clock - query.olderThanMs;
     const all: FailedTurn[] = [];
     for (const [conversationId, text] of this.backing.data) {
-      if (query.conversationId !== undefined && conversationId !== conversationSlot(this.bugs, query.conversationId)) continue;
+      if (query.conversationId !== undefined && !bugs.ignoresConversationFilter && conversationId !== conversationSlot(bugs, query.conversationId)) continue;
       const s = JSON.parse(text) as State;
       for (const m of s.messages) {
-        if (m.state !== "failed") continue;
+        const listed = m.state === "failed" || (bugs.listsReopened && s.failedAt?.[m.id] !== undefined);
+        if (!listed) continue;
         const failedAt = s.failedAt?.[m.id] ?? 0;
         if (cutoff !== undefined && failedAt > cutoff) continue;
-        const turn: FailedTurn = { conversationId, messageId: m.id, failedAt, failure: structuredClone(m.failure ?? null), reopenable: this.bugs.listsEveryFailedReopenable || s.lastBound === m.id };
+        const turn: FailedTurn = { conversationId, messageId: m.id, failedAt, failure: structuredClone(m.failure ?? null), reopenable: bugs.listsEveryFailedReopenable || s.lastBound === m.id };
         if (m.turnIndex !== undefined) turn.turnIndex = m.turnIndex;
-        if (after === undefined || isAfterPosition(turn, after)) all.push(turn);
+        const at = { ...turn, messageId: turn.messageId + (bugs.cursorInclusive ? "\u0000" : "") };
+        if (after === undefined || isAfterPosition(at, after)) all.push(turn);
       }
     }
-    all.sort((a, b) => (isAfterPosition(a, b) ? 1 : isAfterPosition(b, a) ? -1 : 0));
-    const turns = all.slice(0, limit);
+    const byId = (a: FailedTurn, b: FailedTurn) => (a.conversationId !== b.conversationId ? (a.conversationId < b.conversationId ? -1 : 1) : a.messageId < b.messageId ? -1 : a.messageId > b.messageId ? 1 : 0);
+    all.sort(bugs.listOrderById ? byId : (a, b) => (isAfterPosition(a, b) ? 1 : isAfterPosition(b, a) ? -1 : 0));
+    const rest = all.slice(offset);
+    const turns = rest.slice(0, limit);
     const last = turns.at(-1);
-    return all.length > limit && last !== undefined ? { turns, cursor: encodeFailedTurnsCursor(last) } : { turns };
+    if (bugs.listingRecordsItself) {
+      for (const t of turns) {
+        const s = JSON.parse(this.backing.data.get(t.conversationId)!) as State;
+        s.records.push({ listed: t.messageId });
+        this.backing.data.set(t.conversationId, JSON.stringify(s));
+      }
+    }
+    if (rest.length <= limit || last === undefined) return { turns };
+    return { turns, cursor: bugs.cursorIsOffset ? `o${offset + limit}` : encodeFailedTurnsCursor(last) };
   }
 
   async addRecord(conversationId: string, record: JsonValue): Promise<void> {
