@@ -171,12 +171,17 @@ export const failedListedInOrder: ConversationCheckSpec = {
         await sleep(APART_MS);
       }
       const turns = (await page(list, undefined, "listFailedTurns()")).turns;
+      mustEqual(turns.map(idOf).sort(), [...order].sort(), "listFailedTurns(): the failed turns");
+      // failedAt follows the failures (on one clock; equal only if the store's clock did not move), and the listing its own failedAt.
+      const at = new Map(turns.map((t) => [idOf(t), t.failedAt]));
+      for (let i = 1; i < order.length; i++) {
+        must(at.get(order[i - 1]!)! <= at.get(order[i]!)!, `listFailedTurns(): ${order[i - 1]} failed ${APART_MS} ms before ${order[i]}, but its failedAt ${at.get(order[i - 1]!)} is later than ${at.get(order[i]!)}`);
+      }
       mustBeOrdered(turns, "listFailedTurns()");
-      mustEqual(turns.map(idOf), order, `listFailedTurns(): failures ${APART_MS} ms apart, oldest failure first (not by id)`);
       for (const limit of [1, 3]) {
         const pages = await allPages(list, { limit }, `listFailedTurns({ limit: ${limit} })`);
         mustBeOrdered(pages.flat(), `listFailedTurns({ limit: ${limit} }) across pages`);
-        mustEqual(pages.flat().map(idOf), order, `listFailedTurns({ limit: ${limit} }) across pages`);
+        mustEqual(pages.flat().map(idOf), turns.map(idOf), `listFailedTurns({ limit: ${limit} }) across pages, against one page`);
       }
     }),
 };
