@@ -185,7 +185,15 @@ export class OnceTools<TOOLS extends ToolSet> {
     if (typeof input !== "object" || input === null) throw new InvalidArgumentError("input", "needs { conversationId, messages }");
     const unknown = unknownOptionName(input, TURN_OPTION_NAMES);
     if (unknown !== undefined) throw new InvalidArgumentError(`input.${unknown}`, unknownOptionMessage("forTurn", TURN_OPTION_NAMES));
-    const turnIndex = input.turnIndex ?? turnIndexOf(input.messages ?? (undefined as never));
+    // One count per conversation (AISDK-1): given both, which one is the turn's would be a guess,
+    // and two that agree today may not on the next request. Refused even when they agree.
+    if (input.messages !== undefined && input.turnIndex !== undefined) {
+      throw new InvalidArgumentError("input", "takes messages or turnIndex, not both (the turn index is turnIndexOf(messages) or the app's own)");
+    }
+    if (input.messages === undefined && input.turnIndex === undefined) {
+      throw new InvalidArgumentError("input", "needs messages or turnIndex (one of them)");
+    }
+    const turnIndex = input.turnIndex ?? turnIndexOf(input.messages!);
     const mode = input.dispatchAt ?? "step";
     if (mode !== "step" && mode !== "tool-call") throw new InvalidArgumentError("input.dispatchAt", 'must be "step" or "tool-call"');
     // Checked here, not at the first call: a bad id would otherwise surface as every tool's error.

@@ -1,4 +1,4 @@
-import { MemoryLedger, isDispatchOnceError, type DispatchOnceError } from "@dispatch-once/core";
+import { InvalidArgumentError, MemoryLedger, isDispatchOnceError, type DispatchOnceError } from "@dispatch-once/core";
 import { jsonSchema, tool } from "ai";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
@@ -78,5 +78,25 @@ describe("ERR-1: an option the wrapper does not take is refused, not ignored", (
     const error = refusal(() => once.forTurn({ conversationId: "c", turnIndex: 0, dispatchat: "tool-call" } as never));
     expect(error.code).toBe("invalid_argument");
     expect(error.message).toMatch(/input\.dispatchat/);
+  });
+
+  it("forTurn refuses messages and turnIndex together (which count is the turn's?), even when they agree", () => {
+    const once = createOnceTools({ tools: { pay }, effects: { pay: "keyed_write" }, ledger });
+    for (const turnIndex of [0, 1]) {
+      const error = refusal(() => once.forTurn({ conversationId: "c", messages: [{ role: "user" }], turnIndex } as never));
+      expect(error.code).toBe("invalid_argument");
+      expect((error as InvalidArgumentError).field).toBe("input");
+      expect(error.message).toMatch(/messages.*turnIndex/);
+    }
+    // undefined is absent, as for every option
+    expect(once.forTurn({ conversationId: "c", messages: [{ role: "user" }], turnIndex: undefined }).turnIndex).toBe(1);
+    expect(once.forTurn({ conversationId: "c", messages: undefined, turnIndex: 2 }).turnIndex).toBe(2);
+  });
+
+  it("forTurn refuses neither messages nor turnIndex", () => {
+    const once = createOnceTools({ tools: { pay }, effects: { pay: "keyed_write" }, ledger });
+    const error = refusal(() => once.forTurn({ conversationId: "c" } as never));
+    expect(error.code).toBe("invalid_argument");
+    expect(error.message).toMatch(/messages.*turnIndex/);
   });
 });
