@@ -261,7 +261,9 @@ export class McpToolGuard {
    * `reconcile`); `namespace` is the one the call ran under (default: the configured string).
    */
   ledgerKeyFor(toolName: string, key: string, namespace?: string): string {
-    const scope = namespace ?? (typeof this.namespace === "string" ? this.namespace : undefined);
+    // The guard's own checks (MCP-3, MCP-8): a key or namespace no call could have run under has no row.
+    if (typeof key !== "string" || !IDEMPOTENCY_KEY_PATTERN.test(key)) throw new IdempotencyKeyMalformedError(String(toolName), describe(key));
+    const scope = namespace !== undefined ? checkNamespace(namespace, "namespace") : typeof this.namespace === "string" ? this.namespace : undefined;
     if (scope === undefined) throw new InvalidArgumentError("namespace", "the guard's namespace is a function: pass the call's namespace");
     return this.current.keyFor({ name: toolName, input: { key, args: null } }, { conversationId: scope, turnIndex: 0 });
   }
@@ -310,9 +312,9 @@ function errorResult(error: Error & { code: string }, key?: string): CallToolRes
   return { isError: true, content: [{ type: "text", text: `[${error.code}] ${error.message}` }], _meta: { [ERROR_META]: meta } };
 }
 
-function checkNamespace(namespace: unknown): string {
+function checkNamespace(namespace: unknown, field = "options.namespace"): string {
   if (typeof namespace !== "string" || !CONVERSATION_ID_PATTERN.test(namespace)) {
-    throw new InvalidArgumentError("options.namespace", `must match ${CONVERSATION_ID_PATTERN.source}, got ${describe(namespace)}`);
+    throw new InvalidArgumentError(field, `must match ${CONVERSATION_ID_PATTERN.source}, got ${describe(namespace)}`);
   }
   return namespace;
 }

@@ -57,6 +57,31 @@ describe("ERR-1: bad guard options and registrations are refused with a code", (
     }
     expect(isDispatchOnceError(caught, "invalid_argument")).toBe(true);
   });
+
+  it("ledgerKeyFor refuses a key the guard would refuse on the wire (MCP-3), with the same class, and a bad namespace", () => {
+    const guard = new McpToolGuard({ ledger: new MemoryLedger() });
+    guard.registerTool(new McpServer({ name: "s", version: "1" }), "send_payment", { effect: "keyed_write" }, () => ({ content: [] }));
+    const caught = (f: () => unknown): unknown => {
+      try {
+        f();
+      } catch (error) {
+        return error;
+      }
+      return "accepted";
+    };
+    for (const key of ["short", "has space in it, 16+ chars", "x".repeat(201), 42, undefined, null]) {
+      const error = caught(() => guard.ledgerKeyFor("send_payment", key as never));
+      expect(IdempotencyKeyMalformedError.isInstance(error), String(key)).toBe(true);
+      expect((error as IdempotencyKeyMalformedError).toolName).toBe("send_payment");
+    }
+    const namespace = caught(() => guard.ledgerKeyFor("send_payment", "7f1c2a9e-0d4b-4e8a-9c31-5b2f6e8d1a47", "has space"));
+    expect(isDispatchOnceError(namespace, "invalid_argument")).toBe(true);
+    expect((namespace as Error).message).toMatch(/^namespace: must match/);
+    expect(isDispatchOnceError(caught(() => guard.ledgerKeyFor("send_payment", "7f1c2a9e-0d4b-4e8a-9c31-5b2f6e8d1a47", null as never)), "invalid_argument")).toBe(true);
+    const unknownTool = caught(() => guard.ledgerKeyFor("send_paymnet", "7f1c2a9e-0d4b-4e8a-9c31-5b2f6e8d1a47"));
+    expect(isDispatchOnceError(unknownTool) ? unknownTool.code : String(unknownTool)).toBe("unknown_tool");
+    expect(guard.ledgerKeyFor("send_payment", "7f1c2a9e-0d4b-4e8a-9c31-5b2f6e8d1a47")).toMatch(/^[0-9a-f]{32}$/);
+  });
 });
 
 describe("ERR-1: the client helpers refuse bad input where it is given", () => {
