@@ -24,6 +24,7 @@ export type CallToolParams = CallToolRequest["params"];
  */
 export function idempotencyKeyFor(context: McpTurnContext & { ordinal?: number }, call: Pick<CallToolParams, "name" | "arguments">): string {
   checkContext(context);
+  checkCall(call);
   return deriveKey({
     conversationId: context.conversationId,
     turnIndex: context.turnIndex,
@@ -41,7 +42,7 @@ export function withIdempotencyKey<P extends CallToolParams>(params: P, key: str
   if (typeof key !== "string" || !IDEMPOTENCY_KEY_PATTERN.test(key)) {
     throw new InvalidArgumentError("key", `must match ${IDEMPOTENCY_KEY_PATTERN.source} (MCP-3), got ${typeof key === "string" ? JSON.stringify(key.slice(0, 40)) : typeof key}`);
   }
-  if (typeof params !== "object" || params === null) throw new InvalidArgumentError("params", "must be the params of a tools/call request");
+  if (typeof params !== "object" || params === null || Array.isArray(params)) throw new InvalidArgumentError("params", "must be the params of a tools/call request");
   return { ...params, _meta: { ...params._meta, [IDEMPOTENCY_KEY_META]: key } };
 }
 
@@ -77,7 +78,10 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
   checkContext(context);
   if (typeof client?.callTool !== "function") throw new InvalidArgumentError("client", "must be an MCP client with callTool");
   const seen = new Map<string, number>();
-  const identity = (params: Pick<CallToolParams, "name" | "arguments">) => `${params.name}|${canonicalize(params.arguments ?? {})}`;
+  const identity = (params: Pick<CallToolParams, "name" | "arguments">) => {
+    checkCall(params);
+    return `${params.name}|${canonicalize(params.arguments ?? {})}`;
+  };
   return {
     callTool(params, ...rest) {
       const id = identity(params);
@@ -103,7 +107,7 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
 
 /** The turn's context, checked where it is given (a bad one would otherwise fail every call of the turn). */
 function checkContext(context: unknown): asserts context is McpTurnContext {
-  if (typeof context !== "object" || context === null) {
+  if (typeof context !== "object" || context === null || Array.isArray(context)) {
     throw new InvalidArgumentError("context", "must be an object { conversationId, turnIndex }");
   }
   const { conversationId, turnIndex } = context as Partial<McpTurnContext>;
@@ -112,5 +116,20 @@ function checkContext(context: unknown): asserts context is McpTurnContext {
   }
   if (typeof turnIndex !== "number" || !Number.isSafeInteger(turnIndex) || turnIndex < 0) {
     throw new InvalidKeyInputError("turnIndex", "must be a non-negative safe integer");
+  }
+}
+
+/**
+ * A call's `{ name, arguments }`, refused as the dispatcher refuses a call that is not an object
+ * (`invalid_argument`); MCP's arguments are an object, so an array (or null) is refused too, not
+ * keyed: only absent arguments count as `{}`.
+ */
+function checkCall(call: unknown): asserts call is Pick<CallToolParams, "name" | "arguments"> {
+  if (typeof call !== "object" || call === null || Array.isArray(call)) {
+    throw new InvalidArgumentError("call", "must be an object { name, arguments? }");
+  }
+  const args = (call as { arguments?: unknown }).arguments;
+  if (args !== undefined && (typeof args !== "object" || args === null || Array.isArray(args))) {
+    throw new InvalidArgumentError("call.arguments", `must be an object (MCP's tools/call arguments) or absent, got ${args === null ? "null" : Array.isArray(args) ? "an array" : typeof args}`);
   }
 }

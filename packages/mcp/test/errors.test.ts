@@ -1,7 +1,7 @@
 import { MemoryLedger, isDispatchOnceError } from "@dispatch-once/core";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { describe, expect, it } from "vitest";
-import { IdempotencyKeyMalformedError, IdempotencyKeyMissingError, McpGuardError, McpToolGuard, mcpTurn, withIdempotencyKey } from "../src/index.js";
+import { IdempotencyKeyMalformedError, IdempotencyKeyMissingError, McpGuardError, McpToolGuard, idempotencyKeyFor, mcpTurn, withIdempotencyKey, type ToolCallingClient } from "../src/index.js";
 
 describe("the guard's own error classes", () => {
   const missing = new IdempotencyKeyMissingError("send_payment");
@@ -102,8 +102,34 @@ describe("ERR-1: the client helpers refuse bad input where it is given", () => {
     expect(refused(() => mcpTurn(client, { conversationId: "c_1", turnIndex: 3 }))).toBe("accepted");
   });
 
+  it("idempotencyKeyFor and a turn's calls refuse an array (or another non-object) where an object is required, as the dispatcher does", () => {
+    const context = { conversationId: "c_1", turnIndex: 0 };
+    const message = (f: () => unknown) => {
+      try {
+        f();
+      } catch (error) {
+        return isDispatchOnceError(error, "invalid_argument") ? error.message : `other: ${String(error)}`;
+      }
+      return "accepted";
+    };
+    for (const args of [[1, 2], [], null, "x", 5]) {
+      expect(message(() => idempotencyKeyFor(context, { name: "pay", arguments: args as never }))).toMatch(/^call\.arguments: must be an object/);
+      expect(message(() => mcpTurn(client as unknown as ToolCallingClient, context).callTool({ name: "pay", arguments: args as never }))).toMatch(/^call\.arguments: must be an object/);
+      expect(message(() => mcpTurn(client, context).peekKey({ name: "pay", arguments: args as never }))).toMatch(/^call\.arguments: must be an object/);
+    }
+    for (const call of [[], null, "pay"]) {
+      expect(message(() => idempotencyKeyFor(context, call as never))).toMatch(/^call: must be an object/);
+      expect(message(() => mcpTurn(client as unknown as ToolCallingClient, context).callTool(call as never))).toMatch(/^call: must be an object/);
+    }
+    expect(message(() => idempotencyKeyFor([] as unknown as never, { name: "pay" }))).toMatch(/^context: must be an object/);
+    expect(message(() => mcpTurn(client, [] as unknown as never))).toMatch(/^context: must be an object/);
+    expect(message(() => idempotencyKeyFor(context, { name: "pay" }))).toBe("accepted");
+    expect(idempotencyKeyFor(context, { name: "pay" })).toBe(idempotencyKeyFor(context, { name: "pay", arguments: {} }));
+  });
+
   it("withIdempotencyKey refuses a key the guard would refuse as malformed (MCP-3)", () => {
     expect(refused(() => withIdempotencyKey({ name: "send_payment" }, "short"))).toBe("invalid_argument");
+    expect(refused(() => withIdempotencyKey([] as unknown as never, "7f1c2a9e-0d4b-4e8a-9c31-5b2f6e8d1a47"))).toBe("invalid_argument");
     expect(refused(() => withIdempotencyKey({ name: "send_payment" }, "7f1c2a9e-0d4b-4e8a-9c31-5b2f6e8d1a47"))).toBe("accepted");
   });
 });
