@@ -20,12 +20,22 @@ export function sinceOf(row: LedgerRow): number {
 
 export const LIST_HEADER = ["KEY", "STATE", "TOOL", "FENCE", "CONVERSATION", "TURN", "AGE"] as const;
 
+/**
+ * The STATE cell: an in-flight row says whether its lease is live or expired (an abandoned claim
+ * an operator may resolve), from the row's lease expiry, which is on the ledger's clock.
+ */
+export function stateCell(row: LedgerRow, now: number): string {
+  if (row.state !== "in_flight") return row.state;
+  const left = row.leaseExpiresAt - now;
+  return left >= 0 ? `in_flight (lease ${formatAge(left)} left)` : `in_flight (lease expired ${formatAge(-left)} ago)`;
+}
+
 export function listRow(row: LedgerRow, now: number): string[] {
   const conversation = row.conversationId;
   const turn = row.turnIndex;
   return [
     row.key,
-    row.state,
+    stateCell(row, now),
     row.toolName,
     String(row.fence),
     conversation ?? "-",

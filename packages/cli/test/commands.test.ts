@@ -10,7 +10,7 @@ type Seeded = { key: string; fence: number };
 async function seed(
   ledger: Ledger,
   state: "unknown" | "completed" | "failed" | "in_flight",
-  options: { toolName?: string; conversationId?: string; turnIndex?: number; request?: unknown } = {},
+  options: { toolName?: string; conversationId?: string; turnIndex?: number; request?: unknown; leaseMs?: number } = {},
 ): Promise<Seeded> {
   const key = randomKey();
   const claim = await ledger.claim({
@@ -18,7 +18,7 @@ async function seed(
     toolName: options.toolName ?? "create_invoice",
     effect: "unkeyed_write",
     owner: "test-worker",
-    leaseMs: 60_000,
+    leaseMs: options.leaseMs ?? 60_000,
     request: JSON.stringify(options.request ?? { customer: "acme", amount: 4200, currency: "EUR" }),
     conversationId: options.conversationId ?? "conv-default",
     turnIndex: options.turnIndex ?? 0,
@@ -106,6 +106,23 @@ describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
     expect(header).toMatch(/^KEY\s+STATE\s+TOOL\s+FENCE\s+CONVERSATION\s+TURN\s+AGE$/);
     expect(line?.split(/\s+/).slice(0, 6)).toEqual([unknownRow.key, "unknown", "create_invoice", String(unknownRow.fence), "conv-cli-a", "3"]);
     expect(result.stderr).toBe("1 row\n");
+  });
+
+  it("list's table tells a live in-flight claim from one whose lease expired (an abandoned claim)", async () => {
+    const live = await run("list", "--state", "in_flight", "--conversation", "conv-cli-b");
+    expect(live.code, live.stderr).toBe(0);
+    expect(live.stdout).toMatch(new RegExp(`^${inFlightRow.key}\\s+in_flight \\(lease \\d+\\w* left\\)\\s+send_payment\\s`, "m"));
+    const abandoned = await seed(backend.ledger, "in_flight", { conversationId: "conv-cli-expired", leaseMs: 1 });
+    await new Promise((r) => setTimeout(r, 1100));
+    const expired = await run("list", "--conversation", "conv-cli-expired");
+    expect(expired.code, expired.stderr).toBe(0);
+    const [header, line] = expired.stdout.trimEnd().split("\n");
+    expect(header).toMatch(/^KEY\s+STATE\s+TOOL\s+FENCE\s+CONVERSATION\s+TURN\s+AGE$/);
+    expect(line).toMatch(new RegExp(`^${abandoned.key}\\s+in_flight \\(lease expired [1-9]\\d*s ago\\)\\s+create_invoice\\s+${abandoned.fence}\\s+conv-cli-expired\\s+0\\s`));
+    // --json is the row as the ledger returns it, lease expiry included.
+    const [row] = jsonLines((await run("list", "--conversation", "conv-cli-expired", "--json")).stdout) as LedgerRow[];
+    expect(row).toMatchObject({ key: abandoned.key, state: "in_flight" });
+    expect((row as LedgerRow & { leaseExpiresAt: number }).leaseExpiresAt).toBeLessThan(Date.now());
   });
 
   it("inspect shows the row: state, reason, request, conversation and turn", async () => {

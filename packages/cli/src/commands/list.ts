@@ -28,6 +28,8 @@ export const listCommand: Command = {
   help: `Usage: dispatch-once list [options]
 
 List ledger rows, oldest last change first, following the ledger's cursor page by page.
+An in-flight row's STATE says whether its lease is live ("in_flight (lease 25s left)") or
+expired ("in_flight (lease expired 3m ago)": an abandoned claim resolve or reconcile may settle).
 
 Options:
       --state <state>        in_flight, completed, failed, unknown or released; repeat it
