@@ -438,11 +438,17 @@ export class Dispatcher implements CallDispatcher {
    * is fenced on the fence that was looked at and audited under `options.actor` (an operator's
    * name when a person asked; RECONCILE_ACTOR by default). On a ledger without `resolve`, it
    * only reports.
+   *
+   * `options.signal` bounds the probe (e.g. `AbortSignal.timeout(30_000)`): the probe receives
+   * it, and when it aborts before the probe answered, the verdict is `error` and nothing is
+   * written, even if the probe answers later. An already aborted signal asks no probe.
    */
-  async reconcile(key: string, options: { actor?: string } = {}): Promise<ReconcileReport> {
+  async reconcile(key: string, options: { actor?: string; signal?: AbortSignal } = {}): Promise<ReconcileReport> {
     if (typeof key !== "string" || key.length === 0) throw new InvalidArgumentError("key", "must be a non-empty string");
     const actor = options.actor ?? RECONCILE_ACTOR;
     if (typeof actor !== "string" || actor.trim() === "") throw new InvalidArgumentError("actor", "must be a non-empty string");
+    const signal = options.signal;
+    if (signal !== undefined && !isAbortSignal(signal)) throw new InvalidArgumentError("options.signal", "must be an AbortSignal when given");
     const row = await this.ledger.lookup(key);
     if (row === undefined) return { key, state: "absent", verdict: "none", settled: "none", detail: "no row for this key" };
     const report = { key, toolName: row.toolName, state: row.state };
@@ -456,7 +462,8 @@ export class Dispatcher implements CallDispatcher {
     if (tool.reconcile === undefined) {
       return { ...report, verdict: "none", settled: "none", detail: `tool ${row.toolName} declares no reconcile probe` };
     }
-    const answer = await this.probe(tool, parseStoredRequest(key, row.request), key, "on_demand", new AbortController().signal);
+    const args = parseStoredRequest(key, row.request);
+    const answer = signal === undefined ? await this.probe(tool, args, key, "on_demand", new AbortController().signal) : await this.probeWithin(tool, args, key, signal);
     const found =
       answer.verdict === "performed" && answer.resultJson !== undefined
         ? { ...report, verdict: "performed" as const, result: JSON.parse(answer.resultJson) as JsonValue, resultJson: answer.resultJson }
@@ -1011,6 +1018,26 @@ export class Dispatcher implements CallDispatcher {
   }
 
   /**
+   * An on-demand probe bounded by the caller's signal: an abort before the answer is the verdict
+   * `error` (RECON-5: it can only weaken the answer), whatever the probe does afterwards.
+   */
+  private async probeWithin(tool: ToolDefinition, args: unknown, key: string, signal: AbortSignal): Promise<ProbeAnswer> {
+    const aborted = (): ProbeAnswer => ({ verdict: "error", detail: `the probe did not answer before its signal aborted: ${describeError(signal.reason)}` });
+    if (signal.aborted) return aborted();
+    let onAbort = (): void => {};
+    const abort = new Promise<ProbeAnswer>((resolve) => {
+      onAbort = () => resolve(aborted());
+      signal.addEventListener("abort", onAbort, { once: true });
+    });
+    try {
+      const answer = await Promise.race([this.probe(tool, args, key, "on_demand", signal), abort]);
+      return signal.aborted ? aborted() : answer;
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+    }
+  }
+
+  /**
    * Run a tool's probe and read its answer. Whatever goes wrong in it (a throw, a non-verdict, a
    * result that is not JSON) can only weaken the answer to `error`, never strengthen it (RECON-5).
    */
@@ -1511,6 +1538,13 @@ function project(args: Record<string, unknown>, fields: readonly string[]): Reco
   const out: Record<string, unknown> = {};
   for (const field of fields) if (args[field] !== undefined) out[field] = args[field];
   return out;
+}
+
+/** An AbortSignal, also of another realm (duck-typed: `instanceof` fails across realms). */
+function isAbortSignal(value: unknown): value is AbortSignal {
+  if (value instanceof AbortSignal) return true;
+  const candidate = value as Partial<AbortSignal> | null;
+  return typeof candidate === "object" && candidate !== null && typeof candidate.aborted === "boolean" && typeof candidate.addEventListener === "function" && typeof candidate.removeEventListener === "function";
 }
 
 /** A registry of any copy of this package (duck-typed: `instanceof` fails across copies), or a list of tools. */

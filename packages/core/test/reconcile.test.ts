@@ -377,6 +377,53 @@ describe("on-demand reconciliation (RECON-9)", () => {
   });
 });
 
+describe("an on-demand probe bounded by options.signal (RECON-9)", () => {
+  const late = { outcome: "performed" as const, result: { id: "inv_late", amount: 5 } };
+  /** A row left unknown by a lost response; its on-demand probe is `onDemand`. */
+  async function unknownRow(onDemand: (signal: AbortSignal) => Promise<ReconcileVerdict>) {
+    let probes = 0;
+    const s = setup("unkeyed_write", () => ({ outcome: "unknown" }));
+    Object.assign(s.tool, {
+      reconcile: (_args: unknown, ctx: { cause: string; signal: AbortSignal }) => {
+        if (ctx.cause !== "on_demand") return { outcome: "unknown" };
+        probes++;
+        return onDemand(ctx.signal);
+      },
+    });
+    await expect(s.dispatcher.turn(turn0).dispatch(s.call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    const row = await s.ledger.lookup(s.key);
+    expect(row?.state).toBe("unknown");
+    return { ...s, fence: row!.fence, probes: () => probes };
+  }
+
+  it("a probe that heeds its signal: aborted, it settles nothing, and its late answer writes nothing", async () => {
+    const s = await unknownRow((signal) => new Promise((resolve) => signal.addEventListener("abort", () => setTimeout(() => resolve(late), 5))));
+    const report = await s.dispatcher.reconcile(s.key, { signal: AbortSignal.timeout(20) });
+    expect(report).toMatchObject({ verdict: "error", settled: "none", detail: expect.stringMatching(/did not answer before its signal aborted/) });
+    await new Promise((r) => setTimeout(r, 30));
+    expect(await s.ledger.lookup(s.key)).toMatchObject({ state: "unknown", fence: s.fence });
+    expect(reconciled(s.events).at(-1)).toMatchObject({ cause: "on_demand", verdict: "error", settled: "none" });
+  });
+
+  it("a probe that never answers and ignores its signal: reconcile still returns when the signal aborts", async () => {
+    const s = await unknownRow(() => new Promise(() => {}));
+    const report = await s.dispatcher.reconcile(s.key, { signal: AbortSignal.timeout(20) });
+    expect(report).toMatchObject({ verdict: "error", settled: "none" });
+    expect(await s.ledger.lookup(s.key)).toMatchObject({ state: "unknown", fence: s.fence });
+  });
+
+  it("an answer before the signal aborts settles as always; an aborted signal asks no probe; a signal that is not one is refused", async () => {
+    const s = await unknownRow(async () => late);
+    const controller = new AbortController();
+    controller.abort(new Error("operator gave up"));
+    await expect(s.dispatcher.reconcile(s.key, { signal: controller.signal })).resolves.toMatchObject({ verdict: "error", settled: "none", detail: expect.stringContaining("operator gave up") });
+    expect(s.probes()).toBe(0);
+    await expect(s.dispatcher.reconcile(s.key, { signal: "30s" as never })).rejects.toMatchObject({ code: "invalid_argument", field: "options.signal" });
+    expect(s.probes()).toBe(0);
+    await expect(s.dispatcher.reconcile(s.key, { signal: AbortSignal.timeout(5_000) })).resolves.toMatchObject({ verdict: "performed", settled: "completed" });
+  });
+});
+
 describe("defineTool reconcile checks", () => {
   it("RECON-1 a read cannot declare a probe, and a probe must be a function", () => {
     const read = defineTool({ name: "r", effect: "read", input: z.object({}), run: () => 1, reconcile: () => ({ outcome: "unknown" }) });
