@@ -16,4 +16,7 @@ process.stderr.on("error", (error: NodeJS.ErrnoException) => {
 // exitCode, not process.exit(): pending stdout writes to a pipe are flushed before the process ends.
 void runCli(process.argv.slice(2)).then((code) => {
   process.exitCode = code;
+  // The command is done. What a --tools module left running (a probe given up on at --timeout,
+  // stuck on a socket) must not keep the process alive: end it if anything still holds it.
+  setTimeout(() => process.exit(code), 1_000).unref();
 });

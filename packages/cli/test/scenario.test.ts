@@ -155,3 +155,52 @@ describe.each([
     },
   );
 });
+
+describe.each([
+  ["sqlite", sqliteBackend],
+  ["postgres", postgresBackend],
+  ["redis", redisBackend],
+] as const)("reconcile --timeout: a hung probe is given up on and nothing is written, on %s", (_name, open) => {
+  let backend: Backend;
+  let dir: string;
+
+  beforeAll(async () => {
+    backend = await open();
+    dir = mkdtempSync(join(tmpdir(), "dispatch-once-cli-hung-"));
+  });
+  afterAll(async () => {
+    await backend?.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it.each(["heeds", "ignores"])("a probe that %s its signal: aborted at --timeout, exit 4, the row and its audit trail as they were", async (mode) => {
+    const key = randomKey();
+    const claim = await backend.ledger.claim({ key, toolName: "create_invoice", effect: "unkeyed_write", owner: "app", leaseMs: 60_000, request: JSON.stringify({ customer: "acme", amount: 1, currency: "EUR" }) });
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await backend.ledger.markUnknown(key, claim.fence, "tool_error");
+    const log = join(dir, key);
+    const started = Date.now();
+    const result = await runBin(["reconcile", key, "--tools", join(FIXTURES, "hung-probe-tools.mjs"), "--timeout", "500ms", "--retention", "24h", "--json", ...backend.args], {
+      env: { CLI_TEST_PROBE_MODE: mode, CLI_TEST_PROBE_LOG: log },
+    });
+    expect(result.code, result.stderr).toBe(4);
+    expect(Date.now() - started).toBeLessThan(15_000);
+    const out = JSON.parse(result.stdout) as { report: { verdict: string; settled: string; detail?: string }; settled: boolean };
+    expect(out).toMatchObject({ settled: false, report: { verdict: "error", settled: "none" } });
+    expect(result.stderr).toContain("reconcile settled nothing");
+    expect(result.stderr).toContain("the probe did not answer within 500ms (--timeout)");
+    if (mode === "heeds") expect(existsSync(`${log}.aborted`), "the probe's signal aborted").toBe(true);
+    // The late "performed" of the heeding probe is not written either.
+    await new Promise((r) => setTimeout(r, 100));
+    expect(await backend.ledger.lookup(key)).toMatchObject({ state: "unknown", fence: claim.fence });
+    expect((await backend.ledger.auditTrail!(key)).map((e) => e.action)).toEqual(["marked_unknown"]);
+  });
+
+  it("--timeout takes a duration above 0 and at most 24d; anything else is a usage error (exit 2), nothing probed", async () => {
+    for (const bad of ["0s", "30", "25d", "soon"]) {
+      const result = await runBin(["reconcile", randomKey(), "--tools", join(FIXTURES, "hung-probe-tools.mjs"), "--timeout", bad, "--retention", "24h", ...backend.args]);
+      expect(result.code, `${bad}: ${result.stderr}`).toBe(2);
+      expect(result.stderr).toContain("--timeout");
+    }
+  });
+});
