@@ -28,6 +28,7 @@ import { ToolRegistry, type ReconcileCause, type ToolDefinition } from "./regist
 import { RenewalWheel, type RenewalEntry } from "./renewals.js";
 import { MAX_LEASE_MS } from "./internal/leases.js";
 import { loggerOption } from "./internal/logger.js";
+import { unknownOptionMessage, unknownOptionName, type OptionNames } from "./internal/options.js";
 
 /** Where a call sits: identical across every replay of the turn (spec §4). */
 export interface TurnContext {
@@ -445,6 +446,10 @@ export class Dispatcher implements CallDispatcher {
    */
   async reconcile(key: string, options: { actor?: string; signal?: AbortSignal } = {}): Promise<ReconcileReport> {
     if (typeof key !== "string" || key.length === 0) throw new InvalidArgumentError("key", "must be a non-empty string");
+    if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "must be an object { actor?, signal? }");
+    // A misspelt option would be ignored: `{ timeout: 30_000 }` would leave the probe unbounded.
+    const unknown = unknownOptionName(options, RECONCILE_OPTION_NAMES);
+    if (unknown !== undefined) throw new InvalidArgumentError(`options.${unknown}`, unknownOptionMessage("reconcile", RECONCILE_OPTION_NAMES));
     const actor = options.actor ?? RECONCILE_ACTOR;
     if (typeof actor !== "string" || actor.trim() === "") throw new InvalidArgumentError("actor", "must be a non-empty string");
     const signal = options.signal;
@@ -1539,6 +1544,8 @@ function project(args: Record<string, unknown>, fields: readonly string[]): Reco
   for (const field of fields) if (args[field] !== undefined) out[field] = args[field];
   return out;
 }
+
+const RECONCILE_OPTION_NAMES: OptionNames<{ actor?: string; signal?: AbortSignal }> = { actor: true, signal: true };
 
 /** An AbortSignal, also of another realm (duck-typed: `instanceof` fails across realms). */
 function isAbortSignal(value: unknown): value is AbortSignal {

@@ -419,6 +419,12 @@ describe("an on-demand probe bounded by options.signal (RECON-9)", () => {
     await expect(s.dispatcher.reconcile(s.key, { signal: controller.signal })).resolves.toMatchObject({ verdict: "error", settled: "none", detail: expect.stringContaining("operator gave up") });
     expect(s.probes()).toBe(0);
     await expect(s.dispatcher.reconcile(s.key, { signal: "30s" as never })).rejects.toMatchObject({ code: "invalid_argument", field: "options.signal" });
+    // A misspelt or made-up option is refused, not ignored (it would leave the probe unbounded).
+    await expect(s.dispatcher.reconcile(s.key, { timeout: 30_000 } as never)).rejects.toMatchObject({
+      code: "invalid_argument",
+      message: "options.timeout: is not an option of reconcile (its options: actor, signal)",
+    });
+    await expect(s.dispatcher.reconcile(s.key, null as never)).rejects.toMatchObject({ code: "invalid_argument", field: "options" });
     expect(s.probes()).toBe(0);
     await expect(s.dispatcher.reconcile(s.key, { signal: AbortSignal.timeout(5_000) })).resolves.toMatchObject({ verdict: "performed", settled: "completed" });
   });
