@@ -17,6 +17,7 @@ process.stderr.on("error", (error: NodeJS.ErrnoException) => {
 void runCli(process.argv.slice(2)).then((code) => {
   process.exitCode = code;
   // The command is done. What a --tools module left running (a probe given up on at --timeout,
-  // stuck on a socket) must not keep the process alive: end it if anything still holds it.
-  setTimeout(() => process.exit(code), 1_000).unref();
+  // stuck on a socket) must not keep the process alive: end it if anything still holds it, but
+  // only once stdout is flushed (a slow reader of a long listing must get all of it).
+  process.stdout.write("", () => setTimeout(() => process.exit(code), 1_000).unref());
 });

@@ -26,4 +26,18 @@ describe("a reader that closes stdout early (| head)", () => {
     expect(stderr).not.toContain("Unhandled");
     expect(code).toBe(0);
   });
+
+  it("gives a slow reader the whole listing: the process does not end before stdout is flushed", async () => {
+    // Each row's JSON line made long, so that the listing is more than a pipe's buffer holds.
+    const child = spawn(process.execPath, [BIN, "list", "--json", "--limit", "0", ...backend.args], { stdio: ["ignore", "pipe", "pipe"] });
+    child.stdout.pause();
+    // Read nothing for longer than the CLI waits for what a --tools module leaves running.
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    let out = "";
+    child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+    child.stdout.resume();
+    const code = await new Promise<number | null>((resolve) => child.on("close", (c) => resolve(c)));
+    expect(code).toBe(0);
+    expect(out.trim().split("\n")).toHaveLength(300);
+  }, 20_000);
 });
