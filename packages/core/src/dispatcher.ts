@@ -574,8 +574,8 @@ export class Dispatcher implements CallDispatcher {
   }
 
   private prepare(call: ToolCall): PreparedCall {
-    if (typeof call !== "object" || call === null) {
-      throw new InvalidArgumentError("call", "must be an object { name, input }");
+    if (typeof call !== "object" || call === null || Array.isArray(call)) {
+      throw new InvalidArgumentError("call", `must be an object { name, input }, got ${describeValue(call)}`);
     }
     const tool = this.registry.get(call.name);
     const args = this.validate(tool, call.input);
@@ -1563,8 +1563,8 @@ function toRegistry(tools: unknown): ToolRegistry {
 }
 
 function checkTurnContext(context: unknown): asserts context is TurnContext {
-  if (typeof context !== "object" || context === null) {
-    throw new InvalidArgumentError("context", "must be an object { conversationId, turnIndex }");
+  if (typeof context !== "object" || context === null || Array.isArray(context)) {
+    throw new InvalidArgumentError("context", `must be an object { conversationId, turnIndex }, got ${describeValue(context)}`);
   }
   const resumed = (context as { resumed?: unknown }).resumed;
   if (resumed !== undefined && typeof resumed !== "boolean") {

@@ -304,6 +304,12 @@ describe("hostile arguments to the dispatcher", () => {
     await expect(dispatcher.dispatch({ name: "send_payment", input: pay }, null as never)).rejects.toMatchObject({ code: "invalid_argument" });
   });
 
+  it("ERR-1 an array is not a call or a context: invalid_argument naming it, not a later error about its parts", async () => {
+    await expect(dispatcher.turn(turn0).dispatch(["send_payment", pay] as never)).rejects.toMatchObject({ code: "invalid_argument", field: "call" });
+    expect(() => dispatcher.turn(["conv_fidelity", 0] as never)).toThrow(expect.objectContaining({ code: "invalid_argument", field: "context" }));
+    await expect(dispatcher.dispatch({ name: "send_payment", input: pay }, ["conv_fidelity", 0] as never)).rejects.toMatchObject({ code: "invalid_argument", field: "context" });
+  });
+
   it("KEY-4 an ordinal that is present but null is refused, never read as 0", async () => {
     await expect(dispatcher.dispatch({ name: "send_payment", input: pay }, { ...turn0, ordinal: null as never })).rejects.toMatchObject({
       code: "invalid_key_input",
