@@ -583,6 +583,7 @@ export class Dispatcher implements CallDispatcher {
       // The usual write's arguments, a flat object of scalars: its three texts from one read of it.
       const texts = flatArgumentTexts(args, tool.identity);
       if (texts !== undefined) {
+        checkExactNumbers(tool, args, texts.identity);
         this.checkIdentityStable(tool, call.input, args, texts.identity);
         return { tool, args, identityText: texts.identity, requestText: texts.ordered, requestCanonical: texts.canonical };
       }
@@ -594,6 +595,7 @@ export class Dispatcher implements CallDispatcher {
     // canonicalize refuses anything JSON text cannot carry back (a Date, a Map, NaN).
     const requestCanonical = tool.identity === undefined ? identityText : canonicalize(args);
     const requestText = JSON.stringify(args);
+    checkExactNumbers(tool, args, identityText);
     this.checkIdentityStable(tool, call.input, args, identityText);
     return { tool, args, identityText, requestText, requestCanonical };
   }
@@ -1538,6 +1540,41 @@ function sameIdentity(a: unknown, b: unknown, fields: readonly string[] | undefi
     return false;
   }
 }
+
+/**
+ * IDENT-7: a write's key arguments hold no number beyond 2^53 - 1. A JSON parser rounds a longer
+ * integer to the nearest double, so two different numbers in the model's text (two account ids)
+ * arrive as one value and would share a key. Only a canonical text with a digit run of 16 or
+ * more, or an exponent above 20, can hold such a number: others skip the walk.
+ */
+function checkExactNumbers(tool: ToolDefinition, args: unknown, identityText: string): void {
+  if (!MAYBE_INEXACT.test(identityText)) return;
+  const keyArgs = tool.identity === undefined ? args : project(args as Record<string, unknown>, tool.identity);
+  // Canonicalised already, so plain JSON data of bounded depth: an explicit stack all the same.
+  const stack: { value: unknown; path: (string | number)[] }[] = [{ value: keyArgs, path: [] }];
+  while (stack.length > 0) {
+    const { value, path } = stack.pop()!;
+    if (typeof value === "number") {
+      if (Math.abs(value) > Number.MAX_SAFE_INTEGER) {
+        throw new ToolInputError(tool.name, [
+          {
+            path,
+            message:
+              `${String(value)} is beyond 2^53 - 1: JSON parsing rounds such numbers, so different numbers in the ` +
+              `call would share one key (IDENT-7); the tool should take this field as a string`,
+          },
+        ]);
+      }
+    } else if (Array.isArray(value)) {
+      for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], path: [...path, i] });
+    } else if (typeof value === "object" && value !== null) {
+      for (const name of Object.keys(value).reverse()) stack.push({ value: (value as Record<string, unknown>)[name], path: [...path, name] });
+    }
+  }
+}
+
+/** A digit run of 16 or more, or a positive exponent (JCS writes 1e21 and above that way). */
+const MAYBE_INEXACT = /\d{16}|e\+/;
 
 function project(args: Record<string, unknown>, fields: readonly string[]): Record<string, unknown> {
   const out: Record<string, unknown> = {};

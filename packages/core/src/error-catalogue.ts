@@ -36,7 +36,7 @@ const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry
   invalid_argument: { rules: ["ERR-1"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a public API is called with an argument it does not accept" },
   unknown_tool: { rules: ["DISPATCH-1"], carries: ["toolName"], effect: "no", retryable: "no", raisedWhen: "the call names no registered tool" },
   invalid_tool_definition: { rules: ["EFFECT-1", "IDENT-2", "IDENT-5"], carries: [], effect: "no", retryable: "no", raisedWhen: "a tool definition or its schema breaks the registry's rules" },
-  tool_input_invalid: { rules: ["DISPATCH-2"], carries: ["toolName", "issues"], effect: "no", retryable: "no", raisedWhen: "arguments fail the tool's schema" },
+  tool_input_invalid: { rules: ["DISPATCH-2", "IDENT-7"], carries: ["toolName", "issues"], effect: "no", retryable: "no", raisedWhen: "arguments fail the tool's schema, or a write's key arguments hold a number beyond 2^53 − 1" },
   invalid_arguments_json: { rules: ["DISPATCH-2"], carries: ["toolName"], effect: "no", retryable: "no", raisedWhen: "a complete tool_use block's arguments are not JSON" },
   idempotency_key_reused: { rules: ["IDENT-6", "MCP-9"], carries: ["key", "toolName"], effect: "no", retryable: "no", raisedWhen: "a call's key is stored with other arguments, for a tool that refuses differing requests; nothing ran" },
   in_flight_elsewhere: { rules: ["LEDGER-15"], carries: ["key", "waitedMs"], effect: "possibly", retryable: "same_message", raisedWhen: "another attempt holds a live claim past the wait bound" },
