@@ -229,6 +229,11 @@ def canonical_vectors() -> dict:
         {"a": nested_objects(limit - 1, "b"), "z": [nested_arrays(1)]},
         '{"a":' + '{"b":' * (limit - 2) + "{}" + "}" * (limit - 2) + ',"z":[[]]}',
     )
+    # RFC 8785 does not normalise Unicode, and neither does KEY-5: canonically equivalent
+    # spellings stay different texts (a tool absorbs them in its schema, spec section 5.3).
+    add("KEY-5", "NFC: U+00E9 is written as itself", {"payee": "Caf\u00e9"}, '{"payee":"Caf\u00e9"}')
+    add("KEY-5", "NFD: e + U+0301 is written as given, not composed (no normalisation)", {"payee": "Cafe\u0301"},
+        '{"payee":"Cafe\u0301"}')
     return {
         "description": (
             "RFC 8785 (JCS) serialisation vectors for spec KEY-5. `input` is a JSON value; `canonical` is the exact "
@@ -332,6 +337,13 @@ def key_vectors() -> dict:
     add("KEY-8", "a non-BMP member name vs U+E000: JCS sorts by UTF-16 units, Python by code point (and escapes both)", False,
         name="post_note", args={"\ue000": 1, "\U0001f600": 2})
     add("KEY-4", "turn index written 3.0 in JSON is the number 3 (the chapter's f-string prints 3.0)", False, turn_index=3.0)
+
+    # ---- KEY-5 does not normalise Unicode: an NFC and an NFD spelling of one payee are two keys
+    # (the schema's .normalize("NFC") makes them one, spec section 5.3)
+    nfc = add("KEY-5", "payee in NFC (U+00E9)", False, args={**PAYMENT, "payee": "Caf\u00e9"})
+    nfd = add("KEY-5", "the same payee in NFD (e + U+0301): another key, no normalisation", False,
+              args={**PAYMENT, "payee": "Cafe\u0301"})
+    assert nfc != nfd
     return {
         "description": (
             "Key derivation vectors (spec §3). input.args is a JSON value parsed with a standard JSON parser "
