@@ -110,3 +110,92 @@ describe("IDENT-7 a number JSON text may have rounded is not a key argument", ()
     expect(outcome.result).toBe(12345678901234567000);
   });
 });
+
+describe("DISPATCH-3 the key is taken over the schema's output: a spelling the schema folds is one key", () => {
+  /** Whether two JSON texts of one call get one key under `input` (and `identity`). */
+  const oneKey = (input: z.ZodObject, a: string, b: string, identity?: string[]) => {
+    const { key } = payTool(input, identity);
+    return key(a) === key(b);
+  };
+
+  it("DISPATCH-3 KEY-5 Unicode is not normalised: NFC and NFD are two keys until the schema normalises", async () => {
+    const nfc = '{"payee":"Caf\\u00e9","amount":5}';
+    const nfd = '{"payee":"Cafe\\u0301","amount":5}';
+    expect(oneKey(z.object({ payee: z.string(), amount: z.number() }), nfc, nfd)).toBe(false);
+    const normalised = payTool(z.object({ payee: z.string().normalize("NFC"), amount: z.number() }));
+    const first = await normalised.dispatch(nfd);
+    const replay = await normalised.dispatch(nfc);
+    expect(replay).toMatchObject({ key: first.key, replayed: true });
+    // The stored request, and what the tool ran with, is the schema's output: composed.
+    expect(normalised.runs).toEqual([{ payee: "Caf\u00e9", amount: 5 }]);
+    expect((await normalised.ledger.lookup(first.key))?.request).toBe('{"payee":"Caf\u00e9","amount":5}');
+  });
+
+  it("DISPATCH-3 an omitted field is its given default only when the schema declares the default", () => {
+    const omitted = '{"payee":"acme","amount":5}';
+    const given = '{"payee":"acme","amount":5,"currency":"EUR"}';
+    expect(oneKey(z.object({ payee: z.string(), amount: z.number(), currency: z.string().default("EUR") }), omitted, given)).toBe(true);
+    expect(oneKey(z.object({ payee: z.string(), amount: z.number(), currency: z.string().optional() }), omitted, given)).toBe(false);
+  });
+
+  it("DISPATCH-3 IDENT-1 null and absent are two keys until the schema maps one to the other", () => {
+    const absent = '{"payee":"acme"}';
+    const nul = '{"payee":"acme","reference":null}';
+    expect(oneKey(z.object({ payee: z.string(), reference: z.string().nullish() }), absent, nul)).toBe(false);
+    const folded = z.object({ payee: z.string(), reference: z.string().nullish().transform((v) => v ?? undefined) });
+    expect(oneKey(folded, absent, nul)).toBe(true);
+  });
+
+  it("DISPATCH-3 an array's order is part of the key unless the schema sorts it", () => {
+    const ab = '{"tags":["a","b"]}';
+    const ba = '{"tags":["b","a"]}';
+    expect(oneKey(z.object({ tags: z.array(z.string()) }), ab, ba)).toBe(false);
+    expect(oneKey(z.object({ tags: z.array(z.string()).transform((t) => [...t].sort()) }), ab, ba)).toBe(true);
+  });
+
+  it("DISPATCH-3 trims, case folds and coercions apply before the key, and the stored request is their output", async () => {
+    const folded = payTool(z.object({ currency: z.string().trim().toUpperCase(), amount: z.coerce.number() }));
+    const first = await folded.dispatch('{"currency":" eur ","amount":"1000"}');
+    const replay = await folded.dispatch('{"currency":"EUR","amount":1e3}');
+    expect(replay).toMatchObject({ key: first.key, replayed: true });
+    expect((await folded.ledger.lookup(first.key))?.request).toBe('{"currency":"EUR","amount":1000}');
+  });
+
+  it("KEY-5 member order, nesting order and number spelling never change the key (the library folds them)", () => {
+    const input = z.object({ to: z.object({ iban: z.string(), bic: z.string() }), amount: z.number() });
+    expect(oneKey(input, '{"to":{"iban":"X","bic":"Y"},"amount":1000}', '{"amount":1e3,"to":{"bic":"Y","iban":"X"}}')).toBe(true);
+    expect(oneKey(input, '{"to":{"iban":"X","bic":"Y"},"amount":1000.0}', '{"to":{"iban":"X","bic":"Y"},"amount":10000e-1}')).toBe(true);
+    expect(oneKey(input, '{"to":{"iban":"X","bic":"Y"},"amount":-0}', '{"to":{"iban":"X","bic":"Y"},"amount":0}')).toBe(true);
+    expect(oneKey(input, '{"to":{"iban":"X","bic":"Y"},"amount":1}', '{"to":{"iban":"\\u0058","bic":"Y"},"amount":1}')).toBe(true);
+  });
+
+  it("DISPATCH-3 IDENT-1 an unknown member: stripped, it changes nothing; passed through without an identity, it changes the key", async () => {
+    const plain = '{"payee":"acme","memo":"x"}';
+    const extra = '{"payee":"acme","memo":"x","note":"added on the replay"}';
+    expect(oneKey(z.object({ payee: z.string(), memo: z.string() }), plain, extra)).toBe(true);
+    expect(oneKey(z.looseObject({ payee: z.string(), memo: z.string() }), plain, extra)).toBe(false);
+    expect(oneKey(z.looseObject({ payee: z.string(), memo: z.string() }), plain, extra, ["payee"])).toBe(true);
+    const strict = payTool(z.strictObject({ payee: z.string(), memo: z.string() }));
+    await expect(strict.dispatch(extra)).rejects.toMatchObject({ code: "tool_input_invalid" });
+    expect(await rowCount(strict.ledger)).toBe(0);
+  });
+});
+
+describe("TURN-4 a replay that re-orders or repeats calls keeps each call's key", () => {
+  it("TURN-4 two payments emitted in the other order keep their keys; a repeat of one gets ordinal 1", async () => {
+    const { dispatcher, runs } = payTool(z.object({ payee: z.string(), amount: z.number() }));
+    const original = dispatcher.turn(turn0);
+    const a = await original.dispatch({ name: "pay", input: { payee: "alice", amount: 5 } });
+    const b = await original.dispatch({ name: "pay", input: { payee: "bob", amount: 7 } });
+    // The cut-off turn's replay: bob first, then alice twice (the model repeated it).
+    const replay = dispatcher.turn(turn0);
+    const b2 = await replay.dispatch({ name: "pay", input: { amount: 7, payee: "bob" } });
+    const a2 = await replay.dispatch({ name: "pay", input: { payee: "alice", amount: 5 } });
+    const a3 = await replay.dispatch({ name: "pay", input: { payee: "alice", amount: 5 } });
+    expect([b2.key, a2.key]).toEqual([b.key, a.key]);
+    expect([b2.replayed, a2.replayed]).toEqual([true, true]);
+    // A second identical call in one attempt is another effect (DISPATCH-6): it runs.
+    expect(a3).toMatchObject({ ordinal: 1, replayed: false });
+    expect(runs).toHaveLength(3);
+  });
+});
