@@ -583,7 +583,7 @@ export class Dispatcher implements CallDispatcher {
       // The usual write's arguments, a flat object of scalars: its three texts from one read of it.
       const texts = flatArgumentTexts(args, tool.identity);
       if (texts !== undefined) {
-        checkExactNumbers(tool, args, texts.identity);
+        checkExactNumbers(tool, args, tool.onRequestDiffers === "refuse" ? texts.canonical : texts.identity);
         this.checkIdentityStable(tool, call.input, args, texts.identity);
         return { tool, args, identityText: texts.identity, requestText: texts.ordered, requestCanonical: texts.canonical };
       }
@@ -595,7 +595,7 @@ export class Dispatcher implements CallDispatcher {
     // canonicalize refuses anything JSON text cannot carry back (a Date, a Map, NaN).
     const requestCanonical = tool.identity === undefined ? identityText : canonicalize(args);
     const requestText = JSON.stringify(args);
-    checkExactNumbers(tool, args, identityText);
+    checkExactNumbers(tool, args, tool.onRequestDiffers === "refuse" ? requestCanonical : identityText);
     this.checkIdentityStable(tool, call.input, args, identityText);
     return { tool, args, identityText, requestText, requestCanonical };
   }
@@ -1544,12 +1544,15 @@ function sameIdentity(a: unknown, b: unknown, fields: readonly string[] | undefi
 /**
  * IDENT-7: a write's key arguments hold no number beyond 2^53 - 1. A JSON parser rounds a longer
  * integer to the nearest double, so two different numbers in the model's text (two account ids)
- * arrive as one value and would share a key. Only a canonical text with a digit run of 16 or
- * more, or an exponent above 20, can hold such a number: others skip the walk.
+ * arrive as one value and would share a key. For a tool that refuses differing requests every
+ * argument counts, since comparing the whole request decides whether a call is the stored one
+ * (IDENT-6). `text` is the canonical text of what is checked: only one with a digit run of 16 or
+ * more, or a positive exponent, can hold such a number, so others skip the walk.
  */
-function checkExactNumbers(tool: ToolDefinition, args: unknown, identityText: string): void {
-  if (!MAYBE_INEXACT.test(identityText)) return;
-  const keyArgs = tool.identity === undefined ? args : project(args as Record<string, unknown>, tool.identity);
+function checkExactNumbers(tool: ToolDefinition, args: unknown, text: string): void {
+  if (!MAYBE_INEXACT.test(text)) return;
+  const keyArgs =
+    tool.identity === undefined || tool.onRequestDiffers === "refuse" ? args : project(args as Record<string, unknown>, tool.identity);
   // Canonicalised already, so plain JSON data of bounded depth: an explicit stack all the same.
   const stack: { value: unknown; path: (string | number)[] }[] = [{ value: keyArgs, path: [] }];
   while (stack.length > 0) {

@@ -103,6 +103,30 @@ describe("IDENT-7 a number JSON text may have rounded is not a key argument", ()
     expect(runs).toHaveLength(1);
   });
 
+  it("IDENT-7 IDENT-6 for a tool that refuses differing requests every argument counts: two rounded numbers are not one request", async () => {
+    // A client-assigned key (MCP-9): the identity is the key, and comparing the whole request
+    // decides whether a call is the stored one. Two account ids that round to one double would
+    // compare equal, and the second transfer would be answered with the first's result.
+    const runs: unknown[] = [];
+    const tool = defineTool({
+      name: "transfer",
+      effect: "keyed_write",
+      input: z.object({ key: z.string(), account: z.number() }),
+      identity: ["key"],
+      onRequestDiffers: "refuse",
+      run: (args) => void runs.push(args),
+    });
+    const ledger = new MemoryLedger();
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, logger: recordingLogger().logger });
+    for (const json of ['{"key":"k1","account":1234567890123456789}', '{"key":"k1","account":1234567890123456788}']) {
+      const error = await dispatcher.turn(turn0).dispatch({ name: "transfer", input: JSON.parse(json) }).catch((e: unknown) => e);
+      expect(isDispatchOnceError(error, "tool_input_invalid"), String(error)).toBe(true);
+      expect((error as { issues: { path: unknown[] }[] }).issues[0]!.path).toEqual(["account"]);
+    }
+    expect(runs).toEqual([]);
+    expect(await rowCount(ledger)).toBe(0);
+  });
+
   it("IDENT-7 only writes are refused: a read's key is for tracing and never claimed", async () => {
     const tool = defineTool({ name: "lookup", effect: "read", input: z.object({ id: z.number() }), run: (args) => args.id });
     const dispatcher = new Dispatcher({ tools: [tool], ledger: new MemoryLedger(), logger: recordingLogger().logger });
