@@ -273,6 +273,31 @@ describe("MCP-9: a key reused for other arguments is refused", () => {
     }
   });
 
+  it("IDENT-7 arguments holding a number beyond 2^53 - 1 are refused, so two account ids rounded to one double are not one request", async () => {
+    const server = new McpServer({ name: "bank", version: "1.0.0" });
+    const guard = new McpToolGuard({ ledger: new MemoryLedger(), dispatcher: { logger: { warn: () => {} } } });
+    const ran: unknown[] = [];
+    guard.registerTool(server, "transfer", { inputSchema: { account: z.number(), amount: z.number().int() }, effect: "keyed_write" }, async (args) => {
+      ran.push(args);
+      return { content: [{ type: "text", text: `sent to ${args.account}` }] };
+    });
+    const client = new Client({ name: "agent", version: "1.0.0" });
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await Promise.all([server.connect(serverSide), client.connect(clientSide)]);
+    try {
+      // Two accounts the agent's JSON parser has already rounded to one double.
+      for (const text of ['{"account":1234567890123456789,"amount":5}', '{"account":1234567890123456788,"amount":5}']) {
+        const result = await client.callTool({ name: "transfer", arguments: JSON.parse(text), _meta: { [IDEMPOTENCY_KEY_META]: key } });
+        expect((result as CallToolResult).isError).toBe(true);
+        expect(errorMeta(result)).toMatchObject({ code: "tool_input_invalid", effect: "no" });
+      }
+      expect(ran).toEqual([]);
+    } finally {
+      await client.close();
+      await server.close();
+    }
+  });
+
   it("a key in flight for other arguments is refused at once (no wait), and the first call completes", async () => {
     let open!: () => void;
     const gate = new Promise<void>((resolve) => (open = resolve));
