@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { Dispatcher, MemoryLedger, defineTool, isDispatchOnceError } from "../src/index.js";
+import { Dispatcher, MemoryLedger, defineTool, deriveKey, isDispatchOnceError } from "../src/index.js";
 import { recordingLogger } from "./helpers.js";
 
 /**
@@ -221,5 +221,71 @@ describe("TURN-4 a replay that re-orders or repeats calls keeps each call's key"
     // A second identical call in one attempt is another effect (DISPATCH-6): it runs.
     expect(a3).toMatchObject({ ordinal: 1, replayed: false });
     expect(runs).toHaveLength(3);
+  });
+});
+
+describe("KEY-5 Theorem 2: any other JSON text of the same value gives the same key", () => {
+  /**
+   * Another JSON text for `value`, as a replay's model might write it: members in another order,
+   * whitespace, numbers in another notation (`1e3`, `1000.0`, 17 significant digits), and
+   * characters written as `\u` escapes (a character outside the BMP as its escaped pair).
+   */
+  function respell(value: unknown, rng: () => number): string {
+    const space = () => [" ", "", "\n", "\t", "  "][Math.floor(rng() * 5)]!;
+    const str = (s: string) => {
+      let out = '"';
+      for (const ch of s) {
+        const code = ch.codePointAt(0)!;
+        if (rng() < 0.3 || code < 0x20 || ch === '"' || ch === "\\") {
+          for (let i = 0; i < ch.length; i++) {
+            const hex = ch.charCodeAt(i).toString(16).padStart(4, "0");
+            out += `\\u${rng() < 0.5 ? hex : hex.toUpperCase()}`;
+          }
+        } else out += ch;
+      }
+      return `${out}"`;
+    };
+    const num = (n: number) => {
+      switch (Math.floor(rng() * 4)) {
+        case 0:
+          return n.toExponential();
+        case 1:
+          return n.toPrecision(17);
+        case 2:
+          return Number.isInteger(n) && Math.abs(n) < 1e21 ? `${n}.0` : String(n);
+        default:
+          return String(n);
+      }
+    };
+    if (value === null || typeof value === "boolean") return String(value);
+    if (typeof value === "number") return num(value);
+    if (typeof value === "string") return str(value);
+    if (Array.isArray(value)) return `[${space()}${value.map((v) => respell(v, rng)).join(`${space()},${space()}`)}${space()}]`;
+    const entries = Object.entries(value as Record<string, unknown>);
+    for (let i = entries.length - 1; i > 0; i--) {
+      const j = Math.floor(rng() * (i + 1));
+      [entries[i], entries[j]] = [entries[j]!, entries[i]!];
+    }
+    return `{${space()}${entries.map(([k, v]) => `${str(k)}${space()}:${space()}${respell(v, rng)}`).join(",")}${space()}}`;
+  }
+
+  it("KEY-5 member order, whitespace, number notation and escapes never reach the key (fast-check prints seed and path)", () => {
+    const base = { conversationId: "conv_spelling", turnIndex: 2, name: "pay", ordinal: 0 };
+    fc.assert(
+      fc.property(fc.jsonValue({ noUnicodeString: false }), fc.integer({ min: 1, max: 2 ** 31 }), (value, seed) => {
+        const args = JSON.parse(JSON.stringify(value)) as unknown; // -0 as JSON carries it: 0
+        let state = seed;
+        const rng = () => {
+          // mulberry32: a seeded generator, so a failure is reproduced by fast-check's seed alone.
+          state = (state + 0x6d2b79f5) | 0;
+          let t = Math.imul(state ^ (state >>> 15), 1 | state);
+          t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+          return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+        };
+        const text = respell(args, rng);
+        expect(deriveKey({ ...base, args: JSON.parse(text) }), text).toBe(deriveKey({ ...base, args }));
+      }),
+      { numRuns: 300 },
+    );
   });
 });
