@@ -1,5 +1,5 @@
 import fc from "fast-check";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { Dispatcher, MemoryLedger, defineTool, deriveKey, isDispatchOnceError } from "../src/index.js";
 import { recordingLogger } from "./helpers.js";
@@ -202,6 +202,25 @@ describe("DISPATCH-3 the key is taken over the schema's output: a spelling the s
     const strict = payTool(z.strictObject({ payee: z.string(), memo: z.string() }));
     await expect(strict.dispatch(extra)).rejects.toMatchObject({ code: "tool_input_invalid" });
     expect(await rowCount(strict.ledger)).toBe(0);
+  });
+});
+
+describe("IDENT-5 catches only what differs between two validations a moment apart (the documented limit)", () => {
+  afterEach(() => void vi.useRealTimers());
+
+  it("IDENT-5 a default read from the date passes both validations and changes the key when the date does", () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const { key } = payTool(z.object({ payee: z.string(), on: z.string().default(() => new Date().toISOString().slice(0, 10)) }));
+    vi.setSystemTime(new Date("2026-12-03T23:59:59.000Z"));
+    const before = key('{"payee":"acme"}');
+    vi.setSystemTime(new Date("2026-12-04T00:00:01.000Z"));
+    // The replay two seconds later, after midnight: another key, so the payment would run again.
+    // Only the tool can prevent it (spec section 5.3): no clock in key arguments.
+    expect(key('{"payee":"acme"}')).not.toBe(before);
+    // A default that differs a moment apart is what IDENT-5 refuses.
+    let n = 0;
+    const { key: impure } = payTool(z.object({ payee: z.string(), ref: z.string().default(() => `r${n++}`) }));
+    expect(() => impure('{"payee":"acme"}')).toThrow(expect.objectContaining({ code: "invalid_tool_definition" }));
   });
 });
 
