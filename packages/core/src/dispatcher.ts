@@ -320,6 +320,8 @@ export class Dispatcher implements CallDispatcher {
   private readonly onEvent: ((event: DispatchEvent) => void) | undefined;
   /** Renews the leases of every call this dispatcher is running, on one timer (LEDGER-9). */
   private readonly renewals: RenewalWheel<HeldLease>;
+  /** Tools already warned about key arguments not in NFC (IDENT-8): once each, not per call. */
+  private nfcWarned: Set<string> | undefined;
 
   constructor(options: DispatcherOptions) {
     if (typeof options !== "object" || options === null) {
@@ -584,6 +586,7 @@ export class Dispatcher implements CallDispatcher {
       const texts = flatArgumentTexts(args, tool.identity);
       if (texts !== undefined) {
         checkExactNumbers(tool, args, tool.onRequestDiffers === "refuse" ? texts.canonical : texts.identity);
+        this.warnIfNotNfc(tool.name, texts.identity);
         this.checkIdentityStable(tool, call.input, args, texts.identity);
         return { tool, args, identityText: texts.identity, requestText: texts.ordered, requestCanonical: texts.canonical };
       }
@@ -596,8 +599,25 @@ export class Dispatcher implements CallDispatcher {
     const requestCanonical = tool.identity === undefined ? identityText : canonicalize(args);
     const requestText = JSON.stringify(args);
     checkExactNumbers(tool, args, tool.onRequestDiffers === "refuse" ? requestCanonical : identityText);
+    this.warnIfNotNfc(tool.name, identityText);
     this.checkIdentityStable(tool, call.input, args, identityText);
     return { tool, args, identityText, requestText, requestCanonical };
+  }
+
+  /**
+   * IDENT-8: the key does not normalise Unicode, so text in another form than NFC (the form a
+   * model usually writes) may come back composed on a replay, under another key. Worth one
+   * warning per tool: the cure is the schema's `.normalize("NFC")`. ASCII text skips the check.
+   */
+  private warnIfNotNfc(toolName: string, identityText: string): void {
+    if (this.nfcWarned?.has(toolName) === true || !NON_ASCII.test(identityText)) return;
+    if (identityText.normalize("NFC") === identityText) return;
+    (this.nfcWarned ??= new Set()).add(toolName);
+    this.logger.warn(
+      "a write's key arguments hold text not in Unicode NFC; a replay that spells it composed gets another key " +
+        '(normalise the field in the schema: z.string().normalize("NFC"))',
+      { tool: toolName },
+    );
   }
 
   /**
@@ -1575,6 +1595,9 @@ function checkExactNumbers(tool: ToolDefinition, args: unknown, text: string): v
     }
   }
 }
+
+/** Any character outside ASCII: only such text can be other than NFC. */
+const NON_ASCII = /[\u0080-\uffff]/;
 
 /** A digit run of 16 or more, or a positive exponent (JCS writes 1e21 and above that way). */
 const MAYBE_INEXACT = /\d{16}|e\+/;

@@ -155,6 +155,27 @@ describe("DISPATCH-3 the key is taken over the schema's output: a spelling the s
     expect((await normalised.ledger.lookup(first.key))?.request).toBe('{"payee":"Caf\u00e9","amount":5}');
   });
 
+  it("IDENT-8 key arguments with text not in NFC are warned about once per tool, since an NFC spelling is another key", async () => {
+    const make = (input: z.ZodObject) => {
+      const { logger, warnings } = recordingLogger();
+      const tool = defineTool({ name: "pay", effect: "keyed_write", input, run: () => ({ ok: true }) });
+      const dispatcher = new Dispatcher({ tools: [tool], ledger: new MemoryLedger(), logger });
+      const dispatch = (json: string) => dispatcher.turn(turn0).dispatch({ name: "pay", input: JSON.parse(json) });
+      return { dispatch, nfcWarnings: () => warnings.filter((w) => w.message.includes("NFC")) };
+    };
+    const plain = make(z.object({ payee: z.string(), amount: z.number() }));
+    await plain.dispatch('{"payee":"Caf\u00e9","amount":1}');
+    await plain.dispatch('{"payee":"\u00c5ngstr\u00f6m","amount":2}');
+    expect(plain.nfcWarnings()).toEqual([]);
+    await plain.dispatch('{"payee":"Cafe\u0301","amount":3}');
+    await plain.dispatch('{"payee":"Cafe\u0301","amount":4}');
+    expect(plain.nfcWarnings()).toHaveLength(1);
+    expect(plain.nfcWarnings()[0]!.fields).toMatchObject({ tool: "pay" });
+    const normalised = make(z.object({ payee: z.string().normalize("NFC"), amount: z.number() }));
+    await normalised.dispatch('{"payee":"Cafe\u0301","amount":3}');
+    expect(normalised.nfcWarnings()).toEqual([]);
+  });
+
   it("DISPATCH-3 an omitted field is its given default only when the schema declares the default", () => {
     const omitted = '{"payee":"acme","amount":5}';
     const given = '{"payee":"acme","amount":5,"currency":"EUR"}';
