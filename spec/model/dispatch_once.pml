@@ -62,6 +62,9 @@
  *                      (LEDGER-26's residual)
  *   -DGUARD=1          a ledger without retire (LEDGER-27 alone): a released row refuses only the claim
  *                      id it was released under
+ *   -DRECORD_AFTER_COMMIT  main before recordsWithCommit: a committed turn's record (RECORD-8) is added
+ *                      in a second write after the commit; a worker that dies between the two loses it
+ *                      (TURN-5; the default keeps it in the commit's own write)
  *   (GUARD 2, the default and main with a ledger that offers retire: LEDGER-28, see the configuration below)
  */
 
@@ -108,6 +111,9 @@
 #endif
 #ifndef LATECLAIMS
 #define LATECLAIMS 0     /* claims the store holds and applies at any later moment (a paused store, a frozen connection) */
+#endif
+#ifndef DIVERGES
+#define DIVERGES 0       /* re-runs of a turn (a retry, a resumed turn) whose response answers without the call (RECORD-8) */
 #endif
 /* Claim ids (LEDGER-26, DISPATCH-16) are minted only when a claim reply can be lost: without
  * that fault they change nothing, and the other checks keep their state space. */
@@ -244,6 +250,14 @@ bit P_NOFALSE = CHECK_NOFALSE;
                   (((c) == C_OK || (c) == C_NS) -> SAY_HAPPENED : \
                   (((c) == C_FAILED || (c) == C_REL_NP) -> SAY_NOT : SAY_MAY)))
 
+/* What the listing of a row (LIST-3) says of its effect in a committed turn's record (RECORD-8):
+ * happened for completed, not_happened for failed (the spec and the code do not tell a
+ * result_not_storable failure apart: no check turns both NOTSTORABLE and DIVERGES on), may for
+ * the rest; no row, nothing listed. */
+#define SAY_ROW(k) (rst[k] == R_NONE -> SAY_NONE : \
+                   (rst[k] == R_COMPLETED -> SAY_HAPPENED : \
+                   ((rst[k] == R_FAILED || rst[k] == R_FAILED_NS) -> SAY_NOT : SAY_MAY)))
+
 /* ------------------------------------------------------------------ state */
 
 /* conversation store (§4, MemoryConversationStore) */
@@ -314,6 +328,9 @@ byte b_part = PARTITIONS;
 byte b_lose = VOLATILE;
 byte b_lostc = LOSTCLAIMS;
 byte b_late = LATECLAIMS;
+#if DIVERGES > 0
+byte b_div = DIVERGES;   /* only where it is on: the other checks' state vector keeps its size */
+#endif
 
 /* ghosts: what happened in the world, for the properties only */
 byte eff[M];             /* downstream effects per intent */
@@ -438,6 +455,9 @@ proctype Worker(byte w) provided (!crashed[w]) {
   bool mine;     /* one of this turn's attempts, here, made an effect (ghost) */
   bool resumed;  /* the turn's message was bound under an earlier turn-lease grant */
   bool definite; /* an attempt of this turn found or made the row failed (definite) */
+#ifdef RECORD_AFTER_COMMIT
+  byte crec;     /* the committed turn's record, still to be written after the commit */
+#endif
 
 end_idle:
   do

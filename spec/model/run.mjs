@@ -25,6 +25,7 @@ const MODEL = "dispatch_once.pml";
 const NONE = {
   CRASHES: 0, PAUSES: 0, STREAMCUTS: 0, REWORDS: 0, LOSTS: 0, REFUSALS: 0,
   DECLINES: 0, NOTSTORABLE: 0, REDELIVERIES: 0, PARTITIONS: 0, RETENTION: 0, VOLATILE: 0, LOSTCLAIMS: 0, LATECLAIMS: 0,
+  DIVERGES: 0,
 };
 const ONLY = (property) => ({
   CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_TRUTH: 0, CHECK_RECORD: 0, CHECK_FENCE: 0, CHECK_OWNER: 0, CHECK_SAME: 0, CHECK_END: 0, CHECK_NOFALSE: 0,
@@ -38,6 +39,8 @@ const RETAIN = { PARTITIONS: 1, RETENTION: 1, PAUSES: 1, STREAMCUTS: 1 };
 const VOLATILE = { ALL_KEYED: true, VOLATILE: 1, REWORDS: 1, PAUSES: 1, REFUSALS: 1 };
 // A claim whose reply is lost (applied or not) and a claim the store applies late (LEDGER-26, DISPATCH-16).
 const LOSTCLAIM = { LOSTCLAIMS: 1, LATECLAIMS: 1 };
+// A re-run of a turn that answers without the call an earlier run made (RECORD-8), and a crash.
+const DIVERGE = { DIVERGES: 1, CRASHES: 1, STREAMCUTS: 1, LOSTS: 1, REFUSALS: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
 const CHECKS = [
@@ -113,6 +116,14 @@ const CHECKS = [
     about: "a lost claim reply and a late claim, with a worker crash (a claimant that dies mid-claim leaves "
       + "the row to its lease)",
     defines: { ...NONE, ...LOSTCLAIM, CRASHES: 1 },
+  },
+  {
+    name: "diverge",
+    kind: "verify",
+    about: "a re-run of a turn (a retry, or a turn resumed after its holder crashed) answers without the call an "
+      + "earlier run made, so the committed turn's record (RECORD-8), kept in the commit's own write "
+      + "(recordsWithCommit, TURN-5), must list it; with a crash, a cut stream, a lost response and a refused request",
+    defines: { ...NONE, ...DIVERGE },
   },
   {
     name: "liveness",
@@ -215,6 +226,16 @@ const CHECKS = [
     about: "the code on main: a runner that resumed a message bound by an earlier holder records only what its "
       + "own attempts learned; the earlier holder can still be running",
     defines: { ...NONE, PAUSES: 1, REFUSALS: 1, MAXATT: 1, RESUME_SAYS_NOT: true, ...ONLY("RECORD") },
+  },
+  {
+    name: "record-after-commit",
+    kind: "expect",
+    explain: "TBD",
+    property: "P_RECORD",
+    rules: "TURN-5 (recordsWithCommit), RECORD-8, TURN-7",
+    about: "main before recordsWithCommit: a committed turn's record (RECORD-8) is added in a second write after "
+      + "the commit, and a worker that dies between the two leaves an earlier attempt's effect told nowhere",
+    defines: { ...NONE, DIVERGES: 1, CRASHES: 1, STREAMCUTS: 1, RECORD_AFTER_COMMIT: true, ...ONLY("RECORD") },
   },
   {
     name: "volatile-fence",

@@ -309,8 +309,9 @@ inline END_ATTEMPT() {
   if :: SAY_OF(res) > say -> say = SAY_OF(res) :: else fi;
   if :: res == C_FAILED -> definite = true :: else fi;
   if
-  :: stopped && (res == C_OK || res == C_FAILED) ->
-     /* RECORD-3: message_stop seen and the call resolved with something established */
+  :: stopped && (res == C_OK || res == C_FAILED || res == C_NONE) ->
+     /* RECORD-3: message_stop seen and the call resolved with something established, or (a
+        re-run's answer without the call, DIVERGES) no call to resolve */
 #ifdef OLD_TURN
      /* turn-1 design: compare-and-append on the committed count only */
      if
@@ -323,7 +324,22 @@ inline END_ATTEMPT() {
         nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = MS_ANSWERED;
         if
         :: res == C_OK -> printf("@@ W%d   attempt %d: message_stop; commits turn %d answering message %d with the result\n", w, att, t, cur)
-        :: else -> printf("@@ W%d   attempt %d: message_stop; commits turn %d answering message %d with an error result (tool_failed)\n", w, att, t, cur)
+        :: res == C_FAILED -> printf("@@ W%d   attempt %d: message_stop; commits turn %d answering message %d with an error result (tool_failed)\n", w, att, t, cur)
+        :: res == C_NONE ->
+           /* RECORD-8: the committed turn does not answer key k. Its record lists what this runner's
+              earlier attempts established of it (source 1: say) and, in a resumed turn, the key's
+              row, listed right before the commit (source 2, LIST-3), the stronger statement once */
+           if :: resumed && SAY_ROW(k) > say -> say = SAY_ROW(k) :: else fi;
+           printf("@@ W%d   attempt %d: message_stop; commits turn %d answering message %d without the call of key %d\n", w, att, t, cur, k);
+           /* the committed turn's record covers every effect this turn's own attempts made */
+           assert(!P_RECORD || !mine || say >= SAY_MAY);           /* P_RECORD (RECORD-8) */
+#ifdef RECORD_AFTER_COMMIT
+           crec = say     /* main before the fix: written by the worker's next step */
+#else
+           /* TURN-5: recordsWithCommit: the record is part of the commit's own write */
+           if :: say > recd[k] -> recd[k] = say :: else fi;
+           if :: say > SAY_NONE -> SAY_WORD() :: else fi
+#endif
         fi;
         assert(!P_TRUTH || res != C_FAILED || effk[k] == 0)   /* P_TRUTH: RECORD-3 */
      :: else ->
@@ -394,6 +410,14 @@ inline RUNTURN() {
           b_cut--; att++; stopped = false; res = C_NONE;
           printf("@@ W%d   attempt %d: stream dies before the call is complete; nothing dispatched (STREAM-2, STREAM-3)\n", w, att);
           END_ATTEMPT() }
+#if DIVERGES > 0
+     :: atomic { b_div > 0 && (att > 0 || resumed) ->
+          /* RECORD-8: a re-run of the turn (a retry, or a resumed turn) need not answer as an
+             earlier run did: the model replies without the call (plain text); message_stop */
+          b_div--; att++; stopped = true; res = C_NONE;
+          printf("@@ W%d   attempt %d at turn %d: the model answers without the call this time; message_stop\n", w, att, t);
+          END_ATTEMPT() }
+#endif
      :: atomic {
           att++;
           /* the model produces the same logical call; a replay may re-word it (IDENT-3) */
@@ -425,7 +449,19 @@ inline RUNTURN() {
      fi
   od;
 rdone:
+#ifdef RECORD_AFTER_COMMIT
+  /* main before the fix: the committed turn's record is added right after the commit, in a write
+     of its own; a worker that dies before it leaves the turn committed without it for good */
+  atomic {
+    if
+    :: crec > recd[k] -> recd[k] = crec;
+       printf("@@ W%d   adds the committed turn's record after the commit (RECORD-8)\n", w); say = crec; SAY_WORD(); say = SAY_NONE
+    :: else
+    fi;
+    crec = 0 }
+#else
   skip
+#endif
 }
 
 /* ---------------------------------------------------------------- send() */
