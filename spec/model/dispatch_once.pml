@@ -62,6 +62,9 @@
  *                      (LEDGER-26's residual)
  *   -DGUARD=1          a ledger without retire (LEDGER-27 alone): a released row refuses only the claim
  *                      id it was released under
+ *   -DRESUME_OMITS     main: a resumed turn that commits without the call keeps no record when the
+ *                      ledger listed no row for it; a paused earlier holder that claims after the listing
+ *                      and dies before recording leaves its effect told nowhere (RECORD-7, RECORD-8)
  *   -DRECORD_AFTER_COMMIT  main before recordsWithCommit: a committed turn's record (RECORD-8) is added
  *                      in a second write after the commit; a worker that dies between the two loses it
  *                      (TURN-5; the default keeps it in the commit's own write)

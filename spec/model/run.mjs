@@ -126,6 +126,14 @@ const CHECKS = [
     defines: { ...NONE, ...DIVERGE },
   },
   {
+    name: "diverge-pause",
+    kind: "verify",
+    about: "a re-run that answers without the call, with a pause past the turn lease and a crash: the resumed "
+      + "turn's record lists the key's row before its commit, and a paused holder may still claim and pay after "
+      + "the listing, or die before its own record; with a cut stream",
+    defines: { ...NONE, DIVERGES: 1, PAUSES: 1, CRASHES: 1, STREAMCUTS: 1 },
+  },
+  {
     name: "liveness",
     kind: "ltl",
     ltl: "terminates",
@@ -238,6 +246,16 @@ const CHECKS = [
     defines: { ...NONE, DIVERGES: 1, CRASHES: 1, STREAMCUTS: 1, RECORD_AFTER_COMMIT: true, ...ONLY("RECORD") },
   },
   {
+    name: "resume-omits-record",
+    kind: "expect",
+    explain: "TBD",
+    property: "P_RECORD",
+    rules: "RECORD-7, RECORD-8 (proposed: a resumed turn's committed-turn record is never omitted, and says an earlier holder's effects may have happened)",
+    about: "the code on main: a resumed turn that commits without the call keeps no record when the ledger "
+      + "listed nothing for it, so a paused earlier holder that claims after the listing and dies leaves its effect told nowhere",
+    defines: { ...NONE, DIVERGES: 1, PAUSES: 1, CRASHES: 1, MAXATT: 1, RESUME_OMITS: true, ...ONLY("RECORD") },
+  },
+  {
     name: "volatile-fence",
     kind: "expect",
     explain: "W1 claims and pays, then freezes past its turn lease; W0 resumes the message. The volatile ledger loses the row, so W0's claim creates it again with fence 1, the fence W1 still holds. When W1 wakes it completes the row with fence 1 and the ledger accepts it, on W0's claim. The effect stays single (W0's own request, when it comes, gets the downstream's stored answer; the volatile check proves it for every run), but fencing no longer says who owns the row: LEDGER-19's note, and one more reason unkeyed writes stay off volatile ledgers (LEDGER-14).",
@@ -274,7 +292,7 @@ const MEANING = {
   P_ONCE: "at most one downstream effect per user intent (message)",
   P_UKW: "an unkeyed_write request reaches its downstream at most once per key",
   P_TRUTH: "a committed or recorded failure implies that the effect did not happen",
-  P_RECORD: "the failed-turn record covers every effect, and calls none that happened not_happened",
+  P_RECORD: "a failed or committed turn's record covers every effect its attempts made and calls none that happened not_happened; every effect is committed or recorded",
   P_FENCE: "fences strictly increase per key within retention",
   P_OWNER: "every write the ledger accepts comes from the key's latest claim",
   P_SAME: "a re-run under a key the ledger remembers sends the request the downstream holds, so the downstream collapses it",
@@ -303,7 +321,8 @@ const selected = only ? CHECKS.filter((c) => only.includes(c.name)) : CHECKS.fil
 const COST = {
   "deep-volatile": 19, "deep-partition": 18, "deep-outcomes": 17, "deep-lost-claim": 16,
   "lease-b": 9, "lease-a": 8, volatile: 7.5, replay: 7, retention: 6, "lost-claim-pause": 5, liveness: 4, acyclic: 3,
-  "lost-claim-tombstone": 2.7, "lost-claim": 2.5, "volatile-replay": 2, "lost-claim-crash": 1.9,
+  "lost-claim-tombstone": 2.7, "lost-claim": 2.5, "diverge-pause": 2.2, "volatile-replay": 2, "lost-claim-crash": 1.9,
+  diverge: 1.8,
 };
 const queue = selected.map((c, i) => i).sort((a, b) => (COST[selected[b].name] ?? 0) - (COST[selected[a].name] ?? 0));
 if (only && selected.length !== only.length) {

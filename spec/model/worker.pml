@@ -330,9 +330,23 @@ inline END_ATTEMPT() {
               earlier attempts established of it (source 1: say) and, in a resumed turn, the key's
               row, listed right before the commit (source 2, LIST-3), the stronger statement once */
            if :: resumed && SAY_ROW(k) > say -> say = SAY_ROW(k) :: else fi;
+#ifndef RESUME_OMITS
+           /* RECORD-8 (proposed): a resumed turn's record is kept even when its listing found
+              nothing: an earlier holder paused past its lease can still claim after the listing
+              and die before it records anything; the record's "resumed": true says the earlier
+              holder's effects may have happened (RECORD-7). Only a failed row, listed or read
+              by an attempt, is terminal enough to say not_happened (RECORD-6). */
+           if
+           :: resumed && say < SAY_MAY && !definite && rst[k] != R_FAILED -> say = SAY_MAY;
+              printf("@@ W%d   the turn was resumed from an earlier holder: its record says so, its effects may have happened\n", w)
+           :: else
+           fi;
+#endif
            printf("@@ W%d   attempt %d: message_stop; commits turn %d answering message %d without the call of key %d\n", w, att, t, cur, k);
            /* the committed turn's record covers every effect this turn's own attempts made */
            assert(!P_RECORD || !mine || say >= SAY_MAY);           /* P_RECORD (RECORD-8) */
+           /* and calls no effect that already happened not_happened (RECORD-2) */
+           assert(!P_RECORD || say != SAY_NOT || effk[k] == 0);    /* P_RECORD */
 #ifdef RECORD_AFTER_COMMIT
            crec = say     /* main before the fix: written by the worker's next step */
 #else
