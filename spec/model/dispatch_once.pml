@@ -12,7 +12,9 @@
  *     conversation; each message is one user intent, answered by one response with one call:
  *       message 0 -> "pay"    (keyed_write: the downstream honours Idempotency-Key, EFFECT-3)
  *       message 1 -> "ticket" (unkeyed_write: the ledger is the only guard, EFFECT-4)
- *     (-DALL_KEYED makes both keyed, for the volatile ledger, LEDGER-14).
+ *     (-DALL_KEYED makes both keyed, for the volatile ledger, LEDGER-14). A re-run of a turn
+ *     (a retry, a resumed turn) may answer without the call (-DDIVERGES: plain text): the
+ *     committed turn then does not answer an effect an earlier run made (RECORD-8).
  *   - A key is (turn index, intent): k = t*M + i. The identity arguments of a call are a
  *     function of the turn's input (IDENT-5), so every attempt of one turn derives one key;
  *     the ordinal is always 0 (one call per response; DISPATCH-6 is not modelled).
@@ -34,8 +36,9 @@
  *   P_TRUTH   a committed or recorded failure implies no effect (a ledger row failed with a
  *             definite error, a committed error tool_result)
  *   P_RECORD  a failed turn's record covers every effect its own attempts made (RECORD-5) and
- *             calls none that already happened not_happened (RECORD-2); whenever the system is
- *             quiet, every effect is committed as done or listed by some record (TURN-13)
+ *             calls none that already happened not_happened (RECORD-2), and so does a committed
+ *             turn's record of a call the committed turn does not answer (RECORD-8); whenever the
+ *             system is quiet, every effect is committed as done or listed by some record (TURN-13)
  *   P_FENCE   fences strictly increase per key within retention (LEDGER-4)
  *   P_OWNER   every write the ledger accepts comes from the key's latest claim (LEDGER-5, -16)
  *   P_SAME    a request sent under a key that the ledger has not forgotten is the request the

@@ -238,17 +238,18 @@ const CHECKS = [
   {
     name: "record-after-commit",
     kind: "expect",
-    explain: "TBD",
+    explain: "W0 answers message 0, then binds message 1 (the ticket, unkeyed, key 3). Its first attempt issues the ticket and completes the row, but the stream dies after the call resolved; the retry's model answers without the call (plain text), so W0 commits turn 1 without the ticket's result, and the record that the ticket was issued (RECORD-8) is still to be written, in a second write. W0 dies between the two writes. The queue redelivers message 1; W1 finds it answered and returns what the store holds (TURN-7): nothing ever runs the turn again, so nothing ever writes the record, and the ticket is in no committed turn and no record. With recordsWithCommit (TURN-5) the record is part of the commit's own write.",
     property: "P_RECORD",
     rules: "TURN-5 (recordsWithCommit), RECORD-8, TURN-7",
-    about: "main before recordsWithCommit: a committed turn's record (RECORD-8) is added in a second write after "
-      + "the commit, and a worker that dies between the two leaves an earlier attempt's effect told nowhere",
+    about: "main before recordsWithCommit, and main over a store that does not declare it: a committed turn's record "
+      + "(RECORD-8) is added in a second write after the commit, and a worker that dies between the two leaves an "
+      + "earlier attempt's effect told nowhere",
     defines: { ...NONE, DIVERGES: 1, CRASHES: 1, STREAMCUTS: 1, RECORD_AFTER_COMMIT: true, ...ONLY("RECORD") },
   },
   {
     name: "resume-omits-record",
     kind: "expect",
-    explain: "TBD",
+    explain: "W1 binds message 0, its attempt's call (the payment) is complete, and W1 freezes before it claims the key, past its turn lease. W0 takes the lease and resumes message 0; its model answers without the call, it lists the turn's rows (none yet) and commits turn 0; with nothing to list, the code on main keeps no record. W1 wakes, claims the key (no row: fence 1) and pays, then dies before it can learn that its commit is refused and record its attempt (TURN-13). The redelivered message 0 is answered from the store. The payment is in no committed turn and no record: no listing taken before the commit (or after it) can see a claim made later. Proposed rule: a resumed turn's record is never omitted, and says that an earlier holder's attempts may have had effects it does not name (RECORD-8, RECORD-7).",
     property: "P_RECORD",
     rules: "RECORD-7, RECORD-8 (proposed: a resumed turn's committed-turn record is never omitted, and says an earlier holder's effects may have happened)",
     about: "the code on main: a resumed turn that commits without the call keeps no record when the ledger "
