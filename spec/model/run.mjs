@@ -171,6 +171,14 @@ const CHECKS = [
     defines: { ...NONE, ALL_KEYED: true, VOLATILE: 1, CRASHES: 1, LOSTS: 1, REWORDS: 1, REDELIVERIES: 1, CHECK_OWNER: 0 },
   },
   {
+    name: "deep-diverge",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) a re-run that answers without the call, with a pause, a crash, a cut stream and a refused request "
+      + "(what a resumed turn's committed record may say not_happened)",
+    defines: { ...NONE, DIVERGES: 1, PAUSES: 1, CRASHES: 1, STREAMCUTS: 1, REFUSALS: 1 },
+  },
+  {
     name: "deep-lost-claim",
     kind: "verify",
     deep: true,
@@ -320,7 +328,7 @@ const deep = args.includes("--deep");
 const selected = only ? CHECKS.filter((c) => only.includes(c.name)) : CHECKS.filter((c) => deep || !c.deep);
 // Largest searches first, so that the two lanes end together.
 const COST = {
-  "deep-volatile": 19, "deep-partition": 18, "deep-outcomes": 17, "deep-lost-claim": 16,
+  "deep-volatile": 19, "deep-partition": 18, "deep-outcomes": 17, "deep-lost-claim": 16, "deep-diverge": 10,
   "lease-b": 9, "lease-a": 8, volatile: 7.5, replay: 7, retention: 6, "lost-claim-pause": 5, liveness: 4, acyclic: 3,
   "lost-claim-tombstone": 2.7, "lost-claim": 2.5, "diverge-pause": 2.2, "volatile-replay": 2, "lost-claim-crash": 1.9,
   diverge: 1.8,
