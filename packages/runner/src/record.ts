@@ -125,8 +125,9 @@ export interface UnansweredCallRecord {
   /** What that attempt saw of the call (RECORD-2), when one did. */
   status?: CallStatus;
   /**
-   * `happened` for a completed row, `not_happened` only for a definite failure (a terminal
-   * `failed` row), `may_have_happened` for everything else (in flight, unknown, released: in a
+   * `happened` for a completed row and for a `failed` row whose code is `result_not_storable`
+   * (the effect happened; its result could not be kept), `not_happened` only for a definite
+   * failure (any other `failed` row), `may_have_happened` for everything else (in flight, unknown, released: in a
    * resumed turn a release says nothing about the earlier holder's run, RECORD-6).
    */
   effect: EffectStatus;
@@ -194,6 +195,10 @@ export function unansweredCall(row: LedgerRow): UnansweredCallRecord {
       };
     }
     case "failed":
+      // result_not_storable is a failure to KEEP the result of an effect that happened (RECON-7).
+      if (row.error.code === "result_not_storable") {
+        return { ...base, effect: "happened", summary: `performed by an earlier run of this turn, but its result could not be stored: ${row.error.message}`, error: row.error };
+      }
       return { ...base, effect: "not_happened", summary: `failed definitely in an earlier run of this turn: ${row.error.message}`, error: row.error };
     case "in_flight":
       return { ...base, effect: "may_have_happened", summary: "claimed by an earlier run of this turn that did not finish; it may have been performed" };

@@ -761,7 +761,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * every call this runner's earlier attempts dispatched and every row claimed at its index
    * (when the turn was resumed, listed before the commit) whose key the turn does not answer, one entry per key;
    * for a resumed turn whose rows cannot be listed, the statement that earlier effects may exist
-   * (RECORD-6). Undefined when there is nothing the committed turn leaves unanswered.
+   * (RECORD-6). Undefined when the turn was not resumed and there is nothing the committed turn
+   * leaves unanswered.
    */
   private async committedTurnRecord(
     snapshot: TurnSnapshot,
@@ -785,7 +786,10 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     }
     const rows = listing?.ok === true ? listing.rows.filter((row) => !answered.has(row.key)).map(unansweredCall) : [];
     const unanswered = mergeUnanswered(rows, ownUnanswered);
-    if (unanswered.length === 0) return undefined;
+    // A resumed turn keeps its record even when it lists nothing: an earlier holder paused before
+    // its claim may claim after the listing, pay and die before recording; only `resumed: true`
+    // here then tells of that effect (RECORD-8, RECORD-7; the model's resume-omits-record).
+    if (unanswered.length === 0 && !resumed) return undefined;
     return { ...base, listed: listing !== undefined, calls: unanswered, at: new Date().toISOString() };
   }
 

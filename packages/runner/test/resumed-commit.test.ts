@@ -139,7 +139,7 @@ describe("a resumed turn that commits without the dead holder's call (proposed R
     expect(result.records).toEqual(stored);
   });
 
-  it("RECORD-8 B's model makes the same call: it is answered from the ledger in the committed turn, and no record is written", async () => {
+  it("RECORD-8 B's model makes the same call: it is answered from the ledger in the committed turn, and the record lists nothing but says the turn was resumed", async () => {
     const shared = sharedWorld(new MemoryLedger());
     const paid = await workerAPaysAndDies(shared.store, shared.worker(textOnly).dispatcher);
     shared.expireLeases();
@@ -147,11 +147,36 @@ describe("a resumed turn that commits without the dead holder's call (proposed R
     const result = await b.runner.send(CONV, { id: "m1", content: "pay acme" });
     expect(shared.performed).toHaveLength(1);
     expect(result.turns[0]!.calls[0]).toMatchObject({ key: paid.key, replayed: true });
-    expect(resumedRecords(await shared.store.records(CONV))).toEqual([]);
-    expect(result.records).toBeUndefined();
+    const stored = resumedRecords(await shared.store.records(CONV));
+    expect(stored).toEqual([expect.objectContaining({ kind: "resumed_turn", resumed: true, listed: true, calls: [] })]);
+    expect(result.records).toEqual(stored);
   });
 
-  it("RECORD-8 what each row state says: completed happened, failed not_happened, in_flight/unknown/released may_have_happened", async () => {
+  it("RECORD-8 a holder paused before its claim pays after the resumed turn listed the rows: the resumed turn's record, kept though it lists nothing, says the turn was resumed (the model's resume-omits-record)", async () => {
+    const shared = sharedWorld(new MemoryLedger());
+    // A binds the message and begins the turn, then freezes before it claims anything.
+    await shared.store.appendUserMessage(CONV, { id: "m1", content: { role: "user", content: "pay acme" } });
+    const lease = await shared.store.acquireLease(CONV, "worker-a", 1_000);
+    if (!lease.acquired) throw new Error("worker A could not take the conversation");
+    const snapshot = await shared.store.beginTurn(CONV, lease.fence);
+    if (snapshot === undefined) throw new Error("no turn to begin");
+    shared.expireLeases();
+    // B resumes: its listing finds no row, its model answers with text, it commits.
+    const result = await shared.worker(textOnly).runner.send(CONV, { id: "m1", content: "pay acme" });
+    expect(result.turns.map((t) => [t.turnIndex, t.calls.length])).toEqual([[snapshot.turnIndex, 0]]);
+    const stored = resumedRecords(await shared.store.records(CONV));
+    expect(stored).toEqual([expect.objectContaining({ kind: "resumed_turn", turnIndex: snapshot.turnIndex, resumed: true, listed: true, calls: [] })]);
+    expect(result.records).toEqual(stored);
+    // A wakes and pays (and may die before it records anything): the kept record is what covers it (RECORD-7).
+    const a = shared.worker(textOnly);
+    await a.dispatcher
+      .turn({ conversationId: CONV, turnIndex: snapshot.turnIndex, resumed: snapshot.resumed })
+      .dispatch({ name: "pay", input: { to: "acme", memo: "from A" }, callId: "call_a" });
+    expect(shared.performed).toHaveLength(1);
+    expect(resumedRecords(await shared.store.records(CONV))).toEqual(stored);
+  });
+
+  it("RECORD-8 what each row state says: completed happened, failed not_happened (but failed result_not_storable happened), in_flight/unknown/released may_have_happened", async () => {
     const ledger = new MemoryLedger();
     const shared = sharedWorld(ledger);
     const paid = await workerAPaysAndDies(shared.store, shared.worker(textOnly).dispatcher);
@@ -162,6 +187,8 @@ describe("a resumed turn that commits without the dead holder's call (proposed R
     };
     await claim("k-in-flight");
     await ledger.fail("k-failed", await claim("k-failed"), { name: "CardDeclined", message: "declined" });
+    // A failure to KEEP the result of an effect that happened (RECON-7): the effect happened.
+    await ledger.fail("k-not-storable", await claim("k-not-storable"), { name: "ResultNotStorableError", code: "result_not_storable", message: "too large" });
     await ledger.markUnknown("k-unknown", await claim("k-unknown"), "tool_error");
     await ledger.release("k-released", await claim("k-released"));
     // A row of another turn index is not this turn's.
@@ -173,6 +200,7 @@ describe("a resumed turn that commits without the dead holder's call (proposed R
       [paid.key]: ["completed", "happened"],
       "k-in-flight": ["in_flight", "may_have_happened"],
       "k-failed": ["failed", "not_happened"],
+      "k-not-storable": ["failed", "happened"],
       "k-unknown": ["unknown", "may_have_happened"],
       "k-released": ["released", "may_have_happened"],
     });
