@@ -49,7 +49,7 @@ describe("report for MemoryConversationStore", () => {
     const reference = memoryConversationSubject();
     const { listFailedTurns: _declared, ...undeclaredCapabilities } = reference.capabilities;
     const undeclared = await runChecks(turn17({ ...reference, capabilities: undeclaredCapabilities }), { subject: "undeclared", levels: ["conversation"] });
-    expect(undeclared.checks.length).toBe(8);
+    expect(undeclared.checks.length).toBe(9);
     expect(new Set(undeclared.checks.map((c) => `${c.status}: ${c.reasonNotApplicable}`))).toEqual(new Set(["not_applicable: needs listFailedTurns (the store offers listFailedTurns)"]));
     const without = {
       ...reference,
@@ -60,8 +60,32 @@ describe("report for MemoryConversationStore", () => {
       },
     };
     const failed = await runChecks(turn17(without), { subject: "without", levels: ["conversation"] });
-    expect(failed.checks.map((c) => c.status)).toEqual(Array(8).fill("fail"));
+    expect(failed.checks.map((c) => c.status)).toEqual(Array(9).fill("fail"));
     for (const c of failed.checks) expect(c.error).toMatch(/declares listFailedTurns, but the store has no listFailedTurns method/);
+  });
+
+  it("TURN-17's check of rows from before failedAt is not applicable without legacyFailedRows (optional: a subject written before it still loads), and fails a subject that declares it without raw.forgetFailedAt", async () => {
+    const legacy = (subject: ReturnType<typeof memoryConversationSubject>) => conversationStoreChecks(subject, options).filter((c) => c.name.includes("failure time the store did not keep"));
+    const reference = memoryConversationSubject();
+    const { legacyFailedRows: _declared, ...older } = reference.capabilities;
+    const undeclared = await runChecks(legacy({ ...reference, capabilities: older }), { subject: "older", levels: ["conversation"] });
+    expect(undeclared.checks.map((c) => [c.rule, c.status, c.reasonNotApplicable])).toEqual([
+      ["TURN-17", "not_applicable", "needs legacyFailedRows (raw.forgetFailedAt writes a failed message as a store from before failedAt left it)"],
+    ]);
+    const declared = await runChecks(legacy(reference), { subject: "reference", levels: ["conversation"] });
+    expect(declared.checks.map((c) => c.status)).toEqual(["pass"]);
+    const without = {
+      ...reference,
+      async create() {
+        const fixture = await reference.create();
+        delete (fixture.raw as { forgetFailedAt?: unknown }).forgetFailedAt;
+        return fixture;
+      },
+    };
+    const failed = await runChecks(legacy(without), { subject: "without", levels: ["conversation"] });
+    expect(failed.checks.map((c) => c.status)).toEqual(["fail"]);
+    expect(failed.checks[0]!.error).toMatch(/declares legacyFailedRows, but its raw hooks have no forgetFailedAt/);
+    expect(() => conversationStoreChecks({ ...reference, capabilities: { ...older, legacyFailedRows: "yes" as never } })).toThrow(/capabilities.legacyFailedRows, when given, must be true or false/);
   });
 
   it("refuses a subject that does not declare its capabilities", () => {

@@ -45,6 +45,8 @@ async function allPages(list: (query?: FailedTurnsQuery) => Promise<FailedTurnsP
   return pages;
 }
 
+type FailedStore = (query?: FailedTurnsQuery) => Promise<FailedTurnsPage>;
+
 const idOf = (t: Pick<FailedTurn, "conversationId" | "messageId">): string => `${t.conversationId}/${t.messageId}`;
 
 /** The listing order of TURN-17: failedAt, then conversation id, then message id (code units). */
@@ -334,6 +336,78 @@ export const failedListOlderThan: ConversationCheckSpec = {
     }),
 };
 
+export const failedListUnknownTime: ConversationCheckSpec = {
+  rule: "TURN-17",
+  name: "a failed turn whose failure time the store did not keep (a row from before failedAt) is listed with failedAt 0: before every other, once across pages of 1 and 2 (a cursor at 0 is a cursor), older than any olderThanMs, by its conversation, reopenable as any other, also after a restart; a re-send reopens it and it leaves the list, and failed again it has its new time",
+  needs: ["listFailedTurns", "legacyFailedRows"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const list = listingOf(store);
+      const forget = fixture.raw.forgetFailedAt;
+      must(typeof forget === "function", "the subject declares legacyFailedRows, but its raw hooks have no forgetFailedAt");
+      const forgetFailedAt = (c: string, id: string) => forget.call(fixture.raw, c, id);
+      // A turn failed now, before the old rows are written: 0 must still sort before it.
+      const now = await conversation(store, "legacy-now");
+      const from = await storeNow(store, now.c, now.fence);
+      await failNext(store, now.c, now.fence, "z", recordFor(now.c, "z"));
+      const one = await conversation(store, "legacy-1");
+      for (const id of ["a1", "a2"]) {
+        await failNext(store, one.c, one.fence, id, recordFor(one.c, id));
+        await forgetFailedAt(one.c, id);
+      }
+      await failNext(store, one.c, one.fence, "a3", recordFor(one.c, "a3"));
+      const two = await conversation(store, "legacy-2");
+      await failNext(store, two.c, two.fence, "b", recordFor(two.c, "b"));
+      await forgetFailedAt(two.c, "b");
+      const to = await storeNow(store, now.c, now.fence);
+      const legacy = [`${one.c}/a1`, `${one.c}/a2`, `${two.c}/b`];
+      const current = [`${now.c}/z`, `${one.c}/a3`];
+
+      const judge = async (listing: FailedStore, what: string): Promise<FailedTurn[]> => {
+        const turns = (await page(listing, undefined, what)).turns;
+        mustEqual([...turns.map(idOf)].sort(), [...legacy, ...current].sort(), `${what}: the failed turns, old rows included`);
+        for (const t of turns) {
+          const stored = (await fixture.raw.messages(t.conversationId)).find((m) => m.id === t.messageId);
+          mustEqual([t.turnIndex, t.failure], [stored?.turnIndex, stored?.failure], `${what}: ${idOf(t)}'s turn index and record against storage`);
+          if (legacy.includes(idOf(t))) mustEqual(t.failedAt, 0, `${what}: ${idOf(t)}'s failedAt (its failure time was not kept)`);
+          else must(t.failedAt >= from && t.failedAt <= to, `${what}: ${idOf(t)}'s failedAt ${t.failedAt} must be on the store's clock, which read ${from} and ${to} around its failure`);
+        }
+        mustBeOrdered(turns, what);
+        mustEqual(turns.slice(0, legacy.length).map(idOf).sort(), [...legacy].sort(), `${what}: the turns failed at an unknown time (0) come first`);
+        if (turns.every((t) => t.reopenable !== undefined)) {
+          const reopenable = turns.filter((t) => t.reopenable).map(idOf).sort();
+          mustEqual(reopenable, [`${now.c}/z`, `${one.c}/a3`, `${two.c}/b`].sort(), `${what}: the reopenable turns (each its conversation's last bound)`);
+        }
+        for (const limit of [1, 2]) {
+          const paged = (await allPages(listing, { limit }, `${what} with limit ${limit}`)).flat();
+          mustEqual(paged.map(idOf), turns.map(idOf), `${what} in pages of ${limit}, against one page (a cursor after a turn failed at 0 must go on after it)`);
+        }
+        const older = (await page(listing, { olderThanMs: AN_HOUR_MS }, `${what} with olderThanMs an hour`)).turns.map(idOf);
+        mustEqual([...older].sort(), [...legacy].sort(), `${what} with olderThanMs an hour: exactly the turns failed at an unknown time (0 is older than any age)`);
+        const mine = (await page(listing, { conversationId: one.c }, `${what} of ${one.c}`)).turns.map(idOf);
+        mustEqual(mine, [`${one.c}/a1`, `${one.c}/a2`, `${one.c}/a3`], `${what} of ${one.c}: its failed turns in order`);
+        return turns;
+      };
+      await judge(list, "listFailedTurns()");
+      if (subject.capabilities.survivesRestart) await judge(listingOf(await fixture.reopen()), "listFailedTurns() on a fresh instance");
+
+      mustEqual((await store.appendUserMessage(two.c, { id: "b", content: userText("again") })).reopened, true, `the re-send of ${two.c}/b, failed at an unknown time and its conversation's last bound`);
+      const left = (await page(list, undefined, "listFailedTurns() after the re-send")).turns.map(idOf);
+      must(!left.includes(`${two.c}/b`), `listFailedTurns() after the re-send listed ${show(left)}: the reopened ${two.c}/b must leave the list`);
+      mustEqual((await mustBegin(store, two.c, two.fence, "begin the reopened b")).message.id, "b", "the reopened message in progress");
+      const again = await storeNow(store, two.c, two.fence);
+      await store.failMessage(two.c, two.fence, "b", recordFor(two.c, "b"));
+      const after = await storeNow(store, two.c, two.fence);
+      const refailed = (await page(list, { conversationId: two.c }, `listFailedTurns({ conversationId: ${two.c} }) after b failed again`)).turns;
+      mustEqual(refailed.map(idOf), [`${two.c}/b`], `listFailedTurns({ conversationId: ${two.c} }) after b failed again`);
+      must(
+        refailed[0]!.failedAt >= again && refailed[0]!.failedAt <= after,
+        `${two.c}/b failed again between ${again} and ${after} on the store's clock, but is listed with failedAt ${refailed[0]!.failedAt} (the unknown time of its first failure must not stick)`,
+      );
+    }),
+};
+
 /** Everything the raw hooks and the store's answers say about the conversations. */
 async function everything(fixture: ConversationStoreFixture, conversations: readonly string[]): Promise<unknown> {
   const out: Record<string, unknown> = {};
@@ -394,4 +468,5 @@ export const FAILED_TURNS_CHECKS: readonly ConversationCheckSpec[] = [
   failedListByConversation,
   failedListOlderThan,
   failedListReadOnly,
+  failedListUnknownTime,
 ];

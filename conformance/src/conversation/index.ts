@@ -11,6 +11,7 @@ const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
   unavailability: "needs unavailability (raw.disconnected)",
   listFailedTurns: "needs listFailedTurns (the store offers listFailedTurns)",
   recordsWithCommit: "needs recordsWithCommit (a commit keeps its record in the same write)",
+  legacyFailedRows: "needs legacyFailedRows (raw.forgetFailedAt writes a failed message as a store from before failedAt left it)",
 };
 
 /**
@@ -73,7 +74,7 @@ function validateSubject(subject: ConversationStoreSubject): void {
     }
   }
   // Optional flags: absent is false, anything else but a boolean is a mistake.
-  for (const flag of ["listFailedTurns", "recordsWithCommit"]) {
+  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows"]) {
     if (caps?.[flag] !== undefined && typeof caps[flag] !== "boolean") {
       throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag}, when given, must be true or false`);
     }
@@ -81,7 +82,7 @@ function validateSubject(subject: ConversationStoreSubject): void {
 }
 
 export * from "./checks.js";
-export { FAILED_TURNS_CHECKS, failedListedExactly, failedListedInOrder, failedListLimit, failedListCursor, failedListByConversation, failedListOlderThan, failedListReadOnly } from "./failed-turns.js";
+export { FAILED_TURNS_CHECKS, failedListedExactly, failedListedInOrder, failedListLimit, failedListCursor, failedListByConversation, failedListOlderThan, failedListReadOnly, failedListUnknownTime } from "./failed-turns.js";
 export {
   CONVERSATION_MODEL_CHECK_NAME,
   MODEL_CONTENT,

@@ -11,6 +11,8 @@ export interface MemoryConversationState {
   lease: { fence: number; owner: string; expiresAt: number } | undefined;
   fence: number;
   records: JsonValue[];
+  /** When each failed message failed; a message without an entry failed at an unknown time (TURN-17). */
+  failedAt: Map<string, number>;
 }
 
 /**
@@ -55,6 +57,10 @@ export function memoryRaw(store: MemoryConversationStore, now: () => number): Co
       const lease = memoryConversationState(store, conversationId)?.lease;
       if (lease !== undefined) lease.expiresAt = now() - 1;
     },
+    // A message failed before the store kept failure times has no entry.
+    async forgetFailedAt(conversationId, messageId) {
+      memoryConversationState(store, conversationId)?.failedAt.delete(messageId);
+    },
   };
 }
 
@@ -66,7 +72,7 @@ export function memoryRaw(store: MemoryConversationStore, now: () => number): Co
 export function memoryConversationSubject(name = "conversation-memory"): ConversationStoreSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true },
+    capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true },
     async create(): Promise<ConversationStoreFixture> {
       const now = monotonicClock();
       const store = new MemoryConversationStore({ now });

@@ -34,6 +34,12 @@ export interface ConversationSubjectCapabilities {
    * recordsWithCommit). Optional: absent is false, for subjects written before it.
    */
   recordsWithCommit?: boolean;
+  /**
+   * Optional: raw.forgetFailedAt is implemented, so the kit can make a failed message look as a
+   * store version from before `failedAt` existed left it (TURN-17: such a turn is listed with
+   * `failedAt` 0). Absent means false: that check is reported not applicable.
+   */
+  legacyFailedRows?: boolean;
 }
 
 export type ConversationSubjectCapability = keyof ConversationSubjectCapabilities;
@@ -86,6 +92,12 @@ export interface ConversationStoreFixture {
     corrupt?(conversationId: string, messageId: string): Promise<void>;
     /** A store instance whose storage is unreachable (only with capabilities.unavailability). */
     disconnected?(): Promise<ConversationStore>;
+    /**
+     * Make one failed message's stored row what a store version from before `failedAt` existed
+     * left, after whatever upgrade the store runs on such rows: no failure time kept (only with
+     * capabilities.legacyFailedRows). Nothing else of the row changes.
+     */
+    forgetFailedAt?(conversationId: string, messageId: string): Promise<void>;
   };
   /** Drop the namespace and close every store instance created from this fixture. */
   destroy(): Promise<void>;

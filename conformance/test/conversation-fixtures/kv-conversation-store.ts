@@ -119,6 +119,10 @@ export interface ConversationBugs {
   olderThanProcessClock?: boolean;
   /** listFailedTurns writes: it keeps a record of each listing beside the listed conversations. */
   listingRecordsItself?: boolean;
+  /** A failed message without a kept failure time (a row from before failedAt) is listed as failed now. */
+  unknownFailedAtIsNow?: boolean;
+  /** A cursor whose failedAt is 0 is taken for no cursor (a falsy test): the listing starts again. */
+  cursorAtZeroRestarts?: boolean;
 }
 
 interface State {
@@ -337,7 +341,8 @@ export class KvConversationStore implements ConversationStore {
     const checked = { ...query };
     if (offset > 0) delete checked.cursor;
     if (unchecked) delete checked.limit;
-    const { limit: checkedLimit, after } = checkFailedTurnsQuery(checked);
+    const { limit: checkedLimit, after: position } = checkFailedTurnsQuery(checked);
+    const after = bugs.cursorAtZeroRestarts && !position?.failedAt ? undefined : position;
     const limit = bugs.ignoresLimit ? 100 : unchecked ? query.limit! : checkedLimit;
     const clock = bugs.olderThanProcessClock ? Date.now() : this.backing.now();
     const cutoff = query.olderThanMs === undefined ? undefined : clock - query.olderThanMs;
@@ -348,7 +353,7 @@ export class KvConversationStore implements ConversationStore {
       for (const m of s.messages) {
         const listed = m.state === "failed" || (bugs.listsReopened && s.failedAt?.[m.id] !== undefined);
         if (!listed) continue;
-        const failedAt = s.failedAt?.[m.id] ?? 0;
+        const failedAt = s.failedAt?.[m.id] ?? (bugs.unknownFailedAtIsNow ? this.backing.now() : 0);
         if (cutoff !== undefined && failedAt > cutoff) continue;
         const turn: FailedTurn = { conversationId, messageId: m.id, failedAt, failure: structuredClone(m.failure ?? null), reopenable: bugs.listsEveryFailedReopenable || s.lastBound === m.id };
         if (m.turnIndex !== undefined) turn.turnIndex = m.turnIndex;
@@ -460,7 +465,7 @@ function held(conversationId: string, s: State, fence: number): { fence: number;
 export function kvConversationSubject(name: string, bugs: ConversationBugs = {}): ConversationStoreSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true },
     async create(): Promise<ConversationStoreFixture> {
       const backing = kvBacking();
       // forgetsOnRestart: every instance gets a private map, but the hooks read the first one.
@@ -495,6 +500,12 @@ export function kvConversationSubject(name: string, bugs: ConversationBugs = {})
             if (s?.lease == null) return;
             s.lease.expiresAt = backing.now() - 1;
             source.set(conversationSlot(bugs, conversationId), JSON.stringify(s));
+          },
+          async forgetFailedAt(conversationId, messageId) {
+            const s = dataOf(conversationId);
+            if (s?.failedAt === undefined) return;
+            delete s.failedAt[messageId];
+            backing.data.set(conversationSlot(bugs, conversationId), JSON.stringify(s));
           },
         },
         async destroy() {},

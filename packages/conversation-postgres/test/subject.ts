@@ -13,7 +13,7 @@ export function createPostgresConversationSubject(name = "conversation-postgres"
   const admin = adminPool(2);
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true },
     async create(): Promise<ConversationStoreFixture> {
       const schema = uniqueSchema("kit");
       const t = tablesFor(schema);
@@ -71,6 +71,11 @@ export function createPostgresConversationSubject(name = "conversation-postgres"
           async corrupt(conversationId, messageId) {
             const { rowCount } = await admin.query(`UPDATE ${q(t.messages)} SET content = '{"role":"user",' WHERE conversation_id = $1 AND message_id = $2`, [conversationId, messageId]);
             if (rowCount !== 1) throw new Error(`corrupt: no message ${messageId} in ${conversationId}`);
+          },
+          // What migrate() leaves in a row that failed before failed_at existed (schemaSql's upgrade): 0.
+          async forgetFailedAt(conversationId, messageId) {
+            const { rowCount } = await admin.query(`UPDATE ${q(t.messages)} SET failed_at = 0 WHERE conversation_id = $1 AND message_id = $2 AND state = 'failed'`, [conversationId, messageId]);
+            if (rowCount !== 1) throw new Error(`forgetFailedAt: no failed message ${messageId} in ${conversationId}`);
           },
           async disconnected() {
             // Nothing listens on the port: every call must fail closed, fast.

@@ -20,7 +20,7 @@ export function createSqliteConversationSubject(name = "conversation-sqlite"): C
   let counter = 0;
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true },
     async create(): Promise<ConversationStoreFixture> {
       // The kit checks semantics, not the disk: a memory-backed filesystem keeps
       // synchronous=FULL (the default) cheap. The restart and race tests use a real temp dir.
@@ -79,6 +79,11 @@ export function createSqliteConversationSubject(name = "conversation-sqlite"): C
           async corrupt(conversationId, messageId) {
             const { changes } = raw.prepare(`UPDATE "${T.messages}" SET content = '{"role":"user",' WHERE conversation_id = ? AND message_id = ?`).run(conversationId, messageId);
             if (changes !== 1) throw new Error(`corrupt: no message ${messageId} in ${conversationId}`);
+          },
+          // What migrate() leaves in a row that failed before failed_at existed (failedAtUpgradeSql): 0.
+          async forgetFailedAt(conversationId, messageId) {
+            const { changes } = raw.prepare(`UPDATE "${T.messages}" SET failed_at = 0 WHERE conversation_id = ? AND message_id = ? AND state = 'failed'`).run(conversationId, messageId);
+            if (changes !== 1) throw new Error(`forgetFailedAt: no failed message ${messageId} in ${conversationId}`);
           },
           async disconnected() {
             // A store whose connection is gone (closed under it): every call must fail closed.
