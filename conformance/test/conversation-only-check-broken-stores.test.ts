@@ -3,14 +3,21 @@ import { conversationStoreChecks, runChecks, type Report } from "../src/index.js
 import { kvConversationSubject, type ConversationBugs } from "./conversation-fixtures/kv-conversation-store.js";
 
 /**
- * Planted bugs that exactly one check can see, beside conversation-broken-stores.test.ts: each
- * store must be rejected by the check named and by no other (the model-based check included),
- * so that the check is shown to be the one holding its rule at this point, not a duplicate.
+ * Planted bugs that exactly one deterministic check can see, beside
+ * conversation-broken-stores.test.ts: each store must be rejected by the check named and by no
+ * other deterministic check, so that the check is shown to hold its rule at this point rather
+ * than repeat another. `model` names the rule the model-based check blames where a random
+ * sequence reaches the bug too; where it is absent, the model must pass.
  */
-const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; check: RegExp; message: RegExp }> = [
+const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; check: RegExp; message: RegExp; model?: string }> = [
   // TURN-17: a row from before failedAt is listed at 0.
   { bug: "unknownFailedAtIsNow", rule: "TURN-17", what: "a failure without a kept time is listed as failed now", check: /failure time the store did not keep/, message: /its failure time was not kept/ },
   { bug: "cursorAtZeroRestarts", rule: "TURN-17", what: "a cursor at failedAt 0 is taken for no cursor", check: /failure time the store did not keep/, message: /still a cursor after 50 pages|a cursor after a turn failed at 0/ },
+  // TURN-14: committed turns kept, indexes never issued again.
+  { bug: "prunesOldTurns", rule: "TURN-14", what: "only the last 64 committed turns are kept (the index still counts them all)", check: /committed turns are kept and no turn index is issued again/, message: /the number of turns stored/ },
+  // TURN-1: the index is the committed count, read from storage.
+  { bug: "reopenedAtBoundIndex", rule: "TURN-1", what: "a reopened message's turn begins at its first turn's index", check: /number of turns committed before it/, message: /begin the reopened m1/, model: "TURN-1" },
+  { bug: "instanceCountCache", rule: "TURN-1", what: "beginTurn takes the committed count this instance last saw", check: /number of turns committed before it/, message: /on the first instance after the other's commit/, model: "TURN-1" },
 ];
 
 const SEED = 20261203;
@@ -21,12 +28,19 @@ async function certify(bugs: ConversationBugs, name: string): Promise<Report> {
 }
 
 describe("broken conversation stores that only one check rejects", () => {
-  for (const { bug, rule, what, check, message } of BROKEN) {
+  for (const { bug, rule, what, check, message, model } of BROKEN) {
     it(`${bug} (${what}) fails ${rule}, in that check alone`, async () => {
       const report = await certify({ [bug]: true }, `kv-${bug}`);
       expect(report.conforms).toBe(false);
-      const failing = report.checks.filter((c) => c.status === "fail");
-      expect(failing.map((c) => `${c.rule} ${c.name}`), `the failing checks for ${bug}`).toHaveLength(1);
+      const property = report.checks.find((c) => c.name.startsWith("model-based"))!;
+      if (model === undefined) expect(property.status, `the model-based check for ${bug}: ${property.error}`).toBe("pass");
+      else {
+        expect(property.status, `the model-based check for ${bug}`).toBe("fail");
+        expect(property.counterexample!.violates, property.error).toBe(model);
+        expect(property.error).toContain(`--seed ${SEED} --path "${property.counterexample!.path}"`);
+      }
+      const failing = report.checks.filter((c) => c.status === "fail" && c !== property);
+      expect(failing.map((c) => `${c.rule} ${c.name}`), `the failing deterministic checks for ${bug}`).toHaveLength(1);
       expect(failing[0]!.rule).toBe(rule);
       expect(failing[0]!.name).toMatch(check);
       expect(failing[0]!.error).toMatch(message);

@@ -64,6 +64,70 @@ async function mustRefuseField(promise: Promise<unknown>, field: string, what: s
   mustEqual((error as { field?: unknown }).field, field, `the refused field of ${what}`);
 }
 
+// ---------------------------------------------------------------------------------- TURN-1
+
+/** A tool-use turn's payload at `index`, told apart from every other by its index. */
+function toolTurn(snapshot: TurnSnapshot, fence: number, index: number): Parameters<ConversationStore["commitTurn"]>[1] {
+  return commitFor(snapshot, fence, { assistant: toolUse(`toolu_${index}`, { index }), toolResults: toolResult(`toolu_${index}`, `ok ${index}`), stopReason: "tool_use", answers: false });
+}
+
+export const turnIndexIsCommittedCount: ConversationCheckSpec = {
+  rule: "TURN-1",
+  name: "every beginTurn gives the number of turns committed before it, read from storage when begun: not counting attempts (a second begin under one grant), refused commits, failures, re-sends or grants (takeovers), for a reopened message after its own tool turns, on another instance after this one's commit and the other way round, and after a restart",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const [one, two] = await racers(subject, fixture, 2);
+      const other = two ?? one!;
+      const c = freshConversation("turn-1");
+      let committed = 0;
+      const begin = async (store: ConversationStore, fence: number, messageId: string, what: string): Promise<TurnSnapshot> => {
+        const snapshot = await mustBegin(store, c, fence, what);
+        mustEqual([snapshot.message.id, snapshot.turnIndex], [messageId, committed], `${what}: [message, turnIndex] (the turn index is the number of turns committed before it, ${committed})`);
+        mustEqual((await fixture.raw.turns(c)).map((t) => t.turnIndex), [...Array(committed).keys()], `${what}: the turns stored`);
+        return snapshot;
+      };
+      const commit = async (store: ConversationStore, commitment: Parameters<ConversationStore["commitTurn"]>[1], what: string) => {
+        await mustCommit(store, c, commitment, what);
+        committed += 1;
+      };
+      await one!.appendUserMessage(c, { id: "m1", content: userText("pay alice, then bob") });
+      const a = await acquire(one!, c, "worker-a");
+      const first = await begin(one!, a, "m1", "begin m1");
+      await begin(one!, a, "m1", "begin m1 again under the same grant (another attempt of the turn)");
+      await mustNotCommit(one!, c, commitFor(first, a, { turnIndex: 1 }), "a commit ahead of the committed count");
+      await mustNotCommit(one!, c, commitFor(first, a + 1000, {}), "a commit under a fence never issued");
+      await begin(one!, a, "m1", "begin m1 after two refused commits");
+      await commit(one!, toolTurn(first, a, 0), "tool turn 0 of m1");
+      // Another instance (another process) reads the count from storage, and this one sees its commit.
+      const onOther = await begin(other, a, "m1", "begin turn 1 on another instance after this one's commit");
+      await commit(other, toolTurn(onOther, a, 1), "tool turn 1 of m1, on the other instance");
+      const failing = await begin(one!, a, "m1", "begin turn 2 on the first instance after the other's commit");
+      await one!.failMessage(c, a, "m1", { failed: "m1", turnIndex: failing.turnIndex });
+      mustEqual((await one!.appendUserMessage(c, { id: "m1", content: userText("again") })).reopened, true, "the re-send of the failed m1, the last bound");
+      // Reopened after its own tool turns: its turn is the committed count (2), though it was bound at 0.
+      const reopened = await begin(one!, a, "m1", "begin the reopened m1");
+      mustEqual(reopened.message.turnIndex, 0, "the reopened m1's binding (TURN-11: its first turn's index)");
+      await one!.failMessage(c, a, "m1", { failed: "m1", again: true });
+      await one!.appendUserMessage(c, { id: "m2", content: userText("pay carol") });
+      const second = await begin(one!, a, "m2", "begin m2 after m1 failed twice");
+      await commit(one!, commitFor(second, a), "m2's answer");
+      await one!.appendUserMessage(c, { id: "m3", content: userText("pay dave") });
+      await fixture.raw.expireLease(c);
+      const b = await acquire(other, c, "worker-b", "takeover by worker-b");
+      await begin(other, b, "m3", "begin m3 after a takeover");
+      await fixture.raw.expireLease(c);
+      const d = await acquire(one!, c, "worker-c", "takeover by worker-c");
+      const third = await begin(one!, d, "m3", "begin m3 after a second takeover (grants are not turns)");
+      await commit(one!, toolTurn(third, d, committed), "tool turn of m3");
+      if (subject.capabilities.survivesRestart) {
+        const restarted = await fixture.reopen();
+        await fixture.raw.expireLease(c);
+        const e = await acquire(restarted, c, "worker-d", "acquire on a fresh instance");
+        await begin(restarted, e, "m3", "begin m3 on a fresh instance");
+      }
+    }),
+};
+
 // ---------------------------------------------------------------------------------- TURN-2
 
 export const appendIsIdempotent: ConversationCheckSpec = {
@@ -1063,6 +1127,52 @@ export const fenceNeverBackwards: ConversationCheckSpec = {
     }),
 };
 
+const LONG_HISTORY = 300;
+
+export const turnsKeptIndexesNotReissued: ConversationCheckSpec = {
+  rule: "TURN-14",
+  name: `committed turns are kept and no turn index is issued again: after ${LONG_HISTORY} tool turns and an answer, and after the lease was released and granted again, every turn is stored and given back in order, the log holds them all and the next message begins at ${LONG_HISTORY + 1}`,
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation("kept");
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay everyone") });
+      const a = await acquire(store, c, "worker-a");
+      const expected: StoredTurn[] = [];
+      const log: JsonValue[] = [userText("pay everyone")];
+      for (let i = 0; i <= LONG_HISTORY; i++) {
+        const snapshot = await mustBegin(store, c, a, `begin turn ${i}`);
+        mustEqual(snapshot.turnIndex, i, `turn ${i}: the turn index (never one issued before)`);
+        const commit = i < LONG_HISTORY ? toolTurn(snapshot, a, i) : commitFor(snapshot, a);
+        await mustCommit(store, c, commit, `turn ${i} of m1`);
+        const turn: StoredTurn = { turnIndex: i, messageId: "m1", assistant: commit.assistant, stopReason: commit.stopReason };
+        if (commit.toolResults !== undefined) turn.toolResults = commit.toolResults;
+        expected.push(turn);
+        log.push(commit.assistant);
+        if (commit.toolResults !== undefined) log.push(commit.toolResults);
+      }
+      // Idle: nobody holds the conversation, then a new grant.
+      await store.releaseLease(c, a);
+      const b = await acquire(store, c, "worker-b", "acquire after the release");
+      await store.appendUserMessage(c, { id: "m2", content: userText("anything else?") });
+      const judge = async (view: ConversationStore, fence: number, what: string) => {
+        const next = await mustBegin(view, c, fence, `${what}: begin m2`);
+        mustEqual([next.message.id, next.turnIndex], ["m2", LONG_HISTORY + 1], `${what}: m2's turn index (after ${LONG_HISTORY + 1} committed turns)`);
+        const stored = await fixture.raw.turns(c);
+        mustEqual(stored.length, expected.length, `${what}: the number of turns stored`);
+        mustEqual(stored, expected, `${what}: the turns stored, in order`);
+        mustEqual(await view.turnsOf(c, "m1"), expected, `${what}: turnsOf(m1)`);
+        mustEqual(await view.log(c), log, `${what}: the log`);
+      };
+      await judge(store, b, "after the release and a new grant");
+      if (subject.capabilities.survivesRestart) {
+        const restarted = await fixture.reopen();
+        await fixture.raw.expireLease(c);
+        await judge(restarted, await acquire(restarted, c, "worker-c", "acquire on a fresh instance"), "on a fresh instance");
+      }
+    }),
+};
+
 export const corruptIsNotAbsent: ConversationCheckSpec = {
   rule: "TURN-14",
   name: "a damaged stored message raises store_corrupt on message, beginTurn and log; it is never treated as absent",
@@ -1199,6 +1309,7 @@ export const recordKeptWithCommit: ConversationCheckSpec = {
 
 /** Every deterministic conversation-store check, in rule order. */
 export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
+  turnIndexIsCommittedCount,
   appendIsIdempotent,
   resendOfAnsweredChangesNothing,
   badIdsRefused,
@@ -1235,6 +1346,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   durabilityDeclared,
   restartSeesEverything,
   fenceNeverBackwards,
+  turnsKeptIndexesNotReissued,
   corruptIsNotAbsent,
   unavailableFailsClosed,
   recordsBesideLog,

@@ -123,6 +123,13 @@ export interface ConversationBugs {
   unknownFailedAtIsNow?: boolean;
   /** A cursor whose failedAt is 0 is taken for no cursor (a falsy test): the listing starts again. */
   cursorAtZeroRestarts?: boolean;
+  // ---- TURN-14 and TURN-1 mutants ----
+  /** Only the last 64 committed turns are kept (a capped history); a counter still gives the next index. */
+  prunesOldTurns?: boolean;
+  /** A reopened message's turn is begun at the index it was first bound to, not at the committed count. */
+  reopenedAtBoundIndex?: boolean;
+  /** beginTurn takes the committed count from what this instance last saw, not from storage. */
+  instanceCountCache?: boolean;
 }
 
 interface State {
@@ -138,6 +145,8 @@ interface State {
   records: JsonValue[];
   /** When each failed message failed (the backing's clock), for listFailedTurns (TURN-17). */
   failedAt?: Record<string, number>;
+  /** Turns dropped from the front of `turns` (the prunesOldTurns bug). */
+  pruned?: number;
 }
 
 /** The shared "server": conversation texts, per-conversation lock chains, one clock. */
@@ -168,6 +177,7 @@ export class KvConversationStore implements ConversationStore {
   readonly capabilities: ConversationStoreCapabilities = { durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true };
   private instanceFence = new Map<string, number>();
   private instanceBegun = new Map<string, { turnIndex: number; fence: number } | null>();
+  private instanceCount = new Map<string, number>();
 
   constructor(
     private readonly backing: KvBacking,
@@ -270,7 +280,10 @@ export class KvConversationStore implements ConversationStore {
       }
       current ??= this.bugs.lifo || this.bugs.rebindsOnTakeover ? queued.at(-1) : queued[0];
       if (current === undefined) return undefined;
-      const turnIndex = s.turns.length;
+      const wasReopened = current.state === "queued" && current.turnIndex !== undefined;
+      const cached = this.bugs.instanceCountCache ? this.instanceCount.get(conversationId) : undefined;
+      const turnIndex = this.bugs.reopenedAtBoundIndex && wasReopened ? current.turnIndex! : cached ?? committedCount(s);
+      this.instanceCount.set(conversationId, turnIndex);
       let resumed = s.begun?.turnIndex === turnIndex && s.begun.fence !== fence;
       if (s.begun?.turnIndex !== turnIndex) s.begun = { turnIndex, fence };
       if (this.bugs.begunNotDurable) this.instanceBegun.set(conversationId, s.begun ?? null);
@@ -278,8 +291,8 @@ export class KvConversationStore implements ConversationStore {
       if (current.state === "queued") {
         current.state = "in_progress";
         current.turnIndex ??= this.bugs.indexCountsBindings
-          ? Math.max(s.turns.length, ...s.messages.filter((m) => m.turnIndex !== undefined && m !== current).map((m) => m.turnIndex! + 1))
-          : s.turns.length; // a reopened message keeps its first index (TURN-11)
+          ? Math.max(committedCount(s), ...s.messages.filter((m) => m.turnIndex !== undefined && m !== current).map((m) => m.turnIndex! + 1))
+          : committedCount(s); // a reopened message keeps its first index (TURN-11)
         s.lastBound = current.id;
         s.boundFence = fence;
       }
@@ -294,7 +307,7 @@ export class KvConversationStore implements ConversationStore {
     if (commit.toolResults !== undefined) this.checkData("toolResults", commit.toolResults);
     if (commit.record !== undefined) this.checkData("record", commit.record);
     const apply = (s: State): { committed: boolean } => {
-      const result = this.applyCommit(s, commit);
+      const result = this.applyCommit(conversationId, s, commit);
       if (commit.record !== undefined && !this.bugs.commitRecordDropped && (result.committed || this.bugs.commitRecordAlways)) s.records.push(this.text(commit.record));
       return result;
     };
@@ -306,15 +319,20 @@ export class KvConversationStore implements ConversationStore {
     return result;
   }
 
-  private applyCommit(s: State, commit: TurnCommit): { committed: boolean } {
+  private applyCommit(conversationId: string, s: State, commit: TurnCommit): { committed: boolean } {
     const loose = this.bugs.commitChecksCountOnly;
     if (!loose && !this.bugs.commitIgnoresFence && s.lease?.fence !== commit.fence) return { committed: false };
-    if (s.turns.length !== commit.turnIndex && !this.bugs.commitIgnoresCount) return { committed: false };
+    if (committedCount(s) !== commit.turnIndex && !this.bugs.commitIgnoresCount) return { committed: false };
     const message = s.messages.find((m) => this.sameMessage(m.id, commit.messageId));
     if (!loose && (message === undefined || message.state !== "in_progress")) return { committed: false };
     const turn: StoredTurn = { turnIndex: commit.turnIndex, messageId: commit.messageId, assistant: this.text(commit.assistant), stopReason: commit.stopReason };
     if (commit.toolResults !== undefined) turn.toolResults = this.text(commit.toolResults);
     s.turns.push(turn);
+    this.instanceCount.set(conversationId, committedCount(s));
+    if (this.bugs.prunesOldTurns && s.turns.length > 64) {
+      s.turns.shift();
+      s.pruned = (s.pruned ?? 0) + 1;
+    }
     if (commit.answers && message !== undefined) message.state = "answered";
     return { committed: true };
   }
@@ -451,6 +469,11 @@ export class KvConversationStore implements ConversationStore {
       if (this.backing.locks.get(slot) === chain) this.backing.locks.delete(slot);
     }
   }
+}
+
+/** Turns committed so far: the next turn index (TURN-1). */
+function committedCount(s: State): number {
+  return s.turns.length + (s.pruned ?? 0);
 }
 
 function held(conversationId: string, s: State, fence: number): { fence: number; owner: string; expiresAt: number } {
