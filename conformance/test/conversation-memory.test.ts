@@ -49,7 +49,7 @@ describe("report for MemoryConversationStore", () => {
     const reference = memoryConversationSubject();
     const { listFailedTurns: _declared, ...undeclaredCapabilities } = reference.capabilities;
     const undeclared = await runChecks(turn17({ ...reference, capabilities: undeclaredCapabilities }), { subject: "undeclared", levels: ["conversation"] });
-    expect(undeclared.checks.length).toBe(9);
+    expect(undeclared.checks.length).toBe(10);
     expect(new Set(undeclared.checks.map((c) => `${c.status}: ${c.reasonNotApplicable}`))).toEqual(new Set(["not_applicable: needs listFailedTurns (the store offers listFailedTurns)"]));
     const without = {
       ...reference,
@@ -60,7 +60,7 @@ describe("report for MemoryConversationStore", () => {
       },
     };
     const failed = await runChecks(turn17(without), { subject: "without", levels: ["conversation"] });
-    expect(failed.checks.map((c) => c.status)).toEqual(Array(9).fill("fail"));
+    expect(failed.checks.map((c) => c.status)).toEqual(Array(10).fill("fail"));
     for (const c of failed.checks) expect(c.error).toMatch(/declares listFailedTurns, but the store has no listFailedTurns method/);
   });
 

@@ -49,11 +49,19 @@ type FailedStore = (query?: FailedTurnsQuery) => Promise<FailedTurnsPage>;
 
 const idOf = (t: Pick<FailedTurn, "conversationId" | "messageId">): string => `${t.conversationId}/${t.messageId}`;
 
-/** The listing order of TURN-17: failedAt, then conversation id, then message id (code units). */
+/**
+ * Ids in TURN-17's order: by Unicode code point, which is the order of their UTF-8 bytes (not
+ * JavaScript's `<`, which compares UTF-16 code units). The kit's own comparison, not core's.
+ */
+function compareIds(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
+}
+
+/** The listing order of TURN-17: failedAt, then conversation id, then message id (code points). */
 function before(a: FailedTurn, b: FailedTurn): boolean {
   if (a.failedAt !== b.failedAt) return a.failedAt < b.failedAt;
-  if (a.conversationId !== b.conversationId) return a.conversationId < b.conversationId;
-  return a.messageId < b.messageId;
+  if (a.conversationId !== b.conversationId) return compareIds(a.conversationId, b.conversationId) < 0;
+  return compareIds(a.messageId, b.messageId) < 0;
 }
 
 function mustBeOrdered(turns: readonly FailedTurn[], what: string): void {
@@ -408,6 +416,50 @@ export const failedListUnknownTime: ConversationCheckSpec = {
     }),
 };
 
+/**
+ * Message ids whose code point order (UTF-8 byte order) differs from their UTF-16 code unit
+ * order: U+E000..U+FFFF come after the characters above U+FFFF by code unit, before them by code
+ * point; with 2- and 3-byte characters, a prefix and the highest code point for good measure.
+ */
+const TIE_IDS = ["m", "\u00e9", "\u0800", "\ud7ff", "\ue000", "\uff5e", "\uffff", "\u{10000}", "\u{1f600}", "\u{1f600}a", "\u{1f600}\uff5e", "\u{10ffff}"];
+
+export const failedListTiesByCodePoint: ConversationCheckSpec = {
+  rule: "TURN-17",
+  name: "turns failed at one time (failedAt 0, rows from before failedAt) are listed by conversation id, then message id in Unicode code point order (UTF-8 byte order, not UTF-16 code units: U+E000..U+FFFF before astral characters), on one page and in pages of 1, 2 and 5 (the cursor resumes in that order), and by conversation",
+  needs: ["listFailedTurns", "legacyFailedRows"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const list = listingOf(store);
+      const forget = fixture.raw.forgetFailedAt;
+      must(typeof forget === "function", "the subject declares legacyFailedRows, but its raw hooks have no forgetFailedAt");
+      const expected: string[] = [];
+      // Two conversations (ASCII ids: the conversation decides first), each failing its messages
+      // in an order that is neither of the two id orders.
+      for (const label of ["ties-b", "ties-a"]) {
+        const { c, fence } = await conversation(store, label);
+        const ids = TIE_IDS.map((id, i) => ({ id, k: (i * 7) % TIE_IDS.length })).sort((x, y) => x.k - y.k).map((x) => x.id);
+        for (const id of ids) {
+          await failNext(store, c, fence, id, recordFor(c, id));
+          await forget.call(fixture.raw, c, id);
+        }
+        expected.push(...[...TIE_IDS].sort(compareIds).map((id) => `${c}/${id}`));
+      }
+      expected.sort((x, y) => compareIds(x.split("/")[0]!, y.split("/")[0]!));
+      const what = "listFailedTurns()";
+      const turns = (await page(list, undefined, what)).turns;
+      for (const t of turns) mustEqual(t.failedAt, 0, `${what}: ${show(idOf(t))}'s failedAt (its failure time was not kept)`);
+      mustEqual(turns.map(idOf), expected, `${what}: turns failed at one time, by conversation id and then message id in code point order`);
+      for (const limit of [1, 2, 5]) {
+        const paged = (await allPages(list, { limit }, `${what} with limit ${limit}`)).flat().map(idOf);
+        mustEqual(paged, expected, `${what} in pages of ${limit}: each tie once, in code point order (the cursor resumes in the listing's order)`);
+      }
+      const c = expected[0]!.split("/")[0]!;
+      const mine = (await allPages(list, { conversationId: c, limit: 3 }, `listFailedTurns({ conversationId: ${c}, limit: 3 })`)).flat().map(idOf);
+      mustEqual(mine, expected.filter((k) => k.startsWith(`${c}/`)), `listFailedTurns({ conversationId: ${c}, limit: 3 }) across pages`);
+    }),
+};
+
 /** Everything the raw hooks and the store's answers say about the conversations. */
 async function everything(fixture: ConversationStoreFixture, conversations: readonly string[]): Promise<unknown> {
   const out: Record<string, unknown> = {};
@@ -469,4 +521,5 @@ export const FAILED_TURNS_CHECKS: readonly ConversationCheckSpec[] = [
   failedListOlderThan,
   failedListReadOnly,
   failedListUnknownTime,
+  failedListTiesByCodePoint,
 ];

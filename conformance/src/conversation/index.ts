@@ -82,7 +82,7 @@ function validateSubject(subject: ConversationStoreSubject): void {
 }
 
 export * from "./checks.js";
-export { FAILED_TURNS_CHECKS, failedListedExactly, failedListedInOrder, failedListLimit, failedListCursor, failedListByConversation, failedListOlderThan, failedListReadOnly, failedListUnknownTime } from "./failed-turns.js";
+export { FAILED_TURNS_CHECKS, failedListedExactly, failedListedInOrder, failedListLimit, failedListCursor, failedListByConversation, failedListOlderThan, failedListReadOnly, failedListUnknownTime, failedListTiesByCodePoint } from "./failed-turns.js";
 export {
   CONVERSATION_MODEL_CHECK_NAME,
   MODEL_CONTENT,

@@ -121,8 +121,14 @@ export interface ConversationBugs {
   listingRecordsItself?: boolean;
   /** A failed message without a kept failure time (a row from before failedAt) is listed as failed now. */
   unknownFailedAtIsNow?: boolean;
+  /** olderThanMs skips failures whose time was not kept (as SQL's `NULL <= cutoff` does), though 0 is older than any age. */
+  olderThanSkipsUnknown?: boolean;
   /** A cursor whose failedAt is 0 is taken for no cursor (a falsy test): the listing starts again. */
   cursorAtZeroRestarts?: boolean;
+  /** Ties in failedAt listed, and paged, in UTF-16 code unit order of the ids (JavaScript's `<`), not code point order. */
+  tiesByCodeUnit?: boolean;
+  /** Listed in code point order, but the cursor resumes by UTF-16 code units: pages skip or repeat ties. */
+  cursorByCodeUnit?: boolean;
   // ---- TURN-14 and TURN-1 mutants ----
   /** Only the last 64 committed turns are kept (a capped history); a counter still gives the next index. */
   prunesOldTurns?: boolean;
@@ -372,15 +378,16 @@ export class KvConversationStore implements ConversationStore {
         const listed = m.state === "failed" || (bugs.listsReopened && s.failedAt?.[m.id] !== undefined);
         if (!listed) continue;
         const failedAt = s.failedAt?.[m.id] ?? (bugs.unknownFailedAtIsNow ? this.backing.now() : 0);
-        if (cutoff !== undefined && failedAt > cutoff) continue;
+        if (cutoff !== undefined && (failedAt > cutoff || (bugs.olderThanSkipsUnknown && s.failedAt?.[m.id] === undefined))) continue;
         const turn: FailedTurn = { conversationId, messageId: m.id, failedAt, failure: structuredClone(m.failure ?? null), reopenable: bugs.listsEveryFailedReopenable || s.lastBound === m.id };
         if (m.turnIndex !== undefined) turn.turnIndex = m.turnIndex;
         const at = { ...turn, messageId: turn.messageId + (bugs.cursorInclusive ? "\u0000" : "") };
-        if (after === undefined || isAfterPosition(at, after)) all.push(turn);
+        if (after === undefined || (bugs.tiesByCodeUnit || bugs.cursorByCodeUnit ? isAfterByCodeUnit : isAfterPosition)(at, after)) all.push(turn);
       }
     }
     const byId = (a: FailedTurn, b: FailedTurn) => (a.conversationId !== b.conversationId ? (a.conversationId < b.conversationId ? -1 : 1) : a.messageId < b.messageId ? -1 : a.messageId > b.messageId ? 1 : 0);
-    all.sort(bugs.listOrderById ? byId : (a, b) => (isAfterPosition(a, b) ? 1 : isAfterPosition(b, a) ? -1 : 0));
+    const afterOf = bugs.tiesByCodeUnit ? isAfterByCodeUnit : isAfterPosition;
+    all.sort(bugs.listOrderById ? byId : (a, b) => (afterOf(a, b) ? 1 : afterOf(b, a) ? -1 : 0));
     const rest = all.slice(offset);
     const turns = rest.slice(0, limit);
     const last = turns.at(-1);
@@ -469,6 +476,13 @@ export class KvConversationStore implements ConversationStore {
       if (this.backing.locks.get(slot) === chain) this.backing.locks.delete(slot);
     }
   }
+}
+
+/** The listing order with ids compared by JavaScript's `<` (UTF-16 code units): the tiesByCodeUnit bug. */
+function isAfterByCodeUnit(turn: FailedTurn, after: Pick<FailedTurn, "failedAt" | "conversationId" | "messageId">): boolean {
+  if (turn.failedAt !== after.failedAt) return turn.failedAt > after.failedAt;
+  if (turn.conversationId !== after.conversationId) return turn.conversationId > after.conversationId;
+  return turn.messageId > after.messageId;
 }
 
 /** Turns committed so far: the next turn index (TURN-1). */

@@ -245,7 +245,8 @@ export function statements(t: ConversationTables): Statements {
       `INSERT INTO ${q.recs} (conversation_id, seq, record) VALUES ($1, (SELECT coalesce(max(seq), 0) + 1 FROM ${q.recs} WHERE conversation_id = $1), $2)`,
     ),
     records: s("records", `SELECT record FROM ${q.recs} WHERE conversation_id = $1 ORDER BY seq`),
-    // Keyset paging in the failed-messages index's order (byte order of the ids, as the cursor compares).
+    // Keyset paging in the failed-messages index's order: COLLATE "C" compares the ids' UTF-8 bytes,
+    // which is code point order (TURN-17), the order every store lists and resumes in.
     // Each listed message's conversation row is looked up by its primary key in the same statement,
     // for reopenable: a re-send reopens a failed message only while it is last_bound (TURN-12). The
     // LEFT JOIN keeps the messages' index the outer side (a missing row: not reopenable).

@@ -565,6 +565,7 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     ),
     records: db.prepare(`SELECT record FROM ${recs} WHERE conversation_id = ? ORDER BY seq`),
     // Keyset paging over the partial index on failed messages (failedIndexSql): no scan of the rest.
+    // The ids compare under BINARY, their UTF-8 bytes: code point order, the order TURN-17 names.
     // Each listed message's conversation row is looked up by its key in the same statement, for
     // reopenable: a re-send reopens a failed message only while it is last_bound (TURN-12). The
     // LEFT JOIN keeps the messages' index the outer loop (a missing row: not reopenable).

@@ -45,9 +45,32 @@ export function decodeFailedTurnsCursor(cursor: string): FailedTurnPosition {
   return { failedAt, conversationId: text(match[2] as string), messageId: text(match[3] as string) };
 }
 
+/**
+ * Two ids in Unicode code point order, which is the order of their UTF-8 bytes: what SQLite's
+ * BINARY and PostgreSQL's "C" collation compare, so every store lists ties alike (TURN-17).
+ * JavaScript's `<` compares UTF-16 code units, which puts U+E000..U+FFFF after the characters
+ * above U+FFFF (their lead surrogates are U+D800..U+DBFF): at the first unit that differs,
+ * surrogates are moved above U+FFFF. Negative, 0 or positive, as `Array.prototype.sort` takes.
+ */
+export function compareStoreIds(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x !== y) return codePointRank(x) - codePointRank(y);
+  }
+  return a.length - b.length;
+}
+
+function codePointRank(unit: number): number {
+  if (unit >= 0xd800 && unit <= 0xdfff) return unit + 0x2000;
+  return unit >= 0xe000 ? unit - 0x800 : unit;
+}
+
 /** Whether a turn sorts after the position (the listing order: failedAt, conversation id, message id). */
 export function isAfterPosition(turn: FailedTurnPosition, after: FailedTurnPosition): boolean {
   if (turn.failedAt !== after.failedAt) return turn.failedAt > after.failedAt;
-  if (turn.conversationId !== after.conversationId) return turn.conversationId > after.conversationId;
-  return turn.messageId > after.messageId;
+  const byConversation = compareStoreIds(turn.conversationId, after.conversationId);
+  if (byConversation !== 0) return byConversation > 0;
+  return compareStoreIds(turn.messageId, after.messageId) > 0;
 }

@@ -58,6 +58,7 @@ export {
   encodeFailedTurnsCursor,
   decodeFailedTurnsCursor,
   isAfterPosition,
+  compareStoreIds,
   type FailedTurnPosition,
 } from "./failed-turns.js";
 export {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { MemoryConversationStore, decodeFailedTurnsCursor, encodeFailedTurnsCursor, isDispatchOnceError } from "../src/index.js";
+import { MemoryConversationStore, compareStoreIds, decodeFailedTurnsCursor, encodeFailedTurnsCursor, isAfterPosition, isDispatchOnceError } from "../src/index.js";
 
 describe("TURN-17 MemoryConversationStore.listFailedTurns", () => {
   async function failNext(store: MemoryConversationStore, c: string, id: string): Promise<void> {
@@ -36,6 +36,38 @@ describe("TURN-17 MemoryConversationStore.listFailedTurns", () => {
     expect(second).toEqual({ turns: [all.turns[2]] });
     expect((await store.appendUserMessage("conv-a", { id: "m1", content: "again" })).reopened).toBe(true);
     expect((await store.listFailedTurns()).turns.map((t) => `${t.conversationId}/${t.messageId}`)).toEqual(["conv-b/m1", "conv-b/m2"]);
+  });
+
+  // Code point order is UTF-8 byte order (SQLite's BINARY, PostgreSQL's "C"); UTF-16 code units
+  // put U+E000..U+FFFF after astral characters, whose lead surrogates are U+D800..U+DBFF.
+  const CODE_POINT_ORDER = ["a", "z", "\u00e9", "\u07ff", "\u0800", "\ud7ff", "\ue000", "\uff5e", "\uffff", "\u{10000}", "\u{1f600}", "\u{1f600}a", "\u{10ffff}"];
+
+  it("TURN-17 compareStoreIds orders ids by code point (UTF-8 byte order), not by UTF-16 code unit", () => {
+    const shuffled = [...CODE_POINT_ORDER].reverse();
+    expect(shuffled.sort(compareStoreIds)).toEqual(CODE_POINT_ORDER);
+    const bytes = (s: string) => Buffer.from(s, "utf8");
+    for (const a of CODE_POINT_ORDER) {
+      for (const b of CODE_POINT_ORDER) expect(Math.sign(compareStoreIds(a, b)), `${JSON.stringify(a)} against ${JSON.stringify(b)}`).toBe(Buffer.compare(bytes(a), bytes(b)));
+    }
+    // The case that tells the orders apart: U+FF5E before U+1F600 by code point, after it by code unit.
+    expect("\uff5e" < "\u{1f600}").toBe(false);
+    expect(compareStoreIds("\uff5e", "\u{1f600}")).toBeLessThan(0);
+  });
+
+  it("TURN-17 ties in failedAt are listed, and paged by cursor, in code point order of the message ids", async () => {
+    const store = new MemoryConversationStore({ now: () => 5_000 });
+    for (const id of [...CODE_POINT_ORDER].reverse()) await failNext(store, `conv-${CODE_POINT_ORDER.indexOf(id) % 2}`, id);
+    const expected = [...CODE_POINT_ORDER.filter((_, i) => i % 2 === 0), ...CODE_POINT_ORDER.filter((_, i) => i % 2 === 1)];
+    expect((await store.listFailedTurns()).turns.map((t) => t.messageId)).toEqual(expected);
+    const paged: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await store.listFailedTurns({ limit: 1, ...(cursor === undefined ? {} : { cursor }) });
+      paged.push(...page.turns.map((t) => t.messageId));
+      cursor = page.cursor;
+    } while (cursor !== undefined);
+    expect(paged).toEqual(expected);
+    expect(isAfterPosition({ failedAt: 1, conversationId: "c", messageId: "\u{1f600}" }, { failedAt: 1, conversationId: "c", messageId: "\uff5e" })).toBe(true);
   });
 
   it("TURN-17 reopenable says whether a re-send reopens the message now (TURN-12), not what its record said when it failed", async () => {
