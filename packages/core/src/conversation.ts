@@ -256,7 +256,8 @@ export interface ConversationStore {
 
   /**
    * OPTIONAL (TURN-17): the messages whose turn failed and that no re-send has reopened,
-   * across conversations (or in one), oldest failure first, a page at a time. Read-only. Served
+   * across conversations (or in one), oldest failure first, ties by conversation id and then
+   * message id in code point order (UTF-8 byte order: `compareStoreIds`), a page at a time. Read-only. Served
    * from an index over failed messages, never a scan of every message. A reopened message leaves
    * the list; failing again puts it back with the new time. Each turn SHOULD carry `reopenable`
    * (whether a re-send would reopen it now, TURN-12), read with the listing, not per turn.
