@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import {
   ClaimReleasedError,
@@ -427,6 +427,115 @@ describe("an on-demand probe bounded by options.signal (RECON-9)", () => {
     await expect(s.dispatcher.reconcile(s.key, null as never)).rejects.toMatchObject({ code: "invalid_argument", field: "options" });
     expect(s.probes()).toBe(0);
     await expect(s.dispatcher.reconcile(s.key, { signal: AbortSignal.timeout(5_000) })).resolves.toMatchObject({ verdict: "performed", settled: "completed" });
+  });
+});
+
+describe("the automatic pass bounds every probe (RESOLVE-6): options.probeTimeoutMs and options.signal", () => {
+  const late = { outcome: "performed" as const, result: { id: "inv_late", amount: 1 } };
+  /**
+   * Unknown rows of `amounts`, left by lost responses; each on-demand probe is `onDemand(amount,
+   * signal)`, and every probe's signal is kept to show it was aborted (a probe that heeds it stops).
+   */
+  async function unknownRows(amounts: number[], onDemand: (amount: number, signal: AbortSignal) => Promise<ReconcileVerdict>) {
+    const probed: number[] = [];
+    const signals: AbortSignal[] = [];
+    const s = setup("unkeyed_write", () => ({ outcome: "unknown" }));
+    Object.assign(s.tool, {
+      reconcile: (args: { amount: number }, ctx: { cause: string; signal: AbortSignal }) => {
+        if (ctx.cause !== "on_demand") return { outcome: "unknown" };
+        probed.push(args.amount);
+        signals.push(ctx.signal);
+        return onDemand(args.amount, ctx.signal);
+      },
+    });
+    const keys = new Map<number, string>();
+    for (const amount of amounts) {
+      const call = { name: "create_invoice", input: { amount } };
+      keys.set(amount, s.dispatcher.keyFor(call, turn0));
+      await expect(s.dispatcher.turn(turn0).dispatch(call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    }
+    const fences = new Map<number, number>();
+    for (const [amount, key] of keys) fences.set(amount, (await s.ledger.lookup(key))!.fence);
+    const unchanged = async (amount: number) => expect(await s.ledger.lookup(keys.get(amount)!)).toMatchObject({ state: "unknown", fence: fences.get(amount) });
+    return { ...s, keys, probed, signals, unchanged };
+  }
+  const never = () => new Promise<ReconcileVerdict>(() => {});
+
+  it("RESOLVE-6 a probe that never answers and ignores its signal: after probeTimeoutMs its verdict is error, nothing is written, and the pass goes on to the next row", async () => {
+    const s = await unknownRows([1, 2], (amount) => (amount === 1 ? never() : Promise.resolve({ outcome: "performed", result: { id: "inv_2", amount } })));
+    const reports = await s.dispatcher.reconcileUnknown({ probeTimeoutMs: 20 });
+    const byKey = new Map(reports.map((r) => [r.key, r]));
+    expect(byKey.get(s.keys.get(1)!)).toMatchObject({ verdict: "error", settled: "none", detail: expect.stringMatching(/did not answer before its signal aborted: .*within 20 ms \(probeTimeoutMs\)/) });
+    expect(byKey.get(s.keys.get(2)!)).toMatchObject({ verdict: "performed", settled: "completed" });
+    expect(reports).toHaveLength(2);
+    await s.unchanged(1);
+    // The probe was told: its signal aborted; the one that answered in time was not aborted.
+    expect(s.signals.map((signal) => signal.aborted)).toEqual(s.probed.map((amount) => amount === 1));
+  });
+
+  it("RESOLVE-6 a probe that heeds its signal and answers after it aborted writes nothing", async () => {
+    const s = await unknownRows([1], (_amount, signal) => new Promise((resolve) => signal.addEventListener("abort", () => setTimeout(() => resolve(late), 5))));
+    const reports = await s.dispatcher.reconcileUnknown({ probeTimeoutMs: 20 });
+    expect(reports).toMatchObject([{ verdict: "error", settled: "none" }]);
+    await new Promise((r) => setTimeout(r, 30));
+    await s.unchanged(1);
+    expect(reconciled(s.events).at(-1)).toMatchObject({ cause: "on_demand", verdict: "error", settled: "none" });
+  });
+
+  it("RESOLVE-6 without probeTimeoutMs a hung probe is given up after the default, 30 s", async () => {
+    const s = await unknownRows([1], () => never());
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    try {
+      let done = false;
+      const pass = s.dispatcher.reconcileUnknown().then((reports) => ((done = true), reports));
+      await vi.advanceTimersByTimeAsync(29_999);
+      expect(done).toBe(false);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(await pass).toMatchObject([{ verdict: "error", settled: "none", detail: expect.stringContaining("within 30000 ms") }]);
+    } finally {
+      vi.useRealTimers();
+    }
+    await s.unchanged(1);
+  });
+
+  it("RESOLVE-6 options.signal stops the pass: the probe in flight gives error and writes nothing, no later row is probed, and the reports so far are returned", async () => {
+    const controller = new AbortController();
+    // The first row probed answers; the second one's probe hangs while the pass is stopped.
+    const s = await unknownRows([1, 2, 3], async (amount) => {
+      if (s.probed.length === 1) return { outcome: "performed", result: { id: "inv_first", amount } };
+      controller.abort(new Error("shutting down"));
+      return never();
+    });
+    const reports = await s.dispatcher.reconcileUnknown({ signal: controller.signal });
+    expect(s.probed).toHaveLength(2);
+    const [first, second] = s.probed as [number, number];
+    expect(reports).toMatchObject([
+      { key: s.keys.get(first), verdict: "performed", settled: "completed" },
+      { key: s.keys.get(second), verdict: "error", settled: "none", detail: expect.stringContaining("shutting down") },
+    ]);
+    expect(reports).toHaveLength(2);
+    for (const amount of [1, 2, 3].filter((a) => a !== first)) await s.unchanged(amount);
+  });
+
+  it("RESOLVE-6 an already aborted signal probes nothing; bad options are refused with invalid_argument before any row is read", async () => {
+    const s = await unknownRows([1], async () => late);
+    const aborted = new AbortController();
+    aborted.abort(new Error("no time"));
+    await expect(s.dispatcher.reconcileUnknown({ signal: aborted.signal })).resolves.toEqual([]);
+    for (const probeTimeoutMs of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 31, "30s"]) {
+      await expect(s.dispatcher.reconcileUnknown({ probeTimeoutMs: probeTimeoutMs as number }), String(probeTimeoutMs)).rejects.toMatchObject({ code: "invalid_argument", field: "options.probeTimeoutMs" });
+    }
+    await expect(s.dispatcher.reconcileUnknown({ signal: "30s" as never })).rejects.toMatchObject({ code: "invalid_argument", field: "options.signal" });
+    // A misspelt option would leave every probe at the default, or unbounded: refused, not ignored.
+    await expect(s.dispatcher.reconcileUnknown({ timeout: 5_000 } as never)).rejects.toMatchObject({
+      code: "invalid_argument",
+      message: "options.timeout: is not an option of reconcileUnknown (its options: olderThanMs, limit, probeTimeoutMs, signal)",
+    });
+    await expect(s.dispatcher.reconcileUnknown(null as never)).rejects.toMatchObject({ code: "invalid_argument", field: "options" });
+    expect(s.probed).toEqual([]);
+    // The limits themselves are taken.
+    await expect(s.dispatcher.reconcileUnknown({ probeTimeoutMs: 1, limit: 1 })).resolves.toHaveLength(1);
+    await expect(s.dispatcher.reconcileUnknown({ probeTimeoutMs: 2 ** 31 - 1 })).resolves.toEqual([]);
   });
 });
 
