@@ -141,6 +141,40 @@ export type ProbeVerdict = "performed" | "not_performed" | "unknown" | "error";
 /** The actor a dispatcher's reconciliation is audited under (RESOLVE-6). */
 export const RECONCILE_ACTOR = "dispatch-once:reconcile";
 
+/** How long the automatic pass waits for one probe's answer (`reconcileUnknown`'s `probeTimeoutMs`). */
+export const DEFAULT_PROBE_TIMEOUT_MS = 30_000;
+
+/** The options of `Dispatcher.reconcileUnknown` (RESOLVE-6). */
+export interface ReconcileUnknownOptions {
+  /**
+   * Only rows that have been unknown at least this long.
+   * @default undefined (every unknown row)
+   * @example { olderThanMs: 60_000 }
+   */
+  olderThanMs?: number;
+  /**
+   * At most this many rows are reconciled in one pass.
+   * @default 100
+   * @example { limit: 500 }
+   */
+  limit?: number;
+  /**
+   * How long one probe may take, in milliseconds (an integer from 1 to 2^31 - 1): its signal
+   * aborts then, and a probe that has not answered gives verdict `error` and writes nothing, as
+   * with `reconcile(key, { signal: AbortSignal.timeout(probeTimeoutMs) })`.
+   * @default 30000 (DEFAULT_PROBE_TIMEOUT_MS)
+   * @example { probeTimeoutMs: 10_000 }
+   */
+  probeTimeoutMs?: number;
+  /**
+   * Bounds the whole pass (shutdown, a deadline): when it aborts, the probe in flight is aborted
+   * (verdict `error`, nothing written), no later row is probed, and the reports so far are returned.
+   * @default undefined (the pass ends when every row was reconciled)
+   * @example { signal: AbortSignal.timeout(5 * 60_000) }
+   */
+  signal?: AbortSignal;
+}
+
 /** What `Dispatcher.reconcile(key)` found (RECON-9) and what it settled the row to (RESOLVE-6). */
 export interface ReconcileReport {
   key: string;
@@ -506,8 +540,29 @@ export class Dispatcher implements CallDispatcher {
    * The automatic pass (RESOLVE-6): reconcile every `unknown` row of a registered tool with a
    * probe, oldest first, a page at a time, on a ledger that lists and resolves. Rows whose probe
    * still answers unknown stay for the next pass or an operator.
+   *
+   * Every probe is bounded as `reconcile(key, { signal })` bounds one: it receives a signal that
+   * aborts after `options.probeTimeoutMs` (default 30 s) or when `options.signal` aborts, and a
+   * probe that has not answered by then gives verdict `error` and writes nothing, even if it
+   * answers later or ignores the signal; the pass goes on to the next row. When `options.signal`
+   * aborts, no later row is probed and the reports so far are returned (the probe in flight's
+   * with verdict `error`); an already aborted signal probes nothing.
+   *
+   * @example await dispatcher.reconcileUnknown({ olderThanMs: 60_000, probeTimeoutMs: 10_000 })
+   * @example await dispatcher.reconcileUnknown({ signal: AbortSignal.timeout(5 * 60_000) }) // the whole pass
    */
-  async reconcileUnknown(options: { olderThanMs?: number; limit?: number } = {}): Promise<ReconcileReport[]> {
+  async reconcileUnknown(options: ReconcileUnknownOptions = {}): Promise<ReconcileReport[]> {
+    if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "must be an object { olderThanMs?, limit?, probeTimeoutMs?, signal? }");
+    // A misspelt option would be ignored: `{ timeout: 5_000 }` would leave every probe at the default.
+    const unknownOption = unknownOptionName(options, RECONCILE_UNKNOWN_OPTION_NAMES);
+    if (unknownOption !== undefined) throw new InvalidArgumentError(`options.${unknownOption}`, unknownOptionMessage("reconcileUnknown", RECONCILE_UNKNOWN_OPTION_NAMES));
+    const probeTimeoutMs = options.probeTimeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS;
+    // setTimeout's own limit: a longer delay would fire at once (Node's TimeoutOverflowWarning).
+    if (!Number.isSafeInteger(probeTimeoutMs) || probeTimeoutMs < 1 || probeTimeoutMs > MAX_TIMER_MS) {
+      throw new InvalidArgumentError("options.probeTimeoutMs", `must be an integer from 1 to ${MAX_TIMER_MS} (milliseconds)`);
+    }
+    const signal = options.signal;
+    if (signal !== undefined && !isAbortSignal(signal)) throw new InvalidArgumentError("options.signal", "must be an AbortSignal when given");
     const listRows = this.ledger.listRows;
     if (listRows === undefined || this.ledger.capabilities.supports?.listRows !== true) {
       throw new InvalidArgumentError("ledger", "reconcileUnknown needs a ledger that lists rows (capabilities.supports.listRows)");
@@ -519,6 +574,7 @@ export class Dispatcher implements CallDispatcher {
     for (const toolName of probed) {
       let cursor: string | undefined;
       do {
+        if (signal?.aborted) return reports;
         const page = await listRows.call(this.ledger, {
           state: "unknown",
           toolName,
@@ -526,12 +582,33 @@ export class Dispatcher implements CallDispatcher {
           ...(options.olderThanMs !== undefined ? { olderThanMs: options.olderThanMs } : {}),
           ...(cursor !== undefined ? { cursor } : {}),
         });
-        for (const row of page.rows) reports.push(await this.reconcile(row.key));
+        for (const row of page.rows) {
+          if (signal?.aborted) return reports;
+          reports.push(await this.reconcileWithin(row.key, probeTimeoutMs, signal));
+        }
         cursor = page.cursor;
       } while (cursor !== undefined && reports.length < limit);
       if (reports.length >= limit) break;
     }
     return reports;
+  }
+
+  /** `reconcile(key)` with a probe signal that aborts after `timeoutMs` or with `pass`. */
+  private async reconcileWithin(key: string, timeoutMs: number, pass: AbortSignal | undefined): Promise<ReconcileReport> {
+    const probe = new AbortController();
+    const timeout = new Error(`the probe did not answer within ${timeoutMs} ms (probeTimeoutMs)`);
+    timeout.name = "TimeoutError";
+    // A plain timer, unref'd: a hung probe must not keep the process alive for the timeout.
+    const timer = setTimeout(() => probe.abort(timeout), timeoutMs);
+    (timer as { unref?: () => void }).unref?.();
+    const onPassAbort = () => probe.abort(pass?.reason);
+    pass?.addEventListener("abort", onPassAbort, { once: true });
+    try {
+      return await this.reconcile(key, { signal: probe.signal });
+    } finally {
+      clearTimeout(timer);
+      pass?.removeEventListener("abort", onPassAbort);
+    }
   }
 
   private canResolve(): boolean {
@@ -1609,6 +1686,9 @@ function project(args: Record<string, unknown>, fields: readonly string[]): Reco
 }
 
 const RECONCILE_OPTION_NAMES: OptionNames<{ actor?: string; signal?: AbortSignal }> = { actor: true, signal: true };
+const RECONCILE_UNKNOWN_OPTION_NAMES: OptionNames<ReconcileUnknownOptions> = { olderThanMs: true, limit: true, probeTimeoutMs: true, signal: true };
+/** The longest delay setTimeout takes (2^31 - 1 ms, about 24.8 days). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** An AbortSignal, also of another realm (duck-typed: `instanceof` fails across realms). */
 function isAbortSignal(value: unknown): value is AbortSignal {

@@ -35,6 +35,8 @@ export {
   type RecordWrite,
   type DispatchLogger,
   type ReconcileReport,
+  type ReconcileUnknownOptions,
+  DEFAULT_PROBE_TIMEOUT_MS,
   type ProbeVerdict,
   RECONCILE_ACTOR,
 } from "./dispatcher.js";
