@@ -1,6 +1,6 @@
 /**
- * The crash suite's parent side: runner processes (crash-worker.ts, forked), the mock provider and
- * mock payments they talk to, durable stores they share, and the oracle that reads the truth from
+ * The crash suite's parent side: runner processes (crash-worker.ts, forked), the mock provider (the
+ * Anthropic Messages API or the OpenAI Responses API) and mock payments they talk to, durable stores they share, and the oracle that reads the truth from
  * the payments API's effect log, the ledger rows and what the conversation store holds.
  */
 import { fork, type ChildProcess } from "node:child_process";
@@ -17,8 +17,9 @@ import { PostgresLedger } from "@dispatch-once/ledger-postgres";
 import { RedisLedger } from "@dispatch-once/ledger-redis";
 import { SqliteLedger } from "@dispatch-once/ledger-sqlite";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider, type Script } from "@dispatch-once/mock-provider";
-import type { ConversationStoreConfig, CrashPoint, CrashWorkerConfig, FromWorker, LedgerConfig, RecordLike, ToWorker } from "./crash-protocol.js";
+import * as openai from "@dispatch-once/mock-openai";
+import { say, scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider, type Script } from "@dispatch-once/mock-provider";
+import type { ConversationStoreConfig, CrashPoint, CrashWorkerConfig, FromWorker, LedgerConfig, ProviderKind, RecordLike, ToWorker } from "./crash-protocol.js";
 import { DATABASE_URL, redisStore, type StoreUnderTest } from "./stores.js";
 
 const WORKER = fileURLToPath(new URL("./crash-worker.ts", import.meta.url));
@@ -33,7 +34,32 @@ export const plans = scriptFromPlans({
   "pay acme": turn(toolUse("send_payment", PAY_ACME, { reword: ["memo"] })),
   "invoice acme": turn(toolUse("create_invoice", INVOICE_ACME)),
 });
+/** The same model over the Responses API. */
+const responsesPlans = openai.scriptFromPlans(
+  {
+    "pay acme": openai.respond(openai.call("send_payment", PAY_ACME, { reword: ["memo"] })),
+    "invoice acme": openai.respond(openai.call("create_invoice", INVOICE_ACME)),
+  },
+  { after: "Done." },
+);
 
+/** What the scripted model answers to one request, in terms both providers' scripts are written from. */
+export type Reply = { call: string; input: Record<string, unknown> } | { text: string };
+
+function scriptFor(provider: ProviderKind, reply: () => Reply): Script | openai.Script {
+  if (provider === "openai") {
+    return () => {
+      const r = reply();
+      return "call" in r ? openai.respond(openai.call(r.call, r.input)) : openai.say(r.text);
+    };
+  }
+  return () => {
+    const r = reply();
+    return "call" in r ? turn(toolUse(r.call, r.input)) : turn(say(r.text));
+  };
+}
+
+export type { ProviderKind };
 export type LedgerKind = LedgerConfig["kind"];
 export type StoreKind = ConversationStoreConfig["kind"];
 
@@ -110,7 +136,11 @@ export class RunnerProcess {
 }
 
 export interface World {
-  provider: MockProvider;
+  providerKind: ProviderKind;
+  /** The next response stops before its last event (message_stop, response.completed) until its client goes. */
+  holdBeforeFinish(): void;
+  /** The next response's connection is reset where its last event (message_stop, response.completed) would be. */
+  cutBeforeFinish(): void;
   payments: MockPaymentsServer;
   account: string;
   ledgerKind: LedgerKind;
@@ -188,8 +218,16 @@ function judge(effects: Effect[], rows: LedgerRow[], log: string, records: Recor
   return violations;
 }
 
-export async function makeWorld(options: { ledger: LedgerKind; store: StoreKind; script?: Script }): Promise<World> {
-  const provider = await startMockProvider({ script: options.script ?? plans, keepAliveTimeoutMs: 60_000 });
+export async function makeWorld(options: { provider?: ProviderKind; ledger: LedgerKind; store: StoreKind; script?: () => Reply }): Promise<World> {
+  const providerKind = options.provider ?? "anthropic";
+  const provider: MockProvider | openai.MockOpenAI =
+    providerKind === "openai"
+      ? await openai.startMockOpenAI({ script: options.script ? (scriptFor(providerKind, options.script) as openai.Script) : responsesPlans, keepAliveTimeoutMs: 60_000 })
+      : await startMockProvider({ script: options.script ? (scriptFor(providerKind, options.script) as Script) : plans, keepAliveTimeoutMs: 60_000 });
+  const fault = (kind: "hold" | "reset") => {
+    if ("queueFault" in provider) provider.queueFault({ kind, at: { beforeCompleted: true } });
+    else provider.faults.enqueue({ kind, at: { beforeMessageStop: true } });
+  };
   const payments = await startMockPayments({ latencyMs: 5 });
   const account = `acct_${randomBytes(6).toString("hex")}`;
   const dir = await mkdtemp(join(tmpdir(), "crash-suite-"));
@@ -250,7 +288,9 @@ export async function makeWorld(options: { ledger: LedgerKind; store: StoreKind;
   const started: RunnerProcess[] = [];
 
   return {
-    provider,
+    providerKind,
+    holdBeforeFinish: () => fault("hold"),
+    cutBeforeFinish: () => fault("reset"),
     payments,
     account,
     ledgerKind: options.ledger,
@@ -259,6 +299,7 @@ export async function makeWorld(options: { ledger: LedgerKind; store: StoreKind;
     store,
     runner: (crash = {}) => {
       const process = new RunnerProcess({
+        provider: providerKind,
         providerUrl: provider.baseURL,
         paymentsUrl: payments.url,
         account,

@@ -2,8 +2,8 @@
 
 /**
  * Where a runner process stops: after the payments API accepted the call, before the ledger row
- * completes; after the row completes (the provider holds message_stop meanwhile); after
- * message_stop, before the turn's commit; inside the commit's transaction; after the commit, before
+ * completes; after the row completes (the provider holds the stream's last event, message_stop or
+ * response.completed, meanwhile); after that event, before the turn's commit; inside the commit's transaction; after the commit, before
  * whatever the runner writes next.
  */
 export type CrashPoint = "after_accept" | "after_complete" | "before_commit" | "during_commit" | "after_commit";
@@ -15,7 +15,11 @@ export type LedgerConfig =
 
 export type ConversationStoreConfig = { kind: "sqlite"; path: string } | { kind: "postgres"; url: string; schema: string };
 
+/** Which stream side the runner process runs: the Anthropic Messages API or the OpenAI Responses API. */
+export type ProviderKind = "anthropic" | "openai";
+
 export interface CrashWorkerConfig {
+  provider: ProviderKind;
   providerUrl: string;
   paymentsUrl: string;
   account: string;

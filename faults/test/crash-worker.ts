@@ -1,6 +1,6 @@
 /**
  * A worker process of the crash suite (crash.test.ts): the real runner (the Anthropic stream side
- * over the mock provider), the real dispatcher, a durable ledger and a durable conversation store,
+ * over the mock provider, or the OpenAI one over the mock Responses API), the real dispatcher, a durable ledger and a durable conversation store,
  * calling mock payments. The parent sends it one message to answer over IPC ("go"). When the
  * configured crash point is reached the worker says so ("reached") and parks there, its timers
  * still running, until the parent SIGKILLs it (a crash), or SIGSTOPs it and later sends "continue"
@@ -11,8 +11,10 @@
  * argv[2]: JSON CrashWorkerConfig.
  */
 import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
 import pg from "pg";
-import { ConversationRunner, TurnFailedError } from "@dispatch-once/anthropic";
+import { ConversationRunner as AnthropicRunner, TurnFailedError } from "@dispatch-once/anthropic";
+import { ConversationRunner as OpenAIRunner } from "@dispatch-once/openai";
 import { Dispatcher, MemoryLedger, ToolError, ToolRegistry, defineTool, isDispatchOnceError, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { z } from "zod";
 import type { CrashPoint, CrashWorkerConfig, FailedRecord, FromWorker, SentResult, ToWorker } from "./crash-protocol.js";
@@ -172,26 +174,30 @@ store.commitTurn = async (conversationId, commit) => {
   return committed;
 };
 
-const runner = new ConversationRunner({
-  client: new Anthropic({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }),
-  dispatcher: new Dispatcher({
-    tools,
-    ledger,
-    leaseMs: config.leaseMs,
-    waitMs: 15_000,
-    pollMs: 20,
-    owner: `crash-worker-${process.pid}`,
-    ...(plants.has("volatile-ledger") ? { allowVolatileLedgerForUnkeyedWrites: true } : {}),
-  }),
+const dispatcher = new Dispatcher({
+  tools,
+  ledger,
+  leaseMs: config.leaseMs,
+  waitMs: 15_000,
+  pollMs: 20,
+  owner: `crash-worker-${process.pid}`,
+  ...(plants.has("volatile-ledger") ? { allowVolatileLedgerForUnkeyedWrites: true } : {}),
+});
+// Everything but the stream side is the same in both: the runner's rules are shared (@dispatch-once/runner).
+const shared = {
+  dispatcher,
   store,
-  model: "claude-test",
   tools: tools.providerSchemas(),
   retry: { backoffMs: () => 10 },
   turnLeaseMs: config.leaseMs,
   busyWaitMs: 15_000,
   pollMs: 20,
   owner: `crash-worker-${process.pid}`,
-});
+};
+const runner =
+  config.provider === "openai"
+    ? new OpenAIRunner({ ...shared, client: new OpenAI({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }), model: "gpt-test" })
+    : new AnthropicRunner({ ...shared, client: new Anthropic({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }), model: "claude-test" });
 
 process.on("message", (message: ToWorker) => {
   if (message.type !== "send") {

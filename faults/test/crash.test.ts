@@ -1,6 +1,6 @@
 /**
- * The crash suite: runner processes (the Anthropic stream side over the mock provider, the real
- * dispatcher, a durable ledger and a durable conversation store) SIGKILLed at chosen points of a
+ * The crash suite: runner processes (the Anthropic or the OpenAI stream side over its mock provider,
+ * the real dispatcher, a durable ledger and a durable conversation store) SIGKILLed at chosen points of a
  * streamed turn that pays, then the same message delivered again to a new process. The oracle
  * reads the payments API's effect log, the ledger rows and the conversation store: each payment
  * asked for happened once, and what the conversation and the records beside it say is true.
@@ -10,7 +10,7 @@
  */
 import { describe, expect, it, vi } from "vitest";
 import type { CrashPoint } from "./crash-protocol.js";
-import { LEASE_MS, PAY_ACME, makeWorld, type LedgerKind, type StoreKind, type World } from "./crash-harness.js";
+import { LEASE_MS, PAY_ACME, makeWorld, type LedgerKind, type ProviderKind, type StoreKind, type World } from "./crash-harness.js";
 
 // A runner that hangs fails its test well before the package's default (120 s).
 vi.setConfig({ testTimeout: 30_000, maxConcurrency: 2 });
@@ -33,8 +33,8 @@ async function crashAt(w: World, conversationId: string, point: CrashPoint, occu
   const first = w.runner({ crashAt: point, occurrence });
   const second = w.runner(); // started now: ready by the time the first is dead
   await Promise.all([first.ready, second.ready]);
-  // The provider holds message_stop, so the row completes while the stream is still open.
-  if (point === "after_complete") w.provider.faults.enqueue({ kind: "hold", at: { beforeMessageStop: true } });
+  // The provider holds message_stop (response.completed), so the row completes while the stream is still open.
+  if (point === "after_complete") w.holdBeforeFinish();
   first.send(conversationId, "m1", content);
   if (point === "during_commit" && w.storeKind === "sqlite") {
     // The worker SIGKILLs itself inside the commit's transaction (better-sqlite3 is synchronous).
@@ -52,7 +52,11 @@ const invoicesOf = (w: World) => w.payments.effects().filter((e) => e.account ==
 // The turn that pays commits first (stop_reason tool_use, with the tool result), then the model's
 // answer to the result: after_commit #1 falls between the two, #2 after the last. Every point on
 // SQLite; on the server stores the points where the store itself acts (the ledger's takeover of a
-// dead owner's row, the store's transaction dying with its connection, the last commit).
+// dead owner's row, the store's transaction dying with its connection, the last commit). The
+// OpenAI stream side shares the runner; what differs is the stream (a call final at
+// output_item.done, long before response.completed), so it runs the points that window decides,
+// to keep the suite's time: the row completed while response.completed is held, and a commit
+// dying with its connection (every point passed when measured: 9 tests, about 45 s more).
 const EVERY_POINT: [CrashPoint, number][] = [
   ["after_accept", 1],
   ["after_complete", 1],
@@ -61,13 +65,15 @@ const EVERY_POINT: [CrashPoint, number][] = [
   ["after_commit", 1],
   ["after_commit", 2],
 ];
-describe.concurrent.each<[LedgerKind, StoreKind, [CrashPoint, number][]]>([
-  ["sqlite", "sqlite", EVERY_POINT],
-  ["postgres", "postgres", [["after_accept", 1], ["during_commit", 1], ["after_commit", 1]]],
-  ["redis", "postgres", [["after_accept", 1], ["after_complete", 1]]],
-])("a runner process SIGKILLed mid-turn (%s ledger, %s conversations)", (ledger, store, points) => {
+describe.concurrent.each<[ProviderKind, LedgerKind, StoreKind, [CrashPoint, number][]]>([
+  ["anthropic", "sqlite", "sqlite", EVERY_POINT],
+  ["anthropic", "postgres", "postgres", [["after_accept", 1], ["during_commit", 1], ["after_commit", 1]]],
+  ["anthropic", "redis", "postgres", [["after_accept", 1], ["after_complete", 1]]],
+  ["openai", "sqlite", "sqlite", [["after_complete", 1]]],
+  ["openai", "redis", "postgres", [["during_commit", 1]]],
+])("a runner process (%s) SIGKILLed mid-turn (%s ledger, %s conversations)", (provider, ledger, store, points) => {
   it.each<[CrashPoint, number]>(points)("killed %s (#%i): the re-sent message is answered with the one payment, the ledger row completed with it", (point, occurrence) =>
-    inWorld({ ledger, store }, async (world) => {
+    inWorld({ provider, ledger, store }, async (world) => {
       const conversation = `crash-${point}-${occurrence}`;
       const next = await crashAt(world, conversation, point, occurrence);
       // Whatever the crash left, the payments API holds the one payment the first process made.
@@ -96,21 +102,19 @@ describe.concurrent.each<[LedgerKind, StoreKind, [CrashPoint, number][]]>([
 });
 
 describe.concurrent("other deliveries, pauses and answers after a crash", () => {
-  it("RECORD-8 attempt 1 paid and its stream was cut, attempt 2 answered with text, killed right after the commit: the payment is still told beside the conversation", () => {
+  it.each<ProviderKind>(["anthropic", "openai"])("RECORD-8 (%s) attempt 1 paid and its stream was cut, attempt 2 answered with text, killed right after the commit: the payment is still told beside the conversation", (provider) => {
     let requests = 0;
     return inWorld(
       {
+        provider,
         ledger: "sqlite",
         store: "sqlite",
         // The model answers the same prompt differently the second time (RECORD-8's premise).
-        script: () =>
-          ++requests === 1
-            ? { content: [{ type: "tool_use", name: "send_payment", input: PAY_ACME }] }
-            : { content: [{ type: "text", text: "I could not confirm the payment; please check your account." }], stopReason: "end_turn" },
+        script: () => (++requests === 1 ? { call: "send_payment", input: PAY_ACME } : { text: "I could not confirm the payment; please check your account." }),
       },
       async (world) => {
-        // Attempt 1's stream dies after the payment, before message_stop: the chapter's incident.
-        world.provider.faults.enqueue({ kind: "reset", at: { beforeMessageStop: true } });
+        // Attempt 1's stream dies after the payment, before message_stop (response.completed): the chapter's incident.
+        world.cutBeforeFinish();
         const conversation = "crash-retried-commit";
         const next = await crashAt(world, conversation, "after_commit");
         expect(paymentsOf(world)).toHaveLength(1);
@@ -137,10 +141,7 @@ describe.concurrent("other deliveries, pauses and answers after a crash", () => 
       {
         ledger: "redis",
         store: "postgres",
-        script: () =>
-          ++requests === 1
-            ? { content: [{ type: "tool_use", name: "send_payment", input: PAY_ACME }] }
-            : { content: [{ type: "text", text: "I could not confirm the payment; please check your account." }], stopReason: "end_turn" },
+        script: () => (++requests === 1 ? { call: "send_payment", input: PAY_ACME } : { text: "I could not confirm the payment; please check your account." }),
       },
       async (world) => {
         const conversation = "crash-resumed-commit";
