@@ -1,7 +1,9 @@
 import type OpenAI from "openai";
-import { InvalidArgumentError, type JsonValue, type ProviderToolSchema, type StoredTurn } from "@dispatch-once/core";
+import { InvalidArgumentError, describeValue, type JsonValue, type ProviderToolSchema, type StoredTurn } from "@dispatch-once/core";
 import {
+  TURN_RUNNER_OPTIONS,
   TurnRunner,
+  checkKnownOptions,
   checkOptionValues,
   checkRunnerOptions,
   checkUserContent,
@@ -219,9 +221,31 @@ function isErrorOutput(output: unknown): boolean {
 export class ConversationRunner extends TurnRunner<ResponsesTurnAccumulator, StreamEvent, UserContent> {
   constructor(options: ConversationRunnerOptions) {
     checkRunnerOptions(options, ["client", "dispatcher", "store"]);
+    checkKnownOptions(options, [...TURN_RUNNER_OPTIONS, ...PROVIDER_OPTIONS]);
     checkOptionValues(options, { model: "nonEmptyString", maxOutputTokens: "positiveInteger", instructions: "string" });
     if (options.model === undefined) throw new InvalidArgumentError("options.model", "is required");
-    if (!Array.isArray(options.tools)) throw new InvalidArgumentError("options.tools", "must be an array of provider tool schemas (registry.providerSchemas())");
+    // Checked now: without it every send() fails the same way, reported as a retryable stream failure.
+    if (typeof (options.client as { responses?: { create?: unknown } }).responses?.create !== "function") {
+      throw new InvalidArgumentError("options.client", "must be an openai SDK client with the Responses API (new OpenAI(), openai >= 6)");
+    }
+    checkTools(options.tools);
     super(new ResponsesStream(options), options);
   }
+}
+
+const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "instructions", "maxOutputTokens"];
+
+/**
+ * Each tool must be a provider schema (a name and an object `input_schema`): a tool definition or
+ * the registry itself would be sent without parameters, and the API refuses the request (or the
+ * model calls the tool with no schema) on every send.
+ */
+function checkTools(tools: unknown): void {
+  if (!Array.isArray(tools)) throw new InvalidArgumentError("options.tools", "must be an array of provider tool schemas (registry.providerSchemas())");
+  tools.forEach((tool: unknown, i) => {
+    const t = tool as { name?: unknown; input_schema?: unknown } | null;
+    if (typeof t !== "object" || t === null || typeof t.name !== "string" || t.name === "" || typeof t.input_schema !== "object" || t.input_schema === null) {
+      throw new InvalidArgumentError(`options.tools[${i}]`, `must be a provider tool schema ({ name, input_schema }, from registry.providerSchemas()), got ${describeValue(tool)}`);
+    }
+  });
 }

@@ -47,4 +47,47 @@ describe("adoption trial findings (openai)", () => {
     }
     expect(await store.message("conv-empty", "m1")).toBeUndefined();
   });
+
+  it("ERR-1 an option the runner does not take is refused, naming it: a misspelt instructions or maxOutputTokens is never silently left unsent", async () => {
+    const { runnerOptions } = await setup(provider(), { guarded: true });
+    const cases: [string, Record<string, unknown>][] = [
+      // A system prompt that says "confirm every payment first", dropped for a typo, lets the model pay unasked.
+      ["options.instruction", { instruction: "Confirm every payment before sending it." }],
+      ["options.maxOutputToken", { maxOutputToken: 100 }],
+      ["options.temperature", { temperature: 0 }],
+      ["options.retry.attempt", { retry: { attempt: 5 } }],
+    ];
+    for (const [field, extra] of cases) {
+      let error: unknown;
+      try {
+        new ConversationRunner({ ...runnerOptions, ...extra } as never);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, field).toBeInstanceOf(InvalidArgumentError);
+      expect(error, field).toMatchObject({ field });
+    }
+  });
+
+  it("ERR-1 a client without the Responses API, or tools that are not provider schemas, are refused when the runner is built, not reported as a retryable failed turn", async () => {
+    const { runnerOptions, tools } = await setup(provider(), { guarded: true });
+    const cases: [string, Record<string, unknown>][] = [
+      ["options.client", { client: {} }],
+      ["options.client", { client: { chat: { completions: { create: () => undefined } } } }],
+      // The tool definitions themselves (what the Dispatcher takes), not registry.providerSchemas().
+      ["options.tools[0]", { tools: [tools.get("send_payment")] }],
+      ["options.tools[0]", { tools: [tools] }],
+      ["options.tools[1]", { tools: [...tools.providerSchemas(), {}] }],
+    ];
+    for (const [field, extra] of cases) {
+      let error: unknown;
+      try {
+        new ConversationRunner({ ...runnerOptions, ...extra } as never);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, field).toBeInstanceOf(InvalidArgumentError);
+      expect(error, field).toMatchObject({ field });
+    }
+  });
 });

@@ -25,6 +25,8 @@ export {
   TurnRunner,
   checkRunnerOptions,
   checkOptionValues,
+  checkKnownOptions,
+  TURN_RUNNER_OPTIONS,
   type RunnerEvent,
   type TurnRunnerOptions,
   type CallReport,

@@ -301,8 +301,50 @@ function checkTurnRunnerOptionValues(options: TurnRunnerOptions): void {
     if (typeof retry !== "object" || retry === null || Array.isArray(retry)) {
       throw new InvalidArgumentError("options.retry", `must be an object ({ attempts, backoffMs, shouldRetry }), got ${describeValue(retry)}`);
     }
+    checkKnownOptions(retry, ["attempts", "backoffMs", "shouldRetry"], "options.retry");
     checkOptionValues(retry, { attempts: "positiveInteger", backoffMs: "function", shouldRetry: "function" }, "options.retry");
   }
+}
+
+/** Every option `TurnRunner` takes; listed as a record so a new option cannot be left out of it. */
+const TURN_RUNNER_OPTION_SET: Record<keyof TurnRunnerOptions, true> = {
+  dispatcher: true,
+  store: true,
+  retry: true,
+  maxTurns: true,
+  requestHeaders: true,
+  onEvent: true,
+  logger: true,
+  owner: true,
+  turnLeaseMs: true,
+  busyWaitMs: true,
+  pollMs: true,
+  allowVolatileConversationStore: true,
+};
+/** The names of `TurnRunnerOptions`: a stream side passes them, with its own, to `checkKnownOptions`. */
+export const TURN_RUNNER_OPTIONS: readonly string[] = Object.keys(TURN_RUNNER_OPTION_SET);
+
+/**
+ * Throws `InvalidArgumentError` naming `${prefix}.${name}` for an own enumerable option that is not
+ * in `known`: a misspelt option (`instruction` for `instructions`) would otherwise be ignored and
+ * its default used without a word, e.g. a system prompt never sent.
+ */
+export function checkKnownOptions(options: object, known: readonly string[], prefix = "options"): void {
+  for (const name of Object.keys(options)) {
+    if (known.includes(name)) continue;
+    const near = known.find((k) => editDistance(k.toLowerCase(), name.toLowerCase()) <= 2);
+    throw new InvalidArgumentError(`${prefix}.${name}`, `is not an option here${near !== undefined ? ` (did you mean ${near}?)` : ""}; the options are ${known.join(", ")}`);
+  }
+}
+
+function editDistance(a: string, b: string): number {
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    row = next;
+  }
+  return row[b.length]!;
 }
 
 /**
