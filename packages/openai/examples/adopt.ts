@@ -1,0 +1,44 @@
+import OpenAI from "openai";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolError, ToolRegistry, defineTool } from "@dispatch-once/core";
+import { ConversationRunner, TurnFailedError } from "@dispatch-once/openai";
+import { z } from "zod";
+
+export const payments: { key: string; payee: string }[] = [];
+const tools = new ToolRegistry([
+  defineTool({
+    name: "send_payment",
+    effect: "keyed_write",
+    input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), memo: z.string() }),
+    identity: ["payee", "amount", "currency"],
+    run: async (args, { idempotencyKey }) => {
+      // Your API call, with the key as a header; a refusal is an error that says it did not happen.
+      if (args.amount > 1_000_000) throw new ToolError("amount over the account's limit", { disposition: "definite" });
+      payments.push({ key: idempotencyKey, payee: args.payee });
+      return { paymentId: `pay_${payments.length}` };
+    },
+  }),
+]);
+
+export function createRunner(client: OpenAI) {
+  return new ConversationRunner({
+    client, // new OpenAI() in production
+    dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }), // a durable ledger in production
+    store: new MemoryConversationStore(), // SqliteConversationStore / PostgresConversationStore beside a durable ledger
+    model: "gpt-5",
+    tools: tools.providerSchemas(), // sent as function tools (strict: false)
+  });
+}
+
+export async function handleUserMessage(runner: ConversationRunner, conversationId: string, messageId: string, text: string) {
+  try {
+    const { turns } = await runner.send(conversationId, { id: messageId, content: text }); // messageId comes from the client
+    // The model's words are not a receipt: say what each call did, as the ledger answered it.
+    const calls = turns.flatMap((t) => t.calls.map((c) => (c.error !== undefined ? `${c.name} failed: ${c.error.message}` : `${c.name}: ${JSON.stringify(c.result)}`)));
+    return [turns.at(-1)?.text ?? "", ...calls].join("\n");
+  } catch (error) {
+    if (!TurnFailedError.isInstance(error)) throw error; // by brand and code: any copy of the package
+    // Nothing was written to the conversation. Tell the user what happened to each effect, in
+    // every attempt, and let them re-send the SAME message id (record.retryable says it can help).
+    return error.record.effects.map((e) => `${e.name}: ${e.effect.replace(/_/g, " ")}`).join("\n") || "connection lost; please retry";
+  }
+}
