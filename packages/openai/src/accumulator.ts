@@ -26,7 +26,8 @@ export type TerminalEvent = "completed" | "incomplete" | "failed" | "error";
  * `response.failed`, `response.incomplete`): the SDK yields these as events, it does not throw.
  */
 export interface StreamErrorReport {
-  event: "error" | "response.failed" | "response.incomplete";
+  /** `response.completed` when it lists a function call the stream never completed (STREAM-8). */
+  event: "error" | "response.failed" | "response.incomplete" | "response.completed";
   code: string | null;
   message: string;
 }
@@ -47,14 +48,17 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
   terminal: TerminalEvent | undefined;
   streamError: StreamErrorReport | undefined;
 
-  /** True once response.completed arrived: the only proof the turn finished (STREAM-1). */
+  /**
+   * True once response.completed arrived: the only proof the turn finished (STREAM-1), unless it
+   * lists a function call whose output_item.done the stream never delivered (STREAM-8).
+   */
   get completed(): boolean {
-    return this.terminal === "completed";
+    return this.terminal === "completed" && this.streamError === undefined;
   }
 
   /** Whether any function call completed in this response (the Responses API has no stop_reason). */
   get hasCalls(): boolean {
-    return this.calls.some((c) => c.phase !== "abandoned" && c.phase !== "announced" && c.phase !== "arguments_streaming");
+    return this.calls.some((c) => c.phase !== "abandoned" && !isOpenPhase(c.phase));
   }
 
   /** Apply one event; returns the call whose `response.output_item.done` (status completed) just arrived. */
@@ -106,9 +110,30 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
         // The final item's arguments are authoritative over the concatenated deltas.
         return this.completeCall(call, { json: item.arguments, requireObject: true });
       }
-      case "response.completed":
+      case "response.completed": {
         this.terminal = "completed";
+        // The response's output names the calls it made. One the stream announced but never
+        // completed, or never showed at all (a gateway that dropped its output_item.done), was
+        // not established by the stream: committing without it would answer the message with
+        // the call silently gone, so this is a failed stream (STREAM-8).
+        const listed = Array.isArray(event.response?.output) ? event.response.output : [];
+        const missing = [
+          ...this.calls.filter((c) => isOpenPhase(c.phase)).map((c) => `${c.name} (${c.callId})`),
+          ...listed.flatMap((item) =>
+            item.type === "function_call" && (item.status === undefined || item.status === "completed") && !this.calls.some((c) => c.callId === item.call_id)
+              ? [`${item.name} (${item.call_id})`]
+              : [],
+          ),
+        ];
+        if (missing.length > 0) {
+          this.streamError = {
+            event: "response.completed",
+            code: "function_call_not_completed",
+            message: `response.completed lists function calls whose response.output_item.done never arrived: ${missing.join(", ")}`,
+          };
+        }
         return undefined;
+      }
       case "response.incomplete":
         this.terminal = "incomplete";
         this.streamError = {
@@ -145,4 +170,9 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
       .flatMap((part) => (isCall(part) ? [] : [part.text]))
       .join("");
   }
+}
+
+/** A call announced whose arguments never became final. */
+function isOpenPhase(phase: CallState["phase"]): boolean {
+  return phase === "announced" || phase === "arguments_streaming";
 }

@@ -1,0 +1,96 @@
+/**
+ * The Responses wire as a gateway, a proxy or an OpenAI-compatible server may send it: event
+ * sequences the mock does not produce, fed to the runner through a client whose
+ * `responses.create` yields them (what the SDK's stream yields). The oracle is what ran, what
+ * the user was told, and what a re-send reads back.
+ */
+import { describe, expect, it } from "vitest";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool } from "@dispatch-once/core";
+import { z } from "zod";
+import { ConversationRunner, TurnFailedError } from "../src/index.js";
+
+const ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042" };
+
+/** A runner whose n-th request (1-based) streams `responses(n)`; `paid` is the payments made. */
+function wire(responses: (n: number) => unknown[]) {
+  const paid: { payee: string; paymentId: string }[] = [];
+  const tools = new ToolRegistry([
+    defineTool({
+      name: "send_payment",
+      description: "Send a payment",
+      effect: "keyed_write",
+      input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), reference: z.string() }),
+      run: async (args) => {
+        const payment = { payee: args.payee, paymentId: `pay_${paid.length + 1}` };
+        paid.push(payment);
+        return { paymentId: payment.paymentId };
+      },
+    }),
+  ]);
+  let requests = 0;
+  const client = {
+    responses: {
+      create: async () => {
+        const events = responses(++requests);
+        return (async function* () {
+          yield* events;
+        })();
+      },
+    },
+  };
+  const runner = new ConversationRunner({
+    client: client as never,
+    dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }),
+    store: new MemoryConversationStore(),
+    model: "gpt-test",
+    tools: tools.providerSchemas(),
+    retry: { backoffMs: () => 1 },
+  });
+  return { runner, paid, requests: () => requests };
+}
+
+const created = { type: "response.created", response: { id: "resp_1", status: "in_progress", output: [] } };
+const fcItem = (callId: string, args: object | string, status = "completed") => ({
+  type: "function_call",
+  id: `fc_${callId}`,
+  call_id: callId,
+  name: "send_payment",
+  arguments: typeof args === "string" ? args : JSON.stringify(args),
+  status,
+});
+const added = (index: number, callId: string) => ({ type: "response.output_item.added", output_index: index, item: fcItem(callId, "", "in_progress") });
+const done = (index: number, callId: string, args: object) => ({ type: "response.output_item.done", output_index: index, item: fcItem(callId, args) });
+const call = (index: number, callId: string, args: object) => [added(index, callId), done(index, callId, args)];
+const completed = (output: unknown[] = []) => ({ type: "response.completed", response: { id: "resp_1", status: "completed", output } });
+const message = (index: number, content: unknown[]) => [
+  { type: "response.output_item.added", output_index: index, item: { type: "message", id: `msg_${index}`, role: "assistant", status: "in_progress", content: [] } },
+  { type: "response.output_item.done", output_index: index, item: { type: "message", id: `msg_${index}`, role: "assistant", status: "completed", content } },
+];
+const answer = (text: string) => [created, ...message(0, [{ type: "output_text", text, annotations: [] }]), completed()];
+
+describe("the Responses wire from gateways and compatible servers", () => {
+  it("STREAM-8 response.completed listing a function call whose output_item.done never arrived is not an answer: the turn is retried and the call pays once", async () => {
+    const { runner, paid } = wire((n) =>
+      n === 1
+        ? // The call was announced and streamed, its done event lost; the response's output says it was made.
+          [created, added(0, "call_a"), { type: "response.function_call_arguments.delta", output_index: 0, delta: '{"payee":"ac' }, completed([fcItem("call_a", ACME)])]
+        : n === 2
+          ? [created, ...call(0, "call_b", ACME), completed([fcItem("call_b", ACME)])]
+          : answer("Paid acme."),
+    );
+    const result = await runner.send("conv-lost-done", { id: "m1", content: "pay acme" });
+    // Before: committed as the answer, with no call and no text, and nothing paid.
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ name: "send_payment", result: { paymentId: "pay_1" } })]);
+    expect(result.turns.at(-1)!.text).toBe("Paid acme.");
+    expect(paid).toHaveLength(1);
+  });
+
+  it("STREAM-8 a call that only response.completed lists, on every attempt: the turn fails with a record, never an empty answer", async () => {
+    const { runner, paid } = wire(() => [created, completed([fcItem("call_a", ACME)])]);
+    const error = await runner.send("conv-never-done", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(TurnFailedError.isInstance(error)).toBe(true);
+    expect((error as TurnFailedError).message).toContain("output_item.done");
+    expect(paid).toEqual([]);
+  });
+
+});
