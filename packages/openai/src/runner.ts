@@ -143,10 +143,12 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
     const items = Array.isArray(turn.assistant)
       ? (turn.assistant as { type?: string; content?: unknown; call_id?: string; name?: string; arguments?: unknown }[])
       : [];
-    const outputs = new Map<string, unknown>();
+    // Outputs are paired with calls by call_id in order: a server that repeats a call_id within
+    // one response must not have every such call read back with the last one's result.
+    const outputs = new Map<string, unknown[]>();
     if (Array.isArray(turn.toolResults)) {
       for (const item of turn.toolResults as { call_id?: string; output?: unknown }[]) {
-        if (typeof item.call_id === "string") outputs.set(item.call_id, item.output);
+        if (typeof item.call_id === "string") outputs.set(item.call_id, [...(outputs.get(item.call_id) ?? []), item.output]);
       }
     }
     return {
@@ -154,7 +156,7 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
       calls: items
         .filter((i) => i.type === "function_call")
         .map((i) => {
-          const output = outputs.get(i.call_id ?? "");
+          const output = outputs.get(i.call_id ?? "")?.shift();
           const input = parsedArguments(i.arguments);
           return {
             callId: i.call_id ?? "",

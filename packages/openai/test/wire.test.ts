@@ -10,6 +10,7 @@ import { z } from "zod";
 import { ConversationRunner, TurnFailedError } from "../src/index.js";
 
 const ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042" };
+const BOB = { payee: "bob", amount: 4_000, currency: "EUR", reference: "LOAN-3" };
 
 /** A runner whose n-th request (1-based) streams `responses(n)`; `paid` is the payments made. */
 function wire(responses: (n: number) => unknown[]) {
@@ -91,6 +92,23 @@ describe("the Responses wire from gateways and compatible servers", () => {
     expect(TurnFailedError.isInstance(error)).toBe(true);
     expect((error as TurnFailedError).message).toContain("output_item.done");
     expect(paid).toEqual([]);
+  });
+
+  it("TURN-7 two calls that share a call_id in one response: a re-send reads back each call's own payment", async () => {
+    const { runner, paid } = wire((n) =>
+      n === 1 ? [created, ...call(0, "call_same", ACME), ...call(1, "call_same", BOB), completed([fcItem("call_same", ACME), fcItem("call_same", BOB)])] : answer("Paid both."),
+    );
+    const first = await runner.send("conv-same-id", { id: "m1", content: "pay acme and bob" });
+    const again = await runner.send("conv-same-id", { id: "m1", content: "pay acme and bob" });
+    expect(again.fromStore).toBe(true);
+    const told = (r: typeof first) => r.turns[0]!.calls.map((c) => [(c as { result?: { paymentId?: string } }).result?.paymentId, c.key]);
+    expect(told(first)).toEqual([
+      ["pay_1", expect.any(String)],
+      ["pay_2", expect.any(String)],
+    ]);
+    // Before: both read back as pay_2, so the re-send told the user acme was paid with bob's payment.
+    expect(told(again)).toEqual(told(first));
+    expect(paid.map((p) => p.payee)).toEqual(["acme", "bob"]);
   });
 
 });
