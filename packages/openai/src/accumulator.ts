@@ -85,13 +85,15 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
         return undefined;
       }
       case "response.output_text.delta":
+      case "response.refusal.delta":
         this.appendText(event.output_index, event.delta);
         return undefined;
       case "response.output_item.done": {
         const item = event.item;
         if (item.type === "message") {
-          // The done item is authoritative for the text (deltas may have been partial).
-          this.setText(event.output_index, item.content.flatMap((p) => (p.type === "output_text" ? [p.text] : [])).join(""));
+          // The done item is authoritative for the text (deltas may have been partial); a refusal is
+          // the model's answer too, and committing it as "" would tell the user nothing.
+          this.setText(event.output_index, item.content.flatMap((p) => (p.type === "output_text" ? [p.text] : p.type === "refusal" ? [p.refusal] : [])).join(""));
           return undefined;
         }
         if (item.type !== "function_call") return undefined;

@@ -98,7 +98,7 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
   apply(accumulator: ResponsesTurnAccumulator, event: StreamEvent): StreamStep {
     const complete = accumulator.apply(event);
     const step: StreamStep = complete !== undefined ? { complete } : {};
-    if (event.type === "response.output_text.delta" && accumulator.terminal === undefined) {
+    if ((event.type === "response.output_text.delta" || event.type === "response.refusal.delta") && accumulator.terminal === undefined) {
       step.textDelta = { index: event.output_index, text: event.delta };
     }
     return step;

@@ -111,4 +111,11 @@ describe("the Responses wire from gateways and compatible servers", () => {
     expect(paid.map((p) => p.payee)).toEqual(["acme", "bob"]);
   });
 
+  it("a refusal is what the model answered: its text is committed and returned, not an empty answer", async () => {
+    const { runner } = wire(() => [created, ...message(0, [{ type: "refusal", refusal: "I can't send payments to that payee." }]), completed()]);
+    const result = await runner.send("conv-refusal", { id: "m1", content: "pay acme" });
+    expect(result.turns.map((t) => t.text)).toEqual(["I can't send payments to that payee."]);
+    const again = await runner.send("conv-refusal", { id: "m1", content: "pay acme" });
+    expect(again.turns.map((t) => t.text)).toEqual(["I can't send payments to that payee."]);
+  });
 });
