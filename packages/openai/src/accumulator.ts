@@ -109,8 +109,11 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
           }
           return undefined;
         }
-        // The final item's arguments are authoritative over the concatenated deltas.
-        return this.completeCall(call, { json: item.arguments, requireObject: true });
+        // The final item's arguments are authoritative over the concatenated deltas (STREAM-10) when
+        // it repeats them: an empty string after streamed deltas is a gateway leaving them out, and
+        // reading it as {} would run the tool with none of the model's arguments.
+        const repeated = typeof item.arguments === "string" && !(item.arguments === "" && call.partialJson !== "");
+        return this.completeCall(call, repeated ? { json: item.arguments, requireObject: true } : { requireObject: true });
       }
       case "response.completed": {
         this.terminal = "completed";

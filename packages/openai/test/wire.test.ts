@@ -118,4 +118,23 @@ describe("the Responses wire from gateways and compatible servers", () => {
     const again = await runner.send("conv-refusal", { id: "m1", content: "pay acme" });
     expect(again.turns.map((t) => t.text)).toEqual(["I can't send payments to that payee."]);
   });
+
+  it("STREAM-10 an output_item.done whose arguments are empty after the deltas streamed them: the call runs with the streamed arguments, never with {}", async () => {
+    const { runner, paid } = wire((n) =>
+      n === 1
+        ? [
+            created,
+            added(0, "call_a"),
+            { type: "response.function_call_arguments.delta", output_index: 0, delta: JSON.stringify(ACME).slice(0, 9) },
+            { type: "response.function_call_arguments.delta", output_index: 0, delta: JSON.stringify(ACME).slice(9) },
+            // A gateway that does not repeat the arguments in the done item.
+            { type: "response.output_item.done", output_index: 0, item: fcItem("call_a", "") },
+            completed([fcItem("call_a", "")]),
+          ]
+        : answer("Paid acme."),
+    );
+    const result = await runner.send("conv-empty-done", { id: "m1", content: "pay acme" });
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ result: { paymentId: "pay_1" } })]);
+    expect(paid.map((p) => p.payee)).toEqual(["acme"]);
+  });
 });
