@@ -74,6 +74,16 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
 
   checkContent(content: UserContent): void {
     checkUserContent(content);
+    // The Responses API's input parts are input_text, input_image, input_file, ...: a Messages API
+    // block ({ type: "text" }) would be stored, then refused by the API on every attempt.
+    if (Array.isArray(content)) {
+      content.forEach((part, i) => {
+        const type = (part as { type: string }).type;
+        if (!type.startsWith("input_")) {
+          throw new InvalidArgumentError(`message.content[${i}].type`, `must be a Responses API input part type (input_text, input_image, input_file, ...), got ${JSON.stringify(type)}`);
+        }
+      });
+    }
   }
 
   userMessage(content: UserContent): JsonValue {

@@ -90,4 +90,17 @@ describe("adoption trial findings (openai)", () => {
       expect(error, field).toMatchObject({ field });
     }
   });
+
+  it("ERR-1 a content list in another provider's shape ({ type: \"text\" }, as the Messages API takes it) is refused in send(), before it is stored or sent", async () => {
+    const { runner, store, effects } = await setup(provider(), { guarded: true });
+    await expect(runner.send("conv-parts", { id: "m1", content: [{ type: "text", text: "pay acme" }] as never })).rejects.toMatchObject({
+      code: "invalid_argument",
+      field: "message.content[0].type",
+    });
+    expect(await store.message("conv-parts", "m1")).toBeUndefined();
+    expect(effects()).toEqual([]);
+    // The Responses API's own parts are taken.
+    const answered = await runner.send("conv-parts", { id: "m1", content: [{ type: "input_text", text: "hello" }] });
+    expect(answered.status).toBe("answered");
+  });
 });
