@@ -28,17 +28,23 @@ export const LEASE_MS = 800;
 
 export const PAY_ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "Invoice 1042" };
 export const INVOICE_ACME = { customer: "acme", amount: 9_900, currency: "EUR" };
+export const PAY_BOB = { payee: "bob", amount: 4_000, currency: "EUR", reference: "LOAN-3", memo: "Loan repayment" };
 
-/** The scripted model: "pay acme" pays (its memo re-worded on a replay), "invoice acme" invoices; then "Done." */
+/**
+ * The scripted model: "pay acme" pays (its memo re-worded on a replay), "invoice acme" invoices,
+ * "pay acme and bob" makes both payments as parallel calls of one response; then "Done."
+ */
 export const plans = scriptFromPlans({
   "pay acme": turn(toolUse("send_payment", PAY_ACME, { reword: ["memo"] })),
   "invoice acme": turn(toolUse("create_invoice", INVOICE_ACME)),
+  "pay acme and bob": turn(toolUse("send_payment", PAY_ACME, { reword: ["memo"] }), toolUse("send_payment", PAY_BOB, { reword: ["memo"] })),
 });
 /** The same model over the Responses API. */
 const responsesPlans = openai.scriptFromPlans(
   {
     "pay acme": openai.respond(openai.call("send_payment", PAY_ACME, { reword: ["memo"] })),
     "invoice acme": openai.respond(openai.call("create_invoice", INVOICE_ACME)),
+    "pay acme and bob": openai.respond(openai.call("send_payment", PAY_ACME, { reword: ["memo"] }), openai.call("send_payment", PAY_BOB, { reword: ["memo"] })),
   },
   { after: "Done." },
 );

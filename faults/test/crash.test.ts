@@ -174,6 +174,31 @@ describe.concurrent("other deliveries, pauses and answers after a crash", () => 
     );
   });
 
+  it("STREAM-6 (openai) two payments as parallel calls of one response, the runner killed when the first was accepted (the other dispatched beside it, or not yet): the re-sent message pays each once", () =>
+    inWorld({ provider: "openai", ledger: "sqlite", store: "sqlite" }, async (world) => {
+      const conversation = "crash-parallel";
+      const next = await crashAt(world, conversation, "after_accept", 1, "pay acme and bob");
+      expect(paymentsOf(world).length).toBeGreaterThanOrEqual(1);
+
+      next.send(conversation, "m1", "pay acme and bob");
+      const answer = await next.outcome();
+      expect(answer.type, JSON.stringify(answer)).toBe("answered");
+      if (answer.type !== "answered") return;
+      const payments = paymentsOf(world);
+      expect(payments).toHaveLength(2);
+      // Each call is answered with its own payment, whichever process made it.
+      const byKey = new Map(payments.map((p) => [p.idempotencyKey, p.resourceId]));
+      const calls = answer.result.turns[0]!.calls;
+      expect(calls).toHaveLength(2);
+      for (const c of calls) expect(c.result).toEqual({ paymentId: byKey.get(c.key!) });
+      expect(new Set(calls.map((c) => c.key)).size).toBe(2);
+
+      const audit = await world.audit(conversation);
+      expect(audit.violations).toEqual([]);
+      expect(audit.rows.map((r) => r.state)).toEqual(["completed", "completed"]);
+      expect(audit.messages).toEqual({ m1: "answered" });
+    }));
+
   it("LEDGER-7 an invoice API that deduplicates nothing, its runner killed after the invoice was created: the re-sent message fails saying it may have been; a re-ask in a new message creates nothing", () =>
     inWorld({ ledger: "sqlite", store: "postgres" }, async (world) => {
       const conversation = "crash-invoice";
