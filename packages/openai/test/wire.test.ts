@@ -13,7 +13,7 @@ const ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-
 const BOB = { payee: "bob", amount: 4_000, currency: "EUR", reference: "LOAN-3" };
 
 /** A runner whose n-th request (1-based) streams `responses(n)`; `paid` is the payments made. */
-function wire(responses: (n: number) => unknown[]) {
+function wire(responses: (n: number) => unknown[], resultOf: (paymentId: string) => Record<string, unknown> = (paymentId) => ({ paymentId })) {
   const paid: { payee: string; paymentId: string }[] = [];
   const tools = new ToolRegistry([
     defineTool({
@@ -24,7 +24,7 @@ function wire(responses: (n: number) => unknown[]) {
       run: async (args) => {
         const payment = { payee: args.payee, paymentId: `pay_${paid.length + 1}` };
         paid.push(payment);
-        return { paymentId: payment.paymentId };
+        return resultOf(payment.paymentId);
       },
     }),
   ]);
@@ -136,5 +136,19 @@ describe("the Responses wire from gateways and compatible servers", () => {
     const result = await runner.send("conv-empty-done", { id: "m1", content: "pay acme" });
     expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ result: { paymentId: "pay_1" } })]);
     expect(paid.map((p) => p.payee)).toEqual(["acme"]);
+  });
+
+  it("TURN-7 a payment whose result looks like the runner's error answer ({ error: { name, message } }) is read back on a re-send as the result it was, not as a failure", async () => {
+    const { runner, paid } = wire(
+      (n) => (n === 1 ? [created, ...call(0, "call_a", ACME), completed([fcItem("call_a", ACME)])] : answer("Paid acme, with a warning.")),
+      // The payments API accepted it and says something went wrong beside it: the effect happened.
+      (paymentId) => ({ error: { name: "FxWarning", message: `${paymentId} settled at a stale rate` } }),
+    );
+    const first = await runner.send("conv-error-shaped", { id: "m1", content: "pay acme" });
+    const again = await runner.send("conv-error-shaped", { id: "m1", content: "pay acme" });
+    expect(first.turns[0]!.calls).toEqual([expect.objectContaining({ result: { error: { name: "FxWarning", message: "pay_1 settled at a stale rate" } }, ordinal: 0 })]);
+    // Before: read back as { error }, so a client told the user the payment failed.
+    expect(again.turns[0]!.calls).toEqual([{ ...first.turns[0]!.calls[0], replayed: true }]);
+    expect(paid).toHaveLength(1);
   });
 });

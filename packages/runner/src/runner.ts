@@ -425,7 +425,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         const readBack = fromStore || !answeredHere || !producedEvery(produced, current.turnIndex);
         const mine = new Map(produced.map((t) => [t.turnIndex, t]));
         const turns = readBack
-          ? (await store.turnsOf(conversationId, message.id)).map((t) => mine.get(t.turnIndex) ?? this.storedTurnOutcome(conversationId, t))
+          ? await Promise.all((await store.turnsOf(conversationId, message.id)).map((t) => mine.get(t.turnIndex) ?? this.storedTurnOutcome(conversationId, t)))
           : produced;
         const records = readBack
           ? (await store.records(conversationId)).filter((r): r is ResumedTurnRecord & JsonValue => isResumedTurnRecordOf(r, message.id))
@@ -876,8 +876,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   }
 
   /** A committed turn read back from the store (TURN-7): its text and its calls' results. */
-  private storedTurnOutcome(conversationId: string, turn: StoredTurn): TurnOutcome {
+  private async storedTurnOutcome(conversationId: string, turn: StoredTurn): Promise<TurnOutcome> {
     const view = this.provider.readTurn(turn);
+    const calls = this.storedCallReports(conversationId, turn.turnIndex, view.calls);
     return {
       conversationId,
       turnIndex: turn.turnIndex,
@@ -885,8 +886,31 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       committed: true,
       stopReason: turn.stopReason,
       text: view.text,
-      calls: this.storedCallReports(conversationId, turn.turnIndex, view.calls),
+      calls: await Promise.all(calls.map((report) => this.confirmedError(report))),
     };
+  }
+
+  /**
+   * A stored error answer checked against the ledger: a provider without an error flag (the
+   * Responses API) reads an error from the output's shape, which a tool's own result can have.
+   * When the call's row says completed with that very output, it was a result: reporting it as a
+   * failure would tell the user an effect that happened did not.
+   */
+  private async confirmedError(report: CallReport): Promise<CallReport> {
+    if (report.error === undefined) return report;
+    // As in the first send, a call answered with an error carries its key but no ordinal.
+    const { ordinal, ...failed } = report;
+    if (report.key === undefined || ordinal === undefined) return failed;
+    const ledger = (this.options.dispatcher as { ledger?: { lookup?: (key: string) => Promise<LedgerRow | undefined> } }).ledger;
+    if (typeof ledger?.lookup !== "function") return failed;
+    const row = await ledger.lookup(report.key).catch(() => undefined);
+    if (row?.state !== "completed") return failed;
+    const { error: _error, ...completed } = report;
+    try {
+      return { ...completed, result: JSON.parse(row.result) as JsonValue };
+    } catch {
+      return failed;
+    }
   }
 
   /**
@@ -894,8 +918,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * keys are derived (conversation id, turn index, tool, ordinal, identity arguments), so they
    * are recomputed through the dispatcher rather than stored. Ordinals are counted per identical
    * call in the committed order, as the dispatcher's `turn()` counted them: a call refused before
-   * its key (unknown tool, invalid arguments) took none. As in the first send, a call answered
-   * with an error carries its key (a definite failure) but no ordinal.
+   * its key (unknown tool, invalid arguments) took none. Every keyed call gets its ordinal here;
+   * `confirmedError` drops it from a call that stays an error, as the first send reports it.
    */
   private storedCallReports(conversationId: string, turnIndex: number, calls: StoredTurnView["calls"]): CallReport[] {
     const { dispatcher } = this.options;
@@ -923,7 +947,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           return report;
         }
       }
-      return call.error !== undefined ? { ...report, key } : { ...report, key, ordinal };
+      return { ...report, key, ordinal };
     });
   }
 
