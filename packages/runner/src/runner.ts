@@ -425,7 +425,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         const readBack = fromStore || !answeredHere || !producedEvery(produced, current.turnIndex);
         const mine = new Map(produced.map((t) => [t.turnIndex, t]));
         const turns = readBack
-          ? await Promise.all((await store.turnsOf(conversationId, message.id)).map((t) => mine.get(t.turnIndex) ?? this.storedTurnOutcome(conversationId, t)))
+          ? await Promise.all((await store.turnsOf(conversationId, message.id)).map(async (t) => mine.get(t.turnIndex) ?? (await this.storedTurnOutcome(conversationId, t))))
           : produced;
         const records = readBack
           ? (await store.records(conversationId)).filter((r): r is ResumedTurnRecord & JsonValue => isResumedTurnRecordOf(r, message.id))
