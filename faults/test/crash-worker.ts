@@ -1,7 +1,7 @@
 /**
  * A worker process of the crash suite (crash.test.ts): the real runner (the Anthropic stream side
- * over the mock provider, or the OpenAI one over the mock Responses API), the real dispatcher, a durable ledger and a durable conversation store,
- * calling mock payments. The parent sends it one message to answer over IPC ("go"). When the
+ * over the mock provider, or the OpenAI one over the mock Responses API), the real dispatcher, a
+ * durable ledger and a durable conversation store, calling mock payments. The parent sends it one message to answer over IPC ("go"). When the
  * configured crash point is reached the worker says so ("reached") and parks there, its timers
  * still running, until the parent SIGKILLs it (a crash), or SIGSTOPs it and later sends "continue"
  * (a pause). A point inside a synchronous SQLite transaction cannot wait for the parent: there the
