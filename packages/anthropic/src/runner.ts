@@ -1,7 +1,9 @@
 import type Anthropic from "@anthropic-ai/sdk";
 import { InvalidArgumentError, type JsonValue, type ProviderToolSchema, type StoredTurn } from "@dispatch-once/core";
 import {
+  TURN_RUNNER_OPTIONS,
   TurnRunner,
+  checkKnownOptions,
   checkOptionValues,
   checkRunnerOptions,
   checkUserContent,
@@ -75,6 +77,9 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
    */
   system?: string;
 }
+
+/** The options of this stream side, beside the shared runner's (TURN_RUNNER_OPTIONS). */
+const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "maxTokens", "system"];
 
 /**
  * The Messages API as a `StreamProvider`: a call is final at its `content_block_stop`, only
@@ -179,6 +184,8 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
 export class ConversationRunner extends TurnRunner<TurnAccumulator, RawEvent, UserContent> {
   constructor(options: ConversationRunnerOptions) {
     checkRunnerOptions(options, ["client", "dispatcher", "store"]);
+    // A misspelt option (systemPrompt for system) is refused, never silently left unsent (ERR-1).
+    checkKnownOptions(options, [...TURN_RUNNER_OPTIONS, ...PROVIDER_OPTIONS]);
     checkOptionValues(options, { model: "nonEmptyString", maxTokens: "positiveInteger", system: "string" });
     if (options.model === undefined) throw new InvalidArgumentError("options.model", "is required");
     if (!Array.isArray(options.tools)) throw new InvalidArgumentError("options.tools", "must be an array of provider tool schemas (registry.providerSchemas())");

@@ -68,6 +68,26 @@ describe("adoption trial findings (anthropic)", () => {
     }
   });
 
+  it("ERR-1 an option the runner does not take is refused, naming it: a misspelt system or maxTokens is never silently left unsent", async () => {
+    const { runnerOptions } = await setup(provider(), { guarded: true });
+    const cases: [string, Record<string, unknown>][] = [
+      // A system prompt that says "confirm every payment first", dropped for a typo, lets the model pay unasked.
+      ["options.systemPrompt", { systemPrompt: "Confirm every payment before sending it." }],
+      ["options.max_tokens", { max_tokens: 4096 }],
+      ["options.temperature", { temperature: 0 }],
+    ];
+    for (const [field, extra] of cases) {
+      let error: unknown;
+      try {
+        new ConversationRunner({ ...runnerOptions, ...extra } as never);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, field).toBeInstanceOf(InvalidArgumentError);
+      expect(error, field).toMatchObject({ field });
+    }
+  });
+
   it("TURN-2 a message whose content is missing or empty is refused before it is stored or sent", async () => {
     const { runner, store } = await setup(provider(), { guarded: true });
     for (const content of [undefined, "", [], [5]]) {
