@@ -19,8 +19,13 @@ export type AssistantBlock =
 export class TurnAccumulator extends CallPhases<CallState> {
   messageId: string | undefined;
   stopReason: string | null = null;
-  /** True once message_stop arrived: the only proof the turn finished (STREAM-1). */
+  /** True once message_stop arrived: the only proof the turn finished (STREAM-1), unless a call was still open then. */
   messageStopped = false;
+  /**
+   * Set when message_stop arrived with a tool_use block still open (no content_block_stop): the
+   * stream did not establish that call, so the response is not a finished turn (STREAM-8).
+   */
+  openAtStop: string | undefined;
 
   /** Apply one event; returns the call whose content_block_stop just arrived, if any. */
   apply(event: RawEvent): CallState | undefined {
@@ -54,9 +59,14 @@ export class TurnAccumulator extends CallPhases<CallState> {
       case "message_delta":
         this.stopReason = event.delta.stop_reason ?? this.stopReason;
         return undefined;
-      case "message_stop":
+      case "message_stop": {
         this.messageStopped = true;
+        // Committing it would answer the message with the call gone, and store a tool_use the
+        // next request carries without its tool_result, which the API refuses on every send.
+        const open = this.calls.filter((c) => c.phase === "announced" || c.phase === "arguments_streaming");
+        if (open.length > 0) this.openAtStop = `message_stop arrived with tool_use blocks never stopped: ${open.map((c) => `${c.name} (${c.callId})`).join(", ")}`;
         return undefined;
+      }
       default:
         return undefined;
     }

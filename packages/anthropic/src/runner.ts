@@ -125,7 +125,11 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
   }
 
   finished(accumulator: TurnAccumulator): boolean {
-    return accumulator.messageStopped;
+    return accumulator.messageStopped && accumulator.openAtStop === undefined;
+  }
+
+  streamError(accumulator: TurnAccumulator): string | undefined {
+    return accumulator.openAtStop;
   }
 
   commitShape(accumulator: TurnAccumulator, answers: CallAnswer[]): CommitShape {
