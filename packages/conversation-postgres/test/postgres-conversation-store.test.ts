@@ -1,7 +1,7 @@
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { isDispatchOnceError, type JsonValue } from "@dispatch-once/core";
-import { PostgresConversationStore, schemaSql } from "../src/index.js";
+import { NOW_MS, PostgresConversationStore, schemaSql } from "../src/index.js";
 import { DATABASE_URL, adminPool, closedPort, dropSchema, uniqueSchema } from "./helpers.js";
 
 const admin = adminPool();
@@ -339,6 +339,123 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     expect((await reopened.listFailedTurns()).turns.map((t) => [t.messageId, t.reopenable])).toEqual([["a", false], ["b", true]]);
     await reopened.close();
     await store.close();
+  });
+
+  describe("in a rolling upgrade: a process of the version before failed_at still writes to the migrated tables", () => {
+    // That version's own statements, verbatim (src/sql.ts before c841b92): none names failed_at.
+    const legacy = (schema: string) => {
+      const msgs = `"${schema}".dispatch_once_messages`;
+      const recs = `"${schema}".dispatch_once_records`;
+      return {
+        insertMessage: `INSERT INTO ${msgs} (conversation_id, message_id, seq, state, content)
+       VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM ${msgs} WHERE conversation_id = $1), 'queued', $3) RETURNING seq`,
+        reopen: `UPDATE ${msgs} SET state = 'queued', failure = NULL WHERE conversation_id = $1 AND message_id = $2`,
+        fail: `WITH failed AS (UPDATE ${msgs} SET state = 'failed', failure = $3 WHERE conversation_id = $1 AND message_id = $2 RETURNING 1)
+       INSERT INTO ${recs} (conversation_id, seq, record)
+       SELECT $1, (SELECT coalesce(max(seq), 0) + 1 FROM ${recs} WHERE conversation_id = $1), $3 WHERE EXISTS (SELECT 1 FROM failed)`,
+      };
+    };
+    const serverNow = async (): Promise<number> => Number((await admin.query(`SELECT ${NOW_MS} AS now`)).rows[0].now);
+    const storedFailedAt = async (schema: string, c: string, m: string): Promise<string | null> =>
+      (await admin.query(`SELECT failed_at FROM "${schema}".dispatch_once_messages WHERE conversation_id = $1 AND message_id = $2`, [c, m])).rows[0].failed_at;
+    const ids = (page: { turns: { conversationId: string; messageId: string }[] }) => page.turns.map((t) => `${t.conversationId}/${t.messageId}`);
+    async function pageByOne(store: PostgresConversationStore): Promise<string[]> {
+      const out: string[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await store.listFailedTurns({ limit: 1, ...(cursor !== undefined ? { cursor } : {}) });
+        out.push(...ids(page));
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+      return out;
+    }
+    /** Bound by the current version (the old one binds with the same statement), then failed by the old one. */
+    async function failByOldVersion(store: PostgresConversationStore, schema: string, c: string, m: string): Promise<void> {
+      const lease = await store.acquireLease(c, "worker", 600_000);
+      if (!lease.acquired) throw new Error("not acquired");
+      expect((await store.beginTurn(c, lease.fence))?.message.id).toBe(m);
+      expect((await admin.query(legacy(schema).fail, [c, m, JSON.stringify({ failed: m, conversation: c })])).rowCount).toBe(1);
+      await store.releaseLease(c, lease.fence);
+    }
+
+    it("a message it fails gets the server's time of that failure: listed in order, paged across, counted by olderThanMs; migrate() again changes nothing", async () => {
+      const { store, schema } = await fresh("rolling");
+      await failNext(store, "conv-a", "m1");
+      // Appended by the old version too: its INSERT names no failed_at either.
+      await admin.query(legacy(schema).insertMessage, ["conv-b", "m1", JSON.stringify(user("conv-b m1"))]);
+      const before = await serverNow();
+      await failByOldVersion(store, schema, "conv-b", "m1");
+      const after = await serverNow();
+      const stored = await storedFailedAt(schema, "conv-b", "m1");
+      expect(stored).not.toBeNull();
+      expect(Number(stored)).toBeGreaterThanOrEqual(before);
+      expect(Number(stored)).toBeLessThanOrEqual(after);
+      await failNext(store, "conv-c", "m1");
+
+      // failedAt never decreases from a to b to c, and ties order by conversation id: a, b, c.
+      const all = await store.listFailedTurns();
+      expect(ids(all)).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
+      expect(all.turns[1]).toEqual({ conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: Number(stored), failure: { failed: "m1", conversation: "conv-b" }, reopenable: true });
+      expect(await pageByOne(store)).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
+      expect(ids(await store.listFailedTurns({ olderThanMs: 0 }))).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
+      expect(ids(await store.listFailedTurns({ olderThanMs: 3_600_000 }))).toEqual([]);
+
+      // Any writer that does not know the column, inserting a failed row outright, gets the same.
+      const beforeInsert = await serverNow();
+      await admin.query(`INSERT INTO "${schema}".dispatch_once_messages (conversation_id, message_id, seq, state, turn_index, failure, content) VALUES ('conv-d', 'm1', 1, 'failed', 0, '{}', '"x"')`);
+      expect(Number(await storedFailedAt(schema, "conv-d", "m1"))).toBeGreaterThanOrEqual(beforeInsert);
+      expect(ids(await store.listFailedTurns())).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1", "conv-d/m1"]);
+
+      const listed = await store.listFailedTurns();
+      await store.migrate();
+      await store.migrate();
+      expect(await storedFailedAt(schema, "conv-b", "m1")).toBe(stored);
+      expect(await store.listFailedTurns()).toEqual(listed);
+      await store.close();
+    });
+
+    it("a message it failed before this version's migrate() ran (the column there, nothing filling it) is listed at failedAt 0 once migrate() has run", async () => {
+      const { store, schema } = await fresh("rolling_before");
+      // The tables as the release before this one left them: failed_at and its index, no trigger.
+      await admin.query(
+        `DROP TRIGGER IF EXISTS dispatch_once_failed_at_insert ON "${schema}".dispatch_once_messages;
+         DROP TRIGGER IF EXISTS dispatch_once_failed_at_update ON "${schema}".dispatch_once_messages`,
+      );
+      await failNext(store, "conv-a", "m1");
+      await store.appendUserMessage("conv-b", { id: "m1", content: user("conv-b m1") });
+      await failByOldVersion(store, schema, "conv-b", "m1");
+      expect(await storedFailedAt(schema, "conv-b", "m1")).toBeNull();
+      // Not migrated yet: the listing names the row and the remedy rather than guess where it sorts.
+      const error = await rejectsWith(store.listFailedTurns(), "store_corrupt");
+      expect((error as Error).message).toMatch(/conv-b.*message m1 has no failure time.*migrate\(\)/);
+
+      await store.migrate();
+      // Its failure time was not kept: 0, the oldest (TURN-17), as for messages failed before the column existed.
+      expect(await storedFailedAt(schema, "conv-b", "m1")).toBe("0");
+      const all = await store.listFailedTurns();
+      expect(all.turns.map((t) => [t.conversationId, t.messageId, t.failedAt === 0])).toEqual([["conv-b", "m1", true], ["conv-a", "m1", false]]);
+      expect(await pageByOne(store)).toEqual(["conv-b/m1", "conv-a/m1"]);
+      expect(ids(await store.listFailedTurns({ olderThanMs: 3_600_000 }))).toEqual(["conv-b/m1"]);
+      await store.close();
+    });
+
+    it("its reopen leaves the earlier failure time on the queued row; its next failure is listed at that failure's time, not the earlier one", async () => {
+      const { store, schema } = await fresh("rolling_refail");
+      await failNext(store, "legacy", "m1");
+      // A table made before failed_at (CASCADE: what reads the column goes with it), then migrated: 0.
+      await admin.query(`ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN failed_at CASCADE`);
+      await store.migrate();
+      expect(await storedFailedAt(schema, "legacy", "m1")).toBe("0");
+      // A re-send reaches the old version: its reopen does not clear failed_at.
+      expect((await admin.query(legacy(schema).reopen, ["legacy", "m1"])).rowCount).toBe(1);
+      const before = await serverNow();
+      await failByOldVersion(store, schema, "legacy", "m1");
+      expect(Number(await storedFailedAt(schema, "legacy", "m1"))).toBeGreaterThanOrEqual(before);
+      const [turn] = (await store.listFailedTurns()).turns;
+      expect(turn?.failedAt).toBeGreaterThanOrEqual(before);
+      expect(ids(await store.listFailedTurns({ olderThanMs: 3_600_000 }))).toEqual([]);
+      await store.close();
+    });
   });
 
   it("the listing's own statement reads an index over messages and each conversation row by its primary key: no sequential scan, one statement per page", async () => {

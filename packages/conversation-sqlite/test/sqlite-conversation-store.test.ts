@@ -3,7 +3,7 @@ import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isDispatchOnceError, type JsonValue } from "@dispatch-once/core";
-import { SqliteConversationStore, schemaSql, tablesFor } from "../src/index.js";
+import { STORE_NOW_SQL, SqliteConversationStore, schemaSql, tablesFor } from "../src/index.js";
 import { packageDir, rawConnection, tempDir } from "./helpers.js";
 
 let dir: string;
@@ -460,6 +460,132 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     raw.close();
     await reopened.close();
     await store.close();
+  });
+
+  describe("in a rolling upgrade: a process of the version before failed_at still writes to the file", () => {
+    // That version's own statements, verbatim (src/sqlite-conversation-store.ts before fa7c238): none names failed_at.
+    const legacy = {
+      nextSeq: `SELECT coalesce(max(seq), 0) + 1 AS next FROM "dispatch_once_messages" WHERE conversation_id = ?`,
+      insertMessage: `INSERT INTO "dispatch_once_messages" (conversation_id, message_id, seq, state, content) VALUES (?, ?, ?, 'queued', ?)`,
+      reopen: `UPDATE "dispatch_once_messages" SET state = 'queued', failure = NULL WHERE conversation_id = ? AND message_id = ?`,
+      fail: `UPDATE "dispatch_once_messages" SET state = 'failed', failure = ? WHERE conversation_id = ? AND message_id = ?`,
+      insertRecord: `INSERT INTO "dispatch_once_records" (conversation_id, seq, record) VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM "dispatch_once_records" WHERE conversation_id = ?), ?)`,
+    };
+    const storeNow = (raw: Database.Database): number => (raw.prepare(`SELECT ${STORE_NOW_SQL} AS now`).get() as { now: number }).now;
+    const storedFailedAt = (raw: Database.Database, c: string, m: string): unknown =>
+      (raw.prepare("SELECT failed_at FROM dispatch_once_messages WHERE conversation_id = ? AND message_id = ?").get(c, m) as { failed_at: unknown }).failed_at;
+    const ids = (page: { turns: { conversationId: string; messageId: string }[] }) => page.turns.map((t) => `${t.conversationId}/${t.messageId}`);
+    async function pageByOne(store: SqliteConversationStore): Promise<string[]> {
+      const out: string[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await store.listFailedTurns({ limit: 1, ...(cursor !== undefined ? { cursor } : {}) });
+        out.push(...ids(page));
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+      return out;
+    }
+    /** Bound by the current version (the old one binds with the same statement), then failed by the old one, in one write as it did. */
+    async function failByOldVersion(store: SqliteConversationStore, raw: Database.Database, c: string, m: string): Promise<void> {
+      const lease = await store.acquireLease(c, "worker", 600_000);
+      if (!lease.acquired) throw new Error("not acquired");
+      expect((await store.beginTurn(c, lease.fence))?.message.id).toBe(m);
+      const record = JSON.stringify({ failed: m, conversation: c });
+      raw.transaction(() => {
+        expect(raw.prepare(legacy.fail).run(record, c, m).changes).toBe(1);
+        raw.prepare(legacy.insertRecord).run(c, c, record);
+      }).immediate();
+      await store.releaseLease(c, lease.fence);
+    }
+
+    it("a message it fails gets the store's time of that failure: listed in order, paged across, counted by olderThanMs; migrating again changes nothing", async () => {
+      const path = freshPath();
+      const store = new SqliteConversationStore({ path });
+      const raw = rawConnection(path);
+      await failNext(store, "conv-a", "m1");
+      // Appended by the old version too: its INSERT names no failed_at either.
+      raw.prepare(legacy.insertMessage).run("conv-b", "m1", (raw.prepare(legacy.nextSeq).get("conv-b") as { next: number }).next, JSON.stringify(user("conv-b m1")));
+      const before = storeNow(raw);
+      await failByOldVersion(store, raw, "conv-b", "m1");
+      const after = storeNow(raw);
+      const stored = storedFailedAt(raw, "conv-b", "m1");
+      expect(typeof stored).toBe("number");
+      expect(stored).toBeGreaterThanOrEqual(before);
+      expect(stored).toBeLessThanOrEqual(after);
+      await failNext(store, "conv-c", "m1");
+
+      // failedAt never decreases from a to b to c, and ties order by conversation id: a, b, c.
+      const all = await store.listFailedTurns();
+      expect(ids(all)).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
+      expect(all.turns[1]).toEqual({ conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: stored, failure: { failed: "m1", conversation: "conv-b" }, reopenable: true });
+      expect(await pageByOne(store)).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
+      expect(ids(await store.listFailedTurns({ olderThanMs: 0 }))).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
+      expect(ids(await store.listFailedTurns({ olderThanMs: 3_600_000 }))).toEqual([]);
+
+      // Any writer that does not know the column, inserting a failed row outright, gets the same.
+      const beforeInsert = storeNow(raw);
+      raw.prepare(`INSERT INTO dispatch_once_messages (conversation_id, message_id, seq, state, turn_index, failure, content) VALUES ('conv-d', 'm1', 1, 'failed', 0, '{}', '"x"')`).run();
+      expect(storedFailedAt(raw, "conv-d", "m1")).toBeGreaterThanOrEqual(beforeInsert);
+      expect(ids(await store.listFailedTurns())).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1", "conv-d/m1"]);
+
+      const listed = await store.listFailedTurns();
+      store.migrate();
+      const reopened = new SqliteConversationStore({ path }); // migrates on open
+      expect(storedFailedAt(raw, "conv-b", "m1")).toBe(stored);
+      expect(await reopened.listFailedTurns()).toEqual(listed);
+      raw.close();
+      await reopened.close();
+      await store.close();
+    });
+
+    it("a message it failed before this version's migration ran (the column there, nothing filling it) is listed at failedAt 0 once the store has migrated", async () => {
+      const path = freshPath();
+      const store = new SqliteConversationStore({ path });
+      const raw = rawConnection(path);
+      // The file as the release before this one left it: failed_at and its index, no trigger.
+      raw.exec(`DROP TRIGGER IF EXISTS dispatch_once_messages_failed_at_insert; DROP TRIGGER IF EXISTS dispatch_once_messages_failed_at_update;`);
+      await failNext(store, "conv-a", "m1");
+      await store.appendUserMessage("conv-b", { id: "m1", content: user("conv-b m1") });
+      await failByOldVersion(store, raw, "conv-b", "m1");
+      expect(storedFailedAt(raw, "conv-b", "m1")).toBeNull();
+      // Not migrated yet: the listing names the row and the remedy rather than guess where it sorts.
+      await rejectsWith(store.listFailedTurns(), "store_corrupt");
+      const error = await store.listFailedTurns().catch((e: unknown) => e);
+      expect((error as Error).message).toMatch(/conv-b.*message m1 has no failure time.*migrate\(\)/);
+
+      store.migrate();
+      // Its failure time was not kept: 0, the oldest (TURN-17), as for messages failed before the column existed.
+      expect(storedFailedAt(raw, "conv-b", "m1")).toBe(0);
+      const all = await store.listFailedTurns();
+      expect(all.turns.map((t) => [t.conversationId, t.messageId, t.failedAt === 0])).toEqual([["conv-b", "m1", true], ["conv-a", "m1", false]]);
+      expect(await pageByOne(store)).toEqual(["conv-b/m1", "conv-a/m1"]);
+      expect(ids(await store.listFailedTurns({ olderThanMs: 3_600_000 }))).toEqual(["conv-b/m1"]);
+      raw.close();
+      await store.close();
+    });
+
+    it("its reopen leaves the earlier failure time on the queued row; its next failure is listed at that failure's time, not the earlier one", async () => {
+      const path = freshPath();
+      const old = new SqliteConversationStore({ path });
+      await failNext(old, "legacy", "m1");
+      await old.close();
+      const raw = rawConnection(path);
+      // A file made before failed_at (what reads the column goes first), then opened by this version: 0.
+      raw.exec(`DROP TRIGGER IF EXISTS dispatch_once_messages_failed_at_insert; DROP TRIGGER IF EXISTS dispatch_once_messages_failed_at_update;
+                DROP INDEX dispatch_once_messages_failed; ALTER TABLE dispatch_once_messages DROP COLUMN failed_at;`);
+      const store = new SqliteConversationStore({ path });
+      expect(storedFailedAt(raw, "legacy", "m1")).toBe(0);
+      // A re-send reaches the old version: its reopen does not clear failed_at.
+      expect(raw.prepare(legacy.reopen).run("legacy", "m1").changes).toBe(1);
+      const before = storeNow(raw);
+      await failByOldVersion(store, raw, "legacy", "m1");
+      expect(storedFailedAt(raw, "legacy", "m1")).toBeGreaterThanOrEqual(before);
+      const [turn] = (await store.listFailedTurns()).turns;
+      expect(turn?.failedAt).toBeGreaterThanOrEqual(before);
+      expect(ids(await store.listFailedTurns({ olderThanMs: 3_600_000 }))).toEqual([]);
+      raw.close();
+      await store.close();
+    });
   });
 
   it("the listing's own statement reads the failed-messages index and looks each conversation row up by its key: no scan, no sort, no query per turn", async () => {
