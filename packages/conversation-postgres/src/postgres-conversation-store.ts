@@ -351,7 +351,7 @@ export class PostgresConversationStore implements ConversationStore {
       const turn: FailedTurn = {
         conversationId: row.conversation_id,
         messageId: row.message_id,
-        failedAt: toCount(row.conversation_id, row.failed_at),
+        failedAt: failedAtOf(row.conversation_id, row.message_id, row.failed_at),
         failure: decodeStoreJson(row.conversation_id, `failure of message ${row.message_id}`, row.failure),
         reopenable: row.reopenable === true,
       };
@@ -482,6 +482,18 @@ function toCount(conversationId: string, value: unknown): number {
   const n = typeof value === "string" ? Number(value) : value;
   if (typeof n !== "number" || !Number.isSafeInteger(n)) throw new StoreCorruptError(conversationId, `${String(value)} is not a safe integer`);
   return n;
+}
+
+/**
+ * A failed message's failure time. NULL cannot be written past migrate()'s triggers; read as 0 it
+ * would be listed where the index puts NULL (last), and the cursor after it would skip rows, so it
+ * is store_corrupt, naming the row and the remedy.
+ */
+function failedAtOf(conversationId: string, messageId: string, value: unknown): number {
+  if (value === null) {
+    throw new StoreCorruptError(conversationId, `failed message ${messageId} has no failure time (failed_at is NULL, written past the triggers migrate() creates); migrate() sets it to 0, an unknown time`);
+  }
+  return toCount(conversationId, value);
 }
 
 function isFence(fence: unknown): fence is number {

@@ -124,6 +124,47 @@ END
 $upgrade$;
 -- Only the failed messages, in listing order: listFailedTurns never scans the rest.
 CREATE INDEX IF NOT EXISTS "${t.messages}_failed" ON ${q.msgs} (failed_at, conversation_id COLLATE "C", message_id COLLATE "C") WHERE state = 'failed';
+${failedAtTriggersSql(t)}`;
+}
+
+/**
+ * A process of a version that does not know `failed_at` (still running during a rolling
+ * upgrade) fails a message without writing it, and its reopen leaves the earlier failure's time
+ * on the row. These triggers give such a failure the server's time, on the clock the store uses
+ * (TURN-17). They fire only when the statement wrote no failure time of its own (none, or the
+ * row's old one), so this version's statements never run their body. Created once (a CREATE
+ * TRIGGER locks out writers while it runs), checked by name at every migrate().
+ *
+ * Rows such a process failed before the triggers existed have NULL: their time was not kept, so
+ * 0 (TURN-17). That UPDATE runs at every migrate(): it reads only the NULL end of the partial
+ * index, and it also mends a row written with the triggers bypassed (session_replication_role).
+ */
+function failedAtTriggersSql(t: ConversationTables): string {
+  const q = qualified(t);
+  // Trigger names are per table, so fixed ones fit in 63 bytes whatever the prefix; the function is per schema.
+  const fn = `"${t.schema}"."${t.messages}_failed_at"`;
+  const exists = (name: string) => `EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '${q.msgs}'::regclass AND tgname = '${name}')`;
+  return `DO $failed_at$
+BEGIN
+  IF NOT ${exists("dispatch_once_failed_at_insert")} OR NOT ${exists("dispatch_once_failed_at_update")} THEN
+    CREATE OR REPLACE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+      NEW.failed_at := ${NOW_MS};
+      RETURN NEW;
+    END
+    $fn$;
+  END IF;
+  IF NOT ${exists("dispatch_once_failed_at_insert")} THEN
+    CREATE TRIGGER dispatch_once_failed_at_insert BEFORE INSERT ON ${q.msgs} FOR EACH ROW
+      WHEN (NEW.state = 'failed' AND NEW.failed_at IS NULL) EXECUTE FUNCTION ${fn}();
+  END IF;
+  IF NOT ${exists("dispatch_once_failed_at_update")} THEN
+    CREATE TRIGGER dispatch_once_failed_at_update BEFORE UPDATE OF state ON ${q.msgs} FOR EACH ROW
+      WHEN (NEW.state = 'failed' AND OLD.state <> 'failed' AND NEW.failed_at IS NOT DISTINCT FROM OLD.failed_at) EXECUTE FUNCTION ${fn}();
+  END IF;
+END
+$failed_at$;
+UPDATE ${q.msgs} SET failed_at = 0 WHERE state = 'failed' AND failed_at IS NULL;
 `;
 }
 

@@ -296,7 +296,13 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
   it("migrate() gives a messages table made before failed_at the column; messages that already failed list as failed at 0", async () => {
     const { store, schema } = await fresh("failed_upgrade");
     await failNext(store, "legacy", "m1");
-    await admin.query(`DROP INDEX "${schema}".dispatch_once_messages_failed; ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN failed_at`);
+    // What that table had: none of the index, the triggers and the column.
+    await admin.query(
+      `DROP INDEX "${schema}".dispatch_once_messages_failed;
+       DROP TRIGGER dispatch_once_failed_at_insert ON "${schema}".dispatch_once_messages;
+       DROP TRIGGER dispatch_once_failed_at_update ON "${schema}".dispatch_once_messages;
+       ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN failed_at`,
+    );
     await store.migrate();
     expect((await store.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, failure: { failed: "m1", conversation: "legacy" }, reopenable: true }]);
     await store.close();
@@ -481,6 +487,12 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
       expect(plan, JSON.stringify(values)).toMatch(/Index Scan using dispatch_once_conversations_pkey on dispatch_once_conversations c/);
       expect(plan, JSON.stringify(values)).not.toMatch(/Seq Scan/);
     }
+    // migrate() mends failed rows without a time at every start: it reads the NULL end of the same index, no scan.
+    const mend = store.schemaSql().split("\n").find((line) => line.startsWith("UPDATE") && line.includes("failed_at IS NULL"));
+    expect(mend).toBeDefined();
+    const mendPlan = (await admin.query(`EXPLAIN ${mend}`)).rows.map((r: { "QUERY PLAN": string }) => r["QUERY PLAN"]).join("\n");
+    expect(mendPlan).toMatch(/Index (Only )?Scan (using|on) dispatch_once_messages_failed/);
+    expect(mendPlan).not.toMatch(/Seq Scan/);
     const page = await store.listFailedTurns({ limit: 1000 });
     expect(page.turns).toHaveLength(750);
     expect(page.turns.filter((t) => t.reopenable).map((t) => `${t.conversationId}/${t.messageId}`)).toEqual(
