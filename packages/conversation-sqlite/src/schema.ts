@@ -98,6 +98,43 @@ export function failedIndexSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
 }
 
 /**
+ * The store's clock in integer milliseconds since the Unix epoch, evaluated by SQLite inside
+ * the statement (as the SQLite ledger does; julianday rather than unixepoch('subsec') so that
+ * older SQLite builds work too).
+ */
+export const STORE_NOW_SQL = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+
+/**
+ * A process of a version that does not know `failed_at` (still running during a rolling
+ * upgrade) fails a message without writing it, and its reopen leaves the earlier failure's time
+ * on the row. These triggers give such a failure SQLite's own time (STORE_NOW_SQL: a test clock
+ * lives in one connection, a trigger fires in any). They fire only when the statement wrote no
+ * failure time of its own (none, or the row's old one), so this version's statements never run
+ * their body. AFTER, as SQLite cannot assign NEW; the UPDATE they run names no `state`, so it
+ * does not fire them again.
+ *
+ * Rows such a process failed before the triggers existed have NULL: their time was not kept, so
+ * 0 (TURN-17). That UPDATE runs at every `migrate()`: it reads only the NULL end of the partial
+ * index (`failedIndexSql`, created first). Run after `failedAtUpgradeSql` on older tables.
+ */
+export function failedAtTriggerSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
+  const t = tablesFor(prefix);
+  const stamp = `UPDATE "${t.messages}" SET failed_at = ${STORE_NOW_SQL} WHERE conversation_id = NEW.conversation_id AND message_id = NEW.message_id;`;
+  return `CREATE TRIGGER IF NOT EXISTS "${t.messages}_failed_at_insert" AFTER INSERT ON "${t.messages}"
+  FOR EACH ROW WHEN NEW.state = 'failed' AND NEW.failed_at IS NULL
+BEGIN
+  ${stamp}
+END;
+CREATE TRIGGER IF NOT EXISTS "${t.messages}_failed_at_update" AFTER UPDATE OF state ON "${t.messages}"
+  FOR EACH ROW WHEN NEW.state = 'failed' AND OLD.state <> 'failed' AND NEW.failed_at IS OLD.failed_at
+BEGIN
+  ${stamp}
+END;
+UPDATE "${t.messages}" SET failed_at = 0 WHERE state = 'failed' AND failed_at IS NULL;
+`;
+}
+
+/**
  * What `migrate()` runs on a messages table made before `failed_at` existed: the column, and 0
  * (the oldest time, "failed at an unknown time") for messages that already failed.
  */

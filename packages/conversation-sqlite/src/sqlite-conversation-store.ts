@@ -37,7 +37,7 @@ import {
   unknownOptionMessage,
   type OptionNames,
 } from "@dispatch-once/core/internal";
-import { DEFAULT_TABLE_PREFIX, failedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, type ConversationTables } from "./schema.js";
+import { DEFAULT_TABLE_PREFIX, STORE_NOW_SQL, failedAtTriggerSql, failedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, type ConversationTables } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
 export type SqliteDatabase = Database.Database;
@@ -95,12 +95,6 @@ export interface SqliteConversationStoreOptions {
 
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
 
-/**
- * The store's clock in integer milliseconds since the Unix epoch, evaluated by SQLite inside
- * the statement (as the SQLite ledger does; julianday rather than unixepoch('subsec') so that
- * older SQLite builds work too).
- */
-export const STORE_NOW_SQL = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 
 interface ConversationRow {
   fence: number;
@@ -139,7 +133,7 @@ interface Statements {
   records: Database.Statement<[string], { record: unknown }>;
   listFailed: Database.Statement<
     { conversation: string | null; cutoff: number | null; after: number | null; afterConversation: string; afterMessage: string; limit: number },
-    { conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: number; reopenable: number }
+    { conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: number | null; reopenable: number }
   >;
 }
 
@@ -434,7 +428,7 @@ export class SqliteConversationStore implements ConversationStore {
         const turn: FailedTurn = {
           conversationId: row.conversation_id,
           messageId: row.message_id,
-          failedAt: Number(row.failed_at),
+          failedAt: failedAtOf(row.conversation_id, row.message_id, row.failed_at),
           failure: decodeStoreJson(row.conversation_id, `failure of message ${row.message_id}`, row.failure),
           reopenable: row.reopenable === 1,
         };
@@ -594,7 +588,20 @@ function migrateTables(db: SqliteDatabase, prefix: string, tables: ConversationT
     const messageColumns = db.prepare(`SELECT name FROM pragma_table_info(?)`).all(tables.messages) as { name: string }[];
     if (!messageColumns.some((c) => c.name === "failed_at")) db.exec(failedAtUpgradeSql(prefix));
     db.exec(failedIndexSql(prefix));
+    db.exec(failedAtTriggerSql(prefix));
   }).immediate();
+}
+
+/**
+ * A failed message's failure time. NULL cannot be written past migrate()'s triggers; read as 0 it
+ * would be listed where the index puts NULL (first, before the real 0s), and olderThanMs and the
+ * cursor after it would drop rows, so it is store_corrupt, naming the row and the remedy.
+ */
+function failedAtOf(conversationId: string, messageId: string, value: number | null): number {
+  if (value === null) {
+    throw new StoreCorruptError(conversationId, `failed message ${messageId} has no failure time (failed_at is NULL, written past the triggers migrate() creates); migrate() sets it to 0, an unknown time`);
+  }
+  return Number(value);
 }
 
 function isFence(fence: unknown): fence is number {

@@ -3,7 +3,7 @@ import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isDispatchOnceError, type JsonValue } from "@dispatch-once/core";
-import { STORE_NOW_SQL, SqliteConversationStore, schemaSql, tablesFor } from "../src/index.js";
+import { STORE_NOW_SQL, SqliteConversationStore, failedAtTriggerSql, schemaSql, tablesFor } from "../src/index.js";
 import { packageDir, rawConnection, tempDir } from "./helpers.js";
 
 let dir: string;
@@ -408,7 +408,9 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     await failNext(old, "legacy", "m1");
     await old.close();
     const raw = rawConnection(path);
-    raw.exec(`DROP INDEX dispatch_once_messages_failed; ALTER TABLE dispatch_once_messages DROP COLUMN failed_at;`);
+    // What that table had: none of the index, the triggers and the column.
+    raw.exec(`DROP INDEX dispatch_once_messages_failed; DROP TRIGGER dispatch_once_messages_failed_at_insert; DROP TRIGGER dispatch_once_messages_failed_at_update;
+              ALTER TABLE dispatch_once_messages DROP COLUMN failed_at;`);
     raw.close();
     const upgraded = new SqliteConversationStore({ path });
     expect((await upgraded.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, failure: { failed: "m1", conversation: "legacy" }, reopenable: true }]);
@@ -613,6 +615,11 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
       expect(plan, JSON.stringify(params)).toMatch(/SEARCH c USING PRIMARY KEY \(conversation_id=\?\)/);
       expect(plan, JSON.stringify(params)).not.toMatch(/TEMP B-TREE|SCAN c\b/);
     }
+    // migrate() mends failed rows without a time at every open: it reads the NULL end of the same index, no scan.
+    const mend = failedAtTriggerSql().split("\n").find((line) => line.startsWith("UPDATE") && line.includes("failed_at IS NULL"));
+    expect(mend).toBeDefined();
+    const mendPlan = (raw.prepare(`EXPLAIN QUERY PLAN ${mend}`).all() as { detail: string }[]).map((p) => p.detail).join(" | ");
+    expect(mendPlan).toMatch(/SEARCH dispatch_once_messages USING INDEX dispatch_once_messages_failed \(failed_at=\?\)/);
     const page = await store.listFailedTurns({ limit: 1000 });
     expect(page.turns).toHaveLength(300);
     expect(page.turns.filter((t) => t.reopenable).map((t) => `${t.conversationId}/${t.messageId}`)).toEqual(
