@@ -152,7 +152,9 @@ export interface FailedTurn {
   turnIndex?: number;
   /**
    * When the failure was recorded, in store-clock milliseconds; 0 for a failure recorded by a
-   * version of the store that did not keep the time (listed first, as the oldest).
+   * version of the store that did not keep the time (listed first, as the oldest). A failure
+   * written by a process that does not write the time (an earlier version still running during
+   * an upgrade) carries the store's own time of it, or 0 if it came before the store could see it.
    */
   failedAt: number;
   /**
