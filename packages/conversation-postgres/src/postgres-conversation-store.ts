@@ -485,13 +485,13 @@ function toCount(conversationId: string, value: unknown): number {
 }
 
 /**
- * A failed message's failure time. NULL cannot be written past migrate()'s triggers; read as 0 it
+ * A failed message's failure time. NULL cannot be written while migrate()'s triggers are in place; read as 0 it
  * would be listed where the index puts NULL (last), and the cursor after it would skip rows, so it
  * is store_corrupt, naming the row and the remedy.
  */
 function failedAtOf(conversationId: string, messageId: string, value: unknown): number {
   if (value === null) {
-    throw new StoreCorruptError(conversationId, `failed message ${messageId} has no failure time (failed_at is NULL, written past the triggers migrate() creates); migrate() sets it to 0, an unknown time`);
+    throw new StoreCorruptError(conversationId, `failed message ${messageId} has no failure time (failed_at is NULL: written where the triggers migrate() creates were missing or bypassed); migrate() sets it to 0, an unknown time`);
   }
   return toCount(conversationId, value);
 }

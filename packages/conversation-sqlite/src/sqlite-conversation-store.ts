@@ -95,7 +95,6 @@ export interface SqliteConversationStoreOptions {
 
 const DEFAULT_BUSY_TIMEOUT_MS = 5000;
 
-
 interface ConversationRow {
   fence: number;
   lease_owner: string | null;
@@ -593,13 +592,13 @@ function migrateTables(db: SqliteDatabase, prefix: string, tables: ConversationT
 }
 
 /**
- * A failed message's failure time. NULL cannot be written past migrate()'s triggers; read as 0 it
+ * A failed message's failure time. NULL cannot be written while migrate()'s triggers are in place; read as 0 it
  * would be listed where the index puts NULL (first, before the real 0s), and olderThanMs and the
  * cursor after it would drop rows, so it is store_corrupt, naming the row and the remedy.
  */
 function failedAtOf(conversationId: string, messageId: string, value: number | null): number {
   if (value === null) {
-    throw new StoreCorruptError(conversationId, `failed message ${messageId} has no failure time (failed_at is NULL, written past the triggers migrate() creates); migrate() sets it to 0, an unknown time`);
+    throw new StoreCorruptError(conversationId, `failed message ${messageId} has no failure time (failed_at is NULL: written where the triggers migrate() creates were missing or bypassed); migrate() sets it to 0, an unknown time`);
   }
   return Number(value);
 }
