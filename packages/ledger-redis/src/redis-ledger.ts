@@ -1174,25 +1174,19 @@ export class RedisLedger implements Ledger {
    * Hold this tick's writes to the socket and send them in one system call when the tick ends.
    * Under concurrency, claims and finishes of many calls are sent in the same tick: written one
    * by one, each costs a write here and a read in redis-server. Only the order of bytes within the
-   * tick is kept, which is all a connection promises; nothing waits past the tick. On a Cluster,
-   * every connected primary's socket (ioredis picks a command's node itself). Not when nothing is
-   * awaiting a reply: one call at a time gains nothing from it.
+   * tick is kept, which is all a connection promises; nothing waits past the tick. Not on a
+   * Cluster (a command's connection is chosen inside ioredis), and not when nothing is awaiting a
+   * reply (one call at a time gains nothing from it).
    */
   private coalesceWrites(): void {
-    const sockets: CorkableSocket[] = [];
-    if (this.client.isCluster) {
-      for (const node of (this.client as Cluster).nodes("master")) {
-        if (node.status === "ready") corkable(node.stream, sockets);
-      }
-    } else {
-      corkable((this.client as Redis).stream, sockets);
-    }
-    if (sockets.length === 0) return;
+    if (this.client.isCluster) return;
+    const socket = (this.client as Redis).stream as { cork?: () => void; uncork?: () => void } | undefined;
+    if (socket === undefined || typeof socket.cork !== "function" || typeof socket.uncork !== "function") return;
     this.corked = true;
-    for (const socket of sockets) socket.cork();
+    socket.cork();
     process.nextTick(() => {
       this.corked = false;
-      for (const socket of sockets) socket.uncork();
+      socket.uncork?.();
     });
   }
 
@@ -1463,12 +1457,4 @@ function checkHashTaggable(key: string): void {
 export function isCommandRefusal(error: unknown): boolean {
   const message = error instanceof Error ? error.message : typeof error === "string" ? error : "";
   return /^(NOPERM|ERR unknown command|ERR unknown subcommand|ERR command not allowed|ERR .*not allowed)/i.test(message);
-}
-
-type CorkableSocket = { cork(): void; uncork(): void };
-
-/** Adds `stream` to `into` if it is a socket that can be corked (a test double may not be). */
-function corkable(stream: unknown, into: CorkableSocket[]): void {
-  const socket = stream as Partial<CorkableSocket> | undefined;
-  if (socket !== undefined && socket !== null && typeof socket.cork === "function" && typeof socket.uncork === "function") into.push(socket as CorkableSocket);
 }
