@@ -361,9 +361,6 @@ export class RedisLedger implements Ledger {
   private durabilityChecked: "ok" | Promise<void> | undefined;
   private readyWaiter: Promise<void> | undefined;
   private closed = false;
-  /** Commands sent and not yet answered; while there are some, writes of one tick are coalesced. */
-  private awaitingReplies = 0;
-  private corked = false;
 
   constructor(options: RedisLedgerOptions = {}) {
     if (typeof options !== "object" || options === null) throw new InvalidLedgerInputError("options", "expected an options object");
@@ -1132,18 +1129,12 @@ export class RedisLedger implements Ledger {
    * more cheaply than a different remainder each time).
    */
   private send<T>(op: string, key: string, run: () => Promise<T>, deadline?: number): Promise<T> {
-    if (this.awaitingReplies > 0 && !this.corked) this.coalesceWrites();
     let sent: Promise<T>;
     try {
       sent = run();
     } catch (error) {
       return Promise.reject(this.unavailable(op, key, error));
     }
-    this.awaitingReplies++;
-    const settled = () => {
-      this.awaitingReplies--;
-    };
-    sent.then(settled, settled);
     return new Promise<T>((resolve, reject) => {
       const wait = deadline === undefined ? (this.timeoutMs > 0 ? this.timeoutMs : undefined) : deadline - Date.now();
       const timer =
@@ -1167,26 +1158,6 @@ export class RedisLedger implements Ledger {
           reject(this.unavailable(op, key, error));
         },
       );
-    });
-  }
-
-  /**
-   * Hold this tick's writes to the socket and send them in one system call when the tick ends.
-   * Under concurrency, claims and finishes of many calls are sent in the same tick: written one
-   * by one, each costs a write here and a read in redis-server. Only the order of bytes within the
-   * tick is kept, which is all a connection promises; nothing waits past the tick. Not on a
-   * Cluster (a command's connection is chosen inside ioredis), and not when nothing is awaiting a
-   * reply (one call at a time gains nothing from it).
-   */
-  private coalesceWrites(): void {
-    if (this.client.isCluster) return;
-    const socket = (this.client as Redis).stream as { cork?: () => void; uncork?: () => void } | undefined;
-    if (socket === undefined || typeof socket.cork !== "function" || typeof socket.uncork !== "function") return;
-    this.corked = true;
-    socket.cork();
-    process.nextTick(() => {
-      this.corked = false;
-      socket.uncork?.();
     });
   }
 

@@ -510,47 +510,6 @@ describe("instances and connections", () => {
     await client.quit();
   });
 
-
-  it("claims sent in one tick while others await replies go out in one socket write, and each gets its own row and reply; the caller's own commands on a shared client keep their order", async () => {
-    const client = safeClient();
-    if (client.status !== "ready") await new Promise((resolve) => client.once("ready", resolve));
-    const prefix = uniquePrefix("coalesce");
-    prefixes.push(prefix);
-    const l = new RedisLedger({ client, prefix });
-    // Count the socket's writes: with cork, one tick's commands reach _writev together.
-    const socket = client.stream as unknown as { _write: (...a: unknown[]) => void; _writev?: (...a: unknown[]) => void };
-    let writes = 0;
-    const write = socket._write.bind(socket);
-    socket._write = (...a: unknown[]) => {
-      writes++;
-      write(...a);
-    };
-    const writev = socket._writev?.bind(socket);
-    if (writev !== undefined) {
-      socket._writev = (...a: unknown[]) => {
-        writes++;
-        writev(...a);
-      };
-    }
-    const marker = `${prefix}:marker`;
-    const claims = Array.from({ length: 32 }, (_, i) => l.claim(request(`k${i}`, { request: `{"n":${i}}` })));
-    // The caller's own commands in the same tick, between the ledger's: still applied in order.
-    const set = client.set(marker, "a");
-    const more = Array.from({ length: 8 }, (_, i) => l.claim(request(`k${32 + i}`, { request: `{"n":${32 + i}}` })));
-    const append = client.append(marker, "b");
-    const results = await Promise.all([...claims, ...more]);
-    expect(await set).toBe("OK");
-    expect(await append).toBe(2);
-    expect(await raw.get(marker)).toBe("ab");
-    await raw.del(marker);
-    // The first claim goes out at once (nothing awaited a reply); the other 41 commands of the tick in one write.
-    expect(writes).toBe(2);
-    for (const [i, result] of results.entries()) {
-      expect(result).toMatchObject({ outcome: "claimed", fence: 1, request: `{"n":${i}}` });
-      expect(parseStored((await raw.get(l.redisKey(`k${i}`)))!).header.state).toBe("in_flight");
-    }
-    await client.quit();
-  });
   it("bad options and arguments raise invalid_ledger_input", () => {
     const bad: Array<() => unknown> = [
       () => new RedisLedger({ prefix: "a{b}" }),
