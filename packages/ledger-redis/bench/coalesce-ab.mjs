@@ -14,15 +14,15 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, "..", "..", "..");
-const require = createRequire(join(root, "bench", "package.json"));
+const requireFromBench = createRequire(join(root, "bench", "package.json"));
 const { drive, pay, paymentTool } = await import(pathToFileURL(join(root, "bench", "common.mjs")).href);
 const core = await import(pathToFileURL(join(root, "packages", "core", "dist", "index.js")).href);
 const current = await import(pathToFileURL(join(here, "..", "dist", "index.js")).href);
 const [oldPath, concurrencyArg = "1,16,64", msArg = "3000"] = process.argv.slice(2);
 if (oldPath === undefined) throw new Error("usage: coalesce-ab.mjs <other build's index.js> [concurrencies] [slice ms]");
 const other = await import(pathToFileURL(resolve(oldPath)).href);
-const { Redis } = require("ioredis");
-const { z } = require("zod");
+const { Redis } = requireFromBench("ioredis");
+const { z } = requireFromBench("zod");
 const url = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
 const prefix = `coalesce-ab-${randomBytes(3).toString("hex")}`;
 
