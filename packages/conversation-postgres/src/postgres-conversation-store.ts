@@ -410,6 +410,14 @@ export class PostgresConversationStore implements ConversationStore {
     } catch (cause) {
       throw this.unavailable(op, conversationId, cause);
     }
+    // pg-pool takes its own 'error' listener off a client while it is checked out, and a client
+    // whose connection ends mid-transaction (a cut after COMMIT was sent: a lost reply) emits
+    // 'error' even though its query was already rejected: without a listener that is an uncaught
+    // exception that kills the process. The rejected query is what this method reports.
+    if (!guarded.has(client)) {
+      guarded.add(client);
+      client.on("error", () => {});
+    }
     let broken: Error | undefined;
     try {
       // One round trip for both (simple protocol); READ COMMITTED: each statement after the lock sees the latest commits.
@@ -440,6 +448,9 @@ export class PostgresConversationStore implements ConversationStore {
     return new StoreUnavailableError(`PostgreSQL conversation store ${op}${of} failed: ${describe(cause)}${hint}`, { cause });
   }
 }
+
+/** Pool clients that carry the store's own 'error' listener (see transaction()). */
+const guarded = new WeakSet<object>();
 
 /** Create a PostgreSQL conversation store. Call `await store.migrate()` once before use. */
 export function createPostgresConversationStore(options: PostgresConversationStoreOptions): PostgresConversationStore {
