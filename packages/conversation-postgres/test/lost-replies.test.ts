@@ -60,7 +60,7 @@ afterAll(async () => {
   await admin.end();
 });
 
-function runner(store: PostgresConversationStore, account: string, options: { attempts?: number; owner?: string } = {}) {
+function runner(store: PostgresConversationStore, account: string, options: { attempts?: number; owner?: string; busyWaitMs?: number } = {}) {
   const client = createPaymentsClient({ baseURL: payments.url, token: account });
   const tool = defineTool({
     name: "send_payment",
@@ -83,9 +83,11 @@ function runner(store: PostgresConversationStore, account: string, options: { at
     model: "claude-test",
     tools: [{ name: "send_payment", input_schema: { type: "object" } }],
     retry: { attempts: options.attempts ?? 3, backoffMs: () => 1 },
-    // A lease left behind by a lost reply must not be waited out here: 30 s would hide nothing
-    // but cost the suite its time budget, and a wait of 2 s then ends in conversation_busy.
-    busyWaitMs: 2_000,
+    // A grant whose reply was lost holds the conversation until it expires, as a dead holder's
+    // does (TURN-10): a re-send waits for it. A short lease keeps that wait small, and a wait
+    // bound past it lets the re-send through; turns here take milliseconds, renewed every 500 ms.
+    turnLeaseMs: 1_500,
+    busyWaitMs: options.busyWaitMs ?? 4_000,
     pollMs: 10,
     ...(options.owner !== undefined ? { owner: options.owner } : {}),
   });
@@ -220,6 +222,10 @@ describe("lost replies from the PostgreSQL conversation store", () => {
           const final = outcomes.at(-1)!;
           expect(final.ok, `the last send threw: ${final.ok ? "" : String(final.error)}`).toBe(true);
           for (const outcome of outcomes) checkTold(outcome, { paymentId: made[0]!.id, text });
+          // The next message is not kept waiting by a lease left behind (busyWaitMs 0: a held
+          // lease is conversation_busy at once).
+          const next = runner(direct, `${account}_next`, { owner: `next-${conversationId}`, busyWaitMs: 0 });
+          await expect(next.send(conversationId, { id: "m2", content: `pay ${conversationId}-next` })).resolves.toMatchObject({ status: "answered" });
         });
       }
     }

@@ -526,7 +526,24 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       return ours();
     } finally {
       clearInterval(renewal);
-      await store.releaseLease(conversationId, fence).catch(() => undefined);
+      await this.release(conversationId, fence);
+    }
+  }
+
+  /**
+   * Give the turn lease back. A release whose reply was lost may not have applied: the lease would
+   * then keep every later send of the conversation waiting until it expires (turnLeaseMs). A
+   * release is idempotent under its fence (a stale fence is ignored), so it is sent again; after
+   * the last try the lease is left to expire, as a holder that died leaves it (TURN-10).
+   */
+  private async release(conversationId: string, fence: number): Promise<void> {
+    for (let tries = 0; tries < RELEASE_TRIES; tries++) {
+      try {
+        await this.options.store.releaseLease(conversationId, fence);
+        return;
+      } catch {
+        // Unknown whether it applied: sending it again is safe.
+      }
     }
   }
 
@@ -976,6 +993,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     }
   }
 }
+
+/** Sends of one lease release before it is left to expire (see `TurnRunner.release`). */
+const RELEASE_TRIES = 3;
 
 /**
  * Whether the snapshot's turn index was begun under an earlier turn lease (TURN-15). A store
