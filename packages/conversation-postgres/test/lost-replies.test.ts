@@ -60,7 +60,7 @@ afterAll(async () => {
   await admin.end();
 });
 
-function runner(store: PostgresConversationStore, account: string, options: { attempts?: number; owner?: string; busyWaitMs?: number } = {}) {
+function runner(store: PostgresConversationStore, account: string, options: { attempts?: number; owner?: string; busyWaitMs?: number; beforePay?: () => Promise<void> } = {}) {
   const client = createPaymentsClient({ baseURL: payments.url, token: account });
   const tool = defineTool({
     name: "send_payment",
@@ -68,6 +68,7 @@ function runner(store: PostgresConversationStore, account: string, options: { at
     input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), reference: z.string() }),
     identity: ["payee", "amount", "currency", "reference"],
     async run(args, ctx) {
+      await options.beforePay?.();
       try {
         return { paymentId: (await client.createPayment(args, { idempotencyKey: ctx.idempotencyKey })).body.id };
       } catch (error) {
@@ -93,12 +94,21 @@ function runner(store: PostgresConversationStore, account: string, options: { at
   });
 }
 
-type Outcome = { ok: true; result: SendResult; paidBefore: number } | { ok: false; error: unknown; paidBefore: number };
+type Outcome =
+  | { ok: true; result: SendResult; paidBefore: number; storedWhenAnswered: { state: string | undefined; turnIndexes: number[] } }
+  | { ok: false; error: unknown; paidBefore: number };
 
 async function attempt(send: () => Promise<SendResult>, account: string): Promise<Outcome> {
   try {
     const result = await send();
-    return { ok: true, result, paidBefore: payments.payments(account).length };
+    // Read the moment the answer is returned: an answer must be committed when it is given, not
+    // only after a later re-send has committed the same text.
+    const now = await stored(result.conversationId);
+    const storedWhenAnswered = {
+      state: (now.messages.find((m: { message_id: string }) => m.message_id === result.messageId) as { state?: string } | undefined)?.state,
+      turnIndexes: now.turns.filter((t: { message_id: string }) => t.message_id === result.messageId).map((t: { turn_index: number }) => t.turn_index),
+    };
+    return { ok: true, result, paidBefore: payments.payments(account).length, storedWhenAnswered };
   } catch (error) {
     return { ok: false, error, paidBefore: payments.payments(account).length };
   }
@@ -142,6 +152,7 @@ function checkTold(outcome: Outcome, commit: { paymentId: string; text: string }
   }
   const { result } = outcome;
   expect(result.status).toBe("answered");
+  expect(outcome.storedWhenAnswered).toEqual({ state: "answered", turnIndexes: result.turns.map((t) => t.turnIndex) });
   expect(commit).toBeDefined();
   expect(result.turns).toHaveLength(2);
   expect(result.turns[0]!.calls).toHaveLength(1);
@@ -160,6 +171,13 @@ interface Attack {
    * the re-send that reopens it (TURN-12), a resumed turn that commits with its record (RECORD-8).
    */
   failedFirst?: boolean;
+  /** The stream is held after the payment's tool_use until the cut happened: a renewal falls in the turn. */
+  hold?: boolean;
+  /**
+   * Another holder takes the lease (a higher fence, 300 ms) while the payment runs: the commit is
+   * refused and the attempt is kept with addRecord (TURN-13).
+   */
+  steal?: boolean;
 }
 
 const attacks: Attack[] = [
@@ -173,6 +191,8 @@ const attacks: Attack[] = [
   { name: "appendUserMessage (the reopening of a failed message)", rule: { statements: ["reopen"] }, streamCut: true, attempts: 1, failedFirst: true },
   { name: "failMessage (the failed turn and its record)", rule: { statements: ["fail"] }, streamCut: true, attempts: 1 },
   { name: "releaseLease", rule: { statements: ["release"] } },
+  { name: "renewLease (a renewal during the turn)", rule: { statements: ["renew"] }, hold: true },
+  { name: "addRecord (a superseded attempt's record)", rule: { statements: ["insert_record"], without: ["insert_turn"] }, steal: true },
 ];
 
 const followUps = ["client retry", "redelivery"] as const;
@@ -186,17 +206,39 @@ describe("lost replies from the PostgreSQL conversation store", () => {
           const conversationId = `lost-${process.pid}-${serial++}${attack.streamCut ? "-cut" : ""}`;
           const account = `acct_${conversationId}`;
           const message = { id: "m1", content: `pay ${conversationId}` };
-          provider.setFaultRules(
-            attack.streamCut ? [{ bodyContains: `pay ${conversationId}`, times: 1, fault: { kind: "reset", at: { beforeMessageStop: true } } }] : [],
-          );
-          const first = runner(viaProxy, account, { attempts: attack.attempts ?? 3, owner: `first-${conversationId}` });
+          const body = `pay ${conversationId}`;
+          provider.setFaultRules([
+            ...(attack.streamCut ? [{ bodyContains: body, times: 1, fault: { kind: "reset" as const, at: { beforeMessageStop: true as const } } }] : []),
+            ...(attack.hold ? [{ bodyContains: body, times: 1, fault: { kind: "hold" as const, at: { afterToolUseStop: 0 } } }] : []),
+          ]);
+          let stolen = false;
+          const steal = async () => {
+            if (stolen) return;
+            stolen = true;
+            await admin.query(
+              `UPDATE "${schema}"."dispatch_once_conversations" SET fence = fence + 1, lease_owner = 'thief',
+                 lease_expires_at = floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint + 300 WHERE conversation_id = $1`,
+              [conversationId],
+            );
+          };
+          const first = runner(viaProxy, account, {
+            attempts: attack.attempts ?? 3,
+            owner: `first-${conversationId}`,
+            ...(attack.steal ? { beforePay: steal } : {}),
+          });
           const outcomes: Outcome[] = [];
           if (attack.failedFirst) {
             outcomes.push(await attempt(() => first.send(conversationId, message), account));
             expect(outcomes[0]).toMatchObject({ ok: false, error: expect.objectContaining({ code: "turn_failed" }) });
           }
           const cut = proxy.arm({ ...attack.rule, mode });
-          outcomes.push(await attempt(() => first.send(conversationId, message), account));
+          const sending = attempt(() => first.send(conversationId, message), account);
+          if (attack.hold) {
+            // The renewal is cut while the stream is held; then the turn goes on.
+            await cut;
+            provider.release();
+          }
+          outcomes.push(await sending);
           // The cut point was reached: otherwise this test proves nothing.
           expect(proxy.fired(), "the cut point was never reached").toBe(true);
           await cut;
