@@ -419,11 +419,13 @@ export class PostgresConversationStore implements ConversationStore {
       client.on("error", () => {});
     }
     let broken: Error | undefined;
+    let committing = false;
     try {
       // One round trip for both (simple protocol); READ COMMITTED: each statement after the lock sees the latest commits.
       await client.query(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${this.statementTimeoutMs}`);
       const run: Run = async (statement, values) => (await client.query({ name: statement.name, text: statement.text, values })).rows;
       const result = await fn(run);
+      committing = true;
       await client.query("COMMIT");
       return result;
     } catch (error) {
@@ -433,6 +435,16 @@ export class PostgresConversationStore implements ConversationStore {
         broken = rollback instanceof Error ? rollback : new Error(String(rollback));
       }
       if (isDispatchOnceError(error)) throw error;
+      // The connection failed once COMMIT was sent (no server error came back, which would have
+      // rolled back): the server may have committed and its reply been lost. "Failed" would tell
+      // a caller whose turn was committed that it was not.
+      if (committing && typeof (error as { severity?: unknown } | null)?.severity !== "string") {
+        throw new StoreUnavailableError(
+          `PostgreSQL conversation store ${op} of ${conversationId}: the connection failed after COMMIT was sent, so whether it applied is unknown ` +
+            `(${describe(error)}); re-sending the same message id is safe`,
+          { cause: error },
+        );
+      }
       throw this.unavailable(op, conversationId, error);
     } finally {
       client.release(broken);
