@@ -39,7 +39,10 @@ const PUBLISHED = [
   "conformance-e2e",
 ];
 // What a user's project lists besides our packages: the SDK, zod and the driver it uses.
-const USER_DEPENDENCIES = { "@anthropic-ai/sdk": "1.14.0", openai: "6.49.0", "@opentelemetry/api": "1.9.1", "@modelcontextprotocol/sdk": "1.32.2", ai: "6.0.325", zod: "4.6.7", "better-sqlite3": "12.11.1" };
+// ioredis is listed as a user lists their driver, at the version the workspace tests: left to the
+// ledger's peer range, npm installs the newest 6.x, and ioredis 6.1.0's own .d.ts fails this app's
+// skipLibCheck: false (TS7016: redis-errors has no types; 6.0.0's declarations do not reach it).
+const USER_DEPENDENCIES = { "@anthropic-ai/sdk": "1.14.0", openai: "6.49.0", "@opentelemetry/api": "1.9.1", "@modelcontextprotocol/sdk": "1.32.2", ai: "6.0.325", zod: "4.6.7", "better-sqlite3": "12.11.1", ioredis: "6.0.0" };
 const USER_DEV_DEPENDENCIES = { typescript: "5.9.3", "@types/node": "20.19.43" };
 
 const started = Date.now();
