@@ -5,7 +5,7 @@
  * the user was told, and what a re-send reads back.
  */
 import { describe, expect, it } from "vitest";
-import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool } from "@dispatch-once/core";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolError, ToolRegistry, defineTool, type Ledger } from "@dispatch-once/core";
 import { z } from "zod";
 import { ConversationRunner, TurnFailedError } from "../src/index.js";
 
@@ -13,7 +13,11 @@ const ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-
 const BOB = { payee: "bob", amount: 4_000, currency: "EUR", reference: "LOAN-3" };
 
 /** A runner whose n-th request (1-based) streams `responses(n)`; `paid` is the payments made. */
-function wire(responses: (n: number) => unknown[], resultOf: (paymentId: string) => Record<string, unknown> = (paymentId) => ({ paymentId })) {
+function wire(
+  responses: (n: number) => unknown[],
+  resultOf: (paymentId: string) => Record<string, unknown> = (paymentId) => ({ paymentId }),
+  ledger: Ledger = new MemoryLedger(),
+) {
   const paid: { payee: string; paymentId: string }[] = [];
   const tools = new ToolRegistry([
     defineTool({
@@ -41,7 +45,7 @@ function wire(responses: (n: number) => unknown[], resultOf: (paymentId: string)
   };
   const runner = new ConversationRunner({
     client: client as never,
-    dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }),
+    dispatcher: new Dispatcher({ tools, ledger }),
     store: new MemoryConversationStore(),
     model: "gpt-test",
     tools: tools.providerSchemas(),
@@ -150,5 +154,30 @@ describe("the Responses wire from gateways and compatible servers", () => {
     // Before: read back as { error }, so a client told the user the payment failed.
     expect(again.turns[0]!.calls).toEqual([{ ...first.turns[0]!.calls[0], replayed: true }]);
     expect(paid).toHaveLength(1);
+  });
+
+  it("TURN-7 a committed error answer is read back as that error even when the call's row now holds a result: only the very output the turn committed counts as the tool's result", async () => {
+    // The row no longer says what the turn committed (an operator's resolution, another request's
+    // stored result under a reused key): the re-send must still answer with the committed turn.
+    const base = new MemoryLedger();
+    const ledger = Object.assign(Object.create(base) as Ledger, {
+      lookup: async (key: string) => {
+        const row = await base.lookup(key);
+        return row === undefined ? undefined : { ...row, state: "completed", result: '{"paymentId":"pay_other"}' };
+      },
+    });
+    const { runner } = wire(
+      (n) => (n === 1 ? [created, ...call(0, "call_a", ACME), completed([fcItem("call_a", ACME)])] : answer("The payment was declined.")),
+      () => {
+        throw new ToolError("card declined", { disposition: "definite", code: "card_declined" });
+      },
+      ledger,
+    );
+    const first = await runner.send("conv-declined", { id: "m1", content: "pay acme" });
+    expect(first.turns[0]!.calls).toEqual([expect.objectContaining({ error: expect.objectContaining({ message: expect.stringContaining("card declined") }) })]);
+    const again = await runner.send("conv-declined", { id: "m1", content: "pay acme" });
+    expect(again.fromStore).toBe(true);
+    expect(again.turns[0]!.calls[0]).not.toHaveProperty("result");
+    expect(again.turns[0]!.calls[0]).toMatchObject({ error: first.turns[0]!.calls[0]!.error });
   });
 });

@@ -7,6 +7,7 @@ import {
   InvalidArgumentError,
   InvalidKeyInputError,
   MAX_LIST_LIMIT,
+  canonicalize,
   checkMessageId,
   describeValue,
   isDispatchOnceError,
@@ -921,13 +922,11 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const ledger = (this.options.dispatcher as { ledger?: { lookup?: (key: string) => Promise<LedgerRow | undefined> } }).ledger;
     if (typeof ledger?.lookup !== "function") return failed;
     const row = await ledger.lookup(report.key).catch(() => undefined);
-    if (row?.state !== "completed") return failed;
+    // Only the very output the turn committed: a row completed with anything else (an operator's
+    // resolution, another request's result under a reused key) leaves the committed error standing.
+    if (row?.state !== "completed" || row.result !== canonicalText({ error: report.error })) return failed;
     const { error: _error, ...completed } = report;
-    try {
-      return { ...completed, result: JSON.parse(row.result) as JsonValue };
-    } catch {
-      return failed;
-    }
+    return { ...completed, result: JSON.parse(row.result) as JsonValue };
   }
 
   /**
@@ -1023,4 +1022,13 @@ function describe(error: unknown): string {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** JCS text of JSON data read back from the store; undefined where it cannot be made (too deep). */
+function canonicalText(value: unknown): string | undefined {
+  try {
+    return canonicalize(value as JsonValue);
+  } catch {
+    return undefined;
+  }
 }
