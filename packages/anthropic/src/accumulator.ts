@@ -63,7 +63,7 @@ export class TurnAccumulator extends CallPhases<CallState> {
         this.messageStopped = true;
         // Committing it would answer the message with the call gone, and store a tool_use the
         // next request carries without its tool_result, which the API refuses on every send.
-        const open = this.calls.filter((c) => c.phase === "announced" || c.phase === "arguments_streaming");
+        const open = this.openCalls();
         if (open.length > 0) this.openAtStop = `message_stop arrived with tool_use blocks never stopped: ${open.map((c) => `${c.name} (${c.callId})`).join(", ")}`;
         return undefined;
       }

@@ -58,7 +58,8 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
 
   /** Whether any function call completed in this response (the Responses API has no stop_reason). */
   get hasCalls(): boolean {
-    return this.calls.some((c) => c.phase !== "abandoned" && !isOpenPhase(c.phase));
+    const open = this.openCalls();
+    return this.calls.some((c) => c.phase !== "abandoned" && !open.includes(c));
   }
 
   /** Apply one event; returns the call whose `response.output_item.done` (status completed) just arrived. */
@@ -123,7 +124,7 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
         // the call silently gone, so this is a failed stream (STREAM-8).
         const listed = Array.isArray(event.response?.output) ? event.response.output : [];
         const missing = [
-          ...this.calls.filter((c) => isOpenPhase(c.phase)).map((c) => `${c.name} (${c.callId})`),
+          ...this.openCalls().map((c) => `${c.name} (${c.callId})`),
           ...listed.flatMap((item) =>
             item.type === "function_call" && (item.status === undefined || item.status === "completed") && !this.calls.some((c) => c.callId === item.call_id)
               ? [`${item.name} (${item.call_id})`]
@@ -175,9 +176,4 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
       .flatMap((part) => (isCall(part) ? [] : [part.text]))
       .join("");
   }
-}
-
-/** A call announced whose arguments never became final. */
-function isOpenPhase(phase: CallState["phase"]): boolean {
-  return phase === "announced" || phase === "arguments_streaming";
 }

@@ -45,9 +45,14 @@ export class CallPhases<C extends CallState = CallState> {
   /** Text parts and calls by their position in the response. */
   protected readonly parts = new Map<number, TextPart | C>();
 
+  /** Calls announced whose arguments have not become final (not yet dispatchable). */
+  openCalls(): C[] {
+    return this.calls.filter(isOpen);
+  }
+
   /** Calls whose arguments never finished are abandoned: not run, no result (STREAM-3). */
   abandonOpenCalls(): C[] {
-    const open = this.calls.filter(isOpen);
+    const open = this.openCalls();
     for (const call of open) call.phase = "abandoned";
     return open;
   }
