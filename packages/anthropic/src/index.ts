@@ -42,3 +42,4 @@ export {
   type ConversationRecord,
 } from "@dispatch-once/runner";
 export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type UserContent } from "./runner.js";
+export { dispatchOnceOf, type DispatchOnceCallInfo, type OnceToolRunContext } from "./tool-runner.js";
