@@ -42,4 +42,16 @@ export {
   type ConversationRecord,
 } from "@dispatch-once/runner";
 export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type UserContent } from "./runner.js";
-export { dispatchOnceOf, type DispatchOnceCallInfo, type OnceToolRunContext } from "./tool-runner.js";
+export {
+  createOnceToolRunner,
+  OnceToolRunner,
+  OnceToolCallError,
+  dispatchOnceOf,
+  isGenuineUserMessage,
+  toolRunnerTurnIndexOf,
+  type OnceToolRunnerOptions,
+  type OnceToolRunnerTurn,
+  type OnceToolCall,
+  type DispatchOnceCallInfo,
+  type OnceToolRunContext,
+} from "./tool-runner.js";

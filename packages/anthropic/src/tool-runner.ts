@@ -1,4 +1,25 @@
-import type { BetaToolRunContext } from "@anthropic-ai/sdk/lib/tools/BetaRunnableTool";
+import { AsyncLocalStorage } from "node:async_hooks";
+import type Anthropic from "@anthropic-ai/sdk";
+import type { BetaRunnableTool, BetaToolRunContext } from "@anthropic-ai/sdk/lib/tools/BetaRunnableTool";
+import type { BetaToolRunner, BetaToolRunnerParams, BetaToolRunnerRequestOptions } from "@anthropic-ai/sdk/lib/tools/BetaToolRunner";
+import {
+  CONVERSATION_ID_PATTERN,
+  Dispatcher,
+  InvalidArgumentError,
+  InvalidKeyInputError,
+  catalogueEntry,
+  defineTool,
+  effectOf,
+  type DispatchOutcome,
+  type DispatcherOptions,
+  type EffectClass,
+  type EffectKnowledge,
+  type Ledger,
+  type Retryable,
+  type ToolDefinition,
+} from "@dispatch-once/core";
+import { checkKnownOptions } from "@dispatch-once/runner";
+import { z } from "zod";
 
 /** What a wrapped tool's `run` finds in its context besides the SDK's own (read it with `dispatchOnceOf`). */
 export interface DispatchOnceCallInfo {
@@ -15,4 +36,416 @@ export type OnceToolRunContext = BetaToolRunContext & { dispatchOnce: DispatchOn
 /** The Dispatch-Once part of a wrapped tool's run context (undefined when the tool runs unwrapped). */
 export function dispatchOnceOf(context: BetaToolRunContext | undefined): DispatchOnceCallInfo | undefined {
   return (context as Partial<OnceToolRunContext> | undefined)?.dispatchOnce;
+}
+
+// The SDK's runnable tools are typed by their parsed input; the wrapper takes any of them.
+type AnyRunnableTool = BetaRunnableTool<any>;
+
+export interface OnceToolRunnerOptions {
+  /**
+   * The app's runnable tools, as `client.beta.messages.toolRunner` takes them (`betaZodTool(...)`,
+   * `betaTool(...)`, or any object with `name`, `input_schema`, `parse` and `run`).
+   * @example createOnceToolRunner({ tools: [sendPayment], effects: { send_payment: "keyed_write" }, ledger })
+   */
+  tools: readonly AnyRunnableTool[];
+  /**
+   * The effect class of every tool (EFFECT-1: declared, never defaulted).
+   * @example { send_payment: "keyed_write", get_balance: "read" }
+   */
+  effects: Readonly<Record<string, EffectClass>>;
+  /**
+   * Where claims and results live; shared by every process that runs the app's tool loops.
+   * @example createOnceToolRunner({ tools, effects, ledger: createSqliteLedger("ledger.db") })
+   */
+  ledger: Ledger;
+  /**
+   * Per tool, the input fields that identify the call (IDENT-1): the key is derived from them
+   * alone, so a re-run of the loop whose model re-words a free-text field (a memo) is answered
+   * from the ledger. Every field must be in the tool's `input_schema` (IDENT-2). Without it every
+   * field is part of the identity.
+   * @default {}
+   * @example { send_payment: ["payee", "amount", "currency", "reference"] }
+   */
+  identity?: Readonly<Record<string, readonly string[]>>;
+  /**
+   * The rest of core's dispatcher options (lease, wait bound, logger, events, ...).
+   * @default {}
+   * @example { dispatcher: { waitMs: 30_000 } }
+   */
+  dispatcher?: Omit<DispatcherOptions, "tools" | "ledger">;
+}
+
+/** Which conversation a tool loop answers in. */
+export interface OnceToolRunnerTurn {
+  /**
+   * The app's conversation id: core's alphabet `[A-Za-z0-9_.:~-]{1,256}`, the same on every
+   * re-run of the loop (AISDK-3's advice applies: scope it by the authenticated principal).
+   * @example { conversationId: "conv-42" }
+   */
+  conversationId: string;
+  /**
+   * The turn index of the user message the loop answers, from the app's own store (TURN-1).
+   * Without it the wrapper counts the genuine user messages (not the tool_result-only ones the
+   * loop adds) before each call in the runner's messages, which needs the full history (ATR-2).
+   * @default the number of genuine user messages before the call
+   * @example { conversationId: "conv-42", turnIndex: 7 }
+   */
+  turnIndex?: number;
+}
+
+/** What became of one wrapped call, by its `tool_use` id. */
+export interface OnceToolCall {
+  toolName: string;
+  conversationId: string;
+  turnIndex: number;
+  ordinal: number;
+  /** The call settled: its key, its result, and whether it was `replayed` from the ledger. */
+  outcome?: DispatchOutcome;
+  /** The call did not settle: the Dispatch-Once error the model was told about. */
+  error?: OnceToolCallError;
+}
+
+const OPTION_NAMES = ["tools", "effects", "ledger", "identity", "dispatcher"];
+const TURN_OPTION_NAMES = ["conversationId", "turnIndex"];
+
+/**
+ * A wrapped call that did not settle, as the tool's error: the SDK's runner answers the model
+ * with `Error: <message>`, whose text keeps the code, whether the effect may have happened and
+ * whether re-running the loop can help (ATR-5). The app reads the same from `callsOf(runner)`.
+ */
+export class OnceToolCallError extends Error {
+  /** The Dispatch-Once code (`in_flight_elsewhere`, `outcome_unknown`, `claim_released`, ...). */
+  readonly code: string;
+  /** Whether the call's effect may have happened: "no", "yes" or "possibly" (spec §11). */
+  readonly effect: EffectKnowledge;
+  /** Whether re-running the loop for the same user message can help (spec §11). */
+  readonly retryable: Retryable;
+  /** The call's key, when it had one. */
+  readonly key: string | undefined;
+  constructor(cause: unknown) {
+    const entry = catalogueEntry(cause);
+    const code = entry?.code ?? "tool_error";
+    const effect = effectOf(cause);
+    const retryable = entry?.retryable ?? "no";
+    const message = cause instanceof Error ? cause.message : String(cause);
+    const happened = effect === "no" ? "it did not happen" : effect === "yes" ? "it happened" : "it may have happened";
+    const again = retryable === "same_message" ? "re-running the same request may settle it" : "do not retry it: ask the user";
+    super(`[dispatch-once ${code}] ${message}. Effect: ${happened}; ${again}.`, { cause });
+    this.name = "OnceToolCallError";
+    this.code = code;
+    this.effect = effect;
+    this.retryable = retryable;
+    const key = (cause as { key?: unknown } | null)?.key;
+    this.key = typeof key === "string" ? key : undefined;
+  }
+}
+
+interface CallScope {
+  tool: AnyRunnableTool;
+  context: BetaToolRunContext;
+  effect: EffectClass;
+}
+
+type MessageParam = Anthropic.Beta.Messages.BetaMessageParam;
+type ToolUseLike = { type: string; id?: string; name?: string; input?: unknown };
+
+/**
+ * Runs the app's runnable tools inside the Anthropic SDK's own tool runner
+ * (`client.beta.messages.toolRunner`) through a Dispatch-Once dispatcher: each call is keyed by
+ * (conversation id, turn index, tool name, ordinal, identity arguments), claimed in the ledger
+ * before it runs, and a re-run of the loop (from the user's message, or from the runner's
+ * accumulated messages) is answered from the ledger instead of running again (§13.3).
+ *
+ * @example
+ * const once = createOnceToolRunner({ tools: [sendPayment], effects: { send_payment: "keyed_write" }, ledger });
+ * const runner = once.toolRunner(client, { model, max_tokens: 1024, messages }, { conversationId });
+ * const final = await runner.runUntilDone();
+ */
+export function createOnceToolRunner(options: OnceToolRunnerOptions): OnceToolRunner {
+  return new OnceToolRunner(options);
+}
+
+export class OnceToolRunner {
+  /** The dispatcher behind the tools (for `reconcile(key)` and `keyFor`). */
+  readonly dispatcher: Dispatcher;
+  private readonly tools: ReadonlyMap<string, AnyRunnableTool>;
+  private readonly effects: ReadonlyMap<string, EffectClass>;
+  private readonly scope = new AsyncLocalStorage<CallScope>();
+  private readonly calls = new WeakMap<object, Map<string, OnceToolCall>>();
+
+  constructor(options: OnceToolRunnerOptions) {
+    if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "needs { tools, effects, ledger }");
+    // A misspelt option would be ignored: `identities` for `identity` keys calls on every field.
+    checkKnownOptions(options, OPTION_NAMES);
+    if (!Array.isArray(options.tools)) throw new InvalidArgumentError("options.tools", "must be an array of the app's runnable tools");
+    const tools = new Map<string, AnyRunnableTool>();
+    options.tools.forEach((tool, i) => {
+      if (typeof tool?.run !== "function" || typeof tool.name !== "string") {
+        throw new InvalidArgumentError(`options.tools[${i}]`, "must be a runnable tool (name, input_schema, run), e.g. from betaZodTool()");
+      }
+      if (tools.has(tool.name)) throw new InvalidArgumentError(`options.tools[${i}]`, `is a second tool named ${tool.name}`);
+      tools.set(tool.name, tool);
+    });
+    this.tools = tools;
+    const effects = checkEffects(options, tools);
+    this.effects = effects;
+    const identity = checkIdentity(options, tools);
+    const definitions: ToolDefinition[] = [];
+    for (const [name, tool] of tools) {
+      const effect = effects.get(name)!;
+      const fields = identity.get(name);
+      definitions.push(
+        defineTool({
+          name,
+          effect,
+          ...(typeof (tool as { description?: unknown }).description === "string" ? { description: (tool as { description: string }).description } : {}),
+          // The SDK's runner has parsed the input with the tool's own `parse` before `run`; an
+          // identity only needs the schema's fields named (checked above against input_schema).
+          input: (fields === undefined ? z.unknown() : z.looseObject(Object.fromEntries(propertiesOf(tool).map((f) => [f, z.unknown()])))) as z.ZodType<Record<string, unknown>>,
+          ...(fields !== undefined ? { identity: fields } : {}),
+          run: async (input, context) => {
+            const scope = this.scope.getStore();
+            if (scope === undefined) throw new Error(`tool ${name} ran outside a wrapped run`);
+            // A claimed write gets the claim's signal alone: the runner's request signal aborts
+            // when the app gives up on the request, and a run cut short there leaves an outcome
+            // nobody knows, where the loop's re-run wants its result (ATR-6).
+            const request = scope.effect === "read" ? scope.context.signal : undefined;
+            const signal = request == null ? context.signal : AbortSignal.any([request, context.signal]);
+            const info: DispatchOnceCallInfo = {
+              idempotencyKey: context.idempotencyKey,
+              conversationId: context.conversationId,
+              turnIndex: context.turnIndex,
+              ordinal: context.ordinal,
+            };
+            return scope.tool.run(input, { ...scope.context, signal, dispatchOnce: info } as OnceToolRunContext);
+          },
+        }),
+      );
+    }
+    this.dispatcher = new Dispatcher({ ...options.dispatcher, tools: definitions, ledger: options.ledger });
+  }
+
+  /**
+   * The SDK's own tool runner (`client.beta.messages.toolRunner(params, requestOptions)`) with
+   * the wrapped tools: `params.tools` defaults to every wrapped tool; when given, each runnable
+   * tool in it must be one of `options.tools` (it is replaced by its wrapped form) and every
+   * other entry (a server tool) is passed on as is. Every run of the loop for one user message
+   * gets the same keys; build a new runner for each re-run, with the same conversation id.
+   */
+  toolRunner<Stream extends boolean = false>(
+    client: Anthropic,
+    params: Omit<BetaToolRunnerParams, "tools"> & { tools?: BetaToolRunnerParams["tools"]; stream?: Stream },
+    turn: OnceToolRunnerTurn,
+    requestOptions?: BetaToolRunnerRequestOptions,
+  ): BetaToolRunner<Stream> {
+    if (typeof params !== "object" || params === null) throw new InvalidArgumentError("params", "must be the tool runner's params");
+    checkTurn(turn);
+    // Calls started while the reply streams are not in the runner's messages yet: their place in
+    // the turn, and so their ordinal, cannot be read when they run.
+    if ((params as { runToolsEagerly?: unknown }).runToolsEagerly === true) {
+      throw new InvalidArgumentError("params.runToolsEagerly", "is not supported by the Dispatch-Once tool runner: a call's ordinal is read from the runner's messages, which hold the reply only once it finished (ATR-3)");
+    }
+    const calls = new Map<string, OnceToolCall>();
+    let runner: BetaToolRunner<Stream> | undefined;
+    const wrapped = new Map<string, AnyRunnableTool>();
+    for (const [name, tool] of this.tools) {
+      wrapped.set(name, this.wrap(tool, turn, calls, () => runner));
+    }
+    const tools = params.tools === undefined ? [...wrapped.values()] : params.tools.map((tool, i) => {
+      if (!("run" in tool)) return tool;
+      const name = (tool as AnyRunnableTool).name;
+      if (this.tools.get(name) !== tool && wrapped.get(name) !== tool) {
+        throw new InvalidArgumentError(`params.tools[${i}]`, `runnable tool ${name} is not one of the wrapped tools: pass it in createOnceToolRunner({ tools })`);
+      }
+      return wrapped.get(name)!;
+    });
+    runner = client.beta.messages.toolRunner({ ...params, tools } as BetaToolRunnerParams, requestOptions) as BetaToolRunner<Stream>;
+    this.calls.set(runner, calls);
+    return runner;
+  }
+
+  /** What became of each wrapped call a runner of `toolRunner` made, by `tool_use` id. */
+  callsOf(runner: object): ReadonlyMap<string, OnceToolCall> {
+    return this.calls.get(runner) ?? new Map();
+  }
+
+  private wrap(tool: AnyRunnableTool, turn: OnceToolRunnerTurn, calls: Map<string, OnceToolCall>, runnerOf: () => { params: { messages: MessageParam[] } } | undefined): AnyRunnableTool {
+    const name = tool.name;
+    const effect = this.effects.get(name)!;
+    const run = async (args: unknown, context?: BetaToolRunContext) => {
+      const toolUse = context?.toolUse as ToolUseLike | undefined;
+      const runner = runnerOf();
+      if (context === undefined || toolUse === undefined || runner === undefined) {
+        throw new OnceToolCallError(new InvalidArgumentError("context", `tool ${name} was run without the runner's tool_use context; not run`));
+      }
+      const place = this.placeOf(toolUse, runner.params.messages, turn);
+      if (place === undefined) {
+        throw new OnceToolCallError(
+          new InvalidArgumentError("context.toolUse", `tool ${name}'s call ${String(toolUse.id)} is not in the runner's messages, so its place in the turn is unknown; not run (ATR-3)`),
+        );
+      }
+      const record: OnceToolCall = { toolName: name, conversationId: turn.conversationId, turnIndex: place.turnIndex, ordinal: place.ordinal };
+      calls.set(String(toolUse.id), record);
+      try {
+        const outcome = await this.scope.run({ tool, context, effect }, () =>
+          this.dispatcher.dispatch(
+            { name, input: args, callId: String(toolUse.id) },
+            { conversationId: turn.conversationId, turnIndex: place.turnIndex, ordinal: place.ordinal },
+          ),
+        );
+        record.outcome = outcome;
+        return outcome.result as string | Anthropic.Beta.Messages.BetaToolResultContentBlockParam[];
+      } catch (error) {
+        const reported = new OnceToolCallError(error);
+        record.error = reported;
+        throw reported;
+      }
+    };
+    // Everything but `run` is the tool's own (schema, parse, description, the SDK's helper mark).
+    return Object.assign(Object.create(Object.getPrototypeOf(tool) as object) as object, tool, { run }) as AnyRunnableTool;
+  }
+
+  /**
+   * The turn index and ordinal of a call, read from the runner's messages (ATR-2, ATR-3): the
+   * turn starts after the last genuine user message before the response holding the call; the
+   * ordinal counts the identical calls (same tool, same identity) of the turn's earlier responses
+   * that already have a tool_result, then those before it in its own response.
+   */
+  private placeOf(toolUse: ToolUseLike, messages: readonly MessageParam[], turn: OnceToolRunnerTurn): { turnIndex: number; ordinal: number } | undefined {
+    let at = -1;
+    for (let i = messages.length - 1; i >= 0 && at === -1; i--) {
+      const message = messages[i]!;
+      if (message.role === "assistant" && blocksOf(message).some((b) => b.type === "tool_use" && b.id === toolUse.id)) at = i;
+    }
+    if (at === -1) return undefined;
+    let start = 0;
+    let users = 0;
+    for (let i = 0; i < at; i++) {
+      if (isGenuineUserMessage(messages[i]!)) {
+        users++;
+        start = i + 1;
+      }
+    }
+    const turnIndex = turn.turnIndex ?? users;
+    const answered = new Set<string>();
+    for (const message of messages) {
+      if (message.role !== "user") continue;
+      for (const block of blocksOf(message)) if (block.type === "tool_result") answered.add(String((block as { tool_use_id?: unknown }).tool_use_id));
+    }
+    const context = { conversationId: turn.conversationId, turnIndex, ordinal: 0 };
+    const identityOf = (block: ToolUseLike): string | undefined => {
+      const tool = block.name === undefined ? undefined : this.tools.get(block.name);
+      if (tool === undefined) return undefined;
+      try {
+        return this.dispatcher.keyFor({ name: tool.name, input: typeof tool.parse === "function" ? tool.parse(block.input) : block.input }, context);
+      } catch {
+        return undefined; // a call its tool refuses is answered with the error and never runs
+      }
+    };
+    const own = identityOf(toolUse);
+    if (own === undefined) return { turnIndex, ordinal: 0 }; // the dispatch refuses it (nothing runs)
+    let ordinal = 0;
+    for (let i = start; i <= at; i++) {
+      const message = messages[i]!;
+      if (message.role !== "assistant") continue;
+      for (const block of blocksOf(message)) {
+        if (block.type !== "tool_use") continue;
+        if (i === at && block.id === toolUse.id) return { turnIndex, ordinal };
+        if (i < at && !answered.has(String(block.id))) continue;
+        if (identityOf(block) === own) ordinal++;
+      }
+    }
+    return { turnIndex, ordinal };
+  }
+}
+
+function blocksOf(message: MessageParam): ToolUseLike[] {
+  return typeof message.content === "string" ? [] : (message.content as ToolUseLike[]);
+}
+
+/**
+ * A user message that the user said, not one of the loop's tool_result messages: one whose
+ * content is text, or holds a block that is not a tool_result.
+ */
+export function isGenuineUserMessage(message: { role: string; content?: unknown }): boolean {
+  if (message.role !== "user") return false;
+  if (!Array.isArray(message.content)) return true;
+  return message.content.length === 0 || message.content.some((block: { type?: unknown }) => block?.type !== "tool_result");
+}
+
+/**
+ * The turn index of the user message a tool loop over `messages` answers (ATR-2): the number
+ * of genuine user messages (text the user sent; the loop's tool_result-only messages are not
+ * counted). The same on every re-run of the loop for that message.
+ *
+ * @example
+ * toolRunnerTurnIndexOf([{ role: "user", content: "pay acme" }]) // 1
+ */
+export function toolRunnerTurnIndexOf(messages: readonly { role: string; content?: unknown }[]): number {
+  if (!Array.isArray(messages)) throw new InvalidArgumentError("messages", "must be the runner's message array");
+  return messages.filter(isGenuineUserMessage).length;
+}
+
+function checkTurn(turn: OnceToolRunnerTurn): void {
+  if (typeof turn !== "object" || turn === null) throw new InvalidArgumentError("turn", "needs { conversationId }");
+  checkKnownOptions(turn, TURN_OPTION_NAMES, "turn");
+  // Checked here, not at the first call: a bad id would otherwise surface as every tool's error.
+  if (typeof turn.conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(turn.conversationId)) {
+    throw new InvalidKeyInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);
+  }
+  if (turn.turnIndex !== undefined && (!Number.isSafeInteger(turn.turnIndex) || turn.turnIndex < 0)) {
+    throw new InvalidKeyInputError("turnIndex", "must be a non-negative safe integer");
+  }
+}
+
+function checkEffects(options: OnceToolRunnerOptions, tools: ReadonlyMap<string, AnyRunnableTool>): Map<string, EffectClass> {
+  if (typeof options.effects !== "object" || options.effects === null) {
+    throw new InvalidArgumentError("options.effects", "must map every tool's name to its effect class (EFFECT-1)");
+  }
+  for (const name of Object.keys(options.effects)) {
+    if (!tools.has(name)) throw new InvalidArgumentError(`options.effects.${name}`, `names no tool of options.tools (${[...tools.keys()].join(", ")})`);
+  }
+  const effects = new Map<string, EffectClass>();
+  for (const name of tools.keys()) {
+    const effect = Object.hasOwn(options.effects, name) ? options.effects[name] : undefined;
+    if (effect === undefined) throw new InvalidArgumentError(`options.effects.${name}`, "every tool needs an effect class (EFFECT-1)");
+    effects.set(name, effect);
+  }
+  return effects;
+}
+
+/**
+ * `identity` names tools of `tools`, and only fields of their `input_schema` (IDENT-2): an entry
+ * under a misspelt tool's name would be ignored, and a misspelt field would leave the field it
+ * meant out of the key, collapsing two different effects into one.
+ */
+function checkIdentity(options: OnceToolRunnerOptions, tools: ReadonlyMap<string, AnyRunnableTool>): Map<string, readonly string[]> {
+  const identity = new Map<string, readonly string[]>();
+  if (options.identity === undefined) return identity;
+  if (typeof options.identity !== "object" || options.identity === null) {
+    throw new InvalidArgumentError("options.identity", "must map tool names to the input fields that identify their calls");
+  }
+  for (const [name, fields] of Object.entries(options.identity)) {
+    if (fields === undefined) continue;
+    const tool = tools.get(name);
+    if (tool === undefined) throw new InvalidArgumentError(`options.identity.${name}`, `names no tool of options.tools (${[...tools.keys()].join(", ")})`);
+    if (!Array.isArray(fields) || fields.length === 0 || fields.some((f) => typeof f !== "string")) {
+      throw new InvalidArgumentError(`options.identity.${name}`, "must be a non-empty array of the input fields that identify the call");
+    }
+    const properties = propertiesOf(tool);
+    for (const field of fields) {
+      if (!properties.includes(field)) {
+        throw new InvalidArgumentError(`options.identity.${name}`, `names the field "${field}", which the input_schema of ${name} does not have (its fields: ${properties.join(", ")})`);
+      }
+    }
+    identity.set(name, fields);
+  }
+  return identity;
+}
+
+/** The top-level fields of a runnable tool's `input_schema` (a JSON Schema object). */
+function propertiesOf(tool: AnyRunnableTool): string[] {
+  const schema = (tool as { input_schema?: { properties?: unknown } }).input_schema;
+  const properties = schema?.properties;
+  return typeof properties === "object" && properties !== null ? Object.keys(properties) : [];
 }
