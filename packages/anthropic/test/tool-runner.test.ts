@@ -21,7 +21,7 @@ async function runLoop(
   once: OnceToolRunner,
   client: Anthropic,
   start: (failed: Message[] | undefined) => Message[],
-  options: { conversationId?: string; attempts?: number; turnIndex?: number } = {},
+  options: { conversationId?: string; attempts?: number; turnIndex?: number; stream?: boolean } = {},
 ) {
   const errors: unknown[] = [];
   const runners = [];
@@ -30,7 +30,7 @@ async function runLoop(
     const runner = once.toolRunner(
       client,
       // the mock provider does not implement message threads: full history each request
-      { model: "claude-test", max_tokens: 1024, stream: true, thread: false, messages: start(failed) },
+      { model: "claude-test", max_tokens: 1024, stream: options.stream ?? true, thread: false, messages: start(failed) },
       { conversationId: options.conversationId ?? "conv-1", ...(options.turnIndex !== undefined ? { turnIndex: options.turnIndex } : {}) },
     );
     runners.push(runner);
@@ -72,12 +72,25 @@ describe("ATR: the SDK's toolRunner through Dispatch-Once (createOnceToolRunner)
     cutRequests(provider(), [2]);
     const { messages, calls, errors } = await runLoop(once, client, fromUser("pay acme"));
     expect(errors).toHaveLength(1);
+    expect(String(errors[0])).toMatch(/terminated/); // the SDK's AnthropicError for a cut stream
     const made = effects();
     expect(made).toHaveLength(1);
     const [call] = [...calls.values()];
     expect(call!.outcome!.replayed).toBe(true);
     // The Idempotency-Key reached the tool's run and went downstream (ATR-4).
     expect(made[0]!.idempotencyKey).toBe(call!.outcome!.key);
+    expectToldAgreesWithEffects(messages, made);
+  });
+
+  it("ATR-1 without streaming, a 529 on iteration 2's request: the re-run is answered from the ledger; one payment", async () => {
+    const { once, client, effects } = await app();
+    provider().setFaultPlan((_request, info) => (info.requestNumber === 2 ? { kind: "status", status: 529 } : undefined));
+    const { messages, calls, errors } = await runLoop(once, client, fromUser("pay acme"), { stream: false });
+    expect(errors).toHaveLength(1);
+    expect((errors[0] as { status?: number }).status).toBe(529);
+    const made = effects();
+    expect(made).toHaveLength(1);
+    expect([...calls.values()][0]!.outcome!.replayed).toBe(true);
     expectToldAgreesWithEffects(messages, made);
   });
 
