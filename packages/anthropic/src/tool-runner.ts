@@ -87,6 +87,8 @@ export interface OnceToolRunnerTurn {
    * The turn index of the user message the loop answers, from the app's own store (TURN-1).
    * Without it the wrapper counts the genuine user messages (not the tool_result-only ones the
    * loop adds) before each call in the runner's messages, which needs the full history (ATR-2).
+   * A supplied index names the user message the runner starts with: a call answering a user
+   * message pushed into the loop later is refused (`invalid_argument`), not run under its keys.
    * @default the number of genuine user messages before the call
    * @example { conversationId: "conv-42", turnIndex: 7 }
    */
@@ -247,9 +249,11 @@ export class OnceToolRunner {
     }
     const calls = new Map<string, OnceToolCall>();
     let runner: BetaToolRunner<Stream> | undefined;
+    // An app-supplied turn index names one user message: the one the runner starts with.
+    const users = Array.isArray(params.messages) ? params.messages.filter(isGenuineUserMessage).length : 0;
     const wrapped = new Map<string, AnyRunnableTool>();
     for (const [name, tool] of this.tools) {
-      wrapped.set(name, this.wrap(tool, turn, calls, () => runner));
+      wrapped.set(name, this.wrap(tool, { ...turn, users }, calls, () => runner));
     }
     const tools = params.tools === undefined ? [...wrapped.values()] : params.tools.map((tool, i) => {
       if (!("run" in tool)) return tool;
@@ -269,7 +273,7 @@ export class OnceToolRunner {
     return this.calls.get(runner) ?? new Map();
   }
 
-  private wrap(tool: AnyRunnableTool, turn: OnceToolRunnerTurn, calls: Map<string, OnceToolCall>, runnerOf: () => { params: { messages: MessageParam[] } } | undefined): AnyRunnableTool {
+  private wrap(tool: AnyRunnableTool, turn: OnceToolRunnerTurn & { users: number }, calls: Map<string, OnceToolCall>, runnerOf: () => { params: { messages: MessageParam[] } } | undefined): AnyRunnableTool {
     const name = tool.name;
     const effect = this.effects.get(name)!;
     const run = async (args: unknown, context?: BetaToolRunContext) => {
@@ -282,6 +286,13 @@ export class OnceToolRunner {
       if (place === undefined) {
         throw new OnceToolCallError(
           new InvalidArgumentError("context.toolUse", `tool ${name}'s call ${String(toolUse.id)} is not in the runner's messages, so its place in the turn is unknown; not run (ATR-3)`),
+        );
+      }
+      if (turn.turnIndex !== undefined && place.users !== turn.users) {
+        // A user message pushed into the loop is another turn, which the supplied index does not name:
+        // its calls would take the first message's keys and be answered with its results.
+        throw new OnceToolCallError(
+          new InvalidArgumentError("turn.turnIndex", `names the turn of the runner's first user message, but tool ${name}'s call answers a user message added since; not run (ATR-2)`),
         );
       }
       const record: OnceToolCall = { toolName: name, conversationId: turn.conversationId, turnIndex: place.turnIndex, ordinal: place.ordinal };
@@ -311,7 +322,7 @@ export class OnceToolRunner {
    * ordinal counts the identical calls (same tool, same identity) of the turn's earlier responses
    * that already have a tool_result, then those before it in its own response.
    */
-  private placeOf(toolUse: ToolUseLike, messages: readonly MessageParam[], turn: OnceToolRunnerTurn): { turnIndex: number; ordinal: number } | undefined {
+  private placeOf(toolUse: ToolUseLike, messages: readonly MessageParam[], turn: OnceToolRunnerTurn): { turnIndex: number; ordinal: number; users: number } | undefined {
     let at = -1;
     for (let i = messages.length - 1; i >= 0 && at === -1; i--) {
       const message = messages[i]!;
@@ -343,19 +354,19 @@ export class OnceToolRunner {
       }
     };
     const own = identityOf(toolUse);
-    if (own === undefined) return { turnIndex, ordinal: 0 }; // the dispatch refuses it (nothing runs)
+    if (own === undefined) return { turnIndex, ordinal: 0, users }; // the dispatch refuses it (nothing runs)
     let ordinal = 0;
     for (let i = start; i <= at; i++) {
       const message = messages[i]!;
       if (message.role !== "assistant") continue;
       for (const block of blocksOf(message)) {
         if (block.type !== "tool_use") continue;
-        if (i === at && block.id === toolUse.id) return { turnIndex, ordinal };
+        if (i === at && block.id === toolUse.id) return { turnIndex, ordinal, users };
         if (i < at && !answered.has(String(block.id))) continue;
         if (identityOf(block) === own) ordinal++;
       }
     }
-    return { turnIndex, ordinal };
+    return { turnIndex, ordinal, users };
   }
 }
 

@@ -160,6 +160,33 @@ describe("ATR: the SDK's toolRunner through Dispatch-Once (createOnceToolRunner)
     expect([...own.calls.values()][0]!.turnIndex).toBe(9);
   });
 
+  it("ATR-2 a supplied turn index names the runner's first user message: a call answering a user message pushed into the loop is refused, not run under its keys", async () => {
+    const { once, client, effects } = await app();
+    const first = { type: "tool_use" as const, id: "toolu_first", name: "send_payment", input: PAY_ACME };
+    const second = { type: "tool_use" as const, id: "toolu_second", name: "send_payment", input: PAY_ACME };
+    const history: Message[] = [
+      { role: "user", content: "pay acme" },
+      { role: "assistant", content: [first] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: first.id, content: "{}" }] },
+      { role: "user", content: "pay acme again" }, // pushed by the app while the loop ran
+      { role: "assistant", content: [second] },
+    ];
+    const runWith = (turn: { conversationId: string; turnIndex?: number }) => {
+      const runner = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, messages: history.slice(0, 1) }, turn);
+      runner.setMessagesParams((params) => ({ ...params, messages: history }));
+      const tool = runner.params.tools.find((t) => "run" in t && "name" in t && t.name === "send_payment") as { run: (args: unknown, context: unknown) => Promise<unknown> };
+      return { runner, run: () => tool.run(PAY_ACME, { toolUse: second, toolUseBlock: second }) };
+    };
+    const supplied = runWith({ conversationId: "conv-push", turnIndex: 4 });
+    await expect(supplied.run()).rejects.toMatchObject({ code: "invalid_argument", effect: "no" });
+    expect(effects()).toHaveLength(0);
+    // Counted, the pushed message is the next turn: its call runs under that turn's key.
+    const counted = runWith({ conversationId: "conv-push" });
+    await counted.run();
+    expect([...once.callsOf(counted.runner).values()].map((c) => [c.turnIndex, c.ordinal, c.outcome?.replayed])).toEqual([[2, 0, false]]);
+    expect(effects()).toHaveLength(1);
+  });
+
   it("ATR-4 without an identity declaration the re-worded memo of the re-run is a new key: the identity is what makes the re-run an answer", async () => {
     const { once, client, effects } = await app({ identity: false });
     cutRequests(provider(), [2]);
