@@ -41,4 +41,16 @@ describe("the SDK's toolRunner without Dispatch-Once (the baseline the wrapper m
     expect(made).toHaveLength(2);
     expect(made.every((e) => e.idempotencyKey === undefined || e.idempotencyKey === null)).toBe(true);
   });
+
+  it("ATR-1 a cut on iteration 3, after iteration 1 paid acme and iteration 2 paid alice: the re-run pays both again", async () => {
+    const { client, sendPayment, effects } = await paymentsApp(provider());
+    cutRequests(provider(), [3]);
+    const run = () =>
+      client.beta.messages
+        .toolRunner({ model: "claude-test", max_tokens: 1024, stream: true, thread: false, messages: [{ role: "user", content: "pay acme then alice" }], tools: [sendPayment] })
+        .runUntilDone();
+    await expect(run()).rejects.toThrow(/terminated/);
+    await run();
+    expect(effects().map((e) => e.idempotencyKey ?? null)).toEqual([null, null, null, null]);
+  });
 });
