@@ -99,8 +99,10 @@ export interface OnceToolRunnerTurn {
 export interface OnceToolCall {
   toolName: string;
   conversationId: string;
-  turnIndex: number;
-  ordinal: number;
+  /** Undefined when the call was refused before its place in the turn was known (ATR-3). */
+  turnIndex: number | undefined;
+  /** Undefined when the call was refused before its place in the turn was known (ATR-3). */
+  ordinal: number | undefined;
   /** The call settled: its key, its result, and whether it was `replayed` from the ledger. */
   outcome?: DispatchOutcome;
   /** The call did not settle: the Dispatch-Once error the model was told about. */
@@ -283,20 +285,20 @@ export class OnceToolRunner {
         throw new OnceToolCallError(new InvalidArgumentError("context", `tool ${name} was run without the runner's tool_use context; not run`));
       }
       const place = this.placeOf(toolUse, runner.params.messages, turn);
+      const record: OnceToolCall = { toolName: name, conversationId: turn.conversationId, turnIndex: place?.turnIndex, ordinal: place?.ordinal };
+      calls.set(String(toolUse.id), record);
+      const refuse = (error: InvalidArgumentError) => {
+        record.error = new OnceToolCallError(error);
+        return record.error;
+      };
       if (place === undefined) {
-        throw new OnceToolCallError(
-          new InvalidArgumentError("context.toolUse", `tool ${name}'s call ${String(toolUse.id)} is not in the runner's messages, so its place in the turn is unknown; not run (ATR-3)`),
-        );
+        throw refuse(new InvalidArgumentError("context.toolUse", `tool ${name}'s call ${String(toolUse.id)} is not in the runner's messages, so its place in the turn is unknown; not run (ATR-3)`));
       }
       if (turn.turnIndex !== undefined && place.users !== turn.users) {
         // A user message pushed into the loop is another turn, which the supplied index does not name:
         // its calls would take the first message's keys and be answered with its results.
-        throw new OnceToolCallError(
-          new InvalidArgumentError("turn.turnIndex", `names the turn of the runner's first user message, but tool ${name}'s call answers a user message added since; not run (ATR-2)`),
-        );
+        throw refuse(new InvalidArgumentError("turn.turnIndex", `names the turn of the runner's first user message, but tool ${name}'s call answers a user message added since; not run (ATR-2)`));
       }
-      const record: OnceToolCall = { toolName: name, conversationId: turn.conversationId, turnIndex: place.turnIndex, ordinal: place.ordinal };
-      calls.set(String(toolUse.id), record);
       try {
         const outcome = await this.scope.run({ tool, context, effect }, () =>
           this.dispatcher.dispatch(

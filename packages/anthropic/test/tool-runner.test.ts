@@ -179,6 +179,14 @@ describe("ATR: the SDK's toolRunner through Dispatch-Once (createOnceToolRunner)
     };
     const supplied = runWith({ conversationId: "conv-push", turnIndex: 4 });
     await expect(supplied.run()).rejects.toMatchObject({ code: "invalid_argument", effect: "no" });
+    expect(once.callsOf(supplied.runner).get("toolu_second")!.error).toMatchObject({ code: "invalid_argument", effect: "no", retryable: "no" });
+    expect(effects()).toHaveLength(0);
+    // A call whose response is not in the runner's messages (runToolsEagerly, generateToolResponse()
+    // inside the loop body) has no place in the turn: refused, not run (ATR-3).
+    const stray = { type: "tool_use" as const, id: "toolu_stray", name: "send_payment", input: PAY_ACME };
+    const tool = supplied.runner.params.tools.find((t) => "run" in t && "name" in t && t.name === "send_payment") as { run: (args: unknown, context: unknown) => Promise<unknown> };
+    await expect(tool.run(PAY_ACME, { toolUse: stray, toolUseBlock: stray })).rejects.toMatchObject({ code: "invalid_argument", effect: "no" });
+    expect(once.callsOf(supplied.runner).get("toolu_stray")).toMatchObject({ ordinal: undefined, error: { code: "invalid_argument" } });
     expect(effects()).toHaveLength(0);
     // Counted, the pushed message is the next turn: its call runs under that turn's key.
     const counted = runWith({ conversationId: "conv-push" });
