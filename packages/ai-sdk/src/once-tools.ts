@@ -12,9 +12,10 @@ import {
   type ToolDefinition,
   type DispatchOutcome,
 } from "@dispatch-once/core";
-import { unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
+import { loggerOption, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
 import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolExecutionOptions, type ToolSet } from "ai";
 import { z } from "zod";
+import { turnCallsOf, type TurnHistoryCall } from "./turn-history.js";
 import { turnIndexOf } from "./turn-index.js";
 
 /** What a wrapped tool's `execute` finds in its options besides the AI SDK's own (read it with `dispatchOnceOf`). */
@@ -76,11 +77,32 @@ export type OnceTurnInput = {
   dispatchAt?: "step" | "tool-call";
 } & (
   | {
-      /** The request's messages (`UIMessage[]` or `ModelMessage[]`): the turn index is `turnIndexOf(messages)` (AISDK-1). */
+      /**
+       * The request's messages (`UIMessage[]` or `ModelMessage[]`): the turn index is
+       * `turnIndexOf(messages)` (AISDK-1), and the calls of the turn that earlier requests ran
+       * (after the last user message) start this request's ordinals (AISDK-9).
+       */
       messages: readonly { role: string }[];
       turnIndex?: undefined;
+      turnMessages?: undefined;
     }
-  | { turnIndex: number; messages?: undefined }
+  | {
+      /** The turn index from the app's own store, for a truncated or windowed history (AISDK-1). */
+      turnIndex: number;
+      messages?: undefined;
+      /**
+       * With `turnIndex`: the messages of the turn being answered (`UIMessage[]` or
+       * `ModelMessage[]`), from its user message on, e.g. the app's windowed history when the
+       * window holds the whole turn. The calls they show as run or approved start this request's
+       * ordinals, as `messages` does (AISDK-9); messages before the last user message in it are
+       * not read. Without it every request of the turn starts at ordinal 0, so a call in a
+       * continuation (after an approval or a client-side tool result) that is identical to one
+       * an earlier request of the turn ran is answered with that call's result instead of running.
+       * @default undefined (no history: ordinals start at 0 in every request)
+       * @example once.forTurn({ conversationId, turnIndex: stored.turnIndex, turnMessages: windowedMessages })
+       */
+      turnMessages?: readonly unknown[];
+    }
 );
 
 /** One request's view of the wrapped tools: pass `tools` (and, for `dispatchAt: "tool-call"`, `onChunk`) to `streamText`. */
@@ -104,7 +126,7 @@ export interface OnceTurn<TOOLS extends ToolSet> {
 }
 
 const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, dispatcher: true };
-const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, dispatchAt: true };
+const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true };
 
 interface CallScope {
   execute: NonNullable<Tool["execute"]>;
@@ -130,6 +152,7 @@ export class OnceTools<TOOLS extends ToolSet> {
   readonly dispatcher: Dispatcher;
   private readonly tools: TOOLS;
   private readonly scope = new AsyncLocalStorage<CallScope>();
+  private readonly logger: NonNullable<DispatcherOptions["logger"]>;
 
   constructor(options: OnceToolsOptions<TOOLS>) {
     if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "needs { tools, effects, ledger }");
@@ -139,6 +162,7 @@ export class OnceTools<TOOLS extends ToolSet> {
     if (typeof options.tools !== "object" || options.tools === null) throw new InvalidArgumentError("options.tools", "must be the app's tool set");
     this.tools = options.tools;
     checkToolNames(options);
+    this.logger = loggerOption(options.dispatcher?.logger);
     const definitions: ToolDefinition[] = [];
     for (const [name, tool] of Object.entries(options.tools)) {
       if (typeof tool.execute !== "function") continue; // client-side tools run in the browser; nothing to guard here
@@ -178,8 +202,13 @@ export class OnceTools<TOOLS extends ToolSet> {
   }
 
   /**
-   * The tools for one request (one attempt at a turn): ordinals restart with every call of
-   * `forTurn`, so the n-th identical call gets the same key in every attempt (TURN-4).
+   * The tools for one request (one attempt at a turn). The n-th identical call of the request
+   * (same tool, same canonical identity arguments) gets ordinal s + n - 1, where s is the number
+   * of identical calls the turn's history (`messages` after the last user message, or
+   * `turnMessages`) shows as run or approved (AISDK-9): a re-send of the same messages gets the
+   * same keys, and a call in a continuation that is identical to one the turn already ran is a
+   * new call. An approved call the AI SDK executes from the history keeps the ordinal the
+   * history gives it, by its `toolCallId`.
    */
   forTurn(input: OnceTurnInput): OnceTurn<TOOLS> {
     if (typeof input !== "object" || input === null) throw new InvalidArgumentError("input", "needs { conversationId, messages }");
@@ -193,6 +222,10 @@ export class OnceTools<TOOLS extends ToolSet> {
     if (input.messages === undefined && input.turnIndex === undefined) {
       throw new InvalidArgumentError("input", "needs messages or turnIndex (one of them)");
     }
+    // One history too: messages carry the turn's own; turnMessages is for an app that numbers turns itself.
+    if (input.turnMessages !== undefined && input.turnIndex === undefined) {
+      throw new InvalidArgumentError("input.turnMessages", "goes with turnIndex; with messages, the turn's history is read from messages");
+    }
     const turnIndex = input.turnIndex ?? turnIndexOf(input.messages!);
     const mode = input.dispatchAt ?? "step";
     if (mode !== "step" && mode !== "tool-call") throw new InvalidArgumentError("input.dispatchAt", 'must be "step" or "tool-call"');
@@ -201,11 +234,33 @@ export class OnceTools<TOOLS extends ToolSet> {
       throw new InvalidKeyInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);
     }
     if (!Number.isSafeInteger(turnIndex) || turnIndex < 0) throw new InvalidKeyInputError("turnIndex", "must be a non-negative safe integer");
-    const turn = this.dispatcher.turn({ conversationId: input.conversationId, turnIndex });
+    const context = { conversationId: input.conversationId, turnIndex };
+    const history = input.messages !== undefined ? turnCallsOf(input.messages, "messages") : input.turnMessages !== undefined ? turnCallsOf(input.turnMessages, "turnMessages") : [];
+    // What identifies a call within this turn (tool name and canonical identity arguments): its key at ordinal 0.
+    const identityOf = (call: { name: string; input: unknown }) => this.dispatcher.keyFor(call, { ...context, ordinal: 0 });
+    const { starts, approved } = this.ordinalsOf(history, identityOf);
+    const counts = new Map<string, number>();
     const started = new Map<string, Promise<DispatchOutcome>>();
     const outcomes = new Map<string, DispatchOutcome>();
     const dispatch = async (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions) => {
-      const outcome = await this.scope.run({ execute, options }, () => turn.dispatch({ name, input: toolInput, callId: options.toolCallId }));
+      const call = { name, input: toolInput };
+      // Everything up to the ordinal is synchronous, so ordinals follow call order (TURN-4).
+      const identity = identityOf(call);
+      let ordinal: number;
+      const held = approved.get(options.toolCallId);
+      if (held !== undefined && held.identity === identity) {
+        approved.delete(options.toolCallId);
+        ordinal = held.ordinal;
+      } else {
+        const n = counts.get(identity) ?? 0;
+        counts.set(identity, n + 1);
+        ordinal = (starts.get(identity) ?? 0) + n;
+        if (n > 0) {
+          // Usually a model error, but it may be meant: run it and make it visible (DISPATCH-6).
+          this.logger.warn("the same call appears more than once in one turn; running it again", { tool: name, ordinal, ...context });
+        }
+      }
+      const outcome = await this.scope.run({ execute, options }, () => this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, { ...context, ordinal }));
       outcomes.set(options.toolCallId, outcome);
       return outcome;
     };
@@ -247,6 +302,38 @@ export class OnceTools<TOOLS extends ToolSet> {
         started.set(call.toolCallId, promise);
       },
     };
+  }
+  /**
+   * AISDK-9: from the turn's history, where this request's new calls start (per identity: every
+   * call the history shows as run or approved), and the ordinal of each approved call still
+   * without a result (the AI SDK executes it in this request): after the identity's calls that
+   * have a result, in `toolCallId` order, so a re-send that reorders the parts gives each call
+   * the same key. A history call the dispatcher cannot key (an unwrapped tool, an input it
+   * refuses) was never dispatched, and holds no ordinal.
+   */
+  private ordinalsOf(history: readonly TurnHistoryCall[], identityOf: (call: { name: string; input: unknown }) => string) {
+    const starts = new Map<string, number>();
+    const pending: { toolCallId: string; identity: string }[] = [];
+    for (const call of history) {
+      if (!this.dispatcher.registry.has(call.toolName)) continue;
+      let identity: string;
+      try {
+        identity = identityOf({ name: call.toolName, input: call.input });
+      } catch {
+        continue;
+      }
+      if (call.pending) pending.push({ toolCallId: call.toolCallId, identity });
+      else starts.set(identity, (starts.get(identity) ?? 0) + 1);
+    }
+    const approved = new Map<string, { identity: string; ordinal: number }>();
+    pending.sort((a, b) => (a.toolCallId < b.toolCallId ? -1 : a.toolCallId > b.toolCallId ? 1 : 0));
+    for (const { toolCallId, identity } of pending) {
+      if (approved.has(toolCallId)) continue; // the AI SDK executes a call once
+      const ordinal = starts.get(identity) ?? 0;
+      starts.set(identity, ordinal + 1);
+      approved.set(toolCallId, { identity, ordinal });
+    }
+    return { starts, approved };
   }
 }
 

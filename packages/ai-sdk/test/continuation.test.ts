@@ -5,7 +5,7 @@ import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-
 import { convertToModelMessages, readUIMessageStream, stepCountIs, streamText, tool, type ModelMessage, type UIMessage } from "ai";
 import { z } from "zod";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { createOnceTools, dispatchOnceOf } from "../src/index.js";
+import { createOnceTools } from "../src/index.js";
 import { drain, invoiceTool, outputsOf, quiet } from "./helpers.js";
 
 /*
@@ -39,17 +39,17 @@ const model = () => createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey:
 const confirm = tool({ description: "Ask the user", inputSchema: z.object({ question: z.string() }) }); // client-side: no execute
 
 describe("AISDK-9 through @ai-sdk/anthropic, model messages", () => {
-  it("a client-side tool result's continuation runs an identical call again; a re-send of either request and a regenerate run nothing", async () => {
+  it.each(["step", "tool-call"] as const)("a client-side tool result's continuation runs an identical call again; a re-send of either request and a regenerate run nothing (dispatchAt %s)", async (dispatchAt) => {
     const keys: (string | undefined)[] = [];
     const once = createOnceTools({
       tools: { create_invoice: invoiceTool(payments, (k) => keys.push(k)), confirm },
-      effects: { create_invoice: "unkeyed_write" },
+      effects: { create_invoice: "unkeyed_write", confirm: "read" }, // confirm has no execute: not wrapped
       ledger: new MemoryLedger(),
       dispatcher: quiet,
     });
     const request = (messages: ModelMessage[]) => {
-      const forTurn = once.forTurn({ conversationId: "chat_c", messages });
-      return streamText({ model: model(), messages, tools: forTurn.tools, stopWhen: stepCountIs(5), maxRetries: 0 });
+      const forTurn = once.forTurn({ conversationId: "chat_c", messages, dispatchAt });
+      return streamText({ model: model(), messages, tools: forTurn.tools, onChunk: forTurn.onChunk, stopWhen: stepCountIs(5), maxRetries: 0 });
     };
     const ask: ModelMessage[] = [{ role: "user", content: "bill acme twice, ask between" }];
     const first = request(ask);
@@ -117,17 +117,14 @@ describe("AISDK-9 through @ai-sdk/anthropic, model messages", () => {
 
 describe("AISDK-9 with UI messages (useChat's shape, read from the UI message stream)", () => {
   it("a second approved identical call in the same assistant message runs; re-sent approvals run nothing", async () => {
-    const ordinals: number[] = [];
-    const invoice = invoiceTool(payments);
-    const approved = {
-      ...invoice,
-      needsApproval: true,
-      execute: (input: { customer: string; amount: number }, options: Parameters<NonNullable<typeof invoice.execute>>[1]) => {
-        ordinals.push(dispatchOnceOf(options)!.ordinal);
-        return invoice.execute!(input, options);
-      },
-    };
-    const once = createOnceTools({ tools: { create_invoice: approved }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const ordinals: [string, number][] = [];
+    const approved = { ...invoiceTool(payments), needsApproval: true };
+    const once = createOnceTools({
+      tools: { create_invoice: approved },
+      effects: { create_invoice: "unkeyed_write" },
+      ledger: new MemoryLedger(),
+      dispatcher: { ...quiet, onEvent: (e) => void ((e.type === "claimed" || e.type === "replayed") && ordinals.push([e.type, e.ordinal])) },
+    });
     // The chat route: UI messages in, the assistant message (continued, as useChat does) out.
     const route = async (messages: UIMessage[]): Promise<UIMessage> => {
       const forTurn = once.forTurn({ conversationId: "chat_ui", messages });
@@ -142,7 +139,7 @@ describe("AISDK-9 with UI messages (useChat's shape, read from the UI message st
     const approveAll = (message: UIMessage): UIMessage => ({
       ...message,
       parts: message.parts.map((p) =>
-        "state" in p && p.state === "approval-requested" ? ({ ...p, state: "approval-responded", approval: { id: p.approval.id, approved: true } } as typeof p) : p,
+        "state" in p && p.state === "approval-requested" ? ({ ...p, state: "approval-responded", approval: { id: p.approval.id, approved: true } } as unknown as typeof p) : p,
       ),
     });
     const user: UIMessage = { id: "u1", role: "user", parts: [{ type: "text", text: "bill acme twice" }] };
@@ -162,6 +159,11 @@ describe("AISDK-9 with UI messages (useChat's shape, read from the UI message st
     expect(payments.effects().length).toBe(2);
     expect((afterSecond.parts.filter((p) => p.type === "tool-create_invoice") as { state: string }[]).map((p) => p.state)).toEqual(["output-available", "output-available"]);
     // Each approved call has one ordinal, the same on every re-send of its approval.
-    expect(ordinals).toEqual([0, 0, 1, 1]);
+    expect(ordinals).toEqual([
+      ["claimed", 0],
+      ["replayed", 0],
+      ["claimed", 1],
+      ["replayed", 1],
+    ]);
   });
 });

@@ -26,7 +26,7 @@ function setup(options: { identity?: boolean } = {}) {
   const ask = tool({ inputSchema: z.object({ question: z.string() }) }); // client-side
   const once = createOnceTools({
     tools: { pay: payTool, ask },
-    effects: { pay: "keyed_write" },
+    effects: { pay: "keyed_write", ask: "read" }, // ask has no execute: not wrapped
     ledger: new MemoryLedger(),
     ...(options.identity ? { identity: { pay: ["payee", "amount"] } } : {}),
   });
