@@ -67,7 +67,7 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
     }
     const content = message["content"];
     if (typeof content === "string" && role === "assistant") continue;
-    if (!Array.isArray(content)) throw new InvalidArgumentError(`${at}.content`, `must be an array of parts (a ${role} ModelMessage) or the message must have parts (a UIMessage)`);
+    if (!Array.isArray(content)) throw new InvalidArgumentError(`${at}.content`, `must be an array of parts (${role === "tool" ? "a tool" : "an assistant"} ModelMessage), or the message must have parts (a UIMessage)`);
     content.forEach((part: unknown, j) => {
       const partAt = `${at}.content[${j}]`;
       if (!isObject(part)) throw new InvalidArgumentError(partAt, "must be a message part object");

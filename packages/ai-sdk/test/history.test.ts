@@ -133,6 +133,19 @@ describe("AISDK-9: UI messages", () => {
   });
 });
 
+describe("AISDK-9: a partly kept continuation (the client kept what streamed before the cut, against AISDK-8)", () => {
+  it("the approved call's output kept and the model's next call cut before its result: the re-send's repeat of that call is answered from the ledger", async () => {
+    const { request } = setup();
+    const approvedA = payPart("tA", "approval-responded", { approval: { id: "ap", approved: true } });
+    // The continuation: the AI SDK runs the approved tA, then the model's identical tB runs (dispatchAt tool-call), then the stream is cut.
+    const cut = await request({ conversationId: "c", messages: [user("u1"), assistant(approvedA)] }, [{ id: "tA" }, { id: "tB" }]);
+    expect(cut).toMatchObject({ ordinals: [0, 1], ran: 2 });
+    // The client kept tA's output and tB's call without a result, and sends it again.
+    const kept = [user("u1"), assistant(payPart("tA", "output-available", { output: {}, approval: { id: "ap", approved: true } }), payPart("tB", "input-available"))];
+    expect(await request({ conversationId: "c", messages: kept }, [{ id: "tB2" }])).toMatchObject({ ordinals: [1], ran: 0, outputs: [cut.outputs[1]] });
+  });
+});
+
 describe("AISDK-9: identity (a re-worded free-text field)", () => {
   it("a new call identical by identity runs though its memo is re-worded; its re-send with another wording is answered from the ledger", async () => {
     const { request, runs } = setup({ identity: true });
