@@ -146,6 +146,19 @@ describe("AISDK-9: a partly kept continuation (the client kept what streamed bef
   });
 });
 
+describe("DISPATCH-6 under AISDK-9", () => {
+  it("warns for the second identical call of one request, not for a continuation's first call after the history's", async () => {
+    const warnings: unknown[] = [];
+    const payTool = tool({ inputSchema: z.object({ payee: z.string(), amount: z.number(), memo: z.string() }), execute: async () => "ok" });
+    const once = createOnceTools({ tools: { pay: payTool }, effects: { pay: "keyed_write" }, ledger: new MemoryLedger(), dispatcher: { logger: { warn: (_m, fields) => void warnings.push(fields) } } });
+    const continued = once.forTurn({ conversationId: "c", messages: [user("u1"), assistant(payPart("t1", "output-available", { output: {} }))] });
+    await continued.tools.pay.execute!(pay, { toolCallId: "t2", messages: [] });
+    expect(warnings).toEqual([]);
+    await continued.tools.pay.execute!(pay, { toolCallId: "t3", messages: [] });
+    expect(warnings).toEqual([{ tool: "pay", ordinal: 2, conversationId: "c", turnIndex: 1 }]);
+  });
+});
+
 describe("AISDK-9: identity (a re-worded free-text field)", () => {
   it("a new call identical by identity runs though its memo is re-worded; its re-send with another wording is answered from the ledger", async () => {
     const { request, runs } = setup({ identity: true });
