@@ -13,6 +13,14 @@ export interface TurnHistoryCall {
   pending: boolean;
 }
 
+interface ModelCall {
+  part: Obj;
+  at: string;
+  /** done: a result that is not a denial; denied: only execution-denied results; undefined: none yet. */
+  result?: "done" | "denied";
+  approved: boolean;
+}
+
 const UI_STATES = new Set(["input-streaming", "input-available", "approval-requested", "approval-responded", "output-available", "output-error", "output-denied"]);
 
 type Obj = Record<string, unknown>;
@@ -51,11 +59,17 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
     }
   }
   const calls: TurnHistoryCall[] = [];
-  // Model messages: results and approvals are matched to the turn's tool-call parts by id.
-  const modelCalls: { part: Obj; at: string }[] = [];
-  const results = new Map<string, boolean>(); // toolCallId → denied (an execution-denied result)
-  const approvalCall = new Map<string, string>(); // approvalId → toolCallId
-  const approved = new Map<string, boolean>(); // approvalId → approved
+  // Model messages: each result and approval belongs to the latest call before it with its
+  // toolCallId (a provider may number its calls per response, so an id can recur in a turn).
+  const modelCalls: ModelCall[] = [];
+  const byId = new Map<string, ModelCall[]>();
+  const latest = (id: string, unresolved: boolean) => {
+    const list = byId.get(id);
+    if (list === undefined) return undefined;
+    for (let k = list.length - 1; k >= 0; k--) if (!unresolved || list[k]!.result === undefined) return list[k];
+    return unresolved ? list[list.length - 1] : undefined;
+  };
+  const approvals = new Map<string, ModelCall>(); // approvalId → its call
   for (let i = start; i < messages.length; i++) {
     const message = messages[i] as Obj;
     const at = `${field}[${i}]`;
@@ -72,26 +86,35 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
       const partAt = `${at}.content[${j}]`;
       if (!isObject(part)) throw new InvalidArgumentError(partAt, "must be a message part object");
       switch (part["type"]) {
-        case "tool-call":
-          string(part, "toolCallId", partAt);
+        case "tool-call": {
+          const id = string(part, "toolCallId", partAt);
           string(part, "toolName", partAt);
-          if (part["providerExecuted"] !== true) modelCalls.push({ part, at: partAt });
+          if (part["providerExecuted"] === true) break;
+          const modelCall: ModelCall = { part, at: partAt, approved: false };
+          modelCalls.push(modelCall);
+          byId.set(id, [...(byId.get(id) ?? []), modelCall]);
           break;
+        }
         case "tool-result": {
           const id = string(part, "toolCallId", partAt);
           const output = part["output"];
           if (!isObject(output)) throw new InvalidArgumentError(`${partAt}.output`, "must be the AI SDK's tool result output ({ type, ... })");
           const type = string(output, "type", `${partAt}.output`);
-          results.set(id, (results.get(id) ?? true) && type === "execution-denied");
+          const owner = latest(id, true);
+          // Denied only when every result it has is a denial.
+          if (owner !== undefined) owner.result = (owner.result ?? "denied") === "denied" && type === "execution-denied" ? "denied" : "done";
           break;
         }
-        case "tool-approval-request":
-          approvalCall.set(string(part, "approvalId", partAt), string(part, "toolCallId", partAt));
+        case "tool-approval-request": {
+          const approvalId = string(part, "approvalId", partAt);
+          const owner = latest(string(part, "toolCallId", partAt), false);
+          if (owner !== undefined) approvals.set(approvalId, owner);
           break;
+        }
         case "tool-approval-response": {
-          const id = string(part, "approvalId", partAt);
+          const owner = approvals.get(string(part, "approvalId", partAt));
           if (typeof part["approved"] !== "boolean") throw new InvalidArgumentError(`${partAt}.approved`, "must be a boolean");
-          approved.set(id, part["approved"] === true || approved.get(id) === true);
+          if (owner !== undefined && part["approved"]) owner.approved = true;
           break;
         }
         default:
@@ -99,17 +122,10 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
       }
     });
   }
-  if (modelCalls.length > 0) {
-    const approvedCalls = new Set<string>();
-    for (const [approvalId, toolCallId] of approvalCall) if (approved.get(approvalId) === true) approvedCalls.add(toolCallId);
-    for (const { part, at } of modelCalls) {
-      const id = part["toolCallId"] as string;
-      const denied = results.get(id);
-      const isApproved = approvedCalls.has(id);
-      if (!isApproved && (denied === undefined || denied)) continue;
-      if (!("input" in part)) throw new InvalidArgumentError(`${at}.input`, "must be the call's input");
-      calls.push({ toolCallId: id, toolName: part["toolName"] as string, input: part["input"], pending: isApproved && denied === undefined });
-    }
+  for (const { part, at, result, approved } of modelCalls) {
+    if (!approved && result !== "done") continue;
+    if (!("input" in part)) throw new InvalidArgumentError(`${at}.input`, "must be the call's input");
+    calls.push({ toolCallId: part["toolCallId"] as string, toolName: part["toolName"] as string, input: part["input"], pending: approved && result === undefined });
   }
   return calls;
 }

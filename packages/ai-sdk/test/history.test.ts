@@ -196,6 +196,26 @@ describe("AISDK-9: model messages", () => {
     expect(await request({ conversationId: "c", messages }, [{ id: "t3" }, { id: "t5" }])).toMatchObject({ ordinals: [1, 2], ran: 0 });
   });
 
+  it("a provider that numbers its calls per response (the same toolCallId in two requests): each result and approval belongs to its own call", async () => {
+    const { request } = setup();
+    const approval = (n: number, approved: boolean) => [
+      { role: "assistant", content: [call("call_0"), { type: "tool-approval-request", approvalId: `ap${n}`, toolCallId: "call_0" }] },
+      { role: "tool", content: [{ type: "tool-approval-response", approvalId: `ap${n}`, approved }] },
+    ];
+    const history = [{ role: "user", content: "pay bob $5 twice" }, ...approval(1, true), { role: "tool", content: [result("call_0")] }, ...approval(2, true)] as ModelMessage[];
+    // The second call_0 was approved and has no result: the AI SDK executes it now, after the first.
+    expect(await request({ conversationId: "c", messages: history }, [{ id: "call_0" }, { id: "call_1" }])).toMatchObject({ ordinals: [1, 2], ran: 2 });
+    // That request's response kept (call_0's result, then the model's call_1 and its result): the
+    // next identical call is a new one, on neither of their keys.
+    const next = [
+      ...history,
+      { role: "tool", content: [result("call_0")] },
+      { role: "assistant", content: [call("call_1")] },
+      { role: "tool", content: [result("call_1")] },
+    ] as ModelMessage[];
+    expect(await request({ conversationId: "c", messages: next }, [{ id: "call_0" }])).toMatchObject({ ordinals: [3], ran: 1 });
+  });
+
   it("a call whose stream was cut before its result (a partly kept response) does not count: the model's repeat of it is answered from the ledger", async () => {
     const { request } = setup();
     const ask = { role: "user", content: "pay bob $5" } as ModelMessage;
