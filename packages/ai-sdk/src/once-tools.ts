@@ -305,35 +305,46 @@ export class OnceTools<TOOLS extends ToolSet> {
   }
   /**
    * AISDK-9: from the turn's history, where this request's new calls start (per identity: every
-   * call the history shows as run or approved), and the ordinal of each approved call still
-   * without a result (the AI SDK executes it in this request): after the identity's calls that
-   * have a result, in `toolCallId` order, so a re-send that reorders the parts gives each call
-   * the same key. A history call the dispatcher cannot key (an unwrapped tool, an input it
-   * refuses) was never dispatched, and holds no ordinal.
+   * call the history shows as run or approved), and the ordinal of each approved call the AI SDK
+   * executes in this request. That ordinal is the one the request that carried its (first)
+   * approval gave it: after the identity's calls counted then and not waiting for their approval,
+   * among those waiting in `toolCallId` order, so a re-send that reorders the parts, or appends
+   * the approval again after the call ran, gives it the same key. A history call the dispatcher
+   * cannot key (an unwrapped tool, an input it refuses) was never dispatched, and holds no ordinal.
    */
   private ordinalsOf(history: readonly TurnHistoryCall[], identityOf: (call: { name: string; input: unknown }) => string) {
-    const starts = new Map<string, number>();
-    const pending: { toolCallId: string; identity: string }[] = [];
+    const keyed: (TurnHistoryCall & { identity: string })[] = [];
     for (const call of history) {
       if (!this.dispatcher.registry.has(call.toolName)) continue;
-      let identity: string;
       try {
-        identity = identityOf({ name: call.toolName, input: call.input });
+        keyed.push({ ...call, identity: identityOf({ name: call.toolName, input: call.input }) });
       } catch {
         continue;
       }
-      if (call.pending) pending.push({ toolCallId: call.toolCallId, identity });
-      else starts.set(identity, (starts.get(identity) ?? 0) + 1);
     }
+    const byToolCallId = (a: { toolCallId: string }, b: { toolCallId: string }) => (a.toolCallId < b.toolCallId ? -1 : a.toolCallId > b.toolCallId ? 1 : 0);
+    /** The ordinals the request that carried the messages up to index p gave: where new calls start, and each waiting approved call's. */
+    const as = (p: number) => {
+      const starts = new Map<string, number>();
+      const waiting = keyed.filter((c) => c.approvedAt <= p && c.resolvedAt > p).sort(byToolCallId);
+      for (const c of keyed) if ((c.doneAt <= p || c.approvedAt <= p) && !waiting.includes(c)) starts.set(c.identity, (starts.get(c.identity) ?? 0) + 1);
+      const held = new Map<string, { identity: string; ordinal: number }>();
+      for (const c of waiting) {
+        if (held.has(c.toolCallId)) continue; // the AI SDK executes a call once
+        const ordinal = starts.get(c.identity) ?? 0;
+        starts.set(c.identity, ordinal + 1);
+        held.set(c.toolCallId, { identity: c.identity, ordinal });
+      }
+      return { starts, held };
+    };
+    const now = as(Infinity);
     const approved = new Map<string, { identity: string; ordinal: number }>();
-    pending.sort((a, b) => (a.toolCallId < b.toolCallId ? -1 : a.toolCallId > b.toolCallId ? 1 : 0));
-    for (const { toolCallId, identity } of pending) {
-      if (approved.has(toolCallId)) continue; // the AI SDK executes a call once
-      const ordinal = starts.get(identity) ?? 0;
-      starts.set(identity, ordinal + 1);
-      approved.set(toolCallId, { identity, ordinal });
+    for (const c of keyed) {
+      if (!c.executesNow || approved.has(c.toolCallId)) continue;
+      const then = c.approvedAt === Infinity ? undefined : as(c.approvedAt).held.get(c.toolCallId);
+      if (then !== undefined && then.identity === c.identity) approved.set(c.toolCallId, then);
     }
-    return { starts, approved };
+    return { starts: now.starts, approved };
   }
 }
 

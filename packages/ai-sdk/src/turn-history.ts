@@ -3,22 +3,33 @@ import { InvalidArgumentError } from "@dispatch-once/core";
 /**
  * A call of the current turn that an earlier request of it gave an ordinal (AISDK-9): it ran
  * (its history shows a result), or it was approved (the request that carries the approval runs
- * it, or ran it).
+ * it, or ran it). Where things happened is told by message index: the request that carried the
+ * messages up to index p saw the call as counted when `doneAt <= p || approvedAt <= p`, and as
+ * approved without a result (executed by that request) when `approvedAt <= p < resolvedAt`.
  */
 export interface TurnHistoryCall {
   toolCallId: string;
   toolName: string;
   input: unknown;
-  /** Approved and without a result yet: the AI SDK executes it in this request. */
-  pending: boolean;
+  /** The message of its first result that is not a denial (Infinity: none). */
+  doneAt: number;
+  /** The message of its first approval (Infinity: none). */
+  approvedAt: number;
+  /** The message of its first result of any kind, a denial included (Infinity: none). */
+  resolvedAt: number;
+  /** The AI SDK executes it in this request: approved in the last message, without a result there. */
+  executesNow: boolean;
 }
 
 interface ModelCall {
   part: Obj;
   at: string;
-  /** done: a result that is not a denial; denied: only execution-denied results; undefined: none yet. */
-  result?: "done" | "denied";
-  approved: boolean;
+  doneAt: number;
+  approvedAt: number;
+  resolvedAt: number;
+  /** Approved in the last message, which has no result for it (the AI SDK's own rule). */
+  approvedLast: boolean;
+  resultLast: boolean;
 }
 
 const UI_STATES = new Set(["input-streaming", "input-available", "approval-requested", "approval-responded", "output-available", "output-error", "output-denied"]);
@@ -66,7 +77,7 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
   const latest = (id: string, unresolved: boolean) => {
     const list = byId.get(id);
     if (list === undefined) return undefined;
-    for (let k = list.length - 1; k >= 0; k--) if (!unresolved || list[k]!.result === undefined) return list[k];
+    for (let k = list.length - 1; k >= 0; k--) if (!unresolved || list[k]!.resolvedAt === Infinity) return list[k];
     return unresolved ? list[list.length - 1] : undefined;
   };
   const approvals = new Map<string, ModelCall>(); // approvalId → its call
@@ -76,10 +87,11 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
     const role = message["role"];
     if (role !== "assistant" && role !== "tool") continue;
     if (Array.isArray(message["parts"])) {
-      (message["parts"] as unknown[]).forEach((part, j) => uiPart(part, `${at}.parts[${j}]`, calls));
+      (message["parts"] as unknown[]).forEach((part, j) => uiPart(part, `${at}.parts[${j}]`, i, calls));
       continue;
     }
     const content = message["content"];
+    const last = i === messages.length - 1;
     if (typeof content === "string" && role === "assistant") continue;
     if (!Array.isArray(content)) throw new InvalidArgumentError(`${at}.content`, `must be an array of parts (${role === "tool" ? "a tool" : "an assistant"} ModelMessage), or the message must have parts (a UIMessage)`);
     content.forEach((part: unknown, j) => {
@@ -90,7 +102,7 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
           const id = string(part, "toolCallId", partAt);
           string(part, "toolName", partAt);
           if (part["providerExecuted"] === true) break;
-          const modelCall: ModelCall = { part, at: partAt, approved: false };
+          const modelCall: ModelCall = { part, at: partAt, doneAt: Infinity, approvedAt: Infinity, resolvedAt: Infinity, approvedLast: false, resultLast: false };
           modelCalls.push(modelCall);
           byId.set(id, [...(byId.get(id) ?? []), modelCall]);
           break;
@@ -101,8 +113,11 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
           if (!isObject(output)) throw new InvalidArgumentError(`${partAt}.output`, "must be the AI SDK's tool result output ({ type, ... })");
           const type = string(output, "type", `${partAt}.output`);
           const owner = latest(id, true);
-          // Denied only when every result it has is a denial.
-          if (owner !== undefined) owner.result = (owner.result ?? "denied") === "denied" && type === "execution-denied" ? "denied" : "done";
+          if (owner !== undefined) {
+            owner.resolvedAt = Math.min(owner.resolvedAt, i);
+            if (type !== "execution-denied") owner.doneAt = Math.min(owner.doneAt, i);
+            if (last) owner.resultLast = true;
+          }
           break;
         }
         case "tool-approval-request": {
@@ -114,7 +129,10 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
         case "tool-approval-response": {
           const owner = approvals.get(string(part, "approvalId", partAt));
           if (typeof part["approved"] !== "boolean") throw new InvalidArgumentError(`${partAt}.approved`, "must be a boolean");
-          if (owner !== undefined && part["approved"]) owner.approved = true;
+          if (owner !== undefined && part["approved"]) {
+            owner.approvedAt = Math.min(owner.approvedAt, i);
+            if (last && role === "tool") owner.approvedLast = true;
+          }
           break;
         }
         default:
@@ -122,16 +140,17 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
       }
     });
   }
-  for (const { part, at, result, approved } of modelCalls) {
-    if (!approved && result !== "done") continue;
+  for (const { part, at, doneAt, approvedAt, resolvedAt, approvedLast, resultLast } of modelCalls) {
+    if (doneAt === Infinity && approvedAt === Infinity) continue;
     if (!("input" in part)) throw new InvalidArgumentError(`${at}.input`, "must be the call's input");
-    calls.push({ toolCallId: part["toolCallId"] as string, toolName: part["toolName"] as string, input: part["input"], pending: approved && result === undefined });
+    const call = { toolCallId: part["toolCallId"] as string, toolName: part["toolName"] as string, input: part["input"] };
+    calls.push({ ...call, doneAt, approvedAt, resolvedAt, executesNow: approvedLast && !resultLast });
   }
   return calls;
 }
 
 /** One part of a UIMessage: a tool part (`tool-<name>` or `dynamic-tool`) is read; any other is not. */
-function uiPart(part: unknown, at: string, calls: TurnHistoryCall[]): void {
+function uiPart(part: unknown, at: string, index: number, calls: TurnHistoryCall[]): void {
   if (!isObject(part)) throw new InvalidArgumentError(at, "must be a message part object");
   const type = part["type"];
   if (typeof type !== "string") throw new InvalidArgumentError(`${at}.type`, "must be a string");
@@ -145,7 +164,9 @@ function uiPart(part: unknown, at: string, calls: TurnHistoryCall[]): void {
     throw new InvalidArgumentError(`${at}.state`, `must be one of the AI SDK's tool part states (${[...UI_STATES].join(", ")}), got ${JSON.stringify(state) ?? "undefined"}`);
   }
   if (part["providerExecuted"] === true) return;
-  let pending = false;
+  let approved = false;
+  let resolved = true;
+  let done = true;
   switch (state) {
     case "input-streaming":
     case "input-available":
@@ -153,12 +174,16 @@ function uiPart(part: unknown, at: string, calls: TurnHistoryCall[]): void {
       return;
     case "approval-responded":
       if (!approvedOf(part, at)) return;
-      pending = true;
+      approved = true;
+      resolved = false;
+      done = false;
       break;
     case "output-denied":
       // Denied by the user: never run. Approved, then denied by the AI SDK's revalidation: it
       // was given its ordinal in the request that carried the approval.
       if (!approvedOf(part, at)) return;
+      approved = true;
+      done = false;
       break;
     case "output-error":
       // The AI SDK's own refusal of an invalid call keeps its raw input beside an undefined
@@ -169,7 +194,15 @@ function uiPart(part: unknown, at: string, calls: TurnHistoryCall[]): void {
       break;
   }
   if (!("input" in part) || part["input"] === undefined) throw new InvalidArgumentError(`${at}.input`, `must be the call's input (state ${state})`);
-  calls.push({ toolCallId, toolName, input: part["input"], pending });
+  calls.push({
+    toolCallId,
+    toolName,
+    input: part["input"],
+    doneAt: done ? index : Infinity,
+    approvedAt: approved ? index : Infinity,
+    resolvedAt: resolved ? index : Infinity,
+    executesNow: approved && !resolved,
+  });
 }
 
 function approvedOf(part: Obj, at: string): boolean {

@@ -216,6 +216,20 @@ describe("AISDK-9: model messages", () => {
     expect(await request({ conversationId: "c", messages: next }, [{ id: "call_0" }])).toMatchObject({ ordinals: [3], ran: 1 });
   });
 
+  it("an approval appended again after the call ran (the AI SDK then executes it again): answered from the ledger at its own ordinal", async () => {
+    const { request } = setup();
+    const asked = [
+      { role: "user", content: "pay bob $5 twice" },
+      { role: "assistant", content: [call("tA"), { type: "tool-approval-request", approvalId: "apA", toolCallId: "tA" }] },
+      { role: "tool", content: [{ type: "tool-approval-response", approvalId: "apA", approved: true }] },
+    ] as ModelMessage[];
+    expect(await request({ conversationId: "c", messages: asked }, [{ id: "tA" }, { id: "tB" }])).toMatchObject({ ordinals: [0, 1], ran: 2 });
+    const answered = [...asked, { role: "tool", content: [result("tA")] }, { role: "assistant", content: [call("tB")] }, { role: "tool", content: [result("tB")] }];
+    // A client that appends tA's approval once more: its result is not in the last message, so the AI SDK runs tA again.
+    const again = [...answered, { role: "tool", content: [{ type: "tool-approval-response", approvalId: "apA", approved: true }] }] as ModelMessage[];
+    expect(await request({ conversationId: "c", messages: again }, [{ id: "tA" }, { id: "tC" }])).toMatchObject({ ordinals: [0, 2], ran: 1 });
+  });
+
   it("a call whose stream was cut before its result (a partly kept response) does not count: the model's repeat of it is answered from the ledger", async () => {
     const { request } = setup();
     const ask = { role: "user", content: "pay bob $5" } as ModelMessage;
