@@ -82,7 +82,7 @@ describe("AISDK-9 through @ai-sdk/anthropic, model messages", () => {
     const once = createOnceTools({ tools: { create_invoice: approved }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
     const request = (messages: ModelMessage[]) => {
       const forTurn = once.forTurn({ conversationId: "chat_ap", messages });
-      return streamText({ model: model(), messages, tools: forTurn.tools, stopWhen: stepCountIs(5), maxRetries: 0 });
+      return streamText({ model: model(), messages, tools: forTurn.tools, stopWhen: stepCountIs(5), maxRetries: 0, onError: () => {} });
     };
     const approve = async (messages: ModelMessage[], result: ReturnType<typeof request>, parts: { type: string }[]): Promise<ModelMessage[]> => {
       const asked = parts.find((p) => p.type === "tool-approval-request") as { approvalId: string } | undefined;
@@ -112,6 +112,18 @@ describe("AISDK-9 through @ai-sdk/anthropic, model messages", () => {
     expect(outputsOf(await drain(request(third).fullStream))).toEqual(secondInvoice);
     expect(payments.effects().length).toBe(2);
     expect(new Set(keys).size).toBe(2);
+
+    // A client that appends the first approval once more after everything ran: the AI SDK
+    // executes that call again (its result is not in the last message); the ledger answers it.
+    const r3 = request(third);
+    await drain(r3.fullStream);
+    const firstApproval = (second.at(-1)!.content as { approvalId: string }[])[0]!;
+    const appended: ModelMessage[] = [...third, ...(await r3.response).messages, { role: "tool", content: [{ type: "tool-approval-response", approvalId: firstApproval.approvalId, approved: true }] }];
+    const rerun = await drain(request(appended).fullStream);
+    expect(outputsOf(rerun)[0]).toEqual(firstInvoice[0]);
+    expect(payments.effects().length).toBe(2);
+    // (The provider then refuses the prompt, which holds that call's result twice: an error part.)
+    expect(rerun.some((p) => p.type === "error")).toBe(true);
   });
 });
 
