@@ -1,4 +1,5 @@
 import type { JsonValue } from "./canonical.js";
+import { newClaimId } from "./ledger.js";
 
 /**
  * The conversation-store contract (spec §4.1 and §4.2, TURN-1 … TURN-15). Provider-agnostic: messages
@@ -121,6 +122,31 @@ export interface ConversationStoreCapabilities {
    * (RECORD-8).
    */
   recordsWithCommit?: boolean;
+  /**
+   * Which OPTIONAL parts of the contract the store implements (a flag per feature, as a ledger's
+   * `supports`). A missing flag, or a missing `supports`, means the part is absent: callers
+   * check the flag, never pass what the store does not declare.
+   */
+  supports?: ConversationStoreSupports;
+}
+
+/** Feature flags of a conversation store's OPTIONAL parts. */
+export interface ConversationStoreSupports {
+  /**
+   * Lease grant ids (TURN-10): `acquireLease` takes a `grantId` and recognises an acquire sent
+   * again with the grant id of the live grant as that same grant, and `releaseLeaseGrant`
+   * gives a grant back by its grant id. A runner without it acquires as before: a grant whose
+   * reply was lost then holds the conversation until its lease expires.
+   */
+  leaseGrants?: boolean;
+}
+
+/** What a lease grant id looks like (TURN-10): LEDGER-26's claim id form, URL-safe and unguessable. */
+export const LEASE_GRANT_ID_PATTERN = /^[A-Za-z0-9_-]{16,64}$/;
+
+/** A fresh lease grant id: 128 random bits, base64url (TURN-10). One per acquisition, never reused. */
+export function newLeaseGrantId(): string {
+  return newClaimId();
 }
 
 /** Default page size of `listFailedTurns` (TURN-17). */
@@ -211,14 +237,32 @@ export interface ConversationStore {
    * Take the conversation's turn lease (TURN-10). Succeeds when nobody holds it or the
    * holder's lease expired (store clock); every success returns a fence higher than any fence
    * issued before for this conversation (the reference stores add one).
+   *
+   * `grantId` (only to a store that declares `supports.leaseGrants`; matching
+   * LEASE_GRANT_ID_PATTERN, see newLeaseGrantId): fresh per acquisition, and sent again, the
+   * same, when an acquire's reply was lost. The store keeps it with the grant. An acquire that
+   * carries the grant id of the live grant (same fence, not released, not expired) is that same
+   * grant: `acquired` with its fence, the lease restarted at now + `leaseMs`. One that carries the
+   * grant id of the conversation's latest grant once that grant is over (released, or expired)
+   * is refused with `conversation_lease_lost` naming its fence, changing nothing. Any other grant
+   * id meets the lease as any acquire does.
    */
-  acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult>;
+  acquireLease(conversationId: string, owner: string, leaseMs: number, grantId?: string): Promise<LeaseResult>;
 
   /** Extend a held lease; `conversation_lease_lost` if `fence` no longer holds it. */
   renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }>;
 
   /** Give the lease back; a stale fence is ignored (nothing to give back). */
   releaseLease(conversationId: string, fence: number): Promise<void>;
+
+  /**
+   * OPTIONAL (TURN-10, `supports.leaseGrants`): give back the grant `grantId` made, live or
+   * expired, when it still holds the lease (nobody took it since, nobody released it), as
+   * `releaseLease` with its fence would; otherwise change nothing. For a runner that never
+   * learnt the fence: its acquire's reply was lost. Afterwards the grant is over: a late copy of
+   * that acquire is refused (the store keeps the grant id of the conversation's latest grant).
+   */
+  releaseLeaseGrant?(conversationId: string, grantId: string): Promise<void>;
 
   /**
    * Under the lease: the next turn to produce, or undefined when no message waits. Picks the

@@ -43,6 +43,7 @@ export {
 export type {
   ConversationStore,
   ConversationStoreCapabilities,
+  ConversationStoreSupports,
   MessageState,
   StoredMessage,
   StoredTurn,
@@ -54,7 +55,7 @@ export type {
   FailedTurnsQuery,
   FailedTurnsPage,
 } from "./conversation.js";
-export { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT } from "./conversation.js";
+export { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT, LEASE_GRANT_ID_PATTERN, newLeaseGrantId } from "./conversation.js";
 export {
   checkFailedTurnsQuery,
   encodeFailedTurnsCursor,

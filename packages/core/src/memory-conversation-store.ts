@@ -15,7 +15,7 @@ import type {
 import { ConversationLeaseLostError, InvalidStoreInputError } from "./errors/index.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
 import { checkFailedTurnsQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
-import { checkLeaseOwner, checkStoreJson, checkTurnLeaseMs } from "./internal/store-rows.js";
+import { checkLeaseGrantId, checkLeaseOwner, checkStoreJson, checkTurnLeaseMs } from "./internal/store-rows.js";
 
 interface Conversation {
   messages: Map<string, StoredMessage>;
@@ -31,6 +31,11 @@ interface Conversation {
    */
   begun: { turnIndex: number; fence: number } | undefined;
   lease: { fence: number; owner: string; expiresAt: number } | undefined;
+  /**
+   * The grant id of the latest grant and its fence (TURN-10), kept after that lease is released
+   * or expires so that a late copy of its acquire is refused; replaced by the next grant.
+   */
+  grant: { id: string; fence: number } | undefined;
   /** Highest fence ever issued; kept when the lease is released so fences only rise. */
   fence: number;
   records: JsonValue[];
@@ -57,6 +62,7 @@ export class MemoryConversationStore implements ConversationStore {
     clock: "process",
     sharedAcrossProcesses: false,
     recordsWithCommit: true,
+    supports: { leaseGrants: true },
   };
   private readonly conversations = new Map<string, Conversation>();
   private readonly now: () => number;
@@ -103,17 +109,30 @@ export class MemoryConversationStore implements ConversationStore {
     return clone(this.get(conversationId).log);
   }
 
-  async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
+  async acquireLease(conversationId: string, owner: string, leaseMs: number, grantId?: string): Promise<LeaseResult> {
     checkLeaseOwner(owner);
     const ms = checkTurnLeaseMs(leaseMs);
+    const id = checkLeaseGrantId(grantId);
     const conversation = this.get(conversationId);
     const now = this.now();
     const held = conversation.lease;
-    if (held !== undefined && held.expiresAt > now) {
-      return { acquired: false, owner: held.owner, leaseExpiresAt: held.expiresAt };
+    const live = held !== undefined && held.expiresAt > now;
+    // TURN-10: the latest grant's own id. Only the latest: a grant id is fresh per acquisition,
+    // so an earlier one can only be a copy still in flight, and the fence rules it out anyway.
+    const latest = conversation.grant;
+    if (id !== undefined && latest?.id === id && latest.fence === conversation.fence) {
+      if (live && held.fence === latest.fence) {
+        // The same grant sent again (its reply was lost): same fence, the lease restarted.
+        held.expiresAt = now + ms;
+        return { acquired: true, fence: held.fence, leaseExpiresAt: held.expiresAt };
+      }
+      // Released or expired: that grant is over. A late copy must not take the lease again.
+      throw new ConversationLeaseLostError(conversationId, latest.fence);
     }
+    if (live) return { acquired: false, owner: held.owner, leaseExpiresAt: held.expiresAt };
     conversation.fence++;
     conversation.lease = { fence: conversation.fence, owner, expiresAt: now + ms };
+    conversation.grant = id === undefined ? undefined : { id, fence: conversation.fence };
     return { acquired: true, fence: conversation.fence, leaseExpiresAt: conversation.lease.expiresAt };
   }
 
@@ -130,6 +149,13 @@ export class MemoryConversationStore implements ConversationStore {
   async releaseLease(conversationId: string, fence: number): Promise<void> {
     const conversation = this.get(conversationId);
     if (conversation.lease?.fence === fence) conversation.lease = undefined;
+  }
+
+  async releaseLeaseGrant(conversationId: string, grantId: string): Promise<void> {
+    const id = checkLeaseGrantId(grantId, { required: true });
+    const conversation = this.get(conversationId);
+    const { grant, lease } = conversation;
+    if (grant !== undefined && grant.id === id && lease?.fence === grant.fence) conversation.lease = undefined;
   }
 
   async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
@@ -248,6 +274,7 @@ export class MemoryConversationStore implements ConversationStore {
         lastBound: undefined,
         begun: undefined,
         lease: undefined,
+        grant: undefined,
         fence: 0,
         records: [],
         failedAt: new Map(),

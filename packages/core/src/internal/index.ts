@@ -12,6 +12,7 @@ export {
   beginTurnIndex,
   checkLeaseOwner,
   checkTurnLeaseMs,
+  checkLeaseGrantId,
   MAX_LEASE_OWNER_LENGTH,
   type StoredMessageRow,
   type StoredTurnRow,

@@ -1,5 +1,5 @@
 import { canonicalize, type JsonValue } from "../canonical.js";
-import type { MessageState, StoredMessage, StoredTurn } from "../conversation.js";
+import { LEASE_GRANT_ID_PATTERN, type MessageState, type StoredMessage, type StoredTurn } from "../conversation.js";
 import { InvalidStoreInputError, StoreCorruptError, isDispatchOnceError } from "../errors/index.js";
 import { checkLeaseMs } from "./leases.js";
 import { MAX_CLAIM_LABEL_LENGTH, checkLabel } from "./ledger-rows.js";
@@ -144,4 +144,24 @@ export function checkLeaseOwner(owner: unknown, limits: { storesNul?: boolean } 
 /** A turn lease's length for acquireLease and renewLease: LEDGER-29's one limit (0..MAX_LEASE_MS, rounded up), refused with invalid_store_input. */
 export function checkTurnLeaseMs(leaseMs: unknown): number {
   return checkLeaseMs(leaseMs, (field, reason) => new InvalidStoreInputError(field, reason));
+}
+
+/**
+ * A turn lease's grant id (TURN-10), checked alike by every store that declares
+ * `supports.leaseGrants`, before it touches its store: absent (undefined) where it is optional
+ * (acquireLease), else a string matching LEASE_GRANT_ID_PATTERN; refused with
+ * invalid_store_input naming `grantId`.
+ */
+export function checkLeaseGrantId(grantId: unknown, options: { required?: boolean } = {}): string | undefined {
+  if (grantId === undefined && options.required !== true) return undefined;
+  if (typeof grantId !== "string" || !LEASE_GRANT_ID_PATTERN.test(grantId)) {
+    throw new InvalidStoreInputError("grantId", `must match ${LEASE_GRANT_ID_PATTERN.source} (see newLeaseGrantId), got ${describeGrantId(grantId)}`);
+  }
+  return grantId;
+}
+
+function describeGrantId(value: unknown): string {
+  if (typeof value === "string") return value.length > 80 ? `a string of ${value.length} characters` : JSON.stringify(value);
+  if (value === null) return "null";
+  return typeof value;
 }
