@@ -33,7 +33,11 @@ export function tablesFor(prefix: string = DEFAULT_TABLE_PREFIX): ConversationTa
  *   is not NULL, and then its fence is `fence`. `begun_turn` is the turn index begun last and
  *   `begun_fence` the fence that first began it (TURN-15: a later grant beginning that index
  *   resumes it); both NULL until a turn is begun. Tables made by an earlier version get them
- *   from `migrate()` (see `upgradeSql`).
+ *   from `migrate()` (see `upgradeSql`). `lease_grant` is the grant id of the latest grant that
+ *   carried one and `lease_grant_fence` that grant's fence (TURN-10): kept when the lease is
+ *   released or expires, so a late copy of that acquire is refused. A grant is recognised only
+ *   while `lease_grant_fence = fence`: a process of an earlier version grants without writing
+ *   them, and its higher fence then makes the old grant id unrecognised (see `leaseGrantUpgradeSql`).
  * - messages: one row per user message; `seq` is the arrival order. `content` and `failure`
  *   are JSON text. The (conversation_id, state, seq) index finds the message in progress and
  *   the oldest queued one without scanning the conversation's history.
@@ -53,7 +57,9 @@ export function schemaSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
   lease_expires_at INTEGER,
   last_bound       TEXT,
   begun_turn       INTEGER,
-  begun_fence      INTEGER
+  begun_fence      INTEGER,
+  lease_grant      TEXT,
+  lease_grant_fence INTEGER
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS "${t.messages}" (
   conversation_id TEXT    NOT NULL,
@@ -162,5 +168,18 @@ UPDATE "${t.conversations}" AS c
  WHERE EXISTS (SELECT 1 FROM "${t.messages}" m
                 WHERE m.conversation_id = c.conversation_id
                   AND (m.state = 'in_progress' OR (m.state = 'failed' AND m.message_id = c.last_bound)));
+`;
+}
+
+/**
+ * What `migrate()` runs on a conversations table made before lease grant ids (TURN-10) existed:
+ * two nullable columns, nothing else. A process of the earlier version keeps working against
+ * the migrated table: its grant raises `fence` without writing them, so no grant id matches its
+ * grant, and its release clears `lease_owner` as before.
+ */
+export function leaseGrantUpgradeSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
+  const t = tablesFor(prefix);
+  return `ALTER TABLE "${t.conversations}" ADD COLUMN lease_grant TEXT;
+ALTER TABLE "${t.conversations}" ADD COLUMN lease_grant_fence INTEGER;
 `;
 }

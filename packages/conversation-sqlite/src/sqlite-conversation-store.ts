@@ -25,6 +25,7 @@ import {
 import {
   checkLeaseOwner,
   checkTurnLeaseMs,
+  checkLeaseGrantId,
   openWithin,
   decodeStoreJson,
   decodeStoredMessage,
@@ -37,7 +38,7 @@ import {
   unknownOptionMessage,
   type OptionNames,
 } from "@dispatch-once/core/internal";
-import { DEFAULT_TABLE_PREFIX, STORE_NOW_SQL, failedAtTriggerSql, failedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, type ConversationTables } from "./schema.js";
+import { DEFAULT_TABLE_PREFIX, STORE_NOW_SQL, failedAtTriggerSql, failedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, leaseGrantUpgradeSql, type ConversationTables } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
 export type SqliteDatabase = Database.Database;
@@ -102,6 +103,8 @@ interface ConversationRow {
   last_bound: string | null;
   begun_turn: unknown;
   begun_fence: unknown;
+  lease_grant: string | null;
+  lease_grant_fence: number | null;
   now: number;
 }
 
@@ -122,9 +125,12 @@ interface Statements {
   turnsOf: Database.Statement<[string, string], StoredTurnRow>;
   /** The committed turns in order, each with its message's content on the message's first turn. */
   log: Database.Statement<[string], StoredTurnRow & { content: unknown; known: number }>;
-  grant: Database.Statement<[number, string, number, string]>;
+  grant: Database.Statement<[number, string, number, string | null, number, string]>;
+  /** The same grant sent again (TURN-10): the lease restarted, under its fence. */
+  regrant: Database.Statement<[number, string, number]>;
   renew: Database.Statement<[number, string, number], { lease_expires_at: number }>;
   release: Database.Statement<[string, number]>;
+  releaseGrant: Database.Statement<[string, string]>;
   insertTurn: Database.Statement<[string, number, string, string | null, string, string | null]>;
   answer: Database.Statement<[string, string]>;
   fail: Database.Statement<[string, string, string]>;
@@ -232,6 +238,7 @@ export class SqliteConversationStore implements ConversationStore {
         // An anonymous (":memory:" or temporary) database lives inside one connection.
         sharedAcrossProcesses: !db.memory,
         recordsWithCommit: true,
+        supports: { leaseGrants: true },
       };
     } catch (cause) {
       if (this.ownsDatabase) db.close();
@@ -293,21 +300,31 @@ export class SqliteConversationStore implements ConversationStore {
     return this.guard(conversationId, "log", () => this.readLog(conversationId));
   }
 
-  async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
+  async acquireLease(conversationId: string, owner: string, leaseMs: number, grantId?: string): Promise<LeaseResult> {
     checkConversationId(conversationId);
     checkLeaseOwner(owner);
     const ms = checkTurnLeaseMs(leaseMs);
+    const id = checkLeaseGrantId(grantId);
     return this.guard(conversationId, "acquireLease", () =>
       this.write(() => {
         this.stmts.ensure.run(conversationId);
         const row = this.conversationRow(conversationId)!;
-        // Taken while a live lease exists: measured on the store's clock, read in this transaction.
-        if (row.lease_owner !== null && row.lease_expires_at !== null && row.lease_expires_at > row.now) {
-          return { acquired: false, owner: row.lease_owner, leaseExpiresAt: row.lease_expires_at };
+        // Measured on the store's clock, read in this transaction.
+        const live = row.lease_owner !== null && row.lease_expires_at !== null && row.lease_expires_at > row.now;
+        // TURN-10: the latest grant's own id, only while no grant (of any version) came after it.
+        if (id !== undefined && row.lease_grant === id && row.lease_grant_fence === row.fence) {
+          if (live) {
+            const leaseExpiresAt = row.now + ms;
+            this.stmts.regrant.run(leaseExpiresAt, conversationId, row.fence);
+            return { acquired: true, fence: row.fence, leaseExpiresAt };
+          }
+          // Released or expired: that grant is over, and a late copy of it takes nothing.
+          throw new ConversationLeaseLostError(conversationId, row.fence);
         }
+        if (live) return { acquired: false, owner: row.lease_owner!, leaseExpiresAt: row.lease_expires_at! };
         const fence = row.fence + 1;
         const leaseExpiresAt = row.now + ms;
-        this.stmts.grant.run(fence, owner, leaseExpiresAt, conversationId);
+        this.stmts.grant.run(fence, owner, leaseExpiresAt, id ?? null, fence, conversationId);
         return { acquired: true, fence, leaseExpiresAt };
       }),
     );
@@ -328,6 +345,14 @@ export class SqliteConversationStore implements ConversationStore {
     checkConversationId(conversationId);
     this.guard(conversationId, "releaseLease", () => {
       if (isFence(fence)) this.stmts.release.run(conversationId, fence);
+    });
+  }
+
+  async releaseLeaseGrant(conversationId: string, grantId: string): Promise<void> {
+    checkConversationId(conversationId);
+    const id = checkLeaseGrantId(grantId, { required: true })!;
+    this.guard(conversationId, "releaseLeaseGrant", () => {
+      this.stmts.releaseGrant.run(conversationId, id);
     });
   }
 
@@ -521,7 +546,9 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
   const held = "conversation_id = ? AND lease_owner IS NOT NULL AND fence = ?";
   return {
     ensure: db.prepare(`INSERT INTO ${conv} (conversation_id) VALUES (?) ON CONFLICT (conversation_id) DO NOTHING`),
-    conversation: db.prepare(`SELECT fence, lease_owner, lease_expires_at, last_bound, begun_turn, begun_fence, ${now} AS now FROM ${conv} WHERE conversation_id = ?`),
+    conversation: db.prepare(
+      `SELECT fence, lease_owner, lease_expires_at, last_bound, begun_turn, begun_fence, lease_grant, lease_grant_fence, ${now} AS now FROM ${conv} WHERE conversation_id = ?`,
+    ),
     message: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND message_id = ?`),
     nextSeq: db.prepare(`SELECT coalesce(max(seq), 0) + 1 AS next FROM ${msgs} WHERE conversation_id = ?`),
     insertMessage: db.prepare(`INSERT INTO ${msgs} (conversation_id, message_id, seq, state, content) VALUES (?, ?, ?, 'queued', ?)`),
@@ -544,10 +571,18 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
        FROM ${turns} t LEFT JOIN ${msgs} m ON m.conversation_id = t.conversation_id AND m.message_id = t.message_id
        WHERE t.conversation_id = ? ORDER BY t.turn_index`,
     ),
-    grant: db.prepare(`UPDATE ${conv} SET fence = ?, lease_owner = ?, lease_expires_at = ? WHERE conversation_id = ?`),
+    // The grant id and its fence are written with every grant (NULL when it carries none), so an
+    // earlier grant's id is never taken for this one.
+    grant: db.prepare(`UPDATE ${conv} SET fence = ?, lease_owner = ?, lease_expires_at = ?, lease_grant = ?, lease_grant_fence = ? WHERE conversation_id = ?`),
+    regrant: db.prepare(`UPDATE ${conv} SET lease_expires_at = ? WHERE ${held}`),
     renew: db.prepare(`UPDATE ${conv} SET lease_expires_at = ${now} + ? WHERE ${held} RETURNING lease_expires_at`),
     // The fence stays: the next grant is one higher even after a release.
     release: db.prepare(`UPDATE ${conv} SET lease_owner = NULL, lease_expires_at = NULL WHERE ${held}`),
+    // TURN-10: only while the named grant still holds the lease (live or expired); the grant id stays, so the grant is over.
+    releaseGrant: db.prepare(
+      `UPDATE ${conv} SET lease_owner = NULL, lease_expires_at = NULL
+       WHERE conversation_id = ? AND lease_owner IS NOT NULL AND lease_grant = ? AND lease_grant_fence = fence`,
+    ),
     insertTurn: db.prepare(
       `INSERT INTO ${turns} (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results) VALUES (?, ?, ?, ?, ?, ?)`,
     ),
@@ -584,6 +619,7 @@ function migrateTables(db: SqliteDatabase, prefix: string, tables: ConversationT
   db.transaction(() => {
     const columns = db.prepare(`SELECT name FROM pragma_table_info(?)`).all(tables.conversations) as { name: string }[];
     if (!columns.some((c) => c.name === "begun_turn")) db.exec(upgradeSql(prefix));
+    if (!columns.some((c) => c.name === "lease_grant")) db.exec(leaseGrantUpgradeSql(prefix));
     const messageColumns = db.prepare(`SELECT name FROM pragma_table_info(?)`).all(tables.messages) as { name: string }[];
     if (!messageColumns.some((c) => c.name === "failed_at")) db.exec(failedAtUpgradeSql(prefix));
     db.exec(failedIndexSql(prefix));

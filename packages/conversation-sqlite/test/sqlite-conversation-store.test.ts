@@ -174,7 +174,7 @@ describe("TURN-15 resumed, on disk", () => {
 describe("TURN-14 durability is declared from the connection's settings", () => {
   it("a file with WAL and synchronous=FULL is durable, shared across processes, on the store's clock", async () => {
     const store = new SqliteConversationStore({ path: freshPath() });
-    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true });
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true } });
     expect(store.database.pragma("journal_mode", { simple: true })).toBe("wal");
     expect(store.database.pragma("synchronous", { simple: true })).toBe(2);
     await store.close();
@@ -185,7 +185,7 @@ describe("TURN-14 durability is declared from the connection's settings", () => 
     expect(normal.capabilities.durability).toBe("volatile");
     await normal.close();
     const memory = new SqliteConversationStore({ path: ":memory:" });
-    expect(memory.capabilities).toEqual({ durability: "volatile", clock: "store", sharedAcrossProcesses: false, recordsWithCommit: true });
+    expect(memory.capabilities).toEqual({ durability: "volatile", clock: "store", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true } });
     await memory.close();
     const clocked = new SqliteConversationStore({ path: freshPath(), now: () => 1_000 });
     expect(clocked.capabilities.clock).toBe("process");
@@ -625,6 +625,77 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     expect(page.turns.filter((t) => t.reopenable).map((t) => `${t.conversationId}/${t.messageId}`)).toEqual(
       Array.from({ length: 100 }, (_, k) => `conv-${k * 200}/m2`),
     );
+    raw.close();
+    await store.close();
+  });
+});
+
+describe("TURN-10 lease grant ids, on disk and across versions", () => {
+  const G1 = "grant-one-0123456789";
+  const G2 = "grant-two-0123456789";
+  // The version before grant ids, its own lease statements verbatim: none names lease_grant.
+  const legacy = {
+    grant: `UPDATE "dispatch_once_conversations" SET fence = ?, lease_owner = ?, lease_expires_at = ? WHERE conversation_id = ?`,
+    release: `UPDATE "dispatch_once_conversations" SET lease_owner = NULL, lease_expires_at = NULL WHERE conversation_id = ? AND lease_owner IS NOT NULL AND fence = ?`,
+    row: `SELECT fence, lease_owner, lease_expires_at, last_bound, begun_turn, begun_fence FROM "dispatch_once_conversations" WHERE conversation_id = ?`,
+  };
+
+  it("declares supports.leaseGrants; a re-sent grant id is the same grant after a restart, and its late copy is refused once released", async () => {
+    const path = freshPath();
+    let now = 1_000;
+    const store = new SqliteConversationStore({ path, now: () => now });
+    expect(store.capabilities.supports?.leaseGrants).toBe(true);
+    const first = await store.acquireLease("c", "w", 1_000, G1);
+    expect(first).toMatchObject({ acquired: true, fence: 1 });
+    await store.close();
+    now += 500;
+    const reopened = new SqliteConversationStore({ path, now: () => now });
+    expect(await reopened.acquireLease("c", "w", 1_000, G1)).toEqual({ acquired: true, fence: 1, leaseExpiresAt: 2_500 });
+    expect(await reopened.acquireLease("c", "w", 1_000, G2)).toMatchObject({ acquired: false, owner: "w" });
+    await reopened.releaseLeaseGrant("c", G1);
+    await rejectsWith(reopened.acquireLease("c", "w", 1_000, G1), "conversation_lease_lost");
+    expect(await reopened.acquireLease("c", "x", 1_000, G2)).toMatchObject({ acquired: true, fence: 2 });
+    await rejectsWith(reopened.acquireLease("c", "w", 1_000, "bad" as string), "invalid_store_input", "grantId");
+    await rejectsWith(reopened.releaseLeaseGrant("c", undefined as unknown as string), "invalid_store_input", "grantId");
+    await reopened.close();
+  });
+
+  it("a conversations table made before lease grants gets the columns on open, once; a held lease of the old version stays held", async () => {
+    const path = freshPath();
+    const old = new SqliteConversationStore({ path });
+    const held = await old.acquireLease("c", "old-worker", 600_000);
+    if (!held.acquired) throw new Error("not acquired");
+    await old.close();
+    const raw = rawConnection(path);
+    raw.exec(`ALTER TABLE dispatch_once_conversations DROP COLUMN lease_grant; ALTER TABLE dispatch_once_conversations DROP COLUMN lease_grant_fence;`);
+    raw.close();
+    const upgraded = new SqliteConversationStore({ path });
+    const columns = (rawConnection(path).prepare("SELECT name FROM pragma_table_info('dispatch_once_conversations')").all() as { name: string }[]).map((r) => r.name);
+    expect(columns).toEqual(expect.arrayContaining(["lease_grant", "lease_grant_fence"]));
+    upgraded.migrate();
+    expect(await upgraded.acquireLease("c", "new-worker", 1_000, G1)).toMatchObject({ acquired: false, owner: "old-worker" });
+    await upgraded.releaseLeaseGrant("c", G1);
+    await expect(upgraded.renewLease("c", held.fence, 600_000)).resolves.toBeDefined();
+    await upgraded.close();
+  });
+
+  it("in a rolling upgrade: a grant by the old version is never taken for an earlier grant id, and the old version's statements still run", async () => {
+    const path = freshPath();
+    let now = 1_000;
+    const store = new SqliteConversationStore({ path, now: () => now });
+    const raw = rawConnection(path);
+    expect(await store.acquireLease("c", "new", 1_000, G1)).toMatchObject({ acquired: true, fence: 1 });
+    now += 1_000;
+    // The old version takes the expired lease: fence 2, lease_grant still G1 (it does not know the column).
+    expect(raw.prepare(legacy.grant).run(2, "old", now + 1_000, "c").changes).toBe(1);
+    expect(raw.prepare(legacy.row).get("c")).toMatchObject({ fence: 2, lease_owner: "old" });
+    // A late copy of G1 must not be answered with the old version's fence 2.
+    expect(await store.acquireLease("c", "new", 1_000, G1)).toMatchObject({ acquired: false, owner: "old" });
+    await store.releaseLeaseGrant("c", G1);
+    expect(raw.prepare(legacy.row).get("c")).toMatchObject({ fence: 2, lease_owner: "old" });
+    expect(raw.prepare(legacy.release).run("c", 2).changes).toBe(1);
+    // Released by the old version: G1 is an ordinary acquire (its grant is long over and not the latest).
+    expect(await store.acquireLease("c", "new", 1_000, G2)).toMatchObject({ acquired: true, fence: 3 });
     raw.close();
     await store.close();
   });
