@@ -24,6 +24,7 @@ import {
   type TurnSnapshot,
 } from "@dispatch-once/core";
 import {
+  checkLeaseGrantId,
   checkLeaseOwner,
   checkTurnLeaseMs,
   decodeStoreJson,
@@ -101,6 +102,8 @@ interface ConversationRow {
   last_bound: string | null;
   begun_turn: number | null;
   begun_fence: string | null;
+  lease_grant: string | null;
+  lease_grant_fence: string | null;
 }
 
 type Run = <R extends QueryResultRow = QueryResultRow>(statement: Statement, values: unknown[]) => Promise<R[]>;
@@ -169,7 +172,7 @@ export class PostgresConversationStore implements ConversationStore {
       this.ownsPool = true;
     }
     this.sql = statements(this.tables);
-    this.capabilities = { durability, clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true };
+    this.capabilities = { durability, clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true } };
   }
 
   /** The DDL migrate() runs. */
@@ -230,14 +233,22 @@ export class PostgresConversationStore implements ConversationStore {
     return buildLog(conversationId, await this.query("log", conversationId, this.sql.log, [conversationId]));
   }
 
-  async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
+  async acquireLease(conversationId: string, owner: string, leaseMs: number, grantId?: string): Promise<LeaseResult> {
     checkConversationId(conversationId);
     checkLeaseOwner(owner, { storesNul: false });
     const ms = checkTurnLeaseMs(leaseMs);
+    const id = checkLeaseGrantId(grantId);
     return this.transaction(conversationId, "acquireLease", async (run) => {
       const held = (await this.lock(run, conversationId, true))!;
+      // TURN-10: the latest grant's own id, only while no grant (of any version) came after it.
+      if (id !== undefined && held.lease_grant === id && held.lease_grant_fence !== null && held.lease_grant_fence === held.fence) {
+        const [same] = await run<{ fence: string; lease_expires_at: string }>(this.sql.regrant, [conversationId, id, String(ms)]);
+        if (same !== undefined) return { acquired: true, fence: toCount(conversationId, same.fence), leaseExpiresAt: toCount(conversationId, same.lease_expires_at) };
+        // Released or expired: that grant is over, and a late copy of it takes nothing.
+        throw new ConversationLeaseLostError(conversationId, toCount(conversationId, held.fence));
+      }
       // The grant decides on the server's clock read after the lock (see NOW_MS).
-      const [granted] = await run<{ fence: string; lease_expires_at: string }>(this.sql.grant, [conversationId, owner, String(ms)]);
+      const [granted] = await run<{ fence: string; lease_expires_at: string }>(this.sql.grant, [conversationId, owner, String(ms), id ?? null]);
       if (granted !== undefined) return { acquired: true, fence: toCount(conversationId, granted.fence), leaseExpiresAt: toCount(conversationId, granted.lease_expires_at) };
       if (held.lease_owner === null || held.lease_expires_at === null) {
         throw new StoreCorruptError(conversationId, "the lease was neither free nor held");
@@ -260,6 +271,12 @@ export class PostgresConversationStore implements ConversationStore {
     checkConversationId(conversationId);
     if (!isFence(fence)) return;
     await this.query("releaseLease", conversationId, this.sql.release, [conversationId, String(fence)]);
+  }
+
+  async releaseLeaseGrant(conversationId: string, grantId: string): Promise<void> {
+    checkConversationId(conversationId);
+    const id = checkLeaseGrantId(grantId, { required: true })!;
+    await this.query("releaseLeaseGrant", conversationId, this.sql.releaseGrant, [conversationId, id]);
   }
 
   async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {

@@ -54,6 +54,9 @@ const MIGRATE_LOCK_ID = 7_326_119_502_418_914n;
  *   the table even when it changes nothing, and migrate() runs at every start); a
  *   conversation with a turn under way then (a message in progress, or a failed one a re-send
  *   may reopen) gets its current index marked as begun under fence 0, an unknown earlier grant.
+ *   `lease_grant` is the grant id of the latest grant that carried one, `lease_grant_fence` that
+ *   grant's fence (TURN-10); kept after a release or expiry so a late copy of that acquire is
+ *   refused, and recognised only while `lease_grant_fence = fence`.
  * - messages: one row per user message, `seq` the arrival order; `content`/`failure` JSON text
  *   (text, not jsonb: jsonb would reorder members and cannot hold \u0000).
  * - turns: the primary key (conversation_id, turn_index) forbids a second turn at one index.
@@ -71,7 +74,9 @@ CREATE TABLE IF NOT EXISTS ${q.conv} (
   lease_expires_at bigint,
   last_bound       text,
   begun_turn       integer,
-  begun_fence      bigint
+  begun_fence      bigint,
+  lease_grant      text,
+  lease_grant_fence bigint
 );
 CREATE TABLE IF NOT EXISTS ${q.msgs} (
   conversation_id text    NOT NULL,
@@ -113,6 +118,13 @@ BEGIN
      WHERE EXISTS (SELECT 1 FROM ${q.msgs} m
                     WHERE m.conversation_id = c.conversation_id
                       AND (m.state = 'in_progress' OR (m.state = 'failed' AND m.message_id = c.last_bound)));
+  END IF;
+  -- Lease grant ids (TURN-10): two nullable columns. A process of the earlier version keeps
+  -- working against them: its grant raises fence without writing them, so no grant id is ever
+  -- taken for its grant (a grant is recognised only while lease_grant_fence = fence).
+  IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                  WHERE table_schema = '${t.schema}' AND table_name = '${t.conversations}' AND column_name = 'lease_grant') THEN
+    ALTER TABLE ${q.conv} ADD COLUMN lease_grant text, ADD COLUMN lease_grant_fence bigint;
   END IF;
   -- listFailedTurns (TURN-17): when each message failed; 0 (oldest) for those that already had.
   IF NOT EXISTS (SELECT 1 FROM information_schema.columns
@@ -189,6 +201,10 @@ export interface Statements {
   grant: Statement;
   renew: Statement;
   release: Statement;
+  /** TURN-10: the live grant sent again by its grant id: the lease restarted, under its fence. */
+  regrant: Statement;
+  /** TURN-10: give back the grant a grant id made, while it still holds the lease. */
+  releaseGrant: Statement;
   /** The log's version and the named message, read after the lock. */
   commitState: Statement;
   insertTurn: Statement;
@@ -209,7 +225,10 @@ export function statements(t: ConversationTables): Statements {
   const s = (name: string, text: string): Statement => ({ name: `do_conv_${tag}_${name}`, text });
   const messageColumns = "message_id, seq, state, content, turn_index, failure";
   return {
-    lock: s("lock", `SELECT fence, lease_owner, lease_expires_at, last_bound, begun_turn, begun_fence FROM ${q.conv} WHERE conversation_id = $1 FOR UPDATE`),
+    lock: s(
+      "lock",
+      `SELECT fence, lease_owner, lease_expires_at, last_bound, begun_turn, begun_fence, lease_grant, lease_grant_fence FROM ${q.conv} WHERE conversation_id = $1 FOR UPDATE`,
+    ),
     ensure: s("ensure", `INSERT INTO ${q.conv} (conversation_id) VALUES ($1) ON CONFLICT (conversation_id) DO NOTHING`),
     message: s("message", `SELECT ${messageColumns} FROM ${q.msgs} WHERE conversation_id = $1 AND message_id = $2`),
     insertMessage: s(
@@ -248,7 +267,8 @@ export function statements(t: ConversationTables): Statements {
     // Runs after the row is locked: the clock is read after any wait, and the row cannot change under it.
     grant: s(
       "grant",
-      `UPDATE ${q.conv} c SET fence = c.fence + 1, lease_owner = $2, lease_expires_at = n.now + $3::bigint
+      `UPDATE ${q.conv} c SET fence = c.fence + 1, lease_owner = $2, lease_expires_at = n.now + $3::bigint,
+         lease_grant = $4::text, lease_grant_fence = c.fence + 1
        FROM (SELECT ${NOW_MS} AS now) n
        WHERE c.conversation_id = $1 AND (c.lease_owner IS NULL OR c.lease_expires_at <= n.now)
        RETURNING c.fence, c.lease_expires_at`,
@@ -262,6 +282,19 @@ export function statements(t: ConversationTables): Statements {
     release: s(
       "release",
       `UPDATE ${q.conv} SET lease_owner = NULL, lease_expires_at = NULL WHERE conversation_id = $1 AND lease_owner IS NOT NULL AND fence = $2`,
+    ),
+    regrant: s(
+      "regrant",
+      `UPDATE ${q.conv} c SET lease_expires_at = n.now + $3::bigint
+       FROM (SELECT ${NOW_MS} AS now) n
+       WHERE c.conversation_id = $1 AND c.lease_owner IS NOT NULL AND c.lease_grant = $2 AND c.lease_grant_fence = c.fence AND c.lease_expires_at > n.now
+       RETURNING c.fence, c.lease_expires_at`,
+    ),
+    // The grant id stays: the grant is over, and a late copy of its acquire is refused.
+    releaseGrant: s(
+      "release_grant",
+      `UPDATE ${q.conv} SET lease_owner = NULL, lease_expires_at = NULL
+       WHERE conversation_id = $1 AND lease_owner IS NOT NULL AND lease_grant = $2 AND lease_grant_fence = fence`,
     ),
     commitState: s(
       "commit_state",

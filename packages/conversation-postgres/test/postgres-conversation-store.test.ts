@@ -238,7 +238,7 @@ describe("bad input is refused with invalid_store_input before anything is store
     await store.appendUserMessage("layout", { id: "m1", content: { z: 1, a: "é", n: [1.5, -0.25] } });
     const { rows } = await admin.query(`SELECT content FROM "${schema}".dispatch_once_messages`);
     expect(rows).toEqual([{ content: '{"z":1,"a":"é","n":[1.5,-0.25]}' }]);
-    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true });
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true } });
     await store.close();
     const volatile = new PostgresConversationStore({ connectionString: DATABASE_URL, durability: "volatile" });
     expect(volatile.capabilities.durability).toBe("volatile");
@@ -498,6 +498,68 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     expect(page.turns.filter((t) => t.reopenable).map((t) => `${t.conversationId}/${t.messageId}`)).toEqual(
       Array.from({ length: 250 }, (_, k) => `conv-${k * 200}/m2`),
     );
+    await store.close();
+  });
+});
+
+describe("TURN-10 lease grant ids, in the database and across versions", () => {
+  const G1 = "grant-one-0123456789";
+  const G2 = "grant-two-0123456789";
+  // The version before grant ids, its own lease statements verbatim: none names lease_grant.
+  const legacy = (schema: string) => {
+    const conv = `"${schema}"."dispatch_once_conversations"`;
+    return {
+      grant: `UPDATE ${conv} c SET fence = c.fence + 1, lease_owner = $2, lease_expires_at = n.now + $3::bigint
+       FROM (SELECT ${NOW_MS} AS now) n
+       WHERE c.conversation_id = $1 AND (c.lease_owner IS NULL OR c.lease_expires_at <= n.now)
+       RETURNING c.fence, c.lease_expires_at`,
+      release: `UPDATE ${conv} SET lease_owner = NULL, lease_expires_at = NULL WHERE conversation_id = $1 AND lease_owner IS NOT NULL AND fence = $2`,
+      lock: `SELECT fence, lease_owner, lease_expires_at, last_bound, begun_turn, begun_fence FROM ${conv} WHERE conversation_id = $1`,
+    };
+  };
+
+  it("a re-sent grant id is the same grant from another pool; once released, or expired, its late copy is refused and changes nothing", async () => {
+    const { store, schema } = await fresh("grants");
+    const other = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
+    const first = await store.acquireLease("c", "w", 60_000, G1);
+    expect(first).toMatchObject({ acquired: true, fence: 1 });
+    const again = await other.acquireLease("c", "w", 60_000, G1);
+    expect(again).toMatchObject({ acquired: true, fence: 1 });
+    expect(again.leaseExpiresAt).toBeGreaterThanOrEqual(first.leaseExpiresAt);
+    expect(await other.acquireLease("c", "w", 60_000, G2)).toMatchObject({ acquired: false, owner: "w" });
+    await other.releaseLeaseGrant("c", G1);
+    const over = (await rejectsWith(store.acquireLease("c", "w", 60_000, G1), "conversation_lease_lost")) as { fence: number };
+    expect(over.fence).toBe(1);
+    // Expired, nobody took it: also over.
+    expect(await store.acquireLease("c", "w", 0, G2)).toMatchObject({ acquired: true, fence: 2 });
+    await rejectsWith(store.acquireLease("c", "w", 60_000, G2), "conversation_lease_lost");
+    const row = (await admin.query(`SELECT fence, lease_owner FROM "${schema}".dispatch_once_conversations WHERE conversation_id = 'c'`)).rows[0];
+    expect(row).toEqual({ fence: "2", lease_owner: "w" });
+    await rejectsWith(store.acquireLease("c", "w", 60_000, "x".repeat(65)), "invalid_store_input", "grantId");
+    await rejectsWith(store.releaseLeaseGrant("c", "short"), "invalid_store_input", "grantId");
+    await other.close();
+    await store.close();
+  });
+
+  it("migrate() adds the columns to tables made before them; in a rolling upgrade the old version's grant is never taken for an earlier grant id", async () => {
+    const { store, schema } = await fresh("grants_upgrade");
+    const old = legacy(schema);
+    await admin.query(`ALTER TABLE "${schema}".dispatch_once_conversations DROP COLUMN lease_grant, DROP COLUMN lease_grant_fence`);
+    await store.migrate();
+    await store.migrate(); // idempotent
+    const columns = (await admin.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'dispatch_once_conversations'`, [schema])).rows.map((r: { column_name: string }) => r.column_name);
+    expect(columns).toEqual(expect.arrayContaining(["lease_grant", "lease_grant_fence"]));
+    expect(await store.acquireLease("c", "new", 0, G1)).toMatchObject({ acquired: true, fence: 1 });
+    await admin.query(`INSERT INTO "${schema}".dispatch_once_conversations (conversation_id) VALUES ('d')`);
+    // The old version's statements run against the migrated table; it takes the expired lease.
+    expect((await admin.query(old.grant, ["c", "old", "60000"])).rows[0]).toMatchObject({ fence: "2" });
+    expect((await admin.query(old.lock, ["c"])).rows[0]).toMatchObject({ fence: "2", lease_owner: "old" });
+    // A late copy of G1 is not answered with the old version's fence, and cannot give its lease back.
+    expect(await store.acquireLease("c", "new", 60_000, G1)).toMatchObject({ acquired: false, owner: "old" });
+    await store.releaseLeaseGrant("c", G1);
+    expect((await admin.query(old.lock, ["c"])).rows[0]).toMatchObject({ fence: "2", lease_owner: "old" });
+    expect((await admin.query(old.release, ["c", "2"])).rowCount).toBe(1);
+    expect(await store.acquireLease("c", "new", 60_000, G2)).toMatchObject({ acquired: true, fence: 3 });
     await store.close();
   });
 });
