@@ -11,12 +11,14 @@ import {
   checkMessageId,
   describeValue,
   isDispatchOnceError,
+  newLeaseGrantId,
   type CallDispatcher,
   type ConversationStore,
   type DispatchLogger,
   type DispatchOutcome,
   type JsonValue,
   type Ledger,
+  type LeaseResult,
   type LedgerRow,
   type StoredError,
   type StoredTurn,
@@ -448,7 +450,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         if (!failedHere && current === append.message && append.reopened !== true && record.retryable) record = { ...record, retryable: false };
         throw new TurnFailedError(record, { replayed: !failedHere });
       }
-      const lease = await store.acquireLease(conversationId, this.owner, this.leaseMs);
+      const lease = await this.acquire(conversationId);
       if (lease.acquired) {
         const driven = await this.drive(conversationId, lease.fence, message.id);
         produced = produced.concat(driven.turns);
@@ -528,6 +530,67 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     } finally {
       clearInterval(renewal);
       await this.release(conversationId, fence);
+    }
+  }
+
+  /**
+   * Take the turn lease (TURN-10). On a store that declares `supports.leaseGrants`, the acquire
+   * carries a grant id minted for this acquisition, and an acquire that fails with
+   * `store_unavailable` (its reply lost: it may have applied) is sent again with the same grant id,
+   * backing off, for at most ACQUIRE_RETRY_LIMIT_MS and never longer than the lease: the store
+   * answers a copy that meets its own live grant with that grant, so a grant whose reply was lost
+   * does not keep this send waiting for its lease to expire. `conversation_lease_lost` on a copy
+   * says that grant applied and is over (expired, or given back) before its reply came: nobody
+   * holds the lease under it, so a fresh grant id is tried at once. When the time is up, the grant
+   * is given back by its grant id (a landed grant would otherwise hold the conversation for its
+   * whole lease) and the last error is thrown. Left behind only when the give-back fails too (the
+   * store still unreachable): a grant that landed, until its lease expires, as a holder that died
+   * leaves it. A store without the flag is acquired once, as before.
+   */
+  private async acquire(conversationId: string): Promise<LeaseResult> {
+    const { store } = this.options;
+    if (store.capabilities.supports?.leaseGrants !== true || typeof store.releaseLeaseGrant !== "function") {
+      return store.acquireLease(conversationId, this.owner, this.leaseMs);
+    }
+    const started = Date.now();
+    const limit = Math.min(this.leaseMs, ACQUIRE_RETRY_LIMIT_MS);
+    let grantId = newLeaseGrantId();
+    let sent = false;
+    let backoff = ACQUIRE_BACKOFF_MS;
+    for (;;) {
+      try {
+        return await store.acquireLease(conversationId, this.owner, this.leaseMs, grantId);
+      } catch (error) {
+        if (sent && isDispatchOnceError(error, "conversation_lease_lost")) {
+          // This grant landed and is over; nothing holds the lease under it. A new acquisition.
+          grantId = newLeaseGrantId();
+          sent = false;
+          backoff = ACQUIRE_BACKOFF_MS;
+          if (Date.now() - started < limit) continue;
+          // Out of time: not acquired now; the send's loop waits and tries again, up to busyWaitMs.
+          return { acquired: false, owner: "", leaseExpiresAt: 0 };
+        }
+        if (!isDispatchOnceError(error, "store_unavailable")) throw error;
+        sent = true;
+        if (Date.now() - started + backoff > limit) {
+          await this.giveBack(conversationId, grantId);
+          throw error;
+        }
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, ACQUIRE_BACKOFF_MAX_MS);
+      }
+    }
+  }
+
+  /** Give back a grant whose reply never came, by its grant id (TURN-10): sent again when it fails, as a release is. */
+  private async giveBack(conversationId: string, grantId: string): Promise<void> {
+    for (let tries = 0; tries < RELEASE_TRIES; tries++) {
+      try {
+        await this.options.store.releaseLeaseGrant!(conversationId, grantId);
+        return;
+      } catch {
+        // Unknown whether it applied: sending it again is safe (it gives back only that grant).
+      }
     }
   }
 
@@ -995,6 +1058,14 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
 
 /** Sends of one lease release before it is left to expire (see `TurnRunner.release`). */
 const RELEASE_TRIES = 3;
+/**
+ * Longest an acquire whose reply was lost is sent again with its grant id (TURN-10, see
+ * `TurnRunner.acquire`); never longer than the lease, past which a landed grant is over anyway.
+ */
+const ACQUIRE_RETRY_LIMIT_MS = 10_000;
+/** First wait before an acquire is sent again; doubled each time up to ACQUIRE_BACKOFF_MAX_MS. */
+const ACQUIRE_BACKOFF_MS = 25;
+const ACQUIRE_BACKOFF_MAX_MS = 1_000;
 
 /**
  * Whether the snapshot's turn index was begun under an earlier turn lease (TURN-15). A store
