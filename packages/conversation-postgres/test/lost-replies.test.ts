@@ -84,9 +84,10 @@ function runner(store: PostgresConversationStore, account: string, options: { at
     model: "claude-test",
     tools: [{ name: "send_payment", input_schema: { type: "object" } }],
     retry: { attempts: options.attempts ?? 3, backoffMs: () => 1 },
-    // A grant whose reply was lost holds the conversation until it expires, as a dead holder's
-    // does (TURN-10): a re-send waits for it. A short lease keeps that wait small, and a wait
+    // A lease whose holder died (or whose release was lost) holds the conversation until it
+    // expires (TURN-10): a re-send waits for it. A short lease keeps that wait small, and a wait
     // bound past it lets the re-send through; turns here take milliseconds, renewed every 500 ms.
+    // A grant whose reply was lost does not: the runner sends the acquire again with its grant id.
     turnLeaseMs: 1_500,
     busyWaitMs: options.busyWaitMs ?? 4_000,
     pollMs: 10,
@@ -178,11 +179,19 @@ interface Attack {
    * refused and the attempt is kept with addRecord (TURN-13).
    */
   steal?: boolean;
+  /**
+   * The attacked send is served at once: every runner waits 0 ms for a held lease (busyWaitMs 0),
+   * so a lease the cut left held would be conversation_busy, not a wait for its expiry.
+   */
+  servedAtOnce?: boolean;
 }
 
 const attacks: Attack[] = [
   { name: "appendUserMessage (the message's insert)", rule: { statements: ["insert_message"] } },
-  { name: "acquireLease (the grant)", rule: { statements: ["grant"] } },
+  // TURN-10: the runner sends the acquire again with its grant id; the store answers a landed grant
+  // with that same grant (reply_lost) or grants it then (not_applied). Before grant ids the lost
+  // grant held the conversation for its whole lease: the re-send was conversation_busy here.
+  { name: "acquireLease (the grant)", rule: { statements: ["grant"] }, servedAtOnce: true },
   { name: "beginTurn of turn 0 (the binding)", rule: { statements: ["current", "bind"] } },
   { name: "beginTurn of turn 1", rule: { statements: ["current"], skip: 1 } },
   { name: "commitTurn of turn 0 (the payment's tool_use)", rule: { statements: ["insert_turn"] } },
@@ -225,6 +234,7 @@ describe("lost replies from the PostgreSQL conversation store", () => {
             attempts: attack.attempts ?? 3,
             owner: `first-${conversationId}`,
             ...(attack.steal ? { beforePay: steal } : {}),
+            ...(attack.servedAtOnce ? { busyWaitMs: 0 } : {}),
           });
           const outcomes: Outcome[] = [];
           if (attack.failedFirst) {
@@ -249,8 +259,11 @@ describe("lost replies from the PostgreSQL conversation store", () => {
           expect(proxy.fired(), "the cut point was never reached").toBe(true);
           await cut;
           proxy.disarm();
+          if (attack.servedAtOnce) expect(attacked.ok, `the attacked send was not served at once: ${attacked.ok ? "" : String(attacked.error)}`).toBe(true);
           const again =
-            followUp === "client retry" ? first : runner(direct, account, { attempts: 3, owner: `second-${conversationId}` });
+            followUp === "client retry"
+              ? first
+              : runner(direct, account, { attempts: 3, owner: `second-${conversationId}`, ...(attack.servedAtOnce ? { busyWaitMs: 0 } : {}) });
           // A message failed by its stream cut is re-sent: TURN-12 retries it at its index.
           for (let i = 0; i < 2 && !(outcomes.at(-1)!.ok); i++) outcomes.push(await attempt(() => again.send(conversationId, message), account));
           if (outcomes.at(-1)!.ok) outcomes.push(await attempt(() => again.send(conversationId, message), account));
