@@ -16,6 +16,12 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "acquireIgnoresExpiry", rule: "TURN-10", what: "acquireLease grants a live lease", check: /exclusive while live/, model: "TURN-10" },
   { bug: "leaseArgumentsUnchecked", rule: "TURN-10", what: "acquireLease and renewLease take any owner and leaseMs", check: /owner and length are checked/ },
   { bug: "fenceRestartsOnRelease", rule: "TURN-10", what: "the fence restarts at 1 after a release", check: /higher than all earlier ones/, model: "TURN-10" },
+  // TURN-10's lease grant ids: the model sends none, so only these checks can catch them.
+  { bug: "grantIdIgnored", rule: "TURN-10", what: "a re-sent acquire with its grant id meets its own grant as held", check: /is that same grant/, message: /expected the lease to be acquired/ },
+  { bug: "grantByOwner", rule: "TURN-10", what: "an acquire with any grant id is the live grant of the same owner string", check: /another grant id, or none, meets a live grant as held/ },
+  { bug: "grantIdOutlivesGrant", rule: "TURN-10", what: "a grant id is matched without its fence, and outlives a grant made without one", check: /after its lease expired and another holder took it/, message: /worker-c holds the lease without a grant id/ },
+  { bug: "releaseGrantIgnoresId", rule: "TURN-10", what: "releaseLeaseGrant frees whatever grant holds the lease", check: /releaseLeaseGrant gives back exactly the grant/ },
+  { bug: "grantIdUnchecked", rule: "TURN-10", what: "grant ids are not checked", check: /grant id not of LEASE_GRANT_ID_PATTERN's form is refused/, message: /grantId|invalid_store_input/ },
   { bug: "reopensAfterOtherBound", rule: "TURN-12", what: "a re-send reopens a failed message after another was bound", check: /after another message was bound/, model: "TURN-12" },
   { bug: "lifo", rule: "TURN-9", what: "beginTurn binds the newest queued message", check: /arrival order/, model: "TURN-9" },
   { bug: "rebindsOnTakeover", rule: "TURN-11", what: "a new lease holder binds the newest message instead of the bound one", check: /new lease holder gets the bound message/, model: "TURN-9" },

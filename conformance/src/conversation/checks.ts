@@ -20,6 +20,7 @@ import {
 } from "./support.js";
 import type { ConversationStoreFixture, ConversationStoreSubject, ConversationSubjectCapability, RawMessage } from "./types.js";
 import { FAILED_TURNS_CHECKS, listingOf } from "./failed-turns.js";
+import { LEASE_GRANT_CHECKS } from "./lease-grants.js";
 
 /** A deterministic conversation-store check before it is bound to a subject. */
 export interface ConversationCheckSpec {
@@ -1331,6 +1332,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   renewExtends,
   leaseArgumentsChecked,
   leasesPerConversation,
+  ...LEASE_GRANT_CHECKS,
   bindsAtCommittedCount,
   bindingSurvivesTakeover,
   bindingSurvivesRestart,

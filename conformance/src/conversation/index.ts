@@ -12,6 +12,7 @@ const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
   listFailedTurns: "needs listFailedTurns (the store offers listFailedTurns)",
   recordsWithCommit: "needs recordsWithCommit (a commit keeps its record in the same write)",
   legacyFailedRows: "needs legacyFailedRows (raw.forgetFailedAt writes a failed message as a store from before failedAt left it)",
+  leaseGrants: "needs leaseGrants (the store takes lease grant ids: supports.leaseGrants, releaseLeaseGrant)",
 };
 
 /**
@@ -74,7 +75,7 @@ function validateSubject(subject: ConversationStoreSubject): void {
     }
   }
   // Optional flags: absent is false, anything else but a boolean is a mistake.
-  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows"]) {
+  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows", "leaseGrants"]) {
     if (caps?.[flag] !== undefined && typeof caps[flag] !== "boolean") {
       throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag}, when given, must be true or false`);
     }
@@ -94,6 +95,7 @@ export {
   type ConversationPropertyOptions,
   type FenceRef,
 } from "./model.js";
+export { LEASE_GRANT_CHECKS, grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantIdChecked } from "./lease-grants.js";
 export { memoryConversationSubject, memoryRaw, memoryConversationState, monotonicClock } from "./memory-subject.js";
 export { LEASE_MS as CONVERSATION_LEASE_MS, TRICKY_CONTENT } from "./support.js";
 export type * from "./types.js";

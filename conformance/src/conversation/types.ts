@@ -40,6 +40,13 @@ export interface ConversationSubjectCapabilities {
    * `failedAt` 0). Absent means false: that check is reported not applicable.
    */
   legacyFailedRows?: boolean;
+  /**
+   * Optional: the store declares `supports.leaseGrants` (TURN-10's lease grant ids: acquireLease
+   * takes a grant id, releaseLeaseGrant exists). Declared true, the store must declare the flag
+   * and have the method (checked), and the grant-id checks run. Absent means false: they are
+   * reported not applicable.
+   */
+  leaseGrants?: boolean;
 }
 
 export type ConversationSubjectCapability = keyof ConversationSubjectCapabilities;

@@ -23,10 +23,21 @@ import {
   type TurnCommit,
   type TurnSnapshot,
 } from "@dispatch-once/core";
-import { checkLeaseOwner, checkStoreJson, checkTurnLeaseMs } from "@dispatch-once/core/internal";
+import { checkLeaseGrantId, checkLeaseOwner, checkStoreJson, checkTurnLeaseMs } from "@dispatch-once/core/internal";
 import type { ConversationStoreFixture, ConversationStoreSubject } from "../../src/index.js";
 
 export interface ConversationBugs {
+  // ---- TURN-10 lease grant ids ----
+  /** acquireLease keeps the grant id but never recognises it: a re-sent acquire meets its own grant as held. */
+  grantIdIgnored?: boolean;
+  /** acquireLease with any grant id is the live grant of the same owner string (recognised by owner). */
+  grantByOwner?: boolean;
+  /** The grant id outlives its grant: a grant without a grant id keeps the old one, and it is matched without its fence. */
+  grantIdOutlivesGrant?: boolean;
+  /** releaseLeaseGrant frees the lease whatever grant holds it. */
+  releaseGrantIgnoresId?: boolean;
+  /** Grant ids are not checked: any value is kept as the grant id. */
+  grantIdUnchecked?: boolean;
   /** commitTurn does not check the fence. */
   commitIgnoresFence?: boolean;
   /** commitTurn checks the turn count only (neither fence nor message). */
@@ -147,6 +158,8 @@ interface State {
   /** The turn index begun last and the fence that first began it (TURN-15). */
   begun?: { turnIndex: number; fence: number } | null;
   lease: { fence: number; owner: string; expiresAt: number } | null;
+  /** The latest grant's grant id and fence (TURN-10), kept after its lease ends. */
+  grant?: { id: string; fence: number } | null;
   fence: number;
   records: JsonValue[];
   /** When each failed message failed (the backing's clock), for listFailedTurns (TURN-17). */
@@ -180,7 +193,7 @@ function conversationSlot(bugs: ConversationBugs, conversationId: string): strin
 const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class KvConversationStore implements ConversationStore {
-  readonly capabilities: ConversationStoreCapabilities = { durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true };
+  readonly capabilities: ConversationStoreCapabilities = { durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true } };
   private instanceFence = new Map<string, number>();
   private instanceBegun = new Map<string, { turnIndex: number; fence: number } | null>();
   private instanceCount = new Map<string, number>();
@@ -235,13 +248,27 @@ export class KvConversationStore implements ConversationStore {
     return this.locked(conversationId, (s) => this.logOf(s));
   }
 
-  async acquireLease(conversationId: string, owner: string, leaseMs: number): Promise<LeaseResult> {
+  async acquireLease(conversationId: string, owner: string, leaseMs: number, grantId?: string): Promise<LeaseResult> {
     if (!this.bugs.leaseArgumentsUnchecked) {
       checkLeaseOwner(owner);
       leaseMs = checkTurnLeaseMs(leaseMs);
     }
+    const id = this.bugs.grantIdUnchecked ? grantId : checkLeaseGrantId(grantId);
     return this.locked(conversationId, (s) => {
       const now = this.backing.now();
+      const live = s.lease !== null && s.lease.expiresAt > now;
+      const latest = s.grant ?? null;
+      if (id !== undefined && !this.bugs.grantIdIgnored) {
+        const ours = this.bugs.grantIdOutlivesGrant ? latest?.id === id : latest?.id === id && latest.fence === s.fence;
+        const byOwner = this.bugs.grantByOwner && live && s.lease!.owner === owner;
+        if (ours || byOwner) {
+          if (live) {
+            s.lease!.expiresAt = now + leaseMs;
+            return { acquired: true, fence: s.lease!.fence, leaseExpiresAt: s.lease!.expiresAt };
+          }
+          if (!byOwner) throw new ConversationLeaseLostError(conversationId, latest!.fence);
+        }
+      }
       const reentrant = this.bugs.reentrantSameOwner && s.lease?.owner === owner;
       if (s.lease !== null && s.lease.expiresAt > now && !this.bugs.acquireIgnoresExpiry && !reentrant) {
         return { acquired: false, owner: s.lease.owner, leaseExpiresAt: s.lease.expiresAt };
@@ -255,7 +282,18 @@ export class KvConversationStore implements ConversationStore {
       }
       s.fence = fence;
       s.lease = { fence, owner, expiresAt: now + leaseMs };
+      if (id !== undefined) s.grant = { id, fence };
+      else if (!this.bugs.grantIdOutlivesGrant) s.grant = null;
       return { acquired: true, fence, leaseExpiresAt: s.lease.expiresAt };
+    });
+  }
+
+  async releaseLeaseGrant(conversationId: string, grantId: string): Promise<void> {
+    const id = this.bugs.grantIdUnchecked ? grantId : checkLeaseGrantId(grantId, { required: true });
+    return this.locked(conversationId, (s) => {
+      const latest = s.grant ?? null;
+      if (s.lease === null) return;
+      if (this.bugs.releaseGrantIgnoresId || (latest !== null && latest.id === id && latest.fence === s.lease.fence)) s.lease = null;
     });
   }
 
@@ -502,7 +540,7 @@ function held(conversationId: string, s: State, fence: number): { fence: number;
 export function kvConversationSubject(name: string, bugs: ConversationBugs = {}): ConversationStoreSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true },
     async create(): Promise<ConversationStoreFixture> {
       const backing = kvBacking();
       // forgetsOnRestart: every instance gets a private map, but the hooks read the first one.
