@@ -266,7 +266,9 @@ export interface WorkerFactoryOptions {
 function mortal<T extends object>(target: T, isDead: () => boolean, name: string, methods: readonly (keyof T)[]): T {
   const view = Object.create(target) as T;
   for (const method of methods) {
-    const f = target[method] as unknown as (...args: unknown[]) => Promise<unknown>;
+    const f = target[method] as unknown as ((...args: unknown[]) => Promise<unknown>) | undefined;
+    // An OPTIONAL method the target lacks stays absent (the runner checks for it).
+    if (typeof f !== "function") continue;
     (view as Record<keyof T, unknown>)[method] = (...args: unknown[]) => {
       if (isDead()) return Promise.reject(new WorkerGone(name));
       return f.apply(target, args).then(
@@ -287,6 +289,7 @@ const STORE_METHODS = [
   "acquireLease",
   "renewLease",
   "releaseLease",
+  "releaseLeaseGrant",
   "beginTurn",
   "commitTurn",
   "failMessage",

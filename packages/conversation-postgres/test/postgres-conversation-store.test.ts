@@ -545,6 +545,7 @@ describe("TURN-10 lease grant ids, in the database and across versions", () => {
     const { store, schema } = await fresh("grants_upgrade");
     const old = legacy(schema);
     await admin.query(`ALTER TABLE "${schema}".dispatch_once_conversations DROP COLUMN lease_grant, DROP COLUMN lease_grant_fence`);
+    await rejectsWith(store.acquireLease("c", "new", 0, G1), "store_unavailable"); // not migrated yet: refused, never answered
     await store.migrate();
     await store.migrate(); // idempotent
     const columns = (await admin.query(`SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'dispatch_once_conversations'`, [schema])).rows.map((r: { column_name: string }) => r.column_name);
