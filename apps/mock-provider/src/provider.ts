@@ -62,6 +62,27 @@ export interface MockProviderOptions {
    * @example 65_000
    */
   keepAliveTimeoutMs?: number;
+  /**
+   * Message threads (the Claude API beta `message-threads-2026-08-12`), served only to requests
+   * whose body has a `thread` field; every other request is handled as before. `{type:"create"}`
+   * takes the full conversation; the conversation with its completed reply (system and tools
+   * included) is stored under the reply's message id. `{type:"continue", previous_message_id}`
+   * takes only the new messages and no `system`/`tools`: the stored conversation is rebuilt before
+   * validation, faults and the script see the request. A continue of an unknown or expired id is
+   * a 404 `not_found_error` with `error.details.error_code` `thread_not_found`; of a reply already
+   * continued, 400 `thread_already_continued`; of one a request is still continuing, 400
+   * `thread_continue_in_flight` (the codes the SDK's thread helper replays the full conversation on).
+   */
+  threads?: {
+    /** A stored reply can be continued this long after it was stored or last continued; default 300000 (5 minutes, as the API). */
+    ttlMs?: number;
+    /**
+     * Whether a reply whose stream was cut before `message_stop` (or whose non-streamed response
+     * was reset) is stored whole, as if generation finished server-side. The API stores either the
+     * whole reply or none of it; default false (none: a continue from its id is `thread_not_found`).
+     */
+    storeCutReplies?: boolean;
+  };
 }
 
 /** A stream paused by a `hold` fault, waiting for `release()` or `cutNow()`. */
@@ -110,14 +131,49 @@ export interface MockProvider {
   release(requestNumber?: number): void;
   /** Cut held streams (all, or one request's) now. */
   cutNow(requestNumber?: number, kind?: CutKind, error?: ApiErrorBody): void;
-  /** Forget the log, request numbers and per-body attempt counters. */
+  /** Forget the log, request numbers and per-body attempt counters (stored threads are kept, as the API keeps them). */
   clearRequests(): void;
+  /**
+   * Drop stored thread replies (all, or the one with this message id), as the API may at any time:
+   * a later continue from them is answered 404 `thread_not_found`.
+   */
+  forgetThreads(messageId?: string): void;
+  /** The message ids of the stored thread replies a continue may still name (not expired, not yet continued). */
+  readonly continuableThreads: readonly string[];
   /** Stop listening and destroy open sockets (streams in progress end as resets). */
   close(): Promise<void>;
 }
 
 const DEFAULT_TIMING: Timing = { firstEventMs: 0, betweenEventsMs: 0, afterBlockStopMs: 0, beforeMessageStopMs: 0 };
 const ORGANIZATION_ID = "00000000-0000-4000-8000-00000000d15c";
+
+const THREADS_BETA = "message-threads-2026-08-12";
+const DEFAULT_THREAD_TTL_MS = 300_000;
+
+/** A reply stored for a later `continue`: the conversation up to and including it. */
+interface StoredThread {
+  system: unknown;
+  tools: unknown;
+  messages: unknown[];
+  usedAt: number;
+  state: "open" | "in_flight" | "continued";
+}
+
+/** A thread request in progress: what to store once its reply is complete. */
+interface ThreadContext {
+  parent?: StoredThread;
+  system: unknown;
+  tools: unknown;
+  conversation: MessagesRequest;
+  reply?: { id: string; content: unknown };
+}
+
+type ThreadResolution =
+  | { ok: true; type: "create" | "continue"; previousMessageId?: string; parent?: StoredThread; body: Record<string, unknown> }
+  | { ok: false; status: number; error: ApiErrorBody };
+
+const isPlainObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
 
 type HoldAction = { type: "release" } | { type: "cut"; kind: CutKind; error?: ApiErrorBody } | { type: "gone" };
 
@@ -173,6 +229,8 @@ class Provider implements MockProvider {
   private readonly sockets = new Set<Socket>();
   private server: Server | undefined;
   private closed = false;
+  private readonly threads = new Map<string, StoredThread>();
+  private readonly threadContexts = new WeakMap<RequestRecord, ThreadContext>();
   readonly app: express.Express;
 
   constructor(options: MockProviderOptions) {
@@ -326,6 +384,93 @@ class Provider implements MockProvider {
     this.generation += 1;
   }
 
+  forgetThreads(messageId?: string): void {
+    if (messageId === undefined) this.threads.clear();
+    else this.threads.delete(messageId);
+  }
+
+  get continuableThreads(): readonly string[] {
+    const now = Date.now();
+    return [...this.threads].filter(([, t]) => t.state === "open" && now - t.usedAt <= this.threadTtlMs).map(([id]) => id);
+  }
+
+  private get threadTtlMs(): number {
+    return this.options.threads?.ttlMs ?? DEFAULT_THREAD_TTL_MS;
+  }
+
+  /** The full request a thread request stands for, or the error the API answers it with. */
+  private resolveThread(body: Record<string, unknown>, headers: Record<string, string>): ThreadResolution {
+    const { thread, ...rest } = body;
+    const invalid = (message: string, details?: Record<string, unknown>): ThreadResolution => ({
+      ok: false,
+      status: 400,
+      error: { type: "invalid_request_error", message, ...(details ? { details } : {}) },
+    });
+    const betas = (headers["anthropic-beta"] ?? "").split(",").map((b) => b.trim());
+    if (!betas.includes(THREADS_BETA)) return invalid(`thread: Extra inputs are not permitted (the field needs the anthropic-beta header ${THREADS_BETA})`);
+    if (!isPlainObject(thread) || (thread["type"] !== "create" && thread["type"] !== "continue")) {
+      return invalid("thread.type: Input should be 'create' or 'continue'");
+    }
+    if (thread["type"] === "create") return { ok: true, type: "create", body: rest };
+    const previousMessageId = thread["previous_message_id"];
+    if (typeof previousMessageId !== "string" || previousMessageId === "") return invalid("thread.previous_message_id: Field required");
+    for (const field of ["system", "tools"] as const) {
+      if (rest[field] !== undefined) {
+        return invalid(`${field}: not allowed when continuing a thread; the thread keeps the \`${field}\` of the request that created it`);
+      }
+    }
+    if (rest["messages"] !== undefined && !Array.isArray(rest["messages"])) return invalid("messages: Input should be a valid list");
+    const parent = this.threads.get(previousMessageId);
+    const now = Date.now();
+    if (!parent || now - parent.usedAt > this.threadTtlMs) {
+      this.threads.delete(previousMessageId);
+      return {
+        ok: false,
+        status: 404,
+        error: {
+          type: "not_found_error",
+          message: 'No usable Thread state was found for previous_message_id. Replay the full conversation with thread: {"type": "create"} to start a new Thread.',
+          details: { error_code: "thread_not_found" },
+        },
+      };
+    }
+    if (parent.state === "continued") {
+      return invalid(
+        "The response that previous_message_id names has already been continued, and each response can be continued only once. Continue from the Thread's most recent response id.",
+        { error_code: "thread_already_continued" },
+      );
+    }
+    if (parent.state === "in_flight") {
+      return invalid(
+        'Another request is still continuing from the same previous_message_id. Wait for it to complete and continue from its response id, or replay the full conversation with thread: {"type": "create"}.',
+        { error_code: "thread_continue_in_flight" },
+      );
+    }
+    const full: Record<string, unknown> = { ...rest, messages: [...parent.messages, ...((rest["messages"] as unknown[] | undefined) ?? [])] };
+    if (parent.system !== undefined) full["system"] = parent.system;
+    if (parent.tools !== undefined) full["tools"] = parent.tools;
+    return { ok: true, type: "continue", previousMessageId, parent, body: full };
+  }
+
+  /** Store the reply of a finished thread request (whole, or not at all) and settle the reply it continued. */
+  private settleThread(record: RequestRecord, context: ThreadContext, outcome: RequestRecord["outcome"]): void {
+    const whole = outcome === "complete" || record.events.some((e) => e.type === "message_stop");
+    const cutButGenerated =
+      this.options.threads?.storeCutReplies === true && ["reset", "tcp_reset", "clean_close", "client_closed"].includes(outcome);
+    const stored = context.reply !== undefined && (whole || cutButGenerated);
+    if (stored) {
+      this.threads.set(context.reply!.id, {
+        system: context.system,
+        tools: context.tools,
+        messages: [...context.conversation.messages, { role: "assistant", content: context.reply!.content }],
+        usedAt: Date.now(),
+        state: "open",
+      });
+    }
+    if (context.parent) context.parent.state = stored ? "continued" : "open";
+    if (record.thread) record.thread.stored = stored;
+  }
+
   async listen(port: number, host: string): Promise<void> {
     const server = this.app.listen(port, host);
     this.server = server;
@@ -390,6 +535,11 @@ class Provider implements MockProvider {
   private finish(record: RequestRecord, outcome: RequestRecord["outcome"], status?: number): void {
     if (record.outcome !== "pending") return;
     record.outcome = outcome;
+    const threadContext = this.threadContexts.get(record);
+    if (threadContext) {
+      this.threadContexts.delete(record);
+      this.settleThread(record, threadContext, outcome);
+    }
     if (status !== undefined) record.status = status;
     record.endedAt = Date.now();
     this.emitter.emit("end", record);
@@ -437,6 +587,10 @@ class Provider implements MockProvider {
     control.delete("/faults", (_req, res) => {
       this.queue.length = 0;
       this.rules = [];
+      res.json({ ok: true });
+    });
+    control.delete("/threads", (_req, res) => {
+      this.forgetThreads();
       res.json({ ok: true });
     });
     control.post("/timing", (req, res) => {
@@ -489,8 +643,8 @@ class Provider implements MockProvider {
     const receivedAt = Date.now();
     const body: unknown = req.body;
     // Hashed for the attempt count, and its length is the input token estimate: serialised once.
-    const canonicalBody = stableStringify(bodyWithoutStream(body));
-    const bodyHash = sha256Hex(canonicalBody);
+    let canonicalBody = stableStringify(bodyWithoutStream(body));
+    let bodyHash = sha256Hex(canonicalBody);
     const requestNumber = ++this.requestCounter;
     const stream = typeof body === "object" && body !== null && (body as { stream?: unknown }).stream === true;
     const record: RequestRecord = {
@@ -530,9 +684,41 @@ class Provider implements MockProvider {
     if (!headers["anthropic-version"]) {
       return reject(400, "invalid_request_error", "anthropic-version: header is required", "invalid_request");
     }
-    const validation = validateMessagesRequest(body);
+    let modelBody: unknown = body;
+    let threaded: Extract<ThreadResolution, { ok: true }> | undefined;
+    if (isPlainObject(body) && body["thread"] !== undefined) {
+      const resolved = this.resolveThread(body, headers);
+      if (!resolved.ok) {
+        record.error = resolved.error.message;
+        apiError(res, resolved.status, resolved.error, record.requestId);
+        return this.finish(record, "invalid_request", resolved.status);
+      }
+      threaded = resolved;
+      modelBody = resolved.body;
+      // The conversation, not the delta, is the model's input: its hash counts the attempts.
+      canonicalBody = stableStringify(bodyWithoutStream(modelBody));
+      bodyHash = sha256Hex(canonicalBody);
+      record.bodyHash = bodyHash;
+    }
+    const validation = validateMessagesRequest(modelBody);
     if (!validation.ok) return reject(400, "invalid_request_error", validation.message, "invalid_request");
     const request = validation.request;
+    let threadContext: ThreadContext | undefined;
+    if (threaded) {
+      record.thread = {
+        type: threaded.type,
+        ...(threaded.previousMessageId !== undefined ? { previousMessageId: threaded.previousMessageId } : {}),
+        stored: false,
+        conversation: request,
+      };
+      threadContext = { system: request.system, tools: request.tools, conversation: request };
+      if (threaded.parent) {
+        threaded.parent.state = "in_flight";
+        threaded.parent.usedAt = Date.now();
+        threadContext.parent = threaded.parent;
+      }
+      this.threadContexts.set(record, threadContext);
+    }
 
     const attempt = (this.attempts.get(bodyHash) ?? 0) + 1;
     // Re-inserted so the Map's order is by last use: the first key is the least recently seen.
@@ -595,6 +781,7 @@ class Provider implements MockProvider {
     }
     record.requestId = rendered.requestId;
     record.messageId = rendered.messageId;
+    if (threadContext) threadContext.reply = { id: rendered.messageId, content: (rendered.message as { content: unknown }).content };
     record.toolUses = rendered.toolUses.map(({ id, name, input, json, fragments }) => ({ id, name, input, json, fragments }));
 
     if (!stream) return this.respondWhole(req, res, record, rendered, fault, timing);

@@ -79,6 +79,8 @@ export type FaultPosition =
 export interface ApiErrorBody {
   type: string;
   message: string;
+  /** Machine-readable details, as the API sends for thread errors: `{ error_code: "thread_not_found" }`. */
+  details?: Record<string, unknown>;
 }
 
 /**
@@ -190,6 +192,14 @@ export interface RequestRecord {
   events: SentEvent[];
   outcome: ResponseOutcome;
   status?: number;
+  /**
+   * A message-threads request (a body with `thread`): its type, the reply it continues from, and
+   * whether this response's reply was stored for a later `continue` (set once the request ended).
+   * `conversation` is the full request the script and the faults saw (for a `continue`, the stored
+   * conversation, system and tools with the new messages appended); `bodyHash` and `attempt` are
+   * those of the conversation, so a replay under a new thread counts as the same input.
+   */
+  thread?: { type: "create" | "continue"; previousMessageId?: string; stored: boolean; conversation: MessagesRequest };
   /** Error text for invalid requests and script errors. */
   error?: string;
   endedAt?: number;
