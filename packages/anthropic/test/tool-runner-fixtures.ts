@@ -4,7 +4,7 @@ import type { BetaToolRunContext } from "@anthropic-ai/sdk/lib/tools/BetaRunnabl
 import { ToolError } from "@dispatch-once/core";
 import { DISPOSITION_BY_OUTCOME, PaymentsError, createPaymentsClient, startMockPayments } from "@dispatch-once/mock-payments";
 import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
-import { afterEach, beforeEach } from "vitest";
+import { afterEach, beforeEach, expect } from "vitest";
 import { z } from "zod";
 import { dispatchOnceOf } from "../src/index.js";
 import { PAY_ACME, PAY_ALICE } from "./fixtures.js";
@@ -104,4 +104,31 @@ export function toolResultsOf(messages: readonly Anthropic.Beta.Messages.BetaMes
     }
   }
   return results;
+}
+
+/**
+ * The two modes of the SDK's runner the e2e cases run in: `thread: false` sends the full history on
+ * each request; the default (no `thread` param) uses message threads: a create, then continues with
+ * only the new messages, a new thread after a cut and a replay after a thread error.
+ */
+export type ThreadMode = readonly [name: string, params: { thread?: false }];
+export const THREAD_MODES: readonly ThreadMode[] = [
+  ["thread: false (full history each request)", { thread: false }],
+  ["default: message threads", {}],
+];
+
+/**
+ * The requests the mock provider saw were of the mode (so a case cannot pass in the other mode by
+ * accident): threaded, every request carries `thread` and at least one is a continue of a stored
+ * reply that the provider rebuilt; unthreaded, none carries it.
+ */
+export function expectRequestsOfMode(provider: MockProvider, [, params]: ThreadMode): void {
+  const threads = provider.requests.map((r) => (r.body as { thread?: { type: string } }).thread);
+  expect(threads.length).toBeGreaterThan(0);
+  if (params.thread === false) {
+    expect(threads.every((t) => t === undefined)).toBe(true);
+  } else {
+    expect(threads.every((t) => t !== undefined)).toBe(true);
+    expect(provider.requests.some((r) => r.thread?.type === "continue" && r.status === 200)).toBe(true);
+  }
 }

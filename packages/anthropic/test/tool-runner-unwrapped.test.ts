@@ -1,5 +1,5 @@
-import { describe, expect, it } from "vitest";
-import { cutRequests, paymentsApp, providerPerTest, toolResultsOf } from "./tool-runner-fixtures.js";
+import { afterEach, describe, expect, it } from "vitest";
+import { THREAD_MODES, cutRequests, expectRequestsOfMode, paymentsApp, providerPerTest, toolResultsOf } from "./tool-runner-fixtures.js";
 
 /**
  * The incident with the SDK's own tool runner, unwrapped: a request of the loop fails after an
@@ -8,7 +8,11 @@ import { cutRequests, paymentsApp, providerPerTest, toolResultsOf } from "./tool
  */
 const provider = providerPerTest();
 
-describe("the SDK's toolRunner without Dispatch-Once (the baseline the wrapper must beat)", () => {
+describe.each(THREAD_MODES)("the SDK's toolRunner without Dispatch-Once (the baseline the wrapper must beat), %s", (name, params) => {
+  // Threaded, the re-run is a new thread (the SDK never continues from a cut reply) and the model
+  // sees the same conversation: the same payment again.
+  afterEach(() => expectRequestsOfMode(provider(), [name, params]));
+
   it("ATR-1 a stream cut in iteration 2 and a re-run of the loop from the user's message pays twice", async () => {
     const { client, sendPayment, effects } = await paymentsApp(provider());
     cutRequests(provider(), [2]); // iteration 2 of the first run: the payment of iteration 1 has run
@@ -19,7 +23,7 @@ describe("the SDK's toolRunner without Dispatch-Once (the baseline the wrapper m
         model: "claude-test",
         max_tokens: 1024,
         stream: true,
-        thread: false, // the mock provider does not implement message threads: full history each request
+        ...params,
         messages: [{ role: "user", content: "pay acme" }],
         tools: [sendPayment],
       });
@@ -47,7 +51,7 @@ describe("the SDK's toolRunner without Dispatch-Once (the baseline the wrapper m
     cutRequests(provider(), [3]);
     const run = () =>
       client.beta.messages
-        .toolRunner({ model: "claude-test", max_tokens: 1024, stream: true, thread: false, messages: [{ role: "user", content: "pay acme then alice" }], tools: [sendPayment] })
+        .toolRunner({ model: "claude-test", max_tokens: 1024, stream: true, ...params, messages: [{ role: "user", content: "pay acme then alice" }], tools: [sendPayment] })
         .runUntilDone();
     await expect(run()).rejects.toThrow(/terminated/);
     await run();

@@ -1,13 +1,20 @@
 import type Anthropic from "@anthropic-ai/sdk";
 import { betaZodTool } from "@anthropic-ai/sdk/helpers/beta/zod";
 import { Dispatcher, InvalidArgumentError, InvalidKeyInputError, MemoryLedger, ToolError, defineTool } from "@dispatch-once/core";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { createOnceToolRunner, dispatchOnceOf, toolRunnerTurnIndexOf, type OnceToolCall, type OnceToolRunner } from "../src/index.js";
 import { PAY_ACME } from "./fixtures.js";
-import { cutRequests, paymentSchema, paymentsApp, providerPerTest, toolResultsOf } from "./tool-runner-fixtures.js";
+import { THREAD_MODES, cutRequests, expectRequestsOfMode, paymentSchema, paymentsApp, providerPerTest, toolResultsOf, type ThreadMode } from "./tool-runner-fixtures.js";
 
 const provider = providerPerTest();
+
+/**
+ * Every case that sends requests runs in both of the SDK runner's modes: `thread: false` (the full
+ * history on each request) and the default, message threads (create, then continue with only the
+ * new messages; the mock provider rebuilds the conversation, and replays/new threads are the SDK's).
+ */
+const MODES = THREAD_MODES;
 
 type Message = Anthropic.Beta.Messages.BetaMessageParam;
 const IDENTITY = { send_payment: ["payee", "amount", "currency", "reference"] };
@@ -17,11 +24,11 @@ const IDENTITY = { send_payment: ["payee", "amount", "currency", "reference"] };
  * the app run the loop again from `start(previous)` (the user's message, or what the failed
  * runner had accumulated), as an app does with `runUntilDone()`.
  */
-async function runLoop(
+async function runLoopIn(
   once: OnceToolRunner,
   client: Anthropic,
   start: (failed: Message[] | undefined) => Message[],
-  options: { conversationId?: string; attempts?: number; turnIndex?: number; stream?: boolean } = {},
+  options: { conversationId?: string; attempts?: number; turnIndex?: number; stream?: boolean; mode?: ThreadMode } = {},
 ) {
   const errors: unknown[] = [];
   const runners = [];
@@ -29,8 +36,7 @@ async function runLoop(
   for (let attempt = 0; attempt < (options.attempts ?? 4); attempt++) {
     const runner = once.toolRunner(
       client,
-      // the mock provider does not implement message threads: full history each request
-      { model: "claude-test", max_tokens: 1024, stream: options.stream ?? true, thread: false, messages: start(failed) },
+      { model: "claude-test", max_tokens: 1024, stream: options.stream ?? true, ...(options.mode ?? THREAD_MODES[0]!)[1], messages: start(failed) },
       { conversationId: options.conversationId ?? "conv-1", ...(options.turnIndex !== undefined ? { turnIndex: options.turnIndex } : {}) },
     );
     runners.push(runner);
@@ -66,7 +72,12 @@ function expectToldAgreesWithEffects(messages: readonly Message[], effects: read
   expect(told.sort()).toEqual(effects.map((e) => e.resourceId).sort());
 }
 
-describe("ATR: the SDK's toolRunner through Dispatch-Once (createOnceToolRunner)", () => {
+describe.each(MODES)("ATR: the SDK's toolRunner through Dispatch-Once (createOnceToolRunner), %s", (_name, params) => {
+  const mode: ThreadMode = [_name, params];
+  const runLoop: typeof runLoopIn = (once, client, start, options = {}) => runLoopIn(once, client, start, { mode, ...options });
+  afterEach(() => expectRequestsOfMode(provider(), mode));
+
+
   it("ATR-1 a stream cut in iteration 2, after the payment ran: the re-run from the user's message is answered from the ledger; one payment, and the app is told that one", async () => {
     const { once, client, effects } = await app();
     cutRequests(provider(), [2]);
@@ -79,6 +90,21 @@ describe("ATR: the SDK's toolRunner through Dispatch-Once (createOnceToolRunner)
     expect(call!.outcome!.replayed).toBe(true);
     // The Idempotency-Key reached the tool's run and went downstream (ATR-4).
     expect(made[0]!.idempotencyKey).toBe(call!.outcome!.key);
+    expectToldAgreesWithEffects(messages, made);
+  });
+
+  it("ATR-1 a stream cut in iteration 2, and the loop re-run from the failed runner's messages (the paid call and its result): nothing runs again; one payment, and the app is told that one", async () => {
+    const { once, client, effects } = await app();
+    cutRequests(provider(), [2]);
+    const { messages, calls, errors, runners } = await runLoop(once, client, (failed) => failed ?? fromUser("pay acme")());
+    expect(errors).toHaveLength(1);
+    expect(String(errors[0])).toMatch(/terminated/);
+    // The failed runner kept iteration 1's call and its result (the cut reply had no complete block).
+    expect(toolResultsOf(runners[0]!.params.messages)).toHaveLength(1);
+    expect(calls.size).toBe(0); // the re-run's model closed the loop: no call
+    const made = effects();
+    expect(made).toHaveLength(1);
+    expect(made[0]!.idempotencyKey).toBe([...once.callsOf(runners[0]!).values()][0]!.outcome!.key);
     expectToldAgreesWithEffects(messages, made);
   });
 
@@ -158,41 +184,6 @@ describe("ATR: the SDK's toolRunner through Dispatch-Once (createOnceToolRunner)
     // An app that keeps its own turn count passes it: it, not the count, is the turn index.
     const own = await runLoop(once, client, () => earlier, { turnIndex: 9, conversationId: "conv-2" });
     expect([...own.calls.values()][0]!.turnIndex).toBe(9);
-  });
-
-  it("ATR-2 a supplied turn index names the runner's first user message: a call answering a user message pushed into the loop is refused, not run under its keys", async () => {
-    const { once, client, effects } = await app();
-    const first = { type: "tool_use" as const, id: "toolu_first", name: "send_payment", input: PAY_ACME };
-    const second = { type: "tool_use" as const, id: "toolu_second", name: "send_payment", input: PAY_ACME };
-    const history: Message[] = [
-      { role: "user", content: "pay acme" },
-      { role: "assistant", content: [first] },
-      { role: "user", content: [{ type: "tool_result", tool_use_id: first.id, content: "{}" }] },
-      { role: "user", content: "pay acme again" }, // pushed by the app while the loop ran
-      { role: "assistant", content: [second] },
-    ];
-    const runWith = (turn: { conversationId: string; turnIndex?: number }) => {
-      const runner = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, messages: history.slice(0, 1) }, turn);
-      runner.setMessagesParams((params) => ({ ...params, messages: history }));
-      const tool = runner.params.tools.find((t) => "run" in t && "name" in t && t.name === "send_payment") as { run: (args: unknown, context: unknown) => Promise<unknown> };
-      return { runner, run: () => tool.run(PAY_ACME, { toolUse: second, toolUseBlock: second }) };
-    };
-    const supplied = runWith({ conversationId: "conv-push", turnIndex: 4 });
-    await expect(supplied.run()).rejects.toMatchObject({ code: "invalid_argument", effect: "no" });
-    expect(once.callsOf(supplied.runner).get("toolu_second")!.error).toMatchObject({ code: "invalid_argument", effect: "no", retryable: "no" });
-    expect(effects()).toHaveLength(0);
-    // A call whose response is not in the runner's messages (runToolsEagerly, generateToolResponse()
-    // inside the loop body) has no place in the turn: refused, not run (ATR-3).
-    const stray = { type: "tool_use" as const, id: "toolu_stray", name: "send_payment", input: PAY_ACME };
-    const tool = supplied.runner.params.tools.find((t) => "run" in t && "name" in t && t.name === "send_payment") as { run: (args: unknown, context: unknown) => Promise<unknown> };
-    await expect(tool.run(PAY_ACME, { toolUse: stray, toolUseBlock: stray })).rejects.toMatchObject({ code: "invalid_argument", effect: "no" });
-    expect(once.callsOf(supplied.runner).get("toolu_stray")).toMatchObject({ ordinal: undefined, error: { code: "invalid_argument" } });
-    expect(effects()).toHaveLength(0);
-    // Counted, the pushed message is the next turn: its call runs under that turn's key.
-    const counted = runWith({ conversationId: "conv-push" });
-    await counted.run();
-    expect([...once.callsOf(counted.runner).values()].map((c) => [c.turnIndex, c.ordinal, c.outcome?.replayed])).toEqual([[2, 0, false]]);
-    expect(effects()).toHaveLength(1);
   });
 
   it("ATR-4 without an identity declaration the re-worded memo of the re-run is a new key: the identity is what makes the re-run an answer", async () => {
@@ -282,7 +273,7 @@ describe("ATR: the SDK's toolRunner through Dispatch-Once (createOnceToolRunner)
     const once = createOnceToolRunner({ tools: [sendPayment], effects: { send_payment: "keyed_write" }, ledger, identity: IDENTITY });
     const runner = once.toolRunner(
       client,
-      { model: "claude-test", max_tokens: 1024, stream: true, thread: false, messages: fromUser("pay acme")() },
+      { model: "claude-test", max_tokens: 1024, stream: true, ...params, messages: fromUser("pay acme")() },
       { conversationId: "conv-1" },
       { signal: controller.signal },
     );
@@ -293,6 +284,64 @@ describe("ATR: the SDK's toolRunner through Dispatch-Once (createOnceToolRunner)
     expect(effects()).toHaveLength(1);
     const again = await runLoop(once, client, fromUser("pay acme"));
     expect([...again.calls.values()][0]!.outcome!.replayed).toBe(true);
+    expect(effects()).toHaveLength(1);
+  });
+});
+
+describe("ATR: the SDK's toolRunner through Dispatch-Once, threaded only", () => {
+  it("ATR-1 the server loses the thread between iterations (404 thread_not_found): the SDK replays the conversation under a new thread within the loop; the payment ran once, never replayed, and the app is told that one", async () => {
+    const { once, client, effects } = await app();
+    // Once the first reply is stored (the end of request 1), the server loses it.
+    void provider().waitForEnd(1).then(() => provider().forgetThreads());
+    const { messages, calls, errors } = await runLoopIn(once, client, fromUser("pay acme"), { mode: THREAD_MODES[1]! });
+    expect(errors).toHaveLength(0);
+    expect(provider().requests.map((r) => [(r.body as { thread: { type: string } }).thread.type, r.status])).toEqual([
+      ["create", 200],
+      ["continue", 404],
+      ["create", 200],
+    ]);
+    // The replay is the whole conversation: the user's message, the paid call, its result.
+    expect((provider().requests[2]!.body as { messages: unknown[] }).messages).toHaveLength(3);
+    const made = effects();
+    expect(made).toHaveLength(1);
+    expect([...calls.values()].map((c) => [c.ordinal, c.outcome?.replayed])).toEqual([[0, false]]);
+    expectToldAgreesWithEffects(messages, made);
+  });
+});
+
+describe("ATR: the SDK's toolRunner through Dispatch-Once, without a request", () => {
+  it("ATR-2 a supplied turn index names the runner's first user message: a call answering a user message pushed into the loop is refused, not run under its keys", async () => {
+    const { once, client, effects } = await app();
+    const first = { type: "tool_use" as const, id: "toolu_first", name: "send_payment", input: PAY_ACME };
+    const second = { type: "tool_use" as const, id: "toolu_second", name: "send_payment", input: PAY_ACME };
+    const history: Message[] = [
+      { role: "user", content: "pay acme" },
+      { role: "assistant", content: [first] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: first.id, content: "{}" }] },
+      { role: "user", content: "pay acme again" }, // pushed by the app while the loop ran
+      { role: "assistant", content: [second] },
+    ];
+    const runWith = (turn: { conversationId: string; turnIndex?: number }) => {
+      const runner = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, messages: history.slice(0, 1) }, turn);
+      runner.setMessagesParams((params) => ({ ...params, messages: history }));
+      const tool = runner.params.tools.find((t) => "run" in t && "name" in t && t.name === "send_payment") as { run: (args: unknown, context: unknown) => Promise<unknown> };
+      return { runner, run: () => tool.run(PAY_ACME, { toolUse: second, toolUseBlock: second }) };
+    };
+    const supplied = runWith({ conversationId: "conv-push", turnIndex: 4 });
+    await expect(supplied.run()).rejects.toMatchObject({ code: "invalid_argument", effect: "no" });
+    expect(once.callsOf(supplied.runner).get("toolu_second")!.error).toMatchObject({ code: "invalid_argument", effect: "no", retryable: "no" });
+    expect(effects()).toHaveLength(0);
+    // A call whose response is not in the runner's messages (runToolsEagerly, generateToolResponse()
+    // inside the loop body) has no place in the turn: refused, not run (ATR-3).
+    const stray = { type: "tool_use" as const, id: "toolu_stray", name: "send_payment", input: PAY_ACME };
+    const tool = supplied.runner.params.tools.find((t) => "run" in t && "name" in t && t.name === "send_payment") as { run: (args: unknown, context: unknown) => Promise<unknown> };
+    await expect(tool.run(PAY_ACME, { toolUse: stray, toolUseBlock: stray })).rejects.toMatchObject({ code: "invalid_argument", effect: "no" });
+    expect(once.callsOf(supplied.runner).get("toolu_stray")).toMatchObject({ ordinal: undefined, error: { code: "invalid_argument" } });
+    expect(effects()).toHaveLength(0);
+    // Counted, the pushed message is the next turn: its call runs under that turn's key.
+    const counted = runWith({ conversationId: "conv-push" });
+    await counted.run();
+    expect([...once.callsOf(counted.runner).values()].map((c) => [c.turnIndex, c.ordinal, c.outcome?.replayed])).toEqual([[2, 0, false]]);
     expect(effects()).toHaveLength(1);
   });
 
