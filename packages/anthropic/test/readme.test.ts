@@ -8,6 +8,7 @@ import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, define
 import { z } from "zod";
 import { createRunner, handleUserMessage, payments } from "../examples/adopt.js";
 import { StreamedText } from "../examples/stream.js";
+import { answer, paid } from "../examples/tool-runner.js";
 import { errorTable, tableIn } from "../../core/scripts/error-table.js";
 import { ConversationRunner, type RunnerEvent } from "../src/index.js";
 
@@ -69,6 +70,36 @@ describe("README", () => {
       expect(ui.text).toBe("Paying acme. Done. send_payment: {\"paymentId\":\"pay_1\"}");
       expect(other.text).toBe("");
       expect(paid).toBe(1);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it("the tool runner example, in the SDK's default mode (message threads): a stream cut in iteration 2 and the example's re-run pay once, and the model is told that payment", async () => {
+    const args = { payee: "acme", amount: 100, currency: "EUR", memo: "May" };
+    const provider = await startMockProvider({
+      script: scriptFromPlans({ "pay acme": [turn(toolUse("send_payment", args, { reword: ["memo"] }))] }),
+    });
+    try {
+      // Request 2 is iteration 2 of the first run, after the payment of iteration 1 ran.
+      provider.setFaultPlan((_request, info) => (info.requestNumber === 2 ? { kind: "reset", at: { event: 2 } } : undefined));
+      const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 });
+      const final = await answer(client, "conv-tool-runner", [{ role: "user", content: "pay acme" }]);
+      expect(final.stop_reason).toBe("end_turn");
+      expect(paid).toHaveLength(1);
+      const threads = provider.requests.map((r) => [r.thread?.type, r.status, r.outcome]);
+      // Threaded: run 1 creates and continues (cut); the re-run is a new thread, then continues.
+      expect(threads).toEqual([
+        ["create", 200, "complete"],
+        ["continue", 200, "reset"],
+        ["create", 200, "complete"],
+        ["continue", 200, "complete"],
+      ]);
+      // What the model was told on the last request (the rebuilt conversation) is that one payment.
+      const told = provider.requests[3]!.thread!.conversation.messages.flatMap((m) =>
+        typeof m.content === "string" ? [] : m.content.filter((b) => b.type === "tool_result").map((b) => (b as { content?: unknown }).content),
+      );
+      expect(told).toEqual([JSON.stringify({ paymentId: "pay_1" })]);
     } finally {
       await provider.close();
     }
