@@ -289,22 +289,28 @@ describe.each(MODES)("ATR: the SDK's toolRunner through Dispatch-Once (createOnc
 });
 
 describe("ATR: the SDK's toolRunner through Dispatch-Once, threaded only", () => {
-  it("ATR-1 the server loses the thread between iterations (404 thread_not_found): the SDK replays the conversation under a new thread within the loop; the payment ran once, never replayed, and the app is told that one", async () => {
+  it("ATR-1 the server loses the thread between iterations (404 thread_not_found): the SDK replays the conversation under a new thread within the loop; each payment ran once, never replayed, and the app is told those", async () => {
     const { once, client, effects } = await app();
     // Once the first reply is stored (the end of request 1), the server loses it.
     void provider().waitForEnd(1).then(() => provider().forgetThreads());
-    const { messages, calls, errors } = await runLoopIn(once, client, fromUser("pay acme"), { mode: THREAD_MODES[1]! });
+    const { messages, calls, errors } = await runLoopIn(once, client, fromUser("pay acme then alice"), { mode: THREAD_MODES[1]! });
     expect(errors).toHaveLength(0);
+    // Iteration 2's continue is refused, the SDK replays under a new create (which pays alice), and
+    // iteration 3 continues that new thread.
     expect(provider().requests.map((r) => [(r.body as { thread: { type: string } }).thread.type, r.status])).toEqual([
       ["create", 200],
       ["continue", 404],
       ["create", 200],
+      ["continue", 200],
     ]);
     // The replay is the whole conversation: the user's message, the paid call, its result.
     expect((provider().requests[2]!.body as { messages: unknown[] }).messages).toHaveLength(3);
     const made = effects();
-    expect(made).toHaveLength(1);
-    expect([...calls.values()].map((c) => [c.ordinal, c.outcome?.replayed])).toEqual([[0, false]]);
+    expect(made).toHaveLength(2);
+    expect([...calls.values()].map((c) => [c.ordinal, c.outcome?.replayed])).toEqual([
+      [0, false],
+      [0, false],
+    ]);
     expectToldAgreesWithEffects(messages, made);
   });
 });
