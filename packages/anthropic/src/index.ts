@@ -44,6 +44,7 @@ export {
 export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type UserContent } from "./runner.js";
 export {
   createOnceToolRunner,
+  rerunMessagesOf,
   OnceToolRunner,
   OnceToolCallError,
   dispatchOnceOf,

@@ -462,3 +462,28 @@ function propertiesOf(tool: AnyRunnableTool): string[] {
   const properties = schema?.properties;
   return typeof properties === "object" && properties !== null ? Object.keys(properties) : [];
 }
+
+/**
+ * The messages to run the loop again from after a request of it failed (ATR-1): the failed
+ * runner's messages (`runner.params.messages`, or the runner itself) without the reply the
+ * failure cut. The SDK's runner keeps the blocks of a cut reply that were complete, so its
+ * messages may end with an assistant message whose `tool_use` has no `tool_result`: sent again
+ * as they are, the API refuses every later request of the conversation (400, "tool_use ids were
+ * found without tool_result blocks"). Such a reply's calls never ran (a call runs only once its
+ * reply is in the runner's messages whole, ATR-3), so the re-run regenerates it and its calls
+ * get the keys they would have had.
+ *
+ * @example
+ * } catch (error) {
+ *   messages = rerunMessagesOf(runner); // then build a new runner with them
+ * }
+ */
+export function rerunMessagesOf(from: readonly MessageParam[] | { params: { messages: readonly MessageParam[] } }): MessageParam[] {
+  const messages = Array.isArray(from) ? (from as readonly MessageParam[]) : (from as { params?: { messages?: unknown } } | null)?.params?.messages;
+  if (!Array.isArray(messages)) throw new InvalidArgumentError("from", "must be a tool runner or its params.messages");
+  const rerun = [...(messages as readonly MessageParam[])];
+  // Every reply the runner answered is followed by its tool results (a user message); a
+  // trailing assistant message is the failed request's reply, answered by nobody.
+  while (rerun.length > 0 && rerun.at(-1)!.role === "assistant") rerun.pop();
+  return rerun;
+}

@@ -3,7 +3,7 @@ import { betaZodTool } from "@anthropic-ai/sdk/helpers/beta/zod";
 import { Dispatcher, InvalidArgumentError, InvalidKeyInputError, MemoryLedger, ToolError, defineTool } from "@dispatch-once/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { createOnceToolRunner, dispatchOnceOf, toolRunnerTurnIndexOf, type OnceToolCall, type OnceToolRunner } from "../src/index.js";
+import { createOnceToolRunner, dispatchOnceOf, rerunMessagesOf, toolRunnerTurnIndexOf, type OnceToolCall, type OnceToolRunner } from "../src/index.js";
 import { PAY_ACME } from "./fixtures.js";
 import { THREAD_MODES, cutRequests, expectRequestsOfMode, paymentSchema, paymentsApp, providerPerTest, toolResultsOf, type ThreadMode } from "./tool-runner-fixtures.js";
 
@@ -105,6 +105,26 @@ describe.each(MODES)("ATR: the SDK's toolRunner through Dispatch-Once (createOnc
     const made = effects();
     expect(made).toHaveLength(1);
     expect(made[0]!.idempotencyKey).toBe([...once.callsOf(runners[0]!).values()][0]!.outcome!.key);
+    expectToldAgreesWithEffects(messages, made);
+  });
+
+  it("ATR-1 a stream cut in iteration 2 right after alice's tool_use block stopped: the failed runner's messages end with that call and no result; the re-run from rerunMessagesOf(runner) pays alice once, and each payment is told once", async () => {
+    const { once, client, effects } = await app();
+    provider().setFaultPlan((_request, info) => (info.stream && info.requestNumber === 2 ? { kind: "reset", at: { afterToolUseStop: 0 } } : undefined));
+    const seen: Message[][] = [];
+    const { messages, errors } = await runLoop(once, client, (failed) => {
+      if (failed === undefined) return fromUser("pay acme then alice")();
+      seen.push(failed);
+      return rerunMessagesOf(failed);
+    });
+    expect(errors.map(String)).toEqual([expect.stringMatching(/terminated/)]); // the SDK's AnthropicError for a cut stream
+    // What the SDK's runner kept: whatever it kept of the cut reply, no result for it.
+    const kept = seen[0]!;
+    const rerun = rerunMessagesOf(kept);
+    expect(rerun.at(-1)!.role).toBe("user");
+    expect(toolResultsOf(rerun)).toHaveLength(1);
+    const made = effects();
+    expect(made.map((e) => e.resourceId)).toHaveLength(2);
     expectToldAgreesWithEffects(messages, made);
   });
 
@@ -385,5 +405,32 @@ describe("ATR: the SDK's toolRunner through Dispatch-Once, without a request", (
     const stray = betaZodTool({ name: "stray", description: "not wrapped", inputSchema: z.object({}), run: () => "x" });
     expect(refused(() => once.toolRunner(client, { ...params, tools: [stray] }, { conversationId: "c" })).field).toBe("params.tools[0]");
     expect(refused(() => once.toolRunner(client, params, { conversationId: "no spaces" }))).toBeInstanceOf(InvalidKeyInputError);
+  });
+});
+
+describe("ATR-1 rerunMessagesOf: the messages to re-run a failed loop from", () => {
+  const user: Message = { role: "user", content: "pay acme" };
+  const reply: Message = { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "send_payment", input: PAY_ACME }] };
+  const results: Message = { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "{}" }] };
+  const cut: Message = { role: "assistant", content: [{ type: "tool_use", id: "toolu_2", name: "send_payment", input: PAY_ACME }] };
+
+  it("drops the trailing reply the failure cut and keeps every answered one, from the messages or from the runner", () => {
+    expect(rerunMessagesOf([user, reply, results, cut])).toEqual([user, reply, results]);
+    expect(rerunMessagesOf({ params: { messages: [user, reply, results, cut] } })).toEqual([user, reply, results]);
+    expect(rerunMessagesOf([user, reply, results])).toEqual([user, reply, results]);
+    expect(rerunMessagesOf([user])).toEqual([user]);
+  });
+
+  it("never changes the runner's own messages", () => {
+    const messages = [user, reply, results, cut];
+    rerunMessagesOf(messages);
+    expect(messages).toHaveLength(4);
+  });
+
+  it("refuses what is not a runner or its messages (InvalidArgumentError naming `from`)", () => {
+    for (const bad of [undefined, null, 42, {}, { params: {} }, { params: { messages: "x" } }]) {
+      expect(() => rerunMessagesOf(bad as never)).toThrow(InvalidArgumentError);
+      expect(() => rerunMessagesOf(bad as never)).toThrow(/from/);
+    }
   });
 });
