@@ -260,8 +260,10 @@ export interface DispatcherOptions {
   /**
    * How long an unkeyed_write row must have been `unknown` before a probe's "not performed" may
    * release it (RECON-4, RESOLVE-6): a request still in transit when the probe asked may land
-   * later, and nothing downstream would collapse the re-run with it. Measured from the row's
-   * `finishedAt` (ledger clock) to this process's clock.
+   * later, and nothing downstream would collapse the re-run with it. Measured on the ledger's
+   * clock, from the row's `finishedAt` to the moment the probe is asked (a listing of unknown
+   * rows at least this old, LIST-1), never on this process's clock, which may run ahead of the
+   * store's, and never up to when the answer came back.
    * @default 60000
    * @example new Dispatcher({ tools, ledger, reconcileGraceMs: 300_000 })
    */
@@ -504,16 +506,23 @@ export class Dispatcher implements CallDispatcher {
       return { ...report, verdict: "none", settled: "none", detail: `tool ${row.toolName} declares no reconcile probe` };
     }
     const args = parseStoredRequest(key, row.request);
+    // A probe's "not performed" speaks for the moment it looked: it may release an unkeyed_write
+    // only if the grace had passed by then, on the ledger's clock (RESOLVE-6), so that is decided
+    // before the probe is asked, never from this process's clock or after the answer came back.
+    const graceBeforeProbe = row.effect === "unkeyed_write" ? await this.unknownForGrace(row) : undefined;
     const answer = signal === undefined ? await this.probe(tool, args, key, "on_demand", new AbortController().signal) : await this.probeWithin(tool, args, key, signal);
     const found =
       answer.verdict === "performed" && answer.resultJson !== undefined
         ? { ...report, verdict: "performed" as const, result: JSON.parse(answer.resultJson) as JsonValue, resultJson: answer.resultJson }
         : { ...report, verdict: answer.verdict, ...(answer.detail !== undefined ? { detail: answer.detail } : {}) };
-    const plan = this.settlementFor(row, answer);
+    const planned = this.settlementFor(row, answer, graceBeforeProbe);
+    const plan = planned !== undefined && "resolution" in planned ? planned : undefined;
     if (plan === undefined || !this.canResolve()) {
       this.emitReconciled(key, tool.name, undefined, "on_demand", answer, "none");
-      const why = plan === undefined ? undefined : "the ledger offers no resolve(); the row is left for an operator";
-      return { ...found, settled: "none", ...(why !== undefined && !("detail" in found && found.detail !== undefined) ? { detail: why } : {}) };
+      const why = plan === undefined ? (planned !== undefined && "left" in planned ? planned.left : undefined) : "the ledger offers no resolve(); the row is left for an operator";
+      const probeDetail = "detail" in found && found.detail !== undefined ? found.detail : undefined;
+      const detail = why === undefined ? probeDetail : probeDetail === undefined ? why : `${probeDetail}; ${why}`;
+      return { ...found, settled: "none", ...(detail !== undefined ? { detail } : {}) };
     }
     this.emitReconciled(key, tool.name, undefined, "on_demand", answer, plan.resolution.outcome === "not_performed" ? "released" : plan.resolution.outcome);
     try {
@@ -615,8 +624,49 @@ export class Dispatcher implements CallDispatcher {
     return typeof this.ledger.resolve === "function" && this.ledger.capabilities.supports?.resolve === true;
   }
 
-  /** What an on-demand probe's answer settles an unknown row to, or undefined to leave it (RESOLVE-6, RECON-4). */
-  private settlementFor(row: LedgerRow, answer: ProbeAnswer): { resolution: Resolution; reason: string } | undefined {
+  /**
+   * Whether an unknown row had been unknown for at least `reconcileGraceMs` on the LEDGER's clock
+   * (RESOLVE-6): its `finishedAt` is the store's time, and an operator's machine (the CLI) may run
+   * minutes ahead of it. Measured by the ledger itself, as a listing of unknown rows at least that
+   * old (LIST-1): the row, under the fence read, is among them or not. Rows are listed by
+   * (finishedAt, key), so the listing stops at the row's own time. A ledger that does not list is
+   * measured on this process's clock only when that is its clock (`clock: "process"`); otherwise
+   * the grace cannot be told to have passed: `{ passed: false, why }`.
+   */
+  private async unknownForGrace(row: LedgerRow): Promise<{ passed: boolean; why?: string }> {
+    if (row.state !== "unknown") return { passed: false };
+    if (this.reconcileGraceMs === 0) return { passed: true };
+    const tooFresh = { passed: false, why: `not released: an unkeyed_write is released only once it has been unknown for reconcileGraceMs (${this.reconcileGraceMs} ms) on the ledger's clock when the probe looks; a request still in transit may land later (RECON-4)` };
+    const listRows = this.ledger.listRows;
+    if (listRows !== undefined && this.ledger.capabilities.supports?.listRows === true) {
+      let cursor: string | undefined;
+      do {
+        const page = await listRows.call(this.ledger, {
+          state: "unknown",
+          toolName: row.toolName,
+          ...(row.conversationId !== undefined ? { conversationId: row.conversationId } : {}),
+          olderThanMs: this.reconcileGraceMs,
+          limit: 1000,
+          ...(cursor !== undefined ? { cursor } : {}),
+        });
+        for (const listed of page.rows) {
+          if (listed.key === row.key) return listed.fence === row.fence ? { passed: true } : tooFresh;
+          if (listed.state === "unknown" && listed.finishedAt > row.finishedAt) return tooFresh;
+        }
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+      return tooFresh;
+    }
+    if (this.ledger.capabilities.clock === "process") return Date.now() - row.finishedAt >= this.reconcileGraceMs ? { passed: true } : tooFresh;
+    return { passed: false, why: "not released: the ledger neither lists rows nor shares this process's clock, so reconcileGraceMs cannot be measured on its clock (RESOLVE-6); settle the row with resolve" };
+  }
+
+  /**
+   * What an on-demand probe's answer settles an unknown row to, `{ left }` saying why a "not
+   * performed" leaves it, or undefined to leave it (RESOLVE-6, RECON-4). `grace` is whether an
+   * unkeyed_write had been unknown for reconcileGraceMs when the probe was asked.
+   */
+  private settlementFor(row: LedgerRow, answer: ProbeAnswer, grace: { passed: boolean; why?: string } | undefined): { resolution: Resolution; reason: string } | { left: string | undefined } | undefined {
     switch (answer.verdict) {
       case "performed":
         if (answer.resultJson !== undefined) {
@@ -633,10 +683,7 @@ export class Dispatcher implements CallDispatcher {
       case "not_performed": {
         // A request still in transit may land after the probe looked (RECON-4): an unkeyed_write is
         // released only once it has been unknown long enough for any such request to have landed.
-        if (row.effect === "unkeyed_write") {
-          const unknownFor = Date.now() - (row.state === "unknown" ? row.finishedAt : Date.now());
-          if (unknownFor < this.reconcileGraceMs) return undefined;
-        }
+        if (row.effect === "unkeyed_write" && grace?.passed !== true) return { left: grace?.why };
         return { resolution: { outcome: "not_performed" }, reason: "reconcile: not_performed" };
       }
       default:

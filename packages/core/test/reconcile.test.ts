@@ -618,3 +618,88 @@ describe("settling unknown rows (RESOLVE-6)", () => {
     await expect(bare.reconcileUnknown()).rejects.toMatchObject({ code: "invalid_argument" });
   });
 });
+
+describe("a probe's not_performed against a request still in transit (RESOLVE-6, RECON-4)", () => {
+  /**
+   * An unkeyed_write whose response was lost while its request is still on the wire: `land()`
+   * is that request arriving downstream (the effect log is the oracle). The probe answers
+   * "not performed" because it looked before the request landed.
+   */
+  function inTransit(ledgerNow: () => number, probe: () => ReconcileVerdict | Promise<ReconcileVerdict> = () => ({ outcome: "not_performed" })) {
+    const effects: string[] = [];
+    const tool = defineTool({
+      name: "create_invoice",
+      effect: "unkeyed_write",
+      input: z.object({ amount: z.number() }),
+      run: (args) => {
+        effects.push(`invoice ${args.amount}`);
+        return { id: `inv_${effects.length}` };
+      },
+      reconcile: () => probe(),
+    });
+    const ledger = durable(new MemoryLedger({ now: ledgerNow }));
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, logger: recordingLogger().logger });
+    const call = { name: "create_invoice", input: { amount: 7 } };
+    const key = dispatcher.keyFor(call, turn0);
+    return { effects, ledger, dispatcher, call, key, land: () => effects.push("invoice 7 (the request that was in transit)") };
+  }
+
+  async function unknownRow(s: ReturnType<typeof inTransit>) {
+    const claimed = (await s.ledger.claim({ key: s.key, toolName: "create_invoice", effect: "unkeyed_write", owner: "gone", leaseMs: 60_000, request: '{"amount":7}', conversationId: turn0.conversationId, turnIndex: 0 })) as { fence: number };
+    await s.ledger.markUnknown(s.key, claimed.fence, "tool_error: socket hang up after send");
+  }
+
+  it("RESOLVE-6 the grace is measured on the ledger's clock: a dispatcher whose clock runs ahead of the store's does not release a row unknown for a second", async () => {
+    // The store's clock is 10 minutes behind the operator's machine (the CLI runs there).
+    const s = inTransit(() => Date.now() - 10 * 60_000);
+    await unknownRow(s);
+    const report = await s.dispatcher.reconcile(s.key);
+    s.land();
+    // Whatever the report says, the row and the effect log must agree after a re-run.
+    await s.dispatcher.turn(turn0).dispatch(s.call).catch(() => undefined);
+    expect(s.effects).toHaveLength(1);
+    expect(await s.ledger.lookup(s.key)).toMatchObject({ state: "unknown" });
+    expect(report).toMatchObject({ verdict: "not_performed", settled: "none" });
+  });
+
+  it("RESOLVE-6 once the ledger's clock says the grace has passed, not_performed releases, whatever this process's clock says; the re-run performs once", async () => {
+    // The store's clock is 10 minutes ahead; the row turned unknown 61 s ago on it.
+    let storeNow = Date.now() + 10 * 60_000;
+    const s = inTransit(() => storeNow);
+    await unknownRow(s);
+    storeNow += 61_000;
+    expect(await s.dispatcher.reconcile(s.key)).toMatchObject({ verdict: "not_performed", settled: "released", row: { state: "released" } });
+    expect(await s.dispatcher.turn(turn0).dispatch(s.call)).toMatchObject({ replayed: false, result: { id: "inv_1" } });
+    expect(s.effects).toEqual(["invoice 7"]);
+    expect(await s.ledger.lookup(s.key)).toMatchObject({ state: "completed", result: '{"id":"inv_1"}' });
+  });
+
+  it("RESOLVE-6 the grace must have passed when the probe looked, not when its answer came back", async () => {
+    let clock = 1_000_000;
+    const s = inTransit(
+      () => clock,
+      async () => {
+        // The probe looks at 59 s of the 60 s grace and finds nothing; the request lands at
+        // 60 s; the probe's answer is back at 61 s.
+        clock += 59_000;
+        const verdict: ReconcileVerdict = { outcome: "not_performed" };
+        clock += 1_000;
+        s.land();
+        clock += 1_000;
+        return verdict;
+      },
+    );
+    // The dispatcher's clock follows the store's here: only when the probe looked matters.
+    const now = vi.spyOn(Date, "now").mockImplementation(() => clock);
+    try {
+      await unknownRow(s);
+      const report = await s.dispatcher.reconcile(s.key);
+      await s.dispatcher.turn(turn0).dispatch(s.call).catch(() => undefined);
+      expect(s.effects).toHaveLength(1);
+      expect(await s.ledger.lookup(s.key)).toMatchObject({ state: "unknown" });
+      expect(report).toMatchObject({ verdict: "not_performed", settled: "none" });
+    } finally {
+      now.mockRestore();
+    }
+  });
+});
