@@ -138,6 +138,9 @@ export type DispatchEvent =
 /** A probe's answer as the dispatcher saw it; `error` when it threw or did not answer a verdict. */
 export type ProbeVerdict = "performed" | "not_performed" | "unknown" | "error";
 
+/** How the reason of a row left unknown after request_mismatch begins (RECON-6): reconcile reads it. */
+const REQUEST_MISMATCH_REASON = "request_mismatch";
+
 /** The actor a dispatcher's reconciliation is audited under (RESOLVE-6). */
 export const RECONCILE_ACTOR = "dispatch-once:reconcile";
 
@@ -473,7 +476,8 @@ export class Dispatcher implements CallDispatcher {
    * (RECON-9, RESOLVE-6) when the ledger offers `resolve`: performed with a storable result →
    * completed; performed without one → failed closed with result_not_storable; not performed →
    * released (a replay re-runs the stored request), for an unkeyed_write only once the row has
-   * been unknown for `reconcileGraceMs`; unknown or a failed probe → unchanged. Every settlement
+   * been unknown for `reconcileGraceMs` on the ledger's clock when the probe is asked, and never
+   * for a row left unknown after request_mismatch (RECON-6); unknown or a failed probe → unchanged. Every settlement
    * is fenced on the fence that was looked at and audited under `options.actor` (an operator's
    * name when a person asked; RECONCILE_ACTOR by default). On a ledger without `resolve`, it
    * only reports.
@@ -683,6 +687,12 @@ export class Dispatcher implements CallDispatcher {
       case "not_performed": {
         // A request still in transit may land after the probe looked (RECON-4): an unkeyed_write is
         // released only once it has been unknown long enough for any such request to have landed.
+        // After request_mismatch the downstream held the key for another request (RECON-6): finding
+        // nothing under the key later says that record is gone, not that its effect never happened,
+        // and a re-run would be performed anew. Whatever the class, only a person settles it.
+        if (row.state === "unknown" && row.reason.startsWith(REQUEST_MISMATCH_REASON)) {
+          return { left: `not released: the row is unknown after request_mismatch, and "not performed" cannot release a key the downstream held for another request (RECON-6); settle it with resolve` };
+        }
         if (row.effect === "unkeyed_write" && grace?.passed !== true) return { left: grace?.why };
         return { resolution: { outcome: "not_performed" }, reason: "reconcile: not_performed" };
       }
@@ -1416,7 +1426,7 @@ export class Dispatcher implements CallDispatcher {
         if (answer?.verdict === "performed" && answer.resultJson !== undefined) {
           return this.settlePerformed(key, fence, answer.resultJson, "request_mismatch", answer, base);
         }
-        return this.leaveUnknown(key, fence, `request_mismatch: ${describeError(error)}`, error, base, "request_mismatch", answer);
+        return this.leaveUnknown(key, fence, `${REQUEST_MISMATCH_REASON}: ${describeError(error)}`, error, base, "request_mismatch", answer);
       }
       case "unknown":
         break;

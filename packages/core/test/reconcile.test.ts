@@ -244,6 +244,41 @@ describe("reconciliation after request_mismatch (RECON-6)", () => {
   });
 });
 
+describe("an operator's reconcile of a request_mismatch row (RECON-6, RESOLVE-6)", () => {
+  it("RECON-6 RESOLVE-6 not_performed leaves the row unknown on demand too: the downstream's record of the first request may be gone, not its effect", async () => {
+    // The payments log is the oracle. The first request under the key (an earlier body of the
+    // same payment) was paid; this run's body differs, so the downstream answers a mismatch.
+    const payments: string[] = ["pay_first (the first request under the key)"];
+    let holdsKey = true;
+    const tool = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ amount: z.number() }),
+      run: (args) => {
+        if (holdsKey) throw new ToolError("Idempotency-Key reused with another body", { disposition: "request_mismatch" });
+        payments.push(`pay ${args.amount}`);
+        return { id: `pay_${payments.length}` };
+      },
+      // Asks the downstream by key: while it holds the first request's record it cannot tell this
+      // body's fate; once that record has expired it finds nothing under the key.
+      reconcile: (): ReconcileVerdict => (holdsKey ? { outcome: "unknown" } : { outcome: "not_performed" }),
+    });
+    const memory = new MemoryLedger();
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: memory, logger: recordingLogger().logger });
+    const call = { name: "send_payment", input: { amount: 3 } };
+    const key = dispatcher.keyFor(call, turn0);
+    await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toBeInstanceOf(OutcomeUnknownError);
+    expect(await memory.lookup(key)).toMatchObject({ state: "unknown", reason: expect.stringMatching(/^request_mismatch: /) });
+    // The downstream's idempotency record of the first request expires; the operator reconciles.
+    holdsKey = false;
+    const report = await dispatcher.reconcile(key);
+    await dispatcher.turn(turn0).dispatch(call).catch(() => undefined);
+    expect(payments).toHaveLength(1);
+    expect(await memory.lookup(key)).toMatchObject({ state: "unknown" });
+    expect(report).toMatchObject({ verdict: "not_performed", settled: "none", detail: expect.stringContaining("request_mismatch") });
+  });
+});
+
 describe("reconciliation of an unstorable result (RECON-7)", () => {
   function big(verdict: () => ReconcileVerdict) {
     let runs = 0;
