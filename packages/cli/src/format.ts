@@ -25,9 +25,19 @@ export const LIST_HEADER = ["KEY", "STATE", "TOOL", "FENCE", "CONVERSATION", "TU
  * an operator may resolve), from the row's lease expiry, which is on the ledger's clock.
  */
 export function stateCell(row: LedgerRow, now: number): string {
+  if (row.state === "failed") return failedState(row);
   if (row.state !== "in_flight") return row.state;
   const left = row.leaseExpiresAt - now;
   return left >= 0 ? `in_flight (lease ${formatAge(left)} left)` : `in_flight (lease expired ${formatAge(-left)} ago)`;
+}
+
+/**
+ * A failed row's state in words: `failed` alone reads "it did not happen", which is false for a
+ * row failed closed with result_not_storable (LEDGER-10, RECON-3): the effect happened and only its
+ * result could not be kept. RECORD-8 counts such a row as happened; so do list and inspect.
+ */
+export function failedState(row: LedgerRow & { state: "failed" }): string {
+  return row.error.code === "result_not_storable" ? "failed (the effect happened; result not stored)" : "failed";
 }
 
 export function listRow(row: LedgerRow, now: number): string[] {
@@ -70,7 +80,7 @@ export function describeRow(row: LedgerRow, audit: readonly AuditEntry[] | undef
   const out: string[] = [];
   const field = (name: string, value: string) => out.push(`${`${name}:`.padEnd(14)}${value}`);
   field("key", row.key);
-  field("state", row.state);
+  field("state", row.state === "failed" ? failedState(row) : row.state);
   field("tool", `${row.toolName} (${row.effect})`);
   field("fence", String(row.fence));
   const conversation = row.conversationId;

@@ -125,6 +125,21 @@ describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
     expect((row as LedgerRow & { leaseExpiresAt: number }).leaseExpiresAt).toBeLessThan(Date.now());
   });
 
+  it("list and inspect tell a failed row whose effect happened (result_not_storable) from a definite failure", async () => {
+    const declined = await seed(backend.ledger, "failed", { conversationId: "conv-cli-notstorable" });
+    const happened = await seed(backend.ledger, "in_flight", { conversationId: "conv-cli-notstorable" });
+    // What the dispatcher writes when the effect happened and its result cannot be kept (LEDGER-10).
+    await backend.ledger.fail(happened.key, happened.fence, { name: "ResultNotStorableError", message: "result of 2000000 bytes exceeds 1048576", code: "result_not_storable" });
+    const listed = await run("list", "--conversation", "conv-cli-notstorable");
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(listed.stdout).toMatch(new RegExp(`^${happened.key}\\s+failed \\(the effect happened; result not stored\\)\\s+create_invoice\\s`, "m"));
+    expect(listed.stdout).toMatch(new RegExp(`^${declined.key}\\s+failed\\s+create_invoice\\s`, "m"));
+    const inspected = await run("inspect", happened.key);
+    expect(inspected.code, inspected.stderr).toBe(0);
+    expect(inspected.stdout).toMatch(/^state:\s+failed \(the effect happened; result not stored\)$/m);
+    expect((await run("inspect", declined.key)).stdout).toMatch(/^state:\s+failed$/m);
+  });
+
   it("inspect shows the row: state, reason, request, conversation and turn", async () => {
     const text = await run("inspect", unknownRow.key);
     expect(text.code, text.stderr).toBe(0);

@@ -30,6 +30,8 @@ export const listCommand: Command = {
 List ledger rows, oldest last change first, following the ledger's cursor page by page.
 An in-flight row's STATE says whether its lease is live ("in_flight (lease 25s left)") or
 expired ("in_flight (lease expired 3m ago)": an abandoned claim resolve or reconcile may settle).
+A failed row whose effect happened but whose result could not be stored (result_not_storable)
+reads "failed (the effect happened; result not stored)"; plain "failed" did not happen.
 
 Options:
       --state <state>        in_flight, completed, failed, unknown or released; repeat it
