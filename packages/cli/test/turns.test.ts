@@ -8,6 +8,9 @@ import { PostgresConversationStore } from "@dispatch-once/conversation-postgres"
 import { createSqliteConversationStore } from "@dispatch-once/conversation-sqlite";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Dispatcher, defineTool } from "@dispatch-once/core";
+import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
+import { z } from "zod";
 import { resendVerdict } from "../src/commands/turns.js";
 import { DATABASE_URL, jsonLines, runBin } from "./helpers.js";
 
@@ -154,6 +157,66 @@ describe.each([
     expect((jsonLines(json.stdout) as (FailedTurn & { resend: string })[]).map((t) => [t.reopenable, t.resend])).toEqual([
       [true, "no: an effect's outcome is unknown (settle it first: reconcile, resolve)"],
     ]);
+  });
+});
+
+describe.each([
+  ["sqlite", sqliteStore],
+  ["postgres", postgresStore],
+] as const)("dispatch-once turns --failed on %s: a failure older than the ledger's retention (LEDGER-13, TURN-12)", (_name, open) => {
+  let backend: StoreBackend;
+  let dir: string;
+  beforeAll(async () => {
+    backend = await open();
+    dir = mkdtempSync(join(tmpdir(), "dispatch-once-cli-turns-ledger-"));
+  });
+  afterAll(async () => {
+    await backend?.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("says no once the failure is older than --retention on the store's clock: the call's row is swept and a re-send would pay again", async () => {
+    // The application's ledger keeps finished rows 1 s; its payment in the failed turn happened.
+    const ledgerPath = join(dir, `ledger-${randomBytes(4).toString("hex")}.db`);
+    const ledger = createSqliteLedger({ path: ledgerPath, retentionMs: 1_000 });
+    const payments: string[] = [];
+    const pay = defineTool({
+      name: "send_payment",
+      effect: "unkeyed_write",
+      input: z.object({ amount: z.int() }),
+      run: (args) => (payments.push(`pay ${args.amount}`), { id: `pay_${payments.length}` }),
+    });
+    const dispatcher = new Dispatcher({ tools: [pay], ledger, logger: { warn: () => {} } });
+    const call = { name: "send_payment", input: { amount: 12 } };
+    const turn = { conversationId: "conv-retention", turnIndex: 0 };
+    try {
+      await dispatcher.dispatch(call, turn);
+      // The turn then fails for another reason; its record says a re-send can help (RECORD-5).
+      await failNext(backend.store, "conv-retention", "m1", { failed: "m1", calls: [{ name: "send_payment", status: "ok", effect: "happened" }], retryable: true });
+      const fresh = await runBin(["turns", "--failed", "--json", "--conversation", "conv-retention", "--retention", "1s", ...backend.args]);
+      expect(fresh.code, fresh.stderr).toBe(0);
+      expect((jsonLines(fresh.stdout) as { resend: string }[]).map((t) => t.resend)).toEqual(["yes"]);
+
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      const swept = await runBin(["sweep", "--retention", "1s", "--ledger", ledgerPath]);
+      expect(swept.stdout, swept.stderr).toBe("swept 1 row\n");
+      const old = await runBin(["turns", "--failed", "--json", "--conversation", "conv-retention", "--retention", "1s", ...backend.args]);
+      expect(old.code, old.stderr).toBe(0);
+      const table = await runBin(["turns", "--failed", "--conversation", "conv-retention", "--retention", "1s", ...backend.args]);
+      // What a re-send of m1 would do now: the same call at the same turn index meets no row.
+      await dispatcher.dispatch(call, turn);
+      expect(payments).toEqual(["pay 12", "pay 12"]);
+      const verdict = "no: it failed longer ago than the ledger's retention (1s): its calls' rows may be gone, and a re-send would run them again";
+      expect((jsonLines(old.stdout) as { resend: string; pastRetention: boolean }[]).map((t) => [t.resend, t.pastRetention])).toEqual([[verdict, true]]);
+      expect(table.stdout.split("\n")[1]?.replace(/^(\S+\s+){5}/, "")).toBe(verdict);
+      // Without --retention (or DISPATCH_ONCE_RETENTION) it is judged by the adapters' default, 24h, and says so.
+      const byDefault = await runBin(["turns", "--failed", "--json", "--conversation", "conv-retention", ...backend.args]);
+      expect((jsonLines(byDefault.stdout) as { resend: string }[]).map((t) => t.resend)).toEqual(["yes"]);
+      const byEnv = await runBin(["turns", "--failed", "--json", "--conversation", "conv-retention", ...backend.args], { env: { DISPATCH_ONCE_RETENTION: "1s" } });
+      expect((jsonLines(byEnv.stdout) as { resend: string }[]).map((t) => t.resend)).toEqual([verdict]);
+    } finally {
+      await ledger.close();
+    }
   });
 });
 

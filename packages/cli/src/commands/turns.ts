@@ -1,6 +1,6 @@
 import { MAX_FAILED_TURNS_LIMIT, type ConversationStore, type FailedTurn, type FailedTurnsQuery } from "@dispatch-once/core";
 import { checkTargetOptions, listingOptions, stringOption, type Command } from "../context.js";
-import { formatAge } from "../duration.js";
+import { formatAge, parseDuration } from "../duration.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
 import { iso, table } from "../format.js";
@@ -41,6 +41,20 @@ function whyNotRetryable(record: Record<string, unknown>): string {
   return `the record says a re-send cannot help (${text.length > MAX_REASON_CHARS ? `${text.slice(0, MAX_REASON_CHARS)}…` : text})`;
 }
 
+/** The ledger's retention `turns` judges re-sends by when neither --retention nor DISPATCH_ONCE_RETENTION is given: the adapters' default. */
+export const DEFAULT_LEDGER_RETENTION_MS = 86_400_000;
+
+/**
+ * The RE-SEND verdict with the ledger's retention (LEDGER-13): a re-send of a turn that failed
+ * longer ago than that meets no row for the calls its failed attempts made (swept, or forgotten by
+ * a claim, LEDGER-19), so it runs them again: a payment that happened is made a second time. A
+ * re-send that returns the stored failure (a later message bound) runs nothing and keeps its verdict.
+ */
+export function resendVerdictAt(turn: FailedTurn, pastRetention: boolean, retentionText: string): string {
+  if (!pastRetention || turn.reopenable === false) return resendVerdict(turn);
+  return `no: it failed longer ago than the ledger's retention (${retentionText}): its calls' rows may be gone, and a re-send would run them again`;
+}
+
 function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
@@ -57,6 +71,7 @@ export const turnsCommand: Command = {
     "older-than": { type: "string" },
     limit: { type: "string" },
     "page-size": { type: "string" },
+    retention: { type: "string" },
     json: { type: "boolean" },
   },
   positionals: [0, 0],
@@ -73,6 +88,10 @@ The RE-SEND column (and "resend" in --json, beside the store's "reopenable") say
   no: a later message was bound  a re-send only returns the stored failure
   yes: it reopens; ...           the store would reopen it; the record does not say more
   no: <why>                      the record says a retry cannot help (an effect left unknown, ...)
+  no: it failed longer ago than the ledger's retention (<age>): ...
+                                 the ledger may have forgotten the rows of its calls (LEDGER-13):
+                                 a re-send would run them again, paying a payment that happened
+                                 twice. Measured on the store's clock; "pastRetention" in --json
   unknown                        the store does not say whether a re-send would reopen it
 
 Options:
@@ -86,6 +105,10 @@ Options:
       --older-than <age>       only turns that failed at least this long ago: 30s, 10m, 2h, 7d
       --limit <n>              print at most n turns (default ${DEFAULT_TURN_ROWS}; 0 = all)
       --page-size <n>          turns asked of the store per page (default and most ${MAX_FAILED_TURNS_LIMIT})
+      --retention <age>        your application's ledger retention (its retentionMs), e.g. 7d: a
+                               failure older than that is not worth a re-send (see above). Default:
+                               the DISPATCH_ONCE_RETENTION environment variable, else 24h, the
+                               adapters' default
       --json                   one JSON object per line
 
 Example:
@@ -101,6 +124,11 @@ Example:
     checkTargetOptions(parseTarget(target, io.cwd).kind, values, { sqlite: ["table-prefix"], postgres: ["schema", "table-prefix"] }, "conversation store", command);
     const schema = stringOption(values, "schema");
     const tablePrefix = stringOption(values, "table-prefix");
+    const retentionGiven = stringOption(values, "retention");
+    const retentionEnv = io.env["DISPATCH_ONCE_RETENTION"];
+    const retentionText = retentionGiven ?? (retentionEnv !== undefined && retentionEnv.trim() !== "" ? retentionEnv.trim() : undefined);
+    const retentionMs = retentionText === undefined ? DEFAULT_LEDGER_RETENTION_MS : parseDuration(retentionText, retentionGiven !== undefined ? "--retention" : "DISPATCH_ONCE_RETENTION", command);
+    const retentionShown = retentionText?.trim() ?? "24h, the adapters' default: pass --retention";
 
     const opened = await openConversationStore(target, {
       cwd: io.cwd,
@@ -112,6 +140,7 @@ Example:
       if (store.listFailedTurns === undefined) throw new UnsupportedOperationError("listFailedTurns", opened.display);
       const now = Date.now();
       const printed: string[][] = [];
+      const listed: FailedTurn[] = [];
       let count = 0;
       let more = false;
       let cursor: string | undefined;
@@ -120,13 +149,27 @@ Example:
         const page = await store.listFailedTurns({ ...query, limit: want, ...(cursor !== undefined ? { cursor } : {}) });
         for (const turn of page.turns) {
           count += 1;
-          const resend = resendVerdict(turn);
-          if (json) io.stdout(`${JSON.stringify({ ...turn, resend })}\n`);
-          else printed.push([turn.conversationId, turn.messageId, turn.turnIndex === undefined ? "-" : String(turn.turnIndex), turn.failedAt === 0 ? "unknown" : iso(turn.failedAt), turn.failedAt === 0 ? "-" : formatAge(now - turn.failedAt), resend]);
+          listed.push(turn);
         }
         cursor = page.cursor;
         if (limit !== 0 && count >= limit && cursor !== undefined) more = true;
       } while (cursor !== undefined && (limit === 0 || count < limit));
+      // Which of them failed longer ago than the ledger's retention, on the STORE's clock (its
+      // olderThanMs, TURN-17), not this machine's: listed after them, so a turn that crosses the
+      // line meanwhile is counted past it. They come first in the same order, so at most as many.
+      const past = new Set<string>();
+      let pastCursor: string | undefined;
+      do {
+        const page = await store.listFailedTurns({ ...query, olderThanMs: Math.max(query.olderThanMs ?? 0, retentionMs), limit: pageSize, ...(pastCursor !== undefined ? { cursor: pastCursor } : {}) });
+        for (const turn of page.turns) past.add(`${turn.conversationId}\u0000${turn.messageId}`);
+        pastCursor = page.cursor;
+      } while (pastCursor !== undefined && past.size < listed.length);
+      for (const turn of listed) {
+        const pastRetention = past.has(`${turn.conversationId}\u0000${turn.messageId}`);
+        const resend = resendVerdictAt(turn, pastRetention, retentionShown);
+        if (json) io.stdout(`${JSON.stringify({ ...turn, resend, pastRetention })}\n`);
+        else printed.push([turn.conversationId, turn.messageId, turn.turnIndex === undefined ? "-" : String(turn.turnIndex), turn.failedAt === 0 ? "unknown" : iso(turn.failedAt), turn.failedAt === 0 ? "-" : formatAge(now - turn.failedAt), resend]);
+      }
       if (!json && printed.length > 0) io.stdout(table(["CONVERSATION", "MESSAGE", "TURN", "FAILED AT", "AGE", "RE-SEND"], printed));
       io.stderr(`${count} failed turn${count === 1 ? "" : "s"}${more ? " (more may match: raise --limit, or --limit 0 for all)" : ""}\n`);
       return 0;
