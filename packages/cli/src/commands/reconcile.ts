@@ -31,8 +31,9 @@ Options:
       --tools <module>   a JavaScript module exporting the registry as \`tools\` or as its default
                          export (a ToolRegistry, an array of tool definitions, or a function
                          returning either); see the README, "The tools module"
-      --grace <age>      how long an unkeyed_write row must have been unknown before a probe's
-                         "not performed" may release it (a request still in transit may land
+      --grace <age>      how long an unkeyed_write row must have been unknown, on the ledger's
+                         clock (not this machine's) when the probe is asked, before its "not
+                         performed" may release it (a request still in transit may land
                          later): 30s, 10m, ... (default: the dispatcher's, 60s)
       --timeout <age>    how long the probe may take: then its AbortSignal aborts, nothing is
                          written, and the command exits 4 (default 30s; at most 24d)
