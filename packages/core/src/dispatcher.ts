@@ -12,6 +12,7 @@ import {
   LedgerUnavailableError,
   OutcomeUnknownError,
   ResultNotStorableError,
+  StaleClaimError,
   ToolError,
   ToolFailedError,
   ToolInputError,
@@ -1126,6 +1127,7 @@ export class Dispatcher implements CallDispatcher {
         await this.recordAgain(key, fence, () => this.ledger.complete(key, fence, resultJson), done, recordError);
       }
     } catch (error) {
+      if (isDispatchOnceError(error, "stale_claim")) throw performedButStale(key, fence, error);
       if (!isDispatchOnceError(error, "result_not_storable")) throw error;
       return this.reconcileUnstorable(tool, args, key, fence, error, base);
     }
@@ -1250,6 +1252,7 @@ export class Dispatcher implements CallDispatcher {
       try {
         await this.recorded(key, fence, () => this.ledger.complete(key, fence, resultJson), { toolName: base.toolName, ordinal: base.ordinal, state: "completed", write: "complete", result: resultJson });
       } catch (error) {
+        if (isDispatchOnceError(error, "stale_claim")) throw performedButStale(key, fence, error);
         if (!isDispatchOnceError(error, "result_not_storable")) throw error;
         return this.failClosed(key, fence, error, base);
       }
@@ -1831,6 +1834,21 @@ interface RecordDone {
 function wroteThis(row: LedgerRow | undefined, fence: number, done: RecordDone): boolean {
   if (row === undefined || row.fence !== fence || row.state !== done.state) return false;
   return row.state !== "completed" || row.result === done.result;
+}
+
+/**
+ * The run performed the effect (its tool returned a result, or a probe found it performed) and its
+ * claim was lost before the result was recorded: someone else now owns the row (a takeover, an
+ * operator's resolution, RESOLVE-5) and fencing keeps theirs (DISPATCH-8). The caller is told the
+ * effect happened, not "possibly": the row may say otherwise (a resolution as not performed).
+ */
+function performedButStale(key: string, fence: number, error: unknown): StaleClaimError {
+  return new StaleClaimError(
+    key,
+    fence,
+    "the effect happened (the run returned a result), but the claim was lost before the result was recorded; the row is its new owner's or an operator's",
+    { effectHappened: true, cause: error },
+  );
 }
 
 function afterRunWriteError(key: string, error: unknown): unknown {

@@ -43,7 +43,7 @@ const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry
   claim_released: { rules: ["LEDGER-8", "LEDGER-21"], carries: ["key", "effectMayHaveHappened", "cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the tool's error did not settle the call; the claim was released for a re-run with the stored request" },
   outcome_unknown: { rules: ["LEDGER-7", "LEDGER-8", "EFFECT-6"], carries: ["key", "reason"], effect: "possibly", retryable: "no", raisedWhen: "the row is unknown: nobody can tell if the effect happened; never re-run" },
   tool_failed: { rules: ["LEDGER-8", "DISPATCH-9"], carries: ["key", "error", "replayed"], effect: "no", retryable: "no", raisedWhen: "a definite failure, first run or replayed" },
-  stale_claim: { rules: ["LEDGER-5", "DISPATCH-8"], carries: ["key", "fence"], effect: "possibly", retryable: "same_message", raisedWhen: "a fence no longer owns an in-flight row" },
+  stale_claim: { rules: ["LEDGER-5", "DISPATCH-8"], carries: ["key", "fence", "effectHappened"], effect: "possibly", retryable: "same_message", raisedWhen: "a fence no longer owns an in-flight row" },
   ledger_unavailable: { rules: ["LEDGER-12", "DISPATCH-10"], carries: ["cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the ledger's store cannot be reached or refused the operation" },
   ledger_corrupt: { rules: ["LEDGER-11", "DISPATCH-10"], carries: ["key"], effect: "possibly", retryable: "no", raisedWhen: "a ledger row cannot be read back" },
   result_not_storable: { rules: ["LEDGER-10", "DISPATCH-7"], carries: ["key"], effect: "yes", retryable: "no", raisedWhen: "the effect happened and its result is not JSON or is too large (first run or replayed)" },
@@ -86,6 +86,8 @@ export function catalogueEntry(error: unknown): ErrorCatalogueEntry | undefined 
 export function effectOf(error: unknown): EffectKnowledge {
   const entry = catalogueEntry(error);
   if (entry === undefined) return "possibly";
+  // A claim lost after its run performed the effect, before the outcome was recorded (DISPATCH-8).
+  if (isDispatchOnceError(error, "stale_claim") && (error as { effectHappened?: unknown }).effectHappened === true) return "yes";
   if (isDispatchOnceError(error, "claim_released")) {
     return (error as { effectMayHaveHappened?: unknown }).effectMayHaveHappened === false ? "no" : "possibly";
   }

@@ -82,3 +82,13 @@ describe("CallPhases", () => {
     expect(first!.partialJson).toBe("[1]");
   });
 });
+
+describe("a call whose claim was lost after its run performed the effect (DISPATCH-8, RECORD-2)", () => {
+  it("is recorded as happened, not may_have_happened; a stale claim that knows nothing stays may_have_happened", async () => {
+    const { StaleClaimError } = await import("@dispatch-once/core");
+    const { classifyCallError } = await import("../src/index.js");
+    const performed = new StaleClaimError("k".repeat(32), 1, "the effect happened", { effectHappened: true });
+    expect(classifyCallError(performed, false)).toMatchObject({ status: "error", effect: "happened" });
+    expect(classifyCallError(new StaleClaimError("k".repeat(32), 1), false)).toMatchObject({ status: "error", effect: "may_have_happened" });
+  });
+});

@@ -6,9 +6,17 @@ export class StaleClaimError extends DispatchOnceError {
   static override readonly code = "stale_claim" as const;
   readonly key: string;
   readonly fence: number;
-  constructor(key: string, fence: number, message = "claim is no longer held") {
-    super("stale_claim", `${message}: key ${key}, fence ${fence}`);
+  /**
+   * `true` when the claim was lost after its run performed the effect (the tool returned a
+   * result, or a probe found it performed) and before the outcome was recorded (DISPATCH-8): the
+   * effect happened, whatever the row now says (an operator's resolution, RESOLVE-5), and
+   * `effectOf` answers "yes". Absent when nothing is known of the effect ("possibly").
+   */
+  readonly effectHappened?: true;
+  constructor(key: string, fence: number, message = "claim is no longer held", options: { effectHappened?: true; cause?: unknown } = {}) {
+    super("stale_claim", `${message}: key ${key}, fence ${fence}`, options.cause !== undefined ? { cause: options.cause } : undefined);
     this.key = key;
     this.fence = fence;
+    if (options.effectHappened === true) this.effectHappened = true;
   }
 }
