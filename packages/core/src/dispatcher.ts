@@ -514,7 +514,11 @@ export class Dispatcher implements CallDispatcher {
     // A probe's "not performed" speaks for the moment it looked: it may release an unkeyed_write
     // only if the grace had passed by then, on the ledger's clock (RESOLVE-6), so that is decided
     // before the probe is asked, never from this process's clock or after the answer came back.
-    const graceBeforeProbe = row.effect === "unkeyed_write" ? await this.unknownForGrace(row) : undefined;
+    // A listing that fails only withholds the release: a "performed" still settles the row.
+    const graceBeforeProbe =
+      row.effect === "unkeyed_write"
+        ? await this.unknownForGrace(row).catch((error: unknown) => ({ passed: false, why: `not released: the ledger could not tell how long the row has been unknown (${describeError(error)})` }))
+        : undefined;
     const answer = signal === undefined ? await this.probe(tool, args, key, "on_demand", new AbortController().signal) : await this.probeWithin(tool, args, key, signal);
     const found =
       answer.verdict === "performed" && answer.resultJson !== undefined

@@ -738,3 +738,33 @@ describe("a probe's not_performed against a request still in transit (RESOLVE-6,
     }
   });
 });
+
+describe("reconcile when the ledger cannot list (RESOLVE-6)", () => {
+  it("a listing that fails withholds only the release: performed still completes the row, not_performed leaves it unknown", async () => {
+    let verdict: ReconcileVerdict = { outcome: "not_performed" };
+    const tool = defineTool({
+      name: "create_invoice",
+      effect: "unkeyed_write",
+      input: z.object({ amount: z.number() }),
+      run: () => ({ id: "never" }),
+      reconcile: () => verdict,
+    });
+    const memory = new MemoryLedger();
+    const ledger = Object.assign(Object.create(durable(memory)), {
+      listRows: () => Promise.reject(new Error("connection reset")),
+    }) as Ledger;
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, reconcileGraceMs: 1, logger: recordingLogger().logger });
+    const keys: string[] = [];
+    for (const amount of [1, 2]) {
+      const key = dispatcher.keyFor({ name: "create_invoice", input: { amount } }, turn0);
+      const claimed = (await memory.claim({ key, toolName: "create_invoice", effect: "unkeyed_write", owner: "gone", leaseMs: 60_000, request: `{"amount":${amount}}` })) as { fence: number };
+      await memory.markUnknown(key, claimed.fence, "tool_error");
+      keys.push(key);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(await dispatcher.reconcile(keys[0]!)).toMatchObject({ verdict: "not_performed", settled: "none", detail: expect.stringContaining("connection reset") });
+    expect(await memory.lookup(keys[0]!)).toMatchObject({ state: "unknown" });
+    verdict = { outcome: "performed", result: { id: "inv_9" } };
+    expect(await dispatcher.reconcile(keys[1]!)).toMatchObject({ verdict: "performed", settled: "completed" });
+  });
+});
