@@ -13,7 +13,8 @@ export const EXIT_CODES = Object.freeze({
   notFound: 3,
   /**
    * The ledger refused, or nothing could be done: resolve on a row that is not open or a stale
-   * `--expected-fence`, an operation the ledger does not support, a reconcile that settled nothing.
+   * `--expected-fence`, an operation the ledger does not support, a reconcile that settled nothing,
+   * a `resolve --not-performed` of an unkeyed row within `--grace`.
    */
   refused: 4,
   /** `audit --strict` found a tool whose double-fire is not guarded well enough. */

@@ -24,5 +24,6 @@ export {
   UnsupportedOperationError,
   ToolsModuleError,
   NothingSettledError,
+  TooSoonError,
   type CliErrorCode,
 } from "./errors/index.js";

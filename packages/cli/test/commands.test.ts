@@ -207,7 +207,7 @@ describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
     expect(f.code, f.stderr).toBe(0);
     expect(await backend.ledger.lookup(failed.key)).toMatchObject({ state: "failed", error: { message: "the bank rejected it", code: "bank_rejected" } });
     const released = await seed(backend.ledger, "unknown");
-    const r = await run("resolve", released.key, "--not-performed", "--reason", "no trace downstream", "--json");
+    const r = await run("resolve", released.key, "--not-performed", "--reason", "no trace downstream", "--grace", "0s", "--json");
     expect(r.code, r.stderr).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ key: released.key, state: "released" });
   });
@@ -225,12 +225,12 @@ describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
 
   it("resolve --expected-fence refuses (exit 4) when the fence moved, and resolves when it matches", async () => {
     const row = await seed(backend.ledger, "unknown");
-    const stale = await run("resolve", row.key, "--not-performed", "--reason", "checked", "--expected-fence", String(row.fence + 1));
+    const stale = await run("resolve", row.key, "--not-performed", "--reason", "checked", "--grace", "0s", "--expected-fence", String(row.fence + 1));
     if (!supports("resolve")) return expectUnsupported(stale, "resolve");
     expect(stale.code).toBe(4);
     expect(stale.stderr).toContain("[stale_claim]");
     expect(await backend.ledger.lookup(row.key)).toMatchObject({ state: "unknown" });
-    const ok = await run("resolve", row.key, "--not-performed", "--reason", "checked", "--expected-fence", String(row.fence));
+    const ok = await run("resolve", row.key, "--not-performed", "--reason", "checked", "--grace", "0s", "--expected-fence", String(row.fence));
     expect(ok.code, ok.stderr).toBe(0);
   });
 

@@ -31,9 +31,18 @@ describe.each(BACKENDS)("resolve against a live application on %s", (_name, open
       return { paid: true };
     },
   });
+  const quick = defineTool({
+    name: "book_now",
+    effect: "unkeyed_write",
+    input,
+    run: () => {
+      runs += 1;
+      return { booked: true };
+    },
+  });
   const dispatcherOf = (backend: Backend, leaseMs = 600) =>
     new Dispatcher({
-      tools: new ToolRegistry([slow, keyed]),
+      tools: new ToolRegistry([slow, keyed, quick]),
       ledger: backend.ledger,
       leaseMs,
       logger: { warn: () => {} },
@@ -79,6 +88,52 @@ describe.each(BACKENDS)("resolve against a live application on %s", (_name, open
     await expect(backend.ledger.complete(key, claim.fence, '{"booked":true}')).rejects.toSatisfy((error) => isDispatchOnceError(error, "stale_claim"));
     await expect(backend.ledger.renew(key, claim.fence, 60_000)).rejects.toSatisfy((error) => isDispatchOnceError(error, "stale_claim"));
     expect(await backend.ledger.lookup(key)).toMatchObject({ state: "completed", result: '{"booked":"by hand"}', fence: claim.fence + 1 });
+  });
+
+  it("resolve --not-performed of an unkeyed claim whose lease just ran out is refused within the grace, nothing written: the paused owner's request lands, its complete stands, the replay pays nothing more", async () => {
+    const dispatcher = dispatcherOf(backend);
+    const bookings: string[] = [];
+    const turn = { conversationId: `conv-paused-${backend.name}`, turnIndex: 0 };
+    const call = { name: "book_now", input: { n: 7 } };
+    const key = dispatcher.keyFor(call, turn);
+    // The owner claimed and paused before its request went out (a GC pause, a frozen VM).
+    const claim = await backend.ledger.claim({ key, toolName: "book_now", effect: "unkeyed_write", owner: "paused", leaseMs: 1, request: '{"n":7}', conversationId: turn.conversationId, turnIndex: 0 });
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    // The operator finds no booking downstream (the request has not been sent) and resolves.
+    const resolved = await cli("resolve", key, "--not-performed", "--reason", "no booking at the restaurant");
+    // The owner wakes: its request lands, and it records the outcome under its fence.
+    bookings.push("table for 7");
+    const late = await backend.ledger.complete(key, claim.fence, '{"booked":true}').then(() => "recorded", (error: unknown) => (isDispatchOnceError(error, "stale_claim") ? "stale" : String(error)));
+    runs = 0;
+    const replay = await dispatcher.dispatch(call, turn).catch((error: unknown) => error);
+    if (runs > 0) bookings.push("table for 7 (the replay)");
+    expect(bookings).toEqual(["table for 7"]);
+    expect(late).toBe("recorded");
+    expect(await backend.ledger.lookup(key)).toMatchObject({ state: "completed", fence: claim.fence, result: '{"booked":true}' });
+    expect(replay).toMatchObject({ replayed: true, result: { booked: true } });
+    expect(resolved.code, resolved.stderr).toBe(4);
+    expect(resolved.stderr).toContain("nothing was written");
+  });
+
+  it("resolve --not-performed of an unkeyed row settles it once the grace has passed on the ledger's clock, or at once with --grace 0", async () => {
+    const expired = `${backend.name}-grace-expired`.padEnd(32, "0");
+    const claim = await backend.ledger.claim({ key: expired, toolName: "book_table", effect: "unkeyed_write", owner: "dead", leaseMs: 1, request: '{"n":8}' });
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    const afterGrace = await cli("resolve", expired, "--not-performed", "--reason", "no booking", "--grace", "1s");
+    expect(afterGrace.code, afterGrace.stderr).toBe(0);
+    expect(await backend.ledger.lookup(expired)).toMatchObject({ state: "released", fence: claim.fence + 1 });
+    const unknown = `${backend.name}-grace-unknown`.padEnd(32, "0");
+    const second = await backend.ledger.claim({ key: unknown, toolName: "book_table", effect: "unkeyed_write", owner: "x", leaseMs: 60_000, request: '{"n":9}' });
+    if (second.outcome !== "claimed") throw new Error("not claimed");
+    await backend.ledger.markUnknown(unknown, second.fence, "tool_error");
+    const tooSoon = await cli("resolve", unknown, "--not-performed", "--reason", "no booking");
+    expect(tooSoon.code, tooSoon.stderr).toBe(4);
+    expect(await backend.ledger.lookup(unknown)).toMatchObject({ state: "unknown", fence: second.fence });
+    const forced = await cli("resolve", unknown, "--not-performed", "--reason", "no booking, and the worker is known dead", "--grace", "0s");
+    expect(forced.code, forced.stderr).toBe(0);
+    expect(await backend.ledger.lookup(unknown)).toMatchObject({ state: "released" });
   });
 
   it("a replay racing a resolution of an expired keyed row: one of them acts, and the tool runs only when the replay won", async () => {

@@ -113,7 +113,7 @@ describe.each(BACKENDS)("resolve and reconcile keep the rows they finish for the
 
   it("resolve --not-performed --retention 30d keeps the released row (and so its request) 30 days", async () => {
     const row = await seed(backend.ledger, "unknown");
-    const result = await run(["resolve", row.key, "--not-performed", "--reason", "no trace", "--retention", "30d"]);
+    const result = await run(["resolve", row.key, "--not-performed", "--reason", "no trace", "--grace", "0s", "--retention", "30d"]);
     expect(result.code, result.stderr).toBe(0);
     expect(await backend.ledger.lookup(row.key)).toMatchObject({ state: "released" });
     expectRetention(backend, await storedRetention(backend, row.key), 30 * DAY);

@@ -86,6 +86,8 @@ describe("dispatch-once usage", () => {
     [["resolve", "k", "--not-performed"], "--reason <text> is required"],
     [["resolve", "k", "--not-performed", "--reason", "  "], "--reason <text> is required"],
     [["resolve", "k", "--not-performed", "--code", "c", "--reason", "x"], "--code only goes with --failed"],
+    [["resolve", "k", "--completed", "{}", "--reason", "x", "--grace", "0s"], "--grace only goes with --not-performed"],
+    [["resolve", "k", "--not-performed", "--reason", "x", "--grace", "60"], "--grace takes a duration like 30s"],
     [["resolve", "k", "--not-performed", "--reason", "x", "--expected-fence", "0"], "--expected-fence takes a whole number of at least 1"],
     [["resolve", "k", "--completed", "nope", "--reason", "x"], "--completed must be the result as JSON"],
     [["reconcile", "k"], "--tools <module> is required"],

@@ -5,6 +5,9 @@ import { keyArgument, LEDGER_HELP, LEDGER_OPTIONS, RETENTION_HELP, RETENTION_OPT
 import { actorOf } from "../actor.js";
 import { parseCount } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
+import { TooSoonError } from "../errors/too-soon-error.js";
+import { DEFAULT_GRACE_MS, openForGrace } from "../grace.js";
+import { parseDuration } from "../duration.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
 import { iso } from "../format.js";
@@ -25,6 +28,7 @@ export const resolveCommand: Command = {
     reason: { type: "string" },
     actor: { type: "string" },
     "expected-fence": { type: "string" },
+    grace: { type: "string" },
     json: { type: "boolean" },
   },
   positionals: [1, 1],
@@ -45,12 +49,17 @@ Options:
       --reason <text>        why: what you checked (required; kept in the audit trail)
       --actor <name>         who resolves (default: your OS user name)
       --expected-fence <n>   refuse if the row's fence is no longer n (someone else acted)
+      --grace <age>          --not-performed of an unkeyed_write row is refused (exit 4, nothing
+                             written) until the row has been unknown, or its lease expired, this
+                             long on the ledger's clock: a request may still be in transit, or its
+                             owner paused with it unsent, and a re-run would pay twice
+                             (default 60s; 0s when you know the owner is gone)
       --json                 print the resolved row as JSON
 ${RETENTION_HELP}
 ${LEDGER_HELP}
 
 Exit 3 when the key has no row; 4 when the ledger refuses (the row is completed, failed, or in
-flight with a live lease, or the fence moved).
+flight with a live lease, or the fence moved), or when --not-performed comes within --grace.
 
 Example:
   dispatch-once resolve 3f1c0a9b8e7d6c5b4a3928170f6e5de9 -l ./ledger.db --retention 7d --completed '{"invoiceId":"inv_42"}' \\
@@ -67,6 +76,9 @@ Example:
     const reason = stringOption(values, "reason")?.trim();
     if (reason === undefined || reason === "") throw new UsageError("--reason <text> is required: say what you checked downstream", command);
     const actor = actorOf(values, io, command);
+    const graceText = stringOption(values, "grace");
+    const graceMs = graceText === undefined ? DEFAULT_GRACE_MS : parseDuration(graceText, "--grace", command);
+    if (graceText !== undefined && !notPerformed) throw new UsageError("--grace only goes with --not-performed", command);
     const fenceText = stringOption(values, "expected-fence");
     const expectedFence = fenceText === undefined ? undefined : parseCount(fenceText, "--expected-fence", command, 1);
 
@@ -86,6 +98,12 @@ Example:
     if (!supports(store, "resolve") || store.resolve === undefined) throw new UnsupportedOperationError("resolve", opened.display);
     const before = await store.lookup(key);
     if (before === undefined) throw new KeyNotFoundError(key);
+    // "I found nothing downstream" is a probe's not performed: for an unkeyed_write it releases the
+    // row only once nothing can still land (RESOLVE-6), as reconcile's grace (RESOLVE-6).
+    if (notPerformed && before.effect === "unkeyed_write" && graceMs > 0) {
+      const open = await openForGrace(store, before, graceMs);
+      if (!open.passed && open.live !== true) throw new TooSoonError(key, open.why);
+    }
     const request: ResolveRequest = { key, resolution, actor, reason, ...(expectedFence !== undefined ? { expectedFence } : {}) };
     const row = await store.resolve(request);
     if (values["json"] === true) io.stdout(`${JSON.stringify(row)}\n`);

@@ -8,7 +8,8 @@ export type CliErrorCode =
   | "key_not_found"
   | "unsupported_operation"
   | "tools_module"
-  | "nothing_settled";
+  | "nothing_settled"
+  | "too_soon";
 
 /** Shared by every copy of this package (ESM and CJS, two versions), unlike `instanceof`. */
 const CLI_ERROR_BRAND: unique symbol = Symbol.for("dispatch-once.cli-error") as never;

@@ -6,3 +6,4 @@ export { KeyNotFoundError } from "./key-not-found-error.js";
 export { UnsupportedOperationError } from "./unsupported-operation-error.js";
 export { ToolsModuleError } from "./tools-module-error.js";
 export { NothingSettledError } from "./nothing-settled-error.js";
+export { TooSoonError } from "./too-soon-error.js";
