@@ -25,7 +25,7 @@ import { deriveKeyFromCanonical } from "./key.js";
 import { toJsonData } from "./json-data.js";
 import { newClaimId, type Resolution, type ResolvedRow, type ClaimRequest, type ClaimResult, type InFlightRow, type Ledger, type LedgerEffect, type LedgerRow, type TerminalRow } from "./ledger.js";
 import { utf8ByteLength } from "./memory-ledger.js";
-import { ToolRegistry, type ReconcileCause, type ToolDefinition } from "./registry.js";
+import { ToolRegistry, type ReconcileCause, type ToolDefinition, type ToolRunContext } from "./registry.js";
 import { RenewalWheel, type RenewalEntry } from "./renewals.js";
 import { MAX_LEASE_MS } from "./internal/leases.js";
 import { loggerOption } from "./internal/logger.js";
@@ -1478,19 +1478,23 @@ export class Dispatcher implements CallDispatcher {
     return answer === undefined ? mark() : this.settle(key, base, cause, answer, "unknown", mark);
   }
 
-  private runContext(toolName: string, key: string, context: TurnContext, ordinal: number, abort: LazyAbort) {
-    return {
+  private runContext(toolName: string, key: string, context: TurnContext, ordinal: number, abort: LazyAbort): ToolRunContext {
+    const run = {
       idempotencyKey: key,
       conversationId: context.conversationId,
       turnIndex: context.turnIndex,
       ordinal,
       toolName,
-      // Made when the tool first reads it: most tools never do, and a controller per call was
-      // a measurable share of the dispatcher's CPU. The same signal object on every read.
-      get signal(): AbortSignal {
-        return abort.signal;
-      },
     };
+    // `signal` is made when the tool first reads it: most tools never do, and a controller per
+    // call was a measurable share of the dispatcher's CPU. The same signal object on every read.
+    // An own enumerable getter, as an object literal's `get signal()` made it, but one getter for
+    // every context, reading the call's abort from a private field of the context (RunAbort):
+    // a getter made per call gave each context a map of its own, in dictionary mode (0.7 µs a
+    // call in a micro-benchmark, against 0.2).
+    new RunAbort(run, abort);
+    Object.defineProperty(run, "signal", RUN_SIGNAL);
+    return run as ToolRunContext;
   }
 
   /** On the hot path, call sites test `onEvent` first, so no event object is built for nobody. */
@@ -1525,6 +1529,43 @@ class LazyAbort {
     this.controller?.abort(reason);
   }
 }
+
+/** A base class whose constructor gives back the object it is handed: its subclass's private fields then go on that object. */
+class Stamp {
+  constructor(target: object) {
+    return target as Stamp;
+  }
+}
+
+/**
+ * A run context's abort, kept in a private field of the plain context object itself (Stamp):
+ * invisible to Object.keys, spread, Reflect.ownKeys and structuredClone, and read by the one
+ * `signal` getter that every context shares (RUN_SIGNAL).
+ */
+class RunAbort extends Stamp {
+  readonly #abort: LazyAbort;
+  constructor(context: object, abort: LazyAbort) {
+    super(context);
+    this.#abort = abort;
+  }
+  static signalOf(context: object): AbortSignal {
+    return (context as RunAbort).#abort.signal;
+  }
+}
+
+/** The run context's `signal`: what an object literal's `get signal() {}` defines (enumerable, configurable, no setter, named "get signal"). */
+const RUN_SIGNAL: PropertyDescriptor = {
+  get: Object.getOwnPropertyDescriptor(
+    {
+      get signal(): AbortSignal {
+        return RunAbort.signalOf(this);
+      },
+    },
+    "signal",
+  )!.get,
+  enumerable: true,
+  configurable: true,
+};
 
 /**
  * A claimed call's lease while its tool runs: an entry of the dispatcher's renewal wheel, and the

@@ -182,6 +182,43 @@ describe("the dispatcher's fast path for flat arguments, end to end", () => {
     expect(replay).toEqual({ ...first, replayed: true });
   });
 
+  it("DISPATCH-4 DISPATCH-11 the run context is a plain object with an own, enumerable signal getter and nothing else to see", async () => {
+    const seen: Record<string, unknown>[] = [];
+    const probe = defineTool({
+      name: "probe_context",
+      effect: "keyed_write",
+      input: z.object({ n: z.number() }),
+      run: (_args, ctx) => {
+        seen.push(ctx as unknown as Record<string, unknown>);
+        return null;
+      },
+    });
+    const read = defineTool({ name: "probe_read", effect: "read", input: z.object({ n: z.number() }), run: (_args, ctx) => void seen.push(ctx as unknown as Record<string, unknown>) });
+    const dispatcher = new Dispatcher({ tools: [probe, read], ledger: new MemoryLedger() });
+    await dispatcher.turn({ conversationId: "conv_ctx", turnIndex: 2 }).dispatch({ name: "probe_context", input: { n: 1 } });
+    await dispatcher.turn({ conversationId: "conv_ctx", turnIndex: 3 }).dispatch({ name: "probe_context", input: { n: 2 } });
+    await dispatcher.turn({ conversationId: "conv_ctx", turnIndex: 4 }).dispatch({ name: "probe_read", input: { n: 3 } });
+    expect(seen).toHaveLength(3);
+    for (const ctx of seen) {
+      expect(Object.getPrototypeOf(ctx)).toBe(Object.prototype);
+      expect(Reflect.ownKeys(ctx)).toEqual(["idempotencyKey", "conversationId", "turnIndex", "ordinal", "toolName", "signal"]);
+      const descriptor = Object.getOwnPropertyDescriptor(ctx, "signal")!;
+      expect(descriptor).toMatchObject({ enumerable: true, configurable: true, set: undefined });
+      expect(typeof descriptor.get).toBe("function");
+      const signal = ctx.signal as AbortSignal;
+      expect(signal).toBeInstanceOf(AbortSignal);
+      expect(signal.aborted).toBe(false);
+      // The same signal on every read, and a spread or structuredClone keeps it as a member.
+      expect(ctx.signal).toBe(signal);
+      expect({ ...ctx }.signal).toBe(signal);
+      const { signal: _signal, ...rest } = ctx;
+      expect(Reflect.ownKeys(structuredClone(rest))).toEqual(["idempotencyKey", "conversationId", "turnIndex", "ordinal", "toolName"]);
+    }
+    // Each call has its own signal.
+    expect(seen[0]!.signal).not.toBe(seen[1]!.signal);
+    expect(seen.map((ctx) => ctx.turnIndex)).toEqual([2, 3, 4]);
+  });
+
   it("TURN-4 ordinals count each identity in dispatch order; a refused call takes none", async () => {
     const read = defineTool({ name: "lookup", effect: "read", input: z.object({ q: z.string(), page: z.number().optional() }), run: () => null });
     const dispatcher = new Dispatcher({ tools: [read], ledger: new MemoryLedger(), logger: { warn: () => {} } });
