@@ -17,8 +17,23 @@ export const MAX_RESULT_DEPTH = MAX_CANONICAL_DEPTH;
  * and nesting deeper than MAX_RESULT_DEPTH. The output is then given to `canonicalize`.
  */
 export function toJsonData(value: unknown): unknown {
-  return convert(value, "", [], 0, new Set());
+  // The walk's path and ancestor set, kept between calls (a Set and an array per call were most
+  // of this walk's allocation for a dispatch's flat result); a toJSON that calls back into this
+  // while a walk runs gets its own.
+  const own = scratch;
+  if (own === undefined) return convert(value, "", [], 0, new Set());
+  scratch = undefined;
+  try {
+    return convert(value, "", own.path, 0, own.ancestors);
+  } finally {
+    // A walk that threw leaves its path behind; every walk takes its ancestors out as it leaves them.
+    if (own.path.length !== 0) own.path.length = 0;
+    scratch = own;
+  }
 }
+
+/** The path and ancestor set toJsonData lends its walk, when no walk holds them. */
+let scratch: { path: (string | number)[]; ancestors: Set<object> } | undefined = { path: [], ancestors: new Set() };
 
 /**
  * `path` holds the member names and indices from the root to `value`; the JSON Pointer text is
