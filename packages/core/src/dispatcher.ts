@@ -821,7 +821,6 @@ export class Dispatcher implements CallDispatcher {
     const { tool } = prepared;
     const key = this.keyOf(prepared, context, ordinal);
     const base = { key, toolName: tool.name, effect: tool.effect, ordinal };
-    const effect = tool.effect as LedgerEffect; // execute() sends reads to runRead
     const size = sizeBeyond(prepared.requestText, this.ledger.capabilities.maxResultBytes);
     if (size > this.ledger.capabilities.maxResultBytes) {
       throw new ToolInputError(tool.name, [
@@ -831,37 +830,112 @@ export class Dispatcher implements CallDispatcher {
     // One claim id for this dispatch's claims: a claim sent again after a lost reply is
     // recognised by the ledger as the same claim, not met as another attempt's row (LEDGER-26).
     const claimId = newClaimId();
+    const started = Date.now();
+    // The first attempt here; anything but the usual answer (claimed, with this call's own
+    // request) goes on in claimLoop, as the loop's first attempt. This async function holds only
+    // what the usual case needs: its frame is made (and collected) on every dispatch.
+    const claimSentAt = Date.now();
+    let claim: ClaimResult;
+    try {
+      claim = await this.ledger.claim(this.claimRequest(prepared, context, key, claimId));
+    } catch (error) {
+      return await this.claimLoop(prepared, context, key, base, claimId, started, { claimSentAt, error });
+    }
+    if (claim.outcome !== "claimed" || claim.request !== prepared.requestText) {
+      return await this.claimLoop(prepared, context, key, base, claimId, started, { claimSentAt, claim });
+    }
+    const fence = claim.fence;
+    if (this.onEvent !== undefined) this.emit({ type: "claimed", key, toolName: tool.name, ordinal, fence, takeover: claim.takeover });
+    // runClaimed(), written out: its async frame and promise on every dispatch were measurable.
+    // Keep the two alike. The lease began no earlier than the claim was sent, so this is a safe local bound.
+    const lease = new HeldLease(key, fence, tool.name, ordinal, claimSentAt + this.leaseMs);
+    // Keep the claim while a slow tool runs (LEDGER-9); if it is lost, tell the tool (DISPATCH-11).
+    this.renewals.add(lease);
+    if (this.onEvent !== undefined) this.emit({ type: "run_started", key, toolName: tool.name, ordinal });
+    let result: unknown;
+    try {
+      result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease));
+    } catch (error) {
+      return await this.runFailed(error, tool, prepared.args, context, key, fence, base, lease);
+    }
+    lease.finished = true;
+    this.renewals.remove(lease);
+    if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: true });
+    let texts: { text: string; parsed: JsonValue | undefined };
+    try {
+      texts = this.resultText(result, key);
+    } catch (error) {
+      if (!isDispatchOnceError(error, "not_canonicalizable") && !isDispatchOnceError(error, "result_not_storable")) throw error;
+      return await this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
+    }
+    try {
+      await this.ledger.complete(key, fence, texts.text);
+    } catch (error) {
+      return await this.completeAgain(error, tool, prepared.args, key, fence, base, texts.text, texts.parsed);
+    }
+    if (this.onEvent !== undefined) {
+      const unstorable = this.emitCompleted(key, tool.name, ordinal);
+      if (unstorable !== undefined) return await this.reconcileUnstorable(tool, prepared.args, key, fence, unstorable, base);
+    }
+    return outcomeOf(base, texts.text, false, texts.parsed);
+  }
+
+  /** A claim of this dispatch: a new object for every attempt, the same members. */
+  private claimRequest(prepared: PreparedCall, context: TurnContext, key: string, claimId: string): ClaimRequest {
+    return {
+      key,
+      toolName: prepared.tool.name,
+      effect: prepared.tool.effect as LedgerEffect, // execute() sends reads to runRead
+      owner: this.owner,
+      leaseMs: this.leaseMs,
+      request: prepared.requestText,
+      claimId,
+      // Stored with the row so an operator can list a conversation's calls (LIST-3).
+      conversationId: context.conversationId,
+      turnIndex: context.turnIndex,
+    };
+  }
+
+  /**
+   * claimAndRun from its first attempt's answer (`first`) on: claim again while the ledger is
+   * unavailable, run a claim of a stored request that differs, replay, or wait on another
+   * claimant's live claim.
+   */
+  private async claimLoop(
+    prepared: PreparedCall,
+    context: TurnContext,
+    key: string,
+    base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
+    claimId: string,
+    started: number,
+    first: { claimSentAt: number; claim: ClaimResult; error?: undefined } | { claimSentAt: number; claim?: undefined; error: unknown },
+  ): Promise<DispatchOutcome> {
+    const { tool } = prepared;
+    const { ordinal } = base;
     // Whether a claim of this dispatch met ledger_unavailable (a copy of it may still reach the
     // store), and whether the dispatch took the row: both decide the retiring (DISPATCH-16).
     const claimState: ClaimState = { claimId, unavailable: false, took: false, retired: false };
     try {
-      const started = Date.now();
       let delay = this.pollMs;
       let differenceLogged = false;
       // The stored request, when it is not this call's (IDENT-3): the outcome names it.
       let storedRequest: string | undefined;
+      let attempt: typeof first | undefined = first;
       for (;;) {
-        const request: ClaimRequest = {
-          key,
-          toolName: tool.name,
-          effect,
-          owner: this.owner,
-          leaseMs: this.leaseMs,
-          request: prepared.requestText,
-          claimId,
-          // Stored with the row so an operator can list a conversation's calls (LIST-3).
-          conversationId: context.conversationId,
-          turnIndex: context.turnIndex,
-        };
-        // The first attempt here, the retries in claimRetrying: an async call less (and its
-        // frame, a few hundred bytes) on every dispatch whose claim goes through.
-        let claimSentAt = Date.now();
+        const request = this.claimRequest(prepared, context, key, claimId);
+        let claimSentAt = attempt?.claimSentAt ?? Date.now();
         let claim: ClaimResult;
-        try {
-          claim = await this.ledger.claim(request);
-        } catch (error) {
-          ({ claim, sentAt: claimSentAt } = await this.claimRetrying(request, base, claimState, claimSentAt, error));
+        if (attempt?.claim !== undefined) {
+          claim = attempt.claim;
+        } else {
+          try {
+            if (attempt !== undefined) throw attempt.error;
+            claim = await this.ledger.claim(request);
+          } catch (error) {
+            ({ claim, sentAt: claimSentAt } = await this.claimRetrying(request, base, claimState, claimSentAt, error));
+          }
         }
+        attempt = undefined;
         const stored = claim.outcome === "claimed" ? claim.request : claim.row.request;
         storedRequest = undefined;
         if (stored !== prepared.requestText && !sameRequest(stored, prepared.requestCanonical)) {
@@ -1075,6 +1149,7 @@ export class Dispatcher implements CallDispatcher {
     claimSentAt: number,
     base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
   ): Promise<DispatchOutcome> {
+    // claimAndRun runs the usual claim's tool itself, written out as here: keep the two alike.
     // The lease began no earlier than the claim was sent, so this is a safe local bound.
     const lease = new HeldLease(key, fence, tool.name, ordinal, claimSentAt + this.leaseMs);
     // Keep the claim while a slow tool runs (LEDGER-9); if it is lost, tell the tool (DISPATCH-11).
@@ -1085,16 +1160,7 @@ export class Dispatcher implements CallDispatcher {
     try {
       result = await tool.run(args, this.runContext(tool.name, key, context, ordinal, lease));
     } catch (error) {
-      if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: false });
-      // Before an outcome becomes unknown, ask the downstream (RECON-2): the run has ended, and
-      // the claim is still renewed while the probe asks. After a lost lease every write is fenced.
-      const cause: ReconcileCause = lease.aborted ? "lease_lost" : "tool_error";
-      const answer = mayReconcile(error)
-        ? await this.probe(tool, args, key, cause, lease.aborted ? new AbortController().signal : lease.signal)
-        : undefined;
-      lease.finished = true;
-      this.renewals.remove(lease);
-      return this.recordFailure(error, tool, key, fence, base, context, cause, answer);
+      return await this.runFailed(error, tool, args, context, key, fence, base, lease);
     }
     lease.finished = true;
     this.renewals.remove(lease);
@@ -1103,33 +1169,86 @@ export class Dispatcher implements CallDispatcher {
     let resultJson: string;
     let resultParsed: JsonValue | undefined;
     try {
-      // JSON semantics first (toJSON, Dates, SDK objects), then JCS; a tool that returns nothing has the result null.
-      ({ text: resultJson, parsed: resultParsed } = canonicalizeAndParse(toJsonData(result === undefined ? null : result)));
-      const size = sizeBeyond(resultJson, this.ledger.capabilities.maxResultBytes);
-      if (size > this.ledger.capabilities.maxResultBytes) {
-        throw new ResultNotStorableError(
-          key,
-          `${size} bytes exceeds the ledger's limit of ${this.ledger.capabilities.maxResultBytes}`,
-        );
-      }
+      ({ text: resultJson, parsed: resultParsed } = this.resultText(result, key));
     } catch (error) {
       if (!isDispatchOnceError(error, "not_canonicalizable") && !isDispatchOnceError(error, "result_not_storable")) throw error;
-      return this.reconcileUnstorable(tool, args, key, fence, error, base);
+      return await this.reconcileUnstorable(tool, args, key, fence, error, base);
     }
+    // recorded(), written out: the closure and the extra promise on every dispatch were measurable.
     try {
-      // recorded(), written out: the closure and the extra promise on every dispatch were measurable.
-      let recordError: unknown;
-      try {
-        await this.ledger.complete(key, fence, resultJson);
-      } catch (error) {
-        recordError = error;
-      }
-      if (recordError === undefined) {
-        if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: tool.name, ordinal, state: "completed" });
-      } else {
-        const done: RecordDone = { toolName: tool.name, ordinal, state: "completed", write: "complete", result: resultJson };
-        await this.recordAgain(key, fence, () => this.ledger.complete(key, fence, resultJson), done, recordError);
-      }
+      await this.ledger.complete(key, fence, resultJson);
+    } catch (error) {
+      return await this.completeAgain(error, tool, args, key, fence, base, resultJson, resultParsed);
+    }
+    if (this.onEvent !== undefined) {
+      const unstorable = this.emitCompleted(key, tool.name, ordinal);
+      if (unstorable !== undefined) return await this.reconcileUnstorable(tool, args, key, fence, unstorable, base);
+    }
+    return outcomeOf(base, resultJson, false, resultParsed);
+  }
+
+  /**
+   * The tool's run threw: before an outcome becomes unknown, ask the downstream (RECON-2); the
+   * run has ended, and the claim is still renewed while the probe asks. After a lost lease every
+   * write is fenced.
+   */
+  private async runFailed(
+    error: unknown,
+    tool: ToolDefinition,
+    args: unknown,
+    context: TurnContext,
+    key: string,
+    fence: number,
+    base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
+    lease: HeldLease,
+  ): Promise<DispatchOutcome> {
+    if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal: base.ordinal, ok: false });
+    const cause: ReconcileCause = lease.aborted ? "lease_lost" : "tool_error";
+    const answer = mayReconcile(error) ? await this.probe(tool, args, key, cause, lease.aborted ? new AbortController().signal : lease.signal) : undefined;
+    lease.finished = true;
+    this.renewals.remove(lease);
+    return this.recordFailure(error, tool, key, fence, base, context, cause, answer);
+  }
+
+  /**
+   * The result's stored text and its parse: JSON semantics first (toJSON, Dates, SDK objects),
+   * then JCS; a tool that returns nothing has the result null. Throws not_canonicalizable, or
+   * result_not_storable when the text is beyond the ledger's limit.
+   */
+  private resultText(result: unknown, key: string): { text: string; parsed: JsonValue | undefined } {
+    const texts = canonicalizeAndParse(toJsonData(result === undefined ? null : result));
+    const size = sizeBeyond(texts.text, this.ledger.capabilities.maxResultBytes);
+    if (size > this.ledger.capabilities.maxResultBytes) {
+      throw new ResultNotStorableError(key, `${size} bytes exceeds the ledger's limit of ${this.ledger.capabilities.maxResultBytes}`);
+    }
+    return texts;
+  }
+
+  /** The `recorded` event of a completion; a listener that throws result_not_storable is answered as a complete that did (anything else it throws propagates). */
+  private emitCompleted(key: string, toolName: string, ordinal: number): Error | undefined {
+    try {
+      this.emit({ type: "recorded", key, toolName, ordinal, state: "completed" });
+    } catch (error) {
+      if (!isDispatchOnceError(error, "result_not_storable")) throw error;
+      return error;
+    }
+    return undefined;
+  }
+
+  /** The first complete of a run's result met `firstError`: send it again (DISPATCH-10, DISPATCH-17, recordAgain). */
+  private async completeAgain(
+    firstError: unknown,
+    tool: ToolDefinition,
+    args: unknown,
+    key: string,
+    fence: number,
+    base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
+    resultJson: string,
+    resultParsed: JsonValue | undefined,
+  ): Promise<DispatchOutcome> {
+    try {
+      const done: RecordDone = { toolName: tool.name, ordinal: base.ordinal, state: "completed", write: "complete", result: resultJson };
+      await this.recordAgain(key, fence, () => this.ledger.complete(key, fence, resultJson), done, firstError);
     } catch (error) {
       if (isDispatchOnceError(error, "stale_claim")) throw performedButStale(key, fence, error);
       if (!isDispatchOnceError(error, "result_not_storable")) throw error;

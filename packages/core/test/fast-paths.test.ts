@@ -4,7 +4,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { canonicalizeAndParse, flatArgumentTexts, sortNames } from "../src/canonical.js";
-import { Dispatcher, MemoryLedger, canonicalize, defineTool, deriveKey, newClaimId } from "../src/index.js";
+import { Dispatcher, MemoryLedger, canonicalize, defineTool, deriveKey, newClaimId, toJsonData } from "../src/index.js";
 
 /** The dispatcher's projection of arguments on identity fields, as it was written before the fast path. */
 function project(args: Record<string, unknown>, fields: readonly string[]): Record<string, unknown> {
@@ -122,6 +122,29 @@ describe("canonicalizeAndParse: the result's text and its parse from one read (i
       }),
       { numRuns: 1000 },
     );
+  });
+});
+
+describe("toJsonData's walk state, lent from one call to the next (issue 14)", () => {
+  it("DISPATCH-7 KEY-6 a toJSON that converts inside a walk, a walk that threw, and cycles after them convert as alone", () => {
+    const inner = { b: [1, { c: "x" }], d: undefined };
+    const reentrant = { a: { toJSON: () => toJsonData(inner) }, e: [inner, inner] };
+    expect(toJsonData(reentrant)).toEqual({ a: { b: [1, { c: "x" }] }, e: [{ b: [1, { c: "x" }] }, { b: [1, { c: "x" }] }] });
+    // A walk that throws deep inside, then walks that must start clean: same errors, same paths.
+    const deep = { a: { b: [0, { c: Number.NaN }] } };
+    for (let i = 0; i < 3; i++) {
+      expect(() => toJsonData(deep)).toThrow(expect.objectContaining({ code: "not_canonicalizable", problem: "non_finite_number", path: "/a/b/1/c" }));
+      expect(toJsonData({ a: { b: [0, { c: 1 }] } })).toEqual({ a: { b: [0, { c: 1 }] } });
+    }
+    const cyclic: Record<string, unknown> = { x: 1 };
+    cyclic.self = { back: cyclic };
+    expect(() => toJsonData(cyclic)).toThrow(expect.objectContaining({ problem: "cycle", path: "/self/back" }));
+    // The same object twice, not nested in itself, is no cycle, before and after one.
+    const shared = { s: 1 };
+    expect(toJsonData({ p: shared, q: [shared] })).toEqual({ p: { s: 1 }, q: [{ s: 1 }] });
+    const throwsInside = { a: { toJSON: () => toJsonData({ n: Number.POSITIVE_INFINITY }) } };
+    expect(() => toJsonData(throwsInside)).toThrow(expect.objectContaining({ problem: "unreadable", path: "/a", message: "toJSON() threw: Infinity has no JSON form at /n at /a" }));
+    expect(toJsonData({ k: [true, null, "v"] })).toEqual({ k: [true, null, "v"] });
   });
 });
 
