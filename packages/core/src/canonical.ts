@@ -394,6 +394,45 @@ function sortNamesWithValues(names: string[], values: unknown[]): void {
   }
 }
 
+/**
+ * `canonicalizeAndParse` of a plain object whose own enumerable members, all data, no symbol,
+ * are the first `count` of `names` and `values` (in any order; sorted here, in place), each
+ * value a string, a finite number, a boolean or null: the text and the parse, or undefined when
+ * they are not all flat scalars (isFlatScalar) or more than INSERTION_SORT_LIMIT (the caller
+ * then canonicalizes the object). json-data.ts's jsonDataTexts hands it the members its walk
+ * kept of the object it made.
+ * @internal
+ */
+export function flatMemberTexts(names: string[], values: unknown[], count: number): { text: string; parsed: JsonValue } | undefined {
+  if (count > INSERTION_SORT_LIMIT) return undefined;
+  for (let i = 0; i < count; i++) if (!isFlatScalar(values[i], names[i]!)) return undefined;
+  // Insertion sort of the first `count`, values moving with their names (sortNamesWithValues).
+  for (let i = 1; i < count; i++) {
+    const name = names[i]!;
+    const value = values[i];
+    let j = i - 1;
+    while (j >= 0 && names[j]! > name) {
+      names[j + 1] = names[j]!;
+      values[j + 1] = values[j];
+      j--;
+    }
+    names[j + 1] = name;
+    values[j + 1] = value;
+  }
+  let text = "{";
+  const parsed: { [key: string]: JsonValue } = {};
+  for (let i = 0; i < count; i++) {
+    const name = names[i]!;
+    const member = values[i];
+    text += `${i === 0 ? "" : ","}${quotedName(name)}:${scalarText(member)}`;
+    // As parseOfFlat: -0 parses as 0, and "__proto__" is an own member.
+    const value = (member === 0 ? 0 : member) as JsonValue;
+    if (name === "__proto__") Object.defineProperty(parsed, name, { value, enumerable: true, writable: true, configurable: true });
+    else parsed[name] = value;
+  }
+  return { text: flat(text + "}"), parsed };
+}
+
 /** The texts a write's validated arguments are stored and keyed by (see flatArgumentTexts). */
 export interface ArgumentTexts {
   /** `canonicalize(args)`. */

@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { randomUUID } from "node:crypto";
-import { canonicalize, canonicalizeAndParse, flatArgumentTexts, type JsonValue } from "./canonical.js";
+import { canonicalize, flatArgumentTexts, type JsonValue } from "./canonical.js";
 import {
   ClaimReleasedError,
   DurabilityMismatchError,
@@ -22,7 +22,7 @@ import {
 } from "./errors/index.js";
 import { catalogueEntry } from "./error-catalogue.js";
 import { deriveKeyFromCanonical } from "./key.js";
-import { toJsonData } from "./json-data.js";
+import { jsonDataTexts, toJsonData } from "./json-data.js";
 import { newClaimId, type Resolution, type ResolvedRow, type ClaimRequest, type ClaimResult, type InFlightRow, type Ledger, type LedgerEffect, type LedgerRow, type TerminalRow } from "./ledger.js";
 import { utf8ByteLength } from "./memory-ledger.js";
 import { ToolRegistry, type ReconcileCause, type ToolDefinition, type ToolRunContext } from "./registry.js";
@@ -809,7 +809,7 @@ export class Dispatcher implements CallDispatcher {
     const key = this.keyOf(prepared, context, ordinal);
     const base = { key, toolName: tool.name, effect: tool.effect, ordinal };
     const result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, new LazyAbort()));
-    const { text, parsed } = canonicalizeAndParse(toJsonData(result === undefined ? null : result));
+    const { text, parsed } = jsonDataTexts(result === undefined ? null : result);
     return outcomeOf(base, text, false, parsed);
   }
 
@@ -1216,7 +1216,7 @@ export class Dispatcher implements CallDispatcher {
    * result_not_storable when the text is beyond the ledger's limit.
    */
   private resultText(result: unknown, key: string): { text: string; parsed: JsonValue | undefined } {
-    const texts = canonicalizeAndParse(toJsonData(result === undefined ? null : result));
+    const texts = jsonDataTexts(result === undefined ? null : result);
     const size = sizeBeyond(texts.text, this.ledger.capabilities.maxResultBytes);
     if (size > this.ledger.capabilities.maxResultBytes) {
       throw new ResultNotStorableError(key, `${size} bytes exceeds the ledger's limit of ${this.ledger.capabilities.maxResultBytes}`);

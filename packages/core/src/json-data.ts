@@ -1,4 +1,4 @@
-import { MAX_CANONICAL_DEPTH } from "./canonical.js";
+import { MAX_CANONICAL_DEPTH, canonicalizeAndParse, flatMemberTexts, type JsonValue } from "./canonical.js";
 import { CanonicalizationError } from "./errors/index.js";
 
 /** Deepest nesting a result may have: the same bound as canonicalisation (KEY-6), never a stack overflow. */
@@ -18,13 +18,13 @@ export const MAX_RESULT_DEPTH = MAX_CANONICAL_DEPTH;
  */
 export function toJsonData(value: unknown): unknown {
   // The walk's path and ancestor set, kept between calls (a Set and an array per call were most
-  // of this walk's allocation for a dispatch's flat result); a toJSON that calls back into this
-  // while a walk runs gets its own.
+  // of this walk's allocation for an ordinary result); a toJSON that calls back into this while
+  // a walk runs gets its own.
   const own = scratch;
-  if (own === undefined) return convert(value, "", [], 0, new Set());
+  if (own === undefined) return convert(value, "", [], 0, new Set(), undefined);
   scratch = undefined;
   try {
-    return convert(value, "", own.path, 0, own.ancestors);
+    return convert(value, "", own.path, 0, own.ancestors, undefined);
   } finally {
     // A walk that threw leaves its path behind; every walk takes its ancestors out as it leaves them.
     if (own.path.length !== 0) own.path.length = 0;
@@ -32,15 +32,77 @@ export function toJsonData(value: unknown): unknown {
   }
 }
 
-/** The path and ancestor set toJsonData lends its walk, when no walk holds them. */
-let scratch: { path: (string | number)[]; ancestors: Set<object> } | undefined = { path: [], ancestors: new Set() };
+/**
+ * `canonicalizeAndParse(toJsonData(value))`, the same text and parse and the same errors, with the
+ * same reads of `value` in the same order: when the object toJsonData makes of `value` has only
+ * JSON scalars as members, its text and parse are made from the members the walk kept
+ * (canonical.ts, flatMemberTexts), instead of listing and reading its copy again. A
+ * dispatch's result is usually such an object.
+ * @internal
+ */
+export function jsonDataTexts(value: unknown): { text: string; parsed: JsonValue | undefined } {
+  const own = scratch;
+  if (own === undefined) return canonicalizeAndParse(convert(value, "", [], 0, new Set(), undefined));
+  scratch = undefined;
+  let data: unknown;
+  try {
+    own.count = 0;
+    own.flat = true;
+    data = convert(value, "", own.path, 0, own.ancestors, own);
+    if (own.flat && own.count <= FLAT_MEMBERS_LIMIT && typeof data === "object" && data !== null && !Array.isArray(data)) {
+      const texts = flatMemberTexts(own.names, own.values, own.count);
+      if (texts !== undefined) return texts;
+    }
+  } finally {
+    if (own.path.length !== 0) own.path.length = 0;
+    // Nothing of this result is kept past the call.
+    for (let i = 0; i < own.count && i < FLAT_MEMBERS_LIMIT; i++) {
+      own.names[i] = "";
+      own.values[i] = undefined;
+    }
+    own.count = 0;
+    scratch = own;
+  }
+  return canonicalizeAndParse(data);
+}
+
+/** What the walk of jsonDataTexts keeps of the root object's members: the first FLAT_MEMBERS_LIMIT names and values. */
+interface RootMembers {
+  /** Kept members of the root object (an undefined, function or symbol member is not kept). */
+  count: number;
+  /** Every kept member was a string, number, boolean or null, and the root was an object, not an array. */
+  flat: boolean;
+  names: string[];
+  values: unknown[];
+}
+
+/** Members up to which jsonDataTexts writes the text from the kept members (flatMemberTexts sorts by insertion). */
+const FLAT_MEMBERS_LIMIT = 16;
+
+/** The path, ancestor set and root members toJsonData and jsonDataTexts lend their walk, when no walk holds them. */
+let scratch: ({ path: (string | number)[]; ancestors: Set<object> } & RootMembers) | undefined = {
+  path: [],
+  ancestors: new Set(),
+  count: 0,
+  flat: true,
+  names: new Array<string>(FLAT_MEMBERS_LIMIT).fill(""),
+  values: new Array<unknown>(FLAT_MEMBERS_LIMIT).fill(undefined),
+};
 
 /**
  * `path` holds the member names and indices from the root to `value`; the JSON Pointer text is
  * built from it only when an error reports it (building one per member was most of this walk's
  * allocation for an ordinary result).
  */
-function convert(value: unknown, holderKey: string, path: (string | number)[], depth: number, ancestors: Set<object>): unknown {
+function convert(
+  value: unknown,
+  holderKey: string,
+  path: (string | number)[],
+  depth: number,
+  ancestors: Set<object>,
+  /** The root's walk of jsonDataTexts: where the root object's kept members go. */
+  root: RootMembers | undefined,
+): unknown {
   let current: unknown = value;
   if (typeof current === "object" && current !== null) {
     const toJSON = read(current, "toJSON", path);
@@ -90,11 +152,12 @@ function convert(value: unknown, holderKey: string, path: (string | number)[], d
   ancestors.add(obj);
   try {
     if (Array.isArray(obj)) {
+      if (root !== undefined) root.flat = false;
       const out: unknown[] = new Array(obj.length);
       for (let i = 0; i < obj.length; i++) {
         const element = read(obj, String(i), path);
         path.push(i);
-        const item = convert(element, String(i), path, depth + 1, ancestors);
+        const item = convert(element, String(i), path, depth + 1, ancestors, undefined);
         path.pop();
         out[i] = item === undefined ? null : item;
       }
@@ -109,9 +172,17 @@ function convert(value: unknown, holderKey: string, path: (string | number)[], d
     }
     for (const name of names) {
       path.push(name);
-      const member = convert(read(obj, name, path), name, path, depth + 1, ancestors);
+      const member = convert(read(obj, name, path), name, path, depth + 1, ancestors, undefined);
       path.pop();
       if (member === undefined) continue;
+      if (root !== undefined) {
+        if (typeof member === "object" && member !== null) root.flat = false;
+        else if (root.count < FLAT_MEMBERS_LIMIT) {
+          root.names[root.count] = name;
+          root.values[root.count] = member;
+        }
+        root.count++;
+      }
       // defineProperty for "__proto__": an own member (JSON.parse makes one, JSON.stringify writes
       // it); assigning it would set the copy's prototype instead and lose it.
       if (name === "__proto__") Object.defineProperty(out, name, { value: member, enumerable: true, writable: true, configurable: true });

@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { canonicalizeAndParse, flatArgumentTexts, sortNames } from "../src/canonical.js";
 import { Dispatcher, MemoryLedger, canonicalize, defineTool, deriveKey, newClaimId, toJsonData } from "../src/index.js";
+import { jsonDataTexts } from "../src/json-data.js";
 
 /** The dispatcher's projection of arguments on identity fields, as it was written before the fast path. */
 function project(args: Record<string, unknown>, fields: readonly string[]): Record<string, unknown> {
@@ -122,6 +123,76 @@ describe("canonicalizeAndParse: the result's text and its parse from one read (i
       }),
       { numRuns: 1000 },
     );
+  });
+});
+
+describe("jsonDataTexts: a result's text and parse from the members its walk kept (issue 14)", () => {
+  // Results: flat records and anything else, now and then behind a toJSON or a class, with
+  // members JSON semantics drop (undefined, functions, symbols) or refuse (NaN, bigint).
+  class Payment {
+    constructor(readonly id: string, readonly amount: unknown) {}
+  }
+  const dropped = fc.constantFrom(undefined, () => 1, Symbol("s"));
+  const refused = fc.constantFrom(Number.NaN, Number.POSITIVE_INFINITY, 1n, new Map());
+  const resultMember = fc.oneof({ weight: 10, arbitrary: flatScalar }, { weight: 2, arbitrary: dropped }, refused, fc.constant({ n: 1 }), fc.constant([2]), fc.constant(new Date(0)));
+  const record = fc.array(fc.tuple(name, resultMember), { maxLength: 20 }).map((entries) => {
+    const out: Record<string, unknown> = {};
+    for (const [key, value] of entries) Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
+    return out;
+  });
+  const result = fc.oneof(
+    { weight: 6, arbitrary: record },
+    record.map((r) => ({ toJSON: () => r })),
+    record.map((r) => new Payment("pay_1", r)),
+    fc.array(flatScalar, { maxLength: 3 }),
+    flatScalar,
+  );
+
+  it("DISPATCH-5 DISPATCH-7 gives exactly canonicalizeAndParse(toJsonData(value)): its text, its parse (or none), its error", () => {
+    fc.assert(
+      fc.property(result, (value) => {
+        let expected: { text: string; parsed: unknown };
+        try {
+          expected = canonicalizeAndParse(toJsonData(value));
+        } catch (error) {
+          expect(() => jsonDataTexts(value)).toThrow((error as Error).message);
+          return;
+        }
+        const answer = jsonDataTexts(value);
+        expect(answer.text).toBe(expected.text);
+        // Where the general way gives no parse the caller parses the text: either way, JSON.parse of it.
+        const parsed = answer.parsed === undefined ? JSON.parse(answer.text) : answer.parsed;
+        const reference = JSON.parse(expected.text);
+        expect(Reflect.ownKeys(Object(parsed))).toEqual(Reflect.ownKeys(Object(reference)));
+        expect(parsed).toEqual(reference);
+        if (typeof parsed === "object" && parsed !== null) expect(Object.getPrototypeOf(parsed)).toBe(Object.getPrototypeOf(reference));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it("DISPATCH-7 reads each member once, toJSON first, as toJsonData does", () => {
+    const reads: string[] = [];
+    const value = {
+      get toJSON() {
+        reads.push("toJSON");
+        return undefined;
+      },
+      get b() {
+        reads.push("b");
+        return 2;
+      },
+      get a() {
+        reads.push("a");
+        return "x";
+      },
+    };
+    expect(jsonDataTexts(value)).toEqual({ text: '{"a":"x","b":2}', parsed: { a: "x", b: 2 } });
+    const general: string[] = reads.splice(0);
+    toJsonData(value);
+    expect(reads).toEqual(general);
+    // toJSON first, then every listed member (toJSON among them) once each, in listing order.
+    expect(general).toEqual(["toJSON", "toJSON", "b", "a"]);
   });
 });
 
