@@ -21,7 +21,7 @@ import {
   type StoredError,
 } from "./errors/index.js";
 import { catalogueEntry } from "./error-catalogue.js";
-import { deriveKeyFromCanonical } from "./key.js";
+import { deriveKeyFromParts } from "./key.js";
 import { jsonDataTexts, toJsonData } from "./json-data.js";
 import { newClaimId, type Resolution, type ResolvedRow, type ClaimRequest, type ClaimResult, type InFlightRow, type Ledger, type LedgerEffect, type LedgerRow, type TerminalRow } from "./ledger.js";
 import { utf8ByteLength } from "./memory-ledger.js";
@@ -708,10 +708,7 @@ export class Dispatcher implements CallDispatcher {
 
   private keyOf(prepared: PreparedCall, context: TurnContext, ordinal: number): string {
     // The identity's canonical text is made once, in prepare (KEY-1 hashes exactly it).
-    return deriveKeyFromCanonical(
-      { conversationId: context.conversationId, turnIndex: context.turnIndex, name: prepared.tool.name, ordinal },
-      prepared.identityText,
-    );
+    return deriveKeyFromParts(context.conversationId, context.turnIndex, prepared.tool.name, ordinal, prepared.identityText);
   }
 
   private prepare(call: ToolCall): PreparedCall {

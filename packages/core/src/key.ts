@@ -75,12 +75,23 @@ function materialPrefix(input: Omit<KeyInput, "args">): string {
 
 /**
  * deriveKey for arguments already in canonical text (the dispatcher has made it once for the
- * call's identity, and making it again was a fifth of the dispatch path's CPU). The components
- * are checked exactly as keyMaterial checks them; `canonicalArgs` MUST be `canonicalize(args)`.
+ * call's identity, and making it again was a fifth of the dispatch path's CPU), from components
+ * the caller has read already (its turn context's and tool's): the components are checked
+ * exactly as keyMaterial checks them, in the same order, with the same errors, without an input
+ * object to read them from again. `canonicalArgs` MUST be `canonicalize(args)`.
  * @internal
  */
-export function deriveKeyFromCanonical(input: Omit<KeyInput, "args">, canonicalArgs: string): string {
-  return sha256Hex(`${materialPrefix(input)}${canonicalArgs}`).slice(0, KEY_HEX_LENGTH);
+export function deriveKeyFromParts(conversationId: unknown, turnIndex: unknown, name: unknown, ordinal: unknown, canonicalArgs: string): string {
+  if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
+    throw new InvalidKeyInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}, got ${describeValue(conversationId)}`);
+  }
+  if (typeof name !== "string" || !TOOL_NAME_PATTERN.test(name)) {
+    throw new InvalidKeyInputError("name", `must match ${TOOL_NAME_PATTERN.source}, got ${describeValue(name)}`);
+  }
+  checkIndex("turnIndex", turnIndex);
+  // Only an absent ordinal defaults to 0; null is a caller bug, not "the first".
+  checkIndex("ordinal", ordinal === undefined ? 0 : ordinal);
+  return sha256Hex(`${conversationId}|${turnIndex as number}|${name}|${ordinal === undefined ? 0 : (ordinal as number)}|${canonicalArgs}`).slice(0, KEY_HEX_LENGTH);
 }
 
 /** One-shot crypto.hash where Node has it (20.12+: about twice as fast for a short text as createHash). */

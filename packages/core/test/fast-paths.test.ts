@@ -6,6 +6,7 @@ import { z } from "zod";
 import { canonicalizeAndParse, flatArgumentTexts, sortNames } from "../src/canonical.js";
 import { Dispatcher, MemoryLedger, canonicalize, defineTool, deriveKey, newClaimId, toJsonData } from "../src/index.js";
 import { jsonDataTexts } from "../src/json-data.js";
+import { deriveKeyFromParts } from "../src/key.js";
 
 /** The dispatcher's projection of arguments on identity fields, as it was written before the fast path. */
 function project(args: Record<string, unknown>, fields: readonly string[]): Record<string, unknown> {
@@ -216,6 +217,31 @@ describe("toJsonData's walk state, lent from one call to the next (issue 14)", (
     const throwsInside = { a: { toJSON: () => toJsonData({ n: Number.POSITIVE_INFINITY }) } };
     expect(() => toJsonData(throwsInside)).toThrow(expect.objectContaining({ problem: "unreadable", path: "/a", message: "toJSON() threw: Infinity has no JSON form at /n at /a" }));
     expect(toJsonData({ k: [true, null, "v"] })).toEqual({ k: [true, null, "v"] });
+  });
+});
+
+describe("deriveKeyFromParts: the key from components read once (issue 14)", () => {
+  it("KEY-1 KEY-2 KEY-3 KEY-4 gives deriveKey's key, or its error, for any components", () => {
+    const component = fc.oneof(fc.constantFrom("conv_1", "c-2.x:y~z", "", "a|b", "é", 0, 1, -1, 1.5, 2 ** 53, null, undefined), fc.string({ maxLength: 5 }), fc.nat());
+    fc.assert(
+      fc.property(component, component, component, component, args, (conversationId, turnIndex, name, ordinal, value) => {
+        let expected: string;
+        try {
+          expected = deriveKey({ conversationId, turnIndex, name, ordinal, args: value } as never);
+        } catch (error) {
+          let text: string | undefined;
+          try {
+            text = canonicalize(value);
+          } catch {
+            return; // deriveKey's error may be the arguments', which the dispatcher raises before
+          }
+          expect(() => deriveKeyFromParts(conversationId, turnIndex, name, ordinal, text!)).toThrow((error as Error).message);
+          return;
+        }
+        expect(deriveKeyFromParts(conversationId, turnIndex, name, ordinal, canonicalize(value))).toBe(expected);
+      }),
+      { numRuns: 1000 },
+    );
   });
 });
 
