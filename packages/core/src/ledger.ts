@@ -122,8 +122,33 @@ export function newClaimId(): string {
   }
   const start = claimIdPoolOffset;
   claimIdPoolOffset += CLAIM_ID_BYTES;
-  return claimIdPool.toString("base64url", start, start + CLAIM_ID_BYTES);
+  return base64url16(claimIdPool, start);
 }
+
+/**
+ * `bytes.toString("base64url", start, start + 16)`: 16 bytes as 22 base64url characters, no
+ * padding. Written here: Buffer's toString (a native call through a few JS frames) was about
+ * twice as slow for so few bytes.
+ * @internal
+ */
+export function base64url16(bytes: Uint8Array, start: number): string {
+  const c = BASE64URL_CODES;
+  const b0 = bytes[start]!, b1 = bytes[start + 1]!, b2 = bytes[start + 2]!, b3 = bytes[start + 3]!;
+  const b4 = bytes[start + 4]!, b5 = bytes[start + 5]!, b6 = bytes[start + 6]!, b7 = bytes[start + 7]!;
+  const b8 = bytes[start + 8]!, b9 = bytes[start + 9]!, b10 = bytes[start + 10]!, b11 = bytes[start + 11]!;
+  const b12 = bytes[start + 12]!, b13 = bytes[start + 13]!, b14 = bytes[start + 14]!, b15 = bytes[start + 15]!;
+  // One call, one flat string: four characters for each three bytes, two for the last byte.
+  return String.fromCharCode(
+    c[b0 >> 2]!, c[((b0 & 3) << 4) | (b1 >> 4)]!, c[((b1 & 15) << 2) | (b2 >> 6)]!, c[b2 & 63]!,
+    c[b3 >> 2]!, c[((b3 & 3) << 4) | (b4 >> 4)]!, c[((b4 & 15) << 2) | (b5 >> 6)]!, c[b5 & 63]!,
+    c[b6 >> 2]!, c[((b6 & 3) << 4) | (b7 >> 4)]!, c[((b7 & 15) << 2) | (b8 >> 6)]!, c[b8 & 63]!,
+    c[b9 >> 2]!, c[((b9 & 3) << 4) | (b10 >> 4)]!, c[((b10 & 15) << 2) | (b11 >> 6)]!, c[b11 & 63]!,
+    c[b12 >> 2]!, c[((b12 & 3) << 4) | (b13 >> 4)]!, c[((b13 & 15) << 2) | (b14 >> 6)]!, c[b14 & 63]!,
+    c[b15 >> 2]!, c[(b15 & 3) << 4]!,
+  );
+}
+
+const BASE64URL_CODES = Uint8Array.from("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", (ch) => ch.charCodeAt(0));
 
 const CLAIM_ID_BYTES = 16;
 const claimIdPool = Buffer.allocUnsafeSlow(CLAIM_ID_BYTES * 256);

@@ -7,6 +7,7 @@ import { canonicalizeAndParse, flatArgumentTexts, sortNames } from "../src/canon
 import { Dispatcher, MemoryLedger, canonicalize, defineTool, deriveKey, newClaimId, toJsonData } from "../src/index.js";
 import { jsonDataTexts } from "../src/json-data.js";
 import { deriveKeyFromParts } from "../src/key.js";
+import { base64url16 } from "../src/ledger.js";
 
 /** The dispatcher's projection of arguments on identity fields, as it was written before the fast path. */
 function project(args: Record<string, unknown>, fields: readonly string[]): Record<string, unknown> {
@@ -242,6 +243,24 @@ describe("deriveKeyFromParts: the key from components read once (issue 14)", () 
       }),
       { numRuns: 1000 },
     );
+  });
+});
+
+describe("base64url16: a claim id's characters (issue 14)", () => {
+  it("LEDGER-26 gives Buffer's base64url of the 16 bytes from any start, and claim ids keep their pattern", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 16, maxLength: 40 }), fc.nat(), (bytes, at) => {
+        const start = at % (bytes.length - 15);
+        expect(base64url16(bytes, start)).toBe(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("base64url", start, start + 16));
+      }),
+      { numRuns: 2000 },
+    );
+    for (const edge of [new Uint8Array(16), new Uint8Array(16).fill(255), Uint8Array.from({ length: 16 }, (_, i) => i * 17)]) {
+      expect(base64url16(edge, 0)).toBe(Buffer.from(edge).toString("base64url"));
+    }
+    const ids = new Set(Array.from({ length: 600 }, () => newClaimId()));
+    expect(ids.size).toBe(600);
+    for (const id of ids) expect(id).toMatch(/^[A-Za-z0-9_-]{22}$/);
   });
 });
 
