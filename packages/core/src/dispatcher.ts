@@ -1664,8 +1664,17 @@ class RunAbort extends Stamp {
     super(context);
     this.#abort = abort;
   }
-  static signalOf(context: object): AbortSignal {
-    return (context as RunAbort).#abort.signal;
+  /**
+   * The signal of the context the getter was read on, or of the context it inherits from
+   * (`Object.create(context)`). A receiver that is neither (a Proxy around a context reads the
+   * getter with the proxy as `this`) is refused with a TypeError: a getter made per call ignored
+   * its receiver, this one cannot.
+   */
+  static signalOf(receiver: unknown): AbortSignal {
+    for (let at = receiver; typeof at === "object" && at !== null; at = Object.getPrototypeOf(at)) {
+      if (#abort in at) return (at as RunAbort).#abort.signal;
+    }
+    throw new TypeError("a run context's signal is read on the context the dispatcher made, or on an object that inherits from it");
   }
 }
 

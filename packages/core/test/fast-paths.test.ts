@@ -353,6 +353,8 @@ describe("the dispatcher's fast path for flat arguments, end to end", () => {
       const { signal: _signal, ...rest } = ctx;
       expect(Reflect.ownKeys(structuredClone(rest))).toEqual(["idempotencyKey", "conversationId", "turnIndex", "ordinal", "toolName"]);
     }
+    // Read through an object that inherits from a context, the getter finds that context's signal.
+    expect((Object.create(seen[0]!) as { signal: AbortSignal }).signal).toBe(seen[0]!.signal);
     // Each call has its own signal.
     expect(seen[0]!.signal).not.toBe(seen[1]!.signal);
     expect(seen.map((ctx) => ctx.turnIndex)).toEqual([2, 3, 4]);
