@@ -441,6 +441,10 @@ export interface ArgumentTexts {
   identity: string;
   /** `JSON.stringify(args)`: the members in their own order. */
   ordered: string;
+  /** A member is a number beyond 2^53 - 1 either way (IDENT-7: the dispatcher then walks the arguments to say which). */
+  inexact: boolean;
+  /** A member of the identity projection is such a number (`inexact` when there are no identity fields). */
+  inexactIdentity: boolean;
 }
 
 /**
@@ -457,6 +461,8 @@ export interface ArgumentTexts {
 export function flatArgumentTexts(args: object, fields: readonly string[] | undefined): ArgumentTexts | undefined {
   let keys: string[];
   let values: unknown[];
+  let inexact = false;
+  let inexactIdentity = false;
   try {
     if (Array.isArray(args)) return undefined;
     const proto = Object.getPrototypeOf(args) as unknown;
@@ -470,6 +476,10 @@ export function flatArgumentTexts(args: object, fields: readonly string[] | unde
       const member = (args as Record<string, unknown>)[keys[i]!];
       if (!isFlatScalar(member, keys[i]!)) return undefined;
       values[i] = member;
+      if (typeof member === "number" && (member > Number.MAX_SAFE_INTEGER || member < -Number.MAX_SAFE_INTEGER)) {
+        inexact = true;
+        if (fields === undefined || fields.includes(keys[i]!)) inexactIdentity = true;
+      }
     }
     if (fields !== undefined) {
       for (const field of fields) {
@@ -490,7 +500,7 @@ export function flatArgumentTexts(args: object, fields: readonly string[] | unde
   const ordered = joinMembers(values as (string | undefined)[]);
   sortNamesWithValues(keys, values);
   const canonical = joinMembers(values as (string | undefined)[]);
-  if (fields === undefined) return { canonical, identity: canonical, ordered };
+  if (fields === undefined) return { canonical, identity: canonical, ordered, inexact, inexactIdentity };
   let all = true;
   for (let i = 0; i < keys.length; i++) {
     if (values[i] !== undefined && !fields.includes(keys[i]!)) {
@@ -498,7 +508,7 @@ export function flatArgumentTexts(args: object, fields: readonly string[] | unde
       all = false;
     }
   }
-  return { canonical, identity: all ? canonical : joinMembers(values as (string | undefined)[]), ordered };
+  return { canonical, identity: all ? canonical : joinMembers(values as (string | undefined)[]), ordered, inexact, inexactIdentity };
 }
 
 /** An object's text from its members' texts (`"name":value`), in order; undefined ones are absent. */

@@ -721,7 +721,11 @@ export class Dispatcher implements CallDispatcher {
       // The usual write's arguments, a flat object of scalars: its three texts from one read of it.
       const texts = flatArgumentTexts(args, tool.identity);
       if (texts !== undefined) {
-        checkExactNumbers(tool, args, tool.onRequestDiffers === "refuse" ? texts.canonical : texts.identity);
+        // IDENT-7 from the members already read: the walk runs only when one of them is beyond
+        // 2^53 - 1, which is exactly when it throws (and its text scan would have let it run).
+        if (tool.onRequestDiffers === "refuse" ? texts.inexact : texts.inexactIdentity) {
+          checkExactNumbers(tool, args, tool.onRequestDiffers === "refuse" ? texts.canonical : texts.identity);
+        }
         this.warnIfNotNfc(tool.name, texts.identity);
         this.checkIdentityStable(tool, call.input, args, texts.identity);
         return { tool, args, identityText: texts.identity, requestText: texts.ordered, requestCanonical: texts.canonical };

@@ -80,6 +80,25 @@ describe("flatArgumentTexts: the three argument texts from one read (issue 14)",
     );
   });
 
+  it("IDENT-7 says whether a member, and a member of the identity, is a number beyond 2^53 - 1", () => {
+    const inexact = (value: unknown) => typeof value === "number" && Math.abs(value) > Number.MAX_SAFE_INTEGER;
+    let seen = 0;
+    fc.assert(
+      fc.property(args, fields, fc.boolean(), (record, identity, withIdentity) => {
+        const given = withIdentity ? identity : undefined;
+        const texts = flatArgumentTexts(record, given);
+        if (texts === undefined) return;
+        const all = Object.keys(record).some((key) => inexact(record[key]));
+        if (all) seen++;
+        expect(texts.inexact).toBe(all);
+        const projected = given === undefined ? record : project(record, given);
+        expect(texts.inexactIdentity).toBe(Object.keys(projected).some((key) => inexact(projected[key])));
+      }),
+      { numRuns: 1000 },
+    );
+    expect(seen).toBeGreaterThan(0);
+  });
+
   it("steps aside when JSON.stringify would call an inherited toJSON", () => {
     const record = { b: 1, a: "x" };
     expect(flatArgumentTexts(record, undefined)?.ordered).toBe('{"b":1,"a":"x"}');
