@@ -193,7 +193,8 @@ describe.each([
       await dispatcher.dispatch(call, turn);
       // The turn then fails for another reason; its record says a re-send can help (RECORD-5).
       await failNext(backend.store, "conv-retention", "m1", { failed: "m1", calls: [{ name: "send_payment", status: "ok", effect: "happened" }], retryable: true });
-      const fresh = await runBin(["turns", "--failed", "--json", "--conversation", "conv-retention", "--retention", "1s", ...backend.args]);
+      // Judged against a retention it is well within (a CLI start on a loaded host takes longer than 1 s).
+      const fresh = await runBin(["turns", "--failed", "--json", "--conversation", "conv-retention", "--retention", "10m", ...backend.args]);
       expect(fresh.code, fresh.stderr).toBe(0);
       expect((jsonLines(fresh.stdout) as { resend: string }[]).map((t) => t.resend)).toEqual(["yes"]);
 
