@@ -1,0 +1,100 @@
+import { MemoryConversationStore, MemoryLedger, type JsonValue } from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { TurnFailedError } from "../src/index.js";
+import { payCall, world, type ToyEvent } from "./toy.js";
+
+const HOUR = 60 * 60 * 1000;
+
+/**
+ * TURN-12 with LEDGER-13: a turn paid, then failed (every attempt cut after the payment); the
+ * ledger keeps the row for its retention (24 h) only. The store's clock and the ledger's clock
+ * are one shared test clock, moved by hand; the runner's own clock (Date.now) is unrelated to
+ * it, so nothing here is decided on the process clock.
+ */
+function paidThenFailed(extra: { runner?: Record<string, unknown> } = {}) {
+  let now = 1_000_000;
+  const clock = () => now;
+  const store = new MemoryConversationStore({ now: clock });
+  const ledger = new MemoryLedger({ now: clock });
+  let failing = true;
+  const script = (_n: number, input: JsonValue[]): (ToyEvent | "cut")[] => {
+    if ((input.at(-1) as { role?: string }).role !== "user") return [{ t: "text", index: 0, text: "Paid." }, { t: "end" }];
+    return failing ? [...payCall("c", "first"), "cut"] : [...payCall("c", "again"), { t: "end" }];
+  };
+  const w = world(script, true, { store, ledger, runner: extra.runner ?? {} });
+  return {
+    ...w,
+    ledger,
+    advance: (ms: number) => {
+      now += ms;
+    },
+    recover: () => {
+      failing = false;
+    },
+  };
+}
+
+async function failFirst(w: ReturnType<typeof paidThenFailed>) {
+  const first = await w.runner.send("conv-w", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+  expect(first).toBeInstanceOf(TurnFailedError);
+  expect((first as TurnFailedError).record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
+  expect(w.performed).toHaveLength(1);
+  w.recover();
+}
+
+describe("TURN-12 a re-send is retried only within the re-send window (LEDGER-13)", () => {
+  it("TURN-12 a re-send 25 h after the failure, after the ledger swept its rows, runs nothing and says why; the payment is made once", async () => {
+    const w = paidThenFailed();
+    await failFirst(w);
+    const requests = w.provider.requests.length;
+    const recordsBefore = await w.store.records("conv-w");
+    w.advance(25 * HOUR);
+    expect(await w.ledger.sweep()).toBeGreaterThan(0);
+
+    const resent = await w.runner.send("conv-w", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    // The oracle: the payments made, and what the runner answers and keeps, agree.
+    expect(w.performed).toHaveLength(1);
+    expect(resent).toBeInstanceOf(TurnFailedError);
+    const error = resent as TurnFailedError;
+    expect(error.replayed).toBe(true);
+    expect(error.notRetried).toBe("past_resend_window");
+    expect(error.message).toMatch(/retention/);
+    expect(error.record.retryable).toBe(false);
+    // The stored record of the earlier attempts says which effects happened.
+    expect(error.record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
+    expect(w.provider.requests.length).toBe(requests);
+    expect((await w.store.message("conv-w", "m1"))?.state).toBe("failed");
+    expect(await w.store.records("conv-w")).toEqual(recordsBefore);
+    // Sending it again does not change the answer, and a new message is the way to do it again.
+    const again = (await w.runner.send("conv-w", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(again.notRetried).toBe("past_resend_window");
+    expect(w.performed).toHaveLength(1);
+  });
+
+  it("TURN-12 a re-send within the window retries at the bound index and the payment is answered from the ledger", async () => {
+    const w = paidThenFailed();
+    await failFirst(w);
+    w.advance(1 * HOUR);
+    await w.ledger.sweep();
+    const result = await w.runner.send("conv-w", { id: "m1", content: "pay acme" });
+    expect(result.status).toBe("answered");
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ replayed: true, result: { n: 1 } })]);
+    expect(w.performed).toHaveLength(1);
+  });
+
+  it("TURN-12 the window's edge is past it: a failure exactly resendWindowMs old on the store's clock is not reopened", async () => {
+    const w = paidThenFailed({ runner: { resendWindowMs: 2 * HOUR } });
+    await failFirst(w);
+    w.advance(2 * HOUR - 1);
+    // One millisecond inside: reopened (and answered from the ledger, whose rows are still kept).
+    const inside = paidThenFailed({ runner: { resendWindowMs: 2 * HOUR } });
+    await failFirst(inside);
+    inside.advance(2 * HOUR - 1);
+    await expect(inside.runner.send("conv-w", { id: "m1", content: "pay acme" })).resolves.toMatchObject({ status: "answered" });
+    expect(inside.performed).toHaveLength(1);
+    w.advance(1);
+    const edge = (await w.runner.send("conv-w", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(edge.notRetried).toBe("past_resend_window");
+    expect(w.performed).toHaveLength(1);
+  });
+});
