@@ -43,6 +43,27 @@ export interface AppendResult {
   message: StoredMessage;
   /** True when this call moved a failed message back to "queued" (TURN-12). */
   reopened: boolean;
+  /**
+   * True when the message is failed and this call would have reopened it (no other message was
+   * bound since) but did not because its first failure is at least `reopenWithinMs` old on the
+   * store's clock (TURN-12, `supports.reopenWindow`). Absent otherwise, and from a store that does
+   * not declare the flag.
+   */
+  pastReopenWindow?: boolean;
+}
+
+/** Options of `appendUserMessage`. */
+export interface AppendOptions {
+  /**
+   * Only to a store that declares `supports.reopenWindow` (TURN-12): a re-send of a failed message
+   * reopens it only while its first failure (kept across reopens) is less than this many
+   * milliseconds old on the store's clock, decided in the same atomic step as the reopen; at or
+   * past it the message stays failed and the result says `pastReopenWindow`. A runner passes its
+   * re-send window, set below the ledger's retention (LEDGER-13).
+   * @default none (no time bound: the store reopens as TURN-12 says without it)
+   * @example await store.appendUserMessage("conv-1", { id: "m1", content }, { reopenWithinMs: 23 * 60 * 60 * 1000 })
+   */
+  reopenWithinMs?: number;
 }
 
 /** One committed turn as stored. */
@@ -139,6 +160,13 @@ export interface ConversationStoreSupports {
    * reply was lost then holds the conversation until its lease expires.
    */
   leaseGrants?: boolean;
+  /**
+   * The re-send window (TURN-12): `appendUserMessage` takes `{ reopenWithinMs }` and refuses, in
+   * the same atomic step, to reopen a failed message whose first failure is at least that old on
+   * the store's clock, answering `pastReopenWindow`. A runner without it checks the age itself
+   * before the append (`listFailedTurns({ olderThanMs })`), a step apart from the reopen.
+   */
+  reopenWindow?: boolean;
 }
 
 /** What a lease grant id looks like (TURN-10): LEDGER-26's claim id form, URL-safe and unguessable. */
@@ -220,9 +248,10 @@ export interface ConversationStore {
    * Queue a user message, idempotent on its id (TURN-2). A re-send of a `failed` message
    * reopens it (back to "queued") only while it is the conversation's most recently bound
    * message (no other message was bound since), so its retry runs at the failed turn's index
-   * with the same keys (TURN-12); otherwise it stays failed.
+   * with the same keys (TURN-12); otherwise it stays failed. `options.reopenWithinMs` only to a
+   * store that declares `supports.reopenWindow`: see AppendOptions.
    */
-  appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult>;
+  appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }, options?: AppendOptions): Promise<AppendResult>;
 
   /** One message as stored, or undefined. */
   message(conversationId: string, messageId: string): Promise<StoredMessage | undefined>;

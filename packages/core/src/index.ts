@@ -48,6 +48,7 @@ export type {
   StoredMessage,
   StoredTurn,
   AppendResult,
+  AppendOptions,
   LeaseResult,
   TurnSnapshot,
   TurnCommit,

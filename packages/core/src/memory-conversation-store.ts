@@ -1,5 +1,6 @@
 import type { JsonValue } from "./canonical.js";
 import type {
+  AppendOptions,
   AppendResult,
   ConversationStore,
   FailedTurn,
@@ -15,7 +16,7 @@ import type {
 import { ConversationLeaseLostError, InvalidStoreInputError } from "./errors/index.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
 import { checkFailedTurnsQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
-import { checkLeaseGrantId, checkLeaseOwner, checkStoreJson, checkTurnLeaseMs } from "./internal/store-rows.js";
+import { checkLeaseGrantId, checkLeaseOwner, checkReopenWithinMs, checkStoreJson, checkTurnLeaseMs } from "./internal/store-rows.js";
 
 interface Conversation {
   messages: Map<string, StoredMessage>;
@@ -41,6 +42,12 @@ interface Conversation {
   records: JsonValue[];
   /** When each failed message failed (process clock), for listFailedTurns; dropped on reopen. */
   failedAt: Map<string, number>;
+  /**
+   * When each message FIRST failed (process clock), kept across reopens: the re-send window is
+   * measured from it (TURN-12), so a retry that fails again does not restart it while the rows
+   * of the first attempts age towards the ledger's retention.
+   */
+  firstFailedAt: Map<string, number>;
 }
 
 export interface MemoryConversationStoreOptions {
@@ -62,7 +69,7 @@ export class MemoryConversationStore implements ConversationStore {
     clock: "process",
     sharedAcrossProcesses: false,
     recordsWithCommit: true,
-    supports: { leaseGrants: true },
+    supports: { leaseGrants: true, reopenWindow: true },
   };
   private readonly conversations = new Map<string, Conversation>();
   private readonly now: () => number;
@@ -71,13 +78,18 @@ export class MemoryConversationStore implements ConversationStore {
     this.now = options.now ?? Date.now;
   }
 
-  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
+  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }, options?: AppendOptions): Promise<AppendResult> {
     checkMessageId(message?.id);
     checkStoreJson("content", message.content);
+    const within = checkReopenWithinMs(options);
     const conversation = this.get(conversationId);
     const known = conversation.messages.get(message.id);
     if (known !== undefined) {
       if (known.state === "failed" && reopenable(conversation, known)) {
+        // TURN-12's window, on this store's clock, in the same step as the reopen (nothing awaits).
+        if (within !== undefined && this.now() - (conversation.firstFailedAt.get(known.id) ?? 0) >= within) {
+          return { appended: false, message: clone(known), reopened: false, pastReopenWindow: true };
+        }
         known.state = "queued";
         delete known.failure;
         conversation.failedAt.delete(known.id);
@@ -215,7 +227,9 @@ export class MemoryConversationStore implements ConversationStore {
     }
     message.state = "failed";
     message.failure = clone(record);
-    conversation.failedAt.set(messageId, this.now());
+    const now = this.now();
+    conversation.failedAt.set(messageId, now);
+    if (!conversation.firstFailedAt.has(messageId)) conversation.firstFailedAt.set(messageId, now);
     conversation.records.push(clone(record));
   }
 
@@ -278,6 +292,7 @@ export class MemoryConversationStore implements ConversationStore {
         fence: 0,
         records: [],
         failedAt: new Map(),
+        firstFailedAt: new Map(),
       };
       this.conversations.set(conversationId, conversation);
     }

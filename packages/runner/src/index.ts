@@ -20,13 +20,14 @@ export {
 export { defaultRetryPolicy, isFinalStop, type AttemptFailure, type RetryPolicy } from "./retry.js";
 export { StreamIncompleteError } from "./errors/stream-incomplete.js";
 export { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
-export { TurnFailedError } from "./errors/turn-failed.js";
+export { TurnFailedError, type NotRetriedReason } from "./errors/turn-failed.js";
 export {
   TurnRunner,
   checkRunnerOptions,
   checkOptionValues,
   checkKnownOptions,
   TURN_RUNNER_OPTIONS,
+  DEFAULT_RESEND_WINDOW_MS,
   type RunnerEvent,
   type TurnRunnerOptions,
   type CallReport,

@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import {
   CONVERSATION_ID_PATTERN,
   ConversationBusyError,
+  DEFAULT_RETENTION_MS,
   DurabilityMismatchError,
   InvalidArgumentError,
   InvalidKeyInputError,
@@ -18,6 +19,7 @@ import {
   type DispatchOutcome,
   type JsonValue,
   type Ledger,
+  type AppendResult,
   type LeaseResult,
   type LedgerRow,
   type StoredError,
@@ -148,7 +150,23 @@ export interface TurnRunnerOptions {
    * @example new TurnRunner(provider, { dispatcher, store: new MemoryConversationStore(), allowVolatileConversationStore: true })
    */
   allowVolatileConversationStore?: boolean;
+  /**
+   * The re-send window (TURN-12, LEDGER-13): a re-send of a failed message's id is retried only
+   * while its turn first failed less than this long ago, on the conversation store's clock; later it
+   * returns the stored failure without running anything (`TurnFailedError` with `notRetried:
+   * "past_resend_window"`, `record.retryable` false). MUST be set BELOW the ledger's retention, by
+   * at least the longest a turn runs (first call to failure, and a retry's attempts) plus any skew
+   * between the store's clock and the ledger's: a retry after the ledger swept a call's row makes
+   * that call again (a payment paid twice). A window above the ledger's retention, when the
+   * dispatcher's ledger exposes `retentionMs`, is refused.
+   * @default 23 h (DEFAULT_RESEND_WINDOW_MS: the default 24 h retention less one hour); 23/24 of the ledger's `retentionMs` when it exposes one
+   * @example new TurnRunner(provider, { dispatcher, store, resendWindowMs: 6 * 24 * 60 * 60 * 1000 }) // beside a 7-day retention
+   */
+  resendWindowMs?: number;
 }
+
+/** The default re-send window (TURN-12): the ledgers' default retention (24 h) less one hour. */
+export const DEFAULT_RESEND_WINDOW_MS = DEFAULT_RETENTION_MS - 60 * 60 * 1000;
 
 export interface CallReport {
   callId: string;
@@ -294,6 +312,7 @@ function checkTurnRunnerOptionValues(options: TurnRunnerOptions): void {
     busyWaitMs: "nonNegativeMs",
     pollMs: "positiveMs",
     allowVolatileConversationStore: "boolean",
+    resendWindowMs: "nonNegativeMs",
   });
   // The stores refuse a longer turn lease (checkTurnLeaseMs), but only at the first send().
   if (options.turnLeaseMs !== undefined && options.turnLeaseMs > MAX_LEASE_MS) {
@@ -323,9 +342,28 @@ const TURN_RUNNER_OPTION_SET: Record<keyof TurnRunnerOptions, true> = {
   busyWaitMs: true,
   pollMs: true,
   allowVolatileConversationStore: true,
+  resendWindowMs: true,
 };
 /** The names of `TurnRunnerOptions`: a stream side passes them, with its own, to `checkKnownOptions`. */
 export const TURN_RUNNER_OPTIONS: readonly string[] = Object.keys(TURN_RUNNER_OPTION_SET);
+
+/**
+ * The re-send window (TURN-12): the option, refused above the ledger's retention when the
+ * dispatcher's ledger exposes `retentionMs`; by default 23/24 of that retention, else 23 h.
+ */
+function resendWindowOf(options: TurnRunnerOptions): number {
+  const retention = (options.dispatcher as { ledger?: { retentionMs?: unknown } }).ledger?.retentionMs;
+  const known = typeof retention === "number" && Number.isFinite(retention) && retention > 0 ? retention : undefined;
+  const window = options.resendWindowMs;
+  if (window === undefined) return known === undefined ? DEFAULT_RESEND_WINDOW_MS : Math.floor((known * 23) / 24);
+  if (known !== undefined && window > known) {
+    throw new InvalidArgumentError(
+      "options.resendWindowMs",
+      `must be below the ledger's retention (${known} ms), got ${window}: a re-send after the ledger swept a call's row makes the call again (LEDGER-13)`,
+    );
+  }
+  return window;
+}
 
 /**
  * Throws `InvalidArgumentError` naming `${prefix}.${name}` for an own enumerable option that is not
@@ -363,6 +401,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   private readonly retry: RetryPolicy;
   private readonly owner: string;
   private readonly logger: DispatchLogger;
+  private readonly resendWindowMs: number;
 
   constructor(provider: StreamProvider<A, E, U>, options: TurnRunnerOptions) {
     checkRunnerOptions(options);
@@ -372,6 +411,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     this.options = options;
     this.retry = { ...defaultRetryPolicy, ...options.retry };
     this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+    this.resendWindowMs = resendWindowOf(options);
     const ledgerDurability = (options.dispatcher as { ledger?: { capabilities?: { durability?: string } } }).ledger?.capabilities
       ?.durability;
     if (
@@ -406,10 +446,19 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     checkMessageId(message.id);
     this.provider.checkContent?.(message.content);
     const { store } = this.options;
-    const append = await store.appendUserMessage(conversationId, {
-      id: message.id,
-      content: this.provider.userMessage(message.content),
-    });
+    const content = this.provider.userMessage(message.content);
+    // TURN-12's re-send window, on the store's clock. A store that declares it decides it in the
+    // same atomic step as the reopen; for one that does not, the runner checks first (below).
+    const windowed = store.capabilities?.supports?.reopenWindow === true;
+    let append: AppendResult;
+    if (!windowed && (await this.pastResendWindow(conversationId, message.id))) {
+      const known = await store.message(conversationId, message.id);
+      append = known?.state === "failed" ? { appended: false, message: known, reopened: false, pastReopenWindow: true } : await store.appendUserMessage(conversationId, { id: message.id, content });
+    } else {
+      append = windowed
+        ? await store.appendUserMessage(conversationId, { id: message.id, content }, { reopenWithinMs: this.resendWindowMs })
+        : await store.appendUserMessage(conversationId, { id: message.id, content });
+    }
     const started = Date.now();
     let produced: TurnOutcome[] = [];
     // Whether this call failed the message (drove its failed turn), rather than only reading a
@@ -447,8 +496,13 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         let record = current.failure as unknown as FailedTurnRecord;
         // The store kept the message failed on this re-send: another message was bound since, so
         // no re-send can reopen it (TURN-12) and re-sending cannot help (RECORD-5).
-        if (!failedHere && current === append.message && append.reopened !== true && record.retryable) record = { ...record, retryable: false };
-        throw new TurnFailedError(record, { replayed: !failedHere });
+        // Or its turn failed longer ago than the re-send window: the ledger may have swept its
+        // calls' rows, so a retry would run them again (TURN-12, LEDGER-13).
+        const notRetried = !failedHere && current === append.message && append.reopened !== true
+          ? append.pastReopenWindow === true ? "past_resend_window" as const : "another_message_bound" as const
+          : undefined;
+        if (notRetried !== undefined && record.retryable) record = { ...record, retryable: false };
+        throw new TurnFailedError(record, { replayed: !failedHere, ...(notRetried !== undefined ? { notRetried } : {}) });
       }
       const lease = await this.acquire(conversationId);
       if (lease.acquired) {
@@ -465,6 +519,36 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       if (latest === undefined) throw new InvalidArgumentError("message.id", `message ${message.id} vanished from the store`);
       current = latest;
     }
+  }
+
+  /**
+   * For a store without `supports.reopenWindow`: whether `messageId` is failed and its failure is
+   * at least the re-send window old, on the store's clock when it lists failed turns
+   * (`listFailedTurns({ olderThanMs })`, TURN-17), else by its record's time on this process's
+   * clock (the only time such a store keeps). A step apart from the append that reopens: a
+   * failure can cross the window's edge between the two, by the time one store call takes. That
+   * is inside the margin the window keeps below the ledger's retention (a turn's run, clock skew),
+   * so it does not reach a swept row. It is measured from the LAST failure such a store lists,
+   * which a retry that failed again moves forward: declare `supports.reopenWindow` to measure
+   * from the first.
+   */
+  private async pastResendWindow(conversationId: string, messageId: string): Promise<boolean> {
+    const { store } = this.options;
+    const known = await store.message(conversationId, messageId);
+    if (known?.state !== "failed") return false;
+    if (store.listFailedTurns !== undefined) {
+      let cursor: string | undefined;
+      do {
+        const page = await store.listFailedTurns({ conversationId, olderThanMs: this.resendWindowMs, limit: 1000, ...(cursor !== undefined ? { cursor } : {}) });
+        // One no re-send can reopen (another message bound since) is left to the store to answer.
+        if (page.turns.some((t) => t.messageId === messageId && t.reopenable !== false)) return true;
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+      return false;
+    }
+    const at = Date.parse(String((known.failure as { at?: unknown } | undefined)?.at));
+    // No time to measure by: the age is unknown, so it may be past the ledger's retention.
+    return !Number.isFinite(at) || Date.now() - at >= this.resendWindowMs;
   }
 
   private get leaseMs(): number {

@@ -1,6 +1,6 @@
-import { MemoryConversationStore, MemoryLedger, type JsonValue } from "@dispatch-once/core";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, type ConversationStore, type JsonValue } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { TurnFailedError } from "../src/index.js";
+import { DEFAULT_RESEND_WINDOW_MS, TurnFailedError, TurnRunner } from "../src/index.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
 const HOUR = 60 * 60 * 1000;
@@ -11,10 +11,15 @@ const HOUR = 60 * 60 * 1000;
  * are one shared test clock, moved by hand; the runner's own clock (Date.now) is unrelated to
  * it, so nothing here is decided on the process clock.
  */
-function paidThenFailed(extra: { runner?: Record<string, unknown> } = {}) {
+function paidThenFailed(extra: { runner?: Record<string, unknown>; withoutWindow?: boolean } = {}) {
   let now = 1_000_000;
   const clock = () => now;
-  const store = new MemoryConversationStore({ now: clock });
+  const memory = new MemoryConversationStore({ now: clock });
+  // A third-party store's view: the same store without `supports.reopenWindow` (it never gets
+  // `reopenWithinMs`; the runner checks the age with listFailedTurns first).
+  const store: ConversationStore = extra.withoutWindow
+    ? Object.assign(Object.create(memory) as MemoryConversationStore, { capabilities: { ...memory.capabilities, supports: { leaseGrants: true } } })
+    : memory;
   const ledger = new MemoryLedger({ now: clock });
   let failing = true;
   const script = (_n: number, input: JsonValue[]): (ToyEvent | "cut")[] => {
@@ -24,6 +29,7 @@ function paidThenFailed(extra: { runner?: Record<string, unknown> } = {}) {
   const w = world(script, true, { store, ledger, runner: extra.runner ?? {} });
   return {
     ...w,
+    store,
     ledger,
     advance: (ms: number) => {
       now += ms;
@@ -96,5 +102,56 @@ describe("TURN-12 a re-send is retried only within the re-send window (LEDGER-13
     const edge = (await w.runner.send("conv-w", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(edge.notRetried).toBe("past_resend_window");
     expect(w.performed).toHaveLength(1);
+  });
+
+  it("TURN-12 a store without supports.reopenWindow: the runner's own check on the store's clock (listFailedTurns) refuses the late re-send", async () => {
+    const w = paidThenFailed({ withoutWindow: true });
+    await failFirst(w);
+    const requests = w.provider.requests.length;
+    w.advance(25 * HOUR);
+    await w.ledger.sweep();
+    const late = (await w.runner.send("conv-w", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(late).toBeInstanceOf(TurnFailedError);
+    expect(late.notRetried).toBe("past_resend_window");
+    expect(late.record.retryable).toBe(false);
+    expect(w.performed).toHaveLength(1);
+    expect(w.provider.requests.length).toBe(requests);
+    expect((await w.store.message("conv-w", "m1"))?.state).toBe("failed");
+  });
+
+  it("TURN-12 a store without supports.reopenWindow still retries a re-send within the window", async () => {
+    const w = paidThenFailed({ withoutWindow: true });
+    await failFirst(w);
+    w.advance(HOUR);
+    await expect(w.runner.send("conv-w", { id: "m1", content: "pay acme" })).resolves.toMatchObject({ status: "answered" });
+    expect(w.performed).toHaveLength(1);
+  });
+
+  it("TURN-12 a retry that fails again does not restart the window: it is measured from the first failure", async () => {
+    const w = paidThenFailed();
+    await w.runner.send("conv-w", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(w.performed).toHaveLength(1);
+    // Reopened inside the window; every attempt is cut again (the payment answered from the ledger).
+    w.advance(22 * HOUR);
+    const second = (await w.runner.send("conv-w", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(second).toBeInstanceOf(TurnFailedError);
+    expect(second.replayed).toBe(false);
+    expect(w.performed).toHaveLength(1);
+    w.recover();
+    // The paid row finished at the first attempt and is swept 24 h after it.
+    w.advance(3 * HOUR);
+    expect(await w.ledger.sweep()).toBeGreaterThan(0);
+    const third = (await w.runner.send("conv-w", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(third.notRetried).toBe("past_resend_window");
+    expect(w.performed).toHaveLength(1);
+  });
+
+  it("TURN-12 resendWindowMs above the ledger's retention is refused; by default it is 23/24 of it", () => {
+    const dispatcher = new Dispatcher({ tools: new ToolRegistry([]), ledger: new MemoryLedger({ retentionMs: 2 * HOUR }) });
+    const store = new MemoryConversationStore();
+    const provider = paidThenFailed().provider;
+    expect(() => new TurnRunner(provider, { dispatcher, store, allowVolatileConversationStore: true, resendWindowMs: 3 * HOUR })).toThrow(/resendWindowMs.*below the ledger's retention/);
+    expect(() => new TurnRunner(provider, { dispatcher, store, allowVolatileConversationStore: true, resendWindowMs: -1 })).toThrow(/resendWindowMs/);
+    expect(DEFAULT_RESEND_WINDOW_MS).toBe(23 * HOUR);
   });
 });

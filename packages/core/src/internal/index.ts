@@ -13,6 +13,7 @@ export {
   checkLeaseOwner,
   checkTurnLeaseMs,
   checkLeaseGrantId,
+  checkReopenWithinMs,
   MAX_LEASE_OWNER_LENGTH,
   type StoredMessageRow,
   type StoredTurnRow,

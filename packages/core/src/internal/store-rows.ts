@@ -147,6 +147,25 @@ export function checkTurnLeaseMs(leaseMs: unknown): number {
 }
 
 /**
+ * `appendUserMessage`'s options (TURN-12, `supports.reopenWindow`), checked alike by every store
+ * that declares the flag, before it touches its store: absent, or an object whose
+ * `reopenWithinMs` is absent or a finite number of milliseconds, 0 or more (0: never reopen);
+ * refused with invalid_store_input. Returns the window, or undefined for none.
+ */
+export function checkReopenWithinMs(options: unknown): number | undefined {
+  if (options === undefined) return undefined;
+  if (typeof options !== "object" || options === null || Array.isArray(options)) {
+    throw new InvalidStoreInputError("options", "must be an object ({ reopenWithinMs })");
+  }
+  const ms = (options as { reopenWithinMs?: unknown }).reopenWithinMs;
+  if (ms === undefined) return undefined;
+  if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 0) {
+    throw new InvalidStoreInputError("reopenWithinMs", "must be a finite number of milliseconds, 0 or more");
+  }
+  return ms;
+}
+
+/**
  * A turn lease's grant id (TURN-10), checked alike by every store that declares
  * `supports.leaseGrants`, before it touches its store: absent (undefined) where it is optional
  * (acquireLease), else a string matching LEASE_GRANT_ID_PATTERN; refused with
