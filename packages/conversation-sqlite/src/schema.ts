@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS "${t.messages}" (
   turn_index      INTEGER,
   failure         TEXT,
   failed_at       INTEGER,
+  first_failed_at INTEGER,
   content         TEXT    NOT NULL,
   PRIMARY KEY (conversation_id, message_id),
   UNIQUE (conversation_id, seq)
@@ -137,6 +138,19 @@ BEGIN
   ${stamp}
 END;
 UPDATE "${t.messages}" SET failed_at = 0 WHERE state = 'failed' AND failed_at IS NULL;
+`;
+}
+
+/**
+ * What `migrate()` runs on a messages table made before `first_failed_at` existed: the column
+ * only. It keeps the store-clock time a message FIRST failed, across reopens, which the re-send
+ * window is measured from (TURN-12, `supports.reopenWindow`). NULL on rows failed before it
+ * existed, or by a process of an earlier version: the window is then measured from `failed_at`
+ * (0, an unknown time, is past every window).
+ */
+export function firstFailedAtUpgradeSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
+  const t = tablesFor(prefix);
+  return `ALTER TABLE "${t.messages}" ADD COLUMN first_failed_at INTEGER;
 `;
 }
 

@@ -9,6 +9,7 @@ import {
   isDispatchOnceError,
   checkFailedTurnsQuery,
   encodeFailedTurnsCursor,
+  type AppendOptions,
   type AppendResult,
   type ConversationStore,
   type FailedTurn,
@@ -26,6 +27,7 @@ import {
   checkLeaseOwner,
   checkTurnLeaseMs,
   checkLeaseGrantId,
+  checkReopenWithinMs,
   openWithin,
   decodeStoreJson,
   decodeStoredMessage,
@@ -38,7 +40,7 @@ import {
   unknownOptionMessage,
   type OptionNames,
 } from "@dispatch-once/core/internal";
-import { DEFAULT_TABLE_PREFIX, STORE_NOW_SQL, failedAtTriggerSql, failedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, leaseGrantUpgradeSql, type ConversationTables } from "./schema.js";
+import { DEFAULT_TABLE_PREFIX, STORE_NOW_SQL, failedAtTriggerSql, failedAtUpgradeSql, firstFailedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, leaseGrantUpgradeSql, type ConversationTables } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
 export type SqliteDatabase = Database.Database;
@@ -115,6 +117,8 @@ interface Statements {
   nextSeq: Database.Statement<[string], { next: number }>;
   insertMessage: Database.Statement<[string, string, number, string]>;
   reopen: Database.Statement<[string, string]>;
+  /** How long ago, on the store's clock, a message first failed (TURN-12's re-send window). */
+  failedAge: Database.Statement<[string, string], { age: number }>;
   inProgress: Database.Statement<[string], StoredMessageRow>;
   oldestQueued: Database.Statement<[string], StoredMessageRow>;
   bind: Database.Statement<[number, string, string]>;
@@ -238,7 +242,7 @@ export class SqliteConversationStore implements ConversationStore {
         // An anonymous (":memory:" or temporary) database lives inside one connection.
         sharedAcrossProcesses: !db.memory,
         recordsWithCommit: true,
-        supports: { leaseGrants: true },
+        supports: { leaseGrants: true, reopenWindow: true },
       };
     } catch (cause) {
       if (this.ownsDatabase) db.close();
@@ -252,10 +256,11 @@ export class SqliteConversationStore implements ConversationStore {
     this.guard("", "migrate", () => migrateTables(this.database, this.prefix, this.tables));
   }
 
-  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
+  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }, options?: AppendOptions): Promise<AppendResult> {
     checkMessageId(message?.id);
     checkConversationId(conversationId);
     const content = encodeStoreJson("content", message.content);
+    const within = checkReopenWithinMs(options);
     return this.guard(conversationId, "appendUserMessage", () =>
       this.write(() => {
         const s = this.stmts;
@@ -264,6 +269,10 @@ export class SqliteConversationStore implements ConversationStore {
           const stored = decodeStoredMessage(conversationId, known);
           // TURN-12: a failed message reopens only while no other message was bound since it.
           if (stored.state === "failed" && this.conversationRow(conversationId)?.last_bound === stored.id) {
+            // TURN-12's re-send window, on the store's clock, in the reopen's own write transaction.
+            if (within !== undefined && Number(s.failedAge.get(conversationId, stored.id)!.age) >= within) {
+              return { appended: false, message: stored, reopened: false, pastReopenWindow: true };
+            }
             s.reopen.run(conversationId, stored.id);
             stored.state = "queued";
             delete stored.failure;
@@ -553,6 +562,9 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     nextSeq: db.prepare(`SELECT coalesce(max(seq), 0) + 1 AS next FROM ${msgs} WHERE conversation_id = ?`),
     insertMessage: db.prepare(`INSERT INTO ${msgs} (conversation_id, message_id, seq, state, content) VALUES (?, ?, ?, 'queued', ?)`),
     reopen: db.prepare(`UPDATE ${msgs} SET state = 'queued', failure = NULL, failed_at = NULL WHERE conversation_id = ? AND message_id = ?`),
+    // From the first failure (kept across reopens; a retry that fails again does not restart the
+    // window), else the last one (rows failed before first_failed_at existed), else 0: unknown, past.
+    failedAge: db.prepare(`SELECT ${now} - coalesce(first_failed_at, failed_at, 0) AS age FROM ${msgs} WHERE conversation_id = ? AND message_id = ?`),
     inProgress: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND state = 'in_progress' ORDER BY seq LIMIT 1`),
     oldestQueued: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND state = 'queued' ORDER BY seq LIMIT 1`),
     // A reopened message keeps the index of its first turn (TURN-11, TURN-12).
@@ -587,7 +599,7 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
       `INSERT INTO ${turns} (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results) VALUES (?, ?, ?, ?, ?, ?)`,
     ),
     answer: db.prepare(`UPDATE ${msgs} SET state = 'answered' WHERE conversation_id = ? AND message_id = ?`),
-    fail: db.prepare(`UPDATE ${msgs} SET state = 'failed', failure = ?, failed_at = ${now} WHERE conversation_id = ? AND message_id = ?`),
+    fail: db.prepare(`UPDATE ${msgs} SET state = 'failed', failure = ?, failed_at = ${now}, first_failed_at = coalesce(first_failed_at, ${now}) WHERE conversation_id = ? AND message_id = ?`),
     insertRecord: db.prepare(
       `INSERT INTO ${recs} (conversation_id, seq, record) VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM ${recs} WHERE conversation_id = ?), ?)`,
     ),
@@ -622,6 +634,7 @@ function migrateTables(db: SqliteDatabase, prefix: string, tables: ConversationT
     if (!columns.some((c) => c.name === "lease_grant")) db.exec(leaseGrantUpgradeSql(prefix));
     const messageColumns = db.prepare(`SELECT name FROM pragma_table_info(?)`).all(tables.messages) as { name: string }[];
     if (!messageColumns.some((c) => c.name === "failed_at")) db.exec(failedAtUpgradeSql(prefix));
+    if (!messageColumns.some((c) => c.name === "first_failed_at")) db.exec(firstFailedAtUpgradeSql(prefix));
     db.exec(failedIndexSql(prefix));
     db.exec(failedAtTriggerSql(prefix));
   }).immediate();

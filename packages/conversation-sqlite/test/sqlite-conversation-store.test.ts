@@ -174,7 +174,7 @@ describe("TURN-15 resumed, on disk", () => {
 describe("TURN-14 durability is declared from the connection's settings", () => {
   it("a file with WAL and synchronous=FULL is durable, shared across processes, on the store's clock", async () => {
     const store = new SqliteConversationStore({ path: freshPath() });
-    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true } });
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } });
     expect(store.database.pragma("journal_mode", { simple: true })).toBe("wal");
     expect(store.database.pragma("synchronous", { simple: true })).toBe(2);
     await store.close();
@@ -185,7 +185,7 @@ describe("TURN-14 durability is declared from the connection's settings", () => 
     expect(normal.capabilities.durability).toBe("volatile");
     await normal.close();
     const memory = new SqliteConversationStore({ path: ":memory:" });
-    expect(memory.capabilities).toEqual({ durability: "volatile", clock: "store", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true } });
+    expect(memory.capabilities).toEqual({ durability: "volatile", clock: "store", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } });
     await memory.close();
     const clocked = new SqliteConversationStore({ path: freshPath(), now: () => 1_000 });
     expect(clocked.capabilities.clock).toBe("process");
@@ -697,6 +697,64 @@ describe("TURN-10 lease grant ids, on disk and across versions", () => {
     // Released by the old version: G1 is an ordinary acquire (its grant is long over and not the latest).
     expect(await store.acquireLease("c", "new", 1_000, G2)).toMatchObject({ acquired: true, fence: 3 });
     raw.close();
+    await store.close();
+  });
+});
+
+describe("TURN-12 the re-send window (supports.reopenWindow), on the store's clock, in the reopen's own write", () => {
+  const WINDOW = 60_000;
+  async function failOnce(store: SqliteConversationStore, c: string, id: string): Promise<void> {
+    await store.appendUserMessage(c, { id, content: user(id) }, { reopenWithinMs: WINDOW });
+    const lease = await store.acquireLease(c, "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    expect((await store.beginTurn(c, lease.fence))?.message.id).toBe(id);
+    await store.failMessage(c, lease.fence, id, { failed: id });
+    await store.releaseLease(c, lease.fence);
+  }
+
+  it("declares it; reopens below the window, not at it; measured from the FIRST failure, which a retry that fails again does not move", async () => {
+    let clock = 1_000_000;
+    const store = new SqliteConversationStore({ path: freshPath(), now: () => clock });
+    expect(store.capabilities.supports?.reopenWindow).toBe(true);
+    await failOnce(store, "conv-w", "m1");
+    clock += WINDOW - 1;
+    expect(await store.appendUserMessage("conv-w", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: true, message: { state: "queued" } });
+    // The retry fails again at once: 1 ms later the first failure is WINDOW old.
+    await failOnce(store, "conv-w", "m1");
+    clock += 1;
+    const past = await store.appendUserMessage("conv-w", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW });
+    expect(past).toMatchObject({ appended: false, reopened: false, pastReopenWindow: true, message: { state: "failed", failure: { failed: "m1" } } });
+    expect((await store.message("conv-w", "m1"))?.state).toBe("failed");
+    expect((await store.listFailedTurns({ conversationId: "conv-w" })).turns.map((t) => [t.messageId, t.reopenable])).toEqual([["m1", true]]);
+    // Without a window the store reopens as TURN-12 always did (a runner of an earlier version).
+    expect(await store.appendUserMessage("conv-w", { id: "m1", content: user("m1") })).toMatchObject({ reopened: true });
+    await store.close();
+  });
+
+  it("a message that failed before first_failed_at existed is measured from failed_at, and 0 (an unknown time) counts from the epoch, past any real window", async () => {
+    let clock = 5_000_000;
+    const path = freshPath();
+    const store = new SqliteConversationStore({ path, now: () => clock });
+    await failOnce(store, "conv-a", "m1");
+    await failOnce(store, "conv-b", "m1");
+    const raw = rawConnection(path);
+    const { messages } = tablesFor();
+    raw.prepare(`UPDATE "${messages}" SET first_failed_at = NULL, failed_at = ? WHERE conversation_id = 'conv-a'`).run(clock - 10);
+    raw.prepare(`UPDATE "${messages}" SET first_failed_at = NULL, failed_at = 0 WHERE conversation_id = 'conv-b'`).run();
+    raw.close();
+    clock += 5;
+    expect(await store.appendUserMessage("conv-a", { id: "m1", content: user("m1") }, { reopenWithinMs: 20 })).toMatchObject({ reopened: true });
+    expect(await store.appendUserMessage("conv-b", { id: "m1", content: user("m1") }, { reopenWithinMs: clock - 1 })).toMatchObject({ reopened: false, pastReopenWindow: true });
+    await store.close();
+  });
+
+  it("a window that is not a finite number of milliseconds, 0 or more, is refused with invalid_store_input, changing nothing", async () => {
+    const store = new SqliteConversationStore({ path: freshPath() });
+    for (const bad of [-1, Number.NaN, Infinity, "60000"]) {
+      await rejectsWith(store.appendUserMessage("conv-x", { id: "m1", content: user("m1") }, { reopenWithinMs: bad as number }), "invalid_store_input", "reopenWithinMs");
+    }
+    await rejectsWith(store.appendUserMessage("conv-x", { id: "m1", content: user("m1") }, 5 as never), "invalid_store_input", "options");
+    expect(await store.message("conv-x", "m1")).toBeUndefined();
     await store.close();
   });
 });
