@@ -10,6 +10,7 @@ import {
   isDispatchOnceError,
   checkFailedTurnsQuery,
   encodeFailedTurnsCursor,
+  type AppendOptions,
   type AppendResult,
   type ConversationStore,
   type FailedTurn,
@@ -24,6 +25,7 @@ import {
   type TurnSnapshot,
 } from "@dispatch-once/core";
 import {
+  checkReopenWithinMs,
   checkLeaseGrantId,
   checkLeaseOwner,
   checkTurnLeaseMs,
@@ -172,7 +174,7 @@ export class PostgresConversationStore implements ConversationStore {
       this.ownsPool = true;
     }
     this.sql = statements(this.tables);
-    this.capabilities = { durability, clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true } };
+    this.capabilities = { durability, clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } };
   }
 
   /** The DDL migrate() runs. */
@@ -190,11 +192,12 @@ export class PostgresConversationStore implements ConversationStore {
     }
   }
 
-  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
+  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }, options?: AppendOptions): Promise<AppendResult> {
     checkMessageId(message?.id);
     checkMessageIdType(message.id);
     checkConversationId(conversationId);
     const content = encodeStoreJson("content", message.content);
+    const within = checkReopenWithinMs(options);
     return this.transaction(conversationId, "appendUserMessage", async (run) => {
       const conversation = await this.lock(run, conversationId, true);
       const [known] = await run<StoredMessageRow>(this.sql.message, [conversationId, message.id]);
@@ -202,6 +205,11 @@ export class PostgresConversationStore implements ConversationStore {
         const stored = decodeStoredMessage(conversationId, known);
         // TURN-12: a failed message reopens only while no other message was bound since it.
         if (stored.state === "failed" && conversation!.last_bound === stored.id) {
+          // TURN-12's re-send window, on the server's clock, under the conversation's row lock.
+          if (within !== undefined) {
+            const [row] = await run<{ age: unknown }>(this.sql.failedAge, [conversationId, stored.id]);
+            if (Number(row!.age) >= within) return { appended: false, message: stored, reopened: false, pastReopenWindow: true };
+          }
           await run(this.sql.reopen, [conversationId, stored.id]);
           stored.state = "queued";
           delete stored.failure;

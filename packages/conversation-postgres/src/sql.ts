@@ -86,6 +86,7 @@ CREATE TABLE IF NOT EXISTS ${q.msgs} (
   turn_index      integer,
   failure         text,
   failed_at       bigint,
+  first_failed_at bigint,
   content         text    NOT NULL,
   PRIMARY KEY (conversation_id, message_id),
   UNIQUE (conversation_id, seq)
@@ -131,6 +132,12 @@ BEGIN
                   WHERE table_schema = '${t.schema}' AND table_name = '${t.messages}' AND column_name = 'failed_at') THEN
     ALTER TABLE ${q.msgs} ADD COLUMN failed_at bigint;
     UPDATE ${q.msgs} SET failed_at = 0 WHERE state = 'failed';
+  END IF;
+  -- The re-send window (TURN-12): when each message FIRST failed, kept across reopens. NULL on
+  -- rows failed before it existed or by an earlier version: measured from failed_at then.
+  IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                  WHERE table_schema = '${t.schema}' AND table_name = '${t.messages}' AND column_name = 'first_failed_at') THEN
+    ALTER TABLE ${q.msgs} ADD COLUMN first_failed_at bigint;
   END IF;
 END
 $upgrade$;
@@ -191,6 +198,8 @@ export interface Statements {
   message: Statement;
   insertMessage: Statement;
   reopen: Statement;
+  /** How long ago, on the server's clock, a message first failed (TURN-12's re-send window). */
+  failedAge: Statement;
   /** The message in progress, else the oldest queued one, with the turn count and whether it has a turn. */
   current: Statement;
   bind: Statement;
@@ -237,6 +246,9 @@ export function statements(t: ConversationTables): Statements {
        VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM ${q.msgs} WHERE conversation_id = $1), 'queued', $3) RETURNING seq`,
     ),
     reopen: s("reopen", `UPDATE ${q.msgs} SET state = 'queued', failure = NULL, failed_at = NULL WHERE conversation_id = $1 AND message_id = $2`),
+    // From the first failure (kept across reopens; a retry that fails again does not restart the
+    // window), else the last one (rows failed before first_failed_at existed), else 0: unknown, past.
+    failedAge: s("failed_age", `SELECT ${NOW_MS} - coalesce(first_failed_at, failed_at, 0) AS age FROM ${q.msgs} WHERE conversation_id = $1 AND message_id = $2`),
     current: s(
       "current",
       `SELECT m.*, (SELECT coalesce(max(turn_index) + 1, 0) FROM ${q.turns} WHERE conversation_id = $1) AS turn_count,
@@ -310,7 +322,7 @@ export function statements(t: ConversationTables): Statements {
     ),
     fail: s(
       "fail",
-      `WITH failed AS (UPDATE ${q.msgs} SET state = 'failed', failure = $3, failed_at = ${NOW_MS} WHERE conversation_id = $1 AND message_id = $2 RETURNING 1)
+      `WITH failed AS (UPDATE ${q.msgs} SET state = 'failed', failure = $3, failed_at = ${NOW_MS}, first_failed_at = coalesce(first_failed_at, ${NOW_MS}) WHERE conversation_id = $1 AND message_id = $2 RETURNING 1)
        INSERT INTO ${q.recs} (conversation_id, seq, record)
        SELECT $1, (SELECT coalesce(max(seq), 0) + 1 FROM ${q.recs} WHERE conversation_id = $1), $3 WHERE EXISTS (SELECT 1 FROM failed)`,
     ),

@@ -238,7 +238,7 @@ describe("bad input is refused with invalid_store_input before anything is store
     await store.appendUserMessage("layout", { id: "m1", content: { z: 1, a: "é", n: [1.5, -0.25] } });
     const { rows } = await admin.query(`SELECT content FROM "${schema}".dispatch_once_messages`);
     expect(rows).toEqual([{ content: '{"z":1,"a":"é","n":[1.5,-0.25]}' }]);
-    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true } });
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } });
     await store.close();
     const volatile = new PostgresConversationStore({ connectionString: DATABASE_URL, durability: "volatile" });
     expect(volatile.capabilities.durability).toBe("volatile");
@@ -561,6 +561,68 @@ describe("TURN-10 lease grant ids, in the database and across versions", () => {
     expect((await admin.query(old.lock, ["c"])).rows[0]).toMatchObject({ fence: "2", lease_owner: "old" });
     expect((await admin.query(old.release, ["c", "2"])).rowCount).toBe(1);
     expect(await store.acquireLease("c", "new", 60_000, G2)).toMatchObject({ acquired: true, fence: 3 });
+    await store.close();
+  });
+});
+
+describe("TURN-12 the re-send window (supports.reopenWindow), on the server's clock, under the conversation's row lock", () => {
+  const WINDOW = 3_600_000;
+  async function failOnce(store: PostgresConversationStore, c: string, id: string): Promise<void> {
+    await store.appendUserMessage(c, { id, content: user(id) }, { reopenWithinMs: WINDOW });
+    const lease = await store.acquireLease(c, "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    expect((await store.beginTurn(c, lease.fence))?.message.id).toBe(id);
+    await store.failMessage(c, lease.fence, id, { failed: id });
+    await store.releaseLease(c, lease.fence);
+  }
+  /** Moves a message's failure times `ms` into the past on the server's clock (the store's clock cannot be set). */
+  const age = async (schema: string, c: string, ms: number, columns = ["failed_at", "first_failed_at"]) =>
+    admin.query(`UPDATE "${schema}".dispatch_once_messages SET ${columns.map((col) => `${col} = ${col} - $2::bigint`).join(", ")} WHERE conversation_id = $1`, [c, ms]);
+
+  it("declares it; reopens well inside the window, not past it; measured from the FIRST failure, which a retry that fails again does not move", async () => {
+    const { store, schema } = await fresh("window");
+    expect(store.capabilities.supports?.reopenWindow).toBe(true);
+    await failOnce(store, "conv-w", "m1");
+    await age(schema, "conv-w", WINDOW - 60_000);
+    expect(await store.appendUserMessage("conv-w", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: true, message: { state: "queued" } });
+    // The retry fails again now; the first failure stays WINDOW - 1 min old, then passes the window.
+    await failOnce(store, "conv-w", "m1");
+    await age(schema, "conv-w", 60_000, ["first_failed_at"]);
+    const past = await store.appendUserMessage("conv-w", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW });
+    expect(past).toMatchObject({ appended: false, reopened: false, pastReopenWindow: true, message: { state: "failed", failure: { failed: "m1" } } });
+    expect((await store.message("conv-w", "m1"))?.state).toBe("failed");
+    // Without a window it reopens as TURN-12 always did (a runner of an earlier version).
+    expect(await store.appendUserMessage("conv-w", { id: "m1", content: user("m1") })).toMatchObject({ reopened: true });
+    await store.close();
+  });
+
+  it("a message failed before first_failed_at existed is measured from failed_at; 0 (an unknown time) is past the window", async () => {
+    const { store, schema } = await fresh("window_legacy");
+    await failOnce(store, "conv-a", "m1");
+    await failOnce(store, "conv-b", "m1");
+    await admin.query(`UPDATE "${schema}".dispatch_once_messages SET first_failed_at = NULL`);
+    await admin.query(`UPDATE "${schema}".dispatch_once_messages SET failed_at = 0 WHERE conversation_id = 'conv-b'`);
+    expect(await store.appendUserMessage("conv-a", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: true });
+    expect(await store.appendUserMessage("conv-b", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: false, pastReopenWindow: true });
+    await store.close();
+  });
+
+  it("migrate() adds first_failed_at to a messages table made without it", async () => {
+    const { store, schema } = await fresh("window_migrate");
+    await admin.query(`ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN first_failed_at`);
+    await store.migrate();
+    await failOnce(store, "conv-m", "m1");
+    const { rows } = await admin.query(`SELECT first_failed_at FROM "${schema}".dispatch_once_messages WHERE conversation_id = 'conv-m'`);
+    expect(rows[0].first_failed_at).not.toBeNull();
+    await store.close();
+  });
+
+  it("a window that is not a finite number of milliseconds, 0 or more, is refused with invalid_store_input, changing nothing", async () => {
+    const { store } = await fresh("window_bad");
+    for (const bad of [-1, Number.NaN, Infinity, "60000"]) {
+      await rejectsWith(store.appendUserMessage("conv-x", { id: "m1", content: user("m1") }, { reopenWithinMs: bad as number }), "invalid_store_input", "reopenWithinMs");
+    }
+    expect(await store.message("conv-x", "m1")).toBeUndefined();
     await store.close();
   });
 });
