@@ -23,6 +23,8 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "releaseGrantIgnoresId", rule: "TURN-10", what: "releaseLeaseGrant frees whatever grant holds the lease", check: /releaseLeaseGrant gives back exactly the grant/ },
   { bug: "grantIdUnchecked", rule: "TURN-10", what: "grant ids are not checked", check: /grant id not of LEASE_GRANT_ID_PATTERN's form is refused/, message: /grantId|invalid_store_input/ },
   { bug: "reopensAfterOtherBound", rule: "TURN-12", what: "a re-send reopens a failed message after another was bound", check: /after another message was bound/, model: "TURN-12" },
+  // TURN-12's re-send window: the model sends no window, so only its checks can catch it.
+  { bug: "reopenWindowIgnored", rule: "TURN-12", what: "reopenWithinMs is ignored (supports.reopenWindow declared)", check: /reopens a failed message only while its failure is younger than the window/, message: /reopenWithinMs 0/ },
   { bug: "lifo", rule: "TURN-9", what: "beginTurn binds the newest queued message", check: /arrival order/, model: "TURN-9" },
   { bug: "rebindsOnTakeover", rule: "TURN-11", what: "a new lease holder binds the newest message instead of the bound one", check: /new lease holder gets the bound message/, model: "TURN-9" },
   { bug: "recordsInLog", rule: "RECORD-4", what: "records are appended to the log", check: /beside the log/, model: "RECORD-4" },

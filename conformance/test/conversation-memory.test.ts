@@ -39,9 +39,32 @@ describe("report for MemoryConversationStore", () => {
   it("hands out the reference store itself", async () => {
     const fixture = await memoryConversationSubject().create();
     expect(fixture.store).toBeInstanceOf(MemoryConversationStore);
-    expect(fixture.store.capabilities).toEqual({ durability: "volatile", clock: "process", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true } });
+    expect(fixture.store.capabilities).toEqual({ durability: "volatile", clock: "process", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } });
     expect(await fixture.reopen()).toBe(fixture.store);
     await fixture.destroy();
+  });
+
+  it("TURN-12's re-send window checks are not applicable to a subject that does not declare reopenWindow (a third-party store written before it), and fail one that declares it for a store without supports.reopenWindow", async () => {
+    const windowChecks = (subject: ReturnType<typeof memoryConversationSubject>) => conversationStoreChecks(subject, options).filter((c) => c.name.includes("reopenWithinMs"));
+    const reference = memoryConversationSubject();
+    const { reopenWindow: _declared, ...undeclaredCapabilities } = reference.capabilities;
+    const undeclared = await runChecks(windowChecks({ ...reference, capabilities: undeclaredCapabilities }), { subject: "undeclared", levels: ["conversation"] });
+    expect(undeclared.checks.map((c) => [c.rule, c.status, c.reasonNotApplicable])).toEqual(
+      Array(2).fill(["TURN-12", "not_applicable", "needs reopenWindow (appendUserMessage takes reopenWithinMs: supports.reopenWindow)"]),
+    );
+    const declared = await runChecks(windowChecks(reference), { subject: "reference", levels: ["conversation"] });
+    expect(declared.checks.map((c) => c.status)).toEqual(["pass", "pass"]);
+    const without = {
+      ...reference,
+      async create() {
+        const fixture = await reference.create();
+        Object.defineProperty(fixture.store, "capabilities", { value: { ...fixture.store.capabilities, supports: { leaseGrants: true } } });
+        return fixture;
+      },
+    };
+    const failed = await runChecks(windowChecks(without), { subject: "without", levels: ["conversation"] });
+    expect(failed.checks.map((c) => c.status)).toEqual(["fail", "fail"]);
+    for (const c of failed.checks) expect(c.error).toMatch(/declares reopenWindow, but the store's capabilities.supports.reopenWindow is undefined/);
   });
 
   it("TURN-17 is not applicable to a subject that does not declare listFailedTurns, and fails one that declares it for a store without the method", async () => {

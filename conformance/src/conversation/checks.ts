@@ -21,6 +21,7 @@ import {
 import type { ConversationStoreFixture, ConversationStoreSubject, ConversationSubjectCapability, RawMessage } from "./types.js";
 import { FAILED_TURNS_CHECKS, listingOf } from "./failed-turns.js";
 import { LEASE_GRANT_CHECKS } from "./lease-grants.js";
+import { REOPEN_WINDOW_CHECKS } from "./reopen-window.js";
 
 /** A deterministic conversation-store check before it is bound to a subject. */
 export interface ConversationCheckSpec {
@@ -1341,6 +1342,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   newMessageTakesFailedIndex,
   resendAfterOtherBoundStaysFailed,
   reopenedGoesFirst,
+  ...REOPEN_WINDOW_CHECKS,
   listedReopenableExact,
   ...FAILED_TURNS_CHECKS,
   resumedWhenEarlierGrantBegan,

@@ -13,6 +13,7 @@ const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
   recordsWithCommit: "needs recordsWithCommit (a commit keeps its record in the same write)",
   legacyFailedRows: "needs legacyFailedRows (raw.forgetFailedAt writes a failed message as a store from before failedAt left it)",
   leaseGrants: "needs leaseGrants (the store takes lease grant ids: supports.leaseGrants, releaseLeaseGrant)",
+  reopenWindow: "needs reopenWindow (appendUserMessage takes reopenWithinMs: supports.reopenWindow)",
 };
 
 /**
@@ -75,7 +76,7 @@ function validateSubject(subject: ConversationStoreSubject): void {
     }
   }
   // Optional flags: absent is false, anything else but a boolean is a mistake.
-  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows", "leaseGrants"]) {
+  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows", "leaseGrants", "reopenWindow"]) {
     if (caps?.[flag] !== undefined && typeof caps[flag] !== "boolean") {
       throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag}, when given, must be true or false`);
     }
@@ -95,6 +96,7 @@ export {
   type ConversationPropertyOptions,
   type FenceRef,
 } from "./model.js";
+export { REOPEN_WINDOW_CHECKS, reopenWithinWindow, reopenWindowNotForOtherBound } from "./reopen-window.js";
 export { LEASE_GRANT_CHECKS, grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantIdChecked } from "./lease-grants.js";
 export { memoryConversationSubject, memoryRaw, memoryConversationState, monotonicClock } from "./memory-subject.js";
 export { LEASE_MS as CONVERSATION_LEASE_MS, TRICKY_CONTENT } from "./support.js";

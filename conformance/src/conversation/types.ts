@@ -47,6 +47,12 @@ export interface ConversationSubjectCapabilities {
    * reported not applicable.
    */
   leaseGrants?: boolean;
+  /**
+   * Optional: the store declares `supports.reopenWindow` (TURN-12's re-send window:
+   * appendUserMessage takes `{ reopenWithinMs }`). Declared true, the store must declare the flag
+   * (checked), and the window checks run. Absent means false: they are reported not applicable.
+   */
+  reopenWindow?: boolean;
 }
 
 export type ConversationSubjectCapability = keyof ConversationSubjectCapabilities;

@@ -3,6 +3,7 @@
 // conversation's lock and yields to the event loop between its read and its write, so races
 // are real. Each planted bug breaks one rule; without bugs it must conform.
 import {
+  type AppendOptions,
   ConversationLeaseLostError,
   CONVERSATION_ID_PATTERN,
   InvalidStoreInputError,
@@ -23,7 +24,7 @@ import {
   type TurnCommit,
   type TurnSnapshot,
 } from "@dispatch-once/core";
-import { checkLeaseGrantId, checkLeaseOwner, checkStoreJson, checkTurnLeaseMs } from "@dispatch-once/core/internal";
+import { checkLeaseGrantId, checkLeaseOwner, checkReopenWithinMs, checkStoreJson, checkTurnLeaseMs } from "@dispatch-once/core/internal";
 import type { ConversationStoreFixture, ConversationStoreSubject } from "../../src/index.js";
 
 export interface ConversationBugs {
@@ -50,6 +51,8 @@ export interface ConversationBugs {
   fenceRestartsOnRelease?: boolean;
   /** A re-send reopens any failed message, even after another one was bound. */
   reopensAfterOtherBound?: boolean;
+  /** supports.reopenWindow declared, but reopenWithinMs is ignored: a re-send reopens at any age. */
+  reopenWindowIgnored?: boolean;
   /** beginTurn binds the newest queued message. */
   lifo?: boolean;
   /** A new lease holder binds the newest queued message instead of continuing the bound one. */
@@ -164,6 +167,8 @@ interface State {
   records: JsonValue[];
   /** When each failed message failed (the backing's clock), for listFailedTurns (TURN-17). */
   failedAt?: Record<string, number>;
+  /** When each message first failed (store clock), kept across reopens: TURN-12's re-send window. */
+  firstFailedAt?: Record<string, number>;
   /** Turns dropped from the front of `turns` (the prunesOldTurns bug). */
   pruned?: number;
 }
@@ -193,7 +198,7 @@ function conversationSlot(bugs: ConversationBugs, conversationId: string): strin
 const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class KvConversationStore implements ConversationStore {
-  readonly capabilities: ConversationStoreCapabilities = { durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true } };
+  readonly capabilities: ConversationStoreCapabilities = { durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } };
   private instanceFence = new Map<string, number>();
   private instanceBegun = new Map<string, { turnIndex: number; fence: number } | null>();
   private instanceCount = new Map<string, number>();
@@ -210,9 +215,10 @@ export class KvConversationStore implements ConversationStore {
     return a === b;
   }
 
-  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }): Promise<AppendResult> {
+  async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }, options?: AppendOptions): Promise<AppendResult> {
     checkMessageId(message?.id);
     this.checkData("content", message.content);
+    const within = checkReopenWithinMs(options);
     return this.locked(conversationId, (s) => {
       const known = s.messages.find((m) => this.sameMessage(m.id, message.id));
       if (known !== undefined && this.bugs.resendRequeuesAnswered && known.state === "answered") {
@@ -223,6 +229,10 @@ export class KvConversationStore implements ConversationStore {
       if (known !== undefined && !this.bugs.appendNotIdempotent) {
         const reopenable = this.bugs.reopensAfterOtherBound || s.lastBound === known.id;
         if (known.state === "failed" && reopenable) {
+          const firstFailed = s.firstFailedAt?.[known.id] ?? s.failedAt?.[known.id] ?? 0;
+          if (within !== undefined && !this.bugs.reopenWindowIgnored && this.backing.now() - firstFailed >= within) {
+            return { appended: false, message: structuredClone(known), reopened: false, pastReopenWindow: true };
+          }
           known.state = "queued";
           delete known.failure;
           if (s.failedAt !== undefined && !this.bugs.listsReopened) delete s.failedAt[known.id];
@@ -390,6 +400,7 @@ export class KvConversationStore implements ConversationStore {
       message.state = "failed";
       message.failure = this.text(record);
       (s.failedAt ??= {})[message.id] = this.bugs.failedAtProcessClock ? Date.now() : this.backing.now();
+      (s.firstFailedAt ??= {})[message.id] ??= this.backing.now();
       s.records.push(this.text(record));
     });
   }
@@ -540,7 +551,7 @@ function held(conversationId: string, s: State, fence: number): { fence: number;
 export function kvConversationSubject(name: string, bugs: ConversationBugs = {}): ConversationStoreSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true },
     async create(): Promise<ConversationStoreFixture> {
       const backing = kvBacking();
       // forgetsOnRestart: every instance gets a private map, but the hooks read the first one.
