@@ -11,14 +11,18 @@ const HOUR = 60 * 60 * 1000;
  * are one shared test clock, moved by hand; the runner's own clock (Date.now) is unrelated to
  * it, so nothing here is decided on the process clock.
  */
-function paidThenFailed(extra: { runner?: Record<string, unknown>; withoutWindow?: boolean } = {}) {
+function paidThenFailed(extra: { runner?: Record<string, unknown>; withoutWindow?: boolean; withoutListing?: boolean } = {}) {
   let now = 1_000_000;
   const clock = () => now;
   const memory = new MemoryConversationStore({ now: clock });
   // A third-party store's view: the same store without `supports.reopenWindow` (it never gets
   // `reopenWithinMs`; the runner checks the age with listFailedTurns first).
   const store: ConversationStore = extra.withoutWindow
-    ? Object.assign(Object.create(memory) as MemoryConversationStore, { capabilities: { ...memory.capabilities, supports: { leaseGrants: true } } })
+    ? Object.assign(Object.create(memory) as MemoryConversationStore, {
+        capabilities: { ...memory.capabilities, supports: { leaseGrants: true } },
+        // A store that does not list failed turns either: only the record's own time is left.
+        ...(extra.withoutListing ? { listFailedTurns: undefined } : {}),
+      })
     : memory;
   const ledger = new MemoryLedger({ now: clock });
   let failing = true;
@@ -153,5 +157,29 @@ describe("TURN-12 a re-send is retried only within the re-send window (LEDGER-13
     expect(() => new TurnRunner(provider, { dispatcher, store, allowVolatileConversationStore: true, resendWindowMs: 3 * HOUR })).toThrow(/resendWindowMs.*below the ledger's retention/);
     expect(() => new TurnRunner(provider, { dispatcher, store, allowVolatileConversationStore: true, resendWindowMs: -1 })).toThrow(/resendWindowMs/);
     expect(DEFAULT_RESEND_WINDOW_MS).toBe(23 * HOUR);
+  });
+
+  it("TURN-12 a store with neither supports.reopenWindow nor listFailedTurns: the record's time on the runner's clock decides, and a record without one is past the window", async () => {
+    const w = paidThenFailed({ withoutWindow: true, withoutListing: true, runner: { resendWindowMs: 60_000 } });
+    await failFirst(w);
+    // The record's `at` is this host's clock at the failure: within a minute, the re-send retries.
+    await expect(w.runner.send("conv-w", { id: "m1", content: "pay acme" })).resolves.toMatchObject({ status: "answered" });
+    expect(w.performed).toHaveLength(1);
+
+    const old = paidThenFailed({ withoutWindow: true, withoutListing: true, runner: { resendWindowMs: 60_000 } });
+    await failFirst(old);
+    const requests = old.provider.requests.length;
+    // A failure recorded two minutes before now on this host (the record as an older run wrote it).
+    const message = (await old.store.message("conv-w", "m1"))!;
+    const aged = { ...(message.failure as object), at: new Date(Date.now() - 120_000).toISOString() };
+    const original = old.store.message.bind(old.store);
+    old.store.message = async (c, id) => {
+      const found = await original(c, id);
+      return found?.state === "failed" ? { ...found, failure: aged } : found;
+    };
+    const late = (await old.runner.send("conv-w", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(late.notRetried).toBe("past_resend_window");
+    expect(old.performed).toHaveLength(1);
+    expect(old.provider.requests.length).toBe(requests);
   });
 });
