@@ -207,14 +207,20 @@ describe.each([
       // What a re-send of m1 would do now: the same call at the same turn index meets no row.
       await dispatcher.dispatch(call, turn);
       expect(payments).toEqual(["pay 12", "pay 12"]);
-      const verdict = "no: it failed longer ago than the ledger's retention (1s): its calls' rows may be gone, and a re-send would run them again";
-      expect((jsonLines(old.stdout) as { resend: string; pastRetention: boolean }[]).map((t) => [t.resend, t.pastRetention])).toEqual([[verdict, true]]);
+      const verdict = "no: it failed longer ago than the re-send window (23/24 of the ledger's retention, 1s): the runner refuses the re-send (past_resend_window), since the ledger may have swept its calls' rows; send a new message";
+      expect((jsonLines(old.stdout) as { resend: string; pastResendWindow: boolean }[]).map((t) => [t.resend, t.pastResendWindow])).toEqual([[verdict, true]]);
       expect(table.stdout.split("\n")[1]?.replace(/^(\S+\s+){5}/, "")).toBe(verdict);
       // Without --retention (or DISPATCH_ONCE_RETENTION) it is judged by the adapters' default, 24h, and says so.
       const byDefault = await runBin(["turns", "--failed", "--json", "--conversation", "conv-retention", ...backend.args]);
       expect((jsonLines(byDefault.stdout) as { resend: string }[]).map((t) => t.resend)).toEqual(["yes"]);
       const byEnv = await runBin(["turns", "--failed", "--json", "--conversation", "conv-retention", ...backend.args], { env: { DISPATCH_ONCE_RETENTION: "1s" } });
       expect((jsonLines(byEnv.stdout) as { resend: string }[]).map((t) => t.resend)).toEqual([verdict]);
+      // The runner's own window, when it is not the default: the same verdict naming it; above the retention, refused.
+      const byWindow = await runBin(["turns", "--failed", "--json", "--conversation", "conv-retention", "--retention", "10m", "--resend-window", "1s", ...backend.args]);
+      expect((jsonLines(byWindow.stdout) as { resend: string }[]).map((t) => t.resend)).toEqual([verdict.replace("23/24 of the ledger's retention, 1s", "1s")]);
+      const tooLong = await runBin(["turns", "--failed", "--conversation", "conv-retention", "--retention", "1h", "--resend-window", "2h", ...backend.args]);
+      expect(tooLong.code).toBe(2);
+      expect(tooLong.stderr).toContain("--resend-window");
     } finally {
       await ledger.close();
     }

@@ -45,14 +45,21 @@ function whyNotRetryable(record: Record<string, unknown>): string {
 export const DEFAULT_LEDGER_RETENTION_MS = 86_400_000;
 
 /**
- * The RE-SEND verdict with the ledger's retention (LEDGER-13): a re-send of a turn that failed
- * longer ago than that meets no row for the calls its failed attempts made (swept, or forgotten by
- * a claim, LEDGER-19), so it runs them again: a payment that happened is made a second time. A
- * re-send that returns the stored failure (a later message bound) runs nothing and keeps its verdict.
+ * The RE-SEND verdict with the runner's re-send window (TURN-12, LEDGER-13): a re-send of a turn
+ * that failed longer ago than the window is refused by the runner (`past_resend_window`), because
+ * past the ledger's retention it would meet no row for the calls its failed attempts made and run
+ * them again. The window is the runner's `resendWindowMs`: by default 23/24 of the ledger's
+ * retention, as the runner derives it. A re-send that returns the stored failure (a later message
+ * bound) runs nothing and keeps its verdict.
  */
-export function resendVerdictAt(turn: FailedTurn, pastRetention: boolean, retentionText: string): string {
-  if (!pastRetention || turn.reopenable === false) return resendVerdict(turn);
-  return `no: it failed longer ago than the ledger's retention (${retentionText}): its calls' rows may be gone, and a re-send would run them again`;
+export function resendVerdictAt(turn: FailedTurn, pastWindow: boolean, windowText: string): string {
+  if (!pastWindow || turn.reopenable === false) return resendVerdict(turn);
+  return `no: it failed longer ago than the re-send window (${windowText}): the runner refuses the re-send (past_resend_window), since the ledger may have swept its calls' rows; send a new message`;
+}
+
+/** The runner's default re-send window for a ledger retention (TURN-12): 23/24 of it. */
+export function defaultResendWindowMs(retentionMs: number): number {
+  return Math.floor((retentionMs * 23) / 24);
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
@@ -72,6 +79,7 @@ export const turnsCommand: Command = {
     limit: { type: "string" },
     "page-size": { type: "string" },
     retention: { type: "string" },
+    "resend-window": { type: "string" },
     json: { type: "boolean" },
   },
   positionals: [0, 0],
@@ -88,10 +96,13 @@ The RE-SEND column (and "resend" in --json, beside the store's "reopenable") say
   no: a later message was bound  a re-send only returns the stored failure
   yes: it reopens; ...           the store would reopen it; the record does not say more
   no: <why>                      the record says a retry cannot help (an effect left unknown, ...)
-  no: it failed longer ago than the ledger's retention (<age>): ...
-                                 the ledger may have forgotten the rows of its calls (LEDGER-13):
-                                 a re-send would run them again, paying a payment that happened
-                                 twice. Measured on the store's clock; "pastRetention" in --json
+  no: it failed longer ago than the re-send window (<age>): ...
+                                 a runner refuses such a re-send (TURN-12): past the ledger's
+                                 retention its calls' rows may be gone (LEDGER-13), and running
+                                 them again would pay a payment that happened twice. Measured on
+                                 the store's clock from the turn's last failure (the runner counts
+                                 from its first, so it may refuse one listed yes, never the other
+                                 way round); "pastResendWindow" in --json
   unknown                        the store does not say whether a re-send would reopen it
 
 Options:
@@ -109,6 +120,8 @@ Options:
                                failure older than that is not worth a re-send (see above). Default:
                                the DISPATCH_ONCE_RETENTION environment variable, else 24h, the
                                adapters' default
+      --resend-window <age>    your runner's resendWindowMs, e.g. 23h. Default: 23/24 of the
+                               retention, as the runner derives it
       --json                   one JSON object per line
 
 Example:
@@ -129,6 +142,10 @@ Example:
     const retentionText = retentionGiven ?? (retentionEnv !== undefined && retentionEnv.trim() !== "" ? retentionEnv.trim() : undefined);
     const retentionMs = retentionText === undefined ? DEFAULT_LEDGER_RETENTION_MS : parseDuration(retentionText, retentionGiven !== undefined ? "--retention" : "DISPATCH_ONCE_RETENTION", command);
     const retentionShown = retentionText?.trim() ?? "24h, the adapters' default: pass --retention";
+    const windowGiven = stringOption(values, "resend-window");
+    const windowMs = windowGiven === undefined ? defaultResendWindowMs(retentionMs) : parseDuration(windowGiven, "--resend-window", command);
+    if (windowMs > retentionMs) throw new UsageError(`--resend-window (${windowGiven}) must not exceed the ledger's retention (${retentionShown}): a runner refuses such a window`, command);
+    const windowShown = windowGiven?.trim() ?? `23/24 of the ledger's retention, ${retentionShown}`;
 
     const opened = await openConversationStore(target, {
       cwd: io.cwd,
@@ -154,20 +171,20 @@ Example:
         cursor = page.cursor;
         if (limit !== 0 && count >= limit && cursor !== undefined) more = true;
       } while (cursor !== undefined && (limit === 0 || count < limit));
-      // Which of them failed longer ago than the ledger's retention, on the STORE's clock (its
+      // Which of them failed longer ago than the re-send window, on the STORE's clock (its
       // olderThanMs, TURN-17), not this machine's: listed after them, so a turn that crosses the
       // line meanwhile is counted past it. They come first in the same order, so at most as many.
       const past = new Set<string>();
       let pastCursor: string | undefined;
       do {
-        const page = await store.listFailedTurns({ ...query, olderThanMs: Math.max(query.olderThanMs ?? 0, retentionMs), limit: pageSize, ...(pastCursor !== undefined ? { cursor: pastCursor } : {}) });
+        const page = await store.listFailedTurns({ ...query, olderThanMs: Math.max(query.olderThanMs ?? 0, windowMs), limit: pageSize, ...(pastCursor !== undefined ? { cursor: pastCursor } : {}) });
         for (const turn of page.turns) past.add(`${turn.conversationId}\u0000${turn.messageId}`);
         pastCursor = page.cursor;
       } while (pastCursor !== undefined && past.size < listed.length);
       for (const turn of listed) {
-        const pastRetention = past.has(`${turn.conversationId}\u0000${turn.messageId}`);
-        const resend = resendVerdictAt(turn, pastRetention, retentionShown);
-        if (json) io.stdout(`${JSON.stringify({ ...turn, resend, pastRetention })}\n`);
+        const pastResendWindow = past.has(`${turn.conversationId}\u0000${turn.messageId}`);
+        const resend = resendVerdictAt(turn, pastResendWindow, windowShown);
+        if (json) io.stdout(`${JSON.stringify({ ...turn, resend, pastResendWindow })}\n`);
         else printed.push([turn.conversationId, turn.messageId, turn.turnIndex === undefined ? "-" : String(turn.turnIndex), turn.failedAt === 0 ? "unknown" : iso(turn.failedAt), turn.failedAt === 0 ? "-" : formatAge(now - turn.failedAt), resend]);
       }
       if (!json && printed.length > 0) io.stdout(table(["CONVERSATION", "MESSAGE", "TURN", "FAILED AT", "AGE", "RE-SEND"], printed));
