@@ -383,6 +383,13 @@ export interface Ledger {
    */
   retire?(key: string, claimId: string, options?: RetireOptions): Promise<RetireResult>;
 
+  /**
+   * OPTIONAL: how long this ledger keeps finished and released rows, in ms (LEDGER-13). A turn
+   * runner derives its re-send window from it (TURN-12: 23/24 of it by default) and refuses a
+   * longer one; a ledger that leaves it out gets the default window, 23 h.
+   */
+  readonly retentionMs?: number;
+
   /** Delete terminal and released rows whose retention has passed; returns how many went. */
   sweep(): Promise<number>;
 

@@ -120,7 +120,8 @@ export class MemoryLedger implements Ledger {
   /** Audit entries per key; dropped with the row (sweep, or a claim over a forgotten row). */
   private readonly audits = new Map<string, AuditEntry[]>();
   private readonly now: () => number;
-  private readonly retentionMs: number;
+  /** How long finished and released rows are kept, in ms (LEDGER-13). */
+  readonly retentionMs: number;
 
   constructor(options: MemoryLedgerOptions = {}) {
     this.now = options.now ?? Date.now;

@@ -282,7 +282,8 @@ export class SqliteLedger implements Ledger {
   /** The underlying connection (for diagnostics and tests). */
   readonly database: SqliteDatabase;
   private readonly ownsDatabase: boolean;
-  private readonly retentionMs: number;
+  /** How long finished and released rows are kept, in ms (LEDGER-13). */
+  readonly retentionMs: number;
   private readonly sweepBatchSize: number;
   private readonly inFlightIndex: boolean;
   private readonly stmts: Statements;

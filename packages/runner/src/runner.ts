@@ -349,7 +349,8 @@ export const TURN_RUNNER_OPTIONS: readonly string[] = Object.keys(TURN_RUNNER_OP
 
 /**
  * The re-send window (TURN-12): the option, refused above the ledger's retention when the
- * dispatcher's ledger exposes `retentionMs`; by default 23/24 of that retention, else 23 h.
+ * dispatcher's ledger exposes `retentionMs` (the optional `Ledger.retentionMs`; core's Dispatcher
+ * exposes its ledger); by default 23/24 of that retention, else 23 h.
  */
 function resendWindowOf(options: TurnRunnerOptions): number {
   const retention = (options.dispatcher as { ledger?: { retentionMs?: unknown } }).ledger?.retentionMs;
