@@ -378,9 +378,12 @@ export function sortNames(names: string[]): string[] {
   return names;
 }
 
-/** sortNames for names that are no more than INSERTION_SORT_LIMIT, moving `values[i]` with `names[i]`. */
-function sortNamesWithValues(names: string[], values: unknown[]): void {
-  for (let i = 1; i < names.length; i++) {
+/**
+ * sortNames for names that are no more than INSERTION_SORT_LIMIT, moving `values[i]` with
+ * `names[i]`; only the first `count` (all by default) are sorted.
+ */
+function sortNamesWithValues(names: string[], values: unknown[], count: number = names.length): void {
+  for (let i = 1; i < count; i++) {
     const name = names[i]!;
     const value = values[i];
     let j = i - 1;
@@ -406,19 +409,7 @@ function sortNamesWithValues(names: string[], values: unknown[]): void {
 export function flatMemberTexts(names: string[], values: unknown[], count: number): { text: string; parsed: JsonValue } | undefined {
   if (count > INSERTION_SORT_LIMIT) return undefined;
   for (let i = 0; i < count; i++) if (!isFlatScalar(values[i], names[i]!)) return undefined;
-  // Insertion sort of the first `count`, values moving with their names (sortNamesWithValues).
-  for (let i = 1; i < count; i++) {
-    const name = names[i]!;
-    const value = values[i];
-    let j = i - 1;
-    while (j >= 0 && names[j]! > name) {
-      names[j + 1] = names[j]!;
-      values[j + 1] = values[j];
-      j--;
-    }
-    names[j + 1] = name;
-    values[j + 1] = value;
-  }
+  sortNamesWithValues(names, values, count);
   let text = "{";
   const parsed: { [key: string]: JsonValue } = {};
   for (let i = 0; i < count; i++) {
