@@ -5,15 +5,19 @@ import { createHash } from "node:crypto";
 /** A payment call's arguments, the `i`th of a run; `tag` keeps one bench's references apart from another's. */
 export const pay = (i, tag) => ({ payee: "acme-supplies", amount: 12_500 + (i % 97), currency: "EUR", reference: `${tag}-${i}`, memo: "invoice 7" });
 
-/** The payment tool the benches dispatch: it answers `result` at once. */
+/**
+ * The payment tool the benches dispatch, on a given build of core and its zod: it answers `result`
+ * at once, or, when `result` is a function, what it makes of the call's arguments (a new object per
+ * call, as the dispatcher-overhead bodies have always measured).
+ */
 export function paymentTool(core, z, result) {
   return core.defineTool({
     name: "send_payment",
     effect: "keyed_write",
     input: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string().length(3), reference: z.string(), memo: z.string().optional() }),
     identity: ["payee", "amount", "currency", "reference"],
-    async run() {
-      return result;
+    async run(args) {
+      return typeof result === "function" ? result(args) : result;
     },
   });
 }

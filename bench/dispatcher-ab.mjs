@@ -12,6 +12,8 @@
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { paymentAccepted } from "./dispatcher-overhead.mjs";
+import { paymentTool } from "./common.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const [otherIndex, sliceArg = "4000", roundsArg = "20"] = process.argv.slice(2);
@@ -26,15 +28,7 @@ async function dispatchBody(index, tag) {
   const core = await import(pathToFileURL(resolve(index)).href);
   // zod is core's peer: each build gets a schema from the zod beside it.
   const { z } = createRequire(join(dirname(resolve(index)), "..", "package.json"))("zod");
-  const tool = core.defineTool({
-    name: "send_payment",
-    effect: "keyed_write",
-    input: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string().length(3), reference: z.string(), memo: z.string().optional() }),
-    identity: ["payee", "amount", "currency", "reference"],
-    async run(args) {
-      return { paymentId: `pay_${args.reference}`, status: "accepted" };
-    },
-  });
+  const tool = paymentTool(core, z, paymentAccepted);
   const run = `${process.pid}-${tag}`;
   return {
     core,

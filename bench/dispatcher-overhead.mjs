@@ -6,6 +6,7 @@ import { execFileSync } from "node:child_process";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { paymentTool } from "./common.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const core = await import(pathToFileURL(join(root, "packages", "core", "dist", "index.js")).href);
@@ -66,15 +67,7 @@ function makeBodies() {
     conversationId: `${run}-c-${i}`,
     turnIndex: 0,
   }));
-  const tool = core.defineTool({
-    name: "send_payment",
-    effect: "keyed_write",
-    input: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string().length(3), reference: z.string(), memo: z.string().optional() }),
-    identity: ["payee", "amount", "currency", "reference"],
-    async run(args) {
-      return { paymentId: `pay_${args.reference}`, status: "accepted" };
-    },
-  });
+  const tool = paymentTool(core, z, paymentAccepted);
   const dispatcher = new core.Dispatcher({ tools: [tool], ledger: new core.MemoryLedger() });
   const dispatchBody = (i) =>
     dispatcher.turn({ conversationId: `${run}-c-${i}`, turnIndex: 0 }).dispatch({ name: "send_payment", input: pay(i) });
@@ -99,6 +92,9 @@ const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.l
  * scavenges, including those that copy the bare ledger's rows. The interleaved figure is reported
  * beside it.
  */
+/** What the payment tool of both dispatch bodies answers (this bench's and bench/dispatcher-ab.mjs's). */
+export const paymentAccepted = (args) => ({ paymentId: `pay_${args.reference}`, status: "accepted" });
+
 export async function benchDispatcherOverhead({ calls = 40_000, runs = 3 } = {}) {
   const self = fileURLToPath(import.meta.url);
   const alone = (body) => Number(execFileSync(process.execPath, [self, "--alone", body, String(calls)], { encoding: "utf8" }).trim());
