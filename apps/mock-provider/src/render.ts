@@ -1,5 +1,6 @@
 import { MockProviderError } from "./errors.js";
 import { Rng, mintId } from "./random.js";
+import { signThinking } from "./thinking.js";
 import type { AssistantTurn, ScriptedToolUse } from "./types.js";
 
 /*
@@ -54,6 +55,12 @@ export interface RenderOptions {
   pings: PingMode;
   /** Mixed into ids only, so ids stay fresh after the provider forgets its attempt counters. */
   idSalt?: string;
+  /**
+   * The request asked for thinking: the response opens with a signed thinking block, whose text
+   * differs from one response to the next as a model's reasoning does; the scripted content
+   * follows it, one content index later.
+   */
+  thinking?: boolean;
 }
 
 const BUILT_IN_REWORDINGS: Array<(s: string) => string> = [
@@ -225,7 +232,29 @@ export function renderTurn(turn: AssistantTurn, options: RenderOptions): Rendere
     },
   });
 
-  turn.content.forEach((item, index) => {
+  let offset = 0;
+  if (options.thinking === true) {
+    // Its own generator, so that the rest of the response renders as it would without thinking.
+    const thoughts = new Rng("thinking", options.seed, options.bodyHash, options.attempt);
+    const thinking = `Let me work out what the user asks for before I answer (line of thought ${thoughts.int(1, 999_999)}).`;
+    const signature = signThinking(thinking);
+    events.push({
+      type: "content_block_start",
+      block: 0,
+      data: { type: "content_block_start", index: 0, content_block: { type: "thinking", thinking: "", signature: "" } },
+    });
+    for (const piece of splitText(thinking, rng)) {
+      events.push({ type: "content_block_delta", block: 0, data: { type: "content_block_delta", index: 0, delta: { type: "thinking_delta", thinking: piece } } });
+    }
+    events.push({ type: "content_block_delta", block: 0, data: { type: "content_block_delta", index: 0, delta: { type: "signature_delta", signature } } });
+    events.push({ type: "content_block_stop", block: 0, data: { type: "content_block_stop", index: 0 } });
+    finalContent.push({ type: "thinking", thinking, signature });
+    outputText += thinking;
+    offset = 1;
+  }
+
+  turn.content.forEach((item, position) => {
+    const index = position + offset;
     if (item.type === "text") {
       outputText += item.text;
       events.push({

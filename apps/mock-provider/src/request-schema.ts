@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { checkThinking } from "./thinking.js";
 
 /*
  * The subset of the Messages API request the mock checks, with the API's own rules for tool
@@ -119,7 +120,7 @@ export function validateMessagesRequest(body: unknown): RequestValidation {
   // through the schema, whose messages the API's wording comes from. Same verdict, a fraction of
   // the CPU (the schema copies every object it passes).
   if (hasCommonShape(body)) {
-    const problem = checkConversation(body);
+    const problem = checkConversation(body) ?? checkThinking(body);
     return problem ? { ok: false, message: problem } : { ok: true, request: body };
   }
   return validateWithSchema(body);
@@ -136,7 +137,7 @@ export function validateWithSchema(body: unknown): RequestValidation {
     const text = missing ? "Field required" : issue.message;
     return { ok: false, message: path ? `${path}: ${text}` : text };
   }
-  const problem = checkConversation(parsed.data);
+  const problem = checkConversation(parsed.data) ?? checkThinking(parsed.data);
   return problem ? { ok: false, message: problem } : { ok: true, request: parsed.data };
 }
 

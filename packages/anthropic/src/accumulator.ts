@@ -1,5 +1,5 @@
 import type Anthropic from "@anthropic-ai/sdk";
-import { CallPhases, isCall, type CallState } from "@dispatch-once/runner";
+import { CallPhases, isCall, type CallState, type TextPart } from "@dispatch-once/runner";
 
 type RawEvent = Anthropic.Messages.RawMessageStreamEvent;
 
@@ -8,7 +8,14 @@ export type { CallPhase, CallState, FailurePosition } from "@dispatch-once/runne
 
 export type AssistantBlock =
   | { type: "text"; text: string }
-  | { type: "tool_use"; id: string; name: string; input: unknown };
+  | { type: "tool_use"; id: string; name: string; input: unknown }
+  | ThinkingBlock;
+
+/**
+ * A block of the model's reasoning, kept verbatim: with thinking enabled, the API refuses a later
+ * request whose assistant message lost it or altered it (its `signature` vouches for its text).
+ */
+export type ThinkingBlock = { type: "thinking"; thinking: string; signature: string } | { type: "redacted_thinking"; data: string };
 
 /**
  * Folds raw Messages stream events into the assistant turn, tracking each tool call's phase
@@ -26,6 +33,8 @@ export class TurnAccumulator extends CallPhases<CallState> {
    * stream did not establish that call, so the response is not a finished turn (STREAM-8).
    */
   openAtStop: string | undefined;
+  /** The response's thinking blocks by content index, merged into `content()` in their place (STREAM-15). */
+  private readonly thinking = new Map<number, ThinkingBlock>();
 
   /** Apply one event; returns the call whose content_block_stop just arrived, if any. */
   apply(event: RawEvent): CallState | undefined {
@@ -40,6 +49,10 @@ export class TurnAccumulator extends CallPhases<CallState> {
           this.openCall({ index: event.index, callId: block.id, name: block.name, phase: "announced", partialJson: "" });
         } else if (block.type === "text") {
           this.setText(event.index, block.text ?? "");
+        } else if (block.type === "thinking") {
+          this.thinking.set(event.index, { type: "thinking", thinking: block.thinking ?? "", signature: block.signature ?? "" });
+        } else if (block.type === "redacted_thinking") {
+          this.thinking.set(event.index, { type: "redacted_thinking", data: block.data });
         }
         return undefined;
       }
@@ -49,6 +62,12 @@ export class TurnAccumulator extends CallPhases<CallState> {
           if (call !== undefined) this.appendArguments(call, event.delta.partial_json);
         } else if (event.delta.type === "text_delta") {
           this.appendText(event.index, event.delta.text);
+        } else if (event.delta.type === "thinking_delta" || event.delta.type === "signature_delta") {
+          const block = this.thinking.get(event.index);
+          if (block?.type === "thinking") {
+            if (event.delta.type === "thinking_delta") block.thinking += event.delta.thinking;
+            else block.signature = event.delta.signature;
+          }
         }
         return undefined;
       }
@@ -74,10 +93,12 @@ export class TurnAccumulator extends CallPhases<CallState> {
 
   /** The assistant message as the stream established it, for the commit. */
   content(): AssistantBlock[] {
-    return this.orderedParts().map((part) =>
-      isCall(part)
-        ? { type: "tool_use" as const, id: part.callId, name: part.name, input: part.input ?? {} }
-        : { type: "text" as const, text: part.text },
-    );
+    const block = (part: TextPart | CallState): AssistantBlock =>
+      isCall(part) ? { type: "tool_use", id: part.callId, name: part.name, input: part.input ?? {} } : { type: "text", text: part.text };
+    if (this.thinking.size === 0) return this.orderedParts().map(block);
+    // Thinking blocks go back where the response had them: the API wants them first.
+    const indexed: [number, AssistantBlock][] = [...this.parts].map(([index, part]) => [index, block(part)]);
+    for (const [index, thinking] of this.thinking) indexed.push([index, { ...thinking }]);
+    return indexed.sort(([a], [b]) => a - b).map(([, b]) => b);
   }
 }

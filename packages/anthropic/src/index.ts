@@ -41,7 +41,7 @@ export {
   type UnansweredCallRecord,
   type ConversationRecord,
 } from "@dispatch-once/runner";
-export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type UserContent } from "./runner.js";
+export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type ConversationRunnerParams, type UserContent } from "./runner.js";
 export {
   createOnceToolRunner,
   rerunMessagesOf,

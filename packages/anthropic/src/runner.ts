@@ -1,5 +1,5 @@
 import type Anthropic from "@anthropic-ai/sdk";
-import { InvalidArgumentError, type JsonValue, type ProviderToolSchema, type StoredTurn } from "@dispatch-once/core";
+import { InvalidArgumentError, describeValue, type JsonValue, type ProviderToolSchema, type StoredTurn } from "@dispatch-once/core";
 import {
   TURN_RUNNER_OPTIONS,
   TurnRunner,
@@ -76,10 +76,38 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
    * @example new ConversationRunner({ client, dispatcher, store, model, tools, system: "You are a billing assistant. Confirm every payment before sending it." })
    */
   system?: string;
+  /**
+   * Further Messages API parameters, sent as given with every request: `thinking`, `stop_sequences`,
+   * `tool_choice`, `metadata`, `output_config`, ... The fields the runner writes itself (`model`,
+   * `messages`, `stream`, `tools`, `system`, `max_tokens`) are refused here; give them as the
+   * options of those names. With `thinking`, each committed turn keeps the response's thinking
+   * blocks as the stream delivered them (STREAM-15), and `maxTokens` must exceed its budget.
+   * @default none (only the runner's own fields are sent)
+   * @example new ConversationRunner({ client, dispatcher, store, model, tools, maxTokens: 16_000, params: { thinking: { type: "enabled", budget_tokens: 10_000 } } })
+   */
+  params?: ConversationRunnerParams;
 }
 
+/** The Messages API parameters the runner writes itself, which `params` may not carry. */
+const RUNNER_REQUEST_FIELDS = ["model", "messages", "stream", "tools", "system", "max_tokens"] as const;
+
+/** The Messages API parameters a runner's `params` may carry: all but the runner's own. */
+export type ConversationRunnerParams = Omit<Anthropic.Messages.MessageCreateParamsStreaming, (typeof RUNNER_REQUEST_FIELDS)[number]>;
+
 /** The options of this stream side, beside the shared runner's (TURN_RUNNER_OPTIONS). */
-const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "maxTokens", "system"];
+const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "maxTokens", "system", "params"];
+
+function checkParams(params: unknown): void {
+  if (params === undefined) return;
+  if (params === null || typeof params !== "object" || Array.isArray(params)) {
+    throw new InvalidArgumentError("options.params", `must be an object of Messages API parameters, got ${describeValue(params)}`);
+  }
+  for (const field of RUNNER_REQUEST_FIELDS) {
+    if (Object.prototype.hasOwnProperty.call(params, field)) {
+      throw new InvalidArgumentError(`options.params.${field}`, `is written by the runner itself; ${field === "messages" || field === "stream" ? "it is not an option" : "give it as the runner's own option"}`);
+    }
+  }
+}
 
 /**
  * The Messages API as a `StreamProvider`: a call is final at its `content_block_stop`, only
@@ -103,9 +131,10 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
   }
 
   async open(input: JsonValue[], { headers }: { headers?: Record<string, string> }): Promise<AsyncIterable<RawEvent>> {
-    const { client, model, tools, system, maxTokens } = this.options;
+    const { client, model, tools, system, maxTokens, params } = this.options;
     return client.messages.create(
       {
+        ...params,
         model,
         max_tokens: maxTokens ?? 1024,
         messages: input as unknown as Anthropic.Messages.MessageParam[],
@@ -191,6 +220,7 @@ export class ConversationRunner extends TurnRunner<TurnAccumulator, RawEvent, Us
     // A misspelt option (systemPrompt for system) is refused, never silently left unsent (ERR-1).
     checkKnownOptions(options, [...TURN_RUNNER_OPTIONS, ...PROVIDER_OPTIONS]);
     checkOptionValues(options, { model: "nonEmptyString", maxTokens: "positiveInteger", system: "string" });
+    checkParams(options.params);
     if (options.model === undefined) throw new InvalidArgumentError("options.model", "is required");
     if (!Array.isArray(options.tools)) throw new InvalidArgumentError("options.tools", "must be an array of provider tool schemas (registry.providerSchemas())");
     super(new MessagesStream(options), options);

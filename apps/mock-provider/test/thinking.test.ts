@@ -1,0 +1,84 @@
+import Anthropic from "@anthropic-ai/sdk";
+import { describe, expect, it } from "vitest";
+import { signThinking } from "../src/index.js";
+import { body, payment, setup } from "./helpers.js";
+
+const THINKING = { thinking: { type: "enabled" as const, budget_tokens: 1024 }, max_tokens: 2048 };
+
+type Block = Anthropic.Messages.ContentBlock;
+
+/** The tool_result step after `first`, carrying `assistant` as the model's message. */
+function followUp(assistant: unknown[], toolUseId: string, extra: Record<string, unknown> = THINKING) {
+  return body("call send_payment " + JSON.stringify(payment), {
+    ...extra,
+    messages: [
+      { role: "user", content: "call send_payment " + JSON.stringify(payment) },
+      { role: "assistant", content: assistant as Anthropic.Messages.ContentBlockParam[] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: toolUseId, content: '{"paymentId":"pay_1"}' }] },
+    ],
+  });
+}
+
+describe("extended thinking, as the API checks it", () => {
+  it("a response to a request with thinking opens with a signed thinking block, streamed and whole", async () => {
+    const { client } = await setup();
+    const stream = client.messages.stream(body("call send_payment " + JSON.stringify(payment), THINKING));
+    const deltas: string[] = [];
+    stream.on("thinking", (delta) => deltas.push(delta));
+    const message = await stream.finalMessage();
+    const [thinking, call] = message.content as [Extract<Block, { type: "thinking" }>, Extract<Block, { type: "tool_use" }>];
+    expect(thinking.type).toBe("thinking");
+    expect(deltas.join("")).toBe(thinking.thinking);
+    expect(thinking.signature).toBe(signThinking(thinking.thinking));
+    expect(call).toMatchObject({ type: "tool_use", name: "send_payment", input: payment });
+    const plain = await client.messages.create(body("call send_payment " + JSON.stringify(payment), THINKING));
+    expect(plain.content[0]!.type).toBe("thinking");
+  });
+
+  it("a retried request thinks differently: each response's thinking and signature are its own", async () => {
+    const { client } = await setup();
+    const request = body("call send_payment " + JSON.stringify(payment), THINKING);
+    const first = await client.messages.create(request);
+    const second = await client.messages.create(request);
+    expect((first.content[0] as { thinking: string }).thinking).not.toBe((second.content[0] as { thinking: string }).thinking);
+  });
+
+  it("without thinking, nothing changes: no thinking block", async () => {
+    const { client } = await setup();
+    const message = await client.messages.create(body("call send_payment " + JSON.stringify(payment)));
+    expect(message.content.map((b) => b.type)).toEqual(["tool_use"]);
+  });
+
+  it("the tool_result step is accepted with the thinking block kept, and refused without it or with it altered", async () => {
+    const { client } = await setup();
+    const first = await client.messages.create(body("call send_payment " + JSON.stringify(payment), THINKING));
+    const call = first.content.find((b) => b.type === "tool_use")!;
+    const thinking = first.content[0] as Extract<Block, { type: "thinking" }>;
+    await expect(client.messages.create(followUp(first.content, call.id))).resolves.toMatchObject({ stop_reason: "end_turn" });
+
+    const dropped = client.messages.create(followUp([call], call.id));
+    await expect(dropped).rejects.toMatchObject({ status: 400 });
+    await expect(dropped).rejects.toThrow(/messages\.1\.content\.0\.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`/);
+
+    const altered = client.messages.create(followUp([{ ...thinking, thinking: thinking.thinking + " " }, call], call.id));
+    await expect(altered).rejects.toThrow(/messages\.1\.content\.0: Invalid `signature` in `thinking` block/);
+
+    const moved = client.messages.create(followUp([call, thinking], call.id));
+    await expect(moved).rejects.toThrow(/the first block must be thinking or redacted_thinking\. Found tool_use/);
+
+    // Thinking off: the block may stay (it is checked), and is not required.
+    await expect(client.messages.create(followUp([call], call.id, {}))).resolves.toMatchObject({ stop_reason: "end_turn" });
+  });
+
+  it("thinking's parameter is checked: a budget of at least 1024, below max_tokens", async () => {
+    const { client } = await setup();
+    const prompt = "call send_payment " + JSON.stringify(payment);
+    await expect(client.messages.create(body(prompt, { thinking: { type: "enabled", budget_tokens: 512 }, max_tokens: 2048 }))).rejects.toThrow(
+      /budget_tokens: Input should be greater than or equal to 1024/,
+    );
+    await expect(client.messages.create(body(prompt, { thinking: { type: "enabled", budget_tokens: 1024 }, max_tokens: 1024 }))).rejects.toThrow(
+      /`max_tokens` must be greater than `thinking.budget_tokens`/,
+    );
+    await expect(client.messages.create(body(prompt, { thinking: { type: "disabled" } }))).resolves.toMatchObject({ stop_reason: "tool_use" });
+  });
+});
