@@ -37,7 +37,7 @@ export interface PlannedEvent {
 export interface RenderedResponse {
   messageId: string;
   requestId: string;
-  stopReason: "tool_use" | "end_turn";
+  stopReason: "tool_use" | "end_turn" | "max_tokens";
   toolUses: RenderedToolUse[];
   events: PlannedEvent[];
   /** The non-streaming response body. */
@@ -183,8 +183,11 @@ export function checkTurn(turn: AssistantTurn, declaredTools: ReadonlySet<string
       throw new MockProviderError("invalid_turn", `content.${i}: unknown scripted content type ${JSON.stringify((item as { type: unknown }).type)}`);
     }
   }
-  if (turn.stopReason !== undefined && turn.stopReason !== "tool_use" && turn.stopReason !== "end_turn") {
-    throw new MockProviderError("invalid_turn", `stopReason must be tool_use or end_turn`);
+  if (turn.stopReason !== undefined && turn.stopReason !== "tool_use" && turn.stopReason !== "end_turn" && turn.stopReason !== "max_tokens") {
+    throw new MockProviderError("invalid_turn", `stopReason must be tool_use, end_turn or max_tokens`);
+  }
+  if (turn.stopReason === "max_tokens" && turn.content.length === 0) {
+    throw new MockProviderError("invalid_turn", `a max_tokens turn needs a last block to cut`);
   }
 }
 
@@ -253,8 +256,16 @@ export function renderTurn(turn: AssistantTurn, options: RenderOptions): Rendere
     offset = 1;
   }
 
-  turn.content.forEach((item, position) => {
+  // At the output limit the last block stops part-way (never empty, never whole).
+  const cutLast = stopReason === "max_tokens";
+  const cut = (text: string): string => {
+    const codePoints = Array.from(text);
+    return codePoints.slice(0, Math.max(1, Math.min(codePoints.length - 1, Math.floor(codePoints.length / 2)))).join("");
+  };
+  turn.content.forEach((scripted, position) => {
     const index = position + offset;
+    const last = cutLast && position === turn.content.length - 1;
+    const item = last && scripted.type === "text" ? { ...scripted, text: cut(scripted.text) } : scripted;
     if (item.type === "text") {
       outputText += item.text;
       events.push({
@@ -276,7 +287,9 @@ export function renderTurn(turn: AssistantTurn, options: RenderOptions): Rendere
     const ordinal = toolUses.length;
     const id = mintId("toolu_01", ids);
     const input = rewordInput(item, rng, options.attempt);
-    const json = serialiseArguments(input, rng, style);
+    const whole = serialiseArguments(input, rng, style);
+    // A call cut by the output limit: its JSON stops part-way and never parses.
+    const json = last ? cut(whole) : whole;
     const fragments = fragment(json, rng);
     outputText += json;
     toolUses.push({ id, name: item.name, input, json, fragments, contentIndex: index, ordinal });
@@ -300,7 +313,7 @@ export function renderTurn(turn: AssistantTurn, options: RenderOptions): Rendere
       });
     });
     events.push({ type: "content_block_stop", block: index, toolUse: ordinal, data: { type: "content_block_stop", index } });
-    finalContent.push({ type: "tool_use", id, name: item.name, input, caller: { type: "direct" } });
+    finalContent.push({ type: "tool_use", id, name: item.name, input: last ? {} : input, caller: { type: "direct" } });
   });
 
   const outputTokens = estimateTokens(outputText) + 8 * toolUses.length;

@@ -24,7 +24,13 @@ export interface ScriptedToolUse {
 
 export type ScriptedContent = ScriptedText | ScriptedToolUse;
 
-export type ScriptedStopReason = "tool_use" | "end_turn";
+/**
+ * How the response ends. `max_tokens`: the model ran into the request's output limit inside its
+ * last block, whose text (or, for a tool call, whose argument JSON) stops part-way; the block is
+ * still closed with `content_block_stop`, as the API closes it, and the response ends with
+ * `stop_reason: "max_tokens"`.
+ */
+export type ScriptedStopReason = "tool_use" | "end_turn" | "max_tokens";
 
 /** What the scripted model answers to one request. `stopReason` defaults to `tool_use` when there is a call. */
 export interface AssistantTurn {

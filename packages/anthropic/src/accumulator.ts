@@ -33,6 +33,12 @@ export class TurnAccumulator extends CallPhases<CallState> {
    * stream did not establish that call, so the response is not a finished turn (STREAM-8).
    */
   openAtStop: string | undefined;
+  /**
+   * Set when the response reached message_stop at its output limit (`max_tokens`,
+   * `model_context_window_exceeded`) with a call whose arguments the limit cut: the stream did not
+   * establish that call, and the same request stops at the same place again (STREAM-13).
+   */
+  cutAtLimit: string | undefined;
   /** The response's thinking blocks by content index, merged into `content()` in their place (STREAM-15). */
   private readonly thinking = new Map<number, ThinkingBlock>();
 
@@ -84,6 +90,12 @@ export class TurnAccumulator extends CallPhases<CallState> {
         // next request carries without its tool_result, which the API refuses on every send.
         const open = this.openCalls();
         if (open.length > 0) this.openAtStop = `message_stop arrived with tool_use blocks never stopped: ${open.map((c) => `${c.name} (${c.callId})`).join(", ")}`;
+        // A limit cuts the last block part-way and the API still closes it: its arguments are
+        // not JSON. Committed, the turn would carry a call with arguments nobody sent.
+        if (this.stopReason === "max_tokens" || this.stopReason === "model_context_window_exceeded") {
+          const cut = this.calls.filter((c) => c.inputError !== undefined);
+          if (cut.length > 0) this.cutAtLimit = `stop_reason ${this.stopReason}: the response reached its output limit inside the arguments of ${cut.map((c) => `${c.name} (${c.callId})`).join(", ")}; raise maxTokens`;
+        }
         return undefined;
       }
       default:

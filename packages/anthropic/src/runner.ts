@@ -154,11 +154,16 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
   }
 
   finished(accumulator: TurnAccumulator): boolean {
-    return accumulator.messageStopped && accumulator.openAtStop === undefined;
+    return accumulator.messageStopped && accumulator.openAtStop === undefined && accumulator.cutAtLimit === undefined;
   }
 
   streamError(accumulator: TurnAccumulator): string | undefined {
-    return accumulator.openAtStop;
+    return accumulator.openAtStop ?? accumulator.cutAtLimit;
+  }
+
+  // A call cut by the output limit: the same request stops at the same place (STREAM-13).
+  finalStop(accumulator: TurnAccumulator): string | undefined {
+    return accumulator.cutAtLimit !== undefined ? (accumulator.stopReason ?? "max_tokens") : undefined;
   }
 
   commitShape(accumulator: TurnAccumulator, answers: CallAnswer[]): CommitShape {
