@@ -224,6 +224,8 @@ class Provider implements MockProvider {
   private readonly options: MockProviderOptions;
   private requestCounter = 0;
   private attempts = new Map<string, number>();
+  /** The text of every refused response, to refuse a conversation that carries one (the API's rule). */
+  private readonly refusedTexts = new Set<string>();
   /** Bumped by clearRequests(): attempt numbers restart, ids must not repeat. */
   private generation = 0;
   private readonly holds: LiveHold[] = [];
@@ -757,7 +759,10 @@ class Provider implements MockProvider {
     let cutAt: number | undefined;
     try {
       const declared = request.tools ? new Set(request.tools.map((t) => t.name)) : undefined;
-      const turn = await this.script(request);
+      // The API's rule after a refusal: a conversation still carrying the refused turn is refused again.
+      const turn = carriesRefusedTurn(request, this.refusedTexts)
+        ? { content: [], stopReason: "refusal" as const, stopDetails: { category: null, explanation: "mock provider: the conversation carries a refused turn; reset it before continuing" } }
+        : await this.script(request);
       checkTurn(turn, declared ?? new Set());
       record.turn = turn;
       rendered = renderTurn(turn, {
@@ -780,6 +785,11 @@ class Provider implements MockProvider {
     } catch (e) {
       const message = e instanceof MockProviderError ? `${e.code}: ${e.message}` : e instanceof Error ? e.message : String(e);
       return reject(500, "api_error", `mock provider: ${message}`, "script_error", { "x-should-retry": "false" });
+    }
+    if (rendered.stopReason === "refusal") {
+      for (const block of (rendered.message as { content: { type: string; text?: string }[] }).content) {
+        if (block.type === "text" && block.text !== undefined && block.text !== "") this.refusedTexts.add(block.text);
+      }
     }
     record.requestId = rendered.requestId;
     record.messageId = rendered.messageId;
@@ -1042,4 +1052,12 @@ export async function startMockProvider(options: MockProviderOptions = {}): Prom
   const provider = new Provider(options);
   await provider.listen(options.port ?? 0, options.host ?? "127.0.0.1");
   return provider;
+}
+
+/** True when an assistant message of the request carries the text of a response the provider refused. */
+function carriesRefusedTurn(request: MessagesRequest, refusedTexts: ReadonlySet<string>): boolean {
+  if (refusedTexts.size === 0) return false;
+  return request.messages.some(
+    (m) => m.role === "assistant" && typeof m.content !== "string" && m.content.some((b) => b.type === "text" && refusedTexts.has((b as { text: string }).text)),
+  );
 }

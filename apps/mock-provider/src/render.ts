@@ -37,7 +37,7 @@ export interface PlannedEvent {
 export interface RenderedResponse {
   messageId: string;
   requestId: string;
-  stopReason: "tool_use" | "end_turn" | "max_tokens";
+  stopReason: "tool_use" | "end_turn" | "max_tokens" | "refusal";
   toolUses: RenderedToolUse[];
   events: PlannedEvent[];
   /** The non-streaming response body. */
@@ -183,8 +183,8 @@ export function checkTurn(turn: AssistantTurn, declaredTools: ReadonlySet<string
       throw new MockProviderError("invalid_turn", `content.${i}: unknown scripted content type ${JSON.stringify((item as { type: unknown }).type)}`);
     }
   }
-  if (turn.stopReason !== undefined && turn.stopReason !== "tool_use" && turn.stopReason !== "end_turn" && turn.stopReason !== "max_tokens") {
-    throw new MockProviderError("invalid_turn", `stopReason must be tool_use, end_turn or max_tokens`);
+  if (turn.stopReason !== undefined && !["tool_use", "end_turn", "max_tokens", "refusal"].includes(turn.stopReason)) {
+    throw new MockProviderError("invalid_turn", `stopReason must be tool_use, end_turn, max_tokens or refusal`);
   }
   if (turn.stopReason === "max_tokens" && turn.content.length === 0) {
     throw new MockProviderError("invalid_turn", `a max_tokens turn needs a last block to cut`);
@@ -257,7 +257,9 @@ export function renderTurn(turn: AssistantTurn, options: RenderOptions): Rendere
   }
 
   // At the output limit the last block stops part-way (never empty, never whole).
-  const cutLast = stopReason === "max_tokens";
+  const cutLast = stopReason === "max_tokens" || stopReason === "refusal";
+  const stopDetails =
+    stopReason === "refusal" ? { type: "refusal", category: turn.stopDetails?.category ?? null, explanation: turn.stopDetails?.explanation ?? null } : null;
   const cut = (text: string): string => {
     const codePoints = Array.from(text);
     return codePoints.slice(0, Math.max(1, Math.min(codePoints.length - 1, Math.floor(codePoints.length / 2)))).join("");
@@ -321,7 +323,7 @@ export function renderTurn(turn: AssistantTurn, options: RenderOptions): Rendere
     type: "message_delta",
     data: {
       type: "message_delta",
-      delta: { stop_reason: stopReason, stop_sequence: null, stop_details: null, container: null },
+      delta: { stop_reason: stopReason, stop_sequence: null, stop_details: stopDetails, container: null },
       usage: {
         input_tokens: options.inputTokens,
         cache_creation_input_tokens: 0,
@@ -342,7 +344,7 @@ export function renderTurn(turn: AssistantTurn, options: RenderOptions): Rendere
     content: finalContent,
     stop_reason: stopReason,
     stop_sequence: null,
-    stop_details: null,
+    stop_details: stopDetails,
     container: null,
     usage: { ...usage, output_tokens: outputTokens },
   };

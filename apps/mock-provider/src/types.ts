@@ -28,14 +28,18 @@ export type ScriptedContent = ScriptedText | ScriptedToolUse;
  * How the response ends. `max_tokens`: the model ran into the request's output limit inside its
  * last block, whose text (or, for a tool call, whose argument JSON) stops part-way; the block is
  * still closed with `content_block_stop`, as the API closes it, and the response ends with
- * `stop_reason: "max_tokens"`.
+ * `stop_reason: "max_tokens"`. `refusal`: a streaming classifier stopped the response; its last block is
+ * cut the same way and the response ends with `stop_reason: "refusal"` and `stop_details` (the
+ * API's: a conversation that carries the refused turn is refused again, until it is reset).
  */
-export type ScriptedStopReason = "tool_use" | "end_turn" | "max_tokens";
+export type ScriptedStopReason = "tool_use" | "end_turn" | "max_tokens" | "refusal";
 
 /** What the scripted model answers to one request. `stopReason` defaults to `tool_use` when there is a call. */
 export interface AssistantTurn {
   content: ScriptedContent[];
   stopReason?: ScriptedStopReason;
+  /** For a `refusal`: the `stop_details` category and explanation (null when absent). */
+  stopDetails?: { category?: string | null; explanation?: string | null };
 }
 
 /**

@@ -26,3 +26,27 @@ describe("a response cut at its output limit (stop_reason max_tokens)", () => {
     expect("I have sent the payment to acme.".startsWith(text) && text !== "I have sent the payment to acme.").toBe(true);
   });
 });
+
+describe("a response a streaming classifier stopped (stop_reason refusal)", () => {
+  it("ends with stop_reason refusal and stop_details, its last block cut; a conversation carrying it is refused again", async () => {
+    const refused = { content: [say("Sure, here is how to do that in detail.")], stopReason: "refusal" as const, stopDetails: { category: "cyber", explanation: "declined" } };
+    const { client } = await setup({ script: (request) => (JSON.stringify(request.messages[0]).includes("bad") ? refused : { content: [say("Hi.")], stopReason: "end_turn" }) });
+    const message = await client.messages.create(body("bad request"));
+    expect(message.stop_reason).toBe("refusal");
+    expect((message as unknown as { stop_details: unknown }).stop_details).toEqual({ type: "refusal", category: "cyber", explanation: "declined" });
+    const text = (message.content[0] as { text: string }).text;
+    expect("Sure, here is how to do that in detail.".startsWith(text) && text.length > 0).toBe(true);
+
+    const events: { type: string; delta?: { stop_reason?: string; stop_details?: unknown } }[] = [];
+    for await (const event of await client.messages.create({ ...body("bad request"), stream: true })) events.push(event as never);
+    expect(events.find((e) => e.type === "message_delta")!.delta).toMatchObject({ stop_reason: "refusal", stop_details: { type: "refusal", category: "cyber" } });
+
+    // Continuing without resetting: refused again. Reset (the refused turn removed): answered.
+    const continued = await client.messages.create(
+      body("x", { messages: [{ role: "user", content: "bad request" }, { role: "assistant", content: [{ type: "text", text }] }, { role: "user", content: "hello" }] }),
+    );
+    expect(continued.stop_reason).toBe("refusal");
+    const reset = await client.messages.create(body("hello"));
+    expect(reset.stop_reason).toBe("end_turn");
+  });
+});

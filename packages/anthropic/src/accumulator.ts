@@ -34,11 +34,14 @@ export class TurnAccumulator extends CallPhases<CallState> {
    */
   openAtStop: string | undefined;
   /**
-   * Set when the response reached message_stop at its output limit (`max_tokens`,
-   * `model_context_window_exceeded`) with a call whose arguments the limit cut: the stream did not
-   * establish that call, and the same request stops at the same place again (STREAM-13).
+   * Set when the response reached message_stop ended for good (STREAM-13): refused by a streaming
+   * classifier (`refusal`; the API refuses a conversation that carries the refused turn again), or
+   * at its output limit (`max_tokens`, `model_context_window_exceeded`) with a call whose arguments
+   * the limit cut (the stream did not establish that call, and the same request stops there again).
    */
-  cutAtLimit: string | undefined;
+  endedForGood: string | undefined;
+  /** The `stop_details` of the message_delta, when it carried any (a refusal's category and explanation). */
+  stopDetails: { category?: string | null; explanation?: string | null } | null = null;
   /** The response's thinking blocks by content index, merged into `content()` in their place (STREAM-15). */
   private readonly thinking = new Map<number, ThinkingBlock>();
 
@@ -83,6 +86,7 @@ export class TurnAccumulator extends CallPhases<CallState> {
       }
       case "message_delta":
         this.stopReason = event.delta.stop_reason ?? this.stopReason;
+        this.stopDetails = event.delta.stop_details ?? this.stopDetails;
         return undefined;
       case "message_stop": {
         this.messageStopped = true;
@@ -94,7 +98,11 @@ export class TurnAccumulator extends CallPhases<CallState> {
         // not JSON. Committed, the turn would carry a call with arguments nobody sent.
         if (this.stopReason === "max_tokens" || this.stopReason === "model_context_window_exceeded") {
           const cut = this.calls.filter((c) => c.inputError !== undefined);
-          if (cut.length > 0) this.cutAtLimit = `stop_reason ${this.stopReason}: the response reached its output limit inside the arguments of ${cut.map((c) => `${c.name} (${c.callId})`).join(", ")}; raise maxTokens`;
+          if (cut.length > 0) this.endedForGood = `stop_reason ${this.stopReason}: the response reached its output limit inside the arguments of ${cut.map((c) => `${c.name} (${c.callId})`).join(", ")}; raise maxTokens`;
+        } else if (this.stopReason === "refusal") {
+          // Committed, the refused turn would make the API refuse every later request of the conversation.
+          const { category, explanation } = this.stopDetails ?? {};
+          this.endedForGood = `stop_reason refusal${category ? ` (${category})` : ""}: ${explanation ?? "a streaming classifier stopped the response"}`;
         }
         return undefined;
       }

@@ -154,16 +154,16 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
   }
 
   finished(accumulator: TurnAccumulator): boolean {
-    return accumulator.messageStopped && accumulator.openAtStop === undefined && accumulator.cutAtLimit === undefined;
+    return accumulator.messageStopped && accumulator.openAtStop === undefined && accumulator.endedForGood === undefined;
   }
 
   streamError(accumulator: TurnAccumulator): string | undefined {
-    return accumulator.openAtStop ?? accumulator.cutAtLimit;
+    return accumulator.openAtStop ?? accumulator.endedForGood;
   }
 
-  // A call cut by the output limit: the same request stops at the same place (STREAM-13).
+  // A refusal, or a call cut by the output limit: the same request ends the same way (STREAM-13).
   finalStop(accumulator: TurnAccumulator): string | undefined {
-    return accumulator.cutAtLimit !== undefined ? (accumulator.stopReason ?? "max_tokens") : undefined;
+    return accumulator.endedForGood !== undefined ? (accumulator.stopReason ?? "max_tokens") : undefined;
   }
 
   commitShape(accumulator: TurnAccumulator, answers: CallAnswer[]): CommitShape {

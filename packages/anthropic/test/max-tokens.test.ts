@@ -45,3 +45,39 @@ describe("a response cut at its output limit (Messages API stop_reason max_token
     expect(result.turns[0]).toMatchObject({ stopReason: "max_tokens" });
   });
 });
+
+describe("a response a streaming classifier refused (Messages API stop_reason refusal, STREAM-13)", () => {
+  /** A model that pays, then is stopped by the classifier in its text; "hello" is answered normally. */
+  async function refusingModel() {
+    provider = await startMockProvider({
+      script: (request) => {
+        const first = request.messages[0]!;
+        const said = typeof first.content === "string" ? first.content : JSON.stringify(first.content);
+        if (request.messages.length === 1 && said.includes("pay acme")) {
+          return { content: [toolUse("send_payment", PAY_ACME), say("Paid. Now, about the other thing you asked")], stopReason: "refusal", stopDetails: { category: "cyber", explanation: "declined by the classifier" } };
+        }
+        return { content: [say("Hello.")], stopReason: "end_turn" };
+      },
+    });
+    return provider;
+  }
+
+  it("STREAM-13 a refused response is not retried or committed: the turn fails, its record says the payment happened, and the conversation goes on", async () => {
+    const { runner, effects, store } = await setup(await refusingModel(), { guarded: true });
+    const error = await runner.send("conv-refused", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TurnFailedError);
+    const { record } = error as TurnFailedError;
+    expect(effects()).toHaveLength(1);
+    expect(provider!.requests).toHaveLength(1);
+    expect(record.retryable).toBe(false);
+    expect(record.error.message).toMatch(/refusal \(cyber\): declined by the classifier/);
+    expect(record.effects).toEqual([expect.objectContaining({ name: "send_payment", effect: "happened" })]);
+    // The API refuses every later request of a conversation that still carries the refused turn;
+    // nothing of it was committed, so the next message is answered.
+    expect(await store.log("conv-refused")).toEqual([]);
+    const next = await runner.send("conv-refused", { id: "m2", content: "hello" });
+    expect(next.status).toBe("answered");
+    expect(next.turns.at(-1)).toMatchObject({ stopReason: "end_turn" });
+    expect(effects()).toHaveLength(1);
+  });
+});
