@@ -1,6 +1,6 @@
 export { ResponsesTurnAccumulator } from "./accumulator.js";
 export type { CallPhase, CallState, FailurePosition, OutputItem, StreamErrorReport, TerminalEvent } from "./accumulator.js";
-export { ConversationRunner, type ConversationRunnerOptions, type UserContent } from "./runner.js";
+export { ConversationRunner, type ConversationRunnerOptions, type ConversationRunnerParams, type UserContent } from "./runner.js";
 // The runner's logic, errors, events and records are shared with every stream side (@dispatch-once/runner).
 export {
   StreamIncompleteError,

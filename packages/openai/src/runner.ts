@@ -50,6 +50,46 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
    * @example new ConversationRunner({ client, dispatcher, store, model, tools, maxOutputTokens: 4096 })
    */
   maxOutputTokens?: number;
+  /**
+   * Further Responses API parameters, sent as given with every request: `reasoning`, `include`,
+   * `store`, `tool_choice`, `parallel_tool_calls`, `metadata`, `text`, ... Refused here, naming the
+   * field: the ones the runner writes itself (`model`, `input`, `stream`, `tools`, `instructions`,
+   * `max_output_tokens`: give them as the options of those names), and the ones that would make the
+   * API add server-side state to the request (`previous_response_id`, `conversation`) or not stream
+   * it (`background`): every request must be exactly the committed conversation (STREAM-14).
+   * @default none (only the runner's own fields are sent)
+   * @example new ConversationRunner({ client, dispatcher, store, model, tools, params: { reasoning: { effort: "low" }, store: false, include: ["reasoning.encrypted_content"] } })
+   */
+  params?: ConversationRunnerParams;
+}
+
+/** Responses API parameters `params` may not carry, and why. */
+const REFUSED_PARAMS: Record<string, string> = {
+  model: "is written by the runner itself; give it as the runner's own option",
+  input: "is written by the runner itself (the committed conversation); it is not an option",
+  stream: "is written by the runner itself; it is not an option",
+  tools: "is written by the runner itself; give it as the runner's own option",
+  instructions: "is written by the runner itself; give it as the runner's own option",
+  max_output_tokens: "is written by the runner itself; give it as the runner's maxOutputTokens",
+  previous_response_id: "would make the API add a stored response to every request: each request must be exactly the committed conversation",
+  conversation: "would make the API add a stored conversation to every request: each request must be exactly the committed conversation",
+  background: "would make the response run in the background instead of streaming to the runner",
+};
+
+/** The Responses API parameters a runner's `params` may carry. */
+export type ConversationRunnerParams = Omit<
+  OpenAI.Responses.ResponseCreateParamsStreaming,
+  "model" | "input" | "stream" | "tools" | "instructions" | "max_output_tokens" | "previous_response_id" | "conversation" | "background"
+>;
+
+function checkParams(params: unknown): void {
+  if (params === undefined) return;
+  if (params === null || typeof params !== "object" || Array.isArray(params)) {
+    throw new InvalidArgumentError("options.params", `must be an object of Responses API parameters, got ${describeValue(params)}`);
+  }
+  for (const [field, why] of Object.entries(REFUSED_PARAMS)) {
+    if (Object.prototype.hasOwnProperty.call(params, field)) throw new InvalidArgumentError(`options.params.${field}`, why);
+  }
 }
 
 /**
@@ -91,9 +131,10 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
   }
 
   async open(input: JsonValue[], { headers }: { headers?: Record<string, string> }): Promise<AsyncIterable<StreamEvent>> {
-    const { client, model, tools, instructions, maxOutputTokens } = this.options;
+    const { client, model, tools, instructions, maxOutputTokens, params } = this.options;
     return client.responses.create(
       {
+        ...params,
         model,
         input: input.flatMap((entry) => (Array.isArray(entry) ? entry : [entry])) as unknown as OpenAI.Responses.ResponseInput,
         ...(tools.length > 0 ? { tools: tools.map(functionTool) } : {}),
@@ -235,6 +276,7 @@ export class ConversationRunner extends TurnRunner<ResponsesTurnAccumulator, Str
     checkRunnerOptions(options, ["client", "dispatcher", "store"]);
     checkKnownOptions(options, [...TURN_RUNNER_OPTIONS, ...PROVIDER_OPTIONS]);
     checkOptionValues(options, { model: "nonEmptyString", maxOutputTokens: "positiveInteger", instructions: "string" });
+    checkParams(options.params);
     if (options.model === undefined) throw new InvalidArgumentError("options.model", "is required");
     // Checked now: without it every send() fails the same way, reported as a retryable stream failure.
     if (typeof (options.client as { responses?: { create?: unknown } }).responses?.create !== "function") {
@@ -245,7 +287,7 @@ export class ConversationRunner extends TurnRunner<ResponsesTurnAccumulator, Str
   }
 }
 
-const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "instructions", "maxOutputTokens"];
+const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "instructions", "maxOutputTokens", "params"];
 
 /**
  * Each tool must be a provider schema (a name and an object `input_schema`): a tool definition or
