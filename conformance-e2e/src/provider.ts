@@ -140,6 +140,11 @@ async function anthropicSide(): Promise<ProviderSide> {
         ...options,
         client: new Anthropic({ baseURL: mock.baseURL, apiKey: "conformance", maxRetries: 0, fetch }),
         model: "claude-conformance",
+        // Thinking on, as production agents run: every response opens with a signed thinking
+        // block, which each tool result's request must carry back unaltered (STREAM-15); cuts
+        // may fall inside it, and a runner that drops or mixes blocks fails every calm run.
+        maxTokens: 2048,
+        params: { thinking: { type: "enabled", budget_tokens: 1024 } },
       }),
     transcript: anthropicTranscript,
     close: () => mock.close(),

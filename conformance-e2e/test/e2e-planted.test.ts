@@ -114,6 +114,32 @@ describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects planted bugs the 
   }, 600_000);
 });
 
+describe("the end-to-end oracle rejects a store that loses the provider's own blocks (provider anthropic)", () => {
+  it("STREAM-15 a conversation store that keeps only the text and tool_use blocks of a committed turn breaks the conversation at its next tool result", async () => {
+    // A realistic adopter's store: it validates messages against its own schema and drops the
+    // block types it does not know, here the thinking blocks the API requires back.
+    const dropsThinking = ({ now }: { now: () => number }): ConversationStore => {
+      const inner = new MemoryConversationStore({ now });
+      const strip = (commit: TurnCommit): TurnCommit => {
+        const assistant = commit.assistant as { content?: { type: string }[] };
+        const content = (assistant.content ?? []).filter((b) => b.type === "text" || b.type === "tool_use");
+        return { ...commit, assistant: { ...assistant, content } as unknown as JsonValue };
+      };
+      return new Proxy(inner, {
+        get(target, property) {
+          if (property === "commitTurn") return (conversationId: string, commit: TurnCommit) => target.commitTurn(conversationId, strip(commit));
+          const value = Reflect.get(target, property, target) as unknown;
+          return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+        },
+      });
+    };
+    const error = await runEndToEnd(memory, { provider: "anthropic", runs: 100, seed: 3, timeLimitMs: SHRINK_BUDGET_MS, conversationStore: dropsThinking }).catch((e: unknown) => e);
+    const message = expectReadable(error, 3);
+    expect(message).toMatch(/in a run with no fault injected/);
+    expect(message).toMatch(/Expected `thinking` or `redacted_thinking`, but found `tool_use`/);
+  }, 600_000);
+});
+
 describe("--path replays exactly one end-to-end case", () => {
   it("a planted bug's printed seed and path replay that one shrunk scenario once, failing the same rule on the same scenario; on a correct store it passes, once", async () => {
     const broken = ({ now }: { now: () => number }) => new BindsEveryQueuedMessage(new MemoryConversationStore({ now }));
