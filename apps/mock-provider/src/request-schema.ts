@@ -48,6 +48,9 @@ const OTHER_BLOCK_TYPES = [
   "text_editor_code_execution_tool_result",
   "tool_search_tool_result",
   "container_upload",
+  // A system message's tool changes (the inline-tools beta; the SDK runner's addTools/removeTools).
+  "tool_addition",
+  "tool_removal",
 ] as const;
 
 const otherBlock = z.object({ type: z.enum(OTHER_BLOCK_TYPES) }).loose();

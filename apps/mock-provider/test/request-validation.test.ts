@@ -38,6 +38,8 @@ const edits: [string, (b: Body) => void][] = [
   ["an empty user message", (b) => ((b.messages[0] as Record<string, unknown>)["content"] = "")],
   ["an image block", (b) => ((b.messages[0] as Record<string, unknown>)["content"] = [{ type: "image", source: {} }])],
   ["an unknown block type", (b) => ((b.messages[0] as Record<string, unknown>)["content"] = [{ type: "hologram" }])],
+  // The SDK tool runner's addTools/removeTools send their changes as a system message (the inline-tools beta).
+  ["a system message's tool changes", (b) => b.messages.splice(1, 0, { role: "system", content: [{ type: "tool_addition", tool: { type: "tool_definition", definition: tools[0] } }, { type: "tool_removal", tool: { type: "tool_reference", name: "get_balance" } }] } as never)],
   ["a text block with cache_control", (b) => ((b.messages[0]!.content[0] as Record<string, unknown>)["cache_control"] = { type: "ephemeral" })],
   ["a text block with bad cache_control", (b) => ((b.messages[0]!.content[0] as Record<string, unknown>)["cache_control"] = { type: "forever" })],
   ["a text block without text", (b) => delete (b.messages[0]!.content[0] as Record<string, unknown>)["text"]],
@@ -79,6 +81,12 @@ describe("validateMessagesRequest", () => {
     const body = structuredClone(toolResultStep()) as Body;
     edit(body);
     expect(validateMessagesRequest(body)).toEqual(validateWithSchema(body));
+  });
+
+  it("accepts a system message's tool changes, as the SDK runner's addTools/removeTools send them", () => {
+    const body = structuredClone(toolResultStep()) as Body;
+    edits.find(([what]) => what === "a system message's tool changes")![1](body);
+    expect(validateWithSchema(body).ok).toBe(true);
   });
 
   it("the edits cover both verdicts", () => {
