@@ -176,6 +176,8 @@ export class OnceToolRunner {
   private readonly effects: ReadonlyMap<string, EffectClass>;
   private readonly scope = new AsyncLocalStorage<CallScope>();
   private readonly calls = new WeakMap<object, Map<string, OnceToolCall>>();
+  /** Every wrapped form of the app's tools, of any runner: one of another runner is bound to that runner's messages. */
+  private readonly wrappedForms = new WeakSet<object>();
 
   constructor(options: OnceToolRunnerOptions) {
     if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "needs { tools, effects, ledger }");
@@ -246,9 +248,7 @@ export class OnceToolRunner {
     checkTurn(turn);
     // Calls started while the reply streams are not in the runner's messages yet: their place in
     // the turn, and so their ordinal, cannot be read when they run.
-    if ((params as { runToolsEagerly?: unknown }).runToolsEagerly === true) {
-      throw new InvalidArgumentError("params.runToolsEagerly", "is not supported by the Dispatch-Once tool runner: a call's ordinal is read from the runner's messages, which hold the reply only once it finished (ATR-3)");
-    }
+    refuseEagerRuns(params, "params.runToolsEagerly");
     const calls = new Map<string, OnceToolCall>();
     let runner: BetaToolRunner<Stream> | undefined;
     // An app-supplied turn index names one user message: the one the runner starts with.
@@ -257,17 +257,52 @@ export class OnceToolRunner {
     for (const [name, tool] of this.tools) {
       wrapped.set(name, this.wrap(tool, { ...turn, users }, calls, () => runner));
     }
-    const tools = params.tools === undefined ? [...wrapped.values()] : params.tools.map((tool, i) => {
-      if (!("run" in tool)) return tool;
-      const name = (tool as AnyRunnableTool).name;
-      if (this.tools.get(name) !== tool && wrapped.get(name) !== tool) {
-        throw new InvalidArgumentError(`params.tools[${i}]`, `runnable tool ${name} is not one of the wrapped tools: pass it in createOnceToolRunner({ tools })`);
-      }
-      return wrapped.get(name)!;
-    });
+    const wrapTools = <T>(list: readonly T[], field: string): T[] => this.wrappedTools(list, wrapped, field);
+    const tools = params.tools === undefined ? [...wrapped.values()] : wrapTools(params.tools, "params.tools");
     runner = client.beta.messages.toolRunner({ ...params, tools } as BetaToolRunnerParams, requestOptions) as BetaToolRunner<Stream>;
+    this.guardSurface(runner, wrapTools);
     this.calls.set(runner, calls);
     return runner;
+  }
+
+  /**
+   * `list` with each of the app's runnable tools replaced by its wrapped form; a server tool or a
+   * raw definition (which the runner never runs) is kept. A runnable tool that is not wrapped
+   * (another tool, a runnable toolset) is refused: it would run outside the dispatcher (ATR-7, ATR-8).
+   */
+  private wrappedTools<T>(list: readonly T[], wrapped: ReadonlyMap<string, AnyRunnableTool>, field: string): T[] {
+    if (!Array.isArray(list)) throw new InvalidArgumentError(field, "must be an array of tools");
+    return list.map((tool, i) => {
+      if (typeof tool !== "object" || tool === null || !("run" in tool)) return tool;
+      const name = (tool as { name?: unknown }).name;
+      const own = typeof name === "string" ? this.tools.get(name) : undefined;
+      if (own === undefined || (own !== tool && !this.wrappedForms.has(tool))) {
+        throw new InvalidArgumentError(`${field}[${i}]`, `runnable tool ${String(name ?? (tool as { type?: unknown }).type)} is not one of the wrapped tools, so it would run outside the dispatcher: pass it in createOnceToolRunner({ tools })`);
+      }
+      return wrapped.get(name as string)! as T;
+    });
+  }
+
+  /**
+   * The runner's methods that change which tool runs under a name, and how, after it was built
+   * (ATR-8): `addTools` and `setMessagesParams` (and `pushMessages`, which calls it) get the
+   * wrapped form of the app's tools, and refuse what would run outside the dispatcher or before
+   * the call's place in the turn is known (`runToolsEagerly`).
+   */
+  private guardSurface(runner: BetaToolRunner<boolean>, wrapTools: <T>(list: readonly T[], field: string) => T[]): void {
+    const addTools = runner.addTools.bind(runner);
+    const setMessagesParams = runner.setMessagesParams.bind(runner) as (params: BetaToolRunnerParams) => void;
+    const guarded = {
+      addTools: (...tools: Parameters<BetaToolRunner<boolean>["addTools"]>) => addTools(...wrapTools(tools, "runner.addTools(tools)")),
+      setMessagesParams: (paramsOrMutator: BetaToolRunnerParams | ((prev: BetaToolRunnerParams) => BetaToolRunnerParams)) => {
+        const params = typeof paramsOrMutator === "function" ? paramsOrMutator(runner.params as BetaToolRunnerParams) : paramsOrMutator;
+        if (typeof params !== "object" || params === null) throw new InvalidArgumentError("runner.setMessagesParams(params)", "must be the tool runner's params");
+        refuseEagerRuns(params, "runner.setMessagesParams(params).runToolsEagerly");
+        setMessagesParams(params.tools === undefined ? params : { ...params, tools: wrapTools(params.tools, "runner.setMessagesParams(params.tools)") });
+      },
+    };
+    // Own properties shadow the class's methods; the SDK's own calls (pushMessages) go through them too.
+    for (const [name, value] of Object.entries(guarded)) Object.defineProperty(runner, name, { value, configurable: true, writable: true });
   }
 
   /** What became of each wrapped call a runner of `toolRunner` made, by `tool_use` id. */
@@ -315,7 +350,9 @@ export class OnceToolRunner {
       }
     };
     // Everything but `run` is the tool's own (schema, parse, description, the SDK's helper mark).
-    return Object.assign(Object.create(Object.getPrototypeOf(tool) as object) as object, tool, { run }) as AnyRunnableTool;
+    const form = Object.assign(Object.create(Object.getPrototypeOf(tool) as object) as object, tool, { run }) as AnyRunnableTool;
+    this.wrappedForms.add(form);
+    return form;
   }
 
   /**
@@ -369,6 +406,12 @@ export class OnceToolRunner {
       }
     }
     return { turnIndex, ordinal, users };
+  }
+}
+
+function refuseEagerRuns(params: object, field: string): void {
+  if ((params as { runToolsEagerly?: unknown }).runToolsEagerly === true) {
+    throw new InvalidArgumentError(field, "is not supported by the Dispatch-Once tool runner: a call's ordinal is read from the runner's messages, which hold the reply only once it finished (ATR-3)");
   }
 }
 

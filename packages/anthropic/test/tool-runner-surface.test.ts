@@ -1,0 +1,117 @@
+import type Anthropic from "@anthropic-ai/sdk";
+import { betaZodTool } from "@anthropic-ai/sdk/helpers/beta/zod";
+import { InvalidArgumentError, MemoryLedger } from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { createOnceToolRunner, type OnceToolRunner } from "../src/index.js";
+import { cutRequests, paymentsApp, providerPerTest, toolResultsOf } from "./tool-runner-fixtures.js";
+
+/**
+ * The rest of the SDK runner's surface (§13.3, ATR-8 …): the ways an adopter of
+ * `client.beta.messages.toolRunner` can reach a tool run besides the loop the wrapper builds.
+ * Each case is an attack: the loop is cut and re-run as an app does, and the payments API's
+ * effect log counts the payments.
+ */
+const provider = providerPerTest();
+
+type Message = Anthropic.Beta.Messages.BetaMessageParam;
+type Runner = ReturnType<OnceToolRunner["toolRunner"]>;
+const IDENTITY = { send_payment: ["payee", "amount", "currency", "reference"] };
+
+async function app() {
+  const payments = await paymentsApp(provider());
+  const once = createOnceToolRunner({
+    tools: [payments.sendPayment, payments.getBalance],
+    effects: { send_payment: "keyed_write", get_balance: "read" },
+    ledger: new MemoryLedger(),
+    identity: IDENTITY,
+    dispatcher: { waitMs: 5_000, pollMs: 5 },
+  });
+  return { ...payments, once };
+}
+
+/**
+ * The app's retry: each attempt builds a new runner for the same user message, `body` is the
+ * app's loop body (run for every item the runner yields), a failed attempt is re-run.
+ */
+async function retryLoop(
+  once: OnceToolRunner,
+  client: Anthropic,
+  text: string,
+  body: (runner: Runner, item: unknown) => unknown,
+  options: { stream?: boolean; thread?: false; attempts?: number; setup?: (runner: Runner) => void } = {},
+) {
+  const errors: unknown[] = [];
+  for (let attempt = 0; attempt < (options.attempts ?? 3); attempt++) {
+    const runner = once.toolRunner(
+      client,
+      { model: "claude-test", max_tokens: 1024, stream: options.stream ?? true, ...(options.thread === false ? { thread: false as const } : {}), messages: [{ role: "user", content: text }] as Message[] },
+      { conversationId: "conv-surface" },
+    );
+    try {
+      options.setup?.(runner);
+      for await (const item of runner as AsyncIterable<unknown>) await body(runner, item);
+      await runner.done();
+      return { runner, errors };
+    } catch (error) {
+      errors.push(error);
+    }
+  }
+  throw new Error(`the loop never finished: ${errors.map(String).join("; ")}`);
+}
+
+const refusal = (build: () => unknown): InvalidArgumentError => {
+  try {
+    build();
+  } catch (error) {
+    return error as InvalidArgumentError;
+  }
+  throw new Error("not refused");
+};
+
+describe("ATR-8 the runner's other ways to a tool run go through the dispatcher", () => {
+  it("ATR-8 addTools(the app's own unwrapped tool) in the loop body: the call runs through the dispatcher under the loop's keys; a cut and re-run pays once", async () => {
+    const { once, client, effects, sendPayment } = await app();
+    cutRequests(provider(), [2]);
+    const { errors } = await retryLoop(once, client, "pay acme", (runner) => runner.addTools(sendPayment), { thread: false });
+    expect(errors.map(String)).toEqual([expect.stringMatching(/terminated/)]);
+    expect(effects()).toHaveLength(1);
+  });
+
+  it("ATR-8 setMessagesParams with the app's own unwrapped tool in tools: the call runs through the dispatcher; a cut and re-run pays once", async () => {
+    const { once, client, effects, sendPayment, getBalance } = await app();
+    cutRequests(provider(), [2]);
+    const { errors } = await retryLoop(once, client, "pay acme", () => {}, { thread: false, setup: (runner) => runner.setMessagesParams((params) => ({ ...params, tools: [sendPayment, getBalance] })) });
+    expect(errors.map(String)).toEqual([expect.stringMatching(/terminated/)]);
+    expect(effects()).toHaveLength(1);
+  });
+});
+
+describe("ATR-8 refusals, without a request", () => {
+  it("ATR-8 a runnable tool that is not wrapped, added with addTools or setMessagesParams, and runToolsEagerly set later, are refused with invalid_argument naming the method; a wrapped tool of another runner is rebound to this one", async () => {
+    const { once, client, sendPayment, getBalance } = await app();
+    const params = { model: "claude-test", max_tokens: 1024, stream: true as const, messages: [{ role: "user" as const, content: "pay acme" }] };
+    const runner = once.toolRunner(client, params, { conversationId: "conv-refuse" });
+    const stray = betaZodTool({ name: "stray", description: "not wrapped", inputSchema: z.object({}), run: () => "x" });
+    const cases: [string, () => unknown][] = [
+      ["runner.addTools(tools)[1]", () => runner.addTools(sendPayment, stray)],
+      ["runner.setMessagesParams(params.tools)[0]", () => runner.setMessagesParams({ ...runner.params, tools: [stray] })],
+      ["runner.setMessagesParams(params).runToolsEagerly", () => runner.setMessagesParams((p) => ({ ...p, runToolsEagerly: true }))],
+    ];
+    for (const [field, build] of cases) {
+      const error = refusal(build);
+      expect(error, field).toBeInstanceOf(InvalidArgumentError);
+      expect(error.field).toBe(field);
+    }
+    // Nothing of a refused call was applied: the runner's tools are still the wrapped ones.
+    const runnable = () => runner.params.tools.filter((t) => "run" in t) as { name: string; run: unknown }[];
+    expect(runnable().map((t) => t.name)).toEqual(["send_payment", "get_balance"]);
+    expect(runnable().some((t) => t === (sendPayment as unknown) || t === (getBalance as unknown))).toBe(false);
+    // Another runner's params (its wrapped tools) given to this one: rebound to this runner's wrapped forms.
+    const other = once.toolRunner(client, params, { conversationId: "conv-refuse" });
+    runner.setMessagesParams({ ...other.params });
+    const mine = runnable();
+    expect(mine.some((t) => other.params.tools.includes(t as never))).toBe(false);
+    expect(mine.map((t) => t.name)).toEqual(["send_payment", "get_balance"]);
+  });
+});
