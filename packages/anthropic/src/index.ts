@@ -47,6 +47,7 @@ export {
   rerunMessagesOf,
   OnceToolRunner,
   OnceToolCallError,
+  declaredToolError,
   dispatchOnceOf,
   isGenuineUserMessage,
   toolRunnerTurnIndexOf,

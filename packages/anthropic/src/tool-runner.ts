@@ -2,18 +2,22 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import type Anthropic from "@anthropic-ai/sdk";
 import type { BetaRunnableTool, BetaToolRunContext } from "@anthropic-ai/sdk/lib/tools/BetaRunnableTool";
 import type { BetaToolRunner, BetaToolRunnerParams, BetaToolRunnerRequestOptions } from "@anthropic-ai/sdk/lib/tools/BetaToolRunner";
+import { ToolError as SdkToolError } from "@anthropic-ai/sdk/lib/tools/ToolError";
 import {
   CONVERSATION_ID_PATTERN,
   Dispatcher,
   InvalidArgumentError,
   InvalidKeyInputError,
+  ToolError,
   catalogueEntry,
   defineTool,
   effectOf,
+  isDispatchOnceError,
   type DispatchOutcome,
   type DispatcherOptions,
   type EffectClass,
   type EffectKnowledge,
+  type FailureDisposition,
   type Ledger,
   type Retryable,
   type ToolDefinition,
@@ -112,12 +116,16 @@ export interface OnceToolCall {
 const OPTION_NAMES = ["tools", "effects", "ledger", "identity", "dispatcher"];
 const TURN_OPTION_NAMES = ["conversationId", "turnIndex"];
 
+type ToolResultContent = string | Anthropic.Beta.Messages.BetaToolResultContentBlockParam[];
+
 /**
  * A wrapped call that did not settle, as the tool's error: the SDK's runner answers the model
- * with `Error: <message>`, whose text keeps the code, whether the effect may have happened and
- * whether re-running the loop can help (ATR-5). The app reads the same from `callsOf(runner)`.
+ * with its `content` (it is the SDK's `ToolError`), whose text keeps the code, whether the effect
+ * may have happened and whether re-running the loop can help (ATR-5); when the tool threw the
+ * SDK's `ToolError`, its own content blocks come first (ATR-9). The app reads the same from
+ * `callsOf(runner)`.
  */
-export class OnceToolCallError extends Error {
+export class OnceToolCallError extends SdkToolError {
   /** The Dispatch-Once code (`in_flight_elsewhere`, `outcome_unknown`, `claim_released`, ...). */
   readonly code: string;
   /** Whether the call's effect may have happened: "no", "yes" or "possibly" (spec §11). */
@@ -134,14 +142,88 @@ export class OnceToolCallError extends Error {
     const message = cause instanceof Error ? cause.message : String(cause);
     const happened = effect === "no" ? "it did not happen" : effect === "yes" ? "it happened" : "it may have happened";
     const again = retryable === "same_message" ? "re-running the same request may settle it" : "do not retry it: ask the user";
-    super(`[dispatch-once ${code}] ${message}. Effect: ${happened}; ${again}.`, { cause });
+    const note = `Effect: ${happened}; ${again}.`;
+    const text = `[dispatch-once ${code}] ${message}. ${note}`;
+    // The tool's own content for the model (an SDK ToolError's blocks), then what became of the effect.
+    const own = toolContentOf(cause);
+    super(own === undefined ? `Error: ${text}` : [...(typeof own === "string" ? [{ type: "text" as const, text: own }] : own), { type: "text", text: `[dispatch-once ${code}] ${note}` }]);
+    this.message = text;
     this.name = "OnceToolCallError";
+    Object.defineProperty(this, "cause", { value: cause, configurable: true, writable: true });
     this.code = code;
     this.effect = effect;
     this.retryable = retryable;
     const key = (cause as { key?: unknown } | null)?.key;
     this.key = typeof key === "string" ? key : undefined;
   }
+}
+
+const FAILURE_DISPOSITIONS: readonly FailureDisposition[] = ["definite", "not_performed", "unknown", "request_mismatch"];
+// Where the content of an SDK ToolError travels in core's ToolError (and in a definite failure's stored row).
+const CONTENT_DETAIL = "toolResultContent";
+
+/**
+ * The SDK's `ToolError` (content for the model's error result) carrying what the failure means
+ * for the effect (LEDGER-8), for a wrapped tool to throw: `definite` (did not happen, a re-run
+ * fails the same way: recorded and replayed), `not_performed` (did not happen, a re-run may
+ * succeed: the claim is released), `unknown` (may have happened), `request_mismatch`. A plain
+ * SDK `ToolError` is `unknown` (ATR-9). The SDK's runner, wrapped or not, sends `content` as is.
+ *
+ * @example
+ * throw declaredToolError([{ type: "text", text: "card declined" }], { disposition: "definite", code: "card_declined" });
+ */
+export function declaredToolError(content: ToolResultContent, options: { disposition: FailureDisposition; code?: string }): SdkToolError & { disposition: FailureDisposition; code?: string } {
+  if (typeof content !== "string" && !Array.isArray(content)) throw new InvalidArgumentError("content", "must be the tool result's content: a string or an array of content blocks");
+  const disposition = (options as { disposition?: unknown } | undefined)?.disposition;
+  if (!FAILURE_DISPOSITIONS.includes(disposition as FailureDisposition)) {
+    throw new InvalidArgumentError("options.disposition", `must be one of ${FAILURE_DISPOSITIONS.join(", ")} (LEDGER-8)`);
+  }
+  const code = options.code;
+  if (code !== undefined && typeof code !== "string") throw new InvalidArgumentError("options.code", "must be a string");
+  return Object.assign(new SdkToolError(content), { disposition: disposition as FailureDisposition, ...(code !== undefined ? { code } : {}) });
+}
+
+/** An SDK `ToolError`, of any copy of the SDK (core's ToolError has `details`, never `content`). */
+function isSdkToolError(error: unknown): error is SdkToolError {
+  if (error instanceof SdkToolError) return true;
+  return error instanceof Error && error.name === "ToolError" && "content" in error && !ToolError.isInstance(error);
+}
+
+/**
+ * What the dispatcher records for an SDK `ToolError` a wrapped tool threw (ATR-9): core's
+ * ToolError with the disposition the tool declared on it, "unknown" when it declared none (a
+ * ToolError says the call failed, not that its effect did not happen), and its content kept.
+ */
+function asDispatchFailure(error: unknown): unknown {
+  if (!isSdkToolError(error)) return error;
+  const declared = (error as { disposition?: unknown }).disposition;
+  const disposition = FAILURE_DISPOSITIONS.includes(declared as FailureDisposition) ? (declared as FailureDisposition) : "unknown";
+  const code = (error as { code?: unknown }).code;
+  return new ToolError(error.message, { disposition, ...(typeof code === "string" ? { code } : {}), details: { [CONTENT_DETAIL]: error.content }, cause: error });
+}
+
+/** The content an SDK ToolError gave the model, found through the failure's causes or its stored row. */
+function toolContentOf(error: unknown): ToolResultContent | undefined {
+  let at: unknown = error;
+  for (let depth = 0; depth < 8 && typeof at === "object" && at !== null; depth++) {
+    if (isSdkToolError(at)) return at.content;
+    const details = isDispatchOnceError(at, "tool_failed")
+      ? (at as { error?: { details?: unknown } }).error?.details
+      : ToolError.isInstance(at)
+        ? at.details
+        : undefined;
+    if (typeof details === "object" && details !== null && Object.hasOwn(details, CONTENT_DETAIL)) {
+      const content = (details as Record<string, unknown>)[CONTENT_DETAIL];
+      // A stored row is data: only a string or an array of typed blocks goes to the model.
+      if (typeof content === "string") return content;
+      if (Array.isArray(content) && content.every((b) => typeof b === "object" && b !== null && typeof (b as { type?: unknown }).type === "string")) {
+        return content as Anthropic.Beta.Messages.BetaToolResultContentBlockParam[];
+      }
+      return undefined;
+    }
+    at = (at as { cause?: unknown }).cause;
+  }
+  return undefined;
 }
 
 interface CallScope {
@@ -223,7 +305,11 @@ export class OnceToolRunner {
               turnIndex: context.turnIndex,
               ordinal: context.ordinal,
             };
-            return scope.tool.run(input, { ...scope.context, signal, dispatchOnce: info } as OnceToolRunContext);
+            try {
+              return await scope.tool.run(input, { ...scope.context, signal, dispatchOnce: info } as OnceToolRunContext);
+            } catch (error) {
+              throw asDispatchFailure(error);
+            }
           },
         }),
       );
