@@ -337,16 +337,19 @@ export class OnceToolRunner {
     refuseEagerRuns(params, "params.runToolsEagerly");
     const calls = new Map<string, OnceToolCall>();
     let runner: BetaToolRunner<Stream> | undefined;
+    // The reply the loop body is handling, and the messages it answers (see replyInBody).
+    const body: { current?: ReplyInBody } = {};
     // An app-supplied turn index names one user message: the one the runner starts with.
     const users = Array.isArray(params.messages) ? params.messages.filter(isGenuineUserMessage).length : 0;
     const wrapped = new Map<string, AnyRunnableTool>();
     for (const [name, tool] of this.tools) {
-      wrapped.set(name, this.wrap(tool, { ...turn, users }, calls, () => runner));
+      wrapped.set(name, this.wrap(tool, { ...turn, users }, calls, () => runner, () => body.current));
     }
     const wrapTools = <T>(list: readonly T[], field: string): T[] => this.wrappedTools(list, wrapped, field);
     const tools = params.tools === undefined ? [...wrapped.values()] : wrapTools(params.tools, "params.tools");
     runner = client.beta.messages.toolRunner({ ...params, tools } as BetaToolRunnerParams, requestOptions) as BetaToolRunner<Stream>;
     this.guardSurface(runner, wrapTools);
+    observeReplies(runner, (reply) => (body.current = reply));
     this.calls.set(runner, calls);
     return runner;
   }
@@ -396,7 +399,13 @@ export class OnceToolRunner {
     return this.calls.get(runner) ?? new Map();
   }
 
-  private wrap(tool: AnyRunnableTool, turn: OnceToolRunnerTurn & { users: number }, calls: Map<string, OnceToolCall>, runnerOf: () => { params: { messages: MessageParam[] } } | undefined): AnyRunnableTool {
+  private wrap(
+    tool: AnyRunnableTool,
+    turn: OnceToolRunnerTurn & { users: number },
+    calls: Map<string, OnceToolCall>,
+    runnerOf: () => { params: { messages: MessageParam[] } } | undefined,
+    replyInBody: () => ReplyInBody | undefined,
+  ): AnyRunnableTool {
     const name = tool.name;
     const effect = this.effects.get(name)!;
     const run = async (args: unknown, context?: BetaToolRunContext) => {
@@ -405,7 +414,7 @@ export class OnceToolRunner {
       if (context === undefined || toolUse === undefined || runner === undefined) {
         throw new OnceToolCallError(new InvalidArgumentError("context", `tool ${name} was run without the runner's tool_use context; not run`));
       }
-      const place = this.placeOf(toolUse, runner.params.messages, turn);
+      const place = this.placeOf(toolUse, await messagesHolding(toolUse, runner.params.messages, replyInBody()), turn);
       const record: OnceToolCall = { toolName: name, conversationId: turn.conversationId, turnIndex: place?.turnIndex, ordinal: place?.ordinal };
       calls.set(String(toolUse.id), record);
       const refuse = (error: InvalidArgumentError) => {
@@ -493,6 +502,57 @@ export class OnceToolRunner {
     }
     return { turnIndex, ordinal, users };
   }
+}
+
+/** A reply the runner yielded to the loop body, with the messages it was the reply to. */
+interface ReplyInBody {
+  sent: readonly MessageParam[];
+  reply: Promise<{ content: unknown } | undefined>;
+}
+
+/**
+ * Keeps, for each item the runner yields, the reply and the messages it answers: while the loop
+ * body handles a reply, `runner.params.messages` does not hold it yet, and a call that
+ * `generateToolResponse()` runs from the body answers it (ATR-3).
+ */
+function observeReplies(runner: BetaToolRunner<boolean>, observe: (reply: ReplyInBody) => void): void {
+  const iterate = runner[Symbol.asyncIterator].bind(runner);
+  const iterator = () => {
+    const inner = iterate();
+    const wrapped: AsyncIterator<unknown> & AsyncIterable<unknown> = {
+      next: async (...args: [] | [undefined]) => {
+        const step = await inner.next(...args);
+        if (step.done !== true) {
+          const item = step.value as { finalMessage?: () => Promise<{ content: unknown }> } | Promise<{ content: unknown }>;
+          const reply = typeof (item as { finalMessage?: unknown }).finalMessage === "function" ? (item as { finalMessage: () => Promise<{ content: unknown }> }).finalMessage() : Promise.resolve(item as Promise<{ content: unknown }>);
+          // A reply that fails is the loop's error, raised by the runner; here it only means "no reply".
+          observe({ sent: runner.params.messages, reply: reply.catch(() => undefined) });
+        }
+        return step;
+      },
+      return: async (value?: unknown) => (inner.return ? inner.return(value as never) : { done: true as const, value: undefined }),
+      throw: async (error?: unknown) => (inner.throw ? inner.throw(error) : Promise.reject(error)),
+      [Symbol.asyncIterator]() {
+        return wrapped;
+      },
+    };
+    return wrapped;
+  };
+  // runUntilDone() iterates `this`, so it goes through the own property too.
+  Object.defineProperty(runner, Symbol.asyncIterator, { value: iterator, configurable: true, writable: true });
+}
+
+/**
+ * The messages a call's place is read from: the runner's, or, when they do not hold the call and
+ * the reply the loop body handles does, the messages that reply answered followed by it (what the
+ * runner's messages will be once the body ends, ATR-3).
+ */
+async function messagesHolding(toolUse: ToolUseLike, messages: readonly MessageParam[], body: ReplyInBody | undefined): Promise<readonly MessageParam[]> {
+  const holds = (content: unknown) => Array.isArray(content) && content.some((b: ToolUseLike) => b?.type === "tool_use" && b.id === toolUse.id);
+  if (body === undefined || messages.some((m) => m.role === "assistant" && holds(m.content))) return messages;
+  const reply = await body.reply;
+  if (reply === undefined || !holds(reply.content)) return messages;
+  return [...body.sent, { role: "assistant", content: reply.content } as MessageParam];
 }
 
 function refuseEagerRuns(params: object, field: string): void {

@@ -115,3 +115,28 @@ describe("ATR-8 refusals, without a request", () => {
     expect(mine.map((t) => t.name)).toEqual(["send_payment", "get_balance"]);
   });
 });
+
+describe.each([
+  ["streamed", true],
+  ["not streamed", false],
+] as const)("ATR-3 generateToolResponse() inside the loop body (%s)", (_name, stream) => {
+  it("ATR-3 the app reads the tool results in the loop body: the call runs once, through the dispatcher, under the key the loop's re-run derives (turn 1, ordinal 0); the re-run replays it", async () => {
+    const { once, client, effects } = await app();
+    cutRequests(provider(), [2]);
+    const seen: unknown[] = [];
+    let attempt = 0;
+    // The first attempt reads the results in the body (as the SDK's docs show); the re-run does not.
+    const { runner, errors } = await retryLoop(once, client, "pay acme", async (runner) => {
+      if (attempt === 1) seen.push(await runner.generateToolResponse());
+    }, { stream, setup: () => attempt++, thread: false });
+    if (stream) expect(errors.map(String)).toEqual([expect.stringMatching(/terminated/)]);
+    const results = seen.filter((r) => r !== null) as { content: { content: string; is_error?: boolean }[] }[];
+    expect(results).toHaveLength(1);
+    expect(results[0]!.content[0]!.is_error).toBeUndefined();
+    expect(effects()).toHaveLength(1);
+    const [call] = [...once.callsOf(runner).values()];
+    expect(call).toMatchObject({ turnIndex: 1, ordinal: 0 });
+    if (stream) expect(call!.outcome!.replayed).toBe(true);
+    expect(toolResultsOf(runner.params.messages as Message[]).map((r) => r.isError)).toEqual([false]);
+  });
+});
