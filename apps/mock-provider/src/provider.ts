@@ -83,6 +83,17 @@ export interface MockProviderOptions {
      * whole reply or none of it; default false (none: a continue from its id is `thread_not_found`).
      */
     storeCutReplies?: boolean;
+    /**
+     * What Threads cannot serve on this server, as the API's `thread_unsupported_request` names it:
+     * a request field (`thinking`, `context_management`, `fallbacks`, `cache_control`) refuses a
+     * thread request whose body has it; any other name (`hipaa`, `inference_hooks`) is an
+     * organization setting and refuses every thread request. Refused: 400 `invalid_request_error`
+     * with `error.details` `{ error_code: "thread_unsupported_request", unsupported: [...] }`, on
+     * which the SDK's tool runner continues without a thread. Default none.
+     * @default []
+     * @example { unsupported: ["hipaa"] }
+     */
+    unsupported?: readonly string[];
   };
 }
 
@@ -149,6 +160,8 @@ const DEFAULT_TIMING: Timing = { firstEventMs: 0, betweenEventsMs: 0, afterBlock
 const ORGANIZATION_ID = "00000000-0000-4000-8000-00000000d15c";
 
 const THREADS_BETA = "message-threads-2026-08-12";
+/** The request fields `thread_unsupported_request` can name; its other names are organization settings. */
+const THREAD_REQUEST_FIELDS: readonly string[] = ["thinking", "context_management", "fallbacks", "cache_control"];
 const DEFAULT_THREAD_TTL_MS = 300_000;
 
 /** A reply stored for a later `continue`: the conversation up to and including it. */
@@ -250,6 +263,10 @@ class Provider implements MockProvider {
     }
     if (options.keepAliveTimeoutMs !== undefined && !(Number.isInteger(options.keepAliveTimeoutMs) && options.keepAliveTimeoutMs >= 1_000 && options.keepAliveTimeoutMs <= 3_600_000)) {
       throw new MockProviderError("invalid_option", `keepAliveTimeoutMs must be an integer 1000..3600000, got ${options.keepAliveTimeoutMs}`);
+    }
+    const unsupported = options.threads?.unsupported;
+    if (unsupported !== undefined && !(Array.isArray(unsupported) && unsupported.every((u) => typeof u === "string" && u !== ""))) {
+      throw new MockProviderError("invalid_option", "threads.unsupported must be an array of feature names, e.g. [\"hipaa\"]");
     }
     if (!["standard", "none", "every_event"].includes(this.pings)) {
       throw new MockProviderError("invalid_option", `pings must be standard, none or every_event`);
@@ -413,6 +430,14 @@ class Provider implements MockProvider {
     if (!betas.includes(THREADS_BETA)) return invalid(`thread: Extra inputs are not permitted (the field needs the anthropic-beta header ${THREADS_BETA})`);
     if (!isPlainObject(thread) || (thread["type"] !== "create" && thread["type"] !== "continue")) {
       return invalid("thread.type: Input should be 'create' or 'continue'");
+    }
+    // The API refuses, for either type, a thread request it cannot serve, naming what it cannot.
+    const unsupported = (this.options.threads?.unsupported ?? []).filter((name) => !THREAD_REQUEST_FIELDS.includes(name) || rest[name] !== undefined);
+    if (unsupported.length > 0) {
+      return invalid(
+        `This request cannot be served on a Thread (unsupported: ${unsupported.join(", ")}). Send the full conversation without thread, or change that field.`,
+        { error_code: "thread_unsupported_request", unsupported },
+      );
     }
     if (thread["type"] === "create") return { ok: true, type: "create", body: rest };
     const previousMessageId = thread["previous_message_id"];

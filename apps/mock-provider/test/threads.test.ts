@@ -103,6 +103,25 @@ describe("message threads in the mock provider", () => {
     expect(error.error.error.details.error_code).toBe("thread_not_found");
   });
 
+  it("threads.unsupported: an organization setting refuses every thread request, a request field only a body that has it; 400 thread_unsupported_request naming them; the SDK's thread helper raises ThreadUnsupportedRequestError", async () => {
+    const org = await setup({ script: seen, threads: { unsupported: ["hipaa"] } });
+    const refused = await post(org.provider.url, create([{ role: "user", content: "hi" }]));
+    expect(refused.status).toBe(400);
+    expect(refused.json.error).toMatchObject({ type: "invalid_request_error", details: { error_code: "thread_unsupported_request", unsupported: ["hipaa"] } });
+    const { thread: _thread, ...unthreaded } = create([{ role: "user", content: "hi" }]);
+    expect((await post(org.provider.url, unthreaded)).status).toBe(200);
+    const error = await rejection(org.client.beta.messages.thread({ model: "claude-mock-1", max_tokens: 64 }).send({ role: "user", content: "hi" }));
+    expect((error as Error).constructor.name).toBe("ThreadUnsupportedRequestError");
+    const field = await setup({ script: seen, threads: { unsupported: ["thinking"] } });
+    expect((await post(field.provider.url, create([{ role: "user", content: "hi" }]))).status).toBe(200);
+    const thinking = await post(field.provider.url, create([{ role: "user", content: "hi" }], { thinking: { type: "enabled", budget_tokens: 1024 } }));
+    expect(thinking.json.error.details).toEqual({ error_code: "thread_unsupported_request", unsupported: ["thinking"] });
+  });
+
+  it("threads.unsupported must be an array of names (invalid_option)", async () => {
+    await expect(setup({ script: seen, threads: { unsupported: "hipaa" as never } })).rejects.toMatchObject({ code: "invalid_option" });
+  });
+
   it("forgetThreads drops stored replies: the next continue is thread_not_found", async () => {
     const { provider } = await setup({ script: seen });
     const first = await post(provider.url, create([{ role: "user", content: "hi" }]));
