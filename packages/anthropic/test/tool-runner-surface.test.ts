@@ -4,7 +4,8 @@ import { InvalidArgumentError, MemoryLedger } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { createOnceToolRunner, type OnceToolRunner } from "../src/index.js";
-import { cutRequests, paymentsApp, providerPerTest, toolResultsOf } from "./tool-runner-fixtures.js";
+import { scriptFromPlans, startMockProvider } from "@dispatch-once/mock-provider";
+import { PLANS, cutRequests, paymentsApp, providerPerTest, toolResultsOf } from "./tool-runner-fixtures.js";
 
 /**
  * The rest of the SDK runner's surface (§13.3, ATR-8 …): the ways an adopter of
@@ -138,5 +139,34 @@ describe.each([
     expect(call).toMatchObject({ turnIndex: 1, ordinal: 0 });
     if (stream) expect(call!.outcome!.replayed).toBe(true);
     expect(toolResultsOf(runner.params.messages as Message[]).map((r) => r.isError)).toEqual([false]);
+  });
+});
+
+describe("ATR-1 a server that cannot thread the runner's requests (400 thread_unsupported_request)", () => {
+  it("ATR-1 the SDK's runner continues without a thread within the loop; a cut on a later iteration and the re-run (threaded again, refused again) pay each payment once, and the app is told those", async () => {
+    const hipaa = await startMockProvider({ script: scriptFromPlans(PLANS), threads: { unsupported: ["hipaa"] } });
+    try {
+      const payments = await paymentsApp(hipaa);
+      const once = createOnceToolRunner({
+        tools: [payments.sendPayment],
+        effects: { send_payment: "keyed_write" },
+        ledger: new MemoryLedger(),
+        identity: { send_payment: IDENTITY.send_payment },
+      });
+      // Request 1 is the refused create, 2 its unthreaded re-send (alice's payment is iteration 2, request 3).
+      cutRequests(hipaa, [4]);
+      const { runner, errors } = await retryLoop(once, payments.client, "pay acme then alice", () => {});
+      expect(errors.map(String)).toEqual([expect.stringMatching(/terminated/)]);
+      const log = hipaa.requests.map((r) => [r.status, (r.body as { thread?: { type: string } }).thread?.type ?? "none"]);
+      expect(log[0]).toEqual([400, "create"]);
+      expect(hipaa.requests[0]!.error).toMatch(/hipaa/);
+      expect(log.slice(1, 4).map(([, type]) => type)).toEqual(["none", "none", "none"]);
+      const made = payments.effects();
+      expect(made).toHaveLength(2);
+      const told = toolResultsOf(runner.params.messages as Message[]).filter((r) => !r.isError).map((r) => (JSON.parse(r.text) as { paymentId: string }).paymentId);
+      expect(told.sort()).toEqual(made.map((e) => e.resourceId).sort());
+    } finally {
+      await hipaa.close();
+    }
   });
 });
