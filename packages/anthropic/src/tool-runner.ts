@@ -348,7 +348,7 @@ export class OnceToolRunner {
     const wrapTools = <T>(list: readonly T[], field: string): T[] => this.wrappedTools(list, wrapped, field);
     const tools = params.tools === undefined ? [...wrapped.values()] : wrapTools(params.tools, "params.tools");
     runner = client.beta.messages.toolRunner({ ...params, tools } as BetaToolRunnerParams, requestOptions) as BetaToolRunner<Stream>;
-    this.guardSurface(runner, wrapTools);
+    this.guardSurface(runner, wrapTools, turn.turnIndex === undefined ? users : undefined);
     observeReplies(runner, (reply) => (body.current = reply));
     this.calls.set(runner, calls);
     return runner;
@@ -378,7 +378,7 @@ export class OnceToolRunner {
    * wrapped form of the app's tools, and refuse what would run outside the dispatcher or before
    * the call's place in the turn is known (`runToolsEagerly`).
    */
-  private guardSurface(runner: BetaToolRunner<boolean>, wrapTools: <T>(list: readonly T[], field: string) => T[]): void {
+  private guardSurface(runner: BetaToolRunner<boolean>, wrapTools: <T>(list: readonly T[], field: string) => T[], countedFrom: number | undefined): void {
     const addTools = runner.addTools.bind(runner);
     const setMessagesParams = runner.setMessagesParams.bind(runner) as (params: BetaToolRunnerParams) => void;
     const guarded = {
@@ -387,6 +387,11 @@ export class OnceToolRunner {
         const params = typeof paramsOrMutator === "function" ? paramsOrMutator(runner.params as BetaToolRunnerParams) : paramsOrMutator;
         if (typeof params !== "object" || params === null) throw new InvalidArgumentError("runner.setMessagesParams(params)", "must be the tool runner's params");
         refuseEagerRuns(params, "runner.setMessagesParams(params).runToolsEagerly");
+        // A counted turn index needs the history whole (ATR-2): a window drops user messages, and the
+        // count would name an earlier turn (its calls refused when they run; told here, where it happened).
+        if (countedFrom !== undefined && Array.isArray(params.messages) && params.messages.filter(isGenuineUserMessage).length < countedFrom) {
+          throw new InvalidArgumentError("runner.setMessagesParams(params.messages)", `drops user messages from the runner's history, whose count is the turn index (ATR-2): keep the history whole, or build the runner with turn.turnIndex from the app's store`);
+        }
         setMessagesParams(params.tools === undefined ? params : { ...params, tools: wrapTools(params.tools, "runner.setMessagesParams(params.tools)") });
       },
     };
@@ -428,6 +433,11 @@ export class OnceToolRunner {
         // A user message pushed into the loop is another turn, which the supplied index does not name:
         // its calls would take the first message's keys and be answered with its results.
         throw refuse(new InvalidArgumentError("turn.turnIndex", `names the turn of the runner's first user message, but tool ${name}'s call answers a user message added since; not run (ATR-2)`));
+      }
+      if (turn.turnIndex === undefined && place.users < turn.users) {
+        // Counted from a history that lost user messages since the runner started (windowed, compacted):
+        // the count names an earlier turn, whose call with these arguments would answer this one.
+        throw refuse(new InvalidArgumentError("turn.turnIndex", `is counted from the runner's messages, which hold fewer user messages (${place.users}) than when the runner started (${turn.users}): tool ${name}'s call would take an earlier turn's key; not run. Supply turn.turnIndex from the app's store (ATR-2)`));
       }
       try {
         const outcome = await this.scope.run({ tool, context, effect }, () =>

@@ -170,3 +170,40 @@ describe("ATR-1 a server that cannot thread the runner's requests (400 thread_un
     }
   });
 });
+
+describe("ATR-2 a history windowed mid-run, the turn index counted", () => {
+  it("ATR-2 the app trims the runner's history with setMessagesParams (windowing) without supplying the turn index: refused with invalid_argument, not run as an earlier turn's call (which would answer the user's second payment with the first one's result)", async () => {
+    const { once, client, effects } = await app();
+    // Turn 1: the user pays acme.
+    const first = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, thread: false, messages: [{ role: "user", content: "pay acme" }] }, { conversationId: "conv-window" });
+    await first.runUntilDone();
+    expect(effects()).toHaveLength(1);
+    // Turn 2: the user asks to pay acme again (meant); the app keeps only the last user message.
+    const history = [...(first.params.messages as Message[]), { role: "user" as const, content: "pay acme" }];
+    const second = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, thread: false, messages: history }, { conversationId: "conv-window" });
+    const error = refusal(() => second.setMessagesParams((params) => ({ ...params, messages: params.messages.slice(-1) })));
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error.field).toBe("runner.setMessagesParams(params.messages)");
+    // Untrimmed, the second payment is turn 2's own call: it runs.
+    await second.runUntilDone();
+    expect(effects()).toHaveLength(2);
+    expect([...once.callsOf(second).values()].map((c) => [c.turnIndex, c.ordinal, c.outcome?.replayed])).toEqual([[2, 0, false]]);
+  });
+
+  it("ATR-2 a history that lost user messages by another route (the SDK's own compaction replaces it): the call is refused when it runs, not run as an earlier turn's", async () => {
+    const { once, client, effects } = await app();
+    const call = { type: "tool_use" as const, id: "toolu_after_compaction", name: "send_payment", input: { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "again" } };
+    const history: Message[] = [
+      { role: "user", content: "pay acme" },
+      { role: "assistant", content: "Paid." },
+      { role: "user", content: "pay acme again" },
+    ];
+    const runner = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, thread: false, messages: history }, { conversationId: "conv-compacted" });
+    // The SDK's own method, as its compaction does, past the wrapper's guard: the summary stands for the first turns.
+    Object.getPrototypeOf(runner).setMessagesParams.call(runner, { ...runner.params, messages: [{ role: "user", content: "pay acme again" }, { role: "assistant", content: [call] }] });
+    const tool = runner.params.tools.find((t) => "run" in t && "name" in t && t.name === "send_payment") as { run: (args: unknown, context: unknown) => Promise<unknown> };
+    await expect(tool.run(call.input, { toolUse: call, toolUseBlock: call })).rejects.toMatchObject({ code: "invalid_argument", effect: "no" });
+    expect(once.callsOf(runner).get(call.id)!.error!.message).toMatch(/fewer user messages \(1\) than when the runner started \(2\)/);
+    expect(effects()).toHaveLength(0);
+  });
+});
