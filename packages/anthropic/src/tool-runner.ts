@@ -288,8 +288,9 @@ export class OnceToolRunner {
           effect,
           ...(typeof (tool as { description?: unknown }).description === "string" ? { description: (tool as { description: string }).description } : {}),
           // The SDK's runner has parsed the input with the tool's own `parse` before `run`; an
-          // identity only needs the schema's fields named (checked above against input_schema).
-          input: (fields === undefined ? z.unknown() : z.looseObject(Object.fromEntries(propertiesOf(tool).map((f) => [f, z.unknown()])))) as z.ZodType<Record<string, unknown>>,
+          // identity only needs the schema's fields named (checked above against input_schema),
+          // each optional here: the tool's schema already said which may be left out.
+          input: (fields === undefined ? z.unknown() : z.looseObject(Object.fromEntries(propertiesOf(tool).map((f) => [f, z.unknown().optional()])))) as z.ZodType<Record<string, unknown>>,
           ...(fields !== undefined ? { identity: fields } : {}),
           run: async (input, context) => {
             const scope = this.scope.getStore();

@@ -207,3 +207,17 @@ describe("ATR-2 a history windowed mid-run, the turn index counted", () => {
     expect(effects()).toHaveLength(0);
   });
 });
+
+describe("ATR-4 an identity declared, a call without an optional field", () => {
+  it("ATR-4 the model leaves out the optional memo (the tool's own schema allows it): the payment runs under the identity's key, not refused as tool_input_invalid", async () => {
+    const { once, client, effects } = await app();
+    const call = { type: "tool_use" as const, id: "toolu_no_memo", name: "send_payment", input: { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042" } };
+    const runner = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, thread: false, messages: [{ role: "user", content: "pay acme" }, { role: "assistant", content: [call] }] }, { conversationId: "conv-no-memo" });
+    const tool = runner.params.tools.find((t) => "run" in t && "name" in t && t.name === "send_payment") as { run: (args: unknown, context: unknown) => Promise<unknown> };
+    await tool.run(call.input, { toolUse: call, toolUseBlock: call });
+    expect(once.callsOf(runner).get(call.id)).toMatchObject({ turnIndex: 1, ordinal: 0, outcome: { replayed: false } });
+    expect(effects()).toHaveLength(1);
+    // The same call with a memo is the same effect (identity): answered from the ledger.
+    expect(once.dispatcher.keyFor({ name: "send_payment", input: { ...call.input, memo: "Invoice 1042" } }, { conversationId: "conv-no-memo", turnIndex: 1, ordinal: 0 })).toBe(once.callsOf(runner).get(call.id)!.outcome!.key);
+  });
+});
