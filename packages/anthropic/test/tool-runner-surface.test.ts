@@ -221,3 +221,45 @@ describe("ATR-4 an identity declared, a call without an optional field", () => {
     expect(once.dispatcher.keyFor({ name: "send_payment", input: { ...call.input, memo: "Invoice 1042" } }, { conversationId: "conv-no-memo", turnIndex: 1, ordinal: 0 })).toBe(once.callsOf(runner).get(call.id)!.outcome!.key);
   });
 });
+
+describe("ATR-1 two runners for one user message at once (a double submit), and max_iterations", () => {
+  it("ATR-1 two runners of the same message run concurrently: each payment is made once, and both runners are told the same payments", async () => {
+    const payments = await paymentsApp(provider(), { latencyMs: 150 });
+    const once = createOnceToolRunner({
+      tools: [payments.sendPayment],
+      effects: { send_payment: "keyed_write" },
+      ledger: new MemoryLedger(),
+      identity: { send_payment: IDENTITY.send_payment },
+      dispatcher: { waitMs: 5_000, pollMs: 5 },
+    });
+    const start = () => once.toolRunner(payments.client, { model: "claude-test", max_tokens: 1024, thread: false, messages: [{ role: "user", content: "pay acme then alice" }] }, { conversationId: "conv-double" });
+    const runners = [start(), start()];
+    await Promise.all(runners.map((r) => r.runUntilDone()));
+    const made = payments.effects();
+    expect(made).toHaveLength(2);
+    const told = runners.map((r) => toolResultsOf(r.params.messages as Message[]).map((t) => (JSON.parse(t.text) as { paymentId: string }).paymentId).sort());
+    expect(told[0]).toEqual(made.map((e) => e.resourceId).sort());
+    expect(told[1]).toEqual(told[0]);
+    // Each payment ran in one runner and was answered from the ledger in the other.
+    const replayed = runners.flatMap((r) => [...once.callsOf(r).values()].map((c) => c.outcome!.replayed));
+    expect(replayed.filter(Boolean)).toHaveLength(2);
+  });
+
+  it("ATR-1 a loop stopped by max_iterations after iteration 1 paid, continued by a new runner from its messages, then re-run from the user's message: each payment once", async () => {
+    const { once, client, effects } = await app();
+    const params = { model: "claude-test", max_tokens: 1024, thread: false as const };
+    const stopped = once.toolRunner(client, { ...params, max_iterations: 1, messages: [{ role: "user", content: "pay acme then alice" }] }, { conversationId: "conv-max" });
+    await stopped.runUntilDone();
+    expect(effects()).toHaveLength(1);
+    // The runner stopped with iteration 1's call answered: its messages end with the tool result.
+    expect(toolResultsOf(stopped.params.messages as Message[])).toHaveLength(1);
+    const continued = once.toolRunner(client, { ...params, messages: stopped.params.messages as Message[] }, { conversationId: "conv-max" });
+    await continued.runUntilDone();
+    expect(effects()).toHaveLength(2);
+    expect([...once.callsOf(continued).values()].map((c) => [c.turnIndex, c.ordinal])).toEqual([[1, 0]]);
+    const again = once.toolRunner(client, { ...params, messages: [{ role: "user", content: "pay acme then alice" }] }, { conversationId: "conv-max" });
+    await again.runUntilDone();
+    expect(effects()).toHaveLength(2);
+    expect([...once.callsOf(again).values()].map((c) => c.outcome!.replayed)).toEqual([true, true]);
+  });
+});
