@@ -4,6 +4,7 @@ import { ToolError } from "@anthropic-ai/sdk/lib/tools/ToolError";
 import { InvalidArgumentError, MemoryLedger, type EffectClass, type Ledger } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { createOnceToolRunner, declaredToolError } from "../src/index.js";
+import { z } from "zod";
 import { cutRequests, paymentSchema, providerPerTest } from "./tool-runner-fixtures.js";
 
 /**
@@ -141,5 +142,24 @@ describe("ATR-9 the SDK's ToolError thrown by a wrapped tool", () => {
       expect(refused, field).toBeInstanceOf(InvalidArgumentError);
       expect((refused as InvalidArgumentError).field).toBe(field);
     }
+  });
+
+  it("ATR-9 a read that throws a ToolError with an image: the model's error result keeps the image (no claim, nothing recorded)", async () => {
+    const getBalance = betaZodTool({
+      name: "get_balance",
+      description: "Read the balance",
+      inputSchema: z.object({ currency: z.string() }),
+      run: async () => {
+        throw new ToolError([{ type: "text", text: "the statement is attached" }, IMAGE]);
+      },
+    });
+    const once = createOnceToolRunner({ tools: [getBalance], effects: { get_balance: "read" }, ledger: new MemoryLedger() });
+    const client = new Anthropic({ baseURL: provider().baseURL, apiKey: "test-key", maxRetries: 0 });
+    const call = { type: "tool_use" as const, id: "toolu_read", name: "get_balance", input: { currency: "EUR" } };
+    const runner = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, messages: [{ role: "user", content: "balance?" }, { role: "assistant", content: [call] }] }, { conversationId: "conv-read" });
+    const tool = runner.params.tools.find((t) => "run" in t && "name" in t && t.name === "get_balance") as { run: (args: unknown, context: unknown) => Promise<unknown> };
+    const error = (await tool.run(call.input, { toolUse: call, toolUseBlock: call }).catch((e: unknown) => e)) as ToolError;
+    expect(error).toBeInstanceOf(ToolError); // the SDK's runner sends error.content
+    expect(error.content).toEqual(expect.arrayContaining([IMAGE, expect.objectContaining({ text: "the statement is attached" })]));
   });
 });
