@@ -48,6 +48,10 @@
  *   P_NOFALSE an unkeyed_write row turns unknown by lease expiry (LEDGER-7) only under a claim
  *             that could have run the tool: its `claimed` reached its claimant, or its claimant
  *             crashed, paused past the lease or lost the ledger (no false `unknown`)
+ *   P_GRANT   a turn-lease grant nobody takes up (its acquirer gave the acquire up, or acquired under
+ *             another grant: every send then waits out its lease) never comes from a grant id the
+ *             store granted before (TURN-10; the one such grant TURN-10 leaves is a copy of an
+ *             acquire the store never applied, landing after its runner stopped waiting for it)
  *
  * Switches that put an old or current behaviour back, each expected to yield a counterexample:
  *   -DOLD_RERUN        turn-1: a re-run sends the replay's own arguments, not the stored
@@ -72,6 +76,11 @@
  *                      in a second write after the commit; a worker that dies between the two loses it
  *                      (TURN-5; the default keeps it in the commit's own write)
  *   (GUARD 2, the default and main with a ledger that offers retire: LEDGER-28, see the configuration below)
+ *   -DLATEST_GRANT_ONLY  main's stores: only the latest turn-lease grant's id is kept, so a late copy of an
+ *                      earlier grant's acquire takes a free lease for nobody (TURN-10; P_GRANT, a wait only)
+ *   -DNO_GIVEBACK      a runner that gives an acquire up without releaseLeaseGrant (TURN-10; P_GRANT)
+ *   -DGRANT_STRICT=1   P_GRANT without TURN-10's residual (a copy of an acquire the store never applied)
+ *   -DRESEND_FROM=0|2  with AGING: no re-send window, or one measured from the last failure (TURN-12; P_ONCE)
  */
 
 /* ------------------------------------------------------------------ configuration */
@@ -120,6 +129,28 @@
 #endif
 #ifndef DIVERGES
 #define DIVERGES 0       /* re-runs of a turn (a retry, a resumed turn) whose response answers without the call (RECORD-8) */
+#endif
+#ifndef AGING
+#define AGING 0          /* 1: time passes for a failed message: its re-send window, then its rows' retention (TURN-12) */
+#endif
+/* TURN-12's re-send window (with AGING): measured from the message's first failure (1, the rule),
+ * from its last failure (2), or no window at all (0: a re-send re-opens whenever nothing was bound since) */
+#ifndef RESEND_FROM
+#define RESEND_FROM 1
+#endif
+#ifndef LOSTACQS
+#define LOSTACQS 0       /* turn-lease acquires whose reply is lost: applied by the store or not (TURN-10) */
+#endif
+#ifndef LATEACQS
+#define LATEACQS 0       /* acquires the store holds and applies at any later moment (TURN-10) */
+#endif
+/* Lease grant ids (TURN-10, supports.leaseGrants) are modelled only when an acquire's reply can be
+ * lost: without that fault they change nothing, and the other checks keep their state space. */
+#define GRANTS (LOSTACQS + LATEACQS > 0)
+/* -DGRANT_STRICT=1: P_GRANT without TURN-10's residual (a copy of an acquire the store never applied,
+ * landing after its runner stopped waiting for it, takes the lease as any acquire would) */
+#ifndef GRANT_STRICT
+#define GRANT_STRICT 0
 #endif
 /* Claim ids (LEDGER-26, DISPATCH-16) are minted only when a claim reply can be lost: without
  * that fault they change nothing, and the other checks keep their state space. */
@@ -176,6 +207,9 @@
 #ifndef CHECK_NOFALSE
 #define CHECK_NOFALSE 1
 #endif
+#ifndef CHECK_GRANT
+#define CHECK_GRANT 1
+#endif
 
 /* The properties as constant bits, so that spin names the one an assertion belongs to. */
 bit P_ONCE = CHECK_ONCE;
@@ -187,6 +221,7 @@ bit P_OWNER = CHECK_OWNER;
 bit P_SAME = CHECK_SAME;
 bit P_END = CHECK_END;
 bit P_NOFALSE = CHECK_NOFALSE;
+bit P_GRANT = CHECK_GRANT;
 
 /* ------------------------------------------------------------------ sizes and codes */
 
@@ -266,6 +301,13 @@ bit P_NOFALSE = CHECK_NOFALSE;
 
 /* ------------------------------------------------------------------ state */
 
+/* acquire answers (TURN-10), with lease grant ids */
+#define AQ_NEW 1         /* acquired: a new grant, a fence above every earlier one */
+#define AQ_SAME 2        /* acquired: the live grant sent again (its reply was lost), its fence, the lease restarted */
+#define AQ_HELD 3        /* not acquired: the lease is live under another grant */
+#define AQ_LOST 4        /* conversation_lease_lost: that grant is over, or an earlier grant's id */
+#define AQ_UNAVAIL 5     /* store_unavailable: the reply is lost (the acquire applied or not) */
+
 /* conversation store (§4, MemoryConversationStore) */
 byte ms[M];              /* message state */
 byte midx[M];            /* bound turn index (TURN-11) */
@@ -279,6 +321,46 @@ byte lfence;             /* its fence */
 bool llive;              /* not yet expired on the store's clock */
 byte fencectr;           /* highest turn-lease fence ever issued */
 byte lastBound;          /* message bound most recently, +1 (TURN-12) */
+#if GRANTS
+/* lease grant ids (TURN-10, supports.leaseGrants): a grant id is a number, minted for one
+ * acquisition, and only when one of its acquires meets store_unavailable (an id no copy of which
+ * is on its way is never presented again, so which one it was cannot matter): 0 is "no id" */
+byte gidctr;
+byte lgrant;             /* grant id of the conversation's latest grant (kept after its lease ended) */
+byte gearlier;           /* grant ids of earlier grants, a bit per id (the stores keep them: refused) */
+bool lknown;             /* the latest grant's acquirer learned it (its `acquired` reached it) */
+byte wga[W];             /* grant id worker w sends its acquire with, while it waits for it; 0 none */
+byte lak;                /* an acquire the store holds, to apply later: 1 */
+byte lag;                /* its grant id */
+byte law;                /* its acquirer */
+byte eaq;                /* scratch: the store's answer to that copy */
+byte b_lostacq = LOSTACQS;
+byte b_lateacq = LATEACQS;
+#endif
+#if AGING
+/* TURN-12's re-send window and LEDGER-13's retention on abstract time: for message i, failure 1, 2, ...
+ * happen in order; "the window since failure j passed" and "retention since failure j passed" are
+ * events in that order for each j (the window is below the retention), and retention since j may
+ * come before or after the window since j + 1. A row is swept once retention passed since the
+ * failure that ended the run that last wrote it. */
+byte nfail[M];           /* how often message i failed */
+byte wpass[M];           /* the re-send window since failures 1 .. wpass[i] passed */
+byte rpass[M];           /* retention since failures 1 .. rpass[i] passed (rpass <= wpass) */
+byte rborn[K];           /* failures of the key's message before its row (or downstream key) was last written */
+/* LEDGER-13: a row's retention counts from its last write; the run writing it ends in failure nfail + 1 */
+#define TOUCH(kk) rborn[kk] = nfail[INTENT(kk)]
+/* TURN-12: the message failed again (failMessage) */
+#define FAILED_AGAIN(i) if :: nfail[i] < 3 -> nfail[i]++ :: else fi
+/* LEDGER-13, LEDGER-19: retention passed for the key's row since the failure after its last write */
+#define AGED(k) (ms[INTENT(k)] == MS_FAILED && rpass[INTENT(k)] > rborn[k])
+/* TURN-12: a re-send re-opens the failed message only within its re-send window, from its first failure */
+#define WINDOW_OPEN(i) (RESEND_FROM == 0 || (RESEND_FROM == 1 && wpass[i] == 0) || (RESEND_FROM == 2 && wpass[i] < nfail[i]))
+#else
+#define TOUCH(kk) skip
+#define FAILED_AGAIN(i) skip
+#define AGED(k) false
+#define WINDOW_OPEN(i) true
+#endif
 
 /* ledger (§6, MemoryLedger) */
 byte rst[K];             /* row state */
@@ -430,7 +512,7 @@ inline APPLY_UNSEEN(kk, c, q, x) {
 }
 /* A released row forgets its claim id and, with the guard, keeps it as a tombstone. */
 #define RELEASE_ROW(kk) \
-  rst[kk] = R_RELEASED; \
+  rst[kk] = R_RELEASED; TOUCH(kk); \
   if :: TOMBSTONE && CLAIMIDS -> rrel[kk] = rcid[kk] :: else fi; \
   rcid[kk] = 0; rcl[kk] = 0; rown[kk] = 0
 
@@ -463,6 +545,10 @@ proctype Worker(byte w) provided (!crashed[w]) {
   bool definite; /* an attempt of this turn found or made the row failed (definite) */
 #ifdef RECORD_AFTER_COMMIT
   byte crec;     /* the committed turn's record, still to be written after the commit */
+#endif
+#if GRANTS
+  byte aq;       /* the store's answer to this worker's acquire (TURN-10) */
+  byte aq2;      /* scratch: what a lost-reply acquire did at the store */
 #endif
 
 end_idle:
@@ -503,6 +589,12 @@ end_clock:
   do
   :: atomic { lholder != 0 && llive && crashed[lholder - 1] ->
        llive = false; printf("@@ --   turn lease (fence %d) of crashed W%d expires\n", lfence, lholder - 1) }
+#if GRANTS
+  /* TURN-10: a grant whose `acquired` reached nobody (a lost reply, a late copy) is renewed by
+     nobody; its lease lapses, within the acquirer's re-send time or after it */
+  :: atomic { lholder != 0 && llive && !lknown ->
+       llive = false; printf("@@ --   turn lease (fence %d, grant id %d) that nobody took up expires\n", lfence, lgrant) }
+#endif
   :: atomic { EXPIRE_FREE(0) -> EXPIRE(0) }
   :: atomic { EXPIRE_FREE(1) -> EXPIRE(1) }
   :: atomic { EXPIRE_FREE(2) -> EXPIRE(2) }
@@ -534,14 +626,16 @@ end_ds:
  * arrival is bounded (a pause, a retry, a slow request: seconds), except a tool left running
  * by an owner that is cut off from the ledger and does not fence itself (NO_SELF_FENCE):
  * that one can outlive any retention. Retention removes finished rows only, never one in
- * flight; only a claim acts on an expired lease (LEDGER-17). */
+ * flight; only a claim acts on an expired lease (LEDGER-17). With AGING, time passes for a
+ * failed message that a re-send could still re-open, and retention also sweeps its rows once
+ * they are old enough (AGED): whether a re-send can then re-open it is TURN-12's re-send window. */
 #define SETTLED_FOR_GOOD(i) (ms[i] == MS_ANSWERED || (ms[i] == MS_FAILED && lastBound != (i) + 1))
 #define LATE_BOUNDED(x) (!crashed[x] && !(part[x] && pend[x] && !SELF_FENCE))
 #define PINNED(k) ((wk[0] == (k) + 1 && LATE_BOUNDED(0)) || (wk[1] == (k) + 1 && LATE_BOUNDED(1)) || \
                    lk == (k) + 1 || bgk[0] == (k) + 1 || bgk[1] == (k) + 1)
 #define FINISHED(k) (rst[k] != R_NONE && rst[k] != R_INFLIGHT)
 #define RETAIN(k) \
-  atomic { RETENTION && SETTLED_FOR_GOOD(INTENT(k)) && !PINNED(k) && \
+  atomic { RETENTION && (SETTLED_FOR_GOOD(INTENT(k)) || AGED(k)) && !PINNED(k) && \
            (FINISHED(k) || ds[k] == DS_DONE || ds[k] == DS_DECL) -> \
     if \
     :: FINISHED(k) -> rst[k] = R_NONE; rfence[k] = 0; rreq[k] = 0; maxf[k] = 0; lin[k]++; rrel[k] = 0; rret[k] = 0 \
@@ -632,6 +726,32 @@ end_env:
   :: RETAIN(1)
   :: RETAIN(2)
   :: RETAIN(3)
+#if AGING
+  /* time passes for a failed message (TURN-12): the re-send window since its failure j, then the
+     ledger's retention since it (LEDGER-13: the window is below the retention) */
+  :: atomic { ms[0] == MS_FAILED && wpass[0] < nfail[0] -> wpass[0]++;
+       printf("@@ --   message 0: the re-send window since its failure %d passes (TURN-12)\n", wpass[0]) }
+  :: atomic { ms[1] == MS_FAILED && wpass[1] < nfail[1] -> wpass[1]++;
+       printf("@@ --   message 1: the re-send window since its failure %d passes (TURN-12)\n", wpass[1]) }
+  :: atomic { ms[0] == MS_FAILED && rpass[0] < wpass[0] -> rpass[0]++;
+       printf("@@ --   message 0: the ledger's retention since its failure %d passes (LEDGER-13)\n", rpass[0]) }
+  :: atomic { ms[1] == MS_FAILED && rpass[1] < wpass[1] -> rpass[1]++;
+       printf("@@ --   message 1: the ledger's retention since its failure %d passes (LEDGER-13)\n", rpass[1]) }
+#endif
+#if GRANTS
+  /* an acquire the store held (a paused store, a frozen connection) is applied now (TURN-10) */
+  :: atomic { lak != 0 ->
+       printf("@@ --   the store applies W%d's late acquire (grant id %d) now\n", law, lag);
+       /* P_GRANT: was this grant id granted before (the store could know it)? */
+       took = ((gearlier >> lag) & 1) || lgrant == lag || GRANT_STRICT;
+       ACQ_STORE(lag, law, eaq);
+       if
+       :: eaq == AQ_NEW -> lknown = false;
+          assert(!P_GRANT || crashed[law] || wga[law] == lag || !took)   /* P_GRANT */
+       :: else
+       fi;
+       took = false; eaq = 0; lak = 0; lag = 0; law = 0 }
+#endif
   /* a claim the store held (a paused store, a frozen connection) is applied now (LEDGER-26) */
   :: atomic { lk != 0 ->
        printf("@@ --   the store applies W%d's late claim (claim id %d) on key %d now\n", lw, lcid, lk - 1);

@@ -25,10 +25,10 @@ const MODEL = "dispatch_once.pml";
 const NONE = {
   CRASHES: 0, PAUSES: 0, STREAMCUTS: 0, REWORDS: 0, LOSTS: 0, REFUSALS: 0,
   DECLINES: 0, NOTSTORABLE: 0, REDELIVERIES: 0, PARTITIONS: 0, RETENTION: 0, VOLATILE: 0, LOSTCLAIMS: 0, LATECLAIMS: 0,
-  DIVERGES: 0,
+  DIVERGES: 0, AGING: 0, LOSTACQS: 0, LATEACQS: 0,
 };
 const ONLY = (property) => ({
-  CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_TRUTH: 0, CHECK_RECORD: 0, CHECK_FENCE: 0, CHECK_OWNER: 0, CHECK_SAME: 0, CHECK_END: 0, CHECK_NOFALSE: 0,
+  CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_TRUTH: 0, CHECK_RECORD: 0, CHECK_FENCE: 0, CHECK_OWNER: 0, CHECK_SAME: 0, CHECK_END: 0, CHECK_NOFALSE: 0, CHECK_GRANT: 0,
   [`CHECK_${property}`]: 1,
 });
 
@@ -41,6 +41,10 @@ const VOLATILE = { ALL_KEYED: true, VOLATILE: 1, REWORDS: 1, PAUSES: 1, REFUSALS
 const LOSTCLAIM = { LOSTCLAIMS: 1, LATECLAIMS: 1 };
 // A re-run of a turn that answers without the call an earlier run made (RECORD-8), and a crash.
 const DIVERGE = { DIVERGES: 1, CRASHES: 1, STREAMCUTS: 1, LOSTS: 1, REFUSALS: 1 };
+// A turn-lease acquire whose reply is lost (applied or not) and one the store applies late (TURN-10, grant ids).
+const GRANT_FAULTS = { LOSTACQS: 1, LATEACQS: 1 };
+// Time passes for failed messages: TURN-12's re-send window and the ledger's retention (LEDGER-13).
+const WINDOW_FAULTS = { AGING: 1, RETENTION: 1, RESEND_FROM: 1, STREAMCUTS: 2, REDELIVERIES: 2, MAXATT: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
 const CHECKS = [
@@ -132,6 +136,46 @@ const CHECKS = [
       + "turn's record lists the key's row before its commit, and a paused holder may still claim and pay after "
       + "the listing, or die before its own record; with a cut stream",
     defines: { ...NONE, DIVERGES: 1, PAUSES: 1, CRASHES: 1, STREAMCUTS: 1 },
+  },
+  {
+    name: "grants",
+    kind: "verify",
+    about: "lease grant ids (TURN-10): an acquire whose reply is lost (applied or not) and an acquire the store "
+      + "applies late, re-sent with the same grant id, refused once its grant is over or earlier, given back by "
+      + "releaseLeaseGrant when the runner gives up; with a pause and a cut stream",
+    defines: { ...NONE, ...GRANT_FAULTS, PAUSES: 1 },
+  },
+  {
+    name: "grants-crash",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) lease grant ids with a worker crash: a lost acquire reply and a late acquire of a runner that dies "
+      + "while it sends its acquire again",
+    defines: { ...NONE, ...GRANT_FAULTS, CRASHES: 1 },
+  },
+  {
+    name: "grants-latest-only",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) a store that keeps only the latest grant's id, the faults of grants: every property but P_GRANT "
+      + "holds (an orphan grant costs a wait of one lease, nothing else)",
+    defines: { ...NONE, ...GRANT_FAULTS, PAUSES: 1, LATEST_GRANT_ONLY: true, CHECK_GRANT: 0 },
+  },
+  {
+    name: "grants-liveness",
+    kind: "ltl",
+    ltl: "terminates",
+    deep: true,
+    about: "(--deep) LTL under weak fairness with a lost acquire reply and a late acquire, over a store that keeps only "
+      + "the latest grant's id: every send still returns and every message ends",
+    defines: { ...NONE, LIVENESS: true, ...GRANT_FAULTS, LATEST_GRANT_ONLY: true, CHECK_GRANT: 0 },
+  },
+  {
+    name: "window",
+    kind: "verify",
+    about: "TURN-12's re-send window from the first failure: time passes for a failed message, retention sweeps "
+      + "its rows, re-sends past the window return the stored failure; with cut streams, a lost response and two re-sends",
+    defines: { ...NONE, ...WINDOW_FAULTS },
   },
   {
     name: "liveness",
@@ -294,6 +338,56 @@ const CHECKS = [
       + "another claim of the same call still takes the row",
     defines: { ...NONE, ...LOSTCLAIM, GUARD: 1, ...ONLY("NOFALSE") },
   },
+  {
+    name: "grant-latest-only",
+    kind: "expect",
+    property: "P_GRANT",
+    rules: "TURN-10 (grant ids: a store that keeps the latest grant's id only)",
+    explain: "The store holds W1's first acquire (grant id 1); W1 sees store_unavailable and sends the acquire again with grant id 1. The held copy has not been applied, so the re-send is a new grant (fence 1), which W1 learns; W1 answers message 0 and gives the lease back. W0 acquires in an acquisition of its own (fence 2), answers message 1 and gives the lease back. Then the store applies the held copy of grant id 1. A store that keeps only the latest grant's id no longer knows it (the latest grant is W0's), so it takes the copy for a new acquire and grants fence 3 to W1, which waits for no acquire any more: the conversation is held for nobody until the lease expires, and every send waits for it. The stores being changed keep the ids of earlier grants and refuse the copy (conversation_lease_lost). It is a wait and nothing else: grants-latest-only (--deep) verifies every other property with the faults of grants.",
+    about: "a store that keeps only the latest grant's id: a copy of an earlier grant's acquire, landing after a later "
+      + "grant is over, is not recognised and takes the lease, for nobody",
+    defines: { ...NONE, LATEACQS: 1, LATEST_GRANT_ONLY: true, ...ONLY("GRANT") },
+  },
+  {
+    name: "no-giveback",
+    kind: "expect",
+    property: "P_GRANT",
+    rules: "TURN-10 (releaseLeaseGrant when the runner gives up)",
+    explain: "W1's acquire applies at the store but its reply is lost: store_unavailable. Its re-send time is up and it gives up without releaseLeaseGrant: the grant holds the conversation for nobody until its lease expires, and every send waits for it. With the give-back (TURN-10) the runner releases the grant by its grant id before it raises the error.",
+    about: "a runner that gives an acquire up after store_unavailable without releaseLeaseGrant: a grant that applied "
+      + "holds the conversation, for nobody, until its lease expires",
+    defines: { ...NONE, LOSTACQS: 1, NO_GIVEBACK: true, ...ONLY("GRANT") },
+  },
+  {
+    name: "grant-residual",
+    kind: "expect",
+    property: "P_GRANT",
+    rules: "TURN-10 (its residual: a copy of an acquire the store never applied)",
+    explain: "The store holds W1's acquire (grant id 1). W1's re-send time is up: it gives the grant back by its grant id, which finds no such grant (the store never applied it), and raises; the queue delivers the message again. Then the store applies the held copy: the lease is free and the id unknown, so it is a new grant, held for nobody until its lease expires. Keeping earlier grants' ids cannot refuse a copy of an id that was never granted, and TURN-10's list of the waits that remain does not name this one. P_GRANT allows exactly this case (-DGRANT_STRICT=1 takes the exception away). Proposed: a releaseLeaseGrant of a grant id the store does not know keeps it as given back and refuses a later acquire carrying it (as LEDGER-27's tombstone does for a claim id).",
+    about: "TURN-10's residual with every grant id kept: a copy of an acquire that the store never applied, landing after "
+      + "its runner stopped waiting for it, takes the lease as any acquire would, for nobody (P_GRANT without its exception)",
+    defines: { ...NONE, LATEACQS: 1, GRANT_STRICT: 1, ...ONLY("GRANT") },
+  },
+  {
+    name: "window-none",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "TURN-12 (the re-send window), LEDGER-13",
+    explain: "W0 binds message 1 (the ticket, unkeyed); the ticket is issued and its row completed, but the stream dies after the call resolved and, with one attempt per turn, the message fails with a record saying the ticket was issued. The re-send window and then the ledger's retention pass since that failure, and retention sweeps the key from the ledger and the downstream. The user re-sends message 1: with no window the failed message re-opens at its bound index (nothing was bound since), the claim finds no row, and the ticket is issued a second time. With TURN-12's window the re-send returns the stored failure (past_resend_window).",
+    about: "no re-send window: a re-send re-opens a failed message whenever nothing was bound since, also after the "
+      + "ledger and the downstream swept the failed turn's rows",
+    defines: { ...NONE, AGING: 1, RETENTION: 1, RESEND_FROM: 0, STREAMCUTS: 1, REDELIVERIES: 1, MAXATT: 1, ...ONLY("ONCE") },
+  },
+  {
+    name: "window-last",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "TURN-12 (the re-send window, from the first failure), LEDGER-13",
+    explain: "W0 binds message 1 (the ticket, unkeyed); the ticket is issued and its row completed, the stream dies after the call resolved, and the message fails (failure 1). A re-send re-opens it within the window; the retry's stream dies before the call, so the completed row stays as the first run wrote it, and the message fails again (failure 2). The window since failure 1 passes, then the ledger's retention since failure 1, which sweeps the row and the downstream's key: they aged from the first run. Measured from the last failure the window is still open, so a second re-send re-opens the message, the claim finds no row, and the ticket is issued again. Measured from the first failure (TURN-12) the window had passed before the sweep, and the re-send returns the stored failure.",
+    about: "the re-send window measured from the last failure: a retry that failed again moves the window past the "
+      + "retention of the first attempts' rows",
+    defines: { ...NONE, AGING: 1, RETENTION: 1, RESEND_FROM: 2, STREAMCUTS: 2, REDELIVERIES: 2, MAXATT: 1, ...ONLY("ONCE") },
+  },
 ];
 
 // What each property asserts, for the reports.
@@ -307,6 +401,7 @@ const MEANING = {
   P_SAME: "a re-run under a key the ledger remembers sends the request the downstream holds, so the downstream collapses it",
   P_END: "every send returns and every message ends answered or failed",
   P_NOFALSE: "an unkeyed_write row turns unknown by lease expiry only under a claim that could have run the tool",
+  P_GRANT: "a turn-lease grant nobody takes up (so every send waits out its lease) never comes from a grant id the store granted before",
 };
 
 const args = process.argv.slice(2);
@@ -331,7 +426,7 @@ const COST = {
   "deep-volatile": 19, "deep-partition": 18, "deep-outcomes": 17, "deep-lost-claim": 16, "deep-diverge": 10,
   "lease-b": 9, "lease-a": 8, volatile: 7.5, replay: 7, retention: 6, "lost-claim-pause": 5, liveness: 4, acyclic: 3,
   "lost-claim-tombstone": 2.7, "lost-claim": 2.5, "diverge-pause": 2.2, "volatile-replay": 2, "lost-claim-crash": 1.9,
-  diverge: 1.8,
+  diverge: 1.8, grants: 2.6, window: 1.5, "grants-latest-only": 2.8, "grants-liveness": 1,
 };
 const queue = selected.map((c, i) => i).sort((a, b) => (COST[selected[b].name] ?? 0) - (COST[selected[a].name] ?? 0));
 if (only && selected.length !== only.length) {

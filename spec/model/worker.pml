@@ -122,7 +122,7 @@ dclaim:
        /* LEDGER-7: an expired unkeyed_write claim becomes unknown, never re-run */
        printf("@@ W%d   finds key %d expired: unknown (lease_expired), not run (LEDGER-7)\n", w, k);
        NOFALSE(k);                                      /* P_NOFALSE */
-       rst[k] = R_UNKNOWN; res = C_UNKNOWN; rcid[k] = 0; rcl[k] = 0; rown[k] = 0;
+       rst[k] = R_UNKNOWN; res = C_UNKNOWN; rcid[k] = 0; rcl[k] = 0; rown[k] = 0; TOUCH(k);
        goto ddone
     :: !MINE(k) && rst[k] == R_INFLIGHT && rlive[k] ->
        /* LEDGER-6, LEDGER-15: in flight elsewhere: wait, do not run */
@@ -142,7 +142,7 @@ dclaim:
   /* The tool runs, only now (LEDGER-2), with the key as Idempotency-Key (DISPATCH-4, EFFECT-3).
    * Renewals (LEDGER-9) keep the lease live unless the owner pauses or is cut off. */
   atomic {
-    pend[w] = false;
+    pend[w] = false; TOUCH(k);   /* LEDGER-13: the downstream's key (if any) ages from now */
     if
     :: aborted[w] ->
        out = O_ABORT; printf("@@ W%d   tool was aborted before sending (DISPATCH-13)\n", w)
@@ -259,6 +259,7 @@ dclaim:
           fi
        fi;
        assert(!P_OWNER || cg == gid[k]);                /* P_OWNER (LEDGER-5, LEDGER-16) */
+       TOUCH(k);                                         /* LEDGER-13: the row ages from this write */
        if :: CLAIMIDS -> rcid[k] = 0; rcl[k] = 0; rown[k] = 0 :: else fi   /* the row left flight */
     fi;
     out = 0; sreq = 0; cf = 0; cg = 0; cl = 0; hfence[w] = 0; aborted[w] = false   /* forget what is spent */
@@ -401,7 +402,7 @@ inline END_ATTEMPT() {
         fi;
 #endif
         if :: say > recd[k] -> recd[k] = say :: else fi;
-        ms[cur] = MS_FAILED;
+        ms[cur] = MS_FAILED; FAILED_AGAIN(cur);
         printf("@@ W%d   message %d fails at turn %d (failMessage)\n", w, cur, t);
         SAY_WORD();
         /* the record that fails the message (what a re-send is answered with, TURN-12) never
@@ -478,6 +479,83 @@ rdone:
 #endif
 }
 
+/* ---------------------------------------------------------------- turn lease grants (TURN-10) */
+
+#if GRANTS
+#ifdef LATEST_GRANT_ONLY
+#define EARLIER(g) false        /* the stores on main: only the latest grant's id is kept */
+#else
+#define EARLIER(g) ((gearlier >> (g)) & 1)   /* the stores being changed: earlier grants' ids are kept too */
+#endif
+#define LEASE_LIVE (lholder != 0 && llive)
+
+/* The store's acquireLease(conversationId, owner, leaseMs, grantId g) by worker x, one atomic step;
+ * r is its answer. Grant id 0: an acquisition whose id no copy can carry (minted lazily). */
+inline ACQ_STORE(g, x, r) {
+  if
+  :: g != 0 && g == lgrant && LEASE_LIVE ->
+     /* TURN-10 (a): the live grant sent again (its reply was lost): that grant, its fence, the lease
+        restarted; no second grant, the fence does not rise */
+     r = AQ_SAME
+  :: g != 0 && g == lgrant && !LEASE_LIVE ->
+     /* TURN-10 (b): the latest grant is over (given back, released, or expired and not taken since):
+        conversation_lease_lost, nothing changes; nobody learnt that fence, it is not revived */
+     r = AQ_LOST
+  :: g != 0 && g != lgrant && EARLIER(g) ->
+     /* TURN-10: a copy of an earlier grant's acquire, landing after a later grant: refused with
+        conversation_lease_lost, nothing changes (the stores keep earlier grants' ids too) */
+     r = AQ_LOST
+  :: (g == 0 || (g != lgrant && !EARLIER(g))) && LEASE_LIVE ->
+     /* TURN-10: one holder at a time; a live lease is not handed out again, whatever the owner */
+     r = AQ_HELD
+  :: (g == 0 || (g != lgrant && !EARLIER(g))) && !LEASE_LIVE ->
+     /* TURN-10: a new grant, a fence above every earlier one; the store keeps its grant id with it
+        and the latest grant's id becomes an earlier one */
+     if :: lgrant != 0 -> gearlier = gearlier | (1 << lgrant) :: else fi;
+     fencectr++; lholder = x + 1; lfence = fencectr; llive = true; lgrant = g;
+     r = AQ_NEW
+  fi
+}
+
+/* The runner's acquire (TURN-10): one send of acquireLease with this acquisition's grant id wga[w];
+ * the reply can be lost (the acquire applied or not) or the store can hold the acquire and apply it
+ * later: either way the runner sees store_unavailable (aq = AQ_UNAVAIL) and still waits for it. */
+#define MINT_GRANT() if :: wga[w] == 0 -> gidctr++; wga[w] = gidctr :: else fi
+inline ACQ_SEND() {
+  if
+  :: b_lostacq > 0 ->
+     b_lostacq--; MINT_GRANT(); aq = AQ_UNAVAIL;
+     if
+     :: printf("@@ W%d   acquire (grant id %d) is lost before the store: store_unavailable\n", w, wga[w])
+     :: ACQ_STORE(wga[w], w, aq2);
+        if :: aq2 == AQ_NEW -> lknown = false :: else fi;
+        printf("@@ W%d   acquire (grant id %d) applied (answer %d), its reply is lost: store_unavailable\n", w, wga[w], aq2);
+        aq2 = 0
+     fi
+  :: b_lateacq > 0 && lak == 0 ->
+     b_lateacq--; MINT_GRANT(); aq = AQ_UNAVAIL; lak = 1; lag = wga[w]; law = w;
+     printf("@@ W%d   acquire (grant id %d) is held by the store: store_unavailable\n", w, wga[w])
+  :: true ->
+     ACQ_STORE(wga[w], w, aq);
+     if
+     :: aq == AQ_NEW || aq == AQ_SAME ->
+        lknown = true; myf = lfence; wga[w] = 0;
+        if
+        :: aq == AQ_SAME -> printf("@@ W%d   acquire (grant id %d) sent again: the same grant, fence %d, lease restarted (TURN-10)\n", w, lgrant, myf)
+        :: else -> printf("@@ W%d   acquires the turn lease, fence %d\n", w, myf)
+        fi
+     :: aq == AQ_HELD ->
+        /* not acquired: the send waits for the lease and starts a new acquisition */
+        wga[w] = 0; printf("@@ W%d   acquire: the lease is held; waits\n", w)
+     :: aq == AQ_LOST ->
+        /* conversation_lease_lost: that grant applied and is over; nobody holds the lease under it */
+        printf("@@ W%d   acquire (grant id %d): conversation_lease_lost: that grant is over; a new acquisition\n", w, wga[w]);
+        wga[w] = 0
+     fi
+  fi
+}
+#endif
+
 /* ---------------------------------------------------------------- send() */
 
 #ifndef OLD_TURN
@@ -539,8 +617,11 @@ inline APPEND() {
     if
     :: ms[m] == MS_NONE ->
        ms[m] = MS_QUEUED; order[narr] = m; narr++; printf("@@ W%d   send(message %d): queued\n", w, m)
-    :: ms[m] == MS_FAILED && lastBound == m + 1 ->
+    :: ms[m] == MS_FAILED && lastBound == m + 1 && WINDOW_OPEN(m) ->
        ms[m] = MS_QUEUED; printf("@@ W%d   send(message %d): failed earlier, re-opened (TURN-12)\n", w, m)
+    :: ms[m] == MS_FAILED && lastBound == m + 1 && !WINDOW_OPEN(m) ->
+       /* TURN-12: past the re-send window (from the first failure): the stored failure, nothing runs */
+       printf("@@ W%d   send(message %d): past its re-send window: the stored failure (past_resend_window, TURN-12)\n", w, m)
     :: else ->
        printf("@@ W%d   send(message %d): known\n", w, m)
     fi
@@ -553,11 +634,45 @@ inline SEND() {
        printf("@@ W%d   send(message %d) returns what the store holds (TURN-7)\n", w, m);
        busy[w] = false; QUIET_CHECK; m = 0 };
      break
+#if GRANTS
+  :: atomic { (ms[m] == MS_QUEUED || ms[m] == MS_INPROG) && (lholder == 0 || !llive) ->
+       /* TURN-10: the runner over a store with supports.leaseGrants acquires with a fresh grant id */
+       ACQ_SEND() };
+     do
+     :: atomic { aq == AQ_UNAVAIL ->
+          /* TURN-10: store_unavailable: the same acquire again, with the same grant id */
+          printf("@@ W%d   sends its acquire again with grant id %d\n", w, wga[w]);
+          ACQ_SEND() }
+     :: atomic { aq == AQ_UNAVAIL && nfull(inbox) ->
+          /* TURN-10: its re-send time is up: give the grant back by its grant id (releaseLeaseGrant),
+             then raise store_unavailable; the send failed, so the queue delivers the message again */
+#ifndef NO_GIVEBACK
+          if
+          :: lgrant == wga[w] && lholder != 0 ->
+             lholder = 0; llive = false;
+             printf("@@ W%d   gives up: releaseLeaseGrant(grant id %d) gives the lease (fence %d) back\n", w, wga[w], lfence)
+          :: else -> printf("@@ W%d   gives up: releaseLeaseGrant(grant id %d) finds no such grant holding the lease\n", w, wga[w])
+          fi;
+#else
+          printf("@@ W%d   gives up without giving grant id %d back\n", w, wga[w]);
+#endif
+          /* P_GRANT: no grant is left holding the lease under an id its acquirer stopped waiting for */
+          assert(!P_GRANT || !(lgrant == wga[w] && LEASE_LIVE && !lknown));   /* P_GRANT */
+          printf("@@ W%d   send(message %d) raises store_unavailable; the queue delivers it again\n", w, m);
+          inbox ! m; busy[w] = false; wga[w] = 0; aq = 0; goto sdone }
+     :: aq != AQ_UNAVAIL -> break
+     od;
+     if
+     :: myf == 0 -> aq = 0   /* not acquired: wait for the lease again */
+     :: else ->
+     aq = 0;
+#else
   :: atomic { (ms[m] == MS_QUEUED || ms[m] == MS_INPROG) && (lholder == 0 || !llive) ->
        /* TURN-10: one holder at a time, a higher fence with each grant; a sender that finds
           the lease held waits (the bound and conversation_busy + re-send are a longer wait) */
        fencectr++; lholder = w + 1; lfence = fencectr; llive = true; myf = fencectr;
        printf("@@ W%d   acquires the turn lease, fence %d\n", w, myf) };
+#endif
      DRIVE();
      atomic {
        if
@@ -571,7 +686,14 @@ inline SEND() {
        :: else
        fi
      }
-  od
+#if GRANTS
+     fi
+#endif
+  od;
+#if GRANTS
+sdone:
+  skip
+#endif
 }
 
 #else /* OLD_TURN: the turn-1 runner and store */
