@@ -150,6 +150,33 @@ export interface ConversationBugs {
   reopenedAtBoundIndex?: boolean;
   /** beginTurn takes the committed count from what this instance last saw, not from storage. */
   instanceCountCache?: boolean;
+  // ---- Mutation round h-kit: planted without reading the list above first. ----
+  /** A lease is still live at the millisecond it ends (`expiresAt >= now`) (TURN-10, the safe side: expected to conform). */
+  leaseLiveAtExpiry?: boolean;
+  /** Grant ids compared case-insensitively (a case-insensitive collation on the grant column) (breaks TURN-10). */
+  grantIdFoldsCase?: boolean;
+  /** An acquire re-sent with the live grant's id is answered, and stored, with a new fence (breaks TURN-10: the same grant). */
+  grantReplayBumpsFence?: boolean;
+  /** An acquire re-sent with the live grant's id answers the grant but does not restart the lease (breaks TURN-10). */
+  grantReplayKeepsExpiry?: boolean;
+  /** After its lease was released or ran out, an acquire re-sent with the grant's id takes the lease again under the old fence (breaks TURN-10). */
+  grantRecognisedAfterEnd?: boolean;
+  /** The re-send window is counted from the latest failure, not the first (firstFailedAt rewritten on each failure) (breaks TURN-12). */
+  windowFromLatestFailure?: boolean;
+  /** The listing cursor resumes strictly after its failedAt: later ids failed in the same millisecond are skipped (breaks TURN-17). */
+  cursorSkipsTies?: boolean;
+  /** A reopened message keeps its old failure (an UPDATE that sets state only) (breaks TURN-12/TURN-7). */
+  reopenKeepsFailure?: boolean;
+  /** An acquire over an expired lease keeps the old holder's owner string (breaks TURN-10's reported holder). */
+  takeoverKeepsOwner?: boolean;
+  /** renewLease extends from the lease's previous end, not from now (breaks TURN-10's lease length). */
+  renewFromPreviousEnd?: boolean;
+  /** Grant ids cut to 32 characters (a CHAR(32) column sized for a UUID without dashes) (breaks TURN-10). */
+  grantIdTruncated?: boolean;
+  /** acquireLease measures the lease on the process clock (Date.now()), not the store's (breaks TURN-10). */
+  leaseOnProcessClock?: boolean;
+  /** message() answers from this instance's cache of what it read first (breaks TURN-14: another instance's writes unseen). */
+  messageReadCache?: boolean;
 }
 
 interface State {
@@ -202,6 +229,8 @@ export class KvConversationStore implements ConversationStore {
   private instanceFence = new Map<string, number>();
   private instanceBegun = new Map<string, { turnIndex: number; fence: number } | null>();
   private instanceCount = new Map<string, number>();
+  /** Planted messageReadCache: the first read of each message, per instance. */
+  private messageCache = new Map<string, StoredMessage>();
 
   constructor(
     private readonly backing: KvBacking,
@@ -234,7 +263,7 @@ export class KvConversationStore implements ConversationStore {
             return { appended: false, message: structuredClone(known), reopened: false, pastReopenWindow: true };
           }
           known.state = "queued";
-          delete known.failure;
+          if (!this.bugs.reopenKeepsFailure) delete known.failure;
           if (s.failedAt !== undefined && !this.bugs.listsReopened) delete s.failedAt[known.id];
           return { appended: false, message: structuredClone(known), reopened: true };
         }
@@ -247,7 +276,13 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async message(conversationId: string, messageId: string): Promise<StoredMessage | undefined> {
-    return this.locked(conversationId, (s) => structuredClone(s.messages.find((m) => this.sameMessage(m.id, messageId))));
+    const cacheKey = `${conversationId}\u0000${messageId}`;
+    if (this.bugs.messageReadCache && this.messageCache.has(cacheKey)) return structuredClone(this.messageCache.get(cacheKey));
+    return this.locked(conversationId, (s) => {
+      const found = structuredClone(s.messages.find((m) => this.sameMessage(m.id, messageId)));
+      if (this.bugs.messageReadCache && found !== undefined) this.messageCache.set(cacheKey, structuredClone(found));
+      return found;
+    });
   }
 
   async turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]> {
@@ -265,22 +300,34 @@ export class KvConversationStore implements ConversationStore {
     }
     const id = this.bugs.grantIdUnchecked ? grantId : checkLeaseGrantId(grantId);
     return this.locked(conversationId, (s) => {
-      const now = this.backing.now();
-      const live = s.lease !== null && s.lease.expiresAt > now;
+      const now = this.bugs.leaseOnProcessClock ? Date.now() : this.backing.now();
+      const live = s.lease !== null && (this.bugs.leaseLiveAtExpiry ? s.lease.expiresAt >= now : s.lease.expiresAt > now);
       const latest = s.grant ?? null;
       if (id !== undefined && !this.bugs.grantIdIgnored) {
-        const ours = this.bugs.grantIdOutlivesGrant ? latest?.id === id : latest?.id === id && latest.fence === s.fence;
+        const sameId =
+          latest !== null &&
+          (this.bugs.grantIdFoldsCase ? latest.id.toLowerCase() === id.toLowerCase() : this.bugs.grantIdTruncated ? latest.id.slice(0, 32) === id.slice(0, 32) : latest.id === id);
+        const ours = this.bugs.grantIdOutlivesGrant ? sameId : sameId && latest!.fence === s.fence;
         const byOwner = this.bugs.grantByOwner && live && s.lease!.owner === owner;
         if (ours || byOwner) {
           if (live) {
-            s.lease!.expiresAt = now + leaseMs;
+            if (!this.bugs.grantReplayKeepsExpiry) s.lease!.expiresAt = now + leaseMs;
+            if (this.bugs.grantReplayBumpsFence) {
+              s.fence += 1;
+              s.lease!.fence = s.fence;
+              s.grant = { id: latest!.id, fence: s.fence };
+            }
             return { acquired: true, fence: s.lease!.fence, leaseExpiresAt: s.lease!.expiresAt };
+          }
+          if (this.bugs.grantRecognisedAfterEnd && !byOwner) {
+            s.lease = { fence: s.fence, owner, expiresAt: now + leaseMs };
+            return { acquired: true, fence: s.fence, leaseExpiresAt: s.lease.expiresAt };
           }
           if (!byOwner) throw new ConversationLeaseLostError(conversationId, latest!.fence);
         }
       }
       const reentrant = this.bugs.reentrantSameOwner && s.lease?.owner === owner;
-      if (s.lease !== null && s.lease.expiresAt > now && !this.bugs.acquireIgnoresExpiry && !reentrant) {
+      if (s.lease !== null && live && !this.bugs.acquireIgnoresExpiry && !reentrant) {
         return { acquired: false, owner: s.lease.owner, leaseExpiresAt: s.lease.expiresAt };
       }
       let fence: number;
@@ -291,7 +338,7 @@ export class KvConversationStore implements ConversationStore {
         fence = this.bugs.fenceRestartsOnRelease && s.lease === null ? 1 : s.fence + 1;
       }
       s.fence = fence;
-      s.lease = { fence, owner, expiresAt: now + leaseMs };
+      s.lease = { fence, owner: this.bugs.takeoverKeepsOwner && s.lease !== null ? s.lease.owner : owner, expiresAt: now + leaseMs };
       if (id !== undefined) s.grant = { id, fence };
       else if (!this.bugs.grantIdOutlivesGrant) s.grant = null;
       return { acquired: true, fence, leaseExpiresAt: s.lease.expiresAt };
@@ -311,7 +358,7 @@ export class KvConversationStore implements ConversationStore {
     if (!this.bugs.leaseArgumentsUnchecked) leaseMs = checkTurnLeaseMs(leaseMs);
     return this.locked(conversationId, (s) => {
       const lease = this.bugs.renewIgnoresFence && s.lease !== null ? s.lease : held(conversationId, s, fence);
-      lease.expiresAt = this.backing.now() + leaseMs;
+      lease.expiresAt = (this.bugs.renewFromPreviousEnd ? lease.expiresAt : this.backing.now()) + leaseMs;
       return { leaseExpiresAt: lease.expiresAt };
     });
   }
@@ -400,7 +447,8 @@ export class KvConversationStore implements ConversationStore {
       message.state = "failed";
       message.failure = this.text(record);
       (s.failedAt ??= {})[message.id] = this.bugs.failedAtProcessClock ? Date.now() : this.backing.now();
-      (s.firstFailedAt ??= {})[message.id] ??= this.backing.now();
+      if (this.bugs.windowFromLatestFailure) (s.firstFailedAt ??= {})[message.id] = this.backing.now();
+      else (s.firstFailedAt ??= {})[message.id] ??= this.backing.now();
       s.records.push(this.text(record));
     });
   }
@@ -431,7 +479,8 @@ export class KvConversationStore implements ConversationStore {
         const turn: FailedTurn = { conversationId, messageId: m.id, failedAt, failure: structuredClone(m.failure ?? null), reopenable: bugs.listsEveryFailedReopenable || s.lastBound === m.id };
         if (m.turnIndex !== undefined) turn.turnIndex = m.turnIndex;
         const at = { ...turn, messageId: turn.messageId + (bugs.cursorInclusive ? "\u0000" : "") };
-        if (after === undefined || (bugs.tiesByCodeUnit || bugs.cursorByCodeUnit ? isAfterByCodeUnit : isAfterPosition)(at, after)) all.push(turn);
+        const afterCursor = bugs.cursorSkipsTies && after !== undefined ? failedAt > after.failedAt : after === undefined || (bugs.tiesByCodeUnit || bugs.cursorByCodeUnit ? isAfterByCodeUnit : isAfterPosition)(at, after);
+        if (afterCursor) all.push(turn);
       }
     }
     const byId = (a: FailedTurn, b: FailedTurn) => (a.conversationId !== b.conversationId ? (a.conversationId < b.conversationId ? -1 : 1) : a.messageId < b.messageId ? -1 : a.messageId > b.messageId ? 1 : 0);
