@@ -90,6 +90,24 @@ const BROKEN: Array<{ bug: keyof Bugs; rule: string; what: string; check: RegExp
   { bug: "listExpiredIgnoresOlderThan", rule: "LEDGER-25", what: "listExpiredInFlight ignores olderThanMs", check: /listExpiredInFlight\(\{ olderThanMs \}\)/ },
   { bug: "listExpiredOlderThanSign", rule: "LEDGER-25", what: "listExpiredInFlight's cutoff is now + olderThanMs (a sign slip)", check: /listExpiredInFlight\(\{ olderThanMs \}\)/ },
   { bug: "listExpiredOlderThanAsSeconds", rule: "LEDGER-25", what: "listExpiredInFlight reads olderThanMs as seconds", check: /listExpiredInFlight\(\{ olderThanMs \}\)/ },
+  // Mutation round h-kit (15 planted by an auditor who had not read this list). Eleven the kit already
+  // rejected, kept as regressions...
+  { bug: "recognitionKeepsLease", rule: "LEDGER-26", what: "a claim recognised by its claim id does not restart the lease", check: /after its lease ran out, before anyone acted on it/ },
+  { bug: "recognitionBumpsFence", rule: "LEDGER-26", what: "a claim recognised by its claim id is answered and stored with fence + 1", check: /is the same claim: claimed with its fence/ },
+  { bug: "unknownBumpsFence", rule: "LEDGER-7", what: "an expired unkeyed_write claim turned unknown gets fence + 1", check: /never claimable again/ },
+  { bug: "sweepRemovesReleased", rule: "LEDGER-13", what: "sweep removes released rows at once, retention or not", check: /sweep keeps finished rows whose retention has not passed/, model: "LEDGER-13" },
+  { bug: "lookupFromCache", rule: "LEDGER-5", what: "lookup answers from the instance's first read of the key", check: /after a takeover the stale owner/ },
+  { bug: "renewFromPreviousEnd", rule: "LEDGER-9", what: "renew extends from the lease's previous end, not from now", check: /renew sets the lease to now \+ leaseMs/ },
+  { bug: "higherFenceAccepted", rule: "LEDGER-5", what: "owner operations refuse only a lower fence: a never-issued higher one is accepted", check: /never issued is refused/ },
+  { bug: "takeoverKeepsLease", rule: "LEDGER-1", what: "a takeover keeps the expired lease's end: every claim after it takes the row over again", check: /concurrent takeovers of an expired keyed_write claim/ },
+  { bug: "resultLimitOffByOne", rule: "LEDGER-10", what: "a result of exactly maxResultBytes is refused (>= for >)", check: /exactly maxResultBytes UTF-8 bytes is stored/ },
+  { bug: "failedReclaimable", rule: "LEDGER-8", what: "a failed row is claimable again, as if released", check: /definite failure is stored and replayed/, model: "LEDGER-8" },
+  { bug: "listExpiredKeyedOnly", rule: "LEDGER-25", what: "listExpiredInFlight lists keyed_write rows only", check: /returns exactly the in-flight rows whose lease expired/ },
+  // ...and four it certified, each now failing the check added for it.
+  { bug: "leaseLiveAtExpiry", rule: "LEDGER-7", what: "a lease counts as live at the millisecond it ends (>= for >): a 0 ms lease is live when granted", check: /expired from the instant it ends/ },
+  { bug: "listExpiredStrictCutoff", rule: "LEDGER-25", what: "listExpiredInFlight compares its cutoff with < : a lease that ended exactly olderThanMs ago is left out", check: /lists a lease from the instant it ends/ },
+  { bug: "claimIdFoldsCase", rule: "LEDGER-26", what: "claim ids compared case-insensitively (a case-insensitive collation)", check: /claim ids are compared exactly/, message: /^claim ids that differ only in ASCII case:/ },
+  { bug: "claimIdTruncated", rule: "LEDGER-26", what: "claim ids cut to 32 characters (a CHAR(32) column)", check: /claim ids are compared exactly/, message: /^two 64-character claim ids that differ only in their last character:/ },
 ];
 
 const SEED = 20261129;

@@ -128,4 +128,57 @@ export const takingClaimStoresItsClaimId: LedgerCheckSpec = {
     }),
 };
 
-export const CLAIM_ID_CHECKS: readonly LedgerCheckSpec[] = [claimRecognisedByClaimId, claimRecognisedAfterLease, claimIdOnlyWhileInFlight, takingClaimStoresItsClaimId];
+/** A claim id of exactly `length` characters from LEDGER-26's alphabet, with letters in both cases. */
+function claimIdOfLength(length: number): string {
+  return `Cid${newClaimId().replace(/[^A-Za-z0-9_-]/g, "")}`.padEnd(length, "xY").slice(0, length);
+}
+
+function swapCase(text: string): string {
+  return [...text].map((c) => (c === c.toLowerCase() ? c.toUpperCase() : c.toLowerCase())).join("");
+}
+
+/**
+ * Pairs of claim ids one careless store takes for one: a case-insensitive collation on the claim id
+ * column, a column narrower than LEDGER-26's 64 characters (CHAR(32) for "a UUID without dashes").
+ */
+function claimIdPairs(): Array<{ label: string; first: string; second: string }> {
+  const mixed = claimIdOfLength(40);
+  const longest = claimIdOfLength(63);
+  const at33 = claimIdOfLength(40);
+  return [
+    { label: "claim ids that differ only in ASCII case", first: mixed, second: swapCase(mixed) },
+    { label: "two 64-character claim ids that differ only in their last character", first: `${longest}a`, second: `${longest}b` },
+    { label: "two 40-character claim ids that differ only in their 33rd character", first: `${at33.slice(0, 32)}a${at33.slice(33)}`, second: `${at33.slice(0, 32)}b${at33.slice(33)}` },
+  ];
+}
+
+export const claimIdsComparedExactly: LedgerCheckSpec = {
+  rule: "LEDGER-26",
+  name: "claim ids are compared exactly: two ids that differ only in ASCII case, or in one character past the 32nd (up to LEDGER-26's 64), are two claims; the second meets the first's live row as held, and after a release is a re-claim, not the released claim's late copy",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const { label, first, second } of claimIdPairs()) {
+        for (const effect of EFFECTS) {
+          const key = ctx.key();
+          const held = mustBeClaimed(await fixture.ledger.claim(withId(key, "owner-a", effect, first)), `${label}: the first claim (${effect})`);
+          // Recognising the second id would hand one attempt's claim to another: both would run.
+          const other = await fixture.ledger.claim(withId(key, "owner-b", effect, second));
+          if (other.outcome === "claimed") {
+            throw new ConformanceFailure(`${label}: a claim with ${second} was answered claimed (fence ${other.fence}) on the live row claimed with ${first} (${effect}): another attempt's claim taken for its own, and both run`);
+          }
+          must(other.row.state === "in_flight" && other.row.fence === held.fence, `${label}: the claim with ${second} must meet the live row (fence ${held.fence}), got ${describeRow(other.row)}`);
+          await fixture.ledger.release(key, held.fence);
+          // LEDGER-27 refuses only the id the row was released under.
+          const again = await fixture.ledger.claim(withId(key, "owner-b", effect, second)).catch((error: unknown) => error);
+          if (!(typeof again === "object" && again !== null && "outcome" in again)) {
+            throw new ConformanceFailure(`${label}: after the claim with ${first} was released, a claim with ${second} was refused as its late copy (${String((again as Error)?.message ?? again)}) (${effect})`);
+          }
+          const reclaimed = mustBeClaimed(again as ClaimResult, `${label}: the claim with ${second} after the release (${effect})`);
+          must(reclaimed.fence > held.fence, `${label}: the re-claim's fence must exceed ${held.fence}, got ${reclaimed.fence}`);
+          await fixture.ledger.complete(key, reclaimed.fence, '{"ok":true}');
+        }
+      }
+    }),
+};
+
+export const CLAIM_ID_CHECKS: readonly LedgerCheckSpec[] = [claimRecognisedByClaimId, claimRecognisedAfterLease, claimIdOnlyWhileInFlight, takingClaimStoresItsClaimId, claimIdsComparedExactly];

@@ -25,7 +25,7 @@ function named(keys: readonly string[], names: ReadonlyMap<string, string>): str
   return `[${keys.map((k) => names.get(k) ?? `unexpected ${short(k)}`).join(", ")}]`;
 }
 
-/** A claim whose lease ends at its claim (leaseMs 0, LEDGER-29): expired as soon as the store's clock moves on. */
+/** A claim whose lease ends at its claim (leaseMs 0, LEDGER-29): expired when granted (a lease is live only before leaseExpiresAt). */
 async function claimExpiring(ledger: Ledger, key: string, owner: string): Promise<number> {
   return mustBeClaimed(await ledger.claim(claimRequest(key, owner, "keyed_write", 0)), `claim ${short(key)} with leaseMs 0`).fence;
 }
@@ -157,4 +157,22 @@ export const expiredInFlightOlderThan: LedgerCheckSpec = {
 };
 
 /** Every check of this file, in order. */
-export const EXPIRED_IN_FLIGHT_CHECKS: readonly LedgerCheckSpec[] = [expiredInFlightListedExactly, expiredInFlightOldestFirst, expiredInFlightOlderThan];
+const BOUNDARY_ROUNDS = 8;
+
+export const expiredInFlightAtItsEnd: LedgerCheckSpec = {
+  rule: "LEDGER-25",
+  name: `listExpiredInFlight({ olderThanMs: 0 }) lists a lease from the instant it ends: a claim with leaseMs 0, listed at once (usually within its own millisecond), is listed, ${BOUNDARY_ROUNDS} times in a row (a cutoff compared with "<" leaves it out)`,
+  needs: ["listExpiredInFlight"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const list = lister(fixture.ledger);
+      for (let round = 0; round < BOUNDARY_ROUNDS; round++) {
+        const key = ctx.key();
+        await claimExpiring(fixture.ledger, key, `owner-${round}`);
+        const listed = keysOf(await list({ olderThanMs: 0, limit: 1000 }), `round ${round}: listExpiredInFlight({ olderThanMs: 0 })`);
+        must(listed.includes(key), `round ${round}: listExpiredInFlight({ olderThanMs: 0 }) right after a claim with leaseMs 0 did not list it: its lease ended at its claim, so it expired 0 ms or more ago`);
+      }
+    }),
+};
+
+export const EXPIRED_IN_FLIGHT_CHECKS: readonly LedgerCheckSpec[] = [expiredInFlightListedExactly, expiredInFlightOldestFirst, expiredInFlightOlderThan, expiredInFlightAtItsEnd];

@@ -243,4 +243,33 @@ export const takingClaimStoresItsEffect: LedgerCheckSpec = {
 };
 
 /** Every check of this file, in order. */
-export const LEASES_CHECKS: readonly LedgerCheckSpec[] = [liveRowSeenByClaimants, liveRowSeenViaOtherInstance, inFlightSurvivesRestart, expiredKeyedTakenOver, expiredUnkeyedBecomesUnknown, unknownSurvivesRestart, expiredUnkeyedNeverTakenOverAfterRestart, renewExtendsLease, liveRowMakesSameOwnerWait, lookupNeverActsOnExpiry, expiryFollowsStoredEffect, takingClaimStoresItsEffect];
+/** Rounds of the boundary check: each claim lands in the millisecond its 0 ms lease ends, or just after. */
+const BOUNDARY_ROUNDS = 8;
+
+export const leaseExpiredAtItsEnd: LedgerCheckSpec = {
+  rule: "LEDGER-7",
+  name: `a lease has expired from the instant it ends (leaseExpiresAt on the ledger's clock, not the millisecond after): a claim with leaseMs 0 has expired when granted, and the next claim acts on it at once (keyed_write: a takeover; unkeyed_write: unknown), ${BOUNDARY_ROUNDS} times in a row`,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const effect of EFFECTS) {
+        for (let round = 0; round < BOUNDARY_ROUNDS; round++) {
+          const key = ctx.key();
+          const first = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-a", effect, 0)), `claim with leaseMs 0 (${effect}, round ${round})`);
+          // Issued at once, usually within the lease's own millisecond: a ledger that counts a lease
+          // live at leaseExpiresAt (">=" for ">") answers existing in flight here.
+          const next = await fixture.ledger.claim(claimRequest(key, "owner-b", effect));
+          if (effect === "keyed_write") {
+            if (next.outcome !== "claimed") {
+              throw new ConformanceFailure(`round ${round}: a claim right after a 0 ms lease was granted (it ended at ${first.leaseExpiresAt}) met ${describeRow(next.row)}: a lease is live only before leaseExpiresAt, and an expired keyed_write claim is taken over`);
+            }
+            must(next.takeover && next.fence > first.fence, `round ${round}: the claim after the 0 ms lease must be a takeover with a fence above ${first.fence}, got takeover ${next.takeover}, fence ${next.fence}`);
+          } else {
+            const row = mustBeExisting(next, `round ${round}: a claim right after a 0 ms unkeyed_write lease was granted`);
+            must(row.state === "unknown" && (row as { reason?: string }).reason === "lease_expired", `round ${round}: a claim right after a 0 ms unkeyed_write lease was granted (it ended at ${first.leaseExpiresAt}) must turn it unknown (lease_expired), got ${describeRow(row)}: a lease is live only before leaseExpiresAt`);
+          }
+        }
+      }
+    }),
+};
+
+export const LEASES_CHECKS: readonly LedgerCheckSpec[] = [leaseExpiredAtItsEnd, liveRowSeenByClaimants, liveRowSeenViaOtherInstance, inFlightSurvivesRestart, expiredKeyedTakenOver, expiredUnkeyedBecomesUnknown, unknownSurvivesRestart, expiredUnkeyedNeverTakenOverAfterRestart, renewExtendsLease, liveRowMakesSameOwnerWait, lookupNeverActsOnExpiry, expiryFollowsStoredEffect, takingClaimStoresItsEffect];
