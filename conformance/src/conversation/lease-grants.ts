@@ -195,4 +195,42 @@ export const grantIdChecked: ConversationCheckSpec = {
     }),
 };
 
-export const LEASE_GRANT_CHECKS: readonly ConversationCheckSpec[] = [grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantIdChecked];
+/** A grant id of exactly `length` characters of LEASE_GRANT_ID_PATTERN's alphabet, with letters in both cases. */
+function grantIdOfLength(length: number): string {
+  return `Gid${newLeaseGrantId().replace(/[^A-Za-z0-9_-]/g, "")}`.padEnd(length, "xY").slice(0, length);
+}
+
+function swapCase(text: string): string {
+  return [...text].map((ch) => (ch === ch.toLowerCase() ? ch.toUpperCase() : ch.toLowerCase())).join("");
+}
+
+export const grantIdsComparedExactly: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "grant ids are compared exactly: a grant id that differs from the live grant's only in ASCII case, or in one character past the 32nd (up to 64), is another grant: its acquire meets the lease as held and its releaseLeaseGrant frees nothing",
+  needs: ["leaseGrants"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const release = grantsOf(store);
+      const mixed = grantIdOfLength(40);
+      const longest = grantIdOfLength(63);
+      const at33 = grantIdOfLength(40);
+      // What a case-insensitive collation, or a column narrower than 64 characters, takes for one id.
+      const pairs: Array<[string, string, string]> = [
+        ["grant ids that differ only in ASCII case", mixed, swapCase(mixed)],
+        ["two 64-character grant ids that differ only in their last character", `${longest}a`, `${longest}b`],
+        ["two 40-character grant ids that differ only in their 33rd character", `${at33.slice(0, 32)}a${at33.slice(33)}`, `${at33.slice(0, 32)}b${at33.slice(33)}`],
+      ];
+      for (const [label, first, second] of pairs) {
+        const c = freshConversation();
+        const held = mustAcquire(await grant(store, c, "worker-a", first), `${label}: the acquire with ${first}`);
+        const before = await leaseOf(fixture, c);
+        mustEqual(await grant(store, c, "worker-b", second), { acquired: false, owner: "worker-a", leaseExpiresAt: held.leaseExpiresAt }, `${label}: an acquire by worker-b with ${second} while ${first} is live (another grant, not that one)`);
+        await release(c, second);
+        mustEqual(await leaseOf(fixture, c), before, `${label}: the stored lease after releaseLeaseGrant(${second}): still ${first}'s`);
+        await release(c, first);
+      }
+    }),
+};
+
+export const LEASE_GRANT_CHECKS: readonly ConversationCheckSpec[] = [grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantIdChecked, grantIdsComparedExactly];

@@ -73,4 +73,38 @@ export const reopenWindowNotForOtherBound: ConversationCheckSpec = {
     }),
 };
 
-export const REOPEN_WINDOW_CHECKS: ConversationCheckSpec[] = [reopenWithinWindow, reopenWindowNotForOtherBound];
+const WINDOW_MS = 300;
+const PAST_FIRST_MS = WINDOW_MS + 100;
+
+export const reopenWindowFromFirstFailure: ConversationCheckSpec = {
+  rule: "TURN-12",
+  name: `the re-send window counts from the message's first failure, not its latest: failed, reopened, retried and failed again ${PAST_FIRST_MS} ms after the first failure, a re-send with reopenWithinMs ${WINDOW_MS} at once is past the window (pastReopenWindow, still failed)`,
+  needs: ["reopenWindow"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      windowOf(store);
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const fence = await acquire(store, c, "worker-a");
+      await mustBegin(store, c, fence, "begin m1");
+      const record = { kind: "failed_turn", messageId: "m1" };
+      await store.failMessage(c, fence, "m1", record);
+      const reopened = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: HOUR });
+      mustEqual([reopened.reopened, reopened.message.state], [true, "queued"], "a re-send of m1 right after its first failure, with an hour's window");
+      await mustBegin(store, c, fence, "begin the retry of m1");
+      // At least PAST_FIRST_MS of real time (the store's clock moves with it) after the first failure.
+      await new Promise<void>((resolve) => setTimeout(resolve, PAST_FIRST_MS));
+      await store.failMessage(c, fence, "m1", record);
+      // The latest failure is a few ms old, the first more than the window: a store that restarts
+      // the window at each failure keeps a message re-sendable for ever by failing it again.
+      const resend = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: WINDOW_MS });
+      mustEqual(
+        [resend.reopened, resend.pastReopenWindow, resend.message.state],
+        [false, true, "failed"],
+        `a re-send of m1 with reopenWithinMs ${WINDOW_MS}, its first failure at least ${PAST_FIRST_MS} ms old and its latest a moment old`,
+      );
+    }),
+};
+
+export const REOPEN_WINDOW_CHECKS: ConversationCheckSpec[] = [reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure];
