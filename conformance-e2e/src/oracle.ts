@@ -393,7 +393,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     // RECORD-4, TURN-13: what the runner reported is what the user can read beside the conversation.
     const c = conversations.find((x) => x.id === record.conversationId);
     const kept = c?.records.some((r) => sameJson(r, record)) ?? false;
-    if (!kept) add(record.kind === "failed_turn" ? "RECORD-4" : "TURN-13", `${what} is not kept beside the conversation`);
+    if (!kept) add(record.kind === "failed_turn" ? "RECORD-4" : "TURN-13", `${what} is not kept beside the conversation${describeStoredCopy(c?.records ?? [], record)}`);
     if (record.kind === "failed_turn") {
       if (record.retryable && record.calls.some((x) => x.status === "outcome_unknown" || x.status === "result_not_storable")) {
         add("RECORD-5", `${what} says a re-send can help although an effect is left unknown or unstorable`);
@@ -559,6 +559,37 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   if (faultFree(ctx.scenario)) checkCalm(ctx, conversations, add);
 
   return violations;
+}
+
+/** Keys a record says may have an effect (its calls, and a failed-turn record's per-key summary). */
+function keysSaidMaybe(record: FailedTurnRecord | SupersededAttemptRecord): Set<string> {
+  const keys = new Set<string>();
+  for (const x of record.calls ?? []) if (x.key !== undefined && SAYS_MAYBE.has(x.effect)) keys.add(x.key);
+  if (record.kind === "failed_turn") for (const x of record.effects ?? []) if (SAYS_MAYBE.has(x.effect)) keys.add(x.key);
+  return keys;
+}
+
+/**
+ * When a reported record is not kept as reported, what the store kept in its place: the stored
+ * record of the same kind, message, turn (and attempt), and the keys it no longer says may have
+ * happened — a stored copy that denies an effect is what a user re-sending on its word pays twice for.
+ */
+function describeStoredCopy(stored: JsonValue[], record: FailedTurnRecord | SupersededAttemptRecord): string {
+  const copy = (stored as unknown as (FailedTurnRecord | SupersededAttemptRecord)[]).find(
+    (r) =>
+      r !== null &&
+      typeof r === "object" &&
+      r.kind === record.kind &&
+      r.messageId === record.messageId &&
+      r.turnIndex === record.turnIndex &&
+      (record.kind !== "superseded_attempt" || (r as SupersededAttemptRecord).attempt === record.attempt),
+  );
+  if (copy === undefined) return "";
+  const said = keysSaidMaybe(copy);
+  const denied = [...keysSaidMaybe(record)].filter((key) => !said.has(key));
+  return denied.length > 0
+    ? `: the stored copy no longer says ${denied.map(short).join(", ")} may have happened, as the reported record does (it denies an effect)`
+    : ": the stored copy differs from it";
 }
 
 function checkCalm(ctx: CaseContext, conversations: ConversationState[], add: (rule: string, message: string) => void): void {

@@ -5,6 +5,7 @@
 import {
   Dispatcher,
   MemoryConversationStore,
+  type JsonValue,
   ToolError,
   ToolRegistry,
   type CallDispatcher,
@@ -227,4 +228,47 @@ export const MUTANTS: AuditMutant[] = [
       },
     }),
   },
+  // ---- mutation round h-kit: bugs above the ledger ----
+  {
+    // The payment goes through, then the tool reports a definite decline: the turn commits an
+    // error for a payment that happened, and the user is told it did not.
+    name: "paidThenDeclined",
+    breaks: "RECORD-3",
+    options: () => ({
+      dispatcher: (tools, ledger, defaults) =>
+        realDispatcher(
+          wrapTools(tools, async (tool, args, context) => {
+            const result = await tool.run(args, context);
+            if (tool.name === "send_payment") throw new ToolError("card declined", { disposition: "definite", code: "declined" });
+            return result;
+          }),
+          ledger,
+          defaults,
+        ),
+    }),
+  },
+  {
+    // The store keeps every record with each call's and each key's effect rewritten to
+    // not_happened (a column that defaults the effect and is never written).
+    name: "storedRecordsDeny",
+    breaks: "RECORD-4",
+    options: () => ({
+      conversationStore: ({ now }) => {
+        const inner = new MemoryConversationStore({ now });
+        return storeWith(inner, {
+          failMessage: (c, f, id, record) => inner.failMessage(c, f, id, denyingEffects(record)),
+          addRecord: (c, record) => inner.addRecord(c, denyingEffects(record)),
+          commitTurn: (c, commit) => inner.commitTurn(c, commit.record === undefined ? commit : { ...commit, record: denyingEffects(commit.record) }),
+        });
+      },
+    }),
+  },
 ];
+
+/** A record with every call's and every key's effect said to be not_happened. */
+function denyingEffects(record: JsonValue): JsonValue {
+  const copy = structuredClone(record) as { calls?: { effect?: string }[]; effects?: { effect?: string }[] };
+  for (const x of copy.calls ?? []) if (x.effect !== undefined) x.effect = "not_happened";
+  for (const x of copy.effects ?? []) if (x.effect !== undefined) x.effect = "not_happened";
+  return copy as JsonValue;
+}

@@ -1,0 +1,29 @@
+import { describe, expect, it } from "vitest";
+import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import { expectReadable } from "./readable.js";
+import { MUTANTS, memory } from "./audit-mutants.js";
+
+/**
+ * Mutation round h-kit, above the ledger: bugs the oracle already rejected, kept as regressions,
+ * each with the rule it breaks and what the counterexample says. A store whose records deny the
+ * effects they reported used to be told apart only as "not kept"; the message now names the keys
+ * the stored copy denies.
+ */
+const SHRINK_BUDGET_MS = 15_000;
+const mutant = (name: string) => MUTANTS.find((m) => m.name === name)!;
+
+describe.each(RUNNER_PROVIDERS)("mutation round h-kit: the end-to-end oracle rejects bugs above the ledger (provider %s)", (provider) => {
+  it("RECORD-3 a tool that reports a definite decline after its payment went through commits an error for a payment that happened", async () => {
+    const error = await runEndToEnd(memory, { provider, runs: 300, seed: 5, timeLimitMs: SHRINK_BUDGET_MS, ...mutant("paidThenDeclined").options() }).catch((e: unknown) => e);
+    const message = expectReadable(error, 5);
+    expect(message).toMatch(/breaks RECORD-3/);
+    expect(message).toMatch(/send_payment key [0-9a-f]{8} \(turn \d+ of conv-\d+, message "[^"]+"\) was committed as an error \(.*declined.*\) but its effect happened: payment_created/);
+  }, 600_000);
+
+  it("RECORD-4 a store that keeps every record with its effects rewritten to not_happened: the stored copy denies an effect the reported record lists", async () => {
+    const error = await runEndToEnd(memory, { provider, runs: 300, seed: 5, timeLimitMs: SHRINK_BUDGET_MS, ...mutant("storedRecordsDeny").options() }).catch((e: unknown) => e);
+    const message = expectReadable(error, 5);
+    expect(message).toMatch(/breaks (RECORD-4|TURN-13|RECORD-8)/);
+    expect(message).toMatch(/is not kept beside the conversation: the stored copy no longer says [0-9a-f]{8}(, [0-9a-f]{8})* may have happened/);
+  }, 600_000);
+});
