@@ -50,10 +50,10 @@ describe("report for MemoryConversationStore", () => {
     const { reopenWindow: _declared, ...undeclaredCapabilities } = reference.capabilities;
     const undeclared = await runChecks(windowChecks({ ...reference, capabilities: undeclaredCapabilities }), { subject: "undeclared", levels: ["conversation"] });
     expect(undeclared.checks.map((c) => [c.rule, c.status, c.reasonNotApplicable])).toEqual(
-      Array(2).fill(["TURN-12", "not_applicable", "needs reopenWindow (appendUserMessage takes reopenWithinMs: supports.reopenWindow)"]),
+      Array(3).fill(["TURN-12", "not_applicable", "needs reopenWindow (appendUserMessage takes reopenWithinMs: supports.reopenWindow)"]),
     );
     const declared = await runChecks(windowChecks(reference), { subject: "reference", levels: ["conversation"] });
-    expect(declared.checks.map((c) => c.status)).toEqual(["pass", "pass"]);
+    expect(declared.checks.map((c) => c.status)).toEqual(["pass", "pass", "pass"]);
     const without = {
       ...reference,
       async create() {
@@ -63,7 +63,7 @@ describe("report for MemoryConversationStore", () => {
       },
     };
     const failed = await runChecks(windowChecks(without), { subject: "without", levels: ["conversation"] });
-    expect(failed.checks.map((c) => c.status)).toEqual(["fail", "fail"]);
+    expect(failed.checks.map((c) => c.status)).toEqual(["fail", "fail", "fail"]);
     for (const c of failed.checks) expect(c.error).toMatch(/declares reopenWindow, but the store's capabilities.supports.reopenWindow is undefined/);
   });
 
