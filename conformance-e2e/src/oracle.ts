@@ -469,6 +469,28 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
       if (seenUnder(x.key).length === 0) add("RECORD-2", `${what} says ${x.name} key ${short(x.key)} happened (${x.status}), but nothing was performed under that key`);
     }
   }
+  // RECORD-5 on what the user reads, not only on what the runner reported: every failed-turn record
+  // kept beside a conversation (a store may keep more than it was given, or rewrite a copy) never
+  // sums up a key as not_happened when an effect under it was made before the record was written
+  // (strictly before its millisecond: the record's own clock and the effect log's are this host's).
+  for (const c of conversations) {
+    for (const stored of c.records as unknown as FailedTurnRecord[]) {
+      if (stored === null || typeof stored !== "object" || stored.kind !== "failed_turn" || !Array.isArray(stored.effects)) continue;
+      const writtenAt = Date.parse(stored.at);
+      if (!Number.isFinite(writtenAt)) continue;
+      for (const x of stored.effects) {
+        if (x.effect !== "not_happened") continue;
+        const made = (effectsByKey.get(x.key) ?? []).filter((e) => Date.parse(e.at) < writtenAt);
+        if (made.length > 0) {
+          add(
+            "RECORD-5",
+            `${c.id}: a failed-turn record kept beside the conversation (turn ${stored.turnIndex}, message ${JSON.stringify(stored.messageId)}, written ${stored.at}) ` +
+              `sums up ${x.name} key ${short(x.key)} as not_happened, but it happened before the record was written: ${made.map(describeEffect).join(", ")}`,
+          );
+        }
+      }
+    }
+  }
   // Across workers: a message that ended failed must have every effect its turn made listed in
   // one of its records, whichever live worker made it (RECORD-5). A dead worker writes no record
   // and nobody else learns its keys unless a later attempt reaches the same call: such an effect

@@ -263,6 +263,27 @@ export const MUTANTS: AuditMutant[] = [
       },
     }),
   },
+  {
+    // The store keeps each record as given and, beside it, a copy that denies every effect (a
+    // second writer, a summary row): what the runner reported is kept, and so is a lie.
+    name: "storedDenyingCopy",
+    breaks: "RECORD-5",
+    options: () => ({
+      conversationStore: ({ now }) => {
+        const inner = new MemoryConversationStore({ now });
+        return storeWith(inner, {
+          failMessage: async (c, f, id, record) => {
+            await inner.failMessage(c, f, id, record);
+            await inner.addRecord(c, denyingEffects(record));
+          },
+          addRecord: async (c, record) => {
+            await inner.addRecord(c, record);
+            await inner.addRecord(c, denyingEffects(record));
+          },
+        });
+      },
+    }),
+  },
 ];
 
 /** A record with every call's and every key's effect said to be not_happened. */

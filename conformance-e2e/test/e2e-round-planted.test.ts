@@ -7,7 +7,8 @@ import { MUTANTS, memory } from "./audit-mutants.js";
  * Mutation round h-kit, above the ledger: bugs the oracle already rejected, kept as regressions,
  * each with the rule it breaks and what the counterexample says. A store whose records deny the
  * effects they reported used to be told apart only as "not kept"; the message now names the keys
- * the stored copy denies.
+ * the stored copy denies. A store that keeps a denying copy beside the true record passed the
+ * oracle, which judged only the records the runner reported; it now judges every kept record.
  */
 const SHRINK_BUDGET_MS = 15_000;
 const mutant = (name: string) => MUTANTS.find((m) => m.name === name)!;
@@ -25,5 +26,13 @@ describe.each(RUNNER_PROVIDERS)("mutation round h-kit: the end-to-end oracle rej
     const message = expectReadable(error, 5);
     expect(message).toMatch(/breaks (RECORD-4|TURN-13|RECORD-8)/);
     expect(message).toMatch(/is not kept beside the conversation: the stored copy no longer says [0-9a-f]{8}(, [0-9a-f]{8})* may have happened/);
+  }, 600_000);
+
+  it("RECORD-5 a store that keeps each record and, beside it, a copy denying every effect: a kept failed-turn record sums up a key that happened as not_happened", async () => {
+    // Passed 60 runs (seed 5) of the oracle before it judged stored records: every reported record was kept.
+    const error = await runEndToEnd(memory, { provider, runs: 300, seed: 5, timeLimitMs: SHRINK_BUDGET_MS, ...mutant("storedDenyingCopy").options() }).catch((e: unknown) => e);
+    const message = expectReadable(error, 5);
+    expect(message).toMatch(/breaks RECORD-5/);
+    expect(message).toMatch(/a failed-turn record kept beside the conversation \(turn \d+, message "[^"]+", written [^)]+\) sums up \w+ key [0-9a-f]{8} as not_happened, but it happened before the record was written/);
   }, 600_000);
 });
