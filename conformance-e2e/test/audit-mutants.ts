@@ -228,7 +228,7 @@ export const MUTANTS: AuditMutant[] = [
       },
     }),
   },
-  // ---- mutation round h-kit: bugs above the ledger ----
+  // ---- mutation round of 2026-12-03: bugs above the ledger ----
   {
     // The payment goes through, then the tool reports a definite decline: the turn commits an
     // error for a payment that happened, and the user is told it did not.

@@ -4,7 +4,7 @@ import { expectReadable } from "./readable.js";
 import { MUTANTS, memory } from "./audit-mutants.js";
 
 /**
- * Mutation round h-kit, above the ledger: bugs the oracle already rejected, kept as regressions,
+ * Mutation round of 2026-12-03, above the ledger: bugs the oracle already rejected, kept as regressions,
  * each with the rule it breaks and what the counterexample says. A store whose records deny the
  * effects they reported used to be told apart only as "not kept"; the message now names the keys
  * the stored copy denies. A store that keeps a denying copy beside the true record passed the
@@ -13,7 +13,7 @@ import { MUTANTS, memory } from "./audit-mutants.js";
 const SHRINK_BUDGET_MS = 15_000;
 const mutant = (name: string) => MUTANTS.find((m) => m.name === name)!;
 
-describe.each(RUNNER_PROVIDERS)("mutation round h-kit: the end-to-end oracle rejects bugs above the ledger (provider %s)", (provider) => {
+describe.each(RUNNER_PROVIDERS)("mutation round of 2026-12-03: the end-to-end oracle rejects bugs above the ledger (provider %s)", (provider) => {
   it("RECORD-3 a tool that reports a definite decline after its payment went through commits an error for a payment that happened", async () => {
     const error = await runEndToEnd(memory, { provider, runs: 300, seed: 5, timeLimitMs: SHRINK_BUDGET_MS, ...mutant("paidThenDeclined").options() }).catch((e: unknown) => e);
     const message = expectReadable(error, 5);

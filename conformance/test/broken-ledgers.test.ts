@@ -90,7 +90,7 @@ const BROKEN: Array<{ bug: keyof Bugs; rule: string; what: string; check: RegExp
   { bug: "listExpiredIgnoresOlderThan", rule: "LEDGER-25", what: "listExpiredInFlight ignores olderThanMs", check: /listExpiredInFlight\(\{ olderThanMs \}\)/ },
   { bug: "listExpiredOlderThanSign", rule: "LEDGER-25", what: "listExpiredInFlight's cutoff is now + olderThanMs (a sign slip)", check: /listExpiredInFlight\(\{ olderThanMs \}\)/ },
   { bug: "listExpiredOlderThanAsSeconds", rule: "LEDGER-25", what: "listExpiredInFlight reads olderThanMs as seconds", check: /listExpiredInFlight\(\{ olderThanMs \}\)/ },
-  // Mutation round h-kit (15 planted by an auditor who had not read this list). Eleven the kit already
+  // Mutation round of 2026-12-03 (15 planted by an auditor who had not read this list). Eleven the kit already
   // rejected, kept as regressions...
   { bug: "recognitionKeepsLease", rule: "LEDGER-26", what: "a claim recognised by its claim id does not restart the lease", check: /after its lease ran out, before anyone acted on it/ },
   { bug: "recognitionBumpsFence", rule: "LEDGER-26", what: "a claim recognised by its claim id is answered and stored with fence + 1", check: /is the same claim: claimed with its fence/ },

@@ -3,7 +3,7 @@ import { conversationStoreChecks, runChecks, type Report } from "../src/index.js
 import { kvConversationSubject, type ConversationBugs } from "./conversation-fixtures/kv-conversation-store.js";
 
 /**
- * Mutation round h-kit at the conversation-store level: 13 bugs planted by an auditor who had not
+ * Mutation round of 2026-12-03 at the conversation-store level: 13 bugs planted by an auditor who had not
  * read the lists beside this file. Ten the kit already rejected (kept as regressions); three it
  * certified, each now rejected by the check added for it (`new: true`). Only the checks of the
  * rule broken run, and the model-based check where a random sequence reaches the bug.
@@ -32,7 +32,7 @@ async function certify(bugs: ConversationBugs, name: string, rule?: string): Pro
   return runChecks(checks, { subject: name, seed: SEED, runs: 200, levels: ["conversation"] });
 }
 
-describe("mutation round h-kit: broken conversation stores are rejected with the rule they break", () => {
+describe("mutation round of 2026-12-03: broken conversation stores are rejected with the rule they break", () => {
   for (const { bug, rule, what, check, message, model } of BROKEN) {
     it(`${bug} (${what}) fails ${rule}`, async () => {
       const report = await certify({ [bug]: true }, `kv-${bug}`, rule);

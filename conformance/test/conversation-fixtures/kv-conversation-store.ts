@@ -150,7 +150,7 @@ export interface ConversationBugs {
   reopenedAtBoundIndex?: boolean;
   /** beginTurn takes the committed count from what this instance last saw, not from storage. */
   instanceCountCache?: boolean;
-  // ---- Mutation round h-kit: planted without reading the list above first. ----
+  // ---- Mutation round of 2026-12-03: planted without reading the list above first. ----
   /** A lease is still live at the millisecond it ends (`expiresAt >= now`) (TURN-10, the safe side: expected to conform). */
   leaseLiveAtExpiry?: boolean;
   /** Grant ids compared case-insensitively (a case-insensitive collation on the grant column) (breaks TURN-10). */

@@ -1,10 +1,10 @@
-// The h-kit mutation round's survey: certifies planted bugs of the kit's key-value ledger
+// The 2026-12-03 mutation round's survey: certifies planted bugs of the kit's key-value ledger
 // (test/fixtures/kv-ledger.ts) or conversation store (test/conversation-fixtures/kv-conversation-store.ts)
 // with the WHOLE level, and prints which checks failed each (a mutant the level certifies is a hole
 // in the oracle). It asserts nothing: the planted-bug tests are the gate.
 //
-//   node --import tsx scripts/h-kit-survey.ts ledger control,leaseLiveAtExpiry,claimIdFoldsCase [--out FILE]
-//   node --import tsx scripts/h-kit-survey.ts conversation control,grantIdFoldsCase,windowFromLatestFailure
+//   node --import tsx scripts/round-survey.ts ledger control,leaseLiveAtExpiry,claimIdFoldsCase [--out FILE]
+//   node --import tsx scripts/round-survey.ts conversation control,grantIdFoldsCase,windowFromLatestFailure
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { conversationStoreChecks, ledgerChecks, runChecks } from "../src/index.js";
@@ -17,7 +17,7 @@ const { values, positionals } = parseArgs({
 });
 const [level, list] = positionals;
 if ((level !== "ledger" && level !== "conversation") || list === undefined) {
-  process.stderr.write("usage: h-kit-survey.ts ledger|conversation bug[,bug...] [--out FILE] [--runs N] [--seed S]\n");
+  process.stderr.write("usage: round-survey.ts ledger|conversation bug[,bug...] [--out FILE] [--runs N] [--seed S]\n");
   process.exit(2);
 }
 const runs = Number(values.runs);
