@@ -3,7 +3,7 @@ import { createOpenAI } from "@ai-sdk/openai";
 import { createOnceTools, dispatchOnceOf } from "@dispatch-once/ai-sdk";
 import { ToolError, catalogueEntry, canonicalize, type DispatcherOptions, type FailureDisposition, type Ledger } from "@dispatch-once/core";
 import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
-import { lastUserText, scriptFromPlans, call, respond, startMockOpenAI, type MockOpenAI, type ScriptedResponse } from "@dispatch-once/mock-openai";
+import { lastUserText, scriptFromPlans, call, respond, say as sayText, startMockOpenAI, type MockOpenAI, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
 import {
   DISPOSITION_BY_OUTCOME,
   PaymentsError,
@@ -14,7 +14,8 @@ import {
   type MockPaymentsServer,
 } from "@dispatch-once/mock-payments";
 import { stepCountIs, streamText, tool, type ModelMessage, type ToolSet } from "ai";
-import type { AiSdkChatPlan, AiSdkMessagePlan, AiSdkScenario } from "./ai-sdk-scenario.js";
+import { z } from "zod";
+import { APPROVAL_MARK, stepsOf, type AiSdkChatPlan, type AiSdkMessagePlan, type AiSdkScenario } from "./ai-sdk-scenario.js";
 import type { OracleViolation } from "./oracle.js";
 import { openAIPosition } from "./provider.js";
 import type { PlannedCall } from "./scenario.js";
@@ -25,7 +26,8 @@ import { TOOL_SHAPES, short } from "./world.js";
  * describes. A chat route keeps each chat's messages, gives `streamText` (the real `ai` package,
  * through `@ai-sdk/openai` against apps/mock-openai) the tools wrapped by `createOnceTools`,
  * counts the turn from its messages (AISDK-1), re-sends the same messages after a mid-stream
- * failure (AISDK-6) and regenerates answered turns. The AI SDK decides when tools run; the
+ * failure (AISDK-6), continues a turn in a new request after the user approved its calls or
+ * answered a client-side tool (AISDK-9), and regenerates turns. The AI SDK decides when tools run; the
  * app decides what it keeps. The oracle is the payments API's effect log against what the app
  * was told and kept.
  */
@@ -83,7 +85,7 @@ export interface AiSdkWorld {
    * mock's script and fault plan read. Each case adds its own entries and removes only those, so
    * a case the property abandoned at its time limit, still running, never touches another's.
    */
-  plans: Map<string, ScriptedResponse>;
+  plans: Map<string, ScriptedResponse[]>;
   /** Which attempt of its turn the app is making for a user text (1-based), and that turn's plan. */
   attempts: Map<string, { attempt: number; plan: AiSdkMessagePlan }>;
   close(): Promise<void>;
@@ -97,8 +99,11 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
     logLimit: 50,
     script: (request) => {
       const text = lastUserText(request);
-      const plan = text === undefined ? undefined : world.plans.get(text);
-      return scriptFromPlans(plan === undefined ? {} : { [text!]: plan })(request);
+      const steps = text === undefined ? undefined : world.plans.get(text);
+      if (steps === undefined) return scriptFromPlans({})(request);
+      // The turn's responses in order: which one is due is read from the calls the input shows.
+      const step = stepOf(request, steps);
+      return step < steps.length ? steps[step]! : sayText("Done.");
     },
   });
   world.openai.setFaultPlan((request) => {
@@ -106,10 +111,14 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
     const at = text === undefined ? undefined : world.attempts.get(text);
     const planned = at?.plan.cuts[at.attempt - 1];
     if (planned === undefined) return undefined;
-    const last = Array.isArray(request.input) ? request.input[request.input.length - 1] : undefined;
-    const phase = last?.type === "function_call_output" ? "confirmation" : "tool_step";
+    const steps = world.plans.get(text!);
+    const step = steps === undefined ? 0 : stepOf(request, steps);
+    const phase = steps !== undefined && step < steps.length ? "tool_step" : "confirmation";
     if (planned.phase !== phase) return undefined;
-    return { kind: planned.cut.kind, at: openAIPosition(planned.cut) };
+    // A continuation's step may make fewer calls than the cut was drawn for: cut its last one.
+    const calls = steps?.[step]?.output.length ?? 1;
+    const cut = "toolUse" in planned.cut ? { ...planned.cut, toolUse: Math.min(planned.cut.toolUse, calls - 1) } : planned.cut;
+    return { kind: planned.cut.kind, at: openAIPosition(cut) };
   });
   world.close = async () => {
     await world.openai.close();
@@ -118,12 +127,35 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
   return world;
 }
 
+/**
+ * Which of the turn's scripted responses a request is due: the one after the steps whose calls
+ * its input already shows (function_call items after the last user message; a cut response is
+ * never kept, so the count falls on a step boundary).
+ */
+function stepOf(request: ResponsesRequest, steps: readonly ScriptedResponse[]): number {
+  const input = Array.isArray(request.input) ? request.input : [];
+  let start = 0;
+  for (let i = input.length - 1; i >= 0; i--) {
+    if (input[i]!.role === "user") {
+      start = i + 1;
+      break;
+    }
+  }
+  const shown = input.slice(start).filter((item) => item.type === "function_call").length;
+  let step = 0;
+  let through = 0;
+  while (step < steps.length && through + steps[step]!.output.length <= shown) through += steps[step++]!.output.length;
+  return step;
+}
+
 // ---- the app ---------------------------------------------------------------------------------
 
 /** What the app was told about one tool call in an attempt it kept (a tool-result or tool-error part). */
 interface Told {
   chat: string;
   message: string;
+  /** 0 for the turn as first sent, 1 for its regenerate: the answers the app kept for one pass at the turn. */
+  pass: number;
   toolCallId: string;
   tool: string;
   input: Record<string, unknown>;
@@ -140,7 +172,10 @@ interface CaseLog {
 }
 
 const IDENTITY = { send_payment: TOOL_SHAPES.send_payment.identity! };
-const EFFECTS = { send_payment: "keyed_write", create_invoice: "unkeyed_write" } as const;
+// ask_user has no execute (a client-side tool): createOnceTools leaves it as it is.
+const EFFECTS = { send_payment: "keyed_write", create_invoice: "unkeyed_write", ask_user: "read" } as const;
+/** A call needs approval when its identity carries the mark (the scenario puts it on an approval turn's calls). */
+const needsApproval = (input: { reference?: string; memo?: string }) => (input.reference ?? input.memo ?? "").includes(APPROVAL_MARK);
 
 function say(log: CaseLog, who: string, what: string): void {
   log.timeline.push(`${String(Date.now() - log.started).padStart(6)} ms  ${who.padEnd(7)} ${what}`);
@@ -151,7 +186,15 @@ function count(log: CaseLog, what: string, by = 1): void {
 }
 
 /** The app's tools as an AI SDK app writes them: `tool({ inputSchema, execute })` over the payments client. */
-function appTools(world: AiSdkWorld, account: string, log: CaseLog, faults: Map<string, FaultSpec["outcome"]>, running: { n: number }, disposition: AiSdkAppOptions["disposition"]) {
+function appTools(
+  world: AiSdkWorld,
+  account: string,
+  log: CaseLog,
+  faults: Map<string, FaultSpec["outcome"]>,
+  running: { n: number },
+  disposition: AiSdkAppOptions["disposition"],
+  approvals: boolean,
+) {
   const api = createPaymentsClient({ baseURL: world.payments.url, token: account });
   const tell = disposition ?? ((e: PaymentsError) => DISPOSITION_BY_OUTCOME[e.outcome]);
   // The app forwards the call's Dispatch-Once key; an unwrapped app has only the provider's call id.
@@ -178,10 +221,13 @@ function appTools(world: AiSdkWorld, account: string, log: CaseLog, faults: Map<
     }
   };
   const keyed = (key: string, fault: FaultSpec["outcome"] | undefined) => ({ idempotencyKey: key, ...(fault !== undefined ? { fault: { outcome: fault } } : {}) });
+  // Only a chat with approval turns has the option: a tool with needsApproval is never dispatched at its tool-call part (AISDK-4).
+  const approval = approvals ? { needsApproval: (input: { reference?: string; memo?: string }) => needsApproval(input) } : {};
   return {
     send_payment: tool({
       description: "Send a payment to a payee. Amount in minor units.",
       inputSchema: TOOL_SHAPES.send_payment.input,
+      ...approval,
       execute: (args, options) =>
         run("send_payment", args, options, async (key, fault) => {
           const { body } = await api.createPayment(args, keyed(key, fault));
@@ -191,12 +237,15 @@ function appTools(world: AiSdkWorld, account: string, log: CaseLog, faults: Map<
     create_invoice: tool({
       description: "Create an invoice for a customer. Amount in minor units.",
       inputSchema: TOOL_SHAPES.create_invoice.input,
+      ...approval,
       execute: (args, options) =>
         run("create_invoice", args, options, async (key, fault) => {
           const { body } = await api.createInvoice(args, keyed(key, fault));
           return { invoiceId: body.id };
         }),
     }),
+    // A client-side tool: the browser answers it, in the turn's next request.
+    ask_user: tool({ description: "Ask the user a question.", inputSchema: z.object({ question: z.string() }) }),
   } satisfies ToolSet;
 }
 
@@ -219,19 +268,21 @@ interface Chat {
   plan: AiSdkChatPlan;
   /** The app's committed messages (what `useChat` would send with the next request). */
   messages: ModelMessage[];
+  /** The chat route's tools for one request (its own tool set: only a chat with approval turns has needsApproval). */
+  forTurn: (request: AiSdkRequest) => AiSdkTurnTools;
 }
 
 /**
  * One request of the chat route: `streamText` with the chat's messages. Kept only when the
  * stream finished; a failed attempt leaves the messages as they were.
  */
-async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string): Promise<boolean> {
+async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string, pass: number): Promise<boolean> {
   const state = ctx.world.attempts.get(content)!;
   state.attempt++;
   const request: AiSdkRequest = { conversationId: chat.plan.id, messages: chat.messages, dispatchAt: chat.plan.dispatchAt };
   say(ctx.log, "app", `${chat.plan.id} ${label}: request ${state.attempt} of ${JSON.stringify(message.text)} (${chat.messages.length} messages, tools at ${chat.plan.dispatchAt})`);
   count(ctx.log, "attempts");
-  const turn = ctx.forTurn(request);
+  const turn = chat.forTurn(request);
   const told: Told[] = [];
   const runsBefore = ctx.log.stats.tool_runs ?? 0;
   const calls = new Map<string, { tool: string; input: Record<string, unknown> }>();
@@ -258,6 +309,7 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
         const entry: Told = {
           chat: chat.plan.id,
           message: message.text,
+          pass,
           toolCallId: part.toolCallId,
           tool: part.toolName,
           input: (c?.input ?? part.input) as Record<string, unknown>,
@@ -294,29 +346,73 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   return true;
 }
 
-/** A turn as the app drives it: a request, and the same messages again after each failure (AISDK-6). */
-async function driveTurn(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string): Promise<boolean> {
-  for (let resend = 0; resend <= message.resends; resend++) {
-    if (await attempt(ctx, chat, message, content, resend === 0 ? label : `${label}, re-sent after a failure`)) return true;
-    if (resend < message.resends) count(ctx.log, "resends");
+/**
+ * A turn as the app drives it: a request, and the same messages again after each failure
+ * (AISDK-6); then, while the kept answer waits for the user (an approval, a client-side tool's
+ * question), the user's answer as a tool message and the turn's next request (AISDK-1: the same
+ * turn). A re-send of a continuation carries its approval again (a re-sent approval).
+ */
+async function driveTurn(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string, pass: number): Promise<boolean> {
+  for (let request = 0; ; request++) {
+    let answered = false;
+    const what = request === 0 ? label : `${label}, continuation ${request}`;
+    for (let resend = 0; resend <= message.resends && !answered; resend++) {
+      answered = await attempt(ctx, chat, message, content, resend === 0 ? what : `${what}, re-sent after a failure`, pass);
+      if (!answered && resend < message.resends) count(ctx.log, "resends");
+    }
+    if (!answered) return false;
+    const answer = userAnswer(chat.messages);
+    // Three requests at most: the plan's continuation, and (approval) its repeats' approval.
+    if (answer === undefined || request >= 2) return answer === undefined;
+    chat.messages.push(answer.message);
+    count(ctx.log, "continuations");
+    if (answer.approvals > 0) count(ctx.log, "approvals", answer.approvals);
+    if (answer.results > 0) count(ctx.log, "client_tool_results", answer.results);
+    say(ctx.log, "app", `${chat.plan.id} the user answers: ${answer.approvals} approvals, ${answer.results} client-side tool results; the turn goes on`);
   }
-  return false;
 }
 
-async function runChat(ctx: RunContext, plan: AiSdkChatPlan): Promise<void> {
-  const chat: Chat = { plan, messages: [] };
+/**
+ * What the user answers to a kept response that waits: every approval request of the turn not
+ * yet answered (approved), and every `ask_user` call without a result (yes), as one tool message.
+ */
+function userAnswer(messages: readonly ModelMessage[]): { message: ModelMessage; approvals: number; results: number } | undefined {
+  const lastUser = messages.findLastIndex((m) => m.role === "user");
+  const parts = messages.slice(lastUser + 1).flatMap((m) => (Array.isArray(m.content) ? (m.content as { type: string; toolCallId?: string; toolName?: string; approvalId?: string }[]) : []));
+  const responded = new Set(parts.flatMap((p) => (p.type === "tool-approval-response" ? [p.approvalId] : [])));
+  const resulted = new Set(parts.flatMap((p) => (p.type === "tool-result" ? [p.toolCallId] : [])));
+  const content: unknown[] = [];
+  let approvals = 0;
+  let results = 0;
+  for (const p of parts) {
+    if (p.type === "tool-approval-request" && !responded.has(p.approvalId)) {
+      content.push({ type: "tool-approval-response", approvalId: p.approvalId, approved: true });
+      approvals++;
+    } else if (p.type === "tool-call" && p.toolName === "ask_user" && !resulted.has(p.toolCallId)) {
+      content.push({ type: "tool-result", toolCallId: p.toolCallId, toolName: "ask_user", output: { type: "json", value: { answer: "yes" } } });
+      results++;
+    }
+  }
+  return content.length === 0 ? undefined : { message: { role: "tool", content } as ModelMessage, approvals, results };
+}
+
+async function runChat(ctx: RunContext, plan: AiSdkChatPlan, forTurn: Chat["forTurn"]): Promise<void> {
+  const chat: Chat = { plan, messages: [], forTurn };
   for (const message of plan.messages) {
     const content = contentOf(ctx.account, plan.id, message.text);
     chat.messages.push({ role: "user", content });
-    const answered = await driveTurn(ctx, chat, message, content, "send");
+    const answered = await driveTurn(ctx, chat, message, content, "send", 0);
     if (answered) count(ctx.log, "turns_answered");
     else count(ctx.log, "turns_unanswered");
+    // A turn given up while it waits for the user: the next message is a new turn, and the AI SDK
+    // refuses a request whose history has a call left without its result.
+    if (!answered && userAnswer(chat.messages) !== undefined) chat.messages.splice(chat.messages.findLastIndex((m) => m.role === "user") + 1);
     if (message.regenerate) {
       // Regenerate: drop the answer after the last user message and ask the same turn again.
       const lastUser = chat.messages.findLastIndex((m) => m.role === "user");
       chat.messages.splice(lastUser + 1);
       count(ctx.log, "regenerates");
-      await driveTurn(ctx, chat, message, content, "regenerate");
+      await driveTurn(ctx, chat, message, content, "regenerate", 1);
     }
   }
 }
@@ -326,7 +422,6 @@ interface RunContext {
   account: string;
   log: CaseLog;
   model: ReturnType<ReturnType<typeof createOpenAI>["responses"]>;
-  forTurn: (request: AiSdkRequest) => AiSdkTurnTools;
 }
 
 export interface AiSdkCaseRun {
@@ -348,7 +443,10 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       const content = contentOf(account, chat.id, message.text);
       contents.push(content);
       // The memo is free text the mock re-words on every later response to the same request (IDENT-1).
-      plans.set(content, respond(...message.calls.map((c) => call(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {}))));
+      plans.set(
+        content,
+        stepsOf(message).map((step) => respond(...step.map((c) => call(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {})))),
+      );
       attempts.set(content, { attempt: 0, plan: message });
       message.calls.forEach((c, i) => {
         const fault = message.downstream[i];
@@ -358,7 +456,6 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
   }
   const running = { n: 0 };
   try {
-    const tools = appTools(world, account, log, faults, running, app.disposition);
     const dispatcher: AiSdkWrapOptions["dispatcher"] = {
       leaseMs: 5_000,
       // Longer than any early-dispatched call of a cut attempt takes, so its retry waits for it (LEDGER-15).
@@ -368,10 +465,14 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       allowVolatileLedgerForUnkeyedWrites: true,
       logger: { warn: () => {} },
     };
-    const forTurn = (app.wrap ?? wrapOnce)(tools, fixture.ledger, { effects: EFFECTS, identity: IDENTITY, dispatcher });
     const model = createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).responses("gpt-conformance");
-    const ctx: RunContext = { world, account, log, model, forTurn };
-    await Promise.all(scenario.chats.map((chat) => runChat(ctx, chat)));
+    const ctx: RunContext = { world, account, log, model };
+    await Promise.all(
+      scenario.chats.map((chat) => {
+        const tools = appTools(world, account, log, faults, running, app.disposition, chat.messages.some((m) => m.continuation?.kind === "approval"));
+        return runChat(ctx, chat, (app.wrap ?? wrapOnce)(tools, fixture.ledger, { effects: EFFECTS, identity: IDENTITY, dispatcher }));
+      }),
+    );
     // A call started at its tool-call part may outlive the stream that was cut under it.
     await settled(running);
     const effects = world.payments.effects({ account });
@@ -426,15 +527,26 @@ function effectSignature(effect: Effect): string | undefined {
 const describeEffect = (e: Effect) => `${e.kind} ${e.resourceId} (seq ${e.seq}, key ${short(e.idempotencyKey ?? undefined)})`;
 
 /**
- * Per intent (one planned call): at most one effect in the payments API's log; exactly one, and
- * the one named, when the app was told it succeeded; and no error the app kept may say the effect
- * did not happen when it did.
+ * Per intent (one planned call, found by its signature; a continuation's repeat is a second
+ * intent with the same one): no more effects in the payments API's log than intents of that
+ * signature; a success the app kept names one of them, and two successes kept in one pass at a
+ * turn (its first sending with its continuations, or its regenerate) name two distinct effects;
+ * and no error the app kept may say the effect did not happen when it did.
  */
 export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: CaseLog, effects: Effect[]): OracleViolation[] {
   const violations: OracleViolation[] = [];
   const add = (rule: string, message: string) => violations.push({ rule, message });
-  const intents = new Map<string, { chat: string; message: string; call: PlannedCall }>();
-  for (const chat of scenario.chats) for (const m of chat.messages) for (const c of m.calls) intents.set(intentSignature(c.tool, c.args), { chat: chat.id, message: m.text, call: c });
+  const intents = new Map<string, { chat: string; message: string; call: PlannedCall; times: number }>();
+  for (const chat of scenario.chats) {
+    for (const m of chat.messages) {
+      for (const c of [...m.calls, ...(m.continuation?.repeat ?? []).map((i) => m.calls[i]!)]) {
+        const signature = intentSignature(c.tool, c.args);
+        const known = intents.get(signature);
+        if (known !== undefined) known.times++;
+        else intents.set(signature, { chat: chat.id, message: m.text, call: c, times: 1 });
+      }
+    }
+  }
   const bySignature = new Map<string, Effect[]>();
   for (const e of effects) {
     const signature = effectSignature(e);
@@ -445,8 +557,13 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
   const where = (i: { chat: string; message: string; call: PlannedCall }) => `${i.call.tool} for ${i.chat} ${JSON.stringify(i.message)} ("${intentSignature(i.call.tool, i.call.args)}")`;
   for (const [signature, intent] of intents) {
     const list = bySignature.get(signature) ?? [];
-    if (list.length > 1) add("CONF-2", `${where(intent)}: performed ${list.length} times for one intent: ${list.map(describeEffect).join(", ")}`);
+    if (list.length > intent.times) {
+      const asked = intent.times === 1 ? "one intent" : `${intent.times} intents`;
+      add("CONF-2", `${where(intent)}: performed ${list.length} times for ${asked}: ${list.map(describeEffect).join(", ")}`);
+    }
   }
+  // The effect each kept success named, per pass at a turn and signature: two calls the user asked for are two effects.
+  const namedIn = new Map<string, Map<string, string>>();
   for (const t of log.told) {
     const signature = intentSignature(t.tool, t.input);
     const intent = intents.get(signature);
@@ -460,7 +577,16 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
       const output = t.output as { paymentId?: string; invoiceId?: string } | undefined;
       const named = t.tool === "create_invoice" ? output?.invoiceId : output?.paymentId;
       if (list.length === 0) add("RECORD-3", `${what} was kept as a success (${JSON.stringify(t.output)}) but the payments API performed nothing for it`);
-      else if (named !== list[0]!.resourceId) add("DISPATCH-5", `${what} was kept as a success naming ${named}, but the effect is ${describeEffect(list[0]!)}`);
+      else if (!list.some((e) => e.resourceId === named)) add("DISPATCH-5", `${what} was kept as a success naming ${named}, but the effects are ${list.map(describeEffect).join(", ")}`);
+      else {
+        const group = `${t.chat}\u0000${t.message}\u0000${t.pass}\u0000${signature}`;
+        const seen = namedIn.get(group) ?? new Map<string, string>();
+        namedIn.set(group, seen);
+        const other = seen.get(named!);
+        if (other !== undefined) {
+          add("CONF-2", `${what} was kept as a success naming ${named}, which ${other} of the same turn was told too: the user asked for ${intent.times} of them, and one was never made (ordinals of a continuation, AISDK-9)`);
+        } else seen.set(named!, `call ${t.toolCallId}`);
+      }
     } else if (list.length > 0 && saysNotHappened(t.error)) {
       add("EFFECT-6", `${what} was kept as an error that says the effect did not happen (${describeError(t.error)}) but it happened: ${list.map(describeEffect).join(", ")}`);
     }

@@ -5,8 +5,9 @@ import type { CutKind, DownstreamFault, PlannedCall, StreamCut } from "./scenari
  * A random scenario for the Vercel AI SDK profile (spec §13.2): chats whose server route runs
  * real `streamText` with tools wrapped by `createOnceTools`, against the mock Responses API.
  * There is no runner here: the app keeps its messages, counts its turns from them (AISDK-1),
- * re-sends the same messages after a mid-stream failure (AISDK-6) and regenerates answered
- * turns. Everything is data, so fast-check can shrink it.
+ * re-sends the same messages after a mid-stream failure (AISDK-6), continues turns across
+ * requests (approvals, client-side tool results: AISDK-9) and regenerates turns. Everything is
+ * data, so fast-check can shrink it.
  */
 
 /**
@@ -17,6 +18,22 @@ import type { CutKind, DownstreamFault, PlannedCall, StreamCut } from "./scenari
 export interface AiSdkCut {
   phase: "tool_step" | "confirmation";
   cut: StreamCut;
+}
+
+/**
+ * A turn that spans requests (AISDK-1, AISDK-9): the first response waits for the user, who
+ * approves its calls (`needsApproval`) or answers a client-side tool's question (`ask_user`, a
+ * tool without `execute`); the app sends the answer in a new request of the same turn, whose
+ * response makes the calls in `repeat` once more. The user asked for each twice: a repeat is
+ * identical (same tool, same identity) to its call of the first request and is a second intent
+ * with the same signature, which must run (a new ordinal) and not be answered with the first's
+ * result. Under `approval` every call of the message needs approval, the repeats too, so the
+ * turn takes three requests.
+ */
+export interface AiSdkContinuation {
+  kind: "approval" | "client_tool";
+  /** Indexes into the message's `calls`. */
+  repeat: number[];
 }
 
 export interface AiSdkMessagePlan {
@@ -32,6 +49,19 @@ export interface AiSdkMessagePlan {
   resends: number;
   /** After the turn settled, the user presses regenerate: the same user messages once more. */
   regenerate: boolean;
+  /** Whether the turn goes on in a continuation request; undefined: answered in one request. */
+  continuation?: AiSdkContinuation | undefined;
+}
+
+/** What marks a call as needing approval: in its identity, so a re-worded memo does not change it. */
+export const APPROVAL_MARK = "approve";
+
+/** The model's responses of a turn, in order: each (but the last, text) makes calls. */
+export function stepsOf(message: AiSdkMessagePlan): { tool: string; args: Record<string, unknown> }[][] {
+  const first: { tool: string; args: Record<string, unknown> }[] = [...message.calls];
+  if (message.continuation === undefined) return [first];
+  if (message.continuation.kind === "client_tool") first.push({ tool: "ask_user", args: { question: "Pay the same again?" } });
+  return [first, message.continuation.repeat.map((i) => message.calls[i]!)];
 }
 
 export interface AiSdkChatPlan {
@@ -48,20 +78,21 @@ export interface AiSdkScenario {
 const PAYEES = ["acme", "globex", "initech"];
 const CURRENCIES = ["EUR", "USD"];
 
-function callArbitrary(chat: number, message: number, index: number): fc.Arbitrary<PlannedCall> {
+function callArbitrary(chat: number, message: number, index: number, approval: boolean): fc.Arbitrary<PlannedCall> {
+  const mark = approval ? `-${APPROVAL_MARK}` : "";
   const payment = fc.record({
     payee: fc.constantFrom(...PAYEES),
     amount: fc.integer({ min: 1, max: 99_999 }),
     currency: fc.constantFrom(...CURRENCIES),
     // Unique per call: an intent is one planned call, and its effects are found by it.
-    reference: fc.constant(`c${chat}-m${message}-r${index}`),
+    reference: fc.constant(`c${chat}-m${message}-r${index}${mark}`),
     memo: fc.constantFrom("Invoice", "Monthly fee", "Refund"),
   });
   const invoice = fc.record({
     customer: fc.constantFrom(...PAYEES),
     amount: fc.integer({ min: 1, max: 99_999 }),
     currency: fc.constantFrom(...CURRENCIES),
-    memo: fc.constant(`Services c${chat}m${message}i${index}`),
+    memo: fc.constant(`Services c${chat}m${message}i${index}${mark}`),
   });
   return fc.oneof(
     { weight: 3, arbitrary: payment.map((args): PlannedCall => ({ tool: "send_payment", args })) },
@@ -90,9 +121,14 @@ function cutArbitrary(calls: number): fc.Arbitrary<AiSdkCut> {
   );
 }
 
+const continuationKind = fc.oneof(
+  { weight: 2, arbitrary: fc.constant(undefined) },
+  { weight: 1, arbitrary: fc.constantFrom<AiSdkContinuation["kind"]>("approval", "client_tool") },
+);
+
 function messageArbitrary(chat: number, message: number): fc.Arbitrary<AiSdkMessagePlan> {
-  return fc.integer({ min: 1, max: 2 }).chain((count) =>
-    fc.tuple(...Array.from({ length: count }, (_, i) => callArbitrary(chat, message, i))).chain((calls) =>
+  return fc.tuple(fc.integer({ min: 1, max: 2 }), continuationKind).chain(([count, kind]) =>
+    fc.tuple(...Array.from({ length: count }, (_, i) => callArbitrary(chat, message, i, kind === "approval"))).chain((calls) =>
       fc.record({
         text: fc.constant(`c${chat} message ${message}`),
         calls: fc.constant(calls as PlannedCall[]),
@@ -108,6 +144,15 @@ function messageArbitrary(chat: number, message: number): fc.Arbitrary<AiSdkMess
         ) as fc.Arbitrary<Partial<Record<number, DownstreamFault>>>,
         resends: fc.integer({ min: 0, max: 2 }),
         regenerate: fc.boolean(),
+        continuation:
+          kind === undefined
+            ? fc.constant(undefined)
+            : fc
+                .subarray(
+                  calls.map((_, i) => i),
+                  { minLength: 1 },
+                )
+                .map((repeat): AiSdkContinuation => ({ kind, repeat })),
       }),
     ),
   );

@@ -1,4 +1,4 @@
-import { createOnceTools } from "@dispatch-once/ai-sdk";
+import { createOnceTools, turnIndexOf } from "@dispatch-once/ai-sdk";
 import { ConformanceFailure, memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
 import type { ToolSet } from "ai";
 import fc from "fast-check";
@@ -25,7 +25,7 @@ const SHRINK_BUDGET_MS = 15_000;
 const PERFORMED_AGAIN = /performed ([2-9]|\d{2,}) times for one intent/;
 
 describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
-  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 an app with createOnceTools performs each intent at most once and keeps only the truth, over ${runs} random scenarios`, async () => {
+  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 an app with createOnceTools performs each intent at most once and keeps only the truth, over ${runs} random scenarios`, async () => {
     const seen: Record<string, number> = {};
     await runEndToEnd(memory, {
       provider: "ai-sdk",
@@ -36,7 +36,9 @@ describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
     // The oracle read what the app kept: an app that kept nothing would pass every check.
     expect(seen.told_successes).toBeGreaterThan(0);
     if (runs < 20) return;
-    for (const kind of ["attempts_failed", "failed_after_a_tool_ran", "resends", "regenerates", "lost_responses", "told_errors"]) expect(seen[kind], kind).toBeGreaterThan(0);
+    for (const kind of ["attempts_failed", "failed_after_a_tool_ran", "resends", "regenerates", "continuations", "approvals", "client_tool_results", "lost_responses", "told_errors"]) {
+      expect(seen[kind], kind).toBeGreaterThan(0);
+    }
   }, 600_000);
 });
 
@@ -88,9 +90,25 @@ describe("the ai-sdk oracle rejects planted bugs", () => {
     expect(message).toMatch(PERFORMED_AGAIN);
   }, 600_000);
 
+  it("AISDK-9 a wrapper whose ordinals restart in every request of a turn answers a continuation's identical call with the first call's result", async () => {
+    // The bug fixed in AISDK-9's first version: the turn index from the messages, but no history,
+    // so the repeat the user asked for after an approval or a client-side tool's answer meets the
+    // first call's key and is told it succeeded with the first call's payment.
+    const restarting: AiSdkAppOptions = {
+      wrap: (tools, ledger, o) => {
+        const once = createOnceTools({ tools: tools as ToolSet, effects: o.effects, identity: o.identity, ledger, dispatcher: o.dispatcher });
+        return (request) => once.forTurn({ conversationId: request.conversationId, turnIndex: turnIndexOf(request.messages), dispatchAt: request.dispatchAt });
+      },
+    };
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 9, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: restarting }).catch((e: unknown) => e);
+    const message = expectReadable(error, 9);
+    expect(message).toMatch(/breaks CONF-2/);
+    expect(message).toMatch(/which call \S+ of the same turn was told too: the user asked for 2 of them/);
+  }, 600_000);
+
   it("EFFECT-6 tools that tell a lost payments response as a definite failure keep 'did not happen' for a payment that happened", async () => {
-    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 6, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: { disposition: () => "definite" } }).catch((e: unknown) => e);
-    const message = expectReadable(error, 6);
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 12, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: { disposition: () => "definite" } }).catch((e: unknown) => e);
+    const message = expectReadable(error, 12);
     expect(message).toMatch(/breaks EFFECT-6/);
     expect(message).toMatch(/was kept as an error that says the effect did not happen \(tool_failed \(effect no\)/);
   }, 600_000);
