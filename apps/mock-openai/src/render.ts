@@ -110,6 +110,21 @@ export function renderResponse(scripted: ScriptedResponse, options: RenderOption
       items.push(done);
       continue;
     }
+    if (out.type === "reasoning") {
+      const id = mintId("rs_", rng);
+      // Opaque and fresh per response, as a real model's: a client must send back the one it kept.
+      const encrypted = mintId("enc_", rng);
+      const summary = [{ type: "summary_text", text: out.summary }];
+      push("response.output_item.added", { output_index: outputIndex, item: { id, type: "reasoning", summary: [], encrypted_content: null } });
+      push("response.reasoning_summary_part.added", { item_id: id, output_index: outputIndex, summary_index: 0, part: { type: "summary_text", text: "" } });
+      for (const delta of split(out.summary, rng)) push("response.reasoning_summary_text.delta", { item_id: id, output_index: outputIndex, summary_index: 0, delta });
+      push("response.reasoning_summary_text.done", { item_id: id, output_index: outputIndex, summary_index: 0, text: out.summary });
+      push("response.reasoning_summary_part.done", { item_id: id, output_index: outputIndex, summary_index: 0, part: summary[0] });
+      const done = { id, type: "reasoning", summary, encrypted_content: encrypted };
+      push("response.output_item.done", { output_index: outputIndex, item: done });
+      items.push(done);
+      continue;
+    }
     const ordinal = calls.length;
     const args = reword(out, rng, options.attempt);
     const json = serialise(args, rng, rng.next() < 0.5);

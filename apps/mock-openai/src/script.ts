@@ -1,7 +1,8 @@
 import { MockOpenAIError } from "./errors.js";
-import type { ResponsesRequest, Script, ScriptedFunctionCall, ScriptedResponse, ScriptedText } from "./types.js";
+import type { ResponsesRequest, Script, ScriptedFunctionCall, ScriptedReasoning, ScriptedResponse, ScriptedText } from "./types.js";
 
 export const text = (value: string): ScriptedText => ({ type: "text", text: value });
+export const reasoning = (summary: string): ScriptedReasoning => ({ type: "reasoning", summary });
 export const say = (value: string): ScriptedResponse => ({ output: [text(value)] });
 export const call = (name: string, args: Record<string, unknown>, options: { reword?: string[] } = {}): ScriptedFunctionCall => ({
   type: "function_call",

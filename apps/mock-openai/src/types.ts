@@ -16,7 +16,17 @@ export interface ScriptedFunctionCall {
   reword?: string[];
 }
 
-export type ScriptedOutput = ScriptedText | ScriptedFunctionCall;
+/**
+ * A reasoning item (what a reasoning model streams before its answer or its calls): its summary
+ * text streams as `response.reasoning_summary_text.delta` events; its id and `encrypted_content`
+ * are minted per response, as a real model's are, so a retried response carries different ones.
+ */
+export interface ScriptedReasoning {
+  type: "reasoning";
+  summary: string;
+}
+
+export type ScriptedOutput = ScriptedText | ScriptedFunctionCall | ScriptedReasoning;
 
 export interface ScriptedResponse {
   output: ScriptedOutput[];
