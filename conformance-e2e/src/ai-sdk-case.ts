@@ -3,7 +3,7 @@ import { createOpenAI } from "@ai-sdk/openai";
 import { createOnceTools, dispatchOnceOf } from "@dispatch-once/ai-sdk";
 import { ToolError, catalogueEntry, canonicalize, type DispatcherOptions, type FailureDisposition, type Ledger } from "@dispatch-once/core";
 import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
-import { lastUserText, scriptFromPlans, call, respond, say as sayText, startMockOpenAI, type MockOpenAI, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
+import { lastUserText, scriptFromPlans, call, reasoning, respond, say as sayText, startMockOpenAI, type MockOpenAI, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
 import {
   DISPOSITION_BY_OUTCOME,
   PaymentsError,
@@ -116,7 +116,7 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
     const phase = steps !== undefined && step < steps.length ? "tool_step" : "confirmation";
     if (planned.phase !== phase) return undefined;
     // A continuation's step may make fewer calls than the cut was drawn for: cut its last one.
-    const calls = steps?.[step]?.output.length ?? 1;
+    const calls = steps?.[step] === undefined ? 1 : callsOf(steps[step]!);
     const cut = "toolUse" in planned.cut ? { ...planned.cut, toolUse: Math.min(planned.cut.toolUse, calls - 1) } : planned.cut;
     return { kind: planned.cut.kind, at: openAIPosition(cut) };
   });
@@ -144,9 +144,11 @@ function stepOf(request: ResponsesRequest, steps: readonly ScriptedResponse[]): 
   const shown = input.slice(start).filter((item) => item.type === "function_call").length;
   let step = 0;
   let through = 0;
-  while (step < steps.length && through + steps[step]!.output.length <= shown) through += steps[step++]!.output.length;
+  while (step < steps.length && through + callsOf(steps[step]!) <= shown) through += callsOf(steps[step++]!);
   return step;
 }
+
+const callsOf = (response: ScriptedResponse) => response.output.filter((o) => o.type === "function_call").length;
 
 // ---- the app ---------------------------------------------------------------------------------
 
@@ -445,7 +447,8 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       // The memo is free text the mock re-words on every later response to the same request (IDENT-1).
       plans.set(
         content,
-        stepsOf(message).map((step) => respond(...step.map((c) => call(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {})))),
+        // A reasoning model's way: each response that makes calls reasons first (its item is kept with the answer and sent back).
+        stepsOf(message).map((step) => respond(reasoning(`Do what ${message.text} asks.`), ...step.map((c) => call(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {})))),
       );
       attempts.set(content, { attempt: 0, plan: message });
       message.calls.forEach((c, i) => {

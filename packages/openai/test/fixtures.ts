@@ -12,7 +12,7 @@ import {
   type ConversationStore,
 } from "@dispatch-once/core";
 import { DISPOSITION_BY_OUTCOME, PaymentsError, createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { call, respond, say, scriptFromPlans, startMockOpenAI, text, type Fault, type MockOpenAI } from "@dispatch-once/mock-openai";
+import { call, reasoning, respond, say, scriptFromPlans, startMockOpenAI, text, type Fault, type MockOpenAI } from "@dispatch-once/mock-openai";
 import { z } from "zod";
 import { ConversationRunner, ResponsesTurnAccumulator, type CallState, type ConversationRunnerOptions } from "../src/index.js";
 
@@ -26,6 +26,8 @@ export function startProvider(options: { beforeCompletedMs?: number } = {}): Pro
     script: scriptFromPlans(
       {
         "pay acme": respond(call("send_payment", PAY_ACME, { reword: ["memo"] })),
+        // A reasoning model reasons before its call: a fresh reasoning item (id, encrypted content) per response.
+        "pay acme, thinking": respond(reasoning("The user wants acme paid invoice 1042."), call("send_payment", PAY_ACME, { reword: ["memo"] })),
         "pay acme twice": respond(call("send_payment", PAY_ACME), call("send_payment", PAY_ACME)),
         "pay acme and bob": respond(text("Two payments."), call("send_payment", PAY_ACME), call("send_payment", PAY_BOB)),
         hello: say("Hi."),

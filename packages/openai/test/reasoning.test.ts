@@ -1,0 +1,46 @@
+import { describe, expect, it } from "vitest";
+import type { Fault } from "@dispatch-once/mock-openai";
+import { providerPerTest, setup } from "./fixtures.js";
+
+/*
+ * A reasoning model's response: a reasoning item (summary streamed, fresh `rs_` id and
+ * `encrypted_content` per response) before the function call. A cut inside it, or after the
+ * call, must leave nothing of the cut attempt in the retry's input: the retry is the first
+ * request again, its call is answered from the ledger, and the committed turn holds the
+ * response the stream completed.
+ */
+const provider = providerPerTest();
+
+function cutFirstAttempt(fault: Fault) {
+  provider().setFaultPlan((request, info) => {
+    const last = Array.isArray(request.input) ? (request.input.at(-1) as { role?: string }) : undefined;
+    return info.attempt === 1 && last?.role === "user" ? fault : undefined;
+  });
+}
+
+describe("ConversationRunner: a reasoning item before the call, under a cut", () => {
+  for (const [where, fault] of [
+    ["inside the reasoning summary", { kind: "reset", at: { event: 4 } }],
+    ["after the call, before response.completed", { kind: "reset", at: { beforeCompleted: true } }],
+  ] as const) {
+    it(`STREAM-5: a cut ${where} is retried with the first request's input; one payment`, async () => {
+      cutFirstAttempt(fault as Fault);
+      const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 20 });
+      const result = await runner.send("conv-reasoning", { id: "m1", content: "pay acme, thinking" });
+      expect(result.status).toBe("answered");
+      expect(effects()).toHaveLength(1);
+      const [first, retry, followUp] = provider().requests;
+      expect(first!.faultFired).toBe(true);
+      // The cut attempt's events really were reasoning events (the cut inside it) or all of them.
+      expect(first!.events.some((e) => e.type.startsWith("response.reasoning_summary"))).toBe(true);
+      // The retry is the first request again: nothing of the cut attempt (its reasoning item) came along.
+      expect(retry!.bodyHash).toBe(first!.bodyHash);
+      expect(retry!.attempt).toBe(2);
+      // The follow-up carries the committed log and nothing the stream did not complete.
+      const log = (await store.log("conv-reasoning")).flatMap((entry) => (Array.isArray(entry) ? entry : [entry])) as Record<string, unknown>[];
+      expect((followUp!.body as { input: unknown[] }).input).toEqual(log.slice(0, 3));
+      expect(log.filter((i) => i.type === "function_call")).toHaveLength(1);
+      expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ name: "send_payment", result: { paymentId: effects()[0]!.paymentId, status: "accepted" } })]);
+    });
+  }
+});
