@@ -84,7 +84,7 @@ describe.each([
     const question = firstParts.find((p) => p.type === "tool-call" && p.toolName === "confirm") as { toolCallId: string };
     const kept = (await first.response).messages;
     // The kept response carries its reasoning: what the AI SDK sends back in the continuation.
-    expect(kept.flatMap((m) => (Array.isArray(m.content) ? m.content : [])).some((p) => p.type === "reasoning")).toBe(true);
+    expect(kept.flatMap((m) => (Array.isArray(m.content) ? (m.content as { type: string }[]) : [])).some((p) => p.type === "reasoning")).toBe(true);
     const answered: ModelMessage[] = [
       ...ask,
       ...kept,
