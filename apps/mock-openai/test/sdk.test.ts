@@ -2,13 +2,14 @@ import { execFile, spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import OpenAI from "openai";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { call, parseFault, respond, say, scriptFromPlans, startMockOpenAI, text, type CutKind, type Fault, type MockOpenAI } from "../src/index.js";
+import { call, parseFault, reasoning, respond, say, scriptFromPlans, startMockOpenAI, text, type CutKind, type Fault, type MockOpenAI } from "../src/index.js";
 
 const PAY = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "Invoice 1042" };
 const script = scriptFromPlans({
   pay: respond(text("Paying."), call("send_payment", PAY, { reword: ["memo"] })),
   "pay twice": respond(call("send_payment", PAY), call("send_payment", { ...PAY, reference: "INV-1043" })),
   hello: say("Hi there, how can I help?"),
+  "pay, thinking": respond(reasoning("The user wants invoice 1042 paid."), call("send_payment", PAY)),
 });
 
 let mock: MockOpenAI;
@@ -35,6 +36,25 @@ async function drain(input: string, fault?: Fault) {
 }
 
 describe("the Responses API stream, read by the real openai SDK", () => {
+  it("a reasoning item streams its summary before the call, with a fresh id and encrypted content per response", async () => {
+    const items: { id: string; encrypted_content?: string | null; summary: unknown }[] = [];
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const { events, error } = await drain("pay, thinking");
+      expect(error).toBeUndefined();
+      const types = events.map((e) => e.type);
+      expect(types.slice(2, 6)).toEqual(["response.output_item.added", "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta", expect.any(String)]);
+      const deltas = events.filter((e) => e.type === "response.reasoning_summary_text.delta").map((e) => (e as { delta: string }).delta);
+      expect(deltas.join("")).toBe("The user wants invoice 1042 paid.");
+      const done = events.find((e) => e.type === "response.output_item.done" && e.item.type === "reasoning") as OpenAI.Responses.ResponseOutputItemDoneEvent;
+      items.push(done.item as OpenAI.Responses.ResponseReasoningItem);
+      // The call comes after the reasoning, at output index 1.
+      expect(events.find((e) => e.type === "response.output_item.done" && e.item.type === "function_call")).toMatchObject({ output_index: 1 });
+    }
+    expect(items[0]!.summary).toEqual([{ type: "summary_text", text: "The user wants invoice 1042 paid." }]);
+    expect(items[1]!.id).not.toBe(items[0]!.id);
+    expect(items[1]!.encrypted_content).not.toBe(items[0]!.encrypted_content);
+  });
+
   it("a complete turn: every event in order, sequence numbers, a function call done long before response.completed", async () => {
     const { events, error } = await drain("pay");
     expect(error).toBeUndefined();
