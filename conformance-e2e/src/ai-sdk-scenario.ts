@@ -121,8 +121,9 @@ function cutArbitrary(calls: number): fc.Arbitrary<AiSdkCut> {
   );
 }
 
+// A quarter of the turns: each continuation is one or two requests more, and CI runs this on every push.
 const continuationKind = fc.oneof(
-  { weight: 2, arbitrary: fc.constant(undefined) },
+  { weight: 3, arbitrary: fc.constant(undefined) },
   { weight: 1, arbitrary: fc.constantFrom<AiSdkContinuation["kind"]>("approval", "client_tool") },
 );
 
