@@ -1,5 +1,5 @@
 import type OpenAI from "openai";
-import { CallPhases, isCall, type CallState as SharedCallState } from "@dispatch-once/runner";
+import { CallPhases, isCall, type CallState as SharedCallState, type TextPart } from "@dispatch-once/runner";
 
 type StreamEvent = OpenAI.Responses.ResponseStreamEvent;
 
@@ -35,7 +35,8 @@ export interface StreamErrorReport {
 /** Output items as the stream established them, in the Responses API's input-item shape (for the next request). */
 export type OutputItem =
   | { type: "message"; role: "assistant"; content: string }
-  | { type: "function_call"; call_id: string; name: string; arguments: string };
+  | { type: "function_call"; call_id: string; name: string; arguments: string }
+  | OpenAI.Responses.ResponseReasoningItem;
 
 /**
  * Folds raw Responses stream events into the assistant turn, tracking each function call's phase.
@@ -46,6 +47,11 @@ export type OutputItem =
 export class ResponsesTurnAccumulator extends CallPhases<CallState> {
   responseId: string | undefined;
   terminal: TerminalEvent | undefined;
+  /**
+   * The response's reasoning items as done, by output index: sent back in their place with the
+   * turn, so a reasoning model keeps its reasoning across the turn's requests (STREAM-15).
+   */
+  private readonly reasoning = new Map<number, OpenAI.Responses.ResponseReasoningItem>();
   streamError: StreamErrorReport | undefined;
 
   /**
@@ -91,6 +97,11 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
         return undefined;
       case "response.output_item.done": {
         const item = event.item;
+        if (item.type === "reasoning") {
+          // As the stream delivered it: its id, summary and (with include) encrypted content.
+          this.reasoning.set(event.output_index, structuredClone(item));
+          return undefined;
+        }
         if (item.type === "message") {
           // The done item is authoritative for the text (deltas may have been partial); a refusal is
           // the model's answer too, and committing it as "" would tell the user nothing.
@@ -163,11 +174,15 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
 
   /** The output as the stream established it, as input items for the next request. Calls that did not complete are left out. */
   output(): OutputItem[] {
-    return this.orderedParts().flatMap((part): OutputItem[] => {
+    const item = (part: TextPart | CallState): OutputItem[] => {
       if (!isCall(part)) return [{ type: "message", role: "assistant", content: part.text }];
       if (part.phase === "abandoned" || part.phase === "announced" || part.phase === "arguments_streaming") return [];
       return [{ type: "function_call", call_id: part.callId, name: part.name, arguments: part.partialJson }];
-    });
+    };
+    if (this.reasoning.size === 0) return this.orderedParts().flatMap(item);
+    const indexed: [number, OutputItem[]][] = [...this.parts].map(([index, part]) => [index, item(part)]);
+    for (const [index, reasoning] of this.reasoning) indexed.push([index, [structuredClone(reasoning)]]);
+    return indexed.sort(([a], [b]) => a - b).flatMap(([, items]) => items);
   }
 
   /** The assistant's text, joined across message items. */

@@ -38,8 +38,16 @@ describe("ConversationRunner: a reasoning item before the call, under a cut", ()
       expect(retry!.attempt).toBe(2);
       // The follow-up carries the committed log and nothing the stream did not complete.
       const log = (await store.log("conv-reasoning")).flatMap((entry) => (Array.isArray(entry) ? entry : [entry])) as Record<string, unknown>[];
-      expect((followUp!.body as { input: unknown[] }).input).toEqual(log.slice(0, 3));
+      // The follow-up carries the whole committed log but the answer it was answered with.
+      expect((followUp!.body as { input: unknown[] }).input).toEqual(log.slice(0, -1));
       expect(log.filter((i) => i.type === "function_call")).toHaveLength(1);
+      // STREAM-15: the committed turn keeps the committing response's reasoning item as it was
+      // done (its id, summary and encrypted content), in its place before the call; never the cut one's.
+      const doneReasoning = (r: typeof retry) =>
+        r!.events.filter((e) => e.type === "response.output_item.done" && (e.data as { item: { type: string } }).item.type === "reasoning").map((e) => (e.data as { item: unknown }).item);
+      expect(log.map((i) => i.role ?? i.type)).toEqual(["user", "reasoning", "function_call", "function_call_output", "assistant"]);
+      expect(log[1]).toEqual(doneReasoning(retry)[0]);
+      expect(doneReasoning(first)).not.toContainEqual(log[1]);
       expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ name: "send_payment", result: { paymentId: effects()[0]!.paymentId, status: "accepted" } })]);
     });
   }
