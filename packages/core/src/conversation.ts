@@ -155,8 +155,9 @@ export interface ConversationStoreCapabilities {
 export interface ConversationStoreSupports {
   /**
    * Lease grant ids (TURN-10): `acquireLease` takes a `grantId` and recognises an acquire sent
-   * again with the grant id of the live grant as that same grant, and `releaseLeaseGrant`
-   * gives a grant back by its grant id. A runner without it acquires as before: a grant whose
+   * again with the grant id of the live grant as that same grant, refuses a late copy of an
+   * earlier grant's acquire (kept LEASE_GRANT_RETENTION_MS after a later grant was made), and
+   * `releaseLeaseGrant` gives a grant back by its grant id. A runner without it acquires as before: a grant whose
    * reply was lost then holds the conversation until its lease expires.
    */
   leaseGrants?: boolean;
@@ -171,6 +172,16 @@ export interface ConversationStoreSupports {
 
 /** What a lease grant id looks like (TURN-10): LEDGER-26's claim id form, URL-safe and unguessable. */
 export const LEASE_GRANT_ID_PATTERN = /^[A-Za-z0-9_-]{16,64}$/;
+
+/**
+ * How long a store that declares `supports.leaseGrants` keeps an earlier grant's id once a later
+ * grant of the conversation was made (TURN-10), on its own clock: one hour. A copy of an acquire
+ * is sent within the runner's re-send bound (at most 10 s, never longer than the lease) and is
+ * then delayed only by the network or a server that runs it after its client left (TCP gives up
+ * after about 15 minutes by default; a statement waits for a lock held by short transactions);
+ * an hour covers both with room. A copy later than that takes the lease as any acquire would.
+ */
+export const LEASE_GRANT_RETENTION_MS = 60 * 60 * 1000;
 
 /** A fresh lease grant id: 128 random bits, base64url (TURN-10). One per acquisition, never reused. */
 export function newLeaseGrantId(): string {
@@ -273,8 +284,10 @@ export interface ConversationStore {
    * carries the grant id of the live grant (same fence, not released, not expired) is that same
    * grant: `acquired` with its fence, the lease restarted at now + `leaseMs`. One that carries the
    * grant id of the conversation's latest grant once that grant is over (released, or expired)
-   * is refused with `conversation_lease_lost` naming its fence, changing nothing. Any other grant
-   * id meets the lease as any acquire does.
+   * is refused with `conversation_lease_lost` naming its fence, changing nothing; so is one that
+   * carries the grant id of an earlier grant of the conversation (a later grant was made since,
+   * less than LEASE_GRANT_RETENTION_MS ago on the store's clock), naming that grant's fence. Any
+   * other grant id meets the lease as any acquire does.
    */
   acquireLease(conversationId: string, owner: string, leaseMs: number, grantId?: string): Promise<LeaseResult>;
 

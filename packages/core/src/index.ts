@@ -56,7 +56,7 @@ export type {
   FailedTurnsQuery,
   FailedTurnsPage,
 } from "./conversation.js";
-export { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT, LEASE_GRANT_ID_PATTERN, newLeaseGrantId } from "./conversation.js";
+export { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT, LEASE_GRANT_ID_PATTERN, LEASE_GRANT_RETENTION_MS, newLeaseGrantId } from "./conversation.js";
 export {
   checkFailedTurnsQuery,
   encodeFailedTurnsCursor,

@@ -1,4 +1,5 @@
 import type { JsonValue } from "./canonical.js";
+import { LEASE_GRANT_RETENTION_MS } from "./conversation.js";
 import type {
   AppendOptions,
   AppendResult,
@@ -37,6 +38,12 @@ interface Conversation {
    * or expires so that a late copy of its acquire is refused; replaced by the next grant.
    */
   grant: { id: string; fence: number } | undefined;
+  /**
+   * The grant ids of the conversation's earlier grants (TURN-10): each with its fence and when a
+   * later grant superseded it, kept LEASE_GRANT_RETENTION_MS from then so that a late copy of its
+   * acquire is refused. Pruned at every grant, so it holds only the grants of the last retention.
+   */
+  earlierGrants: Map<string, { fence: number; supersededAt: number }>;
   /** Highest fence ever issued; kept when the lease is released so fences only rise. */
   fence: number;
   records: JsonValue[];
@@ -129,9 +136,14 @@ export class MemoryConversationStore implements ConversationStore {
     const now = this.now();
     const held = conversation.lease;
     const live = held !== undefined && held.expiresAt > now;
-    // TURN-10: the latest grant's own id. Only the latest: a grant id is fresh per acquisition,
-    // so an earlier one can only be a copy still in flight, and the fence rules it out anyway.
+    // TURN-10: the latest grant's own id, or an earlier grant's (a grant id is fresh per
+    // acquisition, so an earlier one can only be a late copy: it must not take a free lease and
+    // hold the conversation for a whole lease with nobody working under it).
     const latest = conversation.grant;
+    const earlier = id === undefined ? undefined : conversation.earlierGrants.get(id);
+    if (earlier !== undefined && now - earlier.supersededAt < LEASE_GRANT_RETENTION_MS) {
+      throw new ConversationLeaseLostError(conversationId, earlier.fence);
+    }
     if (id !== undefined && latest?.id === id && latest.fence === conversation.fence) {
       if (live && held.fence === latest.fence) {
         // The same grant sent again (its reply was lost): same fence, the lease restarted.
@@ -144,6 +156,11 @@ export class MemoryConversationStore implements ConversationStore {
     if (live) return { acquired: false, owner: held.owner, leaseExpiresAt: held.expiresAt };
     conversation.fence++;
     conversation.lease = { fence: conversation.fence, owner, expiresAt: now + ms };
+    // The grant this one supersedes becomes an earlier grant, and what is past retention goes.
+    for (const [kept, { supersededAt }] of conversation.earlierGrants) {
+      if (now - supersededAt >= LEASE_GRANT_RETENTION_MS) conversation.earlierGrants.delete(kept);
+    }
+    if (latest !== undefined) conversation.earlierGrants.set(latest.id, { fence: latest.fence, supersededAt: now });
     conversation.grant = id === undefined ? undefined : { id, fence: conversation.fence };
     return { acquired: true, fence: conversation.fence, leaseExpiresAt: conversation.lease.expiresAt };
   }
@@ -168,6 +185,11 @@ export class MemoryConversationStore implements ConversationStore {
     const conversation = this.get(conversationId);
     const { grant, lease } = conversation;
     if (grant !== undefined && grant.id === id && lease?.fence === grant.fence) conversation.lease = undefined;
+  }
+
+  /** How many earlier grant ids the conversation keeps (TURN-10); for tests of their bound. */
+  keptGrantIds(conversationId: string): number {
+    return this.conversations.get(conversationId)?.earlierGrants.size ?? 0;
   }
 
   async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
@@ -289,6 +311,7 @@ export class MemoryConversationStore implements ConversationStore {
         begun: undefined,
         lease: undefined,
         grant: undefined,
+        earlierGrants: new Map(),
         fence: 0,
         records: [],
         failedAt: new Map(),

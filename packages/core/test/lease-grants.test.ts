@@ -3,7 +3,7 @@
 // another holder took the lease) takes nothing. And the one check every store runs on the id.
 import { describe, expect, it } from "vitest";
 import { checkLeaseGrantId } from "../src/internal/index.js";
-import { LEASE_GRANT_ID_PATTERN, MemoryConversationStore, isDispatchOnceError, newLeaseGrantId } from "../src/index.js";
+import { LEASE_GRANT_ID_PATTERN, LEASE_GRANT_RETENTION_MS, MemoryConversationStore, isDispatchOnceError, newLeaseGrantId } from "../src/index.js";
 
 const G1 = "grant-one-0123456789";
 const G2 = "grant-two-0123456789";
@@ -89,7 +89,10 @@ describe("MemoryConversationStore lease grants (TURN-10)", () => {
     advance(1_000);
     const taken = await s.acquireLease("c", "w", 1_000, G2);
     expect(taken).toMatchObject({ acquired: true, fence: 2 });
-    expect(await s.acquireLease("c", "w", 5_000, G1)).toEqual({ acquired: false, owner: "w", leaseExpiresAt: taken.leaseExpiresAt });
+    // An earlier grant's copy is refused outright (it used to meet the lease as an ordinary acquire).
+    const before = await s.acquireLease("c", "w", 5_000, G2);
+    expect(await refusal(() => s.acquireLease("c", "w", 5_000, G1))).toEqual({ code: "conversation_lease_lost", fence: 1 });
+    expect(before).toMatchObject({ acquired: true, fence: 2 });
     await expect(s.renewLease("c", 2, 1_000)).resolves.toBeDefined();
     await expect(s.renewLease("c", 1, 1_000)).rejects.toMatchObject({ code: "conversation_lease_lost" });
   });
@@ -99,7 +102,41 @@ describe("MemoryConversationStore lease grants (TURN-10)", () => {
     await s.acquireLease("c", "w", 1_000, G1);
     advance(1_000);
     expect(await s.acquireLease("c", "legacy", 1_000)).toMatchObject({ acquired: true, fence: 2 });
-    expect(await s.acquireLease("c", "w", 1_000, G1)).toMatchObject({ acquired: false, owner: "legacy" });
+    expect(await refusal(() => s.acquireLease("c", "w", 1_000, G1))).toEqual({ code: "conversation_lease_lost", fence: 1 });
+    await expect(s.renewLease("c", 2, 1_000)).resolves.toBeDefined();
+  });
+
+  it("TURN-10: a late copy of an earlier grant landing on a free lease is refused and takes nothing (it used to hold the conversation for a whole lease)", async () => {
+    const { s, advance } = store();
+    await s.acquireLease("c", "a", 1_000, G1);
+    await s.releaseLease("c", 1);
+    await s.acquireLease("c", "b", 1_000, G2);
+    await s.releaseLease("c", 2);
+    expect(await refusal(() => s.acquireLease("c", "a", 60_000, G1))).toEqual({ code: "conversation_lease_lost", fence: 1 });
+    // Nobody holds it: the next acquire is served at once, with the next fence.
+    expect(await s.acquireLease("c", "next", 1_000)).toMatchObject({ acquired: true, fence: 3 });
+    advance(2_000);
+    // Expired and not taken: still refused, and the expired lease stays fence 3's.
+    expect(await refusal(() => s.acquireLease("c", "a", 60_000, G2))).toEqual({ code: "conversation_lease_lost", fence: 2 });
+    await expect(s.renewLease("c", 3, 1_000)).resolves.toBeDefined();
+  });
+
+  it("TURN-10: an earlier grant id is kept LEASE_GRANT_RETENTION_MS past its supersession, then forgotten (an ordinary acquire), and the kept ids are pruned", async () => {
+    const { s, advance } = store();
+    await s.acquireLease("c", "a", 1_000, G1);
+    await s.releaseLease("c", 1);
+    await s.acquireLease("c", "b", 1_000, G2);
+    await s.releaseLease("c", 2);
+    advance(LEASE_GRANT_RETENTION_MS - 1);
+    expect(await refusal(() => s.acquireLease("c", "a", 1_000, G1))).toEqual({ code: "conversation_lease_lost", fence: 1 });
+    advance(1);
+    expect(await s.acquireLease("c", "a", 1_000, G1)).toMatchObject({ acquired: true, fence: 3 });
+    // Every grant prunes what is past retention: a conversation keeps only the grants of the last retention.
+    for (let i = 0; i < 50; i++) {
+      advance(LEASE_GRANT_RETENTION_MS);
+      await s.acquireLease("c", "a", 1_000, newLeaseGrantId());
+    }
+    expect(s.keptGrantIds("c")).toBeLessThanOrEqual(2);
   });
 
   it("a grant id is per conversation: reused on another conversation it is an ordinary acquire there", async () => {
