@@ -20,6 +20,7 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "grantIdIgnored", rule: "TURN-10", what: "a re-sent acquire with its grant id meets its own grant as held", check: /is that same grant/, message: /expected the lease to be acquired/ },
   { bug: "grantByOwner", rule: "TURN-10", what: "an acquire with any grant id is the live grant of the same owner string", check: /another grant id, or none, meets a live grant as held/ },
   { bug: "grantIdOutlivesGrant", rule: "TURN-10", what: "a grant id is matched without its fence, and outlives a grant made without one", check: /after its lease expired and another holder took it/, message: /worker-c holds the lease without a grant id/ },
+  { bug: "forgetsEarlierGrants", rule: "TURN-10", what: "only the latest grant id is kept: a late copy of an earlier grant takes a free lease", check: /a copy of an earlier grant's acquire/, message: /g1's late copy while the lease is free/ },
   { bug: "releaseGrantIgnoresId", rule: "TURN-10", what: "releaseLeaseGrant frees whatever grant holds the lease", check: /releaseLeaseGrant gives back exactly the grant/ },
   { bug: "grantIdUnchecked", rule: "TURN-10", what: "grant ids are not checked", check: /grant id not of LEASE_GRANT_ID_PATTERN's form is refused/, message: /grantId|invalid_store_input/ },
   { bug: "reopensAfterOtherBound", rule: "TURN-12", what: "a re-send reopens a failed message after another was bound", check: /after another message was bound/, model: "TURN-12" },

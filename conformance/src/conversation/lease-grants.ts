@@ -165,6 +165,50 @@ export const grantReleasedByGrantId: ConversationCheckSpec = {
     }),
 };
 
+export const grantEarlierRefused: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "a copy of an earlier grant's acquire (a later grant of the conversation was made since, with a grant id or without) is refused with conversation_lease_lost naming that grant's fence, from any instance, and changes nothing, whether the lease is free, expired or held",
+  needs: ["leaseGrants"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      grantsOf(store);
+      const c = freshConversation();
+      const [a, b] = await racers(subject, fixture, 2);
+      const g1 = newLeaseGrantId();
+      const g2 = newLeaseGrantId();
+      const f1 = mustAcquire(await grant(store, c, "worker-a", g1), "worker-a's grant g1").fence;
+      await store.releaseLease(c, f1);
+      const f2 = mustAcquire(await grant(store, c, "worker-b", g2), "worker-b's grant g2 after g1 was released").fence;
+      await store.releaseLease(c, f2);
+      // The lease is free; g1 is no longer the latest grant. A copy of it must not take the lease
+      // and hold the conversation for a whole lease with nobody working under it.
+      const refused = async (instance: ConversationStore, g: string, fence: number, what: string) => {
+        const before = await leaseOf(fixture, c);
+        const lost = await mustRejectWith(grant(instance, c, "worker-a", g), "conversation_lease_lost", what);
+        mustEqual((lost as { fence?: unknown }).fence, fence, `${what}: the refusal names that grant's fence`);
+        mustEqual(await leaseOf(fixture, c), before, `the stored lease after ${what}: unchanged`);
+      };
+      for (const [i, instance] of [a!, b ?? a!].entries()) await refused(instance, g1, f1, `g1's late copy while the lease is free (instance ${i})`);
+      await refused(store, g2, f2, "g2's late copy once released (the latest grant)");
+      // Expired, nobody took it: g3's fence still holds it, and no earlier copy takes it.
+      const g3 = newLeaseGrantId();
+      const f3 = mustAcquire(await grant(store, c, "worker-c", g3), "worker-c's grant g3").fence;
+      await fixture.raw.expireLease(c);
+      for (const [name, g, f] of [["g1", g1, f1], ["g2", g2, f2]] as const) await refused(store, g, f, `${name}'s late copy while g3's lease is expired and not taken`);
+      await store.renewLease(c, f3, LEASE_MS);
+      // Held by a grant made without a grant id (a runner of an earlier version): every earlier grant id is refused.
+      await store.releaseLease(c, f3);
+      const legacy = mustAcquire(await store.acquireLease(c, "worker-d", LEASE_MS), "worker-d's grant without a grant id");
+      for (const [name, g, f] of [["g1", g1, f1], ["g2", g2, f2], ["g3", g3, f3]] as const) await refused(store, g, f, `${name}'s late copy while worker-d holds the lease without a grant id`);
+      await store.renewLease(c, legacy.fence, LEASE_MS);
+      await store.releaseLease(c, legacy.fence);
+      const g4 = newLeaseGrantId();
+      const f4 = mustAcquire(await grant(store, c, "worker-e", g4), "worker-e's grant g4 after the refused copies").fence;
+      must(f4 === legacy.fence + 1, `g4's fence must be the next one, ${legacy.fence + 1}, got ${f4}: a refused copy took a fence`);
+    }),
+};
+
 export const grantIdChecked: ConversationCheckSpec = {
   rule: "TURN-10",
   name: "a grant id not of LEASE_GRANT_ID_PATTERN's form is refused by acquireLease and releaseLeaseGrant with invalid_store_input naming grantId, before anything is stored; 16 and 64 characters are taken",
@@ -233,4 +277,4 @@ export const grantIdsComparedExactly: ConversationCheckSpec = {
     }),
 };
 
-export const LEASE_GRANT_CHECKS: readonly ConversationCheckSpec[] = [grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantIdChecked, grantIdsComparedExactly];
+export const LEASE_GRANT_CHECKS: readonly ConversationCheckSpec[] = [grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantEarlierRefused, grantIdChecked, grantIdsComparedExactly];

@@ -7,6 +7,7 @@ import {
   ConversationLeaseLostError,
   CONVERSATION_ID_PATTERN,
   InvalidStoreInputError,
+  LEASE_GRANT_RETENTION_MS,
   checkFailedTurnsQuery,
   checkMessageId,
   encodeFailedTurnsCursor,
@@ -35,6 +36,8 @@ export interface ConversationBugs {
   grantByOwner?: boolean;
   /** The grant id outlives its grant: a grant without a grant id keeps the old one, and it is matched without its fence. */
   grantIdOutlivesGrant?: boolean;
+  /** Only the latest grant id is kept: a late copy of an earlier grant's acquire takes a free lease as any acquire would. */
+  forgetsEarlierGrants?: boolean;
   /** releaseLeaseGrant frees the lease whatever grant holds it. */
   releaseGrantIgnoresId?: boolean;
   /** Grant ids are not checked: any value is kept as the grant id. */
@@ -190,6 +193,8 @@ interface State {
   lease: { fence: number; owner: string; expiresAt: number } | null;
   /** The latest grant's grant id and fence (TURN-10), kept after its lease ends. */
   grant?: { id: string; fence: number } | null;
+  /** Earlier grants' ids (TURN-10): fence and when a later grant superseded them (backing's clock). */
+  earlierGrants?: Record<string, { fence: number; supersededAt: number }>;
   fence: number;
   records: JsonValue[];
   /** When each failed message failed (the backing's clock), for listFailedTurns (TURN-17). */
@@ -325,6 +330,8 @@ export class KvConversationStore implements ConversationStore {
           }
           if (!byOwner) throw new ConversationLeaseLostError(conversationId, latest!.fence);
         }
+        const earlier = s.earlierGrants?.[id];
+        if (earlier !== undefined && now - earlier.supersededAt < LEASE_GRANT_RETENTION_MS) throw new ConversationLeaseLostError(conversationId, earlier.fence);
       }
       const reentrant = this.bugs.reentrantSameOwner && s.lease?.owner === owner;
       if (s.lease !== null && live && !this.bugs.acquireIgnoresExpiry && !reentrant) {
@@ -339,6 +346,10 @@ export class KvConversationStore implements ConversationStore {
       }
       s.fence = fence;
       s.lease = { fence, owner: this.bugs.takeoverKeepsOwner && s.lease !== null ? s.lease.owner : owner, expiresAt: now + leaseMs };
+      if (latest !== null && !this.bugs.forgetsEarlierGrants && !(this.bugs.grantIdOutlivesGrant && id === undefined)) {
+        const kept = Object.entries(s.earlierGrants ?? {}).filter(([, e]) => now - e.supersededAt < LEASE_GRANT_RETENTION_MS);
+        s.earlierGrants = Object.fromEntries([...kept, [latest.id, { fence: latest.fence, supersededAt: now }]]);
+      }
       if (id !== undefined) s.grant = { id, fence };
       else if (!this.bugs.grantIdOutlivesGrant) s.grant = null;
       return { acquired: true, fence, leaseExpiresAt: s.lease.expiresAt };
