@@ -10,6 +10,8 @@ export interface ConversationTables {
   messages: string;
   turns: string;
   records: string;
+  /** The conversations' earlier lease grant ids (TURN-10). */
+  leaseGrants: string;
 }
 
 export function tablesFor(prefix: string = DEFAULT_TABLE_PREFIX): ConversationTables {
@@ -21,6 +23,7 @@ export function tablesFor(prefix: string = DEFAULT_TABLE_PREFIX): ConversationTa
     messages: `${prefix}messages`,
     turns: `${prefix}turns`,
     records: `${prefix}records`,
+    leaseGrants: `${prefix}lease_grants`,
   };
 }
 
@@ -45,6 +48,14 @@ export function tablesFor(prefix: string = DEFAULT_TABLE_PREFIX): ConversationTa
  *   second turn at one index impossible even if the compare-and-append were wrong.
  *   `tool_results` is NULL when the turn has none (JSON null is the text 'null').
  * - records: failed-turn and superseded-attempt records, beside the log, never in it (RECORD-4).
+ * - lease_grants: the grant ids of a conversation's earlier grants (TURN-10), each with its fence
+ *   and `superseded_at`, when a later grant replaced it as the conversation's latest (store
+ *   clock). An acquire carrying one of them, less than LEASE_GRANT_RETENTION_MS after that, is a
+ *   late copy and is refused. A grant moves the grant it supersedes here and deletes the
+ *   conversation's rows past retention in the same write, so a conversation keeps only the
+ *   grants superseded in the last retention. Files made by an earlier version get the table from
+ *   `migrate()` (CREATE TABLE IF NOT EXISTS); their latest grant id is still in the row and moves
+ *   here at the next grant.
  * - The CHECK on `state` keeps a message in one of its four states: beginTurn's indexed
  *   lookups could not see a row in any other.
  */
@@ -91,6 +102,13 @@ CREATE TABLE IF NOT EXISTS "${t.records}" (
   record          TEXT    NOT NULL,
   PRIMARY KEY (conversation_id, seq)
 );
+CREATE TABLE IF NOT EXISTS "${t.leaseGrants}" (
+  conversation_id TEXT    NOT NULL,
+  grant_id        TEXT    NOT NULL,
+  fence           INTEGER NOT NULL,
+  superseded_at   INTEGER NOT NULL,
+  PRIMARY KEY (conversation_id, grant_id)
+) WITHOUT ROWID;
 `;
 }
 

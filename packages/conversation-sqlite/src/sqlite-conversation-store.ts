@@ -2,6 +2,7 @@ import Database from "better-sqlite3";
 import {
   CONVERSATION_ID_PATTERN,
   ConversationLeaseLostError,
+  LEASE_GRANT_RETENTION_MS,
   InvalidStoreInputError,
   StoreCorruptError,
   StoreUnavailableError,
@@ -135,6 +136,9 @@ interface Statements {
   renew: Database.Statement<[number, string, number], { lease_expires_at: number }>;
   release: Database.Statement<[string, number]>;
   releaseGrant: Database.Statement<[string, string]>;
+  earlierGrant: Database.Statement<[string, string, number], { fence: number }>;
+  pruneGrants: Database.Statement<[string, number]>;
+  keepGrant: Database.Statement<[string, string, number, number]>;
   insertTurn: Database.Statement<[string, number, string, string | null, string, string | null]>;
   answer: Database.Statement<[string, string]>;
   fail: Database.Statement<[string, string, string]>;
@@ -330,9 +334,21 @@ export class SqliteConversationStore implements ConversationStore {
           // Released or expired: that grant is over, and a late copy of it takes nothing.
           throw new ConversationLeaseLostError(conversationId, row.fence);
         }
+        // An earlier grant's id: a late copy, which must not take a free lease and hold the
+        // conversation for a whole lease with nobody working under it. In the row still when a
+        // process of an earlier version made the grants after it, else in lease_grants.
+        if (id !== undefined) {
+          const earlier = row.lease_grant === id && row.lease_grant_fence !== null
+            ? row.lease_grant_fence
+            : this.stmts.earlierGrant.get(conversationId, id, row.now - LEASE_GRANT_RETENTION_MS)?.fence;
+          if (earlier !== undefined) throw new ConversationLeaseLostError(conversationId, earlier);
+        }
         if (live) return { acquired: false, owner: row.lease_owner!, leaseExpiresAt: row.lease_expires_at! };
         const fence = row.fence + 1;
         const leaseExpiresAt = row.now + ms;
+        // The grant this one supersedes is kept as an earlier grant; what is past retention goes.
+        this.stmts.pruneGrants.run(conversationId, row.now - LEASE_GRANT_RETENTION_MS);
+        if (row.lease_grant !== null && row.lease_grant_fence !== null) this.stmts.keepGrant.run(conversationId, row.lease_grant, row.lease_grant_fence, row.now);
         this.stmts.grant.run(fence, owner, leaseExpiresAt, id ?? null, fence, conversationId);
         return { acquired: true, fence, leaseExpiresAt };
       }),
@@ -551,6 +567,7 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
   const msgs = `"${t.messages}"`;
   const turns = `"${t.turns}"`;
   const recs = `"${t.records}"`;
+  const grants = `"${t.leaseGrants}"`;
   const messageColumns = "message_id, seq, state, content, turn_index, failure";
   const held = "conversation_id = ? AND lease_owner IS NOT NULL AND fence = ?";
   return {
@@ -594,6 +611,13 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     releaseGrant: db.prepare(
       `UPDATE ${conv} SET lease_owner = NULL, lease_expires_at = NULL
        WHERE conversation_id = ? AND lease_owner IS NOT NULL AND lease_grant = ? AND lease_grant_fence = fence`,
+    ),
+    // TURN-10's earlier grants (see schemaSql): kept from when a later grant superseded them.
+    earlierGrant: db.prepare(`SELECT fence FROM ${grants} WHERE conversation_id = ? AND grant_id = ? AND superseded_at > ?`),
+    pruneGrants: db.prepare(`DELETE FROM ${grants} WHERE conversation_id = ? AND superseded_at <= ?`),
+    keepGrant: db.prepare(
+      `INSERT INTO ${grants} (conversation_id, grant_id, fence, superseded_at) VALUES (?, ?, ?, ?)
+       ON CONFLICT (conversation_id, grant_id) DO UPDATE SET fence = excluded.fence, superseded_at = excluded.superseded_at`,
     ),
     insertTurn: db.prepare(
       `INSERT INTO ${turns} (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results) VALUES (?, ?, ?, ?, ?, ?)`,

@@ -2,7 +2,7 @@ import Database from "better-sqlite3";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isDispatchOnceError, type JsonValue } from "@dispatch-once/core";
+import { LEASE_GRANT_RETENTION_MS, isDispatchOnceError, type JsonValue } from "@dispatch-once/core";
 import { STORE_NOW_SQL, SqliteConversationStore, failedAtTriggerSql, schemaSql, tablesFor } from "../src/index.js";
 import { packageDir, rawConnection, tempDir } from "./helpers.js";
 
@@ -328,7 +328,7 @@ describe("storage", () => {
     expect(raw.prepare("SELECT content FROM dispatch_once_messages").get()).toEqual({ content: '{"z":1,"a":"é","n":[1.5,-0.25]}' });
     raw.close();
     expect(schemaSql()).toContain('CREATE TABLE IF NOT EXISTS "dispatch_once_turns"');
-    expect(tablesFor("app_")).toEqual({ conversations: "app_conversations", messages: "app_messages", turns: "app_turns", records: "app_records" });
+    expect(tablesFor("app_")).toEqual({ conversations: "app_conversations", messages: "app_messages", turns: "app_turns", records: "app_records", leaseGrants: "app_lease_grants" });
     store.migrate();
     await store.close();
   });
@@ -689,8 +689,9 @@ describe("TURN-10 lease grant ids, on disk and across versions", () => {
     // The old version takes the expired lease: fence 2, lease_grant still G1 (it does not know the column).
     expect(raw.prepare(legacy.grant).run(2, "old", now + 1_000, "c").changes).toBe(1);
     expect(raw.prepare(legacy.row).get("c")).toMatchObject({ fence: 2, lease_owner: "old" });
-    // A late copy of G1 must not be answered with the old version's fence 2.
-    expect(await store.acquireLease("c", "new", 1_000, G1)).toMatchObject({ acquired: false, owner: "old" });
+    // A late copy of G1 must not be answered with the old version's fence 2: G1 is an earlier grant now.
+    await rejectsWith(store.acquireLease("c", "new", 1_000, G1), "conversation_lease_lost");
+    expect(raw.prepare(legacy.row).get("c")).toMatchObject({ fence: 2, lease_owner: "old" });
     await store.releaseLeaseGrant("c", G1);
     expect(raw.prepare(legacy.row).get("c")).toMatchObject({ fence: 2, lease_owner: "old" });
     expect(raw.prepare(legacy.release).run("c", 2).changes).toBe(1);
@@ -698,6 +699,52 @@ describe("TURN-10 lease grant ids, on disk and across versions", () => {
     expect(await store.acquireLease("c", "new", 1_000, G2)).toMatchObject({ acquired: true, fence: 3 });
     raw.close();
     await store.close();
+  });
+});
+
+describe("TURN-10 earlier grants: a late copy of an earlier grant's acquire takes nothing", () => {
+  const G1 = "grant-one-0123456789";
+  const G2 = "grant-two-0123456789";
+
+  it("TURN-10: a late copy of an earlier grant on a free lease, after a restart, is refused naming its fence; the next acquire is served at once", async () => {
+    const path = freshPath();
+    let now = 1_000_000;
+    const store = new SqliteConversationStore({ path, now: () => now });
+    expect(await store.acquireLease("c", "a", 1_000, G1)).toMatchObject({ acquired: true, fence: 1 });
+    await store.releaseLease("c", 1);
+    expect(await store.acquireLease("c", "b", 1_000, G2)).toMatchObject({ acquired: true, fence: 2 });
+    await store.releaseLease("c", 2);
+    await store.close();
+    const reopened = new SqliteConversationStore({ path, now: () => now });
+    const lost = await reopened.acquireLease("c", "a", 60_000, G1).catch((e: unknown) => e);
+    expect(lost).toMatchObject({ code: "conversation_lease_lost", fence: 1 });
+    expect(await reopened.acquireLease("c", "next", 1_000)).toMatchObject({ acquired: true, fence: 3 });
+    // Kept LEASE_GRANT_RETENTION_MS from its supersession (fence 2's grant), then forgotten and pruned.
+    now += LEASE_GRANT_RETENTION_MS - 1;
+    await rejectsWith(reopened.acquireLease("c", "a", 1_000, G1), "conversation_lease_lost");
+    now += 1;
+    expect(await reopened.acquireLease("c", "a", 1_000, G1)).toMatchObject({ acquired: true, fence: 4 });
+    const kept = rawConnection(path).prepare(`SELECT grant_id FROM dispatch_once_lease_grants WHERE conversation_id = 'c' ORDER BY grant_id`).all();
+    // Both superseded a retention ago: the grant that forgot G1 deleted them in its own write.
+    expect(kept).toEqual([]);
+    await reopened.close();
+  });
+
+  it("a file made by the version before earlier grants: migrate() adds the table, and the latest grant id kept in the row is refused once a later grant supersedes it", async () => {
+    const path = freshPath();
+    const old = new SqliteConversationStore({ path });
+    expect(await old.acquireLease("c", "a", 600_000, G1)).toMatchObject({ acquired: true, fence: 1 });
+    await old.releaseLease("c", 1);
+    await old.close();
+    const raw = rawConnection(path);
+    raw.exec(`DROP TABLE dispatch_once_lease_grants`);
+    raw.close();
+    const upgraded = new SqliteConversationStore({ path });
+    await rejectsWith(upgraded.acquireLease("c", "a", 600_000, G1), "conversation_lease_lost");
+    expect(await upgraded.acquireLease("c", "b", 600_000, G2)).toMatchObject({ acquired: true, fence: 2 });
+    const lost = await upgraded.acquireLease("c", "a", 600_000, G1).catch((e: unknown) => e);
+    expect(lost).toMatchObject({ code: "conversation_lease_lost", fence: 1 });
+    await upgraded.close();
   });
 });
 
