@@ -3,6 +3,7 @@ import type { PoolConfig, QueryResultRow } from "pg";
 import {
   CONVERSATION_ID_PATTERN,
   ConversationLeaseLostError,
+  LEASE_GRANT_RETENTION_MS,
   InvalidStoreInputError,
   StoreCorruptError,
   StoreUnavailableError,
@@ -255,8 +256,18 @@ export class PostgresConversationStore implements ConversationStore {
         // Released or expired: that grant is over, and a late copy of it takes nothing.
         throw new ConversationLeaseLostError(conversationId, toCount(conversationId, held.fence));
       }
-      // The grant decides on the server's clock read after the lock (see NOW_MS).
-      const [granted] = await run<{ fence: string; lease_expires_at: string }>(this.sql.grant, [conversationId, owner, String(ms), id ?? null]);
+      // An earlier grant's id: a late copy, which must not take a free lease and hold the
+      // conversation for a whole lease with nobody working under it. Still in the row when a
+      // process of an earlier version made the grants after it, else in lease_grants.
+      if (id !== undefined) {
+        if (held.lease_grant === id && held.lease_grant_fence !== null) throw new ConversationLeaseLostError(conversationId, toCount(conversationId, held.lease_grant_fence));
+        const [earlier] = await run<{ fence: string }>(this.sql.earlierGrant, [conversationId, id, String(LEASE_GRANT_RETENTION_MS)]);
+        if (earlier !== undefined) throw new ConversationLeaseLostError(conversationId, toCount(conversationId, earlier.fence));
+      }
+      // The grant decides on the server's clock read after the lock (see NOW_MS); the row is
+      // locked, so the grant it supersedes is the one read above.
+      const superseded = held.lease_grant !== null && held.lease_grant_fence !== null ? [held.lease_grant, held.lease_grant_fence] : [null, null];
+      const [granted] = await run<{ fence: string; lease_expires_at: string }>(this.sql.grant, [conversationId, owner, String(ms), id ?? null, ...superseded, String(LEASE_GRANT_RETENTION_MS)]);
       if (granted !== undefined) return { acquired: true, fence: toCount(conversationId, granted.fence), leaseExpiresAt: toCount(conversationId, granted.lease_expires_at) };
       if (held.lease_owner === null || held.lease_expires_at === null) {
         throw new StoreCorruptError(conversationId, "the lease was neither free nor held");

@@ -14,6 +14,8 @@ export interface ConversationTables {
   messages: string;
   turns: string;
   records: string;
+  /** The conversations' earlier lease grant ids (TURN-10). */
+  leaseGrants: string;
 }
 
 export function tablesFor(schema: string = DEFAULT_SCHEMA, prefix: string = DEFAULT_TABLE_PREFIX): ConversationTables {
@@ -23,13 +25,13 @@ export function tablesFor(schema: string = DEFAULT_SCHEMA, prefix: string = DEFA
   if (typeof prefix !== "string" || !TABLE_PREFIX_PATTERN.test(prefix)) {
     throw new InvalidStoreInputError("tablePrefix", `${JSON.stringify(prefix)} is not a plain identifier prefix (${TABLE_PREFIX_PATTERN.source})`);
   }
-  return { schema, conversations: `${prefix}conversations`, messages: `${prefix}messages`, turns: `${prefix}turns`, records: `${prefix}records` };
+  return { schema, conversations: `${prefix}conversations`, messages: `${prefix}messages`, turns: `${prefix}turns`, records: `${prefix}records`, leaseGrants: `${prefix}lease_grants` };
 }
 
 /** Quoted, schema-qualified names (identifiers are validated, so quoting never needs escaping). */
-export function qualified(t: ConversationTables): { conv: string; msgs: string; turns: string; recs: string } {
+export function qualified(t: ConversationTables): { conv: string; msgs: string; turns: string; recs: string; grants: string } {
   const q = (name: string) => `"${t.schema}"."${name}"`;
-  return { conv: q(t.conversations), msgs: q(t.messages), turns: q(t.turns), recs: q(t.records) };
+  return { conv: q(t.conversations), msgs: q(t.messages), turns: q(t.turns), recs: q(t.records), grants: q(t.leaseGrants) };
 }
 
 /**
@@ -61,6 +63,13 @@ const MIGRATE_LOCK_ID = 7_326_119_502_418_914n;
  *   (text, not jsonb: jsonb would reorder members and cannot hold \u0000).
  * - turns: the primary key (conversation_id, turn_index) forbids a second turn at one index.
  * - records: beside the log, never in it (RECORD-4).
+ * - lease_grants: the grant ids of a conversation's earlier grants (TURN-10), each with its fence
+ *   and `superseded_at`, when a later grant replaced it as the latest (server clock). An acquire
+ *   carrying one, less than LEASE_GRANT_RETENTION_MS after that, is a late copy and is refused.
+ *   The grant statement moves the grant it supersedes here and deletes the conversation's rows
+ *   past retention, in the same statement, under the conversation's row lock. Schemas made by an
+ *   earlier version get the table here; their latest grant id is still in the conversation row
+ *   and moves here at the next grant.
  */
 export function schemaSql(schema: string = DEFAULT_SCHEMA, prefix: string = DEFAULT_TABLE_PREFIX): string {
   const t = tablesFor(schema, prefix);
@@ -107,6 +116,13 @@ CREATE TABLE IF NOT EXISTS ${q.recs} (
   seq             integer NOT NULL,
   record          text    NOT NULL,
   PRIMARY KEY (conversation_id, seq)
+);
+CREATE TABLE IF NOT EXISTS ${q.grants} (
+  conversation_id text   NOT NULL,
+  grant_id        text   NOT NULL,
+  fence           bigint NOT NULL,
+  superseded_at   bigint NOT NULL,
+  PRIMARY KEY (conversation_id, grant_id)
 );
 DO $upgrade$
 BEGIN
@@ -214,6 +230,8 @@ export interface Statements {
   regrant: Statement;
   /** TURN-10: give back the grant a grant id made, while it still holds the lease. */
   releaseGrant: Statement;
+  /** TURN-10: the fence of an earlier grant with this grant id, superseded less than $3 ms ago. */
+  earlierGrant: Statement;
   /** The log's version and the named message, read after the lock. */
   commitState: Statement;
   insertTurn: Statement;
@@ -277,13 +295,27 @@ export function statements(t: ConversationTables): Statements {
        WHERE t.conversation_id = $1 ORDER BY t.turn_index`,
     ),
     // Runs after the row is locked: the clock is read after any wait, and the row cannot change under it.
+    // One statement: the grant, and only when it is made, the superseded grant ($5 id, $6 fence,
+    // read from the locked row) kept as an earlier grant and the conversation's earlier grants
+    // past retention ($7 ms) deleted (TURN-10).
     grant: s(
       "grant",
-      `UPDATE ${q.conv} c SET fence = c.fence + 1, lease_owner = $2, lease_expires_at = n.now + $3::bigint,
-         lease_grant = $4::text, lease_grant_fence = c.fence + 1
-       FROM (SELECT ${NOW_MS} AS now) n
-       WHERE c.conversation_id = $1 AND (c.lease_owner IS NULL OR c.lease_expires_at <= n.now)
-       RETURNING c.fence, c.lease_expires_at`,
+      `WITH n AS (SELECT ${NOW_MS} AS now),
+       granted AS (
+         UPDATE ${q.conv} c SET fence = c.fence + 1, lease_owner = $2, lease_expires_at = n.now + $3::bigint,
+           lease_grant = $4::text, lease_grant_fence = c.fence + 1
+         FROM n
+         WHERE c.conversation_id = $1 AND (c.lease_owner IS NULL OR c.lease_expires_at <= n.now)
+         RETURNING c.fence, c.lease_expires_at),
+       pruned AS (
+         DELETE FROM ${q.grants} g USING n
+         WHERE g.conversation_id = $1 AND g.superseded_at <= n.now - $7::bigint AND g.grant_id IS DISTINCT FROM $5::text
+           AND EXISTS (SELECT 1 FROM granted)),
+       kept AS (
+         INSERT INTO ${q.grants} (conversation_id, grant_id, fence, superseded_at)
+         SELECT $1, $5::text, $6::bigint, n.now FROM n WHERE $5::text IS NOT NULL AND EXISTS (SELECT 1 FROM granted)
+         ON CONFLICT (conversation_id, grant_id) DO UPDATE SET fence = excluded.fence, superseded_at = excluded.superseded_at)
+       SELECT fence, lease_expires_at FROM granted`,
     ),
     renew: s(
       "renew",
@@ -307,6 +339,10 @@ export function statements(t: ConversationTables): Statements {
       "release_grant",
       `UPDATE ${q.conv} SET lease_owner = NULL, lease_expires_at = NULL
        WHERE conversation_id = $1 AND lease_owner IS NOT NULL AND lease_grant = $2 AND lease_grant_fence = fence`,
+    ),
+    earlierGrant: s(
+      "earlier_grant",
+      `SELECT fence FROM ${q.grants} WHERE conversation_id = $1 AND grant_id = $2 AND superseded_at > ${NOW_MS} - $3::bigint`,
     ),
     commitState: s(
       "commit_state",

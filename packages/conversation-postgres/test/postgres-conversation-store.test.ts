@@ -1,6 +1,6 @@
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
-import { isDispatchOnceError, type JsonValue } from "@dispatch-once/core";
+import { LEASE_GRANT_RETENTION_MS, isDispatchOnceError, type JsonValue } from "@dispatch-once/core";
 import { NOW_MS, PostgresConversationStore, schemaSql } from "../src/index.js";
 import { DATABASE_URL, adminPool, closedPort, dropSchema, uniqueSchema } from "./helpers.js";
 
@@ -555,12 +555,56 @@ describe("TURN-10 lease grant ids, in the database and across versions", () => {
     // The old version's statements run against the migrated table; it takes the expired lease.
     expect((await admin.query(old.grant, ["c", "old", "60000"])).rows[0]).toMatchObject({ fence: "2" });
     expect((await admin.query(old.lock, ["c"])).rows[0]).toMatchObject({ fence: "2", lease_owner: "old" });
-    // A late copy of G1 is not answered with the old version's fence, and cannot give its lease back.
-    expect(await store.acquireLease("c", "new", 60_000, G1)).toMatchObject({ acquired: false, owner: "old" });
+    // A late copy of G1 is not answered with the old version's fence (G1 is an earlier grant now), and cannot give its lease back.
+    expect(await rejectsWith(store.acquireLease("c", "new", 60_000, G1), "conversation_lease_lost")).toMatchObject({ fence: 1 });
     await store.releaseLeaseGrant("c", G1);
     expect((await admin.query(old.lock, ["c"])).rows[0]).toMatchObject({ fence: "2", lease_owner: "old" });
     expect((await admin.query(old.release, ["c", "2"])).rowCount).toBe(1);
     expect(await store.acquireLease("c", "new", 60_000, G2)).toMatchObject({ acquired: true, fence: 3 });
+    await store.close();
+  });
+});
+
+describe("TURN-10 earlier grants: a late copy of an earlier grant's acquire takes nothing", () => {
+  const G1 = "grant-one-0123456789";
+  const G2 = "grant-two-0123456789";
+  const kept = async (schema: string, c: string) =>
+    (await admin.query(`SELECT grant_id, fence FROM "${schema}".dispatch_once_lease_grants WHERE conversation_id = $1 ORDER BY grant_id`, [c])).rows;
+
+  it("TURN-10: a late copy of an earlier grant on a free lease, from another pool, is refused naming its fence and writes nothing; kept LEASE_GRANT_RETENTION_MS, then pruned by the next grant", async () => {
+    const { store, schema } = await fresh("earlier_grants");
+    const other = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
+    expect(await store.acquireLease("c", "a", 60_000, G1)).toMatchObject({ acquired: true, fence: 1 });
+    await store.releaseLease("c", 1);
+    expect(await store.acquireLease("c", "b", 60_000, G2)).toMatchObject({ acquired: true, fence: 2 });
+    await store.releaseLease("c", 2);
+    const row = async () => (await admin.query(`SELECT fence, lease_owner, lease_grant FROM "${schema}".dispatch_once_conversations WHERE conversation_id = 'c'`)).rows[0];
+    const before = await row();
+    expect(await rejectsWith(other.acquireLease("c", "a", 60_000, G1), "conversation_lease_lost")).toMatchObject({ fence: 1 });
+    expect(await row()).toEqual(before);
+    expect(await store.acquireLease("c", "next", 60_000)).toMatchObject({ acquired: true, fence: 3 });
+    expect(await kept(schema, "c")).toEqual([{ grant_id: G1, fence: "1" }, { grant_id: G2, fence: "2" }]);
+    // Superseded a retention ago (the server's clock cannot be set: the rows are moved back).
+    await admin.query(`UPDATE "${schema}".dispatch_once_lease_grants SET superseded_at = superseded_at - $1::bigint WHERE grant_id = $2`, [LEASE_GRANT_RETENTION_MS - 60_000, G1]);
+    expect(await rejectsWith(store.acquireLease("c", "a", 60_000, G1), "conversation_lease_lost")).toMatchObject({ fence: 1 });
+    await admin.query(`UPDATE "${schema}".dispatch_once_lease_grants SET superseded_at = superseded_at - 60000 WHERE grant_id = $1`, [G1]);
+    await store.releaseLease("c", 3);
+    expect(await store.acquireLease("c", "a", 60_000, G1)).toMatchObject({ acquired: true, fence: 4 });
+    expect(await kept(schema, "c")).toEqual([{ grant_id: G2, fence: "2" }]);
+    await other.close();
+    await store.close();
+  });
+
+  it("a schema made by the version before earlier grants: migrate() adds the table, and the grant id left in the row is refused once a later grant supersedes it", async () => {
+    const { store, schema } = await fresh("earlier_grants_upgrade");
+    expect(await store.acquireLease("c", "a", 60_000, G1)).toMatchObject({ acquired: true, fence: 1 });
+    await store.releaseLease("c", 1);
+    await admin.query(`DROP TABLE "${schema}".dispatch_once_lease_grants`);
+    await store.migrate();
+    await rejectsWith(store.acquireLease("c", "a", 60_000, G1), "conversation_lease_lost");
+    expect(await store.acquireLease("c", "b", 60_000, G2)).toMatchObject({ acquired: true, fence: 2 });
+    expect(await rejectsWith(store.acquireLease("c", "a", 60_000, G1), "conversation_lease_lost")).toMatchObject({ fence: 1 });
+    expect(await kept(schema, "c")).toEqual([{ grant_id: G1, fence: "1" }]);
     await store.close();
   });
 });
