@@ -13,6 +13,7 @@ import {
   describeValue,
   isDispatchOnceError,
   newLeaseGrantId,
+  LEASE_GRANT_RETENTION_MS,
   type CallDispatcher,
   type ConversationStore,
   type DispatchLogger,
@@ -403,6 +404,15 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   private readonly owner: string;
   private readonly logger: DispatchLogger;
   private readonly resendWindowMs: number;
+  /**
+   * Give-backs this runner still owes (TURN-10): grants it gave up on whose `releaseLeaseGrant`
+   * failed too (the store still unreachable), per conversation, grant id → when it gave up
+   * (process clock). Sent again by its next acquisition of that conversation, before it looks at
+   * the lease. Sound because nobody ever learnt such a grant's fence (this runner minted the grant
+   * id for one acquisition and never got its reply), so nobody works under it; and the store gives
+   * back only the grant that carries the id, never a later holder's.
+   */
+  private readonly owedGiveBacks = new Map<string, Map<string, number>>();
 
   constructor(provider: StreamProvider<A, E, U>, options: TurnRunnerOptions) {
     checkRunnerOptions(options);
@@ -628,15 +638,17 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * says that grant applied and is over (expired, or given back) before its reply came: nobody
    * holds the lease under it, so a fresh grant id is tried at once. When the time is up, the grant
    * is given back by its grant id (a landed grant would otherwise hold the conversation for its
-   * whole lease) and the last error is thrown. Left behind only when the give-back fails too (the
-   * store still unreachable): a grant that landed, until its lease expires, as a holder that died
-   * leaves it. A store without the flag is acquired once, as before.
+   * whole lease) and the last error is thrown. When the give-back fails too (the store still
+   * unreachable) it is owed, and this runner's next acquisition of the conversation sends it
+   * again first; a landed grant otherwise holds the conversation until its lease expires, as a
+   * holder that died leaves it. A store without the flag is acquired once, as before.
    */
   private async acquire(conversationId: string): Promise<LeaseResult> {
     const { store } = this.options;
     if (store.capabilities.supports?.leaseGrants !== true || typeof store.releaseLeaseGrant !== "function") {
       return store.acquireLease(conversationId, this.owner, this.leaseMs);
     }
+    await this.payOwedGiveBacks(conversationId);
     const started = Date.now();
     const limit = Math.min(this.leaseMs, ACQUIRE_RETRY_LIMIT_MS);
     let grantId = newLeaseGrantId();
@@ -667,7 +679,12 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     }
   }
 
-  /** Give back a grant whose reply never came, by its grant id (TURN-10): sent again when it fails, as a release is. */
+  /**
+   * Give back a grant whose reply never came, by its grant id (TURN-10): sent again when it fails,
+   * as a release is. When every try fails the give-back is owed: the next acquisition of the
+   * conversation by this runner sends it again (payOwedGiveBacks), so a user's re-send reaching
+   * this runner does not wait out a lease nobody works under.
+   */
   private async giveBack(conversationId: string, grantId: string): Promise<void> {
     for (let tries = 0; tries < RELEASE_TRIES; tries++) {
       try {
@@ -677,6 +694,45 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         // Unknown whether it applied: sending it again is safe (it gives back only that grant).
       }
     }
+    this.oweGiveBack(conversationId, grantId);
+  }
+
+  private oweGiveBack(conversationId: string, grantId: string): void {
+    let total = 0;
+    for (const owed of this.owedGiveBacks.values()) total += owed.size;
+    // Bounded: past MAX_OWED_GIVE_BACKS the oldest conversation's are dropped (their grants expire with their leases).
+    if (total >= MAX_OWED_GIVE_BACKS) {
+      const oldest = this.owedGiveBacks.keys().next().value;
+      if (oldest !== undefined) this.owedGiveBacks.delete(oldest);
+    }
+    const owed = this.owedGiveBacks.get(conversationId) ?? new Map<string, number>();
+    owed.set(grantId, Date.now());
+    this.owedGiveBacks.set(conversationId, owed);
+  }
+
+  /**
+   * Send the give-backs still owed for this conversation, once each, before acquiring. One that
+   * fails with `store_unavailable` stays owed; any other outcome settles it. Kept no longer than
+   * the lease or LEASE_GRANT_RETENTION_MS, whichever is longer: past both, the grant's lease has
+   * expired and a late copy of its acquire is refused or long gone.
+   */
+  private async payOwedGiveBacks(conversationId: string): Promise<void> {
+    const owed = this.owedGiveBacks.get(conversationId);
+    if (owed === undefined) return;
+    const keepMs = Math.max(this.leaseMs, LEASE_GRANT_RETENTION_MS);
+    for (const [grantId, since] of [...owed]) {
+      if (Date.now() - since >= keepMs) {
+        owed.delete(grantId);
+        continue;
+      }
+      try {
+        await this.options.store.releaseLeaseGrant!(conversationId, grantId);
+        owed.delete(grantId);
+      } catch (error) {
+        if (!isDispatchOnceError(error, "store_unavailable")) owed.delete(grantId);
+      }
+    }
+    if (owed.size === 0) this.owedGiveBacks.delete(conversationId);
   }
 
   /**
@@ -1143,6 +1199,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
 
 /** Sends of one lease release before it is left to expire (see `TurnRunner.release`). */
 const RELEASE_TRIES = 3;
+/** Most give-backs one runner keeps owing across conversations (see `TurnRunner.oweGiveBack`). */
+const MAX_OWED_GIVE_BACKS = 1_000;
 /**
  * Longest an acquire whose reply was lost is sent again with its grant id (TURN-10, see
  * `TurnRunner.acquire`); never longer than the lease, past which a landed grant is over anyway.

@@ -110,7 +110,9 @@ describe("TURN-10 an acquire whose reply was lost", () => {
     await runner.send(CONV, { id: "m1", content: "hi" });
     const other = await store.acquireLease(CONV, "other", 60_000, "other-grant-0123456789");
     expect(other).toMatchObject({ acquired: true, fence: 2 });
-    expect(await held[0]!()).toMatchObject({ acquired: false, owner: "other" });
+    // An earlier grant's copy: refused outright (it used to meet the lease as held).
+    expect(await held[0]!().catch((e: unknown) => e)).toMatchObject({ code: "conversation_lease_lost", fence: 1 });
+    expect(await store.acquireLease(CONV, "probe", 1_000)).toMatchObject({ acquired: false, owner: "other" });
     now += 1;
     await expect(store.renewLease(CONV, 2, 60_000)).resolves.toBeDefined();
   });
@@ -126,6 +128,86 @@ describe("TURN-10 an acquire whose reply was lost", () => {
     expect(releasedByGrant).toEqual([sent[0]!.args[3]]);
     // The lease is free at once, not after 200 ms: m1 and m2 are answered by another worker now.
     await answeredAtOnce(store, "m1");
+  });
+
+  it("TURN-10: a late copy of an earlier grant's acquire, landing after a later grant was made and released, takes nothing: the next message is served at once", async () => {
+    const store = new MemoryConversationStore();
+    // Runner A's first acquire is held in the network; its re-send takes grant g1 and A answers m1.
+    const a = flaky(store, ["held"]);
+    await expect(world(textOnly, false, { store: a.view, runner: { busyWaitMs: 0 } }).runner.send(CONV, { id: "m1", content: "hi" })).resolves.toMatchObject({ status: "answered" });
+    // Another worker answers m2 under a later grant (g2) and releases it: g1 is an earlier grant now.
+    await answeredAtOnce(store, "m2");
+    // g1's copy lands on the free lease. Before, it took the lease and held it for a whole lease
+    // with nobody working under it: m3 was conversation_busy.
+    const late = await a.held[0]!().catch((e: unknown) => e);
+    expect(late).toMatchObject({ code: "conversation_lease_lost", fence: 1 });
+    await answeredAtOnce(store, "m3");
+  });
+
+  it("TURN-10: a give-back that failed (store still unreachable) is sent again by the runner's next acquisition of that conversation, by its grant id, before it waits on the lease", async () => {
+    // The store's clock stands still: the landed grant's lease never runs out by itself here.
+    const store = new MemoryConversationStore({ now: () => 1_000_000 });
+    let reachable = false;
+    const releasedByGrant: string[] = [];
+    const sent: string[] = [];
+    const view = Object.assign(Object.create(store) as ConversationStore, {
+      capabilities: store.capabilities,
+      acquireLease: async (...args: Parameters<Acquire>) => {
+        sent.push(args[3]!);
+        const result = await store.acquireLease(...args);
+        // Applied, reply lost, while the store is unreachable.
+        if (!reachable) throw lost();
+        return result;
+      },
+      releaseLeaseGrant: async (conversationId: string, grantId: string) => {
+        releasedByGrant.push(grantId);
+        if (!reachable) throw new StoreUnavailableError("releaseLeaseGrant: the store is unreachable");
+        return store.releaseLeaseGrant!(conversationId, grantId);
+      },
+    });
+    const { runner } = world(textOnly, false, { store: view, runner: { busyWaitMs: 0, turnLeaseMs: 200 } });
+    const error = await runner.send(CONV, { id: "m1", content: "hi" }).catch((e: unknown) => e);
+    expect(isDispatchOnceError(error, "store_unavailable")).toBe(true);
+    const owed = sent[0]!;
+    expect(new Set(releasedByGrant)).toEqual(new Set([owed]));
+    // The landed grant holds the conversation until its lease expires: another worker cannot have it.
+    await expect(world(textOnly, false, { store, runner: { busyWaitMs: 0, owner: "other-worker" } }).runner.send(CONV, { id: "m1", content: "hi" })).rejects.toMatchObject({ code: "conversation_busy" });
+    // The store is back. The user's re-send reaches the same runner: it gives back what it owes first, then is served at once.
+    reachable = true;
+    releasedByGrant.length = 0;
+    await expect(runner.send(CONV, { id: "m1", content: "hi" })).resolves.toMatchObject({ status: "answered" });
+    expect(releasedByGrant).toEqual([owed]);
+    // Given back once: the next send owes nothing.
+    releasedByGrant.length = 0;
+    await expect(runner.send(CONV, { id: "m2", content: "hi" })).resolves.toMatchObject({ status: "answered" });
+    expect(releasedByGrant).toEqual([]);
+  });
+
+  it("TURN-10: an owed give-back never releases a grant someone works under: after the owed grant expired and another worker took the lease, it changes nothing", async () => {
+    let now = 1_000_000;
+    const store = new MemoryConversationStore({ now: () => now });
+    let reachable = false;
+    const view = Object.assign(Object.create(store) as ConversationStore, {
+      capabilities: store.capabilities,
+      acquireLease: async (...args: Parameters<Acquire>) => {
+        const result = await store.acquireLease(...args);
+        if (!reachable) throw lost();
+        return result;
+      },
+      releaseLeaseGrant: async (conversationId: string, grantId: string) => {
+        if (!reachable) throw new StoreUnavailableError("releaseLeaseGrant: the store is unreachable");
+        return store.releaseLeaseGrant!(conversationId, grantId);
+      },
+    });
+    const { runner } = world(textOnly, false, { store: view, runner: { busyWaitMs: 0, turnLeaseMs: 200 } });
+    await expect(runner.send(CONV, { id: "m1", content: "hi" })).rejects.toMatchObject({ code: "store_unavailable" });
+    now += 1_000;
+    const other = await store.acquireLease(CONV, "other", 60_000, "other-grant-0123456789");
+    expect(other).toMatchObject({ acquired: true, fence: 2 });
+    reachable = true;
+    await expect(runner.send(CONV, { id: "m1", content: "hi" })).rejects.toMatchObject({ code: "conversation_busy" });
+    await expect(store.renewLease(CONV, 2, 60_000)).resolves.toBeDefined();
+    expect(await store.acquireLease(CONV, "probe", 1_000)).toMatchObject({ acquired: false, owner: "other" });
   });
 
   it("a store that does not declare supports.leaseGrants is acquired as before: no grant id, no re-send", async () => {
