@@ -263,7 +263,10 @@ export function statements(t: ConversationTables): Statements {
       `INSERT INTO ${q.msgs} (conversation_id, message_id, seq, state, content)
        VALUES ($1, $2, (SELECT coalesce(max(seq), 0) + 1 FROM ${q.msgs} WHERE conversation_id = $1), 'queued', $3) RETURNING seq`,
     ),
-    reopen: s("reopen", `UPDATE ${q.msgs} SET state = 'queued', failure = NULL, failed_at = NULL WHERE conversation_id = $1 AND message_id = $2`),
+    // A failure whose first time was not kept (a row from before first_failed_at, or failed by an
+    // earlier version's process) keeps its last time as the first: the retry that follows must not
+    // restart TURN-12's window while the first attempts' ledger rows keep aging.
+    reopen: s("reopen", `UPDATE ${q.msgs} SET state = 'queued', failure = NULL, failed_at = NULL, first_failed_at = coalesce(first_failed_at, failed_at, 0) WHERE conversation_id = $1 AND message_id = $2`),
     // From the first failure (kept across reopens; a retry that fails again does not restart the
     // window), else the last one (rows failed before first_failed_at existed), else 0: unknown, past.
     failedAge: s("failed_age", `SELECT ${NOW_MS} - coalesce(first_failed_at, failed_at, 0) AS age FROM ${q.msgs} WHERE conversation_id = $1 AND message_id = $2`),

@@ -651,6 +651,19 @@ describe("TURN-12 the re-send window (supports.reopenWindow), on the server's cl
     await store.close();
   });
 
+  it("TURN-12: a failure whose first time was not kept (before first_failed_at, or an earlier version's process) keeps its failed_at as the first across a reopen: a retry that fails again does not restart the window", async () => {
+    const { store, schema } = await fresh("window_legacy_reopen");
+    await failOnce(store, "conv-l", "m1");
+    await admin.query(`UPDATE "${schema}".dispatch_once_messages SET first_failed_at = NULL`);
+    await age(schema, "conv-l", WINDOW - 60_000, ["failed_at"]);
+    expect(await store.appendUserMessage("conv-l", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: true });
+    await failOnce(store, "conv-l", "m1");
+    await age(schema, "conv-l", 60_000, ["first_failed_at"]);
+    // The calls of the first attempt finished WINDOW ago: past the window, as for any message.
+    expect(await store.appendUserMessage("conv-l", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: false, pastReopenWindow: true });
+    await store.close();
+  });
+
   it("migrate() adds first_failed_at to a messages table made without it", async () => {
     const { store, schema } = await fresh("window_migrate");
     await admin.query(`ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN first_failed_at`);

@@ -578,7 +578,10 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     message: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND message_id = ?`),
     nextSeq: db.prepare(`SELECT coalesce(max(seq), 0) + 1 AS next FROM ${msgs} WHERE conversation_id = ?`),
     insertMessage: db.prepare(`INSERT INTO ${msgs} (conversation_id, message_id, seq, state, content) VALUES (?, ?, ?, 'queued', ?)`),
-    reopen: db.prepare(`UPDATE ${msgs} SET state = 'queued', failure = NULL, failed_at = NULL WHERE conversation_id = ? AND message_id = ?`),
+    // A failure whose first time was not kept (a row from before first_failed_at, or failed by an
+    // earlier version's process) keeps its last time as the first: the retry that follows must not
+    // restart TURN-12's window while the first attempts' ledger rows keep aging.
+    reopen: db.prepare(`UPDATE ${msgs} SET state = 'queued', failure = NULL, failed_at = NULL, first_failed_at = coalesce(first_failed_at, failed_at, 0) WHERE conversation_id = ? AND message_id = ?`),
     // From the first failure (kept across reopens; a retry that fails again does not restart the
     // window), else the last one (rows failed before first_failed_at existed), else 0: unknown, past.
     failedAge: db.prepare(`SELECT ${now} - coalesce(first_failed_at, failed_at, 0) AS age FROM ${msgs} WHERE conversation_id = ? AND message_id = ?`),

@@ -795,6 +795,24 @@ describe("TURN-12 the re-send window (supports.reopenWindow), on the store's clo
     await store.close();
   });
 
+  it("TURN-12: a failure whose first time was not kept (before first_failed_at, or an earlier version's process) keeps its failed_at as the first across a reopen: a retry that fails again does not restart the window", async () => {
+    let clock = 7_000_000;
+    const path = freshPath();
+    const store = new SqliteConversationStore({ path, now: () => clock });
+    await failOnce(store, "conv-l", "m1");
+    const raw = rawConnection(path);
+    const { messages } = tablesFor();
+    raw.prepare(`UPDATE "${messages}" SET first_failed_at = NULL WHERE conversation_id = 'conv-l'`).run();
+    raw.close();
+    clock += WINDOW - 10;
+    expect(await store.appendUserMessage("conv-l", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: true });
+    await failOnce(store, "conv-l", "m1");
+    clock += 10;
+    // The calls of the first attempt finished WINDOW ago: past the window, as for any message.
+    expect(await store.appendUserMessage("conv-l", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: false, pastReopenWindow: true });
+    await store.close();
+  });
+
   it("a window that is not a finite number of milliseconds, 0 or more, is refused with invalid_store_input, changing nothing", async () => {
     const store = new SqliteConversationStore({ path: freshPath() });
     for (const bad of [-1, Number.NaN, Infinity, "60000"]) {
