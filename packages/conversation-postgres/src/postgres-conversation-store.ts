@@ -377,11 +377,11 @@ export class PostgresConversationStore implements ConversationStore {
     const { limit, after } = checkFailedTurnsQuery(query);
     const conversationId = query.conversationId ?? "";
     // One more than asked: whether a next page exists, without a second query.
-    const rows = await this.query<{ conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: unknown; reopenable: unknown }>(
+    const rows = await this.query<{ conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: unknown; first_failed_at: unknown; reopenable: unknown; past_window: unknown }>(
       "listFailedTurns",
       conversationId,
       this.sql.listFailed,
-      [query.conversationId ?? null, query.olderThanMs ?? null, after?.failedAt ?? null, after?.conversationId ?? null, after?.messageId ?? null, limit + 1],
+      [query.conversationId ?? null, query.olderThanMs ?? null, after?.failedAt ?? null, after?.conversationId ?? null, after?.messageId ?? null, limit + 1, query.reopenWithinMs ?? null],
     );
     const turns: FailedTurn[] = rows.slice(0, limit).map((row) => {
       const turn: FailedTurn = {
@@ -389,8 +389,14 @@ export class PostgresConversationStore implements ConversationStore {
         messageId: row.message_id,
         failedAt: failedAtOf(row.conversation_id, row.message_id, row.failed_at),
         failure: decodeStoreJson(row.conversation_id, `failure of message ${row.message_id}`, row.failure),
+        firstFailedAt: failedAtOf(row.conversation_id, row.message_id, row.first_failed_at),
         reopenable: row.reopenable === true,
       };
+      // TURN-12's window, judged in the listing's own statement as appendUserMessage judges it.
+      if (query.reopenWithinMs !== undefined) {
+        turn.pastReopenWindow = turn.reopenable === true && row.past_window === true;
+        turn.reopenable = turn.reopenable === true && !turn.pastReopenWindow;
+      }
       if (row.turn_index !== null && row.turn_index !== undefined) turn.turnIndex = toCount(row.conversation_id, row.turn_index);
       return turn;
     });

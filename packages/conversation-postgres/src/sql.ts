@@ -374,11 +374,14 @@ export function statements(t: ConversationTables): Statements {
     // which is code point order (TURN-17), the order every store lists and resumes in.
     // Each listed message's conversation row is looked up by its primary key in the same statement,
     // for reopenable: a re-send reopens a failed message only while it is last_bound (TURN-12). The
-    // LEFT JOIN keeps the messages' index the outer side (a missing row: not reopenable).
+    // LEFT JOIN keeps the messages' index the outer side (a missing row: not reopenable). The
+    // window counts from the first failure as failed_age does (TURN-12), on the same clock.
     listFailed: s(
       "list_failed",
       `SELECT m.conversation_id, m.message_id, m.turn_index, m.failure, m.failed_at,
-              (c.last_bound IS NOT NULL AND c.last_bound = m.message_id) AS reopenable
+              (c.last_bound IS NOT NULL AND c.last_bound = m.message_id) AS reopenable,
+              coalesce(m.first_failed_at, m.failed_at, 0) AS first_failed_at,
+              ($7::float8 IS NOT NULL AND ${NOW_MS} - coalesce(m.first_failed_at, m.failed_at, 0) >= $7::float8) AS past_window
          FROM ${q.msgs} m LEFT JOIN ${q.conv} c ON c.conversation_id = m.conversation_id
         WHERE m.state = 'failed'
           AND ($1::text IS NULL OR m.conversation_id = $1::text)

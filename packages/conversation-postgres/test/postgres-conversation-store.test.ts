@@ -301,10 +301,11 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
       `DROP INDEX "${schema}".dispatch_once_messages_failed;
        DROP TRIGGER dispatch_once_failed_at_insert ON "${schema}".dispatch_once_messages;
        DROP TRIGGER dispatch_once_failed_at_update ON "${schema}".dispatch_once_messages;
-       ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN failed_at`,
+       ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN failed_at;
+       ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN first_failed_at`,
     );
     await store.migrate();
-    expect((await store.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, failure: { failed: "m1", conversation: "legacy" }, reopenable: true }]);
+    expect((await store.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, firstFailedAt: 0, failure: { failed: "m1", conversation: "legacy" }, reopenable: true }]);
     await store.close();
   });
 
@@ -401,7 +402,7 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
       // failedAt never decreases from a to b to c, and ties order by conversation id: a, b, c.
       const all = await store.listFailedTurns();
       expect(ids(all)).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
-      expect(all.turns[1]).toEqual({ conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: Number(stored), failure: { failed: "m1", conversation: "conv-b" }, reopenable: true });
+      expect(all.turns[1]).toEqual({ conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: Number(stored), firstFailedAt: Number(stored), failure: { failed: "m1", conversation: "conv-b" }, reopenable: true });
       expect(await pageByOne(store)).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
       expect(ids(await store.listFailedTurns({ olderThanMs: 0 }))).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
       expect(ids(await store.listFailedTurns({ olderThanMs: 3_600_000 }))).toEqual([]);
@@ -478,9 +479,9 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     await admin.query(`ANALYZE ${conv}; ANALYZE ${msgs}`);
     const sql = (store as unknown as { sql: { listFailed: { text: string } } }).sql.listFailed.text;
     for (const values of [
-      [null, null, null, null, null, 101],
-      [null, 5, 100, "conv-100", "m1", 101],
-      ["conv-200", null, null, null, null, 101],
+      [null, null, null, null, null, 101, null],
+      [null, 5, 100, "conv-100", "m1", 101, null],
+      ["conv-200", null, null, null, null, 101, 3600000],
     ]) {
       const plan = (await admin.query({ text: `EXPLAIN ${sql}`, values })).rows.map((r: { "QUERY PLAN": string }) => r["QUERY PLAN"]).join("\n");
       expect(plan, JSON.stringify(values)).toMatch(/Index (Only )?Scan using dispatch_once_messages_(failed|state) on dispatch_once_messages m/);

@@ -145,8 +145,8 @@ interface Statements {
   insertRecord: Database.Statement<[string, string, string]>;
   records: Database.Statement<[string], { record: unknown }>;
   listFailed: Database.Statement<
-    { conversation: string | null; cutoff: number | null; after: number | null; afterConversation: string; afterMessage: string; limit: number },
-    { conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: number | null; reopenable: number }
+    { conversation: string | null; cutoff: number | null; within: number | null; after: number | null; afterConversation: string; afterMessage: string; limit: number },
+    { conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: number | null; first_failed_at: number; reopenable: number; past_window: number }
   >;
 }
 
@@ -468,6 +468,7 @@ export class SqliteConversationStore implements ConversationStore {
       const rows = this.stmts.listFailed.all({
         conversation: query.conversationId ?? null,
         cutoff: query.olderThanMs ?? null,
+        within: query.reopenWithinMs ?? null,
         after: after?.failedAt ?? null,
         afterConversation: after?.conversationId ?? "",
         afterMessage: after?.messageId ?? "",
@@ -479,8 +480,14 @@ export class SqliteConversationStore implements ConversationStore {
           messageId: row.message_id,
           failedAt: failedAtOf(row.conversation_id, row.message_id, row.failed_at),
           failure: decodeStoreJson(row.conversation_id, `failure of message ${row.message_id}`, row.failure),
+          firstFailedAt: row.first_failed_at,
           reopenable: row.reopenable === 1,
         };
+        // TURN-12's window, judged in the listing's own statement as appendUserMessage judges it.
+        if (query.reopenWithinMs !== undefined) {
+          turn.pastReopenWindow = turn.reopenable === true && row.past_window === 1;
+          turn.reopenable = turn.reopenable === true && !turn.pastReopenWindow;
+        }
         if (typeof row.turn_index === "number") turn.turnIndex = row.turn_index;
         return turn;
       });
@@ -635,9 +642,12 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     // The ids compare under BINARY, their UTF-8 bytes: code point order, the order TURN-17 names.
     // Each listed message's conversation row is looked up by its key in the same statement, for
     // reopenable: a re-send reopens a failed message only while it is last_bound (TURN-12). The
-    // LEFT JOIN keeps the messages' index the outer loop (a missing row: not reopenable).
+    // LEFT JOIN keeps the messages' index the outer loop (a missing row: not reopenable). The
+    // window counts from the first failure as failedAge does (TURN-12), on the same clock.
     listFailed: db.prepare(
-      `SELECT m.conversation_id, m.message_id, m.turn_index, m.failure, m.failed_at, (c.last_bound IS m.message_id) AS reopenable
+      `SELECT m.conversation_id, m.message_id, m.turn_index, m.failure, m.failed_at, (c.last_bound IS m.message_id) AS reopenable,
+              coalesce(m.first_failed_at, m.failed_at, 0) AS first_failed_at,
+              (:within IS NOT NULL AND ${now} - coalesce(m.first_failed_at, m.failed_at, 0) >= :within) AS past_window
        FROM ${msgs} m LEFT JOIN ${conv} c ON c.conversation_id = m.conversation_id
        WHERE m.state = 'failed'
          AND (:conversation IS NULL OR m.conversation_id = :conversation)

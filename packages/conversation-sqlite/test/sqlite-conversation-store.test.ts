@@ -374,9 +374,9 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     expect(all).toEqual({
       turns: [
         // conv-b's m2 was bound after m1 failed: a re-send of m1 no longer reopens it (TURN-12).
-        { conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: 1_000_000, failure: { failed: "m1", conversation: "conv-b" }, reopenable: false },
-        { conversationId: "conv-a", messageId: "m1", turnIndex: 0, failedAt: 1_001_000, failure: { failed: "m1", conversation: "conv-a" }, reopenable: true },
-        { conversationId: "conv-b", messageId: "m2", turnIndex: 0, failedAt: 1_002_000, failure: { failed: "m2", conversation: "conv-b" }, reopenable: true },
+        { conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: 1_000_000, firstFailedAt: 1_000_000, failure: { failed: "m1", conversation: "conv-b" }, reopenable: false },
+        { conversationId: "conv-a", messageId: "m1", turnIndex: 0, failedAt: 1_001_000, firstFailedAt: 1_001_000, failure: { failed: "m1", conversation: "conv-a" }, reopenable: true },
+        { conversationId: "conv-b", messageId: "m2", turnIndex: 0, failedAt: 1_002_000, firstFailedAt: 1_002_000, failure: { failed: "m2", conversation: "conv-b" }, reopenable: true },
       ],
     });
     expect((await store.listFailedTurns({ conversationId: "conv-b" })).turns.map((t) => t.messageId)).toEqual(["m1", "m2"]);
@@ -410,10 +410,10 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     const raw = rawConnection(path);
     // What that table had: none of the index, the triggers and the column.
     raw.exec(`DROP INDEX dispatch_once_messages_failed; DROP TRIGGER dispatch_once_messages_failed_at_insert; DROP TRIGGER dispatch_once_messages_failed_at_update;
-              ALTER TABLE dispatch_once_messages DROP COLUMN failed_at;`);
+              ALTER TABLE dispatch_once_messages DROP COLUMN failed_at; ALTER TABLE dispatch_once_messages DROP COLUMN first_failed_at;`);
     raw.close();
     const upgraded = new SqliteConversationStore({ path });
-    expect((await upgraded.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, failure: { failed: "m1", conversation: "legacy" }, reopenable: true }]);
+    expect((await upgraded.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, firstFailedAt: 0, failure: { failed: "m1", conversation: "legacy" }, reopenable: true }]);
     // The listing reads the partial index, not the table.
     const plan = rawConnection(path)
       .prepare(`EXPLAIN QUERY PLAN SELECT conversation_id FROM dispatch_once_messages WHERE state = 'failed' AND failed_at <= 5 ORDER BY failed_at, conversation_id, message_id`)
@@ -519,7 +519,7 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
       // failedAt never decreases from a to b to c, and ties order by conversation id: a, b, c.
       const all = await store.listFailedTurns();
       expect(ids(all)).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
-      expect(all.turns[1]).toEqual({ conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: stored, failure: { failed: "m1", conversation: "conv-b" }, reopenable: true });
+      expect(all.turns[1]).toEqual({ conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: stored, firstFailedAt: stored, failure: { failed: "m1", conversation: "conv-b" }, reopenable: true });
       expect(await pageByOne(store)).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
       expect(ids(await store.listFailedTurns({ olderThanMs: 0 }))).toEqual(["conv-a/m1", "conv-b/m1", "conv-c/m1"]);
       expect(ids(await store.listFailedTurns({ olderThanMs: 3_600_000 }))).toEqual([]);
@@ -606,9 +606,9 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     raw.exec("COMMIT; ANALYZE");
     const sql = (store as unknown as { stmts: { listFailed: { source: string } } }).stmts.listFailed.source;
     for (const params of [
-      { conversation: null, cutoff: null, after: null, afterConversation: "", afterMessage: "", limit: 101 },
-      { conversation: null, cutoff: 5, after: 100, afterConversation: "conv-100", afterMessage: "m1", limit: 101 },
-      { conversation: "conv-200", cutoff: null, after: null, afterConversation: "", afterMessage: "", limit: 101 },
+      { conversation: null, cutoff: null, within: null, after: null, afterConversation: "", afterMessage: "", limit: 101 },
+      { conversation: null, cutoff: 5, within: null, after: 100, afterConversation: "conv-100", afterMessage: "m1", limit: 101 },
+      { conversation: "conv-200", cutoff: null, within: 60_000, after: null, afterConversation: "", afterMessage: "", limit: 101 },
     ]) {
       const plan = (raw.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(params) as { detail: string }[]).map((p) => p.detail).join(" | ");
       expect(plan, JSON.stringify(params)).toMatch(/USING (COVERING )?INDEX dispatch_once_messages_failed/);
@@ -810,6 +810,7 @@ describe("TURN-12 the re-send window (supports.reopenWindow), on the store's clo
     clock += 10;
     // The calls of the first attempt finished WINDOW ago: past the window, as for any message.
     expect(await store.appendUserMessage("conv-l", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: false, pastReopenWindow: true });
+    expect((await store.listFailedTurns({ conversationId: "conv-l" })).turns.map((t) => t.firstFailedAt)).toEqual([7_000_000]);
     await store.close();
   });
 

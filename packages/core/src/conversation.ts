@@ -165,7 +165,9 @@ export interface ConversationStoreSupports {
    * The re-send window (TURN-12): `appendUserMessage` takes `{ reopenWithinMs }` and refuses, in
    * the same atomic step, to reopen a failed message whose first failure is at least that old on
    * the store's clock, answering `pastReopenWindow`. A runner without it checks the age itself
-   * before the append (`listFailedTurns({ olderThanMs })`), a step apart from the reopen.
+   * before the append (`listFailedTurns({ olderThanMs })`), a step apart from the reopen. A store
+   * that declares it and offers `listFailedTurns` lists each turn's `firstFailedAt` and takes
+   * `reopenWithinMs` there too (TURN-17), so that a listing tells what a re-send would do.
    */
   reopenWindow?: boolean;
 }
@@ -200,6 +202,18 @@ export interface FailedTurnsQuery {
   /** Only turns that failed at least this many milliseconds ago (the store's clock). */
   olderThanMs?: number;
   /**
+   * The re-send window to judge `reopenable` by (TURN-12, TURN-17): the `reopenWithinMs` a runner
+   * passes `appendUserMessage` (its `resendWindowMs`). Only to a store that declares
+   * `supports.reopenWindow`. With it, each listed turn says `reopenable` exactly when a re-send
+   * with `{ reopenWithinMs }` would reopen it now (its conversation's last bound message AND its
+   * first failure less than this old on the store's clock), and `pastReopenWindow` when such a
+   * re-send would instead answer `pastReopenWindow`. Without it, `reopenable` has no time bound
+   * (a re-send without the option). Not a finite number, 0 or more: `invalid_store_input`.
+   * @default undefined (no window: reopenable says only whether no other message was bound since)
+   * @example await store.listFailedTurns({ reopenWithinMs: 23 * 60 * 60 * 1000 })
+   */
+  reopenWithinMs?: number;
+  /**
    * Page size.
    * @default 100
    * Larger than 1000 is refused with InvalidStoreInputError.
@@ -223,6 +237,14 @@ export interface FailedTurn {
    */
   failedAt: number;
   /**
+   * When TURN-12's re-send window counts from, in store-clock milliseconds: the message's FIRST
+   * failure, kept across reopens (a retry that fails again moves `failedAt`, not this); the last
+   * failure's time for a failure whose first the store did not keep (a row from before it kept
+   * one); 0 when no time is known (past every window). Absent from a store that does not keep it
+   * (one without `supports.reopenWindow`): its window then counts from `failedAt`.
+   */
+  firstFailedAt?: number;
+  /**
    * The failed-turn record (RECORD-1), as `failMessage` stored it: written at the failure and never
    * updated, so its `retryable` says whether a re-send could help *then* (RECORD-5). Whether one
    * can help now is `reopenable`.
@@ -239,6 +261,13 @@ export interface FailedTurn {
    * store does not say (not "false"). Every store in this repository sets it (TURN-17).
    */
   reopenable?: boolean;
+  /**
+   * Present exactly when the query gave `reopenWithinMs`: true when a re-send with that window
+   * would answer `pastReopenWindow` (the message is its conversation's last bound, but its first
+   * failure is at least that old on the store's clock: the ledger may have swept its calls' rows),
+   * false otherwise. Read in the same query as `reopenable`, which is then false.
+   */
+  pastReopenWindow?: boolean;
 }
 
 export interface FailedTurnsPage {
@@ -348,7 +377,9 @@ export interface ConversationStore {
    * message id in code point order (UTF-8 byte order: `compareStoreIds`), a page at a time. Read-only. Served
    * from an index over failed messages, never a scan of every message. A reopened message leaves
    * the list; failing again puts it back with the new time. Each turn SHOULD carry `reopenable`
-   * (whether a re-send would reopen it now, TURN-12), read with the listing, not per turn.
+   * (whether a re-send would reopen it now, TURN-12), read with the listing, not per turn. A store
+   * that declares `supports.reopenWindow` gives `firstFailedAt` and takes `query.reopenWithinMs`,
+   * judging `reopenable` and `pastReopenWindow` by the window as its `appendUserMessage` would.
    */
   listFailedTurns?(query?: FailedTurnsQuery): Promise<FailedTurnsPage>;
 

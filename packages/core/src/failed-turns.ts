@@ -22,6 +22,9 @@ export function checkFailedTurnsQuery(query: FailedTurnsQuery = {}): { limit: nu
   if (query.olderThanMs !== undefined && (!Number.isSafeInteger(query.olderThanMs) || query.olderThanMs < 0)) {
     throw new InvalidStoreInputError("olderThanMs", "must be a non-negative integer");
   }
+  if (query.reopenWithinMs !== undefined && (typeof query.reopenWithinMs !== "number" || !Number.isFinite(query.reopenWithinMs) || query.reopenWithinMs < 0)) {
+    throw new InvalidStoreInputError("reopenWithinMs", "must be a finite number of milliseconds, 0 or more");
+  }
   const limit = query.limit ?? DEFAULT_FAILED_TURNS_LIMIT;
   if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_FAILED_TURNS_LIMIT) {
     throw new InvalidStoreInputError("limit", `must be an integer from 1 to ${MAX_FAILED_TURNS_LIMIT}`);

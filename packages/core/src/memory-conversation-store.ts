@@ -266,7 +266,10 @@ export class MemoryConversationStore implements ConversationStore {
 
   async listFailedTurns(query: FailedTurnsQuery = {}): Promise<FailedTurnsPage> {
     const { limit, after } = checkFailedTurnsQuery(query);
-    const cutoff = query.olderThanMs === undefined ? undefined : this.now() - query.olderThanMs;
+    // One reading of the clock for the whole listing: olderThanMs and the window alike.
+    const now = this.now();
+    const cutoff = query.olderThanMs === undefined ? undefined : now - query.olderThanMs;
+    const within = query.reopenWithinMs;
     const all: FailedTurn[] = [];
     for (const [conversationId, conversation] of this.conversations) {
       if (query.conversationId !== undefined && conversationId !== query.conversationId) continue;
@@ -274,10 +277,17 @@ export class MemoryConversationStore implements ConversationStore {
         if (message.state !== "failed") continue;
         const failedAt = conversation.failedAt.get(message.id) ?? 0;
         if (cutoff !== undefined && failedAt > cutoff) continue;
-        const turn: FailedTurn = { conversationId, messageId: message.id, failedAt, failure: clone(message.failure ?? null) };
+        const firstFailedAt = conversation.firstFailedAt.get(message.id) ?? 0;
+        const turn: FailedTurn = { conversationId, messageId: message.id, failedAt, firstFailedAt, failure: clone(message.failure ?? null) };
         if (message.turnIndex !== undefined) turn.turnIndex = message.turnIndex;
-        // What appendUserMessage decides a re-send by, not the record's `retryable` (TURN-12, TURN-17).
-        turn.reopenable = reopenable(conversation, message);
+        // What appendUserMessage decides a re-send by, not the record's `retryable` (TURN-12, TURN-17):
+        // the last bound message, and with a window, its first failure younger than it.
+        const last = reopenable(conversation, message);
+        if (within === undefined) turn.reopenable = last;
+        else {
+          turn.pastReopenWindow = last && now - firstFailedAt >= within;
+          turn.reopenable = last && !turn.pastReopenWindow;
+        }
         if (after === undefined || isAfterPosition(turn, after)) all.push(turn);
       }
     }

@@ -21,10 +21,10 @@ describe("TURN-17 MemoryConversationStore.listFailedTurns", () => {
     const all = await store.listFailedTurns();
     expect(all).toEqual({
       turns: [
-        { conversationId: "conv-a", messageId: "m1", turnIndex: 0, failedAt: 5_000, failure: { failed: "m1" }, reopenable: true },
+        { conversationId: "conv-a", messageId: "m1", turnIndex: 0, failedAt: 5_000, firstFailedAt: 5_000, failure: { failed: "m1" }, reopenable: true },
         // conv-b's m2 was bound at m1's index after m1 failed: a re-send of m1 no longer reopens it.
-        { conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: 5_000, failure: { failed: "m1" }, reopenable: false },
-        { conversationId: "conv-b", messageId: "m2", turnIndex: 0, failedAt: 6_000, failure: { failed: "m2" }, reopenable: true },
+        { conversationId: "conv-b", messageId: "m1", turnIndex: 0, failedAt: 5_000, firstFailedAt: 5_000, failure: { failed: "m1" }, reopenable: false },
+        { conversationId: "conv-b", messageId: "m2", turnIndex: 0, failedAt: 6_000, firstFailedAt: 6_000, failure: { failed: "m2" }, reopenable: true },
       ],
     });
     clock = 6_500;
@@ -36,6 +36,38 @@ describe("TURN-17 MemoryConversationStore.listFailedTurns", () => {
     expect(second).toEqual({ turns: [all.turns[2]] });
     expect((await store.appendUserMessage("conv-a", { id: "m1", content: "again" })).reopened).toBe(true);
     expect((await store.listFailedTurns()).turns.map((t) => `${t.conversationId}/${t.messageId}`)).toEqual(["conv-b/m1", "conv-b/m2"]);
+  });
+
+  it("TURN-17: with reopenWithinMs, reopenable is what a re-send with that window does (TURN-12, from the FIRST failure) and pastReopenWindow says why not", async () => {
+    let clock = 10_000;
+    const store = new MemoryConversationStore({ now: () => clock });
+    await failNext(store, "conv-w", "m1");
+    clock = 20_000;
+    expect((await store.appendUserMessage("conv-w", { id: "m1", content: "again" })).reopened).toBe(true);
+    const lease = await store.acquireLease("conv-w", "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    await store.beginTurn("conv-w", lease.fence);
+    await store.failMessage("conv-w", lease.fence, "m1", { failed: "m1" });
+    await store.releaseLease("conv-w", lease.fence);
+    clock = 20_100;
+    const judged = async (reopenWithinMs?: number) =>
+      (await store.listFailedTurns({ conversationId: "conv-w", ...(reopenWithinMs === undefined ? {} : { reopenWithinMs }) })).turns.map((t) => [t.failedAt, t.firstFailedAt, t.reopenable, t.pastReopenWindow]);
+    // First failure 10.1 s ago, last 0.1 s ago: a 5 s window is past (the runner refuses), a 20 s one is not.
+    expect(await judged(5_000)).toEqual([[20_000, 10_000, false, true]]);
+    expect(await judged(20_000)).toEqual([[20_000, 10_000, true, false]]);
+    expect(await judged()).toEqual([[20_000, 10_000, true, undefined]]);
+    // The listing agrees with the re-send it describes.
+    expect(await store.appendUserMessage("conv-w", { id: "m1", content: "again" }, { reopenWithinMs: 5_000 })).toMatchObject({ reopened: false, pastReopenWindow: true });
+    // Another message bound since: not reopenable, and not for the window.
+    await failNext(store, "conv-o", "a");
+    await store.appendUserMessage("conv-o", { id: "b", content: "b" });
+    const other = await store.acquireLease("conv-o", "worker", 600_000);
+    if (!other.acquired) throw new Error("not acquired");
+    await store.beginTurn("conv-o", other.fence);
+    expect((await store.listFailedTurns({ conversationId: "conv-o", reopenWithinMs: 0 })).turns.map((t) => [t.messageId, t.reopenable, t.pastReopenWindow])).toEqual([["a", false, false]]);
+    for (const bad of [-1, Number.NaN, Infinity, "5000"]) {
+      await expect(store.listFailedTurns({ reopenWithinMs: bad as number })).rejects.toSatisfy((e: unknown) => isDispatchOnceError(e, "invalid_store_input") && (e as Error).message.includes("reopenWithinMs"));
+    }
   });
 
   // Code point order is UTF-8 byte order (SQLite's BINARY, PostgreSQL's "C"); UTF-16 code units
