@@ -227,6 +227,42 @@ describe.each([
   });
 });
 
+describe.each([
+  ["sqlite", sqliteStore],
+  ["postgres", postgresStore],
+] as const)("dispatch-once turns --failed on %s: the re-send window counts from the FIRST failure (TURN-12)", (_name, open) => {
+  let backend: StoreBackend;
+  beforeAll(async () => {
+    backend = await open();
+  });
+  afterAll(async () => {
+    await backend?.cleanup();
+  });
+
+  it("TURN-12: a message that failed, was re-sent and failed again is past the window by its first failure, as the runner's store decides, though its last failure is fresh", async () => {
+    const { store } = backend;
+    await failNext(store, "conv-first", "m1");
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    // Re-sent (no window: the first failure's age is not asked), retried at its index, failed again now.
+    const reopened = await store.appendUserMessage("conv-first", { id: "m1", content: "again" });
+    expect(reopened.reopened).toBe(true);
+    const lease = await store.acquireLease("conv-first", "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    await store.beginTurn("conv-first", lease.fence);
+    await store.failMessage("conv-first", lease.fence, "m1", RECORD);
+    await store.releaseLease("conv-first", lease.fence);
+    // What the CLI says with a 1 s window: the runner's re-send would be refused.
+    const listed = await runBin(["turns", "--failed", "--json", "--conversation", "conv-first", "--retention", "10m", "--resend-window", "1s", ...backend.args]);
+    expect(listed.code, listed.stderr).toBe(0);
+    const turns = jsonLines(listed.stdout) as (FailedTurn & { resend: string; pastResendWindow: boolean })[];
+    expect(turns.map((t) => [t.messageId, t.pastResendWindow, t.reopenable, t.resend.slice(0, 3)])).toEqual([["m1", true, false, "no:"]]);
+    expect(turns[0]!.firstFailedAt).toBeLessThanOrEqual(turns[0]!.failedAt - 1_500);
+    // And the store, asked as a runner with a 1 s window asks it, refuses the reopen.
+    const resend = await store.appendUserMessage("conv-first", { id: "m1", content: "again" }, { reopenWithinMs: 1_000 });
+    expect([resend.reopened, resend.pastReopenWindow]).toEqual([false, true]);
+  });
+});
+
 describe("resendVerdict: the store's reopenable, then the record's retryable as of the failure", () => {
   const turn = (over: Partial<FailedTurn>): FailedTurn => ({ conversationId: "c", messageId: "m", turnIndex: 0, failedAt: 1, failure: RECORD, ...over });
   it("combines them", () => {

@@ -53,7 +53,8 @@ export const DEFAULT_LEDGER_RETENTION_MS = 86_400_000;
  * bound) runs nothing and keeps its verdict.
  */
 export function resendVerdictAt(turn: FailedTurn, pastWindow: boolean, windowText: string): string {
-  if (!pastWindow || turn.reopenable === false) return resendVerdict(turn);
+  // A store that judged the window says reopenable false for a turn past it: the window is why.
+  if (!pastWindow || (turn.reopenable === false && turn.pastReopenWindow !== true)) return resendVerdict(turn);
   return `no: it failed longer ago than the re-send window (${windowText}): the runner refuses the re-send (past_resend_window), since the ledger may have swept its calls' rows; send a new message`;
 }
 
@@ -100,9 +101,12 @@ The RE-SEND column (and "resend" in --json, beside the store's "reopenable") say
                                  a runner refuses such a re-send (TURN-12): past the ledger's
                                  retention its calls' rows may be gone (LEDGER-13), and running
                                  them again would pay a payment that happened twice. Measured on
-                                 the store's clock from the turn's last failure (the runner counts
-                                 from its first, so it may refuse one listed yes, never the other
-                                 way round); "pastResendWindow" in --json
+                                 the store's clock from the turn's FIRST failure, as the runner
+                                 measures it (a retry that failed again does not restart it), by
+                                 the store in the listing's own query ("firstFailedAt" and
+                                 "pastReopenWindow" in --json); for a store that keeps only the
+                                 last failure, from that, as the runner then does too;
+                                 "pastResendWindow" in --json
   unknown                        the store does not say whether a re-send would reopen it
 
 Options:
@@ -161,6 +165,11 @@ Example:
       let count = 0;
       let more = false;
       let cursor: string | undefined;
+      // A store that keeps the first failure judges the window itself, from the first failure
+      // (TURN-12), in the listing's own query: reopenable and pastReopenWindow, as a runner's
+      // re-send with that window would meet them (TURN-17).
+      const windowed = store.capabilities?.supports?.reopenWindow === true;
+      if (windowed) query.reopenWithinMs = windowMs;
       do {
         const want = limit === 0 ? pageSize : Math.min(pageSize, limit - count);
         const page = await store.listFailedTurns({ ...query, limit: want, ...(cursor !== undefined ? { cursor } : {}) });
@@ -171,18 +180,21 @@ Example:
         cursor = page.cursor;
         if (limit !== 0 && count >= limit && cursor !== undefined) more = true;
       } while (cursor !== undefined && (limit === 0 || count < limit));
-      // Which of them failed longer ago than the re-send window, on the STORE's clock (its
-      // olderThanMs, TURN-17), not this machine's: listed after them, so a turn that crosses the
+      // Otherwise: which of them failed longer ago than the window, from their LAST failure (the
+      // only time such a store keeps, and what the runner counts from for it), on the STORE's
+      // clock (its olderThanMs), not this machine's: listed after them, so a turn that crosses the
       // line meanwhile is counted past it. They come first in the same order, so at most as many.
       const past = new Set<string>();
       let pastCursor: string | undefined;
-      do {
-        const page = await store.listFailedTurns({ ...query, olderThanMs: Math.max(query.olderThanMs ?? 0, windowMs), limit: pageSize, ...(pastCursor !== undefined ? { cursor: pastCursor } : {}) });
-        for (const turn of page.turns) past.add(`${turn.conversationId}\u0000${turn.messageId}`);
-        pastCursor = page.cursor;
-      } while (pastCursor !== undefined && past.size < listed.length);
+      if (!windowed) {
+        do {
+          const page = await store.listFailedTurns({ ...query, olderThanMs: Math.max(query.olderThanMs ?? 0, windowMs), limit: pageSize, ...(pastCursor !== undefined ? { cursor: pastCursor } : {}) });
+          for (const turn of page.turns) past.add(`${turn.conversationId}\u0000${turn.messageId}`);
+          pastCursor = page.cursor;
+        } while (pastCursor !== undefined && past.size < listed.length);
+      }
       for (const turn of listed) {
-        const pastResendWindow = past.has(`${turn.conversationId}\u0000${turn.messageId}`);
+        const pastResendWindow = windowed ? turn.pastReopenWindow === true : past.has(`${turn.conversationId}\u0000${turn.messageId}`);
         const resend = resendVerdictAt(turn, pastResendWindow, windowShown);
         if (json) io.stdout(`${JSON.stringify({ ...turn, resend, pastResendWindow })}\n`);
         else printed.push([turn.conversationId, turn.messageId, turn.turnIndex === undefined ? "-" : String(turn.turnIndex), turn.failedAt === 0 ? "unknown" : iso(turn.failedAt), turn.failedAt === 0 ? "-" : formatAge(now - turn.failedAt), resend]);
