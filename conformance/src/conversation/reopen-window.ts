@@ -73,38 +73,92 @@ export const reopenWindowNotForOtherBound: ConversationCheckSpec = {
     }),
 };
 
-const WINDOW_MS = 300;
-const PAST_FIRST_MS = WINDOW_MS + 100;
+/** How far apart the first and the last failure are: the window between them is half of it. */
+const APART_MS = 600;
+const BETWEEN_MS = APART_MS / 2;
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * m1 failed, then APART_MS later re-sent inside the window, retried at its index and failed
+ * again: its first failure is at least APART_MS old, its last one fresh. A window of BETWEEN_MS
+ * lies between the two ages, so a store that measures from the last failure answers otherwise.
+ */
+async function failedTwiceApart(store: ConversationStore, c: string): Promise<number> {
+  await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+  const fence = await acquire(store, c, "worker-a");
+  await mustBegin(store, c, fence, "begin m1");
+  await store.failMessage(c, fence, "m1", { failed: "m1", attempt: 1 });
+  await sleep(APART_MS);
+  const reopened = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: HOUR });
+  mustEqual(reopened.reopened, true, `a re-send of m1 ${APART_MS} ms after its failure, with a window of an hour`);
+  await mustBegin(store, c, fence, "begin m1's retry");
+  await store.failMessage(c, fence, "m1", { failed: "m1", attempt: 2 });
+  return fence;
+}
 
 export const reopenWindowFromFirstFailure: ConversationCheckSpec = {
   rule: "TURN-12",
-  name: `the re-send window counts from the message's first failure, not its latest: failed, reopened, retried and failed again ${PAST_FIRST_MS} ms after the first failure, a re-send with reopenWithinMs ${WINDOW_MS} at once is past the window (pastReopenWindow, still failed)`,
+  name: "the re-send window counts from a message's first failure, which a re-send and a retry that fails again do not move: a re-send with a window shorter than the first failure's age stays failed (pastReopenWindow) though its last failure is fresh",
   needs: ["reopenWindow"],
   run: (subject) =>
     withConversationFixture(subject, async (fixture) => {
       const { store } = fixture;
       windowOf(store);
       const c = freshConversation();
-      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
-      const fence = await acquire(store, c, "worker-a");
-      await mustBegin(store, c, fence, "begin m1");
-      const record = { kind: "failed_turn", messageId: "m1" };
-      await store.failMessage(c, fence, "m1", record);
-      const reopened = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: HOUR });
-      mustEqual([reopened.reopened, reopened.message.state], [true, "queued"], "a re-send of m1 right after its first failure, with an hour's window");
-      await mustBegin(store, c, fence, "begin the retry of m1");
-      // At least PAST_FIRST_MS of real time (the store's clock moves with it) after the first failure.
-      await new Promise<void>((resolve) => setTimeout(resolve, PAST_FIRST_MS));
-      await store.failMessage(c, fence, "m1", record);
-      // The latest failure is a few ms old, the first more than the window: a store that restarts
-      // the window at each failure keeps a message re-sendable for ever by failing it again.
-      const resend = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: WINDOW_MS });
+      const fence = await failedTwiceApart(store, c);
+      const past = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: BETWEEN_MS });
       mustEqual(
-        [resend.reopened, resend.pastReopenWindow, resend.message.state],
+        [past.reopened, past.pastReopenWindow, past.message.state],
         [false, true, "failed"],
-        `a re-send of m1 with reopenWithinMs ${WINDOW_MS}, its first failure at least ${PAST_FIRST_MS} ms old and its latest a moment old`,
+        `a re-send of m1 with reopenWithinMs ${BETWEEN_MS}: its first failure is at least ${APART_MS} ms old (its retry's failure is fresh, but the first attempt's ledger rows age from the first)`,
       );
+      mustEqual(await store.beginTurn(c, fence), undefined, "nothing waits after the re-send past the window");
     }),
 };
 
-export const REOPEN_WINDOW_CHECKS: ConversationCheckSpec[] = [reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure];
+export const listingJudgesReopenWindow: ConversationCheckSpec = {
+  rule: "TURN-17",
+  name: "with reopenWithinMs, a listed failed turn says reopenable exactly when a re-send with that window would reopen it (from its first failure, firstFailedAt) and pastReopenWindow when the window is why it would not; another message bound since is not the window's doing; a bad window is refused",
+  needs: ["reopenWindow", "listFailedTurns"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      must(typeof store.listFailedTurns === "function", "the subject declares listFailedTurns, but the store has no listFailedTurns method");
+      windowOf(store);
+      const list = store.listFailedTurns!.bind(store);
+      const c = freshConversation();
+      await failedTwiceApart(store, c);
+      const judged = async (reopenWithinMs: number | undefined, conversationId = c) => {
+        const page = await list({ conversationId, ...(reopenWithinMs === undefined ? {} : { reopenWithinMs }) });
+        return page.turns.map((t) => ({ id: t.messageId, failedAt: t.failedAt, firstFailedAt: t.firstFailedAt, reopenable: t.reopenable, pastReopenWindow: t.pastReopenWindow }));
+      };
+      const [byWindow] = await judged(BETWEEN_MS);
+      must(byWindow !== undefined, `m1 must be listed as failed (listFailedTurns({ conversationId, reopenWithinMs: ${BETWEEN_MS} }))`);
+      must(
+        typeof byWindow.firstFailedAt === "number" && byWindow.failedAt - byWindow.firstFailedAt >= APART_MS,
+        `m1's firstFailedAt must be its first failure, at least ${APART_MS} ms before its last (failedAt ${byWindow.failedAt}, on the store's clock), got ${show(byWindow.firstFailedAt)}`,
+      );
+      mustEqual([byWindow.reopenable, byWindow.pastReopenWindow], [false, true], `m1 listed with reopenWithinMs ${BETWEEN_MS} (first failure at least ${APART_MS} ms old, last one fresh): [reopenable, pastReopenWindow]`);
+      mustEqual((await judged(HOUR)).map((t) => [t.reopenable, t.pastReopenWindow]), [[true, false]], "m1 listed with reopenWithinMs of an hour: [reopenable, pastReopenWindow]");
+      mustEqual((await judged(undefined)).map((t) => [t.reopenable, t.pastReopenWindow]), [[true, undefined]], "m1 listed without reopenWithinMs (no time bound, what a re-send without the option does): [reopenable, pastReopenWindow]");
+      // Another message bound since: a re-send returns the stored failure whatever the window.
+      const o = freshConversation("other");
+      await store.appendUserMessage(o, { id: "a", content: userText("pay bob") });
+      const fence = await acquire(store, o, "worker-a");
+      await mustBegin(store, o, fence, "begin a");
+      await store.failMessage(o, fence, "a", { failed: "a" });
+      await store.appendUserMessage(o, { id: "b", content: userText("something else") });
+      await mustBegin(store, o, fence, "begin b");
+      mustEqual((await judged(0, o)).map((t) => [t.id, t.reopenable, t.pastReopenWindow]), [["a", false, false]], "a listed with reopenWithinMs 0 after b was bound at its index: [message, reopenable, pastReopenWindow]");
+      for (const bad of [-1, Number.NaN, Number.POSITIVE_INFINITY, "3600000"]) {
+        await mustRejectWith(list({ conversationId: c, reopenWithinMs: bad as number }), "invalid_store_input", `listFailedTurns with reopenWithinMs ${show(bad)}`);
+      }
+      // What the listing said is what the re-sends do, and listing changed nothing.
+      const before = await fixture.raw.messages(c);
+      mustEqual(before.find((m) => m.id === "m1")?.state, "failed", "m1 after the listings (read-only)");
+      const resend = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: BETWEEN_MS });
+      mustEqual([resend.reopened, resend.pastReopenWindow], [false, true], `a re-send of m1 with reopenWithinMs ${BETWEEN_MS}, after the listing said pastReopenWindow`);
+    }),
+};
+
+export const REOPEN_WINDOW_CHECKS: ConversationCheckSpec[] = [reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure, listingJudgesReopenWindow];

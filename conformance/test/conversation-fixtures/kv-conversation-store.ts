@@ -111,6 +111,12 @@ export interface ConversationBugs {
    * it off the record's `retryable`, written at the failure), also after another message was bound.
    */
   listsEveryFailedReopenable?: boolean;
+  /** TURN-12's window is measured from the message's LAST failure (a retry that fails again restarts it). */
+  reopenWindowFromLastFailure?: boolean;
+  /** listFailedTurns ignores reopenWithinMs: reopenable only says the message is the last bound. */
+  listReopenableIgnoresWindow?: boolean;
+  /** listFailedTurns judges reopenWithinMs from the LAST failure (firstFailedAt still given right). */
+  listWindowFromLastFailure?: boolean;
   /** commitTurn keeps a commit's record even when it refuses the commit (declaring recordsWithCommit). */
   commitRecordAlways?: boolean;
   /** commitTurn drops a commit's record (declaring recordsWithCommit all the same). */
@@ -263,7 +269,7 @@ export class KvConversationStore implements ConversationStore {
       if (known !== undefined && !this.bugs.appendNotIdempotent) {
         const reopenable = this.bugs.reopensAfterOtherBound || s.lastBound === known.id;
         if (known.state === "failed" && reopenable) {
-          const firstFailed = s.firstFailedAt?.[known.id] ?? s.failedAt?.[known.id] ?? 0;
+          const firstFailed = (this.bugs.reopenWindowFromLastFailure ? undefined : s.firstFailedAt?.[known.id]) ?? s.failedAt?.[known.id] ?? 0;
           if (within !== undefined && !this.bugs.reopenWindowIgnored && this.backing.now() - firstFailed >= within) {
             return { appended: false, message: structuredClone(known), reopened: false, pastReopenWindow: true };
           }
@@ -487,8 +493,15 @@ export class KvConversationStore implements ConversationStore {
         if (!listed) continue;
         const failedAt = s.failedAt?.[m.id] ?? (bugs.unknownFailedAtIsNow ? this.backing.now() : 0);
         if (cutoff !== undefined && (failedAt > cutoff || (bugs.olderThanSkipsUnknown && s.failedAt?.[m.id] === undefined))) continue;
-        const turn: FailedTurn = { conversationId, messageId: m.id, failedAt, failure: structuredClone(m.failure ?? null), reopenable: bugs.listsEveryFailedReopenable || s.lastBound === m.id };
+        const firstFailedAt = s.firstFailedAt?.[m.id] ?? failedAt;
+        const turn: FailedTurn = { conversationId, messageId: m.id, failedAt, firstFailedAt, failure: structuredClone(m.failure ?? null), reopenable: bugs.listsEveryFailedReopenable || s.lastBound === m.id };
         if (m.turnIndex !== undefined) turn.turnIndex = m.turnIndex;
+        // TURN-12's window, as appendUserMessage judges it (on the backing's clock).
+        if (query.reopenWithinMs !== undefined) {
+          const from = bugs.listWindowFromLastFailure ? failedAt : firstFailedAt;
+          turn.pastReopenWindow = !bugs.listReopenableIgnoresWindow && turn.reopenable === true && this.backing.now() - from >= query.reopenWithinMs;
+          turn.reopenable = turn.reopenable === true && !turn.pastReopenWindow;
+        }
         const at = { ...turn, messageId: turn.messageId + (bugs.cursorInclusive ? "\u0000" : "") };
         const afterCursor = bugs.cursorSkipsTies && after !== undefined ? failedAt > after.failedAt : after === undefined || (bugs.tiesByCodeUnit || bugs.cursorByCodeUnit ? isAfterByCodeUnit : isAfterPosition)(at, after);
         if (afterCursor) all.push(turn);
