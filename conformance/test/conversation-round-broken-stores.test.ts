@@ -21,7 +21,7 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "messageReadCache", rule: "TURN-5", what: "message() answers from the instance's first read (another instance's writes unseen)", check: /^model-based/, model: "TURN-11" },
   { bug: "grantIdFoldsCase", rule: "TURN-10", what: "grant ids compared case-insensitively", check: /grant ids are compared exactly/, message: /^grant ids that differ only in ASCII case:/, new: true },
   { bug: "grantIdTruncated", rule: "TURN-10", what: "grant ids cut to 32 characters (a CHAR(32) column)", check: /grant ids are compared exactly/, message: /^two 64-character grant ids that differ only in their last character:/, new: true },
-  { bug: "windowFromLatestFailure", rule: "TURN-12", what: "the re-send window counted from the latest failure, not the first", check: /counts from the message's first failure/, new: true },
+  { bug: "windowFromLatestFailure", rule: "TURN-12", what: "the re-send window counted from the latest failure, not the first", check: /counts from a message's first failure/, new: true },
 ];
 
 const SEED = 20261203;
