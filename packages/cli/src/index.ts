@@ -25,5 +25,6 @@ export {
   ToolsModuleError,
   NothingSettledError,
   TooSoonError,
+  FenceMovedError,
   type CliErrorCode,
 } from "./errors/index.js";

@@ -51,7 +51,7 @@ describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
   beforeAll(async () => {
     backend = await open();
     // resolve finishes rows, so it needs the application's retention (here the adapters' 24 h).
-    run = (...args) => runBin([...args, ...backend.args, ...(args[0] === "resolve" ? ["--retention", "24h"] : [])]);
+    run = (...args) => runBin([...args, ...backend.args, ...(args[0] === "resolve" ? ["--retention", "24h", ...(args.includes("--expected-fence") ? [] : ["--current-fence"])] : [])]);
     unknownRow = await seed(backend.ledger, "unknown", { conversationId: "conv-cli-a", turnIndex: 3 });
     completedRow = await seed(backend.ledger, "completed", { toolName: "send_payment", conversationId: "conv-cli-b" });
     inFlightRow = await seed(backend.ledger, "in_flight", { toolName: "send_payment", conversationId: "conv-cli-b" });
@@ -190,7 +190,7 @@ describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
       expect((await run("inspect", row.key)).stdout).toContain("audit trail:  (this ledger keeps none)");
       return;
     }    expect(result.code, result.stderr).toBe(0);
-    expect(result.stdout).toMatch(new RegExp(`^resolved ${row.key}: unknown -> completed \\(fence \\d+\\) by alice$`, "m"));
+    expect(result.stdout).toMatch(new RegExp(`^resolved ${row.key}: unknown at fence \\d+ -> completed \\(fence \\d+\\) by alice$`, "m"));
     const stored = await backend.ledger.lookup(row.key);
     expect(stored).toMatchObject({ state: "completed", result: '{"invoiceId": "inv_77"}' });
     const inspect = await run("inspect", row.key, "--json");
@@ -228,7 +228,7 @@ describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
     const stale = await run("resolve", row.key, "--not-performed", "--reason", "checked", "--grace", "0s", "--expected-fence", String(row.fence + 1));
     if (!supports("resolve")) return expectUnsupported(stale, "resolve");
     expect(stale.code).toBe(4);
-    expect(stale.stderr).toContain("[stale_claim]");
+    expect(stale.stderr).toContain(`you decided on fence ${row.fence + 1}, and the row has moved to fence ${row.fence}`);
     expect(await backend.ledger.lookup(row.key)).toMatchObject({ state: "unknown" });
     const ok = await run("resolve", row.key, "--not-performed", "--reason", "checked", "--grace", "0s", "--expected-fence", String(row.fence));
     expect(ok.code, ok.stderr).toBe(0);

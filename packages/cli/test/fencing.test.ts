@@ -48,7 +48,7 @@ describe.each(BACKENDS)("resolve against a live application on %s", (_name, open
       logger: { warn: () => {} },
       allowVolatileLedgerForUnkeyedWrites: backend.ledger.capabilities.durability === "volatile",
     });
-  const cli = (...args: string[]) => runBin([...args, "--retention", "24h", ...backend.args]);
+  const cli = (...args: string[]) => runBin([...args, "--retention", "24h", ...(args[0] === "resolve" && !args.includes("--expected-fence") ? ["--current-fence"] : []), ...backend.args]);
 
   beforeAll(async () => {
     backend = await open();
@@ -134,6 +134,32 @@ describe.each(BACKENDS)("resolve against a live application on %s", (_name, open
     const forced = await cli("resolve", unknown, "--not-performed", "--reason", "no booking, and the worker is known dead", "--grace", "0s");
     expect(forced.code, forced.stderr).toBe(0);
     expect(await backend.ledger.lookup(unknown)).toMatchObject({ state: "released" });
+  });
+
+  it("RESOLVE-4: an operator who read fence 1 and resolves after a replay took the row over (fence 2, its owner paused with its request on the way) settles nothing: the resolution names no fence it did not see", async () => {
+    const key = `${backend.name}-taken-over`.padEnd(32, "0");
+    const first = await backend.ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "dead", leaseMs: 1, request: '{"n":11}' });
+    if (first.outcome !== "claimed") throw new Error("not claimed");
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    // The operator reads the row: fence 1, lease expired, nothing at the bank under its key.
+    const seen = await runBin(["inspect", key, "--json", ...backend.args]);
+    expect((JSON.parse(seen.stdout) as { row: { fence: number } }).row.fence).toBe(first.fence);
+    // Meanwhile a replay takes the row over and pauses past its own lease, its request on the way.
+    const replay = await backend.ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "replay", leaseMs: 1, request: '{"n":11}' });
+    expect(replay).toMatchObject({ outcome: "claimed", takeover: true, fence: first.fence + 1 });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    // The operator resolves as decided, without pinning the fence: nothing is written.
+    const unpinned = await runBin(["resolve", key, "--not-performed", "--reason", "no payment at the bank", "--retention", "24h", ...backend.args]);
+    expect(unpinned.code, unpinned.stderr).not.toBe(0);
+    expect(await backend.ledger.lookup(key)).toMatchObject({ state: "in_flight", fence: first.fence + 1, owner: "replay" });
+    // Pinned to the fence the operator saw: refused with a typed error naming both fences.
+    const pinned = await cli("resolve", key, "--not-performed", "--reason", "no payment at the bank", "--expected-fence", String(first.fence));
+    expect(pinned.code, pinned.stderr).toBe(4);
+    expect(pinned.stderr).toContain(`you decided on fence ${first.fence}, and the row has moved to fence ${first.fence + 1}`);
+        expect(await backend.ledger.lookup(key)).toMatchObject({ state: "in_flight", fence: first.fence + 1, owner: "replay" });
+    // The paused replay wakes: its record under its own fence stands.
+    await backend.ledger.complete(key, replay.outcome === "claimed" ? replay.fence : 0, '{"paid":true}');
+    expect(await backend.ledger.lookup(key)).toMatchObject({ state: "completed", result: '{"paid":true}' });
   });
 
   it("a replay racing a resolution of an expired keyed row: one of them acts, and the tool runs only when the replay won", async () => {

@@ -91,7 +91,7 @@ describe.each(BACKENDS)("resolve and reconcile keep the rows they finish for the
 
   beforeAll(async () => {
     backend = await open();
-    run = (args, env) => runBin([...args, ...backend.args], { env: { DISPATCH_ONCE_RETENTION: "", ...env } });
+    run = (args, env) => runBin([...args, ...backend.args, ...(args[0] === "resolve" ? ["--current-fence"] : [])], { env: { DISPATCH_ONCE_RETENTION: "", ...env } });
   });
   afterAll(async () => {
     await backend?.cleanup();

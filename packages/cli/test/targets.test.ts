@@ -42,7 +42,7 @@ describe("a SQLite file the CLI is pointed at is never migrated", () => {
   });
 
   it("a SQLite file that is not a ledger (the wrong file) gets no ledger tables", async () => {
-    for (const args of [["list"], ["sweep"], ["resolve", "0".repeat(32), "--not-performed", "--reason", "x", "--retention", "1d"]]) {
+    for (const args of [["list"], ["sweep"], ["resolve", "0".repeat(32), "--not-performed", "--reason", "x", "--retention", "1d", "--current-fence"]]) {
       const result = await runBin([...args, "--ledger", otherPath]);
       expect(result.code, `${args[0]}: ${result.stderr}`).toBe(EXIT_CODES.error);
       expect(result.stderr).toContain("no such table: dispatch_once_ledger");

@@ -95,7 +95,9 @@ describe("dispatch-once usage", () => {
     [["resolve", "k", "--completed", '{"a":1}', "--completed", '{"b":2}', "--reason", "x", "--retention", "1d"], "--completed is given more than once"],
     [["resolve", "k", "--not-performed", "--reason", "x", "--reason", "y", "--retention", "1d"], "--reason is given more than once"],
     [["list", "-l", "/nonexistent/other.db"], "--ledger is given more than once"],
-    [["resolve", "k", "--not-performed", "--reason", "x", "--retention", "7"], "--retention takes a duration like 30s"],
+    [["resolve", "k", "--not-performed", "--reason", "x", "--retention", "7", "--current-fence"], "--retention takes a duration like 30s"],
+    [["resolve", "k", "--not-performed", "--reason", "x", "--retention", "1d"], "--expected-fence <n> is required"],
+    [["resolve", "k", "--not-performed", "--reason", "x", "--retention", "1d", "--expected-fence", "2", "--current-fence"], "give --expected-fence <n> or --current-fence, not both"],
     [["reconcile", "k", "--tools", "x.mjs", "--grace", "10"], "--grace takes a duration like 30s"],
   ])("%j exits 2: %s", async (args, message) => {
     // A ledger that does not exist: every one of these is refused before it is opened.

@@ -6,6 +6,8 @@ import { actorOf } from "../actor.js";
 import { parseCount } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { TooSoonError } from "../errors/too-soon-error.js";
+import { FenceMovedError } from "../errors/fence-moved-error.js";
+import { isDispatchOnceError } from "@dispatch-once/core";
 import { DEFAULT_GRACE_MS, openForGrace } from "../grace.js";
 import { parseDuration } from "../duration.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
@@ -28,13 +30,15 @@ export const resolveCommand: Command = {
     reason: { type: "string" },
     actor: { type: "string" },
     "expected-fence": { type: "string" },
+    "current-fence": { type: "boolean" },
     grace: { type: "string" },
     json: { type: "boolean" },
   },
   positionals: [1, 1],
   retention: "required",
   help: `Usage: dispatch-once resolve <key> (--completed <json> | --failed <message> [--code <code>] | --not-performed)
-                              --reason <text> --retention <age> [--actor <name>] [--expected-fence <n>] [options]
+                              --reason <text> --retention <age> (--expected-fence <n> | --current-fence)
+                              [--actor <name>] [options]
 
 Settle a row whose outcome is open (unknown, or in flight with an expired lease) after you have
 checked the downstream yourself. The ledger bumps the fence (the former owner's late writes are
@@ -48,7 +52,12 @@ refused), stores who, when and why in the row's audit trail, and every replay an
 Options:
       --reason <text>        why: what you checked (required; kept in the audit trail)
       --actor <name>         who resolves (default: your OS user name)
-      --expected-fence <n>   refuse if the row's fence is no longer n (someone else acted)
+      --expected-fence <n>   the fence of the row you checked (list's FENCE, inspect's fence):
+                             refused (exit 4, nothing written) when the row is no longer at n,
+                             e.g. a replay took it over since you looked
+      --current-fence        instead of --expected-fence: settle the row at the fence resolve
+                             reads now (shown in the output), whatever happened since you
+                             looked; a change between that read and the write is still refused
       --grace <age>          --not-performed of an unkeyed_write row is refused (exit 4, nothing
                              written) until the row has been unknown, or its lease expired, this
                              long on the ledger's clock: a request may still be in transit, or its
@@ -58,12 +67,15 @@ Options:
 ${RETENTION_HELP}
 ${LEDGER_HELP}
 
+One of --expected-fence and --current-fence is required (exit 2 otherwise): a resolution acts on
+one claim, and a claim a replay took over after you looked is not the one you checked.
+
 Exit 3 when the key has no row; 4 when the ledger refuses (the row is completed, failed, or in
 flight with a live lease, or the fence moved), or when --not-performed comes within --grace.
 
 Example:
   dispatch-once resolve 3f1c0a9b8e7d6c5b4a3928170f6e5de9 -l ./ledger.db --retention 7d --completed '{"invoiceId":"inv_42"}' \\
-    --reason "invoice inv_42 found in the billing console"`,
+    --reason "invoice inv_42 found in the billing console" --expected-fence 1`,
   async run({ io, values, positionals, ledger, command }) {
     const key = keyArgument(positionals, command);
     const completed = stringOption(values, "completed");
@@ -80,7 +92,9 @@ Example:
     const graceMs = graceText === undefined ? DEFAULT_GRACE_MS : parseDuration(graceText, "--grace", command);
     if (graceText !== undefined && !notPerformed) throw new UsageError("--grace only goes with --not-performed", command);
     const fenceText = stringOption(values, "expected-fence");
-    const expectedFence = fenceText === undefined ? undefined : parseCount(fenceText, "--expected-fence", command, 1);
+    const pinned = fenceText === undefined ? undefined : parseCount(fenceText, "--expected-fence", command, 1);
+    const current = values["current-fence"] === true;
+    if (pinned !== undefined && current) throw new UsageError("give --expected-fence <n> or --current-fence, not both", command);
 
     let resolution: Resolution;
     if (completed !== undefined) {
@@ -92,23 +106,38 @@ Example:
     } else {
       resolution = { outcome: "not_performed" };
     }
+    // RESOLVE-4: the operator's check was about one claim; without its fence a resolution could
+    // settle a replay's takeover made after the check, whose request may be on its way.
+    if (pinned === undefined && !current) {
+      throw new UsageError("--expected-fence <n> is required: the fence of the row you checked (list's FENCE column, inspect's fence); --current-fence settles the row at the fence resolve reads now instead", command);
+    }
 
     const opened = await ledger();
     const store = opened.ledger;
     if (!supports(store, "resolve") || store.resolve === undefined) throw new UnsupportedOperationError("resolve", opened.display);
     const before = await store.lookup(key);
     if (before === undefined) throw new KeyNotFoundError(key);
+    if (pinned !== undefined && before.fence !== pinned) throw new FenceMovedError(key, pinned, before.fence, `now ${before.state}`);
+    // Always fenced: the grace check and the operator's choice are about the row read above.
+    const expectedFence = pinned ?? before.fence;
     // "I found nothing downstream" is a probe's not performed: for an unkeyed_write it releases the
     // row only once nothing can still land (RESOLVE-6), as reconcile's grace (RESOLVE-6).
     if (notPerformed && before.effect === "unkeyed_write" && graceMs > 0) {
       const open = await openForGrace(store, before, graceMs);
       if (!open.passed && open.live !== true) throw new TooSoonError(key, open.why);
     }
-    const request: ResolveRequest = { key, resolution, actor, reason, ...(expectedFence !== undefined ? { expectedFence } : {}) };
-    const row = await store.resolve(request);
+    const request: ResolveRequest = { key, resolution, actor, reason, expectedFence };
+    let row;
+    try {
+      row = await store.resolve(request);
+    } catch (error) {
+      if (!isDispatchOnceError(error, "stale_claim")) throw error;
+      const now = await store.lookup(key).catch(() => undefined);
+      throw new FenceMovedError(key, expectedFence, now?.fence, now === undefined ? "its row could not be read again" : `now ${now.state}`);
+    }
     if (values["json"] === true) io.stdout(`${JSON.stringify(row)}\n`);
     else {
-      io.stdout(`resolved ${key}: ${before.state} -> ${row.state} (fence ${row.fence}) by ${actor}\n`);
+      io.stdout(`resolved ${key}: ${before.state} at fence ${expectedFence} -> ${row.state} (fence ${row.fence}) by ${actor}\n`);
       if (opened.retentionMs !== undefined) io.stdout(`kept until ${iso(row.finishedAt + opened.retentionMs)}\n`);
     }
     return 0;

@@ -9,7 +9,8 @@ export type CliErrorCode =
   | "unsupported_operation"
   | "tools_module"
   | "nothing_settled"
-  | "too_soon";
+  | "too_soon"
+  | "fence_moved";
 
 /** Shared by every copy of this package (ESM and CJS, two versions), unlike `instanceof`. */
 const CLI_ERROR_BRAND: unique symbol = Symbol.for("dispatch-once.cli-error") as never;

@@ -7,3 +7,4 @@ export { UnsupportedOperationError } from "./unsupported-operation-error.js";
 export { ToolsModuleError } from "./tools-module-error.js";
 export { NothingSettledError } from "./nothing-settled-error.js";
 export { TooSoonError } from "./too-soon-error.js";
+export { FenceMovedError } from "./fence-moved-error.js";
