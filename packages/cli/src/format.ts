@@ -1,6 +1,7 @@
 import type { LedgerRow } from "@dispatch-once/core";
 import { formatAge } from "./duration.js";
 import type { AuditEntry } from "@dispatch-once/core";
+import { evidenceOf, evidenceWords, type RowEvidence } from "./evidence.js";
 
 /** A plain, aligned text table (no colours: output is often piped or pasted into a ticket). */
 export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
@@ -24,7 +25,8 @@ export const LIST_HEADER = ["KEY", "STATE", "TOOL", "FENCE", "CONVERSATION", "TU
  * The STATE cell: an in-flight row says whether its lease is live or expired (an abandoned claim
  * an operator may resolve), from the row's lease expiry, which is on the ledger's clock.
  */
-export function stateCell(row: LedgerRow, now: number): string {
+export function stateCell(row: LedgerRow, now: number, evidence?: RowEvidence): string {
+  if (evidence !== undefined && row.state !== "in_flight") return evidenceWords(row, evidence);
   if (row.state === "failed") return failedState(row);
   if (row.state !== "in_flight") return row.state;
   const left = row.leaseExpiresAt - now;
@@ -40,12 +42,12 @@ export function failedState(row: LedgerRow & { state: "failed" }): string {
   return row.error.code === "result_not_storable" ? "failed (the effect happened; result not stored)" : "failed";
 }
 
-export function listRow(row: LedgerRow, now: number): string[] {
+export function listRow(row: LedgerRow, now: number, evidence?: RowEvidence): string[] {
   const conversation = row.conversationId;
   const turn = row.turnIndex;
   return [
     row.key,
-    stateCell(row, now),
+    stateCell(row, now, evidence),
     row.toolName,
     String(row.fence),
     conversation ?? "-",
@@ -80,7 +82,7 @@ export function describeRow(row: LedgerRow, audit: readonly AuditEntry[] | undef
   const out: string[] = [];
   const field = (name: string, value: string) => out.push(`${`${name}:`.padEnd(14)}${value}`);
   field("key", row.key);
-  field("state", row.state === "failed" ? failedState(row) : row.state);
+  field("state", row.state === "in_flight" ? row.state : evidenceWords(row, evidenceOf(row, audit)));
   field("tool", `${row.toolName} (${row.effect})`);
   field("fence", String(row.fence));
   const conversation = row.conversationId;

@@ -1,6 +1,7 @@
 import { keyArgument, LEDGER_HELP, LEDGER_OPTIONS, supports, type Command } from "../context.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { describeRow } from "../format.js";
+import { evidenceOf } from "../evidence.js";
 
 export const inspectCommand: Command = {
   name: "inspect",
@@ -11,11 +12,15 @@ export const inspectCommand: Command = {
 
 Show everything the ledger holds for one key: state, tool and effect class, fence, claim time,
 lease and owner (in flight), request, result or error, conversation and turn, and the audit
-trail of its resolutions. Exit 3 when the key has no row.
+trail of its resolutions. A settled row's state says on whose word its outcome rests:
+"released (not performed on alice's word)", "completed (by a reconcile probe)", "released (may
+have happened; ...)" for a keyed_write its owner released after an unknown outcome. Exit 3 when
+the key has no row.
 
 Options:
-      --json   one JSON object: { "row": ..., "audit": [...] } ("audit" is null when the
-               ledger keeps no audit trail)
+      --json   one JSON object: { "row": ..., "audit": [...], "evidence": {...} } ("audit" is
+               null when the ledger keeps no audit trail; "evidence": { effect, basis, actor?,
+               reason? }, what the row and its trail establish about the effect)
 ${LEDGER_HELP}
 
 Example:
@@ -27,7 +32,7 @@ Example:
     const row = await store.lookup(key);
     if (row === undefined) throw new KeyNotFoundError(key);
     const audit = supports(store, "auditTrail") && store.auditTrail !== undefined ? await store.auditTrail(key) : undefined;
-    if (values["json"] === true) io.stdout(`${JSON.stringify({ row, audit: audit ?? null })}\n`);
+    if (values["json"] === true) io.stdout(`${JSON.stringify({ row, audit: audit ?? null, evidence: evidenceOf(row, audit) })}\n`);
     else io.stdout(describeRow(row, audit, Date.now()));
     return 0;
   },

@@ -4,6 +4,7 @@ import { LEDGER_HELP, LEDGER_OPTIONS, listingOptions, stringOption, supports, ty
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
 import { LIST_HEADER, listRow, table } from "../format.js";
+import { evidenceOf } from "../evidence.js";
 import { MAX_LIST_LIMIT, type ListRowsQuery } from "@dispatch-once/core";
 
 export const ROW_STATES: readonly RowState[] = ["in_flight", "completed", "failed", "unknown", "released"];
@@ -32,6 +33,10 @@ An in-flight row's STATE says whether its lease is live ("in_flight (lease 25s l
 expired ("in_flight (lease expired 3m ago)": an abandoned claim resolve or reconcile may settle).
 A failed row whose effect happened but whose result could not be stored (result_not_storable)
 reads "failed (the effect happened; result not stored)"; plain "failed" did not happen.
+A settled row says on whose word its outcome rests: "released (not performed on alice's word)"
+(resolve --not-performed), "completed (by a reconcile probe)", "released (not performed, as its
+tool answered)", "released (may have happened; ...)": a keyed_write its owner released after an
+unknown outcome, whose re-run carries the same key.
 
 Options:
       --state <state>        in_flight, completed, failed, unknown or released; repeat it
@@ -42,7 +47,8 @@ Options:
       --limit <n>            print at most n rows (default ${DEFAULT_LIST_ROWS}; 0 = all)
       --page-size <n>        rows asked of the ledger per page (default and most ${MAX_LIST_LIMIT});
                              smaller pages hold the store's locks and memory for less time
-      --json                 one JSON object per line (the row as the ledger returns it)
+      --json                 one JSON object per line: the row as the ledger returns it, plus
+                             "evidence": { effect, basis, actor?, reason? }
 ${LEDGER_HELP}
 
 Examples:
@@ -69,6 +75,7 @@ Examples:
     const store = opened.ledger;
     if (!supports(store, "listRows") || store.listRows === undefined) throw new UnsupportedOperationError("listRows", opened.display);
 
+    const trail = supports(store, "auditTrail");
     const now = Date.now();
     const printed: string[][] = [];
     let count = 0;
@@ -83,9 +90,12 @@ Examples:
           break;
         }
         count += 1;
+        // A settled row's outcome rests on someone's word: its trail says whose (RESOLVE-7).
+        const audit = trail && (row.state === "completed" || row.state === "failed" || row.state === "released") ? await store.auditTrail!(row.key) : undefined;
+        const evidence = evidenceOf(row, trail ? (audit ?? []) : undefined);
         // JSON lines go out as they arrive: a long listing streams instead of piling up.
-        if (json) io.stdout(`${JSON.stringify(row)}\n`);
-        else printed.push(listRow(row, now));
+        if (json) io.stdout(`${JSON.stringify({ ...row, evidence })}\n`);
+        else printed.push(listRow(row, now, evidence));
       }
       cursor = page.cursor;
       if (limit !== 0 && count >= limit && cursor !== undefined) more = true;
