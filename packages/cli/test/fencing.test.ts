@@ -162,6 +162,24 @@ describe.each(BACKENDS)("resolve against a live application on %s", (_name, open
     expect(await backend.ledger.lookup(key)).toMatchObject({ state: "completed", result: '{"paid":true}' });
   });
 
+  it("RESOLVE-4: an operator whose resolve lost its reply (a crashed CLI, a dropped connection) and runs it again is told it is already done, not that someone else acted", async () => {
+    const key = `${backend.name}-lost-reply`.padEnd(32, "0");
+    const claim = await backend.ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "x", leaseMs: 60_000, request: '{"n":12}' });
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await backend.ledger.markUnknown(key, claim.fence, "tool_error");
+    const args = ["resolve", key, "--completed", '{"paid":"pay_12"}', "--reason", "pay_12 at the bank", "--actor", "carol", "--expected-fence", String(claim.fence)];
+    // The first run's write landed; its reply never reached the operator.
+    expect((await cli(...args)).code).toBe(0);
+    const again = await cli(...args);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toContain("already resolved");
+    expect(await backend.ledger.lookup(key)).toMatchObject({ state: "completed", fence: claim.fence + 1, result: '{"paid":"pay_12"}' });
+    expect(await backend.ledger.auditTrail!(key)).toHaveLength(2);
+    // Another decision on the same fence is still refused: that row was settled by this resolution, not by theirs.
+    const other = await cli("resolve", key, "--not-performed", "--reason", "nothing", "--actor", "carol", "--expected-fence", String(claim.fence));
+    expect(other.code).toBe(4);
+  });
+
   it("a replay racing a resolution of an expired keyed row: one of them acts, and the tool runs only when the replay won", async () => {
     const dispatcher = dispatcherOf(backend);
     for (let i = 0; i < 6; i++) {

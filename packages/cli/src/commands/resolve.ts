@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { resolve as resolvePath } from "node:path";
-import type { Resolution, ResolveRequest, StoredError } from "@dispatch-once/core";
-import { keyArgument, LEDGER_HELP, LEDGER_OPTIONS, RETENTION_HELP, RETENTION_OPTION, stringOption, supports, type CliIo, type Command } from "../context.js";
+import type { Ledger, LedgerRow, Resolution, ResolveRequest, StoredError } from "@dispatch-once/core";
+import { keyArgument, LEDGER_HELP, LEDGER_OPTIONS, RETENTION_HELP, RETENTION_OPTION, stringOption, supports, type CliIo, type Command, type OptionValues } from "../context.js";
 import { actorOf } from "../actor.js";
 import { parseCount } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
@@ -67,6 +67,9 @@ Options:
 ${RETENTION_HELP}
 ${LEDGER_HELP}
 
+Run again with the same --expected-fence, outcome, --reason and --actor after a lost reply, it
+answers "already resolved" (exit 0) when the row holds exactly that resolution.
+
 One of --expected-fence and --current-fence is required (exit 2 otherwise): a resolution acts on
 one claim, and a claim a replay took over after you looked is not the one you checked.
 
@@ -117,7 +120,12 @@ Example:
     if (!supports(store, "resolve") || store.resolve === undefined) throw new UnsupportedOperationError("resolve", opened.display);
     const before = await store.lookup(key);
     if (before === undefined) throw new KeyNotFoundError(key);
-    if (pinned !== undefined && before.fence !== pinned) throw new FenceMovedError(key, pinned, before.fence, `now ${before.state}`);
+    if (pinned !== undefined && before.fence !== pinned) {
+      // A run of this very command whose reply was lost (a crashed CLI, a dropped connection) left
+      // the row as asked: say so, rather than that someone else acted.
+      if (await isThisResolution(store, before, pinned, resolution, actor, reason)) return alreadyResolved(io, values, key, before, pinned, actor, opened.retentionMs);
+      throw new FenceMovedError(key, pinned, before.fence, `now ${before.state}`);
+    }
     // Always fenced: the grace check and the operator's choice are about the row read above.
     const expectedFence = pinned ?? before.fence;
     // "I found nothing downstream" is a probe's not performed: for an unkeyed_write it releases the
@@ -133,6 +141,9 @@ Example:
     } catch (error) {
       if (!isDispatchOnceError(error, "stale_claim")) throw error;
       const now = await store.lookup(key).catch(() => undefined);
+      if (now !== undefined && (await isThisResolution(store, now, expectedFence, resolution, actor, reason).catch(() => false))) {
+        return alreadyResolved(io, values, key, now, expectedFence, actor, opened.retentionMs);
+      }
       throw new FenceMovedError(key, expectedFence, now?.fence, now === undefined ? "its row could not be read again" : `now ${now.state}`);
     }
     if (values["json"] === true) io.stdout(`${JSON.stringify(row)}\n`);
@@ -144,7 +155,34 @@ Example:
   },
 };
 
-/** The OS user, like git's default author: who is at the keyboard. */
+/**
+ * Whether `row` is what this resolution, made at `fence`, leaves: the next fence (RESOLVE-5), the
+ * outcome's state and stored value, and the trail's entry at that fence with the same actor,
+ * reason and outcome (RESOLVE-7). Anything less is someone else's act.
+ */
+async function isThisResolution(store: Ledger, row: LedgerRow, fence: number, resolution: Resolution, actor: string, reason: string): Promise<boolean> {
+  if (row.fence !== fence + 1 || !supports(store, "auditTrail")) return false;
+  const same =
+    resolution.outcome === "completed"
+      ? row.state === "completed" && row.result === resolution.result
+      : resolution.outcome === "failed"
+        ? row.state === "failed" && row.error.name === resolution.error.name && row.error.message === resolution.error.message && row.error.code === resolution.error.code
+        : row.state === "released";
+  if (!same) return false;
+  const trail = await store.auditTrail!(row.key);
+  const entry = trail.filter((e) => e.fence === row.fence).at(-1);
+  return entry !== undefined && entry.action === "resolved" && entry.actor === actor && entry.reason === reason && entry.outcome === resolution.outcome && entry.toState === row.state;
+}
+
+function alreadyResolved(io: CliIo, values: OptionValues, key: string, row: LedgerRow, fence: number, actor: string, retentionMs: number | undefined): number {
+  if (values["json"] === true) io.stdout(`${JSON.stringify(row)}\n`);
+  else {
+    io.stdout(`already resolved ${key}: at fence ${fence} -> ${row.state} (fence ${row.fence}) by ${actor}, by an earlier run of this resolution whose reply was lost\n`);
+    if (retentionMs !== undefined && row.state !== "in_flight") io.stdout(`kept until ${iso(row.finishedAt + retentionMs)}\n`);
+  }
+  return 0;
+}
+
 /** The result text to store: valid JSON, kept as given (no re-serialization that would round big numbers). */
 function resultJson(given: string, io: CliIo, command: string): string {
   let text = given;
