@@ -30,7 +30,7 @@ export type StreamFault =
 export type StreamFaultPlan = (info: { requestNumber: number; headers: Record<string, string> }) => StreamFault | undefined;
 
 /** The runner options a demo sets per runner; the stream side supplies client, model and tools. */
-export type RunnerOverrides = Partial<Omit<ConversationRunnerOptions, "client" | "model" | "tools" | "maxTokens" | "system">>;
+export type RunnerOverrides = Partial<Omit<ConversationRunnerOptions, "client" | "model" | "tools" | "maxTokens" | "system" | "params">>;
 
 /** What the demo needs of a runner: either stream side's `send` over the shared runner. */
 export interface DemoRunner {
