@@ -26,6 +26,7 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "reopensAfterOtherBound", rule: "TURN-12", what: "a re-send reopens a failed message after another was bound", check: /after another message was bound/, model: "TURN-12" },
   // TURN-12's re-send window: the model sends no window, so only its checks can catch it.
   { bug: "reopenWindowIgnored", rule: "TURN-12", what: "reopenWithinMs is ignored (supports.reopenWindow declared)", check: /reopens a failed message only while its failure is younger than the window/, message: /reopenWithinMs 0/ },
+  { bug: "reopenedHidesFirstFailure", rule: "TURN-12", what: "a reopened message does not show firstFailedAt (a resumed retry cannot check its window)", check: /a reopened message shows firstFailedAt/, message: /must show firstFailedAt/ },
   { bug: "reopenWindowFromLastFailure", rule: "TURN-12", what: "the re-send window is measured from the last failure (a retry that fails again restarts it)", check: /counts from a message's first failure/, message: /reopenWithinMs 300/ },
   { bug: "listReopenableIgnoresWindow", rule: "TURN-17", what: "listFailedTurns ignores reopenWithinMs: reopenable true for a re-send the window refuses", check: /with reopenWithinMs, a listed failed turn says reopenable exactly/, message: /reopenWithinMs 300/ },
   { bug: "listWindowFromLastFailure", rule: "TURN-17", what: "listFailedTurns judges reopenWithinMs from the last failure", check: /with reopenWithinMs, a listed failed turn says reopenable exactly/, message: /reopenWithinMs 300/ },

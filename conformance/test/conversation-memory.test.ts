@@ -51,10 +51,10 @@ describe("report for MemoryConversationStore", () => {
     const { reopenWindow: _declared, ...undeclaredCapabilities } = reference.capabilities;
     const undeclared = await runChecks(windowChecks({ ...reference, capabilities: undeclaredCapabilities }), { subject: "undeclared", levels: ["conversation"] });
     expect(undeclared.checks.map((c) => [c.rule, c.status, c.reasonNotApplicable])).toEqual(
-      ["TURN-12", "TURN-12", "TURN-12", "TURN-17"].map((rule) => [rule, "not_applicable", "needs reopenWindow (appendUserMessage takes reopenWithinMs: supports.reopenWindow)"]),
+      ["TURN-12", "TURN-12", "TURN-12", "TURN-12", "TURN-17"].map((rule) => [rule, "not_applicable", "needs reopenWindow (appendUserMessage takes reopenWithinMs: supports.reopenWindow)"]),
     );
     const declared = await runChecks(windowChecks(reference), { subject: "reference", levels: ["conversation"] });
-    expect(declared.checks.map((c) => c.status)).toEqual(["pass", "pass", "pass", "pass"]);
+    expect(declared.checks.map((c) => c.status)).toEqual(["pass", "pass", "pass", "pass", "pass"]);
     const without = {
       ...reference,
       async create() {
@@ -64,7 +64,7 @@ describe("report for MemoryConversationStore", () => {
       },
     };
     const failed = await runChecks(windowChecks(without), { subject: "without", levels: ["conversation"] });
-    expect(failed.checks.map((c) => c.status)).toEqual(["fail", "fail", "fail", "fail"]);
+    expect(failed.checks.map((c) => c.status)).toEqual(["fail", "fail", "fail", "fail", "fail"]);
     for (const c of failed.checks) expect(c.error).toMatch(/declares reopenWindow, but the store's capabilities.supports.reopenWindow is undefined/);
   });
 

@@ -180,7 +180,7 @@ export async function runConversationScenario(
   };
 
   /** Compares two outcomes; returns a failure message or undefined. */
-  const compare = (actual: Outcome, expected: Outcome, project: (v: unknown) => unknown = (v) => v): string | undefined => {
+  const compare = (actual: Outcome, expected: Outcome, project: (v: unknown) => unknown = withoutStoreClock): string | undefined => {
     if (expected.ok && actual.ok) {
       const a = project(actual.value);
       const e = project(expected.value);
@@ -202,7 +202,7 @@ export async function runConversationScenario(
       for (let m = 0; m < MESSAGES; m++) turns.push(await store.turnsOf(c, `m${m}`));
       out.push({ messages, turns, log: await store.log(c), records: await store.records(c) });
     }
-    return out;
+    return withoutStoreClock(out);
   };
 
   /** Storage (raw hooks) against the model's state; lease fences against the fences each side issued. */
@@ -480,6 +480,18 @@ function leaksRecord(actual: Outcome, expected: Outcome, records: JsonValue[]): 
 }
 
 /**
+ * A value with each message's `firstFailedAt` (TURN-12) replaced by a marker: it is a time on
+ * each side's own clock, so only whether it is there compares (as leaseExpiresAt, below).
+ */
+function withoutStoreClock(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutStoreClock);
+  if (typeof value !== "object" || value === null) return value;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) out[k] = k === "firstFailedAt" && typeof v === "number" ? "a store-clock time" : withoutStoreClock(v);
+  return out;
+}
+
+/**
  * Which rule a wrong beginTurn breaks: a lease answer TURN-10; another message than the
  * model's, TURN-9 (arrival order); the same message at another index or state, TURN-11
  * (binding); another `resumed`, TURN-15 (proposed); other input, TURN-9 (the input holds
@@ -490,7 +502,7 @@ function beginRule(actual: Outcome, expected: Outcome): string {
   const a = actual.value as TurnSnapshot | undefined;
   const e = expected.value as TurnSnapshot | undefined;
   if (a === undefined || e === undefined || a.message?.id !== e.message.id) return "TURN-9";
-  if (!isDeepStrictEqual(a.message, e.message)) return "TURN-11";
+  if (!isDeepStrictEqual(withoutStoreClock(a.message), withoutStoreClock(e.message))) return "TURN-11";
   // The right message, bound right, at another index: the index is not the committed count.
   if (a.turnIndex !== e.turnIndex) return "TURN-1";
   if (a.resumed !== e.resumed) return "TURN-15";

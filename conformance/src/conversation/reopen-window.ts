@@ -7,7 +7,7 @@
  */
 import type { ConversationStore } from "@dispatch-once/core";
 import { must, mustEqual, mustRejectWith, show } from "../failure.js";
-import { acquire, freshConversation, mustBegin, userText, withConversationFixture } from "./support.js";
+import { LEASE_MS, acquire, commitFor, freshConversation, mustBegin, userText, withConversationFixture } from "./support.js";
 import type { ConversationCheckSpec } from "./checks.js";
 
 const HOUR = 60 * 60 * 1000;
@@ -161,4 +161,53 @@ export const listingJudgesReopenWindow: ConversationCheckSpec = {
     }),
 };
 
-export const REOPEN_WINDOW_CHECKS: ConversationCheckSpec[] = [reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure, listingJudgesReopenWindow];
+/** The store's clock now, read off a renewal under the held lease (leaseExpiresAt = now + leaseMs, TURN-10). */
+async function storeNow(store: ConversationStore, conversationId: string, fence: number): Promise<number> {
+  return (await store.renewLease(conversationId, fence, LEASE_MS)).leaseExpiresAt - LEASE_MS;
+}
+
+export const reopenedShowsFirstFailure: ConversationCheckSpec = {
+  rule: "TURN-12",
+  name: "a reopened message shows firstFailedAt, its first failure on the store's clock, while queued and in progress (the re-send's answer, message, beginTurn, a fresh instance), kept by a retry that fails again; a message that never failed, or is failed or answered, shows none",
+  needs: ["reopenWindow"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      windowOf(store);
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const fence = await acquire(store, c, "worker-a");
+      const bound = await mustBegin(store, c, fence, "begin m1");
+      mustEqual(bound.message.firstFailedAt, undefined, "firstFailedAt of m1 bound for the first time (it never failed)");
+      const from = await storeNow(store, c, fence);
+      await store.failMessage(c, fence, "m1", { failed: "m1", attempt: 1 });
+      const to = await storeNow(store, c, fence);
+      mustEqual((await store.message(c, "m1"))?.firstFailedAt, undefined, "firstFailedAt of m1 while failed (listFailedTurns gives it there)");
+      const reopened = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: HOUR });
+      const first = reopened.message.firstFailedAt;
+      must(
+        typeof first === "number" && first >= from && first <= to,
+        `a re-send of m1 that reopens it must show firstFailedAt, its first failure on the store's clock (read ${from} before failMessage and ${to} after it): a holder resuming its retry checks the re-send window with it (TURN-12); got ${show(first)}`,
+      );
+      mustEqual((await store.message(c, "m1"))?.firstFailedAt, first, "firstFailedAt of m1 queued after the reopen (message)");
+      const retry = await mustBegin(store, c, fence, "begin m1's retry");
+      mustEqual(retry.message.firstFailedAt, first, "firstFailedAt of m1 in beginTurn's snapshot of its retry");
+      mustEqual((await store.message(c, "m1"))?.firstFailedAt, first, "firstFailedAt of m1 in progress (message)");
+      if (subject.capabilities.survivesRestart) {
+        const restarted = await fixture.reopen();
+        mustEqual((await restarted.message(c, "m1"))?.firstFailedAt, first, "firstFailedAt of m1 in progress, read on a fresh instance");
+      }
+      // The retry fails again and is reopened again: the first failure stays the one shown.
+      await store.failMessage(c, fence, "m1", { failed: "m1", attempt: 2 });
+      const again = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: HOUR });
+      mustEqual([again.reopened, again.message.firstFailedAt], [true, first], "a second reopen of m1 after its retry failed again: [reopened, firstFailedAt]");
+      await store.appendUserMessage(c, { id: "m2", content: userText("something else") });
+      mustEqual((await store.message(c, "m2"))?.firstFailedAt, undefined, "firstFailedAt of m2 queued (it never failed)");
+      const retried = await mustBegin(store, c, fence, "begin m1's second retry");
+      await store.commitTurn(c, { ...commitFor(retried, fence), answers: true });
+      mustEqual((await store.message(c, "m1"))?.state, "answered", "m1 after its retry committed an answer");
+      mustEqual((await store.message(c, "m1"))?.firstFailedAt, undefined, "firstFailedAt of m1 once answered (no retry of it is resumed)");
+    }),
+};
+
+export const REOPEN_WINDOW_CHECKS: ConversationCheckSpec[] = [reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure, reopenedShowsFirstFailure, listingJudgesReopenWindow];

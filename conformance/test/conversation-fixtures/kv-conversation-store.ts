@@ -113,6 +113,8 @@ export interface ConversationBugs {
   listsEveryFailedReopenable?: boolean;
   /** TURN-12's window is measured from the message's LAST failure (a retry that fails again restarts it). */
   reopenWindowFromLastFailure?: boolean;
+  /** A reopened message's firstFailedAt is not shown (the column not read back): a resumed retry cannot check its window. */
+  reopenedHidesFirstFailure?: boolean;
   /** listFailedTurns ignores reopenWithinMs: reopenable only says the message is the last bound. */
   listReopenableIgnoresWindow?: boolean;
   /** listFailedTurns judges reopenWithinMs from the LAST failure (firstFailedAt still given right). */
@@ -264,21 +266,23 @@ export class KvConversationStore implements ConversationStore {
       if (known !== undefined && this.bugs.resendRequeuesAnswered && known.state === "answered") {
         known.state = "queued";
         delete known.turnIndex;
-        return { appended: false, message: structuredClone(known), reopened: false };
+        return { appended: false, message: this.shown(s, known), reopened: false };
       }
       if (known !== undefined && !this.bugs.appendNotIdempotent) {
         const reopenable = this.bugs.reopensAfterOtherBound || s.lastBound === known.id;
         if (known.state === "failed" && reopenable) {
           const firstFailed = (this.bugs.reopenWindowFromLastFailure ? undefined : s.firstFailedAt?.[known.id]) ?? s.failedAt?.[known.id] ?? 0;
           if (within !== undefined && !this.bugs.reopenWindowIgnored && this.backing.now() - firstFailed >= within) {
-            return { appended: false, message: structuredClone(known), reopened: false, pastReopenWindow: true };
+            return { appended: false, message: this.shown(s, known), reopened: false, pastReopenWindow: true };
           }
           known.state = "queued";
           if (!this.bugs.reopenKeepsFailure) delete known.failure;
+          // Kept as the first failure from now on (a row from before it was kept: its last, else 0).
+          (s.firstFailedAt ??= {})[known.id] ??= s.failedAt?.[known.id] ?? 0;
           if (s.failedAt !== undefined && !this.bugs.listsReopened) delete s.failedAt[known.id];
-          return { appended: false, message: structuredClone(known), reopened: true };
+          return { appended: false, message: this.shown(s, known), reopened: true };
         }
-        return { appended: false, message: structuredClone(known), reopened: false };
+        return { appended: false, message: this.shown(s, known), reopened: false };
       }
       const stored: StoredMessage = { id: message.id, content: this.text(message.content), seq: s.messages.length + 1, state: "queued" };
       s.messages.push(stored);
@@ -286,11 +290,20 @@ export class KvConversationStore implements ConversationStore {
     });
   }
 
+  /** A message as the store answers it: a reopened one shows its first failure (TURN-12). */
+  private shown(s: State, message: StoredMessage): StoredMessage {
+    const copy = structuredClone(message);
+    const first = s.firstFailedAt?.[message.id];
+    if (first !== undefined && !this.bugs.reopenedHidesFirstFailure && (message.state === "queued" || message.state === "in_progress")) copy.firstFailedAt = first;
+    return copy;
+  }
+
   async message(conversationId: string, messageId: string): Promise<StoredMessage | undefined> {
     const cacheKey = `${conversationId}\u0000${messageId}`;
     if (this.bugs.messageReadCache && this.messageCache.has(cacheKey)) return structuredClone(this.messageCache.get(cacheKey));
     return this.locked(conversationId, (s) => {
-      const found = structuredClone(s.messages.find((m) => this.sameMessage(m.id, messageId)));
+      const stored = s.messages.find((m) => this.sameMessage(m.id, messageId));
+      const found = stored === undefined ? undefined : this.shown(s, stored);
       if (this.bugs.messageReadCache && found !== undefined) this.messageCache.set(cacheKey, structuredClone(found));
       return found;
     });
@@ -416,7 +429,7 @@ export class KvConversationStore implements ConversationStore {
       }
       const input = this.logOf(s);
       if (!s.turns.some((t) => t.messageId === current.id)) input.push(structuredClone(current.content));
-      return { conversationId, turnIndex, message: structuredClone(current), input, resumed };
+      return { conversationId, turnIndex, message: this.shown(s, current), input, resumed };
     });
   }
 

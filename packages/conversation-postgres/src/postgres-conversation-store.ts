@@ -212,9 +212,9 @@ export class PostgresConversationStore implements ConversationStore {
             if (Number(row!.age) >= within) return { appended: false, message: stored, reopened: false, pastReopenWindow: true };
           }
           await run(this.sql.reopen, [conversationId, stored.id]);
-          stored.state = "queued";
-          delete stored.failure;
-          return { appended: false, message: stored, reopened: true };
+          // Read back: the reopened row shows the first failure its window counts from (TURN-12).
+          const [reopened] = await run<StoredMessageRow>(this.sql.message, [conversationId, stored.id]);
+          return { appended: false, message: decodeStoredMessage(conversationId, reopened!), reopened: true };
         }
         return { appended: false, message: stored, reopened: false };
       }

@@ -250,7 +250,7 @@ export function statements(t: ConversationTables): Statements {
   const q = qualified(t);
   const tag = createHash("sha256").update(`${t.schema}.${t.conversations}`).digest("hex").slice(0, 10);
   const s = (name: string, text: string): Statement => ({ name: `do_conv_${tag}_${name}`, text });
-  const messageColumns = "message_id, seq, state, content, turn_index, failure";
+  const messageColumns = "message_id, seq, state, content, turn_index, failure, first_failed_at";
   return {
     lock: s(
       "lock",

@@ -278,9 +278,8 @@ export class SqliteConversationStore implements ConversationStore {
               return { appended: false, message: stored, reopened: false, pastReopenWindow: true };
             }
             s.reopen.run(conversationId, stored.id);
-            stored.state = "queued";
-            delete stored.failure;
-            return { appended: false, message: stored, reopened: true };
+            // Read back: the reopened row shows the first failure its window counts from (TURN-12).
+            return { appended: false, message: decodeStoredMessage(conversationId, s.message.get(conversationId, stored.id)!), reopened: true };
           }
           return { appended: false, message: stored, reopened: false };
         }
@@ -575,7 +574,7 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
   const turns = `"${t.turns}"`;
   const recs = `"${t.records}"`;
   const grants = `"${t.leaseGrants}"`;
-  const messageColumns = "message_id, seq, state, content, turn_index, failure";
+  const messageColumns = "message_id, seq, state, content, turn_index, failure, first_failed_at";
   const held = "conversation_id = ? AND lease_owner IS NOT NULL AND fence = ?";
   return {
     ensure: db.prepare(`INSERT INTO ${conv} (conversation_id) VALUES (?) ON CONFLICT (conversation_id) DO NOTHING`),

@@ -34,6 +34,16 @@ export interface StoredMessage {
   turnIndex?: number;
   /** The failed-turn record of its last failure, while `state` is "failed". */
   failure?: JsonValue;
+  /**
+   * When TURN-12's re-send window counts from, in store-clock milliseconds, while a message that
+   * failed before is reopened ("queued" or "in_progress"): its first failure, kept across reopens;
+   * else its last failure's time; 0 when no time is known (past every window). Given by a store
+   * that declares `supports.reopenWindow`, and absent for a message that never failed, in any
+   * other state, or from a store without the flag. A runner that resumes a reopened message's
+   * retry (its holder died, TURN-15) checks the window with it before running any attempt: the
+   * window was checked at the reopen, and the rows of the first attempts keep aging.
+   */
+  firstFailedAt?: number;
 }
 
 export interface AppendResult {

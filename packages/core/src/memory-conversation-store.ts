@@ -100,9 +100,9 @@ export class MemoryConversationStore implements ConversationStore {
         known.state = "queued";
         delete known.failure;
         conversation.failedAt.delete(known.id);
-        return { appended: false, message: clone(known), reopened: true };
+        return { appended: false, message: shown(conversation, known), reopened: true };
       }
-      return { appended: false, message: clone(known), reopened: false };
+      return { appended: false, message: shown(conversation, known), reopened: false };
     }
     const stored: StoredMessage = {
       id: message.id,
@@ -116,8 +116,9 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async message(conversationId: string, messageId: string): Promise<StoredMessage | undefined> {
-    const found = this.get(conversationId).messages.get(messageId);
-    return found === undefined ? undefined : clone(found);
+    const conversation = this.get(conversationId);
+    const found = conversation.messages.get(messageId);
+    return found === undefined ? undefined : shown(conversation, found);
   }
 
   async turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]> {
@@ -209,7 +210,7 @@ export class MemoryConversationStore implements ConversationStore {
     const started = conversation.turns.some((t) => t.messageId === current.id);
     const input = clone(conversation.log);
     if (!started) input.push(clone(current.content));
-    return { conversationId, turnIndex, message: clone(current), input, resumed };
+    return { conversationId, turnIndex, message: shown(conversation, current), input, resumed };
   }
 
   async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
@@ -338,6 +339,18 @@ export class MemoryConversationStore implements ConversationStore {
  * it: then every turn committed since its binding is its own, and its retry runs at the failed
  * turn's index with the same keys.
  */
+/**
+ * A copy of a message as the store answers it: a reopened one (queued or in progress after a
+ * failure) shows the first failure its re-send window counts from (TURN-12), so that a holder
+ * resuming its retry can check the window; kept beside the message, not in it.
+ */
+function shown(conversation: Conversation, message: StoredMessage): StoredMessage {
+  const copy = clone(message);
+  const first = conversation.firstFailedAt.get(message.id);
+  if (first !== undefined && (message.state === "queued" || message.state === "in_progress")) copy.firstFailedAt = first;
+  return copy;
+}
+
 function reopenable(conversation: Conversation, message: StoredMessage): boolean {
   return conversation.lastBound === message.id;
 }

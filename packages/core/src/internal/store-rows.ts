@@ -51,6 +51,11 @@ export interface StoredMessageRow {
   content: unknown;
   turn_index: unknown;
   failure: unknown;
+  /**
+   * The first failure's time (TURN-12), for a store that declares `supports.reopenWindow`: a
+   * reopened message's is kept across reopens. Leave it out of a store without the flag.
+   */
+  first_failed_at?: unknown;
 }
 
 /** A turn row as a driver returns it: column values, not yet trusted. */
@@ -86,6 +91,13 @@ export function decodeStoredMessage(conversationId: string, row: StoredMessageRo
     throw new StoreCorruptError(conversationId, `${what} is ${row.state} but was never bound to a turn index`);
   }
   if (row.state === "failed") out.failure = decodeStoreJson(conversationId, `failure of ${what}`, row.failure);
+  // Shown only while reopened (queued or in progress after a failure): a never-failed message
+  // has none, and a failed or answered one is not resumed (TURN-12).
+  if ((row.state === "queued" || row.state === "in_progress") && row.first_failed_at !== undefined && row.first_failed_at !== null) {
+    const at = typeof row.first_failed_at === "string" && /^\d+$/.test(row.first_failed_at) ? Number(row.first_failed_at) : row.first_failed_at;
+    if (!isCount(at, 0)) throw new StoreCorruptError(conversationId, `${what} has first failure time ${String(row.first_failed_at)}`);
+    out.firstFailedAt = at;
+  }
   return out;
 }
 
