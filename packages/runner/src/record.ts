@@ -74,7 +74,7 @@ export interface FailedTurnRecord {
    * Where the last attempt's stream died; "call_unresolved" when it finished but a call did not;
    * "commit_refused" when the store could not keep the turn; "turn_limit" after maxTurns.
    */
-  position: FailurePosition | "call_unresolved" | "commit_refused" | "turn_limit";
+  position: FailurePosition | "call_unresolved" | "commit_refused" | "turn_limit" | "past_resend_window";
   error: StoredError;
   /** Every call of every attempt, in order. */
   calls: CallRecord[];
@@ -89,6 +89,13 @@ export interface FailedTurnRecord {
    * written before the field existed.
    */
   resumed?: boolean;
+  /**
+   * Set when the runner ran nothing of this turn (TURN-12): a reopened message's retry, resumed
+   * after its holder died, was past the re-send window (measured from the message's first
+   * failure) when the next holder took it over. `effects` are then the previous failed-turn
+   * record's, when the store still held it; the earlier attempts' effects are in that record.
+   */
+  notRetried?: "past_resend_window";
   at: string;
 }
 

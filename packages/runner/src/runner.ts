@@ -508,10 +508,11 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         // The store kept the message failed on this re-send: another message was bound since, so
         // no re-send can reopen it (TURN-12) and re-sending cannot help (RECORD-5).
         // Or its turn failed longer ago than the re-send window: the ledger may have swept its
-        // calls' rows, so a retry would run them again (TURN-12, LEDGER-13).
+        // calls' rows, so a retry would run them again (TURN-12, LEDGER-13). Or a holder found its
+        // reopened retry past the window when it took it up, and stored why in the record.
         const notRetried = !failedHere && current === append.message && append.reopened !== true
           ? append.pastReopenWindow === true ? "past_resend_window" as const : "another_message_bound" as const
-          : undefined;
+          : record.notRetried;
         if (notRetried !== undefined && record.retryable) record = { ...record, retryable: false };
         throw new TurnFailedError(record, { replayed: !failedHere, ...(notRetried !== undefined ? { notRetried } : {}) });
       }
@@ -595,6 +596,18 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         }
         if (snapshot === undefined) return ours();
         const isOurs = snapshot.message.id === messageId;
+        const window = await this.resumedPastWindow(snapshot, fence);
+        if (window === "lost") return ours();
+        if (window !== undefined) {
+          await store.failMessage(conversationId, fence, snapshot.message.id, window as unknown as JsonValue);
+          this.emit({ type: "turn_failed", conversationId, turnIndex: snapshot.turnIndex, attempt: 0, record: window });
+          if (isOurs) {
+            failed = true;
+            return ours();
+          }
+          // The next queued message (the one whose send drove the conversation) is still answered.
+          continue;
+        }
         const turnsSoFar = snapshot.turnIndex - (snapshot.message.turnIndex ?? snapshot.turnIndex);
         if (turnsSoFar >= (this.options.maxTurns ?? 8)) {
           const record = this.turnLimitRecord(snapshot, turnsSoFar);
@@ -626,6 +639,56 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       clearInterval(renewal);
       await this.release(conversationId, fence);
     }
+  }
+
+  /**
+   * TURN-12 for a reopened message's retry taken up again after its holder died (TURN-15): the
+   * window was checked at the reopen, but this holder may come hours later (the next send to the
+   * conversation), when the ledger may have swept the rows of the first attempts. Before running
+   * any attempt of a message that shows `firstFailedAt` (a store with `supports.reopenWindow`),
+   * the age is read on the store's clock (a lease renewal answers the store's now plus the
+   * lease): at or past `resendWindowMs`, the failed-turn record to store instead of running it;
+   * "lost" when the lease is gone; undefined to run it.
+   */
+  private async resumedPastWindow(snapshot: TurnSnapshot, fence: number): Promise<FailedTurnRecord | "lost" | undefined> {
+    const { store } = this.options;
+    const first = snapshot.message.firstFailedAt;
+    if (first === undefined || store.capabilities?.supports?.reopenWindow !== true) return undefined;
+    let storeNow: number;
+    try {
+      const leaseMs = Math.ceil(this.leaseMs);
+      storeNow = (await store.renewLease(snapshot.conversationId, fence, leaseMs)).leaseExpiresAt - leaseMs;
+    } catch (error) {
+      if (isDispatchOnceError(error, "conversation_lease_lost")) return "lost";
+      throw error;
+    }
+    if (storeNow - first < this.resendWindowMs) return undefined;
+    // The truth about effects: the previous failure's record, kept beside the conversation
+    // (RECORD-4) when the reopen cleared it from the message. Never "not_happened" for a call.
+    const previous = (await store.records(snapshot.conversationId))
+      .filter((r): r is FailedTurnRecord & JsonValue => isFailedTurnRecordOf(r, snapshot.message.id))
+      .at(-1);
+    return {
+      kind: "failed_turn",
+      conversationId: snapshot.conversationId,
+      messageId: snapshot.message.id,
+      turnIndex: snapshot.turnIndex,
+      attempts: 0,
+      position: "past_resend_window",
+      error: {
+        name: "PastResendWindow",
+        message:
+          "not retried: the message's retry was taken up after its re-send window, measured from its first failure (TURN-12); " +
+          "the ledger may have swept its calls' rows, so a retry could run them again. " +
+          (previous !== undefined ? "Its effects are those of the earlier failed-turn record" : "Its effects are in the earlier failed-turn record of this message"),
+      },
+      calls: [],
+      effects: previous?.effects ?? [],
+      retryable: false,
+      resumed: resumedTurn(snapshot),
+      notRetried: "past_resend_window",
+      at: new Date().toISOString(),
+    };
   }
 
   /**
@@ -1215,6 +1278,11 @@ const ACQUIRE_BACKOFF_MAX_MS = 1_000;
  * that does not say (written before the field) is taken to have resumed: the record then says
  * "may have happened" where it cannot show otherwise, never a "not happened" it cannot back.
  */
+function isFailedTurnRecordOf(record: JsonValue, messageId: string): boolean {
+  const r = record as { kind?: unknown; messageId?: unknown } | null;
+  return typeof r === "object" && r !== null && r.kind === "failed_turn" && r.messageId === messageId;
+}
+
 function resumedTurn(snapshot: TurnSnapshot): boolean {
   return snapshot.resumed !== false;
 }
