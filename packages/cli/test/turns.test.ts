@@ -274,6 +274,7 @@ describe("resendVerdict: the store's reopenable, then the record's retryable as 
     expect(resendVerdict(turn({ failure: UNKNOWN_RECORD }))).toBe("unknown");
     expect(resendVerdict(turn({ reopenable: true, failure: { position: "turn_limit", retryable: false } }))).toBe("no: the turn reached the runner's maxTurns");
     expect(resendVerdict(turn({ reopenable: true, failure: { position: "commit_refused", retryable: false } }))).toBe("no: the store refused the turn's commit");
+    expect(resendVerdict(turn({ reopenable: true, failure: { position: "past_resend_window", notRetried: "past_resend_window", retryable: false } }))).toBe("no: its retry was taken up after the re-send window (past_resend_window)");
     expect(resendVerdict(turn({ reopenable: true, failure: { calls: [{ status: "result_not_storable" }], retryable: false } }))).toBe("no: an effect happened but its result could not be stored");
     expect(resendVerdict(turn({ reopenable: true, failure: { error: { name: "APIError", message: "400 invalid_request_error" }, retryable: false } }))).toBe(
       "no: the record says a re-send cannot help (APIError: 400 invalid_request_error)",

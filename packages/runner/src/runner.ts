@@ -648,7 +648,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * any attempt of a message that shows `firstFailedAt` (a store with `supports.reopenWindow`),
    * the age is read on the store's clock (a lease renewal answers the store's now plus the
    * lease): at or past `resendWindowMs`, the failed-turn record to store instead of running it;
-   * "lost" when the lease is gone; undefined to run it.
+   * "lost" when the lease is gone; undefined to run it. A store without the capability shows no
+   * `firstFailedAt` (nor does a row an older version reopened before it kept the first failure):
+   * such a retry runs unchecked, and only the margin below the retention covers it (LEDGER-13).
    */
   private async resumedPastWindow(snapshot: TurnSnapshot, fence: number): Promise<FailedTurnRecord | "lost" | undefined> {
     const { store } = this.options;

@@ -32,6 +32,8 @@ export function resendVerdict(turn: FailedTurn): string {
 function whyNotRetryable(record: Record<string, unknown>): string {
   if (record["position"] === "turn_limit") return "the turn reached the runner's maxTurns";
   if (record["position"] === "commit_refused") return "the store refused the turn's commit";
+  // A reopened message's retry taken up after its re-send window by the runner (TURN-12).
+  if (record["position"] === "past_resend_window") return "its retry was taken up after the re-send window (past_resend_window)";
   const calls = Array.isArray(record["calls"]) ? record["calls"].filter(isObject) : [];
   if (calls.some((c) => c["status"] === "outcome_unknown")) return "an effect's outcome is unknown (settle it first: reconcile, resolve)";
   if (calls.some((c) => c["status"] === "result_not_storable")) return "an effect happened but its result could not be stored";
