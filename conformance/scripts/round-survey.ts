@@ -4,7 +4,7 @@
 // in the oracle). It asserts nothing: the planted-bug tests are the gate.
 //
 //   node --import tsx scripts/round-survey.ts ledger control,leaseLiveAtExpiry,claimIdFoldsCase [--out FILE]
-//   node --import tsx scripts/round-survey.ts conversation control,grantIdFoldsCase,windowFromLatestFailure
+//   node --import tsx scripts/round-survey.ts conversation control,grantIdFoldsCase,reopenWindowOnProcessClock
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { conversationStoreChecks, ledgerChecks, runChecks } from "../src/index.js";

@@ -4,9 +4,12 @@ import { kvConversationSubject, type ConversationBugs } from "./conversation-fix
 
 /**
  * Mutation round of 2026-12-03 at the conversation-store level: 13 bugs planted by an auditor who had not
- * read the lists beside this file. Ten the kit already rejected (kept as regressions); three it
- * certified, each now rejected by the check added for it (`new: true`). Only the checks of the
- * rule broken run, and the model-based check where a random sequence reaches the bug.
+ * read the lists beside this file. Ten the kit already rejected (kept as regressions); two it
+ * certified, each now rejected by the check added for it (`new: true`); the third it certified, a
+ * window counted from the latest failure, turned out to be conversation-broken-stores.test.ts's
+ * reopenWindowFromLastFailure again and was replaced (round h-round) by a window on the process
+ * clock, which the kit rejected already. Only the checks of the rule broken run, and the
+ * model-based check where a random sequence reaches the bug.
  */
 const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; check: RegExp; message?: RegExp; model?: string; new?: true }> = [
   { bug: "leaseLiveAtExpiry", rule: "TURN-10", what: "a lease is live at the millisecond it ends (>= for >)", check: /owner and length are checked/, message: /once a 0 ms lease has run out/ },
@@ -21,7 +24,9 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "messageReadCache", rule: "TURN-5", what: "message() answers from the instance's first read (another instance's writes unseen)", check: /^model-based/, model: "TURN-11" },
   { bug: "grantIdFoldsCase", rule: "TURN-10", what: "grant ids compared case-insensitively", check: /grant ids are compared exactly/, message: /^grant ids that differ only in ASCII case:/, new: true },
   { bug: "grantIdTruncated", rule: "TURN-10", what: "grant ids cut to 32 characters (a CHAR(32) column)", check: /grant ids are compared exactly/, message: /^two 64-character grant ids that differ only in their last character:/, new: true },
-  { bug: "windowFromLatestFailure", rule: "TURN-12", what: "the re-send window counted from the latest failure, not the first", check: /counts from a message's first failure/, new: true },
+  // Replaced in round h-round: the window counted from the latest failure planted here was reopenWindowFromLastFailure
+  // of conversation-broken-stores.test.ts again (the same behaviour, the same check and case).
+  { bug: "reopenWindowOnProcessClock", rule: "TURN-12", what: "the re-send window measured as Date.now() - firstFailedAt (the process clock against a failure time on the store's)", check: /reopens a failed message only while its failure is younger than the window/, message: /reopenWithinMs 0/ },
 ];
 
 const SEED = 20261203;

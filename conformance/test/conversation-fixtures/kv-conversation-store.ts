@@ -172,8 +172,6 @@ export interface ConversationBugs {
   grantReplayKeepsExpiry?: boolean;
   /** After its lease was released or ran out, an acquire re-sent with the grant's id takes the lease again under the old fence (breaks TURN-10). */
   grantRecognisedAfterEnd?: boolean;
-  /** The re-send window is counted from the latest failure, not the first (firstFailedAt rewritten on each failure) (breaks TURN-12). */
-  windowFromLatestFailure?: boolean;
   /** The listing cursor resumes strictly after its failedAt: later ids failed in the same millisecond are skipped (breaks TURN-17). */
   cursorSkipsTies?: boolean;
   /** A reopened message keeps its old failure (an UPDATE that sets state only) (breaks TURN-12/TURN-7). */
@@ -188,6 +186,34 @@ export interface ConversationBugs {
   leaseOnProcessClock?: boolean;
   /** message() answers from this instance's cache of what it read first (breaks TURN-14: another instance's writes unseen). */
   messageReadCache?: boolean;
+  // ---- Mutation round h-round: planted without reading the lists above first. ----
+  /**
+   * The holder's fence is compared as text to refuse older ones (a Lua `<` on HGET strings) and
+   * numerically to refuse never-issued higher ones: fence 9 passes while fence 10 holds the lease (breaks TURN-10).
+   */
+  staleFenceAsText?: boolean;
+  /** acquireLease's lease is now + leaseMs × 1000 (EXPIRE for PEXPIRE) (breaks TURN-10). */
+  leaseMsAsSeconds?: boolean;
+  /** renewLease's lease is now + leaseMs × 1000 (breaks TURN-10). */
+  renewMsAsSeconds?: boolean;
+  /** A re-send of a known message id overwrites its stored content (an UPSERT) (breaks TURN-2). */
+  resendOverwritesContent?: boolean;
+  /** commitTurn marks the message answered whatever `answers` says (breaks TURN-5/TURN-9). */
+  answersIgnored?: boolean;
+  /** records() lists newest first (ORDER BY id DESC) (breaks RECORD-4's order). */
+  recordsNewestFirst?: boolean;
+  /** records() returns the first 100 records only (a driver's default page, never followed) (breaks RECORD-4). */
+  recordsFirstPageOnly?: boolean;
+  /** listFailedTurns gives a cursor when exactly limit turns were left (`<` for `<=`): a last page that is empty. */
+  cursorOnExactPage?: boolean;
+  /** A takeover (acquire over an expired lease) forgets which fence began the current turn index: resumed says false (breaks TURN-15). */
+  takeoverForgetsBegun?: boolean;
+  /** commitTurn keeps the assistant message but drops toolResults (a column added later, left out of the INSERT) (breaks TURN-7). */
+  dropsToolResults?: boolean;
+  /** TURN-12's window measured as Date.now() - firstFailedAt: the process clock against a failure time on the store's (breaks TURN-12). */
+  reopenWindowOnProcessClock?: boolean;
+  /** failMessage keeps its record on the message only, not in records() (breaks RECORD-4/TURN-12). */
+  failRecordDropped?: boolean;
 }
 
 interface State {
@@ -268,11 +294,13 @@ export class KvConversationStore implements ConversationStore {
         delete known.turnIndex;
         return { appended: false, message: this.shown(s, known), reopened: false };
       }
+      if (known !== undefined && this.bugs.resendOverwritesContent) known.content = this.text(message.content);
       if (known !== undefined && !this.bugs.appendNotIdempotent) {
         const reopenable = this.bugs.reopensAfterOtherBound || s.lastBound === known.id;
         if (known.state === "failed" && reopenable) {
           const firstFailed = (this.bugs.reopenWindowFromLastFailure ? undefined : s.firstFailedAt?.[known.id]) ?? s.failedAt?.[known.id] ?? 0;
-          if (within !== undefined && !this.bugs.reopenWindowIgnored && this.backing.now() - firstFailed >= within) {
+          const clock = this.bugs.reopenWindowOnProcessClock ? Date.now() : this.backing.now();
+          if (within !== undefined && !this.bugs.reopenWindowIgnored && clock - firstFailed >= within) {
             return { appended: false, message: this.shown(s, known), reopened: false, pastReopenWindow: true };
           }
           known.state = "queued";
@@ -364,7 +392,8 @@ export class KvConversationStore implements ConversationStore {
         fence = this.bugs.fenceRestartsOnRelease && s.lease === null ? 1 : s.fence + 1;
       }
       s.fence = fence;
-      s.lease = { fence, owner: this.bugs.takeoverKeepsOwner && s.lease !== null ? s.lease.owner : owner, expiresAt: now + leaseMs };
+      if (this.bugs.takeoverForgetsBegun && s.lease !== null) s.begun = null;
+      s.lease = { fence, owner: this.bugs.takeoverKeepsOwner && s.lease !== null ? s.lease.owner : owner, expiresAt: now + (this.bugs.leaseMsAsSeconds ? leaseMs * 1000 : leaseMs) };
       if (latest !== null && !this.bugs.forgetsEarlierGrants && !(this.bugs.grantIdOutlivesGrant && id === undefined)) {
         const kept = Object.entries(s.earlierGrants ?? {}).filter(([, e]) => now - e.supersededAt < LEASE_GRANT_RETENTION_MS);
         s.earlierGrants = Object.fromEntries([...kept, [latest.id, { fence: latest.fence, supersededAt: now }]]);
@@ -387,21 +416,22 @@ export class KvConversationStore implements ConversationStore {
   async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
     if (!this.bugs.leaseArgumentsUnchecked) leaseMs = checkTurnLeaseMs(leaseMs);
     return this.locked(conversationId, (s) => {
-      const lease = this.bugs.renewIgnoresFence && s.lease !== null ? s.lease : held(conversationId, s, fence);
-      lease.expiresAt = (this.bugs.renewFromPreviousEnd ? lease.expiresAt : this.backing.now()) + leaseMs;
+      const lease = this.bugs.renewIgnoresFence && s.lease !== null ? s.lease : held(conversationId, s, fence, this.bugs);
+      lease.expiresAt = (this.bugs.renewFromPreviousEnd ? lease.expiresAt : this.backing.now()) + (this.bugs.renewMsAsSeconds ? leaseMs * 1000 : leaseMs);
       return { leaseExpiresAt: lease.expiresAt };
     });
   }
 
   async releaseLease(conversationId: string, fence: number): Promise<void> {
     return this.locked(conversationId, (s) => {
-      if (s.lease?.fence === fence || this.bugs.releaseIgnoresFence) s.lease = null;
+      const mine = this.bugs.staleFenceAsText ? s.lease !== null && !(String(fence) < String(s.lease.fence)) && !(fence > s.lease.fence) : s.lease?.fence === fence;
+      if (mine || this.bugs.releaseIgnoresFence) s.lease = null;
     });
   }
 
   async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
     return this.locked(conversationId, (s) => {
-      if (!this.bugs.beginIgnoresFence) held(conversationId, s, fence);
+      if (!this.bugs.beginIgnoresFence) held(conversationId, s, fence, this.bugs);
       if (this.bugs.begunNotDurable) s.begun = this.instanceBegun.get(conversationId) ?? null;
       const queued = s.messages.filter((m) => m.state === "queued");
       let current = s.messages.find((m) => m.state === "in_progress");
@@ -452,34 +482,34 @@ export class KvConversationStore implements ConversationStore {
 
   private applyCommit(conversationId: string, s: State, commit: TurnCommit): { committed: boolean } {
     const loose = this.bugs.commitChecksCountOnly;
-    if (!loose && !this.bugs.commitIgnoresFence && s.lease?.fence !== commit.fence) return { committed: false };
+    const fenceOk = this.bugs.staleFenceAsText ? s.lease != null && !(String(commit.fence) < String(s.lease.fence)) && !(commit.fence > s.lease.fence) : s.lease?.fence === commit.fence;
+    if (!loose && !this.bugs.commitIgnoresFence && !fenceOk) return { committed: false };
     if (committedCount(s) !== commit.turnIndex && !this.bugs.commitIgnoresCount) return { committed: false };
     const message = s.messages.find((m) => this.sameMessage(m.id, commit.messageId));
     if (!loose && (message === undefined || message.state !== "in_progress")) return { committed: false };
     const turn: StoredTurn = { turnIndex: commit.turnIndex, messageId: commit.messageId, assistant: this.text(commit.assistant), stopReason: commit.stopReason };
-    if (commit.toolResults !== undefined) turn.toolResults = this.text(commit.toolResults);
+    if (commit.toolResults !== undefined && !this.bugs.dropsToolResults) turn.toolResults = this.text(commit.toolResults);
     s.turns.push(turn);
     this.instanceCount.set(conversationId, committedCount(s));
     if (this.bugs.prunesOldTurns && s.turns.length > 64) {
       s.turns.shift();
       s.pruned = (s.pruned ?? 0) + 1;
     }
-    if (commit.answers && message !== undefined) message.state = "answered";
+    if ((commit.answers || this.bugs.answersIgnored) && message !== undefined) message.state = "answered";
     return { committed: true };
   }
 
   async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
     this.checkData("record", record);
     return this.locked(conversationId, (s) => {
-      if (!this.bugs.failIgnoresFence) held(conversationId, s, fence);
+      if (!this.bugs.failIgnoresFence) held(conversationId, s, fence, this.bugs);
       const message = s.messages.find((m) => this.sameMessage(m.id, messageId));
       if (message === undefined || (message.state !== "in_progress" && !this.bugs.failAnyState)) throw new InvalidStoreInputError("messageId", `message ${messageId} is not in progress`);
       message.state = "failed";
       message.failure = this.text(record);
       (s.failedAt ??= {})[message.id] = this.bugs.failedAtProcessClock ? Date.now() : this.backing.now();
-      if (this.bugs.windowFromLatestFailure) (s.firstFailedAt ??= {})[message.id] = this.backing.now();
-      else (s.firstFailedAt ??= {})[message.id] ??= this.backing.now();
-      s.records.push(this.text(record));
+      (s.firstFailedAt ??= {})[message.id] ??= this.backing.now();
+      if (!this.bugs.failRecordDropped) s.records.push(this.text(record));
     });
   }
 
@@ -533,7 +563,7 @@ export class KvConversationStore implements ConversationStore {
         this.backing.data.set(t.conversationId, JSON.stringify(s));
       }
     }
-    if (rest.length <= limit || last === undefined) return { turns };
+    if ((this.bugs.cursorOnExactPage ? rest.length < limit : rest.length <= limit) || last === undefined) return { turns };
     return { turns, cursor: bugs.cursorIsOffset ? `o${offset + limit}` : encodeFailedTurnsCursor(last) };
   }
 
@@ -545,7 +575,12 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async records(conversationId: string): Promise<JsonValue[]> {
-    return this.locked(conversationId, (s) => structuredClone(s.records));
+    return this.locked(conversationId, (s) => {
+      let out = structuredClone(s.records);
+      if (this.bugs.recordsNewestFirst) out = out.reverse();
+      if (this.bugs.recordsFirstPageOnly) out = out.slice(0, 100);
+      return out;
+    });
   }
 
   async close(): Promise<void> {}
@@ -625,9 +660,11 @@ function committedCount(s: State): number {
   return s.turns.length + (s.pruned ?? 0);
 }
 
-function held(conversationId: string, s: State, fence: number): { fence: number; owner: string; expiresAt: number } {
-  if (s.lease === null || s.lease.fence !== fence) throw new ConversationLeaseLostError(conversationId, fence);
-  return s.lease;
+function held(conversationId: string, s: State, fence: number, bugs: ConversationBugs = {}): { fence: number; owner: string; expiresAt: number } {
+  // Planted staleFenceAsText: "older" judged on the fences' text, "never issued" on their numbers.
+  const ok = s.lease !== null && (bugs.staleFenceAsText ? !(String(fence) < String(s.lease.fence)) && !(fence > s.lease.fence) : s.lease.fence === fence);
+  if (!ok) throw new ConversationLeaseLostError(conversationId, fence);
+  return s.lease!;
 }
 
 /**
