@@ -463,6 +463,46 @@ export const leaseTakeoverAfterExpiry: ConversationCheckSpec = {
     }),
 };
 
+/**
+ * Fences compared as numbers: a store that keeps the fence as text (a Redis hash field) and refuses
+ * "older" fences with a text comparison lets 9 pass while 10 holds the lease ("9" > "10").
+ * Grants and releases reach two digits; the stale holder is the last one-digit grant.
+ */
+export const turnLeaseFenceAcrossDigits: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "fences are compared as numbers: once the lease is taken over past fence 9 (grants and releases, then a takeover of an expired lease), the one-digit stale fences get conversation_lease_lost (renew, beginTurn, failMessage), are not committed, and their release is ignored",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const issued: number[] = [];
+      let stale = await acquire(store, c, "worker-1");
+      for (let i = 2; stale < 9 && i <= 30; i++) {
+        issued.push(stale);
+        await store.releaseLease(c, stale);
+        stale = await acquire(store, c, `worker-${i}`);
+      }
+      const snapshot = await mustBegin(store, c, stale, `begin by the holder of fence ${stale}`);
+      await fixture.raw.expireLease(c);
+      const current = await acquire(store, c, "worker-new", "the takeover of the expired lease");
+      must(current > stale, `the takeover's fence ${current} must be higher than the expired one ${stale}`);
+      for (const old of [stale, ...issued.filter((f) => f >= 2 && f <= 9).slice(0, 1)]) {
+        const what = `with the stale fence ${old} while fence ${current} holds the lease (compared as text, "${old}" may sort after "${current}")`;
+        await mustRejectWith(store.renewLease(c, old, LEASE_MS), "conversation_lease_lost", `renew ${what}`);
+        await mustRejectWith(store.beginTurn(c, old), "conversation_lease_lost", `beginTurn ${what}`);
+        await mustRejectWith(store.failMessage(c, old, "m1", { stale: old }), "conversation_lease_lost", `failMessage ${what}`);
+        await mustNotCommit(store, c, commitFor(snapshot, old), `commit ${what}`);
+        await store.releaseLease(c, old);
+        const raw = await fixture.raw.lease(c);
+        mustEqual(raw && { fence: raw.fence, owner: raw.owner }, { fence: current, owner: "worker-new" }, `stored lease after the release ${what}`);
+      }
+      mustEqual((await store.message(c, "m1"))?.state, "in_progress", "m1 after the stale fences' operations");
+      mustEqual(await store.records(c), [], "records after the stale failMessage");
+      await mustCommit(store, c, commitFor(await mustBegin(store, c, current, "begin by the new holder"), current), "the new holder commits");
+    }),
+};
+
 export const expiredLeaseStillHolds: ConversationCheckSpec = {
   rule: "TURN-10",
   name: "an expired lease nobody took is still its holder's: renew, beginTurn and commit with its fence succeed",
@@ -1279,6 +1319,31 @@ export const addRecordNeedsNoLease: ConversationCheckSpec = {
     }),
 };
 
+/**
+ * Past the first page drivers and APIs commonly stop at (100 rows; MongoDB's first batch of 101): a
+ * store that returns one page loses the rest. Kept small: a SQL store adds them one statement each.
+ */
+const MANY_RECORDS = 102;
+
+export const recordsAllReturned: ConversationCheckSpec = {
+  rule: "RECORD-4",
+  name: `records returns every record kept beside the conversation, in the order kept: ${MANY_RECORDS} records come back all, oldest first (not a first page of them)`,
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      const kept: JsonValue[] = [];
+      for (let i = 0; i < MANY_RECORDS; i++) {
+        const record = { kind: "failed_turn", n: i };
+        kept.push(record);
+        await store.addRecord(c, record);
+      }
+      const got = await store.records(c);
+      must(Array.isArray(got) && got.length === MANY_RECORDS, `records returned ${Array.isArray(got) ? got.length : show(got)} records of the ${MANY_RECORDS} added (a first page only? a record not returned is not kept for the user, RECORD-4)`);
+      mustEqual(got, kept, `the ${MANY_RECORDS} records, in the order they were added`);
+    }),
+};
+
 export const recordKeptWithCommit: ConversationCheckSpec = {
   rule: "TURN-5",
   name: "a commit's record (recordsWithCommit) is kept beside the conversation in the commit's own write, exactly when the turn is appended, never in the log; a record JSON cannot carry is refused before anything is stored",
@@ -1327,6 +1392,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   oneAtATimeInArrivalOrder,
   leaseExclusive,
   leaseTakeoverAfterExpiry,
+  turnLeaseFenceAcrossDigits,
   expiredLeaseStillHolds,
   fencesRiseAcrossRelease,
   concurrentAcquiresOneWinner,
@@ -1355,5 +1421,6 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   unavailableFailsClosed,
   recordsBesideLog,
   addRecordNeedsNoLease,
+  recordsAllReturned,
   recordKeptWithCommit,
 ];

@@ -231,4 +231,37 @@ export const sameOwnerAfterExpiryTakesOver: LedgerCheckSpec = {
 };
 
 /** Every check of this file, in order. */
-export const FENCING_CHECKS: readonly LedgerCheckSpec[] = [fenceAcrossReleases, fenceAcrossTakeovers, fenceAfterRestart, staleOwnerRefusedAfterTakeover, unissuedFenceRefused, finishedRowRefusesOwnerOps, absentKeyRefusesOwnerOps, staleCompleteRacingTakeover, staleOwnerRefusedViaOtherInstance, renewAfterExpiryKeepsClaim, finishAfterExpiryKeepsClaim, sameOwnerAfterExpiryTakesOver];
+/**
+ * Fences compared as numbers: an adapter that keeps the fence as text (a Redis hash field, a
+ * DynamoDB string) and refuses "older" fences with a text comparison lets 9 pass on a row at 10
+ * ("9" > "10"). Ten release and re-claim cycles reach two digits; one key serves every operation.
+ */
+export const staleFenceAcrossDigits: LedgerCheckSpec = {
+  rule: "LEDGER-5",
+  name: "fences are compared as numbers: on a row at fence 10 (reached by release and re-claim, then a takeover), the stale owners' fences 9 and 2 are refused for complete, fail, renew, markUnknown and release and change nothing",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const key = ctx.key();
+      let fence = 0;
+      for (let i = 1; i <= 8; i++) {
+        fence = await claimNew(fixture.ledger, key, `owner-${i}`, "keyed_write");
+        await fixture.ledger.release(key, fence);
+      }
+      const stale = await claimNew(fixture.ledger, key, "owner-9", "keyed_write");
+      mustEqual(stale, 9, "the fence of the ninth claim of the key (8 releases before it)");
+      await fixture.raw.expireLease(key);
+      const current = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-10", "keyed_write")), "the takeover of fence 9's expired claim").fence;
+      mustEqual(current, 10, "the fence of the takeover");
+      const before = await snapshot(fixture, key);
+      for (const old of [9, 2]) {
+        for (const op of OWNER_OPS) {
+          await mustRejectWith(ownerOp(fixture.ledger, op, key, old), "stale_claim", `${op} with the stale fence ${old} on the row at fence 10 (compared as text, "${old}" sorts after "10")`);
+          mustEqual(await snapshot(fixture, key), before, `the row at fence 10 after ${op} with fence ${old}`);
+        }
+      }
+      await fixture.ledger.complete(key, current, '"fence 10"');
+      mustEqual(rowEssence(await fixture.ledger.lookup(key))?.result, '"fence 10"', "the holder's result");
+    }),
+};
+
+export const FENCING_CHECKS: readonly LedgerCheckSpec[] = [fenceAcrossReleases, fenceAcrossTakeovers, fenceAfterRestart, staleOwnerRefusedAfterTakeover, unissuedFenceRefused, finishedRowRefusesOwnerOps, absentKeyRefusesOwnerOps, staleCompleteRacingTakeover, staleOwnerRefusedViaOtherInstance, renewAfterExpiryKeepsClaim, finishAfterExpiryKeepsClaim, sameOwnerAfterExpiryTakesOver, staleFenceAcrossDigits];

@@ -120,6 +120,56 @@ export const retentionEnds: LedgerCheckSpec = {
     ),
 };
 
+/**
+ * A retention shorter than a second, kept to the millisecond: an adapter that hands the store whole
+ * seconds rounded down (Redis EXPIRE for PEXPIRE, an INTERVAL in seconds) keeps a 900 ms retention
+ * for 0 s, so the rows it just finished are gone before anyone replays them. No wait: the rows are
+ * looked at right after they finished, well inside the retention (900 ms: rounded down, 0 s).
+ */
+const SUBSECOND_RETENTION_MS = 900;
+
+export const retentionNotRoundedDown: LedgerCheckSpec = {
+  rule: "LEDGER-13",
+  name: `a retention below a second is kept to the millisecond, not rounded down to whole seconds: with retentionMs ${SUBSECOND_RETENTION_MS}, completed, failed, unknown and released rows are there right after they finished (lookup, raw.read, a claim of each finished one, sweep)`,
+  run: (ctx) =>
+    withFixture(
+      ctx.subject,
+      async (fixture) => {
+        const rows = await Promise.all(
+          [...TERMINAL, "released" as const].map(async (state) => {
+            const key = ctx.key(state);
+            return { state, key, fence: await claimNew(fixture.ledger, key, "owner-a", "keyed_write") };
+          }),
+        );
+        // Finished together and read together: everything below happens well inside the retention.
+        const finished = performance.now();
+        await Promise.all(rows.map((r) => finishAs(fixture.ledger, r.key, r.fence, r.state)));
+        const hint = ` (retention ${SUBSECOND_RETENTION_MS} ms: is it handed to the store in whole seconds, rounded down to 0?)`;
+        await Promise.all(
+          rows.map(async (r) => {
+            const row = await fixture.ledger.lookup(r.key);
+            if (row?.state !== r.state) throw new ConformanceFailure(`right after it finished, lookup of the ${r.state} row finds ${describeRow(row)}${hint}`);
+            const stored = await fixture.raw.read(r.key);
+            if (stored?.state !== r.state) throw new ConformanceFailure(`right after it finished, the stored ${r.state} row (raw.read) is ${describeRow(stored)}${hint}`);
+            if (r.state === "released") return;
+            const seen = await fixture.ledger.claim(claimRequest(r.key, "owner-b", "keyed_write"));
+            if (seen.outcome === "claimed" || seen.row.state !== r.state) {
+              throw new ConformanceFailure(`right after it finished, a claim of the ${r.state} row got ${seen.outcome === "claimed" ? `claimed (fence ${seen.fence}): the call would run again` : describeRow(seen.row)}${hint}`);
+            }
+          }),
+        );
+        const removed = await fixture.ledger.sweep();
+        if (removed !== 0) throw new ConformanceFailure(`sweep right after the rows finished removed ${show(removed)} rows; none had passed its retention${hint}`);
+        const done = performance.now() - finished;
+        // The reads above must all have happened inside the retention for the check to mean anything.
+        if (done > SUBSECOND_RETENTION_MS - CLOCK_TOLERANCE_MS) {
+          throw new ConformanceFailure(`the reads ended ${Math.round(done)} ms after the rows finished, past the retention of ${SUBSECOND_RETENTION_MS} ms: the store answers too slowly for this check to conclude`);
+        }
+      },
+      { retentionMs: SUBSECOND_RETENTION_MS },
+    ),
+};
+
 const OLD_RETENTION_MS = 200;
 
 export const sweepSparesOldInFlight: LedgerCheckSpec = {
@@ -165,4 +215,4 @@ export const sweepSparesOldInFlight: LedgerCheckSpec = {
 };
 
 /** Every check of this file, in order. */
-export const RETENTION_LENGTH_CHECKS: readonly LedgerCheckSpec[] = [retentionKept, sweepSparesOldInFlight, retentionEnds];
+export const RETENTION_LENGTH_CHECKS: readonly LedgerCheckSpec[] = [retentionKept, retentionNotRoundedDown, sweepSparesOldInFlight, retentionEnds];
