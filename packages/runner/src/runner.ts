@@ -540,24 +540,30 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * clock (the only time such a store keeps). A step apart from the append that reopens: a
    * failure can cross the window's edge between the two, by the time one store call takes. That
    * is inside the margin the window keeps below the ledger's retention (a turn's run, clock skew),
-   * so it does not reach a swept row. It is measured from the LAST failure such a store lists,
-   * which a retry that failed again moves forward: declare `supports.reopenWindow` to measure
-   * from the first.
+   * so it does not reach a swept row. Such a store lists and dates only the LAST failure, which a
+   * retry that failed again moves forward, so the FIRST is read from the failed-turn records kept
+   * beside the conversation (`firstFailureFromRecords`, on the process clock of the runner that
+   * failed it): past when either says so.
    */
   private async pastResendWindow(conversationId: string, messageId: string): Promise<boolean> {
     const { store } = this.options;
     const known = await store.message(conversationId, messageId);
     if (known?.state !== "failed") return false;
+    const first = await this.firstFailureFromRecords(conversationId, messageId);
+    const pastByRecords = first !== undefined && Date.now() - first >= this.resendWindowMs;
     if (store.listFailedTurns !== undefined) {
+      // Past by the records: listed at all is past (the store dates only the last failure).
+      const olderThanMs = pastByRecords ? {} : { olderThanMs: this.resendWindowMs };
       let cursor: string | undefined;
       do {
-        const page = await store.listFailedTurns({ conversationId, olderThanMs: this.resendWindowMs, limit: 1000, ...(cursor !== undefined ? { cursor } : {}) });
+        const page = await store.listFailedTurns({ conversationId, ...olderThanMs, limit: 1000, ...(cursor !== undefined ? { cursor } : {}) });
         // One no re-send can reopen (another message bound since) is left to the store to answer.
         if (page.turns.some((t) => t.messageId === messageId && t.reopenable !== false)) return true;
         cursor = page.cursor;
       } while (cursor !== undefined);
       return false;
     }
+    if (pastByRecords) return true;
     const at = Date.parse(String((known.failure as { at?: unknown } | undefined)?.at));
     // No time to measure by: the age is unknown, so it may be past the ledger's retention.
     return !Number.isFinite(at) || Date.now() - at >= this.resendWindowMs;
@@ -647,15 +653,22 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * conversation), when the ledger may have swept the rows of the first attempts. Before running
    * any attempt of a message that shows `firstFailedAt` (a store with `supports.reopenWindow`),
    * the age is read on the store's clock (a lease renewal answers the store's now plus the
-   * lease): at or past `resendWindowMs`, the failed-turn record to store instead of running it;
-   * "lost" when the lease is gone; undefined to run it. A store without the capability shows no
-   * `firstFailedAt` (nor does a row an older version reopened before it kept the first failure):
-   * such a retry runs unchecked, and only the margin below the retention covers it (LEDGER-13).
+   * lease). A store without the capability shows no `firstFailedAt` (nor does a row an older
+   * version reopened before it kept the first failure): for a resumed turn (a reopened message's
+   * always is, TURN-15) the first failure is then the earliest failed-turn record of the message
+   * kept beside the conversation (`firstFailureFromRecords`), on the process clock. At or past
+   * `resendWindowMs`: the failed-turn record to store instead of running it; "lost" when the
+   * lease is gone; undefined to run it.
    */
   private async resumedPastWindow(snapshot: TurnSnapshot, fence: number): Promise<FailedTurnRecord | "lost" | undefined> {
     const { store } = this.options;
-    const first = snapshot.message.firstFailedAt;
-    if (first === undefined || store.capabilities?.supports?.reopenWindow !== true) return undefined;
+    const shown = store.capabilities?.supports?.reopenWindow === true ? snapshot.message.firstFailedAt : undefined;
+    if (shown === undefined) {
+      if (!resumedTurn(snapshot)) return undefined;
+      const first = await this.firstFailureFromRecords(snapshot.conversationId, snapshot.message.id);
+      if (first === undefined || Date.now() - first < this.resendWindowMs) return undefined;
+      return this.pastWindowRecord(snapshot);
+    }
     let storeNow: number;
     try {
       const leaseMs = Math.ceil(this.leaseMs);
@@ -664,7 +677,34 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       if (isDispatchOnceError(error, "conversation_lease_lost")) return "lost";
       throw error;
     }
-    if (storeNow - first < this.resendWindowMs) return undefined;
+    if (storeNow - shown < this.resendWindowMs) return undefined;
+    return this.pastWindowRecord(snapshot);
+  }
+
+  /**
+   * When TURN-12's window counts from, for a store that does not keep it (no
+   * `supports.reopenWindow`): the time of the earliest failed-turn record of `messageId` kept
+   * beside the conversation (RECORD-4), on the clock of the runner that wrote it. `failMessage`
+   * keeps the record in the same step as the failure and a reopen leaves it, so the earliest is
+   * the first failure, whatever reopens and failures came after (a failure refused for a lost
+   * lease adds one too: its attempts' rows age from then as well, so counting from it is only
+   * earlier). 0 (past every window) when a record's time cannot be read; undefined when the
+   * message has no failed-turn record (it never failed).
+   */
+  private async firstFailureFromRecords(conversationId: string, messageId: string): Promise<number | undefined> {
+    let first: number | undefined;
+    for (const r of await this.options.store.records(conversationId)) {
+      if (!isFailedTurnRecordOf(r, messageId)) continue;
+      const at = Date.parse(String((r as { at?: unknown }).at));
+      const time = Number.isFinite(at) ? at : 0;
+      first = first === undefined ? time : Math.min(first, time);
+    }
+    return first;
+  }
+
+  /** The failed-turn record of a retry taken up past its re-send window (TURN-12): it runs nothing. */
+  private async pastWindowRecord(snapshot: TurnSnapshot): Promise<FailedTurnRecord> {
+    const { store } = this.options;
     // The truth about effects: the previous failure's record, kept beside the conversation
     // (RECORD-4) when the reopen cleared it from the message. Never "not_happened" for a call.
     const previous = (await store.records(snapshot.conversationId))
