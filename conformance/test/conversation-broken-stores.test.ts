@@ -24,6 +24,8 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "releaseGrantIgnoresId", rule: "TURN-10", what: "releaseLeaseGrant frees whatever grant holds the lease", check: /releaseLeaseGrant gives back exactly the grant/ },
   { bug: "grantIdUnchecked", rule: "TURN-10", what: "grant ids are not checked", check: /grant id not of LEASE_GRANT_ID_PATTERN's form is refused/, message: /grantId|invalid_store_input/ },
   { bug: "reopensAfterOtherBound", rule: "TURN-12", what: "a re-send reopens a failed message after another was bound", check: /after another message was bound/, model: "TURN-12" },
+  // The model's records are not failed-turn records of a message: only the deterministic check catches it.
+  { bug: "reopenDropsFailedRecords", rule: "TURN-12", what: "a reopen drops the message's failed-turn records (a runner cannot date its first failure)", check: /reopens it while it is the most recently bound/, message: /records after the reopen/ },
   // TURN-12's re-send window: the model sends no window, so only its checks can catch it.
   { bug: "reopenWindowIgnored", rule: "TURN-12", what: "reopenWithinMs is ignored (supports.reopenWindow declared)", check: /reopens a failed message only while its failure is younger than the window/, message: /reopenWithinMs 0/ },
   { bug: "reopenedHidesFirstFailure", rule: "TURN-12", what: "a reopened message does not show firstFailedAt (a resumed retry cannot check its window)", check: /a reopened message shows firstFailedAt/, message: /must show firstFailedAt/ },

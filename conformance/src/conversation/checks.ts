@@ -832,6 +832,10 @@ export const resendReopensFailed: ConversationCheckSpec = {
       mustEqual(await store.message(c, "m1"), expectedMessage({ id: "m1", content: userText("pay alice"), seq: 2, state: "failed", turnIndex: 1, failure: record }), "m1 after failMessage");
       const resend = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
       mustEqual([resend.appended, resend.reopened, resend.message.state, "failure" in resend.message], [false, true, "queued", false], "re-send of the failed m1");
+      // The reopen leaves the failed-turn record beside the conversation (RECORD-4): a runner dates
+      // the first failure from it when the store keeps no firstFailedAt, to check the re-send window
+      // again when another holder takes the retry over.
+      mustEqual(await store.records(c), [record], "records after the reopen (the failed-turn record stays)");
       const retry = await mustBegin(store, c, fence, "begin the retry");
       mustEqual([retry.message.id, retry.turnIndex, retry.input], [first.message.id, first.turnIndex, first.input], "the retry's message, index and input");
       await mustCommit(store, c, commitFor(retry, fence), "the retry commits");

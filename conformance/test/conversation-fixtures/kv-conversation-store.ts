@@ -54,6 +54,8 @@ export interface ConversationBugs {
   fenceRestartsOnRelease?: boolean;
   /** A re-send reopens any failed message, even after another one was bound. */
   reopensAfterOtherBound?: boolean;
+  /** A reopen drops the message's failed-turn records (a runner can no longer date its first failure, TURN-12). */
+  reopenDropsFailedRecords?: boolean;
   /** supports.reopenWindow declared, but reopenWithinMs is ignored: a re-send reopens at any age. */
   reopenWindowIgnored?: boolean;
   /** beginTurn binds the newest queued message. */
@@ -305,6 +307,9 @@ export class KvConversationStore implements ConversationStore {
           }
           known.state = "queued";
           if (!this.bugs.reopenKeepsFailure) delete known.failure;
+          if (this.bugs.reopenDropsFailedRecords) {
+            s.records = s.records.filter((r) => !(typeof r === "object" && r !== null && !Array.isArray(r) && r.kind === "failed_turn" && r.messageId === known.id));
+          }
           // Kept as the first failure from now on (a row from before it was kept: its last, else 0).
           (s.firstFailedAt ??= {})[known.id] ??= s.failedAt?.[known.id] ?? 0;
           if (s.failedAt !== undefined && !this.bugs.listsReopened) delete s.failedAt[known.id];
