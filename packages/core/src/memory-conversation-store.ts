@@ -182,10 +182,22 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async releaseLeaseGrant(conversationId: string, grantId: string): Promise<void> {
-    const id = checkLeaseGrantId(grantId, { required: true });
+    const id = checkLeaseGrantId(grantId, { required: true })!;
     const conversation = this.get(conversationId);
     const { grant, lease } = conversation;
-    if (grant !== undefined && grant.id === id && lease?.fence === grant.fence) conversation.lease = undefined;
+    if (grant !== undefined && grant.id === id) {
+      if (lease?.fence === grant.fence) conversation.lease = undefined;
+      return;
+    }
+    if (conversation.earlierGrants.has(id)) return;
+    // TURN-10: a grant id no grant carries: its acquire has not applied (yet), and its runner gave
+    // it up. Kept as given back, like an earlier grant (fence 0: none was made under it), so that a
+    // copy of that acquire landing later is refused rather than taking a free lease for nobody.
+    const now = this.now();
+    for (const [kept, { supersededAt }] of conversation.earlierGrants) {
+      if (now - supersededAt >= LEASE_GRANT_RETENTION_MS) conversation.earlierGrants.delete(kept);
+    }
+    conversation.earlierGrants.set(id, { fence: 0, supersededAt: now });
   }
 
   /** How many earlier grant ids the conversation keeps (TURN-10); for tests of their bound. */

@@ -7,6 +7,7 @@ import { LEASE_GRANT_ID_PATTERN, LEASE_GRANT_RETENTION_MS, MemoryConversationSto
 
 const G1 = "grant-one-0123456789";
 const G2 = "grant-two-0123456789";
+const G3 = "grant-three-012345678";
 
 function store() {
   let now = 1_000_000;
@@ -155,16 +156,34 @@ describe("MemoryConversationStore lease grants (TURN-10)", () => {
     expect(await s.acquireLease("c", "x", 1_000)).toMatchObject({ acquired: false });
     await s.releaseLeaseGrant("c", G1);
     await s.releaseLeaseGrant("c", G1);
-    const next = await s.acquireLease("c", "x", 1_000, G2);
+    // G2 was given back before any grant carried it: its acquire's copy is refused (fence 0: no grant was made).
+    expect(await refusal(() => s.acquireLease("c", "x", 1_000, G2))).toEqual({ code: "conversation_lease_lost", fence: 0 });
+    const next = await s.acquireLease("c", "x", 1_000, G3);
     expect(next).toMatchObject({ acquired: true, fence: 2 });
     // A release by an old grant id never gives back a later holder's lease.
     await s.releaseLeaseGrant("c", G1);
     expect(await s.acquireLease("c", "y", 1_000)).toMatchObject({ acquired: false, owner: "x" });
     // Expired, nobody took it: still that grant's to give back.
     advance(1_000);
-    await s.releaseLeaseGrant("c", G2);
-    expect(await refusal(() => s.acquireLease("c", "x", 1_000, G2))).toEqual({ code: "conversation_lease_lost", fence: 2 });
+    await s.releaseLeaseGrant("c", G3);
+    expect(await refusal(() => s.acquireLease("c", "x", 1_000, G3))).toEqual({ code: "conversation_lease_lost", fence: 2 });
     await expect(s.renewLease("c", 2, 1_000)).rejects.toMatchObject({ code: "conversation_lease_lost" });
+  });
+
+  it("a grant id given back before any grant carried it is kept as given back for the grant retention, then forgotten at a later grant", async () => {
+    const { s, advance } = store();
+    // The runner gave up on G1 (its acquire held in the network); the give-back finds no grant.
+    await s.releaseLeaseGrant("c", G1);
+    expect(s.keptGrantIds("c")).toBe(1);
+    // The copy lands on a free lease: refused, nothing taken.
+    expect(await refusal(() => s.acquireLease("c", "w", 1_000, G1))).toEqual({ code: "conversation_lease_lost", fence: 0 });
+    expect(await s.acquireLease("c", "x", 1_000)).toMatchObject({ acquired: true, fence: 1 });
+    await s.releaseLease("c", 1);
+    // A give-back of it again changes nothing; past the retention a later grant forgets it.
+    await s.releaseLeaseGrant("c", G1);
+    advance(LEASE_GRANT_RETENTION_MS);
+    expect(await s.acquireLease("c", "x", 1_000, G2)).toMatchObject({ acquired: true, fence: 2 });
+    expect(s.keptGrantIds("c")).toBe(0);
   });
 
   it("refuses a malformed grant id before anything changes", async () => {

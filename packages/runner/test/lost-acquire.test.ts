@@ -144,6 +144,21 @@ describe("TURN-10 an acquire whose reply was lost", () => {
     await answeredAtOnce(store, "m3");
   });
 
+  it("TURN-10: a copy of an acquire the store never applied, landing after its runner gave the grant back, takes nothing: the next message is served at once", async () => {
+    const store = new MemoryConversationStore();
+    // Every acquire is held in the network (none applies while the runner waits), so the runner
+    // gives up: its give-back finds no grant with that id. Then the first copy lands on a free lease.
+    const a = flaky(store, Array.from({ length: 1_000 }, () => "held" as const));
+    const error = await world(textOnly, false, { store: a.view, runner: { busyWaitMs: 0, turnLeaseMs: 200 } }).runner.send(CONV, { id: "m1", content: "hi" }).catch((e: unknown) => e);
+    expect(isDispatchOnceError(error, "store_unavailable")).toBe(true);
+    expect(a.releasedByGrant).toEqual([a.sent[0]!.args[3]]);
+    // Before, the copy was a fresh acquire: it took the free lease and held it for a whole lease
+    // with nobody working under it, and m1's re-send was conversation_busy.
+    const late = await a.held[0]!().catch((e: unknown) => e);
+    expect(late).toMatchObject({ code: "conversation_lease_lost" });
+    await answeredAtOnce(store, "m1");
+  });
+
   it("TURN-10: a give-back that failed (store still unreachable) is sent again by the runner's next acquisition of that conversation, by its grant id, before it waits on the lease", async () => {
     // The store's clock stands still: the landed grant's lease never runs out by itself here.
     const store = new MemoryConversationStore({ now: () => 1_000_000 });
