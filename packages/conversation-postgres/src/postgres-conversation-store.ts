@@ -295,7 +295,18 @@ export class PostgresConversationStore implements ConversationStore {
   async releaseLeaseGrant(conversationId: string, grantId: string): Promise<void> {
     checkConversationId(conversationId);
     const id = checkLeaseGrantId(grantId, { required: true })!;
-    await this.query("releaseLeaseGrant", conversationId, this.sql.releaseGrant, [conversationId, id]);
+    await this.transaction(conversationId, "releaseLeaseGrant", async (run) => {
+      const held = (await this.lock(run, conversationId, true))!;
+      if (held.lease_grant === id) {
+        await run(this.sql.releaseGrant, [conversationId, id]);
+        return;
+      }
+      const [earlier] = await run<{ fence: string }>(this.sql.earlierGrant, [conversationId, id, String(LEASE_GRANT_RETENTION_MS)]);
+      // TURN-10: a grant id no grant carries: its acquire has not applied (yet), and its runner gave
+      // it up. Kept as given back, so that a copy of that acquire landing later is refused rather
+      // than taking a free lease for nobody.
+      if (earlier === undefined) await run(this.sql.keepGivenBack, [conversationId, id, String(LEASE_GRANT_RETENTION_MS)]);
+    });
   }
 
   async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {

@@ -230,6 +230,7 @@ export interface Statements {
   regrant: Statement;
   /** TURN-10: give back the grant a grant id made, while it still holds the lease. */
   releaseGrant: Statement;
+  keepGivenBack: Statement;
   /** TURN-10: the fence of an earlier grant with this grant id, superseded less than $3 ms ago. */
   earlierGrant: Statement;
   /** The log's version and the named message, read after the lock. */
@@ -342,6 +343,19 @@ export function statements(t: ConversationTables): Statements {
       "release_grant",
       `UPDATE ${q.conv} SET lease_owner = NULL, lease_expires_at = NULL
        WHERE conversation_id = $1 AND lease_owner IS NOT NULL AND lease_grant = $2 AND lease_grant_fence = fence`,
+    ),
+    // TURN-10: a grant id no grant carries, given back ($2): kept as an earlier grant with fence 0
+    // (none was made under it), so a late copy of its acquire is refused; the conversation's
+    // earlier grants past retention ($3 ms) go, as at a grant.
+    keepGivenBack: s(
+      "keep_given_back",
+      `WITH n AS (SELECT ${NOW_MS} AS now),
+       pruned AS (
+         DELETE FROM ${q.grants} g USING n
+         WHERE g.conversation_id = $1 AND g.superseded_at <= n.now - $3::bigint AND g.grant_id <> $2::text)
+       INSERT INTO ${q.grants} (conversation_id, grant_id, fence, superseded_at)
+       SELECT $1, $2::text, 0, n.now FROM n
+       ON CONFLICT (conversation_id, grant_id) DO UPDATE SET fence = excluded.fence, superseded_at = excluded.superseded_at`,
     ),
     earlierGrant: s(
       "earlier_grant",

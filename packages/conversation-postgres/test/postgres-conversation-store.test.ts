@@ -596,6 +596,25 @@ describe("TURN-10 earlier grants: a late copy of an earlier grant's acquire take
     await store.close();
   });
 
+  it("TURN-10: a grant id given back before any grant carried it is refused to a later copy of its acquire, from another pool, naming fence 0; kept and pruned as earlier grants are", async () => {
+    const { store, schema } = await fresh("given_back");
+    const other = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
+    // The runner gave up on G1 (its acquire never applied while it waited): the give-back finds no grant.
+    await store.releaseLeaseGrant("c", G1);
+    expect(await kept(schema, "c")).toEqual([{ grant_id: G1, fence: "0" }]);
+    // The copy lands on a free lease: refused, nothing taken.
+    expect(await rejectsWith(other.acquireLease("c", "a", 60_000, G1), "conversation_lease_lost")).toMatchObject({ fence: 0 });
+    expect(await store.acquireLease("c", "next", 60_000)).toMatchObject({ acquired: true, fence: 1 });
+    // Given back again: nothing changes. Past the retention the next grant forgets it.
+    await store.releaseLeaseGrant("c", G1);
+    await store.releaseLease("c", 1);
+    await admin.query(`UPDATE "${schema}".dispatch_once_lease_grants SET superseded_at = superseded_at - $1::bigint WHERE grant_id = $2`, [LEASE_GRANT_RETENTION_MS, G1]);
+    expect(await store.acquireLease("c", "b", 60_000, G2)).toMatchObject({ acquired: true, fence: 2 });
+    expect(await kept(schema, "c")).toEqual([]);
+    await other.close();
+    await store.close();
+  });
+
   it("a schema made by the version before earlier grants: migrate() adds the table, and the grant id left in the row is refused once a later grant supersedes it", async () => {
     const { store, schema } = await fresh("earlier_grants_upgrade");
     expect(await store.acquireLease("c", "a", 60_000, G1)).toMatchObject({ acquired: true, fence: 1 });

@@ -375,9 +375,21 @@ export class SqliteConversationStore implements ConversationStore {
   async releaseLeaseGrant(conversationId: string, grantId: string): Promise<void> {
     checkConversationId(conversationId);
     const id = checkLeaseGrantId(grantId, { required: true })!;
-    this.guard(conversationId, "releaseLeaseGrant", () => {
-      this.stmts.releaseGrant.run(conversationId, id);
-    });
+    this.guard(conversationId, "releaseLeaseGrant", () =>
+      this.write(() => {
+        const s = this.stmts;
+        if (s.releaseGrant.run(conversationId, id).changes > 0) return;
+        s.ensure.run(conversationId);
+        const row = this.conversationRow(conversationId)!;
+        if (row.lease_grant === id || s.earlierGrant.get(conversationId, id, row.now - LEASE_GRANT_RETENTION_MS) !== undefined) return;
+        // TURN-10: a grant id no grant carries: its acquire has not applied (yet), and its runner
+        // gave it up. Kept as given back, like an earlier grant (fence 0: none was made under it),
+        // so that a copy of that acquire landing later is refused rather than taking a free lease
+        // for nobody; forgotten as earlier grants are.
+        s.pruneGrants.run(conversationId, row.now - LEASE_GRANT_RETENTION_MS);
+        s.keepGrant.run(conversationId, id, 0, row.now);
+      }),
+    );
   }
 
   async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {

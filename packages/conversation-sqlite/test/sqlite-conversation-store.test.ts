@@ -660,6 +660,27 @@ describe("TURN-10 lease grant ids, on disk and across versions", () => {
     await reopened.close();
   });
 
+  it("a grant id given back before any grant carried it is refused to a later copy of its acquire, after a restart too, and forgotten after the grant retention", async () => {
+    const path = freshPath();
+    let now = 1_000;
+    const store = new SqliteConversationStore({ path, now: () => now });
+    // The runner gave up on G1 (its acquire never applied while it waited): the give-back finds no grant.
+    await store.releaseLeaseGrant("c", G1);
+    await store.close();
+    now += 500;
+    const reopened = new SqliteConversationStore({ path, now: () => now });
+    // The copy lands on a free lease: refused with fence 0 (no grant was made under it), nothing taken.
+    await expect(reopened.acquireLease("c", "w", 1_000, G1)).rejects.toMatchObject({ code: "conversation_lease_lost", fence: 0 });
+    expect(await reopened.acquireLease("c", "x", 1_000)).toMatchObject({ acquired: true, fence: 1 });
+    await reopened.releaseLease("c", 1);
+    await reopened.releaseLeaseGrant("c", G1);
+    await rejectsWith(reopened.acquireLease("c", "w", 1_000, G1), "conversation_lease_lost");
+    now += LEASE_GRANT_RETENTION_MS;
+    expect(await reopened.acquireLease("c", "x", 1_000, G2)).toMatchObject({ acquired: true, fence: 2 });
+    expect(rawConnection(path).prepare("SELECT count(*) AS n FROM dispatch_once_lease_grants WHERE conversation_id = 'c'").get()).toEqual({ n: 0 });
+    await reopened.close();
+  });
+
   it("a conversations table made before lease grants gets the columns on open, once; a held lease of the old version stays held", async () => {
     const path = freshPath();
     const old = new SqliteConversationStore({ path });
