@@ -209,6 +209,40 @@ export const grantEarlierRefused: ConversationCheckSpec = {
     }),
 };
 
+export const grantGivenBackRefused: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "a grant id given back before any grant carried it (its acquire had not applied when its runner gave up) is kept as given back: a later copy of that acquire is refused with conversation_lease_lost naming fence 0, from any instance, whether the lease is free or held, and changes nothing",
+  needs: ["leaseGrants"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const release = grantsOf(store);
+      const [a, b] = await racers(subject, fixture, 2);
+      const c = freshConversation();
+      const g0 = newLeaseGrantId();
+      // The runner gave up on g0: every copy of its acquire was still held in the network.
+      await release(c, g0);
+      const refused = async (instance: ConversationStore, what: string) => {
+        const before = await leaseOf(fixture, c);
+        const lost = await mustRejectWith(grant(instance, c, "worker-a", g0), "conversation_lease_lost", what);
+        mustEqual((lost as { fence?: unknown }).fence, 0, `${what}: the refusal names fence 0 (no grant was made under it)`);
+        mustEqual(await leaseOf(fixture, c), before, `the stored lease after ${what}: unchanged`);
+      };
+      // Taking the free lease, the copy would hold the conversation for a whole lease with nobody working under it.
+      for (const [i, instance] of [a!, b ?? a!].entries()) await refused(instance, `g0's late copy while the lease is free (instance ${i})`);
+      const g1 = newLeaseGrantId();
+      const f1 = mustAcquire(await grant(store, c, "worker-b", g1), "worker-b's grant g1 after g0 was given back").fence;
+      await refused(store, "g0's late copy while worker-b holds the lease");
+      // Given back again (an owed give-back sent at the next acquisition): nothing changes.
+      await release(c, g0);
+      mustEqual((await leaseOf(fixture, c))?.owner, "worker-b", "the stored holder after g0 was given back again");
+      await store.releaseLease(c, f1);
+      await refused(store, "g0's late copy once g1 was released");
+      const f2 = mustAcquire(await grant(store, c, "worker-c", newLeaseGrantId()), "worker-c's grant").fence;
+      must(f2 === f1 + 1, `the next grant's fence must be ${f1 + 1}, got ${f2}: a refused copy took a fence`);
+    }),
+};
+
 export const grantIdChecked: ConversationCheckSpec = {
   rule: "TURN-10",
   name: "a grant id not of LEASE_GRANT_ID_PATTERN's form is refused by acquireLease and releaseLeaseGrant with invalid_store_input naming grantId, before anything is stored; 16 and 64 characters are taken",
@@ -277,4 +311,4 @@ export const grantIdsComparedExactly: ConversationCheckSpec = {
     }),
 };
 
-export const LEASE_GRANT_CHECKS: readonly ConversationCheckSpec[] = [grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantEarlierRefused, grantIdChecked, grantIdsComparedExactly];
+export const LEASE_GRANT_CHECKS: readonly ConversationCheckSpec[] = [grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantEarlierRefused, grantGivenBackRefused, grantIdChecked, grantIdsComparedExactly];

@@ -38,6 +38,8 @@ export interface ConversationBugs {
   grantIdOutlivesGrant?: boolean;
   /** Only the latest grant id is kept: a late copy of an earlier grant's acquire takes a free lease as any acquire would. */
   forgetsEarlierGrants?: boolean;
+  /** releaseLeaseGrant of a grant id no grant carries keeps nothing: a later copy of that acquire takes a free lease. */
+  givenBackForgotten?: boolean;
   /** releaseLeaseGrant frees the lease whatever grant holds it. */
   releaseGrantIgnoresId?: boolean;
   /** Grant ids are not checked: any value is kept as the grant id. */
@@ -413,6 +415,14 @@ export class KvConversationStore implements ConversationStore {
     const id = this.bugs.grantIdUnchecked ? grantId : checkLeaseGrantId(grantId, { required: true });
     return this.locked(conversationId, (s) => {
       const latest = s.grant ?? null;
+      const now = this.backing.now();
+      const earlier = s.earlierGrants?.[id];
+      const known = latest?.id === id || (earlier !== undefined && now - earlier.supersededAt < LEASE_GRANT_RETENTION_MS);
+      if (!known && !this.bugs.givenBackForgotten) {
+        // TURN-10: no grant carries it (its acquire has not applied): kept as given back, fence 0.
+        const kept = Object.entries(s.earlierGrants ?? {}).filter(([, e]) => now - e.supersededAt < LEASE_GRANT_RETENTION_MS);
+        s.earlierGrants = Object.fromEntries([...kept, [id, { fence: 0, supersededAt: now }]]);
+      }
       if (s.lease === null) return;
       if (this.bugs.releaseGrantIgnoresId || (latest !== null && latest.id === id && latest.fence === s.lease.fence)) s.lease = null;
     });
