@@ -79,7 +79,9 @@
  *   -DLATEST_GRANT_ONLY  main's stores: only the latest turn-lease grant's id is kept, so a late copy of an
  *                      earlier grant's acquire takes a free lease for nobody (TURN-10; P_GRANT, a wait only)
  *   -DNO_GIVEBACK      a runner that gives an acquire up without releaseLeaseGrant (TURN-10; P_GRANT)
- *   -DGRANT_STRICT=1   P_GRANT without TURN-10's residual (a copy of an acquire the store never applied)
+ *   -DGRANT_STRICT=1   P_GRANT without TURN-10's former residual (a copy of an acquire the store never applied)
+ *   -DNO_GIVEBACK_MARK a store whose give-back of a grant id no grant carries keeps nothing, and a runner that
+ *                      gives no grant back when a re-send finds the lease held (TURN-10; P_GRANT with GRANT_STRICT)
  *   -DRESEND_FROM=0|2  with AGING: no re-send window, or one measured from the last failure (TURN-12; P_ONCE)
  */
 

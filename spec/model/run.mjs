@@ -360,13 +360,21 @@ const CHECKS = [
   },
   {
     name: "grant-residual",
+    kind: "verify",
+    about: "TURN-10's former residual, with every grant id kept: a copy of an acquire that the store never applied, landing "
+      + "after its runner gave it up, is refused, since the give-back kept its grant id as given back (P_GRANT without "
+      + "its exception)",
+    defines: { ...NONE, LATEACQS: 1, GRANT_STRICT: 1, ...ONLY("GRANT") },
+  },
+  {
+    name: "grant-no-mark",
     kind: "expect",
     property: "P_GRANT",
-    rules: "TURN-10 (its residual: a copy of an acquire the store never applied)",
-    explain: "The store holds W1's acquire (grant id 1). W1's re-send time is up: it gives the grant back by its grant id, which finds no such grant (the store never applied it), and raises; the queue delivers the message again. Then the store applies the held copy: the lease is free and the id unknown, so it is a new grant, held for nobody until its lease expires. Keeping earlier grants' ids cannot refuse a copy of an id that was never granted, and TURN-10's list of the waits that remain does not name this one. P_GRANT allows exactly this case (-DGRANT_STRICT=1 takes the exception away). Proposed: a releaseLeaseGrant of a grant id the store does not know keeps it as given back and refuses a later acquire carrying it (as LEDGER-27's tombstone does for a claim id).",
-    about: "TURN-10's residual with every grant id kept: a copy of an acquire that the store never applied, landing after "
-      + "its runner stopped waiting for it, takes the lease as any acquire would, for nobody (P_GRANT without its exception)",
-    defines: { ...NONE, LATEACQS: 1, GRANT_STRICT: 1, ...ONLY("GRANT") },
+    rules: "TURN-10 (a give-back of a grant id no grant carries keeps it as given back)",
+    explain: "The store holds W1's acquire (grant id 1). W1's re-send time is up: it gives the grant back by its grant id, which finds no such grant (the store never applied it), and raises; the queue delivers the message again. Then the store applies the held copy: the lease is free and the id unknown, so it is a new grant, held for nobody until its lease expires. Keeping earlier grants' ids cannot refuse a copy of an id that was never granted: the give-back must keep it as given back (TURN-10), as LEDGER-27's tombstone does for a claim id; grant-residual verifies that it then holds.",
+    about: "a store whose give-back of a grant id no grant carries keeps nothing: a copy of that acquire, landing after its "
+      + "runner gave it up, takes the lease as any acquire would, for nobody (P_GRANT without its exception)",
+    defines: { ...NONE, LATEACQS: 1, GRANT_STRICT: 1, NO_GIVEBACK_MARK: true, ...ONLY("GRANT") },
   },
   {
     name: "window-none",

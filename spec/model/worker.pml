@@ -546,6 +546,16 @@ inline ACQ_SEND() {
         fi
      :: aq == AQ_HELD ->
         /* not acquired: the send waits for the lease and starts a new acquisition */
+#if !defined(NO_GIVEBACK_MARK) && !defined(LATEST_GRANT_ONLY)
+        /* TURN-10: after a send whose reply was lost (the grant id was minted), an earlier copy may
+           still land: the runner gives the grant id back, and the store keeps it as given back */
+        if
+        :: wga[w] != 0 && lgrant != wga[w] && !EARLIER(wga[w]) ->
+           gearlier = gearlier | (1 << wga[w]);
+           printf("@@ W%d   acquire: the lease is held; releaseLeaseGrant(grant id %d) finds no grant: kept as given back\n", w, wga[w])
+        :: else
+        fi;
+#endif
         wga[w] = 0; printf("@@ W%d   acquire: the lease is held; waits\n", w)
      :: aq == AQ_LOST ->
         /* conversation_lease_lost: that grant applied and is over; nobody holds the lease under it */
@@ -651,6 +661,15 @@ inline SEND() {
           :: lgrant == wga[w] && lholder != 0 ->
              lholder = 0; llive = false;
              printf("@@ W%d   gives up: releaseLeaseGrant(grant id %d) gives the lease (fence %d) back\n", w, wga[w], lfence)
+          :: lgrant != wga[w] && !EARLIER(wga[w]) ->
+#if !defined(NO_GIVEBACK_MARK) && !defined(LATEST_GRANT_ONLY)
+             /* TURN-10: no grant carries the id (its acquire has not applied): the store keeps it as
+                given back, with the earlier grants' ids, so a copy landing later is refused */
+             gearlier = gearlier | (1 << wga[w]);
+             printf("@@ W%d   gives up: releaseLeaseGrant(grant id %d) finds no grant: kept as given back\n", w, wga[w])
+#else
+             printf("@@ W%d   gives up: releaseLeaseGrant(grant id %d) finds no such grant holding the lease\n", w, wga[w])
+#endif
           :: else -> printf("@@ W%d   gives up: releaseLeaseGrant(grant id %d) finds no such grant holding the lease\n", w, wga[w])
           fi;
 #else

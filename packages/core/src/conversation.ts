@@ -325,8 +325,9 @@ export interface ConversationStore {
    * grant id of the conversation's latest grant once that grant is over (released, or expired)
    * is refused with `conversation_lease_lost` naming its fence, changing nothing; so is one that
    * carries the grant id of an earlier grant of the conversation (a later grant was made since,
-   * less than LEASE_GRANT_RETENTION_MS ago on the store's clock), naming that grant's fence. Any
-   * other grant id meets the lease as any acquire does.
+   * less than LEASE_GRANT_RETENTION_MS ago on the store's clock), naming that grant's fence, and
+   * one that carries a grant id given back before any grant carried it (see releaseLeaseGrant),
+   * naming fence 0. Any other grant id meets the lease as any acquire does.
    */
   acquireLease(conversationId: string, owner: string, leaseMs: number, grantId?: string): Promise<LeaseResult>;
 
@@ -341,7 +342,10 @@ export interface ConversationStore {
    * expired, when it still holds the lease (nobody took it since, nobody released it), as
    * `releaseLease` with its fence would; otherwise change nothing. For a runner that never
    * learnt the fence: its acquire's reply was lost. Afterwards the grant is over: a late copy of
-   * that acquire is refused (the store keeps the grant id of the conversation's latest grant).
+   * that acquire is refused (the store keeps the grant id of the conversation's latest grant). A
+   * grant id that no grant carries (its acquire has not applied) is kept as given back, for
+   * LEASE_GRANT_RETENTION_MS as an earlier grant's id, so that a copy of that acquire landing
+   * later is refused (`conversation_lease_lost`, fence 0) instead of taking a free lease for nobody.
    */
   releaseLeaseGrant?(conversationId: string, grantId: string): Promise<void>;
 

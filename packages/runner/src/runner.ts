@@ -746,7 +746,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * whole lease) and the last error is thrown. When the give-back fails too (the store still
    * unreachable) it is owed, and this runner's next acquisition of the conversation sends it
    * again first; a landed grant otherwise holds the conversation until its lease expires, as a
-   * holder that died leaves it. A store without the flag is acquired once, as before.
+   * holder that died leaves it. An acquisition whose re-send finds the lease held is given back
+   * too: its earlier send may still land, and the store refuses a copy of a grant id given back.
+   * A store without the flag is acquired once, as before.
    */
   private async acquire(conversationId: string): Promise<LeaseResult> {
     const { store } = this.options;
@@ -761,7 +763,12 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     let backoff = ACQUIRE_BACKOFF_MS;
     for (;;) {
       try {
-        return await store.acquireLease(conversationId, this.owner, this.leaseMs, grantId);
+        const result = await store.acquireLease(conversationId, this.owner, this.leaseMs, grantId);
+        // Not acquired after a send whose reply was lost: that send had not applied (it would be the
+        // live grant), and a copy of it may still land. Given back by its grant id, which the store
+        // then keeps as given back, the copy is refused instead of taking a free lease for nobody.
+        if (sent && !result.acquired) await this.giveBack(conversationId, grantId);
+        return result;
       } catch (error) {
         if (sent && isDispatchOnceError(error, "conversation_lease_lost")) {
           // This grant landed and is over; nothing holds the lease under it. A new acquisition.

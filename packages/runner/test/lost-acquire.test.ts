@@ -159,6 +159,22 @@ describe("TURN-10 an acquire whose reply was lost", () => {
     await answeredAtOnce(store, "m1");
   });
 
+  it("TURN-10: a copy of an acquire the store never applied, whose re-send found the lease held, takes nothing when it lands after the holder released: the runner gave that grant id back", async () => {
+    const store = new MemoryConversationStore();
+    const holder = await store.acquireLease(CONV, "other-worker", 60_000);
+    if (!holder.acquired) throw new Error("not acquired");
+    // Runner A's first acquire is held in the network; its re-send (same grant id) finds the lease held.
+    const a = flaky(store, ["held"]);
+    const busy = await world(textOnly, false, { store: a.view, runner: { busyWaitMs: 0 } }).runner.send(CONV, { id: "m1", content: "hi" }).catch((e: unknown) => e);
+    expect(isDispatchOnceError(busy, "conversation_busy")).toBe(true);
+    expect(a.releasedByGrant).toEqual([a.sent[0]!.args[3]]);
+    await store.releaseLease(CONV, holder.fence);
+    // Before, the copy was a fresh acquire: it took the free lease for nobody, and m1 waited it out.
+    const late = await a.held[0]!().catch((e: unknown) => e);
+    expect(late).toMatchObject({ code: "conversation_lease_lost", fence: 0 });
+    await answeredAtOnce(store, "m1");
+  });
+
   it("TURN-10: a give-back that failed (store still unreachable) is sent again by the runner's next acquisition of that conversation, by its grant id, before it waits on the lease", async () => {
     // The store's clock stands still: the landed grant's lease never runs out by itself here.
     const store = new MemoryConversationStore({ now: () => 1_000_000 });
