@@ -412,7 +412,7 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async releaseLeaseGrant(conversationId: string, grantId: string): Promise<void> {
-    const id = this.bugs.grantIdUnchecked ? grantId : checkLeaseGrantId(grantId, { required: true });
+    const id = this.bugs.grantIdUnchecked ? grantId : checkLeaseGrantId(grantId, { required: true })!;
     return this.locked(conversationId, (s) => {
       const latest = s.grant ?? null;
       const now = this.backing.now();
