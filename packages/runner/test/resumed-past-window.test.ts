@@ -1,5 +1,5 @@
 import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue } from "@dispatch-once/core";
-import { describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { TurnFailedError, type FailedTurnRecord } from "../src/index.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
@@ -14,18 +14,22 @@ const CONV = "conv-dead-retry";
  * counts from the first attempt), so a resumed retry would pay a second time. The store's clock
  * and the ledger's are one test clock moved by hand.
  */
-function setup() {
+function setup(options: { withoutWindow?: boolean } = {}) {
   let now = 1_000_000;
-  const clock = () => now;
-  const store = new MemoryConversationStore({ now: clock });
+  // Without supports.reopenWindow the runner dates the first failure from the failed-turn records,
+  // stamped on the process clock: there the one test clock is the process clock (Date faked).
+  const clock = options.withoutWindow ? () => Date.now() : () => now;
+  const memory = new MemoryConversationStore({ now: clock });
+  const store = options.withoutWindow ? withoutReopenWindow(memory) : memory;
   const ledger = new MemoryLedger({ now: clock });
   const performed: unknown[] = [];
   let failing = true;
+  let failingAgain = false;
   const script = (_n: number, input: JsonValue[]): (ToyEvent | "cut")[] => {
     const last = input.at(-1) as { role?: string; content?: unknown };
     if (last.role !== "user") return [{ t: "text", index: 0, text: "Paid." }, { t: "end" }];
     if (last.content !== "pay acme") return [{ t: "text", index: 0, text: "You're welcome." }, { t: "end" }];
-    return failing ? [...payCall("c", "first"), "cut"] : [...payCall("c", "again"), { t: "end" }];
+    return failing || failingAgain ? [...payCall("c", "first"), "cut"] : [...payCall("c", "again"), { t: "end" }];
   };
   const worker = (s: ConversationStore) => world(script, true, { store: s, ledger, performed, runner: { turnLeaseMs: 1_000 } });
   return {
@@ -34,12 +38,38 @@ function setup() {
     performed,
     worker,
     advance: (ms: number) => {
-      now += ms;
+      if (options.withoutWindow) vi.setSystemTime(Date.now() + ms);
+      else now += ms;
     },
     recover: () => {
       failing = false;
     },
+    failAgain: (on: boolean) => {
+      failingAgain = on;
+    },
   };
+}
+
+/**
+ * A third-party store's view of the memory store: no `supports.reopenWindow`, so it never gets
+ * `reopenWithinMs` and shows no `firstFailedAt`.
+ */
+function withoutReopenWindow(memory: MemoryConversationStore): ConversationStore {
+  return Object.assign(Object.create(memory) as MemoryConversationStore, {
+    capabilities: { ...memory.capabilities, supports: { leaseGrants: true } },
+    message: async (conversationId: string, messageId: string) => {
+      const m = await memory.message(conversationId, messageId);
+      if (m === undefined) return undefined;
+      const { firstFailedAt: _hidden, ...rest } = m;
+      return rest;
+    },
+    beginTurn: async (conversationId: string, fence: number) => {
+      const s = await memory.beginTurn(conversationId, fence);
+      if (s === undefined) return undefined;
+      const { firstFailedAt: _hidden, ...message } = s.message;
+      return { ...s, message };
+    },
+  });
 }
 
 /** The store as a worker that dies right after it bound the message to its turn: nothing it sends later returns. */
@@ -55,15 +85,23 @@ function diesAfterBegin(store: ConversationStore): ConversationStore {
   });
 }
 
-async function paidFailedThenRetryDied(w: ReturnType<typeof setup>) {
+async function paidAndFailed(w: ReturnType<typeof setup>) {
   const first = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
   expect(first).toBeInstanceOf(TurnFailedError);
   expect(w.performed).toHaveLength(1);
   w.recover();
-  // Inside the 23 h window by a minute: reopened, bound again, and its worker dies.
-  w.advance(23 * HOUR - 60_000);
+}
+
+async function retryDied(w: ReturnType<typeof setup>) {
   void w.worker(diesAfterBegin(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
   while ((await w.store.message(CONV, "m1"))?.state !== "in_progress") await new Promise((r) => setTimeout(r, 1));
+}
+
+async function paidFailedThenRetryDied(w: ReturnType<typeof setup>) {
+  await paidAndFailed(w);
+  // Inside the 23 h window by a minute: reopened, bound again, and its worker dies.
+  w.advance(23 * HOUR - 60_000);
+  await retryDied(w);
   // Hours later: the dead worker's lease long expired, and the paid row swept (24 h after it finished).
   w.advance(2 * HOUR);
   expect(await w.ledger.sweep()).toBeGreaterThan(0);
@@ -120,6 +158,92 @@ describe("TURN-12 a reopened message's retry resumed after its re-send window ru
     w.advance(HOUR);
     void w.worker(diesAfterBegin(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
     while ((await w.store.message(CONV, "m1"))?.state !== "in_progress") await new Promise((r) => setTimeout(r, 1));
+    w.advance(60_000);
+    const result = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" });
+    expect(result.status).toBe("answered");
+    expect(w.performed).toHaveLength(1);
+  });
+});
+
+describe("TURN-12 a store without supports.reopenWindow: the first failure is read from the failed-turn records (RECORD-4, LEDGER-13)", () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(1_000_000_000);
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it("TURN-12 a new message m2 resumes m1's dead retry past the window: m1 fails past_resend_window, m2 is answered, the payment is made once", async () => {
+    const w = setup({ withoutWindow: true });
+    // Reopened inside the window (the runner's check before the append passes), its worker dies, and the paid row is swept.
+    await paidFailedThenRetryDied(w);
+
+    const m2 = await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" });
+    expect(w.performed).toHaveLength(1);
+    expect(m2.status).toBe("answered");
+    const m1 = await w.store.message(CONV, "m1");
+    expect(m1?.state).toBe("failed");
+    const record = m1?.failure as unknown as FailedTurnRecord;
+    expect(record.notRetried).toBe("past_resend_window");
+    expect(record.retryable).toBe(false);
+    expect(record.attempts).toBe(0);
+    expect(record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
+  });
+
+  it("TURN-12 m1 re-sent after the window resumes its dead retry: TurnFailedError past_resend_window, and again; the payment is made once", async () => {
+    const w = setup({ withoutWindow: true });
+    await paidFailedThenRetryDied(w);
+    const b = w.worker(w.store);
+    const requests = b.provider.requests.length;
+
+    const resent = await b.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(w.performed).toHaveLength(1);
+    expect(b.provider.requests.length).toBe(requests);
+    expect(resent).toBeInstanceOf(TurnFailedError);
+    expect((resent as TurnFailedError).notRetried).toBe("past_resend_window");
+    expect((resent as TurnFailedError).record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
+    const again = (await b.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(again.notRetried).toBe("past_resend_window");
+    expect(w.performed).toHaveLength(1);
+  });
+
+  it("TURN-12 a retry that failed again does not move the window: a re-send after the sweep, measured from the first failure, runs nothing", async () => {
+    const w = setup({ withoutWindow: true });
+    await paidAndFailed(w);
+    // A retry inside the window replays the payment and is cut again: the store's failedAt moves to now.
+    w.failAgain(true);
+    w.advance(22 * HOUR);
+    const retried = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(retried).toBeInstanceOf(TurnFailedError);
+    expect(w.performed).toHaveLength(1);
+    w.failAgain(false);
+    // 25 h after the first failure (3 h after the last): the paid row is swept.
+    w.advance(3 * HOUR);
+    expect(await w.ledger.sweep()).toBeGreaterThan(0);
+
+    const resent = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(w.performed).toHaveLength(1);
+    expect(resent).toBeInstanceOf(TurnFailedError);
+    expect((resent as TurnFailedError).notRetried).toBe("past_resend_window");
+  });
+
+  it("TURN-12 past the window by the records but another message bound since: the store's reason, another_message_bound, is the one told", async () => {
+    const w = setup({ withoutWindow: true });
+    await paidAndFailed(w);
+    expect((await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" })).status).toBe("answered");
+    w.advance(25 * HOUR);
+    const resent = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(resent).toBeInstanceOf(TurnFailedError);
+    expect((resent as TurnFailedError).notRetried).toBe("another_message_bound");
+    expect(w.performed).toHaveLength(1);
+  });
+
+  it("TURN-12 the resumed retry still inside its window runs (answered from the ledger): the check does not refuse a live retry", async () => {
+    const w = setup({ withoutWindow: true });
+    await paidAndFailed(w);
+    w.advance(HOUR);
+    await retryDied(w);
     w.advance(60_000);
     const result = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" });
     expect(result.status).toBe("answered");
