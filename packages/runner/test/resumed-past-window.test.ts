@@ -107,63 +107,74 @@ async function paidFailedThenRetryDied(w: ReturnType<typeof setup>) {
   expect(await w.ledger.sweep()).toBeGreaterThan(0);
 }
 
-describe("TURN-12 a reopened message's retry resumed after its re-send window runs nothing (TURN-15, LEDGER-13)", () => {
-  it("TURN-12 a new message m2 resumes the dead retry of m1 past the window: m1 fails past_resend_window, m2 is answered, the payment is made once", async () => {
-    const w = setup();
-    await paidFailedThenRetryDied(w);
-    const failedRecords = async () => (await w.store.records(CONV)).filter((r) => (r as { kind?: string }).kind === "failed_turn");
-    const recordsBefore = (await failedRecords()).length;
+for (const withoutWindow of [false, true]) {
+  const store = withoutWindow ? "a store without supports.reopenWindow: from the failed-turn records" : "a store with supports.reopenWindow: from firstFailedAt";
+  describe(`TURN-12 a reopened message's retry resumed after its re-send window runs nothing (TURN-15, LEDGER-13), ${store}`, () => {
+    beforeEach(() => {
+      if (!withoutWindow) return;
+      vi.useFakeTimers({ toFake: ["Date"] });
+      vi.setSystemTime(1_000_000_000);
+    });
+    afterEach(() => {
+      vi.useRealTimers();
+    });
+    it("TURN-12 a new message m2 resumes the dead retry of m1 past the window: m1 fails past_resend_window, m2 is answered, the payment is made once", async () => {
+      const w = setup({ withoutWindow });
+      await paidFailedThenRetryDied(w);
+      const failedRecords = async () => (await w.store.records(CONV)).filter((r) => (r as { kind?: string }).kind === "failed_turn");
+      const recordsBefore = (await failedRecords()).length;
 
-    const m2 = await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" });
-    expect(w.performed).toHaveLength(1);
-    expect(m2.status).toBe("answered");
-    expect(m2.turns.at(-1)?.text).toBe("You're welcome.");
-    const m1 = await w.store.message(CONV, "m1");
-    expect(m1?.state).toBe("failed");
-    const record = m1?.failure as unknown as FailedTurnRecord;
-    expect(record.notRetried).toBe("past_resend_window");
-    expect(record.retryable).toBe(false);
-    expect(record.attempts).toBe(0);
-    // The truth about effects is kept: the first attempt's payment happened.
-    expect(record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
-    // Kept beside the conversation too (RECORD-4), once.
-    expect((await failedRecords()).length).toBe(recordsBefore + 1);
-    expect((await failedRecords()).at(-1)).toEqual(m1?.failure);
+      const m2 = await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" });
+      expect(w.performed).toHaveLength(1);
+      expect(m2.status).toBe("answered");
+      expect(m2.turns.at(-1)?.text).toBe("You're welcome.");
+      const m1 = await w.store.message(CONV, "m1");
+      expect(m1?.state).toBe("failed");
+      const record = m1?.failure as unknown as FailedTurnRecord;
+      expect(record.notRetried).toBe("past_resend_window");
+      expect(record.retryable).toBe(false);
+      expect(record.attempts).toBe(0);
+      // The truth about effects is kept: the first attempt's payment happened.
+      expect(record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
+      // Kept beside the conversation too (RECORD-4), once.
+      expect((await failedRecords()).length).toBe(recordsBefore + 1);
+      expect((await failedRecords()).at(-1)).toEqual(m1?.failure);
+    });
+
+    it("TURN-12 m1 re-sent after the window resumes its dead retry: TurnFailedError past_resend_window, the payment is made once", async () => {
+      const w = setup({ withoutWindow });
+      await paidFailedThenRetryDied(w);
+      const b = w.worker(w.store);
+      const requests = b.provider.requests.length;
+
+      const resent = await b.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+      expect(w.performed).toHaveLength(1);
+      expect(b.provider.requests.length).toBe(requests);
+      expect(resent).toBeInstanceOf(TurnFailedError);
+      const error = resent as TurnFailedError;
+      expect(error.notRetried).toBe("past_resend_window");
+      expect(error.record.retryable).toBe(false);
+      expect(error.record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
+      // And again: the stored failure, still past the window.
+      const again = (await b.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+      expect(again.notRetried).toBe("past_resend_window");
+      expect(w.performed).toHaveLength(1);
+    });
+
+    it("TURN-12 the resumed retry of m1 still inside its window runs (answered from the ledger): the check does not refuse a live retry", async () => {
+      const w = setup({ withoutWindow });
+      await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+      w.recover();
+      w.advance(HOUR);
+      void w.worker(diesAfterBegin(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
+      while ((await w.store.message(CONV, "m1"))?.state !== "in_progress") await new Promise((r) => setTimeout(r, 1));
+      w.advance(60_000);
+      const result = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" });
+      expect(result.status).toBe("answered");
+      expect(w.performed).toHaveLength(1);
+    });
   });
-
-  it("TURN-12 m1 re-sent after the window resumes its dead retry: TurnFailedError past_resend_window, the payment is made once", async () => {
-    const w = setup();
-    await paidFailedThenRetryDied(w);
-    const b = w.worker(w.store);
-    const requests = b.provider.requests.length;
-
-    const resent = await b.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
-    expect(w.performed).toHaveLength(1);
-    expect(b.provider.requests.length).toBe(requests);
-    expect(resent).toBeInstanceOf(TurnFailedError);
-    const error = resent as TurnFailedError;
-    expect(error.notRetried).toBe("past_resend_window");
-    expect(error.record.retryable).toBe(false);
-    expect(error.record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
-    // And again: the stored failure, still past the window.
-    const again = (await b.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
-    expect(again.notRetried).toBe("past_resend_window");
-    expect(w.performed).toHaveLength(1);
-  });
-
-  it("TURN-12 the resumed retry of m1 still inside its window runs (answered from the ledger): the check does not refuse a live retry", async () => {
-    const w = setup();
-    await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
-    w.recover();
-    w.advance(HOUR);
-    void w.worker(diesAfterBegin(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
-    while ((await w.store.message(CONV, "m1"))?.state !== "in_progress") await new Promise((r) => setTimeout(r, 1));
-    w.advance(60_000);
-    const result = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" });
-    expect(result.status).toBe("answered");
-    expect(w.performed).toHaveLength(1);
-  });
-});
+}
 
 describe("TURN-12 a store without supports.reopenWindow: the first failure is read from the failed-turn records (RECORD-4, LEDGER-13)", () => {
   beforeEach(() => {
@@ -172,40 +183,6 @@ describe("TURN-12 a store without supports.reopenWindow: the first failure is re
   });
   afterEach(() => {
     vi.useRealTimers();
-  });
-
-  it("TURN-12 a new message m2 resumes m1's dead retry past the window: m1 fails past_resend_window, m2 is answered, the payment is made once", async () => {
-    const w = setup({ withoutWindow: true });
-    // Reopened inside the window (the runner's check before the append passes), its worker dies, and the paid row is swept.
-    await paidFailedThenRetryDied(w);
-
-    const m2 = await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" });
-    expect(w.performed).toHaveLength(1);
-    expect(m2.status).toBe("answered");
-    const m1 = await w.store.message(CONV, "m1");
-    expect(m1?.state).toBe("failed");
-    const record = m1?.failure as unknown as FailedTurnRecord;
-    expect(record.notRetried).toBe("past_resend_window");
-    expect(record.retryable).toBe(false);
-    expect(record.attempts).toBe(0);
-    expect(record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
-  });
-
-  it("TURN-12 m1 re-sent after the window resumes its dead retry: TurnFailedError past_resend_window, and again; the payment is made once", async () => {
-    const w = setup({ withoutWindow: true });
-    await paidFailedThenRetryDied(w);
-    const b = w.worker(w.store);
-    const requests = b.provider.requests.length;
-
-    const resent = await b.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
-    expect(w.performed).toHaveLength(1);
-    expect(b.provider.requests.length).toBe(requests);
-    expect(resent).toBeInstanceOf(TurnFailedError);
-    expect((resent as TurnFailedError).notRetried).toBe("past_resend_window");
-    expect((resent as TurnFailedError).record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
-    const again = (await b.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
-    expect(again.notRetried).toBe("past_resend_window");
-    expect(w.performed).toHaveLength(1);
   });
 
   it("TURN-12 a retry that failed again does not move the window: a re-send after the sweep, measured from the first failure, runs nothing", async () => {
@@ -236,17 +213,6 @@ describe("TURN-12 a store without supports.reopenWindow: the first failure is re
     const resent = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
     expect(resent).toBeInstanceOf(TurnFailedError);
     expect((resent as TurnFailedError).notRetried).toBe("another_message_bound");
-    expect(w.performed).toHaveLength(1);
-  });
-
-  it("TURN-12 the resumed retry still inside its window runs (answered from the ledger): the check does not refuse a live retry", async () => {
-    const w = setup({ withoutWindow: true });
-    await paidAndFailed(w);
-    w.advance(HOUR);
-    await retryDied(w);
-    w.advance(60_000);
-    const result = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" });
-    expect(result.status).toBe("answered");
     expect(w.performed).toHaveLength(1);
   });
 });
