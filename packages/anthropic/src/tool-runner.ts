@@ -339,18 +339,21 @@ export class OnceToolRunner {
     const calls = new Map<string, OnceToolCall>();
     let runner: BetaToolRunner<Stream> | undefined;
     // The reply the loop body is handling, and the messages it answers (see replyInBody).
-    const body: { current?: ReplyInBody } = {};
+    const body: { current?: ReplyInBody; all: ReplyInBody[] } = { all: [] };
     // An app-supplied turn index names one user message: the one the runner starts with.
     const users = Array.isArray(params.messages) ? params.messages.filter(isGenuineUserMessage).length : 0;
     const wrapped = new Map<string, AnyRunnableTool>();
     for (const [name, tool] of this.tools) {
-      wrapped.set(name, this.wrap(tool, { ...turn, users }, calls, () => runner, () => body.current));
+      wrapped.set(name, this.wrap(tool, { ...turn, users }, calls, () => runner, () => body.current, (toolUse) => stoppedReplyOf(toolUse, body.all)));
     }
     const wrapTools = <T>(list: readonly T[], field: string): T[] => this.wrappedTools(list, wrapped, field);
     const tools = params.tools === undefined ? [...wrapped.values()] : wrapTools(params.tools, "params.tools");
     runner = client.beta.messages.toolRunner({ ...params, tools } as BetaToolRunnerParams, requestOptions) as BetaToolRunner<Stream>;
     this.guardSurface(runner, wrapTools, turn.turnIndex === undefined ? users : undefined);
-    observeReplies(runner, (reply) => (body.current = reply));
+    observeReplies(runner, (reply) => {
+      body.current = reply;
+      body.all.push(reply);
+    });
     this.calls.set(runner, calls);
     return runner;
   }
@@ -411,6 +414,7 @@ export class OnceToolRunner {
     calls: Map<string, OnceToolCall>,
     runnerOf: () => { params: { messages: MessageParam[] } } | undefined,
     replyInBody: () => ReplyInBody | undefined,
+    stoppedReply: (toolUse: ToolUseLike) => Promise<string | undefined>,
   ): AnyRunnableTool {
     const name = tool.name;
     const effect = this.effects.get(name)!;
@@ -429,6 +433,13 @@ export class OnceToolRunner {
       };
       if (place === undefined) {
         throw refuse(new InvalidArgumentError("context.toolUse", `tool ${name}'s call ${String(toolUse.id)} is not in the runner's messages, so its place in the turn is unknown; not run (ATR-3)`));
+      }
+      // The SDK's loop stops on such a reply without running its calls, but generateToolResponse()
+      // runs them whatever the stop reason: a refused reply is never kept (the API refuses a
+      // conversation that carries it), and a call the limit cut has arguments the model never finished.
+      const stopped = await stoppedReply(toolUse);
+      if (stopped !== undefined) {
+        throw refuse(new InvalidArgumentError("context.toolUse", `tool ${name}'s call ${String(toolUse.id)} is in a reply that ended with ${stopped}; not run (ATR-10)`));
       }
       if (turn.turnIndex !== undefined && place.users !== turn.users) {
         // A user message pushed into the loop is another turn, which the supplied index does not name:
@@ -551,6 +562,32 @@ function observeReplies(runner: BetaToolRunner<boolean>, observe: (reply: ReplyI
   };
   // runUntilDone() iterates `this`, so it goes through the own property too.
   Object.defineProperty(runner, Symbol.asyncIterator, { value: iterator, configurable: true, writable: true });
+}
+
+/**
+ * Why a call must not run because of how its reply ended (ATR-10, STREAM-13), or undefined: every
+ * call of a reply a streaming classifier refused, and the last block of a reply that reached its
+ * output limit (`max_tokens`, `model_context_window_exceeded`), which the limit cut. A call of a
+ * reply the runner did not yield (one the app put in the messages itself) has no stop reason here.
+ */
+async function stoppedReplyOf(toolUse: ToolUseLike, replies: readonly ReplyInBody[]): Promise<string | undefined> {
+  for (let i = replies.length - 1; i >= 0; i--) {
+    const reply = (await replies[i]!.reply) as { content: unknown; stop_reason?: unknown; stop_details?: unknown } | undefined;
+    const content = reply !== undefined && Array.isArray(reply.content) ? (reply.content as ToolUseLike[]) : [];
+    const at = content.findIndex((b) => b?.type === "tool_use" && b.id === toolUse.id);
+    if (at === -1) continue;
+    const reason = reply!.stop_reason;
+    if (reason === "refusal") {
+      const details = (reply!.stop_details ?? {}) as { category?: unknown; explanation?: unknown };
+      const category = typeof details.category === "string" ? ` (${details.category})` : "";
+      return `stop_reason refusal${category}: ${typeof details.explanation === "string" ? details.explanation : "a streaming classifier stopped the reply"}`;
+    }
+    if ((reason === "max_tokens" || reason === "model_context_window_exceeded") && at === content.length - 1) {
+      return `stop_reason ${reason}, which cut the call's arguments`;
+    }
+    return undefined;
+  }
+  return undefined;
 }
 
 /**
