@@ -1,0 +1,83 @@
+import { createAnthropic } from "@ai-sdk/anthropic";
+import { MemoryLedger } from "@dispatch-once/core";
+import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
+import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { stepCountIs, streamText, type ModelMessage, type TextStreamPart, type ToolSet } from "ai";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { createOnceTools } from "../src/index.js";
+import { drain, invoiceTool, outputsOf, quiet } from "./helpers.js";
+
+/*
+ * AISDK-9 and AISDK-2: a tool approval the user DENIED. The denied call never runs, in the request that
+ * carries the denial or in any re-send of it; the denial is what the stream reports for it (the
+ * AI SDK's `tool-output-denied`), never a result; and when the model asks for the same call again
+ * in the same turn and the user approves that one, it runs once, however often the approval is
+ * re-sent. (The denied call holds no ordinal, AISDK-9, so the approved one is ordinal 0.)
+ */
+
+let provider: MockProvider;
+let payments: MockPaymentsServer;
+const acme = { customer: "acme", amount: 12_500 };
+beforeEach(async () => {
+  payments = await startMockPayments();
+  provider = await startMockProvider({
+    seed: "ai-sdk-denial",
+    // The model asks for the invoice; told it was denied, it asks for the same invoice again.
+    script: scriptFromPlans({ "bill acme": [turn(toolUse("create_invoice", acme)), turn(toolUse("create_invoice", acme))] }),
+  });
+});
+afterEach(async () => {
+  await provider.close();
+  await payments.close();
+});
+
+const model = () => createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5");
+type Parts = TextStreamPart<ToolSet>[];
+const approvalOf = (parts: Parts) => parts.find((p) => p.type === "tool-approval-request") as { approvalId: string; toolCall: { toolCallId: string } } | undefined;
+const respond = (approvalId: string, approved: boolean): ModelMessage => ({ role: "tool", content: [{ type: "tool-approval-response", approvalId, approved, ...(approved ? {} : { reason: "not this one" }) }] });
+
+describe("AISDK-9 a denied approval, through @ai-sdk/anthropic (model messages)", () => {
+  it.each(["step", "tool-call"] as const)("the denial and its re-sends run nothing and report the denial; the re-asked call, approved, runs once (dispatchAt %s)", async (dispatchAt) => {
+    const keys: (string | undefined)[] = [];
+    const approved = { ...invoiceTool(payments, (k) => keys.push(k)), needsApproval: true };
+    const once = createOnceTools({ tools: { create_invoice: approved }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const request = async (messages: ModelMessage[]) => {
+      const forTurn = once.forTurn({ conversationId: "chat_d", messages, dispatchAt });
+      const result = streamText({ model: model(), messages, tools: forTurn.tools, onChunk: forTurn.onChunk, stopWhen: stepCountIs(4), maxRetries: 0 });
+      const parts = await drain(result.fullStream);
+      return { parts, messages: [...messages, ...(await result.response).messages], outcomeOf: forTurn.outcomeOf };
+    };
+
+    const asked = await request([{ role: "user", content: "bill acme" }]);
+    const first = approvalOf(asked.parts)!;
+    expect(first).toBeDefined();
+    // The user says no.
+    const denial = [...asked.messages, respond(first.approvalId, false)];
+    const denied: Awaited<ReturnType<typeof request>>[] = [];
+    for (let send = 0; send < 2; send++) denied.push(await request(denial)); // the denial, and a re-send of it
+    for (const { parts, outcomeOf } of denied) {
+      // Told as denied (no result, no error), and the model asks for the same invoice again.
+      expect(parts.filter((p) => p.type === "tool-output-denied").map((p) => (p as { toolCallId: string }).toolCallId)).toEqual([first.toolCall.toolCallId]);
+      expect(outputsOf(parts)).toEqual([]);
+      expect(parts.some((p) => p.type === "tool-error")).toBe(false);
+      expect(outcomeOf(first.toolCall.toolCallId)).toBeUndefined();
+      expect(approvalOf(parts)).toBeDefined();
+    }
+    expect(payments.effects()).toHaveLength(0);
+    expect(keys).toEqual([]);
+
+    // The user approves the re-asked call: it runs once, and every re-send of that approval, and
+    // of the denial before it, is answered from the ledger or runs nothing.
+    const second = approvalOf(denied[0]!.parts)!;
+    const approval = [...denied[0]!.messages, respond(second.approvalId, true)];
+    const runs = [await request(approval), await request(approval), await request(denial)];
+    expect(payments.effects()).toHaveLength(1);
+    expect(keys).toHaveLength(1);
+    const told = { invoice: payments.effects()[0]!.resourceId, amount: 12_500 };
+    expect(outputsOf(runs[0]!.parts)).toEqual([told]);
+    expect(runs[0]!.outcomeOf(second.toolCall.toolCallId)).toMatchObject({ replayed: false });
+    expect(outputsOf(runs[1]!.parts)).toEqual([told]);
+    expect(runs[1]!.outcomeOf(second.toolCall.toolCallId)).toMatchObject({ replayed: true });
+    expect(outputsOf(runs[2]!.parts)).toEqual([]);
+  });
+});
