@@ -13,7 +13,7 @@ import {
   type DispatchOutcome,
 } from "@dispatch-once/core";
 import { loggerOption, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
-import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolExecutionOptions, type ToolSet } from "ai";
+import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolCallRepairFunction, type ToolExecutionOptions, type ToolSet } from "ai";
 import { z } from "zod";
 import { turnCallsOf, type TurnHistoryCall } from "./turn-history.js";
 import { turnIndexOf } from "./turn-index.js";
@@ -123,7 +123,20 @@ export interface OnceTurn<TOOLS extends ToolSet> {
    * call that has not settled or failed (its `tool-error` carries the error).
    */
   outcomeOf(toolCallId: string): DispatchOutcome | undefined;
+  /**
+   * The app's `experimental_repairToolCall`, made safe to re-run (AISDK-11): a model call's first
+   * repair is recorded in the ledger, keyed by the call as the model wrote it (its tool name and
+   * argument text) and its place among this request's identical broken calls, and a re-run of the
+   * turn whose model repeats the broken call gets that repair again instead of a new one, so the
+   * repaired call meets the key it had. Without it a repair that answers differently (another
+   * model request) makes the regenerate's call another call, which runs again.
+   * @example streamText({ model, messages, tools: turn.tools, experimental_repairToolCall: turn.repairToolCall(repair) })
+   */
+  repairToolCall<T extends ToolSet>(repair: ToolCallRepairFunction<T>): ToolCallRepairFunction<T>;
 }
+
+/** The name under which a model call's first repair is recorded (not a tool name an app may use). */
+export const REPAIR_RECORD_NAME = "dispatch-once-repair";
 
 const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, dispatcher: true };
 const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true };
@@ -152,6 +165,7 @@ export class OnceTools<TOOLS extends ToolSet> {
   readonly dispatcher: Dispatcher;
   private readonly tools: TOOLS;
   private readonly scope = new AsyncLocalStorage<CallScope>();
+  private readonly repairScope = new AsyncLocalStorage<() => Promise<unknown>>();
   private readonly logger: NonNullable<DispatcherOptions["logger"]>;
 
   constructor(options: OnceToolsOptions<TOOLS>) {
@@ -198,6 +212,23 @@ export class OnceTools<TOOLS extends ToolSet> {
         }),
       );
     }
+    if (Object.hasOwn(options.tools, REPAIR_RECORD_NAME)) {
+      throw new InvalidArgumentError(`options.tools.${REPAIR_RECORD_NAME}`, "is the name under which the wrapper records repaired calls (AISDK-11); rename the tool");
+    }
+    // A model call's first repair, recorded as a keyed write of the repair's own result: a re-run
+    // of the claim is answered with the recorded repair, and a repair that failed may run again.
+    definitions.push(
+      defineTool({
+        name: REPAIR_RECORD_NAME,
+        effect: "keyed_write",
+        input: z.object({ toolName: z.string(), input: z.unknown() }),
+        run: async () => {
+          const repair = this.repairScope.getStore();
+          if (repair === undefined) throw new Error("a repair ran outside a wrapped repairToolCall");
+          return repair();
+        },
+      }),
+    );
     this.dispatcher = new Dispatcher({ ...options.dispatcher, tools: definitions, ledger: options.ledger });
   }
 
@@ -283,8 +314,33 @@ export class OnceTools<TOOLS extends ToolSet> {
       } as Tool;
     }
     const messages = input.messages as ModelMessage[] | undefined;
+    const repairs = new Map<string, number>();
+    const repairToolCall = <T extends ToolSet>(repair: ToolCallRepairFunction<T>): ToolCallRepairFunction<T> => {
+      if (typeof repair !== "function") throw new InvalidArgumentError("repair", "must be the app's experimental_repairToolCall function");
+      return async (options) => {
+        // Keyed by the call's canonical arguments when its text is JSON: a re-sent request's model may
+        // write the same arguments with other whitespace or key order (KEY-8); as text otherwise.
+        const broken = { toolName: options.toolCall.toolName, input: jsonOrText(options.toolCall.input) };
+        // The n-th identical broken call of this request: its repair's ordinal (TURN-4's rule for calls).
+        const identity = this.dispatcher.keyFor({ name: REPAIR_RECORD_NAME, input: broken }, { ...context, ordinal: 0 });
+        const n = repairs.get(identity) ?? 0;
+        repairs.set(identity, n + 1);
+        const outcome = await this.repairScope.run(
+          async () => {
+            const repaired = await repair(options);
+            // Only what makes the call is kept: the tool it calls and its argument text.
+            return repaired === null ? null : { toolName: repaired.toolName, input: repaired.input };
+          },
+          () => this.dispatcher.dispatch({ name: REPAIR_RECORD_NAME, input: broken, callId: options.toolCall.toolCallId }, { ...context, ordinal: n }),
+        );
+        const recorded = outcome.result as { toolName: string; input: string } | null;
+        // The call keeps its own id: the provider minted it for this response.
+        return recorded === null ? null : { ...options.toolCall, toolName: recorded.toolName, input: recorded.input };
+      };
+    };
     return {
       tools: tools as TOOLS,
+      repairToolCall,
       conversationId: input.conversationId,
       turnIndex,
       outcomeOf: (toolCallId) => outcomes.get(toolCallId),
@@ -393,6 +449,15 @@ function fieldsOf(name: string, schema: FlexibleSchema<unknown>, identity: reado
 /** Read the Dispatch-Once part of a wrapped tool's execute options (undefined when the tool is not wrapped). */
 export function dispatchOnceOf(options: ToolExecutionOptions): DispatchOnceCallInfo | undefined {
   return (options as Partial<OnceExecutionOptions>).dispatchOnce;
+}
+
+/** The value of a JSON text, or the text itself when it is not JSON. */
+function jsonOrText(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
+  }
 }
 
 /** A streaming tool (an async iterable of preliminary results) is settled by its last value. */
