@@ -5,7 +5,7 @@ import express, { type NextFunction, type Request, type Response } from "express
 import { jsonBody } from "@dispatch-once/mock-http";
 import { MockProviderError } from "./errors.js";
 import { errorForStatus, parseFault, parseFaultRule, parseTiming, resolvePosition } from "./faults.js";
-import { thinkingEnabled } from "./thinking.js";
+import { redactedThinkingRequested, thinkingEnabled } from "./thinking.js";
 import { checkTurn, renderTurn, type PingMode, type PlannedEvent, type RenderedResponse } from "./render.js";
 import { Rng, mintId, sha256Hex, stableStringify } from "./random.js";
 import { validateMessagesRequest, type MessagesRequest } from "./request-schema.js";
@@ -799,6 +799,7 @@ class Provider implements MockProvider {
         pings: this.pings,
         idSalt: String(this.generation),
         thinking: thinkingEnabled(request),
+        redactedThinking: redactedThinkingRequested(request),
       });
       const positional = positionalFault(fault);
       if (positional) {

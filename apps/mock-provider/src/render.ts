@@ -1,6 +1,6 @@
 import { MockProviderError } from "./errors.js";
 import { Rng, mintId } from "./random.js";
-import { signThinking } from "./thinking.js";
+import { sealRedactedThinking, signThinking } from "./thinking.js";
 import type { AssistantTurn, ScriptedToolUse } from "./types.js";
 
 /*
@@ -61,6 +61,12 @@ export interface RenderOptions {
    * follows it, one content index later.
    */
   thinking?: boolean;
+  /**
+   * With `thinking`: a `redacted_thinking` block follows the thinking block (its `data` whole in
+   * `content_block_start`, no deltas, as the API streams it), its own to each response; the
+   * scripted content follows one content index later again.
+   */
+  redactedThinking?: boolean;
 }
 
 const BUILT_IN_REWORDINGS: Array<(s: string) => string> = [
@@ -254,6 +260,13 @@ export function renderTurn(turn: AssistantTurn, options: RenderOptions): Rendere
     finalContent.push({ type: "thinking", thinking, signature });
     outputText += thinking;
     offset = 1;
+    if (options.redactedThinking === true) {
+      const data = sealRedactedThinking(`${options.bodyHash}:${options.attempt}:${thoughts.int(1, 999_999_999)}`);
+      events.push({ type: "content_block_start", block: 1, data: { type: "content_block_start", index: 1, content_block: { type: "redacted_thinking", data } } });
+      events.push({ type: "content_block_stop", block: 1, data: { type: "content_block_stop", index: 1 } });
+      finalContent.push({ type: "redacted_thinking", data });
+      offset = 2;
+    }
   }
 
   // At the output limit the last block stops part-way (never empty, never whole).

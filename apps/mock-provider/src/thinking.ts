@@ -29,6 +29,37 @@ function blocksOf(message: MessageParam): ContentBlockParam[] {
   return typeof message.content === "string" ? [] : message.content;
 }
 
+/**
+ * The API's test string: a request with thinking on whose user messages carry it gets a response
+ * with a `redacted_thinking` block (reasoning the safety systems encrypted), as the real API does.
+ */
+export const REDACTED_THINKING_TRIGGER = "ANTHROPIC_MAGIC_STRING_TRIGGER_REDACTED_THINKING_46C9A13E193C177646C7398A98432ECCCE4C1253";
+
+/** True when the request's user messages carry the trigger and thinking is on. */
+export function redactedThinkingRequested(request: MessagesRequest): boolean {
+  if (!thinkingEnabled(request)) return false;
+  return request.messages.some(
+    (m) => m.role === "user" && (typeof m.content === "string" ? m.content.includes(REDACTED_THINKING_TRIGGER) : m.content.some((b) => b.type === "text" && (b as { text: string }).text.includes(REDACTED_THINKING_TRIGGER))),
+  );
+}
+
+/**
+ * The `data` of a redacted_thinking block: opaque to the client, as the API's encrypted reasoning
+ * is, and checked when it comes back, so a runner that alters, re-encodes or re-assembles it is
+ * refused. `nonce` makes each response's data its own.
+ */
+export function sealRedactedThinking(nonce: string): string {
+  const mac = createHash("sha256").update(`mock-provider redacted\0${nonce}`).digest("base64url");
+  return Buffer.from(`redacted\0${nonce}\0${mac}`, "utf8").toString("base64");
+}
+
+function isSealedRedactedThinking(data: string): boolean {
+  const decoded = Buffer.from(data, "base64");
+  if (decoded.toString("base64") !== data) return false; // not canonical base64: altered
+  const [tag, nonce, mac, ...rest] = decoded.toString("utf8").split("\0");
+  return tag === "redacted" && nonce !== undefined && mac !== undefined && rest.length === 0 && sealRedactedThinking(nonce) === data;
+}
+
 const isThinking = (block: ContentBlockParam | undefined): boolean => block?.type === "thinking" || block?.type === "redacted_thinking";
 
 /** The request's `thinking` parameter, checked as the API checks it. */
@@ -71,8 +102,9 @@ export function checkThinking(request: MessagesRequest): string | undefined {
         if (typeof block.thinking !== "string") return `messages.${i}.content.${j}.thinking.thinking: Field required`;
         if (typeof block.signature !== "string") return `messages.${i}.content.${j}.thinking.signature: Field required`;
         if (block.signature !== signThinking(block.thinking)) return `messages.${i}.content.${j}: Invalid \`signature\` in \`thinking\` block`;
-      } else if (block.type === "redacted_thinking" && typeof block.data !== "string") {
-        return `messages.${i}.content.${j}.redacted_thinking.data: Field required`;
+      } else if (block.type === "redacted_thinking") {
+        if (typeof block.data !== "string") return `messages.${i}.content.${j}.redacted_thinking.data: Field required`;
+        if (!isSealedRedactedThinking(block.data)) return `messages.${i}.content.${j}: Invalid \`data\` in \`redacted_thinking\` block`;
       }
     }
   }

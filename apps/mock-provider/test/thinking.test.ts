@@ -1,6 +1,6 @@
 import Anthropic from "@anthropic-ai/sdk";
 import { describe, expect, it } from "vitest";
-import { signThinking } from "../src/index.js";
+import { REDACTED_THINKING_TRIGGER, signThinking } from "../src/index.js";
 import { body, payment, setup } from "./helpers.js";
 
 const THINKING = { thinking: { type: "enabled" as const, budget_tokens: 1024 }, max_tokens: 2048 };
@@ -80,5 +80,35 @@ describe("extended thinking, as the API checks it", () => {
       /`max_tokens` must be greater than `thinking.budget_tokens`/,
     );
     await expect(client.messages.create(body(prompt, { thinking: { type: "disabled" } }))).resolves.toMatchObject({ stop_reason: "tool_use" });
+  });
+
+  it("the API's test string gets a redacted_thinking block after the thinking block, its data whole at content_block_start; it is checked when it comes back", async () => {
+    const { client } = await setup();
+    const prompt = "call send_payment " + JSON.stringify(payment);
+    const ask = (extra: Partial<Anthropic.MessageCreateParamsNonStreaming> = THINKING) =>
+      body(prompt, { ...extra, messages: [{ role: "user", content: [{ type: "text", text: prompt }, { type: "text", text: REDACTED_THINKING_TRIGGER }] }] });
+    const stream = client.messages.stream(ask());
+    const starts: unknown[] = [];
+    stream.on("streamEvent", (event) => {
+      if (event.type === "content_block_start") starts.push(event.content_block);
+      if (event.type === "content_block_delta") expect(event.index).not.toBe(1);
+    });
+    const message = await stream.finalMessage();
+    expect(message.content.map((b) => b.type)).toEqual(["thinking", "redacted_thinking", "tool_use"]);
+    const redacted = message.content[1] as Extract<Block, { type: "redacted_thinking" }>;
+    expect(starts[1]).toEqual({ type: "redacted_thinking", data: redacted.data });
+    // Each response's data is its own; without thinking, or without the string, there is none.
+    const again = await client.messages.create(ask());
+    expect((again.content[1] as { data: string }).data).not.toBe(redacted.data);
+    expect((await client.messages.create(ask({}))).content.map((b) => b.type)).toEqual(["tool_use"]);
+    expect((await client.messages.create(body(prompt, THINKING))).content.map((b) => b.type)).toEqual(["thinking", "tool_use"]);
+
+    const call = message.content[2] as Extract<Block, { type: "tool_use" }>;
+    const followUpOf = (assistant: unknown[]) => ({ ...followUp(assistant, call.id), messages: [ask().messages[0]!, ...followUp(assistant, call.id).messages.slice(1)] });
+    await expect(client.messages.create(followUpOf(message.content))).resolves.toMatchObject({ stop_reason: "end_turn" });
+    for (const data of [redacted.data.slice(0, -4), redacted.data + "AAAA", Buffer.from(Buffer.from(redacted.data, "base64").toString("utf8") + " ").toString("base64")]) {
+      const altered = client.messages.create(followUpOf([message.content[0], { type: "redacted_thinking", data }, call]));
+      await expect(altered).rejects.toThrow(/messages\.1\.content\.1: Invalid `data` in `redacted_thinking` block/);
+    }
   });
 });
