@@ -8,4 +8,5 @@ export {
   type OnceTurnInput,
   type OnceExecutionOptions,
   type DispatchOnceCallInfo,
+  type ClaimedDenial,
 } from "./once-tools.js";

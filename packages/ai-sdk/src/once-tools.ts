@@ -9,6 +9,7 @@ import {
   type DispatcherOptions,
   type EffectClass,
   type Ledger,
+  type LedgerRow,
   type ToolDefinition,
   type DispatchOutcome,
 } from "@dispatch-once/core";
@@ -133,6 +134,24 @@ export interface OnceTurn<TOOLS extends ToolSet> {
    * @example streamText({ model, messages, tools: turn.tools, experimental_repairToolCall: turn.repairToolCall(repair) })
    */
   repairToolCall<T extends ToolSet>(repair: ToolCallRepairFunction<T>): ToolCallRepairFunction<T>;
+  /**
+   * The calls this request's last message denies whose key the ledger holds as claimed (in
+   * flight, completed, failed or unknown), each with its `toolCallId`, `key` and ledger `row`
+   * (AISDK-12). The AI SDK reports a denied call as `tool-output-denied` and tells the model it
+   * was denied, but a client can deny an approval that an earlier request of the turn already
+   * carried and ran (a double click, a second tab, a re-send after a cut stream with the
+   * answer changed): the effect may have happened. Check before showing a denial as "not done".
+   */
+  claimedDenials(): Promise<ClaimedDenial[]>;
+}
+
+/** A call the request denies whose key the ledger holds as claimed: its effect may have happened (AISDK-12). */
+export interface ClaimedDenial {
+  toolCallId: string;
+  toolName: string;
+  key: string;
+  /** The ledger's row: `completed` (the effect happened; `result` is what it returned), `in_flight`, `failed`, `unknown`. */
+  row: Exclude<LedgerRow, { state: "released" }>;
 }
 
 /** The name under which a model call's first repair is recorded (not a tool name an app may use). */
@@ -164,6 +183,7 @@ export class OnceTools<TOOLS extends ToolSet> {
   /** The dispatcher behind the tools (for `reconcile(key)` and `keyFor`). */
   readonly dispatcher: Dispatcher;
   private readonly tools: TOOLS;
+  private readonly ledger: Ledger;
   private readonly scope = new AsyncLocalStorage<CallScope>();
   private readonly repairScope = new AsyncLocalStorage<() => Promise<unknown>>();
   private readonly logger: NonNullable<DispatcherOptions["logger"]>;
@@ -175,6 +195,7 @@ export class OnceTools<TOOLS extends ToolSet> {
     if (unknown !== undefined) throw new InvalidArgumentError(`options.${unknown}`, unknownOptionMessage("createOnceTools", OPTION_NAMES));
     if (typeof options.tools !== "object" || options.tools === null) throw new InvalidArgumentError("options.tools", "must be the app's tool set");
     this.tools = options.tools;
+    this.ledger = options.ledger;
     checkToolNames(options);
     this.logger = loggerOption(options.dispatcher?.logger);
     const definitions: ToolDefinition[] = [];
@@ -266,10 +287,20 @@ export class OnceTools<TOOLS extends ToolSet> {
     }
     if (!Number.isSafeInteger(turnIndex) || turnIndex < 0) throw new InvalidKeyInputError("turnIndex", "must be a non-negative safe integer");
     const context = { conversationId: input.conversationId, turnIndex };
-    const history = input.messages !== undefined ? turnCallsOf(input.messages, "messages") : input.turnMessages !== undefined ? turnCallsOf(input.turnMessages, "turnMessages") : [];
+    const deniedNow: TurnHistoryCall[] = [];
+    const history =
+      input.messages !== undefined ? turnCallsOf(input.messages, "messages", deniedNow) : input.turnMessages !== undefined ? turnCallsOf(input.turnMessages, "turnMessages", deniedNow) : [];
     // What identifies a call within this turn (tool name and canonical identity arguments): its key at ordinal 0.
     const identityOf = (call: { name: string; input: unknown }) => this.dispatcher.keyFor(call, { ...context, ordinal: 0 });
     const { starts, approved } = this.ordinalsOf(history, identityOf);
+    // A denied call's key is the one the same message would have given it had it approved the call.
+    const denials: { toolCallId: string; toolName: string; key: string }[] = [];
+    for (const denied of deniedNow) {
+      const held = this.ordinalsOf([...history, denied], identityOf).approved.get(denied.toolCallId);
+      if (held === undefined) continue; // not wrapped, or an input the dispatcher refuses: never dispatched
+      const key = this.dispatcher.keyFor({ name: denied.toolName, input: denied.input }, { ...context, ordinal: held.ordinal });
+      denials.push({ toolCallId: denied.toolCallId, toolName: denied.toolName, key });
+    }
     const counts = new Map<string, number>();
     const started = new Map<string, Promise<DispatchOutcome>>();
     const outcomes = new Map<string, DispatchOutcome>();
@@ -338,9 +369,18 @@ export class OnceTools<TOOLS extends ToolSet> {
         return recorded === null ? null : { ...options.toolCall, toolName: recorded.toolName, input: recorded.input };
       };
     };
+    const claimedDenials = async (): Promise<ClaimedDenial[]> => {
+      const found: ClaimedDenial[] = [];
+      for (const denial of denials) {
+        const row = await this.ledger.lookup(denial.key);
+        if (row !== undefined && row.state !== "released") found.push({ ...denial, row });
+      }
+      return found;
+    };
     return {
       tools: tools as TOOLS,
       repairToolCall,
+      claimedDenials,
       conversationId: input.conversationId,
       turnIndex,
       outcomeOf: (toolCallId) => outcomes.get(toolCallId),

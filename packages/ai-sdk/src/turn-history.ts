@@ -29,6 +29,8 @@ interface ModelCall {
   resolvedAt: number;
   /** Approved in the last message, which has no result for it (the AI SDK's own rule). */
   approvedLast: boolean;
+  /** Denied in the last message (a tool message), which has no result for it. */
+  deniedLast: number | undefined;
   resultLast: boolean;
 }
 
@@ -50,6 +52,9 @@ function string(owner: Obj, key: string, field: string): string {
  * Earlier turns are not read. What cannot be read is refused with `InvalidArgumentError` naming
  * the field (`messages[3].parts[1].state`): a part misread would seed a wrong ordinal silently.
  *
+ * `deniedNow` receives the calls the last message denies (the AI SDK reports them denied in this
+ * request), with `approvedAt` at that message, as if it had approved them (AISDK-12).
+ *
  * Counted: a wrapped call's part with a result (UI `output-available`, `output-error` with its
  * input; model `tool-call` with a `tool-result`), except a denial (`output-denied`, an
  * `execution-denied` result) of a call nobody approved; and an approved call (it is given its
@@ -57,7 +62,7 @@ function string(owner: Obj, key: string, field: string): string {
  * revalidation). Not counted: calls waiting for input or an approval, a call the AI SDK found
  * invalid (UI `output-error` without `input`: never executed), provider-executed calls.
  */
-export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[] {
+export function turnCallsOf(messages: unknown, field: string, deniedNow: TurnHistoryCall[] = []): TurnHistoryCall[] {
   if (!Array.isArray(messages)) throw new InvalidArgumentError(field, "must be the app's message array (UIMessage[] or ModelMessage[])");
   let start = 0;
   for (let i = messages.length - 1; i >= 0; i--) {
@@ -87,7 +92,7 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
     const role = message["role"];
     if (role !== "assistant" && role !== "tool") continue;
     if (Array.isArray(message["parts"])) {
-      (message["parts"] as unknown[]).forEach((part, j) => uiPart(part, `${at}.parts[${j}]`, i, calls));
+      (message["parts"] as unknown[]).forEach((part, j) => uiPart(part, `${at}.parts[${j}]`, i, calls, i === messages.length - 1 ? deniedNow : undefined));
       continue;
     }
     const content = message["content"];
@@ -102,7 +107,7 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
           const id = string(part, "toolCallId", partAt);
           string(part, "toolName", partAt);
           if (part["providerExecuted"] === true) break;
-          const modelCall: ModelCall = { part, at: partAt, doneAt: Infinity, approvedAt: Infinity, resolvedAt: Infinity, approvedLast: false, resultLast: false };
+          const modelCall: ModelCall = { part, at: partAt, doneAt: Infinity, approvedAt: Infinity, resolvedAt: Infinity, approvedLast: false, deniedLast: undefined, resultLast: false };
           modelCalls.push(modelCall);
           byId.set(id, [...(byId.get(id) ?? []), modelCall]);
           break;
@@ -132,6 +137,8 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
           if (owner !== undefined && part["approved"]) {
             owner.approvedAt = Math.min(owner.approvedAt, i);
             if (last && role === "tool") owner.approvedLast = true;
+          } else if (owner !== undefined && last && role === "tool") {
+            owner.deniedLast = i;
           }
           break;
         }
@@ -140,7 +147,10 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
       }
     });
   }
-  for (const { part, at, doneAt, approvedAt, resolvedAt, approvedLast, resultLast } of modelCalls) {
+  for (const { part, at, doneAt, approvedAt, resolvedAt, approvedLast, deniedLast, resultLast } of modelCalls) {
+    if (deniedLast !== undefined && !resultLast && approvedAt === Infinity && "input" in part) {
+      deniedNow.push({ toolCallId: part["toolCallId"] as string, toolName: part["toolName"] as string, input: part["input"], doneAt: Infinity, approvedAt: deniedLast, resolvedAt: Infinity, executesNow: true });
+    }
     if (doneAt === Infinity && approvedAt === Infinity) continue;
     if (!("input" in part)) throw new InvalidArgumentError(`${at}.input`, "must be the call's input");
     const call = { toolCallId: part["toolCallId"] as string, toolName: part["toolName"] as string, input: part["input"] };
@@ -150,7 +160,7 @@ export function turnCallsOf(messages: unknown, field: string): TurnHistoryCall[]
 }
 
 /** One part of a UIMessage: a tool part (`tool-<name>` or `dynamic-tool`) is read; any other is not. */
-function uiPart(part: unknown, at: string, index: number, calls: TurnHistoryCall[]): void {
+function uiPart(part: unknown, at: string, index: number, calls: TurnHistoryCall[], deniedNow: TurnHistoryCall[] | undefined): void {
   if (!isObject(part)) throw new InvalidArgumentError(at, "must be a message part object");
   const type = part["type"];
   if (typeof type !== "string") throw new InvalidArgumentError(`${at}.type`, "must be a string");
@@ -173,7 +183,13 @@ function uiPart(part: unknown, at: string, index: number, calls: TurnHistoryCall
     case "approval-requested":
       return;
     case "approval-responded":
-      if (!approvedOf(part, at)) return;
+      if (!approvedOf(part, at)) {
+        // Denied in the last message: the AI SDK reports it denied in this request.
+        if (deniedNow !== undefined && "input" in part && part["input"] !== undefined) {
+          deniedNow.push({ toolCallId, toolName, input: part["input"], doneAt: Infinity, approvedAt: index, resolvedAt: Infinity, executesNow: true });
+        }
+        return;
+      }
       approved = true;
       resolved = false;
       done = false;

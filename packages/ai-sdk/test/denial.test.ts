@@ -45,7 +45,7 @@ describe("AISDK-9 a denied approval, through @ai-sdk/anthropic (model messages)"
       const forTurn = once.forTurn({ conversationId: "chat_d", messages, dispatchAt });
       const result = streamText({ model: model(), messages, tools: forTurn.tools, onChunk: forTurn.onChunk, stopWhen: stepCountIs(4), maxRetries: 0 });
       const parts = await drain(result.fullStream);
-      return { parts, messages: [...messages, ...(await result.response).messages], outcomeOf: forTurn.outcomeOf };
+      return { parts, messages: [...messages, ...(await result.response).messages], outcomeOf: forTurn.outcomeOf, claimedDenials: await forTurn.claimedDenials() };
     };
 
     const asked = await request([{ role: "user", content: "bill acme" }]);
@@ -55,7 +55,8 @@ describe("AISDK-9 a denied approval, through @ai-sdk/anthropic (model messages)"
     const denial = [...asked.messages, respond(first.approvalId, false)];
     const denied: Awaited<ReturnType<typeof request>>[] = [];
     for (let send = 0; send < 2; send++) denied.push(await request(denial)); // the denial, and a re-send of it
-    for (const { parts, outcomeOf } of denied) {
+    for (const { parts, outcomeOf, claimedDenials } of denied) {
+      expect(claimedDenials).toEqual([]);
       // Told as denied (no result, no error), and the model asks for the same invoice again.
       expect(parts.filter((p) => p.type === "tool-output-denied").map((p) => (p as { toolCallId: string }).toolCallId)).toEqual([first.toolCall.toolCallId]);
       expect(outputsOf(parts)).toEqual([]);
@@ -79,5 +80,50 @@ describe("AISDK-9 a denied approval, through @ai-sdk/anthropic (model messages)"
     expect(outputsOf(runs[1]!.parts)).toEqual([told]);
     expect(runs[1]!.outcomeOf(second.toolCall.toolCallId)).toMatchObject({ replayed: true });
     expect(outputsOf(runs[2]!.parts)).toEqual([]);
+  });
+
+  it("a denial of an approval that an earlier request already carried and ran: the AI SDK reports it denied, claimedDenials() says it was done and with what", async () => {
+    const approved = { ...invoiceTool(payments), needsApproval: true };
+    const once = createOnceTools({ tools: { create_invoice: approved }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const request = async (messages: ModelMessage[]) => {
+      const forTurn = once.forTurn({ conversationId: "chat_f", messages });
+      const result = streamText({ model: model(), messages, tools: forTurn.tools, stopWhen: stepCountIs(2), maxRetries: 0 });
+      const parts = await drain(result.fullStream);
+      return { parts, messages: [...messages, ...(await result.response).messages], claimedDenials: await forTurn.claimedDenials() };
+    };
+    const asked = await request([{ role: "user", content: "bill acme" }]);
+    const ask = approvalOf(asked.parts)!;
+    const ran = await request([...asked.messages, respond(ask.approvalId, true)]);
+    expect(payments.effects()).toHaveLength(1);
+    expect(ran.claimedDenials).toEqual([]);
+    // The client sends the same approval again, answered "no" this time (a second tab, a changed mind after a cut stream).
+    const flipped = await request([...asked.messages, respond(ask.approvalId, false)]);
+    expect(payments.effects()).toHaveLength(1);
+    // The AI SDK tells the stream and the model "denied" ...
+    expect(flipped.parts.some((p) => p.type === "tool-output-denied")).toBe(true);
+    // ... but the invoice was made: the wrapper says so, with what it returned.
+    expect(flipped.claimedDenials).toHaveLength(1);
+    const [claimed] = flipped.claimedDenials;
+    expect(claimed).toMatchObject({ toolCallId: ask.toolCall.toolCallId, toolName: "create_invoice", row: { state: "completed" } });
+    expect(JSON.parse((claimed!.row as { result: string }).result)).toEqual({ invoice: payments.effects()[0]!.resourceId, amount: 12_500 });
+  });
+});
+
+describe("AISDK-12 claimedDenials from UI messages", () => {
+  it("a part denied in the last message whose approval ran before is found; a denial that never ran is not", async () => {
+    const runs: string[] = [];
+    const once = createOnceTools({ tools: { create_invoice: { ...invoiceTool(payments, (k) => runs.push(k!)), needsApproval: true } }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const user = { id: "u1", role: "user", parts: [{ type: "text", text: "bill acme" }] };
+    const answered = (approved: boolean, toolCallId = "call_1") => [
+      user,
+      { id: "a1", role: "assistant", parts: [{ type: "tool-create_invoice", toolCallId, state: "approval-responded", input: acme, approval: { id: "ap_1", approved } }] },
+    ];
+    const approvedTurn = once.forTurn({ conversationId: "chat_u", messages: answered(true) });
+    await approvedTurn.tools.create_invoice.execute!(acme, { toolCallId: "call_1", messages: [] });
+    expect(runs).toHaveLength(1);
+    const flipped = await once.forTurn({ conversationId: "chat_u", messages: answered(false) }).claimedDenials();
+    expect(flipped).toEqual([expect.objectContaining({ toolCallId: "call_1", key: runs[0], row: expect.objectContaining({ state: "completed" }) })]);
+    // Another conversation's denial of the same call never ran: nothing to tell.
+    expect(await once.forTurn({ conversationId: "chat_v", messages: answered(false) }).claimedDenials()).toEqual([]);
   });
 });
