@@ -1,11 +1,12 @@
-import { createAnthropic } from "@ai-sdk/anthropic";
 import { MemoryLedger } from "@dispatch-once/core";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
-import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { toolUse, turn } from "@dispatch-once/mock-provider";
 import { stepCountIs, streamText, type ModelMessage, type TextStreamPart, type ToolSet } from "ai";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
+
+// Several streamed requests each, on a shared 2-core CI machine: the 5 s default is too tight under load.
+const SLOW = { timeout: 30_000 };
 import { createOnceTools } from "../src/index.js";
-import { drain, invoiceTool, outputsOf, quiet } from "./helpers.js";
+import { anthropicPerTest, drain, invoiceTool, outputsOf, quiet } from "./helpers.js";
 
 /*
  * AISDK-9 and AISDK-2: a tool approval the user DENIED. The denied call never runs, in the request that
@@ -15,31 +16,17 @@ import { drain, invoiceTool, outputsOf, quiet } from "./helpers.js";
  * re-sent. (The denied call holds no ordinal, AISDK-9, so the approved one is ordinal 0.)
  */
 
-let provider: MockProvider;
-let payments: MockPaymentsServer;
 const acme = { customer: "acme", amount: 12_500 };
-beforeEach(async () => {
-  payments = await startMockPayments();
-  provider = await startMockProvider({
-    seed: "ai-sdk-denial",
-    // The model asks for the invoice; told it was denied, it asks for the same invoice again.
-    script: scriptFromPlans({ "bill acme": [turn(toolUse("create_invoice", acme)), turn(toolUse("create_invoice", acme))] }),
-  });
-});
-afterEach(async () => {
-  await provider.close();
-  await payments.close();
-});
-
-const model = () => createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5");
+// The model asks for the invoice; told it was denied, it asks for the same invoice again.
+const { env, model } = anthropicPerTest("ai-sdk-denial", { "bill acme": [turn(toolUse("create_invoice", acme)), turn(toolUse("create_invoice", acme))] });
 type Parts = TextStreamPart<ToolSet>[];
 const approvalOf = (parts: Parts) => parts.find((p) => p.type === "tool-approval-request") as { approvalId: string; toolCall: { toolCallId: string } } | undefined;
 const respond = (approvalId: string, approved: boolean): ModelMessage => ({ role: "tool", content: [{ type: "tool-approval-response", approvalId, approved, ...(approved ? {} : { reason: "not this one" }) }] });
 
-describe("AISDK-9 a denied approval, through @ai-sdk/anthropic (model messages)", () => {
+describe("AISDK-9 a denied approval, through @ai-sdk/anthropic (model messages)", SLOW, () => {
   it.each(["step", "tool-call"] as const)("the denial and its re-sends run nothing and report the denial; the re-asked call, approved, runs once (dispatchAt %s)", async (dispatchAt) => {
     const keys: (string | undefined)[] = [];
-    const approved = { ...invoiceTool(payments, (k) => keys.push(k)), needsApproval: true };
+    const approved = { ...invoiceTool(env.payments, (k) => keys.push(k)), needsApproval: true };
     const once = createOnceTools({ tools: { create_invoice: approved }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
     const request = async (messages: ModelMessage[]) => {
       const forTurn = once.forTurn({ conversationId: "chat_d", messages, dispatchAt });
@@ -64,7 +51,7 @@ describe("AISDK-9 a denied approval, through @ai-sdk/anthropic (model messages)"
       expect(outcomeOf(first.toolCall.toolCallId)).toBeUndefined();
       expect(approvalOf(parts)).toBeDefined();
     }
-    expect(payments.effects()).toHaveLength(0);
+    expect(env.payments.effects()).toHaveLength(0);
     expect(keys).toEqual([]);
 
     // The user approves the re-asked call: it runs once, and every re-send of that approval, and
@@ -72,9 +59,9 @@ describe("AISDK-9 a denied approval, through @ai-sdk/anthropic (model messages)"
     const second = approvalOf(denied[0]!.parts)!;
     const approval = [...denied[0]!.messages, respond(second.approvalId, true)];
     const runs = [await request(approval), await request(approval), await request(denial)];
-    expect(payments.effects()).toHaveLength(1);
+    expect(env.payments.effects()).toHaveLength(1);
     expect(keys).toHaveLength(1);
-    const told = { invoice: payments.effects()[0]!.resourceId, amount: 12_500 };
+    const told = { invoice: env.payments.effects()[0]!.resourceId, amount: 12_500 };
     expect(outputsOf(runs[0]!.parts)).toEqual([told]);
     expect(runs[0]!.outcomeOf(second.toolCall.toolCallId)).toMatchObject({ replayed: false });
     expect(outputsOf(runs[1]!.parts)).toEqual([told]);
@@ -83,7 +70,7 @@ describe("AISDK-9 a denied approval, through @ai-sdk/anthropic (model messages)"
   });
 
   it("a denial of an approval that an earlier request already carried and ran: the AI SDK reports it denied, claimedDenials() says it was done and with what", async () => {
-    const approved = { ...invoiceTool(payments), needsApproval: true };
+    const approved = { ...invoiceTool(env.payments), needsApproval: true };
     const once = createOnceTools({ tools: { create_invoice: approved }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
     const request = async (messages: ModelMessage[]) => {
       const forTurn = once.forTurn({ conversationId: "chat_f", messages });
@@ -94,25 +81,25 @@ describe("AISDK-9 a denied approval, through @ai-sdk/anthropic (model messages)"
     const asked = await request([{ role: "user", content: "bill acme" }]);
     const ask = approvalOf(asked.parts)!;
     const ran = await request([...asked.messages, respond(ask.approvalId, true)]);
-    expect(payments.effects()).toHaveLength(1);
+    expect(env.payments.effects()).toHaveLength(1);
     expect(ran.claimedDenials).toEqual([]);
     // The client sends the same approval again, answered "no" this time (a second tab, a changed mind after a cut stream).
     const flipped = await request([...asked.messages, respond(ask.approvalId, false)]);
-    expect(payments.effects()).toHaveLength(1);
+    expect(env.payments.effects()).toHaveLength(1);
     // The AI SDK tells the stream and the model "denied" ...
     expect(flipped.parts.some((p) => p.type === "tool-output-denied")).toBe(true);
     // ... but the invoice was made: the wrapper says so, with what it returned.
     expect(flipped.claimedDenials).toHaveLength(1);
     const [claimed] = flipped.claimedDenials;
     expect(claimed).toMatchObject({ toolCallId: ask.toolCall.toolCallId, toolName: "create_invoice", row: { state: "completed" } });
-    expect(JSON.parse((claimed!.row as { result: string }).result)).toEqual({ invoice: payments.effects()[0]!.resourceId, amount: 12_500 });
+    expect(JSON.parse((claimed!.row as { result: string }).result)).toEqual({ invoice: env.payments.effects()[0]!.resourceId, amount: 12_500 });
   });
 });
 
-describe("AISDK-12 claimedDenials from UI messages", () => {
+describe("AISDK-12 claimedDenials from UI messages", SLOW, () => {
   it("a part denied in the last message whose approval ran before is found; a denial that never ran is not", async () => {
     const runs: string[] = [];
-    const once = createOnceTools({ tools: { create_invoice: { ...invoiceTool(payments, (k) => runs.push(k!)), needsApproval: true } }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const once = createOnceTools({ tools: { create_invoice: { ...invoiceTool(env.payments, (k) => runs.push(k!)), needsApproval: true } }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
     const user = { id: "u1", role: "user", parts: [{ type: "text", text: "bill acme" }] };
     const answered = (approved: boolean, toolCallId = "call_1") => [
       user,

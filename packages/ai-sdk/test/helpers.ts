@@ -1,5 +1,8 @@
-import { createPaymentsClient, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { tool, type TextStreamPart, type ToolSet } from "ai";
+import { createAnthropic } from "@ai-sdk/anthropic";
+import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { scriptFromPlans, startMockProvider, type MockProvider } from "@dispatch-once/mock-provider";
+import { afterEach, beforeEach } from "vitest";
+import { tool, type LanguageModel, type TextStreamPart, type ToolSet } from "ai";
 import { z } from "zod";
 
 /** The app's tool, as it would be written without Dispatch-Once: the payments API's unkeyed invoices. */
@@ -40,3 +43,20 @@ export async function until(condition: () => boolean): Promise<void> {
 
 /** The in-memory ledger is volatile: these tests are about the AI SDK's turns, not durability (LEDGER-14). */
 export const quiet = { allowVolatileLedgerForUnkeyedWrites: true, logger: { warn: () => {} } };
+
+/**
+ * A mock Messages API playing `plans` and a mock payments API, fresh for each test of the file,
+ * and the AI SDK's Anthropic model pointed at it.
+ */
+export function anthropicPerTest(seed: string, plans: Parameters<typeof scriptFromPlans>[0]): { env: { provider: MockProvider; payments: MockPaymentsServer }; model: () => LanguageModel } {
+  const env = {} as { provider: MockProvider; payments: MockPaymentsServer };
+  beforeEach(async () => {
+    env.payments = await startMockPayments();
+    env.provider = await startMockProvider({ seed, script: scriptFromPlans(plans) });
+  });
+  afterEach(async () => {
+    await env.provider.close();
+    await env.payments.close();
+  });
+  return { env, model: () => createAnthropic({ baseURL: `${env.provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5") };
+}

@@ -1,11 +1,12 @@
-import { createAnthropic } from "@ai-sdk/anthropic";
 import { MemoryLedger } from "@dispatch-once/core";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
-import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { toolUse, turn } from "@dispatch-once/mock-provider";
 import { stepCountIs, streamText, type ModelMessage, type ToolCallRepairFunction, type ToolSet } from "ai";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
+
+// Several streamed requests each, on a shared 2-core CI machine: the 5 s default is too tight under load.
+const SLOW = { timeout: 30_000 };
 import { createOnceTools } from "../src/index.js";
-import { drain, invoiceTool, outputsOf, quiet } from "./helpers.js";
+import { anthropicPerTest, drain, invoiceTool, outputsOf, quiet } from "./helpers.js";
 
 /*
  * AISDK-11: `experimental_repairToolCall`. The model's call does not parse (here its amount is a
@@ -16,24 +17,11 @@ import { drain, invoiceTool, outputsOf, quiet } from "./helpers.js";
  * bill again. The first repair of a model call is the call's, on every re-run of the turn.
  */
 
-let provider: MockProvider;
-let payments: MockPaymentsServer;
-beforeEach(async () => {
-  payments = await startMockPayments();
-  provider = await startMockProvider({
-    seed: "ai-sdk-repair",
-    script: scriptFromPlans({
-      "bill acme": turn(toolUse("create_invoice", { customer: "acme", amount: "12500" })),
-      "bill acme twice": [turn(toolUse("create_invoice", { customer: "acme", amount: "12500" })), turn(toolUse("create_invoice", { customer: "acme", amount: "12500" }))],
-    }),
-  });
+const broken = { customer: "acme", amount: "12500" };
+const { env, model } = anthropicPerTest("ai-sdk-repair", {
+  "bill acme": turn(toolUse("create_invoice", broken)),
+  "bill acme twice": [turn(toolUse("create_invoice", broken)), turn(toolUse("create_invoice", broken))],
 });
-afterEach(async () => {
-  await provider.close();
-  await payments.close();
-});
-
-const model = () => createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5");
 
 /** The app's repair: "asks a model" to fix the input; each answer spells the customer its own way. */
 function modelRepair() {
@@ -48,7 +36,7 @@ function modelRepair() {
 }
 
 function app() {
-  const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+  const once = createOnceTools({ tools: { create_invoice: invoiceTool(env.payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
   const { repair, count } = modelRepair();
   const request = async (messages: ModelMessage[], dispatchAt: "step" | "tool-call" = "step") => {
     const forTurn = once.forTurn({ conversationId: "chat_r", messages, dispatchAt });
@@ -68,15 +56,15 @@ function app() {
   return { request, repairs: count };
 }
 
-describe("AISDK-11 a repaired call (experimental_repairToolCall), through @ai-sdk/anthropic", () => {
+describe("AISDK-11 a repaired call (experimental_repairToolCall), through @ai-sdk/anthropic", SLOW, () => {
   it.each(["step", "tool-call"] as const)("a regenerate whose repair differs bills once, answered with the first repair's invoice and request (dispatchAt %s)", async (dispatchAt) => {
     const { request, repairs } = app();
     const ask: ModelMessage[] = [{ role: "user", content: "bill acme" }];
     const first = await request(ask, dispatchAt);
     expect(first.calls.map((c) => c.input)).toEqual([{ customer: "acme", amount: 12_500 }]);
-    expect(payments.effects()).toHaveLength(1);
+    expect(env.payments.effects()).toHaveLength(1);
     const regenerated = await request(ask, dispatchAt);
-    expect(payments.effects()).toHaveLength(1);
+    expect(env.payments.effects()).toHaveLength(1);
     expect(outputsOf(regenerated.parts)).toEqual(outputsOf(first.parts));
     expect(regenerated.outcomeOf(regenerated.calls[0]!.toolCallId)).toMatchObject({ replayed: true, key: first.outcomeOf(first.calls[0]!.toolCallId)!.key });
     // The regenerate's broken call got the first repair from the ledger: the app's repair ran once.
@@ -89,18 +77,18 @@ describe("AISDK-11 a repaired call (experimental_repairToolCall), through @ai-sd
     const ask: ModelMessage[] = [{ role: "user", content: "bill acme twice" }];
     // One request runs both steps: the second call is a later step of the same request.
     const both = await request(ask);
-    expect(payments.effects()).toHaveLength(2);
+    expect(env.payments.effects()).toHaveLength(2);
     expect(new Set(outputsOf(both.parts).map((o) => (o as { invoice: string }).invoice)).size).toBe(2);
     // Its regenerate: both answered from the ledger.
     const again = await request(ask);
-    expect(payments.effects()).toHaveLength(2);
+    expect(env.payments.effects()).toHaveLength(2);
     expect(outputsOf(again.parts)).toEqual(outputsOf(both.parts));
     expect(again.calls.map((c) => c.input)).toEqual(both.calls.map((c) => c.input));
     expect(repairs()).toBe(2);
   });
 
   it("a repair that failed is not recorded: the call is invalid and nothing bills; the regenerate repairs it and bills once", async () => {
-    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(env.payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
     let attempts = 0;
     const repair: ToolCallRepairFunction<ToolSet> = async ({ toolCall }) => {
       if (attempts++ === 0) throw new Error("the repair model timed out");
@@ -114,9 +102,9 @@ describe("AISDK-11 a repaired call (experimental_repairToolCall), through @ai-sd
       outputs.push(outputsOf(parts));
     }
     expect(attempts).toBe(2);
-    expect(payments.effects()).toHaveLength(1);
+    expect(env.payments.effects()).toHaveLength(1);
     expect(outputs[0]).toEqual([]);
     expect(outputs[2]).toEqual(outputs[1]);
-    expect(outputs[1]).toEqual([{ invoice: payments.effects()[0]!.resourceId, amount: 12_500 }]);
+    expect(outputs[1]).toEqual([{ invoice: env.payments.effects()[0]!.resourceId, amount: 12_500 }]);
   });
 });
