@@ -155,7 +155,7 @@ export interface ClaimedDenial {
 }
 
 /** The name under which a model call's first repair is recorded (not a tool name an app may use). */
-export const REPAIR_RECORD_NAME = "dispatch-once-repair";
+const REPAIR_RECORD_NAME = "dispatch-once-repair";
 
 const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, dispatcher: true };
 const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true };
