@@ -158,26 +158,35 @@ end
 
 const PRELUDE = CLOCK + WRITERS + READERS;
 
-/**
- * An in-flight header read with one pattern: fence, claimedAt, requestBytes, leaseExpiresAt, claim
- * token, effect, toolName (with the header's tail). It matches exactly when header() finds state
- * in_flight and inflight() reads the rest, so a script's common path can skip both (and READERS).
- */
-const INFLIGHT_HEADER = `^{"v":${V},"state":"in_flight","fence":(%d+),"claimedAt":(%d+),"requestBytes":(%d+),"leaseExpiresAt":(%d+),"claim":"([%w%._%-]*)","effect":"(%a+_write)","toolName":(".*)}$`;
+/** Where the state's text starts in a row header, after '{"v":V,"state":"'. */
+const STATE_AT = `{"v":${V},"state":"`.length + 1;
 
 /**
- * claim. KEYS: 1 row, 2 in-flight index, 3 audit list, 4 the slot's retired claim ids.
- * ARGV: 1 toolName as a JSON string (followed by the header's conversationId and turnIndex
- * members when the claim gave them: stored by the claim that creates the row, kept by later ones), 2 effect, 3 owner, 4 leaseMs, 5 retentionMs, 6 request, 7 claim token
- * (the caller's claim id when it gave one, LEDGER-26), 8 the retired-set member of the caller's
- * claim id, or '' when it gave none.
- * a retired claim id (LEDGER-28) -> {'retired', the row's fence or 0}, nothing written, whatever the row;
- * in_flight under this very token -> the same claim: claimed with its fence, lease from now;
- * absent -> in_flight (fence 1, stores ARGV[6]); released -> in_flight (fence+1, keeps the stored request);
- * live in_flight or terminal -> existing; released under this very token -> {'released_claim', fence} (LEDGER-27);
- * expired in_flight: keyed_write -> takeover (fence+1, keeps the request), unkeyed_write -> unknown(lease_expired).
+ * The claim's answer to a finished row (a replay) or another claim's live row (the loser of a
+ * race), given before any function is made; any other row takes the general path. It accepts
+ * exactly the rows the general path's header() and inflight() read as such, without a pattern over
+ * the whole header: the head and the state are compared as strings, then each run of fields is
+ * checked by an anchored match from where the last ended. A test holds it to the general path.
  */
-export const CLAIM_LUA = `${CLOCK}
+const CLAIM_FAST = `
+  local state, f, nreq, pos, nl = nil, nil, nil, nil, nil
+  if string.sub(old, 1, ${STATE_AT - 1}) == '{"v":${V},"state":"' then f = string.find(old, '","fence":', ${STATE_AT}, true) end
+  if f then state = string.sub(old, ${STATE_AT}, f - 1) end
+  if state == 'completed' or state == 'failed' or state == 'unknown' or state == 'in_flight' then
+    -- pos: where the header's rest starts (after requestBytes' comma); it ends with '}' before the newline.
+    nreq, pos = string.match(old, '^%d+,"claimedAt":%d+,"requestBytes":(%d+),()', f + 10)
+    if pos then nl = string.find(old, '\\n', pos, true) end
+    if nl and nl > pos and string.byte(old, nl - 1) == 125 and #old >= nl + tonumber(nreq) then
+      if state ~= 'in_flight' then return {'existing', old} end
+      -- The in-flight rest: lease, claim token, effect, then the tool name's string (p: after its quote).
+      local leaseAt, claim, p = string.match(old, '^"leaseExpiresAt":(%d+),"claim":"([%w%._%-]*)","effect":"%a+_write","toolName":"()', pos)
+      if leaseAt and p < nl and claim ~= ARGV[7] and tonumber(leaseAt) > now then return {'existing', old} end
+    end
+  end
+`;
+
+/** CLAIM_LUA up to the row it found (ends inside \`if not retired\`), and from there on. */
+const CLAIM_HEAD = `${CLOCK}
 local lease = string.format('%d', now + tonumber(ARGV[4]))
 local function claimed(fence, nreq, request, tool)
   return '{"v":${V},"state":"in_flight","fence":' .. fence .. ',"claimedAt":' .. nows .. ',"requestBytes":' .. nreq ..
@@ -205,21 +214,8 @@ if not retired then
     redis.pcall('ZADD', string.sub(idx, 1, #idx - 8) .. 'rows:in_flight', nows, key)
     return {'claimed', '1', lease, 0}
   end
-  -- A finished row (a replay) or another claim's live row (the loser of a race): answered with the
-  -- checks header() and inflight() make below, before any more functions are made; any other
-  -- row takes the general path below.
-  local nl = string.find(old, '\\n', 1, true)
-  if nl then
-    local state, _, _, nreq, rest = string.match(string.sub(old, 1, nl - 1), '${ROW_HEADER}')
-    if state and #old >= nl + tonumber(nreq) then
-      if state == 'completed' or state == 'failed' or state == 'unknown' then return {'existing', old} end
-      if state == 'in_flight' then
-        local leaseAt, claim = string.match(rest, '${INFLIGHT_REST}')
-        if leaseAt and claim ~= ARGV[7] and tonumber(leaseAt) > now then return {'existing', old} end
-      end
-    end
-  end
-end
+`;
+const CLAIM_REST = `end
 ${WRITERS}${READERS}
 if retired then
   local row = redis.pcall('GET', key)
@@ -279,6 +275,23 @@ unindex()
 return {'existing', unknown}
 `;
 
+/**
+ * claim. KEYS: 1 row, 2 in-flight index, 3 audit list, 4 the slot's retired claim ids.
+ * ARGV: 1 toolName as a JSON string (followed by the header's conversationId and turnIndex
+ * members when the claim gave them: stored by the claim that creates the row, kept by later ones), 2 effect, 3 owner, 4 leaseMs, 5 retentionMs, 6 request, 7 claim token
+ * (the caller's claim id when it gave one, LEDGER-26), 8 the retired-set member of the caller's
+ * claim id, or '' when it gave none.
+ * a retired claim id (LEDGER-28) -> {'retired', the row's fence or 0}, nothing written, whatever the row;
+ * in_flight under this very token -> the same claim: claimed with its fence, lease from now;
+ * absent -> in_flight (fence 1, stores ARGV[6]); released -> in_flight (fence+1, keeps the stored request);
+ * live in_flight or terminal -> existing; released under this very token -> {'released_claim', fence} (LEDGER-27);
+ * expired in_flight: keyed_write -> takeover (fence+1, keeps the request), unkeyed_write -> unknown(lease_expired).
+ */
+export const CLAIM_LUA = `${CLAIM_HEAD}${CLAIM_FAST}${CLAIM_REST}`;
+
+/** CLAIM_LUA without its fast path: what the fast path is held to (tests only, not exported by the package). */
+export const CLAIM_GENERAL_LUA = `${CLAIM_HEAD}${CLAIM_REST}`;
+
 /** Shared ownership check: the row must be in_flight AND carry exactly this fence (LEDGER-5). ARGV[1] = fence. */
 const OWNED_READ = `
 local old = redis.pcall('GET', key)
@@ -307,8 +320,8 @@ return {'ok', lease}
  * The common finish, the caller's own row in flight under its fence, finished as completed, failed
  * or released, read without a pattern over the whole header: the head up to claimedAt is compared
  * as one string (state and fence), and each field after it is checked by an anchored find from
- * where the last one ended, which also gives its end. It accepts exactly the rows INFLIGHT_HEADER
- * matches at fence ARGV[1] (a test holds it to the general path below), and the finished header
+ * where the last one ended, which also gives its end. It accepts exactly the in-flight rows header() and
+ * inflight() read at fence ARGV[1] (a test holds it to the general path below), and the finished header
  * is spliced from the in-flight one: claimedAt and requestBytes, then effect, toolName and the
  * header's tail with the stored request, each copied as one run of bytes. A row it does not accept
  * goes on to the general path, unchanged. The pattern it replaces cost about 19k of a finish's
