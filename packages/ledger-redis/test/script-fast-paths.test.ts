@@ -106,6 +106,11 @@ const row = fc.record({
 
 type Row = typeof row extends fc.Arbitrary<infer R> ? R : never;
 
+/** The row with an effect and a claim token the claim script can write. */
+function wellFormed(r: Row): Row {
+  return { ...r, effect: r.effect.startsWith("un") ? "unkeyed_write" : "keyed_write", claim: r.claim.replace(/[^\w.-]/g, "x") };
+}
+
 function written(r: Row, requestBytes = Buffer.byteLength(r.request)): string {
   return (
     `{"v":1,"state":"in_flight","fence":${r.fence},"claimedAt":${r.claimedAt},"requestBytes":${requestBytes},` +
@@ -143,7 +148,7 @@ describe("FINISH_LUA's fast path is the general path (issue 14)", () => {
         fc.boolean(),
         async (r0, d0, state, fenceOf0, bytesOff0, body, clean) => {
           // Half the cases are rows as written, finished under their fence: the fast path's own.
-          const r = clean ? { ...r0, effect: r0.effect.startsWith("un") ? "unkeyed_write" : "keyed_write", claim: r0.claim.replace(/[^\w.-]/g, "x") } : r0;
+          const r = clean ? wellFormed(r0) : r0;
           const d = clean ? { ...d0, kind: "none" } : d0;
           const fenceOf = clean ? "row" : fenceOf0;
           const bytesOff = clean ? 0 : bytesOff0;
@@ -227,7 +232,7 @@ describe("CLAIM_LUA's fast path is the general path (issue 14)", () => {
         fc.boolean(),
         fc.boolean(),
         async (r0, d0, state, leaseOf, sameToken, clean) => {
-          const r = clean ? { ...r0, effect: r0.effect.startsWith("un") ? "unkeyed_write" : "keyed_write", claim: r0.claim.replace(/[^\w.-]/g, "x") } : r0;
+          const r = clean ? wellFormed(r0) : r0;
           const parts = { ...r, lease: leaseOf === "live" ? "9999999999999" : r.lease.slice(0, 12) };
           const whole =
             state === "in_flight" ? written(parts) : writtenAs(state === "releasedWithClaim" ? "released" : state, parts, state === "releasedWithClaim");
