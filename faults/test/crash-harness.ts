@@ -19,8 +19,8 @@ import { SqliteLedger } from "@dispatch-once/ledger-sqlite";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import * as openai from "@dispatch-once/mock-openai";
 import { say, scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider, type Script } from "@dispatch-once/mock-provider";
-import type { ConversationStoreConfig, CrashPoint, CrashWorkerConfig, FromWorker, LedgerConfig, ProviderKind, RecordLike, ToWorker } from "./crash-protocol.js";
-import { DATABASE_URL, redisStore, type StoreUnderTest } from "./stores.js";
+import type { CallPoint, ConversationStoreConfig, CrashPoint, CrashWorkerConfig, FromWorker, LedgerConfig, ProviderKind, RecordLike, ToWorker } from "./crash-protocol.js";
+import { DATABASE_URL, StoreProxy, redisStore, type StoreUnderTest } from "./stores.js";
 
 const WORKER = fileURLToPath(new URL("./crash-worker.ts", import.meta.url));
 /** The dispatcher's lease and the turn lease of every runner process: short, so a dead holder's run out soon. */
@@ -152,7 +152,9 @@ export interface World {
   ledgerKind: LedgerKind;
   storeKind: StoreKind;
   /** Starts a runner process over the world's stores (not yet sent anything). */
-  runner(options?: { crashAt?: CrashPoint; occurrence?: number }): RunnerProcess;
+  runner(options?: { crashAt?: CrashPoint; occurrence?: number; call?: CallPoint }): RunnerProcess;
+  /** With `storeProxy`: the TCP proxy between the runner processes and the PostgreSQL conversation store, and the PostgreSQL ledger if it is one (the parent reads past it). */
+  proxy?: StoreProxy;
   /** Readers of the same stores (the parent's own connections). */
   ledger: Ledger;
   store: ConversationStore;
@@ -224,7 +226,44 @@ function judge(effects: Effect[], rows: LedgerRow[], log: string, records: Recor
   return violations;
 }
 
-export async function makeWorld(options: { provider?: ProviderKind; ledger: LedgerKind; store: StoreKind; script?: () => Reply }): Promise<World> {
+/** What a runner process told its client: an answer or a refusal (with its failed-turn record, if any). */
+export type ClientAnswer = Extract<FromWorker, { type: "answered" | "refused" }>;
+
+/**
+ * Every client answer true: each call an answer reports with a result names the effect made under
+ * its own key (and that effect exists); no record a client was given says not_happened of a key
+ * whose effect happened, nor happened of a key without effect.
+ */
+export function judgeAnswers(effects: Effect[], answers: readonly { who: string; answer: ClientAnswer }[]): string[] {
+  const violations: string[] = [];
+  const byKey = new Map<string, Effect[]>();
+  for (const e of effects) byKey.set(e.key, [...(byKey.get(e.key) ?? []), e]);
+  const told = (who: string, entries: readonly { key?: string; effect: string }[]) => {
+    for (const entry of entries) {
+      if (entry.key === undefined) continue;
+      if (entry.effect === "not_happened" && byKey.has(entry.key)) violations.push(`false answer: ${who} was told not_happened of key ${entry.key}, whose effect happened`);
+      if (entry.effect === "happened" && !byKey.has(entry.key)) violations.push(`false answer: ${who} was told happened of key ${entry.key}, which has no effect`);
+    }
+  };
+  for (const { who, answer } of answers) {
+    if (answer.type === "refused") {
+      if (answer.record !== undefined) told(who, [...answer.record.effects, ...answer.record.calls]);
+      continue;
+    }
+    for (const t of answer.result.turns) {
+      for (const call of t.calls) {
+        if (call.key === undefined || call.result === undefined) continue;
+        const named = JSON.stringify(call.result).match(RESOURCE_ID) ?? [];
+        const made = (byKey.get(call.key) ?? []).map((e) => e.resourceId);
+        for (const id of named) if (!made.includes(id)) violations.push(`false answer: ${who} was told ${call.name} made ${id} under key ${call.key}, which made ${made.join(", ") || "nothing"}`);
+      }
+    }
+    for (const r of answer.result.records ?? []) told(who, [...(r.effects ?? []), ...(r.calls ?? [])]);
+  }
+  return violations;
+}
+
+export async function makeWorld(options: { provider?: ProviderKind; ledger: LedgerKind; store: StoreKind; script?: () => Reply; storeProxy?: boolean }): Promise<World> {
   const providerKind = options.provider ?? "anthropic";
   const provider: MockProvider | openai.MockOpenAI =
     providerKind === "openai"
@@ -291,6 +330,21 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
     await reader.migrate();
     store = reader;
   }
+  let proxy: StoreProxy | undefined;
+  if (options.storeProxy === true) {
+    if (storeConfig.kind !== "postgres") throw new Error("storeProxy: only a PostgreSQL conversation store has a server to put a proxy before");
+    const target = new URL(DATABASE_URL);
+    const started = await StoreProxy.start({ host: target.hostname, port: Number(target.port || 5432) });
+    proxy = started;
+    const url = new URL(DATABASE_URL);
+    url.hostname = "127.0.0.1";
+    url.port = String(started.port);
+    storeConfig = { ...storeConfig, url: url.toString() };
+    // A PostgreSQL ledger is on the same server: its faults are the ledger's too.
+    if (ledgerConfig.kind === "postgres") ledgerConfig = { ...ledgerConfig, url: url.toString() };
+    // Closed before the schema is dropped (cleanups run last to first).
+    cleanups.push(() => started.close());
+  }
   const started: RunnerProcess[] = [];
 
   return {
@@ -303,6 +357,7 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
     storeKind: options.store,
     ledger,
     store,
+    ...(proxy !== undefined ? { proxy } : {}),
     runner: (crash = {}) => {
       const process = new RunnerProcess({
         provider: providerKind,

@@ -6,7 +6,19 @@
  * response.completed, meanwhile); after that event, before the turn's commit; inside the commit's transaction; after the commit, before
  * whatever the runner writes next.
  */
-export type CrashPoint = "after_accept" | "after_complete" | "before_commit" | "during_commit" | "after_commit";
+export type CrashPoint = "after_accept" | "after_complete" | "before_commit" | "during_commit" | "after_commit" | "at_call";
+
+/**
+ * The chaos suite's unnamed points (chaos.test.ts): right before or right after the `n`-th call
+ * (1-based) of a conversation store or ledger write method, whatever the turn is doing then; or
+ * ("commit", a PostgreSQL conversation store's method) parked on that call's COMMIT, sent once
+ * the parent lets it go.
+ */
+export interface CallPoint {
+  method: string;
+  n: number;
+  side: "before" | "after" | "commit";
+}
 
 export type LedgerConfig =
   | { kind: "sqlite"; path: string }
@@ -30,13 +42,15 @@ export interface CrashWorkerConfig {
   crashAt?: CrashPoint;
   /** Which passage of `crashAt` stops the process (default the first). */
   occurrence?: number;
+  /** With crashAt "at_call": which store or ledger call stops the process. */
+  call?: CallPoint;
 }
 
 export type ToWorker = { type: "send"; conversationId: string; message: { id: string; content: string } } | { type: "continue" };
 
 export type FromWorker =
   | { type: "ready" }
-  | { type: "reached"; point: CrashPoint }
+  | { type: "reached"; point: CrashPoint; detail?: string }
   | { type: "answered"; result: SentResult }
   | { type: "refused"; code: string; message: string; record?: FailedRecord };
 

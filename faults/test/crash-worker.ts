@@ -40,10 +40,55 @@ async function point(at: CrashPoint): Promise<void> {
   const n = (passed.get(at) ?? 0) + 1;
   passed.set(at, n);
   if (config.crashAt !== at || (config.occurrence ?? 1) !== n) return;
-  await new Promise<void>((resolve) => {
+  await park(at);
+}
+
+function park(at: CrashPoint, detail?: string): Promise<void> {
+  return new Promise<void>((resolve) => {
     resume = resolve;
-    say({ type: "reached", point: at });
+    say({ type: "reached", point: at, ...(detail !== undefined ? { detail } : {}) });
   });
+}
+
+/** How many times each store or ledger write method has been called (the chaos suite's "at_call" points). */
+const calls = new Map<string, number>();
+/** Set while the chosen call runs, when its point is its COMMIT: the PostgreSQL store's COMMIT parks on it. */
+let commitOf: string | undefined;
+
+/**
+ * Wraps `methods` of `target` so that the configured "at_call" point parks right before or right
+ * after its n-th call. The call's outcome (a value or an error) is kept while parked after it.
+ */
+function watchCalls<T extends object>(target: T, methods: readonly string[]): void {
+  const chosen = config.crashAt === "at_call" ? config.call : undefined;
+  if (chosen === undefined) return;
+  for (const method of methods) {
+    const original = (target as Record<string, unknown>)[method];
+    if (typeof original !== "function") continue;
+    const bound = (original as (...args: unknown[]) => Promise<unknown>).bind(target);
+    (target as Record<string, unknown>)[method] = async (...args: unknown[]) => {
+      const n = (calls.get(method) ?? 0) + 1;
+      calls.set(method, n);
+      const here = chosen.method === method && chosen.n === n;
+      if (here && chosen.side === "before") await park("at_call", `before ${method} #${n}`);
+      if (here && chosen.side === "commit") {
+        commitOf = `the COMMIT of ${method} #${n}`;
+        try {
+          return await bound(...args);
+        } finally {
+          commitOf = undefined;
+        }
+      }
+      if (!(here && chosen.side === "after")) return bound(...args);
+      const settled = await bound(...args).then(
+        (value) => ({ ok: true as const, value }),
+        (error: unknown) => ({ ok: false as const, error }),
+      );
+      await park("at_call", `after ${method} #${n} (${settled.ok ? "answered" : "failed"})`);
+      if (!settled.ok) throw settled.error;
+      return settled.value;
+    };
+  }
 }
 
 async function openLedger(): Promise<Ledger> {
@@ -80,7 +125,7 @@ async function openStore(): Promise<ConversationStore> {
   const { PostgresConversationStore } = await import("@dispatch-once/conversation-postgres");
   const pool = new pg.Pool({ connectionString: s.url });
   pool.on("error", () => {});
-  if (config.crashAt === "during_commit") {
+  if (config.crashAt === "during_commit" || config.call?.side === "commit") {
     // Park on commitTurn's COMMIT, after its INSERT ran inside the open transaction: the parent
     // SIGKILLs the process there, and the server sees the connection die mid-transaction.
     const watched = new WeakSet<pg.PoolClient>();
@@ -94,6 +139,11 @@ async function openStore(): Promise<ConversationStore> {
         const name = typeof first === "object" && first !== null ? (first as { name?: string }).name : undefined;
         if (typeof name === "string" && name.endsWith("_insert_turn")) inserted = true;
         if (first === "COMMIT" && inserted) await point("during_commit");
+        if (first === "COMMIT" && commitOf !== undefined) {
+          const at = commitOf;
+          commitOf = undefined;
+          await park("at_call", at);
+        }
         if (first === "COMMIT" || first === "ROLLBACK") inserted = false;
         return query(...args);
       };
@@ -160,6 +210,9 @@ ledger.complete = async (...args) => {
   return done;
 };
 const store = await openStore();
+// The write methods a turn calls in order (renewLease runs on a timer and is not counted: its count is not deterministic).
+watchCalls(store, ["appendUserMessage", "acquireLease", "beginTurn", "commitTurn", "failMessage", "addRecord", "releaseLease", "releaseLeaseGrant"]);
+watchCalls(ledger, ["claim", "complete", "fail", "markUnknown", "release"]);
 if (plants.has("record-after-commit")) Object.assign(store, { capabilities: { ...store.capabilities, recordsWithCommit: false } });
 const commitTurn = store.commitTurn.bind(store);
 store.commitTurn = async (conversationId, commit) => {

@@ -75,6 +75,7 @@ export class StoreProxy {
   private readonly pairs = new Set<{ client: Socket; upstream: Socket; held: Array<[Socket, Buffer]> }>();
   private frozen = false;
   private refusing = false;
+  private losing = false;
   private constructor(private readonly server: Server, readonly port: number) {}
 
   static async start(target: { host: string; port: number }): Promise<StoreProxy> {
@@ -95,7 +96,11 @@ export class StoreProxy {
     const pair = { client, upstream, held: [] as Array<[Socket, Buffer]> };
     this.pairs.add(pair);
     client.on("data", (chunk: Buffer) => (this.frozen ? pair.held.push([upstream, chunk]) : upstream.write(chunk)));
-    upstream.on("data", (chunk: Buffer) => (this.frozen ? pair.held.push([client, chunk]) : client.write(chunk)));
+    upstream.on("data", (chunk: Buffer) => {
+      if (this.losing) return; // a reply lost on the way: the server did the work
+      if (this.frozen) pair.held.push([client, chunk]);
+      else client.write(chunk);
+    });
     const drop = () => {
       this.pairs.delete(pair);
       client.destroy();
@@ -115,6 +120,19 @@ export class StoreProxy {
       for (const [to, chunk] of pair.held.splice(0)) if (!to.destroyed) to.write(chunk);
       if (pair.client.destroyed) pair.upstream.end();
     }
+  }
+
+  /**
+   * Replies lost: for `ms` the server's answers are dropped (what the clients send still runs),
+   * then every connection is cut and new ones are refused for `outageMs`: a client whose COMMIT
+   * was sent meanwhile never learns that it applied.
+   */
+  async loseReplies(ms: number, outageMs = 0): Promise<void> {
+    this.losing = true;
+    await sleep(ms);
+    const cut = this.cut(outageMs);
+    this.losing = false;
+    await cut;
   }
 
   /** Restarted or unreachable for `ms`: every connection dropped at once, new ones refused. */
