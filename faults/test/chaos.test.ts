@@ -17,12 +17,19 @@
 import { describe, expect, it, vi } from "vitest";
 import { runScenario, scenarioOf } from "./chaos-harness.js";
 
-vi.setConfig({ testTimeout: 60_000, maxConcurrency: 2 });
+// Under a loaded machine a scenario takes far longer than its ~10 s (three processes start).
+vi.setConfig({ testTimeout: 120_000, maxConcurrency: 2 });
 
 const BASE = process.env.CHAOS_SEED === undefined ? undefined : Number(process.env.CHAOS_SEED);
 const RUNS = process.env.CHAOS_RUNS === undefined ? undefined : Number(process.env.CHAOS_RUNS);
-/** The bounded CI set: seeds whose scenarios cover every action and a rival of each kind (README). */
-const CI_SEEDS = [1, 2, 3, 4];
+/**
+ * The bounded CI set (README): seed 29, a runner paused past its leases before its commit while a
+ * re-send of m1 and a new message m2 race for the conversation (fails with FAULT_PLANT
+ * volatile-ledger,no-key: a second payment); seed 40, the COMMIT of the turn that paid applied and
+ * its reply lost (every connection cut) on a PostgreSQL ledger and conversation store, the same
+ * race meanwhile (fails with FAULT_PLANT unguarded-store: the runner process dies).
+ */
+const CI_SEEDS = [29, 40];
 const seeds = BASE === undefined && RUNS === undefined ? CI_SEEDS : Array.from({ length: RUNS ?? 1 }, (_, i) => (BASE ?? 1) + i);
 
 describe.concurrent("chaos: random faults over whole turns, above the ledger", () => {

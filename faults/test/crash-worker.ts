@@ -26,7 +26,9 @@ const config = JSON.parse(process.argv[2]!) as CrashWorkerConfig;
  * with the process); "no-key" sends no Idempotency-Key downstream; "lazy-commit" reaches
  * after_commit before the commit is written (a store that acknowledges a commit it has not made
  * durable yet); "record-after-commit" hides the store's recordsWithCommit, so the runner writes a
- * committed turn's record after the commit (RECORD-8 before the crash suite found the gap).
+ * committed turn's record after the commit (RECORD-8 before the crash suite found the gap);
+ * "unguarded-store" drops the PostgreSQL conversation store's 'error' listener on the clients it
+ * checks out (the chaos suite's lost COMMIT replies then kill the process).
  */
 const plants = new Set((process.env.FAULT_PLANT ?? "").split(",").filter((p) => p !== ""));
 const say = (message: FromWorker) => process.send?.(message);
@@ -125,6 +127,19 @@ async function openStore(): Promise<ConversationStore> {
   const { PostgresConversationStore } = await import("@dispatch-once/conversation-postgres");
   const pool = new pg.Pool({ connectionString: s.url });
   pool.on("error", () => {});
+  if (plants.has("unguarded-store")) {
+    // The store's own 'error' listener on a checked-out client is dropped: a connection that dies
+    // under a transaction (a COMMIT's reply lost) is then an uncaught error that kills the process.
+    const connect = pool.connect.bind(pool) as (...args: unknown[]) => Promise<pg.PoolClient>;
+    (pool as unknown as { connect: (...args: unknown[]) => unknown }).connect = (...args: unknown[]) =>
+      args.length > 0
+        ? connect(...args)
+        : connect().then((client) => {
+            const on = client.on.bind(client) as (event: string, listener: (...a: unknown[]) => void) => pg.PoolClient;
+            (client as unknown as { on: unknown }).on = (event: string, listener: (...a: unknown[]) => void) => (event === "error" ? client : on(event, listener));
+            return client;
+          });
+  }
   if (config.crashAt === "during_commit" || config.call?.side === "commit") {
     // Park on commitTurn's COMMIT, after its INSERT ran inside the open transaction: the parent
     // SIGKILLs the process there, and the server sees the connection die mid-transaction.
