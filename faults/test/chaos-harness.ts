@@ -3,22 +3,11 @@
  * over the crash suite's world (crash-harness.ts) and judges it with the crash suite's oracle and
  * the answers every process gave its client.
  */
+import { mulberry32 } from "@dispatch-once/conformance/ledger";
 import type { CallPoint, CrashPoint } from "./crash-protocol.js";
-import { LEASE_MS, judgeAnswers, makeWorld, type ClientAnswer, type LedgerKind, type ProviderKind, type RunnerProcess } from "./crash-harness.js";
+import { EVERY_POINT, LEASE_MS, judgeAnswers, makeWorld, type ClientAnswer, type LedgerKind, type ProviderKind, type RunnerProcess } from "./crash-harness.js";
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** mulberry32: a small seeded generator, so a seed replays every choice. */
-function generator(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 type Action = "kill" | "pause" | "freeze" | "cut" | "lose_reply";
 /** What a second process does meanwhile: re-sends m1 (a client retry or a queue's redelivery), sends a new message m2, both at once (a third process), or nothing. */
@@ -42,14 +31,6 @@ export interface Scenario {
 
 const CONTENTS = ["pay acme", "pay acme", "pay acme and bob", "invoice acme"];
 const OTHER_WORDS: Record<string, string> = { "pay acme": "invoice acme", "invoice acme": "pay acme", "pay acme and bob": "pay acme" };
-const NAMED: [CrashPoint, number][] = [
-  ["after_accept", 1],
-  ["after_complete", 1],
-  ["before_commit", 1],
-  ["during_commit", 1],
-  ["after_commit", 1],
-  ["after_commit", 2],
-];
 /** Write calls a paying message passes (twice for a turn's begin and commit, a call's claim and complete); failMessage and addRecord only on a fault's path. */
 const CALLS: CallPoint["method"][] = ["appendUserMessage", "acquireLease", "beginTurn", "beginTurn", "commitTurn", "commitTurn", "commitTurn", "releaseLease", "claim", "complete", "complete", "failMessage", "addRecord"];
 
@@ -57,7 +38,7 @@ const CALLS: CallPoint["method"][] = ["appendUserMessage", "acquireLease", "begi
 const TRANSACTIONS = ["appendUserMessage", "acquireLease", "beginTurn", "commitTurn", "failMessage", "addRecord"];
 
 export function scenarioOf(seed: number): Scenario {
-  const random = generator(seed);
+  const random = mulberry32(seed);
   const pick = <T>(list: readonly T[]): T => list[Math.floor(random() * list.length)]!;
   const provider = pick<ProviderKind>(["anthropic", "anthropic", "openai"]);
   const ledger = pick<LedgerKind>(["sqlite", "redis", "postgres"]);
@@ -66,7 +47,7 @@ export function scenarioOf(seed: number): Scenario {
   let occurrence = 1;
   let call: CallPoint | undefined;
   if (random() < 0.5) {
-    [crashAt, occurrence] = pick(NAMED);
+    [crashAt, occurrence] = pick(EVERY_POINT);
   } else {
     crashAt = "at_call";
     const method = pick(CALLS);

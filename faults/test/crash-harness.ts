@@ -226,6 +226,16 @@ function judge(effects: Effect[], rows: LedgerRow[], log: string, records: Recor
   return violations;
 }
 
+/** Every named point, with the passage that stops the runner (after_commit #1: the turn that paid; #2: the last). */
+export const EVERY_POINT: [CrashPoint, number][] = [
+  ["after_accept", 1],
+  ["after_complete", 1],
+  ["before_commit", 1],
+  ["during_commit", 1],
+  ["after_commit", 1],
+  ["after_commit", 2],
+];
+
 /** What a runner process told its client: an answer or a refusal (with its failed-turn record, if any). */
 export type ClientAnswer = Extract<FromWorker, { type: "answered" | "refused" }>;
 

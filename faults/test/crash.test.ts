@@ -10,7 +10,7 @@
  */
 import { describe, expect, it, vi } from "vitest";
 import type { CrashPoint } from "./crash-protocol.js";
-import { LEASE_MS, PAY_ACME, makeWorld, type LedgerKind, type ProviderKind, type StoreKind, type World } from "./crash-harness.js";
+import { EVERY_POINT, LEASE_MS, PAY_ACME, makeWorld, type LedgerKind, type ProviderKind, type StoreKind, type World } from "./crash-harness.js";
 
 // A runner that hangs fails its test well before the package's default (120 s).
 vi.setConfig({ testTimeout: 30_000, maxConcurrency: 2 });
@@ -57,14 +57,6 @@ const invoicesOf = (w: World) => w.payments.effects().filter((e) => e.account ==
 // output_item.done, long before response.completed), so it runs the points that window decides,
 // to keep the suite's time: the row completed while response.completed is held, and a commit
 // dying with its connection (every point passed when measured: 9 tests, about 45 s more).
-const EVERY_POINT: [CrashPoint, number][] = [
-  ["after_accept", 1],
-  ["after_complete", 1],
-  ["before_commit", 1],
-  ["during_commit", 1],
-  ["after_commit", 1],
-  ["after_commit", 2],
-];
 describe.concurrent.each<[ProviderKind, LedgerKind, StoreKind, [CrashPoint, number][]]>([
   ["anthropic", "sqlite", "sqlite", EVERY_POINT],
   ["anthropic", "postgres", "postgres", [["after_accept", 1], ["during_commit", 1], ["after_commit", 1]]],
