@@ -30,6 +30,8 @@ export interface Scenario {
 }
 
 const CONTENTS = ["pay acme", "pay acme", "pay acme and bob", "invoice acme"];
+/** How many effects each request asks for. */
+const ASKED: Record<string, number> = { "pay acme": 1, "invoice acme": 1, "pay acme and bob": 2 };
 const OTHER_WORDS: Record<string, string> = { "pay acme": "invoice acme", "invoice acme": "pay acme", "pay acme and bob": "pay acme" };
 /** Write calls a paying message passes (twice for a turn's begin and commit, a call's claim and complete); failMessage and addRecord only on a fault's path. */
 const CALLS: CallPoint["method"][] = ["appendUserMessage", "acquireLease", "beginTurn", "beginTurn", "commitTurn", "commitTurn", "commitTurn", "releaseLease", "claim", "complete", "complete", "failMessage", "addRecord"];
@@ -227,6 +229,12 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
       const stored = (await world.store.turnsOf(conversation, messageId)).map((t) => t.turnIndex);
       const given = answer.result.turns.map((t) => t.turnIndex);
       if (JSON.stringify(given) !== JSON.stringify(stored)) violations.push(`partial answer: ${who} answered ${messageId} with turns [${given.join(", ")}], the store holds [${stored.join(", ")}]`);
+    }
+    // Each thing asked for happened once: an answered message's turns name one effect per thing it asked for, each made once.
+    for (const m of messages) {
+      if (audit.messages[m.id] !== "answered") continue;
+      const named = new Set(JSON.stringify(await world.store.turnsOf(conversation, m.id)).match(/\b(?:pay|inv)_[0-9a-f]{24}\b/g) ?? []);
+      if (named.size !== ASKED[m.content]) violations.push(`not done once: ${m.id} ("${m.content}") was answered naming ${named.size} effects (${[...named].join(", ")}), not ${ASKED[m.content]}`);
     }
     for (const m of messages) {
       const state = audit.messages[m.id];
