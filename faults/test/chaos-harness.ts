@@ -254,6 +254,7 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
     await world.close();
     lap("closed");
   }
-  return { scenario: describeScenario(s), violations, first, answers };
+  const told = answers.map(({ who, answer }) => `${who}: ${answer.type === "answered" ? "answered" : `refused ${answer.code}`}`).join("; ");
+  return { scenario: describeScenario(s), violations, first: `${first}; told ${told}`, answers };
 }
 
