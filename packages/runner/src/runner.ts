@@ -901,7 +901,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           messageId,
           turnIndex,
           attempt,
-          calls: records,
+          calls: await this.asOfTakeover(records),
           resumed: resumedTurn(snapshot),
           at: new Date().toISOString(),
         };
@@ -924,7 +924,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     } catch (error) {
       if (!isDispatchOnceError(error, "conversation_lease_lost")) throw error;
       // Lost the conversation meanwhile: the record still goes beside it; the new holder carries on.
-      await store.addRecord(conversationId, record as unknown as JsonValue);
+      const calls = await this.asOfTakeover(record.calls);
+      const told: FailedTurnRecord = { ...record, calls, effects: summarizeEffects(calls) };
+      await store.addRecord(conversationId, told as unknown as JsonValue);
       return { kind: "superseded" };
     }
     this.emit({ type: "turn_failed", conversationId, turnIndex, attempt, record });
@@ -1106,6 +1108,42 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     });
     if (!resumed) return records;
     return records.map((call) => forResumedTurn(call, this.options.dispatcher.effectClassOf?.(call.name) === "read"));
+  }
+
+  /**
+   * The calls of a record written after another holder took the conversation over (TURN-13,
+   * RECORD-5). Keys come from the turn index, not from the holder: the new holder runs the same
+   * keys, so this attempt's own "not performed" says nothing of its run. Each call this attempt
+   * saw as not having happened is read again in the ledger: completed (or failed with its result
+   * not storable) is `happened`, another definite failure stays `not_happened` (a failed row is
+   * final, LEDGER-8), and anything else (no row, in flight, released, unknown, the ledger out of
+   * reach) is `may_have_happened`: the new holder may be running it right now.
+   */
+  private async asOfTakeover(calls: CallRecord[]): Promise<CallRecord[]> {
+    const ledger = (this.options.dispatcher as { ledger?: { lookup?: (key: string) => Promise<LedgerRow | undefined> } }).ledger;
+    const rows = new Map<string, Promise<LedgerRow | undefined | "unreadable">>();
+    const rowOf = (key: string) => {
+      let row = rows.get(key);
+      if (row === undefined) {
+        row = typeof ledger?.lookup === "function" ? ledger.lookup(key).catch(() => "unreadable" as const) : Promise.resolve("unreadable" as const);
+        rows.set(key, row);
+      }
+      return row;
+    };
+    return Promise.all(
+      calls.map(async (call): Promise<CallRecord> => {
+        if (call.effect !== "not_happened" || call.key === undefined) return call;
+        const row = await rowOf(call.key);
+        if (row !== "unreadable" && row?.state === "completed") {
+          return { ...call, effect: "happened", summary: `${call.summary}; performed under the same key by the holder that took the turn over` };
+        }
+        if (row !== "unreadable" && row?.state === "failed") {
+          if (row.error?.code === "result_not_storable") return { ...call, effect: "happened", summary: `${call.summary}; performed under the same key by the holder that took the turn over (its result could not be stored)` };
+          return call;
+        }
+        return { ...call, effect: "may_have_happened", summary: `${call.summary}; the holder that took the turn over runs the same key and may have performed it` };
+      }),
+    );
   }
 
   private failedTurnRecord(snapshot: TurnSnapshot, attempts: number, failure: AttemptFailure | undefined, calls: CallRecord[]): FailedTurnRecord {
