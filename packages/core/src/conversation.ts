@@ -44,6 +44,16 @@ export interface StoredMessage {
    * window was checked at the reopen, and the rows of the first attempts keep aging.
    */
   firstFailedAt?: number;
+  /**
+   * When the message was FIRST bound to its turn index (TURN-11), in store-clock milliseconds,
+   * written in the same step as the binding and kept across take-overs, reopens and restarts;
+   * absent until it is first bound. Given by a store that declares `supports.boundAt`, and absent
+   * from one without it and for a row bound before the store kept it. A runner that resumes the
+   * turn of a message that never failed (its holder died before the commit, TURN-15) checks the
+   * re-send window from it before any attempt (TURN-12): nothing else dates such a message, and
+   * the ledger may have swept the rows of the dead holder's calls.
+   */
+  boundAt?: number;
 }
 
 export interface AppendResult {
@@ -180,6 +190,14 @@ export interface ConversationStoreSupports {
    * `reopenWithinMs` there too (TURN-17), so that a listing tells what a re-send would do.
    */
   reopenWindow?: boolean;
+  /**
+   * The binding's time (TURN-11, TURN-12): every bound message shows `boundAt`, the store-clock
+   * time it was first bound, written in the same step as the binding and kept across take-overs,
+   * reopens and restarts, so that a runner can refuse to resume, past its re-send window, the
+   * turn of a message that never failed. A runner without it cannot date such a message and
+   * resumes it whenever it is driven again.
+   */
+  boundAt?: boolean;
 }
 
 /** What a lease grant id looks like (TURN-10): LEDGER-26's claim id form, URL-safe and unguessable. */

@@ -76,7 +76,7 @@ export class MemoryConversationStore implements ConversationStore {
     clock: "process",
     sharedAcrossProcesses: false,
     recordsWithCommit: true,
-    supports: { leaseGrants: true, reopenWindow: true },
+    supports: { leaseGrants: true, reopenWindow: true, boundAt: true },
   };
   private readonly conversations = new Map<string, Conversation>();
   private readonly now: () => number;
@@ -215,6 +215,8 @@ export class MemoryConversationStore implements ConversationStore {
       current.state = "in_progress";
       // A reopened message keeps the index of its first turn (TURN-11, TURN-12).
       current.turnIndex ??= conversation.turns.length;
+      // The first binding's time, in the binding's step; a reopen or a take-over keeps it (TURN-12).
+      current.boundAt ??= this.now();
       conversation.lastBound = current.id;
     }
     const turnIndex = conversation.turns.length;

@@ -656,29 +656,43 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * lease). A store without the capability shows no `firstFailedAt` (nor does a row an older
    * version reopened before it kept the first failure): for a resumed turn (a reopened message's
    * always is, TURN-15) the first failure is then the earliest failed-turn record of the message
-   * kept beside the conversation (`firstFailureFromRecords`), on the process clock. At or past
-   * `resendWindowMs`: the failed-turn record to store instead of running it; "lost" when the
-   * lease is gone; undefined to run it.
+   * kept beside the conversation (`firstFailureFromRecords`), on the process clock. A resumed
+   * turn of a message with no failed-turn record never failed: its holder died before the commit,
+   * perhaps after a payment, and only the binding's time (`boundAt`, a store with
+   * `supports.boundAt`) dates the rows of its calls; the window is read from it on the store's
+   * clock. A message the store cannot date (no `boundAt`: a row bound before the store kept it)
+   * runs, as before. At or past `resendWindowMs`: the failed-turn record to store instead of
+   * running it; "lost" when the lease is gone; undefined to run it.
    */
   private async resumedPastWindow(snapshot: TurnSnapshot, fence: number): Promise<FailedTurnRecord | "lost" | undefined> {
-    const { store } = this.options;
-    const shown = store.capabilities?.supports?.reopenWindow === true ? snapshot.message.firstFailedAt : undefined;
-    if (shown === undefined) {
-      if (!resumedTurn(snapshot)) return undefined;
-      const first = await this.firstFailureFromRecords(snapshot.conversationId, snapshot.message.id);
-      if (first === undefined || Date.now() - first < this.resendWindowMs) return undefined;
-      return this.pastWindowRecord(snapshot);
-    }
+    const supports = this.options.store.capabilities?.supports;
+    const shown = supports?.reopenWindow === true ? snapshot.message.firstFailedAt : undefined;
+    if (shown !== undefined) return this.pastWindowOnStoreClock(snapshot, fence, shown, "first_failure");
+    if (!resumedTurn(snapshot)) return undefined;
+    const first = await this.firstFailureFromRecords(snapshot.conversationId, snapshot.message.id);
+    if (first !== undefined) return Date.now() - first < this.resendWindowMs ? undefined : this.pastWindowRecord(snapshot, "first_failure");
+    const boundAt = supports?.boundAt === true ? snapshot.message.boundAt : undefined;
+    if (boundAt === undefined) return undefined;
+    return this.pastWindowOnStoreClock(snapshot, fence, boundAt, "binding");
+  }
+
+  /** Whether `since` (store clock) is at least the re-send window ago, read on the store's clock under the fence. */
+  private async pastWindowOnStoreClock(
+    snapshot: TurnSnapshot,
+    fence: number,
+    since: number,
+    from: "first_failure" | "binding",
+  ): Promise<FailedTurnRecord | "lost" | undefined> {
     let storeNow: number;
     try {
       const leaseMs = Math.ceil(this.leaseMs);
-      storeNow = (await store.renewLease(snapshot.conversationId, fence, leaseMs)).leaseExpiresAt - leaseMs;
+      storeNow = (await this.options.store.renewLease(snapshot.conversationId, fence, leaseMs)).leaseExpiresAt - leaseMs;
     } catch (error) {
       if (isDispatchOnceError(error, "conversation_lease_lost")) return "lost";
       throw error;
     }
-    if (storeNow - shown < this.resendWindowMs) return undefined;
-    return this.pastWindowRecord(snapshot);
+    if (storeNow - since < this.resendWindowMs) return undefined;
+    return this.pastWindowRecord(snapshot, from);
   }
 
   /**
@@ -702,14 +716,31 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     return first;
   }
 
-  /** The failed-turn record of a retry taken up past its re-send window (TURN-12): it runs nothing. */
-  private async pastWindowRecord(snapshot: TurnSnapshot): Promise<FailedTurnRecord> {
+  /**
+   * The failed-turn record of a turn taken up past its re-send window (TURN-12): it runs nothing.
+   * From the first failure: the effects of the earlier failed-turn record. From the binding (a
+   * message that never failed, its holder dead): the calls the ledger still lists at the turn
+   * index, as a resumed turn's record lists them (RECORD-8); the dead holder wrote no record.
+   */
+  private async pastWindowRecord(snapshot: TurnSnapshot, from: "first_failure" | "binding"): Promise<FailedTurnRecord> {
     const { store } = this.options;
     // The truth about effects: the previous failure's record, kept beside the conversation
     // (RECORD-4) when the reopen cleared it from the message. Never "not_happened" for a call.
     const previous = (await store.records(snapshot.conversationId))
       .filter((r): r is FailedTurnRecord & JsonValue => isFailedTurnRecordOf(r, snapshot.message.id))
       .at(-1);
+    const listing = from === "binding" ? await this.turnRows(snapshot.conversationId, snapshot.turnIndex) : undefined;
+    const listed = listing?.ok === true ? listing.rows.map(unansweredCall).map(({ key, name, effect }) => ({ key, name, effect })) : [];
+    const message =
+      from === "binding"
+        ? "not run: the message's turn was taken up after its re-send window, measured from its binding (it never failed; its holder died before the commit) (TURN-12); " +
+          "the ledger may have swept its calls' rows, so running it could make them again. " +
+          (listing?.ok === true
+            ? "Its effects are the calls the ledger still lists for the turn index; what the earlier holder did is unknown where nothing is listed"
+            : `What the earlier holder did is unknown (${listing?.reason ?? "not listed"})`)
+        : "not retried: the message's retry was taken up after its re-send window, measured from its first failure (TURN-12); " +
+          "the ledger may have swept its calls' rows, so a retry could run them again. " +
+          (previous !== undefined ? "Its effects are those of the earlier failed-turn record" : "Its effects are in the earlier failed-turn record of this message");
     return {
       kind: "failed_turn",
       conversationId: snapshot.conversationId,
@@ -717,15 +748,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       turnIndex: snapshot.turnIndex,
       attempts: 0,
       position: "past_resend_window",
-      error: {
-        name: "PastResendWindow",
-        message:
-          "not retried: the message's retry was taken up after its re-send window, measured from its first failure (TURN-12); " +
-          "the ledger may have swept its calls' rows, so a retry could run them again. " +
-          (previous !== undefined ? "Its effects are those of the earlier failed-turn record" : "Its effects are in the earlier failed-turn record of this message"),
-      },
+      error: { name: "PastResendWindow", message },
       calls: [],
-      effects: previous?.effects ?? [],
+      effects: from === "binding" ? listed : (previous?.effects ?? []),
       retryable: false,
       resumed: resumedTurn(snapshot),
       notRetried: "past_resend_window",

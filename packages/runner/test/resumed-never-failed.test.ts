@@ -1,0 +1,129 @@
+import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue } from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { TurnFailedError, type FailedTurnRecord } from "../src/index.js";
+import { payCall, world, type ToyEvent } from "./toy.js";
+
+const HOUR = 60 * 60 * 1000;
+const CONV = "conv-dead-holder";
+
+/**
+ * TURN-12 with TURN-15 and LEDGER-13, for a message that never failed: m1 is bound, its holder
+ * pays (the row completes) and dies before the commit, so m1 stays in progress and no failed-turn
+ * record dates it. 25 h later (the ledger's 24 h retention swept the row) the conversation is
+ * driven again, by m2 or by m1 re-sent: the next holder resumes m1's turn, the model emits the
+ * same call, the key meets no row. The store's clock and the ledger's are one test clock moved by
+ * hand; the store dates the binding (`boundAt`, `supports.boundAt`) and the runner checks the
+ * re-send window from it before any attempt of the resumed turn.
+ */
+function setup() {
+  let now = 1_000_000;
+  const clock = () => now;
+  const store = new MemoryConversationStore({ now: clock });
+  const ledger = new MemoryLedger({ now: clock });
+  const performed: unknown[] = [];
+  const script = (_n: number, input: JsonValue[]): (ToyEvent | "cut")[] => {
+    const last = input.at(-1) as { role?: string; content?: unknown };
+    if (last.role !== "user") return [{ t: "text", index: 0, text: "Paid." }, { t: "end" }];
+    if (last.content !== "pay acme") return [{ t: "text", index: 0, text: "You're welcome." }, { t: "end" }];
+    return [...payCall("c", "first"), { t: "end" }];
+  };
+  const worker = (s: ConversationStore) => world(script, false, { store: s, ledger, performed, runner: { turnLeaseMs: 1_000 } });
+  return { store, ledger, performed, worker, advance: (ms: number) => void (now += ms) };
+}
+
+/** The store as a holder that dies at its commit: the payment was made, nothing it sends from then returns. */
+function diesAtCommit(store: ConversationStore): ConversationStore {
+  const never = () => new Promise<never>(() => undefined);
+  return Object.assign(Object.create(store) as ConversationStore, {
+    commitTurn: never,
+    renewLease: never,
+    releaseLease: never,
+  });
+}
+
+/** Until the dead holder's payment is made and its row completed (the holder then reaches its commit and hangs). */
+async function paidRowCompleted(w: ReturnType<typeof setup>) {
+  const completed = async () => (await w.ledger.listRows({ conversationId: CONV, state: "completed" })).rows.length;
+  while (w.performed.length === 0 || (await completed()) === 0) await new Promise((r) => setTimeout(r, 1));
+}
+
+async function paidThenDied(w: ReturnType<typeof setup>) {
+  void w.worker(diesAtCommit(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
+  await paidRowCompleted(w);
+  expect((await w.store.message(CONV, "m1"))?.state).toBe("in_progress");
+  // 25 h later: the dead holder's lease long expired, the paid row swept (24 h after it finished).
+  w.advance(25 * HOUR);
+  expect(await w.ledger.sweep()).toBeGreaterThan(0);
+}
+
+describe("TURN-12 a message that never failed, its holder paid and died, resumed after the retention runs nothing (TURN-15, LEDGER-13)", () => {
+  it("TURN-12 a new message m2 resumes m1 past the window from boundAt: m1 fails past_resend_window, m2 is answered, the payment is made once", async () => {
+    const w = setup();
+    await paidThenDied(w);
+    const m2 = await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" });
+    expect(w.performed).toHaveLength(1);
+    expect(m2.status).toBe("answered");
+    expect(m2.turns.at(-1)?.text).toBe("You're welcome.");
+    const m1 = await w.store.message(CONV, "m1");
+    expect(m1?.state).toBe("failed");
+    const record = m1?.failure as unknown as FailedTurnRecord;
+    expect(record.notRetried).toBe("past_resend_window");
+    expect(record.retryable).toBe(false);
+    expect(record.attempts).toBe(0);
+    expect(record.resumed).toBe(true);
+    // The ledger swept the row: nothing is listed, and the record says the dead holder's effects are unknown.
+    expect(record.error.message).toMatch(/unknown/);
+    const kept = (await w.store.records(CONV)).filter((r) => (r as { kind?: string }).kind === "failed_turn");
+    expect(kept.at(-1)).toEqual(m1?.failure);
+  });
+
+  it("TURN-12 m1 re-sent 25 h later: TurnFailedError past_resend_window, no model request, the payment is made once", async () => {
+    const w = setup();
+    await paidThenDied(w);
+    const b = w.worker(w.store);
+    const requests = b.provider.requests.length;
+    const resent = await b.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(w.performed).toHaveLength(1);
+    expect(b.provider.requests.length).toBe(requests);
+    expect(resent).toBeInstanceOf(TurnFailedError);
+    expect((resent as TurnFailedError).notRetried).toBe("past_resend_window");
+  });
+
+  it("TURN-12 past the window but the row not swept yet: m1 runs nothing and its record lists the paid call the ledger still holds (RECORD-8)", async () => {
+    const w = setup();
+    void w.worker(diesAtCommit(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
+    await paidRowCompleted(w);
+    // Past the runner's 23 h window, inside the ledger's 24 h retention.
+    w.advance(23 * HOUR + 30 * 60_000);
+    const m2 = await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" });
+    expect(m2.status).toBe("answered");
+    expect(w.performed).toHaveLength(1);
+    const record = (await w.store.message(CONV, "m1"))?.failure as unknown as FailedTurnRecord;
+    expect(record.notRetried).toBe("past_resend_window");
+    expect(record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
+  });
+
+  it("TURN-11 the store dates the first binding on its clock and keeps it across the take-over", async () => {
+    const w = setup();
+    // A queued message is not bound yet: nothing to show.
+    await w.store.appendUserMessage("conv-queued", { id: "q1", content: "later" });
+    expect((await w.store.message("conv-queued", "q1"))?.boundAt).toBeUndefined();
+    void w.worker(diesAtCommit(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
+    await paidRowCompleted(w);
+    const boundAt = (await w.store.message(CONV, "m1"))?.boundAt;
+    expect(boundAt).toBe(1_000_000);
+    w.advance(HOUR);
+    await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" });
+    expect((await w.store.message(CONV, "m1"))?.boundAt).toBe(boundAt);
+  });
+
+  it("TURN-12 resumed inside the window (1 h later), the turn runs and is answered from the ledger: the check does not refuse a live resume", async () => {
+    const w = setup();
+    void w.worker(diesAtCommit(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
+    await paidRowCompleted(w);
+    w.advance(HOUR);
+    const result = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" });
+    expect(result.status).toBe("answered");
+    expect(w.performed).toHaveLength(1);
+  });
+});
