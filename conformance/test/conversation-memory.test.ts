@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { MemoryConversationStore } from "@dispatch-once/core";
-import { REOPEN_WINDOW_CHECKS, conversationStoreChecks, memoryConversationSubject, registerConversationStoreChecks, runChecks } from "../src/index.js";
+import { BOUND_AT_CHECKS, REOPEN_WINDOW_CHECKS, conversationStoreChecks, memoryConversationSubject, registerConversationStoreChecks, runChecks } from "../src/index.js";
 import { kvConversationSubject } from "./conversation-fixtures/kv-conversation-store.js";
 
 const runs = Number(process.env.CONFORMANCE_RUNS ?? 100);
@@ -39,7 +39,7 @@ describe("report for MemoryConversationStore", () => {
   it("hands out the reference store itself", async () => {
     const fixture = await memoryConversationSubject().create();
     expect(fixture.store).toBeInstanceOf(MemoryConversationStore);
-    expect(fixture.store.capabilities).toEqual({ durability: "volatile", clock: "process", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } });
+    expect(fixture.store.capabilities).toEqual({ durability: "volatile", clock: "process", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true } });
     expect(await fixture.reopen()).toBe(fixture.store);
     await fixture.destroy();
   });
@@ -66,6 +66,28 @@ describe("report for MemoryConversationStore", () => {
     const failed = await runChecks(windowChecks(without), { subject: "without", levels: ["conversation"] });
     expect(failed.checks.map((c) => c.status)).toEqual(["fail", "fail", "fail", "fail", "fail"]);
     for (const c of failed.checks) expect(c.error).toMatch(/declares reopenWindow, but the store's capabilities.supports.reopenWindow is undefined/);
+  });
+
+  it("TURN-11's boundAt check is not applicable to a subject that does not declare boundAt, and fails one that declares it for a store without supports.boundAt", async () => {
+    const names = new Set(BOUND_AT_CHECKS.map((c) => c.name));
+    const boundChecks = (subject: ReturnType<typeof memoryConversationSubject>) => conversationStoreChecks(subject, options).filter((c) => names.has(c.name));
+    const reference = memoryConversationSubject();
+    const { boundAt: _declared, ...undeclaredCapabilities } = reference.capabilities;
+    const undeclared = await runChecks(boundChecks({ ...reference, capabilities: undeclaredCapabilities }), { subject: "undeclared", levels: ["conversation"] });
+    expect(undeclared.checks.map((c) => [c.rule, c.status, c.reasonNotApplicable])).toEqual([["TURN-11", "not_applicable", "needs boundAt (a bound message shows its first binding's time: supports.boundAt)"]]);
+    const declared = await runChecks(boundChecks(reference), { subject: "reference", levels: ["conversation"] });
+    expect(declared.checks.map((c) => c.status)).toEqual(["pass"]);
+    const without = {
+      ...reference,
+      async create() {
+        const fixture = await reference.create();
+        Object.defineProperty(fixture.store, "capabilities", { value: { ...fixture.store.capabilities, supports: { leaseGrants: true, reopenWindow: true } } });
+        return fixture;
+      },
+    };
+    const failed = await runChecks(boundChecks(without), { subject: "without", levels: ["conversation"] });
+    expect(failed.checks.map((c) => c.status)).toEqual(["fail"]);
+    expect(failed.checks[0]!.error).toMatch(/declares boundAt, but the store's capabilities.supports.boundAt is undefined/);
   });
 
   it("TURN-17 is not applicable to a subject that does not declare listFailedTurns, and fails one that declares it for a store without the method", async () => {

@@ -21,7 +21,7 @@ import {
 import type { ConversationStoreFixture, ConversationStoreSubject, ConversationSubjectCapability, RawMessage } from "./types.js";
 import { FAILED_TURNS_CHECKS, listingOf } from "./failed-turns.js";
 import { LEASE_GRANT_CHECKS } from "./lease-grants.js";
-import { REOPEN_WINDOW_CHECKS } from "./reopen-window.js";
+import { BOUND_AT_CHECKS, REOPEN_WINDOW_CHECKS } from "./reopen-window.js";
 
 /** A deterministic conversation-store check before it is bound to a subject. */
 export interface ConversationCheckSpec {
@@ -39,11 +39,21 @@ function expectedMessage(m: { id: string; content: JsonValue; seq: number; state
   return out;
 }
 
+/**
+ * A message as these checks compare it: without `boundAt`, a time on the store's clock that only
+ * a store declaring `supports.boundAt` gives (TURN-11), judged by its own check.
+ */
+function undated<T extends StoredMessage | undefined>(message: T): T {
+  if (message === undefined || !("boundAt" in message)) return message;
+  const { boundAt: _judgedApart, ...rest } = message;
+  return rest as T;
+}
+
 /** The stored messages (raw) must say what the store answers, message by message. */
 async function storageAgrees(fixture: ConversationStoreFixture, store: ConversationStore, conversationId: string, what: string): Promise<RawMessage[]> {
   const raw = await fixture.raw.messages(conversationId);
   for (const r of raw) {
-    mustEqual(await store.message(conversationId, r.id), expectedMessage(r), `${what}: message(${r.id}) against the stored message`);
+    mustEqual(undated(await store.message(conversationId, r.id)), expectedMessage(r), `${what}: message(${r.id}) against the stored message`);
   }
   const seqs = raw.map((r) => r.seq);
   mustEqual(seqs, seqs.map((_, i) => i + 1), `${what}: stored messages are numbered 1, 2, ... in arrival order`);
@@ -165,7 +175,7 @@ export const resendOfAnsweredChangesNothing: ConversationCheckSpec = {
       await mustCommit(store, c, commitFor(snapshot, fence), "commit m1's answer");
       const log = await store.log(c);
       const resend = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
-      mustEqual(resend, { appended: false, reopened: false, message: expectedMessage({ id: "m1", content: userText("pay alice"), seq: 1, state: "answered", turnIndex: 0 }) }, "re-send of answered m1");
+      mustEqual({ ...resend, message: undated(resend.message) }, { appended: false, reopened: false, message: expectedMessage({ id: "m1", content: userText("pay alice"), seq: 1, state: "answered", turnIndex: 0 }) }, "re-send of answered m1");
       mustEqual(await store.beginTurn(c, fence), undefined, "beginTurn after the re-send (nothing waits)");
       mustEqual(await store.log(c), log, "log after the re-send");
       mustEqual((await fixture.raw.turns(c)).length, 1, "stored turns after the re-send");
@@ -660,7 +670,7 @@ export const bindsAtCommittedCount: ConversationCheckSpec = {
       await store.appendUserMessage(c, { id: "m2", content: userText("pay bob") });
       const fence = await acquire(store, c, "worker-a");
       const s0 = await mustBegin(store, c, fence, "begin m1");
-      mustEqual(s0.message, expectedMessage({ id: "m1", content: userText("pay alice"), seq: 1, state: "in_progress", turnIndex: 0 }), "the bound m1");
+      mustEqual(undated(s0.message), expectedMessage({ id: "m1", content: userText("pay alice"), seq: 1, state: "in_progress", turnIndex: 0 }), "the bound m1");
       const stored = (await fixture.raw.messages(c))[0];
       mustEqual(stored && { state: stored.state, turnIndex: stored.turnIndex }, { state: "in_progress", turnIndex: 0 }, "m1 as stored right after begin");
       await mustCommit(store, c, commitFor(s0, fence, { assistant: toolUse("toolu_1", {}), toolResults: toolResult("toolu_1", "ok"), stopReason: "tool_use", answers: false }), "turn 0");
@@ -829,7 +839,7 @@ export const resendReopensFailed: ConversationCheckSpec = {
       const first = await mustBegin(store, c, fence, "begin m1");
       const record = { kind: "failed_turn", messageId: "m1", effects: [{ key: "k1", effect: "may_have_happened" }] };
       await store.failMessage(c, fence, "m1", record);
-      mustEqual(await store.message(c, "m1"), expectedMessage({ id: "m1", content: userText("pay alice"), seq: 2, state: "failed", turnIndex: 1, failure: record }), "m1 after failMessage");
+      mustEqual(undated(await store.message(c, "m1")), expectedMessage({ id: "m1", content: userText("pay alice"), seq: 2, state: "failed", turnIndex: 1, failure: record }), "m1 after failMessage");
       const resend = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
       mustEqual([resend.appended, resend.reopened, resend.message.state, "failure" in resend.message], [false, true, "queued", false], "re-send of the failed m1");
       // The reopen leaves the failed-turn record beside the conversation (RECORD-4): a runner dates
@@ -1413,6 +1423,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   resendAfterOtherBoundStaysFailed,
   reopenedGoesFirst,
   ...REOPEN_WINDOW_CHECKS,
+  ...BOUND_AT_CHECKS,
   listedReopenableExact,
   ...FAILED_TURNS_CHECKS,
   resumedWhenEarlierGrantBegan,

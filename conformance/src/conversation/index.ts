@@ -14,6 +14,7 @@ const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
   legacyFailedRows: "needs legacyFailedRows (raw.forgetFailedAt writes a failed message as a store from before failedAt left it)",
   leaseGrants: "needs leaseGrants (the store takes lease grant ids: supports.leaseGrants, releaseLeaseGrant)",
   reopenWindow: "needs reopenWindow (appendUserMessage takes reopenWithinMs: supports.reopenWindow)",
+  boundAt: "needs boundAt (a bound message shows its first binding's time: supports.boundAt)",
 };
 
 /**
@@ -76,7 +77,7 @@ function validateSubject(subject: ConversationStoreSubject): void {
     }
   }
   // Optional flags: absent is false, anything else but a boolean is a mistake.
-  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows", "leaseGrants", "reopenWindow"]) {
+  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows", "leaseGrants", "reopenWindow", "boundAt"]) {
     if (caps?.[flag] !== undefined && typeof caps[flag] !== "boolean") {
       throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag}, when given, must be true or false`);
     }
@@ -96,7 +97,7 @@ export {
   type ConversationPropertyOptions,
   type FenceRef,
 } from "./model.js";
-export { REOPEN_WINDOW_CHECKS, reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure, listingJudgesReopenWindow } from "./reopen-window.js";
+export { REOPEN_WINDOW_CHECKS, BOUND_AT_CHECKS, reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure, listingJudgesReopenWindow, boundShowsBoundAt } from "./reopen-window.js";
 export { LEASE_GRANT_CHECKS, grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantEarlierRefused, grantIdChecked, grantIdsComparedExactly } from "./lease-grants.js";
 export { memoryConversationSubject, memoryRaw, memoryConversationState, monotonicClock } from "./memory-subject.js";
 export { LEASE_MS as CONVERSATION_LEASE_MS, TRICKY_CONTENT } from "./support.js";

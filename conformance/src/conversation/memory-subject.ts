@@ -72,7 +72,7 @@ export function memoryRaw(store: MemoryConversationStore, now: () => number): Co
 export function memoryConversationSubject(name = "conversation-memory"): ConversationStoreSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true },
+    capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true },
     async create(): Promise<ConversationStoreFixture> {
       const now = monotonicClock();
       const store = new MemoryConversationStore({ now });

@@ -210,4 +210,47 @@ export const reopenedShowsFirstFailure: ConversationCheckSpec = {
     }),
 };
 
+export const boundShowsBoundAt: ConversationCheckSpec = {
+  rule: "TURN-11",
+  name: "a bound message shows boundAt, the time of its first binding on the store's clock (the binding's beginTurn, message), kept after a take-over, a reopen and on a fresh instance; a message never bound shows none",
+  needs: ["boundAt"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      must(store.capabilities?.supports?.boundAt === true, `the subject declares boundAt, but the store's capabilities.supports.boundAt is ${show(store.capabilities?.supports?.boundAt)}`);
+      const c = freshConversation();
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      mustEqual((await store.message(c, "m1"))?.boundAt, undefined, "boundAt of m1 queued, never bound");
+      const fenceA = await acquire(store, c, "worker-a");
+      const from = await storeNow(store, c, fenceA);
+      const bound = await mustBegin(store, c, fenceA, "begin m1");
+      const to = await storeNow(store, c, fenceA);
+      const at = bound.message.boundAt;
+      must(
+        typeof at === "number" && at >= from && at <= to,
+        `m1 bound by beginTurn must show boundAt, its binding's time on the store's clock (read ${from} before beginTurn and ${to} after it): a runner that resumes a message that never failed checks the re-send window from it (TURN-12); got ${show(at)}`,
+      );
+      mustEqual((await store.message(c, "m1"))?.boundAt, at, "boundAt of m1 in progress (message)");
+      // A take-over: the next holder resumes m1 at its index; the first binding's time stays.
+      await store.releaseLease(c, fenceA);
+      const fenceB = await acquire(store, c, "worker-b");
+      const taken = await mustBegin(store, c, fenceB, "begin m1 by the next holder");
+      mustEqual([taken.message.id, taken.message.boundAt], ["m1", at], "[message, boundAt] of m1 taken over by the next holder");
+      // Failed and reopened, then bound again: still the first binding.
+      await store.failMessage(c, fenceB, "m1", { failed: "m1" });
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const retry = await mustBegin(store, c, fenceB, "begin m1's retry");
+      mustEqual(retry.message.boundAt, at, "boundAt of m1 bound again after a reopen (its first binding)");
+      if (subject.capabilities.survivesRestart) {
+        const restarted = await fixture.reopen();
+        mustEqual((await restarted.message(c, "m1"))?.boundAt, at, "boundAt of m1 in progress, read on a fresh instance");
+      }
+      await store.appendUserMessage(c, { id: "m2", content: userText("something else") });
+      mustEqual((await store.message(c, "m2"))?.boundAt, undefined, "boundAt of m2 queued, never bound");
+    }),
+};
+
 export const REOPEN_WINDOW_CHECKS: ConversationCheckSpec[] = [reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure, reopenedShowsFirstFailure, listingJudgesReopenWindow];
+
+/** TURN-11's binding time (only when the subject declares `boundAt`). */
+export const BOUND_AT_CHECKS: ConversationCheckSpec[] = [boundShowsBoundAt];

@@ -53,6 +53,12 @@ export interface ConversationSubjectCapabilities {
    * (checked), and the window checks run. Absent means false: they are reported not applicable.
    */
   reopenWindow?: boolean;
+  /**
+   * Optional: the store declares `supports.boundAt` (TURN-11: a bound message shows the time of
+   * its first binding on the store's clock). Declared true, the store must declare the flag
+   * (checked), and its check runs. Absent means false: it is reported not applicable.
+   */
+  boundAt?: boolean;
 }
 
 export type ConversationSubjectCapability = keyof ConversationSubjectCapabilities;

@@ -119,6 +119,8 @@ export interface ConversationBugs {
   reopenWindowFromLastFailure?: boolean;
   /** A reopened message's firstFailedAt is not shown (the column not read back): a resumed retry cannot check its window. */
   reopenedHidesFirstFailure?: boolean;
+  /** A bound message's boundAt is not shown (the column not read back): a runner cannot date a message that never failed. */
+  bindingHidesBoundAt?: boolean;
   /** listFailedTurns ignores reopenWithinMs: reopenable only says the message is the last bound. */
   listReopenableIgnoresWindow?: boolean;
   /** listFailedTurns judges reopenWithinMs from the LAST failure (firstFailedAt still given right). */
@@ -268,7 +270,7 @@ function conversationSlot(bugs: ConversationBugs, conversationId: string): strin
 const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class KvConversationStore implements ConversationStore {
-  readonly capabilities: ConversationStoreCapabilities = { durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } };
+  readonly capabilities: ConversationStoreCapabilities = { durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true } };
   private instanceFence = new Map<string, number>();
   private instanceBegun = new Map<string, { turnIndex: number; fence: number } | null>();
   private instanceCount = new Map<string, number>();
@@ -330,6 +332,7 @@ export class KvConversationStore implements ConversationStore {
     const copy = structuredClone(message);
     const first = s.firstFailedAt?.[message.id];
     if (first !== undefined && !this.bugs.reopenedHidesFirstFailure && (message.state === "queued" || message.state === "in_progress")) copy.firstFailedAt = first;
+    if (this.bugs.bindingHidesBoundAt) delete copy.boundAt;
     return copy;
   }
 
@@ -469,6 +472,7 @@ export class KvConversationStore implements ConversationStore {
         current.turnIndex ??= this.bugs.indexCountsBindings
           ? Math.max(committedCount(s), ...s.messages.filter((m) => m.turnIndex !== undefined && m !== current).map((m) => m.turnIndex! + 1))
           : committedCount(s); // a reopened message keeps its first index (TURN-11)
+        current.boundAt ??= this.backing.now(); // the first binding's time, in the binding's write
         s.lastBound = current.id;
         s.boundFence = fence;
       }
@@ -689,7 +693,7 @@ function held(conversationId: string, s: State, fence: number, bugs: Conversatio
 export function kvConversationSubject(name: string, bugs: ConversationBugs = {}): ConversationStoreSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true },
     async create(): Promise<ConversationStoreFixture> {
       const backing = kvBacking();
       // forgetsOnRestart: every instance gets a private map, but the hooks read the first one.
