@@ -1,6 +1,7 @@
 import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { TurnFailedError, type FailedTurnRecord } from "../src/index.js";
+import type { FailedTurnRecord } from "../src/index.js";
+import { expectM1ResentPastWindow, expectM2AnsweredM1PastWindow } from "./past-window.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
 const HOUR = 60 * 60 * 1000;
@@ -61,32 +62,18 @@ describe("TURN-12 a message that never failed, its holder paid and died, resumed
     const w = setup();
     await paidThenDied(w);
     const m2 = await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" });
-    expect(w.performed).toHaveLength(1);
-    expect(m2.status).toBe("answered");
-    expect(m2.turns.at(-1)?.text).toBe("You're welcome.");
-    const m1 = await w.store.message(CONV, "m1");
-    expect(m1?.state).toBe("failed");
-    const record = m1?.failure as unknown as FailedTurnRecord;
-    expect(record.notRetried).toBe("past_resend_window");
-    expect(record.retryable).toBe(false);
-    expect(record.attempts).toBe(0);
+    const record = await expectM2AnsweredM1PastWindow(w.store, CONV, m2, w.performed);
     expect(record.resumed).toBe(true);
     // The ledger swept the row: nothing is listed, and the record says the dead holder's effects are unknown.
     expect(record.error.message).toMatch(/unknown/);
     const kept = (await w.store.records(CONV)).filter((r) => (r as { kind?: string }).kind === "failed_turn");
-    expect(kept.at(-1)).toEqual(m1?.failure);
+    expect(kept.at(-1)).toEqual(record);
   });
 
   it("TURN-12 m1 re-sent 25 h later: TurnFailedError past_resend_window, no model request, the payment is made once", async () => {
     const w = setup();
     await paidThenDied(w);
-    const b = w.worker(w.store);
-    const requests = b.provider.requests.length;
-    const resent = await b.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
-    expect(w.performed).toHaveLength(1);
-    expect(b.provider.requests.length).toBe(requests);
-    expect(resent).toBeInstanceOf(TurnFailedError);
-    expect((resent as TurnFailedError).notRetried).toBe("past_resend_window");
+    await expectM1ResentPastWindow(w.worker(w.store), CONV, w.performed);
   });
 
   it("TURN-12 past the window but the row not swept yet: m1 runs nothing and its record lists the paid call the ledger still holds (RECORD-8)", async () => {

@@ -1,6 +1,7 @@
 import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue } from "@dispatch-once/core";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { TurnFailedError, type FailedTurnRecord } from "../src/index.js";
+import { TurnFailedError } from "../src/index.js";
+import { expectM1ResentPastWindow, expectM2AnsweredM1PastWindow } from "./past-window.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
 const HOUR = 60 * 60 * 1000;
@@ -125,34 +126,19 @@ for (const withoutWindow of [false, true]) {
       const recordsBefore = (await failedRecords()).length;
 
       const m2 = await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" });
-      expect(w.performed).toHaveLength(1);
-      expect(m2.status).toBe("answered");
-      expect(m2.turns.at(-1)?.text).toBe("You're welcome.");
-      const m1 = await w.store.message(CONV, "m1");
-      expect(m1?.state).toBe("failed");
-      const record = m1?.failure as unknown as FailedTurnRecord;
-      expect(record.notRetried).toBe("past_resend_window");
-      expect(record.retryable).toBe(false);
-      expect(record.attempts).toBe(0);
+      const record = await expectM2AnsweredM1PastWindow(w.store, CONV, m2, w.performed);
       // The truth about effects is kept: the first attempt's payment happened.
       expect(record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
       // Kept beside the conversation too (RECORD-4), once.
       expect((await failedRecords()).length).toBe(recordsBefore + 1);
-      expect((await failedRecords()).at(-1)).toEqual(m1?.failure);
+      expect((await failedRecords()).at(-1)).toEqual(record);
     });
 
     it("TURN-12 m1 re-sent after the window resumes its dead retry: TurnFailedError past_resend_window, the payment is made once", async () => {
       const w = setup({ withoutWindow });
       await paidFailedThenRetryDied(w);
       const b = w.worker(w.store);
-      const requests = b.provider.requests.length;
-
-      const resent = await b.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
-      expect(w.performed).toHaveLength(1);
-      expect(b.provider.requests.length).toBe(requests);
-      expect(resent).toBeInstanceOf(TurnFailedError);
-      const error = resent as TurnFailedError;
-      expect(error.notRetried).toBe("past_resend_window");
+      const error = await expectM1ResentPastWindow(b, CONV, w.performed);
       expect(error.record.retryable).toBe(false);
       expect(error.record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
       // And again: the stored failure, still past the window.
