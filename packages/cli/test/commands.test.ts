@@ -18,7 +18,9 @@ async function seed(
     toolName: options.toolName ?? "create_invoice",
     effect: "unkeyed_write",
     owner: "test-worker",
-    leaseMs: options.leaseMs ?? 60_000,
+    // Ten minutes: a suite slowed by a loaded host must still find these leases live (one minute ran
+    // out before the inspect test in a CI run whose suite took 350 s).
+    leaseMs: options.leaseMs ?? 600_000,
     request: JSON.stringify(options.request ?? { customer: "acme", amount: 4200, currency: "EUR" }),
     conversationId: options.conversationId ?? "conv-default",
     turnIndex: options.turnIndex ?? 0,
