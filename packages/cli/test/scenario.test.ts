@@ -8,7 +8,9 @@ import { Dispatcher, isDispatchOnceError, type AuditEntry, type LedgerRow } from
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createInvoiceTools } from "./fixtures/invoice-tools.mjs";
-import { FIXTURES, jsonLines, postgresBackend, randomKey, redisBackend, runBin, sqliteBackend, type Backend } from "./helpers.js";
+import { FIXTURES, jsonLines, postgresBackend, randomKey, redisBackend, runBinProcess as runBin, sqliteBackend, type Backend } from "./helpers.js";
+// Child processes here: the --tools modules read their settings (the payments URL, the probe's
+// plan) from the environment the command is given, as they would in production.
 
 const TOOLS = join(FIXTURES, "invoice-tools.mjs");
 
