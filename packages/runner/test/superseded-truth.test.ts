@@ -1,8 +1,7 @@
-import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolError, ToolRegistry, defineTool, type ConversationStore, type Ledger } from "@dispatch-once/core";
+import { MemoryConversationStore, MemoryLedger, ToolError, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { z } from "zod";
-import { TurnRunner, type CallRecord } from "../src/index.js";
-import { ToyProvider, payCall } from "./toy.js";
+import type { CallRecord } from "../src/index.js";
+import { payCall, world } from "./toy.js";
 
 /**
  * TURN-13 and RECORD-5: a record written after this runner lost the conversation speaks of keys
@@ -20,26 +19,8 @@ function durable(base: MemoryLedger): Ledger {
 }
 
 function setup() {
-  const ledger = durable(new MemoryLedger());
   const store = new MemoryConversationStore();
-  const performed: unknown[] = [];
   let runs = 0;
-  const tools = new ToolRegistry([
-    defineTool({
-      name: "pay",
-      effect: "keyed_write",
-      input: z.object({ to: z.string(), memo: z.string() }),
-      identity: ["to"],
-      run: async (args) => {
-        runs++;
-        // This runner's request is refused before it is accepted (a 503); the other holder's goes through.
-        if (runs === 1) throw new ToolError("503 Service unavailable", { disposition: "not_performed" });
-        performed.push(args);
-        return { n: performed.length };
-      },
-    }),
-  ]);
-  const dispatcher = new Dispatcher({ tools, ledger });
   // While this runner still streams, another worker takes the conversation over (this one stalled
   // past its lease) and runs the same turn: the same call, the same key, and this time it pays.
   let taken = false;
@@ -48,7 +29,7 @@ function setup() {
     taken = true;
     await store.releaseLease(conversationId, fence);
     await store.acquireLease(conversationId, "worker-b", 60_000);
-    await dispatcher.dispatch({ name: "pay", input: { to: "acme", memo: "rent" }, callId: "b1" }, { conversationId, turnIndex: 0 });
+    await toy.dispatcher.dispatch({ name: "pay", input: { to: "acme", memo: "rent" }, callId: "b1" }, { conversationId, turnIndex: 0 });
   };
   const view = Object.assign(Object.create(store) as ConversationStore, {
     failMessage: async (conversationId: string, fence: number, messageId: string, record: never) => {
@@ -58,16 +39,16 @@ function setup() {
   });
   // The response ends; its payment was refused (not performed), so the turn fails, and its
   // failMessage finds the conversation taken over.
-  const script = () => [...payCall("a1", "rent"), { t: "end" as const }];
-  const provider = new ToyProvider(script, async () => undefined);
-  const runner = new TurnRunner(provider, {
-    dispatcher,
+  const toy = world(() => [...payCall("a1", "rent"), { t: "end" }], false, {
     store: view,
-    allowVolatileConversationStore: true,
-    busyWaitMs: 0,
-    retry: { attempts: 1, backoffMs: () => 1 },
+    ledger: durable(new MemoryLedger()),
+    // This runner's request is refused before it is accepted (a 503); the other holder's goes through.
+    beforePay: () => {
+      if (++runs === 1) throw new ToolError("503 Service unavailable", { disposition: "not_performed" });
+    },
+    runner: { busyWaitMs: 0, retry: { attempts: 1, backoffMs: () => 1 } },
   });
-  return { runner, store, performed };
+  return { runner: toy.runner, store, performed: toy.performed };
 }
 
 const callsOf = async (store: MemoryConversationStore) =>

@@ -129,7 +129,14 @@ export class ToyProvider implements StreamProvider<ToyAccumulator, ToyEvent, str
 export function world(
   script: (request: number, input: JsonValue[]) => (ToyEvent | "cut")[],
   cutAfterResolved = false,
-  options: { store?: ConversationStore; ledger?: Ledger; performed?: unknown[]; runner?: Partial<TurnRunnerOptions> } = {},
+  options: {
+    store?: ConversationStore;
+    ledger?: Ledger;
+    performed?: unknown[];
+    runner?: Partial<TurnRunnerOptions>;
+    /** Called with each payment's arguments before it is performed; throwing refuses it (a downstream's answer). */
+    beforePay?: (args: unknown) => void;
+  } = {},
 ) {
   const performed: unknown[] = options.performed ?? [];
   const tools = new ToolRegistry([
@@ -140,6 +147,7 @@ export function world(
       identity: ["to"],
       run: async (args) => {
         await new Promise((r) => setTimeout(r, 1));
+        options.beforePay?.(args);
         performed.push(args);
         return { n: performed.length };
       },
