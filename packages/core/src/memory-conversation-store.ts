@@ -94,7 +94,7 @@ export class MemoryConversationStore implements ConversationStore {
     if (known !== undefined) {
       if (known.state === "failed" && reopenable(conversation, known)) {
         // TURN-12's window, on this store's clock, in the same step as the reopen (nothing awaits).
-        if (within !== undefined && this.now() - (conversation.firstFailedAt.get(known.id) ?? 0) >= within) {
+        if (within !== undefined && this.now() - windowStart(conversation, known) >= within) {
           return { appended: false, message: clone(known), reopened: false, pastReopenWindow: true };
         }
         known.state = "queued";
@@ -300,7 +300,7 @@ export class MemoryConversationStore implements ConversationStore {
         const last = reopenable(conversation, message);
         if (within === undefined) turn.reopenable = last;
         else {
-          turn.pastReopenWindow = last && now - firstFailedAt >= within;
+          turn.pastReopenWindow = last && now - windowStart(conversation, message) >= within;
           turn.reopenable = last && !turn.pastReopenWindow;
         }
         if (after === undefined || isAfterPosition(turn, after)) all.push(turn);
@@ -412,4 +412,15 @@ function clone<T>(value: T): T {
     else out[name] = clone(member);
   }
   return out as T;
+}
+
+/**
+ * Where TURN-12's re-send window of a failed message counts from: the earlier of its binding
+ * (`boundAt`) and its first failure. A message is bound before its first attempt, so the binding
+ * is the earlier; the rows of its calls age from its first attempt's calls, which may be hours
+ * before the first failure (a holder that paid and died, then a take-over that failed). A
+ * failure whose time was not kept counts as 0, past every window.
+ */
+function windowStart(conversation: Conversation, message: StoredMessage): number {
+  return Math.min(message.boundAt ?? Infinity, conversation.firstFailedAt.get(message.id) ?? 0);
 }

@@ -543,14 +543,18 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * so it does not reach a swept row. Such a store lists and dates only the LAST failure, which a
    * retry that failed again moves forward, so the FIRST is read from the failed-turn records kept
    * beside the conversation (`firstFailureFromRecords`, on the process clock of the runner that
-   * failed it): past when either says so.
+   * failed it), or from the binding when the store dates it (`boundAt`): past when any says so.
    */
   private async pastResendWindow(conversationId: string, messageId: string): Promise<boolean> {
     const { store } = this.options;
     const known = await store.message(conversationId, messageId);
     if (known?.state !== "failed") return false;
     const first = await this.firstFailureFromRecords(conversationId, messageId);
-    const pastByRecords = first !== undefined && Date.now() - first >= this.resendWindowMs;
+    // A store that dates the binding (`supports.boundAt`) dates the rows of the message's first
+    // calls: its window counts from there, the earlier time. Store clock against this process's
+    // clock: that skew is in the margin the window keeps (as the records' times are).
+    const boundAt = store.capabilities?.supports?.boundAt === true ? known.boundAt : undefined;
+    const pastByRecords = [first, boundAt].some((at) => at !== undefined && Date.now() - at >= this.resendWindowMs);
     if (store.listFailedTurns !== undefined) {
       // Past by the records: listed at all is past (the store dates only the last failure).
       const olderThanMs = pastByRecords ? {} : { olderThanMs: this.resendWindowMs };
@@ -660,18 +664,25 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * turn of a message with no failed-turn record never failed: its holder died before the commit,
    * perhaps after a payment, and only the binding's time (`boundAt`, a store with
    * `supports.boundAt`) dates the rows of its calls; the window is read from it on the store's
-   * clock. A message the store cannot date (no `boundAt`: a row bound before the store kept it)
-   * runs, as before. At or past `resendWindowMs`: the failed-turn record to store instead of
+   * clock. A message the store dates counts from `boundAt` whenever that is earlier than its
+   * first failure, as it always is: the rows of a failed message's calls may be as old as its
+   * binding (a holder that paid and died, then a take-over that failed hours later). A message
+   * the store cannot date (no `boundAt`: a row bound before the store kept it) counts from its
+   * first failure, or runs when it never failed, as before. At or past `resendWindowMs`: the failed-turn record to store instead of
    * running it; "lost" when the lease is gone; undefined to run it.
    */
   private async resumedPastWindow(snapshot: TurnSnapshot, fence: number): Promise<FailedTurnRecord | "lost" | undefined> {
     const supports = this.options.store.capabilities?.supports;
+    const boundAt = supports?.boundAt === true ? snapshot.message.boundAt : undefined;
     const shown = supports?.reopenWindow === true ? snapshot.message.firstFailedAt : undefined;
-    if (shown !== undefined) return this.pastWindowOnStoreClock(snapshot, fence, shown, "first_failure");
+    if (shown !== undefined) {
+      // The binding is never later than the first failure; the rows of the calls age from it.
+      const fromBinding = boundAt !== undefined && boundAt < shown;
+      return this.pastWindowOnStoreClock(snapshot, fence, fromBinding ? boundAt : shown, fromBinding ? "binding" : "first_failure");
+    }
     if (!resumedTurn(snapshot)) return undefined;
     const first = await this.firstFailureFromRecords(snapshot.conversationId, snapshot.message.id);
-    if (first !== undefined) return Date.now() - first < this.resendWindowMs ? undefined : this.pastWindowRecord(snapshot, "first_failure");
-    const boundAt = supports?.boundAt === true ? snapshot.message.boundAt : undefined;
+    if (first !== undefined && Date.now() - first >= this.resendWindowMs) return this.pastWindowRecord(snapshot, "first_failure");
     if (boundAt === undefined) return undefined;
     return this.pastWindowOnStoreClock(snapshot, fence, boundAt, "binding");
   }
@@ -718,9 +729,10 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
 
   /**
    * The failed-turn record of a turn taken up past its re-send window (TURN-12): it runs nothing.
-   * From the first failure: the effects of the earlier failed-turn record. From the binding (a
-   * message that never failed, its holder dead): the calls the ledger still lists at the turn
-   * index, as a resumed turn's record lists them (RECORD-8); the dead holder wrote no record.
+   * A message that failed before: the effects of its earlier failed-turn record, whether the
+   * window counted from its first failure or from its binding. One that never failed (from the
+   * binding, its holder dead): the calls the ledger still lists at the turn index, as a resumed
+   * turn's record lists them (RECORD-8); the dead holder wrote no record.
    */
   private async pastWindowRecord(snapshot: TurnSnapshot, from: "first_failure" | "binding"): Promise<FailedTurnRecord> {
     const { store } = this.options;
@@ -729,16 +741,17 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const previous = (await store.records(snapshot.conversationId))
       .filter((r): r is FailedTurnRecord & JsonValue => isFailedTurnRecordOf(r, snapshot.message.id))
       .at(-1);
-    const listing = from === "binding" ? await this.turnRows(snapshot.conversationId, snapshot.turnIndex) : undefined;
+    const listing = from === "binding" && previous === undefined ? await this.turnRows(snapshot.conversationId, snapshot.turnIndex) : undefined;
     const listed = listing?.ok === true ? listing.rows.map(unansweredCall).map(({ key, name, effect }) => ({ key, name, effect })) : [];
+    const measured = from === "binding" ? "its binding" : "its first failure";
     const message =
-      from === "binding"
+      previous === undefined && from === "binding"
         ? "not run: the message's turn was taken up after its re-send window, measured from its binding (it never failed; its holder died before the commit) (TURN-12); " +
           "the ledger may have swept its calls' rows, so running it could make them again. " +
           (listing?.ok === true
             ? "Its effects are the calls the ledger still lists for the turn index; what the earlier holder did is unknown where nothing is listed"
             : `What the earlier holder did is unknown (${listing?.reason ?? "not listed"})`)
-        : "not retried: the message's retry was taken up after its re-send window, measured from its first failure (TURN-12); " +
+        : `not retried: the message's retry was taken up after its re-send window, measured from ${measured} (TURN-12); ` +
           "the ledger may have swept its calls' rows, so a retry could run them again. " +
           (previous !== undefined ? "Its effects are those of the earlier failed-turn record" : "Its effects are in the earlier failed-turn record of this message");
     return {
@@ -750,7 +763,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       position: "past_resend_window",
       error: { name: "PastResendWindow", message },
       calls: [],
-      effects: from === "binding" ? listed : (previous?.effects ?? []),
+      effects: previous?.effects ?? listed,
       retryable: false,
       resumed: resumedTurn(snapshot),
       notRetried: "past_resend_window",

@@ -1,6 +1,6 @@
 import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import type { FailedTurnRecord } from "../src/index.js";
+import { TurnFailedError, type FailedTurnRecord } from "../src/index.js";
 import { expectM1ResentPastWindow, expectM2AnsweredM1PastWindow } from "./past-window.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
@@ -22,14 +22,24 @@ function setup() {
   const store = new MemoryConversationStore({ now: clock });
   const ledger = new MemoryLedger({ now: clock });
   const performed: unknown[] = [];
+  let modelDown = false;
   const script = (_n: number, input: JsonValue[]): (ToyEvent | "cut")[] => {
+    // The model unreachable: every attempt is cut before it emits anything.
+    if (modelDown) return ["cut"];
     const last = input.at(-1) as { role?: string; content?: unknown };
     if (last.role !== "user") return [{ t: "text", index: 0, text: "Paid." }, { t: "end" }];
     if (last.content !== "pay acme") return [{ t: "text", index: 0, text: "You're welcome." }, { t: "end" }];
     return [...payCall("c", "first"), { t: "end" }];
   };
   const worker = (s: ConversationStore) => world(script, false, { store: s, ledger, performed, runner: { turnLeaseMs: 1_000 } });
-  return { store, ledger, performed, worker, advance: (ms: number) => void (now += ms) };
+  return {
+    store,
+    ledger,
+    performed,
+    worker,
+    advance: (ms: number) => void (now += ms),
+    setModelDown: (down: boolean) => void (modelDown = down),
+  };
 }
 
 /** The store as a holder that dies at its commit: the payment was made, nothing it sends from then returns. */
@@ -112,5 +122,50 @@ describe("TURN-12 a message that never failed, its holder paid and died, resumed
     const result = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" });
     expect(result.status).toBe("answered");
     expect(w.performed).toHaveLength(1);
+  });
+});
+
+/**
+ * TURN-12's window counts from the binding, not only from the first failure: m1's holder pays at
+ * T0 and dies before the commit; 2 h later (inside the window) the next holder takes m1 over and
+ * its attempts fail without a call (the model unreachable): m1's first failure is T0 + 2 h. The
+ * paid row ages from T0, so counted from the first failure the window would still be open after
+ * the ledger swept it.
+ */
+describe("TURN-12 the re-send window of a message taken over and failed counts from its binding (TURN-11 boundAt, LEDGER-13)", () => {
+  async function takenOverThenFailed(w: ReturnType<typeof setup>) {
+    void w.worker(diesAtCommit(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
+    await paidRowCompleted(w);
+    w.advance(2 * HOUR);
+    w.setModelDown(true);
+    const failed = await w.worker(w.store).runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(failed).toBeInstanceOf(TurnFailedError);
+    expect((failed as TurnFailedError).notRetried).toBeUndefined();
+    w.setModelDown(false);
+    expect(w.performed).toHaveLength(1);
+  }
+
+  it("TURN-12 m1 re-sent 22.5 h after its first failure (24.5 h after its binding, the paid row swept): not reopened, past_resend_window, the payment is made once", async () => {
+    const w = setup();
+    await takenOverThenFailed(w);
+    w.advance(22 * HOUR + 30 * 60_000);
+    expect(await w.ledger.sweep()).toBeGreaterThan(0);
+    const error = await expectM1ResentPastWindow(w.worker(w.store), CONV, w.performed);
+    expect(error.record.retryable).toBe(false);
+    expect((await w.store.message(CONV, "m1"))?.state).toBe("failed");
+  });
+
+  it("TURN-12 m1 reopened inside the window, its retry's holder dies, m2 resumes it 24.5 h after the binding: m1 runs nothing, the payment is made once", async () => {
+    const w = setup();
+    await takenOverThenFailed(w);
+    // 20 h after the binding: inside the window from either time; the retry's holder hangs before it runs.
+    w.advance(18 * HOUR);
+    void w.worker(diesAtCommit(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
+    while ((await w.store.message(CONV, "m1"))?.state !== "in_progress") await new Promise((r) => setTimeout(r, 1));
+    w.advance(4 * HOUR + 30 * 60_000);
+    expect(await w.ledger.sweep()).toBeGreaterThan(0);
+    const m2 = await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" });
+    const record = await expectM2AnsweredM1PastWindow(w.store, CONV, m2, w.performed);
+    expect(record.error.message).toMatch(/binding/);
   });
 });
