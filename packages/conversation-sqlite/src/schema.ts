@@ -81,6 +81,7 @@ CREATE TABLE IF NOT EXISTS "${t.messages}" (
   failure         TEXT,
   failed_at       INTEGER,
   first_failed_at INTEGER,
+  bound_at        INTEGER,
   content         TEXT    NOT NULL,
   PRIMARY KEY (conversation_id, message_id),
   UNIQUE (conversation_id, seq)
@@ -169,6 +170,19 @@ UPDATE "${t.messages}" SET failed_at = 0 WHERE state = 'failed' AND failed_at IS
 export function firstFailedAtUpgradeSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
   const t = tablesFor(prefix);
   return `ALTER TABLE "${t.messages}" ADD COLUMN first_failed_at INTEGER;
+`;
+}
+
+/**
+ * What `migrate()` runs on a messages table made before `bound_at` existed: the column only. It
+ * keeps the store-clock time of a message's FIRST binding (TURN-11, `supports.boundAt`), written
+ * in the binding's own statement, which TURN-12's re-send window counts from. NULL on rows bound
+ * before it existed, or by a process of an earlier version: such a row is never dated later (a
+ * later binding of it is not its first), and its window counts from its first failure as before.
+ */
+export function boundAtUpgradeSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
+  const t = tablesFor(prefix);
+  return `ALTER TABLE "${t.messages}" ADD COLUMN bound_at INTEGER;
 `;
 }
 

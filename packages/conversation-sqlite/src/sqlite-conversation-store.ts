@@ -41,7 +41,7 @@ import {
   unknownOptionMessage,
   type OptionNames,
 } from "@dispatch-once/core/internal";
-import { DEFAULT_TABLE_PREFIX, STORE_NOW_SQL, failedAtTriggerSql, failedAtUpgradeSql, firstFailedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, leaseGrantUpgradeSql, type ConversationTables } from "./schema.js";
+import { DEFAULT_TABLE_PREFIX, STORE_NOW_SQL, boundAtUpgradeSql, failedAtTriggerSql, failedAtUpgradeSql, firstFailedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, leaseGrantUpgradeSql, type ConversationTables } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
 export type SqliteDatabase = Database.Database;
@@ -246,7 +246,7 @@ export class SqliteConversationStore implements ConversationStore {
         // An anonymous (":memory:" or temporary) database lives inside one connection.
         sharedAcrossProcesses: !db.memory,
         recordsWithCommit: true,
-        supports: { leaseGrants: true, reopenWindow: true },
+        supports: { leaseGrants: true, reopenWindow: true, boundAt: true },
       };
     } catch (cause) {
       if (this.ownsDatabase) db.close();
@@ -400,7 +400,7 @@ export class SqliteConversationStore implements ConversationStore {
         const s = this.stmts;
         const row = s.inProgress.get(conversationId) ?? s.oldestQueued.get(conversationId);
         if (row === undefined) return undefined;
-        const current = decodeStoredMessage(conversationId, row);
+        let current = decodeStoredMessage(conversationId, row);
         const turnIndex = s.turnCount.get(conversationId)!.n;
         // TURN-15: the fence that first began this index, kept in the same commit as the binding.
         const conversation = this.conversationRow(conversationId)!;
@@ -410,8 +410,8 @@ export class SqliteConversationStore implements ConversationStore {
           // TURN-11: bound durably before the first attempt: state and turn index in this commit.
           s.bind.run(turnIndex, conversationId, current.id);
           s.setLastBound.run(current.id, conversationId);
-          current.state = "in_progress";
-          current.turnIndex ??= turnIndex;
+          // Read back: the binding's index and, on a first binding, its time (bound_at).
+          current = decodeStoredMessage(conversationId, s.message.get(conversationId, current.id)!);
         }
         const input = this.readLog(conversationId);
         if (s.hasTurn.get(conversationId, current.id) === undefined) input.push(structuredClone(current.content));
@@ -586,7 +586,7 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
   const turns = `"${t.turns}"`;
   const recs = `"${t.records}"`;
   const grants = `"${t.leaseGrants}"`;
-  const messageColumns = "message_id, seq, state, content, turn_index, failure, first_failed_at";
+  const messageColumns = "message_id, seq, state, content, turn_index, failure, first_failed_at, bound_at";
   const held = "conversation_id = ? AND lease_owner IS NOT NULL AND fence = ?";
   return {
     ensure: db.prepare(`INSERT INTO ${conv} (conversation_id) VALUES (?) ON CONFLICT (conversation_id) DO NOTHING`),
@@ -601,12 +601,19 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     // restart TURN-12's window while the first attempts' ledger rows keep aging.
     reopen: db.prepare(`UPDATE ${msgs} SET state = 'queued', failure = NULL, failed_at = NULL, first_failed_at = coalesce(first_failed_at, failed_at, 0) WHERE conversation_id = ? AND message_id = ?`),
     // From the first failure (kept across reopens; a retry that fails again does not restart the
-    // window), else the last one (rows failed before first_failed_at existed), else 0: unknown, past.
-    failedAge: db.prepare(`SELECT ${now} - coalesce(first_failed_at, failed_at, 0) AS age FROM ${msgs} WHERE conversation_id = ? AND message_id = ?`),
+    // window), else the last one (rows failed before first_failed_at existed), else 0: unknown, past;
+    // and from the first binding when it is earlier, as it always is where kept (bound_at): the rows
+    // of the message's calls age from its first attempt, maybe hours before its first failure.
+    failedAge: db.prepare(`SELECT ${now} - ${windowStart("")} AS age FROM ${msgs} WHERE conversation_id = ? AND message_id = ?`),
     inProgress: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND state = 'in_progress' ORDER BY seq LIMIT 1`),
     oldestQueued: db.prepare(`SELECT ${messageColumns} FROM ${msgs} WHERE conversation_id = ? AND state = 'queued' ORDER BY seq LIMIT 1`),
-    // A reopened message keeps the index of its first turn (TURN-11, TURN-12).
-    bind: db.prepare(`UPDATE ${msgs} SET state = 'in_progress', turn_index = coalesce(turn_index, ?) WHERE conversation_id = ? AND message_id = ?`),
+    // A reopened message keeps the index of its first turn (TURN-11, TURN-12), and the time of its
+    // first binding: bound_at is written only where turn_index is still NULL (SET reads the old
+    // row), so a row bound before bound_at existed stays undated rather than dated by a rebinding.
+    bind: db.prepare(
+      `UPDATE ${msgs} SET state = 'in_progress', turn_index = coalesce(turn_index, ?), bound_at = CASE WHEN turn_index IS NULL THEN ${now} ELSE bound_at END
+       WHERE conversation_id = ? AND message_id = ?`,
+    ),
     setLastBound: db.prepare(`UPDATE ${conv} SET last_bound = ? WHERE conversation_id = ?`),
     setBegun: db.prepare(`UPDATE ${conv} SET begun_turn = ?, begun_fence = ? WHERE conversation_id = ?`),
     turnCount: db.prepare(`SELECT coalesce(max(turn_index) + 1, 0) AS n FROM ${turns} WHERE conversation_id = ?`),
@@ -654,11 +661,11 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     // Each listed message's conversation row is looked up by its key in the same statement, for
     // reopenable: a re-send reopens a failed message only while it is last_bound (TURN-12). The
     // LEFT JOIN keeps the messages' index the outer loop (a missing row: not reopenable). The
-    // window counts from the first failure as failedAge does (TURN-12), on the same clock.
+    // window counts from the first failure or the binding as failedAge does (TURN-12), on the same clock.
     listFailed: db.prepare(
       `SELECT m.conversation_id, m.message_id, m.turn_index, m.failure, m.failed_at, (c.last_bound IS m.message_id) AS reopenable,
               coalesce(m.first_failed_at, m.failed_at, 0) AS first_failed_at,
-              (:within IS NOT NULL AND ${now} - coalesce(m.first_failed_at, m.failed_at, 0) >= :within) AS past_window
+              (:within IS NOT NULL AND ${now} - ${windowStart("m.")} >= :within) AS past_window
        FROM ${msgs} m LEFT JOIN ${conv} c ON c.conversation_id = m.conversation_id
        WHERE m.state = 'failed'
          AND (:conversation IS NULL OR m.conversation_id = :conversation)
@@ -667,6 +674,16 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
        ORDER BY m.failed_at, m.conversation_id, m.message_id LIMIT :limit`,
     ),
   };
+}
+
+/**
+ * Where TURN-12's re-send window counts from (store clock): the earlier of the first binding and
+ * the first failure (else the last failure, else 0: unknown, past every window). SQLite's min()
+ * of a NULL is NULL, so a row bound before bound_at existed counts from its failure alone.
+ */
+function windowStart(alias: string): string {
+  const failure = `coalesce(${alias}first_failed_at, ${alias}failed_at, 0)`;
+  return `min(coalesce(${alias}bound_at, ${failure}), ${failure})`;
 }
 
 /**
@@ -683,6 +700,7 @@ function migrateTables(db: SqliteDatabase, prefix: string, tables: ConversationT
     const messageColumns = db.prepare(`SELECT name FROM pragma_table_info(?)`).all(tables.messages) as { name: string }[];
     if (!messageColumns.some((c) => c.name === "failed_at")) db.exec(failedAtUpgradeSql(prefix));
     if (!messageColumns.some((c) => c.name === "first_failed_at")) db.exec(firstFailedAtUpgradeSql(prefix));
+    if (!messageColumns.some((c) => c.name === "bound_at")) db.exec(boundAtUpgradeSql(prefix));
     db.exec(failedIndexSql(prefix));
     db.exec(failedAtTriggerSql(prefix));
   }).immediate();

@@ -174,7 +174,7 @@ describe("TURN-15 resumed, on disk", () => {
 describe("TURN-14 durability is declared from the connection's settings", () => {
   it("a file with WAL and synchronous=FULL is durable, shared across processes, on the store's clock", async () => {
     const store = new SqliteConversationStore({ path: freshPath() });
-    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } });
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true } });
     expect(store.database.pragma("journal_mode", { simple: true })).toBe("wal");
     expect(store.database.pragma("synchronous", { simple: true })).toBe(2);
     await store.close();
@@ -185,7 +185,7 @@ describe("TURN-14 durability is declared from the connection's settings", () => 
     expect(normal.capabilities.durability).toBe("volatile");
     await normal.close();
     const memory = new SqliteConversationStore({ path: ":memory:" });
-    expect(memory.capabilities).toEqual({ durability: "volatile", clock: "store", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } });
+    expect(memory.capabilities).toEqual({ durability: "volatile", clock: "store", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true } });
     await memory.close();
     const clocked = new SqliteConversationStore({ path: freshPath(), now: () => 1_000 });
     expect(clocked.capabilities.clock).toBe("process");
@@ -410,7 +410,8 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
     const raw = rawConnection(path);
     // What that table had: none of the index, the triggers and the column.
     raw.exec(`DROP INDEX dispatch_once_messages_failed; DROP TRIGGER dispatch_once_messages_failed_at_insert; DROP TRIGGER dispatch_once_messages_failed_at_update;
-              ALTER TABLE dispatch_once_messages DROP COLUMN failed_at; ALTER TABLE dispatch_once_messages DROP COLUMN first_failed_at;`);
+              ALTER TABLE dispatch_once_messages DROP COLUMN failed_at; ALTER TABLE dispatch_once_messages DROP COLUMN first_failed_at;
+              ALTER TABLE dispatch_once_messages DROP COLUMN bound_at;`);
     raw.close();
     const upgraded = new SqliteConversationStore({ path });
     expect((await upgraded.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, firstFailedAt: 0, failure: { failed: "m1", conversation: "legacy" }, reopenable: true }]);
@@ -833,6 +834,60 @@ describe("TURN-12 the re-send window (supports.reopenWindow), on the store's clo
     expect(await store.appendUserMessage("conv-l", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: false, pastReopenWindow: true });
     expect((await store.listFailedTurns({ conversationId: "conv-l" })).turns.map((t) => t.firstFailedAt)).toEqual([7_000_000]);
     await store.close();
+  });
+
+  /** Binds (or takes over) `c`'s next message under a fresh lease; fails it when `fail` is set. */
+  async function bindNext(store: SqliteConversationStore, c: string, fail = false): Promise<void> {
+    const lease = await store.acquireLease(c, "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    const begun = await store.beginTurn(c, lease.fence);
+    if (fail) await store.failMessage(c, lease.fence, begun!.message.id, { failed: begun!.message.id });
+    await store.releaseLease(c, lease.fence);
+  }
+
+  it("TURN-12 counts from the first binding (bound_at) where it is earlier than the first failure (a holder died, the take-over failed later); a row bound before bound_at existed counts from its first failure and a later binding does not date it", async () => {
+    let clock = 9_000_000;
+    const path = freshPath();
+    const store = new SqliteConversationStore({ path, now: () => clock });
+    for (const c of ["conv-b", "conv-n"]) {
+      await store.appendUserMessage(c, { id: "m1", content: user("m1") });
+      await bindNext(store, c);
+    }
+    expect((await store.message("conv-b", "m1"))?.boundAt).toBe(9_000_000);
+    const raw = rawConnection(path);
+    raw.prepare(`UPDATE "${tablesFor().messages}" SET bound_at = NULL WHERE conversation_id = 'conv-n'`).run();
+    raw.close();
+    // Half a window later the next holder takes m1 over and fails it; half a window after that, a re-send.
+    clock += WINDOW / 2;
+    for (const c of ["conv-b", "conv-n"]) await bindNext(store, c, true);
+    clock += WINDOW / 2;
+    const listed = (await store.listFailedTurns({ reopenWithinMs: WINDOW })).turns.map((t) => [t.conversationId, t.reopenable, t.pastReopenWindow]);
+    expect(listed).toEqual([["conv-b", false, true], ["conv-n", true, false]]);
+    expect(await store.appendUserMessage("conv-b", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: false, pastReopenWindow: true });
+    expect(await store.appendUserMessage("conv-n", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: true });
+    await bindNext(store, "conv-n");
+    expect((await store.message("conv-n", "m1"))?.boundAt).toBeUndefined();
+    await store.close();
+  });
+
+  it("migrate() adds bound_at to a messages table made without it: a message bound before stays undated, the next one is dated at its binding", async () => {
+    let clock = 3_000_000;
+    const path = freshPath();
+    const old = new SqliteConversationStore({ path, now: () => clock });
+    await old.appendUserMessage("conv-m", { id: "m1", content: user("m1") });
+    await bindNext(old, "conv-m");
+    await old.close();
+    const raw = rawConnection(path);
+    raw.exec(`ALTER TABLE dispatch_once_messages DROP COLUMN bound_at`);
+    raw.close();
+    clock += 1_000;
+    const upgraded = new SqliteConversationStore({ path, now: () => clock });
+    await bindNext(upgraded, "conv-m");
+    expect((await upgraded.message("conv-m", "m1"))?.boundAt).toBeUndefined();
+    await upgraded.appendUserMessage("conv-m2", { id: "m1", content: user("m1") });
+    await bindNext(upgraded, "conv-m2");
+    expect((await upgraded.message("conv-m2", "m1"))?.boundAt).toBe(3_001_000);
+    await upgraded.close();
   });
 
   it("a window that is not a finite number of milliseconds, 0 or more, is refused with invalid_store_input, changing nothing", async () => {

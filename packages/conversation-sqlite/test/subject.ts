@@ -20,7 +20,7 @@ export function createSqliteConversationSubject(name = "conversation-sqlite"): C
   let counter = 0;
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true },
     async create(): Promise<ConversationStoreFixture> {
       // The kit checks semantics, not the disk: a memory-backed filesystem keeps
       // synchronous=FULL (the default) cheap. The restart and race tests use a real temp dir.

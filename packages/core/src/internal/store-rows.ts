@@ -56,6 +56,8 @@ export interface StoredMessageRow {
    * reopened message's is kept across reopens. Leave it out of a store without the flag.
    */
   first_failed_at?: unknown;
+  /** TURN-11's first binding time (store clock, ms); NULL or absent where the store never kept it. */
+  bound_at?: unknown;
 }
 
 /** A turn row as a driver returns it: column values, not yet trusted. */
@@ -94,11 +96,18 @@ export function decodeStoredMessage(conversationId: string, row: StoredMessageRo
   // Shown only while reopened (queued or in progress after a failure): a never-failed message
   // has none, and a failed or answered one is not resumed (TURN-12).
   if ((row.state === "queued" || row.state === "in_progress") && row.first_failed_at !== undefined && row.first_failed_at !== null) {
-    const at = typeof row.first_failed_at === "string" && /^\d+$/.test(row.first_failed_at) ? Number(row.first_failed_at) : row.first_failed_at;
-    if (!isCount(at, 0)) throw new StoreCorruptError(conversationId, `${what} has first failure time ${String(row.first_failed_at)}`);
-    out.firstFailedAt = at;
+    out.firstFailedAt = storeTime(conversationId, `${what} has first failure time`, row.first_failed_at);
   }
+  // Shown in every state once bound; NULL on a row bound before the store kept it (TURN-11).
+  if (row.bound_at !== undefined && row.bound_at !== null) out.boundAt = storeTime(conversationId, `${what} has binding time`, row.bound_at);
   return out;
+}
+
+/** A store-clock time in ms (a BIGINT may come back as a string of digits), else store_corrupt. */
+function storeTime(conversationId: string, what: string, value: unknown): number {
+  const at = typeof value === "string" && /^\d+$/.test(value) ? Number(value) : value;
+  if (!isCount(at, 0)) throw new StoreCorruptError(conversationId, `${what} ${String(value)}`);
+  return at;
 }
 
 /** A stored turn, checked field by field. */
