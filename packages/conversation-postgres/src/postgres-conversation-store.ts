@@ -175,7 +175,7 @@ export class PostgresConversationStore implements ConversationStore {
       this.ownsPool = true;
     }
     this.sql = statements(this.tables);
-    this.capabilities = { durability, clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } };
+    this.capabilities = { durability, clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true } };
   }
 
   /** The DDL migrate() runs. */
@@ -324,9 +324,11 @@ export class PostgresConversationStore implements ConversationStore {
       if (begun.write) await run(this.sql.setBegun, [conversationId, turnIndex, String(fence)]);
       if (current.state === "queued") {
         // TURN-11: bound durably before the first attempt: state, turn index and last_bound in this commit.
-        await run(this.sql.bind, [conversationId, current.id, turnIndex]);
+        const [bound] = await run<{ bound_at: unknown }>(this.sql.bind, [conversationId, current.id, turnIndex]);
         current.state = "in_progress";
         current.turnIndex ??= turnIndex;
+        // The first binding's time, from the binding's own statement (NULL: a row bound before bound_at).
+        if (bound !== undefined && bound.bound_at !== null) current.boundAt = toCount(conversationId, bound.bound_at);
       }
       const input = buildLog(conversationId, await run(this.sql.log, [conversationId]));
       if (!row.started) input.push(structuredClone(current.content));

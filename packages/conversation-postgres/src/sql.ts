@@ -96,6 +96,7 @@ CREATE TABLE IF NOT EXISTS ${q.msgs} (
   failure         text,
   failed_at       bigint,
   first_failed_at bigint,
+  bound_at        bigint,
   content         text    NOT NULL,
   PRIMARY KEY (conversation_id, message_id),
   UNIQUE (conversation_id, seq)
@@ -154,6 +155,13 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM information_schema.columns
                   WHERE table_schema = '${t.schema}' AND table_name = '${t.messages}' AND column_name = 'first_failed_at') THEN
     ALTER TABLE ${q.msgs} ADD COLUMN first_failed_at bigint;
+  END IF;
+  -- The binding's time (TURN-11, TURN-12): when each message was FIRST bound, written by the
+  -- binding's statement. NULL on rows bound before it existed or by an earlier version: such a
+  -- row stays undated (a later binding is not its first), its window counts from its failure.
+  IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                  WHERE table_schema = '${t.schema}' AND table_name = '${t.messages}' AND column_name = 'bound_at') THEN
+    ALTER TABLE ${q.msgs} ADD COLUMN bound_at bigint;
   END IF;
 END
 $upgrade$;
@@ -247,11 +255,20 @@ export interface Statements {
  * Every statement, named per table set (prepared once per connection; the name carries a
  * hash of the tables so two stores over different schemas on one pool never collide).
  */
+/**
+ * Where TURN-12's re-send window counts from (server clock): the earlier of the first binding and
+ * the first failure (else the last failure, else 0: unknown, past every window). least() skips a
+ * NULL, so a row bound before bound_at existed counts from its failure alone.
+ */
+function windowStart(alias: string): string {
+  return `least(${alias}bound_at, coalesce(${alias}first_failed_at, ${alias}failed_at, 0))`;
+}
+
 export function statements(t: ConversationTables): Statements {
   const q = qualified(t);
   const tag = createHash("sha256").update(`${t.schema}.${t.conversations}`).digest("hex").slice(0, 10);
   const s = (name: string, text: string): Statement => ({ name: `do_conv_${tag}_${name}`, text });
-  const messageColumns = "message_id, seq, state, content, turn_index, failure, first_failed_at";
+  const messageColumns = "message_id, seq, state, content, turn_index, failure, first_failed_at, bound_at";
   return {
     lock: s(
       "lock",
@@ -269,8 +286,10 @@ export function statements(t: ConversationTables): Statements {
     // restart TURN-12's window while the first attempts' ledger rows keep aging.
     reopen: s("reopen", `UPDATE ${q.msgs} SET state = 'queued', failure = NULL, failed_at = NULL, first_failed_at = coalesce(first_failed_at, failed_at, 0) WHERE conversation_id = $1 AND message_id = $2`),
     // From the first failure (kept across reopens; a retry that fails again does not restart the
-    // window), else the last one (rows failed before first_failed_at existed), else 0: unknown, past.
-    failedAge: s("failed_age", `SELECT ${NOW_MS} - coalesce(first_failed_at, failed_at, 0) AS age FROM ${q.msgs} WHERE conversation_id = $1 AND message_id = $2`),
+    // window), else the last one (rows failed before first_failed_at existed), else 0: unknown, past;
+    // and from the first binding when it is earlier, as it always is where kept (bound_at): the rows
+    // of the message's calls age from its first attempt, maybe hours before its first failure.
+    failedAge: s("failed_age", `SELECT ${NOW_MS} - ${windowStart("")} AS age FROM ${q.msgs} WHERE conversation_id = $1 AND message_id = $2`),
     current: s(
       "current",
       `SELECT m.*, (SELECT coalesce(max(turn_index) + 1, 0) FROM ${q.turns} WHERE conversation_id = $1) AS turn_count,
@@ -282,8 +301,12 @@ export function statements(t: ConversationTables): Statements {
     ),
     bind: s(
       "bind",
-      `WITH bound AS (UPDATE ${q.msgs} SET state = 'in_progress', turn_index = coalesce(turn_index, $3) WHERE conversation_id = $1 AND message_id = $2 RETURNING 1)
-       UPDATE ${q.conv} SET last_bound = $2 WHERE conversation_id = $1 AND EXISTS (SELECT 1 FROM bound)`,
+      // bound_at only where turn_index is still NULL (SET reads the old row): the FIRST binding's
+      // time; a row bound before the column existed stays undated rather than dated by a rebinding.
+      `WITH bound AS (UPDATE ${q.msgs} SET state = 'in_progress', turn_index = coalesce(turn_index, $3),
+                        bound_at = CASE WHEN turn_index IS NULL THEN ${NOW_MS} ELSE bound_at END
+                      WHERE conversation_id = $1 AND message_id = $2 RETURNING bound_at)
+       UPDATE ${q.conv} SET last_bound = $2 WHERE conversation_id = $1 AND EXISTS (SELECT 1 FROM bound) RETURNING (SELECT bound_at FROM bound) AS bound_at`,
     ),
     setBegun: s("set_begun", `UPDATE ${q.conv} SET begun_turn = $2, begun_fence = $3 WHERE conversation_id = $1`),
     turnsOf: s(
@@ -389,13 +412,13 @@ export function statements(t: ConversationTables): Statements {
     // Each listed message's conversation row is looked up by its primary key in the same statement,
     // for reopenable: a re-send reopens a failed message only while it is last_bound (TURN-12). The
     // LEFT JOIN keeps the messages' index the outer side (a missing row: not reopenable). The
-    // window counts from the first failure as failed_age does (TURN-12), on the same clock.
+    // window counts from the first failure or the binding as failed_age does (TURN-12), on the same clock.
     listFailed: s(
       "list_failed",
       `SELECT m.conversation_id, m.message_id, m.turn_index, m.failure, m.failed_at,
               (c.last_bound IS NOT NULL AND c.last_bound = m.message_id) AS reopenable,
               coalesce(m.first_failed_at, m.failed_at, 0) AS first_failed_at,
-              ($7::float8 IS NOT NULL AND ${NOW_MS} - coalesce(m.first_failed_at, m.failed_at, 0) >= $7::float8) AS past_window
+              ($7::float8 IS NOT NULL AND ${NOW_MS} - ${windowStart("m.")} >= $7::float8) AS past_window
          FROM ${q.msgs} m LEFT JOIN ${q.conv} c ON c.conversation_id = m.conversation_id
         WHERE m.state = 'failed'
           AND ($1::text IS NULL OR m.conversation_id = $1::text)

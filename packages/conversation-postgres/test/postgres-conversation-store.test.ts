@@ -238,7 +238,7 @@ describe("bad input is refused with invalid_store_input before anything is store
     await store.appendUserMessage("layout", { id: "m1", content: { z: 1, a: "é", n: [1.5, -0.25] } });
     const { rows } = await admin.query(`SELECT content FROM "${schema}".dispatch_once_messages`);
     expect(rows).toEqual([{ content: '{"z":1,"a":"é","n":[1.5,-0.25]}' }]);
-    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true } });
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true } });
     await store.close();
     const volatile = new PostgresConversationStore({ connectionString: DATABASE_URL, durability: "volatile" });
     expect(volatile.capabilities.durability).toBe("volatile");
@@ -302,7 +302,8 @@ describe("TURN-17 listFailedTurns: failed messages across conversations, oldest 
        DROP TRIGGER dispatch_once_failed_at_insert ON "${schema}".dispatch_once_messages;
        DROP TRIGGER dispatch_once_failed_at_update ON "${schema}".dispatch_once_messages;
        ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN failed_at;
-       ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN first_failed_at`,
+       ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN first_failed_at;
+       ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN bound_at`,
     );
     await store.migrate();
     expect((await store.listFailedTurns()).turns).toEqual([{ conversationId: "legacy", messageId: "m1", turnIndex: 0, failedAt: 0, firstFailedAt: 0, failure: { failed: "m1", conversation: "legacy" }, reopenable: true }]);
@@ -691,6 +692,52 @@ describe("TURN-12 the re-send window (supports.reopenWindow), on the server's cl
     await failOnce(store, "conv-m", "m1");
     const { rows } = await admin.query(`SELECT first_failed_at FROM "${schema}".dispatch_once_messages WHERE conversation_id = 'conv-m'`);
     expect(rows[0].first_failed_at).not.toBeNull();
+    await store.close();
+  });
+
+  /** Binds (or takes over) `c`'s next message under a fresh lease; fails it when `fail` is set. */
+  async function bindNext(store: PostgresConversationStore, c: string, fail = false): Promise<void> {
+    const lease = await store.acquireLease(c, "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    const begun = await store.beginTurn(c, lease.fence);
+    if (fail) await store.failMessage(c, lease.fence, begun!.message.id, { failed: begun!.message.id });
+    await store.releaseLease(c, lease.fence);
+  }
+
+  it("TURN-12 counts from the first binding (bound_at) where it is earlier than the first failure (a holder died, the take-over failed later); a row bound before bound_at existed counts from its first failure and a later binding does not date it", async () => {
+    const { store, schema } = await fresh("window_bound");
+    for (const c of ["conv-b", "conv-n"]) {
+      await store.appendUserMessage(c, { id: "m1", content: user("m1") });
+      await bindNext(store, c);
+      // The take-over fails the message half a window after its binding.
+      await age(schema, c, WINDOW / 2, ["bound_at"]);
+      await bindNext(store, c, true);
+    }
+    await admin.query(`UPDATE "${schema}".dispatch_once_messages SET bound_at = NULL WHERE conversation_id = 'conv-n'`);
+    // Half a window later: a window after the binding, half a window after the first failure.
+    await age(schema, "conv-b", WINDOW / 2, ["bound_at", "failed_at", "first_failed_at"]);
+    await age(schema, "conv-n", WINDOW / 2, ["failed_at", "first_failed_at"]);
+    const listed = (await store.listFailedTurns({ reopenWithinMs: WINDOW })).turns.map((t) => [t.conversationId, t.reopenable, t.pastReopenWindow]);
+    expect(listed).toEqual([["conv-b", false, true], ["conv-n", true, false]]);
+    expect(await store.appendUserMessage("conv-b", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: false, pastReopenWindow: true });
+    expect(await store.appendUserMessage("conv-n", { id: "m1", content: user("m1") }, { reopenWithinMs: WINDOW })).toMatchObject({ reopened: true });
+    await bindNext(store, "conv-n");
+    expect((await store.message("conv-n", "m1"))?.boundAt).toBeUndefined();
+    await store.close();
+  });
+
+  it("migrate() adds bound_at to a messages table made without it: a message bound before stays undated, the next one is dated at its binding", async () => {
+    const { store, schema } = await fresh("window_bound_migrate");
+    await store.appendUserMessage("conv-m", { id: "m1", content: user("m1") });
+    await bindNext(store, "conv-m");
+    await admin.query(`ALTER TABLE "${schema}".dispatch_once_messages DROP COLUMN bound_at`);
+    await store.migrate();
+    await bindNext(store, "conv-m");
+    expect((await store.message("conv-m", "m1"))?.boundAt).toBeUndefined();
+    await store.appendUserMessage("conv-m2", { id: "m1", content: user("m1") });
+    const { rows } = await admin.query(`SELECT ${NOW_MS} AS now`);
+    await bindNext(store, "conv-m2");
+    expect((await store.message("conv-m2", "m1"))?.boundAt).toBeGreaterThanOrEqual(Number(rows[0].now));
     await store.close();
   });
 

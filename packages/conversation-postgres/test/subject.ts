@@ -13,7 +13,7 @@ export function createPostgresConversationSubject(name = "conversation-postgres"
   const admin = adminPool(2);
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true },
     async create(): Promise<ConversationStoreFixture> {
       const schema = uniqueSchema("kit");
       const t = tablesFor(schema);
