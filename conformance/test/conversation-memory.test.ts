@@ -68,15 +68,16 @@ describe("report for MemoryConversationStore", () => {
     for (const c of failed.checks) expect(c.error).toMatch(/declares reopenWindow, but the store's capabilities.supports.reopenWindow is undefined/);
   });
 
-  it("TURN-11's boundAt check is not applicable to a subject that does not declare boundAt, and fails one that declares it for a store without supports.boundAt", async () => {
+  it("TURN-11's and TURN-12's boundAt checks are not applicable to a subject that does not declare boundAt; TURN-11's fails one that declares it for a store without supports.boundAt", async () => {
     const names = new Set(BOUND_AT_CHECKS.map((c) => c.name));
     const boundChecks = (subject: ReturnType<typeof memoryConversationSubject>) => conversationStoreChecks(subject, options).filter((c) => names.has(c.name));
     const reference = memoryConversationSubject();
     const { boundAt: _declared, ...undeclaredCapabilities } = reference.capabilities;
     const undeclared = await runChecks(boundChecks({ ...reference, capabilities: undeclaredCapabilities }), { subject: "undeclared", levels: ["conversation"] });
-    expect(undeclared.checks.map((c) => [c.rule, c.status, c.reasonNotApplicable])).toEqual([["TURN-11", "not_applicable", "needs boundAt (a bound message shows its first binding's time: supports.boundAt)"]]);
+    const notApplicable = "needs boundAt (a bound message shows its first binding's time: supports.boundAt)";
+    expect(undeclared.checks.map((c) => [c.rule, c.status, c.reasonNotApplicable])).toEqual([["TURN-11", "not_applicable", notApplicable], ["TURN-12", "not_applicable", notApplicable]]);
     const declared = await runChecks(boundChecks(reference), { subject: "reference", levels: ["conversation"] });
-    expect(declared.checks.map((c) => c.status)).toEqual(["pass"]);
+    expect(declared.checks.map((c) => c.status)).toEqual(["pass", "pass"]);
     const without = {
       ...reference,
       async create() {
@@ -86,7 +87,7 @@ describe("report for MemoryConversationStore", () => {
       },
     };
     const failed = await runChecks(boundChecks(without), { subject: "without", levels: ["conversation"] });
-    expect(failed.checks.map((c) => c.status)).toEqual(["fail"]);
+    expect(failed.checks.map((c) => c.status)).toEqual(["fail", "pass"]);
     expect(failed.checks[0]!.error).toMatch(/declares boundAt, but the store's capabilities.supports.boundAt is undefined/);
   });
 

@@ -116,6 +116,38 @@ export const reopenWindowFromFirstFailure: ConversationCheckSpec = {
     }),
 };
 
+export const reopenWindowFromBinding: ConversationCheckSpec = {
+  rule: "TURN-12",
+  name: "where the store dates the binding (boundAt), the re-send window counts from it when it is earlier than the first failure: a message bound, taken over and failed later stays failed (pastReopenWindow) on a re-send whose window is shorter than the binding's age, and its listing says so",
+  needs: ["reopenWindow", "boundAt"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      windowOf(store);
+      const c = freshConversation();
+      // m1 bound; its holder dies; APART_MS later the next holder takes it over and its attempt fails.
+      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      const fenceA = await acquire(store, c, "worker-a");
+      await mustBegin(store, c, fenceA, "begin m1");
+      await sleep(APART_MS);
+      await store.releaseLease(c, fenceA);
+      const fence = await acquire(store, c, "worker-b");
+      const taken = await mustBegin(store, c, fence, "begin m1 by the next holder");
+      mustEqual(taken.message.id, "m1", "the message the next holder takes over");
+      await store.failMessage(c, fence, "m1", { failed: "m1" });
+      const why = `its binding is at least ${APART_MS} ms old, its first failure fresh: the rows of its first holder's calls age from before the failure`;
+      if (subject.capabilities.listFailedTurns && store.listFailedTurns !== undefined) {
+        const listed = (await store.listFailedTurns({ conversationId: c, reopenWithinMs: BETWEEN_MS })).turns.map((t) => [t.messageId, t.reopenable, t.pastReopenWindow]);
+        mustEqual(listed, [["m1", false, true]], `m1 listed with reopenWithinMs ${BETWEEN_MS} (${why}): [message, reopenable, pastReopenWindow]`);
+      }
+      const past = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: BETWEEN_MS });
+      mustEqual([past.reopened, past.pastReopenWindow, past.message.state], [false, true, "failed"], `a re-send of m1 with reopenWithinMs ${BETWEEN_MS}, counted from its binding (${why})`);
+      mustEqual(await store.beginTurn(c, fence), undefined, "nothing waits after the re-send past the window");
+      const within = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: HOUR });
+      mustEqual([within.reopened, within.message.state], [true, "queued"], "a re-send of m1 with a window of an hour");
+    }),
+};
+
 export const listingJudgesReopenWindow: ConversationCheckSpec = {
   rule: "TURN-17",
   name: "with reopenWithinMs, a listed failed turn says reopenable exactly when a re-send with that window would reopen it (from its first failure, firstFailedAt) and pastReopenWindow when the window is why it would not; another message bound since is not the window's doing; a bad window is refused",
@@ -253,4 +285,4 @@ export const boundShowsBoundAt: ConversationCheckSpec = {
 export const REOPEN_WINDOW_CHECKS: ConversationCheckSpec[] = [reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure, reopenedShowsFirstFailure, listingJudgesReopenWindow];
 
 /** TURN-11's binding time (only when the subject declares `boundAt`). */
-export const BOUND_AT_CHECKS: ConversationCheckSpec[] = [boundShowsBoundAt];
+export const BOUND_AT_CHECKS: ConversationCheckSpec[] = [boundShowsBoundAt, reopenWindowFromBinding];

@@ -123,6 +123,8 @@ export interface ConversationBugs {
   bindingHidesBoundAt?: boolean;
   /** listFailedTurns ignores reopenWithinMs: reopenable only says the message is the last bound. */
   listReopenableIgnoresWindow?: boolean;
+  /** TURN-12's window (the reopen's and the listing's) counts from the first failure only, never from the earlier binding (boundAt still shown right). */
+  reopenWindowIgnoresBinding?: boolean;
   /** listFailedTurns judges reopenWithinMs from the LAST failure (firstFailedAt still given right). */
   listWindowFromLastFailure?: boolean;
   /** commitTurn keeps a commit's record even when it refuses the commit (declaring recordsWithCommit). */
@@ -305,8 +307,11 @@ export class KvConversationStore implements ConversationStore {
         const reopenable = this.bugs.reopensAfterOtherBound || s.lastBound === known.id;
         if (known.state === "failed" && reopenable) {
           const firstFailed = (this.bugs.reopenWindowFromLastFailure ? undefined : s.firstFailedAt?.[known.id]) ?? s.failedAt?.[known.id] ?? 0;
+          // From the binding where it is earlier (TURN-12); a store that counts from a failure only does not.
+          const fromFailure = this.bugs.reopenWindowFromLastFailure || this.bugs.reopenWindowIgnoresBinding;
+          const start = fromFailure ? firstFailed : Math.min(known.boundAt ?? Infinity, firstFailed);
           const clock = this.bugs.reopenWindowOnProcessClock ? Date.now() : this.backing.now();
-          if (within !== undefined && !this.bugs.reopenWindowIgnored && clock - firstFailed >= within) {
+          if (within !== undefined && !this.bugs.reopenWindowIgnored && clock - start >= within) {
             return { appended: false, message: this.shown(s, known), reopened: false, pastReopenWindow: true };
           }
           known.state = "queued";
@@ -560,7 +565,7 @@ export class KvConversationStore implements ConversationStore {
         if (m.turnIndex !== undefined) turn.turnIndex = m.turnIndex;
         // TURN-12's window, as appendUserMessage judges it (on the backing's clock).
         if (query.reopenWithinMs !== undefined) {
-          const from = bugs.listWindowFromLastFailure ? failedAt : firstFailedAt;
+          const from = bugs.listWindowFromLastFailure ? failedAt : bugs.reopenWindowIgnoresBinding ? firstFailedAt : Math.min(m.boundAt ?? Infinity, firstFailedAt);
           turn.pastReopenWindow = !bugs.listReopenableIgnoresWindow && turn.reopenable === true && this.backing.now() - from >= query.reopenWithinMs;
           turn.reopenable = turn.reopenable === true && !turn.pastReopenWindow;
         }
