@@ -230,7 +230,7 @@ describe.each([
 describe.each([
   ["sqlite", sqliteStore],
   ["postgres", postgresStore],
-] as const)("dispatch-once turns --failed on %s: the re-send window counts from the FIRST failure (TURN-12)", (_name, open) => {
+] as const)("dispatch-once turns --failed on %s: the re-send window counts from the FIRST failure, or from the binding where that is earlier (TURN-12)", (_name, open) => {
   let backend: StoreBackend;
   beforeAll(async () => {
     backend = await open();
@@ -260,6 +260,26 @@ describe.each([
     // And the store, asked as a runner with a 1 s window asks it, refuses the reopen.
     const resend = await store.appendUserMessage("conv-first", { id: "m1", content: "again" }, { reopenWithinMs: 1_000 });
     expect([resend.reopened, resend.pastReopenWindow]).toEqual([false, true]);
+  });
+
+  it("TURN-12: a message bound, taken over 1.5 s later by the next holder and failed at once is past a 1 s window by its binding (bound_at), as the runner's store decides", async () => {
+    const { store } = backend;
+    await store.appendUserMessage("conv-bound", { id: "m1", content: "pay" });
+    const first = await store.acquireLease("conv-bound", "worker-a", 600_000);
+    if (!first.acquired) throw new Error("not acquired");
+    await store.beginTurn("conv-bound", first.fence);
+    // The holder dies; the next one takes m1 over later, and its attempt fails.
+    await store.releaseLease("conv-bound", first.fence);
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    const next = await store.acquireLease("conv-bound", "worker-b", 600_000);
+    if (!next.acquired) throw new Error("not acquired");
+    await store.beginTurn("conv-bound", next.fence);
+    await store.failMessage("conv-bound", next.fence, "m1", RECORD);
+    await store.releaseLease("conv-bound", next.fence);
+    const listed = await runBin(["turns", "--failed", "--json", "--conversation", "conv-bound", "--retention", "10m", "--resend-window", "1s", ...backend.args]);
+    expect(listed.code, listed.stderr).toBe(0);
+    const turns = jsonLines(listed.stdout) as (FailedTurn & { resend: string; pastResendWindow: boolean })[];
+    expect(turns.map((t) => [t.messageId, t.pastResendWindow, t.reopenable, t.resend.slice(0, 3)])).toEqual([["m1", true, false, "no:"]]);
   });
 });
 

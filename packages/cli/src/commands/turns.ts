@@ -104,11 +104,12 @@ The RE-SEND column (and "resend" in --json, beside the store's "reopenable") say
                                  retention its calls' rows may be gone (LEDGER-13), and running
                                  them again would pay a payment that happened twice. Measured on
                                  the store's clock from the turn's FIRST failure, as the runner
-                                 measures it (a retry that failed again does not restart it), by
-                                 the store in the listing's own query ("firstFailedAt" and
-                                 "pastReopenWindow" in --json); for a store that keeps only the
-                                 last failure, from that, as the runner then does too;
-                                 "pastResendWindow" in --json
+                                 measures it (a retry that failed again does not restart it), or
+                                 from the message's binding where the store dates it (earlier:
+                                 its first holder's calls), by the store in the listing's own
+                                 query ("firstFailedAt" and "pastReopenWindow" in --json); for a
+                                 store that keeps only the last failure, from that, as the runner
+                                 then does too; "pastResendWindow" in --json
   unknown                        the store does not say whether a re-send would reopen it
 
 Options:
@@ -167,8 +168,8 @@ Example:
       let count = 0;
       let more = false;
       let cursor: string | undefined;
-      // A store that keeps the first failure judges the window itself, from the first failure
-      // (TURN-12), in the listing's own query: reopenable and pastReopenWindow, as a runner's
+      // A store that keeps the first failure judges the window itself, from the first failure or
+      // the binding where it dates it (TURN-12), in the listing's own query: reopenable and pastReopenWindow, as a runner's
       // re-send with that window would meet them (TURN-17).
       const windowed = store.capabilities?.supports?.reopenWindow === true;
       if (windowed) query.reopenWithinMs = windowMs;
