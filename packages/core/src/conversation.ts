@@ -51,7 +51,8 @@ export interface StoredMessage {
    * from one without it and for a row bound before the store kept it. A runner that resumes the
    * turn of a message that never failed (its holder died before the commit, TURN-15) checks the
    * re-send window from it before any attempt (TURN-12): nothing else dates such a message, and
-   * the ledger may have swept the rows of the dead holder's calls.
+   * the ledger may have swept the rows of the dead holder's calls. A failed message's re-send
+   * window counts from it too where it is earlier than the first failure, as it always is.
    */
   boundAt?: number;
 }
@@ -65,8 +66,9 @@ export interface AppendResult {
   reopened: boolean;
   /**
    * True when the message is failed and this call would have reopened it (no other message was
-   * bound since) but did not because its first failure is at least `reopenWithinMs` old on the
-   * store's clock (TURN-12, `supports.reopenWindow`). Absent otherwise, and from a store that does
+   * bound since) but did not because its first failure (or its first binding, where the store
+   * dates it and it is earlier) is at least `reopenWithinMs` old on the store's clock (TURN-12,
+   * `supports.reopenWindow`). Absent otherwise, and from a store that does
    * not declare the flag.
    */
   pastReopenWindow?: boolean;
@@ -77,7 +79,8 @@ export interface AppendOptions {
   /**
    * Only to a store that declares `supports.reopenWindow` (TURN-12): a re-send of a failed message
    * reopens it only while its first failure (kept across reopens) is less than this many
-   * milliseconds old on the store's clock, decided in the same atomic step as the reopen; at or
+   * milliseconds old on the store's clock, and its first binding too where the store dates it
+   * (`supports.boundAt`), decided in the same atomic step as the reopen; at or
    * past it the message stays failed and the result says `pastReopenWindow`. A runner passes its
    * re-send window, set below the ledger's retention (LEDGER-13).
    * @default none (no time bound: the store reopens as TURN-12 says without it)
@@ -183,8 +186,9 @@ export interface ConversationStoreSupports {
   leaseGrants?: boolean;
   /**
    * The re-send window (TURN-12): `appendUserMessage` takes `{ reopenWithinMs }` and refuses, in
-   * the same atomic step, to reopen a failed message whose first failure is at least that old on
-   * the store's clock, answering `pastReopenWindow`. A runner without it checks the age itself
+   * the same atomic step, to reopen a failed message whose first failure (or first binding, where
+   * the store also declares `boundAt` and it is earlier) is at least that old on the store's clock,
+   * answering `pastReopenWindow`. A runner without it checks the age itself
    * before the append (`listFailedTurns({ olderThanMs })`), a step apart from the reopen. A store
    * that declares it and offers `listFailedTurns` lists each turn's `firstFailedAt` and takes
    * `reopenWithinMs` there too (TURN-17), so that a listing tells what a re-send would do.
@@ -194,8 +198,10 @@ export interface ConversationStoreSupports {
    * The binding's time (TURN-11, TURN-12): every bound message shows `boundAt`, the store-clock
    * time it was first bound, written in the same step as the binding and kept across take-overs,
    * reopens and restarts, so that a runner can refuse to resume, past its re-send window, the
-   * turn of a message that never failed. A runner without it cannot date such a message and
-   * resumes it whenever it is driven again.
+   * turn of a message that never failed, and so that the re-send window of a failed message counts
+   * from the binding where that is earlier than its first failure (its calls' rows age from before
+   * the failure). A runner without it cannot date such a message and resumes it whenever it is
+   * driven again.
    */
   boundAt?: boolean;
 }
@@ -234,7 +240,8 @@ export interface FailedTurnsQuery {
    * passes `appendUserMessage` (its `resendWindowMs`). Only to a store that declares
    * `supports.reopenWindow`. With it, each listed turn says `reopenable` exactly when a re-send
    * with `{ reopenWithinMs }` would reopen it now (its conversation's last bound message AND its
-   * first failure less than this old on the store's clock), and `pastReopenWindow` when such a
+   * first failure, or its first binding where the store dates it and it is earlier, less than
+   * this old on the store's clock), and `pastReopenWindow` when such a
    * re-send would instead answer `pastReopenWindow`. Without it, `reopenable` has no time bound
    * (a re-send without the option). Not a finite number, 0 or more: `invalid_store_input`.
    * @default undefined (no window: reopenable says only whether no other message was bound since)
