@@ -1,4 +1,4 @@
-import type { ConversationStore } from "@dispatch-once/core";
+import type { ConversationStore, ConversationStoreSupports, MemoryConversationStore } from "@dispatch-once/core";
 import { expect } from "vitest";
 import { TurnFailedError, type FailedTurnRecord, type SendResult } from "../src/index.js";
 import type { world } from "./toy.js";
@@ -33,4 +33,27 @@ export async function expectM1ResentPastWindow(worker: ReturnType<typeof world>,
   expect(resent).toBeInstanceOf(TurnFailedError);
   expect((resent as TurnFailedError).notRetried).toBe("past_resend_window");
   return resent as TurnFailedError;
+}
+
+/**
+ * A third-party store's view of the memory store: no `supports.reopenWindow`, so it never gets
+ * `reopenWithinMs` and shows no `firstFailedAt`; `supports` says what it declares instead (it may
+ * date the binding: `boundAt`).
+ */
+export function withoutReopenWindow(memory: MemoryConversationStore, supports: ConversationStoreSupports = { leaseGrants: true }): ConversationStore {
+  return Object.assign(Object.create(memory) as MemoryConversationStore, {
+    capabilities: { ...memory.capabilities, supports },
+    message: async (conversationId: string, messageId: string) => {
+      const m = await memory.message(conversationId, messageId);
+      if (m === undefined) return undefined;
+      const { firstFailedAt: _hidden, ...rest } = m;
+      return rest;
+    },
+    beginTurn: async (conversationId: string, fence: number) => {
+      const s = await memory.beginTurn(conversationId, fence);
+      if (s === undefined) return undefined;
+      const { firstFailedAt: _hidden, ...message } = s.message;
+      return { ...s, message };
+    },
+  });
 }

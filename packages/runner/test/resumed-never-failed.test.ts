@@ -1,7 +1,7 @@
 import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue } from "@dispatch-once/core";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { TurnFailedError, type FailedTurnRecord } from "../src/index.js";
-import { expectM1ResentPastWindow, expectM2AnsweredM1PastWindow } from "./past-window.js";
+import { expectM1ResentPastWindow, expectM2AnsweredM1PastWindow, withoutReopenWindow } from "./past-window.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
 const HOUR = 60 * 60 * 1000;
@@ -16,10 +16,13 @@ const CONV = "conv-dead-holder";
  * hand; the store dates the binding (`boundAt`, `supports.boundAt`) and the runner checks the
  * re-send window from it before any attempt of the resumed turn.
  */
-function setup() {
+function setup(options: { withoutWindow?: boolean } = {}) {
   let now = 1_000_000;
-  const clock = () => now;
-  const store = new MemoryConversationStore({ now: clock });
+  // Without supports.reopenWindow the runner checks a re-send itself, against the process clock:
+  // there the one test clock is the process clock (Date faked).
+  const clock = options.withoutWindow ? () => Date.now() : () => now;
+  const memory = new MemoryConversationStore({ now: clock });
+  const store = options.withoutWindow ? withoutReopenWindow(memory, { leaseGrants: true, boundAt: true }) : memory;
   const ledger = new MemoryLedger({ now: clock });
   const performed: unknown[] = [];
   let modelDown = false;
@@ -37,7 +40,10 @@ function setup() {
     ledger,
     performed,
     worker,
-    advance: (ms: number) => void (now += ms),
+    advance: (ms: number) => {
+      if (options.withoutWindow) vi.setSystemTime(Date.now() + ms);
+      else now += ms;
+    },
     setModelDown: (down: boolean) => void (modelDown = down),
   };
 }
@@ -155,17 +161,47 @@ describe("TURN-12 the re-send window of a message taken over and failed counts f
     expect((await w.store.message(CONV, "m1"))?.state).toBe("failed");
   });
 
-  it("TURN-12 m1 reopened inside the window, its retry's holder dies, m2 resumes it 24.5 h after the binding: m1 runs nothing, the payment is made once", async () => {
-    const w = setup();
-    await takenOverThenFailed(w);
-    // 20 h after the binding: inside the window from either time; the retry's holder hangs before it runs.
-    w.advance(18 * HOUR);
-    void w.worker(diesAtCommit(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
-    while ((await w.store.message(CONV, "m1"))?.state !== "in_progress") await new Promise((r) => setTimeout(r, 1));
-    w.advance(4 * HOUR + 30 * 60_000);
-    expect(await w.ledger.sweep()).toBeGreaterThan(0);
-    const m2 = await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" });
-    const record = await expectM2AnsweredM1PastWindow(w.store, CONV, m2, w.performed);
-    expect(record.error.message).toMatch(/binding/);
+  it("TURN-12 over a store without supports.reopenWindow that dates the binding, the runner's own re-send check counts from boundAt: past_resend_window, the payment is made once", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(1_000_000_000);
+    try {
+      const w = setup({ withoutWindow: true });
+      await takenOverThenFailed(w);
+      w.advance(22 * HOUR + 30 * 60_000);
+      expect(await w.ledger.sweep()).toBeGreaterThan(0);
+      await expectM1ResentPastWindow(w.worker(w.store), CONV, w.performed);
+      // Refused at the re-send, not reopened (the check before a resumed turn would then fail it
+      // again, with a second failed-turn record): the take-over's failure is the only one.
+      const failed = (await w.store.records(CONV)).filter((r) => (r as { kind?: string }).kind === "failed_turn");
+      expect(failed.map((r) => (r as unknown as FailedTurnRecord).position)).not.toContain("past_resend_window");
+      expect(failed).toHaveLength(1);
+    } finally {
+      vi.useRealTimers();
+    }
   });
+
+  for (const withoutWindow of [false, true]) {
+    const over = withoutWindow ? "a store without supports.reopenWindow (from the failed-turn records and boundAt)" : "a store with supports.reopenWindow (from firstFailedAt and boundAt)";
+    it(`TURN-12 m1 reopened inside the window, its retry's holder dies, m2 resumes it 24.5 h after the binding: m1 runs nothing, the payment is made once, over ${over}`, async () => {
+      if (withoutWindow) {
+        vi.useFakeTimers({ toFake: ["Date"] });
+        vi.setSystemTime(1_000_000_000);
+      }
+      try {
+        const w = setup({ withoutWindow });
+        await takenOverThenFailed(w);
+        // 20 h after the binding: inside the window from either time; the retry's holder hangs before it runs.
+        w.advance(18 * HOUR);
+        void w.worker(diesAtCommit(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
+        while ((await w.store.message(CONV, "m1"))?.state !== "in_progress") await new Promise((r) => setTimeout(r, 1));
+        w.advance(4 * HOUR + 30 * 60_000);
+        expect(await w.ledger.sweep()).toBeGreaterThan(0);
+        const m2 = await w.worker(w.store).runner.send(CONV, { id: "m2", content: "thanks" });
+        const record = await expectM2AnsweredM1PastWindow(w.store, CONV, m2, w.performed);
+        expect(record.error.message).toMatch(/binding/);
+      } finally {
+        vi.useRealTimers();
+      }
+    });
+  }
 });

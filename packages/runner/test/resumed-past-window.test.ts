@@ -1,7 +1,7 @@
 import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue } from "@dispatch-once/core";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { TurnFailedError } from "../src/index.js";
-import { expectM1ResentPastWindow, expectM2AnsweredM1PastWindow } from "./past-window.js";
+import { expectM1ResentPastWindow, expectM2AnsweredM1PastWindow, withoutReopenWindow } from "./past-window.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
 const HOUR = 60 * 60 * 1000;
@@ -51,27 +51,6 @@ function setup(options: { withoutWindow?: boolean } = {}) {
   };
 }
 
-/**
- * A third-party store's view of the memory store: no `supports.reopenWindow`, so it never gets
- * `reopenWithinMs` and shows no `firstFailedAt`.
- */
-function withoutReopenWindow(memory: MemoryConversationStore): ConversationStore {
-  return Object.assign(Object.create(memory) as MemoryConversationStore, {
-    capabilities: { ...memory.capabilities, supports: { leaseGrants: true } },
-    message: async (conversationId: string, messageId: string) => {
-      const m = await memory.message(conversationId, messageId);
-      if (m === undefined) return undefined;
-      const { firstFailedAt: _hidden, ...rest } = m;
-      return rest;
-    },
-    beginTurn: async (conversationId: string, fence: number) => {
-      const s = await memory.beginTurn(conversationId, fence);
-      if (s === undefined) return undefined;
-      const { firstFailedAt: _hidden, ...message } = s.message;
-      return { ...s, message };
-    },
-  });
-}
 
 /** The store as a worker that dies right after it bound the message to its turn: nothing it sends later returns. */
 function diesAfterBegin(store: ConversationStore): ConversationStore {
