@@ -5,7 +5,7 @@
  * message stays failed, nothing is queued, and the result says `pastReopenWindow`. A window of 0
  * is past every failure (its age is 0 or more), so the check needs no way to move the clock.
  */
-import type { ConversationStore } from "@dispatch-once/core";
+import type { ConversationStore, TurnSnapshot } from "@dispatch-once/core";
 import { must, mustEqual, mustRejectWith, show } from "../failure.js";
 import { LEASE_MS, acquire, commitFor, freshConversation, mustBegin, userText, withConversationFixture } from "./support.js";
 import type { ConversationCheckSpec } from "./checks.js";
@@ -14,6 +14,13 @@ const HOUR = 60 * 60 * 1000;
 
 function windowOf(store: ConversationStore): void {
   must(store.capabilities?.supports?.reopenWindow === true, `the subject declares reopenWindow, but the store's capabilities.supports.reopenWindow is ${show(store.capabilities?.supports?.reopenWindow)}`);
+}
+
+/** m1 ("pay alice") queued and bound by worker-a: its fence and the binding's snapshot. */
+async function boundM1(store: ConversationStore, c: string): Promise<{ fence: number; snapshot: TurnSnapshot }> {
+  await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+  const fence = await acquire(store, c, "worker-a");
+  return { fence, snapshot: await mustBegin(store, c, fence, "begin m1") };
 }
 
 export const reopenWithinWindow: ConversationCheckSpec = {
@@ -25,9 +32,7 @@ export const reopenWithinWindow: ConversationCheckSpec = {
       const { store } = fixture;
       windowOf(store);
       const c = freshConversation();
-      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
-      const fence = await acquire(store, c, "worker-a");
-      const first = await mustBegin(store, c, fence, "begin m1");
+      const { fence, snapshot: first } = await boundM1(store, c);
       const record = { kind: "failed_turn", messageId: "m1", effects: [{ key: "k1", effect: "happened" }] };
       await store.failMessage(c, fence, "m1", record);
       const within = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: HOUR });
@@ -58,9 +63,7 @@ export const reopenWindowNotForOtherBound: ConversationCheckSpec = {
       const { store } = fixture;
       windowOf(store);
       const c = freshConversation();
-      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
-      const fence = await acquire(store, c, "worker-a");
-      await mustBegin(store, c, fence, "begin m1");
+      const { fence } = await boundM1(store, c);
       await store.failMessage(c, fence, "m1", { failed: "m1" });
       for (const bad of [-1, Number.NaN, Number.POSITIVE_INFINITY, "3600000"]) {
         await mustRejectWith(store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: bad as number }), "invalid_store_input", `reopenWithinMs ${show(bad)}`);
@@ -84,9 +87,7 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
  * lies between the two ages, so a store that measures from the last failure answers otherwise.
  */
 async function failedTwiceApart(store: ConversationStore, c: string): Promise<number> {
-  await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
-  const fence = await acquire(store, c, "worker-a");
-  await mustBegin(store, c, fence, "begin m1");
+  const { fence } = await boundM1(store, c);
   await store.failMessage(c, fence, "m1", { failed: "m1", attempt: 1 });
   await sleep(APART_MS);
   const reopened = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: HOUR });
@@ -126,9 +127,7 @@ export const reopenWindowFromBinding: ConversationCheckSpec = {
       windowOf(store);
       const c = freshConversation();
       // m1 bound; its holder dies; APART_MS later the next holder takes it over and its attempt fails.
-      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
-      const fenceA = await acquire(store, c, "worker-a");
-      await mustBegin(store, c, fenceA, "begin m1");
+      const { fence: fenceA } = await boundM1(store, c);
       await sleep(APART_MS);
       await store.releaseLease(c, fenceA);
       const fence = await acquire(store, c, "worker-b");
@@ -207,9 +206,7 @@ export const reopenedShowsFirstFailure: ConversationCheckSpec = {
       const { store } = fixture;
       windowOf(store);
       const c = freshConversation();
-      await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
-      const fence = await acquire(store, c, "worker-a");
-      const bound = await mustBegin(store, c, fence, "begin m1");
+      const { fence, snapshot: bound } = await boundM1(store, c);
       mustEqual(bound.message.firstFailedAt, undefined, "firstFailedAt of m1 bound for the first time (it never failed)");
       const from = await storeNow(store, c, fence);
       await store.failMessage(c, fence, "m1", { failed: "m1", attempt: 1 });

@@ -1,78 +1,29 @@
-import Anthropic from "@anthropic-ai/sdk";
-import { ConversationRunner, TurnFailedError } from "@dispatch-once/anthropic";
-import { Dispatcher, MemoryLedger, defineTool, type ConversationStore } from "@dispatch-once/core";
-import { scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { z } from "zod";
 import { SqliteConversationStore } from "../src/index.js";
 import { tempDir } from "./helpers.js";
+import { CONV, neverFailedWorld } from "./never-failed.js";
 
-const HOUR = 60 * 60 * 1000;
-const CONV = "conv-dead-holder";
-
-/**
- * TURN-12 with TURN-11's boundAt over SQLite: m1's holder pays (its ledger row completes) and dies
- * before the commit, so m1 stays in progress and no failure dates it. 25 h later the ledger's
- * 24 h retention swept the row and a restarted process (a new store over the same file) gets m1
- * re-sent: it resumes m1's turn, and only bound_at, written in the binding's statement and read
- * back from the file, tells it the turn is past its re-send window. The store's clock (its `now`
- * option) and the ledger's are one test clock moved by hand; the payment is the test's counter.
- */
-let provider: Awaited<ReturnType<typeof startMockProvider>>;
 let files: ReturnType<typeof tempDir>;
-beforeAll(async () => {
-  provider = await startMockProvider({ script: scriptFromPlans({ "pay acme": turn(toolUse("pay", { to: "acme" })) }) });
+beforeAll(() => {
   files = tempDir("never-failed");
 });
-afterAll(async () => {
-  await provider.close();
-  files.cleanup();
-});
-
-function runnerOver(ledger: MemoryLedger, store: ConversationStore, paid: unknown[]) {
-  const pay = defineTool({ name: "pay", effect: "keyed_write", input: z.object({ to: z.string() }), identity: ["to"], run: async (args) => ({ n: paid.push(args) }) });
-  return new ConversationRunner({
-    client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }),
-    dispatcher: new Dispatcher({ tools: [pay], ledger }),
-    store,
-    model: "claude-test",
-    tools: [{ name: "pay", input_schema: { type: "object" } }],
-    retry: { backoffMs: () => 5 },
-    turnLeaseMs: 1_000,
-  });
-}
-
-/** The store as a holder that dies at its commit: the payment was made, nothing it sends from then returns. */
-function diesAtCommit(store: ConversationStore): ConversationStore {
-  const never = () => new Promise<never>(() => undefined);
-  return Object.assign(Object.create(store) as ConversationStore, { commitTurn: never, renewLease: never, releaseLease: never });
-}
+afterAll(() => files.cleanup());
 
 describe("TURN-12 a message that never failed, its holder paid and died, resumed after the retention over SQLite (TURN-11 bound_at)", () => {
   it("TURN-12 m1 re-sent 25 h later to a restarted process (the file reopened): past_resend_window from bound_at, no second payment", async () => {
-    let now = 1_000_000;
-    const clock = () => now;
-    const ledger = new MemoryLedger({ now: clock });
+    const w = await neverFailedWorld();
     const path = join(files.dir, "conversations.db");
-    const paid: unknown[] = [];
-    const first = new SqliteConversationStore({ path, now: clock });
-    void runnerOver(ledger, diesAtCommit(first), paid).send(CONV, { id: "m1", content: "pay acme" });
-    const completed = async () => (await ledger.listRows({ conversationId: CONV, state: "completed" })).rows.length;
-    while (paid.length === 0 || (await completed()) === 0) await new Promise((r) => setTimeout(r, 2));
-    expect((await first.message(CONV, "m1"))?.state).toBe("in_progress");
+    // The store's clock is the test's (its `now` option), the ledger's too.
+    const first = new SqliteConversationStore({ path, now: w.clock });
+    await w.paidThenDied(first);
     await first.close();
-    now += 25 * HOUR;
-    expect(await ledger.sweep()).toBeGreaterThan(0);
-
-    const second = new SqliteConversationStore({ path, now: clock });
-    const resent = await runnerOver(ledger, second, paid).send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
-    expect(paid).toHaveLength(1);
-    expect(resent).toBeInstanceOf(TurnFailedError);
-    expect((resent as TurnFailedError).notRetried).toBe("past_resend_window");
-    expect((await second.message(CONV, "m1"))?.state).toBe("failed");
+    await w.sweptAfter25Hours();
+    const second = new SqliteConversationStore({ path, now: w.clock });
+    await w.resentPastWindow(second);
     // The first binding's time, read back from the reopened file.
     expect((await second.message(CONV, "m1"))?.boundAt).toBe(1_000_000);
     await second.close();
+    await w.close();
   });
 });

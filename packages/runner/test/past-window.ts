@@ -1,5 +1,5 @@
-import type { ConversationStore, ConversationStoreSupports, MemoryConversationStore } from "@dispatch-once/core";
-import { expect } from "vitest";
+import { MemoryConversationStore, MemoryLedger, type ConversationStore, type ConversationStoreSupports } from "@dispatch-once/core";
+import { expect, vi } from "vitest";
 import { TurnFailedError, type FailedTurnRecord, type SendResult } from "../src/index.js";
 import type { world } from "./toy.js";
 
@@ -56,4 +56,23 @@ export function withoutReopenWindow(memory: MemoryConversationStore, supports: C
       return { ...s, message };
     },
   });
+}
+
+/**
+ * The store and the ledger on one test clock: a number moved by hand, or, for a store without
+ * `supports.reopenWindow` (`withoutWindow`: the runner then reads failed-turn records stamped on
+ * the process clock, and its own clock at a re-send), the process clock with Date faked.
+ */
+export function clockedStores(options: { withoutWindow?: boolean; supports?: ConversationStoreSupports } = {}) {
+  let now = 1_000_000;
+  const clock = options.withoutWindow ? () => Date.now() : () => now;
+  const memory = new MemoryConversationStore({ now: clock });
+  return {
+    store: options.withoutWindow ? withoutReopenWindow(memory, options.supports) : memory,
+    ledger: new MemoryLedger({ now: clock }),
+    advance: (ms: number) => {
+      if (options.withoutWindow) vi.setSystemTime(Date.now() + ms);
+      else now += ms;
+    },
+  };
 }

@@ -1,7 +1,7 @@
-import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue } from "@dispatch-once/core";
+import type { ConversationStore, JsonValue } from "@dispatch-once/core";
 import { describe, expect, it, vi } from "vitest";
 import { TurnFailedError, type FailedTurnRecord } from "../src/index.js";
-import { expectM1ResentPastWindow, expectM2AnsweredM1PastWindow, withoutReopenWindow } from "./past-window.js";
+import { clockedStores, expectM1ResentPastWindow, expectM2AnsweredM1PastWindow } from "./past-window.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
 const HOUR = 60 * 60 * 1000;
@@ -17,13 +17,7 @@ const CONV = "conv-dead-holder";
  * re-send window from it before any attempt of the resumed turn.
  */
 function setup(options: { withoutWindow?: boolean } = {}) {
-  let now = 1_000_000;
-  // Without supports.reopenWindow the runner checks a re-send itself, against the process clock:
-  // there the one test clock is the process clock (Date faked).
-  const clock = options.withoutWindow ? () => Date.now() : () => now;
-  const memory = new MemoryConversationStore({ now: clock });
-  const store = options.withoutWindow ? withoutReopenWindow(memory, { leaseGrants: true, boundAt: true }) : memory;
-  const ledger = new MemoryLedger({ now: clock });
+  const { store, ledger, advance } = clockedStores({ ...options, supports: { leaseGrants: true, boundAt: true } });
   const performed: unknown[] = [];
   let modelDown = false;
   const script = (_n: number, input: JsonValue[]): (ToyEvent | "cut")[] => {
@@ -40,10 +34,7 @@ function setup(options: { withoutWindow?: boolean } = {}) {
     ledger,
     performed,
     worker,
-    advance: (ms: number) => {
-      if (options.withoutWindow) vi.setSystemTime(Date.now() + ms);
-      else now += ms;
-    },
+    advance,
     setModelDown: (down: boolean) => void (modelDown = down),
   };
 }

@@ -1,7 +1,7 @@
-import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue } from "@dispatch-once/core";
+import type { ConversationStore, JsonValue } from "@dispatch-once/core";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { TurnFailedError } from "../src/index.js";
-import { expectM1ResentPastWindow, expectM2AnsweredM1PastWindow, withoutReopenWindow } from "./past-window.js";
+import { clockedStores, expectM1ResentPastWindow, expectM2AnsweredM1PastWindow } from "./past-window.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
 const HOUR = 60 * 60 * 1000;
@@ -16,13 +16,7 @@ const CONV = "conv-dead-retry";
  * and the ledger's are one test clock moved by hand.
  */
 function setup(options: { withoutWindow?: boolean } = {}) {
-  let now = 1_000_000;
-  // Without supports.reopenWindow the runner dates the first failure from the failed-turn records,
-  // stamped on the process clock: there the one test clock is the process clock (Date faked).
-  const clock = options.withoutWindow ? () => Date.now() : () => now;
-  const memory = new MemoryConversationStore({ now: clock });
-  const store = options.withoutWindow ? withoutReopenWindow(memory) : memory;
-  const ledger = new MemoryLedger({ now: clock });
+  const { store, ledger, advance } = clockedStores(options);
   const performed: unknown[] = [];
   let failing = true;
   let failingAgain = false;
@@ -38,10 +32,7 @@ function setup(options: { withoutWindow?: boolean } = {}) {
     ledger,
     performed,
     worker,
-    advance: (ms: number) => {
-      if (options.withoutWindow) vi.setSystemTime(Date.now() + ms);
-      else now += ms;
-    },
+    advance,
     recover: () => {
       failing = false;
     },

@@ -1,0 +1,64 @@
+import Anthropic from "@anthropic-ai/sdk";
+import { ConversationRunner, TurnFailedError } from "@dispatch-once/anthropic";
+import { Dispatcher, MemoryLedger, defineTool, type ConversationStore } from "@dispatch-once/core";
+import { scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
+import { expect } from "vitest";
+import { z } from "zod";
+
+export const HOUR = 60 * 60 * 1000;
+export const CONV = "conv-dead-holder";
+
+/**
+ * TURN-12 with TURN-11's boundAt over a durable store (shared by the SQLite and PostgreSQL
+ * suites): m1's holder pays (its ledger row completes) and dies before the commit, so m1 stays in
+ * progress and no failure dates it. The caller moves 25 h on (the ledger's clock, and the store's
+ * as it can) so the ledger's 24 h retention sweeps the row, then re-sends m1 to a restarted
+ * process: only the binding's time, read back by a new store object, tells it the turn is past
+ * its re-send window. The payment is the test's own counter.
+ */
+export async function neverFailedWorld() {
+  let now = 1_000_000;
+  const ledger = new MemoryLedger({ now: () => now });
+  const paid: unknown[] = [];
+  const provider = await startMockProvider({ script: scriptFromPlans({ "pay acme": turn(toolUse("pay", { to: "acme" })) }) });
+  const runnerOver = (store: ConversationStore) => {
+    const pay = defineTool({ name: "pay", effect: "keyed_write", input: z.object({ to: z.string() }), identity: ["to"], run: async (args) => ({ n: paid.push(args) }) });
+    return new ConversationRunner({
+      client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }),
+      dispatcher: new Dispatcher({ tools: [pay], ledger }),
+      store,
+      model: "claude-test",
+      tools: [{ name: "pay", input_schema: { type: "object" } }],
+      retry: { backoffMs: () => 5 },
+      turnLeaseMs: 1_000,
+    });
+  };
+  return {
+    ledger,
+    paid,
+    clock: () => now,
+    close: () => provider.close(),
+    /** m1 sent through a holder that dies at its commit; returns once the payment's row completed, m1 in progress. */
+    async paidThenDied(store: ConversationStore): Promise<void> {
+      const never = () => new Promise<never>(() => undefined);
+      const dying = Object.assign(Object.create(store) as ConversationStore, { commitTurn: never, renewLease: never, releaseLease: never });
+      void runnerOver(dying).send(CONV, { id: "m1", content: "pay acme" });
+      const completed = async () => (await ledger.listRows({ conversationId: CONV, state: "completed" })).rows.length;
+      while (paid.length === 0 || (await completed()) === 0) await new Promise((r) => setTimeout(r, 2));
+      expect((await store.message(CONV, "m1"))?.state).toBe("in_progress");
+    },
+    /** 25 h on the ledger's clock (and the store's, where it reads this one): the paid row swept. */
+    async sweptAfter25Hours(): Promise<void> {
+      now += 25 * HOUR;
+      expect(await ledger.sweep()).toBeGreaterThan(0);
+    },
+    /** m1 re-sent to the restarted process: refused past the window, the payment made once, m1 failed. */
+    async resentPastWindow(store: ConversationStore): Promise<void> {
+      const resent = await runnerOver(store).send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+      expect(paid).toHaveLength(1);
+      expect(resent).toBeInstanceOf(TurnFailedError);
+      expect((resent as TurnFailedError).notRetried).toBe("past_resend_window");
+      expect((await store.message(CONV, "m1"))?.state).toBe("failed");
+    },
+  };
+}
