@@ -83,6 +83,13 @@
  *   -DNO_GIVEBACK_MARK a store whose give-back of a grant id no grant carries keeps nothing, and a runner that
  *                      gives no grant back when a re-send finds the lease held (TURN-10; P_GRANT with GRANT_STRICT)
  *   -DRESEND_FROM=0|2  with AGING: no re-send window, or one measured from the last failure (TURN-12; P_ONCE)
+ *   -DRECHECK=2|1      with BOUNDAT: no window check before a resumed turn of a message that failed before, or
+ *                      of one that never failed (from boundAt) (TURN-12, TURN-15; P_ONCE)
+ *   -DRESEND_FROM=1    with BOUNDAT: the window from the first failure, not the binding (TURN-12, TURN-11; P_ONCE),
+ *                      and -DPAST_AT_BINDING its narrower repair (a message failed by the check from boundAt
+ *                      counts its first failure from the binding)
+ *   (-DBOUNDAT=1 -DRESEND_FROM=3, RECHECK 3: the window from the binding, checked before a resumed turn: the rule
+ *   being built; -DSOLO=i: the client sends message i only, for small searches)
  */
 
 /* ------------------------------------------------------------------ configuration */
@@ -139,6 +146,25 @@
  * from its last failure (2), or no window at all (0: a re-send re-opens whenever nothing was bound since) */
 #ifndef RESEND_FROM
 #define RESEND_FROM 1
+#endif
+/* BOUNDAT (with AGING): the message's first binding is a point of time too (boundAt, TURN-11), and time
+ * also passes for a message in progress whose holder is gone (it died, or lost the turn lease, and
+ * nobody holds the lease): the message waits, in progress, until the conversation is next driven
+ * (TURN-15). RESEND_FROM=3 counts the re-send window from the binding (boundAt <= the first failure).
+ * Off (0), the window checks' searches are the ones before it. */
+#ifndef BOUNDAT
+#define BOUNDAT 0
+#endif
+/* -DSOLO=i: the client sends message i only (and re-sends only it); a search of one conversation with
+ * one message, for the small checks of a single message's life. Default: both messages. */
+#ifndef SOLO
+#define SOLO M
+#endif
+/* With BOUNDAT: the runner's check of the window before any attempt of a resumed turn (TURN-12),
+ * a bit each: 1 a message that failed before (its retry's holder died: from firstFailedAt, or from
+ * the binding with RESEND_FROM=3), 2 a message that never failed (from boundAt); 3 both, 0 neither */
+#ifndef RECHECK
+#define RECHECK 3
 #endif
 #ifndef LOSTACQS
 #define LOSTACQS 0       /* turn-lease acquires whose reply is lost: applied by the store or not (TURN-10) */
@@ -349,14 +375,34 @@ byte nfail[M];           /* how often message i failed */
 byte wpass[M];           /* the re-send window since failures 1 .. wpass[i] passed */
 byte rpass[M];           /* retention since failures 1 .. rpass[i] passed (rpass <= wpass) */
 byte rborn[K];           /* failures of the key's message before its row (or downstream key) was last written */
-/* LEDGER-13: a row's retention counts from its last write; the run writing it ends in failure nfail + 1 */
-#define TOUCH(kk) rborn[kk] = nfail[INTENT(kk)]
 /* TURN-12: the message failed again (failMessage) */
 #define FAILED_AGAIN(i) if :: nfail[i] < 3 -> nfail[i]++ :: else fi
+#if BOUNDAT
+/* With BOUNDAT the points of message i are p0, its first binding, and p1 .. pn, its failures: wpass[i]
+ * and rpass[i] count the points (from p0) since which the window, the retention, passed. A row ages
+ * from the last point before its write, rborn = nfail (conservative: a row of a run whose holder died
+ * is as old as that run's start allows). Only a run whose live holder fails the message ages its rows
+ * from that failure (the margin between window and retention covers such a run, TURN-12): rcur marks
+ * a row written since the current run of its message began. */
+bool rcur[K];
+#define TOUCH(kk) rborn[kk] = nfail[INTENT(kk)]; rcur[kk] = true
+/* the holder died or lost the lease, and nobody drives the conversation: time passes for the message */
+#define UNATTENDED(i) (ms[i] == MS_INPROG && !(lholder != 0 && llive))
+#define AGED(k) ((ms[INTENT(k)] == MS_FAILED || ms[INTENT(k)] == MS_INPROG) && rpass[INTENT(k)] > rborn[k])
+/* TURN-12: the window since the binding (3), the first failure (1), the last failure (2), or none (0) */
+#define WINDOW_OPEN(i) (RESEND_FROM == 0 || (RESEND_FROM == 3 && wpass[i] == 0) || \
+                        (RESEND_FROM == 1 && wpass[i] <= 1) || (RESEND_FROM == 2 && wpass[i] <= nfail[i]))
+/* TURN-12: the re-check before any attempt of a resumed turn; past it, nothing runs */
+#define PAST_AT_RESUME(i) ((nfail[i] > 0 && (RECHECK & 1) && !WINDOW_OPEN(i)) || \
+                           (nfail[i] == 0 && (RECHECK & 2) && wpass[i] > 0))
+#else
+/* LEDGER-13: a row's retention counts from its last write; the run writing it ends in failure nfail + 1 */
+#define TOUCH(kk) rborn[kk] = nfail[INTENT(kk)]
 /* LEDGER-13, LEDGER-19: retention passed for the key's row since the failure after its last write */
 #define AGED(k) (ms[INTENT(k)] == MS_FAILED && rpass[INTENT(k)] > rborn[k])
 /* TURN-12: a re-send re-opens the failed message only within its re-send window, from its first failure */
 #define WINDOW_OPEN(i) (RESEND_FROM == 0 || (RESEND_FROM == 1 && wpass[i] == 0) || (RESEND_FROM == 2 && wpass[i] < nfail[i]))
+#endif
 #else
 #define TOUCH(kk) skip
 #define FAILED_AGAIN(i) skip
@@ -548,6 +594,9 @@ proctype Worker(byte w) provided (!crashed[w]) {
 #ifdef RECORD_AFTER_COMMIT
   byte crec;     /* the committed turn's record, still to be written after the commit */
 #endif
+#if AGING && BOUNDAT
+  bool past;     /* the resumed turn was past its re-send window: it ran nothing (TURN-12) */
+#endif
 #if GRANTS
   byte aq;       /* the store's answer to this worker's acquire (TURN-10) */
   byte aq2;      /* scratch: what a lost-reply acquire did at the store */
@@ -702,6 +751,21 @@ end_ds:
     fi; \
     took = false; bgk[x] = 0; bgcid[x] = 0; bgrq[x] = 0; bgrel[x] = false }
 
+#if AGING && BOUNDAT
+/* the re-send window since point j of message i passes (p0 its binding), then the retention since it */
+#define TIME_PASSES(i) \
+  atomic { (ms[i] == MS_FAILED || UNATTENDED(i)) && wpass[i] <= nfail[i] -> \
+    if \
+    :: wpass[i] == 0 -> printf("@@ --   message %d: the re-send window since its binding passes (TURN-12)\n", i) \
+    :: else -> printf("@@ --   message %d: the re-send window since its failure %d passes (TURN-12)\n", i, wpass[i]) \
+    fi; wpass[i]++ } \
+  :: atomic { (ms[i] == MS_FAILED || UNATTENDED(i)) && rpass[i] < wpass[i] -> \
+    if \
+    :: rpass[i] == 0 -> printf("@@ --   message %d: the ledger's retention since its binding passes (LEDGER-13)\n", i) \
+    :: else -> printf("@@ --   message %d: the ledger's retention since its failure %d passes (LEDGER-13)\n", i, rpass[i]) \
+    fi; rpass[i]++ }
+#endif
+
 active proctype Env() {
 end_env:
   do
@@ -718,17 +782,28 @@ end_env:
   :: atomic { part[0] -> part[0] = false; printf("@@ W0   reaches the ledger again\n") }
   :: atomic { part[1] -> part[1] = false; printf("@@ W1   reaches the ledger again\n") }
   /* the same message arrives again: re-send, redelivery, double click (TURN-2, TURN-8) */
+#if SOLO < M
+  :: atomic { b_redeliver > 0 && nfull(inbox) -> b_redeliver--;
+       inbox ! SOLO; printf("@@ --   message %d is delivered again\n", SOLO) }
+#else
   :: atomic { b_redeliver > 0 && nfull(inbox) -> b_redeliver--;
        if
        :: inbox ! 0; printf("@@ --   message 0 is delivered again\n")
        :: inbox ! 1; printf("@@ --   message 1 is delivered again\n")
        fi }
+#endif
   /* retention (LEDGER-13, LEDGER-19) and the downstream's own key retention */
   :: RETAIN(0)
   :: RETAIN(1)
   :: RETAIN(2)
   :: RETAIN(3)
-#if AGING
+#if AGING && BOUNDAT
+  /* time passes for a failed message, and for one in progress whose holder is gone (TURN-12, TURN-15):
+     the re-send window since its binding, then since each failure, each followed by the ledger's
+     retention since that point (LEDGER-13: the window is below the retention) */
+  :: TIME_PASSES(0)
+  :: TIME_PASSES(1)
+#elif AGING
   /* time passes for a failed message (TURN-12): the re-send window since its failure j, then the
      ledger's retention since it (LEDGER-13: the window is below the retention) */
   :: atomic { ms[0] == MS_FAILED && wpass[0] < nfail[0] -> wpass[0]++;
@@ -780,13 +855,21 @@ active proctype Monitor() {
   /* every send returned (a crashed worker's message was redelivered and answered by the other)
      and every message ended answered or failed: every turn terminated */
   assert(!P_END || QUIET);
+#if SOLO < M
+  assert(!P_END || SETTLED(SOLO))
+#else
   assert(!P_END || (SETTLED(0) && SETTLED(1)))
+#endif
 }
 
 init {
   atomic {
     /* the client sends both messages (TURN-8: each id minted once) */
+#if SOLO < M
+    inbox ! SOLO;
+#else
     inbox ! 0; inbox ! 1;
+#endif
     run Worker(0); run Worker(1)
   }
 }

@@ -45,8 +45,12 @@ const DIVERGE = { DIVERGES: 1, CRASHES: 1, STREAMCUTS: 1, LOSTS: 1, REFUSALS: 1 
 const GRANT_FAULTS = { LOSTACQS: 1, LATEACQS: 1 };
 // Time passes for failed messages: TURN-12's re-send window and the ledger's retention (LEDGER-13).
 const WINDOW_FAULTS = { AGING: 1, RETENTION: 1, RESEND_FROM: 1, STREAMCUTS: 2, REDELIVERIES: 2, MAXATT: 1 };
+// The binding is a point of time too (boundAt) and time passes for a message in progress whose holder is
+// gone; the runner re-checks the window before a resumed turn (TURN-11, TURN-12, TURN-15). SOLO=1: the
+// client sends the ticket only (one message: the searches stay small enough for CI).
+const RESUME_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, CRASHES: 1, STREAMCUTS: 1, REDELIVERIES: 1, MAXATT: 1 };
 
-/** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
+/** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, small?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
 const CHECKS = [
   {
     name: "replay",
@@ -184,6 +188,31 @@ const CHECKS = [
     about: "TURN-12's re-send window from the first failure: time passes for a failed message, retention sweeps "
       + "its rows, re-sends past the window return the stored failure; with cut streams, a lost response and two re-sends",
     defines: { ...NONE, ...WINDOW_FAULTS },
+  },
+  {
+    name: "window-resume",
+    kind: "verify",
+    small: true,
+    about: "the re-send window counted from the binding (boundAt, the rule being built), re-checked before any "
+      + "attempt of a resumed turn: a message in progress whose holder died or lost the turn lease waits while "
+      + "the window and the retention pass and retention sweeps its rows; one message (the ticket), a crash, "
+      + "a cut stream and a re-send",
+    defines: { ...NONE, ...RESUME_FAULTS, RESEND_FROM: 3, RECHECK: 3, SOLO: 1 },
+  },
+  {
+    name: "deep-window-resume",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the faults of window-resume with both messages",
+    defines: { ...NONE, ...RESUME_FAULTS, RESEND_FROM: 3, RECHECK: 3 },
+  },
+  {
+    name: "window-resume-pause",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the faults of window-resume and a pause past a lease (a holder that lost the turn lease and may "
+      + "still act while time passes for its message); both messages with a pause are past 32 million states",
+    defines: { ...NONE, ...RESUME_FAULTS, RESEND_FROM: 3, RECHECK: 3, PAUSES: 1, SOLO: 1 },
   },
   {
     name: "liveness",
@@ -404,6 +433,48 @@ const CHECKS = [
       + "retention of the first attempts' rows",
     defines: { ...NONE, AGING: 1, RETENTION: 1, RESEND_FROM: 2, STREAMCUTS: 2, REDELIVERIES: 2, MAXATT: 1, ...ONLY("ONCE") },
   },
+  {
+    name: "resume-no-recheck",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "TURN-12 (the window checked again before any attempt of a resumed turn), TURN-15, LEDGER-13",
+    explain: "W1 binds message 1 (the ticket, unkeyed); its stream dies before the call and the message fails. The user re-sends it within the window (W0 takes the delivery); it re-opens, and W1, whose send still waits for the message to settle, takes the turn lease again and binds it: the retry issues the ticket, completes its row and crashes before the commit. The message stays in progress, its retry's holder gone. The window (here from the binding, which is never later than the first failure) and then the ledger's retention pass, and retention sweeps the ticket's row. W0 takes the turn lease only now (the queue's redelivery of the crashed send): it resumes the message, and without the check before a resumed turn its attempt finds no row and issues the ticket again. With TURN-12's check (from firstFailedAt, or from the binding) W0 runs nothing and fails the message (past_resend_window).",
+    about: "no window check before a resumed turn of a message that failed before: a re-opened retry whose holder "
+      + "died is resumed after the window and the sweep",
+    defines: { ...NONE, ...RESUME_FAULTS, RESEND_FROM: 3, RECHECK: 2, SOLO: 1, ...ONLY("ONCE") },
+  },
+  {
+    name: "resume-no-boundat",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "TURN-11 (boundAt), TURN-12 (the window from boundAt before a resumed turn of a message that never failed), TURN-15, LEDGER-13",
+    explain: "W1 binds message 1 (the ticket), issues it, completes its row and crashes before the commit: the message never failed and stays in progress. The window since its binding and then the ledger's retention pass, and retention sweeps the row and the downstream's key. W0 takes the redelivery, resumes the message and, with no check from boundAt, its attempt finds no row and issues the ticket a second time. With the check (TURN-12, supports.boundAt) W0 runs nothing and fails the message (past_resend_window) with a record that lists the call as the ledger last knew it.",
+    about: "no window check from boundAt before a resumed turn of a message that never failed: its holder paid and "
+      + "died before the commit, and the next send resumes it after the sweep",
+    defines: { ...NONE, ...RESUME_FAULTS, RESEND_FROM: 3, RECHECK: 1, SOLO: 1, ...ONLY("ONCE") },
+  },
+  {
+    name: "window-first-failure",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "TURN-12 (the window from the binding, proposed), TURN-11, LEDGER-13",
+    explain: "The rule before the window from the binding: the window counts from the first failure, and a message that never failed is checked from boundAt when resumed. W1 issues the ticket, completes its row and crashes before the commit. W0 takes the conversation after the window since the binding passed: the check from boundAt fails the message, as it must, and nothing runs. But that failure is the message's first: its window counts from now. The ledger's retention since the binding passes and sweeps the row; the user re-sends within the window since that failure, the message re-opens, the claim finds no row and the ticket is issued again. Counted from the binding (boundAt, never later than the first failure), the re-send is past the window.",
+    about: "the re-send window counted from the first failure only: a message failed past the window from boundAt "
+      + "(its holder died before the commit) re-opens within the window of that failure, after the sweep",
+    defines: { ...NONE, ...RESUME_FAULTS, RESEND_FROM: 1, RECHECK: 3, SOLO: 1, ...ONLY("ONCE") },
+  },
+  {
+    name: "window-first-failure-bound",
+    kind: "expect",
+    // window-first-failure already keeps CI's search of the rule off; this one shows the other route (--deep).
+    deep: true,
+    property: "P_ONCE",
+    rules: "TURN-12 (the window from the binding, proposed), TURN-15, LEDGER-13",
+    explain: "The window from the first failure, with the narrower repair of window-first-failure (a message failed by the check from boundAt counts its first failure from the binding, -DPAST_AT_BINDING). W1 issues the ticket, completes its row and crashes before the commit. W0 takes over inside the window: it resumes the message, its stream dies before the call, and the message fails (its first failure, long after the payment's row was written). The window since the binding and the ledger's retention since it pass, and retention sweeps the row; the user re-sends within the window since the failure, the message re-opens and the ticket is issued again. Counted from the binding, the re-send is past the window: no row a re-send can meet is older than the binding.",
+    about: "the re-send window counted from the first failure: a take-over inside the window that fails moves the "
+      + "window past the retention of the dead holder's rows",
+    defines: { ...NONE, ...RESUME_FAULTS, RESEND_FROM: 1, RECHECK: 3, PAST_AT_BINDING: true, SOLO: 1, ...ONLY("ONCE") },
+  },
 ];
 
 // What each property asserts, for the reports.
@@ -442,7 +513,7 @@ const COST = {
   "deep-volatile": 19, "deep-partition": 18, "deep-outcomes": 17, "deep-lost-claim": 16, "deep-diverge": 10,
   "lease-b": 9, "lease-a": 8, volatile: 7.5, replay: 7, retention: 6, "lost-claim-pause": 5, liveness: 4, acyclic: 3,
   "lost-claim-tombstone": 2.7, "lost-claim": 2.5, "diverge-pause": 2.2, "volatile-replay": 2, "lost-claim-crash": 1.9,
-  diverge: 1.8, grants: 2.6, window: 1.5, "grants-latest-only": 2.8, "grants-liveness": 1,
+  diverge: 1.8, grants: 2.6, window: 1.5, "grants-latest-only": 2.8, "grants-liveness": 1, "deep-window-resume": 3,
 };
 const queue = selected.map((c, i) => i).sort((a, b) => (COST[selected[b].name] ?? 0) - (COST[selected[a].name] ?? 0));
 if (only && selected.length !== only.length) {
@@ -521,7 +592,8 @@ async function check(c) {
   // checks CI runs fit without it (at most 1.6 GB each, two at a time), so it is kept for the deep
   // searches only (up to 2.3 GB with it) and for the small BFS searches of the expect checks.
   const compress = c.deep === true || c.kind === "expect";
-  const cc = [c.kind === "expect" ? "-O0" : "-O2", "-w", ...(compress ? ["-DCOLLAPSE", "-DMEMLIM=3072"] : ["-DMEMLIM=4096"]), "-DNFAIR=3", "-o", "pan", "pan.c"];
+  // A small verify search (under a second) is compiled without optimisation too: the compile is most of its CPU.
+  const cc = [c.kind === "expect" || c.small ? "-O0" : "-O2", "-w", ...(compress ? ["-DCOLLAPSE", "-DMEMLIM=3072"] : ["-DMEMLIM=4096"]), "-DNFAIR=3", "-o", "pan", "pan.c"];
   if (c.kind === "np") cc.unshift("-DNP");
   else if (c.kind !== "ltl") cc.unshift("-DSAFETY");
   if (c.kind === "expect") cc.unshift("-DBFS"); // shortest counterexample: the most readable trail
@@ -600,7 +672,8 @@ const total = (Date.now() - t0) / 1000;
 console.log(`\n${results.length - failed.length}/${results.length} model checks passed in ${total.toFixed(1)} s`
   + (failed.length ? `; failed: ${failed.map((r) => r.c.name).join(", ")}` : ""));
 
-if (write && failed.length === 0 && !only) {
+// With --only, --write replaces (or adds) only the named checks' sections and figure rows.
+if (write && failed.length === 0) {
   writeCounterexamples(results.filter((r) => r.c.kind === "expect"));
   writeFigures(results);
 }
@@ -615,14 +688,22 @@ function writeCounterexamples(expects) {
     + `two workers, \`--\` is the environment (the store's clock, retention, redelivery). Message 0 asks for the\n`
     + `keyed \`pay\` tool (key 0 at turn 0, key 2 at turn 1); message 1 asks for the unkeyed \`ticket\` tool (keys 1\n`
     + `and 3). Request 1 is the wording the model first produced, request 2 a re-worded replay.\n`;
+  // the sections kept from the file (with --only), by check name, then the ones of this run
+  const sections = new Map();
+  if (only) {
+    for (const part of readFileSync(join(HERE, "COUNTEREXAMPLES.md"), "utf8").split("\n## ").slice(1)) {
+      sections.set(part.slice(0, part.indexOf(":")), `\n## ${part.replace(/\n*$/, "\n")}`);
+    }
+  }
   for (const r of expects) {
-    md += `\n## ${r.c.name}: ${r.c.property} violated\n\n${r.c.about}.\nRules: ${r.c.rules}.\n`
+    sections.set(r.c.name, `\n## ${r.c.name}: ${r.c.property} violated\n\n${r.c.about}.\nRules: ${r.c.rules}.\n`
       + `Run: \`node spec/model/run.mjs --only ${r.c.name}\` (spin defines, faults and switches not zero: `
       + `\`${defineFlags(r.c.defines).filter((d) => !d.endsWith("=0") || d.startsWith("-DGUARD")).join(" ")}\`).\n\n${r.c.explain}\n\n`
       + `| # | who | what |\n|---:|---|---|\n`
       + r.story.rows.map((row, i) => `| ${i + 1} | ${row.who} | ${row.what.replace(/\|/g, "\\|")} |`).join("\n")
-      + `\n\nspin: \`assertion violated ${r.story.assertion}\`: ${r.c.property}, ${MEANING[r.c.property]}.\n`;
+      + `\n\nspin: \`assertion violated ${r.story.assertion}\`: ${r.c.property}, ${MEANING[r.c.property]}.\n`);
   }
+  for (const c of CHECKS) if (sections.has(c.name)) md += sections.get(c.name);
   writeFileSync(join(HERE, "COUNTEREXAMPLES.md"), md);
   console.log("wrote spec/model/COUNTEREXAMPLES.md");
 }
@@ -636,12 +717,24 @@ function writeFigures(results) {
     console.error("README.md has no figures markers; not written");
     return;
   }
-  const rows = results.map((r) => {
+  const rows = results.filter((r) => !only || !r.c.deep).map((r) => {
     const f = r.figures;
     const found = r.c.kind === "expect" ? `counterexample (${r.c.property}), ${r.story.rows.length} steps` : "errors: 0";
     const visited = f.visited ? ` (${Math.round(f.visited).toLocaleString("en")} visited)` : "";
     return `| ${r.c.name} | ${r.c.kind} | ${f.states.toLocaleString("en")}${visited} | ${f.depth} | ${f.memory.toFixed(1)} | ${f.seconds} | ${found} |`;
   });
+  if (only) {
+    // keep the other checks' rows and the note below the table; this run's rows replace or join them
+    const [, kept, note] = readme.match(new RegExp(`${start}\\n[^\\n]*\\n[^\\n]*\\n((?:\\|[^\\n]*\\n)*)([\\s\\S]*)${end}`));
+    const byName = new Map(kept.trim().split("\n").map((row) => [row.split(" | ")[0].slice(2), row]));
+    for (const row of rows) byName.set(row.split(" | ")[0].slice(2), row);
+    const ordered = CHECKS.filter((c) => byName.has(c.name)).map((c) => byName.get(c.name));
+    const table = `${start}\n| check | kind | states stored | depth | memory (MB) | seconds | result |\n|---|---|---:|---:|---:|---:|---|\n`
+      + `${ordered.join("\n")}\n${note}${end}`;
+    writeFileSync(path, readme.replace(new RegExp(`${start}[\\s\\S]*${end}`), table));
+    console.log("wrote the figures of the named checks in spec/model/README.md");
+    return;
+  }
   const table = `${start}\n| check | kind | states stored | depth | memory (MB) | seconds | result |\n|---|---|---:|---:|---:|---:|---|\n`
     + `${rows.join("\n")}\n\nTotal wall time ${total.toFixed(0)} s on ${cpus().length} cores (${cpus()[0]?.model ?? "?"}), two checks at a time.\n${end}`;
   writeFileSync(path, readme.replace(new RegExp(`${start}[\\s\\S]*${end}`), table));

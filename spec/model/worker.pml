@@ -403,6 +403,11 @@ inline END_ATTEMPT() {
 #endif
         if :: say > recd[k] -> recd[k] = say :: else fi;
         ms[cur] = MS_FAILED; FAILED_AGAIN(cur);
+#if AGING && BOUNDAT
+        /* a row this run wrote ages from this failure: the margin between window and retention
+           covers a run whose live holder fails it (TURN-12) */
+        if :: rcur[k] -> rborn[k] = nfail[cur] :: else fi;
+#endif
         printf("@@ W%d   message %d fails at turn %d (failMessage)\n", w, cur, t);
         SAY_WORD();
         /* the record that fails the message (what a re-send is answered with, TURN-12) never
@@ -607,9 +612,23 @@ inline DRIVE() {
        t = nturns;
        assert(midx[cur] == t);                                /* P_MODEL: TURN-11, TURN-12 */
        k = KEY(t, cur); wk[w] = k + 1;
-       att = 0; say = SAY_NONE; gone = false; mine = false
+       att = 0; say = SAY_NONE; gone = false; mine = false;
+#if AGING && BOUNDAT
+       rcur[k] = false;   /* a new run of the message begins: its rows so far are older */
+       if
+       :: resumed && PAST_AT_RESUME(cur) -> RESUMED_PAST_WINDOW()
+       :: else
+       fi
+#endif
      };
+#if AGING && BOUNDAT
+     if
+     :: past -> past = false
+     :: else -> RUNTURN()
+     fi;
+#else
      RUNTURN();
+#endif
      atomic {
        if
        :: gone || cur == m -> gone = false; resumed = false; cur = 0; t = 0; k = 0; goto dend
@@ -620,6 +639,31 @@ inline DRIVE() {
 dend:
   skip
 }
+
+#if AGING && BOUNDAT
+/* TURN-12: the runner that takes up a message in a resumed turn checks the window on the store's clock
+ * before any attempt (from firstFailedAt for a message that failed, from boundAt for one that never
+ * did); past it, it runs nothing and fails the message under its fence, with a record that carries
+ * the earlier record's effects, or what the ledger lists at the index, and says that what an earlier
+ * holder did is unknown (never not_happened), and goes on to the next queued message. */
+inline RESUMED_PAST_WINDOW() {
+  past = true;
+  say = SAY_ROW(k);
+  if :: say < SAY_MAY -> say = SAY_MAY :: else fi;
+  if :: say > recd[k] -> recd[k] = say :: else fi;
+#ifdef PAST_AT_BINDING
+  /* a narrower repair of the window from the first failure: a message that never failed, failed here,
+     counts its first failure from its binding (firstFailedAt = boundAt), whose window has passed */
+  if
+  :: nfail[cur] == 0 -> wpass[cur] = 2; if :: rpass[cur] > 0 -> rpass[cur] = 2 :: else fi
+  :: else
+  fi;
+#endif
+  ms[cur] = MS_FAILED; FAILED_AGAIN(cur);
+  printf("@@ W%d   message %d: its re-send window has passed: runs nothing, fails it (past_resend_window, TURN-12)\n", w, cur);
+  SAY_WORD(); TURN_DONE
+}
+#endif
 
 /* The store's append, in the same atomic step as the receipt of the delivery. */
 inline APPEND() {
