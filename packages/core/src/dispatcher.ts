@@ -331,6 +331,8 @@ interface PreparedCall {
   requestText: string;
   /** JCS text of all validated arguments: compared when a stored request differs in bytes. */
   requestCanonical: string;
+  /** JCS text of the tool's `comparedFields` projection (IDENT-9): only a difference there refuses. */
+  comparedCanonical?: string;
 }
 
 /**
@@ -728,7 +730,7 @@ export class Dispatcher implements CallDispatcher {
         }
         this.warnIfNotNfc(tool.name, texts.identity);
         this.checkIdentityStable(tool, call.input, args, texts.identity);
-        return { tool, args, identityText: texts.identity, requestText: texts.ordered, requestCanonical: texts.canonical };
+        return withCompared({ tool, args, identityText: texts.identity, requestText: texts.ordered, requestCanonical: texts.canonical });
       }
     }
     const identityArgs = tool.identity === undefined ? args : project(args as Record<string, unknown>, tool.identity);
@@ -741,7 +743,7 @@ export class Dispatcher implements CallDispatcher {
     checkExactNumbers(tool, args, tool.onRequestDiffers === "refuse" ? requestCanonical : identityText);
     this.warnIfNotNfc(tool.name, identityText);
     this.checkIdentityStable(tool, call.input, args, identityText);
-    return { tool, args, identityText, requestText, requestCanonical };
+    return withCompared({ tool, args, identityText, requestText, requestCanonical });
   }
 
   /**
@@ -941,7 +943,8 @@ export class Dispatcher implements CallDispatcher {
         storedRequest = undefined;
         if (stored !== prepared.requestText && !sameRequest(stored, prepared.requestCanonical)) {
           storedRequest = stored;
-          const refuse = tool.onRequestDiffers === "refuse";
+          // With comparedFields, a difference outside them is a re-wording of the stored request (IDENT-9).
+          const refuse = tool.onRequestDiffers === "refuse" && (prepared.comparedCanonical === undefined || !sameProjection(stored, tool.comparedFields!, prepared.comparedCanonical));
           if (!differenceLogged) {
             // Same logical call, re-worded outside its identity: the first request is the one that
             // runs or is replayed; the difference is worth seeing (IDENT-3). Or, for a key a
@@ -1968,6 +1971,23 @@ function ordinalOf(context: { ordinal?: number }): number {
 function sameRequest(stored: string, canonical: string): boolean {
   try {
     return canonicalize(JSON.parse(stored)) === canonical;
+  } catch {
+    return false;
+  }
+}
+
+/** IDENT-9: the compared fields of a call's arguments, as JCS text (undefined when the tool compares all). */
+function withCompared(prepared: PreparedCall): PreparedCall {
+  const fields = prepared.tool.comparedFields;
+  if (fields === undefined) return prepared;
+  return { ...prepared, comparedCanonical: canonicalize(project(prepared.args as Record<string, unknown>, fields)) };
+}
+
+/** Whether stored request text holds the same compared fields as this dispatch's arguments. */
+function sameProjection(stored: string, fields: readonly string[], canonical: string): boolean {
+  try {
+    const value: unknown = JSON.parse(stored);
+    return typeof value === "object" && value !== null && canonicalize(project(value as Record<string, unknown>, fields)) === canonical;
   } catch {
     return false;
   }

@@ -69,6 +69,16 @@ export interface ToolDefinition<Schema extends z.ZodType = z.ZodType, Result = u
    * @example defineTool({ name: "pay", effect: "keyed_write", input, identity: ["key"], onRequestDiffers: "refuse", run })
    */
   onRequestDiffers?: "use_first" | "refuse";
+  /**
+   * With `onRequestDiffers: "refuse"`: the top-level argument names whose difference refuses a
+   * call (spec IDENT-9). A call under a stored key that differs only in other fields is that
+   * request re-worded (a memo the model re-wrote on a regenerate) and follows IDENT-3: the stored
+   * outcome, or a re-run of the stored request. An MCP guard compares a tool's declared identity
+   * this way, so a client's key stays its own while a re-worded memo is not refused.
+   * @default every field (any difference refuses)
+   * @example defineTool({ name: "pay", effect: "keyed_write", input, identity: ["key"], onRequestDiffers: "refuse", comparedFields: ["key", "identityArgs"], run })
+   */
+  comparedFields?: readonly (keyof z.output<Schema> & string)[];
   run(args: z.output<Schema>, context: ToolRunContext): Promise<Result> | Result;
   /**
    * Optional probe (RECON-1): asks the downstream whether this call's effect happened (by the
@@ -213,27 +223,37 @@ function checkDefinition(tool: ToolDefinition<any, any>): void {
       throw new InvalidToolDefinitionError(`tool ${tool.name} is a read; onRequestDiffers only applies to writes`);
     }
   }
+  if (tool.comparedFields !== undefined) {
+    if (tool.onRequestDiffers !== "refuse") {
+      throw new InvalidToolDefinitionError(`tool ${tool.name}: comparedFields only applies with onRequestDiffers: "refuse"`);
+    }
+    checkFieldList(tool, "comparedFields", tool.comparedFields);
+  }
   if (tool.identity !== undefined) {
     if (tool.effect === "read") {
       throw new InvalidToolDefinitionError(`tool ${tool.name} is a read; identity only applies to writes`);
     }
-    const shape = (tool.input as { shape?: unknown }).shape;
-    if (typeof shape !== "object" || shape === null) {
-      throw new InvalidToolDefinitionError(`tool ${tool.name} declares identity, so its input must be a z.object`);
+    checkFieldList(tool, "identity", tool.identity);
+  }
+}
+
+/** IDENT-2 for an identity, IDENT-9 for compared fields: a non-empty list of distinct top-level fields of the schema. */
+function checkFieldList(tool: ToolDefinition<any, any>, option: "identity" | "comparedFields", list: readonly string[]): void {
+  const shape = (tool.input as { shape?: unknown }).shape;
+  if (typeof shape !== "object" || shape === null) {
+    throw new InvalidToolDefinitionError(`tool ${tool.name} declares ${option}, so its input must be a z.object`);
+  }
+  const fields = Object.keys(shape);
+  if (!Array.isArray(list)) throw new InvalidToolDefinitionError(`tool ${tool.name}: ${option} must be an array of field names`);
+  if (list.length === 0) throw new InvalidToolDefinitionError(`tool ${tool.name} declares an empty ${option}`);
+  for (const field of list) {
+    if (!fields.includes(field)) {
+      throw new InvalidToolDefinitionError(
+        `tool ${tool.name}: ${option} field ${JSON.stringify(field)} is not in its schema (${fields.join(", ")})`,
+      );
     }
-    const fields = Object.keys(shape);
-    if (tool.identity.length === 0) {
-      throw new InvalidToolDefinitionError(`tool ${tool.name} declares an empty identity`);
-    }
-    for (const field of tool.identity) {
-      if (!fields.includes(field)) {
-        throw new InvalidToolDefinitionError(
-          `tool ${tool.name}: identity field ${JSON.stringify(field)} is not in its schema (${fields.join(", ")})`,
-        );
-      }
-    }
-    if (new Set(tool.identity).size !== tool.identity.length) {
-      throw new InvalidToolDefinitionError(`tool ${tool.name}: identity names a field twice`);
-    }
+  }
+  if (new Set(list).size !== list.length) {
+    throw new InvalidToolDefinitionError(`tool ${tool.name}: ${option} names a field twice`);
   }
 }

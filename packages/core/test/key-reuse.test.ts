@@ -218,6 +218,46 @@ describe("IDENT-6 a tool that refuses a different request under its key", () => 
     expect(() => new ToolRegistry([{ name: "w", effect: "unkeyed_write", input, run, onRequestDiffers: "use_first" }])).not.toThrow();
   });
 
+  it("IDENT-9 with comparedFields only they refuse: a re-worded memo is the stored request, answered or re-run as it was", async () => {
+    const ran: string[] = [];
+    let failFirst = true;
+    const tool = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ key: z.string(), amount: z.number().int(), memo: z.string() }),
+      identity: ["key"],
+      onRequestDiffers: "refuse",
+      comparedFields: ["key", "amount"],
+      run(args) {
+        if (failFirst) {
+          failFirst = false;
+          throw new ToolError("network down before sending", { disposition: "not_performed" });
+        }
+        ran.push(args.memo);
+        return { paid: args.amount };
+      },
+    });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: new MemoryLedger(), logger: quiet });
+    const pay = (amount: number, memo: string) => dispatcher.dispatch({ name: "send_payment", input: { key: "k-0009-aaaa-bbbb", amount, memo } }, turn);
+    await expect(pay(100, "first")).rejects.toMatchObject({ code: "claim_released" });
+    // The released row is re-claimed by a re-worded call: the stored request runs (LEDGER-21).
+    expect(await pay(100, "re-worded")).toMatchObject({ replayed: false, storedRequest: { memo: "first" } });
+    expect(await pay(100, "again")).toMatchObject({ replayed: true, storedRequest: { memo: "first" } });
+    await expect(pay(250, "first")).rejects.toSatisfy((e) => isDispatchOnceError(e, "idempotency_key_reused"));
+    expect(ran).toEqual(["first"]);
+  });
+
+  it("IDENT-9 the registry refuses comparedFields without refuse, naming no field of the schema, or empty", () => {
+    const input = z.object({ key: z.string(), a: z.number() });
+    const base = { name: "w", effect: "keyed_write" as const, input, run: () => 1, identity: ["key"] as const };
+    const refused = (tool: object, text: string) =>
+      expect(() => new ToolRegistry([tool as never])).toThrow(expect.objectContaining({ code: "invalid_tool_definition", message: expect.stringContaining(text) }));
+    refused({ ...base, comparedFields: ["a"] }, 'onRequestDiffers: "refuse"');
+    refused({ ...base, onRequestDiffers: "refuse", comparedFields: ["b"] }, "comparedFields field");
+    refused({ ...base, onRequestDiffers: "refuse", comparedFields: [] }, "empty comparedFields");
+    expect(() => new ToolRegistry([{ ...base, onRequestDiffers: "refuse", comparedFields: ["key", "a"] }])).not.toThrow();
+  });
+
   it("IDENT-6 the error carries what a caller needs and crosses package copies by its brand", () => {
     const error = new IdempotencyKeyReusedError("0123456789abcdef0123456789abcdef", "send_payment");
     expect(error).toMatchObject({ code: "idempotency_key_reused", key: "0123456789abcdef0123456789abcdef", toolName: "send_payment" });
