@@ -1,6 +1,8 @@
 import { canonicalize, CONVERSATION_ID_PATTERN, deriveKey, InvalidArgumentError, InvalidKeyInputError } from "@dispatch-once/core";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolRequest } from "@modelcontextprotocol/sdk/types.js";
+import { unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
+import { checkIdentity, projectArguments } from "./identity.js";
 import { IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN } from "./meta.js";
 
 /** Where a call sits in the agent's conversation: identical across every replay of the turn (spec §4). */
@@ -14,22 +16,46 @@ export interface McpTurnContext {
 /** The params of a `tools/call` request, as `Client.callTool` takes them. */
 export type CallToolParams = CallToolRequest["params"];
 
+/** Options of one attempt at a turn. */
+export interface McpTurnOptions {
+  /**
+   * Per tool, the argument names that identify a call (IDENT-1, MCP-10): the key is derived from
+   * them alone, so a regenerate whose model re-words a free-text argument (a memo) sends the
+   * first call's key and is answered from the server's ledger instead of paying again. Declare
+   * the same identity on the server's tool (`registerTool(..., { identity })`), or the server
+   * refuses the re-worded call as another request under the key (MCP-9). Without it every
+   * argument is part of the key.
+   * @default {}
+   * @example mcpTurn(client, { conversationId, turnIndex }, { identity: { send_payment: ["payee", "amount", "currency", "reference"] } })
+   */
+  identity?: Record<string, readonly string[]>;
+}
+
+const TURN_OPTION_NAMES: OptionNames<McpTurnOptions> = { identity: true };
+
 /**
  * The Dispatch-Once key of one MCP tool call: core's key over (conversation id, turn index, tool
  * name, ordinal, canonical arguments), so a replay of the turn sends the same key (MCP-2).
- * Absent arguments count as `{}`, the value MCP gives them.
+ * Absent arguments count as `{}`, the value MCP gives them. With `identity`, the arguments are
+ * their projection onto it (MCP-10).
  *
  * @example
  * const key = idempotencyKeyFor({ conversationId: "c_1", turnIndex: 3 }, { name: "pay", arguments: { amount: 100 } });
  */
-export function idempotencyKeyFor(context: McpTurnContext & { ordinal?: number }, call: Pick<CallToolParams, "name" | "arguments">): string {
+export function idempotencyKeyFor(
+  context: McpTurnContext & { ordinal?: number },
+  call: Pick<CallToolParams, "name" | "arguments">,
+  options: { identity?: readonly string[] } = {},
+): string {
   checkContext(context);
   checkCall(call);
+  const identity = options.identity === undefined ? undefined : checkIdentity("options.identity", options.identity);
+  const args = call.arguments ?? {};
   return deriveKey({
     conversationId: context.conversationId,
     turnIndex: context.turnIndex,
     name: call.name,
-    args: call.arguments ?? {},
+    args: identity === undefined ? args : projectArguments(args, identity),
     ...(context.ordinal !== undefined ? { ordinal: context.ordinal } : {}),
   });
 }
@@ -74,19 +100,27 @@ type DropFirst<T extends unknown[]> = T extends [unknown, ...infer R] ? R : neve
  * const turn = mcpTurn(client, { conversationId: "c_1", turnIndex: 3 });
  * const result = await turn.callTool({ name: "pay", arguments: { amount: 100 } });
  */
-export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurnContext): McpTurn<C> {
+export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurnContext, options: McpTurnOptions = {}): McpTurn<C> {
   checkContext(context);
   if (typeof client?.callTool !== "function") throw new InvalidArgumentError("client", "must be an MCP client with callTool");
+  const identities = checkTurnOptions(options);
+  const keyOptions = (params: Pick<CallToolParams, "name">) => {
+    const fields = Object.hasOwn(identities, params.name) ? identities[params.name] : undefined;
+    return fields === undefined ? {} : { identity: fields };
+  };
   const seen = new Map<string, number>();
+  // Identical calls (TURN-4) are compared by their identity arguments, as the key is.
   const identity = (params: Pick<CallToolParams, "name" | "arguments">) => {
     checkCall(params);
-    return `${params.name}|${canonicalize(params.arguments ?? {})}`;
+    const fields = keyOptions(params).identity;
+    const args = params.arguments ?? {};
+    return `${params.name}|${canonicalize(fields === undefined ? args : projectArguments(args, fields))}`;
   };
   return {
     callTool(params, ...rest) {
       const id = identity(params);
       const ordinal = seen.get(id) ?? 0;
-      const key = idempotencyKeyFor({ ...context, ordinal }, params);
+      const key = idempotencyKeyFor({ ...context, ordinal }, params, keyOptions(params));
       // Counted only once the key exists: a call refused for its input does not shift later ordinals.
       seen.set(id, ordinal + 1);
       const send = client.callTool.bind(client) as (...args: unknown[]) => ReturnType<C["callTool"]>;
@@ -95,14 +129,28 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
     resend(params, ...rest) {
       const sent = seen.get(identity(params));
       if (sent === undefined) throw new InvalidArgumentError("params", `no call to ${params.name} with these arguments was sent in this turn`);
-      const key = idempotencyKeyFor({ ...context, ordinal: sent - 1 }, params);
+      const key = idempotencyKeyFor({ ...context, ordinal: sent - 1 }, params, keyOptions(params));
       const send = client.callTool.bind(client) as (...args: unknown[]) => ReturnType<C["callTool"]>;
       return send(withIdempotencyKey(params, key), ...rest);
     },
     peekKey(params) {
-      return idempotencyKeyFor({ ...context, ordinal: seen.get(identity(params)) ?? 0 }, params);
+      return idempotencyKeyFor({ ...context, ordinal: seen.get(identity(params)) ?? 0 }, params, keyOptions(params));
     },
   };
+}
+
+/** mcpTurn's options: a misspelt `identities` would be ignored, and the memo would stay in every key. */
+function checkTurnOptions(options: unknown): Record<string, readonly string[]> {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new InvalidArgumentError("options", "must be an object { identity? }");
+  const unknown = unknownOptionName(options as McpTurnOptions, TURN_OPTION_NAMES);
+  if (unknown !== undefined) throw new InvalidArgumentError(`options.${unknown}`, unknownOptionMessage("mcpTurn", TURN_OPTION_NAMES));
+  const identity = (options as McpTurnOptions).identity;
+  if (identity === undefined) return {};
+  if (typeof identity !== "object" || identity === null || Array.isArray(identity)) {
+    throw new InvalidArgumentError("options.identity", "must map tool names to the argument names that identify their calls");
+  }
+  for (const [name, fields] of Object.entries(identity)) checkIdentity(`options.identity.${name}`, fields);
+  return identity;
 }
 
 /** The turn's context, checked where it is given (a bad one would otherwise fail every call of the turn). */

@@ -1,10 +1,11 @@
-export { META_PREFIX, IDEMPOTENCY_KEY_META, ERROR_META, REPLAYED_META, IDEMPOTENCY_KEY_PATTERN } from "./meta.js";
+export { META_PREFIX, IDEMPOTENCY_KEY_META, ERROR_META, REPLAYED_META, STORED_ARGUMENTS_META, IDEMPOTENCY_KEY_PATTERN } from "./meta.js";
 export {
   idempotencyKeyFor,
   withIdempotencyKey,
   mcpTurn,
   type McpTurn,
   type McpTurnContext,
+  type McpTurnOptions,
   type CallToolParams,
   type ToolCallingClient,
 } from "./client.js";

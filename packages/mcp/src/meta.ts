@@ -17,6 +17,12 @@ export const ERROR_META = `${META_PREFIX}error`;
 export const REPLAYED_META = `${META_PREFIX}replayed`;
 
 /**
+ * The `_meta` member of a replayed tool result whose call differed from the stored request outside
+ * the tool's identity (IDENT-3, MCP-10): the arguments that ran, which are what the user was done for.
+ */
+export const STORED_ARGUMENTS_META = `${META_PREFIX}stored-arguments`;
+
+/**
  * What the guard accepts as a key (MCP-3): core's 32 hex digits, and also other clients' keys
  * (a UUID, a ULID) in a URL-safe alphabet. At least 16 characters, because a short key is
  * guessable and collides across conversations; at most 200 so it fits the ledger's identity.

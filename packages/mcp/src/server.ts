@@ -25,7 +25,8 @@ import { z } from "zod";
 import { McpGuardError } from "./errors/base.js";
 import { IdempotencyKeyMalformedError } from "./errors/idempotency-key-malformed.js";
 import { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js";
-import { ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, REPLAYED_META } from "./meta.js";
+import { checkIdentity, projectArguments } from "./identity.js";
+import { ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, REPLAYED_META, STORED_ARGUMENTS_META } from "./meta.js";
 
 export interface McpToolGuardOptions {
   /**
@@ -127,6 +128,17 @@ export interface GuardedToolConfig<InputArgs, OutputArgs> {
    * @example guard.registerTool(server, "send_payment", { inputSchema: { payee: z.string(), amount: z.number().int() }, effect: "keyed_write" }, handler)
    */
   effect: EffectClass;
+  /**
+   * The top-level argument names that identify a call of a write (IDENT-1, MCP-10): a call whose
+   * key is stored with the same identity arguments but another wording elsewhere (a memo a
+   * regenerate re-wrote) is that call, answered with its stored result (its arguments in
+   * `_meta["io.github.dispatch-once/stored-arguments"]`) or re-run with its stored arguments;
+   * only other identity arguments under the key are refused (MCP-9). Clients declare the same
+   * identity (`mcpTurn(..., { identity })`) so that their key does not change with the memo.
+   * @default none (every argument counts: any difference under a key is refused)
+   * @example guard.registerTool(server, "send_payment", { inputSchema, effect: "keyed_write", identity: ["payee", "amount", "currency", "reference"] }, handler)
+   */
+  identity?: readonly string[];
 }
 
 /** The machine-readable form of a refused or failed guarded call, in the result's `_meta` (MCP-6). */
@@ -144,8 +156,11 @@ export interface GuardErrorMeta {
 
 const OPTION_NAMES: OptionNames<McpToolGuardOptions> = { ledger: true, unkeyedCalls: true, namespace: true, dispatcher: true };
 
-/** What the dispatcher stores per call: the client's key is the identity; the arguments ride along. */
-const ENVELOPE = z.object({ key: z.string(), args: z.unknown() });
+/**
+ * What the dispatcher stores per call: the client's key is the identity; the arguments ride along,
+ * with their identity projection beside them for a tool that declares one (MCP-10).
+ */
+const ENVELOPE = z.object({ key: z.string(), args: z.unknown(), identityArgs: z.unknown().optional() });
 
 interface CallScope {
   handler: (args: unknown, extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>;
@@ -170,6 +185,8 @@ export class McpToolGuard {
   private readonly dispatcherOptions: Omit<DispatcherOptions, "tools" | "ledger">;
   private registry = new ToolRegistry();
   private readonly scope = new AsyncLocalStorage<CallScope>();
+  /** Each guarded tool's identity (MCP-10), by name. */
+  private readonly identities = new Map<string, readonly string[] | undefined>();
   private current: Dispatcher;
 
   constructor(options: McpToolGuardOptions) {
@@ -207,8 +224,9 @@ export class McpToolGuard {
     if (typeof server?.registerTool !== "function") throw new InvalidArgumentError("server", "must be an McpServer");
     if (typeof handler !== "function") throw new InvalidArgumentError("handler", "must be a function");
     if (typeof config !== "object" || config === null) throw new InvalidArgumentError("config", "needs { effect } and McpServer's tool config");
-    const { effect, ...mcpConfig } = config;
+    const { effect, identity: declared, ...mcpConfig } = config;
     const hasInput = mcpConfig.inputSchema !== undefined;
+    const identity = declared === undefined ? undefined : checkToolIdentity(name, effect, mcpConfig.inputSchema, declared);
     const call = hasInput
       ? (handler as CallScope["handler"])
       : (_args: unknown, extra: GuardedToolExtra) => (handler as (extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>)(extra);
@@ -217,6 +235,9 @@ export class McpToolGuard {
     if (this.registry.has(name)) {
       if (this.registry.get(name).effect !== effect) {
         throw new InvalidToolDefinitionError(`tool ${name} is registered again with effect ${effect}; it was ${this.registry.get(name).effect}`);
+      }
+      if (JSON.stringify(this.identities.get(name)) !== JSON.stringify(identity)) {
+        throw new InvalidToolDefinitionError(`tool ${name} is registered again with another identity (IDENT-4)`);
       }
       return server.registerTool(name, mcpConfig as never, this.callback(name, effect, hasInput, call) as never);
     }
@@ -229,7 +250,9 @@ export class McpToolGuard {
         effect,
         input: ENVELOPE,
         // The client's key is the identity; other arguments under it are another request (MCP-9).
+        // With the tool's identity, only a difference in it is another request (IDENT-9, MCP-10).
         ...(effect === "read" ? {} : { identity: ["key"] as const, onRequestDiffers: "refuse" as const }),
+        ...(identity === undefined ? {} : { comparedFields: ["key", "identityArgs"] as const }),
         run: (envelope, context) => {
           const scope = this.scope.getStore();
           if (scope === undefined) throw new Error(`tool ${name} ran outside a guarded tools/call`);
@@ -245,6 +268,7 @@ export class McpToolGuard {
     // tools have a durable ledger (LEDGER-14), which a registry grown after construction skips.
     this.current = new Dispatcher({ ...this.dispatcherOptions, tools: registry, ledger: this.ledger });
     this.registry = registry;
+    this.identities.set(name, identity);
     return server.registerTool(name, mcpConfig as never, this.callback(name, effect, hasInput, call) as never);
   }
 
@@ -286,11 +310,18 @@ export class McpToolGuard {
     }
     try {
       const namespace = typeof this.namespace === "string" ? this.namespace : checkNamespace(this.namespace(extra));
-      const outcome = await this.scope.run({ handler, extra }, () =>
-        this.current.dispatch({ name, input: { key: raw, args: args ?? null } }, { conversationId: namespace, turnIndex: 0 }),
-      );
+      const identity = this.identities.get(name);
+      const input =
+        identity === undefined || typeof args !== "object" || args === null
+          ? { key: raw, args: args ?? null }
+          : { key: raw, args, identityArgs: projectArguments(args as Record<string, unknown>, identity) };
+      const outcome = await this.scope.run({ handler, extra }, () => this.current.dispatch({ name, input }, { conversationId: namespace, turnIndex: 0 }));
       const result = outcome.result as unknown as CallToolResult;
-      return outcome.replayed ? { ...result, _meta: { ...result._meta, [REPLAYED_META]: true } } : result;
+      // A re-worded call answered with (or re-run as) the stored request: say which arguments ran (IDENT-3).
+      const stored = outcome.storedRequest === undefined ? {} : { [STORED_ARGUMENTS_META]: (outcome.storedRequest as { args?: unknown }).args };
+      return outcome.replayed || outcome.storedRequest !== undefined
+        ? { ...result, _meta: { ...result._meta, ...(outcome.replayed ? { [REPLAYED_META]: true } : {}), ...stored } }
+        : result;
     } catch (error) {
       if (isDispatchOnceError(error)) return errorResult(error, raw);
       throw error;
@@ -310,6 +341,24 @@ function errorResult(error: Error & { code: string }, key?: string): CallToolRes
   };
   if (isDispatchOnceError(error, "tool_failed")) meta.error = (error as unknown as { error: StoredError }).error;
   return { isError: true, content: [{ type: "text", text: `[${error.code}] ${error.message}` }], _meta: { [ERROR_META]: meta } };
+}
+
+/**
+ * MCP-10's identity of a guarded tool: a write's, naming fields of its input schema (IDENT-2),
+ * given as a zod shape or an object schema, the forms whose fields can be read here.
+ */
+function checkToolIdentity(name: string, effect: EffectClass, inputSchema: unknown, identity: unknown): readonly string[] {
+  const fields = checkIdentity("config.identity", identity);
+  if (effect === "read") throw new InvalidArgumentError("config.identity", `tool ${name} is a read; an identity only applies to writes`);
+  if (typeof inputSchema !== "object" || inputSchema === null) {
+    throw new InvalidArgumentError("config.identity", `tool ${name} needs an inputSchema whose fields the identity names`);
+  }
+  const shape = (inputSchema as { shape?: unknown }).shape;
+  const names = Object.keys(typeof shape === "object" && shape !== null ? shape : inputSchema);
+  for (const field of fields) {
+    if (!names.includes(field)) throw new InvalidArgumentError("config.identity", `tool ${name}: identity field ${JSON.stringify(field)} is not in its inputSchema (${names.join(", ")})`);
+  }
+  return fields;
 }
 
 function checkNamespace(namespace: unknown, field = "options.namespace"): string {

@@ -1,0 +1,86 @@
+import { MemoryLedger } from "@dispatch-once/core";
+import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { ERROR_META, McpToolGuard, REPLAYED_META, STORED_ARGUMENTS_META, idempotencyKeyFor, mcpTurn, withIdempotencyKey, type GuardErrorMeta } from "../src/index.js";
+
+// A regenerate over MCP: the model asks for the same payment again with its memo re-worded.
+const IDENTITY = ["payee", "amount", "currency", "reference"] as const;
+const context = { conversationId: "c_ident", turnIndex: 2 };
+const pay = (memo: string, amount = 12_500) => ({ name: "send_payment", arguments: { payee: "acme", amount, currency: "EUR", reference: "INV-1042", memo } });
+const text = (result: unknown) => (result as CallToolResult).content.map((c) => (c.type === "text" ? c.text : "")).join("");
+
+let payments: MockPaymentsServer;
+let client: Client;
+let server: McpServer;
+beforeEach(async () => {
+  payments = await startMockPayments();
+  const api = createPaymentsClient({ baseURL: payments.url, token: "acct_mcp_ident" });
+  server = new McpServer({ name: "billing", version: "1.0.0" });
+  const guard = new McpToolGuard({ ledger: new MemoryLedger(), dispatcher: { logger: { warn: () => {} } } });
+  guard.registerTool(
+    server,
+    "send_payment",
+    {
+      inputSchema: { payee: z.string(), amount: z.number().int(), currency: z.string(), reference: z.string(), memo: z.string() },
+      effect: "keyed_write",
+      identity: IDENTITY,
+    },
+    async (args, { idempotencyKey }) => {
+      const { body } = await api.createPayment(args, { idempotencyKey: idempotencyKey! });
+      return { content: [{ type: "text", text: `payment ${body.id}: ${body.memo}` }] };
+    },
+  );
+  client = new Client({ name: "agent", version: "1.0.0" });
+  const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+  await Promise.all([server.connect(serverSide), client.connect(clientSide)]);
+});
+afterEach(async () => {
+  await client.close();
+  await server.close();
+  await payments.close();
+});
+
+describe("MCP-10: a tool's identity on both sides of MCP", () => {
+  it("a regenerate that re-words the memo carries the first call's key and is answered with the first payment, which the payments API performed once", async () => {
+    const first = await mcpTurn(client, context, { identity: { send_payment: IDENTITY } }).callTool(pay("Invoice 1042"));
+    const again = await mcpTurn(client, context, { identity: { send_payment: IDENTITY } }).callTool(pay("Paying INV-1042 as asked"));
+    expect(payments.effects().length).toBe(1);
+    expect(text(again)).toBe(text(first));
+    expect((again as CallToolResult)._meta?.[REPLAYED_META]).toBe(true);
+    // What ran is the first request (IDENT-3): the replay says so, not the re-worded memo.
+    expect(((again as CallToolResult)._meta?.[STORED_ARGUMENTS_META] as { memo: string }).memo).toBe("Invoice 1042");
+  });
+
+  it("identityKey: idempotencyKeyFor with an identity is the key of the projection; the memo does not count, the amount does", () => {
+    const key = (memo: string, amount?: number) => idempotencyKeyFor(context, pay(memo, amount), { identity: IDENTITY });
+    expect(key("a")).toBe(key("b"));
+    expect(key("a")).not.toBe(key("a", 12_600));
+    const { memo: _memo, ...projected } = pay("a").arguments;
+    expect(key("a")).toBe(idempotencyKeyFor(context, { name: "send_payment", arguments: projected }));
+  });
+
+  it("MCP-9 still holds inside the identity: the same key with another amount is refused, nothing runs", async () => {
+    const key = idempotencyKeyFor(context, pay("x"), { identity: IDENTITY });
+    await client.callTool(withIdempotencyKey(pay("x"), key));
+    const refused = await client.callTool(withIdempotencyKey(pay("x", 99), key));
+    expect((refused as CallToolResult).isError).toBe(true);
+    expect(((refused as CallToolResult)._meta?.[ERROR_META] as GuardErrorMeta).code).toBe("idempotency_key_reused");
+    expect(payments.effects().length).toBe(1);
+  });
+
+  it("an identity naming a field the input schema lacks, or given to a read or a tool without a schema, is refused where it is declared", () => {
+    const guard = new McpToolGuard({ ledger: new MemoryLedger() });
+    const s = new McpServer({ name: "x", version: "1.0.0" });
+    const run = async () => ({ content: [] });
+    expect(() => guard.registerTool(s, "p", { inputSchema: { payee: z.string() }, effect: "keyed_write", identity: ["payer"] }, run)).toThrow(/identity.*payer/);
+    expect(() => guard.registerTool(s, "r", { inputSchema: { payee: z.string() }, effect: "read", identity: ["payee"] }, run)).toThrow(/read/);
+    expect(() => guard.registerTool(s, "n", { effect: "keyed_write", identity: ["payee"] }, run)).toThrow(/inputSchema/);
+    expect(() => mcpTurn(client, context, { identity: { send_payment: [] } })).toThrow(/identity/);
+    expect(() => mcpTurn(client, context, { identities: {} } as never)).toThrow(/identities/);
+  });
+});
