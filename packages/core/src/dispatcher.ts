@@ -115,7 +115,14 @@ export type DispatchEvent =
    * operation; `attempt` counts the re-sends from 1.
    */
   | { type: "record_retry"; key: string; toolName: string; ordinal: number; write: RecordWrite; attempt: number; error: string }
-  /** This run's outcome went into the ledger (the last write of a claimed run; absent when the write was refused). */
+  /**
+   * This run's last write never went into the ledger: refused (stale_claim: the claim was lost),
+   * or out of reach past `recordRetryMs` (DISPATCH-10). `state` is what it would have recorded;
+   * the row is left as it was (in flight until its lease runs out, or another claim's). The last
+   * event of such a run: no `recorded` follows (OTEL-4).
+   */
+  | { type: "record_failed"; key: string; toolName: string; ordinal: number; write: RecordWrite; state: "completed" | "failed" | "unknown" | "released"; error: string }
+  /** This run's outcome went into the ledger (the last write of a claimed run; absent when the write was refused: `record_failed`). */
   | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" }
   /**
    * A reconcile probe answered (RECON-10). `verdict` is the probe's answer (`error`: it threw or
@@ -1474,6 +1481,24 @@ export class Dispatcher implements CallDispatcher {
    * since only this claim holds this fence (DISPATCH-17).
    */
   private async recordAgain(key: string, fence: number, write: () => Promise<void>, done: RecordDone, firstError: unknown): Promise<void> {
+    try {
+      await this.resendRecord(key, fence, write, done, firstError);
+    } catch (error) {
+      // A result the ledger refuses to keep goes on to be settled (reconcileUnstorable), whose write is the last.
+      if (isDispatchOnceError(error, "result_not_storable")) throw error;
+      // The run ends without its record: said at once, so no one waits for a `recorded` (OTEL-4).
+      // A hook that throws here must not replace the ledger's error, which says what the caller can do.
+      try {
+        this.emit({ type: "record_failed", key, toolName: done.toolName, ordinal: done.ordinal, write: done.write, state: done.state, error: describeError(error) });
+      } catch {
+        // as above
+      }
+      throw error;
+    }
+    if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: done.toolName, ordinal: done.ordinal, state: done.state });
+  }
+
+  private async resendRecord(key: string, fence: number, write: () => Promise<void>, done: RecordDone, firstError: unknown): Promise<void> {
     const deadline = Date.now() + this.recordRetryMs;
     let delay = this.pollMs;
     let error = firstError;
@@ -1501,7 +1526,6 @@ export class Dispatcher implements CallDispatcher {
         error = next;
       }
     }
-    if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: done.toolName, ordinal: done.ordinal, state: done.state });
   }
 
   /** The effect happened and its result cannot be kept: fail closed, never re-run (LEDGER-10). */

@@ -82,12 +82,15 @@ describe("a record that cannot reach the ledger is sent again (DISPATCH-10)", ()
     expect(row).toMatchObject({ state: "in_flight", fence: 1 });
   });
 
-  it("DISPATCH-10 recordRetryMs 0 sends a record once, as before the rule had re-sends", async () => {
+  it("DISPATCH-10 recordRetryMs 0 sends a record once, as before the rule had re-sends; the run's last event says its record failed (OTEL-4)", async () => {
     const down = payments();
     const { ledger, calls } = faulty("complete", ["down"]);
-    const dispatcher = new Dispatcher({ tools: [down.tool], ledger, recordRetryMs: 0 });
+    const events: DispatchEvent[] = [];
+    const dispatcher = new Dispatcher({ tools: [down.tool], ledger, recordRetryMs: 0, onEvent: (e) => events.push(e) });
     await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay })).rejects.toMatchObject({ code: "ledger_unavailable" });
     expect(calls).toEqual(["down"]);
+    expect(events.at(-1)).toMatchObject({ type: "record_failed", write: "complete", state: "completed", error: "connection terminated due to connection timeout" });
+    expect(events.some((e) => e.type === "recorded")).toBe(false);
   });
 
   it("DISPATCH-10 a refusal that is not ledger_unavailable is not sent again (and still reads as 'may have happened', ERR-4)", async () => {

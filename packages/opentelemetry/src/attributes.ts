@@ -17,6 +17,8 @@ export const ATTR = {
   RECONCILE_VERDICT: "dispatch_once.reconcile.verdict",
   RECONCILE_SETTLED: "dispatch_once.reconcile.settled",
   RECORD_WRITE: "dispatch_once.record.write",
+  /** The outcome a run's last write would have recorded, on a run span that ends `not_recorded` (OTEL-4). */
+  RECORD_OUTCOME: "dispatch_once.record.outcome",
   /** The ledger operation sent again after ledger_unavailable: `claim`, or a record write (`complete`, `fail`, `markUnknown`, `release`). */
   LEDGER_OPERATION: "dispatch_once.ledger.operation",
   CONVERSATION_ID: "dispatch_once.conversation.id",

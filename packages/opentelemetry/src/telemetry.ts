@@ -193,6 +193,13 @@ export class DispatchTelemetry {
         // The ledger write itself arrives as `recorded`; this one says whether the effect may have happened.
         this.runs.get(event.key)?.span.setAttribute("dispatch_once.released.effect_may_have_happened", event.effectMayHaveHappened);
         return;
+      case "record_failed":
+        // The run's last write never landed (refused, or the ledger out of reach): its span ends
+        // now, or no exporter would ever see the run whose outcome the ledger lacks (OTEL-4).
+        this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: "not_recorded" });
+        this.runs.get(event.key)?.span.setAttributes({ [ATTR.RECORD_WRITE]: event.write, [ATTR.RECORD_OUTCOME]: event.state });
+        this.endRun(event.key, "not_recorded");
+        return;
       case "recorded":
         this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: event.state });
         if (event.state === "unknown") this.counters.UNKNOWNS.add(1, tool);

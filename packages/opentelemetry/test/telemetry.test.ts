@@ -1,3 +1,4 @@
+import { SpanStatusCode } from "@opentelemetry/api";
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
@@ -154,6 +155,28 @@ describe("a record sent again (OTEL-1, DISPATCH-10)", () => {
 });
 
 describe("a ledger out of reach is counted (OTEL-1, DISPATCH-10, DISPATCH-16)", () => {
+  it("OTEL-4 a run whose effect happened and whose record never reached the ledger ends its span at once, not_recorded, naming the outcome it could not record", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    const { LedgerUnavailableError } = await import("@dispatch-once/core");
+    const base = new MemoryLedger();
+    const down: Ledger = Object.assign(Object.create(base) as Ledger, {
+      capabilities: base.capabilities,
+      complete: () => Promise.reject(new LedgerUnavailableError("connection reset")),
+    });
+    let paid = 0;
+    const tool = defineTool({ name: "send_payment", effect: "keyed_write", input: z.object({ amount: z.number() }), run: () => ({ id: `pay_${++paid}` }) });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: down, pollMs: 1, recordRetryMs: 5, onEvent: s.telemetry.onDispatchEvent });
+    await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } })).rejects.toMatchObject({ code: "ledger_unavailable" });
+    expect(paid).toBe(1);
+    // Exported now (a span still open is exported by nobody), and not as a clean run.
+    const [run] = s.spans.getFinishedSpans();
+    expect(run?.attributes).toMatchObject({ [ATTR.OUTCOME]: "not_recorded", [ATTR.RECORD_WRITE]: "complete", [ATTR.RECORD_OUTCOME]: "completed" });
+    expect(run?.status).toMatchObject({ code: SpanStatusCode.ERROR });
+    expect(await s.metric(METRIC.OUTCOMES, { [ATTR.OUTCOME]: "not_recorded" })).toBe(1);
+  });
+
+
   it("OTEL-1 a claim and a record sent again after ledger_unavailable count in dispatch_once.ledger_retries by operation", async () => {
     const s = sdk();
     cleanup = s.shutdown;
