@@ -29,9 +29,44 @@ export interface McpTurnOptions {
    * @example mcpTurn(client, { conversationId, turnIndex }, { identity: { send_payment: ["payee", "amount", "currency", "reference"] } })
    */
   identity?: Record<string, readonly string[]>;
+  /**
+   * Per tool, its input schema as the server declares it (a zod schema, or anything with
+   * `safeParse`): the key is derived from the schema's output, as core keys a call (DISPATCH-3),
+   * so spellings the server's schema folds into one request (text in NFD and NFC under
+   * `.normalize("NFC")`, a field omitted and its `.default()` written out) carry one key. Keyed
+   * over the arguments as sent, such a regenerate gets a new key and the server runs it again.
+   * Arguments the schema refuses are keyed as sent (the server refuses them too). The arguments
+   * are sent as given either way.
+   * @default {}
+   * @example mcpTurn(client, { conversationId, turnIndex }, { schemas: { send_payment: paymentInput } })
+   */
+  schemas?: Record<string, { safeParse(value: unknown): { success: boolean; data?: unknown } }>;
 }
 
-const TURN_OPTION_NAMES: OptionNames<McpTurnOptions> = { identity: true };
+const TURN_OPTION_NAMES: OptionNames<McpTurnOptions> = { identity: true, schemas: true };
+
+/** How one tool's calls are keyed (MCP-10): over its schema's output, projected onto its identity. */
+export interface McpKeyOptions {
+  /**
+   * The tool's identity (MCP-10): the key is derived from these arguments alone.
+   * @default every argument
+   * @example idempotencyKeyFor(context, call, { identity: ["payee", "amount", "currency", "reference"] })
+   */
+  identity?: readonly string[];
+  /**
+   * The tool's input schema as the server declares it: the key is derived from its output.
+   * @default the arguments as sent
+   * @example idempotencyKeyFor(context, call, { schema: paymentInput })
+   */
+  schema?: { safeParse(value: unknown): { success: boolean; data?: unknown } };
+}
+
+/** The arguments a key is derived from: the schema's output when it accepts them, projected onto the identity. */
+function keyedArguments(args: Record<string, unknown>, options: McpKeyOptions): Record<string, unknown> {
+  const parsed = options.schema?.safeParse(args);
+  const output = parsed?.success === true && typeof parsed.data === "object" && parsed.data !== null && !Array.isArray(parsed.data) ? (parsed.data as Record<string, unknown>) : args;
+  return options.identity === undefined ? output : projectArguments(output, options.identity);
+}
 
 /**
  * The Dispatch-Once key of one MCP tool call: core's key over (conversation id, turn index, tool
@@ -45,17 +80,17 @@ const TURN_OPTION_NAMES: OptionNames<McpTurnOptions> = { identity: true };
 export function idempotencyKeyFor(
   context: McpTurnContext & { ordinal?: number },
   call: Pick<CallToolParams, "name" | "arguments">,
-  options: { identity?: readonly string[] } = {},
+  options: McpKeyOptions = {},
 ): string {
   checkContext(context);
   checkCall(call);
-  const identity = options.identity === undefined ? undefined : checkIdentity("options.identity", options.identity);
-  const args = call.arguments ?? {};
+  if (options.identity !== undefined) checkIdentity("options.identity", options.identity);
+  if (options.schema !== undefined) checkSchema("options.schema", options.schema);
   return deriveKey({
     conversationId: context.conversationId,
     turnIndex: context.turnIndex,
     name: call.name,
-    args: identity === undefined ? args : projectArguments(args, identity),
+    args: keyedArguments(call.arguments ?? {}, options),
     ...(context.ordinal !== undefined ? { ordinal: context.ordinal } : {}),
   });
 }
@@ -103,18 +138,16 @@ type DropFirst<T extends unknown[]> = T extends [unknown, ...infer R] ? R : neve
 export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurnContext, options: McpTurnOptions = {}): McpTurn<C> {
   checkContext(context);
   if (typeof client?.callTool !== "function") throw new InvalidArgumentError("client", "must be an MCP client with callTool");
-  const identities = checkTurnOptions(options);
-  const keyOptions = (params: Pick<CallToolParams, "name">) => {
-    const fields = Object.hasOwn(identities, params.name) ? identities[params.name] : undefined;
-    return fields === undefined ? {} : { identity: fields };
-  };
+  const { identity: identities = {}, schemas = {} } = checkTurnOptions(options);
+  const keyOptions = (params: Pick<CallToolParams, "name">): McpKeyOptions => ({
+    ...(Object.hasOwn(identities, params.name) ? { identity: identities[params.name] } : {}),
+    ...(Object.hasOwn(schemas, params.name) ? { schema: schemas[params.name] } : {}),
+  });
   const seen = new Map<string, number>();
-  // Identical calls (TURN-4) are compared by their identity arguments, as the key is.
+  // Identical calls (TURN-4) are compared by the arguments the key is derived from.
   const identity = (params: Pick<CallToolParams, "name" | "arguments">) => {
     checkCall(params);
-    const fields = keyOptions(params).identity;
-    const args = params.arguments ?? {};
-    return `${params.name}|${canonicalize(fields === undefined ? args : projectArguments(args, fields))}`;
+    return `${params.name}|${canonicalize(keyedArguments(params.arguments ?? {}, keyOptions(params)))}`;
   };
   return {
     callTool(params, ...rest) {
@@ -140,17 +173,23 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
 }
 
 /** mcpTurn's options: a misspelt `identities` would be ignored, and the memo would stay in every key. */
-function checkTurnOptions(options: unknown): Record<string, readonly string[]> {
-  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new InvalidArgumentError("options", "must be an object { identity? }");
+function checkTurnOptions(options: unknown): McpTurnOptions {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new InvalidArgumentError("options", "must be an object { identity?, schemas? }");
   const unknown = unknownOptionName(options as McpTurnOptions, TURN_OPTION_NAMES);
   if (unknown !== undefined) throw new InvalidArgumentError(`options.${unknown}`, unknownOptionMessage("mcpTurn", TURN_OPTION_NAMES));
-  const identity = (options as McpTurnOptions).identity;
-  if (identity === undefined) return {};
-  if (typeof identity !== "object" || identity === null || Array.isArray(identity)) {
-    throw new InvalidArgumentError("options.identity", "must map tool names to the argument names that identify their calls");
+  const { identity, schemas } = options as McpTurnOptions;
+  for (const [option, map] of [["identity", identity], ["schemas", schemas]] as const) {
+    if (map !== undefined && (typeof map !== "object" || map === null || Array.isArray(map))) {
+      throw new InvalidArgumentError(`options.${option}`, "must map tool names to their " + (option === "identity" ? "identifying argument names" : "input schemas"));
+    }
   }
-  for (const [name, fields] of Object.entries(identity)) checkIdentity(`options.identity.${name}`, fields);
-  return identity;
+  for (const [name, fields] of Object.entries(identity ?? {})) checkIdentity(`options.identity.${name}`, fields);
+  for (const [name, schema] of Object.entries(schemas ?? {})) checkSchema(`options.schemas.${name}`, schema);
+  return options as McpTurnOptions;
+}
+
+function checkSchema(field: string, schema: unknown): void {
+  if (typeof (schema as { safeParse?: unknown } | null)?.safeParse !== "function") throw new InvalidArgumentError(field, "must be the tool's input schema (a zod schema: safeParse)");
 }
 
 /** The turn's context, checked where it is given (a bad one would otherwise fail every call of the turn). */

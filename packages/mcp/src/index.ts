@@ -6,6 +6,7 @@ export {
   type McpTurn,
   type McpTurnContext,
   type McpTurnOptions,
+  type McpKeyOptions,
   type CallToolParams,
   type ToolCallingClient,
 } from "./client.js";

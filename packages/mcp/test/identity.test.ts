@@ -26,7 +26,8 @@ beforeEach(async () => {
     server,
     "send_payment",
     {
-      inputSchema: { payee: z.string(), amount: z.number().int(), currency: z.string(), reference: z.string(), memo: z.string() },
+      // The server's schema folds spellings that are one payment to the payments API (IDENT-8).
+      inputSchema: { payee: z.string().normalize("NFC"), amount: z.number().int(), currency: z.string().default("EUR"), reference: z.string(), memo: z.string() },
       effect: "keyed_write",
       identity: IDENTITY,
     },
@@ -73,6 +74,16 @@ describe("MCP-10: a tool's identity on both sides of MCP", () => {
     expect(payments.effects().length).toBe(1);
   });
 
+  it("a regenerate that spells the call another way the server's schema folds (NFD payee, a default written out) carries the first key when the client keys over that schema", async () => {
+    const schema = z.object({ payee: z.string().normalize("NFC"), amount: z.number().int(), currency: z.string().default("EUR"), reference: z.string() });
+    const options = { identity: { send_payment: IDENTITY }, schemas: { send_payment: schema } };
+    const call = (payee: string, currency?: string) => ({ ...pay("m"), arguments: { ...pay("m").arguments, payee, currency } });
+    await mcpTurn(client, context, options).callTool(call("Cafe\u0301"));
+    const again = await mcpTurn(client, context, options).callTool(call("Café", "EUR"));
+    expect(payments.effects().length).toBe(1);
+    expect((again as CallToolResult)._meta?.[REPLAYED_META]).toBe(true);
+  });
+
   it("an identity naming a field the input schema lacks, or given to a read or a tool without a schema, is refused where it is declared", () => {
     const guard = new McpToolGuard({ ledger: new MemoryLedger() });
     const s = new McpServer({ name: "x", version: "1.0.0" });
@@ -82,5 +93,6 @@ describe("MCP-10: a tool's identity on both sides of MCP", () => {
     expect(() => guard.registerTool(s, "n", { effect: "keyed_write", identity: ["payee"] }, run)).toThrow(/inputSchema/);
     expect(() => mcpTurn(client, context, { identity: { send_payment: [] } })).toThrow(/identity/);
     expect(() => mcpTurn(client, context, { identities: {} } as never)).toThrow(/identities/);
+    expect(() => mcpTurn(client, context, { schemas: { send_payment: {} as never } })).toThrow(/schemas.send_payment/);
   });
 });
