@@ -119,9 +119,10 @@ export type DispatchEvent =
    * This run's last write never went into the ledger: refused (stale_claim: the claim was lost),
    * or out of reach past `recordRetryMs` (DISPATCH-10). `state` is what it would have recorded;
    * the row is left as it was (in flight until its lease runs out, or another claim's). The last
-   * event of such a run: no `recorded` follows (OTEL-4).
+   * event of such a run: no `recorded` follows (OTEL-4). `fence` is the run's: a run that lost its
+   * claim reports this while the claim's new holder runs under the same key.
    */
-  | { type: "record_failed"; key: string; toolName: string; ordinal: number; write: RecordWrite; state: "completed" | "failed" | "unknown" | "released"; error: string }
+  | { type: "record_failed"; key: string; toolName: string; ordinal: number; fence: number; write: RecordWrite; state: "completed" | "failed" | "unknown" | "released"; error: string }
   /** This run's outcome went into the ledger (the last write of a claimed run; absent when the write was refused: `record_failed`). */
   | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" }
   /**
@@ -1489,7 +1490,7 @@ export class Dispatcher implements CallDispatcher {
       // The run ends without its record: said at once, so no one waits for a `recorded` (OTEL-4).
       // A hook that throws here must not replace the ledger's error, which says what the caller can do.
       try {
-        this.emit({ type: "record_failed", key, toolName: done.toolName, ordinal: done.ordinal, write: done.write, state: done.state, error: describeError(error) });
+        this.emit({ type: "record_failed", key, toolName: done.toolName, ordinal: done.ordinal, fence, write: done.write, state: done.state, error: describeError(error) });
       } catch {
         // as above
       }

@@ -52,6 +52,8 @@ interface Open {
   /** Tool name for a run; unused for a turn. */
   toolName: string;
   runStartedAt?: number;
+  /** A run's fence: a lost claim's late report must not end its key's new holder's span. */
+  fence?: number;
 }
 
 /**
@@ -139,7 +141,7 @@ export class DispatchTelemetry {
             [ATTR.TAKEOVER]: event.takeover,
           },
         });
-        this.open(this.runs, event.key, { span, startedAt: this.now(), toolName: event.toolName });
+        this.open(this.runs, event.key, { span, startedAt: this.now(), toolName: event.toolName, fence: event.fence });
         return;
       }
       case "run_started": {
@@ -196,7 +198,9 @@ export class DispatchTelemetry {
       case "record_failed":
         // The run's last write never landed (refused, or the ledger out of reach): its span ends
         // now, or no exporter would ever see the run whose outcome the ledger lacks (OTEL-4).
+        // A run that lost its claim reports this while a takeover's run holds the key: that span is not this run's.
         this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: "not_recorded" });
+        if (this.runs.get(event.key)?.fence !== event.fence) return;
         this.runs.get(event.key)?.span.setAttributes({ [ATTR.RECORD_WRITE]: event.write, [ATTR.RECORD_OUTCOME]: event.state });
         this.endRun(event.key, "not_recorded");
         return;
