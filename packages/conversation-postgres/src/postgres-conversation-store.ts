@@ -82,7 +82,9 @@ export interface PostgresConversationStoreOptions {
   /**
    * Longest a statement may run, lock waits included, before the method fails with
    * store_unavailable (default 10 s). Set on every transaction the store runs (SET LOCAL),
-   * and as the session default of the pool it creates.
+   * and as the session default of the pool it creates; so is idle_in_transaction_session_timeout
+   * = max(statementTimeoutMs, 30000), which bounds how long a process stopped inside one of the
+   * store's transactions holds its conversation's row lock.
    * @default 10000 (10 s)
    * @example new PostgresConversationStore({ pool, statementTimeoutMs: 5_000 })
    */
@@ -98,6 +100,8 @@ export interface PostgresConversationStoreOptions {
 }
 
 const DEFAULT_STATEMENT_TIMEOUT_MS = 10_000;
+/** How long the server lets one of the store's transactions sit idle before it ends the session (and its locks). */
+const idleInTransactionMs = (statementTimeoutMs: number) => Math.max(statementTimeoutMs, 30_000);
 interface ConversationRow {
   fence: string;
   lease_owner: string | null;
@@ -165,7 +169,7 @@ export class PostgresConversationStore implements ConversationStore {
         connectionTimeoutMillis: 10_000,
         statement_timeout: timeout,
         // A process paused mid-transaction (SIGSTOP, a long GC) must not hold a conversation's row lock forever.
-        idle_in_transaction_session_timeout: Math.max(timeout, 30_000),
+        idle_in_transaction_session_timeout: idleInTransactionMs(timeout),
         ...options.poolConfig,
         connectionString: options.connectionString,
       });
@@ -476,8 +480,13 @@ export class PostgresConversationStore implements ConversationStore {
     let broken: Error | undefined;
     let committing = false;
     try {
-      // One round trip for both (simple protocol); READ COMMITTED: each statement after the lock sees the latest commits.
-      await client.query(`BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${this.statementTimeoutMs}`);
+      // One round trip (simple protocol); READ COMMITTED: each statement after the lock sees the latest commits.
+      // The idle bound is set here too, not only on a pool the store creates: on a pool of yours, a process
+      // stopped inside this transaction (SIGSTOP, a frozen container, a partition whose connection the server
+      // keeps) would hold the conversation's row lock, so every other writer's store_unavailable, for good.
+      await client.query(
+        `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${this.statementTimeoutMs}; SET LOCAL idle_in_transaction_session_timeout = ${idleInTransactionMs(this.statementTimeoutMs)}`,
+      );
       const run: Run = async (statement, values) => (await client.query({ name: statement.name, text: statement.text, values })).rows;
       const result = await fn(run);
       committing = true;

@@ -175,6 +175,31 @@ describe("pools, transactions and timeouts", () => {
     await store.close();
   });
 
+  it("TURN-10 on your own pool too, a transaction whose process stops inside it (SIGSTOP, a frozen container, a partition) is ended by the server after idle_in_transaction_session_timeout: its conversation's row lock is not held for good", async () => {
+    const schema = uniqueSchema("idle");
+    schemas.push(schema);
+    // A pool without the session defaults the store gives a pool of its own.
+    const pool = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
+    const store = new PostgresConversationStore({ pool, schema, statementTimeoutMs: 2_000 });
+    await store.migrate();
+    // What the server would apply if the process stopped right before its COMMIT, read on the transaction's own connection.
+    let inForce: string | undefined;
+    const connect = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;
+    (pool as unknown as { connect: () => Promise<pg.PoolClient> }).connect = async () => {
+      const client = await connect();
+      const query = client.query.bind(client) as (...args: unknown[]) => Promise<pg.QueryResult>;
+      (client as unknown as { query: unknown }).query = async (...args: unknown[]) => {
+        if (args[0] === "COMMIT") inForce = String((await query("SHOW idle_in_transaction_session_timeout")).rows[0].idle_in_transaction_session_timeout);
+        return query(...args);
+      };
+      return client;
+    };
+    await store.appendUserMessage("idle", { id: "m1", content: "hi" });
+    expect(inForce).toBe("30s");
+    await store.close();
+    await pool.end();
+  });
+
   it("an unreachable server is store_unavailable; tables that were never migrated say so", async () => {
     const down = new PostgresConversationStore({ connectionString: `postgres://postgres@127.0.0.1:${await closedPort()}/test`, poolConfig: { connectionTimeoutMillis: 2_000 } });
     await rejectsWith(down.appendUserMessage("x", { id: "m1", content: 1 }), "store_unavailable");
