@@ -1,12 +1,21 @@
 /**
  * A long random exploration of the chaos suite (not part of CI): CHAOS_SEED=<first> CHAOS_RUNS=<k>
- * CHAOS_PARALLEL=<p> npx tsx test/chaos-explore.ts. Prints one line per scenario and every violation.
+ * CHAOS_PARALLEL=<p> [CHAOS_FAMILY=host] npx tsx test/chaos-explore.ts. Prints one line per scenario and every violation.
  */
-import { runScenario, scenarioOf } from "./chaos-harness.js";
+import { runScenario, scenarioOf, type Family, type Scenario } from "./chaos-harness.js";
 
 const first = Number(process.env.CHAOS_SEED ?? 1000);
 const runs = Number(process.env.CHAOS_RUNS ?? 20);
 const parallel = Number(process.env.CHAOS_PARALLEL ?? 2);
+/** CHAOS_FAMILY=host: a SQLite conversation store, one runner partitioned, faulted SQLite and Redis ledgers. */
+const family = (process.env.CHAOS_FAMILY ?? "server") as Family;
+/** CHAOS_SCENARIO='<Scenario as JSON>' plays one scenario written by hand (README: host scenario 9001, a runner hung on a COMMIT). */
+if (process.env.CHAOS_SCENARIO !== undefined) {
+  const v = await runScenario(JSON.parse(process.env.CHAOS_SCENARIO) as Scenario);
+  console.log(`[chaos] ${v.scenario}; first runner ${v.first}; ${v.violations.length === 0 ? "ok" : "VIOLATED"}`);
+  for (const line of v.violations) console.log(`  ${line}`);
+  process.exit(v.violations.length > 0 ? 1 : 0);
+}
 let next = first;
 let failed = 0;
 async function lane(): Promise<void> {
@@ -14,7 +23,7 @@ async function lane(): Promise<void> {
     const seed = next++;
     const started = Date.now();
     try {
-      const v = await runScenario(scenarioOf(seed));
+      const v = await runScenario(scenarioOf(seed, family));
       console.log(`[chaos] ${v.scenario}; first runner ${v.first}; ${v.violations.length === 0 ? "ok" : "VIOLATED"} (${Date.now() - started} ms)`);
       if (v.violations.length > 0) {
         failed++;

@@ -5,18 +5,49 @@
  */
 import { mulberry32 } from "@dispatch-once/conformance/ledger";
 import type { CallPoint, CrashPoint } from "./crash-protocol.js";
-import { EVERY_POINT, LEASE_MS, judgeAnswers, makeWorld, type ClientAnswer, type LedgerKind, type ProviderKind, type RunnerProcess } from "./crash-harness.js";
+import { EVERY_POINT, LEASE_MS, judgeAnswers, makeWorld, type ClientAnswer, type LedgerKind, type OwnProxies, type ProviderKind, type RunnerProcess } from "./crash-harness.js";
+import type { StoreProxy } from "./stores.js";
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-type Action = "kill" | "pause" | "freeze" | "cut" | "lose_reply";
+/**
+ * What happens where the first runner stops. The whole server's faults (freeze, cut, lose_reply)
+ * go through the world's proxy; the partitions through the first runner's own proxies only
+ * (`partition`: its store and ledger connections frozen, statements delivered late at the heal;
+ * `partition_store`, `partition_ledger`: one of them; `isolate`: its connections cut and refused;
+ * `lose_ledger_reply`: its ledger's replies dropped, then its connection killed, after the script
+ * or statement ran); `redis_pause` (CLIENT PAUSE ALL) and `redis_sleep` (DEBUG SLEEP) stop the
+ * private Redis ledger for everyone; `lock_ledger` and `lock_store`: another process holds the
+ * SQLite file's write lock; `hang`: the first runner stopped for good (a frozen container), never
+ * woken (between two tasks of its event loop when a SQLite file is involved: a holder of SQLite's
+ * lock stopped for good stops every writer for good, which no library can help).
+ */
+type Action =
+  | "kill"
+  | "pause"
+  | "freeze"
+  | "cut"
+  | "lose_reply"
+  | "partition"
+  | "partition_store"
+  | "partition_ledger"
+  | "isolate"
+  | "lose_ledger_reply"
+  | "redis_pause"
+  | "redis_sleep"
+  | "lock_ledger"
+  | "lock_store"
+  | "hang";
 /** What a second process does meanwhile: re-sends m1 (a client retry or a queue's redelivery), sends a new message m2, both at once (a third process), or nothing. */
 type Rival = "resend" | "new_same_words" | "new_other_words" | "resend_and_new" | "none";
 
 export interface Scenario {
   seed: number;
+  /** "server": the PostgreSQL conversation store's faults (the CI seeds); "host": a SQLite conversation store, partitions of one runner, faulted SQLite and Redis ledgers. */
+  family: Family;
   provider: ProviderKind;
   ledger: LedgerKind;
+  store: "postgres" | "sqlite";
   content: string;
   crashAt: CrashPoint;
   occurrence: number;
@@ -39,7 +70,10 @@ const CALLS: CallPoint["method"][] = ["appendUserMessage", "acquireLease", "begi
 /** The PostgreSQL conversation store's methods that run a transaction (a COMMIT to park on). */
 const TRANSACTIONS = ["appendUserMessage", "acquireLease", "beginTurn", "commitTurn", "failMessage", "addRecord"];
 
-export function scenarioOf(seed: number): Scenario {
+export type Family = "server" | "host";
+
+export function scenarioOf(seed: number, family: Family = "server"): Scenario {
+  if (family === "host") return hostScenarioOf(seed);
   const random = mulberry32(seed);
   const pick = <T>(list: readonly T[]): T => list[Math.floor(random() * list.length)]!;
   const provider = pick<ProviderKind>(["anthropic", "anthropic", "openai"]);
@@ -72,12 +106,95 @@ export function scenarioOf(seed: number): Scenario {
   // Sometimes past the PostgreSQL ledger's operation bound (timeoutMs, 5 s): claims and completes
   // sent into the freeze fail ledger_unavailable and their copies run late.
   if (action === "freeze" && ledger === "postgres" && random() < 0.4) faultMs = 5_300 + Math.floor(random() * 1_000);
-  return { seed, provider, ledger, content, crashAt, occurrence, ...(call !== undefined ? { call } : {}), action, faultMs, rival, rivalDelayMs };
+  return { seed, family, provider, ledger, store: "postgres", content, crashAt, occurrence, ...(call !== undefined ? { call } : {}), action, faultMs, rival, rivalDelayMs };
+}
+
+/**
+ * The "host" family: what the server family never does. A SQLite conversation store shared by
+ * every process on one file half the time (a runner stopped or killed inside a write transaction,
+ * holding the file's lock; another process holding it past the busy timeout; SIGKILLs leaving the
+ * WAL behind); otherwise PostgreSQL with one runner partitioned from the store, the ledger or both
+ * while the others reach them; and the SQLite and Redis ledgers faulted.
+ */
+function hostScenarioOf(seed: number): Scenario {
+  const random = mulberry32(seed * 7919 + 17);
+  const pick = <T>(list: readonly T[]): T => list[Math.floor(random() * list.length)]!;
+  const provider = pick<ProviderKind>(["anthropic", "anthropic", "openai"]);
+  const store = pick<Scenario["store"]>(["sqlite", "postgres"]);
+  const ledger = pick<LedgerKind>(["sqlite", "redis", "postgres"]);
+  const content = pick(CONTENTS);
+  let crashAt: CrashPoint;
+  let occurrence = 1;
+  let call: CallPoint | undefined;
+  const sqliteMethods = [...(store === "sqlite" ? TRANSACTIONS : []), ...(ledger === "sqlite" ? ["claim", "complete"] : [])];
+  const r = random();
+  if (r < 0.35) {
+    [crashAt, occurrence] = pick(EVERY_POINT);
+  } else {
+    crashAt = "at_call";
+    // Inside a SQLite write transaction a third of the time, when there is a SQLite file.
+    if (sqliteMethods.length > 0 && random() < 0.5) call = { method: pick(sqliteMethods), n: 1, side: "commit" };
+    // On PostgreSQL, parked on a store transaction's COMMIT (its row lock held) now and then: then hung, killed or partitioned.
+    else if (store === "postgres" && random() < 0.25) call = { method: pick(TRANSACTIONS), n: 1, side: "commit" };
+    else {
+      const method = pick(CALLS);
+      const twice = ["beginTurn", "commitTurn", "claim", "complete"].includes(method);
+      call = { method, n: twice && random() < 0.4 ? 2 : 1, side: random() < 0.5 ? "before" : "after" };
+    }
+  }
+  const actions: Action[] = ["kill", "pause"];
+  // A SQLite store's during_commit is a SIGKILL the runner gives itself (crash-worker.ts).
+  if (store === "sqlite" && crashAt === "during_commit") actions.splice(1);
+  else if (call?.side !== "commit") {
+    if (store === "postgres") actions.push("partition", "partition", "partition_store", "isolate");
+    if (ledger !== "sqlite") actions.push("partition_ledger", "partition_ledger", "lose_ledger_reply");
+    if (ledger === "redis") actions.push("redis_pause", "redis_sleep");
+    if (ledger === "sqlite") actions.push("lock_ledger");
+    if (store === "sqlite") actions.push("lock_store");
+  }
+  if (call?.side === "commit" && !inSqlite({ call, ledger, store } as Scenario)) actions.push("partition_store");
+  // Stopped for good: on PostgreSQL also while parked on a COMMIT, its transaction open and its row locks held.
+  if (!inSqlite({ call, ledger, store } as Scenario) && !(store === "sqlite" && crashAt === "during_commit")) actions.push("hang");
+  const action = pick(actions);
+  let faultMs = LEASE_MS + 100 + Math.floor(random() * 900);
+  // Past the SQLite busy timeout (5 s) sometimes: a stopped lock holder or another process's lock.
+  if ((call?.side === "commit" && action === "pause") || action === "lock_ledger" || action === "lock_store") {
+    if (random() < 0.4) faultMs = 5_300 + Math.floor(random() * 1_000);
+  }
+  // Past the PostgreSQL ledger's bound (5 s) sometimes: a partitioned claim's copy runs late.
+  if ((action === "partition" || action === "partition_ledger") && ledger === "postgres" && random() < 0.3) faultMs = 5_300 + Math.floor(random() * 1_000);
+  let rival = pick<Rival>(["resend", "resend", "new_same_words", "new_other_words", "none"]);
+  const rivalDelayMs = Math.floor(random() * LEASE_MS * 1.5);
+  if (rival === "resend" && random() < 0.4) rival = "resend_and_new";
+  return { seed, family: "host", provider, ledger, store, content, crashAt, occurrence, ...(call !== undefined ? { call } : {}), action, faultMs, rival, rivalDelayMs };
 }
 
 export const describeScenario = (s: Scenario) =>
-  `seed ${s.seed}: ${s.provider}, ${s.ledger} ledger, "${s.content}", stopped ${s.crashAt === "at_call" ? `${s.call!.side === "commit" ? "on the COMMIT of" : s.call!.side} ${s.call!.method} #${s.call!.n}` : `${s.crashAt} #${s.occurrence}`}, ` +
+  `${s.family === "host" ? "host " : ""}seed ${s.seed}: ${s.provider}, ${s.ledger} ledger, ${s.store === "sqlite" ? "SQLite conversations, " : ""}"${s.content}", stopped ${s.crashAt === "at_call" ? `${s.call!.side === "commit" ? (inSqlite(s) ? "inside the transaction of" : "on the COMMIT of") : s.call!.side} ${s.call!.method} #${s.call!.n}` : `${s.crashAt} #${s.occurrence}`}, ` +
   `${s.action}${s.action === "kill" || s.action === "lose_reply" ? "" : ` ${s.faultMs} ms`}, rival ${s.rival}${s.rival === "none" ? "" : ` after ${s.rivalDelayMs} ms`}`;
+
+/** A "commit" point on a SQLite file: the runner stops or kills itself inside the transaction. */
+const inSqlite = (s: Scenario) => s.call?.side === "commit" && (["claim", "complete"].includes(s.call.method) ? s.ledger === "sqlite" : s.store === "sqlite");
+
+const redisOf = async (url: string) => {
+  const { Redis } = await import("ioredis");
+  const admin = new Redis(url, { maxRetriesPerRequest: 1 });
+  admin.on("error", () => {});
+  return admin;
+};
+
+/** Another process's hold on a SQLite file's write lock for `ms` (a backup, a migration, a stopped tool). */
+async function holdWriteLock(path: string, ms: number): Promise<void> {
+  const { default: Database } = await import("better-sqlite3");
+  const db = new Database(path, { timeout: 5_000 });
+  try {
+    db.exec("BEGIN IMMEDIATE");
+    await sleep(ms);
+    db.exec("COMMIT");
+  } finally {
+    db.close();
+  }
+}
 
 /** Waits for what a process says next, or for `ms` (undefined). */
 async function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
@@ -123,13 +240,15 @@ interface Told {
 export async function runScenario(s: Scenario): Promise<Verdict> {
   const t0 = Date.now();
   const lap = (what: string) => process.env.CHAOS_TRACE && console.log(`[chaos ${s.seed}] ${Date.now() - t0} ms ${what}`);
-  const world = await makeWorld({ provider: s.provider, ledger: s.ledger, store: "postgres", storeProxy: true });
+  const world = await makeWorld({ provider: s.provider, ledger: s.ledger, store: s.store, storeProxy: s.store === "postgres" });
   const violations: string[] = [];
   const answers: Told[] = [];
   let first = "";
   try {
     const conversation = `chaos-${s.seed}`;
-    const a = world.runner({ crashAt: s.crashAt, occurrence: s.occurrence, ...(s.call !== undefined ? { call: s.call } : {}) });
+    const stops = { crashAt: s.crashAt, occurrence: s.occurrence, ...(s.call !== undefined ? { call: s.call } : {}), ...(inSqlite(s) ? { inTransaction: s.action === "kill" ? ("kill" as const) : ("stop" as const) } : {}) };
+    // The host family partitions the first runner alone: its connections pass through proxies of its own.
+    const a = s.family === "host" ? await world.partitionable(stops) : Object.assign(world.runner(stops), { own: {} as OwnProxies });
     const b = world.runner();
     const third = s.rival === "resend_and_new" ? world.runner() : undefined;
     await Promise.all([a.ready, b.ready, third?.ready]);
@@ -138,7 +257,14 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
     // A held last event waits for its client to go: only a kill ends it.
     if (s.crashAt === "after_complete" && s.action === "kill") world.holdBeforeFinish();
     a.send(conversation, "m1", s.content);
-    const said = await within(a.next(), 20_000);
+    // Inside a SQLite transaction the runner cannot say so: it stops itself (the parent sees state T) or dies there.
+    const inside = { type: "reached" as const, point: "at_call" as const, detail: s.call !== undefined ? `inside the transaction of ${s.call.method} #${s.call.n}` : "inside the transaction of the commit" };
+    const said = await within(
+      inSqlite(s) || (s.crashAt === "during_commit" && s.store === "sqlite")
+        ? Promise.race([a.next().catch((error: unknown) => (a.child.signalCode === "SIGKILL" ? inside : Promise.reject(error))), a.stoppedItself().then(() => inside)])
+        : a.next(),
+      20_000,
+    );
     const messages: { id: string; content: string }[] = [{ id: "m1", content: s.content }];
     const pending: { who: string; messageId: string; process: RunnerProcess }[] = [];
     if (said === undefined) {
@@ -150,10 +276,53 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
       first = `reached ${said.point}${said.detail !== undefined ? ` (${said.detail})` : ""}`;
       const proxy = world.proxy!;
       let fault: Promise<void> = Promise.resolve();
+      const own = a.own;
+      const both = (fault: (p: StoreProxy) => Promise<void>) => Promise.all([own.store, own.ledger].map((p) => (p === undefined ? undefined : fault(p)))).then(() => {});
       switch (s.action) {
         case "kill":
           await a.kill();
           killed.add(a);
+          break;
+        case "partition":
+        case "partition_store":
+        case "partition_ledger":
+        case "isolate":
+        case "lose_ledger_reply": {
+          // The first runner's own proxies only: the others still reach the stores.
+          const partitions = {
+            partition: () => both((p) => p.freeze(s.faultMs)),
+            partition_store: () => own.store!.freeze(s.faultMs),
+            partition_ledger: () => own.ledger!.freeze(s.faultMs),
+            isolate: () => both((p) => p.cut(s.faultMs)),
+            // The script or statement runs; its reply is dropped and the connection killed.
+            lose_ledger_reply: () => own.ledger!.loseReplies(300, 200),
+          };
+          fault = partitions[s.action]();
+          a.resume();
+          break;
+        }
+        case "redis_pause":
+        case "redis_sleep": {
+          const admin = await redisOf(world.redisUrl!);
+          fault = (s.action === "redis_pause" ? admin.call("CLIENT", "PAUSE", String(s.faultMs), "ALL").then(() => sleep(s.faultMs)) : admin.call("DEBUG", "SLEEP", String(s.faultMs / 1000)))
+            .then(() => undefined)
+            .finally(() => admin.disconnect());
+          a.resume();
+          break;
+        }
+        case "hang":
+          if (s.store === "sqlite" || s.ledger === "sqlite") {
+            a.resume();
+            await a.pauseBetweenTransactions();
+          } else {
+            a.stop(); // parked where it stopped, for good (on a COMMIT: its transaction open)
+          }
+          killed.add(a); // never answers: its answer is not waited for
+          break;
+        case "lock_ledger":
+        case "lock_store":
+          fault = holdWriteLock(s.action === "lock_ledger" ? world.files.ledger! : world.files.store!, s.faultMs);
+          a.resume();
           break;
         case "pause":
           a.stop();

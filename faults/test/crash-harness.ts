@@ -5,7 +5,7 @@
  */
 import { fork, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -131,8 +131,26 @@ export class RunnerProcess {
     if (signal !== "SIGKILL") throw new Error(`runner ${this.child.pid} ended with ${String(signal)}, not the suite's SIGKILL`);
   }
 
+  /** SIGSTOP from outside: it may land anywhere, inside a SQLite write transaction too (then it holds the file's write lock). */
   stop(): void {
     this.child.kill("SIGSTOP");
+  }
+
+  /** Stopped between two tasks of its event loop, so outside every SQLite transaction: it holds no file lock while stopped. */
+  async pauseBetweenTransactions(): Promise<void> {
+    this.post({ type: "stop" });
+    await this.stoppedItself();
+  }
+
+  /** Resolves once the process is stopped (state T: it SIGSTOPped itself inside a SQLite transaction); never while it runs. */
+  async stoppedItself(): Promise<void> {
+    while (this.child.exitCode === null && this.child.signalCode === null) {
+      const stat = await readFile(`/proc/${this.child.pid}/stat`, "utf8").catch(() => "");
+      // The state is the field after the command's closing parenthesis.
+      if (/\)\s+T\b/.test(stat)) return;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await new Promise(() => {});
   }
 
   resume(): void {
@@ -152,7 +170,17 @@ export interface World {
   ledgerKind: LedgerKind;
   storeKind: StoreKind;
   /** Starts a runner process over the world's stores (not yet sent anything). */
-  runner(options?: { crashAt?: CrashPoint; occurrence?: number; call?: CallPoint }): RunnerProcess;
+  runner(options?: RunnerOptions): RunnerProcess;
+  /**
+   * A runner process whose connections to the server stores (the PostgreSQL conversation store,
+   * a PostgreSQL or Redis ledger) pass through proxies of its own: freezing or cutting them
+   * partitions this one process while the others still reach the stores.
+   */
+  partitionable(options?: RunnerOptions): Promise<RunnerProcess & { own: OwnProxies }>;
+  /** The files of a SQLite ledger and a SQLite conversation store, for a process that holds their write lock. */
+  files: { ledger?: string; store?: string };
+  /** The private redis-server's URL, with a Redis ledger (for CLIENT PAUSE and DEBUG SLEEP). */
+  redisUrl?: string;
   /** With `storeProxy`: the TCP proxy between the runner processes and the PostgreSQL conversation store, and the PostgreSQL ledger if it is one (the parent reads past it). */
   proxy?: StoreProxy;
   /** Readers of the same stores (the parent's own connections). */
@@ -161,6 +189,14 @@ export interface World {
   /** Everything the oracle knows about one conversation, and what it finds wrong. */
   audit(conversationId: string): Promise<Audit>;
   close(): Promise<void>;
+}
+
+export type RunnerOptions = { crashAt?: CrashPoint; occurrence?: number; call?: CallPoint; inTransaction?: "kill" | "stop" };
+
+/** One runner's own proxies (partitionable): to the conversation store, and to the ledger when it is a server. */
+export interface OwnProxies {
+  store?: StoreProxy;
+  ledger?: StoreProxy;
 }
 
 export interface Effect {
@@ -304,6 +340,7 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
 
   let ledgerConfig: LedgerConfig;
   let ledger: Ledger;
+  let redisUrl: string | undefined;
   switch (options.ledger) {
     case "sqlite": {
       const path = join(dir, "ledger.db");
@@ -323,6 +360,7 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
       const server: StoreUnderTest = await redisStore(0, 0);
       const { url, prefix } = server.worker as { url: string; prefix: string };
       ledgerConfig = { kind: "redis", url, prefix };
+      redisUrl = url;
       ledger = new RedisLedger({ url, prefix, durability: "durable" });
       cleanups.push(() => server.close());
       break;
@@ -356,6 +394,29 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
     cleanups.push(() => started.close());
   }
   const started: RunnerProcess[] = [];
+  const spawnRunner = (crash: RunnerOptions, ledgerOf: LedgerConfig, storeOf: ConversationStoreConfig) => {
+    const process = new RunnerProcess({
+      provider: providerKind,
+      providerUrl: provider.baseURL,
+      paymentsUrl: payments.url,
+      account,
+      ledger: ledgerOf,
+      store: storeOf,
+      leaseMs: LEASE_MS,
+      ...crash,
+    });
+    started.push(process);
+    return process;
+  };
+  /** A proxy of one runner's own before `url` (a server store's address); closed with the world. */
+  const ownProxy = async (url: string): Promise<[StoreProxy, string]> => {
+    const target = new URL(url);
+    const own = await StoreProxy.start({ host: target.hostname, port: Number(target.port || (target.protocol === "redis:" ? 6379 : 5432)) });
+    cleanups.push(() => own.close());
+    target.hostname = "127.0.0.1";
+    target.port = String(own.port);
+    return [own, target.toString()];
+  };
 
   return {
     providerKind,
@@ -368,20 +429,17 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
     ledger,
     store,
     ...(proxy !== undefined ? { proxy } : {}),
-    runner: (crash = {}) => {
-      const process = new RunnerProcess({
-        provider: providerKind,
-        providerUrl: provider.baseURL,
-        paymentsUrl: payments.url,
-        account,
-        ledger: ledgerConfig,
-        store: storeConfig,
-        leaseMs: LEASE_MS,
-        ...crash,
-      });
-      started.push(process);
-      return process;
+    runner: (crash = {}) => spawnRunner(crash, ledgerConfig, storeConfig),
+    partitionable: async (crash = {}) => {
+      const own: OwnProxies = {};
+      let storeOf = storeConfig;
+      let ledgerOf = ledgerConfig;
+      if (storeOf.kind === "postgres") [own.store, storeOf] = await ownProxy(storeOf.url).then(([p, url]) => [p, { ...storeConfig, url }] as [StoreProxy, ConversationStoreConfig]);
+      if (ledgerOf.kind !== "sqlite") [own.ledger, ledgerOf] = await ownProxy(ledgerOf.url).then(([p, url]) => [p, { ...ledgerConfig, url } as LedgerConfig] as [StoreProxy, LedgerConfig]);
+      return Object.assign(spawnRunner(crash, ledgerOf, storeOf), { own });
     },
+    files: { ...(ledgerConfig.kind === "sqlite" ? { ledger: ledgerConfig.path } : {}), ...(storeConfig.kind === "sqlite" ? { store: storeConfig.path } : {}) },
+    ...(redisUrl !== undefined ? { redisUrl } : {}),
     audit: async (conversationId) => {
       const effects = payments
         .effects()

@@ -12,7 +12,8 @@ export type CrashPoint = "after_accept" | "after_complete" | "before_commit" | "
  * The chaos suite's unnamed points (chaos.test.ts): right before or right after the `n`-th call
  * (1-based) of a conversation store or ledger write method, whatever the turn is doing then; or
  * ("commit", a PostgreSQL conversation store's method) parked on that call's COMMIT, sent once
- * the parent lets it go.
+ * the parent lets it go; on a SQLite store or ledger ("commit" too) the process stops or kills
+ * itself inside that call's write transaction (`inTransaction`), holding the file's write lock.
  */
 export interface CallPoint {
   method: string;
@@ -44,9 +45,16 @@ export interface CrashWorkerConfig {
   occurrence?: number;
   /** With crashAt "at_call": which store or ledger call stops the process. */
   call?: CallPoint;
+  /**
+   * With a "commit" call on a SQLite store or ledger: inside the call's write transaction the
+   * process SIGSTOPs itself ("stop": the parent sees it stopped, and SIGCONTs it later) or SIGKILLs
+   * itself ("kill"). Default "kill".
+   */
+  inTransaction?: "kill" | "stop";
 }
 
-export type ToWorker = { type: "send"; conversationId: string; message: { id: string; content: string } } | { type: "continue" };
+/** "stop": the worker SIGSTOPs itself from its event loop, where no SQLite transaction is open (better-sqlite3's are synchronous). */
+export type ToWorker = { type: "send"; conversationId: string; message: { id: string; content: string } } | { type: "continue" } | { type: "stop" };
 
 export type FromWorker =
   | { type: "ready" }

@@ -225,6 +225,26 @@ ledger.complete = async (...args) => {
   return done;
 };
 const store = await openStore();
+/**
+ * A SQLite file's "commit" point: a trigger on every table of the file fires inside the chosen
+ * call's write transaction (BEGIN IMMEDIATE: the file's write lock is held), and there the process
+ * stops or kills itself; better-sqlite3 is synchronous, so nothing can wait for the parent there.
+ */
+function stopInsideTransactions(db: { function(name: string, fn: () => number): unknown; prepare(sql: string): { all(): unknown[] }; exec(sql: string): unknown }, label: string): void {
+  if (config.call?.side !== "commit") return;
+  db.function("chaos_in_transaction", () => {
+    if (commitOf === undefined) return 0;
+    commitOf = undefined;
+    process.kill(process.pid, config.inTransaction === "stop" ? "SIGSTOP" : "SIGKILL");
+    return 1;
+  });
+  const tables = db.prepare(`SELECT name FROM main.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'`).all() as { name: string }[];
+  tables.forEach(({ name }, i) => {
+    for (const op of ["INSERT", "UPDATE", "DELETE"]) db.exec(`CREATE TEMP TRIGGER chaos_${label}_${i}_${op} AFTER ${op} ON main."${name}" BEGIN SELECT chaos_in_transaction(); END`);
+  });
+}
+if (config.store.kind === "sqlite") stopInsideTransactions((store as unknown as { database: Parameters<typeof stopInsideTransactions>[0] }).database, "store");
+if (config.ledger.kind === "sqlite" && !plants.has("volatile-ledger")) stopInsideTransactions((ledger as unknown as { database: Parameters<typeof stopInsideTransactions>[0] }).database, "ledger");
 // The write methods a turn calls in order (renewLease runs on a timer and is not counted: its count is not deterministic).
 watchCalls(store, ["appendUserMessage", "acquireLease", "beginTurn", "commitTurn", "failMessage", "addRecord", "releaseLease", "releaseLeaseGrant"]);
 watchCalls(ledger, ["claim", "complete", "fail", "markUnknown", "release"]);
@@ -268,6 +288,10 @@ const runner =
     : new AnthropicRunner({ ...shared, client: new Anthropic({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }), model: "claude-test" });
 
 process.on("message", (message: ToWorker) => {
+  if (message.type === "stop") {
+    process.kill(process.pid, "SIGSTOP");
+    return;
+  }
   if (message.type !== "send") {
     resume?.();
     return;

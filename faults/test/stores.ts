@@ -221,7 +221,7 @@ export async function redisStore(pauseMs: number, outageMs: number): Promise<Sto
   const launch = async () => {
     child = spawn(
       "redis-server",
-      ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--daemonize", "no", "--save", "", "--appendonly", "yes", "--appendfsync", "always"],
+      ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--daemonize", "no", "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "local"],
       { stdio: "ignore" },
     );
     await answers(port, dir, 15_000);
