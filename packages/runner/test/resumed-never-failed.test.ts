@@ -97,6 +97,19 @@ describe("TURN-12 a message that never failed, its holder paid and died, resumed
     expect(record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
   });
 
+  it("TURN-12 m1 failed by the check from its binding, then re-sent again after the sweep: not reopened, the payment is made once (the model's window-first-failure)", async () => {
+    // The check's own failure is m1's FIRST failure: a window counted from it would reopen m1
+    // after the ledger swept the dead holder's row (spec/model finding 15).
+    const w = setup();
+    void w.worker(diesAtCommit(w.store)).runner.send(CONV, { id: "m1", content: "pay acme" });
+    await paidRowCompleted(w);
+    w.advance(23 * HOUR + 30 * 60_000);
+    await expectM1ResentPastWindow(w.worker(w.store), CONV, w.performed);
+    w.advance(HOUR);
+    expect(await w.ledger.sweep()).toBeGreaterThan(0);
+    await expectM1ResentPastWindow(w.worker(w.store), CONV, w.performed);
+  });
+
   it("TURN-11 the store dates the first binding on its clock and keeps it across the take-over", async () => {
     const w = setup();
     // A queued message is not bound yet: nothing to show.
