@@ -77,7 +77,8 @@ export type RecordWrite = "complete" | "fail" | "markUnknown" | "release";
 export type DispatchEvent =
   | { type: "claimed"; key: string; toolName: string; ordinal: number; fence: number; takeover: boolean }
   | { type: "run_started"; key: string; toolName: string; ordinal: number }
-  | { type: "run_finished"; key: string; toolName: string; ordinal: number; ok: boolean }
+  /** The tool returned or threw. `fence` is the run's claim (OTEL-4): a run that lost its claim reports this while a takeover holds its key. */
+  | { type: "run_finished"; key: string; toolName: string; ordinal: number; fence: number; ok: boolean }
   | { type: "replayed"; key: string; toolName: string; ordinal: number; state: TerminalRow["state"] }
   | { type: "waiting"; key: string; toolName: string; ordinal: number; owner: string }
   | { type: "released"; key: string; toolName: string; ordinal: number; effectMayHaveHappened: boolean }
@@ -89,8 +90,9 @@ export type DispatchEvent =
   /**
    * The claim was lost while the tool ran: refused renewal (stale_claim), or renewals that
    * could not reach the ledger past the lease (self-fencing, DISPATCH-13). The tool was aborted.
+   * `fence` is the lost claim's: the key may already be held by a takeover (OTEL-4).
    */
-  | { type: "lease_lost"; key: string; toolName: string; ordinal: number; reason: "stale_claim" | "lease_unconfirmed" }
+  | { type: "lease_lost"; key: string; toolName: string; ordinal: number; fence: number; reason: "stale_claim" | "lease_unconfirmed" }
   /**
    * A claim could not reach the ledger (it may have been applied, its reply lost): it is sent
    * again with the same claim id, which the ledger recognises as the same claim (LEDGER-26).
@@ -871,7 +873,7 @@ export class Dispatcher implements CallDispatcher {
     }
     lease.finished = true;
     this.renewals.remove(lease);
-    if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: true });
+    if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, fence, ok: true });
     let texts: { text: string; parsed: JsonValue | undefined };
     try {
       texts = this.resultText(result, key);
@@ -1176,7 +1178,7 @@ export class Dispatcher implements CallDispatcher {
     }
     lease.finished = true;
     this.renewals.remove(lease);
-    if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, ok: true });
+    if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, fence, ok: true });
 
     let resultJson: string;
     let resultParsed: JsonValue | undefined;
@@ -1214,7 +1216,7 @@ export class Dispatcher implements CallDispatcher {
     base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
     lease: HeldLease,
   ): Promise<DispatchOutcome> {
-    if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal: base.ordinal, ok: false });
+    if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal: base.ordinal, fence, ok: false });
     const cause: ReconcileCause = lease.aborted ? "lease_lost" : "tool_error";
     const answer = mayReconcile(error) ? await this.probe(tool, args, key, cause, lease.aborted ? new AbortController().signal : lease.signal) : undefined;
     lease.finished = true;
@@ -1290,7 +1292,7 @@ export class Dispatcher implements CallDispatcher {
   private loseLease(lease: HeldLease, reason: "stale_claim" | "lease_unconfirmed", error: unknown): void {
     if (lease.finished || lease.aborted) return;
     this.renewals.remove(lease);
-    this.emit({ type: "lease_lost", key: lease.key, toolName: lease.toolName, ordinal: lease.ordinal, reason });
+    this.emit({ type: "lease_lost", key: lease.key, toolName: lease.toolName, ordinal: lease.ordinal, fence: lease.fence, reason });
     lease.abort(error);
   }
 

@@ -403,6 +403,9 @@ describe("two copies of core in one process (ERR-3)", () => {
     await d2.turn(turn0).dispatch({ name: "send_payment", input: {} }).catch(() => undefined);
     expect(aborted).toBe(true);
     expect(events).toContainEqual(expect.objectContaining({ type: "lease_lost", reason: "stale_claim" }));
+    // The losing run's reports name its fence: telemetry keeps them off a takeover's span (OTEL-4).
+    const { fence } = events.find((e) => e.type === "claimed") as { fence: number };
+    expect(events.filter((e) => e.type === "lease_lost" || e.type === "run_finished")).toEqual([expect.objectContaining({ fence }), expect.objectContaining({ fence })]);
   });
 });
 

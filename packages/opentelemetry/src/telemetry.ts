@@ -151,7 +151,8 @@ export class DispatchTelemetry {
         return;
       }
       case "run_finished": {
-        const run = this.runs.get(event.key);
+        // A run that lost its claim finishes while a takeover's run holds the key: not that span's (OTEL-4).
+        const run = this.runOf(event.key, event.fence);
         if (run?.runStartedAt !== undefined) {
           this.runDuration.record((this.now() - run.runStartedAt) / 1000, { ...tool, [ATTR.RUN_OK]: event.ok });
         }
@@ -166,7 +167,7 @@ export class DispatchTelemetry {
         return;
       case "lease_lost":
         this.counters.LEASE_LOSSES.add(1, { ...tool, [ATTR.LEASE_LOST_REASON]: event.reason });
-        this.runs.get(event.key)?.span.addEvent("dispatch_once.lease_lost", { [ATTR.LEASE_LOST_REASON]: event.reason });
+        this.runOf(event.key, event.fence)?.span.addEvent("dispatch_once.lease_lost", { [ATTR.LEASE_LOST_REASON]: event.reason });
         return;
       case "request_differs":
         this.runs.get(event.key)?.span.addEvent("dispatch_once.request_differs");
@@ -200,7 +201,7 @@ export class DispatchTelemetry {
         // now, or no exporter would ever see the run whose outcome the ledger lacks (OTEL-4).
         // A run that lost its claim reports this while a takeover's run holds the key: that span is not this run's.
         this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: "not_recorded" });
-        if (this.runs.get(event.key)?.fence !== event.fence) return;
+        if (this.runOf(event.key, event.fence) === undefined) return;
         this.runs.get(event.key)?.span.setAttributes({ [ATTR.RECORD_WRITE]: event.write, [ATTR.RECORD_OUTCOME]: event.state });
         this.endRun(event.key, "not_recorded");
         return;
@@ -265,6 +266,12 @@ export class DispatchTelemetry {
         // text_delta, call_complete, call_unresolved, attempt_discarded: visible through the others.
         return;
     }
+  }
+
+  /** The open span of the run that holds `fence` on `key`, if it is still the key's open one. */
+  private runOf(key: string, fence: number): Open | undefined {
+    const run = this.runs.get(key);
+    return run?.fence === fence ? run : undefined;
   }
 
   private open(map: Map<string, Open>, id: string, entry: Open): void {

@@ -210,6 +210,20 @@ describe("a ledger out of reach is counted (OTEL-1, DISPATCH-10, DISPATCH-16)", 
       [2, "completed"],
     ]);
   });
+
+  it("OTEL-4 a lost claim's late run_finished and lease_lost stay off the span of the takeover that now holds its key", () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    const run = { key: "k".repeat(32), toolName: "send_payment", ordinal: 0 };
+    s.telemetry.onDispatchEvent({ type: "claimed", ...run, fence: 1, takeover: false });
+    s.telemetry.onDispatchEvent({ type: "claimed", ...run, fence: 2, takeover: true });
+    s.telemetry.onDispatchEvent({ type: "run_started", ...run });
+    s.telemetry.onDispatchEvent({ type: "lease_lost", ...run, fence: 1, reason: "stale_claim" });
+    s.telemetry.onDispatchEvent({ type: "run_finished", ...run, fence: 1, ok: false });
+    s.telemetry.onDispatchEvent({ type: "recorded", ...run, state: "completed" });
+    const takeover = s.spans.getFinishedSpans().find((x) => x.attributes[ATTR.FENCE] === 2)!;
+    expect(takeover.events.map((e) => e.name)).toEqual(["dispatch_once.run_started"]);
+  });
 });
 
 describe("runner events -> turn spans and metrics (OTEL-1)", () => {
