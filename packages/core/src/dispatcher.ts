@@ -991,14 +991,19 @@ export class Dispatcher implements CallDispatcher {
           const args = claim.request === prepared.requestText ? prepared.args : parseStoredRequest(key, claim.request);
           claimState.took = true;
           // Awaited here: the dispatch ends (and its claim id is retired, below) when the run has.
-          const ran = await this.runClaimed(tool, args, context, ordinal, key, claim.fence, claimSentAt, base);
+          const ran = await this.runClaimed(tool, args, context, ordinal, key, claim.fence, claimSentAt, base).catch((error: unknown) => namingStored(error, key, storedRequest));
           // Parsed again: the tool may have changed the arguments it was handed.
           if (storedRequest !== undefined) ran.storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
           return ran;
         }
         const row = claim.row;
         if (row.state !== "in_flight") {
-          const replayed = this.replay(row, base);
+          let replayed: DispatchOutcome;
+          try {
+            replayed = this.replay(row, base);
+          } catch (error) {
+            return namingStored(error, key, storedRequest);
+          }
           if (storedRequest !== undefined) replayed.storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
           return replayed;
         }
@@ -1731,6 +1736,14 @@ const RUN_SIGNAL: PropertyDescriptor = {
  * abort its tool is told through when the lease is lost (LEDGER-9, DISPATCH-11). One object per
  * call instead of closures over the run's variables.
  */
+/** A definite failure of the stored request, not this call's (IDENT-3): the error names that request, as an outcome would. */
+function namingStored(error: unknown, key: string, storedRequest: string | undefined): never {
+  if (storedRequest !== undefined && isDispatchOnceError(error, "tool_failed")) {
+    (error as ToolFailedError).storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
+  }
+  throw error;
+}
+
 class HeldLease extends LazyAbort implements RenewalEntry {
   due = 0;
   prev: HeldLease | undefined = undefined;

@@ -339,8 +339,14 @@ function errorResult(error: Error & { code: string }, key?: string): CallToolRes
     effect: own ? "no" : effectOf(error),
     ...(key !== undefined ? { key } : {}),
   };
-  if (isDispatchOnceError(error, "tool_failed")) meta.error = (error as unknown as { error: StoredError }).error;
-  return { isError: true, content: [{ type: "text", text: `[${error.code}] ${error.message}` }], _meta: { [ERROR_META]: meta } };
+  let stored = {};
+  if (isDispatchOnceError(error, "tool_failed")) {
+    const failed = error as unknown as { error: StoredError; storedRequest?: { args?: unknown } };
+    meta.error = failed.error;
+    // A re-worded call answered with the stored request's failure: say which request failed (IDENT-3, MCP-10).
+    if (failed.storedRequest !== undefined) stored = { [STORED_ARGUMENTS_META]: failed.storedRequest.args };
+  }
+  return { isError: true, content: [{ type: "text", text: `[${error.code}] ${error.message}` }], _meta: { [ERROR_META]: meta, ...stored } };
 }
 
 /**

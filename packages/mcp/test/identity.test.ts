@@ -1,4 +1,4 @@
-import { MemoryLedger } from "@dispatch-once/core";
+import { MemoryLedger, ToolError } from "@dispatch-once/core";
 import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
@@ -32,6 +32,7 @@ beforeEach(async () => {
       identity: IDENTITY,
     },
     async (args, { idempotencyKey }) => {
+      if (args.amount > 1_000_000) throw new ToolError("over the payment limit", { disposition: "definite" });
       const { body } = await api.createPayment(args, { idempotencyKey: idempotencyKey! });
       return { content: [{ type: "text", text: `payment ${body.id}: ${body.memo}` }] };
     },
@@ -55,6 +56,14 @@ describe("MCP-10: a tool's identity on both sides of MCP", () => {
     expect((again as CallToolResult)._meta?.[REPLAYED_META]).toBe(true);
     // What ran is the first request (IDENT-3): the replay says so, not the re-worded memo.
     expect(((again as CallToolResult)._meta?.[STORED_ARGUMENTS_META] as { memo: string }).memo).toBe("Invoice 1042");
+  });
+
+  it("a regenerate that re-words the memo of a payment that failed definitely is told which request failed: the stored arguments ride on the replayed error too", async () => {
+    const options = { identity: { send_payment: IDENTITY } };
+    await mcpTurn(client, context, options).callTool(pay("Invoice 1042", 2_000_000));
+    const again = (await mcpTurn(client, context, options).callTool(pay("Paying INV-1042 as asked", 2_000_000))) as CallToolResult;
+    expect((again._meta?.[ERROR_META] as GuardErrorMeta).code).toBe("tool_failed");
+    expect((again._meta?.[STORED_ARGUMENTS_META] as { memo?: string } | undefined)?.memo).toBe("Invoice 1042");
   });
 
   it("identityKey: idempotencyKeyFor with an identity is the key of the projection; the memo does not count, the amount does", () => {

@@ -1,3 +1,4 @@
+import type { JsonValue } from "../canonical.js";
 import { DispatchOnceError } from "./dispatch-once-error.js";
 
 /** The JSON form in which a failure is stored in the ledger and replayed. */
@@ -15,6 +16,12 @@ export class ToolFailedError extends DispatchOnceError {
   readonly key: string;
   readonly error: StoredError;
   readonly replayed: boolean;
+  /**
+   * Present only when the request that failed is not this call's (IDENT-3): a re-worded call was
+   * answered with the stored request's failure, or re-ran the stored request. As on an outcome, it
+   * says which request failed; show it, not the call's arguments.
+   */
+  storedRequest?: JsonValue;
   constructor(key: string, error: StoredError, replayed: boolean) {
     super("tool_failed", `tool failed: ${error.message}`);
     this.key = key;
