@@ -2,8 +2,11 @@ import { canonicalize, CONVERSATION_ID_PATTERN, deriveKey, InvalidArgumentError,
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolRequest } from "@modelcontextprotocol/sdk/types.js";
 import { unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
-import { checkIdentity, projectArguments } from "./identity.js";
-import { IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN } from "./meta.js";
+import { ToolIdentityMismatchError } from "./errors/tool-identity-mismatch.js";
+import { advertisedIdentity, checkIdentity, projectArguments, sameIdentity, type ListedTool } from "./identity.js";
+import { IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, IDENTITY_META } from "./meta.js";
+
+export type { ListedTool } from "./identity.js";
 
 /** Where a call sits in the agent's conversation: identical across every replay of the turn (spec §4). */
 export interface McpTurnContext {
@@ -24,11 +27,23 @@ export interface McpTurnOptions {
    * first call's key and is answered from the server's ledger instead of paying again. Declare
    * the same identity on the server's tool (`registerTool(..., { identity })`), or the server
    * refuses the re-worded call as another request under the key (MCP-9). Without it every
-   * argument is part of the key.
+   * argument is part of the key. For a tool in `tools`, it must be the identity the server lists
+   * (in any order), or `mcpTurn` throws `ToolIdentityMismatchError` (MCP-11).
    * @default {}
    * @example mcpTurn(client, { conversationId, turnIndex }, { identity: { send_payment: ["payee", "amount", "currency", "reference"] } })
    */
   identity?: Record<string, readonly string[]>;
+  /**
+   * The server's tools as `tools/list` gives them (`(await client.listTools()).tools`): a tool
+   * whose `_meta["io.github.dispatch-once/identity"]` advertises an identity is keyed by it
+   * (MCP-11), so the client need not declare it by hand. A malformed advertisement (not an array
+   * of distinct argument names of the tool's input schema) throws `invalid_tool_definition`; it
+   * is never keyed over every argument instead. Each call keyed by an identity says so in its
+   * `_meta`, and a server whose identity changed since the list refuses it.
+   * @default none (only `identity` counts)
+   * @example mcpTurn(client, { conversationId, turnIndex }, { tools: (await client.listTools()).tools })
+   */
+  tools?: readonly ListedTool[];
   /**
    * Per tool, its input schema as the server declares it (a zod schema, or anything with
    * `safeParse`): the key is derived from the schema's output, as core keys a call (DISPATCH-3),
@@ -43,7 +58,7 @@ export interface McpTurnOptions {
   schemas?: Record<string, { safeParse(value: unknown): { success: boolean; data?: unknown } }>;
 }
 
-const TURN_OPTION_NAMES: OptionNames<McpTurnOptions> = { identity: true, schemas: true };
+const TURN_OPTION_NAMES: OptionNames<McpTurnOptions> = { identity: true, schemas: true, tools: true };
 
 /** How one tool's calls are keyed (MCP-10): over its schema's output, projected onto its identity. */
 export interface McpKeyOptions {
@@ -138,11 +153,19 @@ type DropFirst<T extends unknown[]> = T extends [unknown, ...infer R] ? R : neve
 export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurnContext, options: McpTurnOptions = {}): McpTurn<C> {
   checkContext(context);
   if (typeof client?.callTool !== "function") throw new InvalidArgumentError("client", "must be an MCP client with callTool");
-  const { identity: identities = {}, schemas = {} } = checkTurnOptions(options);
+  const { identity: declared = {}, schemas = {}, tools } = checkTurnOptions(options);
+  const identities = turnIdentities(declared, tools);
   const keyOptions = (params: Pick<CallToolParams, "name">): McpKeyOptions => ({
-    ...(Object.hasOwn(identities, params.name) ? { identity: identities[params.name] } : {}),
+    ...(identities.has(params.name) ? { identity: identities.get(params.name) } : {}),
     ...(Object.hasOwn(schemas, params.name) ? { schema: schemas[params.name] } : {}),
   });
+  // The identity the key was derived from rides along, so a server that compares another refuses the call (MCP-11).
+  const send = (params: CallToolParams, key: string, rest: unknown[]): ReturnType<C["callTool"]> => {
+    const keyed = withIdempotencyKey(params, key);
+    const identity = identities.get(params.name);
+    const sent = identity === undefined ? keyed : { ...keyed, _meta: { ...keyed._meta, [IDENTITY_META]: [...identity] } };
+    return (client.callTool.bind(client) as (...args: unknown[]) => ReturnType<C["callTool"]>)(sent, ...rest);
+  };
   const seen = new Map<string, number>();
   // Identical calls (TURN-4) are compared by the arguments the key is derived from.
   const identity = (params: Pick<CallToolParams, "name" | "arguments">) => {
@@ -156,15 +179,12 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
       const key = idempotencyKeyFor({ ...context, ordinal }, params, keyOptions(params));
       // Counted only once the key exists: a call refused for its input does not shift later ordinals.
       seen.set(id, ordinal + 1);
-      const send = client.callTool.bind(client) as (...args: unknown[]) => ReturnType<C["callTool"]>;
-      return send(withIdempotencyKey(params, key), ...rest);
+      return send(params, key, rest);
     },
     resend(params, ...rest) {
       const sent = seen.get(identity(params));
       if (sent === undefined) throw new InvalidArgumentError("params", `no call to ${params.name} with these arguments was sent in this turn`);
-      const key = idempotencyKeyFor({ ...context, ordinal: sent - 1 }, params, keyOptions(params));
-      const send = client.callTool.bind(client) as (...args: unknown[]) => ReturnType<C["callTool"]>;
-      return send(withIdempotencyKey(params, key), ...rest);
+      return send(params, idempotencyKeyFor({ ...context, ordinal: sent - 1 }, params, keyOptions(params)), rest);
     },
     peekKey(params) {
       return idempotencyKeyFor({ ...context, ordinal: seen.get(identity(params)) ?? 0 }, params, keyOptions(params));
@@ -172,12 +192,31 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
   };
 }
 
+/**
+ * Each tool's identity for a turn: the declared one, or the one the server lists (MCP-11). A
+ * declared identity that contradicts the listed one (the server lists none: it compares every
+ * argument) is refused, not preferred: keyed over one and compared over the other, a re-worded
+ * regenerate pays again or is refused, and which of the two lists is stale is not the client's to guess.
+ */
+function turnIdentities(declared: Record<string, readonly string[]>, tools: readonly ListedTool[] | undefined): Map<string, readonly string[]> {
+  const identities = new Map(Object.entries(declared));
+  for (const tool of tools ?? []) {
+    const listed = advertisedIdentity(tool);
+    if (identities.has(tool.name) && !sameIdentity(identities.get(tool.name), listed)) throw new ToolIdentityMismatchError(tool.name, identities.get(tool.name), listed);
+    if (listed !== undefined) identities.set(tool.name, listed);
+  }
+  return identities;
+}
+
 /** mcpTurn's options: a misspelt `identities` would be ignored, and the memo would stay in every key. */
 function checkTurnOptions(options: unknown): McpTurnOptions {
-  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new InvalidArgumentError("options", "must be an object { identity?, schemas? }");
+  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new InvalidArgumentError("options", "must be an object { identity?, schemas?, tools? }");
   const unknown = unknownOptionName(options as McpTurnOptions, TURN_OPTION_NAMES);
   if (unknown !== undefined) throw new InvalidArgumentError(`options.${unknown}`, unknownOptionMessage("mcpTurn", TURN_OPTION_NAMES));
-  const { identity, schemas } = options as McpTurnOptions;
+  const { identity, schemas, tools } = options as McpTurnOptions;
+  if (tools !== undefined && (!Array.isArray(tools) || !tools.every((tool) => typeof tool?.name === "string"))) {
+    throw new InvalidArgumentError("options.tools", "must be the tools of a tools/list result ({ name, inputSchema, _meta? }[])");
+  }
   for (const [option, map] of [["identity", identity], ["schemas", schemas]] as const) {
     if (map !== undefined && (typeof map !== "object" || map === null || Array.isArray(map))) {
       throw new InvalidArgumentError(`options.${option}`, "must map tool names to their " + (option === "identity" ? "identifying argument names" : "input schemas"));

@@ -1,4 +1,4 @@
-export { META_PREFIX, IDEMPOTENCY_KEY_META, ERROR_META, REPLAYED_META, STORED_ARGUMENTS_META, IDEMPOTENCY_KEY_PATTERN } from "./meta.js";
+export { META_PREFIX, IDEMPOTENCY_KEY_META, ERROR_META, REPLAYED_META, STORED_ARGUMENTS_META, IDENTITY_META, EFFECT_META, IDEMPOTENCY_KEY_PATTERN } from "./meta.js";
 export {
   idempotencyKeyFor,
   withIdempotencyKey,
@@ -7,6 +7,7 @@ export {
   type McpTurnContext,
   type McpTurnOptions,
   type McpKeyOptions,
+  type ListedTool,
   type CallToolParams,
   type ToolCallingClient,
 } from "./client.js";
@@ -21,3 +22,4 @@ export {
 export { McpGuardError, type McpGuardErrorCode } from "./errors/base.js";
 export { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js";
 export { IdempotencyKeyMalformedError } from "./errors/idempotency-key-malformed.js";
+export { ToolIdentityMismatchError } from "./errors/tool-identity-mismatch.js";

@@ -28,3 +28,13 @@ export const STORED_ARGUMENTS_META = `${META_PREFIX}stored-arguments`;
  * guessable and collides across conversations; at most 200 so it fits the ledger's identity.
  */
 export const IDEMPOTENCY_KEY_PATTERN = /^[A-Za-z0-9_.:~-]{16,200}$/;
+
+/**
+ * The `_meta` member of a tool definition in `tools/list` that advertises the tool's identity
+ * (MCP-11), and of a `tools/call` request that says which identity its key was derived from: a
+ * server that compares other arguments refuses the call instead of taking its key for another.
+ */
+export const IDENTITY_META = `${META_PREFIX}identity`;
+
+/** The `_meta` member of a tool definition in `tools/list` that advertises the tool's effect class (MCP-11). */
+export const EFFECT_META = `${META_PREFIX}effect`;

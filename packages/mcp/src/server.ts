@@ -25,8 +25,9 @@ import { z } from "zod";
 import { McpGuardError } from "./errors/base.js";
 import { IdempotencyKeyMalformedError } from "./errors/idempotency-key-malformed.js";
 import { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js";
-import { checkIdentity, projectArguments } from "./identity.js";
-import { ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, REPLAYED_META, STORED_ARGUMENTS_META } from "./meta.js";
+import { ToolIdentityMismatchError } from "./errors/tool-identity-mismatch.js";
+import { checkIdentity, projectArguments, sameIdentity } from "./identity.js";
+import { EFFECT_META, ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, IDENTITY_META, REPLAYED_META, STORED_ARGUMENTS_META } from "./meta.js";
 
 export interface McpToolGuardOptions {
   /**
@@ -118,7 +119,8 @@ export interface GuardedToolConfig<InputArgs, OutputArgs> {
   annotations?: ToolAnnotations;
   /**
    * The tool definition's `_meta` in `tools/list`, passed on to `McpServer.registerTool` (not a
-   * call's `_meta`, where the key travels).
+   * call's `_meta`, where the key travels). The guard adds the tool's effect class and identity
+   * under `io.github.dispatch-once/` (MCP-11); those two members may not be given here.
    * @default none (no `_meta` in `tools/list`)
    * @example guard.registerTool(server, "send_payment", { _meta: { "com.example/team": "billing" }, effect: "keyed_write" }, handler)
    */
@@ -134,7 +136,8 @@ export interface GuardedToolConfig<InputArgs, OutputArgs> {
    * regenerate re-wrote) is that call, answered with its stored result (its arguments in
    * `_meta["io.github.dispatch-once/stored-arguments"]`) or re-run with its stored arguments;
    * only other identity arguments under the key are refused (MCP-9). Clients declare the same
-   * identity (`mcpTurn(..., { identity })`) so that their key does not change with the memo.
+   * identity, or read it from `tools/list` (`mcpTurn(..., { tools })`), where the guard advertises
+   * it (MCP-11), so that their key does not change with the memo.
    * @default none (every argument counts: any difference under a key is refused)
    * @example guard.registerTool(server, "send_payment", { inputSchema, effect: "keyed_write", identity: ["payee", "amount", "currency", "reference"] }, handler)
    */
@@ -227,6 +230,7 @@ export class McpToolGuard {
     const { effect, identity: declared, ...mcpConfig } = config;
     const hasInput = mcpConfig.inputSchema !== undefined;
     const identity = declared === undefined ? undefined : checkToolIdentity(name, effect, mcpConfig.inputSchema, declared);
+    const advertised = advertise(name, mcpConfig._meta, effect, identity);
     const call = hasInput
       ? (handler as CallScope["handler"])
       : (_args: unknown, extra: GuardedToolExtra) => (handler as (extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>)(extra);
@@ -239,7 +243,7 @@ export class McpToolGuard {
       if (JSON.stringify(this.identities.get(name)) !== JSON.stringify(identity)) {
         throw new InvalidToolDefinitionError(`tool ${name} is registered again with another identity (IDENT-4)`);
       }
-      return server.registerTool(name, mcpConfig as never, this.callback(name, effect, hasInput, call) as never);
+      return server.registerTool(name, { ...mcpConfig, _meta: advertised } as never, this.callback(name, effect, hasInput, call) as never);
     }
     // The grown registry is a copy, kept only once its dispatcher accepted it: a refused tool
     // (an unkeyed_write over a volatile ledger) must not stay behind and refuse every later one.
@@ -269,7 +273,7 @@ export class McpToolGuard {
     this.current = new Dispatcher({ ...this.dispatcherOptions, tools: registry, ledger: this.ledger });
     this.registry = registry;
     this.identities.set(name, identity);
-    return server.registerTool(name, mcpConfig as never, this.callback(name, effect, hasInput, call) as never);
+    return server.registerTool(name, { ...mcpConfig, _meta: advertised } as never, this.callback(name, effect, hasInput, call) as never);
   }
 
   /** The callback McpServer calls: with (args, extra) when the tool has an input schema, (extra) otherwise. */
@@ -307,6 +311,12 @@ export class McpToolGuard {
     }
     if (typeof raw !== "string" || !IDEMPOTENCY_KEY_PATTERN.test(raw)) {
       return errorResult(new IdempotencyKeyMalformedError(name, describe(raw)));
+    }
+    // Keyed over another identity than this tool compares (it changed since tools/list, or was
+    // declared by hand and differs): the key means another call here, so nothing runs (MCP-11).
+    const keyedBy = extra._meta?.[IDENTITY_META];
+    if (keyedBy !== undefined && !sameIdentity(keyedBy, this.identities.get(name))) {
+      return errorResult(new ToolIdentityMismatchError(name, keyedBy, this.identities.get(name)), raw);
     }
     try {
       const namespace = typeof this.namespace === "string" ? this.namespace : checkNamespace(this.namespace(extra));
@@ -365,6 +375,16 @@ function checkToolIdentity(name: string, effect: EffectClass, inputSchema: unkno
     if (!names.includes(field)) throw new InvalidArgumentError("config.identity", `tool ${name}: identity field ${JSON.stringify(field)} is not in its inputSchema (${names.join(", ")})`);
   }
   return fields;
+}
+
+/** The tool definition's `_meta` for tools/list: the caller's, plus the effect class and identity the guard holds (MCP-11). */
+function advertise(name: string, meta: Record<string, unknown> | undefined, effect: EffectClass, identity: readonly string[] | undefined): Record<string, unknown> {
+  if (meta !== undefined && (typeof meta !== "object" || meta === null || Array.isArray(meta))) throw new InvalidArgumentError("config._meta", "must be an object");
+  for (const member of [IDENTITY_META, EFFECT_META]) {
+    // Given here, it could say something the guard does not do; the guard writes what it does.
+    if (meta !== undefined && Object.hasOwn(meta, member)) throw new InvalidArgumentError(`config._meta["${member}"]`, `tool ${name}: the guard advertises this member itself (MCP-11); declare \`effect\` / \`identity\` instead`);
+  }
+  return { ...meta, [EFFECT_META]: effect, ...(identity === undefined ? {} : { [IDENTITY_META]: [...identity] }) };
 }
 
 function checkNamespace(namespace: unknown, field = "options.namespace"): string {

@@ -6,7 +6,19 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { ERROR_META, McpToolGuard, REPLAYED_META, STORED_ARGUMENTS_META, idempotencyKeyFor, mcpTurn, withIdempotencyKey, type GuardErrorMeta } from "../src/index.js";
+import {
+  EFFECT_META,
+  ERROR_META,
+  IDENTITY_META,
+  McpToolGuard,
+  REPLAYED_META,
+  STORED_ARGUMENTS_META,
+  ToolIdentityMismatchError,
+  idempotencyKeyFor,
+  mcpTurn,
+  withIdempotencyKey,
+  type GuardErrorMeta,
+} from "../src/index.js";
 
 // A regenerate over MCP: the model asks for the same payment again with its memo re-worded.
 const IDENTITY = ["payee", "amount", "currency", "reference"] as const;
@@ -15,13 +27,15 @@ const pay = (memo: string, amount = 12_500) => ({ name: "send_payment", argument
 const text = (result: unknown) => (result as CallToolResult).content.map((c) => (c.type === "text" ? c.text : "")).join("");
 
 let payments: MockPaymentsServer;
+let ledger: MemoryLedger;
 let client: Client;
 let server: McpServer;
-beforeEach(async () => {
-  payments = await startMockPayments();
+
+/** A billing server whose send_payment has `identity`, over the shared ledger and payments API, and a client connected to it. */
+async function billing(identity: readonly string[]): Promise<{ server: McpServer; client: Client }> {
   const api = createPaymentsClient({ baseURL: payments.url, token: "acct_mcp_ident" });
-  server = new McpServer({ name: "billing", version: "1.0.0" });
-  const guard = new McpToolGuard({ ledger: new MemoryLedger(), dispatcher: { logger: { warn: () => {} } } });
+  const server = new McpServer({ name: "billing", version: "1.0.0" });
+  const guard = new McpToolGuard({ ledger, dispatcher: { logger: { warn: () => {} } } });
   guard.registerTool(
     server,
     "send_payment",
@@ -29,7 +43,7 @@ beforeEach(async () => {
       // The server's schema folds spellings that are one payment to the payments API (IDENT-8).
       inputSchema: { payee: z.string().normalize("NFC"), amount: z.number().int(), currency: z.string().default("EUR"), reference: z.string(), memo: z.string() },
       effect: "keyed_write",
-      identity: IDENTITY,
+      identity,
     },
     async (args, { idempotencyKey }) => {
       if (args.amount > 1_000_000) throw new ToolError("over the payment limit", { disposition: "definite" });
@@ -37,9 +51,16 @@ beforeEach(async () => {
       return { content: [{ type: "text", text: `payment ${body.id}: ${body.memo}` }] };
     },
   );
-  client = new Client({ name: "agent", version: "1.0.0" });
+  const client = new Client({ name: "agent", version: "1.0.0" });
   const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
   await Promise.all([server.connect(serverSide), client.connect(clientSide)]);
+  return { server, client };
+}
+
+beforeEach(async () => {
+  payments = await startMockPayments();
+  ledger = new MemoryLedger();
+  ({ server, client } = await billing(IDENTITY));
 });
 afterEach(async () => {
   await client.close();
@@ -64,6 +85,47 @@ describe("MCP-10: a tool's identity on both sides of MCP", () => {
     const again = (await mcpTurn(client, context, options).callTool(pay("Paying INV-1042 as asked", 2_000_000))) as CallToolResult;
     expect((again._meta?.[ERROR_META] as GuardErrorMeta).code).toBe("tool_failed");
     expect((again._meta?.[STORED_ARGUMENTS_META] as { memo?: string } | undefined)?.memo).toBe("Invoice 1042");
+  });
+
+  it("MCP-11 the server advertises the identity in tools/list, and a client given the listed tools keys by it: a re-worded regenerate pays once", async () => {
+    const { tools } = await client.listTools();
+    expect(tools[0]!._meta).toMatchObject({ [IDENTITY_META]: IDENTITY, [EFFECT_META]: "keyed_write" });
+    await mcpTurn(client, context, { tools }).callTool(pay("Invoice 1042"));
+    const again = (await mcpTurn(client, context, { tools }).callTool(pay("Paying INV-1042 as asked"))) as CallToolResult;
+    expect(payments.effects().length).toBe(1);
+    expect(again._meta?.[REPLAYED_META]).toBe(true);
+  });
+
+  it("MCP-11 a declared identity that contradicts the listed one is refused (tool_identity_mismatch); a malformed advertisement is invalid_tool_definition, never keyed over every argument", async () => {
+    const { tools } = await client.listTools();
+    const refused = (fn: () => unknown) => {
+      try {
+        fn();
+      } catch (error) {
+        return (error as { code?: string }).code;
+      }
+      return "accepted";
+    };
+    expect(refused(() => mcpTurn(client, context, { tools, identity: { send_payment: ["payee", "amount"] } }))).toBe("tool_identity_mismatch");
+    expect(refused(() => mcpTurn(client, context, { tools, identity: { send_payment: [...IDENTITY].reverse() } }))).toBe("accepted");
+    const listed = (identity: unknown) => [{ ...tools[0]!, _meta: { [IDENTITY_META]: identity } }];
+    for (const bad of ["payee", ["payee", "payer"], ["payee", "payee"], [], [1]]) {
+      expect(refused(() => mcpTurn(client, context, { tools: listed(bad) })), JSON.stringify(bad)).toBe("invalid_tool_definition");
+    }
+  });
+
+  it("MCP-11 a server whose identity changed between list and call refuses the call with tool_identity_mismatch, and nothing is paid", async () => {
+    const { tools } = await client.listTools();
+    const narrower = await billing(["payee", "amount"]);
+    try {
+      const result = (await mcpTurn(narrower.client, context, { tools }).callTool(pay("Invoice 1042"))) as CallToolResult;
+      expect(result._meta?.[ERROR_META]).toMatchObject({ code: "tool_identity_mismatch", retryable: "no", effect: "no" });
+      expect(ToolIdentityMismatchError.code).toBe("tool_identity_mismatch");
+      expect(payments.effects().length).toBe(0);
+    } finally {
+      await narrower.client.close();
+      await narrower.server.close();
+    }
   });
 
   it("identityKey: idempotencyKeyFor with an identity is the key of the projection; the memo does not count, the amount does", () => {
