@@ -125,8 +125,13 @@ export type DispatchEvent =
    * claim reports this while the claim's new holder runs under the same key.
    */
   | { type: "record_failed"; key: string; toolName: string; ordinal: number; fence: number; write: RecordWrite; state: "completed" | "failed" | "unknown" | "released"; error: string }
-  /** This run's outcome went into the ledger (the last write of a claimed run; absent when the write was refused: `record_failed`). */
-  | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released" }
+  /**
+   * This run's outcome went into the ledger (the last write of a claimed run; absent when the write
+   * was refused: `record_failed`). A release after the tool ran carries `effectMayHaveHappened`,
+   * as the `released` event that follows does: this is the run's last event, so telemetry can say
+   * it on the run's own span.
+   */
+  | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released"; effectMayHaveHappened?: boolean }
   /**
    * A reconcile probe answered (RECON-10). `verdict` is the probe's answer (`error`: it threw or
    * answered something that is not a verdict); `settled` is what the dispatcher writes for it
@@ -1477,7 +1482,7 @@ export class Dispatcher implements CallDispatcher {
     } catch (error) {
       return this.recordAgain(key, fence, write, done, error);
     }
-    if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: done.toolName, ordinal: done.ordinal, state: done.state });
+    if (this.onEvent !== undefined) this.emit(recordedEvent(key, done));
   }
 
   /**
@@ -1503,7 +1508,7 @@ export class Dispatcher implements CallDispatcher {
       }
       throw error;
     }
-    if (this.onEvent !== undefined) this.emit({ type: "recorded", key, toolName: done.toolName, ordinal: done.ordinal, state: done.state });
+    if (this.onEvent !== undefined) this.emit(recordedEvent(key, done));
   }
 
   private async resendRecord(key: string, fence: number, write: () => Promise<void>, done: RecordDone, firstError: unknown): Promise<void> {
@@ -1576,7 +1581,7 @@ export class Dispatcher implements CallDispatcher {
         // perform the call, whatever the class: not even fence 1 proves it will not happen.
         const earlierRunMayHaveActed =
           (tool.effect === "keyed_write" && (fence > 1 || this.ledger.capabilities.durability !== "durable")) || context.resumed === true;
-        await this.recorded(key, fence, () => this.releaseOwn(key, fence, base), { ...done, state: "released", write: "release" });
+        await this.recorded(key, fence, () => this.releaseOwn(key, fence, base), { ...done, state: "released", write: "release", effectMayHaveHappened: earlierRunMayHaveActed });
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: earlierRunMayHaveActed });
         throw new ClaimReleasedError(key, earlierRunMayHaveActed, error);
       }
@@ -1604,7 +1609,7 @@ export class Dispatcher implements CallDispatcher {
       // request under the same key and the downstream collapses it with any late landing of
       // this one (EFFECT-3, LEDGER-21, RECON-4).
       const release = async (): Promise<never> => {
-        await this.recorded(key, fence, () => this.releaseOwn(key, fence, base), { ...done, state: "released", write: "release" });
+        await this.recorded(key, fence, () => this.releaseOwn(key, fence, base), { ...done, state: "released", write: "release", effectMayHaveHappened: true });
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: true });
         throw new ClaimReleasedError(key, true, error);
       };
@@ -2052,6 +2057,11 @@ function sizeBeyond(text: string, limit: number): number {
 
 /** What a ledger write made after the tool ran raises for `error` (see recorded, ERR-4). */
 /** What a record writes, for its `recorded` event and for reading back whether it landed (DISPATCH-17). */
+function recordedEvent(key: string, done: RecordDone): DispatchEvent {
+  const { toolName, ordinal, state, effectMayHaveHappened } = done;
+  return { type: "recorded", key, toolName, ordinal, state, ...(effectMayHaveHappened !== undefined ? { effectMayHaveHappened } : {}) };
+}
+
 interface RecordDone {
   toolName: string;
   ordinal: number;
@@ -2059,6 +2069,8 @@ interface RecordDone {
   write: RecordWrite;
   /** A completion's result text: the row must hold exactly it. */
   result?: string;
+  /** A release after the tool ran: whether the call as a whole may have happened (the `released` event's). */
+  effectMayHaveHappened?: boolean;
 }
 
 /**

@@ -17,6 +17,8 @@ export const ATTR = {
   RECONCILE_VERDICT: "dispatch_once.reconcile.verdict",
   RECONCILE_SETTLED: "dispatch_once.reconcile.settled",
   RECORD_WRITE: "dispatch_once.record.write",
+  /** On a run span that ends `released`: whether the call as a whole may still have happened (an earlier run's, or a resumed turn's earlier holder's). */
+  RELEASED_EFFECT_MAY_HAVE_HAPPENED: "dispatch_once.released.effect_may_have_happened",
   /** The outcome a run's last write would have recorded, on a run span that ends `not_recorded` (OTEL-4). */
   RECORD_OUTCOME: "dispatch_once.record.outcome",
   /** The ledger operation sent again after ledger_unavailable: `claim`, or a record write (`complete`, `fail`, `markUnknown`, `release`). */

@@ -193,8 +193,8 @@ export class DispatchTelemetry {
         return;
       }
       case "released":
-        // The ledger write itself arrives as `recorded`; this one says whether the effect may have happened.
-        this.runs.get(event.key)?.span.setAttribute("dispatch_once.released.effect_may_have_happened", event.effectMayHaveHappened);
+        // Said on the run's span by `recorded`, which comes first and ends it: by now the key's open
+        // span, if any, is another run's (a takeover's).
         return;
       case "record_failed":
         // The run's last write never landed (refused, or the ledger out of reach): its span ends
@@ -208,6 +208,10 @@ export class DispatchTelemetry {
       case "recorded":
         this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: event.state });
         if (event.state === "unknown") this.counters.UNKNOWNS.add(1, tool);
+        // A released run whose call may have happened is not a "did not happen" (RECORD-8).
+        if (event.effectMayHaveHappened !== undefined) {
+          this.runs.get(event.key)?.span.setAttribute(ATTR.RELEASED_EFFECT_MAY_HAVE_HAPPENED, event.effectMayHaveHappened);
+        }
         this.endRun(event.key, event.state);
         return;
     }

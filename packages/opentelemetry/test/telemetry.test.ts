@@ -133,6 +133,29 @@ describe("dispatcher events -> spans and metrics (OTEL-1)", () => {
   });
 });
 
+describe("a released run says whether its effect may have happened (OTEL-1)", () => {
+  it("OTEL-1 a run released after a refusal that did not perform it ends released, its span saying whether the call as a whole may have happened: no on a first durable run, yes in a resumed turn", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    const { ToolError } = await import("@dispatch-once/core");
+    const tool = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ amount: z.number() }),
+      run: () => {
+        throw new ToolError("503 before accepting", { disposition: "not_performed" });
+      },
+    });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: durable(new MemoryLedger()), onEvent: s.telemetry.onDispatchEvent });
+    await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 1 } }).catch(() => undefined);
+    // A resumed turn (TURN-15): an earlier holder's run may still perform the call after this release.
+    await dispatcher.turn({ ...turn0, turnIndex: 1, resumed: true }).dispatch({ name: "send_payment", input: { amount: 2 } }).catch(() => undefined);
+    const runs = s.spans.getFinishedSpans();
+    expect(runs.map((r) => r.attributes[ATTR.OUTCOME])).toEqual(["released", "released"]);
+    expect(runs.map((r) => r.attributes["dispatch_once.released.effect_may_have_happened"])).toEqual([false, true]);
+  });
+});
+
 describe("a record sent again (OTEL-1, DISPATCH-10)", () => {
   it("OTEL-1 a completion that met ledger_unavailable and was sent again is a record_retry event on the run's span, which ends completed", async () => {
     const s = sdk();
