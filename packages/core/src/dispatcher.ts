@@ -116,7 +116,7 @@ export type DispatchEvent =
    * again with the same fence for up to `recordRetryMs` (DISPATCH-10). `write` is the ledger
    * operation; `attempt` counts the re-sends from 1.
    */
-  | { type: "record_retry"; key: string; toolName: string; ordinal: number; write: RecordWrite; attempt: number; error: string }
+  | { type: "record_retry"; key: string; toolName: string; ordinal: number; fence: number; write: RecordWrite; attempt: number; error: string }
   /**
    * This run's last write never went into the ledger: refused (stale_claim: the claim was lost),
    * or out of reach past `recordRetryMs` (DISPATCH-10). `state` is what it would have recorded;
@@ -143,6 +143,8 @@ export type DispatchEvent =
       key: string;
       toolName: string;
       ordinal?: number;
+      /** The fence of the run whose outcome the probe settles (absent on demand): a run that lost its claim may probe while a takeover runs under the key. */
+      fence?: number;
       cause: ReconcileCause;
       verdict: ProbeVerdict;
       settled: "completed" | "failed" | "released" | "unknown" | "none";
@@ -1324,7 +1326,7 @@ export class Dispatcher implements CallDispatcher {
     if (answer.verdict === "performed" && answer.resultJson !== undefined) {
       return this.settlePerformed(key, fence, answer.resultJson, "result_not_storable", answer, base);
     }
-    return this.settle(key, base, "result_not_storable", answer, "failed", () => this.failClosed(key, fence, error, base));
+    return this.settle(key, fence, base, "result_not_storable", answer, "failed", () => this.failClosed(key, fence, error, base));
   }
 
   /**
@@ -1395,7 +1397,7 @@ export class Dispatcher implements CallDispatcher {
     answer: ProbeAnswer,
     base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
   ): Promise<DispatchOutcome> {
-    return this.settle(key, base, cause, answer, "completed", async () => {
+    return this.settle(key, fence, base, cause, answer, "completed", async () => {
       try {
         await this.recorded(key, fence, () => this.ledger.complete(key, fence, resultJson), { toolName: base.toolName, ordinal: base.ordinal, state: "completed", write: "complete", result: resultJson });
       } catch (error) {
@@ -1414,13 +1416,14 @@ export class Dispatcher implements CallDispatcher {
    */
   private async settle<T>(
     key: string,
+    fence: number,
     base: { toolName: string; ordinal: number },
     cause: ReconcileCause,
     answer: ProbeAnswer,
     settled: "completed" | "failed" | "released" | "unknown",
     write: () => Promise<T>,
   ): Promise<T> {
-    this.emitReconciled(key, base.toolName, base.ordinal, cause, answer, settled);
+    this.emitReconciled(key, base.toolName, base.ordinal, cause, answer, settled, fence);
     return write();
   }
 
@@ -1431,12 +1434,14 @@ export class Dispatcher implements CallDispatcher {
     cause: ReconcileCause,
     answer: ProbeAnswer,
     settled: "completed" | "failed" | "released" | "unknown" | "none",
+    fence?: number,
   ): void {
     this.emit({
       type: "reconciled",
       key,
       toolName,
       ...(ordinal !== undefined ? { ordinal } : {}),
+      ...(fence !== undefined ? { fence } : {}),
       cause,
       verdict: answer.verdict,
       settled,
@@ -1529,7 +1534,7 @@ export class Dispatcher implements CallDispatcher {
       }
       const left = deadline - Date.now();
       if (!isDispatchOnceError(error, "ledger_unavailable") || left <= 0) throw afterRunWriteError(key, error);
-      this.emit({ type: "record_retry", key, toolName: done.toolName, ordinal: done.ordinal, write: done.write, attempt, error: describeError(error) });
+      this.emit({ type: "record_retry", key, toolName: done.toolName, ordinal: done.ordinal, fence, write: done.write, attempt, error: describeError(error) });
       await sleep(Math.min(delay, left));
       delay = Math.min(delay * 2, this.maxPollMs);
       try {
@@ -1602,7 +1607,7 @@ export class Dispatcher implements CallDispatcher {
       // The downstream has the effect: the user is told it happened, with its result (RECON-3).
       if (answer.resultJson !== undefined) return this.settlePerformed(key, fence, answer.resultJson, cause, answer, base);
       const notStorable = new ResultNotStorableError(key, `reconciled as performed, but ${answer.detail ?? "its result cannot be stored"}`);
-      return this.settle(key, base, cause, answer, "failed", () => this.failClosed(key, fence, notStorable, base));
+      return this.settle(key, fence, base, cause, answer, "failed", () => this.failClosed(key, fence, notStorable, base));
     }
     if (tool.effect === "keyed_write") {
       // Unknown outcome (or not performed by the probe's account), but a re-run sends the stored
@@ -1613,7 +1618,7 @@ export class Dispatcher implements CallDispatcher {
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: true });
         throw new ClaimReleasedError(key, true, error);
       };
-      return answer === undefined ? release() : this.settle(key, base, cause, answer, "released", release);
+      return answer === undefined ? release() : this.settle(key, fence, base, cause, answer, "released", release);
     }
     // Unknown outcome and nothing downstream to collapse a repeat: never re-run (EFFECT-4). A
     // probe's "not performed" is not trusted here: the request may still be in transit (RECON-4).
@@ -1635,7 +1640,7 @@ export class Dispatcher implements CallDispatcher {
       await this.recorded(key, fence, () => this.ledger.markUnknown(key, fence, full), { toolName: base.toolName, ordinal: base.ordinal, state: "unknown", write: "markUnknown" });
       throw new OutcomeUnknownError(key, full, { cause: error });
     };
-    return answer === undefined ? mark() : this.settle(key, base, cause, answer, "unknown", mark);
+    return answer === undefined ? mark() : this.settle(key, fence, base, cause, answer, "unknown", mark);
   }
 
   private runContext(toolName: string, key: string, context: TurnContext, ordinal: number, abort: LazyAbort): ToolRunContext {

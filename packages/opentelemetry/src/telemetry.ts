@@ -179,7 +179,7 @@ export class DispatchTelemetry {
       case "record_retry":
         this.counters.LEDGER_RETRIES.add(1, { ...tool, [ATTR.LEDGER_OPERATION]: event.write });
         // The run's outcome is known and its record is being sent again (DISPATCH-10): the span stays open until it lands or is given up.
-        this.runs.get(event.key)?.span.addEvent("dispatch_once.record_retry", { [ATTR.RECORD_WRITE]: event.write, [ATTR.ATTEMPT]: event.attempt });
+        this.runOf(event.key, event.fence)?.span.addEvent("dispatch_once.record_retry", { [ATTR.RECORD_WRITE]: event.write, [ATTR.ATTEMPT]: event.attempt });
         return;
       case "reconciled": {
         const attributes: Attributes = {
@@ -189,7 +189,8 @@ export class DispatchTelemetry {
           [ATTR.RECONCILE_SETTLED]: event.settled,
         };
         this.counters.RECONCILIATIONS.add(1, attributes);
-        this.runs.get(event.key)?.span.addEvent("dispatch_once.reconciled", attributes);
+        // On demand (no fence) the key's open run, if any; a run's probe only on that run's span (OTEL-4).
+        (event.fence === undefined ? this.runs.get(event.key) : this.runOf(event.key, event.fence))?.span.addEvent("dispatch_once.reconciled", attributes);
         return;
       }
       case "released":

@@ -220,7 +220,7 @@ describe("a ledger out of reach is counted (OTEL-1, DISPATCH-10, DISPATCH-16)", 
     expect(await s.metric(METRIC.LEDGER_RETRIES, { [ATTR.TOOL_NAME]: "send_payment", [ATTR.LEDGER_OPERATION]: "complete" })).toBe(1);
   });
 
-  it("OTEL-4 a lost claim's late lease_lost, run_finished and record_failed stay off the span of the takeover that now holds its key", () => {
+  it("OTEL-4 a lost claim's late lease_lost, run_finished, record_retry, reconciled and record_failed stay off the span of the takeover that now holds its key", () => {
     const s = sdk();
     cleanup = s.shutdown;
     const run = { key: "k".repeat(32), toolName: "send_payment", ordinal: 0 };
@@ -229,6 +229,8 @@ describe("a ledger out of reach is counted (OTEL-1, DISPATCH-10, DISPATCH-16)", 
     s.telemetry.onDispatchEvent({ type: "run_started", ...run });
     s.telemetry.onDispatchEvent({ type: "lease_lost", ...run, fence: 1, reason: "stale_claim" });
     s.telemetry.onDispatchEvent({ type: "run_finished", ...run, fence: 1, ok: false });
+    s.telemetry.onDispatchEvent({ type: "record_retry", ...run, fence: 1, write: "complete", attempt: 1, error: "connection reset" });
+    s.telemetry.onDispatchEvent({ type: "reconciled", ...run, fence: 1, cause: "lease_lost", verdict: "performed", settled: "completed" });
     s.telemetry.onDispatchEvent({ type: "record_failed", ...run, fence: 1, write: "complete", state: "completed", error: "stale claim" });
     s.telemetry.onDispatchEvent({ type: "recorded", ...run, state: "completed" });
     expect(s.spans.getFinishedSpans().map((x) => [x.attributes[ATTR.FENCE], x.attributes[ATTR.OUTCOME]])).toEqual([
