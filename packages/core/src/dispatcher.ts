@@ -1741,11 +1741,6 @@ const RUN_SIGNAL: PropertyDescriptor = {
   configurable: true,
 };
 
-/**
- * A claimed call's lease while its tool runs: an entry of the dispatcher's renewal wheel, and the
- * abort its tool is told through when the lease is lost (LEDGER-9, DISPATCH-11). One object per
- * call instead of closures over the run's variables.
- */
 /** A definite failure of the stored request, not this call's (IDENT-3): the error names that request, as an outcome would. */
 function namingStored(error: unknown, key: string, storedRequest: string | undefined): never {
   if (storedRequest !== undefined && isDispatchOnceError(error, "tool_failed")) {
@@ -1754,6 +1749,11 @@ function namingStored(error: unknown, key: string, storedRequest: string | undef
   throw error;
 }
 
+/**
+ * A claimed call's lease while its tool runs: an entry of the dispatcher's renewal wheel, and the
+ * abort its tool is told through when the lease is lost (LEDGER-9, DISPATCH-11). One object per
+ * call instead of closures over the run's variables.
+ */
 class HeldLease extends LazyAbort implements RenewalEntry {
   due = 0;
   prev: HeldLease | undefined = undefined;
