@@ -1741,10 +1741,13 @@ const RUN_SIGNAL: PropertyDescriptor = {
   configurable: true,
 };
 
-/** A definite failure of the stored request, not this call's (IDENT-3): the error names that request, as an outcome would. */
+/**
+ * A definite failure, or an unknown outcome, of the stored request, not this call's (IDENT-3): the
+ * error names that request, as an outcome would.
+ */
 function namingStored(error: unknown, key: string, storedRequest: string | undefined): never {
-  if (storedRequest !== undefined && isDispatchOnceError(error, "tool_failed")) {
-    (error as ToolFailedError).storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
+  if (storedRequest !== undefined && (isDispatchOnceError(error, "tool_failed") || isDispatchOnceError(error, "outcome_unknown"))) {
+    (error as ToolFailedError | OutcomeUnknownError).storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
   }
   throw error;
 }

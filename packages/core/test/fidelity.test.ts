@@ -142,6 +142,26 @@ describe("which request an outcome belongs to (IDENT-3: storedRequest)", () => {
     expect(down.effects.map((e) => e.body)).toEqual([pay]);
   });
 
+  it("IDENT-3 a re-worded call that meets a stored unknown outcome is told which request's outcome is unknown (OutcomeUnknownError.storedRequest)", async () => {
+    const ledger = new MemoryLedger();
+    const tool = defineTool({
+      name: "post_invoice",
+      effect: "unkeyed_write",
+      identity: ["payee", "amount", "currency"],
+      input: z.object({ payee: z.string(), amount: z.number(), currency: z.string(), memo: z.string() }),
+      run: () => {
+        throw new Error("socket hang up"); // unclassified: for an unkeyed write, unknown
+      },
+    });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, allowVolatileLedgerForUnkeyedWrites: true, logger: recordingLogger().logger });
+    const first = await dispatcher.turn(turn0).dispatch({ name: "post_invoice", input: pay }).catch((e: unknown) => e);
+    expect(isDispatchOnceError(first, "outcome_unknown")).toBe(true);
+    expect(first).not.toHaveProperty("storedRequest");
+    const again = await dispatcher.turn(turn0).dispatch({ name: "post_invoice", input: reworded }).catch((e: unknown) => e);
+    expect(isDispatchOnceError(again, "outcome_unknown")).toBe(true);
+    expect(again).toMatchObject({ storedRequest: pay });
+  });
+
   it("IDENT-3 the same request in another member order or number spelling is not a different request: no storedRequest", async () => {
     const down = keyedDownstream();
     const ledger = new MemoryLedger();

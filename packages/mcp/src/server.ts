@@ -349,12 +349,13 @@ function errorResult(error: Error & { code: string }, key?: string): CallToolRes
     effect: own ? "no" : effectOf(error),
     ...(key !== undefined ? { key } : {}),
   };
+  if (isDispatchOnceError(error, "tool_failed")) meta.error = (error as unknown as { error: StoredError }).error;
+  // A re-worded call answered with the stored request's failure or unknown outcome: say which
+  // request failed, or may have happened (IDENT-3, MCP-10).
   let stored = {};
-  if (isDispatchOnceError(error, "tool_failed")) {
-    const failed = error as unknown as { error: StoredError; storedRequest?: { args?: unknown } };
-    meta.error = failed.error;
-    // A re-worded call answered with the stored request's failure: say which request failed (IDENT-3, MCP-10).
-    if (failed.storedRequest !== undefined) stored = { [STORED_ARGUMENTS_META]: failed.storedRequest.args };
+  const { storedRequest } = error as { storedRequest?: { args?: unknown } };
+  if (storedRequest !== undefined && (isDispatchOnceError(error, "tool_failed") || isDispatchOnceError(error, "outcome_unknown"))) {
+    stored = { [STORED_ARGUMENTS_META]: storedRequest.args };
   }
   return { isError: true, content: [{ type: "text", text: `[${error.code}] ${error.message}` }], _meta: { [ERROR_META]: meta, ...stored } };
 }

@@ -128,6 +128,38 @@ describe("MCP-10: a tool's identity on both sides of MCP", () => {
     }
   });
 
+  it("a regenerate that re-words the memo of an invoice whose outcome is unknown is told which request may have happened: the stored arguments ride on the replayed outcome_unknown", async () => {
+    const invoices = new McpServer({ name: "invoicing", version: "1.0.0" });
+    const guard = new McpToolGuard({ ledger, dispatcher: { logger: { warn: () => {} }, allowVolatileLedgerForUnkeyedWrites: true } });
+    let runs = 0;
+    guard.registerTool(
+      invoices,
+      "post_invoice",
+      { inputSchema: { payee: z.string(), amount: z.number().int(), currency: z.string(), reference: z.string(), memo: z.string() }, effect: "unkeyed_write", identity: IDENTITY },
+      async () => {
+        runs++;
+        throw new Error("socket hang up"); // unclassified, from a tool no key protects: unknown
+      },
+    );
+    const agent = new Client({ name: "agent", version: "1.0.0" });
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await Promise.all([invoices.connect(serverSide), agent.connect(clientSide)]);
+    try {
+      const options = { identity: { post_invoice: IDENTITY } };
+      const invoice = (memo: string) => ({ ...pay(memo), name: "post_invoice" });
+      const first = (await mcpTurn(agent, context, options).callTool(invoice("Invoice 1042"))) as CallToolResult;
+      expect((first._meta?.[ERROR_META] as GuardErrorMeta).code).toBe("outcome_unknown");
+      expect(first._meta).not.toHaveProperty(STORED_ARGUMENTS_META);
+      const again = (await mcpTurn(agent, context, options).callTool(invoice("Paying INV-1042 as asked"))) as CallToolResult;
+      expect((again._meta?.[ERROR_META] as GuardErrorMeta).code).toBe("outcome_unknown");
+      expect((again._meta?.[STORED_ARGUMENTS_META] as { memo?: string } | undefined)?.memo).toBe("Invoice 1042");
+      expect(runs).toBe(1);
+    } finally {
+      await agent.close();
+      await invoices.close();
+    }
+  });
+
   it("identityKey: idempotencyKeyFor with an identity is the key of the projection; the memo does not count, the amount does", () => {
     const key = (memo: string, amount?: number) => idempotencyKeyFor(context, pay(memo, amount), { identity: IDENTITY });
     expect(key("a")).toBe(key("b"));

@@ -1,3 +1,4 @@
+import type { JsonValue } from "../canonical.js";
 import { DispatchOnceError } from "./dispatch-once-error.js";
 
 /**
@@ -10,6 +11,12 @@ export class OutcomeUnknownError extends DispatchOnceError {
   static override readonly code = "outcome_unknown" as const;
   readonly key: string;
   readonly reason: string;
+  /**
+   * Present only when the request whose outcome is unknown is not this call's (IDENT-3): a
+   * re-worded call met the stored request's unknown outcome. It says which request may have
+   * happened; show it, not the call's arguments.
+   */
+  declare storedRequest?: JsonValue;
   constructor(key: string, reason: string, options?: { cause?: unknown }) {
     super("outcome_unknown", `outcome of call ${key} is unknown (${reason}); it will not be re-run`, options);
     this.key = key;

@@ -21,7 +21,7 @@ export class ToolFailedError extends DispatchOnceError {
    * answered with the stored request's failure, or re-ran the stored request. As on an outcome, it
    * says which request failed; show it, not the call's arguments.
    */
-  storedRequest?: JsonValue;
+  declare storedRequest?: JsonValue;
   constructor(key: string, error: StoredError, replayed: boolean) {
     super("tool_failed", `tool failed: ${error.message}`);
     this.key = key;
