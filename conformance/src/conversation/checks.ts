@@ -744,9 +744,15 @@ export const toolLoopStaysBound: ConversationCheckSpec = {
 
 // ---------------------------------------------------------------------------------- TURN-15
 
-/** The snapshot without `resumed`: what TURN-11 compares across holders. */
-function bound(snapshot: TurnSnapshot): Omit<TurnSnapshot, "resumed"> {
-  const { resumed: _resumed, ...rest } = snapshot;
+/** The snapshot without `bound`: which call bound the message, judged by TURN-12's check of it; a continuation does not. */
+function withoutBound(snapshot: TurnSnapshot): Omit<TurnSnapshot, "bound"> {
+  const { bound: _bound, ...rest } = snapshot;
+  return rest;
+}
+
+/** The snapshot without `resumed` and `bound` (which call bound it): what TURN-11 compares across holders. */
+function bound(snapshot: TurnSnapshot): Omit<TurnSnapshot, "resumed" | "bound"> {
+  const { resumed: _resumed, bound: _bound, ...rest } = snapshot;
   return rest;
 }
 
@@ -810,7 +816,7 @@ export const resumedSurvivesRestart: ConversationCheckSpec = {
       const first = await mustResume(fixture.store, c, a, ["m1", 0, false], "worker-a binds m1");
       const restarted = await fixture.reopen();
       // The holder continues on a fresh instance under its own fence: still its own index.
-      mustEqual(await mustBegin(restarted, c, a, "worker-a on the fresh instance"), first, "worker-a's snapshot on the fresh instance");
+      mustEqual(withoutBound(await mustBegin(restarted, c, a, "worker-a on the fresh instance")), withoutBound(first), "worker-a's snapshot on the fresh instance");
       await fixture.raw.expireLease(c);
       const b = await acquire(restarted, c, "worker-b", "takeover on the fresh instance");
       await mustResume(restarted, c, b, ["m1", 0, true], "worker-b resumes m1 on the fresh instance");
@@ -1157,7 +1163,7 @@ export const restartSeesEverything: ConversationCheckSpec = {
       mustEqual(await fixture.raw.lease(c), lease, "stored lease after the restart");
       const other = await restarted.acquireLease(c, "worker-b", LEASE_MS);
       mustEqual([other.acquired, other.acquired ? undefined : other.owner], [false, "worker-a"], "the held lease is still held after the restart");
-      mustEqual(await mustBegin(restarted, c, fence, "begin on the fresh instance"), snapshot, "the bound m3 on the fresh instance");
+      mustEqual(withoutBound(await mustBegin(restarted, c, fence, "begin on the fresh instance")), withoutBound(snapshot), "the bound m3 on the fresh instance");
       await mustCommit(restarted, c, commitFor(snapshot, fence), "commit on the fresh instance under the old fence");
     }),
 };

@@ -482,8 +482,8 @@ function leaksRecord(actual: Outcome, expected: Outcome, records: JsonValue[]): 
 /**
  * A value with each message's `firstFailedAt` (TURN-12) replaced by a marker: it is a time on
  * each side's own clock, so only whether it is there compares (as leaseExpiresAt, below). A
- * message's `boundAt` (TURN-11) is left out: the reference dates bindings and a subject without
- * `supports.boundAt` does not; the deterministic check of TURN-11 judges it for one that does.
+ * message's `boundAt` (TURN-11) and a snapshot's `bound` are left out: the reference gives them and
+ * a subject without `supports.boundAt` does not; the deterministic checks judge them for one that does.
  */
 function withoutStoreClock(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(withoutStoreClock);
@@ -491,6 +491,8 @@ function withoutStoreClock(value: unknown): unknown {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(value)) {
     if (k === "boundAt" && typeof v === "number") continue;
+    // Which call bound the message (TURN-11): given by a store with supports.boundAt only, and judged by its check.
+    if (k === "bound" && typeof v === "boolean") continue;
     out[k] = k === "firstFailedAt" && typeof v === "number" ? "a store-clock time" : withoutStoreClock(v);
   }
   return out;

@@ -147,6 +147,54 @@ export const reopenWindowFromBinding: ConversationCheckSpec = {
     }),
 };
 
+export const boundAtInheritedAtFailedIndex: ConversationCheckSpec = {
+  rule: "TURN-12",
+  name: "a message bound at a failed message's index takes that message's window start as its boundAt (its calls meet that message's rows: keys come from the index), so its own re-send window counts from it and its listing says so; beginTurn says bound on the call that binds a message, new or reopened, and not on a take-over; a message bound at a fresh index is dated by its own binding",
+  needs: ["reopenWindow", "boundAt"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      windowOf(store);
+      const c = freshConversation();
+      const { fence: fenceA, snapshot: first } = await boundM1(store, c);
+      mustEqual(first.bound, true, "bound of the beginTurn that binds m1");
+      const at = first.message.boundAt;
+      await sleep(APART_MS);
+      await store.failMessage(c, fenceA, "m1", { failed: "m1" });
+      await store.appendUserMessage(c, { id: "m2", content: userText("pay alice") });
+      const second = await mustBegin(store, c, fenceA, "begin m2 where m1 failed");
+      mustEqual(
+        [second.message.id, second.turnIndex, second.bound, second.message.boundAt],
+        ["m2", first.turnIndex, true, at],
+        `[message, turnIndex, bound, boundAt] of m2 bound at m1's index ${APART_MS} ms after m1 was bound (m2's calls meet m1's ledger rows, which age from m1's binding: boundAt must be m1's)`,
+      );
+      await store.failMessage(c, fenceA, "m2", { failed: "m2" });
+      const why = `m2 is bound at the index where m1 failed, and m1's binding is at least ${APART_MS} ms old`;
+      if (subject.capabilities.listFailedTurns && store.listFailedTurns !== undefined) {
+        const listed = (await store.listFailedTurns({ conversationId: c, reopenWithinMs: BETWEEN_MS })).turns.find((t) => t.messageId === "m2");
+        mustEqual([listed?.reopenable, listed?.pastReopenWindow], [false, true], `m2 listed with reopenWithinMs ${BETWEEN_MS} (${why}): [reopenable, pastReopenWindow]`);
+      }
+      const past = await store.appendUserMessage(c, { id: "m2", content: userText("pay alice") }, { reopenWithinMs: BETWEEN_MS });
+      mustEqual([past.reopened, past.pastReopenWindow, past.message.state], [false, true, "failed"], `a re-send of m2 with reopenWithinMs ${BETWEEN_MS} (${why})`);
+      const within = await store.appendUserMessage(c, { id: "m2", content: userText("pay alice") }, { reopenWithinMs: HOUR });
+      mustEqual([within.reopened, within.message.state], [true, "queued"], "a re-send of m2 with a window of an hour");
+      const retry = await mustBegin(store, c, fenceA, "begin m2's retry");
+      mustEqual([retry.message.id, retry.bound, retry.message.boundAt], ["m2", true, at], "[message, bound, boundAt] of m2's retry (a reopen binds it again; its boundAt stays)");
+      await store.releaseLease(c, fenceA);
+      const fenceB = await acquire(store, c, "worker-b");
+      const taken = await mustBegin(store, c, fenceB, "begin m2 by the next holder");
+      mustEqual([taken.message.id, taken.bound, taken.message.boundAt], ["m2", false, at], "[message, bound, boundAt] of m2 taken over by the next holder (not bound by this call)");
+      await store.commitTurn(c, { ...commitFor(taken, fenceB), answers: true });
+      await store.appendUserMessage(c, { id: "m3", content: userText("thanks") });
+      const from = await storeNow(store, c, fenceB);
+      const third = await mustBegin(store, c, fenceB, "begin m3 after m2's turn committed");
+      must(
+        third.bound === true && typeof third.message.boundAt === "number" && third.message.boundAt >= from,
+        `m3, bound at a fresh index (m2's turn committed), must say bound and be dated by its own binding (boundAt at least ${from}, the store's clock before its beginTurn); got bound ${show(third.bound)}, boundAt ${show(third.message.boundAt)}`,
+      );
+    }),
+};
+
 export const listingJudgesReopenWindow: ConversationCheckSpec = {
   rule: "TURN-17",
   name: "with reopenWithinMs, a listed failed turn says reopenable exactly when a re-send with that window would reopen it (from its first failure, firstFailedAt) and pastReopenWindow when the window is why it would not; another message bound since is not the window's doing; a bad window is refused",
@@ -282,4 +330,4 @@ export const boundShowsBoundAt: ConversationCheckSpec = {
 export const REOPEN_WINDOW_CHECKS: ConversationCheckSpec[] = [reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure, reopenedShowsFirstFailure, listingJudgesReopenWindow];
 
 /** TURN-11's binding time (only when the subject declares `boundAt`). */
-export const BOUND_AT_CHECKS: ConversationCheckSpec[] = [boundShowsBoundAt, reopenWindowFromBinding];
+export const BOUND_AT_CHECKS: ConversationCheckSpec[] = [boundShowsBoundAt, reopenWindowFromBinding, boundAtInheritedAtFailedIndex];

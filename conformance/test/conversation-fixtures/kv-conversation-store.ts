@@ -125,6 +125,10 @@ export interface ConversationBugs {
   listReopenableIgnoresWindow?: boolean;
   /** TURN-12's window (the reopen's and the listing's) counts from the first failure only, never from the earlier binding (boundAt still shown right). */
   reopenWindowIgnoresBinding?: boolean;
+  /** A message bound at a failed message's index is dated by its own binding, not that message's window start: its calls meet rows older than its window says. */
+  boundAtNotInherited?: boolean;
+  /** beginTurn does not say which call bound the message (`bound` left out): a runner cannot tell a new message's first run from a take-over. */
+  boundNotSaid?: boolean;
   /** listFailedTurns judges reopenWithinMs from the LAST failure (firstFailedAt still given right). */
   listWindowFromLastFailure?: boolean;
   /** commitTurn keeps a commit's record even when it refuses the commit (declaring recordsWithCommit). */
@@ -472,18 +476,23 @@ export class KvConversationStore implements ConversationStore {
       if (s.begun?.turnIndex !== turnIndex) s.begun = { turnIndex, fence };
       if (this.bugs.begunNotDurable) this.instanceBegun.set(conversationId, s.begun ?? null);
       if (this.bugs.resumedOnlyInProgress) resumed = current.state === "in_progress" && s.boundFence !== fence;
-      if (current.state === "queued") {
+      const bound = current.state === "queued";
+      if (bound) {
         current.state = "in_progress";
         current.turnIndex ??= this.bugs.indexCountsBindings
           ? Math.max(committedCount(s), ...s.messages.filter((m) => m.turnIndex !== undefined && m !== current).map((m) => m.turnIndex! + 1))
           : committedCount(s); // a reopened message keeps its first index (TURN-11)
-        current.boundAt ??= this.backing.now(); // the first binding's time, in the binding's write
+        // The first binding's time, in the binding's write; where the last bound message failed
+        // (nothing committed since), that message's window start when earlier (TURN-11, TURN-12).
+        const last = s.messages.find((m) => m.id === s.lastBound);
+        const inherited = !this.bugs.boundAtNotInherited && last !== undefined && last !== current && last.state === "failed" ? windowStartOf(s, last) : Infinity;
+        current.boundAt ??= Math.min(this.backing.now(), inherited);
         s.lastBound = current.id;
         s.boundFence = fence;
       }
       const input = this.logOf(s);
       if (!s.turns.some((t) => t.messageId === current.id)) input.push(structuredClone(current.content));
-      return { conversationId, turnIndex, message: this.shown(s, current), input, resumed };
+      return { conversationId, turnIndex, message: this.shown(s, current), input, resumed, ...(this.bugs.boundNotSaid ? {} : { bound }) };
     });
   }
 
@@ -745,4 +754,9 @@ export function kvConversationSubject(name: string, bugs: ConversationBugs = {})
       };
     },
   };
+}
+
+/** Where TURN-12's window of a failed message counts from: the earlier of its binding and its first failure (else its last, else 0). */
+function windowStartOf(s: State, m: StoredMessage): number {
+  return Math.min(m.boundAt ?? Infinity, s.firstFailedAt?.[m.id] ?? s.failedAt?.[m.id] ?? 0);
 }

@@ -326,17 +326,18 @@ export class PostgresConversationStore implements ConversationStore {
       const { begun_turn: begunTurn, begun_fence: begunFence } = conversation!;
       const begun = beginTurnIndex(conversationId, { begunTurn, begunFence: begunFence === null ? null : toCount(conversationId, begunFence) }, turnIndex, fence);
       if (begun.write) await run(this.sql.setBegun, [conversationId, turnIndex, String(fence)]);
-      if (current.state === "queued") {
+      const bound = current.state === "queued";
+      if (bound) {
         // TURN-11: bound durably before the first attempt: state, turn index and last_bound in this commit.
-        const [bound] = await run<{ bound_at: unknown }>(this.sql.bind, [conversationId, current.id, turnIndex]);
+        const [written] = await run<{ bound_at: unknown }>(this.sql.bind, [conversationId, current.id, turnIndex]);
         current.state = "in_progress";
         current.turnIndex ??= turnIndex;
         // The first binding's time, from the binding's own statement (NULL: a row bound before bound_at).
-        if (bound !== undefined && bound.bound_at !== null) current.boundAt = toCount(conversationId, bound.bound_at);
+        if (written !== undefined && written.bound_at !== null) current.boundAt = toCount(conversationId, written.bound_at);
       }
       const input = buildLog(conversationId, await run(this.sql.log, [conversationId]));
       if (!row.started) input.push(structuredClone(current.content));
-      return { conversationId, turnIndex, message: current, input, resumed: begun.resumed };
+      return { conversationId, turnIndex, message: current, input, resumed: begun.resumed, bound };
     });
   }
 

@@ -303,8 +303,13 @@ export function statements(t: ConversationTables): Statements {
       "bind",
       // bound_at only where turn_index is still NULL (SET reads the old row): the FIRST binding's
       // time; a row bound before the column existed stays undated rather than dated by a rebinding.
+      // Bound where a failed message stopped (the last bound one failed; nothing was committed
+      // since), it meets that message's rows (keys come from the index) and takes its window
+      // start when earlier (TURN-11); the subquery reads last_bound before this statement moves it.
       `WITH bound AS (UPDATE ${q.msgs} SET state = 'in_progress', turn_index = coalesce(turn_index, $3),
-                        bound_at = CASE WHEN turn_index IS NULL THEN ${NOW_MS} ELSE bound_at END
+                        bound_at = CASE WHEN turn_index IS NULL THEN least(${NOW_MS},
+                          (SELECT ${windowStart("l.")} FROM ${q.msgs} l JOIN ${q.conv} c ON c.conversation_id = l.conversation_id AND c.last_bound = l.message_id
+                            WHERE l.conversation_id = $1 AND l.state = 'failed' AND l.message_id <> $2)) ELSE bound_at END
                       WHERE conversation_id = $1 AND message_id = $2 RETURNING bound_at)
        UPDATE ${q.conv} SET last_bound = $2 WHERE conversation_id = $1 AND EXISTS (SELECT 1 FROM bound) RETURNING (SELECT bound_at FROM bound) AS bound_at`,
     ),

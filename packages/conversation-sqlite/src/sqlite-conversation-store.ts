@@ -406,7 +406,8 @@ export class SqliteConversationStore implements ConversationStore {
         const conversation = this.conversationRow(conversationId)!;
         const begun = beginTurnIndex(conversationId, { begunTurn: conversation.begun_turn, begunFence: conversation.begun_fence }, turnIndex, fence);
         if (begun.write) s.setBegun.run(turnIndex, fence, conversationId);
-        if (current.state === "queued") {
+        const bound = current.state === "queued";
+        if (bound) {
           // TURN-11: bound durably before the first attempt: state and turn index in this commit.
           s.bind.run(turnIndex, conversationId, current.id);
           s.setLastBound.run(current.id, conversationId);
@@ -415,7 +416,7 @@ export class SqliteConversationStore implements ConversationStore {
         }
         const input = this.readLog(conversationId);
         if (s.hasTurn.get(conversationId, current.id) === undefined) input.push(structuredClone(current.content));
-        return { conversationId, turnIndex, message: current, input, resumed: begun.resumed };
+        return { conversationId, turnIndex, message: current, input, resumed: begun.resumed, bound };
       }),
     );
   }
@@ -610,8 +611,14 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     // A reopened message keeps the index of its first turn (TURN-11, TURN-12), and the time of its
     // first binding: bound_at is written only where turn_index is still NULL (SET reads the old
     // row), so a row bound before bound_at existed stays undated rather than dated by a rebinding.
+    // Bound where a failed message stopped (the last bound one failed; nothing was committed
+    // since), it meets that message's rows (keys come from the index) and takes its window start
+    // when earlier (TURN-11). Run before last_bound moves to this message.
     bind: db.prepare(
-      `UPDATE ${msgs} SET state = 'in_progress', turn_index = coalesce(turn_index, ?), bound_at = CASE WHEN turn_index IS NULL THEN ${now} ELSE bound_at END
+      `UPDATE ${msgs} SET state = 'in_progress', turn_index = coalesce(turn_index, ?),
+         bound_at = CASE WHEN turn_index IS NULL THEN min(${now}, coalesce(
+           (SELECT ${windowStart("l.")} FROM ${msgs} l JOIN ${conv} c ON c.conversation_id = l.conversation_id AND c.last_bound = l.message_id
+             WHERE l.conversation_id = ${msgs}.conversation_id AND l.state = 'failed' AND l.message_id <> ${msgs}.message_id), ${now})) ELSE bound_at END
        WHERE conversation_id = ? AND message_id = ?`,
     ),
     setLastBound: db.prepare(`UPDATE ${conv} SET last_bound = ? WHERE conversation_id = ?`),

@@ -47,12 +47,16 @@ export interface StoredMessage {
   /**
    * When the message was FIRST bound to its turn index (TURN-11), in store-clock milliseconds,
    * written in the same step as the binding and kept across take-overs, reopens and restarts;
-   * absent until it is first bound. Given by a store that declares `supports.boundAt`, and absent
-   * from one without it and for a row bound before the store kept it. A runner that resumes the
-   * turn of a message that never failed (its holder died before the commit, TURN-15) checks the
-   * re-send window from it before any attempt (TURN-12): nothing else dates such a message, and
-   * the ledger may have swept the rows of the dead holder's calls. A failed message's re-send
-   * window counts from it too where it is earlier than the first failure, as it always is.
+   * absent until it is first bound. A message bound at the index of a failed message (TURN-12:
+   * nothing was committed since, so its keys are that message's keys and its calls meet that
+   * message's rows) carries that message's window start instead when it is earlier: the earlier
+   * of its `boundAt` and its first failure. Given by a store that declares `supports.boundAt`,
+   * and absent from one without it and for a row bound before the store kept it. A runner that
+   * resumes the turn of a message that never failed (its holder died before the commit, TURN-15)
+   * checks the re-send window from it before any attempt (TURN-12): nothing else dates such a
+   * message, and the ledger may have swept the rows of the dead holder's calls. A failed
+   * message's re-send window counts from it too where it is earlier than the first failure, as
+   * it always is.
    */
   boundAt?: number;
 }
@@ -128,6 +132,15 @@ export interface TurnSnapshot {
    * store, so it is the same after a restart.
    */
   resumed: boolean;
+  /**
+   * True when this call bound the message (TURN-11): it was queued, new or reopened, and is in
+   * progress from this call on; false when it was already in progress (a later turn of its
+   * tool-use loop, or a take-over after its holder died or lost the lease). Given by a store that
+   * declares `supports.boundAt`. A runner skips TURN-12's check of a message that never failed
+   * on its binding's own call: nothing of it has run, and its `boundAt` may be inherited from a
+   * failed message at the same index (so past the window while the message is new).
+   */
+  bound?: boolean;
 }
 
 export interface TurnCommit {
@@ -200,7 +213,10 @@ export interface ConversationStoreSupports {
    * reopens and restarts, so that a runner can refuse to resume, past its re-send window, the
    * turn of a message that never failed, and so that the re-send window of a failed message counts
    * from the binding where that is earlier than its first failure (its calls' rows age from before
-   * the failure). A runner without it cannot date such a message and resumes it whenever it is
+   * the failure). A message bound at a failed message's index inherits that message's window
+   * start when earlier (its calls meet that message's rows), and `beginTurn` says which call bound
+   * a message (`TurnSnapshot.bound`), so that a message's first run is never refused for an
+   * inherited date. A runner without it cannot date such a message and resumes it whenever it is
    * driven again.
    */
   boundAt?: boolean;

@@ -211,12 +211,13 @@ export class MemoryConversationStore implements ConversationStore {
     const current =
       conversation.order.find((m) => m.state === "in_progress") ?? conversation.order.find((m) => m.state === "queued");
     if (current === undefined) return undefined;
-    if (current.state === "queued") {
+    const bound = current.state === "queued";
+    if (bound) {
       current.state = "in_progress";
       // A reopened message keeps the index of its first turn (TURN-11, TURN-12).
       current.turnIndex ??= conversation.turns.length;
       // The first binding's time, in the binding's step; a reopen or a take-over keeps it (TURN-12).
-      current.boundAt ??= this.now();
+      current.boundAt ??= inheritedBoundAt(conversation, current, this.now());
       conversation.lastBound = current.id;
     }
     const turnIndex = conversation.turns.length;
@@ -224,7 +225,7 @@ export class MemoryConversationStore implements ConversationStore {
     const started = conversation.turns.some((t) => t.messageId === current.id);
     const input = clone(conversation.log);
     if (!started) input.push(clone(current.content));
-    return { conversationId, turnIndex, message: shown(conversation, current), input, resumed };
+    return { conversationId, turnIndex, message: shown(conversation, current), input, resumed, bound };
   }
 
   async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
@@ -412,6 +413,18 @@ function clone<T>(value: T): T {
     else out[name] = clone(member);
   }
   return out as T;
+}
+
+/**
+ * A first binding's `boundAt` (TURN-11): `now`, or, where the message is bound at the index of a
+ * failed one (the last bound message failed, and nothing was committed since, TURN-12), that
+ * message's window start when earlier. Keys come from the turn index, not the message, so this
+ * message's calls meet the failed one's rows, which age from that message's binding.
+ */
+function inheritedBoundAt(conversation: Conversation, message: StoredMessage, now: number): number {
+  const last = conversation.lastBound === undefined ? undefined : conversation.messages.get(conversation.lastBound);
+  if (last === undefined || last === message || last.state !== "failed") return now;
+  return Math.min(now, windowStart(conversation, last));
 }
 
 /**

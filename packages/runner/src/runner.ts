@@ -549,7 +549,10 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const { store } = this.options;
     const known = await store.message(conversationId, messageId);
     if (known?.state !== "failed") return false;
-    const first = await this.firstFailureFromRecords(conversationId, messageId);
+    // It failed, so it ran: its calls met the rows of any message that failed at its index before
+    // it was bound (keys come from the index), and its window counts from theirs too (TURN-12).
+    const records = await this.firstFailureFromRecords(conversationId, messageId, known.turnIndex);
+    const first = earliest(records.own, records.atIndex);
     // A store that dates the binding (`supports.boundAt`) dates the rows of the message's first
     // calls: its window counts from there, the earlier time. Store clock against this process's
     // clock: that skew is in the margin the window keeps (as the records' times are).
@@ -681,7 +684,15 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       return this.pastWindowOnStoreClock(snapshot, fence, fromBinding ? boundAt : shown, fromBinding ? "binding" : "first_failure");
     }
     if (!resumedTurn(snapshot)) return undefined;
-    const first = await this.firstFailureFromRecords(snapshot.conversationId, snapshot.message.id);
+    const records = await this.firstFailureFromRecords(snapshot.conversationId, snapshot.message.id, snapshot.message.turnIndex);
+    // The call that bound a message that never failed is its first run: nothing of it ran before,
+    // and a date it inherited from a failed message at its index (TURN-11) must not refuse a new
+    // message, or no message could ever be answered at that index again.
+    if (records.own === undefined && snapshot.bound === true) return undefined;
+    // A message that ran before meets the rows of the messages that failed at its index before it
+    // (keys come from the index): its window counts from their failures too. Only where the store
+    // says which call bound it (`bound`): else a first run cannot be told from a take-over.
+    const first = records.own !== undefined || snapshot.bound === false ? earliest(records.own, records.atIndex) : records.own;
     if (first !== undefined && Date.now() - first >= this.resendWindowMs) return this.pastWindowRecord(snapshot, "first_failure");
     if (boundAt === undefined) return undefined;
     return this.pastWindowOnStoreClock(snapshot, fence, boundAt, "binding");
@@ -713,18 +724,25 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * keeps the record in the same step as the failure and a reopen leaves it, so the earliest is
    * the first failure, whatever reopens and failures came after (a failure refused for a lost
    * lease adds one too: its attempts' rows age from then as well, so counting from it is only
-   * earlier). 0 (past every window) when a record's time cannot be read; undefined when the
-   * message has no failed-turn record (it never failed).
+   * earlier). 0 (past every window) when a record's time cannot be read; `own` undefined when the
+   * message has no failed-turn record (it never failed). `atIndex`: the earliest failed-turn
+   * record of another message whose turn failed at `boundIndex`, the message's own first index
+   * (TURN-12: a message bound where a failed one stopped runs that message's keys and meets its
+   * rows, so its window counts from that failure too once it has run).
    */
-  private async firstFailureFromRecords(conversationId: string, messageId: string): Promise<number | undefined> {
-    let first: number | undefined;
+  private async firstFailureFromRecords(conversationId: string, messageId: string, boundIndex: number | undefined): Promise<{ own?: number; atIndex?: number }> {
+    let own: number | undefined;
+    let atIndex: number | undefined;
     for (const r of await this.options.store.records(conversationId)) {
-      if (!isFailedTurnRecordOf(r, messageId)) continue;
+      const mine = isFailedTurnRecordOf(r, messageId);
+      const there = !mine && boundIndex !== undefined && isFailedTurnRecordAt(r, boundIndex);
+      if (!mine && !there) continue;
       const at = Date.parse(String((r as { at?: unknown }).at));
       const time = Number.isFinite(at) ? at : 0;
-      first = first === undefined ? time : Math.min(first, time);
+      if (mine) own = earliest(own, time);
+      else atIndex = earliest(atIndex, time);
     }
-    return first;
+    return { ...(own !== undefined ? { own } : {}), ...(atIndex !== undefined ? { atIndex } : {}) };
   }
 
   /**
@@ -1406,6 +1424,17 @@ const ACQUIRE_BACKOFF_MAX_MS = 1_000;
 function isFailedTurnRecordOf(record: JsonValue, messageId: string): boolean {
   const r = record as { kind?: unknown; messageId?: unknown } | null;
   return typeof r === "object" && r !== null && r.kind === "failed_turn" && r.messageId === messageId;
+}
+
+/** A failed-turn record of any message whose turn failed at `turnIndex`. */
+function isFailedTurnRecordAt(record: JsonValue, turnIndex: number): boolean {
+  const r = record as { kind?: unknown; turnIndex?: unknown } | null;
+  return typeof r === "object" && r !== null && r.kind === "failed_turn" && r.turnIndex === turnIndex;
+}
+
+/** The earlier of two optional times. */
+function earliest(a: number | undefined, b: number | undefined): number | undefined {
+  return a === undefined ? b : b === undefined ? a : Math.min(a, b);
 }
 
 function resumedTurn(snapshot: TurnSnapshot): boolean {
