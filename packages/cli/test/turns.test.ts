@@ -207,7 +207,7 @@ describe.each([
       // What a re-send of m1 would do now: the same call at the same turn index meets no row.
       await dispatcher.dispatch(call, turn);
       expect(payments).toEqual(["pay 12", "pay 12"]);
-      const verdict = "no: it failed longer ago than the re-send window (23/24 of the ledger's retention, 1s): the runner refuses the re-send (past_resend_window), since the ledger may have swept its calls' rows; send a new message";
+      const verdict = "no: its re-send window has passed (23/24 of the ledger's retention, 1s): the runner refuses the re-send (past_resend_window), since the ledger may have swept its calls' rows; send a new message";
       expect((jsonLines(old.stdout) as { resend: string; pastResendWindow: boolean }[]).map((t) => [t.resend, t.pastResendWindow])).toEqual([[verdict, true]]);
       expect(table.stdout.split("\n")[1]?.replace(/^(\S+\s+){5}/, "")).toBe(verdict);
       // Without --retention (or DISPATCH_ONCE_RETENTION) it is judged by the adapters' default, 24h, and says so.

@@ -57,7 +57,7 @@ export const DEFAULT_LEDGER_RETENTION_MS = 86_400_000;
 export function resendVerdictAt(turn: FailedTurn, pastWindow: boolean, windowText: string): string {
   // A store that judged the window says reopenable false for a turn past it: the window is why.
   if (!pastWindow || (turn.reopenable === false && turn.pastReopenWindow !== true)) return resendVerdict(turn);
-  return `no: it failed longer ago than the re-send window (${windowText}): the runner refuses the re-send (past_resend_window), since the ledger may have swept its calls' rows; send a new message`;
+  return `no: its re-send window has passed (${windowText}): the runner refuses the re-send (past_resend_window), since the ledger may have swept its calls' rows; send a new message`;
 }
 
 /** The runner's default re-send window for a ledger retention (TURN-12): 23/24 of it. */
@@ -99,14 +99,15 @@ The RE-SEND column (and "resend" in --json, beside the store's "reopenable") say
   no: a later message was bound  a re-send only returns the stored failure
   yes: it reopens; ...           the store would reopen it; the record does not say more
   no: <why>                      the record says a retry cannot help (an effect left unknown, ...)
-  no: it failed longer ago than the re-send window (<age>): ...
+  no: its re-send window has passed (<age>): ...
                                  a runner refuses such a re-send (TURN-12): past the ledger's
                                  retention its calls' rows may be gone (LEDGER-13), and running
                                  them again would pay a payment that happened twice. Measured on
                                  the store's clock from the turn's FIRST failure, as the runner
                                  measures it (a retry that failed again does not restart it), or
                                  from the message's binding where the store dates it (earlier:
-                                 its first holder's calls), by the store in the listing's own
+                                 its first holder's calls; for a message bound where a failed one
+                                 stopped, that one's: its calls met those rows), by the store in the listing's own
                                  query ("firstFailedAt" and "pastReopenWindow" in --json); for a
                                  store that keeps only the last failure, from that, as the runner
                                  then does too; "pastResendWindow" in --json
