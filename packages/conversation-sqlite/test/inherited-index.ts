@@ -1,11 +1,9 @@
-import Anthropic from "@anthropic-ai/sdk";
-import { ConversationRunner, TurnFailedError } from "@dispatch-once/anthropic";
-import { Dispatcher, MemoryLedger, defineTool, type ConversationStore } from "@dispatch-once/core";
-import { scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
+import { TurnFailedError } from "@dispatch-once/anthropic";
+import type { ConversationStore } from "@dispatch-once/core";
 import { expect } from "vitest";
-import { z } from "zod";
+import { HOUR, payAcmeWorld } from "./pay-world.js";
 
-export const HOUR = 60 * 60 * 1000;
+export { HOUR };
 export const CONV = "conv-inherited-index";
 
 /**
@@ -19,26 +17,11 @@ export const CONV = "conv-inherited-index";
  * ledger's. The payment is the test's own counter.
  */
 export async function inheritedIndexWorld() {
-  let now = 1_000_000;
-  const ledger = new MemoryLedger({ now: () => now });
-  const paid: unknown[] = [];
   // Every request for "pay acme" is cut right after its tool_use block stops (the call dispatched).
-  const provider = await startMockProvider({
-    script: scriptFromPlans({ "pay acme": turn(toolUse("pay", { to: "acme" })) }),
+  const { ledger, paid, requestCount, runnerOver, clock, advance, close } = await payAcmeWorld({
     faultRules: [{ bodyContains: "pay acme", fault: { kind: "reset", at: { afterToolUseStop: 0 } } }],
+    attempts: 2,
   });
-  const runnerOver = (store: ConversationStore) => {
-    const pay = defineTool({ name: "pay", effect: "keyed_write", input: z.object({ to: z.string() }), identity: ["to"], run: async (args) => ({ n: paid.push(args) }) });
-    return new ConversationRunner({
-      client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }),
-      dispatcher: new Dispatcher({ tools: [pay], ledger }),
-      store,
-      model: "claude-test",
-      tools: [{ name: "pay", input_schema: { type: "object" } }],
-      retry: { attempts: 2, backoffMs: () => 5 },
-      turnLeaseMs: 1_000,
-    });
-  };
   const fails = async (store: ConversationStore, id: string) => {
     const sent = await runnerOver(store).send(CONV, { id, content: "pay acme" }).catch((e: unknown) => e);
     expect(sent).toBeInstanceOf(TurnFailedError);
@@ -47,9 +30,9 @@ export async function inheritedIndexWorld() {
   return {
     ledger,
     paid,
-    clock: () => now,
-    advanceLedger: (ms: number) => void (now += ms),
-    close: () => provider.close(),
+    clock,
+    advanceLedger: advance,
+    close,
     /** m1 pays at T0 and fails. */
     async m1PaidAndFailed(store: ConversationStore): Promise<void> {
       await fails(store, "m1");
@@ -68,10 +51,10 @@ export async function inheritedIndexWorld() {
     },
     /** m2 re-sent: refused past the window counted from m1's binding; no request, no second payment. */
     async m2ResentPastWindow(store: ConversationStore): Promise<void> {
-      const requests = provider.requests.length;
+      const requests = requestCount();
       const resent = await runnerOver(store).send(CONV, { id: "m2", content: "pay acme" }).catch((e: unknown) => e);
       expect(paid).toHaveLength(1);
-      expect(provider.requests.length).toBe(requests);
+      expect(requestCount()).toBe(requests);
       expect(resent).toBeInstanceOf(TurnFailedError);
       expect((resent as TurnFailedError).notRetried).toBe("past_resend_window");
       expect((await store.message(CONV, "m2"))?.state).toBe("failed");

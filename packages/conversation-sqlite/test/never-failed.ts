@@ -1,11 +1,9 @@
-import Anthropic from "@anthropic-ai/sdk";
-import { ConversationRunner, TurnFailedError } from "@dispatch-once/anthropic";
-import { Dispatcher, MemoryLedger, defineTool, type ConversationStore } from "@dispatch-once/core";
-import { scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
+import { TurnFailedError } from "@dispatch-once/anthropic";
+import type { ConversationStore } from "@dispatch-once/core";
 import { expect } from "vitest";
-import { z } from "zod";
+import { HOUR, payAcmeWorld } from "./pay-world.js";
 
-export const HOUR = 60 * 60 * 1000;
+export { HOUR };
 export const CONV = "conv-dead-holder";
 
 /**
@@ -17,27 +15,12 @@ export const CONV = "conv-dead-holder";
  * its re-send window. The payment is the test's own counter.
  */
 export async function neverFailedWorld() {
-  let now = 1_000_000;
-  const ledger = new MemoryLedger({ now: () => now });
-  const paid: unknown[] = [];
-  const provider = await startMockProvider({ script: scriptFromPlans({ "pay acme": turn(toolUse("pay", { to: "acme" })) }) });
-  const runnerOver = (store: ConversationStore) => {
-    const pay = defineTool({ name: "pay", effect: "keyed_write", input: z.object({ to: z.string() }), identity: ["to"], run: async (args) => ({ n: paid.push(args) }) });
-    return new ConversationRunner({
-      client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }),
-      dispatcher: new Dispatcher({ tools: [pay], ledger }),
-      store,
-      model: "claude-test",
-      tools: [{ name: "pay", input_schema: { type: "object" } }],
-      retry: { backoffMs: () => 5 },
-      turnLeaseMs: 1_000,
-    });
-  };
+  const { ledger, paid, clock, advance, close, runnerOver } = await payAcmeWorld();
   return {
     ledger,
     paid,
-    clock: () => now,
-    close: () => provider.close(),
+    clock,
+    close,
     /** m1 sent through a holder that dies at its commit; returns once the payment's row completed, m1 in progress. */
     async paidThenDied(store: ConversationStore): Promise<void> {
       const never = () => new Promise<never>(() => undefined);
@@ -49,7 +32,7 @@ export async function neverFailedWorld() {
     },
     /** 25 h on the ledger's clock (and the store's, where it reads this one): the paid row swept. */
     async sweptAfter25Hours(): Promise<void> {
-      now += 25 * HOUR;
+      advance(25 * HOUR);
       expect(await ledger.sweep()).toBeGreaterThan(0);
     },
     /** m1 re-sent to the restarted process: refused past the window, the payment made once, m1 failed. */
