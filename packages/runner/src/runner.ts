@@ -693,7 +693,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     // (keys come from the index): its window counts from their failures too. Only where the store
     // says which call bound it (`bound`): else a first run cannot be told from a take-over.
     const first = records.own !== undefined || snapshot.bound === false ? earliest(records.own, records.atIndex) : records.own;
-    if (first !== undefined && Date.now() - first >= this.resendWindowMs) return this.pastWindowRecord(snapshot, "first_failure");
+    if (first !== undefined && Date.now() - first >= this.resendWindowMs) return this.pastWindowRecord(snapshot, first === records.own ? "first_failure" : "failed_index");
     if (boundAt === undefined) return undefined;
     return this.pastWindowOnStoreClock(snapshot, fence, boundAt, "binding");
   }
@@ -752,26 +752,27 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * binding, its holder dead): the calls the ledger still lists at the turn index, as a resumed
    * turn's record lists them (RECORD-8); the dead holder wrote no record.
    */
-  private async pastWindowRecord(snapshot: TurnSnapshot, from: "first_failure" | "binding"): Promise<FailedTurnRecord> {
+  private async pastWindowRecord(snapshot: TurnSnapshot, from: "first_failure" | "binding" | "failed_index"): Promise<FailedTurnRecord> {
     const { store } = this.options;
     // The truth about effects: the previous failure's record, kept beside the conversation
     // (RECORD-4) when the reopen cleared it from the message. Never "not_happened" for a call.
     const previous = (await store.records(snapshot.conversationId))
       .filter((r): r is FailedTurnRecord & JsonValue => isFailedTurnRecordOf(r, snapshot.message.id))
       .at(-1);
-    const listing = from === "binding" && previous === undefined ? await this.turnRows(snapshot.conversationId, snapshot.turnIndex) : undefined;
+    // A message that never failed left no record of its own: the ledger's rows at the index are all that tell.
+    const listing = previous === undefined ? await this.turnRows(snapshot.conversationId, snapshot.turnIndex) : undefined;
     const listed = listing?.ok === true ? listing.rows.map(unansweredCall).map(({ key, name, effect }) => ({ key, name, effect })) : [];
-    const measured = from === "binding" ? "its binding" : "its first failure";
+    const measured =
+      from === "binding" ? "its binding" : from === "failed_index" ? "the first failure at its turn index (a failed message's, whose rows its calls meet)" : "its first failure";
     const message =
-      previous === undefined && from === "binding"
-        ? "not run: the message's turn was taken up after its re-send window, measured from its binding (it never failed; its holder died before the commit) (TURN-12); " +
+      previous === undefined
+        ? `not run: the message's turn was taken up after its re-send window, measured from ${measured} (it never failed; its holder died before the commit) (TURN-12); ` +
           "the ledger may have swept its calls' rows, so running it could make them again. " +
           (listing?.ok === true
             ? "Its effects are the calls the ledger still lists for the turn index; what the earlier holder did is unknown where nothing is listed"
             : `What the earlier holder did is unknown (${listing?.reason ?? "not listed"})`)
         : `not retried: the message's retry was taken up after its re-send window, measured from ${measured} (TURN-12); ` +
-          "the ledger may have swept its calls' rows, so a retry could run them again. " +
-          (previous !== undefined ? "Its effects are those of the earlier failed-turn record" : "Its effects are in the earlier failed-turn record of this message");
+          "the ledger may have swept its calls' rows, so a retry could run them again. Its effects are those of the earlier failed-turn record";
     return {
       kind: "failed_turn",
       conversationId: snapshot.conversationId,

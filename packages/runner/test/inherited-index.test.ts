@@ -35,6 +35,20 @@ function setup(store: { withoutWindow?: boolean; supports?: ConversationStoreSup
 
 type World = ReturnType<typeof setup>;
 
+/**
+ * The store as a holder that dies at its commit: from then on nothing it sends returns. Its
+ * renewals before that work: a resumed turn's window check reads the store's clock through one.
+ */
+function diesAtCommit(store: ConversationStore): ConversationStore {
+  let dead = false;
+  const never = () => new Promise<never>(() => undefined);
+  return Object.assign(Object.create(store) as ConversationStore, {
+    commitTurn: () => ((dead = true), never()),
+    renewLease: (...a: Parameters<ConversationStore["renewLease"]>) => (dead ? never() : store.renewLease(...a)),
+    releaseLease: never,
+  });
+}
+
 /** m1 pays at T0 and fails; m2 is bound at its index at T0 + 23 h, replays m1's row, and fails too. */
 async function m2FailedAtM1sIndex(w: World) {
   const m1 = await w.worker().runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
@@ -87,19 +101,9 @@ describe("TURN-12 a message bound at a failed turn's index counts its re-send wi
     expect(m1).toBeInstanceOf(TurnFailedError);
     w.advance(23 * HOUR);
     w.recover();
-    // Dies at its commit: from then on nothing it sends returns (its renewals before that work:
-    // the resumed turn's window check reads the store's clock through one).
-    let dead = false;
-    const never = () => new Promise<never>(() => undefined);
-    const dying = Object.assign(Object.create(w.store) as ConversationStore, {
-      commitTurn: () => ((dead = true), never()),
-      renewLease: (...a: Parameters<ConversationStore["renewLease"]>) => (dead ? never() : w.store.renewLease(...a)),
-      releaseLease: never,
-    });
-    const holder = w.worker(dying);
+    const holder = w.worker(diesAtCommit(w.store));
     void holder.runner.send(CONV, { id: "m2", content: "pay acme" });
-    while (!dead) await new Promise((r) => setTimeout(r, 1));
-    expect(holder.events.some((e) => e.type === "call_resolved")).toBe(true);
+    while (!holder.events.some((e) => e.type === "call_resolved")) await new Promise((r) => setTimeout(r, 1));
     expect(w.performed).toHaveLength(1);
     await sweptPastRetention(w);
     const m3 = await w.worker().runner.send(CONV, { id: "m3", content: "thanks" });
@@ -108,6 +112,29 @@ describe("TURN-12 a message bound at a failed turn's index counts its re-send wi
     const m2 = await w.store.message(CONV, "m2");
     expect(m2?.state).toBe("failed");
     expect((m2?.failure as { notRetried?: string }).notRetried).toBe("past_resend_window");
+  });
+
+  it("TURN-12 over a store that dates no binding (the failed-turn records at the index): m2's take-over after the sweep runs nothing, and its record says it never failed and what the ledger still lists", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    const w = setup({ withoutWindow: true, supports: { leaseGrants: true } });
+    const m1 = await w.worker().runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(m1).toBeInstanceOf(TurnFailedError);
+    w.advance(23 * HOUR);
+    w.recover();
+    const holder = w.worker(diesAtCommit(w.store));
+    void holder.runner.send(CONV, { id: "m2", content: "pay acme" });
+    while (!holder.events.some((e) => e.type === "call_resolved")) await new Promise((r) => setTimeout(r, 1));
+    await sweptPastRetention(w);
+    const m3 = await w.worker().runner.send(CONV, { id: "m3", content: "thanks" });
+    expect(m3.status).toBe("answered");
+    expect(w.performed).toHaveLength(1);
+    const m2 = await w.store.message(CONV, "m2");
+    const record = m2?.failure as { notRetried?: string; error: { message: string }; effects: unknown[] };
+    expect([m2?.state, record.notRetried]).toEqual(["failed", "past_resend_window"]);
+    expect(record.error.message).toMatch(/^not run: .* measured from the first failure at its turn index .*\(it never failed/);
+    // The row was swept: nothing is listed, and the record says what the earlier holder did is unknown.
+    expect(record.effects).toEqual([]);
+    expect(record.error.message).toMatch(/unknown where nothing is listed/);
   });
 
   it("TURN-12 a new message bound at a failed index after the window still runs its first attempt (a new request, not a re-send), and is answered", async () => {
