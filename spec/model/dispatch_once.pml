@@ -48,6 +48,12 @@
  *   P_NOFALSE an unkeyed_write row turns unknown by lease expiry (LEDGER-7) only under a claim
  *             that could have run the tool: its `claimed` reached its claimant, or its claimant
  *             crashed, paused past the lease or lost the ledger (no false `unknown`)
+ *   P_TOLD    (with -DSAME_ASK) a message that was told its call happened (a run of it replayed or made the
+ *             completed row: the call resolved as a result) never makes that call again in a later attempt or
+ *             run of the same message (a retry after a re-send, a take-over). With the same ask, a second
+ *             effect of the intent is not always wrong: message 1 bound after message 0's row was swept is a
+ *             new request and may pay; so P_ONCE counts effects per message (at most one by the runs of each)
+ *             and P_TOLD says what the user was told stays true; P_RECORD still accounts for every effect.
  *   P_GRANT   a turn-lease grant nobody takes up (its acquirer gave the acquire up, or acquired under
  *             another grant: every send then waits out its lease) never comes from a grant id the
  *             store granted before (TURN-10; the one such grant TURN-10 leaves is a copy of an
@@ -90,6 +96,11 @@
  *                      counts its first failure from the binding)
  *   (-DBOUNDAT=1 -DRESEND_FROM=3, RECHECK 3: the window from the binding, checked before a resumed turn: the rule
  *   being built; -DSOLO=i: the client sends message i only, for small searches)
+ *   -DSAME_ASK=1       with BOUNDAT: message 1 asks for what message 0 asked (the same intent, "pay" again under a
+ *                      new message id), so bound at a failed message 0's index it derives message 0's key there
+ *                      (TURN-12) and may replay its row; -DINHERIT=0 counts its window from its own binding, not
+ *                      from message 0's window start (TURN-11's inherited boundAt; P_TOLD), and
+ *                      -DFIRST_RUN_EXEMPT=0 refuses its first run too when the inherited window has passed
  */
 
 /* ------------------------------------------------------------------ configuration */
@@ -166,6 +177,20 @@
 #ifndef RECHECK
 #define RECHECK 3
 #endif
+/* -DSAME_ASK (with AGING and BOUNDAT): message 1's call has message 0's intent: at turn index t its key is
+ * KEY(t, 0). INHERIT: a message bound at the index of a failed message takes that message's window start
+ * (boundAt inherited, TURN-11); 0: from its own binding. FIRST_RUN_EXEMPT: the run that binds a message is
+ * never refused for an inherited date (`bound`, TURN-12); 0: checked there too. */
+#ifndef SAME_ASK
+#define SAME_ASK 0
+#endif
+#ifndef INHERIT
+#define INHERIT 1
+#endif
+#ifndef FIRST_RUN_EXEMPT
+#define FIRST_RUN_EXEMPT 1
+#endif
+#define CALLI(i) (SAME_ASK -> 0 : (i))
 #ifndef LOSTACQS
 #define LOSTACQS 0       /* turn-lease acquires whose reply is lost: applied by the store or not (TURN-10) */
 #endif
@@ -238,6 +263,9 @@
 #ifndef CHECK_GRANT
 #define CHECK_GRANT 1
 #endif
+#ifndef CHECK_TOLD
+#define CHECK_TOLD 1
+#endif
 
 /* The properties as constant bits, so that spin names the one an assertion belongs to. */
 bit P_ONCE = CHECK_ONCE;
@@ -250,6 +278,7 @@ bit P_SAME = CHECK_SAME;
 bit P_END = CHECK_END;
 bit P_NOFALSE = CHECK_NOFALSE;
 bit P_GRANT = CHECK_GRANT;
+bit P_TOLD = CHECK_TOLD;
 
 /* ------------------------------------------------------------------ sizes and codes */
 
@@ -386,15 +415,29 @@ byte rborn[K];           /* failures of the key's message before its row (or dow
  * a row written since the current run of its message began. */
 bool rcur[K];
 #define TOUCH(kk) rborn[kk] = nfail[INTENT(kk)]; rcur[kk] = true
+#if SAME_ASK
+/* the message was bound at the index of the other message, failed there (with INHERIT its window start is the
+   other's, TURN-11); with two messages only the second one bound at an index can inherit */
+bool inh[M];
+#define BWIN_PASSED(i) (wpass[i] > 0 || (INHERIT && inh[i] && wpass[1 - (i)] > 0))
+/* a row ages on the clock of the message whose run last wrote it (both messages derive intent-0 keys) */
+byte rwm[K];
+#define WROTE(kk) rwm[kk] = cur; rborn[kk] = nfail[cur]
+#define AGED(k) ((ms[rwm[k]] == MS_FAILED || ms[rwm[k]] == MS_INPROG) && rpass[rwm[k]] > rborn[k])
+#else
+#define BWIN_PASSED(i) (wpass[i] > 0)
+#endif
 /* the holder died or lost the lease, and nobody drives the conversation: time passes for the message */
 #define UNATTENDED(i) (ms[i] == MS_INPROG && !(lholder != 0 && llive))
+#if !SAME_ASK
 #define AGED(k) ((ms[INTENT(k)] == MS_FAILED || ms[INTENT(k)] == MS_INPROG) && rpass[INTENT(k)] > rborn[k])
+#endif
 /* TURN-12: the window since the binding (3), the first failure (1), the last failure (2), or none (0) */
-#define WINDOW_OPEN(i) (RESEND_FROM == 0 || (RESEND_FROM == 3 && wpass[i] == 0) || \
+#define WINDOW_OPEN(i) (RESEND_FROM == 0 || (RESEND_FROM == 3 && !BWIN_PASSED(i)) || \
                         (RESEND_FROM == 1 && wpass[i] <= 1) || (RESEND_FROM == 2 && wpass[i] <= nfail[i]))
 /* TURN-12: the re-check before any attempt of a resumed turn; past it, nothing runs */
 #define PAST_AT_RESUME(i) ((nfail[i] > 0 && (RECHECK & 1) && !WINDOW_OPEN(i)) || \
-                           (nfail[i] == 0 && (RECHECK & 2) && wpass[i] > 0))
+                           (nfail[i] == 0 && (RECHECK & 2) && BWIN_PASSED(i)))
 #else
 /* LEDGER-13: a row's retention counts from its last write; the run writing it ends in failure nfail + 1 */
 #define TOUCH(kk) rborn[kk] = nfail[INTENT(kk)]
@@ -469,7 +512,13 @@ byte b_div = DIVERGES;   /* only where it is on: the other checks' state vector 
 #endif
 
 /* ghosts: what happened in the world, for the properties only */
-byte eff[M];             /* downstream effects per intent */
+byte eff[M];             /* downstream effects per intent (with SAME_ASK: made by the runs of each message) */
+#if SAME_ASK
+bool told[M];            /* a run of the message was told its call happened (P_TOLD) */
+#define EFFI(k) cur
+#else
+#define EFFI(k) INTENT(k)
+#endif
 byte effk[K];            /* downstream effects per key */
 bool ukreached[K];       /* an unkeyed request of the key reached its downstream */
 byte recd[K];            /* strongest statement any record made about the key */
@@ -492,15 +541,23 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
 #define NOFALSE(k) \
   assert(!P_NOFALSE || !CLAIMIDS || rcl[k] != CL_LOST || crashed[rown[k] - 1] || part[rown[k] - 1])
 
+#if SAME_ASK
+#define EFFECT(k) \
+  eff[EFFI(k)]++; effk[k]++; mine = true; \
+  printf("@@ W%d   ** EFFECT of intent %d under key %d (effects for this intent: %d)\n", w, INTENT(k), k, eff[EFFI(k)]); \
+  assert(!P_ONCE || eff[EFFI(k)] <= 1);   /* P_ONCE, per message */ \
+  assert(!P_TOLD || !told[cur])           /* P_TOLD */
+#else
 #define EFFECT(k) \
   eff[INTENT(k)]++; effk[k]++; mine = true; \
   printf("@@ W%d   ** EFFECT of intent %d under key %d (effects for this intent: %d)\n", w, INTENT(k), k, eff[INTENT(k)]); \
   assert(!P_ONCE || eff[INTENT(k)] <= 1)   /* P_ONCE */
+#endif
 
 /* ------------------------------------------------------------------ properties at quiet points */
 
-#define DONE_OK(k) ((tmsg[0] == INTENT(k) + 1 && KEY(0, INTENT(k)) == (k) && tres[0] == C_OK) || \
-                    (tmsg[1] == INTENT(k) + 1 && KEY(1, INTENT(k)) == (k) && tres[1] == C_OK))
+#define DONE_AT(x, k) (tmsg[x] != 0 && KEY(x, CALLI(tmsg[x] - 1)) == (k) && tres[x] == C_OK)
+#define DONE_OK(k) (DONE_AT(0, k) || DONE_AT(1, k))
 #define COVERED(k) (effk[k] == 0 || DONE_OK(k) || recd[k] >= SAY_MAY)
 #define TRUTHFUL_ROW(k) (rst[k] != R_FAILED || effk[k] == 0)
 #define SETTLED(i) (ms[i] == MS_ANSWERED || ms[i] == MS_FAILED)
@@ -517,7 +574,7 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
      assert(!P_TRUTH || (TRUTHFUL_TURN(0) && TRUTHFUL_TURN(1))) \
   :: else \
   fi
-#define TRUTHFUL_TURN(x) (tres[x] != C_FAILED || effk[KEY(x, tmsg[x] - 1)] == 0)
+#define TRUTHFUL_TURN(x) (tres[x] != C_FAILED || effk[KEY(x, CALLI(tmsg[x] - 1))] == 0)
 
 /* ------------------------------------------------------------------ unseen claims (LEDGER-26) */
 
@@ -563,6 +620,14 @@ inline APPLY_UNSEEN(kk, c, q, x) {
   rst[kk] = R_RELEASED; TOUCH(kk); \
   if :: TOMBSTONE && CLAIMIDS -> rrel[kk] = rcid[kk] :: else fi; \
   rcid[kk] = 0; rcl[kk] = 0; rown[kk] = 0
+/* a worker's write of a row: with SAME_ASK the row also ages on its writer message's clock */
+#if SAME_ASK
+#define TOUCHW(kk) TOUCH(kk); WROTE(kk)
+#define RELEASE_ROWW(kk) RELEASE_ROW(kk); WROTE(kk)
+#else
+#define TOUCHW(kk) TOUCH(kk)
+#define RELEASE_ROWW(kk) RELEASE_ROW(kk)
+#endif
 
 /* ------------------------------------------------------------------ the worker */
 
@@ -681,12 +746,18 @@ end_ds:
  * failed message that a re-send could still re-open, and retention also sweeps its rows once
  * they are old enough (AGED): whether a re-send can then re-open it is TURN-12's re-send window. */
 #define SETTLED_FOR_GOOD(i) (ms[i] == MS_ANSWERED || (ms[i] == MS_FAILED && lastBound != (i) + 1))
+/* no route reaches the key but by time: with SAME_ASK both messages may derive an intent-0 key */
+#if SAME_ASK
+#define UNREACHABLE(k) (SETTLED_FOR_GOOD(0) && SETTLED_FOR_GOOD(1))
+#else
+#define UNREACHABLE(k) SETTLED_FOR_GOOD(INTENT(k))
+#endif
 #define LATE_BOUNDED(x) (!crashed[x] && !(part[x] && pend[x] && !SELF_FENCE))
 #define PINNED(k) ((wk[0] == (k) + 1 && LATE_BOUNDED(0)) || (wk[1] == (k) + 1 && LATE_BOUNDED(1)) || \
                    lk == (k) + 1 || bgk[0] == (k) + 1 || bgk[1] == (k) + 1)
 #define FINISHED(k) (rst[k] != R_NONE && rst[k] != R_INFLIGHT)
 #define RETAIN(k) \
-  atomic { RETENTION && (SETTLED_FOR_GOOD(INTENT(k)) || AGED(k)) && !PINNED(k) && \
+  atomic { RETENTION && (UNREACHABLE(k) || AGED(k)) && !PINNED(k) && \
            (FINISHED(k) || ds[k] == DS_DONE || ds[k] == DS_DECL) -> \
     if \
     :: FINISHED(k) -> rst[k] = R_NONE; rfence[k] = 0; rreq[k] = 0; maxf[k] = 0; lin[k]++; rrel[k] = 0; rret[k] = 0 \
@@ -753,13 +824,21 @@ end_ds:
 
 #if AGING && BOUNDAT
 /* the re-send window since point j of message i passes (p0 its binding), then the retention since it */
+#if SAME_ASK
+/* A message's points are the window start of the message bound at its index too: while that one is queued again
+   (re-opened within that window) or run by a live holder, that time is the queue's and the run's, which the
+   margin between window and retention covers (TURN-12), as for a message's own points */
+#define CLOCK_FREE(i) (!inh[1 - (i)] || SETTLED(1 - (i)) || UNATTENDED(1 - (i)))
+#else
+#define CLOCK_FREE(i) true
+#endif
 #define TIME_PASSES(i) \
-  atomic { (ms[i] == MS_FAILED || UNATTENDED(i)) && wpass[i] <= nfail[i] -> \
+  atomic { (ms[i] == MS_FAILED || UNATTENDED(i)) && CLOCK_FREE(i) && wpass[i] <= nfail[i] -> \
     if \
     :: wpass[i] == 0 -> printf("@@ --   message %d: the re-send window since its binding passes (TURN-12)\n", i) \
     :: else -> printf("@@ --   message %d: the re-send window since its failure %d passes (TURN-12)\n", i, wpass[i]) \
     fi; wpass[i]++ } \
-  :: atomic { (ms[i] == MS_FAILED || UNATTENDED(i)) && rpass[i] < wpass[i] -> \
+  :: atomic { (ms[i] == MS_FAILED || UNATTENDED(i)) && CLOCK_FREE(i) && rpass[i] < wpass[i] -> \
     if \
     :: rpass[i] == 0 -> printf("@@ --   message %d: the ledger's retention since its binding passes (LEDGER-13)\n", i) \
     :: else -> printf("@@ --   message %d: the ledger's retention since its failure %d passes (LEDGER-13)\n", i, rpass[i]) \

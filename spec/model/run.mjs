@@ -28,7 +28,7 @@ const NONE = {
   DIVERGES: 0, AGING: 0, LOSTACQS: 0, LATEACQS: 0,
 };
 const ONLY = (property) => ({
-  CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_TRUTH: 0, CHECK_RECORD: 0, CHECK_FENCE: 0, CHECK_OWNER: 0, CHECK_SAME: 0, CHECK_END: 0, CHECK_NOFALSE: 0, CHECK_GRANT: 0,
+  CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_TRUTH: 0, CHECK_RECORD: 0, CHECK_FENCE: 0, CHECK_OWNER: 0, CHECK_SAME: 0, CHECK_END: 0, CHECK_NOFALSE: 0, CHECK_GRANT: 0, CHECK_TOLD: 0,
   [`CHECK_${property}`]: 1,
 });
 
@@ -49,6 +49,10 @@ const WINDOW_FAULTS = { AGING: 1, RETENTION: 1, RESEND_FROM: 1, STREAMCUTS: 2, R
 // gone; the runner re-checks the window before a resumed turn (TURN-11, TURN-12, TURN-15). SOLO=1: the
 // client sends the ticket only (one message: the searches stay small enough for CI).
 const RESUME_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, CRASHES: 1, STREAMCUTS: 1, REDELIVERIES: 1, MAXATT: 1 };
+// Message 1 asks for what message 0 asked (SAME_ASK: "pay" again under a new message id): bound at failed
+// message 0's index it derives message 0's key (TURN-12). Both messages, two cut streams (one for each), a
+// re-send, one attempt per turn, the window from the binding (inherited with INHERIT, TURN-11).
+const SAME_ASK_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, STREAMCUTS: 2, REDELIVERIES: 1, MAXATT: 1, RESEND_FROM: 3, RECHECK: 3, SAME_ASK: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, small?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
 const CHECKS = [
@@ -414,6 +418,42 @@ const CHECKS = [
     defines: { ...NONE, LATEACQS: 1, GRANT_STRICT: 1, NO_GIVEBACK_MARK: true, ...ONLY("GRANT") },
   },
   {
+    name: "same-ask",
+    kind: "verify",
+    small: true,
+    about: "message 1 asks for what message 0 asked (the same key at the same turn index): bound at failed message 0's "
+      + "index it inherits its window start (TURN-11) and its first run is never refused for it (TURN-12); two cut "
+      + "streams, a re-send, one attempt per turn",
+    defines: { ...NONE, ...SAME_ASK_FAULTS },
+  },
+  {
+    name: "same-ask-crash",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the faults of same-ask and a crash (a take-over of message 1 after its holder died)",
+    defines: { ...NONE, ...SAME_ASK_FAULTS, CRASHES: 1 },
+  },
+  {
+    name: "same-ask-no-exemption",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the faults of same-ask with the first-run exemption off (-DFIRST_RUN_EXEMPT=0): a new message bound "
+      + "at a failed message's index after its window is failed unrun; P_END still holds (failed is an end), so the "
+      + "model's liveness cannot tell a refused new request from an answered one",
+    defines: { ...NONE, ...SAME_ASK_FAULTS, FIRST_RUN_EXEMPT: 0 },
+  },
+  {
+    name: "same-ask-own-window",
+    kind: "expect",
+    property: "P_TOLD",
+    rules: "TURN-11 (boundAt inherited at a failed message's index), TURN-12, LEDGER-13",
+    explain: "Message 1 asks for what message 0 asked (SAME_ASK: pay acme again, under a new message id). W0 binds message 0 at turn 0, pays and completes key 0; the stream dies after the call resolved and the message fails (record: happened). W0 binds message 1 at the failed message's index 0 (TURN-12), derives the same key 0 and replays the completed row: message 1 is told the payment happened; its stream dies too and it fails. The window and the ledger's retention since message 0's binding and failure pass (message 1 was bound much later, so its own window, counted from its own binding, is still open), and retention sweeps key 0 from the ledger and the downstream. The user re-sends message 1: within its own window it re-opens, the claim finds no row, and the payment is made a second time by a message that was told it had happened. With the inherited boundAt (TURN-11: message 1 takes message 0's window start) the re-send is past the window and returns the stored failure; message 1's first run still runs (`bound`, TURN-12).",
+    about: "a message bound at a failed message's index counts its re-send window from its own binding (-DINHERIT=0): "
+      + "it replays the failed message's completed row (told the payment happened), fails, and a re-send after "
+      + "the sweep pays again",
+    defines: { ...NONE, ...SAME_ASK_FAULTS, INHERIT: 0, ...ONLY("TOLD") },
+  },
+  {
     name: "window-none",
     kind: "expect",
     property: "P_ONCE",
@@ -489,6 +529,7 @@ const MEANING = {
   P_END: "every send returns and every message ends answered or failed",
   P_NOFALSE: "an unkeyed_write row turns unknown by lease expiry only under a claim that could have run the tool",
   P_GRANT: "a turn-lease grant nobody takes up (so every send waits out its lease) never comes from a grant id the store granted before",
+  P_TOLD: "with SAME_ASK: a message told its call happened never makes that call again in a later attempt or run of it",
 };
 
 const args = process.argv.slice(2);

@@ -122,7 +122,7 @@ dclaim:
        /* LEDGER-7: an expired unkeyed_write claim becomes unknown, never re-run */
        printf("@@ W%d   finds key %d expired: unknown (lease_expired), not run (LEDGER-7)\n", w, k);
        NOFALSE(k);                                      /* P_NOFALSE */
-       rst[k] = R_UNKNOWN; res = C_UNKNOWN; rcid[k] = 0; rcl[k] = 0; rown[k] = 0; TOUCH(k);
+       rst[k] = R_UNKNOWN; res = C_UNKNOWN; rcid[k] = 0; rcl[k] = 0; rown[k] = 0; TOUCHW(k);
        goto ddone
     :: !MINE(k) && rst[k] == R_INFLIGHT && rlive[k] ->
        /* LEDGER-6, LEDGER-15: in flight elsewhere: wait, do not run */
@@ -142,7 +142,7 @@ dclaim:
   /* The tool runs, only now (LEDGER-2), with the key as Idempotency-Key (DISPATCH-4, EFFECT-3).
    * Renewals (LEDGER-9) keep the lease live unless the owner pauses or is cut off. */
   atomic {
-    pend[w] = false; TOUCH(k);   /* LEDGER-13: the downstream's key (if any) ages from now */
+    pend[w] = false; TOUCHW(k);   /* LEDGER-13: the downstream's key (if any) ages from now */
     if
     :: aborted[w] ->
        out = O_ABORT; printf("@@ W%d   tool was aborted before sending (DISPATCH-13)\n", w)
@@ -227,7 +227,7 @@ dclaim:
              run whose request may have been performed, and so does any claim of a volatile
              ledger, which may have lost the row of such a run: then the call's effect may have
              happened (RECORD-2; proposed rule, see spec/model/README.md). */
-          RELEASE_ROW(k);
+          RELEASE_ROWW(k);
 #ifdef NP_SAYS_NOT
           res = C_REL_NP;       /* the code on main: claim_released, effectMayHaveHappened false */
 #else
@@ -252,14 +252,14 @@ dclaim:
           if
           :: KEYED(INTENT(k)) ->
              /* LEDGER-8, EFFECT-7: unknown outcome of a keyed write: release; the re-run is collapsed */
-             RELEASE_ROW(k); res = C_REL_MAY; printf("@@ W%d   releases key %d (may have happened)\n", w, k)
+             RELEASE_ROWW(k); res = C_REL_MAY; printf("@@ W%d   releases key %d (may have happened)\n", w, k)
           :: else ->
              /* LEDGER-8, EFFECT-4: unknown outcome of an unkeyed write: unknown, never re-run */
              rst[k] = R_UNKNOWN; res = C_UNKNOWN; printf("@@ W%d   marks key %d unknown (tool_error)\n", w, k)
           fi
        fi;
        assert(!P_OWNER || cg == gid[k]);                /* P_OWNER (LEDGER-5, LEDGER-16) */
-       TOUCH(k);                                         /* LEDGER-13: the row ages from this write */
+       TOUCHW(k);                               /* LEDGER-13: the row ages from this write */
        if :: CLAIMIDS -> rcid[k] = 0; rcl[k] = 0; rown[k] = 0 :: else fi   /* the row left flight */
     fi;
     out = 0; sreq = 0; cf = 0; cg = 0; cl = 0; hfence[w] = 0; aborted[w] = false   /* forget what is spent */
@@ -308,6 +308,9 @@ inline SAY_WORD() {
  * with the store operation it leads to (compare-and-append or failMessage). */
 inline END_ATTEMPT() {
   if :: SAY_OF(res) > say -> say = SAY_OF(res) :: else fi;
+#if SAME_ASK
+  if :: SAY_OF(res) == SAY_HAPPENED -> told[cur] = true :: else fi;   /* P_TOLD: the user is told it happened */
+#endif
   if :: res == C_FAILED -> definite = true :: else fi;
   if
   :: stopped && (res == C_OK || res == C_FAILED || res == C_NONE) ->
@@ -603,7 +606,20 @@ inline DRIVE() {
        fi;
        if
        :: ms[cur] == MS_QUEUED ->
-          ms[cur] = MS_INPROG; midx[cur] = nturns; lastBound = cur + 1;
+          ms[cur] = MS_INPROG; midx[cur] = nturns;
+#if SAME_ASK
+          /* TURN-11: bound at the index of a failed message, it takes that message's window start */
+          if
+          :: lastBound == 2 - cur && ms[1 - cur] == MS_FAILED && midx[1 - cur] == nturns && !inh[cur] ->
+             inh[cur] = true;
+             if
+             :: INHERIT -> printf("@@ W%d   message %d is bound at failed message %d's index: boundAt inherited (TURN-11)\n", w, cur, 1 - cur)
+             :: else -> printf("@@ W%d   message %d is bound at failed message %d's index: boundAt its own binding\n", w, cur, 1 - cur)
+             fi
+          :: else
+          fi;
+#endif
+          lastBound = cur + 1;
           printf("@@ W%d   binds message %d to turn %d (TURN-11)\n", w, cur, nturns)
        :: else ->
           resumed = true;   /* TURN-15: the store says the turn index was begun before */
@@ -611,12 +627,12 @@ inline DRIVE() {
        fi;
        t = nturns;
        assert(midx[cur] == t);                                /* P_MODEL: TURN-11, TURN-12 */
-       k = KEY(t, cur); wk[w] = k + 1;
+       k = KEY(t, CALLI(cur)); wk[w] = k + 1;
        att = 0; say = SAY_NONE; gone = false; mine = false;
 #if AGING && BOUNDAT
        rcur[k] = false;   /* a new run of the message begins: its rows so far are older */
        if
-       :: resumed && PAST_AT_RESUME(cur) -> RESUMED_PAST_WINDOW()
+       :: (resumed || !FIRST_RUN_EXEMPT) && PAST_AT_RESUME(cur) -> RESUMED_PAST_WINDOW()
        :: else
        fi
 #endif
