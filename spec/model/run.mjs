@@ -739,7 +739,7 @@ function writeCounterexamples(expects) {
   for (const r of expects) {
     sections.set(r.c.name, `\n## ${r.c.name}: ${r.c.property} violated\n\n${r.c.about}.\nRules: ${r.c.rules}.\n`
       + `Run: \`node spec/model/run.mjs --only ${r.c.name}\` (spin defines, faults and switches not zero: `
-      + `\`${defineFlags(r.c.defines).filter((d) => !d.endsWith("=0") || d.startsWith("-DGUARD")).join(" ")}\`).\n\n${r.c.explain}\n\n`
+      + `\`${defineFlags(r.c.defines).filter((d) => !d.endsWith("=0") || /^-D(GUARD|INHERIT|FIRST_RUN_EXEMPT)=/.test(d)).join(" ")}\`).\n\n${r.c.explain}\n\n`
       + `| # | who | what |\n|---:|---|---|\n`
       + r.story.rows.map((row, i) => `| ${i + 1} | ${row.who} | ${row.what.replace(/\|/g, "\\|")} |`).join("\n")
       + `\n\nspin: \`assertion violated ${r.story.assertion}\`: ${r.c.property}, ${MEANING[r.c.property]}.\n`);
