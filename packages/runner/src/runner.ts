@@ -766,7 +766,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       from === "binding" ? "its binding" : from === "failed_index" ? "the first failure at its turn index (a failed message's, whose rows its calls meet)" : "its first failure";
     const message =
       previous === undefined
-        ? `not run: the message's turn was taken up after its re-send window, measured from ${measured} (it never failed; its holder died before the commit) (TURN-12); ` +
+        ? `not run: the message's turn was taken up after its re-send window, measured from ${measured} (it never failed: an earlier holder bound it and did not finish it; it died or lost the lease before the commit, or the store's reply to the binding was lost) (TURN-12); ` +
           "the ledger may have swept its calls' rows, so running it could make them again. " +
           (listing?.ok === true
             ? "Its effects are the calls the ledger still lists for the turn index; what the earlier holder did is unknown where nothing is listed"
