@@ -1,4 +1,4 @@
-import type { ConversationStore, ConversationStoreSupports, JsonValue } from "@dispatch-once/core";
+import { StoreUnavailableError, type ConversationStore, type ConversationStoreSupports, type JsonValue } from "@dispatch-once/core";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { TurnFailedError } from "../src/index.js";
 import { clockedStores } from "./past-window.js";
@@ -49,11 +49,17 @@ function diesAtCommit(store: ConversationStore): ConversationStore {
   });
 }
 
-/** m1 pays at T0 and fails; m2 is bound at its index at T0 + 23 h, replays m1's row, and fails too. */
-async function m2FailedAtM1sIndex(w: World) {
+/** m1 pays at T0 and fails (its record: the payment happened). */
+async function m1PaidAndFailed(w: World) {
   const m1 = await w.worker().runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
   expect(m1).toBeInstanceOf(TurnFailedError);
+  expect((m1 as TurnFailedError).record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
   expect(w.performed).toHaveLength(1);
+}
+
+/** m1 pays at T0 and fails; m2 is bound at its index at T0 + 23 h, replays m1's row, and fails too. */
+async function m2FailedAtM1sIndex(w: World) {
+  await m1PaidAndFailed(w);
   w.advance(23 * HOUR);
   const m2 = await w.worker().runner.send(CONV, { id: "m2", content: "pay acme" }).catch((e: unknown) => e);
   expect(m2).toBeInstanceOf(TurnFailedError);
@@ -61,6 +67,21 @@ async function m2FailedAtM1sIndex(w: World) {
   expect((m2 as TurnFailedError).record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
   expect(w.performed).toHaveLength(1);
   expect((await w.store.message(CONV, "m2"))?.turnIndex).toBe(0);
+}
+
+/**
+ * m1 pays at T0 and fails; at T0 + 23 h m2's holder binds m2 at m1's index, replays m1's row (no
+ * payment) and dies at its commit; at T0 + 24.5 h the ledger has swept the row.
+ */
+async function m2ReplayedThenDied(w: World) {
+  await m1PaidAndFailed(w);
+  w.advance(23 * HOUR);
+  w.recover();
+  const holder = w.worker(diesAtCommit(w.store));
+  void holder.runner.send(CONV, { id: "m2", content: "pay acme" });
+  while (!holder.events.some((e) => e.type === "call_resolved")) await new Promise((r) => setTimeout(r, 1));
+  expect(w.performed).toHaveLength(1);
+  await sweptPastRetention(w);
 }
 
 /** To T0 + 24.5 h: the ledger's retention (24 h) swept m1's row. */
@@ -97,15 +118,7 @@ describe("TURN-12 a message bound at a failed turn's index counts its re-send wi
 
   it("TURN-12 m2's holder replays m1's row and dies before the commit; its take-over after the sweep runs nothing, and the next message is answered", async () => {
     const w = setup({});
-    const m1 = await w.worker().runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
-    expect(m1).toBeInstanceOf(TurnFailedError);
-    w.advance(23 * HOUR);
-    w.recover();
-    const holder = w.worker(diesAtCommit(w.store));
-    void holder.runner.send(CONV, { id: "m2", content: "pay acme" });
-    while (!holder.events.some((e) => e.type === "call_resolved")) await new Promise((r) => setTimeout(r, 1));
-    expect(w.performed).toHaveLength(1);
-    await sweptPastRetention(w);
+    await m2ReplayedThenDied(w);
     const m3 = await w.worker().runner.send(CONV, { id: "m3", content: "thanks" });
     expect(m3.status).toBe("answered");
     expect(w.performed).toHaveLength(1);
@@ -117,14 +130,7 @@ describe("TURN-12 a message bound at a failed turn's index counts its re-send wi
   it("TURN-12 over a store that dates no binding (the failed-turn records at the index): m2's take-over after the sweep runs nothing, and its record says it never failed and what the ledger still lists", async () => {
     vi.useFakeTimers({ toFake: ["Date"] });
     const w = setup({ withoutWindow: true, supports: { leaseGrants: true } });
-    const m1 = await w.worker().runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
-    expect(m1).toBeInstanceOf(TurnFailedError);
-    w.advance(23 * HOUR);
-    w.recover();
-    const holder = w.worker(diesAtCommit(w.store));
-    void holder.runner.send(CONV, { id: "m2", content: "pay acme" });
-    while (!holder.events.some((e) => e.type === "call_resolved")) await new Promise((r) => setTimeout(r, 1));
-    await sweptPastRetention(w);
+    await m2ReplayedThenDied(w);
     const m3 = await w.worker().runner.send(CONV, { id: "m3", content: "thanks" });
     expect(m3.status).toBe("answered");
     expect(w.performed).toHaveLength(1);
@@ -139,8 +145,7 @@ describe("TURN-12 a message bound at a failed turn's index counts its re-send wi
 
   it("TURN-12 a new message bound at a failed index after the window still runs its first attempt (a new request, not a re-send), and is answered", async () => {
     const w = setup({});
-    const m1 = await w.worker().runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
-    expect(m1).toBeInstanceOf(TurnFailedError);
+    await m1PaidAndFailed(w);
     w.advance(25 * HOUR);
     expect(await w.ledger.sweep()).toBeGreaterThan(0);
     w.recover();
@@ -148,5 +153,34 @@ describe("TURN-12 a message bound at a failed turn's index counts its re-send wi
     expect(m2.status).toBe("answered");
     expect(w.performed).toHaveLength(2);
     expect((await w.store.message(CONV, "m2"))?.turnIndex).toBe(0);
+  });
+
+  it("TURN-12 a message whose binding reply was lost, re-sent past the inherited window: runs nothing (it cannot be told from a holder that replayed and died), its record claims no more than is known, and a new message is answered", async () => {
+    // The first-run exemption's limit (found by h-attack2): at T0 + 25 h m3 is bound at m1's index
+    // (its boundAt inherited) and the reply of that beginTurn is lost after it applied. Re-sent,
+    // m3 is in progress and not bound by the re-send's call, so it is taken for a take-over.
+    const w = setup({});
+    await m1PaidAndFailed(w);
+    w.advance(25 * HOUR);
+    expect(await w.ledger.sweep()).toBeGreaterThan(0);
+    const lossy = Object.assign(Object.create(w.store) as ConversationStore, {
+      beginTurn: async (...a: Parameters<ConversationStore["beginTurn"]>) => {
+        await w.store.beginTurn(...a);
+        throw new StoreUnavailableError("beginTurn: the reply was lost", { cause: new Error("socket closed") });
+      },
+    });
+    const lost = await w.worker(lossy).runner.send(CONV, { id: "m3", content: "thanks" }).catch((e: unknown) => e);
+    expect(lost).toBeInstanceOf(StoreUnavailableError);
+    w.advance(2_000); // the lease of the holder that lost the reply expires
+    const again = await w.worker().runner.send(CONV, { id: "m3", content: "thanks" }).catch((e: unknown) => e);
+    expect(again).toBeInstanceOf(TurnFailedError);
+    expect((again as TurnFailedError).notRetried).toBe("past_resend_window");
+    const record = (again as TurnFailedError).record;
+    expect([record.attempts, record.effects, record.resumed]).toEqual([0, [], true]);
+    expect(record.error.message).toMatch(/an earlier holder bound it and did not finish it; it died or lost the lease before the commit, or the store's reply to the binding was lost/);
+    expect(w.performed).toHaveLength(1);
+    const m4 = await w.worker().runner.send(CONV, { id: "m4", content: "thanks" });
+    expect(m4.status).toBe("answered");
+    expect(w.performed).toHaveLength(1);
   });
 });
