@@ -466,6 +466,9 @@ const CHECKS = [
   {
     name: "window-last",
     kind: "expect",
+    // window-none keeps CI's search of the window's rule; this larger search (3M states) shows the
+    // window's start must not move with later failures (--deep, for CI's 15-minute budget).
+    deep: true,
     property: "P_ONCE",
     rules: "TURN-12 (the re-send window, from the first failure), LEDGER-13",
     explain: "W0 binds message 1 (the ticket, unkeyed); the ticket is issued and its row completed, the stream dies after the call resolved, and the message fails (failure 1). A re-send re-opens it within the window; the retry's stream dies before the call, so the completed row stays as the first run wrote it, and the message fails again (failure 2). The window since failure 1 passes, then the ledger's retention since failure 1, which sweeps the row and the downstream's key: they aged from the first run. Measured from the last failure the window is still open, so a second re-send re-opens the message, the claim finds no row, and the ticket is issued again. Measured from the first failure (TURN-12) the window had passed before the sweep, and the re-send returns the stored failure.",
