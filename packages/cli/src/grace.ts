@@ -7,7 +7,8 @@ export const DEFAULT_GRACE_MS = 60_000;
  * Whether an unkeyed_write row's outcome has been open for at least `graceMs` on the LEDGER's clock
  * (RESOLVE-6): an `unknown` row since its `finishedAt` (its own listing of unknown rows at least
  * that old, LIST-1), an `in_flight` row since its lease expired (LEDGER-25). `live` is an in-flight
- * row whose lease has not run out: the ledger refuses to resolve it (RESOLVE-2), so it is left to.
+ * row whose lease has not run out: refused as the ledger refuses it (RESOLVE-2), but by the caller,
+ * since the lease may run out before a write reaches the ledger, which would then accept it.
  */
 export async function openForGrace(ledger: Ledger, row: LedgerRow, graceMs: number): Promise<{ passed: true } | { passed: false; live?: true; why: string }> {
   const tooSoon = (since: string) => ({ passed: false as const, why: `the row has been ${since} for less than --grace (${graceMs} ms) on the ledger's clock; its request may still be in transit, or its owner paused with it unsent` });

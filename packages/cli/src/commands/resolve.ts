@@ -7,7 +7,7 @@ import { parseCount } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { TooSoonError } from "../errors/too-soon-error.js";
 import { FenceMovedError } from "../errors/fence-moved-error.js";
-import { isDispatchOnceError } from "@dispatch-once/core";
+import { isDispatchOnceError, ResolutionRefusedError } from "@dispatch-once/core";
 import { DEFAULT_GRACE_MS, openForGrace } from "../grace.js";
 import { parseDuration } from "../duration.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
@@ -132,7 +132,10 @@ Example:
     // row only once nothing can still land (RESOLVE-6), as reconcile's grace (RESOLVE-6).
     if (notPerformed && before.effect === "unkeyed_write" && graceMs > 0) {
       const open = await openForGrace(store, before, graceMs);
-      if (!open.passed && open.live !== true) throw new TooSoonError(key, open.why);
+      // Refused here, not left to the ledger: a lease live at this read may run out before the
+      // write arrives, and the ledger would then release a claim whose grace never began.
+      if (open.live === true) throw new ResolutionRefusedError(key, "in_flight", `key ${key}: its claim's lease is live on the ledger's clock, so its owner may still send its request; only an unknown row, or an in-flight row whose lease has expired, can be resolved. Nothing was written`);
+      if (!open.passed) throw new TooSoonError(key, open.why);
     }
     const request: ResolveRequest = { key, resolution, actor, reason, expectedFence };
     let row;
