@@ -180,6 +180,30 @@ describe.each(BACKENDS)("resolve against a live application on %s", (_name, open
     expect(other.code).toBe(4);
   });
 
+  it("RESOLVE-4: a --not-performed whose reply was lost, run again after a replay re-ran the released row, is told its resolution was written (not 'nothing was written ... someone else acted'), and nothing more is written or run", async () => {
+    const dispatcher = dispatcherOf(backend);
+    const turn = { conversationId: `conv-lost-release-${backend.name}`, turnIndex: 0 };
+    const call = { name: "send_payment", input: { n: 13 } };
+    const key = dispatcher.keyFor(call, turn);
+    const claim = await backend.ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "x", leaseMs: 60_000, request: '{"n":13}', ...turn });
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await backend.ledger.markUnknown(key, claim.fence, "tool_error");
+    const args = ["resolve", key, "--not-performed", "--reason", "no pay_13 at the bank", "--actor", "carol", "--expected-fence", String(claim.fence)];
+    // The first run's write landed; its reply never reached the operator.
+    expect((await cli(...args)).code).toBe(0);
+    // The released row is re-run by the application's replay before the operator tries again.
+    runs = 0;
+    expect(await dispatcher.dispatch(call, turn)).toMatchObject({ replayed: false, result: { paid: true } });
+    expect(runs).toBe(1);
+    const again = await cli(...args);
+    expect(again.stderr).not.toContain("nothing was written");
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toContain("already resolved");
+    expect(again.stdout).toContain(`fence ${claim.fence + 2}`);
+    expect(await backend.ledger.lookup(key)).toMatchObject({ state: "completed", fence: claim.fence + 2, result: '{"paid":true}' });
+    expect((await backend.ledger.auditTrail!(key)).filter((entry) => entry.action === "resolved")).toHaveLength(1);
+  });
+
   it("a replay racing a resolution of an expired keyed row: one of them acts, and the tool runs only when the replay won", async () => {
     const dispatcher = dispatcherOf(backend);
     for (let i = 0; i < 6; i++) {

@@ -161,25 +161,34 @@ Example:
 /**
  * Whether `row` is what this resolution, made at `fence`, leaves: the next fence (RESOLVE-5), the
  * outcome's state and stored value, and the trail's entry at that fence with the same actor,
- * reason and outcome (RESOLVE-7). Anything less is someone else's act.
+ * reason and outcome (RESOLVE-7). A released row moves on (a replay re-claims it, LEDGER-8): past
+ * the next fence, the trail's entry at it is what this resolution left. Anything less is someone
+ * else's act.
  */
 async function isThisResolution(store: Ledger, row: LedgerRow, fence: number, resolution: Resolution, actor: string, reason: string): Promise<boolean> {
-  if (row.fence !== fence + 1 || !supports(store, "auditTrail")) return false;
+  if (!supports(store, "auditTrail")) return false;
+  const movedOn = row.fence > fence + 1 && resolution.outcome === "not_performed";
+  if (row.fence !== fence + 1 && !movedOn) return false;
   const same =
-    resolution.outcome === "completed"
+    movedOn ||
+    (resolution.outcome === "completed"
       ? row.state === "completed" && row.result === resolution.result
       : resolution.outcome === "failed"
         ? row.state === "failed" && row.error.name === resolution.error.name && row.error.message === resolution.error.message && row.error.code === resolution.error.code
-        : row.state === "released";
+        : row.state === "released");
   if (!same) return false;
   const trail = await store.auditTrail!(row.key);
-  const entry = trail.filter((e) => e.fence === row.fence).at(-1);
-  return entry !== undefined && entry.action === "resolved" && entry.actor === actor && entry.reason === reason && entry.outcome === resolution.outcome && entry.toState === row.state;
+  const entry = trail.filter((e) => e.fence === fence + 1).at(-1);
+  const state = movedOn ? "released" : row.state;
+  return entry !== undefined && entry.action === "resolved" && entry.actor === actor && entry.reason === reason && entry.outcome === resolution.outcome && entry.toState === state;
 }
 
 function alreadyResolved(io: CliIo, values: OptionValues, key: string, row: LedgerRow, fence: number, actor: string, retentionMs: number | undefined): number {
   if (values["json"] === true) io.stdout(`${JSON.stringify(row)}\n`);
-  else {
+  else if (row.fence > fence + 1) {
+    // Released, then re-claimed: the row holds the replay's claim now, not this resolution.
+    io.stdout(`already resolved ${key}: at fence ${fence} -> released (fence ${fence + 1}) by ${actor}, by an earlier run of this resolution whose reply was lost; the row has since moved to fence ${row.fence} (now ${row.state})\n`);
+  } else {
     io.stdout(`already resolved ${key}: at fence ${fence} -> ${row.state} (fence ${row.fence}) by ${actor}, by an earlier run of this resolution whose reply was lost\n`);
     if (retentionMs !== undefined && row.state !== "in_flight") io.stdout(`kept until ${iso(row.finishedAt + retentionMs)}\n`);
   }
