@@ -342,11 +342,15 @@ export class McpToolGuard {
 /** A refusal or an unsettled outcome as an MCP tool error: text for the model, a code for programs (MCP-6). */
 function errorResult(error: Error & { code: string }, key?: string): CallToolResult {
   const own = McpGuardError.isInstance(error);
+  const effect = own ? "no" : effectOf(error);
   const meta: GuardErrorMeta = {
     code: error.code,
     message: error.message,
-    retryable: own ? "no" : (catalogueEntry(error)?.retryable ?? "no"),
-    effect: own ? "no" : effectOf(error),
+    // An effect known to have happened whose record was refused (DISPATCH-8) is never "re-send
+    // it": the row is a new owner's or an operator's, who may have released it, and a re-send
+    // would then run it again (MCP-6).
+    retryable: own || effect === "yes" ? "no" : (catalogueEntry(error)?.retryable ?? "no"),
+    effect,
     ...(key !== undefined ? { key } : {}),
   };
   if (isDispatchOnceError(error, "tool_failed")) meta.error = (error as unknown as { error: StoredError }).error;

@@ -450,6 +450,39 @@ describe("MCP-4, MCP-6: refusals and unsettled outcomes are tool errors with a c
     }
   });
 
+  it("DISPATCH-8 over MCP: a run that paid after its claim was lost (an operator released the row while the server was paused) is answered effect yes and not retryable; a client that re-sends whenever retryable allows creates one invoice", async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const memory = new MemoryLedger();
+    // A paused server renews nothing: its lease runs out while the handler holds its request.
+    const paused = new Proxy(memory, {
+      get: (target, property, receiver) => (property === "renew" ? () => new Promise(() => {}) : (Reflect.get(target, property, receiver) as unknown)),
+    });
+    const s = await setup({ ledger: paused, dispatcher: { leaseMs: 60 } }, gate);
+    try {
+      const turn = mcpTurn(s.client, { conversationId: "c_stale", turnIndex: 0 });
+      const first = turn.callTool(invoice);
+      await until(() => s.seen.length === 1);
+      const key = s.guard.ledgerKeyFor("create_invoice", s.seen[0]!);
+      const row = await memory.lookup(key);
+      while ((await memory.listExpiredInFlight({ olderThanMs: 0, limit: 10 })).every((r) => r.key !== key)) await new Promise((resolve) => setTimeout(resolve, 5));
+      // The operator finds no invoice (the request is not sent yet) and releases the row past its grace.
+      await memory.resolve({ key, resolution: { outcome: "not_performed" }, actor: "alice", reason: "no invoice in the billing console", expectedFence: row!.fence });
+      // The server wakes: its request goes out, the invoice is created, and its record is refused.
+      open();
+      const answer = await first;
+      const meta = errorMeta(answer);
+      expect(meta).toMatchObject({ code: "stale_claim", effect: "yes" });
+      // The client does what the answer says: re-sends the same call with its key while that is "safe".
+      if (meta?.retryable !== "no") await turn.resend(invoice);
+      expect(payments.effects({ kind: "invoice_created" } as never).length).toBe(1);
+      expect(meta?.retryable).toBe("no");
+    } finally {
+      open();
+      await s.close();
+    }
+  });
+
   it("LEDGER-14: registering an unkeyed_write over a volatile ledger is refused", () => {
     const guard = new McpToolGuard({ ledger: new MemoryLedger() });
     const server = new McpServer({ name: "billing", version: "1.0.0" });
