@@ -134,7 +134,7 @@ Example:
       const open = await openForGrace(store, before, graceMs);
       // Refused here, not left to the ledger: a lease live at this read may run out before the
       // write arrives, and the ledger would then release a claim whose grace never began.
-      if (open.live === true) throw new ResolutionRefusedError(key, "in_flight", `key ${key}: its claim's lease is live on the ledger's clock, so its owner may still send its request; only an unknown row, or an in-flight row whose lease has expired, can be resolved. Nothing was written`);
+      if (!open.passed && open.live === true) throw new ResolutionRefusedError(key, "in_flight", `key ${key}: its claim's lease is live on the ledger's clock, so its owner may still send its request; only an unknown row, or an in-flight row whose lease has expired, can be resolved. Nothing was written`);
       if (!open.passed) throw new TooSoonError(key, open.why);
     }
     const request: ResolveRequest = { key, resolution, actor, reason, expectedFence };
