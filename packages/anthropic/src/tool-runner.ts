@@ -12,6 +12,7 @@ import {
   catalogueEntry,
   defineTool,
   effectOf,
+  retryableOf,
   isDispatchOnceError,
   type DispatchOutcome,
   type DispatcherOptions,
@@ -138,7 +139,7 @@ export class OnceToolCallError extends SdkToolError {
     const entry = catalogueEntry(cause);
     const code = entry?.code ?? "tool_error";
     const effect = effectOf(cause);
-    const retryable = entry?.retryable ?? "no";
+    const retryable = retryableOf(cause);
     const message = cause instanceof Error ? cause.message : String(cause);
     const happened = effect === "no" ? "it did not happen" : effect === "yes" ? "it happened" : "it may have happened";
     const again = retryable === "same_message" ? "re-running the same request may settle it" : "do not retry it: ask the user";

@@ -1,9 +1,9 @@
 import type Anthropic from "@anthropic-ai/sdk";
 import { betaZodTool } from "@anthropic-ai/sdk/helpers/beta/zod";
-import { Dispatcher, InvalidArgumentError, InvalidKeyInputError, MemoryLedger, ToolError, defineTool } from "@dispatch-once/core";
+import { Dispatcher, InvalidArgumentError, InvalidKeyInputError, MemoryLedger, StaleClaimError, ToolError, defineTool } from "@dispatch-once/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { createOnceToolRunner, dispatchOnceOf, rerunMessagesOf, toolRunnerTurnIndexOf, type OnceToolCall, type OnceToolRunner } from "../src/index.js";
+import { OnceToolCallError, createOnceToolRunner, dispatchOnceOf, rerunMessagesOf, toolRunnerTurnIndexOf, type OnceToolCall, type OnceToolRunner } from "../src/index.js";
 import { PAY_ACME } from "./fixtures.js";
 import { THREAD_MODES, cutRequests, expectRequestsOfMode, paymentSchema, paymentsApp, providerPerTest, toolResultsOf, type ThreadMode } from "./tool-runner-fixtures.js";
 
@@ -432,5 +432,15 @@ describe("ATR-1 rerunMessagesOf: the messages to re-run a failed loop from", () 
       expect(() => rerunMessagesOf(bad as never)).toThrow(InvalidArgumentError);
       expect(() => rerunMessagesOf(bad as never)).toThrow(/from/);
     }
+  });
+});
+
+describe("ATR-5 what the model is told of an error whose effect is known", () => {
+  it("ATR-5 a claim lost after the run performed the effect (stale_claim, DISPATCH-8) tells the model it happened and not to re-run: its row may be an operator's release, which a re-run would perform again", () => {
+    const error = new OnceToolCallError(new StaleClaimError("k", 1, "claim is no longer held", { effectHappened: true }));
+    expect(error).toMatchObject({ code: "stale_claim", effect: "yes", retryable: "no" });
+    expect(error.message).toContain("it happened; do not retry it");
+    // Without the effect known, a lost claim is a re-send's to settle, as §11 says.
+    expect(new OnceToolCallError(new StaleClaimError("k", 1))).toMatchObject({ effect: "possibly", retryable: "same_message" });
   });
 });

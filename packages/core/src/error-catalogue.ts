@@ -93,3 +93,17 @@ export function effectOf(error: unknown): EffectKnowledge {
   }
   return entry.effect;
 }
+
+/**
+ * Whether re-sending the same message id or call can help (spec §11), read from the error itself
+ * where it knows better than its code: never for an effect known to have happened (a
+ * `stale_claim` after the run performed it, DISPATCH-8). Its row is a new owner's or an
+ * operator's, who may have released it, and a re-send would then perform the effect again
+ * (MCP-6, ATR-5). Anything that is not a Dispatch-Once error is "no": an unclassified error gives
+ * no ground for a re-send.
+ */
+export function retryableOf(error: unknown): Retryable {
+  const entry = catalogueEntry(error);
+  if (entry === undefined || effectOf(error) === "yes") return "no";
+  return entry.retryable;
+}

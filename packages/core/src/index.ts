@@ -75,6 +75,7 @@ export {
   ERROR_CATALOGUE,
   catalogueEntry,
   effectOf,
+  retryableOf,
   type ErrorCatalogueEntry,
   type EffectKnowledge,
   type Retryable,

@@ -5,11 +5,13 @@ import * as core from "../src/index.js";
 import {
   ERROR_CATALOGUE,
   effectOf,
+  retryableOf,
   ClaimReleasedError,
   DispatchOnceError,
   InFlightElsewhereError,
   OutcomeUnknownError,
   ResultNotStorableError,
+  StaleClaimError,
   UnknownToolError,
 } from "../src/index.js";
 
@@ -47,6 +49,15 @@ describe("the error catalogue (ERR-1, ERR-4)", () => {
     expect(effectOf(new ClaimReleasedError("k", false, new Error("503")))).toBe("no");
     expect(effectOf(new ClaimReleasedError("k", true, new Error("timeout")))).toBe("possibly");
     expect(effectOf(new Error("anything else"))).toBe("possibly");
+  });
+
+  it("ERR-4 retryableOf: never a re-send for an effect known to have happened (a stale_claim after the run performed it: its row may have been released, and the re-send would perform it again)", () => {
+    expect(retryableOf(new StaleClaimError("k", 1))).toBe("same_message");
+    expect(retryableOf(new StaleClaimError("k", 1, "claim is no longer held", { effectHappened: true }))).toBe("no");
+    expect(retryableOf(new ClaimReleasedError("k", true, new Error("timeout")))).toBe("same_message");
+    expect(retryableOf(new OutcomeUnknownError("k", "lease_expired"))).toBe("no");
+    expect(retryableOf(new ResultNotStorableError("k", "too big"))).toBe("no");
+    expect(retryableOf(new Error("anything else"))).toBe("no");
   });
 });
 

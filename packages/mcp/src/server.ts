@@ -1,10 +1,10 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import {
-  catalogueEntry,
   CONVERSATION_ID_PATTERN,
   defineTool,
   Dispatcher,
   effectOf,
+  retryableOf,
   InvalidArgumentError,
   InvalidToolDefinitionError,
   isDispatchOnceError,
@@ -346,10 +346,8 @@ function errorResult(error: Error & { code: string }, key?: string): CallToolRes
   const meta: GuardErrorMeta = {
     code: error.code,
     message: error.message,
-    // An effect known to have happened whose record was refused (DISPATCH-8) is never "re-send
-    // it": the row is a new owner's or an operator's, who may have released it, and a re-send
-    // would then run it again (MCP-6).
-    retryable: own || effect === "yes" ? "no" : (catalogueEntry(error)?.retryable ?? "no"),
+    // Never "re-send it" for an effect known to have happened (DISPATCH-8, MCP-6): retryableOf.
+    retryable: own ? "no" : retryableOf(error),
     effect,
     ...(key !== undefined ? { key } : {}),
   };
