@@ -86,3 +86,16 @@ describe("a message_stop that leaves a tool_use block open (STREAM-8)", () => {
     expect(result.turns.map((t) => t.calls.length)).toEqual([1, 0]);
   });
 });
+
+describe("a tool_use block delivered twice (a proxy re-sending events, STREAM-10)", () => {
+  it("STREAM-10 a tool_use block whose content_block_start, deltas and content_block_stop come again at its index is one call: it pays once and is told once", async () => {
+    const block = [toolStart(0, "toolu_1"), args(0, '{"payee":"acme","amount":5}'), blockStop(0)];
+    const w = world([
+      [start("msg_1"), ...block, ...block, ...end("tool_use")],
+      [start("msg_2"), ...textBlock(0, "Paid."), ...end("end_turn")],
+    ]);
+    const result = await w.runner.send("conv-redelivered-block", { id: "m1", content: "pay acme" });
+    expect(w.paid).toEqual([{ payee: "acme", amount: 5 }]);
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ callId: "toolu_1", ordinal: 0, result: { paymentId: "pay_1" } })]);
+  });
+});

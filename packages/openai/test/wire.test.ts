@@ -142,6 +142,18 @@ describe("the Responses wire from gateways and compatible servers", () => {
     expect(paid.map((p) => p.payee)).toEqual(["acme"]);
   });
 
+  it("STREAM-10 a function_call item whose output_item.added and output_item.done come again (a proxy re-delivering events) is one call: it pays once and is told once", async () => {
+    const { runner, paid } = wire((n) =>
+      n === 1
+        ? // The same item (its output_index, item id and call_id) delivered twice.
+          [created, ...call(0, "call_a", ACME), ...call(0, "call_a", ACME), completed([fcItem("call_a", ACME)])]
+        : answer("Paid acme."),
+    );
+    const result = await runner.send("conv-redelivered", { id: "m1", content: "pay acme" });
+    expect(paid.map((p) => p.payee)).toEqual(["acme"]);
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ callId: "call_a", ordinal: 0, result: { paymentId: "pay_1" } })]);
+  });
+
   it("TURN-7 a payment whose result looks like the runner's error answer ({ error: { name, message } }) is read back on a re-send as the result it was, not as a failure", async () => {
     const { runner, paid } = wire(
       (n) => (n === 1 ? [created, ...call(0, "call_a", ACME), completed([fcItem("call_a", ACME)])] : answer("Paid acme, with a warning.")),

@@ -67,8 +67,15 @@ export class CallPhases<C extends CallState = CallState> {
     return "before_any_call";
   }
 
-  /** A call the stream announced at `call.index`. */
+  /**
+   * A call the stream announced at `call.index`; the call already there when the index holds one.
+   * A position holds one call: its start delivered again (a proxy re-sending events) is the same
+   * call, and opened anew its completing event would dispatch it a second time (STREAM-10). Not
+   * by call id: some servers give two calls of one response the same one.
+   */
   protected openCall(call: C): C {
+    const known = this.callAt(call.index);
+    if (known !== undefined) return known;
     this.calls.push(call);
     this.parts.set(call.index, call);
     return call;
