@@ -303,6 +303,22 @@ export class OnceTools<TOOLS extends ToolSet> {
     }
     const counts = new Map<string, number>();
     const started = new Map<string, Promise<DispatchOutcome>>();
+    // The AI SDK executes a call once per tool-call part, and emits the part again when the
+    // provider's stream repeats the call's completing event (a proxy re-sending events,
+    // STREAM-10): the same call of the same step (its toolCallId and identity, the step's
+    // messages array, which the AI SDK hands every call of a step) is answered by its one
+    // dispatch. Not by toolCallId alone: a provider may number its calls per response, so a later
+    // step's call can carry an earlier one's id, and answering it from the earlier call would
+    // leave it silently not done.
+    const executed = new Map<string, { step: unknown; identity: string; outcome: Promise<DispatchOutcome> }>();
+    const sameStepIdentity = (name: string, toolInput: unknown, options: ToolExecutionOptions): string | undefined => {
+      if (!Array.isArray(options.messages)) return undefined;
+      try {
+        return identityOf({ name, input: toolInput });
+      } catch {
+        return undefined; // refused by the dispatcher: its execute reports that, once per part
+      }
+    };
     const outcomes = new Map<string, DispatchOutcome>();
     const dispatch = async (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions) => {
       const call = { name, input: toolInput };
@@ -337,10 +353,14 @@ export class OnceTools<TOOLS extends ToolSet> {
       tools[name] = {
         ...tool,
         execute: async (toolInput: unknown, options: ToolExecutionOptions) => {
+          const again = executed.get(options.toolCallId);
+          const identity = sameStepIdentity(name, toolInput, options);
+          if (again !== undefined && identity !== undefined && again.step === options.messages && again.identity === identity) return (await again.outcome).result;
           const early = started.get(options.toolCallId);
           started.delete(options.toolCallId);
-          const outcome = await (early ?? dispatch(name, execute, toolInput, options));
-          return outcome.result;
+          const outcome = early ?? dispatch(name, execute, toolInput, options);
+          if (identity !== undefined) executed.set(options.toolCallId, { step: options.messages, identity, outcome });
+          return (await outcome).result;
         },
       } as Tool;
     }
