@@ -410,7 +410,10 @@ export class OnceTools<TOOLS extends ToolSet> {
         const tool = this.tools[call.toolName] as Tool | undefined;
         // An invalid call is answered by the AI SDK itself; one that needs approval must wait for it.
         if (call.invalid === true || tool?.execute === undefined || tool.needsApproval !== undefined || !this.dispatcher.registry.has(call.toolName)) return;
-        if (started.has(call.toolCallId)) return;
+        // Started already, or executed already (an AI SDK that executes at the part: a repeated part
+        // comes after the execute that took the early dispatch). A later step's call under the same
+        // id then waits for its execute, which dispatches it: only the early start is given up.
+        if (started.has(call.toolCallId) || executed.has(call.toolCallId)) return;
         const promise = dispatch(call.toolName, tool.execute, call.input, { toolCallId: call.toolCallId, messages: messages ?? [] });
         // The step may never finish (a cut stream): nobody awaits the promise then, and its
         // failure is already in the ledger for the retry, so it must not go unhandled.

@@ -59,15 +59,39 @@ describe("a function_call's output_item.done delivered twice (a proxy re-sending
 });
 
 describe("a server that numbers its calls per response (the same call_id in two steps)", () => {
-  it("TURN-4: the same call in the next step of the request, under the same call_id, is another call: it bills again (a repeated part is told apart by its step)", async () => {
+  for (const dispatchAt of ["step", "tool-call"] as const) {
+  it(`TURN-4 (${dispatchAt}): the same call in the next step of the request, under the same call_id, is another call: it bills again (a repeated part is told apart by its step)`, async () => {
     // Each response of the request makes one call, always named call_0; the user asked for two invoices.
     const model = scripted((n) => (n <= 2 ? [created, added(0, "call_0"), done(0, "call_0"), completed] : [created, ...message("Billed twice."), completed]));
     const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
     const messages: ModelMessage[] = [{ role: "user", content: "bill acme twice, one after the other" }];
-    const turn = once.forTurn({ conversationId: "chat_per_response", messages });
-    const parts = await drain(streamText({ model, messages, tools: turn.tools, stopWhen: stepCountIs(4), maxRetries: 0 }).fullStream);
+    const turn = once.forTurn({ conversationId: "chat_per_response", messages, dispatchAt });
+    const parts = await drain(streamText({ model, messages, tools: turn.tools, onChunk: turn.onChunk, stopWhen: stepCountIs(4), maxRetries: 0 }).fullStream);
     const invoices = payments.effects().map((e) => e.resourceId);
     expect(invoices).toHaveLength(2);
     expect(outputsOf(parts)).toEqual(invoices.map((invoice) => ({ invoice, amount: 12_500 })));
+  });
+  }
+});
+
+describe("an AI SDK that executes a call at its tool-call part (ai before 6.0.260), the part delivered twice", () => {
+  it("AISDK-4 (tool-call): the repeated part reaches onChunk after the first execute took the early dispatch; it is not dispatched again", async () => {
+    // A dispatch takes its ordinal synchronously, and a second one of the same call logs so at once:
+    // the oracle for "dispatched again", since nobody awaits an early dispatch the step drops.
+    const again: unknown[] = [];
+    const dispatcher = { ...quiet, logger: { warn: (message: string, fields?: object) => void (message.includes("more than once") && again.push(fields)) } };
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher });
+    const messages: ModelMessage[] = [{ role: "user", content: "bill acme" }];
+    const turn = once.forTurn({ conversationId: "chat_immediate", messages, dispatchAt: "tool-call" });
+    const part = { type: "tool-call", toolCallId: "call_a", toolName: "create_invoice", input: ACME };
+    const options = { toolCallId: "call_a", messages };
+    // The order such an AI SDK drives: each part to onChunk, then at once to execute.
+    turn.onChunk({ chunk: part });
+    const first = await turn.tools.create_invoice.execute!(ACME, options);
+    turn.onChunk({ chunk: part });
+    const second = await turn.tools.create_invoice.execute!(ACME, options);
+    expect(again).toEqual([]);
+    expect(payments.effects().map((e) => e.kind)).toEqual(["invoice_created"]);
+    expect(second).toEqual(first);
   });
 });
