@@ -275,10 +275,19 @@ interface Chat {
 }
 
 /**
+ * How a request of the chat route went: its answer kept, failed (re-sent, AISDK-6), or ended for
+ * good by the provider (not re-sent: the same request ends the same way, STREAM-13).
+ */
+type Attempted = "answered" | "failed" | "ended_for_good";
+
+/** The wrapped tools: a call of one without its result is one the AI SDK did not run. */
+const EXECUTED = new Set(["send_payment", "create_invoice"]);
+
+/**
  * One request of the chat route: `streamText` with the chat's messages. Kept only when the
  * stream finished; a failed attempt leaves the messages as they were.
  */
-async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string, pass: number): Promise<boolean> {
+async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string, pass: number): Promise<Attempted> {
   const state = ctx.world.attempts.get(content)!;
   state.attempt++;
   const request: AiSdkRequest = { conversationId: chat.plan.id, messages: chat.messages, dispatchAt: chat.plan.dispatchAt };
@@ -289,7 +298,10 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   const runsBefore = ctx.log.stats.tool_runs ?? 0;
   const calls = new Map<string, { tool: string; input: Record<string, unknown> }>();
   let failed: string | undefined;
+  let forGood = false;
   let finished = false;
+  /** Calls of wrapped tools with a result or an approval request: the rest were not run by the AI SDK. */
+  const answered = new Set<string>();
   try {
     const result = streamText({
       model: ctx.model,
@@ -305,7 +317,10 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
       if (part.type === "tool-call") {
         calls.set(part.toolCallId, { tool: part.toolName, input: part.input as Record<string, unknown> });
         say(ctx.log, "ai-sdk", `tool-call ${part.toolName} (${part.toolCallId})`);
+      } else if (part.type === "tool-approval-request") {
+        answered.add(part.toolCall.toolCallId);
       } else if (part.type === "tool-result" || part.type === "tool-error") {
+        answered.add(part.toolCallId);
         const c = calls.get(part.toolCallId);
         const ok = part.type === "tool-result";
         const entry: Told = {
@@ -326,6 +341,15 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
         finished = true;
         // A stream that ended without its finishing event is no answer to keep (STREAM-1).
         if (part.finishReason === "error" || part.finishReason === "other") failed ??= `finish reason ${part.finishReason}`;
+        // The provider ended the response for good (its output limit, a filter) after a call: the
+        // AI SDK ran no tool of that step, and kept, the call without its result would make every
+        // later request of the chat fail (AI_MissingToolResultsError). At the tool-call part it
+        // may have run all the same (AISDK-8).
+        const unrun = [...calls].filter(([id, c]) => EXECUTED.has(c.tool) && !answered.has(id));
+        if ((part.finishReason === "length" || part.finishReason === "content-filter") && unrun.length > 0) {
+          failed ??= `finish reason ${part.finishReason} with ${unrun.length} call(s) the AI SDK did not run`;
+          forGood = true;
+        }
       }
     }
     if (!finished) failed ??= "the stream ended without a finish part";
@@ -341,11 +365,11 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     count(ctx.log, "attempts_failed");
     // The chapter's incident: a call ran in this attempt, and the app re-sends the turn anyway.
     if ((ctx.log.stats.tool_runs ?? 0) > runsBefore) count(ctx.log, "failed_after_a_tool_ran");
-    return false;
+    return forGood ? "ended_for_good" : "failed";
   }
   ctx.log.told.push(...told);
   say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} answered; kept ${told.length} tool answers`);
-  return true;
+  return "answered";
 }
 
 /**
@@ -359,7 +383,9 @@ async function driveTurn(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan,
     let answered = false;
     const what = request === 0 ? label : `${label}, continuation ${request}`;
     for (let resend = 0; resend <= message.resends && !answered; resend++) {
-      answered = await attempt(ctx, chat, message, content, resend === 0 ? what : `${what}, re-sent after a failure`, pass);
+      const attempted = await attempt(ctx, chat, message, content, resend === 0 ? what : `${what}, re-sent after a failure`, pass);
+      if (attempted === "ended_for_good") return false;
+      answered = attempted === "answered";
       if (!answered && resend < message.resends) count(ctx.log, "resends");
     }
     if (!answered) return false;

@@ -17,8 +17,15 @@ import type { CutKind, DownstreamFault, PlannedCall, StreamCut } from "./scenari
  */
 export interface AiSdkCut {
   phase: "tool_step" | "confirmation";
-  cut: StreamCut;
+  /**
+   * Besides the kinds both providers' runs draw, `incomplete_event`: the mock's
+   * `response.incomplete` (the model's output limit), which a test may plan (AISDK-8).
+   */
+  cut: StreamCut | WithKind<StreamCut, "incomplete_event">;
 }
+
+/** A cut of `T`'s positions with another kind. */
+type WithKind<T, K extends string> = T extends unknown ? Omit<T, "kind"> & { kind: K } : never;
 
 /**
  * A turn that spans requests (AISDK-1, AISDK-9): the first response waits for the user, who

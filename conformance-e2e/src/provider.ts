@@ -154,7 +154,11 @@ async function anthropicSide(): Promise<ProviderSide> {
 // ---- OpenAI Responses API (apps/mock-openai) ---------------------------------------------------
 
 /** The kit's cut positions in the Responses stream's terms (STREAM-2, as apps/mock-openai names them). */
-export function openAIPosition(cut: StreamCut): OpenAIPosition {
+/** Where a cut falls, whatever its kind (a test may plan one neither provider's runs draw). */
+export type CutPosition = PositionOf<StreamCut>;
+type PositionOf<T> = T extends unknown ? Omit<T, "kind"> : never;
+
+export function openAIPosition(cut: CutPosition): OpenAIPosition {
   switch (cut.at) {
     case "event":
       return { event: cut.event };

@@ -5,7 +5,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { expectReadable } from "./readable.js";
 import { runAiSdkCase, startAiSdkWorld } from "../src/ai-sdk-case.js";
-import { aiSdkScenarioArbitrary, runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
+import { aiSdkScenarioArbitrary, runEndToEnd, type AiSdkAppOptions, type AiSdkScenario } from "../src/index.js";
 
 /**
  * The end-to-end level on the Vercel AI SDK profile (spec §13.2): an app that drives real
@@ -135,4 +135,38 @@ describe("the ai-sdk cases share one world", () => {
       await world.close();
     }
   }, 120_000);
+});
+
+describe("a response the provider ended at its output limit after a call (AISDK-8, STREAM-13)", () => {
+  // The Responses API's response.incomplete (max_output_tokens) right after the call's
+  // output_item.done: the AI SDK finishes the step with `length`, raises no error, and runs no tool
+  // of it; at the tool-call part (AISDK-4) the payment was made all the same.
+  const payment = (message: number) => ({ tool: "send_payment" as const, args: { payee: "acme", amount: 500 + message, currency: "EUR", reference: `c1-m${message}-r0`, memo: "Invoice" } });
+  const scenario: AiSdkScenario = {
+    chats: [
+      {
+        id: "chat-1",
+        dispatchAt: "tool-call",
+        messages: [
+          { text: "c1 message 1", calls: [payment(1)], cuts: [{ phase: "tool_step", cut: { at: "after_call", toolUse: 0, kind: "incomplete_event" } }], downstream: {}, resends: 1, regenerate: false },
+          { text: "c1 message 2", calls: [payment(2)], cuts: [], downstream: {}, resends: 0, regenerate: false },
+        ],
+      },
+    ],
+  };
+
+  it("AISDK-8 the app does not keep it (a call without its result would make every later request of the chat fail) nor re-send it (it ends the same way): the next message is answered", async () => {
+    const world = await startAiSdkWorld();
+    try {
+      const run = await runAiSdkCase(world, memory, scenario);
+      expect(run.violations).toEqual([]);
+      const timeline = run.timeline.join("\n");
+      expect(timeline).not.toMatch(/Tool result is missing/);
+      // Message 1 failed for good after its one request; message 2 was answered with its payment.
+      expect(run.stats).toMatchObject({ attempts: 2, attempts_failed: 1, turns_unanswered: 1, turns_answered: 1, told_successes: 1, effects: 2 });
+      expect(run.stats.resends).toBeUndefined();
+    } finally {
+      await world.close();
+    }
+  }, 60_000);
 });

@@ -9,7 +9,7 @@ import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-
 import { stepCountIs, streamText, type ModelMessage } from "ai";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createOnceTools } from "../src/index.js";
-import { drain, invoiceTool, outputsOf, quiet } from "./helpers.js";
+import { drain, invoiceTool, outputsOf, quiet, until } from "./helpers.js";
 
 const ACME = { customer: "acme", amount: 12_500 };
 const item = (callId: string, args: string, status: string) => ({ type: "function_call", id: `fc_${callId}`, call_id: callId, name: "create_invoice", arguments: args, status });
@@ -60,17 +60,17 @@ describe("a function_call's output_item.done delivered twice (a proxy re-sending
 
 describe("a server that numbers its calls per response (the same call_id in two steps)", () => {
   for (const dispatchAt of ["step", "tool-call"] as const) {
-  it(`TURN-4 (${dispatchAt}): the same call in the next step of the request, under the same call_id, is another call: it bills again (a repeated part is told apart by its step)`, async () => {
-    // Each response of the request makes one call, always named call_0; the user asked for two invoices.
-    const model = scripted((n) => (n <= 2 ? [created, added(0, "call_0"), done(0, "call_0"), completed] : [created, ...message("Billed twice."), completed]));
-    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
-    const messages: ModelMessage[] = [{ role: "user", content: "bill acme twice, one after the other" }];
-    const turn = once.forTurn({ conversationId: "chat_per_response", messages, dispatchAt });
-    const parts = await drain(streamText({ model, messages, tools: turn.tools, onChunk: turn.onChunk, stopWhen: stepCountIs(4), maxRetries: 0 }).fullStream);
-    const invoices = payments.effects().map((e) => e.resourceId);
-    expect(invoices).toHaveLength(2);
-    expect(outputsOf(parts)).toEqual(invoices.map((invoice) => ({ invoice, amount: 12_500 })));
-  });
+    it(`TURN-4 (${dispatchAt}): the same call in the next step of the request, under the same call_id, is another call: it bills again (a repeated part is told apart by its step)`, async () => {
+      // Each response of the request makes one call, always named call_0; the user asked for two invoices.
+      const model = scripted((n) => (n <= 2 ? [created, added(0, "call_0"), done(0, "call_0"), completed] : [created, ...message("Billed twice."), completed]));
+      const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+      const messages: ModelMessage[] = [{ role: "user", content: "bill acme twice, one after the other" }];
+      const turn = once.forTurn({ conversationId: "chat_per_response", messages, dispatchAt });
+      const parts = await drain(streamText({ model, messages, tools: turn.tools, onChunk: turn.onChunk, stopWhen: stepCountIs(4), maxRetries: 0 }).fullStream);
+      const invoices = payments.effects().map((e) => e.resourceId);
+      expect(invoices).toHaveLength(2);
+      expect(outputsOf(parts)).toEqual(invoices.map((invoice) => ({ invoice, amount: 12_500 })));
+    });
   }
 });
 
@@ -93,5 +93,29 @@ describe("an AI SDK that executes a call at its tool-call part (ai before 6.0.26
     expect(again).toEqual([]);
     expect(payments.effects().map((e) => e.kind)).toEqual(["invoice_created"]);
     expect(second).toEqual(first);
+  });
+});
+
+describe("a response that ended at the output limit right after a call (response.incomplete)", () => {
+  it("AISDK-8 what the rule rests on: finish reason length, no error, the call left without a result (run anyway at its tool-call part, and outcomeOf says so), and a later request that keeps it is refused", async () => {
+    const incomplete = { type: "response.incomplete", response: { id: "resp_1", status: "incomplete", incomplete_details: { reason: "max_output_tokens" }, output: [], usage: { input_tokens: 1, output_tokens: 1 } } };
+    const model = scripted(() => [created, added(0, "call_a"), done(0, "call_a"), incomplete]);
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const messages: ModelMessage[] = [{ role: "user", content: "bill acme" }];
+    const turn = once.forTurn({ conversationId: "chat_length", messages, dispatchAt: "tool-call" });
+    const result = streamText({ model, messages, tools: turn.tools, onChunk: turn.onChunk, stopWhen: stepCountIs(3), maxRetries: 0 });
+    const parts = await drain(result.fullStream);
+    expect(parts.filter((p) => p.type === "error")).toEqual([]);
+    expect(parts.find((p) => p.type === "finish")).toMatchObject({ finishReason: "length" });
+    expect(outputsOf(parts)).toEqual([]);
+    // The invoice was made at the call's tool-call part; the wrapper tells it once the call settled.
+    await until(() => turn.outcomeOf("call_a") !== undefined);
+    expect(turn.outcomeOf("call_a")!.result).toEqual({ invoice: payments.effects()[0]!.resourceId, amount: 12_500 });
+    // Kept, the response's call has no result: the next message's request is refused before it is sent.
+    const kept: ModelMessage[] = [...messages, ...(await result.response).messages, { role: "user", content: "thanks" }];
+    const next = once.forTurn({ conversationId: "chat_length", messages: kept });
+    const after = await drain(streamText({ model, messages: kept, tools: next.tools, maxRetries: 0, onError: () => {} }).fullStream);
+    expect(after.find((p) => p.type === "error")).toMatchObject({ error: { name: "AI_MissingToolResultsError" } });
+    expect(payments.effects()).toHaveLength(1);
   });
 });
