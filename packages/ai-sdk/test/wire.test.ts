@@ -6,7 +6,7 @@
 import { createOpenAI } from "@ai-sdk/openai";
 import { MemoryLedger } from "@dispatch-once/core";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { stepCountIs, streamText, type ModelMessage } from "ai";
+import { generateText, stepCountIs, streamText, type ModelMessage } from "ai";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createOnceTools } from "../src/index.js";
 import { drain, invoiceTool, outputsOf, quiet, until } from "./helpers.js";
@@ -56,6 +56,24 @@ describe("a function_call's output_item.done delivered twice (a proxy re-sending
       ]);
     });
   }
+});
+
+describe("a non-streaming response whose output lists the same function_call item twice", () => {
+  it("STREAM-10, AISDK-4 (generateText): the AI SDK makes two tool calls of it; the wrapped tool bills once", async () => {
+    const output = (n: number) => (n === 1 ? [item("call_a", JSON.stringify(ACME), "completed"), item("call_a", JSON.stringify(ACME), "completed")] : [{ type: "message", id: "msg_1", role: "assistant", status: "completed", content: [{ type: "output_text", text: "Billed.", annotations: [] }] }]);
+    let n = 0;
+    const fetch = async () => Response.json({ id: "resp_1", created_at: 1, model: "gpt-5", status: "completed", incomplete_details: null, output: output(++n), usage: { input_tokens: 1, output_tokens: 1 } });
+    const model = createOpenAI({ apiKey: "test", fetch: fetch as typeof globalThis.fetch }).responses("gpt-5");
+    const once = createOnceTools({ tools: { create_invoice: invoiceTool(payments) }, effects: { create_invoice: "unkeyed_write" }, ledger: new MemoryLedger(), dispatcher: quiet });
+    const messages: ModelMessage[] = [{ role: "user", content: "bill acme" }];
+    const result = await generateText({ model, messages, tools: once.forTurn({ conversationId: "chat_listed_twice", messages }).tools, stopWhen: stepCountIs(3), maxRetries: 0 });
+    expect(payments.effects().map((e) => e.kind)).toEqual(["invoice_created"]);
+    const invoice = payments.effects()[0]!.resourceId;
+    expect(result.steps[0]!.toolResults.map((r) => r.output)).toEqual([
+      { invoice, amount: 12_500 },
+      { invoice, amount: 12_500 },
+    ]);
+  });
 });
 
 describe("a server that numbers its calls per response (the same call_id in two steps)", () => {
