@@ -134,14 +134,16 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
         // not established by the stream: committing without it would answer the message with
         // the call silently gone, so this is a failed stream (STREAM-8).
         const listed = Array.isArray(event.response?.output) ? event.response.output : [];
-        const missing = [
-          ...this.openCalls().map((c) => `${c.name} (${c.callId})`),
-          ...listed.flatMap((item) =>
-            item.type === "function_call" && (item.status === undefined || item.status === "completed") && !this.calls.some((c) => c.callId === item.call_id)
-              ? [`${item.name} (${item.call_id})`]
-              : [],
-          ),
-        ];
+        // Counted per call_id: a server that repeats call_ids may have dropped one of two calls under one.
+        const shown = new Map<string, number>();
+        for (const c of this.calls) shown.set(c.callId, (shown.get(c.callId) ?? 0) + 1);
+        const neverShown = listed.flatMap((item) => {
+          if (item.type !== "function_call" || (item.status !== undefined && item.status !== "completed")) return [];
+          const left = shown.get(item.call_id) ?? 0;
+          shown.set(item.call_id, left - 1);
+          return left > 0 ? [] : [`${item.name} (${item.call_id})`];
+        });
+        const missing = [...this.openCalls().map((c) => `${c.name} (${c.callId})`), ...neverShown];
         if (missing.length > 0) {
           this.streamError = {
             event: "response.completed",

@@ -98,6 +98,20 @@ describe("the Responses wire from gateways and compatible servers", () => {
     expect(paid).toEqual([]);
   });
 
+  it("STREAM-8 response.completed listing two calls under one call_id when the stream showed only one of them is not an answer: the turn is retried and each call pays once", async () => {
+    const { runner, paid } = wire((n) =>
+      n === 1
+        ? // A server that repeats call_ids, and dropped the second call's events.
+          [created, ...call(0, "call_same", ACME), completed([fcItem("call_same", ACME), fcItem("call_same", BOB)])]
+        : n === 2
+          ? [created, ...call(0, "call_same", ACME), ...call(1, "call_same", BOB), completed([fcItem("call_same", ACME), fcItem("call_same", BOB)])]
+          : answer("Paid both."),
+    );
+    const result = await runner.send("conv-same-id-lost", { id: "m1", content: "pay acme and bob" });
+    expect(result.turns[0]!.calls.map((c) => c.name)).toEqual(["send_payment", "send_payment"]);
+    expect(paid.map((p) => p.payee)).toEqual(["acme", "bob"]);
+  });
+
   it("TURN-7 two calls that share a call_id in one response: a re-send reads back each call's own payment", async () => {
     const { runner, paid } = wire((n) =>
       n === 1 ? [created, ...call(0, "call_same", ACME), ...call(1, "call_same", BOB), completed([fcItem("call_same", ACME), fcItem("call_same", BOB)])] : answer("Paid both."),
