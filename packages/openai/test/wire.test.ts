@@ -168,6 +168,21 @@ describe("the Responses wire from gateways and compatible servers", () => {
     expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ callId: "call_a", ordinal: 0, result: { paymentId: "pay_1" } })]);
   });
 
+  it("STREAM-10 a proxy that re-sends the request after its upstream died and splices the new response into the same body: the call the two responses share pays once", async () => {
+    const restarted = { type: "response.created", response: { id: "resp_2", status: "in_progress", output: [] } };
+    const { runner, paid } = wire((n) =>
+      n === 1
+        ? // Response 1 made the call and died before response.completed; response 2 follows in the same body.
+          [created, ...call(0, "call_a", ACME), restarted, ...call(0, "call_b", ACME), completed([fcItem("call_b", ACME)])]
+        : n === 2
+          ? [created, ...call(0, "call_c", ACME), completed([fcItem("call_c", ACME)])]
+          : answer("Paid acme."),
+    );
+    const result = await runner.send("conv-spliced", { id: "m1", content: "pay acme" });
+    expect(paid.map((p) => p.payee)).toEqual(["acme"]);
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ ordinal: 0, result: { paymentId: "pay_1" } })]);
+  });
+
   it("TURN-7 a payment whose result looks like the runner's error answer ({ error: { name, message } }) is read back on a re-send as the result it was, not as a failure", async () => {
     const { runner, paid } = wire(
       (n) => (n === 1 ? [created, ...call(0, "call_a", ACME), completed([fcItem("call_a", ACME)])] : answer("Paid acme, with a warning.")),
