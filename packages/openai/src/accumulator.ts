@@ -26,8 +26,11 @@ export type TerminalEvent = "completed" | "incomplete" | "failed" | "error";
  * `response.failed`, `response.incomplete`): the SDK yields these as events, it does not throw.
  */
 export interface StreamErrorReport {
-  /** `response.completed` when it lists a function call the stream never completed (STREAM-8). */
-  event: "error" | "response.failed" | "response.incomplete" | "response.completed";
+  /**
+   * `response.completed` when it lists a function call the stream never completed (STREAM-8);
+   * `response.created` when a second response began in the stream.
+   */
+  event: "error" | "response.failed" | "response.incomplete" | "response.completed" | "response.created";
   code: string | null;
   message: string;
 }
@@ -75,6 +78,14 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
     if (this.terminal !== undefined) return undefined;
     switch (event.type) {
       case "response.created":
+        // A body carries one response. Another one in it (a proxy that sent the request again and
+        // splices the new response in) restarts the positions, so its calls would be new calls to
+        // the dispatcher beside the first response's: the attempt ends here, failed (STREAM-8).
+        if (this.responseId !== undefined && event.response.id !== this.responseId) {
+          this.terminal = "error";
+          this.streamError = { event: "response.created", code: "second_response", message: `a second response (${event.response.id}) began in the stream of ${this.responseId}` };
+          return undefined;
+        }
         this.responseId = event.response.id;
         return undefined;
       case "response.output_item.added": {

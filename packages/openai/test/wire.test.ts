@@ -183,6 +183,21 @@ describe("the Responses wire from gateways and compatible servers", () => {
     expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ ordinal: 0, result: { paymentId: "pay_1" } })]);
   });
 
+  it("STREAM-8 a second response.created in one body (a spliced response whose call stands at another position) ends the attempt as a failed stream: the call pays once", async () => {
+    const restarted = { type: "response.created", response: { id: "resp_2", status: "in_progress", output: [] } };
+    const { runner, paid } = wire((n) =>
+      n === 1
+        ? // Response 1 said something, then made the call (position 1); response 2 makes it at position 0.
+          [created, ...message(0, [{ type: "output_text", text: "Paying.", annotations: [] }]), ...call(1, "call_a", ACME), restarted, ...call(0, "call_b", ACME), completed([fcItem("call_b", ACME)])]
+        : n === 2
+          ? [created, ...call(0, "call_c", ACME), completed([fcItem("call_c", ACME)])]
+          : answer("Paid acme."),
+    );
+    const result = await runner.send("conv-spliced-moved", { id: "m1", content: "pay acme" });
+    expect(paid.map((p) => p.payee)).toEqual(["acme"]);
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ ordinal: 0, result: { paymentId: "pay_1" } })]);
+  });
+
   it("TURN-7 a payment whose result looks like the runner's error answer ({ error: { name, message } }) is read back on a re-send as the result it was, not as a failure", async () => {
     const { runner, paid } = wire(
       (n) => (n === 1 ? [created, ...call(0, "call_a", ACME), completed([fcItem("call_a", ACME)])] : answer("Paid acme, with a warning.")),
