@@ -45,11 +45,25 @@ export class TurnAccumulator extends CallPhases<CallState> {
   /** The response's thinking blocks by content index, merged into `content()` in their place (STREAM-15). */
   private readonly thinking = new Map<number, ThinkingBlock>();
 
+  /**
+   * Set when a second message began in the stream before message_stop (a proxy that sent the
+   * request again after its upstream was cut splices the new response into the same body): the
+   * attempt failed there (STREAM-8), since the new message's blocks restart the indexes and its
+   * calls would reach the dispatcher beside the first message's.
+   */
+  secondMessage: string | undefined;
+
   /** Apply one event; returns the call whose content_block_stop just arrived, if any. */
   apply(event: RawEvent): CallState | undefined {
     this.eventsSeen++;
+    // After message_stop nothing belongs to this response (STREAM-1); after a second message, nothing to this attempt.
+    if (this.messageStopped || this.secondMessage !== undefined) return undefined;
     switch (event.type) {
       case "message_start":
+        if (this.messageId !== undefined && event.message.id !== this.messageId) {
+          this.secondMessage = `a second message (${event.message.id}) began in the stream of ${this.messageId} before its message_stop`;
+          return undefined;
+        }
         this.messageId = event.message.id;
         return undefined;
       case "content_block_start": {

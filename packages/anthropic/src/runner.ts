@@ -147,9 +147,11 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
   }
 
   apply(accumulator: TurnAccumulator, event: RawEvent): StreamStep {
+    // Text after message_stop, or of a second message, is no part of this response's answer.
+    const belongs = !accumulator.messageStopped && accumulator.secondMessage === undefined;
     const complete = accumulator.apply(event);
     const step: StreamStep = complete !== undefined ? { complete } : {};
-    if (event.type === "content_block_delta" && event.delta.type === "text_delta") step.textDelta = { index: event.index, text: event.delta.text };
+    if (belongs && event.type === "content_block_delta" && event.delta.type === "text_delta") step.textDelta = { index: event.index, text: event.delta.text };
     return step;
   }
 
@@ -158,7 +160,7 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
   }
 
   streamError(accumulator: TurnAccumulator): string | undefined {
-    return accumulator.openAtStop ?? accumulator.endedForGood;
+    return accumulator.openAtStop ?? accumulator.endedForGood ?? accumulator.secondMessage;
   }
 
   // A refusal, or a call cut by the output limit: the same request ends the same way (STREAM-13).

@@ -99,3 +99,28 @@ describe("a tool_use block delivered twice (a proxy re-sending events, STREAM-10
     expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ callId: "toolu_1", ordinal: 0, result: { paymentId: "pay_1" } })]);
   });
 });
+
+describe("events after message_stop (a proxy that splices a second response into the body, STREAM-1)", () => {
+  it("STREAM-1 a tool_use block that arrives after message_stop belongs to no response of this attempt: it is not run, and the call pays once", async () => {
+    const payment = (index: number, id: string) => [toolStart(index, id), args(index, '{"payee":"acme","amount":5}'), blockStop(index)];
+    const w = world([
+      [start("msg_1"), ...payment(0, "toolu_1"), ...end("tool_use"), start("msg_2"), ...textBlock(0, "Paying."), ...payment(1, "toolu_2"), ...end("tool_use")],
+      [start("msg_3"), ...textBlock(0, "Paid."), ...end("end_turn")],
+    ]);
+    const result = await w.runner.send("conv-after-stop", { id: "m1", content: "pay acme" });
+    expect(w.paid).toEqual([{ payee: "acme", amount: 5 }]);
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ callId: "toolu_1", ordinal: 0, result: { paymentId: "pay_1" } })]);
+  });
+
+  it("STREAM-8 a second message_start before message_stop (the first response cut, the spliced one whose call stands at another index) ends the attempt as a failed stream: the call pays once", async () => {
+    const payment = (index: number, id: string) => [toolStart(index, id), args(index, '{"payee":"acme","amount":5}'), blockStop(index)];
+    const w = world([
+      [start("msg_1"), ...textBlock(0, "Paying."), ...payment(1, "toolu_1"), start("msg_2"), ...payment(0, "toolu_2"), ...end("tool_use")],
+      [start("msg_3"), ...payment(0, "toolu_3"), ...end("tool_use")],
+      [start("msg_4"), ...textBlock(0, "Paid."), ...end("end_turn")],
+    ]);
+    const result = await w.runner.send("conv-second-start", { id: "m1", content: "pay acme" });
+    expect(w.paid).toEqual([{ payee: "acme", amount: 5 }]);
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ callId: "toolu_3", ordinal: 0, replayed: true, result: { paymentId: "pay_1" } })]);
+  });
+});
