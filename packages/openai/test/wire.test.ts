@@ -55,6 +55,8 @@ function wire(
 }
 
 const created = { type: "response.created", response: { id: "resp_1", status: "in_progress", output: [] } };
+/** Another response beginning in the same body: a proxy splicing in the response of the request it sent again. */
+const restarted = { type: "response.created", response: { id: "resp_2", status: "in_progress", output: [] } };
 const fcItem = (callId: string, args: object | string, status = "completed") => ({
   type: "function_call",
   id: `fc_${callId}`,
@@ -169,7 +171,6 @@ describe("the Responses wire from gateways and compatible servers", () => {
   });
 
   it("STREAM-10 a proxy that re-sends the request after its upstream died and splices the new response into the same body: the call the two responses share pays once", async () => {
-    const restarted = { type: "response.created", response: { id: "resp_2", status: "in_progress", output: [] } };
     const { runner, paid } = wire((n) =>
       n === 1
         ? // Response 1 made the call and died before response.completed; response 2 follows in the same body.
@@ -184,7 +185,6 @@ describe("the Responses wire from gateways and compatible servers", () => {
   });
 
   it("STREAM-8 a second response.created in one body (a spliced response whose call stands at another position) ends the attempt as a failed stream: the call pays once", async () => {
-    const restarted = { type: "response.created", response: { id: "resp_2", status: "in_progress", output: [] } };
     const { runner, paid } = wire((n) =>
       n === 1
         ? // Response 1 said something, then made the call (position 1); response 2 makes it at position 0.
