@@ -154,12 +154,15 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
           shown.set(item.call_id, left - 1);
           return left > 0 ? [] : [`${item.name} (${item.call_id})`];
         });
-        const missing = [...this.openCalls().map((c) => `${c.name} (${c.callId})`), ...neverShown];
+        // An item that ended with another status than completed was abandoned (STREAM-7): a
+        // completed response holding it did not establish that call either.
+        const unfinished = this.calls.filter((c) => c.phase === "abandoned" || this.openCalls().includes(c));
+        const missing = [...unfinished.map((c) => `${c.name} (${c.callId})`), ...neverShown];
         if (missing.length > 0) {
           this.streamError = {
             event: "response.completed",
             code: "function_call_not_completed",
-            message: `response.completed lists function calls whose response.output_item.done never arrived: ${missing.join(", ")}`,
+            message: `response.completed lists function calls the stream did not complete (no response.output_item.done, or one with another status than completed): ${missing.join(", ")}`,
           };
         }
         return undefined;

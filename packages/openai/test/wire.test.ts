@@ -92,6 +92,20 @@ describe("the Responses wire from gateways and compatible servers", () => {
     expect(paid).toHaveLength(1);
   });
 
+  it("STREAM-8 response.completed after a function_call item that ended incomplete is not an answer: the call was abandoned, so the turn is retried and the call pays once", async () => {
+    const { runner, paid } = wire((n) =>
+      n === 1
+        ? [created, added(0, "call_a"), { type: "response.output_item.done", output_index: 0, item: fcItem("call_a", '{"payee":"ac', "incomplete") }, completed([fcItem("call_a", '{"payee":"ac', "incomplete")])]
+        : n === 2
+          ? [created, ...call(0, "call_b", ACME), completed([fcItem("call_b", ACME)])]
+          : answer("Paid acme."),
+    );
+    const result = await runner.send("conv-incomplete-item", { id: "m1", content: "pay acme" });
+    // Before: committed as the answer, with no call and no text, and nothing paid.
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ name: "send_payment", result: { paymentId: "pay_1" } })]);
+    expect(paid.map((p) => p.payee)).toEqual(["acme"]);
+  });
+
   it("STREAM-8 a call that only response.completed lists, on every attempt: the turn fails with a record, never an empty answer", async () => {
     const { runner, paid } = wire(() => [created, completed([fcItem("call_a", ACME)])]);
     const error = await runner.send("conv-never-done", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
