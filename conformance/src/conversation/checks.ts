@@ -1,7 +1,7 @@
 import { isDeepStrictEqual } from "node:util";
 import type { ConversationStore, JsonValue, StoredMessage, StoredTurn, TurnSnapshot } from "@dispatch-once/core";
 import { MAX_LEASE_MS, MAX_LEASE_OWNER_LENGTH } from "@dispatch-once/core/internal";
-import { must, mustEqual, mustRejectWith, show } from "../failure.js";
+import { ConformanceFailure, must, mustEqual, mustRejectWith, show } from "../failure.js";
 import {
   LEASE_MS,
   TRICKY_CONTENT,
@@ -631,6 +631,29 @@ export const leaseArgumentsChecked: ConversationCheckSpec = {
       mustEqual((await fixture.raw.lease(c))?.expiresAt, zero.leaseExpiresAt, "the stored expiry after a renewal for 0 ms");
       const taken = mustAcquire(await store.acquireLease(c, "worker-b", LEASE_MS), "acquire by another owner once a 0 ms lease has run out");
       must(taken.fence > first.fence, `the fence after the takeover must rise above ${first.fence}, got ${taken.fence}`);
+    }),
+};
+
+/** Rounds of the boundary check: each acquire lands in the millisecond a 0 ms lease ends, or just after. */
+const BOUNDARY_ROUNDS = 8;
+
+export const turnLeaseExpiredAtItsEnd: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: `a turn lease has expired from the instant it ends (leaseExpiresAt on the store's clock, not the millisecond after): a lease granted for 0 ms is taken at once by another owner with a higher fence, ${BOUNDARY_ROUNDS} times in a row`,
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      for (let round = 0; round < BOUNDARY_ROUNDS; round++) {
+        const c = freshConversation(`edge${round}`);
+        const first = mustAcquire(await store.acquireLease(c, "worker-a", 0), `round ${round}: acquire for 0 ms`);
+        // Issued at once, usually within the lease's own millisecond: a store that counts a lease
+        // live at leaseExpiresAt (">=" for ">", or "<" for "<=" in an acquire's WHERE) refuses here.
+        const next = await store.acquireLease(c, "worker-b", LEASE_MS);
+        if (!next.acquired) {
+          throw new ConformanceFailure(`round ${round}: an acquire right after a 0 ms lease was granted (it ended at ${first.leaseExpiresAt}) found it held by ${show(next.owner)} until ${next.leaseExpiresAt}: a lease is live only before leaseExpiresAt`);
+        }
+        must(next.fence > first.fence, `round ${round}: the acquire after the 0 ms lease must get a fence above ${first.fence}, got ${next.fence}`);
+      }
     }),
 };
 
@@ -1418,6 +1441,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   concurrentAcquiresOneWinner,
   renewExtends,
   leaseArgumentsChecked,
+  turnLeaseExpiredAtItsEnd,
   leasesPerConversation,
   ...LEASE_GRANT_CHECKS,
   bindsAtCommittedCount,
