@@ -171,30 +171,35 @@ export const retentionNotRoundedDown: LedgerCheckSpec = {
 };
 
 const OLD_RETENTION_MS = 200;
+/** A lease that runs out by itself, with no hook, well before the check looks: lease + retention < the wait. */
+const SHORT_LEASE_MS = 50;
 
 export const sweepSparesOldInFlight: LedgerCheckSpec = {
   rule: "LEDGER-13",
-  name: `sweep never removes an in-flight row older than the retention: with retentionMs ${OLD_RETENTION_MS}, rows claimed ${OLD_RETENTION_MS + 100} ms earlier (live, and with an expired lease) survive a sweep and are still in flight to their owner and to other claimants`,
+  name: `sweep never removes an in-flight row older than the retention: with retentionMs ${OLD_RETENTION_MS}, rows claimed ${OLD_RETENTION_MS + 100} ms earlier (live, with a lease expired by the hook, and with a ${SHORT_LEASE_MS} ms lease that ran out by itself) survive a sweep and are still in flight to their owner and to other claimants (an in-flight row stored with a time to live of lease + retention is gone)`,
   waitsMs: OLD_RETENTION_MS + 100,
   run: (ctx) =>
     withFixture(
       ctx.subject,
       async (fixture) => {
-        const held: Array<{ key: string; fence: number; effect: (typeof EFFECTS)[number]; expired: boolean }> = [];
+        const held: Array<{ key: string; fence: number; effect: (typeof EFFECTS)[number]; expired: boolean; byItself: boolean }> = [];
         for (const effect of EFFECTS) {
-          for (const expired of [false, true]) {
-            const key = ctx.key(`${effect}-${expired}`);
-            held.push({ key, effect, expired, fence: await claimNew(fixture.ledger, key, "owner-a", effect) });
+          for (const [expired, byItself] of [[false, false], [true, false], [true, true]] as const) {
+            const key = ctx.key(`${effect}-${expired}-${byItself}`);
+            const fence = byItself
+              ? mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-a", effect, SHORT_LEASE_MS)), `claim ${key} for ${SHORT_LEASE_MS} ms`).fence
+              : await claimNew(fixture.ledger, key, "owner-a", effect);
+            held.push({ key, effect, expired, byItself, fence });
           }
         }
         const done = ctx.key("done");
         await fixture.ledger.complete(done, await claimNew(fixture.ledger, done, "owner-a", "keyed_write"), "true");
         await sleep(OLD_RETENTION_MS + 100);
-        for (const h of held) if (h.expired) await fixture.raw.expireLease(h.key);
+        for (const h of held) if (h.expired && !h.byItself) await fixture.raw.expireLease(h.key);
         const removed = await fixture.ledger.sweep();
         must(Number.isSafeInteger(removed) && removed >= 0 && removed <= 1, `sweep reported ${show(removed)} rows removed; only 1 finished row had passed its retention of ${OLD_RETENTION_MS} ms`);
         for (const h of held) {
-          const label = `${h.expired ? "an expired" : "a live"} ${h.effect} in-flight row claimed ${OLD_RETENTION_MS + 100} ms ago (retention ${OLD_RETENTION_MS} ms)`;
+          const label = `${h.byItself ? `a ${SHORT_LEASE_MS} ms` : h.expired ? "an expired" : "a live"} ${h.effect} in-flight row claimed ${OLD_RETENTION_MS + 100} ms ago (retention ${OLD_RETENTION_MS} ms)`;
           await mustBeStored(fixture, h.key, { state: "in_flight", fence: h.fence, owner: "owner-a" }, `${label}, after sweep`);
           const seen = await fixture.ledger.claim(claimRequest(h.key, "owner-b", h.effect));
           if (!h.expired) {
