@@ -31,6 +31,8 @@ export interface CaseOptions {
   /** Claim lease in runs where a worker dies; short, so that its claim lapses quickly. Default 100 ms. */
   leaseMs?: number;
   dispatcher?: WorkerFactoryOptions["dispatcher"];
+  /** Each worker's runner, altered once built (the kit's tests plant broken stream sides); unchanged by default. */
+  runner?: WorkerFactoryOptions["runner"];
   /** One conversation store per conversation, on the case's clock; the reference one by default. */
   conversationStore?: (options: { now: () => number }) => ConversationStore;
   /** Longest a single send() may take before the run is a TURN-10 violation. Default 20 s. */
@@ -135,6 +137,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     // Only a death needs a claim to lapse; otherwise a long lease keeps a slow machine honest.
     leaseMs: deaths ? (options.leaseMs ?? 100) : CALM_CLAIM_LEASE_MS,
     ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
+    ...(options.runner ? { runner: options.runner } : {}),
   };
   const workers: Worker[] = [];
   const background: Promise<void>[] = [];

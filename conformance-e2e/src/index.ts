@@ -122,8 +122,8 @@ export async function runEndToEnd(subject: LedgerSubject, options: EndToEndOptio
   const provider = checkProvider(options.provider);
   if (provider === "ai-sdk") {
     // The AI SDK app owns its loop: no runner, worker or conversation store of the kit's to replace.
-    if (options.dispatcher !== undefined || options.conversationStore !== undefined) {
-      throw new TypeError("provider ai-sdk runs the app's own createOnceTools: plant bugs through options.aiSdk, not dispatcher or conversationStore");
+    if (options.dispatcher !== undefined || options.conversationStore !== undefined || options.runner !== undefined) {
+      throw new TypeError("provider ai-sdk runs the app's own createOnceTools: plant bugs through options.aiSdk, not dispatcher, conversationStore or runner");
     }
     const world = await startAiSdkWorld();
     try {

@@ -260,6 +260,8 @@ export interface WorkerFactoryOptions {
   ledger: () => Promise<Ledger>;
   /** Build the dispatcher; the default is the real one with `defaults`. Tests of the kit pass broken ones. */
   dispatcher?: (tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults) => CallDispatcher;
+  /** Alter each worker's runner once built; the real one by default. Tests of the kit plant broken stream sides here. */
+  runner?: (runner: KitRunner) => KitRunner;
   leaseMs: number;
 }
 
@@ -529,7 +531,7 @@ export async function newWorker(
   };
   const dispatcher =
     options.dispatcher?.(toolList, ledger, defaults) ?? new Dispatcher({ tools: new ToolRegistry(toolList), ledger, ...defaults });
-  worker.runner = world.provider.runner({
+  const runner = world.provider.runner({
     fetch: mortalFetch,
     dispatcher,
     store,
@@ -550,6 +552,7 @@ export async function newWorker(
       if (detail !== undefined) ctx.timeline.push({ at: event.at - ctx.started, who: name, what: `${event.conversationId} ${detail}` });
     },
   });
+  worker.runner = options.runner?.(runner) ?? runner;
   return worker;
 }
 
