@@ -372,6 +372,41 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     }
   }
 
+  // ---- STREAM-1, STREAM-8: an answered message's turns make every call its user asked for ----
+  // The scripted model makes every planned call in its first response to the message. A turn
+  // committed from a stream that never reached its finishing event (a clean close taken for the
+  // end) answers the message with the calls it did not establish silently gone: nothing was
+  // performed, and the user is told the request was done. No other check sees it: no effect to
+  // count, no record to read, and the committed log is well formed.
+  for (const c of conversations) {
+    for (const m of c.sent) {
+      if (c.stored.get(m.id)?.state !== "answered") continue;
+      const asked = new Map<string, number>();
+      for (const call of m.calls) {
+        const signature = plannedSignature(call);
+        if (signature !== undefined) asked.set(signature, (asked.get(signature) ?? 0) + 1);
+      }
+      const made = new Map<string, number>();
+      for (const t of c.turns) {
+        if (t.messageId !== m.id) continue;
+        for (const use of transcript.calls(t.assistant)) {
+          const signature = plannedSignature({ tool: (use.name ?? "") as PlannedCall["tool"], args: (use.input ?? {}) as Record<string, unknown> });
+          if (signature !== undefined) made.set(signature, (made.get(signature) ?? 0) + 1);
+        }
+      }
+      for (const [signature, count] of asked) {
+        const committed = made.get(signature) ?? 0;
+        if (committed < count) {
+          add(
+            "STREAM-8",
+            `${c.id}: message ${JSON.stringify(m.id)} was answered, but its committed turns make ${committed} of the ${count} "${signature}" calls it asked for: ` +
+              `a turn committed from a stream that did not establish them (no finishing event) answers the message with the call silently gone`,
+          );
+        }
+      }
+    }
+  }
+
   // ---- RECORD-8: a committed turn's record of earlier runs is kept beside the conversation ----
   for (const e of ctx.events) {
     if (e.type !== "resumed_turn_recorded") continue;
