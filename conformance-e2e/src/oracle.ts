@@ -374,9 +374,10 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
 
   // ---- STREAM-1, STREAM-8: an answered message's turns make every call its user asked for ----
   // The scripted model makes every planned call in its first response to the message. A turn
-  // committed from a stream that never reached its finishing event (a clean close taken for the
-  // end) answers the message with the calls it did not establish silently gone: nothing was
-  // performed, and the user is told the request was done. No other check sees it: no effect to
+  // committed with calls its stream did not establish (a clean close taken for the end, a call
+  // dispatched before its arguments were final) answers the message with those calls silently
+  // gone or made with other arguments: nothing asked for was performed, and the user is told the
+  // request was done. No other check sees it: no effect to
   // count, no record to read, and the committed log is well formed.
   for (const c of conversations) {
     for (const m of c.sent) {
@@ -400,7 +401,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
           add(
             "STREAM-8",
             `${c.id}: message ${JSON.stringify(m.id)} was answered, but its committed turns make ${committed} of the ${count} "${signature}" calls it asked for: ` +
-              `a turn committed from a stream that did not establish them (no finishing event) answers the message with the call silently gone`,
+              `a turn committed with calls its stream did not establish (before their arguments were final, or without the finishing event) answers the message with the call silently gone`,
           );
         }
       }
