@@ -21,6 +21,7 @@ import * as openai from "@dispatch-once/mock-openai";
 import { say, scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider, type Script } from "@dispatch-once/mock-provider";
 import type { CallPoint, ConversationStoreConfig, CrashPoint, CrashWorkerConfig, FromWorker, LedgerConfig, ProviderKind, RecordLike, ToWorker } from "./crash-protocol.js";
 import { DATABASE_URL, StoreProxy, redisStore, type StoreUnderTest } from "./stores.js";
+import { compiledEntry } from "@dispatch-once/test-processes";
 
 const WORKER = fileURLToPath(new URL("./crash-worker.ts", import.meta.url));
 /** The dispatcher's lease and the turn lease of every runner process: short, so a dead holder's run out soon. */
@@ -78,7 +79,7 @@ export class RunnerProcess {
   private waiter: (() => void) | undefined;
 
   constructor(config: CrashWorkerConfig) {
-    this.child = fork(WORKER, [JSON.stringify(config)], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+    this.child = fork(compiledEntry(WORKER), [JSON.stringify(config)], { execArgv: [], stdio: ["ignore", "inherit", "inherit", "ipc"] });
     this.exited = new Promise((resolve) => this.child.once("exit", (code, signal) => resolve({ code, signal })));
     this.child.on("message", (message: FromWorker) => {
       this.inbox.push(message);

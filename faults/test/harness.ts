@@ -16,6 +16,7 @@ import type { LedgerRow } from "@dispatch-once/core";
 import { startMockPayments, type Effect } from "@dispatch-once/mock-payments";
 import type { Call, Report, WorkerConfig } from "./protocol.js";
 import type { StoreUnderTest } from "./stores.js";
+import { compiledEntry } from "@dispatch-once/test-processes";
 
 export interface SuiteOptions {
   seed: number;
@@ -91,7 +92,7 @@ export async function runSuite(store: StoreUnderTest, options: SuiteOptions): Pr
       claimRetryMs: options.leaseMs * 2,
       tracePath: join(traces, `worker-${id}.jsonl`),
     };
-    const child = fork(WORKER, [JSON.stringify(config)], { execArgv: ["--import", "tsx"], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+    const child = fork(compiledEntry(WORKER), [JSON.stringify(config)], { execArgv: [], stdio: ["ignore", "inherit", "inherit", "ipc"] });
     const worker: Worker = { id, child, pending: new Set(), alive: true, killed: false };
     await new Promise<void>((resolve, reject) => {
       child.once("message", () => resolve());

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { compiledEntry } from "@dispatch-once/test-processes";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { http, payment } from "./helpers.js";
 
@@ -22,7 +23,7 @@ interface Running {
 
 /** Run src/cli.ts (through tsx) and wait for its "listening on" line. */
 function runCli(args: string[]): Promise<Running> {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli.ts", ...args], { cwd: packageDir, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [compiledEntry(join(packageDir, "src/cli.ts")), ...args], { cwd: packageDir, stdio: ["ignore", "pipe", "pipe"] });
   children.push(child);
   let stdout = "";
   let stderr = "";

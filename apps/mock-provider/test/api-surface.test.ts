@@ -2,6 +2,7 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { fileURLToPath } from "node:url";
 import Anthropic, { AuthenticationError, BadRequestError } from "@anthropic-ai/sdk";
+import { compiledEntry } from "@dispatch-once/test-processes";
 import { describe, expect, it } from "vitest";
 import { defaultScript, MockProviderError, scriptFromPlans, say, startMockProvider, toolUse, turn } from "../src/index.js";
 import { body, payment, rejection, setup, tools } from "./helpers.js";
@@ -229,7 +230,7 @@ describe("lifecycle", () => {
 
   it("the CLI serves the SDK on the port it prints and stops on SIGTERM", async () => {
     const cli = fileURLToPath(new URL("../src/cli.ts", import.meta.url));
-    const child = spawn(process.execPath, ["--import", "tsx", cli, "--port", "0", "--seed", "9", "--gap-before-stop-ms", "1"], {
+    const child = spawn(process.execPath, [compiledEntry(cli), "--port", "0", "--seed", "9", "--gap-before-stop-ms", "1"], {
       cwd: fileURLToPath(new URL("..", import.meta.url)),
       stdio: ["ignore", "pipe", "pipe"],
     });

@@ -1,12 +1,13 @@
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
+import { compiledEntry } from "@dispatch-once/test-processes";
 import { describe, expect, it } from "vitest";
 
 const packageDir = join(__dirname, "..");
 
 /** Run src/cli.ts (through tsx) with a command line that must be refused before it listens. */
 function refused(...args: string[]) {
-  const result = spawnSync(process.execPath, ["--import", "tsx", "src/cli.ts", ...args], { cwd: packageDir, encoding: "utf8", timeout: 30_000 });
+  const result = spawnSync(process.execPath, [compiledEntry(join(packageDir, "src/cli.ts")), ...args], { cwd: packageDir, encoding: "utf8", timeout: 30_000 });
   return { code: result.status, stderr: result.stderr };
 }
 

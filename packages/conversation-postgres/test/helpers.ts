@@ -3,6 +3,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
+import { compiledEntry } from "@dispatch-once/test-processes";
 
 /** The test server; connecting fails loudly when it is missing: these tests are never skipped. */
 export const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -41,7 +42,7 @@ export const packageDir = fileURLToPath(new URL("..", import.meta.url));
 
 /** A child process running a TypeScript worker: prints "ready", waits for "go", prints one JSON report last. */
 export function startWorker<R>(workerPath: string, args: string[]): { child: ChildProcessWithoutNullStreams; ready: Promise<void>; report: Promise<R> } {
-  const child = spawn(process.execPath, ["--import", "tsx", workerPath, ...args], { cwd: packageDir });
+  const child = spawn(process.execPath, [compiledEntry(workerPath), ...args], { cwd: packageDir });
   let stdout = "";
   let stderr = "";
   let markReady: () => void = () => {};

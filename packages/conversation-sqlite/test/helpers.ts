@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { compiledEntry } from "@dispatch-once/test-processes";
 
 /** A fresh directory on the real temp filesystem; removed by the returned cleanup. */
 export function tempDir(label: string): { dir: string; cleanup: () => void } {
@@ -19,11 +20,11 @@ export function rawConnection(path: string): Database.Database {
 export const packageDir = fileURLToPath(new URL("..", import.meta.url));
 
 /**
- * A child process running a TypeScript worker (node --import tsx). It prints "ready", waits for
+ * A child process running a TypeScript worker (compiled to JavaScript first: compiledEntry). It prints "ready", waits for
  * "go" on stdin, and prints one JSON report as its last line.
  */
 export function startWorker<R>(workerPath: string, args: string[]): { child: ChildProcessWithoutNullStreams; ready: Promise<void>; report: Promise<R> } {
-  const child = spawn(process.execPath, ["--import", "tsx", workerPath, ...args], { cwd: packageDir });
+  const child = spawn(process.execPath, [compiledEntry(workerPath), ...args], { cwd: packageDir });
   let stdout = "";
   let stderr = "";
   let markReady: () => void = () => {};

@@ -4,6 +4,7 @@
 // the key. Prints one JSON line: which keys it won, and how.
 //
 //   node --import tsx test/race-worker.ts <schema> <keys file> <worker id> [same|shuffled]
+// (race.test.ts runs a copy compiled to JavaScript: compiledEntry, in @dispatch-once/test-processes)
 // "same": every process walks the keys in the same order, so they collide on every key at
 // once (the hardest case for a takeover); "shuffled" (default): each in its own order.
 // Writes "ready" once connected, then waits for "go" on stdin so every process starts together.

@@ -7,6 +7,7 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PostgresLedger } from "../src/index.js";
 import { DATABASE_URL, adminPool, dropSchema, table, uniqueSchema } from "./helpers.js";
+import { compiledEntry } from "@dispatch-once/test-processes";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const PROCESSES = 6;
@@ -26,7 +27,7 @@ async function race(schema: string, keys: { key: string; effect: Effect }[], ord
   writeFileSync(keysFile, JSON.stringify(keys));
   try {
     const workers = Array.from({ length: PROCESSES }, (_, id) => {
-      const child = spawn(process.execPath, ["--import", "tsx", join(here, "race-worker.ts"), schema, keysFile, String(id), order], {
+      const child = spawn(process.execPath, [compiledEntry(join(here, "race-worker.ts")), schema, keysFile, String(id), order], {
         cwd: join(here, ".."),
         env: { ...process.env, DATABASE_URL },
         stdio: ["pipe", "pipe", "pipe"],

@@ -4,6 +4,7 @@ import type { Redis } from "ioredis";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { RedisLedger } from "../src/index.js";
 import { REDIS_URL, deleteByPrefix, parseStored, rawClient, uniquePrefix } from "./helpers.js";
+import { compiledEntry } from "@dispatch-once/test-processes";
 
 const WORKERS = 4;
 const KEYS = 300;
@@ -24,7 +25,7 @@ afterAll(async () => {
 
 function startWorker(id: number): { child: ChildProcessWithoutNullStreams; ready: Promise<void>; done: Promise<string> } {
   const script = fileURLToPath(new URL("./race-worker.ts", import.meta.url));
-  const child = spawn(process.execPath, ["--import", "tsx", script, prefix, String(KEYS), String(id)], {
+  const child = spawn(process.execPath, [compiledEntry(script), prefix, String(KEYS), String(id)], {
     cwd: fileURLToPath(new URL("..", import.meta.url)),
     env: { ...process.env, REDIS_URL },
   });

@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { ClaimRequest } from "@dispatch-once/core";
+import { compiledEntry } from "@dispatch-once/test-processes";
 
 /** A fresh directory for one test's database files; removed by the returned cleanup. */
 export function tempDir(label: string): { dir: string; cleanup: () => void } {
@@ -76,13 +77,13 @@ export function request(key: string, over: Partial<ClaimRequest> = {}): ClaimReq
 }
 
 /**
- * One test process (a script under test/race/, run by node with tsx on the source): it prints
+ * One test process (a script under test/race/, compiled to JavaScript by compiledEntry and run by node): it prints
  * "ready" once loaded and waits for "go" on stdin; its last stdout line is its JSON report. A
  * process that dies before "ready" settles `ready` too, so the test fails instead of hanging.
  */
 export function startTestProcess<T>(script: string, args: string[]): { child: ChildProcessWithoutNullStreams; ready: Promise<void>; report: Promise<T> } {
   const packageDir = fileURLToPath(new URL("..", import.meta.url));
-  const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(new URL(`./race/${script}`, import.meta.url)), ...args], { cwd: packageDir });
+  const child = spawn(process.execPath, [compiledEntry(fileURLToPath(new URL(`./race/${script}`, import.meta.url))), ...args], { cwd: packageDir });
   let stdout = "";
   let stderr = "";
   let markReady: () => void = () => {};

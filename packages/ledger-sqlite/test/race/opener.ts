@@ -1,5 +1,5 @@
-// One process of a fleet starting together on a NEW database file (spawned by open.test.ts with
-// `node --import tsx`). It loads everything first, prints "ready", waits for "go" on stdin and
+// One process of a fleet starting together on a NEW database file (spawned by open.test.ts,
+// compiled by compiledEntry). It loads everything first, prints "ready", waits for "go" on stdin and
 // only then opens the ledger, so every process's first open (journal mode, schema, statements)
 // lands at the same moment. Then it claims every key once; a winner completes.
 import { createInterface } from "node:readline";

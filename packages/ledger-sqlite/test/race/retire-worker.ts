@@ -1,4 +1,4 @@
-// One side of the retire race (spawned by retire.test.ts with `node --import tsx`): waits for "go"
+// One side of the retire race (spawned by retire.test.ts, compiled by compiledEntry): waits for "go"
 // on stdin, then either claims every key with that key's claim id (mode "claim": a late copy of a
 // claim) or retires that claim id with release (mode "retire": its dispatcher giving up on it),
 // and prints what each call answered. The retirer walks the keys backwards, so the two meet midway.

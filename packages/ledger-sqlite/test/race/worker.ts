@@ -1,4 +1,4 @@
-// One racing process (spawned by race.test.ts with `node --import tsx`): waits for "go" on
+// One racing process (spawned by race.test.ts, compiled by compiledEntry): waits for "go" on
 // stdin, then claims every key in its own order. A winner "runs" the tool by appending to
 // the run log table in the same file, then completes; a loser does nothing.
 import { readFileSync } from "node:fs";
