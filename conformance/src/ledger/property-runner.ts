@@ -12,8 +12,20 @@ export interface PropertyRunOptions {
   runs: number;
   seed: number;
   path?: string;
-  /** Stop starting new runs (and shrinks) after this long; what ran so far is reported, as a failure. */
+  /**
+   * Stop starting new runs (and, unless shrinkTimeLimitMs is given, shrinks) after this long; what
+   * ran so far is reported, as a failure.
+   */
   timeLimitMs: number;
+  /**
+   * When given, timeLimitMs bounds the search alone (it stops at the first failing case, unshrunk),
+   * and shrinking from that case gets this budget of its own: no shrink candidate starts after it,
+   * and the one running then is let finish (cut only after timeLimitMs more, for a hung subject).
+   * 0 reports the first failing case as found, without running it again. A budget that runs out
+   * still reports a failing counterexample (the smallest reached), never "interrupted". When absent,
+   * one time limit bounds both (fast-check's own shrinking).
+   */
+  shrinkTimeLimitMs?: number;
 }
 
 export type PropertyOutcome<T> =
@@ -79,6 +91,7 @@ export async function runProperty<T>(
     }
     return { kind: "replayed-passed", path: options.path };
   }
+  if (options.shrinkTimeLimitMs !== undefined) return searchThenShrink(arbitrary, predicate, { ...options, shrinkTimeLimitMs: options.shrinkTimeLimitMs });
   const details = await fc.check(fc.asyncProperty(arbitrary, predicate), {
     numRuns: options.runs,
     seed: options.seed,
@@ -101,4 +114,86 @@ export async function runProperty<T>(
   }
   if (details.interrupted || details.failed) return { kind: "interrupted", numRuns: details.numRuns, timeLimitMs: options.timeLimitMs };
   return { kind: "passed", numRuns: details.numRuns };
+}
+
+
+/**
+ * The search and the shrinking under separate budgets, as fast-check 4.11 does them in one check:
+ * 1. the search stops at the first failing case (endOnFailure), unshrunk, at path "N" (run N);
+ * 2. shrinking walks the shrink candidates of that case without running it again: under the same
+ *    seed, path "N:0" starts fast-check at the first candidate of case N and goes on through the
+ *    others (a path with ":" has no run count), and on a candidate that fails it shrinks from that
+ *    one, exactly as it would have after a failure in one check. The path it reports is merged
+ *    with "N:0", so it is the full path from the seed ("N:k:..."), and replays the value reported.
+ *    When no candidate fails, or the budget runs out before one does, case N itself is reported.
+ */
+async function searchThenShrink<T>(
+  arbitrary: fc.Arbitrary<T>,
+  predicate: (value: T) => Promise<void>,
+  options: PropertyRunOptions & { shrinkTimeLimitMs: number },
+): Promise<PropertyOutcome<T>> {
+  const search = await fc.check(fc.asyncProperty(arbitrary, predicate), {
+    numRuns: options.runs,
+    seed: options.seed,
+    endOnFailure: true,
+    interruptAfterTimeLimit: options.timeLimitMs,
+    markInterruptAsFailure: true,
+  });
+  if (search.counterexample === null || !search.failed) {
+    if (search.interrupted || search.failed) return { kind: "interrupted", numRuns: search.numRuns, timeLimitMs: options.timeLimitMs };
+    return { kind: "passed", numRuns: search.numRuns };
+  }
+  const found = { value: search.counterexample[0] as T, error: search.errorInstance, path: search.counterexamplePath ?? "" };
+  let best = found;
+  // A budget of 0 is one that ran out before the first candidate: the case may not be the smallest.
+  let shrinkingInterrupted = options.shrinkTimeLimitMs <= 0;
+  if (options.shrinkTimeLimitMs > 0) {
+    // fast-check's interruptAfterTimeLimit abandons the case in flight, which would then run on beside
+    // the caller's replay of the counterexample: the budget is kept here instead, before each candidate
+    // starts, and fast-check's limit only cuts a candidate that hangs.
+    const deadline = Date.now() + options.shrinkTimeLimitMs;
+    let outOfTime = false;
+    const shrink = await fc.check(
+      fc.asyncProperty(arbitrary, async (value) => {
+        if (Date.now() >= deadline) {
+          outOfTime = true;
+          throw new fc.PreconditionFailure(true);
+        }
+        await predicate(value);
+      }),
+      {
+        numRuns: options.runs,
+        seed: options.seed,
+        path: `${found.path}:0`,
+        interruptAfterTimeLimit: options.shrinkTimeLimitMs + options.timeLimitMs,
+        markInterruptAsFailure: true,
+      },
+    );
+    shrinkingInterrupted = shrink.interrupted || outOfTime;
+    if (shrink.counterexample !== null && shrink.failed && shrink.counterexamplePath !== null) {
+      best = { value: shrink.counterexample[0] as T, error: shrink.errorInstance, path: shrink.counterexamplePath };
+    }
+  }
+  const numShrinks = best.path.split(":").length - 1;
+  const report = fc.defaultReportMessage({
+    ...search,
+    interrupted: shrinkingInterrupted,
+    numShrinks,
+    counterexample: [best.value] as unknown as typeof search.counterexample,
+    counterexamplePath: best.path,
+    errorInstance: best.error,
+    failures: [],
+  } as fc.RunDetails<[T]>);
+  return {
+    kind: "failed",
+    value: best.value,
+    error: best.error,
+    seed: search.seed,
+    path: best.path,
+    numRuns: search.numRuns,
+    numShrinks,
+    report: report ?? "property failed",
+    shrinkingInterrupted,
+    replay: false,
+  };
 }

@@ -13,6 +13,11 @@ export interface PropertyOptions {
   maxSteps?: number;
   /** Time limit of the property (runs and shrinking); reaching it fails the check. */
   timeLimitMs?: number;
+  /**
+   * A budget of its own for shrinking a failure; timeLimitMs then bounds the search alone
+   * (PropertyRunOptions.shrinkTimeLimitMs; 0 reports the first failing case unshrunk).
+   */
+  shrinkTimeLimitMs?: number;
 }
 
 /** The model property's input: what fast-check generates and shrinks (by dropping steps). */
@@ -34,7 +39,13 @@ export async function runModelProperty(subject: LedgerSubject, options: Property
       last = await runScenario(subject, scenario, { seed: options.seed });
       if (last.error !== undefined) throw last.error;
     },
-    { runs: options.runs, seed: options.seed, timeLimitMs: options.timeLimitMs ?? 3_600_000, ...(options.path === undefined ? {} : { path: options.path }) },
+    {
+      runs: options.runs,
+      seed: options.seed,
+      timeLimitMs: options.timeLimitMs ?? 3_600_000,
+      ...(options.shrinkTimeLimitMs === undefined ? {} : { shrinkTimeLimitMs: options.shrinkTimeLimitMs }),
+      ...(options.path === undefined ? {} : { path: options.path }),
+    },
   );
   if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
   if (outcome.kind === "interrupted") {

@@ -22,7 +22,7 @@ export function resultTexts(): fc.Arbitrary<string> {
  * layouts (compact, indented, with spaces around separators), completed and read back through
  * claim, lookup and the raw row. Catches stores that normalise, re-encode or trim text.
  */
-export async function runResultProperty(subject: LedgerSubject, options: { runs: number; seed: number; path?: string; timeLimitMs?: number }): Promise<void> {
+export async function runResultProperty(subject: LedgerSubject, options: { runs: number; seed: number; path?: string; timeLimitMs?: number; shrinkTimeLimitMs?: number }): Promise<void> {
   await withFixture(subject, async (fixture) => {
     // Keys from the seed: one per run, so runs share the namespace without meeting each other's rows.
     let n = 0;
@@ -43,7 +43,13 @@ export async function runResultProperty(subject: LedgerSubject, options: { runs:
           }
         }
       },
-      { runs: options.runs, seed: options.seed, timeLimitMs: options.timeLimitMs ?? 3_600_000, ...(options.path === undefined ? {} : { path: options.path }) },
+      {
+      runs: options.runs,
+      seed: options.seed,
+      timeLimitMs: options.timeLimitMs ?? 3_600_000,
+      ...(options.shrinkTimeLimitMs === undefined ? {} : { shrinkTimeLimitMs: options.shrinkTimeLimitMs }),
+      ...(options.path === undefined ? {} : { path: options.path }),
+    },
     );
     if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
     if (outcome.kind === "interrupted") {

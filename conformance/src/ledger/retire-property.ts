@@ -191,7 +191,7 @@ export async function runRetireScenario(subject: LedgerSubject, steps: readonly 
   }
 }
 
-export async function runRetireProperty(subject: LedgerSubject, options: { runs: number; seed: number; path?: string; timeLimitMs?: number; maxSteps?: number }): Promise<void> {
+export async function runRetireProperty(subject: LedgerSubject, options: { runs: number; seed: number; path?: string; timeLimitMs?: number; shrinkTimeLimitMs?: number; maxSteps?: number }): Promise<void> {
   const arbitrary = fc.array(retireStepArbitrary(), { minLength: 1, maxLength: options.maxSteps ?? 25, size: "max" });
   let last: Awaited<ReturnType<typeof runRetireScenario>> | undefined;
   const outcome = await runProperty(
@@ -200,7 +200,13 @@ export async function runRetireProperty(subject: LedgerSubject, options: { runs:
       last = await runRetireScenario(subject, steps, options.seed);
       if (last.error !== undefined) throw last.error;
     },
-    { runs: options.runs, seed: options.seed, timeLimitMs: options.timeLimitMs ?? 3_600_000, ...(options.path === undefined ? {} : { path: options.path }) },
+    {
+      runs: options.runs,
+      seed: options.seed,
+      timeLimitMs: options.timeLimitMs ?? 3_600_000,
+      ...(options.shrinkTimeLimitMs === undefined ? {} : { shrinkTimeLimitMs: options.shrinkTimeLimitMs }),
+      ...(options.path === undefined ? {} : { path: options.path }),
+    },
   );
   if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
   if (outcome.kind === "interrupted") {
