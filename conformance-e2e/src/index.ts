@@ -36,9 +36,21 @@ export interface EndToEndOptions extends CaseOptions {
   path?: string;
   /**
    * Time for the whole property, shrinking included; shrinking stops there and the smallest
-   * counterexample found so far is reported. Default 600,000 ms.
+   * counterexample found so far is reported. Default 600,000 ms. With `shrinkTimeLimitMs`, the
+   * time for the search alone.
    */
   timeLimitMs?: number;
+  /**
+   * A budget of its own for shrinking a failure, apart from the search: `timeLimitMs` then bounds
+   * the search, which stops at the first failing scenario, and shrinking from it starts no
+   * candidate after this long (the one running then finishes). The smallest failing scenario
+   * reached is reported, with a seed and path that replay it; 0 reports the first failing
+   * scenario as found. Whole conversations are slow to shrink, so a short budget keeps a failure
+   * cheap and a generous `timeLimitMs` keeps a loaded host from cutting the search.
+   * @default undefined: one time limit, `timeLimitMs`, bounds the search and the shrinking together
+   * @example { timeLimitMs: 90_000, shrinkTimeLimitMs: 3_000 }
+   */
+  shrinkTimeLimitMs?: number;
   /**
    * The stream side the workers run: the Anthropic Messages API runner against apps/mock-provider,
    * or the OpenAI Responses API runner against apps/mock-openai (the same oracle for both); or
@@ -175,6 +187,7 @@ async function runKitProperty<S>(arbitrary: fc.Arbitrary<S>, runOne: (scenario: 
     runs,
     seed,
     timeLimitMs,
+    ...(options.shrinkTimeLimitMs === undefined ? {} : { shrinkTimeLimitMs: options.shrinkTimeLimitMs }),
     ...(options.path === undefined ? {} : { path: options.path }),
   });
   options.onStats?.({ ...totals, property_cases: cases, ...(outcome.kind === "replayed-passed" ? { replayed_passed: 1 } : {}) });
@@ -212,7 +225,7 @@ async function runKitProperty<S>(arbitrary: fc.Arbitrary<S>, runOne: (scenario: 
       ...(found.length > 1 ? ["every violation of the shrunk scenario:", ...found.slice(0, 12).map((v) => `  ${v.rule}: ${v.message}`)] : []),
       outcome.replay
         ? `replayed scenario (one case, seed ${outcome.seed}, path "${outcome.path}"): ${JSON.stringify(shrunk)}`
-        : `shrunk scenario after ${outcome.numRuns} runs and ${outcome.numShrinks} shrinks${outcome.shrinkingInterrupted ? " (shrinking cut short by the time limit)" : ""}: ${JSON.stringify(shrunk)}`,
+        : `shrunk scenario after ${outcome.numRuns} runs and ${outcome.numShrinks} shrinks${outcome.shrinkingInterrupted ? ` (shrinking cut short by ${options.shrinkTimeLimitMs === undefined ? "the time limit" : `its budget, ${options.shrinkTimeLimitMs} ms`})` : ""}: ${JSON.stringify(shrunk)}`,
       "timeline of the shrunk scenario:",
       ...timeline.map((l) => `  ${l}`),
       note === undefined ? "" : `  (${note})`,
