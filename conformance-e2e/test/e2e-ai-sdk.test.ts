@@ -3,7 +3,7 @@ import { ConformanceFailure, memoryLedgerSubject } from "@dispatch-once/conforma
 import type { ToolSet } from "ai";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { expectReadable } from "./readable.js";
+import { SHRINK_BUDGET_MS, expectReadable } from "./readable.js";
 import { runAiSdkCase, startAiSdkWorld } from "../src/ai-sdk-case.js";
 import { aiSdkScenarioArbitrary, runEndToEnd, type AiSdkAppOptions, type AiSdkScenario } from "../src/index.js";
 
@@ -16,11 +16,13 @@ import { aiSdkScenarioArbitrary, runEndToEnd, type AiSdkAppOptions, type AiSdkSc
 const memory = memoryLedgerSubject();
 const runs = Number(process.env.CONFORMANCE_E2E_AISDK_RUNS ?? 40);
 /**
- * Finding each bug takes a few runs; shrinking whole chats is what costs, so it is capped. A
- * shrink cut short by the cap leaves a larger counterexample (a CI run under load reported
- * "performed 4 times"), so the verdicts below name the duplicate, not the minimal count.
+ * Finding each bug takes a few runs (the search stops at the first failure, so a budget no test
+ * reaches costs nothing and a loaded host cannot cut it); shrinking whole chats is what costs, so
+ * it has a small budget of its own. A shrink cut short leaves a larger counterexample (a CI run
+ * under load reported "performed 4 times"), so the verdicts below name the duplicate, not the
+ * minimal count.
  */
-const SHRINK_BUDGET_MS = 15_000;
+const SEARCH_BUDGET_MS = 60_000;
 /** The oracle's CONF-2 verdict on a duplicated intent, at whatever count the shrink reached. */
 const PERFORMED_AGAIN = /performed ([2-9]|\d{2,}) times for one intent/;
 
@@ -45,7 +47,7 @@ describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
 describe("the ai-sdk oracle rejects planted bugs", () => {
   it("AISDK-2 tools not wrapped (the app's tools as written) pay again on a regenerate or a re-send; the printed seed and path replay it", async () => {
     const unwrapped: AiSdkAppOptions = { wrap: (tools) => () => ({ tools }) };
-    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 7, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: unwrapped }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 7, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: unwrapped }).catch((e: unknown) => e);
     const message = expectReadable(error, 7);
     expect(message).toMatch(/breaks CONF-2/);
     expect(message).toMatch(PERFORMED_AGAIN);
@@ -65,7 +67,7 @@ describe("the ai-sdk oracle rejects planted bugs", () => {
         return (request) => once.forTurn(request);
       },
     };
-    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 17, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: noIdentity }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 17, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: noIdentity }).catch((e: unknown) => e);
     const message = expectReadable(error, 17);
     expect(message).toMatch(/breaks CONF-2/);
     expect(message).toMatch(new RegExp(`send_payment for chat-\\d "c\\d message \\d" .*: ${PERFORMED_AGAIN.source}`));
@@ -84,7 +86,7 @@ describe("the ai-sdk oracle rejects planted bugs", () => {
         };
       },
     };
-    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 1, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: perRequest }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 1, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: perRequest }).catch((e: unknown) => e);
     const message = expectReadable(error, 1);
     expect(message).toMatch(/breaks CONF-2/);
     expect(message).toMatch(PERFORMED_AGAIN);
@@ -100,14 +102,14 @@ describe("the ai-sdk oracle rejects planted bugs", () => {
         return (request) => once.forTurn({ conversationId: request.conversationId, turnIndex: turnIndexOf(request.messages), dispatchAt: request.dispatchAt });
       },
     };
-    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 9, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: restarting }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 9, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: restarting }).catch((e: unknown) => e);
     const message = expectReadable(error, 9);
     expect(message).toMatch(/breaks CONF-2/);
     expect(message).toMatch(/which call \S+ of the same turn was told too: the user asked for 2 of them/);
   }, 600_000);
 
   it("EFFECT-6 tools that tell a lost payments response as a definite failure keep 'did not happen' for a payment that happened", async () => {
-    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 12, timeLimitMs: SHRINK_BUDGET_MS, aiSdk: { disposition: () => "definite" } }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: 12, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: { disposition: () => "definite" } }).catch((e: unknown) => e);
     const message = expectReadable(error, 12);
     expect(message).toMatch(/breaks EFFECT-6/);
     expect(message).toMatch(/was kept as an error that says the effect did not happen \(tool_failed \(effect no\)/);

@@ -10,7 +10,7 @@ import {
   type TurnSnapshot,
 } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { expectReadable } from "./readable.js";
+import { SHRINK_BUDGET_MS, expectReadable } from "./readable.js";
 import { RUNNER_PROVIDERS, endToEndChecks, runEndToEnd } from "../src/index.js";
 import { ConformanceFailure, memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 
@@ -22,12 +22,12 @@ import { ConformanceFailure, memoryLedgerSubject, type LedgerSubject } from "@di
  */
 const memory = memoryLedgerSubject();
 /**
- * Finding each bug takes a few runs; shrinking whole conversations is what costs, so it is capped.
- * The cap also bounds the search, whose runs wait on real timers: on a quiet host every bug here is
- * found and shrunk well within 30 s (EFFECT-6, the longest, in 13-21 s), but CI's host under load
- * interrupted EFFECT-6 after 22 runs, before it found the bug. A cap no test reaches costs nothing.
+ * Finding each bug takes a few runs, but they wait on real timers: CI's host under load once
+ * interrupted EFFECT-6 after 22 runs, before it found the bug, so the search gets a generous budget
+ * (the search stops at the first failure: a budget no test reaches costs nothing). Shrinking whole
+ * conversations is what costs (EFFECT-6 shrank for 40 s in CI), so it has a small budget of its own.
  */
-const SHRINK_BUDGET_MS = 90_000;
+const SEARCH_BUDGET_MS = 90_000;
 
 /** Every method of a ledger, bound to it, with some replaced: a broken ledger for one bug. */
 function ledgerWith(inner: Ledger, overrides: Partial<Ledger>): Ledger {
@@ -56,7 +56,7 @@ describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects planted bugs the 
       provider,
       runs: 300,
       seed: 12,
-      timeLimitMs: SHRINK_BUDGET_MS,
+      timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS,
       dispatcher: (tools, ledger, defaults) =>
         new Dispatcher({
           ...defaults,
@@ -99,7 +99,7 @@ describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects planted bugs the 
         return { ...fixture, ledger, reopen: async () => ledger };
       },
     };
-    const error = await runEndToEnd(ownRequest, { provider, runs: 300, seed: 21, timeLimitMs: SHRINK_BUDGET_MS }).catch((e: unknown) => e);
+    const error = await runEndToEnd(ownRequest, { provider, runs: 300, seed: 21, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS }).catch((e: unknown) => e);
     const message = expectReadable(error, 21);
     expect(message).toMatch(/breaks LEDGER-21/);
     expect(message).toMatch(/send_payment key [0-9a-f]{8} ran with .*"memo":"[^"]*".* and later with .*"memo":"[^"]*"/);
@@ -110,7 +110,7 @@ describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects planted bugs the 
       provider,
       runs: 300,
       seed: 11,
-      timeLimitMs: SHRINK_BUDGET_MS,
+      timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS,
       conversationStore: ({ now }) => new BindsEveryQueuedMessage(new MemoryConversationStore({ now })),
     }).catch((e: unknown) => e);
     const message = expectReadable(error, 11);
@@ -138,7 +138,7 @@ describe("the end-to-end oracle rejects a store that loses the provider's own bl
         },
       });
     };
-    const error = await runEndToEnd(memory, { provider: "anthropic", runs: 100, seed: 3, timeLimitMs: SHRINK_BUDGET_MS, conversationStore: dropsThinking }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { provider: "anthropic", runs: 100, seed: 3, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, conversationStore: dropsThinking }).catch((e: unknown) => e);
     const message = expectReadable(error, 3);
     expect(message).toMatch(/in a run with no fault injected/);
     expect(message).toMatch(/Expected `thinking` or `redacted_thinking`, but found `tool_use`/);
@@ -148,7 +148,7 @@ describe("the end-to-end oracle rejects a store that loses the provider's own bl
 describe("--path replays exactly one end-to-end case", () => {
   it("a planted bug's printed seed and path replay that one shrunk scenario once, failing the same rule on the same scenario; on a correct store it passes, once", async () => {
     const broken = ({ now }: { now: () => number }) => new BindsEveryQueuedMessage(new MemoryConversationStore({ now }));
-    const first = await runEndToEnd(memory, { runs: 300, seed: 11, timeLimitMs: SHRINK_BUDGET_MS, conversationStore: broken }).catch((e: unknown) => e);
+    const first = await runEndToEnd(memory, { runs: 300, seed: 11, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, conversationStore: broken }).catch((e: unknown) => e);
     expect(first).toBeInstanceOf(ConformanceFailure);
     const cx = (first as ConformanceFailure).counterexample!;
     const rule = (first as ConformanceFailure).violates!;
@@ -178,6 +178,23 @@ describe("--path replays exactly one end-to-end case", () => {
     await runEndToEnd(memory, { runs: 300, seed: cx.seed, path: cx.path, onStats: (s) => (passing = s) });
     expect(passing).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(endToEndChecks(memory, { seed: cx.seed, path: cx.path })[0]!.name).toContain(`replay of path ${cx.path}, one case`);
+  }, 600_000);
+});
+
+describe("shrinkTimeLimitMs bounds the shrinking apart from the search", () => {
+  it("0 reports the first failing scenario as the search found it, unshrunk, and its printed seed and path replay that scenario", async () => {
+    const broken = ({ now }: { now: () => number }) => new BindsEveryQueuedMessage(new MemoryConversationStore({ now }));
+    const first = await runEndToEnd(memory, { runs: 300, seed: 11, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, conversationStore: broken }).catch((e: unknown) => e);
+    const message = expectReadable(first, 11);
+    expect(message).toMatch(/breaks TURN-(9|11)/);
+    expect(message).toMatch(/shrunk scenario after \d+ runs and 0 shrinks \(shrinking cut short by its budget, 0 ms\)/);
+    const cx = (first as ConformanceFailure).counterexample!;
+    // The path of a run of the search: no shrink step in it.
+    expect(cx.path).toMatch(/^\d+$/);
+    const again = await runEndToEnd(memory, { runs: 300, seed: cx.seed, path: cx.path, conversationStore: broken }).catch((e: unknown) => e);
+    expect(again).toBeInstanceOf(ConformanceFailure);
+    expect((again as ConformanceFailure).violates).toBe((first as ConformanceFailure).violates);
+    expect((again as ConformanceFailure).counterexample!.value).toEqual(cx.value);
   }, 600_000);
 });
 

@@ -2,6 +2,7 @@ import { UnguardedDispatcher, type Ledger } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { DEFAULT_END_TO_END_RUNS, PROVIDERS, RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import { memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
+import { SHRINK_BUDGET_MS } from "./readable.js";
 
 // The reference ledger on a monotonic wall clock, so dead workers' leases really lapse.
 const memory = memoryLedgerSubject();
@@ -53,6 +54,8 @@ describe("end-to-end level", () => {
       provider,
       runs: 200,
       seed: 7,
+      // The search keeps the default budget (600 s); shrinking has a small one (readable.ts).
+      shrinkTimeLimitMs: SHRINK_BUDGET_MS,
       dispatcher: (tools) => new UnguardedDispatcher(tools),
     }).catch((e: unknown) => e as Error);
     expect(error).toBeInstanceOf(Error);
@@ -90,7 +93,7 @@ describe("end-to-end level", () => {
         return { ...fixture, ledger, reopen: async () => ledger };
       },
     };
-    const error = await runEndToEnd(forgetful, { provider, runs: 300, seed: 11 }).catch((e: unknown) => e as Error);
+    const error = await runEndToEnd(forgetful, { provider, runs: 300, seed: 11, shrinkTimeLimitMs: SHRINK_BUDGET_MS }).catch((e: unknown) => e as Error);
     expect(error).toBeInstanceOf(Error);
     expect((error as Error).message).toMatch(/invoice .* performed 2 times/);
   }, 600_000);

@@ -8,3 +8,11 @@ export function expectReadable(error: unknown, seed: number): string {
   expect(message).toMatch(new RegExp(`seed ${seed}, path "[0-9:]+"`));
   return message;
 }
+
+/**
+ * The shrink budget of the planted-bug tests (EndToEndOptions.shrinkTimeLimitMs): shrinking whole
+ * conversations ran on to each test's time cap (40-56 s for some), and a verdict needs the rule and
+ * a readable, replayable counterexample, not the smallest one. A test whose assertion needs more
+ * shrinking gives itself more, and says why.
+ */
+export const SHRINK_BUDGET_MS = 3_000;
