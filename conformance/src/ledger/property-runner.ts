@@ -116,7 +116,6 @@ export async function runProperty<T>(
   return { kind: "passed", numRuns: details.numRuns };
 }
 
-
 /**
  * The search and the shrinking under separate budgets, as fast-check 4.11 does them in one check:
  * 1. the search stops at the first failing case (endOnFailure), unshrunk, at path "N" (run N);
