@@ -65,11 +65,11 @@ describe("shrinkTimeLimitMs bounds shrinking apart from the search", () => {
   });
 
   it("a search budget far shorter than the shrinking does not cut the shrinking when the bug is found early", async () => {
-    // Seed 42 fails at its 5th run (100 ms of waiting), and shrinking runs about 65 cases more (1.3 s).
-    const { predicate } = slowPredicate(20);
+    // Seed 42 fails at its 5th run (150 ms of waiting), and shrinking runs about 65 cases more (2 s).
+    const { predicate } = slowPredicate(30);
     const started = Date.now();
-    const outcome = await runProperty(arbitrary, predicate, { runs: 100, seed: 42, timeLimitMs: 400, shrinkTimeLimitMs: 60_000 });
-    expect(Date.now() - started).toBeGreaterThan(400);
+    const outcome = await runProperty(arbitrary, predicate, { runs: 100, seed: 42, timeLimitMs: 800, shrinkTimeLimitMs: 60_000 });
+    expect(Date.now() - started).toBeGreaterThan(800);
     expect(outcome).toMatchObject({ kind: "failed", value: [81, 81, 81], shrinkingInterrupted: false });
   });
 
