@@ -3,7 +3,7 @@ import { isDispatchOnceError, type ConversationStore, type StoredMessage } from 
 import type { FailedTurnRecord } from "@dispatch-once/runner";
 import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
 import { checkOracle, type OracleViolation } from "./oracle.js";
-import { faultFree, sendGroups, type MessagePlan, type Scenario } from "./scenario.js";
+import { faultFree, plannedCalls, sendGroups, type MessagePlan, type Scenario } from "./scenario.js";
 import {
   CALM_CLAIM_LEASE_MS,
   DIED,
@@ -54,6 +54,12 @@ function caseStats(ctx: CaseContext, elapsedMs: number): Record<string, number> 
     messages: ctx.messages.length,
     concurrent_messages: count((m) => (m as SentMessage).concurrent, ctx.messages),
     reasks: count((m) => (m as SentMessage).reaskOf !== undefined, ctx.messages),
+    // Messages whose tool loop has a later turn with calls, and those where it repeats a first-turn call exactly.
+    follow_ups: count((m) => ((m as SentMessage).plan.followUp ?? []).length > 0, ctx.messages),
+    follow_up_repeats: count((m) => {
+      const { calls, followUp = [] } = (m as SentMessage).plan;
+      return followUp.some((f) => calls.some((c) => c.tool === f.tool && faultSignature(c.tool, c.args) === faultSignature(f.tool, f.args)));
+    }, ctx.messages),
     sends: ctx.sends.length,
     attempts: count((e) => (e as { type: string }).type === "attempt_started", ctx.events),
     tool_runs: ctx.runs.length,
@@ -104,8 +110,10 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
   let deaths = false;
   for (const conversation of scenario.conversations) {
     for (const message of conversation.messages) {
+      // Downstream faults index the first turn's calls, then the follow-up's.
+      const all = plannedCalls(message);
       const sig = (index: number) => {
-        const call = message.calls[index];
+        const call = all[index];
         return call === undefined ? undefined : faultSignature(call.tool, call.args);
       };
       for (const [index, fault] of Object.entries(message.downstream)) {
@@ -211,7 +219,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
 }
 
 function register(ctx: CaseContext, conversationId: string, plan: MessagePlan, concurrent: boolean): SentMessage {
-  const message: SentMessage = { conversationId, id: `${conversationId}:${plan.text}`, text: plan.text, plan, calls: plan.calls, concurrent };
+  const message: SentMessage = { conversationId, id: `${conversationId}:${plan.text}`, text: plan.text, plan, calls: plannedCalls(plan), concurrent };
   ctx.messages.push(message);
   return message;
 }

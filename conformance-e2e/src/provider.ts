@@ -3,7 +3,9 @@ import { ConversationRunner as AnthropicRunner } from "@dispatch-once/anthropic"
 import type { JsonValue, ProviderToolSchema } from "@dispatch-once/core";
 import {
   call,
+  lastUserText as openAIUserText,
   respond,
+  say,
   scriptFromPlans as openAIScript,
   startMockOpenAI,
   type Fault as OpenAIFault,
@@ -11,6 +13,8 @@ import {
   type ScriptedResponse,
 } from "@dispatch-once/mock-openai";
 import {
+  lastUserPromptIndex,
+  lastUserText as anthropicUserText,
   scriptFromPlans as anthropicScript,
   startMockProvider,
   toolUse,
@@ -73,14 +77,19 @@ export interface RunnerWiring extends TurnRunnerOptions {
 export interface ProviderSide {
   name: RunnerProviderName;
   /**
-   * Scripts the model: `plans` maps a user text to the calls the model makes for it; `cutFor`
-   * gives the cut of the `attempt`-th (1-based) request whose last input is that user text.
+   * Scripts the model: `plans` maps a user text to the calls the model makes for it, one list per
+   * response of its tool loop (step 0 answers the user's text, step n the tool results of step
+   * n - 1; once the steps are used up the model answers with text); `cutFor` gives the cut of the
+   * `attempt`-th (1-based) request for that step of that user text.
    */
-  program(plans: Map<string, PlannedCall[]>, cutFor: (text: string, attempt: number) => StreamCut | undefined): void;
+  program(plans: Map<string, PlannedCall[][]>, cutFor: (text: string, attempt: number, step: number) => StreamCut | undefined): void;
   runner(wiring: RunnerWiring): KitRunner;
   transcript: TranscriptReader;
   close(): Promise<void>;
 }
+
+/** How many responses with calls the plan of a user text has (0 when there is none). */
+const stepsOf = (plans: Map<string, PlannedCall[][]>, text: string | undefined): number => (text === undefined ? 0 : (plans.get(text)?.length ?? 0));
 
 /** The send_payment memo is free text: a retried model re-words it (IDENT-1). */
 const rewordOf = (c: PlannedCall): { reword?: string[] } => (c.tool === "send_payment" ? { reword: ["memo"] } : {});
@@ -123,13 +132,18 @@ async function anthropicSide(): Promise<ProviderSide> {
   return {
     name: "anthropic",
     program(plans, cutFor) {
-      const scripted: Record<string, ReturnType<typeof turn>> = {};
-      for (const [text, calls] of plans) scripted[text] = turn(...calls.map((c) => toolUse(c.tool, c.args, rewordOf(c))));
+      // The mock plays step n of a plan as the n-th assistant turn after the user's text.
+      const scripted: Record<string, ReturnType<typeof turn>[]> = {};
+      for (const [text, steps] of plans) scripted[text] = steps.map((calls) => turn(...calls.map((c) => toolUse(c.tool, c.args, rewordOf(c)))));
       mock.setScript(anthropicScript(scripted));
       mock.setFaultPlan((request, info) => {
-        // Faults apply to the request whose last message is the user's text: the tool turn.
+        // Faults apply to the requests of the tool loop's steps: the one whose last message is the
+        // user's text (step 0), and those whose last message carries a step's tool results.
         const last = request.messages[request.messages.length - 1];
-        const planned = typeof last?.content === "string" ? cutFor(last.content, info.attempt) : undefined;
+        const prompt = lastUserPromptIndex(request);
+        const step = request.messages.slice(prompt + 1).filter((m) => m.role === "assistant").length;
+        const text = typeof last?.content === "string" ? last.content : step > 0 && stepsOf(plans, anthropicUserText(request)) > step ? anthropicUserText(request) : undefined;
+        const planned = text === undefined ? undefined : cutFor(text, info.attempt, step);
         if (planned === undefined) return undefined;
         const fault: AnthropicFault = { kind: planned.kind, at: anthropicPosition(planned) };
         return fault;
@@ -220,6 +234,18 @@ function lastUserMessage(input: unknown): string | undefined {
   return last?.role === "user" && typeof last.content === "string" ? last.content : undefined;
 }
 
+/** Which step of its tool loop a Responses request is: the batches of tool outputs since the user's last message. */
+function openAIStep(input: unknown): number {
+  const items = asArray(input);
+  let user = items.length - 1;
+  while (user >= 0 && items[user]!.role !== "user") user--;
+  let step = 0;
+  for (let i = user + 1; i < items.length; i++) {
+    if (items[i]!.type === "function_call_output" && items[i - 1]?.type !== "function_call_output") step++;
+  }
+  return step;
+}
+
 async function openAISide(): Promise<ProviderSide> {
   // The mock takes its script once; the kit re-programs it per case through this indirection.
   let script = openAIScript({});
@@ -227,15 +253,26 @@ async function openAISide(): Promise<ProviderSide> {
   return {
     name: "openai",
     program(plans, cutFor) {
-      const scripted: Record<string, ScriptedResponse> = {};
-      for (const [text, calls] of plans) scripted[text] = respond(...calls.map((c) => call(c.tool, c.args, rewordOf(c))));
-      script = openAIScript(scripted);
+      const scripted: Record<string, ScriptedResponse[]> = {};
+      for (const [text, steps] of plans) scripted[text] = steps.map((calls) => respond(...calls.map((c) => call(c.tool, c.args, rewordOf(c)))));
+      // The mock's own plans answer tool results with text; the kit's tool loop plays step n
+      // after the n-th batch of function_call_output items that follows the user's text.
+      const fallback = openAIScript({});
+      script = (request) => {
+        const text = openAIUserText(request);
+        const steps = text === undefined ? undefined : scripted[text];
+        if (steps === undefined) return fallback(request);
+        const step = openAIStep(request.input);
+        return steps[step] ?? say("Done.");
+      };
       // The mock records every request; nothing reads them across cases, and a certification
       // makes thousands. Attempt numbers restart too, harmlessly: each case's texts are its own.
       mock.clearRequests();
       mock.setFaultPlan((request, info) => {
-        const text = lastUserMessage(request.input);
-        const planned = text === undefined ? undefined : cutFor(text, info.attempt);
+        const step = openAIStep(request.input);
+        const loop = openAIUserText(request);
+        const text = step === 0 ? lastUserMessage(request.input) : stepsOf(plans, loop) > step ? loop : undefined;
+        const planned = text === undefined ? undefined : cutFor(text, info.attempt, step);
         if (planned === undefined) return undefined;
         const fault: OpenAIFault = { kind: planned.kind, at: openAIPosition(planned) };
         return fault;

@@ -44,9 +44,19 @@ export interface MessagePlan {
   /** The user's text; the scripted model maps it to `calls`. Unique within its conversation. */
   text: string;
   calls: PlannedCall[];
+  /**
+   * Calls of the tool loop's next turn (a real agent's search, then payment): once the first
+   * turn's results are sent back, the scripted model's next response makes these, and only then
+   * answers with text. Each is an intent of its own; one may repeat a first-turn call exactly
+   * (the user asked for two identical payments in two steps: both must happen, each once).
+   * Absent or empty: the model answers the first turn's results with text.
+   */
+  followUp?: PlannedCall[];
+  /** Provider faults for the first responses to the follow-up turn's request (one per attempt). */
+  followUpCuts?: StreamCut[];
   /** Provider faults for the first responses to this turn's request (one per attempt). */
   cuts: StreamCut[];
-  /** Downstream faults by call index. */
+  /** Downstream faults by call index: the first turn's calls, then the follow-up's. */
   downstream: Partial<Record<number, DownstreamFault>>;
   death: WorkerDeath | undefined;
   /**
@@ -87,12 +97,22 @@ export interface Scenario {
   providerSeed: number;
 }
 
+/** Every call a message's user asked for, in the order the model makes them: the first turn's, then the follow-up's. */
+export function plannedCalls(message: MessagePlan): PlannedCall[] {
+  return [...message.calls, ...(message.followUp ?? [])];
+}
+
 /** True when nothing in the scenario injects a fault: the run must then be boring (see the oracle). */
 export function faultFree(scenario: Scenario): boolean {
   return scenario.conversations.every((c) =>
     c.messages.every(
       (m) =>
-        m.cuts.length === 0 && Object.keys(m.downstream).length === 0 && m.death === undefined && m.outage === undefined && m.unstorable.length === 0,
+        m.cuts.length === 0 &&
+        (m.followUpCuts ?? []).length === 0 &&
+        Object.keys(m.downstream).length === 0 &&
+        m.death === undefined &&
+        m.outage === undefined &&
+        m.unstorable.length === 0,
     ),
   );
 }
@@ -171,18 +191,24 @@ function messageArbitrary(conversation: number, message: number, previous: Plann
       );
       return duplicated;
     })
-    .chain((calls) => {
+    .chain((calls) => followUpArbitrary(conversation, message, calls).map((followUp) => ({ calls, followUp })))
+    .chain(({ calls, followUp }) => {
       const index = fc.integer({ min: 0, max: calls.length - 1 });
+      // A downstream fault may land on a follow-up call too (indexes after the first turn's).
+      const anyCall = fc.integer({ min: 0, max: calls.length + followUp.length - 1 });
       return fc.record({
         text: fc.constant(`c${conversation} message ${message}`),
         calls: fc.constant(calls),
+        ...(followUp.length > 0
+          ? { followUp: fc.constant(followUp), followUpCuts: fc.array(cutArbitrary(followUp.length), { maxLength: 1 }) }
+          : {}),
         cuts: fc.array(cutArbitrary(calls.length), { maxLength: 2 }),
         downstream: fc.oneof(
           { weight: 2, arbitrary: fc.constant({}) },
           {
             weight: 2,
             arbitrary: fc
-              .tuple(index, fc.constantFrom<DownstreamFault>("fail_before_accept", "drop_after_accept", "drop_after_accept"))
+              .tuple(anyCall, fc.constantFrom<DownstreamFault>("fail_before_accept", "drop_after_accept", "drop_after_accept"))
               .map(([i, fault]) => ({ [i]: fault })),
           },
           // A lost response on the last call: where a void sits, so its re-run meets the 422.
@@ -202,9 +228,25 @@ function messageArbitrary(conversation: number, message: number, previous: Plann
         unstorable: fc.oneof({ weight: 8, arbitrary: fc.constant<number[]>([]) }, { weight: 1, arbitrary: index.map((i) => [i]) }),
         route: fc.constantFrom<ReplayRoute>("automatic_retry", "client_resend", "queue_redelivery", "double_send"),
         concurrent: message === 0 ? fc.constant(false) : fc.boolean().chain((b) => (b ? fc.boolean() : fc.constant(false))),
-        reask: fc.boolean(),
+        // A re-ask asks the first turn again at the failed turn's index (TURN-12); a tool loop's
+        // failed later turn has no such plain re-ask, so messages with a follow-up have none.
+        reask: followUp.length > 0 ? fc.constant(false) : fc.boolean(),
       }).chain((plan) => outageArbitrary(plan).map((outage): MessagePlan => ({ ...plan, outage })));
     });
+}
+
+/**
+ * Mostly none (about one message in twelve has one, so the default property's cost barely
+ * grows): a later turn of the message's tool loop. Half the time it repeats one of the first
+ * turn's writes exactly (the user asked for the same payment twice, in two steps; keys of a later
+ * turn that collided with the first turn's would answer it from the first call's row), else one
+ * or two fresh calls.
+ */
+function followUpArbitrary(conversation: number, message: number, calls: PlannedCall[]): fc.Arbitrary<PlannedCall[]> {
+  const writes = calls.filter((c) => c.tool === "send_payment" || c.tool === "create_invoice");
+  const fresh = fc.array(callArbitrary(conversation, message), { minLength: 1, maxLength: 2 });
+  const loop = writes.length > 0 ? fc.oneof(fc.constantFrom(...writes).map((c) => [c]), fresh) : fresh;
+  return fc.oneof({ weight: 11, arbitrary: fc.constant<PlannedCall[]>([]) }, { weight: 1, arbitrary: loop });
 }
 
 /**
@@ -231,7 +273,7 @@ function conversationArbitrary(conversation: number): fc.Arbitrary<ConversationP
     index >= count
       ? fc.constant([])
       : messageArbitrary(conversation, index, previous).chain((m) =>
-          messages(count, index + 1, [...previous, ...m.calls]).map((rest) => [m, ...rest]),
+          messages(count, index + 1, [...previous, ...plannedCalls(m)]).map((rest) => [m, ...rest]),
         );
   return fc.integer({ min: 1, max: 3 }).chain((count) => messages(count, 0, [])).map((m) => ({ id: `conv-${conversation}`, messages: m }));
 }
@@ -240,7 +282,15 @@ function conversationArbitrary(conversation: number): fc.Arbitrary<ConversationP
 function calm(conversation: ConversationPlan): ConversationPlan {
   return {
     id: conversation.id,
-    messages: conversation.messages.map((m) => ({ ...m, cuts: [], downstream: {}, death: undefined, outage: undefined, unstorable: [] })),
+    messages: conversation.messages.map((m) => ({
+      ...m,
+      cuts: [],
+      ...(m.followUpCuts !== undefined ? { followUpCuts: [] } : {}),
+      downstream: {},
+      death: undefined,
+      outage: undefined,
+      unstorable: [],
+    })),
   };
 }
 

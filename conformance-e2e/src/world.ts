@@ -150,6 +150,7 @@ export interface SentMessage {
   id: string;
   text: string;
   plan: MessagePlan;
+  /** Every call the user asked for: the first turn's, then the follow-up turn's (each an intent). */
   calls: PlannedCall[];
   /** For a re-ask: the id of the failed message it asks again (the same intent, TURN-12). */
   reaskOf?: string;
@@ -597,20 +598,25 @@ export const REASK_SUFFIX = " again";
 
 /** Program the provider for this case: one plan per message text (and re-ask), cuts by request attempt. */
 export function programProvider(world: World, scenario: Scenario, account: string): void {
-  const plans = new Map<string, PlannedCall[]>();
+  const plans = new Map<string, PlannedCall[][]>();
   const cuts = new Map<string, StreamCut[]>();
+  const followUpCuts = new Map<string, StreamCut[]>();
   const outages = new Map<string, StreamCut>();
   for (const conversation of scenario.conversations) {
     for (const message of conversation.messages) {
       const text = contentOf(account, message.text);
-      plans.set(text, message.calls);
-      plans.set(text + REASK_SUFFIX, reaskCalls(message.calls));
+      // A follow-up is the tool loop's next response: made once the first calls' results are back.
+      plans.set(text, message.followUp !== undefined && message.followUp.length > 0 ? [message.calls, message.followUp] : [message.calls]);
+      plans.set(text + REASK_SUFFIX, [reaskCalls(message.calls)]);
       cuts.set(text, message.cuts);
+      if (message.followUpCuts !== undefined) followUpCuts.set(text, message.followUpCuts);
       if (message.outage !== undefined) outages.set(text, message.outage);
     }
   }
-  // The planned cut of this attempt; else, from the second request on, the outage.
-  world.provider.program(plans, (text, attempt) => cuts.get(text)?.[attempt - 1] ?? (attempt >= 2 ? outages.get(text) : undefined));
+  // The planned cut of this attempt; else, from the second request on, the outage (of the first step).
+  world.provider.program(plans, (text, attempt, step) =>
+    step > 0 ? followUpCuts.get(text)?.[attempt - 1] : (cuts.get(text)?.[attempt - 1] ?? (attempt >= 2 ? outages.get(text) : undefined)),
+  );
 }
 
 /** The kit's default conversation store: the reference one, on the case's clock. */
