@@ -273,6 +273,8 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   for (const e of ctx.events) if (e.type === "turn_failed" || e.type === "attempt_superseded") for (const x of e.record.calls) if (x.key !== undefined) keyOfCall.set(x.callId, x.key);
   const namedBy = new Map<string, Set<string>>();
   const answersByKey = new Map<string, string>();
+  /** Per conversation and key: the committed turn whose write call first answered with a success under it. */
+  const successTurnOfKey = new Map<string, { turnIndex: number; where: string }>();
   /** Keys of write calls the committed conversation answers (as a success or an error). */
   const committedKeys = new Set<string>();
   for (const c of conversations) {
@@ -342,6 +344,18 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
         const previous = answersByKey.get(key);
         if (previous !== undefined && previous !== text) add("DISPATCH-5", `key ${short(key)} was committed with ${previous} and with ${text}`);
         answersByKey.set(key, text);
+        // Committed turns have distinct indexes, so their calls have distinct keys: a success of
+        // a later turn (a tool loop's next step) under an earlier turn's key was told that call's
+        // result, and the effect it asked for, identical to the earlier one, was never made.
+        const earlier = successTurnOfKey.get(`${c.id}\n${key}`);
+        if (earlier === undefined) successTurnOfKey.set(`${c.id}\n${key}`, { turnIndex: t.turnIndex, where });
+        else if (earlier.turnIndex !== t.turnIndex) {
+          add(
+            "CONF-2",
+            `key ${short(key)} is the committed answer of calls of turns ${earlier.turnIndex} and ${t.turnIndex} of ${c.id}: ${where} was told the result of ` +
+              `${earlier.where}, and the effect it asked for was never made (a later turn's calls take that turn's index in their keys, not the message's first turn's)`,
+          );
+        }
         if (underKey.length === 0) {
           add("CONF-2", `${where} was committed as a success (${text}) but nothing was performed under its key (a swallowed effect)`);
           continue;
@@ -373,7 +387,8 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   }
 
   // ---- STREAM-1, STREAM-8: an answered message's turns make every call its user asked for ----
-  // The scripted model makes every planned call in its first response to the message. A turn
+  // The scripted model makes every planned call of the first turn in its first response to the
+  // message, and a follow-up's in its next response (m.calls holds both). A turn
   // committed with calls its stream did not establish (a clean close taken for the end, a call
   // dispatched before its arguments were final) answers the message with those calls silently
   // gone or made with other arguments: nothing asked for was performed, and the user is told the
