@@ -22,7 +22,8 @@ function expectHardCases(seen: Record<string, number>, runs: number): void {
   if (runs < 200) return;
   // dead_worker_effect_unreached_reported_by_resumed_record: a dead worker's effect that no later
   // attempt reached, accounted for by the resumed turn's record (RECORD-6; the outage scenarios).
-  for (const kind of ["calm", "concurrent_messages", "reasks", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
+  // follow_up_repeats: a later turn of a message's tool loop repeating a first-turn call exactly.
+  for (const kind of ["calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
     expect(seen[kind], kind).toBeGreaterThan(0);
   }
 }
