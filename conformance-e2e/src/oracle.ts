@@ -251,11 +251,42 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     bySignature.set(signature, [...(bySignature.get(signature) ?? []), e]);
     performed.set(root, bySignature);
   }
+  // Where each message's calls are keyed: its first turn's at its bound index, a follow-up's at the next.
+  const boundOf = new Map<string, number>();
+  for (const c of conversations) for (const [id, s] of c.stored) if (s.turnIndex !== undefined) boundOf.set(id, s.turnIndex);
+  /**
+   * How often an intent's messages may have performed one signature. Identical calls of messages
+   * sharing a turn index share keys, so per turn index the most any one message asked for there,
+   * summed over the turn indexes its messages make calls at (a tool loop's follow-up turn is the
+   * next index, which a later message may share when the follow-up failed). A message not bound
+   * to an index counts with all its calls.
+   */
+  const allowedOf = (group: SentMessage[], signature: string): number => {
+    const count = (calls: PlannedCall[]) => calls.filter((c) => plannedSignature(c) === signature).length;
+    const perIndex = new Map<string, number>();
+    let unbound = 0;
+    for (const m of group) {
+      const bound = boundOf.get(m.id);
+      if (bound === undefined) {
+        unbound = Math.max(unbound, count(m.calls));
+        continue;
+      }
+      const followUp = m.plan.followUp ?? [];
+      const steps: [number, PlannedCall[]][] = [
+        [bound, m.calls.slice(0, m.calls.length - followUp.length)],
+        [bound + 1, followUp],
+      ];
+      for (const [index, calls] of steps) {
+        const at = slotOf(m.conversationId, index);
+        perIndex.set(at, Math.max(perIndex.get(at) ?? 0, count(calls)));
+      }
+    }
+    return Math.max(unbound, [...perIndex.values()].reduce((a, b) => a + b, 0));
+  };
   for (const [root, bySignature] of performed) {
     const group = members.get(root) ?? [];
     for (const [signature, list] of bySignature) {
-      // Identical calls of messages sharing a turn index share keys, so the most any one asked for.
-      const allowed = Math.max(0, ...group.map((m) => m.calls.filter((c) => plannedSignature(c) === signature).length));
+      const allowed = allowedOf(group, signature);
       if (list.length > allowed) {
         add(
           "CONF-2",
