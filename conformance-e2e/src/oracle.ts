@@ -582,14 +582,17 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   for (const c of conversations) {
     for (const [id, s] of c.stored) {
       if (s.state !== "failed" || s.turnIndex === undefined) continue;
+      // The turn that failed: after the turns of its tool loop it committed (a follow-up turn
+      // fails after its first turn committed; the first turn's calls are answered in the log).
+      const failedAt = s.turnIndex + c.turns.filter((t) => t.messageId === id).length;
       const records = c.records.filter(
-        (r) => (r as { messageId?: string }).messageId === id && (r as { turnIndex?: number }).turnIndex === s.turnIndex,
+        (r) => (r as { messageId?: string }).messageId === id && (r as { turnIndex?: number }).turnIndex === failedAt,
       ) as unknown as (FailedTurnRecord | SupersededAttemptRecord)[];
       const listed = new Set(records.flatMap((r) => r.calls.filter((x) => x.key !== undefined && SAYS_MAYBE.has(x.effect)).map((x) => x.key!)));
       // Its own runs: from its first attempt to its last record. Others at this index belong to
       // the messages before or after it (TURN-12).
       const until = Math.max(...records.map((r) => Date.parse(r.at) - ctx.started));
-      const first = ctx.events.find((e) => e.type === "attempt_started" && e.conversationId === c.id && e.messageId === id && e.turnIndex === s.turnIndex);
+      const first = ctx.events.find((e) => e.type === "attempt_started" && e.conversationId === c.id && e.messageId === id && e.turnIndex === failedAt);
       const since = first === undefined ? until : first.at - ctx.started;
       // A run belongs to the message whose attempt its worker was in when it ran: several
       // messages can share a turn index (a re-ask after a failure, TURN-12), and a stalled
@@ -607,7 +610,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
           .map((e) => (e as { messageId?: string }).messageId)
           .at(-1);
       for (const r of ctx.runs.filter(
-        (x) => x.conversationId === c.id && x.turnIndex === s.turnIndex && x.startedAt >= since && x.startedAt <= until && messageOfRun(x) === id,
+        (x) => x.conversationId === c.id && x.turnIndex === failedAt && x.startedAt >= since && x.startedAt <= until && messageOfRun(x) === id,
       )) {
         const madeBefore = (effectsByKey.get(r.key) ?? []).filter((x) => Date.parse(x.at) - ctx.started <= until);
         if (madeBefore.length === 0 || listed.has(r.key)) continue;
@@ -619,7 +622,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
         add(
           "RECORD-5",
           `${c.id}: message ${JSON.stringify(id)} ended failed, and none of its ${records.length} records lists ${r.tool} key ${short(r.key)}, ` +
-            `whose effect ${r.worker} made at its turn ${s.turnIndex}: ${madeBefore.map(describeEffect).join(", ")}`,
+            `whose effect ${r.worker} made at its turn ${failedAt}: ${madeBefore.map(describeEffect).join(", ")}`,
         );
       }
     }
