@@ -96,6 +96,8 @@ describe("end-to-end level", () => {
     };
     const error = await runEndToEnd(forgetful, { provider, runs: 300, seed: 11, shrinkTimeLimitMs: SHRINK_BUDGET_MS }).catch((e: unknown) => e as Error);
     expect(error).toBeInstanceOf(Error);
-    expect((error as Error).message).toMatch(/invoice .* performed 2 times/);
+    // A duplicate invoice at whatever count shrinking reached within its budget (a loaded host cuts
+    // it short: 3 times, seed 11, two runs at once).
+    expect((error as Error).message).toMatch(/invoice .* performed ([2-9]|\d{2,}) times/);
   }, 600_000);
 });
