@@ -58,7 +58,7 @@ function caseStats(ctx: CaseContext, elapsedMs: number): Record<string, number> 
     follow_ups: count((m) => ((m as SentMessage).plan.followUp ?? []).length > 0, ctx.messages),
     follow_up_repeats: count((m) => {
       const { calls, followUp = [] } = (m as SentMessage).plan;
-      return followUp.some((f) => calls.some((c) => c.tool === f.tool && faultSignature(c.tool, c.args) === faultSignature(f.tool, f.args)));
+      return followUp.some((f) => calls.some((c) => faultSignature(c.tool, c.args) === faultSignature(f.tool, f.args)));
     }, ctx.messages),
     sends: ctx.sends.length,
     attempts: count((e) => (e as { type: string }).type === "attempt_started", ctx.events),

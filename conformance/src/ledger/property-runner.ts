@@ -28,6 +28,20 @@ export interface PropertyRunOptions {
   shrinkTimeLimitMs?: number;
 }
 
+/**
+ * A ledger-level property's options as runProperty takes them: its time limit defaults to an hour
+ * (the checks that register it set their own), the shrink budget and the path only when given.
+ */
+export function propertyRunOptions(options: { runs: number; seed: number; path?: string; timeLimitMs?: number; shrinkTimeLimitMs?: number }): PropertyRunOptions {
+  return {
+    runs: options.runs,
+    seed: options.seed,
+    timeLimitMs: options.timeLimitMs ?? 3_600_000,
+    ...(options.shrinkTimeLimitMs === undefined ? {} : { shrinkTimeLimitMs: options.shrinkTimeLimitMs }),
+    ...(options.path === undefined ? {} : { path: options.path }),
+  };
+}
+
 export type PropertyOutcome<T> =
   | { kind: "passed"; numRuns: number }
   /** The time limit stopped the property before its runs were done: nothing is certified. */

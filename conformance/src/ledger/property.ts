@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { ConformanceFailure } from "../failure.js";
 import type { Counterexample, LedgerSubject } from "../types.js";
 import { runScenario, stepArbitrary, type Step } from "./model.js";
-import { runProperty } from "./property-runner.js";
+import { propertyRunOptions, runProperty } from "./property-runner.js";
 
 export const MODEL_CHECK_NAME = "model-based: random claim/race/contend/complete/fail/markUnknown/release/renew/lookup/expire_lease/sweep/restart sequences agree with the reference model";
 
@@ -39,13 +39,7 @@ export async function runModelProperty(subject: LedgerSubject, options: Property
       last = await runScenario(subject, scenario, { seed: options.seed });
       if (last.error !== undefined) throw last.error;
     },
-    {
-      runs: options.runs,
-      seed: options.seed,
-      timeLimitMs: options.timeLimitMs ?? 3_600_000,
-      ...(options.shrinkTimeLimitMs === undefined ? {} : { shrinkTimeLimitMs: options.shrinkTimeLimitMs }),
-      ...(options.path === undefined ? {} : { path: options.path }),
-    },
+    propertyRunOptions(options),
   );
   if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
   if (outcome.kind === "interrupted") {

@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { ConformanceFailure, show } from "../failure.js";
 import type { LedgerSubject } from "../types.js";
 import { seededKey } from "./context.js";
-import { runProperty } from "./property-runner.js";
+import { propertyRunOptions, runProperty } from "./property-runner.js";
 import { claimNew, claimRequest, withFixture } from "./support.js";
 
 export const RESULT_PROPERTY_NAME = "random JSON texts (any Unicode, any layout) are replayed byte-for-byte";
@@ -43,13 +43,7 @@ export async function runResultProperty(subject: LedgerSubject, options: { runs:
           }
         }
       },
-      {
-      runs: options.runs,
-      seed: options.seed,
-      timeLimitMs: options.timeLimitMs ?? 3_600_000,
-      ...(options.shrinkTimeLimitMs === undefined ? {} : { shrinkTimeLimitMs: options.shrinkTimeLimitMs }),
-      ...(options.path === undefined ? {} : { path: options.path }),
-    },
+      propertyRunOptions(options),
     );
     if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
     if (outcome.kind === "interrupted") {

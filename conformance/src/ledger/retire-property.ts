@@ -9,7 +9,7 @@ import type { ClaimResult, Ledger, LedgerEffect } from "@dispatch-once/core";
 import { ConformanceFailure, codeOf, show } from "../failure.js";
 import type { Counterexample, LedgerSubject } from "../types.js";
 import { seededKey } from "./context.js";
-import { runProperty } from "./property-runner.js";
+import { propertyRunOptions, runProperty } from "./property-runner.js";
 import { LEASE_MS, TOOL_FOR, requestFor } from "./support.js";
 
 export const RETIRE_PROPERTY_NAME = "retire property: random claims with random claim ids, retires with release true or false, releases, completes and lease expiries agree with the LEDGER-28 model";
@@ -200,13 +200,7 @@ export async function runRetireProperty(subject: LedgerSubject, options: { runs:
       last = await runRetireScenario(subject, steps, options.seed);
       if (last.error !== undefined) throw last.error;
     },
-    {
-      runs: options.runs,
-      seed: options.seed,
-      timeLimitMs: options.timeLimitMs ?? 3_600_000,
-      ...(options.shrinkTimeLimitMs === undefined ? {} : { shrinkTimeLimitMs: options.shrinkTimeLimitMs }),
-      ...(options.path === undefined ? {} : { path: options.path }),
-    },
+    propertyRunOptions(options),
   );
   if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
   if (outcome.kind === "interrupted") {
