@@ -7,10 +7,12 @@ import { faultFree, plannedCalls, sendGroups, type MessagePlan, type Scenario } 
 import {
   CALM_CLAIM_LEASE_MS,
   DIED,
+  REASK_REST_SUFFIX,
   REASK_SUFFIX,
   TURN_LEASE_MS,
   contentOf,
   faultSignature,
+  faultSlot,
   memoryConversationStore,
   newWorker,
   note,
@@ -56,6 +58,8 @@ function caseStats(ctx: CaseContext, elapsedMs: number): Record<string, number> 
     reasks: count((m) => (m as SentMessage).reaskOf !== undefined, ctx.messages),
     // Messages whose tool loop has a later turn with calls, and those where it repeats a first-turn call exactly.
     follow_ups: count((m) => ((m as SentMessage).plan.followUp ?? []).length > 0, ctx.messages),
+    // Deaths and unstorable results in a later turn of a tool loop are counted where they apply
+    // (world.ts: follow_up_deaths, follow_up_unstorable), re-asks of a loop by where it failed.
     follow_up_repeats: count((m) => {
       const { calls, followUp = [] } = (m as SentMessage).plan;
       return followUp.some((f) => calls.some((c) => faultSignature(c.tool, c.args) === faultSignature(f.tool, f.args)));
@@ -110,11 +114,11 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
   let deaths = false;
   for (const conversation of scenario.conversations) {
     for (const message of conversation.messages) {
-      // Downstream faults index the first turn's calls, then the follow-up's.
+      // Faults index the first turn's calls, then the follow-up's (step 1 of the tool loop).
       const all = plannedCalls(message);
       const sig = (index: number) => {
         const call = all[index];
-        return call === undefined ? undefined : faultSignature(call.tool, call.args);
+        return call === undefined ? undefined : faultSlot(index >= message.calls.length ? 1 : 0, faultSignature(call.tool, call.args));
       };
       for (const [index, fault] of Object.entries(message.downstream)) {
         const s = sig(Number(index));
@@ -184,17 +188,32 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
           }
           const message = register(ctx, conversation.id, group[0]!, false);
           const state = await sendMessage(ctx, message, spawn, primary);
-          if (state === "failed" && group[0]!.reask) {
-            // "That failed, try again": a new message with the same request (TURN-12).
+          // A loop that committed its follow-up too failed only in its answer: nothing is left to ask for.
+          const answeredLoop = state === "failed" && (group[0]!.followUp ?? []).length > 0 && (await ctx.stores.get(conversation.id)!.store.turnsOf(conversation.id, `${conversation.id}:${group[0]!.text}`)).length > 1;
+          if (state === "failed" && group[0]!.reask && !answeredLoop) {
+            // "That failed, try again": a new message with the same request (TURN-12). A tool
+            // loop whose first turn committed failed in its follow-up: the user asks again for
+            // the rest, which the new message's first turn makes at the failed turn's index.
+            const plan = group[0]!;
+            const loop = plan.followUp ?? [];
+            const { store } = ctx.stores.get(conversation.id)!;
+            const committed = loop.length > 0 ? (await store.turnsOf(conversation.id, message.id)).length : 0;
+            const rest = loop.length > 0 && committed > 0;
+            const suffix = rest ? REASK_REST_SUFFIX : REASK_SUFFIX;
+            const reaskPlan: MessagePlan = rest
+              ? { ...plan, calls: reaskCalls(loop), route: "automatic_retry" }
+              : { ...plan, ...(loop.length > 0 ? { followUp: reaskCalls(loop) } : {}), route: "automatic_retry" };
+            if (rest) delete reaskPlan.followUp;
             const reask: SentMessage = {
               conversationId: conversation.id,
-              id: `${message.id}${REASK_SUFFIX}`,
-              text: `${message.text}${REASK_SUFFIX}`,
-              plan: { ...group[0]!, route: "automatic_retry" },
-              calls: reaskCalls(group[0]!.calls),
+              id: `${message.id}${suffix}`,
+              text: `${message.text}${suffix}`,
+              plan: reaskPlan,
+              calls: rest ? reaskCalls(loop) : reaskCalls(plannedCalls(plan)),
               reaskOf: message.id,
               concurrent: false,
             };
+            if (loop.length > 0) ctx.diagnostics[rest ? "follow_up_reasks_rest" : "follow_up_reasks_whole"] = (ctx.diagnostics[rest ? "follow_up_reasks_rest" : "follow_up_reasks_whole"] ?? 0) + 1;
             ctx.messages.push(reask);
             if (primary.dead) primary = await spawn(`${primary.name}*`, conversation.id);
             note(ctx, "user", `${conversation.id} asks again in a new message ${JSON.stringify(reask.id)}`);

@@ -188,11 +188,13 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
       }
       if (m.reaskOf !== undefined) {
         const original = c.stored.get(m.reaskOf);
-        if (s?.turnIndex !== undefined && original?.turnIndex !== undefined && s.turnIndex !== original.turnIndex) {
+        // The failed turn: after the turns of its tool loop it committed (a follow-up that failed).
+        const failedAt = original?.turnIndex === undefined ? undefined : original.turnIndex + c.turns.filter((t) => t.messageId === m.reaskOf).length;
+        if (s?.turnIndex !== undefined && failedAt !== undefined && s.turnIndex !== failedAt) {
           add(
             "TURN-12",
             `${c.id}: the re-ask ${JSON.stringify(m.id)} of failed message ${JSON.stringify(m.reaskOf)} took turn ${s.turnIndex}, ` +
-              `not the failed turn's index ${original.turnIndex}: its calls got new keys`,
+              `not the failed turn's index ${failedAt}: its calls got new keys`,
           );
         }
       }
@@ -781,7 +783,15 @@ function checkEveryEffectAccounted(
       continue;
     }
     const c = conversations.find((x) => x.id === run.conversationId);
-    const atSlot = [...(c?.stored.values() ?? [])].filter((m) => m.turnIndex === run.turnIndex);
+    // The messages whose turns reach this index: bound there, or a tool loop's later turn
+    // (bound earlier; committed there, or failed there after the turns it committed).
+    const atSlot = [...(c?.stored.entries() ?? [])]
+      .filter(([id, m]) => {
+        if (m.turnIndex === undefined || run.turnIndex < m.turnIndex) return false;
+        const committed = c!.turns.filter((t) => t.messageId === id).length;
+        return run.turnIndex < m.turnIndex + committed || (m.state !== "answered" && run.turnIndex === m.turnIndex + committed);
+      })
+      .map(([, m]) => m);
     if (later.length === 0 && !atSlot.some((m) => m.state === "answered" || m.state === "failed")) {
       count("effect_of_unresolved_message");
       continue;

@@ -36,7 +36,11 @@ export type DownstreamFault = "fail_before_accept" | "drop_after_accept";
  * another worker, which takes the conversation over; the stalled one wakes up, finishes its
  * call and finds its commit refused (TURN-13).
  */
-export type WorkerDeath = { call: number; when: "before_downstream" | "after_response_before_complete" | "stall_before_downstream" };
+export type WorkerDeath = {
+  /** Call index: the first turn's calls, then the follow-up's (a death in a later turn of the tool loop). */
+  call: number;
+  when: "before_downstream" | "after_response_before_complete" | "stall_before_downstream";
+};
 
 export type ReplayRoute = "automatic_retry" | "client_resend" | "queue_redelivery" | "double_send";
 
@@ -68,8 +72,14 @@ export interface MessagePlan {
    */
   outage: StreamCut | undefined;
   /**
+   * The outage hits the follow-up turn's requests instead (from its second request on): the first
+   * turn commits, and a later turn whose holder died after an effect is reached by no re-run.
+   */
+  outageOnFollowUp?: boolean;
+  /**
    * Call indexes whose result cannot be stored (LEDGER-10): the effect happens, the ledger row
-   * fails closed with result_not_storable and the turn fails without a retry.
+   * fails closed with result_not_storable and the turn fails without a retry. Indexes count the
+   * first turn's calls, then the follow-up's.
    */
   unstorable: number[];
   route: ReplayRoute;
@@ -82,6 +92,15 @@ export interface MessagePlan {
    * When the message ends failed, the user asks again in a new message with the same request
    * (the model re-words the memo): TURN-12 gives it the failed turn's index, so it is answered
    * from the ledger and pays nothing new. Only for a message sent alone.
+   *
+   * A tool loop that failed in its follow-up turn committed its first turn: those calls are
+   * answered in the log the model reads, and the failed turn's index is the follow-up's. The
+   * re-ask then takes that index (TURN-12) and the model asks again for what did not finish, the
+   * follow-up's calls (re-worded): the same tool, identity and ordinal at the same index are the
+   * failed turn's keys, so what the dead or failed turn paid is answered from the ledger and paid
+   * once, and what it never reached is paid now. A loop that failed in its first turn is asked
+   * again whole: its first turn at the failed index, its follow-up at the next (which nothing
+   * reached before). Either way each call the user asked for happens once (case.ts, oracle.ts).
    */
   reask: boolean;
 }
@@ -193,9 +212,15 @@ function messageArbitrary(conversation: number, message: number, previous: Plann
     })
     .chain((calls) => followUpArbitrary(conversation, message, calls).map((followUp) => ({ calls, followUp })))
     .chain(({ calls, followUp }) => {
-      const index = fc.integer({ min: 0, max: calls.length - 1 });
-      // A downstream fault may land on a follow-up call too (indexes after the first turn's).
+      // A fault may land on a follow-up call too (indexes after the first turn's).
       const anyCall = fc.integer({ min: 0, max: calls.length + followUp.length - 1 });
+      // A message with a tool loop is rare (one in twelve), and a fault in its later turn is
+      // what it exists for: there, deaths and unstorable results favour the follow-up's calls.
+      const index =
+        followUp.length > 0
+          ? fc.oneof({ weight: 1, arbitrary: anyCall }, { weight: 2, arbitrary: fc.integer({ min: calls.length, max: calls.length + followUp.length - 1 }) })
+          : anyCall;
+      const deathWeight = followUp.length > 0 ? 3 : 1;
       return fc.record({
         text: fc.constant(`c${conversation} message ${message}`),
         calls: fc.constant(calls),
@@ -218,20 +243,22 @@ function messageArbitrary(conversation: number, message: number, previous: Plann
         death: fc.oneof(
           { weight: 6, arbitrary: fc.constant(undefined) },
           {
-            weight: 1,
+            weight: deathWeight,
             arbitrary: fc.record({
               call: index,
               when: fc.constantFrom<WorkerDeath["when"]>("before_downstream", "after_response_before_complete", "stall_before_downstream"),
             }),
           },
         ),
-        unstorable: fc.oneof({ weight: 8, arbitrary: fc.constant<number[]>([]) }, { weight: 1, arbitrary: index.map((i) => [i]) }),
+        unstorable: fc.oneof({ weight: 8, arbitrary: fc.constant<number[]>([]) }, { weight: deathWeight, arbitrary: index.map((i) => [i]) }),
         route: fc.constantFrom<ReplayRoute>("automatic_retry", "client_resend", "queue_redelivery", "double_send"),
         concurrent: message === 0 ? fc.constant(false) : fc.boolean().chain((b) => (b ? fc.boolean() : fc.constant(false))),
-        // A re-ask asks the first turn again at the failed turn's index (TURN-12); a tool loop's
-        // failed later turn has no such plain re-ask, so messages with a follow-up have none.
-        reask: followUp.length > 0 ? fc.constant(false) : fc.boolean(),
-      }).chain((plan) => outageArbitrary(plan).map((outage): MessagePlan => ({ ...plan, outage })));
+        // A re-ask asks again at the failed turn's index (TURN-12): the whole request when the
+        // first turn failed, the follow-up's calls when the loop's later turn did (reask above).
+        reask: fc.boolean(),
+      }).chain((plan) =>
+        outageArbitrary(plan).map(({ outage, onFollowUp }): MessagePlan => ({ ...plan, outage, ...(onFollowUp ? { outageOnFollowUp: true } : {}) })),
+      );
     });
 }
 
@@ -251,21 +278,32 @@ function followUpArbitrary(conversation: number, message: number, calls: Planned
 
 /**
  * Mostly none. With a death after a call's effect, often a cut inside that call's arguments or
- * before it: the case where the dead worker's effect is reached by no later attempt.
+ * before it: the case where the dead worker's effect is reached by no later attempt. A death on a
+ * follow-up call gets its outage on the follow-up turn's requests (the first turn committed).
  */
-function outageArbitrary(plan: Omit<MessagePlan, "outage">): fc.Arbitrary<StreamCut | undefined> {
+function outageArbitrary(plan: Omit<MessagePlan, "outage">): fc.Arbitrary<{ outage: StreamCut | undefined; onFollowUp: boolean }> {
+  const followUp = plan.followUp ?? [];
+  const first = (cut: fc.Arbitrary<StreamCut | undefined>) => cut.map((outage) => ({ outage, onFollowUp: false }));
+  const loop = (cut: fc.Arbitrary<StreamCut | undefined>) => cut.map((outage) => ({ outage, onFollowUp: outage !== undefined }));
   const none = fc.constant(undefined);
   const death = plan.death;
   if (death === undefined || death.when !== "after_response_before_complete") {
-    return fc.oneof({ weight: 12, arbitrary: none }, { weight: 1, arbitrary: cutArbitrary(plan.calls.length) });
+    const anywhere = followUp.length > 0 ? fc.oneof(first(cutArbitrary(plan.calls.length)), loop(cutArbitrary(followUp.length))) : first(cutArbitrary(plan.calls.length));
+    return fc.oneof({ weight: 12, arbitrary: first(none) }, { weight: 1, arbitrary: anywhere });
   }
+  const inLoop = death.call >= plan.calls.length;
   const beforeTheCall = fc.record({
     at: fc.constant("arguments" as const),
-    toolUse: fc.constant(death.call),
+    toolUse: fc.constant(inLoop ? death.call - plan.calls.length : death.call),
     afterFragment: fc.integer({ min: 0, max: 2 }),
     kind: cutKind,
   });
-  return fc.oneof({ weight: 1, arbitrary: none }, { weight: 2, arbitrary: beforeTheCall }, { weight: 1, arbitrary: cutArbitrary(plan.calls.length) });
+  const same = inLoop ? loop : first;
+  return fc.oneof(
+    { weight: 1, arbitrary: first(none) },
+    { weight: 2, arbitrary: same(beforeTheCall) },
+    { weight: 1, arbitrary: same(cutArbitrary(inLoop ? followUp.length : plan.calls.length)) },
+  );
 }
 
 function conversationArbitrary(conversation: number): fc.Arbitrary<ConversationPlan> {

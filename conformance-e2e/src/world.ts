@@ -111,6 +111,15 @@ export function faultSignature(tool: string, args: Record<string, unknown>): str
   return `${tool}:${JSON.stringify(Object.keys(picked).sort().map((k) => [k, picked[k]]))}`;
 }
 
+/**
+ * Where a planned fault applies: a call's signature in a step of its message's tool loop (0 the
+ * first turn, 1 the follow-up). A follow-up may repeat a first-turn call exactly; a fault planned
+ * on it must not fire on the first turn's execution.
+ */
+export function faultSlot(step: number, signature: string): string {
+  return `${step > 0 ? 1 : 0}|${signature}`;
+}
+
 // ---- what a case records ----------------------------------------------------------------------
 
 /** One line of the readable timeline a counterexample prints. */
@@ -314,14 +323,28 @@ function describeDownstream(error: unknown): string {
 }
 
 function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolDefinition<any, any>[] {
+  // The step of the message's tool loop this run belongs to: its turn index less the message's
+  // first turn's (the message of the attempt its send runs, sendScope).
+  const stepOf = (conversationId: string, turnIndex: number): number => {
+    const send = sendScope.getStore();
+    const attempt = ctx.events.findLast((e) => e.type === "attempt_started" && e.send === send && e.worker === self.name && e.conversationId === conversationId);
+    if (attempt?.type !== "attempt_started") return 0;
+    const first = ctx.events.find((e) => e.type === "attempt_started" && e.conversationId === conversationId && e.messageId === attempt.messageId);
+    return first === undefined ? 0 : turnIndex - first.turnIndex;
+  };
   // Applies the planned death, downstream fault or unstorable result of this call, once, on its first execution.
-  const hooks = (signature: string) => {
-    const death = ctx.pendingDeaths.get(signature);
-    const fault = ctx.pendingDownstream.get(signature);
-    const unstorable = ctx.pendingUnstorable.has(signature);
-    ctx.pendingDownstream.delete(signature);
-    ctx.pendingDeaths.delete(signature);
-    ctx.pendingUnstorable.delete(signature);
+  const hooks = (tool: string, args: Record<string, unknown>, context: { conversationId: string; turnIndex: number }) => {
+    const step = stepOf(context.conversationId, context.turnIndex);
+    const slot = faultSlot(step, faultSignature(tool, args));
+    const death = ctx.pendingDeaths.get(slot);
+    const fault = ctx.pendingDownstream.get(slot);
+    const unstorable = ctx.pendingUnstorable.has(slot);
+    ctx.pendingDownstream.delete(slot);
+    ctx.pendingDeaths.delete(slot);
+    ctx.pendingUnstorable.delete(slot);
+    // Counted for the stats: a death or an unstorable result in a later turn of a tool loop.
+    if (step > 0 && death !== undefined) ctx.diagnostics.follow_up_deaths = (ctx.diagnostics.follow_up_deaths ?? 0) + 1;
+    if (step > 0 && unstorable) ctx.diagnostics.follow_up_unstorable = (ctx.diagnostics.follow_up_unstorable ?? 0) + 1;
     return { death, fault, unstorable };
   };
   const begin = (tool: string, args: Record<string, unknown>, context: { idempotencyKey: string; conversationId: string; turnIndex: number; ordinal: number }): ToolRun => {
@@ -384,7 +407,7 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
       identity: ["payee", "amount", "currency", "reference"],
       async run(args, context) {
         const run = begin("send_payment", args, context);
-        const { death, fault, unstorable } = hooks(faultSignature("send_payment", args));
+        const { death, fault, unstorable } = hooks("send_payment", args, context);
         if (death === "before_downstream") die("before calling the payments API");
         if (death === "stall_before_downstream") await stall(context.conversationId);
         let payment;
@@ -406,7 +429,7 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
       input: TOOL_SHAPES.void_payment.input,
       async run(args, context) {
         const run = begin("void_payment", args, context);
-        const { death, fault, unstorable } = hooks(faultSignature("void_payment", args));
+        const { death, fault, unstorable } = hooks("void_payment", args, context);
         if (death === "before_downstream") die("before voiding");
         if (death === "stall_before_downstream") await stall(context.conversationId);
         let voided;
@@ -438,7 +461,7 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
       input: TOOL_SHAPES.create_invoice.input,
       async run(args, context) {
         const run = begin("create_invoice", args, context);
-        const { death, fault, unstorable } = hooks(faultSignature("create_invoice", args));
+        const { death, fault, unstorable } = hooks("create_invoice", args, context);
         if (death === "before_downstream") die("before creating the invoice");
         if (death === "stall_before_downstream") await stall(context.conversationId);
         let invoice;
@@ -595,6 +618,8 @@ export function reaskCalls(calls: PlannedCall[]): PlannedCall[] {
 }
 
 export const REASK_SUFFIX = " again";
+/** The re-ask of a tool loop that failed in its follow-up turn: the user asks again for what did not finish. */
+export const REASK_REST_SUFFIX = " again, the rest";
 
 /** Program the provider for this case: one plan per message text (and re-ask), cuts by request attempt. */
 export function programProvider(world: World, scenario: Scenario, account: string): void {
@@ -602,20 +627,26 @@ export function programProvider(world: World, scenario: Scenario, account: strin
   const cuts = new Map<string, StreamCut[]>();
   const followUpCuts = new Map<string, StreamCut[]>();
   const outages = new Map<string, StreamCut>();
+  const followUpOutages = new Map<string, StreamCut>();
   for (const conversation of scenario.conversations) {
     for (const message of conversation.messages) {
       const text = contentOf(account, message.text);
       // A follow-up is the tool loop's next response: made once the first calls' results are back.
       plans.set(text, message.followUp !== undefined && message.followUp.length > 0 ? [message.calls, message.followUp] : [message.calls]);
-      plans.set(text + REASK_SUFFIX, [reaskCalls(message.calls)]);
+      // Asked again whole (the first turn failed), or for the follow-up's calls (it failed there).
+      const loop = message.followUp ?? [];
+      plans.set(text + REASK_SUFFIX, loop.length > 0 ? [reaskCalls(message.calls), reaskCalls(loop)] : [reaskCalls(message.calls)]);
+      if (loop.length > 0) plans.set(text + REASK_REST_SUFFIX, [reaskCalls(loop)]);
       cuts.set(text, message.cuts);
       if (message.followUpCuts !== undefined) followUpCuts.set(text, message.followUpCuts);
-      if (message.outage !== undefined) outages.set(text, message.outage);
+      if (message.outage !== undefined) (message.outageOnFollowUp === true ? followUpOutages : outages).set(text, message.outage);
     }
   }
-  // The planned cut of this attempt; else, from the second request on, the outage (of the first step).
+  // The planned cut of this attempt; else, from the second request on, the outage (of its step).
   world.provider.program(plans, (text, attempt, step) =>
-    step > 0 ? followUpCuts.get(text)?.[attempt - 1] : (cuts.get(text)?.[attempt - 1] ?? (attempt >= 2 ? outages.get(text) : undefined)),
+    step > 0
+      ? (followUpCuts.get(text)?.[attempt - 1] ?? (attempt >= 2 ? followUpOutages.get(text) : undefined))
+      : (cuts.get(text)?.[attempt - 1] ?? (attempt >= 2 ? outages.get(text) : undefined)),
   );
 }
 

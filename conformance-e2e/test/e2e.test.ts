@@ -23,7 +23,9 @@ function expectHardCases(seen: Record<string, number>, runs: number): void {
   // dead_worker_effect_unreached_reported_by_resumed_record: a dead worker's effect that no later
   // attempt reached, accounted for by the resumed turn's record (RECORD-6; the outage scenarios).
   // follow_up_repeats: a later turn of a message's tool loop repeating a first-turn call exactly.
-  for (const kind of ["calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
+  // follow_up_deaths, follow_up_unstorable: a worker dying, a result that cannot be stored, in a
+  // later turn of a tool loop (the take-over resumes mid-loop; the turn fails after one committed).
+  for (const kind of ["calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "follow_up_deaths", "follow_up_unstorable", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
     expect(seen[kind], kind).toBeGreaterThan(0);
   }
 }
