@@ -1,8 +1,8 @@
-import { Dispatcher, MemoryConversationStore, ToolRegistry, type CallDispatcher, type ConversationStore, type Ledger, type ToolDefinition } from "@dispatch-once/core";
+import { Dispatcher, MemoryConversationStore, ToolFailedError, ToolRegistry, isDispatchOnceError, type CallDispatcher, type ConversationStore, type Ledger, type ToolDefinition } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
-import { SHRINK_BUDGET_MS, expectReadable } from "./readable.js";
+import { expectReadable } from "./readable.js";
 import { memory } from "./audit-mutants.js";
 
 /**
@@ -18,6 +18,8 @@ const SEARCH_BUDGET_MS = 120_000;
 
 /** The snapshot of each turn begun, by conversation and turn index (an observing wrapper of the reference store). */
 const restartIndexOf = new Map<string, number>();
+/** The turns begun past their message's first turn (a tool loop's later turn), by conversation and turn index. */
+const laterTurns = new Set<string>();
 
 function observedStore({ now }: { now: () => number }): ConversationStore {
   const store = new MemoryConversationStore({ now });
@@ -31,6 +33,8 @@ function observedStore({ now }: { now: () => number }): ConversationStore {
     const midLoopTakeover = snapshot.resumed && snapshot.bound === false && snapshot.message.firstFailedAt === undefined && snapshot.turnIndex > first;
     if (midLoopTakeover) restartIndexOf.set(slot, first);
     else restartIndexOf.delete(slot);
+    if (snapshot.turnIndex > first) laterTurns.add(slot);
+    else laterTurns.delete(slot);
     return snapshot;
   };
   return store;
@@ -45,20 +49,56 @@ function restartsAtFirstTurn(tools: ToolDefinition<any, any>[], ledger: Ledger, 
   };
 }
 
-describe.each(RUNNER_PROVIDERS)("faults in a tool loop's later turn: the end-to-end oracle rejects a take-over that restarts the keys (provider %s)", (provider) => {
-  it("CONF-2 a take-over mid-loop that keys the follow-up call at the message's first turn index pays again or commits a key spec §3 does not give", async () => {
-    const error = await runEndToEnd(memory, {
+/**
+ * The second planted bug: a dispatcher that, in a tool loop's later turn, tells a result that
+ * could not be stored (the effect happened, the row failed closed: LEDGER-10) as a definite
+ * failure of the tool. The runner then commits the call as an error the model reads, and its
+ * records say the payment did not happen. Unstorable results fell on first-turn calls only in
+ * the kit of before.
+ */
+function unstorableAsFailedInLaterTurn(tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults): CallDispatcher {
+  const real = new Dispatcher({ ...defaults, ledger, tools: new ToolRegistry(tools) });
+  return {
+    turn: (context) => {
+      const turn = real.turn(context);
+      if (!laterTurns.has(`${context.conversationId}#${context.turnIndex}`)) return turn;
+      return {
+        dispatch: (call) =>
+          turn.dispatch(call).catch((error: unknown) => {
+            if (!isDispatchOnceError(error, "result_not_storable")) throw error;
+            throw new ToolFailedError((error as unknown as { key: string }).key, { name: "ToolError", message: "the payments API declined it", code: "declined" }, false);
+          }),
+      };
+    },
+    effectClassOf: (name) => real.effectClassOf(name),
+  };
+}
+
+describe.each(RUNNER_PROVIDERS)("faults in a tool loop's later turn: the end-to-end oracle rejects runners that mishandle them (provider %s)", (provider) => {
+  const planted = (dispatcher: typeof restartsAtFirstTurn) =>
+    runEndToEnd(memory, {
       provider,
       runs: 300,
       seed: 5,
       timeLimitMs: SEARCH_BUDGET_MS,
-      shrinkTimeLimitMs: SHRINK_BUDGET_MS,
+      // No shrinking: the first failing scenario carries the verdict and replays by its seed and
+      // path (each verdict held with the 3 s budget of readable.ts too), at a third of the CPU.
+      shrinkTimeLimitMs: 0,
       conversationStore: observedStore,
-      dispatcher: restartsAtFirstTurn,
+      dispatcher,
     }).catch((e: unknown) => e);
-    const message = expectReadable(error, 5);
-    // The dead holder's follow-up payment made again under the restarted key (CONF-2), in the seeds searched.
+
+  it("CONF-2 a take-over mid-loop that keys the follow-up call at the message's first turn index pays again", async () => {
+    const message = expectReadable(await planted(restartsAtFirstTurn), 5);
+    // The dead holder's follow-up payment made again under the restarted key (seed 5: after 12 runs, on both sides).
     expect(message).toMatch(/breaks CONF-2/);
+  }, 600_000);
+
+  it("RECORD-3 a later turn's unstorable result told as a definite failure commits an error for a payment that happened", async () => {
+    const message = expectReadable(await planted(unstorableAsFailedInLaterTurn), 5);
+    // Committed as an error the model reads while the payment went through (seed 5: after 26 runs, on both sides).
+    expect(message).toMatch(/breaks RECORD-3/);
+    expect(message).toMatch(/was committed as an error .* but its effect happened/);
   }, 600_000);
 
   it("the real dispatcher under the same hooks passes the same scenarios", async () => {
@@ -71,7 +111,9 @@ describe.each(RUNNER_PROVIDERS)("faults in a tool loop's later turn: the end-to-
       dispatcher: (tools, ledger, defaults) => new Dispatcher({ ...defaults, ledger, tools: new ToolRegistry(tools) }),
       onStats: (stats) => Object.assign(seen, stats),
     });
-    // The runs reached what the mutant breaks: a worker dying in a later turn of a tool loop.
+    // The runs reached what the mutants break: a worker dying, and a result that cannot be
+    // stored, in a later turn of a tool loop.
     expect(seen.follow_up_deaths).toBeGreaterThan(0);
+    expect(seen.follow_up_unstorable).toBeGreaterThan(0);
   }, 600_000);
 });
