@@ -188,17 +188,16 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
           }
           const message = register(ctx, conversation.id, group[0]!, false);
           const state = await sendMessage(ctx, message, spawn, primary);
-          // A loop that committed its follow-up too failed only in its answer: nothing is left to ask for.
-          const answeredLoop = state === "failed" && (group[0]!.followUp ?? []).length > 0 && (await ctx.stores.get(conversation.id)!.store.turnsOf(conversation.id, `${conversation.id}:${group[0]!.text}`)).length > 1;
-          if (state === "failed" && group[0]!.reask && !answeredLoop) {
+          const plan = group[0]!;
+          const loop = plan.followUp ?? [];
+          // The turns of its tool loop a failed message committed: none (its first turn failed),
+          // one (its follow-up failed), or both (only its answer failed: nothing is left to ask for).
+          const committed = state === "failed" && loop.length > 0 ? (await ctx.stores.get(conversation.id)!.store.turnsOf(conversation.id, message.id)).length : 0;
+          if (state === "failed" && plan.reask && committed < 2) {
             // "That failed, try again": a new message with the same request (TURN-12). A tool
             // loop whose first turn committed failed in its follow-up: the user asks again for
             // the rest, which the new message's first turn makes at the failed turn's index.
-            const plan = group[0]!;
-            const loop = plan.followUp ?? [];
-            const { store } = ctx.stores.get(conversation.id)!;
-            const committed = loop.length > 0 ? (await store.turnsOf(conversation.id, message.id)).length : 0;
-            const rest = loop.length > 0 && committed > 0;
+            const rest = committed === 1;
             const suffix = rest ? REASK_REST_SUFFIX : REASK_SUFFIX;
             const reaskPlan: MessagePlan = rest
               ? { ...plan, calls: reaskCalls(loop), route: "automatic_retry" }
@@ -213,7 +212,8 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
               reaskOf: message.id,
               concurrent: false,
             };
-            if (loop.length > 0) ctx.diagnostics[rest ? "follow_up_reasks_rest" : "follow_up_reasks_whole"] = (ctx.diagnostics[rest ? "follow_up_reasks_rest" : "follow_up_reasks_whole"] ?? 0) + 1;
+            const stat = rest ? "follow_up_reasks_rest" : "follow_up_reasks_whole";
+            if (loop.length > 0) ctx.diagnostics[stat] = (ctx.diagnostics[stat] ?? 0) + 1;
             ctx.messages.push(reask);
             if (primary.dead) primary = await spawn(`${primary.name}*`, conversation.id);
             note(ctx, "user", `${conversation.id} asks again in a new message ${JSON.stringify(reask.id)}`);
