@@ -5,7 +5,6 @@ export default defineConfig({
   // whole demo in one (its heap capped), off the CLI's main thread.
   entry: ["src/index.ts", "src/cli.ts", "src/chaos-worker.ts", "src/demo-thread.ts"],
   format: ["esm", "cjs"],
-  dts: { entry: ["src/index.ts"] },
   shims: true,
   sourcemap: true,
   clean: true,

@@ -3,7 +3,6 @@ import { defineConfig } from "tsup";
 export default defineConfig({
   entry: { index: "src/index.ts", "internal/index": "src/internal/index.ts" },
   format: ["esm", "cjs"],
-  dts: true,
   sourcemap: true,
   clean: true,
   target: "node20",
