@@ -113,7 +113,9 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
     if (planned === undefined) return undefined;
     const steps = world.plans.get(text!);
     const step = steps === undefined ? 0 : stepOf(request, steps);
-    const phase = steps !== undefined && step < steps.length ? "tool_step" : "confirmation";
+    // A tool loop's step 2 is answered in the request of step 1 (a continuation's is a request of its own).
+    const loop = (at!.plan.followUp ?? []).length > 0 && step === 1;
+    const phase = steps !== undefined && step < steps.length ? (loop ? "follow_up" : "tool_step") : "confirmation";
     if (planned.phase !== phase) return undefined;
     // A continuation's step may make fewer calls than the cut was drawn for: cut its last one.
     const calls = steps?.[step] === undefined ? 1 : callsOf(steps[step]!);
@@ -158,6 +160,9 @@ interface Told {
   message: string;
   /** 0 for the turn as first sent, 1 for its regenerate: the answers the app kept for one pass at the turn. */
   pass: number;
+  /** The request of the pass (0, then each continuation) and the step of `streamText` in it (1-based) that told it. */
+  request: number;
+  step: number;
   toolCallId: string;
   tool: string;
   input: Record<string, unknown>;
@@ -170,6 +175,8 @@ interface CaseLog {
   started: number;
   timeline: string[];
   told: Told[];
+  /** The passes at a turn that were answered (chat, message text, pass): the oracle counts their kept answers. */
+  answered: Set<string>;
   stats: Record<string, number>;
 }
 
@@ -287,7 +294,7 @@ const EXECUTED = new Set(["send_payment", "create_invoice"]);
  * One request of the chat route: `streamText` with the chat's messages. Kept only when the
  * stream finished; a failed attempt leaves the messages as they were.
  */
-async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string, pass: number): Promise<Attempted> {
+async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string, label: string, pass: number, requestOfPass: number): Promise<Attempted> {
   const state = ctx.world.attempts.get(content)!;
   state.attempt++;
   const request: AiSdkRequest = { conversationId: chat.plan.id, messages: chat.messages, dispatchAt: chat.plan.dispatchAt };
@@ -300,6 +307,8 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   let failed: string | undefined;
   let forGood = false;
   let finished = false;
+  /** The steps of `streamText` this request started (a tool loop's step 2 is the second). */
+  let steps = 0;
   /** Calls of wrapped tools with a result or an approval request: the rest were not run by the AI SDK. */
   const answered = new Set<string>();
   try {
@@ -314,9 +323,10 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
       onError: () => {},
     });
     for await (const part of result.fullStream) {
-      if (part.type === "tool-call") {
+      if (part.type === "start-step") steps++;
+      else if (part.type === "tool-call") {
         calls.set(part.toolCallId, { tool: part.toolName, input: part.input as Record<string, unknown> });
-        say(ctx.log, "ai-sdk", `tool-call ${part.toolName} (${part.toolCallId})`);
+        say(ctx.log, "ai-sdk", `tool-call ${part.toolName} (${part.toolCallId})${steps > 1 ? ` in step ${steps}` : ""}`);
       } else if (part.type === "tool-approval-request") {
         answered.add(part.toolCall.toolCallId);
       } else if (part.type === "tool-result" || part.type === "tool-error") {
@@ -327,6 +337,8 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
           chat: chat.plan.id,
           message: message.text,
           pass,
+          request: requestOfPass,
+          step: steps,
           toolCallId: part.toolCallId,
           tool: part.toolName,
           input: (c?.input ?? part.input) as Record<string, unknown>,
@@ -365,9 +377,18 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     count(ctx.log, "attempts_failed");
     // The chapter's incident: a call ran in this attempt, and the app re-sends the turn anyway.
     if ((ctx.log.stats.tool_runs ?? 0) > runsBefore) count(ctx.log, "failed_after_a_tool_ran");
+    // Cut in a tool loop's later step: the re-send makes step 1's calls again, and then step 2's.
+    if (steps === 2 && (message.followUp ?? []).length > 0) count(ctx.log, "failed_in_a_later_step");
     return forGood ? "ended_for_good" : "failed";
   }
   ctx.log.told.push(...told);
+  // A tool loop inside the request: answers kept from two of its steps, and a later step's call identical to an earlier step's.
+  const later = told.filter((t) => t.step > 1);
+  if (later.length > 0 && told.some((t) => t.step === 1)) {
+    count(ctx.log, "follow_ups");
+    const first = new Set(told.filter((t) => t.step === 1).map((t) => intentSignature(t.tool, t.input)));
+    if (later.some((t) => first.has(intentSignature(t.tool, t.input)))) count(ctx.log, "follow_up_repeats");
+  }
   say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} answered; kept ${told.length} tool answers`);
   return "answered";
 }
@@ -383,7 +404,7 @@ async function driveTurn(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan,
     let answered = false;
     const what = request === 0 ? label : `${label}, continuation ${request}`;
     for (let resend = 0; resend <= message.resends && !answered; resend++) {
-      const attempted = await attempt(ctx, chat, message, content, resend === 0 ? what : `${what}, re-sent after a failure`, pass);
+      const attempted = await attempt(ctx, chat, message, content, resend === 0 ? what : `${what}, re-sent after a failure`, pass, request);
       if (attempted === "ended_for_good") return false;
       answered = attempted === "answered";
       if (!answered && resend < message.resends) count(ctx.log, "resends");
@@ -430,6 +451,7 @@ async function runChat(ctx: RunContext, plan: AiSdkChatPlan, forTurn: Chat["forT
     const content = contentOf(ctx.account, plan.id, message.text);
     chat.messages.push({ role: "user", content });
     const answered = await driveTurn(ctx, chat, message, content, "send", 0);
+    if (answered) ctx.log.answered.add(passOf(plan.id, message.text, 0));
     if (answered) count(ctx.log, "turns_answered");
     else count(ctx.log, "turns_unanswered");
     // A turn given up while it waits for the user: the next message is a new turn, and the AI SDK
@@ -440,10 +462,12 @@ async function runChat(ctx: RunContext, plan: AiSdkChatPlan, forTurn: Chat["forT
       const lastUser = chat.messages.findLastIndex((m) => m.role === "user");
       chat.messages.splice(lastUser + 1);
       count(ctx.log, "regenerates");
-      await driveTurn(ctx, chat, message, content, "regenerate", 1);
+      if (await driveTurn(ctx, chat, message, content, "regenerate", 1)) ctx.log.answered.add(passOf(plan.id, message.text, 1));
     }
   }
 }
+
+const passOf = (chat: string, message: string, pass: number) => `${chat}\u0000${message}\u0000${pass}`;
 
 interface RunContext {
   world: AiSdkWorld;
@@ -462,7 +486,7 @@ export interface AiSdkCaseRun {
 export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, scenario: AiSdkScenario, app: AiSdkAppOptions = {}): Promise<AiSdkCaseRun> {
   const fixture: LedgerFixture = await subject.create();
   const account = `acct_${randomUUID().slice(0, 12)}`;
-  const log: CaseLog = { started: Date.now(), timeline: [], told: [], stats: { cases: 1 } };
+  const log: CaseLog = { started: Date.now(), timeline: [], told: [], answered: new Set(), stats: { cases: 1 } };
   const faults = new Map<string, FaultSpec["outcome"]>();
   const { plans, attempts } = world;
   const contents: string[] = [];
@@ -477,7 +501,7 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
         stepsOf(message).map((step) => respond(reasoning(`Do what ${message.text} asks.`), ...step.map((c) => call(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {})))),
       );
       attempts.set(content, { attempt: 0, plan: message });
-      message.calls.forEach((c, i) => {
+      [...message.calls, ...(message.followUp ?? [])].forEach((c, i) => {
         const fault = message.downstream[i];
         if (fault !== undefined) faults.set(intentSignature(c.tool, c.args), fault);
       });
@@ -568,7 +592,7 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
   const intents = new Map<string, { chat: string; message: string; call: PlannedCall; times: number }>();
   for (const chat of scenario.chats) {
     for (const m of chat.messages) {
-      for (const c of [...m.calls, ...(m.continuation?.repeat ?? []).map((i) => m.calls[i]!)]) {
+      for (const c of plannedOf(m)) {
         const signature = intentSignature(c.tool, c.args);
         const known = intents.get(signature);
         if (known !== undefined) known.times++;
@@ -592,7 +616,7 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
     }
   }
   // The effect each kept success named, per pass at a turn and signature: two calls the user asked for are two effects.
-  const namedIn = new Map<string, Map<string, string>>();
+  const namedIn = new Map<string, Map<string, Told>>();
   for (const t of log.told) {
     const signature = intentSignature(t.tool, t.input);
     const intent = intents.get(signature);
@@ -609,16 +633,44 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
       else if (!list.some((e) => e.resourceId === named)) add("DISPATCH-5", `${what} was kept as a success naming ${named}, but the effects are ${list.map(describeEffect).join(", ")}`);
       else {
         const group = `${t.chat}\u0000${t.message}\u0000${t.pass}\u0000${signature}`;
-        const seen = namedIn.get(group) ?? new Map<string, string>();
+        const seen = namedIn.get(group) ?? new Map<string, Told>();
         namedIn.set(group, seen);
         const other = seen.get(named!);
         if (other !== undefined) {
-          add("CONF-2", `${what} was kept as a success naming ${named}, which ${other} of the same turn was told too: the user asked for ${intent.times} of them, and one was never made (ordinals of a continuation, AISDK-9)`);
-        } else seen.set(named!, `call ${t.toolCallId}`);
+          const how =
+            other.request === t.request
+              ? `in step ${other.step} of the same request, this in step ${t.step}: ordinals run across steps, AISDK-1`
+              : `in request ${other.request + 1} of the turn, this in request ${t.request + 1}: ordinals of a continuation, AISDK-9`;
+          add("CONF-2", `${what} was kept as a success naming ${named}, which call ${other.toolCallId} of the same turn was told too: the user asked for ${intent.times} of them, and one was never made (${how})`);
+        } else seen.set(named!, t);
       }
     } else if (list.length > 0 && saysNotHappened(t.error)) {
       add("EFFECT-6", `${what} was kept as an error that says the effect did not happen (${describeError(t.error)}) but it happened: ${list.map(describeEffect).join(", ")}`);
     }
   }
+  // A tool loop inside the request: an answered pass kept one answer (a result or an error) for
+  // each call of each step, so none of step 2's calls went untold (and the checks above judged each).
+  for (const chat of scenario.chats) {
+    for (const m of chat.messages) {
+      if ((m.followUp ?? []).length === 0) continue;
+      for (const pass of [0, 1]) {
+        if (!log.answered.has(passOf(chat.id, m.text, pass))) continue;
+        const kept = log.told.filter((t) => t.chat === chat.id && t.message === m.text && t.pass === pass);
+        const asked = plannedOf(m);
+        for (const signature of new Set(asked.map((c) => intentSignature(c.tool, c.args)))) {
+          const want = asked.filter((c) => intentSignature(c.tool, c.args) === signature).length;
+          const got = kept.filter((t) => intentSignature(t.tool, t.input) === signature).length;
+          if (got !== want) {
+            add("AISDK-1", `${chat.id} ${JSON.stringify(m.text)} (a tool loop in one request, ${pass === 0 ? "as sent" : "regenerated"}) was answered keeping ${got} answers for "${signature}", whose calls the model made ${want} times`);
+          }
+        }
+      }
+    }
+  }
   return violations;
+}
+
+/** Every call the user asked for in a message, in the model's order: step 1's, a tool loop's step 2, a continuation's repeats. */
+function plannedOf(m: AiSdkMessagePlan): PlannedCall[] {
+  return [...m.calls, ...(m.followUp ?? []), ...(m.continuation?.repeat ?? []).map((i) => m.calls[i]!)];
 }

@@ -12,11 +12,13 @@ import type { CutKind, DownstreamFault, PlannedCall, StreamCut } from "./scenari
 
 /**
  * Where a response of the turn is cut: in the tool step (the response that makes the calls:
- * inside a call's arguments, right after its tool-call part, before response.completed), or in
- * the confirmation the model streams after the tool step finished (the chapter's incident).
+ * inside a call's arguments, right after its tool-call part, before response.completed), in the
+ * follow-up step of the same request (a message with `followUp`: the response to step 1's
+ * results, which makes more calls), or in the confirmation the model streams after the last tool
+ * step finished (the chapter's incident).
  */
 export interface AiSdkCut {
-  phase: "tool_step" | "confirmation";
+  phase: "tool_step" | "follow_up" | "confirmation";
   /**
    * Besides the kinds both providers' runs draw, `incomplete_event`: the mock's
    * `response.incomplete` (the model's output limit), which a test may plan (AISDK-8).
@@ -48,9 +50,18 @@ export interface AiSdkMessagePlan {
   text: string;
   /** Distinct calls (their references or memos differ): each is one intent. */
   calls: PlannedCall[];
+  /**
+   * A tool loop inside the request (AISDK-1): once step 1's results are sent back, the model's
+   * step 2 of the same `streamText` makes these calls, and only step 3 answers with text. Each is
+   * an intent of its own; half the time it is one of `calls` exactly (the user asked for the same
+   * payment twice, in two steps: a second intent with the same signature, whose ordinal follows
+   * step 1's, so it must run, and a re-send of the request must give it the same key again).
+   * Absent: the model answers step 1's results with text. Never with a `continuation`.
+   */
+  followUp?: PlannedCall[] | undefined;
   /** The cut of each request attempt of this turn, in order (attempt n meets cuts[n - 1]). */
   cuts: AiSdkCut[];
-  /** Downstream faults by call index, applied to the call's first execution. */
+  /** Downstream faults by call index (`calls`, then `followUp`), applied to the first execution of the call's signature. */
   downstream: Partial<Record<number, DownstreamFault>>;
   /** How often the app re-sends the same messages after a failed attempt (AISDK-6). */
   resends: number;
@@ -66,6 +77,7 @@ export const APPROVAL_MARK = "approve";
 /** The model's responses of a turn, in order: each (but the last, text) makes calls. */
 export function stepsOf(message: AiSdkMessagePlan): { tool: string; args: Record<string, unknown> }[][] {
   const first: { tool: string; args: Record<string, unknown> }[] = [...message.calls];
+  if (message.followUp !== undefined && message.followUp.length > 0) return [first, [...message.followUp]];
   if (message.continuation === undefined) return [first];
   if (message.continuation.kind === "client_tool") first.push({ tool: "ask_user", args: { question: "Pay the same again?" } });
   return [first, message.continuation.repeat.map((i) => message.calls[i]!)];
@@ -109,14 +121,19 @@ function callArbitrary(chat: number, message: number, index: number, approval: b
 
 const cutKind = fc.constantFrom<CutKind>("reset", "reset", "clean_close", "error_event");
 
-function cutArbitrary(calls: number): fc.Arbitrary<AiSdkCut> {
+/** A cut of a response that makes `calls` calls. */
+function toolStepCut(calls: number): fc.Arbitrary<StreamCut> {
   const call = fc.integer({ min: 0, max: calls - 1 });
-  const toolStep = fc.oneof(
+  return fc.oneof(
     fc.record({ at: fc.constant("arguments" as const), toolUse: call, afterFragment: fc.integer({ min: 0, max: 2 }), kind: cutKind }),
     { weight: 2, arbitrary: fc.record({ at: fc.constant("after_call" as const), toolUse: call, kind: cutKind }) },
     fc.record({ at: fc.constant("before_message_stop" as const), kind: cutKind }),
     fc.record({ at: fc.constant("event" as const), event: fc.integer({ min: 0, max: 3 + calls * 5 }), kind: cutKind }),
   );
+}
+
+function cutArbitrary(calls: number, followUp: number): fc.Arbitrary<AiSdkCut> {
+  const toolStep = toolStepCut(calls);
   // The confirmation has no calls: cut it while its text streams, or where response.completed goes.
   const confirmation = fc.oneof(
     { weight: 2, arbitrary: fc.record({ at: fc.constant("before_message_stop" as const), kind: cutKind }) },
@@ -125,7 +142,19 @@ function cutArbitrary(calls: number): fc.Arbitrary<AiSdkCut> {
   return fc.oneof(
     { weight: 3, arbitrary: toolStep.map((cut): AiSdkCut => ({ phase: "tool_step", cut })) },
     { weight: 2, arbitrary: confirmation.map((cut): AiSdkCut => ({ phase: "confirmation", cut })) },
+    // Step 2 of a tool loop: the re-send replays step 1 from the ledger and makes step 2's calls again.
+    ...(followUp > 0 ? [{ weight: 3, arbitrary: toolStepCut(followUp).map((cut): AiSdkCut => ({ phase: "follow_up", cut })) }] : []),
   );
+}
+
+/**
+ * Mostly none (about one message in ten has one; each is a model request more, and CI runs this
+ * on every push): step 2 of a tool loop inside the request. Half the time it repeats one of
+ * step 1's calls exactly (both tools here are writes), else one fresh call.
+ */
+function followUpArbitrary(chat: number, message: number, calls: PlannedCall[]): fc.Arbitrary<PlannedCall[] | undefined> {
+  const loop = fc.oneof(fc.constantFrom(...calls).map((c) => [c]), callArbitrary(chat, message, calls.length, false).map((c) => [c]));
+  return fc.oneof({ weight: 6, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: loop });
 }
 
 // A quarter of the turns: each continuation is one or two requests more, and CI runs this on every push.
@@ -136,17 +165,21 @@ const continuationKind = fc.oneof(
 
 function messageArbitrary(chat: number, message: number): fc.Arbitrary<AiSdkMessagePlan> {
   return fc.tuple(fc.integer({ min: 1, max: 2 }), continuationKind).chain(([count, kind]) =>
-    fc.tuple(...Array.from({ length: count }, (_, i) => callArbitrary(chat, message, i, kind === "approval"))).chain((calls) =>
+    fc
+      .tuple(...Array.from({ length: count }, (_, i) => callArbitrary(chat, message, i, kind === "approval")))
+      .chain((calls) => (kind === undefined ? followUpArbitrary(chat, message, calls as PlannedCall[]) : fc.constant(undefined)).map((followUp) => ({ calls: calls as PlannedCall[], followUp })))
+      .chain(({ calls, followUp }) =>
       fc.record({
         text: fc.constant(`c${chat} message ${message}`),
-        calls: fc.constant(calls as PlannedCall[]),
-        cuts: fc.array(cutArbitrary(calls.length), { maxLength: 3 }),
+        calls: fc.constant(calls),
+        ...(followUp !== undefined ? { followUp: fc.constant(followUp) } : {}),
+        cuts: fc.array(cutArbitrary(calls.length, followUp?.length ?? 0), { maxLength: 3 }),
         downstream: fc.oneof(
           { weight: 2, arbitrary: fc.constant({}) },
           {
             weight: 1,
             arbitrary: fc
-              .tuple(fc.integer({ min: 0, max: calls.length - 1 }), fc.constantFrom<DownstreamFault>("fail_before_accept", "drop_after_accept", "drop_after_accept"))
+              .tuple(fc.integer({ min: 0, max: calls.length + (followUp?.length ?? 0) - 1 }), fc.constantFrom<DownstreamFault>("fail_before_accept", "drop_after_accept", "drop_after_accept"))
               .map(([i, fault]) => ({ [i]: fault })),
           },
         ) as fc.Arbitrary<Partial<Record<number, DownstreamFault>>>,

@@ -27,7 +27,7 @@ const SEARCH_BUDGET_MS = 60_000;
 const PERFORMED_AGAIN = /performed ([2-9]|\d{2,}) times for one intent/;
 
 describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
-  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 an app with createOnceTools performs each intent at most once and keeps only the truth, over ${runs} random scenarios`, async () => {
+  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 an app with createOnceTools performs each intent at most once and keeps only the truth, tool loops inside a request included, over ${runs} random scenarios`, async () => {
     const seen: Record<string, number> = {};
     await runEndToEnd(memory, {
       provider: "ai-sdk",
@@ -38,7 +38,22 @@ describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
     // The oracle read what the app kept: an app that kept nothing would pass every check.
     expect(seen.told_successes).toBeGreaterThan(0);
     if (runs < 20) return;
-    for (const kind of ["attempts_failed", "failed_after_a_tool_ran", "resends", "regenerates", "continuations", "approvals", "client_tool_results", "lost_responses", "told_errors"]) {
+    // follow_ups: answers kept from two steps of one request (a tool loop, AISDK-1); follow_up_repeats:
+    // with step 2's call identical to a step-1 call; failed_in_a_later_step: a request cut in its step 2.
+    for (const kind of [
+      "attempts_failed",
+      "failed_after_a_tool_ran",
+      "resends",
+      "regenerates",
+      "continuations",
+      "approvals",
+      "client_tool_results",
+      "lost_responses",
+      "told_errors",
+      "follow_ups",
+      "follow_up_repeats",
+      "failed_in_a_later_step",
+    ]) {
       expect(seen[kind], kind).toBeGreaterThan(0);
     }
   }, 600_000);

@@ -1,0 +1,65 @@
+import { createOnceTools, type OnceTurn } from "@dispatch-once/ai-sdk";
+import { ConformanceFailure, memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
+import type { Tool, ToolExecutionOptions, ToolSet } from "ai";
+import { describe, expect, it } from "vitest";
+import { SHRINK_BUDGET_MS, expectReadable } from "./readable.js";
+import { runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
+
+/**
+ * A tool loop inside one request on the AI SDK profile (AISDK-1): `streamText`'s step 1 makes
+ * calls, their results go back, step 2 of the same request makes more, step 3 answers. Ordinals
+ * run across the steps of the request: a step-2 call identical to a step-1 call (the user asked
+ * for the same payment twice) is a second intent with its own key.
+ */
+const memory = memoryLedgerSubject();
+const SEED = 5;
+
+/**
+ * The app's tools routed through `createOnceTools` by a hook of the test: `perStep` gives every
+ * step of a request its own `forTurn` (the planted bug: ordinals counted per step, so step 2's
+ * repeat gets step 1's ordinal and key); without it one `forTurn` per request, as the app the
+ * AISDK rules describe. The same plumbing either way (each step is told apart by the messages
+ * array the AI SDK hands every call of a step), and no `onChunk`: every call runs at its step.
+ */
+function routed(perStep: boolean): AiSdkAppOptions {
+  return {
+    wrap: (tools, ledger, o) => {
+      const once = createOnceTools({ tools: tools as ToolSet, effects: o.effects, identity: o.identity, ledger, dispatcher: o.dispatcher });
+      return (request) => {
+        const turns = new Map<unknown, OnceTurn<ToolSet>>();
+        const turnOf = (step: unknown) => {
+          const at = perStep ? step : request;
+          let turn = turns.get(at);
+          if (turn === undefined) {
+            turn = once.forTurn({ conversationId: request.conversationId, messages: request.messages });
+            turns.set(at, turn);
+          }
+          return turn;
+        };
+        const routedTools: Record<string, Tool> = {};
+        for (const [name, t] of Object.entries(tools as ToolSet)) {
+          routedTools[name] =
+            t.execute === undefined
+              ? t
+              : ({ ...t, execute: (input: unknown, options: ToolExecutionOptions) => turnOf(options.messages).tools[name]!.execute!(input, options) } as Tool);
+        }
+        return { tools: routedTools };
+      };
+    },
+  };
+}
+
+describe("the ai-sdk oracle and a tool loop inside one request", () => {
+  it("AISDK-1 a wrapper that counts ordinals per step answers step 2's repeat of a step-1 payment with the first payment's result; the same hooks with one forTurn per request pass that scenario", async () => {
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: SEED, timeLimitMs: 60_000, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: routed(true) }).catch((e: unknown) => e);
+    const message = expectReadable(error, SEED);
+    expect(message).toMatch(/breaks CONF-2/);
+    expect(message).toMatch(/which call \S+ of the same turn was told too: the user asked for 2 of them, and one was never made \(in step 1 of the same request, this in step 2: ordinals run across steps, AISDK-1\)/);
+    // The counterexample's scenario, once, with the per-request routing: the oracle accepts it.
+    const cx = (error as ConformanceFailure).counterexample!;
+    let stats: Record<string, number> = {};
+    await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: cx.seed, path: cx.path, aiSdk: routed(false), onStats: (s) => (stats = s) });
+    expect(stats).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+    expect(stats.follow_up_repeats).toBeGreaterThan(0);
+  }, 120_000);
+});
