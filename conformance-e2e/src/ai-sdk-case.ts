@@ -584,7 +584,9 @@ const describeEffect = (e: Effect) => `${e.kind} ${e.resourceId} (seq ${e.seq}, 
  * intent with the same one): no more effects in the payments API's log than intents of that
  * signature; a success the app kept names one of them, and two successes kept in one pass at a
  * turn (its first sending with its continuations, or its regenerate) name two distinct effects;
- * and no error the app kept may say the effect did not happen when it did.
+ * and no error the app kept may say the effect did not happen when it did. A tool loop inside one
+ * request (a message's `followUp`: step 2's calls are intents too) that was answered kept one
+ * answer per call of each step.
  */
 export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: CaseLog, effects: Effect[]): OracleViolation[] {
   const violations: OracleViolation[] = [];

@@ -2,8 +2,9 @@ import { createOnceTools, type OnceTurn } from "@dispatch-once/ai-sdk";
 import { ConformanceFailure, memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
 import type { Tool, ToolExecutionOptions, ToolSet } from "ai";
 import { describe, expect, it } from "vitest";
-import { SHRINK_BUDGET_MS, expectReadable } from "./readable.js";
-import { runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
+import { expectReadable } from "./readable.js";
+import { checkAiSdkOracle } from "../src/ai-sdk-case.js";
+import { runEndToEnd, type AiSdkAppOptions, type AiSdkScenario } from "../src/index.js";
 
 /**
  * A tool loop inside one request on the AI SDK profile (AISDK-1): `streamText`'s step 1 makes
@@ -13,6 +14,11 @@ import { runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
  */
 const memory = memoryLedgerSubject();
 const SEED = 5;
+/**
+ * No shrinking: the verdict names the steps at any size, and the per-request routing replays the
+ * found scenario as it is (found at run 13 of seed 5; shrinking only cost CPU on every push).
+ */
+const NO_SHRINK = 0;
 
 /**
  * The app's tools routed through `createOnceTools` by a hook of the test: `perStep` gives every
@@ -51,7 +57,7 @@ function routed(perStep: boolean): AiSdkAppOptions {
 
 describe("the ai-sdk oracle and a tool loop inside one request", () => {
   it("AISDK-1 a wrapper that counts ordinals per step answers step 2's repeat of a step-1 payment with the first payment's result; the same hooks with one forTurn per request pass that scenario", async () => {
-    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: SEED, timeLimitMs: 60_000, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: routed(true) }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: SEED, timeLimitMs: 60_000, shrinkTimeLimitMs: NO_SHRINK, aiSdk: routed(true) }).catch((e: unknown) => e);
     const message = expectReadable(error, SEED);
     expect(message).toMatch(/breaks CONF-2/);
     expect(message).toMatch(/which call \S+ of the same turn was told too: the user asked for 2 of them, and one was never made \(in step 1 of the same request, this in step 2: ordinals run across steps, AISDK-1\)/);
@@ -62,4 +68,30 @@ describe("the ai-sdk oracle and a tool loop inside one request", () => {
     expect(stats).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(stats.follow_up_repeats).toBeGreaterThan(0);
   }, 120_000);
+});
+
+describe("the ai-sdk oracle on an answered tool loop (no servers: the verdicts on a log)", () => {
+  const payment = { tool: "send_payment" as const, args: { payee: "acme", amount: 500, currency: "EUR", reference: "c0-m0-r0", memo: "Invoice" } };
+  // Step 1 pays, step 2 pays the same again: two intents with one signature.
+  const scenario: AiSdkScenario = {
+    chats: [{ id: "chat-0", dispatchAt: "step", messages: [{ text: "c0 message 0", calls: [payment], followUp: [payment], cuts: [], downstream: {}, resends: 0, regenerate: false }] }],
+  };
+  const effect = (seq: number) => ({ seq, kind: "payment_created" as const, account: "a", idempotencyKey: `k${seq}`, resourceId: `pay_${seq}`, payload: payment.args, at: "" });
+  const told = (step: number, paymentId: string) => ({ chat: "chat-0", message: "c0 message 0", pass: 0, request: 0, step, toolCallId: `call_${step}`, tool: "send_payment", input: payment.args, ok: true, output: { paymentId } });
+  const verdicts = (kept: ReturnType<typeof told>[], effects: ReturnType<typeof effect>[]) =>
+    checkAiSdkOracle(scenario, "a", { started: 0, timeline: [], told: kept, answered: new Set(["chat-0\u0000c0 message 0\u00000"]), stats: {} }, effects).map((v) => `${v.rule}: ${v.message}`);
+
+  it("AISDK-1 CONF-2 both payments made and each told its own: no violation", () => {
+    expect(verdicts([told(1, "pay_1"), told(2, "pay_2")], [effect(1), effect(2)])).toEqual([]);
+  });
+
+  it("CONF-2 step 2 told step 1's payment: the verdict names the steps", () => {
+    expect(verdicts([told(1, "pay_1"), told(2, "pay_1")], [effect(1)])).toEqual([
+      expect.stringMatching(/^CONF-2: .*told too: the user asked for 2 of them, and one was never made \(in step 1 of the same request, this in step 2: ordinals run across steps, AISDK-1\)$/),
+    ]);
+  });
+
+  it("AISDK-1 an answered loop that kept no answer for step 2's call", () => {
+    expect(verdicts([told(1, "pay_1")], [effect(1)])).toEqual([expect.stringMatching(/^AISDK-1: .*was answered keeping 1 answers for "send_payment:.*", whose calls the model made 2 times$/)]);
+  });
 });
