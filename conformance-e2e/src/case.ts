@@ -60,6 +60,9 @@ function caseStats(ctx: CaseContext, elapsedMs: number): Record<string, number> 
     follow_ups: count((m) => ((m as SentMessage).plan.followUp ?? []).length > 0, ctx.messages),
     // Deaths and unstorable results in a later turn of a tool loop are counted where they apply
     // (world.ts: follow_up_deaths, follow_up_unstorable), re-asks of a loop by where it failed.
+    // rerun_faults (world.ts): a downstream fault met by the re-run of a call whose worker died
+    // after its effect (scenario.ts rerunFault); planned ones are counted here.
+    rerun_faults_planned: count((m) => (m as SentMessage).plan.rerunFault !== undefined && (m as SentMessage).reaskOf === undefined, ctx.messages),
     follow_up_repeats: count((m) => {
       const { calls, followUp = [] } = (m as SentMessage).plan;
       return followUp.some((f) => calls.some((c) => faultSignature(c.tool, c.args) === faultSignature(f.tool, f.args)));
@@ -106,6 +109,8 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     pendingDownstream: new Map(),
     pendingDeaths: new Map(),
     pendingUnstorable: new Set(),
+    pendingRerun: new Map(),
+    rerunFaults: new Map(),
     effectSeqs: () => new Set(world.payments.effects({ account }).map((e) => e.seq)),
     redeliver: () => Promise.resolve(),
     started: Date.now(),
@@ -127,6 +132,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
       if (message.death !== undefined) {
         const s = sig(message.death.call);
         if (s !== undefined) ctx.pendingDeaths.set(s, message.death.when);
+        if (s !== undefined && message.rerunFault !== undefined) ctx.pendingRerun.set(s, message.rerunFault);
         deaths = true;
       }
       for (const index of message.unstorable) {

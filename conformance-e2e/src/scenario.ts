@@ -64,6 +64,15 @@ export interface MessagePlan {
   downstream: Partial<Record<number, DownstreamFault>>;
   death: WorkerDeath | undefined;
   /**
+   * A downstream fault on the RE-RUN of the dead call (only with a death after its effect,
+   * `after_response_before_complete`): the dead worker's payment happened and its row stayed in
+   * flight; the take-over (or a re-ask at the failed index) runs the call again under the same
+   * key, and that second execution meets this fault: a 5xx before the payments API accepts the
+   * retry, or the retry's response lost. What is committed and recorded must still say the call
+   * happened or may have (an earlier run acted): never failed, never not happened.
+   */
+  rerunFault?: DownstreamFault;
+  /**
    * A provider outage that outlasts every retry and re-send: from the second request for this
    * message's turn on, every response is cut here. With a death after a call's effect and a cut
    * before that call, no later attempt reaches it: the dead worker's effect is known only to the
@@ -130,6 +139,7 @@ export function faultFree(scenario: Scenario): boolean {
         (m.followUpCuts ?? []).length === 0 &&
         Object.keys(m.downstream).length === 0 &&
         m.death === undefined &&
+        m.rerunFault === undefined &&
         m.outage === undefined &&
         m.unstorable.length === 0,
     ),
@@ -257,7 +267,14 @@ function messageArbitrary(conversation: number, message: number, previous: Plann
         // first turn failed, the follow-up's calls when the loop's later turn did (reask above).
         reask: fc.boolean(),
       }).chain((plan) =>
-        outageArbitrary(plan).map(({ outage, onFollowUp }): MessagePlan => ({ ...plan, outage, ...(onFollowUp ? { outageOnFollowUp: true } : {}) })),
+        fc
+          .tuple(outageArbitrary(plan), rerunFaultArbitrary(plan.death))
+          .map(([{ outage, onFollowUp }, rerunFault]): MessagePlan => ({
+            ...plan,
+            outage,
+            ...(onFollowUp ? { outageOnFollowUp: true } : {}),
+            ...(rerunFault !== undefined ? { rerunFault } : {}),
+          })),
       );
     });
 }
@@ -274,6 +291,20 @@ function followUpArbitrary(conversation: number, message: number, calls: Planned
   const fresh = fc.array(callArbitrary(conversation, message), { minLength: 1, maxLength: 2 });
   const loop = writes.length > 0 ? fc.oneof(fc.constantFrom(...writes).map((c) => [c]), fresh) : fresh;
   return fc.oneof({ weight: 11, arbitrary: fc.constant<PlannedCall[]>([]) }, { weight: 1, arbitrary: loop });
+}
+
+/**
+ * Only with a death after a call's effect, half the time: a downstream fault on that call's
+ * re-run (the take-over's, or a re-ask's). It costs no lease of its own (the death already
+ * waits one out), so the default property's cost stays about the same.
+ */
+function rerunFaultArbitrary(death: WorkerDeath | undefined): fc.Arbitrary<DownstreamFault | undefined> {
+  if (death?.when !== "after_response_before_complete") return fc.constant(undefined);
+  return fc.oneof(
+    { weight: 2, arbitrary: fc.constant(undefined) },
+    { weight: 1, arbitrary: fc.constant<DownstreamFault>("fail_before_accept") },
+    { weight: 1, arbitrary: fc.constant<DownstreamFault>("drop_after_accept") },
+  );
 }
 
 /**
@@ -326,6 +357,7 @@ function calm(conversation: ConversationPlan): ConversationPlan {
       ...(m.followUpCuts !== undefined ? { followUpCuts: [] } : {}),
       downstream: {},
       death: undefined,
+      rerunFault: undefined,
       outage: undefined,
       unstorable: [],
     })),

@@ -213,6 +213,12 @@ export interface CaseContext {
   pendingDownstream: Map<string, FaultSpec["outcome"]>;
   pendingDeaths: Map<string, WorkerDeath["when"]>;
   pendingUnstorable: Set<string>;
+  /**
+   * Faults planned on the re-run of a call whose worker died after its effect, by faultSlot; when
+   * the death lands they move to `rerunFaults`, by the dead call's key, for its next execution.
+   */
+  pendingRerun: Map<string, FaultSpec["outcome"]>;
+  rerunFaults: Map<string, FaultSpec["outcome"]>;
   effectSeqs(): Set<number>;
   /** The queue hands a message to a fresh worker (its visibility timeout ran out); settles with that send. */
   redeliver(conversationId: string, messageId: string): Promise<void>;
@@ -332,20 +338,37 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
     const first = ctx.events.find((e) => e.type === "attempt_started" && e.conversationId === conversationId && e.messageId === attempt.messageId);
     return first === undefined ? 0 : turnIndex - first.turnIndex;
   };
-  // Applies the planned death, downstream fault or unstorable result of this call, once, on its first execution.
-  const hooks = (tool: string, args: Record<string, unknown>, context: { conversationId: string; turnIndex: number }) => {
+  // Applies the planned death, downstream fault or unstorable result of this call, once, on its
+  // first execution; and a fault planned on the re-run of a call whose worker died after its
+  // effect, on the next execution under the dead call's key (the take-over's, or a re-ask's).
+  const hooks = (tool: string, args: Record<string, unknown>, context: { conversationId: string; turnIndex: number; idempotencyKey: string }) => {
+    const rerun = ctx.rerunFaults.get(context.idempotencyKey);
+    if (rerun !== undefined) {
+      ctx.rerunFaults.delete(context.idempotencyKey);
+      ctx.diagnostics.rerun_faults = (ctx.diagnostics.rerun_faults ?? 0) + 1;
+      if (rerun === "drop_after_accept") ctx.diagnostics.rerun_faults_lost_response = (ctx.diagnostics.rerun_faults_lost_response ?? 0) + 1;
+      note(ctx, self.name, `${context.conversationId} re-runs the dead call's key ${short(context.idempotencyKey)}: the payments API will answer ${rerun}`);
+      return { death: undefined, fault: rerun, unstorable: false, afterEffect: die };
+    }
     const step = stepOf(context.conversationId, context.turnIndex);
     const slot = faultSlot(step, faultSignature(tool, args));
     const death = ctx.pendingDeaths.get(slot);
     const fault = ctx.pendingDownstream.get(slot);
     const unstorable = ctx.pendingUnstorable.has(slot);
+    const rerunFault = ctx.pendingRerun.get(slot);
     ctx.pendingDownstream.delete(slot);
     ctx.pendingDeaths.delete(slot);
     ctx.pendingUnstorable.delete(slot);
+    if (death !== undefined) ctx.pendingRerun.delete(slot);
+    // Armed where the worker dies after the effect (afterEffect below), for the next run of its key.
+    const afterEffect = (what: string): never => {
+      if (rerunFault !== undefined) ctx.rerunFaults.set(context.idempotencyKey, rerunFault);
+      return die(what);
+    };
     // Counted for the stats: a death or an unstorable result in a later turn of a tool loop.
     if (step > 0 && death !== undefined) ctx.diagnostics.follow_up_deaths = (ctx.diagnostics.follow_up_deaths ?? 0) + 1;
     if (step > 0 && unstorable) ctx.diagnostics.follow_up_unstorable = (ctx.diagnostics.follow_up_unstorable ?? 0) + 1;
-    return { death, fault, unstorable };
+    return { death, fault, unstorable, afterEffect };
   };
   const begin = (tool: string, args: Record<string, unknown>, context: { idempotencyKey: string; conversationId: string; turnIndex: number; ordinal: number }): ToolRun => {
     const run: ToolRun = {
@@ -407,7 +430,7 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
       identity: ["payee", "amount", "currency", "reference"],
       async run(args, context) {
         const run = begin("send_payment", args, context);
-        const { death, fault, unstorable } = hooks("send_payment", args, context);
+        const { death, fault, unstorable, afterEffect } = hooks("send_payment", args, context);
         if (death === "before_downstream") die("before calling the payments API");
         if (death === "stall_before_downstream") await stall(context.conversationId);
         let payment;
@@ -418,7 +441,7 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
           classify(error);
         }
         end(run, `${payment.status}${payment.replayed ? " (replayed)" : ""} ${payment.body.id}`);
-        if (death === "after_response_before_complete") die("after the payment was accepted, before the ledger completed");
+        if (death === "after_response_before_complete") afterEffect("after the payment was accepted, before the ledger completed");
         const result = { paymentId: payment.body.id, status: payment.body.status };
         return unstorable ? unstorableResult(result) : result;
       },
@@ -429,7 +452,7 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
       input: TOOL_SHAPES.void_payment.input,
       async run(args, context) {
         const run = begin("void_payment", args, context);
-        const { death, fault, unstorable } = hooks("void_payment", args, context);
+        const { death, fault, unstorable, afterEffect } = hooks("void_payment", args, context);
         if (death === "before_downstream") die("before voiding");
         if (death === "stall_before_downstream") await stall(context.conversationId);
         let voided;
@@ -450,7 +473,7 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
           classify(error);
         }
         end(run, `${voided.status}${voided.replayed ? " (replayed)" : ""} voided ${voided.body.id}`);
-        if (death === "after_response_before_complete") die("after the void was accepted, before the ledger completed");
+        if (death === "after_response_before_complete") afterEffect("after the void was accepted, before the ledger completed");
         const result = { paymentId: voided.body.id, status: voided.body.status };
         return unstorable ? unstorableResult(result) : result;
       },
@@ -461,7 +484,7 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
       input: TOOL_SHAPES.create_invoice.input,
       async run(args, context) {
         const run = begin("create_invoice", args, context);
-        const { death, fault, unstorable } = hooks("create_invoice", args, context);
+        const { death, fault, unstorable, afterEffect } = hooks("create_invoice", args, context);
         if (death === "before_downstream") die("before creating the invoice");
         if (death === "stall_before_downstream") await stall(context.conversationId);
         let invoice;
@@ -473,7 +496,7 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
           classify(error);
         }
         end(run, `${invoice.status} ${invoice.body.id}`);
-        if (death === "after_response_before_complete") die("after the invoice was created, before the ledger completed");
+        if (death === "after_response_before_complete") afterEffect("after the invoice was created, before the ledger completed");
         const result = { invoiceId: invoice.body.id };
         return unstorable ? unstorableResult(result) : result;
       },

@@ -25,7 +25,8 @@ function expectHardCases(seen: Record<string, number>, runs: number): void {
   // follow_up_repeats: a later turn of a message's tool loop repeating a first-turn call exactly.
   // follow_up_deaths, follow_up_unstorable: a worker dying, a result that cannot be stored, in a
   // later turn of a tool loop (the take-over resumes mid-loop; the turn fails after one committed).
-  for (const kind of ["calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "follow_up_deaths", "follow_up_unstorable", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
+  // rerun_faults: a downstream fault on the re-run of a call whose worker died after its effect.
+  for (const kind of ["calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "follow_up_deaths", "follow_up_unstorable", "rerun_faults", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
     expect(seen[kind], kind).toBeGreaterThan(0);
   }
 }
