@@ -23,8 +23,14 @@ const runs = Number(process.env.CONFORMANCE_E2E_AISDK_RUNS ?? 40);
  * minimal count.
  */
 const SEARCH_BUDGET_MS = 60_000;
-/** The oracle's CONF-2 verdict on a duplicated intent, at whatever count the shrink reached. */
-const PERFORMED_AGAIN = /performed ([2-9]|\d{2,}) times for one intent/;
+/**
+ * The oracle's CONF-2 verdict on a duplicated intent, at whatever count the shrink reached: more
+ * effects than the scenario asked for of one signature. An unshrunk case may ask for the same
+ * call twice (a tool loop's identical follow-up), and then says "performed 3 times for 2 intents"
+ * (AISDK-2, seed 7, shrinking off; AISDK-1, seed 1, shrunk to the end says "4 times for 2
+ * intents"); the oracle words it so only when the count exceeds the asks.
+ */
+const PERFORMED_AGAIN = /performed ([2-9]|\d{2,}) times for (one intent|([2-9]|\d{2,}) intents)/;
 
 describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
   it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 an app with createOnceTools performs each intent at most once and keeps only the truth, tool loops inside a request included, over ${runs} random scenarios`, async () => {
