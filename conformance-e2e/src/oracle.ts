@@ -517,7 +517,13 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
       }
     }
     // Each call entry speaks for its own attempt: "not_happened" is a lie when that attempt's
-    // time saw the effect made; the per-key summary speaks for the whole turn.
+    // time saw the effect made, or when any run under its key made it before that attempt began
+    // (RECORD-2: a call whose effect may have happened is not described as failed or not run;
+    // RECORD-6 in a resumed turn: an earlier holder's effect). The per-key summary speaks for the
+    // whole turn. The attempt is identified from the events, not by its number alone: attempt
+    // numbers restart with every send, and a record carries the attempts of earlier sends
+    // (RECORD-5). An entry is tied to the call_resolved event this worker and send logged for its
+    // call id and key with its attempt number, and through it to the attempt_started that began it.
     const attemptStart = new Map<number, number>();
     for (const x of ctx.events) {
       if (
@@ -535,11 +541,33 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     const madeAt = (x: Effect) => Date.parse(x.at) - ctx.started;
     for (const x of record.calls) {
       if (x.key === undefined || x.effect !== "not_happened") continue;
-      const begin = attemptStart.get(x.attempt) ?? from;
-      const end = attemptStart.get(x.attempt + 1) ?? to;
-      const made = seenUnder(x.key).filter((y) => madeAt(y) >= begin && madeAt(y) <= end);
-      if (made.length > 0) {
-        add("RECORD-2", `${what} says ${x.name} key ${short(x.key)} did not happen in attempt ${x.attempt} (${x.status}), but that attempt made it: ${made.map(describeEffect).join(", ")}`);
+      const attempt = attemptOfEntry(ctx, e, record, x);
+      if (attempt === undefined) {
+        // Not tied to an attempt of this send (an earlier send's entry, a call never resolved):
+        // only the effects this send's time saw, read by attempt number as before.
+        ctx.diagnostics.record_entry_attempt_unidentified = (ctx.diagnostics.record_entry_attempt_unidentified ?? 0) + 1;
+        const begin = attemptStart.get(x.attempt) ?? from;
+        const end = attemptStart.get(x.attempt + 1) ?? to;
+        const made = seenUnder(x.key).filter((y) => madeAt(y) >= begin && madeAt(y) <= end);
+        if (made.length > 0) {
+          add("RECORD-2", `${what} says ${x.name} key ${short(x.key)} did not happen in attempt ${x.attempt} (${x.status}), but that attempt made it: ${made.map(describeEffect).join(", ")}`);
+        }
+        continue;
+      }
+      ctx.diagnostics.record_entry_attempt_identified = (ctx.diagnostics.record_entry_attempt_identified ?? 0) + 1;
+      const within = seenUnder(x.key).filter((y) => madeAt(y) >= attempt.begin && madeAt(y) <= attempt.end);
+      if (within.length > 0) {
+        add("RECORD-2", `${what} says ${x.name} key ${short(x.key)} did not happen in attempt ${x.attempt} (${x.status}), but that attempt made it: ${within.map(describeEffect).join(", ")}`);
+        continue;
+      }
+      const before = (effectsByKey.get(x.key) ?? []).filter((y) => madeAt(y) < attempt.begin);
+      if (before.length > 0) {
+        add(
+          "RECORD-2",
+          `${what} says ${x.name} key ${short(x.key)} did not happen in attempt ${x.attempt} (${x.status}; ${e.worker}, send ${e.send ?? "?"}), ` +
+            `but a run under that key made it before that attempt began (t=${Math.round(attempt.begin)}ms)` +
+            `${record.kind === "failed_turn" && record.resumed === true ? " in a resumed turn (RECORD-6)" : ""}: ${before.map(describeEffect).join(", ")}`,
+        );
       }
     }
     if (record.kind === "failed_turn") {
@@ -668,6 +696,51 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   if (faultFree(ctx.scenario)) checkCalm(ctx, conversations, add);
 
   return violations;
+}
+
+/**
+ * The attempt a record's call entry belongs to, identified from the events the kit logged rather
+ * than from its attempt number alone (numbers restart with every send, and a failed-turn record
+ * carries the attempts of earlier sends): the last call_resolved this record's worker and send
+ * logged for the entry's call id (and key, which the event carries only for a call that
+ * resolved with a result), turn and attempt number before the record, and the last
+ * attempt_started of that worker, send, conversation, message, turn index and attempt number
+ * before it. Begin is that attempt's start, end the next attempt's start of the same send and turn
+ * (or the record's time), both from the case's start. Undefined when the events do not say (an
+ * entry of an earlier send, a call the attempt never resolved).
+ */
+function attemptOfEntry(
+  ctx: CaseContext,
+  event: RecordedEvent,
+  record: FailedTurnRecord | SupersededAttemptRecord,
+  entry: CallRecord,
+): { begin: number; end: number } | undefined {
+  const sameSend = (x: RecordedEvent) =>
+    x.worker === event.worker && x.send === event.send && x.conversationId === record.conversationId && x.turnIndex === record.turnIndex;
+  // Positions in the event log, which is in the order the events happened (ties of the clock included).
+  const until = ctx.events.indexOf(event);
+  let resolvedAt = -1;
+  for (let i = (until < 0 ? ctx.events.length : until) - 1; i >= 0; i--) {
+    const x = ctx.events[i]!;
+    if (x.type === "call_resolved" && sameSend(x) && x.attempt === entry.attempt && x.callId === entry.callId && (x.key ?? entry.key) === entry.key) {
+      resolvedAt = i;
+      break;
+    }
+  }
+  if (resolvedAt < 0) return undefined;
+  let start: RecordedEvent | undefined;
+  let startAt = -1;
+  for (let i = resolvedAt - 1; i >= 0; i--) {
+    const x = ctx.events[i]!;
+    if (x.type === "attempt_started" && sameSend(x) && x.messageId === record.messageId) {
+      start = x;
+      startAt = i;
+      break;
+    }
+  }
+  if (start === undefined || start.attempt !== entry.attempt) return undefined;
+  const next = ctx.events.slice(startAt + 1, until < 0 ? undefined : until).find((x) => x.type === "attempt_started" && sameSend(x) && x.messageId === record.messageId);
+  return { begin: start.at - ctx.started, end: (next?.at ?? event.at) - ctx.started };
 }
 
 /** Keys a record says may have an effect (its calls, and a failed-turn record's per-key summary). */
