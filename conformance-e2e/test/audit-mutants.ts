@@ -9,6 +9,7 @@ import {
   ToolError,
   ToolRegistry,
   type CallDispatcher,
+  type ClaimResult,
   type ConversationStore,
   type Ledger,
   type TurnDispatch,
@@ -21,15 +22,28 @@ export const memory = memoryLedgerSubject();
 type DispatcherFactory = NonNullable<EndToEndOptions["dispatcher"]>;
 type Tools = Parameters<DispatcherFactory>[0];
 
-function realDispatcher(tools: Tools, ledger: Ledger, defaults: Parameters<DispatcherFactory>[2]): Dispatcher {
+/** The real dispatcher, as the kit builds it by default: the hooks' mutants wrap it, and their controls run it. */
+export function realDispatcher(tools: Tools, ledger: Ledger, defaults: Parameters<DispatcherFactory>[2]): Dispatcher {
   return new Dispatcher({ ...defaults, ledger, tools: new ToolRegistry(tools) });
 }
 
-function wrapDispatcher(inner: Dispatcher, turn: CallDispatcher["turn"]): CallDispatcher {
+/** A dispatcher whose turns are `turn`'s, its effect classes the inner one's. */
+export function wrapDispatcher(inner: Dispatcher, turn: CallDispatcher["turn"]): CallDispatcher {
   return { turn, effectClassOf: (name) => inner.effectClassOf(name) };
 }
 
-function wrapTools(tools: Tools, run: (tool: Tools[number], args: unknown, context: any) => Promise<unknown>): Tools {
+/** The ledger, with each claim's result shown to `seen` first (which claims took over an expired one). */
+export function observeClaims(ledger: Ledger, seen: (key: string, claim: ClaimResult) => void): Ledger {
+  const observed = Object.create(ledger) as Ledger;
+  observed.claim = async (request) => {
+    const claim = await ledger.claim(request);
+    seen(request.key, claim);
+    return claim;
+  };
+  return observed;
+}
+
+export function wrapTools(tools: Tools, run: (tool: Tools[number], args: unknown, context: any) => Promise<unknown>): Tools {
   return tools.map((tool) => ({ ...tool, run: (args: unknown, context: any) => run(tool, args, context) }));
 }
 

@@ -1,9 +1,9 @@
-import { Dispatcher, MemoryConversationStore, ToolFailedError, ToolRegistry, isDispatchOnceError, type CallDispatcher, type ConversationStore, type Ledger, type ToolDefinition } from "@dispatch-once/core";
+import { MemoryConversationStore, ToolFailedError, isDispatchOnceError, type CallDispatcher, type ConversationStore, type Ledger, type ToolDefinition } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { expectReadable } from "./readable.js";
-import { memory } from "./audit-mutants.js";
+import { memory, realDispatcher, wrapDispatcher } from "./audit-mutants.js";
 
 /**
  * Faults in a later turn of a tool loop (scenario.ts: a death, an unstorable result or the outage
@@ -42,11 +42,8 @@ function observedStore({ now }: { now: () => number }): ConversationStore {
 
 /** The planted bug: the real dispatcher, handed the message's first turn index in a turn taken over mid-loop. */
 function restartsAtFirstTurn(tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults): CallDispatcher {
-  const real = new Dispatcher({ ...defaults, ledger, tools: new ToolRegistry(tools) });
-  return {
-    turn: (context) => real.turn({ ...context, turnIndex: restartIndexOf.get(`${context.conversationId}#${context.turnIndex}`) ?? context.turnIndex }),
-    effectClassOf: (name) => real.effectClassOf(name),
-  };
+  const real = realDispatcher(tools, ledger, defaults);
+  return wrapDispatcher(real, (context) => real.turn({ ...context, turnIndex: restartIndexOf.get(`${context.conversationId}#${context.turnIndex}`) ?? context.turnIndex }));
 }
 
 /**
@@ -57,21 +54,18 @@ function restartsAtFirstTurn(tools: ToolDefinition<any, any>[], ledger: Ledger, 
  * the kit of before.
  */
 function unstorableAsFailedInLaterTurn(tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults): CallDispatcher {
-  const real = new Dispatcher({ ...defaults, ledger, tools: new ToolRegistry(tools) });
-  return {
-    turn: (context) => {
-      const turn = real.turn(context);
-      if (!laterTurns.has(`${context.conversationId}#${context.turnIndex}`)) return turn;
-      return {
-        dispatch: (call) =>
-          turn.dispatch(call).catch((error: unknown) => {
-            if (!isDispatchOnceError(error, "result_not_storable")) throw error;
-            throw new ToolFailedError((error as unknown as { key: string }).key, { name: "ToolError", message: "the payments API declined it", code: "declined" }, false);
-          }),
-      };
-    },
-    effectClassOf: (name) => real.effectClassOf(name),
-  };
+  const real = realDispatcher(tools, ledger, defaults);
+  return wrapDispatcher(real, (context) => {
+    const turn = real.turn(context);
+    if (!laterTurns.has(`${context.conversationId}#${context.turnIndex}`)) return turn;
+    return {
+      dispatch: (call) =>
+        turn.dispatch(call).catch((error: unknown) => {
+          if (!isDispatchOnceError(error, "result_not_storable")) throw error;
+          throw new ToolFailedError((error as unknown as { key: string }).key, { name: "ToolError", message: "the payments API declined it", code: "declined" }, false);
+        }),
+    };
+  });
 }
 
 describe.each(RUNNER_PROVIDERS)("faults in a tool loop's later turn: the end-to-end oracle rejects runners that mishandle them (provider %s)", (provider) => {
@@ -108,7 +102,7 @@ describe.each(RUNNER_PROVIDERS)("faults in a tool loop's later turn: the end-to-
       runs: 40,
       seed: 5,
       conversationStore: observedStore,
-      dispatcher: (tools, ledger, defaults) => new Dispatcher({ ...defaults, ledger, tools: new ToolRegistry(tools) }),
+      dispatcher: realDispatcher,
       onStats: (stats) => Object.assign(seen, stats),
     });
     // The runs reached what the mutants break: a worker dying, and a result that cannot be

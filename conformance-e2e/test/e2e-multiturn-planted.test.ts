@@ -1,9 +1,9 @@
-import { Dispatcher, MemoryConversationStore, ToolRegistry, type CallDispatcher, type ConversationStore, type Ledger, type ToolDefinition } from "@dispatch-once/core";
+import { MemoryConversationStore, type CallDispatcher, type ConversationStore, type Ledger, type ToolDefinition } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { SHRINK_BUDGET_MS, expectReadable } from "./readable.js";
-import { memory } from "./audit-mutants.js";
+import { memory, realDispatcher, wrapDispatcher } from "./audit-mutants.js";
 
 /**
  * Mutation round of 2026-12-04, above the stores: a survivor of the kit of before, kept as a
@@ -36,11 +36,8 @@ function observedStore({ now }: { now: () => number }): ConversationStore {
 
 /** The planted bug: the real dispatcher, handed the message's first turn index for every turn of the message. */
 function firstTurnIndex(tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults): CallDispatcher {
-  const real = new Dispatcher({ ...defaults, ledger, tools: new ToolRegistry(tools) });
-  return {
-    turn: (context) => real.turn({ ...context, turnIndex: firstTurnOf.get(`${context.conversationId}#${context.turnIndex}`) ?? context.turnIndex }),
-    effectClassOf: (name) => real.effectClassOf(name),
-  };
+  const real = realDispatcher(tools, ledger, defaults);
+  return wrapDispatcher(real, (context) => real.turn({ ...context, turnIndex: firstTurnOf.get(`${context.conversationId}#${context.turnIndex}`) ?? context.turnIndex }));
 }
 
 describe.each(RUNNER_PROVIDERS)("mutation round of 2026-12-04: the end-to-end oracle rejects a key of the message's first turn (provider %s)", (provider) => {
@@ -66,7 +63,7 @@ describe.each(RUNNER_PROVIDERS)("mutation round of 2026-12-04: the end-to-end or
       runs: 40,
       seed: 5,
       conversationStore: observedStore,
-      dispatcher: (tools, ledger, defaults) => new Dispatcher({ ...defaults, ledger, tools: new ToolRegistry(tools) }),
+      dispatcher: realDispatcher,
       onStats: (stats) => Object.assign(seen, stats),
     });
     // The runs reached what the mutant breaks: a later turn repeating a first-turn call.

@@ -1,9 +1,9 @@
-import { Dispatcher, ToolError, ToolRegistry, type CallDispatcher, type Ledger, type ToolDefinition } from "@dispatch-once/core";
+import { ToolError, type CallDispatcher, type Ledger, type ToolDefinition } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { expectReadable } from "./readable.js";
-import { memory } from "./audit-mutants.js";
+import { memory, observeClaims, realDispatcher, wrapTools } from "./audit-mutants.js";
 
 /**
  * A downstream fault on the re-run of a call whose worker died after its effect (scenario.ts
@@ -21,25 +21,19 @@ const SEARCH_BUDGET_MS = 120_000;
 function takeoverNotPerformedAsFailed(tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults): CallDispatcher {
   // Keys whose latest claim took over an expired one (an earlier holder's run may have acted).
   const takenOver = new Set<string>();
-  const observed: Ledger = Object.create(ledger) as Ledger;
-  observed.claim = async (request) => {
-    const claim = await ledger.claim(request);
-    if (claim.outcome === "claimed" && claim.takeover) takenOver.add(request.key);
-    else if (claim.outcome === "claimed") takenOver.delete(request.key);
-    return claim;
-  };
-  const wrapped = tools.map((tool) => ({
-    ...tool,
-    run: async (args: unknown, context: { idempotencyKey: string }) => {
-      try {
-        return await tool.run(args, context as never);
-      } catch (error) {
-        if (!takenOver.has(context.idempotencyKey) || !ToolError.isInstance(error) || error.disposition !== "not_performed") throw error;
-        throw new ToolError(`${error.message} (taken for a definite failure)`, { disposition: "definite", code: "declined", cause: error });
-      }
-    },
-  })) as ToolDefinition<any, any>[];
-  return new Dispatcher({ ...defaults, ledger: observed, tools: new ToolRegistry(wrapped) });
+  const observed = observeClaims(ledger, (key, claim) => {
+    if (claim.outcome === "claimed" && claim.takeover) takenOver.add(key);
+    else if (claim.outcome === "claimed") takenOver.delete(key);
+  });
+  const wrapped = wrapTools(tools, async (tool, args, context: { idempotencyKey: string }) => {
+    try {
+      return await tool.run(args, context as never);
+    } catch (error) {
+      if (!takenOver.has(context.idempotencyKey) || !ToolError.isInstance(error) || error.disposition !== "not_performed") throw error;
+      throw new ToolError(`${error.message} (taken for a definite failure)`, { disposition: "definite", code: "declined", cause: error });
+    }
+  });
+  return realDispatcher(wrapped, observed, defaults);
 }
 
 describe.each(RUNNER_PROVIDERS)("a fault on the re-run after a death: the end-to-end oracle rejects a take-over that denies the dead worker's effect (provider %s)", (provider) => {
@@ -68,7 +62,7 @@ describe.each(RUNNER_PROVIDERS)("a fault on the re-run after a death: the end-to
       // The mutant's search stops at run 12 (path "11"): the same first 13 scenarios, the failing one included.
       runs: 13,
       seed: 5,
-      dispatcher: (tools, ledger, defaults) => new Dispatcher({ ...defaults, ledger, tools: new ToolRegistry(tools) }),
+      dispatcher: realDispatcher,
       onStats: (stats) => Object.assign(seen, stats),
     });
     // The runs reached what the mutant breaks: a fault on the re-run of a dead worker's call.

@@ -1,10 +1,10 @@
-import { Dispatcher, MemoryConversationStore, ToolRegistry, isDispatchOnceError, type CallDispatcher, type ConversationStore, type JsonValue, type Ledger, type ToolDefinition } from "@dispatch-once/core";
+import { MemoryConversationStore, isDispatchOnceError, type CallDispatcher, type ConversationStore, type JsonValue, type Ledger, type ToolDefinition } from "@dispatch-once/core";
 import type { FailedTurnRecord } from "@dispatch-once/runner";
 import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { expectReadable } from "./readable.js";
-import { memory } from "./audit-mutants.js";
+import { memory, observeClaims, realDispatcher, wrapDispatcher } from "./audit-mutants.js";
 
 /**
  * A take-over's release told as "did not happen". A worker dies after its payment, before its
@@ -56,27 +56,21 @@ function denyingStore({ now }: { now: () => number }): ConversationStore {
 
 /** The real dispatcher over a ledger that notes taken-over claims, noting the calls whose take-over released its claim. */
 function observingDispatcher(tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults): CallDispatcher {
-  const observed: Ledger = Object.create(ledger) as Ledger;
-  observed.claim = async (request) => {
-    const claim = await ledger.claim(request);
-    if (claim.outcome === "claimed") takeoverClaim.set(request.key, claim.takeover === true);
-    return claim;
-  };
-  const real = new Dispatcher({ ...defaults, ledger: observed, tools: new ToolRegistry(tools) });
-  return {
-    turn: (context) => {
-      const turn = real.turn(context);
-      return {
-        dispatch: (call) =>
-          turn.dispatch(call).catch((error: unknown) => {
-            const key = (error as { key?: string }).key;
-            if (isDispatchOnceError(error, "claim_released") && key !== undefined && takeoverClaim.get(key) === true) takeoverReleases.add(`${call.callId} ${key}`);
-            throw error;
-          }),
-      };
-    },
-    effectClassOf: (name) => real.effectClassOf(name),
-  };
+  const observed = observeClaims(ledger, (key, claim) => {
+    if (claim.outcome === "claimed") takeoverClaim.set(key, claim.takeover === true);
+  });
+  const real = realDispatcher(tools, observed, defaults);
+  return wrapDispatcher(real, (context) => {
+    const turn = real.turn(context);
+    return {
+      dispatch: (call) =>
+        turn.dispatch(call).catch((error: unknown) => {
+          const key = (error as { key?: string }).key;
+          if (isDispatchOnceError(error, "claim_released") && key !== undefined && takeoverClaim.get(key) === true) takeoverReleases.add(`${call.callId} ${key}`);
+          throw error;
+        }),
+    };
+  });
 }
 
 describe.each(RUNNER_PROVIDERS)("a take-over's release: the end-to-end oracle rejects a record that denies the dead worker's effect (provider %s)", (provider) => {
