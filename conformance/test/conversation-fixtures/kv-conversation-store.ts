@@ -8,6 +8,7 @@ import {
   CONVERSATION_ID_PATTERN,
   InvalidStoreInputError,
   LEASE_GRANT_RETENTION_MS,
+  StoreUnavailableError,
   checkFailedTurnsQuery,
   checkMessageId,
   encodeFailedTurnsCursor,
@@ -226,6 +227,55 @@ export interface ConversationBugs {
   reopenWindowOnProcessClock?: boolean;
   /** failMessage keeps its record on the message only, not in records() (breaks RECORD-4/TURN-12). */
   failRecordDropped?: boolean;
+  // ---- Mutation round i (convmut): mechanisms not planted above. ----
+  /** Each instance has its own lock table over the shared data: every method is atomic per process, not across instances (breaks TURN-5/TURN-10). */
+  locksPerInstance?: boolean;
+  /** commitTurn takes any message bound to the commit's index that is not answered (a failed one too), not only the one in progress (breaks TURN-5/TURN-11). */
+  commitForBoundIndex?: boolean;
+  /** commitTurn keeps the commit's record only when the turn answers (the record column written in the answer branch) (breaks TURN-5). */
+  commitRecordOnlyWhenAnswers?: boolean;
+  /** turnsOf and log are served from a per-instance cache filled on first read, refreshed only by this instance's own commits (breaks TURN-7/TURN-14). */
+  turnsCachePerInstance?: boolean;
+  /** turnsOf and log order turns by their index as text ("10" before "2") (breaks TURN-7/TURN-14). */
+  turnsSortedAsText?: boolean;
+  /** Stored JSON is parsed with a date reviver: an ISO 8601 timestamp string comes back re-spelt by Date#toISOString (breaks TURN-7). */
+  isoDatesRevived?: boolean;
+  /** Stored JSON is copied by a hand-rolled deep copy (`out[k] = v`): a "__proto__" member sets the prototype and is lost (breaks TURN-7). */
+  protoKeyLost?: boolean;
+  /** failMessage keeps the failed-turn record in the instance's memory only (records() merges it in): a fresh instance has lost it (breaks RECORD-4/TURN-14). */
+  failureRecordVolatile?: boolean;
+  /** A reopened instance "recovers" each conversation it first touches: messages in progress go back to queued (breaks TURN-11). */
+  restartRequeuesInFlight?: boolean;
+  /** commitTurn answers committed: true, appending nothing, to a commit of the last committed (message, index, fence) whatever its payload ("idempotent on a lost reply") (breaks TURN-5). */
+  commitReplayAnsweredTrue?: boolean;
+  /** A re-send is recognised only among the conversation's last 100 messages (a capped recent-id set): an older id is appended again (breaks TURN-2). */
+  recentIdsDedup?: boolean;
+  /** Message ids are unique across conversations (PRIMARY KEY (message_id)): m1 in a second conversation is taken for a re-send of the first's (breaks TURN-2). */
+  messageIdsGlobal?: boolean;
+  /** turnsOf selects turns whose message id starts with the one asked (LIKE 'm1%'): m1's answer includes m10's turns (breaks TURN-7). */
+  turnsOfByPrefix?: boolean;
+  /** records(c) returns the records of every conversation whose id starts with c (KEYS records:c*) (breaks RECORD-4). */
+  recordsByPrefix?: boolean;
+  /** The fence is the store clock in whole seconds (fence = floor(now / 1000)): two grants in one second share it (breaks TURN-10). */
+  fenceIsEpochSeconds?: boolean;
+  /** renewLease trusts this instance's cache of its own grant while it looks live, and writes the lease back without reading it (breaks TURN-10). */
+  renewFromCache?: boolean;
+  /** On an unreachable store, listFailedTurns answers an empty page and releaseLeaseGrant does nothing, instead of store_unavailable (breaks TURN-14). */
+  unavailableListsNothing?: boolean;
+  /** The conversation's last bound message is kept per instance; a fresh instance takes the first message (by arrival) at the highest bound index (breaks TURN-12). */
+  lastBoundPerInstance?: boolean;
+  /** beginTurn's input carries the user message only on the call that binds it: a take-over before the first commit sends the log without it (breaks TURN-11/TURN-9). */
+  inputOmitsMessageUnlessBound?: boolean;
+  /** The log is content-addressed: a user message whose content equals an earlier log entry is left out (breaks TURN-5/TURN-7). */
+  logDedupsContent?: boolean;
+  /** commitTurn honours answers only on a message's first turn: the answer after a tool loop leaves it in progress (breaks TURN-5/TURN-11). */
+  answersOnlyFirstTurn?: boolean;
+  /** beginTurn memoises its snapshot per instance by fence and log version, not by conversation: fence 1 of a second conversation gets the first's snapshot (breaks TURN-10/TURN-9). */
+  beginCacheByFence?: boolean;
+  /** acquireLease judges a lease live on the process clock (Date.now()) against an expiry on the store's (breaks TURN-10). */
+  leaseLiveOnProcessClock?: boolean;
+  /** turnsOf and log read one 1 MiB page of turns and never follow the next (a DynamoDB Query without LastEvaluatedKey) (breaks TURN-7/TURN-14). */
+  turnsFirstMegabyte?: boolean;
 }
 
 interface State {
@@ -249,6 +299,8 @@ interface State {
   firstFailedAt?: Record<string, number>;
   /** Turns dropped from the front of `turns` (the prunesOldTurns bug). */
   pruned?: number;
+  /** The last commit applied (the commitReplayAnsweredTrue bug). */
+  lastCommit?: { fence: number; messageId: string; turnIndex: number };
 }
 
 /** The shared "server": conversation texts, per-conversation lock chains, one clock. */
@@ -282,6 +334,15 @@ export class KvConversationStore implements ConversationStore {
   private instanceCount = new Map<string, number>();
   /** Planted messageReadCache: the first read of each message, per instance. */
   private messageCache = new Map<string, StoredMessage>();
+  /** Round i bugs' per-instance memory. */
+  private turnsCache = new Map<string, State>();
+  private volatileRecords = new Map<string, JsonValue[]>();
+  private recovered = new Set<string>();
+  private grantCache = new Map<string, { fence: number; owner: string; expiresAt: number }>();
+  private instanceLastBound = new Map<string, string>();
+  private beginCache = new Map<string, TurnSnapshot>();
+  /** Set by the subject on instances made by reopen() (the restartRequeuesInFlight bug). */
+  reopened = false;
 
   constructor(
     private readonly backing: KvBacking,
@@ -299,8 +360,16 @@ export class KvConversationStore implements ConversationStore {
     checkMessageId(message?.id);
     this.checkData("content", message.content);
     const within = checkReopenWithinMs(options);
+    if (this.bugs.messageIdsGlobal) {
+      for (const [slot, text] of this.backing.data) {
+        if (slot === conversationSlot(this.bugs, conversationId)) continue;
+        const other = (JSON.parse(text) as State).messages.find((m) => m.id === message.id);
+        if (other !== undefined) return { appended: false, message: structuredClone(other), reopened: false };
+      }
+    }
     return this.locked(conversationId, (s) => {
-      const known = s.messages.find((m) => this.sameMessage(m.id, message.id));
+      const recent = this.bugs.recentIdsDedup ? s.messages.slice(-100) : s.messages;
+      const known = recent.find((m) => this.sameMessage(m.id, message.id));
       if (known !== undefined && this.bugs.resendRequeuesAnswered && known.state === "answered") {
         known.state = "queued";
         delete known.turnIndex;
@@ -308,7 +377,7 @@ export class KvConversationStore implements ConversationStore {
       }
       if (known !== undefined && this.bugs.resendOverwritesContent) known.content = this.text(message.content);
       if (known !== undefined && !this.bugs.appendNotIdempotent) {
-        const reopenable = this.bugs.reopensAfterOtherBound || s.lastBound === known.id;
+        const reopenable = this.bugs.reopensAfterOtherBound || this.lastBoundOf(conversationId, s) === known.id;
         if (known.state === "failed" && reopenable) {
           const firstFailed = (this.bugs.reopenWindowFromLastFailure ? undefined : s.firstFailedAt?.[known.id]) ?? s.failedAt?.[known.id] ?? 0;
           // From the binding where it is earlier (TURN-12); a store that counts from a failure only does not.
@@ -357,11 +426,49 @@ export class KvConversationStore implements ConversationStore {
   }
 
   async turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]> {
-    return this.locked(conversationId, (s) => structuredClone(s.turns.filter((t) => this.sameMessage(t.messageId, messageId))));
+    return this.locked(conversationId, (s) => {
+      const from = this.readTurnsFrom(conversationId, s);
+      const mine = (t: StoredTurn) => (this.bugs.turnsOfByPrefix ? t.messageId.startsWith(messageId) : this.sameMessage(t.messageId, messageId));
+      return structuredClone(this.turnsRead(from).filter(mine));
+    });
   }
 
   async log(conversationId: string): Promise<JsonValue[]> {
-    return this.locked(conversationId, (s) => this.logOf(s));
+    return this.locked(conversationId, (s) => this.logOf(this.readTurnsFrom(conversationId, s)));
+  }
+
+  /** The state turns are read from: storage, or this instance's first read of it (the turnsCachePerInstance bug). */
+  private readTurnsFrom(conversationId: string, s: State): State {
+    if (!this.bugs.turnsCachePerInstance) return s;
+    if (!this.turnsCache.has(conversationId)) this.turnsCache.set(conversationId, structuredClone(s));
+    return this.turnsCache.get(conversationId)!;
+  }
+
+  /** The turns in the order (and page) a read gives them: index order, unless a planted bug says otherwise. */
+  private turnsRead(s: State): StoredTurn[] {
+    let turns = s.turns;
+    if (this.bugs.turnsSortedAsText) turns = [...turns].sort((a, b) => (String(a.turnIndex) < String(b.turnIndex) ? -1 : String(a.turnIndex) > String(b.turnIndex) ? 1 : 0));
+    if (this.bugs.turnsFirstMegabyte) {
+      let bytes = 0;
+      const page: StoredTurn[] = [];
+      for (const t of turns) {
+        bytes += Buffer.byteLength(JSON.stringify(t));
+        if (bytes > 1024 * 1024) break;
+        page.push(t);
+      }
+      turns = page;
+    }
+    return turns;
+  }
+
+  /** The conversation's most recently bound message: stored, or this instance's memory of it (the lastBoundPerInstance bug). */
+  private lastBoundOf(conversationId: string, s: State): string | null {
+    if (!this.bugs.lastBoundPerInstance) return s.lastBound;
+    const mine = this.instanceLastBound.get(conversationId);
+    if (mine !== undefined) return mine;
+    const bound = s.messages.filter((m) => m.turnIndex !== undefined);
+    const top = Math.max(-1, ...bound.map((m) => m.turnIndex!));
+    return bound.find((m) => m.turnIndex === top)?.id ?? null;
   }
 
   async acquireLease(conversationId: string, owner: string, leaseMs: number, grantId?: string): Promise<LeaseResult> {
@@ -372,7 +479,8 @@ export class KvConversationStore implements ConversationStore {
     const id = this.bugs.grantIdUnchecked ? grantId : checkLeaseGrantId(grantId);
     return this.locked(conversationId, (s) => {
       const now = this.bugs.leaseOnProcessClock ? Date.now() : this.backing.now();
-      const live = s.lease !== null && (this.bugs.leaseLiveAtExpiry ? s.lease.expiresAt >= now : s.lease.expiresAt > now);
+      const liveNow = this.bugs.leaseLiveOnProcessClock ? Date.now() : now;
+      const live = s.lease !== null && (this.bugs.leaseLiveAtExpiry ? s.lease.expiresAt >= liveNow : s.lease.expiresAt > liveNow);
       const latest = s.grant ?? null;
       if (id !== undefined && !this.bugs.grantIdIgnored) {
         const sameId =
@@ -410,6 +518,7 @@ export class KvConversationStore implements ConversationStore {
       } else {
         fence = this.bugs.fenceRestartsOnRelease && s.lease === null ? 1 : s.fence + 1;
       }
+      if (this.bugs.fenceIsEpochSeconds) fence = Math.floor(now / 1000);
       s.fence = fence;
       if (this.bugs.takeoverForgetsBegun && s.lease !== null) s.begun = null;
       s.lease = { fence, owner: this.bugs.takeoverKeepsOwner && s.lease !== null ? s.lease.owner : owner, expiresAt: now + (this.bugs.leaseMsAsSeconds ? leaseMs * 1000 : leaseMs) };
@@ -419,6 +528,7 @@ export class KvConversationStore implements ConversationStore {
       }
       if (id !== undefined) s.grant = { id, fence };
       else if (!this.bugs.grantIdOutlivesGrant) s.grant = null;
+      this.grantCache.set(conversationId, { ...s.lease });
       return { acquired: true, fence, leaseExpiresAt: s.lease.expiresAt };
     });
   }
@@ -443,8 +553,16 @@ export class KvConversationStore implements ConversationStore {
   async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
     if (!this.bugs.leaseArgumentsUnchecked) leaseMs = checkTurnLeaseMs(leaseMs);
     return this.locked(conversationId, (s) => {
+      const cached = this.grantCache.get(conversationId);
+      if (this.bugs.renewFromCache && cached !== undefined && cached.fence === fence && cached.expiresAt > this.backing.now()) {
+        // "Still ours, no need to read": the lease is written back from the cache.
+        cached.expiresAt = this.backing.now() + leaseMs;
+        s.lease = { ...cached };
+        return { leaseExpiresAt: cached.expiresAt };
+      }
       const lease = this.bugs.renewIgnoresFence && s.lease !== null ? s.lease : held(conversationId, s, fence, this.bugs);
       lease.expiresAt = (this.bugs.renewFromPreviousEnd ? lease.expiresAt : this.backing.now()) + (this.bugs.renewMsAsSeconds ? leaseMs * 1000 : leaseMs);
+      this.grantCache.set(conversationId, { ...lease });
       return { leaseExpiresAt: lease.expiresAt };
     });
   }
@@ -459,6 +577,8 @@ export class KvConversationStore implements ConversationStore {
   async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
     return this.locked(conversationId, (s) => {
       if (!this.bugs.beginIgnoresFence) held(conversationId, s, fence, this.bugs);
+      const memo = this.beginCache.get(`${fence}:${committedCount(s)}`);
+      if (this.bugs.beginCacheByFence && memo !== undefined) return structuredClone(memo);
       if (this.bugs.begunNotDurable) s.begun = this.instanceBegun.get(conversationId) ?? null;
       const queued = s.messages.filter((m) => m.state === "queued");
       let current = s.messages.find((m) => m.state === "in_progress");
@@ -488,11 +608,14 @@ export class KvConversationStore implements ConversationStore {
         const inherited = !this.bugs.boundAtNotInherited && last !== undefined && last !== current && last.state === "failed" ? windowStartOf(s, last) : Infinity;
         current.boundAt ??= Math.min(this.backing.now(), inherited);
         s.lastBound = current.id;
+        this.instanceLastBound.set(conversationId, current.id);
         s.boundFence = fence;
       }
       const input = this.logOf(s);
-      if (!s.turns.some((t) => t.messageId === current.id)) input.push(structuredClone(current.content));
-      return { conversationId, turnIndex, message: this.shown(s, current), input, resumed, ...(this.bugs.boundNotSaid ? {} : { bound }) };
+      if (!s.turns.some((t) => t.messageId === current.id) && (bound || !this.bugs.inputOmitsMessageUnlessBound)) input.push(structuredClone(current.content));
+      const snapshot: TurnSnapshot = { conversationId, turnIndex, message: this.shown(s, current), input, resumed, ...(this.bugs.boundNotSaid ? {} : { bound }) };
+      if (this.bugs.beginCacheByFence) this.beginCache.set(`${fence}:${turnIndex}`, structuredClone(snapshot));
+      return snapshot;
     });
   }
 
@@ -502,7 +625,9 @@ export class KvConversationStore implements ConversationStore {
     if (commit.record !== undefined) this.checkData("record", commit.record);
     const apply = (s: State): { committed: boolean } => {
       const result = this.applyCommit(conversationId, s, commit);
-      if (commit.record !== undefined && !this.bugs.commitRecordDropped && (result.committed || this.bugs.commitRecordAlways)) s.records.push(this.text(commit.record));
+      const recordKept = !this.bugs.commitRecordOnlyWhenAnswers || commit.answers;
+      if (commit.record !== undefined && recordKept && !this.bugs.commitRecordDropped && (result.committed || this.bugs.commitRecordAlways)) s.records.push(this.text(commit.record));
+      if (result.committed && this.bugs.turnsCachePerInstance) this.turnsCache.set(conversationId, structuredClone(s));
       return result;
     };
     if (!this.bugs.racyCommit) return this.locked(conversationId, apply);
@@ -514,12 +639,16 @@ export class KvConversationStore implements ConversationStore {
   }
 
   private applyCommit(conversationId: string, s: State, commit: TurnCommit): { committed: boolean } {
+    const replay = s.lastCommit;
+    if (this.bugs.commitReplayAnsweredTrue && replay !== undefined && replay.fence === commit.fence && replay.messageId === commit.messageId && replay.turnIndex === commit.turnIndex) return { committed: true };
     const loose = this.bugs.commitChecksCountOnly;
     const fenceOk = this.bugs.staleFenceAsText ? s.lease != null && !(String(commit.fence) < String(s.lease.fence)) && !(commit.fence > s.lease.fence) : s.lease?.fence === commit.fence;
     if (!loose && !this.bugs.commitIgnoresFence && !fenceOk) return { committed: false };
     if (committedCount(s) !== commit.turnIndex && !this.bugs.commitIgnoresCount) return { committed: false };
     const message = s.messages.find((m) => this.sameMessage(m.id, commit.messageId));
-    if (!loose && (message === undefined || message.state !== "in_progress")) return { committed: false };
+    const takes = (m: StoredMessage) => m.state === "in_progress" || (this.bugs.commitForBoundIndex === true && m.state === "failed" && m.turnIndex === commit.turnIndex);
+    if (!loose && (message === undefined || !takes(message))) return { committed: false };
+    const firstTurnOfMessage = !s.turns.some((t) => t.messageId === commit.messageId);
     const turn: StoredTurn = { turnIndex: commit.turnIndex, messageId: commit.messageId, assistant: this.text(commit.assistant), stopReason: commit.stopReason };
     if (commit.toolResults !== undefined && !this.bugs.dropsToolResults) turn.toolResults = this.text(commit.toolResults);
     s.turns.push(turn);
@@ -528,7 +657,8 @@ export class KvConversationStore implements ConversationStore {
       s.turns.shift();
       s.pruned = (s.pruned ?? 0) + 1;
     }
-    if ((commit.answers || this.bugs.answersIgnored) && message !== undefined) message.state = "answered";
+    if ((commit.answers || this.bugs.answersIgnored) && message !== undefined && (firstTurnOfMessage || !this.bugs.answersOnlyFirstTurn)) message.state = "answered";
+    s.lastCommit = { fence: commit.fence, messageId: commit.messageId, turnIndex: commit.turnIndex };
     return { committed: true };
   }
 
@@ -542,7 +672,8 @@ export class KvConversationStore implements ConversationStore {
       message.failure = this.text(record);
       (s.failedAt ??= {})[message.id] = this.bugs.failedAtProcessClock ? Date.now() : this.backing.now();
       (s.firstFailedAt ??= {})[message.id] ??= this.backing.now();
-      if (!this.bugs.failRecordDropped) s.records.push(this.text(record));
+      if (this.bugs.failureRecordVolatile) this.volatileRecords.set(conversationId, [...(this.volatileRecords.get(conversationId) ?? []), this.text(record)]);
+      else if (!this.bugs.failRecordDropped) s.records.push(this.text(record));
     });
   }
 
@@ -610,6 +741,12 @@ export class KvConversationStore implements ConversationStore {
   async records(conversationId: string): Promise<JsonValue[]> {
     return this.locked(conversationId, (s) => {
       let out = structuredClone(s.records);
+      if (this.bugs.failureRecordVolatile) out.push(...structuredClone(this.volatileRecords.get(conversationId) ?? []));
+      if (this.bugs.recordsByPrefix) {
+        for (const [slot, text] of this.backing.data) {
+          if (slot !== conversationSlot(this.bugs, conversationId) && slot.startsWith(conversationId)) out.push(...(JSON.parse(text) as State).records);
+        }
+      }
       if (this.bugs.recordsNewestFirst) out = out.reverse();
       if (this.bugs.recordsFirstPageOnly) out = out.slice(0, 100);
       return out;
@@ -622,11 +759,12 @@ export class KvConversationStore implements ConversationStore {
   private logOf(s: State): JsonValue[] {
     const out: JsonValue[] = [];
     const started = new Set<string>();
-    for (const t of s.turns) {
+    for (const t of this.turnsRead(s)) {
       if (!started.has(t.messageId)) {
         started.add(t.messageId);
         const content = s.messages.find((m) => this.sameMessage(m.id, t.messageId))?.content;
-        if (content !== undefined) out.push(structuredClone(content));
+        const seen = this.bugs.logDedupsContent && content !== undefined && out.some((e) => JSON.stringify(e) === JSON.stringify(content));
+        if (content !== undefined && !seen) out.push(structuredClone(content));
       }
       out.push(structuredClone(t.assistant));
       if (t.toolResults !== undefined) out.push(structuredClone(t.toolResults));
@@ -642,6 +780,11 @@ export class KvConversationStore implements ConversationStore {
 
   private text(value: JsonValue): JsonValue {
     const json = JSON.stringify(value);
+    if (this.bugs.isoDatesRevived) {
+      const iso = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
+      return JSON.parse(json, (_k, v: unknown) => (typeof v === "string" && iso.test(v) ? new Date(v).toISOString() : v)) as JsonValue;
+    }
+    if (this.bugs.protoKeyLost) return handRolledCopy(JSON.parse(json) as JsonValue);
     return JSON.parse(this.bugs.latin1Content ? json.replace(/[^\x00-\x7f]/g, "?") : json) as JsonValue;
   }
 
@@ -670,6 +813,11 @@ export class KvConversationStore implements ConversationStore {
     await previous;
     try {
       const s = this.load(conversationId);
+      if (this.bugs.restartRequeuesInFlight && this.reopened && !this.recovered.has(conversationId)) {
+        // "Recovery" of a process that starts: whatever was in progress belonged to a dead one.
+        this.recovered.add(conversationId);
+        for (const m of s.messages) if (m.state === "in_progress") m.state = "queued";
+      }
       await yieldNow();
       const result = fn(s);
       this.save(conversationId, s);
@@ -679,6 +827,15 @@ export class KvConversationStore implements ConversationStore {
       if (this.backing.locks.get(slot) === chain) this.backing.locks.delete(slot);
     }
   }
+}
+
+/** A deep copy by member assignment, as hand-rolled copies do: `out["__proto__"] = v` sets the prototype (the protoKeyLost bug). */
+function handRolledCopy(value: JsonValue): JsonValue {
+  if (Array.isArray(value)) return value.map(handRolledCopy);
+  if (value === null || typeof value !== "object") return value;
+  const out: Record<string, JsonValue> = {};
+  for (const [k, v] of Object.entries(value)) out[k] = handRolledCopy(v);
+  return out;
 }
 
 /** The listing order with ids compared by JavaScript's `<` (UTF-16 code units): the tiesByCodeUnit bug. */
@@ -707,11 +864,12 @@ function held(conversationId: string, s: State, fence: number, bugs: Conversatio
 export function kvConversationSubject(name: string, bugs: ConversationBugs = {}): ConversationStoreSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: false, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true },
     async create(): Promise<ConversationStoreFixture> {
       const backing = kvBacking();
       // forgetsOnRestart: every instance gets a private map, but the hooks read the first one.
-      const open = () => new KvConversationStore(bugs.forgetsOnRestart ? { ...backing, data: new Map(), locks: new Map() } : backing, bugs);
+      const open = () =>
+        new KvConversationStore(bugs.forgetsOnRestart ? { ...backing, data: new Map(), locks: new Map() } : bugs.locksPerInstance ? { ...backing, locks: new Map() } : backing, bugs);
       const store = open();
       const dataOf = (conversationId: string): State | undefined => {
         const source = bugs.forgetsOnRestart ? (store as unknown as { backing: KvBacking }).backing.data : backing.data;
@@ -720,7 +878,11 @@ export function kvConversationSubject(name: string, bugs: ConversationBugs = {})
       };
       return {
         store,
-        reopen: async () => open(),
+        reopen: async () => {
+          const again = open();
+          again.reopened = true;
+          return again;
+        },
         raw: {
           async lease(conversationId) {
             const s = dataOf(conversationId);
@@ -743,6 +905,9 @@ export function kvConversationSubject(name: string, bugs: ConversationBugs = {})
             s.lease.expiresAt = backing.now() - 1;
             source.set(conversationSlot(bugs, conversationId), JSON.stringify(s));
           },
+          async disconnected() {
+            return unreachableStore(bugs);
+          },
           async forgetFailedAt(conversationId, messageId) {
             const s = dataOf(conversationId);
             if (s?.failedAt === undefined) return;
@@ -759,4 +924,34 @@ export function kvConversationSubject(name: string, bugs: ConversationBugs = {})
 /** Where TURN-12's window of a failed message counts from: the earlier of its binding and its first failure (else its last, else 0). */
 function windowStartOf(s: State, m: StoredMessage): number {
   return Math.min(m.boundAt ?? Infinity, s.firstFailedAt?.[m.id] ?? s.failedAt?.[m.id] ?? 0);
+}
+
+/**
+ * A store whose storage cannot be reached: every method raises store_unavailable (TURN-14), but
+ * for the unavailableListsNothing bug, whose listing answers an empty page and whose give-back
+ * does nothing (an error swallowed as "nothing there").
+ */
+function unreachableStore(bugs: ConversationBugs): ConversationStore {
+  const down = async (): Promise<never> => {
+    throw new StoreUnavailableError("kv backing unreachable", { cause: new Error("ECONNREFUSED") });
+  };
+  const inner = new KvConversationStore(kvBacking(), bugs);
+  return {
+    capabilities: inner.capabilities,
+    appendUserMessage: down,
+    message: down,
+    turnsOf: down,
+    log: down,
+    acquireLease: down,
+    renewLease: down,
+    releaseLease: down,
+    releaseLeaseGrant: bugs.unavailableListsNothing ? async () => {} : down,
+    beginTurn: down,
+    commitTurn: down,
+    failMessage: down,
+    addRecord: down,
+    records: down,
+    listFailedTurns: bugs.unavailableListsNothing ? async () => ({ turns: [] }) : down,
+    close: async () => {},
+  };
 }
