@@ -4,6 +4,7 @@ import { MAX_LEASE_MS, MAX_LEASE_OWNER_LENGTH } from "@dispatch-once/core/intern
 import { ConformanceFailure, must, mustEqual, mustRejectWith, show } from "../failure.js";
 import {
   LEASE_MS,
+  LOOKALIKE_CONTENT,
   TRICKY_CONTENT,
   acquire,
   assistantText,
@@ -162,6 +163,34 @@ export const appendIsIdempotent: ConversationCheckSpec = {
     }),
 };
 
+/** Messages in one conversation before its early ones are re-sent: past any capped set of recent ids (64, 100, 128, 256). */
+const MANY_MESSAGES = 300;
+
+export const resendRecognisedAfterManyMessages: ConversationCheckSpec = {
+  rule: "TURN-2",
+  name: `a re-send is recognised however many messages came after it: of ${MANY_MESSAGES} messages, re-sends of the first, a middle one and the last append nothing and return the stored message, also from another instance (when shared)`,
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation("many");
+      const id = (i: number) => `m${String(i).padStart(3, "0")}`;
+      for (let i = 1; i <= MANY_MESSAGES; i++) await store.appendUserMessage(c, { id: id(i), content: userText(`message ${i}`) });
+      const views: Array<[string, ConversationStore]> = [["this instance", store]];
+      if (subject.capabilities.sharedAcrossProcesses) views.push(["another instance", await fixture.reopen()]);
+      for (const [where, view] of views) {
+        for (const i of [1, MANY_MESSAGES / 2, MANY_MESSAGES]) {
+          const again = await view.appendUserMessage(c, { id: id(i), content: userText(`message ${i}, sent again`) });
+          mustEqual(
+            [again.appended, again.message.id, again.message.seq, again.message.content],
+            [false, id(i), i, userText(`message ${i}`)],
+            `${where}: a re-send of ${id(i)} after ${MANY_MESSAGES} messages (a re-send taken for a new message is answered twice, each answer's effects made again)`,
+          );
+        }
+      }
+      mustEqual((await fixture.raw.messages(c)).length, MANY_MESSAGES, "the number of stored messages after the re-sends");
+    }),
+};
+
 export const resendOfAnsweredChangesNothing: ConversationCheckSpec = {
   rule: "TURN-2",
   name: "a re-send of an answered message creates no message and no turn, and nothing waits afterwards",
@@ -269,6 +298,62 @@ export const idsComparedExactly: ConversationCheckSpec = {
         mustEqual([begun.message.id, begun.turnIndex], ["m1", 0], `${what}: the turn begun in ${show(x)}`);
         mustEqual((await store.message(y, "m1"))?.state, "queued", `${what}: m1 of ${show(y)} after ${show(x)}'s turn began`);
         mustEqual((await store.message(y, "m1"))?.content, userText(`to ${y}`), `${what}: m1 of ${show(y)}'s content`);
+      }
+    }),
+};
+
+export const idsNotMatchedAsPatterns: ConversationCheckSpec = {
+  rule: "TURN-19",
+  name: "ids are not prefixes or patterns: a conversation whose id starts another's and a message id that starts another's (m1, m10) or holds LIKE wildcards (m_, m%) see only their own messages, turns, log, records and failed turns",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation("prefix");
+      // Conversations whose ids start with c's: a `LIKE 'c%'`, a `KEYS c*` or a range scan from c finds them.
+      const longer = [`${c}0`, `${c}-x`, `${c}_`];
+      for (const l of longer) {
+        await store.appendUserMessage(l, { id: "m1", content: userText(`to ${l}`) });
+        await store.appendUserMessage(l, { id: "m2", content: userText(`second to ${l}`) });
+        const fence = await acquire(store, l, "worker-l");
+        const s0 = await mustBegin(store, l, fence, `begin m1 of ${l}`);
+        await mustCommit(store, l, commitFor(s0, fence, { assistant: assistantText(`answer in ${l}`) }), `the answer in ${l}`);
+        await mustBegin(store, l, fence, `begin m2 of ${l}`);
+        await store.failMessage(l, fence, "m2", { kind: "failed_turn", in: l });
+        await store.addRecord(l, { in: l });
+      }
+      await store.appendUserMessage(c, { id: "m1", content: userText("to c") });
+      await store.appendUserMessage(c, { id: "m10", content: userText("m10 to c") });
+      await store.appendUserMessage(c, { id: "m%", content: userText("percent to c") });
+      const fence = await acquire(store, c, "worker-c");
+      const s1 = await mustBegin(store, c, fence, "begin m1 of c");
+      const m1Turn = commitFor(s1, fence, { assistant: assistantText("answer to m1") });
+      await mustCommit(store, c, m1Turn, "m1's answer");
+      const s10 = await mustBegin(store, c, fence, "begin m10 of c");
+      mustEqual([s10.message.id, s10.turnIndex], ["m10", 1], "the message bound after m1 in c");
+      const use = toolUse("toolu_10", { to: "m10" });
+      const result = toolResult("toolu_10", "ok");
+      await mustCommit(store, c, commitFor(s10, fence, { assistant: use, toolResults: result, stopReason: "tool_use", answers: false }), "m10's tool turn");
+      await mustCommit(store, c, commitFor(s10, fence, { turnIndex: 2, assistant: assistantText("answer to m10") }), "m10's answer");
+      await store.addRecord(c, { in: "c" });
+      const why = "(an id matched as a prefix or pattern: a LIKE without escaping, a glob, a range scan)";
+      mustEqual((await store.turnsOf(c, "m1")).map((t) => [t.messageId, t.turnIndex]), [["m1", 0]], `turnsOf(c, m1): m1's turn only, not m10's ${why}`);
+      mustEqual((await store.turnsOf(c, "m10")).map((t) => [t.messageId, t.turnIndex]), [["m10", 1], ["m10", 2]], "turnsOf(c, m10)");
+      mustEqual(await store.turnsOf(c, "m%"), [], `turnsOf(c, m%): the queued m% has no turn ${why}`);
+      mustEqual(await store.turnsOf(c, "m_"), [], `turnsOf(c, m_): no message m_ ${why}`);
+      mustEqual(await store.message(c, "m_"), undefined, `message(c, m_): no message m_ ${why}`);
+      mustEqual(await store.message(c, "m2"), undefined, `message(c, m2): m2 is in the longer conversations only ${why}`);
+      mustEqual(await store.records(c), [{ in: "c" }], `records(c): c's own ${why}`);
+      mustEqual(
+        await store.log(c),
+        [userText("to c"), assistantText("answer to m1"), userText("m10 to c"), use, result, assistantText("answer to m10")],
+        `log(c): c's own ${why}`,
+      );
+      if (subject.capabilities.listFailedTurns) {
+        mustEqual((await store.listFailedTurns!({ conversationId: c })).turns, [], `listFailedTurns({ conversationId: c }): c has no failed turn ${why}`);
+      }
+      for (const l of longer) {
+        mustEqual(await store.records(l), [{ kind: "failed_turn", in: l }, { in: l }], `records(${l})`);
+        mustEqual((await store.turnsOf(l, "m1")).map((t) => t.assistant), [assistantText(`answer in ${l}`)], `turnsOf(${l}, m1)`);
       }
     }),
 };
@@ -389,6 +474,28 @@ export const userMessageEntersWithCommit: ConversationCheckSpec = {
       mustEqual(s1.input, [content, use, result], "input of turn 1 (the user message is not repeated)");
       await mustCommit(store, c, commitFor(s1, fence, { assistant: assistantText("done") }), "commit turn 1");
       mustEqual(await store.log(c), [content, use, result, assistantText("done")], "log after turn 1");
+    }),
+};
+
+export const sameContentEntersTwice: ConversationCheckSpec = {
+  rule: "TURN-5",
+  name: "each message's content enters the log with its own first commit, also when it equals an earlier message's or turn's (the log is not content-addressed): two messages saying the same are two entries of the log and of the next turn's input",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation();
+      const yes = userText("yes");
+      const done = assistantText("done");
+      for (const id of ["m1", "m2", "m3"]) await store.appendUserMessage(c, { id, content: yes });
+      const fence = await acquire(store, c, "worker-a");
+      const expected: JsonValue[] = [];
+      for (const [i, id] of ["m1", "m2", "m3"].entries()) {
+        const snapshot = await mustBegin(store, c, fence, `begin ${id}`);
+        mustEqual(snapshot.input, [...expected, yes], `the input of ${id}'s turn: every answered message and its own, each once (three messages said "yes")`);
+        await mustCommit(store, c, commitFor(snapshot, fence, { assistant: done }), `${id}'s answer`);
+        expected.push(yes, done);
+        mustEqual(await store.log(c), expected, `the log after ${i + 1} messages that each said "yes" and were each answered "done"`);
+      }
     }),
 };
 
@@ -1040,11 +1147,11 @@ export const turnsOfInOrder: ConversationCheckSpec = {
 
 export const contentRoundTrips: ConversationCheckSpec = {
   rule: "TURN-7",
-  name: "messages, turns, tool results, failures and records come back deep-equal (non-ASCII, 3- and 4-byte UTF-8, escapes, numbers, 200-deep nesting, 64 KiB)",
+  name: "messages, turns, tool results, failures and records come back deep-equal (non-ASCII, 3- and 4-byte UTF-8, escapes, numbers, 200-deep nesting, 64 KiB, strings that look like timestamps or numbers, __proto__ members)",
   run: (subject) =>
     withConversationFixture(subject, async (fixture) => {
       const { store } = fixture;
-      for (const { label, value } of TRICKY_CONTENT) {
+      for (const { label, value } of [...TRICKY_CONTENT, ...LOOKALIKE_CONTENT]) {
         const c = freshConversation();
         await store.appendUserMessage(c, { id: "m1", content: value });
         await store.appendUserMessage(c, { id: "m2", content: value });
@@ -1066,6 +1173,51 @@ export const contentRoundTrips: ConversationCheckSpec = {
         mustEqual((await store.message(c, "m2"))?.failure, value, `${label}: failure`);
         mustEqual(await store.records(c), [value, value], `${label}: records`);
         mustEqual((await fixture.raw.messages(c)).map((m) => m.content), [value, value], `${label}: stored content`);
+      }
+    }),
+};
+
+/** Tool turns of LARGE_RESULT_BYTES each: more than a first page of a store that reads pages by size (DynamoDB's 1 MB). */
+const LARGE_TURNS = 24;
+const LARGE_RESULT_BYTES = 96 * 1024;
+
+export const largeHistoryAllReturned: ConversationCheckSpec = {
+  rule: "TURN-7",
+  name: `turnsOf and log give back every committed turn however large the history, on every instance: ${LARGE_TURNS} tool turns whose results hold ${LARGE_RESULT_BYTES / 1024} KiB each (over 2 MiB), read by another instance before and after they were committed (when shared), come back all and in order`,
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const { store } = fixture;
+      const c = freshConversation("large");
+      const content = userText("read every file");
+      await store.appendUserMessage(c, { id: "m1", content });
+      const other = subject.capabilities.sharedAcrossProcesses ? await fixture.reopen() : undefined;
+      // Read first, so that an instance that keeps what it read shows it later.
+      if (other !== undefined) {
+        mustEqual(await other.turnsOf(c, "m1"), [], "another instance's turnsOf(m1) before any commit");
+        mustEqual(await other.log(c), [], "another instance's log before any commit");
+      }
+      const fence = await acquire(store, c, "worker-a");
+      const snapshot = await mustBegin(store, c, fence, "begin m1");
+      const expected: StoredTurn[] = [];
+      const log: JsonValue[] = [content];
+      for (let i = 0; i < LARGE_TURNS; i++) {
+        // The index in front, so that a turn cut short or swapped is seen at once.
+        const body = `${i}:`.padEnd(LARGE_RESULT_BYTES, String.fromCharCode(97 + (i % 26)));
+        const commit = commitFor(snapshot, fence, { turnIndex: i, assistant: toolUse(`toolu_${i}`, { file: i }), toolResults: toolResult(`toolu_${i}`, body), stopReason: "tool_use", answers: false });
+        await mustCommit(store, c, commit, `tool turn ${i}`);
+        expected.push({ turnIndex: i, messageId: "m1", assistant: commit.assistant, toolResults: commit.toolResults!, stopReason: "tool_use" });
+        log.push(commit.assistant, commit.toolResults!);
+      }
+      const summary = (turns: StoredTurn[]) => turns.map((t) => t.turnIndex);
+      const views: Array<[string, ConversationStore]> = [["this instance", store]];
+      if (other !== undefined) views.push(["another instance", other]);
+      for (const [where, view] of views) {
+        const turns = await view.turnsOf(c, "m1");
+        mustEqual(summary(turns), summary(expected), `${where}: the turn indexes turnsOf(m1) gives back (a read that stops at a page of bytes, or keeps an earlier read, loses the rest)`);
+        must(isDeepStrictEqual(turns, expected), `${where}: turnsOf(m1) must give back every turn exactly as committed`);
+        const got = await view.log(c);
+        mustEqual(got.length, log.length, `${where}: the number of log entries`);
+        must(isDeepStrictEqual(got, log), `${where}: the log must hold every turn exactly as committed, in order`);
       }
     }),
 };
@@ -1281,7 +1433,7 @@ export const corruptIsNotAbsent: ConversationCheckSpec = {
 
 export const unavailableFailsClosed: ConversationCheckSpec = {
   rule: "TURN-14",
-  name: "an unreachable store raises store_unavailable from every method and reports nothing as done",
+  name: "an unreachable store raises store_unavailable from every method (listFailedTurns and releaseLeaseGrant too, where declared) and reports nothing as done",
   needs: ["unavailability"],
   run: (subject) =>
     withConversationFixture(subject, async (fixture) => {
@@ -1301,6 +1453,10 @@ export const unavailableFailsClosed: ConversationCheckSpec = {
         ["addRecord", () => broken.addRecord(c, {})],
         ["records", () => broken.records(c)],
       ];
+      // The optional methods the subject declares: an operator's listing of an unreachable store
+      // must not read as "no failed turns", nor a runner's give-back as done.
+      if (subject.capabilities.listFailedTurns) calls.push(["listFailedTurns", () => broken.listFailedTurns!({ conversationId: c })], ["listFailedTurns (all)", () => broken.listFailedTurns!()]);
+      if (subject.capabilities.leaseGrants) calls.push(["releaseLeaseGrant", () => broken.releaseLeaseGrant!(c, "grant-id-unreachable-0001")]);
       for (const [name, call] of calls) await mustRejectWith(call(), "store_unavailable", `${name} on an unreachable store`);
       mustEqual(await fixture.raw.messages(c), [], "nothing was stored");
       mustEqual(await fixture.raw.records(c), [], "no record was stored");
@@ -1389,7 +1545,7 @@ export const recordsAllReturned: ConversationCheckSpec = {
 
 export const recordKeptWithCommit: ConversationCheckSpec = {
   rule: "TURN-5",
-  name: "a commit's record (recordsWithCommit) is kept beside the conversation in the commit's own write, exactly when the turn is appended, never in the log; a record JSON cannot carry is refused before anything is stored",
+  name: "a commit's record (recordsWithCommit) is kept beside the conversation in the commit's own write, exactly when the turn is appended (a tool-use turn's as an answer's), never in the log; a record JSON cannot carry is refused before anything is stored",
   needs: ["recordsWithCommit"],
   run: (subject) =>
     withConversationFixture(subject, async (fixture) => {
@@ -1414,6 +1570,17 @@ export const recordKeptWithCommit: ConversationCheckSpec = {
       mustEqual(await store.log(c), [userText("pay alice"), assistantText(`answer to m1 at 0`)], "the log holds the turn, never the record");
       await store.addRecord(c, "added later");
       mustEqual(await store.records(c), [record, "added later"], "a commit's record is in order with the others");
+      // A resumed turn that stops for tool use has its record too (RECORD-8): kept with a commit that does not answer.
+      await store.appendUserMessage(c, { id: "m2", content: userText("pay bob") });
+      const s2 = await mustBegin(store, c, current, "begin m2");
+      const toolRecord = { kind: "resumed_turn", messageId: "m2", turnIndex: 1, calls: [{ key: "k2", name: "pay", effect: "may_have_happened" }] };
+      await mustCommit(
+        store,
+        c,
+        commitFor(s2, current, { assistant: toolUse("toolu_2", { to: "bob" }), toolResults: toolResult("toolu_2", "paid"), stopReason: "tool_use", answers: false, record: toolRecord }),
+        "a tool-use commit (it does not answer) with its record",
+      );
+      mustEqual(await store.records(c), [record, "added later", toolRecord], "records after a tool-use commit with a record (kept though the turn does not answer)");
     }),
 };
 
@@ -1421,16 +1588,20 @@ export const recordKeptWithCommit: ConversationCheckSpec = {
 export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   turnIndexIsCommittedCount,
   appendIsIdempotent,
+  resendRecognisedAfterManyMessages,
   resendOfAnsweredChangesNothing,
   badIdsRefused,
   idsComparedExactly,
+  idsNotMatchedAsPatterns,
   concurrentCommitsOneWins,
   staleFenceCommitRefused,
   wrongTurnIndexRefused,
   notInProgressRefused,
   userMessageEntersWithCommit,
+  sameContentEntersTwice,
   turnsOfInOrder,
   contentRoundTrips,
+  largeHistoryAllReturned,
   nonJsonRefused,
   oneAtATimeInArrivalOrder,
   leaseExclusive,

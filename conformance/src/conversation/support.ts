@@ -120,6 +120,25 @@ export const TRICKY_CONTENT: ReadonlyArray<{ label: string; value: JsonValue }> 
   { label: "a JSON string holding JSON text", value: JSON.stringify({ inner: "text", n: [1, 2] }) },
 ];
 
+/**
+ * Content a store's own decoding can re-spell while keeping it valid JSON (TURN-7), beside
+ * TRICKY_CONTENT and kept out of the model's payloads (whose random sequences a seed replays):
+ * strings a date reviver turns into a Date and back (`…T23:00:00Z` comes back `….000Z`), strings
+ * that look like numbers or literals, and members named `__proto__`, `constructor` and
+ * `prototype`, which a deep copy by member assignment (`out[k] = v`) turns into a prototype and
+ * loses. A model can be made to emit any of them in a tool's arguments.
+ */
+export const LOOKALIKE_CONTENT: ReadonlyArray<{ label: string; value: JsonValue }> = [
+  {
+    label: "strings that look like timestamps, numbers and literals",
+    value: { at: "2026-12-04T23:00:00Z", offset: "2026-12-04T23:00:00+01:00", fraction: "2026-12-04T23:00:00.5Z", day: "2026-12-04", zero: "007", exp: "1e3", yes: "true", none: "null" },
+  },
+  {
+    label: "members named __proto__, constructor and prototype",
+    value: JSON.parse('{"__proto__":{"polluted":true},"constructor":{"prototype":{"x":1}},"toString":"not a function","nested":[{"__proto__":[]}]}') as JsonValue,
+  },
+];
+
 function nest(depth: number): JsonValue {
   let value: JsonValue = { leaf: "Blatt 🍃" };
   for (let i = 0; i < depth; i++) value = i % 2 === 0 ? [value] : { level: i, child: value };
