@@ -276,6 +276,18 @@ export interface ConversationBugs {
   leaseLiveOnProcessClock?: boolean;
   /** turnsOf and log read one 1 MiB page of turns and never follow the next (a DynamoDB Query without LastEvaluatedKey) (breaks TURN-7/TURN-14). */
   turnsFirstMegabyte?: boolean;
+  /** A stale fence raises a plain Error("lease lost"), not conversation_lease_lost (breaks TURN-10's typed error). */
+  leaseLostAsGenericError?: boolean;
+  /** failMessage under a stale fence does nothing and says nothing (an UPDATE ... WHERE fence = $1 whose row count is not read) (breaks TURN-10). */
+  failMessageStaleNoop?: boolean;
+  /** beginTurn under a stale fence answers undefined, as if no message waited (breaks TURN-10). */
+  beginStaleUndefined?: boolean;
+  /** A reopened message is re-inserted at the end of the queue (DELETE + INSERT), behind later arrivals (breaks TURN-12/TURN-9). */
+  reopenMovesToEnd?: boolean;
+  /** addRecord keeps records as a set (Redis SADD): a record equal to a kept one is dropped (breaks RECORD-4). */
+  recordsAsSet?: boolean;
+  /** The last bound message is one variable of the instance for every conversation (breaks TURN-12 with two conversations interleaved). */
+  lastBoundGlobal?: boolean;
 }
 
 interface State {
@@ -341,6 +353,7 @@ export class KvConversationStore implements ConversationStore {
   private grantCache = new Map<string, { fence: number; owner: string; expiresAt: number }>();
   private instanceLastBound = new Map<string, string>();
   private beginCache = new Map<string, TurnSnapshot>();
+  private globalLastBound: string | null = null;
   /** Set by the subject on instances made by reopen() (the restartRequeuesInFlight bug). */
   reopened = false;
 
@@ -388,6 +401,10 @@ export class KvConversationStore implements ConversationStore {
             return { appended: false, message: this.shown(s, known), reopened: false, pastReopenWindow: true };
           }
           known.state = "queued";
+          if (this.bugs.reopenMovesToEnd) {
+            s.messages = [...s.messages.filter((m) => m !== known), known];
+            s.messages.forEach((m, i) => (m.seq = i + 1));
+          }
           if (!this.bugs.reopenKeepsFailure) delete known.failure;
           if (this.bugs.reopenDropsFailedRecords) {
             s.records = s.records.filter((r) => !(typeof r === "object" && r !== null && !Array.isArray(r) && r.kind === "failed_turn" && r.messageId === known.id));
@@ -463,6 +480,7 @@ export class KvConversationStore implements ConversationStore {
 
   /** The conversation's most recently bound message: stored, or this instance's memory of it (the lastBoundPerInstance bug). */
   private lastBoundOf(conversationId: string, s: State): string | null {
+    if (this.bugs.lastBoundGlobal) return this.globalLastBound;
     if (!this.bugs.lastBoundPerInstance) return s.lastBound;
     const mine = this.instanceLastBound.get(conversationId);
     if (mine !== undefined) return mine;
@@ -576,6 +594,7 @@ export class KvConversationStore implements ConversationStore {
 
   async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
     return this.locked(conversationId, (s) => {
+      if (this.bugs.beginStaleUndefined && s.lease?.fence !== fence) return undefined;
       if (!this.bugs.beginIgnoresFence) held(conversationId, s, fence, this.bugs);
       const memo = this.beginCache.get(`${fence}:${committedCount(s)}`);
       if (this.bugs.beginCacheByFence && memo !== undefined) return structuredClone(memo);
@@ -609,6 +628,7 @@ export class KvConversationStore implements ConversationStore {
         current.boundAt ??= Math.min(this.backing.now(), inherited);
         s.lastBound = current.id;
         this.instanceLastBound.set(conversationId, current.id);
+        this.globalLastBound = current.id;
         s.boundFence = fence;
       }
       const input = this.logOf(s);
@@ -665,6 +685,7 @@ export class KvConversationStore implements ConversationStore {
   async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
     this.checkData("record", record);
     return this.locked(conversationId, (s) => {
+      if (this.bugs.failMessageStaleNoop && s.lease?.fence !== fence) return;
       if (!this.bugs.failIgnoresFence) held(conversationId, s, fence, this.bugs);
       const message = s.messages.find((m) => this.sameMessage(m.id, messageId));
       if (message === undefined || (message.state !== "in_progress" && !this.bugs.failAnyState)) throw new InvalidStoreInputError("messageId", `message ${messageId} is not in progress`);
@@ -734,6 +755,7 @@ export class KvConversationStore implements ConversationStore {
   async addRecord(conversationId: string, record: JsonValue): Promise<void> {
     this.checkData("record", record);
     return this.locked(conversationId, (s) => {
+      if (this.bugs.recordsAsSet && s.records.some((r) => JSON.stringify(r) === JSON.stringify(record))) return;
       s.records.push(this.text(record));
     });
   }
@@ -853,7 +875,7 @@ function committedCount(s: State): number {
 function held(conversationId: string, s: State, fence: number, bugs: ConversationBugs = {}): { fence: number; owner: string; expiresAt: number } {
   // Planted staleFenceAsText: "older" judged on the fences' text, "never issued" on their numbers.
   const ok = s.lease !== null && (bugs.staleFenceAsText ? !(String(fence) < String(s.lease.fence)) && !(fence > s.lease.fence) : s.lease.fence === fence);
-  if (!ok) throw new ConversationLeaseLostError(conversationId, fence);
+  if (!ok) throw bugs.leaseLostAsGenericError ? new Error(`lease lost: ${conversationId}`) : new ConversationLeaseLostError(conversationId, fence);
   return s.lease!;
 }
 
