@@ -215,6 +215,25 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
 }
 
 /**
+ * Each tool must be a Messages API tool: a custom tool's schema ({ name, input_schema }, from
+ * registry.providerSchemas()) or a server tool ({ type, name }). A tool definition or anything
+ * else was sent as it is, and the API refused every request of every conversation (400).
+ */
+function checkTools(tools: unknown): void {
+  if (!Array.isArray(tools)) throw new InvalidArgumentError("options.tools", "must be an array of provider tool schemas (registry.providerSchemas())");
+  tools.forEach((tool: unknown, i) => {
+    const t = tool as { name?: unknown; input_schema?: unknown; type?: unknown } | null;
+    const named = typeof t === "object" && t !== null && typeof t.name === "string" && t.name !== "";
+    if (!named || ((typeof t.input_schema !== "object" || t.input_schema === null) && typeof t.type !== "string")) {
+      throw new InvalidArgumentError(
+        `options.tools[${i}]`,
+        `must be a Messages API tool ({ name, input_schema }, from registry.providerSchemas(), or a server tool { type, name }), got ${describeValue(tool)}`,
+      );
+    }
+  });
+}
+
+/**
  * Runs conversations over the real SDK with the shared runner (`@dispatch-once/runner`): one
  * turn in flight per conversation (a turn lease in the store), each message answered in
  * arrival order, each tool call dispatched the moment its content_block_stop arrives, failed
@@ -224,12 +243,17 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
 export class ConversationRunner extends TurnRunner<TurnAccumulator, RawEvent, UserContent> {
   constructor(options: ConversationRunnerOptions) {
     checkRunnerOptions(options, ["client", "dispatcher", "store"]);
+    // Every request goes through client.messages.create: anything else would fail the user's
+    // message for good at its first send(), with a bare TypeError as the record's error (ERR-1).
+    if (typeof (options.client as { messages?: { create?: unknown } }).messages?.create !== "function") {
+      throw new InvalidArgumentError("options.client", "must be an Anthropic client (new Anthropic()): its messages.create is not a function");
+    }
     // A misspelt option (systemPrompt for system) is refused, never silently left unsent (ERR-1).
     checkKnownOptions(options, [...TURN_RUNNER_OPTIONS, ...PROVIDER_OPTIONS]);
     checkOptionValues(options, { model: "nonEmptyString", maxTokens: "positiveInteger", system: "string" });
     checkParams(options.params);
     if (options.model === undefined) throw new InvalidArgumentError("options.model", "is required");
-    if (!Array.isArray(options.tools)) throw new InvalidArgumentError("options.tools", "must be an array of provider tool schemas (registry.providerSchemas())");
+    checkTools(options.tools);
     super(new MessagesStream(options), options);
   }
 }

@@ -55,6 +55,16 @@ describe("adoption trial findings (anthropic)", () => {
       ["options.retry.attempts", { retry: { attempts: -1 } }],
       ["options.busyWaitMs", { busyWaitMs: -5 }],
       ["options.onEvent", { onEvent: "log" }],
+      // Adoption trial: a client that is not an Anthropic client was accepted, and the first
+      // send() failed the user's message for good with "Cannot read properties of undefined".
+      ["options.client", { client: {} }],
+      ["options.client", { client: { messages: {} } }],
+      // And a dispatcher or store without its methods failed at send() with a bare TypeError.
+      ["options.dispatcher", { dispatcher: {} }],
+      ["options.store", { store: {} }],
+      // A tool that is no Messages API tool was sent, and every send() failed with a 400.
+      ["options.tools[0]", { tools: [{ name: 5 }] }],
+      ["options.tools[1]", { tools: [...runnerOptions.tools, { name: "send_payment", input: {}, run: () => undefined }] }],
     ];
     for (const [field, extra] of cases) {
       let error: unknown;

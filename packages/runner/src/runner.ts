@@ -253,14 +253,33 @@ function storedErrorOf(error: unknown): StoredError {
 }
 
 /**
- * Throws unless `options` is an object whose `fields` are objects; a stream side checks its
- * client with the runner's own fields, in one order, before it builds its provider.
+ * The methods the runner calls on its dispatcher and store. Checked when the runner is built:
+ * an object without one was accepted and failed at send() with a bare TypeError, after the
+ * message had been bound to a turn and left in progress (ERR-1).
+ */
+const REQUIRED_METHODS: Readonly<Record<string, { readonly what: string; readonly methods: readonly string[] }>> = {
+  dispatcher: { what: "a Dispatcher (new Dispatcher({ tools, ledger }))", methods: ["turn"] },
+  store: {
+    what: "a ConversationStore",
+    methods: ["appendUserMessage", "message", "turnsOf", "log", "acquireLease", "renewLease", "releaseLease", "beginTurn", "commitTurn", "failMessage", "addRecord", "records"],
+  },
+};
+
+/**
+ * Throws unless `options` is an object whose `fields` are objects (the dispatcher and the store
+ * with the methods the runner calls); a stream side checks its client with the runner's own
+ * fields, in one order, before it builds its provider.
  */
 export function checkRunnerOptions(options: unknown, fields: readonly string[] = ["dispatcher", "store"]): void {
   if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "must be an object");
   for (const field of fields) {
     const value = (options as Record<string, unknown>)[field];
     if (typeof value !== "object" || value === null) throw new InvalidArgumentError(`options.${field}`, "is required");
+    const required = REQUIRED_METHODS[field];
+    const missing = required?.methods.find((method) => typeof (value as Record<string, unknown>)[method] !== "function");
+    if (required !== undefined && missing !== undefined) {
+      throw new InvalidArgumentError(`options.${field}`, `must be ${required.what}: its ${missing} is not a function`);
+    }
   }
 }
 

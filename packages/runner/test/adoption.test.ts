@@ -150,6 +150,12 @@ describe("options and message content are checked before anything is stored or s
     ["options.logger", { logger: console.warn }],
     ["options.logger", { logger: { info: () => undefined } }],
     ["options.allowVolatileConversationStore", { allowVolatileConversationStore: "yes" }],
+    // Adoption trial: an object that is not a dispatcher or a store was accepted here and failed
+    // at send() with a bare TypeError, after the message was bound and left in progress.
+    ["options.dispatcher", { dispatcher: {} }],
+    ["options.dispatcher", { dispatcher: { turn: "x" } }],
+    ["options.store", { store: {} }],
+    ["options.store", { store: Object.assign(Object.create(new MemoryConversationStore()) as object, { turnsOf: undefined }) }],
   ];
   it.each(bad)("TURN-2 refuses %s = %j with InvalidArgumentError naming the field, at construction", (field, extra) => {
     let error: unknown;
