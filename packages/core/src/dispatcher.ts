@@ -386,9 +386,19 @@ export class Dispatcher implements CallDispatcher {
     if (typeof options !== "object" || options === null) {
       throw new InvalidArgumentError("options", "the Dispatcher needs { tools, ledger }");
     }
+    // A misspelt option (leasMs) would be ignored and its default used, silently (ERR-1).
+    const unknownOption = unknownOptionName(options, DISPATCHER_OPTION_NAMES);
+    if (unknownOption !== undefined) throw new InvalidArgumentError(`options.${unknownOption}`, unknownOptionMessage("Dispatcher", DISPATCHER_OPTION_NAMES));
     this.registry = toRegistry(options.tools);
     if (typeof options.ledger?.claim !== "function") {
       throw new InvalidArgumentError("options.ledger", "must be a Ledger (an object with claim, complete, ...)");
+    }
+    // Read below (durability, supports): without it the constructor failed with a bare TypeError.
+    if (typeof options.ledger.capabilities !== "object" || options.ledger.capabilities === null) {
+      throw new InvalidArgumentError("options.ledger", `must be a Ledger: its capabilities is ${describeValue(options.ledger.capabilities)}`);
+    }
+    if (options.allowVolatileLedgerForUnkeyedWrites !== undefined && typeof options.allowVolatileLedgerForUnkeyedWrites !== "boolean") {
+      throw new InvalidArgumentError("options.allowVolatileLedgerForUnkeyedWrites", `must be a boolean, got ${describeValue(options.allowVolatileLedgerForUnkeyedWrites)}`);
     }
     this.ledger = options.ledger;
     if (options.owner !== undefined && (typeof options.owner !== "string" || options.owner === "")) {
@@ -1976,6 +1986,21 @@ function project(args: Record<string, unknown>, fields: readonly string[]): Reco
 }
 
 const RECONCILE_OPTION_NAMES: OptionNames<{ actor?: string; signal?: AbortSignal }> = { actor: true, signal: true };
+const DISPATCHER_OPTION_NAMES: OptionNames<DispatcherOptions> = {
+  tools: true,
+  ledger: true,
+  owner: true,
+  leaseMs: true,
+  waitMs: true,
+  pollMs: true,
+  maxPollMs: true,
+  claimRetryMs: true,
+  recordRetryMs: true,
+  reconcileGraceMs: true,
+  allowVolatileLedgerForUnkeyedWrites: true,
+  logger: true,
+  onEvent: true,
+};
 const RECONCILE_UNKNOWN_OPTION_NAMES: OptionNames<ReconcileUnknownOptions> = { olderThanMs: true, limit: true, probeTimeoutMs: true, signal: true };
 /** The longest delay setTimeout takes (2^31 - 1 ms, about 24.8 days). */
 const MAX_TIMER_MS = 2 ** 31 - 1;

@@ -82,6 +82,12 @@ export class MemoryConversationStore implements ConversationStore {
   private readonly now: () => number;
 
   constructor(options: MemoryConversationStoreOptions = {}) {
+    // Checked as the durable stores check theirs (ERR-1): a clock that is not a function failed
+    // at the first lease, and a misspelt option was ignored.
+    if (typeof options !== "object" || options === null) throw new InvalidStoreInputError("options", "expected an options object { now? }");
+    const unknown = Object.keys(options).find((name) => name !== "now");
+    if (unknown !== undefined) throw new InvalidStoreInputError(unknown, "is not an option of MemoryConversationStore (its options: now)");
+    if (options.now !== undefined && typeof options.now !== "function") throw new InvalidStoreInputError("now", "expected a function returning milliseconds");
     this.now = options.now ?? Date.now;
   }
 
@@ -116,6 +122,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async message(conversationId: string, messageId: string): Promise<StoredMessage | undefined> {
+    if (typeof messageId !== "string") throw new InvalidStoreInputError("messageId", "must be a string");
     const conversation = this.get(conversationId);
     const found = conversation.messages.get(messageId);
     return found === undefined ? undefined : shown(conversation, found);
@@ -229,6 +236,7 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
+    if (typeof commit !== "object" || commit === null) throw new InvalidStoreInputError("commit", "expected a turn commit object");
     checkStoreJson("assistant", commit.assistant);
     if (commit.toolResults !== undefined) checkStoreJson("toolResults", commit.toolResults);
     if (commit.record !== undefined) checkStoreJson("record", commit.record);

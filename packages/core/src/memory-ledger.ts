@@ -1,5 +1,6 @@
-import { InvalidLedgerInputError, ResolutionRefusedError, ResultNotStorableError, StaleClaimError, type StoredError } from "./errors/index.js";
-import { checkClaimRequest, checkLedgerLeaseMs, checkStoredError } from "./internal/ledger-rows.js";
+import { InvalidLedgerInputError, ResolutionRefusedError, ResultNotStorableError, StaleClaimError, describeValue, type StoredError } from "./errors/index.js";
+import { checkClaimRequest, checkLedgerKey, checkLedgerLeaseMs, checkStoredError } from "./internal/ledger-rows.js";
+import { unknownOptionMessage, unknownOptionName, type OptionNames } from "./internal/options.js";
 import {
   checkListQuery,
   checkResolveRequest,
@@ -50,6 +51,28 @@ export interface MemoryLedgerOptions {
    * @example new MemoryLedger({ maxResultBytes: 64 * 1024 })
    */
   maxResultBytes?: number;
+}
+
+const MEMORY_LEDGER_OPTION_NAMES: OptionNames<MemoryLedgerOptions> = { now: true, retentionMs: true, maxResultBytes: true };
+
+/**
+ * The reference ledger's options, checked as every adapter checks its own (ERR-1): a retention of
+ * -1 or NaN was accepted and forgot finished rows at once (a replay ran the effect again) or
+ * never; a misspelt option was ignored.
+ */
+function checkMemoryLedgerOptions(options: unknown): asserts options is MemoryLedgerOptions {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) {
+    throw new InvalidLedgerInputError("options", "expected an options object { now?, retentionMs?, maxResultBytes? }");
+  }
+  const unknown = unknownOptionName(options, MEMORY_LEDGER_OPTION_NAMES);
+  if (unknown !== undefined) throw new InvalidLedgerInputError(unknown, unknownOptionMessage("MemoryLedger", MEMORY_LEDGER_OPTION_NAMES));
+  const { now, retentionMs, maxResultBytes } = options as MemoryLedgerOptions;
+  if (now !== undefined && typeof now !== "function") throw new InvalidLedgerInputError("now", "expected a function returning milliseconds");
+  for (const [field, value] of [["retentionMs", retentionMs], ["maxResultBytes", maxResultBytes]] as const) {
+    if (value !== undefined && (typeof value !== "number" || !Number.isSafeInteger(value) || value < 1)) {
+      throw new InvalidLedgerInputError(field, `expected a positive integer, got ${describeValue(value)}`);
+    }
+  }
 }
 
 /** UTF-8 byte length of a string, without allocating a Buffer. */
@@ -124,6 +147,7 @@ export class MemoryLedger implements Ledger {
   readonly retentionMs: number;
 
   constructor(options: MemoryLedgerOptions = {}) {
+    checkMemoryLedgerOptions(options);
     this.now = options.now ?? Date.now;
     this.retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
     this.capabilities = {
@@ -223,6 +247,7 @@ export class MemoryLedger implements Ledger {
   }
 
   async lookup(key: string): Promise<LedgerRow | undefined> {
+    checkLedgerKey(key);
     const row = this.rows.get(key);
     if (row === undefined || this.retentionPassed(row, this.now())) return undefined;
     return visibleRow(row);

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { InvalidToolDefinitionError, UnknownToolError } from "./errors/index.js";
+import { InvalidToolDefinitionError, UnknownToolError, describeValue } from "./errors/index.js";
 import { TOOL_NAME_PATTERN } from "./key.js";
 import type { EffectClass } from "./ledger.js";
 
@@ -122,6 +122,8 @@ export class ToolRegistry {
   private readonly tools = new Map<string, ToolDefinition>();
 
   constructor(tools: readonly ToolDefinition<any, any>[] = []) {
+    // Anything else failed with a bare TypeError ("tools is not iterable"), or added nothing.
+    if (!Array.isArray(tools)) throw new InvalidToolDefinitionError(`a ToolRegistry takes an array of tool definitions, got ${describeValue(tools)}`);
     for (const tool of tools) this.add(tool);
   }
 
@@ -187,11 +189,34 @@ export class ToolRegistry {
   }
 }
 
+/** Every member a tool definition may have; any other is refused, naming it. */
+const DEFINITION_MEMBERS: { readonly [Member in keyof Required<ToolDefinition>]: true } = {
+  name: true,
+  description: true,
+  effect: true,
+  input: true,
+  identity: true,
+  onRequestDiffers: true,
+  comparedFields: true,
+  run: true,
+  reconcile: true,
+};
+
 function checkDefinition(tool: ToolDefinition<any, any>): void {
-  if (typeof tool?.name !== "string" || !TOOL_NAME_PATTERN.test(tool.name)) {
+  if (typeof tool !== "object" || tool === null) throw new InvalidToolDefinitionError(`a tool definition must be an object, got ${describeValue(tool)}`);
+  if (typeof tool.name !== "string" || !TOOL_NAME_PATTERN.test(tool.name)) {
     throw new InvalidToolDefinitionError(
-      `tool name ${JSON.stringify(tool?.name)} must match ${TOOL_NAME_PATTERN.source}`,
+      `tool name ${JSON.stringify(tool.name)} must match ${TOOL_NAME_PATTERN.source}`,
     );
+  }
+  // A misspelt member is never ignored: `identiy` left the tool keyed by all its arguments, so a
+  // replay that re-worded the memo got a new key and paid again (IDENT-1, ERR-1).
+  const unknown = Object.keys(tool).find((member) => !Object.hasOwn(DEFINITION_MEMBERS, member));
+  if (unknown !== undefined) {
+    throw new InvalidToolDefinitionError(`tool ${tool.name}: ${JSON.stringify(unknown)} is not a member of a tool definition (its members: ${Object.keys(DEFINITION_MEMBERS).join(", ")})`);
+  }
+  if (tool.description !== undefined && typeof tool.description !== "string") {
+    throw new InvalidToolDefinitionError(`tool ${tool.name}: description must be a string, got ${describeValue(tool.description)}`);
   }
   if (!EFFECTS.includes(tool.effect)) {
     throw new InvalidToolDefinitionError(

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { Dispatcher, MemoryLedger, isDispatchOnceError } from "../src/index.js";
+import { z } from "zod";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool, isDispatchOnceError } from "../src/index.js";
 import { fakePayments, recordingLogger } from "./helpers.js";
 
 /**
@@ -27,6 +28,14 @@ describe("ERR-1 Dispatcher options are checked once, at construction", () => {
     ["owner", { owner: 42 }],
     ["logger", { logger: { info: () => {} } }],
     ["onEvent", { onEvent: 5 }],
+    // Adoption trial: these were accepted. A misspelt option was ignored (the default used
+    // instead, silently), a flag that is not a boolean was read as truthy, and a ledger object
+    // without capabilities failed with "Cannot read properties of undefined (reading 'supports')".
+    ["leasMs", { leasMs: 5_000 }],
+    ["waitMS", { waitMS: 0 }],
+    ["allowVolatileLedgerForUnkeyedWrites", { allowVolatileLedgerForUnkeyedWrites: "yes" }],
+    ["reconcileGraceMs", { reconcileGraceMs: "60s" }],
+    ["ledger", { ledger: { claim: async () => undefined } }],
   ];
   for (const [field, bad] of refused) {
     it(`refuses ${JSON.stringify(bad, (_k, v: unknown) => (typeof v === "number" && !Number.isFinite(v) ? String(v) : v))} with invalid_argument (options.${field})`, () => {
@@ -60,5 +69,76 @@ describe("ERR-1 Dispatcher options are checked once, at construction", () => {
   it("accepts the bounds: a 1 ms lease, waits and retries of 0, equal poll bounds, 366 days", () => {
     expect(() => new Dispatcher({ ...base(), leaseMs: 1, waitMs: 0, claimRetryMs: 0, recordRetryMs: 0, pollMs: 5, maxPollMs: 5 })).not.toThrow();
     expect(() => new Dispatcher({ ...base(), leaseMs: 366 * 24 * 60 * 60 * 1000 })).not.toThrow();
+  });
+});
+
+/** Adoption trial: what the rest of core's public entry points were given, and accepted or crashed on. */
+const refusal = (fn: () => unknown): { code?: string; field?: string; name?: string; message?: string } | undefined => {
+  try {
+    fn();
+  } catch (error) {
+    return isDispatchOnceError(error) ? (error as { code: string; field?: string }) : { name: (error as Error).name, message: (error as Error).message };
+  }
+  return undefined;
+};
+
+describe("ERR-1 MemoryLedger options are checked at construction, as every adapter's are", () => {
+  const refused: Array<[string, unknown]> = [
+    // A retention of -1 or NaN was accepted: rows forgotten at once (a replay runs the effect
+    // again) or never; a misspelt one was ignored; null crashed on "reading 'now'".
+    ["retentionMs", { retentionMs: -1 }],
+    ["retentionMs", { retentionMs: Number.NaN }],
+    ["retentionMs", { retentionMs: "24h" }],
+    ["maxResultBytes", { maxResultBytes: 0 }],
+    ["maxResultBytes", { maxResultBytes: Number.NaN }],
+    ["now", { now: 5 }],
+    ["retentionMS", { retentionMS: 1_000 }],
+    ["options", null],
+    ["options", "ledger.db"],
+  ];
+  for (const [field, options] of refused) {
+    it(`refuses ${String(JSON.stringify(options))} with invalid_ledger_input (${field})`, () => {
+      expect(refusal(() => new MemoryLedger(options as never))).toMatchObject({ code: "invalid_ledger_input", field });
+    });
+  }
+  it("accepts its defaults and valid values", () => {
+    expect(refusal(() => new MemoryLedger())).toBeUndefined();
+    expect(refusal(() => new MemoryLedger({ retentionMs: 1, maxResultBytes: 1, now: () => 0 }))).toBeUndefined();
+  });
+  it("LEDGER-12 lookup refuses a key that is not one, as claim does (it answered undefined for undefined, 5 and '')", async () => {
+    const ledger = new MemoryLedger();
+    for (const key of [undefined, 5, ""]) {
+      const error = await ledger.lookup(key as never).then(() => undefined, (e: unknown) => e);
+      expect(error, String(key)).toMatchObject({ code: "invalid_ledger_input", field: "key" });
+    }
+  });
+});
+
+describe("ERR-1 ToolRegistry and tool definitions: typed errors, and no member silently ignored", () => {
+  const tool = () =>
+    defineTool({ name: "send_payment", effect: "keyed_write", input: z.object({ payee: z.string(), memo: z.string() }), identity: ["payee"], run: async () => ({}) });
+  it("refuses a registry of something that is not an array of tools (was: TypeError 'tools is not iterable')", () => {
+    for (const tools of [null, {}, 5]) expect(refusal(() => new ToolRegistry(tools as never)), String(tools)).toMatchObject({ code: "invalid_tool_definition" });
+  });
+  it("IDENT-1 refuses a misspelt member: identiy was ignored, so the memo was in the key and a re-worded replay paid again", () => {
+    const { identity: _identity, ...rest } = tool();
+    const error = refusal(() => new ToolRegistry([{ ...rest, identiy: ["payee"] } as never]));
+    expect(error).toMatchObject({ code: "invalid_tool_definition" });
+    expect(error?.message).toContain("identiy");
+  });
+  it("refuses a description that is not a string (sent to the model API, which refuses every request)", () => {
+    expect(refusal(() => new ToolRegistry([{ ...tool(), description: 5 } as never]))).toMatchObject({ code: "invalid_tool_definition" });
+  });
+});
+
+describe("ERR-1 MemoryConversationStore: typed errors for bad arguments", () => {
+  it("refuses bad options, a commit that is not one and a message id that is not one", async () => {
+    expect(refusal(() => new MemoryConversationStore({ now: 5 } as never))).toMatchObject({ code: "invalid_store_input", field: "now" });
+    expect(refusal(() => new MemoryConversationStore({ nw: () => 0 } as never))).toMatchObject({ code: "invalid_store_input", field: "nw" });
+    const store = new MemoryConversationStore();
+    const commit = await store.commitTurn("c", undefined as never).then(() => undefined, (e: unknown) => e);
+    expect(commit).toMatchObject({ code: "invalid_store_input", field: "commit" });
+    const message = await store.message("c", undefined as never).then(() => undefined, (e: unknown) => e);
+    expect(message).toMatchObject({ code: "invalid_store_input", field: "messageId" });
   });
 });
