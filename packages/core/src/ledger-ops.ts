@@ -1,5 +1,6 @@
 import { InvalidLedgerInputError } from "./errors/index.js";
 import { checkLedgerKey } from "./internal/ledger-rows.js";
+import { unknownOptionMessage, unknownOptionName, type OptionNames } from "./internal/options.js";
 import {
   CLAIM_ID_PATTERN,
   DEFAULT_LIST_LIMIT,
@@ -40,9 +41,14 @@ export function checkClaimOrigin(request: { conversationId?: unknown; turnIndex?
   }
 }
 
+const LIST_QUERY_MEMBERS: OptionNames<ListRowsQuery> = { state: true, toolName: true, conversationId: true, olderThanMs: true, limit: true, cursor: true };
+
 /** A checked query: its states as a list (undefined: any) and its page size (LIST-4). */
 export function checkListQuery(query: ListRowsQuery): { states: RowState[] | undefined; limit: number } {
   if (typeof query !== "object" || query === null) throw new InvalidLedgerInputError("query", "must be an object");
+  // A misspelt member (states, limt) would list as if it were absent: every row, or the default page.
+  const unknown = unknownOptionName(query, LIST_QUERY_MEMBERS);
+  if (unknown !== undefined) throw new InvalidLedgerInputError(unknown, unknownOptionMessage("listRows", LIST_QUERY_MEMBERS));
   const states = query.state === undefined ? undefined : Array.isArray(query.state) ? query.state : [query.state];
   if (states !== undefined) {
     if (states.length === 0) throw new InvalidLedgerInputError("state", "must name at least one state");

@@ -105,6 +105,13 @@ describe("ERR-1 MemoryLedger options are checked at construction, as every adapt
     expect(refusal(() => new MemoryLedger())).toBeUndefined();
     expect(refusal(() => new MemoryLedger({ retentionMs: 1, maxResultBytes: 1, now: () => 0 }))).toBeUndefined();
   });
+  it("LIST-1 listRows refuses a misspelt query member (limt, states) instead of listing as if it were absent", async () => {
+    const ledger = new MemoryLedger();
+    for (const [field, query] of [["limt", { limt: 1 }], ["states", { states: ["unknown"] }]] as const) {
+      const error = await ledger.listRows(query as never).then(() => undefined, (e: unknown) => e);
+      expect(error, field).toMatchObject({ code: "invalid_ledger_input", field });
+    }
+  });
   it("LEDGER-12 lookup refuses a key that is not one, as claim does (it answered undefined for undefined, 5 and '')", async () => {
     const ledger = new MemoryLedger();
     for (const key of [undefined, 5, ""]) {

@@ -385,6 +385,8 @@ export class RedisLedger implements Ledger {
     }
     this.retentionArg = String(this.retentionMs);
     const maxResultBytes = nonNegativeInteger("maxResultBytes", options.maxResultBytes, DEFAULT_MAX_RESULT_BYTES);
+    // 0 refused every result as result_not_storable, each after its effect had happened.
+    if (maxResultBytes < 1) throw new InvalidLedgerInputError("maxResultBytes", "must be at least 1 byte");
     // Redis' own ceiling for one bulk string (proto-max-bulk-len default) is 512 MB.
     if (maxResultBytes > 512 * 1024 * 1024) {
       throw new InvalidLedgerInputError("maxResultBytes", "must not exceed 512 MiB (Redis' bulk string limit)");
@@ -393,6 +395,13 @@ export class RedisLedger implements Ledger {
     if (durability !== "durable" && durability !== "volatile") {
       throw new InvalidLedgerInputError("durability", `must be "durable" or "volatile", got ${String(durability)}`);
     }
+    // Any other value read as "warn": a misspelt "refuse" let an evicting server through.
+    const onUnsafeServer = (options as CreateRedisLedgerOptions).onUnsafeServer;
+    if (onUnsafeServer !== undefined && onUnsafeServer !== "refuse" && onUnsafeServer !== "warn") {
+      throw new InvalidLedgerInputError("onUnsafeServer", `must be "refuse" or "warn", got ${JSON.stringify(onUnsafeServer)}`);
+    }
+    const checkServer = (options as CreateRedisLedgerOptions).checkServer;
+    if (checkServer !== undefined && typeof checkServer !== "boolean") throw new InvalidLedgerInputError("checkServer", "must be a boolean");
     if (options.verifyDurability !== undefined && typeof options.verifyDurability !== "boolean") {
       throw new InvalidLedgerInputError("verifyDurability", "must be a boolean");
     }
@@ -409,6 +418,10 @@ export class RedisLedger implements Ledger {
     };
 
     if (options.client !== undefined) {
+      // Read below (its options): anything else failed with a bare TypeError.
+      if (typeof options.client !== "object" || options.client === null || typeof (options.client as { options?: unknown }).options !== "object") {
+        throw new InvalidLedgerInputError("client", "must be an ioredis Redis or Cluster client (new Redis(url, { ...LEDGER_REDIS_OPTIONS }))");
+      }
       const unsafe = unsafeClientSettings(options.client);
       const first = unsafe[0];
       if (first !== undefined) {
@@ -899,6 +912,8 @@ export class RedisLedger implements Ledger {
    * and in-flight rows carry no TTL. Returns 0. (Expired in-flight rows: listExpiredInFlight().)
    */
   async sweep(): Promise<number> {
+    // Refused like every other operation of a closed ledger, as the other adapters do.
+    if (this.closed) throw new LedgerUnavailableError("ledger is closed (sweep of -)");
     return 0;
   }
 
@@ -1286,8 +1301,8 @@ export class RedisLedger implements Ledger {
   }
 
   private checkKey(key: unknown): string {
-    if (typeof key !== "string") throw new InvalidLedgerInputError("key", "must be a string");
-    return key;
+    // As claim checks it (LEDGER-12): lookup("") went to the server and answered undefined.
+    return checkLedgerKey(key, STORE_LIMITS);
   }
 
 }

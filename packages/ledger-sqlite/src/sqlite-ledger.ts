@@ -313,6 +313,9 @@ export class SqliteLedger implements Ledger {
       throw new InvalidLedgerInputError("maxResultBytes", `SQLite stores at most ${SQLITE_MAX_LENGTH} bytes in one value`);
     }
     this.sweepBatchSize = positiveInteger("sweepBatchSize", options.sweepBatchSize, DEFAULT_SWEEP_BATCH);
+    if (options.migrate !== undefined && typeof options.migrate !== "boolean") {
+      throw new InvalidLedgerInputError("migrate", `expected a boolean, got ${String(options.migrate)}`);
+    }
     if (options.inFlightIndex !== undefined && typeof options.inFlightIndex !== "boolean") {
       throw new InvalidLedgerInputError("inFlightIndex", `expected a boolean, got ${String(options.inFlightIndex)}`);
     }
@@ -525,6 +528,8 @@ export class SqliteLedger implements Ledger {
   }
 
   async lookup(key: string): Promise<LedgerRow | undefined> {
+    // As claim checks it (LEDGER-12): a key that is not one answered undefined, as if absent.
+    checkLedgerKey(key, STORE_LIMITS);
     return this.guard(key, "lookup", () => {
       const seen = this.read(key);
       if (seen === undefined) return undefined;
