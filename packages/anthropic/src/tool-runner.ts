@@ -7,6 +7,7 @@ import {
   CONVERSATION_ID_PATTERN,
   Dispatcher,
   InvalidArgumentError,
+  describeValue,
   InvalidKeyInputError,
   ToolError,
   catalogueEntry,
@@ -316,6 +317,10 @@ export class OnceToolRunner {
         }),
       );
     }
+    // Spread below: a value that is not an object would be spread as nothing, its options lost.
+    if (options.dispatcher !== undefined && (typeof options.dispatcher !== "object" || options.dispatcher === null)) {
+      throw new InvalidArgumentError("options.dispatcher", `must be an object of Dispatcher options, got ${describeValue(options.dispatcher)}`);
+    }
     this.dispatcher = new Dispatcher({ ...options.dispatcher, tools: definitions, ledger: options.ledger });
   }
 
@@ -332,6 +337,10 @@ export class OnceToolRunner {
     turn: OnceToolRunnerTurn,
     requestOptions?: BetaToolRunnerRequestOptions,
   ): BetaToolRunner<Stream> {
+    // Read at the end, after the tools were wrapped: anything else failed with a bare TypeError.
+    if (typeof (client as { beta?: { messages?: { toolRunner?: unknown } } } | undefined)?.beta?.messages?.toolRunner !== "function") {
+      throw new InvalidArgumentError("client", "must be an Anthropic client with client.beta.messages.toolRunner (new Anthropic(), @anthropic-ai/sdk >= 1.14)");
+    }
     if (typeof params !== "object" || params === null) throw new InvalidArgumentError("params", "must be the tool runner's params");
     checkTurn(turn);
     // Calls started while the reply streams are not in the runner's messages yet: their place in
@@ -619,6 +628,7 @@ function blocksOf(message: MessageParam): ToolUseLike[] {
  * content is text, or holds a block that is not a tool_result.
  */
 export function isGenuineUserMessage(message: { role: string; content?: unknown }): boolean {
+  if (typeof message !== "object" || message === null) throw new InvalidArgumentError("message", `must be a message { role, content }, got ${describeValue(message)}`);
   if (message.role !== "user") return false;
   if (!Array.isArray(message.content)) return true;
   return message.content.length === 0 || message.content.some((block: { type?: unknown }) => block?.type !== "tool_result");
@@ -634,6 +644,8 @@ export function isGenuineUserMessage(message: { role: string; content?: unknown 
  */
 export function toolRunnerTurnIndexOf(messages: readonly { role: string; content?: unknown }[]): number {
   if (!Array.isArray(messages)) throw new InvalidArgumentError("messages", "must be the runner's message array");
+  const bad = messages.findIndex((message: unknown) => typeof message !== "object" || message === null);
+  if (bad !== -1) throw new InvalidArgumentError(`messages[${bad}]`, `must be a message { role, content }, got ${describeValue(messages[bad])}`);
   return messages.filter(isGenuineUserMessage).length;
 }
 

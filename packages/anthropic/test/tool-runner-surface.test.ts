@@ -3,7 +3,7 @@ import { betaZodTool } from "@anthropic-ai/sdk/helpers/beta/zod";
 import { InvalidArgumentError, MemoryLedger } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { createOnceToolRunner, type OnceToolRunner } from "../src/index.js";
+import { createOnceToolRunner, isGenuineUserMessage, toolRunnerTurnIndexOf, type OnceToolRunner } from "../src/index.js";
 import { scriptFromPlans, startMockProvider } from "@dispatch-once/mock-provider";
 import { PLANS, cutRequests, paymentsApp, providerPerTest, toolResultsOf } from "./tool-runner-fixtures.js";
 
@@ -114,6 +114,25 @@ describe("ATR-8 refusals, without a request", () => {
     const mine = runnable();
     expect(mine.some((t) => other.params.tools.includes(t as never))).toBe(false);
     expect(mine.map((t) => t.name)).toEqual(["send_payment", "get_balance"]);
+  });
+});
+
+describe("ERR-1 bad input to the tool runner's entry points: a typed error naming the argument (adoption trial)", () => {
+  it("refuses a client that is not one (was: TypeError 'reading beta'), a dispatcher option that is not an object (was: ignored), and messages that are not messages (was: TypeError 'reading role')", async () => {
+    const { once, sendPayment } = await app();
+    const params = { model: "claude-test", max_tokens: 1024, messages: [{ role: "user" as const, content: "pay acme" }] };
+    const cases: [string, () => unknown][] = [
+      ["client", () => once.toolRunner(undefined as never, params, { conversationId: "conv-bad" })],
+      ["client", () => once.toolRunner({} as never, params, { conversationId: "conv-bad" })],
+      ["options.dispatcher", () => createOnceToolRunner({ tools: [sendPayment], effects: { send_payment: "keyed_write" }, ledger: new MemoryLedger(), dispatcher: 5 as never })],
+      ["messages[0]", () => toolRunnerTurnIndexOf([null as never])],
+      ["message", () => isGenuineUserMessage(undefined as never)],
+    ];
+    for (const [field, call] of cases) {
+      const error = refusal(call);
+      expect(error, field).toBeInstanceOf(InvalidArgumentError);
+      expect(error.field, field).toBe(field);
+    }
   });
 });
 
