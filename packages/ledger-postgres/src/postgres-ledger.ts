@@ -1,6 +1,7 @@
 import pg from "pg";
 import type { PoolConfig, QueryConfig, QueryResult, QueryResultRow } from "pg";
 import {
+  describeValue,
   DEFAULT_MAX_RESULT_BYTES,
   DEFAULT_RETENTION_MS,
   LedgerCorruptError,
@@ -300,6 +301,11 @@ export class PostgresLedger implements Ledger {
       throw new InvalidLedgerInputError("durability", `must be "probe", "durable" or "volatile", not ${String(durability)}`);
     }
     this.durabilityMode = durability;
+    // Spread into the pool's config: a value that is not an object was spread as nothing (or as
+    // its characters), and the pool made with defaults, without a word.
+    if (options.poolConfig !== undefined && (typeof options.poolConfig !== "object" || options.poolConfig === null || Array.isArray(options.poolConfig))) {
+      throw new InvalidLedgerInputError("poolConfig", `must be an object of pg.Pool settings, got ${describeValue(options.poolConfig)}`);
+    }
     if ((options.pool === undefined) === (options.connectionString === undefined)) {
       throw new InvalidLedgerInputError("pool", "give exactly one of pool (bring your own) or connectionString");
     }
