@@ -467,6 +467,10 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
 
   // ---- records: every effect listed, none denied (RECORD-2, RECORD-4, RECORD-5, TURN-13) ----
   const bySeq = new Map(effects.map((e) => [e.seq, e]));
+  /** The call entries found denying an effect, by record and entry: a kept copy's same lie is not reported again. */
+  const deniedEntries = new Set<string>();
+  const entryId = (r: FailedTurnRecord | SupersededAttemptRecord, x: CallRecord) =>
+    JSON.stringify([r.kind, r.conversationId, r.messageId, r.turnIndex, x.callId, x.attempt, x.key]);
   for (const e of ctx.events) {
     if (e.type !== "turn_failed" && e.type !== "attempt_superseded") continue;
     const record: FailedTurnRecord | SupersededAttemptRecord = e.record;
@@ -521,9 +525,10 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     // (RECORD-2: a call whose effect may have happened is not described as failed or not run;
     // RECORD-6 in a resumed turn: an earlier holder's effect). The per-key summary speaks for the
     // whole turn. The attempt is identified from the events, not by its number alone: attempt
-    // numbers restart with every send, and a record carries the attempts of earlier sends
-    // (RECORD-5). An entry is tied to the call_resolved event this worker and send logged for its
-    // call id and key with its attempt number, and through it to the attempt_started that began it.
+    // numbers restart with every send, and a record may carry the attempts of earlier sends
+    // (RECORD-5). An entry is tied to the call_resolved event logged for its call id and key with
+    // its attempt number (this worker and send's first, else an earlier send's: then it is judged
+    // against that send's attempt), and through it to the attempt_started that began it.
     const attemptStart = new Map<number, number>();
     for (const x of ctx.events) {
       if (
@@ -539,35 +544,29 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
       }
     }
     const madeAt = (x: Effect) => Date.parse(x.at) - ctx.started;
+    const scope: RecordScope = { worker: e.worker, send: e.send, until: ctx.events.indexOf(e), at: e.at - ctx.started };
     for (const x of record.calls) {
       if (x.key === undefined || x.effect !== "not_happened") continue;
-      const attempt = attemptOfEntry(ctx, e, record, x);
+      const attempt = attemptOfEntry(ctx, scope, record, x);
       if (attempt === undefined) {
-        // Not tied to an attempt of this send (an earlier send's entry, a call never resolved):
-        // only the effects this send's time saw, read by attempt number as before.
+        // Tied to no attempt (a call no attempt resolved): only the effects this send's time
+        // saw, read by attempt number as before.
         ctx.diagnostics.record_entry_attempt_unidentified = (ctx.diagnostics.record_entry_attempt_unidentified ?? 0) + 1;
         const begin = attemptStart.get(x.attempt) ?? from;
         const end = attemptStart.get(x.attempt + 1) ?? to;
         const made = seenUnder(x.key).filter((y) => madeAt(y) >= begin && madeAt(y) <= end);
         if (made.length > 0) {
+          deniedEntries.add(entryId(record, x));
           add("RECORD-2", `${what} says ${x.name} key ${short(x.key)} did not happen in attempt ${x.attempt} (${x.status}), but that attempt made it: ${made.map(describeEffect).join(", ")}`);
         }
         continue;
       }
-      ctx.diagnostics.record_entry_attempt_identified = (ctx.diagnostics.record_entry_attempt_identified ?? 0) + 1;
-      const within = seenUnder(x.key).filter((y) => madeAt(y) >= attempt.begin && madeAt(y) <= attempt.end);
-      if (within.length > 0) {
-        add("RECORD-2", `${what} says ${x.name} key ${short(x.key)} did not happen in attempt ${x.attempt} (${x.status}), but that attempt made it: ${within.map(describeEffect).join(", ")}`);
-        continue;
-      }
-      const before = (effectsByKey.get(x.key) ?? []).filter((y) => madeAt(y) < attempt.begin);
-      if (before.length > 0) {
-        add(
-          "RECORD-2",
-          `${what} says ${x.name} key ${short(x.key)} did not happen in attempt ${x.attempt} (${x.status}; ${e.worker}, send ${e.send ?? "?"}), ` +
-            `but a run under that key made it before that attempt began (t=${Math.round(attempt.begin)}ms)` +
-            `${record.kind === "failed_turn" && record.resumed === true ? " in a resumed turn (RECORD-6)" : ""}: ${before.map(describeEffect).join(", ")}`,
-        );
+      ctx.diagnostics[attempt.carried ? "record_entry_attempt_of_earlier_send" : "record_entry_attempt_identified"] =
+        (ctx.diagnostics[attempt.carried ? "record_entry_attempt_of_earlier_send" : "record_entry_attempt_identified"] ?? 0) + 1;
+      const denied = deniedEffectOf(ctx, attempt, x, seenUnder(x.key), effectsByKey.get(x.key) ?? [], record.kind === "failed_turn" && record.resumed === true);
+      if (denied !== undefined) {
+        deniedEntries.add(entryId(record, x));
+        add("RECORD-2", `${what} ${denied}`);
       }
     }
     if (record.kind === "failed_turn") {
@@ -600,6 +599,58 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
               `sums up ${x.name} key ${short(x.key)} as not_happened, but it happened before the record was written: ${made.map(describeEffect).join(", ")}`,
           );
         }
+      }
+    }
+  }
+  // RECORD-2 on what the user reads: the call entries of every failed-turn and superseded-attempt
+  // record kept beside a conversation, judged as the reported ones above (a store may keep a second
+  // copy or rewrite one; a failed-turn record written after its holder lost the lease is kept and
+  // not reported). A kept record identical to a reported one was judged above, and a lie found
+  // above is not reported again; the counterexample says which copy lies. A copy of a reported
+  // record (same kind, message, turn, attempt and time) is read in that report's send; one no
+  // worker reported, in no send of its own (its entries tied to whichever send resolved them),
+  // against the effects made before its time.
+  const reported = ctx.events.filter((x) => x.type === "turn_failed" || x.type === "attempt_superseded");
+  for (const c of conversations) {
+    for (const stored of c.records as unknown as (FailedTurnRecord | SupersededAttemptRecord)[]) {
+      if (stored === null || typeof stored !== "object" || (stored.kind !== "failed_turn" && stored.kind !== "superseded_attempt") || !Array.isArray(stored.calls)) continue;
+      if (reported.some((x) => sameJson(x.record, stored))) continue;
+      const writtenAt = Date.parse(stored.at) - ctx.started;
+      if (!Number.isFinite(writtenAt)) continue;
+      const of = reported.find(
+        (x) =>
+          x.record.kind === stored.kind &&
+          x.record.conversationId === stored.conversationId &&
+          x.record.messageId === stored.messageId &&
+          x.record.turnIndex === stored.turnIndex &&
+          x.record.at === stored.at &&
+          (stored.kind !== "superseded_attempt" || (x.record as SupersededAttemptRecord).attempt === stored.attempt),
+      );
+      const until = of !== undefined ? ctx.events.indexOf(of) : ctx.events.findIndex((x) => x.at - ctx.started > writtenAt);
+      const scope: RecordScope = of !== undefined ? { worker: of.worker, send: of.send, until, at: of.at - ctx.started } : { until: until < 0 ? ctx.events.length : until, at: writtenAt };
+      const seen = (key: string) =>
+        (effectsByKey.get(key) ?? []).filter((y) => (of !== undefined ? (of.effectsSeen?.has(y.seq) ?? false) : Date.parse(y.at) - ctx.started < writtenAt));
+      const kind = stored.kind === "failed_turn" ? "failed-turn record" : `superseded-attempt record (attempt ${stored.attempt})`;
+      const which =
+        of !== undefined
+          ? `a copy of the one ${of.worker} reported, which it does not match`
+          : "a record no worker reported";
+      for (const x of stored.calls) {
+        if (x === null || typeof x !== "object" || x.key === undefined || x.effect !== "not_happened") continue;
+        if (deniedEntries.has(entryId(stored, x))) continue;
+        const attempt = attemptOfEntry(ctx, scope, stored, x);
+        if (attempt === undefined) {
+          ctx.diagnostics.kept_record_entry_attempt_unidentified = (ctx.diagnostics.kept_record_entry_attempt_unidentified ?? 0) + 1;
+          continue;
+        }
+        ctx.diagnostics.kept_record_entry_judged = (ctx.diagnostics.kept_record_entry_judged ?? 0) + 1;
+        const denied = deniedEffectOf(ctx, attempt, x, seen(x.key), effectsByKey.get(x.key) ?? [], stored.resumed === true);
+        if (denied === undefined) continue;
+        deniedEntries.add(entryId(stored, x));
+        add(
+          "RECORD-2",
+          `${c.id}: the ${kind} of turn ${stored.turnIndex} (message ${JSON.stringify(stored.messageId)}, written ${stored.at}) kept beside the conversation (${which}) ${denied}`,
+        );
       }
     }
   }
@@ -698,49 +749,88 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   return violations;
 }
 
+/** The attempt a record's call entry was tied to: its time (from the case's start) and the send that ran it. */
+interface EntryAttempt {
+  begin: number;
+  end: number;
+  worker: string;
+  send: number | undefined;
+  /** True when the attempt is of another send than the one that reported the record (an entry carried over). */
+  carried: boolean;
+}
+
+/**
+ * Where a record is read from: the worker and send that reported it (none for a record only kept
+ * beside the conversation), the events logged before it (`until`, an index into ctx.events) and
+ * its time from the case's start.
+ */
+interface RecordScope {
+  worker?: string;
+  send?: number;
+  until: number;
+  at: number;
+}
+
 /**
  * The attempt a record's call entry belongs to, identified from the events the kit logged rather
- * than from its attempt number alone (numbers restart with every send, and a failed-turn record
- * carries the attempts of earlier sends): the last call_resolved this record's worker and send
- * logged for the entry's call id (and key, which the event carries only for a call that
- * resolved with a result), turn and attempt number before the record, and the last
- * attempt_started of that worker, send, conversation, message, turn index and attempt number
- * before it. Begin is that attempt's start, end the next attempt's start of the same send and turn
- * (or the record's time), both from the case's start. Undefined when the events do not say (an
- * entry of an earlier send, a call the attempt never resolved).
+ * than from its attempt number alone (numbers restart with every send, and a record may carry the
+ * attempts of earlier sends): the last call_resolved logged before the record for the entry's
+ * call id (and key, which the event carries only for a call that resolved with a result), turn and
+ * attempt number — the record's own worker and send first, then any other's (an entry carried
+ * over from an earlier send, a re-send's or an earlier holder's: call ids are minted per response,
+ * so the call id names the send) — and the last attempt_started of that worker, send,
+ * conversation, message, turn index and attempt number before it. Begin is that attempt's start;
+ * end the next attempt's start of the same send and turn, else the record's time for its own
+ * send, or that send's last event before the record for another. Undefined when the events do not
+ * say (a call no attempt resolved).
  */
-function attemptOfEntry(
-  ctx: CaseContext,
-  event: RecordedEvent,
-  record: FailedTurnRecord | SupersededAttemptRecord,
-  entry: CallRecord,
-): { begin: number; end: number } | undefined {
-  const sameSend = (x: RecordedEvent) =>
-    x.worker === event.worker && x.send === event.send && x.conversationId === record.conversationId && x.turnIndex === record.turnIndex;
+function attemptOfEntry(ctx: CaseContext, scope: RecordScope, record: FailedTurnRecord | SupersededAttemptRecord, entry: CallRecord): EntryAttempt | undefined {
+  const inTurn = (x: RecordedEvent) => x.conversationId === record.conversationId && x.turnIndex === record.turnIndex;
+  const resolves = (x: RecordedEvent) =>
+    x.type === "call_resolved" && inTurn(x) && x.attempt === entry.attempt && x.callId === entry.callId && (x.key ?? entry.key) === entry.key;
   // Positions in the event log, which is in the order the events happened (ties of the clock included).
-  const until = ctx.events.indexOf(event);
-  let resolvedAt = -1;
-  for (let i = (until < 0 ? ctx.events.length : until) - 1; i >= 0; i--) {
-    const x = ctx.events[i]!;
-    if (x.type === "call_resolved" && sameSend(x) && x.attempt === entry.attempt && x.callId === entry.callId && (x.key ?? entry.key) === entry.key) {
-      resolvedAt = i;
-      break;
-    }
-  }
+  const lastBefore = (match: (x: RecordedEvent) => boolean, from: number): number => {
+    for (let i = from - 1; i >= 0; i--) if (match(ctx.events[i]!)) return i;
+    return -1;
+  };
+  let resolvedAt = scope.worker === undefined ? -1 : lastBefore((x) => resolves(x) && x.worker === scope.worker && x.send === scope.send, scope.until);
+  if (resolvedAt < 0) resolvedAt = lastBefore(resolves, scope.until);
   if (resolvedAt < 0) return undefined;
-  let start: RecordedEvent | undefined;
-  let startAt = -1;
-  for (let i = resolvedAt - 1; i >= 0; i--) {
-    const x = ctx.events[i]!;
-    if (x.type === "attempt_started" && sameSend(x) && x.messageId === record.messageId) {
-      start = x;
-      startAt = i;
-      break;
-    }
+  const resolved = ctx.events[resolvedAt]!;
+  const sameSend = (x: RecordedEvent) => x.worker === resolved.worker && x.send === resolved.send && inTurn(x);
+  const startAt = lastBefore((x) => x.type === "attempt_started" && sameSend(x) && x.messageId === record.messageId, resolvedAt);
+  const start = startAt < 0 ? undefined : ctx.events[startAt]!;
+  if (start?.type !== "attempt_started" || start.attempt !== entry.attempt) return undefined;
+  const own = resolved.worker === scope.worker && resolved.send === scope.send;
+  const next = ctx.events.slice(startAt + 1, scope.until).find((x) => x.type === "attempt_started" && sameSend(x) && x.messageId === record.messageId);
+  const lastOfSend = own ? undefined : ctx.events[lastBefore((x) => x.worker === resolved.worker && x.send === resolved.send, scope.until)];
+  const end = next !== undefined ? next.at - ctx.started : lastOfSend !== undefined ? lastOfSend.at - ctx.started : scope.at;
+  return { begin: start.at - ctx.started, end, worker: resolved.worker, send: resolved.send, carried: !own && scope.worker !== undefined };
+}
+
+/**
+ * What is untrue in a call entry's `not_happened`, judged against the attempt it was tied to
+ * (RECORD-2; RECORD-6 in a resumed turn): an effect under its key made in that attempt's time and
+ * seen when the record was written (`seen`), or one any run made before the attempt began
+ * (`underKey`). Undefined when neither: the entry may be true of its attempt.
+ */
+function deniedEffectOf(ctx: CaseContext, attempt: EntryAttempt, entry: CallRecord, seen: Effect[], underKey: Effect[], resumed: boolean): string | undefined {
+  const madeAt = (x: Effect) => Date.parse(x.at) - ctx.started;
+  const send = `${attempt.worker}, send ${attempt.send ?? "?"}${attempt.carried ? ", an entry carried over from that earlier send" : ""}`;
+  const within = seen.filter((y) => madeAt(y) >= attempt.begin && madeAt(y) <= attempt.end);
+  if (within.length > 0) {
+    return (
+      `says ${entry.name} key ${short(entry.key)} did not happen in attempt ${entry.attempt} (${entry.status}${attempt.carried ? `; ${send}` : ""}), ` +
+      `but that attempt made it: ${within.map(describeEffect).join(", ")}`
+    );
   }
-  if (start === undefined || start.attempt !== entry.attempt) return undefined;
-  const next = ctx.events.slice(startAt + 1, until < 0 ? undefined : until).find((x) => x.type === "attempt_started" && sameSend(x) && x.messageId === record.messageId);
-  return { begin: start.at - ctx.started, end: (next?.at ?? event.at) - ctx.started };
+  const before = underKey.filter((y) => madeAt(y) < attempt.begin);
+  if (before.length === 0) return undefined;
+  return (
+    `says ${entry.name} key ${short(entry.key)} did not happen in attempt ${entry.attempt} (${entry.status}; ${send}), ` +
+    `but a run under that key made it before that attempt began (t=${Math.round(attempt.begin)}ms)` +
+    `${resumed ? " in a resumed turn (RECORD-6)" : ""}: ${before.map(describeEffect).join(", ")}`
+  );
 }
 
 /** Keys a record says may have an effect (its calls, and a failed-turn record's per-key summary). */
