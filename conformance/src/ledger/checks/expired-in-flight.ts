@@ -175,4 +175,70 @@ export const expiredInFlightAtItsEnd: LedgerCheckSpec = {
     }),
 };
 
-export const EXPIRED_IN_FLIGHT_CHECKS: readonly LedgerCheckSpec[] = [expiredInFlightListedExactly, expiredInFlightOldestFirst, expiredInFlightOlderThan, expiredInFlightAtItsEnd];
+const REVERSED_ROWS = 6;
+const HOOK_APART_MS = 5;
+
+export const expiredInFlightSortedBeforeLimit: LedgerCheckSpec = {
+  rule: "LEDGER-25",
+  name: `listExpiredInFlight sorts before it applies limit: ${REVERSED_ROWS} claims expired with the hook in the reverse of the order they were made (${HOOK_APART_MS} ms apart) come back latest-claimed first, and limit 3 gives the three oldest expiries, not the first three rows the store holds`,
+  needs: ["listExpiredInFlight"],
+  waitsMs: REVERSED_ROWS * HOOK_APART_MS,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const list = lister(fixture.ledger);
+      const made: string[] = [];
+      const names = new Map<string, string>();
+      for (let i = 0; i < REVERSED_ROWS; i++) {
+        const key = ctx.key(`made-${i}`);
+        names.set(key, `claim #${i + 1}`);
+        made.push(key);
+        await claimNew(fixture.ledger, key, `owner-${i}`, "keyed_write");
+      }
+      // The last one claimed expires first: a store that keeps rows in claim (or key) order and cuts the page before sorting lists the wrong ones.
+      const expiredOrder = [...made].reverse();
+      for (const key of expiredOrder) {
+        await fixture.raw.expireLease(key);
+        await sleep(HOOK_APART_MS);
+      }
+      const all = keysOf(await list({ limit: 1000 }), "listExpiredInFlight({ limit: 1000 })");
+      mustEqual(named(all, names), named(expiredOrder, names), "listExpiredInFlight({ limit: 1000 }): every expired row, oldest expiry first");
+      const page = keysOf(await list({ limit: 3 }), "listExpiredInFlight({ limit: 3 })");
+      mustEqual(named(page, names), named(expiredOrder.slice(0, 3), names), "listExpiredInFlight({ limit: 3 }): the three oldest expiries (limit applies after the sort)");
+    }),
+};
+
+const FINISHED_BEFORE = 130;
+const EXPIRED_AFTER = 70;
+
+export const expiredInFlightBeyondOnePage: LedgerCheckSpec = {
+  rule: "LEDGER-25",
+  name: `listExpiredInFlight finds every expired claim however many rows the store holds: ${EXPIRED_AFTER} claims with leaseMs 0 made after ${FINISHED_BEFORE} finished rows are all listed with limit 1000, and limit 50 gives the 50 oldest (a scan of one page of the store, its cursor not followed, misses them)`,
+  needs: ["listExpiredInFlight"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const list = lister(fixture.ledger);
+      for (let i = 0; i < FINISHED_BEFORE; i++) {
+        const key = ctx.key(`finished-${i}`);
+        await finishAs(fixture.ledger, key, await claimNew(fixture.ledger, key, "owner-done", "keyed_write"), "completed");
+      }
+      const expired: string[] = [];
+      for (let i = 0; i < EXPIRED_AFTER; i++) {
+        const key = ctx.key(`expired-${i}`);
+        expired.push(key);
+        await claimExpiring(fixture.ledger, key, `owner-${i}`);
+      }
+      const rows = await list({ limit: 1000 });
+      const got = keysOf(rows, "listExpiredInFlight({ limit: 1000 })");
+      const missing = expired.filter((k) => !got.includes(k));
+      must(missing.length === 0 && got.length === EXPIRED_AFTER, `listExpiredInFlight({ limit: 1000 }) listed ${got.length} rows, ${EXPIRED_AFTER - missing.length} of the ${EXPIRED_AFTER} expired claims (missing e.g. ${missing.slice(0, 3).map(short).join(", ")}): every in-flight row whose lease expired must be listed, not those of one page of the store`);
+      for (let i = 1; i < rows.length; i++) {
+        must(leaseOf(rows[i - 1]!)! <= leaseOf(rows[i]!)!, `listExpiredInFlight({ limit: 1000 }): leaseExpiresAt ${show(leaseOf(rows[i - 1]!))} listed before ${show(leaseOf(rows[i]!))}: oldest expiry first`);
+      }
+      const page = await list({ limit: 50 });
+      mustEqual(page.length, 50, "listExpiredInFlight({ limit: 50 }) with 70 expired claims: the number of rows");
+      const cut = leaseOf(rows[49]!)!;
+      for (const row of page) must(leaseOf(row)! <= cut, `listExpiredInFlight({ limit: 50 }) listed ${short(row.key)} (lease ${show(leaseOf(row))}), later than the 50th oldest expiry ${show(cut)}`);
+    }),
+};
+
+export const EXPIRED_IN_FLIGHT_CHECKS: readonly LedgerCheckSpec[] = [expiredInFlightListedExactly, expiredInFlightOldestFirst, expiredInFlightOlderThan, expiredInFlightAtItsEnd, expiredInFlightSortedBeforeLimit, expiredInFlightBeyondOnePage];

@@ -57,5 +57,31 @@ export const releasedClaimKeepsNoOutcome: LedgerCheckSpec = {
     }),
 };
 
+/** A failure as a tool reports it at length: a stack-like message of 4,000 characters, non-ASCII included, and details. */
+const LONG_FAILURE = {
+  name: "UpstreamRejectedError",
+  message: `Zahlung abgelehnt – ${"détail «€» 東京 😀 ".repeat(220)}`.slice(0, 4000),
+  code: "upstream_rejected",
+  details: { reason: "x".repeat(600), lines: Array.from({ length: 40 }, (_, i) => `    at frame${i} (payments.ts:${i}:1)`) },
+};
+
+export const longFailureReplayed: LedgerCheckSpec = {
+  rule: "LEDGER-8",
+  name: "a definite failure with a 4,000-character message and long details is stored and replayed identically (a VARCHAR(255) message column cuts it)",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const key = ctx.key();
+      const fence = await claimNew(fixture.ledger, key, "owner-a", "unkeyed_write");
+      await fixture.ledger.fail(key, fence, LONG_FAILURE);
+      const row = mustBeExisting(await fixture.ledger.claim(claimRequest(key, "owner-b", "unkeyed_write")), "claim after fail");
+      must(row.state === "failed", `claim after fail saw ${describeRow(row)}: the failure was not recorded`);
+      mustEqual(row.error, LONG_FAILURE, "the long error replayed to a later claimant");
+      const looked = await lookupMust(fixture.ledger, key, "lookup after fail");
+      mustEqual(looked.state === "failed" ? looked.error : undefined, LONG_FAILURE, "the long error via lookup");
+      const raw = await mustBeStored(fixture, key, { state: "failed", fence }, "stored failed row");
+      mustEqual(raw.error, LONG_FAILURE, "the stored long error");
+    }),
+};
+
 /** Every check of this file, in order. */
-export const FAILURES_CHECKS: readonly LedgerCheckSpec[] = [definiteFailureReplayed, failureReplayedAfterRestart, releasedClaimKeepsNoOutcome];
+export const FAILURES_CHECKS: readonly LedgerCheckSpec[] = [definiteFailureReplayed, failureReplayedAfterRestart, releasedClaimKeepsNoOutcome, longFailureReplayed];

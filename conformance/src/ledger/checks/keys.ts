@@ -29,7 +29,7 @@ export function keyPairs(key: (label: string) => string): KeyPair[] {
     return { what: `two ${length}-character keys that differ only in their last character`, first: `${body}a`, second: `${body}b`, mayRefuse: true };
   };
   // ctx.key gives a new key at every call: each pair's base is drawn once.
-  const [kase, trailing, leading, nfc, accent, width, hex] = ["case", "trailing", "leading", "nfc", "accent", "width", "upper"].map(key);
+  const [kase, trailing, leading, nfc, accent, width, hex, nul, lone] = ["case", "trailing", "leading", "nfc", "accent", "width", "upper", "nul", "lone-surrogate"].map(key);
   // A derived key with at least one letter, so that its upper-case spelling differs from it.
   const lettered = /[a-f]/.test(hex!) ? hex! : `a${hex!.slice(1)}`;
   return [
@@ -45,6 +45,10 @@ export function keyPairs(key: (label: string) => string): KeyPair[] {
     { what: "keys that differ only in Unicode normalisation (NFC \u00e9 against NFD e + U+0301)", first: `${nfc}-caf\u00e9`, second: `${nfc}-cafe\u0301`, mayRefuse: true },
     { what: "keys that differ only in an accent", first: `${accent}-cafe`, second: `${accent}-caf\u00e9`, mayRefuse: true },
     { what: "keys that differ only in width (fullwidth U+FF21 against A)", first: `${width}-A`, second: `${width}-\uff21`, mayRefuse: true },
+    // A C-string API (or a driver that hands one the key) cuts at U+0000; a UTF-8 encoder turns
+    // every lone surrogate into U+FFFD. Both keys are UTF-16 strings LEDGER-30 compares exactly.
+    { what: "keys that differ only after a U+0000", first: `${nul}-a\u0000b`, second: `${nul}-a\u0000c`, mayRefuse: true },
+    { what: "keys that differ only in a lone surrogate (U+D800 against U+DBFF)", first: `${lone}-\ud800`, second: `${lone}-\udbff`, mayRefuse: true },
     ...[64, 128, 255, 256, 512, 1024].map(long),
   ];
 }
@@ -76,7 +80,7 @@ async function mustFindNothing(ledger: Ledger, key: string, what: string): Promi
 
 export const keysComparedExactly: LedgerCheckSpec = {
   rule: "LEDGER-30",
-  name: "keys are compared exactly: keys that differ only in case, spaces, Unicode normalisation, an accent, width or a late character are different rows",
+  name: "keys are compared exactly: keys that differ only in case, spaces, Unicode normalisation, an accent, width, a late character, what follows a U+0000, or a lone surrogate are different rows",
   run: (ctx) =>
     withFixture(ctx.subject, async (fixture) => {
       const { ledger } = fixture;

@@ -3,7 +3,7 @@
  * returns is leaseMs on the store's clock, counted from now, and it runs out in real time. The
  * hooks (raw.expireLease) jump past a deadline; these checks read the deadlines and wait for them.
  */
-import type { ClaimResult } from "@dispatch-once/core";
+import { newClaimId, type ClaimResult } from "@dispatch-once/core";
 import { ConformanceFailure, must, mustRejectWith, show } from "../../failure.js";
 import { claimRequest, describeRow, mustBeClaimed, mustBeExisting, sleep, withFixture } from "../support.js";
 import { EFFECTS, type LedgerCheckSpec, leaseOf, lookupMust } from "./common.js";
@@ -194,4 +194,57 @@ export const leaseLimit: LedgerCheckSpec = {
     }),
 };
 
-export const LEASE_LENGTH_CHECKS: readonly LedgerCheckSpec[] = [leaseLength, leaseLapsesInRealTime, renewalFromNow, leaseLimit];
+export const renewalShortens: LedgerCheckSpec = {
+  rule: "LEDGER-9",
+  name: "renew sets the lease to now + leaseMs even when that is earlier than its current end: a claim with leaseMs 600,000 renewed at once with 60,000 ends about 540 s sooner (a renewal that only ever extends, GREATEST or PEXPIRE GT, fails)",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const effect of EFFECTS) {
+        const key = ctx.key(effect);
+        const before = performance.now();
+        const claimed = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-a", effect, 600_000)), `claim (${effect})`);
+        const renewed = await fixture.ledger.renew(key, claimed.fence, 60_000);
+        const elapsed = performance.now() - before;
+        const shortenedBy = claimed.leaseExpiresAt - renewed.leaseExpiresAt;
+        if (shortenedBy > 540_000 + CLOCK_TOLERANCE_MS || shortenedBy < 540_000 - elapsed - CLOCK_TOLERANCE_MS) {
+          throw new ConformanceFailure(
+            `${effect}: renew(leaseMs 60,000) right after a claim with leaseMs 600,000 moved the lease from ${claimed.leaseExpiresAt} to ${renewed.leaseExpiresAt} (${-shortenedBy} ms); it must end at now + 60,000, about 540,000 ms earlier (within ${Math.round(elapsed)} ms)${shortenedBy <= 0 ? ": a renewal must not keep a longer lease than it asks for" : ""}`,
+          );
+        }
+        const row = await lookupMust(fixture.ledger, key, "lookup after renew");
+        must(row.state === "in_flight" && row.leaseExpiresAt === renewed.leaseExpiresAt, `${effect}: the stored lease after renew is ${show((row as { leaseExpiresAt?: unknown }).leaseExpiresAt)}, the renewal returned ${renewed.leaseExpiresAt}`);
+      }
+    }),
+};
+
+export const claimAnswersStoredLease: LedgerCheckSpec = {
+  rule: "LEDGER-7",
+  name: "a claim that takes the row answers the lease it stored: a keyed_write takeover and a re-claim after release answer leaseExpiresAt equal to the stored row's, leaseMs after its claimedAt, never the expired lease it replaced; a claim sent again with its claim id answers its restarted lease",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const answered = async (what: string, key: string, result: ClaimResult, leaseMs: number | undefined) => {
+        const claimed = mustBeClaimed(result, what);
+        const row = await lookupMust(fixture.ledger, key, `${what}: lookup`);
+        must(row.state === "in_flight", `${what}: the row is ${describeRow(row)}, expected in flight`);
+        if (claimed.leaseExpiresAt !== row.leaseExpiresAt) {
+          throw new ConformanceFailure(`${what} answered leaseExpiresAt ${show(claimed.leaseExpiresAt)} but stored ${row.leaseExpiresAt}: the owner schedules its renewals and its deadline from the answer${claimed.leaseExpiresAt < row.leaseExpiresAt ? " (it answered an earlier lease: the one it replaced?)" : ""}`);
+        }
+        if (leaseMs !== undefined) must(row.leaseExpiresAt - row.claimedAt === leaseMs, `${what}: the stored lease ends ${row.leaseExpiresAt - row.claimedAt} ms after its claimedAt, expected leaseMs ${leaseMs}`);
+      };
+      const taken = ctx.key("takeover");
+      mustBeClaimed(await fixture.ledger.claim(claimRequest(taken, "owner-old", "keyed_write", 60_000)), "first claim");
+      await fixture.raw.expireLease(taken);
+      await answered("a keyed_write takeover", taken, await fixture.ledger.claim(claimRequest(taken, "owner-new", "keyed_write", 60_000)), 60_000);
+      const released = ctx.key("reclaim");
+      const first = mustBeClaimed(await fixture.ledger.claim(claimRequest(released, "owner-old", "keyed_write", 60_000)), "first claim");
+      await fixture.ledger.release(released, first.fence);
+      await answered("a re-claim after release", released, await fixture.ledger.claim(claimRequest(released, "owner-new", "keyed_write", 90_000)), 90_000);
+      const resent = ctx.key("resent");
+      const claimId = newClaimId();
+      mustBeClaimed(await fixture.ledger.claim({ ...claimRequest(resent, "owner-a", "keyed_write", 60_000), claimId }), "first claim with a claim id");
+      await fixture.raw.expireLease(resent);
+      await answered("a claim sent again with its claim id after its lease ran out", resent, await fixture.ledger.claim({ ...claimRequest(resent, "owner-a", "keyed_write", 60_000), claimId }), undefined);
+    }),
+};
+
+export const LEASE_LENGTH_CHECKS: readonly LedgerCheckSpec[] = [leaseLength, leaseLapsesInRealTime, renewalFromNow, leaseLimit, renewalShortens, claimAnswersStoredLease];

@@ -4,11 +4,11 @@
  * against the owner's completion (issued in both orders), and sweep against claims that re-create
  * the rows it is removing. Each pair is run in both orders, across instances when the subject is shared.
  */
-import type { ClaimResult, Ledger } from "@dispatch-once/core";
+import { newClaimId, type ClaimResult, type Ledger } from "@dispatch-once/core";
 import { ConformanceFailure, codeOf, describeError, must } from "../../failure.js";
 import type { LedgerFixture } from "../../types.js";
 import type { LedgerCheckContext } from "../context.js";
-import { claimNew, claimRequest, describeRow, mustBeStored, withFixture } from "../support.js";
+import { claimNew, claimRequest, claimWithId, describeRow, mustBeClaimed, mustBeStored, withFixture } from "../support.js";
 import { EFFECTS, type LedgerCheckSpec, finishAs, instances, lookupMust } from "./common.js";
 
 /** The stable code an operation settled with, or "ok". */
@@ -202,4 +202,73 @@ export const sweepRacingClaimsWide: LedgerCheckSpec = {
 };
 
 /** Every check of this file, in order. */
-export const RACE_CHECKS: readonly LedgerCheckSpec[] = [renewRacingFinish, expiryRacingCompletion, sweepRacingClaims, sweepRacingClaimsWide];
+const TAKEOVER_ROUNDS = 4;
+const OTHER_FINISHES = ["failed", "unknown", "released"] as const;
+const verb = (state: (typeof FINISHES)[number]) => (state === "completed" ? "complete" : state === "failed" ? "fail" : state === "unknown" ? "markUnknown" : "release");
+
+export const staleFinishRacingTakeover: LedgerCheckSpec = {
+  rule: "LEDGER-5",
+  name: `a stale owner's fail, markUnknown or release racing a takeover of its expired keyed_write claim, issued in both orders: never both win — the finish and then a claim that sees it (a re-claim, after a release), or the takeover and then the finish refused with stale_claim — and the row agrees (${TAKEOVER_ROUNDS} rounds each)`,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const [finisher, claimer] = await pair(ctx, fixture);
+      for (const state of OTHER_FINISHES) {
+        for (let round = 0; round < 2 * TAKEOVER_ROUNDS; round++) {
+          const finishFirst = round % 2 === 0;
+          const key = ctx.key(`${state}-${round}`);
+          const fence = await claimNew(fixture.ledger, key, "owner-old", "keyed_write");
+          await fixture.raw.expireLease(key);
+          const finish = () => outcomeOf(finishAs(finisher, key, fence, state));
+          const claim = () => claimer.claim(claimRequest(key, "owner-new", "keyed_write"));
+          const [finished, claimed] = finishFirst ? await both(finish, claim) : await both(claim, finish).then(([c, f]) => [f, c] as const);
+          const what = `${state === "failed" ? "fail" : state === "unknown" ? "markUnknown" : "release"} racing a takeover, ${finishFirst ? "finish" : "claim"} issued first, round ${round}: finish -> ${finished}; claim -> ${describeClaim(claimed)}`;
+          const row = await lookupMust(fixture.ledger, key, what);
+          if (claimed.outcome === "claimed") {
+            // The claim took the row: after a release it is a re-claim (the release came first), else a takeover the stale finish must lose to.
+            const reclaim = finished === "ok" && state === "released" && !claimed.takeover;
+            must(finished === (reclaim ? "ok" : "stale_claim"), `${what}: ${finished === "ok" ? `both won: the stale owner's ${verb(state)} succeeded and the claim took the row over with fence ${claimed.fence}` : `the stale owner's ${verb(state)} after the takeover must be refused with stale_claim, not ${finished}`}`);
+            must(claimed.fence === fence + 1 && claimed.takeover === !reclaim, `${what}: the claim must get fence ${fence + 1} with takeover ${!reclaim}`);
+            if (row.state !== "in_flight" || row.fence !== fence + 1 || row.owner !== "owner-new") {
+              throw new ConformanceFailure(`${what}: the claim won with fence ${fence + 1}, so the row must end in flight for owner-new, got ${describeRow(row)}: the stale owner's ${verb(state)} wrote over the new owner's claim (checked the fence, then wrote without looking again)`);
+            }
+            continue;
+          }
+          must(finished === "ok", `${what}: the claim met the row held, so the owner's ${verb(state)} must have won, not ${finished}`);
+          must(claimed.row.state === state && row.state === state && row.fence === fence, `${what}: the ${verb(state)} won, so the claim must see and the row end ${state} fence=${fence}, got ${describeRow(claimed.row)} / ${describeRow(row)}`);
+        }
+      }
+    }),
+};
+
+export const claimCopyRacingFinish: LedgerCheckSpec = {
+  rule: "LEDGER-26",
+  name: `a copy of a claim (its claim id: the claim was sent again after a lost reply) racing its owner's complete, fail, markUnknown or release, issued in both orders, never undoes the finish: the copy is the same claim (claimed, its fence) before it, or meets the finished row (refused with stale_claim after a release) after it, and the row ends finished (${TAKEOVER_ROUNDS} rounds each)`,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const [finisher, copier] = await pair(ctx, fixture);
+      for (const state of FINISHES) {
+        for (let round = 0; round < 2 * TAKEOVER_ROUNDS; round++) {
+          const finishFirst = round % 2 === 0;
+          const key = ctx.key(`copy-${state}-${round}`);
+          const claimId = newClaimId();
+          const effect = round % 4 < 2 ? "unkeyed_write" : "keyed_write";
+          const first = mustBeClaimed(await fixture.ledger.claim(claimWithId(key, "owner-a", effect, claimId)), `claim with a claim id (${effect})`);
+          const finish = () => outcomeOf(finishAs(finisher, key, first.fence, state));
+          const copy = () => outcomeOf(copier.claim(claimWithId(key, "owner-a", effect, claimId)).then((r) => { copied = r; }));
+          let copied: ClaimResult | undefined;
+          const [finished, copyOutcome] = finishFirst ? await both(finish, copy) : await both(copy, finish).then(([c, f]) => [f, c] as const);
+          const what = `${verb(state)} racing a copy of its claim (${effect}), ${finishFirst ? "finish" : "copy"} issued first, round ${round}: ${verb(state)} -> ${finished}; copy -> ${copied === undefined ? copyOutcome : describeClaim(copied)}`;
+          must(finished === "ok", `${what}: the owner's own ${verb(state)} must succeed: a copy of its claim is the same claim and keeps its fence`);
+          if (copied === undefined) must(state === "released" && copyOutcome === "stale_claim", `${what}: the copy may be refused (stale_claim) only after a release (LEDGER-27), not ${copyOutcome}`);
+          else if (copied.outcome === "claimed") must(copied.fence === first.fence && !copied.takeover, `${what}: a copy is the same claim: its fence ${first.fence}, not a takeover`);
+          else must(copied.row.state === state, `${what}: a copy after the finish must meet the ${state} row`);
+          const row = await lookupMust(fixture.ledger, key, what);
+          if (row.state !== state || row.fence !== first.fence) {
+            throw new ConformanceFailure(`${what}: the row ends ${describeRow(row)}, expected ${state} fence=${first.fence}: the copy wrote the row it had read back in flight over the finish (it read, then wrote without looking again), so a finished call is claimed again`);
+          }
+        }
+      }
+    }),
+};
+
+export const RACE_CHECKS: readonly LedgerCheckSpec[] = [renewRacingFinish, expiryRacingCompletion, sweepRacingClaims, sweepRacingClaimsWide, staleFinishRacingTakeover, claimCopyRacingFinish];

@@ -152,7 +152,7 @@ export const claimAfterRetentionStoresNewRequest: LedgerCheckSpec = {
 
 export const requestsByteForByte: LedgerCheckSpec = {
   rule: "LEDGER-21",
-  name: `requests are stored and returned byte for byte (${TRICKY_REQUESTS.length} tricky JSON texts, one over 64 KiB)`,
+  name: `requests are stored and returned byte for byte (${TRICKY_REQUESTS.length} tricky JSON texts, one over 64 KiB), by the first claim, a re-claim after release, a keyed_write takeover and the finished row`,
   run: (ctx) =>
     withFixture(ctx.subject, async (fixture) => {
       for (const { label, text } of TRICKY_REQUESTS) {
@@ -164,7 +164,13 @@ export const requestsByteForByte: LedgerCheckSpec = {
         const own = requestFor("owner-b");
         const again = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write", LEASE_MS, own)), `re-claim after release (${label})`);
         mustRequest(again.request, text, `${label}: the claimed result of a re-claim after release`, own);
-        await fixture.ledger.complete(key, again.fence, '"done"');
+        // A takeover writes the row by its own statement: the request it keeps must be the same bytes too.
+        await fixture.raw.expireLease(key);
+        const taker = requestFor("owner-t");
+        const taken = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-t", "keyed_write", LEASE_MS, taker)), `takeover (${label})`);
+        mustRequest(taken.request, text, `${label}: the claimed result of a keyed_write takeover`, taker);
+        await mustKeepRequest(fixture, fixture.ledger, key, text, `${label}: the row after a takeover`, taker);
+        await fixture.ledger.complete(key, taken.fence, '"done"');
         const row = mustBeExisting(await fixture.ledger.claim(claimRequest(key, "owner-c", "keyed_write")), `replay (${label})`);
         mustRequest(row.request, text, `${label}: the completed row returned to a replay`);
         await mustKeepRequest(fixture, fixture.ledger, key, text, `${label}: the completed row`);

@@ -1,7 +1,7 @@
 /**
  * LEDGER-10: results byte for byte, and the size limit in UTF-8 bytes.
  */
-import { must, mustEqual, mustRejectWith } from "../../failure.js";
+import { codeOf, must, mustEqual, mustRejectWith } from "../../failure.js";
 import { claimNew, claimRequest, mustBeExisting, withFixture } from "../support.js";
 import { type LedgerCheckSpec, TRICKY_RESULTS, jsonTextOfBytes, bigResult, lookupMust, snapshot, completeAndReplay, mustResultBytes } from "./common.js";
 
@@ -151,5 +151,43 @@ export const threeByteCharactersAtLimit: LedgerCheckSpec = {
     ),
 };
 
+/**
+ * A raw lone surrogate has no UTF-8 encoding: a store that encodes text to UTF-8 (a driver, a
+ * `Buffer.from`) writes U+FFFD in its place, and the replay is another text. Such a result is
+ * not well-formed Unicode, so a ledger may refuse it as one it cannot store (result_not_storable,
+ * the claim held, as the size limit is refused); what it may not do is store something else.
+ */
+const LONE_SURROGATE_RESULTS = ['"lead \ud800 alone"', '{"trail":"\udc00","pair":"\ud83d\ude00"}'];
+
+export const loneSurrogateResultKeptOrRefused: LedgerCheckSpec = {
+  rule: "LEDGER-10",
+  name: "a result with a raw lone surrogate is replayed byte-for-byte or refused with result_not_storable with the claim held, never stored altered (U+FFFD in its place)",
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      for (const text of LONE_SURROGATE_RESULTS) {
+        const key = ctx.key("lone-surrogate");
+        const fence = await claimNew(fixture.ledger, key, "owner-a", "keyed_write");
+        const before = await snapshot(fixture, key);
+        let refused = false;
+        try {
+          await fixture.ledger.complete(key, fence, text);
+        } catch (error) {
+          if (codeOf(error) !== "result_not_storable") throw error;
+          refused = true;
+        }
+        if (refused) {
+          mustEqual(await snapshot(fixture, key), before, "row after a refused lone-surrogate result (must stay in_flight, never released)");
+          await fixture.ledger.fail(key, fence, { name: "ResultNotStorableError", message: "lone surrogate", code: "result_not_storable" });
+          continue;
+        }
+        const what = `a result with a raw lone surrogate (${JSON.stringify(text)})`;
+        mustResultBytes(await lookupMust(fixture.ledger, key, what), text, `${what} via lookup`);
+        mustResultBytes(mustBeExisting(await fixture.ledger.claim(claimRequest(key, "owner-b", "keyed_write")), `${what}: replay claim`), text, `${what} via claim`);
+        const raw = await fixture.raw.read(key);
+        must(raw?.result === text, `${what}: the stored row (raw.read) holds another text: the store replaced the lone surrogate; refuse such a result with result_not_storable instead`);
+      }
+    }),
+};
+
 /** Every check of this file, in order. */
-export const RESULTS_CHECKS: readonly LedgerCheckSpec[] = [trickyResultsByteForByte, largeResultByteForByte, resultsByteForByteAfterRestart, declaredResultLimit, resultAtLimitStored, resultOverLimitRefused, threeByteCharactersAtLimit];
+export const RESULTS_CHECKS: readonly LedgerCheckSpec[] = [trickyResultsByteForByte, largeResultByteForByte, resultsByteForByteAfterRestart, declaredResultLimit, resultAtLimitStored, resultOverLimitRefused, threeByteCharactersAtLimit, loneSurrogateResultKeptOrRefused];
