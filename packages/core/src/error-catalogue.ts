@@ -31,11 +31,11 @@ export interface ErrorCatalogueEntry {
 
 /** Every code with its entry; a `Record` over the code union, so a new code cannot be left out. */
 const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry, "code"> } = {
-  invalid_key_input: { rules: ["KEY-2", "KEY-3", "KEY-4"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a key component is outside its alphabet or range" },
+  invalid_key_input: { rules: ["KEY-2", "KEY-3", "KEY-4", "KEY-11"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a key component is outside its alphabet or range" },
   not_canonicalizable: { rules: ["KEY-6"], carries: ["problem", "path"], effect: "no", retryable: "no", raisedWhen: "arguments have no JCS form" },
-  invalid_argument: { rules: ["ERR-1"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a public API is called with an argument it does not accept" },
+  invalid_argument: { rules: ["ERR-1", "KEY-4", "STREAM-15", "MCP-10", "MCP-11", "AISDK-9", "ATR-2", "ATR-4", "ATR-7", "ATR-8", "ATR-10"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a public API is called with an argument it does not accept" },
   unknown_tool: { rules: ["DISPATCH-1"], carries: ["toolName"], effect: "no", retryable: "no", raisedWhen: "the call names no registered tool" },
-  invalid_tool_definition: { rules: ["EFFECT-1", "IDENT-2", "IDENT-5"], carries: [], effect: "no", retryable: "no", raisedWhen: "a tool definition or its schema breaks the registry's rules" },
+  invalid_tool_definition: { rules: ["EFFECT-1", "IDENT-2", "IDENT-5", "IDENT-9", "MCP-11"], carries: [], effect: "no", retryable: "no", raisedWhen: "a tool definition or its schema breaks the registry's rules" },
   tool_input_invalid: { rules: ["DISPATCH-2", "IDENT-7"], carries: ["toolName", "issues"], effect: "no", retryable: "no", raisedWhen: "arguments fail the tool's schema, or a write's key arguments hold a number beyond 2^53 − 1" },
   invalid_arguments_json: { rules: ["DISPATCH-2"], carries: ["toolName"], effect: "no", retryable: "no", raisedWhen: "a complete tool_use block's arguments are not JSON" },
   idempotency_key_reused: { rules: ["IDENT-6", "MCP-9"], carries: ["key", "toolName"], effect: "no", retryable: "no", raisedWhen: "a call's key is stored with other arguments, for a tool that refuses differing requests; nothing ran" },
@@ -45,10 +45,10 @@ const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry
   tool_failed: { rules: ["LEDGER-8", "DISPATCH-9"], carries: ["key", "error", "replayed"], effect: "no", retryable: "no", raisedWhen: "a definite failure, first run or replayed" },
   stale_claim: { rules: ["LEDGER-5", "DISPATCH-8"], carries: ["key", "fence", "effectHappened"], effect: "possibly", retryable: "same_message", raisedWhen: "a fence no longer owns an in-flight row" },
   ledger_unavailable: { rules: ["LEDGER-12", "DISPATCH-10"], carries: ["cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the ledger's store cannot be reached or refused the operation" },
-  ledger_corrupt: { rules: ["LEDGER-11", "DISPATCH-10"], carries: ["key"], effect: "possibly", retryable: "no", raisedWhen: "a ledger row cannot be read back" },
+  ledger_corrupt: { rules: ["LEDGER-11", "LEDGER-25", "DISPATCH-10"], carries: ["key"], effect: "possibly", retryable: "no", raisedWhen: "a ledger row cannot be read back" },
   result_not_storable: { rules: ["LEDGER-10", "DISPATCH-7"], carries: ["key"], effect: "yes", retryable: "no", raisedWhen: "the effect happened and its result is not JSON or is too large (first run or replayed)" },
   durability_mismatch: { rules: ["LEDGER-14", "TURN-14"], carries: ["tools"], effect: "no", retryable: "no", raisedWhen: "unkeyed_write tools on a volatile ledger, or a volatile conversation store beside a durable ledger" },
-  invalid_ledger_input: { rules: ["LEDGER-12"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a ledger option or argument the adapter cannot accept" },
+  invalid_ledger_input: { rules: ["LEDGER-13", "LEDGER-22", "LEDGER-28", "LEDGER-29", "LEDGER-30", "LIST-4", "RESOLVE-1"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a ledger option or argument the adapter cannot accept" },
   unsafe_store_config: { rules: ["LEDGER-14"], carries: ["node", "setting", "value"], effect: "no", retryable: "no", raisedWhen: "the store is configured so it can forget acknowledged rows" },
   stream_incomplete: { rules: ["STREAM-1", "STREAM-12"], carries: ["eventsSeen", "finishEvent", "streamError"], effect: "no", retryable: "same_message", raisedWhen: "a stream ended without its finishing event (message_stop, response.completed; its calls are judged one by one)" },
   turn_failed: { rules: ["RECORD-2", "RECORD-5", "TURN-12"], carries: ["record", "replayed", "notRetried"], effect: "possibly", retryable: "same_message", raisedWhen: "a turn failed within the retry policy; the record says which effects happened" },
@@ -57,7 +57,7 @@ const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry
   store_unavailable: { rules: ["TURN-14"], carries: ["cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the conversation store cannot be reached or refused the operation" },
   store_corrupt: { rules: ["TURN-14"], carries: ["conversationId"], effect: "possibly", retryable: "no", raisedWhen: "stored conversation data cannot be read back" },
   resolution_refused: { rules: ["RESOLVE-2"], carries: ["key", "state"], effect: "possibly", retryable: "no", raisedWhen: "resolve() met a live in-flight, completed, failed or absent row" },
-  invalid_store_input: { rules: ["TURN-2"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a conversation-store option or argument it cannot accept" },
+  invalid_store_input: { rules: ["TURN-10", "TURN-12", "TURN-17", "TURN-18"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a conversation-store option or argument it cannot accept" },
 };
 
 /**

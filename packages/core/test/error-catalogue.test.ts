@@ -43,6 +43,27 @@ describe("the error catalogue (ERR-1, ERR-4)", () => {
     }
   });
 
+  it("ERR-4 a refusal code's rules are the rules that raise it: each one listed names the code, and every rule that names it is listed", () => {
+    // The rules column is what a reviewer follows from a code to its definition; a rule listed that
+    // never names the code (invalid_ledger_input once pointed at LEDGER-12, which is about
+    // ledger_unavailable) sends them to the wrong paragraph, and one left out hides where it is raised.
+    // ERR-* rules are about every code, so they are neither required nor counted.
+    const text = readFileSync(join(__dirname, "..", "..", "..", "spec", "dispatch-once.md"), "utf8");
+    const rules = new Map<string, string>();
+    for (const match of text.matchAll(/^<a id="([A-Z]+-\d+)"><\/a>\*\*[A-Z]+-\d+\*\* (.+)$/gm)) rules.set(match[1]!, match[2]!);
+    const refusals = ["invalid_key_input", "invalid_argument", "invalid_tool_definition", "invalid_ledger_input", "invalid_store_input", "ledger_corrupt"];
+    const wrong: Record<string, { listedSilent: string[]; namingUnlisted: string[] }> = {};
+    for (const code of refusals) {
+      const entry = ERROR_CATALOGUE.find((e) => e.code === code)!;
+      const listed = entry.rules.filter((id) => !id.startsWith("ERR-"));
+      const naming = [...rules].filter(([id, rule]) => !id.startsWith("ERR-") && rule.includes(`\`${code}\``)).map(([id]) => id);
+      const listedSilent = listed.filter((id) => !naming.includes(id));
+      const namingUnlisted = naming.filter((id) => !listed.includes(id));
+      if (listedSilent.length > 0 || namingUnlisted.length > 0) wrong[code] = { listedSilent, namingUnlisted };
+    }
+    expect(wrong).toEqual({});
+  });
+
   it("ERR-4 effectOf reads what an error knows about the effect", () => {
     expect(effectOf(new ResultNotStorableError("k", "too big"))).toBe("yes");
     expect(effectOf(new OutcomeUnknownError("k", "lease_expired"))).toBe("possibly");
