@@ -1588,14 +1588,15 @@ export class Dispatcher implements CallDispatcher {
         throw new ToolFailedError(key, stored, false);
       }
       case "not_performed": {
-        // This run's request was not performed. But a keyed_write re-claimed or taken over (fence
-        // above 1) may carry an earlier run whose response was lost: "not performed" speaks for
-        // this run only, so the call as a whole may have happened (found by the spin model).
-        // A volatile ledger may have forgotten an earlier run's row, so even fence 1 proves nothing there.
-        // In a resumed turn (TURN-15) an earlier holder's run may claim after this release and
-        // perform the call, whatever the class: not even fence 1 proves it will not happen.
-        const earlierRunMayHaveActed =
-          (tool.effect === "keyed_write" && (fence > 1 || this.ledger.capabilities.durability !== "durable")) || context.resumed === true;
+        // This run's request was not performed. But a row re-claimed or taken over (fence above 1)
+        // may carry an earlier run whose response was lost: "not performed" speaks for this run
+        // only, so the call as a whole may have happened (found by the spin model). That holds for
+        // an unkeyed_write too (LEDGER-8: whatever the write class): its row is released again by
+        // an operator's not_performed resolution, after which a paused earlier owner may still
+        // send (§6.12's residual). A volatile ledger may have forgotten an earlier run's row, so
+        // even fence 1 proves nothing there. In a resumed turn (TURN-15) an earlier holder's run
+        // may claim after this release and perform the call: not even fence 1 proves it will not happen.
+        const earlierRunMayHaveActed = fence > 1 || this.ledger.capabilities.durability !== "durable" || context.resumed === true;
         await this.recorded(key, fence, () => this.releaseOwn(key, fence, base), { ...done, state: "released", write: "release", effectMayHaveHappened: earlierRunMayHaveActed });
         this.emit({ type: "released", key, toolName: tool.name, ordinal: base.ordinal, effectMayHaveHappened: earlierRunMayHaveActed });
         throw new ClaimReleasedError(key, earlierRunMayHaveActed, error);

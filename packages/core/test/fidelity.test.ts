@@ -526,6 +526,43 @@ describe("a not-performed failure after an earlier run (RECORD-2, spin model fin
   });
 });
 
+describe("a not-performed failure after an earlier run of an unkeyed_write (LEDGER-8: whatever the write class)", () => {
+  // LEDGER-8 and §11's note: claim_released says "not performed" only on the key's first claim on a
+  // durable ledger in a turn that was not resumed, whatever the class. An unkeyed_write's row is
+  // released again after an operator's not_performed resolution (RESOLVE-3), and a paused earlier
+  // owner may still send its request (§6.12's known residual); a volatile ledger may have forgotten
+  // the run that performed it. The run that says "not performed" speaks for itself only.
+  const refusedAfter = (firstRun: "unknown" | "not_performed") => {
+    let runs = 0;
+    return defineTool({
+      name: "create_record",
+      effect: "unkeyed_write",
+      input: z.object({ amount: z.number() }),
+      run: () => {
+        runs++;
+        if (runs === 1) throw new ToolError(firstRun === "unknown" ? "socket hang up" : "503 before acceptance", { disposition: firstRun });
+        throw new ToolError("503 before acceptance", { disposition: "not_performed" });
+      },
+    });
+  };
+  const call = { name: "create_record", input: { amount: 1 } };
+
+  it("LEDGER-8 a re-claim of an unkeyed_write released by an operator's not_performed (fence above 1) is 'may have happened'", async () => {
+    const base = new MemoryLedger();
+    const durable: Ledger = Object.assign(Object.create(base) as Ledger, { capabilities: { ...base.capabilities, durability: "durable" } });
+    const dispatcher = new Dispatcher({ tools: [refusedAfter("unknown")], ledger: durable });
+    await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "outcome_unknown" });
+    const key = dispatcher.keyFor(call, turn0);
+    await durable.resolve!({ key, resolution: { outcome: "not_performed" }, actor: "ops", reason: "nothing found downstream" });
+    await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "claim_released", effectMayHaveHappened: true });
+  });
+
+  it("LEDGER-8 an unkeyed_write's first claim on a volatile ledger (allowed explicitly) is 'may have happened': an earlier run's row may be forgotten", async () => {
+    const dispatcher = new Dispatcher({ tools: [refusedAfter("not_performed")], ledger: new MemoryLedger(), allowVolatileLedgerForUnkeyedWrites: true, logger: recordingLogger().logger });
+    await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "claim_released", effectMayHaveHappened: true });
+  });
+});
+
 describe("a not-performed failure in a resumed turn (RECORD-2, proposed TURN-15, spin model finding resume-says-not)", () => {
   const refused = (effect: "keyed_write" | "unkeyed_write", events: DispatchEvent[] = []) => {
     const tool = defineTool({
