@@ -108,7 +108,13 @@ export interface SupersededAttemptRecord {
   conversationId: string;
   messageId: string;
   turnIndex: number;
+  /** The attempt whose commit was refused. */
   attempt: number;
+  /**
+   * The calls of every attempt of the turn this runner made, the refused one and those before it
+   * (each entry names its attempt): an earlier attempt's call the refused one did not make again
+   * is in no committed turn (RECORD-7).
+   */
   calls: CallRecord[];
   /** As in FailedTurnRecord: the turn index was begun before under an earlier turn lease (TURN-15). */
   resumed?: boolean;

@@ -970,14 +970,18 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           return { kind: "committed", outcome: reported, answers };
         }
         // Another worker took the conversation and committed (or will): what this attempt did
-        // in the world is kept beside the conversation, never orphaned (TURN-13).
+        // in the world is kept beside the conversation, never orphaned (TURN-13). With what this
+        // runner's earlier attempts of the turn did (RECORD-5, RECORD-7): the model may have
+        // answered this attempt without a call an earlier one made (a payment cut after it ran),
+        // and the holder that committed saw none of them; on a ledger that does not list rows,
+        // this record is the only one that can name them.
         const record: SupersededAttemptRecord = {
           kind: "superseded_attempt",
           conversationId,
           messageId,
           turnIndex,
           attempt,
-          calls: await this.asOfTakeover(records),
+          calls: await this.asOfTakeover(calls),
           resumed: resumedTurn(snapshot),
           at: new Date().toISOString(),
         };
