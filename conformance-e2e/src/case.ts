@@ -3,7 +3,7 @@ import { isDispatchOnceError, type ConversationStore, type StoredMessage } from 
 import type { FailedTurnRecord } from "@dispatch-once/runner";
 import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
 import { checkOracle, type OracleViolation } from "./oracle.js";
-import { faultFree, plannedCalls, sendGroups, type MessagePlan, type Scenario } from "./scenario.js";
+import { divergedCalls, faultFree, plannedCalls, sendGroups, type MessagePlan, type Scenario } from "./scenario.js";
 import {
   CALM_CLAIM_LEASE_MS,
   DIED,
@@ -115,6 +115,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     redeliver: () => Promise.resolve(),
     started: Date.now(),
     sendTimeoutMs: options.sendTimeoutMs ?? 20_000,
+    divergedTexts: new Map(),
   };
   let deaths = false;
   for (const conversation of scenario.conversations) {
@@ -141,7 +142,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
       }
     }
   }
-  programProvider(world, scenario, account);
+  programProvider(world, scenario, account, ctx);
   let first = true;
   const factory: WorkerFactoryOptions = {
     // The first worker uses the fixture's ledger; every later one a second view of the same namespace.
@@ -205,16 +206,22 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
             // the rest, which the new message's first turn makes at the failed turn's index.
             const rest = committed === 1;
             const suffix = rest ? REASK_REST_SUFFIX : REASK_SUFFIX;
+            // Asked again whole, the model answers the failed first turn as it answers a re-run
+            // (rerunDivergence: a call omitted, two swapped); the rest of a loop it asks as before.
+            const first = divergedCalls(plan) ?? plan.calls;
             const reaskPlan: MessagePlan = rest
               ? { ...plan, calls: reaskCalls(loop), route: "automatic_retry" }
-              : { ...plan, ...(loop.length > 0 ? { followUp: reaskCalls(loop) } : {}), route: "automatic_retry" };
+              : { ...plan, calls: first, ...(loop.length > 0 ? { followUp: reaskCalls(loop) } : {}), route: "automatic_retry" };
             if (rest) delete reaskPlan.followUp;
+            // Its own response is the one the model gives; the re-ask's re-runs repeat it.
+            delete reaskPlan.rerunDivergence;
+            if (!rest && first !== plan.calls) ctx.diagnostics.divergent_reasks = (ctx.diagnostics.divergent_reasks ?? 0) + 1;
             const reask: SentMessage = {
               conversationId: conversation.id,
               id: `${message.id}${suffix}`,
               text: `${message.text}${suffix}`,
               plan: reaskPlan,
-              calls: rest ? reaskCalls(loop) : reaskCalls(plannedCalls(plan)),
+              calls: rest ? reaskCalls(loop) : reaskCalls([...first, ...loop]),
               reaskOf: message.id,
               concurrent: false,
             };

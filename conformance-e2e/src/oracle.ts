@@ -1,9 +1,9 @@
-import type { CallRecord, FailedTurnRecord, SupersededAttemptRecord } from "@dispatch-once/runner";
+import type { CallRecord, FailedTurnRecord, ResumedTurnRecord, SupersededAttemptRecord } from "@dispatch-once/runner";
 import { canonicalize, type JsonValue, type StoredMessage, type StoredTurn } from "@dispatch-once/core";
 import type { Effect } from "@dispatch-once/mock-payments";
 import type { TranscriptReader } from "./provider.js";
 import { faultFree, type PlannedCall } from "./scenario.js";
-import { expectedKey, identityText, short, type CaseContext, type RecordedEvent, type SentMessage, type ToolRun } from "./world.js";
+import { contentOf, expectedKey, identityText, short, type CaseContext, type RecordedEvent, type SentMessage, type ToolRun } from "./world.js";
 
 export interface OracleViolation {
   rule: string;
@@ -427,14 +427,26 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   // gone or made with other arguments: nothing asked for was performed, and the user is told the
   // request was done. No other check sees it: no effect to
   // count, no record to read, and the committed log is well formed.
+  //
+  // A message whose first turn the model answered differently on a re-run (rerunDivergence: a
+  // call omitted, two swapped) may have committed either response: its turns must then make
+  // every call of one of the two (the calls the model dropped are not the library's to make; what
+  // an earlier attempt made of them is judged below, by the records).
+  const tally = (calls: PlannedCall[]) => {
+    const asked = new Map<string, number>();
+    for (const call of calls) {
+      const signature = plannedSignature(call);
+      if (signature !== undefined) asked.set(signature, (asked.get(signature) ?? 0) + 1);
+    }
+    return asked;
+  };
   for (const c of conversations) {
     for (const m of c.sent) {
       if (c.stored.get(m.id)?.state !== "answered") continue;
-      const asked = new Map<string, number>();
-      for (const call of m.calls) {
-        const signature = plannedSignature(call);
-        if (signature !== undefined) asked.set(signature, (asked.get(signature) ?? 0) + 1);
-      }
+      const asked = tally(m.calls);
+      const rerun = ctx.divergedTexts.get(contentOf(ctx.account, m.text));
+      const followUp = m.plan.followUp ?? [];
+      const rerunAsked = rerun === undefined ? undefined : tally([...rerun, ...(rerun.length > 0 ? followUp : [])]);
       const made = new Map<string, number>();
       for (const t of c.turns) {
         if (t.messageId !== m.id) continue;
@@ -442,6 +454,10 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
           const signature = plannedSignature({ tool: (use.name ?? "") as PlannedCall["tool"], args: (use.input ?? {}) as Record<string, unknown> });
           if (signature !== undefined) made.set(signature, (made.get(signature) ?? 0) + 1);
         }
+      }
+      if (rerunAsked !== undefined && [...rerunAsked].every(([signature, count]) => (made.get(signature) ?? 0) >= count)) {
+        if ([...asked].some(([signature, count]) => (made.get(signature) ?? 0) < count)) ctx.diagnostics.answered_by_divergent_rerun = (ctx.diagnostics.answered_by_divergent_rerun ?? 0) + 1;
+        continue;
       }
       for (const [signature, count] of asked) {
         const committed = made.get(signature) ?? 0;
@@ -934,7 +950,20 @@ function checkEveryEffectAccounted(
     const byDead = runs.some((r) => deadWorkers.has(r.worker));
     if (byDead) count("dead_worker_effects");
     if (byDead && !reached.has(key)) count("dead_worker_effect_unreached");
-    if (committedKeys.has(key) || listed.has(key)) continue;
+    if (committedKeys.has(key)) continue;
+    // An effect a committed turn of its index leaves unanswered (a re-run the model answered
+    // without the call): the case the divergent re-runs exist for, counted when a record tells it.
+    const leftByCommit = conversations.find((x) => x.id === run.conversationId)?.turns.some((t) => t.turnIndex === run.turnIndex) === true;
+    if (listed.has(key)) {
+      if (leftByCommit) {
+        count("omitted_after_effect");
+        // Told by the committed turn's own record (RECORD-8), not only by an earlier failure's.
+        if (records.some((r) => (r as unknown as ResumedTurnRecord).kind === "resumed_turn" && (r as unknown as ResumedTurnRecord).calls.some((x) => x.key === key && SAYS_MAYBE.has(x.effect)))) {
+          count(byDead ? "omitted_dead_worker_effect_told_by_committed_turn_record" : "omitted_after_effect_told_by_committed_turn_record");
+        }
+      }
+      continue;
+    }
     const madeAt = Date.parse(e.at) - ctx.started;
     // The failed-turn records of its turn written after it was made.
     const later = records.filter(
@@ -943,6 +972,24 @@ function checkEveryEffectAccounted(
     );
     if (byDead && later.some((r) => r.resumed === true)) {
       if (!reached.has(key)) count("dead_worker_effect_unreached_reported_by_resumed_record");
+      continue;
+    }
+    // The committed turn of its index, when one commits there: it does not answer the key (a model
+    // that answered a re-run without the call). RECORD-8: its record lists the key, or, for a dead
+    // holder's effect on a ledger whose rows the runner could not list, says that the turn was
+    // resumed and its rows were not listed (an earlier holder's attempts may have had effects).
+    const committedAt = conversations.find((x) => x.id === run.conversationId)?.turns.find((t) => t.turnIndex === run.turnIndex);
+    const resumedUnlisted = records.some(
+      (r) =>
+        (r as unknown as ResumedTurnRecord).kind === "resumed_turn" &&
+        r.conversationId === run.conversationId &&
+        r.turnIndex === run.turnIndex &&
+        (r as unknown as ResumedTurnRecord).resumed &&
+        !(r as unknown as ResumedTurnRecord).listed &&
+        Date.parse(r.at) - ctx.started >= madeAt,
+    );
+    if (byDead && committedAt !== undefined && resumedUnlisted) {
+      count("dead_worker_effect_reported_by_unlisted_resumed_turn");
       continue;
     }
     const c = conversations.find((x) => x.id === run.conversationId);
@@ -960,6 +1007,19 @@ function checkEveryEffectAccounted(
       continue;
     }
     const who = byDead ? `${run.worker}, which died before it could record it,` : run.worker;
+    if (committedAt !== undefined) {
+      // A dead holder's effect only the committed turn's record can name (RECORD-8, from the
+      // ledger's rows); a live worker's, its own records too (TURN-13, RECORD-5): RECORD-7.
+      add(
+        byDead ? "RECORD-8" : "RECORD-7",
+        `${describeEffect(e)}, made by ${who} (${run.tool} at turn ${run.turnIndex} of ${run.conversationId}), is accounted for nowhere: ` +
+          `turn ${run.turnIndex} committed (message ${JSON.stringify(committedAt.messageId)}) without answering its key, and no record kept beside the conversation ` +
+          `lists it as happened or may have happened (` +
+          (byDead ? "the committed turn's record of the rows it does not answer" : "the worker's own failed-turn or superseded-attempt record, or the committed turn's record") +
+          `): the user is never told it happened`,
+      );
+      continue;
+    }
     add(
       later.length > 0 ? (byDead ? "RECORD-6" : "RECORD-5") : "RECORD-7",
       `${describeEffect(e)}, made by ${who} (${run.tool} at turn ${run.turnIndex} of ${run.conversationId}), is accounted for nowhere: ` +

@@ -15,6 +15,7 @@ import {
 import {
   lastUserPromptIndex,
   lastUserText as anthropicUserText,
+  say as anthropicSay,
   scriptFromPlans as anthropicScript,
   startMockProvider,
   toolUse,
@@ -25,7 +26,7 @@ import {
 import { ConversationRunner as OpenAIRunner } from "@dispatch-once/openai";
 import type { SendResult, TurnRunnerOptions } from "@dispatch-once/runner";
 import OpenAI from "openai";
-import type { PlannedCall, StreamCut } from "./scenario.js";
+import { fitCut, type PlannedCall, type StreamCut } from "./scenario.js";
 
 /** The stream sides the kit's turn runner drives (their planted bugs replace the runner's parts). */
 export type RunnerProviderName = "anthropic" | "openai";
@@ -81,8 +82,19 @@ export interface ProviderSide {
    * response of its tool loop (step 0 answers the user's text, step n the tool results of step
    * n - 1; once the steps are used up the model answers with text); `cutFor` gives the cut of the
    * `attempt`-th (1-based) request for that step of that user text.
+   *
+   * `reruns` maps a user text to the calls the model makes when it answers a RE-RUN of a step
+   * (a request the provider has seen before, its attempt 2 on: a retry, a re-send, a take-over)
+   * differently, by step (a step left undefined is answered as in `plans`): a real model does not
+   * repeat itself. A cut of such a response is fitted to its calls (`fitCut`); `onRerun` hears of
+   * every such response.
    */
-  program(plans: Map<string, PlannedCall[][]>, cutFor: (text: string, attempt: number, step: number) => StreamCut | undefined): void;
+  program(
+    plans: Map<string, PlannedCall[][]>,
+    cutFor: (text: string, attempt: number, step: number) => StreamCut | undefined,
+    reruns?: Map<string, (PlannedCall[] | undefined)[]>,
+    onRerun?: (text: string, step: number, calls: PlannedCall[]) => void,
+  ): void;
   runner(wiring: RunnerWiring): KitRunner;
   transcript: TranscriptReader;
   close(): Promise<void>;
@@ -93,6 +105,29 @@ const stepsOf = (plans: Map<string, PlannedCall[][]>, text: string | undefined):
 
 /** The send_payment memo is free text: a retried model re-words it (IDENT-1). */
 const rewordOf = (c: PlannedCall): { reword?: string[] } => (c.tool === "send_payment" ? { reword: ["memo"] } : {});
+
+/**
+ * Which requests get a re-run's different response: the fault plan (which the mocks consult
+ * before the script, with the request's attempt number) marks the request object, and the script
+ * (handed the same object) reads the mark.
+ */
+function rerunMarks(
+  reruns: Map<string, (PlannedCall[] | undefined)[]> | undefined,
+  onRerun: ((text: string, step: number, calls: PlannedCall[]) => void) | undefined,
+) {
+  const marked = new WeakMap<object, PlannedCall[]>();
+  return {
+    /** Marks the request when it re-runs a step the model answers differently; the calls it makes, if so. */
+    mark(request: object, text: string | undefined, step: number, attempt: number): PlannedCall[] | undefined {
+      const calls = text === undefined || attempt < 2 ? undefined : reruns?.get(text)?.[step];
+      if (calls === undefined) return undefined;
+      marked.set(request, calls);
+      onRerun?.(text!, step, calls);
+      return calls;
+    },
+    of: (request: object): PlannedCall[] | undefined => marked.get(request),
+  };
+}
 
 type Obj = Record<string, unknown>;
 const asArray = (v: unknown): Obj[] => (Array.isArray(v) ? (v as Obj[]) : []);
@@ -131,10 +166,21 @@ async function anthropicSide(): Promise<ProviderSide> {
   const mock = await startMockProvider({});
   return {
     name: "anthropic",
-    program(plans, cutFor) {
-      // The mock plays step n of a plan as the n-th assistant turn after the user's text.
-      const scripted: Record<string, ReturnType<typeof turn>[]> = {};
-      for (const [text, steps] of plans) scripted[text] = steps.map((calls) => turn(...calls.map((c) => toolUse(c.tool, c.args, rewordOf(c)))));
+    program(plans, cutFor, reruns, onRerun) {
+      // The mock plays step n of a plan as the n-th assistant turn after the user's text; a
+      // re-run the model answers differently plays the re-run's calls instead (a text answer when none).
+      const turnOf = (calls: PlannedCall[]) => (calls.length === 0 ? turn(anthropicSay("Done.")) : turn(...calls.map((c) => toolUse(c.tool, c.args, rewordOf(c)))));
+      const marks = rerunMarks(reruns, onRerun);
+      const scripted: Record<string, ((request: object) => ReturnType<typeof turn>)[]> = {};
+      for (const [text, steps] of plans) {
+        scripted[text] = steps.map((calls) => {
+          const planned = turnOf(calls);
+          return (request) => {
+            const rerun = marks.of(request);
+            return rerun === undefined ? planned : turnOf(rerun);
+          };
+        });
+      }
       mock.setScript(anthropicScript(scripted));
       mock.setFaultPlan((request, info) => {
         // Faults apply to the requests of the tool loop's steps: the one whose last message is the
@@ -142,8 +188,10 @@ async function anthropicSide(): Promise<ProviderSide> {
         const last = request.messages[request.messages.length - 1];
         const prompt = lastUserPromptIndex(request);
         const step = request.messages.slice(prompt + 1).filter((m) => m.role === "assistant").length;
+        const rerun = marks.mark(request, prompt < 0 ? undefined : anthropicUserText(request), step, info.attempt);
         const text = typeof last?.content === "string" ? last.content : step > 0 && stepsOf(plans, anthropicUserText(request)) > step ? anthropicUserText(request) : undefined;
-        const planned = text === undefined ? undefined : cutFor(text, info.attempt, step);
+        const cut = text === undefined ? undefined : cutFor(text, info.attempt, step);
+        const planned = cut === undefined || rerun === undefined ? cut : fitCut(cut, rerun.length);
         if (planned === undefined) return undefined;
         const fault: AnthropicFault = { kind: planned.kind, at: anthropicPosition(planned) };
         return fault;
@@ -252,9 +300,11 @@ async function openAISide(): Promise<ProviderSide> {
   const mock = await startMockOpenAI({ script: (request) => script(request) });
   return {
     name: "openai",
-    program(plans, cutFor) {
+    program(plans, cutFor, reruns, onRerun) {
+      const responseOf = (calls: PlannedCall[]) => (calls.length === 0 ? say("Done.") : respond(...calls.map((c) => call(c.tool, c.args, rewordOf(c)))));
+      const marks = rerunMarks(reruns, onRerun);
       const scripted: Record<string, ScriptedResponse[]> = {};
-      for (const [text, steps] of plans) scripted[text] = steps.map((calls) => respond(...calls.map((c) => call(c.tool, c.args, rewordOf(c)))));
+      for (const [text, steps] of plans) scripted[text] = steps.map(responseOf);
       // The mock's own plans answer tool results with text; the kit's tool loop plays step n
       // after the n-th batch of function_call_output items that follows the user's text.
       const fallback = openAIScript({});
@@ -263,7 +313,9 @@ async function openAISide(): Promise<ProviderSide> {
         const steps = text === undefined ? undefined : scripted[text];
         if (steps === undefined) return fallback(request);
         const step = openAIStep(request.input);
-        return steps[step] ?? say("Done.");
+        // A re-run the model answers differently (the fault plan below marked the request).
+        const rerun = marks.of(request);
+        return rerun !== undefined ? responseOf(rerun) : (steps[step] ?? say("Done."));
       };
       // The mock records every request; nothing reads them across cases, and a certification
       // makes thousands. Attempt numbers restart too, harmlessly: each case's texts are its own.
@@ -271,8 +323,10 @@ async function openAISide(): Promise<ProviderSide> {
       mock.setFaultPlan((request, info) => {
         const step = openAIStep(request.input);
         const loop = openAIUserText(request);
+        const rerun = marks.mark(request, loop, step, info.attempt);
         const text = step === 0 ? lastUserMessage(request.input) : stepsOf(plans, loop) > step ? loop : undefined;
-        const planned = text === undefined ? undefined : cutFor(text, info.attempt, step);
+        const cut = text === undefined ? undefined : cutFor(text, info.attempt, step);
+        const planned = cut === undefined || rerun === undefined ? cut : fitCut(cut, rerun.length);
         if (planned === undefined) return undefined;
         const fault: OpenAIFault = { kind: planned.kind, at: openAIPosition(planned) };
         return fault;

@@ -42,6 +42,18 @@ export type WorkerDeath = {
   when: "before_downstream" | "after_response_before_complete" | "stall_before_downstream";
 };
 
+/**
+ * How the model answers a RE-RUN of a message's first turn differently from its first response
+ * (a real model at temperature > 0 does not repeat itself): it `omit`s one call the first
+ * response made (the cut attempt may already have run it: its payment happened and the committed
+ * turn does not answer it), or `swap`s two different calls (their keys do not change: the
+ * ordinal counts identical calls only, TURN-4). Indexes are taken modulo the first turn's calls
+ * when the plan is applied (`divergedCalls`). A re-run is any later response to the same request
+ * (a retry after a cut, a client re-send, a take-over after a death or a stall) and a re-ask's
+ * first turn (TURN-12: the failed index again).
+ */
+export type RerunDivergence = { kind: "omit"; call: number } | { kind: "swap"; first: number; second: number };
+
 export type ReplayRoute = "automatic_retry" | "client_resend" | "queue_redelivery" | "double_send";
 
 export interface MessagePlan {
@@ -112,6 +124,11 @@ export interface MessagePlan {
    * reached before). Either way each call the user asked for happens once (case.ts, oracle.ts).
    */
   reask: boolean;
+  /**
+   * The model answers a re-run of this message's first turn with other calls (see
+   * RerunDivergence): absent, every re-run makes the same calls (only the memo re-worded).
+   */
+  rerunDivergence?: RerunDivergence;
 }
 
 export interface ConversationPlan {
@@ -128,6 +145,47 @@ export interface Scenario {
 /** Every call a message's user asked for, in the order the model makes them: the first turn's, then the follow-up's. */
 export function plannedCalls(message: MessagePlan): PlannedCall[] {
   return [...message.calls, ...(message.followUp ?? [])];
+}
+
+/**
+ * The calls the model makes in its response to a re-run of the message's first turn, or
+ * undefined when it makes the first response's calls again. An omission may empty the turn only
+ * when no follow-up turn depends on it (the model then answers the re-run with text alone).
+ */
+export function divergedCalls(message: Pick<MessagePlan, "calls" | "followUp" | "rerunDivergence">): PlannedCall[] | undefined {
+  const d = message.rerunDivergence;
+  const calls = message.calls;
+  if (d === undefined || calls.length === 0) return undefined;
+  if (d.kind === "omit") {
+    if (calls.length === 1 && (message.followUp ?? []).length > 0) return undefined;
+    const at = d.call % calls.length;
+    return calls.filter((_, i) => i !== at);
+  }
+  const a = d.first % calls.length;
+  const b = d.second % calls.length;
+  // Identical calls swapped are the same response; a swap needs two different calls.
+  if (a === b || JSON.stringify(calls[a]) === JSON.stringify(calls[b])) return undefined;
+  const swapped = [...calls];
+  swapped[a] = calls[b]!;
+  swapped[b] = calls[a]!;
+  return swapped;
+}
+
+/**
+ * A cut planned for the first response, fitted to a re-run's response with fewer calls (an
+ * omission): a position past its calls falls on its last call, or before its end when it makes none.
+ */
+export function fitCut(cut: StreamCut, calls: number): StreamCut {
+  if (calls === 0) return cut.at === "event" && cut.event <= 6 ? cut : { at: "before_message_stop", kind: cut.kind };
+  switch (cut.at) {
+    case "event":
+      return { ...cut, event: Math.min(cut.event, 6 + calls * 6) };
+    case "arguments":
+    case "after_call":
+      return { ...cut, toolUse: Math.min(cut.toolUse, calls - 1) };
+    case "before_message_stop":
+      return cut;
+  }
 }
 
 /** True when nothing in the scenario injects a fault: the run must then be boring (see the oracle). */
@@ -347,11 +405,18 @@ function conversationArbitrary(conversation: number): fc.Arbitrary<ConversationP
   return fc.integer({ min: 1, max: 3 }).chain((count) => messages(count, 0, [])).map((m) => ({ id: `conv-${conversation}`, messages: m }));
 }
 
+/** A calm run has no re-run for a divergence to answer: none is shown. */
+function withoutDivergence(m: MessagePlan): MessagePlan {
+  const plan = { ...m };
+  delete plan.rerunDivergence;
+  return plan;
+}
+
 /** No cut, no outage, no downstream fault, no death, no unstorable result: the calm runs. */
 function calm(conversation: ConversationPlan): ConversationPlan {
   return {
     id: conversation.id,
-    messages: conversation.messages.map((m) => ({
+    messages: conversation.messages.map((m) => withoutDivergence({
       ...m,
       cuts: [],
       ...(m.followUpCuts !== undefined ? { followUpCuts: [] } : {}),
@@ -364,6 +429,19 @@ function calm(conversation: ConversationPlan): ConversationPlan {
   };
 }
 
+/** The most messages a scenario has (three conversations of three): one divergence draw each. */
+const MAX_MESSAGES = 9;
+
+/**
+ * Mostly none (two messages in five diverge): an omission three times as often as a swap (a
+ * swap changes no key; an omission leaves an earlier attempt's effect unanswered).
+ */
+const divergenceArbitrary: fc.Arbitrary<RerunDivergence | undefined> = fc.oneof(
+  { weight: 3, arbitrary: fc.constant(undefined) },
+  { weight: 3, arbitrary: fc.record({ kind: fc.constant("omit" as const), call: fc.integer({ min: 0, max: 3 }) }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("swap" as const), first: fc.integer({ min: 0, max: 3 }), second: fc.integer({ min: 0, max: 3 }) }) },
+);
+
 export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
   return fc
     .record({
@@ -371,9 +449,25 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
       providerSeed: fc.integer({ min: 0, max: 2 ** 31 - 1 }),
       // A fifth of the runs inject no fault at all: nothing may then fail, be taken over or be unknown.
       calm: fc.integer({ min: 0, max: 4 }).map((n) => n === 0),
+      // Drawn last, one per message slot, so that every earlier draw of a seed (and the scenarios
+      // the kit's planted tests find at their seeds and paths) stays what it was before the field.
+      divergences: fc.array(divergenceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
     })
-    .map(({ conversations, providerSeed, calm: quiet }) => ({
-      conversations: quiet ? conversations.map(calm) : conversations,
-      providerSeed,
-    }));
+    .map(({ conversations, providerSeed, calm: quiet, divergences }) => {
+      let slot = 0;
+      const diverging = conversations.map((c) => ({
+        ...c,
+        messages: c.messages.map((m) => {
+          const d = divergences[slot++];
+          const plan: MessagePlan = d === undefined ? m : { ...m, rerunDivergence: d };
+          // Only a divergence that changes the response is kept (a shrunk scenario shows no inert one).
+          if (d !== undefined && divergedCalls(plan) === undefined) delete plan.rerunDivergence;
+          return plan;
+        }),
+      }));
+      return {
+        conversations: quiet ? diverging.map(calm) : diverging,
+        providerSeed,
+      };
+    });
 }

@@ -26,7 +26,7 @@ import {
 } from "@dispatch-once/mock-payments";
 import { z } from "zod";
 import { startProvider, type KitRunner, type ProviderSide, type RunnerProviderName } from "./provider.js";
-import type { MessagePlan, PlannedCall, Scenario, StreamCut, WorkerDeath } from "./scenario.js";
+import { divergedCalls, type MessagePlan, type PlannedCall, type Scenario, type StreamCut, type WorkerDeath } from "./scenario.js";
 
 /** The servers one property run shares across its cases; each case gets its own account and ledger namespace. */
 export interface World {
@@ -224,6 +224,11 @@ export interface CaseContext {
   redeliver(conversationId: string, messageId: string): Promise<void>;
   started: number;
   sendTimeoutMs: number;
+  /**
+   * The user texts (as the provider sees them) whose first turn the model answered on a re-run
+   * with other calls than its first response's (scenario.ts rerunDivergence), with those calls.
+   */
+  divergedTexts: Map<string, PlannedCall[]>;
 }
 
 export function note(ctx: CaseContext, who: string, what: string): void {
@@ -644,9 +649,14 @@ export const REASK_SUFFIX = " again";
 /** The re-ask of a tool loop that failed in its follow-up turn: the user asks again for what did not finish. */
 export const REASK_REST_SUFFIX = " again, the rest";
 
-/** Program the provider for this case: one plan per message text (and re-ask), cuts by request attempt. */
-export function programProvider(world: World, scenario: Scenario, account: string): void {
+/**
+ * Program the provider for this case: one plan per message text (and re-ask), cuts by request
+ * attempt, and a message's divergence on its first turn's re-runs (from its second request on,
+ * and its re-ask's first turn); `ctx` counts the diverging responses (`divergent_reruns`).
+ */
+export function programProvider(world: World, scenario: Scenario, account: string, ctx?: CaseContext): void {
   const plans = new Map<string, PlannedCall[][]>();
+  const reruns = new Map<string, (PlannedCall[] | undefined)[]>();
   const cuts = new Map<string, StreamCut[]>();
   const followUpCuts = new Map<string, StreamCut[]>();
   const outages = new Map<string, StreamCut>();
@@ -658,7 +668,11 @@ export function programProvider(world: World, scenario: Scenario, account: strin
       plans.set(text, message.followUp !== undefined && message.followUp.length > 0 ? [message.calls, message.followUp] : [message.calls]);
       // Asked again whole (the first turn failed), or for the follow-up's calls (it failed there).
       const loop = message.followUp ?? [];
-      plans.set(text + REASK_SUFFIX, loop.length > 0 ? [reaskCalls(message.calls), reaskCalls(loop)] : [reaskCalls(message.calls)]);
+      // A re-ask re-runs the failed first turn: the model answers it as it answers a re-run.
+      const diverged = divergedCalls(message);
+      if (diverged !== undefined) reruns.set(text, [diverged]);
+      const first = diverged ?? message.calls;
+      plans.set(text + REASK_SUFFIX, loop.length > 0 ? [reaskCalls(first), reaskCalls(loop)] : [reaskCalls(first)]);
       if (loop.length > 0) plans.set(text + REASK_REST_SUFFIX, [reaskCalls(loop)]);
       cuts.set(text, message.cuts);
       if (message.followUpCuts !== undefined) followUpCuts.set(text, message.followUpCuts);
@@ -666,10 +680,19 @@ export function programProvider(world: World, scenario: Scenario, account: strin
     }
   }
   // The planned cut of this attempt; else, from the second request on, the outage (of its step).
-  world.provider.program(plans, (text, attempt, step) =>
-    step > 0
-      ? (followUpCuts.get(text)?.[attempt - 1] ?? (attempt >= 2 ? followUpOutages.get(text) : undefined))
-      : (cuts.get(text)?.[attempt - 1] ?? (attempt >= 2 ? outages.get(text) : undefined)),
+  world.provider.program(
+    plans,
+    (text, attempt, step) =>
+      step > 0
+        ? (followUpCuts.get(text)?.[attempt - 1] ?? (attempt >= 2 ? followUpOutages.get(text) : undefined))
+        : (cuts.get(text)?.[attempt - 1] ?? (attempt >= 2 ? outages.get(text) : undefined)),
+    reruns,
+    (text, step, calls) => {
+      if (ctx === undefined) return;
+      ctx.diagnostics.divergent_reruns = (ctx.diagnostics.divergent_reruns ?? 0) + 1;
+      ctx.divergedTexts.set(text, calls);
+      ctx.timeline.push({ at: Date.now() - ctx.started, who: "model", what: `answers a re-run of step ${step} of ${JSON.stringify(text)} with ${calls.length === 0 ? "text alone" : calls.map((c) => c.tool).join(", ")} (its first response differed)` });
+    },
   );
 }
 

@@ -26,7 +26,10 @@ function expectHardCases(seen: Record<string, number>, runs: number): void {
   // follow_up_deaths, follow_up_unstorable: a worker dying, a result that cannot be stored, in a
   // later turn of a tool loop (the take-over resumes mid-loop; the turn fails after one committed).
   // rerun_faults: a downstream fault on the re-run of a call whose worker died after its effect.
-  for (const kind of ["calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "follow_up_deaths", "follow_up_unstorable", "rerun_faults", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
+  // divergent_reruns: the model answered a re-run of a turn with other calls (one omitted, two
+  // swapped); omitted_after_effect: an effect a committed turn of its index leaves unanswered,
+  // told by a record; ..._told_by_committed_turn_record: by the committed turn's own (RECORD-8).
+  for (const kind of ["divergent_reruns", "divergent_reasks", "answered_by_divergent_rerun", "omitted_after_effect", "omitted_after_effect_told_by_committed_turn_record", "calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "follow_up_deaths", "follow_up_unstorable", "rerun_faults", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
     expect(seen[kind], kind).toBeGreaterThan(0);
   }
 }

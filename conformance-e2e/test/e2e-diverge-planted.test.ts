@@ -1,0 +1,83 @@
+import type { Ledger, ToolDefinition } from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import type { DispatcherDefaults } from "../src/world.js";
+import { expectReadable } from "./readable.js";
+import { memory, realDispatcher } from "./audit-mutants.js";
+
+/**
+ * A model that answers a re-run differently (scenario.ts rerunDivergence): after a worker died
+ * after its payment, the take-over's re-run of the turn omits that call and commits. Only the
+ * ledger knows of the dead worker's payment, so the resumed turn's record must list the turn's
+ * rows the committed turn does not answer (RECORD-8). The planted bug: a resumed turn whose
+ * listing of the turn's rows comes back empty while saying it listed them (the runner reads the
+ * rows through its dispatcher's ledger, here a view whose listRows pages are empty): its record
+ * says `listed: true` and names nothing, and the payment is told nowhere. The scripted model of
+ * before answered every re-run with the same calls, so the take-over's committed turn always
+ * answered the dead worker's key and the bug passed every run.
+ */
+const SEARCH_BUDGET_MS = 240_000;
+
+/** The ledger, with every listing coming back empty (the capability still declared). */
+function blindListing(ledger: Ledger): Ledger {
+  const blind = Object.create(ledger) as Ledger;
+  blind.listRows = async () => ({ rows: [] });
+  return blind;
+}
+
+/** The planted bug: the real dispatcher over a ledger view whose listings miss every row. */
+function blindResumedRecord(tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults) {
+  return realDispatcher(tools, blindListing(ledger), defaults);
+}
+
+const SEED = 777;
+
+function expectVerdict(message: string): void {
+  // The model answered the re-run without the call; the committed turn leaves the dead worker's
+  // payment unanswered (its request was on its way when it died, or its response was in).
+  expect(message).toMatch(/answers a re-run of step 0 of .* \(its first response differed\)/);
+  expect(message).toMatch(/DIES (before calling the payments API|after the payment was accepted)/);
+  expect(message).toMatch(
+    /breaks RECORD-8\): (RECORD-8: )?payment_created \S+ \(seq \d+, key [0-9a-f]{8}\), made by \S+, which died before it could record it, \(send_payment at turn \d+ of conv-\d\), is accounted for nowhere: turn \d+ committed \(message "[^"]+"\) without answering its key/,
+  );
+}
+
+describe.each(RUNNER_PROVIDERS)("a re-run the model answers differently: the end-to-end oracle rejects a resumed turn's record that misses the dead worker's row (provider %s)", (provider) => {
+  it("RECORD-8 the take-over commits without the dead worker's payment, and its record lists no row (shrinking off)", async () => {
+    const error = await runEndToEnd(memory, {
+      provider,
+      runs: 300,
+      seed: SEED,
+      timeLimitMs: SEARCH_BUDGET_MS,
+      shrinkTimeLimitMs: 0,
+      dispatcher: blindResumedRecord,
+    }).catch((e: unknown) => e);
+    expectVerdict(expectReadable(error, SEED));
+  }, 600_000);
+
+  it("RECORD-8 the same verdict, fully shrunk", async () => {
+    const error = await runEndToEnd(memory, {
+      provider,
+      runs: 300,
+      seed: SEED,
+      timeLimitMs: SEARCH_BUDGET_MS,
+      dispatcher: blindResumedRecord,
+    }).catch((e: unknown) => e);
+    const message = expectReadable(error, SEED);
+    expect(message).not.toMatch(/shrinking cut short/);
+    expectVerdict(message);
+  }, 600_000);
+
+  it("the real dispatcher under the same hooks passes the same scenarios, and its committed turns' records name the dead workers' rows", async () => {
+    const seen: Record<string, number> = {};
+    await runEndToEnd(memory, {
+      provider,
+      // The mutant's search stopped at run 103 (path "102" on the Anthropic side): the same scenarios, the failing one included.
+      runs: 110,
+      seed: SEED,
+      dispatcher: realDispatcher,
+      onStats: (stats) => Object.assign(seen, stats),
+    });
+    expect(seen.omitted_dead_worker_effect_told_by_committed_turn_record).toBeGreaterThan(0);
+  }, 600_000);
+});
