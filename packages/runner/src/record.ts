@@ -112,8 +112,8 @@ export interface SupersededAttemptRecord {
   attempt: number;
   /**
    * The calls of every attempt of the turn this runner made, the refused one and those before it
-   * (each entry names its attempt): an earlier attempt's call the refused one did not make again
-   * is in no committed turn (RECORD-7).
+   * (each entry names its attempt; of the earlier ones, those dispatched under a key): an earlier
+   * attempt's call the refused one did not make again is in no committed turn (RECORD-7).
    */
   calls: CallRecord[];
   /** As in FailedTurnRecord: the turn index was begun before under an earlier turn lease (TURN-15). */

@@ -974,14 +974,15 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         // runner's earlier attempts of the turn did (RECORD-5, RECORD-7): the model may have
         // answered this attempt without a call an earlier one made (a payment cut after it ran),
         // and the holder that committed saw none of them; on a ledger that does not list rows,
-        // this record is the only one that can name them.
+        // this record is the only one that can name them. An earlier attempt's call never
+        // dispatched (no key: abandoned while its arguments streamed) had no effect to tell.
         const record: SupersededAttemptRecord = {
           kind: "superseded_attempt",
           conversationId,
           messageId,
           turnIndex,
           attempt,
-          calls: await this.asOfTakeover(calls),
+          calls: await this.asOfTakeover(calls.filter((call) => call.attempt === attempt || call.key !== undefined)),
           resumed: resumedTurn(snapshot),
           at: new Date().toISOString(),
         };

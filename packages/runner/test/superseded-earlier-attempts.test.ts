@@ -15,7 +15,11 @@ import { payCall, world } from "./toy.js";
  */
 const CONV = "conv-superseded-earlier";
 
-function setup() {
+type Script = Parameters<typeof world>[0];
+
+const paidThenCut: Script = (n) => (n === 1 ? [...payCall("c1", "first"), "cut"] : [{ t: "text", index: 0, text: "Nothing to pay." }, { t: "end" }]);
+
+function setup(script: Script = paidThenCut, cutAfterResolved = true) {
   const store = new MemoryConversationStore();
   // Right before this runner's commit, another worker takes the conversation over (this one
   // stalled past its lease): the commit is refused.
@@ -26,7 +30,7 @@ function setup() {
       return store.commitTurn(conversationId, commit);
     },
   });
-  return { store, toy: world((n) => (n === 1 ? [...payCall("c1", "first"), "cut"] : [{ t: "text", index: 0, text: "Nothing to pay." }, { t: "end" }]), true, { store: view, runner: { busyWaitMs: 0 } }) };
+  return { store, toy: world(script, cutAfterResolved, { store: view, runner: { busyWaitMs: 0 } }) };
 }
 
 describe("a superseded attempt's record after a retry the model answered differently (TURN-13, RECORD-7)", () => {
@@ -41,5 +45,15 @@ describe("a superseded attempt's record after a retry the model answered differe
     expect(superseded[0]).toMatchObject({ attempt: 2 });
     const listed = superseded[0]!.calls.map((c: CallRecord) => [c.attempt, c.key, c.effect]);
     expect(listed).toEqual([[1, paidKey, "happened"]]);
+  });
+
+  it("TURN-13 an earlier attempt's call abandoned while its arguments streamed (never dispatched, no key) is not listed: it had no effect to tell", async () => {
+    const { store, toy } = setup((n) => (n === 1 ? [...payCall("c1", "first").slice(0, 2), "cut"] : [{ t: "text", index: 0, text: "Nothing to pay." }, { t: "end" }]), false);
+    await toy.runner.send(CONV, { id: "m1", content: "pay acme" }).catch(() => undefined);
+    expect(toy.events.filter((e) => e.type === "call_abandoned")).toHaveLength(1);
+    expect(toy.performed).toEqual([]);
+    const superseded = ((await store.records(CONV)) as unknown as { kind: string }[]).filter((r) => r.kind === "superseded_attempt") as unknown as SupersededAttemptRecord[];
+    expect(superseded).toHaveLength(1);
+    expect(superseded[0]!.calls).toEqual([]);
   });
 });
