@@ -1460,12 +1460,6 @@ export class Dispatcher implements CallDispatcher {
   }
 
   /**
-   * A ledger write made AFTER the tool ran. An error from it says nothing about the effect,
-   * which may have happened: one whose code would read "did not happen" (a refused argument,
-   * a connection inside the caller's transaction) is re-raised as ledger_unavailable, so no
-   * caller or record tells the user an effect failed that may have taken place (ERR-4).
-   */
-  /**
    * Release this dispatch's own claim. If one of its claims met ledger_unavailable, a copy of it
    * may still reach the store: retire the claim id first (LEDGER-28), so that the copy can never
    * find the row released and claimable, not even after someone else re-claims and releases it
@@ -2131,6 +2125,12 @@ function performedButStale(key: string, fence: number, error: unknown): StaleCla
   );
 }
 
+/**
+ * A ledger write made AFTER the tool ran. An error from it says nothing about the effect,
+ * which may have happened: one whose code would read "did not happen" (a refused argument,
+ * a connection inside the caller's transaction) is re-raised as ledger_unavailable, so no
+ * caller or record tells the user an effect failed that may have taken place (ERR-4).
+ */
 function afterRunWriteError(key: string, error: unknown): unknown {
   if (catalogueEntry(error)?.effect === "no") {
     return new LedgerUnavailableError(
