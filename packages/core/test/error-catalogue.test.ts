@@ -51,7 +51,7 @@ describe("the error catalogue (ERR-1, ERR-4)", () => {
     const text = readFileSync(join(__dirname, "..", "..", "..", "spec", "dispatch-once.md"), "utf8");
     const rules = new Map<string, string>();
     for (const match of text.matchAll(/^<a id="([A-Z]+-\d+)"><\/a>\*\*[A-Z]+-\d+\*\* (.+)$/gm)) rules.set(match[1]!, match[2]!);
-    const refusals = ["invalid_key_input", "invalid_argument", "invalid_tool_definition", "invalid_ledger_input", "invalid_store_input", "ledger_corrupt"];
+    const refusals = ["invalid_key_input", "invalid_argument", "invalid_tool_definition", "invalid_ledger_input", "invalid_store_input", "ledger_corrupt", "store_corrupt"];
     const wrong: Record<string, { listedSilent: string[]; namingUnlisted: string[] }> = {};
     for (const code of refusals) {
       const entry = ERROR_CATALOGUE.find((e) => e.code === code)!;
