@@ -1,4 +1,4 @@
-import { canonicalize, CONVERSATION_ID_PATTERN, deriveKey, InvalidArgumentError, InvalidKeyInputError } from "@dispatch-once/core";
+import { canonicalize, CONVERSATION_ID_PATTERN, deriveKey, describeValue, InvalidArgumentError, InvalidKeyInputError } from "@dispatch-once/core";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolRequest } from "@modelcontextprotocol/sdk/types.js";
 import { unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
@@ -59,6 +59,11 @@ export interface McpTurnOptions {
 }
 
 const TURN_OPTION_NAMES: OptionNames<McpTurnOptions> = { identity: true, schemas: true, tools: true };
+/** idempotencyKeyFor's options: a misspelt `identiy` would be ignored, and the memo would stay in the key. */
+const KEY_OPTION_NAMES: OptionNames<McpKeyOptions> = { identity: true, schema: true };
+/** A turn's context, and idempotencyKeyFor's (which adds the ordinal): a misspelt `ordnal` gave the n-th identical call the first one's key. */
+const CONTEXT_NAMES: OptionNames<McpTurnContext> = { conversationId: true, turnIndex: true };
+const KEY_CONTEXT_NAMES: OptionNames<McpTurnContext & { ordinal?: number }> = { ...CONTEXT_NAMES, ordinal: true };
 
 /** How one tool's calls are keyed (MCP-10): over its schema's output, projected onto its identity. */
 export interface McpKeyOptions {
@@ -97,8 +102,9 @@ export function idempotencyKeyFor(
   call: Pick<CallToolParams, "name" | "arguments">,
   options: McpKeyOptions = {},
 ): string {
-  checkContext(context);
+  checkContext(context, KEY_CONTEXT_NAMES);
   checkCall(call);
+  checkKeyOptions(options);
   if (options.identity !== undefined) checkIdentity("options.identity", options.identity);
   if (options.schema !== undefined) checkSchema("options.schema", options.schema);
   return deriveKey({
@@ -119,6 +125,10 @@ export function withIdempotencyKey<P extends CallToolParams>(params: P, key: str
     throw new InvalidArgumentError("key", `must match ${IDEMPOTENCY_KEY_PATTERN.source} (MCP-3), got ${typeof key === "string" ? JSON.stringify(key.slice(0, 40)) : typeof key}`);
   }
   if (typeof params !== "object" || params === null || Array.isArray(params)) throw new InvalidArgumentError("params", "must be the params of a tools/call request");
+  const meta: unknown = params._meta;
+  if (meta !== undefined && (typeof meta !== "object" || meta === null || Array.isArray(meta))) {
+    throw new InvalidArgumentError("params._meta", `must be an object (MCP's request _meta) or absent, got ${describeValue(meta)}`);
+  }
   return { ...params, _meta: { ...params._meta, [IDEMPOTENCY_KEY_META]: key } };
 }
 
@@ -151,7 +161,7 @@ type DropFirst<T extends unknown[]> = T extends [unknown, ...infer R] ? R : neve
  * const result = await turn.callTool({ name: "pay", arguments: { amount: 100 } });
  */
 export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurnContext, options: McpTurnOptions = {}): McpTurn<C> {
-  checkContext(context);
+  checkContext(context, CONTEXT_NAMES);
   if (typeof client?.callTool !== "function") throw new InvalidArgumentError("client", "must be an MCP client with callTool");
   const { identity: declared = {}, schemas = {}, tools } = checkTurnOptions(options);
   const identities = turnIdentities(declared, tools);
@@ -227,15 +237,23 @@ function checkTurnOptions(options: unknown): McpTurnOptions {
   return options as McpTurnOptions;
 }
 
+function checkKeyOptions(options: unknown): void {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new InvalidArgumentError("options", `must be an object { identity?, schema? }, got ${describeValue(options)}`);
+  const unknown = unknownOptionName(options, KEY_OPTION_NAMES);
+  if (unknown !== undefined) throw new InvalidArgumentError(`options.${unknown}`, unknownOptionMessage("idempotencyKeyFor", KEY_OPTION_NAMES));
+}
+
 function checkSchema(field: string, schema: unknown): void {
   if (typeof (schema as { safeParse?: unknown } | null)?.safeParse !== "function") throw new InvalidArgumentError(field, "must be the tool's input schema (a zod schema: safeParse)");
 }
 
 /** The turn's context, checked where it is given (a bad one would otherwise fail every call of the turn). */
-function checkContext(context: unknown): asserts context is McpTurnContext {
+function checkContext(context: unknown, names: Readonly<Record<string, true>>): asserts context is McpTurnContext {
   if (typeof context !== "object" || context === null || Array.isArray(context)) {
     throw new InvalidArgumentError("context", "must be an object { conversationId, turnIndex }");
   }
+  const unknown = unknownOptionName(context, names);
+  if (unknown !== undefined) throw new InvalidArgumentError(`context.${unknown}`, `is not a member of the context (its members: ${Object.keys(names).join(", ")})`);
   const { conversationId, turnIndex } = context as Partial<McpTurnContext>;
   if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) {
     throw new InvalidKeyInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);

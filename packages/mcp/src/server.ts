@@ -2,6 +2,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import {
   CONVERSATION_ID_PATTERN,
   defineTool,
+  describeValue,
   Dispatcher,
   effectOf,
   retryableOf,
@@ -160,6 +161,36 @@ export interface GuardErrorMeta {
 const OPTION_NAMES: OptionNames<McpToolGuardOptions> = { ledger: true, unkeyedCalls: true, namespace: true, dispatcher: true };
 
 /**
+ * Every member of registerTool's config: one it does not name would be passed on to McpServer and
+ * ignored there, so a misspelt `identiy` left the tool without an identity and a re-worded
+ * regenerate was another call (IDENT-4).
+ */
+const CONFIG_NAMES: OptionNames<GuardedToolConfig<unknown, unknown>> = {
+  title: true,
+  description: true,
+  inputSchema: true,
+  outputSchema: true,
+  annotations: true,
+  _meta: true,
+  effect: true,
+  identity: true,
+};
+
+/**
+ * The dispatcher options the guard passes on: an object (5 was spread as nothing), without the
+ * tools and ledger the guard sets itself (given here, they were silently replaced).
+ */
+function checkDispatcherOptions(dispatcher: unknown): void {
+  if (dispatcher === undefined) return;
+  if (typeof dispatcher !== "object" || dispatcher === null || Array.isArray(dispatcher)) {
+    throw new InvalidArgumentError("options.dispatcher", `must be an object of Dispatcher options (without tools and ledger), got ${describeValue(dispatcher)}`);
+  }
+  for (const member of ["tools", "ledger"]) {
+    if (Object.hasOwn(dispatcher, member)) throw new InvalidArgumentError(`options.dispatcher.${member}`, `is set by the guard itself (its ${member === "tools" ? "registered tools" : "options.ledger"}); leave it out`);
+  }
+}
+
+/**
  * What the dispatcher stores per call: the client's key is the identity; the arguments ride along,
  * with their identity projection beside them for a tool that declares one (MCP-10).
  */
@@ -201,6 +232,7 @@ export class McpToolGuard {
     if (unkeyed !== "refuse" && unkeyed !== "run") throw new InvalidArgumentError("options.unkeyedCalls", 'must be "refuse" or "run"');
     const namespace = options.namespace ?? "mcp";
     if (typeof namespace !== "function") checkNamespace(namespace);
+    checkDispatcherOptions(options.dispatcher);
     this.ledger = options.ledger;
     this.unkeyedCalls = unkeyed;
     this.namespace = namespace;
@@ -227,6 +259,11 @@ export class McpToolGuard {
     if (typeof server?.registerTool !== "function") throw new InvalidArgumentError("server", "must be an McpServer");
     if (typeof handler !== "function") throw new InvalidArgumentError("handler", "must be a function");
     if (typeof config !== "object" || config === null) throw new InvalidArgumentError("config", "needs { effect } and McpServer's tool config");
+    const unknownMember = unknownOptionName(config, CONFIG_NAMES);
+    if (unknownMember !== undefined) throw new InvalidArgumentError(`config.${unknownMember}`, unknownOptionMessage("registerTool's config", CONFIG_NAMES));
+    if (config.inputSchema !== undefined && (typeof config.inputSchema !== "object" || config.inputSchema === null)) {
+      throw new InvalidArgumentError("config.inputSchema", `must be a zod object schema or a shape of zod schemas, got ${describeValue(config.inputSchema)}`);
+    }
     const { effect, identity: declared, ...mcpConfig } = config;
     const hasInput = mcpConfig.inputSchema !== undefined;
     const identity = declared === undefined ? undefined : checkToolIdentity(name, effect, mcpConfig.inputSchema, declared);
