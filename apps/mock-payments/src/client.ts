@@ -1,5 +1,10 @@
 import { request as httpRequest, type Agent, type IncomingMessage } from "node:http";
-import { formatIdempotencyKey } from "./idempotency-key.js";
+import { formatIdempotencyKey, parseIdempotencyKey, type ParsedIdempotencyKey } from "./idempotency-key.js";
+import { PaymentsError, type PaymentsOutcome } from "./payments-error.js";
+import { PaymentsInputError } from "./payments-input-error.js";
+
+export { PaymentsError, type PaymentsOutcome } from "./payments-error.js";
+export { PaymentsInputError } from "./payments-input-error.js";
 import { PROBLEM_TYPE_BASE, type Problem } from "./problems.js";
 import type {
   CreateInvoiceBody,
@@ -10,23 +15,6 @@ import type {
   ListResponse,
   Payment,
 } from "./schemas.js";
-
-/**
- * What a failed call means for the effect, from the caller's side:
- * - "rejected": the server refused the request; the effect did not happen and repeating the same
- *   request fails the same way (400, 401, 404, 413, a validation 422, 409 payment-already-voided).
- *   Maps to the core FailureDisposition "definite".
- * - "request_mismatch": 422 idempotency-key-reused: the key is held for a DIFFERENT request, which
- *   may well have been performed. It is never "did not happen": maps to "request_mismatch"
- *   (the dispatcher marks the call unknown; spec EFFECT-6).
- * - "not_performed": the effect certainly did not happen and a retry may succeed (503 before
- *   acceptance, connection refused). Maps to "not_performed".
- * - "in_flight": another request with the same Idempotency-Key is executing (409); its outcome
- *   is not known yet. Retry later with the same key.
- * - "unknown": the request may or may not have been performed (connection dropped mid-request,
- *   timeout, 5xx other than the mock's 503). Retry with the same key to learn the outcome.
- */
-export type PaymentsOutcome = "rejected" | "not_performed" | "in_flight" | "unknown" | "request_mismatch";
 
 /**
  * The core `FailureDisposition` each outcome maps to (spec LEDGER-8, EFFECT-6), so every tool
@@ -40,15 +28,6 @@ export const DISPOSITION_BY_OUTCOME = {
   in_flight: "unknown",
   unknown: "unknown",
 } as const satisfies Record<PaymentsOutcome, "definite" | "not_performed" | "request_mismatch" | "unknown">;
-
-export abstract class PaymentsError extends Error {
-  abstract readonly code: string;
-  abstract readonly outcome: PaymentsOutcome;
-  /** True when the effect of this request certainly did not happen. */
-  get effectNotPerformed(): boolean {
-    return this.outcome === "rejected" || this.outcome === "not_performed";
-  }
-}
 
 /** The server answered with an error status and (normally) an RFC 9457 problem body. */
 export class PaymentsApiError extends PaymentsError {
@@ -204,12 +183,10 @@ function abortError(signal: AbortSignal, cause: unknown): Error {
 }
 
 export function createPaymentsClient(options: PaymentsClientOptions): PaymentsClient {
-  if (options.agent !== undefined && options.fetch !== undefined) {
-    throw new TypeError("createPaymentsClient: give either fetch or agent, not both");
-  }
+  checkClientOptions(options);
   const base = options.baseURL.replace(/\/+$/, "");
   if (options.agent !== undefined && !base.startsWith("http:")) {
-    throw new TypeError(`createPaymentsClient: agent needs an http: baseURL, got ${options.baseURL}`);
+    throw new PaymentsInputError("options.agent", `needs an http: baseURL, got ${options.baseURL}`);
   }
   const transport = options.agent !== undefined ? agentTransport(options.agent) : fetchTransport(options.fetch ?? globalThis.fetch);
   const keyFormat = options.idempotencyKeyFormat ?? "sf-string";
@@ -220,6 +197,7 @@ export function createPaymentsClient(options: PaymentsClientOptions): PaymentsCl
     body: unknown,
     opts: KeyedRequestOptions | undefined,
   ): Promise<PaymentsResult<T>> {
+    checkRequestOptions(opts, keyFormat);
     const headers: Record<string, string> = {
       authorization: `Bearer ${options.token}`,
       accept: "application/json, application/problem+json",
@@ -257,17 +235,102 @@ export function createPaymentsClient(options: PaymentsClientOptions): PaymentsCl
     return { body: parsed, status: response.status, replayed };
   }
 
-  return {
-    createPayment: (body, opts) => call<Payment>("POST", "/v1/payments", body, opts),
-    voidPayment: (id, opts) =>
-      call<Payment>("POST", `/v1/payments/${encodeURIComponent(id)}/void`, opts?.reason !== undefined ? { reason: opts.reason } : {}, opts),
-    getPayment: (id, opts) => call<Payment>("GET", `/v1/payments/${encodeURIComponent(id)}`, undefined, opts),
-    listPayments: (opts) => call<ListResponse<Payment>>("GET", "/v1/payments", undefined, opts),
-    createInvoice: (body, opts) => call<Invoice>("POST", "/v1/invoices", body, opts),
-    listInvoices: (opts) => call<ListResponse<Invoice>>("GET", "/v1/invoices", undefined, opts),
-    lookupIdempotencyKey: (key, opts) =>
-      call<IdempotencyKeyLookup>("GET", `/v1/idempotency-keys/${encodeURIComponent(key)}`, undefined, opts),
+  // Every call's arguments are checked before its request exists; a refusal is the call's rejection.
+  const checked = <T>(run: () => Promise<PaymentsResult<T>>): Promise<PaymentsResult<T>> => {
+    try {
+      return run();
+    } catch (error) {
+      return Promise.reject(error);
+    }
   };
+  return {
+    createPayment: (body, opts) => checked(() => call<Payment>("POST", "/v1/payments", body, checkOptions(opts, KEYED))),
+    voidPayment: (id, opts) =>
+      checked(() =>
+        call<Payment>("POST", `/v1/payments/${encodeURIComponent(checkId("id", id))}/void`, opts?.reason !== undefined ? { reason: opts.reason } : {}, checkOptions(opts, VOID)),
+      ),
+    getPayment: (id, opts) => checked(() => call<Payment>("GET", `/v1/payments/${encodeURIComponent(checkId("id", id))}`, undefined, checkOptions(opts, PLAIN))),
+    listPayments: (opts) => checked(() => call<ListResponse<Payment>>("GET", "/v1/payments", undefined, checkOptions(opts, PLAIN))),
+    createInvoice: (body, opts) => checked(() => call<Invoice>("POST", "/v1/invoices", body, checkOptions(opts, KEYED))),
+    listInvoices: (opts) => checked(() => call<ListResponse<Invoice>>("GET", "/v1/invoices", undefined, checkOptions(opts, PLAIN))),
+    // A reconcile probe reads the answer as the effect's fate: asked about no key ("undefined"), it
+    // was told "absent", and would settle a payment that happened as not performed.
+    lookupIdempotencyKey: (key, opts) =>
+      checked(() => call<IdempotencyKeyLookup>("GET", `/v1/idempotency-keys/${encodeURIComponent(checkId("key", key))}`, undefined, checkOptions(opts, PLAIN))),
+  };
+}
+
+const CLIENT_OPTIONS = ["baseURL", "token", "fetch", "agent", "timeoutMs", "idempotencyKeyFormat"] as const satisfies readonly (keyof PaymentsClientOptions)[];
+const PLAIN = ["signal", "fault"] as const satisfies readonly (keyof RequestOptions)[];
+const KEYED = [...PLAIN, "idempotencyKey"] as const satisfies readonly (keyof KeyedRequestOptions)[];
+const VOID = [...KEYED, "reason"] as const;
+
+function checkClientOptions(options: PaymentsClientOptions): void {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) {
+    throw new PaymentsInputError("options", "must be an object { baseURL, token, fetch?, agent?, timeoutMs?, idempotencyKeyFormat? }");
+  }
+  // A misspelt option would be ignored: `timeoutMS` left every request without a timeout.
+  checkNames("options", options, CLIENT_OPTIONS);
+  const { baseURL, token, timeoutMs, idempotencyKeyFormat } = options as unknown as Record<string, unknown>;
+  if (typeof baseURL !== "string" || !/^https?:\/\//.test(baseURL) || !URL.canParse(baseURL)) {
+    throw new PaymentsInputError("options.baseURL", `must be an http: or https: URL (e.g. server.url), got ${describe(baseURL)}`);
+  }
+  // Sent as "Bearer <token>": undefined was sent as the token "undefined", and a line break cannot be sent at all.
+  if (typeof token !== "string" || !/^[\x20-\x7e]+$/.test(token) || token.trim() === "") {
+    throw new PaymentsInputError("options.token", `must be a non-empty string of printable ASCII characters, got ${describe(token)}`);
+  }
+  if (options.fetch !== undefined && typeof options.fetch !== "function") throw new PaymentsInputError("options.fetch", `must be a fetch function, got ${describe(options.fetch)}`);
+  if (options.agent !== undefined && typeof (options.agent as { addRequest?: unknown } | null)?.addRequest !== "function") {
+    throw new PaymentsInputError("options.agent", `must be an http.Agent, got ${describe(options.agent)}`);
+  }
+  if (options.agent !== undefined && options.fetch !== undefined) throw new PaymentsInputError("options.agent", "give either fetch or agent, not both");
+  // NaN or 0 aborted every request at once, each reported as a timeout of unknown outcome.
+  if (timeoutMs !== undefined && (!Number.isSafeInteger(timeoutMs) || (timeoutMs as number) < 1)) {
+    throw new PaymentsInputError("options.timeoutMs", `must be a whole number of milliseconds, at least 1, got ${describe(timeoutMs)}`);
+  }
+  if (idempotencyKeyFormat !== undefined && idempotencyKeyFormat !== "sf-string" && idempotencyKeyFormat !== "bare") {
+    throw new PaymentsInputError("options.idempotencyKeyFormat", `must be "sf-string" or "bare", got ${describe(idempotencyKeyFormat)}`);
+  }
+}
+
+/** A call's options, as the call takes them (a misspelt `idempotency_key` sent the request without its key). */
+function checkOptions<O>(opts: O, names: readonly string[]): O {
+  if (opts === undefined) return opts;
+  if (typeof opts !== "object" || opts === null || Array.isArray(opts)) throw new PaymentsInputError("options", `must be an object { ${names.join(", ")} }, got ${describe(opts)}`);
+  checkNames("options", opts, names);
+  return opts;
+}
+
+/** Checked before the request exists, so that nothing is sent: a header fetch cannot send was reported as a lost connection of unknown outcome. */
+function checkRequestOptions(opts: KeyedRequestOptions | undefined, format: "sf-string" | "bare"): void {
+  if (opts === undefined) return;
+  const { idempotencyKey: key, signal } = opts as { idempotencyKey?: unknown; signal?: unknown };
+  if (key !== undefined) {
+    // The server's own rules (parseIdempotencyKey), on the header as it will be sent.
+    const parsed: ParsedIdempotencyKey = typeof key === "string" ? parseIdempotencyKey(format === "sf-string" ? formatIdempotencyKey(key) : key) : { ok: false, reason: "it is not a string" };
+    if (!parsed.ok || (format === "sf-string" && parsed.key !== key)) {
+      throw new PaymentsInputError("options.idempotencyKey", `cannot be sent as an Idempotency-Key (${parsed.ok ? "it does not survive the header" : parsed.reason}), got ${describe(key)}`);
+    }
+  }
+  if (signal !== undefined && !(signal instanceof AbortSignal)) throw new PaymentsInputError("options.signal", `must be an AbortSignal, got ${describe(signal)}`);
+}
+
+function checkNames(field: string, value: object, names: readonly string[]): void {
+  for (const name of Object.keys(value)) {
+    if (!names.includes(name)) throw new PaymentsInputError(`${field}.${name}`, `is not an option here (the options: ${names.join(", ")})`);
+  }
+}
+
+/** A payment id or an idempotency key in a path: a non-empty string ("undefined" named nothing the caller had). */
+function checkId(field: string, value: unknown): string {
+  if (typeof value !== "string" || value.length === 0) throw new PaymentsInputError(field, `must be a non-empty string, got ${describe(value)}`);
+  return value;
+}
+
+function describe(value: unknown): string {
+  if (typeof value === "string") return value.length > 40 ? `a string of ${value.length} characters` : JSON.stringify(value);
+  if (value === null || Array.isArray(value)) return value === null ? "null" : "an array";
+  return typeof value === "number" || typeof value === "boolean" || value === undefined ? String(value) : typeof value;
 }
 
 function parseProblem(response: WireResponse, text: string): Problem {

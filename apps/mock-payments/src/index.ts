@@ -12,6 +12,7 @@ export {
   PaymentsError,
   PaymentsApiError,
   PaymentsConnectionError,
+  PaymentsInputError,
   type PaymentsClient,
   type PaymentsClientOptions,
   type PaymentsOutcome,

@@ -1,6 +1,6 @@
 import { Agent, createServer } from "node:http";
 import { afterAll, describe, expect, it } from "vitest";
-import { createPaymentsClient, PaymentsApiError, PaymentsConnectionError, type PaymentsClientOptions } from "../src/index.js";
+import { createPaymentsClient, PaymentsApiError, PaymentsConnectionError, PaymentsInputError, type PaymentsClientOptions } from "../src/index.js";
 import { failure, payment, startServer, until } from "./helpers.js";
 
 const agent = new Agent({ keepAlive: true });
@@ -111,7 +111,7 @@ describe.each(transports)("createPaymentsClient over %s", (_name, transport) => 
 
 describe("createPaymentsClient options", () => {
   it("refuses fetch and agent together, and an agent with a non-http: base URL", () => {
-    expect(() => createPaymentsClient({ baseURL: "http://x", token: "t", agent, fetch })).toThrow(TypeError);
+    expect(() => createPaymentsClient({ baseURL: "http://x", token: "t", agent, fetch })).toThrow(PaymentsInputError);
     expect(() => createPaymentsClient({ baseURL: "https://x", token: "t", agent })).toThrow(/http: baseURL/);
   });
 });
