@@ -1,5 +1,6 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import {
+  describeValue,
   CONVERSATION_ID_PATTERN,
   defineTool,
   Dispatcher,
@@ -196,10 +197,12 @@ export class OnceTools<TOOLS extends ToolSet> {
     if (typeof options.tools !== "object" || options.tools === null) throw new InvalidArgumentError("options.tools", "must be the app's tool set");
     this.tools = options.tools;
     this.ledger = options.ledger;
+    checkDispatcherOptions(options.dispatcher);
     checkToolNames(options);
     this.logger = loggerOption(options.dispatcher?.logger);
     const definitions: ToolDefinition[] = [];
     for (const [name, tool] of Object.entries(options.tools)) {
+      if (typeof tool !== "object" || tool === null) throw new InvalidArgumentError(`options.tools.${name}`, `must be a tool (tool({ inputSchema, execute? })), got ${describeValue(tool)}`);
       if (typeof tool.execute !== "function") continue; // client-side tools run in the browser; nothing to guard here
       const effect = options.effects?.[name as keyof TOOLS];
       if (effect === undefined) throw new InvalidArgumentError(`options.effects.${name}`, "every tool with execute needs an effect class (EFFECT-1)");
@@ -472,6 +475,20 @@ export class OnceTools<TOOLS extends ToolSet> {
  * under a misspelt or renamed tool's name would otherwise be ignored, and an identity that is
  * ignored makes a re-worded call (a memo) a new call that runs again.
  */
+/**
+ * The dispatcher options passed on: an object (5 was spread as nothing), without the tools and
+ * ledger the wrapper sets itself (given here, they were silently replaced).
+ */
+function checkDispatcherOptions(dispatcher: unknown): void {
+  if (dispatcher === undefined) return;
+  if (typeof dispatcher !== "object" || dispatcher === null || Array.isArray(dispatcher)) {
+    throw new InvalidArgumentError("options.dispatcher", `must be an object of Dispatcher options (without tools and ledger), got ${describeValue(dispatcher)}`);
+  }
+  for (const member of ["tools", "ledger"]) {
+    if (Object.hasOwn(dispatcher, member)) throw new InvalidArgumentError(`options.dispatcher.${member}`, `is set by createOnceTools itself (from options.${member}); leave it out`);
+  }
+}
+
 function checkToolNames(options: OnceToolsOptions<ToolSet>): void {
   const names = Object.keys(options.tools);
   if (typeof options.effects === "object" && options.effects !== null) {
@@ -511,6 +528,7 @@ function fieldsOf(name: string, schema: FlexibleSchema<unknown>, identity: reado
 
 /** Read the Dispatch-Once part of a wrapped tool's execute options (undefined when the tool is not wrapped). */
 export function dispatchOnceOf(options: ToolExecutionOptions): DispatchOnceCallInfo | undefined {
+  if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", `must be the options execute was called with, got ${describeValue(options)}`);
   return (options as Partial<OnceExecutionOptions>).dispatchOnce;
 }
 
