@@ -10,8 +10,8 @@ import {
   type Span,
   type Tracer,
 } from "@opentelemetry/api";
-import type { DispatchEvent } from "@dispatch-once/core";
-import type { RunnerEvent } from "@dispatch-once/runner";
+import { describeValue, InvalidArgumentError, type DispatchEvent } from "@dispatch-once/core";
+import { checkKnownOptions, checkOptionValues, type RunnerEvent } from "@dispatch-once/runner";
 import { ATTR, METRIC, SPAN } from "./attributes.js";
 
 export const INSTRUMENTATION_NAME = "@dispatch-once/opentelemetry";
@@ -75,6 +75,7 @@ export class DispatchTelemetry {
   private readonly turnDuration: Histogram;
 
   constructor(options: TelemetryOptions = {}) {
+    checkTelemetryOptions(options);
     this.tracer = options.tracer ?? trace.getTracer(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION);
     const meter = options.meter ?? metrics.getMeter(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION);
     this.maxOpen = options.maxOpenSpans ?? 10_000;
@@ -309,6 +310,25 @@ export class DispatchTelemetry {
     if (stopReason !== undefined && stopReason !== null) turn.span.setAttribute(ATTR.STOP_REASON, stopReason);
     if (outcome !== "committed") turn.span.setStatus({ code: SpanStatusCode.ERROR, message: outcome });
     turn.span.end();
+  }
+}
+
+/**
+ * Checked when the telemetry is made: its handlers never throw (OTEL-3), so a tracer or clock
+ * that is not one would be swallowed at every event, and no span or metric would ever appear.
+ */
+function checkTelemetryOptions(options: unknown): asserts options is TelemetryOptions {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) {
+    throw new InvalidArgumentError("options", `must be an object { tracer?, meter?, maxOpenSpans?, now? }, got ${describeValue(options)}`);
+  }
+  checkKnownOptions(options, ["tracer", "meter", "maxOpenSpans", "now"] satisfies (keyof TelemetryOptions)[]);
+  checkOptionValues(options, { maxOpenSpans: "positiveInteger", now: "function" });
+  const { tracer, meter } = options as TelemetryOptions;
+  if (tracer !== undefined && typeof (tracer as { startSpan?: unknown } | null)?.startSpan !== "function") {
+    throw new InvalidArgumentError("options.tracer", `must be an OpenTelemetry Tracer (startSpan), got ${describeValue(tracer)}`);
+  }
+  if (meter !== undefined && (typeof (meter as { createCounter?: unknown } | null)?.createCounter !== "function" || typeof (meter as { createHistogram?: unknown }).createHistogram !== "function")) {
+    throw new InvalidArgumentError("options.meter", `must be an OpenTelemetry Meter (createCounter, createHistogram), got ${describeValue(meter)}`);
   }
 }
 
