@@ -3,6 +3,7 @@ import type { PoolConfig, QueryResultRow } from "pg";
 import {
   CONVERSATION_ID_PATTERN,
   ConversationLeaseLostError,
+  describeValue,
   LEASE_GRANT_RETENTION_MS,
   InvalidStoreInputError,
   StoreCorruptError,
@@ -148,6 +149,11 @@ export class PostgresConversationStore implements ConversationStore {
     const durability = options.durability ?? "durable";
     if (durability !== "durable" && durability !== "volatile") {
       throw new InvalidStoreInputError("durability", `must be "durable" or "volatile", not ${String(durability)}`);
+    }
+    // Spread into the pool's config: a value that is not an object was spread as nothing (or as
+    // its characters), and the pool made with defaults, without a word.
+    if (options.poolConfig !== undefined && (typeof options.poolConfig !== "object" || options.poolConfig === null || Array.isArray(options.poolConfig))) {
+      throw new InvalidStoreInputError("poolConfig", `must be an object of pg.Pool settings, got ${describeValue(options.poolConfig)}`);
     }
     if ((options.pool === undefined) === (options.connectionString === undefined)) {
       throw new InvalidStoreInputError("pool", "give exactly one of pool (bring your own pg.Pool) or connectionString");

@@ -2,6 +2,7 @@ import Database from "better-sqlite3";
 import {
   CONVERSATION_ID_PATTERN,
   ConversationLeaseLostError,
+  describeValue,
   LEASE_GRANT_RETENTION_MS,
   InvalidStoreInputError,
   StoreCorruptError,
@@ -187,6 +188,10 @@ export class SqliteConversationStore implements ConversationStore {
     }
     if (options.now !== undefined && typeof options.now !== "function") {
       throw new InvalidStoreInputError("now", "expected a function returning milliseconds");
+    }
+    // Read as truthy before: "yes" migrated, 0 skipped the tables and failed as store_unavailable.
+    if (options.migrate !== undefined && typeof options.migrate !== "boolean") {
+      throw new InvalidStoreInputError("migrate", `expected a boolean, got ${describeValue(options.migrate)}`);
     }
     if ((options.path === undefined) === (options.database === undefined)) {
       throw new InvalidStoreInputError("path", "give exactly one of `path` and `database`");

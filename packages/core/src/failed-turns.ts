@@ -1,5 +1,9 @@
 import { InvalidStoreInputError } from "./errors/index.js";
 import { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT, type FailedTurnsQuery } from "./conversation.js";
+import { unknownOptionName, type OptionNames } from "./internal/options.js";
+
+/** Every member of a FailedTurnsQuery: a misspelt one (`limt`, `olderThan`) was ignored, and the listing said something else. */
+const QUERY_NAMES: OptionNames<FailedTurnsQuery> = { conversationId: true, olderThanMs: true, reopenWithinMs: true, limit: true, cursor: true };
 
 /**
  * Checks and the cursor shared by every conversation store's listFailedTurns, so that the stores
@@ -16,6 +20,8 @@ export interface FailedTurnPosition {
 /** A checked query: its page size and, when paging, the position after the previous page's last turn. */
 export function checkFailedTurnsQuery(query: FailedTurnsQuery = {}): { limit: number; after: FailedTurnPosition | undefined } {
   if (typeof query !== "object" || query === null) throw new InvalidStoreInputError("query", "must be an object");
+  const unknown = unknownOptionName(query, QUERY_NAMES);
+  if (unknown !== undefined) throw new InvalidStoreInputError(`query.${unknown}`, `is not a member of a failed-turns query (its members: ${Object.keys(QUERY_NAMES).join(", ")})`);
   if (query.conversationId !== undefined && (typeof query.conversationId !== "string" || query.conversationId.length === 0)) {
     throw new InvalidStoreInputError("conversationId", "must be a non-empty string");
   }

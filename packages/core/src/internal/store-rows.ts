@@ -178,6 +178,9 @@ export function checkReopenWithinMs(options: unknown): number | undefined {
   if (typeof options !== "object" || options === null || Array.isArray(options)) {
     throw new InvalidStoreInputError("options", "must be an object ({ reopenWithinMs })");
   }
+  // A misspelt reopenWithinMs was ignored, and a failed message reopened past its window (TURN-12).
+  const unknown = Object.keys(options).find((name) => name !== "reopenWithinMs");
+  if (unknown !== undefined) throw new InvalidStoreInputError(`options.${unknown}`, "is not an option of appendUserMessage (its options: reopenWithinMs)");
   const ms = (options as { reopenWithinMs?: unknown }).reopenWithinMs;
   if (ms === undefined) return undefined;
   if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 0) {
