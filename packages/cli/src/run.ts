@@ -130,6 +130,8 @@ function exitFor(code: string): number {
     case "result_not_storable":
       return EXIT_CODES.refused;
     case "invalid_ledger_input":
+    // The conversation store's refusal of a flag (`turns --table-prefix ""`), as the ledger's above.
+    case "invalid_store_input":
     case "invalid_argument":
     case "invalid_key_input":
     case "invalid_tool_definition":
