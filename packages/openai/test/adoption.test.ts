@@ -103,4 +103,18 @@ describe("adoption trial findings (openai)", () => {
     const answered = await runner.send("conv-parts", { id: "m1", content: [{ type: "input_text", text: "hello" }] });
     expect(answered.status).toBe("answered");
   });
+
+  it("TURN-10 an owner the conversation store cannot keep is refused when the runner is built: 10 KB or a lone surrogate was accepted, and every send() stored the message, then failed at the lease", async () => {
+    const { runnerOptions } = await setup(provider(), { guarded: true });
+    for (const owner of ["w".repeat(10_000), "worker-\uD800"]) {
+      let error: unknown;
+      try {
+        new ConversationRunner({ ...runnerOptions, owner });
+      } catch (e) {
+        error = e;
+      }
+      expect(error, owner.slice(0, 12)).toBeInstanceOf(InvalidArgumentError);
+      expect(error, owner.slice(0, 12)).toMatchObject({ field: "options.owner" });
+    }
+  });
 });

@@ -30,7 +30,7 @@ import {
   type TurnDispatch,
   type TurnSnapshot,
 } from "@dispatch-once/core";
-import { MAX_LEASE_MS, loggerOption } from "@dispatch-once/core/internal";
+import { MAX_LEASE_MS, checkLeaseOwner, loggerOption } from "@dispatch-once/core/internal";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 import { StreamIncompleteError } from "./errors/stream-incomplete.js";
 import { TurnFailedError } from "./errors/turn-failed.js";
@@ -334,6 +334,15 @@ function checkTurnRunnerOptionValues(options: TurnRunnerOptions): void {
     allowVolatileConversationStore: "boolean",
     resendWindowMs: "nonNegativeMs",
   });
+  // The stores refuse an owner they cannot keep (too long, not well-formed text), but only at
+  // the first send(), after the message was stored: checked as they check it, now.
+  if (options.owner !== undefined) {
+    try {
+      checkLeaseOwner(options.owner);
+    } catch (error) {
+      throw new InvalidArgumentError("options.owner", `${(error as Error).message.replace(/^owner: /, "")}, got ${describeValue(options.owner)}`);
+    }
+  }
   // The stores refuse a longer turn lease (checkTurnLeaseMs), but only at the first send().
   if (options.turnLeaseMs !== undefined && options.turnLeaseMs > MAX_LEASE_MS) {
     throw new InvalidArgumentError("options.turnLeaseMs", `must be at most ${MAX_LEASE_MS} ms, got ${options.turnLeaseMs}`);
