@@ -356,7 +356,7 @@ export class McpToolGuard {
       return errorResult(new ToolIdentityMismatchError(name, keyedBy, this.identities.get(name)), raw);
     }
     try {
-      const namespace = typeof this.namespace === "string" ? this.namespace : checkNamespace(this.namespace(extra));
+      const namespace = typeof this.namespace === "string" ? this.namespace : checkNamespace(namespaceOf(this.namespace, extra));
       const identity = this.identities.get(name);
       const input =
         identity === undefined || typeof args !== "object" || args === null
@@ -373,6 +373,19 @@ export class McpToolGuard {
       if (isDispatchOnceError(error)) return errorResult(error, raw);
       throw error;
     }
+  }
+}
+
+/**
+ * The app's namespace function, called before anything is claimed: a throw from it is the
+ * guard's refusal (invalid_argument, effect "no"), not the SDK's bare error text, which tells
+ * the client nothing of the effect (MCP-6).
+ */
+function namespaceOf(namespace: (extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => string, extra: RequestHandlerExtra<ServerRequest, ServerNotification>): unknown {
+  try {
+    return namespace(extra);
+  } catch (error) {
+    throw new InvalidArgumentError("options.namespace", `the namespace function threw before the call was claimed (nothing ran): ${error instanceof Error ? error.message : describeValue(error)}`);
   }
 }
 

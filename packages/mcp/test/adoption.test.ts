@@ -4,7 +4,7 @@ import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { McpToolGuard, idempotencyKeyFor, mcpTurn, withIdempotencyKey, type ToolCallingClient } from "../src/index.js";
+import { ERROR_META, McpToolGuard, idempotencyKeyFor, mcpTurn, withIdempotencyKey, type GuardErrorMeta, type ToolCallingClient } from "../src/index.js";
 
 /** Findings of the adoption trial (part 2): bad input to the MCP side's entry points. */
 
@@ -86,5 +86,29 @@ describe("adoption trial (mcp): bad input is refused with a typed error naming t
     const key = "0123456789abcdef0123456789abcdef";
     expect(refusal(() => withIdempotencyKey({ name: "pay", _meta: 5 } as never, key))).toEqual(["invalid_argument", "params._meta"]);
     expect(refusal(() => withIdempotencyKey({ name: "pay", _meta: { other: 1 } }, key))).toBe("accepted");
+  });
+
+  it("MCP-6 a namespace function that throws is answered as the guard's refusal, effect \"no\" (it was the SDK's bare error text, which says nothing of the effect)", async () => {
+    const guard = new McpToolGuard({
+      ledger: new MemoryLedger(),
+      namespace: () => {
+        throw new Error("no tenant on this session");
+      },
+    });
+    const mcp = server();
+    let runs = 0;
+    guard.registerTool(mcp, "pay", { effect: "keyed_write", inputSchema: { to: z.string() } }, async () => {
+      runs++;
+      return { content: [] };
+    });
+    const agent = new Client({ name: "agent", version: "1" });
+    const [a, b] = InMemoryTransport.createLinkedPair();
+    await Promise.all([mcp.connect(b), agent.connect(a)]);
+    const result = (await mcpTurn(agent, context).callTool({ name: "pay", arguments: { to: "acme" } })) as { isError?: boolean; _meta?: Record<string, unknown> };
+    await agent.close();
+    expect(runs).toBe(0);
+    expect(result.isError).toBe(true);
+    expect(result._meta?.[ERROR_META]).toMatchObject({ code: "invalid_argument", effect: "no", retryable: "no" } satisfies Partial<GuardErrorMeta>);
+    expect((result._meta?.[ERROR_META] as GuardErrorMeta).message).toContain("no tenant on this session");
   });
 });
