@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { InvalidStoreInputError } from "@dispatch-once/core";
+import { describeValue, InvalidStoreInputError } from "@dispatch-once/core";
 
 export const DEFAULT_SCHEMA = "public";
 export const DEFAULT_TABLE_PREFIX = "dispatch_once_";
@@ -20,10 +20,10 @@ export interface ConversationTables {
 
 export function tablesFor(schema: string = DEFAULT_SCHEMA, prefix: string = DEFAULT_TABLE_PREFIX): ConversationTables {
   if (typeof schema !== "string" || !SCHEMA_PATTERN.test(schema)) {
-    throw new InvalidStoreInputError("schema", `${JSON.stringify(schema)} is not a plain identifier (${SCHEMA_PATTERN.source})`);
+    throw new InvalidStoreInputError("schema", `${describeValue(schema)} is not a plain identifier (${SCHEMA_PATTERN.source})`);
   }
   if (typeof prefix !== "string" || !TABLE_PREFIX_PATTERN.test(prefix)) {
-    throw new InvalidStoreInputError("tablePrefix", `${JSON.stringify(prefix)} is not a plain identifier prefix (${TABLE_PREFIX_PATTERN.source})`);
+    throw new InvalidStoreInputError("tablePrefix", `${describeValue(prefix)} is not a plain identifier prefix (${TABLE_PREFIX_PATTERN.source})`);
   }
   return { schema, conversations: `${prefix}conversations`, messages: `${prefix}messages`, turns: `${prefix}turns`, records: `${prefix}records`, leaseGrants: `${prefix}lease_grants` };
 }

@@ -40,4 +40,17 @@ describe("adoption trial (conversation-postgres): bad input is refused with inva
       await store.close();
     }
   });
+
+  it("ERR-1 a 10 KB schema or tablePrefix is refused with a short message (the whole value was echoed into the message)", async () => {
+    for (const options of [{ schema: "s".repeat(10_000) }, { tablePrefix: "p".repeat(10_000) }]) {
+      let caught: unknown;
+      try {
+        new PostgresConversationStore({ connectionString: DATABASE_URL, ...options });
+      } catch (error) {
+        caught = error;
+      }
+      expect(isDispatchOnceError(caught, "invalid_store_input")).toBe(true);
+      expect((caught as Error).message.length).toBeLessThan(300);
+    }
+  });
 });

@@ -1,4 +1,4 @@
-import { InvalidStoreInputError } from "@dispatch-once/core";
+import { describeValue, InvalidStoreInputError } from "@dispatch-once/core";
 
 export const DEFAULT_TABLE_PREFIX = "dispatch_once_";
 
@@ -16,7 +16,7 @@ export interface ConversationTables {
 
 export function tablesFor(prefix: string = DEFAULT_TABLE_PREFIX): ConversationTables {
   if (typeof prefix !== "string" || !TABLE_PREFIX_PATTERN.test(prefix)) {
-    throw new InvalidStoreInputError("tablePrefix", `${JSON.stringify(prefix)} is not a plain identifier prefix (${TABLE_PREFIX_PATTERN.source})`);
+    throw new InvalidStoreInputError("tablePrefix", `${describeValue(prefix)} is not a plain identifier prefix (${TABLE_PREFIX_PATTERN.source})`);
   }
   return {
     conversations: `${prefix}conversations`,

@@ -40,4 +40,15 @@ describe("adoption trial (conversation-sqlite): bad input is refused with invali
       await store.close();
     }
   });
+
+  it("ERR-1 a 10 KB tablePrefix is refused with a short message (the whole prefix was echoed into the message, and the CLI printed it)", async () => {
+    let caught: unknown;
+    try {
+      new SqliteConversationStore({ path: ":memory:", tablePrefix: "x".repeat(10_000) });
+    } catch (error) {
+      caught = error;
+    }
+    expect(isDispatchOnceError(caught, "invalid_store_input")).toBe(true);
+    expect((caught as Error).message.length).toBeLessThan(300);
+  });
 });
