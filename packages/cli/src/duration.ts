@@ -13,7 +13,13 @@ export function parseDuration(text: string, option: string, command?: string): n
   if (match === null) {
     throw new UsageError(`${option} takes a duration like 30s, 10m, 2h or 7d, not ${JSON.stringify(text)}`, command);
   }
-  return Number(match[1]) * (UNITS[match[2] as string] as number);
+  const ms = Number(match[1]) * (UNITS[match[2] as string] as number);
+  // 999999999d is past what a ledger can count in milliseconds: refused here, naming the flag the
+  // operator typed, not the ledger's olderThanMs or retentionMs.
+  if (!Number.isSafeInteger(ms)) {
+    throw new UsageError(`${option} is too long: ${JSON.stringify(text)} is more milliseconds than can be counted exactly`, command);
+  }
+  return ms;
 }
 
 /** A non-negative safe integer from an option's text (`--limit`, `--expected-fence`). */

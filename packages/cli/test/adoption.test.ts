@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { SqliteConversationStore } from "@dispatch-once/conversation-sqlite";
+import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
 import { EXIT_CODES } from "../src/index.js";
 import { runBin } from "./helpers.js";
 
@@ -20,3 +21,18 @@ describe("adoption trial (cli): a flag the conversation store refuses is a usage
     expect(result.stderr).toContain("[invalid_store_input]");
   });
 });
+
+describe("adoption trial (cli): a duration too long for the ledger is refused naming its flag", () => {
+  it.each([
+    [["list", "--older-than", "999999999d"], "--older-than"],
+    [["sweep", "--retention", "999999999d"], "--retention"],
+  ])("%j exits 2 naming the flag (it named the ledger's olderThanMs / retentionMs, which the operator never typed)", async (args, flag) => {
+    const path = join(dir, "ledger.db");
+    await createSqliteLedger({ path }).close();
+    const result = await runBin([...args, "--ledger", path]);
+    expect(result.code, result.stderr).toBe(EXIT_CODES.usage);
+    expect(result.stderr).toContain(`${flag} `);
+    expect(result.stderr).not.toMatch(/olderThanMs|retentionMs/);
+  });
+});
+
