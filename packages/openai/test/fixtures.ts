@@ -12,17 +12,16 @@ import {
   type ConversationStore,
 } from "@dispatch-once/core";
 import { DISPOSITION_BY_OUTCOME, PaymentsError, createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { call, reasoning, respond, say, scriptFromPlans, startMockOpenAI, text, type Fault, type MockOpenAI } from "@dispatch-once/mock-openai";
+import { call, reasoning, respond, say, scriptFromPlans, startMockOpenAI, text, type CutKind, type Fault, type MockOpenAI, type RequestInfo } from "@dispatch-once/mock-openai";
 import { z } from "zod";
-import { ConversationRunner, ResponsesTurnAccumulator, type CallState, type ConversationRunnerOptions } from "../src/index.js";
+import { ConversationRunner, ResponsesTurnAccumulator, type CallState, type ConversationRunnerOptions, type RunnerEvent } from "../src/index.js";
 
 export const PAY_ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "Invoice 1042" };
 export const PAY_BOB = { payee: "bob", amount: 4_000, currency: "EUR", reference: "LOAN-3", memo: "Loan repayment" };
 
-export function startProvider(options: { beforeCompletedMs?: number } = {}): Promise<MockOpenAI> {
+export function startProvider(): Promise<MockOpenAI> {
   return startMockOpenAI({
     seed: "openai-tests",
-    timing: { beforeCompletedMs: options.beforeCompletedMs ?? 0 },
     script: scriptFromPlans(
       {
         "pay acme": respond(call("send_payment", PAY_ACME, { reword: ["memo"] })),
@@ -116,6 +115,7 @@ export function providerPerTest(): () => MockOpenAI {
     await provider?.close();
     provider = undefined;
     await closeDownstreams();
+    checkCutGates();
   });
   return () => {
     if (provider === undefined) throw new Error("the mock provider runs only within a test");
@@ -145,4 +145,85 @@ export async function setup(provider: MockOpenAI, options: { guarded: boolean; l
   };
   const runner = new ConversationRunner(runnerOptions);
   return { ...downstream, ledger, store, runner, runnerOptions, client, dispatcher };
+}
+
+/** Long enough for any dispatch of these tests on a loaded host, well inside the test timeout (60 s). */
+const GATE_TIMEOUT_MS = 20_000;
+const gateFailures: string[] = [];
+
+/**
+ * The runner's events (pass `onEvent` as the runner's) and the calls resolved so far, by call id,
+ * for a cut gate to wait on. Call ids are fresh per response, so a held response's own calls name
+ * exactly the dispatch its cut means. A test's own loop marks its calls with `markResolved`.
+ */
+export class RunnerEventLog {
+  readonly events: RunnerEvent[] = [];
+  private readonly resolved = new Set<string>();
+  private readonly waiters = new Set<() => void>();
+
+  readonly onEvent = (event: RunnerEvent): void => {
+    this.events.push(event);
+    if (event.type === "call_resolved") this.markResolved(event.callId);
+  };
+
+  markResolved(callId: string): void {
+    this.resolved.add(callId);
+    for (const wake of [...this.waiters]) wake();
+  }
+
+  /** Resolves once every call id is resolved; rejects after `timeoutMs` naming the ones still not. */
+  waitForResolved(callIds: readonly string[], timeoutMs = GATE_TIMEOUT_MS): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiters.delete(check);
+        reject(new Error(`timed out after ${timeoutMs} ms waiting for calls ${callIds.filter((id) => !this.resolved.has(id)).join(", ")} to resolve`));
+      }, timeoutMs);
+      const check = () => {
+        if (!callIds.every((id) => this.resolved.has(id))) return;
+        clearTimeout(timer);
+        this.waiters.delete(check);
+        resolve();
+      };
+      this.waiters.add(check);
+      check();
+    });
+  }
+}
+
+/**
+ * A cut at after_dispatch_before_stop placed by causal order, not by a sleep: a sleep before
+ * response.completed only guessed that the payment had finished, and lost the guess on a loaded
+ * host (the position read during_dispatch). `hold(info)` is the fault a plan returns for a
+ * request: the stream pauses where response.completed goes, and once every call the held response
+ * made has resolved (as `log` saw it) it is cut with `kind`. A gate that cannot finish still cuts,
+ * so the send ends, and `checkCutGates()` (after each test) fails the test with why.
+ */
+export function cutAfterDispatch(provider: MockOpenAI, log: RunnerEventLog, kind: CutKind = "reset") {
+  const gate = async (requestNumber: number) => {
+    try {
+      await provider.waitForHold(requestNumber, { timeoutMs: GATE_TIMEOUT_MS });
+      const calls = provider.requests.find((r) => r.requestNumber === requestNumber)?.calls.map((c) => c.callId) ?? [];
+      // A response without calls (a plan's follow-up) has no dispatch to wait for: cut at once.
+      await log.waitForResolved(calls);
+    } catch (error) {
+      gateFailures.push(`request ${requestNumber}: ${String(error)}`);
+    }
+    try {
+      provider.cutNow(requestNumber, kind);
+    } catch (error) {
+      gateFailures.push(`request ${requestNumber}: ${String(error)}`);
+    }
+  };
+  return {
+    hold(info: RequestInfo): Fault {
+      void gate(info.requestNumber);
+      return { kind: "hold", at: { beforeCompleted: true } };
+    },
+  };
+}
+
+/** Throws (and forgets them) if a cut gate of the test could not wait for its dispatch. */
+export function checkCutGates(): void {
+  const failures = gateFailures.splice(0);
+  if (failures.length > 0) throw new Error(`a cut gate did not see its dispatch resolve: ${failures.join("; ")}`);
 }

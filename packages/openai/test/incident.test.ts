@@ -3,11 +3,12 @@ import type { MockOpenAI } from "@dispatch-once/mock-openai";
 import type OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
 import { ResponsesTurnAccumulator, type FailurePosition } from "../src/index.js";
-import { payments, sdk, startProvider } from "./fixtures.js";
+import { RunnerEventLog, checkCutGates, cutAfterDispatch, payments, sdk, startProvider } from "./fixtures.js";
 
 const opened: Array<{ close(): Promise<void> }> = [];
 afterEach(async () => {
   await Promise.all(opened.splice(0).map((s) => s.close()));
+  checkCutGates();
 });
 
 interface AttemptFailure {
@@ -19,8 +20,9 @@ interface AttemptFailure {
 /**
  * A minimal loop (not the runner): dispatch each call at its output_item.done, treat a stream
  * without response.completed as failed, wait for dispatched calls, and retry the same request.
+ * `log` hears of each call once its dispatch has resolved (what a cut gate waits for).
  */
-async function runTurn(client: OpenAI, dispatcher: CallDispatcher, conversationId: string, input: OpenAI.Responses.ResponseInput) {
+async function runTurn(client: OpenAI, dispatcher: CallDispatcher, conversationId: string, input: OpenAI.Responses.ResponseInput, log: RunnerEventLog) {
   const failures: AttemptFailure[] = [];
   for (let attempt = 1; attempt <= 3; attempt++) {
     const accumulator = new ResponsesTurnAccumulator();
@@ -37,6 +39,7 @@ async function runTurn(client: OpenAI, dispatcher: CallDispatcher, conversationI
           turn.dispatch({ name: call.name, input: call.input, callId: call.callId }).then((outcome) => {
             outcomes.set(call.index, outcome);
             call.phase = "resolved";
+            log.markResolved(call.callId);
           }),
         );
       }
@@ -56,19 +59,21 @@ async function runTurn(client: OpenAI, dispatcher: CallDispatcher, conversationI
 }
 
 async function incident(options: { guarded: boolean; cut: "during_dispatch" | "after_dispatch_before_stop"; kind?: "reset" | "clean_close" | "error_event" }) {
-  // The gap before response.completed is long enough for the payment (latency 50 ms) to finish
-  // first in the after_dispatch case; the test asserts the position it got, so it cannot pass by luck.
-  const provider: MockOpenAI = await startProvider({ beforeCompletedMs: options.cut === "after_dispatch_before_stop" ? 400 : 0 });
+  const provider: MockOpenAI = await startProvider();
   opened.push(provider);
   const { tools, server } = await payments(options.cut === "during_dispatch" ? 150 : 50);
   opened.push(server);
+  // In the after_dispatch case the stream is held where response.completed goes and cut only once
+  // the payment's dispatch resolved: the position by causal order, however slow the payment is.
+  const log = new RunnerEventLog();
+  const gate = cutAfterDispatch(provider, log, options.kind ?? "reset");
   provider.setFaultPlan((_request, info) =>
-    info.attempt === 1 ? { kind: options.kind ?? "reset", at: options.cut === "during_dispatch" ? { afterCallDone: 0 } : { beforeCompleted: true } } : undefined,
+    info.attempt !== 1 ? undefined : options.cut === "during_dispatch" ? { kind: options.kind ?? "reset", at: { afterCallDone: 0 } } : gate.hold(info),
   );
   const dispatcher = options.guarded ? new Dispatcher({ tools, ledger: new MemoryLedger(), waitMs: 10_000, pollMs: 5 }) : new UnguardedDispatcher(tools);
   const client = sdk(provider);
   const input: OpenAI.Responses.ResponseInput = [{ role: "user", content: "pay acme" }];
-  const result = await runTurn(client, dispatcher, "conv-openai-incident", input);
+  const result = await runTurn(client, dispatcher, "conv-openai-incident", input, log);
   const effects = server.effects().filter((e) => e.kind === "payment_created");
   return { provider, client, input, result, effects, server };
 }

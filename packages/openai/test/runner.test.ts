@@ -1,26 +1,29 @@
 import { describe, expect, it } from "vitest";
 import type { Fault } from "@dispatch-once/mock-openai";
-import { StreamIncompleteError, TurnFailedError, type RunnerEvent } from "../src/index.js";
-import { PAY_ACME, isPaymentRequest, providerPerTest, setup } from "./fixtures.js";
+import { StreamIncompleteError, TurnFailedError } from "../src/index.js";
+import { PAY_ACME, RunnerEventLog, cutAfterDispatch, isPaymentRequest, providerPerTest, setup } from "./fixtures.js";
 
 const provider = providerPerTest();
 
 type Cut = "during_dispatch" | "after_dispatch_before_stop";
 
-/** The chapter's cut on the payment request's first attempt: after the call's output_item.done, before response.completed. */
-function cutFirstAttempt(at: Cut, kind: "reset" | "clean_close" | "error_event" | "failed_event" = "reset") {
-  const fault: Fault =
-    at === "during_dispatch"
-      ? { kind, at: { afterCallDone: 0 } }
-      : // Long enough for the payment (latency 100 ms) to finish before the cut; the test asserts the position.
-        { kind, at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } };
-  provider().setFaultPlan((request, info) => (info.attempt === 1 && isPaymentRequest(request) ? fault : undefined));
+/**
+ * The chapter's cut on the payment request's first attempt: after the call's output_item.done, before
+ * response.completed. After the dispatch, the cut waits for the payment's call_resolved (the returned
+ * log is the runner's onEvent), so the position is the one named however slow the payment is.
+ */
+function cutFirstAttempt(at: Cut, kind: "reset" | "clean_close" | "error_event" | "failed_event" = "reset"): RunnerEventLog {
+  const log = new RunnerEventLog();
+  const gate = cutAfterDispatch(provider(), log, kind);
+  const during: Fault = { kind, at: { afterCallDone: 0 } };
+  provider().setFaultPlan((request, info) => (info.attempt === 1 && isPaymentRequest(request) ? (at === "during_dispatch" ? during : gate.hold(info)) : undefined));
+  return log;
 }
 
 describe("ConversationRunner over the real openai SDK (Responses streaming) against the mock", () => {
   it("STREAM-5 control: a naive handler (keyed on nothing stable) pays twice on the runner's retry", async () => {
-    cutFirstAttempt("after_dispatch_before_stop");
-    const { runner, effects } = await setup(provider(), { guarded: false, latencyMs: 100 });
+    const log = cutFirstAttempt("after_dispatch_before_stop");
+    const { runner, effects } = await setup(provider(), { guarded: false, latencyMs: 100, runner: { onEvent: log.onEvent } });
     const result = await runner.send("conv-naive", { id: "m1", content: "pay acme" });
     expect(result.status).toBe("answered");
     expect(effects()).toHaveLength(2);
@@ -28,9 +31,8 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
 
   for (const position of ["during_dispatch", "after_dispatch_before_stop"] as const) {
     it(`STREAM-5 the chapter's incident: a reset ${position} pays once; the conversation holds one function_call_output with that payment`, async () => {
-      cutFirstAttempt(position);
-      const events: RunnerEvent[] = [];
-      const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 100, runner: { onEvent: (e) => events.push(e) } });
+      const { events, onEvent } = cutFirstAttempt(position);
+      const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 100, runner: { onEvent } });
       const result = await runner.send("conv-incident", { id: "m1", content: "pay acme" });
 
       // The oracle: one payment in the payments API's effect log.
@@ -70,9 +72,8 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
 
   for (const kind of ["clean_close", "error_event", "failed_event"] as const) {
     it(`STREAM-1 a ${kind} before response.completed (the SDK raises nothing) is a failed stream: retried, one payment`, async () => {
-      cutFirstAttempt("after_dispatch_before_stop", kind);
-      const events: RunnerEvent[] = [];
-      const { runner, effects } = await setup(provider(), { guarded: true, latencyMs: 100, runner: { onEvent: (e) => events.push(e) } });
+      const { events, onEvent } = cutFirstAttempt("after_dispatch_before_stop", kind);
+      const { runner, effects } = await setup(provider(), { guarded: true, latencyMs: 100, runner: { onEvent } });
       const result = await runner.send("conv-close", { id: "m1", content: "pay acme" });
       const failed = events.find((e) => e.type === "stream_failed");
       expect(failed).toMatchObject({ position: "after_dispatch_before_stop", error: expect.stringContaining("StreamIncompleteError") });
@@ -107,8 +108,11 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
   });
 
   it("RECORD-2 a turn that fails after its payment ran reports it as happened, with its result, and commits nothing", async () => {
-    provider().setFaultPlan((request) => (isPaymentRequest(request) ? { kind: "reset", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } } : undefined));
-    const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 20, runner: { retry: { attempts: 2, backoffMs: () => 1 } } });
+    // Every attempt is cut after its call resolved: the record's position is the last attempt's.
+    const log = new RunnerEventLog();
+    const gate = cutAfterDispatch(provider(), log);
+    provider().setFaultPlan((request, info) => (isPaymentRequest(request) ? gate.hold(info) : undefined));
+    const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 20, runner: { retry: { attempts: 2, backoffMs: () => 1 }, onEvent: log.onEvent } });
     const error = (await runner.send("conv-ran", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error).toBeInstanceOf(TurnFailedError);
     expect(error.record.position).toBe("after_dispatch_before_stop");
@@ -128,10 +132,10 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
   });
 
   it("STREAM-13 response.incomplete (the output limit) after the call completed is not retried: one attempt, the payment stated, retryable false", async () => {
-    provider().setFaultPlan((request) =>
-      isPaymentRequest(request) ? { kind: "incomplete_event", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } } : undefined,
-    );
-    const { runner, effects } = await setup(provider(), { guarded: true, latencyMs: 20 });
+    const log = new RunnerEventLog();
+    const gate = cutAfterDispatch(provider(), log, "incomplete_event");
+    provider().setFaultPlan((request, info) => (isPaymentRequest(request) ? gate.hold(info) : undefined));
+    const { runner, effects } = await setup(provider(), { guarded: true, latencyMs: 20, runner: { onEvent: log.onEvent } });
     const error = (await runner.send("conv-limit", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error).toBeInstanceOf(TurnFailedError);
     expect(provider().requests).toHaveLength(1);
