@@ -13,9 +13,9 @@ import {
   type Ledger,
 } from "@dispatch-once/core";
 import { DISPOSITION_BY_OUTCOME, PaymentsError, createPaymentsClient, startMockPayments } from "@dispatch-once/mock-payments";
-import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
+import { scriptFromPlans, startMockProvider, toolUse, turn, type CutKind, type Fault, type MockProvider, type RequestInfo } from "@dispatch-once/mock-provider";
 import { z } from "zod";
-import { ConversationRunner, type ConversationRunnerOptions } from "../src/index.js";
+import { ConversationRunner, type ConversationRunnerOptions, type RunnerEvent } from "../src/index.js";
 
 export const PAY_ACME = { payee: "acme", amount: 125_000, currency: "EUR", reference: "INV-1042", memo: "Invoice 1042" };
 export const PAY_ALICE = { payee: "alice", amount: 2_500, currency: "EUR", reference: "RENT-11", memo: "November rent" };
@@ -93,6 +93,7 @@ export function providerPerTest(): () => MockProvider {
     await provider?.close();
     provider = undefined;
     await closeDownstreams();
+    checkCutGates();
   });
   return () => {
     if (provider === undefined) throw new Error("the mock provider runs only within a test");
@@ -133,4 +134,85 @@ export async function setup(
   /** Another worker process over the same ledger and conversation store (its own runner). */
   const worker = (extra: Partial<ConversationRunnerOptions> = {}) => new ConversationRunner({ ...runnerOptions, ...extra });
   return { ...downstream, ledger, store, runner, runnerOptions, client, dispatcher, worker };
+}
+
+/** Long enough for any dispatch of these tests on a loaded host, well inside the test timeout (60 s). */
+const GATE_TIMEOUT_MS = 20_000;
+const gateFailures: string[] = [];
+
+/**
+ * The runner's events (pass `onEvent` as the runner's) and the calls resolved so far, by id, for
+ * a cut gate to wait on. toolu_ ids are fresh per response, so a held response's own calls name
+ * exactly the dispatch its cut means.
+ */
+export class RunnerEventLog {
+  readonly events: RunnerEvent[] = [];
+  private readonly resolved = new Set<string>();
+  private readonly waiters = new Set<() => void>();
+
+  readonly onEvent = (event: RunnerEvent): void => {
+    this.events.push(event);
+    if (event.type === "call_resolved") this.markResolved(event.callId);
+  };
+
+  markResolved(callId: string): void {
+    this.resolved.add(callId);
+    for (const wake of [...this.waiters]) wake();
+  }
+
+  /** Resolves once every call id is resolved; rejects after `timeoutMs` naming the ones still not. */
+  waitForResolved(callIds: readonly string[], timeoutMs = GATE_TIMEOUT_MS): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiters.delete(check);
+        reject(new Error(`timed out after ${timeoutMs} ms waiting for calls ${callIds.filter((id) => !this.resolved.has(id)).join(", ")} to resolve`));
+      }, timeoutMs);
+      const check = () => {
+        if (!callIds.every((id) => this.resolved.has(id))) return;
+        clearTimeout(timer);
+        this.waiters.delete(check);
+        resolve();
+      };
+      this.waiters.add(check);
+      check();
+    });
+  }
+}
+
+/**
+ * A cut at after_dispatch_before_stop placed by causal order, not by a sleep: a sleep before
+ * message_stop only guessed that the payment had finished, and loses the guess on a loaded host
+ * (the position reads during_dispatch). `hold(info)` is the fault a plan returns for a request:
+ * the stream pauses where message_stop goes, and once every tool_use the held response made has
+ * resolved (as `log` saw it) it is cut with `kind`. A gate that cannot finish still cuts, so the
+ * send ends, and `checkCutGates()` (after each test) fails the test with why.
+ */
+export function cutAfterDispatch(provider: MockProvider, log: RunnerEventLog, kind: CutKind = "reset") {
+  const gate = async (requestNumber: number) => {
+    try {
+      await provider.waitForHold(requestNumber, { timeoutMs: GATE_TIMEOUT_MS });
+      const calls = provider.requests.find((r) => r.requestNumber === requestNumber)?.toolUses.map((t) => t.id) ?? [];
+      // A response without calls (a plan's follow-up) has no dispatch to wait for: cut at once.
+      await log.waitForResolved(calls);
+    } catch (error) {
+      gateFailures.push(`request ${requestNumber}: ${String(error)}`);
+    }
+    try {
+      provider.cutNow(requestNumber, kind);
+    } catch (error) {
+      gateFailures.push(`request ${requestNumber}: ${String(error)}`);
+    }
+  };
+  return {
+    hold(info: RequestInfo): Fault {
+      void gate(info.requestNumber);
+      return { kind: "hold", at: { beforeMessageStop: true } };
+    },
+  };
+}
+
+/** Throws (and forgets them) if a cut gate of the test could not wait for its dispatch. */
+export function checkCutGates(): void {
+  const failures = gateFailures.splice(0);
+  if (failures.length > 0) throw new Error(`a cut gate did not see its dispatch resolve: ${failures.join("; ")}`);
 }

@@ -1,23 +1,28 @@
 import { describe, expect, it } from "vitest";
-import { TurnFailedError, type RunnerEvent } from "../src/index.js";
-import { PAY_ACME, providerPerTest, setup } from "./fixtures.js";
+import { TurnFailedError } from "../src/index.js";
+import { PAY_ACME, RunnerEventLog, cutAfterDispatch, providerPerTest, setup } from "./fixtures.js";
 
 const provider = providerPerTest();
 
-/** The chapter's cut: reset after the call's content_block_stop, before message_stop, first attempt only. */
-function cutFirstAttempt(at: "during_dispatch" | "after_dispatch_before_stop", timing = { beforeMessageStopMs: 300 }) {
+/**
+ * The chapter's cut: reset after the call's content_block_stop, before message_stop, first attempt
+ * only. After the dispatch, the cut waits for the payment's call_resolved (the returned log is the
+ * runner's onEvent), so the position is the one named however slow the payment is.
+ */
+function cutFirstAttempt(at: "during_dispatch" | "after_dispatch_before_stop"): RunnerEventLog {
+  const log = new RunnerEventLog();
+  const gate = cutAfterDispatch(provider(), log);
   provider().setFaultPlan((_request, info) => {
     if (info.attempt !== 1) return undefined;
-    return at === "during_dispatch"
-      ? { kind: "reset", at: { afterToolUseStop: 0 }, timing: { afterBlockStopMs: 20 } }
-      : { kind: "reset", at: { beforeMessageStop: true }, timing };
+    return at === "during_dispatch" ? { kind: "reset", at: { afterToolUseStop: 0 }, timing: { afterBlockStopMs: 20 } } : gate.hold(info);
   });
+  return log;
 }
 
 describe("the chapter's incident over the real SDK", () => {
   it("STREAM-5 naive handler: the automatic retry pays twice", async () => {
-    cutFirstAttempt("after_dispatch_before_stop");
-    const { runner, effects } = await setup(provider(), { guarded: false, latencyMs: 100 });
+    const log = cutFirstAttempt("after_dispatch_before_stop");
+    const { runner, effects } = await setup(provider(), { guarded: false, latencyMs: 100, runner: { onEvent: log.onEvent } });
     const result = await runner.send("conv-incident", { id: "m1", content: "pay acme" });
     expect(result.status).toBe("answered");
     expect(effects()).toHaveLength(2);
@@ -27,13 +32,8 @@ describe("the chapter's incident over the real SDK", () => {
 
   for (const position of ["during_dispatch", "after_dispatch_before_stop"] as const) {
     it(`STREAM-5 guarded: a reset ${position} pays once and the retry gets the first payment's result`, async () => {
-      cutFirstAttempt(position);
-      const events: RunnerEvent[] = [];
-      const { runner, effects, store } = await setup(provider(), {
-        guarded: true,
-        latencyMs: 100,
-        runner: { onEvent: (e) => events.push(e) },
-      });
+      const { events, onEvent } = cutFirstAttempt(position);
+      const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 100, runner: { onEvent } });
       const result = await runner.send("conv-incident", { id: "m1", content: "pay acme" });
       expect(effects()).toHaveLength(1);
       const failed = events.find((e) => e.type === "stream_failed");
@@ -55,11 +55,11 @@ describe("the chapter's incident over the real SDK", () => {
   }
 
   it("STREAM-1 a clean close without message_stop is a failed stream, and is retried", async () => {
-    provider().setFaultPlan((_r, info) =>
-      info.requestNumber === 1 ? { kind: "clean_close", at: { beforeMessageStop: true }, timing: { beforeMessageStopMs: 200 } } : undefined,
-    );
-    const events: RunnerEvent[] = [];
-    const { runner, effects } = await setup(provider(), { guarded: true, runner: { onEvent: (e) => events.push(e) } });
+    const log = new RunnerEventLog();
+    const { events } = log;
+    const gate = cutAfterDispatch(provider(), log, "clean_close");
+    provider().setFaultPlan((_r, info) => (info.requestNumber === 1 ? gate.hold(info) : undefined));
+    const { runner, effects } = await setup(provider(), { guarded: true, runner: { onEvent: log.onEvent } });
     await runner.send("conv-close", { id: "m1", content: "pay acme" });
     expect(events.find((e) => e.type === "stream_failed")).toMatchObject({
       position: "after_dispatch_before_stop",
@@ -101,8 +101,11 @@ describe("the chapter's incident over the real SDK", () => {
   });
 
   it("RECORD-2 a failed turn reports calls that ran with their stored result, and writes nothing", async () => {
-    provider().setFaultPlan(() => ({ kind: "reset", at: { beforeMessageStop: true } }));
-    const { runner, effects, store } = await setup(provider(), { guarded: true, runner: { retry: { attempts: 2, backoffMs: () => 1 } } });
+    // Every attempt is cut after its call resolved: the record's position is the last attempt's.
+    const log = new RunnerEventLog();
+    const gate = cutAfterDispatch(provider(), log);
+    provider().setFaultPlan((_r, info) => gate.hold(info));
+    const { runner, effects, store } = await setup(provider(), { guarded: true, runner: { retry: { attempts: 2, backoffMs: () => 1 }, onEvent: log.onEvent } });
     const error = (await runner.send("conv-ran", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error.record.position).toBe("after_dispatch_before_stop");
     const paid = { paymentId: effects()[0]!.paymentId, status: "accepted" };
@@ -116,8 +119,8 @@ describe("the chapter's incident over the real SDK", () => {
   });
 
   it("IDENT-1 a memo re-worded by the retried response still pays once", async () => {
-    cutFirstAttempt("after_dispatch_before_stop");
-    const { runner, effects } = await setup(provider(), { guarded: true });
+    const log = cutFirstAttempt("after_dispatch_before_stop");
+    const { runner, effects } = await setup(provider(), { guarded: true, runner: { onEvent: log.onEvent } });
     await runner.send("conv-memo", { id: "m1", content: "pay acme" });
     const memos = provider().requests.slice(0, 2).map((r) => r.toolUses[0]!.input.memo);
     expect(memos[0]).not.toBe(memos[1]);
@@ -134,13 +137,23 @@ describe("the chapter's incident over the real SDK", () => {
   });
 
   it("STREAM-4 dispatch happens at content_block_stop, before message_stop", async () => {
-    provider().setTiming({ beforeMessageStopMs: 150 });
-    const events: RunnerEvent[] = [];
-    const { runner, effects } = await setup(provider(), { guarded: true, latencyMs: 10, runner: { onEvent: (e) => events.push(e) } });
-    await runner.send("conv-early", { id: "m1", content: "pay acme" });
+    // message_stop is withheld until the payment's call resolved (a sleep before it only guessed
+    // the payment would be quicker): a runner that dispatched at message_stop never resolves it.
+    const log = new RunnerEventLog();
+    provider().setFaultPlan((_r, info) => (info.requestNumber === 1 ? { kind: "hold", at: { beforeMessageStop: true } } : undefined));
+    const { runner, effects } = await setup(provider(), { guarded: true, latencyMs: 10, runner: { onEvent: log.onEvent } });
+    const sent = runner.send("conv-early", { id: "m1", content: "pay acme" });
+    await provider().waitForHold(1, { timeoutMs: 20_000 });
+    await log.waitForResolved(provider().requests[0]!.toolUses.map((t) => t.id));
+    // The payment is in the payments API's log while message_stop has not been sent.
+    const paidWhileHeld = effects().length;
+    provider().release(1);
+    await sent;
+    expect(paidWhileHeld).toBe(1);
     const messageStop = await provider().waitForEvent((e) => e.type === "message_stop");
     const received = provider().requests[0]!.receivedAt;
-    expect(effects()[0]!.at).toBeLessThan(received + messageStop.atMs);
+    // Milliseconds on both sides: the order is the causal one above, the clock may read them equal.
+    expect(effects()[0]!.at).toBeLessThanOrEqual(received + messageStop.atMs);
     expect(PAY_ACME.payee).toBe("acme");
   });
 });
