@@ -1,11 +1,18 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { Fault as AnthropicFault, MockProvider } from "@dispatch-once/mock-provider";
 import type { Fault as OpenAIFault, MockOpenAI } from "@dispatch-once/mock-openai";
-import type { RunnerEvent, SendResult } from "@dispatch-once/runner";
+import type { FailurePosition, RunnerEvent, SendResult } from "@dispatch-once/runner";
 // The Anthropic side's own test fixtures: the same payments tool, plans and runner options.
-import { closeDownstreams as closeAnthropicDownstreams, providerWithPlans, setup as setupAnthropic } from "../../anthropic/test/fixtures.js";
+import {
+  RunnerEventLog as AnthropicEventLog,
+  checkCutGates as checkAnthropicCutGates,
+  closeDownstreams as closeAnthropicDownstreams,
+  cutAfterDispatch as cutAnthropicAfterDispatch,
+  providerWithPlans,
+  setup as setupAnthropic,
+} from "../../anthropic/test/fixtures.js";
 import { TurnFailedError } from "../src/index.js";
-import { closeDownstreams, isPaymentRequest, setup as setupOpenAI, startProvider } from "./fixtures.js";
+import { RunnerEventLog, checkCutGates, closeDownstreams, cutAfterDispatch, isPaymentRequest, setup as setupOpenAI, startProvider } from "./fixtures.js";
 
 /**
  * The same scenarios through both stream sides, each over its real SDK and its mock: the
@@ -13,46 +20,61 @@ import { closeDownstreams, isPaymentRequest, setup as setupOpenAI, startProvider
  * the failed-turn record) must be the same. Each scenario names the cut in both streams'
  * words; only the fault plan differs.
  */
-interface Scenario {
+type Scenario = {
   name: string;
-  /** Fault on the payment request; `firstOnly` leaves the retries alone. */
-  anthropic: AnthropicFault;
-  openai: OpenAIFault;
+  /** `firstOnly` leaves the retries alone. */
   firstOnly: boolean;
   attempts?: number;
-}
+  /** Where every cut attempt failed (STREAM-2), on both sides. */
+  position: FailurePosition;
+} & (
+  | {
+      /** Fault on the payment request. */
+      anthropic: AnthropicFault;
+      openai: OpenAIFault;
+    }
+  | {
+      /**
+       * The payment request is held where its finish event goes and cut with this kind once its
+       * call resolved: after the dispatch by causal order, not by a sleep the payment may outlast.
+       */
+      cutAfterDispatch: "reset" | "clean_close";
+    }
+);
 
 const SCENARIOS: Scenario[] = [
   {
     name: "STREAM-5 a reset after the payment ran, before the finish event",
-    anthropic: { kind: "reset", at: { beforeMessageStop: true }, timing: { beforeMessageStopMs: 300 } },
-    openai: { kind: "reset", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } },
+    cutAfterDispatch: "reset",
     firstOnly: true,
+    position: "after_dispatch_before_stop",
   },
   {
     name: "STREAM-5 a reset while the payment runs",
     anthropic: { kind: "reset", at: { afterToolUseStop: 0 } },
     openai: { kind: "reset", at: { afterCallDone: 0 } },
     firstOnly: true,
+    position: "during_dispatch",
   },
   {
     name: "STREAM-1 a clean close before the finish event",
-    anthropic: { kind: "clean_close", at: { beforeMessageStop: true }, timing: { beforeMessageStopMs: 300 } },
-    openai: { kind: "clean_close", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } },
+    cutAfterDispatch: "clean_close",
     firstOnly: true,
+    position: "after_dispatch_before_stop",
   },
   {
     name: "STREAM-3 a reset while the arguments stream, every attempt",
     anthropic: { kind: "reset", at: { toolUse: 0, afterFragment: 2 } },
     openai: { kind: "reset", at: { call: 0, afterFragment: 2 } },
     firstOnly: false,
+    position: "arguments_streaming",
   },
   {
     name: "RECORD-2 a reset after the payment ran, every attempt",
-    anthropic: { kind: "reset", at: { beforeMessageStop: true }, timing: { beforeMessageStopMs: 300 } },
-    openai: { kind: "reset", at: { beforeCompleted: true }, timing: { beforeCompletedMs: 300 } },
+    cutAfterDispatch: "reset",
     firstOnly: false,
     attempts: 2,
+    position: "after_dispatch_before_stop",
   },
 ];
 
@@ -93,6 +115,8 @@ afterEach(async () => {
   await openaiMock?.close();
   await closeAnthropicDownstreams();
   await closeDownstreams();
+  checkAnthropicCutGates();
+  checkCutGates();
 });
 
 describe("parity: the Anthropic and OpenAI stream sides behave the same under the shared runner", () => {
@@ -101,23 +125,30 @@ describe("parity: the Anthropic and OpenAI stream sides behave the same under th
       const retry = { backoffMs: () => 1, ...(scenario.attempts !== undefined ? { attempts: scenario.attempts } : {}) };
 
       anthropicMock = await providerWithPlans();
+      const anthropicLog = new AnthropicEventLog();
+      const anthropicGate = "cutAfterDispatch" in scenario ? cutAnthropicAfterDispatch(anthropicMock, anthropicLog, scenario.cutAfterDispatch) : undefined;
       anthropicMock.setFaultPlan((request, info) => {
         // The payment request ends with the user's text, not with tool results.
         const payment = typeof request.messages.at(-1)?.content === "string";
-        return payment && (!scenario.firstOnly || info.attempt === 1) ? scenario.anthropic : undefined;
+        if (!payment || (scenario.firstOnly && info.attempt !== 1)) return undefined;
+        return "anthropic" in scenario ? scenario.anthropic : anthropicGate!.hold(info);
       });
-      const anthropicEvents: RunnerEvent[] = [];
-      const a = await setupAnthropic(anthropicMock, { guarded: true, latencyMs: 100, runner: { retry, onEvent: (e) => anthropicEvents.push(e) } });
-      const anthropic = await observe(() => a.runner.send("conv-parity", { id: "m1", content: "pay acme" }), anthropicEvents, a.effects);
+      const a = await setupAnthropic(anthropicMock, { guarded: true, latencyMs: 100, runner: { retry, onEvent: anthropicLog.onEvent } });
+      const anthropic = await observe(() => a.runner.send("conv-parity", { id: "m1", content: "pay acme" }), anthropicLog.events, a.effects);
 
       openaiMock = await startProvider();
-      openaiMock.setFaultPlan((request, info) => (isPaymentRequest(request) && (!scenario.firstOnly || info.attempt === 1) ? scenario.openai : undefined));
-      const openaiEvents: RunnerEvent[] = [];
-      const o = await setupOpenAI(openaiMock, { guarded: true, latencyMs: 100, runner: { retry, onEvent: (e) => openaiEvents.push(e) } });
-      const openai = await observe(() => o.runner.send("conv-parity", { id: "m1", content: "pay acme" }), openaiEvents, o.effects);
+      const openaiLog = new RunnerEventLog();
+      const openaiGate = "cutAfterDispatch" in scenario ? cutAfterDispatch(openaiMock, openaiLog, scenario.cutAfterDispatch) : undefined;
+      openaiMock.setFaultPlan((request, info) => {
+        if (!isPaymentRequest(request) || (scenario.firstOnly && info.attempt !== 1)) return undefined;
+        return "openai" in scenario ? scenario.openai : openaiGate!.hold(info);
+      });
+      const o = await setupOpenAI(openaiMock, { guarded: true, latencyMs: 100, runner: { retry, onEvent: openaiLog.onEvent } });
+      const openai = await observe(() => o.runner.send("conv-parity", { id: "m1", content: "pay acme" }), openaiLog.events, o.effects);
 
       expect(openai).toEqual(anthropic);
       expect(anthropic.failures[0]).toMatchObject({ attempt: 1 });
+      for (const failure of anthropic.failures) expect(failure.position).toBe(scenario.position);
       // And both are what the rules say, not merely equal to each other.
       expect(anthropic.payments).toBe(scenario.name.startsWith("STREAM-3") ? 0 : 1);
       if (scenario.firstOnly) expect(anthropic.outcome).toMatchObject({ answered: true, turns: [{ attempts: 2 }, { attempts: 1 }] });
