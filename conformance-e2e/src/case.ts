@@ -111,6 +111,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     pendingUnstorable: new Set(),
     pendingRerun: new Map(),
     rerunFaults: new Map(),
+    releaseDeaths: new Set(),
     effectSeqs: () => new Set(world.payments.effects({ account }).map((e) => e.seq)),
     redeliver: () => Promise.resolve(),
     started: Date.now(),

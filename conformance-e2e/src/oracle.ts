@@ -958,8 +958,14 @@ function checkEveryEffectAccounted(
       if (leftByCommit) {
         count("omitted_after_effect");
         // Told by the committed turn's own record (RECORD-8), not only by an earlier failure's.
-        if (records.some((r) => (r as unknown as ResumedTurnRecord).kind === "resumed_turn" && (r as unknown as ResumedTurnRecord).calls.some((x) => x.key === key && SAYS_MAYBE.has(x.effect)))) {
+        const told = records.flatMap((r) =>
+          (r as unknown as ResumedTurnRecord).kind === "resumed_turn" ? (r as unknown as ResumedTurnRecord).calls.filter((x) => x.key === key && SAYS_MAYBE.has(x.effect)) : [],
+        );
+        if (told.length > 0) {
           count(byDead ? "omitted_dead_worker_effect_told_by_committed_turn_record" : "omitted_after_effect_told_by_committed_turn_record");
+          // A dead worker's effect whose row the listing found released (it died after its
+          // release, before recording anything): only that listing names it (WorkerDeath after_release).
+          if (byDead && told.some((x) => x.state === "released")) count("omitted_dead_worker_released_row_told_by_committed_turn_record");
         }
       }
       continue;

@@ -35,11 +35,18 @@ export type DownstreamFault = "fail_before_accept" | "drop_after_accept";
  * or stalling there past its turn lease (a long pause): the queue redelivers the message to
  * another worker, which takes the conversation over; the stalled one wakes up, finishes its
  * call and finds its commit refused (TURN-13).
+ *
+ * `after_release`: the worker dies right after its dispatcher released the call's claim (its
+ * payments response was lost, `drop_after_accept`: the payment happened and the row says
+ * `released`), before it records anything. Drawn last (`releaseDeaths` in scenarioArbitrary), only
+ * for a message without another death whose re-run the model answers without that call
+ * (rerunDivergence): the take-over commits without answering the key, and only its resumed turn's
+ * listing of the ledger rows, where the row is `released`, can tell of the payment (RECORD-8).
  */
 export type WorkerDeath = {
   /** Call index: the first turn's calls, then the follow-up's (a death in a later turn of the tool loop). */
   call: number;
-  when: "before_downstream" | "after_response_before_complete" | "stall_before_downstream";
+  when: "before_downstream" | "after_response_before_complete" | "stall_before_downstream" | "after_release";
 };
 
 /**
@@ -442,6 +449,29 @@ const divergenceArbitrary: fc.Arbitrary<RerunDivergence | undefined> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("swap" as const), first: fc.integer({ min: 0, max: 3 }), second: fc.integer({ min: 0, max: 3 }) }) },
 );
 
+/**
+ * Where a message may die right after a release (WorkerDeath `after_release`): it has no other
+ * death, a lost payments response on a first-turn keyed write (the payment happened; the
+ * dispatcher releases its row for a re-run under the same key), and the model answers the
+ * message's re-runs without that call (an omission, rerunDivergence). The worker that released
+ * the row writes nothing; the take-over's committed turn does not answer its key, and its
+ * resumed turn's record can name it only from the ledger's listing of the turn's rows, where the
+ * row is `released` (RECORD-8). Without such a death the releasing worker itself tells of the
+ * call in its own record, and a listing that hides released rows hides nothing untold.
+ */
+function releaseDeathOf(plan: MessagePlan): WorkerDeath | undefined {
+  if (plan.death !== undefined || plan.rerunDivergence?.kind !== "omit") return undefined;
+  const omitted = plan.rerunDivergence.call % plan.calls.length;
+  const call = plan.calls[omitted];
+  if (call === undefined || (call.tool !== "send_payment" && call.tool !== "void_payment")) return undefined;
+  if (plan.downstream[omitted] !== "drop_after_accept") return undefined;
+  // The fault and the death are planned by the call's signature: an identical call elsewhere in
+  // the turn could take them, and the divergence omits one position only.
+  const same = plan.calls.filter((c) => JSON.stringify(c) === JSON.stringify(call)).length;
+  if (same > 1) return undefined;
+  return { call: omitted, when: "after_release" };
+}
+
 export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
   return fc
     .record({
@@ -452,17 +482,22 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
       // Drawn last, one per message slot, so that every earlier draw of a seed (and the scenarios
       // the kit's planted tests find at their seeds and paths) stays what it was before the field.
       divergences: fc.array(divergenceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
+      // After the divergences, for the same reason: a death right after a lost response's release
+      // (WorkerDeath `after_release`), where the message's re-run omits that call (releaseDeathOf).
+      releaseDeaths: fc.array(fc.boolean(), { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
     })
-    .map(({ conversations, providerSeed, calm: quiet, divergences }) => {
+    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths }) => {
       let slot = 0;
       const diverging = conversations.map((c) => ({
         ...c,
         messages: c.messages.map((m) => {
-          const d = divergences[slot++];
+          const d = divergences[slot];
+          const releaseDeath = releaseDeaths[slot++] === true;
           const plan: MessagePlan = d === undefined ? m : { ...m, rerunDivergence: d };
           // Only a divergence that changes the response is kept (a shrunk scenario shows no inert one).
           if (d !== undefined && divergedCalls(plan) === undefined) delete plan.rerunDivergence;
-          return plan;
+          const death = releaseDeath ? releaseDeathOf(plan) : undefined;
+          return death === undefined ? plan : { ...plan, death };
         }),
       }));
       return {

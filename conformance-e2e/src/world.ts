@@ -219,6 +219,11 @@ export interface CaseContext {
    */
   pendingRerun: Map<string, FaultSpec["outcome"]>;
   rerunFaults: Map<string, FaultSpec["outcome"]>;
+  /**
+   * Deaths armed for right after a release (WorkerDeath `after_release`), by worker name and key:
+   * the worker dies when its dispatcher has released that key's claim, before it records anything.
+   */
+  releaseDeaths: Set<string>;
   effectSeqs(): Set<number>;
   /** The queue hands a message to a fresh worker (its visibility timeout ran out); settles with that send. */
   redeliver(conversationId: string, messageId: string): Promise<void>;
@@ -365,6 +370,8 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
     ctx.pendingDeaths.delete(slot);
     ctx.pendingUnstorable.delete(slot);
     if (death !== undefined) ctx.pendingRerun.delete(slot);
+    // Not here but once the dispatcher released this run's claim (newWorker's onEvent).
+    if (death === "after_release") ctx.releaseDeaths.add(`${self.name} ${context.idempotencyKey}`);
     // Armed where the worker dies after the effect (afterEffect below), for the next run of its key.
     const afterEffect = (what: string): never => {
       if (rerunFault !== undefined) ctx.rerunFaults.set(context.idempotencyKey, rerunFault);
@@ -576,6 +583,12 @@ export async function newWorker(
     onEvent: (event) => {
       if (worker.dead) return;
       ctx.dispatchEvents.push({ ...event, worker: name, at: Date.now() - ctx.started });
+      if (event.type === "released" && ctx.releaseDeaths.delete(`${name} ${event.key}`)) {
+        // The row says released (the payment may have happened); the worker records nothing more.
+        ctx.diagnostics.release_deaths = (ctx.diagnostics.release_deaths ?? 0) + 1;
+        worker.kill(`after its dispatcher released the claim of key ${short(event.key)}, before it recorded anything`);
+        return;
+      }
       if (event.type === "claimed" && event.takeover) {
         note(ctx, name, `${conversationId} takes over the expired claim of key ${short(event.key)} (fence ${event.fence})`);
       }

@@ -1,0 +1,100 @@
+import type { Ledger, ToolDefinition } from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import type { DispatcherDefaults } from "../src/world.js";
+import { expectReadable } from "./readable.js";
+import { memory, realDispatcher } from "./audit-mutants.js";
+
+/**
+ * A released row a resumed turn's listing leaves out. A keyed write's lost payments response
+ * (the payment happened) makes the dispatcher release its row for a re-run under the same key;
+ * the worker then dies before it records anything (scenario.ts WorkerDeath `after_release`). The
+ * take-over's re-run, which the model answers without that call (rerunDivergence), commits: only
+ * the ledger's row, `released`, knows of the payment, and the resumed turn's record must name it
+ * `may_have_happened` (RECORD-8: "may_have_happened for an in_flight, unknown or released row").
+ * The planted bug: a listing that hides released rows (the real dispatcher over a ledger view
+ * whose listRows pages leave them out): its record says `listed: true` and names nothing, and the
+ * payment is told nowhere. The scenarios of before, where the worker that released a row always
+ * lived to list the call in its own record, passed it 300 runs per side (22 rows hidden on the
+ * Anthropic side, 21 on the OpenAI side, seed 777).
+ */
+const SEARCH_BUDGET_MS = 240_000;
+
+/** How many released rows the planted listing hid (the search reached what it breaks). */
+const hidden = { count: 0 };
+
+/** The ledger, with every listing leaving out released rows (the capability still declared). */
+function hidingReleased(ledger: Ledger): Ledger {
+  const hiding = Object.create(ledger) as Ledger;
+  hiding.listRows = async (query) => {
+    const page = await ledger.listRows!(query);
+    const rows = page.rows.filter((row) => row.state !== "released");
+    hidden.count += page.rows.length - rows.length;
+    return { ...page, rows };
+  };
+  return hiding;
+}
+
+/** The planted bug: the real dispatcher over a ledger view whose listings hide released rows. */
+function releasedHidden(tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults) {
+  return realDispatcher(tools, hidingReleased(ledger), defaults);
+}
+
+const SEED = 777;
+
+function expectVerdict(message: string): void {
+  // The worker's payments response was lost, its dispatcher released the row, and it died before
+  // recording; the model answered the take-over's re-run without the call, which committed.
+  expect(message).toMatch(/DIES after its dispatcher released the claim of key ([0-9a-f]{8}), before it recorded anything/);
+  expect(message).toMatch(/answers a re-run of step 0 of .* \(its first response differed\)/);
+  expect(message).toMatch(
+    /breaks RECORD-8\): (RECORD-8: )?payment_(created|voided) \S+ \(seq \d+, key [0-9a-f]{8}\), made by \S+, which died before it could record it, \((send|void)_payment at turn \d+ of conv-\d\), is accounted for nowhere: turn \d+ committed \(message "[^"]+"\) without answering its key/,
+  );
+  // The dead worker's key is the one its dispatcher released.
+  const released = /DIES after its dispatcher released the claim of key ([0-9a-f]{8})/.exec(message)![1];
+  expect(message).toMatch(new RegExp(`breaks RECORD-8\\): (RECORD-8: )?payment_\\w+ \\S+ \\(seq \\d+, key ${released}\\)`));
+}
+
+describe.each(RUNNER_PROVIDERS)("a released row: the end-to-end oracle rejects a resumed turn's listing that hides it (provider %s)", (provider) => {
+  it("RECORD-8 the worker that released its lost payment dies, the take-over commits without the call, and its listing hides the released row (shrinking off)", async () => {
+    hidden.count = 0;
+    const error = await runEndToEnd(memory, {
+      provider,
+      runs: 300,
+      seed: SEED,
+      timeLimitMs: SEARCH_BUDGET_MS,
+      shrinkTimeLimitMs: 0,
+      dispatcher: releasedHidden,
+    }).catch((e: unknown) => e);
+    expect(hidden.count).toBeGreaterThan(0);
+    const message = expectReadable(error, SEED);
+    expectVerdict(message);
+  }, 600_000);
+
+  it("RECORD-8 the same verdict, fully shrunk", async () => {
+    const error = await runEndToEnd(memory, {
+      provider,
+      runs: 300,
+      seed: SEED,
+      timeLimitMs: SEARCH_BUDGET_MS,
+      dispatcher: releasedHidden,
+    }).catch((e: unknown) => e);
+    const message = expectReadable(error, SEED);
+    expect(message).not.toMatch(/shrinking cut short/);
+    expectVerdict(message);
+  }, 600_000);
+
+  it("the real dispatcher under the same hooks passes the same scenarios, and its committed turns' records name the released rows", async () => {
+    const seen: Record<string, number> = {};
+    await runEndToEnd(memory, {
+      provider,
+      // The mutant's search stops at run 103 (path "102"): the same scenarios, the failing one included.
+      runs: 110,
+      seed: SEED,
+      dispatcher: realDispatcher,
+      onStats: (stats) => Object.assign(seen, stats),
+    });
+    expect(seen.release_deaths).toBeGreaterThan(0);
+    expect(seen.omitted_dead_worker_released_row_told_by_committed_turn_record).toBeGreaterThan(0);
+  }, 600_000);
+});
