@@ -29,7 +29,9 @@ function expectHardCases(seen: Record<string, number>, runs: number): void {
   // divergent_reruns: the model answered a re-run of a turn with other calls (one omitted, two
   // swapped); omitted_after_effect: an effect a committed turn of its index leaves unanswered,
   // told by a record; ..._told_by_committed_turn_record: by the committed turn's own (RECORD-8).
-  for (const kind of ["divergent_reruns", "divergent_reasks", "answered_by_divergent_rerun", "omitted_after_effect", "omitted_after_effect_told_by_committed_turn_record", "calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "follow_up_deaths", "follow_up_unstorable", "rerun_faults", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
+  // release_deaths: a worker died right after its dispatcher released a lost payment's row, and
+  // omitted_dead_worker_released_row_...: a committed turn's record named such a released row.
+  for (const kind of ["release_deaths", "omitted_dead_worker_released_row_told_by_committed_turn_record", "divergent_reruns", "divergent_reasks", "answered_by_divergent_rerun", "omitted_after_effect", "omitted_after_effect_told_by_committed_turn_record", "calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "follow_up_deaths", "follow_up_unstorable", "rerun_faults", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
     expect(seen[kind], kind).toBeGreaterThan(0);
   }
 }
