@@ -15,7 +15,7 @@ import {
 } from "@dispatch-once/mock-payments";
 import { stepCountIs, streamText, tool, type ModelMessage, type ToolSet } from "ai";
 import { z } from "zod";
-import { APPROVAL_MARK, stepsOf, type AiSdkChatPlan, type AiSdkMessagePlan, type AiSdkScenario } from "./ai-sdk-scenario.js";
+import { APPROVAL_MARK, callsBeforeFollowUp, followUpStepOf, stepsOf, type AiSdkChatPlan, type AiSdkDeath, type AiSdkMessagePlan, type AiSdkScenario } from "./ai-sdk-scenario.js";
 import type { OracleViolation } from "./oracle.js";
 import { openAIPosition } from "./provider.js";
 import type { PlannedCall } from "./scenario.js";
@@ -113,8 +113,9 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
     if (planned === undefined) return undefined;
     const steps = world.plans.get(text!);
     const step = steps === undefined ? 0 : stepOf(request, steps);
-    // A tool loop's step 2 is answered in the request of step 1 (a continuation's is a request of its own).
-    const loop = (at!.plan.followUp ?? []).length > 0 && step === 1;
+    // A tool loop's step 2 is answered in the request of the step before it (a continuation's
+    // repeats are a request of their own; a loop after them is the turn's last response with calls).
+    const loop = followUpStepOf(at!.plan) === step;
     const phase = steps !== undefined && step < steps.length ? (loop ? "follow_up" : "tool_step") : "confirmation";
     if (planned.phase !== phase) return undefined;
     // A continuation's step may make fewer calls than the cut was drawn for: cut its last one.
@@ -203,25 +204,40 @@ function appTools(
   running: { n: number },
   disposition: AiSdkAppOptions["disposition"],
   approvals: boolean,
+  process: AppProcess,
+  deaths: PlannedDeaths,
 ) {
-  const api = createPaymentsClient({ baseURL: world.payments.url, token: account });
+  const api = createPaymentsClient({ baseURL: world.payments.url, token: account, fetch: process.fetch });
   const tell = disposition ?? ((e: PaymentsError) => DISPOSITION_BY_OUTCOME[e.outcome]);
   // The app forwards the call's Dispatch-Once key; an unwrapped app has only the provider's call id.
   const run = async <T>(name: string, args: Record<string, unknown>, options: { toolCallId: string }, perform: (key: string, fault: FaultSpec["outcome"] | undefined) => Promise<T>) => {
     const info = dispatchOnceOf(options as never);
     const key = info?.idempotencyKey ?? options.toolCallId;
     const signature = intentSignature(name, args);
-    const fault = faults.get(signature);
-    faults.delete(signature);
+    // The distinct keys this call's signature ran under, in order: a death planned on a loop's
+    // follow-up lands on the first run under the key after those of the turn's earlier identical
+    // calls (found by what ran, not by the ordinal the wrapper under test gave it).
+    const keys = deaths.keys.get(signature) ?? [];
+    if (!keys.includes(key)) keys.push(key);
+    deaths.keys.set(signature, keys);
+    const planned = deaths.planned.get(signature);
+    const dying = planned !== undefined && keys.indexOf(key) === planned.nth ? planned.when : undefined;
+    if (dying !== undefined) deaths.planned.delete(signature);
+    // A downstream fault planned on the call waits for the run after the death (the take-over's).
+    const fault = dying === undefined ? faults.get(signature) : undefined;
+    if (dying === undefined) faults.delete(signature);
     running.n++;
-    say(log, "tool", `${name} runs key ${short(key)}${info ? ` (turn ${info.turnIndex}, ordinal ${info.ordinal})` : " (unwrapped)"} with ${canonicalize(args as never)}${fault ? ` [downstream fault ${fault}]` : ""}`);
+    say(log, "tool", `${name} runs key ${short(key)}${info ? ` (turn ${info.turnIndex}, ordinal ${info.ordinal})` : " (unwrapped)"} with ${canonicalize(args as never)} in ${process.name}${fault ? ` [downstream fault ${fault}]` : ""}`);
     count(log, "tool_runs");
+    if (process.takingOver.has(key)) count(log, "takeover_runs");
     try {
+      if (dying === "before_downstream") process.die(`before calling the payments API for ${name} key ${short(key)}`);
       const result = await perform(key, fault);
       say(log, "tool", `${name} key ${short(key)}: payments API answered ${JSON.stringify(result)}`);
+      if (dying === "after_effect") process.die(`after the payments API accepted ${name} key ${short(key)}, before the ledger completed`);
       return result;
     } catch (error) {
-      if (!(error instanceof PaymentsError)) throw error;
+      if (!(error instanceof PaymentsError) || process.dead) throw error;
       say(log, "tool", `${name} key ${short(key)}: payments API failed ${error.code} (${error.outcome})`);
       if (error.outcome === "unknown") count(log, "lost_responses");
       throw new ToolError(error.message, { disposition: tell(error), code: error.code, cause: error });
@@ -277,8 +293,64 @@ interface Chat {
   plan: AiSdkChatPlan;
   /** The app's committed messages (what `useChat` would send with the next request). */
   messages: ModelMessage[];
+  /** The server process that answers the chat's requests; after a death, the next request's is a new one. */
+  process: AppProcess;
+  spawn: () => Promise<AppProcess>;
+  /** The message whose request a death cut, until its turn is asked again (counted: re-sent or regenerated). */
+  diedIn?: string | undefined;
+}
+
+/**
+ * One server process of the chat route: its own `createOnceTools` over its own ledger instance
+ * (`reopen()`) and its own payments client. When it dies every ledger and payments I/O it starts
+ * or awaits fails, as a dead process's would, and its stream to the client is cut: its claims
+ * stay held until they lapse on the ledger's clock.
+ */
+interface AppProcess {
+  name: string;
+  dead: boolean;
   /** The chat route's tools for one request (its own tool set: only a chat with approval turns has needsApproval). */
   forTurn: (request: AiSdkRequest) => AiSdkTurnTools;
+  fetch: typeof fetch;
+  /** Aborts the process's `streamText` when it dies (the client's stream is cut). */
+  abort: AbortController;
+  /** Why it died, once it has. */
+  death?: string | undefined;
+  /** Keys this process's dispatcher took over from an expired claim (its runs are counted). */
+  takingOver: Set<string>;
+  die(what: string): never;
+}
+
+/** The deaths planned on loops' follow-up calls, by signature, and the keys each signature ran under. */
+interface PlannedDeaths {
+  planned: Map<string, { when: AiSdkDeath["when"]; nth: number }>;
+  keys: Map<string, string[]>;
+}
+
+class ProcessGone extends Error {
+  constructor(name: string) {
+    super(`the chat route's process ${name} is gone`);
+    this.name = "ProcessGone";
+  }
+}
+
+const LEDGER_METHODS = ["claim", "renew", "complete", "fail", "markUnknown", "release", "lookup", "sweep"] as const;
+
+/** The ledger as a process sees it: once dead, every call it starts or awaits fails. */
+function mortalLedger(target: Ledger, process: { dead: boolean; name: string }): Ledger {
+  const view = Object.create(target) as Ledger;
+  for (const method of LEDGER_METHODS) {
+    const f = (target as unknown as Record<string, unknown>)[method] as ((...args: unknown[]) => Promise<unknown>) | undefined;
+    if (typeof f !== "function") continue;
+    (view as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+      if (process.dead) return Promise.reject(new ProcessGone(process.name));
+      return f.apply(target, args).then(
+        (r) => (process.dead ? Promise.reject(new ProcessGone(process.name)) : r),
+        (e: unknown) => Promise.reject(process.dead ? new ProcessGone(process.name) : e),
+      );
+    };
+  }
+  return view;
 }
 
 /**
@@ -298,9 +370,16 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   const state = ctx.world.attempts.get(content)!;
   state.attempt++;
   const request: AiSdkRequest = { conversationId: chat.plan.id, messages: chat.messages, dispatchAt: chat.plan.dispatchAt };
-  say(ctx.log, "app", `${chat.plan.id} ${label}: request ${state.attempt} of ${JSON.stringify(message.text)} (${chat.messages.length} messages, tools at ${chat.plan.dispatchAt})`);
+  if (chat.process.dead) chat.process = await chat.spawn();
+  const process = chat.process;
+  say(ctx.log, "app", `${chat.plan.id} ${label}: request ${state.attempt} of ${JSON.stringify(message.text)} (${chat.messages.length} messages, tools at ${chat.plan.dispatchAt}, in ${process.name})`);
   count(ctx.log, "attempts");
-  const turn = chat.forTurn(request);
+  if (chat.diedIn === message.text) {
+    // The client asks the turn again after a death cut its stream: AISDK-6's re-send, or a regenerate.
+    count(ctx.log, label.includes("re-sent") ? "resends_after_death" : "regenerates_after_death");
+    chat.diedIn = undefined;
+  }
+  const turn = process.forTurn(request);
   const told: Told[] = [];
   const runsBefore = ctx.log.stats.tool_runs ?? 0;
   const calls = new Map<string, { tool: string; input: Record<string, unknown> }>();
@@ -319,6 +398,8 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
       ...(turn.onChunk !== undefined ? { onChunk: turn.onChunk } : {}),
       stopWhen: stepCountIs(4),
       maxRetries: 0,
+      // The process's death cuts the client's stream (its wrapped writes are not aborted by it, AISDK-2: they fail with the process's I/O).
+      abortSignal: process.abort.signal,
       // The stream's error reaches the app as its error part; the AI SDK's default logs it too.
       onError: () => {},
     });
@@ -364,6 +445,7 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
         }
       }
     }
+    if (process.dead) failed = `the chat route's process died ${process.death ?? ""}: the client's stream was cut`;
     if (!finished) failed ??= "the stream ended without a finish part";
     if (failed === undefined) {
       const response = await result.response;
@@ -371,6 +453,10 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     }
   } catch (error) {
     failed ??= describeError(error);
+  }
+  if (process.dead) {
+    failed = `the chat route's process died ${process.death ?? ""}: the client's stream was cut`;
+    chat.diedIn = message.text;
   }
   if (failed !== undefined) {
     say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} failed (${failed}); nothing kept`);
@@ -388,6 +474,13 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     count(ctx.log, "follow_ups");
     const first = new Set(told.filter((t) => t.step === 1).map((t) => intentSignature(t.tool, t.input)));
     if (later.some((t) => first.has(intentSignature(t.tool, t.input)))) count(ctx.log, "follow_up_repeats");
+  }
+  // A tool loop in a continuation: the turn's last request answered after the follow-up's call
+  // (a client-side tool's turn: its step 2; an approval turn: the call after the approved repeats).
+  if (message.continuation !== undefined && (message.followUp ?? []).length > 0 && requestOfPass === (message.continuation.kind === "approval" ? 2 : 1)) {
+    count(ctx.log, "continuation_follow_ups");
+    const earlier = new Set(message.calls.map((c) => intentSignature(c.tool, c.args)));
+    if (message.continuation.kind === "client_tool" && later.some((t) => earlier.has(intentSignature(t.tool, t.input)))) count(ctx.log, "continuation_follow_up_repeats");
   }
   say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} answered; kept ${told.length} tool answers`);
   return "answered";
@@ -445,8 +538,8 @@ function userAnswer(messages: readonly ModelMessage[]): { message: ModelMessage;
   return content.length === 0 ? undefined : { message: { role: "tool", content } as ModelMessage, approvals, results };
 }
 
-async function runChat(ctx: RunContext, plan: AiSdkChatPlan, forTurn: Chat["forTurn"]): Promise<void> {
-  const chat: Chat = { plan, messages: [], forTurn };
+async function runChat(ctx: RunContext, plan: AiSdkChatPlan, spawn: Chat["spawn"]): Promise<void> {
+  const chat: Chat = { plan, messages: [], process: await spawn(), spawn };
   for (const message of plan.messages) {
     const content = contentOf(ctx.account, plan.id, message.text);
     chat.messages.push({ role: "user", content });
@@ -488,6 +581,7 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
   const account = `acct_${randomUUID().slice(0, 12)}`;
   const log: CaseLog = { started: Date.now(), timeline: [], told: [], answered: new Set(), stats: { cases: 1 } };
   const faults = new Map<string, FaultSpec["outcome"]>();
+  const deaths: PlannedDeaths = { planned: new Map(), keys: new Map() };
   const { plans, attempts } = world;
   const contents: string[] = [];
   for (const chat of scenario.chats) {
@@ -505,12 +599,19 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
         const fault = message.downstream[i];
         if (fault !== undefined) faults.set(intentSignature(c.tool, c.args), fault);
       });
+      const target = message.followUp?.[0];
+      if (message.death !== undefined && target !== undefined) {
+        const same = (a: PlannedCall, b: PlannedCall) => intentSignature(a.tool, a.args) === intentSignature(b.tool, b.args);
+        deaths.planned.set(intentSignature(target.tool, target.args), { when: message.death.when, nth: callsBeforeFollowUp(message, same) });
+      }
     }
   }
   const running = { n: 0 };
   try {
     const dispatcher: AiSdkWrapOptions["dispatcher"] = {
-      leaseMs: 5_000,
+      // Only a death needs a claim to lapse (the next process waits it out); otherwise a long
+      // lease keeps a slow machine from taking over a live claim.
+      leaseMs: deaths.planned.size > 0 ? DEATH_CLAIM_LEASE_MS : 5_000,
       // Longer than any early-dispatched call of a cut attempt takes, so its retry waits for it (LEDGER-15).
       waitMs: 15_000,
       pollMs: 2,
@@ -522,8 +623,47 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
     const ctx: RunContext = { world, account, log, model };
     await Promise.all(
       scenario.chats.map((chat) => {
-        const tools = appTools(world, account, log, faults, running, app.disposition, chat.messages.some((m) => m.continuation?.kind === "approval"));
-        return runChat(ctx, chat, (app.wrap ?? wrapOnce)(tools, fixture.ledger, { effects: EFFECTS, identity: IDENTITY, dispatcher }));
+        let spawned = 0;
+        // A server process of the chat route: the app's tools and createOnceTools built in it, over its own ledger instance.
+        const spawn = async (): Promise<AppProcess> => {
+          const name = `${chat.id}/p${++spawned}`;
+          const abort = new AbortController();
+          const process: AppProcess = {
+            name,
+            dead: false,
+            forTurn: undefined as never,
+            abort,
+            takingOver: new Set(),
+            fetch: ((input: Parameters<typeof fetch>[0], init?: RequestInit) => {
+              if (process.dead) return Promise.reject(new ProcessGone(name));
+              return fetch(input, { ...init, signal: init?.signal ? AbortSignal.any([init.signal, abort.signal]) : abort.signal });
+            }) as typeof fetch,
+            die: (what) => {
+              if (!process.dead) {
+                process.dead = true;
+                process.death = what;
+                say(log, "app", `${name} DIES ${what}`);
+                count(log, "deaths");
+                if (what.startsWith("after")) count(log, "deaths_after_effect");
+                // Every death is planned on a tool loop's follow-up call (step 2, or the call after a continuation's repeats).
+                count(log, "follow_up_deaths");
+                abort.abort(new ProcessGone(name));
+              }
+              throw new ProcessGone(name);
+            },
+          };
+          const ledger = mortalLedger(spawned === 1 ? fixture.ledger : await fixture.reopen(), process);
+          const tools = appTools(world, account, log, faults, running, app.disposition, chat.messages.some((m) => m.continuation?.kind === "approval"), process, deaths);
+          const onEvent: NonNullable<AiSdkWrapOptions["dispatcher"]["onEvent"]> = (event) => {
+            if (process.dead || event.type !== "claimed" || !event.takeover) return;
+            process.takingOver.add(event.key);
+            say(log, "ledger", `${name} takes over the expired claim of key ${short(event.key)} (fence ${event.fence})`);
+            count(log, "takeovers");
+          };
+          process.forTurn = (app.wrap ?? wrapOnce)(tools, ledger, { effects: EFFECTS, identity: IDENTITY, dispatcher: { ...dispatcher, onEvent } });
+          return process;
+        };
+        return runChat(ctx, chat, spawn);
       }),
     );
     // A call started at its tool-call part may outlive the stream that was cut under it.
@@ -542,6 +682,13 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
     await fixture.destroy().catch(() => {});
   }
 }
+
+/**
+ * The claim lease in a case where a process dies: its claim must lapse before the client's
+ * re-send can take it over (the next process waits it out, waitMs). A live process renews its
+ * claims well within it.
+ */
+const DEATH_CLAIM_LEASE_MS = 200;
 
 /** Until no tool has run for a little while (a call dispatched early starts a moment after its part). */
 async function settled(running: { n: number }): Promise<void> {

@@ -45,6 +45,20 @@ export interface AiSdkContinuation {
   repeat: number[];
 }
 
+/**
+ * The chat route's server process dying on a tool loop's follow-up call (its first execution):
+ * before it calls the payments API, or after the payments API accepted it and before the ledger
+ * completed its row. The process's stream to the client is cut there, and nothing it would still
+ * do happens: its claim stays in flight until its lease lapses. The client then does what the AI
+ * SDK profile says a client does after a cut stream: it re-sends the same messages (AISDK-6) or
+ * regenerates the turn, and another process answers, which must meet the dead call's key (a
+ * take-over, under the same ordinal: it follows the same earlier calls of the turn) and make the
+ * payment at most once.
+ */
+export interface AiSdkDeath {
+  when: "before_downstream" | "after_effect";
+}
+
 export interface AiSdkMessagePlan {
   /** The user's text; the scripted model maps it to `calls`. Unique within its chat. */
   text: string;
@@ -56,9 +70,15 @@ export interface AiSdkMessagePlan {
    * an intent of its own; half the time it is one of `calls` exactly (the user asked for the same
    * payment twice, in two steps: a second intent with the same signature, whose ordinal follows
    * step 1's, so it must run, and a re-send of the request must give it the same key again).
-   * Absent: the model answers step 1's results with text. Never with a `continuation`.
+   * Absent: the model answers step 1's results with text. With a `continuation`, the loop is in
+   * the turn's last request: after the continuation's repeats ran (a client-side tool's turn:
+   * step 1 of that request makes the repeats, step 2 the follow-up, which may repeat a call of
+   * the turn's first request a third time; an approval turn: the approved repeats run, and the
+   * model's next response makes a fresh call that needs no approval).
    */
   followUp?: PlannedCall[] | undefined;
+  /** A death of the chat route's process on the follow-up's call (only with `followUp`). */
+  death?: AiSdkDeath | undefined;
   /** The cut of each request attempt of this turn, in order (attempt n meets cuts[n - 1]). */
   cuts: AiSdkCut[];
   /** Downstream faults by call index (`calls`, then `followUp`), applied to the first execution of the call's signature. */
@@ -77,10 +97,27 @@ export const APPROVAL_MARK = "approve";
 /** The model's responses of a turn, in order: each (but the last, text) makes calls. */
 export function stepsOf(message: AiSdkMessagePlan): { tool: string; args: Record<string, unknown> }[][] {
   const first: { tool: string; args: Record<string, unknown> }[] = [...message.calls];
-  if (message.followUp !== undefined && message.followUp.length > 0) return [first, [...message.followUp]];
-  if (message.continuation === undefined) return [first];
+  const loop = message.followUp !== undefined && message.followUp.length > 0 ? [[...message.followUp]] : [];
+  if (message.continuation === undefined) return [first, ...loop];
   if (message.continuation.kind === "client_tool") first.push({ tool: "ask_user", args: { question: "Pay the same again?" } });
-  return [first, message.continuation.repeat.map((i) => message.calls[i]!)];
+  return [first, message.continuation.repeat.map((i) => message.calls[i]!), ...loop];
+}
+
+/** Which of the turn's scripted responses (stepsOf) is the tool loop's follow-up; undefined without one. */
+export function followUpStepOf(message: AiSdkMessagePlan): number | undefined {
+  return message.followUp !== undefined && message.followUp.length > 0 ? stepsOf(message).length - 1 : undefined;
+}
+
+/**
+ * How many calls identical to the follow-up's first call the user asked for before it in the
+ * turn (step 1's and a continuation's repeats): the follow-up is the next one, and a death
+ * planned on it lands on the execution under the next distinct key of that call.
+ */
+export function callsBeforeFollowUp(message: AiSdkMessagePlan, same: (a: PlannedCall, b: PlannedCall) => boolean): number {
+  const target = message.followUp?.[0];
+  if (target === undefined) return 0;
+  const before = [...message.calls, ...(message.continuation?.repeat ?? []).map((i) => message.calls[i]!)];
+  return before.filter((c) => same(c, target)).length;
 }
 
 export interface AiSdkChatPlan {
@@ -152,10 +189,24 @@ function cutArbitrary(calls: number, followUp: number): fc.Arbitrary<AiSdkCut> {
  * on every push): step 2 of a tool loop inside the request. Half the time it repeats one of
  * step 1's calls exactly (both tools here are writes), else one fresh call.
  */
-function followUpArbitrary(chat: number, message: number, calls: PlannedCall[]): fc.Arbitrary<PlannedCall[] | undefined> {
-  const loop = fc.oneof(fc.constantFrom(...calls).map((c) => [c]), callArbitrary(chat, message, calls.length, false).map((c) => [c]));
-  return fc.oneof({ weight: 6, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: loop });
+function followUpArbitrary(chat: number, message: number, calls: PlannedCall[], kind: AiSdkContinuation["kind"] | undefined): fc.Arbitrary<PlannedCall[] | undefined> {
+  const fresh = callArbitrary(chat, message, calls.length, false).map((c) => [c]);
+  // An approval turn's calls all need approval, so a repeat of one would wait for the user again
+  // (a request more, not a step): after an approval turn's repeats, the follow-up is fresh.
+  const loop = kind === "approval" ? fresh : fc.oneof(fc.constantFrom(...calls).map((c) => [c]), fresh);
+  // With a continuation the loop comes in its last request: rarer still (each is two requests more).
+  return fc.oneof({ weight: kind === undefined ? 6 : 3, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: loop });
 }
+
+/**
+ * A death on a tool loop's follow-up call, in a third of the loops, mostly after its effect (the
+ * payment made, its row left in flight). The client recovers as the profile says: the plan
+ * re-sends or regenerates (a message with a death and neither gets a regenerate).
+ */
+const deathArbitrary: fc.Arbitrary<AiSdkDeath | undefined> = fc.oneof(
+  { weight: 2, arbitrary: fc.constant(undefined) },
+  { weight: 1, arbitrary: fc.constantFrom<AiSdkDeath["when"]>("after_effect", "after_effect", "before_downstream").map((when) => ({ when })) },
+);
 
 // A quarter of the turns: each continuation is one or two requests more, and CI runs this on every push.
 const continuationKind = fc.oneof(
@@ -167,12 +218,12 @@ function messageArbitrary(chat: number, message: number): fc.Arbitrary<AiSdkMess
   return fc.tuple(fc.integer({ min: 1, max: 2 }), continuationKind).chain(([count, kind]) =>
     fc
       .tuple(...Array.from({ length: count }, (_, i) => callArbitrary(chat, message, i, kind === "approval")))
-      .chain((calls) => (kind === undefined ? followUpArbitrary(chat, message, calls as PlannedCall[]) : fc.constant(undefined)).map((followUp) => ({ calls: calls as PlannedCall[], followUp })))
+      .chain((calls) => followUpArbitrary(chat, message, calls as PlannedCall[], kind).map((followUp) => ({ calls: calls as PlannedCall[], followUp })))
       .chain(({ calls, followUp }) =>
       fc.record({
         text: fc.constant(`c${chat} message ${message}`),
         calls: fc.constant(calls),
-        ...(followUp !== undefined ? { followUp: fc.constant(followUp) } : {}),
+        ...(followUp !== undefined ? { followUp: fc.constant(followUp), death: deathArbitrary } : {}),
         cuts: fc.array(cutArbitrary(calls.length, followUp?.length ?? 0), { maxLength: 3 }),
         downstream: fc.oneof(
           { weight: 2, arbitrary: fc.constant({}) },
@@ -195,7 +246,16 @@ function messageArbitrary(chat: number, message: number): fc.Arbitrary<AiSdkMess
                 )
                 .map((repeat): AiSdkContinuation => ({ kind, repeat })),
       }),
-    ),
+    )
+    // A client whose stream was cut by a death recovers: it re-sends, or else regenerates.
+    .map((m): AiSdkMessagePlan => {
+      const plan = m as AiSdkMessagePlan;
+      if (plan.death === undefined) {
+        const { death: _none, ...rest } = plan;
+        return rest;
+      }
+      return plan.resends === 0 && !plan.regenerate ? { ...plan, regenerate: true } : plan;
+    }),
   );
 }
 

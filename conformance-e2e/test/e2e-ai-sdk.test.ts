@@ -33,7 +33,7 @@ const SEARCH_BUDGET_MS = 60_000;
 const PERFORMED_AGAIN = /performed ([2-9]|\d{2,}) times for (one intent|([2-9]|\d{2,}) intents)/;
 
 describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
-  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 an app with createOnceTools performs each intent at most once and keeps only the truth, tool loops inside a request included, over ${runs} random scenarios`, async () => {
+  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 an app with createOnceTools performs each intent at most once and keeps only the truth, tool loops inside a request (and in a continuation's last request) and process deaths in their step 2 included, over ${runs} random scenarios`, async () => {
     const seen: Record<string, number> = {};
     await runEndToEnd(memory, {
       provider: "ai-sdk",
@@ -49,10 +49,17 @@ describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
     }
     // Tool loops inside one request (AISDK-1), about one message in ten: follow_ups (answers kept
     // from two steps of one request), follow_up_repeats (step 2's call identical to a step-1 call),
-    // failed_in_a_later_step (a request cut in its step 2). At CI's 30 runs there are 4, 2 and 3 of
-    // them (seed 20261201); at 20, no repeat.
+    // failed_in_a_later_step (a request cut in its step 2). At CI's 30 runs there are 10, 2 and 3 of
+    // them (seed 20261201).
     if (runs < 30) return;
     for (const kind of ["follow_ups", "follow_up_repeats", "failed_in_a_later_step"]) {
+      expect(seen[kind], kind).toBeGreaterThan(0);
+    }
+    // Deaths of the chat route's process on a loop's step-2 call, and loops in a continuation's
+    // last request: deaths_after_effect (the payment made, its row left in flight), takeovers (the
+    // next process's step 2 took the dead claim over), resends_after_death (the client re-sent the
+    // cut turn, AISDK-6) and continuation_follow_ups: 2, 1, 2 and 8 at 30 runs (seed 20261201).
+    for (const kind of ["deaths_after_effect", "takeovers", "resends_after_death", "continuation_follow_ups"]) {
       expect(seen[kind], kind).toBeGreaterThan(0);
     }
   }, 600_000);
