@@ -316,6 +316,8 @@ interface AppProcess {
   abort: AbortController;
   /** Why it died, once it has. */
   death?: string | undefined;
+  /** Resolves when it dies: the client stops reading its stream there. */
+  died: Promise<void>;
   /** Keys this process's dispatcher took over from an expired claim (its runs are counted). */
   takingOver: Set<string>;
   die(what: string): never;
@@ -403,7 +405,18 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
       // The stream's error reaches the app as its error part; the AI SDK's default logs it too.
       onError: () => {},
     });
-    for await (const part of result.fullStream) {
+    // The client reads the stream until it ends, or until the process serving it dies: a dead
+    // process's stream never ends for it (its wrapped write, dispatched and never settled, holds
+    // the AI SDK's step open), and nothing it would still send arrives.
+    const parts = result.fullStream[Symbol.asyncIterator]();
+    const gone = process.died.then(() => ({ done: true as const, value: undefined }));
+    for (;;) {
+      const next = await Promise.race([parts.next(), gone]);
+      if (next.done === true) {
+        if (process.dead) void parts.return?.()?.catch?.(() => {});
+        break;
+      }
+      const part = next.value;
       if (part.type === "start-step") steps++;
       else if (part.type === "tool-call") {
         calls.set(part.toolCallId, { tool: part.toolName, input: part.input as Record<string, unknown> });
@@ -628,7 +641,10 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
         const spawn = async (): Promise<AppProcess> => {
           const name = `${chat.id}/p${++spawned}`;
           const abort = new AbortController();
+          let dying!: () => void;
+          const died = new Promise<void>((resolve) => (dying = resolve));
           const process: AppProcess = {
+            died,
             name,
             dead: false,
             forTurn: undefined as never,
@@ -648,6 +664,7 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
                 // Every death is planned on a tool loop's follow-up call (step 2, or the call after a continuation's repeats).
                 count(log, "follow_up_deaths");
                 abort.abort(new ProcessGone(name));
+                dying();
               }
               throw new ProcessGone(name);
             },
