@@ -405,9 +405,11 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
       // The stream's error reaches the app as its error part; the AI SDK's default logs it too.
       onError: () => {},
     });
-    // The client reads the stream until it ends, or until the process serving it dies: a dead
-    // process's stream never ends for it (its wrapped write, dispatched and never settled, holds
-    // the AI SDK's step open), and nothing it would still send arrives.
+    // The client reads the stream until it ends, or until the process serving it dies: nothing a
+    // dead process would still send arrives. (Seen once at seed 424242: a process that died in a
+    // call dispatched at its tool-call part, in a continuation's step 2, left its aborted stream
+    // open past 60 s. Not yet explained: core's Dispatcher over a ledger that refuses every call
+    // settles at once, so the AI SDK's abort beside the early dispatch is the likelier place.)
     const parts = result.fullStream[Symbol.asyncIterator]();
     const gone = process.died.then(() => ({ done: true as const, value: undefined }));
     for (;;) {
