@@ -185,7 +185,11 @@ describe.each([
     await backend.ledger.markUnknown(key, claim.fence, "tool_error");
     const log = join(dir, key);
     const started = Date.now();
-    const result = await runBinProcess(["reconcile", key, "--tools", join(FIXTURES, "hung-probe-tools.mjs"), "--timeout", "500ms", "--retention", "24h", "--json", ...backend.args], {
+    // --timeout bounds the whole reconcile, and a signal that aborted before the probe was asked
+    // asks none (core's reconcile): the heeding probe is given 2s, so that on a loaded host the
+    // ledger's reads before it cannot use up its budget (500ms did once, in CI: no .aborted file).
+    const timeout = mode === "heeds" ? "2s" : "500ms";
+    const result = await runBinProcess(["reconcile", key, "--tools", join(FIXTURES, "hung-probe-tools.mjs"), "--timeout", timeout, "--retention", "24h", "--json", ...backend.args], {
       env: { CLI_TEST_PROBE_MODE: mode, CLI_TEST_PROBE_LOG: log },
     });
     expect(result.code, result.stderr).toBe(4);
@@ -193,7 +197,7 @@ describe.each([
     const out = JSON.parse(result.stdout) as { report: { verdict: string; settled: string; detail?: string }; settled: boolean };
     expect(out).toMatchObject({ settled: false, report: { verdict: "error", settled: "none" } });
     expect(result.stderr).toContain("reconcile settled nothing");
-    expect(result.stderr).toContain("the probe did not answer within 500ms (--timeout)");
+    expect(result.stderr).toContain(`the probe did not answer within ${timeout} (--timeout)`);
     if (mode === "heeds") expect(existsSync(`${log}.aborted`), "the probe's signal aborted").toBe(true);
     // The late "performed" of the heeding probe is not written either.
     await new Promise((r) => setTimeout(r, 100));
