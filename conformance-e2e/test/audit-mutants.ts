@@ -12,6 +12,7 @@ import {
   type ClaimResult,
   type ConversationStore,
   type Ledger,
+  type LedgerRow,
   type TurnDispatch,
 } from "@dispatch-once/core";
 import { memoryLedgerSubject, type LedgerSubject } from "@dispatch-once/conformance/ledger";
@@ -41,6 +42,21 @@ export function observeClaims(ledger: Ledger, seen: (key: string, claim: ClaimRe
     return claim;
   };
   return observed;
+}
+
+/**
+ * The ledger, with each `listRows` page leaving out the rows `hide` picks (the capability still
+ * declared, so a resumed turn's record says it listed them); `hidden` counts what it left out.
+ */
+export function listingWithout(ledger: Ledger, hide: (row: LedgerRow) => boolean, hidden: { count: number } = { count: 0 }): Ledger {
+  const view = Object.create(ledger) as Ledger;
+  view.listRows = async (query) => {
+    const page = await ledger.listRows!(query);
+    const rows = page.rows.filter((row) => !hide(row));
+    hidden.count += page.rows.length - rows.length;
+    return { ...page, rows };
+  };
+  return view;
 }
 
 export function wrapTools(tools: Tools, run: (tool: Tools[number], args: unknown, context: any) => Promise<unknown>): Tools {

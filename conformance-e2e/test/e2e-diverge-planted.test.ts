@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { expectReadable } from "./readable.js";
-import { memory, realDispatcher } from "./audit-mutants.js";
+import { listingWithout, memory, realDispatcher } from "./audit-mutants.js";
 
 /**
  * A model that answers a re-run differently (scenario.ts rerunDivergence): after a worker died
@@ -18,16 +18,9 @@ import { memory, realDispatcher } from "./audit-mutants.js";
  */
 const SEARCH_BUDGET_MS = 240_000;
 
-/** The ledger, with every listing coming back empty (the capability still declared). */
-function blindListing(ledger: Ledger): Ledger {
-  const blind = Object.create(ledger) as Ledger;
-  blind.listRows = async () => ({ rows: [] });
-  return blind;
-}
-
 /** The planted bug: the real dispatcher over a ledger view whose listings miss every row. */
 function blindResumedRecord(tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults) {
-  return realDispatcher(tools, blindListing(ledger), defaults);
+  return realDispatcher(tools, listingWithout(ledger, () => true), defaults);
 }
 
 const SEED = 777;

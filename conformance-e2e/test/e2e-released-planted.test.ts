@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { expectReadable } from "./readable.js";
-import { memory, realDispatcher } from "./audit-mutants.js";
+import { listingWithout, memory, realDispatcher } from "./audit-mutants.js";
 
 /**
  * A released row a resumed turn's listing leaves out. A keyed write's lost payments response
@@ -23,21 +23,9 @@ const SEARCH_BUDGET_MS = 240_000;
 /** How many released rows the planted listing hid (the search reached what it breaks). */
 const hidden = { count: 0 };
 
-/** The ledger, with every listing leaving out released rows (the capability still declared). */
-function hidingReleased(ledger: Ledger): Ledger {
-  const hiding = Object.create(ledger) as Ledger;
-  hiding.listRows = async (query) => {
-    const page = await ledger.listRows!(query);
-    const rows = page.rows.filter((row) => row.state !== "released");
-    hidden.count += page.rows.length - rows.length;
-    return { ...page, rows };
-  };
-  return hiding;
-}
-
 /** The planted bug: the real dispatcher over a ledger view whose listings hide released rows. */
 function releasedHidden(tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults) {
-  return realDispatcher(tools, hidingReleased(ledger), defaults);
+  return realDispatcher(tools, listingWithout(ledger, (row) => row.state === "released", hidden), defaults);
 }
 
 const SEED = 777;
