@@ -37,7 +37,8 @@
  *             definite error, a committed error tool_result)
  *   P_RECORD  a failed turn's record covers every effect its own attempts made (RECORD-5) and
  *             calls none that already happened not_happened (RECORD-2), and so does a committed
- *             turn's record of a call the committed turn does not answer (RECORD-8); whenever the
+ *             turn's record of a call the committed turn does not answer (RECORD-8) and a superseded
+ *             attempt's record (TURN-13: a living holder names its own effects, RECORD-7); whenever the
  *             system is quiet, every effect is committed as done or listed by some record (TURN-13)
  *   P_FENCE   fences strictly increase per key within retention (LEDGER-4)
  *   P_OWNER   every write the ledger accepts comes from the key's latest claim (LEDGER-5, -16)
@@ -81,6 +82,13 @@
  *   -DRECORD_AFTER_COMMIT  main before recordsWithCommit: a committed turn's record (RECORD-8) is added
  *                      in a second write after the commit; a worker that dies between the two loses it
  *                      (TURN-5; the default keeps it in the commit's own write)
+ *   -DSUPERSEDED_OWN   the runner before df13d09: a superseded attempt's record (TURN-13) lists the refused
+ *                      attempt's calls only, not the runner's earlier attempts' (RECORD-5, RECORD-7; P_RECORD)
+ *   -DNP_KEYED_ONLY    core before a84fff3: a not-performed failure of an unkeyed_write says not performed
+ *                      whatever its fence and the ledger's durability (LEDGER-8: whatever the write class; P_RECORD,
+ *                      with -DVOLATILE_UNKEYED: an unkeyed_write allowed over a volatile ledger, LEDGER-14's opt-in)
+ *   -DFENCE_CONTINUES=1  a claim of a key retention forgot continues above the forgotten row's fence, as LEDGER-19
+ *                      allows and ledger-postgres does (not a bug: fence-continues verifies it)
  *   (GUARD 2, the default and main with a ledger that offers retire: LEDGER-28, see the configuration below)
  *   -DLATEST_GRANT_ONLY  main's stores: only the latest turn-lease grant's id is kept, so a late copy of an
  *                      earlier grant's acquire takes a free lease for nobody (TURN-10; P_GRANT, a wait only)
@@ -140,6 +148,12 @@
 #endif
 #ifndef VOLATILE
 #define VOLATILE 0       /* >0: a volatile ledger may lose that many rows at any time */
+#endif
+#ifndef FENCE_CONTINUES
+#define FENCE_CONTINUES 0    /* 1: a claim of a key retention forgot continues its fence (LEDGER-19 allows it; ledger-postgres does it) */
+#endif
+#ifndef VOLATILE_UNKEYED
+#define VOLATILE_UNKEYED 0   /* 1: unkeyed_write tools allowed over the volatile ledger (LEDGER-14's opt-in): it loses their rows too */
 #endif
 #ifndef LOSTCLAIMS
 #define LOSTCLAIMS 0     /* claims whose reply is lost: applied by the ledger or not (LEDGER-12, LEDGER-26) */
@@ -576,6 +590,11 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
   fi
 #define TRUTHFUL_TURN(x) (tres[x] != C_FAILED || effk[KEY(x, CALLI(tmsg[x] - 1))] == 0)
 
+/* The fence of a claim that creates the row (LEDGER-4): 1, or above a row retention forgot
+ * (LEDGER-19, FENCE_CONTINUES: the forgotten row's fence is kept, with the row gone); a volatile
+ * ledger that loses a row loses its fence too */
+#define FRESH_FENCE(kk) (rfence[kk] + 1)
+
 /* ------------------------------------------------------------------ unseen claims (LEDGER-26) */
 
 /* A claim nobody hears the answer to (LEDGER-26): a claim whose reply was lost, a claim the
@@ -597,8 +616,8 @@ inline APPLY_UNSEEN(kk, c, q, x) {
      rlive[kk] = true; took = true;
      printf("@@ --   the ledger recognises claim id %d on key %d: same claim, fence %d, lease restarted (LEDGER-26)\n", c, kk, rfence[kk])
   :: !RETIRED(kk, c) && rst[kk] == R_NONE ->
-     rreq[kk] = q; TAKE_UNSEEN(kk, 1, c, x);
-     printf("@@ --   claim id %d of W%d takes key %d: fence 1, stores request %d\n", c, x, kk, q)
+     rreq[kk] = q; TAKE_UNSEEN(kk, FRESH_FENCE(kk), c, x);
+     printf("@@ --   claim id %d of W%d takes key %d: fence %d, stores request %d\n", c, x, kk, rfence[kk], q)
   :: !RETIRED(kk, c) && rst[kk] == R_RELEASED && !(TOMBSTONE && rrel[kk] == c) ->
      TAKE_UNSEEN(kk, rfence[kk] + 1, c, x);
      printf("@@ --   claim id %d of W%d re-claims released key %d: fence %d\n", c, x, kk, rfence[kk])
@@ -760,7 +779,11 @@ end_ds:
   atomic { RETENTION && (UNREACHABLE(k) || AGED(k)) && !PINNED(k) && \
            (FINISHED(k) || ds[k] == DS_DONE || ds[k] == DS_DECL) -> \
     if \
-    :: FINISHED(k) -> rst[k] = R_NONE; rfence[k] = 0; rreq[k] = 0; maxf[k] = 0; lin[k]++; rrel[k] = 0; rret[k] = 0 \
+    :: FINISHED(k) -> rst[k] = R_NONE; rreq[k] = 0; lin[k]++; rrel[k] = 0; rret[k] = 0; \
+       /* LEDGER-19: a claim of the forgotten key behaves as one of a key never claimed (fence 1), \
+          or, with FENCE_CONTINUES, continues above the forgotten row's fence (P_FENCE then holds \
+          across the retention too) */ \
+       if :: !FENCE_CONTINUES -> rfence[k] = 0; maxf[k] = 0 :: else fi \
     :: else \
     fi; \
     if \
@@ -769,9 +792,10 @@ end_ds:
     fi; \
     printf("@@ --   retention passes for key %d: the ledger (LEDGER-19) and the downstream forget it\n", k) }
 /* A volatile ledger (LEDGER-14) can lose any row, in flight or not; LEDGER-14 keeps
- * unkeyed_write tools off it, so only keyed rows are lost. */
+ * unkeyed_write tools off it, so only keyed rows are lost, unless the dispatcher is allowed to run
+ * them over it (VOLATILE_UNKEYED: allowVolatileLedgerForUnkeyedWrites, LEDGER-14's explicit opt-in) */
 #define LOSE(k) \
-  atomic { b_lose > 0 && rst[k] != R_NONE && KEYED(INTENT(k)) -> \
+  atomic { b_lose > 0 && rst[k] != R_NONE && (KEYED(INTENT(k)) || VOLATILE_UNKEYED) -> \
     b_lose--; rst[k] = R_NONE; rfence[k] = 0; rreq[k] = 0; maxf[k] = 0; lin[k]++; \
     rcid[k] = 0; rrel[k] = 0; rret[k] = 0; rcl[k] = 0; rown[k] = 0; \
     printf("@@ --   the volatile ledger loses key %d\n", k) }

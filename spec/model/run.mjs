@@ -108,6 +108,15 @@ const CHECKS = [
     defines: { ...NONE, ALL_KEYED: true, VOLATILE: 1, LOSTS: 1, REFUSALS: 1, REWORDS: 1, REDELIVERIES: 1, CHECK_OWNER: 0 },
   },
   {
+    name: "volatile-unkeyed",
+    kind: "verify",
+    about: "an unkeyed_write allowed over a volatile ledger (LEDGER-14's opt-in) that loses its row: a not-performed "
+      + "failure of any claim there says may have happened (LEDGER-8, whatever the write class); with a cut stream, a lost response, "
+      + "a refused request and a re-send or redelivery. P_ONCE, P_UKW (the opt-in's known cost: a lost row re-runs "
+      + "the write) and P_OWNER (volatile-fence) are off",
+    defines: { ...NONE, VOLATILE: 1, VOLATILE_UNKEYED: 1, STREAMCUTS: 1, REFUSALS: 1, REDELIVERIES: 1, LOSTS: 1, CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_OWNER: 0 },
+  },
+  {
     name: "lost-claim",
     kind: "verify",
     about: "a claim whose reply is lost (applied or not) and a claim the store applies late, with claim ids, "
@@ -216,6 +225,23 @@ const CHECKS = [
     about: "(--deep) the faults of window-resume and a pause past a lease (a holder that lost the turn lease and may "
       + "still act while time passes for its message); both messages with a pause are past 32 million states",
     defines: { ...NONE, ...RESUME_FAULTS, RESEND_FROM: 3, RECHECK: 3, PAUSES: 1, SOLO: 1 },
+  },
+  {
+    name: "fence-continues",
+    kind: "verify",
+    about: "LEDGER-19 allows it: a claim of a key retention forgot continues above the forgotten row's fence "
+      + "(ledger-postgres: old fence + 1), so P_FENCE holds across the retention too and a not-performed failure "
+      + "of that claim says may have happened (fence above 1, LEDGER-8); the faults of same-ask (message 1 bound at "
+      + "failed message 0's index claims key 0 again after retention forgot it) and a refused request",
+    defines: { ...NONE, ...SAME_ASK_FAULTS, REFUSALS: 1, FENCE_CONTINUES: 1 },
+  },
+  {
+    name: "deep-fence-continues",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) fence continuation past retention (LEDGER-19) with the faults of same-ask-crash (a take-over of "
+      + "message 1 after its holder died)",
+    defines: { ...NONE, ...SAME_ASK_FAULTS, CRASHES: 1, FENCE_CONTINUES: 1 },
   },
   {
     name: "liveness",
@@ -347,6 +373,27 @@ const CHECKS = [
     about: "the code on main: a resumed turn that commits without the call keeps no record when the ledger "
       + "listed nothing for it, so a paused earlier holder that claims after the listing and dies leaves its effect told nowhere",
     defines: { ...NONE, DIVERGES: 1, PAUSES: 1, CRASHES: 1, MAXATT: 1, RESUME_OMITS: true, ...ONLY("RECORD") },
+  },
+  {
+    name: "superseded-own",
+    kind: "expect",
+    property: "P_RECORD",
+    rules: "TURN-13, RECORD-5, RECORD-7",
+    explain: "W1 binds message 0; its first attempt pays and completes the row, and the stream dies after the call resolved. W1 retries; W0 receives message 1 while W1 freezes past its turn lease, and takes the lease over (fence 2). W1's second attempt is answered by the model without the call (plain text, a real model need not repeat itself) and reaches message_stop; its commit is refused, since W0 holds the turn now (TURN-13). The runner before df13d09 kept a superseded record of the refused attempt's calls only: none. W1 lives and can record, so the blanket statement of the turn W0 resumes (an earlier holder's effects may have happened, RECORD-6, RECORD-8) does not account for the payment (RECORD-7: it covers a holder that died before it could record): on a ledger that does not list rows, nothing names it. With TURN-13 as it stands the superseded record carries the earlier attempts' keyed calls (attempt 1: happened).",
+    about: "the runner before df13d09: a superseded attempt's record (TURN-13) lists the refused attempt's calls only, "
+      + "not those of the runner's earlier attempts of the turn",
+    defines: { ...NONE, DIVERGES: 1, PAUSES: 1, STREAMCUTS: 1, SUPERSEDED_OWN: true, ...ONLY("RECORD") },
+  },
+  {
+    name: "np-keyed-only",
+    kind: "expect",
+    property: "P_RECORD",
+    rules: "LEDGER-8 (whatever the write class), LEDGER-14, RECORD-2",
+    explain: "An unkeyed_write (the ticket, message 1) over a volatile ledger the dispatcher is allowed to use for it (LEDGER-14's opt-in). W0 binds message 1; the ticket is issued, and the volatile ledger loses the row before W0 records it: the record is refused (stale_claim), and the message fails with a record saying may_have_happened. The user re-sends; the message re-opens (TURN-12) and the new run's claim finds no row: fence 1 again. Its request is refused before the downstream accepts it (a 503): not performed. Core before a84fff3 released it with effectMayHaveHappened false, the volatile case being a keyed_write's only, and the new record says not_happened of a ticket that was issued. LEDGER-8: whatever the write class, a not-performed failure on a volatile ledger (or of a claim above fence 1) may have happened. As with np-says-not, the model's re-opened message is not resumed (the model's resumed is the message's, TURN-15's is the turn index's, under which the runner would say may_have_happened for any class): the route stands for a dispatch whose turn is not marked resumed, as core's fidelity test's.",
+    about: "core before a84fff3: an unkeyed_write's not-performed failure says not performed whatever its fence and "
+      + "the ledger's durability (the may-have-happened cases were a keyed_write's only), over a volatile ledger "
+      + "allowed for unkeyed writes",
+    defines: { ...NONE, VOLATILE: 1, VOLATILE_UNKEYED: 1, STREAMCUTS: 1, REFUSALS: 1, REDELIVERIES: 1, MAXATT: 1, NP_KEYED_ONLY: true, ...ONLY("RECORD") },
   },
   {
     name: "volatile-fence",

@@ -77,7 +77,7 @@ dclaim:
        /* LEDGER-12, DISPATCH-10: the ledger cannot be reached. Maybe the claim was written. */
        if
        :: skip
-       :: rst[k] == R_NONE -> ORPHAN_GRANT(1)
+       :: rst[k] == R_NONE -> ORPHAN_GRANT(FRESH_FENCE(k))
        :: rst[k] == R_RELEASED -> ORPHAN_GRANT(rfence[k] + 1)
        fi;
        res = C_LEDGER;
@@ -108,7 +108,8 @@ dclaim:
        printf("@@ W%d   claims key %d again with claim id %d: recognised, fence %d, lease restarted (LEDGER-26)\n", w, k, cid, cf)
     :: rst[k] == R_NONE ->
        /* LEDGER-1, LEDGER-21: the claim that creates the row stores the request */
-       rreq[k] = rq; GRANT(1);
+       /* LEDGER-19: fence 1, or with FENCE_CONTINUES above the fence of a row retention forgot */
+       rreq[k] = rq; GRANT(FRESH_FENCE(k));
        printf("@@ W%d   claims key %d: fence %d, stores request %d\n", w, k, cf, rreq[k])
     :: rst[k] == R_RELEASED ->
        /* LEDGER-3, LEDGER-4: a re-claim after release; LEDGER-21: the stored request is kept */
@@ -233,7 +234,12 @@ dclaim:
 #else
           if
           :: cf == 1 && VOLATILE == 0 -> res = C_REL_NP
-          :: else -> res = C_REL_MAY
+#ifdef NP_KEYED_ONLY
+          /* core before a84fff3: the two cases were a keyed_write's only; an unkeyed_write said
+             not performed whatever its fence and the ledger's durability */
+          :: !KEYED(INTENT(k)) -> res = C_REL_NP
+#endif
+          :: else -> res = C_REL_MAY   /* LEDGER-8: whatever the write class */
           fi;
 #endif
           printf("@@ W%d   releases key %d: its request was not performed (fence %d)\n", w, k, cf)
@@ -361,10 +367,25 @@ inline END_ATTEMPT() {
         fi;
         assert(!P_TRUTH || res != C_FAILED || effk[k] == 0)   /* P_TRUTH: RECORD-3 */
      :: else ->
-        /* TURN-13: the commit is refused; the attempt's calls are kept beside the conversation */
+        /* TURN-13: the commit is refused; the attempt's calls are kept beside the conversation, with
+           the calls of the earlier attempts of the turn this runner made (RECORD-5: say is the
+           strongest statement of every attempt): the model may have answered this attempt without a
+           call an earlier one made, and the holder that committed saw neither */
+#ifdef SUPERSEDED_OWN
+        /* the runner before df13d09: the superseded record lists the refused attempt's calls only */
+        say = SAY_OF(res);
+#endif
+        /* RECORD-7: a resumed turn's blanket "an earlier holder's effects may have happened" covers
+           only a holder that died before it could record; this holder lives, so its own record
+           names every effect its attempts made (P_RECORD, as for the failed-turn record) */
+        printf("@@ W%d   attempt %d: message_stop; commit of turn %d refused: superseded, record kept (TURN-13)\n", w, att, t);
+        if
+        :: say == SAY_NONE -> printf("@@ W%d   its record lists no call of key %d\n", w, k)
+        :: else -> SAY_WORD()
+        fi;
+        assert(!P_RECORD || !mine || say >= SAY_MAY);          /* P_RECORD (TURN-13, RECORD-7) */
         if :: say > recd[k] -> recd[k] = say :: else fi;
-        gone = true;
-        printf("@@ W%d   attempt %d: message_stop; commit of turn %d refused: superseded, record kept (TURN-13)\n", w, att, t)
+        gone = true
      fi;
      TURN_DONE; goto rdone
   :: else
