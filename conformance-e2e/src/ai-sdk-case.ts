@@ -406,10 +406,15 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
       onError: () => {},
     });
     // The client reads the stream until it ends, or until the process serving it dies: nothing a
-    // dead process would still send arrives. (Seen once at seed 424242: a process that died in a
-    // call dispatched at its tool-call part, in a continuation's step 2, left its aborted stream
-    // open past 60 s. Not yet explained: core's Dispatcher over a ledger that refuses every call
-    // settles at once, so the AI SDK's abort beside the early dispatch is the likelier place.)
+    // dead process would still send arrives, and its aborted stream may never end. Seen at seed
+    // 424242 (a death in a call dispatched at its tool-call part, in step 2), and the cause is
+    // Node's fetch, not the wrapper: the model's response had fully arrived (undici's onComplete
+    // had stopped listening for the abort), the abort came before the AI SDK read it to its end,
+    // and undici's next read of the body then neither closes nor errors it; the AI SDK notices an
+    // abort only when a read returns. The call's dispatch had settled (record_failed). Reproduced
+    // with no Dispatch-Once code in packages/ai-sdk/test/abort-after-body.test.ts; the fix an app
+    // uses is the README's endOnAbort fetch (packages/ai-sdk README, "An aborted request and
+    // Node's fetch"); this client's race does the same for the kit.
     const parts = result.fullStream[Symbol.asyncIterator]();
     const gone = process.died.then(() => ({ done: true as const, value: undefined }));
     for (;;) {
