@@ -204,7 +204,7 @@ describe.each(BACKENDS)("dispatch-once on %s", (_name, open) => {
 
   it("resolve --failed stores the message and code; --not-performed releases the row", async () => {
     const failed = await seed(backend.ledger, "unknown");
-    const f = await run("resolve", failed.key, "--failed", "the bank rejected it", "--code", "bank_rejected", "--reason", "bank statement", "--actor", "bob");
+    const f = await run("resolve", failed.key, "--failed", "the bank rejected it", "--code", "bank_rejected", "--reason", "bank statement", "--actor", "bob", "--grace", "0s");
     if (!supports("resolve")) return expectUnsupported(f, "resolve");
     expect(f.code, f.stderr).toBe(0);
     expect(await backend.ledger.lookup(failed.key)).toMatchObject({ state: "failed", error: { message: "the bank rejected it", code: "bank_rejected" } });

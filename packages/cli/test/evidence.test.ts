@@ -64,7 +64,7 @@ describe.each(BACKENDS)("the evidence list and inspect print on %s", (_name, ope
     const conversation = `ev-failed-${backend.name}`;
     const failed = await claimed("unkeyed_write", conversation);
     await backend.ledger.markUnknown(failed.key, failed.fence, "tool_error");
-    const resolved = await runBin(["resolve", failed.key, "--failed", "declined", "--reason", "bank log", "--actor", "bob", "--expected-fence", String(failed.fence), "--retention", "24h", ...backend.args]);
+    const resolved = await runBin(["resolve", failed.key, "--failed", "declined", "--reason", "bank log", "--actor", "bob", "--grace", "0s", "--expected-fence", String(failed.fence), "--retention", "24h", ...backend.args]);
     expect(resolved.code, resolved.stderr).toBe(0);
     const released = await claimed("unkeyed_write", conversation);
     await backend.ledger.release(released.key, released.fence);

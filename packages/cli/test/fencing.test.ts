@@ -116,6 +116,53 @@ describe.each(BACKENDS)("resolve against a live application on %s", (_name, open
     expect(resolved.stderr).toContain("nothing was written");
   });
 
+  it("resolve --failed of a keyed claim whose lease just ran out is refused within the grace, nothing written: the paused owner's payment lands, its complete stands, the replay returns it (not a failure the effect contradicts)", async () => {
+    const dispatcher = dispatcherOf(backend);
+    const payments: string[] = [];
+    const turn = { conversationId: `conv-paused-failed-${backend.name}`, turnIndex: 0 };
+    const call = { name: "send_payment", input: { n: 5 } };
+    const key = dispatcher.keyFor(call, turn);
+    // The owner claimed and paused before its request went out (a GC pause, a frozen VM).
+    const claim = await backend.ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "paused", leaseMs: 1, request: '{"n":5}', conversationId: turn.conversationId, turnIndex: 0 });
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    // The operator sees no payment downstream yet (the request has not been sent) and says it failed.
+    const resolved = await cli("resolve", key, "--failed", "no payment at the bank", "--reason", "bank console shows nothing");
+    // The owner wakes: its payment lands, and it records the outcome under its fence.
+    payments.push("payment 5");
+    const late = await backend.ledger.complete(key, claim.fence, '{"paid":true}').then(() => "recorded", (error: unknown) => (isDispatchOnceError(error, "stale_claim") ? "stale" : String(error)));
+    const replay = await dispatcher.dispatch(call, turn).then((r) => r.result, (error: unknown) => (isDispatchOnceError(error) ? error.code : String(error)));
+    // The effect log says it happened once: the record and the replay must not say it failed.
+    expect({ payments, late, replay, row: (await backend.ledger.lookup(key))?.state }).toEqual({ payments: ["payment 5"], late: "recorded", replay: { paid: true }, row: "completed" });
+    expect(resolved.code, resolved.stderr).toBe(4);
+    expect(resolved.stderr).toContain("resolve --failed refused");
+    expect(resolved.stderr).toContain("nothing was written");
+  });
+
+  it("resolve --failed of an unknown row is refused within the grace (any write class), and settles once the grace has passed on the ledger's clock, or at once with --grace 0s", async () => {
+    for (const effect of ["keyed_write", "unkeyed_write"] as const) {
+      const key = `${backend.name}-failed-grace-${effect}`.padEnd(32, "0");
+      const claim = await backend.ledger.claim({ key, toolName: effect === "keyed_write" ? "send_payment" : "book_table", effect, owner: "x", leaseMs: 60_000, request: '{"n":9}' });
+      if (claim.outcome !== "claimed") throw new Error("not claimed");
+      await backend.ledger.markUnknown(key, claim.fence, "tool_error");
+      const tooSoon = await cli("resolve", key, "--failed", "declined", "--reason", "bank log");
+      expect(tooSoon.code, tooSoon.stderr).toBe(4);
+      expect(tooSoon.stderr).toContain("resolve --failed refused");
+      expect(await backend.ledger.lookup(key)).toMatchObject({ state: "unknown", fence: claim.fence });
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      const afterGrace = await cli("resolve", key, "--failed", "declined", "--reason", "bank log", "--grace", "1s");
+      expect(afterGrace.code, afterGrace.stderr).toBe(0);
+      expect(await backend.ledger.lookup(key)).toMatchObject({ state: "failed", fence: claim.fence + 1 });
+    }
+    const forcedKey = `${backend.name}-failed-grace-forced`.padEnd(32, "0");
+    const forced = await backend.ledger.claim({ key: forcedKey, toolName: "send_payment", effect: "keyed_write", owner: "x", leaseMs: 60_000, request: '{"n":9}' });
+    if (forced.outcome !== "claimed") throw new Error("not claimed");
+    await backend.ledger.markUnknown(forcedKey, forced.fence, "tool_error");
+    const now = await cli("resolve", forcedKey, "--failed", "declined", "--reason", "bank log, and the worker is known dead", "--grace", "0s");
+    expect(now.code, now.stderr).toBe(0);
+    expect(await backend.ledger.lookup(forcedKey)).toMatchObject({ state: "failed" });
+  });
+
   it("resolve --not-performed of an unkeyed row settles it once the grace has passed on the ledger's clock, or at once with --grace 0", async () => {
     const expired = `${backend.name}-grace-expired`.padEnd(32, "0");
     const claim = await backend.ledger.claim({ key: expired, toolName: "book_table", effect: "unkeyed_write", owner: "dead", leaseMs: 1, request: '{"n":8}' });

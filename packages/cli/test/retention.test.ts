@@ -106,7 +106,7 @@ describe.each(BACKENDS)("resolve and reconcile keep the rows they finish for the
 
   it("resolve of an expired in-flight row takes the retention from DISPATCH_ONCE_RETENTION", async () => {
     const row = await seed(backend.ledger, "expired_in_flight");
-    const result = await run(["resolve", row.key, "--failed", "declined", "--reason", "bank log"], { DISPATCH_ONCE_RETENTION: "3d" });
+    const result = await run(["resolve", row.key, "--failed", "declined", "--reason", "bank log", "--grace", "0s"], { DISPATCH_ONCE_RETENTION: "3d" });
     expect(result.code, result.stderr).toBe(0);
     expectRetention(backend, await storedRetention(backend, row.key), 3 * DAY);
   });

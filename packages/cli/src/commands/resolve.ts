@@ -58,10 +58,11 @@ Options:
       --current-fence        instead of --expected-fence: settle the row at the fence resolve
                              reads now (shown in the output), whatever happened since you
                              looked; a change between that read and the write is still refused
-      --grace <age>          --not-performed of an unkeyed_write row is refused (exit 4, nothing
-                             written) until the row has been unknown, or its lease expired, this
-                             long on the ledger's clock: a request may still be in transit, or its
-                             owner paused with it unsent, and a re-run would pay twice
+      --grace <age>          --not-performed of an unkeyed_write row, and --failed of any row, is
+                             refused (exit 4, nothing written) until the row has been unknown, or
+                             its lease expired, this long on the ledger's clock: a request may
+                             still be in transit, or its owner paused with it unsent, and a re-run
+                             would pay twice, or the row say failed of a payment that happened
                              (default 60s; 0s when you know the owner is gone)
       --json                 print the resolved row as JSON
 ${RETENTION_HELP}
@@ -74,7 +75,8 @@ One of --expected-fence and --current-fence is required (exit 2 otherwise): a re
 one claim, and a claim a replay took over after you looked is not the one you checked.
 
 Exit 3 when the key has no row; 4 when the ledger refuses (the row is completed, failed, or in
-flight with a live lease, or the fence moved), or when --not-performed comes within --grace.
+flight with a live lease, or the fence moved), or when --not-performed or --failed comes within
+--grace.
 
 Example:
   dispatch-once resolve 3f1c0a9b8e7d6c5b4a3928170f6e5de9 -l ./ledger.db --retention 7d --completed '{"invoiceId":"inv_42"}' \\
@@ -93,7 +95,7 @@ Example:
     const actor = actorOf(values, io, command);
     const graceText = stringOption(values, "grace");
     const graceMs = graceText === undefined ? DEFAULT_GRACE_MS : parseDuration(graceText, "--grace", command);
-    if (graceText !== undefined && !notPerformed) throw new UsageError("--grace only goes with --not-performed", command);
+    if (graceText !== undefined && completed !== undefined) throw new UsageError("--grace only goes with --not-performed or --failed", command);
     const fenceText = stringOption(values, "expected-fence");
     const pinned = fenceText === undefined ? undefined : parseCount(fenceText, "--expected-fence", command, 1);
     const current = values["current-fence"] === true;
@@ -129,13 +131,17 @@ Example:
     // Always fenced: the grace check and the operator's choice are about the row read above.
     const expectedFence = pinned ?? before.fence;
     // "I found nothing downstream" is a probe's not performed: for an unkeyed_write it releases the
-    // row only once nothing can still land (RESOLVE-6), as reconcile's grace (RESOLVE-6).
-    if (notPerformed && before.effect === "unkeyed_write" && graceMs > 0) {
+    // row only once nothing can still land (RESOLVE-6), as reconcile's grace (RESOLVE-6). --failed
+    // asserts the same absence for any write class (a keyed re-run is safe, a failed row is not: it
+    // answers every replay with tool_failed even after the owner's late request lands), and a late
+    // arrival cannot make --completed false, so only --completed goes without the wait.
+    const held = (notPerformed && before.effect === "unkeyed_write") || failed !== undefined;
+    if (held && graceMs > 0) {
       const open = await openForGrace(store, before, graceMs);
       // Refused here, not left to the ledger: a lease live at this read may run out before the
       // write arrives, and the ledger would then release a claim whose grace never began.
       if (!open.passed && open.live === true) throw new ResolutionRefusedError(key, "in_flight", `key ${key}: its claim's lease is live on the ledger's clock, so its owner may still send its request; only an unknown row, or an in-flight row whose lease has expired, can be resolved. Nothing was written`);
-      if (!open.passed) throw new TooSoonError(key, open.why);
+      if (!open.passed) throw new TooSoonError(key, open.why, notPerformed ? "--not-performed" : "--failed");
     }
     const request: ResolveRequest = { key, resolution, actor, reason, expectedFence };
     let row;
