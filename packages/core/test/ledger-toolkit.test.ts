@@ -56,6 +56,18 @@ describe("checkClaimRequest", () => {
     });
   }
 
+  it("refuses a member a claim does not have (a misspelt turnIndex, conversationID), naming it, before anything is stored", async () => {
+    expect(thrownBy(() => checkClaimRequest({ ...claim, turnIdx: 3 } as unknown as ClaimRequest))).toMatchObject({ code: "invalid_ledger_input", field: "turnIdx" });
+    expect(thrownBy(() => checkClaimRequest({ ...claim, conversationID: "c1" } as unknown as ClaimRequest))).toMatchObject({ code: "invalid_ledger_input", field: "conversationID" });
+    // Every member a claim has, optional ones given as undefined included, is accepted.
+    const full: Required<ClaimRequest> = { ...claim, claimId: "a".repeat(16), conversationId: "c1", turnIndex: 0 };
+    expect(checkClaimRequest(full)).toBe(30_000);
+    expect(checkClaimRequest({ ...claim, claimId: undefined, conversationId: undefined, turnIndex: undefined } as unknown as ClaimRequest)).toBe(30_000);
+    const ledger = new MemoryLedger();
+    await expect(ledger.claim({ ...claim, conversationID: "c1" } as unknown as ClaimRequest)).rejects.toMatchObject({ code: "invalid_ledger_input", field: "conversationID" });
+    expect(await ledger.lookup(claim.key)).toBeUndefined();
+  });
+
   it("refuses a claim that is not an object", () => {
     expect(thrownBy(() => checkClaimRequest(null as unknown as ClaimRequest))).toMatchObject({ code: "invalid_ledger_input", field: "request" });
   });

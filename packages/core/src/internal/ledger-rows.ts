@@ -3,6 +3,7 @@ import { ROW_FORMAT_VERSION, type ClaimRequest, type LedgerRow, type RowBase } f
 import { checkClaimOrigin } from "../ledger-ops.js";
 import { assertClaimId, utf8ByteLength } from "../memory-ledger.js";
 import { checkLeaseMs } from "./leases.js";
+import { unknownOptionName, type OptionNames } from "./options.js";
 
 /*
  * The ledger adapter toolkit: how every ledger checks a claim's arguments, a stored error and a
@@ -74,6 +75,9 @@ export function checkLedgerLeaseMs(leaseMs: unknown): number {
   return checkLeaseMs(leaseMs, (field, reason) => new InvalidLedgerInputError(field, reason));
 }
 
+/** Every member a claim request has, named once (a member added to ClaimRequest must be added here). */
+const CLAIM_MEMBERS: OptionNames<ClaimRequest> = { key: true, toolName: true, effect: true, owner: true, leaseMs: true, request: true, claimId: true, conversationId: true, turnIndex: true };
+
 /**
  * Every argument of a claim, checked once and alike for every ledger, before anything is sent:
  * refused with invalid_ledger_input naming the field. Returns the lease in whole milliseconds.
@@ -82,6 +86,10 @@ export function checkLedgerLeaseMs(leaseMs: unknown): number {
  */
 export function checkClaimRequest(request: ClaimRequest, limits: LedgerStoreLimits = {}): number {
   if (typeof request !== "object" || request === null) throw new InvalidLedgerInputError("request", "a claim request object is required");
+  // A misspelt member (conversationID, turnIdx) would be ignored, and the row stored without the
+  // conversation or turn an operator lists it by (LIST-3). One pass over a handful of own names.
+  const unknownMember = unknownOptionName(request, CLAIM_MEMBERS);
+  if (unknownMember !== undefined) throw new InvalidLedgerInputError(unknownMember, `is not a member of a claim request (its members: ${Object.keys(CLAIM_MEMBERS).join(", ")})`);
   checkLedgerKey(request.key, limits);
   checkLabel("toolName", request.toolName, MAX_CLAIM_LABEL_LENGTH, limits);
   checkLabel("owner", request.owner, MAX_CLAIM_LABEL_LENGTH, limits);
