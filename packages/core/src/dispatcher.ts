@@ -450,7 +450,7 @@ export class Dispatcher implements CallDispatcher {
 
   /** A per-attempt dispatcher that assigns ordinals in dispatch order (TURN-4, TURN-6). */
   turn(context: TurnContext): TurnDispatch {
-    checkTurnContext(context);
+    checkTurnContext(context, TURN_CONTEXT_MEMBERS);
     // The first call's identity alone, and a Map of every identity's count only from a second
     // call on: most turns dispatch one call (a Map per turn was a measurable allocation).
     let first: string | undefined;
@@ -2015,9 +2015,20 @@ function toRegistry(tools: unknown): ToolRegistry {
   throw new InvalidArgumentError("tools", "must be a ToolRegistry or an array of tool definitions");
 }
 
-function checkTurnContext(context: unknown): asserts context is TurnContext {
+/** A turn()'s context members; dispatch() and keyFor() take an ordinal besides (turn() counts ordinals itself). */
+const TURN_CONTEXT_MEMBERS: Readonly<Record<string, true>> = { conversationId: true, turnIndex: true, resumed: true };
+const CALL_CONTEXT_MEMBERS: Readonly<Record<string, true>> = { ...TURN_CONTEXT_MEMBERS, ordinal: true };
+
+function checkTurnContext(context: unknown, members: Readonly<Record<string, true>> = CALL_CONTEXT_MEMBERS): asserts context is TurnContext {
   if (typeof context !== "object" || context === null || Array.isArray(context)) {
     throw new InvalidArgumentError("context", `must be an object { conversationId, turnIndex }, got ${describeValue(context)}`);
+  }
+  // A misspelt member would be ignored: an ordinal read as 0 takes an earlier identical call's key
+  // and replays its result (the second payment never happens); a misspelt resumed drops TURN-15's caveat.
+  for (const name of Object.keys(context)) {
+    if (!Object.hasOwn(members, name)) {
+      throw new InvalidArgumentError(`context.${name}`, `is not a member of ${members === TURN_CONTEXT_MEMBERS ? "turn()'s" : "a call's"} context (its members: ${Object.keys(members).join(", ")})`);
+    }
   }
   const resumed = (context as { resumed?: unknown }).resumed;
   if (resumed !== undefined && typeof resumed !== "boolean") {

@@ -330,6 +330,28 @@ describe("hostile arguments to the dispatcher", () => {
     await expect(dispatcher.dispatch({ name: "send_payment", input: pay }, ["conv_fidelity", 0] as never)).rejects.toMatchObject({ code: "invalid_argument", field: "context" });
   });
 
+  it("ERR-1 a context member the dispatcher does not know (a misspelt ordinal, resumed) is refused naming it, before anything is claimed", async () => {
+    const { tool, effects } = keyedDownstream();
+    const ledger = new MemoryLedger();
+    const paying = new Dispatcher({ tools: [tool], ledger });
+    const call = { name: "send_payment", input: pay };
+    // The second of two identical payments, its ordinal misspelt: read as ordinal 0, it would take
+    // the first's key and replay its result, and the second payment the user asked for never happens.
+    await paying.dispatch(call, { ...turn0, ordinal: 0 });
+    const second = await paying.dispatch(call, { ...turn0, ordnial: 1 } as never).then(
+      (outcome) => `replayed=${String(outcome.replayed)}`,
+      (error: unknown) => error,
+    );
+    expect(second).toMatchObject({ code: "invalid_argument", field: "context.ordnial" });
+    expect(effects).toHaveLength(1);
+    expect(() => paying.keyFor(call, { ...turn0, resume: true } as never)).toThrow(expect.objectContaining({ code: "invalid_argument", field: "context.resume" }));
+    // turn() counts ordinals itself: an ordinal given to it would be ignored, so it is refused too.
+    expect(() => paying.turn({ ...turn0, ordinal: 1 } as never)).toThrow(expect.objectContaining({ code: "invalid_argument", field: "context.ordinal" }));
+    // Every member a context has is accepted, undefined optional ones included.
+    expect(() => paying.turn({ ...turn0, resumed: undefined })).not.toThrow();
+    expect(paying.keyFor(call, { ...turn0, resumed: false, ordinal: undefined })).toBe(paying.keyFor(call, turn0));
+  });
+
   it("KEY-4 an ordinal that is present but null is refused, never read as 0", async () => {
     await expect(dispatcher.dispatch({ name: "send_payment", input: pay }, { ...turn0, ordinal: null as never })).rejects.toMatchObject({
       code: "invalid_key_input",
