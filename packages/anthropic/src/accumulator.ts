@@ -1,5 +1,5 @@
 import type Anthropic from "@anthropic-ai/sdk";
-import { CallPhases, isCall, type CallState, type TextPart } from "@dispatch-once/runner";
+import { CallPhases, checkEventMembers, checkEventPart, checkStreamEvent, isCall, type CallState, type EventShape, type TextPart } from "@dispatch-once/runner";
 
 type RawEvent = Anthropic.Messages.RawMessageStreamEvent;
 
@@ -16,6 +16,22 @@ export type AssistantBlock =
  * request whose assistant message lost it or altered it (its `signature` vouches for its text).
  */
 export type ThinkingBlock = { type: "thinking"; thinking: string; signature: string } | { type: "redacted_thinking"; data: string };
+
+/** The members apply() reads, by event type: anything else an event carries is not read. */
+const EVENT_SHAPES: Readonly<Record<string, EventShape>> = {
+  message_start: { message: "object" },
+  content_block_start: { index: "number", content_block: "object" },
+  content_block_delta: { index: "number", delta: "object" },
+  content_block_stop: { index: "number" },
+  message_delta: { delta: "object" },
+};
+const BLOCK_SHAPES: Readonly<Record<string, EventShape>> = { tool_use: { id: "string", name: "string" }, redacted_thinking: { data: "string" } };
+const DELTA_SHAPES: Readonly<Record<string, EventShape>> = {
+  input_json_delta: { partial_json: "string" },
+  text_delta: { text: "string" },
+  thinking_delta: { thinking: "string" },
+  signature_delta: { signature: "string" },
+};
 
 /**
  * Folds raw Messages stream events into the assistant turn, tracking each tool call's phase
@@ -55,6 +71,11 @@ export class TurnAccumulator extends CallPhases<CallState> {
 
   /** Apply one event; returns the call whose content_block_stop just arrived, if any. */
   apply(event: RawEvent): CallState | undefined {
+    // Before anything is counted or folded: a malformed event changes nothing (ERR-1).
+    checkStreamEvent(event, EVENT_SHAPES);
+    if (event.type === "message_start") checkEventMembers(event.message, { id: "string" }, "event.message", event.type);
+    else if (event.type === "content_block_start") checkEventPart(event.content_block, BLOCK_SHAPES, "event.content_block", event.type);
+    else if (event.type === "content_block_delta") checkEventPart(event.delta, DELTA_SHAPES, "event.delta", event.type);
     this.eventsSeen++;
     // After message_stop nothing belongs to this response (STREAM-1); after a second message, nothing to this attempt.
     if (this.messageStopped || this.secondMessage !== undefined) return undefined;

@@ -47,3 +47,50 @@ describe("TurnAccumulator", () => {
     expect(acc.apply(stop(1))!.inputError).toBeDefined();
   });
 });
+
+describe("TurnAccumulator.apply with events that are not Messages stream events (ERR-1)", () => {
+  const refusal = (event: unknown) => {
+    try {
+      new TurnAccumulator().apply(event as never);
+    } catch (error) {
+      return error;
+    }
+    return "accepted";
+  };
+  it.each([
+    ["undefined", undefined, "event"],
+    ["null", null, "event"],
+    ["a string", "message_stop", "event"],
+    ["an event without type", { index: 0 }, "event.type"],
+    ["a content_block_start without its block", { type: "content_block_start", index: 0 }, "event.content_block"],
+    ["a content_block_delta without its delta", { type: "content_block_delta", index: 0 }, "event.delta"],
+    ["a message_start without its message", { type: "message_start" }, "event.message"],
+    ["a message_delta without its delta", { type: "message_delta" }, "event.delta"],
+    ["a tool_use block without its name", { type: "content_block_start", index: 0, content_block: { type: "tool_use", id: "toolu_a" } }, "event.content_block.name"],
+  ])("%s (%j) is invalid_argument naming %s", (_name, event, field) => {
+    expect(refusal(event)).toMatchObject({ code: "invalid_argument", field });
+  });
+
+  it("a text_delta without its text is refused, not committed as the text 'undefined'", () => {
+    const acc = new TurnAccumulator();
+    acc.apply(start);
+    acc.apply({ type: "content_block_start", index: 0, content_block: { type: "text", text: "" } } as never);
+    const thrown = (() => {
+      try {
+        acc.apply({ type: "content_block_delta", index: 0, delta: { type: "text_delta" } } as never);
+      } catch (error) {
+        return error;
+      }
+      return `accepted; content now ${JSON.stringify(acc.content())}`;
+    })();
+    expect(thrown).toMatchObject({ code: "invalid_argument", field: "event.delta.text" });
+    expect(acc.content()).toEqual([{ type: "text", text: "" }]);
+  });
+
+  it("an event type it does not know (a newer API's) is ignored, as before", () => {
+    const acc = new TurnAccumulator();
+    acc.apply(start);
+    expect(acc.apply({ type: "ping" } as never)).toBeUndefined();
+    expect(acc.apply({ type: "some_future_event", whatever: 1 } as never)).toBeUndefined();
+  });
+});

@@ -1,5 +1,5 @@
 import type OpenAI from "openai";
-import { CallPhases, isCall, type CallState as SharedCallState, type TextPart } from "@dispatch-once/runner";
+import { CallPhases, checkEventMembers, checkEventPart, checkStreamEvent, isCall, type CallState as SharedCallState, type EventShape, type TextPart } from "@dispatch-once/runner";
 
 type StreamEvent = OpenAI.Responses.ResponseStreamEvent;
 
@@ -41,6 +41,21 @@ export type OutputItem =
   | { type: "function_call"; call_id: string; name: string; arguments: string }
   | OpenAI.Responses.ResponseReasoningItem;
 
+/** The members apply() reads, by event type: anything else an event carries is not read. */
+const EVENT_SHAPES: Readonly<Record<string, EventShape>> = {
+  "response.created": { response: "object" },
+  "response.output_item.added": { output_index: "number", item: "object" },
+  "response.function_call_arguments.delta": { output_index: "number", delta: "string" },
+  "response.output_text.delta": { output_index: "number", delta: "string" },
+  "response.refusal.delta": { output_index: "number", delta: "string" },
+  "response.output_item.done": { output_index: "number", item: "object" },
+  "response.incomplete": { response: "object" },
+  "response.failed": { response: "object" },
+  error: { message: "string" },
+};
+const ADDED_ITEM_SHAPES: Readonly<Record<string, EventShape>> = { function_call: { call_id: "string", name: "string" } };
+const DONE_ITEM_SHAPES: Readonly<Record<string, EventShape>> = { function_call: { call_id: "string", name: "string" }, message: { content: "array" } };
+
 /**
  * Folds raw Responses stream events into the assistant turn, tracking each function call's phase.
  * A call is dispatchable at its `response.output_item.done` (status completed), long before
@@ -73,6 +88,14 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
 
   /** Apply one event; returns the call whose `response.output_item.done` (status completed) just arrived. */
   apply(event: StreamEvent): CallState | undefined {
+    // Before anything is counted or folded: a malformed event changes nothing (ERR-1).
+    checkStreamEvent(event, EVENT_SHAPES);
+    if (event.type === "response.created") checkEventMembers(event.response, { id: "string" }, "event.response", event.type);
+    else if (event.type === "response.output_item.added") checkEventPart(event.item, ADDED_ITEM_SHAPES, "event.item", event.type);
+    else if (event.type === "response.output_item.done") {
+      checkEventPart(event.item, DONE_ITEM_SHAPES, "event.item", event.type);
+      if (event.item.type === "message") event.item.content.forEach((part, i) => checkEventPart(part, {}, `event.item.content[${i}]`, event.type));
+    }
     this.eventsSeen++;
     // After a terminal event nothing more belongs to this response.
     if (this.terminal !== undefined) return undefined;

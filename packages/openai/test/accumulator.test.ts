@@ -103,3 +103,51 @@ describe("ResponsesTurnAccumulator over the real SDK", () => {
     expect(ev({ type: "response.output_item.done", output_index: 2, sequence_number: 5, item: { type: "function_call", id: "fc_3", call_id: "call_3", name: "x", arguments: "{}", status: "completed" } })).toBeUndefined();
   });
 });
+
+describe("ResponsesTurnAccumulator.apply with events that are not Responses stream events (ERR-1)", () => {
+  const refusal = (event: unknown) => {
+    try {
+      new ResponsesTurnAccumulator().apply(event as never);
+    } catch (error) {
+      return error;
+    }
+    return "accepted";
+  };
+  it.each([
+    ["undefined", undefined, "event"],
+    ["null", null, "event"],
+    ["a number", 7, "event"],
+    ["an event without type", { output_index: 0 }, "event.type"],
+    ["a response.created without its response", { type: "response.created" }, "event.response"],
+    ["an output_item.added without its item", { type: "response.output_item.added", output_index: 0 }, "event.item"],
+    ["an output_item.done without its item", { type: "response.output_item.done", output_index: 0 }, "event.item"],
+    ["a message item done without its content", { type: "response.output_item.done", output_index: 0, item: { type: "message" } }, "event.item.content"],
+    ["a response.failed without its response", { type: "response.failed" }, "event.response"],
+    ["a response.incomplete without its response", { type: "response.incomplete" }, "event.response"],
+    ["a function_call item without its name", { type: "response.output_item.added", output_index: 0, item: { type: "function_call", call_id: "call_1" } }, "event.item.name"],
+  ])("%s (%j) is invalid_argument naming %s", (_name, event, field) => {
+    expect(refusal(event)).toMatchObject({ code: "invalid_argument", field });
+  });
+
+  it("a text delta without its delta is refused, not committed as the text 'undefined'", () => {
+    const acc = new ResponsesTurnAccumulator();
+    acc.apply({ type: "response.created", response: { id: "resp_1" } } as never);
+    acc.apply({ type: "response.output_item.added", output_index: 0, item: { type: "message", id: "msg_1" } } as never);
+    const thrown = (() => {
+      try {
+        acc.apply({ type: "response.output_text.delta", output_index: 0 } as never);
+      } catch (error) {
+        return error;
+      }
+      return `accepted; text now ${JSON.stringify(acc.text())}`;
+    })();
+    expect(thrown).toMatchObject({ code: "invalid_argument", field: "event.delta" });
+    expect(acc.text()).toBe("");
+  });
+
+  it("an event type it does not know (a newer API's) is ignored, as before", () => {
+    const acc = new ResponsesTurnAccumulator();
+    expect(acc.apply({ type: "response.in_progress", response: { id: "resp_1" } } as never)).toBeUndefined();
+    expect(acc.apply({ type: "response.some_future_event" } as never)).toBeUndefined();
+  });
+});

@@ -1,4 +1,5 @@
 export { CallPhases, isCall, type CallPhase, type CallState, type FailurePosition, type TextPart } from "./phases.js";
+export { checkStreamEvent, checkEventPart, checkEventMembers, type EventShape, type EventMemberKind } from "./events.js";
 export { readStoredResult, checkUserContent, type CallAnswer, type CommitShape, type StoredTurnView, type StreamProvider, type StreamStep } from "./provider.js";
 export {
   classifyCallError,
