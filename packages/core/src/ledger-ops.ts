@@ -90,9 +90,21 @@ export function decodeListCursor(cursor: string): { since: number; key: string }
   return { since, key: Buffer.from(match[2]!, "base64url").toString("utf8") };
 }
 
+const RESOLVE_REQUEST_MEMBERS: OptionNames<ResolveRequest> = { key: true, resolution: true, actor: true, reason: true, expectedFence: true, action: true };
+/** The members each outcome's resolution has (RESOLVE-1). */
+const RESOLUTION_MEMBERS: Readonly<Record<string, Readonly<Record<string, true>>>> = {
+  completed: { outcome: true, result: true },
+  failed: { outcome: true, error: true },
+  not_performed: { outcome: true },
+};
+
 /** A resolve request with the shape RESOLVE-1 asks for. */
 export function checkResolveRequest(request: ResolveRequest): void {
   if (typeof request !== "object" || request === null) throw new InvalidLedgerInputError("request", "must be an object");
+  // A misspelt expectedFence read as absent would settle whatever claim holds the row now, a
+  // replay's takeover included (RESOLVE-4): refused, naming it, like every member not in the shape.
+  const unknown = unknownOptionName(request, RESOLVE_REQUEST_MEMBERS);
+  if (unknown !== undefined) throw new InvalidLedgerInputError(unknown, `is not a member of a resolve request (its members: ${Object.keys(RESOLVE_REQUEST_MEMBERS).join(", ")})`);
   if (typeof request.key !== "string" || request.key.length === 0) throw new InvalidLedgerInputError("key", "must be a non-empty string");
   if (typeof request.actor !== "string" || request.actor.trim().length === 0) throw new InvalidLedgerInputError("actor", "must name who resolves");
   if (typeof request.reason !== "string" || request.reason.trim().length === 0) throw new InvalidLedgerInputError("reason", "must say why");
@@ -104,6 +116,9 @@ export function checkResolveRequest(request: ResolveRequest): void {
   }
   const resolution = request.resolution as { outcome?: unknown; result?: unknown; error?: unknown } | null;
   if (typeof resolution !== "object" || resolution === null) throw new InvalidLedgerInputError("resolution", "must be an object");
+  const members = typeof resolution.outcome === "string" && Object.hasOwn(RESOLUTION_MEMBERS, resolution.outcome) ? RESOLUTION_MEMBERS[resolution.outcome] : undefined;
+  const stray = members === undefined ? undefined : unknownOptionName(resolution, members);
+  if (stray !== undefined) throw new InvalidLedgerInputError(`resolution.${stray}`, `is not a member of a ${String(resolution.outcome)} resolution (its members: ${Object.keys(members!).join(", ")})`);
   switch (resolution.outcome) {
     case "completed":
       if (typeof resolution.result !== "string") throw new InvalidLedgerInputError("resolution.result", "must be JSON text");
@@ -127,6 +142,8 @@ export function checkResolveRequest(request: ResolveRequest): void {
   }
 }
 
+const RETIRE_OPTION_MEMBERS: OptionNames<RetireOptions> = { release: true };
+
 /**
  * retire()'s arguments, checked once for every adapter (LEDGER-28): a key (as checkLedgerKey
  * checks a claim's, without a store's limits), a claim id (required here: there is nothing to
@@ -139,6 +156,9 @@ export function checkRetireRequest(key: unknown, claimId: unknown, options: unkn
   }
   if (options === undefined) return false;
   if (options === null || typeof options !== "object") throw new InvalidLedgerInputError("options", "must be an object");
+  // A misspelt release read as absent leaves the claim in flight, to turn unknown at its lease.
+  const unknown = unknownOptionName(options, RETIRE_OPTION_MEMBERS);
+  if (unknown !== undefined) throw new InvalidLedgerInputError(unknown, unknownOptionMessage("retire", RETIRE_OPTION_MEMBERS));
   const release = (options as RetireOptions).release;
   if (release !== undefined && typeof release !== "boolean") throw new InvalidLedgerInputError("release", "must be a boolean");
   return release === true;

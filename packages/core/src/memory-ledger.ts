@@ -1,5 +1,5 @@
 import { InvalidLedgerInputError, ResolutionRefusedError, ResultNotStorableError, StaleClaimError, describeValue, type StoredError } from "./errors/index.js";
-import { checkClaimRequest, checkLedgerKey, checkLedgerLeaseMs, checkStoredError } from "./internal/ledger-rows.js";
+import { checkClaimRequest, checkExpiredInFlightOptions, checkLedgerKey, checkLedgerLeaseMs, checkStoredError } from "./internal/ledger-rows.js";
 import { unknownOptionMessage, unknownOptionName, type OptionNames } from "./internal/options.js";
 import {
   checkListQuery,
@@ -271,6 +271,7 @@ export class MemoryLedger implements Ledger {
   }
 
   async listExpiredInFlight(options: { olderThanMs?: number; limit?: number } = {}): Promise<InFlightRow[]> {
+    checkExpiredInFlightOptions(options);
     const olderThanMs = options.olderThanMs ?? 0;
     const limit = options.limit ?? 100;
     if (!Number.isSafeInteger(olderThanMs) || olderThanMs < 0) throw new InvalidLedgerInputError("olderThanMs", "must be a non-negative integer");

@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import {
   MAX_LEASE_MS,
   checkClaimRequest,
+  checkExpiredInFlightOptions,
   checkLedgerLeaseMs,
   checkStoredError,
   checkUnknownReason,
@@ -268,5 +269,65 @@ describe("decodeLedgerRow", () => {
     const stored = { ...encode(good as never, false), claimId: "c".repeat(22), expiresAt: 99 } as StoredLedgerFields;
     expect(decodeLedgerRow("k", stored)).toEqual(good);
     expect(decodeStoredError("k", '{"name":"E","message":"m","details":{"a":[1]},"extra":true}')).toEqual({ name: "E", message: "m", details: { a: [1] }, extra: true });
+  });
+});
+
+describe("resolve() and retire() refuse members they do not have (checkResolveRequest, checkRetireRequest)", () => {
+  const key = "r".repeat(32);
+  async function unknownRow(ledger: MemoryLedger): Promise<number> {
+    const claimed = await ledger.claim({ ...claim, key, claimId: "c".repeat(16) });
+    if (claimed.outcome !== "claimed") throw new Error("not claimed");
+    await ledger.markUnknown(key, claimed.fence, "tool_error");
+    return claimed.fence;
+  }
+
+  it("RESOLVE-4 a misspelt expectedFence is refused naming it, nothing written: read as absent, the resolution would settle whatever claim holds the row", async () => {
+    const ledger = new MemoryLedger();
+    const fence = await unknownRow(ledger);
+    const outcome = await ledger.resolve({ key, resolution: { outcome: "not_performed" }, actor: "alice", reason: "checked", expectFence: fence + 5 } as never).then(
+      (row) => `resolved: ${row.state}`,
+      (error: unknown) => error,
+    );
+    expect(outcome).toMatchObject({ code: "invalid_ledger_input", field: "expectFence" });
+    expect(await ledger.lookup(key)).toMatchObject({ state: "unknown", fence });
+  });
+
+  it("a resolution member its outcome does not have is refused naming it (a result beside failed)", async () => {
+    const ledger = new MemoryLedger();
+    const fence = await unknownRow(ledger);
+    const outcome = await ledger.resolve({ key, resolution: { outcome: "failed", error: { name: "E", message: "m" }, result: "{}" }, actor: "alice", reason: "checked", expectedFence: fence } as never).then(
+      (row) => `resolved: ${row.state}`,
+      (error: unknown) => error,
+    );
+    expect(outcome).toMatchObject({ code: "invalid_ledger_input", field: "resolution.result" });
+    expect(await ledger.lookup(key)).toMatchObject({ state: "unknown", fence });
+    // Every member a request has is accepted.
+    await expect(ledger.resolve({ key, resolution: { outcome: "completed", result: "{}" }, actor: "alice", reason: "checked", expectedFence: fence, action: "resolved" })).resolves.toMatchObject({ state: "completed" });
+  });
+
+  it("LEDGER-28 retire with a misspelt release is refused naming it: read as absent, the claim it means to release would stay in flight", async () => {
+    const ledger = new MemoryLedger();
+    const claimId = "d".repeat(16);
+    const outcome = await ledger.retire(key, claimId, { relase: true } as never).then(
+      (result) => `retired: ${JSON.stringify(result)}`,
+      (error: unknown) => error,
+    );
+    expect(outcome).toMatchObject({ code: "invalid_ledger_input", field: "relase" });
+  });
+});
+
+describe("checkExpiredInFlightOptions", () => {
+  it("a misspelt olderThanMs is refused naming it: read as absent, claims whose lease ran out a moment ago would be listed as abandoned", async () => {
+    let now = 1_000_000;
+    const ledger = new MemoryLedger({ now: () => now });
+    await ledger.claim({ ...claim, leaseMs: 10 });
+    now += 20;
+    const listed = await ledger.listExpiredInFlight({ olderThan: 60_000 } as never).then(
+      (rows) => `listed ${rows.length}`,
+      (error: unknown) => error,
+    );
+    expect(listed).toMatchObject({ code: "invalid_ledger_input", field: "olderThan" });
+    expect(await ledger.listExpiredInFlight({ olderThanMs: 60_000 })).toEqual([]);
+    expect(thrownBy(() => checkExpiredInFlightOptions([]))).toMatchObject({ code: "invalid_ledger_input", field: "options" });
   });
 });

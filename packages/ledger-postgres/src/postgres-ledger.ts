@@ -35,6 +35,7 @@ import {
 import {
   MAX_LEASE_MS,
   checkClaimRequest,
+  checkExpiredInFlightOptions,
   checkLedgerKey,
   checkLedgerLeaseMs,
   checkStoredError,
@@ -562,9 +563,7 @@ export class PostgresLedger implements Ledger {
    * not decode raises LedgerCorruptError naming its key (LEDGER-11).
    */
   async listExpiredInFlight(options: ListExpiredInFlightOptions = {}): Promise<InFlightRow[]> {
-    if (typeof options !== "object" || options === null) {
-      throw new InvalidLedgerInputError("options", "expected { olderThanMs?, limit? }");
-    }
+    checkExpiredInFlightOptions(options);
     const olderThanMs = options.olderThanMs ?? 0;
     if (typeof olderThanMs !== "number" || !Number.isSafeInteger(olderThanMs) || olderThanMs < 0 || olderThanMs > MAX_LEASE_MS) {
       throw new InvalidLedgerInputError("olderThanMs", `${String(olderThanMs)} is not an integer number of milliseconds in 0..${MAX_LEASE_MS}`);

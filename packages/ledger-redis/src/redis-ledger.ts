@@ -35,6 +35,7 @@ import {
 import { Redis, type Cluster } from "ioredis";
 import {
   checkClaimRequest,
+  checkExpiredInFlightOptions,
   checkLedgerKey,
   checkLedgerLeaseMs,
   checkStoredError,
@@ -773,7 +774,7 @@ export class RedisLedger implements Ledger {
    * row is taken over by the next claim. Meant for an operator or a periodic checker.
    */
   async listExpiredInFlight(options: ListExpiredInFlightOptions = {}): Promise<InFlightRow[]> {
-    if (options === null || typeof options !== "object") throw new InvalidLedgerInputError("options", "must be an object");
+    checkExpiredInFlightOptions(options);
     const olderThanMs = nonNegativeInteger("olderThanMs", options.olderThanMs, 0);
     if (olderThanMs > MAX_OLDER_THAN_MS) {
       throw new InvalidLedgerInputError("olderThanMs", `must be at most ${MAX_OLDER_THAN_MS} (a year), got ${olderThanMs}`);

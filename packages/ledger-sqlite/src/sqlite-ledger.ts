@@ -36,6 +36,7 @@ import {
 } from "@dispatch-once/core";
 import {
   checkClaimRequest,
+  checkExpiredInFlightOptions,
   checkLedgerKey,
   checkLedgerLeaseMs,
   checkStoredError,
@@ -598,9 +599,7 @@ export class SqliteLedger implements Ledger {
    * not decode raises LedgerCorruptError naming its key (LEDGER-11).
    */
   async listExpiredInFlight(options: ListExpiredInFlightOptions = {}): Promise<InFlightRow[]> {
-    if (typeof options !== "object" || options === null) {
-      throw new InvalidLedgerInputError("options", "expected { olderThanMs?, limit? }");
-    }
+    checkExpiredInFlightOptions(options);
     const olderThanMs = options.olderThanMs ?? 0;
     if (typeof olderThanMs !== "number" || !Number.isSafeInteger(olderThanMs) || olderThanMs < 0 || olderThanMs > MAX_OLDER_THAN_MS) {
       throw new InvalidLedgerInputError("olderThanMs", `expected an integer number of milliseconds in 0..${MAX_OLDER_THAN_MS}, got ${String(olderThanMs)}`);

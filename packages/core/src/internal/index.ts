@@ -23,6 +23,7 @@ export { openWithin, type PragmaConnection } from "./sqlite-open.js";
 export {
   MAX_CLAIM_LABEL_LENGTH,
   checkClaimRequest,
+  checkExpiredInFlightOptions,
   checkLedgerKey,
   checkUnknownReason,
   MAX_UNKNOWN_REASON_LENGTH,

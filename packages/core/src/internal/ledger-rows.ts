@@ -347,3 +347,17 @@ export function decodeLedgerColumns(key: string, c: StoredLedgerColumns, options
     options,
   );
 }
+
+const EXPIRED_IN_FLIGHT_MEMBERS: Readonly<Record<string, true>> = { olderThanMs: true, limit: true };
+
+/**
+ * listExpiredInFlight()'s options: an object of `olderThanMs?` and `limit?` only. A misspelt
+ * `olderThan` read as absent lists claims whose lease ran out a moment ago, and a tool that
+ * releases what it lists as abandoned (after a grace it meant to ask for) would release a
+ * paused owner's claim with no grace at all. Refused with invalid_ledger_input naming it.
+ */
+export function checkExpiredInFlightOptions(options: unknown): void {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new InvalidLedgerInputError("options", "expected { olderThanMs?, limit? }");
+  const unknown = unknownOptionName(options, EXPIRED_IN_FLIGHT_MEMBERS);
+  if (unknown !== undefined) throw new InvalidLedgerInputError(unknown, "is not an option of listExpiredInFlight (its options: olderThanMs, limit)");
+}
