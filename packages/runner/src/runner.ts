@@ -481,7 +481,12 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         `must match ${CONVERSATION_ID_PATTERN.source}, got ${describeValue(conversationId)}`,
       );
     }
-    if (typeof message !== "object" || message === null) throw new InvalidArgumentError("message", "must be { id, content }");
+    if (typeof message !== "object" || message === null || Array.isArray(message)) throw new InvalidArgumentError("message", "must be { id, content }");
+    // A member it does not have (an idempotencyKey, a turnIndex) would be ignored: the message's
+    // id alone makes a re-send idempotent (TURN-2), and a caller that believes otherwise pays twice.
+    for (const name of Object.keys(message)) {
+      if (name !== "id" && name !== "content") throw new InvalidArgumentError(`message.${name}`, "is not a member of a message (its members: id, content); a re-send is recognised by its id alone (TURN-2)");
+    }
     checkMessageId(message.id);
     this.provider.checkContent?.(message.content);
     const { store } = this.options;

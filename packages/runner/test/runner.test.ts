@@ -92,3 +92,16 @@ describe("a call whose claim was lost after its run performed the effect (DISPAT
     expect(classifyCallError(new StaleClaimError("k".repeat(32), 1), false)).toMatchObject({ status: "error", effect: "may_have_happened" });
   });
 });
+
+describe("send() refuses a message member it does not have (ERR-1)", () => {
+  it("an idempotencyKey beside id and content is refused naming it, before anything is stored or run: ignored, a re-send under a new id with the same idempotencyKey would pay twice", async () => {
+    const { runner, performed, store } = world((_n, input) => ((input.at(-1) as { role?: string }).role === "user" ? [...payCall("c1", "first"), { t: "end" }] : [{ t: "text", index: 0, text: "Paid." }, { t: "end" }]));
+    const outcome = await runner.send("conv-members", { id: "m1", content: "pay acme", idempotencyKey: "order-7" } as never).then(
+      (result) => `sent: ${result.status}, payments ${performed.length}`,
+      (error: unknown) => error,
+    );
+    expect(outcome).toMatchObject({ code: "invalid_argument", field: "message.idempotencyKey" });
+    expect(performed).toEqual([]);
+    expect(await store.message("conv-members", "m1")).toBeUndefined();
+  });
+});
