@@ -97,6 +97,25 @@ export interface MockProviderOptions {
   };
 }
 
+const OPTION_NAMES: { readonly [Name in keyof Required<MockProviderOptions>]: true } = {
+  port: true, host: true, seed: true, script: true, timing: true, pings: true, faultPlan: true, faultRules: true, apiKey: true,
+  allowFaultHeader: true, onEvent: true, logLimit: true, attemptsLimit: true, keepAliveTimeoutMs: true, threads: true,
+};
+const THREAD_OPTION_NAMES: { readonly [Name in keyof Required<NonNullable<MockProviderOptions["threads"]>>]: true } = { ttlMs: true, storeCutReplies: true, unsupported: true };
+
+/** A misspelt option (`sead`) would be ignored and the server run on its default: refused, naming it. */
+function checkOptionNames(options: unknown): asserts options is MockProviderOptions {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new MockProviderError("invalid_option", `options must be an object, got ${options === null ? "null" : Array.isArray(options) ? "an array" : typeof options}`);
+  const unknown = Object.keys(options).find((name) => !Object.hasOwn(OPTION_NAMES, name));
+  if (unknown !== undefined) throw new MockProviderError("invalid_option", `${unknown} is not an option of startMockProvider (its options: ${Object.keys(OPTION_NAMES).join(", ")})`);
+  const threads = (options as MockProviderOptions).threads;
+  if (threads !== undefined) {
+    if (typeof threads !== "object" || threads === null || Array.isArray(threads)) throw new MockProviderError("invalid_option", "threads must be an object { ttlMs?, storeCutReplies?, unsupported? }");
+    const stray = Object.keys(threads).find((name) => !Object.hasOwn(THREAD_OPTION_NAMES, name));
+    if (stray !== undefined) throw new MockProviderError("invalid_option", `threads.${stray} is not an option of threads (its options: ${Object.keys(THREAD_OPTION_NAMES).join(", ")})`);
+  }
+}
+
 /** A stream paused by a `hold` fault, waiting for `release()` or `cutNow()`. */
 export interface HeldStream {
   requestNumber: number;
@@ -250,6 +269,7 @@ class Provider implements MockProvider {
   readonly app: express.Express;
 
   constructor(options: MockProviderOptions) {
+    checkOptionNames(options);
     this.options = options;
     this.seed = String(options.seed ?? "0");
     this.script = options.script ?? defaultScript;

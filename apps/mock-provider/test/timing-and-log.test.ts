@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { scriptFromPlans, say, toolUse, turn } from "../src/index.js";
+import { scriptFromPlans, say, startMockProvider, toolUse, turn } from "../src/index.js";
 import { body, payment, setup as setupProvider } from "./helpers.js";
 
 const plans = scriptFromPlans({
@@ -160,5 +160,23 @@ describe("request log", () => {
     // Already-sent events satisfy a later wait too.
     await expect(provider.waitForEvent((e) => e.requestNumber === 2 && e.type === "message_stop")).resolves.toMatchObject({ index: provider.requests[1]!.events.length - 1 });
     await expect(provider.waitForEnd(2)).resolves.toMatchObject({ outcome: "complete" });
+  });
+});
+
+describe("startMockProvider options it does not have (invalid_option)", () => {
+  it("a misspelt option (sead) is refused naming it, as is an options value that is not an object: ignored, a test's seed would silently be the default", async () => {
+    const started = async (options: unknown) => {
+      try {
+        const provider = await startMockProvider(options as never);
+        await provider.close();
+        return "started";
+      } catch (error) {
+        return error;
+      }
+    };
+    expect(await started({ sead: 7 })).toMatchObject({ code: "invalid_option", message: expect.stringContaining("sead") });
+    expect(await started({ threads: { ttl: 5 } })).toMatchObject({ code: "invalid_option", message: expect.stringContaining("threads.ttl") });
+    expect(await started(null)).toMatchObject({ code: "invalid_option" });
+    expect(await started({ seed: 7, threads: { ttlMs: 1000 } })).toBe("started");
   });
 });
