@@ -28,6 +28,7 @@ import {
 } from "@dispatch-once/core";
 import {
   checkReopenWithinMs,
+  checkUserMessage,
   checkLeaseGrantId,
   checkLeaseOwner,
   checkTurnLeaseMs,
@@ -204,7 +205,8 @@ export class PostgresConversationStore implements ConversationStore {
   }
 
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }, options?: AppendOptions): Promise<AppendResult> {
-    checkMessageId(message?.id);
+    checkUserMessage(message);
+    checkMessageId(message.id);
     checkMessageIdType(message.id);
     checkConversationId(conversationId);
     const content = encodeStoreJson("content", message.content);

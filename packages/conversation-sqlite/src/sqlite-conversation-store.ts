@@ -30,6 +30,7 @@ import {
   checkTurnLeaseMs,
   checkLeaseGrantId,
   checkReopenWithinMs,
+  checkUserMessage,
   openWithin,
   decodeStoreJson,
   decodeStoredMessage,
@@ -266,7 +267,8 @@ export class SqliteConversationStore implements ConversationStore {
   }
 
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }, options?: AppendOptions): Promise<AppendResult> {
-    checkMessageId(message?.id);
+    checkUserMessage(message);
+    checkMessageId(message.id);
     checkConversationId(conversationId);
     const content = encodeStoreJson("content", message.content);
     const within = checkReopenWithinMs(options);

@@ -17,7 +17,7 @@ import type {
 import { ConversationLeaseLostError, InvalidStoreInputError } from "./errors/index.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
 import { checkFailedTurnsQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
-import { checkLeaseGrantId, checkLeaseOwner, checkReopenWithinMs, checkStoreJson, checkTurnLeaseMs } from "./internal/store-rows.js";
+import { checkLeaseGrantId, checkLeaseOwner, checkReopenWithinMs, checkStoreJson, checkUserMessage, checkTurnLeaseMs } from "./internal/store-rows.js";
 
 interface Conversation {
   messages: Map<string, StoredMessage>;
@@ -92,7 +92,8 @@ export class MemoryConversationStore implements ConversationStore {
   }
 
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }, options?: AppendOptions): Promise<AppendResult> {
-    checkMessageId(message?.id);
+    checkUserMessage(message);
+    checkMessageId(message.id);
     checkStoreJson("content", message.content);
     const within = checkReopenWithinMs(options);
     const conversation = this.get(conversationId);

@@ -106,3 +106,17 @@ describe("MemoryConversationStore's copies (TURN-18)", () => {
     expect(Object.is(content.list[0], 0)).toBe(true);
   });
 });
+
+describe("appendUserMessage refuses a message member other than id and content (checkUserMessage)", () => {
+  it("a member it does not have is invalid_store_input naming it, nothing stored: ignored, it was dropped from the stored message", async () => {
+    const store = new MemoryConversationStore();
+    const appended = await store.appendUserMessage("conv-members", { id: "m1", content: "pay acme", role: "user" } as never).then(
+      (result) => `appended: ${JSON.stringify(result.message)}`,
+      (error: unknown) => error,
+    );
+    expect(appended).toMatchObject({ code: "invalid_store_input", field: "message.role" });
+    expect(await store.message("conv-members", "m1")).toBeUndefined();
+    await expect(store.appendUserMessage("conv-members", null as never)).rejects.toMatchObject({ code: "invalid_store_input", field: "message" });
+    await expect(store.appendUserMessage("conv-members", { id: "m1", content: "pay acme" })).resolves.toMatchObject({ appended: true });
+  });
+});

@@ -14,6 +14,7 @@ export {
   checkTurnLeaseMs,
   checkLeaseGrantId,
   checkReopenWithinMs,
+  checkUserMessage,
   MAX_LEASE_OWNER_LENGTH,
   type StoredMessageRow,
   type StoredTurnRow,

@@ -208,3 +208,16 @@ function describeGrantId(value: unknown): string {
   if (value === null) return "null";
   return typeof value;
 }
+
+/**
+ * appendUserMessage()'s message: an object of `id` and `content` only, checked before the id and
+ * the content are (ERR-1). A member it does not have (a `role`, an `idempotencyKey`) was dropped
+ * from the stored message without a word, and a caller that meant it to deduplicate re-sends did
+ * not learn that only the id does (TURN-2). Refused with invalid_store_input naming it.
+ */
+export function checkUserMessage(message: unknown): void {
+  if (typeof message !== "object" || message === null || Array.isArray(message)) throw new InvalidStoreInputError("message", "must be an object { id, content }");
+  for (const name of Object.keys(message)) {
+    if (name !== "id" && name !== "content") throw new InvalidStoreInputError(`message.${name}`, "is not a member of a user message (its members: id, content)");
+  }
+}
