@@ -7,7 +7,7 @@ import { MockProviderError } from "./errors.js";
 import { errorForStatus, parseFault, parseFaultRule, parseTiming, resolvePosition } from "./faults.js";
 import { redactedThinkingRequested, thinkingEnabled } from "./thinking.js";
 import { checkTurn, renderTurn, type PingMode, type PlannedEvent, type RenderedResponse } from "./render.js";
-import { Rng, mintId, sha256Hex, stableStringify } from "./random.js";
+import { Rng, canonicalBodyText, mintId, sha256Hex } from "./random.js";
 import { validateMessagesRequest, type MessagesRequest } from "./request-schema.js";
 import { defaultScript } from "./script.js";
 import type {
@@ -223,17 +223,14 @@ function apiError(res: Response, status: number, error: ApiErrorBody, requestId:
 
 function headerRecord(req: Request): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(req.headers)) {
+  const headers = req.headers;
+  // for-in, not Object.entries: no pair arrays for every header of every request.
+  for (const k in headers) {
+    const v = headers[k];
     if (v === undefined) continue;
     out[k] = Array.isArray(v) ? v.join(", ") : v;
   }
   return out;
-}
-
-function bodyWithoutStream(body: unknown): unknown {
-  if (body === null || typeof body !== "object" || Array.isArray(body)) return body;
-  const { stream: _stream, ...rest } = body as Record<string, unknown>;
-  return rest;
 }
 
 function positionalFault(fault: Fault | undefined): Extract<Fault, { at: unknown }> | undefined {
@@ -567,12 +564,13 @@ class Provider implements MockProvider {
       const planned = this.plan(request, info);
       if (planned) return { fault: parseFault(planned), source: "plan" };
     }
-    const bodyText = JSON.stringify(request);
+    // Serialised only when a rule looks into the body: most runs have no rules at all.
+    let bodyText: string | undefined;
     for (const entry of this.rules) {
       const { rule } = entry;
       if (rule.attempt !== undefined && rule.attempt !== info.attempt) continue;
       if (rule.requestNumber !== undefined && rule.requestNumber !== info.requestNumber) continue;
-      if (rule.bodyContains !== undefined && !bodyText.includes(rule.bodyContains)) continue;
+      if (rule.bodyContains !== undefined && !(bodyText ??= JSON.stringify(request)).includes(rule.bodyContains)) continue;
       if (rule.times !== undefined && entry.fired >= rule.times) continue;
       entry.fired += 1;
       return { fault: rule.fault, source: "rules" };
@@ -691,7 +689,7 @@ class Provider implements MockProvider {
     const receivedAt = Date.now();
     const body: unknown = req.body;
     // Hashed for the attempt count, and its length is the input token estimate: serialised once.
-    let canonicalBody = stableStringify(bodyWithoutStream(body));
+    let canonicalBody = canonicalBodyText(body);
     let bodyHash = sha256Hex(canonicalBody);
     const requestNumber = ++this.requestCounter;
     const stream = typeof body === "object" && body !== null && (body as { stream?: unknown }).stream === true;
@@ -744,7 +742,7 @@ class Provider implements MockProvider {
       threaded = resolved;
       modelBody = resolved.body;
       // The conversation, not the delta, is the model's input: its hash counts the attempts.
-      canonicalBody = stableStringify(bodyWithoutStream(modelBody));
+      canonicalBody = canonicalBodyText(modelBody);
       bodyHash = sha256Hex(canonicalBody);
       record.bodyHash = bodyHash;
     }

@@ -73,10 +73,46 @@ export function mintId(prefix: string, rng: Rng): string {
 
 /** JSON with object keys sorted recursively: the hash of a body must not depend on its key order. */
 export function stableStringify(value: unknown): string {
+  return stableText(value, undefined);
+}
+
+/**
+ * The canonical text of a request body: `stableStringify` of the body without its top-level
+ * `stream` (a streamed and a whole request for one conversation count as one body's attempts).
+ * Built without a copy of the body.
+ */
+export function canonicalBodyText(body: unknown): string {
+  return stableText(body, "stream");
+}
+
+/**
+ * One walk, appending to one string: the body of every request is hashed, and the earlier
+ * entries/sort/map/join form allocated several arrays per object (a tenth of the provider
+ * thread's allocations in the demo). The text is the same: keys in UTF-16 order (the default
+ * sort, as `<`), `undefined` members left out, an array's `undefined` as `null`, a hole as
+ * nothing (as `map` + `join` gave).
+ */
+function stableText(value: unknown, omitKey: string | undefined): string {
   if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
-  if (Array.isArray(value)) return `[${value.map(stableStringify).join(",")}]`;
-  const entries = Object.entries(value as Record<string, unknown>)
-    .filter(([, v]) => v !== undefined)
-    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${stableStringify(v)}`).join(",")}}`;
+  if (Array.isArray(value)) {
+    let out = "[";
+    for (let i = 0; i < value.length; i++) {
+      if (i > 0) out += ",";
+      if (i in value) out += stableText(value[i], undefined);
+    }
+    return out + "]";
+  }
+  const record = value as Record<string, unknown>;
+  const keys = Object.keys(record).sort();
+  let out = "{";
+  let first = true;
+  for (const key of keys) {
+    if (key === omitKey) continue;
+    const member = record[key];
+    if (member === undefined) continue;
+    if (!first) out += ",";
+    first = false;
+    out += JSON.stringify(key) + ":" + stableText(member, undefined);
+  }
+  return out + "}";
 }
