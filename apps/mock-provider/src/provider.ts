@@ -1,7 +1,7 @@
 import { EventEmitter } from "node:events";
 import type { AddressInfo, Socket } from "node:net";
-import type { Server } from "node:http";
-import express, { type NextFunction, type Request, type Response } from "express";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from "express";
 import { jsonBody } from "@dispatch-once/mock-http";
 import { MockProviderError } from "./errors.js";
 import { errorForStatus, parseFault, parseFaultRule, parseTiming, resolvePosition } from "./faults.js";
@@ -214,14 +214,29 @@ interface LiveHold extends HeldStream {
   resolve(action: HoldAction): void;
 }
 
-function apiError(res: Response, status: number, error: ApiErrorBody, requestId: string, extraHeaders: Record<string, string> = {}): void {
-  res.status(status);
-  res.setHeader("request-id", requestId);
-  for (const [k, v] of Object.entries(extraHeaders)) res.setHeader(k, v);
-  res.json({ type: "error", error, request_id: requestId });
+/** A request to POST /v1/messages, from express or from the plain server's hot route: its body parsed. */
+type MessagesIncoming = IncomingMessage & { body?: unknown };
+
+/**
+ * The bytes express's `res.json` writes (status, then `Content-Type: application/json;
+ * charset=utf-8` and `Content-Length` in that case and order, the text in UTF-8), written on a
+ * plain response: the hot route answers without express, the same bytes either way.
+ */
+function sendJson(res: ServerResponse, status: number, value: unknown): void {
+  const text = JSON.stringify(value);
+  res.statusCode = status;
+  res.setHeader("Content-Type", "application/json; charset=utf-8");
+  res.setHeader("Content-Length", String(Buffer.byteLength(text, "utf8")));
+  res.end(text, "utf8");
 }
 
-function headerRecord(req: Request): Record<string, string> {
+function apiError(res: ServerResponse, status: number, error: ApiErrorBody, requestId: string, extraHeaders: Record<string, string> = {}): void {
+  res.setHeader("request-id", requestId);
+  for (const [k, v] of Object.entries(extraHeaders)) res.setHeader(k, v);
+  sendJson(res, status, { type: "error", error, request_id: requestId });
+}
+
+function headerRecord(req: IncomingMessage): Record<string, string> {
   const out: Record<string, string> = {};
   const headers = req.headers;
   // for-in, not Object.entries: no pair arrays for every header of every request.
@@ -263,6 +278,8 @@ class Provider implements MockProvider {
   private closed = false;
   private readonly threads = new Map<string, StoredThread>();
   private readonly threadContexts = new WeakMap<RequestRecord, ThreadContext>();
+  /** One parser for both ways in: express's app and the plain server's hot route. */
+  private readonly bodyParser: RequestHandler = jsonBody({ limitBytes: 32 * 1024 * 1024 });
   readonly app: express.Express;
 
   constructor(options: MockProviderOptions) {
@@ -516,8 +533,27 @@ class Provider implements MockProvider {
     if (record.thread) record.thread.stored = stored;
   }
 
+  /**
+   * The SDKs' request, POST /v1/messages, goes straight to its handler; everything else to the
+   * express app. Express's router and request setup were about 3 % of a demo side's CPU for a
+   * route that needs neither; the body parser, the handler and the error answers are the same
+   * ones, so are the bytes (a test compares both ways in byte for byte).
+   */
+  private serve(req: IncomingMessage, res: ServerResponse): void {
+    if (req.method !== "POST" || req.url !== "/v1/messages") {
+      this.app(req, res);
+      return;
+    }
+    // express's types, not its objects: the parser reads only node's request (as express.json does).
+    this.bodyParser(req as Request, res as Response, (err?: unknown) => {
+      if (err !== undefined) return this.answerError(err, res);
+      this.handleMessages(req, res, "/v1/messages").catch((e: unknown) => this.answerError(e, res));
+    });
+  }
+
   async listen(port: number, host: string): Promise<void> {
-    const server = this.app.listen(port, host);
+    const server = createServer((req, res) => this.serve(req, res));
+    server.listen(port, host);
     this.server = server;
     if (this.options.keepAliveTimeoutMs !== undefined) server.keepAliveTimeout = this.options.keepAliveTimeoutMs;
     server.on("connection", (socket: Socket) => {
@@ -547,7 +583,7 @@ class Provider implements MockProvider {
     await done;
   }
 
-  private chooseFault(req: Request, request: MessagesRequest, info: RequestInfo): { fault?: Fault; source?: FaultSource } {
+  private chooseFault(req: IncomingMessage, request: MessagesRequest, info: RequestInfo): { fault?: Fault; source?: FaultSource } {
     const header = req.headers["x-mock-fault"];
     if (typeof header === "string" && header.trim() !== "" && this.options.allowFaultHeader !== false) {
       let json: unknown;
@@ -595,9 +631,9 @@ class Provider implements MockProvider {
     const app = express();
     app.disable("x-powered-by");
     app.disable("etag");
-    app.use(jsonBody({ limitBytes: 32 * 1024 * 1024 }));
+    app.use(this.bodyParser);
 
-    app.post("/v1/messages", (req, res) => this.handleMessages(req, res));
+    app.post("/v1/messages", (req, res) => this.handleMessages(req, res, req.path));
 
     const control = express.Router();
     control.get("/health", (_req, res) => {
@@ -666,25 +702,27 @@ class Provider implements MockProvider {
       apiError(res, 404, { type: "not_found_error", message: `Not found: ${req.method} ${req.path}` }, mintId("req_011C", new Rng(Math.random())));
     });
 
-    // Body-parser failures and control-endpoint mistakes answer like the API: typed JSON errors.
-    app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
-      const requestId = mintId("req_011C", new Rng(Math.random()));
-      if (res.headersSent) return;
-      if (err instanceof MockProviderError) {
-        apiError(res, 400, { type: "invalid_request_error", message: `${err.code}: ${err.message}` }, requestId, { "x-should-retry": "false" });
-        return;
-      }
-      const status = (err as { status?: number }).status;
-      if (status === 400 || status === 413) {
-        apiError(res, status, { type: status === 413 ? "request_too_large" : "invalid_request_error", message: "There was an error parsing the body of your request." }, requestId);
-        return;
-      }
-      apiError(res, 500, { type: "api_error", message: `mock provider: ${String((err as Error)?.message ?? err)}` }, requestId, { "x-should-retry": "false" });
-    });
+    app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => this.answerError(err, res));
     return app;
   }
 
-  private async handleMessages(req: Request, res: Response): Promise<void> {
+  /** Body-parser failures and control-endpoint mistakes answer like the API: typed JSON errors. */
+  private answerError(err: unknown, res: ServerResponse): void {
+    const requestId = mintId("req_011C", new Rng(Math.random()));
+    if (res.headersSent) return;
+    if (err instanceof MockProviderError) {
+      apiError(res, 400, { type: "invalid_request_error", message: `${err.code}: ${err.message}` }, requestId, { "x-should-retry": "false" });
+      return;
+    }
+    const status = (err as { status?: number }).status;
+    if (status === 400 || status === 413) {
+      apiError(res, status, { type: status === 413 ? "request_too_large" : "invalid_request_error", message: "There was an error parsing the body of your request." }, requestId);
+      return;
+    }
+    apiError(res, 500, { type: "api_error", message: `mock provider: ${String((err as Error)?.message ?? err)}` }, requestId, { "x-should-retry": "false" });
+  }
+
+  private async handleMessages(req: MessagesIncoming, res: ServerResponse, path: string): Promise<void> {
     const headers = headerRecord(req);
     const receivedAt = Date.now();
     const body: unknown = req.body;
@@ -698,8 +736,8 @@ class Provider implements MockProvider {
       attempt: 0,
       bodyHash,
       receivedAt,
-      method: req.method,
-      path: req.path,
+      method: req.method ?? "POST", // a server's request always has one; only POST reaches here
+      path,
       headers,
       body,
       stream,
@@ -844,7 +882,7 @@ class Provider implements MockProvider {
     return this.respondStream(req, res, record, rendered, fault, cutAt, timing);
   }
 
-  private sleepUnlessGone(res: Response, ms: number): Promise<void> {
+  private sleepUnlessGone(res: ServerResponse, ms: number): Promise<void> {
     if (ms <= 0) return Promise.resolve();
     return new Promise((resolve) => {
       const timer = setTimeout(done, ms);
@@ -857,7 +895,7 @@ class Provider implements MockProvider {
     });
   }
 
-  private async holdHere(record: RequestRecord, beforeEvent: number, nextEventType: string | undefined, res: Response): Promise<HoldAction> {
+  private async holdHere(record: RequestRecord, beforeEvent: number, nextEventType: string | undefined, res: ServerResponse): Promise<HoldAction> {
     return new Promise<HoldAction>((resolve) => {
       const hold: LiveHold = {
         requestNumber: record.requestNumber,
@@ -880,8 +918,8 @@ class Provider implements MockProvider {
   }
 
   private async respondWhole(
-    req: Request,
-    res: Response,
+    req: IncomingMessage,
+    res: ServerResponse,
     record: RequestRecord,
     rendered: RenderedResponse,
     fault: Fault | undefined,
@@ -906,16 +944,15 @@ class Provider implements MockProvider {
       }
     }
     if (res.destroyed || res.writableEnded) return this.finish(record, "client_closed");
-    res.status(200);
     res.setHeader("request-id", rendered.requestId);
     res.setHeader("anthropic-organization-id", ORGANIZATION_ID);
-    res.json(rendered.message);
+    sendJson(res, 200, rendered.message);
     this.finish(record, "complete", 200);
   }
 
   private async respondStream(
-    req: Request,
-    res: Response,
+    req: IncomingMessage,
+    res: ServerResponse,
     record: RequestRecord,
     rendered: RenderedResponse,
     fault: Fault | undefined,
@@ -931,7 +968,7 @@ class Provider implements MockProvider {
       for (const w of [...wakers]) w();
     };
 
-    res.status(200);
+    res.statusCode = 200;
     res.setHeader("content-type", "text/event-stream; charset=utf-8");
     res.setHeader("cache-control", "no-cache");
     res.setHeader("request-id", rendered.requestId);
