@@ -441,27 +441,27 @@ export async function startMockPayments(options: MockPaymentsOptions = {}): Prom
   v1.use(authenticate, json);
 
   const createPayment = route("create_payment", async (req, ctx) => {
-      const key = readKey(req, requireKey);
-      const body = parseBody(createPaymentBodySchema, req.body);
-      return keyedWrite(ctx, key, "create_payment", { body }, (at, record) => {
-        const payment: Payment = {
-          id: newId("pay"),
-          object: "payment",
-          payee: body.payee,
-          amount: body.amount,
-          currency: body.currency,
-          reference: body.reference,
-          memo: body.memo ?? null,
-          status: "succeeded",
-          created_at: at,
-          voided_at: null,
-          void_reason: null,
-        };
-        store.insertPayment(ctx.account, payment);
-        record({ kind: "payment_created", account: ctx.account, idempotencyKey: key, resourceId: payment.id, payload: { ...body }, at });
-        return { status: 201, contentType: "application/json", body: payment };
-      });
+    const key = readKey(req, requireKey);
+    const body = parseBody(createPaymentBodySchema, req.body);
+    return keyedWrite(ctx, key, "create_payment", { body }, (at, record) => {
+      const payment: Payment = {
+        id: newId("pay"),
+        object: "payment",
+        payee: body.payee,
+        amount: body.amount,
+        currency: body.currency,
+        reference: body.reference,
+        memo: body.memo ?? null,
+        status: "succeeded",
+        created_at: at,
+        voided_at: null,
+        void_reason: null,
+      };
+      store.insertPayment(ctx.account, payment);
+      record({ kind: "payment_created", account: ctx.account, idempotencyKey: key, resourceId: payment.id, payload: { ...body }, at });
+      return { status: 201, contentType: "application/json", body: payment };
     });
+  });
   v1.post("/payments", createPayment);
 
   v1.post(
