@@ -130,7 +130,7 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
     return { role: "user", content } as unknown as JsonValue;
   }
 
-  async open(input: JsonValue[], { headers }: { headers?: Record<string, string> }): Promise<AsyncIterable<RawEvent>> {
+  async open(input: JsonValue[], { headers, signal }: { headers?: Record<string, string>; signal?: AbortSignal }): Promise<AsyncIterable<RawEvent>> {
     const { client, model, tools, system, maxTokens, params } = this.options;
     return client.messages.create(
       {
@@ -142,7 +142,8 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
         ...(system !== undefined ? { system } : {}),
         stream: true,
       },
-      headers !== undefined ? { headers } : undefined,
+      // The runner aborts a stream that went idle past its bound (STREAM-16): the SDK frees the connection.
+      { ...(headers !== undefined ? { headers } : {}), ...(signal !== undefined ? { signal } : {}) },
     );
   }
 

@@ -130,7 +130,7 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
     return { role: "user", content } as unknown as JsonValue;
   }
 
-  async open(input: JsonValue[], { headers }: { headers?: Record<string, string> }): Promise<AsyncIterable<StreamEvent>> {
+  async open(input: JsonValue[], { headers, signal }: { headers?: Record<string, string>; signal?: AbortSignal }): Promise<AsyncIterable<StreamEvent>> {
     const { client, model, tools, instructions, maxOutputTokens, params } = this.options;
     return client.responses.create(
       {
@@ -142,7 +142,8 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
         ...(maxOutputTokens !== undefined ? { max_output_tokens: maxOutputTokens } : {}),
         stream: true,
       },
-      headers !== undefined ? { headers } : undefined,
+      // The runner aborts a stream that went idle past its bound (STREAM-16): the SDK frees the connection.
+      { ...(headers !== undefined ? { headers } : {}), ...(signal !== undefined ? { signal } : {}) },
     );
   }
 

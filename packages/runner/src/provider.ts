@@ -64,8 +64,10 @@ export interface StreamProvider<A extends CallPhases<CallState>, E, U = unknown>
   /**
    * Send the committed conversation (`input`, exactly what the store says the next request
    * sends) and return the stream's events. A failure here is a stream failure before any call.
+   * `signal` aborts the request: the runner fires it when the stream went idle past its bound
+   * (STREAM-16) or was left before its end, so pass it to the SDK to free the connection.
    */
-  open(input: JsonValue[], options: { headers?: Record<string, string> }): Promise<AsyncIterable<E>>;
+  open(input: JsonValue[], options: { headers?: Record<string, string>; signal?: AbortSignal }): Promise<AsyncIterable<E>>;
   /** Fold one event into the accumulator. */
   apply(accumulator: A, event: E): StreamStep;
   /** True once the stream established the whole response (its finish event arrived). */

@@ -164,7 +164,25 @@ export interface TurnRunnerOptions {
    * @example new TurnRunner(provider, { dispatcher, store, resendWindowMs: 6 * 24 * 60 * 60 * 1000 }) // beside a 7-day retention
    */
   resendWindowMs?: number;
+  /**
+   * The longest the runner waits for the stream's next event, from the moment the request is sent
+   * (so it bounds the wait for the response's headers and first event too) and again after every
+   * event (STREAM-16). A stream silent this long is a failed stream, classified by its position
+   * like any cut (STREAM-1, STREAM-2): the request is aborted, calls already dispatched are awaited
+   * and recorded (STREAM-6), and the retry policy applies; when it gives up, the turn fails with a
+   * `StreamIncompleteError` whose `idleMs` is this bound. Without it a connection that a proxy or
+   * NAT dropped without a FIN leaves `send()` pending for ever while the turn lease is renewed.
+   * The default is inside the 90-300 s that deployments use: Anthropic sends `ping` events during
+   * long generations, but OpenAI reasoning models can be silent for minutes before their first
+   * output item, so a tighter bound would cut live responses. `Infinity` turns the bound off.
+   * @default 300_000 (5 minutes)
+   * @example new TurnRunner(provider, { dispatcher, store, streamIdleTimeoutMs: 120_000 })
+   */
+  streamIdleTimeoutMs?: number;
 }
+
+/** The default bound on the wait for a stream's next event (STREAM-16). */
+export const DEFAULT_STREAM_IDLE_TIMEOUT_MS = 300_000;
 
 /** The default re-send window (TURN-12): the ledgers' default retention (24 h) less one hour. */
 export const DEFAULT_RESEND_WINDOW_MS = DEFAULT_RETENTION_MS - 60 * 60 * 1000;
@@ -283,7 +301,7 @@ export function checkRunnerOptions(options: unknown, fields: readonly string[] =
   }
 }
 
-type OptionRule = "function" | "boolean" | "nonEmptyString" | "string" | "positiveInteger" | "nonNegativeMs" | "positiveMs";
+type OptionRule = "function" | "boolean" | "nonEmptyString" | "string" | "positiveInteger" | "nonNegativeMs" | "positiveMs" | "positiveMsOrInfinity";
 
 /**
  * Throws `InvalidArgumentError` naming `${prefix}.${field}` for the first present option whose
@@ -315,6 +333,11 @@ function optionProblem(value: unknown, rule: OptionRule): string | undefined {
       return typeof value === "number" && Number.isFinite(value) && value >= 0 ? undefined : "must be a finite number of milliseconds, 0 or more";
     case "positiveMs":
       return typeof value === "number" && Number.isFinite(value) && value > 0 ? undefined : "must be a finite number of milliseconds above 0";
+    case "positiveMsOrInfinity":
+      // Above setTimeout's 2^31-1 ms a timer fires at once: only Infinity (no bound) is taken past it.
+      return typeof value === "number" && (value === Infinity || (value > 0 && value <= MAX_TIMER_MS))
+        ? undefined
+        : `must be a number of milliseconds above 0 and at most ${MAX_TIMER_MS}, or Infinity`;
   }
 }
 
@@ -333,6 +356,7 @@ function checkTurnRunnerOptionValues(options: TurnRunnerOptions): void {
     pollMs: "positiveMs",
     allowVolatileConversationStore: "boolean",
     resendWindowMs: "nonNegativeMs",
+    streamIdleTimeoutMs: "positiveMsOrInfinity",
   });
   // The stores refuse an owner they cannot keep (too long, not well-formed text), but only at
   // the first send(), after the message was stored: checked as they check it, now.
@@ -372,6 +396,7 @@ const TURN_RUNNER_OPTION_SET: Record<keyof TurnRunnerOptions, true> = {
   pollMs: true,
   allowVolatileConversationStore: true,
   resendWindowMs: true,
+  streamIdleTimeoutMs: true,
 };
 /** The names of `TurnRunnerOptions`: a stream side passes them, with its own, to `checkKnownOptions`. */
 export const TURN_RUNNER_OPTIONS: readonly string[] = Object.keys(TURN_RUNNER_OPTION_SET);
@@ -1043,19 +1068,32 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const dispatches: Promise<void>[] = [];
     let failure: AttemptFailure | undefined;
     this.emit({ type: "attempt_started", ...info, messageId: snapshot.message.id });
+    // Aborts the request when the stream goes idle or the loop leaves early (frees the connection).
+    const request = new AbortController();
+    const idle = new IdleBound(this.options.streamIdleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS);
+    let drained = false;
     try {
       const headers = this.options.requestHeaders?.(info);
-      const stream = await provider.open(snapshot.input, headers !== undefined ? { headers } : {});
-      for await (const event of stream) {
-        const step = provider.apply(accumulator, event);
+      const stream = await idle.race(provider.open(snapshot.input, { ...(headers !== undefined ? { headers } : {}), signal: request.signal }));
+      const events = stream[Symbol.asyncIterator]();
+      for (;;) {
+        const next = await idle.race(events.next());
+        if (next.done === true) break;
+        const step = provider.apply(accumulator, next.value);
         if (step.textDelta !== undefined) this.emit({ type: "text_delta", ...info, index: step.textDelta.index, text: step.textDelta.text });
         // Dispatch the moment the arguments are final, as latency-minded handlers do (STREAM-4).
         if (step.complete !== undefined) dispatches.push(this.dispatchCall(turn, step.complete, resolutions, info));
       }
+      drained = true;
       if (!provider.finished(accumulator)) {
         throw new StreamIncompleteError(accumulator.eventsSeen, provider.finishEvent, provider.streamError?.(accumulator), provider.finalStop?.(accumulator));
       }
-    } catch (error) {
+    } catch (thrown) {
+      // STREAM-16: a silent stream is a failed one, named by the bound it outwaited.
+      const error =
+        thrown instanceof StreamIdle
+          ? new StreamIncompleteError(accumulator.eventsSeen, provider.finishEvent, provider.streamError?.(accumulator), provider.finalStop?.(accumulator), thrown.idleMs)
+          : thrown;
       // A transport error after the finish event changes nothing: the stream established the turn (STREAM-1).
       if (!provider.finished(accumulator)) {
         // Read the position now: calls still running belong to "during_dispatch" (STREAM-2).
@@ -1066,6 +1104,10 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         failure = { kind: "stream", position, error };
         this.emit({ type: "stream_failed", ...info, position, error: describe(error) });
       }
+    } finally {
+      idle.clear();
+      // Never awaited: after an abort Node's fetch may leave the pending read unsettled (STREAM-16).
+      if (!drained) request.abort();
     }
     // A dispatched call is never cancelled by the stream's death: wait for its outcome (STREAM-6).
     await Promise.all(dispatches);
@@ -1439,6 +1481,49 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     } catch (error) {
       warn(error);
     }
+  }
+}
+
+/** The longest delay setTimeout keeps (2^31 - 1 ms); a longer one fires at once. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/** The idle bound's expiry, turned into the attempt's `StreamIncompleteError` (STREAM-16). */
+class StreamIdle extends Error {
+  constructor(readonly idleMs: number) {
+    super(`no stream event for ${idleMs} ms`);
+  }
+}
+
+/**
+ * Races each wait of an attempt's stream (the response, every next event) against the idle bound
+ * (STREAM-16). The losing wait is left behind, never awaited: a read pending when the request is
+ * aborted may never settle (Node 20's fetch), and its late rejection is swallowed here.
+ */
+class IdleBound {
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  constructor(private readonly ms: number) {}
+
+  race<T>(wait: Promise<T>): Promise<T> {
+    if (this.ms === Infinity) return wait;
+    wait.catch(() => undefined);
+    return new Promise<T>((resolve, reject) => {
+      this.timer = setTimeout(() => reject(new StreamIdle(this.ms)), this.ms);
+      wait.then(
+        (value) => {
+          this.clear();
+          resolve(value);
+        },
+        (error: unknown) => {
+          this.clear();
+          reject(error);
+        },
+      );
+    });
+  }
+
+  clear(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
   }
 }
 

@@ -12,6 +12,7 @@ describe("the runner's errors carry only the fields the error catalogue lists (E
   // off an error: a field the class sets and the catalogue does not name is one nobody is told of.
   it.each([
     ["stream_incomplete: every argument given, a provider's final stop (STREAM-13) included", new StreamIncompleteError(12, "message_stop", "overloaded_error: busy", "refusal")],
+    ["stream_incomplete: a stream that went idle past the runner's bound (STREAM-16)", new StreamIncompleteError(3, "message_stop", undefined, undefined, 300_000)],
     ["invalid_arguments_json", new InvalidArgumentsJsonError("pay", "Unexpected end of JSON input")],
   ])("%s", (_name, error) => {
     const entry = ERROR_CATALOGUE.find((e) => e.code === error.code)!;

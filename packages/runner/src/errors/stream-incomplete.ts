@@ -18,11 +18,19 @@ export class StreamIncompleteError extends DispatchOnceError {
    * same request ends the same way, so the runner does not retry it.
    */
   readonly finalStop: string | undefined;
-  constructor(eventsSeen: number, finishEvent = "message_stop", streamError?: string, finalStop?: string) {
+  /**
+   * Set when the stream did not end but went silent: no event came for this many milliseconds
+   * (the runner's `streamIdleTimeoutMs`), and the runner aborted the request (STREAM-16).
+   */
+  readonly idleMs: number | undefined;
+  constructor(eventsSeen: number, finishEvent = "message_stop", streamError?: string, finalStop?: string, idleMs?: number) {
     super(
       "stream_incomplete",
-      `the stream ended after ${eventsSeen} events without ${finishEvent}` + (streamError !== undefined ? ` (${streamError})` : ""),
+      (idleMs !== undefined
+        ? `the stream was idle for ${idleMs} ms (streamIdleTimeoutMs) after ${eventsSeen} events without ${finishEvent}; the request was aborted`
+        : `the stream ended after ${eventsSeen} events without ${finishEvent}`) + (streamError !== undefined ? ` (${streamError})` : ""),
     );
+    this.idleMs = idleMs;
     this.eventsSeen = eventsSeen;
     this.finishEvent = finishEvent;
     this.streamError = streamError;
