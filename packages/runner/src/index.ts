@@ -29,6 +29,7 @@ export {
   checkKnownOptions,
   TURN_RUNNER_OPTIONS,
   DEFAULT_RESEND_WINDOW_MS,
+  DEFAULT_STREAM_IDLE_TIMEOUT_MS,
   type RunnerEvent,
   type TurnRunnerOptions,
   type CallReport,

@@ -1,0 +1,95 @@
+import { InvalidArgumentError, type JsonValue } from "@dispatch-once/core";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { StreamIncompleteError, TurnFailedError, TurnRunner } from "../src/index.js";
+import { payCall, world, type ToyEvent } from "./toy.js";
+
+type Open = (input: JsonValue[], options: { headers?: Record<string, string>; signal?: AbortSignal }) => Promise<AsyncIterable<ToyEvent>>;
+
+/** The answer to a request after the first: the retry's call, then the follow-up turn's text. */
+const retryScript = (n: number, input: JsonValue[]): ToyEvent[] =>
+  (input.at(-1) as { role?: string }).role !== "user" ? [{ t: "text", index: 0, text: "Paid." }, { t: "end" }] : [...payCall(`c${n}`, "again"), { t: "end" }];
+
+/**
+ * Request 1 streams `events`, then its next read never settles, not even after the abort: what
+ * Node 20's fetch does to a read pending when an abort comes after the body arrived.
+ */
+function stallingOpen(original: Open, events: ToyEvent[], signals: AbortSignal[]): Open {
+  let request = 0;
+  return async (input, options) => {
+    request += 1;
+    if (options.signal !== undefined) signals.push(options.signal);
+    if (request > 1) return original(input, options);
+    await original(input, options); // counted as a request
+    let i = 0;
+    return {
+      [Symbol.asyncIterator]: () => ({
+        next: () => (i < events.length ? Promise.resolve({ done: false as const, value: events[i++]! }) : new Promise<IteratorResult<ToyEvent>>(() => {})),
+      }),
+    };
+  };
+}
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe("STREAM-16 the runner bounds the wait for each next event (toy provider)", () => {
+  it("STREAM-16 a read that never settles, even after the abort: send() returns, the request's signal was aborted, the retry commits, paid once", async () => {
+    const w = world(retryScript, false, { runner: { streamIdleTimeoutMs: 300 } });
+    const signals: AbortSignal[] = [];
+    w.provider.open = stallingOpen(w.provider.open.bind(w.provider) as Open, payCall("c1", "first"), signals);
+    const result = await w.runner.send("conv-idle", { id: "m1", content: "pay acme" });
+    expect(result.turns.map((t) => t.attempts)).toEqual([2, 1]);
+    expect(w.performed).toHaveLength(1);
+    expect(w.events.find((e) => e.type === "stream_failed")).toMatchObject({ attempt: 1, position: "after_dispatch_before_stop", error: expect.stringContaining("idle for 300 ms") });
+    expect(signals[0]!.aborted).toBe(true);
+    // A stream read to its end is not aborted.
+    expect(signals.slice(1).map((s) => s.aborted)).toEqual([false, false]);
+  });
+
+  it("STREAM-16 an open() that never answers (no response headers) is bounded too: the turn fails with idleMs once retries run out", async () => {
+    const w = world(retryScript, false, { runner: { streamIdleTimeoutMs: 300, retry: { attempts: 2, backoffMs: () => 1 } } });
+    w.provider.open = () => new Promise(() => {});
+    const error = await w.runner.send("conv-idle-open", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TurnFailedError);
+    expect((error as TurnFailedError).record).toMatchObject({ position: "before_any_call", attempts: 2, error: { code: "stream_incomplete" } });
+    expect((error as TurnFailedError).record.error.message).toBe("the stream was idle for 300 ms (streamIdleTimeoutMs) after 0 events without end; the request was aborted");
+  });
+
+  it("STREAM-16 every idle timer the runner sets is cleared when the stream finishes", async () => {
+    // A bound no other timer of the test uses, to tell the runner's idle timers apart.
+    const BOUND = 123_457;
+    const set = vi.spyOn(globalThis, "setTimeout");
+    const cleared = vi.spyOn(globalThis, "clearTimeout");
+    const w = world(retryScript, false, { runner: { streamIdleTimeoutMs: BOUND } });
+    await w.runner.send("conv-timers", { id: "m1", content: "pay acme" });
+    const idleTimers = set.mock.results.filter((_r, i) => set.mock.calls[i]![1] === BOUND).map((r) => r.value as unknown);
+    expect(idleTimers.length).toBeGreaterThan(0);
+    const clearedTimers = new Set(cleared.mock.calls.map((c) => c[0] as unknown));
+    expect(idleTimers.filter((t) => !clearedTimers.has(t))).toEqual([]);
+  });
+
+  it("STREAM-16 every idle timer is cleared on the path that goes idle too (the one that fired included: clearing it is harmless)", async () => {
+    const set = vi.spyOn(globalThis, "setTimeout");
+    const cleared = vi.spyOn(globalThis, "clearTimeout");
+    const w = world(retryScript, false, { runner: { streamIdleTimeoutMs: 301 } });
+    w.provider.open = stallingOpen(w.provider.open.bind(w.provider) as Open, payCall("c1", "first"), []);
+    await w.runner.send("conv-timers-idle", { id: "m1", content: "pay acme" });
+    const idleTimers = set.mock.results.filter((_r, i) => set.mock.calls[i]![1] === 301).map((r) => r.value as unknown);
+    const clearedTimers = new Set(cleared.mock.calls.map((c) => c[0] as unknown));
+    expect(idleTimers.length).toBeGreaterThan(1);
+    expect(idleTimers.filter((t) => !clearedTimers.has(t))).toEqual([]);
+  });
+
+  it("STREAM-16 a bound that is not a positive number of ms (or Infinity) is refused with InvalidArgumentError", () => {
+    const { provider, dispatcher, store } = world(retryScript);
+    for (const bad of [0, -5, Number.NaN, 2 ** 31, "300", null]) {
+      expect(() => new TurnRunner(provider, { dispatcher, store, allowVolatileConversationStore: true, streamIdleTimeoutMs: bad as number })).toThrow(
+        expect.objectContaining({ code: "invalid_argument", field: "options.streamIdleTimeoutMs" }) as Error,
+      );
+    }
+    expect(() => new TurnRunner(provider, { dispatcher, store, allowVolatileConversationStore: true, streamIdleTimeoutMs: Infinity })).not.toThrow();
+    expect(new InvalidArgumentError("x", "y")).toBeInstanceOf(Error);
+    expect(new StreamIncompleteError(1, "end", undefined, undefined, 5).idleMs).toBe(5);
+  });
+});
