@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from "@dispatch-once/core";
+import { InvalidArgumentError, MemoryConversationStore } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { StreamIncompleteError, TurnFailedError, type ConversationRunnerOptions } from "../src/index.js";
 import { RunnerEventLog, providerPerTest, setup } from "./fixtures.js";
@@ -107,14 +107,24 @@ describe("STREAM-16 a stream that goes silent is a failed stream (Anthropic SDK 
     expect(new StreamIncompleteError(3, "message_stop", undefined, undefined, IDLE_MS).idleMs).toBe(IDLE_MS);
   });
 
-  it("STREAM-16 control: with the bound turned off (Infinity) a stalled send is still pending after 2 s; it ends only when the stream does", async () => {
+  it("STREAM-16 control: with the bound turned off (Infinity) a stalled send is still pending after 2 s, its turn lease still renewed; it ends only when the stream does", async () => {
     provider().setFaultPlan((_r, info) => (info.requestNumber === 1 ? { kind: "hold", at: { event: 1 } } : undefined));
-    const { runner } = await setup(provider(), { guarded: true, runner: { streamIdleTimeoutMs: Infinity } });
+    // The hazard the bound removes: the runner keeps renewing the turn lease of a send that never returns.
+    const store = new MemoryConversationStore();
+    let renewals = 0;
+    const renewLease = store.renewLease.bind(store);
+    store.renewLease = (...args) => {
+      renewals += 1;
+      return renewLease(...args);
+    };
+    const { runner } = await setup(provider(), { guarded: true, store, runner: { streamIdleTimeoutMs: Infinity, turnLeaseMs: 300, allowVolatileConversationStore: true } });
     const sent = runner.send("conv-no-bound", { id: "m1", content: "pay acme" });
     const settled = pending(sent);
     await provider().waitForHold(1, { timeoutMs: 20_000 });
+    const before = renewals;
     await new Promise((r) => setTimeout(r, 2_000));
     expect(settled()).toBe(false);
+    expect(renewals).toBeGreaterThan(before);
     provider().cutNow(1, "reset");
     await expect(sent).resolves.toMatchObject({ status: "answered" });
   });

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { StreamIncompleteError, TurnFailedError, TurnRunner } from "../src/index.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
-type Open = (input: JsonValue[], options: { headers?: Record<string, string>; signal?: AbortSignal }) => Promise<AsyncIterable<ToyEvent>>;
+type Open = (input: JsonValue[], options?: { headers?: Record<string, string>; signal?: AbortSignal }) => Promise<AsyncIterable<ToyEvent>>;
 
 /** The answer to a request after the first: the retry's call, then the follow-up turn's text. */
 const retryScript = (n: number, input: JsonValue[]): ToyEvent[] =>
@@ -17,7 +17,7 @@ function stallingOpen(original: Open, events: ToyEvent[], signals: AbortSignal[]
   let request = 0;
   return async (input, options) => {
     request += 1;
-    if (options.signal !== undefined) signals.push(options.signal);
+    if (options?.signal !== undefined) signals.push(options.signal);
     if (request > 1) return original(input, options);
     await original(input, options); // counted as a request
     let i = 0;
