@@ -545,35 +545,18 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     // (RECORD-5). An entry is tied to the call_resolved event logged for its call id and key with
     // its attempt number (this worker and send's first, else an earlier send's: then it is judged
     // against that send's attempt), and through it to the attempt_started that began it.
-    const attemptStart = new Map<number, number>();
-    for (const x of ctx.events) {
-      if (
-        x.type === "attempt_started" &&
-        x.worker === e.worker &&
-        x.conversationId === record.conversationId &&
-        x.turnIndex === record.turnIndex &&
-        x.messageId === record.messageId &&
-        x.at >= (started?.at ?? e.at) &&
-        x.at <= e.at
-      ) {
-        attemptStart.set(x.attempt, x.at - ctx.started);
-      }
-    }
-    const madeAt = (x: Effect) => Date.parse(x.at) - ctx.started;
     const scope: RecordScope = { worker: e.worker, send: e.send, until: ctx.events.indexOf(e), at: e.at - ctx.started };
     for (const x of record.calls) {
       if (x.key === undefined || x.effect !== "not_happened") continue;
       const attempt = attemptOfEntry(ctx, scope, record, x);
       if (attempt === undefined) {
-        // Tied to no attempt (a call no attempt resolved): only the effects this send's time
-        // saw, read by attempt number as before.
+        // Tied to no attempt (a call no logged attempt resolved): judged by what the events can
+        // say, against every attempt of that number the turn had before the record.
         ctx.diagnostics.record_entry_attempt_unidentified = (ctx.diagnostics.record_entry_attempt_unidentified ?? 0) + 1;
-        const begin = attemptStart.get(x.attempt) ?? from;
-        const end = attemptStart.get(x.attempt + 1) ?? to;
-        const made = seenUnder(x.key).filter((y) => madeAt(y) >= begin && madeAt(y) <= end);
-        if (made.length > 0) {
+        const denied = deniedUnresolvedEntry(ctx, scope, record, x, seenUnder(x.key), effectsByKey.get(x.key) ?? [], record.kind === "failed_turn" && record.resumed === true);
+        if (denied !== undefined) {
           deniedEntries.add(entryId(record, x));
-          add("RECORD-2", `${what} says ${x.name} key ${short(x.key)} did not happen in attempt ${x.attempt} (${x.status}), but that attempt made it: ${made.map(describeEffect).join(", ")}`);
+          add("RECORD-2", `${what} ${denied}`);
         }
         continue;
       }
@@ -655,12 +638,12 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
         if (x === null || typeof x !== "object" || x.key === undefined || x.effect !== "not_happened") continue;
         if (deniedEntries.has(entryId(stored, x))) continue;
         const attempt = attemptOfEntry(ctx, scope, stored, x);
-        if (attempt === undefined) {
-          ctx.diagnostics.kept_record_entry_attempt_unidentified = (ctx.diagnostics.kept_record_entry_attempt_unidentified ?? 0) + 1;
-          continue;
-        }
-        ctx.diagnostics.kept_record_entry_judged = (ctx.diagnostics.kept_record_entry_judged ?? 0) + 1;
-        const denied = deniedEffectOf(ctx, attempt, x, seen(x.key), effectsByKey.get(x.key) ?? [], stored.resumed === true);
+        if (attempt === undefined) ctx.diagnostics.kept_record_entry_attempt_unidentified = (ctx.diagnostics.kept_record_entry_attempt_unidentified ?? 0) + 1;
+        else ctx.diagnostics.kept_record_entry_judged = (ctx.diagnostics.kept_record_entry_judged ?? 0) + 1;
+        const denied =
+          attempt === undefined
+            ? deniedUnresolvedEntry(ctx, scope, stored, x, seen(x.key), effectsByKey.get(x.key) ?? [], stored.resumed === true)
+            : deniedEffectOf(ctx, attempt, x, seen(x.key), effectsByKey.get(x.key) ?? [], stored.resumed === true);
         if (denied === undefined) continue;
         deniedEntries.add(entryId(stored, x));
         add(
@@ -847,6 +830,67 @@ function deniedEffectOf(ctx: CaseContext, attempt: EntryAttempt, entry: CallReco
     `but a run under that key made it before that attempt began (t=${Math.round(attempt.begin)}ms)` +
     `${resumed ? " in a resumed turn (RECORD-6)" : ""}: ${before.map(describeEffect).join(", ")}`
   );
+}
+
+/**
+ * A call entry that says `not_happened` and that no logged attempt resolved (attemptOfEntry found
+ * no call_resolved for its call id, key and attempt number): which attempt it speaks for is not
+ * known, and its number alone does not say (numbers restart with every send, and a record carries
+ * earlier sends' entries). Every attempt of that number the turn had before the record, by any
+ * worker and send, is a candidate, each ended by its send's next attempt of the turn (or that
+ * send's last event before the record, or the record's time for the record's own send). The entry
+ * is untrue only when it is untrue of every candidate (deniedEffectOf): then no reading of it is
+ * true. When the turn had no attempt of that number, the entry speaks for no attempt, and
+ * `not_happened` is untrue of the effects under its key made before the record was written.
+ * Undefined when some reading is true.
+ */
+function deniedUnresolvedEntry(
+  ctx: CaseContext,
+  scope: RecordScope,
+  record: FailedTurnRecord | SupersededAttemptRecord,
+  entry: CallRecord,
+  seen: Effect[],
+  underKey: Effect[],
+  resumed: boolean,
+): string | undefined {
+  const inTurn = (x: RecordedEvent) =>
+    x.type === "attempt_started" && x.conversationId === record.conversationId && x.turnIndex === record.turnIndex && x.messageId === record.messageId;
+  const events = ctx.events.slice(0, scope.until);
+  const candidates: EntryAttempt[] = [];
+  events.forEach((start, i) => {
+    if (!inTurn(start) || start.attempt !== entry.attempt) return;
+    const sameSend = (x: RecordedEvent) => x.worker === start.worker && x.send === start.send;
+    const own = scope.worker !== undefined && start.worker === scope.worker && start.send === scope.send;
+    const next = events.slice(i + 1).find((x) => sameSend(x) && inTurn(x));
+    const last = own ? undefined : events.filter(sameSend).at(-1);
+    let end = next !== undefined ? next.at - ctx.started : last !== undefined ? last.at - ctx.started : scope.at;
+    // A worker that died logs nothing more, but the tool runs it started in the attempt went on:
+    // the attempt lasted at least as long as they did (one that never ended, up to the record).
+    const begin = start.at - ctx.started;
+    for (const r of ctx.runs) {
+      if (r.worker !== start.worker || r.send !== start.send || r.conversationId !== record.conversationId || r.turnIndex !== record.turnIndex) continue;
+      if (r.startedAt < begin || (next !== undefined && r.startedAt >= next.at - ctx.started) || r.startedAt > scope.at) continue;
+      end = Math.max(end, Math.min(r.endedAt ?? scope.at, scope.at));
+    }
+    candidates.push({ begin, end, worker: start.worker, send: start.send, carried: !own && scope.worker !== undefined });
+  });
+  const of = `${entry.status}; a call no logged attempt resolved`;
+  if (candidates.length === 0) {
+    if (seen.length === 0) return undefined;
+    return `says ${entry.name} key ${short(entry.key)} did not happen in attempt ${entry.attempt} (${of}, and the turn had no attempt ${entry.attempt} before the record), but a run under that key made it before the record was written: ${seen.map(describeEffect).join(", ")}`;
+  }
+  const denials = candidates.map((c) => deniedEffectOf(ctx, c, entry, seen, underKey, resumed));
+  if (denials.some((d) => d === undefined)) return undefined;
+  const madeAt = (x: Effect) => Date.parse(x.at) - ctx.started;
+  const earliest = Math.min(...candidates.map((c) => c.begin));
+  const before = underKey.filter((y) => madeAt(y) < earliest);
+  if (before.length > 0) {
+    return (
+      `says ${entry.name} key ${short(entry.key)} did not happen in attempt ${entry.attempt} (${of}; judged against the turn's ${candidates.length} attempt(s) of that number), ` +
+      `but a run under that key made it before any of them began (t=${Math.round(earliest)}ms)${resumed ? " in a resumed turn (RECORD-6)" : ""}: ${before.map(describeEffect).join(", ")}`
+    );
+  }
+  return `says ${entry.name} key ${short(entry.key)} did not happen in attempt ${entry.attempt} (${of}; untrue of each of the turn's ${candidates.length} attempt(s) of that number): ${denials.join("; ")}`;
 }
 
 /** Keys a record says may have an effect (its calls, and a failed-turn record's per-key summary). */
