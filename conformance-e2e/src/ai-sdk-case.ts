@@ -222,6 +222,7 @@ function appTools(
     deaths.keys.set(signature, keys);
     const planned = deaths.planned.get(signature);
     const dying = planned !== undefined && keys.indexOf(key) === planned.nth ? planned.when : undefined;
+    const where = planned?.firstCall === true ? " (step 1)" : "";
     if (dying !== undefined) deaths.planned.delete(signature);
     // A downstream fault planned on the call waits for the run after the death (the take-over's).
     const fault = dying === undefined ? faults.get(signature) : undefined;
@@ -231,10 +232,10 @@ function appTools(
     count(log, "tool_runs");
     if (process.takingOver.has(key)) count(log, "takeover_runs");
     try {
-      if (dying === "before_downstream") process.die(`before calling the payments API for ${name} key ${short(key)}`);
+      if (dying === "before_downstream") process.die(`before calling the payments API for ${name} key ${short(key)}${where}`);
       const result = await perform(key, fault);
       say(log, "tool", `${name} key ${short(key)}: payments API answered ${JSON.stringify(result)}`);
-      if (dying === "after_effect") process.die(`after the payments API accepted ${name} key ${short(key)}, before the ledger completed`);
+      if (dying === "after_effect") process.die(`after the payments API accepted ${name} key ${short(key)}, before the ledger completed${where}`);
       return result;
     } catch (error) {
       if (!(error instanceof PaymentsError) || process.dead) throw error;
@@ -325,7 +326,7 @@ interface AppProcess {
 
 /** The deaths planned on loops' follow-up calls, by signature, and the keys each signature ran under. */
 interface PlannedDeaths {
-  planned: Map<string, { when: AiSdkDeath["when"]; nth: number }>;
+  planned: Map<string, { when: AiSdkDeath["when"]; nth: number; firstCall: boolean }>;
   keys: Map<string, string[]>;
 }
 
@@ -619,10 +620,13 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
         const fault = message.downstream[i];
         if (fault !== undefined) faults.set(intentSignature(c.tool, c.args), fault);
       });
-      const target = message.followUp?.[0];
+      // A death on step 1's first call lands on its first run (the message's calls are distinct);
+      // one on the follow-up's, after the runs of the turn's earlier identical calls.
+      const firstCall = message.death?.on === "first_call";
+      const target = firstCall ? message.calls[0] : message.followUp?.[0];
       if (message.death !== undefined && target !== undefined) {
         const same = (a: PlannedCall, b: PlannedCall) => intentSignature(a.tool, a.args) === intentSignature(b.tool, b.args);
-        deaths.planned.set(intentSignature(target.tool, target.args), { when: message.death.when, nth: callsBeforeFollowUp(message, same) });
+        deaths.planned.set(intentSignature(target.tool, target.args), { when: message.death.when, nth: firstCall ? 0 : callsBeforeFollowUp(message, same), firstCall });
       }
     }
   }
@@ -668,8 +672,9 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
                 say(log, "app", `${name} DIES ${what}`);
                 count(log, "deaths");
                 if (what.startsWith("after")) count(log, "deaths_after_effect");
-                // Every death is planned on a tool loop's follow-up call (step 2, or the call after a continuation's repeats).
-                count(log, "follow_up_deaths");
+                // A death is planned on a tool loop's follow-up call (step 2, or the call after a
+                // continuation's repeats), or on step 1's first call.
+                count(log, what.includes("(step 1)") ? "first_call_deaths" : "follow_up_deaths");
                 abort.abort(new ProcessGone(name));
                 dying();
               }

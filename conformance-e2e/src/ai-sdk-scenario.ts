@@ -57,6 +57,12 @@ export interface AiSdkContinuation {
  */
 export interface AiSdkDeath {
   when: "before_downstream" | "after_effect";
+  /**
+   * `first_call`: on the first call of the turn's first request (step 1) instead of the follow-up's
+   * (a message with or without a loop; drawn last, `firstCallDeaths` in aiSdkScenarioArbitrary):
+   * the next process's step 1 meets the dead call's key and takes it over.
+   */
+  on?: "first_call";
 }
 
 export interface AiSdkMessagePlan {
@@ -77,7 +83,7 @@ export interface AiSdkMessagePlan {
    * model's next response makes a fresh call that needs no approval).
    */
   followUp?: PlannedCall[] | undefined;
-  /** A death of the chat route's process on the follow-up's call (only with `followUp`). */
+  /** A death of the chat route's process on the follow-up's call (only with `followUp`), or on step 1's first call (`on: "first_call"`). */
   death?: AiSdkDeath | undefined;
   /** The cut of each request attempt of this turn, in order (attempt n meets cuts[n - 1]). */
   cuts: AiSdkCut[];
@@ -268,6 +274,38 @@ function chatArbitrary(chat: number): fc.Arbitrary<AiSdkChatPlan> {
   });
 }
 
+/** The most messages a scenario has (two chats of two): one draw of a step-1 death each. */
+const MAX_MESSAGES = 4;
+
+/**
+ * Drawn after the chats, one per message slot, so every earlier draw of a seed (and the kit's
+ * planted tests' scenarios) stays what it was: a death on step 1's first call, in about one
+ * message in eight that has no other death, mostly after its effect. The client recovers as
+ * after any death (a plan that neither re-sends nor regenerates gets a regenerate).
+ */
+const firstCallDeathArbitrary: fc.Arbitrary<AiSdkDeath["when"] | undefined> = fc.oneof(
+  { weight: 7, arbitrary: fc.constant(undefined) },
+  { weight: 1, arbitrary: fc.constantFrom<AiSdkDeath["when"]>("after_effect", "after_effect", "before_downstream") },
+);
+
 export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
-  return fc.integer({ min: 1, max: 2 }).chain((n) => fc.tuple(...Array.from({ length: n }, (_, c) => chatArbitrary(c)))).map((chats) => ({ chats }));
+  return fc
+    .tuple(
+      fc.integer({ min: 1, max: 2 }).chain((n) => fc.tuple(...Array.from({ length: n }, (_, c) => chatArbitrary(c)))),
+      fc.array(firstCallDeathArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
+    )
+    .map(([chats, firstCallDeaths]) => {
+      let slot = 0;
+      return {
+        chats: chats.map((chat) => ({
+          ...chat,
+          messages: chat.messages.map((m): AiSdkMessagePlan => {
+            const when = firstCallDeaths[slot++];
+            if (when === undefined || m.death !== undefined) return m;
+            const plan: AiSdkMessagePlan = { ...m, death: { when, on: "first_call" } };
+            return plan.resends === 0 && !plan.regenerate ? { ...plan, regenerate: true } : plan;
+          }),
+        })),
+      };
+    });
 }
