@@ -112,6 +112,8 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     pendingRerun: new Map(),
     rerunFaults: new Map(),
     releaseDeaths: new Set(),
+    pendingReleaseRerunDeaths: new Map(),
+    releaseRerunDeaths: new Map(),
     effectSeqs: () => new Set(world.payments.effects({ account }).map((e) => e.seq)),
     redeliver: () => Promise.resolve(),
     started: Date.now(),
@@ -135,6 +137,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
         const s = sig(message.death.call);
         if (s !== undefined) ctx.pendingDeaths.set(s, message.death.when);
         if (s !== undefined && message.rerunFault !== undefined) ctx.pendingRerun.set(s, message.rerunFault);
+        if (s !== undefined && message.releaseRerunDeath !== undefined) ctx.pendingReleaseRerunDeaths.set(s, message.releaseRerunDeath);
         deaths = true;
       }
       for (const index of message.unstorable) {

@@ -428,10 +428,11 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   // request was done. No other check sees it: no effect to
   // count, no record to read, and the committed log is well formed.
   //
-  // A message whose first turn the model answered differently on a re-run (rerunDivergence: a
-  // call omitted, two swapped) may have committed either response: its turns must then make
-  // every call of one of the two (the calls the model dropped are not the library's to make; what
-  // an earlier attempt made of them is judged below, by the records).
+  // A message whose first turn or follow-up turn the model answered differently on a re-run
+  // (rerunDivergence, followUpDivergence: a call omitted, two swapped) may have committed either
+  // response of each: its turns must then make every call of one of them per turn (the calls the
+  // model dropped are not the library's to make; what an earlier attempt made of them is judged
+  // below, by the records). A first turn answered with text alone has no follow-up.
   const tally = (calls: PlannedCall[]) => {
     const asked = new Map<string, number>();
     for (const call of calls) {
@@ -444,9 +445,15 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     for (const m of c.sent) {
       if (c.stored.get(m.id)?.state !== "answered") continue;
       const asked = tally(m.calls);
-      const rerun = ctx.divergedTexts.get(contentOf(ctx.account, m.text));
+      const rerun = ctx.divergedTexts.get(contentOf(ctx.account, m.text)) ?? [];
       const followUp = m.plan.followUp ?? [];
-      const rerunAsked = rerun === undefined ? undefined : tally([...rerun, ...(rerun.length > 0 ? followUp : [])]);
+      // The first turn's and the follow-up's calls as asked (m.calls: the first turn's, then the follow-up's).
+      const askedFirst = m.calls.slice(0, m.calls.length - followUp.length);
+      const askedLoop = m.calls.slice(m.calls.length - followUp.length);
+      const firsts = rerun[0] !== undefined ? [askedFirst, rerun[0]] : [askedFirst];
+      const loops = rerun[1] !== undefined ? [askedLoop, rerun[1]] : [askedLoop];
+      // Every combination of the responses the model gave, but the one the user asked for.
+      const alternatives = firsts.flatMap((first) => (first.length === 0 ? [first] : loops.map((loop) => [...first, ...loop]))).slice(1);
       const made = new Map<string, number>();
       for (const t of c.turns) {
         if (t.messageId !== m.id) continue;
@@ -455,8 +462,9 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
           if (signature !== undefined) made.set(signature, (made.get(signature) ?? 0) + 1);
         }
       }
-      if (rerunAsked !== undefined && [...rerunAsked].every(([signature, count]) => (made.get(signature) ?? 0) >= count)) {
-        if ([...asked].some(([signature, count]) => (made.get(signature) ?? 0) < count)) ctx.diagnostics.answered_by_divergent_rerun = (ctx.diagnostics.answered_by_divergent_rerun ?? 0) + 1;
+      const makes = (calls: PlannedCall[]) => [...tally(calls)].every(([signature, count]) => (made.get(signature) ?? 0) >= count);
+      if (!makes(m.calls) && alternatives.some(makes)) {
+        ctx.diagnostics.answered_by_divergent_rerun = (ctx.diagnostics.answered_by_divergent_rerun ?? 0) + 1;
         continue;
       }
       for (const [signature, count] of asked) {

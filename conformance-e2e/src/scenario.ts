@@ -136,6 +136,21 @@ export interface MessagePlan {
    * RerunDivergence): absent, every re-run makes the same calls (only the memo re-worded).
    */
   rerunDivergence?: RerunDivergence;
+  /**
+   * Only with a death `after_release` on a call every re-run makes again (no divergence): the
+   * worker that next runs the released row's key (the re-send's, which claims the released row)
+   * dies too, before the payments API or after it answered (the payment already made: it replays
+   * it) and before the ledger completed; a third worker takes that claim over once it lapsed and
+   * finishes. Two deaths around one released row: one payment, told once.
+   */
+  releaseRerunDeath?: "before_downstream" | "after_response_before_complete";
+  /**
+   * The model answers a re-run of this message's follow-up turn (the tool loop's next request:
+   * a retry after a cut there, a take-over after a death or a stall there) with other calls than
+   * its first response to it (as rerunDivergence, indexes modulo the follow-up's calls; an only
+   * call omitted leaves a text answer). Absent, every re-run of the follow-up makes its calls again.
+   */
+  followUpDivergence?: RerunDivergence;
 }
 
 export interface ConversationPlan {
@@ -176,6 +191,17 @@ export function divergedCalls(message: Pick<MessagePlan, "calls" | "followUp" | 
   swapped[a] = calls[b]!;
   swapped[b] = calls[a]!;
   return swapped;
+}
+
+/**
+ * The calls the model makes in its response to a re-run of the message's follow-up turn, or
+ * undefined when it makes the follow-up's calls again (no follow-up turn depends on it: an only
+ * call omitted leaves a text answer).
+ */
+export function divergedFollowUp(message: Pick<MessagePlan, "followUp" | "followUpDivergence">): PlannedCall[] | undefined {
+  const followUp = message.followUp ?? [];
+  if (message.followUpDivergence === undefined || followUp.length === 0) return undefined;
+  return divergedCalls({ calls: followUp, rerunDivergence: message.followUpDivergence });
 }
 
 /**
@@ -432,7 +458,12 @@ function calm(conversation: ConversationPlan): ConversationPlan {
       rerunFault: undefined,
       outage: undefined,
       unstorable: [],
-    })),
+    })).map((m) => {
+      const plan = { ...m };
+      delete plan.releaseRerunDeath;
+      delete plan.followUpDivergence;
+      return plan;
+    }),
   };
 }
 
@@ -461,7 +492,26 @@ const divergenceArbitrary: fc.Arbitrary<RerunDivergence | undefined> = fc.oneof(
  */
 function releaseDeathOf(plan: MessagePlan): WorkerDeath | undefined {
   if (plan.death !== undefined || plan.rerunDivergence?.kind !== "omit") return undefined;
-  const omitted = plan.rerunDivergence.call % plan.calls.length;
+  return releasableCall(plan, plan.rerunDivergence.call % plan.calls.length);
+}
+
+/**
+ * Where a message may die twice around one released row (MessagePlan `releaseRerunDeath`): as
+ * releaseDeathOf, but the model answers every re-run with the same calls (no divergence), so the
+ * re-send runs the released call again under its key; that worker dies too, and a third finishes.
+ * The call is the first of the turn's keyed writes whose payments response is lost.
+ */
+function releaseRerunDeathOf(plan: MessagePlan): WorkerDeath | undefined {
+  if (plan.death !== undefined || plan.rerunDivergence !== undefined) return undefined;
+  for (let i = 0; i < plan.calls.length; i++) {
+    const death = releasableCall(plan, i);
+    if (death !== undefined) return death;
+  }
+  return undefined;
+}
+
+/** A death right after the release of call `omitted` of the first turn, when its fault makes one (releaseDeathOf). */
+function releasableCall(plan: MessagePlan, omitted: number): WorkerDeath | undefined {
   const call = plan.calls[omitted];
   if (call === undefined || (call.tool !== "send_payment" && call.tool !== "void_payment")) return undefined;
   if (plan.downstream[omitted] !== "drop_after_accept") return undefined;
@@ -485,19 +535,59 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
       // After the divergences, for the same reason: a death right after a lost response's release
       // (WorkerDeath `after_release`), where the message's re-run omits that call (releaseDeathOf).
       releaseDeaths: fc.array(fc.boolean(), { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
+      // After those, for the same reason: two deaths around one released row (releaseRerunDeathOf),
+      // where no divergence drops the call (one message in six that can have them: each costs two
+      // deaths, one lapsed claim lease and two re-sends).
+      releaseRerunDeaths: fc.array(
+        fc.oneof(
+          { weight: 10, arbitrary: fc.constant(undefined) },
+          { weight: 1, arbitrary: fc.constant("before_downstream" as const) },
+          { weight: 1, arbitrary: fc.constant("after_response_before_complete" as const) },
+        ),
+        { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES },
+      ),
+      // After those, for the same reason: how the model answers a re-run of a message's follow-up
+      // turn (a message with a tool loop is rare: most of theirs diverge).
+      followUpDivergences: fc.array(
+        fc.oneof(
+          { weight: 1, arbitrary: fc.constant(undefined) },
+          { weight: 2, arbitrary: fc.record({ kind: fc.constant("omit" as const), call: fc.integer({ min: 0, max: 1 }) }) },
+          { weight: 1, arbitrary: fc.record({ kind: fc.constant("swap" as const), first: fc.constant(0), second: fc.constant(1) }) },
+        ),
+        { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES },
+      ),
     })
-    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths }) => {
+    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences }) => {
       let slot = 0;
       const diverging = conversations.map((c) => ({
         ...c,
         messages: c.messages.map((m) => {
           const d = divergences[slot];
-          const releaseDeath = releaseDeaths[slot++] === true;
+          const releaseDeath = releaseDeaths[slot] === true;
+          const rerunDeath = releaseRerunDeaths[slot];
+          const drawn = followUpDivergences[slot++];
+          // An omission falls on the follow-up call a worker dies on, when one does: the take-over's
+          // re-run then leaves the dead worker's row unanswered (the case it exists for, RECORD-8).
+          const onDeath = m.death !== undefined && m.death.call >= m.calls.length ? m.death.call - m.calls.length : undefined;
+          const f = drawn?.kind === "omit" && onDeath !== undefined ? { kind: "omit" as const, call: onDeath } : drawn;
           const plan: MessagePlan = d === undefined ? m : { ...m, rerunDivergence: d };
+          // Only one that changes the follow-up's response is kept; none where a fault waits for the
+          // re-run of the dead call (rerunFault): that re-run must make the call.
+          if (f !== undefined && m.rerunFault === undefined && divergedFollowUp({ followUp: m.followUp, followUpDivergence: f }) !== undefined) {
+            plan.followUpDivergence = f;
+            // Omitting the dead call, the follow-up's re-runs must be answered for the committed
+            // follow-up to leave its row unanswered: an outage on them would only fail the message.
+            if (f.kind === "omit" && onDeath !== undefined && plan.outageOnFollowUp === true) {
+              plan.outage = undefined;
+              delete plan.outageOnFollowUp;
+            }
+          }
           // Only a divergence that changes the response is kept (a shrunk scenario shows no inert one).
           if (d !== undefined && divergedCalls(plan) === undefined) delete plan.rerunDivergence;
           const death = releaseDeath ? releaseDeathOf(plan) : undefined;
-          return death === undefined ? plan : { ...plan, death };
+          if (death !== undefined) return { ...plan, death };
+          const twice = rerunDeath !== undefined ? releaseRerunDeathOf(plan) : undefined;
+          return twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath };
         }),
       }));
       return {

@@ -26,7 +26,7 @@ import {
 } from "@dispatch-once/mock-payments";
 import { z } from "zod";
 import { startProvider, type KitRunner, type ProviderSide, type RunnerProviderName } from "./provider.js";
-import { divergedCalls, type MessagePlan, type PlannedCall, type Scenario, type StreamCut, type WorkerDeath } from "./scenario.js";
+import { divergedCalls, divergedFollowUp, type MessagePlan, type PlannedCall, type Scenario, type StreamCut, type WorkerDeath } from "./scenario.js";
 
 /** The servers one property run shares across its cases; each case gets its own account and ledger namespace. */
 export interface World {
@@ -224,16 +224,24 @@ export interface CaseContext {
    * the worker dies when its dispatcher has released that key's claim, before it records anything.
    */
   releaseDeaths: Set<string>;
+  /**
+   * A second death around a released row (MessagePlan `releaseRerunDeath`), by the slot of the
+   * call whose release death carries it; once that death lands, by the released key
+   * (`releaseRerunDeaths`), for the next run under it.
+   */
+  pendingReleaseRerunDeaths: Map<string, NonNullable<MessagePlan["releaseRerunDeath"]>>;
+  releaseRerunDeaths: Map<string, NonNullable<MessagePlan["releaseRerunDeath"]>>;
   effectSeqs(): Set<number>;
   /** The queue hands a message to a fresh worker (its visibility timeout ran out); settles with that send. */
   redeliver(conversationId: string, messageId: string): Promise<void>;
   started: number;
   sendTimeoutMs: number;
   /**
-   * The user texts (as the provider sees them) whose first turn the model answered on a re-run
-   * with other calls than its first response's (scenario.ts rerunDivergence), with those calls.
+   * The user texts (as the provider sees them) whose first turn (step 0) or follow-up turn (step
+   * 1) the model answered on a re-run with other calls than its first response's (scenario.ts
+   * rerunDivergence, followUpDivergence), with those calls, by step (a step it did not is empty).
    */
-  divergedTexts: Map<string, PlannedCall[]>;
+  divergedTexts: Map<string, PlannedCall[][]>;
 }
 
 export function note(ctx: CaseContext, who: string, what: string): void {
@@ -360,6 +368,15 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
       note(ctx, self.name, `${context.conversationId} re-runs the dead call's key ${short(context.idempotencyKey)}: the payments API will answer ${rerun}`);
       return { death: undefined, fault: rerun, unstorable: false, afterEffect: die };
     }
+    const twice = ctx.releaseRerunDeaths.get(context.idempotencyKey);
+    if (twice !== undefined) {
+      // The re-run of a released row whose worker died at the release: this worker dies too.
+      ctx.releaseRerunDeaths.delete(context.idempotencyKey);
+      ctx.diagnostics.release_rerun_deaths = (ctx.diagnostics.release_rerun_deaths ?? 0) + 1;
+      if (twice === "after_response_before_complete") ctx.diagnostics.release_rerun_deaths_after_effect = (ctx.diagnostics.release_rerun_deaths_after_effect ?? 0) + 1;
+      note(ctx, self.name, `${context.conversationId} re-runs the released key ${short(context.idempotencyKey)}, and will die ${twice === "before_downstream" ? "before the payments API" : "after it answers"}`);
+      return { death: twice, fault: undefined, unstorable: false, afterEffect: die };
+    }
     const step = stepOf(context.conversationId, context.turnIndex);
     const slot = faultSlot(step, faultSignature(tool, args));
     const death = ctx.pendingDeaths.get(slot);
@@ -371,7 +388,13 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
     ctx.pendingUnstorable.delete(slot);
     if (death !== undefined) ctx.pendingRerun.delete(slot);
     // Not here but once the dispatcher released this run's claim (newWorker's onEvent).
-    if (death === "after_release") ctx.releaseDeaths.add(`${self.name} ${context.idempotencyKey}`);
+    if (death === "after_release") {
+      ctx.releaseDeaths.add(`${self.name} ${context.idempotencyKey}`);
+      const twice = ctx.pendingReleaseRerunDeaths.get(slot);
+      ctx.pendingReleaseRerunDeaths.delete(slot);
+      // Armed for the next run under the key once this worker died at the release (onEvent below).
+      if (twice !== undefined) ctx.pendingReleaseRerunDeaths.set(context.idempotencyKey, twice);
+    }
     // Armed where the worker dies after the effect (afterEffect below), for the next run of its key.
     const afterEffect = (what: string): never => {
       if (rerunFault !== undefined) ctx.rerunFaults.set(context.idempotencyKey, rerunFault);
@@ -586,6 +609,9 @@ export async function newWorker(
       if (event.type === "released" && ctx.releaseDeaths.delete(`${name} ${event.key}`)) {
         // The row says released (the payment may have happened); the worker records nothing more.
         ctx.diagnostics.release_deaths = (ctx.diagnostics.release_deaths ?? 0) + 1;
+        const twice = ctx.pendingReleaseRerunDeaths.get(event.key);
+        ctx.pendingReleaseRerunDeaths.delete(event.key);
+        if (twice !== undefined) ctx.releaseRerunDeaths.set(event.key, twice);
         worker.kill(`after its dispatcher released the claim of key ${short(event.key)}, before it recorded anything`);
         return;
       }
@@ -683,7 +709,9 @@ export function programProvider(world: World, scenario: Scenario, account: strin
       const loop = message.followUp ?? [];
       // A re-ask re-runs the failed first turn: the model answers it as it answers a re-run.
       const diverged = divergedCalls(message);
-      if (diverged !== undefined) reruns.set(text, [diverged]);
+      // By step: the first turn's re-runs, then the follow-up turn's (followUpDivergence).
+      const divergedLoop = divergedFollowUp(message);
+      if (diverged !== undefined || divergedLoop !== undefined) reruns.set(text, [diverged, divergedLoop]);
       const first = diverged ?? message.calls;
       plans.set(text + REASK_SUFFIX, loop.length > 0 ? [reaskCalls(first), reaskCalls(loop)] : [reaskCalls(first)]);
       if (loop.length > 0) plans.set(text + REASK_REST_SUFFIX, [reaskCalls(loop)]);
@@ -703,7 +731,10 @@ export function programProvider(world: World, scenario: Scenario, account: strin
     (text, step, calls) => {
       if (ctx === undefined) return;
       ctx.diagnostics.divergent_reruns = (ctx.diagnostics.divergent_reruns ?? 0) + 1;
-      ctx.divergedTexts.set(text, calls);
+      if (step > 0) ctx.diagnostics.follow_up_divergent_reruns = (ctx.diagnostics.follow_up_divergent_reruns ?? 0) + 1;
+      const steps = ctx.divergedTexts.get(text) ?? [];
+      steps[step] = calls;
+      ctx.divergedTexts.set(text, steps);
       ctx.timeline.push({ at: Date.now() - ctx.started, who: "model", what: `answers a re-run of step ${step} of ${JSON.stringify(text)} with ${calls.length === 0 ? "text alone" : calls.map((c) => c.tool).join(", ")} (its first response differed)` });
     },
   );
