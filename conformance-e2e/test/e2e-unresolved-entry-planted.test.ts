@@ -70,11 +70,14 @@ function observingDispatcher(tools: ToolDefinition<any, any>[], ledger: Ledger, 
   });
 }
 
+/**
+ * Fully shrunk the search costs about 17 s per side on a loaded host: CI runs the verdict with shrinking off, and
+ * CONFORMANCE_E2E_FULL_SHRINK=1 runs it fully shrunk too (it held there when the test was written).
+ */
+const SHRINKS = [["shrinking off", 0], ...(process.env.CONFORMANCE_E2E_FULL_SHRINK === "1" ? [["fully shrunk", undefined] as const] : [])] as const;
+
 describe.each(RUNNER_PROVIDERS)("an entry no attempt resolved: the end-to-end oracle judges it by what it can know (provider %s)", (provider) => {
-  for (const [name, shrinkTimeLimitMs] of [
-    ["shrinking off", 0],
-    ["fully shrunk", undefined],
-  ] as const) {
+  for (const [name, shrinkTimeLimitMs] of SHRINKS) {
     it(`RECORD-2 a take-over's call written as never dispatched (a call id no attempt resolved) that says not_happened, the dead worker's effect made before (${name})`, async () => {
       planted.count = 0;
       const error = await runEndToEnd(memory, {
