@@ -1072,10 +1072,11 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const request = new AbortController();
     const idle = new IdleBound(this.options.streamIdleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS);
     let drained = false;
+    let events: AsyncIterator<E> | undefined;
     try {
       const headers = this.options.requestHeaders?.(info);
       const stream = await idle.race(provider.open(snapshot.input, { ...(headers !== undefined ? { headers } : {}), signal: request.signal }));
-      const events = stream[Symbol.asyncIterator]();
+      events = stream[Symbol.asyncIterator]();
       for (;;) {
         const next = await idle.race(events.next());
         if (next.done === true) break;
@@ -1106,8 +1107,13 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       }
     } finally {
       idle.clear();
-      // Never awaited: after an abort Node's fetch may leave the pending read unsettled (STREAM-16).
-      if (!drained) request.abort();
+      if (!drained) {
+        // Never awaited: after an abort Node's fetch may leave the pending read unsettled (STREAM-16).
+        request.abort();
+        // A stream side that ignores the signal still gets its iterator closed, as `for await` would
+        // close it; not awaited either (a generator busy in a read closes only once that read ends).
+        closeQuietly(events);
+      }
     }
     // A dispatched call is never cancelled by the stream's death: wait for its outcome (STREAM-6).
     await Promise.all(dispatches);
@@ -1481,6 +1487,16 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     } catch (error) {
       warn(error);
     }
+  }
+}
+
+/** Asks an abandoned stream's iterator to close, without waiting for it or hearing its errors. */
+function closeQuietly(events: AsyncIterator<unknown> | undefined): void {
+  try {
+    const closing = events?.return?.();
+    if (closing !== undefined) Promise.resolve(closing).catch(() => undefined);
+  } catch {
+    // A stream side's close that throws changes nothing: the attempt has already failed.
   }
 }
 

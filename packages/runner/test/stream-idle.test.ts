@@ -47,6 +47,34 @@ describe("STREAM-16 the runner bounds the wait for each next event (toy provider
     expect(signals.slice(1).map((s) => s.aborted)).toEqual([false, false]);
   });
 
+  it("STREAM-16 a stream side that ignores the signal has its abandoned iterator closed (return() asked, never awaited), and send() returns", async () => {
+    const w = world(retryScript, false, { runner: { streamIdleTimeoutMs: 300 } });
+    const original = w.provider.open.bind(w.provider) as Open;
+    let request = 0;
+    let closes = 0;
+    w.provider.open = async (input, options) => {
+      request += 1;
+      if (request > 1) return original(input, options);
+      await original(input, options);
+      const events = payCall("c1", "first");
+      let i = 0;
+      return {
+        [Symbol.asyncIterator]: () => ({
+          next: () => (i < events.length ? Promise.resolve({ done: false as const, value: events[i++]! }) : new Promise<IteratorResult<ToyEvent>>(() => {})),
+          // A close that never settles either: the runner must not wait for it.
+          return: () => {
+            closes += 1;
+            return new Promise<IteratorResult<ToyEvent>>(() => {});
+          },
+        }),
+      };
+    };
+    const result = await w.runner.send("conv-idle-close", { id: "m1", content: "pay acme" });
+    expect(result.turns.map((t) => t.attempts)).toEqual([2, 1]);
+    expect(closes).toBe(1);
+    expect(w.performed).toHaveLength(1);
+  });
+
   it("STREAM-16 an open() that never answers (no response headers) is bounded too: the turn fails with idleMs once retries run out", async () => {
     const w = world(retryScript, false, { runner: { streamIdleTimeoutMs: 300, retry: { attempts: 2, backoffMs: () => 1 } } });
     w.provider.open = () => new Promise(() => {});
