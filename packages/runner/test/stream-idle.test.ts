@@ -52,7 +52,7 @@ describe("STREAM-16 the runner bounds the wait for each next event (toy provider
     const original = w.provider.open.bind(w.provider) as Open;
     let request = 0;
     let closes = 0;
-    w.provider.open = async (input, options) => {
+    const open: Open = async (input, options) => {
       request += 1;
       if (request > 1) return original(input, options);
       await original(input, options);
@@ -69,6 +69,7 @@ describe("STREAM-16 the runner bounds the wait for each next event (toy provider
         }),
       };
     };
+    w.provider.open = open;
     const result = await w.runner.send("conv-idle-close", { id: "m1", content: "pay acme" });
     expect(result.turns.map((t) => t.attempts)).toEqual([2, 1]);
     expect(closes).toBe(1);
