@@ -2025,10 +2025,9 @@ function checkTurnContext(context: unknown, members: Readonly<Record<string, tru
   }
   // A misspelt member would be ignored: an ordinal read as 0 takes an earlier identical call's key
   // and replays its result (the second payment never happens); a misspelt resumed drops TURN-15's caveat.
-  for (const name of Object.keys(context)) {
-    if (!Object.hasOwn(members, name)) {
-      throw new InvalidArgumentError(`context.${name}`, `is not a member of ${members === TURN_CONTEXT_MEMBERS ? "turn()'s" : "a call's"} context (its members: ${Object.keys(members).join(", ")})`);
-    }
+  const unknown = unknownOptionName(context, members);
+  if (unknown !== undefined) {
+    throw new InvalidArgumentError(`context.${unknown}`, `is not a member of ${members === TURN_CONTEXT_MEMBERS ? "turn()'s" : "a call's"} context (its members: ${Object.keys(members).join(", ")})`);
   }
   const resumed = (context as { resumed?: unknown }).resumed;
   if (resumed !== undefined && typeof resumed !== "boolean") {

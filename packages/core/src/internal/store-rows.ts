@@ -3,6 +3,7 @@ import { LEASE_GRANT_ID_PATTERN, type MessageState, type StoredMessage, type Sto
 import { InvalidStoreInputError, StoreCorruptError, isDispatchOnceError } from "../errors/index.js";
 import { checkLeaseMs } from "./leases.js";
 import { MAX_CLAIM_LABEL_LENGTH, checkLabel } from "./ledger-rows.js";
+import { unknownOptionName } from "./options.js";
 
 /*
  * Helpers for conversation-store implementers: one place for what every store that keeps
@@ -217,7 +218,8 @@ function describeGrantId(value: unknown): string {
  */
 export function checkUserMessage(message: unknown): void {
   if (typeof message !== "object" || message === null || Array.isArray(message)) throw new InvalidStoreInputError("message", "must be an object { id, content }");
-  for (const name of Object.keys(message)) {
-    if (name !== "id" && name !== "content") throw new InvalidStoreInputError(`message.${name}`, "is not a member of a user message (its members: id, content)");
-  }
+  const unknown = unknownOptionName(message, USER_MESSAGE_MEMBERS);
+  if (unknown !== undefined) throw new InvalidStoreInputError(`message.${unknown}`, "is not a member of a user message (its members: id, content)");
 }
+
+const USER_MESSAGE_MEMBERS: Readonly<Record<string, true>> = { id: true, content: true };
