@@ -10,3 +10,4 @@ export {
   type DispatchOnceCallInfo,
   type ClaimedDenial,
 } from "./once-tools.js";
+export { boundedFetch, type BoundedFetchOptions } from "./bounded-fetch.js";

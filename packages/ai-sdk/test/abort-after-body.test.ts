@@ -1,13 +1,11 @@
 import { once } from "node:events";
-import { readFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { createOpenAI } from "@ai-sdk/openai";
 import { stepCountIs, streamText, tool } from "ai";
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
+import { boundedFetch } from "../src/index.js";
 
 /**
  * Seen in the conformance kit at seed 424242: a chat route's process died in a call dispatched at
@@ -18,7 +16,7 @@ import { z } from "zod";
  * read pending forever (undici's pull sees the fetch aborted and returns without closing or
  * erroring the stream; `abortFetch` cannot cancel a body that is locked to a reader). The AI SDK
  * notices an abort only when a read of the model's stream returns, so `fullStream` stays open.
- * The README's `endOnAbort(fetch)` errors the body itself on abort.
+ * `boundedFetch()` (this package, README "A silent or aborted model stream") errors the body itself on abort.
  */
 
 /**
@@ -49,54 +47,8 @@ function responseEvents(): { call: string[]; metadata: string[]; completed: stri
   };
 }
 
-// ---- the README's workaround (packages/ai-sdk/README.md, "An aborted request and Node's fetch") ----
-/** A fetch whose response body errors when the request's signal aborts, even after the response fully arrived. */
-function endOnAbort(inner: typeof fetch = fetch): typeof fetch {
-  return async (input, init) => {
-    const response = await inner(input, init);
-    const signal = init?.signal;
-    if (signal == null || response.body === null) return response;
-    const reader = response.body.getReader();
-    let stop = () => {};
-    const body = new ReadableStream<Uint8Array>({
-      start(controller) {
-        const onAbort = () => {
-          controller.error(signal.reason);
-          reader.cancel(signal.reason).catch(() => {});
-        };
-        if (signal.aborted) return onAbort();
-        signal.addEventListener("abort", onAbort, { once: true });
-        stop = () => signal.removeEventListener("abort", onAbort);
-      },
-      async pull(controller) {
-        try {
-          const { done, value } = await reader.read();
-          if (done) {
-            stop();
-            controller.close();
-          } else controller.enqueue(value);
-        } catch (error) {
-          stop();
-          controller.error(error);
-        }
-      },
-      cancel(reason) {
-        stop();
-        return reader.cancel(reason);
-      },
-    });
-    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers });
-  };
-}
-// ---- end of the README's workaround ----
 
 describe("a streamText request aborted after the model's response fully arrived", () => {
-  it("the README shows endOnAbort as tested here", () => {
-    const source = readFileSync(fileURLToPath(import.meta.url), "utf8");
-    const workaround = source.slice(source.indexOf("/** A fetch whose response body errors"), source.indexOf("// ---- end of the README's workaround ----")).trim();
-    expect(readFileSync(join(dirname(fileURLToPath(import.meta.url)), "..", "README.md"), "utf8")).toContain(workaround);
-  });
-
   let server: Server | undefined;
   afterEach(async () => {
     server?.closeAllConnections();
@@ -149,7 +101,7 @@ describe("a streamText request aborted after the model's response fully arrived"
             await bodyEnded;
             // The server handed the end to the socket; give the client's fetch time to read it
             // (localhost: a few ms). If it has not by then, the abort errors the body instead: the
-            // canary below tries again, and endOnAbort ends the stream either way.
+            // canary below tries again, and boundedFetch ends the stream either way.
             await new Promise((resolve) => setTimeout(resolve, 1_000));
             abort.abort(new Error("the client went away"));
           },
@@ -187,8 +139,8 @@ describe("a streamText request aborted after the model's response fully arrived"
     }
   }, 60_000);
 
-  it("with endOnAbort(fetch), fullStream ends at the abort", async () => {
-    const { read, parts } = await run(endOnAbort());
+  it("with boundedFetch(), fullStream ends at the abort", async () => {
+    const { read, parts } = await run(boundedFetch());
     // Ends by itself: no timer here; the test's own timeout bounds a regression.
     const verdict = await read;
     expect(["ended", "threw"]).toContain(verdict);
