@@ -94,6 +94,13 @@ export type DispatchEvent =
    */
   | { type: "lease_lost"; key: string; toolName: string; ordinal: number; fence: number; reason: "stale_claim" | "lease_unconfirmed" }
   /**
+   * The run did not settle within its run timeout (DISPATCH-18): its signal was aborted, its lease
+   * is no longer renewed, and the dispatch answered `in_flight_elsewhere`. A run that settles later
+   * is recorded under `fence` (its `run_finished` and `recorded` or `record_failed` follow). A read
+   * has no fence: nothing was claimed.
+   */
+  | { type: "run_timed_out"; key: string; toolName: string; ordinal: number; fence?: number; runTimeoutMs: number }
+  /**
    * A claim could not reach the ledger (it may have been applied, its reply lost): it is sent
    * again with the same claim id, which the ledger recognises as the same claim (LEDGER-26).
    */
@@ -164,6 +171,13 @@ export const RECONCILE_ACTOR = "dispatch-once:reconcile";
 
 /** How long the automatic pass waits for one probe's answer (`reconcileUnknown`'s `probeTimeoutMs`). */
 export const DEFAULT_PROBE_TIMEOUT_MS = 30_000;
+
+/**
+ * How long one tool run may take before its dispatch stops waiting for it (`runTimeoutMs`,
+ * DISPATCH-18): five minutes, as the runner's stream idle bound (STREAM-16), far above any tool a
+ * turn should wait on, so only a run that will never answer meets it.
+ */
+export const DEFAULT_RUN_TIMEOUT_MS = 300_000;
 
 /** The options of `Dispatcher.reconcileUnknown` (RESOLVE-6). */
 export interface ReconcileUnknownOptions {
@@ -290,6 +304,20 @@ export interface DispatcherOptions {
    */
   reconcileGraceMs?: number;
   /**
+   * How long one run of a tool may take, in milliseconds, before the dispatch stops waiting for it
+   * (DISPATCH-18, a start-to-close timeout): an integer from 1 to 2^31 - 1, or `Infinity` for no
+   * bound; a tool's own `runTimeoutMs` overrides it. When it passes, the run's signal aborts, its
+   * claim's lease is no longer renewed, and the dispatch fails with `in_flight_elsewhere` carrying
+   * `runTimeoutMs` (the effect may have happened). The row is not written then: a run that settles
+   * later is recorded under its own fence (a completion lands unless the row was taken over
+   * meanwhile); one that never settles leaves the row to its lease (LEDGER-7: a keyed_write is
+   * taken over and re-run under the same key, an unkeyed_write turns `unknown`).
+   * @default 300000 (DEFAULT_RUN_TIMEOUT_MS)
+   * @example new Dispatcher({ tools, ledger, runTimeoutMs: 60_000 })
+   * @example new Dispatcher({ tools, ledger, runTimeoutMs: Infinity }) // wait for every run, however long
+   */
+  runTimeoutMs?: number;
+  /**
    * Run unkeyed_write tools on a ledger that declares itself volatile. Refused by default
    * because such a ledger can forget a claim and nothing downstream would catch the repeat (LEDGER-14).
    * @default false (the constructor throws DurabilityMismatchError for unkeyed_write tools on a volatile ledger)
@@ -366,6 +394,8 @@ export class Dispatcher implements CallDispatcher {
   private readonly maxPollMs: number;
   private readonly claimRetryMs: number;
   private readonly recordRetryMs: number;
+  /** The bound of one run of a tool without its own (DISPATCH-18); Infinity: none. */
+  private readonly runTimeoutMs: number;
   /** The ledger offers retire (LEDGER-28): lost claims are settled by retiring their claim ids. */
   private readonly retires: boolean;
   /**
@@ -414,6 +444,7 @@ export class Dispatcher implements CallDispatcher {
     this.maxPollMs = millis(options.maxPollMs, 500, "maxPollMs", this.pollMs);
     this.claimRetryMs = millis(options.claimRetryMs, 2_000, "claimRetryMs", 0);
     this.recordRetryMs = millis(options.recordRetryMs, 2_000, "recordRetryMs", 0);
+    this.runTimeoutMs = options.runTimeoutMs === Infinity ? Infinity : millis(options.runTimeoutMs, DEFAULT_RUN_TIMEOUT_MS, "runTimeoutMs", 1, MAX_TIMER_MS);
     this.retires = options.ledger.capabilities.supports?.retire === true && typeof options.ledger.retire === "function";
     this.reconcileGraceMs = options.reconcileGraceMs ?? 60_000;
     if (!Number.isSafeInteger(this.reconcileGraceMs) || this.reconcileGraceMs < 0) {
@@ -838,7 +869,17 @@ export class Dispatcher implements CallDispatcher {
     const { tool } = prepared;
     const key = this.keyOf(prepared, context, ordinal);
     const base = { key, toolName: tool.name, effect: tool.effect, ordinal };
-    const result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, new LazyAbort()));
+    const abort = new LazyAbort();
+    const running = tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, abort));
+    let result: unknown;
+    try {
+      result = await this.within(running, tool);
+    } catch (error) {
+      if (!(error instanceof RunTimedOut)) throw error;
+      // A read claims nothing, so there is nothing to record when it settles later (EFFECT-2).
+      this.timedOut(abort, tool.name, key, ordinal, undefined, error.ms);
+      throw new InFlightElsewhereError(key, error.ms, { runTimeoutMs: error.ms, read: true });
+    }
     const { text, parsed } = jsonDataTexts(result === undefined ? null : result);
     return outcomeOf(base, text, false, parsed);
   }
@@ -883,9 +924,12 @@ export class Dispatcher implements CallDispatcher {
     this.renewals.add(lease);
     if (this.onEvent !== undefined) this.emit({ type: "run_started", key, toolName: tool.name, ordinal });
     let result: unknown;
+    let running: unknown;
     try {
-      result = await tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease));
+      running = tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease));
+      result = await this.within(running, tool);
     } catch (error) {
+      if (error instanceof RunTimedOut) return this.runTimedOut(running, error.ms, tool, prepared.args, context, key, fence, base, lease);
       return await this.runFailed(error, tool, prepared.args, context, key, fence, base, lease);
     }
     lease.finished = true;
@@ -1193,11 +1237,28 @@ export class Dispatcher implements CallDispatcher {
 
     if (this.onEvent !== undefined) this.emit({ type: "run_started", key, toolName: tool.name, ordinal });
     let result: unknown;
+    let running: unknown;
     try {
-      result = await tool.run(args, this.runContext(tool.name, key, context, ordinal, lease));
+      running = tool.run(args, this.runContext(tool.name, key, context, ordinal, lease));
+      result = await this.within(running, tool);
     } catch (error) {
+      if (error instanceof RunTimedOut) return this.runTimedOut(running, error.ms, tool, args, context, key, fence, base, lease);
       return await this.runFailed(error, tool, args, context, key, fence, base, lease);
     }
+    return this.ran(result, tool, args, key, fence, base, lease);
+  }
+
+  /** A claimed run returned `result`: record it (DISPATCH-5, DISPATCH-7, DISPATCH-10). */
+  private async ran(
+    result: unknown,
+    tool: ToolDefinition,
+    args: unknown,
+    key: string,
+    fence: number,
+    base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
+    lease: HeldLease,
+  ): Promise<DispatchOutcome> {
+    const { ordinal } = base;
     lease.finished = true;
     this.renewals.remove(lease);
     if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, fence, ok: true });
@@ -1221,6 +1282,74 @@ export class Dispatcher implements CallDispatcher {
       if (unstorable !== undefined) return await this.reconcileUnstorable(tool, args, key, fence, unstorable, base);
     }
     return outcomeOf(base, resultJson, false, resultParsed);
+  }
+
+  /**
+   * `running` (what the tool's run returned), bounded by the tool's run timeout (DISPATCH-18): a
+   * run still pending then rejects with RunTimedOut, the run itself left to settle. Whatever it
+   * settles with first decides: a run that settles as the bound fires is either answered or left.
+   */
+  private within(running: unknown, tool: ToolDefinition): unknown {
+    const ms = tool.runTimeoutMs ?? this.runTimeoutMs;
+    if (ms === Infinity || !isThenable(running)) return running;
+    return new Promise((resolve, reject) => {
+      // Not unref'd: the dispatch's answer is due at the bound, even in a process with nothing else to do.
+      const timer = setTimeout(() => reject(new RunTimedOut(ms)), ms);
+      running.then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  /** A run outlived its bound: tell it to stop, as a lost lease does (DISPATCH-13, DISPATCH-18). */
+  private timedOut(abort: LazyAbort, toolName: string, key: string, ordinal: number, fence: number | undefined, ms: number): void {
+    this.emit({ type: "run_timed_out", key, toolName, ordinal, ...(fence !== undefined ? { fence } : {}), runTimeoutMs: ms });
+    this.logger.warn("a tool run did not settle within runTimeoutMs; it was signalled to stop and its call answered in_flight_elsewhere", { key, tool: toolName, runTimeoutMs: ms });
+    const reason = new Error(`the run did not settle within ${ms} ms (runTimeoutMs)`);
+    reason.name = "TimeoutError";
+    abort.abort(reason);
+  }
+
+  /**
+   * A claimed run outlived its bound (DISPATCH-18): stop renewing its lease, signal it, and answer
+   * the dispatch now with in_flight_elsewhere. The row is not written: the run may still settle,
+   * and is then recorded under its own fence in the background, as any run's outcome is (a lease
+   * no longer renewed is still this claim's until another claimant acts on it, LEDGER-16; after a
+   * takeover the write is refused and changes nothing). A run that never settles leaves the row
+   * to its lease (LEDGER-7).
+   */
+  private runTimedOut(
+    running: unknown,
+    ms: number,
+    tool: ToolDefinition,
+    args: unknown,
+    context: TurnContext,
+    key: string,
+    fence: number,
+    base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
+    lease: HeldLease,
+  ): never {
+    this.renewals.remove(lease);
+    this.timedOut(lease, tool.name, key, base.ordinal, fence, ms);
+    (running as PromiseLike<unknown>)
+      .then(
+        (result) => this.ran(result, tool, args, key, fence, base, lease),
+        (error: unknown) => this.runFailed(error, tool, args, context, key, fence, base, lease),
+      )
+      .then(undefined, (error: unknown) => {
+        // The dispatch was answered at the bound; what the late record met is only worth a warning
+        // (a stale_claim: the row was taken over, or settled by its lease, meanwhile).
+        if (isDispatchOnceError(error) && !isDispatchOnceError(error, "stale_claim") && !isDispatchOnceError(error, "ledger_unavailable") && !isDispatchOnceError(error, "ledger_corrupt")) return;
+        this.logger.warn("a run that settled after runTimeoutMs could not be recorded; the row is left as it is", { key, tool: tool.name, error: describeError(error) });
+      });
+    throw new InFlightElsewhereError(key, ms, { runTimeoutMs: ms });
   }
 
   /**
@@ -1786,6 +1915,15 @@ class HeldLease extends LazyAbort implements RenewalEntry {
   }
 }
 
+/** A run still pending at its bound (DISPATCH-18); never leaves the dispatcher. */
+class RunTimedOut {
+  constructor(readonly ms: number) {}
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (typeof value === "object" || typeof value === "function") && value !== null && typeof (value as { then?: unknown }).then === "function";
+}
+
 /** A probe's answer, read: a performed result is canonical JSON text ready for the ledger, or absent when it cannot be stored. */
 type ProbeAnswer =
   | { verdict: "performed"; resultJson: string; detail?: undefined }
@@ -1991,6 +2129,7 @@ const DISPATCHER_OPTION_NAMES: OptionNames<DispatcherOptions> = {
   maxPollMs: true,
   claimRetryMs: true,
   recordRetryMs: true,
+  runTimeoutMs: true,
   reconcileGraceMs: true,
   allowVolatileLedgerForUnkeyedWrites: true,
   logger: true,

@@ -37,6 +37,7 @@ export {
   type ReconcileReport,
   type ReconcileUnknownOptions,
   DEFAULT_PROBE_TIMEOUT_MS,
+  DEFAULT_RUN_TIMEOUT_MS,
   type ProbeVerdict,
   RECONCILE_ACTOR,
 } from "./dispatcher.js";

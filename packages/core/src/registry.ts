@@ -79,6 +79,15 @@ export interface ToolDefinition<Schema extends z.ZodType = z.ZodType, Result = u
    * @example defineTool({ name: "pay", effect: "keyed_write", input, identity: ["key"], onRequestDiffers: "refuse", comparedFields: ["key", "identityArgs"], run })
    */
   comparedFields?: readonly (keyof z.output<Schema> & string)[];
+  /**
+   * How long one run of this tool may take, in milliseconds, before its dispatch stops waiting
+   * (spec DISPATCH-18): an integer from 1 to 2^31 - 1, or `Infinity` for no bound. Overrides the
+   * dispatcher's `runTimeoutMs` for this tool (a slow export that legitimately takes an hour; a
+   * read that should give up within seconds).
+   * @default the dispatcher's runTimeoutMs (300000)
+   * @example defineTool({ name: "export_report", effect: "keyed_write", input, runTimeoutMs: 3_600_000, run })
+   */
+  runTimeoutMs?: number;
   run(args: z.output<Schema>, context: ToolRunContext): Promise<Result> | Result;
   /**
    * Optional probe (RECON-1): asks the downstream whether this call's effect happened (by the
@@ -198,6 +207,7 @@ const DEFINITION_MEMBERS: { readonly [Member in keyof Required<ToolDefinition>]:
   identity: true,
   onRequestDiffers: true,
   comparedFields: true,
+  runTimeoutMs: true,
   run: true,
   reconcile: true,
 };
@@ -229,6 +239,10 @@ function checkDefinition(tool: ToolDefinition<any, any>): void {
   }
   if (typeof tool.run !== "function") {
     throw new InvalidToolDefinitionError(`tool ${tool.name} needs a run function`);
+  }
+  // setTimeout's own limit: a longer delay would fire at once (Node's TimeoutOverflowWarning).
+  if (tool.runTimeoutMs !== undefined && tool.runTimeoutMs !== Infinity && !(Number.isSafeInteger(tool.runTimeoutMs) && tool.runTimeoutMs >= 1 && tool.runTimeoutMs <= 2 ** 31 - 1)) {
+    throw new InvalidToolDefinitionError(`tool ${tool.name}: runTimeoutMs must be a whole number of milliseconds from 1 to ${2 ** 31 - 1}, or Infinity, got ${describeValue(tool.runTimeoutMs)}`);
   }
   if (tool.reconcile !== undefined) {
     if (typeof tool.reconcile !== "function") {

@@ -1,17 +1,31 @@
 import { DispatchOnceError } from "./dispatch-once-error.js";
 
-/** Another attempt holds a live claim on this key and did not finish within the wait bound (LEDGER-9). */
+/**
+ * The call's row is in flight and did not finish within a bound: another attempt holds a live
+ * claim on this key past the wait bound (LEDGER-15), or this dispatch's own run did not settle
+ * within its run timeout (`runTimeoutMs` set, DISPATCH-18): the run was signalled to stop and its
+ * row left in flight under a lease no longer renewed, so the run may still complete it.
+ */
 export class InFlightElsewhereError extends DispatchOnceError {
   /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
   static override readonly code = "in_flight_elsewhere" as const;
   readonly key: string;
   readonly waitedMs: number;
-  constructor(key: string, waitedMs: number) {
+  /** Set when this dispatch's own run outlived its bound (DISPATCH-18): the bound, in ms. */
+  readonly runTimeoutMs?: number;
+  /** `read`: the run was a read's, which claims nothing, so nothing is left in flight. */
+  constructor(key: string, waitedMs: number, options: { runTimeoutMs?: number; read?: boolean } = {}) {
     super(
       "in_flight_elsewhere",
-      `call ${key} is in flight in another attempt; still unfinished after ${waitedMs} ms`,
+      options.runTimeoutMs === undefined
+        ? `call ${key} is in flight in another attempt; still unfinished after ${waitedMs} ms`
+        : options.read === true
+          ? `call ${key}: the read did not settle within ${options.runTimeoutMs} ms (runTimeoutMs); it was signalled to stop`
+          : `call ${key}: its run did not settle within ${options.runTimeoutMs} ms (runTimeoutMs); it was signalled to stop and is left in flight, ` +
+            `and may still complete: a re-send with the same key replays it, or settles it once its lease has run out`,
     );
     this.key = key;
     this.waitedMs = waitedMs;
+    if (options.runTimeoutMs !== undefined) this.runTimeoutMs = options.runTimeoutMs;
   }
 }
