@@ -308,8 +308,15 @@ export function classifyCallError(error: unknown, isRead: boolean): { status: Ca
         summary: effect === "not_happened" ? "not performed; will be retried" : "may have been performed; a retry with the same key settles it",
       };
     }
-    case "in_flight_elsewhere":
-      return { status: "in_flight_elsewhere", effect: effectWord(), summary: "still running in another attempt" };
+    case "in_flight_elsewhere": {
+      // This dispatch's own run outlived its bound (DISPATCH-18): left in flight, it may still complete.
+      const runTimeoutMs = (error as { runTimeoutMs?: unknown }).runTimeoutMs;
+      const summary =
+        typeof runTimeoutMs === "number"
+          ? `its run did not settle within ${runTimeoutMs} ms (runTimeoutMs) and was signalled to stop; it may still complete, and a retry with the same key settles it`
+          : "still running in another attempt";
+      return { status: "in_flight_elsewhere", effect: effectWord(), summary };
+    }
     case "outcome_unknown":
       return { status: "outcome_unknown", effect: effectWord(), summary: "may have been performed; nobody can confirm it, and it will not be repeated automatically" };
     default:

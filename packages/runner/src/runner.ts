@@ -1073,9 +1073,11 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const idle = new IdleBound(this.options.streamIdleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS);
     let drained = false;
     let events: AsyncIterator<E> | undefined;
+    let opening: Promise<AsyncIterable<E>> | undefined;
     try {
       const headers = this.options.requestHeaders?.(info);
-      const stream = await idle.race(provider.open(snapshot.input, { ...(headers !== undefined ? { headers } : {}), signal: request.signal }));
+      opening = provider.open(snapshot.input, { ...(headers !== undefined ? { headers } : {}), signal: request.signal });
+      const stream = await idle.race(opening);
       events = stream[Symbol.asyncIterator]();
       for (;;) {
         const next = await idle.race(events.next());
@@ -1112,7 +1114,10 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         request.abort();
         // A stream side that ignores the signal still gets its iterator closed, as `for await` would
         // close it; not awaited either (a generator busy in a read closes only once that read ends).
-        closeQuietly(events);
+        if (events !== undefined) closeQuietly(events);
+        // An open() that outwaited the bound and resolves later (its side ignored the abort) hands
+        // over a stream nobody will read: close that one too, when it comes.
+        else opening?.then((late) => closeQuietly(late[Symbol.asyncIterator]()), () => undefined).catch(() => undefined);
       }
     }
     // A dispatched call is never cancelled by the stream's death: wait for its outcome (STREAM-6).

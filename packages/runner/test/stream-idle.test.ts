@@ -76,6 +76,43 @@ describe("STREAM-16 the runner bounds the wait for each next event (toy provider
     expect(w.performed).toHaveLength(1);
   });
 
+  it("STREAM-16 an open() that ignores the signal and resolves after the bound fired: the stream it hands over late is closed (return() asked, never awaited), never read", async () => {
+    const w = world(retryScript, false, { runner: { streamIdleTimeoutMs: 300 } });
+    const original = w.provider.open.bind(w.provider) as Open;
+    let request = 0;
+    let closes = 0;
+    let reads = 0;
+    let answer!: () => void;
+    const late = new Promise<void>((resolve) => (answer = resolve));
+    const open: Open = async (input, options) => {
+      request += 1;
+      if (request > 1) return original(input, options);
+      await late; // the response comes after the bound, and the signal is ignored
+      return {
+        [Symbol.asyncIterator]: () => ({
+          next: () => {
+            reads += 1;
+            return new Promise<IteratorResult<ToyEvent>>(() => {});
+          },
+          return: () => {
+            closes += 1;
+            return new Promise<IteratorResult<ToyEvent>>(() => {});
+          },
+        }),
+      };
+    };
+    w.provider.open = open;
+    const result = await w.runner.send("conv-idle-late-open", { id: "m1", content: "pay acme" });
+    expect(result.turns.map((t) => t.attempts)).toEqual([2, 1]);
+    expect(closes).toBe(0);
+    answer();
+    // The close follows the late answer within a few turns of the event loop (no timer is involved).
+    for (let i = 0; i < 100 && closes === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(closes).toBe(1);
+    expect(reads).toBe(0);
+    expect(w.performed).toHaveLength(1);
+  });
+
   it("STREAM-16 an open() that never answers (no response headers) is bounded too: the turn fails with idleMs once retries run out", async () => {
     const w = world(retryScript, false, { runner: { streamIdleTimeoutMs: 300, retry: { attempts: 2, backoffMs: () => 1 } } });
     w.provider.open = () => new Promise(() => {});

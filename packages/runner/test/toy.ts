@@ -5,6 +5,7 @@ import {
   ToolRegistry,
   defineTool,
   type ConversationStore,
+  type DispatcherOptions,
   type JsonValue,
   type Ledger,
   type StoredTurn,
@@ -134,8 +135,10 @@ export function world(
     ledger?: Ledger;
     performed?: unknown[];
     runner?: Partial<TurnRunnerOptions>;
-    /** Called with each payment's arguments before it is performed; throwing refuses it (a downstream's answer). */
-    beforePay?: (args: unknown) => void;
+    /** Called with each payment's arguments before it is performed; throwing refuses it (a downstream's answer), a promise holds it. */
+    beforePay?: (args: unknown) => void | Promise<void>;
+    /** The dispatcher's options beyond its tools and ledger (runTimeoutMs, leaseMs, ...). */
+    dispatcher?: Partial<Omit<DispatcherOptions, "tools" | "ledger">>;
   } = {},
 ) {
   const performed: unknown[] = options.performed ?? [];
@@ -147,7 +150,7 @@ export function world(
       identity: ["to"],
       run: async (args) => {
         await new Promise((r) => setTimeout(r, 1));
-        options.beforePay?.(args);
+        await options.beforePay?.(args);
         performed.push(args);
         return { n: performed.length };
       },
@@ -158,7 +161,7 @@ export function world(
     while (cutAfterResolved && !events.some((e) => e.type === "call_resolved")) await new Promise((r) => setTimeout(r, 1));
   });
   const store = options.store ?? new MemoryConversationStore();
-  const dispatcher = new Dispatcher({ tools, ledger: options.ledger ?? new MemoryLedger() });
+  const dispatcher = new Dispatcher({ tools, ledger: options.ledger ?? new MemoryLedger(), ...options.dispatcher });
   const runner = new TurnRunner(provider, {
     dispatcher,
     store,
