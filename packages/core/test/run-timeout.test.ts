@@ -43,7 +43,7 @@ async function eventually(check: () => Promise<boolean> | boolean, what: string,
 function keyedDownstream() {
   const effects: string[] = [];
   const byKey = new Map<string, { done: boolean; result?: { paymentId: string } }>();
-  const holds: ReturnType<typeof gate>[] = [];
+  const holds: ReturnType<typeof gate<void>>[] = [];
   const seen: { key: string; signal: AbortSignal }[] = [];
   let hold = true;
   const tool = defineTool({
