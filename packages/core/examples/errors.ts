@@ -1,4 +1,4 @@
-import { catalogueEntry, effectOf } from "@dispatch-once/core";
+import { catalogueEntry, effectOf, retryableOf } from "@dispatch-once/core";
 
 /** What to tell a client whose message could not be answered, read from the error catalogue. */
 export function describeFailure(error: unknown) {
@@ -6,9 +6,11 @@ export function describeFailure(error: unknown) {
   return {
     code: entry?.code ?? "internal_error",
     // "same_message": re-send the SAME message id (or dispatch the same call again) later; the
-    // ledger answers whatever already ran, so a re-send never repeats an effect. An error nobody
-    // classified is treated the same way: re-sending the same id is always safe.
-    resend: entry === undefined || entry.retryable === "same_message",
+    // ledger answers whatever already ran, so a re-send never repeats an effect. retryableOf reads
+    // the error, not only its code: a turn_failed whose record says it is not retryable, or a
+    // stale_claim whose effect happened, is "no". An error nobody classified is treated as
+    // re-sendable: re-sending the same id is always safe.
+    resend: entry === undefined || retryableOf(error) === "same_message",
     // "no" | "yes" | "possibly": whether the effect behind the error may have happened.
     effect: effectOf(error),
   };

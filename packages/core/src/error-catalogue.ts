@@ -99,11 +99,15 @@ export function effectOf(error: unknown): EffectKnowledge {
  * where it knows better than its code: never for an effect known to have happened (a
  * `stale_claim` after the run performed it, DISPATCH-8). Its row is a new owner's or an
  * operator's, who may have released it, and a re-send would then perform the effect again
- * (MCP-6, ATR-5). Anything that is not a Dispatch-Once error is "no": an unclassified error gives
+ * (MCP-6, ATR-5); nor for a `turn_failed` whose record says it is not retryable. Anything that is
+ * not a Dispatch-Once error is "no": an unclassified error gives
  * no ground for a re-send.
  */
 export function retryableOf(error: unknown): Retryable {
   const entry = catalogueEntry(error);
   if (entry === undefined || effectOf(error) === "yes") return "no";
+  // A turn_failed carries its failed-turn record, which says whether a re-send can complete the
+  // turn (past the re-send window, a later message bound, a permanent refusal: RECORD-5, TURN-12).
+  if (isDispatchOnceError(error, "turn_failed") && (error as { record?: { retryable?: unknown } }).record?.retryable === false) return "no";
   return entry.retryable;
 }

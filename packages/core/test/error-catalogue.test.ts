@@ -80,6 +80,14 @@ describe("the error catalogue (ERR-1, ERR-4)", () => {
     expect(retryableOf(new ResultNotStorableError("k", "too big"))).toBe("no");
     expect(retryableOf(new Error("anything else"))).toBe("no");
   });
+
+  it("ERR-4 retryableOf: a turn_failed whose failed-turn record says it is not retryable is not one a re-send can help (past the re-send window, a later message bound, a permanent model refusal, an unknown effect)", () => {
+    // TurnFailedError lives in @dispatch-once/runner; any copy is recognised by its brand and code.
+    const turnFailed = (retryable: boolean) =>
+      Object.defineProperty({ code: "turn_failed", message: "turn 0 failed", record: { kind: "failed_turn", retryable } }, Symbol.for("dispatch-once.error"), { value: true });
+    expect(retryableOf(turnFailed(true))).toBe("same_message");
+    expect(retryableOf(turnFailed(false))).toBe("no");
+  });
 });
 
 describe("ERR-3 a subclass's isInstance recognises its own code only", () => {

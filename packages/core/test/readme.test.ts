@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { onToolCall, setPaymentsUrl } from "../examples/adopt.js";
 import { describeFailure } from "../examples/errors.js";
 import { errorTable, tableIn } from "../scripts/error-table.js";
-import { ClaimReleasedError, ERROR_CATALOGUE, InFlightElsewhereError, OutcomeUnknownError, ToolInputError } from "../src/index.js";
+import { ClaimReleasedError, ERROR_CATALOGUE, InFlightElsewhereError, OutcomeUnknownError, StaleClaimError, ToolInputError } from "../src/index.js";
 
 describe("README", () => {
   const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
@@ -30,6 +30,10 @@ describe("README", () => {
     expect(describeFailure(new ClaimReleasedError("k", false, new Error("503")))).toEqual({ code: "claim_released", resend: true, effect: "no" });
     expect(describeFailure(new ToolInputError("send_payment", []))).toMatchObject({ code: "tool_input_invalid", resend: false, effect: "no" });
     expect(describeFailure(new Error("boom"))).toEqual({ code: "internal_error", resend: true, effect: "possibly" });
+    // What the error knows beyond its code (ERR-4): a re-send cannot help these.
+    expect(describeFailure(new StaleClaimError("k", 1, "claim is no longer held", { effectHappened: true }))).toEqual({ code: "stale_claim", resend: false, effect: "yes" });
+    const turnFailed = Object.defineProperty({ code: "turn_failed", message: "turn 0 failed", record: { kind: "failed_turn", retryable: false } }, Symbol.for("dispatch-once.error"), { value: true });
+    expect(describeFailure(turnFailed)).toEqual({ code: "turn_failed", resend: false, effect: "possibly" });
   });
 
   it("the adoption example pays once across a replayed turn and forwards the key", async () => {
