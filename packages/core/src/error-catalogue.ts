@@ -52,7 +52,7 @@ const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry
   unsafe_store_config: { rules: ["LEDGER-14"], carries: ["node", "setting", "value"], effect: "no", retryable: "no", raisedWhen: "the store is configured so it can forget acknowledged rows" },
   stream_incomplete: { rules: ["STREAM-1", "STREAM-12", "STREAM-16"], carries: ["eventsSeen", "finishEvent", "streamError", "finalStop", "idleMs"], effect: "no", retryable: "same_message", raisedWhen: "a stream ended without its finishing event (message_stop, response.completed), or went silent past the runner's streamIdleTimeoutMs (idleMs; the request is aborted); its calls are judged one by one" },
   turn_failed: { rules: ["RECORD-2", "RECORD-5", "TURN-12"], carries: ["record", "replayed", "notRetried"], effect: "possibly", retryable: "same_message", raisedWhen: "a turn failed within the retry policy; the record says which effects happened" },
-  conversation_busy: { rules: ["TURN-10"], carries: ["conversationId", "messageId", "waitedMs"], effect: "no", retryable: "same_message", raisedWhen: "another worker holds the conversation's turn lease past the wait bound; the message is queued" },
+  conversation_busy: { rules: ["TURN-10"], carries: ["conversationId", "messageId", "waitedMs", "inProgress"], effect: "no", retryable: "same_message", raisedWhen: "another worker holds the conversation's turn lease past the wait bound; the message is queued, or in progress under that holder (`inProgress`: its effects may have happened, `effectOf` says \"possibly\")" },
   conversation_lease_lost: { rules: ["TURN-10"], carries: ["conversationId", "fence"], effect: "possibly", retryable: "same_message", raisedWhen: "a turn lease presented (by its fence, or an acquire by its grant id) no longer holds the conversation" },
   store_unavailable: { rules: ["TURN-14"], carries: ["cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the conversation store cannot be reached or refused the operation" },
   store_corrupt: { rules: ["TURN-14"], carries: ["conversationId"], effect: "possibly", retryable: "no", raisedWhen: "stored conversation data cannot be read back" },
@@ -80,7 +80,7 @@ export function catalogueEntry(error: unknown): ErrorCatalogueEntry | undefined 
 /**
  * Whether the effect of the call behind `error` may have happened, read from the error
  * itself where it knows better than its code (a `claim_released` of a not-performed failure,
- * a `turn_failed` whose record lists no effect). Anything that is not a Dispatch-Once error is
+ * a `conversation_busy` whose message is in progress under another holder). Anything that is not a Dispatch-Once error is
  * "possibly": an unclassified error says nothing about the effect.
  */
 export function effectOf(error: unknown): EffectKnowledge {
@@ -88,6 +88,8 @@ export function effectOf(error: unknown): EffectKnowledge {
   if (entry === undefined) return "possibly";
   // A claim lost after its run performed the effect, before the outcome was recorded (DISPATCH-8).
   if (isDispatchOnceError(error, "stale_claim") && (error as { effectHappened?: unknown }).effectHappened === true) return "yes";
+  // A busy conversation whose turn under way is this message's own (TURN-10): its calls may have run.
+  if (isDispatchOnceError(error, "conversation_busy") && (error as { inProgress?: unknown }).inProgress === true) return "possibly";
   if (isDispatchOnceError(error, "claim_released")) {
     return (error as { effectMayHaveHappened?: unknown }).effectMayHaveHappened === false ? "no" : "possibly";
   }

@@ -7,6 +7,7 @@ import {
   effectOf,
   retryableOf,
   ClaimReleasedError,
+  ConversationBusyError,
   DispatchOnceError,
   InFlightElsewhereError,
   OutcomeUnknownError,
@@ -87,6 +88,12 @@ describe("the error catalogue (ERR-1, ERR-4)", () => {
       Object.defineProperty({ code: "turn_failed", message: "turn 0 failed", record: { kind: "failed_turn", retryable } }, Symbol.for("dispatch-once.error"), { value: true });
     expect(retryableOf(turnFailed(true))).toBe("same_message");
     expect(retryableOf(turnFailed(false))).toBe("no");
+  });
+
+  it("ERR-4 effectOf: a conversation_busy whose message is in progress under another holder may have had effects; a queued one had none", () => {
+    expect(effectOf(new ConversationBusyError("c", "m1", 10))).toBe("no");
+    expect(effectOf(new ConversationBusyError("c", "m1", 10, { inProgress: true }))).toBe("possibly");
+    expect(retryableOf(new ConversationBusyError("c", "m1", 10, { inProgress: true }))).toBe("same_message");
   });
 });
 

@@ -582,7 +582,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         if (driven.answered) answeredHere = true;
       } else {
         const waited = Date.now() - started;
-        if (waited >= (this.options.busyWaitMs ?? 30_000)) throw new ConversationBusyError(conversationId, message.id, waited);
+        if (waited >= (this.options.busyWaitMs ?? 30_000)) throw new ConversationBusyError(conversationId, message.id, waited, { inProgress: current.state === "in_progress" });
         await sleep(this.options.pollMs ?? 25);
       }
       const latest = await store.message(conversationId, message.id);
