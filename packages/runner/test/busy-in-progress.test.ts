@@ -19,7 +19,7 @@ describe("TURN-10 conversation_busy says whether the message's own turn is under
     if (!lease.acquired) throw new Error("worker B could not take the lease");
     expect((await store.beginTurn(CONV, lease.fence))?.message.id).toBe("m1");
 
-    const { runner } = world(() => payCall("acme"), false, { store, runner: { busyWaitMs: 0 } });
+    const { runner } = world(() => [...payCall("toolu_1", "first"), { t: "end" }], false, { store, runner: { busyWaitMs: 0 } });
     const resent = await runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
     expect(ConversationBusyError.isInstance(resent)).toBe(true);
     expect((resent as ConversationBusyError).inProgress).toBe(true);
