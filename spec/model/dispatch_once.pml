@@ -104,6 +104,11 @@
  *                      counts its first failure from the binding)
  *   (-DBOUNDAT=1 -DRESEND_FROM=3, RECHECK 3: the window from the binding, checked before a resumed turn: the rule
  *   being built; -DSOLO=i: the client sends message i only, for small searches)
+ *   -DVSTORE=n         a volatile conversation store (TURN-14) that restarts n times, each time losing its last
+ *                      write when that write ended a message's turn (its commit, or its failMessage with the
+ *                      failed-turn record): the message is back in progress and the next driver resumes it. Allowed
+ *                      beside a volatile ledger only; -DALLOW_VOLATILE_STORE puts it beside a durable ledger
+ *                      (allowVolatileConversationStore: true, TURN-14's opt-in; P_TRUTH)
  *   -DSAME_ASK=1       with BOUNDAT: message 1 asks for what message 0 asked (the same intent, "pay" again under a
  *                      new message id), so bound at a failed message 0's index it derives message 0's key there
  *                      (TURN-12) and may replay its row; -DINHERIT=0 counts its window from its own binding, not
@@ -205,6 +210,25 @@
 #define FIRST_RUN_EXEMPT 1
 #endif
 #define CALLI(i) (SAME_ASK -> 0 : (i))
+/* -DVSTORE=n: the conversation store is volatile (TURN-14) and restarts n times; each restart loses the store's
+ * last write if that write ended a message's turn (a commit, or a failMessage with its record), while the turn
+ * lease is free (the lease writes after it are lost too: a free lease and an expired one are the same to the
+ * next acquirer; the fence counter is kept). The message is in progress again at its bound index and the
+ * conversation's next driver resumes it (TURN-15). LEDGER_VOLATILE: the ledger declares itself volatile
+ * (LEDGER-14; by default it is when it may lose rows). TURN-14: a runner refuses a volatile store beside a
+ * durable ledger (durability_mismatch) unless allowVolatileConversationStore is set (-DALLOW_VOLATILE_STORE). */
+#ifndef VSTORE
+#define VSTORE 0
+#endif
+#ifndef LEDGER_VOLATILE
+#define LEDGER_VOLATILE (VOLATILE > 0)
+#endif
+#if VSTORE && !LEDGER_VOLATILE && !defined(ALLOW_VOLATILE_STORE)
+#error "TURN-14: a volatile conversation store beside a durable ledger is refused (durability_mismatch); -DALLOW_VOLATILE_STORE allows it"
+#endif
+#if VSTORE && (AGING || defined(OLD_TURN))
+#error "VSTORE is modelled without AGING and OLD_TURN"
+#endif
 #ifndef LOSTACQS
 #define LOSTACQS 0       /* turn-lease acquires whose reply is lost: applied by the store or not (TURN-10) */
 #endif
@@ -525,6 +549,20 @@ byte b_late = LATECLAIMS;
 byte b_div = DIVERGES;   /* only where it is on: the other checks' state vector keeps its size */
 #endif
 
+#if VSTORE
+byte b_vstore = VSTORE;
+byte vlast;              /* message +1 whose commit or failMessage is the store's last write; 0: a later write came */
+bool vlost[M];           /* the store lost the message's answer or failure: it waits in progress for the next driver */
+bool tnot[K];            /* the user was told the key's effect did not happen (a failed message's record, a committed
+                            error result) and has not re-sent the message since (P_TRUTH) */
+/* each with its own separator, and nothing at all without VSTORE, so the other checks keep their searches */
+#define VWROTE(x) vlast = (x);
+#define VTOLD(k) ; assert(!P_TRUTH || !tnot[k])    /* P_TRUTH: what the user was told stays true */
+#else
+#define VWROTE(x)
+#define VTOLD(k)
+#endif
+
 /* ghosts: what happened in the world, for the properties only */
 byte eff[M];             /* downstream effects per intent (with SAME_ASK: made by the runs of each message) */
 #if SAME_ASK
@@ -565,14 +603,20 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
 #define EFFECT(k) \
   eff[INTENT(k)]++; effk[k]++; mine = true; \
   printf("@@ W%d   ** EFFECT of intent %d under key %d (effects for this intent: %d)\n", w, INTENT(k), k, eff[INTENT(k)]); \
-  assert(!P_ONCE || eff[INTENT(k)] <= 1)   /* P_ONCE */
+  assert(!P_ONCE || eff[INTENT(k)] <= 1) /* P_ONCE */ VTOLD(k)
 #endif
 
 /* ------------------------------------------------------------------ properties at quiet points */
 
 #define DONE_AT(x, k) (tmsg[x] != 0 && KEY(x, CALLI(tmsg[x] - 1)) == (k) && tres[x] == C_OK)
 #define DONE_OK(k) (DONE_AT(0, k) || DONE_AT(1, k))
+#if VSTORE
+/* a message whose commit or failure a volatile store lost waits in progress for its resumed turn, whose records
+   and commit are checked when it ends (TURN-14, TURN-15); the user was told (P_TRUTH keeps that true) */
+#define COVERED(k) (effk[k] == 0 || DONE_OK(k) || recd[k] >= SAY_MAY || (vlost[INTENT(k)] && ms[INTENT(k)] == MS_INPROG))
+#else
 #define COVERED(k) (effk[k] == 0 || DONE_OK(k) || recd[k] >= SAY_MAY)
+#endif
 #define TRUTHFUL_ROW(k) (rst[k] != R_FAILED || effk[k] == 0)
 #define SETTLED(i) (ms[i] == MS_ANSWERED || ms[i] == MS_FAILED)
 #define QUIET (!busy[0] && !busy[1] && len(inbox) == 0)
@@ -799,6 +843,19 @@ end_ds:
     b_lose--; rst[k] = R_NONE; rfence[k] = 0; rreq[k] = 0; maxf[k] = 0; lin[k]++; \
     rcid[k] = 0; rrel[k] = 0; rret[k] = 0; rcl[k] = 0; rown[k] = 0; \
     printf("@@ --   the volatile ledger loses key %d\n", k) }
+/* A volatile conversation store (TURN-14) restarts and loses its last write, message i's commit or failMessage
+ * (with the record in it), while nobody holds the turn lease live: the message is in progress again at its
+ * index, and the next driver of the conversation resumes it (TURN-15). What the user was told stays told. */
+#define VSTORE_LOSE(i) \
+  atomic { b_vstore > 0 && vlast == (i) + 1 && !(lholder != 0 && llive) -> \
+    b_vstore--; vlast = 0; vlost[i] = true; \
+    if \
+    :: ms[i] == MS_ANSWERED -> nturns--; tmsg[nturns] = 0; tres[nturns] = 0; \
+       printf("@@ --   the volatile conversation store restarts and loses its last write: turn %d, the answer to message %d (TURN-14)\n", nturns, i) \
+    :: else -> \
+       printf("@@ --   the volatile conversation store restarts and loses its last write: message %d's failure and its record (TURN-14)\n", i) \
+    fi; \
+    ms[i] = MS_INPROG }
 /* Worker x freezes (a long GC, a stopped container) past the lease of its turn, of its claim,
  * or both: they lapse on the store's clock while it cannot renew them. */
 #define LIVE_TURN(x) (lholder == (x) + 1 && llive)
@@ -942,6 +999,11 @@ end_env:
   /* a claimant cut off from the ledger gives its settling up: the row, if any, is the lease's */
   :: atomic { bgk[0] != 0 && part[0] -> printf("@@ W0   gives up settling its lost claim\n"); bgk[0] = 0; bgcid[0] = 0; bgrq[0] = 0; bgrel[0] = false }
   :: atomic { bgk[1] != 0 && part[1] -> printf("@@ W1   gives up settling its lost claim\n"); bgk[1] = 0; bgcid[1] = 0; bgrq[1] = 0; bgrel[1] = false }
+#if VSTORE
+  /* a volatile conversation store restarts and loses its last write (TURN-14) */
+  :: VSTORE_LOSE(0)
+  :: VSTORE_LOSE(1)
+#endif
   /* a volatile ledger forgets (LEDGER-14) */
   :: LOSE(0)
   :: LOSE(1)
@@ -958,7 +1020,11 @@ active proctype Monitor() {
   /* every send returned (a crashed worker's message was redelivered and answered by the other)
      and every message ended answered or failed: every turn terminated */
   assert(!P_END || QUIET);
-#if SOLO < M
+#if VSTORE
+  /* a message whose answer or failure a volatile store lost waits in progress for the next send that drives
+     the conversation (TURN-15); its own send had returned */
+  assert(!P_END || ((SETTLED(0) || (vlost[0] && ms[0] == MS_INPROG)) && (SETTLED(1) || (vlost[1] && ms[1] == MS_INPROG))))
+#elif SOLO < M
   assert(!P_END || SETTLED(SOLO))
 #else
   assert(!P_END || (SETTLED(0) && SETTLED(1)))

@@ -52,6 +52,9 @@ const RESUME_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, CRASHES: 1, STREAMCU
 // Message 1 asks for what message 0 asked (SAME_ASK: "pay" again under a new message id): bound at failed
 // message 0's index it derives message 0's key (TURN-12). Both messages, two cut streams (one for each), a
 // re-send, one attempt per turn, the window from the binding (inherited with INHERIT, TURN-11).
+// A volatile conversation store that restarts once and loses its last write (TURN-14), beside a volatile ledger
+// that loses a row (TURN-14 refuses it beside a durable one); one attempt per turn, so a refused request fails it.
+const VSTORE_FAULTS = { VSTORE: 1, ALL_KEYED: true, VOLATILE: 1, REFUSALS: 1, DECLINES: 1, LOSTS: 1, STREAMCUTS: 1, REDELIVERIES: 1, MAXATT: 1 };
 const SAME_ASK_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, STREAMCUTS: 2, REDELIVERIES: 1, MAXATT: 1, RESEND_FROM: 3, RECHECK: 3, SAME_ASK: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
@@ -244,6 +247,31 @@ const CHECKS = [
     defines: { ...NONE, ...SAME_ASK_FAULTS, CRASHES: 1, FENCE_CONTINUES: 1 },
   },
   {
+    name: "volatile-store",
+    kind: "verify",
+    about: "a volatile conversation store (TURN-14) that restarts and loses its last write (a commit, or a failMessage "
+      + "with its record) beside a volatile ledger that loses a row (both tools keyed): the message is resumed by the "
+      + "next driver; what a failure told the user stays true; with a refused request, a decline, a cut stream and a "
+      + "re-send or redelivery (P_OWNER off, volatile-fence)",
+    defines: { ...NONE, ...VSTORE_FAULTS, CHECK_OWNER: 0 },
+  },
+  {
+    name: "volatile-store-crash",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the faults of volatile-store and a worker crash (a resumed turn of a message whose holder died, "
+      + "and of one whose answer the store lost)",
+    defines: { ...NONE, ...VSTORE_FAULTS, CRASHES: 1, CHECK_OWNER: 0 },
+  },
+  {
+    name: "volatile-store-pause",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the faults of volatile-store and a pause past a lease (a paused holder that may still pay while "
+      + "another resumes its message)",
+    defines: { ...NONE, ...VSTORE_FAULTS, PAUSES: 1, CHECK_OWNER: 0 },
+  },
+  {
     name: "liveness",
     kind: "ltl",
     ltl: "terminates",
@@ -394,6 +422,16 @@ const CHECKS = [
       + "the ledger's durability (the may-have-happened cases were a keyed_write's only), over a volatile ledger "
       + "allowed for unkeyed writes",
     defines: { ...NONE, VOLATILE: 1, VOLATILE_UNKEYED: 1, STREAMCUTS: 1, REFUSALS: 1, REDELIVERIES: 1, MAXATT: 1, NP_KEYED_ONLY: true, ...ONLY("RECORD") },
+  },
+  {
+    name: "volatile-store-durable-ledger",
+    kind: "expect",
+    property: "P_TRUTH",
+    rules: "TURN-14 (a volatile store beside a durable ledger), LEDGER-8, TURN-15",
+    explain: "TURN-14's opt-in (allowVolatileConversationStore: true): a volatile conversation store beside a durable ledger. W0 binds message 0; its one attempt's request is refused before the downstream accepts it (a 503). The claim was the key's first on a durable ledger, so the release says not performed, and the message fails with a record that says not_happened: W0's send raises turn_failed with it. The store restarts and loses that last write: message 0 is in progress again at turn 0, its failure and record gone. W1's send of message 1 drives the conversation, resumes message 0 (TURN-15) and re-claims the released key (fence 2): the payment is made, after the user was told it was not. Beside a volatile ledger (TURN-14's rule) the first release already says may_have_happened (LEDGER-8), which stays true: volatile-store verifies it.",
+    about: "TURN-14's opt-in: a volatile conversation store beside a durable ledger; the store loses a failMessage "
+      + "whose record said not_happened (a first claim on a durable ledger), and the resumed turn pays",
+    defines: { ...NONE, VSTORE: 1, ALLOW_VOLATILE_STORE: true, REFUSALS: 1, MAXATT: 1, ...ONLY("TRUTH") },
   },
   {
     name: "volatile-fence",

@@ -233,7 +233,7 @@ dclaim:
           res = C_REL_NP;       /* the code on main: claim_released, effectMayHaveHappened false */
 #else
           if
-          :: cf == 1 && VOLATILE == 0 -> res = C_REL_NP
+          :: cf == 1 && !LEDGER_VOLATILE -> res = C_REL_NP
 #ifdef NP_KEYED_ONLY
           /* core before a84fff3: the two cases were a keyed_write's only; an unkeyed_write said
              not performed whatever its fence and the ledger's durability */
@@ -331,7 +331,10 @@ inline END_ATTEMPT() {
      if
      :: lfence == myf && nturns == t && ms[cur] == MS_INPROG ->
 #endif
-        nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = MS_ANSWERED;
+        nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = MS_ANSWERED; VWROTE(cur + 1)
+#if VSTORE
+        if :: res == C_FAILED -> tnot[k] = true :: else fi;   /* an error result tells the user: not happened */
+#endif
         if
         :: res == C_OK -> printf("@@ W%d   attempt %d: message_stop; commits turn %d answering message %d with the result\n", w, att, t, cur)
         :: res == C_FAILED -> printf("@@ W%d   attempt %d: message_stop; commits turn %d answering message %d with an error result (tool_failed)\n", w, att, t, cur)
@@ -384,7 +387,7 @@ inline END_ATTEMPT() {
         :: else -> SAY_WORD()
         fi;
         assert(!P_RECORD || !mine || say >= SAY_MAY);          /* P_RECORD (TURN-13, RECORD-7) */
-        if :: say > recd[k] -> recd[k] = say :: else fi;
+        if :: say > recd[k] -> recd[k] = say :: else fi; VWROTE(0)
         gone = true
      fi;
      TURN_DONE; goto rdone
@@ -426,7 +429,10 @@ inline END_ATTEMPT() {
         fi;
 #endif
         if :: say > recd[k] -> recd[k] = say :: else fi;
-        ms[cur] = MS_FAILED; FAILED_AGAIN(cur);
+        ms[cur] = MS_FAILED; FAILED_AGAIN(cur); VWROTE(cur + 1)
+#if VSTORE
+        if :: say == SAY_NOT -> tnot[k] = true :: else fi;   /* the send raises turn_failed: not happened */
+#endif
 #if AGING && BOUNDAT
         /* a row this run wrote ages from this failure: the margin between window and retention
            covers a run whose live holder fails it (TURN-12) */
@@ -438,7 +444,7 @@ inline END_ATTEMPT() {
            calls an effect that already happened "not happened" (RECORD-2) */
         assert(!P_RECORD || say != SAY_NOT || effk[k] == 0)    /* P_RECORD */
      :: else ->
-        if :: say > recd[k] -> recd[k] = say :: else fi;
+        if :: say > recd[k] -> recd[k] = say :: else fi; VWROTE(0)
         gone = true;
         printf("@@ W%d   turn lease lost: the failed-turn record goes beside the conversation\n", w)
      fi;
@@ -640,10 +646,10 @@ inline DRIVE() {
           :: else
           fi;
 #endif
-          lastBound = cur + 1;
+          lastBound = cur + 1; VWROTE(0)
           printf("@@ W%d   binds message %d to turn %d (TURN-11)\n", w, cur, nturns)
        :: else ->
-          resumed = true;   /* TURN-15: the store says the turn index was begun before */
+          resumed = true; VWROTE(0)   /* TURN-15: the store says the turn index was begun before */
           printf("@@ W%d   resumes message %d at its bound turn %d\n", w, cur, midx[cur])
        fi;
        t = nturns;
@@ -707,9 +713,13 @@ inline APPEND() {
     /* TURN-2: idempotent on the message id; TURN-12: a failed message re-opens while nothing was bound since */
     if
     :: ms[m] == MS_NONE ->
-       ms[m] = MS_QUEUED; order[narr] = m; narr++; printf("@@ W%d   send(message %d): queued\n", w, m)
+       ms[m] = MS_QUEUED; order[narr] = m; narr++; VWROTE(0) printf("@@ W%d   send(message %d): queued\n", w, m)
     :: ms[m] == MS_FAILED && lastBound == m + 1 && WINDOW_OPEN(m) ->
-       ms[m] = MS_QUEUED; printf("@@ W%d   send(message %d): failed earlier, re-opened (TURN-12)\n", w, m)
+       ms[m] = MS_QUEUED; VWROTE(0)
+#if VSTORE
+       tnot[KEY(midx[m], CALLI(m))] = false;   /* the user asks again: what the failure said is past */
+#endif
+       printf("@@ W%d   send(message %d): failed earlier, re-opened (TURN-12)\n", w, m)
     :: ms[m] == MS_FAILED && lastBound == m + 1 && !WINDOW_OPEN(m) ->
        /* TURN-12: past the re-send window (from the first failure): the stored failure, nothing runs */
        printf("@@ W%d   send(message %d): past its re-send window: the stored failure (past_resend_window, TURN-12)\n", w, m)
