@@ -220,6 +220,17 @@
 #ifndef VSTORE
 #define VSTORE 0
 #endif
+/* -DRESOLVES=n: an operator resolves n rows as not_performed (RESOLVE-2, RESOLVE-3, RESOLVE-5): an unknown row, or
+ * an in-flight one whose lease expired, on a person's word that is true when given (no effect under the key yet).
+ * The row is released with a higher fence, keeping its request, and the next claim re-runs it. RESOLVE_GRACE (1,
+ * RESOLVE-6's grace for such a tool): only once no owner of the row's fence that is still alive can send its
+ * request late (a paused owner with its request unsent); 0: at once. */
+#ifndef RESOLVES
+#define RESOLVES 0
+#endif
+#ifndef RESOLVE_GRACE
+#define RESOLVE_GRACE 1
+#endif
 #ifndef LEDGER_VOLATILE
 #define LEDGER_VOLATILE (VOLATILE > 0)
 #endif
@@ -549,6 +560,9 @@ byte b_late = LATECLAIMS;
 byte b_div = DIVERGES;   /* only where it is on: the other checks' state vector keeps its size */
 #endif
 
+#if RESOLVES > 0
+byte b_resolve = RESOLVES;
+#endif
 #if VSTORE
 byte b_vstore = VSTORE;
 byte vlast;              /* message +1 whose commit or failMessage is the store's last write; 0: a later write came */
@@ -856,6 +870,26 @@ end_ds:
        printf("@@ --   the volatile conversation store restarts and loses its last write: message %d's failure and its record (TURN-14)\n", i) \
     fi; \
     ms[i] = MS_INPROG }
+#if RESOLVES > 0
+/* An owner of the row's current fence that is alive and can still send its request (claimed, not yet sent: a
+ * paused owner wakes and sends it) or whose request is still executing downstream. */
+#define LATE_OWNER(x, k) (HELD_BY(x, k) && (pend[x] || waiting[x]))
+/* RESOLVE-2, RESOLVE-3, RESOLVE-5: an operator's not_performed resolution of an unknown row or of an in-flight row
+ * whose lease expired: released, its request kept, its fence raised, so a former owner's late write is stale. The
+ * person's word is true when given (no effect under the key so far); RESOLVE-6's grace (RESOLVE_GRACE) waits until
+ * no living owner can still send late. */
+#define RESOLVE_NP(k) \
+  atomic { b_resolve > 0 && (rst[k] == R_UNKNOWN || (rst[k] == R_INFLIGHT && !rlive[k])) && effk[k] == 0 && \
+           (!RESOLVE_GRACE || !(LATE_OWNER(0, k) || LATE_OWNER(1, k))) -> \
+    b_resolve--; \
+    if \
+    :: rst[k] == R_UNKNOWN -> printf("@@ --   an operator resolves unknown key %d as not_performed: released, fence %d (RESOLVE-3, RESOLVE-5)\n", k, rfence[k] + 1) \
+    :: else -> printf("@@ --   an operator resolves key %d, in flight with its lease expired, as not_performed: released, fence %d (RESOLVE-2, RESOLVE-3, RESOLVE-5)\n", k, rfence[k] + 1) \
+    fi; \
+    RELEASE_ROW(k); rfence[k]++; \
+    assert(!P_FENCE || rfence[k] > maxf[k]);          /* P_FENCE (LEDGER-4, RESOLVE-5) */ \
+    maxf[k] = rfence[k]; gid[k]++ }
+#endif
 /* Worker x freezes (a long GC, a stopped container) past the lease of its turn, of its claim,
  * or both: they lapse on the store's clock while it cannot renew them. */
 #define LIVE_TURN(x) (lholder == (x) + 1 && llive)
@@ -999,6 +1033,13 @@ end_env:
   /* a claimant cut off from the ledger gives its settling up: the row, if any, is the lease's */
   :: atomic { bgk[0] != 0 && part[0] -> printf("@@ W0   gives up settling its lost claim\n"); bgk[0] = 0; bgcid[0] = 0; bgrq[0] = 0; bgrel[0] = false }
   :: atomic { bgk[1] != 0 && part[1] -> printf("@@ W1   gives up settling its lost claim\n"); bgk[1] = 0; bgcid[1] = 0; bgrq[1] = 0; bgrel[1] = false }
+#if RESOLVES > 0
+  /* an operator resolves a row as not_performed (RESOLVE-3) */
+  :: RESOLVE_NP(0)
+  :: RESOLVE_NP(1)
+  :: RESOLVE_NP(2)
+  :: RESOLVE_NP(3)
+#endif
 #if VSTORE
   /* a volatile conversation store restarts and loses its last write (TURN-14) */
   :: VSTORE_LOSE(0)

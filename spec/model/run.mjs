@@ -256,6 +256,14 @@ const CHECKS = [
     defines: { ...NONE, ...VSTORE_FAULTS, CHECK_OWNER: 0 },
   },
   {
+    name: "resolve",
+    kind: "verify",
+    about: "an operator resolves an unknown row, or an in-flight one whose lease expired, as not_performed (RESOLVE-2, "
+      + "RESOLVE-3, RESOLVE-5: released, fence raised, the next claim re-runs the stored request) after RESOLVE-6's grace "
+      + "(no living owner of its fence can still send late); with a pause past a lease, a lost response and a cut stream",
+    defines: { ...NONE, RESOLVES: 1, PAUSES: 1, LOSTS: 1, STREAMCUTS: 1 },
+  },
+  {
     name: "volatile-store-crash",
     kind: "verify",
     deep: true,
@@ -432,6 +440,16 @@ const CHECKS = [
     about: "TURN-14's opt-in: a volatile conversation store beside a durable ledger; the store loses a failMessage "
       + "whose record said not_happened (a first claim on a durable ledger), and the resumed turn pays",
     defines: { ...NONE, VSTORE: 1, ALLOW_VOLATILE_STORE: true, REFUSALS: 1, MAXATT: 1, ...ONLY("TRUTH") },
+  },
+  {
+    name: "resolve-no-grace",
+    kind: "expect",
+    property: "P_UKW",
+    rules: "RESOLVE-6 (the grace of an operator tool's not_performed), RESOLVE-2, RESOLVE-3, RESOLVE-5",
+    explain: "",
+    about: "an operator resolves an in-flight unkeyed_write row whose lease expired as not_performed at once, without "
+      + "RESOLVE-6's grace: its owner, paused with the request unsent, wakes and sends it",
+    defines: { ...NONE, RESOLVES: 1, RESOLVE_GRACE: 0, PAUSES: 1, ...ONLY("UKW") },
   },
   {
     name: "volatile-fence",
