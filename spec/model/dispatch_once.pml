@@ -401,9 +401,17 @@ bit P_TOLD = CHECK_TOLD;
  * happened for completed, not_happened for failed (the spec and the code do not tell a
  * result_not_storable failure apart: no check turns both NOTSTORABLE and DIVERGES on), may for
  * the rest; no row, nothing listed. */
+#ifdef NOLIST
+/* -DNOLIST: a ledger that does not list rows (or whose listing fails): the record says the rows were not listed
+ * (RECORD-8's listed: false) and, of a resumed turn, that an earlier holder's effects may have happened */
+#define SAY_ROW(k) SAY_NONE
+#define LISTED_FAILED(k) false
+#else
+#define LISTED_FAILED(k) (rst[k] == R_FAILED)
 #define SAY_ROW(k) (rst[k] == R_NONE -> SAY_NONE : \
                    (rst[k] == R_COMPLETED -> SAY_HAPPENED : \
                    ((rst[k] == R_FAILED || rst[k] == R_FAILED_NS) -> SAY_NOT : SAY_MAY)))
+#endif
 
 /* ------------------------------------------------------------------ state */
 

@@ -264,6 +264,14 @@ const CHECKS = [
     defines: { ...NONE, RESOLVES: 1, PAUSES: 1, LOSTS: 1, STREAMCUTS: 1 },
   },
   {
+    name: "diverge-nolist",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the faults of diverge-pause over a ledger that does not list rows (-DNOLIST, RECORD-8's listed: false): "
+      + "a resumed turn's record rests on its blanket statement alone (RECORD-7), and every property holds",
+    defines: { ...NONE, DIVERGES: 1, PAUSES: 1, CRASHES: 1, STREAMCUTS: 1, NOLIST: true },
+  },
+  {
     name: "volatile-store-crash",
     kind: "verify",
     deep: true,
@@ -450,6 +458,17 @@ const CHECKS = [
     about: "an operator resolves an in-flight unkeyed_write row whose lease expired as not_performed at once, without "
       + "RESOLVE-6's grace: its owner, paused with the request unsent, wakes and sends it",
     defines: { ...NONE, RESOLVES: 1, RESOLVE_GRACE: 0, PAUSES: 1, ...ONLY("UKW") },
+  },
+  {
+    name: "nolist-omits-record",
+    kind: "expect",
+    deep: true,
+    property: "P_RECORD",
+    rules: "RECORD-8 (listed: false), RECORD-7",
+    explain: "",
+    about: "(--deep) a ledger that does not list rows, and a resumed turn that commits without the call and keeps no "
+      + "record since it lists nothing (RESUME_OMITS): the paused earlier holder's payment is told nowhere",
+    defines: { ...NONE, DIVERGES: 1, PAUSES: 1, CRASHES: 1, MAXATT: 1, RESUME_OMITS: true, NOLIST: true, ...ONLY("RECORD") },
   },
   {
     name: "volatile-fence",

@@ -350,7 +350,7 @@ inline END_ATTEMPT() {
               holder's effects may have happened (RECORD-7). Only a failed row, listed or read
               by an attempt, is terminal enough to say not_happened (RECORD-6). */
            if
-           :: resumed && say < SAY_MAY && !definite && rst[k] != R_FAILED -> say = SAY_MAY;
+           :: resumed && say < SAY_MAY && !definite && !LISTED_FAILED(k) -> say = SAY_MAY;
               printf("@@ W%d   the turn was resumed from an earlier holder: its record says so, its effects may have happened\n", w)
            :: else
            fi;
