@@ -251,7 +251,7 @@ const CHECKS = [
     kind: "verify",
     about: "a volatile conversation store (TURN-14) that restarts and loses its last write (a commit, or a failMessage "
       + "with its record) beside a volatile ledger that loses a row (both tools keyed): the message is resumed by the "
-      + "next driver; what a failure told the user stays true; with a refused request, a decline, a cut stream and a "
+      + "next driver; what a failure told the user stays true; with a refused request, a decline, a lost response, a cut stream and a "
       + "re-send or redelivery (P_OWNER off, volatile-fence)",
     defines: { ...NONE, ...VSTORE_FAULTS, CHECK_OWNER: 0 },
   },
@@ -454,7 +454,7 @@ const CHECKS = [
     kind: "expect",
     property: "P_UKW",
     rules: "RESOLVE-6 (the grace of an operator tool's not_performed), RESOLVE-2, RESOLVE-3, RESOLVE-5",
-    explain: "",
+    explain: "W0 answers message 0, binds message 1 (the ticket, unkeyed) and claims its key (fence 1), then freezes past the claim's lease with the request unsent. The lease expires; an operator, seeing the row in flight with its lease expired and no ticket at the downstream (true at that moment), resolves it as not_performed at once: released, fence 2, the request kept (RESOLVE-3, RESOLVE-5). W0 wakes and sends the ticket (issued once); its complete is refused as stale (fence 1 is no longer the row's), so its runner retries the turn, re-claims the released key (fence 3) and runs the stored request again: the ticket is issued twice. The fence refuses the late write, never the late request. RESOLVE-6's grace (measured from the lease's expiry: the owner may be paused with its request unsent) makes the operator wait until no living owner of the fence can still send; resolve verifies every property with it.",
     about: "an operator resolves an in-flight unkeyed_write row whose lease expired as not_performed at once, without "
       + "RESOLVE-6's grace: its owner, paused with the request unsent, wakes and sends it",
     defines: { ...NONE, RESOLVES: 1, RESOLVE_GRACE: 0, PAUSES: 1, ...ONLY("UKW") },
@@ -465,7 +465,7 @@ const CHECKS = [
     deep: true,
     property: "P_RECORD",
     rules: "RECORD-8 (listed: false), RECORD-7",
-    explain: "",
+    explain: "Over a ledger that does not list rows (-DNOLIST), with the runner before 2ae1515 (-DRESUME_OMITS: a resumed turn that commits without the call keeps no record when it lists nothing). W1 binds message 0 and pays; it crashes before it can record anything. W0 takes the lease over, resumes message 0, and the model answers without the call; W0 commits the turn, and with no listing there is nothing to list, so it keeps no record. The payment is in no committed turn and no record. With a listing, the in-flight row would have been listed (may_have_happened), and resume-omits-record needs a paused holder that claims after the listing; without one, a crash is enough. RECORD-8 as it stands keeps the resumed turn's record, listed: false, and its blanket statement covers the dead holder's payment (diverge-nolist, --deep).",
     about: "(--deep) a ledger that does not list rows, and a resumed turn that commits without the call and keeps no "
       + "record since it lists nothing (RESUME_OMITS): the paused earlier holder's payment is told nowhere",
     defines: { ...NONE, DIVERGES: 1, PAUSES: 1, CRASHES: 1, MAXATT: 1, RESUME_OMITS: true, NOLIST: true, ...ONLY("RECORD") },
