@@ -109,6 +109,11 @@
  *                      failed-turn record): the message is back in progress and the next driver resumes it. Allowed
  *                      beside a volatile ledger only; -DALLOW_VOLATILE_STORE puts it beside a durable ledger
  *                      (allowVolatileConversationStore: true, TURN-14's opt-in; P_TRUTH)
+ *   -DRESOLVES=1 -DRESOLVE_GRACE=0  an operator's not_performed resolution of an expired in-flight row at once,
+ *                      without RESOLVE-6's grace: a paused owner sends its request late (P_UKW); RESOLVE_GRACE=1 (the
+ *                      default) waits until no living owner of the row's fence can send (resolve verifies it)
+ *   -DNOLIST           a ledger that does not list rows: a resumed turn's record rests on its blanket statement
+ *                      (RECORD-8 listed: false; with RESUME_OMITS, nolist-omits-record)
  *   -DSAME_ASK=1       with BOUNDAT: message 1 asks for what message 0 asked (the same intent, "pay" again under a
  *                      new message id), so bound at a failed message 0's index it derives message 0's key there
  *                      (TURN-12) and may replay its row; -DINHERIT=0 counts its window from its own binding, not
