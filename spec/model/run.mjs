@@ -275,17 +275,18 @@ const CHECKS = [
     name: "volatile-store-crash",
     kind: "verify",
     deep: true,
-    about: "(--deep) the faults of volatile-store and a worker crash (a resumed turn of a message whose holder died, "
-      + "and of one whose answer the store lost)",
-    defines: { ...NONE, ...VSTORE_FAULTS, CRASHES: 1, CHECK_OWNER: 0 },
+    // With the lost response too the search passed 34.6 million states and its 3 GB bound (938 s): not a check.
+    about: "(--deep) the faults of volatile-store but the lost response, and a worker crash (a resumed turn of a "
+      + "message whose holder died, and of one whose answer the store lost)",
+    defines: { ...NONE, ...VSTORE_FAULTS, LOSTS: 0, CRASHES: 1, CHECK_OWNER: 0 },
   },
   {
     name: "volatile-store-pause",
     kind: "verify",
     deep: true,
-    about: "(--deep) the faults of volatile-store and a pause past a lease (a paused holder that may still pay while "
-      + "another resumes its message)",
-    defines: { ...NONE, ...VSTORE_FAULTS, PAUSES: 1, CHECK_OWNER: 0 },
+    about: "(--deep) the faults of volatile-store but the lost response, and a pause past a lease (a paused holder that "
+      + "may still pay while another resumes its message)",
+    defines: { ...NONE, ...VSTORE_FAULTS, LOSTS: 0, PAUSES: 1, CHECK_OWNER: 0 },
   },
   {
     name: "liveness",
