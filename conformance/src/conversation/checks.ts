@@ -385,7 +385,7 @@ export const concurrentCommitsOneWins: ConversationCheckSpec = {
 
 export const staleFenceCommitRefused: ConversationCheckSpec = {
   rule: "TURN-5",
-  name: "a commit under a stale fence is refused and stores nothing; the new holder's commit of the same turn succeeds",
+  name: "a commit under a stale fence is refused and stores nothing, also when no lease is held (its holder released it); the new holder's commit of the same turn succeeds",
   run: (subject) =>
     withConversationFixture(subject, async (fixture) => {
       const { store } = fixture;
@@ -403,6 +403,16 @@ export const staleFenceCommitRefused: ConversationCheckSpec = {
       mustEqual(await store.log(c), [], "log after refused commits");
       await mustCommit(store, c, commitFor(second, current, { assistant: assistantText("live") }), "commit under the current fence");
       mustEqual(await store.log(c), [userText("pay alice"), assistantText("live")], "log after the holder's commit");
+      // Released, with nobody holding the lease: the fence is no more current than a taken-over one (a
+      // fence test that passes when no lease row matches, SQL's NULL, lets it commit).
+      const c2 = freshConversation();
+      await store.appendUserMessage(c2, { id: "m1", content: userText("pay alice") });
+      const released = await acquire(store, c2, "worker-a");
+      const begun = await mustBegin(store, c2, released, "begin by worker-a");
+      await store.releaseLease(c2, released);
+      await mustNotCommit(store, c2, commitFor(begun, released, { assistant: assistantText("after release") }), "commit under the fence of a lease its holder released (no lease is held)");
+      mustEqual(await fixture.raw.turns(c2), [], "stored turns after a commit under a released fence");
+      mustEqual(await store.log(c2), [], "log after a commit under a released fence");
     }),
 };
 

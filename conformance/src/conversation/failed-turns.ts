@@ -316,7 +316,7 @@ const AN_HOUR_MS = 60 * 60 * 1000;
 
 export const failedListOlderThan: ConversationCheckSpec = {
   rule: "TURN-17",
-  name: `listFailedTurns({ olderThanMs }) counts on the store's clock: a failure ${OLD_MS} ms old is listed for olderThanMs ${OLDER_THAN_MS}, one just recorded is not, every one for 0 and none for an hour (a unit, sign or clock slip fails)`,
+  name: `listFailedTurns({ olderThanMs }) counts on the store's clock from the last failure: a failure ${OLD_MS} ms old is listed for olderThanMs ${OLDER_THAN_MS}, one just recorded is not, nor one that first failed ${OLD_MS} ms ago and failed again just now (its retry), every one for 0 and none for an hour (a unit, sign or clock slip fails)`,
   needs: ["listFailedTurns"],
   run: (subject) =>
     withConversationFixture(subject, async (fixture) => {
@@ -324,11 +324,21 @@ export const failedListOlderThan: ConversationCheckSpec = {
       const list = listingOf(store);
       const { c, fence } = await conversation(store, "older");
       await failNext(store, c, fence, "old", recordFor(c, "old"));
+      // A message that fails, is re-sent after OLD_MS and fails again: TURN-17 dates it by that last
+      // failure (a store that filters on the first failure, which TURN-12's window keeps, lists it as old).
+      const again = await conversation(store, "again");
+      await failNext(store, again.c, again.fence, "again", recordFor(again.c, "again"));
       await sleep(OLD_MS);
       await failNext(store, c, fence, "new", recordFor(c, "new"));
+      const refailFrom = await storeNow(store, again.c, again.fence);
+      await failNext(store, again.c, again.fence, "again", recordFor(again.c, "again"));
       const all = (await page(list, undefined, "listFailedTurns()")).turns;
-      mustEqual(all.map(idOf).sort(), [`${c}/new`, `${c}/old`], "listFailedTurns()");
+      mustEqual(all.map(idOf).sort(), [`${again.c}/again`, `${c}/new`, `${c}/old`].sort(), "listFailedTurns()");
       const failedAt = new Map(all.map((t) => [idOf(t), t.failedAt]));
+      must(
+        failedAt.get(`${again.c}/again`)! >= refailFrom,
+        `listFailedTurns() gave ${again.c}/again failedAt ${failedAt.get(`${again.c}/again`)}, before its second failure (the store's clock read ${refailFrom} before it): failedAt is the last failure's time`,
+      );
       for (const olderThanMs of [0, OLDER_THAN_MS, AN_HOUR_MS]) {
         const what = `listFailedTurns({ olderThanMs: ${olderThanMs} })`;
         const from = await storeNow(store, c, fence);

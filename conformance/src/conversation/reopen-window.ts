@@ -6,10 +6,12 @@
  * is past every failure (its age is 0 or more), so the check needs no way to move the clock.
  */
 import type { ConversationStore, TurnSnapshot } from "@dispatch-once/core";
-import { must, mustEqual, mustRejectWith, show } from "../failure.js";
+import { ConformanceFailure, must, mustEqual, mustRejectWith, show } from "../failure.js";
 import { LEASE_MS, acquire, commitFor, freshConversation, mustBegin, userText, withConversationFixture } from "./support.js";
 import type { ConversationCheckSpec } from "./checks.js";
 
+/** Rounds a boundary probe tries before it gives up finding one within a millisecond. */
+const BOUNDARY_ROUNDS = 6;
 const HOUR = 60 * 60 * 1000;
 
 function windowOf(store: ConversationStore): void {
@@ -25,7 +27,7 @@ async function boundM1(store: ConversationStore, c: string): Promise<{ fence: nu
 
 export const reopenWithinWindow: ConversationCheckSpec = {
   rule: "TURN-12",
-  name: "a re-send with reopenWithinMs reopens a failed message only while its failure is younger than the window on the store's clock: at or past it (a window of 0) it stays failed, nothing is queued, and the result says pastReopenWindow; without the option it reopens as before",
+  name: `a re-send with reopenWithinMs reopens a failed message only while its failure is younger than the window on the store's clock: at or past it (a window of 0) it stays failed, nothing is queued, and the result says pastReopenWindow, also in the very millisecond of its binding (up to ${BOUNDARY_ROUNDS} rounds until one lands in it: a window compared with ">" reopens it); without the option it reopens as before`,
   needs: ["reopenWindow"],
   run: (subject) =>
     withConversationFixture(subject, async (fixture) => {
@@ -51,6 +53,25 @@ export const reopenWithinWindow: ConversationCheckSpec = {
       mustEqual(await store.beginTurn(c, fence), undefined, "nothing waits after the re-send past the window");
       const unbounded = await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
       mustEqual([unbounded.reopened, unbounded.message.state], [true, "queued"], "a re-send of m1 without reopenWithinMs (no time bound, TURN-12 as before)");
+      // The boundary itself: a failure exactly 0 ms old is at the window of 0, so past it. Only a round whose
+      // binding, failure and re-send all fall in one millisecond of the store's clock (read before and after)
+      // tests it; a slower store's rounds are not judged on it.
+      for (let round = 0; round < BOUNDARY_ROUNDS; round++) {
+        const cb = freshConversation();
+        await store.appendUserMessage(cb, { id: "m1", content: userText("pay alice") });
+        const fb = await acquire(store, cb, "worker-a");
+        const from = await storeNow(store, cb, fb);
+        await mustBegin(store, cb, fb, `round ${round}: begin m1`);
+        await store.failMessage(cb, fb, "m1", record);
+        const edge = await store.appendUserMessage(cb, { id: "m1", content: userText("pay alice") }, { reopenWithinMs: 0 });
+        const to = await storeNow(store, cb, fb);
+        mustEqual(
+          [edge.reopened, edge.pastReopenWindow, edge.message.state],
+          [false, true, "failed"],
+          `round ${round}: a re-send of m1 with reopenWithinMs 0${from === to ? `, bound, failed and re-sent within the store's millisecond ${from} (its failure is exactly 0 ms old: at the window, so past it)` : ""}`,
+        );
+        if (from === to) break;
+      }
     }),
 };
 
@@ -252,6 +273,15 @@ async function storeNow(store: ConversationStore, conversationId: string, fence:
   return (await store.renewLease(conversationId, fence, LEASE_MS)).leaseExpiresAt - LEASE_MS;
 }
 
+/** Waits (bounded) until the store's clock reads later than `at`, so a time written again would differ. */
+async function clockPast(store: ConversationStore, conversationId: string, fence: number, at: number): Promise<void> {
+  for (let tries = 0; tries < 200; tries++) {
+    if ((await storeNow(store, conversationId, fence)) > at) return;
+    await new Promise<void>((resolve) => setTimeout(resolve, 5));
+  }
+  throw new ConformanceFailure(`the store's clock did not move past ${at} in 200 readings 5 ms apart`);
+}
+
 export const reopenedShowsFirstFailure: ConversationCheckSpec = {
   rule: "TURN-12",
   name: "a reopened message shows firstFailedAt, its first failure on the store's clock, while queued and in progress (the re-send's answer, message, beginTurn, a fresh instance), kept by a retry that fails again; a message that never failed, or is failed or answered, shows none",
@@ -309,22 +339,26 @@ export const boundShowsBoundAt: ConversationCheckSpec = {
       const from = await storeNow(store, c, fenceA);
       const bound = await mustBegin(store, c, fenceA, "begin m1");
       const to = await storeNow(store, c, fenceA);
+      mustEqual(bound.bound, true, "bound of the beginTurn that put m1 in progress");
       const at = bound.message.boundAt;
       must(
         typeof at === "number" && at >= from && at <= to,
         `m1 bound by beginTurn must show boundAt, its binding's time on the store's clock (read ${from} before beginTurn and ${to} after it): a runner that resumes a message that never failed checks the re-send window from it (TURN-12); got ${show(at)}`,
       );
       mustEqual((await store.message(c, "m1"))?.boundAt, at, "boundAt of m1 in progress (message)");
-      // A take-over: the next holder resumes m1 at its index; the first binding's time stays.
+      // A take-over: the next holder resumes m1 at its index; the first binding's time stays. The store's
+      // clock is first moved past it, or a store that writes boundAt at every binding passes by the millisecond.
+      await clockPast(store, c, fenceA, at as number);
       await store.releaseLease(c, fenceA);
       const fenceB = await acquire(store, c, "worker-b");
       const taken = await mustBegin(store, c, fenceB, "begin m1 by the next holder");
-      mustEqual([taken.message.id, taken.message.boundAt], ["m1", at], "[message, boundAt] of m1 taken over by the next holder");
+      mustEqual([taken.message.id, taken.bound, taken.message.boundAt], ["m1", false, at], "[message, bound, boundAt] of m1 taken over by the next holder (the call did not bind it)");
       // Failed and reopened, then bound again: still the first binding.
       await store.failMessage(c, fenceB, "m1", { failed: "m1" });
       await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+      await clockPast(store, c, fenceB, at as number);
       const retry = await mustBegin(store, c, fenceB, "begin m1's retry");
-      mustEqual(retry.message.boundAt, at, "boundAt of m1 bound again after a reopen (its first binding)");
+      mustEqual([retry.bound, retry.message.boundAt], [true, at], "[bound, boundAt] of m1 bound again after a reopen (this call bound it; boundAt stays its first binding)");
       if (subject.capabilities.survivesRestart) {
         const restarted = await fixture.reopen();
         mustEqual((await restarted.message(c, "m1"))?.boundAt, at, "boundAt of m1 in progress, read on a fresh instance");

@@ -2,7 +2,7 @@
  * LEDGER-4, LEDGER-5 and LEDGER-16: the fence orders claims, refuses stale owners and alone decides ownership.
  */
 import { ConformanceFailure, must, mustEqual, mustRejectWith } from "../../failure.js";
-import { LEASE_MS, TOOL_FOR, claimNew, claimRequest, mustBeClaimed, mustBeExisting, mustBeStored, rowEssence, withFixture } from "../support.js";
+import { LEASE_MS, TOOL_FOR, claimNew, claimRequest, mustBeClaimed, mustBeExisting, mustBeStored, rowEssence, sleep, withFixture } from "../support.js";
 import { type LedgerCheckSpec, EFFECTS, DECLINED, lookupMust, snapshot, instances, finishAs, OWNER_OPS, ownerOp } from "./common.js";
 
 export const fenceAcrossReleases: LedgerCheckSpec = {
@@ -195,6 +195,43 @@ export const renewAfterExpiryKeepsClaim: LedgerCheckSpec = {
     }),
 };
 
+/** How long a renewed lease has been over: long enough that a renewal from its old end is visibly short. */
+const EXPIRED_FOR_MS = 300;
+
+/**
+ * A renewal of a lease that ran out must count from now (LEDGER-3's table: lease = now + ms), not
+ * from the lease's old end (`SET lease_expires_at = lease_expires_at + $ms`): the owner then holds a
+ * lease that may already be over, and a takeover lands while it works. The hook's expiry ends a lease
+ * a millisecond ago, so the lease here runs out in real time. "Now" on the ledger's clock is bounded
+ * from below by the claimedAt of a claim made just before the renewal.
+ */
+export const renewAfterExpiryCountsFromNow: LedgerCheckSpec = {
+  rule: "LEDGER-16",
+  name: `an owner that renews its expired lease, before anyone acted on it, gets a lease of leaseMs from now on the ledger's clock, not from the lease's old end: a claim with leaseMs 0 renewed ${EXPIRED_FOR_MS} ms later with 60,000 ends at least 60,000 ms after a claim made just before the renewal`,
+  waitsMs: EXPIRED_FOR_MS,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      await Promise.all(
+        EFFECTS.map(async (effect) => {
+          const key = ctx.key(effect);
+          const claimed = mustBeClaimed(await fixture.ledger.claim(claimRequest(key, "owner-a", effect, 0)), `claim with leaseMs 0 (${effect})`);
+          await sleep(EXPIRED_FOR_MS);
+          const probe = ctx.key(`${effect}-probe`);
+          await claimNew(fixture.ledger, probe, "owner-probe", "keyed_write");
+          const now = Number((await lookupMust(fixture.ledger, probe, "lookup of the claim made just before the renewal")).claimedAt);
+          const renewed = await fixture.ledger.renew(key, claimed.fence, 60_000);
+          if (renewed.leaseExpiresAt < now + 60_000) {
+            throw new ConformanceFailure(
+              `${effect}: renew(leaseMs 60,000) of a lease that ended at ${claimed.leaseExpiresAt} answered leaseExpiresAt ${renewed.leaseExpiresAt}, ${now + 60_000 - renewed.leaseExpiresAt} ms short of now + leaseMs (a claim just before the renewal was made at ${now} on the ledger's clock)${renewed.leaseExpiresAt - claimed.leaseExpiresAt === 60_000 ? ": the renewal counted from the lease's old end, not from now" : ""}`,
+            );
+          }
+          const row = mustBeExisting(await fixture.ledger.claim(claimRequest(key, "owner-b", effect)), `${effect}: a claim after the renewal`);
+          must(row.state === "in_flight" && row.fence === claimed.fence, `${effect}: a claim after the owner renewed its expired lease for 60,000 ms must meet its live row, got ${JSON.stringify(rowEssence(row))}`);
+        }),
+      );
+    }),
+};
+
 export const finishAfterExpiryKeepsClaim: LedgerCheckSpec = {
   rule: "LEDGER-16",
   name: "an owner whose lease ran out, before anyone acted on it, may still complete, fail, markUnknown or release its row",
@@ -264,4 +301,4 @@ export const staleFenceAcrossDigits: LedgerCheckSpec = {
     }),
 };
 
-export const FENCING_CHECKS: readonly LedgerCheckSpec[] = [fenceAcrossReleases, fenceAcrossTakeovers, fenceAfterRestart, staleOwnerRefusedAfterTakeover, unissuedFenceRefused, finishedRowRefusesOwnerOps, absentKeyRefusesOwnerOps, staleCompleteRacingTakeover, staleOwnerRefusedViaOtherInstance, renewAfterExpiryKeepsClaim, finishAfterExpiryKeepsClaim, sameOwnerAfterExpiryTakesOver, staleFenceAcrossDigits];
+export const FENCING_CHECKS: readonly LedgerCheckSpec[] = [fenceAcrossReleases, fenceAcrossTakeovers, fenceAfterRestart, staleOwnerRefusedAfterTakeover, unissuedFenceRefused, finishedRowRefusesOwnerOps, absentKeyRefusesOwnerOps, staleCompleteRacingTakeover, staleOwnerRefusedViaOtherInstance, renewAfterExpiryKeepsClaim, renewAfterExpiryCountsFromNow, finishAfterExpiryKeepsClaim, sameOwnerAfterExpiryTakesOver, staleFenceAcrossDigits];

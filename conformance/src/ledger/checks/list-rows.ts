@@ -4,7 +4,7 @@
  */
 import type { Ledger, LedgerRow, ListRowsPage, ListRowsQuery } from "@dispatch-once/core";
 import { ConformanceFailure, must, mustEqual, mustRejectWith, show } from "../../failure.js";
-import { claimNew, claimRequest, mustBeClaimed, short, withFixture } from "../support.js";
+import { claimNew, claimRequest, mustBeClaimed, short, sleep, withFixture } from "../support.js";
 import { type LedgerCheckSpec, finishAs } from "./common.js";
 
 export function listOf(ledger: Ledger): (query?: ListRowsQuery) => Promise<ListRowsPage> {
@@ -109,6 +109,58 @@ export const listOlderThan: LedgerCheckSpec = {
     }),
 };
 
+/** How long before it finishes a row is claimed, and the age listRows is asked for (less than that). */
+const CLAIMED_BEFORE_MS = 300;
+const LISTED_OLDER_THAN_MS = 200;
+const LISTING_ROUNDS = 3;
+
+/**
+ * LIST-1 dates a finished row by finishedAt: a listing that filters every row on claimedAt (the one
+ * time column an in-flight row has) lists a row that finished a moment ago as old. The claim is made
+ * CLAIMED_BEFORE_MS before the finish in real time; "now" at the listing is bounded from above by the
+ * claimedAt of a claim made right after it, so a row is judged only where that bound shows it too
+ * young (a slow round is not judged, and the next round tries again).
+ */
+export const listOlderThanFinished: LedgerCheckSpec = {
+  rule: "LIST-1",
+  name: `olderThanMs counts a finished row from when it finished (finishedAt), not from its claim: rows claimed ${CLAIMED_BEFORE_MS} ms before they finished (completed, failed, unknown, released) are not listed for olderThanMs ${LISTED_OLDER_THAN_MS} right after they finished`,
+  needs: ["listRows"],
+  waitsMs: CLAIMED_BEFORE_MS * LISTING_ROUNDS,
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const states = ["completed", "failed", "unknown", "released"] as const;
+      for (let round = 0; round < LISTING_ROUNDS; round++) {
+        const keys = new Map<string, (typeof states)[number]>();
+        const fences = new Map<string, number>();
+        for (const state of states) {
+          const key = ctx.key(`round-${round}-${state}`);
+          keys.set(key, state);
+          fences.set(key, await claimNew(fixture.ledger, key, "owner-a", "unkeyed_write"));
+        }
+        await sleep(CLAIMED_BEFORE_MS);
+        for (const [key, state] of keys) await finishAs(fixture.ledger, key, fences.get(key)!, state);
+        const listed = keysOf(await listAll(fixture.ledger, { olderThanMs: LISTED_OLDER_THAN_MS }), new Set(keys.keys()));
+        const probe = ctx.key(`round-${round}-probe`);
+        await claimNew(fixture.ledger, probe, "owner-probe", "keyed_write");
+        const atMost = Number((await fixture.ledger.lookup(probe))?.claimedAt);
+        let judged = 0;
+        for (const [key, state] of keys) {
+          const row = await fixture.ledger.lookup(key);
+          const finishedAt = Number((row as { finishedAt?: unknown } | undefined)?.finishedAt);
+          const claimedAt = Number(row?.claimedAt);
+          // Too young even at the latest the listing can have read its clock: it must not be listed.
+          if (!(atMost - finishedAt < LISTED_OLDER_THAN_MS)) continue;
+          judged++;
+          must(
+            !listed.includes(key),
+            `listRows({ olderThanMs: ${LISTED_OLDER_THAN_MS} }) listed the ${state} row ${short(key)}, claimed ${finishedAt - claimedAt} ms before it finished at ${finishedAt}, though at most ${atMost - finishedAt} ms had passed since on the ledger's clock: a finished row's age is from finishedAt (was it judged by claimedAt?)`,
+          );
+        }
+        if (judged === states.length) return;
+      }
+    }),
+};
+
 export const listOrder: LedgerCheckSpec = {
   rule: "LIST-2",
   name: "rows are listed oldest last transition first (finishedAt, or claimedAt in flight), ties by key",
@@ -131,7 +183,7 @@ export const listOrder: LedgerCheckSpec = {
 
 export const listKeepsConversation: LedgerCheckSpec = {
   rule: "LIST-3",
-  name: "the creating claim stores conversationId and turnIndex; re-claims keep them; lookup and listRows return them",
+  name: "the creating claim stores conversationId and turnIndex; re-claims keep them (a re-claim after release and a keyed_write takeover, also when the later claim carries its own); lookup and listRows return them",
   needs: ["listRows"],
   run: (ctx) =>
     withFixture(ctx.subject, async (fixture) => {
@@ -146,6 +198,19 @@ export const listKeepsConversation: LedgerCheckSpec = {
       mustEqual([looked?.conversationId, looked?.turnIndex], ["conv-keep", 9], "conversationId and turnIndex after a re-claim (lookup)");
       const listed = (await listAll(fixture.ledger, { conversationId: "conv-keep" })).filter((r) => r.key === key);
       mustEqual(listed.map((r) => [r.conversationId, r.turnIndex]), [["conv-keep", 9]], "the row listed by its conversation");
+      // A takeover, and a re-claim, whose claimant names another conversation and turn: the row is still the first claim's
+      // (an adapter that writes the takeover's row from the claimant's request loses where the call was made, RECORD-8).
+      const taken = ctx.key("takeover");
+      mustBeClaimed(await fixture.ledger.claim({ ...claimRequest(taken, "owner-a", "keyed_write"), conversationId: "conv-keep", turnIndex: 9 }), "claim with a conversation");
+      await fixture.raw.expireLease(taken);
+      const takeover = mustBeClaimed(await fixture.ledger.claim({ ...claimRequest(taken, "owner-b", "keyed_write"), conversationId: "conv-other", turnIndex: 3 }), "takeover naming another conversation");
+      const afterTakeover = await fixture.ledger.lookup(taken);
+      mustEqual([afterTakeover?.conversationId, afterTakeover?.turnIndex], ["conv-keep", 9], "conversationId and turnIndex after a keyed_write takeover whose claim names conv-other, turn 3 (lookup)");
+      await fixture.ledger.release(taken, takeover.fence);
+      mustBeClaimed(await fixture.ledger.claim({ ...claimRequest(taken, "owner-c", "keyed_write"), conversationId: "conv-other", turnIndex: 3 }), "re-claim naming another conversation");
+      const afterReclaim = await fixture.ledger.lookup(taken);
+      mustEqual([afterReclaim?.conversationId, afterReclaim?.turnIndex], ["conv-keep", 9], "conversationId and turnIndex after a re-claim whose claim names conv-other, turn 3 (lookup)");
+      mustEqual((await listAll(fixture.ledger, { conversationId: "conv-other" })).filter((r) => r.key === taken), [], "rows listed for conv-other (the later claimants' conversation)");
     }),
 };
 
@@ -205,4 +270,4 @@ export const listPagingUnderInserts: LedgerCheckSpec = {
 };
 
 /** Every check of this file, in order. */
-export const LIST_ROWS_CHECKS: readonly LedgerCheckSpec[] = [listFilters, listOlderThan, listOrder, listKeepsConversation, listLimits, listPagingUnderInserts];
+export const LIST_ROWS_CHECKS: readonly LedgerCheckSpec[] = [listFilters, listOlderThan, listOlderThanFinished, listOrder, listKeepsConversation, listLimits, listPagingUnderInserts];

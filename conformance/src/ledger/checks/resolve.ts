@@ -186,19 +186,23 @@ export const resolveExpectedFence: LedgerCheckSpec = {
 
 export const resolveFencesFormerOwner: LedgerCheckSpec = {
   rule: "RESOLVE-5",
-  name: "resolving an expired claim bumps the fence: the paused former owner's complete, fail, markUnknown, renew and release are stale",
+  name: "resolving an expired claim bumps the fence, whatever the outcome (completed, failed, not_performed): the paused former owner's complete, fail, markUnknown, renew and release are stale",
   needs: ["resolve"],
   run: (ctx) =>
     withFixture(ctx.subject, async (fixture) => {
-      for (const op of OWNER_OPS) {
-        const key = ctx.key(op);
+      const outcomes: Resolution[] = [{ outcome: "completed", result: '{"settled":"by ops"}' }, { outcome: "failed", error: DECLINED }, { outcome: "not_performed" }];
+      for (const [i, op] of OWNER_OPS.entries()) {
+        // Every outcome, each against several owner operations (a not_performed resolution that reuses the
+        // release path keeps the fence: the row is released, so the late writes are refused by state alone).
+        const outcome = outcomes[i % outcomes.length]!;
+        const key = ctx.key(`${op}-${outcome.outcome}`);
         const fence = await claimNew(fixture.ledger, key, "owner-paused", "keyed_write");
         await fixture.raw.expireLease(key);
-        const resolved = (await resolveOf(fixture.ledger)(resolution(key, { outcome: "completed", result: '{"settled":"by ops"}' }))) as { fence?: unknown };
+        const resolved = (await resolveOf(fixture.ledger)(resolution(key, outcome))) as { fence?: unknown };
         const stored = await lookupMust(fixture.ledger, key, "lookup after the resolution");
         must(
           Number(resolved.fence) > fence && stored.fence > fence,
-          `the resolution must bump the fence above the former owner's ${fence}: returned ${show(resolved.fence)}, stored ${stored.fence}`,
+          `the ${outcome.outcome} resolution must bump the fence above the former owner's ${fence}: returned ${show(resolved.fence)}, stored ${stored.fence}`,
         );
         const before = await snapshot(fixture, key);
         await mustRejectWith(ownerOp(fixture.ledger, op, key, fence), "stale_claim", `the former owner's late ${op} after the resolution`);
