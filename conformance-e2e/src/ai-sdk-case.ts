@@ -738,6 +738,11 @@ function describeError(error: unknown): string {
 
 // ---- the oracle --------------------------------------------------------------------------------
 
+/** How many errors kept in `t`'s pass at its turn say a call of `signature` did not happen. */
+function toldNotHappened(told: readonly Told[], t: Told, signature: string): number {
+  return told.filter((o) => !o.ok && o.chat === t.chat && o.message === t.message && o.pass === t.pass && intentSignature(o.tool, o.input) === signature && saysNotHappened(o.error)).length;
+}
+
 /** Whether what the app was told says the effect certainly did not happen. */
 function saysNotHappened(error: unknown): boolean {
   const entry = catalogueEntry(error);
@@ -822,7 +827,9 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
           add("CONF-2", `${what} was kept as a success naming ${named}, which call ${other.toolCallId} of the same turn was told too: the user asked for ${intent.times} of them, and one was never made (${how})`);
         } else seen.set(named!, t);
       }
-    } else if (list.length > 0 && saysNotHappened(t.error)) {
+    } else if (saysNotHappened(t.error) && list.length > intent.times - toldNotHappened(log.told, t, signature)) {
+      // Of a signature asked for more than once (a continuation's repeat), the effects may be the
+      // other intents': a lie only when more happened than the intents this pass did not deny.
       add("EFFECT-6", `${what} was kept as an error that says the effect did not happen (${describeError(t.error)}) but it happened: ${list.map(describeEffect).join(", ")}`);
     }
   }

@@ -1,4 +1,5 @@
 import { createOnceTools, type OnceTurn } from "@dispatch-once/ai-sdk";
+import { ToolFailedError } from "@dispatch-once/core";
 import { ConformanceFailure, memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
 import type { Tool, ToolExecutionOptions, ToolSet } from "ai";
 import { describe, expect, it } from "vitest";
@@ -93,5 +94,32 @@ describe("the ai-sdk oracle on an answered tool loop (no servers: the verdicts o
 
   it("AISDK-1 an answered loop that kept no answer for step 2's call", () => {
     expect(verdicts([told(1, "pay_1")], [effect(1)])).toEqual([expect.stringMatching(/^AISDK-1: .*was answered keeping 1 answers for "send_payment:.*", whose calls the model made 2 times$/)]);
+  });
+});
+
+describe("the ai-sdk oracle on a continuation's repeat told as not made (no servers: the verdicts on a log)", () => {
+  const payment = { tool: "send_payment" as const, args: { payee: "acme", amount: 500, currency: "EUR", reference: "c0-m0-r0-approve", memo: "Invoice" } };
+  // An approval turn: the approved payment, and its approved repeat (two intents, one signature).
+  const scenario: AiSdkScenario = {
+    chats: [{ id: "chat-0", dispatchAt: "step", messages: [{ text: "c0 message 0", calls: [payment], continuation: { kind: "approval", repeat: [0] }, cuts: [], downstream: {}, resends: 0, regenerate: false }] }],
+  };
+  const effect = (seq: number) => ({ seq, kind: "payment_created" as const, account: "a", idempotencyKey: `k${seq}`, resourceId: `pay_${seq}`, payload: payment.args, at: "" });
+  const base = { chat: "chat-0", message: "c0 message 0", pass: 0, step: 1, tool: "send_payment", input: payment.args };
+  const paid = { ...base, request: 1, toolCallId: "call_1", ok: true, output: { paymentId: "pay_1" } };
+  // What the wrapper tells for a call it settled as failed: tool_failed, effect no.
+  const notMade = { ...base, request: 2, toolCallId: "call_2", ok: false, error: new ToolFailedError("k2", { name: "ApprovalSpent", message: "not run" }, true) };
+  const verdicts = (kept: unknown[], effects: ReturnType<typeof effect>[]) =>
+    checkAiSdkOracle(scenario, "a", { started: 0, timeline: [], told: kept as never, answered: new Set(["chat-0\u0000c0 message 0\u00000"]), stats: {} }, effects).map((v) => `${v.rule}: ${v.message}`);
+
+  it("EFFECT-6 the first payment made and told, the repeat told as not made and not made: no violation (the one effect is the first intent's)", () => {
+    expect(verdicts([paid, notMade], [effect(1)])).toEqual([]);
+  });
+
+  it("EFFECT-6 the repeat told as not made while both payments were made", () => {
+    expect(verdicts([paid, notMade], [effect(1), effect(2)])).toEqual([expect.stringMatching(/^EFFECT-6: send_payment call call_2 .* was kept as an error that says the effect did not happen \(tool_failed \(effect no\): .*\) but it happened/)]);
+  });
+
+  it("EFFECT-6 both told as not made while one payment was made", () => {
+    expect(verdicts([{ ...notMade, request: 1, toolCallId: "call_1" }, notMade], [effect(1)])).toHaveLength(2);
   });
 });
