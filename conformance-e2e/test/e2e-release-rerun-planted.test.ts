@@ -3,7 +3,7 @@ import type { LedgerSubject } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import { memory } from "./audit-mutants.js";
-import { expectReadable } from "./readable.js";
+import { SHRINKS, expectReadable } from "./readable.js";
 
 /**
  * Two deaths around one released row (scenario.ts MessagePlan `releaseRerunDeath`). A keyed
@@ -58,13 +58,6 @@ const reclaimOverwrites: LedgerSubject = {
     return { ...fixture, ledger: make(fixture.ledger), reopen: async () => make(await fixture.reopen()) };
   },
 };
-
-/**
- * Fully shrunk, shrinking replays whole conversations with two lapsed leases each (135-145 s per
- * side on a host at load 18): CI runs the verdict with shrinking off, and
- * CONFORMANCE_E2E_FULL_SHRINK=1 runs it fully shrunk too (it held there when the test was written).
- */
-const SHRINKS = [["shrinking off", 0], ...(process.env.CONFORMANCE_E2E_FULL_SHRINK === "1" ? [["fully shrunk", undefined] as const] : [])] as const;
 
 function expectVerdict(message: string): void {
   // The first worker released its lost payment and died; the re-send's worker died on the re-run.

@@ -16,3 +16,10 @@ export function expectReadable(error: unknown, seed: number): string {
  * shrinking gives itself more, and says why.
  */
 export const SHRINK_BUDGET_MS = 3_000;
+
+/**
+ * The shrink modes of a planted-bug test whose full shrink is slow (each candidate waits out
+ * lapsed leases): CI runs the verdict with shrinking off, and CONFORMANCE_E2E_FULL_SHRINK=1 runs
+ * it fully shrunk too.
+ */
+export const SHRINKS = [["shrinking off", 0], ...(process.env.CONFORMANCE_E2E_FULL_SHRINK === "1" ? [["fully shrunk", undefined] as const] : [])] as const;
