@@ -222,7 +222,7 @@ function appTools(
     deaths.keys.set(signature, keys);
     const planned = deaths.planned.get(signature);
     const dying = planned !== undefined && keys.indexOf(key) === planned.nth ? planned.when : undefined;
-    const where = planned?.firstCall === true ? " (step 1)" : "";
+    const where = planned !== undefined && planned.where !== "follow_up" ? ` (${planned.where})` : "";
     if (dying !== undefined) deaths.planned.delete(signature);
     // A downstream fault planned on the call waits for the run after the death (the take-over's).
     const fault = dying === undefined ? faults.get(signature) : undefined;
@@ -324,9 +324,33 @@ interface AppProcess {
   die(what: string): never;
 }
 
+/** Where a planned death lands, as the timeline says it and `onStats` counts it. */
+type DeathSite = "follow_up" | "step 1" | "approved call";
+
+const DEATH_STATS: Record<DeathSite, string> = { follow_up: "follow_up_deaths", "step 1": "first_call_deaths", "approved call": "approval_deaths" };
+
+/**
+ * The call a planned death lands on, and after how many distinct keys of its signature: step 1's
+ * first call on its first run (the message's calls are distinct; in an approval turn that run is
+ * the approved one, in the turn's second request); an approved repeat on its second; a loop's
+ * follow-up after the runs of the turn's earlier identical calls.
+ */
+function deathTarget(message: AiSdkMessagePlan, death: AiSdkDeath): { call: PlannedCall; nth: number; where: DeathSite } | undefined {
+  const approval = message.continuation?.kind === "approval";
+  if (death.on === "approved_call" || (death.on === "first_call" && approval)) {
+    const repeated = death.repeat === true ? message.continuation?.repeat[0] : undefined;
+    const call = message.calls[repeated ?? 0];
+    return call === undefined ? undefined : { call, nth: repeated === undefined ? 0 : 1, where: "approved call" };
+  }
+  if (death.on === "first_call") return { call: message.calls[0]!, nth: 0, where: "step 1" };
+  const call = message.followUp?.[0];
+  const same = (a: PlannedCall, b: PlannedCall) => intentSignature(a.tool, a.args) === intentSignature(b.tool, b.args);
+  return call === undefined ? undefined : { call, nth: callsBeforeFollowUp(message, same), where: "follow_up" };
+}
+
 /** The deaths planned on loops' follow-up calls, by signature, and the keys each signature ran under. */
 interface PlannedDeaths {
-  planned: Map<string, { when: AiSdkDeath["when"]; nth: number; firstCall: boolean }>;
+  planned: Map<string, { when: AiSdkDeath["when"]; nth: number; where: DeathSite }>;
   keys: Map<string, string[]>;
 }
 
@@ -620,13 +644,10 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
         const fault = message.downstream[i];
         if (fault !== undefined) faults.set(intentSignature(c.tool, c.args), fault);
       });
-      // A death on step 1's first call lands on its first run (the message's calls are distinct);
-      // one on the follow-up's, after the runs of the turn's earlier identical calls.
-      const firstCall = message.death?.on === "first_call";
-      const target = firstCall ? message.calls[0] : message.followUp?.[0];
-      if (message.death !== undefined && target !== undefined) {
-        const same = (a: PlannedCall, b: PlannedCall) => intentSignature(a.tool, a.args) === intentSignature(b.tool, b.args);
-        deaths.planned.set(intentSignature(target.tool, target.args), { when: message.death.when, nth: firstCall ? 0 : callsBeforeFollowUp(message, same), firstCall });
+      const death = message.death;
+      if (death !== undefined) {
+        const target = deathTarget(message, death);
+        if (target !== undefined) deaths.planned.set(intentSignature(target.call.tool, target.call.args), { when: death.when, nth: target.nth, where: target.where });
       }
     }
   }
@@ -673,8 +694,9 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
                 count(log, "deaths");
                 if (what.startsWith("after")) count(log, "deaths_after_effect");
                 // A death is planned on a tool loop's follow-up call (step 2, or the call after a
-                // continuation's repeats), or on step 1's first call.
-                count(log, what.includes("(step 1)") ? "first_call_deaths" : "follow_up_deaths");
+                // continuation's repeats), on step 1's first call, or on an approved call's run.
+                const site = (Object.keys(DEATH_STATS) as DeathSite[]).find((w) => what.endsWith(`(${w})`)) ?? "follow_up";
+                count(log, DEATH_STATS[site]);
                 abort.abort(new ProcessGone(name));
                 dying();
               }

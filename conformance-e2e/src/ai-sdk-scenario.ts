@@ -60,9 +60,20 @@ export interface AiSdkDeath {
   /**
    * `first_call`: on the first call of the turn's first request (step 1) instead of the follow-up's
    * (a message with or without a loop; drawn last, `firstCallDeaths` in aiSdkScenarioArbitrary):
-   * the next process's step 1 meets the dead call's key and takes it over.
+   * the next process's step 1 meets the dead call's key and takes it over. In an approval turn
+   * that call first runs once the user approved it, in the turn's second request.
+   *
+   * `approved_call`: in an approval turn, on an approved call's run, which the AI SDK makes from
+   * the history of the request that carries the user's approval, before it asks the model again:
+   * the turn's first call in the second request, or (`repeat`) the first approved repeat in the
+   * third (drawn after `first_call`, `approvalDeaths`). The client re-sends that request, the
+   * approval with it, or regenerates the turn (the user approves again); the next process runs
+   * the approved call from the history under the key the approval gave it, meets the dead claim
+   * and takes it over.
    */
-  on?: "first_call";
+  on?: "first_call" | "approved_call";
+  /** With `approved_call`: the death is on the approved repeat's run (the turn's third request). */
+  repeat?: boolean;
 }
 
 export interface AiSdkMessagePlan {
@@ -83,7 +94,7 @@ export interface AiSdkMessagePlan {
    * model's next response makes a fresh call that needs no approval).
    */
   followUp?: PlannedCall[] | undefined;
-  /** A death of the chat route's process on the follow-up's call (only with `followUp`), or on step 1's first call (`on: "first_call"`). */
+  /** A death of the chat route's process on the follow-up's call (only with `followUp`), on step 1's first call (`on: "first_call"`), or on an approved call's run (`on: "approved_call"`). */
   death?: AiSdkDeath | undefined;
   /** The cut of each request attempt of this turn, in order (attempt n meets cuts[n - 1]). */
   cuts: AiSdkCut[];
@@ -288,22 +299,41 @@ const firstCallDeathArbitrary: fc.Arbitrary<AiSdkDeath["when"] | undefined> = fc
   { weight: 1, arbitrary: fc.constantFrom<AiSdkDeath["when"]>("after_effect", "after_effect", "before_downstream") },
 );
 
+/**
+ * Drawn after the step-1 deaths, one per message slot, for the same reason: a death on an approved
+ * call's run in a third of the approval turns that have no other death (about one message in
+ * twenty-five), mostly after its effect; half of them on the approved repeat (the third request).
+ */
+const approvalDeathArbitrary: fc.Arbitrary<{ when: AiSdkDeath["when"]; repeat: boolean } | undefined> = fc.oneof(
+  { weight: 2, arbitrary: fc.constant(undefined) },
+  { weight: 1, arbitrary: fc.record({ when: fc.constantFrom<AiSdkDeath["when"]>("after_effect", "after_effect", "before_downstream"), repeat: fc.boolean() }) },
+);
+
+/** A plan with a death recovers: one that neither re-sends nor regenerates gets a regenerate. */
+function withDeath(m: AiSdkMessagePlan, death: AiSdkDeath): AiSdkMessagePlan {
+  const plan: AiSdkMessagePlan = { ...m, death };
+  return plan.resends === 0 && !plan.regenerate ? { ...plan, regenerate: true } : plan;
+}
+
 export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
   return fc
     .tuple(
       fc.integer({ min: 1, max: 2 }).chain((n) => fc.tuple(...Array.from({ length: n }, (_, c) => chatArbitrary(c)))),
       fc.array(firstCallDeathArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
+      fc.array(approvalDeathArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
     )
-    .map(([chats, firstCallDeaths]) => {
+    .map(([chats, firstCallDeaths, approvalDeaths]) => {
       let slot = 0;
       return {
         chats: chats.map((chat) => ({
           ...chat,
           messages: chat.messages.map((m): AiSdkMessagePlan => {
-            const when = firstCallDeaths[slot++];
-            if (when === undefined || m.death !== undefined) return m;
-            const plan: AiSdkMessagePlan = { ...m, death: { when, on: "first_call" } };
-            return plan.resends === 0 && !plan.regenerate ? { ...plan, regenerate: true } : plan;
+            const when = firstCallDeaths[slot];
+            const approved = approvalDeaths[slot++];
+            if (m.death !== undefined) return m;
+            if (when !== undefined) return withDeath(m, { when, on: "first_call" });
+            if (approved === undefined || m.continuation?.kind !== "approval") return m;
+            return withDeath(m, { when: approved.when, on: "approved_call", ...(approved.repeat ? { repeat: true } : {}) });
           }),
         })),
       };

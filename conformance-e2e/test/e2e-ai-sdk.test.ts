@@ -33,7 +33,7 @@ const SEARCH_BUDGET_MS = 60_000;
 const PERFORMED_AGAIN = /performed ([2-9]|\d{2,}) times for (one intent|([2-9]|\d{2,}) intents)/;
 
 describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
-  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 an app with createOnceTools performs each intent at most once and keeps only the truth, tool loops inside a request (and in a continuation's last request) and process deaths in their step 2 and on step 1's first call included, over ${runs} random scenarios`, async () => {
+  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 an app with createOnceTools performs each intent at most once and keeps only the truth, tool loops inside a request (and in a continuation's last request) and process deaths in their step 2, on step 1's first call and on an approved call's run included, over ${runs} random scenarios`, async () => {
     const seen: Record<string, number> = {};
     await runEndToEnd(memory, {
       provider: "ai-sdk",
@@ -60,7 +60,9 @@ describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
     // next process's step 2 took the dead claim over), resends_after_death (the client re-sent the
     // cut turn, AISDK-6) and continuation_follow_ups: 2, 1, 2 and 8 at 30 runs (seed 20261201).
     // first_call_deaths: a death on step 1's first call (the next process's step 1 takes it over).
-    for (const kind of ["deaths_after_effect", "takeovers", "resends_after_death", "continuation_follow_ups", "first_call_deaths"]) {
+    // approval_deaths: a death on an approved call's run, in the request that carries the approval
+    // (6 planned at 30 runs, seed 20261201; the re-sent approval's process takes it over).
+    for (const kind of ["deaths_after_effect", "takeovers", "resends_after_death", "continuation_follow_ups", "first_call_deaths", "approval_deaths"]) {
       expect(seen[kind], kind).toBeGreaterThan(0);
     }
   }, 600_000);
