@@ -438,8 +438,8 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     // and undici's next read of the body then neither closes nor errors it; the AI SDK notices an
     // abort only when a read returns. The call's dispatch had settled (record_failed). Reproduced
     // with no Dispatch-Once code in packages/ai-sdk/test/abort-after-body.test.ts; the fix an app
-    // uses is the README's endOnAbort fetch (packages/ai-sdk README, "An aborted request and
-    // Node's fetch"); this client's race does the same for the kit.
+    // uses is the package's boundedFetch (packages/ai-sdk README, "A silent or aborted model
+    // stream"); this client's race does the same for the kit.
     const parts = result.fullStream[Symbol.asyncIterator]();
     const gone = process.died.then(() => ({ done: true as const, value: undefined }));
     for (;;) {
