@@ -27,6 +27,7 @@ import { newClaimId, type Resolution, type ResolvedRow, type ClaimRequest, type 
 import { utf8ByteLength } from "./memory-ledger.js";
 import { ToolRegistry, type ReconcileCause, type ToolDefinition, type ToolRunContext } from "./registry.js";
 import { RenewalWheel, type RenewalEntry } from "./renewals.js";
+import { RunDeadline, RunDeadlines } from "./run-deadlines.js";
 import { MAX_LEASE_MS } from "./internal/leases.js";
 import { loggerOption } from "./internal/logger.js";
 import { unknownOptionMessage, unknownOptionName, type OptionNames } from "./internal/options.js";
@@ -409,6 +410,8 @@ export class Dispatcher implements CallDispatcher {
   private readonly onEvent: ((event: DispatchEvent) => void) | undefined;
   /** Renews the leases of every call this dispatcher is running, on one timer (LEDGER-9). */
   private readonly renewals: RenewalWheel<HeldLease>;
+  /** The bounds of pending runs (DISPATCH-18): one timer per distinct bound, not one per run. */
+  private readonly deadlines = new RunDeadlines();
   /** Tools already warned about key arguments not in NFC (IDENT-8): once each, not per call. */
   private nfcWarned: Set<string> | undefined;
 
@@ -1293,20 +1296,21 @@ export class Dispatcher implements CallDispatcher {
     const ms = tool.runTimeoutMs ?? this.runTimeoutMs;
     if (ms === Infinity || !isThenable(running)) return running;
     return new Promise((resolve, reject) => {
-      // Not unref'd: the dispatch's answer is due at the bound, even in a process with nothing else to do.
-      const timer = setTimeout(() => reject(new RunTimedOut(ms)), ms);
+      const deadline = new PendingRun(ms, reject);
+      this.deadlines.add(deadline, ms);
       running.then(
         (value) => {
-          clearTimeout(timer);
+          this.deadlines.remove(deadline);
           resolve(value);
         },
         (error: unknown) => {
-          clearTimeout(timer);
+          this.deadlines.remove(deadline);
           reject(error);
         },
       );
     });
   }
+
 
   /** A run outlived its bound: tell it to stop, as a lost lease does (DISPATCH-13, DISPATCH-18). */
   private timedOut(abort: LazyAbort, toolName: string, key: string, ordinal: number, fence: number | undefined, ms: number): void {
@@ -1918,6 +1922,20 @@ class HeldLease extends LazyAbort implements RenewalEntry {
 /** A run still pending at its bound (DISPATCH-18); never leaves the dispatcher. */
 class RunTimedOut {
   constructor(readonly ms: number) {}
+}
+
+/** A bounded run's entry in the dispatcher's RunDeadlines: at the bound, its wait rejects with RunTimedOut. */
+class PendingRun extends RunDeadline {
+  constructor(
+    private readonly ms: number,
+    private readonly reject: (reason: RunTimedOut) => void,
+  ) {
+    super();
+  }
+
+  expire(): void {
+    this.reject(new RunTimedOut(this.ms));
+  }
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {

@@ -332,17 +332,30 @@ describe("DISPATCH-18 a tool run is bounded (runTimeoutMs)", () => {
     });
   });
 
-  it("DISPATCH-18 the default bound is DEFAULT_RUN_TIMEOUT_MS (300 000 ms), its timer cleared when the run settles; Infinity sets none", async () => {
+  it("DISPATCH-18 the default bound is DEFAULT_RUN_TIMEOUT_MS (300 000 ms): a pending run holds a timer for it that keeps the process alive, a settled one does not; Infinity sets none", async () => {
     expect(DEFAULT_RUN_TIMEOUT_MS).toBe(300_000);
+    const refedTimers = () => process.getActiveResourcesInfo().filter((r) => r === "Timeout").length;
     const set = vi.spyOn(globalThis, "setTimeout");
-    const cleared = vi.spyOn(globalThis, "clearTimeout");
-    const tool = defineTool({ name: "pay", effect: "keyed_write", input: z.object({ to: z.string() }), run: async () => ({ ok: true }) });
-    await new Dispatcher({ tools: [tool], ledger: new MemoryLedger() }).turn(context("c-default")).dispatch(call);
-    const bounds = set.mock.results.filter((_r, i) => set.mock.calls[i]![1] === DEFAULT_RUN_TIMEOUT_MS).map((r) => r.value as unknown);
-    expect(bounds).toHaveLength(1);
-    expect(cleared.mock.calls.map((c) => c[0] as unknown)).toContain(bounds[0]);
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const tool = defineTool({
+      name: "pay",
+      effect: "keyed_write",
+      input: z.object({ to: z.string() }),
+      run: async () => {
+        await gate;
+        return { ok: true };
+      },
+    });
+    const d = new Dispatcher({ tools: [tool], ledger: new MemoryLedger(), leaseMs: 600_000 });
+    const pending = d.turn(context("c-default")).dispatch(call);
+    await eventually(async () => set.mock.calls.some((c) => c[1] === DEFAULT_RUN_TIMEOUT_MS), "the bound's timer armed");
+    const during = refedTimers();
+    open();
+    await pending;
+    expect(during - refedTimers(), "the settled run's bound no longer keeps the process alive").toBeGreaterThanOrEqual(1);
     set.mockClear();
-    await new Dispatcher({ tools: [tool], ledger: new MemoryLedger(), runTimeoutMs: Infinity }).turn(context("c-default")).dispatch(call);
+    await new Dispatcher({ tools: [tool], ledger: new MemoryLedger(), runTimeoutMs: Infinity }).turn(context("c-default-inf")).dispatch(call);
     expect(set.mock.calls.filter((c) => c[1] === DEFAULT_RUN_TIMEOUT_MS)).toEqual([]);
   });
 
