@@ -409,7 +409,22 @@ function errorResult(error: Error & { code: string }, key?: string): CallToolRes
   if (storedRequest !== undefined && (isDispatchOnceError(error, "tool_failed") || isDispatchOnceError(error, "outcome_unknown"))) {
     stored = { [STORED_ARGUMENTS_META]: storedRequest.args };
   }
-  return { isError: true, content: [{ type: "text", text: `[${error.code}] ${error.message}` }], _meta: { [ERROR_META]: meta, ...stored } };
+  return { isError: true, content: [{ type: "text", text: `[${error.code}] ${error.message.replace(/\.$/, "")}. ${effectNote(meta)}` }], _meta: { [ERROR_META]: meta, ...stored } };
+}
+
+/**
+ * What the model reads of `_meta`'s `effect` and `retryable` (MCP-6): told only "in flight" it calls
+ * the tool again, and a client keying per call (mcpTurn) sends that under a new key, which runs again.
+ */
+function effectNote({ effect, retryable }: GuardErrorMeta): string {
+  const happened = effect === "no" ? "it did not happen" : effect === "yes" ? "it happened" : "it may have happened";
+  const again =
+    retryable === "same_message"
+      ? "re-send this call with the same key to learn its outcome"
+      : effect === "no"
+        ? "re-sending it with the same key will not help"
+        : "do not call it again: ask the user";
+  return `Effect: ${happened}; ${again}.`;
 }
 
 /**

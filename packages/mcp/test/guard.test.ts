@@ -580,3 +580,33 @@ describe("registering on several servers", () => {
 async function until(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((resolve) => setTimeout(resolve, 1));
 }
+
+describe("MCP-6: the text for the model says what became of the effect and whether a re-send helps", () => {
+  // A model reads only the text, not _meta: told "in flight" without more, it calls the tool again,
+  // and mcpTurn gives that call the next ordinal, a new key: the payment runs twice.
+  it("an unknown outcome, a call in flight elsewhere and a refusal each say it in the text", async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const s = await setup({ dispatcher: { waitMs: 50 } }, gate);
+    try {
+      const key = idempotencyKeyFor({ conversationId: "c_text", turnIndex: 0 }, invoice);
+      const first = s.client.callTool({ ...invoice, _meta: { [IDEMPOTENCY_KEY_META]: key } }).catch((error: unknown) => error);
+      await until(() => s.events.some((e) => e.type === "run_started"));
+      const waiting = await s.client.callTool({ ...invoice, _meta: { [IDEMPOTENCY_KEY_META]: key } });
+      expect(errorMeta(waiting)).toMatchObject({ code: "in_flight_elsewhere", effect: "possibly", retryable: "same_message" });
+      expect(text(waiting)).toMatch(/Effect: it may have happened; re-send this call with the same key to learn its outcome\.$/);
+      open();
+      await first;
+      const explode = { name: "create_invoice", arguments: { customer: "explode", amount: 1 } };
+      const unknown = await s.client.callTool({ ...explode, _meta: { [IDEMPOTENCY_KEY_META]: idempotencyKeyFor({ conversationId: "c_text", turnIndex: 1 }, explode) } });
+      expect(errorMeta(unknown)).toMatchObject({ code: "outcome_unknown", effect: "possibly", retryable: "no" });
+      expect(text(unknown)).toMatch(/Effect: it may have happened; do not call it again: ask the user\.$/);
+      const missing = await s.client.callTool(invoice);
+      expect(errorMeta(missing)).toMatchObject({ code: "idempotency_key_missing", effect: "no", retryable: "no" });
+      expect(text(missing)).toMatch(/Effect: it did not happen; re-sending it with the same key will not help\.$/);
+    } finally {
+      open();
+      await s.close();
+    }
+  });
+});
