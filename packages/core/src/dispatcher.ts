@@ -930,7 +930,7 @@ export class Dispatcher implements CallDispatcher {
     let running: unknown;
     try {
       running = tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease));
-      result = await this.within(running, tool);
+      result = await this.within(running, tool, lease);
     } catch (error) {
       if (error instanceof RunTimedOut) return this.runTimedOut(running, error.ms, tool, prepared.args, context, key, fence, base, lease);
       return await this.runFailed(error, tool, prepared.args, context, key, fence, base, lease);
@@ -1243,7 +1243,7 @@ export class Dispatcher implements CallDispatcher {
     let running: unknown;
     try {
       running = tool.run(args, this.runContext(tool.name, key, context, ordinal, lease));
-      result = await this.within(running, tool);
+      result = await this.within(running, tool, lease);
     } catch (error) {
       if (error instanceof RunTimedOut) return this.runTimedOut(running, error.ms, tool, args, context, key, fence, base, lease);
       return await this.runFailed(error, tool, args, context, key, fence, base, lease);
@@ -1292,9 +1292,10 @@ export class Dispatcher implements CallDispatcher {
    * run still pending then rejects with RunTimedOut, the run itself left to settle. Whatever it
    * settles with first decides: a run that settles as the bound fires is either answered or left.
    */
-  private within(running: unknown, tool: ToolDefinition): unknown {
+  private within(running: unknown, tool: ToolDefinition, lease?: HeldLease): unknown {
     const ms = tool.runTimeoutMs ?? this.runTimeoutMs;
     if (ms === Infinity || !isThenable(running)) return running;
+    if (lease !== undefined) lease.runDeadline = Date.now() + ms;
     return new Promise((resolve, reject) => {
       const deadline = new PendingRun(ms, reject);
       this.deadlines.add(deadline, ms);
@@ -1345,7 +1346,11 @@ export class Dispatcher implements CallDispatcher {
     (running as PromiseLike<unknown>)
       .then(
         (result) => this.ran(result, tool, args, key, fence, base, lease),
-        (error: unknown) => this.runFailed(error, tool, args, context, key, fence, base, lease),
+        (error: unknown) => {
+          // The dispatch was answered at the bound; the late throw's probe gets a bound of its own.
+          lease.runDeadline = Date.now() + ms;
+          return this.runFailed(error, tool, args, context, key, fence, base, lease);
+        },
       )
       .then(undefined, (error: unknown) => {
         // The dispatch was answered at the bound; what the late record met is only worth a warning
@@ -1373,7 +1378,7 @@ export class Dispatcher implements CallDispatcher {
   ): Promise<DispatchOutcome> {
     if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal: base.ordinal, fence, ok: false });
     const cause: ReconcileCause = lease.aborted ? "lease_lost" : "tool_error";
-    const answer = mayReconcile(error) ? await this.probe(tool, args, key, cause, lease.aborted ? new AbortController().signal : lease.signal) : undefined;
+    const answer = mayReconcile(error) ? await this.probeAfterThrow(tool, args, key, cause, lease) : undefined;
     lease.finished = true;
     this.renewals.remove(lease);
     return this.recordFailure(error, tool, key, fence, base, context, cause, answer);
@@ -1473,10 +1478,34 @@ export class Dispatcher implements CallDispatcher {
   }
 
   /**
+   * The probe a run's throw asks (RECON-2), within what is left of the run's bound (DISPATCH-18):
+   * its lease is renewed while it asks, so a probe that never answered would hold the row and the
+   * dispatch forever. Past the bound its answer is `error`, which only weakens the record (RECON-5).
+   */
+  private async probeAfterThrow(tool: ToolDefinition, args: unknown, key: string, cause: ReconcileCause, lease: HeldLease): Promise<ProbeAnswer> {
+    const leaseSignal = lease.aborted ? undefined : lease.signal;
+    if (lease.runDeadline === Infinity) return this.probe(tool, args, key, cause, leaseSignal ?? new AbortController().signal);
+    const bound = new AbortController();
+    const ms = Math.max(0, lease.runDeadline - Date.now());
+    const reason = new Error(`the probe did not answer within the run's bound (runTimeoutMs)`);
+    reason.name = "TimeoutError";
+    // Not unref'd, as the run's own bound: the dispatch's answer is due then.
+    const timer = setTimeout(() => bound.abort(reason), ms);
+    const onLeaseLost = (): void => bound.abort(leaseSignal?.reason);
+    leaseSignal?.addEventListener("abort", onLeaseLost, { once: true });
+    try {
+      return await this.probeWithin(tool, args, key, bound.signal, cause);
+    } finally {
+      clearTimeout(timer);
+      leaseSignal?.removeEventListener("abort", onLeaseLost);
+    }
+  }
+
+  /**
    * An on-demand probe bounded by the caller's signal: an abort before the answer is the verdict
    * `error` (RECON-5: it can only weaken the answer), whatever the probe does afterwards.
    */
-  private async probeWithin(tool: ToolDefinition, args: unknown, key: string, signal: AbortSignal): Promise<ProbeAnswer> {
+  private async probeWithin(tool: ToolDefinition, args: unknown, key: string, signal: AbortSignal, cause: ReconcileCause = "on_demand"): Promise<ProbeAnswer> {
     const aborted = (): ProbeAnswer => ({ verdict: "error", detail: `the probe did not answer before its signal aborted: ${describeError(signal.reason)}` });
     if (signal.aborted) return aborted();
     let onAbort = (): void => {};
@@ -1485,7 +1514,7 @@ export class Dispatcher implements CallDispatcher {
       signal.addEventListener("abort", onAbort, { once: true });
     });
     try {
-      const answer = await Promise.race([this.probe(tool, args, key, "on_demand", signal), abort]);
+      const answer = await Promise.race([this.probe(tool, args, key, cause, signal), abort]);
       return signal.aborted ? aborted() : answer;
     } finally {
       signal.removeEventListener("abort", onAbort);
@@ -1903,6 +1932,8 @@ class HeldLease extends LazyAbort implements RenewalEntry {
   removed = true;
   /** The run (and its probe) has ended: a renewal's answer no longer matters. */
   finished = false;
+  /** When the run's bound passes (DISPATCH-18), on Date.now's clock; a throw's probe ends by then too. */
+  runDeadline = Infinity;
 
   constructor(
     readonly key: string,
