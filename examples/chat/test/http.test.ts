@@ -146,7 +146,12 @@ describe("problemForSendError reads core's error catalogue", () => {
     expect(problemForSendError(new TurnFailedError(record(false, "may_have_happened")), ids)).toMatchObject({ status: 500, retryable: "no", effect: "possibly" });
   });
   it("a busy conversation: 503, re-send the same id (the message is queued)", () => {
-    expect(problemForSendError(new ConversationBusyError("demo:c", "m", 30_000), ids)).toMatchObject({ status: 503, code: "conversation_busy", retryable: "same_message" });
+    expect(problemForSendError(new ConversationBusyError("demo:c", "m", 30_000), ids)).toMatchObject({ status: 503, code: "conversation_busy", retryable: "same_message", effect: "no" });
+  });
+  it("TURN-10 a busy conversation running this message's own turn (inProgress): 503, re-send the same id, and the effect possibly happened (never 'no')", () => {
+    const answer = problemForSendError(new ConversationBusyError("demo:c", "m", 30_000, { inProgress: true }), ids);
+    expect(answer).toMatchObject({ status: 503, code: "conversation_busy", retryable: "same_message", effect: "possibly" });
+    expect(answer.detail).toContain("in progress under another holder");
   });
   it("a bad input: 422, asking again cannot help", () => {
     expect(problemForSendError(new InvalidKeyInputError("conversationId", "bad"), ids)).toMatchObject({ status: 422, code: "invalid_key_input", retryable: "no" });

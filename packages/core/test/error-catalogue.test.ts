@@ -17,17 +17,17 @@ import {
 } from "../src/index.js";
 
 /** The spec's §11 table, read as data: code, rules, effect, re-send. */
-function specTable(): Map<string, { rules: string[]; effect: string; resend: string }> {
+function specTable(): Map<string, { rules: string[]; effect: string; resend: string; carries: string }> {
   const text = readFileSync(join(__dirname, "..", "..", "..", "spec", "dispatch-once.md"), "utf8");
   const start = text.indexOf("## 11 Error codes");
   // §11 ends at the next top-level section (§12 has prose with `|` in it).
   const section = text.slice(start, text.indexOf("\n## ", start + 1));
-  const rows = new Map<string, { rules: string[]; effect: string; resend: string }>();
+  const rows = new Map<string, { rules: string[]; effect: string; resend: string; carries: string }>();
   for (const line of section.split("\n")) {
     const cells = line.split("|").map((c) => c.trim());
     const code = /^`([a-z_]+)`$/.exec(cells[1] ?? "")?.[1];
     if (code === undefined) continue;
-    rows.set(code, { rules: cells[3]!.split(", "), effect: cells[5]!, resend: cells[6]! });
+    rows.set(code, { rules: cells[3]!.split(", "), effect: cells[5]!, resend: cells[6]!, carries: cells[4]! });
   }
   return rows;
 }
@@ -41,6 +41,14 @@ describe("the error catalogue (ERR-1, ERR-4)", () => {
       expect(row.rules, entry.code).toEqual([...entry.rules]);
       expect(row.effect, entry.code).toBe(entry.effect);
       expect(row.resend.startsWith(entry.retryable === "no" ? "no" : "yes"), entry.code).toBe(true);
+    }
+  });
+
+  it("ERR-4 the spec's §11 table names every field ERROR_CATALOGUE says an error carries (a reader of the spec learns of conversation_busy's inProgress there)", () => {
+    const table = specTable();
+    for (const entry of ERROR_CATALOGUE) {
+      const named = (table.get(entry.code)!.carries.match(/`[A-Za-z]+`/g) ?? []).map((f) => f.slice(1, -1));
+      expect(entry.carries.filter((field) => !named.includes(field)), entry.code).toEqual([]);
     }
   });
 
