@@ -1,4 +1,4 @@
-import type { JsonValue } from "@dispatch-once/core";
+import { ToolError, type JsonValue } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { TurnFailedError } from "../src/index.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
@@ -58,6 +58,33 @@ describe("DISPATCH-18 through the runner: a tool run that never returns does not
       [true, []],
     ]);
     expect(w.performed).toHaveLength(1);
+    expect(held).toBe(1);
+  }, 60_000);
+
+  it("DISPATCH-18 RECORD-2 a run told 'may have happened' at the bound that then fails definitely: the re-send is answered with the replayed failure (not_happened), never re-run, nothing paid", async () => {
+    const downstream = gate();
+    let held = 0;
+    const w = world(script, false, {
+      dispatcher: { runTimeoutMs: 200, waitMs: 50, pollMs: 10 },
+      runner: { retry: { attempts: 1, backoffMs: () => 1 } },
+      beforePay: async () => {
+        held += 1;
+        await downstream.promise;
+        throw new ToolError("402: card declined", { disposition: "definite", code: "card_declined" });
+      },
+    });
+    const error = await w.runner.send("conv-run-timeout-fail", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TurnFailedError);
+    const record = (error as TurnFailedError).record;
+    expect(record.effects).toEqual([{ key: record.calls[0]!.key, name: "pay", effect: "may_have_happened" }]);
+    downstream.open();
+    await eventually(async () => (await w.dispatcher.ledger.lookup(record.calls[0]!.key!))?.state === "failed", "the late failure recorded");
+    const result = await w.runner.send("conv-run-timeout-fail", { id: "m1", content: "pay acme" });
+    // The re-sent turn carries the stored failure for the same key (its effect did not happen), and
+    // its record lists nothing beside it: the key is answered by the committed turn (RECORD-8).
+    expect(result.turns[0]!.calls.map((c) => [c.key, (c as { error?: { code?: string } }).error?.code])).toEqual([[record.calls[0]!.key, "card_declined"]]);
+    expect(result.turns[0]!.record?.calls ?? []).toEqual([]);
+    expect(w.performed).toEqual([]);
     expect(held).toBe(1);
   }, 60_000);
 });
