@@ -19,7 +19,7 @@ async function eventually(check: () => boolean, what: string): Promise<void> {
   }
 }
 
-function app(outcome: Promise<"paid" | "declined">) {
+function app(downstream: Promise<void>) {
   const counts = { runs: 0, payments: 0 };
   const signals: AbortSignal[] = [];
   const sendPayment = betaZodTool({
@@ -29,8 +29,8 @@ function app(outcome: Promise<"paid" | "declined">) {
     run: async (_input, context) => {
       counts.runs += 1;
       signals.push(context!.signal!);
-      const key = dispatchOnceOf(context!).idempotencyKey;
-      if ((await outcome) === "declined") throw Object.assign(new Error("402 card declined"), { name: "ToolError" });
+      const key = dispatchOnceOf(context)?.idempotencyKey;
+      await downstream; // ignores the signal
       counts.payments += 1;
       return JSON.stringify({ status: "accepted", key });
     },
@@ -53,7 +53,7 @@ function app(outcome: Promise<"paid" | "declined">) {
 
 describe("ATR-5, ATR-6, DISPATCH-18: a wrapped run past its bound in the SDK's tool runner", () => {
   it("ATR-5 DISPATCH-18 the model's tool_result says the effect may have happened and a re-run may settle it; the run's signal aborts; after the late completion the loop's re-run replays it, paid once", async () => {
-    let answer!: (outcome: "paid" | "declined") => void;
+    let answer!: () => void;
     const a = app(new Promise((r) => (answer = r)));
     const first = await a.run();
     expect(first.call.error).toMatchObject({ code: "in_flight_elsewhere", effect: "possibly", retryable: "same_message" });
@@ -61,7 +61,7 @@ describe("ATR-5, ATR-6, DISPATCH-18: a wrapped run past its bound in the SDK's t
     expect(first.results[0]!.isError).toBe(true);
     expect(first.results[0]!.text).toMatch(/in_flight_elsewhere[\s\S]*runTimeoutMs[\s\S]*Effect: it may have happened; re-running the same request may settle it/);
     expect(a.signals[0]!.aborted).toBe(true);
-    answer("paid");
+    answer();
     await eventually(() => a.counts.payments === 1, "the late run paid");
     let second = await a.run();
     // The late completion's record may land a moment after the payment: a re-run meanwhile waits on the row.

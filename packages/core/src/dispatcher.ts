@@ -1470,7 +1470,9 @@ export class Dispatcher implements CallDispatcher {
     base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">,
   ): Promise<DispatchOutcome> {
     if (tool.reconcile === undefined) return this.failClosed(key, fence, error, base);
-    const answer = await this.probe(tool, args, key, "result_not_storable", new AbortController().signal);
+    // The run has ended; its probe gets the tool's run bound afresh (DISPATCH-18), so the dispatch is answered.
+    const ms = tool.runTimeoutMs ?? this.runTimeoutMs;
+    const answer = await this.probeUntil(tool, args, key, "result_not_storable", ms === Infinity ? Infinity : Date.now() + ms, undefined);
     if (answer.verdict === "performed" && answer.resultJson !== undefined) {
       return this.settlePerformed(key, fence, answer.resultJson, "result_not_storable", answer, base);
     }
@@ -1482,22 +1484,28 @@ export class Dispatcher implements CallDispatcher {
    * its lease is renewed while it asks, so a probe that never answered would hold the row and the
    * dispatch forever. Past the bound its answer is `error`, which only weakens the record (RECON-5).
    */
-  private async probeAfterThrow(tool: ToolDefinition, args: unknown, key: string, cause: ReconcileCause, lease: HeldLease): Promise<ProbeAnswer> {
-    const leaseSignal = lease.aborted ? undefined : lease.signal;
-    if (lease.runDeadline === Infinity) return this.probe(tool, args, key, cause, leaseSignal ?? new AbortController().signal);
+  private probeAfterThrow(tool: ToolDefinition, args: unknown, key: string, cause: ReconcileCause, lease: HeldLease): Promise<ProbeAnswer> {
+    return this.probeUntil(tool, args, key, cause, lease.runDeadline, lease.aborted ? undefined : lease.signal);
+  }
+
+  /**
+   * A probe the dispatch waits on, ended at `deadline` (Date.now's clock; Infinity: never) or when
+   * `signal` aborts: its answer is then `error` (RECON-5), so the dispatch is answered (DISPATCH-18).
+   */
+  private async probeUntil(tool: ToolDefinition, args: unknown, key: string, cause: ReconcileCause, deadline: number, signal: AbortSignal | undefined): Promise<ProbeAnswer> {
+    if (deadline === Infinity) return this.probe(tool, args, key, cause, signal ?? new AbortController().signal);
     const bound = new AbortController();
-    const ms = Math.max(0, lease.runDeadline - Date.now());
-    const reason = new Error(`the probe did not answer within the run's bound (runTimeoutMs)`);
+    const reason = new Error("the probe did not answer within the run's bound (runTimeoutMs)");
     reason.name = "TimeoutError";
     // Not unref'd, as the run's own bound: the dispatch's answer is due then.
-    const timer = setTimeout(() => bound.abort(reason), ms);
-    const onLeaseLost = (): void => bound.abort(leaseSignal?.reason);
-    leaseSignal?.addEventListener("abort", onLeaseLost, { once: true });
+    const timer = setTimeout(() => bound.abort(reason), Math.max(0, deadline - Date.now()));
+    const onAbort = (): void => bound.abort(signal?.reason);
+    signal?.addEventListener("abort", onAbort, { once: true });
     try {
       return await this.probeWithin(tool, args, key, bound.signal, cause);
     } finally {
       clearTimeout(timer);
-      leaseSignal?.removeEventListener("abort", onLeaseLost);
+      signal?.removeEventListener("abort", onAbort);
     }
   }
 

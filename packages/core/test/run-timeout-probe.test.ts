@@ -45,4 +45,25 @@ describe("DISPATCH-18 the bound covers the probe a throw asks (RECON-2)", () => 
       expect(row?.state).toBe(effect === "keyed_write" ? "released" : "unknown");
     });
   }
+
+  it("DISPATCH-18 RECON-7 a run whose result cannot be stored, its probe never answering: the dispatch is answered (result_not_storable, the effect happened) within a bound, the row failed closed", async () => {
+    let probeSignal: AbortSignal | undefined;
+    const tool = defineTool({
+      name: "pay",
+      effect: "keyed_write",
+      input: z.object({ to: z.string() }),
+      run: async () => ({ receipt: "x".repeat(200) }),
+      reconcile: (_args, ctx) => {
+        probeSignal = ctx.signal;
+        return new Promise(() => {});
+      },
+    });
+    const ledger = new MemoryLedger({ maxResultBytes: 64 });
+    const d = new Dispatcher({ tools: [tool], ledger, runTimeoutMs: 300 });
+    const answer = await answerWithin(d.turn(context("c-unstorable")).dispatch(call), 10_000);
+    expect(answer).toMatchObject({ code: "result_not_storable" });
+    expect(effectOf(answer)).toBe("yes");
+    expect(probeSignal?.aborted).toBe(true);
+    expect(await ledger.lookup(d.keyFor(call, context("c-unstorable")))).toMatchObject({ state: "failed", error: { code: "result_not_storable" } });
+  });
 });
