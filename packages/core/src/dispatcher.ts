@@ -1295,10 +1295,11 @@ export class Dispatcher implements CallDispatcher {
   private within(running: unknown, tool: ToolDefinition, lease?: HeldLease): unknown {
     const ms = tool.runTimeoutMs ?? this.runTimeoutMs;
     if (ms === Infinity || !isThenable(running)) return running;
-    if (lease !== undefined) lease.runDeadline = Date.now() + ms;
     return new Promise((resolve, reject) => {
       const deadline = new PendingRun(ms, reject);
       this.deadlines.add(deadline, ms);
+      // A throw's probe ends by the same deadline (probeAfterThrow).
+      if (lease !== undefined) lease.runDeadline = deadline.deadline;
       running.then(
         (value) => {
           this.deadlines.remove(deadline);
