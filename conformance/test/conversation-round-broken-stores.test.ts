@@ -12,7 +12,7 @@ import { kvConversationSubject, type ConversationBugs } from "./conversation-fix
  * model-based check where a random sequence reaches the bug.
  */
 const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; check: RegExp; message?: RegExp; model?: string; new?: true }> = [
-  { bug: "leaseLiveAtExpiry", rule: "TURN-10", what: "a lease is live at the millisecond it ends (>= for >)", check: /owner and length are checked/, message: /once a 0 ms lease has run out/ },
+  { bug: "leaseLiveAtExpiry", rule: "TURN-10", what: "a lease is live at the millisecond it ends (>= for >)", check: /owner and length are checked|has expired from the instant it ends/, message: /once a 0 ms lease has run out|a lease is live only before leaseExpiresAt/ },
   { bug: "grantReplayBumpsFence", rule: "TURN-10", what: "an acquire re-sent with the live grant's id gets a new fence", check: /is that same grant/ },
   { bug: "grantReplayKeepsExpiry", rule: "TURN-10", what: "an acquire re-sent with the live grant's id does not restart the lease", check: /is that same grant/, message: /restarts the lease from now/ },
   { bug: "grantRecognisedAfterEnd", rule: "TURN-10", what: "a grant id re-sent after its lease ended takes the lease again under the old fence", check: /is that same grant/, message: /conversation_lease_lost/ },
