@@ -5,7 +5,7 @@ import type { Tool, ToolExecutionOptions, ToolSet } from "ai";
 import { describe, expect, it } from "vitest";
 import { runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
 import { memory, observeClaims } from "./audit-mutants.js";
-import { expectReadable } from "./readable.js";
+import { SHRINKS, expectReadable } from "./readable.js";
 
 /**
  * A fresh ordinal for the re-run after a death in a tool loop's step 2 (ai-sdk-scenario.ts:
@@ -61,7 +61,6 @@ function freshOrdinalOnTakeover(): AiSdkAppOptions {
  * lease per candidate): CI runs the verdict with shrinking off, and CONFORMANCE_E2E_FULL_SHRINK=1
  * runs it fully shrunk too (it held there when the test was written).
  */
-const SHRINKS = [["shrinking off", 0], ...(process.env.CONFORMANCE_E2E_FULL_SHRINK === "1" ? [["fully shrunk", undefined] as const] : [])] as const;
 
 describe("the ai-sdk side: a fresh ordinal for the re-run after a step-2 death", () => {
   for (const [name, shrinkTimeLimitMs] of SHRINKS) {

@@ -3,7 +3,7 @@ import { ConformanceFailure } from "@dispatch-once/conformance/ledger";
 import type { ResumedTurnRecord } from "@dispatch-once/runner";
 import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
-import { expectReadable } from "./readable.js";
+import { SHRINKS, expectReadable } from "./readable.js";
 import { memory } from "./audit-mutants.js";
 
 /**
@@ -52,7 +52,6 @@ function expectVerdict(message: string): void {
  * Fully shrunk the search costs about 45-55 s per side on a loaded host: CI runs the verdict with shrinking off, and
  * CONFORMANCE_E2E_FULL_SHRINK=1 runs it fully shrunk too (it held there when the test was written).
  */
-const SHRINKS = [["shrinking off", 0], ...(process.env.CONFORMANCE_E2E_FULL_SHRINK === "1" ? [["fully shrunk", undefined] as const] : [])] as const;
 
 describe.each(RUNNER_PROVIDERS)("a re-run of a follow-up turn the model answers differently: the end-to-end oracle judges the committed follow-up's record (provider %s)", (provider) => {
   for (const [name, shrinkTimeLimitMs] of SHRINKS) {

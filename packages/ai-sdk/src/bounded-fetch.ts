@@ -1,10 +1,8 @@
 import { describeValue, InvalidArgumentError } from "@dispatch-once/core";
-import { unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
+import { MAX_TIMER_MS, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
 
 /** The runner's default bound (STREAM-16): inside the 90-300 s that deployments give a silent stream. */
 const DEFAULT_IDLE_MS = 300_000;
-/** Past setTimeout's 2^31 - 1 ms a timer fires at once. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export interface BoundedFetchOptions {
   /**

@@ -30,7 +30,7 @@ import { RenewalWheel, type RenewalEntry } from "./renewals.js";
 import { RunDeadline, RunDeadlines } from "./run-deadlines.js";
 import { MAX_LEASE_MS } from "./internal/leases.js";
 import { loggerOption } from "./internal/logger.js";
-import { unknownOptionMessage, unknownOptionName, type OptionNames } from "./internal/options.js";
+import { MAX_TIMER_MS, unknownOptionMessage, unknownOptionName, type OptionNames } from "./internal/options.js";
 
 /** Where a call sits: identical across every replay of the turn (spec §4). */
 export interface TurnContext {
@@ -2194,9 +2194,6 @@ const DISPATCHER_OPTION_NAMES: OptionNames<DispatcherOptions> = {
   onEvent: true,
 };
 const RECONCILE_UNKNOWN_OPTION_NAMES: OptionNames<ReconcileUnknownOptions> = { olderThanMs: true, limit: true, probeTimeoutMs: true, signal: true };
-/** The longest delay setTimeout takes (2^31 - 1 ms, about 24.8 days). */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
 /** An AbortSignal, also of another realm (duck-typed: `instanceof` fails across realms). */
 function isAbortSignal(value: unknown): value is AbortSignal {
   if (value instanceof AbortSignal) return true;

@@ -30,7 +30,7 @@ import {
   type TurnDispatch,
   type TurnSnapshot,
 } from "@dispatch-once/core";
-import { MAX_LEASE_MS, checkLeaseOwner, loggerOption } from "@dispatch-once/core/internal";
+import { MAX_LEASE_MS, MAX_TIMER_MS, checkLeaseOwner, loggerOption } from "@dispatch-once/core/internal";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 import { StreamIncompleteError } from "./errors/stream-incomplete.js";
 import { TurnFailedError } from "./errors/turn-failed.js";
@@ -1504,9 +1504,6 @@ function closeQuietly(events: AsyncIterator<unknown> | undefined): void {
     // A stream side's close that throws changes nothing: the attempt has already failed.
   }
 }
-
-/** The longest delay setTimeout keeps (2^31 - 1 ms); a longer one fires at once. */
-const MAX_TIMER_MS = 2_147_483_647;
 
 /** The idle bound's expiry, turned into the attempt's `StreamIncompleteError` (STREAM-16). */
 class StreamIdle extends Error {

@@ -41,4 +41,4 @@ export {
   type DecodeLedgerRowOptions,
 } from "./ledger-rows.js";
 export { loggerOption } from "./logger.js";
-export { unknownOptionName, unknownOptionMessage, type OptionNames } from "./options.js";
+export { MAX_TIMER_MS, unknownOptionName, unknownOptionMessage, type OptionNames } from "./options.js";

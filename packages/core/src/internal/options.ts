@@ -19,3 +19,6 @@ export function unknownOptionName(options: object, known: Readonly<Record<string
 export function unknownOptionMessage(owner: string, known: Readonly<Record<string, true>>): string {
   return `is not an option of ${owner} (its options: ${Object.keys(known).join(", ")})`;
 }
+
+/** The longest delay a timer takes: past 2^31 - 1 ms, setTimeout fires at once. Bounds every ms option that sets a timer. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
