@@ -1,6 +1,6 @@
 import { MemoryConversationStore, ToolFailedError, isDispatchOnceError, type CallDispatcher, type ConversationStore, type Ledger, type ToolDefinition } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import { RUNNER_PROVIDERS, runEndToEnd, type ConformanceFailure } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { expectReadable } from "./readable.js";
 import { memory, realDispatcher, wrapDispatcher } from "./audit-mutants.js";
@@ -82,32 +82,36 @@ describe.each(RUNNER_PROVIDERS)("faults in a tool loop's later turn: the end-to-
       dispatcher,
     }).catch((e: unknown) => e);
 
-  it("CONF-2 a take-over mid-loop that keys the follow-up call at the message's first turn index pays again", async () => {
-    const message = expectReadable(await planted(restartsAtFirstTurn), 5);
+  /**
+   * The control: the mutant's failing scenario, once, under the real dispatcher and the same hooks.
+   * It passes and reached what the mutant breaks (`reached`, a stat the run counts), so the verdict
+   * is the mutant's doing and not the scenario's. (It replaced 40 runs of seed 5 that covered both
+   * mutants' scenarios, found at runs 12 and 26.)
+   */
+  const control = async (error: unknown, reached: string) => {
+    const cx = (error as ConformanceFailure).counterexample!;
+    let seen: Record<string, number> = {};
+    await runEndToEnd(memory, { provider, runs: 300, seed: cx.seed, path: cx.path, conversationStore: observedStore, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
+    expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+    expect(seen[reached]).toBeGreaterThan(0);
+  };
+
+  it("CONF-2 a take-over mid-loop that keys the follow-up call at the message's first turn index pays again; the real dispatcher passes that scenario", async () => {
+    const error = await planted(restartsAtFirstTurn);
+    const message = expectReadable(error, 5);
     // The dead holder's follow-up payment made again under the restarted key (seed 5: after 12 runs, on both sides).
     expect(message).toMatch(/breaks CONF-2/);
+    // A worker died in a later turn of a tool loop.
+    await control(error, "follow_up_deaths");
   }, 600_000);
 
-  it("RECORD-3 a later turn's unstorable result told as a definite failure commits an error for a payment that happened", async () => {
-    const message = expectReadable(await planted(unstorableAsFailedInLaterTurn), 5);
+  it("RECORD-3 a later turn's unstorable result told as a definite failure commits an error for a payment that happened; the real dispatcher passes that scenario", async () => {
+    const error = await planted(unstorableAsFailedInLaterTurn);
+    const message = expectReadable(error, 5);
     // Committed as an error the model reads while the payment went through (seed 5: after 26 runs, on both sides).
     expect(message).toMatch(/breaks RECORD-3/);
     expect(message).toMatch(/was committed as an error .* but its effect happened/);
-  }, 600_000);
-
-  it("the real dispatcher under the same hooks passes the same scenarios", async () => {
-    const seen: Record<string, number> = {};
-    await runEndToEnd(memory, {
-      provider,
-      runs: 40,
-      seed: 5,
-      conversationStore: observedStore,
-      dispatcher: realDispatcher,
-      onStats: (stats) => Object.assign(seen, stats),
-    });
-    // The runs reached what the mutants break: a worker dying, and a result that cannot be
-    // stored, in a later turn of a tool loop.
-    expect(seen.follow_up_deaths).toBeGreaterThan(0);
-    expect(seen.follow_up_unstorable).toBeGreaterThan(0);
+    // A result that could not be stored, in a later turn of a tool loop.
+    await control(error, "follow_up_unstorable");
   }, 600_000);
 });

@@ -1,6 +1,6 @@
 import { MemoryConversationStore, type CallDispatcher, type ConversationStore, type Ledger, type ToolDefinition } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import { RUNNER_PROVIDERS, runEndToEnd, type ConformanceFailure } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { SHRINK_BUDGET_MS, expectReadable } from "./readable.js";
 import { memory, realDispatcher, wrapDispatcher } from "./audit-mutants.js";
@@ -41,7 +41,7 @@ function firstTurnIndex(tools: ToolDefinition<any, any>[], ledger: Ledger, defau
 }
 
 describe.each(RUNNER_PROVIDERS)("mutation round of 2026-12-04: the end-to-end oracle rejects a key of the message's first turn (provider %s)", (provider) => {
-  it("CONF-2 keys that take the message's first turn index answer a later turn's repeated payment from the first turn's row", async () => {
+  it("CONF-2 keys that take the message's first turn index answer a later turn's repeated payment from the first turn's row; the real dispatcher passes that scenario", async () => {
     const error = await runEndToEnd(memory, {
       provider,
       runs: 300,
@@ -54,19 +54,13 @@ describe.each(RUNNER_PROVIDERS)("mutation round of 2026-12-04: the end-to-end or
     const message = expectReadable(error, 5);
     expect(message).toMatch(/breaks CONF-2/);
     expect(message).toMatch(/is the committed answer of calls of turns \d+ and \d+/);
-  }, 600_000);
-
-  it("the real dispatcher under the same hooks passes the same scenarios", async () => {
-    const seen: Record<string, number> = {};
-    await runEndToEnd(memory, {
-      provider,
-      runs: 40,
-      seed: 5,
-      conversationStore: observedStore,
-      dispatcher: realDispatcher,
-      onStats: (stats) => Object.assign(seen, stats),
-    });
-    // The runs reached what the mutant breaks: a later turn repeating a first-turn call.
+    // The control: the mutant's counterexample, once, under the real dispatcher and the same hooks.
+    // It passes and reached what the mutant breaks (a later turn repeating a first-turn call), so
+    // the verdict is the mutant's doing. (It replaced 40 runs of seed 5.)
+    const cx = (error as ConformanceFailure).counterexample!;
+    let seen: Record<string, number> = {};
+    await runEndToEnd(memory, { provider, runs: 300, seed: cx.seed, path: cx.path, conversationStore: observedStore, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
+    expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(seen.follow_up_repeats).toBeGreaterThan(0);
   }, 600_000);
 });

@@ -1,6 +1,6 @@
 import type { Ledger, ToolDefinition } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import { RUNNER_PROVIDERS, runEndToEnd, type ConformanceFailure } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { FULL_SHRINK, expectReadable } from "./readable.js";
 import { listingWithout, memory, realDispatcher } from "./audit-mutants.js";
@@ -28,7 +28,12 @@ function releasedHidden(tools: ToolDefinition<any, any>[], ledger: Ledger, defau
   return realDispatcher(tools, listingWithout(ledger, (row) => row.state === "released", hidden), defaults);
 }
 
-const SEED = 777;
+/**
+ * Seed 4 stops at run 14 (path "13") on both sides, a typical seed: over seeds 1-24 at 30 runs the
+ * search found the bug within 30 runs for 15 of 24, at a median of run 15. Seed 777, used before,
+ * stopped at run 103, and the control then re-ran all 110 scenarios: about 85 s of CI per side.
+ */
+const SEED = 4;
 
 function expectVerdict(message: string): void {
   // The worker's payments response was lost, its dispatcher released the row, and it died before
@@ -46,7 +51,7 @@ function expectVerdict(message: string): void {
 }
 
 describe.each(RUNNER_PROVIDERS)("a released row: the end-to-end oracle rejects a resumed turn's listing that hides it (provider %s)", (provider) => {
-  it("RECORD-8 the worker that released its lost payment dies, the take-over commits without the call, and its listing hides the released row (shrinking off)", async () => {
+  it("RECORD-8 the worker that released its lost payment dies, the take-over commits without the call, and its listing hides the released row (shrinking off); the real dispatcher passes that scenario and its record names the released row", async () => {
     hidden.count = 0;
     const error = await runEndToEnd(memory, {
       provider,
@@ -59,6 +64,15 @@ describe.each(RUNNER_PROVIDERS)("a released row: the end-to-end oracle rejects a
     expect(hidden.count).toBeGreaterThan(0);
     const message = expectReadable(error, SEED);
     expectVerdict(message);
+    // The control: the failing scenario, once, under the real dispatcher and the same hooks. It
+    // passes, and its committed turn's record names the released row, so the verdict is the
+    // planted listing's doing and not the scenario's.
+    const cx = (error as ConformanceFailure).counterexample!;
+    let seen: Record<string, number> = {};
+    await runEndToEnd(memory, { provider, runs: 300, seed: cx.seed, path: cx.path, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
+    expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+    expect(seen.release_deaths).toBeGreaterThan(0);
+    expect(seen.omitted_dead_worker_released_row_told_by_committed_turn_record).toBeGreaterThan(0);
   }, 600_000);
 
   // Fully shrunk only under CONFORMANCE_E2E_FULL_SHRINK=1 (readable.ts, SHRINKS): each shrink candidate
@@ -74,19 +88,5 @@ describe.each(RUNNER_PROVIDERS)("a released row: the end-to-end oracle rejects a
     const message = expectReadable(error, SEED);
     expect(message).not.toMatch(/shrinking cut short/);
     expectVerdict(message);
-  }, 600_000);
-
-  it("the real dispatcher under the same hooks passes the same scenarios, and its committed turns' records name the released rows", async () => {
-    const seen: Record<string, number> = {};
-    await runEndToEnd(memory, {
-      provider,
-      // The mutant's search stops at run 103 (path "102"): the same scenarios, the failing one included.
-      runs: 110,
-      seed: SEED,
-      dispatcher: realDispatcher,
-      onStats: (stats) => Object.assign(seen, stats),
-    });
-    expect(seen.release_deaths).toBeGreaterThan(0);
-    expect(seen.omitted_dead_worker_released_row_told_by_committed_turn_record).toBeGreaterThan(0);
   }, 600_000);
 });
