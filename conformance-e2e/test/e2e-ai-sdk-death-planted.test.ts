@@ -5,7 +5,7 @@ import type { ToolSet } from "ai";
 import { describe, expect, it } from "vitest";
 import { runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
 import { memory } from "./audit-mutants.js";
-import { expectReadable } from "./readable.js";
+import { SHRINKS, expectReadable } from "./readable.js";
 
 /**
  * Deaths in a tool loop's step 2 on the AI SDK profile (ai-sdk-scenario.ts: `death` on a
@@ -49,10 +49,8 @@ const planted: AiSdkAppOptions = {
 const TOLD_NOT_MADE = /send_payment call \S+ of chat-\d "c\d message \d" was kept as an error that says the effect did not happen \(tool_failed \(effect no\): .*\) but it happened: payment_created/;
 
 describe("the ai-sdk side with a process death in a tool loop's step 2", () => {
-  for (const [name, shrinkTimeLimitMs] of [
-    ["shrinking off", 0],
-    ["fully shrunk", undefined],
-  ] as const) {
+  // Fully shrunk only under CONFORMANCE_E2E_FULL_SHRINK=1 (readable.ts): its shrink took 35-120 s of CI.
+  for (const [name, shrinkTimeLimitMs] of SHRINKS) {
     it(`EFFECT-6 a wrapper that settles the dead process's step-2 claim as failed tells the re-send the payment did not happen (${name}); the real wrapper passes the same scenario`, async () => {
       const error = await runEndToEnd(memory, {
         provider: "ai-sdk",

@@ -3,7 +3,7 @@ import type { FailedTurnRecord } from "@dispatch-once/runner";
 import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
-import { expectReadable } from "./readable.js";
+import { SHRINKS, expectReadable } from "./readable.js";
 import { memory, observeClaims, realDispatcher, wrapDispatcher } from "./audit-mutants.js";
 
 /**
@@ -70,12 +70,8 @@ function observingDispatcher(tools: ToolDefinition<any, any>[], ledger: Ledger, 
   });
 }
 
-/**
- * Fully shrunk the search costs about 17 s per side on a loaded host: CI runs the verdict with shrinking off, and
- * CONFORMANCE_E2E_FULL_SHRINK=1 runs it fully shrunk too (it held there when the test was written).
- */
-const SHRINKS = [["shrinking off", 0], ...(process.env.CONFORMANCE_E2E_FULL_SHRINK === "1" ? [["fully shrunk", undefined] as const] : [])] as const;
-
+// Fully shrunk the search costs about 17 s per side on a loaded host: CI runs the verdict with shrinking off, and
+// CONFORMANCE_E2E_FULL_SHRINK=1 runs it fully shrunk too (readable.ts, SHRINKS; it held there when the test was written).
 describe.each(RUNNER_PROVIDERS)("an entry no attempt resolved: the end-to-end oracle judges it by what it can know (provider %s)", (provider) => {
   for (const [name, shrinkTimeLimitMs] of SHRINKS) {
     it(`RECORD-2 a take-over's call written as never dispatched (a call id no attempt resolved) that says not_happened, the dead worker's effect made before (${name})`, async () => {
