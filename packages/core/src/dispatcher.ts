@@ -327,6 +327,8 @@ export interface DispatcherOptions {
   allowVolatileLedgerForUnkeyedWrites?: boolean;
   /**
    * Receives the dispatcher's warnings (failed lease renewals, lost claims released, repeated calls in a turn, ...).
+   * A logger that throws, or returns a promise that rejects, changes nothing a dispatch does or tells and
+   * leaves no unhandled rejection: that warning goes to console.error, with why the logger failed.
    * @default console.warn, each message prefixed with "[dispatch-once]"
    * @example new Dispatcher({ tools, ledger, logger: console })
    */
