@@ -1,6 +1,7 @@
 import { MemoryConversationStore, type CallDispatcher, type ConversationStore, type Ledger, type ToolDefinition } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { RUNNER_PROVIDERS, runEndToEnd, type ConformanceFailure } from "../src/index.js";
+import { ConformanceFailure } from "@dispatch-once/conformance/ledger";
+import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { SHRINK_BUDGET_MS, expectReadable } from "./readable.js";
 import { memory, realDispatcher, wrapDispatcher } from "./audit-mutants.js";

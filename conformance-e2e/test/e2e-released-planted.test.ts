@@ -1,6 +1,7 @@
 import type { Ledger, ToolDefinition } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { RUNNER_PROVIDERS, runEndToEnd, type ConformanceFailure } from "../src/index.js";
+import { ConformanceFailure } from "@dispatch-once/conformance/ledger";
+import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import type { DispatcherDefaults } from "../src/world.js";
 import { FULL_SHRINK, expectReadable } from "./readable.js";
 import { listingWithout, memory, realDispatcher } from "./audit-mutants.js";
