@@ -10,4 +10,5 @@ export {
   type DispatchOnceCallInfo,
   type ClaimedDenial,
 } from "./once-tools.js";
-export { boundedFetch, type BoundedFetchOptions } from "./bounded-fetch.js";
+// Lives in @dispatch-once/runner (shared with the Anthropic SDK tool runner's profile, ATR-11); re-exported so imports keep working.
+export { boundedFetch, type BoundedFetchOptions } from "@dispatch-once/runner";

@@ -19,6 +19,7 @@ export {
   type ConversationRecord,
 } from "./record.js";
 export { defaultRetryPolicy, isFinalStop, type AttemptFailure, type RetryPolicy } from "./retry.js";
+export { boundedFetch, type BoundedFetchOptions } from "./bounded-fetch.js";
 export { StreamIncompleteError } from "./errors/stream-incomplete.js";
 export { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 export { TurnFailedError, type NotRetriedReason } from "./errors/turn-failed.js";

@@ -8,9 +8,11 @@ export interface BoundedFetchOptions {
   /**
    * The longest wait, in milliseconds, for the response's headers and then for each next chunk of
    * its body while the reader asks for one (spec STREAM-16). Past it the request is aborted and the
-   * body errors with a `TimeoutError` `DOMException`, so `streamText` ends the request without a
-   * finish part: a failed attempt, which the app sends again with the same messages (AISDK-6).
-   * A reader that is busy (a tool running) is not timed. `Infinity` turns the bound off.
+   * body errors with a `TimeoutError` `DOMException`: the AI SDK's `streamText` ends the request
+   * without a finish part, a failed attempt the app sends again with the same messages (AISDK-6,
+   * AISDK-13); the Anthropic SDK's `toolRunner` rejects `runUntilDone()`, and the app re-runs the
+   * loop (ATR-1, ATR-11). A reader that is busy (a tool running) is not timed. `Infinity` turns the
+   * bound off.
    * @default 300_000
    * @example { idleMs: 120_000 }
    */
@@ -26,14 +28,17 @@ export interface BoundedFetchOptions {
 const OPTION_NAMES: OptionNames<BoundedFetchOptions> = { idleMs: true, fetch: true };
 
 /**
- * A fetch for the model provider (`createOpenAI({ fetch: boundedFetch() })`,
- * `createAnthropic({ fetch: boundedFetch() })`) that ends the model's stream in the two cases
+ * A fetch for the model provider of a loop that Dispatch-Once's runner does not own, so that no
+ * `streamIdleTimeoutMs` bounds it: the AI SDK's (`createOpenAI({ fetch: boundedFetch() })`,
+ * `createAnthropic({ fetch: boundedFetch() })`, AISDK-13) and the Anthropic SDK's tool runner
+ * (`new Anthropic({ fetch: boundedFetch() })`, ATR-11). It ends the model's stream in the two cases
  * where, on Node, nothing else does:
  *
  * - **The stream goes silent** (a NAT or proxy dropped the connection without a FIN; an upstream
  *   stall): the wait for the headers and for each next chunk is bounded by `idleMs` (STREAM-16).
  *   `streamText`'s own `timeout.chunkMs` does not cover the wait before the first chunk, and it
- *   also runs while a tool executes, so it cuts a slow payment's step.
+ *   also runs while a tool executes, so it cuts a slow payment's step; the Anthropic SDK's
+ *   `timeout` is cleared once the headers arrive, so it does not time the body at all.
  * - **The request is aborted after the response fully arrived** but before it was read to its end:
  *   Node 20's fetch (undici 6) then leaves the body's pending read unsettled, and `fullStream`
  *   never ends. The body here errors at the abort itself.
