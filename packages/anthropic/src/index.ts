@@ -40,6 +40,9 @@ export {
   type ResumedTurnRecord,
   type UnansweredCallRecord,
   type ConversationRecord,
+  // The SDK's tool runner owns its loop, so no streamIdleTimeoutMs bounds its stream: this fetch does (ATR-11).
+  boundedFetch,
+  type BoundedFetchOptions,
 } from "@dispatch-once/runner";
 export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type ConversationRunnerParams, type UserContent } from "./runner.js";
 export {
