@@ -1,6 +1,9 @@
 import Anthropic from "@anthropic-ai/sdk";
 import { MemoryLedger } from "@dispatch-once/core";
 import type { FaultPosition } from "@dispatch-once/mock-provider";
+import { once as onceEvent } from "node:events";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
 import { boundedFetch, createOnceToolRunner } from "../src/index.js";
 import { THREAD_MODES, expectRequestsOfMode, paymentsApp, providerPerTest, toolResultsOf, type ThreadMode } from "./tool-runner-fixtures.js";
@@ -116,6 +119,21 @@ describe("ATR-11 STREAM-16 the SDK's tool runner: what bounds a silent model str
     expect(await settlesWithin(run, 2_000)).toBe(false);
     provider().cutNow(1, "reset");
     await run;
+  });
+
+  it("STREAM-16 control: the SDK's own `timeout` (400 ms) does end a request whose headers never come (so the test above measured the body, not a disarmed option)", async () => {
+    const server = createServer(() => {}); // accepts the request, never answers
+    server.listen(0, "127.0.0.1");
+    await onceEvent(server, "listening");
+    try {
+      const client = new Anthropic({ baseURL: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: "test-key", maxRetries: 0, timeout: IDLE_MS });
+      const { once } = await app();
+      const error = await once.toolRunner(client, { model: "claude-test", max_tokens: 1024, messages: [{ role: "user", content: "pay acme" }], stream: true }, { conversationId: "conv-headers" }).runUntilDone().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(Anthropic.APIConnectionTimeoutError);
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
   });
 
   describe.each(THREAD_MODES)("with new Anthropic({ fetch: boundedFetch({ idleMs: 400 }) }), %s", (name, params) => {
