@@ -74,11 +74,6 @@ async function heldStreamsEnd(): Promise<void> {
   }
 }
 
-const messageOf = (error: unknown): string => {
-  const e = error as { message?: string; cause?: { message?: string } };
-  return `${String(error)} ${e?.message ?? ""} ${e?.cause?.message ?? ""}`;
-};
-
 const textOf = (final: Anthropic.Beta.Messages.BetaMessage) => final.content.map((b) => (b.type === "text" ? b.text : "")).join("");
 
 /**
@@ -146,7 +141,8 @@ describe("ATR-11 STREAM-16 the SDK's tool runner: what bounds a silent model str
 
         // One failed run of the loop, ended by the bound; the stalled request was aborted (the mock saw the client leave).
         expect(errors).toHaveLength(1);
-        expect(messageOf(errors[0])).toContain(`the model's stream was idle for ${IDLE_MS} ms (STREAM-16)`);
+        expect(errors[0]).toBeInstanceOf(Anthropic.AnthropicError);
+        expect((errors[0] as Error).cause).toMatchObject({ name: "TimeoutError", message: `the model's stream was idle for ${IDLE_MS} ms (STREAM-16)` });
         await heldStreamsEnd();
 
         // The oracle: one payment in the payments API's effect log, the one the kept run was told.
