@@ -218,7 +218,10 @@ async function runKitProperty<S>(arbitrary: fc.Arbitrary<S>, runOne: (scenario: 
     ...(violates === undefined ? {} : { violates }),
     ...(note === undefined ? {} : { note }),
   };
-  const first = found[0]?.message ?? (error instanceof Error ? error.message : String(error));
+  // A scenario that passed on replay is reported from the run's own error, whose message leads with its
+  // rule ("CONF-2: ..."): said once, so the first line reads the same either way.
+  const raised = error instanceof Error ? error.message : String(error);
+  const first = found[0]?.message ?? (violates !== undefined && raised.startsWith(`${violates}: `) ? raised.slice(violates.length + 2) : raised);
   throw new ConformanceFailure(
     [
       `the end-to-end oracle rejects the run${violates ? ` (breaks ${violates})` : ""}: ${first}`,
