@@ -1,0 +1,159 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
+import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from "@opentelemetry/sdk-metrics";
+import { Dispatcher, MemoryLedger, defineTool } from "@dispatch-once/core";
+import { ATTR, METRIC, SPAN, dispatchTelemetry } from "../src/index.js";
+
+const RUN_TIMED_OUT = "dispatch_once.run_timed_out";
+
+function sdk() {
+  const spans = new InMemorySpanExporter();
+  const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
+  const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+  const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 60_000 });
+  const meterProvider = new MeterProvider({ readers: [reader] });
+  const telemetry = dispatchTelemetry({ tracer: tracerProvider.getTracer("t"), meter: meterProvider.getMeter("t") });
+  /** Sum of a counter's points whose attributes include `match`, and every point's attribute names. */
+  const metric = async (name: string, match: Record<string, unknown> = {}) => {
+    await reader.forceFlush();
+    const all = exporter.getMetrics().at(-1)?.scopeMetrics.flatMap((s) => s.metrics) ?? [];
+    const found = all.find((m) => m.descriptor.name === name);
+    let sum = 0;
+    for (const p of found?.dataPoints ?? []) {
+      if (Object.entries(match).every(([k, v]) => p.attributes[k] === v)) sum += p.value as number;
+    }
+    return { sum, unit: found?.descriptor.unit, attributeNames: [...new Set((found?.dataPoints ?? []).flatMap((p) => Object.keys(p.attributes)))] };
+  };
+  return { spans, telemetry, metric, shutdown: () => Promise.all([tracerProvider.shutdown(), meterProvider.shutdown()]) };
+}
+
+/** A promise the test settles: a downstream that answers when told to. */
+function gate() {
+  let open!: () => void;
+  const promise = new Promise<void>((resolve) => (open = resolve));
+  return { promise, open };
+}
+
+/** Poll `check` until it holds (generous bound, for a loaded machine); no timing is asserted. */
+async function eventually(check: () => boolean, what: string, boundMs = 20_000): Promise<void> {
+  const until = Date.now() + boundMs;
+  while (!check()) {
+    if (Date.now() > until) throw new Error(`not within ${boundMs} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** A keyed write whose every run waits for the test to open its gate. */
+function heldTool() {
+  const gates: ReturnType<typeof gate>[] = [];
+  const tool = defineTool({
+    name: "send_payment",
+    effect: "keyed_write",
+    input: z.object({ amount: z.number() }),
+    async run() {
+      const g = gate();
+      gates.push(g);
+      await g.promise;
+      return { id: `pay_${gates.length}` };
+    },
+  });
+  return { tool, gates };
+}
+
+/** The dispatcher's warnings, kept for the test rather than printed. */
+function quietLogger() {
+  const warnings: string[] = [];
+  return { warnings, logger: { warn: (message: string) => void warnings.push(message) } };
+}
+
+const turn0 = { conversationId: "conv-rto", turnIndex: 0 };
+const call = { name: "send_payment", input: { amount: 1 } };
+
+let cleanup: (() => Promise<unknown>) | undefined;
+afterEach(async () => {
+  await cleanup?.();
+  cleanup = undefined;
+});
+
+describe("a run that outlived its bound (OTEL-1, DISPATCH-18)", () => {
+  it("OTEL-1 a run past runTimeoutMs that settles later: its span has dispatch_once.run_timed_out with the bound, stays open, then ends with the recorded outcome; dispatch_once.run_timeouts counts 1 by tool name", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    const held = heldTool();
+    const { logger } = quietLogger();
+    const dispatcher = new Dispatcher({ tools: [held.tool], ledger: new MemoryLedger(), runTimeoutMs: 50, logger, onEvent: s.telemetry.onDispatchEvent });
+    await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "in_flight_elsewhere", runTimeoutMs: 50 });
+    // Given up on, not ended: the run may still settle and be recorded under its own fence.
+    expect(s.spans.getFinishedSpans()).toEqual([]);
+    expect((await s.metric(METRIC.RUN_TIMEOUTS, { [ATTR.TOOL_NAME]: "send_payment" })).sum).toBe(1);
+    held.gates[0]!.open();
+    await eventually(() => s.spans.getFinishedSpans().length === 1, "the late run's span ended");
+    const [run] = s.spans.getFinishedSpans();
+    expect(run!.name).toBe(SPAN.RUN);
+    expect(run!.attributes).toMatchObject({ [ATTR.FENCE]: 1, [ATTR.OUTCOME]: "completed" });
+    expect(run!.events.map((e) => e.name)).toEqual(["dispatch_once.run_started", RUN_TIMED_OUT, "dispatch_once.run_finished"]);
+    expect(run!.events[1]!.attributes).toEqual({ [ATTR.RUN_TIMEOUT_MS]: 50 });
+    const timeouts = await s.metric(METRIC.RUN_TIMEOUTS);
+    expect(timeouts).toEqual({ sum: 1, unit: "{event}", attributeNames: [ATTR.TOOL_NAME] });
+  });
+
+  it("OTEL-4 a run that timed out, then its key taken over while it is still pending: the event is on the first fence's span only, never on the takeover's", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    let now = 1_700_000_000_000;
+    const ledger = new MemoryLedger({ now: () => now });
+    const held = heldTool();
+    const { logger, warnings } = quietLogger();
+    const first = new Dispatcher({ tools: [held.tool], ledger, runTimeoutMs: 50, logger, onEvent: s.telemetry.onDispatchEvent });
+    const takeover = new Dispatcher({ tools: [held.tool], ledger, runTimeoutMs: Infinity, onEvent: s.telemetry.onDispatchEvent });
+    expect(takeover.keyFor(call, turn0)).toBe(first.keyFor(call, turn0));
+    await expect(first.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "in_flight_elsewhere" });
+    now += 10 * 60_000; // the first claim's lease (no longer renewed) lapses on the ledger's clock
+    const second = takeover.turn(turn0).dispatch(call);
+    await eventually(() => held.gates.length === 2, "the takeover's run started");
+    held.gates[0]!.open(); // the first run settles late: its write under fence 1 is refused
+    held.gates[1]!.open();
+    await expect(second).resolves.toMatchObject({ replayed: false });
+    // The first run's late completion under fence 1 was refused (record_failed): it must not end or mark the takeover's span.
+    await eventually(() => warnings.some((w) => w.includes("settled after runTimeoutMs could not be recorded")), "the first run's late record refused");
+    await eventually(() => s.spans.getFinishedSpans().length === 2, "both spans ended");
+    const byFence = new Map(s.spans.getFinishedSpans().map((x) => [x.attributes[ATTR.FENCE], x]));
+    expect(byFence.get(1)!.events.filter((e) => e.name === RUN_TIMED_OUT).map((e) => e.attributes)).toEqual([{ [ATTR.RUN_TIMEOUT_MS]: 50 }]);
+    expect(byFence.get(2)!.attributes).toMatchObject({ [ATTR.TAKEOVER]: true, [ATTR.OUTCOME]: "completed" });
+    expect(byFence.get(2)!.events.map((e) => e.name)).not.toContain(RUN_TIMED_OUT);
+  });
+
+  it("OTEL-4 a run whose key was taken over before it timed out: its late run_timed_out is counted but not put on the takeover's open span", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    let now = 1_700_000_000_000;
+    const ledger = new MemoryLedger({ now: () => now });
+    const held = heldTool();
+    const { logger, warnings } = quietLogger();
+    // A bound long enough for the takeover to claim first; checked below, not assumed.
+    const first = new Dispatcher({ tools: [held.tool], ledger, runTimeoutMs: 2_000, logger, onEvent: s.telemetry.onDispatchEvent });
+    const takeover = new Dispatcher({ tools: [held.tool], ledger, runTimeoutMs: Infinity, onEvent: s.telemetry.onDispatchEvent });
+    let firstSettled = false;
+    const firstDispatch = first.turn(turn0).dispatch(call).finally(() => (firstSettled = true));
+    await eventually(() => held.gates.length === 1, "the first run started");
+    now += 10 * 60_000;
+    const second = takeover.turn(turn0).dispatch(call);
+    await eventually(() => held.gates.length === 2, "the takeover's run started");
+    expect(firstSettled, "precondition: the takeover claimed before the first run's bound").toBe(false);
+    // The first run's bound passes while the takeover's span (fence 2) is the key's open one.
+    await expect(firstDispatch).rejects.toMatchObject({ code: "in_flight_elsewhere", runTimeoutMs: 2_000 });
+    held.gates[1]!.open();
+    await expect(second).resolves.toMatchObject({ replayed: false });
+    held.gates[0]!.open();
+    // The first run's late completion under fence 1 was refused (record_failed): it must not end or mark the takeover's span.
+    await eventually(() => warnings.some((w) => w.includes("settled after runTimeoutMs could not be recorded")), "the first run's late record refused");
+    await eventually(() => s.spans.getFinishedSpans().length === 2, "both spans ended");
+    const byFence = new Map(s.spans.getFinishedSpans().map((x) => [x.attributes[ATTR.FENCE], x]));
+    expect(byFence.get(2)!.attributes).toMatchObject({ [ATTR.TAKEOVER]: true, [ATTR.OUTCOME]: "completed" });
+    expect(byFence.get(2)!.events.map((e) => e.name)).not.toContain(RUN_TIMED_OUT);
+    // The first span was ended by the takeover's claim (not_recorded), before its bound passed.
+    expect(byFence.get(1)!.attributes).toMatchObject({ [ATTR.OUTCOME]: "not_recorded" });
+    expect((await s.metric(METRIC.RUN_TIMEOUTS, { [ATTR.TOOL_NAME]: "send_payment" })).sum).toBe(1);
+  });
+});
