@@ -11,6 +11,8 @@ export const ATTR = {
   TAKEOVER: "dispatch_once.takeover",
   OUTCOME: "dispatch_once.outcome",
   RUN_OK: "dispatch_once.run.ok",
+  /** On a run's `dispatch_once.run_timed_out` event: the bound the run outlived, in ms (DISPATCH-18). */
+  RUN_TIMEOUT_MS: "dispatch_once.run.timeout_ms",
   REPLAY_STATE: "dispatch_once.replay.state",
   LEASE_LOST_REASON: "dispatch_once.lease_lost.reason",
   RECONCILE_CAUSE: "dispatch_once.reconcile.cause",
@@ -47,6 +49,8 @@ export const METRIC = {
   UNKNOWNS: "dispatch_once.unknowns",
   RECONCILIATIONS: "dispatch_once.reconciliations",
   LEASE_LOSSES: "dispatch_once.lease_losses",
+  /** Runs given up on at their bound (DISPATCH-18): answered in_flight_elsewhere while the effect may still happen. */
+  RUN_TIMEOUTS: "dispatch_once.run_timeouts",
   /** Ledger operations sent again because the ledger was out of reach (DISPATCH-10, DISPATCH-16). */
   LEDGER_RETRIES: "dispatch_once.ledger_retries",
   RUN_DURATION: "dispatch_once.run.duration",

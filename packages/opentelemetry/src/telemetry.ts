@@ -90,6 +90,7 @@ export class DispatchTelemetry {
       UNKNOWNS: counter(METRIC.UNKNOWNS, "Claimed runs whose outcome was recorded unknown"),
       RECONCILIATIONS: counter(METRIC.RECONCILIATIONS, "Reconcile probe answers"),
       LEASE_LOSSES: counter(METRIC.LEASE_LOSSES, "Claims lost while the tool ran"),
+      RUN_TIMEOUTS: counter(METRIC.RUN_TIMEOUTS, "Runs that outlived their bound, answered in_flight_elsewhere (the effect may still happen)"),
       LEDGER_RETRIES: counter(METRIC.LEDGER_RETRIES, "Ledger operations sent again after ledger_unavailable"),
       TURNS: counter(METRIC.TURNS, "Runner turns by outcome"),
       ATTEMPTS: counter(METRIC.ATTEMPTS, "Streamed attempts of a turn"),
@@ -169,6 +170,13 @@ export class DispatchTelemetry {
       case "lease_lost":
         this.counters.LEASE_LOSSES.add(1, { ...tool, [ATTR.LEASE_LOST_REASON]: event.reason });
         this.runOf(event.key, event.fence)?.span.addEvent("dispatch_once.lease_lost", { [ATTR.LEASE_LOST_REASON]: event.reason });
+        return;
+      case "run_timed_out":
+        this.counters.RUN_TIMEOUTS.add(1, tool);
+        // The dispatch is answered but the run goes on: its span stays open until its fence's
+        // late `recorded`/`record_failed` (or a takeover's claim, maxOpenSpans, endAll) ends it.
+        // Only that fence's span (OTEL-4); a read (no fence) claimed nothing and has no span.
+        if (event.fence !== undefined) this.runOf(event.key, event.fence)?.span.addEvent("dispatch_once.run_timed_out", { [ATTR.RUN_TIMEOUT_MS]: event.runTimeoutMs });
         return;
       case "request_differs":
         this.runs.get(event.key)?.span.addEvent("dispatch_once.request_differs");
