@@ -1,32 +1,10 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
-import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from "@opentelemetry/sdk-metrics";
 import { Dispatcher, MemoryLedger, defineTool } from "@dispatch-once/core";
-import { ATTR, METRIC, SPAN, dispatchTelemetry } from "../src/index.js";
+import { ATTR, METRIC, SPAN } from "../src/index.js";
+import { sdk } from "./otel-sdk.js";
 
 const RUN_TIMED_OUT = "dispatch_once.run_timed_out";
-
-function sdk() {
-  const spans = new InMemorySpanExporter();
-  const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
-  const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
-  const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 60_000 });
-  const meterProvider = new MeterProvider({ readers: [reader] });
-  const telemetry = dispatchTelemetry({ tracer: tracerProvider.getTracer("t"), meter: meterProvider.getMeter("t") });
-  /** Sum of a counter's points whose attributes include `match`, and every point's attribute names. */
-  const metric = async (name: string, match: Record<string, unknown> = {}) => {
-    await reader.forceFlush();
-    const all = exporter.getMetrics().at(-1)?.scopeMetrics.flatMap((s) => s.metrics) ?? [];
-    const found = all.find((m) => m.descriptor.name === name);
-    let sum = 0;
-    for (const p of found?.dataPoints ?? []) {
-      if (Object.entries(match).every(([k, v]) => p.attributes[k] === v)) sum += p.value as number;
-    }
-    return { sum, unit: found?.descriptor.unit, attributeNames: [...new Set((found?.dataPoints ?? []).flatMap((p) => Object.keys(p.attributes)))] };
-  };
-  return { spans, telemetry, metric, shutdown: () => Promise.all([tracerProvider.shutdown(), meterProvider.shutdown()]) };
-}
 
 /** A promise the test settles: a downstream that answers when told to. */
 function gate() {
@@ -76,6 +54,25 @@ afterEach(async () => {
   cleanup = undefined;
 });
 
+/**
+ * Two dispatchers on one ledger whose clock the test moves: `first` bounds its runs at
+ * `runTimeoutMs`, `takeover` takes the key over once `lapse()` has moved the clock past the
+ * first claim's lease. Both report to one telemetry.
+ */
+function racingDispatchers(runTimeoutMs: number) {
+  const s = sdk();
+  cleanup = s.shutdown;
+  let now = 1_700_000_000_000;
+  const ledger = new MemoryLedger({ now: () => now });
+  const held = heldTool();
+  const { logger, warnings } = quietLogger();
+  const first = new Dispatcher({ tools: [held.tool], ledger, runTimeoutMs, logger, onEvent: s.telemetry.onDispatchEvent });
+  const takeover = new Dispatcher({ tools: [held.tool], ledger, runTimeoutMs: Infinity, onEvent: s.telemetry.onDispatchEvent });
+  // The first claim's lease (no longer renewed once its run is given up on) lapses on the ledger's clock.
+  const lapse = () => void (now += 10 * 60_000);
+  return { s, held, warnings, first, takeover, lapse };
+}
+
 describe("a run that outlived its bound (OTEL-1, DISPATCH-18)", () => {
   it("OTEL-1 a run past runTimeoutMs that settles later: its span has dispatch_once.run_timed_out with the bound, stays open, then ends with the recorded outcome; dispatch_once.run_timeouts counts 1 by tool name", async () => {
     const s = sdk();
@@ -86,7 +83,7 @@ describe("a run that outlived its bound (OTEL-1, DISPATCH-18)", () => {
     await expect(dispatcher.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "in_flight_elsewhere", runTimeoutMs: 50 });
     // Given up on, not ended: the run may still settle and be recorded under its own fence.
     expect(s.spans.getFinishedSpans()).toEqual([]);
-    expect((await s.metric(METRIC.RUN_TIMEOUTS, { [ATTR.TOOL_NAME]: "send_payment" })).sum).toBe(1);
+    expect(await s.metric(METRIC.RUN_TIMEOUTS, { [ATTR.TOOL_NAME]: "send_payment" })).toBe(1);
     held.gates[0]!.open();
     await eventually(() => s.spans.getFinishedSpans().length === 1, "the late run's span ended");
     const [run] = s.spans.getFinishedSpans();
@@ -94,22 +91,15 @@ describe("a run that outlived its bound (OTEL-1, DISPATCH-18)", () => {
     expect(run!.attributes).toMatchObject({ [ATTR.FENCE]: 1, [ATTR.OUTCOME]: "completed" });
     expect(run!.events.map((e) => e.name)).toEqual(["dispatch_once.run_started", RUN_TIMED_OUT, "dispatch_once.run_finished"]);
     expect(run!.events[1]!.attributes).toEqual({ [ATTR.RUN_TIMEOUT_MS]: 50 });
-    const timeouts = await s.metric(METRIC.RUN_TIMEOUTS);
-    expect(timeouts).toEqual({ sum: 1, unit: "{event}", attributeNames: [ATTR.TOOL_NAME] });
+    expect(await s.metric(METRIC.RUN_TIMEOUTS)).toBe(1);
+    expect(await s.metricShape(METRIC.RUN_TIMEOUTS)).toEqual({ unit: "{event}", attributeNames: [ATTR.TOOL_NAME] });
   });
 
   it("OTEL-4 a run that timed out, then its key taken over while it is still pending: the event is on the first fence's span only, never on the takeover's", async () => {
-    const s = sdk();
-    cleanup = s.shutdown;
-    let now = 1_700_000_000_000;
-    const ledger = new MemoryLedger({ now: () => now });
-    const held = heldTool();
-    const { logger, warnings } = quietLogger();
-    const first = new Dispatcher({ tools: [held.tool], ledger, runTimeoutMs: 50, logger, onEvent: s.telemetry.onDispatchEvent });
-    const takeover = new Dispatcher({ tools: [held.tool], ledger, runTimeoutMs: Infinity, onEvent: s.telemetry.onDispatchEvent });
+    const { s, held, warnings, first, takeover, lapse } = racingDispatchers(50);
     expect(takeover.keyFor(call, turn0)).toBe(first.keyFor(call, turn0));
     await expect(first.turn(turn0).dispatch(call)).rejects.toMatchObject({ code: "in_flight_elsewhere" });
-    now += 10 * 60_000; // the first claim's lease (no longer renewed) lapses on the ledger's clock
+    lapse();
     const second = takeover.turn(turn0).dispatch(call);
     await eventually(() => held.gates.length === 2, "the takeover's run started");
     held.gates[0]!.open(); // the first run settles late: its write under fence 1 is refused
@@ -125,19 +115,12 @@ describe("a run that outlived its bound (OTEL-1, DISPATCH-18)", () => {
   });
 
   it("OTEL-4 a run whose key was taken over before it timed out: its late run_timed_out is counted but not put on the takeover's open span", async () => {
-    const s = sdk();
-    cleanup = s.shutdown;
-    let now = 1_700_000_000_000;
-    const ledger = new MemoryLedger({ now: () => now });
-    const held = heldTool();
-    const { logger, warnings } = quietLogger();
     // A bound long enough for the takeover to claim first; checked below, not assumed.
-    const first = new Dispatcher({ tools: [held.tool], ledger, runTimeoutMs: 2_000, logger, onEvent: s.telemetry.onDispatchEvent });
-    const takeover = new Dispatcher({ tools: [held.tool], ledger, runTimeoutMs: Infinity, onEvent: s.telemetry.onDispatchEvent });
+    const { s, held, warnings, first, takeover, lapse } = racingDispatchers(2_000);
     let firstSettled = false;
     const firstDispatch = first.turn(turn0).dispatch(call).finally(() => (firstSettled = true));
     await eventually(() => held.gates.length === 1, "the first run started");
-    now += 10 * 60_000;
+    lapse();
     const second = takeover.turn(turn0).dispatch(call);
     await eventually(() => held.gates.length === 2, "the takeover's run started");
     expect(firstSettled, "precondition: the takeover claimed before the first run's bound").toBe(false);
@@ -154,6 +137,6 @@ describe("a run that outlived its bound (OTEL-1, DISPATCH-18)", () => {
     expect(byFence.get(2)!.events.map((e) => e.name)).not.toContain(RUN_TIMED_OUT);
     // The first span was ended by the takeover's claim (not_recorded), before its bound passed.
     expect(byFence.get(1)!.attributes).toMatchObject({ [ATTR.OUTCOME]: "not_recorded" });
-    expect((await s.metric(METRIC.RUN_TIMEOUTS, { [ATTR.TOOL_NAME]: "send_payment" })).sum).toBe(1);
+    expect(await s.metric(METRIC.RUN_TIMEOUTS, { [ATTR.TOOL_NAME]: "send_payment" })).toBe(1);
   });
 });

@@ -1,36 +1,12 @@
 import { SpanStatusCode } from "@opentelemetry/api";
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
-import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from "@opentelemetry/sdk-metrics";
 import { Dispatcher, MemoryLedger, OutcomeUnknownError, defineTool, type Ledger } from "@dispatch-once/core";
 import type { RunnerEvent } from "@dispatch-once/runner";
 import { ATTR, METRIC, SPAN, dispatchTelemetry } from "../src/index.js";
+import { sdk } from "./otel-sdk.js";
 
 const turn0 = { conversationId: "conv-otel", turnIndex: 0 };
-
-function sdk() {
-  const spans = new InMemorySpanExporter();
-  const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
-  const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
-  const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 60_000 });
-  const meterProvider = new MeterProvider({ readers: [reader] });
-  const telemetry = dispatchTelemetry({ tracer: tracerProvider.getTracer("t"), meter: meterProvider.getMeter("t") });
-  /** Sum of a counter's points whose attributes include `match`. */
-  const metric = async (name: string, match: Record<string, unknown> = {}) => {
-    await reader.forceFlush();
-    const all = exporter.getMetrics().at(-1)?.scopeMetrics.flatMap((s) => s.metrics) ?? [];
-    const points = all.find((m) => m.descriptor.name === name)?.dataPoints ?? [];
-    let sum = 0;
-    for (const p of points) {
-      if (Object.entries(match).every(([k, v]) => p.attributes[k] === v)) {
-        sum += typeof p.value === "number" ? p.value : (p.value as { count: number }).count;
-      }
-    }
-    return sum;
-  };
-  return { spans, telemetry, metric, shutdown: () => Promise.all([tracerProvider.shutdown(), meterProvider.shutdown()]) };
-}
 
 function durable(ledger: MemoryLedger): Ledger {
   return Object.assign(Object.create(ledger), { capabilities: { ...ledger.capabilities, durability: "durable" as const } }) as Ledger;
