@@ -5,3 +5,17 @@
  * `node <that path>` where it spawned `node --import tsx <entry>`.
  */
 export declare function compiledEntry(entry: string): string;
+
+/** One textual change of a mutant: `from` (exactly once in `file`, a path relative to the entry's directory) becomes `to`. */
+export interface SourcePatch {
+  file: string;
+  from: string;
+  to: string;
+}
+
+/**
+ * The path of a bundled copy of a package's entry (`<package>/test/.tmp/mutants/<id>.compiled.mjs`)
+ * with the patches applied to its sources as they load; the sources themselves are not written.
+ * Throws when a patch's `from` does not occur exactly once, or its file is not in the bundle.
+ */
+export declare function mutatedEntry(entry: string, id: string, patches: readonly SourcePatch[]): Promise<string>;

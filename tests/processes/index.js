@@ -4,9 +4,9 @@
 // esbuild compiles an entry in a few milliseconds, so every spawn compiles it afresh (never a
 // stale copy, in watch mode too) and renames the result into place (atomic when vitest's workers
 // compile the same entry at once: a process starting meanwhile reads one whole copy or the other).
-import { buildSync } from "esbuild";
-import { renameSync } from "node:fs";
-import { basename, dirname, join } from "node:path";
+import { build, buildSync } from "esbuild";
+import { mkdirSync, readFileSync, renameSync } from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
 
 let written = 0;
 
@@ -25,6 +25,61 @@ export function compiledEntry(entry) {
     target: "node20",
     logLevel: "error",
   });
+  renameSync(partial, out);
+  return out;
+}
+
+// A mutant of a package's source for the blind rounds' tests (conformance/README.md, round K):
+// the entry bundled as compiledEntry does, with each patch's `from` replaced by its `to` in the
+// file it names as esbuild loads it. The package's own files are never written. Every `from`
+// must occur exactly once in its file, and every patched file must be part of the bundle: a
+// patch that no longer applies (the source moved on) fails here, never quietly certifies the
+// unpatched adapter as the mutant.
+export async function mutatedEntry(entry, id, patches) {
+  if (!/^[a-z0-9-]+$/.test(id)) throw new TypeError(`mutatedEntry takes an id of [a-z0-9-], got ${JSON.stringify(id)}`);
+  const byFile = new Map();
+  for (const p of patches) {
+    const file = resolve(dirname(entry), p.file);
+    byFile.set(file, [...(byFile.get(file) ?? []), p]);
+  }
+  const applied = new Set();
+  const dir = join(dirname(entry), "..", "test", ".tmp", "mutants");
+  mkdirSync(dir, { recursive: true });
+  const out = join(dir, `${id}.compiled.mjs`);
+  const partial = `${out}.${process.pid}.${written++}.partial`;
+  // esbuild runs plugins only in its asynchronous API.
+  await build({
+    entryPoints: [entry],
+    outfile: partial,
+    bundle: true,
+    packages: "external",
+    format: "esm",
+    platform: "node",
+    target: "node20",
+    logLevel: "error",
+    plugins: [
+      {
+        name: "mutant",
+        setup(b) {
+          b.onLoad({ filter: /\.ts$/ }, (args) => {
+            const own = byFile.get(args.path);
+            if (own === undefined) return undefined;
+            let text = readFileSync(args.path, "utf8");
+            for (const { from, to } of own) {
+              const at = text.indexOf(from);
+              if (at < 0 || text.indexOf(from, at + 1) >= 0) {
+                throw new Error(`mutant ${id}: ${JSON.stringify(from.slice(0, 80))} occurs ${at < 0 ? "nowhere" : "more than once"} in ${args.path}`);
+              }
+              text = text.slice(0, at) + to + text.slice(at + from.length);
+            }
+            applied.add(args.path);
+            return { contents: text, loader: "ts" };
+          });
+        },
+      },
+    ],
+  });
+  for (const file of byFile.keys()) if (!applied.has(file)) throw new Error(`mutant ${id}: ${file} is not part of ${entry}`);
   renameSync(partial, out);
   return out;
 }

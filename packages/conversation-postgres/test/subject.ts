@@ -1,7 +1,7 @@
 // The PostgreSQL conversation store as a conformance subject. Every create() gets its own
 // schema; the raw hooks read and write the tables over the tests' own pool with plain SQL.
 import type { ConversationStore, JsonValue } from "@dispatch-once/core";
-import type { ConversationStoreFixture, ConversationStoreSubject, RawMessage, RawTurn } from "@dispatch-once/conformance";
+import { skewStoreProcessClock, type ConversationStoreFixture, type ConversationStoreSubject, type RawMessage, type RawTurn } from "@dispatch-once/conformance";
 import { NOW_MS, PostgresConversationStore, tablesFor } from "../src/index.js";
 import { DATABASE_URL, adminPool, closedPort, dropSchema, uniqueSchema } from "./helpers.js";
 
@@ -9,19 +9,24 @@ function parse(text: unknown): JsonValue {
   return JSON.parse(String(text)) as JsonValue;
 }
 
-export function createPostgresConversationSubject(name = "conversation-postgres"): ConversationStoreSubject {
+/** `StoreClass` is the class to certify (a blind round's mutant of it, test/round-k-blind.test.ts). */
+export function createPostgresConversationSubject(
+  name = "conversation-postgres",
+  StoreClass: typeof PostgresConversationStore = PostgresConversationStore,
+  tag = "kit",
+): ConversationStoreSubject {
   const admin = adminPool(2);
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true, clockSkew: true },
     async create(): Promise<ConversationStoreFixture> {
-      const schema = uniqueSchema("kit");
+      const schema = uniqueSchema(tag);
       const t = tablesFor(schema);
       const q = (table: string) => `"${schema}"."${table}"`;
       const stores: PostgresConversationStore[] = [];
       const open = (): PostgresConversationStore => {
         // Small pools: a reopen() is another process's view with its own connections.
-        const store = new PostgresConversationStore({ connectionString: DATABASE_URL, schema, poolConfig: { max: 4 } });
+        const store = new StoreClass({ connectionString: DATABASE_URL, schema, poolConfig: { max: 4 } });
         stores.push(store);
         return store;
       };
@@ -77,9 +82,12 @@ export function createPostgresConversationSubject(name = "conversation-postgres"
             const { rowCount } = await admin.query(`UPDATE ${q(t.messages)} SET failed_at = 0 WHERE conversation_id = $1 AND message_id = $2 AND state = 'failed'`, [conversationId, messageId]);
             if (rowCount !== 1) throw new Error(`forgetFailedAt: no failed message ${messageId} in ${conversationId}`);
           },
+          // clockSkew: the store decides leases on the server's clock, never this process's, so another
+          // instance whose calls run with this process's Date off must grant and respect the same leases.
+          skewedInstance: async (offsetMs) => skewStoreProcessClock(open(), offsetMs),
           async disconnected() {
             // Nothing listens on the port: every call must fail closed, fast.
-            const broken = new PostgresConversationStore({
+            const broken = new StoreClass({
               connectionString: `postgres://postgres@127.0.0.1:${await closedPort()}/test`,
               schema,
               poolConfig: { connectionTimeoutMillis: 2_000 },

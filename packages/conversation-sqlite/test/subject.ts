@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ConversationStore, JsonValue } from "@dispatch-once/core";
-import type { ConversationStoreFixture, ConversationStoreSubject, RawMessage, RawTurn } from "@dispatch-once/conformance";
+import { skewStoreProcessClock, type ConversationStoreFixture, type ConversationStoreSubject, type RawMessage, type RawTurn } from "@dispatch-once/conformance";
 import { STORE_NOW_SQL, SqliteConversationStore, tablesFor } from "../src/index.js";
 
 const T = tablesFor();
@@ -15,12 +15,13 @@ function parse(text: unknown): JsonValue {
   return JSON.parse(String(text)) as JsonValue;
 }
 
-export function createSqliteConversationSubject(name = "conversation-sqlite"): ConversationStoreSubject {
+/** `StoreClass` is the class to certify (a blind round's mutant of it, test/round-k-blind.test.ts). */
+export function createSqliteConversationSubject(name = "conversation-sqlite", StoreClass: typeof SqliteConversationStore = SqliteConversationStore): ConversationStoreSubject {
   let root: string | undefined;
   let counter = 0;
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true, clockSkew: true },
     async create(): Promise<ConversationStoreFixture> {
       // The kit checks semantics, not the disk: a memory-backed filesystem keeps
       // synchronous=FULL (the default) cheap. The restart and race tests use a real temp dir.
@@ -29,7 +30,7 @@ export function createSqliteConversationSubject(name = "conversation-sqlite"): C
       const path = join(dir, "conversations.db");
       const stores: SqliteConversationStore[] = [];
       const open = (): SqliteConversationStore => {
-        const store = new SqliteConversationStore({ path });
+        const store = new StoreClass({ path });
         stores.push(store);
         return store;
       };
@@ -85,6 +86,9 @@ export function createSqliteConversationSubject(name = "conversation-sqlite"): C
             const { changes } = raw.prepare(`UPDATE "${T.messages}" SET failed_at = 0 WHERE conversation_id = ? AND message_id = ? AND state = 'failed'`).run(conversationId, messageId);
             if (changes !== 1) throw new Error(`forgetFailedAt: no failed message ${messageId} in ${conversationId}`);
           },
+          // clockSkew: the store decides leases on SQLite's clock, never this process's, so another
+          // instance whose calls run with this process's Date off must grant and respect the same leases.
+          skewedInstance: async (offsetMs) => skewStoreProcessClock(open(), offsetMs),
           async disconnected() {
             // A store whose connection is gone (closed under it): every call must fail closed.
             const broken = open();

@@ -25,65 +25,70 @@ function sharedPool(): pg.Pool {
 
 /**
  * The PostgreSQL ledger as a conformance subject: every create() gets a fresh schema
- * do_test_conf_<random> (dropped by destroy()); raw hooks are SQL against that table.
+ * do_test_<tag>_<random> (dropped by destroy()); raw hooks are SQL against that table.
+ * `LedgerClass` is the class to certify (a blind round's mutant of it, test/round-k-blind.test.ts).
  */
-export const postgresSubject: LedgerSubject = {
-  name: "ledger-postgres",
-  // clockSkew: PostgresLedger has no clock option (every time is the server's clock_timestamp()),
-  // so the skewed instance is a second instance whose calls run with this process's Date off
-  // (skewProcessClock): one that read Date.now() for a lease would take over live claims.
-  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listRows: true, resolve: true, auditTrail: true, retire: true, listExpiredInFlight: true },
-  async create(options = {}): Promise<LedgerFixture> {
-    const pool = sharedPool();
-    const schema = uniqueSchema("conf");
-    const ledger = new PostgresLedger({ pool, schema, ...options });
-    await ledger.migrate();
-    const others: Ledger[] = [];
-    return {
-      ledger,
-      // A restart: a new instance with its own pool (ended by its close()).
-      async reopen() {
-        const other = new PostgresLedger({ connectionString: DATABASE_URL, poolConfig: { max: 4 }, schema, ...options });
-        others.push(other);
-        // What a restarted process does before it hands the ledger to a Dispatcher: decide
-        // the durability from the server (migrate() does the same on first open).
-        await other.probeDurability();
-        return other;
-      },
-      raw: {
-        read: (key: string) => readStoredRow(pool, schema, key),
-        expireLease: (key: string) => expireLease(pool, schema, key),
-        expireRetention: (key: string) => expireRetention(pool, schema, key),
-        expireRetired: (key: string) => expireRetired(pool, schema, key),
-        // An unknown row format version: the adapter must refuse it, never treat it as absent.
-        async corrupt(key: string) {
-          const { rowCount } = await pool.query(`UPDATE ${table(schema)} SET v = 0 WHERE key = $1`, [key]);
-          if (rowCount !== 1) throw new Error(`corrupt: no row ${key}`);
-        },
-        async skewedInstance(offsetMs: number) {
-          const other = new PostgresLedger({ connectionString: DATABASE_URL, poolConfig: { max: 2 }, schema, ...options });
+export function createPostgresSubject(LedgerClass: typeof PostgresLedger = PostgresLedger, name = "ledger-postgres", tag = "conf"): LedgerSubject {
+  return {
+    name,
+    // clockSkew: PostgresLedger has no clock option (every time is the server's clock_timestamp()),
+    // so the skewed instance is a second instance whose calls run with this process's Date off
+    // (skewProcessClock): one that read Date.now() for a lease would take over live claims.
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listRows: true, resolve: true, auditTrail: true, retire: true, listExpiredInFlight: true },
+    async create(options = {}): Promise<LedgerFixture> {
+      const pool = sharedPool();
+      const schema = uniqueSchema(tag);
+      const ledger = new LedgerClass({ pool, schema, ...options });
+      await ledger.migrate();
+      const others: Ledger[] = [];
+      return {
+        ledger,
+        // A restart: a new instance with its own pool (ended by its close()).
+        async reopen() {
+          const other = new LedgerClass({ connectionString: DATABASE_URL, poolConfig: { max: 4 }, schema, ...options });
           others.push(other);
-          return skewProcessClock(other, offsetMs);
+          // What a restarted process does before it hands the ledger to a Dispatcher: decide
+          // the durability from the server (migrate() does the same on first open).
+          await other.probeDurability();
+          return other;
         },
-        async disconnected() {
-          const broken = new PostgresLedger({
-            connectionString: closedUrl(await closedPort()),
-            poolConfig: { connectionTimeoutMillis: 2_000 },
-            schema,
-            ...options,
-          });
-          others.push(broken);
-          return broken;
+        raw: {
+          read: (key: string) => readStoredRow(pool, schema, key),
+          expireLease: (key: string) => expireLease(pool, schema, key),
+          expireRetention: (key: string) => expireRetention(pool, schema, key),
+          expireRetired: (key: string) => expireRetired(pool, schema, key),
+          // An unknown row format version: the adapter must refuse it, never treat it as absent.
+          async corrupt(key: string) {
+            const { rowCount } = await pool.query(`UPDATE ${table(schema)} SET v = 0 WHERE key = $1`, [key]);
+            if (rowCount !== 1) throw new Error(`corrupt: no row ${key}`);
+          },
+          async skewedInstance(offsetMs: number) {
+            const other = new LedgerClass({ connectionString: DATABASE_URL, poolConfig: { max: 2 }, schema, ...options });
+            others.push(other);
+            return skewProcessClock(other, offsetMs);
+          },
+          async disconnected() {
+            const broken = new LedgerClass({
+              connectionString: closedUrl(await closedPort()),
+              poolConfig: { connectionTimeoutMillis: 2_000 },
+              schema,
+              ...options,
+            });
+            others.push(broken);
+            return broken;
+          },
         },
-      },
-      async destroy() {
-        await Promise.all(others.map((l) => l.close()));
-        await ledger.close();
-        await dropSchema(pool, schema);
-      },
-    };
-  },
-};
+        async destroy() {
+          await Promise.all(others.map((l) => l.close()));
+          await ledger.close();
+          await dropSchema(pool, schema);
+        },
+      };
+    },
+  };
+}
+
+export const postgresSubject: LedgerSubject = createPostgresSubject();
 
 /** End the shared pool (call from afterAll). */
 export async function closeSubjectPool(): Promise<void> {

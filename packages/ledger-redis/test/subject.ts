@@ -21,65 +21,72 @@ export async function readRow(client: Redis, redisKey: string, key: string): Pro
   return row;
 }
 
-/** Fresh prefix per create(); raw hooks talk to Redis directly. */
-export const redisSubject: LedgerSubject = {
-  name: "ledger-redis",
-  // clockSkew: RedisLedger has no clock option (leases are on the server's TIME inside its
-  // scripts), so the skewed instance is another instance whose calls run with this process's Date
-  // off (skewProcessClock): one that computed a lease from Date.now() would take over live claims.
-  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, resolve: true, auditTrail: true, listRows: true, retire: true, listExpiredInFlight: true },
-  async create(options = {}) {
-    const prefix = uniquePrefix("conf");
-    const raw = rawClient();
-    const ledgers: Ledger[] = [];
-    const open = (): RedisLedger => {
-      // The kit watches real retention run out (retentionMs of a second or less): the test-only
-      // escape from the 1 h floor (LEDGER-13), never set outside tests.
-      const ledger = new RedisLedger({ url: REDIS_URL, prefix, allowShortRetentionForTests: true, ...options });
-      ledgers.push(ledger);
-      return ledger;
-    };
-    const ledger = open();
-    const keyOf = (key: string) => ledger.redisKey(key);
-    return {
-      ledger,
-      reopen: async () => open(),
-      raw: {
-        read: (key) => readRow(raw, keyOf(key), key),
-        async expireLease(key) {
-          await raw.eval(EXPIRE_LEASE_LUA, 2, keyOf(key), ledger.inflightIndexKey(key));
+/**
+ * Fresh prefix per create(); raw hooks talk to Redis directly. `LedgerClass` is the class to
+ * certify (a blind round's mutant of it, test/round-k-blind.test.ts).
+ */
+export function createRedisSubject(LedgerClass: typeof RedisLedger = RedisLedger, name = "ledger-redis", tag = "conf"): LedgerSubject {
+  return {
+    name,
+    // clockSkew: RedisLedger has no clock option (leases are on the server's TIME inside its
+    // scripts), so the skewed instance is another instance whose calls run with this process's Date
+    // off (skewProcessClock): one that computed a lease from Date.now() would take over live claims.
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, resolve: true, auditTrail: true, listRows: true, retire: true, listExpiredInFlight: true },
+    async create(options = {}) {
+      const prefix = uniquePrefix(tag);
+      const raw = rawClient();
+      const ledgers: Ledger[] = [];
+      const open = (): RedisLedger => {
+        // The kit watches real retention run out (retentionMs of a second or less): the test-only
+        // escape from the 1 h floor (LEDGER-13), never set outside tests.
+        const ledger = new LedgerClass({ url: REDIS_URL, prefix, allowShortRetentionForTests: true, ...options });
+        ledgers.push(ledger);
+        return ledger;
+      };
+      const ledger = open();
+      const keyOf = (key: string) => ledger.redisKey(key);
+      return {
+        ledger,
+        reopen: async () => open(),
+        raw: {
+          read: (key) => readRow(raw, keyOf(key), key),
+          async expireLease(key) {
+            await raw.eval(EXPIRE_LEASE_LUA, 2, keyOf(key), ledger.inflightIndexKey(key));
+          },
+          async expireRetention(key) {
+            // A timestamp in the past: Redis removes the key at once, as it would when its TTL ran out.
+            const value = await raw.get(keyOf(key));
+            if (value !== null && parseStored(value).header.state !== "in_flight") await raw.pexpireat(keyOf(key), 1);
+          },
+          // As if every claim id of the key had been retired longer than the retention ago (LEDGER-28):
+          // its members of the slot's set (`<claim id>:<key>`, a claim id has no ':') get a past time.
+          async expireRetired(key) {
+            const set = ledger.retiredKey(key);
+            for (const member of await raw.zrange(set, "0", "-1")) {
+              if (member.slice(member.indexOf(":") + 1) === key) await raw.zadd(set, "1", member);
+            }
+          },
+          async corrupt(key) {
+            await raw.set(keyOf(key), "\u0000not a ledger row\n{}");
+          },
+          skewedInstance: async (offsetMs) => skewProcessClock(open(), offsetMs),
+          async disconnected() {
+            const port = await closedPort();
+            const broken = new LedgerClass({ url: `redis://127.0.0.1:${port}`, prefix });
+            ledgers.push(broken);
+            return broken;
+          },
         },
-        async expireRetention(key) {
-          // A timestamp in the past: Redis removes the key at once, as it would when its TTL ran out.
-          const value = await raw.get(keyOf(key));
-          if (value !== null && parseStored(value).header.state !== "in_flight") await raw.pexpireat(keyOf(key), 1);
+        async destroy() {
+          await Promise.all(ledgers.map((l) => l.close()));
+          await deleteByPrefix(raw, prefix);
+          await raw.quit();
         },
-        // As if every claim id of the key had been retired longer than the retention ago (LEDGER-28):
-        // its members of the slot's set (`<claim id>:<key>`, a claim id has no ':') get a past time.
-        async expireRetired(key) {
-          const set = ledger.retiredKey(key);
-          for (const member of await raw.zrange(set, "0", "-1")) {
-            if (member.slice(member.indexOf(":") + 1) === key) await raw.zadd(set, "1", member);
-          }
-        },
-        async corrupt(key) {
-          await raw.set(keyOf(key), "\u0000not a ledger row\n{}");
-        },
-        skewedInstance: async (offsetMs) => skewProcessClock(open(), offsetMs),
-        async disconnected() {
-          const port = await closedPort();
-          const broken = new RedisLedger({ url: `redis://127.0.0.1:${port}`, prefix });
-          ledgers.push(broken);
-          return broken;
-        },
-      },
-      async destroy() {
-        await Promise.all(ledgers.map((l) => l.close()));
-        await deleteByPrefix(raw, prefix);
-        await raw.quit();
-      },
-    };
-  },
-};
+      };
+    },
+  };
+}
+
+export const redisSubject: LedgerSubject = createRedisSubject();
 
 export default redisSubject;
