@@ -652,7 +652,7 @@ export const expiredLeaseStillHolds: ConversationCheckSpec = {
 
 export const fencesRiseAcrossRelease: ConversationCheckSpec = {
   rule: "TURN-10",
-  name: "every grant's fence is higher than all earlier ones, across release and re-acquire; a stale release is ignored",
+  name: "every grant's fence is higher than all earlier ones, across release and re-acquire; a stale release is ignored, and a released lease is not renewed under its fence",
   run: (subject) =>
     withConversationFixture(subject, async (fixture) => {
       const { store } = fixture;
@@ -670,8 +670,11 @@ export const fencesRiseAcrossRelease: ConversationCheckSpec = {
       await store.releaseLease(c, fences[0]!);
       mustEqual((await store.acquireLease(c, "intruder", LEASE_MS)).acquired, false, "acquire after a stale release (the holder keeps the lease)");
       await store.releaseLease(c, held);
+      // The fence no longer holds the lease: a renewal keyed on the fence alone would take it back
+      // for a holder that gave it up (blind round K: an UPDATE ... WHERE fence = $2).
+      await mustRejectWith(store.renewLease(c, held, LEASE_MS), "conversation_lease_lost", "renew with the fence of a released lease");
       const raw = await fixture.raw.lease(c);
-      mustEqual(raw && { fence: raw.fence, owner: raw.owner }, { fence: held, owner: undefined }, "stored lease after release: no holder, the fence kept");
+      mustEqual(raw && { fence: raw.fence, owner: raw.owner, expiresAt: raw.expiresAt }, { fence: held, owner: undefined, expiresAt: undefined }, "stored lease after release and a renewal under its fence: no holder, the fence kept");
     }),
 };
 
@@ -770,6 +773,39 @@ export const turnLeaseExpiredAtItsEnd: ConversationCheckSpec = {
           throw new ConformanceFailure(`round ${round}: an acquire right after a 0 ms lease was granted (it ended at ${first.leaseExpiresAt}) found it held by ${show(next.owner)} until ${next.leaseExpiresAt}: a lease is live only before leaseExpiresAt`);
         }
         must(next.fence > first.fence, `round ${round}: the acquire after the 0 ms lease must get a fence above ${first.fence}, got ${next.fence}`);
+      }
+    }),
+};
+
+/** A host clock this far off is a misconfigured host, not an exotic one (as LEDGER-20's check). */
+const SKEW_MS = 10 * 60 * 1000;
+
+export const leaseOnStoreClock: ConversationCheckSpec = {
+  rule: "TURN-10",
+  name: "the turn lease is measured on the store's clock: instances whose process clock is 10 minutes fast or slow (raw.skewedInstance) respect a live lease granted or renewed through another instance; a store that decides leases on the process clock fails",
+  needs: ["sharedAcrossProcesses", "clockSkew"],
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const skewed = fixture.raw.skewedInstance;
+      if (skewed === undefined) throw new ConformanceFailure("the subject declares clockSkew but its fixture has no raw.skewedInstance");
+      const { store } = fixture;
+      const fast = await skewed.call(fixture.raw, SKEW_MS);
+      const slow = await skewed.call(fixture.raw, -SKEW_MS);
+      // One call at a time: a skewed call moves this process's Date while it runs.
+      const cases = [
+        { holder: store, renewer: undefined, taker: fast, label: "through the instance 10 min fast, of a 60 s lease just granted through the true-clock one" },
+        { holder: slow, renewer: undefined, taker: store, label: "through the true-clock instance, of a 60 s lease just granted through the instance 10 min slow" },
+        { holder: store, renewer: slow, taker: store, label: "through the true-clock instance, of a lease just renewed for 60 s through the instance 10 min slow" },
+      ];
+      for (const [i, { holder, renewer, taker, label }] of cases.entries()) {
+        const c = freshConversation(`skew${i}`);
+        const granted = mustAcquire(await holder.acquireLease(c, "worker-holder", 60_000), `the holder's acquire (${label})`);
+        const leaseExpiresAt = renewer === undefined ? granted.leaseExpiresAt : (await renewer.renewLease(c, granted.fence, 60_000)).leaseExpiresAt;
+        const seen = await taker.acquireLease(c, "worker-taker", LEASE_MS);
+        if (seen.acquired) {
+          throw new ConformanceFailure(`an acquire ${label} (it ends at ${leaseExpiresAt}) was acquired with fence ${seen.fence}: a live lease was taken; the lease must be measured on the store's clock, not the process's`);
+        }
+        mustEqual(seen, { acquired: false, owner: "worker-holder", leaseExpiresAt }, `the acquire ${label}`);
       }
     }),
 };
@@ -1623,6 +1659,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   renewExtends,
   leaseArgumentsChecked,
   turnLeaseExpiredAtItsEnd,
+  leaseOnStoreClock,
   leasesPerConversation,
   ...LEASE_GRANT_CHECKS,
   bindsAtCommittedCount,

@@ -15,6 +15,7 @@ const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
   leaseGrants: "needs leaseGrants (the store takes lease grant ids: supports.leaseGrants, releaseLeaseGrant)",
   reopenWindow: "needs reopenWindow (appendUserMessage takes reopenWithinMs: supports.reopenWindow)",
   boundAt: "needs boundAt (a bound message shows its first binding's time: supports.boundAt)",
+  clockSkew: "needs clockSkew (raw.skewedInstance: an instance on a skewed process clock)",
 };
 
 /**
@@ -77,7 +78,7 @@ function validateSubject(subject: ConversationStoreSubject): void {
     }
   }
   // Optional flags: absent is false, anything else but a boolean is a mistake.
-  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows", "leaseGrants", "reopenWindow", "boundAt"]) {
+  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows", "leaseGrants", "reopenWindow", "boundAt", "clockSkew"]) {
     if (caps?.[flag] !== undefined && typeof caps[flag] !== "boolean") {
       throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag}, when given, must be true or false`);
     }
@@ -101,4 +102,5 @@ export { REOPEN_WINDOW_CHECKS, BOUND_AT_CHECKS, reopenWithinWindow, reopenWindow
 export { LEASE_GRANT_CHECKS, grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantEarlierRefused, grantIdChecked, grantIdsComparedExactly } from "./lease-grants.js";
 export { memoryConversationSubject, memoryRaw, memoryConversationState, monotonicClock } from "./memory-subject.js";
 export { LEASE_MS as CONVERSATION_LEASE_MS, TRICKY_CONTENT } from "./support.js";
+export { skewStoreProcessClock } from "../ledger/skew.js";
 export type * from "./types.js";

@@ -59,6 +59,12 @@ export interface ConversationSubjectCapabilities {
    * (checked), and its check runs. Absent means false: it is reported not applicable.
    */
   boundAt?: boolean;
+  /**
+   * Optional: raw.skewedInstance is implemented, so the kit can give an instance a process clock
+   * that reads wrong (TURN-10: the turn lease is measured on the store's clock). Absent means false:
+   * that check is reported not applicable.
+   */
+  clockSkew?: boolean;
 }
 
 export type ConversationSubjectCapability = keyof ConversationSubjectCapabilities;
@@ -117,6 +123,12 @@ export interface ConversationStoreFixture {
      * capabilities.legacyFailedRows). Nothing else of the row changes.
      */
     forgetFailedAt?(conversationId: string, messageId: string): Promise<void>;
+    /**
+     * Another instance over the same store whose process clock reads `offsetMs` off (what it would
+     * see on a host whose clock is wrong); only with capabilities.clockSkew. A store without a clock
+     * injection point returns `skewStoreProcessClock(anotherInstance, offsetMs)`.
+     */
+    skewedInstance?(offsetMs: number): Promise<ConversationStore>;
   };
   /** Drop the namespace and close every store instance created from this fixture. */
   destroy(): Promise<void>;

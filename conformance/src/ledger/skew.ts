@@ -10,7 +10,7 @@
  * serialised, and the hook is meant for the kit's store-clock check, which makes one call at a
  * time. performance.now() (a monotonic clock, not the host's wall clock) is left alone.
  */
-import type { Ledger } from "@dispatch-once/core";
+import type { ConversationStore, Ledger } from "@dispatch-once/core";
 
 const RealDate = globalThis.Date;
 let queue: Promise<unknown> = Promise.resolve();
@@ -58,4 +58,22 @@ export function skewProcessClock(ledger: Ledger, offsetMs: number): Ledger {
       : { listExpiredInFlight: (options?: { olderThanMs?: number; limit?: number }) => withSkew(offsetMs, () => ledger.listExpiredInFlight!(options)) }),
     close: () => ledger.close(),
   };
+}
+
+/**
+ * The conversation store's counterpart (TURN-10: the turn lease is measured on the store's clock):
+ * `store`, every method call of which runs with this process's wall clock `offsetMs` off. A store
+ * whose lease decisions read Date.now() grants and takes leases `offsetMs` off, which the TURN-10
+ * clock check rejects; one on its store's clock (SQL now(), SQLite's julianday('now')) does not
+ * notice. `close` runs unskewed.
+ */
+export function skewStoreProcessClock(store: ConversationStore, offsetMs: number): ConversationStore {
+  if (!Number.isFinite(offsetMs)) throw new TypeError(`skewStoreProcessClock: offsetMs must be a finite number, got ${offsetMs}`);
+  return new Proxy(store, {
+    get(target, property, receiver) {
+      const value: unknown = Reflect.get(target, property, receiver);
+      if (typeof value !== "function" || property === "close") return value;
+      return (...args: unknown[]) => withSkew(offsetMs, () => Promise.resolve((value as (...a: unknown[]) => unknown).apply(target, args)));
+    },
+  });
 }
