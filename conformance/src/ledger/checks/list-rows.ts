@@ -269,5 +269,43 @@ export const listPagingUnderInserts: LedgerCheckSpec = {
     }),
 };
 
+/** Rounds of concurrent claims, until two rows share a last transition time (a millisecond of the store's clock). */
+const TIE_ROUNDS = 6;
+
+export const listCursorWithinTies: LedgerCheckSpec = {
+  rule: "LIST-5",
+  name: `the cursor resumes within one millisecond: rows whose last transition is the same time, paged one at a time, are each listed exactly once, in the order of one page (6 concurrent claims, up to ${TIE_ROUNDS} rounds until two share a time)`,
+  needs: ["listRows"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      const list = listOf(fixture.ledger);
+      for (let round = 0; round < TIE_ROUNDS; round++) {
+        // Claimed at once, so that several land in one millisecond: a store whose claims take a
+        // round trip each (a server) rarely ties rows claimed one after another, and a cursor that
+        // keeps only the time (WHERE since > $cursor) then passes a check that pages them in sequence.
+        const tool = `tool_${ctx.key(`ties-${round}`).slice(0, 8)}`;
+        const keys = Array.from({ length: 6 }, (_, i) => ctx.key(`tie-${round}-${i}`));
+        await Promise.all(keys.map((key) => fixture.ledger.claim({ ...claimRequest(key, "owner-a", "keyed_write"), toolName: tool })));
+        const whole = (await list({ toolName: tool, limit: 1000 })).rows;
+        mustEqual(whole.map((r) => r.key).sort(), [...keys].sort(), `round ${round}: one page of the tool's rows`);
+        const paged: string[] = [];
+        let cursor: string | undefined;
+        for (let pages = 0; pages <= keys.length; pages++) {
+          const page = await list({ toolName: tool, limit: 1, ...(cursor === undefined ? {} : { cursor }) });
+          paged.push(...page.rows.map((r) => r.key));
+          cursor = page.cursor;
+          if (cursor === undefined) break;
+        }
+        const tied = whole.filter((r, i) => i > 0 && since(r) === since(whole[i - 1]!)).length;
+        mustEqual(
+          paged.map((k) => short(k)),
+          whole.map((r) => short(r.key)),
+          `round ${round}: the rows paged one at a time (a page ends between every two rows; ${tied} of them share their predecessor's time), against one page: each exactly once, in the same order`,
+        );
+        if (tied > 0) return;
+      }
+    }),
+};
+
 /** Every check of this file, in order. */
-export const LIST_ROWS_CHECKS: readonly LedgerCheckSpec[] = [listFilters, listOlderThan, listOlderThanFinished, listOrder, listKeepsConversation, listLimits, listPagingUnderInserts];
+export const LIST_ROWS_CHECKS: readonly LedgerCheckSpec[] = [listFilters, listOlderThan, listOlderThanFinished, listOrder, listKeepsConversation, listLimits, listPagingUnderInserts, listCursorWithinTies];
