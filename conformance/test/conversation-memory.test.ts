@@ -28,6 +28,8 @@ describe("report for MemoryConversationStore", () => {
     const na = report.checks.filter((c) => c.status === "not_applicable");
     expect(na.map((c) => c.reasonNotApplicable).sort()).toEqual([
       "needs corruption (raw.corrupt)",
+      // One process's map, on that process's clock: no other instance to skew (TURN-10's store-clock check).
+      "needs sharedAcrossProcesses (several instances are one store); needs clockSkew (raw.skewedInstance: an instance on a skewed process clock)",
       "needs survivesRestart (a fresh instance sees earlier writes)",
       "needs survivesRestart (a fresh instance sees earlier writes)",
       "needs survivesRestart (a fresh instance sees earlier writes)",
