@@ -45,6 +45,20 @@ import {
 } from "@dispatch-once/core/internal";
 import { DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX, schemaSql, statements, tablesFor, type ConversationTables, type Statement, type Statements } from "./sql.js";
 
+/**
+ * A pg.Pool, typed by the members every pg 8 pool has rather than as this package's `pg.Pool`: a
+ * pool whose type comes from another `@types/pg` version than the one these types were built on
+ * is the same pool at run time (the store checks it by shape, `isPool`), and was refused by the
+ * compiler. A pg.Client or PoolClient is refused at run time (`invalid_store_input`, field `pool`).
+ */
+export interface PostgresPool {
+  connect(): Promise<unknown>;
+  query(...args: never[]): Promise<unknown>;
+  end(): Promise<void>;
+  readonly totalCount: number;
+  readonly idleCount: number;
+}
+
 export interface PostgresConversationStoreOptions {
   /**
    * Bring your own pg.Pool (shared with the application). Only a pool is accepted: every
@@ -54,13 +68,15 @@ export interface PostgresConversationStoreOptions {
    * @default none: give connectionString instead (exactly one of the two is required)
    * @example new PostgresConversationStore({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) })
    */
-  pool?: pg.Pool;
+  pool?: PostgresPool;
   /**
-   * Or let the store create (and, on close(), end) its own pg.Pool.
+   * Or let the store create (and, on close(), end) its own pg.Pool. `undefined` counts as not
+   * given, so `process.env.DATABASE_URL` can be passed as it is: when it is unset, the store
+   * refuses it with `invalid_store_input` (field `pool`: give exactly one of the two).
    * @default none: give pool instead (exactly one of the two is required)
    * @example new PostgresConversationStore({ connectionString: "postgres://localhost:5432/app" })
    */
-  connectionString?: string;
+  connectionString?: string | undefined;
   /**
    * Extra pg.Pool settings for the pool the store creates from connectionString. They are applied
    * after the store's own, so a `statement_timeout` here replaces the session default that
@@ -76,7 +92,7 @@ export interface PostgresConversationStoreOptions {
    */
   schema?: string;
   /**
-   * Prefix of the four table names (default "dispatch_once_").
+   * Prefix of the five table names (default "dispatch_once_").
    * @default "dispatch_once_"
    * @example new PostgresConversationStore({ pool, schema: "chat", tablePrefix: "support_" })
    */
@@ -156,6 +172,10 @@ export class PostgresConversationStore implements ConversationStore {
     if (options.poolConfig !== undefined && (typeof options.poolConfig !== "object" || options.poolConfig === null || Array.isArray(options.poolConfig))) {
       throw new InvalidStoreInputError("poolConfig", `must be an object of pg.Pool settings, got ${describeValue(options.poolConfig)}`);
     }
+    if (options.pool === undefined && options.connectionString === undefined && Object.hasOwn(options, "connectionString")) {
+      // process.env.DATABASE_URL passed as it is, and not set where the process runs.
+      throw new InvalidStoreInputError("connectionString", "is undefined (is its environment variable set?): give a connection string, or a pg.Pool as pool instead");
+    }
     if ((options.pool === undefined) === (options.connectionString === undefined)) {
       throw new InvalidStoreInputError("pool", "give exactly one of pool (bring your own pg.Pool) or connectionString");
     }
@@ -166,7 +186,8 @@ export class PostgresConversationStore implements ConversationStore {
           "must be a pg.Pool: a pg.Client or PoolClient may be inside your transaction, where a rollback would undo what the store reported",
         );
       }
-      this.pool = options.pool;
+      // Checked by shape above: any copy of pg, whatever @types/pg version typed it.
+      this.pool = options.pool as unknown as pg.Pool;
       this.ownsPool = false;
     } else {
       if (typeof options.connectionString !== "string" || options.connectionString.length === 0) {
@@ -543,7 +564,7 @@ export function createPostgresConversationStore(options: PostgresConversationSto
 }
 
 /** A pg.Pool (of any copy of pg): it hands out connections; a Client or PoolClient does not count them. */
-function isPool(value: unknown): value is pg.Pool {
+function isPool(value: unknown): value is PostgresPool {
   const v = value as { connect?: unknown; query?: unknown; totalCount?: unknown; idleCount?: unknown; release?: unknown } | null;
   return typeof v === "object" && v !== null && typeof v.connect === "function" && typeof v.query === "function" && typeof v.totalCount === "number" && typeof v.idleCount === "number" && v.release === undefined;
 }

@@ -1,4 +1,5 @@
 import { isDispatchOnceError } from "@dispatch-once/core";
+import { createPostgresLedger } from "@dispatch-once/ledger-postgres";
 import { afterAll, describe, expect, it } from "vitest";
 import { PostgresConversationStore } from "../src/index.js";
 import { adminPool, DATABASE_URL, dropSchema, uniqueSchema } from "./helpers.js";
@@ -26,6 +27,15 @@ describe("adoption trial (conversation-postgres): bad input is refused with inva
     for (const poolConfig of [5, [], "max=2"]) {
       expect(await refusal(() => new PostgresConversationStore({ connectionString: DATABASE_URL, poolConfig: poolConfig as never })), JSON.stringify(poolConfig)).toEqual(["invalid_store_input", "poolConfig"]);
     }
+  });
+
+  it("ERR-1 a connectionString passed as undefined (process.env.DATABASE_URL unset, as the README's Usage passes it) is refused naming connectionString, store and ledger alike", async () => {
+    const unset: string | undefined = undefined;
+    expect(await refusal(() => new PostgresConversationStore({ connectionString: unset }))).toEqual(["invalid_store_input", "connectionString"]);
+    expect(await refusal(() => createPostgresLedger({ connectionString: unset }))).toEqual(["invalid_ledger_input", "connectionString"]);
+    // Neither given at all: still the pool's "exactly one of the two".
+    expect(await refusal(() => new PostgresConversationStore({}))).toEqual(["invalid_store_input", "pool"]);
+    expect(await refusal(() => createPostgresLedger({}))).toEqual(["invalid_ledger_input", "pool"]);
   });
 
   it("TURN-12 and TURN-17: appendUserMessage's options and listFailedTurns' query refuse members they do not take", async () => {

@@ -88,11 +88,13 @@ export interface PostgresLedgerOptions {
    */
   pool?: Queryable;
   /**
-   * Or let the ledger create (and, on close(), end) its own pg.Pool.
+   * Or let the ledger create (and, on close(), end) its own pg.Pool. `undefined` counts as not
+   * given, so `process.env.DATABASE_URL` can be passed as it is: when it is unset, the ledger
+   * refuses it with `invalid_ledger_input` (field `connectionString`).
    * @default none: give pool instead (exactly one of the two is required)
    * @example createPostgresLedger({ connectionString: "postgres://localhost:5432/app" })
    */
-  connectionString?: string;
+  connectionString?: string | undefined;
   /**
    * Extra pg.Pool settings for the pool the ledger creates from connectionString. Its `options`
    * are sent after the ledger's own session settings (statement_timeout, READ COMMITTED), so
@@ -306,6 +308,10 @@ export class PostgresLedger implements Ledger {
     // its characters), and the pool made with defaults, without a word.
     if (options.poolConfig !== undefined && (typeof options.poolConfig !== "object" || options.poolConfig === null || Array.isArray(options.poolConfig))) {
       throw new InvalidLedgerInputError("poolConfig", `must be an object of pg.Pool settings, got ${describeValue(options.poolConfig)}`);
+    }
+    if (options.pool === undefined && options.connectionString === undefined && Object.hasOwn(options, "connectionString")) {
+      // process.env.DATABASE_URL passed as it is, and not set where the process runs.
+      throw new InvalidLedgerInputError("connectionString", "is undefined (is its environment variable set?): give a connection string, or a pool instead");
     }
     if ((options.pool === undefined) === (options.connectionString === undefined)) {
       throw new InvalidLedgerInputError("pool", "give exactly one of pool (bring your own) or connectionString");
