@@ -881,10 +881,20 @@ function toProblem(error: unknown): Problem {
   return makeProblem("internal-error", "an unexpected error occurred; nothing was committed");
 }
 
+/** Every option of `startMockPayments`, as a record so that a new option cannot be left out of it. */
+const OPTION_NAMES: { readonly [Name in keyof Required<MockPaymentsOptions>]: true } = {
+  port: true, host: true, requireIdempotencyKey: true, retentionMs: true, storage: true, latencyMs: true, faultPlan: true,
+  allowFaultHeader: true, control: true, now: true, memoryLimit: true, keepAliveTimeoutMs: true, onEffect: true, onCrash: true,
+};
+
 function validateOptions(o: MockPaymentsOptions): void {
   const bad = (m: string) => {
     throw new MockPaymentsError("invalid_option", m);
   };
+  if (typeof o !== "object" || o === null || Array.isArray(o)) bad(`options must be an object, got ${o === null ? "null" : Array.isArray(o) ? "an array" : typeof o}`);
+  // A misspelt option (requireIdempotency) would be ignored and its default used without a word.
+  const unknown = Object.keys(o).find((name) => !Object.hasOwn(OPTION_NAMES, name));
+  if (unknown !== undefined) bad(`${unknown} is not an option of startMockPayments (its options: ${Object.keys(OPTION_NAMES).join(", ")})`);
   if (o.port !== undefined && (!Number.isInteger(o.port) || o.port < 0 || o.port > 65535)) bad(`port must be an integer 0..65535, got ${o.port}`);
   if (o.retentionMs !== undefined && (!Number.isInteger(o.retentionMs) || o.retentionMs <= 0)) bad(`retentionMs must be a positive integer, got ${o.retentionMs}`);
   if (o.memoryLimit !== undefined && (!Number.isInteger(o.memoryLimit) || o.memoryLimit <= 0)) bad(`memoryLimit must be a positive integer, got ${o.memoryLimit}`);

@@ -254,6 +254,20 @@ describe("POST /v1/payments with Idempotency-Key", () => {
     expect(again.body.id).toBe(ids[0]);
   });
 
+  it("refuses an option it does not have, naming it (adoption trial: a misspelt requireIdempotencyKey left keys optional without a word, so a test that meant to prove keys are forwarded passed unkeyed)", async () => {
+    for (const options of [{ requireIdempotency: true }, { latency: 5 }, null, [] as never]) {
+      const outcome = await startServer(options as never).then(
+        async (server) => {
+          await server.close();
+          return "started";
+        },
+        (error: unknown) => error,
+      );
+      expect(outcome, JSON.stringify(options)).toMatchObject({ code: "invalid_option" });
+      if (options !== null && !Array.isArray(options)) expect(String((outcome as Error).message)).toContain(Object.keys(options)[0]);
+    }
+  });
+
   it("refuses a memoryLimit that is not a positive integer", async () => {
     await expect(startServer({ memoryLimit: 0 })).rejects.toMatchObject({ code: "invalid_option" });
   });

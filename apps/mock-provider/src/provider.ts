@@ -289,6 +289,10 @@ class Provider implements MockProvider {
     this.script = options.script ?? defaultScript;
     this.baseTiming = { ...DEFAULT_TIMING, ...(options.timing ? parseTiming(options.timing) : {}) };
     this.pings = options.pings ?? "standard";
+    // Out of range, listen() threw node's untyped RangeError (ERR_SOCKET_BAD_PORT).
+    if (options.port !== undefined && !(Number.isInteger(options.port) && options.port >= 0 && options.port <= 65_535)) {
+      throw new MockProviderError("invalid_option", `port must be an integer 0..65535, got ${JSON.stringify(options.port)}`);
+    }
     if (options.logLimit !== undefined && !(Number.isInteger(options.logLimit) && options.logLimit >= 1)) {
       throw new MockProviderError("invalid_option", "logLimit must be a positive integer");
     }

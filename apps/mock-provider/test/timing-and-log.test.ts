@@ -178,5 +178,7 @@ describe("startMockProvider options it does not have (invalid_option)", () => {
     expect(await started({ threads: { ttl: 5 } })).toMatchObject({ code: "invalid_option", message: expect.stringContaining("threads.ttl") });
     expect(await started(null)).toMatchObject({ code: "invalid_option" });
     expect(await started({ seed: 7, threads: { ttlMs: 1000 } })).toBe("started");
+    // A port out of range was node's untyped RangeError (ERR_SOCKET_BAD_PORT) from listen().
+    for (const port of [-1, 65_536, 1.5, "4020"]) expect(await started({ port }), String(port)).toMatchObject({ code: "invalid_option", message: expect.stringContaining("port") });
   });
 });
