@@ -14,7 +14,11 @@ export interface ToolRunContext {
   turnIndex: number;
   ordinal: number;
   toolName: string;
-  /** Aborted when this attempt loses its claim (lease lost to another attempt). */
+  /**
+   * Aborted when this attempt loses its claim (lease lost to another attempt), and when the run
+   * outlives its `runTimeoutMs` (DISPATCH-18; the dispatch has then answered `in_flight_elsewhere`).
+   * A request cut by it may still have reached the downstream: report its failure as `"unknown"`.
+   */
   signal: AbortSignal;
 }
 
