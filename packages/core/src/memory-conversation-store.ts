@@ -14,7 +14,7 @@ import type {
   TurnCommit,
   TurnSnapshot,
 } from "./conversation.js";
-import { ConversationLeaseLostError, InvalidStoreInputError } from "./errors/index.js";
+import { ConversationLeaseLostError, InvalidStoreInputError, describeValue } from "./errors/index.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
 import { checkFailedTurnsQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
 import { checkLeaseGrantId, checkLeaseOwner, checkReopenWithinMs, checkStoreJson, checkUserMessage, checkTurnLeaseMs } from "./internal/store-rows.js";
@@ -394,7 +394,9 @@ function beginIndex(conversation: Conversation, turnIndex: number, fence: number
 /** Message ids are opaque to the store but must be usable as keys everywhere: non-empty, at most 256 characters. */
 export function checkMessageId(id: unknown): asserts id is string {
   if (typeof id !== "string" || id.length === 0 || id.length > 256 || !id.isWellFormed()) {
-    throw new InvalidStoreInputError("messageId", "must be a non-empty string of at most 256 characters");
+    // What it got, as the content's error says it: a client sending a number for its id sees why.
+    const got = typeof id === "string" && id.length > 256 ? `${id.length} characters` : describeValue(id);
+    throw new InvalidStoreInputError("messageId", `must be a non-empty, well-formed string of at most 256 characters, got ${got}`);
   }
 }
 

@@ -148,4 +148,13 @@ describe("ERR-1 MemoryConversationStore: typed errors for bad arguments", () => 
     const message = await store.message("c", undefined as never).then(() => undefined, (e: unknown) => e);
     expect(message).toMatchObject({ code: "invalid_store_input", field: "messageId" });
   });
+  it("a message id that is not one says what it got (adoption trial: a client's numeric id 5, an empty or lone-surrogate id and a 300-character one read the same message, and only the content's error said 'got')", async () => {
+    const store = new MemoryConversationStore();
+    for (const [id, got] of [[5, "got 5"], ["", 'got ""'], ["\ud800", 'got "\\ud800"'], ["x".repeat(300), "got 300 characters"], [null, "got null"]] as const) {
+      const error = await store.appendUserMessage("c", { id: id as never, content: "hi" }).then(() => undefined, (e: unknown) => e);
+      expect(error, String(id).slice(0, 10)).toMatchObject({ code: "invalid_store_input", field: "messageId" });
+      expect((error as Error).message, String(id).slice(0, 10)).toContain(got);
+      expect((error as Error).message.length).toBeLessThan(200);
+    }
+  });
 });
