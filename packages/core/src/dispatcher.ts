@@ -780,6 +780,12 @@ export class Dispatcher implements CallDispatcher {
     if (typeof call !== "object" || call === null || Array.isArray(call)) {
       throw new InvalidArgumentError("call", `must be an object { name, input }, got ${describeValue(call)}`);
     }
+    // A member the dispatcher never reads would be ignored: an ordinal put in the call instead of
+    // the context reads as 0, takes an earlier identical call's key and replays its result.
+    const unknown = unknownOptionName(call, CALL_MEMBERS);
+    if (unknown !== undefined) {
+      throw new InvalidArgumentError(`call.${unknown}`, `is not a member of a call (its members: ${Object.keys(CALL_MEMBERS).join(", ")}; an ordinal belongs to the context)`);
+    }
     const tool = this.registry.get(call.name);
     const args = this.validate(tool, call.input);
     if (tool.effect !== "read" && typeof args === "object" && args !== null) {
@@ -2212,6 +2218,8 @@ function toRegistry(tools: unknown): ToolRegistry {
 }
 
 /** A turn()'s context members; dispatch() and keyFor() take an ordinal besides (turn() counts ordinals itself). */
+/** The members of a `ToolCall`, as a record so that a new member cannot be left out of it. */
+const CALL_MEMBERS: { readonly [Member in keyof Required<ToolCall>]: true } = { name: true, input: true, callId: true };
 const TURN_CONTEXT_MEMBERS: Readonly<Record<string, true>> = { conversationId: true, turnIndex: true, resumed: true };
 const CALL_CONTEXT_MEMBERS: Readonly<Record<string, true>> = { ...TURN_CONTEXT_MEMBERS, ordinal: true };
 

@@ -352,6 +352,26 @@ describe("hostile arguments to the dispatcher", () => {
     expect(paying.keyFor(call, { ...turn0, resumed: false, ordinal: undefined })).toBe(paying.keyFor(call, turn0));
   });
 
+  it("ERR-1 a call member the dispatcher does not know (the ordinal put in the call, a misspelt callId) is refused naming it, before anything is claimed", async () => {
+    const { tool, effects } = keyedDownstream();
+    const paying = new Dispatcher({ tools: [tool], ledger: new MemoryLedger() });
+    // The adoption trial: the second of two identical payments with its ordinal in the call, where
+    // the dispatcher never reads it: ordinal 0, the first's key, its result replayed, and the
+    // second payment the user asked for never happens while the answer says it was paid.
+    await paying.dispatch({ name: "send_payment", input: pay }, turn0);
+    const second = await paying.dispatch({ name: "send_payment", input: pay, ordinal: 1 } as never, turn0).then(
+      (outcome) => `replayed=${String(outcome.replayed)}`,
+      (error: unknown) => error,
+    );
+    expect(second).toMatchObject({ code: "invalid_argument", field: "call.ordinal" });
+    expect(String((second as Error).message)).toContain("context");
+    expect(effects).toHaveLength(1);
+    await expect(paying.turn(turn0).dispatch({ name: "send_payment", input: pay, callID: "toolu_1" } as never)).rejects.toMatchObject({ code: "invalid_argument", field: "call.callID" });
+    expect(() => paying.keyFor({ name: "send_payment", arguments: pay } as never, turn0)).toThrow(expect.objectContaining({ code: "invalid_argument", field: "call.arguments" }));
+    // Every member a call has is accepted, an undefined callId included.
+    await expect(paying.turn(turn0).dispatch({ name: "send_payment", input: pay, callId: undefined })).resolves.toMatchObject({ replayed: true });
+  });
+
   it("KEY-4 an ordinal that is present but null is refused, never read as 0", async () => {
     await expect(dispatcher.dispatch({ name: "send_payment", input: pay }, { ...turn0, ordinal: null as never })).rejects.toMatchObject({
       code: "invalid_key_input",
