@@ -76,9 +76,9 @@ export interface CutRegion {
 /**
  * Every byte of the events around the moments that matter (the call's completion, the stop
  * reason, the finish), every byte of multi-byte UTF-8 in the body (so every split inside a
- * character), and `sample` seeded offsets elsewhere.
+ * character; only before the `nonAsciiBefore` event, when given), and `sample` seeded offsets elsewhere.
  */
-export function cutPoints(reference: Buffer, regions: readonly CutRegion[], sample: number, seed: number): CutPoint[] {
+export function cutPoints(reference: Buffer, regions: readonly CutRegion[], options: { sample: number; seed: number; nonAsciiBefore?: string }): CutPoint[] {
   const points: CutPoint[] = [];
   const covered = new Set<number>();
   for (const { type, before, head, tail } of regions) {
@@ -93,10 +93,12 @@ export function cutPoints(reference: Buffer, regions: readonly CutRegion[], samp
       points.push({ landmark: "event", type, delta });
     }
   }
+  // The arguments as they stream (a provider may repeat them whole in later events).
+  const until = options.nonAsciiBefore === undefined ? reference.length : (eventRange(reference, options.nonAsciiBefore)?.start ?? reference.length);
   let nonAscii = 0;
-  for (let i = 0; i < reference.length; i++) if (reference[i]! >= 0x80) points.push({ landmark: "non_ascii", nth: nonAscii++ });
-  const random = prng(seed);
-  for (let i = 0; i < sample; i++) points.push({ landmark: "fraction", at: random() });
+  for (let i = 0; i < until; i++) if (reference[i]! >= 0x80) points.push({ landmark: "non_ascii", nth: nonAscii++ });
+  const random = prng(options.seed);
+  for (let i = 0; i < options.sample; i++) points.push({ landmark: "fraction", at: random() });
   return points;
 }
 

@@ -71,14 +71,13 @@ describe(`byte-level cuts of the Messages stream, messages.create({ stream: true
         { type: "message_delta", before: 0, head: 16, tail: 4 },
         { type: "message_stop", before: 0 },
       ],
-      8,
-      SEED,
+      { sample: 8, seed: SEED },
     );
     await runAll(cutCases("cut", points), runCase);
   });
 
   it("STREAM-8 a CRLF body cut on every byte of its message_stop event (between \\r and \\n too), by FIN, and by RST at every third", async () => {
-    const points = cutPoints(crlf(await referenceBody()), [{ type: "message_stop", before: 0 }], 0, SEED).filter((p) => p.landmark === "event");
+    const points = cutPoints(crlf(await referenceBody()), [{ type: "message_stop", before: 0 }], { sample: 0, seed: SEED }).filter((p) => p.landmark === "event");
     await runAll(cutCases("crlf", points, { crlf: true }), runCase);
   });
 
