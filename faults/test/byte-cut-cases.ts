@@ -43,8 +43,11 @@ export function eventRange(body: Buffer, type: string): { start: number; end: nu
  */
 export type CutPoint =
   | { landmark: "event"; type: string; delta: number }
-  | { landmark: "non_ascii"; nth: number }
+  /** Before the `nth` UTF-8 continuation byte: a split inside a multi-byte character. */
+  | { landmark: "inside_character"; nth: number }
   | { landmark: "fraction"; at: number };
+
+const isContinuation = (byte: number) => byte >= 0x80 && byte < 0xc0;
 
 export function resolveCut(body: Buffer, point: CutPoint): number | undefined {
   if (point.landmark === "fraction") return Math.floor(point.at * body.length);
@@ -54,7 +57,7 @@ export function resolveCut(body: Buffer, point: CutPoint): number | undefined {
   }
   let seen = 0;
   for (let i = 0; i < body.length; i++) {
-    if (body[i]! >= 0x80 && seen++ === point.nth) return i;
+    if (isContinuation(body[i]!) && seen++ === point.nth) return i;
   }
   return undefined;
 }
@@ -62,7 +65,7 @@ export function resolveCut(body: Buffer, point: CutPoint): number | undefined {
 export function describeCut(point: CutPoint): string {
   if (point.landmark === "fraction") return `at ${(point.at * 100).toFixed(2)}% of the body`;
   if (point.landmark === "event") return `${point.type}${point.delta >= 0 ? "+" : ""}${point.delta}`;
-  return `inside multi-byte character byte ${point.nth}`;
+  return `inside a character, before UTF-8 continuation byte ${point.nth}`;
 }
 
 /** An event whose bytes are all cut at (from `before` bytes ahead of it), or only its first `head` and last `tail` bytes. */
@@ -75,10 +78,10 @@ export interface CutRegion {
 
 /**
  * Every byte of the events around the moments that matter (the call's completion, the stop
- * reason, the finish), every byte of multi-byte UTF-8 in the body (so every split inside a
- * character; only before the `nonAsciiBefore` event, when given), and `sample` seeded offsets elsewhere.
+ * reason, the finish), every split inside a multi-byte UTF-8 character (before each continuation
+ * byte; only ahead of the `nonAsciiBefore` event when given), and `sample` seeded offsets elsewhere.
  */
-export function cutPoints(reference: Buffer, regions: readonly CutRegion[], options: { sample: number; seed: number; nonAsciiBefore?: string }): CutPoint[] {
+export function cutPoints(reference: Buffer, regions: readonly CutRegion[], options: { sample: number; seed: number; nonAsciiBefore?: string; insideCharacters?: boolean }): CutPoint[] {
   const points: CutPoint[] = [];
   const covered = new Set<number>();
   for (const { type, before, head, tail } of regions) {
@@ -95,8 +98,8 @@ export function cutPoints(reference: Buffer, regions: readonly CutRegion[], opti
   }
   // The arguments as they stream (a provider may repeat them whole in later events).
   const until = options.nonAsciiBefore === undefined ? reference.length : (eventRange(reference, options.nonAsciiBefore)?.start ?? reference.length);
-  let nonAscii = 0;
-  for (let i = 0; i < until; i++) if (reference[i]! >= 0x80) points.push({ landmark: "non_ascii", nth: nonAscii++ });
+  let continuation = 0;
+  for (let i = 0; options.insideCharacters !== false && i < until; i++) if (isContinuation(reference[i]!)) points.push({ landmark: "inside_character", nth: continuation++ });
   const random = prng(options.seed);
   for (let i = 0; i < options.sample; i++) points.push({ landmark: "fraction", at: random() });
   return points;
@@ -151,7 +154,7 @@ export function statedEffects(value: unknown, path = "$"): { path: string; key: 
  */
 export function expectTruthfulRecords(records: unknown[], paidKeys: readonly string[], label: string): void {
   for (const stated of statedEffects(records)) {
-    if (paidKeys.includes(stated.key)) expect(stated.effect, `${label}: ${stated.path} says ${stated.effect} of the key that paid (RECORD-8)`).not.toBe("not_happened");
+    if (paidKeys.includes(stated.key)) expect(stated.effect, `${label}: ${stated.path} says ${stated.effect} of the key that paid (RECORD-2, RECORD-8)`).not.toBe("not_happened");
     else expect(stated.effect, `${label}: ${stated.path} says ${stated.effect} of a key that never paid`).not.toBe("happened");
   }
 }
@@ -176,17 +179,18 @@ export interface ByteCase {
 }
 
 /**
- * The paying response (request 1) cut at each point with a FIN, and at every `rstEvery`-th point
+ * The paying response (request 1, or each of `requests`) cut at each point with a FIN, and at every `rstEvery`-th point
  * with a RST as well: a RST discards what the client had not read yet, so its exact byte matters
  * less than a FIN's, whose every byte the parser sees.
  */
-export function cutCases(prefix: string, points: readonly CutPoint[], options: { rstEvery?: number; crlf?: boolean } = {}): ByteCase[] {
+export function cutCases(prefix: string, points: readonly CutPoint[], options: { rstEvery?: number; crlf?: boolean; requests?: readonly number[] } = {}): ByteCase[] {
   const transform = options.crlf === true ? crlf : (b: Buffer) => b;
+  const cut = options.requests ?? [1];
   const one = (point: CutPoint, end: ConnectionEnd, i: number): ByteCase => ({
     id: `${prefix}-${end}-${i}`,
-    label: `cut ${describeCut(point)} then ${end.toUpperCase()}${options.crlf === true ? " (CRLF)" : ""}`,
+    label: `cut ${describeCut(point)} then ${end.toUpperCase()}${options.crlf === true ? " (CRLF)" : ""}${cut.length > 1 ? ` in requests ${cut.join(", ")}` : ""}`,
     plan: (number, body) => {
-      if (number !== 1) return undefined;
+      if (!cut.includes(number)) return undefined;
       const delivered = transform(body);
       const at = resolveCut(delivered, point);
       if (at === undefined) throw new Error(`no ${describeCut(point)} in the response`);
@@ -207,12 +211,18 @@ export function rechunkCases(prefix: string, seed: number, splits: number): Byte
   ]);
 }
 
-/** Runs every case (four at a time); fails naming each failed case, the seed and how to replay it. */
+/** Runs every case (four at a time: they wait on sockets, not only on the CPU); fails naming each failed case, the seed and how to replay it. */
 export async function runAll(cases: readonly ByteCase[], run: (c: ByteCase) => Promise<string | undefined>): Promise<void> {
   const failures: string[] = [];
+  const cpu0 = process.cpuUsage();
   await pool(cases, 4, async (c) => {
     const failure = await run(c).catch((error: unknown) => `threw ${String(error)}`);
     if (failure !== undefined) failures.push(`${c.label}: ${failure}`);
   });
+  // What the cases cost this process (the CI budget is CPU on a shared host): BYTE_CUT_CPU=1 prints it.
+  if (process.env.BYTE_CUT_CPU === "1") {
+    const cpu = process.cpuUsage(cpu0);
+    console.log(`[byte-cut] ${cases.length} cases: ${Math.round((cpu.user + cpu.system) / 1000)} ms of CPU`);
+  }
   expect(failures, `${failures.length} of ${cases.length} cases failed (BYTE_CUT_SEED=${SEED} replays the sample):\n${failures.slice(0, 12).join("\n")}`).toEqual([]);
 }

@@ -3,7 +3,7 @@ import { ConversationRunner } from "@dispatch-once/anthropic";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PAY_ZOE, SEED, crlf, cutCases, cutPoints, rechunkCases, runAll } from "./byte-cut-cases.js";
+import { PAY_ZOE, SEED, crlf, cutCases, cutPoints, rechunkCases, responseFate, runAll } from "./byte-cut-cases.js";
 import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
 import { runnerCases, type RunnerSide } from "./byte-cut-runner.js";
 
@@ -65,20 +65,38 @@ describe(`byte-level cuts of the Messages stream, messages.create({ stream: true
     const points = cutPoints(
       await referenceBody(),
       [
-        // The end of the last argument fragment, then the call's completion.
-        { type: "content_block_stop", before: 6 },
-        // Its event line and the start of its data; its last bytes.
-        { type: "message_delta", before: 0, head: 16, tail: 4 },
+        // The end of the last argument fragment, then every byte of the call's completion.
+        { type: "content_block_stop", before: 4 },
+        // The stop reason: its event line, and its last bytes.
+        { type: "message_delta", before: 0, head: 8, tail: 4 },
         { type: "message_stop", before: 0 },
       ],
-      { sample: 8, seed: SEED },
+      { sample: 6, seed: SEED },
     );
-    await runAll(cutCases("cut", points), runCase);
+    await runAll(cutCases("cut", points, { rstEvery: 4 }), runCase);
   });
 
-  it("STREAM-8 a CRLF body cut on every byte of its message_stop event (between \\r and \\n too), by FIN, and by RST at every third", async () => {
-    const points = cutPoints(crlf(await referenceBody()), [{ type: "message_stop", before: 0 }], { sample: 0, seed: SEED }).filter((p) => p.landmark === "event");
-    await runAll(cutCases("crlf", points, { crlf: true }), runCase);
+  it("STREAM-8 a CRLF body cut on every byte of the line endings of its message_stop event (between \\r and \\n too), by FIN, and by RST at every fourth", async () => {
+    // Its event line (and the \r\n that ends it) and the end of its data line and blank line.
+    const points = cutPoints(crlf(await referenceBody()), [{ type: "message_stop", before: 0, head: 24, tail: 8 }], { sample: 0, seed: SEED, insideCharacters: false });
+    await runAll(cutCases("crlf", points, { crlf: true, rstEvery: 4 }), runCase);
+  });
+
+  it("RECORD-7 RECORD-8 TURN-12 the same cut on every attempt of the first send (the turn fails), then the user's re-send of the message: one payment, and each failed turn's record tells of it", async () => {
+    const points = cutPoints(
+      await referenceBody(),
+      [
+        { type: "content_block_stop", before: 0, head: 0, tail: 6 },
+        { type: "message_stop", before: 0, head: 4, tail: 6 },
+      ],
+      { sample: 4, seed: SEED + 1, insideCharacters: false },
+    );
+    const cases = cutCases("again", points, { requests: [1, 2, 3], rstEvery: 2 });
+    await runAll(cases, runCase);
+    // Where the cut fell before the finish, the first send failed after its 3 attempts and the re-send committed.
+    const failedFirst = cases.filter((c) => responseFate(proxy.requests.find((r) => r.caseId === c.id && r.number === 1)!, "message_stop") === "cut");
+    expect(failedFirst.length).toBeGreaterThan(points.length / 2);
+    for (const c of failedFirst) expect(proxy.requests.filter((r) => r.caseId === c.id).length, c.label).toBe(5);
   });
 
   it("STREAM-2 whole responses re-chunked (1 byte a write; seeded splits of 1 to 64 bytes; LF and CRLF) commit at the first attempt with one payment", async () => {

@@ -3,7 +3,7 @@ import { ConversationRunner } from "@dispatch-once/openai";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { call, respond, scriptFromPlans, startMockOpenAI, type MockOpenAI } from "@dispatch-once/mock-openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PAY_ZOE, SEED, crlf, cutCases, cutPoints, rechunkCases, runAll } from "./byte-cut-cases.js";
+import { PAY_ZOE, SEED, crlf, cutCases, cutPoints, rechunkCases, responseFate, runAll } from "./byte-cut-cases.js";
 import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
 import { runnerCases, type RunnerSide } from "./byte-cut-runner.js";
 
@@ -67,19 +67,36 @@ describe(`byte-level cuts of the Responses stream, responses.create({ stream: tr
     const points = cutPoints(
       await referenceBody(),
       [
-        { type: "response.function_call_arguments.done", before: 8, head: 24 },
+        { type: "response.function_call_arguments.done", before: 6, head: 12 },
         // The call is complete at its output_item.done: its start, and its end (status completed).
-        { type: "response.output_item.done", before: 0, head: 32, tail: 12 },
-        { type: "response.completed", before: 0, head: 32, tail: 12 },
+        { type: "response.output_item.done", before: 0, head: 24, tail: 8 },
+        { type: "response.completed", before: 0, head: 24, tail: 8 },
       ],
-      { sample: 8, seed: SEED, nonAsciiBefore: "response.function_call_arguments.done" },
+      { sample: 4, seed: SEED, nonAsciiBefore: "response.function_call_arguments.done" },
     );
-    await runAll(cutCases("cut", points), runCase);
+    await runAll(cutCases("cut", points, { rstEvery: 4 }), runCase);
   });
 
-  it("STREAM-8 a CRLF body cut on the first and last bytes of its response.completed (between \\r and \\n too), by FIN, and by RST at every third", async () => {
-    const points = cutPoints(crlf(await referenceBody()), [{ type: "response.completed", before: 0, head: 24, tail: 12 }], { sample: 0, seed: SEED }).filter((p) => p.landmark === "event");
-    await runAll(cutCases("crlf", points, { crlf: true }), runCase);
+  it("STREAM-8 a CRLF body cut on the first and last bytes of its response.completed (between \\r and \\n too), by FIN, and by RST at every fourth", async () => {
+    const points = cutPoints(crlf(await referenceBody()), [{ type: "response.completed", before: 0, head: 8, tail: 8 }], { sample: 0, seed: SEED, insideCharacters: false });
+    await runAll(cutCases("crlf", points, { crlf: true, rstEvery: 4 }), runCase);
+  });
+
+  it("RECORD-7 RECORD-8 TURN-12 the same cut on every attempt of the first send (the turn fails), then the user's re-send of the message: one payment, and each failed turn's record tells of it", async () => {
+    const points = cutPoints(
+      await referenceBody(),
+      [
+        { type: "response.output_item.done", before: 0, head: 0, tail: 6 },
+        { type: "response.completed", before: 0, head: 4, tail: 6 },
+      ],
+      { sample: 4, seed: SEED + 1, insideCharacters: false },
+    );
+    const cases = cutCases("again", points, { requests: [1, 2, 3], rstEvery: 2 });
+    await runAll(cases, runCase);
+    // Where the cut fell before the finish, the first send failed after its 3 attempts and the re-send committed.
+    const failedFirst = cases.filter((c) => responseFate(proxy.requests.find((r) => r.caseId === c.id && r.number === 1)!, "response.completed") === "cut");
+    expect(failedFirst.length).toBeGreaterThan(points.length / 2);
+    for (const c of failedFirst) expect(proxy.requests.filter((r) => r.caseId === c.id).length, c.label).toBe(5);
   });
 
   it("STREAM-2 whole responses re-chunked (1 byte a write; seeded splits of 1 to 64 bytes; LF and CRLF) commit at the first attempt with one payment", async () => {

@@ -5,7 +5,7 @@ import { TurnFailedError } from "@dispatch-once/anthropic";
 import { expect } from "vitest";
 import { z } from "zod";
 import type { ByteProxy } from "./byte-proxy.js";
-import { PAY_ZOE, expectTruthfulRecords, responseFate, type ByteCase } from "./byte-cut-cases.js";
+import { PAY_ZOE, expectTruthfulRecords, responseFate, statedEffects, type ByteCase } from "./byte-cut-cases.js";
 
 /**
  * One case of the byte-level harness for a conversation runner (either stream side): a fresh
@@ -62,6 +62,9 @@ export function runnerCases(side: RunnerSide, env: { proxy: () => ByteProxy; pay
     const events: unknown[] = [];
     const runner = side.runner({ caseId, tools, dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger(), waitMs: 10_000, pollMs: 2 }), store, onEvent: (e) => events.push(e) });
     const failedRecords: unknown[] = [];
+    // The keys that had paid when each send failed: its record must account for them (RECORD-7).
+    const paidAtFailure: string[][] = [];
+    const paidKeys = () => payments.effects().flatMap((e) => (e.account === account && e.kind === "payment_created" ? [e.idempotencyKey!] : []));
     let committed = false;
     for (let send = 1; send <= 3 && !committed; send++) {
       try {
@@ -70,6 +73,7 @@ export function runnerCases(side: RunnerSide, env: { proxy: () => ByteProxy; pay
       } catch (error) {
         if (!TurnFailedError.isInstance(error)) return `send ${send} threw ${String(error)}`;
         failedRecords.push(error.record);
+        paidAtFailure.push(paidKeys());
       }
     }
     const requests = proxy.requests.filter((r) => r.caseId === caseId);
@@ -93,8 +97,15 @@ export function runnerCases(side: RunnerSide, env: { proxy: () => ByteProxy; pay
       for (const cut of requests.filter((r) => responseFate(r, side.finishType) === "cut")) {
         for (const id of side.idsIn(cut.body)) expect(text, `the conversation names ${id} of cut request #${cut.number} (STREAM-11)`).not.toContain(id);
       }
-      // What the records and events say of the effect is true (RECORD-2, RECORD-8).
+      // What the records and events say of the effect is true (RECORD-2, RECORD-8), and a failed
+      // turn's record tells of every payment made by then (RECORD-7).
       expectTruthfulRecords([...failedRecords, ...(await store.records(caseId))], [paidKey], "record");
+      failedRecords.forEach((record, i) => {
+        for (const key of paidAtFailure[i]!) {
+          const told = statedEffects(record).filter((s) => s.key === key).map((s) => s.effect);
+          expect(told, `the record of failed send ${i + 1} does not tell of the payment made under ${key} (RECORD-7)`).toContain(told.includes("happened") ? "happened" : "may_have_happened");
+        }
+      });
       expectTruthfulRecords(events, [paidKey], "runner event");
       return undefined;
     } catch (error) {
