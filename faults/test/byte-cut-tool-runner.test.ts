@@ -38,7 +38,12 @@ type Block = { type: string; id?: string; input?: unknown; tool_use_id?: string;
 const blocksOf = (messages: readonly Message[]) => messages.flatMap((m) => (Array.isArray(m.content) ? (m.content as Block[]) : []));
 const idsIn = (body: Buffer) => [...body.toString("utf8").matchAll(/"id":"((?:toolu|msg)_[^"]+)"/g)].map((m) => m[1]!);
 
-async function runCase({ id: caseId, plan }: ByteCase): Promise<string | undefined> {
+/** The SDK runner's modes: the full history on each request, or message threads (create, then continue). */
+type Mode = { thread?: false };
+const FULL_HISTORY: Mode = { thread: false };
+const THREADS: Mode = {};
+
+async function runCase({ id: caseId, plan }: ByteCase, mode: Mode = FULL_HISTORY): Promise<string | undefined> {
   const account = `acct_${caseId}`;
   proxy.plan(caseId, ({ number }, body) => plan(number, body));
   const client = createPaymentsClient({ baseURL: payments.url, token: account });
@@ -68,7 +73,7 @@ async function runCase({ id: caseId, plan }: ByteCase): Promise<string | undefin
   const told: OnceToolCall[] = [];
   let finished: Message[] | undefined;
   for (let run = 1; run <= 4 && finished === undefined; run++) {
-    const runner = once.toolRunner(anthropic, { model: "claude-test", max_tokens: 1024, stream: true, thread: false, messages }, { conversationId: caseId });
+    const runner = once.toolRunner(anthropic, { model: "claude-test", max_tokens: 1024, stream: true, ...mode, messages }, { conversationId: caseId });
     try {
       await runner.runUntilDone();
       finished = runner.params.messages;
@@ -119,7 +124,7 @@ describe(`byte-level cuts of the SDK's tool runner, messages.stream() (seed ${SE
       await referenceBody(),
       [
         // The SDK's runner reads a reply whole (finalMessage) before it runs a call: the finish matters most.
-        { type: "content_block_stop", before: 0, head: 8, tail: 8 },
+        { type: "content_block_stop", before: 0, head: 4, tail: 8 },
         { type: "message_delta", before: 0, head: 0, tail: 4 },
         { type: "message_stop", before: 0 },
       ],
@@ -129,9 +134,26 @@ describe(`byte-level cuts of the SDK's tool runner, messages.stream() (seed ${SE
     await runAll(cutCases("cut", points, { rstEvery: 6 }), runCase);
   });
 
-  it("ATR-3 whole replies re-chunked (1 byte a write; seeded splits, LF and CRLF) finish the loop in its first run with one payment", async () => {
-    // 1 byte a write with LF; a seeded split with LF and with CRLF (the SDK parser is the ConversationRunner's, re-chunked there in full).
-    const cases = rechunkCases("chunks", SEED, 1).filter((_c, i) => i !== 1);
+  it("ATR-1 with message threads (the SDK's default mode: a new thread after a cut), a cut on the message_stop and the call's content_block_stop end, by FIN or RST: one payment, nothing of the cut reply kept", async () => {
+    const points = cutPoints(
+      await referenceBody(),
+      [
+        { type: "content_block_stop", before: 0, head: 0, tail: 6 },
+        { type: "message_stop", before: 0 },
+      ],
+      { sample: 2, seed: SEED, insideCharacters: false },
+    ).filter((_p, i) => i % 3 === 0);
+    const cases = cutCases("threads", points, { rstEvery: 3 });
+    await runAll(cases, (c) => runCase(c, THREADS));
+    // The requests were of the mode: each carries its thread, and the loop continued threads.
+    const threads = proxy.requests.filter((r) => cases.some((c) => c.id === r.caseId)).map((r) => (r.requestBody as { thread?: { type: string } }).thread?.type);
+    expect(threads.every((t) => t !== undefined)).toBe(true);
+    expect(threads).toContain("continue");
+  });
+
+  it("ATR-3 whole replies re-chunked (seeded splits, LF and CRLF) finish the loop in its first run with one payment", async () => {
+    // 1 byte a write goes through the same SDK parser in the ConversationRunner's cases (about 1 s of CPU a case here).
+    const cases = rechunkCases("chunks", SEED, 2).filter((c) => !c.label.startsWith("1 byte"));
     await runAll(cases, runCase);
     for (const c of cases) expect(proxy.requests.filter((r) => r.caseId === c.id).map((r) => r.number), c.label).toEqual([1, 2]);
   });
