@@ -41,7 +41,11 @@ export interface CallRecord {
   effect: EffectStatus;
   /** Human-readable, e.g. "not run (connection lost)". */
   summary: string;
-  /** The argument text received before the stream died; for the log, never for the conversation. */
+  /**
+   * The argument text received before the stream died; for the log, never for the conversation.
+   * A lone half of a UTF-16 surrogate pair (the cut fell between the deltas that split a
+   * character) is given as U+FFFD, so that a store can keep the record.
+   */
   partialArguments?: string;
   key?: string;
   ordinal?: number;

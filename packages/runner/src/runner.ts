@@ -1232,7 +1232,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       const base = { attempt, index: call.index, callId: call.callId, name: call.name };
       const resolution = resolutions.get(call.index);
       if (call.phase === "abandoned" || resolution === undefined) {
-        return { ...base, status: "not_run", effect: "not_happened", summary: "not run (connection lost)", partialArguments: call.partialJson };
+        // A cut between two deltas that split a character's UTF-16 pair leaves a lone half, which
+        // no store can keep (TURN-18): the record would be refused and the failure told nowhere.
+        return { ...base, status: "not_run", effect: "not_happened", summary: "not run (connection lost)", partialArguments: call.partialJson.toWellFormed() };
       }
       if (resolution.ok) {
         const { outcome } = resolution;
