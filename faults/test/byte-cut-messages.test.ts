@@ -98,7 +98,7 @@ describe(`byte-level cuts of the Messages stream, messages.create({ stream: true
     for (const c of failedFirst) expect(proxy.requests.filter((r) => r.caseId === c.id).length, c.label).toBe(5);
   });
 
-  it("STREAM-2 whole responses re-chunked (1 byte a write; seeded splits of 1 to 64 bytes; LF and CRLF) commit at the first attempt with one payment", async () => {
+  it("STREAM-2 the whole paying response re-chunked (1 byte a write; seeded splits of 1 to 64 bytes; LF and CRLF) commits at the first attempt with one payment", async () => {
     const cases = rechunkCases("chunks", SEED, 3);
     await runAll(cases, runCase);
     // Nothing was cut, so nothing was retried: each case's turn took its first response.

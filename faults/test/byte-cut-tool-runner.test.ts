@@ -151,7 +151,7 @@ describe(`byte-level cuts of the SDK's tool runner, messages.stream() (seed ${SE
     expect(threads).toContain("continue");
   });
 
-  it("ATR-3 whole replies re-chunked (seeded splits, LF and CRLF) finish the loop in its first run with one payment", async () => {
+  it("ATR-3 the whole paying reply re-chunked (seeded splits, LF and CRLF) finishes the loop in its first run with one payment", async () => {
     // 1 byte a write goes through the same SDK parser in the ConversationRunner's cases (about 1 s of CPU a case here).
     const cases = rechunkCases("chunks", SEED, 2).filter((c) => !c.label.startsWith("1 byte"));
     await runAll(cases, runCase);
