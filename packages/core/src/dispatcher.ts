@@ -2217,9 +2217,9 @@ function toRegistry(tools: unknown): ToolRegistry {
   throw new InvalidArgumentError("tools", "must be a ToolRegistry or an array of tool definitions");
 }
 
-/** A turn()'s context members; dispatch() and keyFor() take an ordinal besides (turn() counts ordinals itself). */
 /** The members of a `ToolCall`, as a record so that a new member cannot be left out of it. */
 const CALL_MEMBERS: { readonly [Member in keyof Required<ToolCall>]: true } = { name: true, input: true, callId: true };
+/** A turn()'s context members; dispatch() and keyFor() take an ordinal besides (turn() counts ordinals itself). */
 const TURN_CONTEXT_MEMBERS: Readonly<Record<string, true>> = { conversationId: true, turnIndex: true, resumed: true };
 const CALL_CONTEXT_MEMBERS: Readonly<Record<string, true>> = { ...TURN_CONTEXT_MEMBERS, ordinal: true };
 
