@@ -14,6 +14,7 @@ import {
   isDispatchOnceError,
   newLeaseGrantId,
   LEASE_GRANT_RETENTION_MS,
+  StoreUnavailableError,
   type CallDispatcher,
   type ConversationStore,
   type DispatchLogger,
@@ -29,6 +30,7 @@ import {
   type TurnContext,
   type TurnDispatch,
   type TurnSnapshot,
+  type UnstoredEffect,
 } from "@dispatch-once/core";
 import { MAX_LEASE_MS, MAX_TIMER_MS, checkLeaseOwner, loggerOption } from "@dispatch-once/core/internal";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
@@ -997,6 +999,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         try {
           outcome = await this.commit(snapshot, fence, attempt, run.accumulator, run.resolutions, calls);
         } catch (error) {
+          // Unreachable at the commit: the turn may or may not be appended (TURN-7), but what
+          // its calls did is known and is told (RECORD-9).
+          if (isDispatchOnceError(error, "store_unavailable")) throw unstoredTurn(error, summarizeEffects(calls));
           // The store cannot keep what the stream established: the turn fails with a record
           // (what its calls did is known), instead of leaving the message in progress forever.
           if (!isDispatchOnceError(error, "invalid_store_input")) throw error;
@@ -1042,6 +1047,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     try {
       await store.failMessage(conversationId, fence, messageId, record as unknown as JsonValue);
     } catch (error) {
+      // Unreachable at the failure: the message stays in progress (a re-send resumes it), and
+      // the record it could not keep says what happened (RECORD-9).
+      if (isDispatchOnceError(error, "store_unavailable")) throw unstoredTurn(error, record.effects);
       if (!isDispatchOnceError(error, "conversation_lease_lost")) throw error;
       // Lost the conversation meanwhile: the record still goes beside it; the new holder carries on.
       const calls = await this.asOfTakeover(record.calls);
@@ -1611,4 +1619,16 @@ function canonicalText(value: unknown): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The store's `store_unavailable` at a turn's end (its commit or its failure), told with what the
+ * runner knew of each effect of the turn's calls (RECORD-9): without it the user hears "possibly"
+ * of a payment the runner saw happen. The same code, so the same re-send completes the message
+ * (TURN-7); the store's own error is its cause. Nothing to tell (no call had a key) leaves it as it was.
+ */
+function unstoredTurn(error: Error, known: FailedTurnRecord["effects"]): Error {
+  const effects = known.flatMap((e): UnstoredEffect[] => (e.effect === "none" ? [] : [{ key: e.key, name: e.name, effect: e.effect }]));
+  if (effects.length === 0) return error;
+  return new StoreUnavailableError(`${error.message}; the turn's end was not stored, and its calls' effects are known: ${effects.map((e) => `${e.name} ${e.effect}`).join(", ")} (re-send the same message id to complete it)`, { cause: error, effects });
 }

@@ -21,7 +21,7 @@ export { InvalidArgumentError } from "./invalid-argument-error.js";
 export { type FailureDisposition, ToolError } from "./tool-error.js";
 export { ConversationBusyError } from "./conversation-busy-error.js";
 export { ConversationLeaseLostError } from "./conversation-lease-lost-error.js";
-export { StoreUnavailableError } from "./store-unavailable-error.js";
+export { StoreUnavailableError, type UnstoredEffect } from "./store-unavailable-error.js";
 export { StoreCorruptError } from "./store-corrupt-error.js";
 export { InvalidStoreInputError } from "./invalid-store-input-error.js";
 export { ResolutionRefusedError } from "./resolution-refused-error.js";
