@@ -109,11 +109,18 @@
  *                      failed-turn record): the message is back in progress and the next driver resumes it. Allowed
  *                      beside a volatile ledger only; -DALLOW_VOLATILE_STORE puts it beside a durable ledger
  *                      (allowVolatileConversationStore: true, TURN-14's opt-in; P_TRUTH)
+ *   -DVSTORE_FORGET    with VSTORE: a restart may also lose every write since a message's append (the message, its
+ *                      binding and its end), so the store issues its turn index again and a redelivery of the message is
+ *                      a new one, at a new index under a new key (TURN-14; P_ONCE, whatever the ledger)
  *   -DRESOLVES=1 -DRESOLVE_GRACE=0  an operator's not_performed resolution of an expired in-flight row at once,
  *                      without RESOLVE-6's grace: a paused owner sends its request late (P_UKW); RESOLVE_GRACE=1 (the
  *                      default) waits until no living owner of the row's fence can send (resolve verifies it)
  *   -DNOLIST           a ledger that does not list rows: a resumed turn's record rests on its blanket statement
  *                      (RECORD-8 listed: false; with RESUME_OMITS, nolist-omits-record)
+ *   -DRUNTIMEOUTS=n    n runs outlive the dispatcher's bound on a run (runTimeoutMs, DISPATCH-18): the dispatch is
+ *                      answered in_flight_elsewhere while the run goes on (LateRun); -DRT_SAYS_NOT answers the bound as
+ *                      not performed (P_TRUTH), -DRT_RELEASE releases the row at the bound (P_ONCE), -DRT_UNFENCED
+ *                      writes the late outcome whatever the row's fence (P_OWNER), -DRT_NOBOUND has no bound (P_END)
  *   -DSAME_ASK=1       with BOUNDAT: message 1 asks for what message 0 asked (the same intent, "pay" again under a
  *                      new message id), so bound at a failed message 0's index it derives message 0's key there
  *                      (TURN-12) and may replay its row; -DINHERIT=0 counts its window from its own binding, not
@@ -235,6 +242,19 @@
 #endif
 #ifndef RESOLVE_GRACE
 #define RESOLVE_GRACE 1
+#endif
+/* -DRUNTIMEOUTS=n: n runs outlive the dispatcher's bound on a run (runTimeoutMs, DISPATCH-18): the dispatch is
+ * answered in_flight_elsewhere at the bound while its run goes on (LateRun) and may still send its request, settle
+ * and be recorded under its own fence, or never settle. Switches that take a part of the rule away: -DRT_SAYS_NOT
+ * (the bound answered as not performed), -DRT_RELEASE (the row released at the bound), -DRT_UNFENCED (the late
+ * outcome written whatever the row's fence), -DRT_NOBOUND (no bound: the dispatch waits for the run for ever). */
+#ifndef RUNTIMEOUTS
+#define RUNTIMEOUTS 0
+#endif
+#ifdef RT_UNFENCED
+#define RT_UNFENCED_ON true
+#else
+#define RT_UNFENCED_ON false
 #endif
 #ifndef LEDGER_VOLATILE
 #define LEDGER_VOLATILE (VOLATILE > 0)
@@ -580,14 +600,52 @@ byte b_resolve = RESOLVES;
 byte b_vstore = VSTORE;
 byte vlast;              /* message +1 whose commit or failMessage is the store's last write; 0: a later write came */
 bool vlost[M];           /* the store lost the message's answer or failure: it waits in progress for the next driver */
-bool tnot[K];            /* the user was told the key's effect did not happen (a failed message's record, a committed
-                            error result) and has not re-sent the message since (P_TRUTH) */
-/* each with its own separator, and nothing at all without VSTORE, so the other checks keep their searches */
+/* with its own separator, and nothing at all without VSTORE, so the other checks keep their searches */
 #define VWROTE(x) vlast = (x);
-#define VTOLD(k) ; assert(!P_TRUTH || !tnot[k])    /* P_TRUTH: what the user was told stays true */
 #else
 #define VWROTE(x)
+#endif
+#if VSTORE && defined(VSTORE_FORGET)
+/* -DVSTORE_FORGET: a restart may also lose every write since a message's append, when all of them were that
+ * message's (its append, binding, end and records): the store no longer knows the message, and the turn index it
+ * was bound at is issued again (TURN-14). vrun: message +1 whose append began the store's writes since, all its own */
+byte vrun;
+#define VNEW(i) vrun = (i) + 1;
+#define VMINE(i) vrun = (vrun == (i) + 1 -> vrun : 0);
+#else
+#define VNEW(i)
+#define VMINE(i)
+#endif
+/* What a failure told the user is checked against every later effect with a volatile store (its resumed turn) and
+ * with runs past their bound (a late run's request): TOLDNOT */
+#define TOLDNOT (VSTORE || RUNTIMEOUTS > 0)
+#if TOLDNOT
+bool tnot[K];            /* the user was told the key's effect did not happen (a failed message's record, a committed
+                            error result) and has not re-sent the message since (P_TRUTH) */
+#define VTOLD(k) ; assert(!P_TRUTH || !tnot[k])    /* P_TRUTH: what the user was told stays true */
+#else
 #define VTOLD(k)
+#endif
+#if RUNTIMEOUTS > 0
+/* DISPATCH-18: a run that outlived its bound, as the dispatcher left it (one at a time) */
+byte b_rt = RUNTIMEOUTS;
+byte trs;                /* its stage: */
+#define TR_PEND 1        /*   claimed, its request not sent yet */
+#define TR_SENT 2        /*   its keyed request accepted, executing downstream */
+#define TR_SETTLED 3     /*   settled (tro), to be recorded under its fence */
+#define TR_HUNG 4        /*   never settles: its row is left to its lease (LEDGER-7) */
+byte trk;                /* its key +1 */
+byte trf;                /* its claim's fence */
+byte trg;                /* which grant of the key its claim was (ghost, P_OWNER) */
+byte trl;                /* its row lineage (ghost, P_SAME) */
+byte trq;                /* the request it sends */
+byte trw;                /* the worker it runs in (a crash ends it) */
+byte trc;                /* the message its turn answers */
+byte tro;                /* what it settled with */
+/* a run past its bound that can still send or write (it ends with its worker's process) */
+#define LATE_ACTIVE(kk) (trk == (kk) + 1 && !crashed[trw] && trs != TR_HUNG)
+#else
+#define LATE_ACTIVE(kk) false
 #endif
 
 /* ghosts: what happened in the world, for the properties only */
@@ -764,6 +822,59 @@ end_idle:
   od
 }
 
+#if RUNTIMEOUTS > 0
+/* ------------------------------------------------------------------ a run past its bound (DISPATCH-18) */
+
+/* The run a dispatcher answered at its bound (RUN_BOUND) goes on in its worker's process, unrenewed and
+ * signalled to stop, with the dispatch already answered: it stops before sending (it honours the signal),
+ * or sends its request anyway (it was on its way; the downstream may perform it after the dispatch said
+ * in_flight_elsewhere), or never settles. Once it settles, its outcome is recorded under its own fence, as
+ * any run's outcome is (RECORD_RUN: LEDGER-8, LEDGER-5, LEDGER-16): a completion lands when nobody acted on
+ * the lapsed lease, and after a takeover it is refused (stale_claim) and changes nothing. A crash of its
+ * worker ends it. Its locals are loaded from the globals for one step and cleared after it (TR_LOAD,
+ * TR_FREE), so they add no state. */
+#define TR_LOAD() w = trw; k = trk - 1; cf = trf; cg = trg; cl = trl; sreq = trq; cur = trc
+#define TR_FREE() w = 0; k = 0; cf = 0; cg = 0; cl = 0; sreq = 0; cur = 0; out = 0; res = 0; mine = false; lwait = false
+active proctype LateRun() {
+  byte w; byte k; byte cf; byte cg; byte cl; byte sreq; byte cur; byte out; byte res;
+  bool mine;     /* EFFECT's ghost of a worker's turn: unused here */
+  bool lwait;    /* SEND_REQ's "caller waits": nobody waits for this run's answer */
+end_late:
+  do
+  :: atomic { trs == TR_PEND && !crashed[trw] ->
+       TR_LOAD();
+       printf("@@ W%d   the run of key %d past its bound stops before sending: it honours the signal (DISPATCH-18)\n", w, k);
+       tro = O_ABORT; trs = TR_SETTLED; TR_FREE() }
+  :: atomic { trs == TR_PEND && !crashed[trw] ->
+       TR_LOAD();
+       printf("@@ W%d   the run of key %d past its bound sends its request all the same (it was on its way)\n", w, k);
+       SEND_REQ(false, lwait);
+       if
+       :: out == O_ACCEPTED -> trs = TR_SENT
+       :: else -> tro = out; trs = TR_SETTLED
+       fi;
+       TR_FREE() }
+  :: atomic { trs == TR_SENT && !crashed[trw] ->
+       /* the downstream finishes the request (if it has not yet) and its answer reaches the run */
+       k = trk - 1; ds[k] = DS_DONE; tro = O_OK; trs = TR_SETTLED;
+       printf("@@ W%d   the late request of key %d is done downstream; its answer reaches the run\n", trw, k); k = 0 }
+  :: atomic { trs == TR_SENT && !crashed[trw] && b_lost > 0 ->
+       b_lost--; tro = O_LOST; trs = TR_SETTLED; printf("@@ W%d   the late request gets no answer: timeout\n", trw) }
+  :: atomic { (trs == TR_PEND || trs == TR_SENT) && !crashed[trw] ->
+       trs = TR_HUNG; printf("@@ W%d   the run past its bound never settles: its row is left to its lease (LEDGER-7)\n", trw) }
+  :: atomic { trs == TR_SETTLED && !crashed[trw] ->
+       TR_LOAD(); out = tro;
+#ifdef RT_UNFENCED
+       printf("@@ W%d   the run of key %d settled after its bound: its outcome is written whatever the row's fence (its own: %d)\n", w, k, cf);
+#else
+       printf("@@ W%d   the run of key %d settled after its bound: recorded under its own fence %d (DISPATCH-18)\n", w, k, cf);
+#endif
+       RECORD_RUN(RT_UNFENCED_ON);
+       trk = 0; trf = 0; trg = 0; trl = 0; trq = 0; trw = 0; trc = 0; tro = 0; trs = 0; TR_FREE() }
+  od
+}
+#endif
+
 /* ------------------------------------------------------------------ the store's clock */
 
 /* A lease whose holder cannot renew it lapses, sooner or later, on the store's clock
@@ -844,7 +955,7 @@ end_ds:
 #endif
 #define LATE_BOUNDED(x) (!crashed[x] && !(part[x] && pend[x] && !SELF_FENCE))
 #define PINNED(k) ((wk[0] == (k) + 1 && LATE_BOUNDED(0)) || (wk[1] == (k) + 1 && LATE_BOUNDED(1)) || \
-                   lk == (k) + 1 || bgk[0] == (k) + 1 || bgk[1] == (k) + 1)
+                   lk == (k) + 1 || bgk[0] == (k) + 1 || bgk[1] == (k) + 1 || LATE_ACTIVE(k))
 #define FINISHED(k) (rst[k] != R_NONE && rst[k] != R_INFLIGHT)
 #define RETAIN(k) \
   atomic { RETENTION && (UNREACHABLE(k) || AGED(k)) && !PINNED(k) && \
@@ -883,17 +994,40 @@ end_ds:
        printf("@@ --   the volatile conversation store restarts and loses its last write: message %d's failure and its record (TURN-14)\n", i) \
     fi; \
     ms[i] = MS_INPROG }
+#if VSTORE && defined(VSTORE_FORGET)
+/* A volatile conversation store (TURN-14) restarts and loses every write since message i's append, all of them message
+ * i's (its append, its binding, its commit or failMessage): the message is unknown to the store again, its send having
+ * returned, and its turn index is free: the next binding issues it again. A redelivery of the message appends it as a
+ * new one (TURN-2 cannot tell). The binding before it was the other message's, if that one was bound. */
+#define VSTORE_FORGET_LOSE(i) \
+  atomic { b_vstore > 0 && vlast == (i) + 1 && vrun == (i) + 1 && !(lholder != 0 && llive) -> \
+    assert(narr > 0 && order[narr - 1] == (i));   /* P_MODEL: its append was the store's latest */ \
+    b_vstore--; vlast = 0; vrun = 0; vlost[i] = true; \
+    if \
+    :: ms[i] == MS_ANSWERED -> nturns--; tmsg[nturns] = 0; tres[nturns] = 0 \
+    :: else \
+    fi; \
+    printf("@@ --   the volatile conversation store restarts and loses message %d: its append, its binding to turn %d and its end (TURN-14)\n", i, midx[i]); \
+    ms[i] = MS_NONE; midx[i] = 0; narr--; order[narr] = 0; \
+    lastBound = (ms[1 - (i)] == MS_ANSWERED || ms[1 - (i)] == MS_FAILED -> 2 - (i) : 0) }
+#endif
 #if RESOLVES > 0
 /* An owner of the row's current fence that is alive and can still send its request (claimed, not yet sent: a
  * paused owner wakes and sends it) or whose request is still executing downstream. */
 #define LATE_OWNER(x, k) (HELD_BY(x, k) && (pend[x] || waiting[x]))
+/* a run past its bound (DISPATCH-18) under the row's fence that can still send, or whose request still executes */
+#if RUNTIMEOUTS > 0
+#define LATE_RUN_OWNER(k) (LATE_ACTIVE(k) && trf == rfence[k] && (trs == TR_PEND || trs == TR_SENT))
+#else
+#define LATE_RUN_OWNER(k) false
+#endif
 /* RESOLVE-2, RESOLVE-3, RESOLVE-5: an operator's not_performed resolution of an unknown row or of an in-flight row
  * whose lease expired: released, its request kept, its fence raised, so a former owner's late write is stale. The
  * person's word is true when given (no effect under the key so far); RESOLVE-6's grace (RESOLVE_GRACE) waits until
  * no living owner can still send late. */
 #define RESOLVE_NP(k) \
   atomic { b_resolve > 0 && (rst[k] == R_UNKNOWN || (rst[k] == R_INFLIGHT && !rlive[k])) && effk[k] == 0 && \
-           (!RESOLVE_GRACE || !(LATE_OWNER(0, k) || LATE_OWNER(1, k))) -> \
+           (!RESOLVE_GRACE || !(LATE_OWNER(0, k) || LATE_OWNER(1, k) || LATE_RUN_OWNER(k))) -> \
     b_resolve--; \
     if \
     :: rst[k] == R_UNKNOWN -> printf("@@ --   an operator resolves unknown key %d as not_performed: released, fence %d (RESOLVE-3, RESOLVE-5)\n", k, rfence[k] + 1) \
@@ -1057,6 +1191,11 @@ end_env:
   /* a volatile conversation store restarts and loses its last write (TURN-14) */
   :: VSTORE_LOSE(0)
   :: VSTORE_LOSE(1)
+#ifdef VSTORE_FORGET
+  /* or loses a message altogether (TURN-14: its turn index is issued again) */
+  :: VSTORE_FORGET_LOSE(0)
+  :: VSTORE_FORGET_LOSE(1)
+#endif
 #endif
   /* a volatile ledger forgets (LEDGER-14) */
   :: LOSE(0)
@@ -1077,7 +1216,8 @@ active proctype Monitor() {
 #if VSTORE
   /* a message whose answer or failure a volatile store lost waits in progress for the next send that drives
      the conversation (TURN-15); its own send had returned */
-  assert(!P_END || ((SETTLED(0) || (vlost[0] && ms[0] == MS_INPROG)) && (SETTLED(1) || (vlost[1] && ms[1] == MS_INPROG))))
+  assert(!P_END || ((SETTLED(0) || (vlost[0] && (ms[0] == MS_INPROG || ms[0] == MS_NONE))) &&
+                    (SETTLED(1) || (vlost[1] && (ms[1] == MS_INPROG || ms[1] == MS_NONE)))))
 #elif SOLO < M
   assert(!P_END || SETTLED(SOLO))
 #else

@@ -25,7 +25,7 @@ const MODEL = "dispatch_once.pml";
 const NONE = {
   CRASHES: 0, PAUSES: 0, STREAMCUTS: 0, REWORDS: 0, LOSTS: 0, REFUSALS: 0,
   DECLINES: 0, NOTSTORABLE: 0, REDELIVERIES: 0, PARTITIONS: 0, RETENTION: 0, VOLATILE: 0, LOSTCLAIMS: 0, LATECLAIMS: 0,
-  DIVERGES: 0, AGING: 0, LOSTACQS: 0, LATEACQS: 0,
+  DIVERGES: 0, AGING: 0, LOSTACQS: 0, LATEACQS: 0, RUNTIMEOUTS: 0,
 };
 const ONLY = (property) => ({
   CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_TRUTH: 0, CHECK_RECORD: 0, CHECK_FENCE: 0, CHECK_OWNER: 0, CHECK_SAME: 0, CHECK_END: 0, CHECK_NOFALSE: 0, CHECK_GRANT: 0, CHECK_TOLD: 0,
@@ -55,6 +55,9 @@ const RESUME_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, CRASHES: 1, STREAMCU
 // A volatile conversation store that restarts once and loses its last write (TURN-14), beside a volatile ledger
 // that loses a row (TURN-14 refuses it beside a durable one); one attempt per turn, so a refused request fails it.
 const VSTORE_FAULTS = { VSTORE: 1, ALL_KEYED: true, VOLATILE: 1, REFUSALS: 1, DECLINES: 1, LOSTS: 1, STREAMCUTS: 1, REDELIVERIES: 1, MAXATT: 1 };
+// A run that outlives the dispatcher's bound on it (runTimeoutMs, DISPATCH-18), with a refused request, a lost
+// response, a decline and a cut stream (a pause, the costly fault, is in the deep check).
+const RUN_TIMEOUT_FAULTS = { RUNTIMEOUTS: 1, REFUSALS: 1, LOSTS: 1, DECLINES: 1, STREAMCUTS: 1 };
 const SAME_ASK_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, STREAMCUTS: 2, REDELIVERIES: 1, MAXATT: 1, RESEND_FROM: 3, RECHECK: 3, SAME_ASK: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
@@ -451,6 +454,17 @@ const CHECKS = [
     defines: { ...NONE, VSTORE: 1, ALLOW_VOLATILE_STORE: true, REFUSALS: 1, MAXATT: 1, ...ONLY("TRUTH") },
   },
   {
+    name: "volatile-store-forgets",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "TURN-14 (a turn index not issued again while a key derived from it is within retention), TURN-2, TURN-11",
+    explain: "A volatile conversation store beside a volatile ledger, the combination TURN-14 allows, whose restart loses more than a message's end: every write since message 0's append (-DVSTORE_FORGET); both tools keyed (-DALL_KEYED), so the downstream's key guards every call. W1 answers message 0 at turn 0: it claims key 0 and pays, completes the row and commits; its send returns, and the queue delivers message 0 again. The store restarts and forgets message 0 altogether: its append, its binding to turn 0, its commit. Message 1 is appended, then the redelivered message 0: the store does not know it, so it is a new message (TURN-2 cannot tell). W0 binds message 1 at turn 0, the index issued again (key 1), and answers it; then it binds message 0 at turn 1, which derives key 2: the ledger has no row for it and the downstream has never seen that key, so the payment is made a second time. Neither guard can collapse it, since the key changed with the index. The volatile store the other checks model loses only a message's end and keeps its binding, so the message is resumed at its index under its old key (volatile-store verifies every property with it); a store that forgets a binding breaks TURN-14's rule that an index is not issued again while a key derived from it is within retention, whatever the ledger.",
+    about: "a volatile store (beside a volatile ledger) whose restart forgets a message with its binding and commit "
+      + "(-DVSTORE_FORGET): its turn index goes to the next message, and a redelivery of the forgotten one is a new "
+      + "message at a new index, under a new key",
+    defines: { ...NONE, VSTORE: 1, VSTORE_FORGET: true, ALL_KEYED: true, LEDGER_VOLATILE: 1, REDELIVERIES: 1, MAXATT: 1, ...ONLY("ONCE") },
+  },
+  {
     name: "resolve-no-grace",
     kind: "expect",
     property: "P_UKW",
@@ -459,6 +473,54 @@ const CHECKS = [
     about: "an operator resolves an in-flight unkeyed_write row whose lease expired as not_performed at once, without "
       + "RESOLVE-6's grace: its owner, paused with the request unsent, wakes and sends it",
     defines: { ...NONE, RESOLVES: 1, RESOLVE_GRACE: 0, PAUSES: 1, ...ONLY("UKW") },
+  },
+  {
+    name: "run-timeout",
+    kind: "verify",
+    about: "a run that outlives the dispatcher's bound (runTimeoutMs, DISPATCH-18): the dispatch is answered in_flight_elsewhere "
+      + "while the run goes on unrenewed; it stops, sends its request late, or never settles, and is recorded under its own "
+      + "fence (refused after a takeover); with a refused request, a lost response, a decline and a cut stream",
+    defines: { ...NONE, ...RUN_TIMEOUT_FAULTS },
+  },
+  {
+    name: "run-timeout-says-not",
+    kind: "expect",
+    property: "P_TRUTH",
+    rules: "DISPATCH-18 (in_flight_elsewhere at the bound: the effect may have happened), LEDGER-8",
+    explain: "W1 binds message 0 and claims the payment's key (fence 1); the tool's run is still pending when the bound passes. This dispatcher answers the bound as a run that was not performed, so the runner's one attempt fails the message with a record that says not_happened, and W1's send raises turn_failed with it. The run was only signalled to stop: its request was on its way, the downstream performs it, and the payment the user was told did not happen is made. DISPATCH-18 answers in_flight_elsewhere (the effect may have happened), which stays true whatever the run does later: run-timeout verifies it.",
+    about: "a dispatcher that answers a run past its bound as not performed (-DRT_SAYS_NOT): the run goes on and its "
+      + "request is performed after the user was told it was not",
+    defines: { ...NONE, RUNTIMEOUTS: 1, MAXATT: 1, RT_SAYS_NOT: true, ...ONLY("TRUTH") },
+  },
+  {
+    name: "run-timeout-release",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "DISPATCH-18 (the row is not written at the bound), LEDGER-7, LEDGER-8",
+    explain: "The client sends message 1 only (the ticket, unkeyed). W1 binds it and claims the ticket's key (fence 1); the run is still pending at the bound, and this dispatcher releases the row then (the claim given back, may have happened). The runner retries the turn: its claim re-claims the released key (fence 2) and issues the ticket. The first run, signalled but already sending, issues it too: two tickets. DISPATCH-18 leaves the row in flight, unrenewed: the retry waits or, once the lease lapsed, finds an unkeyed_write's row expired and marks it unknown, never re-run (LEDGER-7), and the late run's outcome is recorded under its fence or refused.",
+    about: "a dispatcher that releases the row when a run passes its bound (-DRT_RELEASE): the retry re-runs an unkeyed "
+      + "write whose first run is still going",
+    defines: { ...NONE, RUNTIMEOUTS: 1, SOLO: 1, RT_RELEASE: true, ...ONLY("ONCE") },
+  },
+  {
+    name: "run-timeout-unfenced",
+    kind: "expect",
+    property: "P_OWNER",
+    rules: "DISPATCH-18 (a late outcome is recorded under its own fence), LEDGER-5, LEDGER-16, DISPATCH-8",
+    explain: "W1 claims the payment's key (fence 1) and the run passes its bound: in_flight_elsewhere, the lease no longer renewed. W1's runner retries the turn; the lease lapses on the store's clock and the retry takes the row over (fence 2). The first run then settles (it honoured the signal and stopped before sending) and its outcome is written without its fence: the ledger releases the row under fence 2's claim, a write that is not the key's latest claim's, while fence 2's run is about to send. Recorded under its own fence (LEDGER-5, DISPATCH-8) it is refused as stale and changes nothing.",
+    about: "a late outcome of a run past its bound written whatever the row's fence (-DRT_UNFENCED): it lands on the "
+      + "claim that took the row over",
+    defines: { ...NONE, RUNTIMEOUTS: 1, RT_UNFENCED: true, ...ONLY("OWNER") },
+  },
+  {
+    name: "run-timeout-unbounded",
+    kind: "expect",
+    property: "P_END",
+    rules: "DISPATCH-18 (the wait for a run is bounded), LEDGER-9",
+    explain: "W1 binds message 0, claims the payment's key, and the run never settles (a client without a timeout, a socket dropped silently). With no bound the dispatcher waits for it, renewing the claim's lease, and the runner its turn lease: the send never returns, and W0's send of message 1 waits for the turn lease for ever. With DISPATCH-18 the dispatch is answered at the bound and the row is left to its lease.",
+    about: "no bound on a run (-DRT_NOBOUND): a run that never settles holds its row, the turn and every send of the "
+      + "conversation for ever",
+    defines: { ...NONE, RUNTIMEOUTS: 1, RT_NOBOUND: true, ...ONLY("END") },
   },
   {
     name: "nolist-omits-record",

@@ -55,6 +55,164 @@ inline RECOGNISED() {
 
 /* ---------------------------------------------------------------- dispatch (§7.2) */
 
+/* The tool's request (LEDGER-2), with the key as Idempotency-Key (DISPATCH-4, EFFECT-3): one step of
+ * the downstream. ab: the tool's signal was aborted (DISPATCH-13); wt: set while the caller waits for a
+ * keyed request's answer. Shared by the dispatch and by a run that outlived its bound (DISPATCH-18). */
+inline SEND_REQ(ab, wt) {
+    TOUCHW(k);   /* LEDGER-13: the downstream's key (if any) ages from now */
+    if
+    :: ab ->
+       out = O_ABORT; printf("@@ W%d   tool was aborted before sending (DISPATCH-13)\n", w)
+    :: !ab && b_refuse > 0 ->
+       b_refuse--; out = O_REFUSED;
+       printf("@@ W%d   sends request %d under key %d: refused before acceptance (not performed)\n", w, sreq, k)
+    :: !ab && KEYED(INTENT(k)) ->
+       printf("@@ W%d   sends request %d under key %d to the keyed downstream\n", w, sreq, k);
+       /* LEDGER-21: a re-run the ledger remembers sends the request the downstream holds */
+       assert(!P_SAME || ds[k] == DS_NONE || dslin[k] != cl || dsfp[k] == sreq);   /* P_SAME */
+       if
+       :: ds[k] == DS_NONE ->
+          dsfp[k] = sreq; dslin[k] = cl;
+          if
+          :: ds[k] = DS_INPROG; out = O_ACCEPTED; wt = true; EFFECT(k)   /* P_ONCE */
+          :: b_decl > 0 -> b_decl--; ds[k] = DS_DECL; out = O_DECLINED;
+             printf("@@ W%d   downstream declines (definite failure)\n", w)
+          fi
+       :: ds[k] == DS_INPROG ->
+          out = O_409; printf("@@ W%d   downstream: 409 key in use (EFFECT-7)\n", w)
+       :: (ds[k] == DS_DONE || ds[k] == DS_DECL) && dsfp[k] != sreq ->
+          out = O_422; printf("@@ W%d   downstream: 422 key reused with a different request (first was %d)\n", w, dsfp[k])
+       :: ds[k] == DS_DONE && dsfp[k] == sreq ->
+          out = O_OK; printf("@@ W%d   downstream: same key, same request: replays its answer, no new effect\n", w)
+       :: ds[k] == DS_DECL && dsfp[k] == sreq ->
+          out = O_DECLINED; printf("@@ W%d   downstream: replays its decline\n", w)
+       fi
+    :: !ab && !KEYED(INTENT(k)) ->
+       printf("@@ W%d   sends request %d for key %d to the unkeyed downstream\n", w, sreq, k);
+       assert(!P_UKW || !ukreached[k]);                /* P_UKW */
+       ukreached[k] = true;
+       if
+       :: out = O_OK; EFFECT(k)                          /* P_ONCE */
+       :: b_decl > 0 -> b_decl--; out = O_DECLINED; printf("@@ W%d   downstream declines (definite failure)\n", w)
+       fi
+    fi;
+    if
+    :: (out == O_OK || out == O_DECLINED) && b_lost > 0 ->
+       b_lost--; out = O_LOST; printf("@@ W%d   the response is lost (timeout)\n", w)
+    :: true
+    fi
+}
+
+/* Record a run's outcome with its claim's fence (LEDGER-8, LEDGER-5, LEDGER-16): one step of the
+ * ledger. unf: the write ignores the fence (-DRT_UNFENCED, a run past its bound only). Shared by the
+ * dispatch and by a run that outlived its bound (DISPATCH-18: recorded as any run's outcome is). */
+inline RECORD_RUN(unf) {
+    if
+    :: out == O_OK && b_ns > 0 ->
+       b_ns--; out = O_NS; printf("@@ W%d   the result cannot be stored (LEDGER-10)\n", w)
+    :: true
+    fi;
+    if
+    :: part[w] ->
+       /* DISPATCH-10: still cut off when the re-sends run out (a re-send that lands is this
+          step taken after the cut heals): raised; the row stays in flight until its lease settles it */
+       res = C_LEDGER; printf("@@ W%d   cannot record key %d: ledger_unavailable\n", w, k)
+    :: !part[w] && !(rst[k] == R_INFLIGHT && (rfence[k] == cf || unf)) ->
+       /* LEDGER-5, DISPATCH-8: the claim was lost; nothing is written, nothing re-run */
+       res = C_STALE; printf("@@ W%d   record with fence %d refused: stale_claim (DISPATCH-8)\n", w, cf)
+    :: !part[w] && rst[k] == R_INFLIGHT && (rfence[k] == cf || unf) ->
+       if
+       :: out == O_OK ->
+          rst[k] = R_COMPLETED; res = C_OK; printf("@@ W%d   completes key %d\n", w, k)
+       :: out == O_NS ->
+          /* LEDGER-10: fail closed, never released */
+          rst[k] = R_FAILED_NS; res = C_NS; printf("@@ W%d   fails key %d: result_not_storable\n", w, k)
+       :: out == O_DECLINED ->
+          /* LEDGER-8: a definite failure is stored and replayed */
+          rst[k] = R_FAILED; res = C_FAILED; printf("@@ W%d   fails key %d: definite failure\n", w, k);
+          assert(!P_TRUTH || effk[k] == 0)             /* P_TRUTH */
+       :: out == O_REFUSED ->
+          /* LEDGER-8: not performed: release. "Not performed" speaks for this run's request only:
+             a claim that is not the key's first (a re-claim after release, a takeover) follows a
+             run whose request may have been performed, and so does any claim of a volatile
+             ledger, which may have lost the row of such a run: then the call's effect may have
+             happened (RECORD-2; proposed rule, see spec/model/README.md). */
+          RELEASE_ROWW(k);
+#ifdef NP_SAYS_NOT
+          res = C_REL_NP;       /* the code on main: claim_released, effectMayHaveHappened false */
+#else
+          if
+          :: cf == 1 && !LEDGER_VOLATILE -> res = C_REL_NP
+#ifdef NP_KEYED_ONLY
+          /* core before a84fff3: the two cases were a keyed_write's only; an unkeyed_write said
+             not performed whatever its fence and the ledger's durability */
+          :: !KEYED(INTENT(k)) -> res = C_REL_NP
+#endif
+          :: else -> res = C_REL_MAY   /* LEDGER-8: whatever the write class */
+          fi;
+#endif
+          printf("@@ W%d   releases key %d: its request was not performed (fence %d)\n", w, k, cf)
+#ifdef OLD_422
+       :: out == O_422 ->
+          /* turn-1 design: a 4xx from the payments API read as a definite failure */
+          rst[k] = R_FAILED; res = C_FAILED;
+          printf("@@ W%d   fails key %d: 422 taken as a definite failure (turn-1 design)\n", w, k);
+          assert(!P_TRUTH || effk[k] == 0)             /* P_TRUTH */
+#else
+       :: out == O_422 ->
+          /* EFFECT-6: the key is held for another request, which may have been performed */
+          rst[k] = R_UNKNOWN; res = C_UNKNOWN; printf("@@ W%d   marks key %d unknown: request_mismatch (EFFECT-6)\n", w, k)
+#endif
+       :: out == O_409 || out == O_LOST || out == O_ABORT ->
+          if
+          :: KEYED(INTENT(k)) ->
+             /* LEDGER-8, EFFECT-7: unknown outcome of a keyed write: release; the re-run is collapsed */
+             RELEASE_ROWW(k); res = C_REL_MAY; printf("@@ W%d   releases key %d (may have happened)\n", w, k)
+          :: else ->
+             /* LEDGER-8, EFFECT-4: unknown outcome of an unkeyed write: unknown, never re-run */
+             rst[k] = R_UNKNOWN; res = C_UNKNOWN; printf("@@ W%d   marks key %d unknown (tool_error)\n", w, k)
+          fi
+       fi;
+       assert(!P_OWNER || cg == gid[k]);                /* P_OWNER (LEDGER-5, LEDGER-16) */
+       TOUCHW(k);                               /* LEDGER-13: the row ages from this write */
+       if :: CLAIMIDS -> rcid[k] = 0; rcl[k] = 0; rown[k] = 0 :: else fi   /* the row left flight */
+    fi
+}
+
+
+#if RUNTIMEOUTS > 0
+/* DISPATCH-18: the bound on the run (runTimeoutMs) passes with the run still pending. The dispatcher
+ * stops renewing the claim's lease (nobody renews the row now: it lapses on the store's clock), signals
+ * the tool to stop, and answers the dispatch at once with in_flight_elsewhere (the effect may have
+ * happened); it does not write the row. The run goes on without it (LateRun): it may still send its
+ * request, settle and be recorded under its own fence, or never settle. The bound is taken before the
+ * request: a bound that passes after the request was sent is this step followed at once by the late
+ * run's send, which reaches the same states. */
+inline RUN_BOUND() {
+  b_rt--;
+  trk = k + 1; trf = cf; trg = cg; trl = cl; trq = sreq; trw = w; trc = cur; trs = TR_PEND;
+  hold[w] = 0; hfence[w] = 0; pend[w] = false; aborted[w] = false;
+#if defined(RT_NOBOUND)
+  /* the turn-1 dispatcher: no bound; the dispatch waits for a run that never settles, renewing its
+     claim (and the runner its turn lease) for ever */
+  trs = TR_HUNG; hold[w] = k + 1; hfence[w] = cf;
+  printf("@@ W%d   the run of key %d never settles; with no bound the dispatch waits for it, renewing the claim\n", w, k);
+#elif defined(RT_RELEASE)
+  /* a dispatcher that gives the claim back at the bound: released, so the next claim re-runs it */
+  RELEASE_ROWW(k); res = C_REL_MAY;
+  printf("@@ W%d   the run of key %d passes its bound (runTimeoutMs): releases the row (may have happened)\n", w, k);
+#elif defined(RT_SAYS_NOT)
+  /* a dispatcher that answers the bound as a run that did not happen */
+  res = C_REL_NP;
+  printf("@@ W%d   the run of key %d passes its bound (runTimeoutMs): answered as not performed\n", w, k);
+#else
+  res = C_ELSEWHERE;
+  printf("@@ W%d   the run of key %d passes its bound (runTimeoutMs): signals it, stops renewing, in_flight_elsewhere (DISPATCH-18)\n", w, k);
+#endif
+  out = 0; sreq = 0; cf = 0; cg = 0; cl = 0
+}
+#endif
+
 #define LOST_CID() if :: cid == 0 -> cidctr++; cid = cidctr :: else fi
 
 inline DISPATCH() {
@@ -140,52 +298,20 @@ dclaim:
     fi
   };
 
-  /* The tool runs, only now (LEDGER-2), with the key as Idempotency-Key (DISPATCH-4, EFFECT-3).
-   * Renewals (LEDGER-9) keep the lease live unless the owner pauses or is cut off. */
-  atomic {
-    pend[w] = false; TOUCHW(k);   /* LEDGER-13: the downstream's key (if any) ages from now */
-    if
-    :: aborted[w] ->
-       out = O_ABORT; printf("@@ W%d   tool was aborted before sending (DISPATCH-13)\n", w)
-    :: !aborted[w] && b_refuse > 0 ->
-       b_refuse--; out = O_REFUSED;
-       printf("@@ W%d   sends request %d under key %d: refused before acceptance (not performed)\n", w, sreq, k)
-    :: !aborted[w] && KEYED(INTENT(k)) ->
-       printf("@@ W%d   sends request %d under key %d to the keyed downstream\n", w, sreq, k);
-       /* LEDGER-21: a re-run the ledger remembers sends the request the downstream holds */
-       assert(!P_SAME || ds[k] == DS_NONE || dslin[k] != cl || dsfp[k] == sreq);   /* P_SAME */
-       if
-       :: ds[k] == DS_NONE ->
-          dsfp[k] = sreq; dslin[k] = cl;
-          if
-          :: ds[k] = DS_INPROG; out = O_ACCEPTED; waiting[w] = true; EFFECT(k)   /* P_ONCE */
-          :: b_decl > 0 -> b_decl--; ds[k] = DS_DECL; out = O_DECLINED;
-             printf("@@ W%d   downstream declines (definite failure)\n", w)
-          fi
-       :: ds[k] == DS_INPROG ->
-          out = O_409; printf("@@ W%d   downstream: 409 key in use (EFFECT-7)\n", w)
-       :: (ds[k] == DS_DONE || ds[k] == DS_DECL) && dsfp[k] != sreq ->
-          out = O_422; printf("@@ W%d   downstream: 422 key reused with a different request (first was %d)\n", w, dsfp[k])
-       :: ds[k] == DS_DONE && dsfp[k] == sreq ->
-          out = O_OK; printf("@@ W%d   downstream: same key, same request: replays its answer, no new effect\n", w)
-       :: ds[k] == DS_DECL && dsfp[k] == sreq ->
-          out = O_DECLINED; printf("@@ W%d   downstream: replays its decline\n", w)
-       fi
-    :: !aborted[w] && !KEYED(INTENT(k)) ->
-       printf("@@ W%d   sends request %d for key %d to the unkeyed downstream\n", w, sreq, k);
-       assert(!P_UKW || !ukreached[k]);                /* P_UKW */
-       ukreached[k] = true;
-       if
-       :: out = O_OK; EFFECT(k)                          /* P_ONCE */
-       :: b_decl > 0 -> b_decl--; out = O_DECLINED; printf("@@ W%d   downstream declines (definite failure)\n", w)
-       fi
-    fi;
-    if
-    :: (out == O_OK || out == O_DECLINED) && b_lost > 0 ->
-       b_lost--; out = O_LOST; printf("@@ W%d   the response is lost (timeout)\n", w)
-    :: true
-    fi
-  };
+  /* The tool runs, only now (LEDGER-2). Renewals (LEDGER-9) keep the lease live unless the owner
+   * pauses or is cut off. */
+#if RUNTIMEOUTS > 0
+  if
+  :: atomic { b_rt > 0 -> RUN_BOUND() };
+#ifdef RT_NOBOUND
+     (false);   /* blocked for ever */
+#endif
+     goto ddone
+  :: atomic { pend[w] = false; SEND_REQ(aborted[w], waiting[w]) }
+  fi;
+#else
+  atomic { pend[w] = false; SEND_REQ(aborted[w], waiting[w]) };
+#endif
   if
   :: out == O_ACCEPTED ->
      if
@@ -197,77 +323,8 @@ dclaim:
 
   /* Record the outcome with the claim's fence (LEDGER-8, LEDGER-5, LEDGER-16). */
   atomic {
-    if
-    :: out == O_OK && b_ns > 0 ->
-       b_ns--; out = O_NS; printf("@@ W%d   the result cannot be stored (LEDGER-10)\n", w)
-    :: true
-    fi;
     hold[w] = 0;
-    if
-    :: part[w] ->
-       /* DISPATCH-10: still cut off when the re-sends run out (a re-send that lands is this
-          step taken after the cut heals): raised; the row stays in flight until its lease settles it */
-       res = C_LEDGER; printf("@@ W%d   cannot record key %d: ledger_unavailable\n", w, k)
-    :: !part[w] && !(rst[k] == R_INFLIGHT && rfence[k] == cf) ->
-       /* LEDGER-5, DISPATCH-8: the claim was lost; nothing is written, nothing re-run */
-       res = C_STALE; printf("@@ W%d   record with fence %d refused: stale_claim (DISPATCH-8)\n", w, cf)
-    :: !part[w] && rst[k] == R_INFLIGHT && rfence[k] == cf ->
-       if
-       :: out == O_OK ->
-          rst[k] = R_COMPLETED; res = C_OK; printf("@@ W%d   completes key %d\n", w, k)
-       :: out == O_NS ->
-          /* LEDGER-10: fail closed, never released */
-          rst[k] = R_FAILED_NS; res = C_NS; printf("@@ W%d   fails key %d: result_not_storable\n", w, k)
-       :: out == O_DECLINED ->
-          /* LEDGER-8: a definite failure is stored and replayed */
-          rst[k] = R_FAILED; res = C_FAILED; printf("@@ W%d   fails key %d: definite failure\n", w, k);
-          assert(!P_TRUTH || effk[k] == 0)             /* P_TRUTH */
-       :: out == O_REFUSED ->
-          /* LEDGER-8: not performed: release. "Not performed" speaks for this run's request only:
-             a claim that is not the key's first (a re-claim after release, a takeover) follows a
-             run whose request may have been performed, and so does any claim of a volatile
-             ledger, which may have lost the row of such a run: then the call's effect may have
-             happened (RECORD-2; proposed rule, see spec/model/README.md). */
-          RELEASE_ROWW(k);
-#ifdef NP_SAYS_NOT
-          res = C_REL_NP;       /* the code on main: claim_released, effectMayHaveHappened false */
-#else
-          if
-          :: cf == 1 && !LEDGER_VOLATILE -> res = C_REL_NP
-#ifdef NP_KEYED_ONLY
-          /* core before a84fff3: the two cases were a keyed_write's only; an unkeyed_write said
-             not performed whatever its fence and the ledger's durability */
-          :: !KEYED(INTENT(k)) -> res = C_REL_NP
-#endif
-          :: else -> res = C_REL_MAY   /* LEDGER-8: whatever the write class */
-          fi;
-#endif
-          printf("@@ W%d   releases key %d: its request was not performed (fence %d)\n", w, k, cf)
-#ifdef OLD_422
-       :: out == O_422 ->
-          /* turn-1 design: a 4xx from the payments API read as a definite failure */
-          rst[k] = R_FAILED; res = C_FAILED;
-          printf("@@ W%d   fails key %d: 422 taken as a definite failure (turn-1 design)\n", w, k);
-          assert(!P_TRUTH || effk[k] == 0)             /* P_TRUTH */
-#else
-       :: out == O_422 ->
-          /* EFFECT-6: the key is held for another request, which may have been performed */
-          rst[k] = R_UNKNOWN; res = C_UNKNOWN; printf("@@ W%d   marks key %d unknown: request_mismatch (EFFECT-6)\n", w, k)
-#endif
-       :: out == O_409 || out == O_LOST || out == O_ABORT ->
-          if
-          :: KEYED(INTENT(k)) ->
-             /* LEDGER-8, EFFECT-7: unknown outcome of a keyed write: release; the re-run is collapsed */
-             RELEASE_ROWW(k); res = C_REL_MAY; printf("@@ W%d   releases key %d (may have happened)\n", w, k)
-          :: else ->
-             /* LEDGER-8, EFFECT-4: unknown outcome of an unkeyed write: unknown, never re-run */
-             rst[k] = R_UNKNOWN; res = C_UNKNOWN; printf("@@ W%d   marks key %d unknown (tool_error)\n", w, k)
-          fi
-       fi;
-       assert(!P_OWNER || cg == gid[k]);                /* P_OWNER (LEDGER-5, LEDGER-16) */
-       TOUCHW(k);                               /* LEDGER-13: the row ages from this write */
-       if :: CLAIMIDS -> rcid[k] = 0; rcl[k] = 0; rown[k] = 0 :: else fi   /* the row left flight */
-    fi;
+    RECORD_RUN(false);
     out = 0; sreq = 0; cf = 0; cg = 0; cl = 0; hfence[w] = 0; aborted[w] = false   /* forget what is spent */
   };
   goto ddone;
@@ -331,8 +388,8 @@ inline END_ATTEMPT() {
      if
      :: lfence == myf && nturns == t && ms[cur] == MS_INPROG ->
 #endif
-        nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = MS_ANSWERED; VWROTE(cur + 1)
-#if VSTORE
+        nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = MS_ANSWERED; VWROTE(cur + 1) VMINE(cur)
+#if TOLDNOT
         if :: res == C_FAILED -> tnot[k] = true :: else fi;   /* an error result tells the user: not happened */
 #endif
         if
@@ -387,7 +444,7 @@ inline END_ATTEMPT() {
         :: else -> SAY_WORD()
         fi;
         assert(!P_RECORD || !mine || say >= SAY_MAY);          /* P_RECORD (TURN-13, RECORD-7) */
-        if :: say > recd[k] -> recd[k] = say :: else fi; VWROTE(0)
+        if :: say > recd[k] -> recd[k] = say :: else fi; VWROTE(0) VMINE(cur)
         gone = true
      fi;
      TURN_DONE; goto rdone
@@ -429,8 +486,8 @@ inline END_ATTEMPT() {
         fi;
 #endif
         if :: say > recd[k] -> recd[k] = say :: else fi;
-        ms[cur] = MS_FAILED; FAILED_AGAIN(cur); VWROTE(cur + 1)
-#if VSTORE
+        ms[cur] = MS_FAILED; FAILED_AGAIN(cur); VWROTE(cur + 1) VMINE(cur)
+#if TOLDNOT
         if :: say == SAY_NOT -> tnot[k] = true :: else fi;   /* the send raises turn_failed: not happened */
 #endif
 #if AGING && BOUNDAT
@@ -444,7 +501,7 @@ inline END_ATTEMPT() {
            calls an effect that already happened "not happened" (RECORD-2) */
         assert(!P_RECORD || say != SAY_NOT || effk[k] == 0)    /* P_RECORD */
      :: else ->
-        if :: say > recd[k] -> recd[k] = say :: else fi; VWROTE(0)
+        if :: say > recd[k] -> recd[k] = say :: else fi; VWROTE(0) VMINE(cur)
         gone = true;
         printf("@@ W%d   turn lease lost: the failed-turn record goes beside the conversation\n", w)
      fi;
@@ -646,10 +703,10 @@ inline DRIVE() {
           :: else
           fi;
 #endif
-          lastBound = cur + 1; VWROTE(0)
+          lastBound = cur + 1; VWROTE(0) VMINE(cur)
           printf("@@ W%d   binds message %d to turn %d (TURN-11)\n", w, cur, nturns)
        :: else ->
-          resumed = true; VWROTE(0)   /* TURN-15: the store says the turn index was begun before */
+          resumed = true; VWROTE(0) VMINE(cur)   /* TURN-15: the store says the turn index was begun before */
           printf("@@ W%d   resumes message %d at its bound turn %d\n", w, cur, midx[cur])
        fi;
        t = nturns;
@@ -713,10 +770,10 @@ inline APPEND() {
     /* TURN-2: idempotent on the message id; TURN-12: a failed message re-opens while nothing was bound since */
     if
     :: ms[m] == MS_NONE ->
-       ms[m] = MS_QUEUED; order[narr] = m; narr++; VWROTE(0) printf("@@ W%d   send(message %d): queued\n", w, m)
+       ms[m] = MS_QUEUED; order[narr] = m; narr++; VWROTE(0) VNEW(m) printf("@@ W%d   send(message %d): queued\n", w, m)
     :: ms[m] == MS_FAILED && lastBound == m + 1 && WINDOW_OPEN(m) ->
-       ms[m] = MS_QUEUED; VWROTE(0)
-#if VSTORE
+       ms[m] = MS_QUEUED; VWROTE(0) VMINE(m)
+#if TOLDNOT
        tnot[KEY(midx[m], CALLI(m))] = false;   /* the user asks again: what the failure said is past */
 #endif
        printf("@@ W%d   send(message %d): failed earlier, re-opened (TURN-12)\n", w, m)
