@@ -483,6 +483,14 @@ const CHECKS = [
     defines: { ...NONE, ...RUN_TIMEOUT_FAULTS },
   },
   {
+    name: "run-timeout-pause",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) a run past its bound with a pause past a lease (a holder frozen while its late run, or another's, "
+      + "can still send and record), a refused request and a cut stream",
+    defines: { ...NONE, RUNTIMEOUTS: 1, PAUSES: 1, REFUSALS: 1, STREAMCUTS: 1 },
+  },
+  {
     name: "run-timeout-says-not",
     kind: "expect",
     property: "P_TRUTH",
