@@ -193,8 +193,8 @@ inline RUN_BOUND() {
   trk = k + 1; trf = cf; trg = cg; trl = cl; trq = sreq; trw = w; trc = cur; trs = TR_PEND;
   hold[w] = 0; hfence[w] = 0; pend[w] = false; aborted[w] = false;
 #if defined(RT_NOBOUND)
-  /* the turn-1 dispatcher: no bound; the dispatch waits for a run that never settles, renewing its
-     claim (and the runner its turn lease) for ever */
+  /* the dispatcher before DISPATCH-18: no bound; the dispatch waits for a run that never settles,
+     renewing its claim (and the runner its turn lease) for ever */
   trs = TR_HUNG; hold[w] = k + 1; hfence[w] = cf;
   printf("@@ W%d   the run of key %d never settles; with no bound the dispatch waits for it, renewing the claim\n", w, k);
 #elif defined(RT_RELEASE)
@@ -302,7 +302,8 @@ dclaim:
    * pauses or is cut off. */
 #if RUNTIMEOUTS > 0
   if
-  :: atomic { b_rt > 0 -> RUN_BOUND() };
+  /* a run already aborted by self-fencing (DISPATCH-13) stops at its send step: it does not outlive a bound */
+  :: atomic { b_rt > 0 && !aborted[w] -> RUN_BOUND() };
 #ifdef RT_NOBOUND
      (false);   /* blocked for ever */
 #endif
