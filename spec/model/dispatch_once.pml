@@ -996,11 +996,12 @@ end_ds:
     ms[i] = MS_INPROG }
 #if VSTORE && defined(VSTORE_FORGET)
 /* A volatile conversation store (TURN-14) restarts and loses every write since message i's append, all of them message
- * i's (its append, its binding, its commit or failMessage): the message is unknown to the store again, its send having
- * returned, and its turn index is free: the next binding issues it again. A redelivery of the message appends it as a
+ * i's (its append, its binding, its commit or failMessage), while no send of it is in progress: the message is unknown
+ * to the store again, its sends having returned, and its turn index is free: the next binding issues it again. A redelivery of the message appends it as a
  * new one (TURN-2 cannot tell). The binding before it was the other message's, if that one was bound. */
 #define VSTORE_FORGET_LOSE(i) \
-  atomic { b_vstore > 0 && vlast == (i) + 1 && vrun == (i) + 1 && !(lholder != 0 && llive) -> \
+  atomic { b_vstore > 0 && vlast == (i) + 1 && vrun == (i) + 1 && !(lholder != 0 && llive) && \
+           !(busy[0] && cmsg[0] == (i)) && !(busy[1] && cmsg[1] == (i)) -> \
     assert(narr > 0 && order[narr - 1] == (i));   /* P_MODEL: its append was the store's latest */ \
     b_vstore--; vlast = 0; vrun = 0; vlost[i] = true; \
     if \
