@@ -55,6 +55,8 @@
  *             effect of the intent is not always wrong: message 1 bound after message 0's row was swept is a
  *             new request and may pay; so P_ONCE counts effects per message (at most one by the runs of each)
  *             and P_TOLD says what the user was told stays true; P_RECORD still accounts for every effect.
+ *   P_FRESH   (with -DSAME_ASK and -DVSTORE) a message is never answered with a row at a turn index issued again: one
+ *             bound before to another message that had not failed there (a store that forgot that binding, TURN-14)
  *   P_GRANT   a turn-lease grant nobody takes up (its acquirer gave the acquire up, or acquired under
  *             another grant: every send then waits out its lease) never comes from a grant id the
  *             store granted before (TURN-10; the one such grant TURN-10 leaves is a copy of an
@@ -111,7 +113,8 @@
  *                      (allowVolatileConversationStore: true, TURN-14's opt-in; P_TRUTH)
  *   -DVSTORE_FORGET    with VSTORE: a restart may also lose every write since a message's append (the message, its
  *                      binding and its end), so the store issues its turn index again and a redelivery of the message is
- *                      a new one, at a new index under a new key (TURN-14; P_ONCE, whatever the ledger)
+ *                      a new one, at a new index under a new key (TURN-14; P_ONCE, whatever the ledger); with -DSAME_ASK=1
+ *                      a new message at the index issued again is answered with the old row (P_FRESH)
  *   -DRESOLVES=1 -DRESOLVE_GRACE=0  an operator's not_performed resolution of an expired in-flight row at once,
  *                      without RESOLVE-6's grace: a paused owner sends its request late (P_UKW); RESOLVE_GRACE=1 (the
  *                      default) waits until no living owner of the row's fence can send (resolve verifies it)
@@ -265,6 +268,9 @@
 #if VSTORE && (AGING || defined(OLD_TURN))
 #error "VSTORE is modelled without AGING and OLD_TURN"
 #endif
+#if SAME_ASK && !(AGING && BOUNDAT) && !VSTORE
+#error "SAME_ASK is modelled with AGING and BOUNDAT, or with VSTORE (a store that forgets a binding)"
+#endif
 #ifndef LOSTACQS
 #define LOSTACQS 0       /* turn-lease acquires whose reply is lost: applied by the store or not (TURN-10) */
 #endif
@@ -340,6 +346,9 @@
 #ifndef CHECK_TOLD
 #define CHECK_TOLD 1
 #endif
+#ifndef CHECK_FRESH
+#define CHECK_FRESH 1
+#endif
 
 /* The properties as constant bits, so that spin names the one an assertion belongs to. */
 bit P_ONCE = CHECK_ONCE;
@@ -353,6 +362,7 @@ bit P_END = CHECK_END;
 bit P_NOFALSE = CHECK_NOFALSE;
 bit P_GRANT = CHECK_GRANT;
 bit P_TOLD = CHECK_TOLD;
+bit P_FRESH = CHECK_FRESH;
 
 /* ------------------------------------------------------------------ sizes and codes */
 
@@ -652,6 +662,16 @@ byte tro;                /* what it settled with */
 byte eff[M];             /* downstream effects per intent (with SAME_ASK: made by the runs of each message) */
 #if SAME_ASK
 bool told[M];            /* a run of the message was told its call happened (P_TOLD) */
+#if VSTORE
+byte ibound[T];          /* message +1 first bound at the turn index (kept if the store forgets it) */
+bool reiss[M];           /* the message was bound at an index issued before to another message that had not failed
+                            there (the store forgot that binding, TURN-14): P_FRESH */
+#endif
+#if !(AGING && BOUNDAT)
+/* SAME_ASK beside VSTORE (no re-send window's clock): inherited window starts and row ages are not modelled */
+bool inh[M];
+#define WROTE(kk) skip
+#endif
 #define EFFI(k) cur
 #else
 #define EFFI(k) INTENT(k)
@@ -698,7 +718,14 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
 #if VSTORE
 /* a message whose commit or failure a volatile store lost waits in progress for its resumed turn, whose records
    and commit are checked when it ends (TURN-14, TURN-15); the user was told (P_TRUTH keeps that true) */
-#define COVERED(k) (effk[k] == 0 || DONE_OK(k) || recd[k] >= SAY_MAY || (vlost[INTENT(k)] && ms[INTENT(k)] == MS_INPROG))
+#define VLOSTM(i) (vlost[i] && ms[i] == MS_INPROG)
+#if SAME_ASK
+/* with the same ask both messages derive intent-0 keys: either may be the one whose end was lost */
+#define VLOSTK(k) (VLOSTM(0) || VLOSTM(1))
+#else
+#define VLOSTK(k) VLOSTM(INTENT(k))
+#endif
+#define COVERED(k) (effk[k] == 0 || DONE_OK(k) || recd[k] >= SAY_MAY || VLOSTK(k))
 #else
 #define COVERED(k) (effk[k] == 0 || DONE_OK(k) || recd[k] >= SAY_MAY)
 #endif

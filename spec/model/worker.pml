@@ -288,7 +288,13 @@ dclaim:
        printf("@@ W%d   finds key %d in flight elsewhere: waits (LEDGER-15)\n", w, k);
        goto dwait
     :: rst[k] == R_COMPLETED ->
-       res = C_OK; printf("@@ W%d   key %d completed: replays the stored result (DISPATCH-5)\n", w, k); goto ddone
+       res = C_OK; printf("@@ W%d   key %d completed: replays the stored result (DISPATCH-5)\n", w, k);
+#if SAME_ASK && VSTORE
+       /* P_FRESH (TURN-14): a turn index is bound to a new message only after the message bound there failed (TURN-12),
+          so a row is replayed to a new message only as that failed message's; never at an index issued again */
+       assert(!P_FRESH || !reiss[cur]);   /* P_FRESH */
+#endif
+       goto ddone
     :: rst[k] == R_FAILED ->
        res = C_FAILED; printf("@@ W%d   key %d failed: replays tool_failed (DISPATCH-9)\n", w, k); goto ddone
     :: rst[k] == R_FAILED_NS ->
@@ -701,6 +707,14 @@ inline DRIVE() {
              :: INHERIT -> printf("@@ W%d   message %d is bound at failed message %d's index: boundAt inherited (TURN-11)\n", w, cur, 1 - cur)
              :: else -> printf("@@ W%d   message %d is bound at failed message %d's index: boundAt its own binding\n", w, cur, 1 - cur)
              fi
+          :: else
+          fi;
+#endif
+#if SAME_ASK && VSTORE
+          /* P_FRESH's ghosts: the index's first message, and whether this binding issues it again */
+          if
+          :: ibound[nturns] == 0 -> ibound[nturns] = cur + 1
+          :: ibound[nturns] != 0 && ibound[nturns] != cur + 1 && ms[ibound[nturns] - 1] != MS_FAILED -> reiss[cur] = true
           :: else
           fi;
 #endif
