@@ -686,8 +686,11 @@ export const concurrentAcquiresOneWinner: ConversationCheckSpec = {
       const c = freshConversation();
       const stores = await racers(subject, fixture, 4);
       let previous = 0;
-      for (const round of ["fresh", "after expiry"]) {
-        if (round === "after expiry") await fixture.raw.expireLease(c);
+      // Several expiries: a store whose writers of one conversation do not run one at a time (a
+      // read without its row lock) lets two racers win only when both read before either writes,
+      // which one round of 8 misses now and then on a loaded host.
+      for (const round of ["fresh", "after expiry", "after expiry #2", "after expiry #3", "after expiry #4", "after expiry #5"]) {
+        if (round !== "fresh") await fixture.raw.expireLease(c);
         const results = await Promise.all(Array.from({ length: 8 }, (_, i) => stores[i % stores.length]!.acquireLease(c, `racer-${i}`, LEASE_MS)));
         const winners = results.flatMap((r, i) => (r.acquired ? [i] : []));
         must(winners.length === 1, `${round}: expected exactly one of 8 concurrent acquires to win, got ${winners.length} (${show(results)})`);

@@ -405,6 +405,11 @@ export const failedListUnknownTime: ConversationCheckSpec = {
         mustEqual([...older].sort(), [...legacy].sort(), `${what} with olderThanMs an hour: exactly the turns failed at an unknown time (0 is older than any age)`);
         const mine = (await page(listing, { conversationId: one.c }, `${what} of ${one.c}`)).turns.map(idOf);
         mustEqual(mine, [`${one.c}/a1`, `${one.c}/a2`, `${one.c}/a3`], `${what} of ${one.c}: its failed turns in order`);
+        // a1 and a2 share their failedAt (0) in one conversation: the filtered cursor must go on by
+        // message id. Two failures of one conversation rarely share a millisecond of the store's
+        // clock, so without this tie a cursor that drops the message id passes by chance.
+        const minePaged = (await allPages(listing, { conversationId: one.c, limit: 1 }, `${what} of ${one.c} with limit 1`)).flat().map(idOf);
+        mustEqual(minePaged, mine, `${what} of ${one.c} in pages of 1, against one page (a1 and a2 share failedAt 0: the cursor must go on by message id)`);
         return turns;
       };
       await judge(list, "listFailedTurns()");
