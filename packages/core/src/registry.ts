@@ -101,10 +101,15 @@ export interface ToolDefinition<Schema extends z.ZodType = z.ZodType, Result = u
   reconcile?(args: z.output<Schema>, context: ReconcileContext): Promise<ReconcileVerdict<Result>> | ReconcileVerdict<Result>;
 }
 
-/** Declare a tool; the definition is checked when it is added to a registry. */
+/**
+ * Declare a tool. The definition is checked here, so that a bad one is refused where it is
+ * written, and again when it is added to a registry (which also takes definitions made without
+ * this function); the checks against its schema (identity fields, IDENT-2) run in the dispatcher.
+ */
 export function defineTool<Schema extends z.ZodType, Result>(
   definition: ToolDefinition<Schema, Result>,
 ): ToolDefinition<Schema, Result> {
+  checkDefinition(definition);
   return definition;
 }
 

@@ -136,6 +136,16 @@ describe("ERR-1 ToolRegistry and tool definitions: typed errors, and no member s
   it("refuses a description that is not a string (sent to the model API, which refuses every request)", () => {
     expect(refusal(() => new ToolRegistry([{ ...tool(), description: 5 } as never]))).toMatchObject({ code: "invalid_tool_definition" });
   });
+  it("defineTool refuses a bad definition where it is written, not later where a registry or dispatcher first meets it (an adoption trial's stack trace pointed at new Dispatcher)", () => {
+    const { identity: _identity, ...rest } = tool();
+    const misspelt = refusal(() => defineTool({ ...rest, identiy: ["payee"] } as never));
+    expect(misspelt).toMatchObject({ code: "invalid_tool_definition" });
+    expect(misspelt?.message).toContain("identiy");
+    for (const bad of [{ ...rest, effect: "write" }, { ...rest, name: "send payment" }, { ...rest, run: undefined }, { ...rest, runTimeoutMs: 0 }, null]) {
+      expect(refusal(() => defineTool(bad as never)), JSON.stringify(bad)).toMatchObject({ code: "invalid_tool_definition" });
+    }
+    expect(refusal(() => defineTool(tool()))).toBeUndefined();
+  });
 });
 
 describe("ERR-1 MemoryConversationStore: typed errors for bad arguments", () => {
