@@ -3,7 +3,7 @@ import { ConversationRunner } from "@dispatch-once/anthropic";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PAY_ZOE, SEED, crlf, cutCases, cutPoints, rechunkCases, responseFate, runAll } from "./byte-cut-cases.js";
+import { PAY_ZOE, SEED, crlf, cutCases, cutPoints, rechunkCases, runAll } from "./byte-cut-cases.js";
 import { startByteProxy, type ByteProxy } from "./byte-proxy.js";
 import { runnerCases, type RunnerSide } from "./byte-cut-runner.js";
 
@@ -58,7 +58,7 @@ const messages: RunnerSide = {
   },
 };
 
-const { runCase, referenceBody } = runnerCases(messages, { proxy: () => proxy, payments: () => payments });
+const { runCase, referenceBody, cutEveryAttemptThenResend } = runnerCases(messages, { proxy: () => proxy, payments: () => payments });
 
 describe(`byte-level cuts of the Messages stream, messages.create({ stream: true }) (seed ${SEED})`, () => {
   it("STREAM-1 STREAM-8 STREAM-11 RECORD-8 a cut on any byte around the call's completion and the finish, inside UTF-8, or elsewhere, by FIN or RST: one payment with its exact arguments, nothing of a cut response committed, records true", async () => {
@@ -82,20 +82,7 @@ describe(`byte-level cuts of the Messages stream, messages.create({ stream: true
   });
 
   it("RECORD-7 RECORD-8 TURN-12 the same cut on every attempt of the first send (the turn fails), then the user's re-send of the message: one payment, and each failed turn's record tells of it", async () => {
-    const points = cutPoints(
-      await referenceBody(),
-      [
-        { type: "content_block_stop", before: 0, head: 0, tail: 6 },
-        { type: "message_stop", before: 0, head: 4, tail: 6 },
-      ],
-      { sample: 4, seed: SEED + 1, insideCharacters: false },
-    );
-    const cases = cutCases("again", points, { requests: [1, 2, 3], rstEvery: 2 });
-    await runAll(cases, runCase);
-    // Where the cut fell before the finish, the first send failed after its 3 attempts and the re-send committed.
-    const failedFirst = cases.filter((c) => responseFate(proxy.requests.find((r) => r.caseId === c.id && r.number === 1)!, "message_stop") === "cut");
-    expect(failedFirst.length).toBeGreaterThan(points.length / 2);
-    for (const c of failedFirst) expect(proxy.requests.filter((r) => r.caseId === c.id).length, c.label).toBe(5);
+    await cutEveryAttemptThenResend("content_block_stop");
   });
 
   it("STREAM-2 the whole paying response re-chunked (1 byte a write; seeded splits of 1 to 64 bytes; LF and CRLF) commits at the first attempt with one payment", async () => {

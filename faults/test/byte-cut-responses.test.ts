@@ -3,7 +3,7 @@ import { ConversationRunner } from "@dispatch-once/openai";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { call, respond, scriptFromPlans, startMockOpenAI, type MockOpenAI } from "@dispatch-once/mock-openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PAY_ZOE, SEED, crlf, cutCases, cutDelivery, cutPoints, rechunkCases, responseFate, runAll, type ByteCase } from "./byte-cut-cases.js";
+import { PAY_ZOE, SEED, crlf, cutCases, cutDelivery, cutPoints, rechunkCases, runAll, type ByteCase } from "./byte-cut-cases.js";
 import { startByteProxy, type ByteProxy, type Delivery } from "./byte-proxy.js";
 import { runnerCases, type RunnerSide } from "./byte-cut-runner.js";
 
@@ -60,7 +60,7 @@ const responses: RunnerSide = {
   },
 };
 
-const { runCase, referenceBody } = runnerCases(responses, { proxy: () => proxy, payments: () => payments });
+const { runCase, referenceBody, cutEveryAttemptThenResend } = runnerCases(responses, { proxy: () => proxy, payments: () => payments });
 
 describe(`byte-level cuts of the Responses stream, responses.create({ stream: true }) (seed ${SEED})`, () => {
   it("STREAM-7 STREAM-8 STREAM-11 RECORD-8 a cut around the call's output_item.done and the response.completed, inside UTF-8 of the arguments, or elsewhere, by FIN or RST: one payment with its exact arguments, nothing of a cut response committed, records true", async () => {
@@ -83,20 +83,7 @@ describe(`byte-level cuts of the Responses stream, responses.create({ stream: tr
   });
 
   it("RECORD-7 RECORD-8 TURN-12 the same cut on every attempt of the first send (the turn fails), then the user's re-send of the message: one payment, and each failed turn's record tells of it", async () => {
-    const points = cutPoints(
-      await referenceBody(),
-      [
-        { type: "response.output_item.done", before: 0, head: 0, tail: 6 },
-        { type: "response.completed", before: 0, head: 4, tail: 6 },
-      ],
-      { sample: 4, seed: SEED + 1, insideCharacters: false },
-    );
-    const cases = cutCases("again", points, { requests: [1, 2, 3], rstEvery: 2 });
-    await runAll(cases, runCase);
-    // Where the cut fell before the finish, the first send failed after its 3 attempts and the re-send committed.
-    const failedFirst = cases.filter((c) => responseFate(proxy.requests.find((r) => r.caseId === c.id && r.number === 1)!, "response.completed") === "cut");
-    expect(failedFirst.length).toBeGreaterThan(points.length / 2);
-    for (const c of failedFirst) expect(proxy.requests.filter((r) => r.caseId === c.id).length, c.label).toBe(5);
+    await cutEveryAttemptThenResend("response.output_item.done");
   });
 
   it("STREAM-3 RECORD-7 a cut right after an argument delta that ends inside a surrogate pair (the stream splits 🧾 or 💳 between deltas as UTF-16 halves), on every attempt of the first send: the failed turn's record is kept and the re-send pays once", async () => {

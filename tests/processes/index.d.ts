@@ -13,6 +13,17 @@ export interface SourcePatch {
   to: string;
 }
 
+/** A mutant of a package's own source for a blind round (conformance/README.md, round K). */
+export interface SourceMutant {
+  id: string;
+  /** The rule the mutation breaks. */
+  rule: string;
+  /** The real-world cause: how such a line gets written. */
+  cause: string;
+  /** Files relative to src/. */
+  patches: SourcePatch[];
+}
+
 /**
  * The path of a bundled copy of a package's entry (`<package>/test/.tmp/mutants/<id>.compiled.mjs`)
  * with the patches applied to its sources as they load; the sources themselves are not written.

@@ -576,7 +576,7 @@ describe("the automatic pass bounds every probe (RESOLVE-6): options.probeTimeou
 
 describe("defineTool reconcile checks", () => {
   it("RECON-1 a read cannot declare a probe, and a probe must be a function", () => {
-    const read = { name: "r", effect: "read", input: z.object({}), run: () => 1, reconcile: () => ({ outcome: "unknown" }) } as const;
+    const read = { name: "r", effect: "read", input: z.object({}), run: () => 1, reconcile: () => ({ outcome: "unknown" }) } as never;
     // Refused where it is written, and by a dispatcher given it without defineTool.
     expect(() => defineTool(read)).toThrow(/no effect to reconcile/);
     expect(() => new Dispatcher({ tools: [read], ledger: new MemoryLedger() })).toThrow(/no effect to reconcile/);

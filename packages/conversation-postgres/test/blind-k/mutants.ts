@@ -2,17 +2,9 @@
 // an adopter's own store mapping could carry, written down from the spec (§4.2, §9) and src/
 // before the kit's checks were read. mutatedEntry (@dispatch-once/test-processes) bundles a copy
 // of src/index.ts with the patches applied; src/ itself is never written.
-import type { SourcePatch } from "@dispatch-once/test-processes";
+import type { SourceMutant } from "@dispatch-once/test-processes";
 
-export interface BlindKMutant {
-  id: string;
-  /** The rule the mutation breaks. */
-  rule: string;
-  /** The real-world cause: how such a line gets written. */
-  cause: string;
-  /** Files relative to src/. */
-  patches: SourcePatch[];
-}
+export type BlindKMutant = SourceMutant;
 
 export const MUTANTS: readonly BlindKMutant[] = [
   {
