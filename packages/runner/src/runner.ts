@@ -1237,7 +1237,10 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
 
   private callRecords(accumulator: A, resolutions: Map<number, Resolution>, attempt: number, resumed: boolean): CallRecord[] {
     const records = accumulator.calls.map((call): CallRecord => {
-      const base = { attempt, index: call.index, callId: call.callId, name: call.name };
+      // A provider's text is not checked for well-formed Unicode: a lone UTF-16 half in a call's
+      // id or name would make the record one no store can keep (TURN-18), and the turn's effects
+      // would be told nowhere (RECORD-7).
+      const base = { attempt, index: call.index, callId: call.callId.toWellFormed(), name: call.name.toWellFormed() };
       const resolution = resolutions.get(call.index);
       if (call.phase === "abandoned" || resolution === undefined) {
         // A cut between two deltas that split a character's UTF-16 pair leaves a lone half, which

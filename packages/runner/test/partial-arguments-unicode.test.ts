@@ -42,4 +42,15 @@ describe("partial arguments cut inside a UTF-16 surrogate pair (STREAM-3, RECORD
     const error = (await runner.send("conv-pair", { id: "m1", content: "pay bob" }).catch((e: unknown) => e)) as TurnFailedError;
     expect(error.record.calls.map((c) => c.partialArguments)).toEqual(Array(3).fill('{"to":"bob","memo":"🧾'));
   });
+
+  it("RECORD-2 a call whose provider-given name and id carry a lone surrogate (a provider's text is not checked for well-formed Unicode) is recorded with U+FFFD in their place: the record is kept and tells of the payment", async () => {
+    const { runner, performed, store } = world((n) => [...payCall(`c0-${n}`, "rent"), { t: "call", index: 1, id: `c1-\ud83e-${n}`, name: "pa\udc00y" }, { t: "args", index: 1, json: "{}" }, { t: "done", index: 1 }, "cut"], true);
+    const error = (await runner.send("conv-lone-name", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(error), String(error)).toBe(true);
+    expect(performed).toHaveLength(1);
+    const odd = error.record.calls.filter((c) => c.index === 1);
+    expect(odd.map((c) => [c.name, c.callId.startsWith("c1-\ufffd-")])).toEqual(Array(3).fill(["pa\ufffdy", true]));
+    expect(error.record.effects).toEqual([expect.objectContaining({ name: "pay", effect: "happened" })]);
+    expect(await store.records("conv-lone-name")).toEqual([expect.objectContaining({ kind: "failed_turn", effects: error.record.effects })]);
+  });
 });
