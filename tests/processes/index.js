@@ -10,6 +10,9 @@ import { basename, dirname, join, resolve } from "node:path";
 
 let written = 0;
 
+/** How every entry is bundled: its relative imports in, packages left to node's own resolution. */
+const BUNDLE = { bundle: true, packages: "external", format: "esm", platform: "node", target: "node20", logLevel: "error" };
+
 export function compiledEntry(entry) {
   if (!/\.[cm]?ts$/.test(entry)) throw new TypeError(`compiledEntry takes a TypeScript file, got ${JSON.stringify(entry)}`);
   // Beside the entry, so that paths it takes from import.meta.url still point where they did.
@@ -18,12 +21,7 @@ export function compiledEntry(entry) {
   buildSync({
     entryPoints: [entry],
     outfile: partial,
-    bundle: true,
-    packages: "external",
-    format: "esm",
-    platform: "node",
-    target: "node20",
-    logLevel: "error",
+    ...BUNDLE,
   });
   renameSync(partial, out);
   return out;
@@ -51,12 +49,7 @@ export async function mutatedEntry(entry, id, patches) {
   await build({
     entryPoints: [entry],
     outfile: partial,
-    bundle: true,
-    packages: "external",
-    format: "esm",
-    platform: "node",
-    target: "node20",
-    logLevel: "error",
+    ...BUNDLE,
     plugins: [
       {
         name: "mutant",

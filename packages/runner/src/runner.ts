@@ -1030,7 +1030,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           resumed: resumedTurn(snapshot),
           at: new Date().toISOString(),
         };
-        await store.addRecord(conversationId, record as unknown as JsonValue);
+        await store.addRecord(conversationId, record as unknown as JsonValue).catch(toldUnstored(summarizeEffects(record.calls)));
         this.emit({ type: "attempt_discarded", conversationId, turnIndex, attempt, reason: "superseded" });
         this.emit({ type: "attempt_superseded", conversationId, turnIndex, attempt, record });
         return { kind: "superseded" };
@@ -1054,7 +1054,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       // Lost the conversation meanwhile: the record still goes beside it; the new holder carries on.
       const calls = await this.asOfTakeover(record.calls);
       const told: FailedTurnRecord = { ...record, calls, effects: summarizeEffects(calls) };
-      await store.addRecord(conversationId, told as unknown as JsonValue);
+      await store.addRecord(conversationId, told as unknown as JsonValue).catch(toldUnstored(told.effects));
       return { kind: "superseded" };
     }
     this.emit({ type: "turn_failed", conversationId, turnIndex, attempt, record });
@@ -1634,4 +1634,11 @@ function unstoredTurn(error: Error, known: FailedTurnRecord["effects"]): Error {
   const effects = known.flatMap((e): UnstoredEffect[] => (e.effect === "none" ? [] : [{ key: e.key, name: e.name, effect: e.effect }]));
   if (effects.length === 0) return error;
   return new StoreUnavailableError(`${error.message}; the turn's end was not stored, and its calls' effects are known: ${effects.map((e) => `${e.name} ${e.effect}`).join(", ")} (re-send the same message id to complete it)`, { cause: error, effects });
+}
+
+/** A `.catch` for a record written at a turn's end: a `store_unavailable` is told with what the calls did (RECORD-9). */
+function toldUnstored(known: FailedTurnRecord["effects"]): (error: unknown) => never {
+  return (error) => {
+    throw isDispatchOnceError(error, "store_unavailable") ? unstoredTurn(error, known) : error;
+  };
 }

@@ -77,6 +77,22 @@ describe("a turn's end the store could not keep tells what happened (RECORD-9, T
     expect(performed).toHaveLength(1);
   });
 
+  it("RECORD-9 TURN-13 the record of an attempt another holder's commit superseded, unreachable: store_unavailable carries effects saying the payment happened", async () => {
+    const base = new MemoryConversationStore();
+    const performed: unknown[] = [];
+    // The commit is refused (another holder committed the turn), then the store goes away before this attempt's record.
+    const store = Object.assign(Object.create(base) as ConversationStore, {
+      commitTurn: () => Promise.resolve({ committed: false }),
+      addRecord: () => Promise.reject(new StoreUnavailableError("addRecord: connect ECONNREFUSED 127.0.0.1:5432")),
+    });
+    const script = (_n: number, input: unknown[]) =>
+      (input.at(-1) as { role?: string }).role === "user" ? [...payCall("c", "rent"), { t: "end" as const }] : [{ t: "text" as const, index: 0, text: "Paid." }, { t: "end" as const }];
+    const error = await world(script, false, { store, performed }).runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(StoreUnavailableError.isInstance(error), String(error)).toBe(true);
+    expect((error as StoreUnavailableError).effects).toEqual([{ key: expect.any(String), name: "pay", effect: "happened" }]);
+    expect(performed).toHaveLength(1);
+  });
+
   it("RECORD-9 a store_unavailable before any call ran carries no effects (nothing to tell)", async () => {
     const base = new MemoryConversationStore();
     const { store } = outageAt(base, "commitTurn");
