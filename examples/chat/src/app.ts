@@ -168,21 +168,6 @@ export function createChatApp(options: ChatAppOptions): express.Express {
       sendProblem(res, problem(400, "invalid_message", "Invalid message", `body must be { "text": a non-empty string of at most ${MAX_TEXT} characters }`));
       return;
     }
-    const content = { role: "user", content: text };
-    const reused = async (): Promise<boolean> => {
-      const stored = await backend.store.message(conversationId, messageId);
-      return stored !== undefined && JSON.stringify(stored.content) !== JSON.stringify(content);
-    };
-    const reusedProblem = () =>
-      problem(422, "message_id_reused", "Message id reused for a different message", `${messageId} was sent with other text; a new message needs a new id`, {
-        conversationId: path,
-        messageId,
-      });
-    if (await reused()) {
-      sendProblem(res, reusedProblem());
-      return;
-    }
-
     const streaming = (req.get("accept") ?? "").includes("text/event-stream");
     // Headers go out with the first event of this message, so an error known before anything
     // streamed (a stored failure, a busy conversation) still gets its real status.
@@ -207,14 +192,9 @@ export function createChatApp(options: ChatAppOptions): express.Express {
     // A browser that goes away does not stop the turn: it commits, and a re-send of the same
     // id returns the stored answer.
     try {
+      // An id already stored with other text is refused by the runner before anything runs
+      // (message_id_reused, TURN-20): a 422 below, never the stored message's answer.
       const result = await backend.runner.send(conversationId, { id: messageId, content: text });
-      // Two first sends of one id with different text can race past the check above; the
-      // store kept the first, so the second is told, not answered with the other's answer.
-      if (!result.appended && (await reused())) {
-        if (streaming && res.headersSent) write({ event: "problem", data: reusedProblem() });
-        else sendProblem(res, reusedProblem());
-        return;
-      }
       const answer = answerOf(path, result);
       if (streaming) write({ event: "answer", data: answer });
       else res.json(answer);

@@ -21,6 +21,7 @@ export {
   StreamIncompleteError,
   InvalidArgumentsJsonError,
   TurnFailedError,
+  MessageIdReusedError,
   defaultRetryPolicy,
   type AttemptFailure,
   type RetryPolicy,

@@ -6,6 +6,7 @@ export {
   StreamIncompleteError,
   InvalidArgumentsJsonError,
   TurnFailedError,
+  MessageIdReusedError,
   defaultRetryPolicy,
   classifyCallError,
   summarizeEffects,

@@ -23,6 +23,7 @@ export { boundedFetch, type BoundedFetchOptions } from "./bounded-fetch.js";
 export { StreamIncompleteError } from "./errors/stream-incomplete.js";
 export { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 export { TurnFailedError, type NotRetriedReason } from "./errors/turn-failed.js";
+export { MessageIdReusedError } from "./errors/message-id-reused.js";
 export {
   TurnRunner,
   checkRunnerOptions,

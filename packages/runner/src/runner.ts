@@ -25,6 +25,7 @@ import {
   type LeaseResult,
   type LedgerRow,
   type StoredError,
+  type StoredMessage,
   type StoredTurn,
   type ToolCall,
   type TurnContext,
@@ -34,6 +35,7 @@ import {
 } from "@dispatch-once/core";
 import { MAX_LEASE_MS, MAX_TIMER_MS, checkLeaseOwner, loggerOption } from "@dispatch-once/core/internal";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
+import { MessageIdReusedError } from "./errors/message-id-reused.js";
 import { StreamIncompleteError } from "./errors/stream-incomplete.js";
 import { TurnFailedError } from "./errors/turn-failed.js";
 import type { CallPhases, CallState, FailurePosition } from "./phases.js";
@@ -257,6 +259,25 @@ type TurnResult =
   | { kind: "superseded" };
 
 /** Call errors that are themselves an established answer for the model: sent as is_error results. */
+/**
+ * Whether two JSON values are the same message content: member order aside (a store may give
+ * an object's members back in another order, as PostgreSQL's jsonb does), and a member whose value
+ * is undefined counted as absent, as JSON has it.
+ */
+function sameJson(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+    return a.every((item, i) => sameJson(item, b[i]));
+  }
+  const ra = a as Record<string, unknown>;
+  const rb = b as Record<string, unknown>;
+  const names = Object.keys(ra).filter((n) => ra[n] !== undefined);
+  if (names.length !== Object.keys(rb).filter((n) => rb[n] !== undefined).length) return false;
+  return names.every((n) => Object.hasOwn(rb, n) && sameJson(ra[n], rb[n]));
+}
+
 function committable(call: CallRecord): boolean {
   return call.status === "failed" || call.status === "rejected";
 }
@@ -521,15 +542,21 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     // TURN-12's re-send window, on the store's clock. A store that declares it decides it in the
     // same atomic step as the reopen; for one that does not, the runner checks first (below).
     const windowed = store.capabilities?.supports?.reopenWindow === true;
+    // A message id names one message (TURN-8, TURN-20): other content under a known id is refused
+    // before the append, which would reopen a failed message for a retry nobody asked for this time.
+    const known = await store.message(conversationId, message.id);
+    if (known !== undefined && !sameJson(known.content, content)) throw new MessageIdReusedError(conversationId, message.id);
     let append: AppendResult;
-    if (!windowed && (await this.pastResendWindow(conversationId, message.id))) {
-      const known = await store.message(conversationId, message.id);
-      append = known?.state === "failed" ? { appended: false, message: known, reopened: false, pastReopenWindow: true } : await store.appendUserMessage(conversationId, { id: message.id, content });
+    if (!windowed && known !== undefined && (await this.pastResendWindow(conversationId, message.id, known))) {
+      append = known.state === "failed" ? { appended: false, message: known, reopened: false, pastReopenWindow: true } : await store.appendUserMessage(conversationId, { id: message.id, content });
     } else {
       append = windowed
         ? await store.appendUserMessage(conversationId, { id: message.id, content }, { reopenWithinMs: this.resendWindowMs })
         : await store.appendUserMessage(conversationId, { id: message.id, content });
     }
+    // Another send of this id with other content appended first, between the read above and this
+    // append: the store kept that one's content, and this send is not that message.
+    if (!append.appended && !sameJson(append.message.content, content)) throw new MessageIdReusedError(conversationId, message.id);
     const started = Date.now();
     let produced: TurnOutcome[] = [];
     // Whether this call failed the message (drove its failed turn), rather than only reading a
@@ -605,10 +632,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * beside the conversation (`firstFailureFromRecords`, on the process clock of the runner that
    * failed it), or from the binding when the store dates it (`boundAt`): past when any says so.
    */
-  private async pastResendWindow(conversationId: string, messageId: string): Promise<boolean> {
+  private async pastResendWindow(conversationId: string, messageId: string, known: StoredMessage): Promise<boolean> {
     const { store } = this.options;
-    const known = await store.message(conversationId, messageId);
-    if (known?.state !== "failed") return false;
+    if (known.state !== "failed") return false;
     // It failed, so it ran: its calls met the rows of any message that failed at its index before
     // it was bound (keys come from the index), and its window counts from theirs too (TURN-12).
     const records = await this.firstFailureFromRecords(conversationId, messageId, known.turnIndex);

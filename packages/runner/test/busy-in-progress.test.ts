@@ -14,7 +14,7 @@ describe("TURN-10 conversation_busy says whether the message's own turn is under
   it("a re-send of a message another holder has bound: inProgress, effect possibly; a queued message: effect no", async () => {
     const store = new MemoryConversationStore();
     // Worker B took m1 and is paying: it holds the lease and bound the message.
-    await store.appendUserMessage(CONV, { id: "m1", content: "pay acme" });
+    await store.appendUserMessage(CONV, { id: "m1", content: { role: "user", content: "pay acme" } });
     const lease = await store.acquireLease(CONV, "worker-b", 60_000);
     if (!lease.acquired) throw new Error("worker B could not take the lease");
     expect((await store.beginTurn(CONV, lease.fence))?.message.id).toBe("m1");

@@ -46,9 +46,9 @@ function flaky(store: ConversationStore, plan: Array<"lost" | "dropped" | "held"
   return { view, sent, held, releasedByGrant };
 }
 
-async function answeredAtOnce(store: ConversationStore, id: string): Promise<void> {
+async function answeredAtOnce(store: ConversationStore, id: string, content = `say ${id}`): Promise<void> {
   const { runner } = world(textOnly, false, { store, runner: { busyWaitMs: 0, owner: "other-worker" } });
-  await expect(runner.send(CONV, { id, content: `say ${id}` })).resolves.toMatchObject({ status: "answered" });
+  await expect(runner.send(CONV, { id, content })).resolves.toMatchObject({ status: "answered" });
 }
 
 describe("TURN-10 an acquire whose reply was lost", () => {
@@ -127,7 +127,7 @@ describe("TURN-10 an acquire whose reply was lost", () => {
     expect(sent.length).toBeGreaterThan(1);
     expect(releasedByGrant).toEqual([sent[0]!.args[3]]);
     // The lease is free at once, not after 200 ms: m1 and m2 are answered by another worker now.
-    await answeredAtOnce(store, "m1");
+    await answeredAtOnce(store, "m1", "hi");
   });
 
   it("TURN-10: a late copy of an earlier grant's acquire, landing after a later grant was made and released, takes nothing: the next message is served at once", async () => {
@@ -156,7 +156,7 @@ describe("TURN-10 an acquire whose reply was lost", () => {
     // with nobody working under it, and m1's re-send was conversation_busy.
     const late = await a.held[0]!().catch((e: unknown) => e);
     expect(late).toMatchObject({ code: "conversation_lease_lost" });
-    await answeredAtOnce(store, "m1");
+    await answeredAtOnce(store, "m1", "hi");
   });
 
   it("TURN-10: a copy of an acquire the store never applied, whose re-send found the lease held, takes nothing when it lands after the holder released: the runner gave that grant id back", async () => {
@@ -172,7 +172,7 @@ describe("TURN-10 an acquire whose reply was lost", () => {
     // Before, the copy was a fresh acquire: it took the free lease for nobody, and m1 waited it out.
     const late = await a.held[0]!().catch((e: unknown) => e);
     expect(late).toMatchObject({ code: "conversation_lease_lost", fence: 0 });
-    await answeredAtOnce(store, "m1");
+    await answeredAtOnce(store, "m1", "hi");
   });
 
   it("TURN-10: a give-back that failed (store still unreachable) is sent again by the runner's next acquisition of that conversation, by its grant id, before it waits on the lease", async () => {

@@ -32,7 +32,8 @@ export type DispatchOnceErrorCode =
   | "store_corrupt"
   | "invalid_store_input"
   | "resolution_refused"
-  | "idempotency_key_reused";
+  | "idempotency_key_reused"
+  | "message_id_reused";
 
 /** The brand every copy of this package puts on its errors. */
 const ERROR_BRAND: unique symbol = Symbol.for("dispatch-once.error") as never;
