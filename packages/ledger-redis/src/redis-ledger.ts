@@ -1233,6 +1233,16 @@ export class RedisLedger implements Ledger {
   }
 
   /**
+   * "redis <op> of <key> at <host:port>" for an error raised before anything was sent: an operator
+   * reading it at startup must see which server did not answer. "-" (no key) is left out.
+   */
+  private where(op: string, key: string): string {
+    const client = this.client;
+    const at = client.isCluster ? "the cluster" : `${(client as Redis).options.host}:${(client as Redis).options.port}`;
+    return `redis ${op}${key === "-" ? "" : ` of ${key}`} at ${at}`;
+  }
+
+  /**
    * Wait, within the deadline, until the client is connected. Nothing is sent while it is not
    * (the client has no offline queue), so a failure here means the command did not run. A
    * client that lost its connection fails at once rather than waiting for its reconnect.
@@ -1242,7 +1252,7 @@ export class RedisLedger implements Ledger {
     if (client.status === "ready") return;
     if (client.status === "wait") client.connect().catch(() => {});
     else if (client.status !== "connecting" && client.status !== "connect") {
-      throw new LedgerUnavailableError(`redis ${op} of ${key}: not connected (${client.status}); nothing was sent`, {
+      throw new LedgerUnavailableError(`${this.where(op, key)}: not connected (${client.status}); nothing was sent`, {
         cause: new NotSentError(client.status),
       });
     }
@@ -1250,7 +1260,7 @@ export class RedisLedger implements Ledger {
     try {
       await this.bounded(this.readyWaiter, deadline, op, true);
     } catch (error) {
-      throw new LedgerUnavailableError(`redis ${op} of ${key}: not connected; nothing was sent: ${(error as Error).message}`, {
+      throw new LedgerUnavailableError(`${this.where(op, key)}: not connected; nothing was sent: ${(error as Error).message}`, {
         cause: error instanceof NotSentError ? error : new NotSentError(String(error)),
       });
     }

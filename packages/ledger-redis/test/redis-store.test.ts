@@ -1,7 +1,7 @@
 import { isDispatchOnceError, type ClaimRequest } from "@dispatch-once/core";
 import type { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { MIN_RETENTION_MS, RedisLedger, keySlot, type RedisLedgerOptions } from "../src/index.js";
+import { MIN_RETENTION_MS, RedisLedger, createRedisLedger, keySlot, type RedisLedgerOptions } from "../src/index.js";
 import {
   EXPIRE_LEASE_LUA,
   REDIS_URL,
@@ -495,6 +495,26 @@ describe("instances and connections", () => {
     await expect(l.markUnknown("k1", 1, "x")).rejects.toMatchObject({ code: "ledger_unavailable" });
     await expect(l.release("k1", 1)).rejects.toMatchObject({ code: "ledger_unavailable" });
     await expect(l.lookup("k1")).rejects.toMatchObject({ code: "ledger_unavailable" });
+  });
+
+  it("a refused connection's error names the server it could not reach (adoption trial: 'redis checkServer of -: not connected')", async () => {
+    const port = await closedPort();
+    const startup = await createRedisLedger({ url: `redis://127.0.0.1:${port}`, prefix: uniquePrefix("refused"), commandTimeoutMs: 500 }).then(
+      () => undefined,
+      (error: unknown) => error as Error & { code?: string },
+    );
+    expect(startup?.code).toBe("ledger_unavailable");
+    expect(startup?.message).toContain(`127.0.0.1:${port}`);
+    expect(startup?.message).not.toContain(" of -");
+    const l = new RedisLedger({ url: `redis://127.0.0.1:${port}`, prefix: uniquePrefix("refused"), commandTimeoutMs: 500 });
+    ledgers.push(l);
+    const claim = await l.claim(request("k1")).then(
+      () => undefined,
+      (error: unknown) => error as Error & { code?: string },
+    );
+    expect(claim?.code).toBe("ledger_unavailable");
+    expect(claim?.message).toContain(`127.0.0.1:${port}`);
+    expect(claim?.message).toContain("claim of k1");
   });
 
   it("a closed ledger raises ledger_unavailable; a client brought by the caller is left open", async () => {
