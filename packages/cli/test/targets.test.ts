@@ -6,7 +6,7 @@ import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
 import { EXIT_CODES } from "../src/index.js";
-import { DATABASE_URL, REDIS_URL, runBin } from "./helpers.js";
+import { DATABASE_URL, REDIS_URL, randomKey, redisBackend, runBin } from "./helpers.js";
 
 function tablesOf(path: string): string[] {
   const db = new Database(path, { readonly: true });
@@ -72,6 +72,26 @@ describe("an option that does not apply to the target is refused, not ignored", 
     const result = await runBin(args);
     expect(result.code, result.stderr).toBe(EXIT_CODES.usage);
     expect(result.stderr).toContain(message);
+  });
+
+  it("list under a Redis prefix that holds no row says so and names the prefix (adoption trial 2: a typo in --prefix printed only '0 rows')", async () => {
+    const empty = await runBin(["list", "--ledger", REDIS_URL, "--prefix", "do-test-cli-none", "--state", "unknown"]);
+    expect(empty.code, empty.stderr).toBe(0);
+    expect(empty.stdout).toBe("");
+    expect(empty.stderr).toContain('no row at all under prefix "do-test-cli-none"');
+    const json = await runBin(["list", "--ledger", REDIS_URL, "--prefix", "do-test-cli-none", "--json"]);
+    expect(json.stdout).toBe("");
+    expect(json.stderr).toContain('no row at all under prefix "do-test-cli-none"');
+    const backend = await redisBackend();
+    try {
+      await backend.ledger.claim({ key: randomKey(), toolName: "pay", effect: "keyed_write", owner: "o", leaseMs: 60_000, request: "{}" });
+      const filtered = await runBin(["list", ...backend.args, "--state", "unknown"]);
+      expect(filtered.code, filtered.stderr).toBe(0);
+      expect(filtered.stderr).toContain("0 rows");
+      expect(filtered.stderr).not.toContain("no row at all");
+    } finally {
+      await backend.cleanup();
+    }
   });
 
   it("the options that do apply still work: --prefix on Redis, --schema and --table on PostgreSQL", async () => {

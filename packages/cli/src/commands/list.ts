@@ -101,12 +101,20 @@ Examples:
       if (limit !== 0 && count >= limit && cursor !== undefined) more = true;
     } while (cursor !== undefined && (limit === 0 || count < limit));
 
+    // A Redis prefix names no table that could be missing: a typo in --prefix (or the default where the
+    // application set its own) lists nothing, which reads as "no row is unknown". Say when the prefix
+    // holds no row at all, on stderr, so that an empty listing is never silently the wrong ledger.
+    const nothingUnderPrefix =
+      count === 0 && opened.target.kind === "redis" && (await store.listRows({ limit: 1 })).rows.length === 0
+        ? `no row at all under prefix ${JSON.stringify((store as { prefix?: string }).prefix ?? "")} on ${opened.display}: if your application writes its rows elsewhere, check --prefix (its ledger's prefix option; default "dispatch-once")\n`
+        : undefined;
     if (!json) {
       if (printed.length > 0) io.stdout(table(LIST_HEADER, printed));
       io.stderr(`${count} row${count === 1 ? "" : "s"}${more ? ` (more may match: raise --limit, or --limit 0 for all)` : ""}\n`);
     } else if (more) {
       io.stderr(`stopped at --limit ${limit}; more rows may match\n`);
     }
+    if (nothingUnderPrefix !== undefined) io.stderr(nothingUnderPrefix);
     return 0;
   },
 };
