@@ -1,6 +1,6 @@
 import Anthropic from "@anthropic-ai/sdk";
-import { Dispatcher, MemoryLedger, ToolRegistry } from "@dispatch-once/core";
-import { ConversationRunner, MemoryConversationStore } from "@dispatch-once/anthropic"; // or @dispatch-once/openai
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry } from "@dispatch-once/core";
+import { ConversationRunner } from "@dispatch-once/anthropic"; // or @dispatch-once/openai
 import { dispatchTelemetry } from "@dispatch-once/opentelemetry";
 
 export function createRunner(client: Anthropic, tools: ToolRegistry) {
