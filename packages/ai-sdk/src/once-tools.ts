@@ -162,9 +162,20 @@ const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effe
 const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true };
 
 interface CallScope {
+  /** The OnceTools whose dispatcher runs the call: another's scope (a call made inside its execute) is not this one's. */
+  owner: object;
   execute: NonNullable<Tool["execute"]>;
   options: ToolExecutionOptions;
 }
+
+/*
+ * One pair of storages for every OnceTools, never one per instance: on Node 20 an
+ * AsyncLocalStorage that has run once stays in the process's list of storages for good, and every
+ * promise created afterwards walks that list, so an app that makes its tools per request or per
+ * chat would slow every promise of the process a little more with each (1 000: ~0.1 ms a promise).
+ */
+const callScope = new AsyncLocalStorage<CallScope>();
+const repairScope = new AsyncLocalStorage<{ owner: object; repair: () => Promise<unknown> }>();
 
 /**
  * Routes the `execute` of AI SDK tools through core's dispatcher, keyed by (conversation id,
@@ -185,8 +196,6 @@ export class OnceTools<TOOLS extends ToolSet> {
   readonly dispatcher: Dispatcher;
   private readonly tools: TOOLS;
   private readonly ledger: Ledger;
-  private readonly scope = new AsyncLocalStorage<CallScope>();
-  private readonly repairScope = new AsyncLocalStorage<() => Promise<unknown>>();
   private readonly logger: NonNullable<DispatcherOptions["logger"]>;
 
   constructor(options: OnceToolsOptions<TOOLS>) {
@@ -218,8 +227,8 @@ export class OnceTools<TOOLS extends ToolSet> {
           input: (identity === undefined || effect === "read" ? z.unknown() : fieldsOf(name, tool.inputSchema, identity)) as z.ZodType<Record<string, unknown>>,
           ...(identity !== undefined ? { identity } : {}),
           run: async (input, context) => {
-            const scope = this.scope.getStore();
-            if (scope === undefined) throw new Error(`tool ${name} ran outside a wrapped execute`);
+            const scope = callScope.getStore();
+            if (scope?.owner !== this) throw new Error(`tool ${name} ran outside a wrapped execute`);
             // A claimed write gets the claim's signal alone: the request's (streamText's
             // abortSignal, often the HTTP request's) aborts when the client goes away, and a run
             // cut short there leaves an outcome nobody knows, where the retry wants its result.
@@ -247,9 +256,9 @@ export class OnceTools<TOOLS extends ToolSet> {
         effect: "keyed_write",
         input: z.object({ toolName: z.string(), input: z.unknown() }),
         run: async () => {
-          const repair = this.repairScope.getStore();
-          if (repair === undefined) throw new Error("a repair ran outside a wrapped repairToolCall");
-          return repair();
+          const scope = repairScope.getStore();
+          if (scope?.owner !== this) throw new Error("a repair ran outside a wrapped repairToolCall");
+          return scope.repair();
         },
       }),
     );
@@ -341,7 +350,7 @@ export class OnceTools<TOOLS extends ToolSet> {
           this.logger.warn("the same call appears more than once in one turn; running it again", { tool: name, ordinal, ...context });
         }
       }
-      const outcome = await this.scope.run({ execute, options }, () => this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, { ...context, ordinal }));
+      const outcome = await callScope.run({ owner: this, execute, options }, () => this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, { ...context, ordinal }));
       outcomes.set(options.toolCallId, outcome);
       return outcome;
     };
@@ -379,11 +388,14 @@ export class OnceTools<TOOLS extends ToolSet> {
         const identity = this.dispatcher.keyFor({ name: REPAIR_RECORD_NAME, input: broken }, { ...context, ordinal: 0 });
         const n = repairs.get(identity) ?? 0;
         repairs.set(identity, n + 1);
-        const outcome = await this.repairScope.run(
-          async () => {
-            const repaired = await repair(options);
-            // Only what makes the call is kept: the tool it calls and its argument text.
-            return repaired === null ? null : { toolName: repaired.toolName, input: repaired.input };
+        const outcome = await repairScope.run(
+          {
+            owner: this,
+            repair: async () => {
+              const repaired = await repair(options);
+              // Only what makes the call is kept: the tool it calls and its argument text.
+              return repaired === null ? null : { toolName: repaired.toolName, input: repaired.input };
+            },
           },
           () => this.dispatcher.dispatch({ name: REPAIR_RECORD_NAME, input: broken, callId: options.toolCall.toolCallId }, { ...context, ordinal: n }),
         );
