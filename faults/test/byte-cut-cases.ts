@@ -42,7 +42,8 @@ export function eventRange(body: Buffer, type: string): { start: number; end: nu
  * taken from one body would land elsewhere in the next.
  */
 export type CutPoint =
-  | { landmark: "event"; type: string; delta: number }
+  /** `delta` bytes from the event's start, or (`fromEnd`) from the end of its blank line: the responses of one turn differ in length inside an event too. */
+  | { landmark: "event"; type: string; delta: number; fromEnd?: boolean }
   /** Before the `nth` UTF-8 continuation byte: a split inside a multi-byte character. */
   | { landmark: "inside_character"; nth: number }
   | { landmark: "fraction"; at: number };
@@ -53,7 +54,7 @@ export function resolveCut(body: Buffer, point: CutPoint): number | undefined {
   if (point.landmark === "fraction") return Math.floor(point.at * body.length);
   if (point.landmark === "event") {
     const range = eventRange(body, point.type);
-    return range === undefined ? undefined : Math.min(body.length, Math.max(0, range.start + point.delta));
+    return range === undefined ? undefined : Math.min(body.length, Math.max(0, (point.fromEnd === true ? range.end : range.start) + point.delta));
   }
   let seen = 0;
   for (let i = 0; i < body.length; i++) {
@@ -64,7 +65,7 @@ export function resolveCut(body: Buffer, point: CutPoint): number | undefined {
 
 export function describeCut(point: CutPoint): string {
   if (point.landmark === "fraction") return `at ${(point.at * 100).toFixed(2)}% of the body`;
-  if (point.landmark === "event") return `${point.type}${point.delta >= 0 ? "+" : ""}${point.delta}`;
+  if (point.landmark === "event") return `${point.type}${point.fromEnd === true ? " end" : ""}${point.delta >= 0 ? "+" : ""}${point.delta}`;
   return `inside a character, before UTF-8 continuation byte ${point.nth}`;
 }
 
@@ -93,7 +94,8 @@ export function cutPoints(reference: Buffer, regions: readonly CutRegion[], opti
       const inTail = tail !== undefined && at > range.end - tail;
       if (at < 0 || covered.has(at) || !(inHead || inTail)) continue;
       covered.add(at);
-      points.push({ landmark: "event", type, delta });
+      // A last byte is named from the event's end, so it is a last byte of every response's event.
+      points.push(inHead ? { landmark: "event", type, delta } : { landmark: "event", type, delta: at - range.end, fromEnd: true });
     }
   }
   // The arguments as they stream (a provider may repeat them whole in later events).
