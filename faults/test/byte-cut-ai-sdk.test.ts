@@ -66,11 +66,19 @@ interface Attempt {
   failed?: string;
 }
 
-function aiSdkCases(mode: Mode) {
+let referenceRuns = 0;
+
+/**
+ * The cases of one dispatch mode, whose plans cut the paying responses (`"paying"`: the n-th
+ * request whose last input item is the user's message) or the answers after the payment
+ * (`"answer"`: the n-th request that carries the call's output; the next request of the app
+ * then pays again, and the ledger answers it).
+ */
+function aiSdkCases(mode: Mode, target: "paying" | "answer" = "paying") {
   async function runCase({ id: caseId, plan }: ByteCase): Promise<string | undefined> {
     const account = `acct_${caseId}`;
-    let paying = 0;
-    proxy.plan(caseId, ({ requestBody }, body) => (isPaying(requestBody) ? plan(++paying, body) : undefined));
+    let planned = 0;
+    proxy.plan(caseId, ({ requestBody }, body) => (isPaying(requestBody) === (target === "paying") ? plan(++planned, body) : undefined));
     const client = createPaymentsClient({ baseURL: payments.url, token: account });
     let running = 0;
     const ran = new Set<string>();
@@ -196,13 +204,20 @@ function aiSdkCases(mode: Mode) {
     }
   }
 
-  /** The paying response of a whole pass-through, to place the cut points on. */
+  /**
+   * The paying response of a whole pass-through, to place the cut points on. Its verdict is the
+   * first case's: a bug that fails it still gets every cut case run and counted.
+   */
+  let reference: { label: string; failure: string | undefined } | undefined;
   async function referenceBody(): Promise<Buffer> {
-    const id = `reference-${mode}`;
-    expect(await runCase({ id, label: "whole", plan: () => undefined })).toBeUndefined();
-    return proxy.requests.find((r) => r.caseId === id && r.number === 1)!.body;
+    const id = `reference-${mode}-${referenceRuns++}`;
+    reference = { label: "the whole response (reference)", failure: await runCase({ id, label: "whole", plan: () => undefined }) };
+    return proxy.requests.find((r) => r.caseId === id && r.number === (target === "paying" ? 1 : 2))!.body;
   }
-  return { runCase, referenceBody };
+  /** Runs the cases, counting the reference among them. */
+  const run = (cases: readonly ByteCase[]) =>
+    runAll(reference === undefined ? cases : [{ id: "reference", label: reference.label, plan: () => undefined }, ...cases], (c) => (c.id === "reference" ? Promise.resolve(reference!.failure) : runCase(c)));
+  return { runCase, referenceBody, run };
 }
 
 const modes: { mode: Mode; label: string }[] = [
@@ -223,17 +238,23 @@ describe(`byte-level cuts of streamText over @ai-sdk/openai's Responses model, t
       ],
       { sample: 4, seed: SEED, nonAsciiBefore: "response.function_call_arguments.done" },
     );
-    await runAll(cutCases(`aisdk-cut`, points, { rstEvery: 5 }), toolCall.runCase);
+    await toolCall.run(cutCases("aisdk-cut", points, { rstEvery: 5 }));
   });
 
   it("AISDK-8 a CRLF body cut on the first and last bytes of its response.completed (between \\r and \\n too), by FIN, and by RST at every fourth", async () => {
     const points = cutPoints(crlf(await toolCall.referenceBody()), [{ type: FINISH, before: 0, head: 8, tail: 8 }], { sample: 0, seed: SEED, insideCharacters: false });
-    await runAll(cutCases("aisdk-crlf", points, { crlf: true, rstEvery: 4 }), toolCall.runCase);
+    await toolCall.run(cutCases("aisdk-crlf", points, { crlf: true, rstEvery: 4 }));
   });
 
-  for (const { mode, label } of modes) {
-    const side = mode === "tool-call" ? toolCall : aiSdkCases(mode);
-    it(`AISDK-1 AISDK-6 AISDK-8 ${label}: the same cut on every request of the first send (it fails), then the user's re-send of the same messages: one payment, and what each failed send tells names it`, async () => {
+  const again: { mode: Mode; target: "paying" | "answer"; what: string }[] = [
+    { mode: "tool-call", target: "paying", what: "the paying response (its call dispatched at its tool-call part)" },
+    // At the step's end the call runs only once its response finished: the cut that matters falls after it.
+    { mode: "step", target: "answer", what: "the answer after the payment (the call ran at its step's end)" },
+  ];
+  for (const { mode, target, what } of again) {
+    const side = mode === "tool-call" && target === "paying" ? toolCall : aiSdkCases(mode, target);
+    const label = modes.find((m) => m.mode === mode)!.label;
+    it(`AISDK-1 AISDK-6 AISDK-8 ${label}: the same cut of ${what} on every request of the first send (it fails), then the user's re-send of the same messages: one payment, and what each failed send tells names it`, async () => {
       const points = cutPoints(
         await side.referenceBody(),
         [
@@ -242,12 +263,12 @@ describe(`byte-level cuts of streamText over @ai-sdk/openai's Responses model, t
         ],
         { sample: 4, seed: SEED + 1, insideCharacters: false },
       );
-      const cases = cutCases(`aisdk-again-${mode}`, points, { requests: [1, 2, 3], rstEvery: 2 });
-      await runAll(cases, side.runCase);
-      const failedFirst = cases.filter((c) => responseFate(proxy.requests.find((r) => r.caseId === c.id && r.number === 1)!, FINISH) === "cut");
-      expect(failedFirst.length).toBeGreaterThan(points.length / 2);
-      // 3 cut requests, then the re-send's paying response and its answer.
-      for (const c of failedFirst) expect(proxy.requests.filter((r) => r.caseId === c.id).length, c.label).toBe(5);
+      const cases = cutCases(`aisdk-again-${mode}-${target}`, points, { requests: [1, 2, 3], rstEvery: 2 });
+      await side.run(cases);
+      const cutFirst = cases.filter((c) => responseFate(proxy.requests.find((r) => r.caseId === c.id && isPaying(r.requestBody) === (target === "paying"))!, FINISH) === "cut");
+      expect(cutFirst.length).toBeGreaterThan(points.length / 2);
+      // 3 failed requests (with the answer: 2 responses each), then the re-send's paying response and its answer.
+      for (const c of cutFirst) expect(proxy.requests.filter((r) => r.caseId === c.id).length, c.label).toBe(target === "paying" ? 5 : 8);
     });
   }
 
