@@ -41,7 +41,7 @@ afterAll(async () => {
   await payments?.close();
 });
 
-const idsIn = (body: Buffer) => [...body.toString("utf8").matchAll(/"(?:call_id|id|item_id)":"((?:call|fc|resp)_[^"]+)"/g)].map((m) => m[1]!);
+const idsIn = (body: Buffer) => [...body.toString("utf8").matchAll(/"(?:call_id|id|item_id)":"((?:call|fc|resp|msg)_[^"]+)"/g)].map((m) => m[1]!);
 
 /** A request of the chat that pays: its last input item is the user's message (not the call's output). */
 function isPaying(requestBody: unknown): boolean {
@@ -53,6 +53,7 @@ function isPaying(requestBody: unknown): boolean {
 /** Polls on the event loop until `condition` holds (no wall-clock assertion), for at most ~`tries` turns of 2 ms. */
 async function until(condition: () => boolean, tries = 5_000): Promise<boolean> {
   for (let i = 0; i < tries && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 2));
+  await new Promise((resolve) => setTimeout(resolve, 2));
   return condition();
 }
 
@@ -80,22 +81,17 @@ function aiSdkCases(mode: Mode, target: "paying" | "answer" = "paying") {
     let planned = 0;
     proxy.plan(caseId, ({ requestBody }, body) => (isPaying(requestBody) === (target === "paying") ? plan(++planned, body) : undefined));
     const client = createPaymentsClient({ baseURL: payments.url, token: account });
-    let running = 0;
-    const ran = new Set<string>();
+    let claims = 0;
     const sendPayment = tool({
       description: "Send a payment to a payee",
       inputSchema: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string().length(3), reference: z.string(), memo: z.string().optional() }),
       execute: async (args, options) => {
-        running++;
-        ran.add(options.toolCallId);
         try {
           const payment = await client.createPayment(args, { idempotencyKey: dispatchOnceOf(options)!.idempotencyKey, ...(options.abortSignal ? { signal: options.abortSignal } : {}) });
           return { paymentId: payment.body.id, status: "accepted" };
         } catch (error) {
           if (error instanceof PaymentsError) throw new ToolError(error.message, { disposition: DISPOSITION_BY_OUTCOME[error.outcome], code: error.code, cause: error });
           throw error;
-        } finally {
-          running--;
         }
       },
     });
@@ -104,7 +100,13 @@ function aiSdkCases(mode: Mode, target: "paying" | "answer" = "paying") {
       effects: { send_payment: "keyed_write" },
       identity: { send_payment: ["payee", "amount", "currency", "reference"] },
       ledger: new MemoryLedger(),
-      dispatcher: { waitMs: 10_000, pollMs: 2, logger: { warn: () => {} } },
+      dispatcher: {
+        waitMs: 10_000,
+        pollMs: 2,
+        logger: { warn: () => {} },
+        // Claims whose outcome is not in the ledger yet: a call started at its tool-call part may outlive its stream.
+        onEvent: (event) => void (event.type === "claimed" ? claims++ : event.type === "recorded" || event.type === "record_failed" ? claims-- : 0),
+      },
     });
     // The proxy tells the cases apart by this header; boundedFetch ends a stream that goes silent (AISDK-13).
     const model = createOpenAI({ baseURL: proxy.baseURL, apiKey: "test-key", headers: { "x-byte-case": caseId }, fetch: boundedFetch({ idleMs: 30_000 }) }).responses("gpt-test");
@@ -144,8 +146,8 @@ function aiSdkCases(mode: Mode, target: "paying" | "answer" = "paying") {
     };
 
     const paidKeys = () => payments.effects().flatMap((e) => (e.account === account && e.kind === "payment_created" ? [e.idempotencyKey!] : []));
-    /** Until every call this send's requests ran has settled (a call started at its tool-call part may outlive its stream). */
-    const settled = (attempts: readonly Attempt[]) => until(() => running === 0 && attempts.every((a) => a.callIds.every((id) => !ran.has(id) || a.turn.outcomeOf(id) !== undefined || a.toolErrors.length > 0)));
+    /** Until every claimed call has its outcome in the ledger (the wrapper's outcome follows the write within the turn of the event loop `until` waits after). */
+    const settled = () => until(() => claims === 0);
     const all: Attempt[] = [];
     // Per failed send: the keys its calls' outcomes name (what the app tells the user), and the keys that had paid.
     const failedSends: { told: string[]; paid: string[] }[] = [];
@@ -159,11 +161,11 @@ function aiSdkCases(mode: Mode, target: "paying" | "answer" = "paying") {
       }
       all.push(...attempts);
       if (kept === undefined) {
-        if (!(await settled(attempts))) return `send ${send}: a call never settled`;
+        if (!(await settled())) return `send ${send}: a call never settled`;
         failedSends.push({ told: attempts.flatMap((a) => a.callIds.flatMap((id) => a.turn.outcomeOf(id)?.key ?? [])), paid: paidKeys() });
       }
     }
-    await settled(all);
+    await settled();
     const requests = proxy.requests.filter((r) => r.caseId === caseId);
     const where = () =>
       `requests ${requests.map((r) => `#${r.number}${isPaying(r.requestBody) ? "" : " (answer)"} ${r.sent}/${r.body.length} ${r.end} (${responseFate(r, FINISH)})`).join(", ")}; requests failed: ${all
