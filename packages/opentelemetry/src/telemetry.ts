@@ -131,8 +131,15 @@ export class DispatchTelemetry {
       case "claimed": {
         this.counters.CLAIMS.add(1, { ...tool, [ATTR.TAKEOVER]: event.takeover });
         if (event.takeover) this.counters.TAKEOVERS.add(1, tool);
-        // A previous run of this key whose last write was refused never ended: end it now.
-        if (this.runs.has(event.key)) this.endRun(event.key, "not_recorded");
+        // The key's open run is superseded, not ended: it may still report under its fence (its
+        // run_timed_out, its refused write, which ends it: OTEL-4). A run that never reports again
+        // ends at endAll or past maxOpenSpans, as any unended run.
+        const previous = this.runs.get(event.key);
+        if (previous !== undefined) {
+          this.runs.delete(event.key);
+          if (previous.fence !== undefined && previous.fence !== event.fence) this.open(this.runs, supersededId(event.key, previous.fence), previous);
+          else this.endSpan(previous, "not_recorded");
+        }
         const span = this.tracer.startSpan(SPAN.RUN, {
           kind: SpanKind.INTERNAL,
           attributes: {
@@ -174,7 +181,7 @@ export class DispatchTelemetry {
       case "run_timed_out":
         this.counters.RUN_TIMEOUTS.add(1, tool);
         // The dispatch is answered but the run goes on: its span stays open until its fence's
-        // late `recorded`/`record_failed` (or a takeover's claim, maxOpenSpans, endAll) ends it.
+        // late `recorded`/`record_failed` (or maxOpenSpans, endAll) ends it; a takeover's claim does not.
         // Only that fence's span (OTEL-4); a read (no fence) claimed nothing and has no span.
         if (event.fence !== undefined) this.runOf(event.key, event.fence)?.span.addEvent("dispatch_once.run_timed_out", { [ATTR.RUN_TIMEOUT_MS]: event.runTimeoutMs });
         return;
@@ -206,15 +213,17 @@ export class DispatchTelemetry {
         // Said on the run's span by `recorded`, which comes first and ends it: by now the key's open
         // span, if any, is another run's (a takeover's).
         return;
-      case "record_failed":
+      case "record_failed": {
         // The run's last write never landed (refused, or the ledger out of reach): its span ends
         // now, or no exporter would ever see the run whose outcome the ledger lacks (OTEL-4).
         // A run that lost its claim reports this while a takeover's run holds the key: that span is not this run's.
         this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: "not_recorded" });
-        if (this.runOf(event.key, event.fence) === undefined) return;
-        this.runs.get(event.key)?.span.setAttributes({ [ATTR.RECORD_WRITE]: event.write, [ATTR.RECORD_OUTCOME]: event.state });
-        this.endRun(event.key, "not_recorded");
+        const id = this.runIdOf(event.key, event.fence);
+        if (id === undefined) return;
+        this.runs.get(id)?.span.setAttributes({ [ATTR.RECORD_WRITE]: event.write, [ATTR.RECORD_OUTCOME]: event.state });
+        this.endRun(id, "not_recorded");
         return;
+      }
       case "recorded":
         this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: event.state });
         if (event.state === "unknown") this.counters.UNKNOWNS.add(1, tool);
@@ -282,10 +291,20 @@ export class DispatchTelemetry {
     }
   }
 
-  /** The open span of the run that holds `fence` on `key`, if it is still the key's open one. */
+  /**
+   * Where the open span of the run that holds `fence` on `key` is kept: under the key while it is
+   * the key's latest claim, under `supersededId` once a takeover claimed the key (OTEL-4).
+   */
+  private runIdOf(key: string, fence: number): string | undefined {
+    if (this.runs.get(key)?.fence === fence) return key;
+    const id = supersededId(key, fence);
+    return this.runs.has(id) ? id : undefined;
+  }
+
+  /** The open span of the run that holds `fence` on `key`: never another fence's (OTEL-4). */
   private runOf(key: string, fence: number): Open | undefined {
-    const run = this.runs.get(key);
-    return run?.fence === fence ? run : undefined;
+    const id = this.runIdOf(key, fence);
+    return id === undefined ? undefined : this.runs.get(id);
   }
 
   private open(map: Map<string, Open>, id: string, entry: Open): void {
@@ -298,10 +317,14 @@ export class DispatchTelemetry {
     }
   }
 
-  private endRun(key: string, outcome: string): void {
-    const run = this.runs.get(key);
+  private endRun(id: string, outcome: string): void {
+    const run = this.runs.get(id);
     if (run === undefined) return;
-    this.runs.delete(key);
+    this.runs.delete(id);
+    this.endSpan(run, outcome);
+  }
+
+  private endSpan(run: Open, outcome: string): void {
     run.span.setAttribute(ATTR.OUTCOME, outcome);
     if (outcome === "failed" || outcome === "unknown" || outcome === "not_recorded") {
       run.span.setStatus({ code: SpanStatusCode.ERROR, message: outcome });
@@ -320,6 +343,9 @@ export class DispatchTelemetry {
     turn.span.end();
   }
 }
+
+/** The id of a run span a takeover's claim superseded, kept open for that run's late reports. */
+const supersededId = (key: string, fence: number) => `${key}\u0000${fence}`;
 
 /**
  * Checked when the telemetry is made: its handlers never throw (OTEL-3), so a tracer or clock

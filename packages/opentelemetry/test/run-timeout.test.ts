@@ -114,7 +114,7 @@ describe("a run that outlived its bound (OTEL-1, DISPATCH-18)", () => {
     expect(byFence.get(2)!.events.map((e) => e.name)).not.toContain(RUN_TIMED_OUT);
   });
 
-  it("OTEL-4 a run whose key was taken over before it timed out: its late run_timed_out is counted but not put on the takeover's open span", async () => {
+  it("OTEL-1 OTEL-4 a run whose key was taken over before it timed out: its late run_timed_out is counted and put on its own span (fence 1), which stays open until its refused write, never on the takeover's", async () => {
     // A bound long enough for the takeover to claim first; checked below, not assumed.
     const { s, held, warnings, first, takeover, lapse } = racingDispatchers(2_000);
     let firstSettled = false;
@@ -135,8 +135,9 @@ describe("a run that outlived its bound (OTEL-1, DISPATCH-18)", () => {
     const byFence = new Map(s.spans.getFinishedSpans().map((x) => [x.attributes[ATTR.FENCE], x]));
     expect(byFence.get(2)!.attributes).toMatchObject({ [ATTR.TAKEOVER]: true, [ATTR.OUTCOME]: "completed" });
     expect(byFence.get(2)!.events.map((e) => e.name)).not.toContain(RUN_TIMED_OUT);
-    // The first span was ended by the takeover's claim (not_recorded), before its bound passed.
-    expect(byFence.get(1)!.attributes).toMatchObject({ [ATTR.OUTCOME]: "not_recorded" });
+    // The first span outlived the takeover's claim: its bound passed on it, and its refused write ended it (not_recorded).
+    expect(byFence.get(1)!.events.filter((e) => e.name === RUN_TIMED_OUT).map((e) => e.attributes)).toEqual([{ [ATTR.RUN_TIMEOUT_MS]: 2_000 }]);
+    expect(byFence.get(1)!.attributes).toMatchObject({ [ATTR.OUTCOME]: "not_recorded", [ATTR.RECORD_WRITE]: "complete", [ATTR.RECORD_OUTCOME]: "completed" });
     expect(await s.metric(METRIC.RUN_TIMEOUTS, { [ATTR.TOOL_NAME]: "send_payment" })).toBe(1);
   });
 });
