@@ -229,10 +229,20 @@ function toolContentOf(error: unknown): ToolResultContent | undefined {
 }
 
 interface CallScope {
+  /** The OnceToolRunner whose dispatcher runs the call: another's scope is not this one's. */
+  owner: object;
   tool: AnyRunnableTool;
   context: BetaToolRunContext;
   effect: EffectClass;
 }
+
+/*
+ * One storage for every OnceToolRunner, never one per instance: on Node 20 an AsyncLocalStorage
+ * that has run once stays in the process's list of storages for good, and every promise created
+ * afterwards walks that list, so an app that makes its runner per request or per conversation
+ * would slow every promise of the process a little more with each (1 000: ~0.1 ms a promise).
+ */
+const callScope = new AsyncLocalStorage<CallScope>();
 
 type MessageParam = Anthropic.Beta.Messages.BetaMessageParam;
 type ToolUseLike = { type: string; id?: string; name?: string; input?: unknown };
@@ -258,7 +268,6 @@ export class OnceToolRunner {
   readonly dispatcher: Dispatcher;
   private readonly tools: ReadonlyMap<string, AnyRunnableTool>;
   private readonly effects: ReadonlyMap<string, EffectClass>;
-  private readonly scope = new AsyncLocalStorage<CallScope>();
   private readonly calls = new WeakMap<object, Map<string, OnceToolCall>>();
   /** Every wrapped form of the app's tools, of any runner: one of another runner is bound to that runner's messages. */
   private readonly wrappedForms = new WeakSet<object>();
@@ -295,8 +304,8 @@ export class OnceToolRunner {
           input: (fields === undefined ? z.unknown() : z.looseObject(Object.fromEntries(propertiesOf(tool).map((f) => [f, z.unknown().optional()])))) as z.ZodType<Record<string, unknown>>,
           ...(fields !== undefined ? { identity: fields } : {}),
           run: async (input, context) => {
-            const scope = this.scope.getStore();
-            if (scope === undefined) throw new Error(`tool ${name} ran outside a wrapped run`);
+            const scope = callScope.getStore();
+            if (scope?.owner !== this) throw new Error(`tool ${name} ran outside a wrapped run`);
             // A claimed write gets the claim's signal alone: the runner's request signal aborts
             // when the app gives up on the request, and a run cut short there leaves an outcome
             // nobody knows, where the loop's re-run wants its result (ATR-6).
@@ -462,7 +471,7 @@ export class OnceToolRunner {
         throw refuse(new InvalidArgumentError("turn.turnIndex", `is counted from the runner's messages, which hold fewer user messages (${place.users}) than when the runner started (${turn.users}): tool ${name}'s call would take an earlier turn's key; not run. Supply turn.turnIndex from the app's store (ATR-2)`));
       }
       try {
-        const outcome = await this.scope.run({ tool, context, effect }, () =>
+        const outcome = await callScope.run({ owner: this, tool, context, effect }, () =>
           this.dispatcher.dispatch(
             { name, input: args, callId: String(toolUse.id) },
             { conversationId: turn.conversationId, turnIndex: place.turnIndex, ordinal: place.ordinal },
