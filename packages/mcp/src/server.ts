@@ -197,9 +197,19 @@ function checkDispatcherOptions(dispatcher: unknown): void {
 const ENVELOPE = z.object({ key: z.string(), args: z.unknown(), identityArgs: z.unknown().optional() });
 
 interface CallScope {
+  /** The McpToolGuard whose dispatcher runs the call: another's scope is not this one's. */
+  owner: object;
   handler: (args: unknown, extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>;
   extra: RequestHandlerExtra<ServerRequest, ServerNotification>;
 }
+
+/*
+ * One storage for every McpToolGuard, never one per instance: on Node 20 an AsyncLocalStorage
+ * that has run once stays in the process's list of storages for good, and every promise created
+ * afterwards walks that list, so a server that makes its guard per session or request would slow
+ * every promise of the process a little more with each (1 000: ~0.1 ms a promise).
+ */
+const callScope = new AsyncLocalStorage<CallScope>();
 
 /**
  * Guards `McpServer` tools: reads the key from `_meta`, claims it in the ledger before the
@@ -218,7 +228,6 @@ export class McpToolGuard {
   private readonly namespace: string | ((extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => string);
   private readonly dispatcherOptions: Omit<DispatcherOptions, "tools" | "ledger">;
   private registry = new ToolRegistry();
-  private readonly scope = new AsyncLocalStorage<CallScope>();
   /** Each guarded tool's identity (MCP-10), by name. */
   private readonly identities = new Map<string, readonly string[] | undefined>();
   private current: Dispatcher;
@@ -295,8 +304,8 @@ export class McpToolGuard {
         ...(effect === "read" ? {} : { identity: ["key"] as const, onRequestDiffers: "refuse" as const }),
         ...(identity === undefined ? {} : { comparedFields: ["key", "identityArgs"] as const }),
         run: (envelope, context) => {
-          const scope = this.scope.getStore();
-          if (scope === undefined) throw new Error(`tool ${name} ran outside a guarded tools/call`);
+          const scope = callScope.getStore();
+          if (scope?.owner !== this) throw new Error(`tool ${name} ran outside a guarded tools/call`);
           // The stored request's arguments (envelope.args): a re-run after a takeover sends the first request (LEDGER-21).
           // The signal is the claim's alone (MCP-5): the request's own signal aborts when the
           // client cancels it (the SDK does when it stops waiting), and a run cut short there
@@ -362,7 +371,7 @@ export class McpToolGuard {
         identity === undefined || typeof args !== "object" || args === null
           ? { key: raw, args: args ?? null }
           : { key: raw, args, identityArgs: projectArguments(args as Record<string, unknown>, identity) };
-      const outcome = await this.scope.run({ handler, extra }, () => this.current.dispatch({ name, input }, { conversationId: namespace, turnIndex: 0 }));
+      const outcome = await callScope.run({ owner: this, handler, extra }, () => this.current.dispatch({ name, input }, { conversationId: namespace, turnIndex: 0 }));
       const result = outcome.result as unknown as CallToolResult;
       // A re-worded call answered with (or re-run as) the stored request: say which arguments ran (IDENT-3).
       const stored = outcome.storedRequest === undefined ? {} : { [STORED_ARGUMENTS_META]: (outcome.storedRequest as { args?: unknown }).args };
