@@ -1,0 +1,171 @@
+#!/usr/bin/env node
+// Blind round L's sweep: every mutant of mutants.json against our harnesses, cheapest first,
+// stopping at the first check that catches it. `node faults/blind-l/run.mjs [--first] [L01 L02 ...]`.
+//
+// How a mutant is built, without writing src/: the mutated package's own tests load its source
+// through a vite plugin that patches the file as it loads (mutant-plugin.mjs); everything else
+// (other packages' tests, faults/ worker processes, conformance-e2e) loads the package from its
+// dist, so dist/index.js is replaced for the mutant's run by mutatedEntry's bundle of the patched
+// source (@dispatch-once/test-processes) and put back afterwards. A patch that does not occur
+// exactly once, or that no test loaded, fails the sweep.
+//
+// --first runs each mutant only against the first catcher results.json recorded for it (the file
+// that caught it); --only=TEXT only the catchers whose name contains TEXT (e.g. --only=conformance-e2e).
+// Results go to faults/blind-l/results.json (merged per mutant). Needs PostgreSQL and Redis as
+// the suites do; run it alone (it swaps dist files other runs would load).
+import { spawn } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
+import { mutatedEntry } from "@dispatch-once/test-processes";
+
+const here = import.meta.dirname;
+const repo = resolve(here, "../..");
+const tmp = join(here, ".tmp");
+mkdirSync(tmp, { recursive: true });
+const vitest = join(repo, "node_modules", "vitest", "vitest.mjs");
+const args = process.argv.slice(2);
+const firstOnly = args.includes("--first");
+const wanted = new Set(args.filter((a) => !a.startsWith("--")));
+// --only=TEXT: run only the catchers whose name contains TEXT (results are then not recorded).
+const only = args.find((a) => a.startsWith("--only="))?.slice("--only=".length);
+/** @type {{ id: string; pkg: string; file: string; rule: string; area: string; cause: string; find: string; replace: string }[]} */
+const mutants = JSON.parse(readFileSync(join(here, "mutants.json"), "utf8"));
+const resultsFile = join(here, "results.json");
+/** @type {Record<string, { caughtBy: string | null; test?: string; runs: { catcher: string; verdict: string; seconds: number }[] }>} */
+const results = existsSync(resultsFile) ? JSON.parse(readFileSync(resultsFile, "utf8")) : {};
+
+const env = {
+  ...process.env,
+  CI: "true",
+  npm_config_nodedir: "/usr",
+  DATABASE_URL: process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test",
+  REDIS_URL: process.env.REDIS_URL ?? "redis://127.0.0.1:6379",
+  // The end-to-end profiles at a sweep's size (CI: 200 / 30 / 30); enough to reach the stream cases.
+  CONFORMANCE_E2E_REFERENCE_RUNS: process.env.CONFORMANCE_E2E_REFERENCE_RUNS ?? "40",
+  CONFORMANCE_E2E_RUNS: process.env.CONFORMANCE_E2E_RUNS ?? "40",
+  CONFORMANCE_E2E_OPENAI_RUNS: process.env.CONFORMANCE_E2E_OPENAI_RUNS ?? "30",
+  CONFORMANCE_E2E_AISDK_RUNS: process.env.CONFORMANCE_E2E_AISDK_RUNS ?? "20",
+};
+
+/** @typedef {{ name: string; dir: string; files?: string[]; grep?: string; own?: boolean }} Catcher */
+const pkgTests = (/** @type {string} */ pkg, own = false) => ({ name: `packages/${pkg} tests`, dir: `packages/${pkg}`, own });
+const byteCut = (/** @type {string[]} */ sides) => ({ name: `faults byte-cut (${sides.join(", ")})`, dir: "faults", files: sides.map((s) => `test/byte-cut-${s}.test.ts`) });
+const crash = { name: "faults crash", dir: "faults", files: ["test/crash.test.ts"] };
+const e2e = { name: "conformance-e2e CONF-2 (memory ledger, Messages and Responses)", dir: "conformance-e2e", files: ["test/e2e.test.ts"], grep: "in-memory ledger performs" };
+const e2eAiSdk = { name: "conformance-e2e AI SDK profile", dir: "conformance-e2e", files: ["test/e2e-ai-sdk.test.ts"] };
+/** @type {Record<string, Catcher[]>} */
+const CHAINS = {
+  runner: [pkgTests("runner", true), pkgTests("anthropic"), pkgTests("openai"), byteCut(["messages", "responses", "tool-runner"]), crash, e2e],
+  anthropic: [pkgTests("anthropic", true), pkgTests("openai"), byteCut(["messages", "tool-runner"]), crash, e2e],
+  openai: [pkgTests("openai", true), byteCut(["responses"]), e2e],
+  "ai-sdk": [pkgTests("ai-sdk", true), e2eAiSdk],
+  mcp: [pkgTests("mcp", true)],
+};
+
+/** The package's own vitest config with the mutant plugin added (its base config imported statically, so vite bundles it). */
+function ownConfig(/** @type {string} */ pkg) {
+  const file = join(tmp, `vitest.${pkg}.config.mjs`);
+  writeFileSync(
+    file,
+    `import { mergeConfig } from "vitest/config";\nimport base from ${JSON.stringify(join(repo, "packages", pkg, "vitest.config.ts"))};\nimport { mutantPlugin } from ${JSON.stringify(join(here, "mutant-plugin.mjs"))};\nexport default mergeConfig(base, { root: ${JSON.stringify(join(repo, "packages", pkg))}, plugins: [mutantPlugin(JSON.parse(process.env.BLIND_L_MUTANT))] });\n`,
+  );
+  return file;
+}
+
+/** Runs one catcher; resolves to what it said. */
+function runCatcher(/** @type {Catcher} */ catcher, /** @type {object | undefined} */ mutant) {
+  const report = join(tmp, "report.json");
+  rmSync(report, { force: true });
+  const argv = [vitest, "run", "--bail=1", "--reporter=json", `--outputFile=${report}`];
+  if (catcher.own) argv.push(`--config=${ownConfig(catcher.dir.split("/")[1])}`);
+  if (catcher.grep !== undefined) argv.push("-t", catcher.grep);
+  argv.push(...(catcher.files ?? []));
+  const started = Date.now();
+  return new Promise((done) => {
+    const child = spawn(process.execPath, argv, { cwd: join(repo, catcher.dir), env: { ...env, ...(mutant ? { BLIND_L_MUTANT: JSON.stringify(mutant) } : {}) }, stdio: ["ignore", "ignore", "pipe"], detached: true });
+    let stderr = "";
+    child.stderr.on("data", (d) => (stderr = (stderr + d).slice(-4000)));
+    const limit = setTimeout(() => {
+      try {
+        process.kill(-child.pid, "SIGKILL");
+      } catch {}
+    }, 900_000);
+    child.on("exit", (code, signal) => {
+      clearTimeout(limit);
+      const seconds = Math.round((Date.now() - started) / 100) / 10;
+      if (signal !== null) return done({ verdict: "caught", test: `hung: killed after 900 s (${signal})`, seconds });
+      if (code === 0) return done({ verdict: "passed", seconds });
+      let where;
+      let test = `exit ${code}: ${stderr.trim().split("\n").slice(-3).join(" | ")}`;
+      try {
+        const r = JSON.parse(readFileSync(report, "utf8"));
+        for (const result of r.testResults) {
+          const failed = result.assertionResults.find((a) => a.status === "failed");
+          if (failed || result.status === "failed") {
+            where = relative(join(repo, catcher.dir), result.name);
+            test = failed
+              ? `${relative(repo, result.name)} > ${failed.fullName} :: ${String(failed.failureMessages?.[0] ?? "").split("\n")[0].slice(0, 300)}`
+              : `${relative(repo, result.name)} (file failed) :: ${String(result.message).split("\n")[0].slice(0, 300)}`;
+            break;
+          }
+        }
+      } catch {}
+      done({ verdict: "caught", test, seconds, ...(where !== undefined ? { file: where } : {}) });
+    });
+  });
+}
+
+const swapped = [];
+function restore() {
+  for (const { dist, backup } of swapped.splice(0)) copyFileSync(backup, dist);
+}
+process.on("SIGINT", () => {
+  restore();
+  process.exit(130);
+});
+
+for (const m of mutants) {
+  if (wanted.size > 0 && !wanted.has(m.id)) continue;
+  const srcDir = join(repo, "packages", m.pkg, "src");
+  const abs = join(repo, m.file);
+  const marker = join(tmp, `${m.id}.applied`);
+  rmSync(marker, { force: true });
+  const built = await mutatedEntry(join(srcDir, "index.ts"), m.id.toLowerCase(), [{ file: abs.slice(srcDir.length + 1), from: m.find, to: m.replace }]);
+  const dist = join(repo, "packages", m.pkg, "dist", "index.js");
+  const backup = join(tmp, `${m.pkg}.index.js.orig`);
+  if (!existsSync(backup)) copyFileSync(dist, backup);
+  copyFileSync(built, dist);
+  swapped.push({ dist, backup });
+  // --first: the recorded first catcher, narrowed to the file that caught the mutant.
+  // An escape a new check now catches is run against that check (results' `escaped`).
+  const recorded = results[m.id]?.caughtBy != null ? results[m.id] : results[m.id]?.escaped;
+  const chain = firstOnly
+    ? CHAINS[m.pkg].filter((c) => c.name === (recorded?.caughtBy ?? recorded?.catcher)).map((c) => (recorded?.file !== undefined ? { ...c, files: [recorded.file] } : c))
+    : CHAINS[m.pkg].filter((c) => only === undefined || c.name.includes(only));
+  const entry = { caughtBy: null, runs: [] };
+  try {
+    for (const catcher of chain) {
+      const r = await runCatcher(catcher, { id: m.id, abs, find: m.find, replace: m.replace, marker });
+      if (catcher.own && !existsSync(marker)) throw new Error(`mutant ${m.id}: no test of packages/${m.pkg} loaded ${m.file}`);
+      entry.runs.push({ catcher: catcher.name, verdict: r.verdict, seconds: r.seconds });
+      console.log(`${m.id} ${catcher.name}: ${r.verdict} (${r.seconds} s)${r.test ? ` — ${r.test}` : ""}`);
+      if (r.verdict === "caught") {
+        entry.caughtBy = catcher.name;
+        entry.test = r.test;
+        if (r.file !== undefined) entry.file = r.file;
+        break;
+      }
+    }
+  } finally {
+    restore();
+  }
+  if (!firstOnly && only === undefined) {
+    // A re-run keeps what was found out about an escape (its resolution) beside the new verdict.
+    results[m.id] = { ...entry, ...(results[m.id]?.escaped !== undefined ? { escaped: results[m.id].escaped } : {}) };
+    writeFileSync(resultsFile, JSON.stringify(results, null, 1) + "\n");
+  } else if (entry.caughtBy === null) {
+    console.log(`${m.id}: NOT caught by its recorded first catcher ${recorded?.caughtBy ?? recorded?.catcher} (${recorded?.file})`);
+    process.exitCode = 1;
+  }
+  console.log(`${m.id} => ${entry.caughtBy ?? "ESCAPED"}`);
+}
