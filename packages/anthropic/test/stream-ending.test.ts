@@ -124,3 +124,37 @@ describe("events after message_stop (a proxy that splices a second response into
     expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ callId: "toolu_3", ordinal: 0, replayed: true, result: { paymentId: "pay_1" } })]);
   });
 });
+
+/**
+ * STREAM-1 over every kind of event a body can carry after its message_stop, without a new
+ * message_start (a proxy that re-sends the tail of the body, or appends another response's events
+ * to it): none of them belongs to the turn. Each case runs the same first response with the tail
+ * appended, and must pay, commit and answer exactly as the response without it does.
+ */
+describe("STREAM-1 events after message_stop with no new message_start (blind round L, L19)", () => {
+  const payment = (index: number, id: string, json = '{"payee":"acme","amount":5}') => [toolStart(index, id), args(index, json), blockStop(index)];
+  const tails: Record<string, object[]> = {
+    "another tool_use block at the next index": payment(2, "toolu_2"),
+    "another tool_use block with other arguments": payment(2, "toolu_2", '{"payee":"bob","amount":7}'),
+    "the same tool_use block again at its index": payment(1, "toolu_1"),
+    "a message_start of the same message, then a tool_use block": [start("msg_1"), ...payment(2, "toolu_2")],
+    "a text block": textBlock(2, "spliced text"),
+    "a text delta into the answered text block": [{ type: "content_block_delta", index: 0, delta: { type: "text_delta", text: " spliced" } }],
+    "a message_delta that says end_turn, and another message_stop": end("end_turn"),
+    "an error event": [{ type: "error", error: { type: "overloaded_error", message: "Overloaded" } }],
+  };
+  const first = [start("msg_1"), ...textBlock(0, "Paying."), ...payment(1, "toolu_1"), ...end("tool_use")];
+  const second = [start("msg_2"), ...textBlock(0, "Paid."), ...end("end_turn")];
+  const outcome = async (tail: object[], name: string) => {
+    const w = world([[...first, ...tail], second]);
+    const conversationId = `conv-tail-${name.replace(/[^a-z]+/g, "-").slice(0, 40)}`;
+    const result = await w.runner.send(conversationId, { id: "m1", content: "pay acme" });
+    const turns = (await w.store.turnsOf(conversationId, "m1")).map((t) => ({ assistant: t.assistant, toolResults: t.toolResults, stopReason: t.stopReason }));
+    return { paid: w.paid, requests: w.requests.length, texts: result.turns.map((t) => t.text), calls: result.turns.map((t) => t.calls.map((c) => [c.callId, c.ordinal])), turns };
+  };
+  it.each(Object.keys(tails))("STREAM-1 after message_stop: %s changes nothing the turn pays, commits or answers", async (name) => {
+    const control = await outcome([], "control");
+    expect(control.paid).toEqual([{ payee: "acme", amount: 5 }]);
+    expect(await outcome(tails[name]!, name)).toEqual(control);
+  });
+});
