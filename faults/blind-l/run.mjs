@@ -31,7 +31,7 @@ const only = args.find((a) => a.startsWith("--only="))?.slice("--only=".length);
 /** @type {{ id: string; pkg: string; file: string; rule: string; area: string; cause: string; find: string; replace: string }[]} */
 const mutants = JSON.parse(readFileSync(join(here, "mutants.json"), "utf8"));
 const resultsFile = join(here, "results.json");
-/** @type {Record<string, { caughtBy: string | null; test?: string; runs: { catcher: string; verdict: string; seconds: number }[] }>} */
+/** @type {Record<string, { caughtBy: string | null; test?: string; file?: string; escaped?: { harmless: boolean; resolution: string; catcher?: string; file?: string }; runs: { catcher: string; verdict: string; seconds: number }[] }>} */
 const results = existsSync(resultsFile) ? JSON.parse(readFileSync(resultsFile, "utf8")) : {};
 
 const env = {
@@ -138,9 +138,10 @@ for (const m of mutants) {
   swapped.push({ dist, backup });
   // --first: the recorded first catcher, narrowed to the file that caught the mutant.
   // An escape a new check now catches is run against that check (results' `escaped`).
-  const recorded = results[m.id]?.caughtBy != null ? results[m.id] : results[m.id]?.escaped;
+  const known = results[m.id];
+  const recorded = known?.caughtBy != null ? { catcher: known.caughtBy, file: known.file } : { catcher: known?.escaped?.catcher, file: known?.escaped?.file };
   const chain = firstOnly
-    ? CHAINS[m.pkg].filter((c) => c.name === (recorded?.caughtBy ?? recorded?.catcher)).map((c) => (recorded?.file !== undefined ? { ...c, files: [recorded.file] } : c))
+    ? CHAINS[m.pkg].filter((c) => c.name === recorded.catcher).map((c) => (recorded.file !== undefined ? { ...c, files: [recorded.file] } : c))
     : CHAINS[m.pkg].filter((c) => only === undefined || c.name.includes(only));
   const entry = { caughtBy: null, runs: [] };
   try {
@@ -164,7 +165,7 @@ for (const m of mutants) {
     results[m.id] = { ...entry, ...(results[m.id]?.escaped !== undefined ? { escaped: results[m.id].escaped } : {}) };
     writeFileSync(resultsFile, JSON.stringify(results, null, 1) + "\n");
   } else if (entry.caughtBy === null) {
-    console.log(`${m.id}: NOT caught by its recorded first catcher ${recorded?.caughtBy ?? recorded?.catcher} (${recorded?.file})`);
+    console.log(`${m.id}: NOT caught by its recorded first catcher ${recorded.catcher} (${recorded.file})`);
     process.exitCode = 1;
   }
   console.log(`${m.id} => ${entry.caughtBy ?? "ESCAPED"}`);

@@ -1,0 +1,46 @@
+#!/usr/bin/env node
+// Writes VERDICTS.md from mutants.json and results.json (and the resolutions recorded there).
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+const here = import.meta.dirname;
+const mutants = JSON.parse(readFileSync(join(here, "mutants.json"), "utf8"));
+const results = JSON.parse(readFileSync(join(here, "results.json"), "utf8"));
+const cell = (s) => String(s).replaceAll("|", "\\|").replaceAll("\n", " ");
+const rows = [];
+const totals = { caught: 0, "escaped-fixed": 0, "escaped-harmless": 0, unrun: 0 };
+for (const m of mutants) {
+  const r = results[m.id];
+  let verdict;
+  let catcher;
+  if (r === undefined) {
+    verdict = "unrun";
+    catcher = "";
+  } else if (r.escaped !== undefined) {
+    verdict = r.escaped.harmless ? "escaped-harmless" : "escaped-fixed";
+    catcher = `ESCAPED the sweep; ${r.escaped.resolution}`;
+  } else if (r.caughtBy !== null) {
+    verdict = "caught";
+    catcher = `${r.caughtBy}: ${(r.test ?? "").split(" :: ")[0]}`;
+  } else {
+    verdict = "escaped (unresolved)";
+    catcher = "ESCAPED";
+  }
+  totals[verdict] = (totals[verdict] ?? 0) + 1;
+  rows.push(`| ${m.id} | ${m.pkg} | ${m.rule} | ${cell(m.cause)} | ${verdict} | ${cell(catcher)} |`);
+}
+const text = `# Blind round L: verdicts
+
+Made by \`node faults/blind-l/table.mjs\` from \`mutants.json\` (written and committed before any test
+or harness was read) and \`results.json\` (\`node faults/blind-l/run.mjs\`: each mutant against the
+mutated package's own tests, then its dependents' tests, the byte-cut and crash harnesses of
+\`faults/\` and the end-to-end kit's profiles, stopping at the first check that fails).
+
+Totals: ${mutants.length} mutants; caught ${totals.caught}, escaped then fixed (a new check catches it) ${totals["escaped-fixed"]}, escaped and harmless ${totals["escaped-harmless"]}${totals.unrun ? `, not run ${totals.unrun}` : ""}.
+
+| mutant | package | rule | cause | verdict | first catcher (file > test) or resolution |
+|---|---|---|---|---|---|
+${rows.join("\n")}
+`;
+writeFileSync(join(here, "VERDICTS.md"), text);
+console.log(text.split("\n").find((l) => l.startsWith("Totals")));
