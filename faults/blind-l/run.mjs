@@ -9,6 +9,8 @@
 // source (@dispatch-once/test-processes) and put back afterwards. A patch that does not occur
 // exactly once, or that no test loaded, fails the sweep.
 //
+// Every catch is confirmed: the failing file fails again on the mutant and passes unmutated, or
+// the failure is recorded as one by chance (`flaky`) and the chain goes on.
 // --first runs each mutant only against the first catcher results.json recorded for it (the file
 // that caught it); --only=TEXT only the catchers whose name contains TEXT (e.g. --only=conformance-e2e).
 // Results go to faults/blind-l/results.json (merged per mutant). Needs PostgreSQL and Redis as
@@ -143,6 +145,7 @@ for (const m of mutants) {
   const chain = firstOnly
     ? CHAINS[m.pkg].filter((c) => c.name === recorded.catcher).map((c) => (recorded.file !== undefined ? { ...c, files: [recorded.file] } : c))
     : CHAINS[m.pkg].filter((c) => only === undefined || c.name.includes(only));
+  /** @type {{ caughtBy: string | null; test?: string; file?: string; flaky?: string[]; runs: { catcher: string; verdict: string; seconds: number }[] }} */
   const entry = { caughtBy: null, runs: [] };
   try {
     for (const catcher of chain) {
@@ -150,6 +153,23 @@ for (const m of mutants) {
       if (catcher.own && !existsSync(marker)) throw new Error(`mutant ${m.id}: no test of packages/${m.pkg} loaded ${m.file}`);
       entry.runs.push({ catcher: catcher.name, verdict: r.verdict, seconds: r.seconds });
       console.log(`${m.id} ${catcher.name}: ${r.verdict} (${r.seconds} s)${r.test ? ` — ${r.test}` : ""}`);
+      if (r.verdict === "caught" && !firstOnly && r.file !== undefined) {
+        // A catch must be the mutant's doing: the failing file fails again on the mutant and passes
+        // on the unmutated source (dist put back, no patch). Otherwise it failed by chance (a
+        // loaded host), and the chain goes on. (Round L's first sweep counted one such failure as a catch.)
+        const narrowed = { ...catcher, files: [r.file] };
+        const again = await runCatcher(narrowed, { id: m.id, abs, find: m.find, replace: m.replace, marker });
+        copyFileSync(backup, dist);
+        const unmutated = await runCatcher({ ...narrowed, own: false }, undefined);
+        copyFileSync(built, dist);
+        if (again.verdict !== "caught" || unmutated.verdict !== "passed") {
+          const note = `${r.test} — not confirmed: on the mutant again ${again.verdict}, unmutated ${unmutated.verdict}`;
+          (entry.flaky ??= []).push(note);
+          entry.runs[entry.runs.length - 1].verdict = "failed by chance";
+          console.log(`${m.id} ${catcher.name}: a failure by chance, going on (${note.slice(0, 200)})`);
+          continue;
+        }
+      }
       if (r.verdict === "caught") {
         entry.caughtBy = catcher.name;
         entry.test = r.test;
