@@ -34,7 +34,10 @@ const text = `# Blind round L: verdicts
 Made by \`node faults/blind-l/table.mjs\` from \`mutants.json\` (written and committed before any test
 or harness was read) and \`results.json\` (\`node faults/blind-l/run.mjs\`: each mutant against the
 mutated package's own tests, then its dependents' tests, the byte-cut and crash harnesses of
-\`faults/\` and the end-to-end kit's profiles, stopping at the first check that fails).
+\`faults/\` and the end-to-end kit's profiles, stopping at the first check that fails, and confirming
+it: the failing file fails again on the mutant and passes unmutated, or the failure is one by chance
+and the chain goes on). The escapes are the first sweep's (before the new checks, whose catches are
+the later sweep's); "caught" rows name the later sweep's confirmed first catcher.
 
 Totals: ${mutants.length} mutants; caught ${totals.caught}, escaped then fixed (a new check catches it) ${totals["escaped-fixed"]}, escaped and harmless ${totals["escaped-harmless"]}${totals.unrun ? `, not run ${totals.unrun}` : ""}.
 
