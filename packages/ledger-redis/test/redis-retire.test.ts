@@ -274,4 +274,39 @@ describe("the script cache (SCRIPT FLUSH, NOSCRIPT)", () => {
       own.disconnect();
     }
   });
+
+  it("after SCRIPT FLUSH a fresh claim and each finish (complete, fail, markUnknown, release) load their script again by EVAL, once, and store what they would have", async () => {
+    if (!server) throw new Error("no server");
+    const l = ledger({ url: server.url });
+    const own = new Redis(server.url);
+    own.on("error", () => {});
+    const evals = async () => Number(/cmdstat_eval:calls=(\d+)/.exec(await own.info("commandstats"))?.[1] ?? 0);
+    const finishes: Array<[string, (key: string, fence: number) => Promise<void>, Record<string, unknown>]> = [
+      ["complete", (key, fence) => l.complete(key, fence, '{"ok":true}'), { state: "completed", result: '{"ok":true}' }],
+      ["fail", (key, fence) => l.fail(key, fence, { name: "Declined", message: "no" }), { state: "failed" }],
+      ["markUnknown", (key, fence) => l.markUnknown(key, fence, "lost"), { state: "unknown", reason: "lost" }],
+      ["release", (key, fence) => l.release(key, fence), { state: "released" }],
+    ];
+    try {
+      for (const [name, finish, row] of finishes) {
+        expect(await own.script("FLUSH")).toBe("OK");
+        let before = await evals();
+        const claimed = await l.claim(request(`fresh-${name}`, `${ID}-${name}`));
+        expect(claimed).toMatchObject({ outcome: "claimed", fence: 1 });
+        expect(await evals()).toBe(before + 1);
+        expect(await own.script("FLUSH")).toBe("OK");
+        before = await evals();
+        await finish(`fresh-${name}`, 1);
+        expect(await evals()).toBe(before + 1);
+        expect(await l.lookup(`fresh-${name}`)).toMatchObject(name === "release" ? { state: "released" } : { ...row, fence: 1 });
+        // Loaded again: the next finish of another row is an EVALSHA.
+        await l.claim(request(`again-${name}`, `${OTHER}-${name}`));
+        before = await evals();
+        await finish(`again-${name}`, 1);
+        expect(await evals()).toBe(before);
+      }
+    } finally {
+      own.disconnect();
+    }
+  });
 });
