@@ -10,16 +10,9 @@ import type { ConnectionEnd, Delivery, ProxiedRequest } from "./byte-proxy.js";
 export const PAY_ZOE = { payee: "Café Zoë 💳", amount: 4_250, currency: "EUR", reference: "INV-Ω-7", memo: "Für Zoë — 🧾 ✓" };
 
 /** A small seeded generator (mulberry32), so a failing case can be named by its seed and replayed. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
+import { prng } from "@dispatch-once/test-processes";
+
+export { prng };
 
 export const SEED = Number(process.env.BYTE_CUT_SEED ?? Math.floor(Math.random() * 2 ** 31));
 

@@ -30,3 +30,13 @@ export interface SourceMutant {
  * Throws when a patch's `from` does not occur exactly once, or its file is not in the bundle.
  */
 export declare function mutatedEntry(entry: string, id: string, patches: readonly SourcePatch[]): Promise<string>;
+
+/** A small seeded generator (mulberry32): numbers in [0, 1), the same for the same seed, so a failing case can be named by its seed and replayed. */
+export declare function prng(seed: number): () => number;
+
+/**
+ * The distinct AsyncLocalStorage instances whose `run` is called while `f` runs (every storage that
+ * ever ran stays in Node 20's list for good and is walked on every promise: a wrapper must not make
+ * one per instance).
+ */
+export declare function asyncStoragesRunBy(f: () => Promise<void>): Promise<Set<import("node:async_hooks").AsyncLocalStorage<unknown>>>;

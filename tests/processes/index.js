@@ -76,3 +76,32 @@ export async function mutatedEntry(entry, id, patches) {
   renameSync(partial, out);
   return out;
 }
+
+// Small helpers the workspace's tests share (kept here, the one test-only package every suite can depend on).
+
+export function prng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}
+
+export async function asyncStoragesRunBy(f) {
+  const { AsyncLocalStorage } = await import("node:async_hooks");
+  const seen = new Set();
+  const run = AsyncLocalStorage.prototype.run;
+  AsyncLocalStorage.prototype.run = function (...args) {
+    seen.add(this);
+    return run.apply(this, args);
+  };
+  try {
+    await f();
+  } finally {
+    AsyncLocalStorage.prototype.run = run;
+  }
+  return seen;
+}

@@ -1,4 +1,4 @@
-import { AsyncLocalStorage } from "node:async_hooks";
+import { asyncStoragesRunBy } from "@dispatch-once/test-processes";
 import { MemoryLedger } from "@dispatch-once/core";
 import { tool, type ModelMessage, type ToolCallRepairFunction, type ToolSet } from "ai";
 import { describe, expect, it } from "vitest";
@@ -15,21 +15,6 @@ import { createOnceTools } from "../src/index.js";
  * two thirds of its CPU went to `_propagate` in node:async_hooks.
  */
 
-/** The distinct AsyncLocalStorage instances `run` is called on while `f` runs. */
-async function storagesRunBy(f: () => Promise<void>): Promise<Set<AsyncLocalStorage<unknown>>> {
-  const seen = new Set<AsyncLocalStorage<unknown>>();
-  const run = AsyncLocalStorage.prototype.run;
-  AsyncLocalStorage.prototype.run = function (this: AsyncLocalStorage<unknown>, ...args: Parameters<typeof run>) {
-    seen.add(this);
-    return run.apply(this, args);
-  } as typeof run;
-  try {
-    await f();
-  } finally {
-    AsyncLocalStorage.prototype.run = run;
-  }
-  return seen;
-}
 
 /** A fresh createOnceTools (as an app that builds its tools per request does), one call and one repair through it. */
 async function oneRequest(i: number): Promise<void> {
@@ -45,9 +30,9 @@ async function oneRequest(i: number): Promise<void> {
 
 describe("async context: one set of storages for every createOnceTools", () => {
   it("AISDK-2 the wrapper's calls and repairs of any number of createOnceTools run in the same AsyncLocalStorage instances as those of one", async () => {
-    const one = await storagesRunBy(() => oneRequest(0));
+    const one = await asyncStoragesRunBy(() => oneRequest(0));
     expect(one.size).toBeGreaterThan(0);
-    const many = await storagesRunBy(async () => {
+    const many = await asyncStoragesRunBy(async () => {
       for (let i = 1; i <= 5; i++) await oneRequest(i);
     });
     expect([...many].filter((storage) => !one.has(storage)), "storages made by later createOnceTools calls (each stays in Node 20's list for good)").toEqual([]);

@@ -1,4 +1,4 @@
-import { AsyncLocalStorage } from "node:async_hooks";
+import { asyncStoragesRunBy } from "@dispatch-once/test-processes";
 import { MemoryLedger } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { createOnceToolRunner } from "../src/index.js";
@@ -14,21 +14,6 @@ import { paymentsApp, providerPerTest } from "./tool-runner-fixtures.js";
 
 const provider = providerPerTest();
 
-/** The distinct AsyncLocalStorage instances `run` is called on while `f` runs. */
-async function storagesRunBy(f: () => Promise<void>): Promise<Set<AsyncLocalStorage<unknown>>> {
-  const seen = new Set<AsyncLocalStorage<unknown>>();
-  const run = AsyncLocalStorage.prototype.run;
-  AsyncLocalStorage.prototype.run = function (this: AsyncLocalStorage<unknown>, ...args: Parameters<typeof run>) {
-    seen.add(this);
-    return run.apply(this, args);
-  } as typeof run;
-  try {
-    await f();
-  } finally {
-    AsyncLocalStorage.prototype.run = run;
-  }
-  return seen;
-}
 
 describe("async context: one storage for every createOnceToolRunner", () => {
   it("ATR-5 the wrapped calls of any number of createOnceToolRunner run in the same AsyncLocalStorage instances as those of one", async () => {
@@ -38,9 +23,9 @@ describe("async context: one storage for every createOnceToolRunner", () => {
       const runner = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, stream: true, thread: false, messages: [{ role: "user", content: "pay acme" }] }, { conversationId: `conv-${i}` });
       await runner.runUntilDone();
     };
-    const one = await storagesRunBy(() => oneConversation(0));
+    const one = await asyncStoragesRunBy(() => oneConversation(0));
     expect(one.size).toBeGreaterThan(0);
-    const many = await storagesRunBy(async () => {
+    const many = await asyncStoragesRunBy(async () => {
       for (let i = 1; i <= 3; i++) await oneConversation(i);
     });
     expect(effects()).toHaveLength(4);

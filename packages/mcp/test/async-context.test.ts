@@ -1,4 +1,4 @@
-import { AsyncLocalStorage } from "node:async_hooks";
+import { asyncStoragesRunBy } from "@dispatch-once/test-processes";
 import { MemoryLedger } from "@dispatch-once/core";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
@@ -15,21 +15,6 @@ import { McpToolGuard, mcpTurn } from "../src/index.js";
  * more with each (1 000 of them: about 0.1 ms a promise). The AI SDK wrapper had the same.
  */
 
-/** The distinct AsyncLocalStorage instances `run` is called on while `f` runs. */
-async function storagesRunBy(f: () => Promise<void>): Promise<Set<AsyncLocalStorage<unknown>>> {
-  const seen = new Set<AsyncLocalStorage<unknown>>();
-  const run = AsyncLocalStorage.prototype.run;
-  AsyncLocalStorage.prototype.run = function (this: AsyncLocalStorage<unknown>, ...args: Parameters<typeof run>) {
-    seen.add(this);
-    return run.apply(this, args);
-  } as typeof run;
-  try {
-    await f();
-  } finally {
-    AsyncLocalStorage.prototype.run = run;
-  }
-  return seen;
-}
 
 /** A fresh server and guard (as a server made per request), one guarded call through it. */
 async function oneSession(i: number, paid: string[]): Promise<void> {
@@ -49,9 +34,9 @@ async function oneSession(i: number, paid: string[]): Promise<void> {
 describe("async context: one storage for every McpToolGuard", () => {
   it("MCP-5 the guarded calls of any number of McpToolGuard run in the same AsyncLocalStorage instances as those of one", async () => {
     const paid: string[] = [];
-    const one = await storagesRunBy(() => oneSession(0, paid));
+    const one = await asyncStoragesRunBy(() => oneSession(0, paid));
     expect(one.size).toBeGreaterThan(0);
-    const many = await storagesRunBy(async () => {
+    const many = await asyncStoragesRunBy(async () => {
       for (let i = 1; i <= 3; i++) await oneSession(i, paid);
     });
     expect(paid).toEqual(["acme", "acme", "acme", "acme"]);

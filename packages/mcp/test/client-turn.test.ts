@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { IDEMPOTENCY_KEY_META, idempotencyKeyFor, mcpTurn, withIdempotencyKey, type CallToolParams } from "../src/index.js";
+import { prng } from "@dispatch-once/test-processes";
 
 /**
  * What mcpTurn's client sends, checked on the params it hands to callTool (no server needed):
@@ -46,17 +47,6 @@ describe("MCP-1 the client keeps every other member of the _meta it sends", () =
   });
 });
 
-/** A small seeded generator (mulberry32): a failing case names its seed. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
 
 /** A JSON object of up to three levels, with member names that sort differently from their insertion order. */
 function jsonObject(random: () => number, depth = 0): Record<string, unknown> {
