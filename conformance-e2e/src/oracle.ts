@@ -591,14 +591,26 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   // kept beside a conversation (a store may keep more than it was given, or rewrite a copy) never
   // sums up a key as not_happened when an effect under it was made before the record was written
   // (strictly before its millisecond: the record's own clock and the effect log's are this host's).
+  // A kept copy that differs from the record a worker reported (same message, turn and time) is read
+  // with that report's send too, as RECORD-2's check below does: an effect the worker had seen when it
+  // reported, and that its own record does not sum up as not_happened, was made before either was
+  // written, also when both fall in one millisecond.
+  const reportedFailures = ctx.events.filter((x) => x.type === "turn_failed");
   for (const c of conversations) {
     for (const stored of c.records as unknown as FailedTurnRecord[]) {
       if (stored === null || typeof stored !== "object" || stored.kind !== "failed_turn" || !Array.isArray(stored.effects)) continue;
       const writtenAt = Date.parse(stored.at);
       if (!Number.isFinite(writtenAt)) continue;
+      const of = reportedFailures.some((x) => sameJson(x.record, stored))
+        ? undefined
+        : reportedFailures.find(
+            (x) => x.record.conversationId === stored.conversationId && x.record.messageId === stored.messageId && x.record.turnIndex === stored.turnIndex && x.record.at === stored.at,
+          );
       for (const x of stored.effects) {
         if (x.effect !== "not_happened") continue;
-        const made = (effectsByKey.get(x.key) ?? []).filter((e) => Date.parse(e.at) < writtenAt);
+        const seenByReport =
+          of !== undefined && !(of.record as FailedTurnRecord).effects.some((y) => y.key === x.key && y.effect === "not_happened") ? of.effectsSeen : undefined;
+        const made = (effectsByKey.get(x.key) ?? []).filter((e) => Date.parse(e.at) < writtenAt || (seenByReport?.has(e.seq) ?? false));
         if (made.length > 0) {
           add(
             "RECORD-5",
