@@ -78,6 +78,10 @@ function caseStats(ctx: CaseContext, elapsedMs: number): Record<string, number> 
     superseded: count((e) => (e as { type: string }).type === "attempt_superseded", ctx.events),
     outcome_unknown: count((e) => /outcome_unknown|is unknown/.test((e as { error?: string }).error ?? ""), ctx.events),
     not_storable: count((e) => /could not be stored|result_not_storable|exceeds|not JSON|bigint/.test((e as { error?: string }).error ?? ""), ctx.events),
+    reused_ids: ctx.reuses.length,
+    reused_ids_of_answered: count((r) => (r as { before?: StoredMessage }).before?.state === "answered", ctx.reuses),
+    reused_ids_of_failed: count((r) => (r as { before?: StoredMessage }).before?.state === "failed", ctx.reuses),
+    reused_ids_in_flight: count((r) => ["queued", "in_progress"].includes((r as { before?: StoredMessage }).before?.state ?? ""), ctx.reuses),
     elapsed_ms: elapsedMs,
   };
   for (const s of ctx.sends) stats[`send_${s.outcome}`] = (stats[`send_${s.outcome}`] ?? 0) + 1;
@@ -119,6 +123,8 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     started: Date.now(),
     sendTimeoutMs: options.sendTimeoutMs ?? 20_000,
     divergedTexts: new Map(),
+    reuses: [],
+    sendsOf: new Map(),
   };
   let deaths = false;
   for (const conversation of scenario.conversations) {
@@ -200,6 +206,11 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
           const message = register(ctx, conversation.id, group[0]!, false);
           const state = await sendMessage(ctx, message, spawn, primary);
           const plan = group[0]!;
+          if (plan.reusedId === true) {
+            // Another request under this message's id (TURN-20), once its own sends settled.
+            if (primary.dead) primary = await spawn(`${primary.name}*`, conversation.id);
+            await reuseId(ctx, message, primary);
+          }
           const loop = plan.followUp ?? [];
           // The turns of its tool loop a failed message committed: none (its first turn failed),
           // one (its follow-up failed), or both (only its answer failed: nothing is left to ask for).
@@ -267,6 +278,25 @@ const TIMEOUT = Symbol("timeout");
 let sendCount = 0;
 
 async function sendOnce(ctx: CaseContext, w: Worker, conversationId: string, id: string, content: string): Promise<void> {
+  const counts = sendsOf(ctx, conversationId, id);
+  counts.started++;
+  counts.inFlight++;
+  try {
+    await sendOnceCounted(ctx, w, conversationId, id, content);
+  } finally {
+    counts.inFlight--;
+  }
+}
+
+/** How many sends of a message began, and how many are in flight (a reused id's send is judged by whether another overlapped it). */
+function sendsOf(ctx: CaseContext, conversationId: string, id: string): { started: number; inFlight: number } {
+  const key = `${conversationId}\n${id}`;
+  let counts = ctx.sendsOf.get(key);
+  if (counts === undefined) ctx.sendsOf.set(key, (counts = { started: 0, inFlight: 0 }));
+  return counts;
+}
+
+async function sendOnceCounted(ctx: CaseContext, w: Worker, conversationId: string, id: string, content: string): Promise<void> {
   const startedAt = Date.now() - ctx.started;
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<typeof TIMEOUT>((resolve) => {
@@ -301,6 +331,65 @@ async function sendOnce(ctx: CaseContext, w: Worker, conversationId: string, id:
     ctx.sends.push({ ...record, outcome, error });
     note(ctx, w.name, `${conversationId} send of ${JSON.stringify(id)} ended ${outcome}: ${error instanceof Error ? error.message : String(error)}`);
   }
+}
+
+/**
+ * Text of another request than `text`: the same words with another amount, which the user did not
+ * ask for under this message (an id reused for a new message, TURN-20).
+ */
+export function reusedText(text: string): string {
+  return `${text} (a new request under the same id: pay acme 999)`;
+}
+
+/**
+ * One send() under a stored message's id with other content (TURN-20), bounded in time as
+ * sendOnce; the stored message is read just before and after it. Kept in `ctx.reuses`, never
+ * in `ctx.sends` (it is not a send of the message).
+ */
+async function reuseId(ctx: CaseContext, message: SentMessage, w: Worker): Promise<void> {
+  const { conversationId, id } = message;
+  const { store } = ctx.stores.get(conversationId)!;
+  const content = contentOf(ctx.account, reusedText(message.text));
+  const counts = sendsOf(ctx, conversationId, id);
+  const started = counts.started;
+  const alone = counts.inFlight === 0;
+  const before = await store.message(conversationId, id);
+  note(ctx, "user", `${conversationId} sends another request under the id ${JSON.stringify(id)} (its message is ${before?.state ?? "not stored"})`);
+  const startedAt = Date.now() - ctx.started;
+  const send = ++sendCount;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<typeof TIMEOUT>((resolve) => {
+    timer = setTimeout(() => resolve(TIMEOUT), ctx.sendTimeoutMs);
+  });
+  const settled = await Promise.race([
+    sendScope.run(send, () => w.runner.send(conversationId, { id, content })).then(
+      (result) => ({ result }),
+      (error: unknown) => ({ error }),
+    ),
+    w.died.catch(() => DIED),
+    timeout,
+  ]);
+  clearTimeout(timer);
+  const endedAt = Date.now() - ctx.started;
+  const after = await store.message(conversationId, id);
+  // No other send of the message ran beside it (a stalled worker's redelivery may): its state is then this send's doing.
+  const overlapped = !alone || counts.inFlight > 0 || counts.started !== started;
+  const record = { conversationId, messageId: id, worker: w.name, send, content, before, after, overlapped, startedAt, endedAt };
+  if (settled === TIMEOUT) {
+    w.kill(`(stopped by the kit: its send did not settle within ${ctx.sendTimeoutMs} ms)`);
+    ctx.reuses.push({ ...record, outcome: "timeout" });
+  } else if (typeof settled === "symbol") {
+    ctx.reuses.push({ ...record, outcome: "died" });
+  } else if ("result" in settled) {
+    ctx.reuses.push({ ...record, outcome: "answered", result: settled.result });
+  } else {
+    const { error } = settled;
+    const outcome: SendOutcome = isDispatchOnceError(error, "turn_failed") ? "failed" : isDispatchOnceError(error, "conversation_busy") ? "busy" : "error";
+    ctx.reuses.push({ ...record, outcome, error });
+  }
+  const last = ctx.reuses[ctx.reuses.length - 1]!;
+  const told = last.error instanceof Error ? `: ${last.error.message}` : last.result !== undefined ? ` (${last.result.fromStore ? "from the store" : `${last.result.turns.length} turns`})` : "";
+  note(ctx, w.name, `${conversationId} send of ${JSON.stringify(id)} with other content ended ${last.outcome}${told}`);
 }
 
 /**

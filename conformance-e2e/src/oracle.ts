@@ -1,4 +1,4 @@
-import type { CallRecord, FailedTurnRecord, ResumedTurnRecord, SupersededAttemptRecord } from "@dispatch-once/runner";
+import { MessageIdReusedError, type CallRecord, type FailedTurnRecord, type ResumedTurnRecord, type SupersededAttemptRecord } from "@dispatch-once/runner";
 import { canonicalize, type JsonValue, type StoredMessage, type StoredTurn } from "@dispatch-once/core";
 import type { Effect } from "@dispatch-once/mock-payments";
 import type { TranscriptReader } from "./provider.js";
@@ -763,6 +763,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   }
 
   // ---- a calm run is boring: no failure, no takeover, no unknown outcome, every message answered ----
+  checkReusedIds(ctx, conversations, add);
   if (faultFree(ctx.scenario)) checkCalm(ctx, conversations, add);
 
   return violations;
@@ -942,6 +943,45 @@ function describeStoredCopy(stored: JsonValue[], record: FailedTurnRecord | Supe
   return denied.length > 0
     ? `: the stored copy no longer says ${denied.map(short).join(", ")} may have happened, as the reported record does (it denies an effect)`
     : ": the stored copy differs from it";
+}
+
+/**
+ * TURN-20: a send under a stored message's id with other content (MessagePlan `reusedId`) is
+ * refused with `message_id_reused` (typed: `MessageIdReusedError.isInstance`), before anything is
+ * appended, reopened or driven for it: no event and no tool run carries its send, the stored
+ * message keeps its content (read before the send, after it, and at the end of the case) and its
+ * state (unless another send of the message overlapped it), and the send is told neither the
+ * message's answer nor its failure.
+ */
+function checkReusedIds(ctx: CaseContext, conversations: ConversationState[], add: (rule: string, message: string) => void): void {
+  for (const r of ctx.reuses) {
+    const what = `${r.conversationId}: the send of ${JSON.stringify(r.messageId)} with other content by ${r.worker} (the message was ${r.before?.state ?? "not stored"})`;
+    if (r.outcome === "answered") {
+      add("TURN-20", `${what} was answered${r.result?.fromStore === true ? " from the store" : ""}: told another message's answer (its turns ${r.result?.turns.map((t) => t.turnIndex).join(", ")}), not refused with message_id_reused`);
+    } else if (r.outcome === "failed") {
+      add("TURN-20", `${what} was told the message's failure (${r.error instanceof Error ? r.error.message : String(r.error)}), not refused with message_id_reused`);
+    } else if (!MessageIdReusedError.isInstance(r.error)) {
+      const error = r.error instanceof Error ? `${r.error.name}: ${r.error.message}` : String(r.error);
+      add("TURN-20", `${what} ended ${r.outcome}${r.outcome === "error" || r.outcome === "busy" ? ` (${error})` : ""}, not refused with message_id_reused`);
+    }
+    const events = ctx.events.filter((e) => e.send === r.send);
+    if (events.length > 0) add("TURN-20", `${what} drove the conversation: ${[...new Set(events.map((e) => e.type))].join(", ")} (${events.length} events)`);
+    const runs = ctx.runs.filter((x) => x.send === r.send);
+    if (runs.length > 0) add("TURN-20", `${what} ran ${runs.map((x) => `${x.tool} key ${short(x.key)}`).join(", ")}`);
+    const stored = conversations.find((c) => c.id === r.conversationId)?.stored.get(r.messageId);
+    const kept = r.before?.content;
+    if (kept !== undefined) {
+      for (const [when, m] of [["right after the send", r.after], ["at the end of the case", stored]] as const) {
+        if (m === undefined) add("TURN-20", `${what}: the message is gone ${when}`);
+        else if (!sameJson(m.content, kept)) add("TURN-20", `${what}: the stored message's content changed ${when}, to ${JSON.stringify(m.content)}`);
+      }
+    } else if (r.after !== undefined) {
+      add("TURN-20", `${what}: a message was appended under the id by the send with other content`);
+    }
+    if (!r.overlapped && r.before !== undefined && r.after !== undefined && r.after.state !== r.before.state) {
+      add("TURN-20", `${what}: the message went from ${r.before.state} to ${r.after.state} (${r.after.state === "queued" || r.after.state === "in_progress" ? "reopened for a retry nobody asked for" : "driven"})`);
+    }
+  }
 }
 
 function checkCalm(ctx: CaseContext, conversations: ConversationState[], add: (rule: string, message: string) => void): void {

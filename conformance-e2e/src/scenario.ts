@@ -151,6 +151,15 @@ export interface MessagePlan {
    * call omitted leaves a text answer). Absent, every re-run of the follow-up makes its calls again.
    */
   followUpDivergence?: RerunDivergence;
+  /**
+   * A client reuses this message's id for another request (TURN-20): once the message's own sends
+   * settled (answered, failed, or left in flight), a send under its id with other content (the
+   * user's text with another amount). The runner must refuse it with `message_id_reused` before it
+   * appends, reopens or drives anything: the stored message keeps its content and state, and the
+   * send is told neither that message's answer nor its failure. Only for a message sent alone,
+   * before any re-ask. Drawn last (`reuses` in scenarioArbitrary).
+   */
+  reusedId?: boolean;
 }
 
 export interface ConversationPlan {
@@ -556,8 +565,15 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
         ),
         { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES },
       ),
+      // After those, for the same reason: a client that reuses a message's id with other content
+      // (TURN-20; MessagePlan `reusedId`), one message slot in eight: one extra send() a message,
+      // refused from one store read, so the default property's cost barely grows.
+      reuses: fc.array(
+        fc.oneof({ weight: 7, arbitrary: fc.constant(false) }, { weight: 1, arbitrary: fc.constant(true) }),
+        { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES },
+      ),
     })
-    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences }) => {
+    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses }) => {
       let slot = 0;
       const diverging = conversations.map((c) => ({
         ...c,
@@ -565,12 +581,14 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           const d = divergences[slot];
           const releaseDeath = releaseDeaths[slot] === true;
           const rerunDeath = releaseRerunDeaths[slot];
+          const reused = reuses[slot] === true;
           const drawn = followUpDivergences[slot++];
           // An omission falls on the follow-up call a worker dies on, when one does: the take-over's
           // re-run then leaves the dead worker's row unanswered (the case it exists for, RECORD-8).
           const onDeath = m.death !== undefined && m.death.call >= m.calls.length ? m.death.call - m.calls.length : undefined;
           const f = drawn?.kind === "omit" && onDeath !== undefined ? { kind: "omit" as const, call: onDeath } : drawn;
-          const plan: MessagePlan = d === undefined ? m : { ...m, rerunDivergence: d };
+          const plan: MessagePlan = d === undefined ? { ...m } : { ...m, rerunDivergence: d };
+          if (reused) plan.reusedId = true;
           // Only one that changes the follow-up's response is kept; none where a fault waits for the
           // re-run of the dead call (rerunFault): that re-run must make the call.
           if (f !== undefined && m.rerunFault === undefined && divergedFollowUp({ followUp: m.followUp, followUpDivergence: f }) !== undefined) {
@@ -590,6 +608,10 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           return twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath };
         }),
       }));
+      // A reused id only on a message sent alone (a group of two sends at once, TURN-9).
+      for (const c of diverging) {
+        for (const group of sendGroups(c)) if (group.length > 1) for (const m of group) delete m.reusedId;
+      }
       return {
         conversations: quiet ? diverging.map(calm) : diverging,
         providerSeed,

@@ -13,6 +13,7 @@ import {
   type DispatchEvent,
   type DispatcherOptions,
   type Ledger,
+  type StoredMessage,
   type ToolDefinition,
 } from "@dispatch-once/core";
 import {
@@ -242,6 +243,32 @@ export interface CaseContext {
    * rerunDivergence, followUpDivergence), with those calls, by step (a step it did not is empty).
    */
   divergedTexts: Map<string, PlannedCall[][]>;
+  /** Sends of a stored message's id with other content (TURN-20; MessagePlan `reusedId`): never in `sends`. */
+  reuses: ReuseRecord[];
+  /** Per message (conversation id, newline, message id): sends begun and in flight (case.ts sendOnce). */
+  sendsOf: Map<string, { started: number; inFlight: number }>;
+}
+
+/**
+ * A send under a stored message's id with other content (TURN-20), and the stored message read
+ * just before it and just after it settled. `send` is its sendScope number: events and tool runs
+ * that carry it were driven for it.
+ */
+export interface ReuseRecord {
+  conversationId: string;
+  messageId: string;
+  worker: string;
+  send: number;
+  content: string;
+  before: StoredMessage | undefined;
+  after: StoredMessage | undefined;
+  /** Another send of the message was in flight at some point of this one (its state may then have moved). */
+  overlapped: boolean;
+  startedAt: number;
+  endedAt: number;
+  outcome: SendOutcome;
+  result?: SendResult;
+  error?: unknown;
 }
 
 export function note(ctx: CaseContext, who: string, what: string): void {
