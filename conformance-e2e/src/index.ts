@@ -171,14 +171,20 @@ async function runKitProperty<S>(arbitrary: fc.Arbitrary<S>, runOne: (scenario: 
   const totals: Record<string, number> = {};
   let cases = 0;
   let last: KitCaseRun | undefined;
+  // The rule the first failing scenario broke. Shrinking keeps to it: a smaller scenario that breaks
+  // only another rule is another counterexample, and taking it would print a rule and a timeline that
+  // depend on the host's speed (which scenario a time-bounded search and its shrinking reach first).
+  let target: string | undefined;
   const predicate = async (scenario: S) => {
     cases++;
     const run = await runOne(scenario);
     last = run;
     for (const [k, v] of Object.entries(run.stats)) totals[k] = (totals[k] ?? 0) + v;
-    if (run.violations.length > 0) {
-      const [v] = run.violations;
-      throw new ConformanceFailure(run.violations.map((x) => `${x.rule}: ${x.message}`).join("\n"), { violates: v!.rule });
+    const kept = target === undefined ? run.violations : run.violations.filter((x) => x.rule === target);
+    if (kept.length > 0) {
+      target ??= kept[0]!.rule;
+      const ordered = [...kept, ...run.violations.filter((x) => !kept.includes(x))];
+      throw new ConformanceFailure(ordered.map((x) => `${x.rule}: ${x.message}`).join("\n"), { violates: target });
     }
   };
   // As the ledger level: an interrupted run is a failure, and a path replays exactly the one
@@ -204,7 +210,7 @@ async function runKitProperty<S>(arbitrary: fc.Arbitrary<S>, runOne: (scenario: 
   const replay = outcome.replay && last !== undefined ? last : await runOne(shrunk);
   const error = outcome.error;
   const fromError = ConformanceFailure.isInstance(error) ? error.violates : undefined;
-  const found = replay.violations;
+  const found = target !== undefined ? [...replay.violations.filter((x) => x.rule === target), ...replay.violations.filter((x) => x.rule !== target)] : replay.violations;
   const violates = found[0]?.rule ?? fromError;
   const timeline = replay.timeline;
   const passedOnReplay = replay.violations.length === 0;

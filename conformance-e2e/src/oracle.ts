@@ -485,7 +485,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     if (e.type !== "resumed_turn_recorded") continue;
     const c = conversations.find((x) => x.id === e.conversationId);
     if (!(c?.records.some((r) => sameJson(r, e.record)) ?? false)) {
-      add("RECORD-8", `the record of committed turn ${e.turnIndex} of ${e.conversationId} (message ${JSON.stringify(e.record.messageId)}, ${e.worker}) was reported but is not kept beside the conversation`);
+      add("RECORD-8", `the record of committed turn ${e.turnIndex} of ${e.conversationId} (message ${JSON.stringify(e.record.messageId)}, ${e.worker}) was reported but is not kept beside the conversation${describeStoredCopy(c?.records ?? [], e.record)}`);
     }
   }
 
@@ -915,7 +915,7 @@ function deniedUnresolvedEntry(
 }
 
 /** Keys a record says may have an effect (its calls, and a failed-turn record's per-key summary). */
-function keysSaidMaybe(record: FailedTurnRecord | SupersededAttemptRecord): Set<string> {
+function keysSaidMaybe(record: FailedTurnRecord | SupersededAttemptRecord | ResumedTurnRecord): Set<string> {
   const keys = new Set<string>();
   for (const x of record.calls ?? []) if (x.key !== undefined && SAYS_MAYBE.has(x.effect)) keys.add(x.key);
   if (record.kind === "failed_turn") for (const x of record.effects ?? []) if (SAYS_MAYBE.has(x.effect)) keys.add(x.key);
@@ -927,8 +927,8 @@ function keysSaidMaybe(record: FailedTurnRecord | SupersededAttemptRecord): Set<
  * record of the same kind, message, turn (and attempt), and the keys it no longer says may have
  * happened — a stored copy that denies an effect is what a user re-sending on its word pays twice for.
  */
-function describeStoredCopy(stored: JsonValue[], record: FailedTurnRecord | SupersededAttemptRecord): string {
-  const copy = (stored as unknown as (FailedTurnRecord | SupersededAttemptRecord)[]).find(
+function describeStoredCopy(stored: JsonValue[], record: FailedTurnRecord | SupersededAttemptRecord | ResumedTurnRecord): string {
+  const copy = (stored as unknown as (FailedTurnRecord | SupersededAttemptRecord | ResumedTurnRecord)[]).find(
     (r) =>
       r !== null &&
       typeof r === "object" &&
