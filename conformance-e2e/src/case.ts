@@ -296,14 +296,17 @@ function sendsOf(ctx: CaseContext, conversationId: string, id: string): { starte
   return counts;
 }
 
-async function sendOnceCounted(ctx: CaseContext, w: Worker, conversationId: string, id: string, content: string): Promise<void> {
-  const startedAt = Date.now() - ctx.started;
+/**
+ * One send() by `w` as send number `send`, bounded by the case's send timeout: its result or error,
+ * DIED when the worker's process died first, TIMEOUT when it had not settled in time.
+ */
+async function boundedSend(ctx: CaseContext, w: Worker, send: number, conversationId: string, id: string, content: string) {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<typeof TIMEOUT>((resolve) => {
     timer = setTimeout(() => resolve(TIMEOUT), ctx.sendTimeoutMs);
   });
   const settled = await Promise.race([
-    sendScope.run(++sendCount, () => w.runner.send(conversationId, { id, content })).then(
+    sendScope.run(send, () => w.runner.send(conversationId, { id, content })).then(
       (result) => ({ result }),
       (error: unknown) => ({ error }),
     ),
@@ -311,6 +314,17 @@ async function sendOnceCounted(ctx: CaseContext, w: Worker, conversationId: stri
     timeout,
   ]);
   clearTimeout(timer);
+  return settled;
+}
+
+/** What a send that raised ended as. */
+function errorOutcome(error: unknown): SendOutcome {
+  return isDispatchOnceError(error, "turn_failed") ? "failed" : isDispatchOnceError(error, "conversation_busy") ? "busy" : "error";
+}
+
+async function sendOnceCounted(ctx: CaseContext, w: Worker, conversationId: string, id: string, content: string): Promise<void> {
+  const startedAt = Date.now() - ctx.started;
+  const settled = await boundedSend(ctx, w, ++sendCount, conversationId, id, content);
   let outcome: SendOutcome;
   const record = { conversationId, messageId: id, worker: w.name, startedAt, endedAt: Date.now() - ctx.started };
   if (settled === TIMEOUT) {
@@ -327,7 +341,7 @@ async function sendOnceCounted(ctx: CaseContext, w: Worker, conversationId: stri
     note(ctx, w.name, `${conversationId} send of ${JSON.stringify(id)} answered (${settled.result.fromStore ? "from the store" : `${settled.result.turns.length} turns`})`);
   } else {
     const { error } = settled;
-    outcome = isDispatchOnceError(error, "turn_failed") ? "failed" : isDispatchOnceError(error, "conversation_busy") ? "busy" : "error";
+    outcome = errorOutcome(error);
     ctx.sends.push({ ...record, outcome, error });
     note(ctx, w.name, `${conversationId} send of ${JSON.stringify(id)} ended ${outcome}: ${error instanceof Error ? error.message : String(error)}`);
   }
@@ -357,19 +371,7 @@ async function reuseId(ctx: CaseContext, message: SentMessage, w: Worker): Promi
   note(ctx, "user", `${conversationId} sends another request under the id ${JSON.stringify(id)} (its message is ${before?.state ?? "not stored"})`);
   const startedAt = Date.now() - ctx.started;
   const send = ++sendCount;
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<typeof TIMEOUT>((resolve) => {
-    timer = setTimeout(() => resolve(TIMEOUT), ctx.sendTimeoutMs);
-  });
-  const settled = await Promise.race([
-    sendScope.run(send, () => w.runner.send(conversationId, { id, content })).then(
-      (result) => ({ result }),
-      (error: unknown) => ({ error }),
-    ),
-    w.died.catch(() => DIED),
-    timeout,
-  ]);
-  clearTimeout(timer);
+  const settled = await boundedSend(ctx, w, send, conversationId, id, content);
   const endedAt = Date.now() - ctx.started;
   const after = await store.message(conversationId, id);
   // No other send of the message ran beside it (a stalled worker's redelivery may): its state is then this send's doing.
@@ -383,9 +385,7 @@ async function reuseId(ctx: CaseContext, message: SentMessage, w: Worker): Promi
   } else if ("result" in settled) {
     ctx.reuses.push({ ...record, outcome: "answered", result: settled.result });
   } else {
-    const { error } = settled;
-    const outcome: SendOutcome = isDispatchOnceError(error, "turn_failed") ? "failed" : isDispatchOnceError(error, "conversation_busy") ? "busy" : "error";
-    ctx.reuses.push({ ...record, outcome, error });
+    ctx.reuses.push({ ...record, outcome: errorOutcome(settled.error), error: settled.error });
   }
   const last = ctx.reuses[ctx.reuses.length - 1]!;
   const told = last.error instanceof Error ? `: ${last.error.message}` : last.result !== undefined ? ` (${last.result.fromStore ? "from the store" : `${last.result.turns.length} turns`})` : "";

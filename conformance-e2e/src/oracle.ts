@@ -595,17 +595,26 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   // with that report's send too, as RECORD-2's check below does: an effect the worker had seen when it
   // reported, and that its own record does not sum up as not_happened, was made before either was
   // written, also when both fall in one millisecond.
-  const reportedFailures = ctx.events.filter((x) => x.type === "turn_failed");
+  // The records workers reported, and for a kept record that is none of them the report it is a copy
+  // of (same kind, message, turn, attempt and time), if any: read in that report's send.
+  const reported = ctx.events.filter((x) => x.type === "turn_failed" || x.type === "attempt_superseded");
+  const isReported = (stored: FailedTurnRecord | SupersededAttemptRecord) => reported.some((x) => sameJson(x.record, stored));
+  const copyOf = (stored: FailedTurnRecord | SupersededAttemptRecord) =>
+    reported.find(
+      (x) =>
+        x.record.kind === stored.kind &&
+        x.record.conversationId === stored.conversationId &&
+        x.record.messageId === stored.messageId &&
+        x.record.turnIndex === stored.turnIndex &&
+        x.record.at === stored.at &&
+        (stored.kind !== "superseded_attempt" || (x.record as SupersededAttemptRecord).attempt === stored.attempt),
+    );
   for (const c of conversations) {
     for (const stored of c.records as unknown as FailedTurnRecord[]) {
       if (stored === null || typeof stored !== "object" || stored.kind !== "failed_turn" || !Array.isArray(stored.effects)) continue;
       const writtenAt = Date.parse(stored.at);
       if (!Number.isFinite(writtenAt)) continue;
-      const of = reportedFailures.some((x) => sameJson(x.record, stored))
-        ? undefined
-        : reportedFailures.find(
-            (x) => x.record.conversationId === stored.conversationId && x.record.messageId === stored.messageId && x.record.turnIndex === stored.turnIndex && x.record.at === stored.at,
-          );
+      const of = isReported(stored) ? undefined : copyOf(stored);
       for (const x of stored.effects) {
         if (x.effect !== "not_happened") continue;
         const seenByReport =
@@ -629,22 +638,13 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   // record (same kind, message, turn, attempt and time) is read in that report's send; one no
   // worker reported, in no send of its own (its entries tied to whichever send resolved them),
   // against the effects made before its time.
-  const reported = ctx.events.filter((x) => x.type === "turn_failed" || x.type === "attempt_superseded");
   for (const c of conversations) {
     for (const stored of c.records as unknown as (FailedTurnRecord | SupersededAttemptRecord)[]) {
       if (stored === null || typeof stored !== "object" || (stored.kind !== "failed_turn" && stored.kind !== "superseded_attempt") || !Array.isArray(stored.calls)) continue;
-      if (reported.some((x) => sameJson(x.record, stored))) continue;
+      if (isReported(stored)) continue;
       const writtenAt = Date.parse(stored.at) - ctx.started;
       if (!Number.isFinite(writtenAt)) continue;
-      const of = reported.find(
-        (x) =>
-          x.record.kind === stored.kind &&
-          x.record.conversationId === stored.conversationId &&
-          x.record.messageId === stored.messageId &&
-          x.record.turnIndex === stored.turnIndex &&
-          x.record.at === stored.at &&
-          (stored.kind !== "superseded_attempt" || (x.record as SupersededAttemptRecord).attempt === stored.attempt),
-      );
+      const of = copyOf(stored);
       const until = of !== undefined ? ctx.events.indexOf(of) : ctx.events.findIndex((x) => x.at - ctx.started > writtenAt);
       const scope: RecordScope = of !== undefined ? { worker: of.worker, send: of.send, until, at: of.at - ctx.started } : { until: until < 0 ? ctx.events.length : until, at: writtenAt };
       const seen = (key: string) =>

@@ -33,7 +33,7 @@ import {
   type TurnSnapshot,
   type UnstoredEffect,
 } from "@dispatch-once/core";
-import { MAX_LEASE_MS, MAX_TIMER_MS, checkLeaseOwner, loggerOption } from "@dispatch-once/core/internal";
+import { MAX_LEASE_MS, MAX_TIMER_MS, checkLeaseOwner, loggerOption, sameJsonData } from "@dispatch-once/core/internal";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 import { MessageIdReusedError } from "./errors/message-id-reused.js";
 import { StreamIncompleteError } from "./errors/stream-incomplete.js";
@@ -260,22 +260,18 @@ type TurnResult =
 
 /** Call errors that are themselves an established answer for the model: sent as is_error results. */
 /**
- * Whether two JSON values are the same message content: member order aside (a store may give
- * an object's members back in another order, as PostgreSQL's jsonb does), and a member whose value
- * is undefined counted as absent, as JSON has it.
+ * Whether a send's content is the stored message's (TURN-20): the same JSON data, member order
+ * aside (a store may give members back reordered, as PostgreSQL's jsonb does), and an undefined
+ * member counted as absent. Where the quick comparison is in doubt (a container that is not plain),
+ * their canonical texts decide; content with no canonical form is not the stored message's.
  */
-function sameJson(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  if (Array.isArray(a) || Array.isArray(b)) {
-    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
-    return a.every((item, i) => sameJson(item, b[i]));
+function sameContent(stored: unknown, sent: unknown): boolean {
+  if (sameJsonData(stored, sent)) return true;
+  try {
+    return canonicalize(stored) === canonicalize(sent);
+  } catch {
+    return false;
   }
-  const ra = a as Record<string, unknown>;
-  const rb = b as Record<string, unknown>;
-  const names = Object.keys(ra).filter((n) => ra[n] !== undefined);
-  if (names.length !== Object.keys(rb).filter((n) => rb[n] !== undefined).length) return false;
-  return names.every((n) => Object.hasOwn(rb, n) && sameJson(ra[n], rb[n]));
 }
 
 function committable(call: CallRecord): boolean {
@@ -545,7 +541,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     // A message id names one message (TURN-8, TURN-20): other content under a known id is refused
     // before the append, which would reopen a failed message for a retry nobody asked for this time.
     const known = await store.message(conversationId, message.id);
-    if (known !== undefined && !sameJson(known.content, content)) throw new MessageIdReusedError(conversationId, message.id);
+    if (known !== undefined && !sameContent(known.content, content)) throw new MessageIdReusedError(conversationId, message.id);
     let append: AppendResult;
     if (!windowed && known !== undefined && (await this.pastResendWindow(conversationId, message.id, known))) {
       append = known.state === "failed" ? { appended: false, message: known, reopened: false, pastReopenWindow: true } : await store.appendUserMessage(conversationId, { id: message.id, content });
@@ -556,7 +552,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     }
     // Another send of this id with other content appended first, between the read above and this
     // append: the store kept that one's content, and this send is not that message.
-    if (!append.appended && !sameJson(append.message.content, content)) throw new MessageIdReusedError(conversationId, message.id);
+    if (!append.appended && !sameContent(append.message.content, content)) throw new MessageIdReusedError(conversationId, message.id);
     const started = Date.now();
     let produced: TurnOutcome[] = [];
     // Whether this call failed the message (drove its failed turn), rather than only reading a

@@ -41,4 +41,7 @@ export {
   type DecodeLedgerRowOptions,
 } from "./ledger-rows.js";
 export { loggerOption } from "./logger.js";
+// The same JSON data, member order aside (a store may give members back in another order): the
+// dispatcher's and the runner's comparisons of stored data with what a caller sent again.
+export { sameJsonData } from "../same-json.js";
 export { MAX_TIMER_MS, unknownOptionName, unknownOptionMessage, type OptionNames } from "./options.js";
