@@ -1,9 +1,10 @@
 import { convertToModelMessages, stepCountIs, streamText, tool, type LanguageModel, type UIMessage } from "ai";
 import { ToolError, type Ledger } from "@dispatch-once/core";
-import { createOnceTools, dispatchOnceOf } from "@dispatch-once/ai-sdk";
+import { createOnceTools, dispatchOnceOf, type UnansweredCallRecord } from "@dispatch-once/ai-sdk";
 import { z } from "zod";
 
-export function chatRoute(model: LanguageModel, ledger: Ledger, paymentsUrl: string) {
+/** `tell` shows the user what the turn did that its answer does not say (AISDK-14), e.g. as a notice in the chat. */
+export function chatRoute(model: LanguageModel, ledger: Ledger, paymentsUrl: string, tell: (chatId: string, calls: UnansweredCallRecord[]) => void) {
   const sendPayment = tool({
     description: "Pay a payee",
     inputSchema: z.object({ payee: z.string(), amount: z.number().int() }),
@@ -34,6 +35,12 @@ export function chatRoute(model: LanguageModel, ledger: Ledger, paymentsUrl: str
       tools: turn.tools,
       onChunk: turn.onChunk, // dispatchAt "tool-call": run each call as soon as its tool-call part arrives
       stopWhen: stepCountIs(5),
+      // A request cut after a payment is not kept; the regenerate's model may then not pay again
+      // (it asks a question, or the user edited the ask). The ledger still knows: tell the user.
+      onFinish: async () => {
+        const { calls } = await turn.unansweredCalls();
+        if (calls.length > 0) tell(chatId, calls);
+      },
     });
   };
 }

@@ -9,6 +9,8 @@ export {
   type OnceExecutionOptions,
   type DispatchOnceCallInfo,
   type ClaimedDenial,
+  type UnansweredCalls,
 } from "./once-tools.js";
+export type { UnansweredCallRecord } from "@dispatch-once/runner";
 // Lives in @dispatch-once/runner (shared with the Anthropic SDK tool runner's profile, ATR-11); re-exported so imports keep working.
 export { boundedFetch, type BoundedFetchOptions } from "@dispatch-once/runner";

@@ -15,6 +15,7 @@ import {
   type DispatchOutcome,
 } from "@dispatch-once/core";
 import { loggerOption, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
+import { unansweredCall, type UnansweredCallRecord } from "@dispatch-once/runner";
 import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolCallRepairFunction, type ToolExecutionOptions, type ToolSet } from "ai";
 import { z } from "zod";
 import { turnCallsOf, type TurnHistoryCall } from "./turn-history.js";
@@ -144,7 +145,28 @@ export interface OnceTurn<TOOLS extends ToolSet> {
    * answer changed): the effect may have happened. Check before showing a denial as "not done".
    */
   claimedDenials(): Promise<ClaimedDenial[]>;
+  /**
+   * The effects of this turn that neither this request nor its history answers (AISDK-14): the
+   * ledger's rows claimed at this turn index in this conversation (LIST-3) whose key no call of
+   * this request holds and no call the history shows with its result holds, each with what its row
+   * says of the effect, as a runner's committed-turn record says it (RECORD-8): `happened`,
+   * `may_have_happened` or `not_happened`. An earlier request of the turn that was not kept (a cut
+   * stream, AISDK-8) may have paid, and a regenerate whose model then asks a question, calls with
+   * other arguments, or answers an edited message leaves that payment in nothing the user sees.
+   * Call it once the request's stream has finished, before keeping or showing its answer; tell
+   * the user of every call it returns. It lists every row of the conversation (one page at a
+   * time) and keeps those of this turn. `listed` is false when the ledger does not list rows
+   * (`capabilities.supports.listRows`): nothing can be said then. A listing that fails throws the
+   * ledger's error (`ledger_unavailable`: ask again).
+   * @example const { calls } = await turn.unansweredCalls(); // after the stream finished
+   */
+  unansweredCalls(): Promise<UnansweredCalls>;
 }
+
+/** What `unansweredCalls()` found (AISDK-14). */
+export type UnansweredCalls =
+  | { listed: true; calls: UnansweredCallRecord[] }
+  | { listed: false; reason: string; calls: [] };
 
 /** A call the request denies whose key the ledger holds as claimed: its effect may have happened (AISDK-12). */
 export interface ClaimedDenial {
@@ -157,6 +179,9 @@ export interface ClaimedDenial {
 
 /** The name under which a model call's first repair is recorded (not a tool name an app may use). */
 const REPAIR_RECORD_NAME = "dispatch-once-repair";
+
+/** The largest page listRows gives (LIST-4). */
+const LIST_PAGE = 1000;
 
 const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, dispatcher: true };
 const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true };
@@ -332,6 +357,9 @@ export class OnceTools<TOOLS extends ToolSet> {
       }
     };
     const outcomes = new Map<string, DispatchOutcome>();
+    // Every key this request dispatched, whatever its outcome: its answer carries each call's
+    // result or error (AISDK-5), so none of them is unanswered (AISDK-14).
+    const dispatched = new Set<string>();
     const dispatch = async (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions) => {
       const call = { name, input: toolInput };
       // Everything up to the ordinal is synchronous, so ordinals follow call order (TURN-4).
@@ -350,6 +378,7 @@ export class OnceTools<TOOLS extends ToolSet> {
           this.logger.warn("the same call appears more than once in one turn; running it again", { tool: name, ordinal, ...context });
         }
       }
+      dispatched.add(ordinal === 0 ? identity : this.dispatcher.keyFor(call, { ...context, ordinal }));
       const outcome = await callScope.run({ owner: this, execute, options }, () => this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, { ...context, ordinal }));
       outcomes.set(options.toolCallId, outcome);
       return outcome;
@@ -412,10 +441,31 @@ export class OnceTools<TOOLS extends ToolSet> {
       }
       return found;
     };
+    const unansweredCalls = async (): Promise<UnansweredCalls> => {
+      const ledger = this.ledger;
+      if (typeof ledger.listRows !== "function" || ledger.capabilities?.supports?.listRows !== true) {
+        return { listed: false, reason: "the ledger does not list rows (capabilities.supports.listRows)", calls: [] };
+      }
+      const answered = this.answeredByHistory(history, starts, identityOf, context);
+      for (const key of dispatched) answered.add(key);
+      const calls: UnansweredCallRecord[] = [];
+      let cursor: string | undefined;
+      do {
+        // listRows filters by conversation only (LIST-1); the turn index is checked here.
+        const page = await ledger.listRows({ conversationId: context.conversationId, limit: LIST_PAGE, ...(cursor !== undefined ? { cursor } : {}) });
+        for (const row of page.rows) {
+          if (row.turnIndex !== turnIndex || row.toolName === REPAIR_RECORD_NAME || answered.has(row.key)) continue;
+          calls.push(unansweredCall(row));
+        }
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+      return { listed: true, calls };
+    };
     return {
       tools: tools as TOOLS,
       repairToolCall,
       claimedDenials,
+      unansweredCalls,
       conversationId: input.conversationId,
       turnIndex,
       outcomeOf: (toolCallId) => outcomes.get(toolCallId),
@@ -479,6 +529,38 @@ export class OnceTools<TOOLS extends ToolSet> {
       if (then !== undefined && then.identity === c.identity) approved.set(c.toolCallId, then);
     }
     return { starts: now.starts, approved };
+  }
+
+  /**
+   * AISDK-14: the keys whose effect the history tells, per identity: the ordinals the history
+   * gives (AISDK-9: 0 up to where this request's calls start) when it shows every one of them
+   * answered with a result. Where some of them are shown as an error or a denial, which ordinal
+   * each holds is not read, so none of that identity's keys is taken as told: their rows are
+   * listed, each with what its row says (a happened effect told twice is still the truth; one
+   * hidden is not).
+   */
+  private answeredByHistory(history: readonly TurnHistoryCall[], starts: ReadonlyMap<string, number>, identityOf: (call: { name: string; input: unknown }) => string, context: { conversationId: string; turnIndex: number }): Set<string> {
+    const told = new Map<string, { call: { name: string; input: unknown }; answered: number }>();
+    for (const c of history) {
+      if (!this.dispatcher.registry.has(c.toolName)) continue;
+      const call = { name: c.toolName, input: c.input };
+      let identity: string;
+      try {
+        identity = identityOf(call);
+      } catch {
+        continue; // refused by the dispatcher: never dispatched
+      }
+      const entry = told.get(identity) ?? { call, answered: 0 };
+      if (c.answered) entry.answered++;
+      told.set(identity, entry);
+    }
+    const keys = new Set<string>();
+    for (const [identity, { call, answered }] of told) {
+      const given = starts.get(identity) ?? 0;
+      if (answered !== given) continue;
+      for (let ordinal = 0; ordinal < given; ordinal++) keys.add(ordinal === 0 ? identity : this.dispatcher.keyFor(call, { ...context, ordinal }));
+    }
+    return keys;
   }
 }
 

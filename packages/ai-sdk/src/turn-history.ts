@@ -19,6 +19,11 @@ export interface TurnHistoryCall {
   resolvedAt: number;
   /** The AI SDK executes it in this request: approved in the last message, without a result there. */
   executesNow: boolean;
+  /**
+   * The history shows it answered with a result (UI `output-available`; a model `tool-result`
+   * whose output is not an error or a denial): its effect is told there (AISDK-14).
+   */
+  answered: boolean;
 }
 
 interface ModelCall {
@@ -32,7 +37,11 @@ interface ModelCall {
   /** Denied in the last message (a tool message), which has no result for it. */
   deniedLast: number | undefined;
   resultLast: boolean;
+  answered: boolean;
 }
+
+/** Model tool-result output types that do not tell a call's effect as done: an error, a denial. */
+const MODEL_NOT_ANSWERED = new Set(["error-text", "error-json", "execution-denied"]);
 
 const UI_STATES = new Set(["input-streaming", "input-available", "approval-requested", "approval-responded", "output-available", "output-error", "output-denied"]);
 
@@ -107,7 +116,7 @@ export function turnCallsOf(messages: unknown, field: string, deniedNow: TurnHis
           const id = string(part, "toolCallId", partAt);
           string(part, "toolName", partAt);
           if (part["providerExecuted"] === true) break;
-          const modelCall: ModelCall = { part, at: partAt, doneAt: Infinity, approvedAt: Infinity, resolvedAt: Infinity, approvedLast: false, deniedLast: undefined, resultLast: false };
+          const modelCall: ModelCall = { part, at: partAt, doneAt: Infinity, approvedAt: Infinity, resolvedAt: Infinity, approvedLast: false, deniedLast: undefined, resultLast: false, answered: false };
           modelCalls.push(modelCall);
           byId.set(id, [...(byId.get(id) ?? []), modelCall]);
           break;
@@ -121,6 +130,7 @@ export function turnCallsOf(messages: unknown, field: string, deniedNow: TurnHis
           if (owner !== undefined) {
             owner.resolvedAt = Math.min(owner.resolvedAt, i);
             if (type !== "execution-denied") owner.doneAt = Math.min(owner.doneAt, i);
+            if (!MODEL_NOT_ANSWERED.has(type)) owner.answered = true;
             if (last) owner.resultLast = true;
           }
           break;
@@ -147,14 +157,14 @@ export function turnCallsOf(messages: unknown, field: string, deniedNow: TurnHis
       }
     });
   }
-  for (const { part, at, doneAt, approvedAt, resolvedAt, approvedLast, deniedLast, resultLast } of modelCalls) {
+  for (const { part, at, doneAt, approvedAt, resolvedAt, approvedLast, deniedLast, resultLast, answered } of modelCalls) {
     if (deniedLast !== undefined && !resultLast && approvedAt === Infinity && "input" in part) {
-      deniedNow.push({ toolCallId: part["toolCallId"] as string, toolName: part["toolName"] as string, input: part["input"], doneAt: Infinity, approvedAt: deniedLast, resolvedAt: Infinity, executesNow: true });
+      deniedNow.push({ toolCallId: part["toolCallId"] as string, toolName: part["toolName"] as string, input: part["input"], doneAt: Infinity, approvedAt: deniedLast, resolvedAt: Infinity, executesNow: true, answered: false });
     }
     if (doneAt === Infinity && approvedAt === Infinity) continue;
     if (!("input" in part)) throw new InvalidArgumentError(`${at}.input`, "must be the call's input");
     const call = { toolCallId: part["toolCallId"] as string, toolName: part["toolName"] as string, input: part["input"] };
-    calls.push({ ...call, doneAt, approvedAt, resolvedAt, executesNow: approvedLast && !resultLast });
+    calls.push({ ...call, doneAt, approvedAt, resolvedAt, executesNow: approvedLast && !resultLast, answered });
   }
   return calls;
 }
@@ -186,7 +196,7 @@ function uiPart(part: unknown, at: string, index: number, calls: TurnHistoryCall
       if (!approvedOf(part, at)) {
         // Denied in the last message: the AI SDK reports it denied in this request.
         if (deniedNow !== undefined && "input" in part && part["input"] !== undefined) {
-          deniedNow.push({ toolCallId, toolName, input: part["input"], doneAt: Infinity, approvedAt: index, resolvedAt: Infinity, executesNow: true });
+          deniedNow.push({ toolCallId, toolName, input: part["input"], doneAt: Infinity, approvedAt: index, resolvedAt: Infinity, executesNow: true, answered: false });
         }
         return;
       }
@@ -218,6 +228,7 @@ function uiPart(part: unknown, at: string, index: number, calls: TurnHistoryCall
     approvedAt: approved ? index : Infinity,
     resolvedAt: resolved ? index : Infinity,
     executesNow: approved && !resolved,
+    answered: state === "output-available",
   });
 }
 

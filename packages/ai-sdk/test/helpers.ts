@@ -1,6 +1,7 @@
 import { createAnthropic } from "@ai-sdk/anthropic";
 import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { scriptFromPlans, startMockProvider, type MockProvider } from "@dispatch-once/mock-provider";
+import type { Ledger } from "@dispatch-once/core";
 import { afterEach, beforeEach } from "vitest";
 import { tool, type LanguageModel, type TextStreamPart, type ToolSet } from "ai";
 import { z } from "zod";
@@ -39,6 +40,15 @@ export const outputsOf = (parts: readonly { type: string }[]) =>
 /** Polls a condition on the event loop (no wall-clock assertion: only the order of events matters). */
 export async function until(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((resolve) => setTimeout(resolve, 2));
+}
+
+/** Waits until no row of the conversation is in flight (a call started at its tool-call part runs on after a cut). */
+export async function settled(ledger: Ledger, conversationId: string): Promise<void> {
+  for (;;) {
+    const { rows } = await ledger.listRows!({ conversationId, limit: 1000 });
+    if (rows.length > 0 && rows.every((row) => row.state !== "in_flight")) return;
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
 }
 
 /** The in-memory ledger is volatile: these tests are about the AI SDK's turns, not durability (LEDGER-14). */

@@ -2,12 +2,13 @@ import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { createAnthropic } from "@ai-sdk/anthropic";
 import { MemoryLedger, isDispatchOnceError } from "@dispatch-once/core";
-import { scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
+import { say, scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
 import { startMockPayments } from "@dispatch-once/mock-payments";
 import type { UIMessage } from "ai";
 import { describe, expect, it } from "vitest";
 import { chatRoute } from "../examples/route.js";
-import { drain, outputsOf } from "./helpers.js";
+import type { UnansweredCallRecord } from "../src/index.js";
+import { drain, outputsOf, settled } from "./helpers.js";
 
 describe("README", () => {
   const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
@@ -22,7 +23,7 @@ describe("README", () => {
     const payments = await startMockPayments({ requireIdempotencyKey: true });
     const provider = await startMockProvider({ seed: "readme", script: scriptFromPlans({ "pay acme": turn(toolUse("send_payment", { payee: "acme", amount: 12_500 })) }) });
     try {
-      const route = chatRoute(createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), new MemoryLedger(), payments.url);
+      const route = chatRoute(createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), new MemoryLedger(), payments.url, () => {});
       const ask: UIMessage = { id: "m1", role: "user", parts: [{ type: "text", text: "pay acme" }] };
       const first = outputsOf(await drain((await route("chat_readme", [ask])).fullStream));
       const regenerated = outputsOf(await drain((await route("chat_readme", [ask])).fullStream));
@@ -42,7 +43,7 @@ describe("README", () => {
     const payments = await startMockPayments({ requireIdempotencyKey: true });
     const provider = await startMockProvider({ seed: "readme", script: scriptFromPlans({ "pay acme": turn(toolUse("send_payment", { payee: "acme", amount: 12_500 })) }) });
     try {
-      const route = chatRoute(createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), new MemoryLedger(), payments.url);
+      const route = chatRoute(createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), new MemoryLedger(), payments.url, () => {});
       const ask: UIMessage = { id: "m1", role: "user", parts: [{ type: "text", text: "pay acme" }] };
       payments.injectFault({ outcome: "fail_before_accept" }, { times: 1 }); // 503: nothing performed
       const refused = await drain((await route("chat_refused", [ask])).fullStream);
@@ -52,6 +53,34 @@ describe("README", () => {
       const regenerated = outputsOf(await drain((await route("chat_refused", [ask])).fullStream));
       expect(payments.effects().length).toBe(1);
       expect(regenerated).toMatchObject([{ id: payments.effects()[0]!.resourceId, amount: 12_500 }]);
+    } finally {
+      await provider.close();
+      await payments.close();
+    }
+  });
+
+  it("a regenerate after a cut whose model asks a question instead is told of the payment the cut request made (AISDK-14)", async () => {
+    const payments = await startMockPayments({ requireIdempotencyKey: true });
+    let requests = 0;
+    const provider = await startMockProvider({
+      seed: "readme",
+      // The first request pays and is cut after the call; its regenerate's model asks a question instead.
+      script: () => (requests++ === 0 ? turn(toolUse("send_payment", { payee: "acme", amount: 12_500 })) : turn(say("Which account should I pay from?"))),
+      faultPlan: (_request, info) => (info.requestNumber === 1 ? { kind: "reset", at: { afterToolUseStop: 0 } } : undefined),
+    });
+    try {
+      const told: UnansweredCallRecord[][] = [];
+      const ledger = new MemoryLedger();
+      const route = chatRoute(createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), ledger, payments.url, (_chat, calls) => told.push(calls));
+      const ask: UIMessage = { id: "m1", role: "user", parts: [{ type: "text", text: "pay acme" }] };
+      const cut = await drain((await route("chat_told", [ask])).fullStream);
+      expect(cut.some((p) => p.type === "error")).toBe(true);
+      // The call ran from its tool-call part and goes on after the cut: let it finish, so its row says what happened.
+      await settled(ledger, "chat_told");
+      const regenerated = await drain((await route("chat_told", [ask])).fullStream);
+      expect(outputsOf(regenerated)).toEqual([]);
+      expect(payments.effects().length).toBe(1);
+      expect(told).toEqual([[expect.objectContaining({ name: "send_payment", effect: "happened", result: expect.objectContaining({ id: payments.effects()[0]!.resourceId }) })]]);
     } finally {
       await provider.close();
       await payments.close();
