@@ -28,7 +28,11 @@ export async function answer(client: Anthropic, conversationId: string, history:
   for (let attempt = 1; ; attempt++) {
     const runner = once.toolRunner(client, { model: "claude-sonnet-5-5", max_tokens: 1024, messages: history, stream: true }, { conversationId });
     try {
-      return await runner.runUntilDone(); // a re-run's calls are answered from the ledger
+      const message = await runner.runUntilDone(); // a re-run's calls are answered from the ledger
+      // A failed run may have paid in an iteration whose call this run's model did not make again
+      // (it asked a question instead): the ledger still knows. Show these to the user too (ATR-12).
+      const { calls: unanswered } = await once.unansweredCallsOf(runner);
+      return { message, unanswered };
     } catch (error) {
       if (attempt === 3) throw error;
     }

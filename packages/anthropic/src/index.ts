@@ -60,4 +60,5 @@ export {
   type OnceToolCall,
   type DispatchOnceCallInfo,
   type OnceToolRunContext,
+  type UnansweredCalls,
 } from "./tool-runner.js";

@@ -24,7 +24,7 @@ import {
   type Retryable,
   type ToolDefinition,
 } from "@dispatch-once/core";
-import { checkKnownOptions } from "@dispatch-once/runner";
+import { checkKnownOptions, unansweredCall, type UnansweredCallRecord } from "@dispatch-once/runner";
 import { z } from "zod";
 
 /** What a wrapped tool's `run` finds in its context besides the SDK's own (read it with `dispatchOnceOf`). */
@@ -114,6 +114,14 @@ export interface OnceToolCall {
   /** The call did not settle: the Dispatch-Once error the model was told about. */
   error?: OnceToolCallError;
 }
+
+/** What `unansweredCallsOf(runner)` found (ATR-12). */
+export type UnansweredCalls =
+  | { listed: true; calls: UnansweredCallRecord[] }
+  | { listed: false; reason: string; calls: [] };
+
+/** The largest page listRows gives (LIST-4). */
+const LIST_PAGE = 1000;
 
 const OPTION_NAMES = ["tools", "effects", "ledger", "identity", "dispatcher"];
 const TURN_OPTION_NAMES = ["conversationId", "turnIndex"];
@@ -269,6 +277,9 @@ export class OnceToolRunner {
   private readonly tools: ReadonlyMap<string, AnyRunnableTool>;
   private readonly effects: ReadonlyMap<string, EffectClass>;
   private readonly calls = new WeakMap<object, Map<string, OnceToolCall>>();
+  /** Per runner: its turn, and every key it dispatched, whatever the outcome (ATR-12). */
+  private readonly turns = new WeakMap<object, { turn: OnceToolRunnerTurn; turnIndex: number; dispatched: Set<string> }>();
+  private readonly ledger: Ledger;
   /** Every wrapped form of the app's tools, of any runner: one of another runner is bound to that runner's messages. */
   private readonly wrappedForms = new WeakSet<object>();
 
@@ -331,6 +342,7 @@ export class OnceToolRunner {
       throw new InvalidArgumentError("options.dispatcher", `must be an object of Dispatcher options, got ${describeValue(options.dispatcher)}`);
     }
     this.dispatcher = new Dispatcher({ ...options.dispatcher, tools: definitions, ledger: options.ledger });
+    this.ledger = options.ledger;
   }
 
   /**
@@ -356,6 +368,7 @@ export class OnceToolRunner {
     // the turn, and so their ordinal, cannot be read when they run.
     refuseEagerRuns(params, "params.runToolsEagerly");
     const calls = new Map<string, OnceToolCall>();
+    const dispatched = new Set<string>();
     let runner: BetaToolRunner<Stream> | undefined;
     // The reply the loop body is handling, and the messages it answers (see replyInBody).
     const body: { current?: ReplyInBody; all: ReplyInBody[] } = { all: [] };
@@ -363,7 +376,7 @@ export class OnceToolRunner {
     const users = Array.isArray(params.messages) ? params.messages.filter(isGenuineUserMessage).length : 0;
     const wrapped = new Map<string, AnyRunnableTool>();
     for (const [name, tool] of this.tools) {
-      wrapped.set(name, this.wrap(tool, { ...turn, users }, calls, () => runner, () => body.current, (toolUse) => stoppedReplyOf(toolUse, body.all)));
+      wrapped.set(name, this.wrap(tool, { ...turn, users }, calls, dispatched, () => runner, () => body.current, (toolUse) => stoppedReplyOf(toolUse, body.all)));
     }
     const wrapTools = <T>(list: readonly T[], field: string): T[] => this.wrappedTools(list, wrapped, field);
     const tools = params.tools === undefined ? [...wrapped.values()] : wrapTools(params.tools, "params.tools");
@@ -374,6 +387,7 @@ export class OnceToolRunner {
       body.all.push(reply);
     });
     this.calls.set(runner, calls);
+    this.turns.set(runner, { turn, turnIndex: turn.turnIndex ?? users, dispatched });
     return runner;
   }
 
@@ -427,10 +441,78 @@ export class OnceToolRunner {
     return this.calls.get(runner) ?? new Map();
   }
 
+  /**
+   * The effects of a runner's turn that neither its calls nor its messages answer (ATR-12): the
+   * ledger's rows claimed at the turn index in the conversation (LIST-3) whose key no call of this
+   * runner holds and no call its messages show with a result that is not an error holds, each
+   * with what its row says of the effect, as a runner's committed-turn record says it (RECORD-8):
+   * `happened`, `may_have_happened` or `not_happened`. An earlier runner of the same user message
+   * that failed (a cut stream, a crash) may have paid in an iteration whose messages the re-run
+   * does not carry (the README's loop starts again from the user's message); when the re-run's
+   * model does not make the call again, the answer holds no trace of it. Ask once the loop is
+   * done, and tell the user of every call it returns. `listed` is false when the ledger does not
+   * list rows. A listing that fails throws the ledger's error (`ledger_unavailable`: ask again).
+   * @example const { calls } = await once.unansweredCallsOf(runner); // after runUntilDone()
+   */
+  async unansweredCallsOf(runner: object): Promise<UnansweredCalls> {
+    const entry = typeof runner === "object" && runner !== null ? this.turns.get(runner) : undefined;
+    if (entry === undefined) throw new InvalidArgumentError("runner", "must be a runner this wrapper's toolRunner() built");
+    const ledger = this.ledger;
+    if (typeof ledger.listRows !== "function" || ledger.capabilities?.supports?.listRows !== true) {
+      return { listed: false, reason: "the ledger does not list rows (capabilities.supports.listRows)", calls: [] };
+    }
+    const told = new Set(entry.dispatched);
+    const messages = (runner as { params?: { messages?: unknown } }).params?.messages;
+    if (Array.isArray(messages)) for (const key of this.toldIn(messages as MessageParam[], entry.turn, entry.turnIndex)) told.add(key);
+    const calls: UnansweredCallRecord[] = [];
+    let cursor: string | undefined;
+    do {
+      // listRows filters by conversation only (LIST-1); the turn index is checked here.
+      const page = await ledger.listRows({ conversationId: entry.turn.conversationId, limit: LIST_PAGE, ...(cursor !== undefined ? { cursor } : {}) });
+      for (const row of page.rows) if (row.turnIndex === entry.turnIndex && !told.has(row.key)) calls.push(unansweredCall(row));
+      cursor = page.cursor;
+    } while (cursor !== undefined);
+    return { listed: true, calls };
+  }
+
+  /**
+   * The keys of the turn's calls that `messages` show answered with a result that is not an error
+   * (ATR-12): each at the place ATR-2 and ATR-3 give it. A call shown with an error result may
+   * still have happened, so its row is listed.
+   */
+  private toldIn(messages: readonly MessageParam[], turn: OnceToolRunnerTurn, turnIndex: number): string[] {
+    const results = new Map<string, boolean>();
+    for (const message of messages) {
+      if (message.role !== "user") continue;
+      for (const block of blocksOf(message)) {
+        if (block.type !== "tool_result") continue;
+        const id = String((block as { tool_use_id?: unknown }).tool_use_id);
+        results.set(id, results.get(id) === true || (block as { is_error?: unknown }).is_error !== true);
+      }
+    }
+    const keys: string[] = [];
+    for (const message of messages) {
+      if (message.role !== "assistant") continue;
+      for (const block of blocksOf(message)) {
+        if (block.type !== "tool_use" || results.get(String(block.id)) !== true) continue;
+        const tool = block.name === undefined ? undefined : this.tools.get(block.name);
+        const place = tool === undefined ? undefined : this.placeOf(block, messages, turn);
+        if (tool === undefined || place === undefined || place.turnIndex !== turnIndex) continue;
+        try {
+          keys.push(this.dispatcher.keyFor({ name: tool.name, input: typeof tool.parse === "function" ? tool.parse(block.input) : block.input }, { conversationId: turn.conversationId, turnIndex, ordinal: place.ordinal }));
+        } catch {
+          continue; // a call its tool refuses never ran
+        }
+      }
+    }
+    return keys;
+  }
+
   private wrap(
     tool: AnyRunnableTool,
     turn: OnceToolRunnerTurn & { users: number },
     calls: Map<string, OnceToolCall>,
+    dispatched: Set<string>,
     runnerOf: () => { params: { messages: MessageParam[] } } | undefined,
     replyInBody: () => ReplyInBody | undefined,
     stoppedReply: (toolUse: ToolUseLike) => Promise<string | undefined>,
@@ -469,6 +551,13 @@ export class OnceToolRunner {
         // Counted from a history that lost user messages since the runner started (windowed, compacted):
         // the count names an earlier turn, whose call with these arguments would answer this one.
         throw refuse(new InvalidArgumentError("turn.turnIndex", `is counted from the runner's messages, which hold fewer user messages (${place.users}) than when the runner started (${turn.users}): tool ${name}'s call would take an earlier turn's key; not run. Supply turn.turnIndex from the app's store (ATR-2)`));
+      }
+      const callContext = { conversationId: turn.conversationId, turnIndex: place.turnIndex, ordinal: place.ordinal };
+      try {
+        // Its answer (a result or an error) reaches the model and callsOf: not unanswered (ATR-12).
+        dispatched.add(this.dispatcher.keyFor({ name, input: args }, callContext));
+      } catch {
+        // refused by the dispatch below, before any claim
       }
       try {
         const outcome = await callScope.run({ owner: this, tool, context, effect }, () =>

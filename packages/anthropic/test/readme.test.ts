@@ -84,8 +84,9 @@ describe("README", () => {
       // Request 2 is iteration 2 of the first run, after the payment of iteration 1 ran.
       provider.setFaultPlan((_request, info) => (info.requestNumber === 2 ? { kind: "reset", at: { event: 2 } } : undefined));
       const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 });
-      const final = await answer(client, "conv-tool-runner", [{ role: "user", content: "pay acme" }]);
+      const { message: final, unanswered } = await answer(client, "conv-tool-runner", [{ role: "user", content: "pay acme" }]);
       expect(final.stop_reason).toBe("end_turn");
+      expect(unanswered).toEqual([]); // the re-run made the call again: answered from the ledger
       expect(paid).toHaveLength(1);
       const threads = provider.requests.map((r) => [r.thread?.type, r.status, r.outcome]);
       // Threaded: run 1 creates and continues (cut); the re-run is a new thread, then continues.
@@ -100,6 +101,30 @@ describe("README", () => {
         typeof m.content === "string" ? [] : m.content.filter((b) => b.type === "tool_result").map((b) => (b as { content?: unknown }).content),
       );
       expect(told).toEqual([JSON.stringify({ paymentId: "pay_1" })]);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it("the tool runner example: when the re-run's model asks a question instead of paying again, the answer carries the payment the cut run made (ATR-12)", async () => {
+    const args = { payee: "acme", amount: 100, currency: "EUR", memo: "May" };
+    let asked = 0;
+    const provider = await startMockProvider({
+      // The first run pays and its iteration 2 is cut; the re-run's model asks a question instead.
+      script: (request) => {
+        const last = request.messages.at(-1)!;
+        if (typeof last.content !== "string" && last.content.some((b) => b.type === "tool_result")) return turn(say("Done."));
+        return asked++ === 0 ? turn(toolUse("send_payment", args)) : turn(say("Which account should I pay from?"));
+      },
+    });
+    try {
+      provider.setFaultPlan((_request, info) => (info.requestNumber === 2 ? { kind: "reset", at: { event: 2 } } : undefined));
+      const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 });
+      const before = paid.length;
+      const { message, unanswered } = await answer(client, "conv-tool-runner-told", [{ role: "user", content: "pay acme" }]);
+      expect(message.content).toEqual([expect.objectContaining({ type: "text", text: "Which account should I pay from?" })]);
+      expect(paid.length - before).toBe(1);
+      expect(unanswered).toEqual([expect.objectContaining({ name: "send_payment", effect: "happened", result: JSON.stringify({ paymentId: `pay_${paid.length}` }) })]);
     } finally {
       await provider.close();
     }
