@@ -69,5 +69,34 @@ export const corruptRowNeverOverwritten: LedgerCheckSpec = {
     }),
 };
 
+export const corruptRowPastRetentionRaises: LedgerCheckSpec = {
+  rule: "LEDGER-11",
+  name: "a corrupt row whose retention has passed still raises ledger_corrupt on claim and lookup, never read as forgotten",
+  needs: ["corruption"],
+  run: (ctx) =>
+    withFixture(ctx.subject, async (fixture) => {
+      // Deciding "past retention, so forgotten" from the columns of a row that cannot be decoded
+      // trusts what cannot be read: a row of another format version (a rolling upgrade) or a
+      // damaged one whose retention column reads old is a completed payment, and the claim that
+      // takes it for absent pays again. A store that itself removed the row (a TTL) and holds
+      // the corrupt value written after it meets the check as a fresh corrupt row.
+      for (const [label, effect, finish] of [
+        ["completed", "keyed_write", (key: string, fence: number) => fixture.ledger.complete(key, fence, '{"charged":true}')],
+        ["failed", "unkeyed_write", (key: string, fence: number) => fixture.ledger.fail(key, fence, { name: "ToolError", message: "card declined", code: "card_declined" })],
+        ["unknown", "unkeyed_write", (key: string, fence: number) => fixture.ledger.markUnknown(key, fence, "tool_error")],
+        ["released", "keyed_write", (key: string, fence: number) => fixture.ledger.release(key, fence)],
+      ] as const) {
+        const key = ctx.key(label);
+        const fence = await claimNew(fixture.ledger, key, "owner-a", effect);
+        await finish(key, fence);
+        await fixture.raw.expireRetention(key);
+        await fixture.raw.corrupt!(key);
+        const what = `a ${label} row past its retention, then made unreadable`;
+        await mustRejectWith(fixture.ledger.lookup(key), "ledger_corrupt", `lookup of ${what} (it is not absent: nothing that could be read forgot it)`);
+        await mustRejectWith(fixture.ledger.claim(claimRequest(key, "owner-b", effect)), "ledger_corrupt", `claim of ${what} (it must not be taken as a first claim)`);
+      }
+    }),
+};
+
 /** Every check of this file, in order. */
-export const CORRUPTION_CHECKS: readonly LedgerCheckSpec[] = [corruptFinishedRowRaises, corruptInFlightRowRaises, corruptRowNeverOverwritten];
+export const CORRUPTION_CHECKS: readonly LedgerCheckSpec[] = [corruptFinishedRowRaises, corruptInFlightRowRaises, corruptRowNeverOverwritten, corruptRowPastRetentionRaises];
