@@ -258,6 +258,9 @@ export class MariaDbLedger {
         }
       }
       const leaseExpiresAt = now + leaseMs;
+      // Decode before asking whether the row is past its retention: a row that cannot be read
+      // is ledger_corrupt, never forgotten on the word of its own columns (LEDGER-11).
+      const decoded = raw === undefined ? undefined : this.#decode(key, raw);
       if (raw === undefined || this.#forgotten(raw, now)) {
         const fence = raw === undefined ? 1 : Number(raw.fence) + 1;
         await conn.query(
@@ -267,7 +270,7 @@ export class MariaDbLedger {
         );
         return { value: { outcome: "claimed", fence, leaseExpiresAt, takeover: false, request: request.request } };
       }
-      const row = this.#decode(key, raw);
+      const row = decoded;
       const storedClaimId = t(raw.claim_id);
       if (row.state === "released") {
         if (claimId !== undefined && storedClaimId === claimId) {
@@ -311,8 +314,9 @@ export class MariaDbLedger {
   /** The in-flight row `fence` owns, locked; anything else is stale (LEDGER-5). */
   async #owned(conn, key, fence, now) {
     const raw = await this.#lockRow(conn, key);
-    if (raw === undefined || this.#forgotten(raw, now)) throw new StaleClaimError(key, fence);
+    if (raw === undefined) throw new StaleClaimError(key, fence);
     const row = this.#decode(key, raw);
+    if (this.#forgotten(raw, now)) throw new StaleClaimError(key, fence);
     if (row.state !== "in_flight" || row.fence !== fence) throw new StaleClaimError(key, fence);
     return row;
   }
@@ -381,8 +385,9 @@ export class MariaDbLedger {
     return this.#bounded("lookup", async () => {
       const [rows] = await this.#pool.query(`SELECT *, ${NOW_MS} AS now FROM \`${this.#table}\` WHERE k = ?`, [b(key)]);
       const raw = rows[0];
-      if (raw === undefined || this.#forgotten(raw, Number(raw.now))) return undefined;
-      return this.#decode(key, raw);
+      if (raw === undefined) return undefined;
+      const row = this.#decode(key, raw); // first: a corrupt row is corrupt even when it reads old (LEDGER-11)
+      return this.#forgotten(raw, Number(raw.now)) ? undefined : row;
     });
   }
 
