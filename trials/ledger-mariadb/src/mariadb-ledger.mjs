@@ -8,6 +8,14 @@
 // absent key) before reading anything else with locking reads. Times are the store's clock in
 // whole milliseconds (UNIX_TIMESTAMP(NOW(3)) with the session in UTC). Keys and all text are
 // stored as binary (VARBINARY/LONGBLOB of UTF-8) so nothing is folded by a collation (LEDGER-30).
+//
+// LEDGER-12: every operation settles within operationTimeoutMs (default 5 s), connection wait,
+// deadlock retries and all. Past it the operation rejects with ledger_unavailable, but the
+// transaction it started keeps running on its connection and MAY STILL COMMIT: a claim reported
+// unavailable may have been applied (LEDGER-26 and DISPATCH-16 are how its claimant takes or
+// releases it). Known limits: the clock is read at the start of each transaction, before the
+// key's lock is taken, so an operation that waited for the lock counts its lease and retention
+// from before the wait (shorter, never longer, than asked); durability is read once, at open.
 import { createHash } from "node:crypto";
 import mysql from "mysql2/promise";
 import {
@@ -125,8 +133,11 @@ export class MariaDbLedger {
             PRIMARY KEY (kh, claim_id),
             KEY by_until (until_ms)
           ) ENGINE=InnoDB`);
-          const [vars] = await conn.query("SELECT @@innodb_flush_log_at_trx_commit AS flush, @@log_bin AS log_bin, @@sync_binlog AS sync_binlog, @@default_storage_engine AS engine");
-          ledger.#durable = Number(vars[0].flush) === 1 && (Number(vars[0].log_bin) === 0 || Number(vars[0].sync_binlog) === 1);
+          // LEDGER-14: an acknowledged commit survives a crash only with the redo log flushed at
+          // every commit, the binary log (when on) synced at every commit, and the doublewrite
+          // buffer on (without it a torn page can lose rows: PostgreSQL's full_page_writes).
+          const [vars] = await conn.query("SELECT @@innodb_flush_log_at_trx_commit AS flush, @@log_bin AS log_bin, @@sync_binlog AS sync_binlog, @@innodb_doublewrite AS doublewrite");
+          ledger.#durable = Number(vars[0].flush) === 1 && (Number(vars[0].log_bin) === 0 || Number(vars[0].sync_binlog) === 1) && Number(vars[0].doublewrite) >= 1;
         } finally {
           conn.release();
         }
@@ -193,6 +204,9 @@ export class MariaDbLedger {
         try {
           await conn.query("START TRANSACTION");
           const [nowRows] = await conn.query(`SELECT ${NOW_MS} AS now`);
+          // NULL past 2038-01-19 on MariaDB before 11.5 (a TIMESTAMP's range): read as 0 it made
+          // every lease live for ever. A clock the ledger cannot read is an unavailable store.
+          if (nowRows[0].now === null) throw new LedgerUnavailableError("MariaDB's clock (UNIX_TIMESTAMP(NOW(3))) read NULL");
           const now = Number(nowRows[0].now);
           const out = await fn(conn, now);
           if (out?.rollback) {
@@ -386,6 +400,7 @@ export class MariaDbLedger {
       const [rows] = await this.#pool.query(`SELECT *, ${NOW_MS} AS now FROM \`${this.#table}\` WHERE k = ?`, [b(key)]);
       const raw = rows[0];
       if (raw === undefined) return undefined;
+      if (raw.now === null) throw new LedgerUnavailableError("MariaDB's clock (UNIX_TIMESTAMP(NOW(3))) read NULL");
       const row = this.#decode(key, raw); // first: a corrupt row is corrupt even when it reads old (LEDGER-11)
       return this.#forgotten(raw, Number(raw.now)) ? undefined : row;
     });
