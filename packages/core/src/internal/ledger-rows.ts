@@ -152,8 +152,9 @@ export function resultRefusal(key: string, result: unknown, maxResultBytes: numb
  * A stored row as the store gives it: primitive values (strings, numbers, null), not yet
  * trusted. Absent optional values are null or undefined. Each adapter maps its columns or
  * fields onto these names; the state's own text (owner, result, error JSON, reason) goes in its
- * field. Whatever else a store keeps (claim id, retention deadline) stays with the adapter and
- * never reaches the row callers see.
+ * field, as a string: a binary column's bytes (a Buffer) are decoded as UTF-8 first, or the row
+ * is refused as corrupt. Whatever else a store keeps (claim id, retention deadline) stays with
+ * the adapter and never reaches the row callers see; read it only from a row that decoded.
  */
 export interface StoredLedgerFields {
   /** The row format version (LEDGER-11). */
@@ -235,7 +236,10 @@ export function decodeStoredError(key: string, text: unknown): StoredError {
  * a time that is not a non-negative integer, missing text, a NULL request from before LEDGER-21,
  * an error that is not a StoredError) raises LedgerCorruptError naming the field: never
  * "absent" (LEDGER-11). Result and request are returned as stored, never re-serialised
- * (LEDGER-10, LEDGER-21).
+ * (LEDGER-10, LEDGER-21). Decode before asking anything of the row's other columns: a row past
+ * its retention (LEDGER-19) is forgotten only once it decoded; one that does not decode is
+ * ledger_corrupt whatever its retention column says (a row of another format version, or a
+ * damaged one, taken for forgotten is a finished call claimed again).
  */
 export function decodeLedgerRow(key: string, fields: StoredLedgerFields, options: DecodeLedgerRowOptions = {}): LedgerRow {
   if (fields.v !== ROW_FORMAT_VERSION && !(options.integersAsText === true && fields.v === String(ROW_FORMAT_VERSION))) {
@@ -355,6 +359,8 @@ const EXPIRED_IN_FLIGHT_MEMBERS: Readonly<Record<string, true>> = { olderThanMs:
  * `olderThan` read as absent lists claims whose lease ran out a moment ago, and a tool that
  * releases what it lists as abandoned (after a grace it meant to ask for) would release a
  * paused owner's claim with no grace at all. Refused with invalid_ledger_input naming it.
+ * Member names only: the values (`olderThanMs` a non-negative integer, `limit` an integer from 1 to 10,000 as the memory ledger takes it, default
+ * 100) are the adapter's to refuse, with invalid_ledger_input naming the field.
  */
 export function checkExpiredInFlightOptions(options: unknown): void {
   if (typeof options !== "object" || options === null || Array.isArray(options)) throw new InvalidLedgerInputError("options", "expected { olderThanMs?, limit? }");
