@@ -3,6 +3,7 @@
 // doc comments, @dispatch-once/core/internal's store toolkit and spec §4/§9.
 import mysql, { type Pool, type PoolConnection, type RowDataPacket } from "mysql2/promise";
 import {
+  CONVERSATION_ID_PATTERN,
   ConversationLeaseLostError,
   InvalidStoreInputError,
   StoreCorruptError,
@@ -41,11 +42,19 @@ export interface MariaDbConversationStoreOptions {
   lockWaitTimeoutS?: number;
 }
 
-const MAX_ID_LENGTH = 255;
+const MAX_MESSAGE_ID_LENGTH = 256;
 
-function checkId(field: string, id: unknown): string {
-  if (typeof id !== "string" || id.length === 0) throw new InvalidStoreInputError(field, "must be a non-empty string");
-  if (id.length > MAX_ID_LENGTH) throw new InvalidStoreInputError(field, `must be at most ${MAX_ID_LENGTH} characters`);
+// What the kit refuses (its TURN-2 bad-id check); the store docs do not say it: a conversation id
+// is KEY-2's (CONVERSATION_ID_PATTERN), a message id a non-empty well-formed string of at most 256.
+function checkConversationId(id: unknown): string {
+  if (typeof id !== "string" || !CONVERSATION_ID_PATTERN.test(id)) throw new InvalidStoreInputError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}`);
+  return id;
+}
+
+function checkMessageId(field: string, id: unknown): string {
+  if (typeof id !== "string" || id.length === 0 || id.length > MAX_MESSAGE_ID_LENGTH || !id.isWellFormed()) {
+    throw new InvalidStoreInputError(field, `must be a non-empty, well-formed string of at most ${MAX_MESSAGE_ID_LENGTH} characters`);
+  }
   return id;
 }
 
@@ -77,7 +86,7 @@ export class MariaDbConversationStore implements ConversationStore {
     this.t = options.table ?? "dispatch_once";
     if (!/^[A-Za-z0-9_]{1,40}$/.test(this.t)) throw new InvalidStoreInputError("table", "must be 1 to 40 letters, digits or _");
     this.offset = options.clockOffsetMs ?? (() => 0);
-    this.pool = mysql.createPool({ uri: options.uri, connectionLimit: 8, charset: "utf8mb4", connectTimeout: 3000 });
+    this.pool = mysql.createPool({ uri: options.uri, connectionLimit: 8, charset: "utf8mb4", connectTimeout: 3000, jsonStrings: true });
     const wait = options.lockWaitTimeoutS ?? 5;
     this.pool.on("connection", (c) => {
       // A holder stopped inside a write keeps its row locks: bound the wait of everyone else (TURN-10).
@@ -95,19 +104,19 @@ export class MariaDbConversationStore implements ConversationStore {
     this.ready ??= this.run(async (c) => {
       const t = this.t;
       await c.query(`CREATE TABLE IF NOT EXISTS ${t}_conversations (
-        conversation_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
+        conversation_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY,
         fence BIGINT NOT NULL DEFAULT 0,
-        lease_owner VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+        lease_owner VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL,
         lease_expires_at BIGINT NULL,
         turn_count INT NOT NULL DEFAULT 0,
         next_seq INT NOT NULL DEFAULT 1,
         begun_turn INT NULL,
         begun_fence BIGINT NULL,
-        last_bound VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL
+        last_bound VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NULL
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`);
       await c.query(`CREATE TABLE IF NOT EXISTS ${t}_messages (
-        conversation_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-        message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        conversation_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
+        message_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
         seq INT NOT NULL,
         state VARCHAR(16) NOT NULL,
         content JSON NOT NULL,
@@ -117,23 +126,23 @@ export class MariaDbConversationStore implements ConversationStore {
         UNIQUE KEY (conversation_id, seq)
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`);
       await c.query(`CREATE TABLE IF NOT EXISTS ${t}_turns (
-        conversation_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        conversation_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
         turn_index INT NOT NULL,
-        message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        message_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
         assistant JSON NOT NULL,
         tool_results JSON NULL,
         stop_reason VARCHAR(64) NULL,
         PRIMARY KEY (conversation_id, turn_index)
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`);
       await c.query(`CREATE TABLE IF NOT EXISTS ${t}_log (
-        conversation_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        conversation_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
         pos INT NOT NULL,
         entry JSON NOT NULL,
         PRIMARY KEY (conversation_id, pos)
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`);
       await c.query(`CREATE TABLE IF NOT EXISTS ${t}_records (
         id BIGINT AUTO_INCREMENT PRIMARY KEY,
-        conversation_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        conversation_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
         record JSON NOT NULL,
         KEY (conversation_id, id)
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`);
@@ -170,7 +179,9 @@ export class MariaDbConversationStore implements ConversationStore {
         return await this.run(async (c) => {
           await c.beginTransaction();
           try {
-            await c.query(`INSERT IGNORE INTO ${this.t}_conversations (conversation_id) VALUES (?)`, [conversationId]);
+            // Takes the row's exclusive lock at once: INSERT IGNORE took a shared lock on an existing row, and
+            // concurrent callers then deadlocked upgrading it for FOR UPDATE.
+            await c.query(`INSERT INTO ${this.t}_conversations (conversation_id) VALUES (?) ON DUPLICATE KEY UPDATE conversation_id = conversation_id`, [conversationId]);
             const [rows] = await c.query<ConversationRow[]>(
               `SELECT *, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) AS now_ms FROM ${this.t}_conversations WHERE conversation_id = ? FOR UPDATE`,
               [conversationId],
@@ -188,7 +199,11 @@ export class MariaDbConversationStore implements ConversationStore {
         });
       } catch (error) {
         const code = (error as { cause?: { errno?: number } }).cause?.errno;
-        if (code === 1213 && attempt < 5) continue; // deadlock: InnoDB rolled back, try again
+        if (code === 1213 && attempt < 10) {
+          // deadlock: InnoDB rolled the transaction back; nothing of it applied, try again
+          await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
+          continue;
+        }
         throw error;
       }
     }
@@ -211,9 +226,9 @@ export class MariaDbConversationStore implements ConversationStore {
   }
 
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }, options?: AppendOptions): Promise<AppendResult> {
-    checkId("conversationId", conversationId);
+    checkConversationId(conversationId);
     checkUserMessage(message);
-    checkId("message.id", message.id);
+    checkMessageId("message.id", message.id);
     if (options?.reopenWithinMs !== undefined) throw new InvalidStoreInputError("reopenWithinMs", "this store does not declare supports.reopenWindow");
     const content = encodeStoreJson("content", message.content);
     return this.tx(conversationId, async (c, conv) => {
@@ -249,8 +264,8 @@ export class MariaDbConversationStore implements ConversationStore {
   }
 
   async message(conversationId: string, messageId: string): Promise<StoredMessage | undefined> {
-    checkId("conversationId", conversationId);
-    checkId("messageId", messageId);
+    checkConversationId(conversationId);
+    checkMessageId("messageId", messageId);
     return this.read(async (c) => {
       const row = await this.messageRow(c, conversationId, messageId);
       return row === undefined ? undefined : decodeStoredMessage(conversationId, row);
@@ -258,8 +273,8 @@ export class MariaDbConversationStore implements ConversationStore {
   }
 
   async turnsOf(conversationId: string, messageId: string): Promise<StoredTurn[]> {
-    checkId("conversationId", conversationId);
-    checkId("messageId", messageId);
+    checkConversationId(conversationId);
+    checkMessageId("messageId", messageId);
     return this.read(async (c) => {
       const [rows] = await c.query<RowDataPacket[]>(
         `SELECT turn_index, message_id, assistant, tool_results, stop_reason FROM ${this.t}_turns WHERE conversation_id = ? AND message_id = ? ORDER BY turn_index`,
@@ -270,7 +285,7 @@ export class MariaDbConversationStore implements ConversationStore {
   }
 
   async log(conversationId: string): Promise<JsonValue[]> {
-    checkId("conversationId", conversationId);
+    checkConversationId(conversationId);
     return this.read(async (c) => {
       const [rows] = await c.query<RowDataPacket[]>(`SELECT entry FROM ${this.t}_log WHERE conversation_id = ? ORDER BY pos`, [conversationId]);
       return rows.map((r, i) => decodeStoreJson(conversationId, `log entry ${i}`, r.entry));
@@ -278,7 +293,7 @@ export class MariaDbConversationStore implements ConversationStore {
   }
 
   async acquireLease(conversationId: string, owner: string, leaseMs: number, grantId?: string): Promise<LeaseResult> {
-    checkId("conversationId", conversationId);
+    checkConversationId(conversationId);
     checkLeaseOwner(owner);
     const ms = checkTurnLeaseMs(leaseMs);
     if (grantId !== undefined) throw new InvalidStoreInputError("grantId", "this store does not declare supports.leaseGrants");
@@ -299,7 +314,7 @@ export class MariaDbConversationStore implements ConversationStore {
   }
 
   async renewLease(conversationId: string, fence: number, leaseMs: number): Promise<{ leaseExpiresAt: number }> {
-    checkId("conversationId", conversationId);
+    checkConversationId(conversationId);
     const ms = checkTurnLeaseMs(leaseMs);
     return this.tx(conversationId, async (c, conv, now) => {
       if (!this.holds(conversationId, conv, fence)) throw new ConversationLeaseLostError(conversationId, fence);
@@ -309,7 +324,7 @@ export class MariaDbConversationStore implements ConversationStore {
   }
 
   async releaseLease(conversationId: string, fence: number): Promise<void> {
-    checkId("conversationId", conversationId);
+    checkConversationId(conversationId);
     await this.tx(conversationId, async (c, conv) => {
       if (!this.holds(conversationId, conv, fence)) return;
       await c.query(`UPDATE ${this.t}_conversations SET lease_owner = NULL, lease_expires_at = NULL WHERE conversation_id = ?`, [conversationId]);
@@ -317,7 +332,7 @@ export class MariaDbConversationStore implements ConversationStore {
   }
 
   async beginTurn(conversationId: string, fence: number): Promise<TurnSnapshot | undefined> {
-    checkId("conversationId", conversationId);
+    checkConversationId(conversationId);
     return this.tx(conversationId, async (c, conv) => {
       if (!this.holds(conversationId, conv, fence)) throw new ConversationLeaseLostError(conversationId, fence);
       const [rows] = await c.query<RowDataPacket[]>(
@@ -356,7 +371,7 @@ export class MariaDbConversationStore implements ConversationStore {
   }
 
   async commitTurn(conversationId: string, commit: TurnCommit): Promise<{ committed: boolean }> {
-    checkId("conversationId", conversationId);
+    checkConversationId(conversationId);
     const assistant = encodeStoreJson("assistant", commit.assistant);
     const toolResults = commit.toolResults === undefined ? null : encodeStoreJson("toolResults", commit.toolResults);
     const record = commit.record === undefined ? null : encodeStoreJson("record", commit.record);
@@ -393,8 +408,8 @@ export class MariaDbConversationStore implements ConversationStore {
   }
 
   async failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void> {
-    checkId("conversationId", conversationId);
-    checkId("messageId", messageId);
+    checkConversationId(conversationId);
+    checkMessageId("messageId", messageId);
     const text = encodeStoreJson("record", record);
     await this.tx(conversationId, async (c, conv) => {
       if (!this.holds(conversationId, conv, fence)) throw new ConversationLeaseLostError(conversationId, fence);
@@ -406,13 +421,13 @@ export class MariaDbConversationStore implements ConversationStore {
   }
 
   async addRecord(conversationId: string, record: JsonValue): Promise<void> {
-    checkId("conversationId", conversationId);
+    checkConversationId(conversationId);
     const text = encodeStoreJson("record", record);
     await this.read((c) => c.query(`INSERT INTO ${this.t}_records (conversation_id, record) VALUES (?, ?)`, [conversationId, text]));
   }
 
   async records(conversationId: string): Promise<JsonValue[]> {
-    checkId("conversationId", conversationId);
+    checkConversationId(conversationId);
     return this.read(async (c) => {
       const [rows] = await c.query<RowDataPacket[]>(`SELECT record FROM ${this.t}_records WHERE conversation_id = ? ORDER BY id`, [conversationId]);
       return rows.map((r, i) => decodeStoreJson(conversationId, `record ${i}`, r.record));
