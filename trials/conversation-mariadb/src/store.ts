@@ -119,9 +119,9 @@ export class MariaDbConversationStore implements ConversationStore {
         message_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
         seq INT NOT NULL,
         state VARCHAR(16) NOT NULL,
-        content JSON NOT NULL,
+        content LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
         turn_index INT NULL,
-        failure JSON NULL,
+        failure LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
         PRIMARY KEY (conversation_id, message_id),
         UNIQUE KEY (conversation_id, seq)
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`);
@@ -129,21 +129,21 @@ export class MariaDbConversationStore implements ConversationStore {
         conversation_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
         turn_index INT NOT NULL,
         message_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
-        assistant JSON NOT NULL,
-        tool_results JSON NULL,
+        assistant LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        tool_results LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
         stop_reason VARCHAR(64) NULL,
         PRIMARY KEY (conversation_id, turn_index)
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`);
       await c.query(`CREATE TABLE IF NOT EXISTS ${t}_log (
         conversation_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
         pos INT NOT NULL,
-        entry JSON NOT NULL,
+        entry LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
         PRIMARY KEY (conversation_id, pos)
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`);
       await c.query(`CREATE TABLE IF NOT EXISTS ${t}_records (
         id BIGINT AUTO_INCREMENT PRIMARY KEY,
         conversation_id VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin NOT NULL,
-        record JSON NOT NULL,
+        record LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
         KEY (conversation_id, id)
       ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`);
     });
