@@ -1,7 +1,7 @@
 import { isDeepStrictEqual } from "node:util";
-import type { ConversationStore, JsonValue, StoredMessage, StoredTurn, TurnSnapshot } from "@dispatch-once/core";
+import type { AppendResult, ConversationStore, JsonValue, StoredMessage, StoredTurn, TurnSnapshot } from "@dispatch-once/core";
 import { MAX_LEASE_MS, MAX_LEASE_OWNER_LENGTH } from "@dispatch-once/core/internal";
-import { ConformanceFailure, must, mustEqual, mustRejectWith, show } from "../failure.js";
+import { ConformanceFailure, describeError, must, mustEqual, mustRejectWith, show } from "../failure.js";
 import {
   LEASE_MS,
   LOOKALIKE_CONTENT,
@@ -160,6 +160,44 @@ export const appendIsIdempotent: ConversationCheckSpec = {
       const raw = await storageAgrees(fixture, store, c, "after re-sends");
       mustEqual(raw.map((m) => [m.id, m.seq, m.state]), [["m1", 1, "queued"], ["m2", 2, "queued"]], "stored messages after re-sends");
       mustEqual(raw[0]?.content, userText("pay alice 10 €"), "m1's stored content is the first send's");
+    }),
+};
+
+/**
+ * Sends at once: a double click or a load balancer's re-POST sends one message twice concurrently
+ * (spec §4.4), and a user or a queue sends several messages close together. A store whose append
+ * reads, then writes in another statement without the conversation's lock (a plain SELECT under
+ * MariaDB's REPEATABLE READ, then an INSERT) passed every check that appends one at a time.
+ */
+const AT_ONCE = 8;
+
+/** Every append of `sends` settled fulfilled, else a failure naming each rejection. */
+function allAppended(sends: PromiseSettledResult<AppendResult>[], what: string): AppendResult[] {
+  const failed = sends.flatMap((s, i) => (s.status === "rejected" ? [`send ${i + 1}: ${describeError(s.reason)}`] : []));
+  must(failed.length === 0, `${what}: every send must be answered from the store, but ${failed.join("; ")}`);
+  return sends.map((s) => (s as PromiseFulfilledResult<AppendResult>).value);
+}
+
+export const concurrentSendsOfOneMessage: ConversationCheckSpec = {
+  rule: "TURN-2",
+  name: "of 8 concurrent sends of one message id (a double click, a re-POST; across 4 instances when shared), to a new conversation and to one with a message, exactly one appends, every send resolves to the stored message, and it is stored once",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const stores = await racers(subject, fixture, 4);
+      for (const earlier of [false, true]) {
+        const c = freshConversation();
+        const where = earlier ? "after an earlier message" : "in a new conversation";
+        if (earlier) await fixture.store.appendUserMessage(c, { id: "m0", content: userText("earlier") });
+        const sends = await Promise.allSettled(Array.from({ length: AT_ONCE }, (_, i) => stores[i % stores.length]!.appendUserMessage(c, { id: "m1", content: userText("pay alice") })));
+        const results = allAppended(sends, `${AT_ONCE} concurrent sends of m1 ${where}`);
+        const appended = results.filter((r) => r.appended).length;
+        must(appended === 1, `${AT_ONCE} concurrent sends of m1 ${where}: exactly one must append it, ${appended} did (${show(results)})`);
+        const seq = earlier ? 2 : 1;
+        const stored = expectedMessage({ id: "m1", content: userText("pay alice"), seq, state: "queued" });
+        for (const [i, r] of results.entries()) mustEqual({ reopened: r.reopened, message: r.message }, { reopened: false, message: stored }, `send ${i + 1} of m1 ${where}`);
+        const raw = await storageAgrees(fixture, fixture.store, c, `after the concurrent sends ${where}`);
+        mustEqual(raw.map((m) => [m.id, m.seq]), [...(earlier ? [["m0", 1]] : []), ["m1", seq]], `stored messages after the concurrent sends ${where}`);
+      }
     }),
 };
 
@@ -541,6 +579,43 @@ export const oneAtATimeInArrivalOrder: ConversationCheckSpec = {
       mustEqual(s4.message.id, "m-late", "the late message is answered next");
       await mustCommit(store, c, commitFor(s4, fence), "answer m-late");
       mustEqual(await store.beginTurn(c, fence), undefined, "beginTurn with nothing waiting");
+    }),
+};
+
+export const concurrentMessagesOwnSeqs: ConversationCheckSpec = {
+  rule: "TURN-9",
+  name: "8 messages sent at once to one conversation (across 4 instances when shared) are all queued, each with its own seq from 1 to 8 as stored, and answered one at a time in that order",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const stores = await racers(subject, fixture, 4);
+      const c = freshConversation();
+      const ids = Array.from({ length: AT_ONCE }, (_, i) => `m${i + 1}`);
+      const sends = await Promise.allSettled(ids.map((id, i) => stores[i % stores.length]!.appendUserMessage(c, { id, content: userText(`message ${id}`) })));
+      const results = allAppended(sends, `${AT_ONCE} messages sent at once`);
+      must(
+        results.every((r) => r.appended && !r.reopened && r.message.state === "queued"),
+        `${AT_ONCE} messages sent at once: each must be appended and queued, got ${show(results.map((r) => [r.message.id, r.appended, r.message.state]))}`,
+      );
+      const seqs = results.map((r) => r.message.seq);
+      mustEqual(
+        [...seqs].sort((a, b) => a - b),
+        ids.map((_, i) => i + 1),
+        `the seqs the ${AT_ONCE} appends answered (${show(Object.fromEntries(results.map((r) => [r.message.id, r.message.seq])))}): each message its own, 1 to ${AT_ONCE}`,
+      );
+      const raw = await storageAgrees(fixture, fixture.store, c, `after ${AT_ONCE} messages sent at once`);
+      mustEqual(
+        Object.fromEntries(raw.map((m) => [m.id, m.seq])),
+        Object.fromEntries(results.map((r) => [r.message.id, r.message.seq])),
+        "each message's stored seq is the one its append answered",
+      );
+      const fence = await acquire(fixture.store, c, "worker-a");
+      const answered: string[] = [];
+      for (let turn = 0; turn < AT_ONCE; turn++) {
+        const snapshot = await mustBegin(fixture.store, c, fence, `begin turn ${turn}`);
+        answered.push(snapshot.message.id);
+        await mustCommit(fixture.store, c, commitFor(snapshot, fence), `answer ${snapshot.message.id}`);
+      }
+      mustEqual(answered, raw.map((m) => m.id), "messages are answered in their seq order");
     }),
 };
 
@@ -1082,6 +1157,41 @@ export const resendAfterOtherBoundStaysFailed: ConversationCheckSpec = {
       await mustCommit(store, c, commitFor(next, fence), "answer m2");
       mustEqual((await store.appendUserMessage(c, { id: "m1", content: userText("pay alice") })).reopened, false, "re-send of m1 after m2 was answered");
       mustEqual(await store.beginTurn(c, fence), undefined, "nothing waits after the refused re-send");
+    }),
+};
+
+export const resendRacingBeginTurn: ConversationCheckSpec = {
+  rule: "TURN-12",
+  name: "a re-send of a failed message racing beginTurn of the next message (both issue orders, 4 rounds each; across instances when shared) ends as one serial order does: the failed message reopened and begun, or the next one bound and the failed one still failed",
+  run: (subject) =>
+    withConversationFixture(subject, async (fixture) => {
+      const [holder, sender] = [fixture.store, (await racers(subject, fixture, 2)).at(-1)!];
+      for (const resendFirst of [true, false]) {
+        for (let round = 1; round <= 4; round++) {
+          const where = `${resendFirst ? "re-send issued first" : "beginTurn issued first"}, round ${round}`;
+          const c = freshConversation();
+          await holder.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+          const fence = await acquire(holder, c, "worker-a");
+          await mustBegin(holder, c, fence, `${where}: begin m1`);
+          await holder.failMessage(c, fence, "m1", { failed: "m1" });
+          await holder.appendUserMessage(c, { id: "m2", content: userText("pay bob") });
+          const resend = () => sender.appendUserMessage(c, { id: "m1", content: userText("pay alice") });
+          const begin = () => holder.beginTurn(c, fence);
+          const [sent, begun] = resendFirst ? await Promise.all([resend(), begin()]) : (await Promise.all([begin(), resend()])).reverse() as [AppendResult, TurnSnapshot | undefined];
+          must(begun !== undefined, `${where}: beginTurn found nothing to begin though m2 waits`);
+          const states = Object.fromEntries((await fixture.raw.messages(c)).map((m) => [m.id, m.state]));
+          if (sent.reopened) {
+            must(
+              begun!.message.id === "m1",
+              `${where}: the re-send reopened m1 though beginTurn bound m2 at its index (${show(states)}): m1's retry would run at a later index, with new keys, and make its effects again`,
+            );
+            mustEqual(states, { m1: "in_progress", m2: "queued" }, `${where}: stored states after m1 was reopened and begun`);
+          } else {
+            mustEqual([begun!.message.id, begun!.turnIndex], ["m2", 0], `${where}: the re-send did not reopen m1, so beginTurn bound m2 at the failed index`);
+            mustEqual(states, { m1: "failed", m2: "in_progress" }, `${where}: stored states after m2 was bound (m1 stays failed)`);
+          }
+        }
+      }
     }),
 };
 
@@ -1639,6 +1749,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   appendIsIdempotent,
   resendRecognisedAfterManyMessages,
   resendOfAnsweredChangesNothing,
+  concurrentSendsOfOneMessage,
   badIdsRefused,
   idsComparedExactly,
   idsNotMatchedAsPatterns,
@@ -1653,6 +1764,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   largeHistoryAllReturned,
   nonJsonRefused,
   oneAtATimeInArrivalOrder,
+  concurrentMessagesOwnSeqs,
   leaseExclusive,
   leaseTakeoverAfterExpiry,
   turnLeaseFenceAcrossDigits,
@@ -1673,6 +1785,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   newMessageTakesFailedIndex,
   resendAfterOtherBoundStaysFailed,
   reopenedGoesFirst,
+  resendRacingBeginTurn,
   ...REOPEN_WINDOW_CHECKS,
   ...BOUND_AT_CHECKS,
   listedReopenableExact,
