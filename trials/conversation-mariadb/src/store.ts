@@ -40,6 +40,10 @@ export interface MariaDbConversationStoreOptions {
   clockOffsetMs?: () => number;
   /** Bound on how long a statement waits for a row lock, seconds (TURN-10). */
   lockWaitTimeoutS?: number;
+  /** Most connections of the pool. Default 8. */
+  connectionLimit?: number;
+  /** Idle connections kept open. Default connectionLimit (mysql2's). */
+  maxIdle?: number;
 }
 
 const MAX_MESSAGE_ID_LENGTH = 256;
@@ -86,11 +90,22 @@ export class MariaDbConversationStore implements ConversationStore {
     this.t = options.table ?? "dispatch_once";
     if (!/^[A-Za-z0-9_]{1,40}$/.test(this.t)) throw new InvalidStoreInputError("table", "must be 1 to 40 letters, digits or _");
     this.offset = options.clockOffsetMs ?? (() => 0);
-    this.pool = mysql.createPool({ uri: options.uri, connectionLimit: 8, charset: "utf8mb4", connectTimeout: 3000, jsonStrings: true });
+    this.pool = mysql.createPool({
+      uri: options.uri,
+      connectionLimit: options.connectionLimit ?? 8,
+      ...(options.maxIdle !== undefined ? { maxIdle: options.maxIdle, idleTimeout: 1000 } : {}),
+      charset: "utf8mb4",
+      connectTimeout: 3000,
+      jsonStrings: true,
+    });
     const wait = options.lockWaitTimeoutS ?? 5;
     this.pool.on("connection", (c) => {
-      // A holder stopped inside a write keeps its row locks: bound the wait of everyone else (TURN-10).
-      c.query(`SET SESSION innodb_lock_wait_timeout = ${wait}, wait_timeout = 60`);
+      // A holder stopped inside a write keeps its row locks: bound the wait of everyone else, and
+      // how long the server keeps a transaction whose client went quiet (TURN-10). Not wait_timeout:
+      // it closed idle pooled connections too, and the pool then handed a dead one to the next call
+      // (store_unavailable with no fault). The store clock is epoch ms: UNIX_TIMESTAMP(NOW(3)) in a
+      // session time zone with daylight saving steps back an hour at the fold.
+      c.query(`SET SESSION innodb_lock_wait_timeout = ${wait}, idle_transaction_timeout = 30, time_zone = '+00:00'`);
     });
   }
 
