@@ -261,6 +261,8 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     return { violations, timeline: renderTimeline(ctx, world, workers.length), stats: caseStats(ctx, Date.now() - ctx.started) };
   } finally {
     for (const w of workers) w.retire();
+    // The oracle has read them: a store over a server holds connections until it is closed.
+    for (const { store } of stores.values()) await store.close().catch(() => {});
     await fixture.destroy().catch(() => {});
   }
 }
