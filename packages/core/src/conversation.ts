@@ -329,8 +329,19 @@ export interface FailedTurnsPage {
 }
 
 /**
- * Where conversations live. Every method is atomic per conversation. Stores that cannot reach
- * or trust their storage raise `store_unavailable` / `store_corrupt`, never "absent".
+ * Where conversations live. Every method is atomic per conversation: a method that writes reads
+ * what it decides on under the same lock as its write (an append read in one statement and
+ * written in another races with a concurrent send of the same or the next message). Stores that
+ * cannot reach or trust their storage raise `store_unavailable` / `store_corrupt`, never "absent".
+ *
+ * Ids: a conversation id matches CONVERSATION_ID_PATTERN (KEY-2); a message id is a non-empty,
+ * well-formed string of at most 256 UTF-16 code units. Anything else is refused with
+ * `invalid_store_input` naming `conversationId` or `messageId` before storage is touched, and ids
+ * are compared exactly (TURN-19: no case folding, no PAD SPACE collation, no truncation).
+ *
+ * A fence holds the lease while it is the conversation's latest grant and was not released:
+ * expiry alone only lets another holder take it, so an expired lease nobody took still holds for
+ * renewLease, beginTurn, commitTurn and failMessage.
  */
 export interface ConversationStore {
   readonly capabilities: ConversationStoreCapabilities;
@@ -413,7 +424,9 @@ export interface ConversationStore {
   /**
    * Under the lease: the in-progress message `messageId` failed; store the failed-turn record
    * beside the conversation (never in the log, RECORD-4) and set the message to "failed".
-   * `conversation_lease_lost` if `fence` does not hold the lease.
+   * `conversation_lease_lost` if `fence` does not hold the lease; `invalid_store_input` naming
+   * `messageId` if the message is not the one in progress (queued, failed, answered or unknown),
+   * with nothing stored.
    */
   failMessage(conversationId: string, fence: number, messageId: string, record: JsonValue): Promise<void>;
 

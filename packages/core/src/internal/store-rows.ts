@@ -34,7 +34,12 @@ export function checkStoreJson(field: string, value: unknown): void {
   }
 }
 
-/** The value of stored JSON text; text that does not parse is corruption, never "absent". */
+/**
+ * The value of stored JSON text; text that does not parse is corruption, never "absent". Keep the
+ * text in a text column: a driver may hand a JSON column type back parsed (mysql2 does, unless
+ * `jsonStrings: true`), which is not text and so `store_corrupt`, and a server's JSON type may
+ * refuse what TURN-18 keeps (MariaDB's JSON_VALID check refuses nesting deeper than 32).
+ */
 export function decodeStoreJson(conversationId: string, what: string, text: unknown): JsonValue {
   if (typeof text !== "string") throw new StoreCorruptError(conversationId, `${what} is not JSON text (${text === null ? "null" : typeof text})`);
   try {
