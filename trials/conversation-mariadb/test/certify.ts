@@ -10,7 +10,9 @@ const arg = (name: string) => {
 const runs = Number(arg("--runs") ?? 100);
 const seed = arg("--seed") === undefined ? 2026 : Number(arg("--seed"));
 const only = arg("--only");
-let checks = conversationStoreChecks(subject(), { runs, seed });
+const storePath = arg("--store");
+const Store = storePath === undefined ? undefined : ((await import(new URL(storePath, `file://${process.cwd()}/`).href)) as { MariaDbConversationStore: never }).MariaDbConversationStore;
+let checks = conversationStoreChecks(Store === undefined ? subject() : subject(Store, `mutant ${storePath}`), { runs, seed });
 if (only !== undefined) checks = checks.filter((c) => `${c.rule} ${c.name}`.includes(only));
 const report = await runChecks(checks, { subject: "conversation-mariadb" });
 console.log(renderReportTable(report));

@@ -7,15 +7,16 @@ import { MariaDbConversationStore } from "../src/store.js";
 export const URI = process.env.MARIADB_URL ?? "mysql://root@127.0.0.1:3306/test";
 const PREFIX = "outstore_";
 
-export function subject(): ConversationStoreSubject {
+export function subject(Store: typeof MariaDbConversationStore = MariaDbConversationStore, name = "conversation-mariadb (outside team)"): ConversationStoreSubject {
   return {
-    name: "conversation-mariadb (outside team)",
+    name,
     capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, recordsWithCommit: true },
     async create() {
       const table = `${PREFIX}${randomUUID().replaceAll("-", "").slice(0, 20)}`;
       const instances: MariaDbConversationStore[] = [];
       const open = async () => {
-        const s = await MariaDbConversationStore.open({ uri: URI, table });
+        const s = new Store({ uri: URI, table });
+        await (s as unknown as { migrate(): Promise<void> }).migrate();
         instances.push(s);
         return s;
       };
@@ -76,7 +77,7 @@ export function subject(): ConversationStoreSubject {
             await q(`SET SESSION check_constraint_checks = 1`);
           },
           async disconnected() {
-            return new MariaDbConversationStore({ uri: "mysql://root@127.0.0.1:1/test", table });
+            return new Store({ uri: "mysql://root@127.0.0.1:1/test", table });
           },
         },
         async destroy() {
