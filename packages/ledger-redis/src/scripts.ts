@@ -207,7 +207,14 @@ if not retired then
   -- One call claims an absent key, or returns the value that is there (WRONGTYPE if not a string).
   -- Only this claim, the one that creates the row, stores the caller's request (#: its UTF-8 bytes).
   old = redis.pcall('SET', key, claimed('1', string.format('%d', #ARGV[6]), ARGV[6], ARGV[1]), 'NX', 'GET')
-  if type(old) == 'table' and old.err then return {'corrupt', old.err} end
+  -- Only WRONGTYPE says the row is damaged. SET is a write, so the server may also refuse it
+  -- whole (OOM under noeviction, READONLY on a replica, MISCONF after a failed snapshot): nothing
+  -- was written, and that refusal goes back as the error reply it is (ledger_unavailable), never
+  -- as a row that cannot be read (LEDGER-12).
+  if type(old) == 'table' and old.err then
+    if string.sub(old.err, 1, 9) == 'WRONGTYPE' then return {'corrupt', old.err} end
+    return old
+  end
   if not old then
     -- The row is new: into the in-flight index and the in-flight listing (WRITERS' index() and
     -- relist(nil, 'in_flight'), written out so that this path makes no more functions).
