@@ -820,13 +820,27 @@ export class PostgresLedger implements Ledger {
     } catch (error) {
       // A server error (it has a SQLSTATE and a severity) leaves the connection usable; a
       // timeout or a broken connection does not: destroy it.
-      const serverError = typeof (error as { severity?: unknown }).severity === "string" && !(error instanceof DeadlineError);
-      client.release(serverError ? undefined : (error as Error));
+      client.release(sessionSurvives(error) ? undefined : (error as Error));
       throw error;
     }
     client.release();
     return result;
   }
+}
+
+/**
+ * Whether the connection a statement failed on can serve the next one: a server error (it has a
+ * SQLSTATE and a severity), unless it ended the session. The server closes the session after a
+ * FATAL or PANIC (57P01 admin_shutdown from a fast shutdown or pg_terminate_backend, 57P02, 57P03)
+ * and its socket closes a moment later; put back in the pool in between, the dead connection was
+ * handed to the next operation, which failed with "Connection terminated unexpectedly" although
+ * the server answered again. The severity is in the server's language, so the code decides too.
+ */
+function sessionSurvives(error: unknown): boolean {
+  if (error instanceof DeadlineError) return false;
+  const { severity, code } = error as { severity?: unknown; code?: unknown };
+  if (typeof severity !== "string" || severity === "FATAL" || severity === "PANIC") return false;
+  return !(typeof code === "string" && (code.startsWith("57P") || code.startsWith("08")));
 }
 
 /** Pool clients that carry the ledger's own 'error' listener (see send()). */
