@@ -232,6 +232,11 @@ export class SqliteConversationStore implements ConversationStore {
           db.pragma(`synchronous = ${options.synchronous ?? "FULL"}`);
         } else {
           journalMode = String(db.pragma("journal_mode", { simple: true })).toLowerCase();
+          // Read the file once before reading synchronous: until a connection first reads a WAL file,
+          // SQLite reports FULL for a setting the application never made, then runs with
+          // SQLITE_DEFAULT_WAL_SYNCHRONOUS (NORMAL in better-sqlite3's build). Read before, a brought
+          // connection on a new file was declared durable and ran with NORMAL (LEDGER-14, TURN-14).
+          db.prepare("SELECT count(*) FROM sqlite_master").pluck().get();
         }
         const synchronous = Number(db.pragma("synchronous", { simple: true }));
         if (options.migrate ?? true) migrateTables(db, prefix, this.tables);

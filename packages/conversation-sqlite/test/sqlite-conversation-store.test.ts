@@ -193,6 +193,18 @@ describe("TURN-14 durability is declared from the connection's settings", () => 
     await clocked.close();
   });
 
+  it("TURN-14 a brought connection on a new file, journal_mode set to WAL and synchronous never set, is declared by the setting it runs with (volatile), not the one it reported before the file was first read", async () => {
+    // SQLite (as better-sqlite3 builds it, SQLITE_DEFAULT_WAL_SYNCHRONOUS=1) reports FULL until the
+    // connection first reads the file in WAL mode, then runs with NORMAL unless the application set it.
+    const db = new Database(freshPath());
+    db.pragma("journal_mode = WAL");
+    const store = new SqliteConversationStore({ database: db });
+    const runsWith = Number(db.pragma("synchronous", { simple: true }));
+    expect([store.capabilities.durability, runsWith]).toEqual([runsWith >= 2 ? "durable" : "volatile", runsWith]);
+    await store.close();
+    db.close();
+  });
+
   it("a brought connection keeps its settings, is not closed, and is refused while inside the caller's transaction", async () => {
     const db = new Database(freshPath());
     db.pragma("journal_mode = WAL");

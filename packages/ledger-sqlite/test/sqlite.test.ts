@@ -111,6 +111,21 @@ describe("schema and settings", () => {
     expect(memory.capabilities).toMatchObject({ durability: "volatile", sharedAcrossProcesses: false });
   });
 
+  it("LEDGER-14 a brought connection on a new file, journal_mode set to WAL and synchronous never set, is declared by the setting it runs with (volatile), not the one it reported before the file was first read", async () => {
+    // SQLite (as better-sqlite3 builds it, SQLITE_DEFAULT_WAL_SYNCHRONOUS=1) reports FULL until the
+    // connection first reads the file in WAL mode, then runs with NORMAL unless the application set
+    // synchronous itself: read before that, a connection that loses the last commits on power
+    // loss was declared durable.
+    const own = new Database(join(dir, "fresh-wal.db"));
+    own.pragma("journal_mode = WAL");
+    const adopted = new SqliteLedger({ database: own });
+    expect(await adopted.claim(request("a"))).toMatchObject({ outcome: "claimed", fence: 1 });
+    const runsWith = Number(own.pragma("synchronous", { simple: true }));
+    expect([adopted.capabilities.durability, runsWith]).toEqual([runsWith >= 2 ? "durable" : "volatile", runsWith]);
+    await adopted.close();
+    own.close();
+  });
+
   it("adopts a connection it is given: reads its settings, never changes or closes it", async () => {
     const own = new Database(join(dir, "own.db"));
     own.pragma("journal_mode = WAL");
