@@ -155,7 +155,7 @@ describe("PostgreSQL answers with an error class of its own", () => {
   it.each([
     ["pg_terminate_backend", /57P01/],
     ["pg_cancel_backend", /57014/],
-  ] as const)("LEDGER-12 %s of the ledger's backend while its statement waits: ledger_unavailable, and the ledger's next operation answers (the connection is not handed out again)", async (signal, said) => {
+  ] as const)("ERR-5 LEDGER-12 %s of the ledger's backend while its statement waits: ledger_unavailable, and the ledger's next operation answers (the connection is not handed out again)", async (signal, said) => {
     const s = await subject();
     await s.ledger.lookup("warm-up");
     const error = await whileWaiting(s.schema, signal, () => s.ledger.lookup("k1"));

@@ -114,7 +114,7 @@ async function refusal(promise: Promise<unknown>): Promise<unknown> {
 }
 
 describe.each(REFUSALS)("Redis refuses writes: %s", (_name, refuse, said) => {
-  it("LEDGER-12 DISPATCH-10 a claim of a new key is ledger_unavailable (retryable, not corrupt); the tool does not run and no row is written; once healed the call runs once", async () => {
+  it("ERR-5 LEDGER-12 DISPATCH-10 a claim of a new key is ledger_unavailable (retryable, not corrupt); the tool does not run and no row is written; once healed the call runs once", async () => {
     const s = subject();
     await s.ledger.lookup("warm-up");
     await refuse();
@@ -130,7 +130,7 @@ describe.each(REFUSALS)("Redis refuses writes: %s", (_name, refuse, said) => {
     expect(s.effects).toHaveLength(1);
   });
 
-  it("LEDGER-12 a replay that meets the refusal is ledger_unavailable, not ledger_corrupt; the completed row is untouched and answers the replay once healed", async () => {
+  it("ERR-5 a replay that meets the refusal is ledger_unavailable, not ledger_corrupt; the completed row is untouched and answers the replay once healed", async () => {
     const s = subject();
     const first = await s.dispatch();
     await refuse();
