@@ -152,6 +152,41 @@ describe("PostgreSQL answers with an error class of its own", () => {
     expect(s.effects).toHaveLength(1);
   });
 
+  it("ERR-5 LEDGER-12 55P03 a lock held past the role's lock_timeout at the claim: ledger_unavailable naming it; the tool does not run, nothing written", async () => {
+    const s = await subject();
+    await s.ledger.lookup("warm-up");
+    await admin.query(`ALTER ROLE ${role} SET lock_timeout = '50ms'`);
+    await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, [role]);
+    const locker = await admin.connect();
+    try {
+      await locker.query("BEGIN");
+      await locker.query(`LOCK TABLE "${s.schema}".dispatch_once_ledger IN ACCESS EXCLUSIVE MODE`);
+      const error = await refusal(s.dispatch());
+      expect(isDispatchOnceError(error, "ledger_unavailable"), String(error)).toBe(true);
+      expect((error as Error).message).toMatch(/55P03/);
+      expect(retryableOf(error)).toBe("same_message");
+    } finally {
+      await locker.query("ROLLBACK");
+      locker.release();
+    }
+    expect(s.effects).toHaveLength(0);
+    expect(await s.rows()).toEqual([]);
+  });
+
+  it("ERR-5 53100 disk_full, SIMULATED (a trigger raises that SQLSTATE; a real full disk is not produced here) at the completion after the payment ran: ledger_unavailable, effect possibly, the row in flight", async () => {
+    const s = await subject();
+    await admin.query(`CREATE FUNCTION "${s.schema}".disk_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = '53100'; END $$`);
+    s.setDuring(async () => {
+      await admin.query(`CREATE TRIGGER disk_full BEFORE UPDATE ON "${s.schema}".dispatch_once_ledger FOR EACH ROW EXECUTE FUNCTION "${s.schema}".disk_full()`);
+    });
+    const error = await refusal(s.dispatch());
+    expect(isDispatchOnceError(error, "ledger_unavailable"), String(error)).toBe(true);
+    expect((error as Error).message).toMatch(/No space left on device \(53100\)/);
+    expect(effectOf(error)).toBe("possibly");
+    expect(await s.rows()).toEqual([["in_flight", 1]]);
+    expect(s.effects).toHaveLength(1);
+  });
+
   it.each([
     ["pg_terminate_backend", /57P01/],
     ["pg_cancel_backend", /57014/],
