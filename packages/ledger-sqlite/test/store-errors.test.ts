@@ -131,7 +131,7 @@ describe("SQLite answers with an error class of its own", () => {
     const path = join(dir, "ledger.db");
     const writer = new SqliteLedger({ path });
     const first = await payments(writer).dispatch();
-    writer.close();
+    await writer.close();
     const reader = connection(path, { readonly: true });
     reader.pragma("synchronous = FULL"); // per connection: what the ledger reads to declare itself durable
     const ledger = new SqliteLedger({ database: reader });
@@ -153,7 +153,7 @@ describe("SQLite answers with an error class of its own", () => {
     expectUnavailable(await refusal(ledger.listRows({})), /no such table/);
     expectUnavailable(await refusal(pay.dispatch()), /no such table/);
     expect(pay.effects).toHaveLength(1);
-    ledger.close();
+    await ledger.close();
   });
 
   it("LEDGER-11 a file that is not a database: opening is a typed error naming the file and the cause, not a driver error", () => {
