@@ -45,12 +45,26 @@ function reword(call: ScriptedFunctionCall, rng: Rng, attempt: number): Record<s
   return args;
 }
 
-function serialise(value: unknown, rng: Rng, spaced: boolean): string {
+/** `spell`: the raw text of top-level number members (a call's `spell`), which must parse to the same value. */
+function serialise(value: unknown, rng: Rng, spaced: boolean, spell?: Record<string, string>): string {
   if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
   if (Array.isArray(value)) return `[${value.map((v) => serialise(v, rng, spaced)).join(spaced ? ", " : ",")}]`;
   const record = value as Record<string, unknown>;
   const keys = rng.shuffle(Object.keys(record).filter((k) => record[k] !== undefined));
-  return `{${keys.map((k) => `${JSON.stringify(k)}:${spaced ? " " : ""}${serialise(record[k], rng, spaced)}`).join(spaced ? ", " : ",")}}`;
+  const member = (k: string) => (spell !== undefined && Object.hasOwn(spell, k) ? spelt(k, spell[k]!, record[k]) : serialise(record[k], rng, spaced));
+  return `{${keys.map((k) => `${JSON.stringify(k)}:${spaced ? " " : ""}${member(k)}`).join(spaced ? ", " : ",")}}`;
+}
+
+/** A number member's given spelling, refused unless it is JSON text of the member's own value. */
+function spelt(name: string, text: string, value: unknown): string {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  if (typeof value !== "number" || parsed !== value) throw new MockOpenAIError("invalid_turn", `spell ${JSON.stringify(name)}: ${JSON.stringify(text)} is not a spelling of ${JSON.stringify(value)}`);
+  return text;
 }
 
 function split(text: string, rng: Rng): string[] {
@@ -127,7 +141,7 @@ export function renderResponse(scripted: ScriptedResponse, options: RenderOption
     }
     const ordinal = calls.length;
     const args = reword(out, rng, options.attempt);
-    const json = serialise(args, rng, rng.next() < 0.5);
+    const json = serialise(args, rng, rng.next() < 0.5, out.spell);
     const fragments = split(json, rng);
     const call: RenderedCall = { id: mintId("fc_", rng), callId: mintId("call_", rng), name: out.name, arguments: args, json, fragments };
     calls.push(call);

@@ -4,11 +4,12 @@ import type { ResponsesRequest, Script, ScriptedFunctionCall, ScriptedReasoning,
 export const text = (value: string): ScriptedText => ({ type: "text", text: value });
 export const reasoning = (summary: string): ScriptedReasoning => ({ type: "reasoning", summary });
 export const say = (value: string): ScriptedResponse => ({ output: [text(value)] });
-export const call = (name: string, args: Record<string, unknown>, options: { reword?: string[] } = {}): ScriptedFunctionCall => ({
+export const call = (name: string, args: Record<string, unknown>, options: { reword?: string[]; spell?: Record<string, string> } = {}): ScriptedFunctionCall => ({
   type: "function_call",
   name,
   arguments: args,
   ...(options.reword !== undefined ? { reword: options.reword } : {}),
+  ...(options.spell !== undefined ? { spell: options.spell } : {}),
 });
 export const respond = (...output: ScriptedResponse["output"]): ScriptedResponse => ({ output });
 

@@ -14,6 +14,8 @@ export interface ScriptedFunctionCall {
   name: string;
   arguments: Record<string, unknown>;
   reword?: string[];
+  /** Raw JSON text of top-level number members (`"1.25e5"` for 125000): the same value, spelt otherwise; another value is refused. */
+  spell?: Record<string, string>;
 }
 
 /**

@@ -405,4 +405,20 @@ describe("control endpoints and CLI", () => {
       child.kill("SIGTERM");
     }
   });
+
+  it("a call's number member is streamed as its given spelling (spell), the same value; another value's spelling is refused", async () => {
+    await mock.close();
+    mock = await startMockOpenAI({
+      script: scriptFromPlans({ pay: respond(call("send_payment", PAY, { spell: { amount: "125000.0" } })), wrong: respond(call("send_payment", PAY, { spell: { amount: "1e2" } })) }),
+      seed: "spell",
+    });
+    client = new OpenAI({ baseURL: mock.baseURL, apiKey: "test-key", maxRetries: 0 });
+    const { events } = await drain("pay");
+    const done = events.find((e) => e.type === "response.output_item.done") as { item: { arguments: string } } | undefined;
+    expect(done!.item.arguments).toMatch(/"amount":\s?125000\.0/);
+    expect(JSON.parse(done!.item.arguments)).toEqual(PAY);
+    const refused = await drain("wrong");
+    expect(refused.error).toBeDefined();
+    expect(mock.requests[1]!.error).toContain('spell "amount": "1e2" is not a spelling of 125000');
+  });
 });

@@ -112,8 +112,11 @@ function rewordInput(call: ScriptedToolUse, rng: Rng, attempt: number): Record<s
   return input;
 }
 
-/** Serialise with a seeded key order per object and the chosen whitespace style. */
-export function serialiseArguments(value: unknown, rng: Rng, style: WhitespaceStyle, depth = 0): string {
+/**
+ * Serialise with a seeded key order per object and the chosen whitespace style; `spell` gives the
+ * raw text of top-level number members (a call's `spell`), which must parse to the same value.
+ */
+export function serialiseArguments(value: unknown, rng: Rng, style: WhitespaceStyle, depth = 0, spell?: Record<string, string>): string {
   const indent = (d: number) => "  ".repeat(d);
   if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
   if (Array.isArray(value)) {
@@ -125,11 +128,26 @@ export function serialiseArguments(value: unknown, rng: Rng, style: WhitespaceSt
   const keys = rng.shuffle(Object.keys(value as Record<string, unknown>).filter((k) => (value as Record<string, unknown>)[k] !== undefined));
   if (keys.length === 0) return "{}";
   const parts = keys.map((k) => {
-    const v = serialiseArguments((value as Record<string, unknown>)[k], rng, style, depth + 1);
+    const member = (value as Record<string, unknown>)[k];
+    const v = spell !== undefined && Object.hasOwn(spell, k) ? spelt(k, spell[k]!, member) : serialiseArguments(member, rng, style, depth + 1);
     return style === "compact" ? `${JSON.stringify(k)}:${v}` : `${JSON.stringify(k)}: ${v}`;
   });
   if (style === "pretty") return `{\n${parts.map((p) => indent(depth + 1) + p).join(",\n")}\n${indent(depth)}}`;
   return `{${parts.join(style === "spaced" ? ", " : ",")}}`;
+}
+
+/** A number member's given spelling, refused unless it is JSON text of the member's own value. */
+function spelt(name: string, text: string, value: unknown): string {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  if (typeof value !== "number" || parsed !== value) {
+    throw new MockProviderError("invalid_turn", `spell ${JSON.stringify(name)}: ${JSON.stringify(text)} is not a spelling of ${JSON.stringify(value)}`);
+  }
+  return text;
 }
 
 /** Cut JSON text into fragments on code point boundaries; the first fragment is often empty, as the API's is. */
@@ -302,7 +320,7 @@ export function renderTurn(turn: AssistantTurn, options: RenderOptions): Rendere
     const ordinal = toolUses.length;
     const id = mintId("toolu_01", ids);
     const input = rewordInput(item, rng, options.attempt);
-    const whole = serialiseArguments(input, rng, style);
+    const whole = serialiseArguments(input, rng, style, 0, item.spell);
     // A call cut by the output limit: its JSON stops part-way and never parses.
     const json = last ? cut(whole) : whole;
     const fragments = fragment(json, rng);

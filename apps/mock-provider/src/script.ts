@@ -11,9 +11,9 @@ export function say(text: string): ScriptedText {
 export function toolUse(
   name: string,
   input: Record<string, unknown>,
-  options: { reword?: string[] | Record<string, string[]> } = {},
+  options: { reword?: string[] | Record<string, string[]>; spell?: Record<string, string> } = {},
 ): ScriptedToolUse {
-  return options.reword ? { type: "tool_use", name, input, reword: options.reword } : { type: "tool_use", name, input };
+  return { type: "tool_use", name, input, ...(options.reword ? { reword: options.reword } : {}), ...(options.spell ? { spell: options.spell } : {}) };
 }
 
 /** A scripted turn; it stops with `tool_use` when it calls a tool, `end_turn` otherwise. */

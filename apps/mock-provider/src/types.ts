@@ -20,6 +20,12 @@ export interface ScriptedToolUse {
   name: string;
   input: Record<string, unknown>;
   reword?: string[] | Record<string, string[]>;
+  /**
+   * How top-level number members are written in the streamed JSON, as a model may write them
+   * (`"1.25e5"` or `"125000.0"` for 125000): raw JSON text that must parse to the member's value.
+   * The value is unchanged; only its spelling is (a spelling of another value is refused).
+   */
+  spell?: Record<string, string>;
 }
 
 export type ScriptedContent = ScriptedText | ScriptedToolUse;

@@ -230,3 +230,19 @@ describe("the scripted model across responses", () => {
     expect(a.map((r) => r.attempt)).toEqual([1, 2, 1, 1]);
   });
 });
+
+describe("a call's number spellings (spell)", () => {
+  it("streams the given text for a number member, which the SDK parses to the same value; another value's spelling is refused", async () => {
+    const spelt = scriptFromPlans({
+      "pay acme": turn(toolUse("send_payment", payment, { spell: { amount_cents: "1.25e5" } })),
+      "pay wrong": turn(toolUse("send_payment", payment, { spell: { amount_cents: "125001" } })),
+    });
+    const { provider, client } = await setupProvider({ script: spelt, seed: 3 });
+    const message = await client.messages.stream(body("pay acme")).finalMessage();
+    expect((message.content[0] as { input: unknown }).input).toEqual(payment);
+    expect(provider.requests[0]!.toolUses[0]!.json).toMatch(/"amount_cents":\s*1\.25e5/);
+    const refused = await client.messages.stream(body("pay wrong")).finalMessage().catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(Error);
+    expect(provider.requests[1]!.error).toContain('spell "amount_cents": "125001" is not a spelling of 125000');
+  });
+});
