@@ -4,9 +4,12 @@
  * the answers every process gave its client.
  */
 import { mulberry32 } from "@dispatch-once/conformance/ledger";
+import * as openai from "@dispatch-once/mock-openai";
+import { lastUserPromptIndex, lastUserText, say, toolUse, turn, type Fault as AnthropicFault } from "@dispatch-once/mock-provider";
 import type { CallPoint, CrashPoint } from "./crash-protocol.js";
-import { EVERY_POINT, LEASE_MS, judgeAnswers, makeWorld, type ClientAnswer, type LedgerKind, type OwnProxies, type ProviderKind, type RunnerProcess } from "./crash-harness.js";
+import { EVERY_POINT, INVOICE_ACME, LEASE_MS, PAY_ACME, PAY_BOB, judgeAnswers, makeWorld, plans, responsesPlans, type AskedResponse, type ClientAnswer, type Effect, type LedgerKind, type ModelHooks, type OwnProxies, type ProviderKind, type RunnerProcess } from "./crash-harness.js";
 import type { StoreProxy } from "./stores.js";
+import type { LedgerRow } from "@dispatch-once/core";
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -58,6 +61,220 @@ export interface Scenario {
   rival: Rival;
   /** When the rival's message is sent, after the first runner stopped. */
   rivalDelayMs: number;
+  /** The provider dimension (drawn last); absent in scenarios written before it (the model answers as planned, the API never fails). */
+  model?: ModelDraw;
+}
+
+/**
+ * What the model answers to a later response of a turn's first request (the first response is as
+ * planned; the mocks vary member order, whitespace and argument fragments of every response, and
+ * re-word the memo of every later one, anyway):
+ * - `same`: as planned;
+ * - `number_spelling`: the amount written `125000.0` or `1.25e+5` (the same number, KEY-5);
+ * - `string_amount`: the amount written as a string (`"125000"`): refused by the tool's schema
+ *   (DISPATCH-2, IDENT-8's table), an error result the model reads;
+ * - `call_order`: the calls of a parallel turn in the other order (TURN-4);
+ * - `extra_call`: the first call once more, identical (DISPATCH-6: both run, ordinals 0 and 1);
+ * - `missing_call`: the last call left out (text only when there was one);
+ * - `split_payment`: the first call's amount split into two calls (100 000 + 25 000, 5 000 + 4 900);
+ * - `text_only`: no call, a sentence;
+ * - `other_tool_first`: a read (`check_balance`) before the planned calls.
+ */
+export type Variation = "same" | "number_spelling" | "string_amount" | "call_order" | "extra_call" | "missing_call" | "split_payment" | "text_only" | "other_tool_first";
+/**
+ * What the API does to one request of a turn's first request: an HTTP status before any byte
+ * (529 overloaded, 429 with retry-after, 500), an `error` event before the first call, inside its
+ * arguments or after its completing event (`content_block_stop`, `output_item.done`), a clean
+ * close before the finishing event (`message_stop`, `response.completed`) or right after the
+ * first call completed, or a connection reset right after it.
+ */
+export type ProviderFault =
+  | "none"
+  | "status_529"
+  | "status_429"
+  | "status_500"
+  | "error_before_call"
+  | "error_in_arguments"
+  | "error_after_call"
+  | "close_before_finish"
+  | "close_after_call"
+  | "cut_after_call";
+
+export interface ModelDraw {
+  /** Payments by `send_payment_noted`, whose identity holds the memo: a re-worded memo is another key (IDENT-8's "free text inside an identity"). */
+  memoInIdentity: boolean;
+  /** The 2nd, 3rd and every later response to one first request (counted per request body, as the mocks count attempts). */
+  variations: Variation[];
+  /** The 1st to 4th request of one first request (later ones: none). */
+  faults: ProviderFault[];
+  /** Which spelling `number_spelling` writes (0: `N.0`, 1: exponent form). */
+  spelling: number;
+}
+
+const VARIATIONS: Variation[] = ["same", "same", "same", "number_spelling", "string_amount", "call_order", "extra_call", "missing_call", "split_payment", "text_only", "other_tool_first"];
+const PROVIDER_FAULTS: ProviderFault[] = ["none", "none", "none", "none", "none", "status_529", "status_429", "status_500", "error_before_call", "error_in_arguments", "error_after_call", "close_before_finish", "close_after_call", "cut_after_call"];
+
+/** The provider dimension, drawn after everything else so every earlier draw of a seed stays what it was; a quarter of the scenarios run without it. */
+function drawModel(random: () => number): ModelDraw | undefined {
+  const on = random() < 0.75;
+  const memoInIdentity = random() < 0.2;
+  const variations = [0, 1, 2].map(() => VARIATIONS[Math.floor(random() * VARIATIONS.length)]!);
+  const faults = [0, 1, 2, 3].map(() => PROVIDER_FAULTS[Math.floor(random() * PROVIDER_FAULTS.length)]!);
+  const spelling = Math.floor(random() * 2);
+  return on ? { memoInIdentity, variations, faults, spelling } : undefined;
+}
+
+const describeModel = (m: ModelDraw | undefined) =>
+  m === undefined
+    ? ""
+    : `; model${m.memoInIdentity ? " (memo in the identity)" : ""}: later responses ${m.variations.join(", ")}; requests ${m.faults.join(", ")}`;
+
+/** A call as the scripted model writes it. */
+interface PlannedCall {
+  name: string;
+  input: Record<string, unknown>;
+  reword?: string[];
+  spell?: Record<string, string>;
+}
+
+/** What the model answers to the first request of a turn whose user said `content`, in this variation: its calls, or a sentence. */
+export function answerOf(content: string, draw: ModelDraw, variation: Variation): PlannedCall[] | string {
+  const pay = draw.memoInIdentity ? "send_payment_noted" : "send_payment";
+  const planned: PlannedCall[] =
+    content === "invoice acme"
+      ? [{ name: "create_invoice", input: INVOICE_ACME }]
+      : content === "pay acme and bob"
+        ? [
+            { name: pay, input: PAY_ACME, reword: ["memo"] },
+            { name: pay, input: PAY_BOB, reword: ["memo"] },
+          ]
+        : [{ name: pay, input: PAY_ACME, reword: ["memo"] }];
+  const [first, ...rest] = planned as [PlannedCall, ...PlannedCall[]];
+  const amount = first.input.amount as number;
+  switch (variation) {
+    case "same":
+      return planned;
+    case "number_spelling":
+      return [{ ...first, spell: { amount: draw.spelling === 0 ? `${amount}.0` : amount.toExponential() } }, ...rest];
+    case "string_amount":
+      return [{ ...first, input: { ...first.input, amount: String(amount) } }, ...rest];
+    case "call_order":
+      return [...planned].reverse();
+    case "extra_call":
+      return [...planned, first];
+    case "missing_call":
+      return planned.length > 1 ? planned.slice(0, -1) : "I could not find that invoice.";
+    case "split_payment": {
+      const part = first.name === "create_invoice" ? 5_000 : 100_000;
+      return [{ ...first, input: { ...first.input, amount: part } }, { ...first, input: { ...first.input, amount: amount - part } }, ...rest];
+    }
+    case "text_only":
+      return "Done.";
+    case "other_tool_first":
+      return [{ name: "check_balance", input: { account: "main" } }, ...planned];
+  }
+}
+
+const anthropicFault = (f: ProviderFault): AnthropicFault | undefined => {
+  switch (f) {
+    case "none":
+      return undefined;
+    case "status_529":
+      return { kind: "status", status: 529 };
+    case "status_429":
+      return { kind: "status", status: 429, retryAfterMs: 200 };
+    case "status_500":
+      return { kind: "status", status: 500 };
+    case "error_before_call":
+      return { kind: "error_event", at: { event: 1 } };
+    case "error_in_arguments":
+      return { kind: "error_event", at: { event: 3 } };
+    case "error_after_call":
+      return { kind: "error_event", at: { afterBlockStop: 0 } };
+    case "close_before_finish":
+      return { kind: "clean_close", at: { beforeMessageStop: true } };
+    case "close_after_call":
+      return { kind: "clean_close", at: { afterBlockStop: 0 } };
+    case "cut_after_call":
+      return { kind: "reset", at: { afterBlockStop: 0 } };
+  }
+};
+
+const openaiFault = (f: ProviderFault, hasCall: boolean): openai.Fault | undefined => {
+  // A response without a call has no call to complete: its "after the call" is before response.completed.
+  const afterCall: openai.FaultPosition = hasCall ? { afterCallDone: 0 } : { beforeCompleted: true };
+  switch (f) {
+    case "none":
+      return undefined;
+    case "status_529":
+      return { kind: "status", status: 529 };
+    case "status_429":
+      return { kind: "status", status: 429 };
+    case "status_500":
+      return { kind: "status", status: 500 };
+    case "error_before_call":
+      return { kind: "error_event", at: { event: 1 } };
+    case "error_in_arguments":
+      return { kind: "error_event", at: { event: 3 } };
+    case "error_after_call":
+      return { kind: "error_event", at: afterCall };
+    case "close_before_finish":
+      return { kind: "clean_close", at: { beforeCompleted: true } };
+    case "close_after_call":
+      return { kind: "clean_close", at: afterCall };
+    case "cut_after_call":
+      return { kind: "reset", at: afterCall };
+  }
+};
+
+/**
+ * The mock's script and fault plan for a scenario's model. The fault plan runs first for each
+ * request and sees the mock's attempt count (requests with the same body); it decides the
+ * variation of that request's response, which the script (handed the same request object) then
+ * plays. Continuations after tool results are the planned ones ("Done. ...").
+ */
+export function modelHooks(provider: ProviderKind, draw: ModelDraw): ModelHooks {
+  const decided = new WeakMap<object, Variation>();
+  const variationOf = (attempt: number) => (attempt <= 1 ? "same" : draw.variations[Math.min(attempt - 2, draw.variations.length - 1)]!);
+  const faultOf = (attempt: number) => draw.faults[attempt - 1] ?? "none";
+  if (provider === "openai") {
+    const first = (request: openai.ResponsesRequest) => {
+      const input = request.input;
+      const last = Array.isArray(input) ? (input[input.length - 1] as { role?: string } | undefined) : undefined;
+      return typeof input === "string" || last?.role === "user";
+    };
+    return {
+      kind: "openai",
+      faultPlan: (request, info) => {
+        if (!first(request)) return undefined;
+        const variation = variationOf(info.attempt);
+        decided.set(request, variation);
+        const answer = answerOf(openai.lastUserText(request) ?? "", draw, variation);
+        return openaiFault(faultOf(info.attempt), typeof answer !== "string");
+      },
+      script: (request) => {
+        if (!first(request)) return responsesPlans(request);
+        const answer = answerOf(openai.lastUserText(request) ?? "", draw, decided.get(request) ?? "same");
+        if (typeof answer === "string") return openai.say(answer);
+        return openai.respond(...answer.map((c) => openai.call(c.name, c.input, { ...(c.reword !== undefined ? { reword: c.reword } : {}), ...(c.spell !== undefined ? { spell: c.spell } : {}) })));
+      },
+    };
+  }
+  const first = (request: Parameters<typeof lastUserText>[0]) => lastUserPromptIndex(request) === request.messages.length - 1;
+  return {
+    kind: "anthropic",
+    faultPlan: (request, info) => {
+      if (!first(request)) return undefined;
+      decided.set(request, variationOf(info.attempt));
+      return anthropicFault(faultOf(info.attempt));
+    },
+    script: (request) => {
+      if (!first(request)) return plans(request);
+      const answer = answerOf(lastUserText(request), draw, decided.get(request) ?? "same");
+      if (typeof answer === "string") return turn(say(answer));
+      return turn(...answer.map((c) => toolUse(c.name, c.input, { ...(c.reword !== undefined ? { reword: c.reword } : {}), ...(c.spell !== undefined ? { spell: c.spell } : {}) })));
+    },
+  };
 }
 
 const CONTENTS = ["pay acme", "pay acme", "pay acme and bob", "invoice acme"];
@@ -106,7 +323,8 @@ export function scenarioOf(seed: number, family: Family = "server"): Scenario {
   // Sometimes past the PostgreSQL ledger's operation bound (timeoutMs, 5 s): claims and completes
   // sent into the freeze fail ledger_unavailable and their copies run late.
   if (action === "freeze" && ledger === "postgres" && random() < 0.4) faultMs = 5_300 + Math.floor(random() * 1_000);
-  return { seed, family, provider, ledger, store: "postgres", content, crashAt, occurrence, ...(call !== undefined ? { call } : {}), action, faultMs, rival, rivalDelayMs };
+  const model = drawModel(random);
+  return { seed, family, provider, ledger, store: "postgres", content, crashAt, occurrence, ...(call !== undefined ? { call } : {}), action, faultMs, rival, rivalDelayMs, ...(model !== undefined ? { model } : {}) };
 }
 
 /**
@@ -166,12 +384,158 @@ function hostScenarioOf(seed: number): Scenario {
   let rival = pick<Rival>(["resend", "resend", "new_same_words", "new_other_words", "none"]);
   const rivalDelayMs = Math.floor(random() * LEASE_MS * 1.5);
   if (rival === "resend" && random() < 0.4) rival = "resend_and_new";
-  return { seed, family: "host", provider, ledger, store, content, crashAt, occurrence, ...(call !== undefined ? { call } : {}), action, faultMs, rival, rivalDelayMs };
+  const model = drawModel(random);
+  return { seed, family: "host", provider, ledger, store, content, crashAt, occurrence, ...(call !== undefined ? { call } : {}), action, faultMs, rival, rivalDelayMs, ...(model !== undefined ? { model } : {}) };
+}
+
+/**
+ * The oracle of the provider dimension. What the spec allows for each variation of a later
+ * response (the first is as planned):
+ *
+ * | variation | effects allowed | what must be told |
+ * | --- | --- | --- |
+ * | same, number_spelling, call_order, other_tool_first | one per thing asked: the same keys (KEY-5 and Theorem 2: the number's value counts; TURN-4: only identical calls are counted, so order and a read between change no key) | as always |
+ * | memo re-worded outside the identity (send_payment) | one: the identity leaves the memo out (IDENT-1, IDENT-3) | as always |
+ * | memo re-worded inside the identity (send_payment_noted) | one per wording any response asked for: another key (IDENT-8's table, "free text inside an identity") | every one: answered, or listed by a record (RECORD-7, RECORD-8) |
+ * | string_amount | no new one: refused before any claim (DISPATCH-2), an error result the model reads (RECORD-3) | an earlier attempt's payment, by a record (RECORD-8) |
+ * | extra_call | one more: two identical calls in one response both run (DISPATCH-6) | both: the committed turn names two effects, not one twice |
+ * | missing_call, text_only | none for what it left out | what an earlier attempt made, by a record (RECORD-8; its rationale names "another call, other arguments, plain text") |
+ * | split_payment | one per part: new arguments, new keys (IDENT-8's table, "one payment split into two") | every part and every earlier effect (RECORD-7) |
+ *
+ * Whatever the API does (a status before any byte, an `error` event, a clean close before the
+ * finishing event, a reset after a call completed) is a failed stream (STREAM-1, STREAM-8), retried
+ * (STREAM-5, RECORD-5's `retryable`) and judged by the same table. Everything else (no key with two
+ * effects, nothing untold, no not_happened of an effect that happened) is the crash suite's oracle.
+ */
+const WRITES = new Set(["send_payment", "send_payment_noted", "create_invoice"]);
+
+/** The identity of a write the model asked for, as text (a read: undefined). */
+function identityOfCall(name: string, input: Record<string, unknown>): string | undefined {
+  if (!WRITES.has(name)) return undefined;
+  const fields = name === "create_invoice" ? ["customer", "amount", "currency"] : name === "send_payment_noted" ? ["payee", "amount", "currency", "reference", "memo"] : ["payee", "amount", "currency", "reference"];
+  return `${name === "create_invoice" ? "invoice" : "payment"} ${JSON.stringify(fields.map((f) => input[f]))}`;
+}
+
+/** The identity of an effect, in the same words (the payments API keeps the body it performed). */
+function identityOfEffect(e: Effect, draw: ModelDraw): string {
+  const payload = e.payload ?? {};
+  return e.kind === "invoice_created" ? identityOfCall("create_invoice", payload)! : identityOfCall(draw.memoInIdentity ? "send_payment_noted" : "send_payment", payload)!;
+}
+
+/** Whether every response the model gave to `content`'s first request asked for the planned writes (whatever their spelling). */
+function askedAsPlanned(asked: AskedResponse[], content: string, draw: ModelDraw): boolean {
+  const planned = answerOf(content, draw, "same") as PlannedCall[];
+  const want = planned.map((c) => identityOfCall(c.name, c.input)).sort().join("|");
+  return asked
+    .filter((r) => r.userText === content && r.outcome !== "status")
+    .every((r) => r.calls.flatMap((c) => identityOfCall(c.name, c.input) ?? []).sort().join("|") === want);
+}
+
+/**
+ * Not more effects than asked for: of each identity, at most as many effects as the responses to
+ * the messages asked for it (per message, the most any one response asked: a later response asking
+ * again is a replay, the same keys; two identical calls in one response are two, DISPATCH-6).
+ */
+function judgeAsked(effects: Effect[], asked: AskedResponse[], messages: { id: string; content: string }[], draw: ModelDraw): string[] {
+  const allowed = new Map<string, number>();
+  for (const m of messages) {
+    const most = new Map<string, number>();
+    for (const r of asked.filter((r) => r.userText === m.content)) {
+      const counts = new Map<string, number>();
+      for (const c of r.calls) {
+        const id = identityOfCall(c.name, c.input);
+        if (id !== undefined) counts.set(id, (counts.get(id) ?? 0) + 1);
+      }
+      for (const [id, n] of counts) most.set(id, Math.max(most.get(id) ?? 0, n));
+    }
+    for (const [id, n] of most) allowed.set(id, (allowed.get(id) ?? 0) + n);
+  }
+  const made = new Map<string, Effect[]>();
+  for (const e of effects) made.set(identityOfEffect(e, draw), [...(made.get(identityOfEffect(e, draw)) ?? []), e]);
+  const violations: string[] = [];
+  for (const [id, list] of made) {
+    const limit = allowed.get(id) ?? 0;
+    if (list.length > limit) violations.push(`more than asked: ${list.length} effects of ${id} (${list.map((e) => e.resourceId).join(", ")}), the model asked for it ${limit} time(s) per message`);
+  }
+  return violations;
+}
+
+/** The calls of a stored turn (either provider's shape) and the result text of each, by call id. */
+function committedCalls(turns: unknown[]): { name: string; input: Record<string, unknown>; result: string | undefined; isError: boolean }[] {
+  const calls: { id: string; name: string; input: Record<string, unknown> }[] = [];
+  const results = new Map<string, { text: string; isError: boolean }>();
+  const walk = (v: unknown): void => {
+    if (Array.isArray(v)) return v.forEach(walk);
+    if (v === null || typeof v !== "object") return;
+    const o = v as Record<string, unknown>;
+    if (o.type === "tool_use") calls.push({ id: String(o.id), name: String(o.name), input: o.input as Record<string, unknown> });
+    else if (o.type === "function_call") calls.push({ id: String(o.call_id), name: String(o.name), input: JSON.parse(String(o.arguments)) as Record<string, unknown> });
+    else if (o.type === "tool_result") results.set(String(o.tool_use_id), { text: JSON.stringify(o.content), isError: o.is_error === true });
+    else if (o.type === "function_call_output") results.set(String(o.call_id), { text: JSON.stringify(o.output), isError: /error/i.test(JSON.stringify(o.output)) && !/(?:pay|inv)_[0-9a-f]{24}/.test(JSON.stringify(o.output)) });
+    else Object.values(o).forEach(walk);
+  };
+  walk(turns);
+  return calls.map((c) => ({ name: c.name, input: c.input, result: results.get(c.id)?.text, isError: results.get(c.id)?.isError ?? false }));
+}
+
+/**
+ * An answered message whose model asked for something else: each committed write call with a
+ * result names an effect of its own (two identical calls, two effects: DISPATCH-6), made with the
+ * arguments the call asked for (the user reads "paid acme 100 000" only if that payment is it).
+ */
+function judgeCommitted(messageId: string, turns: unknown[], effects: Effect[], draw: ModelDraw): string[] {
+  const violations: string[] = [];
+  const byId = new Map(effects.map((e) => [e.resourceId, e]));
+  const seen = new Map<string, string>();
+  for (const c of committedCalls(turns)) {
+    if (!WRITES.has(c.name) || c.result === undefined || c.isError) continue;
+    const named = c.result.match(/\b(?:pay|inv)_[0-9a-f]{24}\b/g) ?? [];
+    if (named.length !== 1) {
+      violations.push(`not told: ${messageId}'s committed ${c.name} ${JSON.stringify(c.input)} has a result naming ${named.length} effects: ${c.result}`);
+      continue;
+    }
+    const id = named[0]!;
+    const effect = byId.get(id);
+    const want = identityOfCall(c.name, c.input);
+    if (effect !== undefined && identityOfEffect(effect, draw) !== want) violations.push(`false answer: ${messageId}'s committed ${c.name} asked for ${want} and is answered with ${id}, which is ${identityOfEffect(effect, draw)}`);
+    if (seen.has(id)) violations.push(`not done: ${messageId}'s committed calls ${seen.get(id)} and ${c.name} ${JSON.stringify(c.input)} both name ${id} (DISPATCH-6: two calls, two effects)`);
+    seen.set(id, `${c.name} ${JSON.stringify(c.input)}`);
+  }
+  return violations;
+}
+
+/**
+ * Every answer tells its message's effects (RECORD-7, RECORD-8: the committed-turn record goes to
+ * the caller with the answer, also when the answer is read back from the store): an effect made
+ * under a turn index the answer's turns carry, before the answer was given, is named by a call's
+ * result in those turns or listed by a record the answer carries as happened or may have happened
+ * (or the answer carries a record of that turn saying it was resumed: an earlier holder's attempts
+ * may have had effects it does not name, RECORD-8).
+ */
+function judgeToldInAnswers(effects: Effect[], rows: LedgerRow[], answers: Told[]): string[] {
+  const violations: string[] = [];
+  const turnOf = new Map(rows.map((r) => [r.key, r.turnIndex]));
+  for (const { who, messageId, answer, at } of answers) {
+    if (answer.type !== "answered" || at === undefined) continue;
+    const indexes = new Set(answer.result.turns.map((t) => t.turnIndex));
+    const text = JSON.stringify(answer.result.turns);
+    const records = answer.result.records ?? [];
+    for (const e of effects) {
+      const turnIndex = turnOf.get(e.key);
+      if (turnIndex === undefined || !indexes.has(turnIndex) || (e.at ?? 0) > at) continue;
+      if (text.includes(e.resourceId)) continue;
+      const own = records.filter((r) => r.turnIndex === turnIndex);
+      if (own.some((r) => r.resumed === true)) continue;
+      if (own.some((r) => [...(r.effects ?? []), ...(r.calls ?? [])].some((c) => c.key === e.key && (c.effect === "happened" || c.effect === "may_have_happened")))) continue;
+      violations.push(`untold answer: ${who} answered ${messageId} with turn ${turnIndex} and no word of ${e.resourceId} (key ${e.key}), made before the answer`);
+    }
+  }
+  return violations;
 }
 
 export const describeScenario = (s: Scenario) =>
   `${s.family === "host" ? "host " : ""}seed ${s.seed}: ${s.provider}, ${s.ledger} ledger, ${s.store === "sqlite" ? "SQLite conversations, " : ""}"${s.content}", stopped ${s.crashAt === "at_call" ? `${s.call!.side === "commit" ? (inSqlite(s) ? "inside the transaction of" : "on the COMMIT of") : s.call!.side} ${s.call!.method} #${s.call!.n}` : `${s.crashAt} #${s.occurrence}`}, ` +
-  `${s.action}${s.action === "kill" || s.action === "lose_reply" ? "" : ` ${s.faultMs} ms`}, rival ${s.rival}${s.rival === "none" ? "" : ` after ${s.rivalDelayMs} ms`}`;
+  `${s.action}${s.action === "kill" || s.action === "lose_reply" ? "" : ` ${s.faultMs} ms`}, rival ${s.rival}${s.rival === "none" ? "" : ` after ${s.rivalDelayMs} ms`}${describeModel(s.model)}`;
 
 /** A "commit" point on a SQLite file: the runner stops or kills itself inside the transaction. */
 const inSqlite = (s: Scenario) => s.call?.side === "commit" && (["claim", "complete"].includes(s.call.method) ? s.ledger === "sqlite" : s.store === "sqlite");
@@ -234,16 +598,20 @@ interface Told {
   who: string;
   messageId: string;
   answer: ClientAnswer;
+  /** When the parent received it (epoch ms). */
+  at?: number;
 }
 
 /** Runs one scenario in a world of its own and judges it. */
 export async function runScenario(s: Scenario): Promise<Verdict> {
   const t0 = Date.now();
   const lap = (what: string) => process.env.CHAOS_TRACE && console.log(`[chaos ${s.seed}] ${Date.now() - t0} ms ${what}`);
-  const world = await makeWorld({ provider: s.provider, ledger: s.ledger, store: s.store, storeProxy: s.store === "postgres" });
+  const world = await makeWorld({ provider: s.provider, ledger: s.ledger, store: s.store, storeProxy: s.store === "postgres", ...(s.model !== undefined ? { model: modelHooks(s.provider, s.model) } : {}) });
   const violations: string[] = [];
   const answers: Told[] = [];
   let first = "";
+  /** What the model answered to each first request, in order (for the summary line). */
+  let responses: string[] = [];
   try {
     const conversation = `chaos-${s.seed}`;
     const stops = { crashAt: s.crashAt, occurrence: s.occurrence, ...(s.call !== undefined ? { call: s.call } : {}), ...(inSqlite(s) ? { inTransaction: s.action === "kill" ? ("kill" as const) : ("stop" as const) } : {}) };
@@ -271,7 +639,7 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
       violations.push("stuck: the first runner neither reached its point nor answered within 20 s");
     } else if (said.type === "answered" || said.type === "refused") {
       first = `never reached its point; ${said.type}${said.type === "refused" ? ` ${said.code}` : ""}`;
-      answers.push({ who: "runner A", messageId: "m1", answer: said });
+      answers.push({ who: "runner A", messageId: "m1", answer: said, at: Date.now() });
     } else if (said.type === "reached") {
       first = `reached ${said.point}${said.detail !== undefined ? ` (${said.detail})` : ""}`;
       const proxy = world.proxy!;
@@ -366,7 +734,7 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
       const answer = await within(process.outcome().catch((error: unknown) => ({ error })), 30_000);
       if (answer === undefined) violations.push(`stuck: ${who} gave no answer within 30 s`);
       else if ("error" in answer) violations.push(`crashed: ${who}: ${String(answer.error)}`);
-      else answers.push({ who, messageId, answer });
+      else answers.push({ who, messageId, answer, at: Date.now() });
       lap(`${who} answered`);
     }
     // Settle: a healthy process (B, when it answered) re-sends every message (in order) until it is answered or fails for good.
@@ -380,9 +748,11 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
           violations.push(`stuck: the settling re-send of ${m.id} gave no answer within 30 s`);
           break;
         }
-        answers.push({ who: `settler (${m.id}, try ${tries})`, messageId: m.id, answer });
+        answers.push({ who: `settler (${m.id}, try ${tries})`, messageId: m.id, answer, at: Date.now() });
         lap(`settler ${m.id} try ${tries}: ${answer.type}`);
-        if (answer.type === "answered" || !TRANSIENT.has(answer.code) || tries >= 5) {
+        // A turn failed by what the provider did says a re-send can help (RECORD-5's retryable): the user re-sends it (TURN-12).
+        const again = answer.type === "refused" && (TRANSIENT.has(answer.code) || (s.model !== undefined && answer.code === "turn_failed" && answer.record?.retryable === true));
+        if (!again || tries >= 5) {
           if (answer.type === "refused" && TRANSIENT.has(answer.code)) violations.push(`unsettled: ${m.id} still ${answer.code} after ${tries} re-sends: ${answer.message}`);
           break;
         }
@@ -400,11 +770,22 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
       if (JSON.stringify(given) !== JSON.stringify(stored)) violations.push(`partial answer: ${who} answered ${messageId} with turns [${given.join(", ")}], the store holds [${stored.join(", ")}]`);
     }
     // Each thing asked for happened once: an answered message's turns name one effect per thing it asked for, each made once.
+    // With the provider dimension the model may ask for something else on a later response; then
+    // judgeModel says what the spec allows (the strict count holds while every response asked as planned).
+    const asked = world.asked();
+    responses = asked.map((r) => `${r.outcome}${r.calls.length > 0 ? `(${r.calls.map((c) => `${c.name.replace("send_payment", "pay").replace("create_invoice", "inv").replace("check_balance", "read")} ${JSON.stringify(c.input.amount ?? "")}`.replace(/ ""$/, "")).join(", ")})` : r.outcome === "status" ? "" : "(text)"}`);
     for (const m of messages) {
       if (audit.messages[m.id] !== "answered") continue;
-      const named = new Set(JSON.stringify(await world.store.turnsOf(conversation, m.id)).match(/\b(?:pay|inv)_[0-9a-f]{24}\b/g) ?? []);
+      const turns = await world.store.turnsOf(conversation, m.id);
+      const named = new Set(JSON.stringify(turns).match(/\b(?:pay|inv)_[0-9a-f]{24}\b/g) ?? []);
+      if (s.model !== undefined && !askedAsPlanned(asked, m.content, s.model)) {
+        violations.push(...judgeCommitted(m.id, turns, audit.effects, s.model));
+        continue;
+      }
       if (named.size !== ASKED[m.content]) violations.push(`not done once: ${m.id} ("${m.content}") was answered naming ${named.size} effects (${[...named].join(", ")}), not ${ASKED[m.content]}`);
     }
+    if (s.model !== undefined) violations.push(...judgeAsked(audit.effects, asked, messages, s.model));
+    violations.push(...judgeToldInAnswers(audit.effects, audit.rows, answers));
     for (const m of messages) {
       const state = audit.messages[m.id];
       if (state !== "answered" && state !== "failed") violations.push(`unsettled: message ${m.id} is ${String(state)} after the settling re-sends`);
@@ -424,6 +805,6 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
     lap("closed");
   }
   const told = answers.map(({ who, answer }) => `${who}: ${answer.type === "answered" ? "answered" : `refused ${answer.code}`}`).join("; ");
-  return { scenario: describeScenario(s), violations, first: `${first}; told ${told}`, answers };
+  return { scenario: describeScenario(s), violations, first: `${first}; told ${told}${s.model !== undefined ? `; model answered ${responses.join(" ")}` : ""}`, answers };
 }
 

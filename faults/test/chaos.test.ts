@@ -13,7 +13,8 @@
  * CHAOS_SEED=<n> replays a run's choices (a run is seeds n, n+1, ...; the timing of real processes
  * still varies); CHAOS_RUNS=<k> runs k scenarios (default: the bounded CI set); CHAOS_FAMILY=host
  * runs the host family's scenarios (a SQLite conversation store, one runner partitioned, faulted
- * SQLite and Redis ledgers). Every scenario is printed with its seed.
+ * SQLite and Redis ledgers). CHAOS_MODEL=planned leaves out the provider dimension (the model answers
+ * as planned and the API never fails, as before it was drawn). Every scenario is printed with its seed.
  */
 import { describe, expect, it, vi } from "vitest";
 import { runScenario, scenarioOf, type Family } from "./chaos-harness.js";
@@ -30,22 +31,35 @@ const RUNS = process.env.CHAOS_RUNS === undefined ? undefined : Number(process.e
  * its reply lost (every connection cut) on a PostgreSQL ledger and conversation store, the same
  * race meanwhile (fails with FAULT_PLANT unguarded-store: the runner process dies).
  */
-const CI_SEEDS: [Family, number][] = [
-  ["server", 29],
-  ["server", 40],
+const CI_SEEDS: [Family, number, Model][] = [
+  // The first three as they were chosen, before the provider dimension (the model answers as planned, the API never fails).
+  ["server", 29, "planned"],
+  ["server", 40, "planned"],
   // A SQLite conversation store and ledger shared by three processes on one host: the runner kills
   // itself inside commitTurn's write transaction after paying (its WAL left behind), then a re-send
   // of m1 races a new message m2 (fails with FAULT_PLANT volatile-ledger,no-key: the re-send pays again).
-  ["host", 11],
+  ["host", 11, "planned"],
+  // The provider dimension (README): "pay acme", the paying stream reset right after the call's
+  // content_block_stop, the replay's stream ended by an error event after it, the third response
+  // writes the amount as a string (refused, an error result) and commits; the payment is told by the
+  // committed turn's record alone (fails with FAULT_PLANT drop-commit-record: untold).
+  ["server", 6010, "drawn"],
+  // "pay acme", the first stream closed cleanly after the call, the replay calls a read first, then
+  // the payment (fails with FAULT_PLANT global-ordinal: the payment's ordinal becomes 1, another key, a second payment).
+  ["server", 6012, "drawn"],
 ];
+/** "planned": the scenario without its provider dimension (CHAOS_MODEL=planned), as the seeds chosen before it ran. */
+type Model = "planned" | "drawn";
 const FAMILY = (process.env.CHAOS_FAMILY ?? "server") as Family;
-const seeds: [Family, number][] = BASE === undefined && RUNS === undefined ? CI_SEEDS : Array.from({ length: RUNS ?? 1 }, (_, i) => [FAMILY, (BASE ?? 1) + i]);
+const MODEL = (process.env.CHAOS_MODEL ?? "drawn") as Model;
+const seeds: [Family, number, Model][] = BASE === undefined && RUNS === undefined ? CI_SEEDS : Array.from({ length: RUNS ?? 1 }, (_, i) => [FAMILY, (BASE ?? 1) + i, MODEL]);
 
 describe.concurrent("chaos: random faults over whole turns, above the ledger", () => {
-  it.each(seeds)("%s seed %i", async (family, seed) => {
-    const s = scenarioOf(seed, family);
+  it.each(seeds)("%s seed %i, model %s", async (family, seed, model) => {
+    const { model: drawn, ...planned } = scenarioOf(seed, family);
+    const s = model === "planned" || drawn === undefined ? planned : { ...planned, model: drawn };
     const verdict = await runScenario(s);
     console.log(`[chaos] ${verdict.scenario}; first runner ${verdict.first}; ${verdict.violations.length === 0 ? "ok" : "VIOLATED"}`);
-    expect(verdict.violations, `${verdict.scenario}\nreplay with CHAOS_SEED=${seed} CHAOS_RUNS=1${family === "host" ? " CHAOS_FAMILY=host" : ""}`).toEqual([]);
+    expect(verdict.violations, `${verdict.scenario}\nreplay with CHAOS_SEED=${seed} CHAOS_RUNS=1${family === "host" ? " CHAOS_FAMILY=host" : ""}${model === "planned" ? " CHAOS_MODEL=planned" : ""}`).toEqual([]);
   });
 });

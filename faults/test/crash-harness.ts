@@ -18,7 +18,7 @@ import { RedisLedger } from "@dispatch-once/ledger-redis";
 import { SqliteLedger } from "@dispatch-once/ledger-sqlite";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import * as openai from "@dispatch-once/mock-openai";
-import { say, scriptFromPlans, startMockProvider, toolUse, turn, type MockProvider, type Script } from "@dispatch-once/mock-provider";
+import { lastUserText, say, scriptFromPlans, startMockProvider, toolUse, turn, type FaultPlan, type MessagesRequest, type MockProvider, type Script } from "@dispatch-once/mock-provider";
 import type { CallPoint, ConversationStoreConfig, CrashPoint, CrashWorkerConfig, FromWorker, LedgerConfig, ProviderKind, RecordLike, ToWorker } from "./crash-protocol.js";
 import { DATABASE_URL, StoreProxy, redisStore, type StoreUnderTest } from "./stores.js";
 import { compiledEntry } from "@dispatch-once/test-processes";
@@ -41,7 +41,7 @@ export const plans = scriptFromPlans({
   "pay acme and bob": turn(toolUse("send_payment", PAY_ACME, { reword: ["memo"] }), toolUse("send_payment", PAY_BOB, { reword: ["memo"] })),
 });
 /** The same model over the Responses API. */
-const responsesPlans = openai.scriptFromPlans(
+export const responsesPlans = openai.scriptFromPlans(
   {
     "pay acme": openai.respond(openai.call("send_payment", PAY_ACME, { reword: ["memo"] })),
     "invoice acme": openai.respond(openai.call("create_invoice", INVOICE_ACME)),
@@ -189,6 +189,8 @@ export interface World {
   store: ConversationStore;
   /** Everything the oracle knows about one conversation, and what it finds wrong. */
   audit(conversationId: string): Promise<Audit>;
+  /** Every response the mock rendered to a turn's first request (the user's words last): what the model asked for, per response. */
+  asked(): AskedResponse[];
   close(): Promise<void>;
 }
 
@@ -204,6 +206,18 @@ export interface Effect {
   kind: string;
   key: string;
   resourceId: string;
+  /** The request body the payments API performed (its identity fields tell which payment it is). */
+  payload?: Record<string, unknown>;
+  /** When the payments API performed it (epoch ms, the parent's clock: the mock runs in the parent). */
+  at?: number;
+}
+
+/** One response the model gave to a turn's first request: the user's words, and its calls (arguments as streamed, re-worded). */
+export interface AskedResponse {
+  userText: string;
+  calls: { name: string; input: Record<string, unknown> }[];
+  /** How the response ended at the mock (complete, reset, clean_close, error_event, status, ...). */
+  outcome: string;
 }
 
 export interface Audit {
@@ -310,12 +324,28 @@ export function judgeAnswers(effects: Effect[], answers: readonly { who: string;
   return violations;
 }
 
-export async function makeWorld(options: { provider?: ProviderKind; ledger: LedgerKind; store: StoreKind; script?: () => Reply; storeProxy?: boolean }): Promise<World> {
+/**
+ * A model of the chaos suite's provider dimension (chaos-harness.ts): its own script and fault
+ * plan for the provider the world runs (the one matching `provider`).
+ */
+export type ModelHooks = { kind: "anthropic"; script: Script; faultPlan: FaultPlan } | { kind: "openai"; script: openai.Script; faultPlan: openai.FaultPlan };
+
+export async function makeWorld(options: { provider?: ProviderKind; ledger: LedgerKind; store: StoreKind; script?: () => Reply; storeProxy?: boolean; model?: ModelHooks }): Promise<World> {
   const providerKind = options.provider ?? "anthropic";
+  if (options.model !== undefined && options.model.kind !== providerKind) throw new Error(`model hooks for ${options.model.kind}, provider ${providerKind}`);
+  const hooks = options.model;
   const provider: MockProvider | openai.MockOpenAI =
     providerKind === "openai"
-      ? await openai.startMockOpenAI({ script: options.script ? (scriptFor(providerKind, options.script) as openai.Script) : responsesPlans, keepAliveTimeoutMs: 60_000 })
-      : await startMockProvider({ script: options.script ? (scriptFor(providerKind, options.script) as Script) : plans, keepAliveTimeoutMs: 60_000 });
+      ? await openai.startMockOpenAI({
+          script: hooks?.kind === "openai" ? hooks.script : options.script ? (scriptFor(providerKind, options.script) as openai.Script) : responsesPlans,
+          ...(hooks?.kind === "openai" ? { faultPlan: hooks.faultPlan } : {}),
+          keepAliveTimeoutMs: 60_000,
+        })
+      : await startMockProvider({
+          script: hooks?.kind === "anthropic" ? hooks.script : options.script ? (scriptFor(providerKind, options.script) as Script) : plans,
+          ...(hooks?.kind === "anthropic" ? { faultPlan: hooks.faultPlan } : {}),
+          keepAliveTimeoutMs: 60_000,
+        });
   const fault = (kind: "hold" | "reset") => {
     if ("queueFault" in provider) provider.queueFault({ kind, at: { beforeCompleted: true } });
     else provider.faults.enqueue({ kind, at: { beforeMessageStop: true } });
@@ -445,7 +475,7 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
       const effects = payments
         .effects()
         .filter((e) => e.account === account)
-        .map((e) => ({ kind: e.kind, key: e.idempotencyKey ?? "", resourceId: e.resourceId }));
+        .map((e) => ({ kind: e.kind, key: e.idempotencyKey ?? "", resourceId: e.resourceId, payload: e.payload, at: Date.parse(e.at) }));
       const rows: LedgerRow[] = [];
       let cursor: string | undefined;
       do {
@@ -461,6 +491,25 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
         if (m !== undefined) messages[id] = m.state;
       }
       return { effects, rows, log, records, messages, violations: judge(effects, rows, log, records, Date.now()) };
+    },
+    asked: () => {
+      const out: AskedResponse[] = [];
+      if ("queueFault" in provider) {
+        for (const r of provider.requests) {
+          const input = (r.body as { input?: unknown }).input;
+          const last = Array.isArray(input) ? (input[input.length - 1] as { type?: string; role?: string } | undefined) : undefined;
+          if (last === undefined || last.role !== "user") continue;
+          out.push({ userText: openai.lastUserText(r.body as openai.ResponsesRequest) ?? "", calls: r.calls.map((c) => ({ name: c.name, input: c.arguments })), outcome: r.outcome });
+        }
+      } else {
+        for (const r of provider.requests) {
+          const messages = (r.body as { messages?: { role: string; content: unknown }[] }).messages ?? [];
+          const last = messages[messages.length - 1];
+          if (last === undefined || last.role !== "user" || (Array.isArray(last.content) && last.content.some((b: { type?: string }) => b.type === "tool_result"))) continue;
+          out.push({ userText: lastUserText(r.body as MessagesRequest), calls: r.toolUses.map((c) => ({ name: c.name, input: c.input })), outcome: r.outcome });
+        }
+      }
+      return out;
     },
     close: async () => {
       for (const p of started) if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGKILL");

@@ -28,7 +28,12 @@ const config = JSON.parse(process.argv[2]!) as CrashWorkerConfig;
  * durable yet); "record-after-commit" hides the store's recordsWithCommit, so the runner writes a
  * committed turn's record after the commit (RECORD-8 before the crash suite found the gap);
  * "unguarded-store" drops the PostgreSQL conversation store's 'error' listener on the clients it
- * checks out (the chaos suite's lost COMMIT replies then kill the process).
+ * checks out (the chaos suite's lost COMMIT replies then kill the process); "global-ordinal" counts
+ * every call of an attempt for its ordinal, not only identical ones (TURN-4 broken: a replay that
+ * calls a read first, or the calls in another order, gets new keys); "drop-commit-record" commits a
+ * turn without the record the runner gives it (RECORD-8 broken: an earlier attempt's payment that
+ * the committed turn does not answer is told nowhere); "ordinal-zero" dispatches every call at
+ * ordinal 0 (DISPATCH-6 broken: a response's second identical call is answered with the first's result).
  */
 const plants = new Set((process.env.FAULT_PLANT ?? "").split(",").filter((p) => p !== ""));
 const say = (message: FromWorker) => process.send?.(message);
@@ -204,6 +209,28 @@ const tools = new ToolRegistry([
       return { paymentId: payment.id };
     },
   }),
+  // The chaos suite's provider dimension: the same payment with its memo inside the identity (a
+  // re-worded memo is then another key, IDENT-8's "free text inside an identity"), and a read the
+  // model may call first.
+  defineTool({
+    name: "send_payment_noted",
+    description: "Send a payment whose memo is part of what identifies it",
+    effect: "keyed_write",
+    input: z.object({ payee: z.string(), amount: z.number().int().positive(), currency: z.string(), reference: z.string(), memo: z.string() }),
+    identity: ["payee", "amount", "currency", "reference", "memo"],
+    async run(args, ctx) {
+      const payment = await post("/v1/payments", args, ctx.idempotencyKey, ctx.signal);
+      await point("after_accept");
+      return { paymentId: payment.id };
+    },
+  }),
+  defineTool({
+    name: "check_balance",
+    description: "Read the account's balance",
+    effect: "read",
+    input: z.object({ account: z.string() }),
+    run: () => ({ balance: 1_000_000, currency: "EUR" }),
+  }),
   defineTool({
     name: "create_invoice",
     description: "Create an invoice (the API deduplicates nothing)",
@@ -271,6 +298,19 @@ const dispatcher = new Dispatcher({
   owner: `crash-worker-${process.pid}`,
   ...(plants.has("volatile-ledger") ? { allowVolatileLedgerForUnkeyedWrites: true } : {}),
 });
+if (plants.has("global-ordinal")) {
+  dispatcher.turn = (context) => {
+    let next = 0;
+    return { dispatch: (call) => dispatcher.dispatch(call, { conversationId: context.conversationId, turnIndex: context.turnIndex, ordinal: next++ }) };
+  };
+}
+if (plants.has("ordinal-zero")) {
+  dispatcher.turn = (context) => ({ dispatch: (call) => dispatcher.dispatch(call, { conversationId: context.conversationId, turnIndex: context.turnIndex, ordinal: 0 }) });
+}
+if (plants.has("drop-commit-record")) {
+  const commit = store.commitTurn.bind(store);
+  store.commitTurn = (conversationId, turnCommit) => commit(conversationId, { ...turnCommit, record: undefined });
+}
 // Everything but the stream side is the same in both: the runner's rules are shared (@dispatch-once/runner).
 const shared = {
   dispatcher,
