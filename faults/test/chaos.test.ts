@@ -8,7 +8,10 @@
  * process drives the same conversation (a re-send or redelivery of the message, or a new message).
  * Then a healthy process re-sends every message until it settles, and the crash suite's oracle
  * reads the effect log, the ledger rows, the committed conversation and the records, and judges
- * every answer any process gave its client.
+ * every answer any process gave its client. The provider dimension (chaos-harness.ts, ModelDraw)
+ * adds what the model answers on a replay (another spelling, order, an extra or missing call, a
+ * split payment, text) and what the API does to each request (a status, an error event, a clean
+ * close, a reset), with the oracle's table of what the spec allows for each.
  *
  * CHAOS_SEED=<n> replays a run's choices (a run is seeds n, n+1, ...; the timing of real processes
  * still varies); CHAOS_RUNS=<k> runs k scenarios (default: the bounded CI set); CHAOS_FAMILY=host
@@ -29,7 +32,8 @@ const RUNS = process.env.CHAOS_RUNS === undefined ? undefined : Number(process.e
  * re-send of m1 and a new message m2 race for the conversation (fails with FAULT_PLANT
  * volatile-ledger,no-key: a second payment); seed 40, the COMMIT of the turn that paid applied and
  * its reply lost (every connection cut) on a PostgreSQL ledger and conversation store, the same
- * race meanwhile (fails with FAULT_PLANT unguarded-store: the runner process dies).
+ * race meanwhile (fails with FAULT_PLANT unguarded-store: the runner process dies); host seed 11
+ * and the provider seeds 6010 and 6012 below.
  */
 const CI_SEEDS: [Family, number, Model][] = [
   // The first three as they were chosen, before the provider dimension (the model answers as planned, the API never fails).
