@@ -427,12 +427,20 @@ async function sendMessage(
   }
   // The client (or the queue) tries again while the message is unanswered: a dead worker's
   // message is redelivered to a fresh one, a failed turn that says a re-send can help is re-sent
-  // (TURN-2, TURN-12); a failure that cannot be helped is shown to the user instead.
-  for (let resend = 0; resend < 3; resend++) {
+  // (TURN-2, TURN-12); a failure that cannot be helped is shown to the user instead. Three
+  // re-sends for failures a re-send can help, and one more after every death: a queue redelivers
+  // a dead worker's message whatever came before, and a message whose holders all died would
+  // otherwise stay in progress with its effects told nowhere (its own re-sends used up by
+  // earlier failures; a later send under its id with other content is refused, TURN-20, and
+  // resumes nothing). Deaths are planned a few to a message, so this ends.
+  for (let resend = 0, budget = 3; resend < Math.min(budget, 10); resend++) {
     const stored = await store.message(conversationId, id);
     if (stored?.state === "answered") return "answered";
     if (stored?.state === "failed" && (stored.failure as FailedTurnRecord | undefined)?.retryable !== true) return "failed";
-    if (primary.dead) primary = await spawn(`${primary.name}+${resend}`, conversationId);
+    if (primary.dead) {
+      budget++;
+      primary = await spawn(`${primary.name}+${resend}`, conversationId);
+    }
     note(ctx, primary.name, `${conversationId} re-sends ${JSON.stringify(id)} (${stored?.state ?? "never stored"})`);
     await send(primary);
   }
