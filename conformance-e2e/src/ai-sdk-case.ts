@@ -15,7 +15,7 @@ import {
 } from "@dispatch-once/mock-payments";
 import { stepCountIs, streamText, tool, type ModelMessage, type ToolSet } from "ai";
 import { z } from "zod";
-import { APPROVAL_MARK, callsBeforeFollowUp, followUpStepOf, stepsOf, type AiSdkChatPlan, type AiSdkDeath, type AiSdkMessagePlan, type AiSdkScenario } from "./ai-sdk-scenario.js";
+import { APPROVAL_MARK, callsBeforeFollowUp, divergedStepsOf, followUpStepOf, stepsOf, type AiSdkChatPlan, type AiSdkDeath, type AiSdkMessagePlan, type AiSdkScenario } from "./ai-sdk-scenario.js";
 import type { OracleViolation } from "./oracle.js";
 import { openAIPosition } from "./provider.js";
 import type { PlannedCall } from "./scenario.js";
@@ -50,11 +50,20 @@ export interface AiSdkRequest {
   dispatchAt: "step" | "tool-call";
 }
 
-/** What the app hands `streamText` for one request. */
+/** What the app hands `streamText` for one request, and what it asks the turn once the stream finished. */
 export interface AiSdkTurnTools {
   tools: AiSdkToolSet;
   onChunk?: (event: { chunk: { type: string } }) => void;
+  /** The turn's effects this request and its history do not answer (AISDK-14); an app without it cannot tell them. */
+  unansweredCalls?: () => Promise<AiSdkUnansweredCalls>;
+  /** The dispatch outcome of a call of this request (its key): what the kept result tells. */
+  outcomeOf?: (toolCallId: string) => { key: string } | undefined;
 }
+
+/** What `turn.unansweredCalls()` answers (AISDK-14), structurally. */
+export type AiSdkUnansweredCalls =
+  | { listed: true; calls: { key: string; name: string; state?: string; effect: "happened" | "may_have_happened" | "not_happened" | "none" }[] }
+  | { listed: false; reason: string; calls: [] };
 
 export interface AiSdkWrapOptions {
   effects: Record<string, "read" | "keyed_write" | "unkeyed_write">;
@@ -86,8 +95,12 @@ export interface AiSdkWorld {
    * a case the property abandoned at its time limit, still running, never touches another's.
    */
   plans: Map<string, ScriptedResponse[]>;
-  /** Which attempt of its turn the app is making for a user text (1-based), and that turn's plan. */
-  attempts: Map<string, { attempt: number; plan: AiSdkMessagePlan }>;
+  /**
+   * Which attempt of its turn the app is making for a user text (1-based), that turn's plan, and
+   * whether the model now answers it differently (a request of the turn failed and the plan has a
+   * `rerunDivergence`): then `diverged` are its responses.
+   */
+  attempts: Map<string, { attempt: number; plan: AiSdkMessagePlan; diverging: boolean; diverged: ScriptedResponse[] }>;
   close(): Promise<void>;
 }
 
@@ -99,7 +112,7 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
     logLimit: 50,
     script: (request) => {
       const text = lastUserText(request);
-      const steps = text === undefined ? undefined : world.plans.get(text);
+      const steps = text === undefined ? undefined : stepsFor(world, text);
       if (steps === undefined) return scriptFromPlans({})(request);
       // The turn's responses in order: which one is due is read from the calls the input shows.
       const step = stepOf(request, steps);
@@ -111,7 +124,7 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
     const at = text === undefined ? undefined : world.attempts.get(text);
     const planned = at?.plan.cuts[at.attempt - 1];
     if (planned === undefined) return undefined;
-    const steps = world.plans.get(text!);
+    const steps = stepsFor(world, text!);
     const step = steps === undefined ? 0 : stepOf(request, steps);
     // A tool loop's step 2 is answered in the request of the step before it (a continuation's
     // repeats are a request of their own; a loop after them is the turn's last response with calls).
@@ -128,6 +141,12 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
     await world.payments.close();
   };
   return world;
+}
+
+/** The turn's scripted responses for a user text: as planned, or as the model answers its re-runs. */
+function stepsFor(world: AiSdkWorld, text: string): ScriptedResponse[] | undefined {
+  const state = world.attempts.get(text);
+  return state?.diverging === true ? state.diverged : world.plans.get(text);
 }
 
 /**
@@ -167,15 +186,31 @@ interface Told {
   toolCallId: string;
   tool: string;
   input: Record<string, unknown>;
+  /** The key the result or error is of (the dispatch outcome's, the error's), when the app can read it. */
+  key?: string | undefined;
   ok: boolean;
   output?: unknown;
   error?: unknown;
+}
+
+/** What `turn.unansweredCalls()` told the app after a request it kept (AISDK-14): what the app shows the user. */
+interface Listing {
+  chat: string;
+  message: string;
+  pass: number;
+  request: number;
+  /** The wrapper's answer; undefined when the app could not ask (its turn has no unansweredCalls) or the ask failed. */
+  answer?: AiSdkUnansweredCalls | undefined;
+  error?: string | undefined;
 }
 
 interface CaseLog {
   started: number;
   timeline: string[];
   told: Told[];
+  listings: Listing[];
+  /** The passes at a turn whose kept answer the model gave differently (rerunDivergence): their calls are the diverged ones. */
+  diverged: Set<string>;
   /** The passes at a turn that were answered (chat, message text, pass): the oracle counts their kept answers. */
   answered: Set<string>;
   stats: Record<string, number>;
@@ -406,11 +441,19 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     count(ctx.log, label.includes("re-sent") ? "resends_after_death" : "regenerates_after_death");
     chat.diedIn = undefined;
   }
+  if (state.diverging) {
+    // The model answers this re-run of the turn differently (rerunDivergence): what it leaves out may have run.
+    const d = message.rerunDivergence!;
+    const how = d.kind === "omit" ? `without ${message.calls[d.call]!.tool} ${canonicalize(message.calls[d.call]!.args as never)}${message.calls.length === 1 ? " (a text answer)" : ""}` : "with its two calls swapped";
+    say(ctx.log, "model", `answers a re-run of ${JSON.stringify(message.text)} ${how}`);
+    count(ctx.log, "divergent_reruns");
+  }
   const turn = process.forTurn(request);
   const told: Told[] = [];
   const runsBefore = ctx.log.stats.tool_runs ?? 0;
   const calls = new Map<string, { tool: string; input: Record<string, unknown> }>();
   let failed: string | undefined;
+  let listing: Listing | undefined;
   let forGood = false;
   let finished = false;
   /** The steps of `streamText` this request started (a tool loop's step 2 is the second). */
@@ -459,6 +502,7 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
         answered.add(part.toolCallId);
         const c = calls.get(part.toolCallId);
         const ok = part.type === "tool-result";
+        const key = ok ? turn.outcomeOf?.(part.toolCallId)?.key : keyOfError((part as { error: unknown }).error);
         const entry: Told = {
           chat: chat.plan.id,
           message: message.text,
@@ -468,6 +512,7 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
           toolCallId: part.toolCallId,
           tool: part.toolName,
           input: (c?.input ?? part.input) as Record<string, unknown>,
+          ...(key !== undefined ? { key } : {}),
           ok,
           ...(ok ? { output: (part as { output: unknown }).output } : { error: (part as { error: unknown }).error }),
         };
@@ -494,6 +539,9 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     if (!finished) failed ??= "the stream ended without a finish part";
     if (failed === undefined) {
       const response = await result.response;
+      // AISDK-14: once the stream finished, before the answer is kept and shown, the app asks the
+      // turn which of its effects neither this request nor its history answers, and shows them.
+      listing = await listUnanswered(ctx, chat, turn, message, pass, requestOfPass);
       chat.messages.push(...response.messages);
     }
   } catch (error) {
@@ -505,6 +553,8 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   }
   if (failed !== undefined) {
     say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} failed (${failed}); nothing kept`);
+    // From now on the model answers the turn's re-runs differently, where the plan says so.
+    if (message.rerunDivergence !== undefined) state.diverging = true;
     count(ctx.log, "attempts_failed");
     // The chapter's incident: a call ran in this attempt, and the app re-sends the turn anyway.
     if ((ctx.log.stats.tool_runs ?? 0) > runsBefore) count(ctx.log, "failed_after_a_tool_ran");
@@ -513,6 +563,8 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     return forGood ? "ended_for_good" : "failed";
   }
   ctx.log.told.push(...told);
+  if (listing !== undefined) ctx.log.listings.push(listing);
+  if (state.diverging) ctx.log.diverged.add(passOf(chat.plan.id, message.text, pass));
   // A tool loop inside the request: answers kept from two of its steps, and a later step's call identical to an earlier step's.
   const later = told.filter((t) => t.step > 1);
   if (later.length > 0 && told.some((t) => t.step === 1)) {
@@ -529,6 +581,32 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   }
   say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} answered; kept ${told.length} tool answers`);
   return "answered";
+}
+
+/** The key a Dispatch-Once error is of (outcome_unknown, tool_failed, claim_released, ...), when it says one. */
+function keyOfError(error: unknown): string | undefined {
+  const key = typeof error === "object" && error !== null ? (error as { key?: unknown }).key : undefined;
+  return typeof key === "string" ? key : undefined;
+}
+
+/** `turn.unansweredCalls()` after a finished request, as the app shows it (the timeline says what the user is told). */
+async function listUnanswered(ctx: RunContext, chat: Chat, turn: AiSdkTurnTools, message: AiSdkMessagePlan, pass: number, request: number): Promise<Listing> {
+  const listing: Listing = { chat: chat.plan.id, message: message.text, pass, request };
+  if (turn.unansweredCalls === undefined) return listing;
+  try {
+    listing.answer = await turn.unansweredCalls();
+  } catch (error) {
+    listing.error = describeError(error);
+    say(ctx.log, "app", `${chat.plan.id} unansweredCalls() failed: ${listing.error}`);
+    return listing;
+  }
+  const answer = listing.answer;
+  if (!answer.listed) say(ctx.log, "app", `${chat.plan.id} tells the user: the turn may have effects its answer does not show (${answer.reason})`);
+  else if (answer.calls.length > 0) {
+    count(ctx.log, "unanswered_listed", answer.calls.length);
+    say(ctx.log, "app", `${chat.plan.id} tells the user of ${answer.calls.length} call(s) the answer does not show: ${answer.calls.map((c) => `${c.name} key ${short(c.key)} ${c.effect}${c.state !== undefined ? ` (${c.state})` : ""}`).join(", ")}`);
+  }
+  return listing;
 }
 
 /**
@@ -624,7 +702,7 @@ export interface AiSdkCaseRun {
 export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, scenario: AiSdkScenario, app: AiSdkAppOptions = {}): Promise<AiSdkCaseRun> {
   const fixture: LedgerFixture = await subject.create();
   const account = `acct_${randomUUID().slice(0, 12)}`;
-  const log: CaseLog = { started: Date.now(), timeline: [], told: [], answered: new Set(), stats: { cases: 1 } };
+  const log: CaseLog = { started: Date.now(), timeline: [], told: [], listings: [], diverged: new Set(), answered: new Set(), stats: { cases: 1 } };
   const faults = new Map<string, FaultSpec["outcome"]>();
   const deaths: PlannedDeaths = { planned: new Map(), keys: new Map() };
   const { plans, attempts } = world;
@@ -633,13 +711,8 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
     for (const message of chat.messages) {
       const content = contentOf(account, chat.id, message.text);
       contents.push(content);
-      // The memo is free text the mock re-words on every later response to the same request (IDENT-1).
-      plans.set(
-        content,
-        // A reasoning model's way: each response that makes calls reasons first (its item is kept with the answer and sent back).
-        stepsOf(message).map((step) => respond(reasoning(`Do what ${message.text} asks.`), ...step.map((c) => call(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {})))),
-      );
-      attempts.set(content, { attempt: 0, plan: message });
+      plans.set(content, scripted(message, stepsOf(message)));
+      attempts.set(content, { attempt: 0, plan: message, diverging: false, diverged: scripted(message, divergedStepsOf(message)) });
       [...message.calls, ...(message.followUp ?? [])].forEach((c, i) => {
         const fault = message.downstream[i];
         if (fault !== undefined) faults.set(intentSignature(c.tool, c.args), fault);
@@ -732,6 +805,15 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
     }
     await fixture.destroy().catch(() => {});
   }
+}
+
+/**
+ * The mock's responses for a turn's steps. A reasoning model's way: each response that makes
+ * calls reasons first (its item is kept with the answer and sent back). The memo is free text the
+ * mock re-words on every later response to the same request (IDENT-1).
+ */
+function scripted(message: AiSdkMessagePlan, steps: { tool: string; args: Record<string, unknown> }[][]): ScriptedResponse[] {
+  return steps.map((step) => respond(reasoning(`Do what ${message.text} asks.`), ...step.map((c) => call(c.tool, c.args, c.tool === "send_payment" ? { reword: ["memo"] } : {}))));
 }
 
 /**
@@ -863,7 +945,8 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
       for (const pass of [0, 1]) {
         if (!log.answered.has(passOf(chat.id, m.text, pass))) continue;
         const kept = log.told.filter((t) => t.chat === chat.id && t.message === m.text && t.pass === pass);
-        const asked = plannedOf(m);
+        // A pass the model answered differently (rerunDivergence) made the diverged calls.
+        const asked = log.diverged.has(passOf(chat.id, m.text, pass)) ? divergedStepsOf(m).flat() : plannedOf(m);
         for (const signature of new Set(asked.map((c) => intentSignature(c.tool, c.args)))) {
           const want = asked.filter((c) => intentSignature(c.tool, c.args) === signature).length;
           const got = kept.filter((t) => intentSignature(t.tool, t.input) === signature).length;
@@ -874,7 +957,69 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
       }
     }
   }
+  checkToldOfEveryEffect(scenario, log, effects, intents, add);
   return violations;
+}
+
+/**
+ * AISDK-14: the user is told of every effect of a turn they were answered. An effect in the
+ * payments API's log is told by an answer the app kept of its turn (a success naming it, or an
+ * error of its key that does not deny it), or by what `turn.unansweredCalls()` answered after a
+ * request of that turn the app kept: its key listed as `happened` or `may_have_happened` (or
+ * nothing listed, `listed: false`, which says the answer may not show every effect). A turn
+ * whose last pass (its first sending, or the regenerate that replaced it) was not answered is
+ * judged as before: the user was shown a failure, and this profile keeps no record of it. Every
+ * listed call is also judged: never `not_happened` for a key that has an effect, `happened` only
+ * for one that does.
+ */
+function checkToldOfEveryEffect(
+  scenario: AiSdkScenario,
+  log: CaseLog,
+  effects: Effect[],
+  intents: Map<string, { chat: string; message: string; call: PlannedCall; times: number }>,
+  add: (rule: string, message: string) => void,
+): void {
+  const ofTurn = <T extends { chat: string; message: string }>(list: readonly T[], chat: string, message: string) => list.filter((x) => x.chat === chat && x.message === message);
+  const keyed = new Set(effects.flatMap((e) => (e.idempotencyKey ? [e.idempotencyKey] : [])));
+  for (const l of log.listings) {
+    if (l.answer?.listed !== true) continue;
+    for (const c of l.answer.calls) {
+      const where = `unansweredCalls() after request ${l.request + 1} of ${l.chat} ${JSON.stringify(l.message)} (${l.pass === 0 ? "as sent" : "regenerated"})`;
+      if ((c.effect === "not_happened" || c.effect === "none") && keyed.has(c.key)) add("AISDK-14", `${where} listed ${c.name} key ${short(c.key)} as ${c.effect} (${c.state ?? "no state"}), but the payments API made ${effects.filter((e) => e.idempotencyKey === c.key).map(describeEffect).join(", ")}`);
+      if (c.effect === "happened" && !keyed.has(c.key)) add("AISDK-14", `${where} listed ${c.name} key ${short(c.key)} as happened (${c.state ?? "no state"}), but the payments API made nothing under it`);
+    }
+  }
+  const lastPassAnswered = new Set<string>();
+  for (const chat of scenario.chats) {
+    for (const m of chat.messages) if (log.answered.has(passOf(chat.id, m.text, m.regenerate ? 1 : 0))) lastPassAnswered.add(`${chat.id}\u0000${m.text}`);
+  }
+  for (const e of effects) {
+    const signature = effectSignature(e);
+    const intent = signature === undefined ? undefined : intents.get(signature);
+    // An effect no intent asked for is CONF-2's (above).
+    if (intent === undefined || !lastPassAnswered.has(`${intent.chat}\u0000${intent.message}`)) continue;
+    const told = ofTurn(log.told, intent.chat, intent.message);
+    const named = (t: Told) => {
+      const output = t.output as { paymentId?: string; invoiceId?: string } | undefined;
+      return t.tool === "create_invoice" ? output?.invoiceId : output?.paymentId;
+    };
+    if (told.some((t) => (t.ok ? named(t) === e.resourceId : t.key !== undefined && t.key === e.idempotencyKey && !saysNotHappened(t.error)))) continue;
+    // An effect of a signature a kept error denies is EFFECT-6's to judge (above), once.
+    if (told.some((t) => !t.ok && saysNotHappened(t.error) && intentSignature(t.tool, t.input) === signature)) continue;
+    const listings = ofTurn(log.listings, intent.chat, intent.message);
+    if (listings.some((l) => l.answer?.listed === false)) {
+      count(log, "omitted_after_effect_told_by_unlisted");
+      continue;
+    }
+    const listed = listings.flatMap((l) => (l.answer?.listed === true ? l.answer.calls : [])).filter((c) => c.key === e.idempotencyKey && (c.effect === "happened" || c.effect === "may_have_happened"));
+    if (listed.length > 0) {
+      count(log, "omitted_after_effect_told_by_unanswered_calls");
+      if (listed.some((c) => c.state === "in_flight")) count(log, "omitted_dead_process_effect_told_by_unanswered_calls");
+      continue;
+    }
+    const asked = listings.length === 0 ? "the app kept no request of the turn" : listings.map((l) => `after request ${l.request + 1}${l.pass === 1 ? " of the regenerate" : ""}: ${l.answer === undefined ? (l.error !== undefined ? `failed (${l.error})` : "not asked") : `listed ${l.answer.calls.map((c) => `${short(c.key)} ${c.effect}`).join(", ") || "nothing"}`}`).join("; ");
+    add("AISDK-14", `${describeEffect(e)} of ${intent.chat} ${JSON.stringify(intent.message)} is told by no kept answer of its turn and listed by no unansweredCalls() answer of a request of it the app kept (${asked}): the user was answered with no trace of it`);
+  }
 }
 
 /** Every call the user asked for in a message, in the model's order: step 1's, a tool loop's step 2, a continuation's repeats. */

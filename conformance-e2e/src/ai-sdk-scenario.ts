@@ -106,6 +106,28 @@ export interface AiSdkMessagePlan {
   regenerate: boolean;
   /** Whether the turn goes on in a continuation request; undefined: answered in one request. */
   continuation?: AiSdkContinuation | undefined;
+  /**
+   * The model answers the turn differently once a request of it failed (a cut, a death, a failed
+   * re-send): every later response to the turn's first step (the re-sends, the regenerate) omits
+   * one of `calls` (an only call leaves a text answer, and no tool loop follows) or swaps the two
+   * (no key changes: ordinals count identical calls only). A real model at temperature > 0 does
+   * not repeat itself. The cut request may already have run the omitted call, and then the answer
+   * the app keeps holds no trace of it: only `turn.unansweredCalls()` can tell (AISDK-14). Drawn
+   * last (`rerunDivergence` in aiSdkScenarioArbitrary); only on turns without a continuation.
+   */
+  rerunDivergence?: AiSdkRerunDivergence | undefined;
+}
+
+/** How the model answers a re-run of a turn (AiSdkMessagePlan.rerunDivergence). */
+export type AiSdkRerunDivergence = { kind: "omit"; call: number } | { kind: "swap" };
+
+/** The turn's responses (stepsOf) as the model answers a re-run: the first step's calls diverged; none left, a text answer. */
+export function divergedStepsOf(message: AiSdkMessagePlan): { tool: string; args: Record<string, unknown> }[][] {
+  const steps = stepsOf(message);
+  const d = message.rerunDivergence;
+  if (d === undefined || message.continuation !== undefined) return steps;
+  const first = d.kind === "omit" ? message.calls.filter((_, i) => i !== d.call) : [...message.calls].reverse();
+  return first.length === 0 ? [] : [first, ...steps.slice(1)];
 }
 
 /** What marks a call as needing approval: in its identity, so a re-worded memo does not change it. */
@@ -309,10 +331,36 @@ const approvalDeathArbitrary: fc.Arbitrary<{ when: AiSdkDeath["when"]; repeat: b
   { weight: 1, arbitrary: fc.record({ when: fc.constantFrom<AiSdkDeath["when"]>("after_effect", "after_effect", "before_downstream"), repeat: fc.boolean() }) },
 );
 
+/**
+ * Drawn after every other field, one per message slot, so each seed's earlier draws (and the kit's
+ * planted tests' scenarios) stay what they were: in about half the turns without a continuation,
+ * the model answers a re-run without one of the first step's calls (two in three of them) or with
+ * its two calls swapped. It shows only where a request of the turn failed and the turn was asked
+ * again.
+ */
+const rerunDivergenceArbitrary: fc.Arbitrary<{ kind: "omit" | "swap"; call: number } | undefined> = fc.oneof(
+  { weight: 1, arbitrary: fc.constant(undefined) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constantFrom<"omit" | "swap">("omit", "omit", "swap"), call: fc.integer({ min: 0, max: 1 }) }) },
+);
+
+function withDivergence(m: AiSdkMessagePlan, drawn: { kind: "omit" | "swap"; call: number } | undefined): AiSdkMessagePlan {
+  if (drawn === undefined || m.continuation !== undefined) return m;
+  // A swap needs two calls; with one, it omits it.
+  if (drawn.kind === "swap" && m.calls.length === 2) return { ...m, rerunDivergence: { kind: "swap" } };
+  return { ...m, rerunDivergence: { kind: "omit", call: Math.min(drawn.call, m.calls.length - 1) } };
+}
+
 /** A plan with a death recovers: one that neither re-sends nor regenerates gets a regenerate. */
 function withDeath(m: AiSdkMessagePlan, death: AiSdkDeath): AiSdkMessagePlan {
   const plan: AiSdkMessagePlan = { ...m, death };
   return plan.resends === 0 && !plan.regenerate ? { ...plan, regenerate: true } : plan;
+}
+
+function withDeaths(m: AiSdkMessagePlan, when: AiSdkDeath["when"] | undefined, approved: { when: AiSdkDeath["when"]; repeat: boolean } | undefined): AiSdkMessagePlan {
+  if (m.death !== undefined) return m;
+  if (when !== undefined) return withDeath(m, { when, on: "first_call" });
+  if (approved === undefined || m.continuation?.kind !== "approval") return m;
+  return withDeath(m, { when: approved.when, on: "approved_call", ...(approved.repeat ? { repeat: true } : {}) });
 }
 
 export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
@@ -321,19 +369,18 @@ export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
       fc.integer({ min: 1, max: 2 }).chain((n) => fc.tuple(...Array.from({ length: n }, (_, c) => chatArbitrary(c)))),
       fc.array(firstCallDeathArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
       fc.array(approvalDeathArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
+      fc.array(rerunDivergenceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
     )
-    .map(([chats, firstCallDeaths, approvalDeaths]) => {
+    .map(([chats, firstCallDeaths, approvalDeaths, divergences]) => {
       let slot = 0;
       return {
         chats: chats.map((chat) => ({
           ...chat,
           messages: chat.messages.map((m): AiSdkMessagePlan => {
             const when = firstCallDeaths[slot];
-            const approved = approvalDeaths[slot++];
-            if (m.death !== undefined) return m;
-            if (when !== undefined) return withDeath(m, { when, on: "first_call" });
-            if (approved === undefined || m.continuation?.kind !== "approval") return m;
-            return withDeath(m, { when: approved.when, on: "approved_call", ...(approved.repeat ? { repeat: true } : {}) });
+            const approved = approvalDeaths[slot];
+            const diverged = divergences[slot++];
+            return withDivergence(withDeaths(m, when, approved), diverged);
           }),
         })),
       };

@@ -33,7 +33,7 @@ const SEARCH_BUDGET_MS = 60_000;
 const PERFORMED_AGAIN = /performed ([2-9]|\d{2,}) times for (one intent|([2-9]|\d{2,}) intents)/;
 
 describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
-  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 an app with createOnceTools performs each intent at most once and keeps only the truth, tool loops inside a request (and in a continuation's last request) and process deaths in their step 2, on step 1's first call and on an approved call's run included, over ${runs} random scenarios`, async () => {
+  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 AISDK-14 an app with createOnceTools performs each intent at most once and keeps only the truth, tool loops inside a request (and in a continuation's last request) process deaths in their step 2, on step 1's first call and on an approved call's run, and re-runs the model answers without a call that ran included, over ${runs} random scenarios`, async () => {
     const seen: Record<string, number> = {};
     await runEndToEnd(memory, {
       provider: "ai-sdk",
@@ -63,6 +63,13 @@ describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
     // approval_deaths: a death on an approved call's run, in the request that carries the approval
     // (6 planned at 30 runs, seed 20261201; the re-sent approval's process takes it over).
     for (const kind of ["deaths_after_effect", "takeovers", "resends_after_death", "continuation_follow_ups", "first_call_deaths", "approval_deaths"]) {
+      expect(seen[kind], kind).toBeGreaterThan(0);
+    }
+    // AISDK-14: the model answered a re-run of a cut turn without a call the cut request had run
+    // (rerunDivergence), and the app told the user of its effect from turn.unansweredCalls():
+    // divergent_reruns 22, omitted_after_effect_told_by_unanswered_calls 3 at 30 runs (seed
+    // 20261201; 59 and 15 at 60 runs, seed 777).
+    for (const kind of ["divergent_reruns", "omitted_after_effect_told_by_unanswered_calls"]) {
       expect(seen[kind], kind).toBeGreaterThan(0);
     }
   }, 600_000);
