@@ -50,7 +50,11 @@ function routed(perStep: boolean): AiSdkAppOptions {
               ? t
               : ({ ...t, execute: (input: unknown, options: ToolExecutionOptions) => turnOf(options.messages).tools[name]!.execute!(input, options) } as Tool);
         }
-        return { tools: routedTools };
+        // What the app asks once a request finished (AISDK-14): the request's turn (per step, a
+        // turn of its own that dispatched nothing lists this request's rows too: told twice, still true).
+        const unansweredCalls = () => (turns.get(request) ?? turnOf(request)).unansweredCalls();
+        const outcomeOf = (toolCallId: string) => [...turns.values()].map((t) => t.outcomeOf(toolCallId)).find((o) => o !== undefined);
+        return { tools: routedTools, unansweredCalls, outcomeOf };
       };
     },
   };
