@@ -147,8 +147,9 @@ export interface OnceTurn<TOOLS extends ToolSet> {
   claimedDenials(): Promise<ClaimedDenial[]>;
   /**
    * The effects of this turn that neither this request nor its history answers (AISDK-14): the
-   * ledger's rows claimed at this turn index in this conversation (LIST-3) whose key no call of
-   * this request holds and no call the history shows with its result holds, each with what its row
+   * ledger's rows claimed at this turn index in this conversation (LIST-3) whose key no call this
+   * request executed holds (one started at its tool-call part in a step the provider ended at its
+   * output limit was not executed, AISDK-8) and no call the history shows with its result holds, each with what its row
    * says of the effect, as a runner's committed-turn record says it (RECORD-8): `happened`,
    * `may_have_happened` or `not_happened`. An earlier request of the turn that was not kept (a cut
    * stream, AISDK-8) may have paid, and a regenerate whose model then asks a question, calls with
@@ -357,10 +358,20 @@ export class OnceTools<TOOLS extends ToolSet> {
       }
     };
     const outcomes = new Map<string, DispatchOutcome>();
-    // Every key this request dispatched, whatever its outcome: its answer carries each call's
-    // result or error (AISDK-5), so none of them is unanswered (AISDK-14).
-    const dispatched = new Set<string>();
-    const dispatch = async (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions) => {
+    // Every key of a call the AI SDK executed in this request, whatever its outcome: the answer
+    // carries its result or error (AISDK-5), so it is not unanswered (AISDK-14). Not every key
+    // dispatched: a call started at its tool-call part whose step the provider ended at its output
+    // limit is never executed, and the answer has no result for it (AISDK-8).
+    const executedKeys = new Set<string>();
+    const keyOfDispatch = new WeakMap<Promise<DispatchOutcome>, string>();
+    const dispatch = (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions): Promise<DispatchOutcome> => {
+      const keyed: { key?: string } = {};
+      // Runs synchronously up to the dispatcher's first await, so the key is known on return.
+      const outcome = dispatchKeyed(name, execute, toolInput, options, keyed);
+      if (keyed.key !== undefined) keyOfDispatch.set(outcome, keyed.key);
+      return outcome;
+    };
+    const dispatchKeyed = async (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions, keyed: { key?: string }) => {
       const call = { name, input: toolInput };
       // Everything up to the ordinal is synchronous, so ordinals follow call order (TURN-4).
       const identity = identityOf(call);
@@ -378,7 +389,7 @@ export class OnceTools<TOOLS extends ToolSet> {
           this.logger.warn("the same call appears more than once in one turn; running it again", { tool: name, ordinal, ...context });
         }
       }
-      dispatched.add(ordinal === 0 ? identity : this.dispatcher.keyFor(call, { ...context, ordinal }));
+      keyed.key = ordinal === 0 ? identity : this.dispatcher.keyFor(call, { ...context, ordinal });
       const outcome = await callScope.run({ owner: this, execute, options }, () => this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, { ...context, ordinal }));
       outcomes.set(options.toolCallId, outcome);
       return outcome;
@@ -400,6 +411,8 @@ export class OnceTools<TOOLS extends ToolSet> {
           const early = started.get(options.toolCallId);
           started.delete(options.toolCallId);
           const outcome = early ?? dispatch(name, execute, toolInput, options);
+          const key = keyOfDispatch.get(outcome);
+          if (key !== undefined) executedKeys.add(key);
           if (identity !== undefined) executed.set(options.toolCallId, { step: options.messages, identity, outcome });
           return (await outcome).result;
         },
@@ -447,7 +460,7 @@ export class OnceTools<TOOLS extends ToolSet> {
         return { listed: false, reason: "the ledger does not list rows (capabilities.supports.listRows)", calls: [] };
       }
       const answered = this.answeredByHistory(history, starts, identityOf, context);
-      for (const key of dispatched) answered.add(key);
+      for (const key of executedKeys) answered.add(key);
       const calls: UnansweredCallRecord[] = [];
       let cursor: string | undefined;
       do {

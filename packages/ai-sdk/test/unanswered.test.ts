@@ -82,6 +82,25 @@ describe("AISDK-14: the turn's effects that the kept answer does not answer", SL
     ]);
   });
 
+  it("a response the provider ended at its output limit after a call that ran at its tool-call part (AISDK-8): its answer has no result for the call, so the request lists it", async () => {
+    const { request, settle } = app();
+    const messages: ModelMessage[] = [{ role: "user", content: "bill acme" }];
+    answers = [() => respond(call("create_invoice", acme))];
+    // response.incomplete right after the call's output_item.done: the AI SDK finishes the step
+    // with `length` and runs no tool of it, while the call was dispatched at its tool-call part.
+    mock.queueFault({ kind: "incomplete_event", at: { afterCallDone: 0 } });
+    const ended = await request(messages);
+    expect(ended.cut).toBe(false);
+    expect(ended.parts.find((p) => p.type === "finish")).toMatchObject({ finishReason: "length" });
+    expect(outputsOf(ended.parts)).toEqual([]);
+    await settle();
+    expect(payments.effects()).toHaveLength(1);
+    // Nothing the request answers tells of the invoice: the app may show this answer (AISDK-8 says
+    // not to tell the user the call did not happen), and only this listing can tell of it.
+    const unanswered = await ended.turn.unansweredCalls();
+    expect(unanswered.calls).toEqual([expect.objectContaining({ name: "create_invoice", state: "completed", effect: "happened" })]);
+  });
+
   it("the user edits the cut message (same turn, AISDK-1) and the model bills someone else: the first bill is listed, the new one is answered", async () => {
     const { request, settle } = app();
     answers = [() => respond(call("create_invoice", acme)), () => respond(call("create_invoice", bob))];
