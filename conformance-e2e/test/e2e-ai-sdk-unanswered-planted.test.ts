@@ -30,6 +30,25 @@ const neverAsks: AiSdkAppOptions = {
   },
 };
 
+/** The real wrapper, whose `unansweredCalls()` says every row it lists had `effect` (the planted bug). */
+const listingSays = (effect: "happened" | "not_happened"): AiSdkAppOptions => ({
+  wrap: (tools, ledger, o) => {
+    const once = createOnceTools({ tools: tools as ToolSet, effects: o.effects, identity: o.identity, ledger, dispatcher: o.dispatcher });
+    return (request) => {
+      const turn = once.forTurn(request);
+      return {
+        tools: turn.tools,
+        onChunk: turn.onChunk,
+        outcomeOf: turn.outcomeOf,
+        unansweredCalls: async () => {
+          const found = await turn.unansweredCalls();
+          return found.listed ? { listed: true, calls: found.calls.map((c) => ({ ...c, effect })) } : found;
+        },
+      };
+    };
+  },
+});
+
 describe("the ai-sdk side when the model answers a re-run without a call that ran", () => {
   it("AISDK-14 an app that never asks turn.unansweredCalls() keeps an answer with no trace of the cut request's payment; the real app passes the same scenario", async () => {
     const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: SEED, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: neverAsks }).catch((e: unknown) => e);
@@ -45,48 +64,16 @@ describe("the ai-sdk side when the model answers a re-run without a call that ra
   }, 600_000);
 
   it("AISDK-14 a wrapper whose unansweredCalls() says every row it lists did not happen tells the user a payment that went through was not made", async () => {
-    const saysNotHappened: AiSdkAppOptions = {
-      wrap: (tools, ledger, o) => {
-        const once = createOnceTools({ tools: tools as ToolSet, effects: o.effects, identity: o.identity, ledger, dispatcher: o.dispatcher });
-        return (request) => {
-          const turn = once.forTurn(request);
-          return {
-            tools: turn.tools,
-            onChunk: turn.onChunk,
-            outcomeOf: turn.outcomeOf,
-            // The bug: "it is not in the answer, so it did not happen".
-            unansweredCalls: async () => {
-              const found = await turn.unansweredCalls();
-              return found.listed ? { listed: true, calls: found.calls.map((c) => ({ ...c, effect: "not_happened" as const })) } : found;
-            },
-          };
-        };
-      },
-    };
+    // The bug: "it is not in the answer, so it did not happen".
+    const saysNotHappened = listingSays("not_happened");
     const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: SEED, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: saysNotHappened }).catch((e: unknown) => e);
     const message = expectReadable(error, SEED);
     expect(message).toMatch(/breaks AISDK-14\): unansweredCalls\(\) after request \d of chat-\d "c\d message \d" \((as sent|regenerated)\) listed (send_payment|create_invoice) key \S+ as not_happened \((completed|in_flight|unknown|released)\), but the payments API made/);
   }, 600_000);
 
   it("AISDK-14 a wrapper whose unansweredCalls() says every row it lists happened tells the user of a payment or invoice never made", async () => {
-    const saysHappened: AiSdkAppOptions = {
-      wrap: (tools, ledger, o) => {
-        const once = createOnceTools({ tools: tools as ToolSet, effects: o.effects, identity: o.identity, ledger, dispatcher: o.dispatcher });
-        return (request) => {
-          const turn = once.forTurn(request);
-          return {
-            tools: turn.tools,
-            onChunk: turn.onChunk,
-            outcomeOf: turn.outcomeOf,
-            // The bug: "it ran, so it happened" (a row released after a 503, or in flight before the API was called).
-            unansweredCalls: async () => {
-              const found = await turn.unansweredCalls();
-              return found.listed ? { listed: true, calls: found.calls.map((c) => ({ ...c, effect: "happened" as const })) } : found;
-            },
-          };
-        };
-      },
-    };
+    // The bug: "it ran, so it happened" (a row released after a 503, or in flight before the API was called).
+    const saysHappened = listingSays("happened");
     const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: SEED, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: saysHappened }).catch((e: unknown) => e);
     const message = expectReadable(error, SEED);
     expect(message).toMatch(/breaks AISDK-14\): unansweredCalls\(\) after request \d of chat-\d "c\d message \d" \((as sent|regenerated)\) listed (send_payment|create_invoice) key \S+ as happened \((in_flight|unknown|released|failed)\), but the payments API made nothing under it/);

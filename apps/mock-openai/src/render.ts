@@ -1,3 +1,4 @@
+import { spellsNumber } from "@dispatch-once/mock-http";
 import { MockOpenAIError } from "./errors.js";
 import { Rng, mintId } from "./random.js";
 import type { FaultPosition, RenderedCall, ScriptedFunctionCall, ScriptedResponse } from "./types.js";
@@ -57,13 +58,7 @@ function serialise(value: unknown, rng: Rng, spaced: boolean, spell?: Record<str
 
 /** A number member's given spelling, refused unless it is JSON text of the member's own value. */
 function spelt(name: string, text: string, value: unknown): string {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    parsed = undefined;
-  }
-  if (typeof value !== "number" || parsed !== value) throw new MockOpenAIError("invalid_turn", `spell ${JSON.stringify(name)}: ${JSON.stringify(text)} is not a spelling of ${JSON.stringify(value)}`);
+  if (!spellsNumber(text, value)) throw new MockOpenAIError("invalid_turn", `spell ${JSON.stringify(name)}: ${JSON.stringify(text)} is not a spelling of ${JSON.stringify(value)}`);
   return text;
 }
 

@@ -1,3 +1,4 @@
+import { spellsNumber } from "@dispatch-once/mock-http";
 import { MockProviderError } from "./errors.js";
 import { Rng, mintId } from "./random.js";
 import { sealRedactedThinking, signThinking } from "./thinking.js";
@@ -138,15 +139,7 @@ export function serialiseArguments(value: unknown, rng: Rng, style: WhitespaceSt
 
 /** A number member's given spelling, refused unless it is JSON text of the member's own value. */
 function spelt(name: string, text: string, value: unknown): string {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    parsed = undefined;
-  }
-  if (typeof value !== "number" || parsed !== value) {
-    throw new MockProviderError("invalid_turn", `spell ${JSON.stringify(name)}: ${JSON.stringify(text)} is not a spelling of ${JSON.stringify(value)}`);
-  }
+  if (!spellsNumber(text, value)) throw new MockProviderError("invalid_turn", `spell ${JSON.stringify(name)}: ${JSON.stringify(text)} is not a spelling of ${JSON.stringify(value)}`);
   return text;
 }
 
