@@ -278,7 +278,7 @@ export class OnceToolRunner {
   private readonly effects: ReadonlyMap<string, EffectClass>;
   private readonly calls = new WeakMap<object, Map<string, OnceToolCall>>();
   /** Per runner: its turn, and every key it dispatched, whatever the outcome (ATR-12). */
-  private readonly turns = new WeakMap<object, { turn: OnceToolRunnerTurn; turnIndex: number; dispatched: Set<string> }>();
+  private readonly turns = new WeakMap<object, { turn: OnceToolRunnerTurn; turnIndex: number; users: number; dispatched: Set<string> }>();
   private readonly ledger: Ledger;
   /** Every wrapped form of the app's tools, of any runner: one of another runner is bound to that runner's messages. */
   private readonly wrappedForms = new WeakSet<object>();
@@ -387,7 +387,7 @@ export class OnceToolRunner {
       body.all.push(reply);
     });
     this.calls.set(runner, calls);
-    this.turns.set(runner, { turn, turnIndex: turn.turnIndex ?? users, dispatched });
+    this.turns.set(runner, { turn, turnIndex: turn.turnIndex ?? users, users, dispatched });
     return runner;
   }
 
@@ -463,7 +463,7 @@ export class OnceToolRunner {
     }
     const told = new Set(entry.dispatched);
     const messages = (runner as { params?: { messages?: unknown } }).params?.messages;
-    if (Array.isArray(messages)) for (const key of this.toldIn(messages as MessageParam[], entry.turn, entry.turnIndex)) told.add(key);
+    if (Array.isArray(messages)) for (const key of this.toldIn(messages as MessageParam[], entry.turn, entry.turnIndex, entry.users)) told.add(key);
     const calls: UnansweredCallRecord[] = [];
     let cursor: string | undefined;
     do {
@@ -477,10 +477,13 @@ export class OnceToolRunner {
 
   /**
    * The keys of the turn's calls that `messages` show answered with a result that is not an error
-   * (ATR-12): each at the place ATR-2 and ATR-3 give it. A call shown with an error result may
-   * still have happened, so its row is listed.
+   * (ATR-12): each at the place ATR-2 and ATR-3 give it, among the calls that answer the user
+   * message the runner started with (`users` genuine user messages before them): with a turn
+   * index from the app's store every call of the history would be placed at that index, and an
+   * identical call of an earlier turn would take this turn's key for told. A call shown with an
+   * error result may still have happened, so its row is listed.
    */
-  private toldIn(messages: readonly MessageParam[], turn: OnceToolRunnerTurn, turnIndex: number): string[] {
+  private toldIn(messages: readonly MessageParam[], turn: OnceToolRunnerTurn, turnIndex: number, users: number): string[] {
     const results = new Map<string, boolean>();
     for (const message of messages) {
       if (message.role !== "user") continue;
@@ -497,7 +500,7 @@ export class OnceToolRunner {
         if (block.type !== "tool_use" || results.get(String(block.id)) !== true) continue;
         const tool = block.name === undefined ? undefined : this.tools.get(block.name);
         const place = tool === undefined ? undefined : this.placeOf(block, messages, turn);
-        if (tool === undefined || place === undefined || place.turnIndex !== turnIndex) continue;
+        if (tool === undefined || place === undefined || place.turnIndex !== turnIndex || place.users !== users) continue;
         try {
           keys.push(this.dispatcher.keyFor({ name: tool.name, input: typeof tool.parse === "function" ? tool.parse(block.input) : block.input }, { conversationId: turn.conversationId, turnIndex, ordinal: place.ordinal }));
         } catch {

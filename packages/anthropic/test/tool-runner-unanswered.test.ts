@@ -46,10 +46,10 @@ async function app(p: MockProvider, ledger: Ledger = new MemoryLedger()) {
 }
 
 /** The README's loop: every failed run is run again with `start(failed messages)`. */
-async function answer(once: OnceToolRunner, client: Anthropic, start: (failed: Message[] | undefined) => Message[]) {
+async function answer(once: OnceToolRunner, client: Anthropic, start: (failed: Message[] | undefined) => Message[], turnIndex?: number) {
   let failed: Message[] | undefined;
   for (let attempt = 0; attempt < 3; attempt++) {
-    const runner = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, stream: true, thread: false, messages: start(failed) } as never, { conversationId: "conv-u" });
+    const runner = once.toolRunner(client, { model: "claude-test", max_tokens: 1024, stream: true, thread: false, messages: start(failed) } as never, { conversationId: "conv-u", ...(turnIndex !== undefined ? { turnIndex } : {}) });
     try {
       await runner.runUntilDone();
       return { runner }; // boxed: the runner is a thenable, which an async function's return would unwrap
@@ -122,6 +122,19 @@ describe("ATR-12: the turn's effects that the re-run's answer does not answer", 
     expect(effects()).toHaveLength(1);
     const { runner: next } = await answer(once, client, () => [...first.params.messages, { role: "user", content: "thanks" }]);
     expect(await once.unansweredCallsOf(next)).toEqual({ listed: true, calls: [] });
+  });
+
+  it("with turnIndex from the app's store, an identical call of an earlier turn in the history does not tell this turn's payment", async () => {
+    // Turn 1 paid acme and told it; turn 2 asks for the same payment, pays, is cut, and its re-run asks a question.
+    const p = await scripted([turn(toolUse("send_payment", PAY_ACME)), turn(toolUse("send_payment", PAY_ACME)), turn(say("Which account should I pay from?"))], [4]);
+    const { once, client, effects } = await app(p);
+    const { runner: first } = await answer(once, client, fromUser, 1);
+    expect(effects()).toHaveLength(1);
+    const history = [...first.params.messages, { role: "user" as const, content: "pay acme again" }];
+    const { runner } = await answer(once, client, () => history, 2);
+    expect(effects()).toHaveLength(2);
+    const found = await once.unansweredCallsOf(runner);
+    expect(found.calls.map((c) => [c.name, c.effect])).toEqual([["send_payment", "happened"]]);
   });
 
   it("a ledger that does not list rows: listed false with the reason", async () => {
