@@ -15,7 +15,7 @@ import {
   type DispatchOutcome,
 } from "@dispatch-once/core";
 import { loggerOption, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
-import { unansweredCall, type UnansweredCallRecord } from "@dispatch-once/runner";
+import { turnRowsOf, UNLISTED_REASON, unansweredCall, type UnansweredCallRecord } from "@dispatch-once/runner";
 import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolCallRepairFunction, type ToolExecutionOptions, type ToolSet } from "ai";
 import { z } from "zod";
 import { turnCallsOf, type TurnHistoryCall } from "./turn-history.js";
@@ -180,9 +180,6 @@ export interface ClaimedDenial {
 
 /** The name under which a model call's first repair is recorded (not a tool name an app may use). */
 const REPAIR_RECORD_NAME = "dispatch-once-repair";
-
-/** The largest page listRows gives (LIST-4). */
-const LIST_PAGE = 1000;
 
 const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, dispatcher: true };
 const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true };
@@ -455,24 +452,11 @@ export class OnceTools<TOOLS extends ToolSet> {
       return found;
     };
     const unansweredCalls = async (): Promise<UnansweredCalls> => {
-      const ledger = this.ledger;
-      if (typeof ledger.listRows !== "function" || ledger.capabilities?.supports?.listRows !== true) {
-        return { listed: false, reason: "the ledger does not list rows (capabilities.supports.listRows)", calls: [] };
-      }
+      const rows = await turnRowsOf(this.ledger, context.conversationId, turnIndex);
+      if (rows === undefined) return { listed: false, reason: UNLISTED_REASON, calls: [] };
       const answered = this.answeredByHistory(history, starts, identityOf, context);
       for (const key of executedKeys) answered.add(key);
-      const calls: UnansweredCallRecord[] = [];
-      let cursor: string | undefined;
-      do {
-        // listRows filters by conversation only (LIST-1); the turn index is checked here.
-        const page = await ledger.listRows({ conversationId: context.conversationId, limit: LIST_PAGE, ...(cursor !== undefined ? { cursor } : {}) });
-        for (const row of page.rows) {
-          if (row.turnIndex !== turnIndex || row.toolName === REPAIR_RECORD_NAME || answered.has(row.key)) continue;
-          calls.push(unansweredCall(row));
-        }
-        cursor = page.cursor;
-      } while (cursor !== undefined);
-      return { listed: true, calls };
+      return { listed: true, calls: rows.filter((row) => row.toolName !== REPAIR_RECORD_NAME && !answered.has(row.key)).map(unansweredCall) };
     };
     return {
       tools: tools as TOOLS,

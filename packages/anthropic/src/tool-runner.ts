@@ -24,7 +24,7 @@ import {
   type Retryable,
   type ToolDefinition,
 } from "@dispatch-once/core";
-import { checkKnownOptions, unansweredCall, type UnansweredCallRecord } from "@dispatch-once/runner";
+import { checkKnownOptions, turnRowsOf, UNLISTED_REASON, unansweredCall, type UnansweredCallRecord } from "@dispatch-once/runner";
 import { z } from "zod";
 
 /** What a wrapped tool's `run` finds in its context besides the SDK's own (read it with `dispatchOnceOf`). */
@@ -119,9 +119,6 @@ export interface OnceToolCall {
 export type UnansweredCalls =
   | { listed: true; calls: UnansweredCallRecord[] }
   | { listed: false; reason: string; calls: [] };
-
-/** The largest page listRows gives (LIST-4). */
-const LIST_PAGE = 1000;
 
 const OPTION_NAMES = ["tools", "effects", "ledger", "identity", "dispatcher"];
 const TURN_OPTION_NAMES = ["conversationId", "turnIndex"];
@@ -457,22 +454,12 @@ export class OnceToolRunner {
   async unansweredCallsOf(runner: object): Promise<UnansweredCalls> {
     const entry = typeof runner === "object" && runner !== null ? this.turns.get(runner) : undefined;
     if (entry === undefined) throw new InvalidArgumentError("runner", "must be a runner this wrapper's toolRunner() built");
-    const ledger = this.ledger;
-    if (typeof ledger.listRows !== "function" || ledger.capabilities?.supports?.listRows !== true) {
-      return { listed: false, reason: "the ledger does not list rows (capabilities.supports.listRows)", calls: [] };
-    }
+    const rows = await turnRowsOf(this.ledger, entry.turn.conversationId, entry.turnIndex);
+    if (rows === undefined) return { listed: false, reason: UNLISTED_REASON, calls: [] };
     const told = new Set(entry.dispatched);
     const messages = (runner as { params?: { messages?: unknown } }).params?.messages;
     if (Array.isArray(messages)) for (const key of this.toldIn(messages as MessageParam[], entry.turn, entry.turnIndex, entry.users)) told.add(key);
-    const calls: UnansweredCallRecord[] = [];
-    let cursor: string | undefined;
-    do {
-      // listRows filters by conversation only (LIST-1); the turn index is checked here.
-      const page = await ledger.listRows({ conversationId: entry.turn.conversationId, limit: LIST_PAGE, ...(cursor !== undefined ? { cursor } : {}) });
-      for (const row of page.rows) if (row.turnIndex === entry.turnIndex && !told.has(row.key)) calls.push(unansweredCall(row));
-      cursor = page.cursor;
-    } while (cursor !== undefined);
-    return { listed: true, calls };
+    return { listed: true, calls: rows.filter((row) => !told.has(row.key)).map(unansweredCall) };
   }
 
   /**

@@ -7,6 +7,8 @@ export {
   forResumedTurn,
   unansweredCall,
   unansweredOwnCall,
+  turnRowsOf,
+  UNLISTED_REASON,
   type CallRecord,
   type CallStatus,
   type EffectStatus,

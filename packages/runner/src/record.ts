@@ -1,4 +1,4 @@
-import { effectOf, isDispatchOnceError, type JsonValue, type LedgerRow, type RowState, type StoredError } from "@dispatch-once/core";
+import { MAX_LIST_LIMIT, effectOf, isDispatchOnceError, type JsonValue, type Ledger, type LedgerRow, type RowState, type StoredError } from "@dispatch-once/core";
 import type { FailurePosition } from "./phases.js";
 
 /** What happened to one call of one attempt (spec RECORD-2). */
@@ -341,3 +341,25 @@ export function forResumedTurn(call: CallRecord, isRead: boolean): CallRecord {
   if (call.effect !== "not_happened" || isRead || call.status === "failed" || call.status === "rejected") return call;
   return { ...call, effect: "may_have_happened", summary: `${call.summary}; an earlier holder of this turn may have run it` };
 }
+
+/**
+ * The ledger rows claimed at one turn index of a conversation (LIST-3), read a page at a time
+ * through `listRows` (which filters by conversation only, LIST-1); undefined when the ledger does
+ * not list rows (`capabilities.supports.listRows`). A listing that fails throws its error. Shared
+ * by the runner's committed-turn record (RECORD-8) and the AI SDK and tool-runner listings of a
+ * turn's unanswered calls (AISDK-14, ATR-12).
+ */
+export async function turnRowsOf(ledger: Partial<Ledger> | undefined, conversationId: string, turnIndex: number): Promise<LedgerRow[] | undefined> {
+  if (typeof ledger?.listRows !== "function" || ledger.capabilities?.supports?.listRows !== true) return undefined;
+  const rows: LedgerRow[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = await ledger.listRows({ conversationId, limit: MAX_LIST_LIMIT, ...(cursor !== undefined ? { cursor } : {}) });
+    for (const row of page.rows) if (row.turnIndex === turnIndex) rows.push(row);
+    cursor = page.cursor;
+  } while (cursor !== undefined);
+  return rows;
+}
+
+/** Why nothing was listed, where `turnRowsOf` answered undefined. */
+export const UNLISTED_REASON = "the ledger does not list rows (capabilities.supports.listRows)";

@@ -7,7 +7,6 @@ import {
   DurabilityMismatchError,
   InvalidArgumentError,
   InvalidKeyInputError,
-  MAX_LIST_LIMIT,
   canonicalize,
   checkMessageId,
   describeValue,
@@ -47,6 +46,7 @@ import {
   summarizeEffects,
   unansweredCall,
   unansweredOwnCall,
+  turnRowsOf,
   type CallRecord,
   type FailedTurnRecord,
   type ResumedTurnRecord,
@@ -1394,23 +1394,13 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   private async turnRows(conversationId: string, turnIndex: number): Promise<{ ok: true; rows: LedgerRow[] } | { ok: false; reason: string }> {
     // Duck-typed: a CallDispatcher need not have a ledger (the unguarded baseline, a custom one).
     const ledger = (this.options.dispatcher as { ledger?: Partial<Ledger> }).ledger;
-    if (typeof ledger?.listRows !== "function" || ledger.capabilities?.supports?.listRows !== true) {
-      return { ok: false, reason: "the dispatcher's ledger does not list rows (capabilities.supports.listRows)" };
-    }
-    const rows: LedgerRow[] = [];
     try {
-      let cursor: string | undefined;
-      do {
-        // listRows filters by conversation only; the turn index is checked here.
-        const page = await ledger.listRows({ conversationId, limit: MAX_LIST_LIMIT, ...(cursor !== undefined ? { cursor } : {}) });
-        for (const row of page.rows) if (row.turnIndex === turnIndex) rows.push(row);
-        cursor = page.cursor;
-      } while (cursor !== undefined);
+      const rows = await turnRowsOf(ledger, conversationId, turnIndex);
+      return rows === undefined ? { ok: false, reason: "the dispatcher's ledger does not list rows (capabilities.supports.listRows)" } : { ok: true, rows };
     } catch (error) {
       // The turn is committed already: say what is not known rather than fail a committed turn.
       return { ok: false, reason: `listing the turn's ledger rows failed: ${describe(error)}` };
     }
-    return { ok: true, rows };
   }
 
   private turnLimitRecord(snapshot: TurnSnapshot, turns: number): FailedTurnRecord {
