@@ -1,4 +1,5 @@
 import type { Ledger } from "@dispatch-once/core";
+import type { StoreAddress } from "./ledger/silence-proxy.js";
 
 /**
  * What an adapter's test gives the kit (like @keyv/test-suite's factory and abstract-level's
@@ -9,6 +10,12 @@ export interface LedgerSubject {
   /** e.g. "ledger-postgres" */
   name: string;
   capabilities: SubjectCapabilities;
+  /**
+   * The bounds the adapter documents, as configured in the instances the fixture opens. Required
+   * with `capabilities.silentStore`: `operationBoundMs` is LEDGER-12's bound on every operation
+   * (waiting for a connection, connecting and retries included) of an instance from `raw.openVia`.
+   */
+  limits?: { operationBoundMs?: number };
   /** Create a ledger over a FRESH, ISOLATED namespace (new table/prefix/file). Called many times; must be cheap-ish. */
   create(options?: { retentionMs?: number; maxResultBytes?: number }): Promise<LedgerFixture>;
 }
@@ -49,6 +56,15 @@ export interface SubjectCapabilities {
    * are reported not applicable, whatever the ledger offers: declare it to have them run.
    */
   listExpiredInFlight?: boolean;
+  /**
+   * Optional: the fixture can open an instance whose store connection goes through the kit's
+   * SilenceProxy (raw.storeAddress, raw.openVia), and the subject declares its bound
+   * (`limits.operationBoundMs`). LEDGER-12's silent-store checks then make the store stop answering
+   * (paused, partitioned with no RST), after the first connection and before it, and require every
+   * operation to reject with ledger_unavailable within the bound. Absent means false; a store with no
+   * connection to lose (an embedded file) declares false.
+   */
+  silentStore?: boolean;
 }
 
 export type SubjectCapability = keyof SubjectCapabilities;
@@ -74,6 +90,15 @@ export interface LedgerFixture {
     corrupt?(key: string): Promise<void>;
     /** Return a ledger instance whose connection is broken/refused (only when capabilities.unavailability). */
     disconnected?(): Promise<Ledger>;
+    /** Where the store listens (TCP): the kit starts its SilenceProxy in front of it. Only when capabilities.silentStore. */
+    storeAddress?(): Promise<StoreAddress>;
+    /**
+     * Another instance over the SAME namespace that connects to `via` (the kit's proxy) instead of the
+     * store, with the bound `limits.operationBoundMs`; only when capabilities.silentStore. It must
+     * return without reaching the store (no migration, no probe): the kit may call it while the store
+     * is silent. destroy() closes it.
+     */
+    openVia?(via: StoreAddress): Promise<Ledger>;
     /**
      * Another instance over the SAME namespace whose process clock reads `offsetMs` off the true time (as
      * on a host whose clock is wrong); only when capabilities.clockSkew. A ledger on the store's clock

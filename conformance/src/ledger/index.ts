@@ -18,6 +18,7 @@ export { randomSeed, resolveLedgerOptions, propertyTimeoutMs, endToEndTimeoutMs,
 export { checkContext, mulberry32, seededKey, type LedgerCheckContext } from "./context.js";
 export { PendingOperations, trackSubject } from "./tracking.js";
 export { skewProcessClock } from "./skew.js";
+export { startSilenceProxy, type SilenceProxy, type StoreAddress } from "./silence-proxy.js";
 export { runProperty, valueAtPath, type PropertyOutcome, type PropertyRunOptions } from "./property-runner.js";
 export * from "./checks/index.js";
 export { MODEL_CHECK_NAME, runModelProperty, scenarioSteps } from "./property.js";
@@ -67,6 +68,7 @@ const CAPABILITY_WORDS: Record<SubjectCapability, string> = {
   survivesRestart: "needs survivesRestart (a fresh instance sees earlier rows)",
   corruption: "needs corruption (raw.corrupt)",
   unavailability: "needs unavailability (raw.disconnected)",
+  silentStore: "needs silentStore (raw.storeAddress and raw.openVia, for the kit's SilenceProxy in front of the store, and limits.operationBoundMs, the adapter's documented bound)",
   clockSkew: "needs clockSkew (raw.skewedInstance: an instance on a skewed process clock)",
   listRows: "the ledger does not offer listRows (capabilities.supports.listRows)",
   resolve: "the ledger does not offer resolve (capabilities.supports.resolve)",
@@ -205,5 +207,13 @@ function validateSubject(subject: LedgerSubject): void {
   }
   if (caps?.clockSkew !== undefined && typeof caps.clockSkew !== "boolean") {
     throw new TypeError(`ledger subject ${subject.name}: capabilities.clockSkew, when declared, must be true or false`);
+  }
+  if (caps?.silentStore !== undefined && typeof caps.silentStore !== "boolean") {
+    throw new TypeError(`ledger subject ${subject.name}: capabilities.silentStore, when declared, must be true or false`);
+  }
+  // The silent-store checks judge against the subject's own bound: without one they could only guess.
+  const bound = subject.limits?.operationBoundMs;
+  if (caps?.silentStore === true && (typeof bound !== "number" || !Number.isFinite(bound) || bound <= 0)) {
+    throw new TypeError(`ledger subject ${subject.name}: capabilities.silentStore needs limits.operationBoundMs, the adapter's documented bound on every operation (LEDGER-12), a positive number of ms; got ${String(bound)}`);
   }
 }

@@ -36,7 +36,7 @@ export class PendingOperations {
 }
 
 /** The contract's asynchronous methods, the optional ones included: what a report lists as pending. */
-const TRACKED = new Set(["claim", "renew", "complete", "fail", "markUnknown", "release", "lookup", "sweep", "close", "listExpiredInFlight"]);
+const TRACKED = new Set(["claim", "renew", "complete", "fail", "markUnknown", "release", "lookup", "sweep", "close", "listExpiredInFlight", "listRows", "resolve", "auditTrail", "retire"]);
 
 function describeArgs(method: string, args: unknown[]): string {
   if (method === "claim") {
@@ -58,6 +58,7 @@ export function trackSubject(subject: LedgerSubject, pending: PendingOperations)
   return {
     name: subject.name,
     capabilities: subject.capabilities,
+    ...(subject.limits === undefined ? {} : { limits: subject.limits }),
     async create(options) {
       const n = ++fixtures;
       const inner = await pending.track(`create(${options === undefined ? "" : JSON.stringify(options)}) of fixture #${n}`, () => subject.create(options));
@@ -90,6 +91,14 @@ function trackFixture(inner: LedgerFixture, pending: PendingOperations, label: s
   if (raw.disconnected !== undefined) {
     const disconnected = raw.disconnected;
     trackedRaw.disconnected = async () => wrap(await pending.track(`${label} raw.disconnected()`, () => disconnected.call(raw)));
+  }
+  if (raw.storeAddress !== undefined) {
+    const storeAddress = raw.storeAddress;
+    trackedRaw.storeAddress = () => pending.track(`${label} raw.storeAddress()`, () => storeAddress.call(raw));
+  }
+  if (raw.openVia !== undefined) {
+    const openVia = raw.openVia;
+    trackedRaw.openVia = async (via) => wrap(await pending.track(`${label} raw.openVia(${via.host}:${via.port})`, () => openVia.call(raw, via)));
   }
   if (raw.skewedInstance !== undefined) {
     const skewed = raw.skewedInstance;

@@ -36,6 +36,8 @@ export function memoryLedgerSubject(name = "ledger-memory", Ledger: typeof Memor
       survivesRestart: false,
       corruption: false,
       unavailability: false,
+      // n/a: an in-process map has no connection that could go silent (LEDGER-12's silent-store checks).
+      silentStore: false,
       listRows: true,
       resolve: true,
       auditTrail: true,

@@ -27,6 +27,7 @@ import { RESULTS_CHECKS } from "./results.js";
 import { RETENTION_LENGTH_CHECKS } from "./retention-length.js";
 import { RETENTION_CHECKS } from "./retention.js";
 import { RETIRE_CHECKS } from "./retire.js";
+import { SILENT_STORE_CHECKS } from "./silent-store.js";
 import { STORE_CLOCK_CHECKS } from "./store-clock.js";
 import { TRANSITIONS_CHECKS } from "./transitions.js";
 import { UNAVAILABILITY_CHECKS } from "./unavailability.js";
@@ -53,6 +54,7 @@ export * from "./results.js";
 export * from "./retention-length.js";
 export * from "./retention.js";
 export * from "./retire.js";
+export * from "./silent-store.js";
 export * from "./store-clock.js";
 export * from "./transitions.js";
 export * from "./unavailability.js";
@@ -72,6 +74,7 @@ export const LEDGER_CHECKS_BY_CONCERN: Readonly<Record<string, readonly LedgerCh
   results: RESULTS_CHECKS,
   corruption: CORRUPTION_CHECKS,
   unavailability: UNAVAILABILITY_CHECKS,
+  "silent-store": SILENT_STORE_CHECKS,
   retention: RETENTION_CHECKS,
   "retention-length": RETENTION_LENGTH_CHECKS,
   capabilities: CAPABILITIES_CHECKS,
