@@ -16,6 +16,9 @@ import {
   uniqueSchema,
 } from "./helpers.js";
 
+/** The timeoutMs of the instance behind the kit's SilenceProxy (LEDGER-12's silent-store checks). */
+export const SILENT_BOUND_MS = 300;
+
 let shared: pg.Pool | undefined;
 /** One pool for every fixture's own ledger and raw hooks (the shared-pool case, bring-your-own). */
 function sharedPool(): pg.Pool {
@@ -26,15 +29,19 @@ function sharedPool(): pg.Pool {
 /**
  * The PostgreSQL ledger as a conformance subject: every create() gets a fresh schema
  * do_test_<tag>_<random> (dropped by destroy()); raw hooks are SQL against that table.
- * `LedgerClass` is the class to certify (a blind round's mutant of it, test/round-k-blind.test.ts).
+ * `LedgerClass` is the class to certify (a blind round's mutant of it, test/round-k-blind.test.ts);
+ * `viaTimeoutMs` the timeoutMs of raw.openVia's instance (test/silent-store.test.ts plants a day).
  */
-export function createPostgresSubject(LedgerClass: typeof PostgresLedger = PostgresLedger, name = "ledger-postgres", tag = "conf"): LedgerSubject {
+export function createPostgresSubject(LedgerClass: typeof PostgresLedger = PostgresLedger, name = "ledger-postgres", tag = "conf", viaTimeoutMs = SILENT_BOUND_MS): LedgerSubject {
   return {
     name,
     // clockSkew: PostgresLedger has no clock option (every time is the server's clock_timestamp()),
     // so the skewed instance is a second instance whose calls run with this process's Date off
     // (skewProcessClock): one that read Date.now() for a lease would take over live claims.
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listRows: true, resolve: true, auditTrail: true, retire: true, listExpiredInFlight: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listRows: true, resolve: true, auditTrail: true, retire: true, listExpiredInFlight: true, silentStore: true },
+    // LEDGER-12: timeoutMs bounds every operation (a connection, connecting, the statement, retries);
+    // raw.openVia's instance is configured with it, small so that the silent windows stay short.
+    limits: { operationBoundMs: SILENT_BOUND_MS },
     async create(options = {}): Promise<LedgerFixture> {
       const pool = sharedPool();
       const schema = uniqueSchema(tag);
@@ -66,6 +73,20 @@ export function createPostgresSubject(LedgerClass: typeof PostgresLedger = Postg
             const other = new LedgerClass({ connectionString: DATABASE_URL, poolConfig: { max: 2 }, schema, ...options });
             others.push(other);
             return skewProcessClock(other, offsetMs);
+          },
+          storeAddress: async () => {
+            const url = new URL(DATABASE_URL);
+            return { host: url.hostname, port: Number(url.port || 5432) };
+          },
+          // An instance whose connections go through the kit's SilenceProxy: nothing here reaches the store.
+          // viaTimeoutMs is SILENT_BOUND_MS but in the planted test that removes the bound (a day).
+          async openVia(via) {
+            const url = new URL(DATABASE_URL);
+            url.hostname = via.host;
+            url.port = String(via.port);
+            const other = new LedgerClass({ connectionString: url.toString(), poolConfig: { max: 4 }, timeoutMs: viaTimeoutMs, schema, ...options });
+            others.push(other);
+            return other;
           },
           async disconnected() {
             const broken = new LedgerClass({

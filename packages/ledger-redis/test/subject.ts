@@ -4,6 +4,9 @@ import type { Redis } from "ioredis";
 import { RedisLedger } from "../src/index.js";
 import { EXPIRE_LEASE_LUA, REDIS_URL, closedPort, deleteByPrefix, parseStored, rawClient, uniquePrefix } from "./helpers.js";
 
+/** The commandTimeoutMs of the instance behind the kit's SilenceProxy (LEDGER-12's silent-store checks). */
+export const SILENT_BOUND_MS = 300;
+
 const BODY_FIELD: Record<string, string> = { in_flight: "owner", completed: "result", unknown: "reason" };
 
 /** Decode a stored row with the test's own code (not the adapter's), field names as core's LedgerRow. */
@@ -23,15 +26,19 @@ export async function readRow(client: Redis, redisKey: string, key: string): Pro
 
 /**
  * Fresh prefix per create(); raw hooks talk to Redis directly. `LedgerClass` is the class to
- * certify (a blind round's mutant of it, test/round-k-blind.test.ts).
+ * certify (a blind round's mutant of it, test/round-k-blind.test.ts); `viaCommandTimeoutMs` the
+ * commandTimeoutMs of raw.openVia's instance (test/silent-store.test.ts plants 0, no bound).
  */
-export function createRedisSubject(LedgerClass: typeof RedisLedger = RedisLedger, name = "ledger-redis", tag = "conf"): LedgerSubject {
+export function createRedisSubject(LedgerClass: typeof RedisLedger = RedisLedger, name = "ledger-redis", tag = "conf", viaCommandTimeoutMs = SILENT_BOUND_MS): LedgerSubject {
   return {
     name,
     // clockSkew: RedisLedger has no clock option (leases are on the server's TIME inside its
     // scripts), so the skewed instance is another instance whose calls run with this process's Date
     // off (skewProcessClock): one that computed a lease from Date.now() would take over live claims.
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, resolve: true, auditTrail: true, listRows: true, retire: true, listExpiredInFlight: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, resolve: true, auditTrail: true, listRows: true, retire: true, listExpiredInFlight: true, silentStore: true },
+    // LEDGER-12: commandTimeoutMs bounds every operation (waiting for the connection, then the
+    // command); raw.openVia's instance is configured with it, small so that the silent windows stay short.
+    limits: { operationBoundMs: SILENT_BOUND_MS },
     async create(options = {}) {
       const prefix = uniquePrefix(tag);
       const raw = rawClient();
@@ -70,6 +77,19 @@ export function createRedisSubject(LedgerClass: typeof RedisLedger = RedisLedger
             await raw.set(keyOf(key), "\u0000not a ledger row\n{}");
           },
           skewedInstance: async (offsetMs) => skewProcessClock(open(), offsetMs),
+          storeAddress: async () => {
+            const url = new URL(REDIS_URL);
+            return { host: url.hostname, port: Number(url.port || 6379) };
+          },
+          // An instance whose connection goes through the kit's SilenceProxy (ioredis connects at once, unanswered).
+          async openVia(via) {
+            const url = new URL(REDIS_URL);
+            url.hostname = via.host;
+            url.port = String(via.port);
+            const other = new LedgerClass({ url: url.toString(), prefix, allowShortRetentionForTests: true, commandTimeoutMs: viaCommandTimeoutMs, ...options });
+            ledgers.push(other);
+            return other;
+          },
           async disconnected() {
             const port = await closedPort();
             const broken = new LedgerClass({ url: `redis://127.0.0.1:${port}`, prefix });

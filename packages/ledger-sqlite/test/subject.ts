@@ -80,7 +80,10 @@ export function createSqliteSubject(
     // The skewed instance is another instance whose calls run with this process's JavaScript
     // Date off (skewProcessClock): a ledger that took leases from Date.now() (as `now: Date.now`
     // does) takes over live claims through it and fails LEDGER-20.
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listRows: true, resolve: true, auditTrail: true, retire: true, listExpiredInFlight: true },
+    // silentStore: n/a. SQLite is a library in this process over a local file: no connection can go
+    // silent, so LEDGER-12's silent-store checks are reported not applicable (a stuck file lock is
+    // LEDGER-23's busy wait, bounded by busyTimeoutMs).
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listRows: true, resolve: true, auditTrail: true, retire: true, listExpiredInFlight: true, silentStore: false },
     async create(options = {}): Promise<LedgerFixture> {
       // The kit checks semantics, not the disk: on a memory-backed filesystem fsync is cheap, so
       // synchronous=FULL (the default) stays on while 1,000 end-to-end runs fit in CI. The
