@@ -14,7 +14,8 @@ const t = (v) => (v === null || v === undefined ? undefined : Buffer.isBuffer(v)
 /** @type {import("@dispatch-once/conformance/ledger").LedgerSubject} */
 const subject = {
   name: "ledger-mariadb (trial)",
-  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listExpiredInFlight: true, retire: true },
+  capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, clockSkew: true, listExpiredInFlight: true, retire: true, silentStore: true },
+  limits: { operationBoundMs: 300 },
   async create({ retentionMs, maxResultBytes } = {}) {
     const table = `outledger_${randomUUID().replaceAll("-", "").slice(0, 24)}`;
     const instances = [];
@@ -53,6 +54,8 @@ const subject = {
             await q(`INSERT INTO \`${table}\` (k, v, state, tool_name, effect, fence, claimed_at, request) VALUES (?, 99, 'in_flight', 'x', 'keyed_write', 1, 0, '{}')`, [b(key)]);
           }
         },
+        storeAddress: async () => ({ host: conn.host, port: conn.port }),
+        openVia: async (via) => { const l = await MariaDbLedger.open({ ...conn, host: via.host, port: via.port, table, migrate: false, operationTimeoutMs: 300, retentionMs, maxResultBytes, allowShortRetentionForTests: true }); instances.push(l); return l; },
         disconnected: async () => MariaDbLedger.open({ ...conn, port: 1, table, migrate: false, operationTimeoutMs: 2000 }),
         expireRetired: async (key) => void (await q(`UPDATE \`${table}_retired\` SET until_ms = ${NOW} - 1 WHERE k = ?`, [b(key)])),
         skewedInstance: async (offsetMs) => skewProcessClock(await open(), offsetMs),
