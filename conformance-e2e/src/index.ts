@@ -82,6 +82,7 @@ export function endToEndChecks(subject: LedgerSubject, options: EndToEndOptions 
   const runs = options.runs ?? envInteger("CONFORMANCE_E2E_RUNS", 1) ?? DEFAULT_END_TO_END_RUNS;
   const seed = options.seed ?? envInteger("CONFORMANCE_SEED") ?? randomSeed();
   const provider = checkProvider(options.provider);
+  checkStoreOnProvider(provider, options);
   return [
     {
       rule: "CONF-2",
@@ -114,9 +115,12 @@ export const endToEndLevel: ConformanceLevel = {
       ...(o.provider === undefined ? {} : { provider: o.provider as ProviderName }),
       timeLimitMs: Math.floor(limit * 0.9),
       ...(o.path === undefined ? {} : { path: o.path }),
+      ...(o.conversationStore === undefined ? {} : { conversationStore: o.conversationStore }),
     });
     return checks.map((c) => ({ ...c, timeoutMs: c.timeoutMs ?? limit, pending: c.pending ?? (() => pending.list()) }));
   },
+  // The CLI's --store: the store under test runs under the runner (LevelOptions.conversationStore).
+  takesConversationStore: true,
   replayable: () => true,
   property: () => "end to end",
 };
@@ -130,13 +134,17 @@ function checkProvider(provider: string | undefined): ProviderName {
   return provider as ProviderName;
 }
 
+/** The AI SDK app owns its loop: no runner, worker or conversation store of the kit's to replace (refused when the checks are made, not when they run). */
+function checkStoreOnProvider(provider: ProviderName, options: EndToEndOptions): void {
+  if (provider === "ai-sdk" && (options.dispatcher !== undefined || options.conversationStore !== undefined || options.runner !== undefined)) {
+    throw new TypeError("provider ai-sdk runs the app's own createOnceTools: plant bugs through options.aiSdk, not dispatcher, conversationStore or runner");
+  }
+}
+
 export async function runEndToEnd(subject: LedgerSubject, options: EndToEndOptions = {}): Promise<void> {
   const provider = checkProvider(options.provider);
+  checkStoreOnProvider(provider, options);
   if (provider === "ai-sdk") {
-    // The AI SDK app owns its loop: no runner, worker or conversation store of the kit's to replace.
-    if (options.dispatcher !== undefined || options.conversationStore !== undefined || options.runner !== undefined) {
-      throw new TypeError("provider ai-sdk runs the app's own createOnceTools: plant bugs through options.aiSdk, not dispatcher, conversationStore or runner");
-    }
     const world = await startAiSdkWorld();
     try {
       await runKitProperty(aiSdkScenarioArbitrary(), (scenario) => runAiSdkCase(world, subject, scenario, options.aiSdk), options);

@@ -81,3 +81,27 @@ describe("dispatch-once-conformance --level e2e (CONF-2)", () => {
     expect(bad.stderr).toContain("CONFORMANCE_E2E_RUNS must be an integer");
   });
 });
+
+describe("dispatch-once-conformance --store --level e2e: a conversation store under the turn runner", () => {
+  const oneLine = (run: ReturnType<typeof cli>) => run.stderr.trimEnd().split("\n");
+
+  it("runs the store under test (over the kit's in-memory ledger): the report names the store, and its factory made the stores", () => {
+    const run = cli(["--store", "test/fixtures/counting-store-subject.mjs", "--level", "e2e", "--e2e-runs", "3", "--seed", "3", "--json", "--quiet"]);
+    const report = JSON.parse(run.stdout);
+    expect(report).toMatchObject({ subject: "conversation-memory-counted", levels: ["e2e"], provider: "anthropic", runsByLevel: { e2e: 3 } });
+    expect(report.rules.find((r: { rule: string }) => r.rule === "CONF-2")?.status).toBe("pass");
+    expect(Number(/counted: (\d+) conversation stores/.exec(run.stderr)?.[1])).toBeGreaterThan(0);
+    expect(run.code).toBe(0);
+  });
+
+  it("a store subject without conversationStore({ now }) cannot run the e2e level, nor a store the AI SDK side: exit 2, one line each", () => {
+    const noFactory = cli(["--store", "test/fixtures/no-runner-factory-store.mjs", "--level", "e2e"]);
+    expect(noFactory.code).toBe(2);
+    expect(noFactory.stderr).toContain("needs the subject's conversationStore({ now })");
+    expect(oneLine(noFactory)).toHaveLength(1);
+    const aiSdk = cli(["--store", "test/fixtures/counting-store-subject.mjs", "--level", "e2e", "--provider", "ai-sdk"]);
+    expect(aiSdk.code).toBe(2);
+    expect(aiSdk.stderr).toContain("--provider ai-sdk runs an AI SDK app, which keeps no conversation store");
+    expect(oneLine(aiSdk)).toHaveLength(1);
+  });
+});

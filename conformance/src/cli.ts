@@ -18,6 +18,10 @@ import { ledgerChecks, MODEL_CHECK_PREFIX } from "./ledger/index.js";
 import { RESULT_PROPERTY_NAME } from "./ledger/result-property.js";
 import { RETIRE_PROPERTY_NAME } from "./ledger/retire-property.js";
 import { renderFailures, renderReportJson, renderReportTable, runChecks } from "./report.js";
+import { conversationLevel } from "./conversation/level.js";
+import { validateConversationStoreSubject } from "./conversation/index.js";
+import type { ConversationStoreFixture, ConversationStoreSubject } from "./conversation/types.js";
+import { memoryLedgerSubject } from "./subjects/memory.js";
 import type { Check, CheckResult, ConformanceLevel, LedgerSubject, LevelOptions } from "./types.js";
 
 /** The property checks of the ledger level: a --path belongs to exactly one of them. */
@@ -37,23 +41,41 @@ const ledgerLevel: ConformanceLevel = {
  * what to install when it is missing; with no --level, the run covers every level installed and
  * says on stderr and in the report's `levels` which ran.
  */
-const LEVEL_NAMES = ["ledger", "e2e"] as const;
+const LEVEL_NAMES = ["ledger", "conversation", "e2e"] as const;
 type LevelName = (typeof LEVEL_NAMES)[number];
 
-async function loadLevel(level: LevelName, adapter: string): Promise<ConformanceLevel> {
-  if (level === "ledger") return ledgerLevel;
-  // From the kit's own place, then the user's project (the working directory, the adapter's directory).
-  return loadEndToEndLevel({ from: [process.cwd(), dirname(resolve(process.cwd(), adapter))] });
+/**
+ * What the module certifies, by the flag that names it: a ledger adapter (`--adapter`, a
+ * LedgerSubject) or a conversation store (`--store`, a ConversationStoreSubject). Each kind has its
+ * own levels; the end-to-end level takes either (a store runs under the runner over the kit's
+ * in-memory ledger).
+ */
+type SubjectKind = "ledger" | "store";
+const LEVELS_OF: Record<SubjectKind, readonly LevelName[]> = { ledger: ["ledger", "e2e"], store: ["conversation", "e2e"] };
+const FLAG: Record<SubjectKind, string> = { ledger: "--adapter", store: "--store" };
+type Subject = LedgerSubject | ConversationStoreSubject;
+
+async function loadLevel(level: LevelName, module: string): Promise<ConformanceLevel<Subject>> {
+  if (level === "ledger") return ledgerLevel as ConformanceLevel<Subject>;
+  if (level === "conversation") return conversationLevel as ConformanceLevel<Subject>;
+  // From the kit's own place, then the user's project (the working directory, the module's directory).
+  return loadEndToEndLevel({ from: [process.cwd(), dirname(resolve(process.cwd(), module))] }) as Promise<ConformanceLevel<Subject>>;
 }
 
-const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
-       (from the monorepo root: pnpm conformance --adapter <module> [options])
+const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]    (a ledger adapter)
+       dispatch-once-conformance --store <module> [options]      (a conversation store)
+       (from the monorepo root: pnpm conformance --adapter|--store <module> [options])
 
   --adapter <path>        module whose default export is a LedgerSubject, or a function
                           returning one (or a promise of one)
-  --level <level>         ledger (the ledger contract, CONF-1), e2e (random conversations
-                          through the turn runner, CONF-2; needs ${END_TO_END_PACKAGE})
-                          or all (both). Default: every level installed
+  --store <path>          module whose default export is a ConversationStoreSubject, or a
+                          function returning one (or a promise of one); not with --adapter
+  --level <level>         with --adapter: ledger (the ledger contract, CONF-1); with --store:
+                          conversation (the conversation-store contract, spec section 4);
+                          with either: e2e (random conversations through the turn runner,
+                          CONF-2; needs ${END_TO_END_PACKAGE}; a store runs over the kit's
+                          in-memory ledger and needs the subject's conversationStore({ now }))
+                          or all (both of the module's). Default: every level installed
   --runs <n>              runs of every property check of every level (default: each
                           level's own, below)
   --e2e-runs <n>          runs of the end-to-end property (default --runs, else
@@ -66,7 +88,8 @@ const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
   --seed <n>              seed of every random choice, keys included (default
                           $CONFORMANCE_SEED, else random; always printed)
   --path <p>              replay exactly the one case at this fast-check path (with --seed,
-                          --level and, at the ledger level, --only naming the property)
+                          --level and, at the ledger and conversation levels, --only naming
+                          the property)
   --only <text>           run only checks whose "RULE name" contains <text> (case-insensitive)
   --vectors <file>        ledger-transitions.json to use instead of the bundled copy
   --check-timeout <ms>    time limit of one check, of every 100 runs of a property check
@@ -78,16 +101,31 @@ const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]
   --quiet                 no per-check progress on stderr
   -h, --help              this text
 
-Ledger-level property runs: $CONFORMANCE_RUNS, else ${DEFAULT_RUNS} (the same defaults as the API).
+Ledger- and conversation-level property runs: $CONFORMANCE_RUNS, else ${DEFAULT_RUNS} (the same
+defaults as the API).
 A check over its time limit fails, naming the rule and the adapter calls still pending; a
 property interrupted by its limit fails; after ${MAX_CONSECUTIVE_TIMEOUTS} checks in a row time out, or when the
 run's limit is reached, the remaining checks fail as not run.
 
 Exit status: 0 when every MUST rule that applies passes, 1 when one fails (a timeout
-included), 2 on bad usage (${END_TO_END_PACKAGE} missing for --level e2e or all included)
-or an internal error.`;
+included), 2 on bad usage (a module that cannot be loaded or is not a subject of its flag,
+a level the subject cannot run, ${END_TO_END_PACKAGE} missing for --level e2e or all
+included) or an internal error.`;
 
-class UsageError extends Error {}
+/**
+ * Bad usage (exit 2). `usage: false` for arguments that parse but do not fit (the module, a level
+ * the subject cannot run, two subjects): one line says what is wrong, without the usage text.
+ */
+class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly usage = true,
+  ) {
+    super(message);
+  }
+}
+/** A well-formed command line that cannot run: one line on stderr, exit 2. */
+const inputError = (message: string) => new UsageError(message, false);
 /** The adapter itself misbehaved before any check could run (exit 1, like a failing check). */
 class AdapterError extends Error {}
 
@@ -114,7 +152,10 @@ function withinLimit<T>(promise: Promise<T>, ms: number, what: string): Promise<
 }
 
 interface CliOptions {
-  adapter: string;
+  /** What the module certifies: its flag, --adapter or --store. */
+  kind: SubjectKind;
+  /** The subject module's path, as given. */
+  module: string;
   levels: LevelName[];
   /** No --level: the e2e level runs when its package is installed, and is left out (with a note) when not. */
   levelsByDefault: boolean;
@@ -139,6 +180,7 @@ function parse(argv: string[]): CliOptions | "help" {
       args: argv,
       options: {
         adapter: { type: "string" },
+        store: { type: "string" },
         level: { type: "string" },
         runs: { type: "string" },
         "e2e-runs": { type: "string" },
@@ -160,7 +202,15 @@ function parse(argv: string[]): CliOptions | "help" {
     throw new UsageError(error instanceof Error ? error.message : String(error));
   }
   if (values.help) return "help";
-  if (values.adapter === undefined) throw new UsageError("--adapter <path to module> is required");
+  if (values.adapter !== undefined && values.store !== undefined) {
+    throw inputError("give --adapter (a ledger) or --store (a conversation store), not both: each run certifies one subject");
+  }
+  if (values.adapter === undefined && values.store === undefined) {
+    throw new UsageError("--adapter <path to module> is required (a ledger adapter), or --store <path to module> (a conversation store)");
+  }
+  const kind: SubjectKind = values.store !== undefined ? "store" : "ledger";
+  const module = (values.store ?? values.adapter)!;
+  const own = LEVELS_OF[kind];
   const int = (name: string, text: string | undefined, min: number): number | undefined => {
     if (text === undefined) return undefined;
     if (!/^-?\d+$/.test(text) || !Number.isSafeInteger(Number(text)) || Number(text) < min) {
@@ -177,18 +227,32 @@ function parse(argv: string[]): CliOptions | "help" {
   };
   if (values.path !== undefined && values.seed === undefined) throw new UsageError("--path needs the --seed it was printed with");
   const level = values.level ?? "all";
-  if (level !== "all" && !(LEVEL_NAMES as readonly string[]).includes(level)) throw new UsageError(`--level must be one of ${[...LEVEL_NAMES, "all"].join(", ")}, got ${JSON.stringify(level)}`);
-  if (values.path !== undefined && level === "all") throw new UsageError("--path replays one level's property: give --level ledger or --level e2e");
+  if (level !== "all" && !(LEVEL_NAMES as readonly string[]).includes(level)) throw new UsageError(`--level must be one of ${[...own, "all"].join(", ")}, got ${JSON.stringify(level)}`);
+  if (level === "ledger" && kind === "store") {
+    throw inputError(`the ledger level certifies a ledger adapter (--adapter): --store ${module} runs --level conversation, e2e or all`);
+  }
+  if (level === "conversation" && kind === "ledger") {
+    throw inputError(`the conversation level certifies a conversation store (--store): --adapter ${module} runs --level ledger, e2e or all`);
+  }
+  if (values.path !== undefined && level === "all") throw new UsageError(`--path replays one level's property: give ${own.map((l) => `--level ${l}`).join(" or ")}`);
   if (values.path !== undefined && !/^\d+(:\d+)*$/.test(values.path)) throw new UsageError(`--path must look like 3:1:0, got ${JSON.stringify(values.path)}`);
-  if (values.provider !== undefined && level === "ledger") throw new UsageError("--provider chooses the end-to-end level's stream side: give --level e2e or all");
+  if (values.provider !== undefined && (level === "ledger" || level === "conversation")) throw new UsageError("--provider chooses the end-to-end level's stream side: give --level e2e or all");
+  if (kind === "store" && values.vectors !== undefined) throw inputError("--vectors are ledger-transition vectors, for --adapter: a conversation store (--store) has none");
+  // The AI SDK app keeps no conversation store of the kit's: it cannot run the store under test.
+  if (kind === "store" && values.provider === "ai-sdk") {
+    throw inputError(`--provider ai-sdk runs an AI SDK app, which keeps no conversation store: --store ${module} runs the e2e level with --provider anthropic or openai`);
+  }
   const runs = int("runs", values.runs, 1);
   // The same sources in the same order as ledgerChecks and endToEndChecks resolve them.
+  const propertyRuns = runs ?? env("CONFORMANCE_RUNS", 1) ?? DEFAULT_RUNS;
   const options: CliOptions = {
-    adapter: values.adapter,
-    levels: level === "all" ? [...LEVEL_NAMES] : [level as LevelName],
+    kind,
+    module,
+    levels: level === "all" ? [...own] : [level as LevelName],
     levelsByDefault: values.level === undefined,
     runs: {
-      ledger: runs ?? env("CONFORMANCE_RUNS", 1) ?? DEFAULT_RUNS,
+      ledger: propertyRuns,
+      conversation: propertyRuns,
       e2e: int("e2e-runs", values["e2e-runs"], 1) ?? runs ?? env("CONFORMANCE_E2E_RUNS", 1) ?? DEFAULT_END_TO_END_RUNS,
     },
     seed: int("seed", values.seed, -(2 ** 31)) ?? env("CONFORMANCE_SEED", -(2 ** 31)) ?? randomSeed(),
@@ -210,31 +274,93 @@ function parse(argv: string[]): CliOptions | "help" {
   return options;
 }
 
-async function loadSubject(modulePath: string, timeoutMs: number): Promise<LedgerSubject> {
+/** The module's default export, called when it is a function (a subject or a promise of one). */
+async function loadDefaultExport(flag: string, modulePath: string, timeoutMs: number): Promise<unknown> {
   const absolute = isAbsolute(modulePath) ? modulePath : resolve(process.cwd(), modulePath);
   let mod: { default?: unknown };
   try {
-    mod = (await withinLimit(import(pathToFileURL(absolute).href), timeoutMs, `loading --adapter ${modulePath}`)) as { default?: unknown };
+    mod = (await withinLimit(import(pathToFileURL(absolute).href), timeoutMs, `loading ${flag} ${modulePath}`)) as { default?: unknown };
   } catch (error) {
     if (error instanceof AdapterError) throw error;
     const hint = /\.[cm]?ts$/.test(absolute) ? " (a TypeScript module needs a loader: node --import tsx ...)" : "";
-    throw new UsageError(`cannot load --adapter ${modulePath}${hint}: ${error instanceof Error ? error.message : String(error)}`);
+    throw inputError(`cannot load ${flag} ${modulePath}${hint}: ${firstLine(error)}`);
+  }
+  if (mod.default === undefined) {
+    const what = flag === "--store" ? "a ConversationStoreSubject ({ name, capabilities, create })" : "a LedgerSubject ({ name, capabilities, create })";
+    throw inputError(`${flag} ${modulePath} has no default export: export default ${what}, or a function returning one`);
   }
   let subject: unknown = mod.default;
   if (typeof subject === "function") {
     try {
-      subject = await withinLimit(Promise.resolve().then(() => (subject as () => unknown)()), timeoutMs, `the default export of --adapter ${modulePath}`);
+      subject = await withinLimit(Promise.resolve().then(() => (subject as () => unknown)()), timeoutMs, `the default export of ${flag} ${modulePath}`);
     } catch (error) {
       if (error instanceof AdapterError) throw error;
-      throw new AdapterError(`the default export of --adapter ${modulePath} threw: ${error instanceof Error ? error.message : String(error)}`);
+      throw new AdapterError(`the default export of ${flag} ${modulePath} threw: ${error instanceof Error ? error.message : String(error)}`);
     }
   }
+  return subject;
+}
+
+function firstLine(error: unknown): string {
+  return (error instanceof Error ? error.message : String(error)).split("\n")[0]!;
+}
+
+async function loadLedgerSubject(modulePath: string, timeoutMs: number): Promise<LedgerSubject> {
+  const subject = await loadDefaultExport("--adapter", modulePath, timeoutMs);
   if (typeof subject !== "object" || subject === null || typeof (subject as LedgerSubject).create !== "function") {
-    throw new UsageError(
-      `--adapter ${modulePath}: the default export must be a LedgerSubject ({ name, capabilities, create }) or a function returning one`,
-    );
+    throw inputError(`--adapter ${modulePath}: the default export must be a LedgerSubject ({ name, capabilities, create }) or a function returning one`);
   }
   return subject as LedgerSubject;
+}
+
+/** The raw hooks every store fixture has, and those a declared capability needs. */
+const FIXTURE_HOOKS = ["lease", "messages", "turns", "records", "expireLease"] as const;
+const CAPABILITY_HOOKS = { corruption: "corrupt", unavailability: "disconnected", legacyFailedRows: "forgetFailedAt", clockSkew: "skewedInstance" } as const;
+
+/**
+ * The --store module's subject, its shape checked, and, when the conversation level runs, one
+ * fixture made and destroyed to check that too: a LedgerSubject has the same top-level shape, and
+ * a fixture without a hook would otherwise fail every check with "undefined is not a function".
+ */
+async function loadStoreSubject(modulePath: string, timeoutMs: number, probe: boolean): Promise<ConversationStoreSubject> {
+  const subject = (await loadDefaultExport("--store", modulePath, timeoutMs)) as ConversationStoreSubject;
+  try {
+    validateConversationStoreSubject(subject);
+  } catch (error) {
+    const reason = firstLine(error).replace(/^conversation-store subject( [^:]*)?: /, "");
+    throw inputError(`--store ${modulePath}: the default export is not a ConversationStoreSubject: ${reason}`);
+  }
+  if (!probe) return subject;
+  let fixture: ConversationStoreFixture;
+  try {
+    fixture = await withinLimit(Promise.resolve().then(() => subject.create()), timeoutMs, `create() of --store ${modulePath}`);
+  } catch (error) {
+    if (error instanceof AdapterError) throw error;
+    throw new AdapterError(`create() of --store ${modulePath} threw: ${firstLine(error)}`);
+  }
+  const f = fixture as unknown as Record<string, unknown> | undefined;
+  const raw = f?.raw as Record<string, unknown> | undefined;
+  const hooks = [...FIXTURE_HOOKS, ...Object.entries(CAPABILITY_HOOKS).filter(([c]) => subject.capabilities[c as keyof typeof CAPABILITY_HOOKS] === true).map(([, h]) => h)];
+  const missing =
+    typeof f?.store !== "object" || f.store === null
+      ? `\`store\` (the ConversationStore under test)${f !== undefined && "ledger" in f ? ": it has `ledger`, as a LedgerSubject's fixture does; give a ledger with --adapter" : ""}`
+      : typeof f.reopen !== "function"
+        ? "`reopen` (a function)"
+        : typeof f.destroy !== "function"
+          ? "`destroy` (a function)"
+          : typeof raw !== "object" || raw === null
+            ? "`raw` (the storage hooks)"
+            : hooks.filter((h) => typeof raw[h] !== "function").map((h) => `raw.${h}`)[0];
+  if (typeof f?.destroy === "function") {
+    await withinLimit(Promise.resolve().then(() => (f.destroy as () => unknown)()), timeoutMs, `destroy() of --store ${modulePath}`).catch((error: unknown) => {
+      if (missing === undefined) throw new AdapterError(`destroy() of --store ${modulePath} threw: ${firstLine(error)}`);
+    });
+  }
+  if (missing !== undefined) {
+    const by = Object.entries(CAPABILITY_HOOKS).find(([, h]) => `raw.${h}` === missing)?.[0];
+    throw inputError(`--store ${modulePath}: create() returned a fixture without ${missing}${by === undefined ? "" : ` (capabilities.${by} is declared)`}`);
+  }
+  return subject;
 }
 
 function shellQuote(text: string): string {
@@ -254,9 +380,9 @@ function progress(r: CheckResult): string {
 
 export async function main(argv: string[]): Promise<number> {
   let options: CliOptions | "help";
-  let subject: LedgerSubject;
+  let subject: Subject;
   let checks: Array<Check & { level: string }>;
-  const levels = new Map<LevelName, ConformanceLevel>();
+  const levels = new Map<LevelName, ConformanceLevel<Subject>>();
   try {
     options = parse(argv);
     if (options === "help") {
@@ -266,7 +392,12 @@ export async function main(argv: string[]): Promise<number> {
     // The levels first: a missing package is a usage error, reported before the adapter is touched.
     for (const level of options.levels) {
       try {
-        levels.set(level, await loadLevel(level, options.adapter));
+        const loaded = await loadLevel(level, options.module);
+        // An end-to-end level from before it took a store would run the reference store instead.
+        if (options.kind === "store" && level === "e2e" && loaded.takesConversationStore !== true) {
+          throw inputError(`the installed ${END_TO_END_PACKAGE} runs the reference conversation store only: install a version that matches @dispatch-once/conformance to run --store ${options.module} at the e2e level`);
+        }
+        levels.set(level, loaded);
       } catch (error) {
         if (!(LevelNotInstalledError.isInstance(error) && options.levelsByDefault)) throw error;
         // No --level asked for it: run what is installed, and say so (the report's `levels` too).
@@ -274,8 +405,20 @@ export async function main(argv: string[]): Promise<number> {
       }
     }
     options.levels = options.levels.filter((l) => levels.has(l));
-    subject = await loadSubject(options.adapter, options.checkTimeoutMs);
+    if (options.kind === "ledger") {
+      subject = await loadLedgerSubject(options.module, options.checkTimeoutMs);
+    } else {
+      const store = await loadStoreSubject(options.module, options.checkTimeoutMs, options.levels.includes("conversation"));
+      if (options.levels.includes("e2e") && store.conversationStore === undefined) {
+        const why = `--store ${options.module}: the e2e level runs the store under the turn runner and needs the subject's conversationStore({ now }) (a synchronous factory of a fresh store on the case's clock), which it does not have`;
+        if (!options.levelsByDefault) throw inputError(why);
+        process.stderr.write(`dispatch-once-conformance: ${why}: running conversation only\n`);
+        options.levels = options.levels.filter((l) => l !== "e2e");
+      }
+      subject = store;
+    }
     const o = options;
+    const store = o.kind === "store" ? (subject as ConversationStoreSubject) : undefined;
     checks = o.levels.flatMap((level) => {
       const levelOptions: LevelOptions = {
         runs: o.runs[level]!,
@@ -284,11 +427,14 @@ export async function main(argv: string[]): Promise<number> {
         checkTimeoutMs: o.checkTimeoutMs,
         ...(o.path === undefined ? {} : { path: o.path }),
         ...(o.vectors === undefined ? {} : { vectors: o.vectors }),
+        ...(level === "e2e" && store?.conversationStore !== undefined ? { conversationStore: store.conversationStore.bind(store) } : {}),
       };
+      // A store runs the end-to-end level over the kit's reference ledger: the store is what is certified.
+      const levelSubject: Subject = level === "e2e" && store !== undefined ? memoryLedgerSubject("ledger-memory (the kit's)") : subject;
       return (
         levels
           .get(level)!
-          .checks(subject, levelOptions)
+          .checks(levelSubject, levelOptions)
           // A replay runs only the property the path belongs to.
           .filter((c) => o.path === undefined || levels.get(level)!.replayable(c))
           .map((c) => Object.assign(c, { level }))
@@ -296,6 +442,10 @@ export async function main(argv: string[]): Promise<number> {
     });
   } catch (error) {
     if (LevelNotInstalledError.isInstance(error)) {
+      process.stderr.write(`dispatch-once-conformance: ${error.message}\n`);
+      return 2;
+    }
+    if (error instanceof UsageError && !error.usage) {
       process.stderr.write(`dispatch-once-conformance: ${error.message}\n`);
       return 2;
     }
@@ -341,10 +491,10 @@ export async function main(argv: string[]): Promise<number> {
     const cx = c.counterexample;
     // No path, no replay: a property that was interrupted, or that failed before fast-check named a case.
     if (cx === undefined || cx.path === "") return undefined;
-    const level = (levelOf.get(`${c.rule} ${c.name}`) ?? "ledger") as LevelName;
+    const level = (levelOf.get(`${c.rule} ${c.name}`) ?? opts.levels[0]!) as LevelName;
     // A path belongs to one property: its level names it (the part of the check name before its run count).
-    const property = (levels.get(level) ?? ledgerLevel).property(c);
-    return `pnpm conformance --adapter ${shellQuote(opts.adapter)} --level ${level}${level === "e2e" ? ` --provider ${shellQuote(opts.provider)}` : ""} --seed ${cx.seed} --path ${shellQuote(cx.path)} --only ${shellQuote(property)}`;
+    const property = (levels.get(level) ?? (ledgerLevel as ConformanceLevel<Subject>)).property(c);
+    return `pnpm conformance ${FLAG[opts.kind]} ${shellQuote(opts.module)} --level ${level}${level === "e2e" ? ` --provider ${shellQuote(opts.provider)}` : ""} --seed ${cx.seed} --path ${shellQuote(cx.path)} --only ${shellQuote(property)}`;
   };
   if (opts.json) {
     process.stdout.write(`${renderReportJson(report)}\n`);

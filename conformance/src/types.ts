@@ -1,4 +1,4 @@
-import type { Ledger } from "@dispatch-once/core";
+import type { ConversationStore, Ledger } from "@dispatch-once/core";
 import type { StoreAddress } from "./ledger/silence-proxy.js";
 
 /**
@@ -219,6 +219,11 @@ export interface LevelOptions {
   path?: string;
   vectors?: unknown;
   checkTimeoutMs: number;
+  /**
+   * The end-to-end level only: the conversation store under the turn runner, one per conversation
+   * of each case (a --store subject's `conversationStore`). Absent: the reference in-memory store.
+   */
+  conversationStore?: (options: { now: () => number }) => ConversationStore;
 }
 
 /**
@@ -226,9 +231,15 @@ export interface LevelOptions {
  * `endToEndLevel` of `@dispatch-once/conformance-e2e`, loaded only when asked for, so that this
  * package depends on core and fast-check alone.
  */
-export interface ConformanceLevel {
+export interface ConformanceLevel<S = LedgerSubject> {
   /** The level's checks for a subject, with the CLI's fail-closed limits applied. */
-  checks(subject: LedgerSubject, options: LevelOptions): Check[];
+  checks(subject: S, options: LevelOptions): Check[];
+  /**
+   * True when the level runs `LevelOptions.conversationStore` under its runner (the end-to-end
+   * level since it took one). A level without it would ignore the store and certify another: the
+   * CLI refuses to run a --store subject on it.
+   */
+  takesConversationStore?: boolean;
   /** True for the check a `--path` of this level replays (a property check). */
   replayable(check: Check): boolean;
   /** For a property check, the `--only` text that names it in a printed replay command. */

@@ -164,3 +164,66 @@ describe("the CLI fails closed", () => {
     expect(bad.stderr).toContain("CONFORMANCE_RUNS must be an integer");
   });
 });
+
+describe("dispatch-once-conformance --store: the conversation-store level from the command line", () => {
+  const memory = "test/fixtures/store/memory-store-subject.mjs";
+  const noFence = "test/fixtures/store/no-fence-store-subject.ts";
+
+  it("certifies the in-memory conversation store: exit 0, the report names the level, the n/a capabilities and the runs", () => {
+    const { code, stdout, stderr } = cli(["--store", memory, "--level", "conversation", "--runs", "10", "--seed", "11"]);
+    expect(stderr).toMatch(/✓ TURN-5 model-based: .* \(10 runs, seed 11\)/);
+    expect(stderr).toContain("(not applicable: needs corruption (raw.corrupt))");
+    expect(stdout).toContain("Dispatch-Once conformance: conversation-memory (levels: conversation, seed 11, 10 runs)");
+    expect(stdout).toMatch(/TURN-5\s+MUST\s+pass/);
+    expect(stdout).toMatch(/CONFORMS: \d+ rules pass/);
+    expect(code).toBe(0);
+  });
+
+  it("--json and --only: the report of the checks selected, as for a ledger", () => {
+    const { code, stdout } = cli(["--store", memory, "--level", "conversation", "--runs", "5", "--seed", "3", "--only", "TURN-2", "--json", "--quiet"]);
+    expect(code).toBe(0);
+    const report = JSON.parse(stdout);
+    expect(report).toMatchObject({ subject: "conversation-memory", conforms: true, seed: 3, levels: ["conversation"] });
+    expect(report.checks.length).toBeGreaterThan(0);
+    expect(report.checks.every((c: { rule: string }) => c.rule === "TURN-2")).toBe(true);
+  });
+
+  it("rejects a store whose commit ignores the fence: exit 1, TURN-5, a timeline, and a replay command that replays the same case", () => {
+    const { code, stdout } = cli(["--store", noFence, "--level", "conversation", "--runs", "50", "--seed", "5", "--only", "TURN-5", "--quiet"], true);
+    expect(code).toBe(1);
+    expect(stdout).toMatch(/TURN-5\s+MUST\s+FAIL/);
+    expect(stdout).toContain("DOES NOT CONFORM:");
+    expect(stdout).toMatch(/\n {4}t=1 [^\n]+\n/);
+    const replay = /replay: pnpm conformance --store (\S+) --level conversation --seed 5 --path (\S+) --only (model-based:)/.exec(stdout);
+    expect(replay, stdout).not.toBeNull();
+    expect(replay![1]).toBe(noFence);
+    const timeline = (out: string) => /counterexample \(shrunk\), one step per line:\n((?: {4}.*\n)+)/.exec(out)?.[1]?.replace(/model-[0-9a-f]{8}-/g, "model-*-");
+
+    // The printed command, run as printed: exactly that case, once, with the same steps.
+    const again = cli(["--store", replay![1]!, "--level", "conversation", "--seed", "5", "--path", replay![2]!, "--only", replay![3]!, "--quiet"], true);
+    expect(again.code).toBe(1);
+    expect(again.stdout).toContain(`seed 5, path ${replay![2]}`);
+    expect(again.stdout).toContain(`replay of path ${replay![2]}`);
+    expect(again.stdout).not.toContain("8 concurrent commits");
+    expect(timeline(again.stdout)).toBeDefined();
+    expect(timeline(again.stdout)).toBe(timeline(stdout));
+  });
+
+  it("bad inputs exit 2 with one line saying what is wrong", () => {
+    const oneLine = (args: string[], expected: string) => {
+      const run = cli(args);
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stderr).toContain(expected);
+      expect(run.stderr.trimEnd().split("\n"), run.stderr).toHaveLength(1);
+    };
+    oneLine(["--store", "test/fixtures/store/does-not-exist.mjs"], "cannot load --store test/fixtures/store/does-not-exist.mjs");
+    oneLine(["--store", "test/fixtures/store/no-default-store.mjs"], "--store test/fixtures/store/no-default-store.mjs has no default export");
+    oneLine(["--store", "test/fixtures/store/no-create-store.mjs"], "is not a ConversationStoreSubject: `create` must be a function");
+    // A ledger subject has the same top-level shape: its fixture gives it away.
+    oneLine(["--store", "test/fixtures/memory-subject.mjs"], "create() returned a fixture without `store`");
+    oneLine(["--adapter", "test/fixtures/memory-subject.mjs", "--store", memory], "give --adapter (a ledger) or --store (a conversation store), not both");
+    oneLine(["--store", memory, "--level", "ledger"], "the ledger level certifies a ledger adapter (--adapter)");
+    oneLine(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "conversation"], "the conversation level certifies a conversation store (--store)");
+    oneLine(["--store", memory, "--vectors", "x.json"], "--vectors are ledger-transition vectors");
+  });
+});

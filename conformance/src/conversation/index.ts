@@ -1,5 +1,6 @@
 import type { Check } from "../types.js";
 import { randomSeed, registerChecks, type TestRegistrar } from "../ledger/index.js";
+import { propertyTimeoutMs } from "../ledger/defaults.js";
 import { CONVERSATION_CHECK_SPECS } from "./checks.js";
 import { CONVERSATION_MODEL_CHECK_NAME, runConversationModelProperty } from "./model.js";
 import type { ConversationCheckOptions, ConversationStoreSubject, ConversationSubjectCapability } from "./types.js";
@@ -24,7 +25,7 @@ const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
  * capability the subject does not declare come back with `applicable: false` and a reason.
  */
 export function conversationStoreChecks(subject: ConversationStoreSubject, options: ConversationCheckOptions = {}): Check[] {
-  validateSubject(subject);
+  validateConversationStoreSubject(subject);
   const runs = options.runs ?? envInteger("CONFORMANCE_RUNS") ?? 100;
   const seed = options.seed ?? envInteger("CONFORMANCE_SEED") ?? randomSeed();
   const checks: Check[] = CONVERSATION_CHECK_SPECS.map((spec) => {
@@ -33,16 +34,22 @@ export function conversationStoreChecks(subject: ConversationStoreSubject, optio
     if (missing.length > 0) check.reasonNotApplicable = missing.map((c) => CAPABILITY_WORDS[c]).join("; ");
     return check;
   });
+  // As the ledger level's properties: the limit grows with the runs, and fast-check stops starting runs
+  // at 90 % of it, so a slow but live store is reported as an interrupted property (a failure) and only
+  // a hung one reaches the hard limit.
+  const limit = options.checkTimeoutMs === undefined ? undefined : propertyTimeoutMs(options.checkTimeoutMs, runs, options.path !== undefined);
   checks.push({
     rule: "TURN-5",
-    name: `${CONVERSATION_MODEL_CHECK_NAME} (${options.path === undefined ? `${runs} runs` : "replay"}, seed ${seed})`,
+    name: `${CONVERSATION_MODEL_CHECK_NAME} (${options.path === undefined ? `${runs} runs` : `replay of path ${options.path}`}, seed ${seed})`,
     applicable: true,
+    ...(limit === undefined ? {} : { timeoutMs: limit }),
     run: () =>
       runConversationModelProperty(subject, {
         runs,
         seed,
         ...(options.path === undefined ? {} : { path: options.path }),
         ...(options.maxSteps === undefined ? {} : { maxSteps: options.maxSteps }),
+        ...(limit === undefined ? {} : { timeLimitMs: Math.floor(limit * 0.9) }),
       }),
   });
   return checks;
@@ -67,10 +74,18 @@ function envInteger(name: string): number | undefined {
   return value;
 }
 
-function validateSubject(subject: ConversationStoreSubject): void {
+/**
+ * Throws a TypeError naming what is wrong when `subject` is not a ConversationStoreSubject (its
+ * shape only: `create` is not called). conversationStoreChecks runs it first; the CLI runs it on
+ * a --store module's default export.
+ */
+export function validateConversationStoreSubject(subject: ConversationStoreSubject): void {
   if (typeof subject !== "object" || subject === null) throw new TypeError("conversation-store subject: expected an object");
   if (typeof subject.name !== "string" || subject.name === "") throw new TypeError("conversation-store subject: `name` must be a non-empty string");
   if (typeof subject.create !== "function") throw new TypeError(`conversation-store subject ${subject.name}: \`create\` must be a function`);
+  if (subject.conversationStore !== undefined && typeof subject.conversationStore !== "function") {
+    throw new TypeError(`conversation-store subject ${subject.name}: \`conversationStore\`, when given, must be a function ({ now }) => ConversationStore`);
+  }
   const caps = subject.capabilities as unknown as Record<string, unknown> | undefined;
   for (const flag of ["sharedAcrossProcesses", "survivesRestart", "corruption", "unavailability"]) {
     if (typeof caps?.[flag] !== "boolean") {

@@ -67,7 +67,8 @@ export function memoryRaw(store: MemoryConversationStore, now: () => number): Co
 /**
  * The in-memory reference store as a conformance subject: one process and volatile, so it
  * declares no restart, sharing, corruption or unavailability capability, and `reopen`
- * returns the same instance.
+ * returns the same instance. `conversationStore` gives the end-to-end level a store per
+ * conversation on the case's clock.
  */
 export function memoryConversationSubject(name = "conversation-memory"): ConversationStoreSubject {
   return {
@@ -85,5 +86,7 @@ export function memoryConversationSubject(name = "conversation-memory"): Convers
         },
       };
     },
+    // The end-to-end level's store per conversation, on the case's clock.
+    conversationStore: ({ now }) => new MemoryConversationStore({ now }),
   };
 }

@@ -5,6 +5,7 @@ import { MemoryConversationStore, type ConversationStore, type JsonValue, type T
 import { inspect } from "node:util";
 import { ConformanceFailure, codeOf, describeError } from "../failure.js";
 import type { Counterexample } from "../types.js";
+import { propertyRunOptions, runProperty } from "../ledger/property-runner.js";
 import { memoryConversationState, memoryRaw } from "./memory-subject.js";
 import { LEASE_MS, TRICKY_CONTENT, assistantText, toolResult, toolUse, userText } from "./support.js";
 import type { ConversationStoreFixture, ConversationStoreSubject } from "./types.js";
@@ -575,53 +576,67 @@ function checkLease(actual: Outcome, expected: Outcome, real: Side, ref: Side, c
 export interface ConversationPropertyOptions {
   runs: number;
   seed: number;
+  /** Replays exactly the one case at this fast-check path, once (no search, no shrinking). */
   path?: string;
   maxSteps?: number;
+  /**
+   * Time limit of the property (runs and shrinking); reaching it fails the check, since an
+   * interrupted run certifies nothing. Default an hour (the CLI gives 90 % of the check's limit).
+   */
+  timeLimitMs?: number;
 }
 
 /**
  * Drives the subject and the reference store with random step sequences (fast-check,
  * shrinking by dropping steps), all on one fixture with fresh conversation ids per run. On
  * failure the shrunk sequence is replayed to record a readable timeline, and the failure
- * carries the seed and path that replay it exactly.
+ * carries the seed and path that replay it exactly: run through the ledger level's runProperty,
+ * so a path runs exactly that one case once (fast-check given a path walks on past a passing
+ * case and shrinks a failing one further, under another path).
  */
 export async function runConversationModelProperty(subject: ConversationStoreSubject, options: ConversationPropertyOptions): Promise<void> {
   const fixture = await subject.create();
   try {
     const steps = fc.array(conversationStepArbitrary(subject.capabilities), { minLength: 1, maxLength: options.maxSteps ?? 40, size: "max" });
     const instances: ScenarioInstances = { stores: [] };
-    const property = fc.asyncProperty(steps, async (scenario) => {
-      const { error } = await runConversationScenario(subject, fixture, scenario, instances);
-      if (error !== undefined) throw error;
-    });
-    const details = await fc.check(property, {
-      numRuns: options.runs,
-      seed: options.seed,
-      ...(options.path === undefined ? {} : { path: options.path }),
-    });
-    if (!details.failed) return;
-    const report = fc.defaultReportMessage(details) ?? "property failed";
-    if (details.counterexample === null) throw new ConformanceFailure(report);
-    const shrunk = details.counterexample[0] as ConversationStep[];
-    const replay = await runConversationScenario(subject, fixture, shrunk, instances);
-    const original = details.errorInstance;
+    let last: Awaited<ReturnType<typeof runConversationScenario>> | undefined;
+    const outcome = await runProperty(
+      steps,
+      async (scenario) => {
+        last = await runConversationScenario(subject, fixture, scenario, instances);
+        if (last.error !== undefined) throw last.error;
+      },
+      propertyRunOptions(options),
+    );
+    if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
+    if (outcome.kind === "interrupted") {
+      throw new ConformanceFailure(
+        `the model-based property was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${options.runs} runs: an interrupted run certifies nothing`,
+      );
+    }
+    const shrunk = outcome.value;
+    // A replay (a path) ran its one case once: that run is the finding. Otherwise the shrunk case
+    // runs once more for a clean timeline (and to tell a deterministic failure from a timing one).
+    const replay = outcome.replay && last !== undefined ? last : await runConversationScenario(subject, fixture, shrunk, instances);
+    const original = outcome.error;
     const violates = replay.error?.violates ?? (ConformanceFailure.isInstance(original) ? original.violates : undefined);
     const counterexample: Counterexample = {
-      seed: details.seed,
-      path: details.counterexamplePath ?? "",
+      seed: outcome.seed,
+      path: outcome.path,
       timeline: replay.timeline,
-      report,
+      report: outcome.report,
       value: shrunk,
       ...(violates === undefined ? {} : { violates }),
+      ...(outcome.shrinkingInterrupted ? { note: "the time limit cut shrinking short: this counterexample may not be the smallest" } : {}),
     };
     const firstLine = replay.error?.message ?? (original instanceof Error ? original.message : String(original));
     throw new ConformanceFailure(
       [
         `the store disagrees with MemoryConversationStore${violates ? ` (breaks ${violates})` : ""}: ${firstLine}`,
-        `shrunk counterexample after ${details.numRuns} runs and ${details.numShrinks} shrinks:`,
+        outcome.replay ? `replayed the one case at seed ${outcome.seed}, path "${outcome.path}":` : `shrunk counterexample after ${outcome.numRuns} runs and ${outcome.numShrinks} shrinks:`,
         ...replay.timeline.map((l) => `  ${l}`),
-        replay.error === undefined ? "  (the shrunk case passed on replay: the failure is not deterministic)" : "",
-        `seed ${details.seed}, path "${details.counterexamplePath}" (replay: --seed ${details.seed} --path "${details.counterexamplePath}")`,
+        replay.error === undefined && !outcome.replay ? "  (the shrunk case passed on replay: the failure is not deterministic)" : "",
+        `seed ${outcome.seed}, path "${outcome.path}" (replay: --seed ${outcome.seed} --path "${outcome.path}")`,
       ]
         .filter((l) => l !== "")
         .join("\n"),

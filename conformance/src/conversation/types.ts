@@ -11,6 +11,16 @@ export interface ConversationStoreSubject {
   capabilities: ConversationSubjectCapabilities;
   /** A store over a FRESH, ISOLATED namespace (new file / schema / map). Called many times. */
   create(): Promise<ConversationStoreFixture>;
+  /**
+   * Optional, for the end-to-end level (`dispatch-once-conformance --store <module> --level e2e`):
+   * the store as the turn runner uses it, a fresh one (its own namespace: conversation ids repeat
+   * from case to case) per conversation of each case. Synchronous: a store that needs an async
+   * open creates its tables on its first call. `now` is the case's clock, which the kit moves to
+   * expire a dead worker's turn lease: a store on its server's clock adds `now() - Date.now()` to
+   * it (a test-only offset). The kit closes each store when its case ends. Without it the
+   * subject runs the conversation level only.
+   */
+  conversationStore?(options: { now: () => number }): ConversationStore;
 }
 
 export interface ConversationSubjectCapabilities {
@@ -143,4 +153,11 @@ export interface ConversationCheckOptions {
   path?: string;
   /** Longest random sequence. Default 40. */
   maxSteps?: number;
+  /**
+   * Time limit of the model-based property for every 100 of its runs (a replay is one run), in ms:
+   * a property over it fails, and fast-check stops starting runs at 90 % of it (an interrupted
+   * property is a failure too). The deterministic checks get it from runChecks. Default none: the
+   * test runner's own limit (the CLI gives --check-timeout, else $CONFORMANCE_CHECK_TIMEOUT_MS, else 60,000).
+   */
+  checkTimeoutMs?: number;
 }
