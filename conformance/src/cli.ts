@@ -442,7 +442,9 @@ export async function main(argv: string[]): Promise<number> {
     });
   } catch (error) {
     if (LevelNotInstalledError.isInstance(error)) {
-      process.stderr.write(`dispatch-once-conformance: ${error.message}\n`);
+      // The error names the ledger level as the one to run instead; a store's is the conversation level.
+      const message = (options! as CliOptions | "help" | undefined) instanceof Object && (options! as CliOptions).kind === "store" ? error.message.replace("--level ledger", "--level conversation") : error.message;
+      process.stderr.write(`dispatch-once-conformance: ${message}\n`);
       return 2;
     }
     if (error instanceof UsageError && !error.usage) {

@@ -216,11 +216,13 @@ describe("dispatch-once-conformance --store: the conversation-store level from t
       expect(run.stderr).toContain(expected);
       expect(run.stderr.trimEnd().split("\n"), run.stderr).toHaveLength(1);
     };
-    oneLine(["--store", "test/fixtures/store/does-not-exist.mjs"], "cannot load --store test/fixtures/store/does-not-exist.mjs");
-    oneLine(["--store", "test/fixtures/store/no-default-store.mjs"], "--store test/fixtures/store/no-default-store.mjs has no default export");
-    oneLine(["--store", "test/fixtures/store/no-create-store.mjs"], "is not a ConversationStoreSubject: `create` must be a function");
+    // --level conversation: the e2e level, where installed, is not loaded (it starts the mocks' modules).
+    const level = ["--level", "conversation"];
+    oneLine(["--store", "test/fixtures/store/does-not-exist.mjs", ...level], "cannot load --store test/fixtures/store/does-not-exist.mjs");
+    oneLine(["--store", "test/fixtures/store/no-default-store.mjs", ...level], "--store test/fixtures/store/no-default-store.mjs has no default export");
+    oneLine(["--store", "test/fixtures/store/no-create-store.mjs", ...level], "is not a ConversationStoreSubject: `create` must be a function");
     // A ledger subject has the same top-level shape: its fixture gives it away.
-    oneLine(["--store", "test/fixtures/memory-subject.mjs"], "create() returned a fixture without `store`");
+    oneLine(["--store", "test/fixtures/memory-subject.mjs", ...level], "create() returned a fixture without `store` (the ConversationStore under test): it has `ledger`");
     oneLine(["--adapter", "test/fixtures/memory-subject.mjs", "--store", memory], "give --adapter (a ledger) or --store (a conversation store), not both");
     oneLine(["--store", memory, "--level", "ledger"], "the ledger level certifies a ledger adapter (--adapter)");
     oneLine(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "conversation"], "the conversation level certifies a conversation store (--store)");
