@@ -209,6 +209,15 @@ describe("dispatch-once-conformance --store: the conversation-store level from t
     expect(timeline(again.stdout)).toBe(timeline(stdout));
   });
 
+  it("a store whose promises never resolve (a pool deadlock keeping the process alive) fails within a bounded time, naming the rule and the store calls pending", () => {
+    const run = cli(["--store", "test/fixtures/store/hung-store-subject.mjs", "--level", "conversation", "--check-timeout", "1000", "--timeout", "30000"]);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/✗ TURN-1 [^\n]+\n\s+TURN-1 timed out after \d+ ms \(its time limit is 1000 ms\)/);
+    expect(run.stderr).toMatch(/pending when it was stopped:\n\s+fixture#\d+\/store#1\.\w+\([^)]*\) pending for \d+ ms/);
+    expect(run.stdout).toContain("not run: 3 checks in a row did not finish, so the subject is taken to be hung");
+    expect(run.stdout).toContain("DOES NOT CONFORM:");
+  });
+
   it("bad inputs exit 2 with one line saying what is wrong", () => {
     const oneLine = (args: string[], expected: string) => {
       const run = cli(args);
