@@ -39,7 +39,10 @@ export interface McpTurnOptions {
    * (MCP-11), so the client need not declare it by hand. A malformed advertisement (not an array
    * of distinct argument names of the tool's input schema) throws `invalid_tool_definition`; it
    * is never keyed over every argument instead. Each call keyed by an identity says so in its
-   * `_meta`, and a server whose identity changed since the list refuses it.
+   * `_meta`, and a server whose identity changed since the list refuses it. A listed tool without
+   * an entry in `schemas` is keyed with each absent member its input schema gives a `default`
+   * written out as that default (MCP-12): the server's schema writes it out too, so a regenerate
+   * that spells the default out is the same request and carries the same key.
    * @default none (only `identity` counts)
    * @example mcpTurn(client, { conversationId, turnIndex }, { tools: (await client.listTools()).tools })
    */
@@ -165,10 +168,12 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
   if (typeof client?.callTool !== "function") throw new InvalidArgumentError("client", "must be an MCP client with callTool");
   const { identity: declared = {}, schemas = {}, tools } = checkTurnOptions(options);
   const identities = turnIdentities(declared, tools);
-  const keyOptions = (params: Pick<CallToolParams, "name">): McpKeyOptions => ({
-    ...(identities.has(params.name) ? { identity: identities.get(params.name) } : {}),
-    ...(Object.hasOwn(schemas, params.name) ? { schema: schemas[params.name] } : {}),
-  });
+  const listed = listedSchemas(tools);
+  const keyOptions = (params: Pick<CallToolParams, "name">): McpKeyOptions => {
+    // The caller's own schema wins; without one, the listed input schema's defaults (MCP-12).
+    const schema = Object.hasOwn(schemas, params.name) ? schemas[params.name] : listed.get(params.name);
+    return { ...(identities.has(params.name) ? { identity: identities.get(params.name) } : {}), ...(schema !== undefined ? { schema } : {}) };
+  };
   // The identity the key was derived from rides along, so a server that compares another refuses the call (MCP-11).
   const send = (params: CallToolParams, key: string, rest: unknown[]): ReturnType<C["callTool"]> => {
     const keyed = withIdempotencyKey(params, key);
@@ -216,6 +221,52 @@ function turnIdentities(declared: Record<string, readonly string[]>, tools: read
     if (listed !== undefined) identities.set(tool.name, listed);
   }
   return identities;
+}
+
+/** A JSON Schema as tools/list gives it: the members whose defaults MCP-12 writes out. */
+interface ListedSchema {
+  properties?: Record<string, unknown>;
+  items?: unknown;
+  default?: unknown;
+}
+
+/**
+ * Per listed tool, its input schema's defaults as a schema the key is derived over (MCP-12): the
+ * server's schema writes an omitted field's default out before its ledger sees the call, so a
+ * regenerate that writes it out itself is the same request there, and keyed as sent it would get
+ * a second key and pay again. Nothing else of the listed schema is applied: it does not say how
+ * the server normalises text or coerces values, and a fold it did not declare could make two
+ * effects one key.
+ */
+function listedSchemas(tools: readonly ListedTool[] | undefined): Map<string, McpKeyOptions["schema"]> {
+  const schemas = new Map<string, McpKeyOptions["schema"]>();
+  for (const tool of tools ?? []) {
+    const schema = tool.inputSchema as ListedSchema | undefined;
+    if (isObject(schema)) schemas.set(tool.name, { safeParse: (value) => ({ success: true, data: withListedDefaults(value, schema) }) });
+  }
+  return schemas;
+}
+
+/** `value` with every absent member that `schema` gives a default written out as it, in nested objects and array items too. */
+function withListedDefaults(value: unknown, schema: ListedSchema): unknown {
+  if (Array.isArray(value)) return isObject(schema.items) ? value.map((item) => withListedDefaults(item, schema.items as ListedSchema)) : value;
+  if (!isObject(value) || !isObject(schema.properties)) return value;
+  const out: Record<string, unknown> = { ...value };
+  for (const [name, member] of Object.entries(schema.properties)) {
+    if (!isObject(member)) continue;
+    const given = Object.hasOwn(out, name) ? out[name] : undefined;
+    if (given === undefined) {
+      // A default the server's validator writes out when the member is absent (not when it is null).
+      if (Object.hasOwn(member, "default")) out[name] = structuredClone((member as ListedSchema).default);
+    } else {
+      out[name] = withListedDefaults(given, member as ListedSchema);
+    }
+  }
+  return out;
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /** mcpTurn's options: a misspelt `identities` would be ignored, and the memo would stay in every key. */

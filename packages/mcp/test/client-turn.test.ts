@@ -101,3 +101,43 @@ describe("TURN-4 MCP-2 identical calls are counted by their canonical arguments"
     }
   });
 });
+
+describe("MCP-12 the listed input schema's defaults, and nothing else of it, count in the key", () => {
+  const tools = [
+    {
+      name: "send_payment",
+      inputSchema: {
+        type: "object",
+        properties: {
+          payee: { type: "string" },
+          currency: { type: "string", default: "EUR" },
+          note: { type: ["string", "null"], default: null },
+          options: { type: "object", default: { priority: "normal", notify: false }, properties: { priority: { type: "string", default: "normal" }, notify: { type: "boolean", default: false } } },
+          lines: { type: "array", items: { type: "object", properties: { qty: { type: "number", default: 1 } } } },
+        },
+      },
+    },
+  ];
+  const key = (args: Record<string, unknown>, options: Parameters<typeof mcpTurn>[2] = { tools }) => mcpTurn(recordingClient().client, context, options).peekKey({ name: "send_payment", arguments: args });
+
+  it("an omitted member and its listed default written out are one key, at the top, in a nested object and in array items", () => {
+    const full = { payee: "acme", currency: "EUR", note: null, options: { priority: "normal", notify: false }, lines: [{ sku: "a", qty: 1 }] };
+    expect(key({ payee: "acme", lines: [{ sku: "a" }] })).toBe(key(full));
+    expect(key({ payee: "acme", options: {}, lines: [{ sku: "a", qty: 1 }] })).toBe(key(full));
+    // Two identical calls by those arguments take ordinals 0 and 1 (TURN-4).
+    const turn = mcpTurn(recordingClient().client, context, { tools });
+    void turn.callTool({ name: "send_payment", arguments: { payee: "acme", lines: [] } });
+    expect(turn.peekKey({ name: "send_payment", arguments: { ...full, lines: [] } })).not.toBe(key({ payee: "acme", lines: [] }));
+  });
+
+  it("another value, null for a member whose default is not null, and text the listed schema says nothing about stay other keys; the caller's schema wins", () => {
+    const base = key({ payee: "acme" });
+    expect(key({ payee: "acme", currency: "USD" })).not.toBe(base);
+    expect(key({ payee: "acme", currency: null })).not.toBe(base);
+    expect(key({ payee: "Cafe\u0301" })).not.toBe(key({ payee: "Café" }));
+    const own = { safeParse: (value: unknown) => ({ success: true, data: value }) };
+    expect(key({ payee: "acme" }, { tools, schemas: { send_payment: own } })).not.toBe(key({ payee: "acme", currency: "EUR" }, { tools, schemas: { send_payment: own } }));
+    // Without the listed tools nothing is written out (the arguments as sent: MCP-2).
+    expect(key({ payee: "acme" }, {})).not.toBe(key({ payee: "acme", currency: "EUR" }, {}));
+  });
+});

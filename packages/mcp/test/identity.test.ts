@@ -187,6 +187,16 @@ describe("MCP-10: a tool's identity on both sides of MCP", () => {
     expect((again as CallToolResult)._meta?.[REPLAYED_META]).toBe(true);
   });
 
+  it("MCP-12 a client given only the listed tools keys a regenerate that writes out a field's listed default as the first call: the payment is made once and the replay says so", async () => {
+    const { tools } = await client.listTools();
+    const { currency: _currency, ...omitted } = pay("Invoice 1042").arguments;
+    const first = (await mcpTurn(client, context, { tools }).callTool({ name: "send_payment", arguments: omitted })) as CallToolResult;
+    const again = (await mcpTurn(client, context, { tools }).callTool(pay("Invoice 1042"))) as CallToolResult;
+    expect(payments.effects().map((e) => e.payload.currency)).toEqual(["EUR"]);
+    expect(text(again)).toBe(text(first));
+    expect(again._meta?.[REPLAYED_META]).toBe(true);
+  });
+
   it("an identity naming a field the input schema lacks, or given to a read or a tool without a schema, is refused where it is declared", () => {
     const guard = new McpToolGuard({ ledger: new MemoryLedger() });
     const s = new McpServer({ name: "x", version: "1.0.0" });
