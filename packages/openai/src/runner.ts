@@ -55,8 +55,9 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
    * `store`, `tool_choice`, `parallel_tool_calls`, `metadata`, `text`, ... Refused here, naming the
    * field: the ones the runner writes itself (`model`, `input`, `stream`, `tools`, `instructions`,
    * `max_output_tokens`: give them as the options of those names), and the ones that would make the
-   * API add server-side state to the request (`previous_response_id`, `conversation`) or not stream
-   * it (`background`): every request must be exactly the committed conversation (STREAM-14).
+   * API add server-side state to the request (`previous_response_id`, `conversation`, a stored
+   * `prompt` template, which may carry tools the API runs itself) or not stream it (`background`):
+   * every request must be exactly the committed conversation (STREAM-14, STREAM-15).
    * @default none (only the runner's own fields are sent)
    * @example new ConversationRunner({ client, dispatcher, store, model, tools, params: { reasoning: { effort: "low" }, store: false, include: ["reasoning.encrypted_content"] } })
    */
@@ -74,12 +75,15 @@ const REFUSED_PARAMS: Record<string, string> = {
   previous_response_id: "would make the API add a stored response to every request: each request must be exactly the committed conversation",
   conversation: "would make the API add a stored conversation to every request: each request must be exactly the committed conversation",
   background: "would make the response run in the background instead of streaming to the runner",
+  // A stored prompt template adds its instructions, messages and tools, hosted ones included, which
+  // the API runs itself in every attempt, with no ledger; its current version may change between attempts.
+  prompt: "would make the API add a stored prompt (its instructions, messages and tools) to every request: each request must be exactly the committed conversation",
 };
 
 /** The Responses API parameters a runner's `params` may carry. */
 export type ConversationRunnerParams = Omit<
   OpenAI.Responses.ResponseCreateParamsStreaming,
-  "model" | "input" | "stream" | "tools" | "instructions" | "max_output_tokens" | "previous_response_id" | "conversation" | "background"
+  "model" | "input" | "stream" | "tools" | "instructions" | "max_output_tokens" | "previous_response_id" | "conversation" | "background" | "prompt"
 >;
 
 function checkParams(params: unknown): void {

@@ -16,7 +16,7 @@ describe("params: the Responses API's further request fields", () => {
   });
 
   it("refuse, naming the field, what the runner writes itself and what would add server-side state to a request", async () => {
-    for (const field of ["model", "input", "stream", "tools", "instructions", "max_output_tokens", "previous_response_id", "conversation", "background"]) {
+    for (const field of ["model", "input", "stream", "tools", "instructions", "max_output_tokens", "previous_response_id", "conversation", "background", "prompt"]) {
       const attempt = setup(provider(), { guarded: true, runner: { params: { [field]: "x" } as never } });
       await expect(attempt).rejects.toBeInstanceOf(InvalidArgumentError);
       await expect(attempt).rejects.toMatchObject({ field: `options.params.${field}` });
