@@ -65,9 +65,13 @@ export class TurnAccumulator extends CallPhases<CallState> {
    * Set when a second message began in the stream before message_stop (a proxy that sent the
    * request again after its upstream was cut splices the new response into the same body): the
    * attempt failed there (STREAM-8), since the new message's blocks restart the indexes and its
-   * calls would reach the dispatcher beside the first message's.
+   * calls would reach the dispatcher beside the first message's. Also set when a block starts at
+   * an index that holds a block of another type: the spliced message came without its
+   * message_start (STREAM-10).
    */
   secondMessage: string | undefined;
+  /** Each index's block type, as its content_block_start gave it (STREAM-10). */
+  private readonly blockTypes = new Map<number, string>();
 
   /** Apply one event; returns the call whose content_block_stop just arrived, if any. */
   apply(event: RawEvent): CallState | undefined {
@@ -89,6 +93,15 @@ export class TurnAccumulator extends CallPhases<CallState> {
         return undefined;
       case "content_block_start": {
         const block = event.content_block;
+        // An index holds one block. A block of another type there is another message's: taken in,
+        // a text block would replace a tool_use that ran (its tool_result committed without it, the
+        // payment told nowhere) and that message's own tool_use would run again under the next ordinal.
+        const held = this.blockTypes.get(event.index);
+        if (held !== undefined && held !== block.type) {
+          this.secondMessage = `a ${block.type} block started at index ${event.index}, which holds a ${held} block: another message in the stream of ${this.messageId ?? "this response"}`;
+          return undefined;
+        }
+        this.blockTypes.set(event.index, block.type);
         if (block.type === "tool_use") {
           this.openCall({ index: event.index, callId: block.id, name: block.name, phase: "announced", partialJson: "" });
         } else if (block.type === "text") {

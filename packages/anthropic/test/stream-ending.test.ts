@@ -125,6 +125,22 @@ describe("events after message_stop (a proxy that splices a second response into
   });
 });
 
+describe("a block of another kind at the index of a block (a spliced response without its message_start, STREAM-10)", () => {
+  const payment = (index: number, id: string) => [toolStart(index, id), args(index, '{"payee":"acme","amount":5}'), blockStop(index)];
+  it("STREAM-10 a text block at the index of a tool_use that paid, then the spliced response's tool_use at the next index: the attempt fails at the text block, and the call pays once and is told", async () => {
+    const w = world([
+      [start("msg_1"), ...payment(0, "toolu_1"), ...textBlock(0, "Paying acme."), ...payment(1, "toolu_2"), ...end("tool_use")],
+      [start("msg_3"), ...payment(0, "toolu_3"), ...end("tool_use")],
+      [start("msg_4"), ...textBlock(0, "Paid."), ...end("end_turn")],
+    ]);
+    const result = await w.runner.send("conv-index-reused", { id: "m1", content: "pay acme" });
+    const again = await w.runner.send("conv-index-reused", { id: "m1", content: "pay acme" });
+    expect(w.paid).toEqual([{ payee: "acme", amount: 5 }]);
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ ordinal: 0, result: { paymentId: "pay_1" } })]);
+    expect(again.turns[0]!.calls).toEqual([expect.objectContaining({ ordinal: 0, result: { paymentId: "pay_1" } })]);
+  });
+});
+
 /**
  * STREAM-1 over every kind of event a body can carry after its message_stop, without a new
  * message_start (a proxy that re-sends the tail of the body, or appends another response's events

@@ -28,9 +28,10 @@ export type TerminalEvent = "completed" | "incomplete" | "failed" | "error";
 export interface StreamErrorReport {
   /**
    * `response.completed` when it lists a function call the stream never completed (STREAM-8);
-   * `response.created` when a second response began in the stream.
+   * `response.created` when a second response began in the stream; `response.output_item.added` /
+   * `.done` when an item came at a position that holds an item of another type (STREAM-10).
    */
-  event: "error" | "response.failed" | "response.incomplete" | "response.completed" | "response.created";
+  event: "error" | "response.failed" | "response.incomplete" | "response.completed" | "response.created" | "response.output_item.added" | "response.output_item.done";
   code: string | null;
   message: string;
 }
@@ -70,6 +71,8 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
    * turn, so a reasoning model keeps its reasoning across the turn's requests (STREAM-15).
    */
   private readonly reasoning = new Map<number, OpenAI.Responses.ResponseReasoningItem>();
+  /** Each position's item type, as its first added or done event gave it (STREAM-10). */
+  private readonly itemTypes = new Map<number, string>();
   streamError: StreamErrorReport | undefined;
 
   /**
@@ -99,6 +102,23 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
     this.eventsSeen++;
     // After a terminal event nothing more belongs to this response.
     if (this.terminal !== undefined) return undefined;
+    if (event.type === "response.output_item.added" || event.type === "response.output_item.done") {
+      // A position holds one item. An item of another type there is another response's (a proxy
+      // that spliced the response of a request it sent again in without its response.created):
+      // taken in, a message would replace a call that ran (its output committed without it, the
+      // payment told nowhere) and that response's own call would run again under the next ordinal.
+      const held = this.itemTypes.get(event.output_index);
+      if (held !== undefined && held !== event.item.type) {
+        this.terminal = "error";
+        this.streamError = {
+          event: event.type,
+          code: "output_index_reused",
+          message: `a ${event.item.type} item at output_index ${event.output_index}, which holds a ${held} item: another response in the stream of ${this.responseId ?? "this response"}`,
+        };
+        return undefined;
+      }
+      this.itemTypes.set(event.output_index, event.item.type);
+    }
     switch (event.type) {
       case "response.created":
         // A body carries one response. Another one in it (a proxy that sent the request again and

@@ -14,7 +14,7 @@ const BOB = { payee: "bob", amount: 4_000, currency: "EUR", reference: "LOAN-3" 
 
 /** A runner whose n-th request (1-based) streams `responses(n)`; `paid` is the payments made. */
 function wire(
-  responses: (n: number) => unknown[],
+  responses: (n: number, followUp: boolean) => unknown[],
   resultOf: (paymentId: string) => Record<string, unknown> = (paymentId) => ({ paymentId }),
   ledger: Ledger = new MemoryLedger(),
 ) {
@@ -35,8 +35,9 @@ function wire(
   let requests = 0;
   const client = {
     responses: {
-      create: async () => {
-        const events = responses(++requests);
+      create: async (body: { input: { type?: string }[] }) => {
+        // A follow-up carries the turn's function_call_output items; a (re)try of the message does not.
+        const events = responses(++requests, body.input.at(-1)?.type === "function_call_output");
         return (async function* () {
           yield* events;
         })();
@@ -210,6 +211,36 @@ describe("the Responses wire from gateways and compatible servers", () => {
     const result = await runner.send("conv-spliced-moved", { id: "m1", content: "pay acme" });
     expect(paid.map((p) => p.payee)).toEqual(["acme"]);
     expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ ordinal: 0, result: { paymentId: "pay_1" } })]);
+  });
+
+  it("STREAM-10 a spliced response without its response.created, whose message takes the position of the paid call and whose call stands after it: the attempt fails at the message, and the call pays once", async () => {
+    const { runner, paid } = wire((n, followUp) =>
+      followUp
+        ? answer("Paid acme.")
+        : n === 1
+          ? // Response 1 made the call at position 0 and died; the proxy splices in response 2 from its first item on.
+            [created, ...call(0, "call_a", ACME), ...message(0, [{ type: "output_text", text: "Paying acme.", annotations: [] }]), ...call(1, "call_b", ACME), completed([fcItem("call_b", ACME)])]
+          : [created, ...call(0, "call_c", ACME), completed([fcItem("call_c", ACME)])],
+    );
+    const result = await runner.send("conv-spliced-position", { id: "m1", content: "pay acme" });
+    expect(paid.map((p) => p.payee)).toEqual(["acme"]);
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ ordinal: 0, result: { paymentId: "pay_1" } })]);
+  });
+
+  it("STREAM-10 a message item at the position of a call that paid is not that call's answer: the turn never commits the payment's output without its call, and tells the payment", async () => {
+    const { runner, paid } = wire((n, followUp) =>
+      followUp
+        ? answer("Paid acme.")
+        : n === 1
+          ? [created, ...call(0, "call_a", ACME), ...message(0, [{ type: "output_text", text: "Paying acme.", annotations: [] }]), completed([])]
+          : [created, ...call(0, "call_c", ACME), completed([fcItem("call_c", ACME)])],
+    );
+    const result = await runner.send("conv-position-message", { id: "m1", content: "pay acme" });
+    const again = await runner.send("conv-position-message", { id: "m1", content: "pay acme" });
+    expect(paid.map((p) => p.payee)).toEqual(["acme"]);
+    expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ name: "send_payment", result: { paymentId: "pay_1" } })]);
+    // The re-send reads the committed turn back: it must hold the call its output answers.
+    expect(again.turns[0]!.calls).toEqual([expect.objectContaining({ name: "send_payment", result: { paymentId: "pay_1" } })]);
   });
 
   it("TURN-7 a payment whose result looks like the runner's error answer ({ error: { name, message } }) is read back on a re-send as the result it was, not as a failure", async () => {
