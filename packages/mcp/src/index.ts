@@ -23,3 +23,4 @@ export { McpGuardError, type McpGuardErrorCode } from "./errors/base.js";
 export { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js";
 export { IdempotencyKeyMalformedError } from "./errors/idempotency-key-malformed.js";
 export { ToolIdentityMismatchError } from "./errors/tool-identity-mismatch.js";
+export { ToolResultInvalidError } from "./errors/tool-result-invalid.js";

@@ -27,6 +27,7 @@ import { McpGuardError } from "./errors/base.js";
 import { IdempotencyKeyMalformedError } from "./errors/idempotency-key-malformed.js";
 import { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js";
 import { ToolIdentityMismatchError } from "./errors/tool-identity-mismatch.js";
+import { ToolResultInvalidError } from "./errors/tool-result-invalid.js";
 import { checkIdentity, projectArguments, sameIdentity } from "./identity.js";
 import { EFFECT_META, ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, IDENTITY_META, REPLAYED_META, STORED_ARGUMENTS_META } from "./meta.js";
 
@@ -230,6 +231,8 @@ export class McpToolGuard {
   private registry = new ToolRegistry();
   /** Each guarded tool's identity (MCP-10), by name. */
   private readonly identities = new Map<string, readonly string[] | undefined>();
+  /** Each guarded write's outputSchema, by name: its results are checked against it (MCP-13). */
+  private readonly outputSchemas = new Map<string, unknown>();
   private current: Dispatcher;
 
   constructor(options: McpToolGuardOptions) {
@@ -277,6 +280,8 @@ export class McpToolGuard {
     const hasInput = mcpConfig.inputSchema !== undefined;
     const identity = declared === undefined ? undefined : checkToolIdentity(name, effect, mcpConfig.inputSchema, declared);
     const advertised = advertise(name, mcpConfig._meta, effect, identity);
+    if (effect === "read" || mcpConfig.outputSchema === undefined) this.outputSchemas.delete(name);
+    else this.outputSchemas.set(name, mcpConfig.outputSchema);
     const call = hasInput
       ? (handler as CallScope["handler"])
       : (_args: unknown, extra: GuardedToolExtra) => (handler as (extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>)(extra);
@@ -342,6 +347,19 @@ export class McpToolGuard {
     return this.current.keyFor({ name: toolName, input: { key, args: null } }, { conversationId: scope, turnIndex: 0 });
   }
 
+  /**
+   * A write's result as the client gets it (MCP-13): one that fails the tool's outputSchema is
+   * answered as the guard's error saying the effect happened, with the tool's own content and
+   * without the structured content, never left to McpServer's bare "Output validation error".
+   */
+  private async checkedOutput(name: string, result: CallToolResult, key?: string): Promise<CallToolResult> {
+    const problem = await outputProblem(this.outputSchemas.get(name), result);
+    if (problem === undefined) return result;
+    const refused = errorResult(new ToolResultInvalidError(name, problem), key);
+    const { structuredContent: _dropped, ...rest } = result;
+    return { ...rest, isError: true, content: [...(Array.isArray(result.content) ? result.content : []), ...refused.content], _meta: { ...result._meta, ...refused._meta } };
+  }
+
   private async handle(
     name: string,
     effect: EffectClass,
@@ -352,7 +370,8 @@ export class McpToolGuard {
     const raw = extra._meta?.[IDEMPOTENCY_KEY_META];
     if (raw === undefined) {
       // A read has no effect to guard (EFFECT-2); a write is refused unless the server opted in.
-      if (effect === "read" || this.unkeyedCalls === "run") return handler(args, { ...extra, idempotencyKey: undefined });
+      if (effect === "read") return handler(args, { ...extra, idempotencyKey: undefined });
+      if (this.unkeyedCalls === "run") return this.checkedOutput(name, await handler(args, { ...extra, idempotencyKey: undefined }));
       return errorResult(new IdempotencyKeyMissingError(name));
     }
     if (typeof raw !== "string" || !IDEMPOTENCY_KEY_PATTERN.test(raw)) {
@@ -375,14 +394,44 @@ export class McpToolGuard {
       const result = outcome.result as unknown as CallToolResult;
       // A re-worded call answered with (or re-run as) the stored request: say which arguments ran (IDENT-3).
       const stored = outcome.storedRequest === undefined ? {} : { [STORED_ARGUMENTS_META]: (outcome.storedRequest as { args?: unknown }).args };
-      return outcome.replayed || outcome.storedRequest !== undefined
-        ? { ...result, _meta: { ...result._meta, ...(outcome.replayed ? { [REPLAYED_META]: true } : {}), ...stored } }
-        : result;
+      const answer =
+        outcome.replayed || outcome.storedRequest !== undefined
+          ? { ...result, _meta: { ...result._meta, ...(outcome.replayed ? { [REPLAYED_META]: true } : {}), ...stored } }
+          : result;
+      return await this.checkedOutput(name, answer, raw);
     } catch (error) {
       if (isDispatchOnceError(error)) return errorResult(error, raw);
       throw error;
     }
   }
+}
+
+/**
+ * What a result's structured content lacks by `schema` (a zod object schema, or a shape of zod
+ * schemas, as McpServer takes `outputSchema`), checked as McpServer checks it; undefined when it
+ * matches. Each member is parsed by its own schema, so a shape of zod 3 or zod 4 schemas both work.
+ */
+async function outputProblem(schema: unknown, result: CallToolResult): Promise<string | undefined> {
+  if (schema === undefined || result.isError === true) return undefined;
+  const structured: unknown = result.structuredContent;
+  if (!structured) return "the result carries no structuredContent";
+  type Parser = { safeParseAsync(value: unknown): Promise<{ success: boolean; error?: unknown }> };
+  const issues = (error: unknown, at?: string): string => {
+    const list = (error as { issues?: { path?: PropertyKey[]; message?: string }[] } | undefined)?.issues;
+    if (!Array.isArray(list) || list.length === 0) return `${at ?? "structuredContent"}: ${String(error)}`;
+    return list.map((i) => `${[at, ...(i.path ?? []).map(String)].filter((p) => p !== undefined && p !== "").join(".") || "structuredContent"}: ${i.message ?? "invalid"}`).join("; ");
+  };
+  if (typeof (schema as Partial<Parser>).safeParseAsync === "function") {
+    const parsed = await (schema as Parser).safeParseAsync(structured);
+    return parsed.success ? undefined : issues(parsed.error);
+  }
+  if (typeof structured !== "object" || Array.isArray(structured)) return "structuredContent is not an object";
+  for (const [member, memberSchema] of Object.entries(schema as Record<string, unknown>)) {
+    if (typeof (memberSchema as Partial<Parser>)?.safeParseAsync !== "function") continue;
+    const parsed = await (memberSchema as Parser).safeParseAsync((structured as Record<string, unknown>)[member]);
+    if (!parsed.success) return issues(parsed.error, member);
+  }
+  return undefined;
 }
 
 /**
@@ -401,7 +450,8 @@ function namespaceOf(namespace: (extra: RequestHandlerExtra<ServerRequest, Serve
 /** A refusal or an unsettled outcome as an MCP tool error: text for the model, a code for programs (MCP-6). */
 function errorResult(error: Error & { code: string }, key?: string): CallToolResult {
   const own = McpGuardError.isInstance(error);
-  const effect = own ? "no" : effectOf(error);
+  // The profile's own refusals ran nothing; an invalid result is of a run that happened (MCP-13).
+  const effect = own ? (ToolResultInvalidError.isInstance(error) ? "yes" : "no") : effectOf(error);
   const meta: GuardErrorMeta = {
     code: error.code,
     message: error.message,
