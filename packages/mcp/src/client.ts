@@ -4,7 +4,7 @@ import type { CallToolRequest } from "@modelcontextprotocol/sdk/types.js";
 import { unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
 import { ToolIdentityMismatchError } from "./errors/tool-identity-mismatch.js";
 import { advertisedIdentity, checkIdentity, projectArguments, sameIdentity, type ListedTool } from "./identity.js";
-import { IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, IDENTITY_META } from "./meta.js";
+import { ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, IDENTITY_META } from "./meta.js";
 
 export type { ListedTool } from "./identity.js";
 
@@ -143,9 +143,13 @@ export interface McpTurn<C extends ToolCallingClient> {
   /** `client.callTool` with the call's key in `_meta`. */
   callTool(params: CallToolParams, ...rest: DropFirst<Parameters<C["callTool"]>>): ReturnType<C["callTool"]>;
   /**
-   * Send the LAST call with these params again, with its key (after a transport error or a
-   * timeout, when its result never arrived): the server answers it from the ledger if it ran.
-   * `callTool` with the same params would be the next identical call (a new ordinal, a new key).
+   * Send a call with these params again, with its key (after a transport error or a timeout,
+   * when its result never arrived): the server answers it from the ledger if it ran. Of identical
+   * calls, it is the oldest whose outcome the client does not know (its send rejected, or was
+   * answered with an error to re-send with the same key, `retryable: "same_message"`), else the
+   * last: of two identical calls sent at once, the one whose response was lost is answered with
+   * its own result, not the other's (MCP-14). `callTool` with the same params would be the next
+   * identical call (a new ordinal, a new key).
    */
   resend(params: CallToolParams, ...rest: DropFirst<Parameters<C["callTool"]>>): ReturnType<C["callTool"]>;
   /** The key the next call with these params would carry, without sending it or using up its ordinal. */
@@ -182,6 +186,22 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
     return (client.callTool.bind(client) as (...args: unknown[]) => ReturnType<C["callTool"]>)(sent, ...rest);
   };
   const seen = new Map<string, number>();
+  // Per identical call (by its keyed arguments), the ordinals whose outcome the client does not
+  // know yet: their last send rejected, or answered "re-send with the same key" (MCP-14).
+  const unknown = new Map<string, Set<number>>();
+  const track = (id: string, ordinal: number, sent: ReturnType<C["callTool"]>): ReturnType<C["callTool"]> => {
+    const open = unknown.get(id) ?? new Set<number>();
+    unknown.set(id, open);
+    open.delete(ordinal);
+    // A side chain: the caller gets the very promise (and its rejection) it would have got.
+    Promise.resolve(sent).then(
+      (result) => {
+        if (resendAsked(result)) open.add(ordinal);
+      },
+      () => open.add(ordinal),
+    );
+    return sent;
+  };
   // Identical calls (TURN-4) are compared by the arguments the key is derived from.
   const identity = (params: Pick<CallToolParams, "name" | "arguments">) => {
     checkCall(params);
@@ -194,17 +214,28 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
       const key = idempotencyKeyFor({ ...context, ordinal }, params, keyOptions(params));
       // Counted only once the key exists: a call refused for its input does not shift later ordinals.
       seen.set(id, ordinal + 1);
-      return send(params, key, rest);
+      return track(id, ordinal, send(params, key, rest));
     },
     resend(params, ...rest) {
-      const sent = seen.get(identity(params));
+      const id = identity(params);
+      const sent = seen.get(id);
       if (sent === undefined) throw new InvalidArgumentError("params", `no call to ${params.name} with these arguments was sent in this turn`);
-      return send(params, idempotencyKeyFor({ ...context, ordinal: sent - 1 }, params, keyOptions(params)), rest);
+      const open = [...(unknown.get(id) ?? [])];
+      const ordinal = open.length > 0 ? Math.min(...open) : sent - 1;
+      return track(id, ordinal, send(params, idempotencyKeyFor({ ...context, ordinal }, params, keyOptions(params)), rest));
     },
     peekKey(params) {
       return idempotencyKeyFor({ ...context, ordinal: seen.get(identity(params)) ?? 0 }, params, keyOptions(params));
     },
   };
+}
+
+/** Whether a tools/call result is the guard's error that says to re-send the call with the same key (MCP-6). */
+function resendAsked(result: unknown): boolean {
+  if (typeof result !== "object" || result === null) return false;
+  const { isError, _meta } = result as { isError?: unknown; _meta?: unknown };
+  const error = typeof _meta === "object" && _meta !== null ? (_meta as Record<string, unknown>)[ERROR_META] : undefined;
+  return isError === true && typeof error === "object" && error !== null && (error as { retryable?: unknown }).retryable === "same_message";
 }
 
 /**
