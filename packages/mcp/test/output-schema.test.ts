@@ -66,6 +66,32 @@ describe("MCP-13 a result that fails the tool's outputSchema after the effect ha
     expect(again._meta?.[REPLAYED_META]).toBe(true);
   });
 
+  it("MCP-13 an unkeyed call run unguarded (unkeyedCalls: \"run\") is answered the same way, without a key", async () => {
+    const unguarded = new McpServer({ name: "legacy", version: "1.0.0" });
+    let runs = 0;
+    new McpToolGuard({ ledger: new MemoryLedger(), unkeyedCalls: "run" }).registerTool(
+      unguarded,
+      "send_payment",
+      { inputSchema: { payee: z.string() }, outputSchema: { paymentId: z.string() }, effect: "keyed_write" },
+      async () => {
+        runs++;
+        return { content: [{ type: "text", text: "payment pay_1" }], structuredContent: { paymentId: 1 } } as never;
+      },
+    );
+    const legacy = new Client({ name: "legacy-agent", version: "1.0.0" });
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await Promise.all([unguarded.connect(serverSide), legacy.connect(clientSide)]);
+    try {
+      const result = (await legacy.callTool({ name: "send_payment", arguments: { payee: "acme" } })) as CallToolResult;
+      expect(runs).toBe(1);
+      expect(result._meta?.[ERROR_META]).toEqual(expect.objectContaining({ code: "tool_result_invalid", effect: "yes", retryable: "no" }));
+      expect(result._meta?.[ERROR_META]).not.toHaveProperty("key");
+    } finally {
+      await legacy.close();
+      await unguarded.close();
+    }
+  });
+
   it("MCP-13 control: a result that matches the outputSchema is answered as the tool gave it", async () => {
     const result = (await mcpTurn(client, { conversationId: "c_output_ok", turnIndex: 0 }).callTool({ name: "send_payment_shape", arguments: { payee: "bob", amount: 100 } })) as CallToolResult;
     expect(result.isError).toBeFalsy();
