@@ -67,10 +67,10 @@ export class TurnAccumulator extends CallPhases<CallState> {
    * attempt failed there (STREAM-8), since the new message's blocks restart the indexes and its
    * calls would reach the dispatcher beside the first message's. Also set when a block starts at
    * an index that holds a block of another type: the spliced message came without its
-   * message_start (STREAM-10).
+   * message_start (STREAM-17).
    */
   secondMessage: string | undefined;
-  /** Each index's block type, as its content_block_start gave it (STREAM-10). */
+  /** Each index's block type, as its content_block_start gave it (STREAM-17). */
   private readonly blockTypes = new Map<number, string>();
 
   /** Apply one event; returns the call whose content_block_stop just arrived, if any. */

@@ -29,7 +29,7 @@ export interface StreamErrorReport {
   /**
    * `response.completed` when it lists a function call the stream never completed (STREAM-8);
    * `response.created` when a second response began in the stream; `response.output_item.added` /
-   * `.done` when an item came at a position that holds an item of another type (STREAM-10).
+   * `.done` when an item came at a position that holds an item of another type (STREAM-17).
    */
   event: "error" | "response.failed" | "response.incomplete" | "response.completed" | "response.created" | "response.output_item.added" | "response.output_item.done";
   code: string | null;
@@ -71,7 +71,7 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
    * turn, so a reasoning model keeps its reasoning across the turn's requests (STREAM-15).
    */
   private readonly reasoning = new Map<number, OpenAI.Responses.ResponseReasoningItem>();
-  /** Each position's item type, as its first added or done event gave it (STREAM-10). */
+  /** Each position's item type, as its first added or done event gave it (STREAM-17). */
   private readonly itemTypes = new Map<number, string>();
   streamError: StreamErrorReport | undefined;
 
