@@ -782,13 +782,20 @@ function defineFlags(defines) {
   return Object.entries(defines).map(([k, v]) => (v === true ? `-D${k}` : `-D${k}=${v}`));
 }
 
+// Each step runs under sh, whose `times` then reports the CPU its children used: node has no rusage of
+// a child, and CI's cost is CPU (two cores shared with the tests), not the wall time a loaded host stretches.
+const TIMES = /\n?\d+m[\d.]+s \d+m[\d.]+s\n(\d+)m([\d.]+)s (\d+)m([\d.]+)s\n$/;
 function run(cmd, argv, cwd) {
   return new Promise((resolve) => {
-    const child = spawn(cmd, argv, { cwd });
+    const child = spawn("sh", ["-c", '"$@"; s=$?; times; exit $s', "sh", cmd, ...argv], { cwd });
     let out = "";
     child.stdout.on("data", (d) => (out += d));
     child.stderr.on("data", (d) => (out += d));
-    child.on("close", (code) => resolve({ code, out }));
+    child.on("close", (code) => {
+      const t = out.match(TIMES);
+      const cpu = t ? { user: Number(t[1]) * 60 + Number(t[2]), system: Number(t[3]) * 60 + Number(t[4]) } : { user: 0, system: 0 };
+      resolve({ code, out: t ? out.slice(0, t.index) : out, cpu });
+    });
   });
 }
 
@@ -843,6 +850,7 @@ async function check(c) {
   const started = Date.now();
   const gen = await run("spin", ["-a", ...flags, MODEL], dir);
   if (gen.code !== 0) return { c, ok: false, lines: [`spin -a failed:\n${gen.out}`] };
+  const sum = (t) => t.user + t.system;
   // gcc -O2 on pan.c takes about 8 s here and -O0 under 2 s, while -O0's safety search is about 1.5x
   // slower and the LTL search (with its never claim) 2x: a safety search under about 12 s costs less
   // CPU compiled without optimisation (measured back to back: replay 8.4 s of CPU at -O0 against 12.5
@@ -864,6 +872,8 @@ async function check(c) {
   if (c.kind === "ltl") panArgs.push("-a", "-f", "-N", c.ltl);
   if (c.kind === "np") panArgs.push("-l");
   const pan = await run("./pan", panArgs, dir);
+  // CPU seconds (user + system): spin -a and gcc, the search, and the trail's replay where there is one.
+  const cpu = { build: sum(gen.cpu) + sum(comp.cpu), search: sum(pan.cpu), trail: 0 };
   const f = figures(pan.out);
   const lines = pan.out.split("\n").filter((l) => SUMMARY.some((re) => re.test(l))).map((l) => l.trim());
   const cmd = `spin -a ${flags.join(" ")} ${MODEL}; gcc ${cc.join(" ")}; ./pan ${panArgs.join(" ")}`;
@@ -873,6 +883,7 @@ async function check(c) {
   if (c.kind === "expect") {
     if (f.errors > 0) {
       const replay = await run("spin", ["-t", "-p", "-k", `${MODEL}.trail`, ...flags, MODEL], dir);
+      cpu.trail = sum(replay.cpu);
       story = timeline(replay.out);
       const found = violation(pan.out);
       story.assertion = found.text;
@@ -898,7 +909,7 @@ async function check(c) {
   }
   if (ok) rmSync(dir, { recursive: true, force: true });
   else note += ` (files kept in ${dir})`;
-  return { c, ok, note, lines, cmd, figures: f, story, wall: (Date.now() - started) / 1000 };
+  return { c, ok, note, lines, cmd, figures: f, story, cpu, wall: (Date.now() - started) / 1000 };
 }
 
 function print(r) {
@@ -910,7 +921,12 @@ function print(r) {
     const shown = rows.length > 40 ? [...rows.slice(0, 12), null, ...rows.slice(-26)] : rows;
     for (const row of shown) console.log(row ? `     ${row.who.padEnd(3)} ${row.what}` : "     ...");
   }
+  if (r.cpu) console.log(`   cpu: ${cpuOf(r).toFixed(1)} s (spin and gcc ${r.cpu.build.toFixed(1)}, search ${r.cpu.search.toFixed(1)}, trail ${r.cpu.trail.toFixed(1)}), wall ${r.wall.toFixed(1)} s`);
   console.log(`   ${r.ok ? "ok" : "FAIL"}: ${r.note}`);
+}
+
+function cpuOf(r) {
+  return r.cpu ? r.cpu.build + r.cpu.search + r.cpu.trail : 0;
 }
 
 // Two at a time: the machine has two cores and each pan is single-threaded.
@@ -931,6 +947,9 @@ const failed = results.filter((r) => !r.ok);
 const total = (Date.now() - t0) / 1000;
 console.log(`\n${results.length - failed.length}/${results.length} model checks passed in ${total.toFixed(1)} s`
   + (failed.length ? `; failed: ${failed.map((r) => r.c.name).join(", ")}` : ""));
+const slowest = [...results].sort((a, b) => cpuOf(b) - cpuOf(a)).slice(0, 5);
+console.log(`CPU ${results.reduce((n, r) => n + cpuOf(r), 0).toFixed(1)} s in spin, gcc and pan; the slowest: `
+  + slowest.map((r) => `${r.c.name} ${cpuOf(r).toFixed(1)} s`).join(", "));
 
 // With --only, --write replaces (or adds) only the named checks' sections and figure rows.
 if (write && failed.length === 0) {
