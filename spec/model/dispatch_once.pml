@@ -57,6 +57,9 @@
  *             and P_TOLD says what the user was told stays true; P_RECORD still accounts for every effect.
  *   P_FRESH   (with -DSAME_ASK and -DVSTORE) a message is never answered with a row at a turn index issued again: one
  *             bound before to another message that had not failed there (a store that forgot that binding, TURN-14)
+ *   P_ACK     (with -DLOSTRECS) a dispatch whose record the ledger applied, its reply lost, answers what that record
+ *             says once a re-send and the lookup show it landed (DISPATCH-17): a ledger outage that heals does not
+ *             turn a written outcome into stale_claim (may have happened)
  *   P_GRANT   a turn-lease grant nobody takes up (its acquirer gave the acquire up, or acquired under
  *             another grant: every send then waits out its lease) never comes from a grant id the
  *             store granted before (TURN-10; the one such grant TURN-10 leaves is a copy of an
@@ -124,6 +127,11 @@
  *                      answered in_flight_elsewhere while the run goes on (LateRun); -DRT_SAYS_NOT answers the bound as
  *                      not performed (P_TRUTH), -DRT_RELEASE releases the row at the bound (P_ONCE), -DRT_UNFENCED
  *                      writes the late outcome whatever the row's fence (P_OWNER), -DRT_NOBOUND has no bound (P_END)
+ *   -DLOSTRECS=n       n records (complete, fail, release, markUnknown) that the ledger applies while their reply is lost:
+ *                      the dispatcher sends the identical write again (DISPATCH-10), is refused with stale_claim (its own
+ *                      first copy moved the row), and reads the row (lookup, DISPATCH-17): the row at its fence in the state
+ *                      the write makes is its own write, answered as acknowledged; otherwise the refusal stands (P_ACK).
+ *                      -DSTALE_FACE takes the stale_claim at face value (no lookup: P_ACK)
  *   -DSAME_ASK=1       with BOUNDAT: message 1 asks for what message 0 asked (the same intent, "pay" again under a
  *                      new message id), so bound at a failed message 0's index it derives message 0's key there
  *                      (TURN-12) and may replay its row; -DINHERIT=0 counts its window from its own binding, not
@@ -254,6 +262,10 @@
 #ifndef RUNTIMEOUTS
 #define RUNTIMEOUTS 0
 #endif
+/* -DLOSTRECS=n: n records applied by the ledger whose reply is lost (DISPATCH-10, DISPATCH-17); see above */
+#ifndef LOSTRECS
+#define LOSTRECS 0
+#endif
 #ifdef RT_UNFENCED
 #define RT_UNFENCED_ON true
 #else
@@ -363,6 +375,12 @@ bit P_NOFALSE = CHECK_NOFALSE;
 bit P_GRANT = CHECK_GRANT;
 bit P_TOLD = CHECK_TOLD;
 bit P_FRESH = CHECK_FRESH;
+#if LOSTRECS > 0
+#ifndef CHECK_ACK
+#define CHECK_ACK 1
+#endif
+bit P_ACK = CHECK_ACK;   /* only where it is on: the other checks' state vector keeps its size */
+#endif
 
 /* ------------------------------------------------------------------ sizes and codes */
 
@@ -599,6 +617,9 @@ byte b_part = PARTITIONS;
 byte b_lose = VOLATILE;
 byte b_lostc = LOSTCLAIMS;
 byte b_late = LATECLAIMS;
+#if LOSTRECS > 0
+byte b_lostr = LOSTRECS;
+#endif
 #if DIVERGES > 0
 byte b_div = DIVERGES;   /* only where it is on: the other checks' state vector keeps its size */
 #endif
@@ -836,6 +857,11 @@ proctype Worker(byte w) provided (!crashed[w]) {
 #endif
 #if AGING && BOUNDAT
   bool past;     /* the resumed turn was past its re-send window: it ran nothing (TURN-12) */
+#endif
+#if LOSTRECS > 0
+  byte wres;     /* what the record whose reply was lost answers, had its reply come (DISPATCH-17) */
+  byte wst;      /* the row's state that record made */
+  byte wfence;   /* its fence; 0: no record's reply is lost */
 #endif
 #if GRANTS
   byte aq;       /* the store's answer to this worker's acquire (TURN-10) */

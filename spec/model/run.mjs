@@ -25,10 +25,10 @@ const MODEL = "dispatch_once.pml";
 const NONE = {
   CRASHES: 0, PAUSES: 0, STREAMCUTS: 0, REWORDS: 0, LOSTS: 0, REFUSALS: 0,
   DECLINES: 0, NOTSTORABLE: 0, REDELIVERIES: 0, PARTITIONS: 0, RETENTION: 0, VOLATILE: 0, LOSTCLAIMS: 0, LATECLAIMS: 0,
-  DIVERGES: 0, AGING: 0, LOSTACQS: 0, LATEACQS: 0, RUNTIMEOUTS: 0,
+  DIVERGES: 0, AGING: 0, LOSTACQS: 0, LATEACQS: 0, RUNTIMEOUTS: 0, LOSTRECS: 0,
 };
 const ONLY = (property) => ({
-  CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_TRUTH: 0, CHECK_RECORD: 0, CHECK_FENCE: 0, CHECK_OWNER: 0, CHECK_SAME: 0, CHECK_END: 0, CHECK_NOFALSE: 0, CHECK_GRANT: 0, CHECK_TOLD: 0, CHECK_FRESH: 0,
+  CHECK_ONCE: 0, CHECK_UKW: 0, CHECK_TRUTH: 0, CHECK_RECORD: 0, CHECK_FENCE: 0, CHECK_OWNER: 0, CHECK_SAME: 0, CHECK_END: 0, CHECK_NOFALSE: 0, CHECK_GRANT: 0, CHECK_TOLD: 0, CHECK_FRESH: 0, CHECK_ACK: 0,
   [`CHECK_${property}`]: 1,
 });
 
@@ -58,6 +58,9 @@ const VSTORE_FAULTS = { VSTORE: 1, ALL_KEYED: true, VOLATILE: 1, REFUSALS: 1, DE
 // A run that outlives the dispatcher's bound on it (runTimeoutMs, DISPATCH-18), with a refused request, a lost
 // response, a decline and a cut stream (a pause, the costly fault, is in the deep check).
 const RUN_TIMEOUT_FAULTS = { RUNTIMEOUTS: 1, REFUSALS: 1, LOSTS: 1, DECLINES: 1, STREAMCUTS: 1 };
+// A record the ledger applies while its reply is lost (DISPATCH-10, DISPATCH-17), with the outcomes that make each write:
+// a refused request (release), a lost response (release or markUnknown), a cut stream (a retry replays the row).
+const LOST_RECORD_FAULTS = { LOSTRECS: 1, REFUSALS: 1, LOSTS: 1, STREAMCUTS: 1 };
 const SAME_ASK_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, STREAMCUTS: 2, REDELIVERIES: 1, MAXATT: 1, RESEND_FROM: 3, RECHECK: 3, SAME_ASK: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
@@ -552,6 +555,45 @@ const CHECKS = [
     defines: { ...NONE, RUNTIMEOUTS: 1, RT_NOBOUND: true, ...ONLY("END") },
   },
   {
+    name: "lost-record",
+    kind: "verify",
+    about: "a record (complete, fail, release, markUnknown) that the ledger applies while its reply is lost (DISPATCH-10, "
+      + "DISPATCH-17): the identical write sent again is refused with stale_claim and the dispatcher reads the row: its own "
+      + "write at its fence is answered as acknowledged, a row that moved on keeps the refusal, a row it cannot read "
+      + "raises ledger_unavailable; with a refused request, a decline, a lost response, an unstorable result, a cut "
+      + "stream and a re-send or redelivery",
+    defines: { ...NONE, ...LOST_RECORD_FAULTS, DECLINES: 1, NOTSTORABLE: 1, REDELIVERIES: 1 },
+  },
+  {
+    name: "lost-record-pause",
+    kind: "verify",
+    // 4.2 million states, about 13 s of CPU: --deep. The pause is what lets the row move on (a take-over
+    // re-claims a released row) between the write and its re-send, so the lookup meets another fence.
+    deep: true,
+    about: "(--deep) a record applied with its reply lost, and a pause past the turn lease: another holder takes the "
+      + "message over and moves the row on before the re-send, so the lookup finds another fence and the refusal stands",
+    defines: { ...NONE, ...LOST_RECORD_FAULTS, PAUSES: 1 },
+  },
+  {
+    name: "lost-record-face-safe",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the stale_claim of a re-sent record taken at face value (-DSTALE_FACE, no lookup) with the faults of "
+      + "lost-record-pause: every property but P_ACK holds, since the refusal only weakens the answer to may have "
+      + "happened (DISPATCH-8) and no write or re-run follows it; what DISPATCH-17 buys is the answer, P_ACK",
+    defines: { ...NONE, ...LOST_RECORD_FAULTS, PAUSES: 1, STALE_FACE: true, CHECK_ACK: 0 },
+  },
+  {
+    name: "lost-record-face",
+    kind: "expect",
+    property: "P_ACK",
+    rules: "DISPATCH-17 (lookup after a re-sent record is refused with stale_claim), DISPATCH-10",
+    explain: "W1 answers message 0: it claims key 0 (fence 1), pays, and completes the row; the ledger applies the completion but its reply is lost (ledger_unavailable). The dispatcher sends the identical write again with fence 1 (DISPATCH-10): the row is no longer in flight at fence 1, because that very write completed it, so the re-send is refused with stale_claim. Taken at face value, the refusal says the claim was lost: the dispatch answers stale_claim and the payment, which the ledger holds as completed under this claim's fence, is reported as one that may have happened. DISPATCH-17 reads the row instead: only this claim ever holds fence 1 (LEDGER-4), so a row completed at fence 1 is this write, answered as acknowledged. The face value breaks no other property (lost-record-face-safe, --deep): the answer is weaker, never false, and nothing is written or re-run on it.",
+    about: "the stale_claim of a re-sent record taken at face value (-DSTALE_FACE): a completion the ledger applied, its "
+      + "reply lost, is answered as a lost claim (may have happened) while the row holds it at this claim's fence",
+    defines: { ...NONE, LOSTRECS: 1, STALE_FACE: true, ...ONLY("ACK") },
+  },
+  {
     name: "nolist-omits-record",
     kind: "expect",
     deep: true,
@@ -745,6 +787,7 @@ const MEANING = {
   P_NOFALSE: "an unkeyed_write row turns unknown by lease expiry only under a claim that could have run the tool",
   P_GRANT: "a turn-lease grant nobody takes up (so every send waits out its lease) never comes from a grant id the store granted before",
   P_TOLD: "with SAME_ASK: a message told its call happened never makes that call again in a later attempt or run of it",
+  P_ACK: "with LOSTRECS: a dispatch whose record the ledger applied, its reply lost, answers what that record says once the lookup shows it landed",
   P_FRESH: "with SAME_ASK and VSTORE: a message is never answered with a row at a turn index issued again (bound before to a message that did not fail there)",
 };
 

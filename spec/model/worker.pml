@@ -332,8 +332,50 @@ dclaim:
   atomic {
     hold[w] = 0;
     RECORD_RUN(false);
+#if LOSTRECS > 0
+    /* DISPATCH-10, DISPATCH-17: the ledger applied the write but its reply is lost (ledger_unavailable). A copy
+       that never reached the ledger is the record step taken later, after the cut heals (DISPATCH-10) */
+    if
+    :: b_lostr > 0 && res != C_STALE && res != C_LEDGER ->
+       b_lostr--; wres = res; wst = rst[k]; wfence = cf; res = C_NONE;
+       printf("@@ W%d   the ledger applied it, but its reply is lost: ledger_unavailable (DISPATCH-10)\n", w)
+    :: true
+    fi;
+#endif
     out = 0; sreq = 0; cf = 0; cg = 0; cl = 0; hfence[w] = 0; aborted[w] = false   /* forget what is spent */
   };
+#if LOSTRECS > 0
+  if
+  :: wfence != 0 ->
+     /* DISPATCH-10: the identical write again, same fence, at any later moment. Its first copy took the row out of
+        flight at that fence and only this claim ever holds it (LEDGER-4), so the copy is refused: stale_claim (on a
+        durable ledger: a volatile one that re-issues the fence is volatile-fence's case, not searched with this) */
+     atomic {
+       if
+       :: printf("@@ W%d   sends the record of key %d again with fence %d: stale_claim\n", w, k, wfence);
+#ifdef STALE_FACE
+          /* the stale_claim taken at face value: the claim was lost (DISPATCH-8), may have happened */
+          res = C_STALE; printf("@@ W%d   takes it at face value: stale_claim, the effect may have happened\n", w)
+#else
+          /* DISPATCH-17: lookup; the row at this fence in the state the write makes is this claim's own write */
+          if
+          :: rfence[k] == wfence && rst[k] == wst ->
+             res = wres; printf("@@ W%d   lookup: key %d holds its write at fence %d: answered as acknowledged (DISPATCH-17)\n", w, k, wfence)
+          :: else ->
+             res = C_STALE; printf("@@ W%d   lookup: key %d moved on (fence %d): the refusal stands, stale_claim (DISPATCH-8)\n", w, k, rfence[k])
+          fi
+#endif
+          ;
+          /* P_ACK: a write the row still holds is answered as what it says */
+          assert(!P_ACK || !(rfence[k] == wfence && rst[k] == wst) || res == wres)   /* P_ACK (DISPATCH-17) */
+       :: /* the re-sends run out while the ledger stays unavailable, or the row cannot be read: raised (ERR-4) */
+          res = C_LEDGER; printf("@@ W%d   the record of key %d cannot be confirmed: ledger_unavailable (DISPATCH-17)\n", w, k)
+       fi;
+       wres = 0; wst = 0; wfence = 0
+     }
+  :: else
+  fi;
+#endif
   goto ddone;
 
 dlost:
