@@ -6,6 +6,7 @@
 //   node spec/model/run.mjs --list      the checks and what they cover
 //   node spec/model/run.mjs --deep      also the larger searches (several minutes; not run by CI)
 //   node spec/model/run.mjs --write     also regenerate COUNTEREXAMPLES.md and the figures in README.md
+//   node spec/model/run.mjs --shortest  search the expect checks breadth-first (shortest trails; --write does)
 //
 // A "verify" check must finish with `errors: 0` and a complete search. An "expect" check switches
 // a rule off (the turn-1 design, or the code on main where it lacks a proposed rule) and must
@@ -807,7 +808,10 @@ for (const tool of ["spin", "gcc"]) {
   }
 }
 const deep = args.includes("--deep");
+const shortest = write || args.includes("--shortest");
 const selected = only ? CHECKS.filter((c) => only.includes(c.name)) : CHECKS.filter((c) => deep || !c.deep);
+// The CI checks whose search at -O0 takes above about 4 s of CPU: compiled with -Og (see check()).
+const OPTIMISE_OG = new Set(["lost-claim-tombstone", "lost-claim", "retention", "volatile", "acyclic", "replay"]);
 // Largest searches first, so that the two lanes end together.
 const COST = {
   "deep-volatile": 19, "deep-partition": 18, "deep-outcomes": 17, "deep-lost-claim": 16, "deep-diverge": 10,
@@ -825,19 +829,33 @@ function defineFlags(defines) {
   return Object.entries(defines).map(([k, v]) => (v === true ? `-D${k}` : `-D${k}=${v}`));
 }
 
-// Each step runs under sh, whose `times` then reports the CPU its children used: node has no rusage of
-// a child, and CI's cost is CPU (two cores shared with the tests), not the wall time a loaded host stretches.
-const TIMES = /\n?\d+m[\d.]+s \d+m[\d.]+s\n(\d+)m([\d.]+)s (\d+)m([\d.]+)s\n$/;
+// CPU of each step (user + system seconds). CI's cost is CPU (two cores shared with the tests), not the wall
+// time a loaded host stretches, and node has no rusage of a child; but node waits for each child it spawned,
+// so the kernel adds the child's CPU to node's own cutime and cstime (/proc/self/stat, Linux), read when the
+// child closes. With two lanes, two children that end in one tick are both counted to the first; the total
+// is exact. The child is spawned directly, so .ci/run's `pkill -P` of this process still stops every pan.
+const TICK = Number(spawnSync("getconf", ["CLK_TCK"]).stdout?.toString().trim()) || 100;
+function childCpu() {
+  try {
+    const stat = readFileSync("/proc/self/stat", "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" "); // from field 3 (state) on
+    return { user: Number(fields[13]) / TICK, system: Number(fields[14]) / TICK }; // cutime, cstime
+  } catch {
+    return { user: 0, system: 0 }; // not Linux: no figures
+  }
+}
+let counted = childCpu();
 function run(cmd, argv, cwd) {
   return new Promise((resolve) => {
-    const child = spawn("sh", ["-c", '"$@"; s=$?; times; exit $s', "sh", cmd, ...argv], { cwd });
+    const child = spawn(cmd, argv, { cwd });
     let out = "";
     child.stdout.on("data", (d) => (out += d));
     child.stderr.on("data", (d) => (out += d));
     child.on("close", (code) => {
-      const t = out.match(TIMES);
-      const cpu = t ? { user: Number(t[1]) * 60 + Number(t[2]), system: Number(t[3]) * 60 + Number(t[4]) } : { user: 0, system: 0 };
-      resolve({ code, out: t ? out.slice(0, t.index) : out, cpu });
+      const now = childCpu();
+      const cpu = { user: Math.max(0, now.user - counted.user), system: Math.max(0, now.system - counted.system) };
+      counted = now;
+      resolve({ code, out, cpu });
     });
   });
 }
@@ -899,15 +917,24 @@ async function check(c) {
   // CPU compiled without optimisation (measured back to back: replay 8.4 s of CPU at -O0 against 12.5
   // at -O2, lost-claim-tombstone 13.0 against 15.0, liveness 25.5 against 20.6). So only the LTL
   // check and the deep ones, whose searches take minutes, are compiled with -O2.
+  // -Og sits between (measured on 2026-12-05, back to back at nice 10, CPU of gcc plus search): gcc 2.9 s
+  // instead of 0.8, and a search about half as long as at -O0, so it pays for a search above about 4 s at
+  // -O0: lost-claim-tombstone 10.4 s at -O0 against 7.9 at -Og, lost-claim 9.3 against 7.2, retention 7.9
+  // against 6.3 (the same states stored). The checks in OPTIMISE_OG are those.
   // -DCOLLAPSE compresses each stored state: about 1.6-2.7x less memory for 15-30 % more CPU. The
   // checks CI runs fit without it (at most 1.6 GB each, two at a time), so it is kept for the deep
   // searches only (up to 2.3 GB with it) and for the small BFS searches of the expect checks.
   const compress = c.deep === true || c.kind === "expect";
   const optimise = c.deep === true || c.kind === "ltl";
-  const cc = [optimise ? "-O2" : "-O0", "-w", ...(compress ? ["-DCOLLAPSE", "-DMEMLIM=3072"] : ["-DMEMLIM=4096"]), "-DNFAIR=3", "-o", "pan", "pan.c"];
+  const cc = [optimise ? "-O2" : OPTIMISE_OG.has(c.name) ? "-Og" : "-O0", "-w", ...(compress ? ["-DCOLLAPSE", "-DMEMLIM=3072"] : ["-DMEMLIM=4096"]), "-DNFAIR=3", "-o", "pan", "pan.c"];
   if (c.kind === "np") cc.unshift("-DNP");
   else if (c.kind !== "ltl") cc.unshift("-DSAFETY");
-  if (c.kind === "expect") cc.unshift("-DBFS"); // shortest counterexample: the most readable trail
+  // Breadth-first gives the shortest counterexample, the most readable trail: COUNTEREXAMPLES.md is written
+  // from it (--write, --shortest). Otherwise an expect check needs only some counterexample of its property,
+  // which the depth-first search finds as surely (both are complete over the same states) and, on the
+  // 28 CI expect checks of 2026-12-05, after 0.9 s of search in all instead of 9.8 s (breadth-first stores
+  // every state up to the trail's depth; same-ask-own-window 1,580,421 of them, depth-first 19,414).
+  if (c.kind === "expect" && shortest) cc.unshift("-DBFS");
   const comp = await run("gcc", cc, dir);
   if (comp.code !== 0) return { c, ok: false, lines: [`gcc failed:\n${comp.out}`] };
   const panArgs = ["-m100000", c.kind === "expect" ? "-w22" : "-w25"];
