@@ -118,7 +118,10 @@ describe("TURN-10 an acquire whose reply was lost", () => {
   });
 
   it("when the store stays unreachable, the runner gives the grant back by its grant id and says store_unavailable; the landed grant does not hold the conversation", async () => {
-    const store = new MemoryConversationStore();
+    // The store's clock stands still: on a loaded host a pause between two copies longer than the
+    // 200 ms lease let the grant expire in the store, and the next copy's conversation_lease_lost
+    // (a grant that is over) sent the runner down the fresh-grant path instead (CI, 2026-12-05).
+    const store = new MemoryConversationStore({ now: () => 1_000_000 });
     // Every acquire applies (the first grants, the copies are the same grant) and loses its reply.
     const { view, sent, releasedByGrant } = flaky(store, Array.from({ length: 1_000 }, () => "lost" as const));
     const { runner } = world(textOnly, false, { store: view, runner: { busyWaitMs: 0, turnLeaseMs: 200 } });
