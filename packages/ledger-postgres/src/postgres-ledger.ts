@@ -42,6 +42,8 @@ import {
   checkUnknownReason,
   resultRefusal,
   type LedgerStoreLimits,
+  DeadlineError,
+  withDeadline,
   unknownOptionName,
   unknownOptionMessage,
   type OptionNames,
@@ -804,8 +806,8 @@ export class PostgresLedger implements Ledger {
    */
   private async send<R extends QueryResultRow>(config: QueryConfig, deadline: number): Promise<QueryResult<R>> {
     const pool = this.ownedPool;
-    if (pool === undefined) return withDeadline(this.db.query<R>(config), deadline, this.timeoutMs, "the statement");
-    const client = await withDeadline(pool.connect(), deadline, this.timeoutMs, "a connection", (late) => late.release());
+    if (pool === undefined) return withDeadline(this.db.query<R>(config), { deadline, timeoutMs: this.timeoutMs, waitingFor: "the statement", lateWrite: LATE_WRITE });
+    const client = await withDeadline(pool.connect(), { deadline, timeoutMs: this.timeoutMs, waitingFor: "a connection", lateWrite: LATE_WRITE, late: (client) => client.release() });
     // pg-pool removes its own 'error' listener from a client while it is checked out, and a
     // client whose connection ends (a restart, a cut) emits 'error' even when its query has
     // already been rejected: without a listener that is an uncaught exception that kills the
@@ -816,7 +818,7 @@ export class PostgresLedger implements Ledger {
     }
     let result: QueryResult<R>;
     try {
-      result = await withDeadline(client.query<R>(config), deadline, this.timeoutMs, "the statement");
+      result = await withDeadline(client.query<R>(config), { deadline, timeoutMs: this.timeoutMs, waitingFor: "the statement", lateWrite: LATE_WRITE });
     } catch (error) {
       // A server error (it has a SQLSTATE and a severity) leaves the connection usable; a
       // timeout or a broken connection does not: destroy it.
@@ -846,61 +848,8 @@ function sessionSurvives(error: unknown): boolean {
 /** Pool clients that carry the ledger's own 'error' listener (see send()). */
 const guarded = new WeakSet<object>();
 
-/** The operation did not settle within timeoutMs. */
-class DeadlineError extends Error {
-  readonly code = "DISPATCH_ONCE_TIMEOUT";
-  constructor(waitingFor: string, timeoutMs: number) {
-    super(
-      `no answer within timeoutMs = ${timeoutMs} ms (waiting for ${waitingFor}); nothing is reported as done ` +
-        "(a statement already sent may still be applied by the server: a claim then expires with its lease)",
-    );
-    this.name = "DeadlineError";
-  }
-}
-
-/**
- * `promise`, or a DeadlineError once `deadline` (performance.now() time) has passed. What the
- * promise settles to afterwards is handed to `late` (a connection to put back) or dropped.
- */
-function withDeadline<T>(
-  promise: Promise<T>,
-  deadline: number,
-  timeoutMs: number,
-  waitingFor: string,
-  late?: (value: T) => void,
-): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    let expired = false;
-    let settled = false;
-    // Expire after the poll phase: a timer due during a stall runs before that turn's I/O is
-    // read, when the answer may be waiting already.
-    const timer = setTimeout(
-      () =>
-        setImmediate(() => {
-          if (settled) return;
-          expired = true;
-          reject(new DeadlineError(waitingFor, timeoutMs));
-        }),
-      Math.max(0, deadline - performance.now()),
-    );
-    promise.then(
-      (value) => {
-        if (!expired) {
-          settled = true;
-          clearTimeout(timer);
-          resolve(value);
-        } else late?.(value);
-      },
-      (error: unknown) => {
-        if (!expired) {
-          settled = true;
-          clearTimeout(timer);
-          reject(error);
-        }
-      },
-    );
-  });
-}
+/** What a DeadlineError says of a statement already sent. */
+const LATE_WRITE = "a statement already sent may still be applied by the server: a claim then expires with its lease";
 
 /** 40001 serialization_failure, 40P01 deadlock_detected: rolled back, safe to send again. */
 function isRetryable(error: unknown): boolean {
