@@ -1,5 +1,5 @@
 import type { ConversationStore, Ledger } from "@dispatch-once/core";
-import type { StoreAddress } from "./ledger/silence-proxy.js";
+import type { StoreAddress } from "./silent/silence-proxy.js";
 
 /**
  * What an adapter's test gives the kit (like @keyv/test-suite's factory and abstract-level's

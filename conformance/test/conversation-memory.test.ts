@@ -30,6 +30,9 @@ describe("report for MemoryConversationStore", () => {
       "needs corruption (raw.corrupt)",
       // One process's map, on that process's clock: no other instance to skew (TURN-10's store-clock check).
       "needs sharedAcrossProcesses (several instances are one store); needs clockSkew (raw.skewedInstance: an instance on a skewed process clock)",
+      // An in-process map has no connection to go silent (TURN-21's two silent-store checks).
+      "needs silentStore (raw.storeAddress and raw.openVia, for the kit's SilenceProxy in front of the storage, and limits.operationBoundMs, the store's documented bound)",
+      "needs silentStore (raw.storeAddress and raw.openVia, for the kit's SilenceProxy in front of the storage, and limits.operationBoundMs, the store's documented bound)",
       "needs survivesRestart (a fresh instance sees earlier writes)",
       "needs survivesRestart (a fresh instance sees earlier writes)",
       "needs survivesRestart (a fresh instance sees earlier writes)",

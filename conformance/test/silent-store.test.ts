@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type Socket } from "node:net";
 import { bindLedgerCheck, ledgerChecks, silentStoreAfterConnecting, silentStoreBeforeConnecting, startSilenceProxy, type StoreAddress } from "../src/ledger/index.js";
+import { conversationStoreChecks, silentConversationStoreAfterConnecting, silentConversationStoreBeforeConnecting } from "../src/index.js";
+import { gatedConversationSubject } from "./fixtures/gated-conversation-store.js";
 import { gatedSubject, startEchoStore, type GateBugs } from "./fixtures/gated-ledger.js";
 
 /**
@@ -97,5 +99,40 @@ describe("LEDGER-12 silent-store checks", () => {
     const listed = ledgerChecks(without, { seed: 7, runs: 1 }).filter((c) => /store silent/.test(c.name));
     expect(listed.map((c) => c.reasonNotApplicable)).toEqual([expect.stringMatching(/^needs silentStore \(raw.storeAddress and raw.openVia/), expect.stringMatching(/^needs silentStore/)]);
     expect(() => ledgerChecks({ ...subject, limits: {} }, { seed: 7, runs: 1 })).toThrow(/capabilities.silentStore needs limits.operationBoundMs/);
+  });
+});
+
+describe("TURN-21 silent-store checks (the conversation level, the same proxy and slack)", () => {
+  const checks = [silentConversationStoreAfterConnecting, silentConversationStoreBeforeConnecting];
+
+  it("a store whose one deadline covers connecting and replying passes both, and the level lists them", async () => {
+    const subject = gatedConversationSubject(echo.address);
+    for (const check of checks) await check.run(subject);
+    const listed = conversationStoreChecks(subject, { seed: 7, runs: 1 }).filter((c) => c.rule === "TURN-21");
+    expect(listed.map((c) => [c.name, c.applicable])).toEqual(checks.map((c) => [c.name, true]));
+  });
+
+  describe.concurrent("planted stores", () => {
+    const planted: Array<{ bug: keyof GateBugs; fails: (typeof checks)[number]; passes?: (typeof checks)[number]; message: RegExp }> = [
+      { bug: "noBound", fails: silentConversationStoreAfterConnecting, message: /broke TURN-21's bound:\n {2}- message did not settle within 1220 ms \(the declared operationBoundMs 200/ },
+      { bug: "boundsConnectOnly", fails: silentConversationStoreAfterConnecting, passes: silentConversationStoreBeforeConnecting, message: /after the instance connected.*\n {2}- message did not settle within/ },
+      { bug: "boundsRepliesOnly", fails: silentConversationStoreBeforeConnecting, passes: silentConversationStoreAfterConnecting, message: /before the instance's first connection.*\n {2}- message did not settle within/ },
+      { bug: "runsOnTimeout", fails: silentConversationStoreAfterConnecting, message: /- message answered \{ id: 'm-read'.*though the store answered nothing: it must reject with store_unavailable/ },
+    ];
+    for (const p of planted) {
+      it(`rejects ${p.bug}`, async ({ expect }) => {
+        const subject = gatedConversationSubject(echo.address, { [p.bug]: true }, `gated ${p.bug}`);
+        await expect(p.fails.run(subject)).rejects.toThrow(p.message);
+        if (p.passes !== undefined) await p.passes.run(subject);
+      });
+    }
+  });
+
+  it("is not applicable without the capability, and a subject declaring it without a bound is refused", () => {
+    const subject = gatedConversationSubject(echo.address);
+    const without = { ...subject, capabilities: { ...subject.capabilities, silentStore: false } };
+    const listed = conversationStoreChecks(without, { seed: 7, runs: 1 }).filter((c) => c.rule === "TURN-21");
+    expect(listed.map((c) => c.reasonNotApplicable)).toEqual([expect.stringMatching(/^needs silentStore \(raw.storeAddress and raw.openVia/), expect.stringMatching(/^needs silentStore/)]);
+    expect(() => conversationStoreChecks({ ...subject, limits: {} }, { seed: 7, runs: 1 })).toThrow(/capabilities.silentStore needs limits.operationBoundMs/);
   });
 });

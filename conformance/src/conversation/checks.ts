@@ -23,6 +23,7 @@ import type { ConversationStoreFixture, ConversationStoreSubject, ConversationSu
 import { FAILED_TURNS_CHECKS, listingOf } from "./failed-turns.js";
 import { LEASE_GRANT_CHECKS } from "./lease-grants.js";
 import { BOUND_AT_CHECKS, REOPEN_WINDOW_CHECKS } from "./reopen-window.js";
+import { SILENT_CONVERSATION_STORE_CHECKS } from "./silent-store.js";
 
 /** A deterministic conversation-store check before it is bound to a subject. */
 export interface ConversationCheckSpec {
@@ -1798,6 +1799,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   turnsKeptIndexesNotReissued,
   corruptIsNotAbsent,
   unavailableFailsClosed,
+  ...SILENT_CONVERSATION_STORE_CHECKS,
   recordsBesideLog,
   addRecordNeedsNoLease,
   recordsAllReturned,

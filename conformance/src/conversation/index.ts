@@ -17,6 +17,7 @@ const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
   reopenWindow: "needs reopenWindow (appendUserMessage takes reopenWithinMs: supports.reopenWindow)",
   boundAt: "needs boundAt (a bound message shows its first binding's time: supports.boundAt)",
   clockSkew: "needs clockSkew (raw.skewedInstance: an instance on a skewed process clock)",
+  silentStore: "needs silentStore (raw.storeAddress and raw.openVia, for the kit's SilenceProxy in front of the storage, and limits.operationBoundMs, the store's documented bound)",
 };
 
 /**
@@ -93,10 +94,15 @@ export function validateConversationStoreSubject(subject: ConversationStoreSubje
     }
   }
   // Optional flags: absent is false, anything else but a boolean is a mistake.
-  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows", "leaseGrants", "reopenWindow", "boundAt", "clockSkew"]) {
+  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows", "leaseGrants", "reopenWindow", "boundAt", "clockSkew", "silentStore"]) {
     if (caps?.[flag] !== undefined && typeof caps[flag] !== "boolean") {
       throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag}, when given, must be true or false`);
     }
+  }
+  // The silent-store checks judge against the subject's own bound: without one they could only guess.
+  const bound = subject.limits?.operationBoundMs;
+  if (caps?.silentStore === true && (typeof bound !== "number" || !Number.isFinite(bound) || bound <= 0)) {
+    throw new TypeError(`conversation-store subject ${subject.name}: capabilities.silentStore needs limits.operationBoundMs, the store's documented bound on every method (TURN-21), a positive number of ms; got ${String(bound)}`);
   }
 }
 
@@ -114,6 +120,7 @@ export {
   type FenceRef,
 } from "./model.js";
 export { REOPEN_WINDOW_CHECKS, BOUND_AT_CHECKS, reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure, listingJudgesReopenWindow, boundShowsBoundAt, reopenWindowFromBinding, boundAtInheritedAtFailedIndex } from "./reopen-window.js";
+export { SILENT_CONVERSATION_STORE_CHECKS, silentConversationStoreAfterConnecting, silentConversationStoreBeforeConnecting, declaredConversationBound } from "./silent-store.js";
 export { LEASE_GRANT_CHECKS, grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantEarlierRefused, grantIdChecked, grantIdsComparedExactly } from "./lease-grants.js";
 export { memoryConversationSubject, memoryRaw, memoryConversationState, monotonicClock } from "./memory-subject.js";
 export { LEASE_MS as CONVERSATION_LEASE_MS, TRICKY_CONTENT } from "./support.js";

@@ -1,4 +1,5 @@
 import type { ConversationStore, JsonValue, MessageState } from "@dispatch-once/core";
+import type { StoreAddress } from "../silent/silence-proxy.js";
 
 /**
  * What a conversation store's test gives the kit (the conversation-store counterpart of
@@ -9,6 +10,12 @@ export interface ConversationStoreSubject {
   /** e.g. "conversation-sqlite" */
   name: string;
   capabilities: ConversationSubjectCapabilities;
+  /**
+   * What the store documents. Required with `capabilities.silentStore`: `operationBoundMs` is
+   * TURN-21's bound on every method (waiting for a connection, connecting and retries included) of
+   * an instance from `raw.openVia`.
+   */
+  limits?: { operationBoundMs?: number };
   /** A store over a FRESH, ISOLATED namespace (new file / schema / map). Called many times. */
   create(): Promise<ConversationStoreFixture>;
   /**
@@ -75,6 +82,14 @@ export interface ConversationSubjectCapabilities {
    * that check is reported not applicable.
    */
   clockSkew?: boolean;
+  /**
+   * Optional: the store reaches its storage over TCP, the fixture lets the kit put its
+   * SilenceProxy in front of it (raw.storeAddress, raw.openVia), and the subject declares the
+   * store's bound (`limits.operationBoundMs`). TURN-21's silent-store checks then make the storage
+   * stop answering, after and before the instance connects. Absent means false: they are
+   * reported not applicable (an embedded store such as SQLite has no connection to go silent).
+   */
+  silentStore?: boolean;
 }
 
 export type ConversationSubjectCapability = keyof ConversationSubjectCapabilities;
@@ -139,6 +154,15 @@ export interface ConversationStoreFixture {
      * injection point returns `skewStoreProcessClock(anotherInstance, offsetMs)`.
      */
     skewedInstance?(offsetMs: number): Promise<ConversationStore>;
+    /** Where the storage listens (TCP): the kit starts its SilenceProxy in front of it. Only with capabilities.silentStore. */
+    storeAddress?(): Promise<StoreAddress>;
+    /**
+     * Another instance over the same namespace that reaches the storage at `via` (the kit's proxy)
+     * instead, with the bound `limits.operationBoundMs`; only with capabilities.silentStore. It must
+     * return without waiting for the storage (connect lazily): the kit may call it while the
+     * storage is silent. destroy() closes it.
+     */
+    openVia?(via: StoreAddress): Promise<ConversationStore>;
   };
   /** Drop the namespace and close every store instance created from this fixture. */
   destroy(): Promise<void>;

@@ -1,10 +1,10 @@
 /**
- * The kit's own TCP proxy for LEDGER-12's silent-store checks: put in front of a subject's store, it
- * can make the store SILENT, as a paused server (SIGSTOP) or a partition that sends no RST looks to
- * a client: connections (established ones and new ones) stay open and accept bytes, and nothing
+ * The kit's own TCP proxy for the silent-store checks of both store levels (LEDGER-12, TURN-21): put
+ * in front of a subject's store, it can make the store SILENT, as a paused server (SIGSTOP) or a
+ * partition that sends no RST looks to a client: connections (established ones and new ones) stay open and accept bytes, and nothing
  * answers. heal() is the SIGCONT: what was held is delivered in order, both ways, so a statement the
- * ledger sent and stopped waiting for may still be applied late (which LEDGER-12 allows, and
- * the checks tolerate). node:net only: the ledger level depends on core and fast-check alone.
+ * store sent and stopped waiting for may still be applied late (which LEDGER-12 and TURN-21 allow,
+ * and the checks tolerate). node:net only: the ledger level depends on core and fast-check alone.
  */
 import { connect, createServer, type Server, type Socket } from "node:net";
 
@@ -15,7 +15,7 @@ export interface StoreAddress {
 }
 
 export interface SilenceProxy {
-  /** The proxy's own address: hand it to the ledger instead of the store's. */
+  /** The proxy's own address: hand it to the ledger or conversation store instead of the store's. */
   readonly address: StoreAddress;
   /** True while silent. */
   readonly silent: boolean;

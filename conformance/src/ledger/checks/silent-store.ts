@@ -11,41 +11,26 @@
  * verdict on "did it settle", not a measure of speed: a conforming operation rejects at its bound.
  */
 import type { ClaimRequest, Ledger } from "@dispatch-once/core";
-import { ConformanceFailure, codeOf, describeError, must, show } from "../../failure.js";
+import { must } from "../../failure.js";
+import type { SilenceProxy } from "../../silent/silence-proxy.js";
+import { checkedOperationBound, judgeSilentWindow, withSilenceProxy, type SilentOperation as WindowOperation, type SilentRule } from "../../silent/window.js";
 import type { LedgerFixture, LedgerSubject } from "../../types.js";
 import type { LedgerCheckContext } from "../context.js";
-import { startSilenceProxy, type SilenceProxy } from "../silence-proxy.js";
 import { claimNew, claimRequest, describeRow, mustBeClaimed, short } from "../support.js";
 import { DECLINED, type LedgerCheckSpec } from "./common.js";
 
-/** Fixed part of the slack past the declared bound: timer latency on a loaded host, not the adapter's time. */
-export const SILENT_STORE_SLACK_MS = 1_000;
+// The slack is the kit's one for both store levels (TURN-21's checks use it too).
+export { SILENT_STORE_SLACK_MS, silentStoreSlackMs } from "../../silent/window.js";
 
-/** The slack the checks allow past `operationBoundMs`: 1,000 ms plus a tenth of the bound. */
-export function silentStoreSlackMs(operationBoundMs: number): number {
-  return SILENT_STORE_SLACK_MS + Math.ceil(operationBoundMs / 10);
-}
-
-/** After heal(), how long the check waits for operations that had not settled (they are already failures). */
-const AFTER_HEAL_WAIT_MS = 2_000;
+const RULE: SilentRule = { rule: "LEDGER-12", code: "ledger_unavailable", operations: "operations" };
 
 /** The subject's declared bound (validated when the checks are built; checked again for a direct caller). */
 export function declaredOperationBound(subject: LedgerSubject): number {
-  const bound = subject.limits?.operationBoundMs;
-  if (typeof bound !== "number" || !Number.isFinite(bound) || bound <= 0) {
-    throw new ConformanceFailure(`the subject declares silentStore but limits.operationBoundMs is ${show(bound)}: declare the adapter's documented bound on every operation (LEDGER-12), as configured in raw.openVia's instance`);
-  }
-  return bound;
+  return checkedOperationBound(subject.limits?.operationBoundMs, RULE.rule);
 }
 
-type Outcome = { settled: false } | { settled: true; ok: true; value: unknown; ms: number } | { settled: true; ok: false; error: unknown; ms: number };
-
 /** What one operation did in the silent window, and how to judge its row after heal(). */
-interface SilentOperation {
-  name: string;
-  start(ledger: Ledger): Promise<unknown>;
-  /** An answer that is true without the store (a sweep that leaves expiry to the store's own TTLs removes nothing, 0). */
-  mayAnswer?(value: unknown): boolean;
+interface SilentOperation extends WindowOperation<Ledger> {
   /** After heal: the row agrees with "nothing happened" or with this operation applied late (LEDGER-12 allows the store to apply it). */
   afterHeal?(fixture: LedgerFixture): Promise<void>;
 }
@@ -136,97 +121,10 @@ async function prepare(ctx: LedgerCheckContext, ledger: Ledger): Promise<SilentO
   return ops;
 }
 
-function oneLine(text: string): string {
-  const flat = text.replace(/\s*\n\s*/g, " ");
-  return flat.length > 160 ? `${flat.slice(0, 160)}…` : flat;
-}
-
-/** Races `promise` against `ms`; the timer is always cleared. */
-async function settleWithin(promise: Promise<unknown>, ms: number): Promise<Outcome> {
-  const started = performance.now();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<Outcome>((resolve) => {
-    timer = setTimeout(() => resolve({ settled: false }), ms);
-  });
-  try {
-    return await Promise.race([
-      promise.then(
-        (value): Outcome => ({ settled: true, ok: true, value, ms: performance.now() - started }),
-        (error: unknown): Outcome => ({ settled: true, ok: false, error, ms: performance.now() - started }),
-      ),
-      late,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/**
- * Runs `ops` at once on `ledger` while the proxy is silent; throws one failure naming every
- * operation that did not reject with ledger_unavailable by bound + slack. Heals the proxy in any
- * case and gives the ones still pending a short while to settle (so destroy() does not wait on them).
- */
-async function judgeSilentWindow(ops: SilentOperation[], ledger: Ledger, proxy: SilenceProxy, bound: number, when: string): Promise<void> {
-  const limit = bound + silentStoreSlackMs(bound);
-  const started = ops.map((op) => {
-    try {
-      return op.start(ledger);
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  });
-  let outcomes: Outcome[];
-  try {
-    outcomes = await Promise.all(started.map((p) => settleWithin(p, limit)));
-  } finally {
-    proxy.heal();
-  }
-  const problems: string[] = [];
-  for (const [i, outcome] of outcomes.entries()) {
-    const name = ops[i]!.name;
-    if (!outcome.settled) problems.push(`${name} did not settle within ${limit} ms (the declared operationBoundMs ${bound} + ${limit - bound} ms slack)`);
-    else if (outcome.ok && ops[i]!.mayAnswer?.(outcome.value) === true) continue;
-    else if (outcome.ok) problems.push(`${name} answered ${oneLine(show(outcome.value))} after ${Math.round(outcome.ms)} ms, though the store answered nothing: it must reject with ledger_unavailable`);
-    else if (codeOf(outcome.error) !== "ledger_unavailable") problems.push(`${name} rejected with ${describeError(outcome.error)} after ${Math.round(outcome.ms)} ms, expected code ledger_unavailable`);
-  }
-  if (outcomes.some((o) => !o.settled)) {
-    await settleWithin(Promise.allSettled(started), AFTER_HEAL_WAIT_MS);
-  } else {
-    // Nothing of the window is left pending: the rejections were observed, so no unhandled one remains.
-    await Promise.allSettled(started);
-  }
-  if (problems.length > 0) {
-    throw new ConformanceFailure(`with the store silent ${when} (connections open, nothing answered), ${problems.length} of ${ops.length} operations broke LEDGER-12's bound:\n  - ${problems.join("\n  - ")}`);
-  }
-}
-
 /** A fixture and the kit's proxy in front of its store; the proxy closes after destroy() (which may talk through it). */
 async function withSilenceableStore(subject: LedgerSubject, fn: (fixture: LedgerFixture, proxy: SilenceProxy, openVia: () => Promise<Ledger>, bound: number) => Promise<void>): Promise<void> {
   const bound = declaredOperationBound(subject);
-  const fixture = await subject.create();
-  let proxy: SilenceProxy | undefined;
-  try {
-    const { storeAddress, openVia } = fixture.raw;
-    must(typeof storeAddress === "function" && typeof openVia === "function", "the subject declares silentStore but its fixture lacks raw.storeAddress or raw.openVia");
-    const target = await storeAddress.call(fixture.raw);
-    proxy = await startSilenceProxy(target);
-    const via = proxy.address;
-    const limit = bound + silentStoreSlackMs(bound);
-    const open = async () => {
-      const outcome = await settleWithin(openVia.call(fixture.raw, via), limit);
-      if (!outcome.settled) throw new ConformanceFailure(`raw.openVia did not return within ${limit} ms: it must not wait for the store (the kit may call it while the store is silent)`);
-      if (!outcome.ok) throw outcome.error;
-      return outcome.value as Ledger;
-    };
-    await fn(fixture, proxy, open, bound);
-  } finally {
-    proxy?.heal();
-    try {
-      await fixture.destroy();
-    } finally {
-      await proxy?.close();
-    }
-  }
+  await withSilenceProxy<Ledger, LedgerFixture>(() => subject.create(), bound, (fixture, proxy, openVia) => fn(fixture, proxy, openVia, bound));
 }
 
 async function judgeAfterHeal(ops: SilentOperation[], fixture: LedgerFixture): Promise<void> {
@@ -243,7 +141,7 @@ export const silentStoreAfterConnecting: LedgerCheckSpec = {
       // The claims made here are the instance's first operations: its connections are open and pooled.
       const ops = await prepare(ctx, ledger);
       proxy.silence();
-      await judgeSilentWindow(ops, ledger, proxy, bound, "after the instance connected");
+      await judgeSilentWindow(RULE, ops, ledger, proxy, bound, "after the instance connected");
       await judgeAfterHeal(ops, fixture);
     }),
 };
@@ -257,7 +155,7 @@ export const silentStoreBeforeConnecting: LedgerCheckSpec = {
       const ops = await prepare(ctx, fixture.ledger);
       proxy.silence();
       const ledger = await openVia();
-      await judgeSilentWindow(ops, ledger, proxy, bound, "before the instance's first connection");
+      await judgeSilentWindow(RULE, ops, ledger, proxy, bound, "before the instance's first connection");
       await judgeAfterHeal(ops, fixture);
     }),
 };

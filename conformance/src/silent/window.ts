@@ -1,0 +1,150 @@
+/**
+ * What the silent-store checks of both store levels share (LEDGER-12 for ledgers, TURN-21 for
+ * conversation stores): the slack past a subject's declared bound, the silent window that starts
+ * every operation at once and judges which settled how, and the proxy's setup around a fixture.
+ * Each level keeps its own operations and its own after-heal judgement of what is stored.
+ */
+import { ConformanceFailure, codeOf, describeError, must, show } from "../failure.js";
+import { startSilenceProxy, type SilenceProxy, type StoreAddress } from "./silence-proxy.js";
+
+/** Fixed part of the slack past the declared bound: timer latency on a loaded host, not the adapter's time. */
+export const SILENT_STORE_SLACK_MS = 1_000;
+
+/** The slack the checks allow past `operationBoundMs`: 1,000 ms plus a tenth of the bound. */
+export function silentStoreSlackMs(operationBoundMs: number): number {
+  return SILENT_STORE_SLACK_MS + Math.ceil(operationBoundMs / 10);
+}
+
+/** After heal(), how long a check waits for operations that had not settled (they are already failures). */
+const AFTER_HEAL_WAIT_MS = 2_000;
+
+/** What a level's silent-store checks judge by: the rule, the code past the bound, the word for its operations. */
+export interface SilentRule {
+  rule: string;
+  code: string;
+  operations: string;
+}
+
+/** The subject's declared bound, or a failure saying what to declare. */
+export function checkedOperationBound(bound: unknown, rule: string): number {
+  if (typeof bound !== "number" || !Number.isFinite(bound) || bound <= 0) {
+    throw new ConformanceFailure(`the subject declares silentStore but limits.operationBoundMs is ${show(bound)}: declare the adapter's documented bound on every operation (${rule}), as configured in raw.openVia's instance`);
+  }
+  return bound;
+}
+
+type Outcome = { settled: false } | { settled: true; ok: true; value: unknown; ms: number } | { settled: true; ok: false; error: unknown; ms: number };
+
+/** One operation started in the silent window. */
+export interface SilentOperation<Instance> {
+  name: string;
+  start(instance: Instance): Promise<unknown>;
+  /** An answer that is true without the store (a sweep that leaves expiry to the store's own TTLs removes nothing, 0). */
+  mayAnswer?(value: unknown): boolean;
+}
+
+function oneLine(text: string): string {
+  const flat = text.replace(/\s*\n\s*/g, " ");
+  return flat.length > 160 ? `${flat.slice(0, 160)}…` : flat;
+}
+
+/** Races `promise` against `ms`; the timer is always cleared. */
+async function settleWithin(promise: Promise<unknown>, ms: number): Promise<Outcome> {
+  const started = performance.now();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<Outcome>((resolve) => {
+    timer = setTimeout(() => resolve({ settled: false }), ms);
+  });
+  try {
+    return await Promise.race([
+      promise.then(
+        (value): Outcome => ({ settled: true, ok: true, value, ms: performance.now() - started }),
+        (error: unknown): Outcome => ({ settled: true, ok: false, error, ms: performance.now() - started }),
+      ),
+      late,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Runs `ops` at once on `instance` while the proxy is silent; throws one failure naming every
+ * operation that did not reject with the rule's code by bound + slack. Heals the proxy in any
+ * case and gives the ones still pending a short while to settle (so destroy() does not wait on them).
+ */
+export async function judgeSilentWindow<Instance>(rule: SilentRule, ops: SilentOperation<Instance>[], instance: Instance, proxy: SilenceProxy, bound: number, when: string): Promise<void> {
+  const limit = bound + silentStoreSlackMs(bound);
+  const started = ops.map((op) => {
+    try {
+      return op.start(instance);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  });
+  let outcomes: Outcome[];
+  try {
+    outcomes = await Promise.all(started.map((p) => settleWithin(p, limit)));
+  } finally {
+    proxy.heal();
+  }
+  const problems: string[] = [];
+  for (const [i, outcome] of outcomes.entries()) {
+    const name = ops[i]!.name;
+    if (!outcome.settled) problems.push(`${name} did not settle within ${limit} ms (the declared operationBoundMs ${bound} + ${limit - bound} ms slack)`);
+    else if (outcome.ok && ops[i]!.mayAnswer?.(outcome.value) === true) continue;
+    else if (outcome.ok) problems.push(`${name} answered ${oneLine(show(outcome.value))} after ${Math.round(outcome.ms)} ms, though the store answered nothing: it must reject with ${rule.code}`);
+    else if (codeOf(outcome.error) !== rule.code) problems.push(`${name} rejected with ${describeError(outcome.error)} after ${Math.round(outcome.ms)} ms, expected code ${rule.code}`);
+  }
+  if (outcomes.some((o) => !o.settled)) {
+    await settleWithin(Promise.allSettled(started), AFTER_HEAL_WAIT_MS);
+  } else {
+    // Nothing of the window is left pending: the rejections were observed, so no unhandled one remains.
+    await Promise.allSettled(started);
+  }
+  if (problems.length > 0) {
+    throw new ConformanceFailure(`with the store silent ${when} (connections open, nothing answered), ${problems.length} of ${ops.length} ${rule.operations} broke ${rule.rule}'s bound:\n  - ${problems.join("\n  - ")}`);
+  }
+}
+
+/** The raw hooks a silenceable fixture gives (capabilities.silentStore). */
+export interface SilenceableRaw<Instance> {
+  storeAddress?(): Promise<StoreAddress>;
+  openVia?(via: StoreAddress): Promise<Instance>;
+}
+
+/**
+ * The kit's proxy in front of the fixture's store, and `openVia()` for an instance through it
+ * (which must not wait for the store). The proxy is healed before destroy() (which may talk
+ * through it) and closed after.
+ */
+export async function withSilenceProxy<Instance, Fixture extends { raw: SilenceableRaw<Instance>; destroy(): Promise<void> }>(
+  create: () => Promise<Fixture>,
+  bound: number,
+  fn: (fixture: Fixture, proxy: SilenceProxy, openVia: () => Promise<Instance>) => Promise<void>,
+): Promise<void> {
+  const fixture = await create();
+  let proxy: SilenceProxy | undefined;
+  try {
+    const { storeAddress, openVia } = fixture.raw;
+    must(typeof storeAddress === "function" && typeof openVia === "function", "the subject declares silentStore but its fixture lacks raw.storeAddress or raw.openVia");
+    const target = await storeAddress.call(fixture.raw);
+    proxy = await startSilenceProxy(target);
+    const via = proxy.address;
+    const limit = bound + silentStoreSlackMs(bound);
+    const open = async () => {
+      const outcome = await settleWithin(openVia.call(fixture.raw, via), limit);
+      if (!outcome.settled) throw new ConformanceFailure(`raw.openVia did not return within ${limit} ms: it must not wait for the store (the kit may call it while the store is silent)`);
+      if (!outcome.ok) throw outcome.error;
+      return outcome.value as Instance;
+    };
+    await fn(fixture, proxy, open);
+  } finally {
+    proxy?.heal();
+    try {
+      await fixture.destroy();
+    } finally {
+      await proxy?.close();
+    }
+  }
+}
