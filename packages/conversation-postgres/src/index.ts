@@ -1,6 +1,7 @@
 export {
   PostgresConversationStore,
   createPostgresConversationStore,
+  DEFAULT_TIMEOUT_MS,
   type PostgresConversationStoreOptions,
   type PostgresPool,
 } from "./postgres-conversation-store.js";

@@ -1,5 +1,5 @@
 import pg from "pg";
-import type { PoolConfig, QueryResultRow } from "pg";
+import type { PoolConfig, QueryConfig, QueryResultRow } from "pg";
 import {
   CONVERSATION_ID_PATTERN,
   ConversationLeaseLostError,
@@ -42,6 +42,9 @@ import {
   unknownOptionName,
   unknownOptionMessage,
   type OptionNames,
+  DeadlineError,
+  MAX_TIMER_MS,
+  withDeadline,
 } from "@dispatch-once/core/internal";
 import { DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX, schemaSql, statements, tablesFor, type ConversationTables, type Statement, type Statements } from "./sql.js";
 
@@ -98,11 +101,13 @@ export interface PostgresConversationStoreOptions {
    */
   tablePrefix?: string;
   /**
-   * Longest a statement may run, lock waits included, before the method fails with
-   * store_unavailable (default 10 s). Set on every transaction the store runs (SET LOCAL),
-   * and as the session default of the pool it creates; so is idle_in_transaction_session_timeout
-   * = max(statementTimeoutMs, 30000), which bounds how long a process stopped inside one of the
-   * store's transactions holds its conversation's row lock.
+   * Longest the SERVER lets a statement run, lock waits included, before it cancels it and the
+   * method fails with store_unavailable (default 10 s). Set on every transaction the store runs
+   * (SET LOCAL), and as the session default of the pool it creates; so is
+   * idle_in_transaction_session_timeout = max(statementTimeoutMs, 30000), which bounds how long a
+   * process stopped inside one of the store's transactions holds its conversation's row lock. The
+   * server enforces it, so a server that is paused or cut off without a reset does not: the
+   * bound on a method whatever the server does is timeoutMs.
    * @default 10000 (10 s)
    * @example new PostgresConversationStore({ pool, statementTimeoutMs: 5_000 })
    */
@@ -115,9 +120,28 @@ export interface PostgresConversationStoreOptions {
    * @example new PostgresConversationStore({ pool, durability: "volatile" })
    */
   durability?: "durable" | "volatile";
+  /**
+   * The most any store method takes before it settles, in milliseconds (TURN-21), whatever the
+   * server does (paused, partitioned, refusing, slow): waiting for a pooled connection,
+   * connecting, every statement of the method's transaction and its COMMIT, all inside this one
+   * bound, measured by this process. Past it the method rejects with store_unavailable (plus
+   * timer latency) and reports nothing as done. The connection it gave up on is destroyed, never
+   * reused (a late reply must not be read as another method's answer), and the server rolls back
+   * whatever it had not committed; a connection that arrives after the bound is put back unused.
+   * A COMMIT already sent when the bound ran out may still be applied by the server, under the
+   * fence it names or not at all: re-send the same message id, which finds the turn committed,
+   * the message failed, or the message still in progress (TURN-21).
+   * @default 10000 (10 s)
+   * @example new PostgresConversationStore({ pool, timeoutMs: 3_000 })
+   */
+  timeoutMs?: number;
 }
 
 const DEFAULT_STATEMENT_TIMEOUT_MS = 10_000;
+/** Default bound on one store method (timeoutMs, TURN-21). */
+export const DEFAULT_TIMEOUT_MS = 10_000;
+/** What a DeadlineError says of a write already sent. */
+const LATE_WRITE = "a COMMIT already sent may still be applied by the server, under its own fence: re-sending the same message id settles it";
 /** How long the server lets one of the store's transactions sit idle before it ends the session (and its locks). */
 const idleInTransactionMs = (statementTimeoutMs: number) => Math.max(statementTimeoutMs, 30_000);
 interface ConversationRow {
@@ -140,7 +164,7 @@ type Run = <R extends QueryResultRow = QueryResultRow>(statement: Statement, val
  * grants decide on what they read under that lock. Leases are measured on the server's clock.
  */
 /** Every option the constructor takes (a misspelt one is refused, never ignored: ERR-1). */
-const OPTION_NAMES: OptionNames<PostgresConversationStoreOptions> = { pool: true, connectionString: true, poolConfig: true, schema: true, tablePrefix: true, statementTimeoutMs: true, durability: true };
+const OPTION_NAMES: OptionNames<PostgresConversationStoreOptions> = { pool: true, connectionString: true, poolConfig: true, schema: true, tablePrefix: true, statementTimeoutMs: true, durability: true, timeoutMs: true };
 
 export class PostgresConversationStore implements ConversationStore {
   readonly capabilities: ConversationStoreCapabilities;
@@ -149,6 +173,7 @@ export class PostgresConversationStore implements ConversationStore {
   private readonly ownsPool: boolean;
   private readonly sql: Statements;
   private readonly statementTimeoutMs: number;
+  private readonly timeoutMs: number;
   private readonly prefix: string;
   private closed = false;
 
@@ -163,6 +188,11 @@ export class PostgresConversationStore implements ConversationStore {
       throw new InvalidStoreInputError("statementTimeoutMs", `${String(timeout)} is not a positive integer`);
     }
     this.statementTimeoutMs = timeout;
+    const bound = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    if (typeof bound !== "number" || !Number.isSafeInteger(bound) || bound < 1 || bound > MAX_TIMER_MS) {
+      throw new InvalidStoreInputError("timeoutMs", `must be a whole number of milliseconds from 1 to ${MAX_TIMER_MS}, got ${describeValue(bound)}`);
+    }
+    this.timeoutMs = bound;
     const durability = options.durability ?? "durable";
     if (durability !== "durable" && durability !== "volatile") {
       throw new InvalidStoreInputError("durability", `must be "durable" or "volatile", not ${String(durability)}`);
@@ -217,12 +247,7 @@ export class PostgresConversationStore implements ConversationStore {
 
   /** Create the schema, tables and indexes if missing. Safe from many processes at once (advisory lock). */
   async migrate(): Promise<void> {
-    if (this.closed) throw new StoreUnavailableError("PostgreSQL conversation store migrate: the store is closed");
-    try {
-      await this.pool.query(this.schemaSql());
-    } catch (cause) {
-      throw new StoreUnavailableError(`PostgreSQL conversation store migrate failed: ${describe(cause)}`, { cause });
-    }
+    await this.statement("migrate", "", { text: this.schemaSql() });
   }
 
   async appendUserMessage(conversationId: string, message: { id: string; content: JsonValue }, options?: AppendOptions): Promise<AppendResult> {
@@ -478,12 +503,52 @@ export class PostgresConversationStore implements ConversationStore {
 
   /** One statement on its own (atomic by itself). */
   private async query<R extends QueryResultRow>(op: string, conversationId: string, statement: Statement, values: unknown[]): Promise<R[]> {
+    return this.statement<R>(op, conversationId, { name: statement.name, text: statement.text, values });
+  }
+
+  /**
+   * One statement on a connection checked out here (the round trips of pool.query), within
+   * timeoutMs: a connection whose statement failed or outlived the bound is destroyed, as
+   * pool.query destroys it, so a late reply is never read as the next caller's.
+   */
+  private async statement<R extends QueryResultRow>(op: string, conversationId: string, config: QueryConfig): Promise<R[]> {
     if (this.closed) throw new StoreUnavailableError(`PostgreSQL conversation store ${op}: the store is closed`);
+    const deadline = performance.now() + this.timeoutMs;
+    const client = await this.connect(op, conversationId, deadline);
     try {
-      return (await this.pool.query<R>({ name: statement.name, text: statement.text, values })).rows;
+      const { rows } = await this.within(client.query<R>(config), deadline, "the statement");
+      client.release();
+      return rows;
+    } catch (cause) {
+      client.release(cause instanceof Error ? cause : new Error(String(cause)));
+      throw this.unavailable(op, conversationId, cause);
+    }
+  }
+
+  /**
+   * A connection of the pool by the deadline, carrying the store's 'error' listener. pg-pool takes
+   * its own listener off a client while it is checked out, and a client whose connection ends
+   * mid-transaction (a cut after COMMIT was sent: a lost reply) emits 'error' even though its query
+   * was already rejected: without a listener that is an uncaught exception that kills the process.
+   * A connection that arrives after the deadline is put back unused.
+   */
+  private async connect(op: string, conversationId: string, deadline: number): Promise<pg.PoolClient> {
+    let client: pg.PoolClient;
+    try {
+      client = await withDeadline(this.pool.connect(), { deadline, timeoutMs: this.timeoutMs, waitingFor: "a connection", lateWrite: LATE_WRITE, late: (late) => late.release() });
     } catch (cause) {
       throw this.unavailable(op, conversationId, cause);
     }
+    if (!guarded.has(client)) {
+      guarded.add(client);
+      client.on("error", () => {});
+    }
+    return client;
+  }
+
+  /** `promise` by the method's deadline (TURN-21), or a DeadlineError. */
+  private within<T>(promise: Promise<T>, deadline: number, waitingFor: string): Promise<T> {
+    return withDeadline(promise, { deadline, timeoutMs: this.timeoutMs, waitingFor, lateWrite: LATE_WRITE });
   }
 
   /**
@@ -493,20 +558,9 @@ export class PostgresConversationStore implements ConversationStore {
    */
   private async transaction<T>(conversationId: string, op: string, fn: (run: Run) => Promise<T>): Promise<T> {
     if (this.closed) throw new StoreUnavailableError(`PostgreSQL conversation store ${op}: the store is closed`);
-    let client: pg.PoolClient;
-    try {
-      client = await this.pool.connect();
-    } catch (cause) {
-      throw this.unavailable(op, conversationId, cause);
-    }
-    // pg-pool takes its own 'error' listener off a client while it is checked out, and a client
-    // whose connection ends mid-transaction (a cut after COMMIT was sent: a lost reply) emits
-    // 'error' even though its query was already rejected: without a listener that is an uncaught
-    // exception that kills the process. The rejected query is what this method reports.
-    if (!guarded.has(client)) {
-      guarded.add(client);
-      client.on("error", () => {});
-    }
+    // One bound on the whole method (TURN-21): the connection, every statement and the COMMIT.
+    const deadline = performance.now() + this.timeoutMs;
+    const client = await this.connect(op, conversationId, deadline);
     let broken: Error | undefined;
     let committing = false;
     try {
@@ -514,19 +568,29 @@ export class PostgresConversationStore implements ConversationStore {
       // The idle bound is set here too, not only on a pool the store creates: on a pool of yours, a process
       // stopped inside this transaction (SIGSTOP, a frozen container, a partition whose connection the server
       // keeps) would hold the conversation's row lock, so every other writer's store_unavailable, for good.
-      await client.query(
-        `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${this.statementTimeoutMs}; SET LOCAL idle_in_transaction_session_timeout = ${idleInTransactionMs(this.statementTimeoutMs)}`,
+      await this.within(
+        client.query(
+          `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${this.statementTimeoutMs}; SET LOCAL idle_in_transaction_session_timeout = ${idleInTransactionMs(this.statementTimeoutMs)}`,
+        ),
+        deadline,
+        "BEGIN",
       );
-      const run: Run = async (statement, values) => (await client.query({ name: statement.name, text: statement.text, values })).rows;
+      const run: Run = async (statement, values) => (await this.within(client.query({ name: statement.name, text: statement.text, values }), deadline, `the statement ${statement.name}`)).rows;
       const result = await fn(run);
       committing = true;
-      await client.query("COMMIT");
+      await this.within(client.query("COMMIT"), deadline, "the COMMIT");
       return result;
     } catch (error) {
-      try {
-        await client.query("ROLLBACK");
-      } catch (rollback) {
-        broken = rollback instanceof Error ? rollback : new Error(String(rollback));
+      if (error instanceof DeadlineError) {
+        // The server does not answer: a ROLLBACK would wait as long. Destroying the connection
+        // ends the transaction on the server, which rolls back whatever it had not committed.
+        broken = error;
+      } else {
+        try {
+          await this.within(client.query("ROLLBACK"), deadline, "the ROLLBACK");
+        } catch (rollback) {
+          broken = rollback instanceof Error ? rollback : new Error(String(rollback));
+        }
       }
       if (isDispatchOnceError(error)) throw error;
       // The connection failed once COMMIT was sent (no server error came back, which would have
@@ -534,7 +598,7 @@ export class PostgresConversationStore implements ConversationStore {
       // a caller whose turn was committed that it was not.
       if (committing && typeof (error as { severity?: unknown } | null)?.severity !== "string") {
         throw new StoreUnavailableError(
-          `PostgreSQL conversation store ${op} of ${conversationId}: the connection failed after COMMIT was sent, so whether it applied is unknown ` +
+          `PostgreSQL conversation store ${op} of ${conversationId}: the connection failed or went unanswered after COMMIT was sent, so whether it applied is unknown ` +
             `(${describe(error)}); re-sending the same message id is safe`,
           { cause: error },
         );

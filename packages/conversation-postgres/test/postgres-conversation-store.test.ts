@@ -256,6 +256,10 @@ describe("bad input is refused with invalid_store_input before anything is store
     throwsWith(() => new PostgresConversationStore({ connectionString: DATABASE_URL, schema: "bad-schema" }), "invalid_store_input", "schema");
     throwsWith(() => new PostgresConversationStore({ connectionString: DATABASE_URL, tablePrefix: "x".repeat(41) }), "invalid_store_input", "tablePrefix");
     throwsWith(() => new PostgresConversationStore({ connectionString: DATABASE_URL, statementTimeoutMs: 0 }), "invalid_store_input", "statementTimeoutMs");
+    // TURN-21's bound: a whole number of ms a timer can hold (past 2^31 - 1 ms setTimeout fires at once).
+    for (const timeoutMs of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 31, "300" as never]) {
+      throwsWith(() => new PostgresConversationStore({ connectionString: DATABASE_URL, timeoutMs }), "invalid_store_input", "timeoutMs");
+    }
     throwsWith(() => new PostgresConversationStore({ connectionString: DATABASE_URL, durability: "maybe" as never }), "invalid_store_input", "durability");
   });
 

@@ -9,16 +9,26 @@ function parse(text: unknown): JsonValue {
   return JSON.parse(String(text)) as JsonValue;
 }
 
-/** `StoreClass` is the class to certify (a blind round's mutant of it, test/round-k-blind.test.ts). */
+/** The timeoutMs of the instance behind the kit's SilenceProxy (TURN-21's silent-store checks). */
+export const SILENT_BOUND_MS = 300;
+
+/**
+ * `StoreClass` is the class to certify (a blind round's mutant of it, test/round-k-blind.test.ts);
+ * `viaTimeoutMs` the timeoutMs of raw.openVia's instance (test/silent-store.test.ts plants a day).
+ */
 export function createPostgresConversationSubject(
   name = "conversation-postgres",
   StoreClass: typeof PostgresConversationStore = PostgresConversationStore,
   tag = "kit",
+  viaTimeoutMs = SILENT_BOUND_MS,
 ): ConversationStoreSubject {
   const admin = adminPool(2);
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true, clockSkew: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true, clockSkew: true, silentStore: true },
+    // TURN-21: timeoutMs bounds every method (a connection, connecting, every statement, the COMMIT);
+    // raw.openVia's instance is configured with it, small so that the silent windows stay short.
+    limits: { operationBoundMs: SILENT_BOUND_MS },
     async create(): Promise<ConversationStoreFixture> {
       const schema = uniqueSchema(tag);
       const t = tablesFor(schema);
@@ -85,6 +95,19 @@ export function createPostgresConversationSubject(
           // clockSkew: the store decides leases on the server's clock, never this process's, so another
           // instance whose calls run with this process's Date off must grant and respect the same leases.
           skewedInstance: async (offsetMs) => skewStoreProcessClock(open(), offsetMs),
+          storeAddress: async () => {
+            const url = new URL(DATABASE_URL);
+            return { host: url.hostname, port: Number(url.port || 5432) };
+          },
+          // An instance whose connections go through the kit's SilenceProxy: nothing here reaches the server.
+          async openVia(via) {
+            const url = new URL(DATABASE_URL);
+            url.hostname = via.host;
+            url.port = String(via.port);
+            const other = new StoreClass({ connectionString: url.toString(), schema, poolConfig: { max: 4 }, timeoutMs: viaTimeoutMs, statementTimeoutMs: SILENT_BOUND_MS });
+            stores.push(other);
+            return other;
+          },
           async disconnected() {
             // Nothing listens on the port: every call must fail closed, fast.
             const broken = new StoreClass({
