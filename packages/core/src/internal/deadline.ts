@@ -19,7 +19,8 @@ export class DeadlineError extends Error {
   }
 }
 
-export interface DeadlineOptions<T> {
+/** Where an operation stands against its bound, and what to do with what arrives after it. */
+export interface Deadline<T> {
   /** When the operation's bound runs out, on performance.now()'s clock. */
   deadline: number;
   /** The bound itself, for the message. */
@@ -33,7 +34,7 @@ export interface DeadlineOptions<T> {
 }
 
 /** `promise`, or a DeadlineError once the deadline has passed. */
-export function withDeadline<T>(promise: Promise<T>, options: DeadlineOptions<T>): Promise<T> {
+export function withDeadline<T>(promise: Promise<T>, options: Deadline<T>): Promise<T> {
   const { deadline, timeoutMs, waitingFor, lateWrite, late } = options;
   return new Promise<T>((resolve, reject) => {
     let expired = false;

@@ -45,4 +45,4 @@ export { loggerOption } from "./logger.js";
 // dispatcher's and the runner's comparisons of stored data with what a caller sent again.
 export { sameJsonData } from "../same-json.js";
 export { MAX_TIMER_MS, unknownOptionName, unknownOptionMessage, type OptionNames } from "./options.js";
-export { DeadlineError, withDeadline, type DeadlineOptions } from "./deadline.js";
+export { DeadlineError, withDeadline, type Deadline } from "./deadline.js";
