@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connect, type Socket } from "node:net";
 import { bindLedgerCheck, ledgerChecks, silentStoreAfterConnecting, silentStoreBeforeConnecting, startSilenceProxy, type StoreAddress } from "../src/ledger/index.js";
 import { conversationStoreChecks, silentConversationStoreAfterConnecting, silentConversationStoreBeforeConnecting } from "../src/index.js";
-import { gatedConversationSubject } from "./fixtures/gated-conversation-store.js";
+import { gatedConversationSubject, type ConversationGateBugs } from "./fixtures/gated-conversation-store.js";
 import { gatedSubject, startEchoStore, type GateBugs } from "./fixtures/gated-ledger.js";
 
 /**
@@ -113,11 +113,13 @@ describe("TURN-21 silent-store checks (the conversation level, the same proxy an
   });
 
   describe.concurrent("planted stores", () => {
-    const planted: Array<{ bug: keyof GateBugs; fails: (typeof checks)[number]; passes?: (typeof checks)[number]; message: RegExp }> = [
+    const planted: Array<{ bug: keyof ConversationGateBugs; fails: (typeof checks)[number]; passes?: (typeof checks)[number]; message: RegExp }> = [
       { bug: "noBound", fails: silentConversationStoreAfterConnecting, message: /broke TURN-21's bound:\n {2}- message did not settle within 1220 ms \(the declared operationBoundMs 200/ },
       { bug: "boundsConnectOnly", fails: silentConversationStoreAfterConnecting, passes: silentConversationStoreBeforeConnecting, message: /after the instance connected.*\n {2}- message did not settle within/ },
       { bug: "boundsRepliesOnly", fails: silentConversationStoreBeforeConnecting, passes: silentConversationStoreAfterConnecting, message: /before the instance's first connection.*\n {2}- message did not settle within/ },
       { bug: "runsOnTimeout", fails: silentConversationStoreAfterConnecting, message: /- message answered \{ id: 'm-read'.*though the store answered nothing: it must reject with store_unavailable/ },
+      // Every method rejects in time; what is stored after heal tells the bug.
+      { bug: "recordsFailureUnanswered", fails: silentConversationStoreAfterConnecting, message: /after heal, failMessage that rejected left the message [\s\S]*state: 'in_progress'[\s\S]* and records \[ \{ kind: 'silenced', late: true \} \]: only the message in progress with no record/ },
     ];
     for (const p of planted) {
       it(`rejects ${p.bug}`, async ({ expect }) => {
