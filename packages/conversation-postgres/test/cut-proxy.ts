@@ -13,10 +13,13 @@ import { DATABASE_URL } from "./helpers.js";
  *   client never heard.
  * - `not_applied`: the COMMIT (or Sync) is dropped and the connection cut; the server rolls the
  *   transaction back. The client cannot tell this from `reply_lost`.
+ * - `applied_late`: the COMMIT (or Sync) is held, and nothing answers (a paused server), until the
+ *   client gives up and closes the connection; then it reaches the server, which commits, and the
+ *   connection is cut. The write applied after the store reported it unknown (TURN-21).
  *
  * The shared server itself is never touched.
  */
-export type CutMode = "reply_lost" | "not_applied";
+export type CutMode = "reply_lost" | "not_applied" | "applied_late";
 
 export interface CutRule {
   /** Short statement names (`insert_turn`, `grant`, ...): the exchange must have bound every one. */
@@ -113,6 +116,8 @@ export async function cutProxy(): Promise<CutProxy> {
     let pending: string[] = [];
     // reply_lost: the server's replies are dropped until it is ready for the next query, then the cut.
     let swallowing: Armed | undefined;
+    // applied_late: the COMMIT held until the client gives up on it.
+    let held: { message: Buffer; firing: Armed } | undefined;
     let cut = false;
     const cutNow = () => {
       cut = true;
@@ -127,12 +132,18 @@ export async function cutProxy(): Promise<CutProxy> {
         firing.resolve();
         return;
       }
+      if (firing.rule.mode === "applied_late") {
+        held = { message, firing };
+        return;
+      }
       swallowing = firing;
       upstream.write(message);
     };
     client.on("data", (chunk: Buffer) => {
       for (const message of fromClient.push(chunk)) {
         if (cut) return;
+        // Nothing after the held COMMIT reaches the server before it (a Terminate would roll it back).
+        if (held !== undefined) continue;
         if (message.type === "Q") {
           const text = cstrings(message.body, 1)[0]!.trim();
           if (/^BEGIN\b/i.test(text)) transaction = [];
@@ -173,6 +184,13 @@ export async function cutProxy(): Promise<CutProxy> {
       }
     });
     const drop = () => {
+      if (held !== undefined && !cut) {
+        // The client gave up: the held COMMIT reaches the server now, and is applied late.
+        swallowing = held.firing;
+        upstream.write(held.message);
+        held = undefined;
+        return;
+      }
       sockets.delete(client);
       sockets.delete(upstream);
       client.destroy();

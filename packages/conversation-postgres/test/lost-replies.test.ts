@@ -37,6 +37,9 @@ let ledger: Ledger;
 let viaProxy: PostgresConversationStore;
 /** The second runner's own store (a redelivery lands on another process). */
 let direct: PostgresConversationStore;
+/** Through the proxy with a short bound (TURN-21's timeoutMs): it gives up on a held COMMIT. */
+let viaProxyBounded: PostgresConversationStore;
+const BOUNDED_MS = 300;
 
 beforeAll(async () => {
   provider = await startMockProvider({ script });
@@ -48,9 +51,11 @@ beforeAll(async () => {
   direct = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
   await direct.migrate();
   viaProxy = new PostgresConversationStore({ connectionString: proxy.url, schema, poolConfig: { max: 4 } });
+  viaProxyBounded = new PostgresConversationStore({ connectionString: proxy.url, schema, poolConfig: { max: 4 }, timeoutMs: BOUNDED_MS });
 });
 afterAll(async () => {
   await viaProxy?.close();
+  await viaProxyBounded?.close();
   await direct?.close();
   await (ledger as PostgresLedger | undefined)?.close();
   await proxy?.close();
@@ -161,6 +166,8 @@ function checkTold(outcome: Outcome, commit: { paymentId: string; text: string }
   expect(result.turns[1]!.text).toBe(commit!.text);
 }
 
+const followUps = ["client retry", "redelivery"] as const;
+
 interface Attack {
   name: string;
   rule: Omit<CutRule, "mode">;
@@ -184,6 +191,11 @@ interface Attack {
    * so a lease the cut left held would be conversation_busy, not a wait for its expiry.
    */
   servedAtOnce?: boolean;
+  /**
+   * TURN-21: the store gives up on the COMMIT at its bound (a paused server), reports it unknown,
+   * and the server applies it after that; then this follow-up. Only the ends of a turn, once each.
+   */
+  appliedLate?: (typeof followUps)[number];
 }
 
 const attacks: Attack[] = [
@@ -195,22 +207,21 @@ const attacks: Attack[] = [
   { name: "beginTurn of turn 0 (the binding)", rule: { statements: ["current", "bind"] } },
   { name: "beginTurn of turn 1", rule: { statements: ["current"], skip: 1 } },
   { name: "commitTurn of turn 0 (the payment's tool_use)", rule: { statements: ["insert_turn"] } },
-  { name: "commitTurn of turn 1 (the answer)", rule: { statements: ["insert_turn"], skip: 1 } },
+  { name: "commitTurn of turn 1 (the answer)", rule: { statements: ["insert_turn"], skip: 1 }, appliedLate: "client retry" },
   { name: "commitTurn with its record (a reopened, resumed turn, RECORD-8)", rule: { statements: ["insert_turn", "insert_record"] }, streamCut: true, attempts: 1, failedFirst: true },
   { name: "appendUserMessage (the reopening of a failed message)", rule: { statements: ["reopen"] }, streamCut: true, attempts: 1, failedFirst: true },
-  { name: "failMessage (the failed turn and its record)", rule: { statements: ["fail"] }, streamCut: true, attempts: 1 },
+  { name: "failMessage (the failed turn and its record)", rule: { statements: ["fail"] }, streamCut: true, attempts: 1, appliedLate: "redelivery" },
   { name: "releaseLease", rule: { statements: ["release"] } },
   { name: "renewLease (a renewal during the turn)", rule: { statements: ["renew"] }, hold: true },
   { name: "addRecord (a superseded attempt's record)", rule: { statements: ["insert_record"], without: ["insert_turn"] }, steal: true },
 ];
 
-const followUps = ["client retry", "redelivery"] as const;
 let serial = 0;
 
 describe("lost replies from the PostgreSQL conversation store", () => {
   for (const attack of attacks) {
-    for (const mode of ["reply_lost", "not_applied"] as CutMode[]) {
-      for (const followUp of followUps) {
+    for (const mode of ["reply_lost", "not_applied", "applied_late"] as CutMode[]) {
+      for (const followUp of mode === "applied_late" ? (attack.appliedLate === undefined ? [] : [attack.appliedLate]) : followUps) {
         it(`${attack.name}, ${mode}, then a ${followUp}`, async () => {
           const conversationId = `lost-${process.pid}-${serial++}${attack.streamCut ? "-cut" : ""}`;
           const account = `acct_${conversationId}`;
@@ -230,7 +241,7 @@ describe("lost replies from the PostgreSQL conversation store", () => {
               [conversationId],
             );
           };
-          const first = runner(viaProxy, account, {
+          const first = runner(mode === "applied_late" ? viaProxyBounded : viaProxy, account, {
             attempts: attack.attempts ?? 3,
             owner: `first-${conversationId}`,
             ...(attack.steal ? { beforePay: steal } : {}),
@@ -259,6 +270,15 @@ describe("lost replies from the PostgreSQL conversation store", () => {
           expect(proxy.fired(), "the cut point was never reached").toBe(true);
           await cut;
           proxy.disarm();
+          if (mode === "applied_late") {
+            // The store gave up on the COMMIT at its bound and said the outcome is unknown; the
+            // server applied it after that (TURN-21): the message's end is stored before any re-send.
+            expect(attacked.ok).toBe(false);
+            expect(String((attacked as { error: unknown }).error)).toMatch(/store_unavailable|StoreUnavailable/);
+            expect(String((attacked as { error: unknown }).error)).toMatch(/no answer within timeoutMs = 300 ms \(waiting for the COMMIT\)/);
+            const late = await stored(conversationId);
+            expect(late.messages).toEqual([expect.objectContaining({ message_id: "m1", state: attack.rule.statements.includes("fail") ? "failed" : "answered" })]);
+          }
           if (attack.servedAtOnce) expect(attacked.ok, `the attacked send was not served at once: ${attacked.ok ? "" : String(attacked.error)}`).toBe(true);
           const again =
             followUp === "client retry"
