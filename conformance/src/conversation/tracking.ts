@@ -78,6 +78,14 @@ function trackFixture(inner: ConversationStoreFixture, pending: PendingOperation
     const disconnected = raw.disconnected;
     trackedRaw.disconnected = async () => wrap(await pending.track(`${label} raw.disconnected()`, () => disconnected.call(raw)));
   }
+  if (raw.storeAddress !== undefined) {
+    const storeAddress = raw.storeAddress;
+    trackedRaw.storeAddress = () => pending.track(`${label} raw.storeAddress()`, () => storeAddress.call(raw));
+  }
+  if (raw.openVia !== undefined) {
+    const openVia = raw.openVia;
+    trackedRaw.openVia = async (via) => wrap(await pending.track(`${label} raw.openVia(${via.host}:${via.port})`, () => openVia.call(raw, via)));
+  }
   if (raw.skewedInstance !== undefined) {
     const skewed = raw.skewedInstance;
     trackedRaw.skewedInstance = async (offsetMs: number) => wrap(await pending.track(`${label} raw.skewedInstance(${offsetMs})`, () => skewed.call(raw, offsetMs)));
