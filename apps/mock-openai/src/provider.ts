@@ -7,6 +7,7 @@ import { z } from "zod";
 import { MockOpenAIError } from "./errors.js";
 import { sha256Hex, stableStringify } from "./random.js";
 import { renderResponse, resolvePosition } from "./render.js";
+import { forcedByToolChoice } from "./script.js";
 import type { CutKind, Fault, FaultPlan, RequestRecord, ResponsesRequest, Script, SentEvent, Timing } from "./types.js";
 
 export interface MockOpenAIOptions {
@@ -236,7 +237,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     let rendered;
     let cutAt: number | undefined;
     try {
-      const scripted = options.script(parsed.data as ResponsesRequest);
+      const scripted = forcedByToolChoice(parsed.data as ResponsesRequest, options.script(parsed.data as ResponsesRequest));
       record.scripted = scripted;
       rendered = renderResponse(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model });
       if (fault !== undefined && stream) cutAt = resolvePosition(fault.at, rendered.events);

@@ -39,3 +39,32 @@ export function scriptFromPlans(plans: Record<string, ScriptedResponse>, options
     return plan;
   };
 }
+
+/**
+ * The API's `tool_choice`: `"required"` (or `allowed_tools` in mode `required`) makes the response
+ * a function call, `{type:"function", name}` a call of that function, whatever the model would have
+ * said. A scripted response that already calls an allowed function is answered as scripted; one
+ * that does not (the closing text after the outputs) becomes the forced call: the input's last call
+ * of an allowed function, made again with the same arguments, as a model made to call once more
+ * after "Paid." calls the payment again. `auto`, `none` and no `tool_choice` leave it as scripted.
+ * Throws `invalid_turn` when the choice forces a call and the input holds none to make again.
+ */
+export function forcedByToolChoice(request: ResponsesRequest, scripted: ScriptedResponse): ScriptedResponse {
+  const choice = request["tool_choice"] as string | { type?: string; name?: string; mode?: string; tools?: { name?: string }[] } | undefined;
+  let allowed: (name: string) => boolean;
+  if (choice === "required") allowed = () => true;
+  else if (typeof choice === "object" && choice !== null && choice.type === "function") allowed = (name) => name === choice.name;
+  else if (typeof choice === "object" && choice !== null && choice.type === "allowed_tools" && choice.mode === "required") {
+    const names = new Set((choice.tools ?? []).map((t) => t.name));
+    allowed = (name) => names.has(name);
+  } else return scripted;
+  if (scripted.output.some((o) => o.type === "function_call" && allowed(o.name))) return scripted;
+  const input = Array.isArray(request.input) ? request.input : [];
+  for (let i = input.length - 1; i >= 0; i--) {
+    const item = input[i] as { type?: string; name?: string; arguments?: unknown };
+    if (item.type !== "function_call" || typeof item.name !== "string" || !allowed(item.name)) continue;
+    const args = typeof item.arguments === "string" ? (JSON.parse(item.arguments) as Record<string, unknown>) : {};
+    return respond(call(item.name, args));
+  }
+  throw new MockOpenAIError("invalid_turn", `tool_choice ${JSON.stringify(choice)} forces a call, the scripted response makes none and the input holds none to make again`);
+}

@@ -11,6 +11,7 @@ export {
   lastUserText,
   lastUserPromptIndex,
   lastToolResults,
+  forcedByToolChoice,
 } from "./script.js";
 export type { PlannedStep, PlansOptions, ToolResultSeen } from "./script.js";
 export { parseFault, parseFaultRule, parseTiming, errorForStatus } from "./faults.js";

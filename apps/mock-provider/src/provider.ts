@@ -9,7 +9,7 @@ import { redactedThinkingRequested, thinkingEnabled } from "./thinking.js";
 import { checkTurn, renderTurn, type PingMode, type PlannedEvent, type RenderedResponse } from "./render.js";
 import { Rng, canonicalBodyText, mintId, sha256Hex } from "./random.js";
 import { validateMessagesRequest, type MessagesRequest } from "./request-schema.js";
-import { defaultScript } from "./script.js";
+import { defaultScript, forcedByToolChoice } from "./script.js";
 import type {
   ApiErrorBody,
   CutKind,
@@ -847,7 +847,7 @@ class Provider implements MockProvider {
       // The API's rule after a refusal: a conversation still carrying the refused turn is refused again.
       const turn = carriesRefusedTurn(request, this.refusedTexts)
         ? { content: [], stopReason: "refusal" as const, stopDetails: { category: null, explanation: "mock provider: the conversation carries a refused turn; reset it before continuing" } }
-        : await this.script(request);
+        : forcedByToolChoice(request, await this.script(request));
       checkTurn(turn, declared ?? new Set());
       record.turn = turn;
       rendered = renderTurn(turn, {

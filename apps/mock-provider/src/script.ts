@@ -181,3 +181,27 @@ export function scriptFromPlans(plans: Record<string, PlannedStep | PlannedStep[
     return results.length > 0 ? summariseResults(results) : { content: [say("Done.")], stopReason: "end_turn" };
   };
 }
+
+/**
+ * The API's `tool_choice`: `{type:"any"}` makes the response a tool call, `{type:"tool", name}` a
+ * call of that tool, whatever the model would have said. A scripted turn that already calls an
+ * allowed tool is answered as scripted; one that does not (a closing "Done." after the tool
+ * results) becomes the forced call: the conversation's last call of an allowed tool, made again
+ * with the same input, as a model made to call once more after "Paid." calls the payment again.
+ * `auto`, `none` and no `tool_choice` leave the turn as scripted. Throws `invalid_turn` when the
+ * choice forces a call and the conversation holds none to make again (script the call instead).
+ */
+export function forcedByToolChoice(request: MessagesRequest, scripted: AssistantTurn): AssistantTurn {
+  const choice = request.tool_choice;
+  if (choice === undefined || (choice.type !== "any" && choice.type !== "tool")) return scripted;
+  const allowed = (name: string) => choice.type === "any" || name === choice.name;
+  if (scripted.content.some((c) => c.type === "tool_use" && allowed(c.name))) return scripted;
+  for (let i = request.messages.length - 1; i >= 0; i--) {
+    const message = request.messages[i]!;
+    if (message.role !== "assistant") continue;
+    const calls = blocks(message).filter((b) => b.type === "tool_use" && allowed((b as { name: string }).name)) as { name: string; input: unknown }[];
+    const last = calls[calls.length - 1];
+    if (last !== undefined) return turn(toolUse(last.name, last.input as Record<string, unknown>));
+  }
+  throw new MockProviderError("invalid_turn", `tool_choice ${JSON.stringify(choice)} forces a call, the scripted turn makes none and the conversation holds none to make again`);
+}
