@@ -86,6 +86,17 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
    * @example new ConversationRunner({ client, dispatcher, store, model, tools, maxTokens: 16_000, params: { thinking: { type: "enabled", budget_tokens: 10_000 } } })
    */
   params?: ConversationRunnerParams;
+  /**
+   * Whether a forcing `params.tool_choice` (`{ type: "any" }`, `{ type: "tool", name }`) applies to
+   * the message's first request only. The later requests of the message carry its calls' results;
+   * forced there too, the model must call a tool again after every result (a second payment, and
+   * one more each request, until `maxTurns`). So they send `{ type: "auto" }` instead, keeping
+   * `disable_parallel_tool_use` (STREAM-18), as the OpenAI Agents SDK's `reset_tool_choice` does.
+   * `false` sends the forcing value with every request: only for a loop that ends by itself.
+   * @default true
+   * @example new ConversationRunner({ client, dispatcher, store, model, tools, params: { tool_choice: { type: "tool", name: "send_payment" } }, resetToolChoice: false })
+   */
+  resetToolChoice?: boolean;
 }
 
 /** The Messages API parameters the runner writes itself, which `params` may not carry. */
@@ -95,7 +106,16 @@ const RUNNER_REQUEST_FIELDS = ["model", "messages", "stream", "tools", "system",
 export type ConversationRunnerParams = Omit<Anthropic.Messages.MessageCreateParamsStreaming, (typeof RUNNER_REQUEST_FIELDS)[number]>;
 
 /** The options of this stream side, beside the shared runner's (TURN_RUNNER_OPTIONS). */
-const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "maxTokens", "system", "params"];
+const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "maxTokens", "system", "params", "resetToolChoice"];
+
+/**
+ * The tool choice of a request after the message's first (STREAM-18): a forcing one (`any`, `tool`)
+ * becomes `auto`, with its `disable_parallel_tool_use`; `auto`, `none` and none at all are sent as given.
+ */
+function followUpToolChoice(choice: Anthropic.Messages.ToolChoice | undefined): Anthropic.Messages.ToolChoice | undefined {
+  if (choice === undefined || (choice.type !== "any" && choice.type !== "tool")) return choice;
+  return { type: "auto", ...(choice.disable_parallel_tool_use !== undefined ? { disable_parallel_tool_use: choice.disable_parallel_tool_use } : {}) };
+}
 
 function checkParams(params: unknown): void {
   if (params === undefined) return;
@@ -130,11 +150,14 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
     return { role: "user", content } as unknown as JsonValue;
   }
 
-  async open(input: JsonValue[], { headers, signal }: { headers?: Record<string, string>; signal?: AbortSignal }): Promise<AsyncIterable<RawEvent>> {
-    const { client, model, tools, system, maxTokens, params } = this.options;
+  async open(input: JsonValue[], { headers, signal, followUp }: { headers?: Record<string, string>; signal?: AbortSignal; followUp?: boolean }): Promise<AsyncIterable<RawEvent>> {
+    const { client, model, tools, system, maxTokens, params, resetToolChoice } = this.options;
+    // Forced after the first response too, the model would call again after each result (STREAM-18).
+    const reset = followUp === true && resetToolChoice !== false && params?.tool_choice !== undefined;
     return client.messages.create(
       {
         ...params,
+        ...(reset ? { tool_choice: followUpToolChoice(params.tool_choice)! } : {}),
         model,
         max_tokens: maxTokens ?? 1024,
         messages: input as unknown as Anthropic.Messages.MessageParam[],
@@ -251,7 +274,7 @@ export class ConversationRunner extends TurnRunner<TurnAccumulator, RawEvent, Us
     }
     // A misspelt option (systemPrompt for system) is refused, never silently left unsent (ERR-1).
     checkKnownOptions(options, [...TURN_RUNNER_OPTIONS, ...PROVIDER_OPTIONS]);
-    checkOptionValues(options, { model: "nonEmptyString", maxTokens: "positiveInteger", system: "string" });
+    checkOptionValues(options, { model: "nonEmptyString", maxTokens: "positiveInteger", system: "string", resetToolChoice: "boolean" });
     checkParams(options.params);
     if (options.model === undefined) throw new InvalidArgumentError("options.model", "is required");
     checkTools(options.tools);

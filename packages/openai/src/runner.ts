@@ -62,6 +62,31 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
    * @example new ConversationRunner({ client, dispatcher, store, model, tools, params: { reasoning: { effort: "low" }, store: false, include: ["reasoning.encrypted_content"] } })
    */
   params?: ConversationRunnerParams;
+  /**
+   * Whether a forcing `params.tool_choice` (`"required"`, a named function or other tool,
+   * `allowed_tools` in mode `required`) applies to the message's first request only. The later
+   * requests of the message carry its calls' outputs; forced there too, the model must call a tool
+   * again after every output (a second payment, and one more each request, until `maxTurns`). So
+   * they send `"auto"` instead (`allowed_tools` keeps its list in mode `auto`) (STREAM-18), as the
+   * OpenAI Agents SDK's `reset_tool_choice` does. `false` sends the forcing value with every
+   * request: only for a loop that ends by itself.
+   * @default true
+   * @example new ConversationRunner({ client, dispatcher, store, model, tools, params: { tool_choice: "required" }, resetToolChoice: false })
+   */
+  resetToolChoice?: boolean;
+}
+
+type ToolChoice = NonNullable<OpenAI.Responses.ResponseCreateParamsStreaming["tool_choice"]>;
+
+/**
+ * The tool choice of a request after the message's first (STREAM-18): `"required"` and a named
+ * tool become `"auto"`, `allowed_tools` in mode `required` the same list in mode `auto`; `"auto"`,
+ * `"none"` and none at all are sent as given.
+ */
+function followUpToolChoice(choice: ToolChoice | undefined): ToolChoice | undefined {
+  if (choice === undefined || choice === "auto" || choice === "none") return choice;
+  if (typeof choice === "object" && choice.type === "allowed_tools") return choice.mode === "required" ? { ...choice, mode: "auto" } : choice;
+  return "auto";
 }
 
 /** Responses API parameters `params` may not carry, and why. */
@@ -134,11 +159,14 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
     return { role: "user", content } as unknown as JsonValue;
   }
 
-  async open(input: JsonValue[], { headers, signal }: { headers?: Record<string, string>; signal?: AbortSignal }): Promise<AsyncIterable<StreamEvent>> {
-    const { client, model, tools, instructions, maxOutputTokens, params } = this.options;
+  async open(input: JsonValue[], { headers, signal, followUp }: { headers?: Record<string, string>; signal?: AbortSignal; followUp?: boolean }): Promise<AsyncIterable<StreamEvent>> {
+    const { client, model, tools, instructions, maxOutputTokens, params, resetToolChoice } = this.options;
+    // Forced after the first response too, the model would call again after each output (STREAM-18).
+    const reset = followUp === true && resetToolChoice !== false && params?.tool_choice !== undefined && params.tool_choice !== null;
     return client.responses.create(
       {
         ...params,
+        ...(reset ? { tool_choice: followUpToolChoice(params.tool_choice!)! } : {}),
         model,
         input: input.flatMap((entry) => (Array.isArray(entry) ? entry : [entry])) as unknown as OpenAI.Responses.ResponseInput,
         ...(tools.length > 0 ? { tools: tools.map(functionTool) } : {}),
@@ -280,7 +308,7 @@ export class ConversationRunner extends TurnRunner<ResponsesTurnAccumulator, Str
   constructor(options: ConversationRunnerOptions) {
     checkRunnerOptions(options, ["client", "dispatcher", "store"]);
     checkKnownOptions(options, [...TURN_RUNNER_OPTIONS, ...PROVIDER_OPTIONS]);
-    checkOptionValues(options, { model: "nonEmptyString", maxOutputTokens: "positiveInteger", instructions: "string" });
+    checkOptionValues(options, { model: "nonEmptyString", maxOutputTokens: "positiveInteger", instructions: "string", resetToolChoice: "boolean" });
     checkParams(options.params);
     if (options.model === undefined) throw new InvalidArgumentError("options.model", "is required");
     // Checked now: without it every send() fails the same way, reported as a retryable stream failure.
@@ -292,7 +320,7 @@ export class ConversationRunner extends TurnRunner<ResponsesTurnAccumulator, Str
   }
 }
 
-const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "instructions", "maxOutputTokens", "params"];
+const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "instructions", "maxOutputTokens", "params", "resetToolChoice"];
 
 /**
  * Each tool must be a provider schema (a name and an object `input_schema`): a tool definition or

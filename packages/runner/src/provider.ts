@@ -66,8 +66,11 @@ export interface StreamProvider<A extends CallPhases<CallState>, E, U = unknown>
    * sends) and return the stream's events. A failure here is a stream failure before any call.
    * `signal` aborts the request: the runner fires it when the stream went idle past its bound
    * (STREAM-16) or was left before its end, so pass it to the SDK to free the connection.
+   * `followUp` is true for every request of the message after its first turn (its input ends with
+   * the earlier turn's call results): a forcing tool choice is sent there as the provider's
+   * `auto` (STREAM-18). It is a fact about the turn index, so a retried attempt is sent the same.
    */
-  open(input: JsonValue[], options: { headers?: Record<string, string>; signal?: AbortSignal }): Promise<AsyncIterable<E>>;
+  open(input: JsonValue[], options: { headers?: Record<string, string>; signal?: AbortSignal; followUp?: boolean }): Promise<AsyncIterable<E>>;
   /** Fold one event into the accumulator. */
   apply(accumulator: A, event: E): StreamStep;
   /** True once the stream established the whole response (its finish event arrived). */

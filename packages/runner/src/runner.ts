@@ -1106,7 +1106,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     let opening: Promise<AsyncIterable<E>> | undefined;
     try {
       const headers = this.options.requestHeaders?.(info);
-      opening = provider.open(snapshot.input, { ...(headers !== undefined ? { headers } : {}), signal: request.signal });
+      // A turn after the message's first carries the results of its calls (STREAM-18).
+      const followUp = snapshot.turnIndex > (snapshot.message.turnIndex ?? snapshot.turnIndex);
+      opening = provider.open(snapshot.input, { ...(headers !== undefined ? { headers } : {}), signal: request.signal, followUp });
       const stream = await idle.race(opening);
       events = stream[Symbol.asyncIterator]();
       for (;;) {
