@@ -72,6 +72,8 @@ export class ToyAccumulator extends CallPhases {
 export class ToyProvider implements StreamProvider<ToyAccumulator, ToyEvent, string> {
   readonly finishEvent = "end";
   requests: JsonValue[][] = [];
+  /** What the runner told `open` of each request: a later turn of its message (STREAM-18). */
+  followUps: (boolean | undefined)[] = [];
   /** Set by a test that checks the runner asks the provider about a message's content first. */
   checkContent?: (content: string) => void;
   constructor(
@@ -85,8 +87,9 @@ export class ToyProvider implements StreamProvider<ToyAccumulator, ToyEvent, str
   userMessage(content: string): JsonValue {
     return { role: "user", content };
   }
-  async open(input: JsonValue[]): Promise<AsyncIterable<ToyEvent>> {
+  async open(input: JsonValue[], options: { followUp?: boolean } = {}): Promise<AsyncIterable<ToyEvent>> {
     this.requests.push(input);
+    this.followUps.push(options.followUp);
     const events = this.script(this.requests.length, input);
     const beforeCut = this.beforeCut;
     return (async function* () {
