@@ -81,7 +81,8 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
    * `tool_choice`, `metadata`, `output_config`, ... The fields the runner writes itself (`model`,
    * `messages`, `stream`, `tools`, `system`, `max_tokens`) are refused here; give them as the
    * options of those names. With `thinking`, each committed turn keeps the response's thinking
-   * blocks as the stream delivered them (STREAM-15), and `maxTokens` must exceed its budget.
+   * blocks as the stream delivered them (STREAM-15), and `maxTokens` must exceed its budget. A
+   * forcing `tool_choice` goes with the message's first request only (see `resetToolChoice`).
    * @default none (only the runner's own fields are sent)
    * @example new ConversationRunner({ client, dispatcher, store, model, tools, maxTokens: 16_000, params: { thinking: { type: "enabled", budget_tokens: 10_000 } } })
    */

@@ -57,7 +57,8 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
    * `max_output_tokens`: give them as the options of those names), and the ones that would make the
    * API add server-side state to the request (`previous_response_id`, `conversation`, a stored
    * `prompt` template, which may carry tools the API runs itself) or not stream it (`background`):
-   * every request must be exactly the committed conversation (STREAM-14, STREAM-15).
+   * every request must be exactly the committed conversation (STREAM-14, STREAM-15). A forcing
+   * `tool_choice` goes with the message's first request only (see `resetToolChoice`).
    * @default none (only the runner's own fields are sent)
    * @example new ConversationRunner({ client, dispatcher, store, model, tools, params: { reasoning: { effort: "low" }, store: false, include: ["reasoning.encrypted_content"] } })
    */

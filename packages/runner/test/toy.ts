@@ -87,7 +87,7 @@ export class ToyProvider implements StreamProvider<ToyAccumulator, ToyEvent, str
   userMessage(content: string): JsonValue {
     return { role: "user", content };
   }
-  async open(input: JsonValue[], options: { followUp?: boolean } = {}): Promise<AsyncIterable<ToyEvent>> {
+  async open(input: JsonValue[], options: { headers?: Record<string, string>; signal?: AbortSignal; followUp?: boolean } = {}): Promise<AsyncIterable<ToyEvent>> {
     this.requests.push(input);
     this.followUps.push(options.followUp);
     const events = this.script(this.requests.length, input);
