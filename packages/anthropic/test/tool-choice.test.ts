@@ -33,7 +33,7 @@ describe("a forcing tool_choice (STREAM-18)", () => {
     });
   }
 
-  it("STREAM-18 disable_parallel_tool_use is kept on the auto it becomes; auto and none are sent as given", async () => {
+  it("STREAM-18 disable_parallel_tool_use is kept on the auto it becomes; a choice that does not force (auto) is sent as given", async () => {
     const { runner, effects } = await setup(provider(), { guarded: true, runner: { params: { tool_choice: { type: "any", disable_parallel_tool_use: true } } } });
     await runner.send("conv-force-dp", { id: "m1", content: "pay acme" }).catch(() => undefined);
     expect(effects()).toHaveLength(1);
