@@ -180,12 +180,12 @@ describe("dispatch-once-conformance --store: the conversation-store level from t
   });
 
   it("--json and --only: the report of the checks selected, as for a ledger", () => {
-    const { code, stdout } = cli(["--store", memory, "--level", "conversation", "--runs", "5", "--seed", "3", "--only", "TURN-2", "--json", "--quiet"]);
+    const { code, stdout } = cli(["--store", memory, "--level", "conversation", "--runs", "5", "--seed", "3", "--only", "TURN-5", "--json", "--quiet"]);
     expect(code).toBe(0);
     const report = JSON.parse(stdout);
     expect(report).toMatchObject({ subject: "conversation-memory", conforms: true, seed: 3, levels: ["conversation"] });
     expect(report.checks.length).toBeGreaterThan(0);
-    expect(report.checks.every((c: { rule: string }) => c.rule === "TURN-2")).toBe(true);
+    expect(report.checks.every((c: { rule: string }) => c.rule === "TURN-5")).toBe(true);
   });
 
   it("rejects a store whose commit ignores the fence: exit 1, TURN-5, a timeline, and a replay command that replays the same case", () => {
