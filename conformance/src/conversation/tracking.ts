@@ -1,5 +1,5 @@
 import type { ConversationStore } from "@dispatch-once/core";
-import { PendingOperations } from "../ledger/tracking.js";
+import { PendingOperations, trackInstanceHooks, trackMethods } from "../ledger/tracking.js";
 import type { ConversationStoreFixture, ConversationStoreSubject } from "./types.js";
 
 /** The contract's asynchronous methods, the optional ones included: what a timeout report lists as pending. */
@@ -66,6 +66,7 @@ function trackFixture(inner: ConversationStoreFixture, pending: PendingOperation
   const hook = <A extends unknown[], R>(name: string, fn: (...args: A) => Promise<R>) => (...args: A) =>
     pending.track(`${label} raw.${name}(${describeArgs(args)})`, () => fn.apply(raw, args));
   const trackedRaw: ConversationStoreFixture["raw"] = {
+    ...trackInstanceHooks(raw, pending, label, wrap),
     lease: hook("lease", raw.lease),
     messages: hook("messages", raw.messages),
     turns: hook("turns", raw.turns),
@@ -74,22 +75,6 @@ function trackFixture(inner: ConversationStoreFixture, pending: PendingOperation
   };
   if (raw.corrupt !== undefined) trackedRaw.corrupt = hook("corrupt", raw.corrupt);
   if (raw.forgetFailedAt !== undefined) trackedRaw.forgetFailedAt = hook("forgetFailedAt", raw.forgetFailedAt);
-  if (raw.disconnected !== undefined) {
-    const disconnected = raw.disconnected;
-    trackedRaw.disconnected = async () => wrap(await pending.track(`${label} raw.disconnected()`, () => disconnected.call(raw)));
-  }
-  if (raw.storeAddress !== undefined) {
-    const storeAddress = raw.storeAddress;
-    trackedRaw.storeAddress = () => pending.track(`${label} raw.storeAddress()`, () => storeAddress.call(raw));
-  }
-  if (raw.openVia !== undefined) {
-    const openVia = raw.openVia;
-    trackedRaw.openVia = async (via) => wrap(await pending.track(`${label} raw.openVia(${via.host}:${via.port})`, () => openVia.call(raw, via)));
-  }
-  if (raw.skewedInstance !== undefined) {
-    const skewed = raw.skewedInstance;
-    trackedRaw.skewedInstance = async (offsetMs: number) => wrap(await pending.track(`${label} raw.skewedInstance(${offsetMs})`, () => skewed.call(raw, offsetMs)));
-  }
   return {
     store: wrap(inner.store),
     reopen: async () => wrap(await pending.track(`${label} reopen()`, () => inner.reopen())),
@@ -104,21 +89,5 @@ function trackFixture(inner: ConversationStoreFixture, pending: PendingOperation
  * see exactly the store's surface.
  */
 function trackStore(store: ConversationStore, pending: PendingOperations, name: string): ConversationStore {
-  // One wrapper per method value, so `store.beginTurn === store.beginTurn` holds and a replaced method is seen.
-  const wrapped = new Map<PropertyKey, { value: unknown; fn: unknown }>();
-  return new Proxy(store, {
-    get(target, property) {
-      const value = Reflect.get(target, property, target) as unknown;
-      if (typeof value !== "function") return value;
-      const cached = wrapped.get(property);
-      if (cached?.value === value) return cached.fn;
-      const method = String(property);
-      const call = value as (...a: unknown[]) => unknown;
-      const fn = TRACKED.has(method)
-        ? (...args: unknown[]) => pending.track(`${name}.${method}(${describeArgs(args)})`, () => call.apply(target, args) as Promise<unknown>)
-        : call.bind(target);
-      wrapped.set(property, { value, fn });
-      return fn;
-    },
-  });
+  return trackMethods(store, pending, name, TRACKED, (_method, args) => describeArgs(args));
 }

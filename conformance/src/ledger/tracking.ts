@@ -1,5 +1,6 @@
 import type { ClaimRequest, Ledger } from "@dispatch-once/core";
 import type { LedgerFixture, LedgerSubject } from "../types.js";
+import type { StoreAddress } from "../silent/silence-proxy.js";
 
 /**
  * What the subject is doing right now: every call into the subject (create, reopen, the ledger's
@@ -82,28 +83,13 @@ function trackFixture(inner: LedgerFixture, pending: PendingOperations, label: s
   const hook = <A extends unknown[], R>(name: string, fn: ((...args: A) => Promise<R>) | undefined) =>
     fn === undefined ? undefined : (...args: A) => pending.track(`${label} raw.${name}(${args.map((a) => String(a).slice(0, 12)).join(", ")})`, () => fn.apply(raw, args));
   const trackedRaw: LedgerFixture["raw"] = {
+    ...trackInstanceHooks(raw, pending, label, wrap),
     read: hook("read", raw.read)!,
     expireLease: hook("expireLease", raw.expireLease)!,
     expireRetention: hook("expireRetention", raw.expireRetention)!,
   };
   if (raw.corrupt !== undefined) trackedRaw.corrupt = hook("corrupt", raw.corrupt)!;
   if (raw.expireRetired !== undefined) trackedRaw.expireRetired = hook("expireRetired", raw.expireRetired)!;
-  if (raw.disconnected !== undefined) {
-    const disconnected = raw.disconnected;
-    trackedRaw.disconnected = async () => wrap(await pending.track(`${label} raw.disconnected()`, () => disconnected.call(raw)));
-  }
-  if (raw.storeAddress !== undefined) {
-    const storeAddress = raw.storeAddress;
-    trackedRaw.storeAddress = () => pending.track(`${label} raw.storeAddress()`, () => storeAddress.call(raw));
-  }
-  if (raw.openVia !== undefined) {
-    const openVia = raw.openVia;
-    trackedRaw.openVia = async (via) => wrap(await pending.track(`${label} raw.openVia(${via.host}:${via.port})`, () => openVia.call(raw, via)));
-  }
-  if (raw.skewedInstance !== undefined) {
-    const skewed = raw.skewedInstance;
-    trackedRaw.skewedInstance = async (offsetMs: number) => wrap(await pending.track(`${label} raw.skewedInstance(${offsetMs})`, () => skewed.call(raw, offsetMs)));
-  }
   return {
     ledger: wrap(inner.ledger),
     reopen: async () => wrap(await pending.track(`${label} reopen()`, () => inner.reopen())),
@@ -112,25 +98,57 @@ function trackFixture(inner: LedgerFixture, pending: PendingOperations, label: s
   };
 }
 
+/** The raw hooks both levels' fixtures offer that give an instance (or its store's address). */
+export interface InstanceHooks<T> {
+  disconnected?(): Promise<T>;
+  storeAddress?(): Promise<StoreAddress>;
+  openVia?(via: StoreAddress): Promise<T>;
+  skewedInstance?(offsetMs: number): Promise<T>;
+}
+
+/**
+ * Those of `raw`'s instance hooks it has, each registered in `pending` while it runs and each
+ * instance it gives wrapped by `wrap` (tracked as the fixture's own). Shared by both levels.
+ */
+export function trackInstanceHooks<T>(raw: InstanceHooks<T>, pending: PendingOperations, label: string, wrap: (instance: T) => T): InstanceHooks<T> {
+  const tracked: InstanceHooks<T> = {};
+  const { disconnected, storeAddress, openVia, skewedInstance } = raw;
+  if (disconnected !== undefined) tracked.disconnected = async () => wrap(await pending.track(`${label} raw.disconnected()`, () => disconnected.call(raw)));
+  if (storeAddress !== undefined) tracked.storeAddress = () => pending.track(`${label} raw.storeAddress()`, () => storeAddress.call(raw));
+  if (openVia !== undefined) tracked.openVia = async (via) => wrap(await pending.track(`${label} raw.openVia(${via.host}:${via.port})`, () => openVia.call(raw, via)));
+  if (skewedInstance !== undefined) tracked.skewedInstance = async (offsetMs) => wrap(await pending.track(`${label} raw.skewedInstance(${offsetMs})`, () => skewedInstance.call(raw, offsetMs)));
+  return tracked;
+}
+
 /**
  * The ledger behind a Proxy: the contract's methods are tracked, anything else (an optional method
  * the ledger does not have, an adapter's own helpers, `capabilities`) reads through unchanged, so
  * the checks see exactly the adapter's surface.
  */
 function trackLedger(ledger: Ledger, pending: PendingOperations, name: string): Ledger {
-  // One wrapper per method value, so `ledger.claim === ledger.claim` holds and a replaced method is seen.
+  return trackMethods(ledger, pending, name, TRACKED, describeArgs);
+}
+
+/**
+ * `target` behind a Proxy whose methods named in `tracked` are registered in `pending` while they
+ * run (as `name.method(description)`); anything else (an optional method the subject does not have,
+ * its own helpers, `capabilities`) reads through unchanged, so the checks see exactly its surface.
+ * Shared by the ledger and conversation levels.
+ */
+export function trackMethods<T extends object>(target: T, pending: PendingOperations, name: string, tracked: ReadonlySet<string>, describe: (method: string, args: unknown[]) => string): T {
+  // One wrapper per method value, so `t.claim === t.claim` holds and a replaced method is seen.
   const wrapped = new Map<PropertyKey, { value: unknown; fn: unknown }>();
-  return new Proxy(ledger, {
-    get(target, property) {
-      const value = Reflect.get(target, property, target) as unknown;
+  return new Proxy(target, {
+    get(inner, property) {
+      const value = Reflect.get(inner, property, inner) as unknown;
       if (typeof value !== "function") return value;
       const cached = wrapped.get(property);
       if (cached?.value === value) return cached.fn;
       const method = String(property);
       const call = value as (...a: unknown[]) => unknown;
-      const fn = TRACKED.has(method)
-        ? (...args: unknown[]) => pending.track(`${name}.${method}(${describeArgs(method, args)})`, () => call.apply(target, args) as Promise<unknown>)
-        : call.bind(target);
+      const fn = tracked.has(method)
+        ? (...args: unknown[]) => pending.track(`${name}.${method}(${describe(method, args)})`, () => call.apply(inner, args) as Promise<unknown>)
+        : call.bind(inner);
       wrapped.set(property, { value, fn });
       return fn;
     },
