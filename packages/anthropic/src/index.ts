@@ -45,6 +45,7 @@ export {
   boundedFetch,
   type BoundedFetchOptions,
 } from "@dispatch-once/runner";
+export { type ProviderToolsPolicy } from "./provider-tools.js";
 export { ConversationRunner, type RunnerEvent, type ConversationRunnerOptions, type ConversationRunnerParams, type UserContent } from "./runner.js";
 export {
   createOnceToolRunner,

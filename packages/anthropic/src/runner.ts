@@ -17,6 +17,7 @@ import {
   readStoredResult,
 } from "@dispatch-once/runner";
 import { TurnAccumulator } from "./accumulator.js";
+import { checkProviderRunParams, checkProviderTool, checkProviderToolsPolicy, type ProviderToolsPolicy } from "./provider-tools.js";
 
 export type UserContent = string | Anthropic.Messages.ContentBlockParam[];
 type RawEvent = Anthropic.Messages.RawMessageStreamEvent;
@@ -98,16 +99,32 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
    * @example new ConversationRunner({ client, dispatcher, store, model, tools, params: { tool_choice: { type: "tool", name: "send_payment" } }, resetToolChoice: false })
    */
   resetToolChoice?: boolean;
+  /**
+   * Which tools the Messages API runs itself (server tools) `tools` may carry (STREAM-19). The API
+   * runs them inside the response, outside every ledger, and again in each retried attempt of a
+   * cut stream. `"allow-reads"` lets the ones that only read through (`web_search_*`,
+   * `web_fetch_*`, `tool_search_tool_*`): each attempt's runs are billed, and a committed turn
+   * keeps the response's text, not their result blocks. Code execution, an MCP connector toolset
+   * and any type this version does not know are refused under either value, as are
+   * `params.mcp_servers` and `params.container`. Anthropic-defined tools the application runs
+   * (bash, text editor, memory, computer use) are not server tools: they are sent either way.
+   * @default "refuse"
+   * @example new ConversationRunner({ client, dispatcher, store, model, tools: [...registry.providerSchemas(), { type: "web_search_20250305", name: "web_search" }], providerTools: "allow-reads" })
+   */
+  providerTools?: ProviderToolsPolicy;
 }
 
 /** The Messages API parameters the runner writes itself, which `params` may not carry. */
 const RUNNER_REQUEST_FIELDS = ["model", "messages", "stream", "tools", "system", "max_tokens"] as const;
 
-/** The Messages API parameters a runner's `params` may carry: all but the runner's own. */
-export type ConversationRunnerParams = Omit<Anthropic.Messages.MessageCreateParamsStreaming, (typeof RUNNER_REQUEST_FIELDS)[number]>;
+/**
+ * The Messages API parameters a runner's `params` may carry: all but the runner's own and
+ * `container` (with `mcp_servers`, which only the beta API's types name: STREAM-19).
+ */
+export type ConversationRunnerParams = Omit<Anthropic.Messages.MessageCreateParamsStreaming, (typeof RUNNER_REQUEST_FIELDS)[number] | "container">;
 
 /** The options of this stream side, beside the shared runner's (TURN_RUNNER_OPTIONS). */
-const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "maxTokens", "system", "params", "resetToolChoice"];
+const PROVIDER_OPTIONS: readonly (keyof ConversationRunnerOptions)[] = ["client", "model", "tools", "maxTokens", "system", "params", "resetToolChoice", "providerTools"];
 
 /**
  * The tool choice of a request after the message's first (STREAM-18): a forcing one (`any`, `tool`)
@@ -128,6 +145,7 @@ function checkParams(params: unknown): void {
       throw new InvalidArgumentError(`options.params.${field}`, `is written by the runner itself; ${field === "messages" || field === "stream" ? "it is not an option" : "give it as the runner's own option"}`);
     }
   }
+  checkProviderRunParams(params, (name) => `options.params.${name}`);
 }
 
 /**
@@ -244,7 +262,7 @@ class MessagesStream implements StreamProvider<TurnAccumulator, RawEvent, UserCo
  * registry.providerSchemas()) or a server tool ({ type, name }). A tool definition or anything
  * else was sent as it is, and the API refused every request of every conversation (400).
  */
-function checkTools(tools: unknown): void {
+function checkTools(tools: unknown, policy: ProviderToolsPolicy): void {
   if (!Array.isArray(tools)) throw new InvalidArgumentError("options.tools", "must be an array of provider tool schemas (registry.providerSchemas())");
   tools.forEach((tool: unknown, i) => {
     const t = tool as { name?: unknown; input_schema?: unknown; type?: unknown } | null;
@@ -255,6 +273,7 @@ function checkTools(tools: unknown): void {
         `must be a Messages API tool ({ name, input_schema }, from registry.providerSchemas(), or a server tool { type, name }), got ${describeValue(tool)}`,
       );
     }
+    checkProviderTool(tool, `options.tools[${i}]`, policy);
   });
 }
 
@@ -278,7 +297,7 @@ export class ConversationRunner extends TurnRunner<TurnAccumulator, RawEvent, Us
     checkOptionValues(options, { model: "nonEmptyString", maxTokens: "positiveInteger", system: "string", resetToolChoice: "boolean" });
     checkParams(options.params);
     if (options.model === undefined) throw new InvalidArgumentError("options.model", "is required");
-    checkTools(options.tools);
+    checkTools(options.tools, checkProviderToolsPolicy(options.providerTools, "options.providerTools"));
     super(new MessagesStream(options), options);
   }
 }

@@ -24,6 +24,7 @@ import {
   type Retryable,
   type ToolDefinition,
 } from "@dispatch-once/core";
+import { checkProviderRunParams, checkProviderTool, checkProviderToolsPolicy, type ProviderToolsPolicy } from "./provider-tools.js";
 import { checkKnownOptions, turnRowsOf, UNLISTED_REASON, unansweredCall, type UnansweredCallRecord } from "@dispatch-once/runner";
 import { z } from "zod";
 
@@ -79,6 +80,17 @@ export interface OnceToolRunnerOptions {
    * @example { dispatcher: { waitMs: 30_000 } }
    */
   dispatcher?: Omit<DispatcherOptions, "tools" | "ledger">;
+  /**
+   * Which tools the Messages API runs itself (server tools) the runner's `params.tools` may carry
+   * (STREAM-19): the API runs them inside the response, outside the dispatcher, and again in each
+   * re-run of the loop. `"allow-reads"` lets the ones that only read through (`web_search_*`,
+   * `web_fetch_*`, `tool_search_tool_*`). Code execution, an MCP connector toolset and any type
+   * this version does not know are refused under either value, as are `params.mcp_servers` and
+   * `params.container`, however the runner gets them.
+   * @default "refuse"
+   * @example createOnceToolRunner({ tools, effects, ledger, providerTools: "allow-reads" })
+   */
+  providerTools?: ProviderToolsPolicy;
 }
 
 /** Which conversation a tool loop answers in. */
@@ -120,7 +132,7 @@ export type UnansweredCalls =
   | { listed: true; calls: UnansweredCallRecord[] }
   | { listed: false; reason: string; calls: [] };
 
-const OPTION_NAMES = ["tools", "effects", "ledger", "identity", "dispatcher"];
+const OPTION_NAMES = ["tools", "effects", "ledger", "identity", "dispatcher", "providerTools"];
 const TURN_OPTION_NAMES = ["conversationId", "turnIndex"];
 
 type ToolResultContent = string | Anthropic.Beta.Messages.BetaToolResultContentBlockParam[];
@@ -279,11 +291,13 @@ export class OnceToolRunner {
   private readonly ledger: Ledger;
   /** Every wrapped form of the app's tools, of any runner: one of another runner is bound to that runner's messages. */
   private readonly wrappedForms = new WeakSet<object>();
+  private readonly providerTools: ProviderToolsPolicy;
 
   constructor(options: OnceToolRunnerOptions) {
     if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "needs { tools, effects, ledger }");
     // A misspelt option would be ignored: `identities` for `identity` keys calls on every field.
     checkKnownOptions(options, OPTION_NAMES);
+    this.providerTools = checkProviderToolsPolicy(options.providerTools, "options.providerTools");
     if (!Array.isArray(options.tools)) throw new InvalidArgumentError("options.tools", "must be an array of the app's runnable tools");
     const tools = new Map<string, AnyRunnableTool>();
     options.tools.forEach((tool, i) => {
@@ -346,7 +360,8 @@ export class OnceToolRunner {
    * The SDK's own tool runner (`client.beta.messages.toolRunner(params, requestOptions)`) with
    * the wrapped tools: `params.tools` defaults to every wrapped tool; when given, each runnable
    * tool in it must be one of `options.tools` (it is replaced by its wrapped form) and every
-   * other entry (a server tool) is passed on as is. Every run of the loop for one user message
+   * other entry (a server tool) is passed on as is, if `providerTools` allows it; `mcp_servers`
+   * and `container` are refused (STREAM-19). Every run of the loop for one user message
    * gets the same keys; build a new runner for each re-run, with the same conversation id.
    */
   toolRunner<Stream extends boolean = false>(
@@ -364,6 +379,7 @@ export class OnceToolRunner {
     // Calls started while the reply streams are not in the runner's messages yet: their place in
     // the turn, and so their ordinal, cannot be read when they run.
     refuseEagerRuns(params, "params.runToolsEagerly");
+    checkProviderRunParams(params, (name) => `params.${name}`);
     const calls = new Map<string, OnceToolCall>();
     const dispatched = new Set<string>();
     let runner: BetaToolRunner<Stream> | undefined;
@@ -389,14 +405,18 @@ export class OnceToolRunner {
   }
 
   /**
-   * `list` with each of the app's runnable tools replaced by its wrapped form; a server tool or a
-   * raw definition (which the runner never runs) is kept. A runnable tool that is not wrapped
-   * (another tool, a runnable toolset) is refused: it would run outside the dispatcher (ATR-7, ATR-8).
+   * `list` with each of the app's runnable tools replaced by its wrapped form; a raw definition
+   * (which the runner never runs) is kept, and a server tool only as `providerTools` allows
+   * (STREAM-19). A runnable tool that is not wrapped (another tool, a runnable toolset) is
+   * refused: it would run outside the dispatcher (ATR-7, ATR-8).
    */
   private wrappedTools<T>(list: readonly T[], wrapped: ReadonlyMap<string, AnyRunnableTool>, field: string): T[] {
     if (!Array.isArray(list)) throw new InvalidArgumentError(field, "must be an array of tools");
     return list.map((tool, i) => {
-      if (typeof tool !== "object" || tool === null || !("run" in tool)) return tool;
+      if (typeof tool !== "object" || tool === null || !("run" in tool)) {
+        checkProviderTool(tool, `${field}[${i}]`, this.providerTools);
+        return tool;
+      }
       const name = (tool as { name?: unknown }).name;
       const own = typeof name === "string" ? this.tools.get(name) : undefined;
       if (own === undefined || (own !== tool && !this.wrappedForms.has(tool))) {
@@ -421,6 +441,7 @@ export class OnceToolRunner {
         const params = typeof paramsOrMutator === "function" ? paramsOrMutator(runner.params as BetaToolRunnerParams) : paramsOrMutator;
         if (typeof params !== "object" || params === null) throw new InvalidArgumentError("runner.setMessagesParams(params)", "must be the tool runner's params");
         refuseEagerRuns(params, "runner.setMessagesParams(params).runToolsEagerly");
+        checkProviderRunParams(params, (name) => `runner.setMessagesParams(params).${name}`);
         // A counted turn index needs the history whole (ATR-2): a window drops user messages, and the
         // count would name an earlier turn (its calls refused when they run; told here, where it happened).
         if (countedFrom !== undefined && Array.isArray(params.messages) && params.messages.filter(isGenuineUserMessage).length < countedFrom) {
