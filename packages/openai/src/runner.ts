@@ -57,7 +57,10 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
    * `max_output_tokens`: give them as the options of those names), and the ones that would make the
    * API add server-side state to the request (`previous_response_id`, `conversation`, a stored
    * `prompt` template, which may carry tools the API runs itself) or not stream it (`background`):
-   * every request must be exactly the committed conversation (STREAM-14, STREAM-15). A forcing
+   * every request must be exactly the committed conversation (STREAM-14, STREAM-15). A
+   * `tool_choice` naming anything but a function (a hosted tool: `mcp`, `code_interpreter`,
+   * `web_search_preview`, ...) is refused too: the runner sends function tools only, and a tool the
+   * API runs itself would run outside every ledger, again in each retried attempt (STREAM-19). A forcing
    * `tool_choice` goes with the message's first request only (see `resetToolChoice`).
    * @default none (only the runner's own fields are sent)
    * @example new ConversationRunner({ client, dispatcher, store, model, tools, params: { reasoning: { effort: "low" }, store: false, include: ["reasoning.encrypted_content"] } })
@@ -120,6 +123,32 @@ function checkParams(params: unknown): void {
   for (const [field, why] of Object.entries(REFUSED_PARAMS)) {
     if (Object.prototype.hasOwnProperty.call(params, field)) throw new InvalidArgumentError(`options.params.${field}`, why);
   }
+  checkToolChoice((params as { tool_choice?: unknown }).tool_choice);
+}
+
+/**
+ * A tool choice names a mode, a function of `options.tools`, or an `allowed_tools` list of them
+ * (STREAM-19). The runner sends function tools only, so any other type names a tool the request
+ * does not carry, and a hosted one (a remote MCP server, a code interpreter, web search) is run by
+ * the API itself inside the response, outside every ledger, once more in each retried attempt.
+ */
+function checkToolChoice(choice: unknown): void {
+  if (choice === undefined || choice === null || typeof choice === "string") return;
+  const named = (tool: unknown, where: string): void => {
+    const type = typeof tool === "object" && tool !== null ? (tool as { type?: unknown }).type : undefined;
+    if (type === "function") return;
+    throw new InvalidArgumentError(
+      "options.params.tool_choice",
+      `names a tool of type ${JSON.stringify(type ?? null)}${where}, which no request carries: the runner sends options.tools as function tools only, and a tool the API runs itself (mcp, code_interpreter, web_search, ...) would run inside the response, outside every ledger, once more in each retried attempt of a cut stream`,
+    );
+  };
+  if ((choice as { type?: unknown }).type === "allowed_tools") {
+    const tools = (choice as { tools?: unknown }).tools;
+    if (!Array.isArray(tools)) throw new InvalidArgumentError("options.params.tool_choice", `allowed_tools must list its tools in an array, got ${describeValue(tools)}`);
+    tools.forEach((tool, i) => named(tool, ` (its tools[${i}])`));
+    return;
+  }
+  named(choice, "");
 }
 
 /**
