@@ -1,4 +1,4 @@
-import { InvalidArgumentError, MemoryLedger } from "@dispatch-once/core";
+import { Dispatcher, InvalidArgumentError, MemoryConversationStore, MemoryLedger } from "@dispatch-once/core";
 import { scriptFromPlans, startMockProvider, type MockProvider } from "@dispatch-once/mock-provider";
 import Anthropic from "@anthropic-ai/sdk";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -33,7 +33,6 @@ async function runnerOutcome(extra: Record<string, unknown>): Promise<unknown> {
   const downstream = await paymentsDownstream(0);
   closers.push(downstream.server);
   const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "test-key", maxRetries: 0 });
-  const { MemoryConversationStore, Dispatcher } = await import("@dispatch-once/core");
   let runner: ConversationRunner;
   try {
     runner = new ConversationRunner({
