@@ -18,6 +18,7 @@ import { loggerOption, unknownOptionMessage, unknownOptionName, type OptionNames
 import { turnRowsOf, UNLISTED_REASON, unansweredCall, type UnansweredCallRecord } from "@dispatch-once/runner";
 import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolCallRepairFunction, type ToolExecutionOptions, type ToolSet } from "ai";
 import { z } from "zod";
+import { checkProviderTool, isProviderDefined } from "./provider-tools.js";
 import { turnCallsOf, type TurnHistoryCall } from "./turn-history.js";
 import { turnIndexOf } from "./turn-index.js";
 
@@ -235,6 +236,10 @@ export class OnceTools<TOOLS extends ToolSet> {
     const definitions: ToolDefinition[] = [];
     for (const [name, tool] of Object.entries(options.tools)) {
       if (typeof tool !== "object" || tool === null) throw new InvalidArgumentError(`options.tools.${name}`, `must be a tool (tool({ inputSchema, execute? })), got ${describeValue(tool)}`);
+      // A tool the provider runs inside the response never reaches execute, and would pass through
+      // unwrapped like a client-side tool (STREAM-19, AISDK-15). A read the app allows goes beside
+      // turn.tools, under providerToolsGuard({ providerTools: "allow-reads" }): one policy, one place.
+      if (isProviderDefined(tool) && checkProviderTool(tool, `options.tools.${name}`, "refuse")) continue;
       if (typeof tool.execute !== "function") continue; // client-side tools run in the browser; nothing to guard here
       const effect = options.effects?.[name as keyof TOOLS];
       if (effect === undefined) throw new InvalidArgumentError(`options.effects.${name}`, "every tool with execute needs an effect class (EFFECT-1)");
