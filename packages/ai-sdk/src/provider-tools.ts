@@ -15,6 +15,7 @@ export interface ProviderToolsGuardOptions {
    * `"allow-reads"` lets provider-run tools that only read through (each attempt's runs are
    * billed; their results are the provider's, never the ledger's).
    * @default "refuse"
+   * @example providerToolsGuard({ providerTools: "allow-reads" })
    */
   providerTools?: ProviderToolsPolicy;
 }

@@ -137,3 +137,11 @@ describe("a provider-run tool given to createOnceTools", () => {
     expect(once.dispatcher.registry.has("bash")).toBe(true);
   });
 });
+
+describe("providerToolsGuard's options", () => {
+  it("refuses a value or an option it does not take, naming it", () => {
+    expect(() => providerToolsGuard({ providerTools: "allow-all" as never })).toThrow(expect.objectContaining({ code: "invalid_argument", field: "options.providerTools" }));
+    expect(() => providerToolsGuard({ providerTool: "allow-reads" } as never)).toThrow(expect.objectContaining({ code: "invalid_argument", field: "options.providerTool" }));
+    expect(() => providerToolsGuard(null as never)).toThrow(expect.objectContaining({ code: "invalid_argument", field: "options" }));
+  });
+});
