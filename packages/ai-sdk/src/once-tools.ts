@@ -239,7 +239,7 @@ export class OnceTools<TOOLS extends ToolSet> {
       // A tool the provider runs inside the response never reaches execute, and would pass through
       // unwrapped like a client-side tool (STREAM-19, AISDK-15). A read the app allows goes beside
       // turn.tools, under providerToolsGuard({ providerTools: "allow-reads" }): one policy, one place.
-      if (isProviderDefined(tool) && checkProviderTool(tool, `options.tools.${name}`, "refuse")) continue;
+      if (isProviderDefined(tool)) checkProviderTool(tool, `options.tools.${name}`, "refuse");
       if (typeof tool.execute !== "function") continue; // client-side tools run in the browser; nothing to guard here
       const effect = options.effects?.[name as keyof TOOLS];
       if (effect === undefined) throw new InvalidArgumentError(`options.effects.${name}`, "every tool with execute needs an effect class (EFFECT-1)");
