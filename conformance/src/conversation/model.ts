@@ -5,7 +5,7 @@ import { MemoryConversationStore, type ConversationStore, type JsonValue, type T
 import { inspect } from "node:util";
 import { ConformanceFailure, codeOf, describeError } from "../failure.js";
 import type { Counterexample } from "../types.js";
-import { propertyRunOptions, runProperty } from "../ledger/property-runner.js";
+import { failedCase, propertyRunOptions, runProperty } from "../ledger/property-runner.js";
 import { memoryConversationState, memoryRaw } from "./memory-subject.js";
 import { LEASE_MS, TRICKY_CONTENT, assistantText, toolResult, toolUse, userText } from "./support.js";
 import type { ConversationStoreFixture, ConversationStoreSubject } from "./types.js";
@@ -608,35 +608,31 @@ export async function runConversationModelProperty(subject: ConversationStoreSub
       },
       propertyRunOptions(options),
     );
-    if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
-    if (outcome.kind === "interrupted") {
-      throw new ConformanceFailure(
-        `the model-based property was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${options.runs} runs: an interrupted run certifies nothing`,
-      );
-    }
-    const shrunk = outcome.value;
+    const failed = failedCase(outcome, "model-based property", options.runs);
+    if (failed === undefined) return;
+    const shrunk = failed.value;
     // A replay (a path) ran its one case once: that run is the finding. Otherwise the shrunk case
     // runs once more for a clean timeline (and to tell a deterministic failure from a timing one).
-    const replay = outcome.replay && last !== undefined ? last : await runConversationScenario(subject, fixture, shrunk, instances);
-    const original = outcome.error;
+    const replay = failed.replay && last !== undefined ? last : await runConversationScenario(subject, fixture, shrunk, instances);
+    const original = failed.error;
     const violates = replay.error?.violates ?? (ConformanceFailure.isInstance(original) ? original.violates : undefined);
     const counterexample: Counterexample = {
-      seed: outcome.seed,
-      path: outcome.path,
+      seed: failed.seed,
+      path: failed.path,
       timeline: replay.timeline,
-      report: outcome.report,
+      report: failed.report,
       value: shrunk,
       ...(violates === undefined ? {} : { violates }),
-      ...(outcome.shrinkingInterrupted ? { note: "the time limit cut shrinking short: this counterexample may not be the smallest" } : {}),
+      ...(failed.shrinkingInterrupted ? { note: "the time limit cut shrinking short: this counterexample may not be the smallest" } : {}),
     };
     const firstLine = replay.error?.message ?? (original instanceof Error ? original.message : String(original));
     throw new ConformanceFailure(
       [
         `the store disagrees with MemoryConversationStore${violates ? ` (breaks ${violates})` : ""}: ${firstLine}`,
-        outcome.replay ? `replayed the one case at seed ${outcome.seed}, path "${outcome.path}":` : `shrunk counterexample after ${outcome.numRuns} runs and ${outcome.numShrinks} shrinks:`,
+        failed.replay ? `replayed the one case at seed ${failed.seed}, path "${failed.path}":` : `shrunk counterexample after ${failed.numRuns} runs and ${failed.numShrinks} shrinks:`,
         ...replay.timeline.map((l) => `  ${l}`),
-        replay.error === undefined && !outcome.replay ? "  (the shrunk case passed on replay: the failure is not deterministic)" : "",
-        `seed ${outcome.seed}, path "${outcome.path}" (replay: --seed ${outcome.seed} --path "${outcome.path}")`,
+        replay.error === undefined && !failed.replay ? "  (the shrunk case passed on replay: the failure is not deterministic)" : "",
+        `seed ${failed.seed}, path "${failed.path}" (replay: --seed ${failed.seed} --path "${failed.path}")`,
       ]
         .filter((l) => l !== "")
         .join("\n"),

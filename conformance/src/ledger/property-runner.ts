@@ -1,4 +1,5 @@
 import fc from "fast-check";
+import { ConformanceFailure } from "../failure.js";
 
 /**
  * How every property check of the ledger level runs fast-check, so that it fails closed:
@@ -209,4 +210,19 @@ async function searchThenShrink<T>(
     shrinkingInterrupted,
     replay: false,
   };
+}
+
+/** A failed property's outcome. */
+export type FailedOutcome<T> = Extract<PropertyOutcome<T>, { kind: "failed" }>;
+
+/**
+ * The failed case of `outcome`, or undefined when the property passed (or the replayed case did).
+ * An interrupted property fails closed, whichever property it is: an interrupted run certifies nothing.
+ */
+export function failedCase<T>(outcome: PropertyOutcome<T>, property: string, runs: number): FailedOutcome<T> | undefined {
+  if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return undefined;
+  if (outcome.kind === "interrupted") {
+    throw new ConformanceFailure(`the ${property} was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${runs} runs: an interrupted run certifies nothing`);
+  }
+  return outcome;
 }

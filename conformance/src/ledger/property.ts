@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { ConformanceFailure } from "../failure.js";
 import type { Counterexample, LedgerSubject } from "../types.js";
 import { runScenario, stepArbitrary, type Step } from "./model.js";
-import { propertyRunOptions, runProperty } from "./property-runner.js";
+import { failedCase, propertyRunOptions, runProperty } from "./property-runner.js";
 
 export const MODEL_CHECK_NAME = "model-based: random claim/race/contend/complete/fail/markUnknown/release/renew/lookup/expire_lease/sweep/restart sequences agree with the reference model";
 
@@ -41,29 +41,25 @@ export async function runModelProperty(subject: LedgerSubject, options: Property
     },
     propertyRunOptions(options),
   );
-  if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
-  if (outcome.kind === "interrupted") {
-    throw new ConformanceFailure(
-      `the model-based property was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${options.runs} runs: an interrupted run certifies nothing`,
-    );
-  }
-  const shrunk = outcome.value;
+  const failed = failedCase(outcome, "model-based property", options.runs);
+  if (failed === undefined) return;
+  const shrunk = failed.value;
   // A replay (--path) ran its one case once: that run is the finding. Otherwise the shrunk case runs
   // once more for a clean timeline (and to tell a deterministic failure from a timing-dependent one).
-  const replay = outcome.replay && last !== undefined ? last : await runScenario(subject, shrunk, { seed: options.seed });
-  const original = outcome.error;
+  const replay = failed.replay && last !== undefined ? last : await runScenario(subject, shrunk, { seed: options.seed });
+  const original = failed.error;
   const violates = replay.error?.violates ?? (ConformanceFailure.isInstance(original) ? original.violates : undefined);
   const note =
-    replay.error === undefined && !outcome.replay
+    replay.error === undefined && !failed.replay
       ? "the shrunk case passed on replay: the failure is not deterministic (timing-dependent); replay it a few times"
-      : outcome.shrinkingInterrupted
+      : failed.shrinkingInterrupted
         ? "the time limit cut shrinking short: this counterexample may not be the smallest"
         : undefined;
   const counterexample: Counterexample = {
-    seed: outcome.seed,
-    path: outcome.path,
+    seed: failed.seed,
+    path: failed.path,
     timeline: replay.timeline,
-    report: outcome.report,
+    report: failed.report,
     value: shrunk,
     ...(violates === undefined ? {} : { violates }),
     ...(note === undefined ? {} : { note }),
@@ -72,10 +68,10 @@ export async function runModelProperty(subject: LedgerSubject, options: Property
   throw new ConformanceFailure(
     [
       `the subject disagrees with the reference model${violates ? ` (breaks ${violates})` : ""}: ${firstLine}`,
-      outcome.replay ? `replayed the one case at seed ${outcome.seed}, path "${outcome.path}":` : `shrunk counterexample after ${outcome.numRuns} runs and ${outcome.numShrinks} shrinks:`,
+      failed.replay ? `replayed the one case at seed ${failed.seed}, path "${failed.path}":` : `shrunk counterexample after ${failed.numRuns} runs and ${failed.numShrinks} shrinks:`,
       ...replay.timeline.map((l) => `  ${l}`),
       note === undefined ? "" : `  (${note})`,
-      `seed ${outcome.seed}, path "${outcome.path}" (replay: --seed ${outcome.seed} --path "${outcome.path}")`,
+      `seed ${failed.seed}, path "${failed.path}" (replay: --seed ${failed.seed} --path "${failed.path}")`,
     ]
       .filter((l) => l !== "")
       .join("\n"),

@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { ConformanceFailure, show } from "../failure.js";
 import type { LedgerSubject } from "../types.js";
 import { seededKey } from "./context.js";
-import { propertyRunOptions, runProperty } from "./property-runner.js";
+import { failedCase, propertyRunOptions, runProperty } from "./property-runner.js";
 import { claimNew, claimRequest, withFixture } from "./support.js";
 
 export const RESULT_PROPERTY_NAME = "random JSON texts (any Unicode, any layout) are replayed byte-for-byte";
@@ -45,26 +45,22 @@ export async function runResultProperty(subject: LedgerSubject, options: { runs:
       },
       propertyRunOptions(options),
     );
-    if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
-    if (outcome.kind === "interrupted") {
-      throw new ConformanceFailure(
-        `the random-JSON property was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${options.runs} runs: an interrupted run certifies nothing`,
-      );
-    }
-    const value = outcome.value;
-    const error = outcome.error instanceof Error ? outcome.error.message : String(outcome.error);
+    const failed = failedCase(outcome, "random-JSON property", options.runs);
+    if (failed === undefined) return;
+    const value = failed.value;
+    const error = failed.error instanceof Error ? failed.error.message : String(failed.error);
     throw new ConformanceFailure(
-      `${error}\n${outcome.replay ? "replayed one case" : `shrunk after ${outcome.numRuns} runs and ${outcome.numShrinks} shrinks`}; seed ${outcome.seed}, path "${outcome.path}"`,
+      `${error}\n${failed.replay ? "replayed one case" : `shrunk after ${failed.numRuns} runs and ${failed.numShrinks} shrinks`}; seed ${failed.seed}, path "${failed.path}"`,
       {
         counterexample: {
-          seed: outcome.seed,
-          path: outcome.path,
+          seed: failed.seed,
+          path: failed.path,
           timeline: [
             `t=1 claim k1 (keyed_write) by owner-a -> claimed`,
             `t=2 complete k1 with ${show(value)} (${Buffer.byteLength(value)} bytes) -> ok`,
             `t=3 claim/lookup/raw.read k1 -> ${error}`,
           ],
-          report: outcome.report,
+          report: failed.report,
           value,
           violates: "LEDGER-10",
         },

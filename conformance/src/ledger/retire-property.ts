@@ -9,7 +9,7 @@ import type { ClaimResult, Ledger, LedgerEffect } from "@dispatch-once/core";
 import { ConformanceFailure, codeOf, show } from "../failure.js";
 import type { Counterexample, LedgerSubject } from "../types.js";
 import { seededKey } from "./context.js";
-import { propertyRunOptions, runProperty } from "./property-runner.js";
+import { failedCase, propertyRunOptions, runProperty } from "./property-runner.js";
 import { LEASE_MS, TOOL_FOR, requestFor } from "./support.js";
 
 export const RETIRE_PROPERTY_NAME = "retire property: random claims with random claim ids, retires with release true or false, releases, completes and lease expiries agree with the LEDGER-28 model";
@@ -202,27 +202,25 @@ export async function runRetireProperty(subject: LedgerSubject, options: { runs:
     },
     propertyRunOptions(options),
   );
-  if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return;
-  if (outcome.kind === "interrupted") {
-    throw new ConformanceFailure(`the retire property was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${options.runs} runs: an interrupted run certifies nothing`);
-  }
-  const replay = outcome.replay && last !== undefined ? last : await runRetireScenario(subject, outcome.value, options.seed);
+  const failed = failedCase(outcome, "retire property", options.runs);
+  if (failed === undefined) return;
+  const replay = failed.replay && last !== undefined ? last : await runRetireScenario(subject, failed.value, options.seed);
   const counterexample: Counterexample = {
-    seed: outcome.seed,
-    path: outcome.path,
+    seed: failed.seed,
+    path: failed.path,
     timeline: replay.timeline,
-    report: outcome.report,
-    value: outcome.value,
+    report: failed.report,
+    value: failed.value,
     violates: "LEDGER-28",
-    ...(replay.error === undefined && !outcome.replay ? { note: "the shrunk case passed on replay: the failure is timing-dependent; replay it a few times" } : {}),
+    ...(replay.error === undefined && !failed.replay ? { note: "the shrunk case passed on replay: the failure is timing-dependent; replay it a few times" } : {}),
   };
-  const first = replay.error?.message ?? (outcome.error instanceof Error ? outcome.error.message : String(outcome.error));
+  const first = replay.error?.message ?? (failed.error instanceof Error ? failed.error.message : String(failed.error));
   throw new ConformanceFailure(
     [
       `the subject disagrees with the LEDGER-28 model: ${first}`,
-      outcome.replay ? `replayed the one case at seed ${outcome.seed}, path "${outcome.path}":` : `shrunk counterexample after ${outcome.numRuns} runs and ${outcome.numShrinks} shrinks:`,
+      failed.replay ? `replayed the one case at seed ${failed.seed}, path "${failed.path}":` : `shrunk counterexample after ${failed.numRuns} runs and ${failed.numShrinks} shrinks:`,
       ...replay.timeline.map((l) => `  ${l}`),
-      `seed ${outcome.seed}, path "${outcome.path}" (replay: --seed ${outcome.seed} --path "${outcome.path}")`,
+      `seed ${failed.seed}, path "${failed.path}" (replay: --seed ${failed.seed} --path "${failed.path}")`,
     ].join("\n"),
     { violates: "LEDGER-28", counterexample },
   );
