@@ -52,6 +52,15 @@ export const faultSchema = z.discriminatedUnion("kind", [
       timing: partialTiming.optional(),
     })
     .strict(),
+  z
+    .object({
+      kind: z.literal("splice"),
+      at: faultPositionSchema,
+      messageStart: z.boolean(),
+      lead: z.string().min(1).optional(),
+      timing: partialTiming.optional(),
+    })
+    .strict(),
   z.object({ kind: z.literal("timing"), timing: partialTiming }).strict(),
 ]);
 

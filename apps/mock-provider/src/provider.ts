@@ -248,8 +248,9 @@ function headerRecord(req: IncomingMessage): Record<string, string> {
   return out;
 }
 
-function positionalFault(fault: Fault | undefined): Extract<Fault, { at: unknown }> | undefined {
-  return fault && "at" in fault ? fault : undefined;
+/** A fault that cuts or holds the stream at its position (a splice plays on: handled before the stream). */
+function positionalFault(fault: Fault | undefined): Exclude<Extract<Fault, { at: unknown }>, { kind: "splice" }> | undefined {
+  return fault && "at" in fault && fault.kind !== "splice" ? fault : undefined;
 }
 
 class Provider implements MockProvider {
@@ -861,12 +862,34 @@ class Provider implements MockProvider {
         thinking: thinkingEnabled(request),
         redactedThinking: redactedThinkingRequested(request),
       });
-      const positional = positionalFault(fault);
+      const positional = fault && "at" in fault ? fault : undefined;
       if (positional) {
         if (!stream && positional.kind !== "reset" && positional.kind !== "tcp_reset" && positional.kind !== "hold") {
           throw new MockProviderError("fault_not_applicable", `fault ${positional.kind} applies to streaming requests only`);
         }
         cutAt = resolvePosition(positional.at, rendered.events);
+      }
+      if (fault?.kind === "splice") {
+        if (cutAt === undefined) throw new MockProviderError("fault_not_applicable", "fault splice needs a position of events, not afterMs");
+        const again = forcedByToolChoice(request, await this.script(request));
+        const lead = fault.lead;
+        const second = lead === undefined ? again : { ...again, content: [{ type: "text" as const, text: lead }, ...again.content] };
+        checkTurn(second, declared ?? new Set());
+        // Rendered as the next attempt's response: other ids, fragments and wording, as a second upstream request gets.
+        const spliced = renderTurn(second, {
+          seed: this.seed,
+          bodyHash,
+          attempt: attempt + 1,
+          model: request.model,
+          inputTokens: Math.max(1, Math.ceil(canonicalBody.length / 4)),
+          pings: this.pings,
+          idSalt: `${this.generation}:splice`,
+          thinking: thinkingEnabled(request),
+          redactedThinking: redactedThinkingRequested(request),
+        });
+        const tail = fault.messageStart ? spliced.events : spliced.events.filter((e) => e.type !== "message_start");
+        rendered = { ...rendered, events: [...rendered.events.slice(0, cutAt), ...tail], toolUses: [...rendered.toolUses, ...spliced.toolUses] };
+        cutAt = undefined;
       }
     } catch (e) {
       const message = e instanceof MockProviderError ? `${e.code}: ${e.message}` : e instanceof Error ? e.message : String(e);
@@ -883,6 +906,11 @@ class Provider implements MockProvider {
     record.toolUses = rendered.toolUses.map(({ id, name, input, json, fragments }) => ({ id, name, input, json, fragments }));
 
     if (!stream) return this.respondWhole(req, res, record, rendered, fault, timing);
+    if (fault?.kind === "splice") {
+      // The spliced events are already in the rendered body: it plays to the end, no cut.
+      record.faultFired = true;
+      return this.respondStream(req, res, record, rendered, undefined, undefined, timing);
+    }
     return this.respondStream(req, res, record, rendered, fault, cutAt, timing);
   }
 

@@ -127,6 +127,16 @@ export type Fault =
       shouldRetry?: boolean;
       timing?: Partial<Timing>;
     }
+  /**
+   * A proxy that sent the request again after its upstream died splices the new response into
+   * this body: instead of the event at `at` (a position of events, not `afterMs`), the response
+   * the script gives the same request again (fresh ids and per-response variation) follows, to its
+   * `message_stop`. With `messageStart` it begins with its own `message_start` (the shape STREAM-8
+   * names); without, with its first `content_block_start` at index 0 (STREAM-17's shape). `lead`
+   * puts a text block first in it (a model that wrote a sentence before its call this time), so
+   * without `messageStart` a text block lands on the index of this response's first block.
+   */
+  | { kind: "splice"; at: FaultPosition; messageStart: boolean; lead?: string; timing?: Partial<Timing> }
   /** No fault, only different delays for this response. */
   | { kind: "timing"; timing: Partial<Timing> };
 

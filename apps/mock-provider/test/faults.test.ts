@@ -327,3 +327,57 @@ describe("replays and the client side", () => {
     expect(provider.held).toEqual([]);
   });
 });
+
+describe("splice (a proxy that sent the request again splices the new response into the body)", () => {
+  const pay = scriptFromPlans({ "pay acme": turn(toolUse("send_payment", payment)) });
+  async function events(fault: Fault) {
+    const { provider, client } = await setup({ script: pay });
+    provider.faults.enqueue(fault);
+    const stream = await client.messages.create({ ...body("pay acme"), stream: true });
+    const seen: any[] = [];
+    for await (const event of stream) seen.push(event);
+    return { seen, record: provider.requests[0]! };
+  }
+
+  it("with its message_start: a second message begins after the first one's call (STREAM-8's shape)", async () => {
+    const { seen, record } = await events({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart: true });
+    const starts = seen.filter((e) => e.type === "message_start");
+    expect(starts).toHaveLength(2);
+    expect(starts[1].message.id).not.toBe(starts[0].message.id);
+    const blocks = seen.filter((e) => e.type === "content_block_start");
+    expect(blocks.map((e) => [e.index, e.content_block.type])).toEqual([
+      [0, "tool_use"],
+      [0, "tool_use"],
+    ]);
+    expect(blocks[1].content_block.id).not.toBe(blocks[0].content_block.id);
+    expect(seen.filter((e) => e.type === "message_stop")).toHaveLength(1);
+    expect(seen.at(-1).type).toBe("message_stop");
+    expect(record).toMatchObject({ outcome: "complete", faultFired: true });
+  });
+
+  it("without it, led by text: a text block lands on the index of the call that completed (STREAM-17's shape)", async () => {
+    const { seen } = await events({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart: false, lead: "Paying acme now." });
+    expect(seen.filter((e) => e.type === "message_start")).toHaveLength(1);
+    const types = seen.map((e) => e.type);
+    const firstStop = types.indexOf("content_block_stop");
+    expect(seen[firstStop + 1]).toMatchObject({ type: "content_block_start", index: 0, content_block: { type: "text" } });
+    expect(seen.filter((e) => e.type === "content_block_start").map((e) => [e.index, e.content_block.type])).toEqual([
+      [0, "tool_use"],
+      [0, "text"],
+      [1, "tool_use"],
+    ]);
+    expect(seen.filter((e) => e.type === "message_stop")).toHaveLength(1);
+  });
+
+  it("is refused at a position that is a time, and on a request that does not stream (fault_not_applicable)", async () => {
+    const { provider, client } = await setup({ script: pay });
+    provider.faults.enqueue({ kind: "splice", at: { afterMs: 5 }, messageStart: true });
+    provider.faults.enqueue({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart: true });
+    const timed = await rejection(client.messages.create({ ...body("pay acme"), stream: true }));
+    const whole = await rejection(client.messages.create(body("pay acme")));
+    for (const error of [timed, whole]) {
+      expect(error).toBeInstanceOf(APIError);
+      expect(String(error.message)).toContain("fault_not_applicable");
+    }
+  });
+});
