@@ -1,5 +1,5 @@
 /** Every error the mock raises in-process is a MockOpenAIError with a stable `code`. */
-export type MockOpenAIErrorCode = "invalid_fault" | "invalid_option" | "fault_position_unreachable" | "invalid_turn" | "no_plan" | "no_held_stream";
+export type MockOpenAIErrorCode = "invalid_fault" | "invalid_option" | "fault_position_unreachable" | "invalid_turn" | "no_plan" | "no_held_stream" | "fault_not_applicable";
 
 export class MockOpenAIError extends Error {
   readonly code: MockOpenAIErrorCode;

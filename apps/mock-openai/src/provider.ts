@@ -7,7 +7,7 @@ import { z } from "zod";
 import { MockOpenAIError } from "./errors.js";
 import { sha256Hex, stableStringify } from "./random.js";
 import { renderResponse, resolvePosition } from "./render.js";
-import { forcedByToolChoice } from "./script.js";
+import { forcedByToolChoice, text } from "./script.js";
 import type { CutKind, Fault, FaultPlan, RequestRecord, ResponsesRequest, Script, SentEvent, Timing } from "./types.js";
 
 export interface MockOpenAIOptions {
@@ -81,6 +81,7 @@ const faultSchema = z.union([
   z.object({ kind: z.enum(["error_event", "failed_event"]), at: positionSchema, code: z.string().optional(), message: z.string().optional(), timing: timingSchema.optional() }).strict(),
   z.object({ kind: z.literal("incomplete_event"), at: positionSchema, reason: z.string().min(1).optional(), timing: timingSchema.optional() }).strict(),
   z.object({ kind: z.literal("status"), status: z.number().int().min(400).max(599), shouldRetry: z.boolean().optional() }).strict(),
+  z.object({ kind: z.literal("splice"), at: positionSchema, responseCreated: z.boolean(), lead: z.string().min(1).optional(), timing: timingSchema.optional() }).strict(),
 ]);
 
 /** Parse a fault from untrusted input (control endpoint, `x-mock-fault` header). */
@@ -241,6 +242,18 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
       record.scripted = scripted;
       rendered = renderResponse(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model });
       if (fault !== undefined && stream) cutAt = resolvePosition(fault.at, rendered.events);
+      if (fault?.kind === "splice") {
+        if (!stream) throw new MockOpenAIError("fault_not_applicable", "fault splice applies to streaming requests only");
+        const again = forcedByToolChoice(parsed.data as ResponsesRequest, options.script(parsed.data as ResponsesRequest));
+        const second = fault.lead === undefined ? again : { ...again, output: [text(fault.lead), ...again.output] };
+        // Rendered as the next attempt's response: other ids, fragments and wording, as a second upstream request gets.
+        const spliced = renderResponse(second, { seed, bodyHash, attempt: attempt + 1, salt: `${generation}:splice`, model: parsed.data.model });
+        const tail = fault.responseCreated ? spliced.events : spliced.events.filter((e) => e.type !== "response.created");
+        rendered = { ...rendered, events: [...rendered.events.slice(0, cutAt), ...tail], calls: [...rendered.calls, ...spliced.calls] };
+        // The spliced events are in the body now: it plays to the end, no cut.
+        record.faultFired = true;
+        cutAt = undefined;
+      }
     } catch (error) {
       return fail(500, "script_error", `${(error as { code?: string }).code ?? "script_error"}: ${(error as Error).message}`, "server_error");
     }
@@ -326,7 +339,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
         record.outcome = "client_closed";
         return;
       }
-      if (fault !== undefined && i === cutAt) {
+      if (fault !== undefined && fault.kind !== "splice" && i === cutAt) {
         if (fault.kind !== "hold") return cut(fault.kind, i, fault.kind === "error_event" || fault.kind === "failed_event" || fault.kind === "incomplete_event" ? fault : {});
         record.faultFired = true;
         const action = await holdHere(i);

@@ -87,7 +87,17 @@ export type Fault =
   | { kind: "error_event"; at: FaultPosition; code?: string; message?: string; timing?: Partial<Timing> }
   | { kind: "failed_event"; at: FaultPosition; code?: string; message?: string; timing?: Partial<Timing> }
   | { kind: "incomplete_event"; at: FaultPosition; reason?: string; timing?: Partial<Timing> }
-  | { kind: "status"; status: number; shouldRetry?: boolean };
+  | { kind: "status"; status: number; shouldRetry?: boolean }
+  /**
+   * A proxy that sent the request again after its upstream died splices the new response into
+   * this body: instead of the event at `at`, the response the script gives the same request again
+   * (fresh ids, the next attempt's variation) follows, to its `response.completed`. With
+   * `responseCreated` it begins with its own `response.created` (the shape STREAM-8 names); without,
+   * its first item restarts at output_index 0 (STREAM-17's shape). `lead` puts a message item first
+   * in it (a model that wrote a sentence before its call this time), so without `responseCreated` a
+   * message lands on the position of this response's first item. Streaming requests only.
+   */
+  | { kind: "splice"; at: FaultPosition; responseCreated: boolean; lead?: string; timing?: Partial<Timing> };
 
 /** How `cutNow()` ends a held stream: the positional fault kinds. */
 export type CutKind = "reset" | "clean_close" | "error_event" | "failed_event" | "incomplete_event";

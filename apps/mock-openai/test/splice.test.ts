@@ -1,0 +1,55 @@
+import OpenAI from "openai";
+import { afterEach, describe, expect, it } from "vitest";
+import { call, respond, scriptFromPlans, startMockOpenAI, type Fault, type MockOpenAI } from "../src/index.js";
+
+const script = scriptFromPlans({ "pay acme": respond(call("send_payment", { payee: "acme", amount: 125000 })) });
+let mock: MockOpenAI | undefined;
+afterEach(async () => {
+  await mock?.close();
+  mock = undefined;
+});
+
+async function events(fault: Fault) {
+  mock = await startMockOpenAI({ script, seed: "splice" });
+  mock.queueFault(fault);
+  const client = new OpenAI({ baseURL: mock.baseURL, apiKey: "k", maxRetries: 0 });
+  const stream = await client.responses.create({ model: "gpt-test", input: "pay acme", stream: true });
+  const seen: any[] = [];
+  for await (const event of stream) seen.push(event);
+  return { seen, record: mock.requests[0]! };
+}
+
+const items = (seen: any[]) => seen.filter((e) => e.type === "response.output_item.added").map((e) => [e.output_index, e.item.type]);
+
+describe("splice (a proxy that sent the request again splices the new response into the body)", () => {
+  it("with its response.created: a second response begins after the first one's call (STREAM-8's shape)", async () => {
+    const { seen, record } = await events({ kind: "splice", at: { afterCallDone: 0 }, responseCreated: true });
+    const created = seen.filter((e) => e.type === "response.created");
+    expect(created).toHaveLength(2);
+    expect(created[1].response.id).not.toBe(created[0].response.id);
+    expect(items(seen)).toEqual([
+      [0, "function_call"],
+      [0, "function_call"],
+    ]);
+    expect(seen.filter((e) => e.type === "response.completed")).toHaveLength(1);
+    expect(record).toMatchObject({ outcome: "complete", faultFired: true });
+  });
+
+  it("without it, led by text: a message item lands on the position of the call that completed (STREAM-17's shape)", async () => {
+    const { seen } = await events({ kind: "splice", at: { afterCallDone: 0 }, responseCreated: false, lead: "Paying acme now." });
+    expect(seen.filter((e) => e.type === "response.created")).toHaveLength(1);
+    expect(items(seen)).toEqual([
+      [0, "function_call"],
+      [0, "message"],
+      [1, "function_call"],
+    ]);
+    expect(seen.at(-1).type).toBe("response.completed");
+  });
+
+  it("is refused on a request that does not stream (fault_not_applicable)", async () => {
+    mock = await startMockOpenAI({ script, seed: "splice" });
+    mock.queueFault({ kind: "splice", at: { afterCallDone: 0 }, responseCreated: true });
+    const client = new OpenAI({ baseURL: mock.baseURL, apiKey: "k", maxRetries: 0 });
+    await expect(client.responses.create({ model: "gpt-test", input: "pay acme" })).rejects.toThrow(/fault_not_applicable/);
+  });
+});
