@@ -249,7 +249,8 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
         // Rendered as the next attempt's response: other ids, fragments and wording, as a second upstream request gets.
         const spliced = renderResponse(second, { seed, bodyHash, attempt: attempt + 1, salt: `${generation}:splice`, model: parsed.data.model });
         const tail = fault.responseCreated ? spliced.events : spliced.events.filter((e) => e.type !== "response.created");
-        rendered = { ...rendered, events: [...rendered.events.slice(0, cutAt), ...tail], calls: [...rendered.calls, ...spliced.calls] };
+        rendered = { ...rendered, events: [...rendered.events.slice(0, cutAt), ...tail] };
+        record.splicedCalls = spliced.calls;
         // The spliced events are in the body now: it plays to the end, no cut.
         record.faultFired = true;
         cutAt = undefined;

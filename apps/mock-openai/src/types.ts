@@ -146,6 +146,8 @@ export interface RequestRecord {
   /** What the script said, before the per-response variation (ids, wording) was applied. */
   scripted?: ScriptedResponse;
   calls: RenderedCall[];
+  /** A `splice` fault's spliced response's calls (another response: not in `calls`). */
+  splicedCalls?: RenderedCall[];
   events: SentEvent[];
   outcome: ResponseOutcome;
   status?: number;

@@ -33,6 +33,9 @@ describe("splice (a proxy that sent the request again splices the new response i
     ]);
     expect(seen.filter((e) => e.type === "response.completed")).toHaveLength(1);
     expect(record).toMatchObject({ outcome: "complete", faultFired: true });
+    // The request log keeps the spliced response's calls apart: another response asked for them.
+    expect(record.calls).toHaveLength(1);
+    expect(record.splicedCalls).toHaveLength(1);
   });
 
   it("without it, led by text: a message item lands on the position of the call that completed (STREAM-17's shape)", async () => {

@@ -888,7 +888,8 @@ class Provider implements MockProvider {
           redactedThinking: redactedThinkingRequested(request),
         });
         const tail = fault.messageStart ? spliced.events : spliced.events.filter((e) => e.type !== "message_start");
-        rendered = { ...rendered, events: [...rendered.events.slice(0, cutAt), ...tail], toolUses: [...rendered.toolUses, ...spliced.toolUses] };
+        rendered = { ...rendered, events: [...rendered.events.slice(0, cutAt), ...tail] };
+        record.splicedToolUses = spliced.toolUses.map(({ id, name, input, json, fragments }) => ({ id, name, input, json, fragments }));
         cutAt = undefined;
       }
     } catch (e) {

@@ -215,6 +215,8 @@ export interface RequestRecord {
   turn?: AssistantTurn;
   /** The tool calls as rendered for this response: fresh ids, re-worded values. */
   toolUses: Array<{ id: string; name: string; input: Record<string, unknown>; json: string; fragments: string[] }>;
+  /** A `splice` fault's spliced response's tool_use blocks (another response: not in `toolUses`). */
+  splicedToolUses?: Array<{ id: string; name: string; input: Record<string, unknown>; json: string; fragments: string[] }>;
   events: SentEvent[];
   outcome: ResponseOutcome;
   status?: number;

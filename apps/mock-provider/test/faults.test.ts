@@ -353,6 +353,9 @@ describe("splice (a proxy that sent the request again splices the new response i
     expect(seen.filter((e) => e.type === "message_stop")).toHaveLength(1);
     expect(seen.at(-1).type).toBe("message_stop");
     expect(record).toMatchObject({ outcome: "complete", faultFired: true });
+    // The request log keeps the spliced response's calls apart: another response asked for them.
+    expect(record.toolUses).toHaveLength(1);
+    expect(record.splicedToolUses).toHaveLength(1);
   });
 
   it("without it, led by text: a text block lands on the index of the call that completed (STREAM-17's shape)", async () => {
