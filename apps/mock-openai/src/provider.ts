@@ -32,7 +32,11 @@ export interface MockOpenAIOptions {
    * @example 65_000
    */
   keepAliveTimeoutMs?: number;
+  /** Decides each request's fault (as `setFaultPlan` does from then on); default none. */
+  faultPlan?: FaultPlan;
 }
+
+const OPTION_NAMES = new Set(["script", "port", "host", "seed", "timing", "model", "logLimit", "keepAliveTimeoutMs", "faultPlan"]);
 
 /** A stream paused by a `hold` fault, waiting for `release()` or `cutNow()`. */
 export interface HeldStream {
@@ -117,6 +121,9 @@ interface LiveHold extends HeldStream {
 const sleep = (ms: number) => (ms > 0 ? new Promise<void>((r) => setTimeout(r, ms)) : Promise.resolve());
 
 export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockOpenAI> {
+  // A misspelt or unsupported option would be ignored silently (a faultPlan this mock did not read left every planned fault out).
+  const unknown = Object.keys(options).filter((k) => !OPTION_NAMES.has(k));
+  if (unknown.length > 0) throw new MockOpenAIError("invalid_option", `unknown option(s): ${unknown.join(", ")}`);
   const seed = options.seed ?? "0";
   if (options.logLimit !== undefined && !(Number.isInteger(options.logLimit) && options.logLimit >= 1)) {
     throw new MockOpenAIError("invalid_option", "logLimit must be a positive integer");
@@ -128,7 +135,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
   const requests: RequestRecord[] = [];
   const attempts = new Map<string, number>();
   const queued: Fault[] = [];
-  let plan: FaultPlan | undefined;
+  let plan: FaultPlan | undefined = options.faultPlan;
   // Request numbers keep counting when the log drops its oldest records (logLimit).
   let requestCounter = 0;
   const holds: LiveHold[] = [];

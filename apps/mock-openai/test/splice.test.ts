@@ -56,3 +56,17 @@ describe("splice (a proxy that sent the request again splices the new response i
     await expect(client.responses.create({ model: "gpt-test", input: "pay acme" })).rejects.toThrow(/fault_not_applicable/);
   });
 });
+
+describe("options", () => {
+  it("faultPlan given to startMockOpenAI plans the faults (as the Anthropic mock's option does)", async () => {
+    mock = await startMockOpenAI({ script, seed: "splice", faultPlan: (_request, info) => (info.attempt === 1 ? { kind: "splice", at: { afterCallDone: 0 }, responseCreated: true } : undefined) });
+    const client = new OpenAI({ baseURL: mock.baseURL, apiKey: "k", maxRetries: 0 });
+    const stream = await client.responses.create({ model: "gpt-test", input: "pay acme", stream: true });
+    for await (const _ of stream) void _;
+    expect(mock.requests[0]).toMatchObject({ faultFired: true, fault: { kind: "splice" } });
+  });
+
+  it("a misspelt option is refused with invalid_option, naming it, not ignored", async () => {
+    await expect(startMockOpenAI({ script, faultPlans: () => undefined } as never)).rejects.toMatchObject({ code: "invalid_option", message: expect.stringContaining("faultPlans") });
+  });
+});
