@@ -98,7 +98,16 @@ export type ProviderFault =
   | "error_after_call"
   | "close_before_finish"
   | "close_after_call"
-  | "cut_after_call";
+  | "cut_after_call"
+  /**
+   * A proxy that sent the request again after its upstream died splices the new response (the
+   * model's answer to the next attempt, its variation) into the body after the first call
+   * completed (the payment made): `splice_restart` with its `message_start` / `response.created`
+   * (STREAM-8), `splice_headless` without, led by a sentence whose text block / message item lands
+   * on the call's position (STREAM-17). Never in PROVIDER_FAULTS: drawn apart, after everything else.
+   */
+  | "splice_restart"
+  | "splice_headless";
 
 export interface ModelDraw {
   /** Payments by `send_payment_noted`, whose identity holds the memo: a re-worded memo is another key (IDENT-8's "free text inside an identity"). */
@@ -109,6 +118,8 @@ export interface ModelDraw {
   faults: ProviderFault[];
   /** Which spelling `number_spelling` writes (0: `N.0`, 1: exponent form). */
   spelling: number;
+  /** A splice on the `attempt`-th request (1..4) when `faults` leaves that request alone; drawn last of all, so absent from the seeds drawn before it. */
+  splice?: { attempt: number; shape: "splice_restart" | "splice_headless" };
 }
 
 const VARIATIONS: Variation[] = ["same", "same", "same", "number_spelling", "string_amount", "call_order", "extra_call", "missing_call", "split_payment", "text_only", "other_tool_first"];
@@ -121,13 +132,18 @@ function drawModel(random: () => number): ModelDraw | undefined {
   const variations = [0, 1, 2].map(() => VARIATIONS[Math.floor(random() * VARIATIONS.length)]!);
   const faults = [0, 1, 2, 3].map(() => PROVIDER_FAULTS[Math.floor(random() * PROVIDER_FAULTS.length)]!);
   const spelling = Math.floor(random() * 2);
-  return on ? { memoInIdentity, variations, faults, spelling } : undefined;
+  // Drawn after every earlier choice, so they stay what they were for every seed.
+  const spliceOn = random() < 0.5;
+  const spliceAttempt = 1 + Math.floor(random() * 4);
+  const shape = random() < 0.5 ? "splice_restart" : "splice_headless";
+  const splice = spliceOn && faults[spliceAttempt - 1] === "none" ? { splice: { attempt: spliceAttempt, shape } as const } : {};
+  return on ? { memoInIdentity, variations, faults, spelling, ...splice } : undefined;
 }
 
 const describeModel = (m: ModelDraw | undefined) =>
   m === undefined
     ? ""
-    : `; model${m.memoInIdentity ? " (memo in the identity)" : ""}: later responses ${m.variations.join(", ")}; requests ${m.faults.join(", ")}`;
+    : `; model${m.memoInIdentity ? " (memo in the identity)" : ""}: later responses ${m.variations.join(", ")}; requests ${m.faults.map((f, i) => (m.splice?.attempt === i + 1 ? m.splice.shape : f)).join(", ")}`;
 
 /** A call as the scripted model writes it. */
 interface PlannedCall {
@@ -197,8 +213,15 @@ const anthropicFault = (f: ProviderFault): AnthropicFault | undefined => {
       return { kind: "clean_close", at: { afterBlockStop: 0 } };
     case "cut_after_call":
       return { kind: "reset", at: { afterBlockStop: 0 } };
+    case "splice_restart":
+      return { kind: "splice", at: { afterBlockStop: 0 }, messageStart: true };
+    case "splice_headless":
+      return { kind: "splice", at: { afterBlockStop: 0 }, messageStart: false, lead: SPLICE_LEAD };
   }
 };
+
+/** The sentence a spliced response without its start begins with: on the call's position, another type (STREAM-17). */
+const SPLICE_LEAD = "Paying now.";
 
 const openaiFault = (f: ProviderFault, hasCall: boolean): openai.Fault | undefined => {
   // A response without a call has no call to complete: its "after the call" is before response.completed.
@@ -224,6 +247,10 @@ const openaiFault = (f: ProviderFault, hasCall: boolean): openai.Fault | undefin
       return { kind: "clean_close", at: afterCall };
     case "cut_after_call":
       return { kind: "reset", at: afterCall };
+    case "splice_restart":
+      return { kind: "splice", at: afterCall, responseCreated: true };
+    case "splice_headless":
+      return { kind: "splice", at: afterCall, responseCreated: false, lead: SPLICE_LEAD };
   }
 };
 
@@ -236,7 +263,17 @@ const openaiFault = (f: ProviderFault, hasCall: boolean): openai.Fault | undefin
 export function modelHooks(provider: ProviderKind, draw: ModelDraw): ModelHooks {
   const decided = new WeakMap<object, Variation>();
   const variationOf = (attempt: number) => (attempt <= 1 ? "same" : draw.variations[Math.min(attempt - 2, draw.variations.length - 1)]!);
-  const faultOf = (attempt: number) => draw.faults[attempt - 1] ?? "none";
+  const faultOf = (attempt: number): ProviderFault => (draw.splice?.attempt === attempt ? draw.splice.shape : draw.faults[attempt - 1] ?? "none");
+  // The mock asks the script again for a splice's response to the same request object: the model's answer to the next attempt.
+  const answered = new WeakSet<object>();
+  const splicedVariation = new WeakMap<object, Variation>();
+  const variationFor = (request: object) => {
+    if (!answered.has(request)) {
+      answered.add(request);
+      return decided.get(request) ?? "same";
+    }
+    return splicedVariation.get(request) ?? "same";
+  };
   if (provider === "openai") {
     const first = (request: openai.ResponsesRequest) => {
       const input = request.input;
@@ -249,12 +286,13 @@ export function modelHooks(provider: ProviderKind, draw: ModelDraw): ModelHooks 
         if (!first(request)) return undefined;
         const variation = variationOf(info.attempt);
         decided.set(request, variation);
+        splicedVariation.set(request, variationOf(info.attempt + 1));
         const answer = answerOf(openai.lastUserText(request) ?? "", draw, variation);
         return openaiFault(faultOf(info.attempt), typeof answer !== "string");
       },
       script: (request) => {
         if (!first(request)) return responsesPlans(request);
-        const answer = answerOf(openai.lastUserText(request) ?? "", draw, decided.get(request) ?? "same");
+        const answer = answerOf(openai.lastUserText(request) ?? "", draw, variationFor(request));
         if (typeof answer === "string") return openai.say(answer);
         return openai.respond(...answer.map((c) => openai.call(c.name, c.input, { ...(c.reword !== undefined ? { reword: c.reword } : {}), ...(c.spell !== undefined ? { spell: c.spell } : {}) })));
       },
@@ -266,11 +304,12 @@ export function modelHooks(provider: ProviderKind, draw: ModelDraw): ModelHooks 
     faultPlan: (request, info) => {
       if (!first(request)) return undefined;
       decided.set(request, variationOf(info.attempt));
+      splicedVariation.set(request, variationOf(info.attempt + 1));
       return anthropicFault(faultOf(info.attempt));
     },
     script: (request) => {
       if (!first(request)) return plans(request);
-      const answer = answerOf(lastUserText(request), draw, decided.get(request) ?? "same");
+      const answer = answerOf(lastUserText(request), draw, variationFor(request));
       if (typeof answer === "string") return turn(say(answer));
       return turn(...answer.map((c) => toolUse(c.name, c.input, { ...(c.reword !== undefined ? { reword: c.reword } : {}), ...(c.spell !== undefined ? { spell: c.spell } : {}) })));
     },
@@ -476,6 +515,24 @@ function committedCalls(turns: unknown[]): { name: string; input: Record<string,
   };
   walk(turns);
   return calls.map((c) => ({ name: c.name, input: c.input, result: results.get(c.id)?.text, isError: results.get(c.id)?.isError ?? false }));
+}
+
+/** Arguments compared as values, whatever the member order the response streamed them in. */
+const canonicalArgs = (v: unknown): string =>
+  v === null || typeof v !== "object" ? JSON.stringify(v) : Array.isArray(v) ? `[${v.map(canonicalArgs).join(",")}]` : `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonicalArgs((v as Record<string, unknown>)[k])}`).join(",")}}`;
+
+/**
+ * An answered message's committed calls are the calls of one response the model gave to its words,
+ * in its order (STREAM-8, STREAM-10, STREAM-17): a turn that mixes two responses (a proxy's splice
+ * taken in) commits calls nobody asked for together, even when each of them was asked for by one.
+ */
+function judgeOneResponse(messageId: string, content: string, turns: unknown[], asked: AskedResponse[]): string[] {
+  const calls = committedCalls(turns);
+  if (calls.length === 0) return [];
+  const sequence = (cs: { name: string; input: unknown }[]) => cs.map((c) => `${c.name} ${canonicalArgs(c.input)}`).join("; ");
+  const committed = sequence(calls);
+  if (asked.some((r) => r.userText === content && sequence(r.calls) === committed)) return [];
+  return [`mixed: ${messageId}'s committed calls [${committed}] are no one response's; the responses to "${content}" asked for ${asked.filter((r) => r.userText === content).map((r) => `[${sequence(r.calls)}]`).join(", ")}`];
 }
 
 /**
@@ -778,6 +835,7 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
       if (audit.messages[m.id] !== "answered") continue;
       const turns = await world.store.turnsOf(conversation, m.id);
       const named = new Set(JSON.stringify(turns).match(/\b(?:pay|inv)_[0-9a-f]{24}\b/g) ?? []);
+      if (s.model !== undefined) violations.push(...judgeOneResponse(m.id, m.content, turns, asked));
       if (s.model !== undefined && !askedAsPlanned(asked, m.content, s.model)) {
         violations.push(...judgeCommitted(m.id, turns, audit.effects, s.model));
         continue;

@@ -51,6 +51,16 @@ const CI_SEEDS: [Family, number, Model][] = [
   // "pay acme", the first stream closed cleanly after the call, the replay calls a read first, then
   // the payment (fails with FAULT_PLANT global-ordinal: the payment's ordinal becomes 1, another key, a second payment).
   ["server", 6012, "drawn"],
+  // The splice (README): a proxy that re-sent the request splices the new response into the body
+  // after the first call paid. "pay acme", Anthropic: the spliced response without its
+  // message_start, led by a sentence whose text block lands on the call's index (fails with
+  // FAULT_PLANT no-position-type, STREAM-17 out: three payments, the API refuses the orphan result).
+  ["server", 6047, "drawn"],
+  // "invoice acme", OpenAI: the same without response.created (fails with no-position-type: two invoices).
+  ["server", 6022, "drawn"],
+  // "pay acme and bob", Anthropic: the spliced response with its message_start, a read first (fails
+  // with FAULT_PLANT no-second-start, STREAM-8 out: "mixed", the committed turn holds a second acme payment).
+  ["server", 6185, "drawn"],
 ];
 /** "planned": the scenario without its provider dimension (CHAOS_MODEL=planned), as the seeds chosen before it ran. */
 type Model = "planned" | "drawn";

@@ -500,6 +500,8 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
           const last = Array.isArray(input) ? (input[input.length - 1] as { type?: string; role?: string } | undefined) : undefined;
           if (last === undefined || last.role !== "user") continue;
           out.push({ userText: openai.lastUserText(r.body as openai.ResponsesRequest) ?? "", calls: r.calls.map((c) => ({ name: c.name, input: c.arguments })), outcome: r.outcome });
+          // A splice's response is another response to the same request (the model answered twice).
+          if (r.splicedCalls !== undefined) out.push({ userText: openai.lastUserText(r.body as openai.ResponsesRequest) ?? "", calls: r.splicedCalls.map((c) => ({ name: c.name, input: c.arguments })), outcome: "spliced" });
         }
       } else {
         for (const r of provider.requests) {
@@ -507,6 +509,7 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
           const last = messages[messages.length - 1];
           if (last === undefined || last.role !== "user" || (Array.isArray(last.content) && last.content.some((b: { type?: string }) => b.type === "tool_result"))) continue;
           out.push({ userText: lastUserText(r.body as MessagesRequest), calls: r.toolUses.map((c) => ({ name: c.name, input: c.input })), outcome: r.outcome });
+          if (r.splicedToolUses !== undefined) out.push({ userText: lastUserText(r.body as MessagesRequest), calls: r.splicedToolUses.map((c) => ({ name: c.name, input: c.input })), outcome: "spliced" });
         }
       }
       return out;

@@ -13,8 +13,8 @@
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import pg from "pg";
-import { ConversationRunner as AnthropicRunner, TurnFailedError } from "@dispatch-once/anthropic";
-import { ConversationRunner as OpenAIRunner } from "@dispatch-once/openai";
+import { ConversationRunner as AnthropicRunner, TurnAccumulator, TurnFailedError } from "@dispatch-once/anthropic";
+import { ConversationRunner as OpenAIRunner, ResponsesTurnAccumulator } from "@dispatch-once/openai";
 import { Dispatcher, MemoryLedger, ToolError, ToolRegistry, defineTool, isDispatchOnceError, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { z } from "zod";
 import type { CrashPoint, CrashWorkerConfig, FailedRecord, FromWorker, SentResult, ToWorker } from "./crash-protocol.js";
@@ -33,7 +33,10 @@ const config = JSON.parse(process.argv[2]!) as CrashWorkerConfig;
  * calls a read first, or the calls in another order, gets new keys); "drop-commit-record" commits a
  * turn without the record the runner gives it (RECORD-8 broken: an earlier attempt's payment that
  * the committed turn does not answer is told nowhere); "ordinal-zero" dispatches every call at
- * ordinal 0 (DISPATCH-6 broken: a response's second identical call is answered with the first's result).
+ * ordinal 0 (DISPATCH-6 broken: a response's second identical call is answered with the first's result);
+ * "no-position-type" takes the position-type check out of both accumulators (STREAM-17 broken: a
+ * spliced response's text lands on a call that ran and its own call runs again); "no-second-start"
+ * takes out the check of a second message_start / response.created in one body (STREAM-8 broken).
  */
 const plants = new Set((process.env.FAULT_PLANT ?? "").split(",").filter((p) => p !== ""));
 const say = (message: FromWorker) => process.send?.(message);
@@ -306,6 +309,23 @@ if (plants.has("global-ordinal")) {
 }
 if (plants.has("ordinal-zero")) {
   dispatcher.turn = (context) => ({ dispatch: (call) => dispatcher.dispatch(call, { conversationId: context.conversationId, turnIndex: context.turnIndex, ordinal: 0 }) });
+}
+// The accumulators' checks are planted out from outside: each forgets what it needs to notice the splice.
+type Forgetful = { blockTypes?: Map<number, string>; itemTypes?: Map<number, string>; messageId?: string; responseId?: string };
+function forgetBefore(proto: { apply(event: never): unknown }, forget: (self: Forgetful, event: { type: string; index?: number; output_index?: number }) => void) {
+  const apply = proto.apply;
+  proto.apply = function (this: Forgetful, event: never) {
+    forget(this, event);
+    return apply.call(this, event);
+  };
+}
+if (plants.has("no-position-type")) {
+  forgetBefore(TurnAccumulator.prototype, (self, e) => void (e.type === "content_block_start" && self.blockTypes?.delete(e.index!)));
+  forgetBefore(ResponsesTurnAccumulator.prototype, (self, e) => void (e.type.startsWith("response.output_item.") && self.itemTypes?.delete(e.output_index!)));
+}
+if (plants.has("no-second-start")) {
+  forgetBefore(TurnAccumulator.prototype, (self, e) => void (e.type === "message_start" && delete self.messageId));
+  forgetBefore(ResponsesTurnAccumulator.prototype, (self, e) => void (e.type === "response.created" && delete self.responseId));
 }
 if (plants.has("drop-commit-record")) {
   const commit = store.commitTurn.bind(store);
