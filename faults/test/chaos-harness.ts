@@ -120,6 +120,12 @@ export interface ModelDraw {
   spelling: number;
   /** A splice on the `attempt`-th request (1..4) when `faults` leaves that request alone; drawn last of all, so absent from the seeds drawn before it. */
   splice?: { attempt: number; shape: "splice_restart" | "splice_headless" };
+  /**
+   * The runner sends a tool_choice that forces a call (STREAM-18: only with a message's first turn;
+   * later turns `auto`). A forced response is a call: the text variations answer as planned. Drawn
+   * after the splice; absent from the seeds drawn before it.
+   */
+  forceToolChoice?: boolean;
 }
 
 const VARIATIONS: Variation[] = ["same", "same", "same", "number_spelling", "string_amount", "call_order", "extra_call", "missing_call", "split_payment", "text_only", "other_tool_first"];
@@ -137,13 +143,14 @@ function drawModel(random: () => number): ModelDraw | undefined {
   const spliceAttempt = 1 + Math.floor(random() * 4);
   const shape = random() < 0.5 ? "splice_restart" : "splice_headless";
   const splice = spliceOn && faults[spliceAttempt - 1] === "none" ? { splice: { attempt: spliceAttempt, shape } as const } : {};
-  return on ? { memoInIdentity, variations, faults, spelling, ...splice } : undefined;
+  const force = random() < 0.25 ? { forceToolChoice: true } : {};
+  return on ? { memoInIdentity, variations, faults, spelling, ...splice, ...force } : undefined;
 }
 
 const describeModel = (m: ModelDraw | undefined) =>
   m === undefined
     ? ""
-    : `; model${m.memoInIdentity ? " (memo in the identity)" : ""}: later responses ${m.variations.join(", ")}; requests ${m.faults.map((f, i) => (m.splice?.attempt === i + 1 ? m.splice.shape : f)).join(", ")}`;
+    : `; model${m.memoInIdentity ? " (memo in the identity)" : ""}${m.forceToolChoice === true ? " (tool_choice forcing a call)" : ""}: later responses ${m.variations.join(", ")}; requests ${m.faults.map((f, i) => (m.splice?.attempt === i + 1 ? m.splice.shape : f)).join(", ")}`;
 
 /** A call as the scripted model writes it. */
 interface PlannedCall {
@@ -267,12 +274,18 @@ export function modelHooks(provider: ProviderKind, draw: ModelDraw): ModelHooks 
   // The mock asks the script again for a splice's response to the same request object: the model's answer to the next attempt.
   const answered = new WeakSet<object>();
   const splicedVariation = new WeakMap<object, Variation>();
-  const variationFor = (request: object) => {
+  const chosenFor = (request: object) => {
     if (!answered.has(request)) {
       answered.add(request);
       return decided.get(request) ?? "same";
     }
     return splicedVariation.get(request) ?? "same";
+  };
+  // A forced response is a call: a variation that answers with text answers as planned instead.
+  const textual = new Set<Variation>(["text_only", "missing_call"]);
+  const variationFor = (request: object): Variation => {
+    const v = chosenFor(request);
+    return draw.forceToolChoice === true && textual.has(v) ? "same" : v;
   };
   if (provider === "openai") {
     const first = (request: openai.ResponsesRequest) => {
@@ -663,7 +676,7 @@ interface Told {
 export async function runScenario(s: Scenario): Promise<Verdict> {
   const t0 = Date.now();
   const lap = (what: string) => process.env.CHAOS_TRACE && console.log(`[chaos ${s.seed}] ${Date.now() - t0} ms ${what}`);
-  const world = await makeWorld({ provider: s.provider, ledger: s.ledger, store: s.store, storeProxy: s.store === "postgres", ...(s.model !== undefined ? { model: modelHooks(s.provider, s.model) } : {}) });
+  const world = await makeWorld({ provider: s.provider, ledger: s.ledger, store: s.store, storeProxy: s.store === "postgres", ...(s.model !== undefined ? { model: modelHooks(s.provider, s.model), ...(s.model.forceToolChoice === true ? { forceToolChoice: true } : {}) } : {}) });
   const violations: string[] = [];
   const answers: Told[] = [];
   let first = "";

@@ -61,6 +61,10 @@ const CI_SEEDS: [Family, number, Model][] = [
   // "pay acme and bob", Anthropic: the spliced response with its message_start, a read first (fails
   // with FAULT_PLANT no-second-start, STREAM-8 out: "mixed", the committed turn holds a second acme payment).
   ["server", 6185, "drawn"],
+  // "pay acme", OpenAI, the runner's tool_choice forcing a call (STREAM-18): the paying stream reset after the
+  // call, the replays fail and the settler's re-send commits (fails with FAULT_PLANT force-every-turn: the
+  // choice kept on every turn, the model pays once per turn up to the turn limit, "more than asked: 8 effects").
+  ["server", 6023, "drawn"],
 ];
 /** "planned": the scenario without its provider dimension (CHAOS_MODEL=planned), as the seeds chosen before it ran. */
 type Model = "planned" | "drawn";

@@ -330,7 +330,7 @@ export function judgeAnswers(effects: Effect[], answers: readonly { who: string;
  */
 export type ModelHooks = { kind: "anthropic"; script: Script; faultPlan: FaultPlan } | { kind: "openai"; script: openai.Script; faultPlan: openai.FaultPlan };
 
-export async function makeWorld(options: { provider?: ProviderKind; ledger: LedgerKind; store: StoreKind; script?: () => Reply; storeProxy?: boolean; model?: ModelHooks }): Promise<World> {
+export async function makeWorld(options: { provider?: ProviderKind; ledger: LedgerKind; store: StoreKind; script?: () => Reply; storeProxy?: boolean; model?: ModelHooks; forceToolChoice?: boolean }): Promise<World> {
   const providerKind = options.provider ?? "anthropic";
   if (options.model !== undefined && options.model.kind !== providerKind) throw new Error(`model hooks for ${options.model.kind}, provider ${providerKind}`);
   const hooks = options.model;
@@ -434,6 +434,7 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
       ledger: ledgerOf,
       store: storeOf,
       leaseMs: LEASE_MS,
+      ...(options.forceToolChoice === true ? { forceToolChoice: true } : {}),
       ...crash,
     });
     started.push(process);

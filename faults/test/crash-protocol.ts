@@ -51,6 +51,8 @@ export interface CrashWorkerConfig {
    * itself ("kill"). Default "kill".
    */
   inTransaction?: "kill" | "stop";
+  /** The runner sends a tool_choice that forces a call (Anthropic `{ type: "any" }`, OpenAI `"required"`): STREAM-18 resets it after a message's first turn. */
+  forceToolChoice?: boolean;
 }
 
 /** "stop": the worker SIGSTOPs itself from its event loop, where no SQLite transaction is open (better-sqlite3's are synchronous). */

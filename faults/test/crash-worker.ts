@@ -36,7 +36,9 @@ const config = JSON.parse(process.argv[2]!) as CrashWorkerConfig;
  * ordinal 0 (DISPATCH-6 broken: a response's second identical call is answered with the first's result);
  * "no-position-type" takes the position-type check out of both accumulators (STREAM-17 broken: a
  * spliced response's text lands on a call that ran and its own call runs again); "no-second-start"
- * takes out the check of a second message_start / response.created in one body (STREAM-8 broken).
+ * takes out the check of a second message_start / response.created in one body (STREAM-8 broken);
+ * "force-every-turn" keeps a forcing tool_choice on every turn of a message (STREAM-18 broken: the
+ * runner told followUp is ignored, as resetToolChoice false does).
  */
 const plants = new Set((process.env.FAULT_PLANT ?? "").split(",").filter((p) => p !== ""));
 const say = (message: FromWorker) => process.send?.(message);
@@ -342,10 +344,12 @@ const shared = {
   pollMs: 20,
   owner: `crash-worker-${process.pid}`,
 };
+// A forcing tool choice, reset after the message's first turn (STREAM-18) unless planted out.
+const forcing = config.forceToolChoice === true ? (plants.has("force-every-turn") ? { resetToolChoice: false } : {}) : undefined;
 const runner =
   config.provider === "openai"
-    ? new OpenAIRunner({ ...shared, client: new OpenAI({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }), model: "gpt-test" })
-    : new AnthropicRunner({ ...shared, client: new Anthropic({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }), model: "claude-test" });
+    ? new OpenAIRunner({ ...shared, client: new OpenAI({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }), model: "gpt-test", ...(forcing !== undefined ? { params: { tool_choice: "required" as const }, ...forcing } : {}) })
+    : new AnthropicRunner({ ...shared, client: new Anthropic({ baseURL: config.providerUrl, apiKey: "test", maxRetries: 0 }), model: "claude-test", ...(forcing !== undefined ? { params: { tool_choice: { type: "any" as const } }, ...forcing } : {}) });
 
 process.on("message", (message: ToWorker) => {
   if (message.type === "stop") {
