@@ -18,7 +18,7 @@ export { randomSeed, resolveLedgerOptions, propertyTimeoutMs, endToEndTimeoutMs,
 export { checkContext, mulberry32, seededKey, type LedgerCheckContext } from "./context.js";
 export { PendingOperations, trackSubject } from "./tracking.js";
 export { skewProcessClock } from "./skew.js";
-export { startSilenceProxy, type SilenceProxy, type StoreAddress } from "../silent/silence-proxy.js";
+export { startSilenceProxy, storeAddressOf, urlVia, type SilenceProxy, type StoreAddress } from "../silent/silence-proxy.js";
 export { runProperty, valueAtPath, type PropertyOutcome, type PropertyRunOptions } from "./property-runner.js";
 export * from "./checks/index.js";
 export { MODEL_CHECK_NAME, runModelProperty, scenarioSteps } from "./property.js";

@@ -14,6 +14,28 @@ export interface StoreAddress {
   port: number;
 }
 
+/**
+ * The host and port of a store's connection URL (`postgres://…`, `redis://…`), `defaultPort` when
+ * it names none: what a subject's `raw.storeAddress` gives the kit.
+ * @example storeAddressOf(process.env.DATABASE_URL!, 5432)
+ */
+export function storeAddressOf(url: string, defaultPort: number): StoreAddress {
+  const parsed = new URL(url);
+  return { host: parsed.hostname, port: Number(parsed.port || defaultPort) };
+}
+
+/**
+ * The same connection URL (credentials, database, parameters) pointed at `via`, the kit's
+ * SilenceProxy: what a subject's `raw.openVia` opens its instance with.
+ * @example new PostgresLedger({ connectionString: urlVia(process.env.DATABASE_URL!, via) })
+ */
+export function urlVia(url: string, via: StoreAddress): string {
+  const parsed = new URL(url);
+  parsed.hostname = via.host;
+  parsed.port = String(via.port);
+  return parsed.toString();
+}
+
 export interface SilenceProxy {
   /** The proxy's own address: hand it to the ledger or conversation store instead of the store's. */
   readonly address: StoreAddress;

@@ -1,7 +1,7 @@
 // The PostgreSQL conversation store as a conformance subject. Every create() gets its own
 // schema; the raw hooks read and write the tables over the tests' own pool with plain SQL.
 import type { ConversationStore, JsonValue } from "@dispatch-once/core";
-import { skewStoreProcessClock, type ConversationStoreFixture, type ConversationStoreSubject, type RawMessage, type RawTurn } from "@dispatch-once/conformance";
+import { skewStoreProcessClock, storeAddressOf, urlVia, type ConversationStoreFixture, type ConversationStoreSubject, type RawMessage, type RawTurn } from "@dispatch-once/conformance";
 import { NOW_MS, PostgresConversationStore, tablesFor } from "../src/index.js";
 import { DATABASE_URL, adminPool, closedPort, dropSchema, uniqueSchema } from "./helpers.js";
 
@@ -95,16 +95,10 @@ export function createPostgresConversationSubject(
           // clockSkew: the store decides leases on the server's clock, never this process's, so another
           // instance whose calls run with this process's Date off must grant and respect the same leases.
           skewedInstance: async (offsetMs) => skewStoreProcessClock(open(), offsetMs),
-          storeAddress: async () => {
-            const url = new URL(DATABASE_URL);
-            return { host: url.hostname, port: Number(url.port || 5432) };
-          },
+          storeAddress: async () => storeAddressOf(DATABASE_URL, 5432),
           // An instance whose connections go through the kit's SilenceProxy: nothing here reaches the server.
           async openVia(via) {
-            const url = new URL(DATABASE_URL);
-            url.hostname = via.host;
-            url.port = String(via.port);
-            const other = new StoreClass({ connectionString: url.toString(), schema, poolConfig: { max: 4 }, timeoutMs: viaTimeoutMs, statementTimeoutMs: SILENT_BOUND_MS });
+            const other = new StoreClass({ connectionString: urlVia(DATABASE_URL, via), schema, poolConfig: { max: 4 }, timeoutMs: viaTimeoutMs, statementTimeoutMs: SILENT_BOUND_MS });
             stores.push(other);
             return other;
           },

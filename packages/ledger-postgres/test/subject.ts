@@ -1,5 +1,5 @@
 import type { Ledger } from "@dispatch-once/core";
-import { skewProcessClock, type LedgerFixture, type LedgerSubject } from "@dispatch-once/conformance/ledger";
+import { skewProcessClock, storeAddressOf, urlVia, type LedgerFixture, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 import type pg from "pg";
 import { PostgresLedger } from "../src/index.js";
 import {
@@ -74,17 +74,11 @@ export function createPostgresSubject(LedgerClass: typeof PostgresLedger = Postg
             others.push(other);
             return skewProcessClock(other, offsetMs);
           },
-          storeAddress: async () => {
-            const url = new URL(DATABASE_URL);
-            return { host: url.hostname, port: Number(url.port || 5432) };
-          },
+          storeAddress: async () => storeAddressOf(DATABASE_URL, 5432),
           // An instance whose connections go through the kit's SilenceProxy: nothing here reaches the store.
           // viaTimeoutMs is SILENT_BOUND_MS but in the planted test that removes the bound (a day).
           async openVia(via) {
-            const url = new URL(DATABASE_URL);
-            url.hostname = via.host;
-            url.port = String(via.port);
-            const other = new LedgerClass({ connectionString: url.toString(), poolConfig: { max: 4 }, timeoutMs: viaTimeoutMs, schema, ...options });
+            const other = new LedgerClass({ connectionString: urlVia(DATABASE_URL, via), poolConfig: { max: 4 }, timeoutMs: viaTimeoutMs, schema, ...options });
             others.push(other);
             return other;
           },

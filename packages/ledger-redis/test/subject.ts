@@ -1,5 +1,5 @@
 import type { Ledger } from "@dispatch-once/core";
-import { skewProcessClock, type LedgerSubject } from "@dispatch-once/conformance/ledger";
+import { skewProcessClock, storeAddressOf, urlVia, type LedgerSubject } from "@dispatch-once/conformance/ledger";
 import type { Redis } from "ioredis";
 import { RedisLedger } from "../src/index.js";
 import { EXPIRE_LEASE_LUA, REDIS_URL, closedPort, deleteByPrefix, parseStored, rawClient, uniquePrefix } from "./helpers.js";
@@ -77,16 +77,10 @@ export function createRedisSubject(LedgerClass: typeof RedisLedger = RedisLedger
             await raw.set(keyOf(key), "\u0000not a ledger row\n{}");
           },
           skewedInstance: async (offsetMs) => skewProcessClock(open(), offsetMs),
-          storeAddress: async () => {
-            const url = new URL(REDIS_URL);
-            return { host: url.hostname, port: Number(url.port || 6379) };
-          },
+          storeAddress: async () => storeAddressOf(REDIS_URL, 6379),
           // An instance whose connection goes through the kit's SilenceProxy (ioredis connects at once, unanswered).
           async openVia(via) {
-            const url = new URL(REDIS_URL);
-            url.hostname = via.host;
-            url.port = String(via.port);
-            const other = new LedgerClass({ url: url.toString(), prefix, allowShortRetentionForTests: true, commandTimeoutMs: viaCommandTimeoutMs, ...options });
+            const other = new LedgerClass({ url: urlVia(REDIS_URL, via), prefix, allowShortRetentionForTests: true, commandTimeoutMs: viaCommandTimeoutMs, ...options });
             ledgers.push(other);
             return other;
           },
