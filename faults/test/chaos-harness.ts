@@ -719,6 +719,7 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
       switch (s.action) {
         case "kill":
           await a.kill();
+          lap(`killed runner A (pid ${a.child.pid})`);
           killed.add(a);
           break;
         case "partition":
@@ -831,6 +832,7 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
     }
     // The parent's own reads can time out on a loaded machine (a reply beyond the reader's 5 s): read again.
     const audit = await auditAgain(() => world.audit(conversation));
+    lap(`audited${audit.waitedMs > 0 ? ` after waiting ${audit.waitedMs} ms for a live lease` : ""}; in-flight leases end ${audit.rows.flatMap((r) => (r.state === "in_flight" ? [`${r.leaseExpiresAt - audit.at} ms`] : [])).join(", ") || "(none)"} from the judging`);
     violations.push(...audit.violations, ...judgeAnswers(audit.effects, answers));
     // TURN-7: an answer is the message's whole answer: every turn committed for it, whoever committed it.
     for (const { who, messageId, answer } of answers) {
@@ -867,7 +869,7 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
       if (p.child.exitCode !== null || p.child.signalCode !== null) violations.push(`stray crash: runner ${p.child.pid} exited (${p.child.exitCode ?? p.child.signalCode})`);
     }
     if (violations.length > 0) {
-      violations.push(`effects: ${JSON.stringify(audit.effects)}`, `rows: ${JSON.stringify(audit.rows.map((r) => [r.key, r.state]))}`, `messages: ${JSON.stringify(audit.messages)}`);
+      violations.push(`effects: ${JSON.stringify(audit.effects)}`, `rows: ${JSON.stringify(audit.rows.map((r) => [r.key, r.state, ...(r.state === "in_flight" ? [`fence ${r.fence}`, r.owner, `claimed ${r.claimedAt - t0} ms`, `lease ends ${r.leaseExpiresAt - t0} ms`] : [])]))} (judged at ${audit.at - t0} ms, after waiting ${audit.waitedMs} ms for leases)`, `messages: ${JSON.stringify(audit.messages)}`);
       violations.push(`records: ${JSON.stringify(audit.records)}`, `answers: ${JSON.stringify(answers)}`);
     }
   } finally {

@@ -228,6 +228,10 @@ export interface Audit {
   records: RecordLike[];
   messages: Record<string, string>;
   violations: string[];
+  /** When the oracle judged (epoch ms, the parent's clock; the stores share the host's). */
+  at: number;
+  /** How long it waited for live leases of effects' rows to run out before reading again (leaseWaitMs). */
+  waitedMs: number;
 }
 
 const RESOURCE_ID = /\b(?:pay|inv)_[0-9a-f]{24}\b/g;
@@ -269,13 +273,41 @@ function judge(effects: Effect[], rows: LedgerRow[], log: string, records: Recor
     if (row === undefined) violations.push(`ledger: no row for key ${e.key}, whose effect ${e.resourceId} happened`);
     else if (row.state === "completed" && !row.result.includes(e.resourceId)) violations.push(`ledger: row ${e.key} completed with ${row.result}, not ${e.resourceId}`);
     // An expired in-flight row is an outcome nobody settled (its owner died): a reconciler's or a person's (LEDGER-25).
+    // A live one is judged only after the audit waited out every lease a dispatcher can have granted
+    // (leaseWaitMs): still live then, something holds it after every process answered.
     else if (row.state === "in_flight" ? row.leaseExpiresAt > now : row.state !== "completed" && row.state !== "unknown") {
-      violations.push(`ledger: row ${e.key} is ${row.state} although its effect ${e.resourceId} happened`);
+      const live = row.state === "in_flight" ? ` (its lease runs ${row.leaseExpiresAt - now} ms more, past the oracle's wait)` : "";
+      violations.push(`ledger: row ${e.key} is ${row.state} although its effect ${e.resourceId} happened${live}`);
     }
   }
   for (const row of rows) if (row.state === "completed" && !byKey.has(row.key)) violations.push(`ledger: row ${row.key} completed without an effect`);
   return violations;
 }
+
+/** How far the parent's clock and the ledger's (the same host's) may disagree when reading a lease. */
+const CLOCK_SLACK_MS = 50;
+
+/**
+ * How long the oracle waits before it judges the rows: until the last live lease of an effect's
+ * in-flight row has run out, when that is within `leaseMs` (the longest lease a dispatcher grants).
+ * A holder that died after the effect (SIGKILL at after_accept) still owns its row, in flight,
+ * until its lease runs out and a claim acts on it (LEDGER-7, LEDGER-16): the settler can commit a
+ * resumed turn that lists the row as may_have_happened (RECORD-8) within that lease (seed 6028:
+ * read 9 ms before the lease ended), and reading the rows then judges the timing, not the rule.
+ * A lease longer than `leaseMs` is not waited for: the judge reports it.
+ */
+export function leaseWaitMs(effects: readonly Effect[], rows: readonly LedgerRow[], now: number, leaseMs: number): number {
+  const keys = new Set(effects.map((e) => e.key));
+  let wait = 0;
+  for (const row of rows) {
+    if (row.state !== "in_flight" || !keys.has(row.key)) continue;
+    const left = row.leaseExpiresAt - now;
+    if (left > 0 && left <= leaseMs + CLOCK_SLACK_MS) wait = Math.max(wait, left + CLOCK_SLACK_MS);
+  }
+  return wait;
+}
+
+export { judge as judgeLedger };
 
 /** Every named point, with the passage that stops the runner (after_commit #1: the turn that paid; #2: the last). */
 export const EVERY_POINT: [CrashPoint, number][] = [
@@ -424,6 +456,28 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
     // Closed before the schema is dropped (cleanups run last to first).
     cleanups.push(() => started.close());
   }
+  /** What the oracle reads: the effect log, the conversation's rows, its log, records and messages. */
+  const readAudit = async (conversationId: string) => {
+    const effects = payments
+      .effects()
+      .filter((e) => e.account === account)
+      .map((e) => ({ kind: e.kind, key: e.idempotencyKey ?? "", resourceId: e.resourceId, payload: e.payload, at: Date.parse(e.at) }));
+    const rows: LedgerRow[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await ledger.listRows!({ conversationId, ...(cursor !== undefined ? { cursor } : {}) });
+      rows.push(...page.rows);
+      cursor = page.cursor;
+    } while (cursor !== undefined);
+    const log = JSON.stringify(await store.log(conversationId));
+    const records = (await store.records(conversationId)) as unknown as RecordLike[];
+    const messages: Record<string, string> = {};
+    for (const id of ["m1", "m2", "m3"]) {
+      const m = await store.message(conversationId, id);
+      if (m !== undefined) messages[id] = m.state;
+    }
+    return { effects, rows, log, records, messages };
+  };
   const started: RunnerProcess[] = [];
   const spawnRunner = (crash: RunnerOptions, ledgerOf: LedgerConfig, storeOf: ConversationStoreConfig) => {
     const process = new RunnerProcess({
@@ -473,25 +527,15 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
     files: { ...(ledgerConfig.kind === "sqlite" ? { ledger: ledgerConfig.path } : {}), ...(storeConfig.kind === "sqlite" ? { store: storeConfig.path } : {}) },
     ...(redisUrl !== undefined ? { redisUrl } : {}),
     audit: async (conversationId) => {
-      const effects = payments
-        .effects()
-        .filter((e) => e.account === account)
-        .map((e) => ({ kind: e.kind, key: e.idempotencyKey ?? "", resourceId: e.resourceId, payload: e.payload, at: Date.parse(e.at) }));
-      const rows: LedgerRow[] = [];
-      let cursor: string | undefined;
-      do {
-        const page = await ledger.listRows!({ conversationId, ...(cursor !== undefined ? { cursor } : {}) });
-        rows.push(...page.rows);
-        cursor = page.cursor;
-      } while (cursor !== undefined);
-      const log = JSON.stringify(await store.log(conversationId));
-      const records = (await store.records(conversationId)) as unknown as RecordLike[];
-      const messages: Record<string, string> = {};
-      for (const id of ["m1", "m2", "m3"]) {
-        const m = await store.message(conversationId, id);
-        if (m !== undefined) messages[id] = m.state;
+      let read = await readAudit(conversationId);
+      const wait = leaseWaitMs(read.effects, read.rows, Date.now(), LEASE_MS);
+      if (wait > 0) {
+        await new Promise((resolve) => setTimeout(resolve, wait));
+        read = await readAudit(conversationId);
       }
-      return { effects, rows, log, records, messages, violations: judge(effects, rows, log, records, Date.now()) };
+      const { effects, rows, log, records } = read;
+      const at = Date.now();
+      return { ...read, violations: judge(effects, rows, log, records, at), at, waitedMs: wait };
     },
     asked: () => {
       const out: AskedResponse[] = [];
