@@ -65,6 +65,12 @@ const CI_SEEDS: [Family, number, Model][] = [
   // call, the replays fail and the settler's re-send commits (fails with FAULT_PLANT force-every-turn: the
   // choice kept on every turn, the model pays once per turn up to the turn limit, "more than asked: 8 effects").
   ["server", 6023, "drawn"],
+  // "invoice acme", PostgreSQL ledger: the runner killed after the invoice was created, before its
+  // row completed; the settler's resumed turn (the model writes the amount as a string, refused)
+  // commits within the dead runner's lease and lists the row as may_have_happened (RECORD-8). The
+  // oracle waits the lease out before it judges the row (it once judged it 9 ms early); fails with
+  // FAULT_PLANT=long-lease (a dispatcher lease of 60 s: the dead holder's row live past any wait).
+  ["server", 6028, "drawn"],
 ];
 /** "planned": the scenario without its provider dimension (CHAOS_MODEL=planned), as the seeds chosen before it ran. */
 type Model = "planned" | "drawn";

@@ -297,7 +297,9 @@ store.commitTurn = async (conversationId, commit) => {
 const dispatcher = new Dispatcher({
   tools,
   ledger,
-  leaseMs: config.leaseMs,
+  // long-lease: a dispatcher lease far past the suite's (a dead claimant's row live for a minute),
+  // which the oracle's wait for leases must not hide (leaseWaitMs).
+  leaseMs: plants.has("long-lease") ? 60_000 : config.leaseMs,
   waitMs: 15_000,
   pollMs: 20,
   owner: `crash-worker-${process.pid}`,
