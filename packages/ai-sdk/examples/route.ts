@@ -3,7 +3,10 @@ import { ToolError, type Ledger } from "@dispatch-once/core";
 import { createOnceTools, dispatchOnceOf, type UnansweredCallRecord } from "@dispatch-once/ai-sdk";
 import { z } from "zod";
 
-/** `tell` shows the user what the turn did that its answer does not say (AISDK-14), e.g. as a notice in the chat. */
+/**
+ * `model`: wrapped with `providerToolsGuard()` (below: tools the provider runs itself are refused, AISDK-15).
+ * `tell` shows the user what the turn did that its answer does not say (AISDK-14), e.g. as a notice in the chat.
+ */
 export function chatRoute(model: LanguageModel, ledger: Ledger, paymentsUrl: string, tell: (chatId: string, calls: UnansweredCallRecord[]) => void) {
   const sendPayment = tool({
     description: "Pay a payee",

@@ -4,10 +4,10 @@ import { createAnthropic } from "@ai-sdk/anthropic";
 import { MemoryLedger, isDispatchOnceError } from "@dispatch-once/core";
 import { say, scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
 import { startMockPayments } from "@dispatch-once/mock-payments";
-import type { UIMessage } from "ai";
+import { wrapLanguageModel, type UIMessage } from "ai";
 import { describe, expect, it } from "vitest";
 import { chatRoute } from "../examples/route.js";
-import type { UnansweredCallRecord } from "../src/index.js";
+import { providerToolsGuard, type UnansweredCallRecord } from "../src/index.js";
 import { drain, outputsOf, settled } from "./helpers.js";
 
 describe("README", () => {
@@ -23,7 +23,9 @@ describe("README", () => {
     const payments = await startMockPayments({ requireIdempotencyKey: true });
     const provider = await startMockProvider({ seed: "readme", script: scriptFromPlans({ "pay acme": turn(toolUse("send_payment", { payee: "acme", amount: 12_500 })) }) });
     try {
-      const route = chatRoute(createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), new MemoryLedger(), payments.url, () => {});
+      // As the README says: the model the route gets is guarded (AISDK-15).
+      const model = wrapLanguageModel({ model: createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), middleware: providerToolsGuard() });
+      const route = chatRoute(model, new MemoryLedger(), payments.url, () => {});
       const ask: UIMessage = { id: "m1", role: "user", parts: [{ type: "text", text: "pay acme" }] };
       const first = outputsOf(await drain((await route("chat_readme", [ask])).fullStream));
       const regenerated = outputsOf(await drain((await route("chat_readme", [ask])).fullStream));
