@@ -17,8 +17,6 @@ function parse(text: unknown): JsonValue {
 
 /** `StoreClass` is the class to certify (a blind round's mutant of it, test/round-k-blind.test.ts). */
 export function createSqliteConversationSubject(name = "conversation-sqlite", StoreClass: typeof SqliteConversationStore = SqliteConversationStore): ConversationStoreSubject {
-  let root: string | undefined;
-  let counter = 0;
   return {
     name,
     // silentStore: n/a. SQLite is a library in this process over a local file: no connection can go
@@ -28,8 +26,8 @@ export function createSqliteConversationSubject(name = "conversation-sqlite", St
     async create(): Promise<ConversationStoreFixture> {
       // The kit checks semantics, not the disk: a memory-backed filesystem keeps
       // synchronous=FULL (the default) cheap. The restart and race tests use a real temp dir.
-      root ??= mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : tmpdir(), "conversation-sqlite-conformance-"));
-      const dir = mkdtempSync(join(root, `f${++counter}-`));
+      // One directory per fixture, removed by its destroy (a shared root outlived every process).
+      const dir = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : tmpdir(), "conversation-sqlite-conformance-"));
       const path = join(dir, "conversations.db");
       const stores: SqliteConversationStore[] = [];
       const open = (): SqliteConversationStore => {
