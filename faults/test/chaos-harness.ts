@@ -672,11 +672,27 @@ interface Told {
   at?: number;
 }
 
+/**
+ * Counts the mock's calls of the drawn fault plan. None while first requests were served means the
+ * provider dimension never ran: mock-openai once ignored `faultPlan`, and a build of it older
+ * than that fix (dist/ is not rebuilt by tsx or vitest) still does, silently (every response "same").
+ */
+function counted(hooks: ModelHooks): { hooks: ModelHooks; consults: () => number } {
+  let n = 0;
+  const plan = hooks.faultPlan as (...args: unknown[]) => unknown;
+  const faultPlan = (...args: unknown[]) => {
+    n++;
+    return plan(...args);
+  };
+  return { hooks: { ...hooks, faultPlan } as ModelHooks, consults: () => n };
+}
+
 /** Runs one scenario in a world of its own and judges it. */
 export async function runScenario(s: Scenario): Promise<Verdict> {
   const t0 = Date.now();
   const lap = (what: string) => process.env.CHAOS_TRACE && console.log(`[chaos ${s.seed}] ${Date.now() - t0} ms ${what}`);
-  const world = await makeWorld({ provider: s.provider, ledger: s.ledger, store: s.store, storeProxy: s.store === "postgres", ...(s.model !== undefined ? { model: modelHooks(s.provider, s.model), ...(s.model.forceToolChoice === true ? { forceToolChoice: true } : {}) } : {}) });
+  const hooks = s.model !== undefined ? counted(modelHooks(s.provider, s.model)) : undefined;
+  const world = await makeWorld({ provider: s.provider, ledger: s.ledger, store: s.store, storeProxy: s.store === "postgres", ...(s.model !== undefined && hooks !== undefined ? { model: hooks.hooks, ...(s.model.forceToolChoice === true ? { forceToolChoice: true } : {}) } : {}) });
   const violations: string[] = [];
   const answers: Told[] = [];
   let first = "";
@@ -858,6 +874,12 @@ export async function runScenario(s: Scenario): Promise<Verdict> {
       if (named.size !== ASKED[m.content]) violations.push(`not done once: ${m.id} ("${m.content}") was answered naming ${named.size} effects (${[...named].join(", ")}), not ${ASKED[m.content]}`);
     }
     if (s.model !== undefined) violations.push(...judgeAsked(audit.effects, asked, messages, s.model));
+    // A held first response (after_complete, kill) takes the queued hold instead of the plan.
+    const served = asked.filter((r) => r.outcome !== "spliced").length;
+    const held = s.crashAt === "after_complete" && s.action === "kill" ? 1 : 0;
+    if (hooks !== undefined && hooks.consults() === 0 && served > held) {
+      violations.push(`harness: the ${s.provider} mock served ${served} first request(s) and never consulted the drawn fault plan: the provider dimension did not run (a stale build of the mock? pnpm turbo run build --filter @dispatch-once/mock-${s.provider === "openai" ? "openai" : "provider"})`);
+    }
     violations.push(...judgeToldInAnswers(audit.effects, audit.rows, answers));
     for (const m of messages) {
       const state = audit.messages[m.id];
