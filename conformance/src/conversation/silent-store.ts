@@ -15,8 +15,7 @@
 import { isDeepStrictEqual } from "node:util";
 import type { ConversationStore, JsonValue } from "@dispatch-once/core";
 import { must, show } from "../failure.js";
-import type { SilenceProxy } from "../silent/silence-proxy.js";
-import { checkedOperationBound, judgeSilentWindow, withSilenceProxy, type SilentOperation, type SilentRule } from "../silent/window.js";
+import { checkedOperationBound, runSilentCheck, type SilentOperation, type SilentRule } from "../silent/window.js";
 import type { ConversationCheckSpec } from "./checks.js";
 import { LEASE_MS, acquire, assistantText, commitFor, freshConversation, mustBegin, userText } from "./support.js";
 import type { ConversationStoreFixture, ConversationStoreSubject } from "./types.js";
@@ -31,10 +30,7 @@ export function declaredConversationBound(subject: ConversationStoreSubject): nu
   return checkedOperationBound(subject.limits?.operationBoundMs, RULE.rule);
 }
 
-interface SilentMethod extends SilentOperation<ConversationStore> {
-  /** After heal: what is stored is as it was, or this method applied whole and late. */
-  afterHeal?(fixture: ConversationStoreFixture): Promise<void>;
-}
+type SilentMethod = SilentOperation<ConversationStore, ConversationStoreFixture>;
 
 /** A message appended, its lease held and its turn begun through `store`: the state a runner's end-of-turn writes start from. */
 async function begun(store: ConversationStore, label: string): Promise<{ conversationId: string; fence: number; messageId: string; snapshot: Awaited<ReturnType<typeof mustBegin>> }> {
@@ -172,42 +168,23 @@ async function prepare(store: ConversationStore): Promise<SilentMethod[]> {
   return ops;
 }
 
-async function withSilenceableStore(subject: ConversationStoreSubject, fn: (fixture: ConversationStoreFixture, proxy: SilenceProxy, openVia: () => Promise<ConversationStore>, bound: number) => Promise<void>): Promise<void> {
-  const bound = declaredConversationBound(subject);
-  await withSilenceProxy<ConversationStore, ConversationStoreFixture>(() => subject.create(), bound, (fixture, proxy, openVia) => fn(fixture, proxy, openVia, bound));
-}
-
-async function judgeAfterHeal(ops: SilentMethod[], fixture: ConversationStoreFixture): Promise<void> {
-  for (const op of ops) await op.afterHeal?.(fixture);
+/** One of the two checks on `subject` (the window's shape: runSilentCheck). */
+function silentCheck(subject: ConversationStoreSubject, when: "after" | "before"): Promise<void> {
+  return runSilentCheck<ConversationStore, ConversationStoreFixture>({ rule: RULE, bound: declaredConversationBound(subject), when, create: () => subject.create(), primary: (f) => f.store, prepare });
 }
 
 export const silentConversationStoreAfterConnecting: ConversationCheckSpec = {
   rule: "TURN-21",
   name: "with the storage silent after the instance's first calls (pooled connections open, nothing answers), every method rejects with store_unavailable within the declared bound, and after heal nothing is stored but what was, or a method's own write applied whole and late",
   needs: ["silentStore"],
-  run: (subject) =>
-    withSilenceableStore(subject, async (fixture, proxy, openVia, bound) => {
-      const store = await openVia();
-      // The conversations made here are the instance's first calls: its connections are open and pooled.
-      const ops = await prepare(store);
-      proxy.silence();
-      await judgeSilentWindow(RULE, ops, store, proxy, bound, "after the instance connected");
-      await judgeAfterHeal(ops, fixture);
-    }),
+  run: (subject) => silentCheck(subject, "after"),
 };
 
 export const silentConversationStoreBeforeConnecting: ConversationCheckSpec = {
   rule: "TURN-21",
   name: "with the storage silent before the instance's first connection (connecting never completes), every method rejects with store_unavailable within the declared bound, and after heal nothing is stored but what was, or a method's own write applied whole and late",
   needs: ["silentStore"],
-  run: (subject) =>
-    withSilenceableStore(subject, async (fixture, proxy, openVia, bound) => {
-      const ops = await prepare(fixture.store);
-      proxy.silence();
-      const store = await openVia();
-      await judgeSilentWindow(RULE, ops, store, proxy, bound, "before the instance's first connection");
-      await judgeAfterHeal(ops, fixture);
-    }),
+  run: (subject) => silentCheck(subject, "before"),
 };
 
 /** Both checks, in order. */

@@ -3,7 +3,7 @@ import { PendingOperations, trackInstanceHooks, trackMethods } from "../ledger/t
 import type { ConversationStoreFixture, ConversationStoreSubject } from "./types.js";
 
 /** The contract's asynchronous methods, the optional ones included: what a timeout report lists as pending. */
-const TRACKED = new Set([
+export const STORE_METHODS: ReadonlySet<string> = new Set([
   "appendUserMessage",
   "message",
   "acquireLease",
@@ -89,5 +89,5 @@ function trackFixture(inner: ConversationStoreFixture, pending: PendingOperation
  * see exactly the store's surface.
  */
 function trackStore(store: ConversationStore, pending: PendingOperations, name: string): ConversationStore {
-  return trackMethods(store, pending, name, TRACKED, (_method, args) => describeArgs(args));
+  return trackMethods(store, pending, name, STORE_METHODS, (_method, args) => describeArgs(args));
 }

@@ -37,7 +37,7 @@ export class PendingOperations {
 }
 
 /** The contract's asynchronous methods, the optional ones included: what a report lists as pending. */
-const TRACKED = new Set(["claim", "renew", "complete", "fail", "markUnknown", "release", "lookup", "sweep", "close", "listExpiredInFlight", "listRows", "resolve", "auditTrail", "retire"]);
+export const LEDGER_METHODS: ReadonlySet<string> = new Set(["claim", "renew", "complete", "fail", "markUnknown", "release", "lookup", "sweep", "close", "listExpiredInFlight", "listRows", "resolve", "auditTrail", "retire"]);
 
 function describeArgs(method: string, args: unknown[]): string {
   if (method === "claim") {
@@ -126,7 +126,7 @@ export function trackInstanceHooks<T>(raw: InstanceHooks<T>, pending: PendingOpe
  * the checks see exactly the adapter's surface.
  */
 function trackLedger(ledger: Ledger, pending: PendingOperations, name: string): Ledger {
-  return trackMethods(ledger, pending, name, TRACKED, describeArgs);
+  return trackMethods(ledger, pending, name, LEDGER_METHODS, describeArgs);
 }
 
 /**

@@ -36,11 +36,13 @@ export function checkedOperationBound(bound: unknown, rule: string): number {
 type Outcome = { settled: false } | { settled: true; ok: true; value: unknown; ms: number } | { settled: true; ok: false; error: unknown; ms: number };
 
 /** One operation started in the silent window. */
-export interface SilentOperation<Instance> {
+export interface SilentOperation<Instance, Fixture = unknown> {
   name: string;
   start(instance: Instance): Promise<unknown>;
   /** An answer that is true without the store (a sweep that leaves expiry to the store's own TTLs removes nothing, 0). */
   mayAnswer?(value: unknown): boolean;
+  /** After heal: what is stored is as it was, or this operation applied whole and late (the rules allow the store to apply it). */
+  afterHeal?(fixture: Fixture): Promise<void>;
 }
 
 function oneLine(text: string): string {
@@ -147,4 +149,36 @@ export async function withSilenceProxy<Instance, Fixture extends { raw: Silencea
       await proxy?.close();
     }
   }
+}
+
+/**
+ * One silent-store check, as both levels run it. `after`: an instance opened through the proxy
+ * makes the operations' state (its first calls: its connections are open and pooled), then the
+ * store goes silent. `before`: the fixture's own instance (`primary`) makes the state, the store
+ * goes silent, and an instance is opened through the proxy (connecting never completes). Every
+ * operation is judged in the window, then each one's afterHeal.
+ */
+export async function runSilentCheck<Instance, Fixture extends { raw: SilenceableRaw<Instance>; destroy(): Promise<void> }>(check: {
+  rule: SilentRule;
+  bound: number;
+  when: "after" | "before";
+  create: () => Promise<Fixture>;
+  primary: (fixture: Fixture) => Instance;
+  prepare: (instance: Instance) => Promise<SilentOperation<Instance, Fixture>[]>;
+}): Promise<void> {
+  await withSilenceProxy<Instance, Fixture>(check.create, check.bound, async (fixture, proxy, openVia) => {
+    let instance: Instance;
+    let ops: SilentOperation<Instance, Fixture>[];
+    if (check.when === "after") {
+      instance = await openVia();
+      ops = await check.prepare(instance);
+      proxy.silence();
+    } else {
+      ops = await check.prepare(check.primary(fixture));
+      proxy.silence();
+      instance = await openVia();
+    }
+    await judgeSilentWindow(check.rule, ops, instance, proxy, check.bound, check.when === "after" ? "after the instance connected" : "before the instance's first connection");
+    for (const op of ops) await op.afterHeal?.(fixture);
+  });
 }

@@ -12,8 +12,7 @@
  */
 import type { ClaimRequest, Ledger } from "@dispatch-once/core";
 import { must } from "../../failure.js";
-import type { SilenceProxy } from "../../silent/silence-proxy.js";
-import { checkedOperationBound, judgeSilentWindow, withSilenceProxy, type SilentOperation as WindowOperation, type SilentRule } from "../../silent/window.js";
+import { checkedOperationBound, runSilentCheck, type SilentOperation as WindowOperation, type SilentRule } from "../../silent/window.js";
 import type { LedgerFixture, LedgerSubject } from "../../types.js";
 import type { LedgerCheckContext } from "../context.js";
 import { claimNew, claimRequest, describeRow, mustBeClaimed, short } from "../support.js";
@@ -30,10 +29,7 @@ export function declaredOperationBound(subject: LedgerSubject): number {
 }
 
 /** What one operation did in the silent window, and how to judge its row after heal(). */
-interface SilentOperation extends WindowOperation<Ledger> {
-  /** After heal: the row agrees with "nothing happened" or with this operation applied late (LEDGER-12 allows the store to apply it). */
-  afterHeal?(fixture: LedgerFixture): Promise<void>;
-}
+type SilentOperation = WindowOperation<Ledger, LedgerFixture>;
 
 const SILENCED_OWNER = "owner-silenced";
 const SILENCED_RESULT = '{"late":"silenced complete"}';
@@ -121,43 +117,24 @@ async function prepare(ctx: LedgerCheckContext, ledger: Ledger): Promise<SilentO
   return ops;
 }
 
-/** A fixture and the kit's proxy in front of its store; the proxy closes after destroy() (which may talk through it). */
-async function withSilenceableStore(subject: LedgerSubject, fn: (fixture: LedgerFixture, proxy: SilenceProxy, openVia: () => Promise<Ledger>, bound: number) => Promise<void>): Promise<void> {
-  const bound = declaredOperationBound(subject);
-  await withSilenceProxy<Ledger, LedgerFixture>(() => subject.create(), bound, (fixture, proxy, openVia) => fn(fixture, proxy, openVia, bound));
-}
-
-async function judgeAfterHeal(ops: SilentOperation[], fixture: LedgerFixture): Promise<void> {
-  for (const op of ops) await op.afterHeal?.(fixture);
+/** One of the two checks on `ctx`'s subject (the window's shape: runSilentCheck). */
+function silentCheck(ctx: LedgerCheckContext, when: "after" | "before"): Promise<void> {
+  const { subject } = ctx;
+  return runSilentCheck<Ledger, LedgerFixture>({ rule: RULE, bound: declaredOperationBound(subject), when, create: () => subject.create(), primary: (f) => f.ledger, prepare: (ledger) => prepare(ctx, ledger) });
 }
 
 export const silentStoreAfterConnecting: LedgerCheckSpec = {
   rule: "LEDGER-12",
   name: "with the store silent after the first operation (pooled connections open, nothing answers), every operation rejects with ledger_unavailable within the declared bound, and after heal no row shows more than the operation itself applied late",
   needs: ["silentStore"],
-  run: (ctx) =>
-    withSilenceableStore(ctx.subject, async (fixture, proxy, openVia, bound) => {
-      const ledger = await openVia();
-      // The claims made here are the instance's first operations: its connections are open and pooled.
-      const ops = await prepare(ctx, ledger);
-      proxy.silence();
-      await judgeSilentWindow(RULE, ops, ledger, proxy, bound, "after the instance connected");
-      await judgeAfterHeal(ops, fixture);
-    }),
+  run: (ctx) => silentCheck(ctx, "after"),
 };
 
 export const silentStoreBeforeConnecting: LedgerCheckSpec = {
   rule: "LEDGER-12",
   name: "with the store silent before the instance's first connection (connecting never completes), every operation rejects with ledger_unavailable within the declared bound, and after heal no row shows more than the operation itself applied late",
   needs: ["silentStore"],
-  run: (ctx) =>
-    withSilenceableStore(ctx.subject, async (fixture, proxy, openVia, bound) => {
-      const ops = await prepare(ctx, fixture.ledger);
-      proxy.silence();
-      const ledger = await openVia();
-      await judgeSilentWindow(RULE, ops, ledger, proxy, bound, "before the instance's first connection");
-      await judgeAfterHeal(ops, fixture);
-    }),
+  run: (ctx) => silentCheck(ctx, "before"),
 };
 
 /** Every check of this file, in order. */
