@@ -14,8 +14,8 @@ import {
   type ToolDefinition,
   type DispatchOutcome,
 } from "@dispatch-once/core";
-import { loggerOption, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
-import { turnRowsOf, UNLISTED_REASON, unansweredCall, type UnansweredCallRecord } from "@dispatch-once/runner";
+import { loggerOption, turnRowEffect, turnRowsOf, UNLISTED_REASON, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
+import type { UnansweredCallRecord } from "@dispatch-once/runner";
 import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolCallRepairFunction, type ToolExecutionOptions, type ToolSet } from "ai";
 import { z } from "zod";
 import { checkProviderTool, isProviderDefined } from "./provider-tools.js";
@@ -461,7 +461,7 @@ export class OnceTools<TOOLS extends ToolSet> {
       if (rows === undefined) return { listed: false, reason: UNLISTED_REASON, calls: [] };
       const answered = this.answeredByHistory(history, starts, identityOf, context);
       for (const key of executedKeys) answered.add(key);
-      return { listed: true, calls: rows.filter((row) => row.toolName !== REPAIR_RECORD_NAME && !answered.has(row.key)).map(unansweredCall) };
+      return { listed: true, calls: rows.filter((row) => row.toolName !== REPAIR_RECORD_NAME && !answered.has(row.key)).map(turnRowEffect) };
     };
     return {
       tools: tools as TOOLS,

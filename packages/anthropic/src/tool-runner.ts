@@ -25,7 +25,8 @@ import {
   type ToolDefinition,
 } from "@dispatch-once/core";
 import { checkProviderRunParams, checkProviderTool, checkProviderToolsPolicy, type ProviderToolsPolicy } from "./provider-tools.js";
-import { checkKnownOptions, turnRowsOf, UNLISTED_REASON, unansweredCall, type UnansweredCallRecord } from "@dispatch-once/runner";
+import { checkKnownOptions, type UnansweredCallRecord } from "@dispatch-once/runner";
+import { turnRowEffect, turnRowsOf, UNLISTED_REASON } from "@dispatch-once/core/internal";
 import { z } from "zod";
 
 /** What a wrapped tool's `run` finds in its context besides the SDK's own (read it with `dispatchOnceOf`). */
@@ -480,7 +481,7 @@ export class OnceToolRunner {
     const told = new Set(entry.dispatched);
     const messages = (runner as { params?: { messages?: unknown } }).params?.messages;
     if (Array.isArray(messages)) for (const key of this.toldIn(messages as MessageParam[], entry.turn, entry.turnIndex, entry.users)) told.add(key);
-    return { listed: true, calls: rows.filter((row) => !told.has(row.key)).map(unansweredCall) };
+    return { listed: true, calls: rows.filter((row) => !told.has(row.key)).map(turnRowEffect) };
   }
 
   /**

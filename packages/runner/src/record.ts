@@ -1,4 +1,5 @@
-import { MAX_LIST_LIMIT, effectOf, isDispatchOnceError, type JsonValue, type Ledger, type LedgerRow, type RowState, type StoredError } from "@dispatch-once/core";
+import { turnRowEffect, turnRowsOf, UNLISTED_REASON } from "@dispatch-once/core/internal";
+import { effectOf, isDispatchOnceError, type JsonValue, type Ledger, type LedgerRow, type RowState, type StoredError } from "@dispatch-once/core";
 import type { FailurePosition } from "./phases.js";
 
 /** What happened to one call of one attempt (spec RECORD-2). */
@@ -193,37 +194,9 @@ export interface ResumedTurnRecord {
 
 export type ConversationRecord = FailedTurnRecord | SupersededAttemptRecord | ResumedTurnRecord;
 
-/** What a row of a resumed turn says of its effect (RECORD-8). */
+/** What a row of a resumed turn says of its effect (RECORD-8): core's reading, shared with every listing of a turn's rows. */
 export function unansweredCall(row: LedgerRow): UnansweredCallRecord {
-  const base = { key: row.key, name: row.toolName, state: row.state };
-  switch (row.state) {
-    case "completed": {
-      let result: JsonValue | undefined;
-      try {
-        result = JSON.parse(row.result) as JsonValue;
-      } catch {
-        result = undefined;
-      }
-      return {
-        ...base,
-        effect: "happened",
-        summary: "performed by an earlier run of this turn; its result is not in the conversation",
-        ...(result !== undefined ? { result } : {}),
-      };
-    }
-    case "failed":
-      // result_not_storable is a failure to KEEP the result of an effect that happened (RECON-7).
-      if (row.error.code === "result_not_storable") {
-        return { ...base, effect: "happened", summary: `performed by an earlier run of this turn, but its result could not be stored: ${row.error.message}`, error: row.error };
-      }
-      return { ...base, effect: "not_happened", summary: `failed definitely in an earlier run of this turn: ${row.error.message}`, error: row.error };
-    case "in_flight":
-      return { ...base, effect: "may_have_happened", summary: "claimed by an earlier run of this turn that did not finish; it may have been performed" };
-    case "unknown":
-      return { ...base, effect: "may_have_happened", summary: "may have been performed by an earlier run of this turn; nobody can confirm it" };
-    case "released":
-      return { ...base, effect: "may_have_happened", summary: "released by an earlier run of this turn; an earlier holder may have performed it" };
-  }
+  return turnRowEffect(row);
 }
 
 const RANK: Record<EffectStatus, number> = { none: 0, not_happened: 1, may_have_happened: 2, happened: 3 };
@@ -342,24 +315,5 @@ export function forResumedTurn(call: CallRecord, isRead: boolean): CallRecord {
   return { ...call, effect: "may_have_happened", summary: `${call.summary}; an earlier holder of this turn may have run it` };
 }
 
-/**
- * The ledger rows claimed at one turn index of a conversation (LIST-3), read a page at a time
- * through `listRows` (which filters by conversation only, LIST-1); undefined when the ledger does
- * not list rows (`capabilities.supports.listRows`). A listing that fails throws its error. Shared
- * by the runner's committed-turn record (RECORD-8) and the AI SDK and tool-runner listings of a
- * turn's unanswered calls (AISDK-14, ATR-12).
- */
-export async function turnRowsOf(ledger: Partial<Ledger> | undefined, conversationId: string, turnIndex: number): Promise<LedgerRow[] | undefined> {
-  if (typeof ledger?.listRows !== "function" || ledger.capabilities?.supports?.listRows !== true) return undefined;
-  const rows: LedgerRow[] = [];
-  let cursor: string | undefined;
-  do {
-    const page = await ledger.listRows({ conversationId, limit: MAX_LIST_LIMIT, ...(cursor !== undefined ? { cursor } : {}) });
-    for (const row of page.rows) if (row.turnIndex === turnIndex) rows.push(row);
-    cursor = page.cursor;
-  } while (cursor !== undefined);
-  return rows;
-}
-
-/** Why nothing was listed, where `turnRowsOf` answered undefined. */
-export const UNLISTED_REASON = "the ledger does not list rows (capabilities.supports.listRows)";
+// Shared with the AI SDK, tool-runner and MCP listings of a turn's rows (AISDK-14, ATR-12, MCP-15).
+export { turnRowsOf, UNLISTED_REASON };

@@ -46,3 +46,6 @@ export { loggerOption } from "./logger.js";
 export { sameJsonData } from "../same-json.js";
 export { MAX_TIMER_MS, unknownOptionName, unknownOptionMessage, type OptionNames } from "./options.js";
 export { DeadlineError, withDeadline, type Deadline } from "./deadline.js";
+// A turn's ledger rows and what each says of its effect: the runner's committed-turn record and
+// the AI SDK, tool-runner and MCP listings of a turn's unanswered calls read them the same way.
+export { turnRowsOf, turnRowEffect, UNLISTED_REASON, type TurnRowEffect } from "./turn-rows.js";
