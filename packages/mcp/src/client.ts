@@ -1,10 +1,12 @@
 import { canonicalize, CONVERSATION_ID_PATTERN, deriveKey, describeValue, InvalidArgumentError, InvalidKeyInputError } from "@dispatch-once/core";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import type { CallToolRequest } from "@modelcontextprotocol/sdk/types.js";
+import { ErrorCode, McpError, type CallToolRequest } from "@modelcontextprotocol/sdk/types.js";
+import { z } from "zod";
 import { unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
 import { ToolIdentityMismatchError } from "./errors/tool-identity-mismatch.js";
 import { advertisedIdentity, checkIdentity, projectArguments, sameIdentity, type ListedTool } from "./identity.js";
-import { ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, IDENTITY_META } from "./meta.js";
+import { ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, IDENTITY_META, TURN_CALLS_METHOD, TURN_META } from "./meta.js";
+import type { McpTurnCall, McpTurnCalls } from "./server.js";
 
 export type { ListedTool } from "./identity.js";
 
@@ -135,8 +137,11 @@ export function withIdempotencyKey<P extends CallToolParams>(params: P, key: str
   return { ...params, _meta: { ...params._meta, [IDEMPOTENCY_KEY_META]: key } };
 }
 
-/** The part of an MCP client the helper uses; `Client` from `@modelcontextprotocol/sdk` has it. */
-export type ToolCallingClient = Pick<Client, "callTool">;
+/**
+ * The part of an MCP client the helper uses; `Client` from `@modelcontextprotocol/sdk` has it.
+ * `request` is needed only by `unansweredCalls()` (MCP-15).
+ */
+export type ToolCallingClient = Pick<Client, "callTool"> & Partial<Pick<Client, "request">>;
 
 /** One attempt at a turn: calls made through it carry keys whose ordinals follow call order (TURN-4). */
 export interface McpTurn<C extends ToolCallingClient> {
@@ -154,7 +159,35 @@ export interface McpTurn<C extends ToolCallingClient> {
   resend(params: CallToolParams, ...rest: DropFirst<Parameters<C["callTool"]>>): ReturnType<C["callTool"]>;
   /** The key the next call with these params would carry, without sending it or using up its ordinal. */
   peekKey(params: Pick<CallToolParams, "name" | "arguments">): string;
+  /**
+   * The effects of this turn that this attempt's answers do not tell (MCP-15): the guarding
+   * server's ledger rows claimed at this conversation and turn index (LIST-3, in the server's
+   * namespace for this client) whose key no call of this attempt was answered under (a result or
+   * an error reached the caller), each with the client's key, the call's arguments and what its
+   * row says of the effect, as a runner's committed-turn record says it (RECORD-8): `happened`,
+   * `may_have_happened` or `not_happened`. An earlier attempt of the turn that was cut (a lost
+   * response, a broken model stream) may have paid, and a re-run whose model then asks a
+   * question or pays another amount leaves that payment in nothing the user sees. Ask once the
+   * attempt is done, before keeping or showing its answer, and tell the user of every call it
+   * returns. `listed` is false when the server's ledger does not list rows, or the server does not
+   * answer the request (not a guarding server, or one older than MCP-15): nothing can be said
+   * then. A listing that fails rejects with the server's error (an `McpError` whose data carries
+   * `io.github.dispatch-once/error`: `ledger_unavailable`, ask again). Needs the client's `request`.
+   * @example const { listed, calls } = await turn.unansweredCalls(); // after the attempt's last call
+   */
+  unansweredCalls(): Promise<McpUnansweredCalls>;
 }
+
+/** What `unansweredCalls()` found (MCP-15); a listing that did not happen says why. */
+export type McpUnansweredCalls = McpTurnCalls;
+export type { McpTurnCall };
+
+/** The guard's answer, checked before it is read: a server that answers something else is not listing. */
+const TURN_CALLS_RESULT = z.object({
+  listed: z.boolean(),
+  reason: z.string().optional(),
+  calls: z.array(z.object({ key: z.string(), name: z.string(), state: z.enum(["in_flight", "completed", "failed", "unknown", "released"]), effect: z.enum(["happened", "not_happened", "may_have_happened"]), summary: z.string() }).loose()),
+}).loose();
 
 type DropFirst<T extends unknown[]> = T extends [unknown, ...infer R] ? R : never;
 
@@ -182,20 +215,25 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
   const send = (params: CallToolParams, key: string, rest: unknown[]): ReturnType<C["callTool"]> => {
     const keyed = withIdempotencyKey(params, key);
     const identity = identities.get(params.name);
-    const sent = identity === undefined ? keyed : { ...keyed, _meta: { ...keyed._meta, [IDENTITY_META]: [...identity] } };
+    // The turn rides along too: the guard stores it on the call's row, where a re-run of the turn finds it (MCP-15).
+    const turn = { [TURN_META]: { conversationId: context.conversationId, turnIndex: context.turnIndex } };
+    const sent = { ...keyed, _meta: { ...keyed._meta, ...turn, ...(identity === undefined ? {} : { [IDENTITY_META]: [...identity] }) } };
     return (client.callTool.bind(client) as (...args: unknown[]) => ReturnType<C["callTool"]>)(sent, ...rest);
   };
   const seen = new Map<string, number>();
+  // The keys this attempt was answered under (a result or an error reached the caller): told (MCP-15).
+  const answered = new Set<string>();
   // Per identical call (by its keyed arguments), the ordinals whose outcome the client does not
   // know yet: their last send rejected, or answered "re-send with the same key" (MCP-14).
   const unknown = new Map<string, Set<number>>();
-  const track = (id: string, ordinal: number, sent: ReturnType<C["callTool"]>): ReturnType<C["callTool"]> => {
+  const track = (id: string, ordinal: number, key: string, sent: ReturnType<C["callTool"]>): ReturnType<C["callTool"]> => {
     const open = unknown.get(id) ?? new Set<number>();
     unknown.set(id, open);
     open.delete(ordinal);
     // A side chain: the caller gets the very promise (and its rejection) it would have got.
     Promise.resolve(sent).then(
       (result) => {
+        answered.add(key);
         if (resendAsked(result)) open.add(ordinal);
       },
       () => open.add(ordinal),
@@ -214,7 +252,7 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
       const key = idempotencyKeyFor({ ...context, ordinal }, params, keyOptions(params));
       // Counted only once the key exists: a call refused for its input does not shift later ordinals.
       seen.set(id, ordinal + 1);
-      return track(id, ordinal, send(params, key, rest));
+      return track(id, ordinal, key, send(params, key, rest));
     },
     resend(params, ...rest) {
       const id = identity(params);
@@ -222,10 +260,28 @@ export function mcpTurn<C extends ToolCallingClient>(client: C, context: McpTurn
       if (sent === undefined) throw new InvalidArgumentError("params", `no call to ${params.name} with these arguments was sent in this turn`);
       const open = [...(unknown.get(id) ?? [])];
       const ordinal = open.length > 0 ? Math.min(...open) : sent - 1;
-      return track(id, ordinal, send(params, idempotencyKeyFor({ ...context, ordinal }, params, keyOptions(params)), rest));
+      const key = idempotencyKeyFor({ ...context, ordinal }, params, keyOptions(params));
+      return track(id, ordinal, key, send(params, key, rest));
     },
     peekKey(params) {
       return idempotencyKeyFor({ ...context, ordinal: seen.get(identity(params)) ?? 0 }, params, keyOptions(params));
+    },
+    async unansweredCalls() {
+      if (typeof client.request !== "function") {
+        throw new InvalidArgumentError("client", "must be an MCP client with request() to ask the server for the turn's calls (MCP-15)");
+      }
+      let found: z.infer<typeof TURN_CALLS_RESULT>;
+      try {
+        found = await client.request({ method: TURN_CALLS_METHOD, params: { conversationId: context.conversationId, turnIndex: context.turnIndex } } as never, TURN_CALLS_RESULT as never);
+      } catch (error) {
+        // A server that does not know the method never listed anything: say so, never "none".
+        if (error instanceof McpError && error.code === ErrorCode.MethodNotFound) {
+          return { listed: false, reason: `the server does not list a turn's calls (${TURN_CALLS_METHOD}: not a guarding server, or one older than MCP-15)`, calls: [] };
+        }
+        throw error;
+      }
+      const calls = (found.calls as McpTurnCall[]).filter((call) => !answered.has(call.key));
+      return found.listed ? { listed: true, calls } : { listed: false, reason: found.reason ?? "the server did not list the turn's rows", calls };
     },
   };
 }

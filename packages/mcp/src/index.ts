@@ -1,4 +1,4 @@
-export { META_PREFIX, IDEMPOTENCY_KEY_META, ERROR_META, REPLAYED_META, STORED_ARGUMENTS_META, IDENTITY_META, EFFECT_META, IDEMPOTENCY_KEY_PATTERN } from "./meta.js";
+export { META_PREFIX, IDEMPOTENCY_KEY_META, ERROR_META, REPLAYED_META, STORED_ARGUMENTS_META, IDENTITY_META, EFFECT_META, IDEMPOTENCY_KEY_PATTERN, TURN_META, TURN_CALLS_METHOD } from "./meta.js";
 export {
   idempotencyKeyFor,
   withIdempotencyKey,
@@ -6,6 +6,7 @@ export {
   type McpTurn,
   type McpTurnContext,
   type McpTurnOptions,
+  type McpUnansweredCalls,
   type McpKeyOptions,
   type ListedTool,
   type CallToolParams,
@@ -18,6 +19,9 @@ export {
   type GuardedToolCallback,
   type GuardedToolConfig,
   type GuardErrorMeta,
+  type McpTurnCall,
+  type McpTurnCalls,
+  guardConversationId,
 } from "./server.js";
 export { McpGuardError, type McpGuardErrorCode } from "./errors/base.js";
 export { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js";

@@ -38,3 +38,18 @@ export const IDENTITY_META = `${META_PREFIX}identity`;
 
 /** The `_meta` member of a tool definition in `tools/list` that advertises the tool's effect class (MCP-11). */
 export const EFFECT_META = `${META_PREFIX}effect`;
+
+/**
+ * The `_meta` member of a `tools/call` request that says which turn the call belongs to:
+ * `{ conversationId, turnIndex }`, the context its key was derived from (MCP-15). The guard stores
+ * it on the call's ledger row (LIST-3), inside its namespace, so that a re-run of the turn can ask
+ * for the effects of earlier attempts its own answer does not tell.
+ */
+export const TURN_META = `${META_PREFIX}turn`;
+
+/**
+ * The JSON-RPC method by which a client asks a guarding server for the ledger rows claimed at a
+ * turn of a conversation (MCP-15). Params `{ conversationId, turnIndex }`; result
+ * `{ listed: true, calls }` or `{ listed: false, reason, calls }`.
+ */
+export const TURN_CALLS_METHOD = `${META_PREFIX}turnCalls`;

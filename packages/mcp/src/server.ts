@@ -1,4 +1,5 @@
 import { AsyncLocalStorage } from "node:async_hooks";
+import { createHash } from "node:crypto";
 import {
   CONVERSATION_ID_PATTERN,
   defineTool,
@@ -13,15 +14,17 @@ import {
   type DispatcherOptions,
   type EffectClass,
   type EffectKnowledge,
+  type JsonValue,
   type Ledger,
+  type LedgerRow,
   type Retryable,
   type StoredError,
 } from "@dispatch-once/core";
-import { unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
+import { turnRowEffect, turnRowsOf, UNLISTED_REASON, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
 import type { McpServer, RegisteredTool } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { AnySchema, SchemaOutput, ShapeOutput, ZodRawShapeCompat } from "@modelcontextprotocol/sdk/server/zod-compat.js";
 import type { RequestHandlerExtra } from "@modelcontextprotocol/sdk/shared/protocol.js";
-import type { CallToolResult, ServerNotification, ServerRequest, ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
+import { ErrorCode, McpError, type CallToolResult, type ServerNotification, type ServerRequest, type ToolAnnotations } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
 import { McpGuardError } from "./errors/base.js";
 import { IdempotencyKeyMalformedError } from "./errors/idempotency-key-malformed.js";
@@ -29,7 +32,7 @@ import { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js"
 import { ToolIdentityMismatchError } from "./errors/tool-identity-mismatch.js";
 import { ToolResultInvalidError } from "./errors/tool-result-invalid.js";
 import { checkIdentity, projectArguments, sameIdentity } from "./identity.js";
-import { EFFECT_META, ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, IDENTITY_META, REPLAYED_META, STORED_ARGUMENTS_META } from "./meta.js";
+import { EFFECT_META, ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, IDENTITY_META, REPLAYED_META, STORED_ARGUMENTS_META, TURN_CALLS_METHOD, TURN_META } from "./meta.js";
 
 export interface McpToolGuardOptions {
   /**
@@ -202,6 +205,80 @@ interface CallScope {
   owner: object;
   handler: (args: unknown, extra: GuardedToolExtra) => CallToolResult | Promise<CallToolResult>;
   extra: RequestHandlerExtra<ServerRequest, ServerNotification>;
+  /** The row's conversation and turn index (LIST-3), when the call said which turn it is of (MCP-15). */
+  turn?: { conversationId: string; turnIndex: number };
+}
+
+/** One of a turn's ledger rows, as the guard lists it for the client (MCP-15): the client's key and the call's arguments. */
+export interface McpTurnCall {
+  /** The client's key of the call (the one it sent in `_meta`), not the ledger row's key. */
+  key: string;
+  name: string;
+  /** The arguments the call was claimed with. */
+  arguments?: JsonValue;
+  state: LedgerRow["state"];
+  /** What the row says of the effect, as a runner's committed-turn record says it (RECORD-8). */
+  effect: "happened" | "not_happened" | "may_have_happened";
+  summary: string;
+  /** The stored result of a completed row: the tool's CallToolResult. */
+  result?: JsonValue;
+  error?: StoredError;
+}
+
+/** The guard's answer to TURN_CALLS_METHOD (MCP-15). */
+export type McpTurnCalls = { listed: true; calls: McpTurnCall[] } | { listed: false; reason: string; calls: McpTurnCall[] };
+
+const TURN_CALLS_REQUEST = z.object({
+  method: z.literal(TURN_CALLS_METHOD),
+  params: z.object({ conversationId: z.string().regex(CONVERSATION_ID_PATTERN), turnIndex: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER) }).loose(),
+});
+
+/** Per low-level MCP server, the guards whose tools it serves: one answer to TURN_CALLS_METHOD lists them all. */
+const turnListings = new WeakMap<object, Set<McpToolGuard>>();
+
+/**
+ * The conversation a guarded call's row is stored at (LIST-3): the client's conversation inside
+ * the guard's namespace, so one principal's listing never reaches another's rows (MCP-8). The
+ * namespace's length comes first because both alphabets hold every separator: "a~b" + "c" and
+ * "a" + "b~c" must not meet. One too long for a conversation id is hashed instead (a digest
+ * starts with "h", never with a length's digit).
+ */
+export function guardConversationId(namespace: string, conversationId: string): string {
+  const readable = `${namespace.length}~${namespace}~${conversationId}`;
+  if (readable.length <= 256) return readable;
+  return `h~${createHash("sha256").update(JSON.stringify([namespace, conversationId])).digest("hex")}`;
+}
+
+/** A call's `_meta` turn (MCP-15): `{ conversationId, turnIndex }` in core's alphabet, or a refusal. */
+function turnOf(value: unknown): { conversationId: string; turnIndex: number } {
+  const field = `_meta["${TURN_META}"]`;
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new InvalidArgumentError(field, `must be an object { conversationId, turnIndex }, got ${describeValue(value)}`);
+  const { conversationId, turnIndex, ...rest } = value as Record<string, unknown>;
+  const extra = Object.keys(rest)[0];
+  if (extra !== undefined) throw new InvalidArgumentError(`${field}.${extra}`, "is not a member of a call's turn (its members: conversationId, turnIndex)");
+  if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) throw new InvalidArgumentError(`${field}.conversationId`, `must match ${CONVERSATION_ID_PATTERN.source}, got ${describe(conversationId)}`);
+  if (typeof turnIndex !== "number" || !Number.isSafeInteger(turnIndex) || turnIndex < 0) throw new InvalidArgumentError(`${field}.turnIndex`, `must be a non-negative safe integer, got ${describeValue(turnIndex)}`);
+  return { conversationId, turnIndex };
+}
+
+/**
+ * The guard's ledger as its dispatcher sees it: a claim made for a call that said its turn stores
+ * that turn on the row (LIST-3), while the row's key stays derived from the namespace alone, as
+ * before (a re-send from a client that sends no turn, or sent one before, finds the same row).
+ */
+function turnLabelledLedger(ledger: Ledger, owner: object): Ledger {
+  return new Proxy(ledger, {
+    get(target, property) {
+      const value: unknown = Reflect.get(target, property, target);
+      if (typeof value !== "function") return value;
+      if (property !== "claim") return value.bind(target);
+      return (request: Parameters<Ledger["claim"]>[0]) => {
+        const scope = callScope.getStore();
+        const turn = scope?.owner === owner ? scope.turn : undefined;
+        return target.claim(turn === undefined ? request : { ...request, conversationId: turn.conversationId, turnIndex: turn.turnIndex });
+      };
+    },
+  });
 }
 
 /*
@@ -234,6 +311,8 @@ export class McpToolGuard {
   /** Each guarded write's outputSchema, by name: its results are checked against it (MCP-13). */
   private readonly outputSchemas = new Map<string, unknown>();
   private current: Dispatcher;
+  /** The ledger the dispatcher claims in: this.ledger, with each call's turn on its row (MCP-15). */
+  private readonly claims: Ledger;
 
   constructor(options: McpToolGuardOptions) {
     if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", "the guard needs { ledger }");
@@ -249,7 +328,8 @@ export class McpToolGuard {
     this.unkeyedCalls = unkeyed;
     this.namespace = namespace;
     this.dispatcherOptions = options.dispatcher ?? {};
-    this.current = new Dispatcher({ ...this.dispatcherOptions, tools: this.registry, ledger: this.ledger });
+    this.claims = turnLabelledLedger(this.ledger, this);
+    this.current = new Dispatcher({ ...this.dispatcherOptions, tools: this.registry, ledger: this.claims });
   }
 
   /** The dispatcher behind the guard (for `reconcile(key)` and `keyFor`); replaced when a tool is registered. */
@@ -277,6 +357,7 @@ export class McpToolGuard {
       throw new InvalidArgumentError("config.inputSchema", `must be a zod object schema or a shape of zod schemas, got ${describeValue(config.inputSchema)}`);
     }
     const { effect, identity: declared, ...mcpConfig } = config;
+    this.serveTurnCalls(server);
     const hasInput = mcpConfig.inputSchema !== undefined;
     const identity = declared === undefined ? undefined : checkToolIdentity(name, effect, mcpConfig.inputSchema, declared);
     const advertised = advertise(name, mcpConfig._meta, effect, identity);
@@ -321,10 +402,59 @@ export class McpToolGuard {
     );
     // A new dispatcher over the grown registry: its constructor re-checks that unkeyed_write
     // tools have a durable ledger (LEDGER-14), which a registry grown after construction skips.
-    this.current = new Dispatcher({ ...this.dispatcherOptions, tools: registry, ledger: this.ledger });
+    this.current = new Dispatcher({ ...this.dispatcherOptions, tools: registry, ledger: this.claims });
     this.registry = registry;
     this.identities.set(name, identity);
     return server.registerTool(name, { ...mcpConfig, _meta: advertised } as never, this.callback(name, effect, hasInput, call) as never);
+  }
+
+  /**
+   * Answer TURN_CALLS_METHOD on `server` (MCP-15) with the rows of every guard whose tools it
+   * serves. Done by registerTool, so every server a guarded tool is on answers it.
+   */
+  private serveTurnCalls(server: object): void {
+    const low = (server as { server?: { setRequestHandler?: unknown } }).server;
+    if (typeof low?.setRequestHandler !== "function") return; // not an McpServer (a test double): no protocol to answer on
+    const guards = turnListings.get(low);
+    if (guards !== undefined) {
+      guards.add(this);
+      return;
+    }
+    const set = new Set<McpToolGuard>([this]);
+    turnListings.set(low, set);
+    (low as { setRequestHandler(schema: typeof TURN_CALLS_REQUEST, handler: (request: z.infer<typeof TURN_CALLS_REQUEST>, extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => Promise<McpTurnCalls>): void }).setRequestHandler(
+      TURN_CALLS_REQUEST,
+      async (request, extra) => {
+        const calls: McpTurnCall[] = [];
+        let reason: string | undefined;
+        for (const guard of set) {
+          const found = await guard.turnCalls(request.params.conversationId, request.params.turnIndex, extra);
+          calls.push(...found.calls);
+          if (!found.listed) reason ??= found.reason;
+        }
+        return reason === undefined ? { listed: true, calls } : { listed: false, reason, calls };
+      },
+    );
+  }
+
+  /**
+   * The rows this guard's ledger holds for a turn of a client's conversation, in the namespace of
+   * the principal asking (MCP-15), each with the client's key, the call's arguments and what the
+   * row says of the effect (RECORD-8). `listed` is false when the ledger does not list rows. A
+   * ledger error is answered as a JSON-RPC error whose data carries the guard's error meta.
+   */
+  async turnCalls(conversationId: string, turnIndex: number, extra: RequestHandlerExtra<ServerRequest, ServerNotification>): Promise<McpTurnCalls> {
+    let rows: LedgerRow[] | undefined;
+    try {
+      const namespace = typeof this.namespace === "string" ? this.namespace : checkNamespace(namespaceOf(this.namespace, extra));
+      rows = await turnRowsOf(this.ledger, guardConversationId(namespace, conversationId), turnIndex);
+    } catch (error) {
+      if (!isDispatchOnceError(error)) throw error;
+      const meta = errorResult(error)._meta![ERROR_META] as GuardErrorMeta;
+      throw new McpError(isDispatchOnceError(error, "invalid_argument") ? ErrorCode.InvalidParams : ErrorCode.InternalError, error.message, { [ERROR_META]: meta });
+    }
+    if (rows === undefined) return { listed: false, reason: UNLISTED_REASON, calls: [] };
+    return { listed: true, calls: rows.map(listedCall) };
   }
 
   /** The callback McpServer calls: with (args, extra) when the tool has an input schema, (extra) otherwise. */
@@ -390,7 +520,10 @@ export class McpToolGuard {
         identity === undefined || typeof args !== "object" || args === null
           ? { key: raw, args: args ?? null }
           : { key: raw, args, identityArgs: projectArguments(args as Record<string, unknown>, identity) };
-      const outcome = await callScope.run({ owner: this, handler, extra }, () => this.current.dispatch({ name, input }, { conversationId: namespace, turnIndex: 0 }));
+      const turnMeta = extra._meta?.[TURN_META];
+      const turn = turnMeta === undefined ? undefined : turnOf(turnMeta);
+      const scope: CallScope = { owner: this, handler, extra, ...(turn === undefined ? {} : { turn: { conversationId: guardConversationId(namespace, turn.conversationId), turnIndex: turn.turnIndex } }) };
+      const outcome = await callScope.run(scope, () => this.current.dispatch({ name, input }, { conversationId: namespace, turnIndex: 0 }));
       const result = outcome.result as unknown as CallToolResult;
       // A re-worded call answered with (or re-run as) the stored request: say which arguments ran (IDENT-3).
       const stored = outcome.storedRequest === undefined ? {} : { [STORED_ARGUMENTS_META]: (outcome.storedRequest as { args?: unknown }).args };
@@ -404,6 +537,20 @@ export class McpToolGuard {
       throw error;
     }
   }
+}
+
+/** A row of a turn as the client reads it (MCP-15): its key and arguments are the client's, from the stored request. */
+function listedCall(row: LedgerRow): McpTurnCall {
+  const said = turnRowEffect(row);
+  let envelope: { key?: unknown; args?: unknown } | undefined;
+  try {
+    envelope = JSON.parse(row.request) as { key?: unknown; args?: unknown };
+  } catch {
+    envelope = undefined;
+  }
+  // A row whose request is not the guard's envelope keeps the ledger's key: listed, never matched as told.
+  const key = typeof envelope?.key === "string" ? envelope.key : row.key;
+  return { ...said, key, ...(envelope !== undefined && envelope.args !== undefined ? { arguments: envelope.args as JsonValue } : {}) };
 }
 
 /**

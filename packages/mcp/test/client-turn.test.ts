@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { IDEMPOTENCY_KEY_META, idempotencyKeyFor, mcpTurn, withIdempotencyKey, type CallToolParams } from "../src/index.js";
+import { IDEMPOTENCY_KEY_META, idempotencyKeyFor, mcpTurn, TURN_META, withIdempotencyKey, type CallToolParams } from "../src/index.js";
 import { prng } from "@dispatch-once/test-processes";
 
 /**
@@ -39,9 +39,11 @@ describe("MCP-1 the client keeps every other member of the _meta it sends", () =
     const key = turn.peekKey(call);
     await turn.callTool({ ...call, _meta: structuredClone(meta) });
     await turn.resend({ ...call, _meta: structuredClone(meta) });
+    // Beside the key, the call's turn (MCP-15).
+    const turnMeta = { [TURN_META]: { conversationId: context.conversationId, turnIndex: context.turnIndex } };
     expect(sent.map((p) => p._meta)).toEqual([
-      { ...meta, [IDEMPOTENCY_KEY_META]: key },
-      { ...meta, [IDEMPOTENCY_KEY_META]: key },
+      { ...meta, [IDEMPOTENCY_KEY_META]: key, ...turnMeta },
+      { ...meta, [IDEMPOTENCY_KEY_META]: key, ...turnMeta },
     ]);
     expect(withIdempotencyKey({ ...call, _meta: structuredClone(meta) }, key)._meta).toEqual({ ...meta, [IDEMPOTENCY_KEY_META]: key });
   });
