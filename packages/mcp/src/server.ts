@@ -442,11 +442,17 @@ export class McpToolGuard {
    * the principal asking (MCP-15), each with the client's key, the call's arguments and what the
    * row says of the effect (RECORD-8). `listed` is false when the ledger does not list rows. A
    * ledger error is answered as a JSON-RPC error whose data carries the guard's error meta.
+   * `extra` is the request's (it names the principal when the namespace is a function).
+   * @example const { calls } = await guard.turnCalls("c_1", 3); // an operator, with a string namespace
    */
-  async turnCalls(conversationId: string, turnIndex: number, extra: RequestHandlerExtra<ServerRequest, ServerNotification>): Promise<McpTurnCalls> {
+  async turnCalls(conversationId: string, turnIndex: number, extra?: RequestHandlerExtra<ServerRequest, ServerNotification>): Promise<McpTurnCalls> {
+    // Called directly (an operator's process), not only through the request, whose params are checked already.
+    if (typeof conversationId !== "string" || !CONVERSATION_ID_PATTERN.test(conversationId)) throw new InvalidArgumentError("conversationId", `must match ${CONVERSATION_ID_PATTERN.source}, got ${describe(conversationId)}`);
+    if (typeof turnIndex !== "number" || !Number.isSafeInteger(turnIndex) || turnIndex < 0) throw new InvalidArgumentError("turnIndex", `must be a non-negative safe integer, got ${describeValue(turnIndex)}`);
+    if (typeof this.namespace === "function" && extra === undefined) throw new InvalidArgumentError("extra", "the guard's namespace is a function: pass the request's extra, whose principal names the namespace");
     let rows: LedgerRow[] | undefined;
     try {
-      const namespace = typeof this.namespace === "string" ? this.namespace : checkNamespace(namespaceOf(this.namespace, extra));
+      const namespace = typeof this.namespace === "string" ? this.namespace : checkNamespace(namespaceOf(this.namespace, extra!));
       rows = await turnRowsOf(this.ledger, guardConversationId(namespace, conversationId), turnIndex);
     } catch (error) {
       if (!isDispatchOnceError(error)) throw error;

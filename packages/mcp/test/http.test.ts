@@ -81,11 +81,17 @@ describe("over streamable HTTP (stateless), through a dropped connection", () =>
 
     const second = await connect();
     try {
-      const again = (await mcpTurn(second, { conversationId: "c_http", turnIndex: 0 }).callTool(invoice)) as CallToolResult;
+      // MCP-15 over stateless HTTP: the listing request reaches a fresh McpServer, which the guard answers on too.
+      const rerun = mcpTurn(second, { conversationId: "c_http", turnIndex: 0 });
+      expect((await rerun.unansweredCalls()).calls.map((c) => [c.name, c.effect, c.result])).toEqual([
+        ["create_invoice", "happened", { content: [{ type: "text", text: `invoice ${payments.effects()[0]!.resourceId}` }] }],
+      ]);
+      const again = (await rerun.callTool(invoice)) as CallToolResult;
       expect(again._meta?.[REPLAYED_META]).toBe(true);
       expect(again.content).toEqual([{ type: "text", text: `invoice ${payments.effects()[0]!.resourceId}` }]);
       expect(payments.effects().length).toBe(1);
       expect(started).toBe(1);
+      expect(await rerun.unansweredCalls()).toEqual({ listed: true, calls: [] });
     } finally {
       await second.close();
     }

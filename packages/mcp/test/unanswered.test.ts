@@ -236,3 +236,16 @@ describe("MCP-15 what each row says, and whose rows a listing reaches", () => {
     expect(made()).toHaveLength(0);
   });
 });
+
+describe("MCP-15 the guard's listing called directly (an operator's process)", () => {
+  it("MCP-15 lists the turn's rows with the client's keys; a bad conversation id, turn index or missing extra is refused with invalid_argument, naming the field", async () => {
+    const { connect, guard } = await world();
+    const client = await connect();
+    await mcpTurn(client, context).callTool(pay100);
+    expect((await guard.turnCalls(context.conversationId, context.turnIndex)).calls.map((c) => c.key)).toEqual([mcpTurn(client, context).peekKey(pay100)]);
+    await expect(guard.turnCalls("c 1", 0)).rejects.toMatchObject({ code: "invalid_argument", field: "conversationId" });
+    await expect(guard.turnCalls("c_1", -1)).rejects.toMatchObject({ code: "invalid_argument", field: "turnIndex" });
+    const scoped = new McpToolGuard({ ledger: new MemoryLedger(), namespace: () => "p" });
+    await expect(scoped.turnCalls("c_1", 0)).rejects.toMatchObject({ code: "invalid_argument", field: "extra" });
+  });
+});

@@ -1,5 +1,5 @@
 import { turnRowEffect, turnRowsOf, UNLISTED_REASON } from "@dispatch-once/core/internal";
-import { effectOf, isDispatchOnceError, type JsonValue, type Ledger, type LedgerRow, type RowState, type StoredError } from "@dispatch-once/core";
+import { effectOf, isDispatchOnceError, type JsonValue, type LedgerRow, type RowState, type StoredError } from "@dispatch-once/core";
 import type { FailurePosition } from "./phases.js";
 
 /** What happened to one call of one attempt (spec RECORD-2). */
