@@ -19,7 +19,7 @@ import { SqliteLedger } from "@dispatch-once/ledger-sqlite";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import * as openai from "@dispatch-once/mock-openai";
 import { lastUserText, say, scriptFromPlans, startMockProvider, toolUse, turn, type FaultPlan, type MessagesRequest, type MockProvider, type Script } from "@dispatch-once/mock-provider";
-import type { CallPoint, ConversationStoreConfig, CrashPoint, CrashWorkerConfig, FromWorker, LedgerConfig, ProviderKind, RecordLike, ToWorker } from "./crash-protocol.js";
+import type { CallPoint, ConversationStoreConfig, CrashPoint, CrashWorkerConfig, FromWorker, LedgerConfig, ProviderKind, RecordLike, RecordWriteFailed, ToWorker } from "./crash-protocol.js";
 import { DATABASE_URL, StoreProxy, redisStore, type StoreUnderTest } from "./stores.js";
 import { compiledEntry } from "@dispatch-once/test-processes";
 
@@ -75,6 +75,10 @@ export class RunnerProcess {
   readonly child: ChildProcess;
   readonly ready: Promise<void>;
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** The record writes its ledger refused, with what the dispatch then told the runner (DISPATCH-10): the oracle's facts about this owner. */
+  readonly recordFailures: RecordWriteFailed[] = [];
+  /** Every answer and refusal it gave its clients, in order. */
+  readonly told: ClientAnswer[] = [];
   private readonly inbox: FromWorker[] = [];
   private waiter: (() => void) | undefined;
 
@@ -82,6 +86,9 @@ export class RunnerProcess {
     this.child = fork(compiledEntry(WORKER), [JSON.stringify(config)], { execArgv: [], stdio: ["ignore", "inherit", "inherit", "ipc"] });
     this.exited = new Promise((resolve) => this.child.once("exit", (code, signal) => resolve({ code, signal })));
     this.child.on("message", (message: FromWorker) => {
+      // Reports go beside the conversation with the parent, never in the way of what it waits for.
+      if (message.type === "record_failed") return void this.recordFailures.push(message);
+      if (message.type === "answered" || message.type === "refused") this.told.push(message);
       this.inbox.push(message);
       this.waiter?.();
     });
@@ -157,6 +164,18 @@ export class RunnerProcess {
   resume(): void {
     this.child.kill("SIGCONT");
     this.post({ type: "continue" });
+  }
+
+  /** The owner its dispatcher writes into the rows it claims (crash-worker.ts). */
+  get owner(): string {
+    return `crash-worker-${this.child.pid}`;
+  }
+
+  /** Whether it can still act: not exited, and not stopped (a hung runner, SIGSTOPped for good, writes nothing). */
+  async alive(): Promise<boolean> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return false;
+    const stat = await readFile(`/proc/${this.child.pid}/stat`, "utf8").catch(() => "");
+    return stat !== "" && !/\)\s+[TtZX]\b/.test(stat);
   }
 }
 
@@ -245,7 +264,7 @@ const RESOURCE_ID = /\b(?:pay|inv)_[0-9a-f]{24}\b/g;
  * became of it (completed; or unknown, or in flight with its owner's lease run out, for a
  * reconciler or a person to settle).
  */
-function judge(effects: Effect[], rows: LedgerRow[], log: string, records: RecordLike[], now: number): string[] {
+function judge(effects: Effect[], rows: LedgerRow[], log: string, records: RecordLike[], now: number, owners: ReadonlyMap<string, OwnerFacts>): string[] {
   const violations: string[] = [];
   const byKey = new Map<string, Effect[]>();
   for (const e of effects) byKey.set(e.key, [...(byKey.get(e.key) ?? []), e]);
@@ -272,16 +291,81 @@ function judge(effects: Effect[], rows: LedgerRow[], log: string, records: Recor
     const row = rowOf.get(e.key);
     if (row === undefined) violations.push(`ledger: no row for key ${e.key}, whose effect ${e.resourceId} happened`);
     else if (row.state === "completed" && !row.result.includes(e.resourceId)) violations.push(`ledger: row ${e.key} completed with ${row.result}, not ${e.resourceId}`);
-    // An expired in-flight row is an outcome nobody settled (its owner died): a reconciler's or a person's (LEDGER-25).
-    // A live one is judged only after the audit waited out every lease a dispatcher can have granted
-    // (leaseWaitMs): still live then, something holds it after every process answered.
-    else if (row.state === "in_flight" ? row.leaseExpiresAt > now : row.state !== "completed" && row.state !== "unknown") {
-      const live = row.state === "in_flight" ? ` (its lease runs ${row.leaseExpiresAt - now} ms more, past the oracle's wait)` : "";
-      violations.push(`ledger: row ${e.key} is ${row.state} although its effect ${e.resourceId} happened${live}`);
-    }
+    else if (row.state === "in_flight") {
+      const wrong = judgeInFlight(row, e, now, owners);
+      if (wrong !== undefined) violations.push(wrong);
+    } else if (row.state !== "completed" && row.state !== "unknown") violations.push(`ledger: row ${e.key} is ${row.state} although its effect ${e.resourceId} happened`);
   }
   for (const row of rows) if (row.state === "completed" && !byKey.has(row.key)) violations.push(`ledger: row ${row.key} completed without an effect`);
   return violations;
+}
+
+/** What the oracle knows of a row's owner, a runner process (RunnerProcess): whether it can still act, and what it reported and told. */
+export interface OwnerFacts {
+  /** Not exited, not stopped: it could still write its record. */
+  live: boolean;
+  /** The record writes its ledger refused, each with what the dispatch then told the runner. */
+  recordFailures: readonly RecordWriteFailed[];
+  /** Every answer and refusal it gave its clients. */
+  told: readonly ClientAnswer[];
+}
+
+/**
+ * What an owner told its clients of one key: `done` for a call its answer reports (a result or an
+ * error: a committed call is settled as far as the user knows), else the record's words
+ * (happened, not_happened, may_have_happened; a failed-turn record, a committed turn's record, or
+ * a store_unavailable's effects, RECORD-9).
+ */
+function toldOf(answers: readonly ClientAnswer[], key: string): string[] {
+  const words: string[] = [];
+  const of = (entries: readonly { key?: string; effect: string }[] | undefined) => {
+    for (const entry of entries ?? []) if (entry.key === key) words.push(entry.effect);
+  };
+  for (const answer of answers) {
+    if (answer.type === "refused") {
+      of(answer.record?.effects);
+      of(answer.record?.calls);
+      of(answer.effects);
+      continue;
+    }
+    for (const t of answer.result.turns) for (const call of t.calls) if (call.key === key) words.push("done");
+    for (const r of answer.result.records ?? []) {
+      of(r.effects);
+      of(r.calls);
+    }
+  }
+  return words;
+}
+
+/**
+ * The oracle's rules for an effect's row still in flight when it is judged (all of them, here):
+ * - its lease live, after the audit waited out every lease a dispatcher grants (leaseWaitMs):
+ *   something holds it after every process answered;
+ * - its lease run out, its owner dead (SIGKILLed, or stopped for good): the outcome nobody could
+ *   record, left for a reconciler or a person (LEDGER-7, LEDGER-16, LEDGER-25);
+ * - its lease run out, its owner alive: only DISPATCH-10's case, where the owner's record write of
+ *   this very claim (its key and fence) failed, the dispatch raised that to its runner, and every
+ *   word the owner told its clients of the key is may_have_happened (and there is one). Anything
+ *   else is a record never written or a failure swallowed: a live process that says nothing of
+ *   why the ledger does not hold what it did, or told its user "done" or "not happened".
+ * An owner the world never started is judged as a live one that reported nothing.
+ */
+export function judgeInFlight(row: Extract<LedgerRow, { state: "in_flight" }>, effect: Effect, now: number, owners: ReadonlyMap<string, OwnerFacts>): string | undefined {
+  const what = `ledger: row ${row.key} is in_flight although its effect ${effect.resourceId} happened`;
+  if (row.leaseExpiresAt > now) return `${what} (its lease runs ${row.leaseExpiresAt - now} ms more, past the oracle's wait)`;
+  const owner = owners.get(row.owner);
+  if (owner !== undefined && !owner.live) return undefined;
+  const who = `${owner === undefined ? "an owner no runner of this world is" : "its live owner"} ${row.owner}`;
+  const failed = owner?.recordFailures.find((f) => f.key === row.key && f.fence === row.fence && f.answered === "raised");
+  if (failed === undefined) {
+    const other = owner?.recordFailures.filter((f) => f.key === row.key).map((f) => `${f.write} of fence ${f.fence}, ${f.answered}`) ?? [];
+    return `${what}: ${who} reported no failed record write of fence ${row.fence} raised to its runner (DISPATCH-10)${other.length > 0 ? ` (it reported ${other.join("; ")})` : ""}: a record never written, or its failure swallowed`;
+  }
+  const words = toldOf(owner!.told, row.key);
+  if (words.length === 0 || words.some((w) => w !== "may_have_happened")) {
+    return `${what}: ${who} reported its ${failed.write} of fence ${row.fence} failed (${failed.raised?.code ?? "?"}: ${failed.error}), but told its clients ${words.length === 0 ? "nothing of it" : `[${[...new Set(words)].join(", ")}]`}, not may_have_happened`;
+  }
+  return undefined;
 }
 
 /** How far the parent's clock and the ledger's (the same host's) may disagree when reading a lease. */
@@ -341,6 +425,7 @@ export function judgeAnswers(effects: Effect[], answers: readonly { who: string;
   for (const { who, answer } of answers) {
     if (answer.type === "refused") {
       if (answer.record !== undefined) told(who, [...answer.record.effects, ...answer.record.calls]);
+      if (answer.effects !== undefined) told(who, answer.effects);
       continue;
     }
     for (const t of answer.result.turns) {
@@ -535,7 +620,9 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
       }
       const { effects, rows, log, records } = read;
       const at = Date.now();
-      return { ...read, violations: judge(effects, rows, log, records, at), at, waitedMs: wait };
+      const owners = new Map<string, OwnerFacts>();
+      for (const p of started) owners.set(p.owner, { live: await p.alive(), recordFailures: p.recordFailures, told: p.told });
+      return { ...read, violations: judge(effects, rows, log, records, at, owners), at, waitedMs: wait };
     },
     asked: () => {
       const out: AskedResponse[] = [];

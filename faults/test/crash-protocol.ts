@@ -62,7 +62,27 @@ export type FromWorker =
   | { type: "ready" }
   | { type: "reached"; point: CrashPoint; detail?: string }
   | { type: "answered"; result: SentResult }
-  | { type: "refused"; code: string; message: string; record?: FailedRecord };
+  | { type: "refused"; code: string; message: string; record?: FailedRecord; effects?: { key: string; name: string; effect: string }[] }
+  | RecordWriteFailed;
+
+/**
+ * A record write (complete, fail, markUnknown, release) the ledger refused, as the worker saw it at
+ * the ledger's edge (outside the dispatcher), with what the dispatch that sent it then did: raised
+ * an error to the runner ("raised", its code), answered with an outcome all the same ("returned":
+ * a re-send of the write went through), or had answered before the write was sent ("earlier": a
+ * run that outlived its bound, DISPATCH-18). The oracle excuses a live owner's expired in-flight
+ * row only with such a report, "raised", for the row's key and fence (DISPATCH-10): a process
+ * that never wrote its record, or swallowed the failure, sends none.
+ */
+export interface RecordWriteFailed {
+  type: "record_failed";
+  key: string;
+  fence: number;
+  write: "complete" | "fail" | "markUnknown" | "release";
+  error: string;
+  answered: "raised" | "returned" | "earlier";
+  raised?: { code: string; message: string };
+}
 
 /** The parts of a SendResult the suite reads (it crosses IPC as JSON). */
 export interface SentResult {

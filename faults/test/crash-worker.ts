@@ -10,14 +10,15 @@
  *
  * argv[2]: JSON CrashWorkerConfig.
  */
+import { AsyncLocalStorage } from "node:async_hooks";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import pg from "pg";
 import { ConversationRunner as AnthropicRunner, TurnAccumulator, TurnFailedError } from "@dispatch-once/anthropic";
 import { ConversationRunner as OpenAIRunner, ResponsesTurnAccumulator } from "@dispatch-once/openai";
-import { Dispatcher, MemoryLedger, ToolError, ToolRegistry, defineTool, isDispatchOnceError, type ConversationStore, type Ledger } from "@dispatch-once/core";
+import { Dispatcher, MemoryLedger, StoreUnavailableError, ToolError, ToolRegistry, defineTool, isDispatchOnceError, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { z } from "zod";
-import type { CrashPoint, CrashWorkerConfig, FailedRecord, FromWorker, SentResult, ToWorker } from "./crash-protocol.js";
+import type { CrashPoint, CrashWorkerConfig, FailedRecord, FromWorker, RecordWriteFailed, SentResult, ToWorker } from "./crash-protocol.js";
 
 const config = JSON.parse(process.argv[2]!) as CrashWorkerConfig;
 /**
@@ -38,7 +39,9 @@ const config = JSON.parse(process.argv[2]!) as CrashWorkerConfig;
  * spliced response's text lands on a call that ran and its own call runs again); "no-second-start"
  * takes out the check of a second message_start / response.created in one body (STREAM-8 broken);
  * "force-every-turn" keeps a forcing tool_choice on every turn of a message (STREAM-18 broken: the
- * runner told followUp is ignored, as resetToolChoice false does).
+ * runner told followUp is ignored, as resetToolChoice false does); "drop-complete" answers every
+ * ledger complete without writing it (a record lost without a word: the row stays in flight under
+ * its live owner, the user told "done").
  */
 const plants = new Set((process.env.FAULT_PLANT ?? "").split(",").filter((p) => p !== ""));
 const say = (message: FromWorker) => process.send?.(message);
@@ -250,7 +253,9 @@ const tools = new ToolRegistry([
 ]);
 
 const ledger = plants.has("volatile-ledger") ? new MemoryLedger() : await openLedger();
-const complete = ledger.complete.bind(ledger);
+// drop-complete: a record write lost without a word (a dispatcher that forgot its complete, a
+// wrapper that swallowed its failure): the row stays in flight under its live owner, the user told "done".
+const complete = plants.has("drop-complete") ? async () => {} : ledger.complete.bind(ledger);
 ledger.complete = async (...args) => {
   const done = await complete(...args);
   await point("after_complete");
@@ -280,6 +285,29 @@ if (config.ledger.kind === "sqlite" && !plants.has("volatile-ledger")) stopInsid
 // The write methods a turn calls in order (renewLease runs on a timer and is not counted: its count is not deterministic).
 watchCalls(store, ["appendUserMessage", "acquireLease", "beginTurn", "commitTurn", "failMessage", "addRecord", "releaseLease", "releaseLeaseGrant"]);
 watchCalls(ledger, ["claim", "complete", "fail", "markUnknown", "release"]);
+/**
+ * The record writes the ledger refused, reported to the parent with what the dispatch that sent
+ * them told the runner (RecordWriteFailed): the oracle's only excuse for a live owner's expired
+ * in-flight row (DISPATCH-10). Wrapped last, so it sees what the dispatcher sees (after the
+ * plants and the points). One store for the process: a dispatch's writes run in its async context.
+ */
+type RefusedWrite = Omit<RecordWriteFailed, "type" | "answered" | "raised">;
+const dispatching = new AsyncLocalStorage<{ refused: RefusedWrite[]; answered?: "returned" | "raised" }>();
+for (const write of ["complete", "fail", "markUnknown", "release"] as const) {
+  const original = (ledger[write] as (...args: unknown[]) => Promise<unknown>).bind(ledger);
+  (ledger as unknown as Record<string, unknown>)[write] = async (...args: unknown[]) => {
+    try {
+      return await original(...args);
+    } catch (error) {
+      const refused: RefusedWrite = { key: String(args[0]), fence: Number(args[1]), write, error: error instanceof Error ? error.message : String(error) };
+      const context = dispatching.getStore();
+      // A write after its dispatch answered (a run past its bound) told its caller nothing of it.
+      if (context === undefined || context.answered !== undefined) say({ type: "record_failed", ...refused, answered: "earlier" });
+      else context.refused.push(refused);
+      throw error;
+    }
+  };
+}
 if (plants.has("record-after-commit")) Object.assign(store, { capabilities: { ...store.capabilities, recordsWithCommit: false } });
 const commitTurn = store.commitTurn.bind(store);
 store.commitTurn = async (conversationId, commit) => {
@@ -313,6 +341,33 @@ if (plants.has("global-ordinal")) {
 }
 if (plants.has("ordinal-zero")) {
   dispatcher.turn = (context) => ({ dispatch: (call) => dispatcher.dispatch(call, { conversationId: context.conversationId, turnIndex: context.turnIndex, ordinal: 0 }) });
+}
+{
+  // Each dispatch in an async context of its own, whose refused record writes are reported once it answers.
+  const turnOf = dispatcher.turn;
+  dispatcher.turn = (context) => {
+    const turn = turnOf.call(dispatcher, context);
+    return {
+      dispatch: (call) => {
+        const own: { refused: RefusedWrite[]; answered?: "returned" | "raised" } = { refused: [] };
+        const report = (answered: "returned" | "raised", error?: unknown) => {
+          own.answered = answered;
+          const raised = error === undefined ? undefined : { code: isDispatchOnceError(error) ? error.code : "thrown", message: error instanceof Error ? error.message : String(error) };
+          for (const refused of own.refused) say({ type: "record_failed", ...refused, answered, ...(raised !== undefined ? { raised } : {}) });
+        };
+        return dispatching.run(own, () => turn.dispatch(call)).then(
+          (outcome) => {
+            report("returned");
+            return outcome;
+          },
+          (error: unknown) => {
+            report("raised", error);
+            throw error;
+          },
+        );
+      },
+    };
+  };
 }
 // The accumulators' checks are planted out from outside: each forgets what it needs to notice the splice.
 type Forgetful = { blockTypes?: Map<number, string>; itemTypes?: Map<number, string>; messageId?: string; responseId?: string };
@@ -370,6 +425,8 @@ process.on("message", (message: ToWorker) => {
         code: isDispatchOnceError(error) ? error.code : "thrown",
         message: error instanceof Error ? error.message : String(error),
         ...(TurnFailedError.isInstance(error) ? { record: JSON.parse(JSON.stringify(error.record)) as FailedRecord } : {}),
+        // RECORD-9: what a store_unavailable says of each effect the turn's calls had.
+        ...(StoreUnavailableError.isInstance(error) && error.effects !== undefined ? { effects: JSON.parse(JSON.stringify(error.effects)) as { key: string; name: string; effect: string }[] } : {}),
       }),
   );
 });
