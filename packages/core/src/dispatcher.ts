@@ -903,67 +903,72 @@ export class Dispatcher implements CallDispatcher {
   private async claimAndRun(prepared: PreparedCall, context: TurnContext, ordinal: number): Promise<DispatchOutcome> {
     const { tool } = prepared;
     const key = this.keyOf(prepared, context, ordinal);
-    const base = { key, toolName: tool.name, effect: tool.effect, ordinal };
-    const size = sizeBeyond(prepared.requestText, this.ledger.capabilities.maxResultBytes);
-    if (size > this.ledger.capabilities.maxResultBytes) {
-      throw new ToolInputError(tool.name, [
-        { path: [], message: `the arguments are ${size} bytes; the ledger stores at most ${this.ledger.capabilities.maxResultBytes}` },
-      ]);
-    }
-    // One claim id for this dispatch's claims: a claim sent again after a lost reply is
-    // recognised by the ledger as the same claim, not met as another attempt's row (LEDGER-26).
-    const claimId = newClaimId();
-    const started = Date.now();
-    // The first attempt here; anything but the usual answer (claimed, with this call's own
-    // request) goes on in claimLoop, as the loop's first attempt. This async function holds only
-    // what the usual case needs: its frame is made (and collected) on every dispatch.
-    const claimSentAt = Date.now();
-    let claim: ClaimResult;
+    // Every path below returns awaited inside this try: a ledger_unavailable from any of them gets the key (RECORD-2).
     try {
-      claim = await this.ledger.claim(this.claimRequest(prepared, context, key, claimId));
+      const base = { key, toolName: tool.name, effect: tool.effect, ordinal };
+      const size = sizeBeyond(prepared.requestText, this.ledger.capabilities.maxResultBytes);
+      if (size > this.ledger.capabilities.maxResultBytes) {
+        throw new ToolInputError(tool.name, [
+          { path: [], message: `the arguments are ${size} bytes; the ledger stores at most ${this.ledger.capabilities.maxResultBytes}` },
+        ]);
+      }
+      // One claim id for this dispatch's claims: a claim sent again after a lost reply is
+      // recognised by the ledger as the same claim, not met as another attempt's row (LEDGER-26).
+      const claimId = newClaimId();
+      const started = Date.now();
+      // The first attempt here; anything but the usual answer (claimed, with this call's own
+      // request) goes on in claimLoop, as the loop's first attempt. This async function holds only
+      // what the usual case needs: its frame is made (and collected) on every dispatch.
+      const claimSentAt = Date.now();
+      let claim: ClaimResult;
+      try {
+        claim = await this.ledger.claim(this.claimRequest(prepared, context, key, claimId));
+      } catch (error) {
+        return await this.claimLoop(prepared, context, key, base, claimId, started, { claimSentAt, error });
+      }
+      if (claim.outcome !== "claimed" || claim.request !== prepared.requestText) {
+        return await this.claimLoop(prepared, context, key, base, claimId, started, { claimSentAt, claim });
+      }
+      const fence = claim.fence;
+      if (this.onEvent !== undefined) this.emit({ type: "claimed", key, toolName: tool.name, ordinal, fence, takeover: claim.takeover });
+      // runClaimed(), written out: its async frame and promise on every dispatch were measurable.
+      // Keep the two alike. The lease began no earlier than the claim was sent, so this is a safe local bound.
+      const lease = new HeldLease(key, fence, tool.name, ordinal, claimSentAt + this.leaseMs);
+      // Keep the claim while a slow tool runs (LEDGER-9); if it is lost, tell the tool (DISPATCH-11).
+      this.renewals.add(lease);
+      if (this.onEvent !== undefined) this.emit({ type: "run_started", key, toolName: tool.name, ordinal });
+      let result: unknown;
+      let running: unknown;
+      try {
+        running = tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease));
+        result = await this.within(running, tool, lease);
+      } catch (error) {
+        if (error instanceof RunTimedOut) return await this.runTimedOut(running, error.ms, tool, prepared.args, context, key, fence, base, lease);
+        return await this.runFailed(error, tool, prepared.args, context, key, fence, base, lease);
+      }
+      lease.finished = true;
+      this.renewals.remove(lease);
+      if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, fence, ok: true });
+      let texts: { text: string; parsed: JsonValue | undefined };
+      try {
+        texts = this.resultText(result, key);
+      } catch (error) {
+        if (!isDispatchOnceError(error, "not_canonicalizable") && !isDispatchOnceError(error, "result_not_storable")) throw error;
+        return await this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
+      }
+      try {
+        await this.ledger.complete(key, fence, texts.text);
+      } catch (error) {
+        return await this.completeAgain(error, tool, prepared.args, key, fence, base, texts.text, texts.parsed);
+      }
+      if (this.onEvent !== undefined) {
+        const unstorable = this.emitCompleted(key, tool.name, ordinal);
+        if (unstorable !== undefined) return await this.reconcileUnstorable(tool, prepared.args, key, fence, unstorable, base);
+      }
+      return outcomeOf(base, texts.text, false, texts.parsed);
     } catch (error) {
-      return await this.claimLoop(prepared, context, key, base, claimId, started, { claimSentAt, error });
+      throw withCallKey(error, key);
     }
-    if (claim.outcome !== "claimed" || claim.request !== prepared.requestText) {
-      return await this.claimLoop(prepared, context, key, base, claimId, started, { claimSentAt, claim });
-    }
-    const fence = claim.fence;
-    if (this.onEvent !== undefined) this.emit({ type: "claimed", key, toolName: tool.name, ordinal, fence, takeover: claim.takeover });
-    // runClaimed(), written out: its async frame and promise on every dispatch were measurable.
-    // Keep the two alike. The lease began no earlier than the claim was sent, so this is a safe local bound.
-    const lease = new HeldLease(key, fence, tool.name, ordinal, claimSentAt + this.leaseMs);
-    // Keep the claim while a slow tool runs (LEDGER-9); if it is lost, tell the tool (DISPATCH-11).
-    this.renewals.add(lease);
-    if (this.onEvent !== undefined) this.emit({ type: "run_started", key, toolName: tool.name, ordinal });
-    let result: unknown;
-    let running: unknown;
-    try {
-      running = tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease));
-      result = await this.within(running, tool, lease);
-    } catch (error) {
-      if (error instanceof RunTimedOut) return this.runTimedOut(running, error.ms, tool, prepared.args, context, key, fence, base, lease);
-      return await this.runFailed(error, tool, prepared.args, context, key, fence, base, lease);
-    }
-    lease.finished = true;
-    this.renewals.remove(lease);
-    if (this.onEvent !== undefined) this.emit({ type: "run_finished", key, toolName: tool.name, ordinal, fence, ok: true });
-    let texts: { text: string; parsed: JsonValue | undefined };
-    try {
-      texts = this.resultText(result, key);
-    } catch (error) {
-      if (!isDispatchOnceError(error, "not_canonicalizable") && !isDispatchOnceError(error, "result_not_storable")) throw error;
-      return await this.reconcileUnstorable(tool, prepared.args, key, fence, error, base);
-    }
-    try {
-      await this.ledger.complete(key, fence, texts.text);
-    } catch (error) {
-      return await this.completeAgain(error, tool, prepared.args, key, fence, base, texts.text, texts.parsed);
-    }
-    if (this.onEvent !== undefined) {
-      const unstorable = this.emitCompleted(key, tool.name, ordinal);
-      if (unstorable !== undefined) return await this.reconcileUnstorable(tool, prepared.args, key, fence, unstorable, base);
-    }
-    return outcomeOf(base, texts.text, false, texts.parsed);
   }
 
   /** A claim of this dispatch: a new object for every attempt, the same members. */
@@ -2298,6 +2303,16 @@ function performedButStale(key: string, fence: number, error: unknown): StaleCla
  * a connection inside the caller's transaction) is re-raised as ledger_unavailable, so no
  * caller or record tells the user an effect failed that may have taken place (ERR-4).
  */
+/**
+ * A ledger_unavailable raised by a write's dispatch, given the call's key when it has none: the
+ * runner lists a failed call under the key its error names (RECORD-2), and an effect whose record
+ * could not be written (DISPATCH-10) must be told under its row's key. The store's error stays the cause.
+ */
+function withCallKey(error: unknown, key: string): unknown {
+  if (!isDispatchOnceError(error, "ledger_unavailable") || (error as { key?: unknown }).key !== undefined) return error;
+  return new LedgerUnavailableError(error.message, { cause: error.cause ?? error, key });
+}
+
 function afterRunWriteError(key: string, error: unknown): unknown {
   if (catalogueEntry(error)?.effect === "no") {
     return new LedgerUnavailableError(

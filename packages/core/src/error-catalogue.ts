@@ -44,7 +44,7 @@ const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry
   outcome_unknown: { rules: ["LEDGER-7", "LEDGER-8", "EFFECT-6"], carries: ["key", "reason"], effect: "possibly", retryable: "no", raisedWhen: "the row is unknown: nobody can tell if the effect happened; never re-run" },
   tool_failed: { rules: ["LEDGER-8", "DISPATCH-9"], carries: ["key", "error", "replayed"], effect: "no", retryable: "no", raisedWhen: "a definite failure, first run or replayed" },
   stale_claim: { rules: ["LEDGER-5", "DISPATCH-8"], carries: ["key", "fence", "effectHappened"], effect: "possibly", retryable: "same_message", raisedWhen: "a fence no longer owns an in-flight row" },
-  ledger_unavailable: { rules: ["LEDGER-12", "DISPATCH-10", "ERR-5"], carries: ["cause"], effect: "possibly", retryable: "same_message", raisedWhen: "the ledger's store cannot be reached or refused the operation" },
+  ledger_unavailable: { rules: ["LEDGER-12", "DISPATCH-10", "ERR-5"], carries: ["cause", "key"], effect: "possibly", retryable: "same_message", raisedWhen: "the ledger's store cannot be reached or refused the operation" },
   ledger_corrupt: { rules: ["LEDGER-11", "LEDGER-25", "DISPATCH-10"], carries: ["key"], effect: "possibly", retryable: "no", raisedWhen: "a ledger row cannot be read back" },
   result_not_storable: { rules: ["LEDGER-10", "DISPATCH-7"], carries: ["key"], effect: "yes", retryable: "no", raisedWhen: "the effect happened and its result is not JSON or is too large (first run or replayed)" },
   durability_mismatch: { rules: ["LEDGER-14", "TURN-14"], carries: ["tools"], effect: "no", retryable: "no", raisedWhen: "unkeyed_write tools on a volatile ledger, or a volatile conversation store beside a durable ledger" },
