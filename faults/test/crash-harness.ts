@@ -82,8 +82,9 @@ export class RunnerProcess {
   private readonly inbox: FromWorker[] = [];
   private waiter: (() => void) | undefined;
 
-  constructor(config: CrashWorkerConfig) {
-    this.child = fork(compiledEntry(WORKER), [JSON.stringify(config)], { execArgv: [], stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  constructor(config: CrashWorkerConfig, plants?: readonly string[]) {
+    const env = plants === undefined ? process.env : { ...process.env, FAULT_PLANT: plants.join(",") };
+    this.child = fork(compiledEntry(WORKER), [JSON.stringify(config)], { execArgv: [], env, stdio: ["ignore", "inherit", "inherit", "ipc"] });
     this.exited = new Promise((resolve) => this.child.once("exit", (code, signal) => resolve({ code, signal })));
     this.child.on("message", (message: FromWorker) => {
       // Reports go beside the conversation with the parent, never in the way of what it waits for.
@@ -213,7 +214,8 @@ export interface World {
   close(): Promise<void>;
 }
 
-export type RunnerOptions = { crashAt?: CrashPoint; occurrence?: number; call?: CallPoint; inTransaction?: "kill" | "stop" };
+/** `plants`: this process's FAULT_PLANT (crash-worker.ts), in place of the suite's. */
+export type RunnerOptions = { crashAt?: CrashPoint; occurrence?: number; call?: CallPoint; inTransaction?: "kill" | "stop"; plants?: string[] };
 
 /** One runner's own proxies (partitionable): to the conversation store, and to the ledger when it is a server. */
 export interface OwnProxies {
@@ -564,7 +566,7 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
     return { effects, rows, log, records, messages };
   };
   const started: RunnerProcess[] = [];
-  const spawnRunner = (crash: RunnerOptions, ledgerOf: LedgerConfig, storeOf: ConversationStoreConfig) => {
+  const spawnRunner = ({ plants, ...crash }: RunnerOptions, ledgerOf: LedgerConfig, storeOf: ConversationStoreConfig) => {
     const process = new RunnerProcess({
       provider: providerKind,
       providerUrl: provider.baseURL,
@@ -575,7 +577,7 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
       leaseMs: LEASE_MS,
       ...(options.forceToolChoice === true ? { forceToolChoice: true } : {}),
       ...crash,
-    });
+    }, plants);
     started.push(process);
     return process;
   };
