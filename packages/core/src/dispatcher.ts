@@ -903,7 +903,7 @@ export class Dispatcher implements CallDispatcher {
   private async claimAndRun(prepared: PreparedCall, context: TurnContext, ordinal: number): Promise<DispatchOutcome> {
     const { tool } = prepared;
     const key = this.keyOf(prepared, context, ordinal);
-    // Every path below returns awaited inside this try: a ledger_unavailable from any of them gets the key (RECORD-2).
+    // Every path below returns awaited (runTimedOut throws) inside this try: a ledger_unavailable from any of them gets the key (RECORD-2).
     try {
       const base = { key, toolName: tool.name, effect: tool.effect, ordinal };
       const size = sizeBeyond(prepared.requestText, this.ledger.capabilities.maxResultBytes);
@@ -943,7 +943,7 @@ export class Dispatcher implements CallDispatcher {
         running = tool.run(prepared.args, this.runContext(tool.name, key, context, ordinal, lease));
         result = await this.within(running, tool, lease);
       } catch (error) {
-        if (error instanceof RunTimedOut) return await this.runTimedOut(running, error.ms, tool, prepared.args, context, key, fence, base, lease);
+        if (error instanceof RunTimedOut) return this.runTimedOut(running, error.ms, tool, prepared.args, context, key, fence, base, lease);
         return await this.runFailed(error, tool, prepared.args, context, key, fence, base, lease);
       }
       lease.finished = true;
