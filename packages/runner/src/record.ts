@@ -257,6 +257,17 @@ export function summarizeEffects(calls: readonly CallRecord[]): FailedTurnRecord
   return [...byKey.values()];
 }
 
+/**
+ * Whether a re-send (the runner's own retry included) cannot settle this call: its outcome is
+ * unknown, or it raised an error that says its effect happened (`result_not_storable`, a
+ * `stale_claim` after its run performed it, DISPATCH-8). Such a row is a person's to settle, or
+ * an operator's already: a retry would replay their `failed` row to the model as a failure, or
+ * claim their released row and perform the effect again (ERR-4, RECORD-5).
+ */
+export function notSettledByResend(call: Pick<CallRecord, "status" | "effect">): boolean {
+  return call.status === "outcome_unknown" || (call.effect === "happened" && call.status !== "completed");
+}
+
 /** Status and effect of a call that was dispatched and raised `error`. */
 export function classifyCallError(error: unknown, isRead: boolean): { status: CallStatus; effect: EffectStatus; summary: string } {
   const message = error instanceof Error ? error.message : String(error);

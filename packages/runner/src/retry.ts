@@ -1,5 +1,5 @@
 import { StreamIncompleteError } from "./errors/stream-incomplete.js";
-import type { CallRecord } from "./record.js";
+import { notSettledByResend, type CallRecord } from "./record.js";
 import type { FailurePosition } from "./phases.js";
 
 export type AttemptFailure =
@@ -45,11 +45,12 @@ export const defaultRetryPolicy: RetryPolicy = {
   attempts: 3,
   backoffMs: (retry) => 100 * 2 ** (retry - 1),
   // A retry is safe at every position because the ledger answers repeats (STREAM-5); only what
-  // asking again cannot settle is left for a person: an unknown outcome, an unstorable result.
+  // asking again cannot settle is left for a person: an unknown outcome, an effect that happened
+  // without its result in hand (an unstorable result, a claim lost after the run: ERR-4).
   shouldRetry: (failure) =>
     failure.kind === "stream"
       ? !isPermanentRequestError(failure.error) && !isFinalStop(failure.error)
       : failure.kind === "commit"
         ? false
-        : !failure.calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
+        : !failure.calls.some(notSettledByResend),
 };

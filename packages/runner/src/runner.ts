@@ -43,6 +43,7 @@ import {
   classifyCallError,
   forResumedTurn,
   mergeUnanswered,
+  notSettledByResend,
   summarizeEffects,
   unansweredCall,
   unansweredOwnCall,
@@ -1058,6 +1059,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         return { kind: "superseded" };
       }
       lastFailure = run.failure;
+      // Whatever the app's policy: a retry is a re-send, and a call whose effect happened without
+      // its result in hand (or is unknown) is not one a re-send can settle (RECORD-5, ERR-4).
+      if (run.failure.kind === "call" && run.failure.calls.some(notSettledByResend)) break;
       if (attempt >= this.retry.attempts || !this.retry.shouldRetry(run.failure)) break;
       this.emit({ type: "attempt_discarded", conversationId, turnIndex, attempt, reason: "retry" });
       const delayMs = this.retry.backoffMs(attempt);
@@ -1343,13 +1347,14 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       error: storedErrorOf(failure?.error),
       calls,
       effects,
-      // Re-sending helps unless an effect is left for a person to settle, or the provider ends
+      // Re-sending helps unless an effect is left for a person to settle (or said to have happened
+      // without its result in hand: ERR-4), or the provider ends
       // this request's response the same way every time (STREAM-13), or refused the request as
       // one it always refuses (a permanent 4xx: the re-send sends the same conversation, RECORD-5).
       retryable:
         failure?.kind !== "commit" &&
         !(failure?.kind === "stream" && (isFinalStop(failure.error) || isPermanentRequestError(failure.error))) &&
-        !calls.some((c) => c.status === "outcome_unknown" || c.status === "result_not_storable"),
+        !calls.some(notSettledByResend),
       resumed: resumedTurn(snapshot),
       at: new Date().toISOString(),
     };
