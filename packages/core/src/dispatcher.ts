@@ -76,6 +76,15 @@ export interface DispatchOutcome {
 /** The ledger writes that record a claimed run's outcome (DISPATCH-10, DISPATCH-17). */
 export type RecordWrite = "complete" | "fail" | "markUnknown" | "release";
 
+/**
+ * What a claimed run established about its effect, in the failed-turn record's words (RECORD-2),
+ * on its `recorded` or `record_failed` event (OTEL-5): `happened` when its tool returned a result
+ * (stored, unstorable, or unrecorded) or a probe found it performed; `not_happened` for a definite
+ * failure, or a release as not performed that nothing earlier can have acted on (LEDGER-8);
+ * `may_have_happened` otherwise.
+ */
+export type RunEffect = "happened" | "not_happened" | "may_have_happened";
+
 export type DispatchEvent =
   | { type: "claimed"; key: string; toolName: string; ordinal: number; fence: number; takeover: boolean }
   | { type: "run_started"; key: string; toolName: string; ordinal: number }
@@ -133,14 +142,16 @@ export type DispatchEvent =
    * event of such a run: no `recorded` follows (OTEL-4). `fence` is the run's: a run that lost its
    * claim reports this while the claim's new holder runs under the same key.
    */
-  | { type: "record_failed"; key: string; toolName: string; ordinal: number; fence: number; write: RecordWrite; state: "completed" | "failed" | "unknown" | "released"; error: string }
+  | { type: "record_failed"; key: string; toolName: string; ordinal: number; fence: number; write: RecordWrite; state: "completed" | "failed" | "unknown" | "released"; effect?: RunEffect; error: string }
   /**
    * This run's outcome went into the ledger (the last write of a claimed run; absent when the write
-   * was refused: `record_failed`). A release after the tool ran carries `effectMayHaveHappened`,
+   * was refused: `record_failed`). `effect` (on this and `record_failed`, always given by this
+   * dispatcher) says what the run established of its effect, which `state` alone cannot: a
+   * `failed` row closed on an unstorable result happened (OTEL-5). A release after the tool ran carries `effectMayHaveHappened`,
    * as the `released` event that follows does: this is the run's last event, so telemetry can say
    * it on the run's own span.
    */
-  | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released"; effectMayHaveHappened?: boolean }
+  | { type: "recorded"; key: string; toolName: string; ordinal: number; state: "completed" | "failed" | "unknown" | "released"; effect?: RunEffect; effectMayHaveHappened?: boolean }
   /**
    * A reconcile probe answered (RECON-10). `verdict` is the probe's answer (`error`: it threw or
    * answered something that is not a verdict); `settled` is what the dispatcher writes for it
@@ -1416,7 +1427,7 @@ export class Dispatcher implements CallDispatcher {
   /** The `recorded` event of a completion; a listener that throws result_not_storable is answered as a complete that did (anything else it throws propagates). */
   private emitCompleted(key: string, toolName: string, ordinal: number): Error | undefined {
     try {
-      this.emit({ type: "recorded", key, toolName, ordinal, state: "completed" });
+      this.emit({ type: "recorded", key, toolName, ordinal, state: "completed", effect: "happened" });
     } catch (error) {
       if (!isDispatchOnceError(error, "result_not_storable")) throw error;
       return error;
@@ -1696,7 +1707,7 @@ export class Dispatcher implements CallDispatcher {
       // The run ends without its record: said at once, so no one waits for a `recorded` (OTEL-4).
       // A hook that throws here must not replace the ledger's error, which says what the caller can do.
       try {
-        this.emit({ type: "record_failed", key, toolName: done.toolName, ordinal: done.ordinal, fence, write: done.write, state: done.state, error: describeError(error) });
+        this.emit({ type: "record_failed", key, toolName: done.toolName, ordinal: done.ordinal, fence, write: done.write, state: done.state, effect: runEffect(done), error: describeError(error) });
       } catch {
         // as above
       }
@@ -1744,7 +1755,7 @@ export class Dispatcher implements CallDispatcher {
       name: "ResultNotStorableError",
       message: notStorable.message,
       code: "result_not_storable",
-    }), { toolName: base.toolName, ordinal: base.ordinal, state: "failed", write: "fail" });
+    }), { toolName: base.toolName, ordinal: base.ordinal, state: "failed", write: "fail", happened: true });
     throw notStorable;
   }
 
@@ -2259,7 +2270,15 @@ function sizeBeyond(text: string, limit: number): number {
 /** What a record writes, for its `recorded` event and for reading back whether it landed (DISPATCH-17). */
 function recordedEvent(key: string, done: RecordDone): DispatchEvent {
   const { toolName, ordinal, state, effectMayHaveHappened } = done;
-  return { type: "recorded", key, toolName, ordinal, state, ...(effectMayHaveHappened !== undefined ? { effectMayHaveHappened } : {}) };
+  return { type: "recorded", key, toolName, ordinal, state, effect: runEffect(done), ...(effectMayHaveHappened !== undefined ? { effectMayHaveHappened } : {}) };
+}
+
+/** What the run's record says of its effect (OTEL-5): its write's state, except a failure closed on a result that happened. */
+function runEffect(done: RecordDone): RunEffect {
+  if (done.happened === true || done.state === "completed") return "happened";
+  if (done.state === "failed") return "not_happened";
+  if (done.state === "released") return done.effectMayHaveHappened === false ? "not_happened" : "may_have_happened";
+  return "may_have_happened";
 }
 
 interface RecordDone {
@@ -2271,6 +2290,8 @@ interface RecordDone {
   result?: string;
   /** A release after the tool ran: whether the call as a whole may have happened (the `released` event's). */
   effectMayHaveHappened?: boolean;
+  /** A `fail` that closes a run whose effect happened (result_not_storable, LEDGER-10), not a definite failure. */
+  happened?: true;
 }
 
 /**

@@ -33,6 +33,7 @@ export {
   type DispatchOutcome,
   type DispatchEvent,
   type RecordWrite,
+  type RunEffect,
   type DispatchLogger,
   type ReconcileReport,
   type ReconcileUnknownOptions,

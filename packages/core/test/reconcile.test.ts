@@ -96,7 +96,7 @@ describe("reconciliation after a lost response (RECON-2)", () => {
       expect.objectContaining({ key: s.key, cause: "tool_error", verdict: "performed", settled: "completed" }),
     ]);
     expect(s.events.filter((e) => e.type === "recorded")).toEqual([
-      { type: "recorded", key: s.key, toolName: "create_invoice", ordinal: 0, state: "completed" },
+      { type: "recorded", key: s.key, toolName: "create_invoice", ordinal: 0, state: "completed", effect: "happened" },
     ]);
   });
 

@@ -21,6 +21,13 @@ export const ATTR = {
   RECORD_WRITE: "dispatch_once.record.write",
   /** On a run span that ends `released`: whether the call as a whole may still have happened (an earlier run's, or a resumed turn's earlier holder's). */
   RELEASED_EFFECT_MAY_HAVE_HAPPENED: "dispatch_once.released.effect_may_have_happened",
+  /**
+   * On every run span's end and on `dispatch_once.outcomes`: what the run established about its
+   * effect (OTEL-5), in the failed-turn record's words: `happened` (a result, stored or not),
+   * `not_happened`, or `may_have_happened`. A `failed` or `not_recorded` run whose payment went
+   * through says `happened`.
+   */
+  EFFECT: "dispatch_once.effect",
   /** The outcome a run's last write would have recorded, on a run span that ends `not_recorded` (OTEL-4). */
   RECORD_OUTCOME: "dispatch_once.record.outcome",
   /** The ledger operation sent again after ledger_unavailable: `claim`, or a record write (`complete`, `fail`, `markUnknown`, `release`). */

@@ -10,7 +10,7 @@ import {
   type Span,
   type Tracer,
 } from "@opentelemetry/api";
-import { describeValue, InvalidArgumentError, type DispatchEvent } from "@dispatch-once/core";
+import { describeValue, InvalidArgumentError, type DispatchEvent, type RunEffect } from "@dispatch-once/core";
 import { checkKnownOptions, checkOptionValues, type RunnerEvent } from "@dispatch-once/runner";
 import { ATTR, METRIC, SPAN } from "./attributes.js";
 
@@ -217,22 +217,26 @@ export class DispatchTelemetry {
         // The run's last write never landed (refused, or the ledger out of reach): its span ends
         // now, or no exporter would ever see the run whose outcome the ledger lacks (OTEL-4).
         // A run that lost its claim reports this while a takeover's run holds the key: that span is not this run's.
-        this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: "not_recorded" });
+        // An event of an older core carries no effect: then nothing better than "may have happened" is known.
+        const effect = event.effect ?? "may_have_happened";
+        this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: "not_recorded", [ATTR.EFFECT]: effect });
         const id = this.runIdOf(event.key, event.fence);
         if (id === undefined) return;
         this.runs.get(id)?.span.setAttributes({ [ATTR.RECORD_WRITE]: event.write, [ATTR.RECORD_OUTCOME]: event.state });
-        this.endRun(id, "not_recorded");
+        this.endRun(id, "not_recorded", effect);
         return;
       }
-      case "recorded":
-        this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: event.state });
+      case "recorded": {
+        const effect = event.effect ?? recordedEffect(event.state, event.effectMayHaveHappened);
+        this.counters.OUTCOMES.add(1, { ...tool, [ATTR.OUTCOME]: event.state, [ATTR.EFFECT]: effect });
         if (event.state === "unknown") this.counters.UNKNOWNS.add(1, tool);
         // A released run whose call may have happened is not a "did not happen" (RECORD-8).
         if (event.effectMayHaveHappened !== undefined) {
           this.runs.get(event.key)?.span.setAttribute(ATTR.RELEASED_EFFECT_MAY_HAVE_HAPPENED, event.effectMayHaveHappened);
         }
-        this.endRun(event.key, event.state);
+        this.endRun(event.key, event.state, effect);
         return;
+      }
     }
   }
 
@@ -317,15 +321,17 @@ export class DispatchTelemetry {
     }
   }
 
-  private endRun(id: string, outcome: string): void {
+  /** `effect`: what the run established (OTEL-5); a span ended with no word from its run (shutdown, maxOpenSpans) cannot tell. */
+  private endRun(id: string, outcome: string, effect: RunEffect = "may_have_happened"): void {
     const run = this.runs.get(id);
     if (run === undefined) return;
     this.runs.delete(id);
-    this.endSpan(run, outcome);
+    this.endSpan(run, outcome, effect);
   }
 
-  private endSpan(run: Open, outcome: string): void {
+  private endSpan(run: Open, outcome: string, effect: RunEffect = "may_have_happened"): void {
     run.span.setAttribute(ATTR.OUTCOME, outcome);
+    run.span.setAttribute(ATTR.EFFECT, effect);
     if (outcome === "failed" || outcome === "unknown" || outcome === "not_recorded") {
       run.span.setStatus({ code: SpanStatusCode.ERROR, message: outcome });
     }
@@ -342,6 +348,16 @@ export class DispatchTelemetry {
     if (outcome !== "committed") turn.span.setStatus({ code: SpanStatusCode.ERROR, message: outcome });
     turn.span.end();
   }
+}
+
+/**
+ * The effect of a `recorded` event from a core that does not say it (before OTEL-5): a `failed`
+ * row may be a result_not_storable whose effect happened, which such an event cannot tell apart.
+ */
+function recordedEffect(state: "completed" | "failed" | "unknown" | "released", effectMayHaveHappened: boolean | undefined): RunEffect {
+  if (state === "completed") return "happened";
+  if (state === "released" && effectMayHaveHappened === false) return "not_happened";
+  return "may_have_happened";
 }
 
 /** The id of a run span a takeover's claim superseded, kept open for that run's late reports. */
