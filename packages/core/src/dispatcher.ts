@@ -1727,13 +1727,13 @@ export class Dispatcher implements CallDispatcher {
           row = await this.ledger.lookup(key);
         } catch (lookupError) {
           // Whether the first copy landed cannot be told: the effect may have happened (ERR-4).
-          throw afterRunWriteError(key, lookupError);
+          throw afterRunWriteError(key, lookupError, done);
         }
         if (!wroteThis(row, fence, done)) throw error;
         break;
       }
       const left = deadline - Date.now();
-      if (!isDispatchOnceError(error, "ledger_unavailable") || left <= 0) throw afterRunWriteError(key, error);
+      if (!isDispatchOnceError(error, "ledger_unavailable") || left <= 0) throw afterRunWriteError(key, error, done);
       this.emit({ type: "record_retry", key, toolName: done.toolName, ordinal: done.ordinal, fence, write: done.write, attempt, error: describeError(error) });
       await sleep(Math.min(delay, left));
       delay = Math.min(delay * 2, this.maxPollMs);
@@ -2322,23 +2322,36 @@ function performedButStale(key: string, fence: number, error: unknown): StaleCla
  * A ledger write made AFTER the tool ran. An error from it says nothing about the effect,
  * which may have happened: one whose code would read "did not happen" (a refused argument,
  * a connection inside the caller's transaction) is re-raised as ledger_unavailable, so no
- * caller or record tells the user an effect failed that may have taken place (ERR-4).
+ * caller or record tells the user an effect failed that may have taken place (ERR-4). When
+ * the write recorded an effect the run knows happened (a result, stored or not storable), the
+ * ledger_unavailable says so (DISPATCH-10): the row stays in flight and may later read `unknown`
+ * or be released by an operator, so the caller's error is where the truth is told, as for
+ * DISPATCH-8's stale_claim. Other errors (ledger_corrupt, a foreign one) pass as they are.
  */
 /**
  * A ledger_unavailable raised by a write's dispatch, given the call's key when it has none: the
  * runner lists a failed call under the key its error names (RECORD-2), and an effect whose record
- * could not be written (DISPATCH-10) must be told under its row's key. The store's error stays the cause.
+ * could not be written (DISPATCH-10) must be told under its row's key. The store's error stays the
+ * cause, and what the error knows of the effect (`effectHappened`) is kept.
  */
 function withCallKey(error: unknown, key: string): unknown {
   if (!isDispatchOnceError(error, "ledger_unavailable") || (error as { key?: unknown }).key !== undefined) return error;
-  return new LedgerUnavailableError(error.message, { cause: error.cause ?? error, key });
+  const happened = (error as { effectHappened?: unknown }).effectHappened === true;
+  return new LedgerUnavailableError(error.message, { cause: error.cause ?? error, key, ...(happened ? { effectHappened: true as const } : {}) });
 }
 
-function afterRunWriteError(key: string, error: unknown): unknown {
+function afterRunWriteError(key: string, error: unknown, done: RecordDone): unknown {
+  const happened = runEffect(done) === "happened";
   if (catalogueEntry(error)?.effect === "no") {
     return new LedgerUnavailableError(
-      `the ledger refused to record the outcome of call ${key} after the tool ran: ${describeError(error)}`,
-      { cause: error },
+      `the ledger refused to record the outcome of call ${key} after the tool ran${happened ? " (the effect happened)" : ""}: ${describeError(error)}`,
+      { cause: error, ...(happened ? { effectHappened: true as const } : {}) },
+    );
+  }
+  if (happened && isDispatchOnceError(error, "ledger_unavailable") && (error as { effectHappened?: unknown }).effectHappened !== true) {
+    return new LedgerUnavailableError(
+      `the effect of call ${key} happened (the run returned a result), but the ledger could not record it: ${describeError(error)}`,
+      { cause: error, effectHappened: true },
     );
   }
   return error;

@@ -44,7 +44,7 @@ const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry
   outcome_unknown: { rules: ["LEDGER-7", "LEDGER-8", "EFFECT-6"], carries: ["key", "reason"], effect: "possibly", retryable: "no", raisedWhen: "the row is unknown: nobody can tell if the effect happened; never re-run" },
   tool_failed: { rules: ["LEDGER-8", "DISPATCH-9"], carries: ["key", "error", "replayed"], effect: "no", retryable: "no", raisedWhen: "a definite failure, first run or replayed" },
   stale_claim: { rules: ["LEDGER-5", "DISPATCH-8"], carries: ["key", "fence", "effectHappened"], effect: "possibly", retryable: "same_message", raisedWhen: "a fence no longer owns an in-flight row" },
-  ledger_unavailable: { rules: ["LEDGER-12", "DISPATCH-10", "ERR-5"], carries: ["cause", "key"], effect: "possibly", retryable: "same_message", raisedWhen: "the ledger's store cannot be reached or refused the operation" },
+  ledger_unavailable: { rules: ["LEDGER-12", "DISPATCH-10", "ERR-5"], carries: ["cause", "key", "effectHappened"], effect: "possibly", retryable: "same_message", raisedWhen: "the ledger's store cannot be reached or refused the operation (`effectHappened`: a record given up after the run performed the effect, DISPATCH-10)" },
   ledger_corrupt: { rules: ["LEDGER-11", "LEDGER-25", "DISPATCH-10"], carries: ["key"], effect: "possibly", retryable: "no", raisedWhen: "a ledger row cannot be read back" },
   result_not_storable: { rules: ["LEDGER-10", "DISPATCH-7"], carries: ["key"], effect: "yes", retryable: "no", raisedWhen: "the effect happened and its result is not JSON or is too large (first run or replayed)" },
   durability_mismatch: { rules: ["LEDGER-14", "TURN-14"], carries: ["tools"], effect: "no", retryable: "no", raisedWhen: "unkeyed_write tools on a volatile ledger, or a volatile conversation store beside a durable ledger" },
@@ -89,6 +89,8 @@ export function effectOf(error: unknown): EffectKnowledge {
   if (entry === undefined) return "possibly";
   // A claim lost after its run performed the effect, before the outcome was recorded (DISPATCH-8).
   if (isDispatchOnceError(error, "stale_claim") && (error as { effectHappened?: unknown }).effectHappened === true) return "yes";
+  // A record given up after the run performed the effect (DISPATCH-10): the ledger lacks it, the run knows it.
+  if (isDispatchOnceError(error, "ledger_unavailable") && (error as { effectHappened?: unknown }).effectHappened === true) return "yes";
   // A busy conversation whose turn under way is this message's own (TURN-10): its calls may have run.
   if (isDispatchOnceError(error, "conversation_busy") && (error as { inProgress?: unknown }).inProgress === true) return "possibly";
   if (isDispatchOnceError(error, "claim_released")) {

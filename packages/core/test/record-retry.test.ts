@@ -89,7 +89,7 @@ describe("a record that cannot reach the ledger is sent again (DISPATCH-10)", ()
     const dispatcher = new Dispatcher({ tools: [down.tool], ledger, recordRetryMs: 0, onEvent: (e) => events.push(e) });
     await expect(dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay })).rejects.toMatchObject({ code: "ledger_unavailable" });
     expect(calls).toEqual(["down"]);
-    expect(events.at(-1)).toMatchObject({ type: "record_failed", write: "complete", state: "completed", error: "connection terminated due to connection timeout" });
+    expect(events.at(-1)).toMatchObject({ type: "record_failed", write: "complete", state: "completed", effect: "happened", error: expect.stringContaining("connection terminated due to connection timeout") });
     expect(events.some((e) => e.type === "recorded")).toBe(false);
   });
 

@@ -53,3 +53,22 @@ describe("ERR-4 DISPATCH-8 a call whose effect happened after its claim was lost
     expect(retryableOf(failed)).toBe("no");
   });
 });
+
+describe("ERR-4 DISPATCH-10 a payment made whose record never reached the ledger", () => {
+  it("is recorded as happened and the attempt is not retried: the record, the error and the run's span (OTEL-5) say one thing", async () => {
+    const { LedgerUnavailableError } = await import("@dispatch-once/core");
+    const base = new MemoryLedger();
+    const ledger: Ledger = Object.assign(Object.create(base) as Ledger, {
+      capabilities: base.capabilities,
+      complete: () => Promise.reject(new LedgerUnavailableError("connection reset")),
+    });
+    const { runner, performed, events } = world(() => [...payCall("c1", "rent"), { t: "end" }], false, { ledger, dispatcher: { pollMs: 1, recordRetryMs: 5, waitMs: 1 } });
+    const error = await runner.send("conv-down", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
+    expect(performed).toHaveLength(1);
+    expect(error).toBeInstanceOf(TurnFailedError);
+    const failed = error as TurnFailedError;
+    expect(failed.record.calls.map((c) => [c.attempt, c.status, c.effect])).toEqual([[1, "error", "happened"]]);
+    expect(events.filter((e) => e.type === "retry_scheduled")).toEqual([]);
+    expect(failed.record.retryable).toBe(false);
+  });
+});

@@ -1,6 +1,6 @@
 import { DispatchOnceError } from "./dispatch-once-error.js";
 
-/** The store could not be reached or refused the operation; nothing is assumed to have happened (LEDGER-12). */
+/** The store could not be reached or refused the operation (LEDGER-12); the effect is assumed to have possibly happened, or known to have happened when `effectHappened` is set (DISPATCH-10). */
 export class LedgerUnavailableError extends DispatchOnceError {
   /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
   static override readonly code = "ledger_unavailable" as const;
@@ -10,8 +10,16 @@ export class LedgerUnavailableError extends DispatchOnceError {
    * effect whose record could not be written (DISPATCH-10) is told under the key its row has.
    */
   readonly key?: string;
-  constructor(message: string, options?: { cause?: unknown; key?: string }) {
-    super("ledger_unavailable", message, options !== undefined && "cause" in options ? { cause: options.cause } : undefined);
+  /**
+   * `true` when the write the dispatcher gave up recorded an effect its run knows happened (the
+   * tool returned a result, stored or not storable, or a probe found it performed: DISPATCH-10):
+   * `effectOf` answers "yes", and a re-send is not one that can help (ERR-4). Absent when nothing
+   * is known of the effect ("possibly"), as for every error of the ledger's own.
+   */
+  readonly effectHappened?: true;
+  constructor(message: string, options?: { cause?: unknown; key?: string; effectHappened?: true }) {
+    super("ledger_unavailable", message, options?.cause !== undefined ? { cause: options.cause } : undefined);
     if (options?.key !== undefined) this.key = options.key;
+    if (options?.effectHappened === true) this.effectHappened = true;
   }
 }

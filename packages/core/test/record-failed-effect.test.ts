@@ -1,0 +1,94 @@
+// A run whose tool returned a result has made its effect, whatever becomes of the write that
+// records it (ERR-4, DISPATCH-10). The ledger_unavailable raised when that write is given up
+// must say so, as DISPATCH-8's stale_claim does, so that the app, the runner's record and the
+// run's span (OTEL-5) tell one story: "happened". Before, it read "possibly" and a re-send "can help".
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import {
+  Dispatcher,
+  InvalidLedgerInputError,
+  LedgerUnavailableError,
+  MemoryLedger,
+  ToolError,
+  defineTool,
+  effectOf,
+  retryableOf,
+  type DispatchEvent,
+  type Ledger,
+} from "../src/index.js";
+import { unavailable } from "./helpers.js";
+
+const turn0 = { conversationId: "conv_record_effect", turnIndex: 0 };
+
+type Ending = "result" | "too_large" | "declined" | "hang_up";
+type Down = "out_of_reach" | "refused_in_transaction" | "lookup_fails_after_lost_reply";
+
+function world(ending: Ending, down: Down) {
+  const base = new MemoryLedger({ maxResultBytes: 64 });
+  const write = ending === "result" ? "complete" : ending === "hang_up" ? "markUnknown" : "fail";
+  let first = true;
+  const ledger: Ledger = Object.assign(Object.create(base) as Ledger, {
+    capabilities: base.capabilities,
+    [write]: async (...args: unknown[]) => {
+      if (down === "refused_in_transaction") throw new InvalidLedgerInputError("pool", "the connection is inside a transaction");
+      if (down === "out_of_reach") throw unavailable();
+      // The first copy lands and its reply is lost; the re-send is refused and the row cannot be read.
+      if (first) {
+        first = false;
+        await (base[write] as (...a: unknown[]) => Promise<unknown>).apply(base, args);
+      }
+      throw unavailable();
+    },
+    ...(down === "lookup_fails_after_lost_reply" ? { lookup: () => Promise.reject(unavailable()) } : {}),
+  });
+  const payments: string[] = [];
+  const tool = defineTool({
+    name: "send_payment",
+    effect: "unkeyed_write",
+    input: z.object({ amount: z.number() }),
+    run: (args) => {
+      if (ending === "declined") throw new ToolError("card declined", { disposition: "definite" });
+      payments.push(`pay ${args.amount}`);
+      if (ending === "hang_up") throw new Error("socket hang up");
+      return ending === "too_large" ? { receipt: "x".repeat(200) } : { id: "pay_1" };
+    },
+  });
+  const events: DispatchEvent[] = [];
+  const dispatcher = new Dispatcher({ tools: [tool], ledger, pollMs: 1, recordRetryMs: 5, onEvent: (e) => events.push(e), allowVolatileLedgerForUnkeyedWrites: true });
+  return { dispatcher, payments, events };
+}
+
+const cases: [Ending, Down, "yes" | "possibly"][] = [
+  ["result", "out_of_reach", "yes"],
+  ["result", "refused_in_transaction", "yes"],
+  ["result", "lookup_fails_after_lost_reply", "yes"],
+  ["too_large", "out_of_reach", "yes"],
+  // What the run cannot vouch for stays "possibly".
+  ["hang_up", "out_of_reach", "possibly"],
+  ["declined", "out_of_reach", "possibly"],
+];
+
+describe("ERR-4 DISPATCH-10 the error of a record given up after the tool ran says what the run knows of the effect", () => {
+  it.each(cases)("tool ends %s, the record's write %s: ledger_unavailable, effect %s", async (ending, down, effect) => {
+    const w = world(ending, down);
+    const error = await w.dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 5 } }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    const said = w.events.find((e) => e.type === "record_failed");
+    console.log(`${ending}/${down}: payments ${w.payments.length}; ${(error as { code?: string }).code} effectOf=${effectOf(error)} retryableOf=${retryableOf(error)}; record_failed effect ${said?.type === "record_failed" ? said.effect : "-"}`);
+    expect(LedgerUnavailableError.isInstance(error)).toBe(true);
+    expect(effectOf(error)).toBe(effect);
+    if (effect === "yes") {
+      expect(w.payments).toHaveLength(1);
+      expect((error as LedgerUnavailableError).effectHappened).toBe(true);
+      // Never "re-send it" for an effect known to have happened (ERR-4).
+      expect(retryableOf(error)).toBe("no");
+      // The run's event says the same (OTEL-5).
+      expect(said).toMatchObject({ type: "record_failed", effect: "happened" });
+    } else {
+      expect((error as LedgerUnavailableError).effectHappened).toBeUndefined();
+      expect(retryableOf(error)).toBe("same_message");
+    }
+  });
+});
