@@ -58,9 +58,18 @@ export function evidenceOf(row: LedgerRow, audit: readonly AuditEntry[] | undefi
       // Released by its owner: a keyed_write after a lost response (or a probe's "not performed")
       // may have happened; an unkeyed_write only on its tool's "not performed", or unrun.
       if (row.effect === "keyed_write") return { effect: "may_have_happened", basis: audit === undefined ? "unrecorded" : "tool" };
+      // That "not performed" is this run's only (LEDGER-8). An earlier claim of the call that ended
+      // unknown was released on someone's word, and its owner may still send (§6.12's paused
+      // owner); without a trail an earlier claim (fence above 1) cannot be told apart from one.
+      if (audit === undefined ? row.fence > 1 : earlierUnknown(row, audit)) return { effect: "may_have_happened", basis: audit === undefined ? "unrecorded" : "tool" };
       return { effect: "not_happened", basis: audit === undefined ? "unrecorded" : "tool" };
     }
   }
+}
+
+/** Whether an earlier claim of the row's call turned unknown (RESOLVE-7 audits every such transition). */
+function earlierUnknown(row: LedgerRow, audit: readonly AuditEntry[]): boolean {
+  return audit.some((entry) => entry.toState === "unknown" && entry.fence < row.fence);
 }
 
 /** The few words after the state, `(...)`, or "" when the plain state says it all. */
@@ -69,9 +78,16 @@ export function evidenceWords(row: LedgerRow, evidence: RowEvidence): string {
   switch (row.state) {
     case "released":
       if (evidence.basis === "unrecorded") {
-        return row.effect === "keyed_write" ? "released (may have happened; who released it is not recorded)" : "released (not performed, by whose word is not recorded)";
+        if (row.effect === "keyed_write") return "released (may have happened; who released it is not recorded)";
+        return evidence.effect === "may_have_happened"
+          ? "released (may have happened; an earlier claim of it is not recorded)"
+          : "released (not performed, by whose word is not recorded)";
       }
-      if (evidence.effect === "may_have_happened") return "released (may have happened; a re-run carries the same key)";
+      if (evidence.effect === "may_have_happened") {
+        return row.effect === "keyed_write"
+          ? "released (may have happened; a re-run carries the same key)"
+          : "released (may have happened; an earlier claim of it ended unknown and was released on someone's word)";
+      }
       if (evidence.basis === "probe") return "released (not performed, as a reconcile probe found)";
       if (who !== undefined) return `released (not performed ${who})`;
       return "released (not performed, as its tool answered)";
