@@ -1751,11 +1751,18 @@ export class Dispatcher implements CallDispatcher {
     const notStorable = isDispatchOnceError(error, "result_not_storable")
       ? error
       : new ResultNotStorableError(key, error.message, { cause: error });
-    await this.recorded(key, fence, () => this.ledger.fail(key, fence, {
-      name: "ResultNotStorableError",
-      message: notStorable.message,
-      code: "result_not_storable",
-    }), { toolName: base.toolName, ordinal: base.ordinal, state: "failed", write: "fail", happened: true });
+    try {
+      await this.recorded(key, fence, () => this.ledger.fail(key, fence, {
+        name: "ResultNotStorableError",
+        message: notStorable.message,
+        code: "result_not_storable",
+      }), { toolName: base.toolName, ordinal: base.ordinal, state: "failed", write: "fail", happened: true });
+    } catch (error) {
+      // The effect happened and the claim is someone else's now (an operator's release, a
+      // takeover): the caller is told it happened, as for a refused completion (DISPATCH-8).
+      if (isDispatchOnceError(error, "stale_claim")) throw performedButStale(key, fence, error);
+      throw error;
+    }
     throw notStorable;
   }
 

@@ -92,3 +92,36 @@ describe("ERR-4 DISPATCH-10 the error of a record given up after the tool ran sa
     }
   });
 });
+
+describe("DISPATCH-8 a result that cannot be stored, whose claim an operator settled meanwhile", () => {
+  it("the refused fail-closed raises stale_claim saying the effect happened, as a refused completion does", async () => {
+    let now = 1_000_000;
+    const memory = new MemoryLedger({ now: () => now, maxResultBytes: 64 });
+    const ledger: Ledger = Object.assign(Object.create(memory) as Ledger, { capabilities: { ...memory.capabilities, durability: "durable" as const } });
+    const payments: string[] = [];
+    const tool = defineTool({
+      name: "send_payment",
+      effect: "unkeyed_write",
+      input: z.object({ amount: z.number() }),
+      run: async (args, ctx) => {
+        // Paused past the lease; the operator, finding nothing yet, releases the claim.
+        now += 120_000;
+        await memory.resolve!({ key: ctx.idempotencyKey, resolution: { outcome: "not_performed" }, actor: "ops", reason: "nothing at the bank yet" });
+        payments.push(`pay ${args.amount}`);
+        return { receipt: "x".repeat(200) };
+      },
+    });
+    const events: DispatchEvent[] = [];
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, leaseMs: 30_000, onEvent: (e) => events.push(e), logger: { warn: () => {} } });
+    const error = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 5 } }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    console.log(`payments ${payments.length}; ${(error as { code?: string }).code} effectOf=${effectOf(error)}; record_failed`, events.find((e) => e.type === "record_failed"));
+    expect(payments).toHaveLength(1);
+    expect(error).toMatchObject({ code: "stale_claim" });
+    expect(effectOf(error)).toBe("yes");
+    expect(retryableOf(error)).toBe("no");
+    expect(events.find((e) => e.type === "record_failed")).toMatchObject({ write: "fail", effect: "happened" });
+  });
+});
