@@ -90,7 +90,7 @@ export type DispatchEvent =
   | { type: "run_started"; key: string; toolName: string; ordinal: number }
   /** The tool returned or threw. `fence` is the run's claim (OTEL-4): a run that lost its claim reports this while a takeover holds its key. */
   | { type: "run_finished"; key: string; toolName: string; ordinal: number; fence: number; ok: boolean }
-  | { type: "replayed"; key: string; toolName: string; ordinal: number; state: TerminalRow["state"] }
+  | { type: "replayed"; key: string; toolName: string; ordinal: number; state: TerminalRow["state"]; effect?: RunEffect }
   | { type: "waiting"; key: string; toolName: string; ordinal: number; owner: string }
   | { type: "released"; key: string; toolName: string; ordinal: number; effectMayHaveHappened: boolean }
   /**
@@ -1232,7 +1232,9 @@ export class Dispatcher implements CallDispatcher {
   }
 
   private replay(row: TerminalRow, base: Omit<DispatchOutcome, "result" | "resultJson" | "replayed">): DispatchOutcome {
-    this.emit({ type: "replayed", key: base.key, toolName: base.toolName, ordinal: base.ordinal, state: row.state });
+    // What the row says of the effect (OTEL-5): a failed row closed on an unstorable result happened.
+    const effect: RunEffect = row.state === "completed" || (row.state === "failed" && row.error.code === "result_not_storable") ? "happened" : row.state === "failed" ? "not_happened" : "may_have_happened";
+    this.emit({ type: "replayed", key: base.key, toolName: base.toolName, ordinal: base.ordinal, state: row.state, effect });
     switch (row.state) {
       case "completed":
         return outcomeOf(base, row.result, true);

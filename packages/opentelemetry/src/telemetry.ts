@@ -169,7 +169,7 @@ export class DispatchTelemetry {
         return;
       }
       case "replayed":
-        this.counters.REPLAYS.add(1, { ...tool, [ATTR.REPLAY_STATE]: event.state });
+        this.counters.REPLAYS.add(1, { ...tool, [ATTR.REPLAY_STATE]: event.state, ...(event.effect !== undefined ? { [ATTR.EFFECT]: event.effect } : {}) });
         return;
       case "waiting":
         this.counters.WAITS.add(1, tool);

@@ -109,3 +109,26 @@ describe("OTEL-5 a run span says whether its effect happened, as the effect log 
     expect(run?.attributes).toMatchObject({ [ATTR.OUTCOME]: "not_recorded", [EFFECT]: "may_have_happened" });
   });
 });
+
+describe("OTEL-5 a replay is counted with what its row says of the effect", () => {
+  it("OTEL-5 a replayed result_not_storable row counts as replay.state failed, effect happened; a replayed decline as not_happened", async () => {
+    const s = sdk();
+    cleanup = s.shutdown;
+    const payments: string[] = [];
+    const tool = defineTool({
+      name: "send_payment",
+      effect: "unkeyed_write",
+      input: z.object({ amount: z.number() }),
+      run: (args) => {
+        if (args.amount < 0) throw new ToolError("card declined", { disposition: "definite" });
+        payments.push(`pay ${args.amount}`);
+        return { receipt: "x".repeat(200) };
+      },
+    });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger: durable(new MemoryLedger({ maxResultBytes: 64 })), onEvent: s.telemetry.onDispatchEvent });
+    for (const amount of [5, 5, -1, -1]) await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount } }).catch(() => undefined);
+    expect(payments).toHaveLength(1);
+    expect(await s.metric(METRIC.REPLAYS, { [ATTR.REPLAY_STATE]: "failed", [EFFECT]: "happened" })).toBe(1);
+    expect(await s.metric(METRIC.REPLAYS, { [ATTR.REPLAY_STATE]: "failed", [EFFECT]: "not_happened" })).toBe(1);
+  });
+});
