@@ -80,8 +80,8 @@ export type RecordWrite = "complete" | "fail" | "markUnknown" | "release";
  * What a claimed run established about its effect, in the failed-turn record's words (RECORD-2),
  * on its `recorded` or `record_failed` event (OTEL-5): `happened` when its tool returned a result
  * (stored, unstorable, or unrecorded) or a probe found it performed; `not_happened` for a definite
- * failure, or a release as not performed that nothing earlier can have acted on (LEDGER-8);
- * `may_have_happened` otherwise.
+ * failure, or a release as not performed that nothing earlier can have acted on (LEDGER-8), once
+ * recorded; `may_have_happened` otherwise (a `record_failed` of any other write among them).
  */
 export type RunEffect = "happened" | "not_happened" | "may_have_happened";
 
@@ -1709,7 +1709,10 @@ export class Dispatcher implements CallDispatcher {
       // The run ends without its record: said at once, so no one waits for a `recorded` (OTEL-4).
       // A hook that throws here must not replace the ledger's error, which says what the caller can do.
       try {
-        this.emit({ type: "record_failed", key, toolName: done.toolName, ordinal: done.ordinal, fence, write: done.write, state: done.state, effect: runEffect(done), error: describeError(error) });
+        // A write given up leaves the row in flight, to be taken over or turned unknown: only an
+        // effect the run knows happened is more than "may have happened" then (as the error says).
+        const effect: RunEffect = runEffect(done) === "happened" ? "happened" : "may_have_happened";
+        this.emit({ type: "record_failed", key, toolName: done.toolName, ordinal: done.ordinal, fence, write: done.write, state: done.state, effect, error: describeError(error) });
       } catch {
         // as above
       }

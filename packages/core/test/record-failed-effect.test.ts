@@ -89,6 +89,8 @@ describe("ERR-4 DISPATCH-10 the error of a record given up after the tool ran sa
     } else {
       expect((error as LedgerUnavailableError).effectHappened).toBeUndefined();
       expect(retryableOf(error)).toBe("same_message");
+      // The row is left in flight: the run's event says no more than the error does (OTEL-5).
+      expect(said).toMatchObject({ type: "record_failed", effect: "may_have_happened" });
     }
   });
 });

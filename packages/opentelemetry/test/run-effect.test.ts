@@ -43,6 +43,8 @@ const cases: Case[] = [
   { name: "a lost response (unkeyed): unknown", effect: "unkeyed_write", ending: "hang_up", outcome: "unknown", said: "may_have_happened", status: "error" },
   { name: "the complete write out of reach (ERR-4, DISPATCH-10)", effect: "unkeyed_write", ending: "result", ledger: "complete_down", outcome: "not_recorded", said: "happened", status: "error" },
   { name: "result_not_storable whose fail write is out of reach", effect: "unkeyed_write", ending: "too_large", ledger: "fail_down", outcome: "not_recorded", said: "happened", status: "error" },
+  // Its fail never landed: the row stays in flight, to be taken over or turned unknown, and the dispatch raised ledger_unavailable ("possibly").
+  { name: "a definite failure whose fail write is out of reach", effect: "unkeyed_write", ending: "declined", ledger: "fail_down", outcome: "not_recorded", said: "may_have_happened", status: "error" },
   { name: "the claim lost to an operator's resolution before the complete (DISPATCH-8)", effect: "unkeyed_write", ending: "result", ledger: "resolved_meanwhile", outcome: "not_recorded", said: "happened", status: "error" },
 ];
 
