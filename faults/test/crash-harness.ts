@@ -347,7 +347,8 @@ function toldOf(answers: readonly ClientAnswer[], key: string): string[] {
  *   record, left for a reconciler or a person (LEDGER-7, LEDGER-16, LEDGER-25);
  * - its lease run out, its owner alive: only DISPATCH-10's case, where the owner's record write of
  *   this very claim (its key and fence) failed, the dispatch raised that to its runner, and every
- *   word the owner told its clients of the key is may_have_happened (and there is one). Anything
+ *   word the owner told its clients of the key is happened or may_have_happened (and there is one;
+ *   happened where the run knew its effect, DISPATCH-10's effectHappened, ERR-4). Anything
  *   else is a record never written or a failure swallowed: a live process that says nothing of
  *   why the ledger does not hold what it did, or told its user "done" or "not happened".
  * An owner the world never started is judged as a live one that reported nothing.
@@ -364,8 +365,8 @@ export function judgeInFlight(row: Extract<LedgerRow, { state: "in_flight" }>, e
     return `${what}: ${who} reported no failed record write of fence ${row.fence} raised to its runner (DISPATCH-10)${other.length > 0 ? ` (it reported ${other.join("; ")})` : ""}: a record never written, or its failure swallowed`;
   }
   const words = toldOf(owner!.told, row.key);
-  if (words.length === 0 || words.some((w) => w !== "may_have_happened")) {
-    return `${what}: ${who} reported its ${failed.write} of fence ${row.fence} failed (${failed.raised?.code ?? "?"}: ${failed.error}), but told its clients ${words.length === 0 ? "nothing of it" : `[${[...new Set(words)].join(", ")}]`}, not may_have_happened`;
+  if (words.length === 0 || words.some((w) => w !== "may_have_happened" && w !== "happened")) {
+    return `${what}: ${who} reported its ${failed.write} of fence ${row.fence} failed (${failed.raised?.code ?? "?"}: ${failed.error}), but told its clients ${words.length === 0 ? "nothing of it" : `[${[...new Set(words)].join(", ")}]`}, not happened or may_have_happened`;
   }
   return undefined;
 }

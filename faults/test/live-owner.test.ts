@@ -22,7 +22,7 @@ async function inWorld(test: (world: World) => Promise<void>): Promise<void> {
 }
 
 describe.concurrent("a live owner's expired in-flight row", () => {
-  it("DISPATCH-10 the ledger out of reach for the complete and the turn's retries: reported, told may_have_happened, accepted", () =>
+  it("DISPATCH-10 the ledger out of reach for the complete and the turn's retries: reported, told happened (the run returned its result: effectHappened, ERR-4), accepted", () =>
     inWorld(async (world) => {
       const conversation = "live-owner-unreachable";
       const a = await world.partitionable({ crashAt: "after_accept" });
@@ -36,7 +36,7 @@ describe.concurrent("a live owner's expired in-flight row", () => {
       const answer = await a.outcome();
       const [payment] = world.payments.effects().filter((e) => e.account === world.account);
       const key = payment!.idempotencyKey!;
-      expect(answer).toMatchObject({ type: "refused", code: "turn_failed", record: { effects: [{ key, effect: "may_have_happened" }] } });
+      expect(answer).toMatchObject({ type: "refused", code: "turn_failed", record: { effects: [{ key, effect: "happened" }] } });
       // The complete and each of its re-sends (DISPATCH-10), all raised to the runner as ledger_unavailable.
       expect(a.recordFailures.length).toBeGreaterThan(0);
       for (const f of a.recordFailures) expect(f).toMatchObject({ key, fence: 1, write: "complete", answered: "raised", raised: { code: "ledger_unavailable" } });

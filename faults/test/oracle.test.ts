@@ -51,9 +51,12 @@ describe("oracle: an effect's row left in flight by a live owner (DISPATCH-10, o
   const done: ClientAnswer = { type: "answered", result: { appended: true, fromStore: false, turns: [{ turnIndex: 0, text: "", calls: [{ name: "create_invoice", key: KEY, result: { invoiceId: effect.resourceId } }] }] } };
   const live = (facts: Partial<OwnerFacts>) => new Map<string, OwnerFacts>([["crash-worker-1", { live: true, recordFailures: [], told: [], ...facts }]]);
 
-  it("accepts the record write that failed, raised to the runner, the user told may_have_happened", () => {
+  it("accepts the record write that failed, raised to the runner, the user told may_have_happened or happened", () => {
     expect(judged(row, now, live({ recordFailures: [failure()], told: [mayHave] }))).toEqual([]);
     expect(judged(row, now, live({ recordFailures: [failure({ write: "fail" })], told: [mayHave] }))).toEqual([]);
+    // The run returned its result and only the complete failed: its ledger_unavailable carries effectHappened and the record says happened (ERR-4).
+    const happened = { ...mayHave, record: { ...mayHave.record!, retryable: false, effects: [{ key: KEY, name: "create_invoice", effect: "happened" }], calls: [{ key: KEY, status: "error", effect: "happened" }] } } as ClientAnswer;
+    expect(judged(row, now, live({ recordFailures: [failure()], told: [happened] }))).toEqual([]);
   });
   it("rejects a live owner that reported no failed write (FAULT_PLANT=drop-complete: the complete lost without a word)", () => {
     expect(judged(row, now, live({ told: [done] }))).toEqual([
@@ -69,7 +72,7 @@ describe("oracle: an effect's row left in flight by a live owner (DISPATCH-10, o
     expect(judged(row, now, live({ recordFailures: [failure({ answered: "earlier" })], told: [mayHave] }))).toHaveLength(1);
   });
   it("rejects a reported failure whose user was told done, not happened, or nothing", () => {
-    expect(judged(row, now, live({ recordFailures: [failure()], told: [mayHave, done] }))[0]).toMatch(/told its clients \[may_have_happened, done\], not may_have_happened$/);
+    expect(judged(row, now, live({ recordFailures: [failure()], told: [mayHave, done] }))[0]).toMatch(/told its clients \[may_have_happened, done\], not happened or may_have_happened$/);
     const notHappened: ClientAnswer = { ...mayHave, record: { ...mayHave.record!, effects: [{ key: KEY, name: "create_invoice", effect: "not_happened" }] } } as ClientAnswer;
     expect(judged(row, now, live({ recordFailures: [failure()], told: [notHappened] }))[0]).toContain("[not_happened, may_have_happened]");
     expect(judged(row, now, live({ recordFailures: [failure()], told: [] }))[0]).toContain("told its clients nothing of it");
