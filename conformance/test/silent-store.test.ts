@@ -68,6 +68,11 @@ const PLANTED: Array<{ bug: keyof GateBugs; what: string; fails: typeof silentSt
   { bug: "boundsConnectOnly", what: "the bound covers connecting only, not a reply on an established connection", fails: silentStoreAfterConnecting, passes: silentStoreBeforeConnecting, message: /after the instance connected.*\n {2}- claim did not settle within/ },
   { bug: "boundsRepliesOnly", what: "the bound covers replies only, not connecting", fails: silentStoreBeforeConnecting, passes: silentStoreAfterConnecting, message: /before the instance's first connection.*\n {2}- claim did not settle within/ },
   { bug: "runsOnTimeout", what: "at the bound the operation runs anyway (no answer read as go ahead)", fails: silentStoreAfterConnecting, message: /claim answered \{ outcome: 'claimed'/ },
+  // close() is a ledger operation too: run on its own once the others settled, still silent.
+  { bug: "closeUnbounded", what: "close says goodbye and waits for the answer as long as it takes", fails: silentStoreBeforeConnecting, message: /1 of \d+ operations \(close included\) broke LEDGER-12's bound:\n {2}- close \(once the others had settled, the store still silent\) did not settle within 1220 ms/ },
+  // The proxy holds a half-close as a paused store does: answering it with its own FIN would pass this close.
+  { bug: "closeAwaitsPeerClose", what: "close half-closes its connection and waits for the store to close its side", fails: silentStoreAfterConnecting, message: /1 of \d+ operations \(close included\) broke LEDGER-12's bound:\n {2}- close \(once the others had settled, the store still silent\) did not settle within 1220 ms/ },
+  { bug: "closeRejectsUntyped", what: "close gives up at the bound with a plain Error", fails: silentStoreAfterConnecting, message: /- close \(once the others had settled, the store still silent\) rejected with Error: close: no goodbye from the store after \d+ ms: it must resolve, or reject with ledger_unavailable/ },
 ];
 
 describe("LEDGER-12 silent-store checks", () => {
@@ -117,6 +122,7 @@ describe("TURN-21 silent-store checks (the conversation level, the same proxy an
       { bug: "noBound", fails: silentConversationStoreAfterConnecting, message: /broke TURN-21's bound:\n {2}- message did not settle within 1220 ms \(the declared operationBoundMs 200/ },
       { bug: "boundsConnectOnly", fails: silentConversationStoreAfterConnecting, passes: silentConversationStoreBeforeConnecting, message: /after the instance connected.*\n {2}- message did not settle within/ },
       { bug: "boundsRepliesOnly", fails: silentConversationStoreBeforeConnecting, passes: silentConversationStoreAfterConnecting, message: /before the instance's first connection.*\n {2}- message did not settle within/ },
+      { bug: "closeUnbounded", fails: silentConversationStoreAfterConnecting, message: /1 of \d+ methods \(close included\) broke TURN-21's bound:\n {2}- close \(once the others had settled, the store still silent\) did not settle within 1220 ms/ },
       { bug: "runsOnTimeout", fails: silentConversationStoreAfterConnecting, message: /- message answered \{ id: 'm-read'.*though the store answered nothing: it must reject with store_unavailable/ },
       // Every method rejects in time; what is stored after heal tells the bug.
       { bug: "recordsFailureUnanswered", fails: silentConversationStoreAfterConnecting, message: /after heal, failMessage that rejected left the message [\s\S]*state: 'in_progress'[\s\S]* and records \[ \{ kind: 'silenced', late: true \} \]: only the message in progress with no record/ },

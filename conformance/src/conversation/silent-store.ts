@@ -8,7 +8,9 @@
  * pooled connections and on new ones.
  *
  * Each check opens one silent window and starts every method the store offers in it at once, each
- * on a conversation of its own, so a conforming subject spends about one bound there. After heal,
+ * on a conversation of its own, so a conforming subject spends about one bound there; then, still
+ * silent, the instance's close(), which TURN-21 bounds as it bounds every method (it may resolve:
+ * dropping connections needs no answer), on its own so that it cannot end the others' waits. After heal,
  * what is stored must be what it was, or the method's own write applied whole and late (TURN-21
  * allows the storage to apply a write the store stopped waiting for): never more.
  */
@@ -175,14 +177,14 @@ function silentCheck(subject: ConversationStoreSubject, when: "after" | "before"
 
 export const silentConversationStoreAfterConnecting: ConversationCheckSpec = {
   rule: "TURN-21",
-  name: "with the storage silent after the instance's first calls (pooled connections open, nothing answers), every method rejects with store_unavailable within the declared bound, and after heal nothing is stored but what was, or a method's own write applied whole and late",
+  name: "with the storage silent after the instance's first calls (pooled connections open, nothing answers), every method rejects with store_unavailable within the declared bound, then close (on its own) resolves or rejects with store_unavailable within it too, and after heal nothing is stored but what was, or a method's own write applied whole and late",
   needs: ["silentStore"],
   run: (subject) => silentCheck(subject, "after"),
 };
 
 export const silentConversationStoreBeforeConnecting: ConversationCheckSpec = {
   rule: "TURN-21",
-  name: "with the storage silent before the instance's first connection (connecting never completes), every method rejects with store_unavailable within the declared bound, and after heal nothing is stored but what was, or a method's own write applied whole and late",
+  name: "with the storage silent before the instance's first connection (connecting never completes), every method rejects with store_unavailable within the declared bound, then close (on its own) resolves or rejects with store_unavailable within it too, and after heal nothing is stored but what was, or a method's own write applied whole and late",
   needs: ["silentStore"],
   run: (subject) => silentCheck(subject, "before"),
 };

@@ -85,16 +85,18 @@ export async function startSilenceProxy(target: StoreAddress): Promise<SilencePr
     pair.client.destroy();
     pair.upstream.destroy();
   };
-  const server: Server = createServer((client) => {
+  const server: Server = createServer({ allowHalfOpen: true }, (client) => {
     accepted++;
-    const upstream = connect({ host: target.host, port: target.port });
+    const upstream = connect({ host: target.host, port: target.port, allowHalfOpen: true });
     const pair: Pair = { client, upstream, toUpstream: [], toClient: [], clientEnded: false, upstreamEnded: false };
     pairs.add(pair);
     client.setNoDelay(true);
     upstream.setNoDelay(true);
     client.on("data", (chunk: Buffer) => (silent ? pair.toUpstream.push(chunk) : upstream.write(chunk)));
     upstream.on("data", (chunk: Buffer) => (silent ? pair.toClient.push(chunk) : client.write(chunk)));
-    // A half-close is held like data, so the store sees it after the bytes before it.
+    // A half-close is held like data, so the store sees it after the bytes before it; and neither
+    // side's is answered by the proxy's own (allowHalfOpen): a paused store's kernel acknowledges a
+    // FIN, but the process that would close its side never runs, so a close that waits for it waits.
     client.on("end", () => {
       pair.clientEnded = true;
       if (!silent) upstream.end();

@@ -70,26 +70,42 @@ async function settleWithin(promise: Promise<unknown>, ms: number): Promise<Outc
   }
 }
 
-/**
- * Runs `ops` at once on `instance` while the proxy is silent; throws one failure naming every
- * operation that did not reject with the rule's code by bound + slack. Heals the proxy in any
- * case and gives the ones still pending a short while to settle (so destroy() does not wait on them).
- */
-export async function judgeSilentWindow<Instance>(rule: SilentRule, ops: SilentOperation<Instance>[], instance: Instance, proxy: SilenceProxy, bound: number, when: string): Promise<void> {
-  const limit = bound + silentStoreSlackMs(bound);
-  const started = ops.map((op) => {
-    try {
-      return op.start(instance);
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  });
-  let outcomes: Outcome[];
+/** What the window calls `close` in its problems: it runs once the operations have settled, on its own. */
+const CLOSE = "close (once the others had settled, the store still silent)";
+
+/** `fn()`, a throw included, as a promise. */
+function started(fn: () => Promise<unknown>): Promise<unknown> {
   try {
-    outcomes = await Promise.all(started.map((p) => settleWithin(p, limit)));
+    return fn();
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
+/**
+ * Runs `ops` at once on `instance` while the proxy is silent, then, still silent, the instance's
+ * close(); throws one failure naming every operation that did not reject with the rule's code by
+ * bound + slack, and a close that neither resolved nor rejected with that code by then (the rules
+ * bound every method, close included; a close may resolve: releasing what the instance holds needs
+ * no answer). Close runs on its own, after the others settled: a close that destroys connections
+ * would otherwise end the waits of operations that have no bound of their own, and hide them.
+ * Heals the proxy in any case and gives the ones still pending a short while to settle (so
+ * destroy() does not wait on them).
+ */
+export async function judgeSilentWindow<Instance extends { close(): Promise<unknown> }>(rule: SilentRule, ops: SilentOperation<Instance>[], instance: Instance, proxy: SilenceProxy, bound: number, when: string): Promise<void> {
+  const limit = bound + silentStoreSlackMs(bound);
+  const pending = ops.map((op) => started(() => op.start(instance)));
+  let outcomes: Outcome[];
+  let closing: Promise<unknown> | undefined;
+  let closed: Outcome;
+  try {
+    outcomes = await Promise.all(pending.map((p) => settleWithin(p, limit)));
+    closing = started(() => instance.close());
+    closed = await settleWithin(closing, limit);
   } finally {
     proxy.heal();
   }
+  if (closing !== undefined) pending.push(closing);
   const problems: string[] = [];
   for (const [i, outcome] of outcomes.entries()) {
     const name = ops[i]!.name;
@@ -98,14 +114,16 @@ export async function judgeSilentWindow<Instance>(rule: SilentRule, ops: SilentO
     else if (outcome.ok) problems.push(`${name} answered ${oneLine(show(outcome.value))} after ${Math.round(outcome.ms)} ms, though the store answered nothing: it must reject with ${rule.code}`);
     else if (codeOf(outcome.error) !== rule.code) problems.push(`${name} rejected with ${describeError(outcome.error)} after ${Math.round(outcome.ms)} ms, expected code ${rule.code}`);
   }
-  if (outcomes.some((o) => !o.settled)) {
-    await settleWithin(Promise.allSettled(started), AFTER_HEAL_WAIT_MS);
+  if (!closed.settled) problems.push(`${CLOSE} did not settle within ${limit} ms (the declared operationBoundMs ${bound} + ${limit - bound} ms slack)`);
+  else if (!closed.ok && codeOf(closed.error) !== rule.code) problems.push(`${CLOSE} rejected with ${describeError(closed.error)} after ${Math.round(closed.ms)} ms: it must resolve, or reject with ${rule.code}`);
+  if ([...outcomes, closed].some((o) => !o.settled)) {
+    await settleWithin(Promise.allSettled(pending), AFTER_HEAL_WAIT_MS);
   } else {
     // Nothing of the window is left pending: the rejections were observed, so no unhandled one remains.
-    await Promise.allSettled(started);
+    await Promise.allSettled(pending);
   }
   if (problems.length > 0) {
-    throw new ConformanceFailure(`with the store silent ${when} (connections open, nothing answered), ${problems.length} of ${ops.length} ${rule.operations} broke ${rule.rule}'s bound:\n  - ${problems.join("\n  - ")}`);
+    throw new ConformanceFailure(`with the store silent ${when} (connections open, nothing answered), ${problems.length} of ${ops.length + 1} ${rule.operations} (close included) broke ${rule.rule}'s bound:\n  - ${problems.join("\n  - ")}`);
   }
 }
 
@@ -156,9 +174,10 @@ export async function withSilenceProxy<Instance, Fixture extends { raw: Silencea
  * makes the operations' state (its first calls: its connections are open and pooled), then the
  * store goes silent. `before`: the fixture's own instance (`primary`) makes the state, the store
  * goes silent, and an instance is opened through the proxy (connecting never completes). Every
- * operation is judged in the window, then each one's afterHeal.
+ * operation is judged in the window, then the instance's close() (still silent), then each
+ * operation's afterHeal.
  */
-export async function runSilentCheck<Instance, Fixture extends { raw: SilenceableRaw<Instance>; destroy(): Promise<void> }>(check: {
+export async function runSilentCheck<Instance extends { close(): Promise<unknown> }, Fixture extends { raw: SilenceableRaw<Instance>; destroy(): Promise<void> }>(check: {
   rule: SilentRule;
   bound: number;
   when: "after" | "before";

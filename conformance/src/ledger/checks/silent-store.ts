@@ -7,7 +7,9 @@
  * silent: bytes are accepted, nothing answers, on pooled connections and on new ones.
  *
  * Each check opens one silent window and starts every operation the ledger offers in it at once, so
- * a conforming subject spends about one bound there. The deadline (bound + slack) is the check's
+ * a conforming subject spends about one bound there; then, still silent, the instance's close(),
+ * an operation LEDGER-12 bounds too (it may resolve: dropping connections needs no answer), on its
+ * own so that it cannot end the others' waits. The deadline (bound + slack) is the check's
  * verdict on "did it settle", not a measure of speed: a conforming operation rejects at its bound.
  */
 import type { ClaimRequest, Ledger } from "@dispatch-once/core";
@@ -125,14 +127,14 @@ function silentCheck(ctx: LedgerCheckContext, when: "after" | "before"): Promise
 
 export const silentStoreAfterConnecting: LedgerCheckSpec = {
   rule: "LEDGER-12",
-  name: "with the store silent after the first operation (pooled connections open, nothing answers), every operation rejects with ledger_unavailable within the declared bound, and after heal no row shows more than the operation itself applied late",
+  name: "with the store silent after the first operation (pooled connections open, nothing answers), every operation rejects with ledger_unavailable within the declared bound, then close (on its own) resolves or rejects with ledger_unavailable within it too, and after heal no row shows more than the operation itself applied late",
   needs: ["silentStore"],
   run: (ctx) => silentCheck(ctx, "after"),
 };
 
 export const silentStoreBeforeConnecting: LedgerCheckSpec = {
   rule: "LEDGER-12",
-  name: "with the store silent before the instance's first connection (connecting never completes), every operation rejects with ledger_unavailable within the declared bound, and after heal no row shows more than the operation itself applied late",
+  name: "with the store silent before the instance's first connection (connecting never completes), every operation rejects with ledger_unavailable within the declared bound, then close (on its own) resolves or rejects with ledger_unavailable within it too, and after heal no row shows more than the operation itself applied late",
   needs: ["silentStore"],
   run: (ctx) => silentCheck(ctx, "before"),
 };
