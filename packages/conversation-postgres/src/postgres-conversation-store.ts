@@ -121,8 +121,8 @@ export interface PostgresConversationStoreOptions {
    */
   durability?: "durable" | "volatile";
   /**
-   * The most any store method takes before it settles, in milliseconds (TURN-21), whatever the
-   * server does (paused, partitioned, refusing, slow): waiting for a pooled connection,
+   * The most any store method takes before it settles, in milliseconds (TURN-21), close()
+   * included, whatever the server does (paused, partitioned, refusing, slow): waiting for a pooled connection,
    * connecting, every statement of the method's transaction and its COMMIT, all inside this one
    * bound, measured by this process. Past it the method rejects with store_unavailable (plus
    * timer latency) and reports nothing as done. The connection it gave up on is destroyed, never
@@ -176,6 +176,8 @@ export class PostgresConversationStore implements ConversationStore {
   private readonly timeoutMs: number;
   private readonly prefix: string;
   private closed = false;
+  /** The first close(), which a later one waits for. */
+  private closing: Promise<void> | undefined;
 
   constructor(options: PostgresConversationStoreOptions) {
     if (typeof options !== "object" || options === null) throw new InvalidStoreInputError("options", "an options object is required");
@@ -476,11 +478,36 @@ export class PostgresConversationStore implements ConversationStore {
     return rows.length > limit && last !== undefined ? { turns, cursor: encodeFailedTurnsCursor(last) } : { turns };
   }
 
-  /** Ends the pool only if the store created it; a pool you passed in stays yours. */
-  async close(): Promise<void> {
-    if (this.closed) return;
+  /**
+   * Ends the pool only if the store created it; a pool you passed in stays yours. Settles within
+   * timeoutMs whatever the server does (TURN-21 bounds every method, close included): the pool ends
+   * its connections, waiting for methods still running (each within its own bound); past the bound,
+   * the connections still open (one being made to a server that does not answer: pg's end() waits
+   * for it, for ever with connectionTimeoutMillis 0) are destroyed and close rejects with
+   * store_unavailable. The store is closed all the same, and holds no connection. Calling close()
+   * again is a no-op: it resolves once the first call has settled.
+   */
+  close(): Promise<void> {
+    if (this.closing !== undefined) return this.closing.catch(() => {});
     this.closed = true;
-    if (this.ownsPool) await this.pool.end();
+    this.closing = this.ownsPool ? this.endPool() : Promise.resolve();
+    return this.closing;
+  }
+
+  private async endPool(): Promise<void> {
+    const ended = this.pool.end();
+    try {
+      await withDeadline(ended, { deadline: performance.now() + this.timeoutMs, timeoutMs: this.timeoutMs, waitingFor: "the pool's connections to end", lateWrite: "close writes nothing" });
+    } catch (cause) {
+      destroyConnections(this.pool);
+      // Once its connections are destroyed the pool ends; nothing waits for it any more.
+      ended.catch(() => {});
+      if (!(cause instanceof DeadlineError)) throw this.unavailable("close", "", cause);
+      throw new StoreUnavailableError(
+        `PostgreSQL conversation store close: the pool's connections did not end within timeoutMs = ${this.timeoutMs} ms (the server did not answer); they were destroyed: the store is closed and holds no connection`,
+        { cause },
+      );
+    }
   }
 
   /** Lock the conversation's row for this transaction (creating it first when `create`). */
@@ -617,6 +644,18 @@ export class PostgresConversationStore implements ConversationStore {
     const of = conversationId === "" ? "" : ` of ${conversationId}`;
     return new StoreUnavailableError(`PostgreSQL conversation store ${op}${of} failed: ${describe(cause)}${hint}`, { cause });
   }
+}
+
+/**
+ * Destroys the socket of every connection `pool` still has. Nothing public ends a connection whose
+ * server does not answer (client.end() sends Terminate and waits for the server to close it), so
+ * this reads pg-pool's `_clients` and each pg.Client's `connection.stream`, and does nothing where a
+ * pg without them leaves it nothing to reach. A destroyed connection leaves the pool as failed.
+ */
+function destroyConnections(pool: pg.Pool): void {
+  const clients = (pool as unknown as { _clients?: unknown })._clients;
+  if (!Array.isArray(clients)) return;
+  for (const client of clients as Array<{ connection?: { stream?: { destroy?: () => void } } }>) client.connection?.stream?.destroy?.();
 }
 
 /** Pool clients that carry the store's own 'error' listener (see transaction()). */
