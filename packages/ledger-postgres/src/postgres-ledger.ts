@@ -108,7 +108,8 @@ export interface PostgresLedgerOptions {
    */
   poolConfig?: Omit<PoolConfig, "connectionString">;
   /**
-   * The most any ledger operation takes before it settles, in milliseconds (default 5000): waiting
+   * The most any ledger operation takes before it settles, in milliseconds (default 5000), close()
+   * included: waiting
    * for a pooled connection, connecting, the statement, and any retries of a serialization
    * failure, all inside this one bound. Past it the operation rejects with LedgerUnavailableError
    * (plus timer latency). On the ledger's own pool a connection whose statement outlived the bound
@@ -285,6 +286,8 @@ export class PostgresLedger implements Ledger {
   readonly timeoutMs: number;
   private readonly sql: Statements;
   private closed = false;
+  /** The first close(), which a later one waits for. */
+  private closing: Promise<void> | undefined;
 
   constructor(options: PostgresLedgerOptions) {
     if (typeof options !== "object" || options === null) {
@@ -708,11 +711,33 @@ export class PostgresLedger implements Ledger {
     });
   }
 
-  /** Ends the pool only if the ledger created it; a pool you passed in stays yours. */
-  async close(): Promise<void> {
-    if (this.closed) return;
+  /**
+   * Ends the pool only if the ledger created it; a pool you passed in stays yours. Settles within
+   * timeoutMs whatever the server does (LEDGER-12 bounds every operation, close included): the pool
+   * ends its connections, waiting for operations still running (each within its own bound); past
+   * the bound, the connections still open (one being made to a server that does not answer: pg's
+   * end() waits for it until connectionTimeoutMillis) are destroyed and close rejects with
+   * ledger_unavailable. The ledger is closed all the same, and holds no connection. Calling close()
+   * again is a no-op: it resolves once the first call has settled.
+   */
+  close(): Promise<void> {
+    if (this.closing !== undefined) return this.closing.catch(() => {});
     this.closed = true;
-    await this.ownedPool?.end();
+    this.closing = this.ownedPool === undefined ? Promise.resolve() : this.endPool(this.ownedPool);
+    return this.closing;
+  }
+
+  private async endPool(pool: pg.Pool): Promise<void> {
+    const ended = pool.end();
+    try {
+      await withDeadline(ended, { deadline: performance.now() + this.timeoutMs, timeoutMs: this.timeoutMs, waitingFor: "the pool's connections to end", lateWrite: "close writes nothing" });
+    } catch (cause) {
+      destroyConnections(pool);
+      // Once its connections are destroyed the pool ends; nothing waits for it any more.
+      ended.catch(() => {});
+      const why = cause instanceof DeadlineError ? `the pool's connections did not end within timeoutMs = ${this.timeoutMs} ms (the server did not answer)` : `ending the pool failed: ${describe(cause)}`;
+      throw new LedgerUnavailableError(`PostgreSQL ledger close: ${why}; they were destroyed: the ledger is closed and holds no connection`, { cause });
+    }
   }
 
   private async finish(op: string, sql: Statement, key: string, fence: number, extra: string[]): Promise<void> {
@@ -847,6 +872,18 @@ function sessionSurvives(error: unknown): boolean {
 
 /** Pool clients that carry the ledger's own 'error' listener (see send()). */
 const guarded = new WeakSet<object>();
+
+/**
+ * Destroys the socket of every connection `pool` still has. Nothing public ends a connection whose
+ * server does not answer (client.end() sends Terminate and waits for the server to close it), so
+ * this reads pg-pool's `_clients` and each pg.Client's `connection.stream`, and does nothing where a
+ * pg without them leaves it nothing to reach. A destroyed connection leaves the pool as failed.
+ */
+function destroyConnections(pool: pg.Pool): void {
+  const clients = (pool as unknown as { _clients?: unknown })._clients;
+  if (!Array.isArray(clients)) return;
+  for (const client of clients as Array<{ connection?: { stream?: { destroy?: () => void } } }>) client.connection?.stream?.destroy?.();
+}
 
 /** What a DeadlineError says of a statement already sent. */
 const LATE_WRITE = "a statement already sent may still be applied by the server: a claim then expires with its lease";
