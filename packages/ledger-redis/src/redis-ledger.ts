@@ -47,6 +47,8 @@ import {
   unknownOptionName,
   unknownOptionMessage,
   type OptionNames,
+  DeadlineError,
+  withDeadline,
 } from "@dispatch-once/core/internal";
 import { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
 import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, FORGET_LISTED_LUA, LIST_EXPIRED_LUA, LIST_ROWS_LUA, RENEW_LUA, RESOLVE_LUA, RETIRE_LUA } from "./scripts.js";
@@ -364,6 +366,8 @@ export class RedisLedger implements Ledger {
   private durabilityChecked: "ok" | Promise<void> | undefined;
   private readyWaiter: Promise<void> | undefined;
   private closed = false;
+  /** The first close(), which a later one waits for. */
+  private closing: Promise<void> | undefined;
 
   constructor(options: RedisLedgerOptions = {}) {
     if (typeof options !== "object" || options === null) throw new InvalidLedgerInputError("options", "expected an options object");
@@ -920,17 +924,40 @@ export class RedisLedger implements Ledger {
     return 0;
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
+  /**
+   * Stops the releases of lost claims and closes the client only if the ledger created it (one you
+   * passed in stays yours). Settles within commandTimeoutMs whatever the server does (LEDGER-12
+   * bounds every operation, close included): a connected client says QUIT and waits for its reply,
+   * which a paused server never sends; past the bound the connection is dropped and close rejects
+   * with ledger_unavailable. The ledger is closed all the same, and holds no connection. Calling
+   * close() again is a no-op: it resolves once the first call has settled.
+   */
+  close(): Promise<void> {
+    if (this.closing !== undefined) return this.closing.catch(() => {});
     this.closed = true;
     for (const timer of this.cancels.values()) clearTimeout(timer);
     this.cancels.clear();
-    if (!this.ownsClient) return;
-    const client = this.client as Redis;
-    if (client.status === "ready") {
-      await client.quit().catch(() => client.disconnect());
-    } else {
+    this.closing = this.ownsClient ? this.quit(this.client as Redis) : Promise.resolve();
+    return this.closing;
+  }
+
+  private async quit(client: Redis): Promise<void> {
+    if (client.status !== "ready") {
       client.disconnect();
+      return;
+    }
+    const quitting = client.quit();
+    try {
+      await withDeadline(quitting, { deadline: performance.now() + (this.timeoutMs > 0 ? this.timeoutMs : Number.POSITIVE_INFINITY), timeoutMs: this.timeoutMs, waitingFor: "the reply to QUIT", lateWrite: "close writes nothing" });
+    } catch (cause) {
+      client.disconnect();
+      // disconnect() half-closes the socket and destroys it only after ioredis' disconnectTimeout
+      // (2 s) if the server does not close its side, which a paused one never does.
+      client.stream?.destroy();
+      quitting.catch(() => {});
+      // A QUIT that failed (the connection already gone) leaves nothing to close.
+      if (!(cause instanceof DeadlineError)) return;
+      throw new LedgerUnavailableError(`Redis ledger close: no reply to QUIT within commandTimeoutMs = ${this.timeoutMs} ms (the server did not answer); the connection was dropped: the ledger is closed and holds no connection`, { cause });
     }
   }
 
