@@ -90,7 +90,12 @@ const USAGE = `usage: dispatch-once-conformance --adapter <module> [options]    
   --path <p>              replay exactly the one case at this fast-check path (with --seed,
                           --level and, at the ledger and conversation levels, --only naming
                           the property)
-  --only <text>           run only checks whose "RULE name" contains <text> (case-insensitive)
+  --only <what>           run only some checks: a rule id runs that rule's checks and no
+                          other's (--only LEDGER-1 is not LEDGER-10); a * matches any
+                          characters of a rule id (--only 'LEDGER-*', --only 'TURN-2*', quoted
+                          for the shell); any other text runs the checks whose name contains
+                          it (--only model-based). Case does not matter. One that selects no
+                          check exits 2
   --vectors <file>        ledger-transitions.json to use instead of the bundled copy
   --check-timeout <ms>    time limit of one check, of every 100 runs of a property check
                           and of every 20 end-to-end runs (default
@@ -111,6 +116,32 @@ Exit status: 0 when every MUST rule that applies passes, 1 when one fails (a tim
 included), 2 on bad usage (a module that cannot be loaded or is not a subject of its flag,
 a level the subject cannot run, ${END_TO_END_PACKAGE} missing for --level e2e or all
 included) or an internal error.`;
+
+/** A rule id as the spec writes them (LEDGER-7, TURN-21, CONF-2). */
+const RULE_ID = /^[A-Z]+-\d+$/i;
+/** A pattern of rule ids: a `*` stands for any characters (LEDGER-*, LEDGER-1*, *-12). */
+const RULE_PATTERN = /^[A-Z0-9*-]*\*[A-Z0-9*-]*$/i;
+
+/**
+ * What `--only` selects. A rule id selects that rule's checks and no other: `--only LEDGER-1` is
+ * not LEDGER-10..30 (a CI job pinned to one rule must not grow as rules are added). A `*` makes a
+ * glob over rule ids. Any other text selects the checks whose name contains it, as the printed
+ * replay commands name a property (`--only model-based:`). Case never matters.
+ */
+function onlySelector(text: string): { selects: (c: Check) => boolean; shown: string; what: string } {
+  const shown = /^[\w*:.-]+$/.test(text) ? text : JSON.stringify(text);
+  if (RULE_ID.test(text)) {
+    const id = text.toUpperCase();
+    return { selects: (c) => c.rule.toUpperCase() === id, shown, what: `rule ${id}` };
+  }
+  if (RULE_PATTERN.test(text)) {
+    // Letters, digits and dashes only around the stars: nothing in it is special to a RegExp.
+    const glob = new RegExp(`^${text.split("*").join(".*")}$`, "i");
+    return { selects: (c) => glob.test(c.rule), shown, what: `a rule that ${text} matches` };
+  }
+  const part = text.toLowerCase();
+  return { selects: (c) => c.name.toLowerCase().includes(part), shown, what: "a name that contains it" };
+}
 
 /**
  * Bad usage (exit 2). `usage: false` for arguments that parse but do not fit (the module, a level
@@ -263,7 +294,10 @@ function parse(argv: string[]): CliOptions | "help" {
     quiet: values.quiet ?? false,
   };
   if (values.path !== undefined) options.path = values.path;
-  if (values.only !== undefined) options.only = values.only;
+  if (values.only !== undefined) {
+    if (values.only.trim() === "") throw new UsageError("--only needs a rule id (LEDGER-7), a pattern of rule ids ('LEDGER-*') or a part of a check's name");
+    options.only = values.only;
+  }
   if (values.vectors !== undefined) {
     try {
       options.vectors = JSON.parse(readFileSync(values.vectors, "utf8"));
@@ -461,10 +495,10 @@ export async function main(argv: string[]): Promise<number> {
     }
     throw error;
   }
-  const only = options.only?.toLowerCase();
-  const selected = only === undefined ? checks : checks.filter((c) => `${c.rule} ${c.name}`.toLowerCase().includes(only));
-  if (selected.length === 0) {
-    process.stderr.write(`dispatch-once-conformance: --only ${JSON.stringify(options.only)} matches no check\n`);
+  const only = options.only === undefined ? undefined : onlySelector(options.only);
+  const selected = only === undefined ? checks : checks.filter(only.selects);
+  if (only !== undefined && selected.length === 0) {
+    process.stderr.write(`dispatch-once-conformance: --only ${only.shown}: no check of the ${options.levels.join(", ")} level${options.levels.length === 1 ? "" : "s"} has ${only.what}\n`);
     return 2;
   }
   if (options.path !== undefined && selected.length !== 1) {

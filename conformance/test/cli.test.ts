@@ -128,6 +128,28 @@ describe("the CLI fails closed", () => {
     expect(run.stdout).toContain("the run's time limit of 2000 ms was reached");
   });
 
+  it("--only LEDGER-1 runs LEDGER-1's checks only, not LEDGER-10..30's; an id no check has exits 2 with one line naming it", () => {
+    const run = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--runs", "5", "--seed", "3", "--only", "LEDGER-1", "--json", "--quiet"]);
+    expect(run.code, run.stderr).toBe(0);
+    expect([...new Set(JSON.parse(run.stdout).checks.map((c: { rule: string }) => c.rule))]).toEqual(["LEDGER-1"]);
+    // Ids are matched without regard to case, as the rule ids are written in the spec.
+    const lower = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--runs", "5", "--seed", "3", "--only", "ledger-1", "--json", "--quiet"]);
+    expect(JSON.parse(lower.stdout).checks.map((c: { name: string }) => c.name)).toEqual(JSON.parse(run.stdout).checks.map((c: { name: string }) => c.name));
+    for (const [only, says] of [
+      ["LEDGER-99", "--only LEDGER-99: no check of the ledger level has rule LEDGER-99"],
+      ["TURN-5", "--only TURN-5: no check of the ledger level has rule TURN-5"],
+      ["TURN-*", "--only TURN-*: no check of the ledger level has a rule that TURN-* matches"],
+      ["no such check", '--only "no such check": no check of the ledger level has a name that contains it'],
+    ]) {
+      const none = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--only", only!, "--quiet"]);
+      expect(none.code, none.stderr).toBe(2);
+      expect(none.stderr.trimEnd().split("\n"), none.stderr).toEqual([`dispatch-once-conformance: ${says}`]);
+    }
+    const empty = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--only", ""]);
+    expect(empty.code).toBe(2);
+    expect(empty.stderr).toContain("--only needs a rule id (LEDGER-7), a pattern of rule ids ('LEDGER-*') or a part of a check's name");
+  });
+
   it("--path replays exactly one case, also when that case passes", () => {
     const run = cli(["--adapter", "test/fixtures/counting-memory-subject.mjs", "--level", "ledger", "--seed", "5", "--path", "3:0", "--only", "model-based", "--quiet"]);
     expect(run.code).toBe(0);
@@ -180,12 +202,20 @@ describe("dispatch-once-conformance --store: the conversation-store level from t
   });
 
   it("--json and --only: the report of the checks selected, as for a ledger", () => {
-    const { code, stdout } = cli(["--store", memory, "--level", "conversation", "--runs", "5", "--seed", "3", "--only", "TURN-5", "--json", "--quiet"]);
+    const { code, stdout } = cli(["--store", memory, "--level", "conversation", "--runs", "5", "--seed", "3", "--only", "TURN-2", "--json", "--quiet"]);
     expect(code).toBe(0);
     const report = JSON.parse(stdout);
     expect(report).toMatchObject({ subject: "conversation-memory", conforms: true, seed: 3, levels: ["conversation"] });
     expect(report.checks.length).toBeGreaterThan(0);
-    expect(report.checks.every((c: { rule: string }) => c.rule === "TURN-5")).toBe(true);
+    // A rule id is matched exactly: TURN-2 is not a prefix of TURN-21's checks.
+    expect([...new Set(report.checks.map((c: { rule: string }) => c.rule))]).toEqual(["TURN-2"]);
+  });
+
+  it("--only with a * selects the rules the pattern matches: TURN-2* is TURN-2 and TURN-20..29", () => {
+    const { code, stdout } = cli(["--store", memory, "--level", "conversation", "--runs", "5", "--seed", "3", "--only", "TURN-2*", "--json", "--quiet"]);
+    expect(code).toBe(0);
+    const rules = [...new Set(JSON.parse(stdout).checks.map((c: { rule: string }) => c.rule))].sort();
+    expect(rules).toEqual(["TURN-2", "TURN-21"]);
   });
 
   it("rejects a store whose commit ignores the fence: exit 1, TURN-5, a timeline, and a replay command that replays the same case", () => {
