@@ -3,7 +3,7 @@
  * over the crash suite's world (crash-harness.ts) and judges it with the crash suite's oracle and
  * the answers every process gave its client.
  */
-import { mulberry32 } from "@dispatch-once/conformance/ledger";
+import { mixedResponses, mulberry32 } from "@dispatch-once/conformance/ledger";
 import * as openai from "@dispatch-once/mock-openai";
 import { lastUserPromptIndex, lastUserText, say, toolUse, turn, type Fault as AnthropicFault } from "@dispatch-once/mock-provider";
 import type { CallPoint, CrashPoint } from "./crash-protocol.js";
@@ -530,22 +530,16 @@ function committedCalls(turns: unknown[]): { name: string; input: Record<string,
   return calls.map((c) => ({ name: c.name, input: c.input, result: results.get(c.id)?.text, isError: results.get(c.id)?.isError ?? false }));
 }
 
-/** Arguments compared as values, whatever the member order the response streamed them in. */
-const canonicalArgs = (v: unknown): string =>
-  v === null || typeof v !== "object" ? JSON.stringify(v) : Array.isArray(v) ? `[${v.map(canonicalArgs).join(",")}]` : `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonicalArgs((v as Record<string, unknown>)[k])}`).join(",")}}`;
-
 /**
  * An answered message's committed calls are the calls of one response the model gave to its words,
  * in its order (STREAM-8, STREAM-10, STREAM-17): a turn that mixes two responses (a proxy's splice
  * taken in) commits calls nobody asked for together, even when each of them was asked for by one.
  */
 function judgeOneResponse(messageId: string, content: string, turns: unknown[], asked: AskedResponse[]): string[] {
-  const calls = committedCalls(turns);
-  if (calls.length === 0) return [];
-  const sequence = (cs: { name: string; input: unknown }[]) => cs.map((c) => `${c.name} ${canonicalArgs(c.input)}`).join("; ");
-  const committed = sequence(calls);
-  if (asked.some((r) => r.userText === content && sequence(r.calls) === committed)) return [];
-  return [`mixed: ${messageId}'s committed calls [${committed}] are no one response's; the responses to "${content}" asked for ${asked.filter((r) => r.userText === content).map((r) => `[${sequence(r.calls)}]`).join(", ")}`];
+  // The kit's judge (@dispatch-once/conformance's mixedResponses), which the end-to-end level's oracle runs too.
+  const mixed = mixedResponses(committedCalls(turns), asked.filter((r) => r.userText === content).map((r) => r.calls));
+  if (mixed === undefined) return [];
+  return [`mixed: ${messageId}'s committed calls [${mixed.committed}] are no one response's; the responses to "${content}" asked for ${mixed.responses.map((r) => `[${r}]`).join(", ")}`];
 }
 
 /**

@@ -19,6 +19,7 @@ export { checkContext, mulberry32, seededKey, type LedgerCheckContext } from "./
 export { PendingOperations, trackSubject } from "./tracking.js";
 export { skewProcessClock } from "./skew.js";
 export { startSilenceProxy, storeAddressOf, urlVia, type SilenceProxy, type StoreAddress } from "../silent/silence-proxy.js";
+export { callSequence, canonicalArgs, mixedResponses, type ResponseCall } from "../one-response.js";
 export { runProperty, valueAtPath, type PropertyOutcome, type PropertyRunOptions } from "./property-runner.js";
 export * from "./checks/index.js";
 export { MODEL_CHECK_NAME, runModelProperty, scenarioSteps } from "./property.js";
