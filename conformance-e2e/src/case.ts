@@ -257,7 +257,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
       waited = n;
     }
     for (const w of workers) w.retire();
-    const violations = await checkOracle(ctx, world.payments.effects({ account }), world.provider.transcript);
+    const violations = await checkOracle(ctx, world.payments.effects({ account }), world.provider.transcript, world.provider.responses());
     return { violations, timeline: renderTimeline(ctx, world, workers.length), stats: caseStats(ctx, Date.now() - ctx.started) };
   } finally {
     for (const w of workers) w.retire();

@@ -1,7 +1,8 @@
 import { MessageIdReusedError, type CallRecord, type FailedTurnRecord, type ResumedTurnRecord, type SupersededAttemptRecord } from "@dispatch-once/runner";
 import { canonicalize, type JsonValue, type StoredMessage, type StoredTurn } from "@dispatch-once/core";
 import type { Effect } from "@dispatch-once/mock-payments";
-import type { TranscriptReader } from "./provider.js";
+import { mixedResponses } from "@dispatch-once/conformance/ledger";
+import type { ModelResponse, TranscriptReader } from "./provider.js";
 import { faultFree, type PlannedCall } from "./scenario.js";
 import { contentOf, expectedKey, identityText, short, type CaseContext, type RecordedEvent, type SentMessage, type ToolRun } from "./world.js";
 
@@ -92,7 +93,7 @@ interface ConversationState {
  * - every re-run of a key ran the first request; every answer for a key is the same bytes;
  * - a run with no fault injected has no failure, takeover or unknown outcome; every send settles.
  */
-export async function checkOracle(ctx: CaseContext, effects: Effect[], transcript: TranscriptReader): Promise<OracleViolation[]> {
+export async function checkOracle(ctx: CaseContext, effects: Effect[], transcript: TranscriptReader, responses: ModelResponse[] = []): Promise<OracleViolation[]> {
   const violations: OracleViolation[] = [...ctx.liveness];
   const add = (rule: string, message: string) => violations.push({ rule, message });
 
@@ -477,6 +478,32 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
           );
         }
       }
+    }
+  }
+
+  // ---- STREAM-8, STREAM-17: a committed turn is one response's ----
+  // Its calls are, in order and with their arguments, those of one response the model gave to its
+  // message's words (the mock's log: every response it rendered, and each one a proxy spliced into
+  // another's body). A turn that took a spliced response in (its second message_start or
+  // response.created, STREAM-8; its first item on a position of another type, STREAM-17) mixes two:
+  // the call that ran beside the other response's calls, or its place taken by the other's text,
+  // the ran call's arguments beside the other's re-worded memo. The shared judge of the chaos
+  // suite (mixedResponses). The counts above see the extra payment; this sees the mixed turn.
+  for (const c of conversations) {
+    for (const t of c.turns) {
+      const committed = transcript.calls(t.assistant).map((u) => ({ name: u.name, input: u.input }));
+      const m = c.sent.find((x) => x.id === t.messageId);
+      if (committed.length === 0 || m === undefined) continue;
+      const text = contentOf(ctx.account, m.text);
+      const asked = responses.filter((r) => r.text === text);
+      const mixed = mixedResponses(committed, asked.map((r) => r.calls));
+      if (mixed === undefined) continue;
+      const shapes = new Set(asked.flatMap((r) => (r.spliced === undefined ? [] : [r.spliced])));
+      add(
+        shapes.has("headless") && !shapes.has("restart") ? "STREAM-17" : "STREAM-8",
+        `${c.id}: turn ${t.turnIndex} (message ${JSON.stringify(t.messageId)}) committed the calls [${mixed.committed}], which are no one response's: ` +
+          `the model's responses to its words made ${mixed.responses.map((r, i) => `[${r}]${asked[i]!.spliced !== undefined ? ` (spliced into another's body, ${asked[i]!.spliced === "restart" ? "with its own start" : "without its start"})` : ""}`).join(", ")}`,
+      );
     }
   }
 

@@ -26,7 +26,7 @@ import {
 import { ConversationRunner as OpenAIRunner } from "@dispatch-once/openai";
 import type { SendResult, TurnRunnerOptions } from "@dispatch-once/runner";
 import OpenAI from "openai";
-import { fitCut, type PlannedCall, type StreamCut } from "./scenario.js";
+import { fitCut, splicedCalls, type PlannedCall, type SplicePlan, type StreamCut } from "./scenario.js";
 
 /** The stream sides the kit's turn runner drives (their planted bugs replace the runner's parts). */
 export type RunnerProviderName = "anthropic" | "openai";
@@ -63,6 +63,23 @@ export interface TranscriptReader {
   results(entry: JsonValue | undefined): CommittedResult[];
 }
 
+/** A response the mock gave: the user text it answered and the calls it made, as rendered (ids aside). */
+export interface ModelResponse {
+  text: string;
+  calls: { name: string; input: unknown }[];
+  /** Set on a response a proxy spliced into another's body (its shape), not the body's own. */
+  spliced?: SplicePlan["shape"];
+}
+
+/** A splice that fell on a request: the response's call it followed and the spliced response's calls. */
+export interface SpliceFired {
+  text: string;
+  attempt: number;
+  plan: SplicePlan;
+  afterCall: number;
+  calls: PlannedCall[];
+}
+
 /** What a worker needs of a runner: the runner's send, whichever stream side it is. */
 export interface KitRunner {
   send(conversationId: string, message: { id: string; content: string }): Promise<SendResult>;
@@ -88,13 +105,22 @@ export interface ProviderSide {
    * differently, by step (a step left undefined is answered as in `plans`): a real model does not
    * repeat itself. A cut of such a response is fitted to its calls (`fitCut`); `onRerun` hears of
    * every such response.
+   *
+   * `splices` maps a user text to a proxy's splice into one of its first-turn responses (the
+   * SplicePlan's attempt, when `cutFor` gives that attempt no cut): after the response's call
+   * `afterCall` completed, the body carries the model's answer to the same request again (a
+   * re-run's calls, `reruns`, reordered as the plan says); `onSplice` hears of each.
    */
   program(
     plans: Map<string, PlannedCall[][]>,
     cutFor: (text: string, attempt: number, step: number) => StreamCut | undefined,
     reruns?: Map<string, (PlannedCall[] | undefined)[]>,
     onRerun?: (text: string, step: number, calls: PlannedCall[]) => void,
+    splices?: Map<string, SplicePlan>,
+    onSplice?: (fired: SpliceFired) => void,
   ): void;
+  /** Every response the mock rendered since the last `program()`, spliced ones included. */
+  responses(): ModelResponse[];
   runner(wiring: RunnerWiring): KitRunner;
   transcript: TranscriptReader;
   close(): Promise<void>;
@@ -126,6 +152,43 @@ function rerunMarks(
       return calls;
     },
     of: (request: object): PlannedCall[] | undefined => marked.get(request),
+  };
+}
+
+/** The sentence a spliced response without its start begins with: on the call's position, another type (STREAM-17). */
+const SPLICE_LEAD = "Paying now.";
+
+/**
+ * Which requests carry a splice (SplicePlan): the fault plan decides it for a first-turn request
+ * with no cut, and marks the request; the mock then asks the script twice for that request object,
+ * first for the body's own response, then for the spliced one, which `script` answers from the mark.
+ */
+function spliceMarks(splices: Map<string, SplicePlan> | undefined, onSplice: ((fired: SpliceFired) => void) | undefined) {
+  const spliced = new WeakMap<object, PlannedCall[]>();
+  const answered = new WeakSet<object>();
+  return {
+    /**
+     * The splice of this request when one falls on it: the response's calls (`calls`) and the
+     * calls of the model's answer to the request sent again (`again`); the position is after call
+     * `afterCall` modulo the response's calls, none when it makes none.
+     */
+    mark(request: object, text: string | undefined, step: number, attempt: number, calls: PlannedCall[], again: PlannedCall[]): { afterCall: number; plan: SplicePlan } | undefined {
+      const plan = text === undefined || step !== 0 ? undefined : splices?.get(text);
+      if (plan === undefined || plan.attempt !== attempt || calls.length === 0) return undefined;
+      const afterCall = plan.afterCall % calls.length;
+      const second = splicedCalls(again, plan);
+      spliced.set(request, second);
+      onSplice?.({ text: text!, attempt, plan, afterCall, calls: second });
+      return { afterCall, plan };
+    },
+    /** The spliced response's calls when the script is asked again for a marked request. */
+    second(request: object): PlannedCall[] | undefined {
+      if (!answered.has(request)) {
+        answered.add(request);
+        return undefined;
+      }
+      return spliced.get(request);
+    },
   };
 }
 
@@ -164,18 +227,24 @@ const anthropicTranscript: TranscriptReader = {
 
 async function anthropicSide(): Promise<ProviderSide> {
   const mock = await startMockProvider({});
+  // The mock's log is the world's; a case reads the requests made since it programmed the mock.
+  let since = 0;
   return {
     name: "anthropic",
-    program(plans, cutFor, reruns, onRerun) {
+    program(plans, cutFor, reruns, onRerun, splices, onSplice) {
+      since = mock.requests.length;
       // The mock plays step n of a plan as the n-th assistant turn after the user's text; a
       // re-run the model answers differently plays the re-run's calls instead (a text answer when none).
       const turnOf = (calls: PlannedCall[]) => (calls.length === 0 ? turn(anthropicSay("Done.")) : turn(...calls.map((c) => toolUse(c.tool, c.args, rewordOf(c)))));
       const marks = rerunMarks(reruns, onRerun);
+      const splicing = spliceMarks(splices, onSplice);
       const scripted: Record<string, ((request: object) => ReturnType<typeof turn>)[]> = {};
       for (const [text, steps] of plans) {
         scripted[text] = steps.map((calls) => {
           const planned = turnOf(calls);
           return (request) => {
+            const second = splicing.second(request);
+            if (second !== undefined) return turnOf(second);
             const rerun = marks.of(request);
             return rerun === undefined ? planned : turnOf(rerun);
           };
@@ -192,11 +261,24 @@ async function anthropicSide(): Promise<ProviderSide> {
         const text = typeof last?.content === "string" ? last.content : step > 0 && stepsOf(plans, anthropicUserText(request)) > step ? anthropicUserText(request) : undefined;
         const cut = text === undefined ? undefined : cutFor(text, info.attempt, step);
         const planned = cut === undefined || rerun === undefined ? cut : fitCut(cut, rerun.length);
-        if (planned === undefined) return undefined;
+        if (planned === undefined) {
+          const user = text ?? "";
+          const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[0] ?? [], reruns?.get(user)?.[0] ?? plans.get(user)?.[0] ?? []);
+          if (splice === undefined) return undefined;
+          const at: AnthropicPosition = { afterToolUseStop: splice.afterCall };
+          return splice.plan.shape === "restart" ? { kind: "splice", at, messageStart: true } : { kind: "splice", at, messageStart: false, lead: SPLICE_LEAD };
+        }
         const fault: AnthropicFault = { kind: planned.kind, at: anthropicPosition(planned) };
         return fault;
       });
     },
+    responses: () =>
+      mock.requests.slice(since).flatMap((r): ModelResponse[] => {
+        const text = anthropicUserText(r.body as Parameters<typeof anthropicUserText>[0]);
+        const own = { text, calls: r.toolUses.map((c) => ({ name: c.name, input: c.input })) };
+        if (r.splicedToolUses === undefined || r.fault?.kind !== "splice") return [own];
+        return [own, { text, calls: r.splicedToolUses.map((c) => ({ name: c.name, input: c.input })), spliced: r.fault.messageStart ? "restart" : "headless" }];
+      }),
     runner: ({ fetch, ...options }) =>
       new AnthropicRunner({
         ...options,
@@ -300,9 +382,10 @@ async function openAISide(): Promise<ProviderSide> {
   const mock = await startMockOpenAI({ script: (request) => script(request) });
   return {
     name: "openai",
-    program(plans, cutFor, reruns, onRerun) {
+    program(plans, cutFor, reruns, onRerun, splices, onSplice) {
       const responseOf = (calls: PlannedCall[]) => (calls.length === 0 ? say("Done.") : respond(...calls.map((c) => call(c.tool, c.args, rewordOf(c)))));
       const marks = rerunMarks(reruns, onRerun);
+      const splicing = spliceMarks(splices, onSplice);
       const scripted: Record<string, ScriptedResponse[]> = {};
       for (const [text, steps] of plans) scripted[text] = steps.map(responseOf);
       // The mock's own plans answer tool results with text; the kit's tool loop plays step n
@@ -313,6 +396,9 @@ async function openAISide(): Promise<ProviderSide> {
         const steps = text === undefined ? undefined : scripted[text];
         if (steps === undefined) return fallback(request);
         const step = openAIStep(request.input);
+        // The response a proxy splices in (the fault plan below marked the request), asked for second.
+        const second = splicing.second(request);
+        if (second !== undefined) return responseOf(second);
         // A re-run the model answers differently (the fault plan below marked the request).
         const rerun = marks.of(request);
         return rerun !== undefined ? responseOf(rerun) : (steps[step] ?? say("Done."));
@@ -327,11 +413,24 @@ async function openAISide(): Promise<ProviderSide> {
         const text = step === 0 ? lastUserMessage(request.input) : stepsOf(plans, loop) > step ? loop : undefined;
         const cut = text === undefined ? undefined : cutFor(text, info.attempt, step);
         const planned = cut === undefined || rerun === undefined ? cut : fitCut(cut, rerun.length);
-        if (planned === undefined) return undefined;
+        if (planned === undefined) {
+          const user = text ?? "";
+          const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[0] ?? [], reruns?.get(user)?.[0] ?? plans.get(user)?.[0] ?? []);
+          if (splice === undefined) return undefined;
+          const at: OpenAIPosition = { afterCallDone: splice.afterCall };
+          return splice.plan.shape === "restart" ? { kind: "splice", at, responseCreated: true } : { kind: "splice", at, responseCreated: false, lead: SPLICE_LEAD };
+        }
         const fault: OpenAIFault = { kind: planned.kind, at: openAIPosition(planned) };
         return fault;
       });
     },
+    responses: () =>
+      mock.requests.flatMap((r): ModelResponse[] => {
+        const text = openAIUserText(r.body as Parameters<typeof openAIUserText>[0]) ?? "";
+        const own = { text, calls: (r.calls ?? []).map((c) => ({ name: c.name, input: c.arguments })) };
+        if (r.splicedCalls === undefined || r.fault?.kind !== "splice") return [own];
+        return [own, { text, calls: r.splicedCalls.map((c) => ({ name: c.name, input: c.arguments })), spliced: r.fault.responseCreated ? "restart" : "headless" }];
+      }),
     runner: ({ fetch, ...options }) =>
       new OpenAIRunner({
         ...options,

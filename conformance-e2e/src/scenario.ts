@@ -63,6 +63,26 @@ export type RerunDivergence = { kind: "omit"; call: number } | { kind: "swap"; f
 
 export type ReplayRoute = "automatic_retry" | "client_resend" | "queue_redelivery" | "double_send";
 
+/**
+ * A proxy that sent the request again after its upstream died splices the new response (the
+ * model's answer to the request sent again: a re-run, so `rerunDivergence` applies to it) into
+ * the body, right after call `afterCall` of the response completed (taken modulo its calls: the
+ * call was dispatched, the payment may be made). `restart`: the spliced response comes with its
+ * own `message_start` / `response.created` (STREAM-8's shape); `headless`: without, led by a
+ * sentence whose text block / message item lands on the position of the response's first call
+ * (STREAM-17's shape). `reorder`: the spliced response makes its first two different calls in the
+ * other order (a model answering again need not keep its order), so that taken in, the call that
+ * ran comes again at a new position, under the next ordinal. Falls on the message's first-turn
+ * request of attempt `attempt` when no cut is planned for that attempt (`splices` in
+ * scenarioArbitrary, drawn after every other field). The splice itself is the mocks' `splice` fault.
+ */
+export interface SplicePlan {
+  attempt: 1 | 2;
+  afterCall: number;
+  shape: "restart" | "headless";
+  reorder: boolean;
+}
+
 export interface MessagePlan {
   /** The user's text; the scripted model maps it to `calls`. Unique within its conversation. */
   text: string;
@@ -160,6 +180,8 @@ export interface MessagePlan {
    * before any re-ask. Drawn last (`reuses` in scenarioArbitrary).
    */
   reusedId?: boolean;
+  /** A proxy's splice into one of the first turn's responses (SplicePlan). Drawn last (`splices` in scenarioArbitrary). */
+  splice?: SplicePlan;
 }
 
 export interface ConversationPlan {
@@ -214,6 +236,52 @@ export function divergedFollowUp(message: Pick<MessagePlan, "followUp" | "follow
 }
 
 /**
+ * The calls of a spliced response (SplicePlan): the calls the model makes when it answers the
+ * request again (`rerun`), with the first call and the first one different from it in the other
+ * order when the splice reorders (a response of identical calls has no other order).
+ */
+export function splicedCalls(rerun: PlannedCall[], splice: Pick<SplicePlan, "reorder">): PlannedCall[] {
+  if (!splice.reorder || rerun.length < 2) return rerun;
+  const other = rerun.findIndex((c) => JSON.stringify(c) !== JSON.stringify(rerun[0]));
+  if (other === -1) return rerun;
+  const swapped = [...rerun];
+  swapped[0] = rerun[other]!;
+  swapped[other] = rerun[0]!;
+  return swapped;
+}
+
+/**
+ * A splice only where it leaves the message's other plans as they were drawn: not in a message
+ * without a call to splice after, nor where every later response is cut anyway (an outage: the
+ * failed attempt would end the message failed), nor on the release deaths, which need the first
+ * attempt to reach the released call (a splice before it fails that attempt, and the re-run may
+ * omit the call).
+ */
+function withSplice(plan: MessagePlan, splice: SplicePlan | undefined): MessagePlan {
+  if (splice === undefined || plan.calls.length === 0 || plan.outage !== undefined) return plan;
+  if (plan.death?.when === "after_release" || plan.releaseRerunDeath !== undefined) return plan;
+  return { ...plan, splice };
+}
+
+/**
+ * Mostly none (one message slot in four): a proxy's splice (SplicePlan). Each costs one failed
+ * attempt and its retry, no lease. Mostly right after the first call, where a reordered spliced
+ * response brings the call that ran back at a new position.
+ */
+const spliceArbitrary: fc.Arbitrary<SplicePlan | undefined> = fc.oneof(
+  { weight: 3, arbitrary: fc.constant(undefined) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      attempt: fc.constantFrom<SplicePlan["attempt"]>(1, 2),
+      afterCall: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 2 }) }),
+      shape: fc.constantFrom<SplicePlan["shape"]>("restart", "headless"),
+      reorder: fc.boolean(),
+    }),
+  },
+);
+
+/**
  * A cut planned for the first response, fitted to a re-run's response with fewer calls (an
  * omission): a position past its calls falls on its last call, or before its end when it makes none.
  */
@@ -241,7 +309,8 @@ export function faultFree(scenario: Scenario): boolean {
         m.death === undefined &&
         m.rerunFault === undefined &&
         m.outage === undefined &&
-        m.unstorable.length === 0,
+        m.unstorable.length === 0 &&
+        m.splice === undefined,
     ),
   );
 }
@@ -471,6 +540,7 @@ function calm(conversation: ConversationPlan): ConversationPlan {
       const plan = { ...m };
       delete plan.releaseRerunDeath;
       delete plan.followUpDivergence;
+      delete plan.splice;
       return plan;
     }),
   };
@@ -572,8 +642,10 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
         fc.oneof({ weight: 7, arbitrary: fc.constant(false) }, { weight: 1, arbitrary: fc.constant(true) }),
         { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES },
       ),
+      // After those, for the same reason: a proxy's splice into a first-turn response (SplicePlan).
+      splices: fc.array(spliceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
     })
-    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses }) => {
+    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices }) => {
       let slot = 0;
       const diverging = conversations.map((c) => ({
         ...c,
@@ -582,6 +654,7 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           const releaseDeath = releaseDeaths[slot] === true;
           const rerunDeath = releaseRerunDeaths[slot];
           const reused = reuses[slot] === true;
+          const splice = splices[slot];
           const drawn = followUpDivergences[slot++];
           // An omission falls on the follow-up call a worker dies on, when one does: the take-over's
           // re-run then leaves the dead worker's row unanswered (the case it exists for, RECORD-8).
@@ -603,9 +676,9 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           // Only a divergence that changes the response is kept (a shrunk scenario shows no inert one).
           if (d !== undefined && divergedCalls(plan) === undefined) delete plan.rerunDivergence;
           const death = releaseDeath ? releaseDeathOf(plan) : undefined;
-          if (death !== undefined) return { ...plan, death };
+          if (death !== undefined) return withSplice({ ...plan, death }, splice);
           const twice = rerunDeath !== undefined ? releaseRerunDeathOf(plan) : undefined;
-          return twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath };
+          return withSplice(twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath }, splice);
         }),
       }));
       // A reused id only on a message sent alone (a group of two sends at once, TURN-9).

@@ -27,7 +27,7 @@ import {
 } from "@dispatch-once/mock-payments";
 import { z } from "zod";
 import { startProvider, type KitRunner, type ProviderSide, type RunnerProviderName } from "./provider.js";
-import { divergedCalls, divergedFollowUp, type MessagePlan, type PlannedCall, type Scenario, type StreamCut, type WorkerDeath } from "./scenario.js";
+import { divergedCalls, divergedFollowUp, type MessagePlan, type PlannedCall, type Scenario, type SplicePlan, type StreamCut, type WorkerDeath } from "./scenario.js";
 
 /** The servers one property run shares across its cases; each case gets its own account and ledger namespace. */
 export interface World {
@@ -727,9 +727,12 @@ export function programProvider(world: World, scenario: Scenario, account: strin
   const followUpCuts = new Map<string, StreamCut[]>();
   const outages = new Map<string, StreamCut>();
   const followUpOutages = new Map<string, StreamCut>();
+  const splices = new Map<string, SplicePlan>();
   for (const conversation of scenario.conversations) {
     for (const message of conversation.messages) {
       const text = contentOf(account, message.text);
+      // The message's own first turn only: a re-ask is another request, asked as planned.
+      if (message.splice !== undefined) splices.set(text, message.splice);
       // A follow-up is the tool loop's next response: made once the first calls' results are back.
       plans.set(text, message.followUp !== undefined && message.followUp.length > 0 ? [message.calls, message.followUp] : [message.calls]);
       // Asked again whole (the first turn failed), or for the follow-up's calls (it failed there).
@@ -763,6 +766,18 @@ export function programProvider(world: World, scenario: Scenario, account: strin
       steps[step] = calls;
       ctx.divergedTexts.set(text, steps);
       ctx.timeline.push({ at: Date.now() - ctx.started, who: "model", what: `answers a re-run of step ${step} of ${JSON.stringify(text)} with ${calls.length === 0 ? "text alone" : calls.map((c) => c.tool).join(", ")} (its first response differed)` });
+    },
+    splices,
+    ({ text, attempt, plan, afterCall, calls }) => {
+      if (ctx === undefined) return;
+      ctx.diagnostics.splices = (ctx.diagnostics.splices ?? 0) + 1;
+      ctx.diagnostics[`splices_${plan.shape}`] = (ctx.diagnostics[`splices_${plan.shape}`] ?? 0) + 1;
+      const shape = plan.shape === "restart" ? "with its own start (STREAM-8)" : `without its start, led by a sentence (STREAM-17)`;
+      ctx.timeline.push({
+        at: Date.now() - ctx.started,
+        who: "proxy",
+        what: `splices into request ${attempt} of ${JSON.stringify(text)}, after its call ${afterCall} completed, the response to the request sent again ${shape}: ${calls.length === 0 ? "text alone" : calls.map((c) => c.tool).join(", ")}`,
+      });
     },
   );
 }

@@ -1,0 +1,67 @@
+import { createHash } from "node:crypto";
+import fc from "fast-check";
+import { valueAtPath } from "@dispatch-once/conformance/ledger";
+import { describe, expect, it } from "vitest";
+import { scenarioArbitrary, type Scenario } from "../src/scenario.js";
+
+/**
+ * The splices are drawn after every other field of a scenario (`splices`, the record's last
+ * member): fast-check draws a record's members in order from one random stream, and each run of a
+ * seed from its own, so every earlier field of a seed's scenarios, at every run and along a
+ * shrinking path, is what it was before the field came. The hashes are of scenarios the
+ * arbitrary of before (commit 3e1465f) drew; a scenario drawn now, its splices taken out, must
+ * hash the same. A new draw put before an existing one (or a splice that changed another field)
+ * fails here.
+ */
+const BEFORE: Record<number, string[]> = {
+  5: ["e1684767f2897c40", "b6734d32a43f80cb", "932cd85b9afab53a", "857b06cbfd1b4e4d", "773800e8cbd933e2", "e363229729e7aad1"],
+  777: ["c4be6378ba967061", "f6475026bef68a4a", "ce5c3bff63265f22", "f680f52a6ac3e86c", "11426f9ffff58420", "da71fffe8dfef38d"],
+  20261129: ["95da7e5ebf821920", "f5000e0407d69c89", "04e0dd854b2caabc", "b95cccfcd6b0b8f1", "89b8f9983c492d22", "08adcd9a8b474c8a"],
+  20261201: ["604efa062f71a355", "85b87323d804bd1f", "97f0f57f566c1bbc", "61d99d0255ff1295", "5bce6f1a4e9b1715", "d0e22707bec6f938"],
+};
+
+/** Paths the kit's tests replay, one through 35 levels of shrinking (e2e-recovery.test.ts). */
+const PATHS_BEFORE: [number, string, string][] = [
+  [1394139834, "149:4:0:0:0:0:0:0:0:0:0:0:0:135:2:2:6:6:6:6:6:6:6:6:6:6:6:6:7:6:7:7:7:7:7:7", "d0d8a6ca9346434e"],
+  [5, "11:26:0", "fa3af9fbded5fd0a"],
+  [4, "102", "0e53ec39e9e7062e"],
+];
+
+function withoutSplices(scenario: Scenario): Scenario {
+  return {
+    ...scenario,
+    conversations: scenario.conversations.map((c) => ({
+      ...c,
+      messages: c.messages.map((m) => {
+        const plan = { ...m };
+        delete plan.splice;
+        return plan;
+      }),
+    })),
+  };
+}
+
+const hash = (scenario: Scenario) => createHash("sha256").update(JSON.stringify(withoutSplices(scenario))).digest("hex").slice(0, 16);
+
+/** Every scenario the tests below drew, for the last one. */
+const drawn: Scenario[] = [];
+
+describe("splices are drawn last: every earlier draw of a seed stays", () => {
+  it.each(Object.keys(BEFORE).map(Number))("seed %i: the first six runs' scenarios, splices taken out, are the ones drawn before", (seed) => {
+    const now = fc.sample(scenarioArbitrary(), { seed, numRuns: BEFORE[seed]!.length });
+    drawn.push(...now);
+    expect(now.map(hash), `seed ${seed}: an earlier field of these scenarios changed (a draw put before an existing one?)`).toEqual(BEFORE[seed]);
+  });
+
+  it.each(PATHS_BEFORE)("seed %i, path %s: the scenario at a shrinking path, splices taken out, is the one drawn before", async (seed, path, before) => {
+    const now = await valueAtPath(scenarioArbitrary(), seed, path);
+    drawn.push(now);
+    expect(hash(now), `seed ${seed}, path ${path}: an earlier field of this scenario changed`).toBe(before);
+  });
+
+  it("the scenarios above do draw splices (the hashes compare scenarios the field changed)", () => {
+    expect(drawn).toHaveLength(Object.values(BEFORE).flat().length + PATHS_BEFORE.length);
+    const spliced = drawn.flatMap((s) => s.conversations.flatMap((c) => c.messages.filter((m) => m.splice !== undefined)));
+    expect(spliced.length).toBeGreaterThan(0);
+  });
+});
