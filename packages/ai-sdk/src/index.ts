@@ -11,6 +11,7 @@ export {
   type ClaimedDenial,
   type UnansweredCalls,
 } from "./once-tools.js";
+export { spliceGuard } from "./splice-guard.js";
 export { providerToolsGuard, type ProviderToolsGuardOptions, type ProviderToolsPolicy } from "./provider-tools.js";
 export type { UnansweredCallRecord } from "@dispatch-once/runner";
 // Lives in @dispatch-once/runner (shared with the Anthropic SDK tool runner's profile, ATR-11); re-exported so imports keep working.

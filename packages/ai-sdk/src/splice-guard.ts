@@ -1,0 +1,105 @@
+import { describeValue, InvalidArgumentError } from "@dispatch-once/core";
+import { StreamIncompleteError } from "@dispatch-once/runner";
+import type { LanguageModelMiddleware } from "ai";
+
+type Part = { type: string; id?: unknown; rawValue?: unknown };
+
+/**
+ * Watches one model stream (one request, so one response) for the signs of a second response
+ * spliced into its body (AISDK-16). Reads the provider's raw events, which alone carry the
+ * positions: `@ai-sdk/openai` turns an `output_item.added` at an occupied `output_index` into a
+ * `tool-input-start` like any other, and drops the index.
+ */
+class SpliceWatch {
+  events = 0;
+  private responseId: string | undefined;
+  private metadataId: string | undefined;
+  private readonly positions = new Set<number>();
+
+  /** What a raw event shows of another response, or `undefined`. */
+  raw(value: unknown): string | undefined {
+    this.events++;
+    if (typeof value !== "object" || value === null) return undefined;
+    const event = value as Record<string, unknown>;
+    const type = event["type"];
+    // OpenAI Responses API and Anthropic Messages API: the response's own id at its start.
+    if (type === "response.created" || type === "response.in_progress" || type === "message_start") {
+      const holder = (type === "message_start" ? event["message"] : event["response"]) as { id?: unknown } | undefined;
+      return this.responseOf(typeof holder?.id === "string" ? holder.id : undefined, `${String(type)}`);
+    }
+    // A position holds one item: announced again, whatever its type, it is another response's item
+    // (the spliced one restarts at 0). The AI SDK would open a second call there and execute it.
+    if (type === "response.output_item.added" || type === "content_block_start") {
+      const index = type === "content_block_start" ? event["index"] : event["output_index"];
+      if (typeof index !== "number") return undefined;
+      if (this.positions.has(index)) {
+        const field = type === "content_block_start" ? "index" : "output_index";
+        return `${String(type)} at ${field} ${index}, which already holds an item of ${this.responseId ?? "this response"}: another response in the stream`;
+      }
+      this.positions.add(index);
+      return undefined;
+    }
+    // Chat Completions: every chunk names its completion.
+    if (event["object"] === "chat.completion.chunk" && typeof event["id"] === "string") return this.responseOf(event["id"], "chat.completion.chunk");
+    return undefined;
+  }
+
+  /** A `response-metadata` part: the AI SDK's own sign of a response's start, for providers whose raw events this does not read. */
+  metadata(part: Part): string | undefined {
+    if (typeof part.id !== "string") return undefined;
+    if (this.metadataId !== undefined && part.id !== this.metadataId) return `response-metadata: a second response (${part.id}) began in the stream of ${this.metadataId}`;
+    this.metadataId = part.id;
+    return undefined;
+  }
+
+  private responseOf(id: string | undefined, event: string): string | undefined {
+    if (id === undefined) return undefined;
+    if (this.responseId !== undefined && id !== this.responseId) return `${event} second_response: a second response (${id}) began in the stream of ${this.responseId}`;
+    this.responseId = id;
+    return undefined;
+  }
+}
+
+/**
+ * A language-model middleware (`wrapLanguageModel({ model, middleware: spliceGuard() })`) that
+ * fails a model stream carrying a second response (AISDK-16): a proxy that sent the request again
+ * after its upstream died may splice the new response into the same body, with its own start
+ * (`response.created`, `message_start`) or headless, its items restarting at position 0. The AI
+ * SDK's parsers take such a response in as more of the first, and execute its calls beside the
+ * first response's: an identical call runs again under the next ordinal, a second payment.
+ * The guard asks the provider for its raw events, stops the stream at the first sign, before
+ * any part of the spliced response reaches the AI SDK, and ends it with a `stream_incomplete`
+ * error (`StreamIncompleteError`, its `streamError` naming the event): `streamText` reports it
+ * as its `error` part, and the request is a failed attempt to send again (AISDK-6). Raw parts
+ * reach the app only when it asked for them (`includeRawChunks`).
+ * @example const model = wrapLanguageModel({ model: openai.responses("gpt-5"), middleware: [providerToolsGuard(), spliceGuard()] });
+ */
+export function spliceGuard(options: Record<string, never> = {}): LanguageModelMiddleware {
+  if (typeof options !== "object" || options === null) throw new InvalidArgumentError("options", `must be an object (spliceGuard takes no options yet), got ${describeValue(options)}`);
+  for (const name of Object.keys(options)) throw new InvalidArgumentError(`options.${name}`, "is not an option of spliceGuard (it takes none)");
+  return {
+    specificationVersion: "v3",
+    wrapStream: async ({ params, model }) => {
+      const wantsRaw = params.includeRawChunks === true;
+      // The raw events carry the positions and ids the parsed parts drop; asked for here, not by the app.
+      const result = await model.doStream({ ...params, includeRawChunks: true });
+      const watch = new SpliceWatch();
+      const stream = result.stream.pipeThrough(
+        new TransformStream<Part, Part>({
+          transform(part, controller) {
+            const sign = part.type === "raw" ? watch.raw(part.rawValue) : part.type === "response-metadata" ? watch.metadata(part) : undefined;
+            if (sign !== undefined) {
+              // Ends here: nothing of the spliced response (its tool-call parts) reaches the AI SDK,
+              // and the provider's body is cancelled.
+              controller.error(new StreamIncompleteError(watch.events, "its finishing event", sign));
+              return;
+            }
+            if (part.type === "raw" && !wantsRaw) return;
+            controller.enqueue(part);
+          },
+        }),
+      ) as typeof result.stream;
+      return { ...result, stream };
+    },
+  };
+}

@@ -1,0 +1,80 @@
+import { StreamIncompleteError } from "@dispatch-once/runner";
+import { wrapLanguageModel } from "ai";
+import { convertArrayToReadableStream, MockLanguageModelV3 } from "ai/test";
+import { describe, expect, it } from "vitest";
+import { spliceGuard } from "../src/index.js";
+
+// AISDK-16's signs, one by one: a fake provider that emits each raw event followed by a marker part
+// (as @ai-sdk/openai and @ai-sdk/anthropic emit a chunk's raw part before the parts parsed from it).
+type Part = { type: string; [k: string]: unknown };
+async function guarded(events: unknown[], extra: Part[] = [], includeRawChunks = false) {
+  const parts: Part[] = [{ type: "stream-start", warnings: [] }];
+  events.forEach((rawValue, i) => parts.push({ type: "raw", rawValue }, { type: "text-delta", id: "t", delta: String(i) }));
+  parts.push(...extra);
+  let askedRaw: boolean | undefined;
+  const model = new MockLanguageModelV3({
+    doStream: async (options) => {
+      askedRaw = options.includeRawChunks;
+      return { stream: convertArrayToReadableStream(parts as never[]) };
+    },
+  });
+  const { stream } = await wrapLanguageModel({ model, middleware: spliceGuard() }).doStream({ prompt: [], includeRawChunks });
+  const seen: Part[] = [];
+  let error: unknown;
+  try {
+    for await (const part of stream as unknown as AsyncIterable<Part>) seen.push(part);
+  } catch (e) {
+    error = e;
+  }
+  // The markers passed on: which events' parts reached the AI SDK.
+  const passed = seen.filter((p) => p.type === "text-delta").map((p) => Number(p["delta"]));
+  return { error, passed, seen, askedRaw };
+}
+
+const created = (id: string) => ({ type: "response.created", response: { id } });
+const added = (index: number, item: Record<string, unknown>) => ({ type: "response.output_item.added", output_index: index, item });
+const done = (index: number) => ({ type: "response.output_item.done", output_index: index, item: {} });
+const fc = (id: string) => ({ type: "function_call", id, call_id: `call_${id}`, name: "pay" });
+
+describe("spliceGuard's signs of a second response (AISDK-16)", () => {
+  it("a clean Responses stream passes whole; the raw parts it asked for are not the app's", async () => {
+    const r = await guarded([created("r1"), { type: "response.in_progress", response: { id: "r1" } }, added(0, fc("a")), done(0), added(1, fc("b")), done(1)], [{ type: "finish" }]);
+    expect(r.error).toBeUndefined();
+    expect(r.askedRaw).toBe(true);
+    expect(r.passed).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(r.seen.some((p) => p.type === "raw")).toBe(false);
+    expect((await guarded([created("r1")], [], true)).seen.some((p) => p.type === "raw")).toBe(true);
+  });
+
+  const cases: { name: string; events: unknown[]; extra?: Part[]; at: number; says: RegExp }[] = [
+    { name: "a second response.created", events: [created("r1"), added(0, fc("a")), done(0), created("r2"), added(0, fc("c"))], at: 3, says: /response\.created second_response: a second response \(r2\) began in the stream of r1/ },
+    { name: "headless: a call at an output_index that held a call (same type, no response event)", events: [created("r1"), added(0, fc("a")), done(0), added(0, fc("c")), done(0)], at: 3, says: /response\.output_item\.added at output_index 0, which already holds an item of r1/ },
+    { name: "headless with a lead: a message at the index of a call", events: [created("r1"), added(0, fc("a")), done(0), added(1, fc("b")), added(0, { type: "message", id: "m" })], at: 4, says: /output_index 0/ },
+    { name: "a response.in_progress of another response", events: [created("r1"), added(0, fc("a")), { type: "response.in_progress", response: { id: "r2" } }], at: 2, says: /response\.in_progress second_response/ },
+    {
+      name: "Messages API, headless under thinking: a thinking block at index 0 again (no type differs)",
+      events: [
+        { type: "message_start", message: { id: "msg_1" } },
+        { type: "content_block_start", index: 0, content_block: { type: "thinking" } },
+        { type: "content_block_stop", index: 0 },
+        { type: "content_block_start", index: 1, content_block: { type: "tool_use" } },
+        { type: "content_block_stop", index: 1 },
+        { type: "content_block_start", index: 0, content_block: { type: "thinking" } },
+      ],
+      at: 5,
+      says: /content_block_start at index 0/,
+    },
+    { name: "Messages API, a second message_start", events: [{ type: "message_start", message: { id: "msg_1" } }, { type: "message_start", message: { id: "msg_2" } }], at: 1, says: /message_start second_response/ },
+    { name: "Chat Completions, a chunk of another completion", events: [{ object: "chat.completion.chunk", id: "c1" }, { object: "chat.completion.chunk", id: "c1" }, { object: "chat.completion.chunk", id: "c2" }], at: 2, says: /chat\.completion\.chunk second_response/ },
+    { name: "no raw events, a second response-metadata part with another id", events: [], extra: [{ type: "response-metadata", id: "x1" }, { type: "tool-call", toolCallId: "1" }, { type: "response-metadata", id: "x2" }, { type: "tool-call", toolCallId: "2" }], at: 0, says: /response-metadata: a second response \(x2\)/ },
+  ];
+  for (const c of cases) {
+    it(`${c.name}: the stream fails there, nothing after it passes`, async () => {
+      const r = await guarded(c.events, c.extra);
+      expect(StreamIncompleteError.isInstance(r.error), String(r.error)).toBe(true);
+      expect((r.error as StreamIncompleteError).streamError).toMatch(c.says);
+      expect(r.passed).toEqual([...Array(c.at).keys()]);
+      expect(r.seen.filter((p) => p.type === "tool-call").length).toBeLessThanOrEqual(1);
+    });
+  }
+});
