@@ -31,9 +31,10 @@ afterEach(async () => {
 const messages: ModelMessage[] = [{ role: "user", content: ask }];
 const paid = () => payments.effects().map((e) => `${String(e.payload["customer"])} ${String(e.payload["amount"])}`);
 
+type ProviderModel = Parameters<typeof wrapLanguageModel>[0]["model"];
 interface Shape {
   name: string;
-  model: () => LanguageModel;
+  model: () => ProviderModel;
   splice: () => void;
 }
 const openaiModel = () => createOpenAI({ baseURL: openai.baseURL, apiKey: "test" }).responses("gpt-5");
