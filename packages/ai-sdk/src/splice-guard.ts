@@ -2,7 +2,7 @@ import { describeValue, InvalidArgumentError } from "@dispatch-once/core";
 import { StreamIncompleteError } from "@dispatch-once/runner";
 import type { LanguageModelMiddleware } from "ai";
 
-type Part = { type: string; id?: unknown; rawValue?: unknown };
+type Part = { type: string; id?: unknown; rawValue?: unknown; error?: unknown };
 
 /**
  * Watches one model stream (one request, so one response) for the signs of a second response
@@ -70,7 +70,8 @@ class SpliceWatch {
  * The guard asks the provider for its raw events, stops the stream at the first sign, before
  * any part of the spliced response reaches the AI SDK, and ends it with a `stream_incomplete`
  * error (`StreamIncompleteError`, its `streamError` naming the event): `streamText` reports it
- * as its `error` part, and the request is a failed attempt to send again (AISDK-6). Raw parts
+ * as its `error` part (and to `onError`) and ends the step with finish reason `"error"`; the
+ * request is a failed attempt, not to be kept (AISDK-8) but sent again (AISDK-6). Raw parts
  * reach the app only when it asked for them (`includeRawChunks`).
  * @example const model = wrapLanguageModel({ model: openai.responses("gpt-5"), middleware: [providerToolsGuard(), spliceGuard()] });
  */
@@ -90,8 +91,11 @@ export function spliceGuard(options: Record<string, never> = {}): LanguageModelM
             const sign = part.type === "raw" ? watch.raw(part.rawValue) : part.type === "response-metadata" ? watch.metadata(part) : undefined;
             if (sign !== undefined) {
               // Ends here: nothing of the spliced response (its tool-call parts) reaches the AI SDK,
-              // and the provider's body is cancelled.
-              controller.error(new StreamIncompleteError(watch.events, "its finishing event", sign));
+              // and the provider's body is cancelled. An error part, not an errored stream: the AI SDK
+              // ends the step with finish reason "error" and tells the app's onError, as it does for
+              // a provider's own in-stream error; an errored stream would skip onError and throw from fullStream.
+              controller.enqueue({ type: "error", error: new StreamIncompleteError(watch.events, "its finishing event", sign) });
+              controller.terminate();
               return;
             }
             if (part.type === "raw" && !wantsRaw) return;

@@ -20,12 +20,11 @@ async function guarded(events: unknown[], extra: Part[] = [], includeRawChunks =
   });
   const { stream } = await wrapLanguageModel({ model, middleware: spliceGuard() }).doStream({ prompt: [], includeRawChunks });
   const seen: Part[] = [];
-  let error: unknown;
-  try {
-    for await (const part of stream as unknown as AsyncIterable<Part>) seen.push(part);
-  } catch (e) {
-    error = e;
-  }
+  for await (const part of stream as unknown as AsyncIterable<Part>) seen.push(part);
+  // The guard's error part is the stream's last part.
+  const at = seen.findIndex((p) => p.type === "error");
+  const error = at === -1 ? undefined : seen[at]!["error"];
+  if (at !== -1) expect(seen.slice(at + 1)).toEqual([]);
   // The markers passed on: which events' parts reached the AI SDK.
   const passed = seen.filter((p) => p.type === "text-delta").map((p) => Number(p["delta"]));
   return { error, passed, seen, askedRaw };

@@ -36,15 +36,16 @@ interface Shape {
   name: string;
   model: () => ProviderModel;
   splice: () => void;
+  requests: () => number;
 }
 const openaiModel = () => createOpenAI({ baseURL: openai.baseURL, apiKey: "test" }).responses("gpt-5");
 const anthropicModel = () => createAnthropic({ baseURL: `${anthropic.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5");
 const shapes: Shape[] = [
-  { name: "openai, with its own response.created (STREAM-8's shape)", model: openaiModel, splice: () => openai.queueFault({ kind: "splice", at: { afterCallDone: 0 }, responseCreated: true }) },
-  { name: "openai, headless: its first call at output_index 0 (STREAM-10's shape)", model: openaiModel, splice: () => openai.queueFault({ kind: "splice", at: { afterCallDone: 0 }, responseCreated: false }) },
-  { name: "openai, headless, led by a sentence at output_index 0 (STREAM-17's shape)", model: openaiModel, splice: () => openai.queueFault({ kind: "splice", at: { afterCallDone: 0 }, responseCreated: false, lead: "Sure, paying now." }) },
-  { name: "anthropic, headless: its first tool_use at index 0", model: anthropicModel, splice: () => anthropic.faults.enqueue({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart: false }) },
-  { name: "anthropic, with its own message_start", model: anthropicModel, splice: () => anthropic.faults.enqueue({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart: true }) },
+  { name: "openai, with its own response.created (STREAM-8's shape)", model: openaiModel, requests: () => openai.requests.length, splice: () => openai.queueFault({ kind: "splice", at: { afterCallDone: 0 }, responseCreated: true }) },
+  { name: "openai, headless: its first call at output_index 0 (STREAM-10's shape)", model: openaiModel, requests: () => openai.requests.length, splice: () => openai.queueFault({ kind: "splice", at: { afterCallDone: 0 }, responseCreated: false }) },
+  { name: "openai, headless, led by a sentence at output_index 0 (STREAM-17's shape)", model: openaiModel, requests: () => openai.requests.length, splice: () => openai.queueFault({ kind: "splice", at: { afterCallDone: 0 }, responseCreated: false, lead: "Sure, paying now." }) },
+  { name: "anthropic, headless: its first tool_use at index 0", model: anthropicModel, requests: () => anthropic.requests.length, splice: () => anthropic.faults.enqueue({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart: false }) },
+  { name: "anthropic, with its own message_start", model: anthropicModel, requests: () => anthropic.requests.length, splice: () => anthropic.faults.enqueue({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart: true }) },
 ];
 
 /** One request of the turn (a first send, or the app's re-send after a failed one, AISDK-6), the calls it ran. */
@@ -90,9 +91,11 @@ describe("a response spliced into the body, through the AI SDK's providers", () 
         const failed = await send(once, model, dispatchAt);
         const error = failed.find((p) => p.type === "error") as { error: unknown } | undefined;
         expect(StreamIncompleteError.isInstance(error?.error), String(error?.error)).toBe(true);
-        // Nothing of the spliced response reached the AI SDK: one tool-call part (the first response's acme), no finish.
+        // Nothing of the spliced response reached the AI SDK: one tool-call part (the first response's acme),
+        // a step that failed, and the loop went no further (one request).
         expect(failed.filter((p) => p.type === "tool-call")).toHaveLength(1);
-        expect(failed.some((p) => p.type === "finish")).toBe(false);
+        expect(failed.filter((p) => p.type === "finish-step").map((p) => (p as { finishReason: string }).finishReason)).toEqual(["error"]);
+        expect(shape.requests()).toBe(1);
         if (dispatchAt === "tool-call") await settled(ledger, "chat_splice");
         expect(runs).toHaveLength(dispatchAt === "tool-call" ? 1 : 0);
         // The app re-sends the failed request (AISDK-6, AISDK-8): acme's key is met, bob runs.
