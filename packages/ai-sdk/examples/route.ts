@@ -4,7 +4,8 @@ import { createOnceTools, dispatchOnceOf, type UnansweredCallRecord } from "@dis
 import { z } from "zod";
 
 /**
- * `model`: wrapped with `providerToolsGuard()` (below: tools the provider runs itself are refused, AISDK-15).
+ * `model`: wrapped with `[providerToolsGuard(), spliceGuard()]` (below: tools the provider runs itself are
+ * refused, AISDK-15; a second response spliced into a stream fails the request, AISDK-16).
  * `tell` shows the user what the turn did that its answer does not say (AISDK-14), e.g. as a notice in the chat.
  */
 export function chatRoute(model: LanguageModel, ledger: Ledger, paymentsUrl: string, tell: (chatId: string, calls: UnansweredCallRecord[]) => void) {

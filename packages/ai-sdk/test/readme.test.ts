@@ -7,7 +7,7 @@ import { startMockPayments } from "@dispatch-once/mock-payments";
 import { wrapLanguageModel, type UIMessage } from "ai";
 import { describe, expect, it } from "vitest";
 import { chatRoute } from "../examples/route.js";
-import { providerToolsGuard, type UnansweredCallRecord } from "../src/index.js";
+import { providerToolsGuard, spliceGuard, type UnansweredCallRecord } from "../src/index.js";
 import { drain, outputsOf, settled } from "./helpers.js";
 
 describe("README", () => {
@@ -23,8 +23,8 @@ describe("README", () => {
     const payments = await startMockPayments({ requireIdempotencyKey: true });
     const provider = await startMockProvider({ seed: "readme", script: scriptFromPlans({ "pay acme": turn(toolUse("send_payment", { payee: "acme", amount: 12_500 })) }) });
     try {
-      // As the README says: the model the route gets is guarded (AISDK-15).
-      const model = wrapLanguageModel({ model: createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), middleware: providerToolsGuard() });
+      // As the README says: the model the route gets is guarded (AISDK-15, AISDK-16).
+      const model = wrapLanguageModel({ model: createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), middleware: [providerToolsGuard(), spliceGuard()] });
       const route = chatRoute(model, new MemoryLedger(), payments.url, () => {});
       const ask: UIMessage = { id: "m1", role: "user", parts: [{ type: "text", text: "pay acme" }] };
       const first = outputsOf(await drain((await route("chat_readme", [ask])).fullStream));
@@ -83,6 +83,31 @@ describe("README", () => {
       expect(outputsOf(regenerated)).toEqual([]);
       expect(payments.effects().length).toBe(1);
       expect(told).toEqual([[expect.objectContaining({ name: "send_payment", effect: "happened", result: expect.objectContaining({ id: payments.effects()[0]!.resourceId }) })]]);
+    } finally {
+      await provider.close();
+      await payments.close();
+    }
+  });
+
+  it("the route's guarded model fails a request whose stream carries a spliced response; its re-send pays each payee once (AISDK-16)", async () => {
+    const payments = await startMockPayments({ requireIdempotencyKey: true });
+    const provider = await startMockProvider({
+      seed: "readme",
+      script: scriptFromPlans({ "pay acme and bob": turn(toolUse("send_payment", { payee: "acme", amount: 5 }), toolUse("send_payment", { payee: "bob", amount: 7 })) }),
+      // A proxy splices a re-sent request's response into the first body, headless, after acme's tool_use.
+      faultPlan: (_request, info) => (info.requestNumber === 1 ? { kind: "splice", at: { afterToolUseStop: 0 }, messageStart: false } : undefined),
+    });
+    try {
+      const ledger = new MemoryLedger();
+      const model = wrapLanguageModel({ model: createAnthropic({ baseURL: `${provider.baseURL}/v1`, apiKey: "test" })("claude-sonnet-4-5"), middleware: [providerToolsGuard(), spliceGuard()] });
+      const route = chatRoute(model, ledger, payments.url, () => {});
+      const ask: UIMessage = { id: "m1", role: "user", parts: [{ type: "text", text: "pay acme and bob" }] };
+      const spliced = await drain((await route("chat_spliced", [ask])).fullStream);
+      expect(spliced.some((p) => p.type === "error" && isDispatchOnceError(p.error, "stream_incomplete"))).toBe(true);
+      await settled(ledger, "chat_spliced");
+      await drain((await route("chat_spliced", [ask])).fullStream);
+      await settled(ledger, "chat_spliced");
+      expect(payments.effects().map((e) => e.payload["payee"]).sort()).toEqual(["acme", "bob"]);
     } finally {
       await provider.close();
       await payments.close();
