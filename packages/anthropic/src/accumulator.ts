@@ -72,6 +72,10 @@ export class TurnAccumulator extends CallPhases<CallState> {
   secondMessage: string | undefined;
   /** Each index's block type, as its content_block_start gave it (STREAM-17). */
   private readonly blockTypes = new Map<number, string>();
+  /** What each index's content_block_start announced (a call's id and name, a thinking block's fields): STREAM-10 compares a repeated start against it. */
+  private readonly announced = new Map<number, Record<string, string>>();
+  /** Indexes whose content_block_stop arrived: a delta there is a repeated event, not more content. */
+  private readonly stoppedBlocks = new Set<number>();
 
   /** Apply one event; returns the call whose content_block_stop just arrived, if any. */
   apply(event: RawEvent): CallState | undefined {
@@ -101,7 +105,21 @@ export class TurnAccumulator extends CallPhases<CallState> {
           this.secondMessage = `a ${block.type} block started at index ${event.index}, which holds a ${held} block: another message in the stream of ${this.messageId ?? "this response"}`;
           return undefined;
         }
+        const announcement = announcedFields(block as unknown as Record<string, unknown>);
+        const before = this.announced.get(event.index);
+        if (before !== undefined) {
+          // The index holds a block of this type. The same announcement is a proxy re-sending
+          // events: one block per index, nothing replaced or opened anew (STREAM-10). Another one
+          // (another call id or name, other thinking) is a spliced message's without its
+          // message_start: taken in, its calls past this index would run again under the next
+          // ordinal, and a thinking block replaced would no longer match the turn's calls.
+          if (differingFields(before, announcement).length > 0) {
+            this.secondMessage = `a ${block.type} block (${describeFields(announcement)}) started at index ${event.index}, which holds a ${held} block (${describeFields(before)}): another message in the stream of ${this.messageId ?? "this response"}`;
+          }
+          return undefined;
+        }
         this.blockTypes.set(event.index, block.type);
+        this.announced.set(event.index, announcement);
         if (block.type === "tool_use") {
           this.openCall({ index: event.index, callId: block.id, name: block.name, phase: "announced", partialJson: "" });
         } else if (block.type === "text") {
@@ -114,6 +132,8 @@ export class TurnAccumulator extends CallPhases<CallState> {
         return undefined;
       }
       case "content_block_delta": {
+        // A block's content ends at its stop: a delta after it is a re-sent event (STREAM-10).
+        if (this.stoppedBlocks.has(event.index)) return undefined;
         if (event.delta.type === "input_json_delta") {
           const call = this.callAt(event.index);
           if (call !== undefined) this.appendArguments(call, event.delta.partial_json);
@@ -129,6 +149,7 @@ export class TurnAccumulator extends CallPhases<CallState> {
         return undefined;
       }
       case "content_block_stop": {
+        if (this.blockTypes.has(event.index)) this.stoppedBlocks.add(event.index);
         const call = this.callAt(event.index);
         return call === undefined ? undefined : this.completeCall(call);
       }
@@ -169,4 +190,25 @@ export class TurnAccumulator extends CallPhases<CallState> {
     for (const [index, thinking] of this.thinking) indexed.push([index, { ...thinking }]);
     return indexed.sort(([a], [b]) => a - b).map(([, b]) => b);
   }
+}
+
+/** The members of a content_block_start that identify its block: equal in a re-sent start, not in another message's. */
+function announcedFields(block: Record<string, unknown>): Record<string, string> {
+  const keys = block.type === "tool_use" ? ["id", "name"] : block.type === "thinking" ? ["thinking", "signature"] : block.type === "redacted_thinking" ? ["data"] : ["text"];
+  const fields: Record<string, string> = {};
+  for (const key of keys) if (typeof block[key] === "string") fields[key] = block[key];
+  return fields;
+}
+
+/**
+ * The fields both announcements give, non-empty, with different values. An empty or absent one
+ * says nothing (a thinking block starts with both fields empty in every message).
+ */
+function differingFields(held: Record<string, string>, fresh: Record<string, string>): string[] {
+  return Object.keys(fresh).filter((key) => fresh[key] !== "" && held[key] !== undefined && held[key] !== "" && held[key] !== fresh[key]);
+}
+
+function describeFields(fields: Record<string, string>): string {
+  const shown = Object.values(fields).filter((v) => v !== "");
+  return shown.length === 0 ? "empty" : shown.map((v) => (v.length > 40 ? `${v.slice(0, 40)}…` : v)).join(", ");
 }
