@@ -73,6 +73,8 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
   private readonly reasoning = new Map<number, OpenAI.Responses.ResponseReasoningItem>();
   /** Each position's item type, as its first added or done event gave it (STREAM-17). */
   private readonly itemTypes = new Map<number, string>();
+  /** What each position's first added or done event named (item id, call_id, name): STREAM-10 compares a repeated one against it. */
+  private readonly itemNames = new Map<number, Record<string, string>>();
   streamError: StreamErrorReport | undefined;
 
   /**
@@ -118,6 +120,22 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
         return undefined;
       }
       this.itemTypes.set(event.output_index, event.item.type);
+      // The same type but another item (another id, call_id or name): a spliced response whose
+      // items land each on one of its own type (reasoning on reasoning, its first call on the
+      // first call). Taken for a re-delivery, its calls past the held positions would run again
+      // under the next ordinal. The same item named again is a re-delivery (STREAM-10).
+      const named = itemFields(event.item as unknown as Record<string, unknown>);
+      const before = this.itemNames.get(event.output_index);
+      if (before === undefined) this.itemNames.set(event.output_index, named);
+      else if (differingFields(before, named).length > 0) {
+        this.terminal = "error";
+        this.streamError = {
+          event: event.type,
+          code: "output_index_reused",
+          message: `a ${event.item.type} item (${describeFields(named)}) at output_index ${event.output_index}, which holds the ${held} item (${describeFields(before)}): another response in the stream of ${this.responseId ?? "this response"}`,
+        };
+        return undefined;
+      }
     }
     switch (event.type) {
       case "response.created":
@@ -250,4 +268,21 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
       .flatMap((part) => (isCall(part) ? [] : [part.text]))
       .join("");
   }
+}
+
+/** The members that name an output item: equal when a proxy delivers its event again, not in another response's item. */
+function itemFields(item: Record<string, unknown>): Record<string, string> {
+  const fields: Record<string, string> = {};
+  for (const key of ["id", "call_id", "name"]) if (typeof item[key] === "string") fields[key] = item[key];
+  return fields;
+}
+
+/** The fields both give, non-empty, with different values: an absent or empty one (a gateway leaving it out) says nothing. */
+function differingFields(held: Record<string, string>, fresh: Record<string, string>): string[] {
+  return Object.keys(fresh).filter((key) => fresh[key] !== "" && held[key] !== undefined && held[key] !== "" && held[key] !== fresh[key]);
+}
+
+function describeFields(fields: Record<string, string>): string {
+  const shown = Object.values(fields).filter((v) => v !== "");
+  return shown.length === 0 ? "unnamed" : shown.join(", ");
 }

@@ -1,0 +1,134 @@
+/**
+ * A proxy that sent the request again after its upstream died splices the new response into the
+ * body without its response.created and without a leading message item: each of its items lands
+ * on a position holding an item of its own type (reasoning on reasoning, its first function_call
+ * on the first call), so STREAM-17's type check cannot see it. STREAM-10 tells a re-delivered
+ * output_item.added / .done from another response's by the item it names (id, call_id, name).
+ */
+import { describe, expect, it } from "vitest";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool } from "@dispatch-once/core";
+import { z } from "zod";
+import { ConversationRunner, ResponsesTurnAccumulator } from "../src/index.js";
+
+const ACME = { payee: "acme", amount: 5 };
+const BOB = { payee: "bob", amount: 7 };
+
+/** A runner whose n-th request (1-based) streams `responses(n)`; `paid` is the payments API's effect log. */
+function wire(responses: (n: number, followUp: boolean) => unknown[]) {
+  const paid: string[] = [];
+  const tools = new ToolRegistry([
+    defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ payee: z.string(), amount: z.number().int() }),
+      run: async (args) => {
+        paid.push(`${args.payee} ${args.amount}`);
+        return { paymentId: `pay_${paid.length}` };
+      },
+    }),
+  ]);
+  let requests = 0;
+  const client = {
+    responses: {
+      create: async (body: { input: { type?: string }[] }) => {
+        const events = responses(++requests, body.input.at(-1)?.type === "function_call_output");
+        return (async function* () {
+          yield* events;
+        })();
+      },
+    },
+  };
+  const runner = new ConversationRunner({
+    client: client as never,
+    dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }),
+    store: new MemoryConversationStore(),
+    model: "gpt-test",
+    tools: tools.providerSchemas(),
+    retry: { backoffMs: () => 1 },
+  });
+  return { runner, paid };
+}
+
+const created = (id: string) => ({ type: "response.created", response: { id, status: "in_progress", output: [] } });
+const fcItem = (callId: string, args: object | string, status = "completed") => ({
+  type: "function_call",
+  id: `fc_${callId}`,
+  call_id: callId,
+  name: "send_payment",
+  arguments: typeof args === "string" ? args : JSON.stringify(args),
+  status,
+});
+const call = (index: number, callId: string, args: object) => [
+  { type: "response.output_item.added", output_index: index, item: fcItem(callId, "", "in_progress") },
+  { type: "response.output_item.done", output_index: index, item: fcItem(callId, args) },
+];
+const reasoning = (index: number, id: string) => [
+  { type: "response.output_item.added", output_index: index, item: { type: "reasoning", id, summary: [] } },
+  { type: "response.output_item.done", output_index: index, item: { type: "reasoning", id, summary: [{ type: "summary_text", text: `thought ${id}` }] } },
+];
+const completed = (id: string, output: unknown[]) => ({ type: "response.completed", response: { id, status: "completed", output } });
+const answer = (text: string) => [
+  created("resp_9"),
+  { type: "response.output_item.added", output_index: 0, item: { type: "message", id: "msg_9", role: "assistant", status: "in_progress", content: [] } },
+  { type: "response.output_item.done", output_index: 0, item: { type: "message", id: "msg_9", role: "assistant", status: "completed", content: [{ type: "output_text", text, annotations: [] }] } },
+  completed("resp_9", []),
+];
+
+describe("ResponsesTurnAccumulator: a headless splice without a lead (STREAM-10)", () => {
+  it("STREAM-10 the spliced response's reasoning and function_call at held positions, with other ids: the stream fails at the reasoning item, nothing of the spliced response is dispatchable, and the held reasoning stays", () => {
+    const acc = new ResponsesTurnAccumulator();
+    const dispatchable: string[] = [];
+    // The first response: reasoning, acme (dispatched), then the upstream dies; the spliced one, reordered: [bob, acme].
+    const events = [created("resp_1"), ...reasoning(0, "rs_1"), ...call(1, "call_a1", ACME), ...reasoning(0, "rs_2"), ...call(1, "call_b2", BOB), ...call(2, "call_a2", ACME)];
+    for (const e of [...events, completed("resp_1", [fcItem("call_b2", BOB), fcItem("call_a2", ACME)])]) {
+      const c = acc.apply(e as never);
+      if (c !== undefined) dispatchable.push(c.callId);
+    }
+    expect(dispatchable).toEqual(["call_a1"]);
+    expect(acc.streamError).toMatchObject({ event: "response.output_item.added", code: "output_index_reused" });
+    expect(acc.streamError?.message).toMatch(/a reasoning item \(rs_2\) at output_index 0, which holds the reasoning item \(rs_1\)/);
+    expect(acc.output()[0]).toMatchObject({ type: "reasoning", id: "rs_1" });
+  });
+
+  it("STREAM-10 a function_call announced at the position of a call with another call_id fails the stream there", () => {
+    const acc = new ResponsesTurnAccumulator();
+    const dispatchable: string[] = [];
+    for (const e of [created("resp_1"), ...call(0, "call_a1", ACME), ...call(0, "call_b2", BOB), ...call(1, "call_a2", ACME)]) {
+      const c = acc.apply(e as never);
+      if (c !== undefined) dispatchable.push(c.callId);
+    }
+    expect(dispatchable).toEqual(["call_a1"]);
+    expect(acc.streamError?.message).toMatch(/a function_call item \(fc_call_b2, call_b2, send_payment\) at output_index 0, which holds the function_call item \(fc_call_a1, call_a1, send_payment\)/);
+  });
+
+  it("STREAM-10 a server that numbers item and call ids per response, and a spliced response identical to the first: one call per position, each dispatched once, the first response's output stands", () => {
+    const acc = new ResponsesTurnAccumulator();
+    const dispatchable: string[] = [];
+    const response = [...reasoning(0, "rs_0"), ...call(1, "call_0", ACME), ...call(2, "call_1", BOB)];
+    for (const e of [created("resp_1"), ...response.slice(0, 4), ...response, completed("resp_1", [fcItem("call_0", ACME), fcItem("call_1", BOB)])]) {
+      const c = acc.apply(e as never);
+      if (c !== undefined) dispatchable.push(c.callId);
+    }
+    expect(acc.streamError).toBeUndefined();
+    expect(dispatchable).toEqual(["call_0", "call_1"]);
+    expect(acc.output().map((i) => (i.type === "function_call" ? `${i.call_id} ${i.arguments}` : i.type))).toEqual(["reasoning", `call_0 ${JSON.stringify(ACME)}`, `call_1 ${JSON.stringify(BOB)}`]);
+  });
+});
+
+describe("ConversationRunner (Responses): a headless splice without a lead (STREAM-10)", () => {
+  it("STREAM-10 [acme] then the spliced [bob, acme] without response.created: the attempt fails at bob's item, the retry pays bob; acme and bob are paid once each", async () => {
+    const { runner, paid } = wire((n, followUp) =>
+      followUp
+        ? answer("Paid.")
+        : n === 1
+          ? [created("resp_1"), ...reasoning(0, "rs_1"), ...call(1, "call_a1", ACME), ...reasoning(0, "rs_2"), ...call(1, "call_b2", BOB), ...call(2, "call_a2", ACME), completed("resp_2", [fcItem("call_b2", BOB), fcItem("call_a2", ACME)])]
+          : [created("resp_3"), ...reasoning(0, "rs_3"), ...call(1, "call_a3", ACME), ...call(2, "call_b3", BOB), completed("resp_3", [fcItem("call_a3", ACME), fcItem("call_b3", BOB)])],
+    );
+    const result = await runner.send("conv-headless-splice", { id: "m1", content: "pay acme 5 and bob 7" });
+    expect(paid).toEqual(["acme 5", "bob 7"]);
+    expect(result.turns[0]!.calls.map((c) => [c.callId, c.ordinal, c.replayed ?? false, c.result])).toEqual([
+      ["call_a3", 0, true, { paymentId: "pay_1" }],
+      ["call_b3", 0, false, { paymentId: "pay_2" }],
+    ]);
+  });
+});
