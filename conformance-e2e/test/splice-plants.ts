@@ -7,7 +7,16 @@ import type { KitRunner } from "../src/provider.js";
  * notice the splice. Through the kit's `runner` hook, so the plant is the one runner's.
  */
 type Side = StreamProvider<CallPhases<CallState>, unknown>;
-type Forgetful = { blockTypes?: Map<number, string>; itemTypes?: Map<number, string>; messageId?: string; responseId?: string };
+type Forgetful = {
+  blockTypes?: Map<number, string>;
+  itemTypes?: Map<number, string>;
+  messageId?: string;
+  responseId?: string;
+  // STREAM-10's: what each position's first announcement named, and the blocks stopped.
+  announced?: Map<number, unknown>;
+  stoppedBlocks?: Set<number>;
+  itemNames?: Map<number, unknown>;
+};
 type SeenEvent = { type: string; index?: number; output_index?: number };
 
 function forgetting(forget: (accumulator: Forgetful, event: SeenEvent) => void): (runner: KitRunner) => KitRunner {
@@ -22,14 +31,36 @@ function forgetting(forget: (accumulator: Forgetful, event: SeenEvent) => void):
   };
 }
 
-/** STREAM-17's check out of both accumulators: a position forgets the type it holds before each item's event. */
+/**
+ * STREAM-17's check out of both accumulators: a position forgets the item it holds before each
+ * item's event (its type, and what it was announced as, which STREAM-10 compares: kept, that
+ * check would see the spliced item in the type's place).
+ */
 export const noPositionType = forgetting((a, e) => {
-  if (e.type === "content_block_start") a.blockTypes?.delete(e.index!);
-  if (e.type.startsWith("response.output_item.")) a.itemTypes?.delete(e.output_index!);
+  if (e.type === "content_block_start") {
+    a.blockTypes?.delete(e.index!);
+    a.announced?.delete(e.index!);
+    a.stoppedBlocks?.delete(e.index!);
+  }
+  if (e.type.startsWith("response.output_item.")) {
+    a.itemTypes?.delete(e.output_index!);
+    a.itemNames?.delete(e.output_index!);
+  }
 });
 
-/** STREAM-8's second-start check out: the response forgets its id before each message_start / response.created. */
+/**
+ * STREAM-8's second-start check out: the response forgets, before each message_start /
+ * response.created, its id and what its positions were announced as (kept, STREAM-10 would see
+ * the spliced response's first item, which names another call, on a held position).
+ */
 export const noSecondStart = forgetting((a, e) => {
-  if (e.type === "message_start") delete a.messageId;
-  if (e.type === "response.created") delete a.responseId;
+  if (e.type === "message_start") {
+    delete a.messageId;
+    a.announced?.clear();
+    a.stoppedBlocks?.clear();
+  }
+  if (e.type === "response.created") {
+    delete a.responseId;
+    a.itemNames?.clear();
+  }
 });

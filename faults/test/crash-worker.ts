@@ -370,7 +370,16 @@ if (plants.has("ordinal-zero")) {
   };
 }
 // The accumulators' checks are planted out from outside: each forgets what it needs to notice the splice.
-type Forgetful = { blockTypes?: Map<number, string>; itemTypes?: Map<number, string>; messageId?: string; responseId?: string };
+// Also what STREAM-10 compares (each position's announcement, the blocks stopped): kept, it would see the splice in their place.
+type Forgetful = {
+  blockTypes?: Map<number, string>;
+  itemTypes?: Map<number, string>;
+  messageId?: string;
+  responseId?: string;
+  announced?: Map<number, unknown>;
+  stoppedBlocks?: Set<number>;
+  itemNames?: Map<number, unknown>;
+};
 function forgetBefore(proto: { apply(event: never): unknown }, forget: (self: Forgetful, event: { type: string; index?: number; output_index?: number }) => void) {
   const apply = proto.apply;
   proto.apply = function (this: Forgetful, event: never) {
@@ -379,12 +388,30 @@ function forgetBefore(proto: { apply(event: never): unknown }, forget: (self: Fo
   };
 }
 if (plants.has("no-position-type")) {
-  forgetBefore(TurnAccumulator.prototype, (self, e) => void (e.type === "content_block_start" && self.blockTypes?.delete(e.index!)));
-  forgetBefore(ResponsesTurnAccumulator.prototype, (self, e) => void (e.type.startsWith("response.output_item.") && self.itemTypes?.delete(e.output_index!)));
+  forgetBefore(TurnAccumulator.prototype, (self, e) => {
+    if (e.type !== "content_block_start") return;
+    self.blockTypes?.delete(e.index!);
+    self.announced?.delete(e.index!);
+    self.stoppedBlocks?.delete(e.index!);
+  });
+  forgetBefore(ResponsesTurnAccumulator.prototype, (self, e) => {
+    if (!e.type.startsWith("response.output_item.")) return;
+    self.itemTypes?.delete(e.output_index!);
+    self.itemNames?.delete(e.output_index!);
+  });
 }
 if (plants.has("no-second-start")) {
-  forgetBefore(TurnAccumulator.prototype, (self, e) => void (e.type === "message_start" && delete self.messageId));
-  forgetBefore(ResponsesTurnAccumulator.prototype, (self, e) => void (e.type === "response.created" && delete self.responseId));
+  forgetBefore(TurnAccumulator.prototype, (self, e) => {
+    if (e.type !== "message_start") return;
+    delete self.messageId;
+    self.announced?.clear();
+    self.stoppedBlocks?.clear();
+  });
+  forgetBefore(ResponsesTurnAccumulator.prototype, (self, e) => {
+    if (e.type !== "response.created") return;
+    delete self.responseId;
+    self.itemNames?.clear();
+  });
 }
 if (plants.has("drop-commit-record")) {
   const commit = store.commitTurn.bind(store);
