@@ -49,6 +49,8 @@ import {
   type OptionNames,
   DeadlineError,
   withDeadline,
+  RunDeadline,
+  RunDeadlines,
 } from "@dispatch-once/core/internal";
 import { InvalidLedgerInputError, UnsafeStoreConfigError } from "./errors.js";
 import { CANCEL_LUA, CLAIM_LUA, FINISH_LUA, FORGET_LISTED_LUA, LIST_EXPIRED_LUA, LIST_ROWS_LUA, RENEW_LUA, RESOLVE_LUA, RETIRE_LUA } from "./scripts.js";
@@ -362,6 +364,13 @@ export class RedisLedger implements Ledger {
   private tokenCounter = 0;
   /** Lost claims being released (token -> timer), stopped by close(). */
   private readonly cancels = new Map<string, NodeJS.Timeout | undefined>();
+  /**
+   * The bound of every command sent under the fixed commandTimeoutMs (LEDGER-12): one timer for
+   * all of them, armed for the oldest. A setTimeout made and cleared per command was about 4,200
+   * client instructions a command at c=1 (Node makes and drops its timer list each time the last
+   * timer of a duration is cleared), an entry here about a third of it.
+   */
+  private readonly commandDeadlines = new RunDeadlines();
   /** "ok" once a durable declaration was verified (or needs none); the check in progress otherwise. */
   private durabilityChecked: "ok" | Promise<void> | undefined;
   private readyWaiter: Promise<void> | undefined;
@@ -1194,19 +1203,19 @@ export class RedisLedger implements Ledger {
       return Promise.reject(this.unavailable(op, key, error));
     }
     return new Promise<T>((resolve, reject) => {
-      const wait = deadline === undefined ? (this.timeoutMs > 0 ? this.timeoutMs : undefined) : deadline - Date.now();
-      const timer =
-        wait === undefined || wait === Number.POSITIVE_INFINITY
-          ? undefined
-          : // A timer due during a stall (a blocked loop, a starved process) runs before that
-            // turn's I/O is read: the reply may be waiting already. Judge after the poll phase.
-            setTimeout(
-              () => setImmediate(() => reject(this.unavailable(op, key, new Error(`no reply within ${this.timeoutMs} ms`)))),
-              Math.max(0, wait),
-            );
+      const expire = (): void => reject(this.unavailable(op, key, new Error(`no reply within ${this.timeoutMs} ms`)));
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      let bound: CommandDeadline | undefined;
+      if (deadline === undefined) {
+        // The usual command: commandTimeoutMs from now, an entry in the ledger's one list.
+        if (this.timeoutMs > 0) this.commandDeadlines.add((bound = new CommandDeadline(expire)), this.timeoutMs);
+      } else if (deadline !== Number.POSITIVE_INFINITY) {
+        // An operation's own deadline (a remainder that differs each time): a timer of its own.
+        timer = setTimeout(() => setImmediate(expire), Math.max(0, deadline - Date.now()));
+      }
       sent.then(
         (reply) => {
-          clearTimeout(timer);
+          this.clearBound(bound, timer);
           resolve(reply);
         },
         (error: unknown) => {
@@ -1221,23 +1230,29 @@ export class RedisLedger implements Ledger {
             }
             again.then(
               (reply) => {
-                clearTimeout(timer);
+                this.clearBound(bound, timer);
                 resolve(reply);
               },
               (failure: unknown) => {
-                clearTimeout(timer);
+                this.clearBound(bound, timer);
                 reject(this.unavailable(op, key, failure));
               },
             );
             return;
           }
-          clearTimeout(timer);
+          this.clearBound(bound, timer);
           // Whatever went wrong (timed out after sending, connection lost, OOM, NOPERM), the caller
           // must assume nothing was claimed; a claim that ran anyway is released by its token.
           reject(this.unavailable(op, key, error));
         },
       );
     });
+  }
+
+  /** A command settled: its entry leaves the ledger's deadline list, or its own timer is cleared. */
+  private clearBound(bound: CommandDeadline | undefined, timer: ReturnType<typeof setTimeout> | undefined): void {
+    if (bound !== undefined) this.commandDeadlines.remove(bound);
+    else clearTimeout(timer);
   }
 
   /** call() when a durable declaration is unverified or the client is not connected yet. */
@@ -1379,6 +1394,21 @@ export class RedisLedger implements Ledger {
     return checkLedgerKey(key, STORE_LIMITS);
   }
 
+}
+
+/**
+ * A command's bound in the ledger's deadline list. A timer due during a stall (a blocked loop, a
+ * starved process) runs before that turn's I/O is read, when the reply may be waiting already:
+ * the command is judged after the poll phase, and a reply read in it settles the command first.
+ */
+class CommandDeadline extends RunDeadline {
+  constructor(private readonly fail: () => void) {
+    super();
+  }
+
+  expire(): void {
+    setImmediate(this.fail);
+  }
 }
 
 /** An EVALSHA refused because the server does not hold the script: nothing ran. */

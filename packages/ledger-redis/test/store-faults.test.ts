@@ -209,6 +209,34 @@ describe("a reply that arrived while the process was stalled (LEDGER-12)", () =>
   });
 });
 
+describe("commands pending at once (LEDGER-12: one deadline list for the ledger's commands)", () => {
+  it("each command held past commandTimeoutMs settles as ledger_unavailable at its own bound: one sent while an earlier one waits is neither failed with it nor left unbounded once it has settled", async () => {
+    const p = await proxy();
+    const l = ledger({ url: p.url, commandTimeoutMs: 300 });
+    await warmUp(l);
+    // The server "pauses" for this connection: the claim and everything sent after it are held.
+    const held = p.hold("owner-held", 2_500);
+    const started = Date.now();
+    const settled = (promise: Promise<unknown>) =>
+      promise.then(
+        (result) => ({ result, at: Date.now() - started }),
+        (error: unknown) => ({ error, at: Date.now() - started }),
+      );
+    const first = settled(l.claim(request("held-1", { owner: "owner-held" })));
+    await new Promise((r) => setTimeout(r, 150));
+    const second = settled(l.lookup("held-2"));
+    const [a, b] = await Promise.all([first, second]);
+    expect("error" in a && isDispatchOnceError(a.error, "ledger_unavailable"), JSON.stringify(a)).toBe(true);
+    expect("error" in b && isDispatchOnceError(b.error, "ledger_unavailable"), JSON.stringify(b)).toBe(true);
+    expect(a.at).toBeGreaterThanOrEqual(290);
+    // Its own bound, from when it was sent (at least 150 ms after the first): timers never fire early.
+    expect(b.at).toBeGreaterThanOrEqual(150 + 290);
+    // And bounded: answered by its deadline, not by the server's reply once the hold ends.
+    expect(b.at).toBeLessThan(2_500);
+    await held;
+  });
+});
+
 describe("a claim the store applies after the client gave up (issue 18: false unknowns)", () => {
   for (const kind of ["the ledger's own client", "a brought client with LEDGER_REDIS_OPTIONS"] as const) {
     it(`LEDGER-12 (${kind}): a claim held past commandTimeoutMs settles as ledger_unavailable within the bound; the server runs it late, and the release queued behind it on the same connection releases it, so the retry runs instead of meeting unknown`, async () => {
