@@ -126,13 +126,14 @@ describe("PostgreSQL answers with an error class of its own", () => {
     expect(s.effects).toHaveLength(1);
   });
 
-  it("DISPATCH-10 25006 read-only at the completion, after the payment ran: ledger_unavailable (effect possibly, never failed), the row in flight at fence 1, the tool ran once", async () => {
+  it("DISPATCH-10 25006 read-only at the completion, after the payment ran: ledger_unavailable (effect happened: the run returned its result, ERR-4; never failed), the row in flight at fence 1, the tool ran once", async () => {
     const s = await subject();
     s.setDuring(readOnly);
     const error = await refusal(s.dispatch());
     expect(isDispatchOnceError(error, "ledger_unavailable"), String(error)).toBe(true);
     expect((error as Error).message).toMatch(/25006/);
-    expect(effectOf(error)).toBe("possibly");
+    // The run returned its result: the effect happened and a re-send cannot help (DISPATCH-10, ERR-4).
+    expect([effectOf(error), retryableOf(error)]).toEqual(["yes", "no"]);
     expect(s.events.find((e) => e.type === "record_failed")).toMatchObject({ write: "complete", state: "completed" });
     expect(await s.rows()).toEqual([["in_flight", 1]]);
     expect(s.effects).toHaveLength(1);
@@ -146,7 +147,8 @@ describe("PostgreSQL answers with an error class of its own", () => {
     const error = await refusal(s.dispatch());
     expect(isDispatchOnceError(error, "ledger_unavailable"), String(error)).toBe(true);
     expect((error as Error).message).toMatch(/does not exist \(42P01\) \(has migrate\(\) been run\?\)/);
-    expect(effectOf(error)).toBe("possibly");
+    // The run returned its result: the effect happened and a re-send cannot help (DISPATCH-10, ERR-4).
+    expect([effectOf(error), retryableOf(error)]).toEqual(["yes", "no"]);
     await admin.query(`ALTER TABLE "${s.schema}".moved RENAME TO dispatch_once_ledger`);
     expect(await s.rows()).toEqual([["in_flight", 1]]);
     expect(s.effects).toHaveLength(1);
@@ -173,7 +175,7 @@ describe("PostgreSQL answers with an error class of its own", () => {
     expect(await s.rows()).toEqual([]);
   });
 
-  it("ERR-5 53100 disk_full, SIMULATED (a trigger raises that SQLSTATE; a real full disk is not produced here) at the completion after the payment ran: ledger_unavailable, effect possibly, the row in flight", async () => {
+  it("ERR-5 53100 disk_full, SIMULATED (a trigger raises that SQLSTATE; a real full disk is not produced here) at the completion after the payment ran: ledger_unavailable, effect happened (ERR-4), the row in flight", async () => {
     const s = await subject();
     await admin.query(`CREATE FUNCTION "${s.schema}".disk_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = '53100'; END $$`);
     s.setDuring(async () => {
@@ -182,7 +184,8 @@ describe("PostgreSQL answers with an error class of its own", () => {
     const error = await refusal(s.dispatch());
     expect(isDispatchOnceError(error, "ledger_unavailable"), String(error)).toBe(true);
     expect((error as Error).message).toMatch(/No space left on device \(53100\)/);
-    expect(effectOf(error)).toBe("possibly");
+    // The run returned its result: the effect happened and a re-send cannot help (DISPATCH-10, ERR-4).
+    expect([effectOf(error), retryableOf(error)]).toEqual(["yes", "no"]);
     expect(await s.rows()).toEqual([["in_flight", 1]]);
     expect(s.effects).toHaveLength(1);
   });

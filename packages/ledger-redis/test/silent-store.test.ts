@@ -41,8 +41,11 @@ describe("LEDGER-12 close(): within commandTimeoutMs on a silent server", () => 
     const proxy = await startSilenceProxy(storeAddressOf(REDIS_URL, 6379));
     const ledger = new RedisLedger({ url: urlVia(REDIS_URL, proxy.address), prefix: uniquePrefix("close"), commandTimeoutMs: 300 });
     try {
-      // Connected and ready (a read writes nothing), then the server goes silent.
-      expect(await ledger.lookup("k-close")).toBeUndefined();
+      // Connected and ready (a read writes nothing), then the server goes silent. On a loaded host
+      // the first read may outlast the 300 ms bound before anything is silent: read again.
+      let ready: unknown = "not read";
+      for (let attempt = 0; attempt < 3 && ready === "not read"; attempt++) ready = await ledger.lookup("k-close").catch((e: unknown) => (LedgerUnavailableError.isInstance(e) ? "not read" : Promise.reject(e)));
+      expect(ready).toBeUndefined();
       proxy.silence();
       // A verdict on hanging, not a speed: the bound is 300 ms.
       let timer: ReturnType<typeof setTimeout> | undefined;

@@ -142,13 +142,14 @@ describe.each(REFUSALS)("Redis refuses writes: %s", (_name, refuse, said) => {
     expect(s.effects).toHaveLength(1);
   });
 
-  it("DISPATCH-10 a completion refused after the payment ran is ledger_unavailable (effect possibly, never failed); the row stays in flight at fence 1 and the tool ran once", async () => {
+  it("DISPATCH-10 a completion refused after the payment ran is ledger_unavailable (effect happened: the run returned its result, ERR-4; never failed); the row stays in flight at fence 1 and the tool ran once", async () => {
     const s = subject();
     s.setDuring(refuse);
     const error = await refusal(s.dispatch());
     expect(isDispatchOnceError(error, "ledger_unavailable"), String(error)).toBe(true);
     expect((error as Error).message).toMatch(said);
-    expect(effectOf(error)).toBe("possibly");
+    // The run returned its result: the effect happened and a re-send cannot help (DISPATCH-10, ERR-4).
+    expect([effectOf(error), retryableOf(error)]).toEqual(["yes", "no"]);
     expect(s.effects).toHaveLength(1);
     expect(s.events.find((e) => e.type === "record_failed")).toMatchObject({ write: "complete", state: "completed" });
     await heal();

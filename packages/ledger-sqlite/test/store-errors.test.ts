@@ -65,10 +65,14 @@ async function refusal(promise: Promise<unknown>): Promise<unknown> {
   throw new Error("expected a refusal");
 }
 
-function expectUnavailable(error: unknown, said: RegExp): void {
+/**
+ * `afterRun`: the completion refused after the tool returned its result, so the error says the
+ * effect happened and a re-send cannot help (DISPATCH-10's effectHappened, ERR-4).
+ */
+function expectUnavailable(error: unknown, said: RegExp, afterRun = false): void {
   expect(isDispatchOnceError(error, "ledger_unavailable"), String(error)).toBe(true);
   expect((error as Error).message).toMatch(said);
-  expect([effectOf(error), retryableOf(error)]).toEqual(["possibly", "same_message"]);
+  expect([effectOf(error), retryableOf(error)]).toEqual(afterRun ? ["yes", "no"] : ["possibly", "same_message"]);
 }
 
 describe("SQLite answers with an error class of its own", () => {
@@ -90,7 +94,7 @@ describe("SQLite answers with an error class of its own", () => {
     expect(pay.effects).toHaveLength(1);
   });
 
-  it("DISPATCH-10 SQLITE_FULL at the completion, after the payment ran: ledger_unavailable (effect possibly, never failed), record_failed, the row in flight at fence 1; a replay does not run it again", async () => {
+  it("DISPATCH-10 SQLITE_FULL at the completion, after the payment ran: ledger_unavailable (effect happened: the run returned its result, ERR-4; never failed), record_failed, the row in flight at fence 1; a replay does not run it again", async () => {
     const path = join(dir, "ledger.db");
     const db = connection(path);
     db.pragma("journal_mode = WAL");
@@ -99,7 +103,7 @@ describe("SQLite answers with an error class of its own", () => {
     const pay = payments(ledger);
     pay.setDuring(() => full(db));
     const error = await refusal(pay.dispatch());
-    expectUnavailable(error, /database or disk is full/);
+    expectUnavailable(error, /database or disk is full/, true);
     expect(pay.events.find((e) => e.type === "record_failed")).toMatchObject({ write: "complete", state: "completed" });
     const key = pay.effects[0]!;
     expect(selectRow(rawConnection(path), TABLE, key)).toMatchObject({ state: "in_flight", fence: 1 });
@@ -122,7 +126,7 @@ describe("SQLite answers with an error class of its own", () => {
     expect(pay.effects).toHaveLength(0);
     db.pragma("query_only = 0");
     pay.setDuring(() => db.pragma("query_only = 1"));
-    expectUnavailable(await refusal(pay.dispatch()), /readonly database/);
+    expectUnavailable(await refusal(pay.dispatch()), /readonly database/, true);
     expect(pay.effects).toHaveLength(1);
     expect(selectRow(rawConnection(path), TABLE, pay.effects[0]!)).toMatchObject({ state: "in_flight", fence: 1 });
   });
