@@ -1,9 +1,11 @@
 import {
   ConformanceFailure,
+  DEFAULT_CHECK_TIMEOUT_MS,
   DEFAULT_END_TO_END_RUNS,
   PendingOperations,
   envInteger,
   endToEndTimeoutMs,
+  failedCase,
   randomSeed,
   trackSubject,
   type ConformanceLevel,
@@ -36,8 +38,9 @@ export interface EndToEndOptions extends CaseOptions {
   path?: string;
   /**
    * Time for the whole property, shrinking included; shrinking stops there and the smallest
-   * counterexample found so far is reported. Default 600,000 ms. With `shrinkTimeLimitMs`, the
-   * time for the search alone.
+   * counterexample found so far is reported. Default: 90 % of the CLI's limit for as many runs
+   * (60,000 ms, or CONFORMANCE_CHECK_TIMEOUT_MS, per 20 runs), never under 600,000 ms (1,000 runs:
+   * 2,700,000 ms). With `shrinkTimeLimitMs`, the time for the search alone.
    */
   timeLimitMs?: number;
   /**
@@ -83,14 +86,32 @@ export function endToEndChecks(subject: LedgerSubject, options: EndToEndOptions 
   const seed = options.seed ?? envInteger("CONFORMANCE_SEED") ?? randomSeed();
   const provider = checkProvider(options.provider);
   checkStoreOnProvider(provider, options);
+  const limits = options.timeLimitMs === undefined ? endToEndTimeLimits(runs, options.path !== undefined) : undefined;
+  const timeLimitMs = options.timeLimitMs ?? limits!.timeLimitMs;
   return [
     {
       rule: "CONF-2",
       name: `${END_TO_END_CHECK_NAME} (${options.path === undefined ? `${runs} runs` : `replay of path ${options.path}, one case`}, seed ${seed}) (provider ${provider})`,
       applicable: true,
-      run: () => runEndToEnd(subject, { ...options, runs, seed }),
+      ...(limits === undefined ? {} : { timeoutMs: limits.checkTimeoutMs }),
+      run: () => runEndToEnd(subject, { ...options, runs, seed, timeLimitMs }),
     },
   ];
+}
+
+/** The property's time limit before it was scaled: never less, so that no run of before is cut sooner. */
+const FIXED_TIME_LIMIT_MS = 600_000;
+
+/**
+ * The end-to-end property's limits when none is given: fast-check stops starting runs at
+ * `timeLimitMs`, 90 % of the CLI's limit for as many runs (CONFORMANCE_CHECK_TIMEOUT_MS, else 60 s,
+ * per 20 runs) and never under 600 s; a registered check fails at `checkTimeoutMs`, a tenth beyond it.
+ * A fixed 600 s cut a healthy ledger's 1,000 runs short (about 11 minutes on a loaded host).
+ */
+export function endToEndTimeLimits(runs: number, replay = false): { timeLimitMs: number; checkTimeoutMs: number } {
+  const scaled = endToEndTimeoutMs(envInteger("CONFORMANCE_CHECK_TIMEOUT_MS", 1) ?? DEFAULT_CHECK_TIMEOUT_MS, runs, replay);
+  const timeLimitMs = Math.max(FIXED_TIME_LIMIT_MS, Math.floor(scaled * 0.9));
+  return { timeLimitMs, checkTimeoutMs: Math.max(scaled, Math.ceil(timeLimitMs / 0.9)) };
 }
 
 /** Registers the end-to-end level with any describe/it runner, as registerLedgerChecks does the ledger level. */
@@ -175,7 +196,7 @@ interface KitCaseRun {
 async function runKitProperty<S>(arbitrary: fc.Arbitrary<S>, runOne: (scenario: S) => Promise<KitCaseRun>, options: EndToEndOptions): Promise<void> {
   const seed = options.seed ?? randomSeed();
   const runs = options.runs ?? 100;
-  const timeLimitMs = options.timeLimitMs ?? 600_000;
+  const timeLimitMs = options.timeLimitMs ?? endToEndTimeLimits(runs, options.path !== undefined).timeLimitMs;
   const totals: Record<string, number> = {};
   let cases = 0;
   let last: KitCaseRun | undefined;
@@ -197,22 +218,20 @@ async function runKitProperty<S>(arbitrary: fc.Arbitrary<S>, runOne: (scenario: 
   };
   // As the ledger level: an interrupted run is a failure, and a path replays exactly the one
   // scenario at that path, once (fast-check given a path walks on, or shrinks on under a new path).
-  const outcome = await runProperty(arbitrary, predicate, {
+  const property = await runProperty(arbitrary, predicate, {
     runs,
     seed,
     timeLimitMs,
     ...(options.shrinkTimeLimitMs === undefined ? {} : { shrinkTimeLimitMs: options.shrinkTimeLimitMs }),
     ...(options.path === undefined ? {} : { path: options.path }),
   });
-  options.onStats?.({ ...totals, property_cases: cases, ...(outcome.kind === "replayed-passed" ? { replayed_passed: 1 } : {}) });
-  if (outcome.kind === "passed") return;
+  options.onStats?.({ ...totals, property_cases: cases, ...(property.kind === "replayed-passed" ? { replayed_passed: 1 } : {}) });
   // A replayed case that passes passes, as at the ledger level; the check's name says it was one
   // replayed case, and onStats counts it (replayed_passed), so nobody mistakes it for a certification.
-  if (outcome.kind === "replayed-passed") return;
-  if (outcome.kind === "interrupted") {
-    // A certification that ran out of time certifies nothing.
-    throw new ConformanceFailure(`the end-to-end property was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${runs} runs`);
-  }
+  // A certification that ran out of time certifies nothing: failedCase throws it as interrupted, not
+  // as a violation of CONF-2 (no run made failed), with the knobs that give it more time.
+  const outcome = failedCase(property, "end-to-end property", runs, "give it more time (timeLimitMs; the CLI's --check-timeout or CONFORMANCE_CHECK_TIMEOUT_MS, per 20 runs) or fewer runs");
+  if (outcome === undefined) return;
   const shrunk = outcome.value;
   // The shrunk scenario once more, for its timeline (a replay already ran it once: that is the run).
   const replay = outcome.replay && last !== undefined ? last : await runOne(shrunk);

@@ -1,6 +1,13 @@
 import { inspect, isDeepStrictEqual } from "node:util";
 import type { Counterexample } from "./types.js";
 
+/** A property its time limit stopped: the runs it made (none failed), of how many, and the limit. */
+export interface PropertyInterruption {
+  numRuns: number;
+  runs: number;
+  timeLimitMs: number;
+}
+
 const FAILURE_BRAND: unique symbol = Symbol.for("dispatch-once.conformance.failure") as never;
 
 /**
@@ -14,12 +21,18 @@ const FAILURE_BRAND: unique symbol = Symbol.for("dispatch-once.conformance.failu
 export class ConformanceFailure extends Error {
   readonly violates: string | undefined;
   readonly counterexample: Counterexample | undefined;
+  /**
+   * Set when a property's time limit stopped it before its runs were done and none of the runs it
+   * made broke a rule: a failure only because it certifies nothing, which the report says.
+   */
+  readonly interrupted: PropertyInterruption | undefined;
   declare readonly [FAILURE_BRAND]: true;
-  constructor(message: string, options: { violates?: string; counterexample?: Counterexample; cause?: unknown } = {}) {
+  constructor(message: string, options: { violates?: string; counterexample?: Counterexample; interrupted?: PropertyInterruption; cause?: unknown } = {}) {
     super(message, { cause: options.cause });
     this.name = "ConformanceFailure";
     this.violates = options.violates;
     this.counterexample = options.counterexample;
+    this.interrupted = options.interrupted;
     Object.defineProperty(this, FAILURE_BRAND, { value: true });
   }
 

@@ -159,6 +159,8 @@ export async function runCheck(check: Check, limits: { timeoutMs?: number; runLe
   if (ConformanceFailure.isInstance(error)) {
     if (error.counterexample !== undefined) result.counterexample = error.counterexample;
     if (error.violates !== undefined && error.violates !== check.rule) result.violates = [error.violates];
+    // Only a failure of another copy of the kit of before lacks the field (undefined, not interrupted).
+    if (error.interrupted !== undefined) result.interrupted = true;
   }
   return result;
 }
@@ -193,9 +195,11 @@ export function summarizeRules(results: readonly CheckResult[]): RuleSummary[] {
     const failed =
       own.filter((r) => r.status === "fail").length +
       results.filter((r) => r.rule !== id && r.status === "fail" && (r.violates ?? []).includes(id)).length;
+    // An interrupted check fails its rule (it certifies nothing) but is counted apart: it broke nothing.
+    const interrupted = own.filter((r) => r.status === "fail" && r.interrupted === true).length;
     const status: CheckStatus = failed > 0 ? "fail" : passed > 0 ? "pass" : "not_applicable";
     const info = ruleInfo(id);
-    return { rule: id, title: info.title, requirement: info.requirement, status, passed, failed, notApplicable };
+    return { rule: id, title: info.title, requirement: info.requirement, status, passed, failed, notApplicable, ...(interrupted > 0 ? { interrupted } : {}) };
   });
 }
 
@@ -209,13 +213,17 @@ const STATUS_WORD: Record<CheckStatus, string> = { pass: "pass", fail: "FAIL", n
 /** The per-rule summary as a plain-text table. */
 export function renderReportTable(report: Report): string {
   const header = ["rule", "req", "status", "checks", "title"];
-  const rows = report.rules.map((r) => [
-    r.rule,
-    r.requirement,
-    STATUS_WORD[r.status],
-    `${r.passed} pass${r.failed ? `, ${r.failed} fail` : ""}${r.notApplicable ? `, ${r.notApplicable} n/a` : ""}`,
-    r.title,
-  ]);
+  const rows = report.rules.map((r) => {
+    const interrupted = r.interrupted ?? 0;
+    const violated = r.failed - interrupted;
+    return [
+      r.rule,
+      r.requirement,
+      STATUS_WORD[r.status],
+      `${r.passed} pass${violated ? `, ${violated} fail` : ""}${interrupted ? `, ${interrupted} interrupted` : ""}${r.notApplicable ? `, ${r.notApplicable} n/a` : ""}`,
+      r.title,
+    ];
+  });
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
   const line = (cells: string[]) =>
     cells
@@ -234,12 +242,19 @@ export function renderReportTable(report: Report): string {
         : `${report.runs} runs`,
     report.provider === undefined ? undefined : `provider ${report.provider}`,
   ].filter(Boolean);
-  const failing = report.rules.filter((r) => r.status === "fail").map((r) => r.rule);
+  // A rule whose only failing checks were stopped by their time limit was not violated: the verdict
+  // says so rather than "failed" (it still does not conform: nothing was certified).
+  const onlyInterrupted = (r: RuleSummary) => r.failed > 0 && r.failed === (r.interrupted ?? 0);
+  const failing = report.rules.filter((r) => r.status === "fail" && !onlyInterrupted(r)).map((r) => r.rule);
+  const stopped = report.rules.filter((r) => r.status === "fail" && onlyInterrupted(r)).map((r) => r.rule);
   const na = report.rules.filter((r) => r.status === "not_applicable").length;
   const passing = report.rules.filter((r) => r.status === "pass").length;
   const verdict = report.conforms
     ? `CONFORMS: ${passing} rules pass, ${na} not applicable by declared capabilities`
-    : `DOES NOT CONFORM: ${failing.join(", ")} failed`;
+    : `DOES NOT CONFORM: ${[
+        ...(failing.length > 0 ? [`${failing.join(", ")} failed`] : []),
+        ...(stopped.length > 0 ? [`${stopped.join(", ")} interrupted by ${stopped.length === 1 ? "its time limit" : "their time limits"} (no violation found; not certified)`] : []),
+      ].join("; ")}`;
   return [
     `Dispatch-Once conformance: ${report.subject} (${meta.join(", ")})`,
     "",

@@ -175,6 +175,11 @@ export interface CheckResult {
   durationMs?: number;
   /** Why the check did not finish: its own time limit, the run's, or a promise nothing could settle. */
   timedOut?: "check" | "run" | "idle" | "not_run";
+  /**
+   * A property its time limit stopped before its runs were done, none of the runs it made failing
+   * (ConformanceFailure.interrupted): the check fails, since it certifies nothing, but found no violation.
+   */
+  interrupted?: true;
   /** The subject's operations that were still in flight when the check was stopped. */
   pending?: string[];
 }
@@ -187,8 +192,11 @@ export interface RuleSummary {
   requirement: RuleRequirement;
   status: CheckStatus;
   passed: number;
+  /** Failing checks, the interrupted ones included (they certify nothing). */
   failed: number;
   notApplicable: number;
+  /** Of `failed`, the property checks their time limit stopped without a violation. */
+  interrupted?: number;
 }
 
 export interface Report {

@@ -11,6 +11,7 @@ import {
   renderReportTable,
   runChecks,
   summarizeRules,
+  failedCase,
   type Check,
   type CheckResult,
 } from "../src/index.js";
@@ -53,6 +54,38 @@ describe("per-rule summary", () => {
   it("orders rules numerically (LEDGER-2 before LEDGER-10)", async () => {
     const report = await runChecks([ok("LEDGER-10", "x"), ok("LEDGER-2", "y")], { subject: "s" });
     expect(report.rules.map((r) => r.rule)).toEqual(["LEDGER-2", "LEDGER-10"]);
+  });
+});
+
+describe("a property stopped by its time limit", () => {
+  // What an end-to-end certification cut off by its limit throws (failedCase, as every level's properties).
+  const interrupted = (rule: string): Check => ({
+    rule,
+    name: "end to end",
+    applicable: true,
+    run: async () => void failedCase({ kind: "interrupted", numRuns: 7, timeLimitMs: 3_600 }, "end-to-end property", 20),
+  });
+
+  it("is reported interrupted (nothing violated, nothing certified), not as a failure of its rule", async () => {
+    const report = await runChecks([interrupted("CONF-2"), ok("LEDGER-1", "a")], { subject: "s" });
+    const check = report.checks.find((c) => c.rule === "CONF-2")!;
+    expect(check).toMatchObject({ status: "fail", interrupted: true });
+    expect(check.error).toMatch(/interrupted by its time limit \(3600 ms\) after 7 of 20 runs: an interrupted run certifies nothing \(interrupted, not violated: none of the 7 runs made broke a rule\)/);
+    // Fail closed: an interrupted certification certifies nothing.
+    expect(report.conforms).toBe(false);
+    expect(report.rules.find((r) => r.rule === "CONF-2")).toMatchObject({ status: "fail", failed: 1, interrupted: 1 });
+    const table = renderReportTable(report);
+    expect(table).toMatch(/CONF-2 +MUST +FAIL +0 pass, 1 interrupted  /);
+    expect(table).toContain("DOES NOT CONFORM: CONF-2 interrupted by its time limit (no violation found; not certified)");
+    expect(table).not.toContain("CONF-2 failed");
+  });
+
+  it("a rule with a violation beside an interrupted check is reported failed", async () => {
+    const report = await runChecks([interrupted("CONF-2"), bad("CONF-2", "b"), bad("LEDGER-1", "c")], { subject: "s" });
+    expect(report.rules.find((r) => r.rule === "CONF-2")).toMatchObject({ status: "fail", failed: 2, interrupted: 1 });
+    const table = renderReportTable(report);
+    expect(table).toMatch(/CONF-2 +MUST +FAIL +0 pass, 1 fail, 1 interrupted  /);
+    expect(table).toContain("DOES NOT CONFORM: LEDGER-1, CONF-2 failed");
   });
 });
 

@@ -20,7 +20,7 @@ export { PendingOperations, trackSubject } from "./tracking.js";
 export { skewProcessClock } from "./skew.js";
 export { startSilenceProxy, storeAddressOf, urlVia, type SilenceProxy, type StoreAddress } from "../silent/silence-proxy.js";
 export { callSequence, canonicalArgs, mixedResponses, type ResponseCall } from "../one-response.js";
-export { runProperty, valueAtPath, type PropertyOutcome, type PropertyRunOptions } from "./property-runner.js";
+export { runProperty, valueAtPath, failedCase, type PropertyOutcome, type PropertyRunOptions, type FailedOutcome } from "./property-runner.js";
 export * from "./checks/index.js";
 export { MODEL_CHECK_NAME, runModelProperty, scenarioSteps } from "./property.js";
 export { RESULT_PROPERTY_NAME, runResultProperty, resultTexts } from "./result-property.js";
@@ -61,7 +61,7 @@ export {
   type RunChecksOptions,
 } from "../report.js";
 export { RULES, ruleInfo, compareRuleIds, type RuleInfo } from "../rules.js";
-export { ConformanceFailure } from "../failure.js";
+export { ConformanceFailure, type PropertyInterruption } from "../failure.js";
 export { LevelNotInstalledError } from "../errors/level-not-installed.js";
 
 const CAPABILITY_WORDS: Record<SubjectCapability, string> = {

@@ -219,10 +219,16 @@ export type FailedOutcome<T> = Extract<PropertyOutcome<T>, { kind: "failed" }>;
  * The failed case of `outcome`, or undefined when the property passed (or the replayed case did).
  * An interrupted property fails closed, whichever property it is: an interrupted run certifies nothing.
  */
-export function failedCase<T>(outcome: PropertyOutcome<T>, property: string, runs: number): FailedOutcome<T> | undefined {
+export function failedCase<T>(outcome: PropertyOutcome<T>, property: string, runs: number, howToRaise?: string): FailedOutcome<T> | undefined {
   if (outcome.kind === "passed" || outcome.kind === "replayed-passed") return undefined;
   if (outcome.kind === "interrupted") {
-    throw new ConformanceFailure(`the ${property} was interrupted by its time limit (${outcome.timeLimitMs} ms) after ${outcome.numRuns} of ${runs} runs: an interrupted run certifies nothing`);
+    // A run that failed would have been reported as a counterexample (shrinking cut short or not):
+    // "interrupted" means every run made passed, so the report must not read as a broken rule.
+    const { numRuns, timeLimitMs } = outcome;
+    throw new ConformanceFailure(
+      `the ${property} was interrupted by its time limit (${timeLimitMs} ms) after ${numRuns} of ${runs} runs: an interrupted run certifies nothing (interrupted, not violated: none of the ${numRuns} runs made broke a rule)${howToRaise === undefined ? "" : `; ${howToRaise}`}`,
+      { interrupted: { numRuns, runs, timeLimitMs } },
+    );
   }
   return outcome;
 }
