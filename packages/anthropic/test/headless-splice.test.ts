@@ -1,8 +1,6 @@
-import type Anthropic from "@anthropic-ai/sdk";
-import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { z } from "zod";
 import { ConversationRunner, TurnAccumulator } from "../src/index.js";
+import { end, scriptedWorld, start } from "./scripted-world.js";
 
 /**
  * A proxy that sent the request again after its upstream died splices the new response into the
@@ -11,23 +9,7 @@ import { ConversationRunner, TurnAccumulator } from "../src/index.js";
  * thinking block, its first tool_use on the first call), so STREAM-17's type check cannot see it:
  * STREAM-10 tells a re-delivered announcement from another response's by what it announces.
  */
-function scriptedClient(scripts: object[][]) {
-  const requests: unknown[] = [];
-  const client = {
-    messages: {
-      create: async (body: unknown) => {
-        requests.push(structuredClone(body));
-        const events = scripts[requests.length - 1] ?? [];
-        return (async function* () {
-          for (const event of events) yield event;
-        })();
-      },
-    },
-  };
-  return { client: client as unknown as Anthropic, requests };
-}
 
-const start = (id: string) => ({ type: "message_start", message: { id, type: "message", role: "assistant", content: [], model: "m", stop_reason: null, stop_sequence: null, usage: { input_tokens: 1, output_tokens: 0 } } });
 const stop = (index: number) => ({ type: "content_block_stop", index });
 const thinking = (index: number, text: string, signature: string) => [
   { type: "content_block_start", index, content_block: { type: "thinking", thinking: "", signature: "" } },
@@ -45,34 +27,8 @@ const text = (index: number, t: string) => [
   { type: "content_block_delta", index, delta: { type: "text_delta", text: t } },
   stop(index),
 ];
-const end = (stop_reason: string) => [{ type: "message_delta", delta: { stop_reason, stop_sequence: null }, usage: { output_tokens: 1 } }, { type: "message_stop" }];
 
-function world(scripts: object[][]) {
-  /** The payments API's effect log: one entry per payment made. */
-  const paid: { payee: string; amount: number }[] = [];
-  const tools = new ToolRegistry([
-    defineTool({
-      name: "send_payment",
-      effect: "keyed_write",
-      input: z.object({ payee: z.string(), amount: z.number() }),
-      async run(input) {
-        paid.push(input);
-        return { paymentId: `pay_${paid.length}` };
-      },
-    }),
-  ]);
-  const store = new MemoryConversationStore();
-  const { client, requests } = scriptedClient(scripts);
-  const runner = new ConversationRunner({
-    client,
-    dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }),
-    store,
-    model: "claude-test",
-    tools: tools.providerSchemas(),
-    retry: { attempts: 3, backoffMs: () => 1 },
-  });
-  return { runner, store, requests, paid };
-}
+const world = (scripts: object[][]) => scriptedWorld(scripts, 3);
 
 const ev = (e: unknown) => e as never;
 

@@ -1,30 +1,6 @@
-import type Anthropic from "@anthropic-ai/sdk";
-import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { z } from "zod";
-import { ConversationRunner } from "../src/index.js";
+import { end, scriptedWorld, start } from "./scripted-world.js";
 
-/**
- * A client whose Messages API streams the given raw events, one script per request: the endings
- * no mock server sends (a block left open at message_stop), checked against the runner itself.
- */
-function scriptedClient(scripts: object[][]) {
-  const requests: unknown[] = [];
-  const client = {
-    messages: {
-      create: async (body: unknown) => {
-        requests.push(structuredClone(body));
-        const events = scripts[requests.length - 1] ?? [];
-        return (async function* () {
-          for (const event of events) yield event;
-        })();
-      },
-    },
-  };
-  return { client: client as unknown as Anthropic, requests };
-}
-
-const start = (id: string) => ({ type: "message_start", message: { id, type: "message", role: "assistant", content: [], model: "m", stop_reason: null, stop_sequence: null, usage: { input_tokens: 1, output_tokens: 0 } } });
 const toolStart = (index: number, id: string) => ({ type: "content_block_start", index, content_block: { type: "tool_use", id, name: "send_payment", input: {} } });
 const args = (index: number, partial_json: string) => ({ type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json } });
 const blockStop = (index: number) => ({ type: "content_block_stop", index });
@@ -33,33 +9,8 @@ const textBlock = (index: number, text: string) => [
   { type: "content_block_delta", index, delta: { type: "text_delta", text } },
   blockStop(index),
 ];
-const end = (stop_reason: string) => [{ type: "message_delta", delta: { stop_reason, stop_sequence: null }, usage: { output_tokens: 1 } }, { type: "message_stop" }];
 
-function world(scripts: object[][]) {
-  const paid: unknown[] = [];
-  const tools = new ToolRegistry([
-    defineTool({
-      name: "send_payment",
-      effect: "keyed_write",
-      input: z.object({ payee: z.string(), amount: z.number() }),
-      async run(input) {
-        paid.push(input);
-        return { paymentId: `pay_${paid.length}` };
-      },
-    }),
-  ]);
-  const store = new MemoryConversationStore();
-  const { client, requests } = scriptedClient(scripts);
-  const runner = new ConversationRunner({
-    client,
-    dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }),
-    store,
-    model: "claude-test",
-    tools: tools.providerSchemas(),
-    retry: { attempts: 2, backoffMs: () => 1 },
-  });
-  return { runner, store, requests, paid };
-}
+const world = (scripts: object[][]) => scriptedWorld(scripts, 2);
 
 describe("a message_stop that leaves a tool_use block open (STREAM-8)", () => {
   it("STREAM-8 a tool_use announced but never stopped, then message_stop: the stream did not establish the call, so the attempt fails and is retried; nothing committed names a call without its result", async () => {
