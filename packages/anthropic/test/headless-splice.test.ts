@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ConversationRunner, TurnAccumulator } from "../src/index.js";
+import { TurnAccumulator } from "../src/index.js";
 import { end, scriptedWorld, start } from "./scripted-world.js";
 
 /**
