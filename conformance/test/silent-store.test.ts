@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LedgerUnavailableError, type Ledger } from "@dispatch-once/core";
 import { connect, type Socket } from "node:net";
-import { bindLedgerCheck, ledgerChecks, silentStoreAfterConnecting, silentStoreBeforeConnecting, startSilenceProxy, type StoreAddress } from "../src/ledger/index.js";
+import { bindLedgerCheck, ledgerChecks, silentStoreAfterConnecting, silentStoreBeforeConnecting, startSilenceProxy, type LedgerSubject, type StoreAddress } from "../src/ledger/index.js";
 import { conversationStoreChecks, silentConversationStoreAfterConnecting, silentConversationStoreBeforeConnecting } from "../src/index.js";
 import { gatedConversationSubject, type ConversationGateBugs } from "./fixtures/gated-conversation-store.js";
 import { gatedSubject, startEchoStore, type GateBugs } from "./fixtures/gated-ledger.js";
@@ -96,6 +97,45 @@ describe("LEDGER-12 silent-store checks", () => {
       if (planted.passes !== undefined) await bindLedgerCheck(planted.passes, subject, { seed: 7 }).run();
     });
   }
+  });
+
+  // The state made before the silence meets a slow store (a loaded host): that judges nothing of the
+  // window, so the check starts again on a fresh fixture; an unavailable store every time is reported.
+  it("starts again on a fresh fixture when its preparation, before the silence, meets ledger_unavailable", async () => {
+    const flaky = (failures: number): LedgerSubject => {
+      const subject = gatedSubject(echo.address);
+      let left = failures;
+      return {
+        ...subject,
+        async create(options) {
+          const fixture = await subject.create(options);
+          const openVia = fixture.raw.openVia!.bind(fixture.raw);
+          return {
+            ...fixture,
+            raw: {
+              ...fixture.raw,
+              async openVia(via: StoreAddress) {
+                const ledger = await openVia(via);
+                if (left-- <= 0) return ledger;
+                const claim = ledger.claim.bind(ledger);
+                let first = true;
+                return Object.assign(Object.create(ledger) as Ledger, {
+                  capabilities: ledger.capabilities,
+                  close: () => ledger.close(),
+                  claim: (request: Parameters<Ledger["claim"]>[0]) => {
+                    if (!first) return claim(request);
+                    first = false;
+                    return Promise.reject(new LedgerUnavailableError("no reply within 200 ms (a loaded host)"));
+                  },
+                });
+              },
+            },
+          };
+        },
+      };
+    };
+    await bindLedgerCheck(silentStoreAfterConnecting, flaky(2), { seed: 7 }).run();
+    await expect(bindLedgerCheck(silentStoreAfterConnecting, flaky(3), { seed: 7 }).run()).rejects.toThrow(/no reply within 200 ms \(a loaded host\)/);
   });
 
   it("is not applicable without the capability, and a subject declaring it without a bound is refused", () => {
