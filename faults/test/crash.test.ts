@@ -298,9 +298,15 @@ describe.concurrent("other deliveries, pauses and answers after a crash", () => 
       const audit = await world.audit(conversation);
       expect(audit.violations).toEqual([]);
       // What the woken process did is beside the conversation (TURN-13), and never says not_happened.
-      const superseded = audit.records.filter((r) => r.kind === "superseded_attempt");
-      expect(superseded.length).toBeGreaterThan(0);
-      expect(superseded.flatMap((r) => (r.calls ?? []).map((c) => c.effect))).not.toContain("not_happened");
+      // Its complete is refused with stale_claim effectHappened, which no re-send settles (RECORD-5),
+      // so it does not retry: its failMessage finds the lease taken and the failed-turn record goes
+      // beside the conversation, saying the payment happened (before, a retry met the takeover and
+      // recorded a superseded attempt).
+      const beside = audit.records.filter((r) => r.kind === "superseded_attempt" || r.kind === "failed_turn");
+      expect(beside.length).toBeGreaterThan(0);
+      const effects = beside.flatMap((r) => (r.calls ?? []).filter((c) => c.key === payment!.idempotencyKey).map((c) => c.effect));
+      expect(effects.length).toBeGreaterThan(0);
+      expect(effects).not.toContain("not_happened");
     }));
 
   it("TURN-7 a runner paused (SIGSTOP) past its turn lease right after committing the turn that paid: another finishes the message; both answers hold both turns", () =>

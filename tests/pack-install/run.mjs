@@ -211,7 +211,7 @@ for (const level of ["e2e", "all"]) {
   }
 }
 step("the CLI at the ledger level");
-const ledger = cli(["--adapter", "subject.mjs", "--only", "LEDGER-1 ", "--json", "--quiet"]);
+const ledger = cli(["--adapter", "subject.mjs", "--only", "LEDGER-1", "--json", "--quiet"]);
 const report = ledger.code === 0 ? JSON.parse(ledger.stdout) : undefined;
 if (report?.conforms !== true || JSON.stringify(report.levels) !== '["ledger"]') throw new Error(`the ledger level alone did not run: ${ledger.code}\n${ledger.stderr}${ledger.stdout.slice(0, 400)}`);
 console.log(`[pack-install]   ${installed.length} packages installed for the ledger level; --level e2e exits 2 naming @dispatch-once/conformance-e2e`);
