@@ -976,11 +976,13 @@ export class RedisLedger implements Ledger {
    */
   async checkServer(): Promise<RedisServerReport> {
     const report: RedisServerReport = { nodes: [], warnings: [], unsafe: [], notDurable: [] };
-    const deadline = this.deadline();
+    // Each command gets commandTimeoutMs of its own, as its name says: one deadline for the whole
+    // check (PING, then INFO and three CONFIG GETs a node, one after another) made a slow but
+    // answering server fail it.
     let nodes: Redis[];
     try {
-      await this.ready("checkServer", "-", deadline);
-      await this.bounded(this.client.ping(), deadline, "checkServer");
+      await this.ready("checkServer", "-", this.deadline());
+      await this.bounded(this.client.ping(), this.deadline(), "checkServer");
       nodes = this.client.isCluster ? (this.client as Cluster).nodes("master") : [this.client as Redis];
     } catch (error) {
       if (isDispatchOnceError(error)) throw error;
@@ -998,7 +1000,7 @@ export class RedisLedger implements Ledger {
       };
       const read = async (setting: string): Promise<string | undefined> => {
         try {
-          const reply = (await this.bounded(node.config("GET", setting), deadline, "checkServer")) as unknown as string[];
+          const reply = (await this.bounded(node.config("GET", setting), this.deadline(), "checkServer")) as unknown as string[];
           return reply[1];
         } catch (error) {
           return refusedOrUnavailable(error);
@@ -1006,7 +1008,7 @@ export class RedisLedger implements Ledger {
       };
       let connectedReplicas: number | undefined;
       try {
-        const info = await this.bounded(node.info("replication"), deadline, "checkServer");
+        const info = await this.bounded(node.info("replication"), this.deadline(), "checkServer");
         const match = /^connected_slaves:(\d+)/m.exec(info);
         connectedReplicas = match ? Number(match[1]) : undefined;
       } catch (error) {
@@ -1344,12 +1346,16 @@ export class RedisLedger implements Ledger {
     }
   }
 
-  /** `promise`, or a rejection when the deadline passes first. */
+  /**
+   * `promise`, or a rejection when the deadline passes first. As with CommandDeadline, the
+   * deadline is judged after that loop turn's I/O: after a stall (a starved process, a GC pause)
+   * the timer is due before a reply that is already waiting is read, and the reply wins.
+   */
   private bounded<T>(promise: Promise<T>, deadline: number, op: string, waitingForConnection = false): Promise<T> {
     if (deadline === Number.POSITIVE_INFINITY) return promise;
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(
-        () => reject(new Error(`${waitingForConnection ? "no connection" : "no reply"} within ${this.timeoutMs} ms (${op})`)),
+        () => setImmediate(() => reject(new Error(`${waitingForConnection ? "no connection" : "no reply"} within ${this.timeoutMs} ms (${op})`))),
         Math.max(0, deadline - Date.now()),
       );
       promise.then(

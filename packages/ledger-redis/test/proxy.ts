@@ -10,6 +10,8 @@ import { createServer, connect, type Server, type Socket } from "node:net";
  *   late (after the client's timeout), as a SIGSTOPped Redis would on SIGCONT. With `thenDrop`,
  *   only the marked chunk is forwarded and the connection is then dropped: what the client sent
  *   after it (e.g. a release behind a claim) never arrives, as if the client had died.
+ * - `delayReplies(ms)`: from now on, every server→client chunk reaches the client `ms` late, in
+ *   order (a slow link or a busy server: each command answered, late).
  * Everything else is forwarded unchanged, both ways. Counts let a test see how often a marker
  * reached the server.
  */
@@ -21,6 +23,7 @@ export class FaultProxy {
   /** How many chunks containing each watched marker reached the server. */
   private readonly seen = new Map<string, number>();
   accepted = 0;
+  private replyDelayMs = 0;
 
   private constructor(server: Server, port: number) {
     this.server = server;
@@ -64,6 +67,11 @@ export class FaultProxy {
     return new Promise((done) =>
       this.faults.push({ marker: Buffer.from(marker), kind: "hold", ms, thenDrop: options.thenDrop === true, done }),
     );
+  }
+
+  /** Deliver every reply `ms` late from now on (0: at once again). */
+  delayReplies(ms: number): void {
+    this.replyDelayMs = ms;
   }
 
   /** Drop every open connection (the proxy keeps listening). */
@@ -133,7 +141,12 @@ export class FaultProxy {
         done();
         return;
       }
-      if (!client.destroyed) client.write(chunk);
+      const deliver = () => {
+        if (!client.destroyed) client.write(chunk);
+      };
+      // Timers of one delay fire in the order they were set: the replies stay in order.
+      if (this.replyDelayMs > 0) setTimeout(deliver, this.replyDelayMs);
+      else deliver();
     });
     client.on("error", end);
     upstream.on("error", end);

@@ -209,6 +209,60 @@ describe("a reply that arrived while the process was stalled (LEDGER-12)", () =>
   });
 });
 
+describe("a reply that arrived while the process was stalled, on the operator's reads (LEDGER-12)", () => {
+  // A stall past the bound (a starved CLI process on a loaded host, a GC pause) makes the bound's
+  // timer due in the same loop turn as the reply: judged before the reply is read, the read said
+  // "no reply" from a server that had answered (the CLI's inspect failed so in CI).
+  const stall = (ms: number) => {
+    const until = Date.now() + ms;
+    while (Date.now() < until) {
+      // a CPU-bound handler, a starved process
+    }
+  };
+
+  it("checkServer takes the replies that arrived during the stall", async () => {
+    const l = ledger({ commandTimeoutMs: 100 });
+    await warmUp(l);
+    const report = l.checkServer();
+    // Once its first command is on the wire (a loop turn later), the process stalls.
+    await new Promise((r) => setImmediate(r));
+    stall(600);
+    const outcome = await report.then(
+      (result) => ({ result }),
+      (error: unknown) => ({ error: String(error) }),
+    );
+    expect(outcome).toMatchObject({ result: { nodes: [{ appendonly: expect.any(String) }] } });
+  });
+
+  it("checkServer bounds each of its commands, not the whole check: the bound is commandTimeoutMs per command", async () => {
+    const p = await proxy();
+    const l = ledger({ url: p.url, commandTimeoutMs: 400 });
+    await warmUp(l);
+    // Each command is answered 150 ms late: five of them (PING, INFO, three CONFIG GETs) take
+    // 750 ms in all, each well within its own 400 ms.
+    p.delayReplies(150);
+    const outcome = await l.checkServer().then(
+      (result) => ({ result }),
+      (error: unknown) => ({ error: String(error) }),
+    );
+    expect(outcome).toMatchObject({ result: { nodes: [{ appendonly: expect.any(String) }] } });
+  });
+
+  it("listRows takes the reply that arrived during the stall", async () => {
+    const l = ledger({ commandTimeoutMs: 100 });
+    await warmUp(l);
+    await l.claim(request("listed"));
+    const rows = l.listRows({ limit: 10 });
+    await new Promise((r) => setImmediate(r));
+    stall(600);
+    const outcome = await rows.then(
+      (result) => ({ keys: result.rows.map((r) => r.key) }),
+      (error: unknown) => ({ error: String(error) }),
+    );
+    expect(outcome).toEqual({ keys: ["listed"] });
+  });
+});
+
 describe("commands pending at once (LEDGER-12: one deadline list for the ledger's commands)", () => {
   it("each command held past commandTimeoutMs settles as ledger_unavailable at its own bound: one sent while an earlier one waits is neither failed with it nor left unbounded once it has settled", async () => {
     const p = await proxy();
