@@ -71,8 +71,6 @@ export function createSqliteSubject(
   LedgerClass: new (options: SqliteLedgerOptions) => SqliteLedger,
   name = "ledger-sqlite",
 ): LedgerSubject {
-  let root: string | undefined;
-  let counter = 0;
   return {
     name,
     // clockSkew: without the `now` test hook every time is SQLite's julianday('now'), read by the
@@ -88,8 +86,9 @@ export function createSqliteSubject(
       // The kit checks semantics, not the disk: on a memory-backed filesystem fsync is cheap, so
       // synchronous=FULL (the default) stays on while 1,000 end-to-end runs fit in CI. The
       // benchmark measures the real disk.
-      root ??= mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : tmpdir(), "ledger-sqlite-conformance-"));
-      const dir = mkdtempSync(join(root, `f${++counter}-`));
+      // One directory per fixture, removed by its destroy: a shared root made once per process
+      // was never removed, and every CI run left a few empty ones in /dev/shm.
+      const dir = mkdtempSync(join(existsSync("/dev/shm") ? "/dev/shm" : tmpdir(), "ledger-sqlite-conformance-"));
       const path = join(dir, "ledger.db");
       const retentionMs = options.retentionMs ?? DEFAULT_RETENTION_MS;
       const ledgers: SqliteLedger[] = [];
