@@ -20,7 +20,7 @@ import {
   isDispatchOnceError,
   type StoredError,
 } from "./errors/index.js";
-import { catalogueEntry } from "./error-catalogue.js";
+import { catalogueEntry, effectOf } from "./error-catalogue.js";
 import { deriveKeyFromParts } from "./key.js";
 import { jsonDataTexts, toJsonData } from "./json-data.js";
 import { newClaimId, type Resolution, type ResolvedRow, type ClaimRequest, type ClaimResult, type InFlightRow, type Ledger, type LedgerEffect, type LedgerRow, type TerminalRow } from "./ledger.js";
@@ -2331,16 +2331,6 @@ function performedButStale(key: string, fence: number, error: unknown): StaleCla
 }
 
 /**
- * A ledger write made AFTER the tool ran. An error from it says nothing about the effect,
- * which may have happened: one whose code would read "did not happen" (a refused argument,
- * a connection inside the caller's transaction) is re-raised as ledger_unavailable, so no
- * caller or record tells the user an effect failed that may have taken place (ERR-4). When
- * the write recorded an effect the run knows happened (a result, stored or not storable), the
- * ledger_unavailable says so (DISPATCH-10): the row stays in flight and may later read `unknown`
- * or be released by an operator, so the caller's error is where the truth is told, as for
- * DISPATCH-8's stale_claim. Other errors (ledger_corrupt, a foreign one) pass as they are.
- */
-/**
  * A ledger_unavailable raised by a write's dispatch, given the call's key when it has none: the
  * runner lists a failed call under the key its error names (RECORD-2), and an effect whose record
  * could not be written (DISPATCH-10) must be told under its row's key. The store's error stays the
@@ -2352,21 +2342,43 @@ function withCallKey(error: unknown, key: string): unknown {
   return new LedgerUnavailableError(error.message, { cause: error.cause ?? error, key, ...(happened ? { effectHappened: true as const } : {}) });
 }
 
+/**
+ * A ledger write made AFTER the tool ran. An error from it says nothing about the effect,
+ * which may have happened: one whose code would read "did not happen" (a refused argument,
+ * a connection inside the caller's transaction) is re-raised as ledger_unavailable, so no
+ * caller or record tells the user an effect failed that may have taken place (ERR-4).
+ *
+ * When the write recorded an effect the run knows happened (a result, stored or not storable,
+ * or a probe's performed), every error raised for it says so (DISPATCH-10): the row stays in
+ * flight and may later read `unknown` or be released by an operator, so the caller's error is
+ * where the truth is told, as for DISPATCH-8's stale_claim. A ledger_corrupt (the row cannot be
+ * read back, or holds what this version did not write) stays ledger_corrupt, for the operator,
+ * with `effectHappened`; anything else that does not already say "yes" (ledger_unavailable, a
+ * foreign error: a driver's bug, a TypeError in an adapter) is raised as ledger_unavailable with
+ * `effectHappened` and the original as its cause. stale_claim passes (its callers raise
+ * performedButStale), and so does result_not_storable (settled next, LEDGER-10).
+ * A write whose effect the run does not know passes any other error as it is.
+ */
 function afterRunWriteError(key: string, error: unknown, done: RecordDone): unknown {
   const happened = runEffect(done) === "happened";
-  if (catalogueEntry(error)?.effect === "no") {
-    return new LedgerUnavailableError(
-      `the ledger refused to record the outcome of call ${key} after the tool ran${happened ? " (the effect happened)" : ""}: ${describeError(error)}`,
-      { cause: error, ...(happened ? { effectHappened: true as const } : {}) },
-    );
+  if (!happened) {
+    if (catalogueEntry(error)?.effect !== "no") return error;
+    return new LedgerUnavailableError(`the ledger refused to record the outcome of call ${key} after the tool ran: ${describeError(error)}`, { cause: error });
   }
-  if (happened && isDispatchOnceError(error, "ledger_unavailable") && (error as { effectHappened?: unknown }).effectHappened !== true) {
-    return new LedgerUnavailableError(
-      `the effect of call ${key} happened (the run returned a result), but the ledger could not record it: ${describeError(error)}`,
-      { cause: error, effectHappened: true },
-    );
+  if (effectOf(error) === "yes" || isDispatchOnceError(error, "stale_claim")) return error;
+  if (isDispatchOnceError(error, "ledger_corrupt")) {
+    // Under the call's key, which the runner lists it under (RECORD-2); the adapter's error is the cause.
+    const prefix = `ledger row ${key} cannot be read: `;
+    const detail = error.message.startsWith(prefix) ? error.message.slice(prefix.length) : error.message;
+    return new LedgerCorruptError(key, `${detail} (the effect happened: the run returned a result before its record was lost)`, { cause: error, effectHappened: true });
   }
-  return error;
+  const refused = catalogueEntry(error)?.effect === "no";
+  return new LedgerUnavailableError(
+    refused
+      ? `the ledger refused to record the outcome of call ${key} after the tool ran (the effect happened): ${describeError(error)}`
+      : `the effect of call ${key} happened (the run returned a result), but the ledger could not record it: ${describeError(error)}`,
+    { cause: error, key, effectHappened: true },
+  );
 }
 
 function describeError(error: unknown): string {

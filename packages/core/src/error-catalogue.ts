@@ -45,7 +45,7 @@ const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry
   tool_failed: { rules: ["LEDGER-8", "DISPATCH-9"], carries: ["key", "error", "replayed"], effect: "no", retryable: "no", raisedWhen: "a definite failure, first run or replayed" },
   stale_claim: { rules: ["LEDGER-5", "DISPATCH-8"], carries: ["key", "fence", "effectHappened"], effect: "possibly", retryable: "same_message", raisedWhen: "a fence no longer owns an in-flight row" },
   ledger_unavailable: { rules: ["LEDGER-12", "DISPATCH-10", "ERR-5"], carries: ["cause", "key", "effectHappened"], effect: "possibly", retryable: "same_message", raisedWhen: "the ledger's store cannot be reached or refused the operation (`effectHappened`: a record given up after the run performed the effect, DISPATCH-10)" },
-  ledger_corrupt: { rules: ["LEDGER-11", "LEDGER-25", "DISPATCH-10"], carries: ["key"], effect: "possibly", retryable: "no", raisedWhen: "a ledger row cannot be read back" },
+  ledger_corrupt: { rules: ["LEDGER-11", "LEDGER-25", "DISPATCH-10"], carries: ["key", "effectHappened"], effect: "possibly", retryable: "no", raisedWhen: "a ledger row cannot be read back (`effectHappened`: while recording an effect the run performed, DISPATCH-10)" },
   result_not_storable: { rules: ["LEDGER-10", "DISPATCH-7"], carries: ["key"], effect: "yes", retryable: "no", raisedWhen: "the effect happened and its result is not JSON or is too large (first run or replayed)" },
   durability_mismatch: { rules: ["LEDGER-14", "TURN-14"], carries: ["tools"], effect: "no", retryable: "no", raisedWhen: "unkeyed_write tools on a volatile ledger, or a volatile conversation store beside a durable ledger" },
   invalid_ledger_input: { rules: ["LEDGER-13", "LEDGER-22", "LEDGER-28", "LEDGER-29", "LEDGER-30", "LIST-4", "RESOLVE-1"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a ledger option or argument the adapter cannot accept" },
@@ -91,6 +91,8 @@ export function effectOf(error: unknown): EffectKnowledge {
   if (isDispatchOnceError(error, "stale_claim") && (error as { effectHappened?: unknown }).effectHappened === true) return "yes";
   // A record given up after the run performed the effect (DISPATCH-10): the ledger lacks it, the run knows it.
   if (isDispatchOnceError(error, "ledger_unavailable") && (error as { effectHappened?: unknown }).effectHappened === true) return "yes";
+  // The same record whose row could not be read back, or held what this version did not write (DISPATCH-10).
+  if (isDispatchOnceError(error, "ledger_corrupt") && (error as { effectHappened?: unknown }).effectHappened === true) return "yes";
   // A busy conversation whose turn under way is this message's own (TURN-10): its calls may have run.
   if (isDispatchOnceError(error, "conversation_busy") && (error as { inProgress?: unknown }).inProgress === true) return "possibly";
   if (isDispatchOnceError(error, "claim_released")) {
@@ -102,7 +104,8 @@ export function effectOf(error: unknown): EffectKnowledge {
 /**
  * Whether re-sending the same message id or call can help (spec §11), read from the error itself
  * where it knows better than its code: never for an effect known to have happened (a
- * `stale_claim` after the run performed it, DISPATCH-8). Its row is a new owner's or an
+ * `stale_claim` after the run performed it, DISPATCH-8; a `ledger_unavailable` or `ledger_corrupt`
+ * whose record of it was lost, DISPATCH-10). Its row is a new owner's or an
  * operator's, who may have released it, and a re-send would then perform the effect again
  * (MCP-6, ATR-5); nor for a `turn_failed` whose record says it is not retryable. Anything that is
  * not a Dispatch-Once error is "no": an unclassified error gives

@@ -5,7 +5,7 @@
 // `retryable`. Before, the retry replayed the operator's `failed` row and committed "failed" to
 // the model for a payment that was made, or re-claimed a `released` row and paid again.
 import { describe, expect, it } from "vitest";
-import { MemoryLedger, retryableOf, type Ledger, type Resolution } from "@dispatch-once/core";
+import { LedgerCorruptError, LedgerUnavailableError, MemoryLedger, retryableOf, type Ledger, type Resolution } from "@dispatch-once/core";
 import { TurnFailedError } from "../src/index.js";
 import { payCall, world } from "./toy.js";
 
@@ -55,20 +55,28 @@ describe("ERR-4 DISPATCH-8 a call whose effect happened after its claim was lost
 });
 
 describe("ERR-4 DISPATCH-10 a payment made whose record never reached the ledger", () => {
-  it("is recorded as happened and the attempt is not retried: the record, the error and the run's span (OTEL-5) say one thing", async () => {
-    const { LedgerUnavailableError } = await import("@dispatch-once/core");
+  // Out of reach; a row the store answers that this version cannot read; a foreign error (an adapter's bug).
+  const faults: [string, () => Error][] = [
+    ["ledger_unavailable", () => new LedgerUnavailableError("connection reset")],
+    ["ledger_corrupt", () => new LedgerCorruptError("k", "unknown row format version 2")],
+    ["a foreign TypeError", () => new TypeError("Cannot read properties of undefined (reading 'rowCount')")],
+  ];
+  it.each(faults)("its complete meets %s: recorded as happened and the attempt is not retried: the record, the error and the run's span (OTEL-5) say one thing", async (_name, fault) => {
     const base = new MemoryLedger();
     const ledger: Ledger = Object.assign(Object.create(base) as Ledger, {
       capabilities: base.capabilities,
-      complete: () => Promise.reject(new LedgerUnavailableError("connection reset")),
+      complete: () => Promise.reject(fault()),
     });
     const { runner, performed, events } = world(() => [...payCall("c1", "rent"), { t: "end" }], false, { ledger, dispatcher: { pollMs: 1, recordRetryMs: 5, waitMs: 1 } });
     const error = await runner.send("conv-down", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
     expect(performed).toHaveLength(1);
     expect(error).toBeInstanceOf(TurnFailedError);
     const failed = error as TurnFailedError;
+    console.log(`${_name}: calls ${JSON.stringify(failed.record.calls.map((c) => [c.attempt, c.status, c.effect]))}, effects ${JSON.stringify(failed.record.effects.map((e) => e.effect))}, retryable ${failed.record.retryable}`);
     expect(failed.record.calls.map((c) => [c.attempt, c.status, c.effect])).toEqual([[1, "error", "happened"]]);
+    expect(failed.record.effects).toEqual([expect.objectContaining({ effect: "happened" })]);
     expect(events.filter((e) => e.type === "retry_scheduled")).toEqual([]);
     expect(failed.record.retryable).toBe(false);
+    expect(retryableOf(failed)).toBe("no");
   });
 });

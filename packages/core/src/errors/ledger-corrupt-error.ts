@@ -5,8 +5,16 @@ export class LedgerCorruptError extends DispatchOnceError {
   /** The code of this class's errors: `isInstance` recognises these, from any copy of the package. */
   static override readonly code = "ledger_corrupt" as const;
   readonly key: string;
-  constructor(key: string, message: string, options?: { cause?: unknown }) {
-    super("ledger_corrupt", `ledger row ${key} cannot be read: ${message}`, options);
+  /**
+   * `true` when the row could not be read back (or written) while recording an effect the run
+   * knows happened (the tool returned a result, stored or not storable, or a probe found it
+   * performed: DISPATCH-10): `effectOf` answers "yes", as for DISPATCH-8's `stale_claim`. Absent
+   * when nothing is known of the effect ("possibly"), as for every error of the ledger's own.
+   */
+  readonly effectHappened?: true;
+  constructor(key: string, message: string, options?: { cause?: unknown; effectHappened?: true }) {
+    super("ledger_corrupt", `ledger row ${key} cannot be read: ${message}`, options?.cause !== undefined ? { cause: options.cause } : undefined);
     this.key = key;
+    if (options?.effectHappened === true) this.effectHappened = true;
   }
 }
