@@ -5,7 +5,7 @@
 import { SpanStatusCode } from "@opentelemetry/api";
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { Dispatcher, LedgerUnavailableError, MemoryLedger, ToolError, defineTool, type Ledger, type Resolution } from "@dispatch-once/core";
+import { Dispatcher, LedgerCorruptError, LedgerUnavailableError, MemoryLedger, ToolError, defineTool, effectOf, type Ledger, type Resolution } from "@dispatch-once/core";
 import { ATTR, METRIC } from "../src/index.js";
 import { sdk } from "./otel-sdk.js";
 
@@ -28,7 +28,7 @@ interface Case {
   effect: "keyed_write" | "unkeyed_write";
   ending: Ending;
   /** How the ledger answers the run's last write. */
-  ledger?: "complete_down" | "fail_down" | "resolved_meanwhile";
+  ledger?: "complete_down" | "fail_down" | "resolved_meanwhile" | "complete_corrupt" | "complete_foreign" | "fail_corrupt";
   outcome: string;
   said: "happened" | "not_happened" | "may_have_happened";
   status: "error" | "unset";
@@ -45,6 +45,10 @@ const cases: Case[] = [
   { name: "result_not_storable whose fail write is out of reach", effect: "unkeyed_write", ending: "too_large", ledger: "fail_down", outcome: "not_recorded", said: "happened", status: "error" },
   // Its fail never landed: the row stays in flight, to be taken over or turned unknown, and the dispatch raised ledger_unavailable ("possibly").
   { name: "a definite failure whose fail write is out of reach", effect: "unkeyed_write", ending: "declined", ledger: "fail_down", outcome: "not_recorded", said: "may_have_happened", status: "error" },
+  // The store answers with a row this version cannot read, or an adapter's bug throws: the run still knows (DISPATCH-10).
+  { name: "the complete write meets ledger_corrupt", effect: "unkeyed_write", ending: "result", ledger: "complete_corrupt", outcome: "not_recorded", said: "happened", status: "error" },
+  { name: "the complete write meets a foreign error", effect: "unkeyed_write", ending: "result", ledger: "complete_foreign", outcome: "not_recorded", said: "happened", status: "error" },
+  { name: "result_not_storable whose fail write meets ledger_corrupt", effect: "unkeyed_write", ending: "too_large", ledger: "fail_corrupt", outcome: "not_recorded", said: "happened", status: "error" },
   { name: "the claim lost to an operator's resolution before the complete (DISPATCH-8)", effect: "unkeyed_write", ending: "result", ledger: "resolved_meanwhile", outcome: "not_recorded", said: "happened", status: "error" },
 ];
 
@@ -60,7 +64,13 @@ describe("OTEL-5 a run span says whether its effect happened, as the effect log 
         ? Object.assign(Object.create(base) as Ledger, { complete: () => Promise.reject(new LedgerUnavailableError("connection reset")) })
         : c.ledger === "fail_down"
           ? Object.assign(Object.create(base) as Ledger, { fail: () => Promise.reject(new LedgerUnavailableError("connection reset")) })
-          : base;
+          : c.ledger === "complete_corrupt"
+            ? Object.assign(Object.create(base) as Ledger, { complete: (key: string) => Promise.reject(new LedgerCorruptError(key, "unknown row format version 2")) })
+            : c.ledger === "fail_corrupt"
+              ? Object.assign(Object.create(base) as Ledger, { fail: (key: string) => Promise.reject(new LedgerCorruptError(key, "unknown row format version 2")) })
+              : c.ledger === "complete_foreign"
+                ? Object.assign(Object.create(base) as Ledger, { complete: () => Promise.reject(new TypeError("Cannot read properties of undefined (reading 'rowCount')")) })
+                : base;
     const payments: string[] = [];
     const tool = defineTool({
       name: "send_payment",
@@ -91,6 +101,8 @@ describe("OTEL-5 a run span says whether its effect happened, as the effect log 
     // The span never says less than the log knows, nor more: may_have_happened only where the run cannot tell.
     if (c.said !== "may_have_happened") expect(c.said).toBe(happened);
     expect(run?.attributes[EFFECT]).toBe(c.said);
+    // The caller's error tells the same story as the span (ERR-4, DISPATCH-10).
+    if (thrown !== undefined) expect(effectOf(thrown)).toBe(c.said === "happened" ? "yes" : c.said === "not_happened" ? "no" : "possibly");
     expect(run?.status.code).toBe(c.status === "error" ? SpanStatusCode.ERROR : SpanStatusCode.UNSET);
     // Bounded, so dashboards can count "failed, but the payment went through" (OTEL-2).
     expect(await s.metric(METRIC.OUTCOMES, { [ATTR.OUTCOME]: c.outcome, [EFFECT]: c.said })).toBe(1);
