@@ -227,6 +227,24 @@ describe.each(BACKENDS)("resolve against a live application on %s", (_name, open
     expect(other.code).toBe(4);
   });
 
+  it("RESOLVE-4: resolve --json says whether this run wrote the resolution (resolvedNow true) or found it written by an earlier run whose reply was lost (false)", async () => {
+    const key = `${backend.name}-json-lost-reply`.padEnd(32, "0");
+    const claim = await backend.ledger.claim({ key, toolName: "send_payment", effect: "keyed_write", owner: "x", leaseMs: 60_000, request: '{"n":14}' });
+    if (claim.outcome !== "claimed") throw new Error("not claimed");
+    await backend.ledger.markUnknown(key, claim.fence, "tool_error");
+    const args = ["resolve", key, "--completed", '{"paid":"pay_14"}', "--reason", "pay_14 at the bank", "--actor", "carol", "--expected-fence", String(claim.fence), "--json"];
+    const first = await cli(...args);
+    expect(first.code, first.stderr).toBe(0);
+    const again = await cli(...args);
+    expect(again.code, again.stderr).toBe(0);
+    const [now, found] = [JSON.parse(first.stdout) as Record<string, unknown>, JSON.parse(again.stdout) as Record<string, unknown>];
+    console.log(`${backend.name}: first ${first.stdout.trim()}\n  again ${again.stdout.trim()}`);
+    // Both print the resolved row, as before; only the field tells the two apart.
+    expect(now).toMatchObject({ key, state: "completed", fence: claim.fence + 1, result: '{"paid":"pay_14"}', resolvedNow: true });
+    expect(found).toMatchObject({ key, state: "completed", fence: claim.fence + 1, result: '{"paid":"pay_14"}', resolvedNow: false });
+    expect(await backend.ledger.auditTrail!(key)).toHaveLength(2);
+  });
+
   it("RESOLVE-4: a --not-performed whose reply was lost, run again after a replay re-ran the released row, is told its resolution was written (not 'nothing was written ... someone else acted'), and nothing more is written or run", async () => {
     const dispatcher = dispatcherOf(backend);
     const turn = { conversationId: `conv-lost-release-${backend.name}`, turnIndex: 0 };

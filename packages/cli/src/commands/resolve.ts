@@ -64,7 +64,9 @@ Options:
                              still be in transit, or its owner paused with it unsent, and a re-run
                              would pay twice, or the row say failed of a payment that happened
                              (default 60s; 0s when you know the owner is gone)
-      --json                 print the resolved row as JSON
+      --json                 print the resolved row as JSON, with "resolvedNow": true when this
+                             run wrote the resolution, false when an earlier run of the same
+                             resolution did (its reply was lost: "already resolved")
 ${RETENTION_HELP}
 ${LEDGER_HELP}
 
@@ -155,7 +157,7 @@ Example:
       }
       throw new FenceMovedError(key, expectedFence, now?.fence, now === undefined ? "its row could not be read again" : `now ${now.state}`);
     }
-    if (values["json"] === true) io.stdout(`${JSON.stringify(row)}\n`);
+    if (values["json"] === true) io.stdout(`${jsonOutput(row, true)}\n`);
     else {
       io.stdout(`resolved ${key}: ${before.state} at fence ${expectedFence} -> ${row.state} (fence ${row.fence}) by ${actor}\n`);
       if (opened.retentionMs !== undefined) io.stdout(`kept until ${iso(row.finishedAt + opened.retentionMs)}\n`);
@@ -189,8 +191,17 @@ async function isThisResolution(store: Ledger, row: LedgerRow, fence: number, re
   return entry !== undefined && entry.action === "resolved" && entry.actor === actor && entry.reason === reason && entry.outcome === resolution.outcome && entry.toState === state;
 }
 
+/**
+ * The --json line: the row as it stands, and `resolvedNow`: true when this run's write settled it,
+ * false when an earlier run of the same resolution did (its reply was lost) and this run wrote
+ * nothing. A script that re-runs a resolve after a lost reply tells the two apart by it alone.
+ */
+function jsonOutput(row: LedgerRow, resolvedNow: boolean): string {
+  return JSON.stringify({ ...row, resolvedNow });
+}
+
 function alreadyResolved(io: CliIo, values: OptionValues, key: string, row: LedgerRow, fence: number, actor: string, retentionMs: number | undefined): number {
-  if (values["json"] === true) io.stdout(`${JSON.stringify(row)}\n`);
+  if (values["json"] === true) io.stdout(`${jsonOutput(row, false)}\n`);
   else if (row.fence > fence + 1) {
     // Released, then re-claimed: the row holds the replay's claim now, not this resolution.
     io.stdout(`already resolved ${key}: at fence ${fence} -> released (fence ${fence + 1}) by ${actor}, by an earlier run of this resolution whose reply was lost; the row has since moved to fence ${row.fence} (now ${row.state})\n`);
