@@ -48,6 +48,17 @@ const RECORD = { failed: "m1", effects: ["may_have_happened"], retryable: true }
 /** One whose effect is left unknown: re-sending cannot help, whatever the store does (RECORD-5). */
 const UNKNOWN_RECORD = { failed: "m1", calls: [{ name: "send_payment", status: "outcome_unknown" }], retryable: false };
 
+/**
+ * A record an older runner stored (before RECORD-5 said "not retryable" for an effect known to have
+ * happened): a payment made whose record never reached the ledger, listed with retryable true.
+ */
+const OLD_HAPPENED_RECORD = {
+  kind: "failed_turn",
+  calls: [{ name: "send_payment", key: "k1", status: "error", effect: "happened" }],
+  effects: [{ key: "k1", name: "send_payment", effect: "happened" }],
+  retryable: true,
+};
+
 async function failNext(store: ConversationStore, c: string, id: string, record: FailedTurn["failure"] = RECORD): Promise<void> {
   await store.appendUserMessage(c, { id, content: { role: "user", content: `${c} ${id}` } });
   const lease = await store.acquireLease(c, "worker", 600_000);
@@ -158,6 +169,15 @@ describe.each([
       [true, "no: an effect's outcome is unknown (settle it first: reconcile, resolve)"],
     ]);
   });
+
+  it("RECORD-5 no, for a record an older version stored with retryable true beside a call whose effect happened and was never completed", async () => {
+    await failNext(backend.store, "conv-resend-old-form", "m1", OLD_HAPPENED_RECORD);
+    const json = await runBin(["turns", "--failed", "--json", "--conversation", "conv-resend-old-form", ...backend.args]);
+    const listed = (jsonLines(json.stdout) as (FailedTurn & { resend: string })[]).map((t) => [t.reopenable, t.resend, (t.failure as { retryable: boolean }).retryable]);
+    console.log(`${_name}: ${JSON.stringify(listed)}`);
+    // The record is printed as stored; the verdict reads its calls.
+    expect(listed).toEqual([[true, "no: an effect happened and was never recorded as completed (its row is, or may become, an operator's: check it first)", true]]);
+  });
 });
 
 describe.each([
@@ -192,7 +212,7 @@ describe.each([
     try {
       await dispatcher.dispatch(call, turn);
       // The turn then fails for another reason; its record says a re-send can help (RECORD-5).
-      await failNext(backend.store, "conv-retention", "m1", { failed: "m1", calls: [{ name: "send_payment", status: "ok", effect: "happened" }], retryable: true });
+      await failNext(backend.store, "conv-retention", "m1", { failed: "m1", calls: [{ name: "send_payment", status: "completed", effect: "happened" }], retryable: true });
       // Judged against a retention it is well within (a CLI start on a loaded host takes longer than 1 s).
       const fresh = await runBin(["turns", "--failed", "--json", "--conversation", "conv-retention", "--retention", "10m", ...backend.args]);
       expect(fresh.code, fresh.stderr).toBe(0);
@@ -304,6 +324,9 @@ describe("resendVerdict: the store's reopenable, then the record's retryable as 
     );
     // Not a runner's record: the store would reopen it, whether that helps is not recorded.
     expect(resendVerdict(turn({ reopenable: true, failure: { failed: "m" } }))).toBe("yes: it reopens; the record does not say if that helps");
+    // An older version's record: retryable true beside a call left unknown, or one that happened and was not completed (RECORD-5).
+    expect(resendVerdict(turn({ reopenable: true, failure: { calls: [{ status: "outcome_unknown" }], retryable: true } }))).toBe("no: an effect's outcome is unknown (settle it first: reconcile, resolve)");
+    expect(resendVerdict(turn({ reopenable: true, failure: { calls: [{ status: "completed", effect: "happened" }, { status: "error", effect: "may_have_happened" }], retryable: true } }))).toBe("yes");
     expect(resendVerdict(turn({ reopenable: true, failure: null }))).toBe("yes: it reopens; the record does not say if that helps");
   });
 });

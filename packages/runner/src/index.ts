@@ -8,6 +8,7 @@ export {
   unansweredCall,
   unansweredOwnCall,
   turnRowsOf,
+  readFailedTurnRecord,
   UNLISTED_REASON,
   type CallRecord,
   type CallStatus,

@@ -268,6 +268,22 @@ export function notSettledByResend(call: Pick<CallRecord, "status" | "effect">):
   return call.status === "outcome_unknown" || (call.effect === "happened" && call.status !== "completed");
 }
 
+/**
+ * A failed-turn record as stored (by this version or an older one), read for what it offers the
+ * user: its `retryable` is false when one of its calls is not settled by a re-send (an effect left
+ * unknown, or one that happened and was never completed), whatever the record says. Records an
+ * older version wrote before RECORD-5 said so may say `retryable: true` there, and a re-send of
+ * such a call may meet a row an operator has settled since and pay again (ERR-4). Nothing else is
+ * changed, and a record that says false keeps it.
+ */
+export function readFailedTurnRecord(stored: JsonValue): FailedTurnRecord {
+  const record = stored as unknown as FailedTurnRecord;
+  if (record === null || typeof record !== "object" || record.retryable !== true) return record;
+  const calls: unknown[] = Array.isArray(record.calls) ? record.calls : [];
+  const unsettled = calls.some((call) => call !== null && typeof call === "object" && notSettledByResend(call as CallRecord));
+  return unsettled ? { ...record, retryable: false } : record;
+}
+
 /** Status and effect of a call that was dispatched and raised `error`. */
 export function classifyCallError(error: unknown, isRead: boolean): { status: CallStatus; effect: EffectStatus; summary: string } {
   const message = error instanceof Error ? error.message : String(error);

@@ -44,6 +44,7 @@ import {
   forResumedTurn,
   mergeUnanswered,
   notSettledByResend,
+  readFailedTurnRecord,
   summarizeEffects,
   unansweredCall,
   unansweredOwnCall,
@@ -588,7 +589,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         };
       }
       if (current.state === "failed") {
-        let record = current.failure as unknown as FailedTurnRecord;
+        // As stored, perhaps by an older version: a call it lists as happened and unsettled is never offered a re-send (RECORD-5).
+        let record = readFailedTurnRecord(current.failure as JsonValue);
         // The store kept the message failed on this re-send: another message was bound since, so
         // no re-send can reopen it (TURN-12) and re-sending cannot help (RECORD-5).
         // Or its turn failed longer ago than the re-send window: the ledger may have swept its

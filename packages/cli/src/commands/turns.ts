@@ -16,15 +16,18 @@ const MAX_REASON_CHARS = 80;
  * Whether a re-send of the failed message's id would help now, in words: the store's
  * `reopenable` (TURN-12, TURN-17) first, since a message that would not reopen only gets its
  * stored failure back whatever its record says; then the record's `retryable`, which the runner
- * wrote at the failure (RECORD-5). "unknown" when the store does not say (a store written before
+ * wrote at the failure (RECORD-5), except beside a call no re-send settles (an unknown outcome, an
+ * effect that happened and was never completed), which an older runner's record may list as
+ * retryable. "unknown" when the store does not say (a store written before
  * `reopenable` existed): the record alone cannot tell, since a later message may have been bound.
  */
 export function resendVerdict(turn: FailedTurn): string {
   if (turn.reopenable === undefined) return "unknown";
   if (!turn.reopenable) return "no: a later message was bound";
   const record = isObject(turn.failure) ? turn.failure : {};
-  if (record["retryable"] === true) return "yes";
-  if (record["retryable"] !== false) return "yes: it reopens; the record does not say if that helps";
+  // A record an older runner wrote may say retryable beside a call no re-send settles (RECORD-5).
+  if (record["retryable"] === true && !callsOf(record).some(notSettledByResend)) return "yes";
+  if (record["retryable"] !== false && record["retryable"] !== true) return "yes: it reopens; the record does not say if that helps";
   return `no: ${whyNotRetryable(record)}`;
 }
 
@@ -34,9 +37,10 @@ function whyNotRetryable(record: Record<string, unknown>): string {
   if (record["position"] === "commit_refused") return "the store refused the turn's commit";
   // A reopened message's retry taken up after its re-send window by the runner (TURN-12).
   if (record["position"] === "past_resend_window") return "its retry was taken up after the re-send window (past_resend_window)";
-  const calls = Array.isArray(record["calls"]) ? record["calls"].filter(isObject) : [];
+  const calls = callsOf(record);
   if (calls.some((c) => c["status"] === "outcome_unknown")) return "an effect's outcome is unknown (settle it first: reconcile, resolve)";
   if (calls.some((c) => c["status"] === "result_not_storable")) return "an effect happened but its result could not be stored";
+  if (calls.some(notSettledByResend)) return "an effect happened and was never recorded as completed (its row is, or may become, an operator's: check it first)";
   const error = isObject(record["error"]) ? record["error"] : undefined;
   if (error === undefined) return "the record says a re-send cannot help";
   const text = `${String(error["name"] ?? "Error")}: ${String(error["message"] ?? "")}`;
@@ -63,6 +67,20 @@ export function resendVerdictAt(turn: FailedTurn, pastWindow: boolean, windowTex
 /** The runner's default re-send window for a ledger retention (TURN-12): 23/24 of it. */
 export function defaultResendWindowMs(retentionMs: number): number {
   return Math.floor((retentionMs * 23) / 24);
+}
+
+function callsOf(record: Record<string, unknown>): Record<string, unknown>[] {
+  return Array.isArray(record["calls"]) ? record["calls"].filter(isObject) : [];
+}
+
+/**
+ * A call of a failed-turn record that no re-send settles, as the runner judges it (RECORD-5,
+ * `notSettledByResend` in @dispatch-once/runner): its outcome is unknown, or its effect happened
+ * and it was never completed. Read from the calls, since a record an older runner wrote may say
+ * `retryable: true` beside one.
+ */
+function notSettledByResend(call: Record<string, unknown>): boolean {
+  return call["status"] === "outcome_unknown" || (call["effect"] === "happened" && call["status"] !== "completed");
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
@@ -98,7 +116,8 @@ The RE-SEND column (and "resend" in --json, beside the store's "reopenable") say
   yes                            the store would reopen it, and its record says a retry can help
   no: a later message was bound  a re-send only returns the stored failure
   yes: it reopens; ...           the store would reopen it; the record does not say more
-  no: <why>                      the record says a retry cannot help (an effect left unknown, ...)
+  no: <why>                      the record, or one of its calls, says a retry cannot help (an
+                                 effect left unknown, or one that happened and was never completed, ...)
   no: its re-send window has passed (<age>): ...
                                  a runner refuses such a re-send (TURN-12): past the ledger's
                                  retention its calls' rows may be gone (LEDGER-13), and running
