@@ -1,6 +1,6 @@
 import type Anthropic from "@anthropic-ai/sdk";
 import { betaZodTool } from "@anthropic-ai/sdk/helpers/beta/zod";
-import { Dispatcher, InvalidArgumentError, InvalidKeyInputError, MemoryLedger, StaleClaimError, ToolError, defineTool } from "@dispatch-once/core";
+import { Dispatcher, InvalidArgumentError, InvalidKeyInputError, LedgerCorruptError, MemoryLedger, StaleClaimError, ToolError, defineTool } from "@dispatch-once/core";
 import { afterEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { OnceToolCallError, createOnceToolRunner, dispatchOnceOf, rerunMessagesOf, toolRunnerTurnIndexOf, type OnceToolCall, type OnceToolRunner } from "../src/index.js";
@@ -442,5 +442,12 @@ describe("ATR-5 what the model is told of an error whose effect is known", () =>
     expect(error.message).toContain("it happened; do not retry it");
     // Without the effect known, a lost claim is a re-send's to settle, as §11 says.
     expect(new OnceToolCallError(new StaleClaimError("k", 1))).toMatchObject({ effect: "possibly", retryable: "same_message" });
+  });
+
+  it("ATR-5 a record lost after the run performed the effect to an unreadable row (ledger_corrupt with effectHappened, DISPATCH-10) tells the model it happened and not to re-run", () => {
+    const error = new OnceToolCallError(new LedgerCorruptError("k", "unknown row format version 2", { effectHappened: true }));
+    expect(error).toMatchObject({ code: "ledger_corrupt", effect: "yes", retryable: "no", key: "k" });
+    expect(error.message).toContain("it happened; do not retry it");
+    expect(new OnceToolCallError(new LedgerCorruptError("k", "unknown row format version 2"))).toMatchObject({ effect: "possibly", retryable: "no" });
   });
 });
