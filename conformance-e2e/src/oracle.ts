@@ -481,11 +481,12 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     }
   }
 
-  // ---- STREAM-8, STREAM-17: a committed turn is one response's ----
+  // ---- STREAM-8, STREAM-10, STREAM-17: a committed turn is one response's ----
   // Its calls are, in order and with their arguments, those of one response the model gave to its
   // message's words (the mock's log: every response it rendered, and each one a proxy spliced into
   // another's body). A turn that took a spliced response in (its second message_start or
-  // response.created, STREAM-8; its first item on a position of another type, STREAM-17) mixes two:
+  // response.created, STREAM-8; its first item on a position of another type, STREAM-17; its items
+  // on held ones of their own type that name other items, STREAM-10) mixes two:
   // the call that ran beside the other response's calls, or its place taken by the other's text,
   // the ran call's arguments beside the other's re-worded memo. The shared judge of the chaos
   // suite (mixedResponses). The counts above see the extra payment; this sees the mixed turn.
@@ -499,10 +500,13 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
       const mixed = mixedResponses(committed, asked.map((r) => r.calls));
       if (mixed === undefined) continue;
       const shapes = new Set(asked.flatMap((r) => (r.spliced === undefined ? [] : [r.spliced])));
+      // The rule whose check the splice needed: STREAM-8 for a second start, STREAM-17 for a
+      // sentence on a call's position, STREAM-10 for items that land on held ones of their type.
+      const rule = shapes.has("restart") ? "STREAM-8" : shapes.has("headless") ? "STREAM-17" : shapes.has("headless_bare") ? "STREAM-10" : "STREAM-8";
       add(
-        shapes.has("headless") && !shapes.has("restart") ? "STREAM-17" : "STREAM-8",
+        rule,
         `${c.id}: turn ${t.turnIndex} (message ${JSON.stringify(t.messageId)}) committed the calls [${mixed.committed}], which are no one response's: ` +
-          `the model's responses to its words made ${mixed.responses.map((r, i) => `[${r}]${asked[i]!.spliced !== undefined ? ` (spliced into another's body, ${asked[i]!.spliced === "restart" ? "with its own start" : "without its start"})` : ""}`).join(", ")}`,
+          `the model's responses to its words made ${mixed.responses.map((r, i) => `[${r}]${asked[i]!.spliced !== undefined ? ` (spliced into another's body, ${asked[i]!.spliced === "restart" ? "with its own start" : asked[i]!.spliced === "headless" ? "without its start" : "without its start or a lead"})` : ""}`).join(", ")}`,
       );
     }
   }

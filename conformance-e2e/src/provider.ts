@@ -158,6 +158,9 @@ function rerunMarks(
 /** The sentence a spliced response without its start begins with: on the call's position, another type (STREAM-17). */
 const SPLICE_LEAD = "Paying now.";
 
+/** A splice fault's shape (SplicePlan): with its own start, without it led by a sentence, or bare. */
+const spliceShape = (start: boolean, lead: string | undefined): SplicePlan["shape"] => (start ? "restart" : lead === undefined ? "headless_bare" : "headless");
+
 /**
  * Which requests carry a splice (SplicePlan): the fault plan decides it for a first-turn request
  * with no cut, and marks the request; the mock then asks the script twice for that request object,
@@ -266,7 +269,8 @@ async function anthropicSide(): Promise<ProviderSide> {
           const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[0] ?? [], reruns?.get(user)?.[0] ?? plans.get(user)?.[0] ?? []);
           if (splice === undefined) return undefined;
           const at: AnthropicPosition = { afterToolUseStop: splice.afterCall };
-          return splice.plan.shape === "restart" ? { kind: "splice", at, messageStart: true } : { kind: "splice", at, messageStart: false, lead: SPLICE_LEAD };
+          if (splice.plan.shape === "restart") return { kind: "splice", at, messageStart: true };
+          return splice.plan.shape === "headless" ? { kind: "splice", at, messageStart: false, lead: SPLICE_LEAD } : { kind: "splice", at, messageStart: false };
         }
         const fault: AnthropicFault = { kind: planned.kind, at: anthropicPosition(planned) };
         return fault;
@@ -277,7 +281,7 @@ async function anthropicSide(): Promise<ProviderSide> {
         const text = anthropicUserText(r.body as Parameters<typeof anthropicUserText>[0]);
         const own = { text, calls: r.toolUses.map((c) => ({ name: c.name, input: c.input })) };
         if (r.splicedToolUses === undefined || r.fault?.kind !== "splice") return [own];
-        return [own, { text, calls: r.splicedToolUses.map((c) => ({ name: c.name, input: c.input })), spliced: r.fault.messageStart ? "restart" : "headless" }];
+        return [own, { text, calls: r.splicedToolUses.map((c) => ({ name: c.name, input: c.input })), spliced: spliceShape(r.fault.messageStart, r.fault.lead) }];
       }),
     runner: ({ fetch, ...options }) =>
       new AnthropicRunner({
@@ -418,7 +422,8 @@ async function openAISide(): Promise<ProviderSide> {
           const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[0] ?? [], reruns?.get(user)?.[0] ?? plans.get(user)?.[0] ?? []);
           if (splice === undefined) return undefined;
           const at: OpenAIPosition = { afterCallDone: splice.afterCall };
-          return splice.plan.shape === "restart" ? { kind: "splice", at, responseCreated: true } : { kind: "splice", at, responseCreated: false, lead: SPLICE_LEAD };
+          if (splice.plan.shape === "restart") return { kind: "splice", at, responseCreated: true };
+          return splice.plan.shape === "headless" ? { kind: "splice", at, responseCreated: false, lead: SPLICE_LEAD } : { kind: "splice", at, responseCreated: false };
         }
         const fault: OpenAIFault = { kind: planned.kind, at: openAIPosition(planned) };
         return fault;
@@ -429,7 +434,7 @@ async function openAISide(): Promise<ProviderSide> {
         const text = openAIUserText(r.body as Parameters<typeof openAIUserText>[0]) ?? "";
         const own = { text, calls: (r.calls ?? []).map((c) => ({ name: c.name, input: c.arguments })) };
         if (r.splicedCalls === undefined || r.fault?.kind !== "splice") return [own];
-        return [own, { text, calls: r.splicedCalls.map((c) => ({ name: c.name, input: c.arguments })), spliced: r.fault.responseCreated ? "restart" : "headless" }];
+        return [own, { text, calls: r.splicedCalls.map((c) => ({ name: c.name, input: c.arguments })), spliced: spliceShape(r.fault.responseCreated, r.fault.lead) }];
       }),
     runner: ({ fetch, ...options }) =>
       new OpenAIRunner({

@@ -70,16 +70,20 @@ export type ReplayRoute = "automatic_retry" | "client_resend" | "queue_redeliver
  * call was dispatched, the payment may be made). `restart`: the spliced response comes with its
  * own `message_start` / `response.created` (STREAM-8's shape); `headless`: without, led by a
  * sentence whose text block / message item lands on the position of the response's first call
- * (STREAM-17's shape). `reorder`: the spliced response makes its first two different calls in the
+ * (STREAM-17's shape); `headless_bare`: without its start and without a lead, so its first item
+ * lands on a held item of its own type (with thinking on, on the Anthropic side, its thinking
+ * block on the held thinking block, then its first call on the first call; on the OpenAI side its
+ * first call on the first call): only what the item names tells it apart (STREAM-10). `reorder`: the spliced response makes its first two different calls in the
  * other order (a model answering again need not keep its order), so that taken in, the call that
  * ran comes again at a new position, under the next ordinal. Falls on the message's first-turn
  * request of attempt `attempt` when no cut is planned for that attempt (`splices` in
- * scenarioArbitrary, drawn after every other field). The splice itself is the mocks' `splice` fault.
+ * scenarioArbitrary, drawn after every other field; `bareSplices`, drawn after it, makes half of
+ * the headless ones `headless_bare`). The splice itself is the mocks' `splice` fault.
  */
 export interface SplicePlan {
   attempt: 1 | 2;
   afterCall: number;
-  shape: "restart" | "headless";
+  shape: "restart" | "headless" | "headless_bare";
   reorder: boolean;
 }
 
@@ -644,8 +648,13 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
       ),
       // After those, for the same reason: a proxy's splice into a first-turn response (SplicePlan).
       splices: fc.array(spliceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
+      // After the splices, for the same reason (every splice drawn before stays, its shape aside):
+      // half the headless splices come without their lead (SplicePlan `headless_bare`), so that
+      // the spliced response's first item lands on a held item of its own type (STREAM-10).
+      bareSplices: fc.array(fc.boolean(), { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
     })
-    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices }) => {
+    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices: drawnSplices, bareSplices }) => {
+      const splices = drawnSplices.map((s, i): SplicePlan | undefined => (s !== undefined && s.shape === "headless" && bareSplices[i] === true ? { ...s, shape: "headless_bare" } : s));
       let slot = 0;
       const diverging = conversations.map((c) => ({
         ...c,

@@ -772,7 +772,12 @@ export function programProvider(world: World, scenario: Scenario, account: strin
       if (ctx === undefined) return;
       ctx.diagnostics.splices = (ctx.diagnostics.splices ?? 0) + 1;
       ctx.diagnostics[`splices_${plan.shape}`] = (ctx.diagnostics[`splices_${plan.shape}`] ?? 0) + 1;
-      const shape = plan.shape === "restart" ? "with its own start (STREAM-8)" : `without its start, led by a sentence (STREAM-17)`;
+      const shape =
+        plan.shape === "restart"
+          ? "with its own start (STREAM-8)"
+          : plan.shape === "headless"
+            ? "without its start, led by a sentence (STREAM-17)"
+            : "without its start and without a lead, its first item on a held one of its type (STREAM-10)";
       ctx.timeline.push({
         at: Date.now() - ctx.started,
         who: "proxy",

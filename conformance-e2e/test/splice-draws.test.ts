@@ -27,6 +27,36 @@ const PATHS_BEFORE: [number, string, string][] = [
   [4, "102", "0e53ec39e9e7062e"],
 ];
 
+/**
+ * The same scenarios whole, splices included, as the arbitrary of before the bare splices (commit
+ * b9eb2af) drew them: `bareSplices`, drawn after the splices, only turns some headless splices
+ * `headless_bare`, so a scenario drawn now, each bare splice read as headless, must hash the same.
+ */
+const WITH_SPLICES_BEFORE_BARE: Record<number, string[]> = {
+  5: ["e1684767f2897c40", "b6734d32a43f80cb", "932cd85b9afab53a", "857b06cbfd1b4e4d", "8a3bb2c3cdade1d9", "1534ff89a34e57a4"],
+  777: ["c4be6378ba967061", "f6475026bef68a4a", "ce5c3bff63265f22", "a78b770a69686995", "3db31b4d7cf9dc47", "da71fffe8dfef38d"],
+  20261129: ["62ef4996a2a7c6c1", "f5000e0407d69c89", "04e0dd854b2caabc", "b95cccfcd6b0b8f1", "17e93980d4af8d92", "c2800569d4a5414e"],
+  20261201: ["604efa062f71a355", "0ae4b46943b3be79", "97f0f57f566c1bbc", "61d99d0255ff1295", "e5d07276c9382243", "d0e22707bec6f938"],
+};
+const PATHS_WITH_SPLICES_BEFORE_BARE: Record<string, string> = {
+  "1394139834 149:4:0:0:0:0:0:0:0:0:0:0:0:135:2:2:6:6:6:6:6:6:6:6:6:6:6:6:7:6:7:7:7:7:7:7": "bd71b22c09ec0426",
+  "5 11:26:0": "fa3af9fbded5fd0a",
+  "4 102": "31f3e66a59852a89",
+};
+
+/** A scenario with each bare splice read as the headless one it was drawn as. */
+function unbare(scenario: Scenario): Scenario {
+  return {
+    ...scenario,
+    conversations: scenario.conversations.map((c) => ({
+      ...c,
+      messages: c.messages.map((m) => (m.splice?.shape === "headless_bare" ? { ...m, splice: { ...m.splice, shape: "headless" as const } } : m)),
+    })),
+  };
+}
+
+const wholeHash = (scenario: Scenario) => createHash("sha256").update(JSON.stringify(unbare(scenario))).digest("hex").slice(0, 16);
+
 function withoutSplices(scenario: Scenario): Scenario {
   return {
     ...scenario,
@@ -63,5 +93,18 @@ describe("splices are drawn last: every earlier draw of a seed stays", () => {
     expect(drawn).toHaveLength(Object.values(BEFORE).flat().length + PATHS_BEFORE.length);
     const spliced = drawn.flatMap((s) => s.conversations.flatMap((c) => c.messages.filter((m) => m.splice !== undefined)));
     expect(spliced.length).toBeGreaterThan(0);
+  });
+
+  it("the bare splices are drawn after the splices: every splice of before stays, a headless one possibly made bare", async () => {
+    for (const seed of Object.keys(WITH_SPLICES_BEFORE_BARE).map(Number)) {
+      const now = fc.sample(scenarioArbitrary(), { seed, numRuns: WITH_SPLICES_BEFORE_BARE[seed]!.length });
+      expect(now.map(wholeHash), `seed ${seed}: a splice of before changed (other than a headless one made bare)`).toEqual(WITH_SPLICES_BEFORE_BARE[seed]);
+    }
+    for (const [seed, path] of PATHS_BEFORE) {
+      expect(wholeHash(await valueAtPath(scenarioArbitrary(), seed, path)), `seed ${seed}, path ${path}`).toBe(PATHS_WITH_SPLICES_BEFORE_BARE[`${seed} ${path}`]);
+    }
+    // The comparison reads bare splices back as headless: these scenarios have some to read.
+    const bare = drawn.flatMap((s) => s.conversations.flatMap((c) => c.messages.filter((m) => m.splice?.shape === "headless_bare")));
+    expect(bare.length).toBeGreaterThan(0);
   });
 });

@@ -64,3 +64,27 @@ export const noSecondStart = forgetting((a, e) => {
     a.itemNames?.clear();
   }
 });
+
+/**
+ * STREAM-10's different-item check out of both accumulators: before an announcing event at a
+ * position that holds an item of its type, the position takes the event's names as its own (its
+ * first announcement forgotten), so every such event reads as a delivery again and is ignored.
+ * The shape that needs the check: a spliced response without its start and without a lead
+ * (SplicePlan `headless_bare`), whose items land each on one of its own type (with thinking on,
+ * its thinking block on the held thinking block, its first call on the call that ran).
+ */
+export const noHeldItemName = forgetting((a, e) => {
+  const raw = e as SeenEvent & { content_block?: Record<string, unknown>; item?: Record<string, unknown> };
+  if (e.type === "content_block_start" && a.announced?.has(e.index!) === true && a.blockTypes?.get(e.index!) === raw.content_block?.type) {
+    a.announced.set(e.index!, namesOf(raw.content_block!, ["id", "name", "thinking", "signature", "data", "text"]));
+  }
+  if ((e.type === "response.output_item.added" || e.type === "response.output_item.done") && a.itemNames?.has(e.output_index!) === true && a.itemTypes?.get(e.output_index!) === raw.item?.type) {
+    a.itemNames.set(e.output_index!, namesOf(raw.item!, ["id", "call_id", "name"]));
+  }
+});
+
+function namesOf(item: Record<string, unknown>, keys: string[]): Record<string, string> {
+  const names: Record<string, string> = {};
+  for (const key of keys) if (typeof item[key] === "string") names[key] = item[key];
+  return names;
+}

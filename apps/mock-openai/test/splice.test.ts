@@ -49,6 +49,21 @@ describe("splice (a proxy that sent the request again splices the new response i
     expect(seen.at(-1).type).toBe("response.completed");
   });
 
+  it("without it and without a lead: the spliced call lands on the position of the call that completed, named otherwise (STREAM-10's shape)", async () => {
+    const { seen, record } = await events({ kind: "splice", at: { afterCallDone: 0 }, responseCreated: false });
+    expect(seen.filter((e) => e.type === "response.created")).toHaveLength(1);
+    expect(items(seen)).toEqual([
+      [0, "function_call"],
+      [0, "function_call"],
+    ]);
+    const added = seen.filter((e) => e.type === "response.output_item.added");
+    expect(added[1].item.id).not.toBe(added[0].item.id);
+    expect(added[1].item.call_id).not.toBe(added[0].item.call_id);
+    expect(seen.at(-1).type).toBe("response.completed");
+    expect(record).toMatchObject({ outcome: "complete", faultFired: true });
+    expect(record.splicedCalls).toHaveLength(1);
+  });
+
   it("is refused on a request that does not stream (fault_not_applicable)", async () => {
     mock = await startMockOpenAI({ script, seed: "splice" });
     mock.queueFault({ kind: "splice", at: { afterCallDone: 0 }, responseCreated: true });

@@ -372,6 +372,31 @@ describe("splice (a proxy that sent the request again splices the new response i
     expect(seen.filter((e) => e.type === "message_stop")).toHaveLength(1);
   });
 
+  it("without it and without a lead, thinking on: each block lands on a held block of its type, named otherwise (STREAM-10's shape)", async () => {
+    const { provider, client } = await setup({ script: pay });
+    provider.faults.enqueue({ kind: "splice", at: { afterToolUseStop: 0 }, messageStart: false });
+    const stream = await client.messages.create({ ...body("pay acme"), max_tokens: 2048, thinking: { type: "enabled", budget_tokens: 1024 }, stream: true });
+    const seen: any[] = [];
+    for await (const event of stream) seen.push(event);
+    expect(seen.filter((e) => e.type === "message_start")).toHaveLength(1);
+    const blocks = seen.filter((e) => e.type === "content_block_start");
+    // The spliced response's thinking block on the thinking block, its call on the call that ran.
+    expect(blocks.map((e) => [e.index, e.content_block.type])).toEqual([
+      [0, "thinking"],
+      [1, "tool_use"],
+      [0, "thinking"],
+      [1, "tool_use"],
+    ]);
+    expect(blocks[3].content_block.id).not.toBe(blocks[1].content_block.id);
+    const signatures = seen.filter((e) => e.type === "content_block_delta" && e.delta.type === "signature_delta").map((e) => e.delta.signature);
+    expect(signatures).toHaveLength(2);
+    expect(signatures[1]).not.toBe(signatures[0]);
+    expect(seen.filter((e) => e.type === "message_stop")).toHaveLength(1);
+    expect(provider.requests[0]).toMatchObject({ outcome: "complete", faultFired: true, fault: { kind: "splice", messageStart: false } });
+    expect(provider.requests[0]!.fault).not.toHaveProperty("lead");
+    expect(provider.requests[0]!.splicedToolUses).toHaveLength(1);
+  });
+
   it("is refused at a position that is a time, and on a request that does not stream (fault_not_applicable)", async () => {
     const { provider, client } = await setup({ script: pay });
     provider.faults.enqueue({ kind: "splice", at: { afterMs: 5 }, messageStart: true });
