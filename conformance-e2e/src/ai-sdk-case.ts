@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { createOpenAI } from "@ai-sdk/openai";
-import { createOnceTools, dispatchOnceOf } from "@dispatch-once/ai-sdk";
+import { createOnceTools, dispatchOnceOf, spliceGuard } from "@dispatch-once/ai-sdk";
 import { ToolError, catalogueEntry, canonicalize, type DispatcherOptions, type FailureDisposition, type Ledger } from "@dispatch-once/core";
 import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
 import { lastUserText, scriptFromPlans, call, reasoning, respond, say as sayText, startMockOpenAI, type MockOpenAI, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
@@ -13,9 +13,9 @@ import {
   type FaultSpec,
   type MockPaymentsServer,
 } from "@dispatch-once/mock-payments";
-import { stepCountIs, streamText, tool, type ModelMessage, type ToolSet } from "ai";
+import { stepCountIs, streamText, tool, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
 import { z } from "zod";
-import { APPROVAL_MARK, callsBeforeFollowUp, divergedStepsOf, followUpStepOf, stepsOf, type AiSdkChatPlan, type AiSdkDeath, type AiSdkMessagePlan, type AiSdkScenario } from "./ai-sdk-scenario.js";
+import { APPROVAL_MARK, callsBeforeFollowUp, divergedStepsOf, followUpStepOf, stepsOf, type AiSdkChatPlan, type AiSdkDeath, type AiSdkMessagePlan, type AiSdkScenario, type AiSdkSplice } from "./ai-sdk-scenario.js";
 import type { OracleViolation } from "./oracle.js";
 import { openAIPosition } from "./provider.js";
 import type { PlannedCall } from "./scenario.js";
@@ -83,7 +83,22 @@ export interface AiSdkAppOptions {
   wrap?: (tools: AiSdkToolSet, ledger: Ledger, options: AiSdkWrapOptions) => (request: AiSdkRequest) => AiSdkTurnTools;
   /** The disposition the app's tools give core for a payments error. Default: the client's own (DISPOSITION_BY_OUTCOME). */
   disposition?: (error: PaymentsError) => FailureDisposition;
+  /**
+   * The model the app's route streams from, built from the provider's (`@ai-sdk/openai`'s
+   * Responses model). Default: wrapped with `spliceGuard()` (AISDK-16), as the README's route does,
+   * so that a proxy's splice (AiSdkMessagePlan.splice) fails the step instead of being taken in.
+   */
+  model?: (model: ProviderModel) => LanguageModel;
 }
+
+/** The provider's model as the app gets it, before any middleware. */
+export type ProviderModel = Parameters<typeof wrapLanguageModel>[0]["model"];
+
+/** The app the AISDK rules describe: its model under the splice check (AISDK-16). */
+const guardedModel = (model: ProviderModel): LanguageModel => wrapLanguageModel({ model, middleware: spliceGuard() });
+
+/** The sentence a spliced response without its start begins with (the runner profile's too). */
+const SPLICE_LEAD = "Paying now.";
 
 /** The app's servers: the mock Responses API and the payments API, shared by a property's cases. */
 export interface AiSdkWorld {
@@ -100,7 +115,7 @@ export interface AiSdkWorld {
    * whether the model now answers it differently (a request of the turn failed and the plan has a
    * `rerunDivergence`): then `diverged` are its responses.
    */
-  attempts: Map<string, { attempt: number; plan: AiSdkMessagePlan; diverging: boolean; diverged: ScriptedResponse[] }>;
+  attempts: Map<string, { attempt: number; plan: AiSdkMessagePlan; diverging: boolean; diverged: ScriptedResponse[]; spliced?: { attempt: number; afterCall: number; shape: AiSdkSplice["shape"] } }>;
   close(): Promise<void>;
 }
 
@@ -123,7 +138,22 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
     const text = lastUserText(request);
     const at = text === undefined ? undefined : world.attempts.get(text);
     const planned = at?.plan.cuts[at.attempt - 1];
-    if (planned === undefined) return undefined;
+    if (planned === undefined) {
+      // No cut on this request: a proxy's splice, when the plan puts one on it, into the tool
+      // step's response after a call of it completed (the response to the request sent again: the
+      // script's answer to the same request).
+      const splice = at?.plan.splice;
+      if (splice === undefined || splice.attempt !== at!.attempt) return undefined;
+      const steps = stepsFor(world, text!);
+      if (steps === undefined || stepOf(request, steps) !== 0 || steps[0] === undefined) return undefined;
+      const calls = callsOf(steps[0]);
+      if (calls === 0) return undefined;
+      const afterCall = splice.afterCall % calls;
+      at!.spliced = { attempt: at!.attempt, afterCall, shape: splice.shape };
+      const position = { afterCallDone: afterCall };
+      if (splice.shape === "restart") return { kind: "splice", at: position, responseCreated: true };
+      return splice.shape === "headless" ? { kind: "splice", at: position, responseCreated: false, lead: SPLICE_LEAD } : { kind: "splice", at: position, responseCreated: false };
+    }
     const steps = stepsFor(world, text!);
     const step = steps === undefined ? 0 : stepOf(request, steps);
     // A tool loop's step 2 is answered in the request of the step before it (a continuation's
@@ -551,6 +581,13 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     failed = `the chat route's process died ${process.death ?? ""}: the client's stream was cut`;
     chat.diedIn = message.text;
   }
+  const spliced = state.spliced?.attempt === state.attempt ? state.spliced : undefined;
+  if (spliced !== undefined) {
+    count(ctx.log, "splices");
+    count(ctx.log, `splices_${spliced.shape}`);
+    const shape = spliced.shape === "restart" ? "with its own start" : spliced.shape === "headless" ? "without its start, led by a sentence" : "without its start and without a lead";
+    say(ctx.log, "proxy", `spliced into request ${state.attempt} of ${JSON.stringify(message.text)}, after its call ${spliced.afterCall} completed, the response to the request sent again ${shape} (AISDK-16)`);
+  }
   if (failed !== undefined) {
     say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} failed (${failed}); nothing kept`);
     // From now on the model answers the turn's re-runs differently, where the plan says so.
@@ -689,7 +726,7 @@ interface RunContext {
   world: AiSdkWorld;
   account: string;
   log: CaseLog;
-  model: ReturnType<ReturnType<typeof createOpenAI>["responses"]>;
+  model: LanguageModel;
 }
 
 export interface AiSdkCaseRun {
@@ -737,7 +774,7 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       allowVolatileLedgerForUnkeyedWrites: true,
       logger: { warn: () => {} },
     };
-    const model = createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).responses("gpt-conformance");
+    const model = (app.model ?? guardedModel)(createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).responses("gpt-conformance"));
     const ctx: RunContext = { world, account, log, model };
     await Promise.all(
       scenario.chats.map((chat) => {

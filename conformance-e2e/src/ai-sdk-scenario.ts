@@ -1,5 +1,5 @@
 import fc from "fast-check";
-import type { CutKind, DownstreamFault, PlannedCall, StreamCut } from "./scenario.js";
+import type { CutKind, DownstreamFault, PlannedCall, SplicePlan, StreamCut } from "./scenario.js";
 
 /**
  * A random scenario for the Vercel AI SDK profile (spec §13.2): chats whose server route runs
@@ -116,6 +116,23 @@ export interface AiSdkMessagePlan {
    * last (`rerunDivergence` in aiSdkScenarioArbitrary); only on turns without a continuation.
    */
   rerunDivergence?: AiSdkRerunDivergence | undefined;
+  /**
+   * A proxy's splice into the turn's request `attempt` (1-based over the turn's requests, as its
+   * cuts count them) when no cut falls on it: after call `afterCall` (modulo the response's calls)
+   * of the tool step's response completed, the body carries the response to the same request
+   * again, with its own `response.created`, without it led by a sentence, or without it and without
+   * a lead (SplicePlan's shapes). The AI SDK's provider takes it in as more of the first response;
+   * the app's `spliceGuard()` (AISDK-16) must end the step failed there, and the app re-sends. Only
+   * on turns without a continuation or a death. Drawn last (`splices` in aiSdkScenarioArbitrary).
+   */
+  splice?: AiSdkSplice | undefined;
+}
+
+/** A proxy's splice on the AI SDK profile (AiSdkMessagePlan.splice). */
+export interface AiSdkSplice {
+  attempt: 1 | 2;
+  afterCall: number;
+  shape: SplicePlan["shape"];
 }
 
 /** How the model answers a re-run of a turn (AiSdkMessagePlan.rerunDivergence). */
@@ -363,6 +380,29 @@ function withDeaths(m: AiSdkMessagePlan, when: AiSdkDeath["when"] | undefined, a
   return withDeath(m, { when: approved.when, on: "approved_call", ...(approved.repeat ? { repeat: true } : {}) });
 }
 
+/**
+ * Drawn after every other field, one per message slot, for the same reason: a proxy's splice
+ * (AiSdkMessagePlan.splice) in one slot in four, of the three shapes alike, mostly right after the
+ * first call. Each costs one failed request and its re-send.
+ */
+const spliceArbitrary: fc.Arbitrary<AiSdkSplice | undefined> = fc.oneof(
+  { weight: 3, arbitrary: fc.constant(undefined) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      attempt: fc.constantFrom<AiSdkSplice["attempt"]>(1, 2),
+      afterCall: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.constant(1) }),
+      shape: fc.constantFrom<AiSdkSplice["shape"]>("restart", "headless", "headless_bare"),
+    }),
+  },
+);
+
+/** A splice only on a turn of one request (no continuation) without a death: it fails one request, which the app re-sends. */
+function withSplice(m: AiSdkMessagePlan, splice: AiSdkSplice | undefined): AiSdkMessagePlan {
+  if (splice === undefined || m.continuation !== undefined || m.death !== undefined) return m;
+  return { ...m, splice };
+}
+
 export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
   return fc
     .tuple(
@@ -370,8 +410,10 @@ export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
       fc.array(firstCallDeathArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
       fc.array(approvalDeathArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
       fc.array(rerunDivergenceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
+      // Last, so every earlier draw of a seed stays (the splices of the runner profile's scenarios likewise).
+      fc.array(spliceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
     )
-    .map(([chats, firstCallDeaths, approvalDeaths, divergences]) => {
+    .map(([chats, firstCallDeaths, approvalDeaths, divergences, splices]) => {
       let slot = 0;
       return {
         chats: chats.map((chat) => ({
@@ -379,8 +421,9 @@ export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
           messages: chat.messages.map((m): AiSdkMessagePlan => {
             const when = firstCallDeaths[slot];
             const approved = approvalDeaths[slot];
+            const splice = splices[slot];
             const diverged = divergences[slot++];
-            return withDivergence(withDeaths(m, when, approved), diverged);
+            return withSplice(withDivergence(withDeaths(m, when, approved), diverged), splice);
           }),
         })),
       };

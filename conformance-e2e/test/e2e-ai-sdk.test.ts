@@ -72,6 +72,14 @@ describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
     for (const kind of ["divergent_reruns", "omitted_after_effect_told_by_unanswered_calls"]) {
       expect(seen[kind], kind).toBeGreaterThan(0);
     }
+    // AISDK-16: a proxy spliced the response to the request it sent again into a body, with its
+    // own start, without it led by a sentence, and without it or a lead; the app's spliceGuard()
+    // failed the step and the app re-sent (e2e-ai-sdk-splice-planted.test.ts: unguarded, it pays
+    // again). One of each at 30 runs (seed 20261201): a splice falls on a turn without a
+    // continuation or a death, on its first request or, when that one failed, its second.
+    for (const kind of ["splices_restart", "splices_headless", "splices_headless_bare"]) {
+      expect(seen[kind], kind).toBeGreaterThan(0);
+    }
   }, 600_000);
 });
 
