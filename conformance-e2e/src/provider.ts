@@ -74,6 +74,8 @@ export interface ModelResponse {
 /** A splice that fell on a request: the response's call it followed and the spliced response's calls. */
 export interface SpliceFired {
   text: string;
+  /** The tool loop's step whose request it fell on: 0 the first turn's, 1 the follow-up's. */
+  step: number;
   attempt: number;
   plan: SplicePlan;
   afterCall: number;
@@ -106,17 +108,17 @@ export interface ProviderSide {
    * repeat itself. A cut of such a response is fitted to its calls (`fitCut`); `onRerun` hears of
    * every such response.
    *
-   * `splices` maps a user text to a proxy's splice into one of its first-turn responses (the
-   * SplicePlan's attempt, when `cutFor` gives that attempt no cut): after the response's call
-   * `afterCall` completed, the body carries the model's answer to the same request again (a
-   * re-run's calls, `reruns`, reordered as the plan says); `onSplice` hears of each.
+   * `splices` maps a user text to a proxy's splice into one of its responses, by step (the
+   * SplicePlan's attempt of that step's request, when `cutFor` gives that attempt no cut): after
+   * the response's call `afterCall` completed, the body carries the model's answer to the same
+   * request again (a re-run's calls, `reruns`, reordered as the plan says); `onSplice` hears of each.
    */
   program(
     plans: Map<string, PlannedCall[][]>,
     cutFor: (text: string, attempt: number, step: number) => StreamCut | undefined,
     reruns?: Map<string, (PlannedCall[] | undefined)[]>,
     onRerun?: (text: string, step: number, calls: PlannedCall[]) => void,
-    splices?: Map<string, SplicePlan>,
+    splices?: Map<string, (SplicePlan | undefined)[]>,
     onSplice?: (fired: SpliceFired) => void,
   ): void;
   /** Every response the mock rendered since the last `program()`, spliced ones included. */
@@ -166,7 +168,7 @@ const spliceShape = (start: boolean, lead: string | undefined): SplicePlan["shap
  * with no cut, and marks the request; the mock then asks the script twice for that request object,
  * first for the body's own response, then for the spliced one, which `script` answers from the mark.
  */
-function spliceMarks(splices: Map<string, SplicePlan> | undefined, onSplice: ((fired: SpliceFired) => void) | undefined) {
+function spliceMarks(splices: Map<string, (SplicePlan | undefined)[]> | undefined, onSplice: ((fired: SpliceFired) => void) | undefined) {
   const spliced = new WeakMap<object, PlannedCall[]>();
   const answered = new WeakSet<object>();
   return {
@@ -176,12 +178,12 @@ function spliceMarks(splices: Map<string, SplicePlan> | undefined, onSplice: ((f
      * `afterCall` modulo the response's calls, none when it makes none.
      */
     mark(request: object, text: string | undefined, step: number, attempt: number, calls: PlannedCall[], again: PlannedCall[]): { afterCall: number; plan: SplicePlan } | undefined {
-      const plan = text === undefined || step !== 0 ? undefined : splices?.get(text);
+      const plan = text === undefined ? undefined : splices?.get(text)?.[step];
       if (plan === undefined || plan.attempt !== attempt || calls.length === 0) return undefined;
       const afterCall = plan.afterCall % calls.length;
       const second = splicedCalls(again, plan);
       spliced.set(request, second);
-      onSplice?.({ text: text!, attempt, plan, afterCall, calls: second });
+      onSplice?.({ text: text!, step, attempt, plan, afterCall, calls: second });
       return { afterCall, plan };
     },
     /** The spliced response's calls when the script is asked again for a marked request. */
@@ -266,7 +268,7 @@ async function anthropicSide(): Promise<ProviderSide> {
         const planned = cut === undefined || rerun === undefined ? cut : fitCut(cut, rerun.length);
         if (planned === undefined) {
           const user = text ?? "";
-          const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[0] ?? [], reruns?.get(user)?.[0] ?? plans.get(user)?.[0] ?? []);
+          const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[step] ?? [], reruns?.get(user)?.[step] ?? plans.get(user)?.[step] ?? []);
           if (splice === undefined) return undefined;
           const at: AnthropicPosition = { afterToolUseStop: splice.afterCall };
           if (splice.plan.shape === "restart") return { kind: "splice", at, messageStart: true };
@@ -419,7 +421,7 @@ async function openAISide(): Promise<ProviderSide> {
         const planned = cut === undefined || rerun === undefined ? cut : fitCut(cut, rerun.length);
         if (planned === undefined) {
           const user = text ?? "";
-          const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[0] ?? [], reruns?.get(user)?.[0] ?? plans.get(user)?.[0] ?? []);
+          const splice = splicing.mark(request, text, step, info.attempt, rerun ?? plans.get(user)?.[step] ?? [], reruns?.get(user)?.[step] ?? plans.get(user)?.[step] ?? []);
           if (splice === undefined) return undefined;
           const at: OpenAIPosition = { afterCallDone: splice.afterCall };
           if (splice.plan.shape === "restart") return { kind: "splice", at, responseCreated: true };

@@ -186,6 +186,14 @@ export interface MessagePlan {
   reusedId?: boolean;
   /** A proxy's splice into one of the first turn's responses (SplicePlan). Drawn last (`splices` in scenarioArbitrary). */
   splice?: SplicePlan;
+  /**
+   * A proxy's splice into one of the tool loop's follow-up responses (the request that sends the
+   * first turn's results back; SplicePlan, its `attempt` counting that request's attempts and
+   * `afterCall` the follow-up's calls; the spliced response is the model's answer to the follow-up
+   * sent again, where `followUpDivergence` applies). Only on a message with a follow-up. Drawn after
+   * the splices (`followUpSplices` in scenarioArbitrary).
+   */
+  followUpSplice?: SplicePlan;
 }
 
 export interface ConversationPlan {
@@ -265,6 +273,17 @@ function withSplice(plan: MessagePlan, splice: SplicePlan | undefined): MessageP
   if (splice === undefined || plan.calls.length === 0 || plan.outage !== undefined) return plan;
   if (plan.death?.when === "after_release" || plan.releaseRerunDeath !== undefined) return plan;
   return { ...plan, splice };
+}
+
+/**
+ * A splice into a follow-up response where it leaves the message's other plans as they were drawn,
+ * as withSplice: only on a tool loop, not where an outage cuts every later response (of either
+ * turn), nor on the release deaths.
+ */
+function withFollowUpSplice(plan: MessagePlan, splice: SplicePlan | undefined): MessagePlan {
+  if (splice === undefined || (plan.followUp ?? []).length === 0 || plan.outage !== undefined) return plan;
+  if (plan.death?.when === "after_release" || plan.releaseRerunDeath !== undefined) return plan;
+  return { ...plan, followUpSplice: splice };
 }
 
 /**
@@ -545,6 +564,7 @@ function calm(conversation: ConversationPlan): ConversationPlan {
       delete plan.releaseRerunDeath;
       delete plan.followUpDivergence;
       delete plan.splice;
+      delete plan.followUpSplice;
       return plan;
     }),
   };
@@ -652,8 +672,26 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
       // half the headless splices come without their lead (SplicePlan `headless_bare`), so that
       // the spliced response's first item lands on a held item of its own type (STREAM-10).
       bareSplices: fc.array(fc.boolean(), { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
+      // After those, for the same reason: a splice into a tool loop's follow-up response (MessagePlan
+      // `followUpSplice`; a message with a follow-up is rare, so these are drawn as often as the
+      // first turn's, of the three shapes).
+      followUpSplices: fc.array(
+        fc.oneof(
+          { weight: 3, arbitrary: fc.constant(undefined) },
+          {
+            weight: 1,
+            arbitrary: fc.record({
+              attempt: fc.constantFrom<SplicePlan["attempt"]>(1, 2),
+              afterCall: fc.constant(0),
+              shape: fc.constantFrom<SplicePlan["shape"]>("restart", "headless", "headless_bare"),
+              reorder: fc.boolean(),
+            }),
+          },
+        ),
+        { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES },
+      ),
     })
-    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices: drawnSplices, bareSplices }) => {
+    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices: drawnSplices, bareSplices, followUpSplices }) => {
       const splices = drawnSplices.map((s, i): SplicePlan | undefined => (s !== undefined && s.shape === "headless" && bareSplices[i] === true ? { ...s, shape: "headless_bare" } : s));
       let slot = 0;
       const diverging = conversations.map((c) => ({
@@ -664,6 +702,7 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           const rerunDeath = releaseRerunDeaths[slot];
           const reused = reuses[slot] === true;
           const splice = splices[slot];
+          const loopSplice = followUpSplices[slot];
           const drawn = followUpDivergences[slot++];
           // An omission falls on the follow-up call a worker dies on, when one does: the take-over's
           // re-run then leaves the dead worker's row unanswered (the case it exists for, RECORD-8).
@@ -685,9 +724,9 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           // Only a divergence that changes the response is kept (a shrunk scenario shows no inert one).
           if (d !== undefined && divergedCalls(plan) === undefined) delete plan.rerunDivergence;
           const death = releaseDeath ? releaseDeathOf(plan) : undefined;
-          if (death !== undefined) return withSplice({ ...plan, death }, splice);
+          if (death !== undefined) return withFollowUpSplice(withSplice({ ...plan, death }, splice), loopSplice);
           const twice = rerunDeath !== undefined ? releaseRerunDeathOf(plan) : undefined;
-          return withSplice(twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath }, splice);
+          return withFollowUpSplice(withSplice(twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath }, splice), loopSplice);
         }),
       }));
       // A reused id only on a message sent alone (a group of two sends at once, TURN-9).

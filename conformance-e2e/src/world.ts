@@ -727,12 +727,13 @@ export function programProvider(world: World, scenario: Scenario, account: strin
   const followUpCuts = new Map<string, StreamCut[]>();
   const outages = new Map<string, StreamCut>();
   const followUpOutages = new Map<string, StreamCut>();
-  const splices = new Map<string, SplicePlan>();
+  const splices = new Map<string, (SplicePlan | undefined)[]>();
   for (const conversation of scenario.conversations) {
     for (const message of conversation.messages) {
       const text = contentOf(account, message.text);
       // The message's own first turn only: a re-ask is another request, asked as planned.
-      if (message.splice !== undefined) splices.set(text, message.splice);
+      // By step: the first turn's request, then the tool loop's follow-up request.
+      if (message.splice !== undefined || message.followUpSplice !== undefined) splices.set(text, [message.splice, message.followUpSplice]);
       // A follow-up is the tool loop's next response: made once the first calls' results are back.
       plans.set(text, message.followUp !== undefined && message.followUp.length > 0 ? [message.calls, message.followUp] : [message.calls]);
       // Asked again whole (the first turn failed), or for the follow-up's calls (it failed there).
@@ -768,10 +769,11 @@ export function programProvider(world: World, scenario: Scenario, account: strin
       ctx.timeline.push({ at: Date.now() - ctx.started, who: "model", what: `answers a re-run of step ${step} of ${JSON.stringify(text)} with ${calls.length === 0 ? "text alone" : calls.map((c) => c.tool).join(", ")} (its first response differed)` });
     },
     splices,
-    ({ text, attempt, plan, afterCall, calls }) => {
+    ({ text, step, attempt, plan, afterCall, calls }) => {
       if (ctx === undefined) return;
       ctx.diagnostics.splices = (ctx.diagnostics.splices ?? 0) + 1;
       ctx.diagnostics[`splices_${plan.shape}`] = (ctx.diagnostics[`splices_${plan.shape}`] ?? 0) + 1;
+      if (step > 0) ctx.diagnostics.follow_up_splices = (ctx.diagnostics.follow_up_splices ?? 0) + 1;
       const shape =
         plan.shape === "restart"
           ? "with its own start (STREAM-8)"
@@ -781,7 +783,7 @@ export function programProvider(world: World, scenario: Scenario, account: strin
       ctx.timeline.push({
         at: Date.now() - ctx.started,
         who: "proxy",
-        what: `splices into request ${attempt} of ${JSON.stringify(text)}, after its call ${afterCall} completed, the response to the request sent again ${shape}: ${calls.length === 0 ? "text alone" : calls.map((c) => c.tool).join(", ")}`,
+        what: `splices into ${step > 0 ? "follow-up " : ""}request ${attempt} of ${JSON.stringify(text)}, after its call ${afterCall} completed, the response to the request sent again ${shape}: ${calls.length === 0 ? "text alone" : calls.map((c) => c.tool).join(", ")}`,
       });
     },
   );

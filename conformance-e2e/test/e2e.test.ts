@@ -38,8 +38,9 @@ function expectHardCases(seen: Record<string, number>, runs: number): void {
   // id again with other content, and the runner refused it (TURN-20).
   // splices_restart, splices_headless, splices_headless_bare: a proxy spliced the response to the
   // request it sent again into a body, with its own start (STREAM-8), without it led by a sentence
-  // (STREAM-17), and without it or a lead, its first item on a held one of its type (STREAM-10).
-  for (const kind of ["splices_restart", "splices_headless", "splices_headless_bare", "reused_ids_of_answered", "reused_ids_of_failed", "release_rerun_deaths", "release_rerun_deaths_after_effect", "follow_up_divergent_reruns", "release_deaths", "omitted_dead_worker_released_row_told_by_committed_turn_record", "divergent_reruns", "divergent_reasks", "answered_by_divergent_rerun", "omitted_after_effect", "omitted_after_effect_told_by_committed_turn_record", "calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "follow_up_deaths", "follow_up_unstorable", "rerun_faults", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
+  // (STREAM-17), and without it or a lead, its first item on a held one of its type (STREAM-10);
+  // follow_up_splices: into a tool loop's follow-up request.
+  for (const kind of ["splices_restart", "splices_headless", "splices_headless_bare", "follow_up_splices", "reused_ids_of_answered", "reused_ids_of_failed", "release_rerun_deaths", "release_rerun_deaths_after_effect", "follow_up_divergent_reruns", "release_deaths", "omitted_dead_worker_released_row_told_by_committed_turn_record", "divergent_reruns", "divergent_reasks", "answered_by_divergent_rerun", "omitted_after_effect", "omitted_after_effect_told_by_committed_turn_record", "calm", "concurrent_messages", "reasks", "follow_ups", "follow_up_repeats", "follow_up_deaths", "follow_up_unstorable", "rerun_faults", "key_reused_422", "lost_responses", "takeovers", "deaths", "superseded", "not_storable", "turns_failed", "dead_worker_effect_unreached_reported_by_resumed_record"]) {
     expect(seen[kind], kind).toBeGreaterThan(0);
   }
 }

@@ -36,7 +36,7 @@ function forgetting(forget: (accumulator: Forgetful, event: SeenEvent) => void):
  * item's event (its type, and what it was announced as, which STREAM-10 compares: kept, that
  * check would see the spliced item in the type's place).
  */
-export const noPositionType = forgetting((a, e) => {
+const forgetPositionType = (a: Forgetful, e: SeenEvent): void => {
   if (e.type === "content_block_start") {
     a.blockTypes?.delete(e.index!);
     a.announced?.delete(e.index!);
@@ -46,14 +46,15 @@ export const noPositionType = forgetting((a, e) => {
     a.itemTypes?.delete(e.output_index!);
     a.itemNames?.delete(e.output_index!);
   }
-});
+};
+export const noPositionType = forgetting(forgetPositionType);
 
 /**
  * STREAM-8's second-start check out: the response forgets, before each message_start /
  * response.created, its id and what its positions were announced as (kept, STREAM-10 would see
  * the spliced response's first item, which names another call, on a held position).
  */
-export const noSecondStart = forgetting((a, e) => {
+const forgetSecondStart = (a: Forgetful, e: SeenEvent): void => {
   if (e.type === "message_start") {
     delete a.messageId;
     a.announced?.clear();
@@ -63,7 +64,8 @@ export const noSecondStart = forgetting((a, e) => {
     delete a.responseId;
     a.itemNames?.clear();
   }
-});
+};
+export const noSecondStart = forgetting(forgetSecondStart);
 
 /**
  * STREAM-10's different-item check out of both accumulators: before an announcing event at a
@@ -73,7 +75,7 @@ export const noSecondStart = forgetting((a, e) => {
  * (SplicePlan `headless_bare`), whose items land each on one of its own type (with thinking on,
  * its thinking block on the held thinking block, its first call on the call that ran).
  */
-export const noHeldItemName = forgetting((a, e) => {
+const forgetHeldItemName = (a: Forgetful, e: SeenEvent): void => {
   const raw = e as SeenEvent & { content_block?: Record<string, unknown>; item?: Record<string, unknown> };
   if (e.type === "content_block_start" && a.announced?.has(e.index!) === true && a.blockTypes?.get(e.index!) === raw.content_block?.type) {
     a.announced.set(e.index!, namesOf(raw.content_block!, ["id", "name", "thinking", "signature", "data", "text"]));
@@ -81,7 +83,45 @@ export const noHeldItemName = forgetting((a, e) => {
   if ((e.type === "response.output_item.added" || e.type === "response.output_item.done") && a.itemNames?.has(e.output_index!) === true && a.itemTypes?.get(e.output_index!) === raw.item?.type) {
     a.itemNames.set(e.output_index!, namesOf(raw.item!, ["id", "call_id", "name"]));
   }
-});
+};
+export const noHeldItemName = forgetting(forgetHeldItemName);
+
+/**
+ * A stream side that checks for splices in a message's first request only: on the requests after
+ * its first turn (the tool loop's follow-ups, the runner's `open` option `followUp`), each
+ * accumulator forgets, before each event, everything the three splice checks read (STREAM-8's
+ * second start, STREAM-17's position type, STREAM-10's names). The level drew no splice into a
+ * follow-up request before MessagePlan `followUpSplice`, so it could not tell this side from a sound one.
+ */
+export function spliceChecksOnFirstTurnOnly(runner: KitRunner): KitRunner {
+  const side = (runner as unknown as { provider: Side }).provider;
+  const { open, apply } = { open: side.open.bind(side), apply: side.apply.bind(side) };
+  // Set as each event is handed on, read by the apply that folds it (the runner folds each event as it arrives).
+  let inFollowUp = false;
+  side.open = async (input, options) => {
+    const stream = await open(input, options);
+    const followUp = options.followUp === true;
+    return {
+      async *[Symbol.asyncIterator]() {
+        for await (const event of stream) {
+          inFollowUp = followUp;
+          yield event;
+        }
+      },
+    };
+  };
+  side.apply = (accumulator, event) => {
+    if (inFollowUp) {
+      const a = accumulator as unknown as Forgetful;
+      const e = event as SeenEvent;
+      forgetSecondStart(a, e);
+      forgetPositionType(a, e);
+      forgetHeldItemName(a, e);
+    }
+    return apply(accumulator, event);
+  };
+  return runner;
+}
 
 function namesOf(item: Record<string, unknown>, keys: string[]): Record<string, string> {
   const names: Record<string, string> = {};

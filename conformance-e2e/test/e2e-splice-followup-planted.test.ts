@@ -1,0 +1,45 @@
+import { ConformanceFailure } from "@dispatch-once/conformance/ledger";
+import { describe, expect, it } from "vitest";
+import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import { memory } from "./audit-mutants.js";
+import { SHRINKS, expectReadable } from "./readable.js";
+import { spliceChecksOnFirstTurnOnly } from "./splice-plants.js";
+
+/**
+ * A proxy's splice into a tool loop's follow-up response (scenario.ts MessagePlan
+ * `followUpSplice`: the request that sends the first turn's results back). The level drew splices
+ * into a message's first-turn request only, so a stream side that checks for splices there alone
+ * (test/splice-plants.ts `spliceChecksOnFirstTurnOnly`: on the runner's follow-up requests its
+ * accumulators forget what STREAM-8, STREAM-17 and STREAM-10 read) passed every run. Seeds whose
+ * first run splices a follow-up response: 97 led by a sentence (the text takes the call's place,
+ * RECORD-1), 113 with its own start, 1278 bare (the follow-up's call is lost from the committed
+ * turns, STREAM-8's count). The control runs the real runner over the same runs.
+ */
+const SEARCH_BUDGET_MS = 120_000;
+const SEEDS = [
+  [97, "headless", /breaks RECORD-1\)/],
+  [113, "restart", /breaks STREAM-8\)/],
+  [1278, "headless_bare", /breaks STREAM-8\)/],
+] as const;
+
+describe.each(RUNNER_PROVIDERS)("splices into follow-up requests: the end-to-end level rejects a stream side that checks the first turn's only (provider %s)", (provider) => {
+  for (const [name, shrinkTimeLimitMs] of SHRINKS) {
+    it.each(SEEDS)(`seed %i (%s): the plant takes the spliced follow-up response in; the real runner passes the same runs (${name})`, async (seed, shape, verdict) => {
+      const error = await runEndToEnd(memory, { provider, runs: 3, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs, runner: spliceChecksOnFirstTurnOnly }).catch((e: unknown) => e);
+      const message = expectReadable(error, seed);
+      expect(message).toMatch(/proxy +splices into follow-up request \d of "[^"]+", after its call \d completed/);
+      if (shrinkTimeLimitMs === 0) {
+        expect(message).toContain("after 1 runs");
+        expect(message).toMatch(verdict);
+      }
+
+      const runs = Number(/after (\d+) runs/.exec(message)![1]);
+      expect((error as ConformanceFailure).counterexample!.seed).toBe(seed);
+      let seen: Record<string, number> = {};
+      await runEndToEnd(memory, { provider, runs, seed, onStats: (stats) => (seen = stats) });
+      expect(seen).toMatchObject({ property_cases: runs });
+      expect(seen.follow_up_splices).toBeGreaterThan(0);
+      expect(seen[`splices_${shape}`]).toBeGreaterThan(0);
+    }, 600_000);
+  }
+});
