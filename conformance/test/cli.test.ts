@@ -1,8 +1,13 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 
 const root = join(import.meta.dirname, "..");
+
+// Each test spawns the kit's CLI, some several times in a row: a node process that loads the kit.
+// On a loaded CI host one start took over 10 s, and the package's 60 s per test ran out on a test
+// whose every run exits 2 at once. A hung CLI still fails: each spawn is killed at 240 s.
+vi.setConfig({ testTimeout: 300_000 });
 
 function cli(args: string[], loader = false, env: Record<string, string> = {}) {
   const started = performance.now();

@@ -2,7 +2,7 @@ import { z } from "zod";
 import { LedgerUnavailableError, MemoryLedger, defineTool, type DispatchLogger, type Ledger } from "../src/index.js";
 
 /** A fake downstream that counts effects by the key it was given, like a payments API would. */
-export function fakePayments(options: { latencyMs?: number } = {}) {
+export function fakePayments(options: { latencyMs?: number; until?: () => Promise<void> } = {}) {
   const effects: { key: string; payee: string; amount: number }[] = [];
   let next = 1;
   const tool = defineTool({
@@ -17,6 +17,8 @@ export function fakePayments(options: { latencyMs?: number } = {}) {
     identity: ["payee", "amount", "currency"],
     async run(args, ctx) {
       if (options.latencyMs) await new Promise((r) => setTimeout(r, options.latencyMs));
+      // A run that lasts until something happened (not for a time, which a loaded host stretches).
+      if (options.until) await options.until();
       effects.push({ key: ctx.idempotencyKey, payee: args.payee, amount: args.amount });
       return { paymentId: `pay_${next++}`, status: "accepted" };
     },
