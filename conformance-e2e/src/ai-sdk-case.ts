@@ -84,18 +84,20 @@ export interface AiSdkAppOptions {
   /** The disposition the app's tools give core for a payments error. Default: the client's own (DISPOSITION_BY_OUTCOME). */
   disposition?: (error: PaymentsError) => FailureDisposition;
   /**
-   * The model the app's route streams from, built from the provider's (`@ai-sdk/openai`'s
-   * Responses model). Default: wrapped with `spliceGuard()` (AISDK-16), as the README's route does,
-   * so that a proxy's splice (AiSdkMessagePlan.splice) fails the step instead of being taken in.
+   * Whether the app's route wraps its model (`@ai-sdk/openai`'s Responses model) with
+   * `spliceGuard()` (AISDK-16), as the README's route does, so that a proxy's splice
+   * (AiSdkMessagePlan.splice) fails the step instead of being taken in. `false` is the app without
+   * it, a planted bug the kit must catch. A flag, not a model factory: the kit's public types name
+   * none of the `ai` package's, so a project that type-checks its dependencies' declarations
+   * (skipLibCheck: false) never checks `ai`'s for using the kit.
+   * @default true
+   * @example { spliceGuard: false }
    */
-  model?: (model: ProviderModel) => LanguageModel;
+  spliceGuard?: boolean;
 }
 
-/** The provider's model as the app gets it, before any middleware. */
-export type ProviderModel = Parameters<typeof wrapLanguageModel>[0]["model"];
-
 /** The app the AISDK rules describe: its model under the splice check (AISDK-16). */
-const guardedModel = (model: ProviderModel): LanguageModel => wrapLanguageModel({ model, middleware: spliceGuard() });
+const guardedModel = (model: Parameters<typeof wrapLanguageModel>[0]["model"]): LanguageModel => wrapLanguageModel({ model, middleware: spliceGuard() });
 
 /** The sentence a spliced response without its start begins with (the runner profile's too). */
 const SPLICE_LEAD = "Paying now.";
@@ -774,7 +776,8 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       allowVolatileLedgerForUnkeyedWrites: true,
       logger: { warn: () => {} },
     };
-    const model = (app.model ?? guardedModel)(createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).responses("gpt-conformance"));
+    const provider = createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).responses("gpt-conformance");
+    const model: LanguageModel = app.spliceGuard === false ? provider : guardedModel(provider);
     const ctx: RunContext = { world, account, log, model };
     await Promise.all(
       scenario.chats.map((chat) => {

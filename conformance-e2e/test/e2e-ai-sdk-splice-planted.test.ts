@@ -16,7 +16,7 @@ import { SHRINKS, expectReadable } from "./readable.js";
  */
 const memory = memoryLedgerSubject();
 const SEARCH_BUDGET_MS = 120_000;
-const unguarded: AiSdkAppOptions = { model: (model) => model };
+const unguarded: AiSdkAppOptions = { spliceGuard: false };
 
 describe("splices on the ai-sdk profile: the end-to-end level rejects an app whose model has no spliceGuard()", () => {
   for (const [name, shrinkTimeLimitMs] of SHRINKS) {
