@@ -17,7 +17,7 @@ import { END_TO_END_PACKAGE, loadEndToEndLevel } from "./levels.js";
 import { ledgerChecks, MODEL_CHECK_PREFIX } from "./ledger/index.js";
 import { RESULT_PROPERTY_NAME } from "./ledger/result-property.js";
 import { RETIRE_PROPERTY_NAME } from "./ledger/retire-property.js";
-import { renderFailures, renderReportJson, renderReportTable, runChecks } from "./report.js";
+import { INCONCLUSIVE_ATTEMPTS, renderFailures, renderReportJson, renderReportTable, runChecks } from "./report.js";
 import { conversationLevel } from "./conversation/level.js";
 import { validateConversationStoreSubject } from "./conversation/index.js";
 import type { ConversationStoreFixture, ConversationStoreSubject } from "./conversation/types.js";
@@ -110,10 +110,13 @@ Ledger- and conversation-level property runs: $CONFORMANCE_RUNS, else ${DEFAULT_
 defaults as the API).
 A check over its time limit fails, naming the rule and the adapter calls still pending; a
 property interrupted by its limit fails; after ${MAX_CONSECUTIVE_TIMEOUTS} checks in a row time out, or when the
-run's limit is reached, the remaining checks fail as not run.
+run's limit is reached, the remaining checks fail as not run. A check that could not
+conclude (the store too slow for its window, the kit's own process stalled) runs again on
+a fresh fixture, ${INCONCLUSIVE_ATTEMPTS} times in all; still not, it is reported inconclusive (no violation
+found; not certified).
 
 Exit status: 0 when every MUST rule that applies passes, 1 when one fails (a timeout
-included), 2 on bad usage (a module that cannot be loaded or is not a subject of its flag,
+included) or is inconclusive (not certified), 2 on bad usage (a module that cannot be loaded or is not a subject of its flag,
 a level the subject cannot run, ${END_TO_END_PACKAGE} missing for --level e2e or all
 included) or an internal error.`;
 
@@ -402,11 +405,15 @@ function shellQuote(text: string): string {
 }
 
 function progress(r: CheckResult): string {
-  const mark = r.status === "pass" ? "✓" : r.status === "fail" ? "✗" : "-";
+  const mark = r.status === "pass" ? "✓" : r.status === "fail" ? "✗" : r.status === "inconclusive" ? "?" : "-";
   const tail =
     r.status === "not_applicable"
       ? ` (not applicable: ${r.reasonNotApplicable})`
-      : r.timedOut !== undefined
+      : r.status === "inconclusive"
+        ? ` (inconclusive after ${r.attempts ?? 1} attempts: no violation found; not certified)`
+        : r.attempts !== undefined
+          ? ` (passed on attempt ${r.attempts}: the earlier could not conclude)`
+          : r.timedOut !== undefined
         ? `\n    ${(r.error ?? "").split("\n").join("\n    ")}`
         : "";
   return `${mark} ${r.rule} ${r.name}${tail}\n`;
@@ -537,7 +544,7 @@ export async function main(argv: string[]): Promise<number> {
   } else {
     process.stdout.write(`\n${renderReportTable(report)}\n`);
     const failures = renderFailures(report, { replay });
-    if (failures !== "") process.stdout.write(`\nFailures:\n\n${failures}\n`);
+    if (failures !== "") process.stdout.write(`\n${report.checks.some((c) => c.status === "fail") ? "Failures" : "Not certified"}:\n\n${failures}\n`);
     process.stdout.write(`\nseed ${opts.seed}${opts.path === undefined ? "" : `, path ${opts.path}`} (re-run the same cases with --seed ${opts.seed})\n`);
   }
   return report.conforms ? 0 : 1;

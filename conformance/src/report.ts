@@ -1,3 +1,4 @@
+import { CheckInconclusive } from "./errors/check-inconclusive.js";
 import { ConformanceFailure, describeError } from "./failure.js";
 import { DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_RUN_TIMEOUT_MS, MAX_CONSECUTIVE_TIMEOUTS } from "./ledger/defaults.js";
 import { compareRuleIds, ruleInfo } from "./rules.js";
@@ -126,8 +127,23 @@ function timeoutMessage(check: Check, outcome: Extract<Settled, { kind: "timeout
 }
 
 /**
+ * How many times a check that could not conclude (CheckInconclusive) is run in all, each on a fresh
+ * fixture (a check's run() makes its own), before it is reported inconclusive (CONF-7).
+ */
+export const INCONCLUSIVE_ATTEMPTS = 3;
+
+/** The error text of a check that could not conclude on any attempt. */
+function inconclusiveMessage(reasons: readonly string[]): string {
+  const attempts = reasons.length;
+  const last = reasons.at(-1) ?? "";
+  return `inconclusive (no violation found; not certified) after ${attempts} attempt${attempts === 1 ? "" : "s"}: ${last}`;
+}
+
+/**
  * Runs one check. `timeoutMs` is its own limit; `runLeftMs` what is left of the run's (the
- * smaller one applies, and the result says which was reached).
+ * smaller one applies, and the result says which was reached). A run that could not conclude
+ * (CheckInconclusive) is run again, up to INCONCLUSIVE_ATTEMPTS in all, each with its own limit
+ * inside what is left of the run's; the result is the last run's, and names the earlier ones.
  */
 export async function runCheck(check: Check, limits: { timeoutMs?: number; runLeftMs?: number; runTimeoutMs?: number } = {}): Promise<CheckResult> {
   if (!check.applicable) {
@@ -139,48 +155,78 @@ export async function runCheck(check: Check, limits: { timeoutMs?: number; runLe
     };
   }
   const timeoutMs = limits.timeoutMs ?? check.timeoutMs ?? DEFAULT_CHECK_TIMEOUT_MS;
-  const runBound = limits.runLeftMs !== undefined && limits.runLeftMs < timeoutMs;
   const started = performance.now();
-  const outcome = await settle(check, runBound ? limits.runLeftMs! : timeoutMs, runBound);
+  const reasons: string[] = [];
+  for (;;) {
+    const runLeftMs = limits.runLeftMs === undefined ? undefined : limits.runLeftMs - (performance.now() - started);
+    const result = await runOnce(check, timeoutMs, runLeftMs, limits.runTimeoutMs);
+    if (result.inconclusive !== undefined) reasons.push(result.inconclusive);
+    const again = result.inconclusive !== undefined && reasons.length < INCONCLUSIVE_ATTEMPTS && (runLeftMs === undefined || runLeftMs - result.base.durationMs! > 0);
+    if (again) continue;
+    const base: CheckResult = { ...result.base, durationMs: Math.round(performance.now() - started) };
+    if (result.inconclusive !== undefined) {
+      base.status = "inconclusive";
+      base.error = inconclusiveMessage(reasons);
+    }
+    const attempts = reasons.length + (result.inconclusive === undefined ? 1 : 0);
+    if (attempts > 1) base.attempts = attempts;
+    if (reasons.length > 0) base.inconclusiveRuns = reasons;
+    return base;
+  }
+}
+
+/** One run of an applicable check; `inconclusive` is set when it could not conclude (then `base` is a fail to be relabelled). */
+async function runOnce(check: Check, timeoutMs: number, runLeftMs: number | undefined, runTimeoutMs: number | undefined): Promise<{ base: CheckResult; inconclusive?: string }> {
+  const runBound = runLeftMs !== undefined && runLeftMs < timeoutMs;
+  const started = performance.now();
+  const outcome = await settle(check, runBound ? Math.max(0, runLeftMs) : timeoutMs, runBound);
   const durationMs = Math.round(performance.now() - started);
-  if (outcome.kind === "ok") return { rule: check.rule, name: check.name, status: "pass", durationMs };
+  if (outcome.kind === "ok") return { base: { rule: check.rule, name: check.name, status: "pass", durationMs } };
   if (outcome.kind === "timeout") {
-    const { message, pending } = timeoutMessage(check, outcome, { timeoutMs, ...(limits.runTimeoutMs === undefined ? {} : { runTimeoutMs: limits.runTimeoutMs }) });
-    return { rule: check.rule, name: check.name, status: "fail", error: message, durationMs, timedOut: outcome.why, ...(pending.length > 0 ? { pending } : {}) };
+    const { message, pending } = timeoutMessage(check, outcome, { timeoutMs, ...(runTimeoutMs === undefined ? {} : { runTimeoutMs }) });
+    return { base: { rule: check.rule, name: check.name, status: "fail", error: message, durationMs, timedOut: outcome.why, ...(pending.length > 0 ? { pending } : {}) } };
   }
   const error = outcome.error;
   const result: CheckResult = {
     rule: check.rule,
     name: check.name,
     status: "fail",
-    error: ConformanceFailure.isInstance(error) ? error.message : describeError(error),
+    error: ConformanceFailure.isInstance(error) || CheckInconclusive.isInstance(error) ? error.message : describeError(error),
     durationMs,
   };
+  if (CheckInconclusive.isInstance(error)) return { base: result, inconclusive: error.message };
   if (ConformanceFailure.isInstance(error)) {
     if (error.counterexample !== undefined) result.counterexample = error.counterexample;
     if (error.violates !== undefined && error.violates !== check.rule) result.violates = [error.violates];
     // Only a failure of another copy of the kit of before lacks the field (undefined, not interrupted).
     if (error.interrupted !== undefined) result.interrupted = true;
   }
-  return result;
+  return { base: result };
 }
 
 /**
  * A check's run() bound to its time limit, for test runners (registerChecks): resolves when the
  * check passes, rejects with the check's failure, or with a ConformanceFailure naming what was
- * pending when the limit was reached.
+ * pending when the limit was reached. A run that could not conclude is run again as runCheck does;
+ * still inconclusive, it rejects with a CheckInconclusive saying so (the test fails: not certified).
  */
 export async function runWithTimeLimit(check: Check, timeoutMs: number): Promise<void> {
-  const outcome = await settle(check, timeoutMs, false);
-  if (outcome.kind === "ok") return;
-  if (outcome.kind === "error") throw outcome.error;
-  throw new ConformanceFailure(timeoutMessage(check, outcome, { timeoutMs }).message);
+  const reasons: string[] = [];
+  for (;;) {
+    const outcome = await settle(check, timeoutMs, false);
+    if (outcome.kind === "ok") return;
+    if (outcome.kind === "timeout") throw new ConformanceFailure(timeoutMessage(check, outcome, { timeoutMs }).message);
+    if (!CheckInconclusive.isInstance(outcome.error)) throw outcome.error;
+    reasons.push(outcome.error.message);
+    if (reasons.length >= INCONCLUSIVE_ATTEMPTS) throw new CheckInconclusive(`${check.rule} ${inconclusiveMessage(reasons)}`, { cause: outcome.error });
+  }
 }
 
 /**
  * Per-rule verdict: a rule fails when any of its checks fails (or a failing check names it in
- * `violates`), passes when at least one check ran and all passed, and is not applicable when
- * every check was excluded by the subject's capabilities.
+ * `violates`); else is inconclusive when any of its checks could not conclude (CONF-7: no
+ * violation found, not certified); passes when at least one check ran and all passed; and is not
+ * applicable when every check was excluded by the subject's capabilities.
  */
 export function summarizeRules(results: readonly CheckResult[]): RuleSummary[] {
   const ids = new Set<string>();
@@ -197,18 +243,22 @@ export function summarizeRules(results: readonly CheckResult[]): RuleSummary[] {
       results.filter((r) => r.rule !== id && r.status === "fail" && (r.violates ?? []).includes(id)).length;
     // An interrupted check fails its rule (it certifies nothing) but is counted apart: it broke nothing.
     const interrupted = own.filter((r) => r.status === "fail" && r.interrupted === true).length;
-    const status: CheckStatus = failed > 0 ? "fail" : passed > 0 ? "pass" : "not_applicable";
+    const inconclusive = own.filter((r) => r.status === "inconclusive").length;
+    const status: CheckStatus = failed > 0 ? "fail" : inconclusive > 0 ? "inconclusive" : passed > 0 ? "pass" : "not_applicable";
     const info = ruleInfo(id);
-    return { rule: id, title: info.title, requirement: info.requirement, status, passed, failed, notApplicable, ...(interrupted > 0 ? { interrupted } : {}) };
+    return { rule: id, title: info.title, requirement: info.requirement, status, passed, failed, notApplicable, ...(interrupted > 0 ? { interrupted } : {}), ...(inconclusive > 0 ? { inconclusive } : {}) };
   });
 }
 
-/** Conformance (CONF-1): no MUST rule fails; rules excluded by capabilities do not count. */
+/**
+ * Conformance (CONF-1): no MUST rule fails, and none is inconclusive (CONF-7: it was not
+ * certified); rules excluded by capabilities do not count.
+ */
 export function conforms(rules: readonly RuleSummary[]): boolean {
-  return rules.every((r) => r.requirement !== "MUST" || r.status !== "fail");
+  return rules.every((r) => r.requirement !== "MUST" || (r.status !== "fail" && r.status !== "inconclusive"));
 }
 
-const STATUS_WORD: Record<CheckStatus, string> = { pass: "pass", fail: "FAIL", not_applicable: "n/a" };
+const STATUS_WORD: Record<CheckStatus, string> = { pass: "pass", fail: "FAIL", inconclusive: "INCONCLUSIVE", not_applicable: "n/a" };
 
 /** The per-rule summary as a plain-text table. */
 export function renderReportTable(report: Report): string {
@@ -220,7 +270,7 @@ export function renderReportTable(report: Report): string {
       r.rule,
       r.requirement,
       STATUS_WORD[r.status],
-      `${r.passed} pass${violated ? `, ${violated} fail` : ""}${interrupted ? `, ${interrupted} interrupted` : ""}${r.notApplicable ? `, ${r.notApplicable} n/a` : ""}`,
+      `${r.passed} pass${violated ? `, ${violated} fail` : ""}${interrupted ? `, ${interrupted} interrupted` : ""}${r.inconclusive ? `, ${r.inconclusive} inconclusive` : ""}${r.notApplicable ? `, ${r.notApplicable} n/a` : ""}`,
       r.title,
     ];
   });
@@ -247,6 +297,8 @@ export function renderReportTable(report: Report): string {
   const onlyInterrupted = (r: RuleSummary) => r.failed > 0 && r.failed === (r.interrupted ?? 0);
   const failing = report.rules.filter((r) => r.status === "fail" && !onlyInterrupted(r)).map((r) => r.rule);
   const stopped = report.rules.filter((r) => r.status === "fail" && onlyInterrupted(r)).map((r) => r.rule);
+  // A rule none of whose checks failed but one could not conclude (CONF-7): not broken, not certified.
+  const inconclusive = report.rules.filter((r) => r.status === "inconclusive" && r.requirement === "MUST").map((r) => r.rule);
   const na = report.rules.filter((r) => r.status === "not_applicable").length;
   const passing = report.rules.filter((r) => r.status === "pass").length;
   const verdict = report.conforms
@@ -254,6 +306,7 @@ export function renderReportTable(report: Report): string {
     : `DOES NOT CONFORM: ${[
         ...(failing.length > 0 ? [`${failing.join(", ")} failed`] : []),
         ...(stopped.length > 0 ? [`${stopped.join(", ")} interrupted by ${stopped.length === 1 ? "its time limit" : "their time limits"} (no violation found; not certified)`] : []),
+        ...(inconclusive.length > 0 ? [`${inconclusive.join(", ")} inconclusive (no violation found; not certified)`] : []),
       ].join("; ")}`;
   return [
     `Dispatch-Once conformance: ${report.subject} (${meta.join(", ")})`,
@@ -274,8 +327,15 @@ export function renderReportJson(report: Report): string {
 export function renderCheckList(report: Report): string {
   return report.checks
     .map((c) => {
-      const mark = c.status === "pass" ? "✓" : c.status === "fail" ? "✗" : "-";
-      const tail = c.status === "not_applicable" ? ` (not applicable: ${c.reasonNotApplicable})` : "";
+      const mark = c.status === "pass" ? "✓" : c.status === "fail" ? "✗" : c.status === "inconclusive" ? "?" : "-";
+      const tail =
+        c.status === "not_applicable"
+          ? ` (not applicable: ${c.reasonNotApplicable})`
+          : c.status === "inconclusive"
+            ? ` (inconclusive after ${c.attempts ?? 1} attempts: no violation found; not certified)`
+            : c.attempts !== undefined
+              ? ` (passed on attempt ${c.attempts}: the earlier could not conclude)`
+              : "";
       return `${mark} ${c.rule} ${c.name}${tail}`;
     })
     .join("\n");
@@ -290,6 +350,12 @@ export function renderFailures(
   options: { replay?: (check: CheckResult) => string | undefined } = {},
 ): string {
   const parts: string[] = [];
+  for (const c of report.checks.filter((r) => r.status === "inconclusive")) {
+    // Not a violation: each attempt's reason, so the reader sees why the kit could not conclude.
+    const lines = [`? ${c.rule} ${c.name}`, "  inconclusive (no violation found; not certified):"];
+    for (const [i, reason] of (c.inconclusiveRuns ?? [c.error ?? ""]).entries()) lines.push(`    attempt ${i + 1}: ${reason.split("\n").join("\n      ")}`);
+    parts.push(lines.join("\n"));
+  }
   for (const c of report.checks.filter((r) => r.status === "fail")) {
     const cx = c.counterexample;
     // A counterexample's error message repeats the timeline printed below; keep its first line.
@@ -318,9 +384,9 @@ function indent(text: string): string {
     .join("\n");
 }
 
-const CELL: Record<CheckStatus, string> = { pass: "✅", fail: "❌", not_applicable: "n/a" };
+const CELL: Record<CheckStatus, string> = { pass: "✅", fail: "❌", inconclusive: "❔", not_applicable: "n/a" };
 
-/** A Markdown table: rules as rows, subjects as columns, ✅ / ❌ / n/a (— when a subject did not run the rule). */
+/** A Markdown table: rules as rows, subjects as columns, ✅ / ❌ / ❔ (inconclusive) / n/a (— when a subject did not run the rule). */
 export function renderComplianceMatrix(reports: Record<string, Report>): string {
   const subjects = Object.keys(reports);
   const ids = new Set<string>();

@@ -145,7 +145,11 @@ export interface LedgerCheckOptions {
   checkTimeoutMs?: number;
 }
 
-export type CheckStatus = "pass" | "fail" | "not_applicable";
+/**
+ * "inconclusive": the check could not conclude on any of its attempts (CheckInconclusive, CONF-7): no
+ * violation was found and nothing was certified. A MUST rule inconclusive does not conform.
+ */
+export type CheckStatus = "pass" | "fail" | "inconclusive" | "not_applicable";
 
 /** A shrunk failing case of a property check, replayable with `--seed S --path P`. */
 export interface Counterexample {
@@ -182,6 +186,10 @@ export interface CheckResult {
   interrupted?: true;
   /** The subject's operations that were still in flight when the check was stopped. */
   pending?: string[];
+  /** How many times the check ran, when more than once: a run that could not conclude is run again on a fresh fixture (CONF-7). */
+  attempts?: number;
+  /** Why each run that could not conclude did not (CheckInconclusive), in order: the check's final status is the last run's. */
+  inconclusiveRuns?: string[];
 }
 
 export type RuleRequirement = "MUST" | "SHOULD" | "MAY";
@@ -197,6 +205,8 @@ export interface RuleSummary {
   notApplicable: number;
   /** Of `failed`, the property checks their time limit stopped without a violation. */
   interrupted?: number;
+  /** Checks that could not conclude on any attempt (CONF-7): no violation found, not certified. */
+  inconclusive?: number;
 }
 
 export interface Report {
@@ -212,7 +222,7 @@ export interface Report {
   provider?: string;
   startedAt: string;
   finishedAt: string;
-  /** True when every MUST rule that applies passes. */
+  /** True when every MUST rule that applies passes (a failing or inconclusive one does not). */
   conforms: boolean;
   rules: RuleSummary[];
   checks: CheckResult[];

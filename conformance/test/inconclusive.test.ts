@@ -1,6 +1,26 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MemoryLedger, type Ledger } from "@dispatch-once/core";
-import { bindLedgerCheck, memoryLedgerSubject, retentionKept, retentionNotRoundedDown, runCheck, silentStoreAfterConnecting, type LedgerSubject, type StoreAddress } from "../src/ledger/index.js";
+import {
+  CheckInconclusive,
+  ConformanceFailure,
+  INCONCLUSIVE_ATTEMPTS,
+  bindLedgerCheck,
+  memoryLedgerSubject,
+  renderCheckList,
+  renderComplianceMatrix,
+  renderFailures,
+  renderReportJson,
+  renderReportTable,
+  retentionKept,
+  retentionNotRoundedDown,
+  runCheck,
+  runChecks,
+  runWithTimeLimit,
+  silentStoreAfterConnecting,
+  type Check,
+  type LedgerSubject,
+  type StoreAddress,
+} from "../src/ledger/index.js";
 import { gatedSubject, startEchoStore } from "./fixtures/gated-ledger.js";
 
 /**
@@ -30,8 +50,74 @@ function slowReadsSubject(delayMs: number, slowFixtures = Infinity): LedgerSubje
   };
 }
 
-describe("LEDGER-13 retention checks on a correct store that answers too slowly", () => {
-  it("a finished row kept for its whole retention: reads that end past the retention are inconclusive, not LEDGER-13 broken", async () => {
+/** A check whose runs throw what `outcomes` says, one a run (the last repeated), counting its runs. */
+function scripted(rule: string, outcomes: Array<"pass" | "inconclusive" | "fail">): Check & { runs: () => number } {
+  let runs = 0;
+  return {
+    rule,
+    name: `scripted ${outcomes.join(", ")}`,
+    applicable: true,
+    runs: () => runs,
+    async run() {
+      const outcome = outcomes[Math.min(runs++, outcomes.length - 1)];
+      if (outcome === "inconclusive") throw new CheckInconclusive(`run ${runs}: the store answered too slowly for this check to conclude`);
+      if (outcome === "fail") throw new ConformanceFailure(`run ${runs}: the row was gone`);
+    },
+  };
+}
+
+describe("an inconclusive check in the report (CONF-7)", () => {
+  it("is run again up to INCONCLUSIVE_ATTEMPTS times; still inconclusive, it is neither a pass nor a violation, and the subject does not conform", async () => {
+    const stuck = scripted("LEDGER-13", ["inconclusive"]);
+    const recovers = scripted("LEDGER-12", ["inconclusive", "pass"]);
+    const broken = scripted("LEDGER-19", ["fail"]);
+    const report = await runChecks([stuck, recovers, broken], { subject: "scripted" });
+    expect([stuck.runs(), recovers.runs(), broken.runs()]).toEqual([INCONCLUSIVE_ATTEMPTS, 2, 1]);
+    expect(report.checks.map((c) => [c.rule, c.status, c.attempts])).toEqual([
+      ["LEDGER-13", "inconclusive", 3],
+      ["LEDGER-12", "pass", 2],
+      ["LEDGER-19", "fail", undefined],
+    ]);
+    expect(report.checks[0]!.inconclusiveRuns).toEqual([1, 2, 3].map((n) => `run ${n}: the store answered too slowly for this check to conclude`));
+    expect(report.checks[0]!.error).toBe("inconclusive (no violation found; not certified) after 3 attempts: run 3: the store answered too slowly for this check to conclude");
+    expect(report.rules.map((r) => [r.rule, r.status, r.failed, r.inconclusive])).toEqual([
+      ["LEDGER-12", "pass", 0, undefined],
+      ["LEDGER-13", "inconclusive", 0, 1],
+      ["LEDGER-19", "fail", 1, undefined],
+    ]);
+    expect(report.conforms).toBe(false);
+    const table = renderReportTable(report);
+    expect(table).toMatch(/LEDGER-13 +MUST +INCONCLUSIVE +0 pass, 1 inconclusive /);
+    expect(table).toMatch(/DOES NOT CONFORM: LEDGER-19 failed; LEDGER-13 inconclusive \(no violation found; not certified\)$/);
+    expect(JSON.parse(renderReportJson(report)).rules[1]).toMatchObject({ rule: "LEDGER-13", status: "inconclusive", inconclusive: 1 });
+    expect(renderCheckList(report).split("\n")).toEqual([
+      "? LEDGER-13 scripted inconclusive (inconclusive after 3 attempts: no violation found; not certified)",
+      "✓ LEDGER-12 scripted inconclusive, pass (passed on attempt 2: the earlier could not conclude)",
+      "✗ LEDGER-19 scripted fail",
+    ]);
+    expect(renderFailures(report)).toMatch(/^\? LEDGER-13 scripted inconclusive\n {2}inconclusive \(no violation found; not certified\):\n {4}attempt 1: run 1: [^\n]*\n {4}attempt 2: [^\n]*\n {4}attempt 3: [^\n]*\n\n✗ LEDGER-19 scripted fail\n {2}run 1: the row was gone$/);
+    expect(renderComplianceMatrix({ scripted: report })).toMatch(/\[LEDGER-13\]\(#LEDGER-13\).* \| MUST \| ❔ \|/);
+    // Only inconclusive: the verdict names no rule as failed.
+    const alone = await runChecks([scripted("LEDGER-13", ["inconclusive"])], { subject: "scripted" });
+    expect(renderReportTable(alone)).toMatch(/DOES NOT CONFORM: LEDGER-13 inconclusive \(no violation found; not certified\)$/);
+  });
+
+  it("runWithTimeLimit (registerChecks) runs it again too, and rejects with CheckInconclusive when every run was", async () => {
+    await runWithTimeLimit(scripted("LEDGER-13", ["inconclusive", "inconclusive", "pass"]), 10_000);
+    const stuck = scripted("LEDGER-13", ["inconclusive"]);
+    const error = await runWithTimeLimit(stuck, 10_000).then(() => undefined, (e: unknown) => e);
+    expect(CheckInconclusive.isInstance(error) && !ConformanceFailure.isInstance(error)).toBe(true);
+    expect((error as Error).message).toBe("LEDGER-13 inconclusive (no violation found; not certified) after 3 attempts: run 3: the store answered too slowly for this check to conclude");
+    expect(stuck.runs()).toBe(3);
+    // A violation is never run again.
+    const broken = scripted("LEDGER-19", ["fail", "pass"]);
+    await expect(runWithTimeLimit(broken, 10_000)).rejects.toThrow("run 1: the row was gone");
+    expect(broken.runs()).toBe(1);
+  });
+});
+
+describe.concurrent("LEDGER-13 retention checks on a correct store that answers too slowly", () => {
+  it("a finished row kept for its whole retention: reads that end past the retention are inconclusive, not LEDGER-13 broken", async ({ expect }) => {
     const outcome = await bindLedgerCheck(retentionKept, slowReadsSubject(150), { seed: 7 }).run().then(
       () => "passed",
       (error: unknown) => error,
@@ -39,12 +125,12 @@ describe("LEDGER-13 retention checks on a correct store that answers too slowly"
     expect(outcome).toMatchObject({ name: "CheckInconclusive", message: expect.stringMatching(/too slowly for this check to conclude/) });
   });
 
-  it("a sub-second retention: a read the store answers after the retention ran out is inconclusive on every attempt, so not certified; a transient slowness passes on retry", async () => {
+  it("a sub-second retention: a read the store answers after the retention ran out is inconclusive on every attempt, so not certified; a transient slowness passes on retry", async ({ expect }) => {
     const persistent = await runCheck(bindLedgerCheck(retentionNotRoundedDown, slowReadsSubject(1_000), { seed: 7 }));
     expect(persistent).toMatchObject({ rule: "LEDGER-13", status: "inconclusive", attempts: 3 });
     expect(persistent.error).toMatch(/^inconclusive \(no violation found; not certified\) after 3 attempts: /);
     const transient = await runCheck(bindLedgerCheck(retentionNotRoundedDown, slowReadsSubject(1_000, 1), { seed: 7 }));
-    expect(transient).toMatchObject({ rule: "LEDGER-13", status: "pass", attempts: 2, inconclusive: [expect.stringMatching(/past the retention of 900 ms/)] });
+    expect(transient).toMatchObject({ rule: "LEDGER-13", status: "pass", attempts: 2, inconclusiveRuns: [expect.stringMatching(/past the retention of 900 ms/)] });
   });
 });
 
@@ -116,6 +202,6 @@ describe("LEDGER-12 silent-store window while the kit's process is stalled", () 
 
   it("a transient stall: inconclusive on the first attempt, then it passes on a fresh fixture", async () => {
     const result = await runCheck(bindLedgerCheck(silentStoreAfterConnecting, stalledCloseSubject(STALL_MS, 1), { seed: 7 }));
-    expect(result).toMatchObject({ rule: "LEDGER-12", status: "pass", attempts: 2, inconclusive: [expect.stringMatching(/stalled/)] });
+    expect(result).toMatchObject({ rule: "LEDGER-12", status: "pass", attempts: 2, inconclusiveRuns: [expect.stringMatching(/stalled/)] });
   });
 });

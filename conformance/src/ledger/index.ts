@@ -48,6 +48,7 @@ export {
   runChecks,
   runCheck,
   runWithTimeLimit,
+  INCONCLUSIVE_ATTEMPTS,
   summarizeRules,
   conforms,
   renderReportTable,
@@ -63,6 +64,7 @@ export {
 export { RULES, ruleInfo, compareRuleIds, type RuleInfo } from "../rules.js";
 export { ConformanceFailure, type PropertyInterruption } from "../failure.js";
 export { LevelNotInstalledError } from "../errors/level-not-installed.js";
+export { CheckInconclusive } from "../errors/check-inconclusive.js";
 
 const CAPABILITY_WORDS: Record<SubjectCapability, string> = {
   sharedAcrossProcesses: "needs sharedAcrossProcesses (one winner across instances)",

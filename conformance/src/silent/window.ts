@@ -4,8 +4,10 @@
  * every operation at once and judges which settled how, and the proxy's setup around a fixture.
  * Each level keeps its own operations and its own after-heal judgement of what is stored.
  */
+import { CheckInconclusive } from "../errors/check-inconclusive.js";
 import { ConformanceFailure, codeOf, describeError, must, show } from "../failure.js";
 import { startSilenceProxy, type SilenceProxy, type StoreAddress } from "./silence-proxy.js";
+import { startStallProbe, type StallProbe } from "./stall-probe.js";
 
 /** Fixed part of the slack past the declared bound: timer latency on a loaded host, not the adapter's time. */
 export const SILENT_STORE_SLACK_MS = 1_000;
@@ -34,6 +36,18 @@ export function checkedOperationBound(bound: unknown, rule: string): number {
 }
 
 type Outcome = { settled: false } | { settled: true; ok: true; value: unknown; ms: number } | { settled: true; ok: false; error: unknown; ms: number };
+
+/**
+ * An operation judged against its deadline on the kit's responsive time: `stalledMs` is how long
+ * the kit's own process was stalled (StallProbe) from its start to when it settled or was given up
+ * on; `waitedMs` how long the kit waited in all; `responsive` whether the kit had the whole limit
+ * of responsive time (waited - stalled) when it gave up (false: it gave up at STALLED_WAIT_FACTOR
+ * times the limit with the process stalled for most of it).
+ */
+type Judged = (Exclude<Outcome, { settled: false }> & { stalledMs: number }) | { settled: false; stalledMs: number; waitedMs: number; responsive: boolean };
+
+/** How long past the limit, in wall time, the kit waits for a stalled process to give an operation the limit's responsive time. */
+const STALLED_WAIT_FACTOR = 3;
 
 /** One operation started in the silent window. */
 export interface SilentOperation<Instance, Fixture = unknown> {
@@ -70,6 +84,40 @@ async function settleWithin(promise: Promise<unknown>, ms: number): Promise<Outc
   }
 }
 
+/**
+ * Races `promise` against `limitMs` of the kit's RESPONSIVE time: the deadline moves on by every
+ * ms the kit's own process is stalled (a starved process's timers, and the operation's own, fire
+ * late), up to STALLED_WAIT_FACTOR times the limit in wall time. An operation the kit gave up on
+ * after the whole limit of responsive time missed its deadline with the process responsive: a
+ * verdict. One it gave up on at the wall cap, or that settled past the limit by less than the
+ * stall, could not be judged (CONF-7).
+ */
+async function settleResponsive(promise: Promise<unknown>, limitMs: number, probe: StallProbe): Promise<Judged> {
+  const started = performance.now();
+  const stall0 = probe.stalledMs();
+  let judged: Judged | undefined;
+  const settledNow = (): number => probe.stalledMs() - stall0;
+  const signal = promise.then(
+    (value) => void (judged ??= { settled: true, ok: true, value, ms: performance.now() - started, stalledMs: settledNow() }),
+    (error: unknown) => void (judged ??= { settled: true, ok: false, error, ms: performance.now() - started, stalledMs: settledNow() }),
+  );
+  const capMs = limitMs * STALLED_WAIT_FACTOR;
+  for (;;) {
+    if (judged !== undefined) return judged;
+    const waitedMs = performance.now() - started;
+    const stalledMs = settledNow();
+    const responsiveLeft = limitMs - (waitedMs - stalledMs);
+    if (responsiveLeft <= 0) return { settled: false, stalledMs, waitedMs, responsive: true };
+    if (waitedMs >= capMs) return { settled: false, stalledMs, waitedMs, responsive: false };
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      await Promise.race([signal, new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(1, Math.min(responsiveLeft, capMs - waitedMs)))))]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
 /** What the window calls `close` in its problems: it runs once the operations have settled, on its own. */
 const CLOSE = "close (once the others had settled, the store still silent)";
 
@@ -91,39 +139,70 @@ function started(fn: () => Promise<unknown>): Promise<unknown> {
  * would otherwise end the waits of operations that have no bound of their own, and hide them.
  * Heals the proxy in any case and gives the ones still pending a short while to settle (so
  * destroy() does not wait on them).
+ *
+ * Bound + slack is counted on the kit's responsive time (settleResponsive): an operation late by no
+ * more than the kit's own process was stalled may have been on time, so, when nothing else broke
+ * the rule, the window is inconclusive (CheckInconclusive) rather than a violation. An adapter
+ * that blocks the event loop itself shows as such a stall too: it is never certified either, since
+ * the kit runs the check again and reports it inconclusive, not certified, when every run stalls.
  */
 export async function judgeSilentWindow<Instance extends { close(): Promise<unknown> }>(rule: SilentRule, ops: SilentOperation<Instance>[], instance: Instance, proxy: SilenceProxy, bound: number, when: string): Promise<void> {
   const limit = bound + silentStoreSlackMs(bound);
+  const probe = startStallProbe();
   const pending = ops.map((op) => started(() => op.start(instance)));
-  let outcomes: Outcome[];
+  let outcomes: Judged[];
   let closing: Promise<unknown> | undefined;
-  let closed: Outcome;
+  let closed: Judged;
   try {
-    outcomes = await Promise.all(pending.map((p) => settleWithin(p, limit)));
+    outcomes = await Promise.all(pending.map((p) => settleResponsive(p, limit, probe)));
     closing = started(() => instance.close());
-    closed = await settleWithin(closing, limit);
+    closed = await settleResponsive(closing, limit, probe);
   } finally {
     proxy.heal();
+    probe.stop();
   }
   if (closing !== undefined) pending.push(closing);
   const problems: string[] = [];
+  const unjudged: string[] = [];
+  const slack = `(the declared operationBoundMs ${bound} + ${limit - bound} ms slack)`;
+  // Missed the deadline: a violation when the kit was responsive for the whole limit, else it could not judge.
+  const late = (name: string, outcome: Judged): boolean => {
+    if (!outcome.settled) {
+      if (outcome.responsive) problems.push(`${name} did not settle within ${limit} ms ${slack}${outcome.stalledMs >= 1 ? ` of the kit's responsive time (it waited ${Math.round(outcome.waitedMs)} ms, its own process stalled for ${Math.round(outcome.stalledMs)} ms of them)` : ""}`);
+      else unjudged.push(`${name} had not settled after ${Math.round(outcome.waitedMs)} ms, but the kit's own process was stalled for ${Math.round(outcome.stalledMs)} ms of them: it never had the ${limit} ms ${slack} of responsive time to judge it by`);
+      return true;
+    }
+    if (outcome.ms <= limit) return false;
+    if (outcome.ms - limit < outcome.stalledMs) {
+      unjudged.push(`${name} settled after ${Math.round(outcome.ms)} ms, ${Math.round(outcome.ms - limit)} ms past the limit of ${limit} ms ${slack}, while the kit's own process was stalled for ${Math.round(outcome.stalledMs)} ms of that time: it may have been on time`);
+    } else {
+      problems.push(`${name} did not settle within ${limit} ms ${slack}: it settled after ${Math.round(outcome.ms)} ms, the kit's own process stalled for ${Math.round(outcome.stalledMs)} ms of them`);
+    }
+    return true;
+  };
   for (const [i, outcome] of outcomes.entries()) {
     const name = ops[i]!.name;
-    if (!outcome.settled) problems.push(`${name} did not settle within ${limit} ms (the declared operationBoundMs ${bound} + ${limit - bound} ms slack)`);
-    else if (outcome.ok && ops[i]!.mayAnswer?.(outcome.value) === true) continue;
-    else if (outcome.ok) problems.push(`${name} answered ${oneLine(show(outcome.value))} after ${Math.round(outcome.ms)} ms, though the store answered nothing: it must reject with ${rule.code}`);
-    else if (codeOf(outcome.error) !== rule.code) problems.push(`${name} rejected with ${describeError(outcome.error)} after ${Math.round(outcome.ms)} ms, expected code ${rule.code}`);
+    // What an operation answered is judged whenever it came: answering, or the wrong error, is never the kit's stall.
+    if (outcome.settled && outcome.ok && ops[i]!.mayAnswer?.(outcome.value) === true) late(name, outcome);
+    else if (outcome.settled && outcome.ok) problems.push(`${name} answered ${oneLine(show(outcome.value))} after ${Math.round(outcome.ms)} ms, though the store answered nothing: it must reject with ${rule.code}`);
+    else if (outcome.settled && codeOf(outcome.error) !== rule.code) problems.push(`${name} rejected with ${describeError(outcome.error)} after ${Math.round(outcome.ms)} ms, expected code ${rule.code}`);
+    else late(name, outcome);
   }
-  if (!closed.settled) problems.push(`${CLOSE} did not settle within ${limit} ms (the declared operationBoundMs ${bound} + ${limit - bound} ms slack)`);
-  else if (!closed.ok && codeOf(closed.error) !== rule.code) problems.push(`${CLOSE} rejected with ${describeError(closed.error)} after ${Math.round(closed.ms)} ms: it must resolve, or reject with ${rule.code}`);
+  if (closed.settled && !closed.ok && codeOf(closed.error) !== rule.code) problems.push(`${CLOSE} rejected with ${describeError(closed.error)} after ${Math.round(closed.ms)} ms: it must resolve, or reject with ${rule.code}`);
+  else late(CLOSE, closed);
   if ([...outcomes, closed].some((o) => !o.settled)) {
     await settleWithin(Promise.allSettled(pending), AFTER_HEAL_WAIT_MS);
   } else {
     // Nothing of the window is left pending: the rejections were observed, so no unhandled one remains.
     await Promise.allSettled(pending);
   }
+  const head = `with the store silent ${when} (connections open, nothing answered)`;
   if (problems.length > 0) {
-    throw new ConformanceFailure(`with the store silent ${when} (connections open, nothing answered), ${problems.length} of ${ops.length + 1} ${rule.operations} (close included) broke ${rule.rule}'s bound:\n  - ${problems.join("\n  - ")}`);
+    const also = unjudged.length > 0 ? `\n  and ${unjudged.length} the kit could not judge (its own process stalled):\n  - ${unjudged.join("\n  - ")}` : "";
+    throw new ConformanceFailure(`${head}, ${problems.length} of ${ops.length + 1} ${rule.operations} (close included) broke ${rule.rule}'s bound:\n  - ${problems.join("\n  - ")}${also}`);
+  }
+  if (unjudged.length > 0) {
+    throw new CheckInconclusive(`${head}, ${unjudged.length} of ${ops.length + 1} ${rule.operations} (close included) could not be judged against ${rule.rule}'s bound, the kit's own process being stalled (a loaded host, or a subject that blocks the event loop):\n  - ${unjudged.join("\n  - ")}`);
   }
 }
 
@@ -153,8 +232,15 @@ export async function withSilenceProxy<Instance, Fixture extends { raw: Silencea
     const via = proxy.address;
     const limit = bound + silentStoreSlackMs(bound);
     const open = async () => {
-      const outcome = await settleWithin(openVia.call(fixture.raw, via), limit);
-      if (!outcome.settled) throw new ConformanceFailure(`raw.openVia did not return within ${limit} ms: it must not wait for the store (the kit may call it while the store is silent)`);
+      const probe = startStallProbe();
+      let outcome: Judged;
+      try {
+        outcome = await settleResponsive(openVia.call(fixture.raw, via), limit, probe);
+      } finally {
+        probe.stop();
+      }
+      if (!outcome.settled && outcome.responsive) throw new ConformanceFailure(`raw.openVia did not return within ${limit} ms: it must not wait for the store (the kit may call it while the store is silent)`);
+      if (!outcome.settled) throw new CheckInconclusive(`raw.openVia had not returned after ${Math.round(outcome.waitedMs)} ms, but the kit's own process was stalled for ${Math.round(outcome.stalledMs)} ms of them: it never had ${limit} ms of responsive time to judge it by`);
       if (!outcome.ok) throw outcome.error;
       return outcome.value as Instance;
     };
