@@ -5,6 +5,7 @@ import {
   ConformanceFailure,
   INCONCLUSIVE_ATTEMPTS,
   bindLedgerCheck,
+  leaseLapsesInRealTime,
   memoryLedgerSubject,
   renderCheckList,
   renderComplianceMatrix,
@@ -131,6 +132,23 @@ describe.concurrent("LEDGER-13 retention checks on a correct store that answers 
     expect(persistent.error).toMatch(/^inconclusive \(no violation found; not certified\) after 3 attempts: /);
     const transient = await runCheck(bindLedgerCheck(retentionNotRoundedDown, slowReadsSubject(1_000, 1), { seed: 7 }));
     expect(transient).toMatchObject({ rule: "LEDGER-13", status: "pass", attempts: 2, inconclusiveRuns: [expect.stringMatching(/past the retention of 900 ms/)] });
+  });
+});
+
+describe("LEDGER-7 lease in real time on a correct store that answers too slowly", () => {
+  it("a claim meant to land inside the short lease that comes back after it is inconclusive, not LEDGER-6 broken", async () => {
+    class SlowSecondClaim extends MemoryLedger {
+      override async claim(request: Parameters<MemoryLedger["claim"]>[0]) {
+        // The store takes the claim up only once the 600 ms lease has run out.
+        if (request.owner === "owner-b") await new Promise((resolve) => setTimeout(resolve, 700));
+        return super.claim(request);
+      }
+    }
+    const outcome = await bindLedgerCheck(leaseLapsesInRealTime, memoryLedgerSubject("ledger-memory, slow claims", SlowSecondClaim), { seed: 7 }).run().then(
+      () => "passed",
+      (error: unknown) => error,
+    );
+    expect(outcome).toMatchObject({ name: "CheckInconclusive", message: expect.stringMatching(/came back \d+ ms after it began: the store answers too slowly for this check to conclude/) });
   });
 });
 

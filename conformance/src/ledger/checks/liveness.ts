@@ -7,6 +7,7 @@
  * duplicates keep claiming, in real time.
  */
 import type { LedgerEffect } from "@dispatch-once/core";
+import { CheckInconclusive } from "../../errors/check-inconclusive.js";
 import { ConformanceFailure, codeOf, describeError } from "../../failure.js";
 import { claimRequest, describeRow, mustBeClaimed, sleep, withFixture } from "../support.js";
 import { type LedgerCheckSpec, instances, lookupMust } from "./common.js";
@@ -129,7 +130,8 @@ export const liveness: LedgerCheckSpec = {
       } catch (error) {
         // Only a stall of the kit's own timers is retried; anything the ledger did is the finding.
         if (!(error instanceof KitStalled)) throw error;
-        if (attempt >= ATTEMPTS) throw new ConformanceFailure(`the kit's renewal timers were delayed past the lease in ${ATTEMPTS} attempts (the machine is overloaded): liveness could not be checked`);
+        // Not a verdict on the ledger (CONF-7): the kit runs the check again, and reports it inconclusive, never certified, if it never concludes.
+        if (attempt >= ATTEMPTS) throw new CheckInconclusive(`the kit's renewal timers were delayed past the lease in ${ATTEMPTS} attempts (the kit's own process stalled: an overloaded machine, or a subject that blocks the event loop): liveness could not be checked`);
       }
     }
   },
