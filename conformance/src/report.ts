@@ -128,7 +128,7 @@ function timeoutMessage(check: Check, outcome: Extract<Settled, { kind: "timeout
 
 /**
  * How many times a check that could not conclude (CheckInconclusive) is run in all, each on a fresh
- * fixture (a check's run() makes its own), before it is reported inconclusive (CONF-7).
+ * fixture (a check's run() makes its own), before it is reported inconclusive (CONF-5).
  */
 export const INCONCLUSIVE_ATTEMPTS = 3;
 
@@ -224,7 +224,7 @@ export async function runWithTimeLimit(check: Check, timeoutMs: number): Promise
 
 /**
  * Per-rule verdict: a rule fails when any of its checks fails (or a failing check names it in
- * `violates`); else is inconclusive when any of its checks could not conclude (CONF-7: no
+ * `violates`); else is inconclusive when any of its checks could not conclude (CONF-5: no
  * violation found, not certified); passes when at least one check ran and all passed; and is not
  * applicable when every check was excluded by the subject's capabilities.
  */
@@ -251,7 +251,7 @@ export function summarizeRules(results: readonly CheckResult[]): RuleSummary[] {
 }
 
 /**
- * Conformance (CONF-1): no MUST rule fails, and none is inconclusive (CONF-7: it was not
+ * Conformance (CONF-1): no MUST rule fails, and none is inconclusive (CONF-5: it was not
  * certified); rules excluded by capabilities do not count.
  */
 export function conforms(rules: readonly RuleSummary[]): boolean {
@@ -297,7 +297,7 @@ export function renderReportTable(report: Report): string {
   const onlyInterrupted = (r: RuleSummary) => r.failed > 0 && r.failed === (r.interrupted ?? 0);
   const failing = report.rules.filter((r) => r.status === "fail" && !onlyInterrupted(r)).map((r) => r.rule);
   const stopped = report.rules.filter((r) => r.status === "fail" && onlyInterrupted(r)).map((r) => r.rule);
-  // A rule none of whose checks failed but one could not conclude (CONF-7): not broken, not certified.
+  // A rule none of whose checks failed but one could not conclude (CONF-5): not broken, not certified.
   const inconclusive = report.rules.filter((r) => r.status === "inconclusive" && r.requirement === "MUST").map((r) => r.rule);
   const na = report.rules.filter((r) => r.status === "not_applicable").length;
   const passing = report.rules.filter((r) => r.status === "pass").length;

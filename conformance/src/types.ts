@@ -146,7 +146,7 @@ export interface LedgerCheckOptions {
 }
 
 /**
- * "inconclusive": the check could not conclude on any of its attempts (CheckInconclusive, CONF-7): no
+ * "inconclusive": the check could not conclude on any of its attempts (CheckInconclusive, CONF-5): no
  * violation was found and nothing was certified. A MUST rule inconclusive does not conform.
  */
 export type CheckStatus = "pass" | "fail" | "inconclusive" | "not_applicable";
@@ -186,7 +186,7 @@ export interface CheckResult {
   interrupted?: true;
   /** The subject's operations that were still in flight when the check was stopped. */
   pending?: string[];
-  /** How many times the check ran, when more than once: a run that could not conclude is run again on a fresh fixture (CONF-7). */
+  /** How many times the check ran, when more than once: a run that could not conclude is run again on a fresh fixture (CONF-5). */
   attempts?: number;
   /** Why each run that could not conclude did not (CheckInconclusive), in order: the check's final status is the last run's. */
   inconclusiveRuns?: string[];
@@ -205,7 +205,7 @@ export interface RuleSummary {
   notApplicable: number;
   /** Of `failed`, the property checks their time limit stopped without a violation. */
   interrupted?: number;
-  /** Checks that could not conclude on any attempt (CONF-7): no violation found, not certified. */
+  /** Checks that could not conclude on any attempt (CONF-5): no violation found, not certified. */
   inconclusive?: number;
 }
 

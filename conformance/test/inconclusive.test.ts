@@ -26,7 +26,7 @@ import { gatedSubject, startEchoStore } from "./fixtures/gated-ledger.js";
 
 /**
  * A timing check that cannot conclude (the store answers too slowly, the kit's own process is
- * stalled) says so (CheckInconclusive, CONF-7): it is run again on a fresh fixture, and when it
+ * stalled) says so (CheckInconclusive, CONF-5): it is run again on a fresh fixture, and when it
  * still cannot conclude the report says "inconclusive (no violation found; not certified)", never
  * that the adapter broke the rule and never that it passed. The subjects here are correct stores
  * made slow or stalled; no timing is asserted: the checks' own deadlines are the verdicts.
@@ -67,7 +67,7 @@ function scripted(rule: string, outcomes: Array<"pass" | "inconclusive" | "fail"
   };
 }
 
-describe("an inconclusive check in the report (CONF-7)", () => {
+describe("an inconclusive check in the report (CONF-5)", () => {
   it("is run again up to INCONCLUSIVE_ATTEMPTS times; still inconclusive, it is neither a pass nor a violation, and the subject does not conform", async () => {
     const stuck = scripted("LEDGER-13", ["inconclusive"]);
     const recovers = scripted("LEDGER-12", ["inconclusive", "pass"]);

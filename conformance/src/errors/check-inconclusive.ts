@@ -1,7 +1,7 @@
 const BRAND: unique symbol = Symbol.for("dispatch-once.conformance.check-inconclusive") as never;
 
 /**
- * Thrown by a check that could not conclude on this run (CONF-7): what it measures in real time
+ * Thrown by a check that could not conclude on this run (CONF-5): what it measures in real time
  * was spoilt by something that is not the subject's verdict, such as a store answering too slowly
  * for the reads to land inside the window the check looks at, or the kit's own process stalled
  * past an operation's deadline. It is not a ConformanceFailure: the subject was not seen breaking

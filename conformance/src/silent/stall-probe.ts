@@ -4,7 +4,7 @@
  * unavailable) and read live (a stall still going on when it is read counts already). A starved
  * process (a loaded CI runner), a long synchronous task of the kit's, and a subject that blocks the
  * event loop itself (a synchronous busy-wait inside an operation) all show here alike: the probe
- * cannot tell them apart, and the checks that read it never certify on a stalled window (CONF-7).
+ * cannot tell them apart, and the checks that read it never certify on a stalled window (CONF-5).
  */
 export interface StallProbe {
   /** Milliseconds the probe's timer was late in all since it started, the gap still open included. */

@@ -90,7 +90,7 @@ async function settleWithin(promise: Promise<unknown>, ms: number): Promise<Outc
  * late), up to STALLED_WAIT_FACTOR times the limit in wall time. An operation the kit gave up on
  * after the whole limit of responsive time missed its deadline with the process responsive: a
  * verdict. One it gave up on at the wall cap, or that settled past the limit by less than the
- * stall, could not be judged (CONF-7).
+ * stall, could not be judged (CONF-5).
  */
 async function settleResponsive(promise: Promise<unknown>, limitMs: number, probe: StallProbe): Promise<Judged> {
   const started = performance.now();

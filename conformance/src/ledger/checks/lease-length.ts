@@ -133,7 +133,7 @@ export const leaseLapsesInRealTime: LedgerCheckSpec = {
           const live = await fixture.ledger.claim(claimRequest(key, "owner-b", effect, SHORT_LEASE_MS));
           const seenAfter = performance.now() - claimedBy;
           if ((live.outcome === "claimed" || live.row.state !== "in_flight") && seenAfter >= SHORT_LEASE_MS - CLOCK_TOLERANCE_MS) {
-            // The claim that should land inside the lease came back after it (a slow store, a stalled kit): its answer says nothing (CONF-7).
+            // The claim that should land inside the lease came back after it (a slow store, a stalled kit): its answer says nothing (CONF-5).
             throw new CheckInconclusive(`${effect}: the claim meant to land inside a ${SHORT_LEASE_MS} ms lease came back ${Math.round(seenAfter)} ms after it began: the store answers too slowly for this check to conclude`);
           }
           if (live.outcome === "claimed" || live.row.state !== "in_flight") {

@@ -130,7 +130,7 @@ export const liveness: LedgerCheckSpec = {
       } catch (error) {
         // Only a stall of the kit's own timers is retried; anything the ledger did is the finding.
         if (!(error instanceof KitStalled)) throw error;
-        // Not a verdict on the ledger (CONF-7): the kit runs the check again, and reports it inconclusive, never certified, if it never concludes.
+        // Not a verdict on the ledger (CONF-5): the kit runs the check again, and reports it inconclusive, never certified, if it never concludes.
         if (attempt >= ATTEMPTS) throw new CheckInconclusive(`the kit's renewal timers were delayed past the lease in ${ATTEMPTS} attempts (the kit's own process stalled: an overloaded machine, or a subject that blocks the event loop): liveness could not be checked`);
       }
     }

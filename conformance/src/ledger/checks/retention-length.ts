@@ -22,7 +22,7 @@ const TERMINAL = ["completed", "failed", "unknown"] as const;
 /**
  * Runs the reads a check makes inside a retention counted from `since` (when the rows finished).
  * They mean something only if they happen inside it: reads that end past it (the store answers too
- * slowly, the kit's process stalled) cannot conclude (CheckInconclusive, CONF-7), and neither can a
+ * slowly, the kit's process stalled) cannot conclude (CheckInconclusive, CONF-5), and neither can a
  * finding one of them made by then, since the retention running out explains it. A finding made
  * inside the retention is the verdict, as before.
  */
