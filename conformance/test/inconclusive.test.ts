@@ -195,7 +195,7 @@ function stalledCloseSubject(stallMs: number, stalledFixtures = Infinity): Ledge
                   setTimeout(() => {
                     busyWait(stallMs);
                     // The close itself answers a few ms after the stall: the kit's overdue deadline fires first.
-                    setTimeout(() => ledger.close().then(resolve, reject), 20);
+                    setTimeout(() => void ledger.close().then(resolve, reject), 20);
                   }, 10);
                 }),
             });
