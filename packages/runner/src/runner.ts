@@ -1549,33 +1549,52 @@ class StreamIdle extends Error {
 /**
  * Races each wait of an attempt's stream (the response, every next event) against the idle bound
  * (STREAM-16). The losing wait is left behind, never awaited: a read pending when the request is
- * aborted may never settle (Node 20's fetch), and its late rejection is swallowed here.
+ * aborted may never settle (Node 20's fetch), and its late rejection is handled here (the
+ * rejection handler given to its `then`).
+ *
+ * One timer per attempt, re-armed (`refresh`) at each wait, not one per stream event: the demo's
+ * streams are about 30 events a turn and side, and a timer, two closures and a promise per event
+ * were a few percent of what a side thread allocated. A wait settled before the timer fires hands
+ * its value over through `settle`; the timer, when it fires, rejects the wait pending then (there
+ * is always one: between two waits the runner does not yield to timers).
  */
 class IdleBound {
   private timer: ReturnType<typeof setTimeout> | undefined;
+  private resolvePending: ((value: unknown) => void) | undefined;
+  private rejectPending: ((error: unknown) => void) | undefined;
+  private readonly onValue = (value: unknown): void => {
+    const resolve = this.resolvePending;
+    this.resolvePending = this.rejectPending = undefined;
+    resolve?.(value);
+  };
+  private readonly onError = (error: unknown): void => {
+    const reject = this.rejectPending;
+    this.resolvePending = this.rejectPending = undefined;
+    reject?.(error);
+  };
+  private readonly expire = (): void => {
+    // A wait that settled already was handed over; a late expiry with none pending does nothing.
+    this.onError(new StreamIdle(this.ms));
+  };
   constructor(private readonly ms: number) {}
 
   race<T>(wait: Promise<T>): Promise<T> {
     if (this.ms === Infinity) return wait;
-    wait.catch(() => undefined);
-    return new Promise<T>((resolve, reject) => {
-      this.timer = setTimeout(() => reject(new StreamIdle(this.ms)), this.ms);
-      wait.then(
-        (value) => {
-          this.clear();
-          resolve(value);
-        },
-        (error: unknown) => {
-          this.clear();
-          reject(error);
-        },
-      );
+    const raced = new Promise<T>((resolve, reject) => {
+      this.resolvePending = resolve as (value: unknown) => void;
+      this.rejectPending = reject;
     });
+    if (this.timer === undefined) this.timer = setTimeout(this.expire, this.ms);
+    else this.timer.refresh();
+    // Settles `raced` unless the timer did first; its rejection is handled either way.
+    wait.then(this.onValue, this.onError);
+    return raced;
   }
 
   clear(): void {
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = undefined;
+    this.resolvePending = this.rejectPending = undefined;
   }
 }
 

@@ -147,6 +147,48 @@ describe("STREAM-16 the runner bounds the wait for each next event (toy provider
     expect(idleTimers.filter((t) => !clearedTimers.has(t))).toEqual([]);
   });
 
+  it("STREAM-16 one idle timer per attempt, re-armed at each wait (not one per stream event)", async () => {
+    // A bound no other timer of the test uses, to tell the runner's idle timers apart.
+    const BOUND = 123_459;
+    const set = vi.spyOn(globalThis, "setTimeout");
+    const w = world(retryScript, false, { runner: { streamIdleTimeoutMs: BOUND } });
+    const result = await w.runner.send("conv-one-timer", { id: "m1", content: "pay acme" });
+    const attempts = result.turns.reduce((n, t) => n + t.attempts, 0);
+    expect(attempts).toBe(2);
+    expect(set.mock.calls.filter((c) => c[1] === BOUND)).toHaveLength(attempts);
+  });
+
+  it("STREAM-16 the bound is per wait: a stream that takes longer than the bound in all, each event sooner than it, is read to its end", async () => {
+    // Each gap's timer is set after the bound's re-arming and is shorter, so it always fires first:
+    // the order does not depend on the host's speed.
+    const GAP = 100;
+    const w = world(retryScript, false, { runner: { streamIdleTimeoutMs: 250 } });
+    const original = w.provider.open.bind(w.provider) as Open;
+    let request = 0;
+    let slowEvents = 0;
+    const open: Open = async (input, options) => {
+      request += 1;
+      const stream = await original(input, options);
+      if (request > 1) return stream;
+      return {
+        async *[Symbol.asyncIterator]() {
+          for await (const event of stream) {
+            await new Promise((resolve) => setTimeout(resolve, GAP));
+            slowEvents += 1;
+            yield event;
+          }
+        },
+      };
+    };
+    w.provider.open = open;
+    const result = await w.runner.send("conv-slow", { id: "m1", content: "pay acme" });
+    // The first request's events (the call and the end) came GAP ms apart: longer than the bound in all.
+    expect(slowEvents * GAP).toBeGreaterThanOrEqual(2 * 250);
+    expect(result.turns.map((t) => t.attempts)).toEqual([1, 1]);
+    expect(w.events.filter((e) => e.type === "stream_failed")).toEqual([]);
+    expect(w.performed).toHaveLength(1);
+  });
+
   it("STREAM-16 a bound that is not a positive number of ms (or Infinity) is refused with InvalidArgumentError", () => {
     const { provider, dispatcher, store } = world(retryScript);
     for (const bad of [0, -5, Number.NaN, 2 ** 31, "300", null]) {
