@@ -53,6 +53,21 @@ describe("the canonical text of a request body", () => {
     );
   });
 
+  it("orders the keys of objects small and large as the reference does (a few are sorted in place, more by the default sort)", () => {
+    fc.assert(
+      fc.property(fc.dictionary(key, fc.integer(), { minKeys: 0, maxKeys: 40 }), (record) => {
+        expect(stableStringify(record)).toBe(referenceStable(record));
+        expect(stableStringify({ outer: record, list: [record] })).toBe(referenceStable({ outer: record, list: [record] }));
+      }),
+      { numRuns: 300 },
+    );
+    // Either side of the in-place sort's limit, in reverse UTF-16 order.
+    for (const size of [15, 16, 17, 33]) {
+      const record = Object.fromEntries(Array.from({ length: size }, (_, i) => [String.fromCharCode(0xffff - i * 997), i]));
+      expect(stableStringify(record)).toBe(referenceStable(record));
+    }
+  });
+
   it("keeps the reference's answers for values JSON text cannot carry", () => {
     const sparse: unknown[] = [1];
     sparse[3] = 4;
