@@ -375,12 +375,14 @@ class FaultDirector {
       .catch((error: unknown) => this.anomalies.push(`cut of ${attemptKey} failed: ${String(error)}`));
   }
 
+  // Called for every runner event, text deltas included: a key is built only for the event types
+  // that look one up, and only while a cut or a stall waits for its trigger.
   readonly onEvent = (event: RunnerEvent): void => {
-    const turnKey = `${event.conversationId}|${event.turnIndex}`;
     if (event.type === "attempt_started") {
       this.bind(event.conversationId, event.messageId, event.turnIndex);
     } else if (event.type === "call_complete" || event.type === "call_resolved") {
-      const attemptKey = `${turnKey}|${event.attempt}`;
+      if (this.cuts.size === 0 && this.stalls.size === 0) return;
+      const attemptKey = `${event.conversationId}|${event.turnIndex}|${event.attempt}`;
       const cutPlan = this.cuts.get(attemptKey);
       if (cutPlan !== undefined && cutPlan.trigger === event.type) {
         this.cuts.delete(attemptKey);
@@ -392,6 +394,7 @@ class FaultDirector {
         stall.report(stall.requestNumber);
       }
     } else if (event.type === "stream_failed") {
+      const turnKey = `${event.conversationId}|${event.turnIndex}`;
       this.streamFailures++;
       this.byPosition[event.position]++;
       const planned = this.turns.get(turnKey)?.failure;
