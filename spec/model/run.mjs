@@ -904,8 +904,30 @@ function timeline(trace) {
   return { rows, violation };
 }
 
+/**
+ * The working directories of the checks under way. A run that is stopped (CI's exit trap sends
+ * SIGTERM when a test fails first) removes them: a check's files are kept only when it ended
+ * not ok, to be read; one cut short has nothing to read.
+ */
+const live = new Set();
+for (const signal of ["SIGTERM", "SIGINT"]) {
+  process.once(signal, () => {
+    for (const dir of live) rmSync(dir, { recursive: true, force: true });
+    process.exit(signal === "SIGTERM" ? 143 : 130);
+  });
+}
+
 async function check(c) {
   const dir = mkdtempSync(join(tmpdir(), `dispatch-once-model-${c.name}-`));
+  live.add(dir);
+  try {
+    return await checkIn(c, dir);
+  } finally {
+    live.delete(dir);
+  }
+}
+
+async function checkIn(c, dir) {
   for (const f of readdirSync(HERE).filter((f) => f.endsWith(".pml"))) copyFileSync(join(HERE, f), join(dir, f));
   const flags = defineFlags(c.defines);
   const started = Date.now();
