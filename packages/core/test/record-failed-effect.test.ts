@@ -1,12 +1,15 @@
 // A run whose tool returned a result has made its effect, whatever becomes of the write that
-// records it (ERR-4, DISPATCH-10). The ledger_unavailable raised when that write is given up
-// must say so, as DISPATCH-8's stale_claim does, so that the app, the runner's record and the
-// run's span (OTEL-5) tell one story: "happened". Before, it read "possibly" and a re-send "can help".
+// records it (ERR-4, DISPATCH-10). Whatever that write meets (the store out of reach, a refusal,
+// a row this version cannot read: ledger_corrupt, or a foreign error: a driver bug, a TypeError in
+// an adapter), the error raised must say so, as DISPATCH-8's stale_claim does, so that the app, the
+// runner's record and the run's span (OTEL-5) tell one story: "happened", and no surface offers a
+// re-send. Before, it read "possibly" and a re-send "can help".
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import {
   Dispatcher,
   InvalidLedgerInputError,
+  LedgerCorruptError,
   LedgerUnavailableError,
   MemoryLedger,
   ToolError,
@@ -21,25 +24,43 @@ import { unavailable } from "./helpers.js";
 const turn0 = { conversationId: "conv_record_effect", turnIndex: 0 };
 
 type Ending = "result" | "too_large" | "declined" | "hang_up";
-type Down = "out_of_reach" | "refused_in_transaction" | "lookup_fails_after_lost_reply";
+/** What the record's write meets. `lookup_*_after_lost_reply`: its first copy lands and its reply is lost, a re-send is refused (the row left flight), and reading the row back fails so. */
+type Down =
+  | "out_of_reach"
+  | "refused_in_transaction"
+  | "corrupt"
+  | "foreign"
+  | "lookup_fails_after_lost_reply"
+  | "lookup_corrupt_after_lost_reply"
+  | "lookup_foreign_after_lost_reply";
+
+const corrupt = () => new LedgerCorruptError("k", 'the row holds a state this version did not write: "archived"');
+const foreign = () => new TypeError("Cannot read properties of undefined (reading 'rowCount')");
+const LOOKUP_FAULT: Partial<Record<Down, () => Error>> = {
+  lookup_fails_after_lost_reply: unavailable,
+  lookup_corrupt_after_lost_reply: corrupt,
+  lookup_foreign_after_lost_reply: foreign,
+};
 
 function world(ending: Ending, down: Down) {
   const base = new MemoryLedger({ maxResultBytes: 64 });
   const write = ending === "result" ? "complete" : ending === "hang_up" ? "markUnknown" : "fail";
   let first = true;
+  const lookupFault = LOOKUP_FAULT[down];
   const ledger: Ledger = Object.assign(Object.create(base) as Ledger, {
     capabilities: base.capabilities,
     [write]: async (...args: unknown[]) => {
       if (down === "refused_in_transaction") throw new InvalidLedgerInputError("pool", "the connection is inside a transaction");
       if (down === "out_of_reach") throw unavailable();
-      // The first copy lands and its reply is lost; the re-send is refused and the row cannot be read.
+      if (down === "corrupt") throw corrupt();
+      if (down === "foreign") throw foreign();
+      await (base[write] as (...a: unknown[]) => Promise<unknown>).apply(base, args);
       if (first) {
         first = false;
-        await (base[write] as (...a: unknown[]) => Promise<unknown>).apply(base, args);
+        throw unavailable();
       }
-      throw unavailable();
     },
-    ...(down === "lookup_fails_after_lost_reply" ? { lookup: () => Promise.reject(unavailable()) } : {}),
+    ...(lookupFault !== undefined ? { lookup: () => Promise.reject(lookupFault()) } : {}),
   });
   const payments: string[] = [];
   const tool = defineTool({
@@ -58,6 +79,13 @@ function world(ending: Ending, down: Down) {
   return { dispatcher, payments, events };
 }
 
+async function dispatchOnce(w: ReturnType<typeof world>): Promise<unknown> {
+  return w.dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 5 } }).then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+}
+
 const cases: [Ending, Down, "yes" | "possibly"][] = [
   ["result", "out_of_reach", "yes"],
   ["result", "refused_in_transaction", "yes"],
@@ -71,10 +99,7 @@ const cases: [Ending, Down, "yes" | "possibly"][] = [
 describe("ERR-4 DISPATCH-10 the error of a record given up after the tool ran says what the run knows of the effect", () => {
   it.each(cases)("tool ends %s, the record's write %s: ledger_unavailable, effect %s", async (ending, down, effect) => {
     const w = world(ending, down);
-    const error = await w.dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 5 } }).then(
-      () => undefined,
-      (e: unknown) => e,
-    );
+    const error = await dispatchOnce(w);
     const said = w.events.find((e) => e.type === "record_failed");
     console.log(`${ending}/${down}: payments ${w.payments.length}; ${(error as { code?: string }).code} effectOf=${effectOf(error)} retryableOf=${retryableOf(error)}; record_failed effect ${said?.type === "record_failed" ? said.effect : "-"}`);
     expect(LedgerUnavailableError.isInstance(error)).toBe(true);
@@ -125,5 +150,46 @@ describe("DISPATCH-8 a result that cannot be stored, whose claim an operator set
     expect(effectOf(error)).toBe("yes");
     expect(retryableOf(error)).toBe("no");
     expect(events.find((e) => e.type === "record_failed")).toMatchObject({ write: "fail", effect: "happened" });
+  });
+});
+
+const happenedCases: [Ending, Down, "ledger_corrupt" | "ledger_unavailable"][] = [
+  ["result", "corrupt", "ledger_corrupt"],
+  ["result", "foreign", "ledger_unavailable"],
+  ["result", "lookup_corrupt_after_lost_reply", "ledger_corrupt"],
+  ["result", "lookup_foreign_after_lost_reply", "ledger_unavailable"],
+  // A result_not_storable's fail-closed write meeting the same errors (LEDGER-10).
+  ["too_large", "corrupt", "ledger_corrupt"],
+  ["too_large", "foreign", "ledger_unavailable"],
+  ["too_large", "lookup_corrupt_after_lost_reply", "ledger_corrupt"],
+];
+
+describe("DISPATCH-10 ERR-4 a record lost after the run returned its result, to an unreadable row or a foreign error, says the effect happened", () => {
+  it.each(happenedCases)("tool ends %s, the record meets %s: %s with effectHappened, effect yes, not retryable", async (ending, down, code) => {
+    const w = world(ending, down);
+    const error = await dispatchOnce(w);
+    const said = w.events.find((e) => e.type === "record_failed");
+    console.log(`${ending}/${down}: payments ${w.payments.length}; ${(error as { code?: string }).code ?? String(error)} effectOf=${effectOf(error)} retryableOf=${retryableOf(error)} effectHappened=${String((error as { effectHappened?: unknown }).effectHappened)}`);
+    expect(w.payments).toHaveLength(1);
+    expect(error).toMatchObject({ code, effectHappened: true, key: expect.any(String) });
+    expect(effectOf(error)).toBe("yes");
+    expect(retryableOf(error)).toBe("no");
+    expect(said).toMatchObject({ type: "record_failed", effect: "happened" });
+    // Told under the call's key, which the runner lists it under (RECORD-2).
+    expect((error as { key: string }).key).toBe(said?.key);
+    if (down === "lookup_foreign_after_lost_reply" || down === "foreign") {
+      // The foreign error is kept as the cause, for whoever debugs the adapter.
+      expect((error as LedgerUnavailableError).cause).toBeInstanceOf(TypeError);
+    }
+  });
+
+  it.each(["corrupt", "foreign"] as const)("a declined payment whose failure record meets %s says nothing more than before: effect possibly", async (down) => {
+    const w = world("declined", down);
+    const error = await dispatchOnce(w);
+    expect(w.payments).toHaveLength(0);
+    expect((error as { effectHappened?: unknown }).effectHappened).toBeUndefined();
+    expect(effectOf(error)).toBe("possibly");
+    if (down === "corrupt") expect(error).toMatchObject({ code: "ledger_corrupt" });
+    else expect(error).toBeInstanceOf(TypeError);
   });
 });
