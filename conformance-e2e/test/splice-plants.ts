@@ -1,4 +1,6 @@
-import type { CallPhases, CallState, StreamProvider } from "@dispatch-once/runner";
+import { AsyncLocalStorage } from "node:async_hooks";
+import type { ConversationStore } from "@dispatch-once/core";
+import { type CallPhases, type CallState, type StreamProvider } from "@dispatch-once/runner";
 import type { KitRunner } from "../src/provider.js";
 
 /**
@@ -121,6 +123,77 @@ export function spliceChecksOnFirstTurnOnly(runner: KitRunner): KitRunner {
     return apply(accumulator, event);
   };
   return runner;
+}
+
+/**
+ * A stream side that skips its splice checks on a RE-ASK only: a new message sent to a
+ * conversation whose last message ended failed (spec TURN-12: it is bound at the failed turn's
+ * index, the runner's turn is resumed; "that failed, try again"). On every request of such a
+ * send, each accumulator forgets, before each event, everything the three splice checks read
+ * (STREAM-8's second start, STREAM-17's position type, STREAM-10's names), as
+ * `spliceChecksOnFirstTurnOnly` does on follow-ups. The stream side cannot tell a re-ask from its
+ * input (the failed message's words are not in it), so the plant reads it where the runner knows
+ * it, around `send`: shared by every runner of one search (`reaskPlant()` makes one), a send of a
+ * message id its conversation has not sent before is a re-ask when the store says the message
+ * sent before it ended failed (every later send of its id too). A re-send of the failed message's
+ * own id is a retry, not a re-ask: its checks stay. The level drew no splice into a
+ * re-ask before MessagePlan `reaskSplice`, so it could not tell this side from a sound one.
+ */
+export function reaskPlant(): { runner: (runner: KitRunner) => KitRunner; reasks: () => number } {
+  // By case and conversation: a case's conversation and message ids are the next case's too, so the
+  // key is the case's account, which the kit's words for a message begin with (world.ts contentOf).
+  const sent = new Map<string, string[]>();
+  const reaskIds = new Set<string>();
+  const inSend = new AsyncLocalStorage<boolean>();
+  let reasks = 0;
+  const runner = (kit: KitRunner): KitRunner => {
+    const side = (kit as unknown as { provider: Side }).provider;
+    const { open, apply } = { open: side.open.bind(side), apply: side.apply.bind(side) };
+    // Set as each event is handed on, read by the apply that folds it (the runner folds each event as it arrives).
+    let inReask = false;
+    side.open = async (input, options) => {
+      const stream = await open(input, options);
+      const reask = inSend.getStore() === true;
+      return {
+        async *[Symbol.asyncIterator]() {
+          for await (const event of stream) {
+            inReask = reask;
+            yield event;
+          }
+        },
+      };
+    };
+    side.apply = (accumulator, event) => {
+      if (inReask) {
+        const a = accumulator as unknown as Forgetful;
+        const e = event as SeenEvent;
+        forgetSecondStart(a, e);
+        forgetPositionType(a, e);
+        forgetHeldItemName(a, e);
+      }
+      return apply(accumulator, event);
+    };
+    const store = (kit as unknown as { options: { store: ConversationStore } }).options.store;
+    const send = kit.send.bind(kit);
+    kit.send = async (conversationId, message) => {
+      const conversation = `${message.content.split(" ")[0]} ${conversationId}`;
+      let ids = sent.get(conversation);
+      if (ids === undefined) sent.set(conversation, (ids = []));
+      const id = `${conversation}\n${message.id}`;
+      if (!ids.includes(message.id)) {
+        const before = ids[ids.length - 1];
+        ids.push(message.id);
+        if (before !== undefined && (await store.message(conversationId, before))?.state === "failed") {
+          reaskIds.add(id);
+          reasks++;
+        }
+      }
+      // Every send of a re-ask's id (its re-sends, a redelivery) is the re-ask's.
+      return inSend.run(reaskIds.has(id), () => send(conversationId, message));
+    };
+    return kit;
+  };
+  return { runner, reasks: () => reasks };
 }
 
 function namesOf(item: Record<string, unknown>, keys: string[]): Record<string, string> {
