@@ -194,6 +194,17 @@ export interface MessagePlan {
    * the splices (`followUpSplices` in scenarioArbitrary).
    */
   followUpSplice?: SplicePlan;
+  /**
+   * A proxy's splice into the first-turn request of this message's RE-ASK (`reask`: the new
+   * message with the same request after the message failed, TURN-12; its first turn is the whole
+   * request asked again, or the follow-up's calls when the loop failed there). SplicePlan, its
+   * `attempt` counting the re-ask's requests (drawn as 1: a re-ask's requests carry no planned
+   * cut) and `afterCall` the re-ask's first-turn calls; the spliced response is the model's answer
+   * to the re-ask sent again (its own calls: the re-ask's re-runs repeat it). Only on a message
+   * that re-asks and is sent alone. Drawn after the follow-up's splices (`reaskSplices` in
+   * scenarioArbitrary).
+   */
+  reaskSplice?: SplicePlan;
 }
 
 export interface ConversationPlan {
@@ -285,6 +296,35 @@ function withFollowUpSplice(plan: MessagePlan, splice: SplicePlan | undefined): 
   if (plan.death?.when === "after_release" || plan.releaseRerunDeath !== undefined) return plan;
   return { ...plan, followUpSplice: splice };
 }
+
+/**
+ * A splice into a re-ask's first-turn request where it leaves the message's other plans as they
+ * were drawn, as withSplice: only on a message that re-asks, not on the release deaths (whose
+ * worker dies right after a release; a re-ask after them meets the released row).
+ */
+function withReaskSplice(plan: MessagePlan, splice: SplicePlan | undefined): MessagePlan {
+  if (splice === undefined || !plan.reask || plan.calls.length === 0) return plan;
+  if (plan.death?.when === "after_release" || plan.releaseRerunDeath !== undefined) return plan;
+  return { ...plan, reaskSplice: splice };
+}
+
+/**
+ * Half the message slots (a re-ask comes only after a message failed, one in a dozen): a proxy's
+ * splice into the re-ask's first request (MessagePlan `reaskSplice`), of the three shapes alike,
+ * mostly right after the first call. Each costs one failed attempt of the re-ask and its retry.
+ */
+const reaskSpliceArbitrary: fc.Arbitrary<SplicePlan | undefined> = fc.oneof(
+  { weight: 1, arbitrary: fc.constant(undefined) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      attempt: fc.constant<SplicePlan["attempt"]>(1),
+      afterCall: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 2 }) }),
+      shape: fc.constantFrom<SplicePlan["shape"]>("restart", "headless", "headless_bare"),
+      reorder: fc.boolean(),
+    }),
+  },
+);
 
 /**
  * Mostly none (one message slot in four): a proxy's splice (SplicePlan). Each costs one failed
@@ -565,6 +605,7 @@ function calm(conversation: ConversationPlan): ConversationPlan {
       delete plan.followUpDivergence;
       delete plan.splice;
       delete plan.followUpSplice;
+      delete plan.reaskSplice;
       return plan;
     }),
   };
@@ -690,8 +731,11 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
         ),
         { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES },
       ),
+      // After those, for the same reason: a splice into a re-ask's first request (MessagePlan
+      // `reaskSplice`): the splices above fall on a message's own requests only.
+      reaskSplices: fc.array(reaskSpliceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
     })
-    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices: drawnSplices, bareSplices, followUpSplices }) => {
+    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices: drawnSplices, bareSplices, followUpSplices, reaskSplices }) => {
       const splices = drawnSplices.map((s, i): SplicePlan | undefined => (s !== undefined && s.shape === "headless" && bareSplices[i] === true ? { ...s, shape: "headless_bare" } : s));
       let slot = 0;
       const diverging = conversations.map((c) => ({
@@ -703,6 +747,7 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           const reused = reuses[slot] === true;
           const splice = splices[slot];
           const loopSplice = followUpSplices[slot];
+          const reaskSplice = reaskSplices[slot];
           const drawn = followUpDivergences[slot++];
           // An omission falls on the follow-up call a worker dies on, when one does: the take-over's
           // re-run then leaves the dead worker's row unanswered (the case it exists for, RECORD-8).
@@ -724,14 +769,22 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           // Only a divergence that changes the response is kept (a shrunk scenario shows no inert one).
           if (d !== undefined && divergedCalls(plan) === undefined) delete plan.rerunDivergence;
           const death = releaseDeath ? releaseDeathOf(plan) : undefined;
-          if (death !== undefined) return withFollowUpSplice(withSplice({ ...plan, death }, splice), loopSplice);
+          if (death !== undefined) return withReaskSplice(withFollowUpSplice(withSplice({ ...plan, death }, splice), loopSplice), reaskSplice);
           const twice = rerunDeath !== undefined ? releaseRerunDeathOf(plan) : undefined;
-          return withFollowUpSplice(withSplice(twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath }, splice), loopSplice);
+          return withReaskSplice(withFollowUpSplice(withSplice(twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath }, splice), loopSplice), reaskSplice);
         }),
       }));
-      // A reused id only on a message sent alone (a group of two sends at once, TURN-9).
+      // A reused id only on a message sent alone (a group of two sends at once, TURN-9); a re-ask
+      // too (case.ts asks again only for a message sent alone), so no re-ask splice on the others.
       for (const c of diverging) {
-        for (const group of sendGroups(c)) if (group.length > 1) for (const m of group) delete m.reusedId;
+        for (const group of sendGroups(c)) {
+          if (group.length > 1) {
+            for (const m of group) {
+              delete m.reusedId;
+              delete m.reaskSplice;
+            }
+          }
+        }
       }
       return {
         conversations: quiet ? diverging.map(calm) : diverging,

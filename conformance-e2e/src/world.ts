@@ -731,9 +731,14 @@ export function programProvider(world: World, scenario: Scenario, account: strin
   for (const conversation of scenario.conversations) {
     for (const message of conversation.messages) {
       const text = contentOf(account, message.text);
-      // The message's own first turn only: a re-ask is another request, asked as planned.
       // By step: the first turn's request, then the tool loop's follow-up request.
       if (message.splice !== undefined || message.followUpSplice !== undefined) splices.set(text, [message.splice, message.followUpSplice]);
+      // A re-ask is another request: its own splice, into its first turn's request (whichever
+      // re-ask is sent: the whole request, or the rest of a loop that failed in its follow-up).
+      if (message.reaskSplice !== undefined) {
+        splices.set(text + REASK_SUFFIX, [message.reaskSplice]);
+        splices.set(text + REASK_REST_SUFFIX, [message.reaskSplice]);
+      }
       // A follow-up is the tool loop's next response: made once the first calls' results are back.
       plans.set(text, message.followUp !== undefined && message.followUp.length > 0 ? [message.calls, message.followUp] : [message.calls]);
       // Asked again whole (the first turn failed), or for the follow-up's calls (it failed there).
@@ -774,6 +779,8 @@ export function programProvider(world: World, scenario: Scenario, account: strin
       ctx.diagnostics.splices = (ctx.diagnostics.splices ?? 0) + 1;
       ctx.diagnostics[`splices_${plan.shape}`] = (ctx.diagnostics[`splices_${plan.shape}`] ?? 0) + 1;
       if (step > 0) ctx.diagnostics.follow_up_splices = (ctx.diagnostics.follow_up_splices ?? 0) + 1;
+      const reask = text.endsWith(REASK_SUFFIX) || text.endsWith(REASK_REST_SUFFIX);
+      if (reask) ctx.diagnostics.reask_splices = (ctx.diagnostics.reask_splices ?? 0) + 1;
       const shape =
         plan.shape === "restart"
           ? "with its own start (STREAM-8)"
@@ -783,7 +790,7 @@ export function programProvider(world: World, scenario: Scenario, account: strin
       ctx.timeline.push({
         at: Date.now() - ctx.started,
         who: "proxy",
-        what: `splices into ${step > 0 ? "follow-up " : ""}request ${attempt} of ${JSON.stringify(text)}, after its call ${afterCall} completed, the response to the request sent again ${shape}: ${calls.length === 0 ? "text alone" : calls.map((c) => c.tool).join(", ")}`,
+        what: `splices into ${step > 0 ? "follow-up " : reask ? "re-ask " : ""}request ${attempt} of ${JSON.stringify(text)}, after its call ${afterCall} completed, the response to the request sent again ${shape}: ${calls.length === 0 ? "text alone" : calls.map((c) => c.tool).join(", ")}`,
       });
     },
   );

@@ -11,9 +11,10 @@ import { scenarioArbitrary, type Scenario } from "../src/scenario.js";
  * shrinking path, is what it was before the field came. The hashes are of scenarios the
  * arbitrary of before (commit 3e1465f) drew; a scenario drawn now, its splices taken out, must
  * hash the same. A new draw put before an existing one (or a splice that changed another field)
- * fails here. The draws after the splices (`bareSplices`, `followUpSplices`) are taken out too:
- * the whole scenarios below, each bare splice read as headless and without the follow-up's
- * splices, are the ones drawn before them.
+ * fails here. The draws after the splices (`bareSplices`, `followUpSplices`, `reaskSplices`) are
+ * taken out too: the whole scenarios below, each bare splice read as headless and without the
+ * follow-up's and the re-asks' splices, are the ones drawn before them; and the whole scenarios
+ * without the re-asks' splices are the ones drawn before those (commit 2394294).
  */
 const BEFORE: Record<number, string[]> = {
   5: ["e1684767f2897c40", "b6734d32a43f80cb", "932cd85b9afab53a", "857b06cbfd1b4e4d", "773800e8cbd933e2", "e363229729e7aad1"],
@@ -46,6 +47,39 @@ const PATHS_WITH_SPLICES_BEFORE_BARE: Record<string, string> = {
   "4 102": "31f3e66a59852a89",
 };
 
+/**
+ * The same scenarios whole, every splice included, as the arbitrary of before the re-asks' splices
+ * (commit 2394294) drew them: `reaskSplices`, drawn after every other field, only adds
+ * `reaskSplice`, so a scenario drawn now without it must hash the same.
+ */
+const WITH_SPLICES_BEFORE_REASK: Record<number, string[]> = {
+  5: ["e1684767f2897c40", "b6734d32a43f80cb", "932cd85b9afab53a", "857b06cbfd1b4e4d", "8a3bb2c3cdade1d9", "1534ff89a34e57a4"],
+  777: ["c4be6378ba967061", "f6475026bef68a4a", "ce5c3bff63265f22", "a78b770a69686995", "3db31b4d7cf9dc47", "da71fffe8dfef38d"],
+  20261129: ["62ef4996a2a7c6c1", "f5000e0407d69c89", "04e0dd854b2caabc", "b95cccfcd6b0b8f1", "17e93980d4af8d92", "c2800569d4a5414e"],
+  20261201: ["8a523dee8fde5e6d", "0ae4b46943b3be79", "97f0f57f566c1bbc", "61d99d0255ff1295", "e87e0aab1aa1d397", "d0e22707bec6f938"],
+};
+const PATHS_WITH_SPLICES_BEFORE_REASK: Record<string, string> = {
+  "1394139834 149:4:0:0:0:0:0:0:0:0:0:0:0:135:2:2:6:6:6:6:6:6:6:6:6:6:6:6:7:6:7:7:7:7:7:7": "bd71b22c09ec0426",
+  "5 11:26:0": "fa3af9fbded5fd0a",
+  "4 102": "228bf19a5c3aad7d",
+};
+
+function withoutReaskSplices(scenario: Scenario): Scenario {
+  return {
+    ...scenario,
+    conversations: scenario.conversations.map((c) => ({
+      ...c,
+      messages: c.messages.map((m) => {
+        const plan = { ...m };
+        delete plan.reaskSplice;
+        return plan;
+      }),
+    })),
+  };
+}
+
+const beforeReaskHash = (scenario: Scenario) => createHash("sha256").update(JSON.stringify(withoutReaskSplices(scenario))).digest("hex").slice(0, 16);
+
 /** A scenario with each bare splice read as the headless one it was drawn as. */
 function unbare(scenario: Scenario): Scenario {
   return {
@@ -53,9 +87,11 @@ function unbare(scenario: Scenario): Scenario {
     conversations: scenario.conversations.map((c) => ({
       ...c,
       messages: c.messages.map((m) => {
-        // The follow-up's splices are drawn after these (`followUpSplices`): not in the scenarios of before.
+        // The follow-up's and the re-asks' splices are drawn after these (`followUpSplices`,
+        // `reaskSplices`): not in the scenarios of before.
         const plan = { ...m };
         delete plan.followUpSplice;
+        delete plan.reaskSplice;
         return plan.splice?.shape === "headless_bare" ? { ...plan, splice: { ...plan.splice, shape: "headless" as const } } : plan;
       }),
     })),
@@ -73,6 +109,7 @@ function withoutSplices(scenario: Scenario): Scenario {
         const plan = { ...m };
         delete plan.splice;
         delete plan.followUpSplice;
+        delete plan.reaskSplice;
         return plan;
       }),
     })),
@@ -115,5 +152,23 @@ describe("splices are drawn last: every earlier draw of a seed stays", () => {
     const messages = drawn.flatMap((s) => s.conversations.flatMap((c) => c.messages));
     expect(messages.filter((m) => m.splice?.shape === "headless_bare").length).toBeGreaterThan(0);
     expect(messages.filter((m) => m.followUpSplice !== undefined).length).toBeGreaterThan(0);
+  });
+
+  it("the re-asks' splices are drawn after every other field: every scenario of before stays whole, a re-ask splice added", async () => {
+    const now: Scenario[] = [];
+    for (const seed of Object.keys(WITH_SPLICES_BEFORE_REASK).map(Number)) {
+      const sample = fc.sample(scenarioArbitrary(), { seed, numRuns: WITH_SPLICES_BEFORE_REASK[seed]!.length });
+      now.push(...sample);
+      expect(sample.map(beforeReaskHash), `seed ${seed}: a field drawn before the re-asks' splices changed`).toEqual(WITH_SPLICES_BEFORE_REASK[seed]);
+    }
+    for (const [seed, path] of PATHS_BEFORE) {
+      const scenario = await valueAtPath(scenarioArbitrary(), seed, path);
+      now.push(scenario);
+      expect(beforeReaskHash(scenario), `seed ${seed}, path ${path}`).toBe(PATHS_WITH_SPLICES_BEFORE_REASK[`${seed} ${path}`]);
+    }
+    // The comparison drops the re-asks' splices: these scenarios have some, each on a message that re-asks.
+    const messages = now.flatMap((s) => s.conversations.flatMap((c) => c.messages));
+    expect(messages.filter((m) => m.reaskSplice !== undefined).length).toBeGreaterThan(0);
+    for (const m of messages) if (m.reaskSplice !== undefined) expect(m.reask).toBe(true);
   });
 });

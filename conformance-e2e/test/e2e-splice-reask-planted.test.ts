@@ -1,0 +1,52 @@
+import { ConformanceFailure } from "@dispatch-once/conformance/ledger";
+import { describe, expect, it } from "vitest";
+import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import { memory } from "./audit-mutants.js";
+import { SHRINKS, expectReadable } from "./readable.js";
+import { reaskPlant } from "./splice-plants.js";
+
+/**
+ * A proxy's splice into a RE-ASK's first request (scenario.ts MessagePlan `reaskSplice`: the new
+ * message with the same request after the message failed, TURN-12). The level drew splices into a
+ * message's own requests only (its first turn's, its tool loop's follow-up's), so a stream side
+ * whose splice checks are skipped on re-asks (test/splice-plants.ts `reaskPlant`: on every request
+ * of a new message sent after its conversation's last message failed, its accumulators forget what
+ * STREAM-8, STREAM-17 and STREAM-10 read) passed CI's searches: 200 runs at seed 20261129 on the
+ * Anthropic side reached it only at run 20, through a follow-up splice on the message sent after a
+ * failed re-ask, and 30 runs at seed 20261201 on the OpenAI side passed it; a stream side that
+ * skipped them on the kit's re-asks alone (the same request asked again) passed both, 56 re-asks
+ * met. Seeds whose first run splices a re-ask, on both sides: 55 led by a sentence and 177 with its
+ * own start (the spliced call's result lands beside the call that ran, RECORD-1), 135 bare (the
+ * call that ran comes back at a new position and is paid again, CONF-2). The control runs the real
+ * runner over the same runs.
+ */
+const SEARCH_BUDGET_MS = 120_000;
+const SEEDS = [
+  [55, "headless", /breaks RECORD-1\)/],
+  [177, "restart", /breaks RECORD-1\)/],
+  [135, "headless_bare", /breaks CONF-2\)/],
+] as const;
+
+describe.each(RUNNER_PROVIDERS)("splices into re-asks: the end-to-end level rejects a stream side that skips its splice checks on re-asks (provider %s)", (provider) => {
+  for (const [name, shrinkTimeLimitMs] of SHRINKS) {
+    it.each(SEEDS)(`seed %i (%s): the plant takes the spliced re-ask response in; the real runner passes the same runs (${name})`, async (seed, shape, verdict) => {
+      const plant = reaskPlant();
+      const error = await runEndToEnd(memory, { provider, runs: 3, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs, runner: plant.runner }).catch((e: unknown) => e);
+      const message = expectReadable(error, seed);
+      expect(message).toMatch(/proxy +splices into re-ask request \d of "[^"]+ again(, the rest)?", after its call \d completed/);
+      expect(plant.reasks()).toBeGreaterThan(0);
+      if (shrinkTimeLimitMs === 0) {
+        expect(message).toContain("after 1 runs");
+        expect(message).toMatch(verdict);
+      }
+
+      const runs = Number(/after (\d+) runs/.exec(message)![1]);
+      expect((error as ConformanceFailure).counterexample!.seed).toBe(seed);
+      let seen: Record<string, number> = {};
+      await runEndToEnd(memory, { provider, runs, seed, onStats: (stats) => (seen = stats) });
+      expect(seen).toMatchObject({ property_cases: runs });
+      expect(seen.reask_splices).toBeGreaterThan(0);
+      expect(seen[`splices_${shape}`]).toBeGreaterThan(0);
+    }, 600_000);
+  }
+});
