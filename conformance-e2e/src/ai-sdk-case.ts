@@ -90,10 +90,14 @@ export interface AiSdkAppOptions {
    * it, a planted bug the kit must catch. A flag, not a model factory: the kit's public types name
    * none of the `ai` package's, so a project that type-checks its dependencies' declarations
    * (skipLibCheck: false) never checks `ai`'s for using the kit.
+   * A function is asked for each request, by how the client asked (AI SDK UI's `trigger`: the
+   * user's message sent, or a regenerate of the last answer), whether the route guards that one: a
+   * planted app that guards some requests only (`({ trigger }) => trigger === "submit-message"`,
+   * no guard on a regenerate, the user's re-ask of the turn; AiSdkMessagePlan.regenerateSplice).
    * @default true
    * @example { spliceGuard: false }
    */
-  spliceGuard?: boolean;
+  spliceGuard?: boolean | ((request: { trigger: "submit-message" | "regenerate-message" }) => boolean);
 }
 
 /** The app the AISDK rules describe: its model under the splice check (AISDK-16). */
@@ -117,7 +121,8 @@ export interface AiSdkWorld {
    * whether the model now answers it differently (a request of the turn failed and the plan has a
    * `rerunDivergence`): then `diverged` are its responses.
    */
-  attempts: Map<string, { attempt: number; plan: AiSdkMessagePlan; diverging: boolean; diverged: ScriptedResponse[]; spliced?: { attempt: number; afterCall: number; shape: AiSdkSplice["shape"] } }>;
+  /** Per message: its requests so far (`attempt`), and `regenerateFrom`, how many came before its regenerate's first. */
+  attempts: Map<string, { attempt: number; plan: AiSdkMessagePlan; diverging: boolean; diverged: ScriptedResponse[]; regenerateFrom?: number; spliced?: { attempt: number; afterCall: number; shape: AiSdkSplice["shape"]; regenerate: boolean } }>;
   close(): Promise<void>;
 }
 
@@ -143,15 +148,19 @@ export async function startAiSdkWorld(): Promise<AiSdkWorld> {
     if (planned === undefined) {
       // No cut on this request: a proxy's splice, when the plan puts one on it, into the tool
       // step's response after a call of it completed (the response to the request sent again: the
-      // script's answer to the same request).
-      const splice = at?.plan.splice;
-      if (splice === undefined || splice.attempt !== at!.attempt) return undefined;
+      // script's answer to the same request). The turn's own splice first, then the regenerate's
+      // (its attempt counts the regenerate's requests).
+      const own = at?.plan.splice;
+      const again = at?.plan.regenerateSplice;
+      const regenerate = own?.attempt !== at?.attempt && again !== undefined && at!.regenerateFrom !== undefined && at!.attempt === at!.regenerateFrom + again.attempt;
+      const splice = regenerate ? again : own;
+      if (splice === undefined || (!regenerate && splice.attempt !== at!.attempt)) return undefined;
       const steps = stepsFor(world, text!);
       if (steps === undefined || stepOf(request, steps) !== 0 || steps[0] === undefined) return undefined;
       const calls = callsOf(steps[0]);
       if (calls === 0) return undefined;
       const afterCall = splice.afterCall % calls;
-      at!.spliced = { attempt: at!.attempt, afterCall, shape: splice.shape };
+      at!.spliced = { attempt: at!.attempt, afterCall, shape: splice.shape, regenerate };
       const position = { afterCallDone: afterCall };
       if (splice.shape === "restart") return { kind: "splice", at: position, responseCreated: true };
       return splice.shape === "headless" ? { kind: "splice", at: position, responseCreated: false, lead: SPLICE_LEAD } : { kind: "splice", at: position, responseCreated: false };
@@ -494,7 +503,7 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   const answered = new Set<string>();
   try {
     const result = streamText({
-      model: ctx.model,
+      model: ctx.model({ trigger: pass === 0 ? "submit-message" : "regenerate-message" }),
       messages: chat.messages,
       tools: turn.tools as ToolSet,
       ...(turn.onChunk !== undefined ? { onChunk: turn.onChunk } : {}),
@@ -587,8 +596,9 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   if (spliced !== undefined) {
     count(ctx.log, "splices");
     count(ctx.log, `splices_${spliced.shape}`);
+    if (spliced.regenerate) count(ctx.log, "regenerate_splices");
     const shape = spliced.shape === "restart" ? "with its own start" : spliced.shape === "headless" ? "without its start, led by a sentence" : "without its start and without a lead";
-    say(ctx.log, "proxy", `spliced into request ${state.attempt} of ${JSON.stringify(message.text)}, after its call ${spliced.afterCall} completed, the response to the request sent again ${shape} (AISDK-16)`);
+    say(ctx.log, "proxy", `spliced into ${spliced.regenerate ? "the regenerate's " : ""}request ${state.attempt} of ${JSON.stringify(message.text)}, after its call ${spliced.afterCall} completed, the response to the request sent again ${shape} (AISDK-16)`);
   }
   if (failed !== undefined) {
     say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} failed (${failed}); nothing kept`);
@@ -717,6 +727,8 @@ async function runChat(ctx: RunContext, plan: AiSdkChatPlan, spawn: Chat["spawn"
       const lastUser = chat.messages.findLastIndex((m) => m.role === "user");
       chat.messages.splice(lastUser + 1);
       count(ctx.log, "regenerates");
+      const state = ctx.world.attempts.get(content)!;
+      state.regenerateFrom = state.attempt;
       if (await driveTurn(ctx, chat, message, content, "regenerate", 1)) ctx.log.answered.add(passOf(plan.id, message.text, 1));
     }
   }
@@ -728,7 +740,8 @@ interface RunContext {
   world: AiSdkWorld;
   account: string;
   log: CaseLog;
-  model: LanguageModel;
+  /** The route's model for a request, guarded or not (AiSdkAppOptions.spliceGuard). */
+  model: (request: { trigger: "submit-message" | "regenerate-message" }) => LanguageModel;
 }
 
 export interface AiSdkCaseRun {
@@ -777,7 +790,9 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       logger: { warn: () => {} },
     };
     const provider = createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).responses("gpt-conformance");
-    const model: LanguageModel = app.spliceGuard === false ? provider : guardedModel(provider);
+    const guarded = guardedModel(provider);
+    const guard = app.spliceGuard ?? true;
+    const model = (request: { trigger: "submit-message" | "regenerate-message" }): LanguageModel => ((typeof guard === "function" ? guard(request) : guard) ? guarded : provider);
     const ctx: RunContext = { world, account, log, model };
     await Promise.all(
       scenario.chats.map((chat) => {

@@ -126,6 +126,15 @@ export interface AiSdkMessagePlan {
    * on turns without a continuation or a death. Drawn last (`splices` in aiSdkScenarioArbitrary).
    */
   splice?: AiSdkSplice | undefined;
+  /**
+   * A proxy's splice into the REGENERATE's request `attempt` (1-based over the regenerate's
+   * requests; drawn as 1: its first), the user's re-ask of the settled turn, when no cut and no
+   * `splice` falls on it: as `splice`, the response to the same request sent again spliced in
+   * after call `afterCall` of the tool step's response completed. Only with `regenerate`, on turns
+   * without a continuation or a death. Drawn after `splices` (`regenerateSplices` in
+   * aiSdkScenarioArbitrary).
+   */
+  regenerateSplice?: AiSdkSplice | undefined;
 }
 
 /** A proxy's splice on the AI SDK profile (AiSdkMessagePlan.splice). */
@@ -403,6 +412,29 @@ function withSplice(m: AiSdkMessagePlan, splice: AiSdkSplice | undefined): AiSdk
   return { ...m, splice };
 }
 
+/**
+ * Drawn after the splices, one per message slot: a splice into the regenerate's first request
+ * (AiSdkMessagePlan.regenerateSplice) in half the slots, of the three shapes alike, mostly right
+ * after the first call. Only a turn the user regenerates has one (about one in two).
+ */
+const regenerateSpliceArbitrary: fc.Arbitrary<AiSdkSplice | undefined> = fc.oneof(
+  { weight: 1, arbitrary: fc.constant(undefined) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      attempt: fc.constant<AiSdkSplice["attempt"]>(1),
+      afterCall: fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.constant(1) }),
+      shape: fc.constantFrom<AiSdkSplice["shape"]>("restart", "headless", "headless_bare"),
+    }),
+  },
+);
+
+/** A splice into a regenerate only on a turn the user regenerates, of one request (no continuation), without a death. */
+function withRegenerateSplice(m: AiSdkMessagePlan, splice: AiSdkSplice | undefined): AiSdkMessagePlan {
+  if (splice === undefined || !m.regenerate || m.continuation !== undefined || m.death !== undefined) return m;
+  return { ...m, regenerateSplice: splice };
+}
+
 export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
   return fc
     .tuple(
@@ -412,8 +444,10 @@ export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
       fc.array(rerunDivergenceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
       // Last, so every earlier draw of a seed stays (the splices of the runner profile's scenarios likewise).
       fc.array(spliceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
+      // After the splices, for the same reason: a splice into the regenerate, the user's re-ask.
+      fc.array(regenerateSpliceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
     )
-    .map(([chats, firstCallDeaths, approvalDeaths, divergences, splices]) => {
+    .map(([chats, firstCallDeaths, approvalDeaths, divergences, splices, regenerateSplices]) => {
       let slot = 0;
       return {
         chats: chats.map((chat) => ({
@@ -422,8 +456,9 @@ export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
             const when = firstCallDeaths[slot];
             const approved = approvalDeaths[slot];
             const splice = splices[slot];
+            const regenerateSplice = regenerateSplices[slot];
             const diverged = divergences[slot++];
-            return withSplice(withDivergence(withDeaths(m, when, approved), diverged), splice);
+            return withRegenerateSplice(withSplice(withDivergence(withDeaths(m, when, approved), diverged), splice), regenerateSplice);
           }),
         })),
       };

@@ -77,7 +77,9 @@ describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
     // failed the step and the app re-sent (e2e-ai-sdk-splice-planted.test.ts: unguarded, it pays
     // again). One of each at 30 runs (seed 20261201): a splice falls on a turn without a
     // continuation or a death, on its first request or, when that one failed, its second.
-    for (const kind of ["splices_restart", "splices_headless", "splices_headless_bare"]) {
+    // regenerate_splices: into a regenerate's first request, the user's re-ask (4 at 30 runs, seed
+    // 20261201; e2e-splice-reask-planted.test.ts: an app that guards the user's messages only).
+    for (const kind of ["splices_restart", "splices_headless", "splices_headless_bare", "regenerate_splices"]) {
       expect(seen[kind], kind).toBeGreaterThan(0);
     }
   }, 600_000);

@@ -1,6 +1,6 @@
-import { ConformanceFailure } from "@dispatch-once/conformance/ledger";
+import { ConformanceFailure, memoryLedgerSubject } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
-import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import { RUNNER_PROVIDERS, runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
 import { memory } from "./audit-mutants.js";
 import { SHRINKS, expectReadable } from "./readable.js";
 import { reaskPlant } from "./splice-plants.js";
@@ -19,6 +19,15 @@ import { reaskPlant } from "./splice-plants.js";
  * own start (the spliced call's result lands beside the call that ran, RECORD-1), 135 bare (the
  * call that ran comes back at a new position and is paid again, CONF-2). The control runs the real
  * runner over the same runs.
+ *
+ * The AI SDK profile's re-ask is the regenerate (the user asks the settled turn again; a failed
+ * request is re-sent as it was, AISDK-6): AiSdkMessagePlan `regenerateSplice` splices its first
+ * request. The plant is an app whose route guards its model with `spliceGuard()` (AISDK-16) on the
+ * user's messages only, not on a regenerate (AiSdkAppOptions `spliceGuard` as a function of AI SDK
+ * UI's `trigger`). Before the draw, CI's search (30 runs at seed 20261201, 37 regenerates, 3
+ * splices) passed it; with it, that search fails it at run 22 (an invoice made twice, CONF-2).
+ * Seeds whose first run splices a regenerate of each shape: 3 with its start, 7 led by a
+ * sentence, 18 bare; the control runs the guarded app over the same runs.
  */
 const SEARCH_BUDGET_MS = 120_000;
 const SEEDS = [
@@ -46,6 +55,33 @@ describe.each(RUNNER_PROVIDERS)("splices into re-asks: the end-to-end level reje
       await runEndToEnd(memory, { provider, runs, seed, onStats: (stats) => (seen = stats) });
       expect(seen).toMatchObject({ property_cases: runs });
       expect(seen.reask_splices).toBeGreaterThan(0);
+      expect(seen[`splices_${shape}`]).toBeGreaterThan(0);
+    }, 600_000);
+  }
+});
+
+const regenerateUnguarded: AiSdkAppOptions = { spliceGuard: ({ trigger }) => trigger === "submit-message" };
+
+describe("splices into regenerates: the end-to-end level rejects an app that guards its model on the user's messages only (provider ai-sdk)", () => {
+  const subject = memoryLedgerSubject();
+  for (const [name, shrinkTimeLimitMs] of SHRINKS) {
+    it.each([
+      [3, "restart"],
+      [7, "headless"],
+      [18, "headless_bare"],
+    ] as const)(`AISDK-16 seed %i (%s): the app pays a spliced regenerate's call again; the guarded app passes the same runs (${name})`, async (seed, shape) => {
+      const error = await runEndToEnd(subject, { provider: "ai-sdk", runs: 3, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs, aiSdk: regenerateUnguarded }).catch((e: unknown) => e);
+      const message = expectReadable(error, seed);
+      expect(message).toMatch(/breaks CONF-2\): \w+ for chat-\d "c\d message \d" \(.*\): performed \d+ times for one intent/);
+      expect(message).toMatch(/proxy +spliced into the regenerate's request \d of "c\d message \d", after its call \d completed, the response to the request sent again/);
+      if (shrinkTimeLimitMs === 0) expect(message).toContain("after 1 runs");
+
+      const runs = Number(/after (\d+) runs/.exec(message)![1]);
+      expect((error as ConformanceFailure).counterexample!.seed).toBe(seed);
+      const seen: Record<string, number> = {};
+      await runEndToEnd(subject, { provider: "ai-sdk", runs, seed, onStats: (stats) => Object.assign(seen, stats) });
+      expect(seen).toMatchObject({ cases: runs });
+      expect(seen.regenerate_splices).toBeGreaterThan(0);
       expect(seen[`splices_${shape}`]).toBeGreaterThan(0);
     }, 600_000);
   }

@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import fc from "fast-check";
 import { valueAtPath } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
+import { aiSdkScenarioArbitrary, type AiSdkScenario } from "../src/ai-sdk-scenario.js";
 import { scenarioArbitrary, type Scenario } from "../src/scenario.js";
 
 /**
@@ -170,5 +171,35 @@ describe("splices are drawn last: every earlier draw of a seed stays", () => {
     const messages = now.flatMap((s) => s.conversations.flatMap((c) => c.messages));
     expect(messages.filter((m) => m.reaskSplice !== undefined).length).toBeGreaterThan(0);
     for (const m of messages) if (m.reaskSplice !== undefined) expect(m.reask).toBe(true);
+  });
+});
+
+/**
+ * The AI SDK profile's splices into a regenerate (`regenerateSplices`) are drawn after every other
+ * field of its scenarios too: the scenarios drawn now, without them, are the ones the arbitrary of
+ * before (commit 2394294) drew, its seeds' planted tests included (7, 8, 34, CI's 20261201).
+ */
+const AI_SDK_BEFORE_REGENERATE: Record<number, string[]> = {
+  7: ["f88ce269adde7758", "02e2b74bfce281ac", "9a21a442d50472e5", "0d15082dac7f2c47", "d7c4319cc02d7b41", "5ee54eda3bb371e7"],
+  8: ["a963a4e49ff80292", "6501e0c5ee00016c", "3962eddf284485a5", "8f60ea750e2417d6", "d8ce1d6766562654", "e23c1d3678ac55d6"],
+  34: ["b7708c3ccb5d9206", "225d5c138b909bf7", "a9103a179765b798", "91f15d38ab532391", "ec31f8681b6b0c87", "1d11aa5d952360bd"],
+  20261201: ["046d6bec4217dd4e", "7431f57500e6f511", "ffdde5973f91f669", "910263a2bfea7f86", "89bdf4d591e4a343", "cbc3b9e46bb0e998"],
+};
+
+function withoutRegenerateSplices(scenario: AiSdkScenario): AiSdkScenario {
+  return { ...scenario, chats: scenario.chats.map((c) => ({ ...c, messages: c.messages.map(({ regenerateSplice: _, ...m }) => m) })) };
+}
+
+describe("ai-sdk: the regenerates' splices are drawn last", () => {
+  it("every scenario of before stays whole, a regenerate's splice added", () => {
+    const messages = [];
+    for (const seed of Object.keys(AI_SDK_BEFORE_REGENERATE).map(Number)) {
+      const now = fc.sample(aiSdkScenarioArbitrary(), { seed, numRuns: AI_SDK_BEFORE_REGENERATE[seed]!.length });
+      messages.push(...now.flatMap((s) => s.chats.flatMap((c) => c.messages)));
+      const hashes = now.map((s) => createHash("sha256").update(JSON.stringify(withoutRegenerateSplices(s))).digest("hex").slice(0, 16));
+      expect(hashes, `seed ${seed}: a field drawn before the regenerates' splices changed`).toEqual(AI_SDK_BEFORE_REGENERATE[seed]);
+    }
+    expect(messages.filter((m) => m.regenerateSplice !== undefined).length).toBeGreaterThan(0);
+    for (const m of messages) if (m.regenerateSplice !== undefined) expect(m.regenerate).toBe(true);
   });
 });
