@@ -80,7 +80,18 @@ async function boundedRequest(inner: typeof fetch, idleMs: number, input: Parame
     timer = undefined;
   };
   const arm = (onIdle: () => void) => {
-    if (idleMs !== Infinity) timer = setTimeout(onIdle, idleMs);
+    if (idleMs === Infinity) return;
+    // Judged after the poll phase, as withDeadline does: a timer due during a stall of this
+    // process (a loaded host) runs before that turn's I/O is read, when the answer may be
+    // waiting already. A wait that settled in that poll phase disarmed this timer.
+    const armed = setTimeout(
+      () =>
+        setImmediate(() => {
+          if (timer === armed) onIdle();
+        }),
+      idleMs,
+    );
+    timer = armed;
   };
 
   let response: Response;

@@ -1556,7 +1556,8 @@ class StreamIdle extends Error {
  * streams are about 30 events a turn and side, and a timer, two closures and a promise per event
  * were a few percent of what a side thread allocated. A wait settled before the timer fires hands
  * its value over through `settle`; the timer, when it fires, rejects the wait pending then (there
- * is always one: between two waits the runner does not yield to timers).
+ * is always one: between two waits the runner does not yield to timers) unless it settles in the
+ * same turn of the event loop (see `expire`).
  */
 class IdleBound {
   private timer: ReturnType<typeof setTimeout> | undefined;
@@ -1574,7 +1575,15 @@ class IdleBound {
   };
   private readonly expire = (): void => {
     // A wait that settled already was handed over; a late expiry with none pending does nothing.
-    this.onError(new StreamIdle(this.ms));
+    const pending = this.rejectPending;
+    if (pending === undefined) return;
+    // Judged after the poll phase, as withDeadline does: a timer due during a stall of this
+    // process (a loaded host) runs before that turn's I/O is read, when the next event may be
+    // waiting already. Only the wait pending when the timer fired expires: one that settled in
+    // that poll phase was handed over, and a wait begun since re-armed the timer.
+    setImmediate(() => {
+      if (this.rejectPending === pending) this.onError(new StreamIdle(this.ms));
+    });
   };
   constructor(private readonly ms: number) {}
 
