@@ -1,4 +1,4 @@
-import { afterEach, beforeEach } from "vitest";
+import { afterEach, beforeEach, expect } from "vitest";
 import OpenAI from "openai";
 import {
   Dispatcher,
@@ -150,6 +150,12 @@ export async function setup(provider: MockOpenAI, options: { guarded: boolean; l
 /** Long enough for any dispatch of these tests on a loaded host, well inside the test timeout (60 s). */
 const GATE_TIMEOUT_MS = 20_000;
 const gateFailures: string[] = [];
+/**
+ * The gates still waiting, with the test that set each. A gate outlives its test when its stream
+ * never reached the hold (the client left first): it is reported in that test's checkCutGates,
+ * never 20 s later in whichever test then runs (files share one module graph per worker).
+ */
+const pendingGates = new Set<{ requestNumber: number; test: string; reported: boolean }>();
 
 /**
  * The runner's events (pass `onEvent` as the runner's) and the calls resolved so far, by call id,
@@ -200,19 +206,25 @@ export class RunnerEventLog {
  */
 export function cutAfterDispatch(provider: MockOpenAI, log: RunnerEventLog, kind: CutKind = "reset") {
   const gate = async (requestNumber: number) => {
+    const pending = { requestNumber, test: expect.getState().currentTestName ?? "(no test)", reported: false };
+    pendingGates.add(pending);
+    const fail = (error: unknown) => {
+      if (!pending.reported) gateFailures.push(`${pending.test}: request ${requestNumber}: ${String(error)}`);
+    };
     try {
       await provider.waitForHold(requestNumber, { timeoutMs: GATE_TIMEOUT_MS });
       const calls = provider.requests.find((r) => r.requestNumber === requestNumber)?.calls.map((c) => c.callId) ?? [];
       // A response without calls (a plan's follow-up) has no dispatch to wait for: cut at once.
       await log.waitForResolved(calls);
     } catch (error) {
-      gateFailures.push(`request ${requestNumber}: ${String(error)}`);
+      fail(error);
     }
     try {
       provider.cutNow(requestNumber, kind);
     } catch (error) {
-      gateFailures.push(`request ${requestNumber}: ${String(error)}`);
+      fail(error);
     }
+    pendingGates.delete(pending);
   };
   return {
     hold(info: RequestInfo): Fault {
@@ -222,8 +234,13 @@ export function cutAfterDispatch(provider: MockOpenAI, log: RunnerEventLog, kind
   };
 }
 
-/** Throws (and forgets them) if a cut gate of the test could not wait for its dispatch. */
+/** Throws (and forgets them) if a cut gate of the test could not wait for its dispatch, or is waiting still. */
 export function checkCutGates(): void {
+  for (const pending of pendingGates) {
+    pending.reported = true;
+    gateFailures.push(`${pending.test}: request ${pending.requestNumber} was still waiting when its test ended (its stream never reached the hold, or its calls never resolved)`);
+  }
+  pendingGates.clear();
   const failures = gateFailures.splice(0);
   if (failures.length > 0) throw new Error(`a cut gate did not see its dispatch resolve: ${failures.join("; ")}`);
 }

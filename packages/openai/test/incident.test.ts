@@ -3,7 +3,7 @@ import type { MockOpenAI } from "@dispatch-once/mock-openai";
 import type OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
 import { ResponsesTurnAccumulator, type FailurePosition } from "../src/index.js";
-import { RunnerEventLog, checkCutGates, cutAfterDispatch, payments, sdk, startProvider } from "./fixtures.js";
+import { RunnerEventLog, checkCutGates, cutAfterDispatch, isPaymentRequest, payments, sdk, startProvider } from "./fixtures.js";
 
 const opened: Array<{ close(): Promise<void> }> = [];
 afterEach(async () => {
@@ -67,8 +67,11 @@ async function incident(options: { guarded: boolean; cut: "during_dispatch" | "a
   // the payment's dispatch resolved: the position by causal order, however slow the payment is.
   const log = new RunnerEventLog();
   const gate = cutAfterDispatch(provider, log, options.kind ?? "reset");
-  provider.setFaultPlan((_request, info) =>
-    info.attempt !== 1 ? undefined : options.cut === "during_dispatch" ? { kind: options.kind ?? "reset", at: { afterCallDone: 0 } } : gate.hold(info),
+  // Only the payment request's first attempt: the tests' follow-up (the call's output sent back,
+  // not streamed) is another request's first attempt, and a gate set for it would wait for a hold
+  // that never comes, then fail 20 s later in whichever test was running.
+  provider.setFaultPlan((request, info) =>
+    info.attempt !== 1 || !isPaymentRequest(request) ? undefined : options.cut === "during_dispatch" ? { kind: options.kind ?? "reset", at: { afterCallDone: 0 } } : gate.hold(info),
   );
   const dispatcher = options.guarded ? new Dispatcher({ tools, ledger: new MemoryLedger(), waitMs: 10_000, pollMs: 5 }) : new UnguardedDispatcher(tools);
   const client = sdk(provider);
