@@ -450,7 +450,17 @@ export function judgeAnswers(effects: Effect[], answers: readonly { who: string;
  */
 export type ModelHooks = { kind: "anthropic"; script: Script; faultPlan: FaultPlan } | { kind: "openai"; script: openai.Script; faultPlan: openai.FaultPlan };
 
-export async function makeWorld(options: { provider?: ProviderKind; ledger: LedgerKind; store: StoreKind; script?: () => Reply; storeProxy?: boolean; model?: ModelHooks; forceToolChoice?: boolean }): Promise<World> {
+export async function makeWorld(options: {
+  provider?: ProviderKind;
+  ledger: LedgerKind;
+  store: StoreKind;
+  script?: () => Reply;
+  storeProxy?: boolean;
+  model?: ModelHooks;
+  forceToolChoice?: boolean;
+  /** The server ledgers' bound (timeoutMs, commandTimeoutMs), the runner processes' and the suite's reader's, for suites whose ledger is never partitioned; the ledger's default when absent. */
+  ledgerTimeoutMs?: number;
+}): Promise<World> {
   const providerKind = options.provider ?? "anthropic";
   if (options.model !== undefined && options.model.kind !== providerKind) throw new Error(`model hooks for ${options.model.kind}, provider ${providerKind}`);
   const hooks = options.model;
@@ -500,8 +510,8 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
       break;
     }
     case "postgres": {
-      ledgerConfig = { kind: "postgres", url: DATABASE_URL, schema };
-      const reader = new PostgresLedger({ pool: adminPool(), schema, durability: "durable" });
+      ledgerConfig = { kind: "postgres", url: DATABASE_URL, schema, ...(options.ledgerTimeoutMs !== undefined ? { timeoutMs: options.ledgerTimeoutMs } : {}) };
+      const reader = new PostgresLedger({ pool: adminPool(), schema, durability: "durable", ...(options.ledgerTimeoutMs !== undefined ? { timeoutMs: options.ledgerTimeoutMs } : {}) });
       await reader.migrate();
       ledger = reader;
       break;
@@ -510,9 +520,9 @@ export async function makeWorld(options: { provider?: ProviderKind; ledger: Ledg
       // A private redis-server with AOF and fsync always: durable, and nobody else's data.
       const server: StoreUnderTest = await redisStore(0, 0);
       const { url, prefix } = server.worker as { url: string; prefix: string };
-      ledgerConfig = { kind: "redis", url, prefix };
+      ledgerConfig = { kind: "redis", url, prefix, ...(options.ledgerTimeoutMs !== undefined ? { timeoutMs: options.ledgerTimeoutMs } : {}) };
       redisUrl = url;
-      ledger = new RedisLedger({ url, prefix, durability: "durable" });
+      ledger = new RedisLedger({ url, prefix, durability: "durable", ...(options.ledgerTimeoutMs !== undefined ? { commandTimeoutMs: options.ledgerTimeoutMs } : {}) });
       cleanups.push(() => server.close());
       break;
     }

@@ -21,10 +21,14 @@ export interface CallPoint {
   side: "before" | "after" | "commit";
 }
 
-export type LedgerConfig =
+export type LedgerConfig = (
   | { kind: "sqlite"; path: string }
   | { kind: "postgres"; url: string; schema: string }
-  | { kind: "redis"; url: string; prefix: string };
+  | { kind: "redis"; url: string; prefix: string }
+) & {
+  /** The server ledgers' bound on one operation (PostgreSQL timeoutMs, Redis commandTimeoutMs); their default (5 s) when absent. */
+  timeoutMs?: number;
+};
 
 export type ConversationStoreConfig = { kind: "sqlite"; path: string } | { kind: "postgres"; url: string; schema: string };
 

@@ -115,11 +115,11 @@ async function openLedger(): Promise<Ledger> {
     }
     case "postgres": {
       const { PostgresLedger } = await import("@dispatch-once/ledger-postgres");
-      return new PostgresLedger({ connectionString: l.url, schema: l.schema, durability: "durable" });
+      return new PostgresLedger({ connectionString: l.url, schema: l.schema, durability: "durable", ...(l.timeoutMs !== undefined ? { timeoutMs: l.timeoutMs } : {}) });
     }
     case "redis": {
       const { RedisLedger } = await import("@dispatch-once/ledger-redis");
-      return new RedisLedger({ url: l.url, prefix: l.prefix, durability: "durable" });
+      return new RedisLedger({ url: l.url, prefix: l.prefix, durability: "durable", ...(l.timeoutMs !== undefined ? { commandTimeoutMs: l.timeoutMs } : {}) });
     }
   }
 }

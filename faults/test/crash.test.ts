@@ -12,12 +12,21 @@ import { describe, expect, it, vi } from "vitest";
 import type { CrashPoint } from "./crash-protocol.js";
 import { EVERY_POINT, LEASE_MS, PAY_ACME, judgeAnswers, makeWorld, type LedgerKind, type ProviderKind, type StoreKind, type World } from "./crash-harness.js";
 
-// A runner that hangs fails its test well before the package's default (120 s).
-vi.setConfig({ testTimeout: 30_000, maxConcurrency: 2 });
+// No bound of its own on a test: the package's (120 s) fails a runner that hangs. A 30 s bound
+// judged the host, not the runners: a test starts two or three runner processes, and on a loaded
+// host their start alone outlived it (RECORD-8's three runners: over 30 s beside four busy loops,
+// 8 s on a quiet host). A runner parked or hung still renews its leases, so no sign of progress
+// short of its answer tells a hang from a slow host (a watchdog on its messages and CPU time never
+// fired on a runner parked at a crash point, in 60 s).
+vi.setConfig({ maxConcurrency: 2 });
 
 /** Runs `test` in a world of its own (providers, payments API, stores), closed whatever the test does. */
 async function inWorld(options: Parameters<typeof makeWorld>[0], test: (world: World) => Promise<void>): Promise<void> {
-  const world = await makeWorld(options);
+  // No test here partitions a ledger, so its bound is never what a test waits for. At its default
+  // (5 s), listing a turn's rows outlived it on a loaded host ('no reply within 5000 ms
+  // (listRows)'): in a runner process (RECORD-8's resumed turn then said "unlisted" where the test
+  // reads the listed row) and in the suite's own audit.
+  const world = await makeWorld({ ledgerTimeoutMs: 30_000, ...options });
   try {
     await test(world);
   } finally {
