@@ -213,7 +213,12 @@ describe("LEDGER-12: a paused server (frozen proxy) gives ledger_unavailable wit
     p.slowConnections(900);
     const ledger = track(new PostgresLedger({ connectionString: p.url, schema, timeoutMs: 300 }));
     expectUnavailableWithin(await settle(() => ledger.claim(request("cold")), 12_000), 300, "claim on a cold pool");
-    await new Promise((resolve) => setTimeout(resolve, 1_500)); // the attempt completes meanwhile
+    // The attempt completes meanwhile (900 ms on a quiet host, longer on a loaded one): wait for
+    // the pool to hold it idle, rather than for a fixed time a slow host may outlast.
+    const pool = (ledger as unknown as { db: pg.Pool }).db;
+    for (const until = Date.now() + 20_000; pool.idleCount === 0; await new Promise((resolve) => setTimeout(resolve, 20))) {
+      if (Date.now() > until) throw new Error(`the connection the cold claim started was not pooled within 20 s (total ${pool.totalCount}, idle ${pool.idleCount})`);
+    }
     expect(await ledger.claim(request("next"))).toMatchObject({ outcome: "claimed", fence: 1 });
     expect(p.accepted()).toBe(1);
     // The operation that gave up sent nothing: its connection went back to the pool unused.
