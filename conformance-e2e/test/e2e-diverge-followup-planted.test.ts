@@ -18,12 +18,16 @@ import { memory } from "./audit-mutants.js";
  * 777 with follow-up divergences turned off: the bug never fired).
  */
 const SEARCH_BUDGET_MS = 240_000;
-const SEED = 1;
+/**
+ * Seed 22 stops at run 15 (path "14") on both sides. Over seeds 1-40 at 30 runs only 21 and 22
+ * reached the bug (follow-up divergences after a death are rare). Seed 1, used before, stopped at
+ * run 103, and its control then re-ran all 103 scenarios: about 28 s of CPU per side, where the
+ * search below and its one-scenario control take about 1.5 s.
+ */
+const SEED = 22;
 
 /** How often the bug emptied a record that named a row (the search reached it). */
 const planted = { count: 0 };
-/** By provider, the run at which the mutant's search (shrinking off) stopped: the control runs as many. */
-const stoppedAt = new Map<string, number>();
 
 function laterTurnRecordsEmptied({ now }: { now: () => number }): ConversationStore {
   const store = new MemoryConversationStore({ now });
@@ -55,7 +59,7 @@ function expectVerdict(message: string): void {
 
 describe.each(RUNNER_PROVIDERS)("a re-run of a follow-up turn the model answers differently: the end-to-end oracle judges the committed follow-up's record (provider %s)", (provider) => {
   for (const [name, shrinkTimeLimitMs] of SHRINKS) {
-    it(`RECORD-8 the take-over commits the follow-up without the dead worker's payment, and the kept record names no row (${name})`, async () => {
+    it(`RECORD-8 the take-over commits the follow-up without the dead worker's payment, and the kept record names no row (${name}); the real store passes that scenario and its record names the dead worker's row`, async () => {
       planted.count = 0;
       const error = await runEndToEnd(memory, {
         provider,
@@ -69,20 +73,15 @@ describe.each(RUNNER_PROVIDERS)("a re-run of a follow-up turn the model answers 
       const message = expectReadable(error, SEED);
       if (shrinkTimeLimitMs === undefined) expect(message).not.toMatch(/shrinking cut short/);
       expectVerdict(message);
-      if (shrinkTimeLimitMs === 0) stoppedAt.set(provider, Number((error as ConformanceFailure).counterexample!.path.split(":")[0]) + 1);
+      // The control: the failing scenario, once, under the real store. It passes, and its committed
+      // follow-up's record names the dead worker's row, so the verdict is the planted store's doing
+      // and not the scenario's.
+      const cx = (error as ConformanceFailure).counterexample!;
+      let seen: Record<string, number> = {};
+      await runEndToEnd(memory, { provider, runs: 300, seed: cx.seed, path: cx.path, onStats: (stats) => (seen = stats) });
+      expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+      expect(seen.follow_up_divergent_reruns).toBeGreaterThan(0);
+      expect(seen.omitted_dead_worker_effect_told_by_committed_turn_record).toBeGreaterThan(0);
     }, 600_000);
   }
-
-  it("the real store passes the same scenarios, and the committed follow-ups' records name the dead workers' rows", async () => {
-    const seen: Record<string, number> = {};
-    await runEndToEnd(memory, {
-      provider,
-      // The same scenarios as the mutant's search (shrinking off), the failing one included.
-      runs: stoppedAt.get(provider) ?? 300,
-      seed: SEED,
-      onStats: (stats) => Object.assign(seen, stats),
-    });
-    expect(seen.follow_up_divergent_reruns).toBeGreaterThan(0);
-    expect(seen.omitted_dead_worker_effect_told_by_committed_turn_record).toBeGreaterThan(0);
-  }, 600_000);
 });
