@@ -96,24 +96,33 @@ export const noHeldItemName = forgetting(forgetHeldItemName);
  * follow-up request before MessagePlan `followUpSplice`, so it could not tell this side from a sound one.
  */
 export function spliceChecksOnFirstTurnOnly(runner: KitRunner): KitRunner {
+  return forgetSpliceChecksWhere(runner, (options) => options.followUp === true);
+}
+
+/**
+ * `runner` with its stream side forgetting, before each event of a stream `forgets` picks when it
+ * is opened, everything the three splice checks read (STREAM-8's second start, STREAM-17's
+ * position type, STREAM-10's names).
+ */
+function forgetSpliceChecksWhere(runner: KitRunner, forgets: (options: Parameters<Side["open"]>[1]) => boolean): KitRunner {
   const side = (runner as unknown as { provider: Side }).provider;
   const { open, apply } = { open: side.open.bind(side), apply: side.apply.bind(side) };
   // Set as each event is handed on, read by the apply that folds it (the runner folds each event as it arrives).
-  let inFollowUp = false;
+  let forgetting = false;
   side.open = async (input, options) => {
     const stream = await open(input, options);
-    const followUp = options.followUp === true;
+    const forget = forgets(options);
     return {
       async *[Symbol.asyncIterator]() {
         for await (const event of stream) {
-          inFollowUp = followUp;
+          forgetting = forget;
           yield event;
         }
       },
     };
   };
   side.apply = (accumulator, event) => {
-    if (inFollowUp) {
+    if (forgetting) {
       const a = accumulator as unknown as Forgetful;
       const e = event as SeenEvent;
       forgetSecondStart(a, e);
@@ -147,32 +156,7 @@ export function reaskPlant(): { runner: (runner: KitRunner) => KitRunner; reasks
   const inSend = new AsyncLocalStorage<boolean>();
   let reasks = 0;
   const runner = (kit: KitRunner): KitRunner => {
-    const side = (kit as unknown as { provider: Side }).provider;
-    const { open, apply } = { open: side.open.bind(side), apply: side.apply.bind(side) };
-    // Set as each event is handed on, read by the apply that folds it (the runner folds each event as it arrives).
-    let inReask = false;
-    side.open = async (input, options) => {
-      const stream = await open(input, options);
-      const reask = inSend.getStore() === true;
-      return {
-        async *[Symbol.asyncIterator]() {
-          for await (const event of stream) {
-            inReask = reask;
-            yield event;
-          }
-        },
-      };
-    };
-    side.apply = (accumulator, event) => {
-      if (inReask) {
-        const a = accumulator as unknown as Forgetful;
-        const e = event as SeenEvent;
-        forgetSecondStart(a, e);
-        forgetPositionType(a, e);
-        forgetHeldItemName(a, e);
-      }
-      return apply(accumulator, event);
-    };
+    forgetSpliceChecksWhere(kit, () => inSend.getStore() === true);
     const store = (kit as unknown as { options: { store: ConversationStore } }).options.store;
     const send = kit.send.bind(kit);
     kit.send = async (conversationId, message) => {
