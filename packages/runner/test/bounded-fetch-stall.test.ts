@@ -1,6 +1,6 @@
-import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { boundedFetch } from "../src/index.js";
+import { openStallSocket, type StallSocket } from "./stall-socket.js";
 
 /*
  * STREAM-16 for boundedFetch: a stall of the reader's own process (a starved process on a loaded
@@ -9,36 +9,15 @@ import { boundedFetch } from "../src/index.js";
  * timer is due before that turn's I/O is read. The response was never idle: it must be read whole.
  */
 const IDLE_MS = 100;
-let server: ReturnType<typeof createServer>;
-let sender: Socket;
-let receiver: Socket;
+let socket: StallSocket;
 
 beforeAll(async () => {
-  server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const accepted = new Promise<Socket>((resolve) => server.once("connection", resolve));
-  sender = connect((server.address() as AddressInfo).port, "127.0.0.1");
-  await new Promise((resolve) => sender.once("connect", resolve));
-  receiver = await accepted;
+  socket = await openStallSocket();
 });
-afterAll(async () => {
-  sender.destroy();
-  receiver.destroy();
-  await new Promise((resolve) => server.close(resolve));
-});
+afterAll(() => socket.close());
 
-let blocks = 0;
 /** Resolves when the socket delivers a byte written just before a block of 3 × IDLE_MS. */
-function arrivesDuringStall(): Promise<void> {
-  const arrived = new Promise<void>((resolve) => receiver.once("data", () => resolve()));
-  setImmediate(() => {
-    sender.write("x");
-    const until = performance.now() + 3 * IDLE_MS;
-    while (performance.now() < until);
-    blocks += 1;
-  });
-  return arrived;
-}
+const arrivesDuringStall = () => socket.arrivesDuringStall(3 * IDLE_MS);
 
 describe("STREAM-16 boundedFetch times the network, not its own process", () => {
   it("STREAM-16 headers and chunks that were received while the process was blocked past idleMs are read, not an idle abort", async () => {
@@ -60,6 +39,6 @@ describe("STREAM-16 boundedFetch times the network, not its own process", () => 
     };
     const response = await boundedFetch({ idleMs: IDLE_MS, fetch: inner })("http://example.invalid/");
     expect(await response.text()).toBe(chunks.join(""));
-    expect(blocks).toBe(1 + chunks.length);
+    expect(socket.blocks()).toBe(1 + chunks.length);
   });
 });

@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type JsonValue } from "@dispatch-once/core";
-import { createServer, connect, type AddressInfo, type Socket } from "node:net";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { StreamIncompleteError, TurnFailedError, TurnRunner } from "../src/index.js";
+import { openStallSocket } from "./stall-socket.js";
 import { payCall, world, type ToyEvent } from "./toy.js";
 
 type Open = (input: JsonValue[], options?: { headers?: Record<string, string>; signal?: AbortSignal }) => Promise<AsyncIterable<ToyEvent>>;
@@ -195,33 +195,22 @@ describe("STREAM-16 the runner bounds the wait for each next event (toy provider
     // blocked past the bound, as a starved process on a loaded host is: the bound's timer is due
     // before that turn's I/O is read. The stream was never idle; the attempt must go on.
     const IDLE_MS = 100;
-    const server = createServer();
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    const accepted = new Promise<Socket>((resolve) => server.once("connection", resolve));
-    const sender = connect((server.address() as AddressInfo).port, "127.0.0.1");
-    await new Promise((resolve) => sender.once("connect", resolve));
-    const receiver = await accepted;
+    const socket = await openStallSocket();
     try {
       const w = world(retryScript, false, { runner: { streamIdleTimeoutMs: IDLE_MS } });
       const original = w.provider.open.bind(w.provider) as Open;
       let request = 0;
-      let blocked = 0;
       const open: Open = async (input, options) => {
         request += 1;
         const stream = await original(input, options);
         if (request > 1) return stream;
+        // The first request's events as the script gives them, without the toy's 5 ms timer
+        // before each: each byte is written the moment the runner starts waiting for its event.
+        const events = retryScript(1, input);
         return {
           async *[Symbol.asyncIterator]() {
-            for await (const event of stream) {
-              // Each event comes through the socket; the block starts once its byte was written.
-              const arrived = new Promise((resolve) => receiver.once("data", resolve));
-              setImmediate(() => {
-                sender.write("x");
-                const until = performance.now() + 3 * IDLE_MS;
-                while (performance.now() < until);
-                blocked += 1;
-              });
-              await arrived;
+            for (const event of events) {
+              await socket.arrivesDuringStall(3 * IDLE_MS);
               yield event;
             }
           },
@@ -229,14 +218,12 @@ describe("STREAM-16 the runner bounds the wait for each next event (toy provider
       };
       w.provider.open = open;
       const result = await w.runner.send("conv-own-stall", { id: "m1", content: "pay acme" });
-      expect(blocked).toBeGreaterThan(0);
+      expect(socket.blocks()).toBeGreaterThan(0);
       expect(w.events.filter((e) => e.type === "stream_failed")).toEqual([]);
       expect(result.turns.map((t) => t.attempts)).toEqual([1, 1]);
       expect(w.performed).toHaveLength(1);
     } finally {
-      sender.destroy();
-      receiver.destroy();
-      await new Promise((resolve) => server.close(resolve));
+      await socket.close();
     }
   });
 
