@@ -511,6 +511,38 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     }
   }
 
+  // ---- STREAM-8, STREAM-10, STREAM-17: no call of a spliced response reaches the dispatcher ----
+  // The attempt ends, failed, at the first event of the spliced response the stream side can tell
+  // (its start; its first item, on a position of another type or naming another item of its type),
+  // and nothing after that event belongs to it: every call an attempt dispatches is its body's own
+  // response's. The mocks mint call ids per response, so a dispatched id that only a spliced
+  // response carried was taken from it. The judges above see such a call only by its harm, and
+  // only when there is one to count: the turn committed (a mixed turn, a result for a call the turn
+  // lost) or the payments exceed what the user asked for. A stream side that lets a spliced
+  // response's sentence replace the call that ran, and then dispatches the spliced response's
+  // calls, passed every run where that attempt failed on another fault (a lost payments response,
+  // an earlier unknown outcome) and where each spliced call was one its message asked for again
+  // (a call the model re-ran identically under the ordinal a later call of the message takes).
+  const ownCallIds = new Set(responses.flatMap((r) => (r.spliced === undefined ? r.callIds : [])));
+  const splicedCall = new Map<string, ModelResponse>();
+  for (const r of responses) if (r.spliced !== undefined) for (const id of r.callIds) if (!ownCallIds.has(id)) splicedCall.set(id, r);
+  for (const e of ctx.events) {
+    if (e.type !== "call_complete") continue;
+    const r = splicedCall.get(e.callId);
+    if (r === undefined) continue;
+    const [rule, how] =
+      r.spliced === "restart"
+        ? ["STREAM-8", "with its own start"]
+        : r.spliced === "headless"
+          ? ["STREAM-17", "without its start, led by a sentence on a call's position"]
+          : ["STREAM-10", "without its start or a lead, its items on held ones of their type"];
+    add(
+      rule,
+      `${e.conversationId}: turn ${e.turnIndex} attempt ${e.attempt} (${e.worker}) dispatched ${e.name} (${e.callId}) at position ${e.index}, a call of the response a proxy spliced into another's body ` +
+        `(${how}; its calls [${r.calls.map((c) => c.name).join(", ")}]): the attempt took the spliced response in instead of ending, failed, at its first event it could tell`,
+    );
+  }
+
   // ---- RECORD-8: a committed turn's record of earlier runs is kept beside the conversation ----
   for (const e of ctx.events) {
     if (e.type !== "resumed_turn_recorded") continue;

@@ -63,10 +63,12 @@ export interface TranscriptReader {
   results(entry: JsonValue | undefined): CommittedResult[];
 }
 
-/** A response the mock gave: the user text it answered and the calls it made, as rendered (ids aside). */
+/** A response the mock gave: the user text it answered and the calls it made, as rendered. */
 export interface ModelResponse {
   text: string;
   calls: { name: string; input: unknown }[];
+  /** Its calls' ids (`toolu_…`, `call_…`), in order: the mocks mint them per response, so no other response carries one. */
+  callIds: string[];
   /** Set on a response a proxy spliced into another's body (its shape), not the body's own. */
   spliced?: SplicePlan["shape"];
 }
@@ -281,9 +283,10 @@ async function anthropicSide(): Promise<ProviderSide> {
     responses: () =>
       mock.requests.slice(since).flatMap((r): ModelResponse[] => {
         const text = anthropicUserText(r.body as Parameters<typeof anthropicUserText>[0]);
-        const own = { text, calls: r.toolUses.map((c) => ({ name: c.name, input: c.input })) };
+        const own = { text, calls: r.toolUses.map((c) => ({ name: c.name, input: c.input })), callIds: r.toolUses.map((c) => c.id) };
         if (r.splicedToolUses === undefined || r.fault?.kind !== "splice") return [own];
-        return [own, { text, calls: r.splicedToolUses.map((c) => ({ name: c.name, input: c.input })), spliced: spliceShape(r.fault.messageStart, r.fault.lead) }];
+        const calls = r.splicedToolUses.map((c) => ({ name: c.name, input: c.input }));
+        return [own, { text, calls, callIds: r.splicedToolUses.map((c) => c.id), spliced: spliceShape(r.fault.messageStart, r.fault.lead) }];
       }),
     runner: ({ fetch, ...options }) =>
       new AnthropicRunner({
@@ -434,9 +437,10 @@ async function openAISide(): Promise<ProviderSide> {
     responses: () =>
       mock.requests.flatMap((r): ModelResponse[] => {
         const text = openAIUserText(r.body as Parameters<typeof openAIUserText>[0]) ?? "";
-        const own = { text, calls: (r.calls ?? []).map((c) => ({ name: c.name, input: c.arguments })) };
+        const own = { text, calls: (r.calls ?? []).map((c) => ({ name: c.name, input: c.arguments })), callIds: (r.calls ?? []).map((c) => c.callId) };
         if (r.splicedCalls === undefined || r.fault?.kind !== "splice") return [own];
-        return [own, { text, calls: r.splicedCalls.map((c) => ({ name: c.name, input: c.arguments })), spliced: spliceShape(r.fault.responseCreated, r.fault.lead) }];
+        const calls = r.splicedCalls.map((c) => ({ name: c.name, input: c.arguments }));
+        return [own, { text, calls, callIds: r.splicedCalls.map((c) => c.callId), spliced: spliceShape(r.fault.responseCreated, r.fault.lead) }];
       }),
     runner: ({ fetch, ...options }) =>
       new OpenAIRunner({
