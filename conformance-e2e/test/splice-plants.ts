@@ -52,6 +52,31 @@ const forgetPositionType = (a: Forgetful, e: SeenEvent): void => {
 export const noPositionType = forgetting(forgetPositionType);
 
 /**
+ * STREAM-17's check alone out of both accumulators, STREAM-8's and STREAM-10's kept: a stream side
+ * that compares what an item names only against a held item of its own type (as STREAM-10 is
+ * worded) and forgot the check of an item of another type at a held position, so such an item
+ * takes the position, as `parts` folds it (its type and names the position's now). A spliced
+ * response led by a sentence (SplicePlan `headless`) then has its message replace the call that
+ * ran, and its own calls, past the held positions, dispatched. Unlike `noPositionType`, a spliced
+ * item on a held one of its type is still seen. (Deleting only the type check from the OpenAI
+ * accumulator is no such bug: its STREAM-10 check compares names at every type, and every output
+ * item is announced with its `id`, so the message still fails the stream there.)
+ */
+const forgetOtherType = (a: Forgetful, e: SeenEvent): void => {
+  const raw = e as SeenEvent & { content_block?: { type: string }; item?: { type: string } };
+  if (e.type === "content_block_start" && a.blockTypes?.has(e.index!) === true && a.blockTypes.get(e.index!) !== raw.content_block?.type) {
+    a.blockTypes.delete(e.index!);
+    a.announced?.delete(e.index!);
+    a.stoppedBlocks?.delete(e.index!);
+  }
+  if (e.type.startsWith("response.output_item.") && a.itemTypes?.has(e.output_index!) === true && a.itemTypes.get(e.output_index!) !== raw.item?.type) {
+    a.itemTypes.delete(e.output_index!);
+    a.itemNames?.delete(e.output_index!);
+  }
+};
+export const noTypeCheck = forgetting(forgetOtherType);
+
+/**
  * STREAM-8's second-start check out: the response forgets, before each message_start /
  * response.created, its id and what its positions were announced as (kept, STREAM-10 would see
  * the spliced response's first item, which names another call, on a held position).
