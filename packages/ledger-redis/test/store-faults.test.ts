@@ -220,20 +220,20 @@ describe("a reply that arrived while the process was stalled, on the operator's 
   // A stall past the bound (a starved CLI process on a loaded host, a GC pause) makes the bound's
   // timer due in the same loop turn as the reply: judged before the reply is read, the read said
   // "no reply" from a server that had answered (the CLI's inspect failed so in CI).
-  const stall = (ms: number) => {
-    const until = Date.now() + ms;
-    while (Date.now() < until) {
-      // a CPU-bound handler, a starved process
-    }
-  };
+  // The bound is 1,000 ms, not 100: checkServer's later commands (INFO, three CONFIG GETs) and
+  // the warm-up are not under test, and a loaded CI host once took over 100 ms for one of them.
+  // The stall blocks the thread without spinning (a CPU-bound handler or a starved process does
+  // the same to the event loop), so it costs a loaded host no CPU.
+  const BOUND_MS = 1_000;
+  const stall = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 
   it("checkServer takes the replies that arrived during the stall", async () => {
-    const l = ledger({ commandTimeoutMs: 100 });
+    const l = ledger({ commandTimeoutMs: BOUND_MS });
     await warmUp(l);
     const report = l.checkServer();
     // Once its first command is on the wire (a loop turn later), the process stalls.
     await new Promise((r) => setImmediate(r));
-    stall(600);
+    stall(2.5 * BOUND_MS);
     const outcome = await report.then(
       (result) => ({ result }),
       (error: unknown) => ({ error: String(error) }),
@@ -243,11 +243,11 @@ describe("a reply that arrived while the process was stalled, on the operator's 
 
   it("checkServer bounds each of its commands, not the whole check: the bound is commandTimeoutMs per command", async () => {
     const p = await proxy();
-    const l = ledger({ url: p.url, commandTimeoutMs: 400 });
+    const l = ledger({ url: p.url, commandTimeoutMs: BOUND_MS });
     await warmUp(l);
-    // Each command is answered 150 ms late: five of them (PING, INFO, three CONFIG GETs) take
-    // 750 ms in all, each well within its own 400 ms.
-    p.delayReplies(150);
+    // Each command is answered 300 ms late: five of them (PING, INFO, three CONFIG GETs) take
+    // 1,500 ms in all, each well within its own 1,000 ms.
+    p.delayReplies(300);
     const outcome = await l.checkServer().then(
       (result) => ({ result }),
       (error: unknown) => ({ error: String(error) }),
@@ -256,12 +256,12 @@ describe("a reply that arrived while the process was stalled, on the operator's 
   });
 
   it("listRows takes the reply that arrived during the stall", async () => {
-    const l = ledger({ commandTimeoutMs: 100 });
+    const l = ledger({ commandTimeoutMs: BOUND_MS });
     await warmUp(l);
     await l.claim(request("listed"));
     const rows = l.listRows({ limit: 10 });
     await new Promise((r) => setImmediate(r));
-    stall(600);
+    stall(2.5 * BOUND_MS);
     const outcome = await rows.then(
       (result) => ({ keys: result.rows.map((r) => r.key) }),
       (error: unknown) => ({ error: String(error) }),
