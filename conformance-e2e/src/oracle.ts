@@ -239,39 +239,49 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   const members = new Map<string, SentMessage[]>();
   for (const m of ctx.messages) members.set(intents.find(m.id), [...(members.get(intents.find(m.id)) ?? []), m]);
 
-  const performed = new Map<string, Map<string, Effect[]>>();
+  // Per intent, per signature, per slot (the turn index whose key the effect carries): the effects.
+  const performed = new Map<string, Map<string, Map<string, Effect[]>>>();
   for (const e of effects) {
     const signature = effectSignature(e, referenceOf);
     const run = e.idempotencyKey === null ? undefined : runsByKey.get(e.idempotencyKey)?.[0];
     if (signature === undefined || run === undefined) continue;
-    const messages = atSlot.get(slotOf(run.conversationId, run.turnIndex));
+    const slot = slotOf(run.conversationId, run.turnIndex);
+    const messages = atSlot.get(slot);
     if (messages === undefined || messages.size === 0) {
       add("CONF-2", `${describeEffect(e)} was made at turn ${run.turnIndex} of ${run.conversationId}, which answers no message`);
       continue;
     }
     const root = intents.find([...messages][0]!);
-    const bySignature = performed.get(root) ?? new Map<string, Effect[]>();
-    bySignature.set(signature, [...(bySignature.get(signature) ?? []), e]);
+    const bySignature = performed.get(root) ?? new Map<string, Map<string, Effect[]>>();
+    const bySlot = bySignature.get(signature) ?? new Map<string, Effect[]>();
+    bySlot.set(slot, [...(bySlot.get(slot) ?? []), e]);
+    bySignature.set(signature, bySlot);
     performed.set(root, bySignature);
   }
   // Where each message's calls are keyed: its first turn's at its bound index, a follow-up's at the next.
   const boundOf = new Map<string, number>();
   for (const c of conversations) for (const [id, s] of c.stored) if (s.turnIndex !== undefined) boundOf.set(id, s.turnIndex);
   /**
-   * How often an intent's messages may have performed one signature. Identical calls of messages
-   * sharing a turn index share keys, so per turn index the most any one message asked for there,
-   * summed over the turn indexes its messages make calls at (a tool loop's follow-up turn is the
-   * next index, which a later message may share when the follow-up failed). A message not bound
-   * to an index counts with all its calls.
+   * How often an intent's messages may have performed one signature at one turn index (a slot).
+   * Keys carry the turn index and the ordinal among identical calls of one attempt (TURN-4), so
+   * at a slot a signature has at most as many keys as the most calls of it any one message asked
+   * for there: its first turn's calls at its bound index, its follow-up's at the next (a re-ask
+   * takes the failed turn's index and asks its own plan there, TURN-12: the whole request at the
+   * first turn's index, or the follow-up's calls at the follow-up's; a take-over or a re-send is
+   * the same message at the same index). A re-run the model answered differently (rerunDivergence,
+   * followUpDivergence, a divergent re-ask) omits or swaps calls of its turn: never more of a
+   * signature than asked there. Not a sum over indexes: a payment asked for once in each of two
+   * turns is one key at each, so an extra identical payment at the first turn is not excused by the
+   * follow-up's, which a failed message may never reach. A message not bound to an index (none
+   * should make calls) counts with all its calls at every slot.
    */
-  const allowedOf = (group: SentMessage[], signature: string): number => {
+  const allowedAt = (group: SentMessage[], signature: string, slot: string): number => {
     const count = (calls: PlannedCall[]) => calls.filter((c) => plannedSignature(c) === signature).length;
-    const perIndex = new Map<string, number>();
-    let unbound = 0;
+    let allowed = 0;
     for (const m of group) {
       const bound = boundOf.get(m.id);
       if (bound === undefined) {
-        unbound = Math.max(unbound, count(m.calls));
+        allowed = Math.max(allowed, count(m.calls));
         continue;
       }
       const followUp = m.plan.followUp ?? [];
@@ -279,23 +289,23 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
         [bound, m.calls.slice(0, m.calls.length - followUp.length)],
         [bound + 1, followUp],
       ];
-      for (const [index, calls] of steps) {
-        const at = slotOf(m.conversationId, index);
-        perIndex.set(at, Math.max(perIndex.get(at) ?? 0, count(calls)));
-      }
+      for (const [index, calls] of steps) if (slotOf(m.conversationId, index) === slot) allowed = Math.max(allowed, count(calls));
     }
-    return Math.max(unbound, [...perIndex.values()].reduce((a, b) => a + b, 0));
+    return allowed;
   };
   for (const [root, bySignature] of performed) {
     const group = members.get(root) ?? [];
-    for (const [signature, list] of bySignature) {
-      const allowed = allowedOf(group, signature);
-      if (list.length > allowed) {
-        add(
-          "CONF-2",
-          `${signature}: performed ${list.length} times for one intent (messages ${group.map((m) => JSON.stringify(m.id)).join(", ")}), ` +
-            `which asked for it at most ${allowed} times: ${list.map(describeEffect).join(", ")}`,
-        );
+    for (const [signature, bySlot] of bySignature) {
+      for (const [slot, list] of bySlot) {
+        const allowed = allowedAt(group, signature, slot);
+        if (list.length > allowed) {
+          const index = slot.slice(slot.lastIndexOf("#") + 1);
+          add(
+            "CONF-2",
+            `${signature}: performed ${list.length} times for one intent at turn ${index} (messages ${group.map((m) => JSON.stringify(m.id)).join(", ")}), ` +
+              `which asked for it at most ${allowed} times at that turn index: ${list.map(describeEffect).join(", ")}`,
+          );
+        }
       }
     }
   }
