@@ -81,7 +81,8 @@ export interface ConversationRunnerOptions extends TurnRunnerOptions {
    * Further Messages API parameters, sent as given with every request: `thinking`, `stop_sequences`,
    * `tool_choice`, `metadata`, `output_config`, ... The fields the runner writes itself (`model`,
    * `messages`, `stream`, `tools`, `system`, `max_tokens`) are refused here; give them as the
-   * options of those names. With `thinking`, each committed turn keeps the response's thinking
+   * options of those names. A message thread (the beta API's `thread`) is refused too: every request
+   * is the committed conversation, never one the API keeps (STREAM-15). With `thinking`, each committed turn keeps the response's thinking
    * blocks as the stream delivered them (STREAM-15), and `maxTokens` must exceed its budget. A
    * forcing `tool_choice` goes with the message's first request only (see `resetToolChoice`).
    * @default none (only the runner's own fields are sent)
@@ -144,6 +145,17 @@ function checkParams(params: unknown): void {
     if (Object.prototype.hasOwnProperty.call(params, field)) {
       throw new InvalidArgumentError(`options.params.${field}`, `is written by the runner itself; ${field === "messages" || field === "stream" ? "it is not an option" : "give it as the runner's own option"}`);
     }
+  }
+  // STREAM-15: the request is the committed conversation and nothing else. A message thread (the
+  // beta API's `thread`, in no type of this runner's params, so only an untyped caller gets here)
+  // makes the API add the conversation it holds, which may hold the whole reply of a stream cut
+  // before the runner saw it end (the server keeps all of a reply or none of it).
+  const thread = (params as { thread?: unknown }).thread;
+  if (thread !== undefined && thread !== null) {
+    throw new InvalidArgumentError(
+      "options.params.thread",
+      "would make the API keep the conversation and add it to each request (a message thread): every request must be the committed conversation, which the runner sends whole (STREAM-15)",
+    );
   }
   checkProviderRunParams(params, (name) => `options.params.${name}`);
 }

@@ -57,6 +57,20 @@ describe("extended thinking (STREAM-15)", () => {
     await expect(setup(provider(), { guarded: true, runner: { params: null as never } })).rejects.toMatchObject({ field: "options.params" });
   });
 
+  it("STREAM-15 params that would make the API add state it keeps to the request are refused: a message thread (beta `thread`)", async () => {
+    // SDK 1.14's beta Messages API holds a conversation server-side under `thread`; a request that
+    // continues one sends only the new messages and the API adds the rest from its own copy, which
+    // may hold the whole reply of a stream cut before the runner saw it end. Every request must be the
+    // committed conversation.
+    for (const thread of [{ type: "create" }, { type: "continue", previous_message_id: "msg_1" }]) {
+      const attempt = setup(provider(), { guarded: true, runner: { params: { thread } as never } });
+      await expect(attempt).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(attempt).rejects.toMatchObject({ field: "options.params.thread" });
+    }
+    // Null (the field's "no thread") is sent as given.
+    await expect(setup(provider(), { guarded: true, runner: { params: { thread: null } as never } })).resolves.toBeDefined();
+  });
+
   it("params reach every request as given", async () => {
     const { runner } = await setup(provider(), { guarded: true, runner: { params: { stop_sequences: ["<END>"], metadata: { user_id: "u-7" } } } });
     await runner.send("conv-params", { id: "m1", content: "pay acme" });
