@@ -1,9 +1,8 @@
-import { ConformanceFailure } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import { memory } from "./audit-mutants.js";
 import { SHRINKS, expectReadable } from "./readable.js";
-import { noHeldItemName } from "./splice-plants.js";
+import { controlOverSameRuns, noHeldItemName } from "./splice-plants.js";
 
 /**
  * A proxy's splice without its start and without a lead (scenario.ts SplicePlan `headless_bare`):
@@ -35,11 +34,7 @@ describe.each(RUNNER_PROVIDERS)("headless splices without a lead: the end-to-end
       if (shrinkTimeLimitMs === 0) expect(message).toContain(`after 1 runs`);
 
       // The control: the real runner over the same scenarios (the runs up to the failing one) passes, and meets the shape.
-      const runs = Number(/after (\d+) runs/.exec(message)![1]);
-      expect((error as ConformanceFailure).counterexample!.seed).toBe(SEED);
-      let seen: Record<string, number> = {};
-      await runEndToEnd(memory, { provider, runs, seed: SEED, onStats: (stats) => (seen = stats) });
-      expect(seen).toMatchObject({ property_cases: runs });
+      const seen = await controlOverSameRuns(provider, SEED, error, message);
       expect(seen.splices_headless_bare).toBeGreaterThan(0);
     }, 600_000);
   }

@@ -1,9 +1,8 @@
-import { ConformanceFailure } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
 import { memory } from "./audit-mutants.js";
 import { SHRINKS, expectReadable } from "./readable.js";
-import { spliceChecksOnFirstTurnOnly } from "./splice-plants.js";
+import { controlOverSameRuns, spliceChecksOnFirstTurnOnly } from "./splice-plants.js";
 
 /**
  * A proxy's splice into a tool loop's follow-up response (scenario.ts MessagePlan
@@ -33,11 +32,7 @@ describe.each(RUNNER_PROVIDERS)("splices into follow-up requests: the end-to-end
         expect(message).toMatch(verdict);
       }
 
-      const runs = Number(/after (\d+) runs/.exec(message)![1]);
-      expect((error as ConformanceFailure).counterexample!.seed).toBe(seed);
-      let seen: Record<string, number> = {};
-      await runEndToEnd(memory, { provider, runs, seed, onStats: (stats) => (seen = stats) });
-      expect(seen).toMatchObject({ property_cases: runs });
+      const seen = await controlOverSameRuns(provider, seed, error, message);
       expect(seen.follow_up_splices).toBeGreaterThan(0);
       expect(seen[`splices_${shape}`]).toBeGreaterThan(0);
     }, 600_000);

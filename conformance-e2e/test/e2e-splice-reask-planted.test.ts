@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { RUNNER_PROVIDERS, runEndToEnd, type AiSdkAppOptions } from "../src/index.js";
 import { memory } from "./audit-mutants.js";
 import { SHRINKS, expectReadable } from "./readable.js";
-import { reaskPlant } from "./splice-plants.js";
+import { controlOverSameRuns, reaskPlant } from "./splice-plants.js";
 
 /**
  * A proxy's splice into a RE-ASK's first request (scenario.ts MessagePlan `reaskSplice`: the new
@@ -49,11 +49,7 @@ describe.each(RUNNER_PROVIDERS)("splices into re-asks: the end-to-end level reje
         expect(message).toMatch(verdict);
       }
 
-      const runs = Number(/after (\d+) runs/.exec(message)![1]);
-      expect((error as ConformanceFailure).counterexample!.seed).toBe(seed);
-      let seen: Record<string, number> = {};
-      await runEndToEnd(memory, { provider, runs, seed, onStats: (stats) => (seen = stats) });
-      expect(seen).toMatchObject({ property_cases: runs });
+      const seen = await controlOverSameRuns(provider, seed, error, message);
       expect(seen.reask_splices).toBeGreaterThan(0);
       expect(seen[`splices_${shape}`]).toBeGreaterThan(0);
     }, 600_000);

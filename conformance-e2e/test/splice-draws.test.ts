@@ -65,59 +65,48 @@ const PATHS_WITH_SPLICES_BEFORE_REASK: Record<string, string> = {
   "4 102": "228bf19a5c3aad7d",
 };
 
-function withoutReaskSplices(scenario: Scenario): Scenario {
-  return {
-    ...scenario,
-    conversations: scenario.conversations.map((c) => ({
-      ...c,
-      messages: c.messages.map((m) => {
-        const plan = { ...m };
-        delete plan.reaskSplice;
-        return plan;
-      }),
-    })),
-  };
+type MessagePlan = Scenario["conversations"][number]["messages"][number];
+
+/** A scenario's first 16 hex digits of SHA-256 over its JSON. */
+const digest = (scenario: unknown) => createHash("sha256").update(JSON.stringify(scenario)).digest("hex").slice(0, 16);
+
+/** `scenario` with each message plan as `project` makes it (a copy: the scenario is not changed). */
+function mapPlans(scenario: Scenario, project: (plan: MessagePlan) => MessagePlan): Scenario {
+  return { ...scenario, conversations: scenario.conversations.map((c) => ({ ...c, messages: c.messages.map((m) => project({ ...m })) })) };
 }
 
-const beforeReaskHash = (scenario: Scenario) => createHash("sha256").update(JSON.stringify(withoutReaskSplices(scenario))).digest("hex").slice(0, 16);
+/** Without the re-asks' splices: as the arbitrary of before them drew it. */
+const beforeReaskHash = (scenario: Scenario) =>
+  digest(
+    mapPlans(scenario, (plan) => {
+      delete plan.reaskSplice;
+      return plan;
+    }),
+  );
 
-/** A scenario with each bare splice read as the headless one it was drawn as. */
-function unbare(scenario: Scenario): Scenario {
-  return {
-    ...scenario,
-    conversations: scenario.conversations.map((c) => ({
-      ...c,
-      messages: c.messages.map((m) => {
-        // The follow-up's and the re-asks' splices are drawn after these (`followUpSplices`,
-        // `reaskSplices`): not in the scenarios of before.
-        const plan = { ...m };
-        delete plan.followUpSplice;
-        delete plan.reaskSplice;
-        return plan.splice?.shape === "headless_bare" ? { ...plan, splice: { ...plan.splice, shape: "headless" as const } } : plan;
-      }),
-    })),
-  };
-}
+/**
+ * Each bare splice read as the headless one it was drawn as; the follow-up's and the re-asks'
+ * splices, drawn after these (`followUpSplices`, `reaskSplices`), taken out: not in the scenarios of before.
+ */
+const wholeHash = (scenario: Scenario) =>
+  digest(
+    mapPlans(scenario, (plan) => {
+      delete plan.followUpSplice;
+      delete plan.reaskSplice;
+      return plan.splice?.shape === "headless_bare" ? { ...plan, splice: { ...plan.splice, shape: "headless" as const } } : plan;
+    }),
+  );
 
-const wholeHash = (scenario: Scenario) => createHash("sha256").update(JSON.stringify(unbare(scenario))).digest("hex").slice(0, 16);
-
-function withoutSplices(scenario: Scenario): Scenario {
-  return {
-    ...scenario,
-    conversations: scenario.conversations.map((c) => ({
-      ...c,
-      messages: c.messages.map((m) => {
-        const plan = { ...m };
-        delete plan.splice;
-        delete plan.followUpSplice;
-        delete plan.reaskSplice;
-        return plan;
-      }),
-    })),
-  };
-}
-
-const hash = (scenario: Scenario) => createHash("sha256").update(JSON.stringify(withoutSplices(scenario))).digest("hex").slice(0, 16);
+/** Without any splice: as the arbitrary of before the splices drew it. */
+const hash = (scenario: Scenario) =>
+  digest(
+    mapPlans(scenario, (plan) => {
+      delete plan.splice;
+      delete plan.followUpSplice;
+      delete plan.reaskSplice;
+      return plan;
+    }),
+  );
 
 /** Every scenario the tests below drew, for the last one. */
 const drawn: Scenario[] = [];
@@ -196,7 +185,7 @@ describe("ai-sdk: the regenerates' splices are drawn last", () => {
     for (const seed of Object.keys(AI_SDK_BEFORE_REGENERATE).map(Number)) {
       const now = fc.sample(aiSdkScenarioArbitrary(), { seed, numRuns: AI_SDK_BEFORE_REGENERATE[seed]!.length });
       messages.push(...now.flatMap((s) => s.chats.flatMap((c) => c.messages)));
-      const hashes = now.map((s) => createHash("sha256").update(JSON.stringify(withoutRegenerateSplices(s))).digest("hex").slice(0, 16));
+      const hashes = now.map((s) => digest(withoutRegenerateSplices(s)));
       expect(hashes, `seed ${seed}: a field drawn before the regenerates' splices changed`).toEqual(AI_SDK_BEFORE_REGENERATE[seed]);
     }
     expect(messages.filter((m) => m.regenerateSplice !== undefined).length).toBeGreaterThan(0);

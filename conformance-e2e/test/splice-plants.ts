@@ -1,7 +1,11 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import type { ConversationStore } from "@dispatch-once/core";
 import { type CallPhases, type CallState, type StreamProvider } from "@dispatch-once/runner";
+import { ConformanceFailure } from "@dispatch-once/conformance/ledger";
+import { expect } from "vitest";
+import { runEndToEnd, type RunnerProviderName } from "../src/index.js";
 import type { KitRunner } from "../src/provider.js";
+import { memory } from "./audit-mutants.js";
 
 /**
  * The stream sides' splice checks planted out from outside, as the chaos suite plants them
@@ -209,4 +213,18 @@ function namesOf(item: Record<string, unknown>, keys: string[]): Record<string, 
   const names: Record<string, string> = {};
   for (const key of keys) if (typeof item[key] === "string") names[key] = item[key];
   return names;
+}
+
+/**
+ * The control of a splice plant's search: the real runner over the same scenarios (the runs up to
+ * the one that failed the plant, `message` says how many) passes them; its run's stats, for the
+ * test to check it met the splice it is about.
+ */
+export async function controlOverSameRuns(provider: RunnerProviderName, seed: number, error: unknown, message: string): Promise<Record<string, number>> {
+  const runs = Number(/after (\d+) runs/.exec(message)![1]);
+  expect((error as ConformanceFailure).counterexample!.seed).toBe(seed);
+  let seen: Record<string, number> = {};
+  await runEndToEnd(memory, { provider, runs, seed, onStats: (stats) => (seen = stats) });
+  expect(seen).toMatchObject({ property_cases: runs });
+  return seen;
 }
