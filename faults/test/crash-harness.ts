@@ -450,6 +450,28 @@ export function judgeAnswers(effects: Effect[], answers: readonly { who: string;
  */
 export type ModelHooks = { kind: "anthropic"; script: Script; faultPlan: FaultPlan } | { kind: "openai"; script: openai.Script; faultPlan: openai.FaultPlan };
 
+/**
+ * Runs `test` in a world of its own (providers, payments API, stores, runner processes), closed
+ * whatever the test does. A test that does not settle within `boundMs` fails here, naming the
+ * bound, and its world is closed then: vitest's own timeout abandons a test's promise, so a
+ * hung test's `finally` never ran and its runner processes (renewing their leases, some parked
+ * or stopped) and mocks lived on beside every later test of the suite. Keep `boundMs` under the
+ * test's timeout, so that this bound, not vitest's, ends a hung test.
+ */
+export async function inWorld(options: Parameters<typeof makeWorld>[0], boundMs: number, test: (world: World) => Promise<void>): Promise<void> {
+  const world = await makeWorld(options);
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the test did not settle within ${boundMs} ms: its world (runner processes, mock servers, stores) is closed now`)), boundMs);
+  });
+  try {
+    await Promise.race([test(world), bound]);
+  } finally {
+    clearTimeout(timer);
+    await world.close();
+  }
+}
+
 export async function makeWorld(options: {
   provider?: ProviderKind;
   ledger: LedgerKind;

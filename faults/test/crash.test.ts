@@ -10,7 +10,7 @@
  */
 import { describe, expect, it, vi } from "vitest";
 import type { CrashPoint } from "./crash-protocol.js";
-import { EVERY_POINT, LEASE_MS, PAY_ACME, judgeAnswers, makeWorld, type LedgerKind, type ProviderKind, type StoreKind, type World } from "./crash-harness.js";
+import { EVERY_POINT, LEASE_MS, PAY_ACME, inWorld as inWorldOf, judgeAnswers, makeWorld, type LedgerKind, type ProviderKind, type StoreKind, type World } from "./crash-harness.js";
 
 // No bound of its own on a test: the package's (120 s) fails a runner that hangs. A 30 s bound
 // judged the host, not the runners: a test starts two or three runner processes, and on a loaded
@@ -20,18 +20,13 @@ import { EVERY_POINT, LEASE_MS, PAY_ACME, judgeAnswers, makeWorld, type LedgerKi
 // fired on a runner parked at a crash point, in 60 s).
 vi.setConfig({ maxConcurrency: 2 });
 
-/** Runs `test` in a world of its own (providers, payments API, stores), closed whatever the test does. */
-async function inWorld(options: Parameters<typeof makeWorld>[0], test: (world: World) => Promise<void>): Promise<void> {
+/** Runs `test` in a world of its own, closed whatever the test does, and by 115 s at the latest (a hang; the package's bound is 120 s). */
+function inWorld(options: Parameters<typeof makeWorld>[0], test: (world: World) => Promise<void>): Promise<void> {
   // No test here partitions a ledger, so its bound is never what a test waits for. At its default
   // (5 s), listing a turn's rows outlived it on a loaded host ('no reply within 5000 ms
   // (listRows)'): in a runner process (RECORD-8's resumed turn then said "unlisted" where the test
   // reads the listed row) and in the suite's own audit.
-  const world = await makeWorld({ ledgerTimeoutMs: 30_000, ...options });
-  try {
-    await test(world);
-  } finally {
-    await world.close();
-  }
+  return inWorldOf({ ledgerTimeoutMs: 30_000, ...options }, 115_000, test);
 }
 
 /**
