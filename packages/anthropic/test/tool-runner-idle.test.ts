@@ -139,10 +139,20 @@ describe("ATR-11 STREAM-16 the SDK's tool runner: what bounds a silent model str
         holdRequest(stall.request, stall.at);
         const { final, errors, messages, calls } = await answer(once, client, [{ role: "user", content: "pay acme" }], mode);
 
-        // One failed run of the loop, ended by the bound; the stalled request was aborted (the mock saw the client leave).
-        expect(errors).toHaveLength(1);
-        expect(errors[0]).toBeInstanceOf(Anthropic.AnthropicError);
-        expect((errors[0] as Error).cause).toMatchObject({ name: "TimeoutError", message: `the model's stream was idle for ${IDLE_MS} ms (STREAM-16)` });
+        // A failed run of the loop, ended by the bound; the stalled request was aborted (the mock saw
+        // the client leave). The mock runs in this process, so on a loaded host the bound can expire
+        // before the client has read what the mock wrote (the process was starved): on a re-run's
+        // request the mock never held (one more failed run), or before the client read the headers
+        // (boundedFetch then rejects the fetch itself, which the SDK reports as its
+        // APIConnectionTimeoutError; no other timeout of the client is shorter than 10 minutes).
+        // Each failed run was ended by the bound, and only the planned request was held.
+        expect(errors.length).toBeGreaterThanOrEqual(1);
+        for (const error of errors) {
+          if (error instanceof Anthropic.APIConnectionTimeoutError) continue;
+          expect(error).toBeInstanceOf(Anthropic.AnthropicError);
+          expect((error as Error).cause).toMatchObject({ name: "TimeoutError", message: `the model's stream was idle for ${IDLE_MS} ms (STREAM-16)` });
+        }
+        expect(provider().requests.filter((r) => r.faultFired).map((r) => r.requestNumber)).toEqual([stall.request]);
         await heldStreamsEnd();
 
         // The oracle: one payment in the payments API's effect log, the one the kept run was told.
