@@ -140,8 +140,16 @@ describe("AISDK-13 STREAM-16 the AI SDK profile: what bounds a silent model stre
         for (let waited = 0; payments.effects().length < (paidBefore ? 1 : 0) && waited < 20_000; waited += 50) await new Promise((r) => setTimeout(r, 50));
         expect(payments.effects()).toHaveLength(paidBefore ? 1 : 0);
 
-        const resent = await drain(send().fullStream);
+        // The mock runs in this process, so on a loaded host a re-send the mock never held can go
+        // idleMs without a chunk too (the process was starved, nothing was read): the bound doing
+        // its job, not the case under test. The app then sends the same messages again (AISDK-6).
+        let resent = await drain(send().fullStream);
+        for (let resends = 1; !finished(resent) && resends < 4; resends++) {
+          expect(endingOf(resent)).toContain(`the model's stream was idle for ${IDLE_MS} ms (STREAM-16)`);
+          resent = await drain(send().fullStream);
+        }
         expect(finished(resent), endingOf(resent)).toBe(true);
+        expect(mock.requests.filter((r) => r.faultFired).map((r) => r.requestNumber)).toEqual([1]);
         expect(payments.effects()).toHaveLength(1);
         expect(outputsOf(resent)).toEqual([{ invoice: payments.effects()[0]!.resourceId, amount: 12_500 }]);
       });
