@@ -3,7 +3,7 @@ import { createOpenAI } from "@ai-sdk/openai";
 import { createOnceTools, dispatchOnceOf, spliceGuard } from "@dispatch-once/ai-sdk";
 import { ToolError, catalogueEntry, canonicalize, type DispatcherOptions, type FailureDisposition, type Ledger } from "@dispatch-once/core";
 import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
-import { lastUserText, scriptFromPlans, call, reasoning, respond, say as sayText, startMockOpenAI, type MockOpenAI, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
+import { lastUserText, scriptFromPlans, call, reasoning, respond, say as sayText, startMockOpenAI, type MockOpenAI, type RequestRecord, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
 import {
   DISPOSITION_BY_OUTCOME,
   PaymentsError,
@@ -98,10 +98,19 @@ export interface AiSdkAppOptions {
    * @example { spliceGuard: false }
    */
   spliceGuard?: boolean | ((request: { trigger: "submit-message" | "regenerate-message" }) => boolean);
+  /**
+   * The splice check the route wraps its model with where `spliceGuard` says it guards, in place of
+   * `spliceGuard()`: a `LanguageModelMiddleware` of the `ai` package (typed `unknown`, as above, so
+   * the kit's public types name none of `ai`'s). The kit's planted tests give a weakened check here.
+   * @default spliceGuard()
+   * @example { spliceMiddleware: { specificationVersion: "v3", wrapStream: async ({ doStream }) => doStream() } }
+   */
+  spliceMiddleware?: unknown;
 }
 
 /** The app the AISDK rules describe: its model under the splice check (AISDK-16). */
-const guardedModel = (model: Parameters<typeof wrapLanguageModel>[0]["model"]): LanguageModel => wrapLanguageModel({ model, middleware: spliceGuard() });
+const guardedModel = (model: Parameters<typeof wrapLanguageModel>[0]["model"], middleware?: unknown): LanguageModel =>
+  wrapLanguageModel({ model, middleware: (middleware ?? spliceGuard()) as Parameters<typeof wrapLanguageModel>[0]["middleware"] });
 
 /** The sentence a spliced response without its start begins with (the runner profile's too). */
 const SPLICE_LEAD = "Paying now.";
@@ -254,7 +263,46 @@ interface CaseLog {
   diverged: Set<string>;
   /** The passes at a turn that were answered (chat, message text, pass): the oracle counts their kept answers. */
   answered: Set<string>;
+  /**
+   * Where each call the model streamed was made: the request (chat, turn, pass, request of the
+   * pass) whose stream carried its `tool-call` part, by the call id the provider minted for it.
+   */
+  callAt: Map<string, CallSite>;
+  /** Every call that reached the wrapped tool's `execute` (the AI SDK ran it) or the app's own (the dispatcher ran it), in order. */
+  dispatched: Dispatched[];
+  /** The mock's responses to this case's requests, as its log shows them: each one's call ids, and a spliced one's shape. */
+  responses: CaseResponse[];
+  /** The mock's records of this case's requests, by request number (read into `responses` once the case ended). */
+  requests: Map<number, RequestRecord>;
   stats: Record<string, number>;
+}
+
+/** The request a call's `tool-call` part came in: its turn is its chat's user message (AISDK-1). */
+interface CallSite {
+  chat: string;
+  message: string;
+  pass: number;
+  request: number;
+}
+
+/**
+ * A call at a dispatch point: `execute`, the wrapped tool's (the AI SDK executed the call), or
+ * `run`, the app's tool body under it (the dispatcher claimed the call and ran it, at the step or
+ * at its `tool-call` part), with the key it forwarded to the payments API.
+ */
+interface Dispatched {
+  at: "execute" | "run";
+  toolCallId: string;
+  tool: string;
+  key?: string | undefined;
+}
+
+/** A response the mock rendered for a request of the case (ModelResponse's fields, as the runner profile reads them). */
+interface CaseResponse {
+  text: string;
+  calls: string[];
+  callIds: string[];
+  spliced?: AiSdkSplice["shape"] | undefined;
 }
 
 const IDENTITY = { send_payment: TOOL_SHAPES.send_payment.identity! };
@@ -303,6 +351,7 @@ function appTools(
     // A downstream fault planned on the call waits for the run after the death (the take-over's).
     const fault = dying === undefined ? faults.get(signature) : undefined;
     if (dying === undefined) faults.delete(signature);
+    log.dispatched.push({ at: "run", toolCallId: options.toolCallId, tool: name, key });
     running.n++;
     say(log, "tool", `${name} runs key ${short(key)}${info ? ` (turn ${info.turnIndex}, ordinal ${info.ordinal})` : " (unwrapped)"} with ${canonicalize(args as never)} in ${process.name}${fault ? ` [downstream fault ${fault}]` : ""}`);
     count(log, "tool_runs");
@@ -490,6 +539,18 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     count(ctx.log, "divergent_reruns");
   }
   const turn = process.forTurn(request);
+  // The dispatch points the oracle reads (AISDK-16): the request each call's part came in, and
+  // each call the AI SDK handed the wrapped tool's execute. The app's own tool body records the
+  // runs (appTools), a call dispatched at its tool-call part included.
+  const site: CallSite = { chat: chat.plan.id, message: message.text, pass, request: requestOfPass };
+  const seen = (toolCallId: string) => {
+    if (!ctx.log.callAt.has(toolCallId)) ctx.log.callAt.set(toolCallId, site);
+  };
+  const tools = observed(turn.tools, ctx.log, seen);
+  const onChunk = (event: { chunk: { type: string; toolCallId?: unknown } }) => {
+    if (event.chunk.type === "tool-call" && typeof event.chunk.toolCallId === "string") seen(event.chunk.toolCallId);
+    turn.onChunk?.(event);
+  };
   const told: Told[] = [];
   const runsBefore = ctx.log.stats.tool_runs ?? 0;
   const calls = new Map<string, { tool: string; input: Record<string, unknown> }>();
@@ -505,8 +566,8 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     const result = streamText({
       model: ctx.model({ trigger: pass === 0 ? "submit-message" : "regenerate-message" }),
       messages: chat.messages,
-      tools: turn.tools as ToolSet,
-      ...(turn.onChunk !== undefined ? { onChunk: turn.onChunk } : {}),
+      tools: tools as ToolSet,
+      onChunk: onChunk as never,
       stopWhen: stepCountIs(4),
       maxRetries: 0,
       // The process's death cuts the client's stream (its wrapped writes are not aborted by it, AISDK-2: they fail with the process's I/O).
@@ -592,6 +653,7 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     failed = `the chat route's process died ${process.death ?? ""}: the client's stream was cut`;
     chat.diedIn = message.text;
   }
+  keepRequests(ctx.world, ctx.log, [content]);
   const spliced = state.spliced?.attempt === state.attempt ? state.spliced : undefined;
   if (spliced !== undefined) {
     count(ctx.log, "splices");
@@ -636,6 +698,52 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
 function keyOfError(error: unknown): string | undefined {
   const key = typeof error === "object" && error !== null ? (error as { key?: unknown }).key : undefined;
   return typeof key === "string" ? key : undefined;
+}
+
+/** The wrapped tools as the AI SDK sees them, each execute noted first (the call id it was handed). */
+function observed(tools: AiSdkToolSet, log: CaseLog, seen: (toolCallId: string) => void): AiSdkToolSet {
+  return Object.fromEntries(
+    Object.entries(tools).map(([name, t]) => {
+      const execute = (t as { execute?: unknown }).execute;
+      if (typeof execute !== "function") return [name, t];
+      const noted = (input: unknown, options: { toolCallId: string }) => {
+        seen(options.toolCallId);
+        log.dispatched.push({ at: "execute", toolCallId: options.toolCallId, tool: name });
+        return (execute as (input: unknown, options: unknown) => unknown).call(t, input, options);
+      };
+      return [name, { ...(t as object), execute: noted }];
+    }),
+  );
+}
+
+/**
+ * The mock's records of this case's requests (by its messages' user texts), kept by reference:
+ * the mock's log holds its last 50 requests only, and a record read now may still be rendering.
+ * Read once per attempt, so no record leaves the log unread.
+ */
+function keepRequests(world: AiSdkWorld, log: CaseLog, contents: readonly string[]): void {
+  for (const r of world.openai.requests) {
+    if (log.requests.has(r.requestNumber)) continue;
+    const text = userTextOf(r);
+    if (text !== undefined && contents.includes(text)) log.requests.set(r.requestNumber, r);
+  }
+}
+
+/** A logged request's last user text; none for a body the mock refused (not a Responses request). */
+function userTextOf(r: RequestRecord): string | undefined {
+  const body = r.body as ResponsesRequest | undefined;
+  return typeof body === "object" && body !== null && (typeof body.input === "string" || Array.isArray(body.input)) ? lastUserText(body) : undefined;
+}
+
+/** The responses the kept records show: each request's own, and the one a proxy spliced into its body. */
+function responsesOf(requests: ReadonlyMap<number, RequestRecord>): CaseResponse[] {
+  return [...requests.values()].flatMap((r): CaseResponse[] => {
+    const text = userTextOf(r) ?? "";
+    const own: CaseResponse = { text, calls: r.calls.map((c) => c.name), callIds: r.calls.map((c) => c.callId) };
+    if (r.splicedCalls === undefined || r.fault?.kind !== "splice") return [own];
+    const shape: AiSdkSplice["shape"] = r.fault.responseCreated ? "restart" : r.fault.lead !== undefined ? "headless" : "headless_bare";
+    return [own, { text, calls: r.splicedCalls.map((c) => c.name), callIds: r.splicedCalls.map((c) => c.callId), spliced: shape }];
+  });
 }
 
 /** `turn.unansweredCalls()` after a finished request, as the app shows it (the timeline says what the user is told). */
@@ -754,7 +862,7 @@ export interface AiSdkCaseRun {
 export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, scenario: AiSdkScenario, app: AiSdkAppOptions = {}): Promise<AiSdkCaseRun> {
   const fixture: LedgerFixture = await subject.create();
   const account = `acct_${randomUUID().slice(0, 12)}`;
-  const log: CaseLog = { started: Date.now(), timeline: [], told: [], listings: [], diverged: new Set(), answered: new Set(), stats: { cases: 1 } };
+  const log: CaseLog = { started: Date.now(), timeline: [], told: [], listings: [], diverged: new Set(), answered: new Set(), callAt: new Map(), dispatched: [], responses: [], requests: new Map(), stats: { cases: 1 } };
   const faults = new Map<string, FaultSpec["outcome"]>();
   const deaths: PlannedDeaths = { planned: new Map(), keys: new Map() };
   const { plans, attempts } = world;
@@ -790,7 +898,7 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       logger: { warn: () => {} },
     };
     const provider = createOpenAI({ baseURL: world.openai.baseURL, apiKey: "conformance" }).responses("gpt-conformance");
-    const guarded = guardedModel(provider);
+    const guarded = guardedModel(provider, app.spliceMiddleware);
     const guard = app.spliceGuard ?? true;
     const model = (request: { trigger: "submit-message" | "regenerate-message" }): LanguageModel => ((typeof guard === "function" ? guard(request) : guard) ? guarded : provider);
     const ctx: RunContext = { world, account, log, model };
@@ -847,6 +955,8 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
     );
     // A call started at its tool-call part may outlive the stream that was cut under it.
     await settled(running);
+    keepRequests(world, log, contents);
+    log.responses = responsesOf(log.requests);
     const effects = world.payments.effects({ account });
     const violations = checkAiSdkOracle(scenario, account, log, effects);
     count(log, "told_successes", log.told.filter((t) => t.ok).length);
@@ -950,12 +1060,39 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
     bySignature.set(signature, [...(bySignature.get(signature) ?? []), e]);
   }
   const where = (i: { chat: string; message: string; call: PlannedCall }) => `${i.call.tool} for ${i.chat} ${JSON.stringify(i.message)} ("${intentSignature(i.call.tool, i.call.args)}")`;
-  for (const [signature, intent] of intents) {
-    const list = bySignature.get(signature) ?? [];
-    if (list.length > intent.times) {
-      const asked = intent.times === 1 ? "one intent" : `${intent.times} intents`;
-      add("CONF-2", `${where(intent)}: performed ${list.length} times for ${asked}: ${list.map(describeEffect).join(", ")}`);
+  // Per turn, not summed over the scenario: keys carry the turn index (the chat's user messages
+  // so far, AISDK-1; a continuation, a re-send and a regenerate are the same turn) and the ordinal
+  // among identical calls of the turn (TURN-4, AISDK-9), so a turn makes a signature at most as
+  // often as its message asked for it. An extra identical payment at one turn is not excused by
+  // an identical intent of another message of the chat, which a failed turn may never reach. An
+  // effect is the turn's whose request made the call that ran under its key (its tool-call part's
+  // request: found by what ran, not by the turn index the wrapper under test put in the key).
+  const turnOfKey = new Map<string, CallSite>();
+  for (const d of log.dispatched) {
+    const site = log.callAt.get(d.toolCallId);
+    if (d.at === "run" && d.key !== undefined && site !== undefined && !turnOfKey.has(d.key)) turnOfKey.set(d.key, site);
+  }
+  const turnOf = (e: Effect) => (e.idempotencyKey ? turnOfKey.get(e.idempotencyKey) : undefined);
+  const atTurn = new Map<string, { chat: string; message: string; signature: string; effects: Effect[] }>();
+  for (const [signature, list] of bySignature) {
+    for (const e of list) {
+      const site = turnOf(e);
+      // An effect no run of the case can place (none should be) counts against every intent of its signature, summed.
+      const group = site === undefined ? `\u0000${signature}` : `${site.chat}\u0000${site.message}\u0000${signature}`;
+      const entry = atTurn.get(group) ?? { chat: site?.chat ?? "", message: site?.message ?? "", signature, effects: [] };
+      entry.effects.push(e);
+      atTurn.set(group, entry);
     }
+  }
+  for (const { chat, message, signature, effects: list } of atTurn.values()) {
+    const intent = intents.get(signature);
+    if (intent === undefined) continue; // answers no intent: said above
+    const plan = scenario.chats.find((c) => c.id === chat)?.messages.find((m) => m.text === message);
+    const times = chat === "" ? intent.times : plan === undefined ? 0 : plannedOf(plan).filter((c) => intentSignature(c.tool, c.args) === signature).length;
+    if (list.length <= times) continue;
+    const asked = times === 1 ? "one intent" : `${times} intents`;
+    const others = chat !== "" && intent.times > times ? ` (at that turn; other turns asked for it ${intent.times - times} more times, which excuses none of these)` : "";
+    add("CONF-2", `${where(chat === "" ? intent : { chat, message, call: intent.call })}: performed ${list.length} times for ${asked}: ${list.map(describeEffect).join(", ")}${others}`);
   }
   // The effect each kept success named, per pass at a turn and signature: two calls the user asked for are two effects.
   const namedIn = new Map<string, Map<string, Told>>();
@@ -1012,8 +1149,41 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
       }
     }
   }
-  checkToldOfEveryEffect(scenario, log, effects, intents, add);
+  checkToldOfEveryEffect(scenario, log, effects, intents, turnOf, add);
+  checkNoSplicedCallDispatched(log, add);
   return violations;
+}
+
+/**
+ * AISDK-16 (STREAM-8, STREAM-10, STREAM-17): no call of a spliced response reaches `execute`.
+ * The model stream ends, failed, at the first event that shows a second response, and passes on
+ * nothing after it: every call the AI SDK executes, and every call the dispatcher runs (at the
+ * step, or at its `tool-call` part), is its request's own response's. The mock mints call ids per
+ * response, so a call id only a spliced response carried was taken from it. The judges above see
+ * such a call only by its harm: a payment beyond what its turn asked for, a mixed answer kept. A
+ * spliced call identical to one its turn asks for again later (a tool loop's repeat) takes the
+ * ordinal that later call takes, so the turn's count holds and the re-send answers the repeat
+ * from the spliced call's row.
+ */
+function checkNoSplicedCallDispatched(log: CaseLog, add: (rule: string, message: string) => void): void {
+  const own = new Set(log.responses.flatMap((r) => (r.spliced === undefined ? r.callIds : [])));
+  const splicedBy = new Map<string, CaseResponse>();
+  for (const r of log.responses) if (r.spliced !== undefined) for (const id of r.callIds) if (!own.has(id)) splicedBy.set(id, r);
+  const judged = new Set<string>();
+  for (const d of log.dispatched) {
+    const r = splicedBy.get(d.toolCallId);
+    if (r === undefined || judged.has(d.toolCallId)) continue;
+    judged.add(d.toolCallId);
+    const site = log.callAt.get(d.toolCallId);
+    const whereAt = site === undefined ? "a request of the case" : `request ${site.request + 1} of ${site.chat} ${JSON.stringify(site.message)} (${site.pass === 0 ? "as sent" : "regenerated"})`;
+    const how = r.spliced === "restart" ? "with its own start" : r.spliced === "headless" ? "without its start, led by a sentence" : "without its start or a lead";
+    const point = d.at === "execute" ? "the AI SDK executed" : `the dispatcher ran (key ${short(d.key)})`;
+    add(
+      "AISDK-16",
+      `in ${whereAt}, ${point} ${d.tool} (${d.toolCallId}), a call of the response a proxy spliced into another's body (${how}; its calls [${r.calls.join(", ")}]): ` +
+        `the model stream took the spliced response in instead of ending, failed, at its first sign`,
+    );
+  }
 }
 
 /**
@@ -1032,6 +1202,7 @@ function checkToldOfEveryEffect(
   log: CaseLog,
   effects: Effect[],
   intents: Map<string, { chat: string; message: string; call: PlannedCall; times: number }>,
+  turnOf: (e: Effect) => CallSite | undefined,
   add: (rule: string, message: string) => void,
 ): void {
   const ofTurn = <T extends { chat: string; message: string }>(list: readonly T[], chat: string, message: string) => list.filter((x) => x.chat === chat && x.message === message);
@@ -1050,8 +1221,10 @@ function checkToldOfEveryEffect(
   }
   for (const e of effects) {
     const signature = effectSignature(e);
-    const intent = signature === undefined ? undefined : intents.get(signature);
-    // An effect no intent asked for is CONF-2's (above).
+    const ofSignature = signature === undefined ? undefined : intents.get(signature);
+    // An effect no intent asked for is CONF-2's (above). It is the turn's whose request made the call that ran under its key.
+    const site = turnOf(e);
+    const intent = ofSignature === undefined ? undefined : site === undefined ? ofSignature : { ...ofSignature, chat: site.chat, message: site.message };
     if (intent === undefined || !lastPassAnswered.has(`${intent.chat}\u0000${intent.message}`)) continue;
     const told = ofTurn(log.told, intent.chat, intent.message);
     const named = (t: Told) => {

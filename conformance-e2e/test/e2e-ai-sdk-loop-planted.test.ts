@@ -84,7 +84,7 @@ describe("the ai-sdk oracle on an answered tool loop (no servers: the verdicts o
   const effect = (seq: number) => ({ seq, kind: "payment_created" as const, account: "a", idempotencyKey: `k${seq}`, resourceId: `pay_${seq}`, payload: payment.args, at: "" });
   const told = (step: number, paymentId: string) => ({ chat: "chat-0", message: "c0 message 0", pass: 0, request: 0, step, toolCallId: `call_${step}`, tool: "send_payment", input: payment.args, ok: true, output: { paymentId } });
   const verdicts = (kept: ReturnType<typeof told>[], effects: ReturnType<typeof effect>[]) =>
-    checkAiSdkOracle(scenario, "a", { started: 0, timeline: [], told: kept, listings: [], diverged: new Set(), answered: new Set(["chat-0\u0000c0 message 0\u00000"]), stats: {} }, effects).map((v) => `${v.rule}: ${v.message}`);
+    checkAiSdkOracle(scenario, "a", { started: 0, timeline: [], told: kept, listings: [], diverged: new Set(), answered: new Set(["chat-0\u0000c0 message 0\u00000"]), callAt: new Map(), dispatched: [], responses: [], requests: new Map(), stats: {} }, effects).map((v) => `${v.rule}: ${v.message}`);
 
   it("AISDK-1 CONF-2 both payments made and each told its own: no violation", () => {
     expect(verdicts([told(1, "pay_1"), told(2, "pay_2")], [effect(1), effect(2)])).toEqual([]);
@@ -113,7 +113,7 @@ describe("the ai-sdk oracle on a continuation's repeat told as not made (no serv
   // What the wrapper tells for a call it settled as failed: tool_failed, effect no.
   const notMade = { ...base, request: 2, toolCallId: "call_2", ok: false, error: new ToolFailedError("k2", { name: "ApprovalSpent", message: "not run" }, true) };
   const verdicts = (kept: unknown[], effects: ReturnType<typeof effect>[]) =>
-    checkAiSdkOracle(scenario, "a", { started: 0, timeline: [], told: kept as never, listings: [], diverged: new Set(), answered: new Set(["chat-0\u0000c0 message 0\u00000"]), stats: {} }, effects).map((v) => `${v.rule}: ${v.message}`);
+    checkAiSdkOracle(scenario, "a", { started: 0, timeline: [], told: kept as never, listings: [], diverged: new Set(), answered: new Set(["chat-0\u0000c0 message 0\u00000"]), callAt: new Map(), dispatched: [], responses: [], requests: new Map(), stats: {} }, effects).map((v) => `${v.rule}: ${v.message}`);
 
   it("EFFECT-6 the first payment made and told, the repeat told as not made and not made: no violation (the one effect is the first intent's)", () => {
     expect(verdicts([paid, notMade], [effect(1)])).toEqual([]);
