@@ -110,6 +110,57 @@ function statusError(status: number): { type: string; code: string | null; messa
   return { type: "invalid_request_error", code: null, message: "Invalid request" };
 }
 
+/** The reasoning items the mock rendered, by id: what a stateless request must send back (`checkStatelessInput`). */
+interface RenderedReasoning {
+  /** Null when it was rendered without it (`store: false` without `include`): nothing verifies against it. */
+  encryptedContent: string | null;
+  /** The ids of the other output items of its response (its calls and messages). */
+  siblings: Set<string>;
+}
+
+/** A request the API keeps nothing of (`store: false`): it must carry every earlier item it needs. */
+const isStateless = (request: ResponsesRequest): boolean => request["store"] === false;
+
+/** Whether the request asks for reasoning items' encrypted content (`include`). */
+const includesEncryptedContent = (request: ResponsesRequest): boolean => Array.isArray(request["include"]) && (request["include"] as unknown[]).includes("reasoning.encrypted_content");
+
+/**
+ * The API's refusals of a stateless request's reasoning items (`store: false`; with store on it
+ * keeps them itself): an item without its encrypted content is not found, one whose content is
+ * not the one its id was delivered with cannot be verified, a function call of a response that
+ * reasoned (named by its item id) must follow that reasoning item, and a reasoning item must be
+ * followed by an output item of its own response. Undefined when the input is one the API takes.
+ */
+function checkStatelessInput(request: ResponsesRequest, reasonings: Map<string, RenderedReasoning>, requiredBy: Map<string, string>): string | undefined {
+  if (!isStateless(request) || !Array.isArray(request.input)) return undefined;
+  const input = request.input;
+  for (const [i, item] of input.entries()) {
+    const id = typeof item.id === "string" ? item.id : undefined;
+    if (item.type === "reasoning" && id !== undefined) {
+      if (typeof item.encrypted_content !== "string") {
+        return `Item with id '${id}' not found. Items are not persisted when \`store\` is set to false. Try again with \`store\` set to true, or remove this item from your input.`;
+      }
+      if (reasonings.get(id)?.encryptedContent !== item.encrypted_content) return `The encrypted content for item ${id} could not be verified.`;
+      // The item after it is an output item of its response: an unnamed one (a call sent without its
+      // item id, as @ai-sdk/openai 3.0.141 sends it under store: false) cannot be paired and is
+      // taken; another response's, or none at all (a tool output, a user message, the end), is not.
+      const next = input[i + 1];
+      const unnamedOutput = next !== undefined && next.id === undefined && (next.type === "function_call" || (next.type === "message" && next.role === "assistant"));
+      if (!unnamedOutput && (typeof next?.id !== "string" || !reasonings.get(id)!.siblings.has(next.id))) {
+        return `Item '${id}' of type 'reasoning' was provided without its required following item.`;
+      }
+    }
+    const required = id === undefined ? undefined : requiredBy.get(id);
+    if (required !== undefined) {
+      // Its reasoning item comes before it, with only items of their one response in between.
+      let j = i - 1;
+      while (j >= 0 && input[j]!.id !== required && typeof input[j]!.id === "string" && reasonings.get(required)!.siblings.has(input[j]!.id as string)) j--;
+      if (j < 0 || input[j]!.id !== required) return `Item '${id}' of type '${String(item.type)}' was provided without its required 'reasoning' item: '${required}'.`;
+    }
+  }
+  return undefined;
+}
+
 const CUT_KINDS: readonly CutKind[] = ["reset", "clean_close", "error_event", "failed_event", "incomplete_event"];
 
 type HoldAction = { type: "release" } | { type: "cut"; kind: CutKind } | { type: "gone" };
@@ -159,6 +210,18 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
   };
   // Ids stay fresh after clearRequests() resets the attempt counters.
   let generation = 0;
+  // What a stateless request must carry back (checkStatelessInput): every reasoning item rendered,
+  // and the reasoning item each of its response's other items requires.
+  const reasonings = new Map<string, RenderedReasoning>();
+  const requiredBy = new Map<string, string>();
+  const remember = (response: Record<string, unknown>) => {
+    const output = response.output as { id: string; type: string; encrypted_content?: string }[];
+    const reasoning = output.find((i) => i.type === "reasoning");
+    if (reasoning === undefined) return;
+    const siblings = new Set(output.filter((i) => i !== reasoning).map((i) => i.id));
+    reasonings.set(reasoning.id, { encryptedContent: reasoning.encrypted_content ?? null, siblings });
+    for (const id of siblings) requiredBy.set(id, reasoning.id);
+  };
   const app = express();
   app.use(jsonBody({ limitBytes: 10 * 1024 * 1024 }));
 
@@ -221,6 +284,8 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
       res.status(status).set("x-should-retry", "false").json({ error: { message, type, param: null, code: null } });
     };
     if (!parsed.success) return fail(400, "invalid_request", parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
+    const refused = checkStatelessInput(parsed.data as ResponsesRequest, reasonings, requiredBy);
+    if (refused !== undefined) return fail(400, "invalid_request", refused);
 
     let fault: Fault | undefined;
     try {
@@ -247,14 +312,17 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     try {
       const scripted = forcedByToolChoice(parsed.data as ResponsesRequest, options.script(parsed.data as ResponsesRequest));
       record.scripted = scripted;
-      rendered = renderResponse(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model });
+      const encryptedContent = !isStateless(parsed.data as ResponsesRequest) || includesEncryptedContent(parsed.data as ResponsesRequest);
+      rendered = renderResponse(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model, encryptedContent });
+      remember(rendered.response);
       if (fault !== undefined && stream) cutAt = resolvePosition(fault.at, rendered.events);
       if (fault?.kind === "splice") {
         if (!stream) throw new MockOpenAIError("fault_not_applicable", "fault splice applies to streaming requests only");
         const again = forcedByToolChoice(parsed.data as ResponsesRequest, options.script(parsed.data as ResponsesRequest));
         const second = fault.lead === undefined ? again : { ...again, output: [text(fault.lead), ...again.output] };
         // Rendered as the next attempt's response: other ids, fragments and wording, as a second upstream request gets.
-        const spliced = renderResponse(second, { seed, bodyHash, attempt: attempt + 1, salt: `${generation}:splice`, model: parsed.data.model });
+        const spliced = renderResponse(second, { seed, bodyHash, attempt: attempt + 1, salt: `${generation}:splice`, model: parsed.data.model, encryptedContent });
+        remember(spliced.response);
         const tail = fault.responseCreated ? spliced.events : spliced.events.filter((e) => e.type !== "response.created");
         rendered = { ...rendered, events: [...rendered.events.slice(0, cutAt), ...tail] };
         record.splicedCalls = spliced.calls;

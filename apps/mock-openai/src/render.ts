@@ -79,6 +79,12 @@ export interface RenderOptions {
   attempt: number;
   salt: string;
   model: string;
+  /**
+   * False for a request with `store: false` that does not `include` `reasoning.encrypted_content`:
+   * its reasoning items come with `encrypted_content: null`, as the API sends them (the content is
+   * drawn all the same, so the rest of the response renders as it would with it).
+   */
+  encryptedContent?: boolean;
 }
 
 export function renderResponse(scripted: ScriptedResponse, options: RenderOptions): RenderedResponse {
@@ -129,7 +135,7 @@ export function renderResponse(scripted: ScriptedResponse, options: RenderOption
       for (const delta of split(out.summary, rng)) push("response.reasoning_summary_text.delta", { item_id: id, output_index: outputIndex, summary_index: 0, delta });
       push("response.reasoning_summary_text.done", { item_id: id, output_index: outputIndex, summary_index: 0, text: out.summary });
       push("response.reasoning_summary_part.done", { item_id: id, output_index: outputIndex, summary_index: 0, part: summary[0] });
-      const done = { id, type: "reasoning", summary, encrypted_content: encrypted };
+      const done = { id, type: "reasoning", summary, encrypted_content: options.encryptedContent === false ? null : encrypted };
       push("response.output_item.done", { output_index: outputIndex, item: done });
       items.push(done);
       continue;
