@@ -39,7 +39,8 @@ export interface StreamErrorReport {
 /** Output items as the stream established them, in the Responses API's input-item shape (for the next request). */
 export type OutputItem =
   | { type: "message"; role: "assistant"; content: string }
-  | { type: "function_call"; call_id: string; name: string; arguments: string }
+  /** `id` (the item id, `fc_…`) is kept beside a reasoning item only: the API pairs the two by it. */
+  | { type: "function_call"; id?: string; call_id: string; name: string; arguments: string }
   | OpenAI.Responses.ResponseReasoningItem;
 
 /** The members apply() reads, by event type: anything else an event carries is not read. */
@@ -254,7 +255,11 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
     const item = (part: TextPart | CallState): OutputItem[] => {
       if (!isCall(part)) return [{ type: "message", role: "assistant", content: part.text }];
       if (part.phase === "abandoned" || part.phase === "announced" || part.phase === "arguments_streaming") return [];
-      return [{ type: "function_call", call_id: part.callId, name: part.name, arguments: part.partialJson }];
+      // Beside a reasoning item the call keeps its item id: the API pairs a reasoning item with the
+      // item that follows it by that id, and refuses a request whose reasoning item is followed by
+      // a call without it (STREAM-15). Without reasoning the committed call is as it always was.
+      const id = this.reasoning.size > 0 && part.itemId !== "" ? { id: part.itemId } : {};
+      return [{ type: "function_call", ...id, call_id: part.callId, name: part.name, arguments: part.partialJson }];
     };
     if (this.reasoning.size === 0) return this.orderedParts().flatMap(item);
     const indexed: [number, OutputItem[]][] = [...this.parts].map(([index, part]) => [index, item(part)]);

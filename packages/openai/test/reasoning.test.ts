@@ -18,14 +18,24 @@ function cutFirstAttempt(fault: Fault) {
   });
 }
 
-describe("ConversationRunner: a reasoning item before the call, under a cut", () => {
+/*
+ * Stateless (`store: false`, the encrypted content included), the API keeps nothing between the
+ * requests, and the mock refuses as it does a follow-up whose reasoning item is not followed by an
+ * item of its response named by its id: the committed call keeps its `fc_` item id beside its reasoning.
+ */
+const MODES = [
+  ["stored", undefined],
+  ["stateless", { store: false, include: ["reasoning.encrypted_content"] }],
+] as const;
+
+describe.each(MODES)("ConversationRunner: a reasoning item before the call, under a cut (%s)", (_mode, params) => {
   for (const [where, fault] of [
     ["inside the reasoning summary", { kind: "reset", at: { event: 4 } }],
     ["after the call, before response.completed", { kind: "reset", at: { beforeCompleted: true } }],
   ] as const) {
     it(`STREAM-5: a cut ${where} is retried with the first request's input; one payment`, async () => {
       cutFirstAttempt(fault as Fault);
-      const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 20 });
+      const { runner, effects, store } = await setup(provider(), { guarded: true, latencyMs: 20, ...(params === undefined ? {} : { runner: { params: params as never } }) });
       const result = await runner.send("conv-reasoning", { id: "m1", content: "pay acme, thinking" });
       expect(result.status).toBe("answered");
       expect(effects()).toHaveLength(1);
@@ -47,6 +57,9 @@ describe("ConversationRunner: a reasoning item before the call, under a cut", ()
         r!.events.filter((e) => e.type === "response.output_item.done" && (e.data as { item: { type: string } }).item.type === "reasoning").map((e) => (e.data as { item: unknown }).item);
       expect(log.map((i) => i.role ?? i.type)).toEqual(["user", "reasoning", "function_call", "function_call_output", "assistant"]);
       expect(log[1]).toEqual(doneReasoning(retry)[0]);
+      // Beside it the call keeps its item id (`fc_…`), as delivered: the API pairs a reasoning item
+      // with the item after it by that id and refuses a reasoning item it cannot pair.
+      expect(log[2]).toMatchObject({ type: "function_call", id: retry!.calls[0]!.id, call_id: retry!.calls[0]!.callId });
       expect(doneReasoning(first)).not.toContainEqual(log[1]);
       expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ name: "send_payment", result: { paymentId: effects()[0]!.paymentId, status: "accepted" } })]);
     });
