@@ -521,6 +521,64 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     }
   }
 
+  // ---- STREAM-15: a committed turn keeps its response's reasoning, as delivered, in place ----
+  // The response whose calls a turn committed (call ids are minted per response) opened with a
+  // thinking block / reasoning item, which the turn's next request must carry back: the turn keeps
+  // that one, as its stream delivered it (text and signature; id, summary and encrypted content)
+  // and at its position, and no other response's (a cut attempt's reasoned afresh; its item vouches
+  // for nothing committed). The mocks refuse a request whose reasoning is dropped or altered (the
+  // Messages API's signature, the Responses API's pairing and encrypted content), but not one whose
+  // reasoning is a cut attempt's, well formed, and a refused request fails a turn the level accepts
+  // in a run with faults: this judges each committed turn, the last of a conversation too.
+  for (const r of responses) if (r.cutInReasoning === true) ctx.diagnostics.cuts_inside_reasoning = (ctx.diagnostics.cuts_inside_reasoning ?? 0) + 1;
+  /** What names a reasoning item: a reasoning item's id, a thinking block's signature, a redacted one's data. */
+  const nameOf = (item: unknown): string => {
+    const i = item as { id?: unknown; signature?: unknown; data?: unknown };
+    return typeof i.id === "string" ? i.id : typeof i.signature === "string" ? i.signature : String(i.data);
+  };
+  const labelOf = (item: unknown): string => {
+    const i = item as { type?: unknown; id?: unknown };
+    return typeof i.id === "string" ? `reasoning item ${i.id}` : `${String(i.type).replace("_", " ")} block ${nameOf(item).slice(0, 12)}…`;
+  };
+  for (const c of conversations) {
+    for (const t of c.turns) {
+      const items = transcript.items?.(t.assistant);
+      const ids = transcript.calls(t.assistant).map((u) => u.id);
+      if (items === undefined || ids.length === 0) continue;
+      const own = responses.find((r) => r.spliced === undefined && r.reasoning !== undefined && ids.every((id) => r.callIds.includes(id)));
+      if (own?.reasoning === undefined) continue;
+      const turn = `${c.id}: turn ${t.turnIndex} (message ${JSON.stringify(t.messageId)})`;
+      const whose = (item: unknown) => responses.find((r) => r !== own && [...(r.reasoning ?? []).map((x) => x.item), ...(r.reasoningCut ?? [])].some((x) => nameOf(x) === nameOf(item)));
+      const expected = new Set(own.reasoning.map((x) => nameOf(x.item)));
+      const byId = (item: unknown) => items.find((x) => x.reasoning && (x.item as { id?: unknown }).id !== undefined && (x.item as { id?: unknown }).id === (item as { id?: unknown }).id);
+      for (const { index, item } of own.reasoning) {
+        const at = items.find((x) => x.index === index);
+        // Kept: the same item (by what names it), or one with its id (a reasoning item altered).
+        const kept = items.find((x) => x.reasoning && nameOf(x.item) === nameOf(item)) ?? byId(item);
+        if (kept === undefined && (at?.reasoning !== true || expected.has(nameOf(at.item)))) {
+          add("STREAM-15", `${turn} committed without the ${labelOf(item)} that opened the response it committed (request ${own.request?.number}, attempt ${own.request?.attempt}): its next request does not carry the model's reasoning back`);
+        } else if (kept !== undefined && kept.index !== index) {
+          add("STREAM-15", `${turn} committed the ${labelOf(item)} at position ${kept.index}, not at position ${index} where its response delivered it`);
+        } else if (kept !== undefined && !sameJson(kept.item, item)) {
+          const a = kept.item as Record<string, unknown>;
+          const b = item as Record<string, unknown>;
+          const differ = [...new Set([...Object.keys(a), ...Object.keys(b)])].filter((k) => !sameJson(a[k], b[k]));
+          add("STREAM-15", `${turn}: its ${labelOf(item)} at position ${index} is not as the stream delivered it: ${differ.map((k) => JSON.stringify(k)).join(", ")} differ`);
+        } else if (kept !== undefined) {
+          // Counted, so that a certification shows the check had items to judge.
+          ctx.diagnostics.committed_reasoning_items = (ctx.diagnostics.committed_reasoning_items ?? 0) + 1;
+        }
+      }
+      for (const x of items) {
+        if (!x.reasoning || expected.has(nameOf(x.item)) || own.reasoning.some((o) => byId(o.item) === x)) continue;
+        const other = whose(x.item);
+        const cutShort = other?.reasoningCut?.some((r) => nameOf(r) === nameOf(x.item)) === true ? ", cut before it stopped" : "";
+        const from = other === undefined ? "one no response of the model delivered" : `another response's (request ${other.request?.number}, attempt ${other.request?.attempt}${other.spliced !== undefined ? ", spliced into another's body" : ""}${cutShort})`;
+        add("STREAM-15", `${turn}: its ${labelOf(x.item)} at position ${x.index} is ${from}, not the one the response it committed delivered (${own.reasoning.map((o) => labelOf(o.item)).join(", ")}, request ${own.request?.number})`);
+      }
+    }
+  }
+
   // ---- STREAM-8, STREAM-10, STREAM-17: no call of a spliced response reaches the dispatcher ----
   // The attempt ends, failed, at the first event of the spliced response the stream side can tell
   // (its start; its first item, on a position of another type or naming another item of its type),

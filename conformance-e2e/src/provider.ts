@@ -4,6 +4,7 @@ import type { JsonValue, ProviderToolSchema } from "@dispatch-once/core";
 import {
   call,
   lastUserText as openAIUserText,
+  reasoning,
   respond,
   say,
   scriptFromPlans as openAIScript,
@@ -59,6 +60,11 @@ export interface CommittedResult {
  */
 export interface TranscriptReader {
   isAssistant(entry: JsonValue | undefined): boolean;
+  /**
+   * The entry's items with their positions in it (content blocks, output items), `reasoning` for
+   * those the provider requires back (thinking blocks, reasoning items: STREAM-15).
+   */
+  items?(entry: JsonValue | undefined): { index: number; reasoning: boolean; item: unknown }[];
   calls(entry: JsonValue | undefined): CommittedCall[];
   results(entry: JsonValue | undefined): CommittedResult[];
 }
@@ -71,6 +77,18 @@ export interface ModelResponse {
   callIds: string[];
   /** Set on a response a proxy spliced into another's body (its shape), not the body's own. */
   spliced?: SplicePlan["shape"];
+  /**
+   * The reasoning the response's stream delivered whole (its thinking blocks, stopped; its reasoning
+   * items, done), with their positions: what a turn committing this response must keep, as
+   * delivered and in place (STREAM-15).
+   */
+  reasoning?: { index: number; item: unknown }[];
+  /** Reasoning its stream began and the cut left unstopped (a thinking block whose text or signature came): a cut attempt's, for a verdict. */
+  reasoningCut?: unknown[];
+  /** Which request carried it (the mock's request number) and the attempt the mock counted, for a verdict. */
+  request?: { number: number; attempt: number };
+  /** Its stream was cut inside its thinking block or reasoning item (started, not stopped or done): the attempt keeps nothing of it. */
+  cutInReasoning?: boolean;
 }
 
 /** A splice that fell on a request: the response's call it followed and the spliced response's calls. */
@@ -200,6 +218,30 @@ function spliceMarks(splices: Map<string, (SplicePlan | undefined)[]> | undefine
 }
 
 type Obj = Record<string, unknown>;
+
+/**
+ * The thinking blocks a Messages stream delivered whole (started, their deltas, stopped), in
+ * order, with their content indexes: a spliced response's come after the body's own.
+ */
+function thinkingBlocks(events: readonly { type: string; data: Record<string, unknown> }[]): { done: { index: number; item: unknown }[]; cut: unknown[] } {
+  const open = new Map<number, Obj>();
+  const done: { index: number; item: unknown }[] = [];
+  for (const { type, data } of events) {
+    const index = data.index as number;
+    const block = data.content_block as Obj | undefined;
+    const delta = data.delta as Obj | undefined;
+    if (type === "content_block_start" && block?.type === "thinking") open.set(index, { type: "thinking", thinking: str(block.thinking), signature: str(block.signature) });
+    else if (type === "content_block_start" && block?.type === "redacted_thinking") open.set(index, { type: "redacted_thinking", data: str(block.data) });
+    else if (type === "content_block_start") open.delete(index);
+    else if (type === "content_block_delta" && delta?.type === "thinking_delta" && open.has(index)) open.get(index)!.thinking += str(delta.thinking);
+    else if (type === "content_block_delta" && delta?.type === "signature_delta" && open.has(index)) open.get(index)!.signature += str(delta.signature);
+    else if (type === "content_block_stop" && open.has(index)) {
+      done.push({ index, item: open.get(index)! });
+      open.delete(index);
+    }
+  }
+  return { done, cut: [...open.values()] };
+}
 const asArray = (v: unknown): Obj[] => (Array.isArray(v) ? (v as Obj[]) : []);
 const str = (v: unknown): string => (typeof v === "string" ? v : "");
 
@@ -222,6 +264,7 @@ const anthropicBlocks = (entry: JsonValue | undefined): Obj[] => asArray((entry 
 
 const anthropicTranscript: TranscriptReader = {
   isAssistant: (entry) => (entry as { role?: unknown } | undefined)?.role === "assistant",
+  items: (entry) => anthropicBlocks(entry).map((item, index) => ({ index, reasoning: item.type === "thinking" || item.type === "redacted_thinking", item })),
   calls: (entry) =>
     anthropicBlocks(entry)
       .filter((b) => b.type === "tool_use")
@@ -283,10 +326,23 @@ async function anthropicSide(): Promise<ProviderSide> {
     responses: () =>
       mock.requests.slice(since).flatMap((r): ModelResponse[] => {
         const text = anthropicUserText(r.body as Parameters<typeof anthropicUserText>[0]);
-        const own = { text, calls: r.toolUses.map((c) => ({ name: c.name, input: c.input })), callIds: r.toolUses.map((c) => c.id) };
+        // The body's own response opens with its thinking block, stopped before any call (and so
+        // before a splice, which follows a call); a spliced response's comes after it.
+        const { done: thinking, cut } = thinkingBlocks(r.events);
+        const request = { number: r.requestNumber, attempt: r.attempt };
+        const cutInReasoning = r.faultFired && r.fault !== undefined && r.fault.kind !== "splice" && cut.length > 0;
+        const own = {
+          text,
+          calls: r.toolUses.map((c) => ({ name: c.name, input: c.input })),
+          callIds: r.toolUses.map((c) => c.id),
+          reasoning: thinking.slice(0, 1),
+          request,
+          ...(cut.length > 0 ? { reasoningCut: cut } : {}),
+          ...(cutInReasoning ? { cutInReasoning } : {}),
+        };
         if (r.splicedToolUses === undefined || r.fault?.kind !== "splice") return [own];
         const calls = r.splicedToolUses.map((c) => ({ name: c.name, input: c.input }));
-        return [own, { text, calls, callIds: r.splicedToolUses.map((c) => c.id), spliced: spliceShape(r.fault.messageStart, r.fault.lead) }];
+        return [own, { text, calls, callIds: r.splicedToolUses.map((c) => c.id), spliced: spliceShape(r.fault.messageStart, r.fault.lead), reasoning: thinking.slice(1), request }];
       }),
     runner: ({ fetch, ...options }) =>
       new AnthropicRunner({
@@ -353,6 +409,7 @@ function parseArguments(text: string): unknown {
  */
 const openAITranscript: TranscriptReader = {
   isAssistant: (entry) => Array.isArray(entry) && !asArray(entry).some((i) => i.type === "function_call_output"),
+  items: (entry) => asArray(entry).map((item, index) => ({ index, reasoning: item.type === "reasoning", item })),
   calls: (entry) =>
     asArray(entry)
       .filter((i) => i.type === "function_call")
@@ -392,11 +449,15 @@ async function openAISide(): Promise<ProviderSide> {
   return {
     name: "openai",
     program(plans, cutFor, reruns, onRerun, splices, onSplice) {
-      const responseOf = (calls: PlannedCall[]) => (calls.length === 0 ? say("Done.") : respond(...calls.map((c) => call(c.tool, c.args, rewordOf(c)))));
+      // A reasoning model's way (as the AI SDK profile's): each response that makes calls reasons
+      // first, an item with a fresh id and encrypted content per response, which the committed turn
+      // keeps and sends back (STREAM-15). No draw: each seed's scenarios are what they were.
+      const responseOf = (calls: PlannedCall[], text: string) =>
+        calls.length === 0 ? say("Done.") : respond(reasoning(`Do what ${text} asks.`), ...calls.map((c) => call(c.tool, c.args, rewordOf(c))));
       const marks = rerunMarks(reruns, onRerun);
       const splicing = spliceMarks(splices, onSplice);
       const scripted: Record<string, ScriptedResponse[]> = {};
-      for (const [text, steps] of plans) scripted[text] = steps.map(responseOf);
+      for (const [text, steps] of plans) scripted[text] = steps.map((calls) => responseOf(calls, text));
       // The mock's own plans answer tool results with text; the kit's tool loop plays step n
       // after the n-th batch of function_call_output items that follows the user's text.
       const fallback = openAIScript({});
@@ -407,10 +468,10 @@ async function openAISide(): Promise<ProviderSide> {
         const step = openAIStep(request.input);
         // The response a proxy splices in (the fault plan below marked the request), asked for second.
         const second = splicing.second(request);
-        if (second !== undefined) return responseOf(second);
+        if (second !== undefined) return responseOf(second, text!);
         // A re-run the model answers differently (the fault plan below marked the request).
         const rerun = marks.of(request);
-        return rerun !== undefined ? responseOf(rerun) : (steps[step] ?? say("Done."));
+        return rerun !== undefined ? responseOf(rerun, text!) : (steps[step] ?? say("Done."));
       };
       // The mock records every request; nothing reads them across cases, and a certification
       // makes thousands. Attempt numbers restart too, harmlessly: each case's texts are its own.
@@ -437,16 +498,29 @@ async function openAISide(): Promise<ProviderSide> {
     responses: () =>
       mock.requests.flatMap((r): ModelResponse[] => {
         const text = openAIUserText(r.body as Parameters<typeof openAIUserText>[0]) ?? "";
-        const own = { text, calls: (r.calls ?? []).map((c) => ({ name: c.name, input: c.arguments })), callIds: (r.calls ?? []).map((c) => c.callId) };
+        // The body's own response opens with its one reasoning item, done before any call (and so
+        // before a splice, which follows a call); a spliced response's reasoning item comes after it.
+        const reasoning = r.events
+          .filter((e) => e.type === "response.output_item.done" && (e.data.item as Obj | undefined)?.type === "reasoning")
+          .map((e) => ({ index: e.data.output_index as number, item: e.data.item }));
+        const request = { number: r.requestNumber, attempt: r.attempt };
+        const announced = r.events.some((e) => e.type === "response.output_item.added" && (e.data.item as Obj | undefined)?.type === "reasoning");
+        const cutInReasoning = r.fault !== undefined && r.fault.kind !== "splice" && r.faultFired && announced && reasoning.length === 0;
+        const own = { text, calls: (r.calls ?? []).map((c) => ({ name: c.name, input: c.arguments })), callIds: (r.calls ?? []).map((c) => c.callId), reasoning: reasoning.slice(0, 1), request, ...(cutInReasoning ? { cutInReasoning } : {}) };
         if (r.splicedCalls === undefined || r.fault?.kind !== "splice") return [own];
         const calls = r.splicedCalls.map((c) => ({ name: c.name, input: c.arguments }));
-        return [own, { text, calls, callIds: r.splicedCalls.map((c) => c.callId), spliced: spliceShape(r.fault.responseCreated, r.fault.lead) }];
+        return [own, { text, calls, callIds: r.splicedCalls.map((c) => c.callId), spliced: spliceShape(r.fault.responseCreated, r.fault.lead), reasoning: reasoning.slice(1), request }];
       }),
     runner: ({ fetch, ...options }) =>
       new OpenAIRunner({
         ...options,
         client: new OpenAI({ baseURL: mock.baseURL, apiKey: "conformance", maxRetries: 0, fetch }),
         model: "gpt-conformance",
+        // A reasoning model used statelessly, as the API requires for it: nothing kept on the
+        // provider's side (store: false), so every request carries the turn's reasoning items back
+        // whole, their encrypted content included (STREAM-15); the mock refuses one altered,
+        // missing or out of place, as the API does.
+        params: { store: false, include: ["reasoning.encrypted_content"] },
       }),
     transcript: openAITranscript,
     close: () => mock.close(),

@@ -69,11 +69,12 @@ export type ReplayRoute = "automatic_retry" | "client_resend" | "queue_redeliver
  * the body, right after call `afterCall` of the response completed (taken modulo its calls: the
  * call was dispatched, the payment may be made). `restart`: the spliced response comes with its
  * own `message_start` / `response.created` (STREAM-8's shape); `headless`: without, led by a
- * sentence whose text block / message item lands on the position of the response's first call
- * (STREAM-17's shape); `headless_bare`: without its start and without a lead, so its first item
- * lands on a held item of its own type (with thinking on, on the Anthropic side, its thinking
- * block on the held thinking block, then its first call on the first call; on the OpenAI side its
- * first call on the first call): only what the item names tells it apart (STREAM-10). `reorder`: the spliced response makes its first two different calls in the
+ * sentence whose text block / message item lands on the position of the response's first item
+ * (its thinking block or reasoning item: on both sides a response with calls opens with one;
+ * STREAM-17's shape); `headless_bare`: without its start and without a lead, so its first item
+ * lands on a held item of its own type (its thinking block on the held thinking block, on the
+ * OpenAI side its reasoning item on the held reasoning item, then its first call on the first
+ * call): only what the item names tells it apart (STREAM-10). `reorder`: the spliced response makes its first two different calls in the
  * other order (a model answering again need not keep its order), so that taken in, the call that
  * ran comes again at a new position, under the next ordinal. Falls on the message's first-turn
  * request of attempt `attempt` when no cut is planned for that attempt (`splices` in

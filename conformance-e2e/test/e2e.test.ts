@@ -19,6 +19,8 @@ const openAIRuns = Number(process.env.CONFORMANCE_E2E_OPENAI_RUNS ?? 100);
 function expectHardCases(seen: Record<string, number>, runs: number): void {
   // The oracle read committed calls: a transcript reader that found none would pass every check.
   expect(seen.committed_write_calls).toBeGreaterThan(0);
+  // ...and the reasoning each committed turn kept (thinking blocks, reasoning items: STREAM-15).
+  expect(seen.committed_reasoning_items).toBeGreaterThan(0);
   if (runs < 200) return;
   // dead_worker_effect_unreached_reported_by_resumed_record: a dead worker's effect that no later
   // attempt reached, accounted for by the resumed turn's record (RECORD-6; the outage scenarios).
@@ -66,6 +68,9 @@ describe("end-to-end level", () => {
       onStats: (stats) => Object.assign(seen, stats),
     });
     expectHardCases(seen, openAIRuns);
+    // Every response that makes calls opens with a reasoning item the committed turn keeps
+    // (STREAM-15), and a cut fell inside one (an attempt that keeps nothing of it).
+    expect(seen.cuts_inside_reasoning).toBeGreaterThan(0);
   }, 1_800_000);
 
   it.each(RUNNER_PROVIDERS)("CONF-2 the naive handler is rejected with a duplicate and a readable counterexample (provider %s)", async (provider) => {
