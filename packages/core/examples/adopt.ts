@@ -5,8 +5,8 @@ import { Dispatcher, MemoryLedger, ToolError, defineTool } from "@dispatch-once/
 const sendPayment = defineTool({
   name: "send_payment",
   effect: "keyed_write", // the payments API deduplicates on Idempotency-Key
-  input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), memo: z.string() }),
-  identity: ["payee", "amount", "currency"], // a re-worded memo is the same payment
+  input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), reference: z.string(), memo: z.string() }),
+  identity: ["payee", "amount", "currency", "reference"], // a re-worded memo is the same payment
   async run(args, { idempotencyKey }) {
     const res = await fetch(`${paymentsUrl}/v1/payments`, {
       method: "POST",

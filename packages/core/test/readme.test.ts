@@ -46,13 +46,41 @@ describe("README", () => {
     await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
     setPaymentsUrl(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
     try {
-      const args = { payee: "acme", amount: 100, currency: "EUR", memo: "May invoice" };
+      const args = { payee: "acme", amount: 100, currency: "EUR", reference: "INV-2041", memo: "May invoice" };
       const first = await onToolCall("conv-readme", 0, "send_payment", args);
       const retry = await onToolCall("conv-readme", 0, "send_payment", { ...args, memo: "Invoice for May" });
       expect(keys).toHaveLength(1);
       expect(keys[0]).toMatch(/^[0-9a-f]{32}$/);
       expect(retry).toMatchObject({ replayed: true, result: { id: "pay_1" } });
       expect(first).toMatchObject({ replayed: false, result: { id: "pay_1" } });
+    } finally {
+      server.close();
+    }
+  });
+
+  it("the adoption example's request is one @dispatch-once/mock-payments accepts (the URL, token and port it points at)", async () => {
+    // mock-payments' POST /v1/payments body, as its README states it: strict, `reference` required,
+    // `memo` optional. A body it refuses is a 400, which the example reads as a definite refusal.
+    const bodies: Record<string, unknown>[] = [];
+    const server = createServer((req, res) => {
+      let text = "";
+      req.on("data", (chunk: Buffer) => (text += chunk.toString("utf8")));
+      req.on("end", () => {
+        const body = JSON.parse(text) as Record<string, unknown>;
+        bodies.push(body);
+        const allowed = ["payee", "amount", "currency", "reference", "memo"];
+        const ok = ["payee", "amount", "currency", "reference"].every((k) => k in body) && Object.keys(body).every((k) => allowed.includes(k));
+        res.statusCode = ok ? 201 : 400;
+        res.setHeader("content-type", "application/json");
+        res.end(JSON.stringify(ok ? { id: "pay_1" } : { code: "invalid_request_body" }));
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    setPaymentsUrl(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    try {
+      const args = { payee: "acme", amount: 100, currency: "EUR", reference: "INV-2041", memo: "May invoice" };
+      await expect(onToolCall("conv-readme-body", 0, "send_payment", args)).resolves.toMatchObject({ result: { id: "pay_1" } });
+      expect(bodies).toEqual([args]);
     } finally {
       server.close();
     }
@@ -70,7 +98,7 @@ describe("README", () => {
     await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
     setPaymentsUrl(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
     try {
-      const args = { payee: "acme", amount: 250, currency: "EUR", memo: "June invoice" };
+      const args = { payee: "acme", amount: 250, currency: "EUR", reference: "INV-2042", memo: "June invoice" };
       // A 500: the payment may have happened; released, and the re-send re-runs it under the same key.
       await expect(onToolCall("conv-readme-statuses", 0, "send_payment", args)).rejects.toMatchObject({ code: "claim_released", effectMayHaveHappened: true });
       expect(await onToolCall("conv-readme-statuses", 0, "send_payment", args)).toMatchObject({ replayed: false, result: { id: "pay_2" } });
