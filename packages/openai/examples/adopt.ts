@@ -1,5 +1,5 @@
 import OpenAI from "openai";
-import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolError, ToolRegistry, defineTool } from "@dispatch-once/core";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, StoreUnavailableError, ToolError, ToolRegistry, defineTool, type ConversationStore } from "@dispatch-once/core";
 import { ConversationRunner, TurnFailedError } from "@dispatch-once/openai";
 import { z } from "zod";
 
@@ -19,11 +19,12 @@ const tools = new ToolRegistry([
   }),
 ]);
 
-export function createRunner(client: OpenAI) {
+// store: SqliteConversationStore / PostgresConversationStore beside a durable ledger in production.
+export function createRunner(client: OpenAI, store: ConversationStore = new MemoryConversationStore()) {
   return new ConversationRunner({
     client, // new OpenAI() in production
     dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }), // a durable ledger in production
-    store: new MemoryConversationStore(), // SqliteConversationStore / PostgresConversationStore beside a durable ledger
+    store,
     model: "gpt-5",
     tools: tools.providerSchemas(), // sent as function tools (strict: false)
   });
@@ -36,6 +37,11 @@ export async function handleUserMessage(runner: ConversationRunner, conversation
     const calls = turns.flatMap((t) => t.calls.map((c) => (c.error !== undefined ? `${c.name} failed: ${c.error.message}` : `${c.name}: ${JSON.stringify(c.result)}`)));
     return [turns.at(-1)?.text ?? "", ...calls].join("\n");
   } catch (error) {
+    // The store failed at the turn's end (PostgreSQL down after the payment ran): nothing was
+    // committed, but the runner says what each call did (RECORD-9); the same message id completes it.
+    if (StoreUnavailableError.isInstance(error) && error.effects !== undefined) {
+      return error.effects.map((e) => `${e.name}: ${e.effect.replace(/_/g, " ")}; its confirmation was not saved, send the same message again`).join("\n");
+    }
     if (!TurnFailedError.isInstance(error)) throw error; // by brand and code: any copy of the package
     // Nothing was written to the conversation. Tell the user what happened to each effect, in
     // every attempt, and let them re-send the SAME message id (record.retryable says it can help).

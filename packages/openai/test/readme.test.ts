@@ -2,6 +2,7 @@ import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
+import { MemoryConversationStore, StoreUnavailableError } from "@dispatch-once/core";
 import { call, respond, scriptFromPlans, startMockOpenAI } from "@dispatch-once/mock-openai";
 import { createRunner, handleUserMessage, payments } from "../examples/adopt.js";
 import { isPaymentRequest } from "./fixtures.js";
@@ -43,6 +44,37 @@ describe("README", () => {
       const refused = await handleUserMessage(runner, "conv-1", "msg-2", "pay acme a lot");
       expect(refused).toContain("send_payment failed: amount over the account's limit");
       expect(payments).toHaveLength(1);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it("RECORD-9 the adoption example tells the user a payment that happened when the store fails at the turn's end", async () => {
+    // The adoption trial's PostgreSQL outage: the payment ran, then the store could not keep the
+    // turn's end. The runner raises store_unavailable with what each call did; the example must
+    // say so, not rethrow it as a bare 500 (the user would re-pay by hand).
+    const provider = await startMockOpenAI({
+      script: scriptFromPlans({ "pay acme from the trial": respond(call("send_payment", { payee: "trial", amount: 300, currency: "EUR", memo: "x" })) }, { after: "Payment sent." }),
+    });
+    class FailingOnce extends MemoryConversationStore {
+      failNext = true;
+      override async commitTurn(...args: Parameters<MemoryConversationStore["commitTurn"]>) {
+        if (this.failNext) {
+          this.failNext = false;
+          throw new StoreUnavailableError("commitTurn failed: Connection terminated unexpectedly");
+        }
+        return super.commitTurn(...args);
+      }
+    }
+    try {
+      const runner = createRunner(new OpenAI({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }), new FailingOnce());
+      const before = payments.length;
+      const told = await handleUserMessage(runner, "conv-store-down", "msg-1", "pay acme from the trial");
+      expect(told).toBe("send_payment: happened; its confirmation was not saved, send the same message again");
+      expect(payments).toHaveLength(before + 1);
+      // The re-send of the same message id completes the turn from the ledger: no second payment.
+      expect(await handleUserMessage(runner, "conv-store-down", "msg-1", "pay acme from the trial")).toContain(`pay_${before + 1}`);
+      expect(payments).toHaveLength(before + 1);
     } finally {
       await provider.close();
     }
