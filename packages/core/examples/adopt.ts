@@ -7,11 +7,12 @@ const sendPayment = defineTool({
   effect: "keyed_write", // the payments API deduplicates on Idempotency-Key
   input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), reference: z.string(), memo: z.string() }),
   identity: ["payee", "amount", "currency", "reference"], // a re-worded memo is the same payment
-  async run(args, { idempotencyKey }) {
+  async run(args, { idempotencyKey, signal }) {
     const res = await fetch(`${paymentsUrl}/v1/payments`, {
       method: "POST",
       headers: { authorization: "Bearer acct_demo", "content-type": "application/json", "idempotency-key": idempotencyKey },
       body: JSON.stringify(args),
+      signal, // aborted past runTimeoutMs or when the claim's lease is lost (DISPATCH-11, DISPATCH-18)
     });
     // Never a result for a refusal: say what each status means for the payment (LEDGER-8, EFFECT-6).
     if (res.status === 402) throw new ToolError("card declined", { disposition: "definite", code: "card_declined" });

@@ -2,7 +2,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { onToolCall, setPaymentsUrl } from "../examples/adopt.js";
 import { describeFailure } from "../examples/errors.js";
 import { errorTable, tableIn } from "../scripts/error-table.js";
@@ -82,6 +82,25 @@ describe("README", () => {
       await expect(onToolCall("conv-readme-body", 0, "send_payment", args)).resolves.toMatchObject({ result: { id: "pay_1" } });
       expect(bodies).toEqual([args]);
     } finally {
+      server.close();
+    }
+  });
+
+  it("DISPATCH-18 the adoption example hands the run's signal to its request, so an aborted run stops sending", async () => {
+    const server = createServer((_req, res) => {
+      res.statusCode = 201;
+      res.setHeader("content-type", "application/json");
+      res.end(JSON.stringify({ id: "pay_1" }));
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    setPaymentsUrl(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    const fetchSpy = vi.spyOn(globalThis, "fetch");
+    try {
+      await onToolCall("conv-readme-signal", 0, "send_payment", { payee: "acme", amount: 1, currency: "EUR", reference: "INV-1", memo: "m" });
+      expect(fetchSpy).toHaveBeenCalledTimes(1);
+      expect(fetchSpy.mock.calls[0]?.[1]?.signal).toBeInstanceOf(AbortSignal);
+    } finally {
+      fetchSpy.mockRestore();
       server.close();
     }
   });
