@@ -1,5 +1,5 @@
 import Anthropic from "@anthropic-ai/sdk";
-import { Dispatcher, MemoryLedger, ToolRegistry, defineTool } from "@dispatch-once/core";
+import { Dispatcher, MemoryLedger, StoreUnavailableError, ToolRegistry, defineTool, type ConversationStore } from "@dispatch-once/core";
 import { ConversationRunner, MemoryConversationStore, TurnFailedError } from "@dispatch-once/anthropic";
 import { z } from "zod";
 
@@ -17,11 +17,12 @@ const tools = new ToolRegistry([
   }),
 ]);
 
-export function createRunner(client: Anthropic) {
+// store: SqliteConversationStore / PostgresConversationStore beside a durable ledger in production.
+export function createRunner(client: Anthropic, store: ConversationStore = new MemoryConversationStore()) {
   return new ConversationRunner({
     client, // new Anthropic() in production; its own retries stop once headers arrived
     dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }), // a durable ledger in production
-    store: new MemoryConversationStore(), // SqliteConversationStore / PostgresConversationStore beside a durable ledger
+    store,
     model: "claude-sonnet-5-5",
     tools: tools.providerSchemas(),
   });
@@ -32,6 +33,11 @@ export async function handleUserMessage(runner: ConversationRunner, conversation
     const { turns } = await runner.send(conversationId, { id: messageId, content: text }); // messageId comes from the client
     return turns.at(-1)?.text ?? "";
   } catch (error) {
+    // The store failed at the turn's end (PostgreSQL down after the payment ran): nothing was
+    // committed, but the runner says what each call did (RECORD-9); the same message id completes it.
+    if (StoreUnavailableError.isInstance(error) && error.effects !== undefined) {
+      return error.effects.map((e) => `${e.name}: ${e.effect.replace(/_/g, " ")}; its confirmation was not saved, send the same message again`).join("\n");
+    }
     if (!TurnFailedError.isInstance(error)) throw error; // by brand and code: any copy of the package
     // Nothing was written to the conversation. Tell the user what happened to each effect, in
     // every attempt, and let them re-send the SAME message id (record.retryable says it can help).

@@ -4,7 +4,7 @@ import { dirname, join } from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
 import { say, scriptFromPlans, startMockProvider, toolUse, turn } from "@dispatch-once/mock-provider";
 import { describe, expect, it, vi } from "vitest";
-import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool } from "@dispatch-once/core";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, StoreUnavailableError, ToolRegistry, defineTool } from "@dispatch-once/core";
 import { z } from "zod";
 import { createRunner, handleUserMessage, payments } from "../examples/adopt.js";
 import { StreamedText } from "../examples/stream.js";
@@ -168,6 +168,36 @@ describe("README", () => {
       // The SDK warns on every request naming a deprecated model.
       expect(warn.mock.calls.filter((c) => String(c[0]).includes("deprecated"))).toEqual([]);
       warn.mockRestore();
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it("RECORD-9 the adoption example tells the user a payment that happened when the store fails at the turn's end", async () => {
+    // The store could not keep the turn's end after the payment ran (the OpenAI adoption trial's
+    // PostgreSQL outage): store_unavailable carries what each call did, and the user must hear it.
+    const provider = await startMockProvider({
+      script: scriptFromPlans({ "pay the trial": turn(toolUse("send_payment", { payee: "trial", amount: 300, currency: "EUR", memo: "x" })) }),
+    });
+    class FailingOnce extends MemoryConversationStore {
+      failNext = true;
+      override async commitTurn(...args: Parameters<MemoryConversationStore["commitTurn"]>) {
+        if (this.failNext) {
+          this.failNext = false;
+          throw new StoreUnavailableError("commitTurn failed: Connection terminated unexpectedly");
+        }
+        return super.commitTurn(...args);
+      }
+    }
+    try {
+      const runner = createRunner(new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }), new FailingOnce());
+      const before = payments.length;
+      const told = await handleUserMessage(runner, "conv-store-down", "msg-1", "pay the trial");
+      expect(told).toBe("send_payment: happened; its confirmation was not saved, send the same message again");
+      expect(payments).toHaveLength(before + 1);
+      // The re-send of the same message id completes the turn from the ledger: no second payment.
+      await handleUserMessage(runner, "conv-store-down", "msg-1", "pay the trial");
+      expect(payments).toHaveLength(before + 1);
     } finally {
       await provider.close();
     }
