@@ -196,6 +196,11 @@ export const DEFAULT_RESEND_WINDOW_MS = DEFAULT_RETENTION_MS - 60 * 60 * 1000;
 export interface CallReport {
   callId: string;
   name: string;
+  /**
+   * The call's ledger key (KEY-1). Absent when the call failed before a key was derived (an
+   * unknown tool, arguments that are not JSON, input the tool's schema refused): nothing was
+   * claimed, so nothing ran.
+   */
   key?: string;
   ordinal?: number;
   replayed?: boolean;
