@@ -135,6 +135,27 @@ export interface AiSdkMessagePlan {
    * aiSdkScenarioArbitrary).
    */
   regenerateSplice?: AiSdkSplice | undefined;
+  /**
+   * This message repeats a call of an earlier message of its chat exactly (same tool and args, so
+   * the same signature): "pay acme 42" ... later "pay acme 42 again". Two intents at two turn
+   * indexes, which must both run (the turn index is in the key, AISDK-1), and neither may be
+   * answered with the other's effect. `calls[call]` (and a tool loop's follow-up that was identical
+   * to it) is now the earlier message's `calls[of.call]`; `drawn` keeps what the message asked for
+   * before, so the draws' tests can compare the scenarios of before. Drawn after every other field
+   * (`crossTurnRepeats` in aiSdkScenarioArbitrary); only between two messages neither of which has
+   * an approval turn (an approval mark is in a call's identity).
+   */
+  repeatsEarlier?: AiSdkCrossTurnRepeat | undefined;
+}
+
+/** A later message's call identical to an earlier message's (AiSdkMessagePlan.repeatsEarlier). */
+export interface AiSdkCrossTurnRepeat {
+  /** The index of this message's call that repeats the earlier one. */
+  call: number;
+  /** The earlier message of the chat (its index in `messages`) and its call repeated. */
+  of: { message: number; call: number };
+  /** The message's calls and follow-up as drawn before the repeat replaced one. */
+  drawn: { calls: PlannedCall[]; followUp?: PlannedCall[] | undefined };
 }
 
 /** A proxy's splice on the AI SDK profile (AiSdkMessagePlan.splice). */
@@ -435,6 +456,51 @@ function withRegenerateSplice(m: AiSdkMessagePlan, splice: AiSdkSplice | undefin
   return { ...m, regenerateSplice: splice };
 }
 
+/** The most chats a scenario has: one draw of a cross-turn repeat each. */
+const MAX_CHATS = 2;
+
+/**
+ * Drawn after every other field, one per chat slot, so each seed's earlier draws (and the kit's
+ * planted tests' scenarios) stay what they were: in half the chats whose two messages have no
+ * approval turn, the second message's call `call` (modulo its calls) is the first message's call
+ * `of` (modulo its calls), exactly.
+ */
+const crossTurnRepeatArbitrary: fc.Arbitrary<{ call: number; of: number } | undefined> = fc.oneof(
+  { weight: 1, arbitrary: fc.constant(undefined) },
+  { weight: 1, arbitrary: fc.record({ call: fc.integer({ min: 0, max: 1 }), of: fc.integer({ min: 0, max: 1 }) }) },
+);
+
+const sameCall = (a: PlannedCall, b: PlannedCall) => a.tool === b.tool && JSON.stringify(a.args) === JSON.stringify(b.args);
+
+/** The chat's second message repeats a call of its first (AiSdkMessagePlan.repeatsEarlier), where the draw and the turns allow it. */
+function withCrossTurnRepeat(chat: AiSdkChatPlan, drawn: { call: number; of: number } | undefined): AiSdkChatPlan {
+  const [first, second] = chat.messages;
+  if (drawn === undefined || first === undefined || second === undefined) return chat;
+  // An approval turn's calls carry the approval mark in their identity: a repeat of one (or one in
+  // an approval turn) would need an approval its turn does not plan.
+  if (first.continuation?.kind === "approval" || second.continuation?.kind === "approval") return chat;
+  const call = drawn.call % second.calls.length;
+  const of = drawn.of % first.calls.length;
+  const earlier = first.calls[of]!;
+  const replaced = second.calls[call]!;
+  const calls = second.calls.map((c, i) => (i === call ? earlier : c));
+  // A tool loop's follow-up that repeated the replaced call exactly repeats it still.
+  const followUp = second.followUp?.map((c) => (sameCall(c, replaced) ? earlier : c));
+  const repeatsEarlier: AiSdkCrossTurnRepeat = { call, of: { message: 0, call: of }, drawn: { calls: second.calls, ...(second.followUp !== undefined ? { followUp: second.followUp } : {}) } };
+  return { ...chat, messages: [first, { ...second, calls, ...(followUp !== undefined ? { followUp } : {}), repeatsEarlier }] };
+}
+
+/** The scenario as drawn before its cross-turn repeats (the draws' tests compare it with the scenarios of before). */
+export function withoutCrossTurnRepeats(scenario: AiSdkScenario): AiSdkScenario {
+  return {
+    ...scenario,
+    chats: scenario.chats.map((chat) => ({
+      ...chat,
+      messages: chat.messages.map(({ repeatsEarlier, ...m }) => (repeatsEarlier === undefined ? m : { ...m, calls: repeatsEarlier.drawn.calls, ...(repeatsEarlier.drawn.followUp !== undefined ? { followUp: repeatsEarlier.drawn.followUp } : {}) })),
+    })),
+  };
+}
+
 export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
   return fc
     .tuple(
@@ -446,11 +512,13 @@ export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
       fc.array(spliceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
       // After the splices, for the same reason: a splice into the regenerate, the user's re-ask.
       fc.array(regenerateSpliceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
+      // After those, for the same reason: a later message asks for an earlier message's call again.
+      fc.array(crossTurnRepeatArbitrary, { minLength: MAX_CHATS, maxLength: MAX_CHATS }),
     )
-    .map(([chats, firstCallDeaths, approvalDeaths, divergences, splices, regenerateSplices]) => {
+    .map(([chats, firstCallDeaths, approvalDeaths, divergences, splices, regenerateSplices, crossTurnRepeats]) => {
       let slot = 0;
       return {
-        chats: chats.map((chat) => ({
+        chats: chats.map((chat, c) => withCrossTurnRepeat({
           ...chat,
           messages: chat.messages.map((m): AiSdkMessagePlan => {
             const when = firstCallDeaths[slot];
@@ -460,7 +528,7 @@ export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
             const diverged = divergences[slot++];
             return withRegenerateSplice(withSplice(withDivergence(withDeaths(m, when, approved), diverged), splice), regenerateSplice);
           }),
-        })),
+        }, crossTurnRepeats[c])),
       };
     });
 }

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import fc from "fast-check";
 import { valueAtPath } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
-import { aiSdkScenarioArbitrary, type AiSdkScenario } from "../src/ai-sdk-scenario.js";
+import { aiSdkScenarioArbitrary, withoutCrossTurnRepeats, type AiSdkScenario } from "../src/ai-sdk-scenario.js";
 import { scenarioArbitrary, type Scenario } from "../src/scenario.js";
 
 /**
@@ -185,10 +185,31 @@ describe("ai-sdk: the regenerates' splices are drawn last", () => {
     for (const seed of Object.keys(AI_SDK_BEFORE_REGENERATE).map(Number)) {
       const now = fc.sample(aiSdkScenarioArbitrary(), { seed, numRuns: AI_SDK_BEFORE_REGENERATE[seed]!.length });
       messages.push(...now.flatMap((s) => s.chats.flatMap((c) => c.messages)));
-      const hashes = now.map((s) => digest(withoutRegenerateSplices(s)));
+      // The cross-turn repeats are drawn after these (`crossTurnRepeats`), taken out: not in the scenarios of before.
+      const hashes = now.map((s) => digest(withoutRegenerateSplices(withoutCrossTurnRepeats(s))));
       expect(hashes, `seed ${seed}: a field drawn before the regenerates' splices changed`).toEqual(AI_SDK_BEFORE_REGENERATE[seed]);
     }
     expect(messages.filter((m) => m.regenerateSplice !== undefined).length).toBeGreaterThan(0);
     for (const m of messages) if (m.regenerateSplice !== undefined) expect(m.regenerate).toBe(true);
+  });
+});
+
+describe("ai-sdk: the cross-turn repeats are drawn last", () => {
+  it("every scenario of before stays whole once its repeats are taken out; a repeat is an earlier message's call exactly", () => {
+    let repeats = 0;
+    for (const seed of Object.keys(AI_SDK_BEFORE_REGENERATE).map(Number)) {
+      const now = fc.sample(aiSdkScenarioArbitrary(), { seed, numRuns: AI_SDK_BEFORE_REGENERATE[seed]!.length });
+      expect(now.map((s) => digest(withoutRegenerateSplices(withoutCrossTurnRepeats(s)))), `seed ${seed}`).toEqual(AI_SDK_BEFORE_REGENERATE[seed]);
+    }
+    for (const s of fc.sample(aiSdkScenarioArbitrary(), { seed: 20261201, numRuns: 40 })) {
+      for (const chat of s.chats) {
+        const r = chat.messages[1]?.repeatsEarlier;
+        if (r === undefined) continue;
+        repeats++;
+        expect(chat.messages[1]!.calls[r.call]).toEqual(chat.messages[0]!.calls[r.of.call]);
+        expect(chat.messages.some((m) => m.continuation?.kind === "approval")).toBe(false);
+      }
+    }
+    expect(repeats).toBeGreaterThan(0);
   });
 });
