@@ -337,10 +337,14 @@ function appTools(
   const run = async <T>(name: string, args: Record<string, unknown>, options: { toolCallId: string }, perform: (key: string, fault: FaultSpec["outcome"] | undefined) => Promise<T>) => {
     const info = dispatchOnceOf(options as never);
     const key = info?.idempotencyKey ?? options.toolCallId;
-    const signature = intentSignature(name, args);
-    // The distinct keys this call's signature ran under, in order: a death planned on a loop's
-    // follow-up lands on the first run under the key after those of the turn's earlier identical
-    // calls (found by what ran, not by the ordinal the wrapper under test gave it).
+    // The turn's own plans for this signature: two messages of a chat may ask for the identical
+    // call (AiSdkMessagePlan.repeatsEarlier), and a later one inherits no fault or death of the
+    // earlier's. The turn is the one whose request streamed the call (by call id: what ran).
+    const site = log.callAt.get(options.toolCallId);
+    const signature = site === undefined ? intentSignature(name, args) : planScope(site.chat, site.message, name, args);
+    // The distinct keys this call's signature ran under at its turn, in order: a death planned on
+    // a loop's follow-up lands on the first run under the key after those of the turn's earlier
+    // identical calls (found by what ran, not by the ordinal the wrapper under test gave it).
     const keys = deaths.keys.get(signature) ?? [];
     if (!keys.includes(key)) keys.push(key);
     deaths.keys.set(signature, keys);
@@ -412,6 +416,12 @@ function intentSignature(tool: string, args: Record<string, unknown>): string {
   return `${tool}:${canonicalize(Object.fromEntries(fields.map((f) => [f, args[f]])) as never)}`;
 }
 
+/**
+ * What the harness keys a call's planned fault and death by: its turn (chat and message) and its
+ * signature. Before cross-turn repeats every signature was one message's, and this changes nothing.
+ */
+const planScope = (chat: string, message: string, tool: string, args: Record<string, unknown>) => `${chat}\u0000${message}\u0000${intentSignature(tool, args)}`;
+
 /** The user's words for a message, unique per case (the account is in them). */
 const contentOf = (account: string, chat: string, text: string) => `${account} ${chat} ${text}`;
 
@@ -473,7 +483,7 @@ function deathTarget(message: AiSdkMessagePlan, death: AiSdkDeath): { call: Plan
   return call === undefined ? undefined : { call, nth: callsBeforeFollowUp(message, same), where: "follow_up" };
 }
 
-/** The deaths planned on loops' follow-up calls, by signature, and the keys each signature ran under. */
+/** The deaths planned, by turn and signature (planScope), and the keys each ran under at its turn. */
 interface PlannedDeaths {
   planned: Map<string, { when: AiSdkDeath["when"]; nth: number; where: DeathSite }>;
   keys: Map<string, string[]>;
@@ -690,6 +700,9 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     const earlier = new Set(message.calls.map((c) => intentSignature(c.tool, c.args)));
     if (message.continuation.kind === "client_tool" && later.some((t) => earlier.has(intentSignature(t.tool, t.input)))) count(ctx.log, "continuation_follow_up_repeats");
   }
+  // A later turn's call identical to an earlier turn's (repeatsEarlier): its kept answers.
+  const repeated = message.repeatsEarlier === undefined ? undefined : message.calls[message.repeatsEarlier.call];
+  if (repeated !== undefined) count(ctx.log, "cross_turn_repeats_told", told.filter((t) => intentSignature(t.tool, t.input) === intentSignature(repeated.tool, repeated.args)).length);
   say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} answered; kept ${told.length} tool answers`);
   return "answered";
 }
@@ -875,13 +888,14 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
       attempts.set(content, { attempt: 0, plan: message, diverging: false, diverged: scripted(message, divergedStepsOf(message)) });
       [...message.calls, ...(message.followUp ?? [])].forEach((c, i) => {
         const fault = message.downstream[i];
-        if (fault !== undefined) faults.set(intentSignature(c.tool, c.args), fault);
+        if (fault !== undefined) faults.set(planScope(chat.id, message.text, c.tool, c.args), fault);
       });
       const death = message.death;
       if (death !== undefined) {
         const target = deathTarget(message, death);
-        if (target !== undefined) deaths.planned.set(intentSignature(target.call.tool, target.call.args), { when: death.when, nth: target.nth, where: target.where });
+        if (target !== undefined) deaths.planned.set(planScope(chat.id, message.text, target.call.tool, target.call.args), { when: death.when, nth: target.nth, where: target.where });
       }
+      if (message.repeatsEarlier !== undefined) count(log, "cross_turn_repeats");
     }
   }
   const running = { n: 0 };
@@ -1094,7 +1108,16 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
     const others = chat !== "" && intent.times > times ? ` (at that turn; other turns asked for it ${intent.times - times} more times, which excuses none of these)` : "";
     add("CONF-2", `${where(chat === "" ? intent : { chat, message, call: intent.call })}: performed ${list.length} times for ${asked}: ${list.map(describeEffect).join(", ")}${others}`);
   }
-  // The effect each kept success named, per pass at a turn and signature: two calls the user asked for are two effects.
+  // How often a turn's message asked for a signature (CONF-2's and EFFECT-6's count per turn).
+  const timesAt = (chat: string, message: string, signature: string) => {
+    const plan = scenario.chats.find((c) => c.id === chat)?.messages.find((m) => m.text === message);
+    return plan === undefined ? 0 : plannedOf(plan).filter((c) => intentSignature(c.tool, c.args) === signature).length;
+  };
+  const atTurnOf = (t: Told, e: Effect) => {
+    const site = turnOf(e);
+    return site === undefined || (site.chat === t.chat && site.message === t.message);
+  };
+  // The effect each kept success named, per pass at a turn and signature: two calls the user asked for are two effects (as many as the turn asked for).
   const namedIn = new Map<string, Map<string, Told>>();
   for (const t of log.told) {
     const signature = intentSignature(t.tool, t.input);
@@ -1110,7 +1133,17 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
       const named = t.tool === "create_invoice" ? output?.invoiceId : output?.paymentId;
       if (list.length === 0) add("RECORD-3", `${what} was kept as a success (${JSON.stringify(t.output)}) but the payments API performed nothing for it`);
       else if (!list.some((e) => e.resourceId === named)) add("DISPATCH-5", `${what} was kept as a success naming ${named}, but the effects are ${list.map(describeEffect).join(", ")}`);
-      else {
+      else if (!atTurnOf(t, list.find((e) => e.resourceId === named)!)) {
+        // Two messages of the chat asked for the identical call (two intents at two turn indexes):
+        // this turn was told the other turn's effect, and the one it asked for was never made.
+        const e = list.find((x) => x.resourceId === named)!;
+        const site = turnOf(e)!;
+        add(
+          "CONF-2",
+          `${what} was kept as a success naming ${named}, the effect of ${site.chat} ${JSON.stringify(site.message)} (${describeEffect(e)}: its key ran in that turn's request): ` +
+            `the user asked for it at both turns, and this turn's was never made (DISPATCH-5: a success names the effect made for it; keys carry the turn index, AISDK-1)`,
+        );
+      } else {
         const group = `${t.chat}\u0000${t.message}\u0000${t.pass}\u0000${signature}`;
         const seen = namedIn.get(group) ?? new Map<string, Told>();
         namedIn.set(group, seen);
@@ -1120,12 +1153,13 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
             other.request === t.request
               ? `in step ${other.step} of the same request, this in step ${t.step}: ordinals run across steps, AISDK-1`
               : `in request ${other.request + 1} of the turn, this in request ${t.request + 1}: ordinals of a continuation, AISDK-9`;
-          add("CONF-2", `${what} was kept as a success naming ${named}, which call ${other.toolCallId} of the same turn was told too: the user asked for ${intent.times} of them, and one was never made (${how})`);
+          add("CONF-2", `${what} was kept as a success naming ${named}, which call ${other.toolCallId} of the same turn was told too: the user asked for ${timesAt(t.chat, t.message, signature)} of them, and one was never made (${how})`);
         } else seen.set(named!, t);
       }
-    } else if (saysNotHappened(t.error) && list.length > intent.times - toldNotHappened(log.told, t, signature)) {
-      // Of a signature asked for more than once (a continuation's repeat), the effects may be the
-      // other intents': a lie only when more happened than the intents this pass did not deny.
+    } else if (saysNotHappened(t.error) && list.filter((e) => atTurnOf(t, e)).length > timesAt(t.chat, t.message, signature) - toldNotHappened(log.told, t, signature)) {
+      // Of a signature asked for more than once at the turn (a continuation's repeat), the effects
+      // may be the other intents': a lie only when more happened at the turn than the intents this
+      // pass did not deny. Per turn: another turn's identical intent (repeatsEarlier) excuses none.
       add("EFFECT-6", `${what} was kept as an error that says the effect did not happen (${describeError(t.error)}) but it happened: ${list.map(describeEffect).join(", ")}`);
     }
   }

@@ -1,3 +1,4 @@
+import { ToolError } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { checkAiSdkOracle } from "../src/ai-sdk-case.js";
 import type { AiSdkScenario } from "../src/index.js";
@@ -12,10 +13,9 @@ import type { AiSdkScenario } from "../src/index.js";
  * under its key (the call's `tool-call` part, by call id; not the turn index the wrapper under test
  * put in the key).
  *
- * No planted app shows it end to end: the profile's scenarios give every call a reference (or an
- * invoice memo) of its own message, so no two turns share a signature and the two counts agree on
- * every run the kit draws. The verdicts on logs (no servers): a chat whose two user messages ask
- * for the identical payment, the first turn's failed request paying it twice (its re-sent request's
+ * End to end: test/e2e-ai-sdk-cross-turn-repeat-planted.test.ts (the profile's scenarios now draw
+ * a later message that repeats an earlier message's call, AiSdkMessagePlan.repeatsEarlier). The
+ * verdicts on logs (no servers): a chat whose two user messages ask for the identical payment, the first turn's failed request paying it twice (its re-sent request's
  * copy under the next ordinal), the second turn failing before its call ran.
  */
 const payment = { tool: "send_payment" as const, args: { payee: "acme", amount: 500, currency: "EUR", reference: "c0-rent", memo: "Rent" } };
@@ -41,5 +41,28 @@ describe("the ai-sdk oracle counts intents per turn (no servers: the verdicts on
 
   it("CONF-2 the control: each turn paid it once", () => {
     expect(verdicts(["c0 message 0", "c0 message 1"])).toEqual([]);
+  });
+});
+
+/**
+ * EFFECT-6 per turn too: a "did not happen" kept at a turn is a lie when its turn made more than
+ * the intents of it its pass did not deny. Summed over the scenario, the second message's
+ * identical intent excused the first turn's lie when the second turn never ran its call.
+ */
+function deniedAtFirstTurn(paidAt: string): string[] {
+  const callAt = new Map([["call_1", site(paidAt)]]);
+  const dispatched = [{ at: "run" as const, toolCallId: "call_1", tool: "send_payment", key: "k1" }];
+  const told = [{ chat: "chat-0", message: "c0 message 0", pass: 0, request: 0, step: 1, toolCallId: "call_0", tool: "send_payment", input: payment.args, key: "k0", ok: false, error: new ToolError("declined", { disposition: "definite" }) }];
+  const log = { started: 0, timeline: [], told, listings: [], diverged: new Set<string>(), answered: new Set<string>(), callAt, dispatched, responses: [], requests: new Map(), stats: {} };
+  return checkAiSdkOracle(scenario, "a", log, [effect(1)]).map((v) => `${v.rule}: ${v.message}`);
+}
+
+describe("the ai-sdk oracle judges a kept 'did not happen' per turn (no servers: the verdicts on a log)", () => {
+  it("EFFECT-6 the first turn was told its payment did not happen, and its turn made it; the second turn never ran its identical call: rejected", () => {
+    expect(deniedAtFirstTurn("c0 message 0")).toEqual([expect.stringMatching(/^EFFECT-6: send_payment call call_0 of chat-0 "c0 message 0" was kept as an error that says the effect did not happen .* but it happened: payment_created pay_1/)]);
+  });
+
+  it("EFFECT-6 the control: the payment is the second turn's", () => {
+    expect(deniedAtFirstTurn("c0 message 1")).toEqual([]);
   });
 });

@@ -82,6 +82,13 @@ describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
     for (const kind of ["splices_restart", "splices_headless", "splices_headless_bare", "regenerate_splices"]) {
       expect(seen[kind], kind).toBeGreaterThan(0);
     }
+    // A later message asking for an earlier message's call again, exactly (repeatsEarlier): both
+    // must run, each told its own turn's effect (e2e-ai-sdk-cross-turn-repeat-planted.test.ts: a
+    // constant turn index answers the repeat with the first turn's payment). 5 drawn and 1 answer
+    // kept at the later turn at 30 runs (seed 20261201).
+    for (const kind of ["cross_turn_repeats", "cross_turn_repeats_told"]) {
+      expect(seen[kind], kind).toBeGreaterThan(0);
+    }
   }, 600_000);
 });
 
