@@ -21,7 +21,7 @@ const memory = memoryLedgerSubject();
  * message's key, and the ledger answers it with the first turn's payment: one payment for two
  * intents, the second turn told the first's. Every count holds (the first turn made one, the
  * second none) and the success names a payment of its signature, so the oracle of before passed it
- * (30 runs at seeds 3, 5, 6, 9, 10 and 12, each with 4 to 7 repeats drawn).
+ * (30 runs at seeds 3, 5, 6, 9, 10 and 12, each with 6 to 10 repeats drawn).
  */
 const constantTurn: AiSdkAppOptions = {
   wrap: (tools, ledger, o) => {
