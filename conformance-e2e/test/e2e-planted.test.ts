@@ -160,7 +160,7 @@ describe("the end-to-end oracle rejects a store that loses the provider's own bl
 });
 
 describe("--path replays exactly one end-to-end case", () => {
-  it("a planted bug's printed seed and path replay that one shrunk scenario once, failing the same rule on the same scenario; on a correct store it passes, once", async () => {
+  it("a planted bug's printed seed and path replay that one shrunk scenario once, failing it again (TURN-9 or TURN-11, the plant's two words); on a correct store it passes, once", async () => {
     const broken = ({ now }: { now: () => number }) => new BindsEveryQueuedMessage(new MemoryConversationStore({ now }));
     const first = await runEndToEnd(memory, { runs: 300, seed: 11, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, conversationStore: broken }).catch((e: unknown) => e);
     expect(first).toBeInstanceOf(ConformanceFailure);
@@ -181,7 +181,10 @@ describe("--path replays exactly one end-to-end case", () => {
     expect(stats.property_cases).toBe(1);
     expect(again).toBeInstanceOf(ConformanceFailure);
     const replayed = again as ConformanceFailure;
-    expect(replayed.violates).toBe(rule);
+    // The same scenario fails again. Which of the plant's two words its run says first may differ:
+    // the scenario races two messages, and on a loaded host the replay showed TURN-9 where the
+    // search had shown TURN-11 (the replay has no earlier verdict to keep to, as shrinking has).
+    expect(replayed.violates).toMatch(/^TURN-(9|11)$/);
     expect(replayed.counterexample!.path).toBe(cx.path);
     expect(replayed.counterexample!.value).toEqual(cx.value);
     expect(replayed.message).toContain(`replayed scenario (one case, seed ${cx.seed}, path "${cx.path}")`);
