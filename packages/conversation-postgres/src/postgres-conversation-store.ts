@@ -11,6 +11,7 @@ import {
   checkMessageId,
   isDispatchOnceError,
   checkFailedTurnsQuery,
+  checkStalledMessagesQuery,
   encodeFailedTurnsCursor,
   type AppendOptions,
   type AppendResult,
@@ -21,6 +22,9 @@ import {
   type ConversationStoreCapabilities,
   type JsonValue,
   type LeaseResult,
+  type StalledMessage,
+  type StalledMessagesPage,
+  type StalledMessagesQuery,
   type StoredMessage,
   type StoredTurn,
   type TurnCommit,
@@ -476,6 +480,35 @@ export class PostgresConversationStore implements ConversationStore {
     });
     const last = turns.at(-1);
     return rows.length > limit && last !== undefined ? { turns, cursor: encodeFailedTurnsCursor(last) } : { turns };
+  }
+
+  async listStalledMessages(query: StalledMessagesQuery = {}): Promise<StalledMessagesPage> {
+    const { limit, after } = checkStalledMessagesQuery(query);
+    const conversationId = query.conversationId ?? "";
+    const rows = await this.query<{ conversation_id: string; message_id: string; turn_index: unknown; lease_owner: string | null; bound_at: unknown; stalled_since: unknown }>(
+      "listStalledMessages",
+      conversationId,
+      this.sql.listStalled,
+      [query.conversationId ?? null, query.olderThanMs ?? 0, after?.failedAt ?? null, after?.conversationId ?? null, after?.messageId ?? null, limit + 1],
+    );
+    const messages: StalledMessage[] = rows.slice(0, limit).map((row) => {
+      if (row.turn_index === null || row.turn_index === undefined) {
+        throw new StoreCorruptError(row.conversation_id, `message ${row.message_id} is in progress without a turn index`);
+      }
+      const stalled: StalledMessage = {
+        conversationId: row.conversation_id,
+        messageId: row.message_id,
+        turnIndex: toCount(row.conversation_id, row.turn_index),
+        stalledSince: toCount(row.conversation_id, row.stalled_since),
+      };
+      if (row.lease_owner !== null) stalled.leaseOwner = row.lease_owner;
+      if (row.bound_at !== null && row.bound_at !== undefined) stalled.boundAt = toCount(row.conversation_id, row.bound_at);
+      return stalled;
+    });
+    const last = messages.at(-1);
+    return rows.length > limit && last !== undefined
+      ? { messages, cursor: encodeFailedTurnsCursor({ failedAt: last.stalledSince, conversationId: last.conversationId, messageId: last.messageId }) }
+      : { messages };
   }
 
   /**

@@ -167,6 +167,8 @@ END
 $upgrade$;
 -- Only the failed messages, in listing order: listFailedTurns never scans the rest.
 CREATE INDEX IF NOT EXISTS "${t.messages}_failed" ON ${q.msgs} (failed_at, conversation_id COLLATE "C", message_id COLLATE "C") WHERE state = 'failed';
+-- Only the messages in progress (at most one a conversation): what listStalledMessages reads (TURN-20).
+CREATE INDEX IF NOT EXISTS "${t.messages}_in_progress" ON ${q.msgs} (conversation_id) WHERE state = 'in_progress';
 ${failedAtTriggersSql(t)}`;
 }
 
@@ -249,6 +251,8 @@ export interface Statements {
   records: Statement;
   /** $1 conversation or null, $2 olderThanMs or null, $3..$5 the position after the previous page or nulls, $6 limit. */
   listFailed: Statement;
+  /** $1 conversation or null, $2 olderThanMs, $3..$5 the position after the previous page or nulls, $6 limit. */
+  listStalled: Statement;
 }
 
 /**
@@ -430,6 +434,24 @@ export function statements(t: ConversationTables): Statements {
           AND ($2::bigint IS NULL OR m.failed_at <= ${NOW_MS} - $2::bigint)
           AND ($3::bigint IS NULL OR (m.failed_at, m.conversation_id COLLATE "C", m.message_id COLLATE "C") > ($3::bigint, $4::text COLLATE "C", $5::text COLLATE "C"))
         ORDER BY m.failed_at, m.conversation_id COLLATE "C", m.message_id COLLATE "C" LIMIT $6`,
+    ),
+    // TURN-20: the messages in progress (the partial index below holds only them, at most one a
+    // conversation) whose lease is released or expired, read with the lease in one statement so
+    // that a live holder's message is never listed. Since when: the lapsed lease's expiry, else
+    // (released: no release time is kept) the binding, else 0. One reading of the clock.
+    listStalled: s(
+      "list_stalled",
+      `WITH n AS (SELECT ${NOW_MS} AS now)
+       SELECT * FROM (
+         SELECT m.conversation_id, m.message_id, m.turn_index, c.lease_owner, m.bound_at,
+                CASE WHEN c.lease_owner IS NOT NULL THEN c.lease_expires_at ELSE coalesce(m.bound_at, 0) END AS stalled_since
+           FROM ${q.msgs} m JOIN ${q.conv} c ON c.conversation_id = m.conversation_id, n
+          WHERE m.state = 'in_progress'
+            AND ($1::text IS NULL OR m.conversation_id = $1::text)
+            AND (c.lease_owner IS NULL OR c.lease_expires_at <= n.now)) s, n
+        WHERE s.stalled_since <= n.now - $2::bigint
+          AND ($3::bigint IS NULL OR (s.stalled_since, s.conversation_id COLLATE "C", s.message_id COLLATE "C") > ($3::bigint, $4::text COLLATE "C", $5::text COLLATE "C"))
+        ORDER BY s.stalled_since, s.conversation_id COLLATE "C", s.message_id COLLATE "C" LIMIT $6`,
     ),
   };
 }

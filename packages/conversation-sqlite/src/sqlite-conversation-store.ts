@@ -10,6 +10,7 @@ import {
   checkMessageId,
   isDispatchOnceError,
   checkFailedTurnsQuery,
+  checkStalledMessagesQuery,
   encodeFailedTurnsCursor,
   type AppendOptions,
   type AppendResult,
@@ -20,6 +21,9 @@ import {
   type ConversationStoreCapabilities,
   type JsonValue,
   type LeaseResult,
+  type StalledMessage,
+  type StalledMessagesPage,
+  type StalledMessagesQuery,
   type StoredMessage,
   type StoredTurn,
   type TurnCommit,
@@ -149,6 +153,9 @@ interface Statements {
   listFailed: Database.Statement<
     { conversation: string | null; cutoff: number | null; within: number | null; after: number | null; afterConversation: string; afterMessage: string; limit: number },
     { conversation_id: string; message_id: string; turn_index: unknown; failure: unknown; failed_at: number | null; first_failed_at: number; reopenable: number; past_window: number }
+  >;  listStalled: Database.Statement<
+    { conversation: string | null; cutoff: number; after: number | null; afterConversation: string; afterMessage: string; limit: number },
+    { conversation_id: string; message_id: string; turn_index: unknown; stalled_since: number; lease_owner: string | null; bound_at: number | null }
   >;
 }
 
@@ -520,6 +527,34 @@ export class SqliteConversationStore implements ConversationStore {
     });
   }
 
+  async listStalledMessages(query: StalledMessagesQuery = {}): Promise<StalledMessagesPage> {
+    const { limit, after } = checkStalledMessagesQuery(query);
+    return this.guard(query.conversationId ?? "", "listStalledMessages", () => {
+      const rows = this.stmts.listStalled.all({
+        conversation: query.conversationId ?? null,
+        cutoff: query.olderThanMs ?? 0,
+        after: after?.failedAt ?? null,
+        afterConversation: after?.conversationId ?? "",
+        afterMessage: after?.messageId ?? "",
+        limit: limit + 1,
+      });
+      const messages: StalledMessage[] = [];
+      for (const row of rows.slice(0, limit)) {
+        if (typeof row.turn_index !== "number" || !Number.isSafeInteger(row.turn_index)) {
+          throw new StoreCorruptError(row.conversation_id, `message ${row.message_id} is in progress with turn index ${String(row.turn_index)}`);
+        }
+        const stalled: StalledMessage = { conversationId: row.conversation_id, messageId: row.message_id, turnIndex: row.turn_index, stalledSince: row.stalled_since };
+        if (row.lease_owner !== null) stalled.leaseOwner = row.lease_owner;
+        if (row.bound_at !== null) stalled.boundAt = row.bound_at;
+        messages.push(stalled);
+      }
+      const last = messages.at(-1);
+      return rows.length > limit && last !== undefined
+        ? { messages, cursor: encodeFailedTurnsCursor({ failedAt: last.stalledSince, conversationId: last.conversationId, messageId: last.messageId }) }
+        : { messages };
+    });
+  }
+
   /** Close the connection if the store opened it (a brought-your-own connection is left open). */
   async close(): Promise<void> {
     if (this.closed) return;
@@ -691,6 +726,22 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
          AND (:cutoff IS NULL OR m.failed_at <= ${now} - :cutoff)
          AND (:after IS NULL OR (m.failed_at, m.conversation_id, m.message_id) > (:after, :afterConversation, :afterMessage))
        ORDER BY m.failed_at, m.conversation_id, m.message_id LIMIT :limit`,
+    ),
+    // TURN-20: the messages in progress (the partial index of failedIndexSql holds only them, at
+    // most one a conversation) whose lease is released or expired, read with the lease in one
+    // statement so that a live holder's message is never listed. Since when: the lapsed lease's
+    // expiry, else (released: no release time is kept) the binding, else 0.
+    listStalled: db.prepare(
+      `SELECT * FROM (
+         SELECT m.conversation_id, m.message_id, m.turn_index, c.lease_owner, m.bound_at,
+                CASE WHEN c.lease_owner IS NOT NULL THEN c.lease_expires_at ELSE coalesce(m.bound_at, 0) END AS stalled_since
+         FROM ${msgs} m JOIN ${conv} c ON c.conversation_id = m.conversation_id
+         WHERE m.state = 'in_progress'
+           AND (:conversation IS NULL OR m.conversation_id = :conversation)
+           AND (c.lease_owner IS NULL OR c.lease_expires_at <= ${now}))
+       WHERE stalled_since <= ${now} - :cutoff
+         AND (:after IS NULL OR (stalled_since, conversation_id, message_id) > (:after, :afterConversation, :afterMessage))
+       ORDER BY stalled_since, conversation_id, message_id LIMIT :limit`,
     ),
   };
 }

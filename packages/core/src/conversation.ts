@@ -328,6 +328,54 @@ export interface FailedTurnsPage {
   cursor?: string;
 }
 
+/** A filter over stalled messages (every given field narrows the result). */
+export interface StalledMessagesQuery {
+  /** Only this conversation's stalled message. */
+  conversationId?: string;
+  /**
+   * Only messages stalled at least this many milliseconds (the store's clock): `stalledSince` at
+   * or before now minus this. 0 lists every message no live lease holds.
+   */
+  olderThanMs?: number;
+  /**
+   * Page size.
+   * @default 100
+   * Larger than 1000 is refused with InvalidStoreInputError.
+   */
+  limit?: number;
+  /** The `cursor` of the previous page, opaque; absent for the first page. */
+  cursor?: string;
+}
+
+/**
+ * A message in progress (bound to its turn index, neither committed nor failed) that no live turn
+ * lease holds (TURN-20): its holder died or gave up, and nothing answers it until the same
+ * message id is re-sent or its conversation is driven again (TURN-15 resumes it there).
+ */
+export interface StalledMessage {
+  conversationId: string;
+  messageId: string;
+  /** The turn index it is bound to: its calls' keys carry it, and so will its resumed turn's. */
+  turnIndex: number;
+  /**
+   * Since when no holder works on it, in store-clock milliseconds: the expiry of the lease its
+   * holder let lapse; when the lease was released (the store keeps no release time), its binding
+   * (`boundAt`), the latest time the store can name; 0 when the store dates neither.
+   */
+  stalledSince: number;
+  /** The owner of the lapsed lease (TURN-10's `owner`); absent when the lease was released. */
+  leaseOwner?: string;
+  /** When it was first bound (store clock), where the store dates bindings (`supports.boundAt`). */
+  boundAt?: number;
+}
+
+export interface StalledMessagesPage {
+  /** Longest stalled first (`stalledSince`), ties by conversation id, then message id. */
+  messages: StalledMessage[];
+  /** Present when more messages may follow: pass it back as `cursor` for the next page. */
+  cursor?: string;
+}
+
 /**
  * Where conversations live. Every method is atomic per conversation: a method that writes reads
  * what it decides on under the same lock as its write (an append read in one statement and
@@ -450,6 +498,16 @@ export interface ConversationStore {
    * judging `reopenable` and `pastReopenWindow` by the window as its `appendUserMessage` would.
    */
   listFailedTurns?(query?: FailedTurnsQuery): Promise<FailedTurnsPage>;
+
+  /**
+   * OPTIONAL (TURN-20): the messages in progress (bound, neither committed nor failed) whose
+   * conversation's turn lease is released, or expired at least `olderThanMs` ago on the store's
+   * clock, across conversations (or in one), longest stalled first, ties by conversation id and
+   * then message id in code point order (`compareStoreIds`), a page at a time. Read-only; the
+   * lease and the message are read in one statement, so a message a live lease holds is never
+   * listed. The same argument checks and page sizes as `listFailedTurns`.
+   */
+  listStalledMessages?(query?: StalledMessagesQuery): Promise<StalledMessagesPage>;
 
   close(): Promise<void>;
 }

@@ -1,5 +1,5 @@
 import { InvalidStoreInputError } from "./errors/index.js";
-import { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT, type FailedTurnsQuery } from "./conversation.js";
+import { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT, type FailedTurnsQuery, type StalledMessagesQuery } from "./conversation.js";
 import { unknownOptionName, type OptionNames } from "./internal/options.js";
 
 /** Every member of a FailedTurnsQuery: a misspelt one (`limt`, `olderThan`) was ignored, and the listing said something else. */
@@ -82,4 +82,18 @@ export function isAfterPosition(turn: FailedTurnPosition, after: FailedTurnPosit
   const byConversation = compareStoreIds(turn.conversationId, after.conversationId);
   if (byConversation !== 0) return byConversation > 0;
   return compareStoreIds(turn.messageId, after.messageId) > 0;
+}
+
+/** Every member of a StalledMessagesQuery (a misspelt one was ignored, and the listing said something else). */
+const STALLED_QUERY_NAMES: OptionNames<StalledMessagesQuery> = { conversationId: true, olderThanMs: true, limit: true, cursor: true };
+
+/**
+ * The checks and cursor of every store's listStalledMessages (TURN-20): listFailedTurns' own,
+ * with `stalledSince` in the position's time slot, so that the stores refuse the same inputs.
+ */
+export function checkStalledMessagesQuery(query: StalledMessagesQuery = {}): { limit: number; after: FailedTurnPosition | undefined } {
+  if (typeof query !== "object" || query === null) throw new InvalidStoreInputError("query", "must be an object");
+  const unknown = unknownOptionName(query, STALLED_QUERY_NAMES);
+  if (unknown !== undefined) throw new InvalidStoreInputError(`query.${unknown}`, `is not a member of a stalled-messages query (its members: ${Object.keys(STALLED_QUERY_NAMES).join(", ")})`);
+  return checkFailedTurnsQuery(query);
 }

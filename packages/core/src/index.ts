@@ -57,10 +57,14 @@ export type {
   FailedTurn,
   FailedTurnsQuery,
   FailedTurnsPage,
+  StalledMessage,
+  StalledMessagesQuery,
+  StalledMessagesPage,
 } from "./conversation.js";
 export { DEFAULT_FAILED_TURNS_LIMIT, MAX_FAILED_TURNS_LIMIT, LEASE_GRANT_ID_PATTERN, LEASE_GRANT_RETENTION_MS, newLeaseGrantId } from "./conversation.js";
 export {
   checkFailedTurnsQuery,
+  checkStalledMessagesQuery,
   encodeFailedTurnsCursor,
   decodeFailedTurnsCursor,
   isAfterPosition,

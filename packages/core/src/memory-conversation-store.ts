@@ -7,6 +7,9 @@ import type {
   FailedTurn,
   FailedTurnsPage,
   FailedTurnsQuery,
+  StalledMessage,
+  StalledMessagesPage,
+  StalledMessagesQuery,
   ConversationStoreCapabilities,
   LeaseResult,
   StoredMessage,
@@ -16,7 +19,7 @@ import type {
 } from "./conversation.js";
 import { ConversationLeaseLostError, InvalidStoreInputError, describeValue } from "./errors/index.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
-import { checkFailedTurnsQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
+import { checkFailedTurnsQuery, checkStalledMessagesQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
 import { checkLeaseGrantId, checkLeaseOwner, checkReopenWithinMs, checkStoreJson, checkUserMessage, checkTurnLeaseMs } from "./internal/store-rows.js";
 
 interface Conversation {
@@ -322,6 +325,31 @@ export class MemoryConversationStore implements ConversationStore {
     return all.length > limit && last !== undefined ? { turns, cursor: encodeFailedTurnsCursor(last) } : { turns };
   }
 
+  async listStalledMessages(query: StalledMessagesQuery = {}): Promise<StalledMessagesPage> {
+    const { limit, after } = checkStalledMessagesQuery(query);
+    const now = this.now();
+    const cutoff = now - (query.olderThanMs ?? 0);
+    const all: StalledMessage[] = [];
+    for (const [conversationId, conversation] of this.conversations) {
+      if (query.conversationId !== undefined && conversationId !== query.conversationId) continue;
+      const message = conversation.order.find((m) => m.state === "in_progress");
+      if (message === undefined || message.turnIndex === undefined) continue;
+      const lease = conversation.lease;
+      // A lease not yet expired is a live holder's (TURN-20): its message is never listed.
+      if (lease !== undefined && lease.expiresAt > now) continue;
+      const stalledSince = lease !== undefined ? lease.expiresAt : (message.boundAt ?? 0);
+      if (stalledSince > cutoff) continue;
+      const stalled: StalledMessage = { conversationId, messageId: message.id, turnIndex: message.turnIndex, stalledSince };
+      if (lease !== undefined) stalled.leaseOwner = lease.owner;
+      if (message.boundAt !== undefined) stalled.boundAt = message.boundAt;
+      if (after === undefined || isAfterPosition(position(stalled), after)) all.push(stalled);
+    }
+    all.sort((a, b) => (isAfterPosition(position(a), position(b)) ? 1 : isAfterPosition(position(b), position(a)) ? -1 : 0));
+    const messages = all.slice(0, limit);
+    const last = messages.at(-1);
+    return all.length > limit && last !== undefined ? { messages, cursor: encodeFailedTurnsCursor(position(last)) } : { messages };
+  }
+
   async close(): Promise<void> {}
 
   private held(conversationId: string, conversation: Conversation, fence: number) {
@@ -447,4 +475,9 @@ function inheritedBoundAt(conversation: Conversation, message: StoredMessage, no
  */
 function windowStart(conversation: Conversation, message: StoredMessage): number {
   return Math.min(message.boundAt ?? Infinity, conversation.firstFailedAt.get(message.id) ?? 0);
+}
+
+/** A stalled message's place in the listing order (TURN-20): listFailedTurns' order, by `stalledSince`. */
+function position(message: StalledMessage): { failedAt: number; conversationId: string; messageId: string } {
+  return { failedAt: message.stalledSince, conversationId: message.conversationId, messageId: message.messageId };
 }
