@@ -1,10 +1,10 @@
-import { MAX_FAILED_TURNS_LIMIT, type ConversationStore, type FailedTurn, type FailedTurnsQuery } from "@dispatch-once/core";
-import { checkTargetOptions, listingOptions, stringOption, type Command } from "../context.js";
+import { MAX_FAILED_TURNS_LIMIT, type ConversationStore, type FailedTurn, type FailedTurnsQuery, type LedgerRow, type StalledMessage, type StalledMessagesQuery } from "@dispatch-once/core";
+import { checkTargetOptions, listingOptions, stringOption, supports, type Command, type CommandContext, type OptionValues } from "../context.js";
 import { formatAge, parseDuration } from "../duration.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
 import { iso, table } from "../format.js";
-import { openConversationStore, parseTarget } from "../target.js";
+import { openConversationStore, openLedger, parseTarget, type OpenedConversationStore } from "../target.js";
 
 /** Turns shown when --limit is not given. */
 const DEFAULT_TURN_ROWS = 100;
@@ -89,9 +89,14 @@ function isObject(value: unknown): value is Record<string, unknown> {
 
 export const turnsCommand: Command = {
   name: "turns",
-  summary: "list failed turns of the conversation store (messages whose turn failed and was recorded)",
+  summary: "list failed turns (--failed) or stalled messages (--stalled: in progress, no live turn lease) of the conversation store",
   options: {
     failed: { type: "boolean" },
+    stalled: { type: "boolean" },
+    ledger: { type: "string", short: "l" },
+    "ledger-table": { type: "string" },
+    "ledger-schema": { type: "string" },
+    "ledger-prefix": { type: "string" },
     store: { type: "string", short: "s" },
     schema: { type: "string" },
     "table-prefix": { type: "string" },
@@ -105,6 +110,7 @@ export const turnsCommand: Command = {
   },
   positionals: [0, 0],
   help: `Usage: dispatch-once turns --failed --store <target> [options]
+       dispatch-once turns --stalled --store <target> [--ledger <target>] [options]
 
 List the user messages whose turn failed and was recorded (state "failed") and that no re-send
 has reopened, oldest failure first, with their turn index, failed-turn record, and whether a
@@ -132,15 +138,26 @@ The RE-SEND column (and "resend" in --json, beside the store's "reopenable") say
                                  then does too; "pastResendWindow" in --json
   unknown                        the store does not say whether a re-send would reopen it
 
+--stalled lists instead the messages in progress (bound to a turn index, neither committed nor
+failed) whose conversation's turn lease was released, or expired at least --older-than ago on the
+store's clock (TURN-20): a runner died or gave up mid-turn (after a payment ran, before the commit)
+and nobody re-sent the message. Nothing answers it, and the user was told nothing, until the same
+message id is re-sent (or the conversation gets a new message, whose runner resumes it first,
+TURN-15). A message a live lease holds is never listed. STALLED SINCE is the lapsed lease's expiry,
+or, for a released lease (no release time is kept), the message's binding. With --ledger, LEDGER
+names the ledger's rows of that turn (conversation and turn index): what its calls did.
+
 Options:
-      --failed                 required: which turns to list (only failed turns are listed today)
+      --failed                 list failed turns (see above)
+      --stalled                list stalled messages (see above); exactly one of the two
   -s, --store <target>         the conversation store: a SQLite file (./chat.db or
                                sqlite:./chat.db) or postgres://... / postgresql://...
                                Default: the DISPATCH_ONCE_STORE environment variable.
       --schema <name>          PostgreSQL schema (default public)
       --table-prefix <prefix>  table name prefix (default dispatch_once_)
       --conversation <id>      only this conversation's failed turns
-      --older-than <age>       only turns that failed at least this long ago: 30s, 10m, 2h, 7d
+      --older-than <age>       only turns that failed (--stalled: whose lease lapsed) at least
+                               this long ago: 30s, 10m, 2h, 7d
       --limit <n>              print at most n turns (default ${DEFAULT_TURN_ROWS}; 0 = all)
       --page-size <n>          turns asked of the store per page (default and most ${MAX_FAILED_TURNS_LIMIT})
       --retention <age>        your application's ledger retention (its retentionMs), e.g. 7d: a
@@ -150,13 +167,22 @@ Options:
       --resend-window <age>    your runner's resendWindowMs, e.g. 23h. Default: 23/24 of the
                                retention, as the runner derives it
       --json                   one JSON object per line
+  -l, --ledger <target>        with --stalled: the ledger, to show each stalled turn's rows
+                               (--ledger-table, --ledger-schema, --ledger-prefix as list's
+                               --table, --schema, --prefix)
 
-Example:
-  dispatch-once turns --failed --store postgres://app@db/app --older-than 1h`,
+Examples:
+  dispatch-once turns --failed --store postgres://app@db/app --older-than 1h
+  dispatch-once turns --stalled --store postgres://app@db/app --schema chat --older-than 15m --ledger postgres://app@db/app`,
   async run({ io, values, command }) {
-    if (values["failed"] !== true) throw new UsageError("say which turns: --failed (the only listing today)", command);
+    if (values["failed"] === true && values["stalled"] === true) throw new UsageError("say which: one of --failed and --stalled, not both", command);
+    if (values["failed"] !== true && values["stalled"] !== true) throw new UsageError("say which turns: --failed or --stalled", command);
     const target = stringOption(values, "store") ?? io.env["DISPATCH_ONCE_STORE"];
     if (target === undefined || target === "") throw new UsageError("no conversation store: pass --store <target> or set DISPATCH_ONCE_STORE", command);
+    if (values["stalled"] === true) return listStalled(io, values, command, target);
+    for (const name of ["ledger", "ledger-table", "ledger-schema", "ledger-prefix"]) {
+      if (values[name] !== undefined) throw new UsageError(`--${name} is for --stalled`, command);
+    }
     const query: FailedTurnsQuery = {};
     const { conversationId, olderThanMs, limit, pageSize, json } = listingOptions(values, command, { limit: DEFAULT_TURN_ROWS, maxPageSize: MAX_FAILED_TURNS_LIMIT });
     if (conversationId !== undefined) query.conversationId = conversationId;
@@ -230,3 +256,95 @@ Example:
     }
   },
 };
+
+/** `turns --stalled` (TURN-20): the store's stalled messages, each with its turn's ledger rows when --ledger is given. */
+async function listStalled(io: CommandContext["io"], values: OptionValues, command: string, target: string): Promise<number> {
+  const query: StalledMessagesQuery = {};
+  const { conversationId, olderThanMs, limit, pageSize, json } = listingOptions(values, command, { limit: DEFAULT_TURN_ROWS, maxPageSize: MAX_FAILED_TURNS_LIMIT });
+  if (conversationId !== undefined) query.conversationId = conversationId;
+  if (olderThanMs !== undefined) query.olderThanMs = olderThanMs;
+  for (const name of ["retention", "resend-window"]) {
+    if (values[name] !== undefined) throw new UsageError(`--${name} is for --failed`, command);
+  }
+  checkTargetOptions(parseTarget(target, io.cwd).kind, values, { sqlite: ["table-prefix"], postgres: ["schema", "table-prefix"] }, "conversation store", command);
+  const ledgerTarget = stringOption(values, "ledger");
+  if (ledgerTarget === undefined) {
+    for (const name of ["ledger-table", "ledger-schema", "ledger-prefix"]) {
+      if (values[name] !== undefined) throw new UsageError(`--${name} needs --ledger`, command);
+    }
+  }
+  const schema = stringOption(values, "schema");
+  const tablePrefix = stringOption(values, "table-prefix");
+  const opened: OpenedConversationStore = await openConversationStore(target, {
+    cwd: io.cwd,
+    ...(schema !== undefined ? { schema } : {}),
+    ...(tablePrefix !== undefined ? { tablePrefix } : {}),
+  });
+  const store: ConversationStore = opened.store;
+  try {
+    if (store.listStalledMessages === undefined) throw new UnsupportedOperationError("listStalledMessages", opened.display);
+    const listed: StalledMessage[] = [];
+    let more = false;
+    let cursor: string | undefined;
+    do {
+      const want = limit === 0 ? pageSize : Math.min(pageSize, limit - listed.length);
+      const page = await store.listStalledMessages({ ...query, limit: want, ...(cursor !== undefined ? { cursor } : {}) });
+      listed.push(...page.messages);
+      cursor = page.cursor;
+      if (limit !== 0 && listed.length >= limit && cursor !== undefined) more = true;
+    } while (cursor !== undefined && (limit === 0 || listed.length < limit));
+    const rowsOf = ledgerTarget === undefined || listed.length === 0 ? undefined : await ledgerRowsOf(io, values, ledgerTarget, listed);
+    const now = Date.now();
+    const printed: string[][] = [];
+    for (const message of listed) {
+      const rows = rowsOf?.get(turnKey(message.conversationId, message.turnIndex));
+      if (json) io.stdout(`${JSON.stringify(rows === undefined ? message : { ...message, ledgerRows: rows.map((r) => ({ key: r.key, toolName: r.toolName, state: r.state })) })}\n`);
+      else {
+        const ledger = rows === undefined ? "-" : rows.length === 0 ? "no row" : rows.map((r) => `${r.toolName} ${r.state}`).join(", ");
+        const dated = message.stalledSince !== 0;
+        printed.push([message.conversationId, message.messageId, String(message.turnIndex), dated ? iso(message.stalledSince) : "unknown", dated ? formatAge(now - message.stalledSince) : "-", message.leaseOwner ?? "(released)", ledger]);
+      }
+    }
+    if (!json && printed.length > 0) io.stdout(table(["CONVERSATION", "MESSAGE", "TURN", "STALLED SINCE", "AGE", "LEASE OWNER", "LEDGER"], printed));
+    io.stderr(`${listed.length} stalled message${listed.length === 1 ? "" : "s"}${more ? " (more may match: raise --limit, or --limit 0 for all)" : ""}\n`);
+    return 0;
+  } finally {
+    await store.close();
+  }
+}
+
+function turnKey(conversationId: string, turnIndex: number): string {
+  return `${conversationId}\u0000${turnIndex}`;
+}
+
+/** Each listed turn's ledger rows, read by conversation (the ledger lists no turn index) and kept by turn. */
+async function ledgerRowsOf(io: CommandContext["io"], values: OptionValues, target: string, listed: readonly StalledMessage[]): Promise<Map<string, LedgerRow[]>> {
+  const table = stringOption(values, "ledger-table");
+  const schema = stringOption(values, "ledger-schema");
+  const prefix = stringOption(values, "ledger-prefix");
+  const opened = await openLedger(target, {
+    cwd: io.cwd,
+    onWarning: (message) => io.stderr(`${message}\n`),
+    ...(table !== undefined ? { table } : {}),
+    ...(schema !== undefined ? { schema } : {}),
+    ...(prefix !== undefined ? { prefix } : {}),
+  });
+  const ledger = opened.ledger;
+  try {
+    if (!supports(ledger, "listRows") || ledger.listRows === undefined) throw new UnsupportedOperationError("listRows", opened.display);
+    const wanted = new Map(listed.map((m) => [turnKey(m.conversationId, m.turnIndex), [] as LedgerRow[]]));
+    for (const conversationId of new Set(listed.map((m) => m.conversationId))) {
+      let cursor: string | undefined;
+      do {
+        const page = await ledger.listRows({ conversationId, ...(cursor !== undefined ? { cursor } : {}) });
+        for (const row of page.rows) {
+          if (row.turnIndex !== undefined) wanted.get(turnKey(conversationId, row.turnIndex))?.push(row);
+        }
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+    }
+    return wanted;
+  } finally {
+    await ledger.close();
+  }
+}
