@@ -62,6 +62,8 @@ const BROKEN: Array<{ bug: keyof ConversationBugs; rule: string; what: string; c
   { bug: "ignoresConversationFilter", rule: "TURN-17", what: "listFailedTurns ignores conversationId", check: /conversationId \}\) lists exactly that conversation's/ },
   { bug: "olderThanProcessClock", rule: "TURN-17", what: "olderThanMs counted on the process clock, failedAt on the store's", check: /olderThanMs \}\) counts on the store's clock/ },
   { bug: "listingRecordsItself", rule: "TURN-17", what: "listFailedTurns writes a record of each listing", check: /is read-only/ },
+  { bug: "stalledIgnoresLiveLease", rule: "TURN-22", what: "listStalledMessages lists a live runner's message too (the lease not read)", check: /lists exactly the messages in progress whose lease expired or was released/, message: /no live lease holds/ },
+  { bug: "stalledCursorInclusive", rule: "TURN-22", what: "listStalledMessages' cursor resumes at the last listed message (each page repeats it)", check: /pages in \(stalledSince, conversation id, message id\) order/, message: /still a cursor after 50 pages|across pages/ },
 ];
 
 const SEED = 20261130;

@@ -21,6 +21,7 @@ import {
 } from "./support.js";
 import type { ConversationStoreFixture, ConversationStoreSubject, ConversationSubjectCapability, RawMessage } from "./types.js";
 import { FAILED_TURNS_CHECKS, listingOf } from "./failed-turns.js";
+import { STALLED_MESSAGES_CHECKS } from "./stalled-messages.js";
 import { LEASE_GRANT_CHECKS } from "./lease-grants.js";
 import { BOUND_AT_CHECKS, REOPEN_WINDOW_CHECKS } from "./reopen-window.js";
 import { SILENT_CONVERSATION_STORE_CHECKS } from "./silent-store.js";
@@ -1593,7 +1594,7 @@ export const corruptIsNotAbsent: ConversationCheckSpec = {
 
 export const unavailableFailsClosed: ConversationCheckSpec = {
   rule: "TURN-14",
-  name: "an unreachable store raises store_unavailable from every method (listFailedTurns and releaseLeaseGrant too, where declared) and reports nothing as done",
+  name: "an unreachable store raises store_unavailable from every method (listFailedTurns, listStalledMessages and releaseLeaseGrant too, where declared) and reports nothing as done",
   needs: ["unavailability"],
   run: (subject) =>
     withConversationFixture(subject, async (fixture) => {
@@ -1616,6 +1617,7 @@ export const unavailableFailsClosed: ConversationCheckSpec = {
       // The optional methods the subject declares: an operator's listing of an unreachable store
       // must not read as "no failed turns", nor a runner's give-back as done.
       if (subject.capabilities.listFailedTurns) calls.push(["listFailedTurns", () => broken.listFailedTurns!({ conversationId: c })], ["listFailedTurns (all)", () => broken.listFailedTurns!()]);
+      if (subject.capabilities.listStalledMessages) calls.push(["listStalledMessages (all)", () => broken.listStalledMessages!()]);
       if (subject.capabilities.leaseGrants) calls.push(["releaseLeaseGrant", () => broken.releaseLeaseGrant!(c, "grant-id-unreachable-0001")]);
       for (const [name, call] of calls) await mustRejectWith(call(), "store_unavailable", `${name} on an unreachable store`);
       mustEqual(await fixture.raw.messages(c), [], "nothing was stored");
@@ -1791,6 +1793,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   ...BOUND_AT_CHECKS,
   listedReopenableExact,
   ...FAILED_TURNS_CHECKS,
+  ...STALLED_MESSAGES_CHECKS,
   resumedWhenEarlierGrantBegan,
   resumedSurvivesRestart,
   durabilityDeclared,

@@ -11,6 +11,7 @@ const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
   corruption: "needs corruption (raw.corrupt)",
   unavailability: "needs unavailability (raw.disconnected)",
   listFailedTurns: "needs listFailedTurns (the store offers listFailedTurns)",
+  listStalledMessages: "needs listStalledMessages (the store offers listStalledMessages)",
   recordsWithCommit: "needs recordsWithCommit (a commit keeps its record in the same write)",
   legacyFailedRows: "needs legacyFailedRows (raw.forgetFailedAt writes a failed message as a store from before failedAt left it)",
   leaseGrants: "needs leaseGrants (the store takes lease grant ids: supports.leaseGrants, releaseLeaseGrant)",
@@ -94,7 +95,7 @@ export function validateConversationStoreSubject(subject: ConversationStoreSubje
     }
   }
   // Optional flags: absent is false, anything else but a boolean is a mistake.
-  for (const flag of ["listFailedTurns", "recordsWithCommit", "legacyFailedRows", "leaseGrants", "reopenWindow", "boundAt", "clockSkew", "silentStore"]) {
+  for (const flag of ["listFailedTurns", "listStalledMessages", "recordsWithCommit", "legacyFailedRows", "leaseGrants", "reopenWindow", "boundAt", "clockSkew", "silentStore"]) {
     if (caps?.[flag] !== undefined && typeof caps[flag] !== "boolean") {
       throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag}, when given, must be true or false`);
     }
@@ -107,6 +108,7 @@ export function validateConversationStoreSubject(subject: ConversationStoreSubje
 }
 
 export * from "./checks.js";
+export { STALLED_MESSAGES_CHECKS, stalledListedExactly, stalledListPagesAndRefuses } from "./stalled-messages.js";
 export { FAILED_TURNS_CHECKS, failedListedExactly, failedListedInOrder, failedListLimit, failedListCursor, failedListByConversation, failedListOlderThan, failedListReadOnly, failedListUnknownTime, failedListTiesByCodePoint } from "./failed-turns.js";
 export {
   CONVERSATION_MODEL_CHECK_NAME,

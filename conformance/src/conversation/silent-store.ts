@@ -58,6 +58,7 @@ async function prepare(store: ConversationStore): Promise<SilentMethod[]> {
   ops.push({ name: "log", start: (s) => s.log(read.conversationId) });
   ops.push({ name: "records", start: (s) => s.records(read.conversationId) });
   if (typeof store.listFailedTurns === "function") ops.push({ name: "listFailedTurns", start: (s) => s.listFailedTurns!({ limit: 10 }) });
+  if (typeof store.listStalledMessages === "function") ops.push({ name: "listStalledMessages", start: (s) => s.listStalledMessages!({ limit: 10 }) });
 
   const appendTo = freshConversation("append");
   const appended = userText("silenced append");

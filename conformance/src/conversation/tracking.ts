@@ -18,6 +18,7 @@ export const STORE_METHODS: ReadonlySet<string> = new Set([
   "addRecord",
   "records",
   "listFailedTurns",
+  "listStalledMessages",
   "close",
 ]);
 

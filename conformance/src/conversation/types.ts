@@ -47,6 +47,11 @@ export interface ConversationSubjectCapabilities {
    */
   listFailedTurns?: boolean;
   /**
+   * Optional: the store offers the OPTIONAL `listStalledMessages` (TURN-22). Declared true, the
+   * store must have the method (checked), and the TURN-22 checks run. Absent means false.
+   */
+  listStalledMessages?: boolean;
+  /**
    * The store keeps a commit's record in the commit's own write (its capabilities say
    * recordsWithCommit). Optional: absent is false, for subjects written before it.
    */

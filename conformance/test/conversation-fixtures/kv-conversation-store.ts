@@ -10,6 +10,7 @@ import {
   LEASE_GRANT_RETENTION_MS,
   StoreUnavailableError,
   checkFailedTurnsQuery,
+  checkStalledMessagesQuery,
   checkMessageId,
   encodeFailedTurnsCursor,
   isAfterPosition,
@@ -21,6 +22,9 @@ import {
   type FailedTurnsQuery,
   type JsonValue,
   type LeaseResult,
+  type StalledMessage,
+  type StalledMessagesPage,
+  type StalledMessagesQuery,
   type StoredMessage,
   type StoredTurn,
   type TurnCommit,
@@ -217,6 +221,11 @@ export interface ConversationBugs {
   recordsNewestFirst?: boolean;
   /** records() returns the first 100 records only (a driver's default page, never followed) (breaks RECORD-4). */
   recordsFirstPageOnly?: boolean;
+  // ---- TURN-22 listStalledMessages mutants ----
+  /** listStalledMessages lists a message in progress whatever its lease, dated by its binding: a live runner's message too. */
+  stalledIgnoresLiveLease?: boolean;
+  /** listStalledMessages' cursor resumes at the last listed message (each page repeats it). */
+  stalledCursorInclusive?: boolean;
   /** listFailedTurns gives a cursor when exactly limit turns were left (`<` for `<=`): a last page that is empty. */
   cursorOnExactPage?: boolean;
   /** A takeover (acquire over an expired lease) forgets which fence began the current turn index: resumed says false (breaks TURN-15). */
@@ -752,6 +761,34 @@ export class KvConversationStore implements ConversationStore {
     return { turns, cursor: bugs.cursorIsOffset ? `o${offset + limit}` : encodeFailedTurnsCursor(last) };
   }
 
+  async listStalledMessages(query: StalledMessagesQuery = {}): Promise<StalledMessagesPage> {
+    const bugs = this.bugs;
+    const { limit, after } = checkStalledMessagesQuery(query);
+    const now = this.backing.now();
+    const cutoff = now - (query.olderThanMs ?? 0);
+    const all: StalledMessage[] = [];
+    for (const [conversationId, text] of this.backing.data) {
+      if (query.conversationId !== undefined && conversationId !== conversationSlot(bugs, query.conversationId)) continue;
+      const s = JSON.parse(text) as State;
+      const m = s.messages.find((x) => x.state === "in_progress");
+      if (m === undefined || m.turnIndex === undefined) continue;
+      const lease = s.lease;
+      if (!bugs.stalledIgnoresLiveLease && lease !== null && lease.expiresAt > now) continue;
+      const stalledSince = lease !== null && !bugs.stalledIgnoresLiveLease ? lease.expiresAt : (m.boundAt ?? 0);
+      if (stalledSince > cutoff) continue;
+      const stalled: StalledMessage = { conversationId, messageId: m.id, turnIndex: m.turnIndex, stalledSince };
+      if (lease !== null) stalled.leaseOwner = lease.owner;
+      if (m.boundAt !== undefined) stalled.boundAt = m.boundAt;
+      const at = { failedAt: stalledSince, conversationId, messageId: m.id + (bugs.stalledCursorInclusive ? "\u0000" : "") };
+      if (after === undefined || isAfterPosition(at, after)) all.push(stalled);
+    }
+    const pos = (x: StalledMessage) => ({ failedAt: x.stalledSince, conversationId: x.conversationId, messageId: x.messageId });
+    all.sort((a, b) => (isAfterPosition(pos(a), pos(b)) ? 1 : isAfterPosition(pos(b), pos(a)) ? -1 : 0));
+    const messages = all.slice(0, limit);
+    const last = messages.at(-1);
+    return all.length > limit && last !== undefined ? { messages, cursor: encodeFailedTurnsCursor(pos(last)) } : { messages };
+  }
+
   async addRecord(conversationId: string, record: JsonValue): Promise<void> {
     this.checkData("record", record);
     return this.locked(conversationId, (s) => {
@@ -886,7 +923,7 @@ function held(conversationId: string, s: State, fence: number, bugs: Conversatio
 export function kvConversationSubject(name: string, bugs: ConversationBugs = {}): ConversationStoreSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: true, listFailedTurns: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: false, unavailability: true, listFailedTurns: true, listStalledMessages: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true },
     async create(): Promise<ConversationStoreFixture> {
       const backing = kvBacking();
       // forgetsOnRestart: every instance gets a private map, but the hooks read the first one.
@@ -974,6 +1011,7 @@ function unreachableStore(bugs: ConversationBugs): ConversationStore {
     addRecord: down,
     records: down,
     listFailedTurns: bugs.unavailableListsNothing ? async () => ({ turns: [] }) : down,
+    listStalledMessages: down,
     close: async () => {},
   };
 }

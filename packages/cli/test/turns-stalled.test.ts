@@ -1,4 +1,4 @@
-// `dispatch-once turns --stalled`: messages in progress that no live turn lease holds (TURN-20).
+// `dispatch-once turns --stalled`: messages in progress that no live turn lease holds (TURN-22).
 // The adoption trial's scenario 7 (trials/app-openai-postgres/FRICTION.md item 7): a worker paid,
 // died before the commit, and nobody re-sent the message.
 import { randomBytes } from "node:crypto";

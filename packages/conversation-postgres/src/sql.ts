@@ -167,7 +167,7 @@ END
 $upgrade$;
 -- Only the failed messages, in listing order: listFailedTurns never scans the rest.
 CREATE INDEX IF NOT EXISTS "${t.messages}_failed" ON ${q.msgs} (failed_at, conversation_id COLLATE "C", message_id COLLATE "C") WHERE state = 'failed';
--- Only the messages in progress (at most one a conversation): what listStalledMessages reads (TURN-20).
+-- Only the messages in progress (at most one a conversation): what listStalledMessages reads (TURN-22).
 CREATE INDEX IF NOT EXISTS "${t.messages}_in_progress" ON ${q.msgs} (conversation_id) WHERE state = 'in_progress';
 ${failedAtTriggersSql(t)}`;
 }
@@ -435,7 +435,7 @@ export function statements(t: ConversationTables): Statements {
           AND ($3::bigint IS NULL OR (m.failed_at, m.conversation_id COLLATE "C", m.message_id COLLATE "C") > ($3::bigint, $4::text COLLATE "C", $5::text COLLATE "C"))
         ORDER BY m.failed_at, m.conversation_id COLLATE "C", m.message_id COLLATE "C" LIMIT $6`,
     ),
-    // TURN-20: the messages in progress (the partial index below holds only them, at most one a
+    // TURN-22: the messages in progress (the partial index below holds only them, at most one a
     // conversation) whose lease is released or expired, read with the lease in one statement so
     // that a live holder's message is never listed. Since when: the lapsed lease's expiry, else
     // (released: no release time is kept) the binding, else 0. One reading of the clock.

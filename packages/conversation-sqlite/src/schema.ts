@@ -120,7 +120,7 @@ CREATE TABLE IF NOT EXISTS "${t.leaseGrants}" (
  */
 export function failedIndexSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
   const t = tablesFor(prefix);
-  // The messages in progress (at most one a conversation), what listStalledMessages reads (TURN-20).
+  // The messages in progress (at most one a conversation), what listStalledMessages reads (TURN-22).
   return `CREATE INDEX IF NOT EXISTS "${t.messages}_failed" ON "${t.messages}" (failed_at, conversation_id, message_id) WHERE state = 'failed';
 CREATE INDEX IF NOT EXISTS "${t.messages}_in_progress" ON "${t.messages}" (conversation_id, message_id) WHERE state = 'in_progress';\n`;
 }

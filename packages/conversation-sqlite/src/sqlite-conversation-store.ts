@@ -727,7 +727,7 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
          AND (:after IS NULL OR (m.failed_at, m.conversation_id, m.message_id) > (:after, :afterConversation, :afterMessage))
        ORDER BY m.failed_at, m.conversation_id, m.message_id LIMIT :limit`,
     ),
-    // TURN-20: the messages in progress (the partial index of failedIndexSql holds only them, at
+    // TURN-22: the messages in progress (the partial index of failedIndexSql holds only them, at
     // most one a conversation) whose lease is released or expired, read with the lease in one
     // statement so that a live holder's message is never listed. Since when: the lapsed lease's
     // expiry, else (released: no release time is kept) the binding, else 0.

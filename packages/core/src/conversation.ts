@@ -349,7 +349,7 @@ export interface StalledMessagesQuery {
 
 /**
  * A message in progress (bound to its turn index, neither committed nor failed) that no live turn
- * lease holds (TURN-20): its holder died or gave up, and nothing answers it until the same
+ * lease holds (TURN-22): its holder died or gave up, and nothing answers it until the same
  * message id is re-sent or its conversation is driven again (TURN-15 resumes it there).
  */
 export interface StalledMessage {
@@ -500,7 +500,7 @@ export interface ConversationStore {
   listFailedTurns?(query?: FailedTurnsQuery): Promise<FailedTurnsPage>;
 
   /**
-   * OPTIONAL (TURN-20): the messages in progress (bound, neither committed nor failed) whose
+   * OPTIONAL (TURN-22): the messages in progress (bound, neither committed nor failed) whose
    * conversation's turn lease is released, or expired at least `olderThanMs` ago on the store's
    * clock, across conversations (or in one), longest stalled first, ties by conversation id and
    * then message id in code point order (`compareStoreIds`), a page at a time. Read-only; the

@@ -88,7 +88,7 @@ export function isAfterPosition(turn: FailedTurnPosition, after: FailedTurnPosit
 const STALLED_QUERY_NAMES: OptionNames<StalledMessagesQuery> = { conversationId: true, olderThanMs: true, limit: true, cursor: true };
 
 /**
- * The checks and cursor of every store's listStalledMessages (TURN-20): listFailedTurns' own,
+ * The checks and cursor of every store's listStalledMessages (TURN-22): listFailedTurns' own,
  * with `stalledSince` in the position's time slot, so that the stores refuse the same inputs.
  */
 export function checkStalledMessagesQuery(query: StalledMessagesQuery = {}): { limit: number; after: FailedTurnPosition | undefined } {

@@ -335,7 +335,7 @@ export class MemoryConversationStore implements ConversationStore {
       const message = conversation.order.find((m) => m.state === "in_progress");
       if (message === undefined || message.turnIndex === undefined) continue;
       const lease = conversation.lease;
-      // A lease not yet expired is a live holder's (TURN-20): its message is never listed.
+      // A lease not yet expired is a live holder's (TURN-22): its message is never listed.
       if (lease !== undefined && lease.expiresAt > now) continue;
       const stalledSince = lease !== undefined ? lease.expiresAt : (message.boundAt ?? 0);
       if (stalledSince > cutoff) continue;
@@ -477,7 +477,7 @@ function windowStart(conversation: Conversation, message: StoredMessage): number
   return Math.min(message.boundAt ?? Infinity, conversation.firstFailedAt.get(message.id) ?? 0);
 }
 
-/** A stalled message's place in the listing order (TURN-20): listFailedTurns' order, by `stalledSince`. */
+/** A stalled message's place in the listing order (TURN-22): listFailedTurns' order, by `stalledSince`. */
 function position(message: StalledMessage): { failedAt: number; conversationId: string; messageId: string } {
   return { failedAt: message.stalledSince, conversationId: message.conversationId, messageId: message.messageId };
 }

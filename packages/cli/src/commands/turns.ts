@@ -140,7 +140,7 @@ The RE-SEND column (and "resend" in --json, beside the store's "reopenable") say
 
 --stalled lists instead the messages in progress (bound to a turn index, neither committed nor
 failed) whose conversation's turn lease was released, or expired at least --older-than ago on the
-store's clock (TURN-20): a runner died or gave up mid-turn (after a payment ran, before the commit)
+store's clock (TURN-22): a runner died or gave up mid-turn (after a payment ran, before the commit)
 and nobody re-sent the message. Nothing answers it, and the user was told nothing, until the same
 message id is re-sent (or the conversation gets a new message, whose runner resumes it first,
 TURN-15). A message a live lease holds is never listed. STALLED SINCE is the lapsed lease's expiry,
@@ -257,7 +257,7 @@ Examples:
   },
 };
 
-/** `turns --stalled` (TURN-20): the store's stalled messages, each with its turn's ledger rows when --ledger is given. */
+/** `turns --stalled` (TURN-22): the store's stalled messages, each with its turn's ledger rows when --ledger is given. */
 async function listStalled(io: CommandContext["io"], values: OptionValues, command: string, target: string): Promise<number> {
   const query: StalledMessagesQuery = {};
   const { conversationId, olderThanMs, limit, pageSize, json } = listingOptions(values, command, { limit: DEFAULT_TURN_ROWS, maxPageSize: MAX_FAILED_TURNS_LIMIT });
