@@ -53,7 +53,7 @@ const idOf = (t: Pick<FailedTurn, "conversationId" | "messageId">): string => `$
  * Ids in TURN-17's order: by Unicode code point, which is the order of their UTF-8 bytes (not
  * JavaScript's `<`, which compares UTF-16 code units). The kit's own comparison, not core's.
  */
-function compareIds(a: string, b: string): number {
+export function compareIds(a: string, b: string): number {
   return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
 }
 

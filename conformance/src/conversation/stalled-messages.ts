@@ -12,6 +12,7 @@ import { MAX_FAILED_TURNS_LIMIT, type ConversationStore, type StalledMessage, ty
 import { must, mustEqual, mustRejectWith, show } from "../failure.js";
 import { acquire, commitFor, freshConversation, mustBegin, userText, withConversationFixture } from "./support.js";
 import type { ConversationCheckSpec } from "./checks.js";
+import { compareIds } from "./failed-turns.js";
 
 type StalledList = (query?: StalledMessagesQuery) => Promise<StalledMessagesPage>;
 
@@ -34,6 +35,21 @@ const within = (messages: readonly StalledMessage[], conversations: readonly str
 
 const AN_HOUR_MS = 3_600_000;
 
+/** A fresh conversation whose message m is bound to its turn (in progress) under `owner`'s lease. */
+async function bindMessage(store: ConversationStore, label: string, owner: string) {
+  const c = freshConversation(label);
+  const fence = await acquire(store, c, owner);
+  await store.appendUserMessage(c, { id: "m", content: userText(`pay for ${label}`) });
+  return { c, fence, snapshot: await mustBegin(store, c, fence, `begin m in ${label}`) };
+}
+
+/** TURN-22's order: stalledSince, then conversation id, then message id (code points, as TURN-17's). */
+function listedBefore(a: StalledMessage, b: StalledMessage): boolean {
+  if (a.stalledSince !== b.stalledSince) return a.stalledSince < b.stalledSince;
+  const byConversation = compareIds(a.conversationId, b.conversationId);
+  return byConversation !== 0 ? byConversation < 0 : compareIds(a.messageId, b.messageId) < 0;
+}
+
 export const stalledListedExactly: ConversationCheckSpec = {
   rule: "TURN-22",
   name: "listStalledMessages lists exactly the messages in progress whose lease expired or was released (never one a live lease holds, nor a queued, answered or failed one), each with its turn index, stalledSince (the lapsed lease's expiry, else its binding) and the lapsed lease's owner; olderThanMs and conversationId narrow it",
@@ -42,12 +58,7 @@ export const stalledListedExactly: ConversationCheckSpec = {
     withConversationFixture(subject, async (fixture) => {
       const { store, raw } = fixture;
       const list = listingOf(store);
-      const bind = async (label: string, owner: string) => {
-        const c = freshConversation(label);
-        const fence = await acquire(store, c, owner);
-        await store.appendUserMessage(c, { id: "m", content: userText(`pay for ${label}`) });
-        return { c, fence, snapshot: await mustBegin(store, c, fence, `begin m in ${label}`) };
-      };
+      const bind = (label: string, owner: string) => bindMessage(store, label, owner);
       // A holder that died after a call ran: its lease lapsed, nothing committed.
       const dead = await bind("stalled-dead", "worker-dead");
       await raw.expireLease(dead.c);
@@ -107,19 +118,14 @@ export const stalledListPagesAndRefuses: ConversationCheckSpec = {
       const list = listingOf(store);
       const conversations: string[] = [];
       for (const label of ["page-c", "page-a", "page-b", "page-d"]) {
-        const c = freshConversation(label);
-        const fence = await acquire(store, c, "worker");
-        await store.appendUserMessage(c, { id: "m", content: userText(label) });
-        await mustBegin(store, c, fence, `begin m in ${label}`);
+        const { c } = await bindMessage(store, label, "worker");
         await raw.expireLease(c);
         conversations.push(c);
       }
       const one = within((await page(list, undefined, "listStalledMessages()")).messages, conversations);
       mustEqual(one.length, conversations.length, `listStalledMessages(): the ${conversations.length} stalled messages ${show(one.map(idOf))}`);
-      const key = (m: StalledMessage) => [m.stalledSince, Buffer.from(m.conversationId, "utf8"), Buffer.from(m.messageId, "utf8")] as const;
       for (let i = 1; i < one.length; i++) {
-        const [a, b] = [key(one[i - 1]!), key(one[i]!)];
-        must(a[0] < b[0] || (a[0] === b[0] && (Buffer.compare(a[1], b[1]) < 0 || (Buffer.compare(a[1], b[1]) === 0 && Buffer.compare(a[2], b[2]) < 0))), `listStalledMessages(): ${idOf(one[i - 1]!)} is listed before ${idOf(one[i]!)}; the order is (stalledSince, conversation id, message id)`);
+        must(listedBefore(one[i - 1]!, one[i]!), `listStalledMessages(): ${idOf(one[i - 1]!)} is listed before ${idOf(one[i]!)}; the order is (stalledSince, conversation id, message id)`);
       }
       const paged: StalledMessage[] = [];
       let cursor: string | undefined;

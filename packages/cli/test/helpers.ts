@@ -4,7 +4,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Ledger } from "@dispatch-once/core";
+import type { ConversationStore, Ledger } from "@dispatch-once/core";
+import { PostgresConversationStore } from "@dispatch-once/conversation-postgres";
+import { createSqliteConversationStore } from "@dispatch-once/conversation-sqlite";
 import { createPostgresLedger } from "@dispatch-once/ledger-postgres";
 import { createRedisLedger } from "@dispatch-once/ledger-redis";
 import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
@@ -153,3 +155,33 @@ export const BACKENDS = [
   ["postgres", postgresBackend],
   ["redis", redisBackend],
 ] as const;
+
+/** A conversation store for `turns` to read: the store, the CLI's arguments that name it, and its cleanup. */
+export interface StoreBackend {
+  store: ConversationStore;
+  args: string[];
+  cleanup(): Promise<void>;
+}
+
+export async function sqliteStoreBackend(): Promise<StoreBackend> {
+  const dir = mkdtempSync(join(tmpdir(), "dispatch-once-cli-store-"));
+  const path = join(dir, "chat.db");
+  const store = createSqliteConversationStore({ path });
+  return { store, args: ["--store", path], cleanup: async () => (await store.close(), rmSync(dir, { recursive: true, force: true })) };
+}
+
+export async function postgresStoreBackend(): Promise<StoreBackend> {
+  const schema = `do_test_cli_store_${randomBytes(5).toString("hex")}`;
+  const store = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
+  await store.migrate();
+  return {
+    store,
+    args: ["--store", DATABASE_URL, "--schema", schema],
+    cleanup: async () => {
+      await store.close();
+      const client = new pg.Client({ connectionString: DATABASE_URL });
+      await client.connect();
+      await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).finally(() => client.end());
+    },
+  };
+}

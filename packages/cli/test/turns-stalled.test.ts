@@ -1,46 +1,14 @@
 // `dispatch-once turns --stalled`: messages in progress that no live turn lease holds (TURN-22).
 // The adoption trial's scenario 7 (trials/app-openai-postgres/FRICTION.md item 7): a worker paid,
 // died before the commit, and nobody re-sent the message.
-import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Dispatcher, defineTool, type ConversationStore, type StalledMessage } from "@dispatch-once/core";
-import { PostgresConversationStore } from "@dispatch-once/conversation-postgres";
-import { createSqliteConversationStore } from "@dispatch-once/conversation-sqlite";
 import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { z } from "zod";
-import { DATABASE_URL, jsonLines, runBin } from "./helpers.js";
-
-interface StoreBackend {
-  store: ConversationStore;
-  args: string[];
-  cleanup(): Promise<void>;
-}
-
-async function sqliteStore(dir: string): Promise<StoreBackend> {
-  const path = join(dir, "chat.db");
-  const store = createSqliteConversationStore({ path });
-  return { store, args: ["--store", path], cleanup: async () => store.close() };
-}
-
-async function postgresStore(): Promise<StoreBackend> {
-  const schema = `do_test_cli_stalled_${randomBytes(5).toString("hex")}`;
-  const store = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
-  await store.migrate();
-  return {
-    store,
-    args: ["--store", DATABASE_URL, "--schema", schema],
-    cleanup: async () => {
-      await store.close();
-      const client = new pg.Client({ connectionString: DATABASE_URL });
-      await client.connect();
-      await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).finally(() => client.end());
-    },
-  };
-}
+import { jsonLines, postgresStoreBackend, runBin, sqliteStoreBackend, type StoreBackend } from "./helpers.js";
 
 /** Bind the conversation's message m1 under a lease of `leaseMs` (0: over at once, as a dead worker's). */
 async function bind(store: ConversationStore, c: string, leaseMs: number): Promise<number> {
@@ -52,15 +20,15 @@ async function bind(store: ConversationStore, c: string, leaseMs: number): Promi
 }
 
 describe.each([
-  ["sqlite", (dir: string) => sqliteStore(dir)],
-  ["postgres", () => postgresStore()],
+  ["sqlite", sqliteStoreBackend],
+  ["postgres", postgresStoreBackend],
 ] as const)("dispatch-once turns --stalled on %s", (_name, open) => {
   let dir: string;
   let backend: StoreBackend;
   let ledgerPath: string;
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), "dispatch-once-cli-stalled-"));
-    backend = await open(dir);
+    backend = await open();
     ledgerPath = join(dir, "ledger.db");
     const ledger = createSqliteLedger({ path: ledgerPath });
     const pay = defineTool({ name: "send_payment", effect: "unkeyed_write", input: z.object({ amount: z.int() }), run: () => ({ id: "pay_1" }) });

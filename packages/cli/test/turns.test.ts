@@ -4,44 +4,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ConversationStore, FailedTurn } from "@dispatch-once/core";
-import { PostgresConversationStore } from "@dispatch-once/conversation-postgres";
-import { createSqliteConversationStore } from "@dispatch-once/conversation-sqlite";
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Dispatcher, defineTool } from "@dispatch-once/core";
 import { createSqliteLedger } from "@dispatch-once/ledger-sqlite";
 import { z } from "zod";
 import { resendVerdict } from "../src/commands/turns.js";
-import { DATABASE_URL, jsonLines, runBin } from "./helpers.js";
-
-interface StoreBackend {
-  store: ConversationStore;
-  args: string[];
-  cleanup(): Promise<void>;
-}
-
-async function sqliteStore(): Promise<StoreBackend> {
-  const dir = mkdtempSync(join(tmpdir(), "dispatch-once-cli-turns-"));
-  const path = join(dir, "chat.db");
-  const store = createSqliteConversationStore({ path });
-  return { store, args: ["--store", path], cleanup: async () => (await store.close(), rmSync(dir, { recursive: true, force: true })) };
-}
-
-async function postgresStore(): Promise<StoreBackend> {
-  const schema = `do_test_cli_turns_${randomBytes(5).toString("hex")}`;
-  const store = new PostgresConversationStore({ connectionString: DATABASE_URL, schema });
-  await store.migrate();
-  return {
-    store,
-    args: ["--store", DATABASE_URL, "--schema", schema],
-    cleanup: async () => {
-      await store.close();
-      const client = new pg.Client({ connectionString: DATABASE_URL });
-      await client.connect();
-      await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).finally(() => client.end());
-    },
-  };
-}
+import { jsonLines, postgresStoreBackend, runBin, sqliteStoreBackend, type StoreBackend } from "./helpers.js";
 
 /** A failed-turn record as the runner stores it (RECORD-5), trimmed to what the listing reads. */
 const RECORD = { failed: "m1", effects: ["may_have_happened"], retryable: true };
@@ -78,8 +46,8 @@ async function bindNext(store: ConversationStore, c: string, id: string): Promis
 }
 
 describe.each([
-  ["sqlite", sqliteStore],
-  ["postgres", postgresStore],
+  ["sqlite", sqliteStoreBackend],
+  ["postgres", postgresStoreBackend],
 ] as const)("dispatch-once turns --failed on %s", (_name, open) => {
   let backend: StoreBackend;
   beforeAll(async () => {
@@ -121,8 +89,8 @@ describe.each([
 });
 
 describe.each([
-  ["sqlite", sqliteStore],
-  ["postgres", postgresStore],
+  ["sqlite", sqliteStoreBackend],
+  ["postgres", postgresStoreBackend],
 ] as const)("dispatch-once turns --failed on %s says whether a re-send would help (TURN-12, TURN-17, RECORD-5)", (_name, open) => {
   let backend: StoreBackend;
   beforeAll(async () => {
@@ -181,8 +149,8 @@ describe.each([
 });
 
 describe.each([
-  ["sqlite", sqliteStore],
-  ["postgres", postgresStore],
+  ["sqlite", sqliteStoreBackend],
+  ["postgres", postgresStoreBackend],
 ] as const)("dispatch-once turns --failed on %s: a failure older than the ledger's retention (LEDGER-13, TURN-12)", (_name, open) => {
   let backend: StoreBackend;
   let dir: string;
@@ -248,8 +216,8 @@ describe.each([
 });
 
 describe.each([
-  ["sqlite", sqliteStore],
-  ["postgres", postgresStore],
+  ["sqlite", sqliteStoreBackend],
+  ["postgres", postgresStoreBackend],
 ] as const)("dispatch-once turns --failed on %s: the re-send window counts from the FIRST failure, or from the binding where that is earlier (TURN-12)", (_name, open) => {
   let backend: StoreBackend;
   beforeAll(async () => {
