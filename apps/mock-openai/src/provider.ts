@@ -127,9 +127,10 @@ const includesEncryptedContent = (request: ResponsesRequest): boolean => Array.i
 /**
  * The API's refusals of a stateless request's reasoning items (`store: false`; with store on it
  * keeps them itself): an item without its encrypted content is not found, one whose content is
- * not the one its id was delivered with cannot be verified, a function call of a response that
- * reasoned (named by its item id) must follow that reasoning item, and a reasoning item must be
- * followed by an output item of its own response. Undefined when the input is one the API takes.
+ * not the one its id was delivered with cannot be verified, a function call or message of a
+ * response that reasoned (named by its item id) must follow that reasoning item, and a reasoning
+ * item must be followed by an output item of its own response, named by its id (a message without
+ * it is refused; a call without it is taken). Undefined when the input is one the API takes.
  */
 function checkStatelessInput(request: ResponsesRequest, reasonings: Map<string, RenderedReasoning>, requiredBy: Map<string, string>): string | undefined {
   if (!isStateless(request) || !Array.isArray(request.input)) return undefined;
@@ -141,12 +142,14 @@ function checkStatelessInput(request: ResponsesRequest, reasonings: Map<string, 
         return `Item with id '${id}' not found. Items are not persisted when \`store\` is set to false. Try again with \`store\` set to true, or remove this item from your input.`;
       }
       if (reasonings.get(id)?.encryptedContent !== item.encrypted_content) return `The encrypted content for item ${id} could not be verified.`;
-      // The item after it is an output item of its response: an unnamed one (a call sent without its
-      // item id, as @ai-sdk/openai 3.0.141 sends it under store: false) cannot be paired and is
-      // taken; another response's, or none at all (a tool output, a user message, the end), is not.
+      // The item after it is an output item of its response, named by the id the response gave it.
+      // A call sent without its item id (as @ai-sdk/openai 3.0.141 sends calls under store: false)
+      // cannot be paired and is taken; a message without it is refused, as the API refuses it
+      // (OpenHands software-agent-sdk #1754, continuedev/continue #9628); so are another
+      // response's item and none at all (a tool output, a user message, the end).
       const next = input[i + 1];
-      const unnamedOutput = next !== undefined && next.id === undefined && (next.type === "function_call" || (next.type === "message" && next.role === "assistant"));
-      if (!unnamedOutput && (typeof next?.id !== "string" || !reasonings.get(id)!.siblings.has(next.id))) {
+      const unnamedCall = next !== undefined && next.id === undefined && next.type === "function_call";
+      if (!unnamedCall && (typeof next?.id !== "string" || !reasonings.get(id)!.siblings.has(next.id))) {
         return `Item '${id}' of type 'reasoning' was provided without its required following item.`;
       }
     }
@@ -155,7 +158,9 @@ function checkStatelessInput(request: ResponsesRequest, reasonings: Map<string, 
       // Its reasoning item comes before it, with only items of their one response in between.
       let j = i - 1;
       while (j >= 0 && input[j]!.id !== required && typeof input[j]!.id === "string" && reasonings.get(required)!.siblings.has(input[j]!.id as string)) j--;
-      if (j < 0 || input[j]!.id !== required) return `Item '${id}' of type '${String(item.type)}' was provided without its required 'reasoning' item: '${required}'.`;
+      // A message may come without its item type (the AI SDK sends `{ role, content, id }`): the API names it a message.
+      const type = item.type ?? (item.role === "assistant" ? "message" : undefined);
+      if (j < 0 || input[j]!.id !== required) return `Item '${id}' of type '${String(type)}' was provided without its required 'reasoning' item: '${required}'.`;
     }
   }
   return undefined;
@@ -276,16 +281,17 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     const record: RequestRecord = { requestNumber: ++requestCounter, attempt, bodyHash, body, headers, stream, faultFired: false, calls: [], events: [], outcome: "pending" };
     requests.push(record);
     if (options.logLimit !== undefined && requests.length > options.logLimit) requests.splice(0, requests.length - options.logLimit);
-    const fail = (status: number, outcome: RequestRecord["outcome"], message: string, type = "invalid_request_error") => {
+    const fail = (status: number, outcome: RequestRecord["outcome"], message: string, type = "invalid_request_error", param: string | null = null) => {
       record.outcome = outcome;
       record.status = status;
       record.error = message;
       // x-should-retry: false so that a mis-scripted test fails loudly instead of being retried by the SDK.
-      res.status(status).set("x-should-retry", "false").json({ error: { message, type, param: null, code: null } });
+      res.status(status).set("x-should-retry", "false").json({ error: { message, type, param, code: null } });
     };
     if (!parsed.success) return fail(400, "invalid_request", parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
     const refused = checkStatelessInput(parsed.data as ResponsesRequest, reasonings, requiredBy);
-    if (refused !== undefined) return fail(400, "invalid_request", refused);
+    // The API names the request's input as the parameter at fault.
+    if (refused !== undefined) return fail(400, "invalid_request", refused, "invalid_request_error", "input");
 
     let fault: Fault | undefined;
     try {

@@ -27,12 +27,15 @@ export function lastUserText(request: ResponsesRequest): string | undefined {
 
 /**
  * Plans by the last user message's text. Once the input ends with `function_call_output` items
- * the model answers with text, so a tool loop terminates.
+ * the model answers with `after` (default the text "Done."), so a tool loop terminates. `after`
+ * is a text, or a whole response: `respond(reasoning("…"), text("Paid."))` is a reasoning model's
+ * closing answer, which opens with a reasoning item as gpt-5 and the o-series do on every response.
  */
-export function scriptFromPlans(plans: Record<string, ScriptedResponse>, options: { after?: string } = {}): Script {
+export function scriptFromPlans(plans: Record<string, ScriptedResponse>, options: { after?: string | ScriptedResponse } = {}): Script {
+  const after = options.after === undefined || typeof options.after === "string" ? say(options.after ?? "Done.") : options.after;
   return (request) => {
     const last = Array.isArray(request.input) ? request.input[request.input.length - 1] : undefined;
-    if (last?.type === "function_call_output") return say(options.after ?? "Done.");
+    if (last?.type === "function_call_output") return after;
     const text = lastUserText(request);
     const plan = text !== undefined ? plans[text] : undefined;
     if (plan === undefined) throw new MockOpenAIError("no_plan", `no plan for the user message ${JSON.stringify(text)}`);
