@@ -38,7 +38,14 @@ export interface StreamErrorReport {
 
 /** Output items as the stream established them, in the Responses API's input-item shape (for the next request). */
 export type OutputItem =
+  /** A message of a response without reasoning: its role and text, as committed from the start. */
   | { type: "message"; role: "assistant"; content: string }
+  /**
+   * A message beside a reasoning item: the output message item as the stream delivered it (its
+   * `msg_` id, `status`, `output_text` / `refusal` parts). The API pairs a reasoning item with the
+   * item after it by that item's id, and refuses a reasoning item followed by an id-less message.
+   */
+  | OpenAI.Responses.ResponseOutputMessage
   /** `id` (the item id, `fc_…`) is kept beside a reasoning item only: the API pairs the two by it. */
   | { type: "function_call"; id?: string; call_id: string; name: string; arguments: string }
   | OpenAI.Responses.ResponseReasoningItem;
@@ -72,6 +79,12 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
    * turn, so a reasoning model keeps its reasoning across the turn's requests (STREAM-15).
    */
   private readonly reasoning = new Map<number, OpenAI.Responses.ResponseReasoningItem>();
+  /**
+   * The response's message items: as done, by output index (committed as delivered beside a
+   * reasoning item), and the item id each one's added event gave (when no done item came).
+   */
+  private readonly messages = new Map<number, OpenAI.Responses.ResponseOutputMessage>();
+  private readonly messageIds = new Map<number, string>();
   /** Each position's item type, as its first added or done event gave it (STREAM-17). */
   private readonly itemTypes = new Map<number, string>();
   /** What each position's first added or done event named (item id, call_id, name): STREAM-10 compares a repeated one against it. */
@@ -156,6 +169,7 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
           this.openCall({ index: event.output_index, itemId: item.id ?? "", callId: item.call_id, name: item.name, phase: "announced", partialJson: "" });
         } else if (item.type === "message") {
           this.setText(event.output_index, "");
+          if (typeof item.id === "string" && item.id !== "") this.messageIds.set(event.output_index, item.id);
         }
         return undefined;
       }
@@ -179,6 +193,8 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
           // The done item is authoritative for the text (deltas may have been partial); a refusal is
           // the model's answer too, and committing it as "" would tell the user nothing.
           this.setText(event.output_index, item.content.flatMap((p) => (p.type === "output_text" ? [p.text] : p.type === "refusal" ? [p.refusal] : [])).join(""));
+          // As the stream delivered it: its id, status and parts (a refusal stays a refusal part).
+          this.messages.set(event.output_index, structuredClone(item));
           return undefined;
         }
         if (item.type !== "function_call") return undefined;
@@ -252,19 +268,32 @@ export class ResponsesTurnAccumulator extends CallPhases<CallState> {
 
   /** The output as the stream established it, as input items for the next request. Calls that did not complete are left out. */
   output(): OutputItem[] {
-    const item = (part: TextPart | CallState): OutputItem[] => {
-      if (!isCall(part)) return [{ type: "message", role: "assistant", content: part.text }];
+    // Beside a reasoning item a call keeps its item id and a message is the item as delivered (its
+    // id, status and parts): the API pairs a reasoning item with the item that follows it by that
+    // id, and refuses a request whose reasoning item is followed by an item without it (STREAM-15).
+    // Without reasoning a turn commits its calls and text as it always did.
+    const reasoned = this.reasoning.size > 0;
+    const item = (index: number, part: TextPart | CallState): OutputItem[] => {
+      if (!isCall(part)) return [reasoned ? this.deliveredMessage(index, part.text) : { type: "message", role: "assistant", content: part.text }];
       if (part.phase === "abandoned" || part.phase === "announced" || part.phase === "arguments_streaming") return [];
-      // Beside a reasoning item the call keeps its item id: the API pairs a reasoning item with the
-      // item that follows it by that id, and refuses a request whose reasoning item is followed by
-      // a call without it (STREAM-15). Without reasoning the committed call is as it always was.
-      const id = this.reasoning.size > 0 && part.itemId !== "" ? { id: part.itemId } : {};
+      const id = reasoned && part.itemId !== "" ? { id: part.itemId } : {};
       return [{ type: "function_call", ...id, call_id: part.callId, name: part.name, arguments: part.partialJson }];
     };
-    if (this.reasoning.size === 0) return this.orderedParts().flatMap(item);
-    const indexed: [number, OutputItem[]][] = [...this.parts].map(([index, part]) => [index, item(part)]);
+    const indexed: [number, OutputItem[]][] = [...this.parts].map(([index, part]) => [index, item(index, part)]);
     for (const [index, reasoning] of this.reasoning) indexed.push([index, [structuredClone(reasoning)]]);
     return indexed.sort(([a], [b]) => a - b).flatMap(([, items]) => items);
+  }
+
+  /**
+   * The message item at `index` as its done event delivered it; one whose done item never came
+   * (its text from the deltas, in a response that completed) is built in the same shape, with the
+   * id its added event gave.
+   */
+  private deliveredMessage(index: number, text: string): OpenAI.Responses.ResponseOutputMessage {
+    const delivered = this.messages.get(index);
+    if (delivered !== undefined) return structuredClone(delivered);
+    const id = this.messageIds.get(index);
+    return { type: "message", ...(id !== undefined ? { id } : {}), role: "assistant", status: "completed", content: [{ type: "output_text", text, annotations: [] }] } as OpenAI.Responses.ResponseOutputMessage;
   }
 
   /** The assistant's text, joined across message items. */

@@ -266,7 +266,7 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
       }
     }
     return {
-      text: items.flatMap((i) => (i.type === "message" && typeof i.content === "string" ? [i.content] : [])).join(""),
+      text: items.flatMap((i) => (i.type === "message" ? [messageText(i.content)] : [])).join(""),
       calls: items
         .filter((i) => i.type === "function_call")
         .map((i) => {
@@ -281,6 +281,18 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
         }),
     };
   }
+}
+
+/**
+ * A committed message's text: its content string (a turn without reasoning), or its `output_text`
+ * and `refusal` parts joined (the message item as delivered, beside a reasoning item).
+ */
+function messageText(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return (content as { type?: unknown; text?: unknown; refusal?: unknown }[])
+    .flatMap((p) => (p.type === "output_text" && typeof p.text === "string" ? [p.text] : p.type === "refusal" && typeof p.refusal === "string" ? [p.refusal] : []))
+    .join("");
 }
 
 /** A committed call's arguments text, parsed; undefined when it is not JSON (the call was never dispatched). */

@@ -1,6 +1,7 @@
-import { describe, expect, it } from "vitest";
-import type { Fault } from "@dispatch-once/mock-openai";
-import { providerPerTest, setup } from "./fixtures.js";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { call, reasoning, respond, say, scriptFromPlans, startMockOpenAI, text, type Fault, type MockOpenAI } from "@dispatch-once/mock-openai";
+import { ResponsesTurnAccumulator } from "../src/index.js";
+import { PAY_ACME, closeDownstreams, providerPerTest, setup } from "./fixtures.js";
 
 /*
  * A reasoning model's response: a reasoning item (summary streamed, fresh `rs_` id and
@@ -64,4 +65,115 @@ describe.each(MODES)("ConversationRunner: a reasoning item before the call, unde
       expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ name: "send_payment", result: { paymentId: effects()[0]!.paymentId, status: "accepted" } })]);
     });
   }
+});
+
+/*
+ * A reasoning model (gpt-5, the o-series) reasons on every response, its text answers too: the
+ * closing answer of a tool loop, a plain answer, a sentence before or after a call. The API pairs a
+ * reasoning item with the item after it by that item's id, so beside a reasoning item a committed
+ * message is the output message item as the stream delivered it (its `msg_` id, `status`, its
+ * content as `output_text` / `refusal` parts), never an id-less `{ role, content: "…" }`, which the
+ * API refuses after a reasoning item (`Item 'rs_…' of type 'reasoning' was provided without its
+ * required following item.`). A turn without reasoning commits its text as it always did.
+ */
+describe.each(MODES)("ConversationRunner: a reasoning model's text answers (%s)", (_mode, params) => {
+  let mock: MockOpenAI;
+  beforeEach(async () => {
+    mock = await startMockOpenAI({
+      seed: "openai-reasoning-text",
+      script: scriptFromPlans(
+        {
+          "greet, thinking": respond(reasoning("A greeting: answer it."), text("Hello.")),
+          "say then pay, thinking": respond(reasoning("Say it, then pay acme."), text("Paying acme."), call("send_payment", PAY_ACME)),
+          "pay then say, thinking": respond(reasoning("Pay acme, then say so."), call("send_payment", PAY_ACME), text("Paying now.")),
+          hello: say("Hi."),
+        },
+        // The closing answer after the outputs reasons too, as a reasoning model's does.
+        { after: respond(reasoning("The payment went through."), text("Payment sent.")) },
+      ),
+    });
+  });
+  afterEach(async () => {
+    await mock.close();
+    await closeDownstreams();
+  });
+
+  type Item = Record<string, unknown>;
+  /** The message items the stream delivered (`response.output_item.done`), request by request. */
+  const deliveredMessages = (r: (typeof mock.requests)[number]) =>
+    r.events.filter((e) => e.type === "response.output_item.done" && (e.data as { item: Item }).item.type === "message").map((e) => (e.data as { item: Item }).item);
+
+  async function run(conversation: string, ...contents: string[]) {
+    const { runner, effects, store } = await setup(mock, { guarded: true, latencyMs: 5, ...(params === undefined ? {} : { runner: { params: params as never } }) });
+    const results = [];
+    for (const [i, content] of contents.entries()) results.push(await runner.send(conversation, { id: `m${i + 1}`, content }));
+    const log = (await store.log(conversation)).flatMap((entry) => (Array.isArray(entry) ? entry : [entry])) as Item[];
+    return { runner, effects, results, log };
+  }
+
+  it("STREAM-15: a text-only answer commits the message item as delivered beside its reasoning; the next message's request carries both and is taken", async () => {
+    const { runner, results, log } = await run("conv-greet", "greet, thinking", "hello");
+    expect(results.map((r) => r.status)).toEqual(["answered", "answered"]);
+    expect(log.map((i) => i.role ?? i.type)).toEqual(["user", "reasoning", "assistant", "user", "assistant"]);
+    const [first, second] = mock.requests;
+    expect(log[2]).toEqual(deliveredMessages(first!)[0]);
+    expect(log[2]).toMatchObject({ type: "message", id: expect.stringMatching(/^msg_/), status: "completed", role: "assistant", content: [{ type: "output_text", text: "Hello." }] });
+    // The second message's request is the committed log, and the mock (the API's rules, stateless) took it.
+    expect((second!.body as { input: unknown[] }).input).toEqual(log.slice(0, 4));
+    expect(second!.status).toBe(200);
+    // Without reasoning in its response, a turn commits its text as it always did.
+    expect(log[4]).toEqual({ type: "message", role: "assistant", content: "Hi." });
+    expect(results[0]!.turns[0]!.text).toBe("Hello.");
+    // A re-send of the answered message reads the committed turn back: its text too.
+    const again = await runner.send("conv-greet", { id: "m1", content: "greet, thinking" });
+    expect(again.turns[0]!.text).toBe("Hello.");
+  });
+
+  for (const [content, order, said] of [
+    ["say then pay, thinking", ["reasoning", "assistant", "function_call"], "Paying acme."],
+    ["pay then say, thinking", ["reasoning", "function_call", "assistant"], "Paying now."],
+  ] as const) {
+    it(`STREAM-15: "${content}": the message and the call keep their ids beside the reasoning, and so does the closing answer; one payment`, async () => {
+      const { effects, results, log } = await run(`conv-${content.split(" ")[0]}`, content, "hello");
+      expect(results.map((r) => r.status)).toEqual(["answered", "answered"]);
+      expect(effects()).toHaveLength(1);
+      expect(log.map((i) => i.role ?? i.type)).toEqual(["user", ...order, "function_call_output", "reasoning", "assistant", "user", "assistant"]);
+      const [first, closing, next] = mock.requests;
+      const messageAt = 1 + order.indexOf("assistant");
+      expect(log[messageAt]).toEqual(deliveredMessages(first!)[0]);
+      expect(log[messageAt]).toMatchObject({ id: expect.stringMatching(/^msg_/), status: "completed", content: [{ type: "output_text", text: said }] });
+      expect(log[1 + order.indexOf("function_call")]).toMatchObject({ id: first!.calls[0]!.id });
+      // The closing answer (after the outputs) reasoned too: its message is kept as delivered.
+      expect(log[6]).toEqual(deliveredMessages(closing!)[0]);
+      expect(log[6]).toMatchObject({ id: expect.stringMatching(/^msg_/), status: "completed", content: [{ type: "output_text", text: "Payment sent." }] });
+      expect(results[0]!.turns.map((t) => t.text)).toEqual([said, "Payment sent."]);
+      expect((next!.body as { input: unknown[] }).input).toEqual(log.slice(0, 8));
+      expect(next!.status).toBe(200);
+    });
+  }
+});
+
+describe("ResponsesTurnAccumulator: a message beside a reasoning item", () => {
+  const events = (content: Item[]) =>
+    [
+      { type: "response.created", response: { id: "resp_1" } },
+      { type: "response.output_item.done", output_index: 0, item: { id: "rs_1", type: "reasoning", summary: [], encrypted_content: "enc_1" } },
+      { type: "response.output_item.added", output_index: 1, item: { id: "msg_1", type: "message", status: "in_progress", role: "assistant", content: [] } },
+      { type: "response.output_item.done", output_index: 1, item: { id: "msg_1", type: "message", status: "completed", role: "assistant", content } },
+      { type: "response.completed", response: { id: "resp_1", output: [] } },
+    ] as never[];
+  type Item = Record<string, unknown>;
+
+  it("a refusal is committed as the API's refusal part, and is the turn's text", () => {
+    const acc = new ResponsesTurnAccumulator();
+    for (const e of events([{ type: "refusal", refusal: "I can't help with that." }])) acc.apply(e);
+    expect(acc.output()[1]).toEqual({ id: "msg_1", type: "message", status: "completed", role: "assistant", content: [{ type: "refusal", refusal: "I can't help with that." }] });
+    expect(acc.text()).toBe("I can't help with that.");
+  });
+
+  it("without reasoning, the same message commits as before: role and text only", () => {
+    const acc = new ResponsesTurnAccumulator();
+    for (const e of events([{ type: "output_text", text: "Hi.", annotations: [] }]).filter((_, i) => i !== 1)) acc.apply(e);
+    expect(acc.output()).toEqual([{ type: "message", role: "assistant", content: "Hi." }]);
+  });
 });
