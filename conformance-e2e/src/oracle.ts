@@ -579,6 +579,38 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     }
   }
 
+  // Beside a reasoning item the Responses API pairs it with the item after it by that item's id, and
+  // refuses an id-less message there: a message a turn commits beside its response's reasoning item
+  // is the message item that response delivered, as delivered (id, status, parts). A reasoning model
+  // reasons on every response, so this judges text answers too (turns without calls, which the
+  // check above leaves out); a refused next request would only fail a turn, which a run with faults may do.
+  for (const c of conversations) {
+    for (const t of c.turns) {
+      const items = transcript.items?.(t.assistant);
+      if (items === undefined) continue;
+      const kept = items.filter((x) => x.reasoning);
+      const own = responses.find((r) => r.spliced === undefined && r.messages !== undefined && kept.some((x) => r.reasoning?.some((o) => nameOf(o.item) === nameOf(x.item))));
+      if (own === undefined) continue;
+      const turn = `${c.id}: turn ${t.turnIndex} (message ${JSON.stringify(t.messageId)})`;
+      for (const x of items) {
+        if ((x.item as { type?: unknown }).type !== "message") continue;
+        const delivered = own.messages!.find((m) => m.index === x.index)?.item as Record<string, unknown> | undefined;
+        if (delivered !== undefined && sameJson(delivered, x.item)) {
+          ctx.diagnostics.committed_reasoned_messages = (ctx.diagnostics.committed_reasoned_messages ?? 0) + 1;
+          continue;
+        }
+        const beside = `beside ${own.reasoning!.map((o) => labelOf(o.item)).join(", ")} (request ${own.request?.number}, attempt ${own.request?.attempt})`;
+        if (delivered === undefined) {
+          add("STREAM-15", `${turn}: its message at position ${x.index}, ${beside}, is no message item its response delivered there`);
+          continue;
+        }
+        const a = x.item as Record<string, unknown>;
+        const differ = [...new Set([...Object.keys(a), ...Object.keys(delivered)])].filter((k) => !sameJson(a[k], delivered[k]));
+        add("STREAM-15", `${turn}: its message at position ${x.index}, ${beside}, is not the message item ${String(delivered.id)} as the stream delivered it: ${differ.map((k) => JSON.stringify(k)).join(", ")} differ (the API refuses a reasoning item whose following item it cannot pair by its id)`);
+      }
+    }
+  }
+
   // ---- STREAM-8, STREAM-10, STREAM-17: no call of a spliced response reaches the dispatcher ----
   // The attempt ends, failed, at the first event of the spliced response the stream side can tell
   // (its start; its first item, on a position of another type or naming another item of its type),

@@ -9,6 +9,7 @@ import {
   say,
   scriptFromPlans as openAIScript,
   startMockOpenAI,
+  text as textItem,
   type Fault as OpenAIFault,
   type FaultPosition as OpenAIPosition,
   type ScriptedResponse,
@@ -85,6 +86,11 @@ export interface ModelResponse {
   reasoning?: { index: number; item: unknown }[];
   /** Reasoning its stream began and the cut left unstopped (a thinking block whose text or signature came): a cut attempt's, for a verdict. */
   reasoningCut?: unknown[];
+  /**
+   * The message items its stream delivered whole (done), with their positions (the Responses API's
+   * side): beside a reasoning item a committing turn keeps each as delivered, its id included (STREAM-15).
+   */
+  messages?: { index: number; item: unknown }[];
   /** Which request carried it (the mock's request number) and the attempt the mock counted, for a verdict. */
   request?: { number: number; attempt: number };
   /** Its stream was cut inside its thinking block or reasoning item (started, not stopped or done): the attempt keeps nothing of it. */
@@ -449,11 +455,14 @@ async function openAISide(): Promise<ProviderSide> {
   return {
     name: "openai",
     program(plans, cutFor, reruns, onRerun, splices, onSplice) {
-      // A reasoning model's way (as the AI SDK profile's): each response that makes calls reasons
-      // first, an item with a fresh id and encrypted content per response, which the committed turn
-      // keeps and sends back (STREAM-15). No draw: each seed's scenarios are what they were.
+      // A reasoning model's way (as gpt-5's and the o-series'): each response reasons first, an item
+      // with a fresh id and encrypted content per response, which the committed turn keeps and sends
+      // back (STREAM-15); its text answers too (the closing "Done." of a tool loop), whose message the
+      // turn keeps beside it as delivered, named by its msg_ id. No draw: each seed's scenarios are what
+      // they were. A spliced response (the fault plan's, asked for second) answers as before.
       const responseOf = (calls: PlannedCall[], text: string) =>
-        calls.length === 0 ? say("Done.") : respond(reasoning(`Do what ${text} asks.`), ...calls.map((c) => call(c.tool, c.args, rewordOf(c))));
+        calls.length === 0 ? respond(reasoning(`Tell what ${text} did.`), textItem("Done.")) : respond(reasoning(`Do what ${text} asks.`), ...calls.map((c) => call(c.tool, c.args, rewordOf(c))));
+      const splicedOf = (calls: PlannedCall[], text: string) => (calls.length === 0 ? say("Done.") : responseOf(calls, text));
       const marks = rerunMarks(reruns, onRerun);
       const splicing = spliceMarks(splices, onSplice);
       const scripted: Record<string, ScriptedResponse[]> = {};
@@ -468,10 +477,10 @@ async function openAISide(): Promise<ProviderSide> {
         const step = openAIStep(request.input);
         // The response a proxy splices in (the fault plan below marked the request), asked for second.
         const second = splicing.second(request);
-        if (second !== undefined) return responseOf(second, text!);
+        if (second !== undefined) return splicedOf(second, text!);
         // A re-run the model answers differently (the fault plan below marked the request).
         const rerun = marks.of(request);
-        return rerun !== undefined ? responseOf(rerun, text!) : (steps[step] ?? say("Done."));
+        return rerun !== undefined ? responseOf(rerun, text!) : (steps[step] ?? responseOf([], text!));
       };
       // The mock records every request; nothing reads them across cases, and a certification
       // makes thousands. Attempt numbers restart too, harmlessly: each case's texts are its own.
@@ -507,7 +516,12 @@ async function openAISide(): Promise<ProviderSide> {
         const announced = r.events.some((e) => e.type === "response.output_item.added" && (e.data.item as Obj | undefined)?.type === "reasoning");
         const cutInReasoning = r.fault !== undefined && r.fault.kind !== "splice" && r.faultFired && announced && reasoning.length === 0;
         const own = { text, calls: (r.calls ?? []).map((c) => ({ name: c.name, input: c.arguments })), callIds: (r.calls ?? []).map((c) => c.callId), reasoning: reasoning.slice(0, 1), request, ...(cutInReasoning ? { cutInReasoning } : {}) };
-        if (r.splicedCalls === undefined || r.fault?.kind !== "splice") return [own];
+        if (r.splicedCalls === undefined || r.fault?.kind !== "splice") {
+          const messages = r.events
+            .filter((e) => e.type === "response.output_item.done" && (e.data.item as Obj | undefined)?.type === "message")
+            .map((e) => ({ index: e.data.output_index as number, item: e.data.item }));
+          return [{ ...own, messages }];
+        }
         const calls = r.splicedCalls.map((c) => ({ name: c.name, input: c.arguments }));
         return [own, { text, calls, callIds: r.splicedCalls.map((c) => c.callId), spliced: spliceShape(r.fault.responseCreated, r.fault.lead), reasoning: reasoning.slice(1), request }];
       }),

@@ -74,6 +74,22 @@ function keepsCutAttemptsReasoning(runner: KitRunner): KitRunner {
   return runner;
 }
 
+/**
+ * The stream side of before: beside a reasoning item it committed a message as `{ type, role,
+ * content: "…" }`, without the `msg_` id (and status, and parts) the stream delivered it with.
+ */
+function idlessMessages(runner: KitRunner): KitRunner {
+  const side = (runner as unknown as { provider: Side }).provider;
+  const commitShape = side.commitShape.bind(side);
+  side.commitShape = (accumulator, answers) => {
+    const shape = commitShape(accumulator, answers);
+    const items = shape.assistant as unknown as { type?: string; content?: unknown }[];
+    const text = (content: unknown) => (content as { text?: string; refusal?: string }[]).map((p) => p.text ?? p.refusal ?? "").join("");
+    return { ...shape, assistant: items.map((i) => (i.type === "message" && Array.isArray(i.content) ? { type: "message", role: "assistant", content: text(i.content) } : i)) as unknown as JsonValue };
+  };
+  return runner;
+}
+
 describe("reasoning items: the end-to-end level rejects stores and stream sides that lose or mix them (provider openai)", () => {
   const planted = (options: Parameters<typeof runEndToEnd>[1]) =>
     runEndToEnd(memory, { provider: "openai", ...CI, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, ...options }).catch((e: unknown) => e);
@@ -86,6 +102,11 @@ describe("reasoning items: the end-to-end level rejects stores and stream sides 
   it("STREAM-15 a conversation store that re-encodes a reasoning item's encrypted_content", async () => {
     const message = expectReadable(await planted({ conversationStore: altersEncryptedContent }), CI.seed);
     expect(message).toMatch(/breaks STREAM-15\): .* reasoning item rs_\w+ at position 0 is not as the stream delivered it: "encrypted_content"/);
+  }, 600_000);
+
+  it("STREAM-15 a stream side that commits a reasoning model's text answer without the message item's id (the runner before 0.x)", async () => {
+    const message = expectReadable(await planted({ runner: idlessMessages }), CI.seed);
+    expect(message).toMatch(/breaks STREAM-15\): .* its message at position 1, beside reasoning item rs_\w+ \(request \d+, attempt \d+\), is not the message item msg_\w+ as the stream delivered it: "content", "id", "status" differ/);
   }, 600_000);
 
 });

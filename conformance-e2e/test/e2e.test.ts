@@ -71,6 +71,8 @@ describe("end-to-end level", () => {
     // Every response that makes calls opens with a reasoning item the committed turn keeps
     // (STREAM-15), and a cut fell inside one (an attempt that keeps nothing of it).
     expect(seen.cuts_inside_reasoning).toBeGreaterThan(0);
+    // Its text answers reason too: their messages were judged beside their reasoning items.
+    expect(seen.committed_reasoned_messages).toBeGreaterThan(0);
   }, 1_800_000);
 
   it.each(RUNNER_PROVIDERS)("CONF-2 the naive handler is rejected with a duplicate and a readable counterexample (provider %s)", async (provider) => {
