@@ -104,7 +104,7 @@ describe("reasoning items: the end-to-end level rejects stores and stream sides 
     expect(message).toMatch(/breaks STREAM-15\): .* reasoning item rs_\w+ at position 0 is not as the stream delivered it: "encrypted_content"/);
   }, 600_000);
 
-  it("STREAM-15 a stream side that commits a reasoning model's text answer without the message item's id (the runner before 0.x)", async () => {
+  it("STREAM-15 a stream side that commits a reasoning model's text answer without the message item's id (as @dispatch-once/openai committed it before)", async () => {
     const message = expectReadable(await planted({ runner: idlessMessages }), CI.seed);
     expect(message).toMatch(/breaks STREAM-15\): .* its message at position 1, beside reasoning item rs_\w+ \(request \d+, attempt \d+\), is not the message item msg_\w+ as the stream delivered it: "content", "id", "status" differ/);
   }, 600_000);
