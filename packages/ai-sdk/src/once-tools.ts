@@ -20,7 +20,7 @@ import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolC
 import { z } from "zod";
 import { checkProviderTool, isProviderDefined } from "./provider-tools.js";
 import { turnCallsOf, type TurnHistoryCall } from "./turn-history.js";
-import { turnIndexOf } from "./turn-index.js";
+import { turnIndexOf, turnMessageIdOf } from "./turn-index.js";
 
 /** What a wrapped tool's `execute` finds in its options besides the AI SDK's own (read it with `dispatchOnceOf`). */
 export interface DispatchOnceCallInfo {
@@ -181,6 +181,17 @@ export interface ClaimedDenial {
 
 /** The name under which a model call's first repair is recorded (not a tool name an app may use). */
 const REPAIR_RECORD_NAME = "dispatch-once-repair";
+/**
+ * The name under which a turn's user messages are recorded, one row per message in the order they
+ * first dispatched a call (AISDK-17): ordinal k holds the id of the turn's k-th message.
+ */
+const TURN_RECORD_NAME = "dispatch-once-turn";
+/** The k-th user message of a turn (AISDK-17) starts its calls' ordinals at k * FORK_ORDINALS. */
+const FORK_ORDINALS = 1_000_000;
+/** How many user messages one turn index may be given before a request is refused. */
+const MAX_TURN_MESSAGES = 100;
+/** The wrapper's own rows: no effect, never listed as one (AISDK-14). */
+const RECORD_NAMES: ReadonlySet<string> = new Set([REPAIR_RECORD_NAME, TURN_RECORD_NAME]);
 
 const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, dispatcher: true };
 const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true };
@@ -200,6 +211,7 @@ interface CallScope {
  */
 const callScope = new AsyncLocalStorage<CallScope>();
 const repairScope = new AsyncLocalStorage<{ owner: object; repair: () => Promise<unknown> }>();
+const turnRecordScope = new AsyncLocalStorage<{ owner: object; messageId: string }>();
 
 /**
  * Routes the `execute` of AI SDK tools through core's dispatcher, keyed by (conversation id,
@@ -276,6 +288,9 @@ export class OnceTools<TOOLS extends ToolSet> {
     if (Object.hasOwn(options.tools, REPAIR_RECORD_NAME)) {
       throw new InvalidArgumentError(`options.tools.${REPAIR_RECORD_NAME}`, "is the name under which the wrapper records repaired calls (AISDK-11); rename the tool");
     }
+    if (Object.hasOwn(options.tools, TURN_RECORD_NAME)) {
+      throw new InvalidArgumentError(`options.tools.${TURN_RECORD_NAME}`, "is the name under which the wrapper records a turn's user messages (AISDK-17); rename the tool");
+    }
     // A model call's first repair, recorded as a keyed write of the repair's own result: a re-run
     // of the claim is answered with the recorded repair, and a repair that failed may run again.
     definitions.push(
@@ -290,7 +305,45 @@ export class OnceTools<TOOLS extends ToolSet> {
         },
       }),
     );
+    // A turn's k-th user message (AISDK-17): the first request of a message to dispatch a call
+    // claims the next free ordinal and records its id; a re-send finds it there.
+    definitions.push(
+      defineTool({
+        name: TURN_RECORD_NAME,
+        effect: "keyed_write",
+        input: z.object({}),
+        run: async () => {
+          const scope = turnRecordScope.getStore();
+          if (scope?.owner !== this) throw new Error("a turn record ran outside forTurn");
+          return { messageId: scope.messageId };
+        },
+      }),
+    );
     this.dispatcher = new Dispatcher({ ...options.dispatcher, tools: definitions, ledger: options.ledger });
+  }
+
+  /**
+   * AISDK-17: where the ordinals of the calls of `messageId`'s request start at this turn: the
+   * turn's k-th user message (in the order they first dispatched a call) starts at k * FORK_ORDINALS.
+   * `claim`: record the message when it has no place yet (a request about to dispatch a call);
+   * otherwise only read (a listing): a message with no place has dispatched nothing, and the next
+   * free place is where its calls would go.
+   */
+  private async forkBaseOf(context: { conversationId: string; turnIndex: number }, messageId: string, claim: boolean): Promise<number> {
+    for (let k = 0; k < MAX_TURN_MESSAGES; k++) {
+      let bound: unknown;
+      if (claim) {
+        const outcome = await turnRecordScope.run({ owner: this, messageId }, () => this.dispatcher.dispatch({ name: TURN_RECORD_NAME, input: {} }, { ...context, ordinal: k }));
+        bound = (outcome.result as { messageId?: unknown } | null)?.messageId;
+      } else {
+        const row = await this.ledger.lookup(this.dispatcher.keyFor({ name: TURN_RECORD_NAME, input: {} }, { ...context, ordinal: k }));
+        if (row === undefined || row.state === "released") return k * FORK_ORDINALS;
+        if (row.state !== "completed") continue;
+        bound = (JSON.parse(row.result) as { messageId?: unknown } | null)?.messageId;
+      }
+      if (bound === messageId) return k * FORK_ORDINALS;
+    }
+    throw new InvalidArgumentError("messages", `turn ${context.turnIndex} of conversation ${context.conversationId} already has ${MAX_TURN_MESSAGES} user messages of other ids (AISDK-17)`);
   }
 
   /**
@@ -334,13 +387,28 @@ export class OnceTools<TOOLS extends ToolSet> {
     const identityOf = (call: { name: string; input: unknown }) => this.dispatcher.keyFor(call, { ...context, ordinal: 0 });
     const { starts, approved } = this.ordinalsOf(history, identityOf);
     // A denied call's key is the one the same message would have given it had it approved the call.
-    const denials: { toolCallId: string; toolName: string; key: string }[] = [];
+    const denials: { toolCallId: string; toolName: string; input: unknown; ordinal: number }[] = [];
     for (const denied of deniedNow) {
       const held = this.ordinalsOf([...history, denied], identityOf).approved.get(denied.toolCallId);
       if (held === undefined) continue; // not wrapped, or an input the dispatcher refuses: never dispatched
-      const key = this.dispatcher.keyFor({ name: denied.toolName, input: denied.input }, { ...context, ordinal: held.ordinal });
-      denials.push({ toolCallId: denied.toolCallId, toolName: denied.toolName, key });
+      denials.push({ toolCallId: denied.toolCallId, toolName: denied.toolName, input: denied.input, ordinal: held.ordinal });
     }
+    // AISDK-17: a user message of this turn index that is not the turn's first (another tab sent
+    // it on the same history) is another ask: its calls' ordinals start past the earlier messages'.
+    // Model messages carry no id: their requests all start at 0, as before.
+    const messageId = input.messages !== undefined ? turnMessageIdOf(input.messages) : undefined;
+    let forkBase: Promise<number> | undefined;
+    const claimedBase = (): Promise<number> => {
+      if (forkBase === undefined) {
+        const pending = this.forkBaseOf(context, messageId!, true);
+        forkBase = pending;
+        pending.catch(() => {
+          if (forkBase === pending) forkBase = undefined; // a ledger that failed: the next call asks again
+        });
+      }
+      return forkBase;
+    };
+    const knownBase = async (): Promise<number> => (messageId === undefined ? 0 : forkBase !== undefined ? forkBase : this.forkBaseOf(context, messageId, false));
     const counts = new Map<string, number>();
     const started = new Map<string, Promise<DispatchOutcome>>();
     // The AI SDK executes a call once per tool-call part, and emits the part again when the
@@ -364,13 +432,13 @@ export class OnceTools<TOOLS extends ToolSet> {
     // carries its result or error (AISDK-5), so it is not unanswered (AISDK-14). Not every key
     // dispatched: a call started at its tool-call part whose step the provider ended at its output
     // limit is never executed, and the answer has no result for it (AISDK-8).
-    const executedKeys = new Set<string>();
-    const keyOfDispatch = new WeakMap<Promise<DispatchOutcome>, string>();
+    const executedKeys = new Set<{ key?: string }>();
+    const keyOfDispatch = new WeakMap<Promise<DispatchOutcome>, { key?: string }>();
     const dispatch = (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions): Promise<DispatchOutcome> => {
       const keyed: { key?: string } = {};
-      // Runs synchronously up to the dispatcher's first await, so the key is known on return.
+      // The key is known once the call's ordinal base is (AISDK-17); read it after the call settled.
       const outcome = dispatchKeyed(name, execute, toolInput, options, keyed);
-      if (keyed.key !== undefined) keyOfDispatch.set(outcome, keyed.key);
+      keyOfDispatch.set(outcome, keyed);
       return outcome;
     };
     const dispatchKeyed = async (name: string, execute: CallScope["execute"], toolInput: unknown, options: ToolExecutionOptions, keyed: { key?: string }) => {
@@ -391,6 +459,8 @@ export class OnceTools<TOOLS extends ToolSet> {
           this.logger.warn("the same call appears more than once in one turn; running it again", { tool: name, ordinal, ...context });
         }
       }
+      // Only a message with an id can be a turn's second ask (AISDK-17); the others keep their path.
+      if (messageId !== undefined) ordinal += await claimedBase();
       keyed.key = ordinal === 0 ? identity : this.dispatcher.keyFor(call, { ...context, ordinal });
       const outcome = await callScope.run({ owner: this, execute, options }, () => this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, { ...context, ordinal }));
       outcomes.set(options.toolCallId, outcome);
@@ -413,8 +483,8 @@ export class OnceTools<TOOLS extends ToolSet> {
           const early = started.get(options.toolCallId);
           started.delete(options.toolCallId);
           const outcome = early ?? dispatch(name, execute, toolInput, options);
-          const key = keyOfDispatch.get(outcome);
-          if (key !== undefined) executedKeys.add(key);
+          const keyed = keyOfDispatch.get(outcome);
+          if (keyed !== undefined) executedKeys.add(keyed);
           if (identity !== undefined) executed.set(options.toolCallId, { step: options.messages, identity, outcome });
           return (await outcome).result;
         },
@@ -450,18 +520,21 @@ export class OnceTools<TOOLS extends ToolSet> {
     };
     const claimedDenials = async (): Promise<ClaimedDenial[]> => {
       const found: ClaimedDenial[] = [];
+      if (denials.length === 0) return found;
+      const base = await knownBase();
       for (const denial of denials) {
-        const row = await this.ledger.lookup(denial.key);
-        if (row !== undefined && row.state !== "released") found.push({ ...denial, row });
+        const key = this.dispatcher.keyFor({ name: denial.toolName, input: denial.input }, { ...context, ordinal: base + denial.ordinal });
+        const row = await this.ledger.lookup(key);
+        if (row !== undefined && row.state !== "released") found.push({ toolCallId: denial.toolCallId, toolName: denial.toolName, key, row });
       }
       return found;
     };
     const unansweredCalls = async (): Promise<UnansweredCalls> => {
       const rows = await turnRowsOf(this.ledger, context.conversationId, turnIndex);
       if (rows === undefined) return { listed: false, reason: UNLISTED_REASON, calls: [] };
-      const answered = this.answeredByHistory(history, starts, identityOf, context);
-      for (const key of executedKeys) answered.add(key);
-      return { listed: true, calls: rows.filter((row) => row.toolName !== REPAIR_RECORD_NAME && !answered.has(row.key)).map(turnRowEffect) };
+      const answered = this.answeredByHistory(history, starts, identityOf, context, await knownBase());
+      for (const { key } of executedKeys) if (key !== undefined) answered.add(key);
+      return { listed: true, calls: rows.filter((row) => !RECORD_NAMES.has(row.toolName) && !answered.has(row.key)).map(turnRowEffect) };
     };
     return {
       tools: tools as TOOLS,
@@ -541,7 +614,7 @@ export class OnceTools<TOOLS extends ToolSet> {
    * listed, each with what its row says (a happened effect told twice is still the truth; one
    * hidden is not).
    */
-  private answeredByHistory(history: readonly TurnHistoryCall[], starts: ReadonlyMap<string, number>, identityOf: (call: { name: string; input: unknown }) => string, context: { conversationId: string; turnIndex: number }): Set<string> {
+  private answeredByHistory(history: readonly TurnHistoryCall[], starts: ReadonlyMap<string, number>, identityOf: (call: { name: string; input: unknown }) => string, context: { conversationId: string; turnIndex: number }, base: number): Set<string> {
     const told = new Map<string, { call: { name: string; input: unknown }; answered: number }>();
     for (const c of history) {
       if (!this.dispatcher.registry.has(c.toolName)) continue;
@@ -560,7 +633,7 @@ export class OnceTools<TOOLS extends ToolSet> {
     for (const [identity, { call, answered }] of told) {
       const given = starts.get(identity) ?? 0;
       if (answered !== given) continue;
-      for (let ordinal = 0; ordinal < given; ordinal++) keys.add(ordinal === 0 ? identity : this.dispatcher.keyFor(call, { ...context, ordinal }));
+      for (let ordinal = base; ordinal < base + given; ordinal++) keys.add(ordinal === 0 ? identity : this.dispatcher.keyFor(call, { ...context, ordinal }));
     }
     return keys;
   }

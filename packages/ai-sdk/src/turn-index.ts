@@ -35,3 +35,18 @@ export function turnIndexOf(messages: readonly { role: string }[]): number {
   }
   return turn;
 }
+
+/**
+ * The id of the user message whose turn the request answers (AISDK-17): the `id` of the message
+ * `turnIndexOf` counted last (a message sent again keeps its first sending's turn, and its id), or
+ * undefined when that message has no string id (model messages carry none).
+ */
+export function turnMessageIdOf(messages: readonly { role: string }[]): string | undefined {
+  let last: string | undefined;
+  for (const message of messages) {
+    if (message?.role !== "user") continue;
+    const id = (message as { id?: unknown }).id;
+    last = typeof id === "string" ? id : undefined;
+  }
+  return last;
+}

@@ -135,7 +135,8 @@ describe("AISDK-9 with UI messages (useChat's shape, read from the UI message st
       tools: { create_invoice: approved },
       effects: { create_invoice: "unkeyed_write" },
       ledger: new MemoryLedger(),
-      dispatcher: { ...quiet, onEvent: (e) => void ((e.type === "claimed" || e.type === "replayed") && ordinals.push([e.type, e.ordinal])) },
+      // The calls only: the wrapper's own record of the turn's user message (AISDK-17) is dispatched too.
+      dispatcher: { ...quiet, onEvent: (e) => void ((e.type === "claimed" || e.type === "replayed") && e.toolName === "create_invoice" && ordinals.push([e.type, e.ordinal])) },
     });
     // The chat route: UI messages in, the assistant message (continued, as useChat does) out.
     const route = async (messages: UIMessage[]): Promise<UIMessage> => {
