@@ -242,6 +242,20 @@ const scenarios: Record<string, () => Promise<void>> = {
     await backend.start();
     await tab.regenerate();
     judge("6 server SIGKILLed after the payment; the client regenerates", ["k6"], 1, [tab], { afterKill });
+    // 6b: killed while the payments API is still making the payment (its claim stays in flight for its lease)
+    const t2 = new Tab(chat("kill2"), backend);
+    payments.injectFault({ latencyMs: 1500 }, { times: 1 });
+    const sending2 = t2.sendMessage({ text: ask("k6b", 6) });
+    await until("the payment in flight", () => payments.inFlight().length > 0);
+    await backend.kill();
+    await sending2;
+    await backend.start();
+    await t2.regenerate(); // at once: the dead process's claim is still leased
+    const atOnce = toldBy(t2.messages);
+    const leaseMs = process.env.DEFAULT_LEASES === "1" ? 30_000 : 3_000;
+    await sleep(leaseMs + 500);
+    await t2.regenerate();
+    judge("6b server SIGKILLed while the payment is in flight; regenerate at once, then after the lease", ["k6b"], 1, [t2], { atOnce }, atOnce.paid.length > 0 || atOnce.errors.some((e) => /in_flight_elsewhere|outcome_unknown/.test(e)));
   },
   // 7. the ledger unreachable at the claim, and at the record after the payment
   async ledger() {

@@ -50,7 +50,8 @@ const once = createOnceTools({
   effects: { send_payment: "keyed_write", send_large_payment: "keyed_write" },
   ledger,
   // Short leases so a claim whose holder died is taken over within seconds (core README: leaseMs 30 000 by default).
-  dispatcher: { leaseMs: 3_000, waitMs: 8_000 },
+  // DEFAULT_LEASES=1 keeps core's defaults (leaseMs 30 000, waitMs 10 000).
+  dispatcher: process.env.DEFAULT_LEASES === "1" ? {} : { leaseMs: 3_000, waitMs: 8_000 },
 });
 
 const server = createServer(async (req, res) => {
