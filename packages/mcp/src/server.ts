@@ -65,6 +65,18 @@ export interface McpToolGuardOptions {
    * @example { dispatcher: { waitMs: 30_000, onEvent: (e) => log(e) } }
    */
   dispatcher?: Omit<DispatcherOptions, "tools" | "ledger">;
+  /**
+   * Which key a claimed handler gets as `idempotencyKey`, to forward downstream (MCP-16):
+   * `"scoped"`, the call's ledger row key, derived from the namespace, the tool name and the
+   * client's key, so two principals (or two tools) whose clients chose the same key never share
+   * a downstream key; `"client"`, the client's key as sent, as before 0.2.0: only for a deploy
+   * over rows a previous version claimed (a re-run of such a row must send the key its first run
+   * sent), or a single-principal server whose downstream must see the client's key. The client's
+   * key is `clientKey` either way.
+   * @default "scoped"
+   * @example { downstreamKey: "client" }
+   */
+  downstreamKey?: "scoped" | "client";
 }
 
 /**
@@ -75,10 +87,16 @@ export interface McpToolGuardOptions {
  */
 export type GuardedToolExtra = RequestHandlerExtra<ServerRequest, ServerNotification> & {
   /**
-   * The client's key (absent only for an unkeyed call run under `unkeyedCalls: "run"`). Forward it
-   * as the `Idempotency-Key` of the downstream request (DISPATCH-4).
+   * The key to forward as the `Idempotency-Key` of the downstream request (DISPATCH-4): the call's
+   * ledger row key, scoped by the namespace and the tool (MCP-16), or the client's key under
+   * `downstreamKey: "client"`; absent only for an unkeyed call run under `unkeyedCalls: "run"`.
    */
   idempotencyKey: string | undefined;
+  /**
+   * The key the client sent in `_meta` (absent for an unkeyed call), for logs and correlation.
+   * Not the downstream key: two principals' clients may send the same one (MCP-16).
+   */
+  clientKey: string | undefined;
 };
 
 export type GuardedToolCallback<Args extends undefined | ZodRawShapeCompat | AnySchema> = Args extends ZodRawShapeCompat
@@ -162,7 +180,7 @@ export interface GuardErrorMeta {
   error?: StoredError;
 }
 
-const OPTION_NAMES: OptionNames<McpToolGuardOptions> = { ledger: true, unkeyedCalls: true, namespace: true, dispatcher: true };
+const OPTION_NAMES: OptionNames<McpToolGuardOptions> = { ledger: true, unkeyedCalls: true, namespace: true, dispatcher: true, downstreamKey: true };
 
 /**
  * Every member of registerTool's config: one it does not name would be passed on to McpServer and
@@ -303,6 +321,7 @@ const callScope = new AsyncLocalStorage<CallScope>();
 export class McpToolGuard {
   private readonly ledger: Ledger;
   private readonly unkeyedCalls: "refuse" | "run";
+  private readonly downstreamKey: "scoped" | "client";
   private readonly namespace: string | ((extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => string);
   private readonly dispatcherOptions: Omit<DispatcherOptions, "tools" | "ledger">;
   private registry = new ToolRegistry();
@@ -321,11 +340,14 @@ export class McpToolGuard {
     if (unknown !== undefined) throw new InvalidArgumentError(`options.${unknown}`, unknownOptionMessage("McpToolGuard", OPTION_NAMES));
     const unkeyed = options.unkeyedCalls ?? "refuse";
     if (unkeyed !== "refuse" && unkeyed !== "run") throw new InvalidArgumentError("options.unkeyedCalls", 'must be "refuse" or "run"');
+    const downstreamKey = options.downstreamKey ?? "scoped";
+    if (downstreamKey !== "scoped" && downstreamKey !== "client") throw new InvalidArgumentError("options.downstreamKey", `must be "scoped" or "client", got ${describe(downstreamKey)}`);
     const namespace = options.namespace ?? "mcp";
     if (typeof namespace !== "function") checkNamespace(namespace);
     checkDispatcherOptions(options.dispatcher);
     this.ledger = options.ledger;
     this.unkeyedCalls = unkeyed;
+    this.downstreamKey = downstreamKey;
     this.namespace = namespace;
     this.dispatcherOptions = options.dispatcher ?? {};
     this.claims = turnLabelledLedger(this.ledger, this);
@@ -396,7 +418,10 @@ export class McpToolGuard {
           // The signal is the claim's alone (MCP-5): the request's own signal aborts when the
           // client cancels it (the SDK does when it stops waiting), and a run cut short there
           // leaves an outcome nobody knows, where its re-send with the same key wants the result.
-          return scope.handler(envelope.args, { ...scope.extra, idempotencyKey: envelope.key, signal: context.signal });
+          // The downstream key is the row's (MCP-16): scoped by namespace and tool as the row is,
+          // so another principal's client that chose the same key is another downstream request.
+          const idempotencyKey = this.downstreamKey === "client" ? envelope.key : context.idempotencyKey;
+          return scope.handler(envelope.args, { ...scope.extra, idempotencyKey, clientKey: envelope.key, signal: context.signal });
         },
       }),
     );
@@ -506,8 +531,8 @@ export class McpToolGuard {
     const raw = extra._meta?.[IDEMPOTENCY_KEY_META];
     if (raw === undefined) {
       // A read has no effect to guard (EFFECT-2); a write is refused unless the server opted in.
-      if (effect === "read") return handler(args, { ...extra, idempotencyKey: undefined });
-      if (this.unkeyedCalls === "run") return this.checkedOutput(name, await handler(args, { ...extra, idempotencyKey: undefined }));
+      if (effect === "read") return handler(args, { ...extra, idempotencyKey: undefined, clientKey: undefined });
+      if (this.unkeyedCalls === "run") return this.checkedOutput(name, await handler(args, { ...extra, idempotencyKey: undefined, clientKey: undefined }));
       return errorResult(new IdempotencyKeyMissingError(name));
     }
     if (typeof raw !== "string" || !IDEMPOTENCY_KEY_PATTERN.test(raw)) {

@@ -44,7 +44,7 @@ describe("ERR-1: bad guard options and registrations are refused with a code", (
       caught = error;
     }
     expect(isDispatchOnceError(caught, "invalid_argument")).toBe(true);
-    expect((caught as Error).message).toMatch(/options\.namepsace: is not an option of McpToolGuard \(its options: ledger, unkeyedCalls, namespace, dispatcher\)/);
+    expect((caught as Error).message).toMatch(/options\.namepsace: is not an option of McpToolGuard \(its options: ledger, unkeyedCalls, namespace, dispatcher, downstreamKey\)/);
   });
 
   it("registerTool without a config is invalid_argument, not a TypeError", () => {

@@ -54,7 +54,7 @@ async function setup(options: Partial<McpToolGuardOptions> = {}, gate?: Promise<
     "create_invoice",
     { description: "Bill a customer (the API deduplicates nothing)", inputSchema: { customer: z.string(), amount: z.number().int() }, effect: "unkeyed_write" },
     async ({ customer, amount }, extra) => {
-      seen.push(extra.idempotencyKey);
+      seen.push(extra.clientKey);
       await gate;
       if (customer === "explode") throw new Error("connection reset after the request was sent");
       const { body } = await api.createInvoice({ customer, amount, currency: "EUR" });
@@ -65,8 +65,8 @@ async function setup(options: Partial<McpToolGuardOptions> = {}, gate?: Promise<
     server,
     "send_payment",
     { inputSchema: { payee: z.string(), amount: z.number().int() }, effect: "keyed_write" },
-    async ({ payee, amount }, { idempotencyKey }) => {
-      seen.push(idempotencyKey);
+    async ({ payee, amount }, { idempotencyKey, clientKey }) => {
+      seen.push(clientKey);
       if (payee === "nobody") throw new ToolError("payee unknown", { disposition: "definite", code: "payee_unknown" });
       const { body } = await api.createPayment({ payee, amount, currency: "EUR", reference: "R-1" }, { idempotencyKey: idempotencyKey! });
       return { content: [{ type: "text", text: `payment ${body.id}` }] };
@@ -229,15 +229,17 @@ describe("MCP-3, MCP-5: the guard claims before the handler runs and replays a r
     }
   });
 
-  it("DISPATCH-4: a keyed_write handler forwards the client's key downstream as Idempotency-Key", async () => {
+  it("DISPATCH-4, MCP-16: a keyed_write handler forwards the call's row key downstream as Idempotency-Key", async () => {
     const s = await setup();
     const call = { name: "send_payment", arguments: { payee: "acme", amount: 700 } };
     try {
       await mcpTurn(s.client, { conversationId: "c_5", turnIndex: 1 }).callTool(call);
       const [effect] = payments.effects();
-      expect(effect?.idempotencyKey).toBe(idempotencyKeyFor({ conversationId: "c_5", turnIndex: 1 }, call));
-      expect(s.guard.ledgerKeyFor("send_payment", effect!.idempotencyKey!)).toMatch(/^[0-9a-f]{32}$/);
-      expect((await s.guard.dispatcher.ledger.lookup(s.guard.ledgerKeyFor("send_payment", effect!.idempotencyKey!)))?.state).toBe("completed");
+      const rowKey = s.guard.ledgerKeyFor("send_payment", idempotencyKeyFor({ conversationId: "c_5", turnIndex: 1 }, call));
+      expect(rowKey).toMatch(/^[0-9a-f]{32}$/);
+      // The payments API's effect log names the ledger row an operator inspects or resolves.
+      expect(effect?.idempotencyKey).toBe(rowKey);
+      expect((await s.guard.dispatcher.ledger.lookup(effect!.idempotencyKey!))?.state).toBe("completed");
     } finally {
       await s.close();
     }

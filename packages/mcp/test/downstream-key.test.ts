@@ -1,0 +1,87 @@
+import { MemoryLedger } from "@dispatch-once/core";
+import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { McpToolGuard, idempotencyKeyFor, mcpTurn, type McpToolGuardOptions } from "../src/index.js";
+
+// MCP-16: the key a guarded handler forwards downstream is scoped as its ledger row is. Two agent
+// teams (principals, MCP-8) of one billing server pay from one payments account; each team's
+// client chooses its own conversation ids, so both can have a "support-1" whose first turn pays
+// INV-1 of 100 to acme. Their rows are apart (namespaces); their Idempotency-Keys must be too.
+const call = { name: "send_payment", arguments: { payee: "acme", amount: 100, reference: "INV-1" } };
+const context = { conversationId: "support-1", turnIndex: 0 };
+const text = (result: unknown) => (result as CallToolResult).content.map((c) => (c.type === "text" ? c.text : "")).join("");
+
+let payments: MockPaymentsServer;
+let ledger: MemoryLedger;
+const closers: (() => Promise<void>)[] = [];
+
+beforeEach(async () => {
+  payments = await startMockPayments({ requireIdempotencyKey: true });
+  ledger = new MemoryLedger();
+});
+afterEach(async () => {
+  for (const close of closers.splice(0)) await close();
+  await payments.close();
+});
+
+/** A billing server over the shared ledger and payments account, in `namespace`, with a client connected to it. */
+async function billing(options: Omit<McpToolGuardOptions, "ledger">) {
+  const api = createPaymentsClient({ baseURL: payments.url, token: "acct_platform" });
+  const seen: { idempotencyKey: string | undefined; clientKey: string | undefined }[] = [];
+  const server = new McpServer({ name: "billing", version: "1.0.0" });
+  const guard = new McpToolGuard({ ledger, ...options, dispatcher: { logger: { warn: () => {} } } });
+  guard.registerTool(
+    server,
+    "send_payment",
+    { inputSchema: { payee: z.string(), amount: z.number().int(), reference: z.string() }, effect: "keyed_write" },
+    async (args, extra) => {
+      seen.push({ idempotencyKey: extra.idempotencyKey, clientKey: extra.clientKey });
+      const { body } = await api.createPayment({ ...args, currency: "EUR" }, { idempotencyKey: extra.idempotencyKey! });
+      return { content: [{ type: "text", text: `paid ${body.amount} to ${body.payee}: ${body.id}` }] };
+    },
+  );
+  const client = new Client({ name: "agent", version: "1.0.0" });
+  const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+  await Promise.all([server.connect(serverSide), client.connect(clientSide)]);
+  closers.push(async () => {
+    await client.close();
+    await server.close();
+  });
+  return { guard, client, seen };
+}
+
+describe("MCP-16: the downstream key is scoped by the namespace and the tool, as the row is", () => {
+  it("two principals' identical calls under one client key make two payments, and each is told its own", async () => {
+    const a = await billing({ namespace: "tenant-a" });
+    const b = await billing({ namespace: "tenant-b" });
+    const told = [await mcpTurn(a.client, context).callTool(call), await mcpTurn(b.client, context).callTool(call)].map(text);
+    const effects = payments.effects().filter((e) => e.kind === "payment_created");
+    // Each team asked for one payment: two happened, and each was told of its own.
+    expect(effects.map((e) => e.idempotencyKey)).toHaveLength(2);
+    expect(told[0]).toContain(effects[0]!.resourceId);
+    expect(told[1]).toContain(effects[1]!.resourceId);
+    expect(told[0]).not.toBe(told[1]);
+  });
+
+  it("the handler forwards the row's key (guard.ledgerKeyFor) and sees the client's key as clientKey; a replay re-sends nothing", async () => {
+    const a = await billing({ namespace: "tenant-a" });
+    const clientKey = idempotencyKeyFor(context, call);
+    await mcpTurn(a.client, context).callTool(call);
+    await mcpTurn(a.client, context).callTool(call);
+    expect(a.seen).toEqual([{ idempotencyKey: a.guard.ledgerKeyFor("send_payment", clientKey), clientKey }]);
+    expect(payments.effects()[0]!.idempotencyKey).toBe(a.guard.ledgerKeyFor("send_payment", clientKey));
+  });
+
+  it('downstreamKey: "client" forwards the client\'s key as before (a deploy over rows a previous version claimed)', async () => {
+    const a = await billing({ namespace: "tenant-a", downstreamKey: "client" });
+    await mcpTurn(a.client, context).callTool(call);
+    const clientKey = idempotencyKeyFor(context, call);
+    expect(a.seen).toEqual([{ idempotencyKey: clientKey, clientKey }]);
+    expect(() => new McpToolGuard({ ledger, downstreamKey: "tenant" as never })).toThrow(/downstreamKey/);
+  });
+});
