@@ -28,3 +28,4 @@ export { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js"
 export { IdempotencyKeyMalformedError } from "./errors/idempotency-key-malformed.js";
 export { ToolIdentityMismatchError } from "./errors/tool-identity-mismatch.js";
 export { ToolResultInvalidError } from "./errors/tool-result-invalid.js";
+export { UnguardedCallFailedError } from "./errors/unguarded-call-failed.js";

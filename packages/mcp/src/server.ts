@@ -10,6 +10,7 @@ import {
   InvalidArgumentError,
   InvalidToolDefinitionError,
   isDispatchOnceError,
+  ToolError,
   ToolRegistry,
   type DispatcherOptions,
   type EffectClass,
@@ -31,6 +32,7 @@ import { IdempotencyKeyMalformedError } from "./errors/idempotency-key-malformed
 import { IdempotencyKeyMissingError } from "./errors/idempotency-key-missing.js";
 import { ToolIdentityMismatchError } from "./errors/tool-identity-mismatch.js";
 import { ToolResultInvalidError } from "./errors/tool-result-invalid.js";
+import { UnguardedCallFailedError } from "./errors/unguarded-call-failed.js";
 import { checkIdentity, projectArguments, sameIdentity } from "./identity.js";
 import { EFFECT_META, ERROR_META, IDEMPOTENCY_KEY_META, IDEMPOTENCY_KEY_PATTERN, IDENTITY_META, REPLAYED_META, STORED_ARGUMENTS_META, TURN_CALLS_METHOD, TURN_META } from "./meta.js";
 
@@ -532,7 +534,18 @@ export class McpToolGuard {
     if (raw === undefined) {
       // A read has no effect to guard (EFFECT-2); a write is refused unless the server opted in.
       if (effect === "read") return handler(args, { ...extra, idempotencyKey: undefined, clientKey: undefined });
-      if (this.unkeyedCalls === "run") return this.checkedOutput(name, await handler(args, { ...extra, idempotencyKey: undefined, clientKey: undefined }));
+      if (this.unkeyedCalls === "run") {
+        let result: CallToolResult;
+        try {
+          result = await handler(args, { ...extra, idempotencyKey: undefined, clientKey: undefined });
+        } catch (error) {
+          // Unclaimed, so unrecorded: still say what the failure means for the effect (MCP-4, MCP-6),
+          // never McpServer's bare message, which reads as "it failed" and invites a call that pays again.
+          const notHappened = ToolError.isInstance(error) && (error.disposition === "definite" || error.disposition === "not_performed");
+          return errorResult(new UnguardedCallFailedError(name, notHappened ? "no" : "possibly", error));
+        }
+        return this.checkedOutput(name, result);
+      }
       return errorResult(new IdempotencyKeyMissingError(name));
     }
     if (typeof raw !== "string" || !IDEMPOTENCY_KEY_PATTERN.test(raw)) {
@@ -629,7 +642,7 @@ function namespaceOf(namespace: (extra: RequestHandlerExtra<ServerRequest, Serve
 function errorResult(error: Error & { code: string }, key?: string): CallToolResult {
   const own = McpGuardError.isInstance(error);
   // The profile's own refusals ran nothing; an invalid result is of a run that happened (MCP-13).
-  const effect = own ? (ToolResultInvalidError.isInstance(error) ? "yes" : "no") : effectOf(error);
+  const effect = own ? (ToolResultInvalidError.isInstance(error) ? "yes" : UnguardedCallFailedError.isInstance(error) ? error.effect : "no") : effectOf(error);
   const meta: GuardErrorMeta = {
     code: error.code,
     message: error.message,

@@ -1,5 +1,5 @@
 /** Codes of the errors this package raises itself; the guard also answers core's codes (MCP-6). */
-export type McpGuardErrorCode = "idempotency_key_missing" | "idempotency_key_malformed" | "tool_identity_mismatch" | "tool_result_invalid";
+export type McpGuardErrorCode = "idempotency_key_missing" | "idempotency_key_malformed" | "tool_identity_mismatch" | "tool_result_invalid" | "unguarded_call_failed";
 
 /** Shared by every copy of this package (ESM and CJS, two versions), so checks agree across copies. */
 const BRAND: unique symbol = Symbol.for("dispatch-once.mcp.error") as never;
