@@ -227,6 +227,8 @@ interface CallScope {
   extra: RequestHandlerExtra<ServerRequest, ServerNotification>;
   /** The row's conversation and turn index (LIST-3), when the call said which turn it is of (MCP-15). */
   turn?: { conversationId: string; turnIndex: number };
+  /** What this call's run returned, once it has: told with an error that says its effect happened (MCP-6). */
+  ran?: CallToolResult;
 }
 
 /** One of a turn's ledger rows, as the guard lists it for the client (MCP-15): the client's key and the call's arguments. */
@@ -423,7 +425,11 @@ export class McpToolGuard {
           // The downstream key is the row's (MCP-16): scoped by namespace and tool as the row is,
           // so another principal's client that chose the same key is another downstream request.
           const idempotencyKey = this.downstreamKey === "client" ? envelope.key : context.idempotencyKey;
-          return scope.handler(envelope.args, { ...scope.extra, idempotencyKey, clientKey: envelope.key, signal: context.signal });
+          return Promise.resolve(scope.handler(envelope.args, { ...scope.extra, idempotencyKey, clientKey: envelope.key, signal: context.signal })).then((result) => {
+            // Kept for the caller's answer: a record that fails after this is told with it (MCP-6).
+            scope.ran = result;
+            return result;
+          });
         },
       }),
     );
@@ -557,6 +563,7 @@ export class McpToolGuard {
     if (keyedBy !== undefined && !sameIdentity(keyedBy, this.identities.get(name))) {
       return errorResult(new ToolIdentityMismatchError(name, keyedBy, this.identities.get(name)), raw);
     }
+    let scope: CallScope | undefined;
     try {
       const namespace = typeof this.namespace === "string" ? this.namespace : checkNamespace(namespaceOf(this.namespace, extra));
       const identity = this.identities.get(name);
@@ -566,8 +573,9 @@ export class McpToolGuard {
           : { key: raw, args, identityArgs: projectArguments(args as Record<string, unknown>, identity) };
       const turnMeta = extra._meta?.[TURN_META];
       const turn = turnMeta === undefined ? undefined : turnOf(turnMeta);
-      const scope: CallScope = { owner: this, handler, extra, ...(turn === undefined ? {} : { turn: { conversationId: guardConversationId(namespace, turn.conversationId), turnIndex: turn.turnIndex } }) };
-      const outcome = await callScope.run(scope, () => this.current.dispatch({ name, input }, { conversationId: namespace, turnIndex: 0 }));
+      const claimed: CallScope = { owner: this, handler, extra, ...(turn === undefined ? {} : { turn: { conversationId: guardConversationId(namespace, turn.conversationId), turnIndex: turn.turnIndex } }) };
+      scope = claimed;
+      const outcome = await callScope.run(claimed, () => this.current.dispatch({ name, input }, { conversationId: namespace, turnIndex: 0 }));
       const result = outcome.result as unknown as CallToolResult;
       // A re-worded call answered with (or re-run as) the stored request: say which arguments ran (IDENT-3).
       const stored = outcome.storedRequest === undefined ? {} : { [STORED_ARGUMENTS_META]: (outcome.storedRequest as { args?: unknown }).args };
@@ -577,8 +585,15 @@ export class McpToolGuard {
           : result;
       return await this.checkedOutput(name, answer, raw);
     } catch (error) {
-      if (isDispatchOnceError(error)) return errorResult(error, raw);
-      throw error;
+      if (!isDispatchOnceError(error)) throw error;
+      const refused = errorResult(error, raw);
+      // The effect happened and this process's run returned its result, which the ledger lacks
+      // (DISPATCH-8, DISPATCH-10, a result beyond its limit): tell it with the error, or the user
+      // learns that a payment was made but never which (MCP-6). Its structured content is dropped,
+      // as for MCP-13: the client checks it against the outputSchema even on an error result.
+      const ran = scope?.ran;
+      if (ran === undefined || effectOf(error) !== "yes" || !Array.isArray(ran.content)) return refused;
+      return { ...refused, content: [...ran.content, ...refused.content] };
     }
   }
 }
