@@ -336,11 +336,11 @@ const scenarios = {
     const turn = mcpTurn(client, ctx);
     const r1 = await turn.callTool(big);
     const r2 = await turn.resend(big);
-    log.push(`2 MB result: ${told(r1)}; re-send: ${told(r2)}`);
+    log.push(`2 MB result: ${told(r1)}, its content ${r1.content?.length} part(s) (${r1.content?.[0]?.text?.length} chars first); re-send: ${told(r2)}`);
     await client.close();
     const effects = paymentsOf(ref);
     log.push(`effect log: ${effects.length} payment(s)`);
-    ok &&= effects.length === 0 && errorOf(r1)?.code !== undefined && errorOf(r1)?.effect !== "no";
+    ok &&= effects.length === 0 && errorOf(r1)?.code === "result_not_storable" && errorOf(r1)?.effect === "yes" && r1.content?.[0]?.text?.startsWith(`statement ${ref}`);
     verdict("malformed", "malformed keys, identity mismatch, bad turn member, oversized result", ok, log);
   },
 
@@ -368,9 +368,9 @@ const scenarios = {
     await client.close();
     const e1 = paymentsOf(`${ref}-claim`), e2 = paymentsOf(`${ref}-record`);
     log.push(`effect log: claim case ${e1.length}, record case ${e2.length} payment(s)`);
-    log.push(`  its text: ${atRecord.content?.[0]?.text}`);
+    log.push(`  its text: ${atRecord.content?.map((c) => c.text).join(" | ")}`);
     const ok = errorOf(atClaim)?.code === "ledger_unavailable" && errorOf(atClaim)?.retryable === "same_message" && e1.length === 1 && paymentIdIn(afterClaim) === e1[0].resourceId
-      && errorOf(atRecord)?.effect === "yes" && e2.length === 1 && paymentIdIn(afterRecord) === e2[0].resourceId;
+      && errorOf(atRecord)?.effect === "yes" && paymentIdIn(atRecord) === e2[0]?.resourceId && e2.length === 1 && paymentIdIn(afterRecord) === e2[0].resourceId;
     verdict("ledgerdown", "ledger unreachable at the claim and at the record", ok, log);
   },
 
