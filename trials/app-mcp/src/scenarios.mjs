@@ -8,6 +8,8 @@ import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { startMockPayments } from "@dispatch-once/mock-payments";
+import { Dispatcher, MemoryLedger, ToolError, defineTool } from "@dispatch-once/core";
+import { z } from "zod";
 import { ERROR_META, IDEMPOTENCY_KEY_META, IDENTITY_META, REPLAYED_META, STORED_ARGUMENTS_META, TURN_META, mcpTurn, withIdempotencyKey } from "@dispatch-once/mcp";
 
 const LEDGER = process.env.LEDGER === "redis" ? "redis" : "postgres";
@@ -419,6 +421,67 @@ Object.assign(scenarios, {
     verdict("tenants", "two tenants of one server, one downstream account, the same conversation id", ok, log);
     await s.stop();
     return ctl.restart(srv);
+  },
+});
+
+Object.assign(scenarios, {
+  /**
+   * 10. The agent team's own dispatcher (core's, as the runners use it) whose keyed_write tool's
+   * run is the MCP call, with the run's key in _meta (the mcp README's "When the MCP call is itself
+   * the run of a tool dispatched by core's Dispatcher"); the server SIGKILLed mid-payment; the turn
+   * re-dispatched until it settles.
+   */
+  async agentTool(srv, ctl) {
+    const ref = `${RUN}-agent`;
+    const log = [];
+    let client = await connectClient(srv.url);
+    const payViaMcp = defineTool({
+      name: "send_payment",
+      effect: "keyed_write", // the MCP server's guard deduplicates on the key we send
+      input: z.object({ payee: z.string(), amount: z.number().int(), reference: z.string(), memo: z.string().optional() }),
+      async run(args, { idempotencyKey }) {
+        let r;
+        try {
+          r = await client.callTool(withIdempotencyKey({ name: "send_payment", arguments: args }, idempotencyKey), undefined, { timeout: 4_000 });
+        } catch (e) {
+          throw new ToolError(`MCP call: ${e.message}`, { disposition: "unknown" }); // lost response: re-run with the key
+        }
+        const err = errorOf(r);
+        if (err === undefined) return { text: r.content[0].text };
+        if (err.effect === "yes") return { text: r.content.map((c) => c.text).join(" ") }; // it happened: tell it
+        if (err.effect === "no" && err.retryable === "no") throw new ToolError(err.message, { disposition: "definite" });
+        throw new ToolError(err.message, { disposition: "unknown" }); // in flight, released, unknown: re-run with the key
+      },
+    });
+    const dispatcher = new Dispatcher({ tools: [payViaMcp], ledger: new MemoryLedger(), logger: { warn: () => {} } });
+    const ctx = { conversationId: `c-${ref}`, turnIndex: 5 };
+    const call = { name: "send_payment", input: { payee: "acme", amount: 321, reference: ref, memo: "slow:3000" } };
+    const first = dispatcher.turn(ctx).dispatch(call).then((o) => ({ o }), (e) => ({ e }));
+    await waitFor(() => paymentsOf(ref).length === 1);
+    await srv.kill();
+    const srv2 = await ctl.restart(srv);
+    await client.close().catch(() => {});
+    client = await connectClient(srv2.url);
+    const lost = await first;
+    log.push(`attempt 1 (server killed): ${lost.e ? `${lost.e.code}: ${lost.e.message.slice(0, 110)}` : JSON.stringify(lost.o.result)}`);
+    let outcome;
+    for (let attempt = 2; attempt < 30 && outcome === undefined; attempt++) {
+      try {
+        outcome = await dispatcher.turn(ctx).dispatch(call);
+        log.push(`attempt ${attempt}: ${JSON.stringify(outcome.result)}`);
+      } catch (e) {
+        log.push(`attempt ${attempt}: ${e.code} (effect ${e.effectMayHaveHappened === false ? "no" : "possibly"})`);
+        await sleep(500);
+      }
+    }
+    const replay = await dispatcher.turn(ctx).dispatch(call);
+    log.push(`the turn replayed once more: ${JSON.stringify(replay.result)} replayed=${replay.replayed}`);
+    await client.close();
+    const effects = paymentsOf(ref);
+    log.push(`effect log: ${effects.length} payment(s) ${effects.map((e) => e.resourceId).join(" ")}`);
+    const ok = effects.length === 1 && paymentIdIn({ content: [{ text: outcome?.result?.text }] }) === effects[0].resourceId && replay.replayed === true;
+    verdict("agentTool", "the agent's own dispatcher runs the MCP call with its key; server SIGKILLed mid-payment", ok, log);
+    return srv2;
   },
 });
 
