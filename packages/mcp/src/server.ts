@@ -71,10 +71,10 @@ export interface McpToolGuardOptions {
    * Which key a claimed handler gets as `idempotencyKey`, to forward downstream (MCP-16):
    * `"scoped"`, the call's ledger row key, derived from the namespace, the tool name and the
    * client's key, so two principals (or two tools) whose clients chose the same key never share
-   * a downstream key; `"client"`, the client's key as sent, as before 0.2.0: only for a deploy
-   * over rows a previous version claimed (a re-run of such a row must send the key its first run
-   * sent), or a single-principal server whose downstream must see the client's key. The client's
-   * key is `clientKey` either way.
+   * a downstream key; `"client"`, the client's key as sent, as before 0.2.0: only for a server
+   * whose principals share no downstream account and whose downstream must see the client's key.
+   * It applies to new claims: a re-run sends the key its row's first run sent (a row claimed
+   * before 0.2.0 the client's), whatever this says. The client's key is `clientKey` either way.
    * @default "scoped"
    * @example { downstreamKey: "client" }
    */
@@ -218,7 +218,13 @@ function checkDispatcherOptions(dispatcher: unknown): void {
  * What the dispatcher stores per call: the client's key is the identity; the arguments ride along,
  * with their identity projection beside them for a tool that declares one (MCP-10).
  */
-const ENVELOPE = z.object({ key: z.string(), args: z.unknown(), identityArgs: z.unknown().optional() });
+/**
+ * The stored request of a guarded call. `downstream: "scoped"` marks a row whose run forwards the
+ * row's key (MCP-16); a row without it (claimed by a guard before MCP-16, or under `downstreamKey:
+ * "client"`) forwards the client's: a re-run sends the key its first run sent, so the downstream
+ * collapses the two (LEDGER-21). Not compared: it says how the call is sent, not which call it is.
+ */
+const ENVELOPE = z.object({ key: z.string(), args: z.unknown(), identityArgs: z.unknown().optional(), downstream: z.literal("scoped").optional() });
 
 interface CallScope {
   /** The McpToolGuard whose dispatcher runs the call: another's scope is not this one's. */
@@ -413,8 +419,8 @@ export class McpToolGuard {
         input: ENVELOPE,
         // The client's key is the identity; other arguments under it are another request (MCP-9).
         // With the tool's identity, only a difference in it is another request (IDENT-9, MCP-10).
-        ...(effect === "read" ? {} : { identity: ["key"] as const, onRequestDiffers: "refuse" as const }),
-        ...(identity === undefined ? {} : { comparedFields: ["key", "identityArgs"] as const }),
+        // The downstream mark is not compared: a retry after a deploy that added it is the same request.
+        ...(effect === "read" ? {} : { identity: ["key"] as const, onRequestDiffers: "refuse" as const, comparedFields: identity === undefined ? (["key", "args"] as const) : (["key", "identityArgs"] as const) }),
         run: (envelope, context) => {
           const scope = callScope.getStore();
           if (scope?.owner !== this) throw new Error(`tool ${name} ran outside a guarded tools/call`);
@@ -424,7 +430,9 @@ export class McpToolGuard {
           // leaves an outcome nobody knows, where its re-send with the same key wants the result.
           // The downstream key is the row's (MCP-16): scoped by namespace and tool as the row is,
           // so another principal's client that chose the same key is another downstream request.
-          const idempotencyKey = this.downstreamKey === "client" ? envelope.key : context.idempotencyKey;
+          // The stored request says which key its first run sent (a row claimed before MCP-16, or
+          // under downstreamKey "client", sent the client's): a re-run sends that one again.
+          const idempotencyKey = envelope.downstream === "scoped" ? context.idempotencyKey : envelope.key;
           return Promise.resolve(scope.handler(envelope.args, { ...scope.extra, idempotencyKey, clientKey: envelope.key, signal: context.signal })).then((result) => {
             // Kept for the caller's answer: a record that fails after this is told with it (MCP-6).
             scope.ran = result;
@@ -567,10 +575,11 @@ export class McpToolGuard {
     try {
       const namespace = typeof this.namespace === "string" ? this.namespace : checkNamespace(namespaceOf(this.namespace, extra));
       const identity = this.identities.get(name);
+      const downstream = this.downstreamKey === "scoped" ? { downstream: "scoped" as const } : {};
       const input =
         identity === undefined || typeof args !== "object" || args === null
-          ? { key: raw, args: args ?? null }
-          : { key: raw, args, identityArgs: projectArguments(args as Record<string, unknown>, identity) };
+          ? { key: raw, args: args ?? null, ...downstream }
+          : { key: raw, args, identityArgs: projectArguments(args as Record<string, unknown>, identity), ...downstream };
       const turnMeta = extra._meta?.[TURN_META];
       const turn = turnMeta === undefined ? undefined : turnOf(turnMeta);
       const claimed: CallScope = { owner: this, handler, extra, ...(turn === undefined ? {} : { turn: { conversationId: guardConversationId(namespace, turn.conversationId), turnIndex: turn.turnIndex } }) };

@@ -18,11 +18,14 @@ const text = (result: unknown) => (result as CallToolResult).content.map((c) => 
 
 let payments: MockPaymentsServer;
 let ledger: MemoryLedger;
+/** The ledger's clock: a test moves it past a dead claimant's lease. */
+let now = 1_000_000;
 const closers: (() => Promise<void>)[] = [];
 
 beforeEach(async () => {
   payments = await startMockPayments({ requireIdempotencyKey: true });
-  ledger = new MemoryLedger();
+  now = 1_000_000;
+  ledger = new MemoryLedger({ now: () => now });
 });
 afterEach(async () => {
   for (const close of closers.splice(0)) await close();
@@ -83,5 +86,40 @@ describe("MCP-16: the downstream key is scoped by the namespace and the tool, as
     const clientKey = idempotencyKeyFor(context, call);
     expect(a.seen).toEqual([{ idempotencyKey: clientKey, clientKey }]);
     expect(() => new McpToolGuard({ ledger, downstreamKey: "tenant" as never })).toThrow(/downstreamKey/);
+  });
+
+  it("a row a guard before MCP-16 claimed (its envelope has no scoped mark) is re-run with the key its first run forwarded: the client's", async () => {
+    // A 0.1.0 guard claimed the row, forwarded the client's key, the payment went through, and its
+    // process died before recording it. After the deploy, the client's retry takes the row over
+    // once its lease ran out; the re-run must send the first request, under the first key, so the
+    // payments API answers it with the payment it made instead of making a second one.
+    const a = await billing({ namespace: "tenant-a" });
+    const clientKey = idempotencyKeyFor(context, call);
+    const rowKey = a.guard.ledgerKeyFor("send_payment", clientKey);
+    const claimed = await ledger.claim({ key: rowKey, toolName: "send_payment", effect: "keyed_write", owner: "billing@0.1.0", leaseMs: 30_000, request: JSON.stringify({ key: clientKey, args: call.arguments }) });
+    expect(claimed.outcome).toBe("claimed");
+    const api = createPaymentsClient({ baseURL: payments.url, token: "acct_platform" });
+    await api.createPayment({ ...call.arguments, currency: "EUR" }, { idempotencyKey: clientKey });
+    now += 60_000;
+    const told = text(await mcpTurn(a.client, context).callTool(call));
+    expect(a.seen).toEqual([{ idempotencyKey: clientKey, clientKey }]);
+    const effects = payments.effects().filter((e) => e.kind === "payment_created");
+    expect(effects).toHaveLength(1);
+    expect(told).toContain(effects[0]!.resourceId);
+  });
+
+  it("a row this guard claimed keeps the row's key on a re-run, also under downstreamKey: \"client\" after a restart (the stored request decides)", async () => {
+    const a = await billing({ namespace: "tenant-a" });
+    const clientKey = idempotencyKeyFor(context, call);
+    const rowKey = a.guard.ledgerKeyFor("send_payment", clientKey);
+    // The scoped guard's claim, as its dispatcher stores it; its process dies after the payment.
+    await ledger.claim({ key: rowKey, toolName: "send_payment", effect: "keyed_write", owner: "billing@scoped", leaseMs: 30_000, request: JSON.stringify({ key: clientKey, args: call.arguments, downstream: "scoped" }) });
+    const api = createPaymentsClient({ baseURL: payments.url, token: "acct_platform" });
+    await api.createPayment({ ...call.arguments, currency: "EUR" }, { idempotencyKey: rowKey });
+    now += 60_000;
+    const b = await billing({ namespace: "tenant-a", downstreamKey: "client" });
+    await mcpTurn(b.client, context).callTool(call);
+    expect(b.seen).toEqual([{ idempotencyKey: rowKey, clientKey }]);
+    expect(payments.effects().filter((e) => e.kind === "payment_created")).toHaveLength(1);
   });
 });

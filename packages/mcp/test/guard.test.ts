@@ -265,7 +265,7 @@ describe("MCP-9: a key reused for other arguments is refused", () => {
       expect(s.seen).toEqual([key]);
       const row = await s.guard.dispatcher.ledger.lookup(s.guard.ledgerKeyFor("create_invoice", key));
       expect(row).toMatchObject({ state: "completed", fence: 1 });
-      expect(JSON.parse(row!.request)).toEqual({ key, args: { customer: "acme", amount: 12_500 } });
+      expect(JSON.parse(row!.request)).toEqual({ key, args: { customer: "acme", amount: 12_500 }, downstream: "scoped" });
       // The first request re-sent is still answered from the ledger.
       const again = await s.client.callTool(keyed({ amount: 12_500, customer: "acme" }));
       expect((again as CallToolResult)._meta?.[REPLAYED_META]).toBe(true);
@@ -332,7 +332,7 @@ describe("MCP-9: a key reused for other arguments is refused", () => {
       expect(s.seen).toEqual([key]);
       const row = await s.guard.dispatcher.ledger.lookup(s.guard.ledgerKeyFor("send_payment", key));
       expect(row?.state).toBe("released");
-      expect(JSON.parse(row!.request)).toEqual({ key, args: { payee: "acme", amount: 700 } });
+      expect(JSON.parse(row!.request)).toEqual({ key, args: { payee: "acme", amount: 700 }, downstream: "scoped" });
     } finally {
       payments = await startMockPayments(); // for afterEach
       await s.close();
