@@ -33,7 +33,7 @@ export interface ErrorCatalogueEntry {
 const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry, "code"> } = {
   invalid_key_input: { rules: ["KEY-2", "KEY-3", "KEY-4", "KEY-11"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a key component is outside its alphabet or range" },
   not_canonicalizable: { rules: ["KEY-6"], carries: ["problem", "path"], effect: "no", retryable: "no", raisedWhen: "arguments have no JCS form" },
-  invalid_argument: { rules: ["ERR-1", "KEY-4", "STREAM-15", "STREAM-18", "STREAM-19", "DISPATCH-18", "MCP-10", "MCP-11", "MCP-15", "AISDK-9", "AISDK-15", "ATR-2", "ATR-4", "ATR-7", "ATR-8", "ATR-10"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a public API is called with an argument it does not accept" },
+  invalid_argument: { rules: ["ERR-1", "KEY-4", "STREAM-15", "STREAM-18", "STREAM-19", "DISPATCH-18", "MCP-10", "MCP-11", "MCP-15", "AISDK-9", "AISDK-15", "AISDK-17", "ATR-2", "ATR-4", "ATR-7", "ATR-8", "ATR-10"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a public API is called with an argument it does not accept" },
   unknown_tool: { rules: ["DISPATCH-1"], carries: ["toolName"], effect: "no", retryable: "no", raisedWhen: "the call names no registered tool" },
   invalid_tool_definition: { rules: ["EFFECT-1", "IDENT-2", "IDENT-5", "IDENT-9", "DISPATCH-18", "MCP-11"], carries: [], effect: "no", retryable: "no", raisedWhen: "a tool definition or its schema breaks the registry's rules" },
   tool_input_invalid: { rules: ["DISPATCH-2", "IDENT-7"], carries: ["toolName", "issues"], effect: "no", retryable: "no", raisedWhen: "arguments fail the tool's schema, or a write's key arguments hold a number beyond 2^53 − 1" },
