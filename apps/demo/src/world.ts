@@ -211,7 +211,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
   /** Lost responses the reconcile probe settled from the payments API's key lookup, by reference. */
   const reconciled = new ReferenceCounts();
   const referenceOfKey = new Map<string, string>();
-  const warnings: { message: string; key?: unknown; replay?: unknown }[] = [];
+  const warnings: { message: string; key?: unknown }[] = [];
   const hooks = options.hooks;
 
   const sendPayment = defineTool({
@@ -277,7 +277,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
       leaseMs: 30_000,
       waitMs: 30_000,
       pollMs: options.pollMs ?? 5,
-      logger: { warn: (message, fields) => warnings.push({ message, key: fields?.["key"], replay: fields?.["replay"] }) },
+      logger: { warn: (message, fields) => warnings.push({ message, key: fields?.["key"] }) },
       onEvent: (event) => {
         if (event.type === "reconciled") {
           const reference = referenceOfKey.get(event.key);
@@ -289,7 +289,7 @@ export async function startSide(options: SideOptions): Promise<Side> {
         // Expected whenever a retried response re-worded the memo: counted, not an anomaly. The
         // dispatcher warns right before it emits this event; that warning is taken back here.
         const last = warnings.at(-1);
-        if (last !== undefined && last.key === event.key && last.replay === event.replay) warnings.pop();
+        if (last !== undefined && last.key === event.key && last.message.includes("differ")) warnings.pop();
         const reference = (JSON.parse(event.stored) as { reference?: unknown }).reference;
         requestDiffers.bump(String(reference));
       },

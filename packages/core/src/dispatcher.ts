@@ -341,6 +341,8 @@ export interface DispatcherOptions {
    * Receives the dispatcher's warnings (failed lease renewals, lost claims released, repeated calls in a turn, ...).
    * A logger that throws, or returns a promise that rejects, changes nothing a dispatch does or tells and
    * leaves no unhandled rejection: that warning goes to console.error, with why the logger failed.
+   * Warnings carry keys, tool names and field names, never argument values (a re-worded replay names
+   * its `differingFields`; the `request_differs` event carries both requests for who wants them).
    * @default console.warn, each message prefixed with "[dispatch-once]"
    * @example new Dispatcher({ tools, ledger, logger: console })
    */
@@ -1053,7 +1055,8 @@ export class Dispatcher implements CallDispatcher {
               refuse
                 ? "a call's arguments differ from the request stored under its key; refused (idempotency_key_reused)"
                 : "a replay's arguments differ from the first request outside the identity; using the first request",
-              { key, tool: tool.name, stored, replay: prepared.requestText },
+              // Field names only: a log is no place for a payee or a memo. The event carries both requests.
+              { key, tool: tool.name, differingFields: differingFields(stored, prepared.requestText) },
             );
             this.emit({ type: "request_differs", key, toolName: tool.name, ordinal, stored, replay: prepared.requestText });
           }
@@ -2404,4 +2407,27 @@ function toStoredError(error: ToolError): StoredError {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/**
+ * The top-level fields in which two request texts differ (sorted), for a warning that must not
+ * carry the arguments' values; `["(the request)"]` when either is not a JSON object.
+ */
+function differingFields(storedText: string, replayText: string): string[] {
+  let stored: unknown;
+  let replay: unknown;
+  try {
+    stored = JSON.parse(storedText);
+    replay = JSON.parse(replayText);
+  } catch {
+    return ["(the request)"];
+  }
+  const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+  if (!isObject(stored) || !isObject(replay)) return ["(the request)"];
+  const text = (v: unknown) => (v === undefined ? undefined : canonicalize(v));
+  try {
+    return [...new Set([...Object.keys(stored), ...Object.keys(replay)])].filter((name) => text(stored[name]) !== text(replay[name])).sort();
+  } catch {
+    return ["(the request)"]; // a stored text no canonical form takes: the warning must not fail the call
+  }
 }

@@ -78,6 +78,21 @@ describe("re-run fidelity (LEDGER-21, IDENT-3)", () => {
     expect(warnings.some((w) => w.message.includes("differ"))).toBe(true);
   });
 
+  it("IDENT-3 the warning of a re-worded replay names the fields that differ, never the arguments' values (a log is no place for a payee or a memo); the event carries both requests", async () => {
+    const down = keyedDownstream();
+    const { logger, warnings } = recordingLogger();
+    const events: DispatchEvent[] = [];
+    const dispatcher = new Dispatcher({ tools: [down.tool], ledger: new MemoryLedger(), logger, onEvent: (e) => events.push(e) });
+    await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: pay });
+    await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: reworded });
+    const differs = warnings.filter((w) => w.message.includes("differ"));
+    expect(differs).toHaveLength(1);
+    const logged = JSON.stringify(differs[0]);
+    for (const value of ["acme", "Invoice 1042", "Paying invoice no. 1042", "125000"]) expect(logged).not.toContain(value);
+    expect(differs[0]!.fields).toMatchObject({ tool: "send_payment", differingFields: ["memo"] });
+    expect(events.filter((e) => e.type === "request_differs")).toEqual([expect.objectContaining({ stored: JSON.stringify(pay), replay: JSON.stringify(reworded) })]);
+  });
+
   it("LEDGER-21 a takeover re-runs the first owner's request, not the replay's", async () => {
     const clock = manualClock();
     const ledger = new MemoryLedger({ now: clock.now });
