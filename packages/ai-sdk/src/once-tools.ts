@@ -7,6 +7,7 @@ import {
   InvalidArgumentError,
   InvalidKeyInputError,
   InvalidToolDefinitionError,
+  LedgerUnavailableError,
   type DispatcherOptions,
   type EffectClass,
   type Ledger,
@@ -333,7 +334,19 @@ export class OnceTools<TOOLS extends ToolSet> {
     for (let k = 0; k < MAX_TURN_MESSAGES; k++) {
       let bound: unknown;
       if (claim) {
-        const outcome = await turnRecordScope.run({ owner: this, messageId }, () => this.dispatcher.dispatch({ name: TURN_RECORD_NAME, input: {} }, { ...context, ordinal: k }));
+        let outcome: DispatchOutcome;
+        try {
+          outcome = await turnRecordScope.run({ owner: this, messageId }, () => this.dispatcher.dispatch({ name: TURN_RECORD_NAME, input: {} }, { ...context, ordinal: k }));
+        } catch (cause) {
+          // The record's own error speaks of the record (its key; a completion it could not write
+          // is "happened, do not re-send"), not of the call waiting on it, which this request has not
+          // claimed: the call's error is the ledger's, without a key (the call's depends on the
+          // place not got) and without a known effect (an earlier request of the message may have run it).
+          throw new LedgerUnavailableError(
+            `the ledger could not give user message ${messageId} its place at turn ${context.turnIndex} of conversation ${context.conversationId} (AISDK-17), so this request claimed and ran none of its calls; re-send the same message (${describeCause(cause)})`,
+            { cause },
+          );
+        }
         bound = (outcome.result as { messageId?: unknown } | null)?.messageId;
       } else {
         const row = await this.ledger.lookup(this.dispatcher.keyFor({ name: TURN_RECORD_NAME, input: {} }, { ...context, ordinal: k }));
@@ -460,7 +473,9 @@ export class OnceTools<TOOLS extends ToolSet> {
         }
       }
       // Only a message with an id can be a turn's second ask (AISDK-17); the others keep their path.
-      if (messageId !== undefined) ordinal += await claimedBase();
+      // A read claims nothing (EFFECT-2), so it takes no place either: a read-only request writes
+      // nothing, and a read runs while the ledger is down; its key is at the turn's first ordinals.
+      if (messageId !== undefined && this.dispatcher.registry.get(name).effect !== "read") ordinal += await claimedBase();
       keyed.key = ordinal === 0 ? identity : this.dispatcher.keyFor(call, { ...context, ordinal });
       const outcome = await callScope.run({ owner: this, execute, options }, () => this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, { ...context, ordinal }));
       outcomes.set(options.toolCallId, outcome);
@@ -719,4 +734,13 @@ async function lastValue(value: unknown): Promise<unknown> {
     return last;
   }
   return resolved;
+}
+
+/** An error's code and message, for the message of the error that wraps it. */
+function describeCause(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    return typeof code === "string" ? `${code}: ${error.message}` : error.message;
+  }
+  return describeValue(error);
 }

@@ -342,13 +342,25 @@ describe("AISDK-17 attacked: listings past the first message (AISDK-14)", () => 
 });
 
 describe("AISDK-17 attacked: requests that dispatch reads, or nothing", () => {
-  it("a read-only request takes a slot like any dispatch (one row, no effect, never listed); the next tab's payment is at the next base", async () => {
-    const { runs, once, request, record } = chat();
+  it("a read claims nothing (EFFECT-2) and takes no place: a read-only request writes no record, and works while the ledger is down", async () => {
+    const memory = new MemoryLedger();
+    let down = true;
+    const ledger = faulty(memory, {
+      claim: async (args, next) => {
+        if (down) throw new LedgerUnavailableError("connection refused");
+        return next();
+      },
+    });
+    const { runs, once, request, record } = chat({ ledger, memory });
     const reader = once.forTurn({ conversationId: CONV, messages: tab("uA", "what is my balance?") });
-    await reader.tools.balance.execute!({}, { toolCallId: "r1", messages: [] });
-    expect(await record()).toEqual(["uA"]);
+    const read = await reader.tools.balance.execute!({}, { toolCallId: "r1", messages: [] }).catch((e: unknown) => e);
+    expect(read, String(read)).toEqual({ balance: 100 });
+    expect(await record()).toEqual([]);
+    down = false;
+    // The next tab's payment is the turn's first claimed ask: base 0.
     await request(tab("uB"));
-    expect(runs.map((r) => r.ordinal)).toEqual([1_000_000]);
+    expect(runs.map((r) => r.ordinal)).toEqual([0]);
+    expect(await record()).toEqual(["uB"]);
     expect((await reader.unansweredCalls()).calls.map((c) => c.name)).toEqual(["pay"]);
   });
 
