@@ -317,6 +317,16 @@ describe("AISDK-17 attacked: re-sends of the second tab's message", () => {
     // A tab C that never dispatched denies the same call: its would-be key was never claimed.
     expect(await once.forTurn({ conversationId: CONV, messages: approval("uC", "cc", false) }).claimedDenials()).toEqual([]);
   });
+  it("not seen (documented): a history that holds both tabs' messages one after the other counts B's as the next turn, and B's regenerate from it pays again", async () => {
+    const { runs, request } = chat();
+    await request(tab("uA"));
+    const b = await request(tab("uB"));
+    // A store that keeps every message by id, reloaded into one history; the user regenerates B's answer.
+    const merged = await request([...tab("uA"), { id: "aA", role: "assistant", parts: [{ type: "text", text: "Paid." }] }, user("uB", "pay acme 5")]);
+    expect(merged.turn.turnIndex).toBe(3);
+    expect(merged.results).not.toEqual(b.results);
+    expect(runs.map((r) => r.ordinal)).toEqual([0, 1_000_000, 0]);
+  });
 });
 
 describe("AISDK-17 attacked: listings past the first message (AISDK-14)", () => {
