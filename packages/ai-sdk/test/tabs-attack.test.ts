@@ -67,7 +67,7 @@ function chat(options: { ledger?: Ledger; memory?: MemoryLedger; dispatcher?: Re
   const request = async (messages: readonly UIMessage[] | ModelMessage[], payees: string[] = ["acme"], extra: { turnIndex?: number } = {}) => {
     const turn = extra.turnIndex !== undefined ? once.forTurn({ conversationId: CONV, turnIndex: extra.turnIndex }) : once.forTurn({ conversationId: CONV, messages });
     const ids = payees.map(() => `call_${++n}`);
-    const settled = await Promise.allSettled(payees.map((payee, i) => turn.tools.pay.execute!({ payee, amount: 5 }, { toolCallId: ids[i]!, messages: [] })));
+    const settled = await Promise.allSettled(payees.map(async (payee, i) => turn.tools.pay.execute!({ payee, amount: 5 }, { toolCallId: ids[i]!, messages: [] })));
     return { settled, results: settled.map((s) => (s.status === "fulfilled" ? s.value : undefined)), outcomes: ids.map((id) => turn.outcomeOf(id)), turn };
   };
   const recordKey = (k: number, turnIndex = 2) => once.dispatcher.keyFor({ name: RECORD, input: {} }, { conversationId: CONV, turnIndex, ordinal: k });
@@ -356,14 +356,14 @@ describe("AISDK-17 attacked: requests that dispatch reads, or nothing", () => {
     const memory = new MemoryLedger();
     let down = true;
     const ledger = faulty(memory, {
-      claim: async (args, next) => {
+      claim: async (_args, next) => {
         if (down) throw new LedgerUnavailableError("connection refused");
         return next();
       },
     });
     const { runs, once, request, record } = chat({ ledger, memory });
     const reader = once.forTurn({ conversationId: CONV, messages: tab("uA", "what is my balance?") });
-    const read = await reader.tools.balance.execute!({}, { toolCallId: "r1", messages: [] }).catch((e: unknown) => e);
+    const read = await Promise.resolve(reader.tools.balance.execute!({}, { toolCallId: "r1", messages: [] })).catch((e: unknown) => e);
     expect(read, String(read)).toEqual({ balance: 100 });
     expect(await record()).toEqual([]);
     down = false;
@@ -377,7 +377,7 @@ describe("AISDK-17 attacked: requests that dispatch reads, or nothing", () => {
   it("a call refused before it is keyed (a key argument beyond 2^53 - 1) claims no slot; the message's first keyed call does", async () => {
     const { runs, once, record } = chat();
     const turn = once.forTurn({ conversationId: CONV, messages: tab("uA") });
-    const refused = await turn.tools.pay.execute!({ payee: "acme", amount: 2 ** 60 }, { toolCallId: "bad", messages: [] }).catch((e: unknown) => e);
+    const refused = await Promise.resolve(turn.tools.pay.execute!({ payee: "acme", amount: 2 ** 60 }, { toolCallId: "bad", messages: [] })).catch((e: unknown) => e);
     expect(isDispatchOnceError(refused, "tool_input_invalid"), String(refused)).toBe(true);
     expect(await record()).toEqual([]);
     await turn.tools.pay.execute!({ payee: "acme", amount: 5 }, { toolCallId: "ok", messages: [] });
