@@ -114,6 +114,11 @@ export type OnceTurnInput = {
 export interface OnceTurn<TOOLS extends ToolSet> {
   tools: TOOLS;
   conversationId: string;
+  /**
+   * The request's turn index (`turnIndexOf(messages)` or the app's own). A user message keeps the
+   * turn at which it first dispatched a claimed call (AISDK-17): where a later history counts it at
+   * another index, its calls are keyed, listed and told (`dispatchOnceOf(options).turnIndex`) at that first one.
+   */
   turnIndex: number;
   /**
    * `streamText`'s `onChunk`: in `"tool-call"` mode it starts each wrapped call the moment its
@@ -187,12 +192,18 @@ const REPAIR_RECORD_NAME = "dispatch-once-repair";
  * first dispatched a call (AISDK-17): ordinal k holds the id of the turn's k-th message.
  */
 const TURN_RECORD_NAME = "dispatch-once-turn";
+/**
+ * The name under which a user message's turn is recorded (AISDK-17), one row per message id: the
+ * turn index at which it first dispatched a claimed call, where its calls stay keyed when a later
+ * history counts it at another index (a store that keeps both tabs' messages one after the other).
+ */
+const MESSAGE_RECORD_NAME = "dispatch-once-message";
 /** The k-th user message of a turn (AISDK-17) starts its calls' ordinals at k * FORK_ORDINALS. */
 const FORK_ORDINALS = 1_000_000;
 /** How many user messages one turn index may be given before a request is refused. */
 const MAX_TURN_MESSAGES = 100;
 /** The wrapper's own rows: no effect, never listed as one (AISDK-14). */
-const RECORD_NAMES: ReadonlySet<string> = new Set([REPAIR_RECORD_NAME, TURN_RECORD_NAME]);
+const RECORD_NAMES: ReadonlySet<string> = new Set([REPAIR_RECORD_NAME, TURN_RECORD_NAME, MESSAGE_RECORD_NAME]);
 
 const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, dispatcher: true };
 const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true };
@@ -212,7 +223,7 @@ interface CallScope {
  */
 const callScope = new AsyncLocalStorage<CallScope>();
 const repairScope = new AsyncLocalStorage<{ owner: object; repair: () => Promise<unknown> }>();
-const turnRecordScope = new AsyncLocalStorage<{ owner: object; messageId: string }>();
+const turnRecordScope = new AsyncLocalStorage<{ owner: object; messageId: string; turnIndex: number }>();
 
 /**
  * Routes the `execute` of AI SDK tools through core's dispatcher, keyed by (conversation id,
@@ -289,8 +300,10 @@ export class OnceTools<TOOLS extends ToolSet> {
     if (Object.hasOwn(options.tools, REPAIR_RECORD_NAME)) {
       throw new InvalidArgumentError(`options.tools.${REPAIR_RECORD_NAME}`, "is the name under which the wrapper records repaired calls (AISDK-11); rename the tool");
     }
-    if (Object.hasOwn(options.tools, TURN_RECORD_NAME)) {
-      throw new InvalidArgumentError(`options.tools.${TURN_RECORD_NAME}`, "is the name under which the wrapper records a turn's user messages (AISDK-17); rename the tool");
+    for (const reserved of [TURN_RECORD_NAME, MESSAGE_RECORD_NAME]) {
+      if (Object.hasOwn(options.tools, reserved)) {
+        throw new InvalidArgumentError(`options.tools.${reserved}`, "is a name under which the wrapper records a turn's user messages (AISDK-17); rename the tool");
+      }
     }
     // A model call's first repair, recorded as a keyed write of the repair's own result: a re-run
     // of the claim is answered with the recorded repair, and a repair that failed may run again.
@@ -320,6 +333,19 @@ export class OnceTools<TOOLS extends ToolSet> {
         },
       }),
     );
+    // A user message's turn (AISDK-17): the turn index of the request that first claimed its record.
+    definitions.push(
+      defineTool({
+        name: MESSAGE_RECORD_NAME,
+        effect: "keyed_write",
+        input: z.object({ messageId: z.string() }),
+        run: async () => {
+          const scope = turnRecordScope.getStore();
+          if (scope?.owner !== this) throw new Error("a message record ran outside forTurn");
+          return { turnIndex: scope.turnIndex };
+        },
+      }),
+    );
     this.dispatcher = new Dispatcher({ ...options.dispatcher, tools: definitions, ledger: options.ledger });
   }
 
@@ -330,22 +356,39 @@ export class OnceTools<TOOLS extends ToolSet> {
    * otherwise only read (a listing): a message with no place has dispatched nothing, and the next
    * free place is where its calls would go.
    */
+  private async placeOf(context: { conversationId: string; turnIndex: number }, messageId: string, claim: boolean): Promise<{ turnIndex: number; base: number }> {
+    const recordAt = { conversationId: context.conversationId, turnIndex: 0, ordinal: 0 };
+    const call = { name: MESSAGE_RECORD_NAME, input: { messageId } };
+    let first: unknown;
+    if (claim) {
+      let outcome: DispatchOutcome;
+      try {
+        outcome = await turnRecordScope.run({ owner: this, messageId, turnIndex: context.turnIndex }, () => this.dispatcher.dispatch(call, recordAt));
+      } catch (cause) {
+        throw notPlaced(context, messageId, cause);
+      }
+      first = (outcome.result as { turnIndex?: unknown } | null)?.turnIndex;
+    } else {
+      const row = await this.ledger.lookup(this.dispatcher.keyFor(call, recordAt));
+      if (row?.state === "completed") first = (JSON.parse(row.result) as { turnIndex?: unknown } | null)?.turnIndex;
+    }
+    const turnIndex = typeof first === "number" && Number.isSafeInteger(first) && first >= 0 ? first : context.turnIndex;
+    return { turnIndex, base: await this.forkBaseOf({ conversationId: context.conversationId, turnIndex }, messageId, claim) };
+  }
+
   private async forkBaseOf(context: { conversationId: string; turnIndex: number }, messageId: string, claim: boolean): Promise<number> {
     for (let k = 0; k < MAX_TURN_MESSAGES; k++) {
       let bound: unknown;
       if (claim) {
         let outcome: DispatchOutcome;
         try {
-          outcome = await turnRecordScope.run({ owner: this, messageId }, () => this.dispatcher.dispatch({ name: TURN_RECORD_NAME, input: {} }, { ...context, ordinal: k }));
+          outcome = await turnRecordScope.run({ owner: this, messageId, turnIndex: context.turnIndex }, () => this.dispatcher.dispatch({ name: TURN_RECORD_NAME, input: {} }, { ...context, ordinal: k }));
         } catch (cause) {
           // The record's own error speaks of the record (its key; a completion it could not write
           // is "happened, do not re-send"), not of the call waiting on it, which this request has not
           // claimed: the call's error is the ledger's, without a key (the call's depends on the
           // place not got) and without a known effect (an earlier request of the message may have run it).
-          throw new LedgerUnavailableError(
-            `the ledger could not give user message ${messageId} its place at turn ${context.turnIndex} of conversation ${context.conversationId} (AISDK-17), so this request claimed and ran none of its calls; re-send the same message (${describeCause(cause)})`,
-            { cause },
-          );
+          throw notPlaced(context, messageId, cause);
         }
         bound = (outcome.result as { messageId?: unknown } | null)?.messageId;
       } else {
@@ -410,18 +453,21 @@ export class OnceTools<TOOLS extends ToolSet> {
     // it on the same history) is another ask: its calls' ordinals start past the earlier messages'.
     // Model messages carry no id: their requests all start at 0, as before.
     const messageId = input.messages !== undefined ? turnMessageIdOf(input.messages) : undefined;
-    let forkBase: Promise<number> | undefined;
-    const claimedBase = (): Promise<number> => {
-      if (forkBase === undefined) {
-        const pending = this.forkBaseOf(context, messageId!, true);
-        forkBase = pending;
+    // A message keeps the turn index at which it first dispatched a claimed call: a later history
+    // that counts it at another index (both tabs' messages one after the other) meets its keys.
+    type Place = { turnIndex: number; base: number };
+    let place: Promise<Place> | undefined;
+    const claimedPlace = (): Promise<Place> => {
+      if (place === undefined) {
+        const pending = this.placeOf(context, messageId!, true);
+        place = pending;
         pending.catch(() => {
-          if (forkBase === pending) forkBase = undefined; // a ledger that failed: the next call asks again
+          if (place === pending) place = undefined; // a ledger that failed: the next call asks again
         });
       }
-      return forkBase;
+      return place;
     };
-    const knownBase = async (): Promise<number> => (messageId === undefined ? 0 : forkBase !== undefined ? forkBase : this.forkBaseOf(context, messageId, false));
+    const knownPlace = async (): Promise<Place> => (messageId === undefined ? { turnIndex, base: 0 } : place !== undefined ? place : this.placeOf(context, messageId, false));
     const counts = new Map<string, number>();
     const started = new Map<string, Promise<DispatchOutcome>>();
     // The AI SDK executes a call once per tool-call part, and emits the part again when the
@@ -475,9 +521,14 @@ export class OnceTools<TOOLS extends ToolSet> {
       // Only a message with an id can be a turn's second ask (AISDK-17); the others keep their path.
       // A read claims nothing (EFFECT-2), so it takes no place either: a read-only request writes
       // nothing, and a read runs while the ledger is down; its key is at the turn's first ordinals.
-      if (messageId !== undefined && this.dispatcher.registry.get(name).effect !== "read") ordinal += await claimedBase();
-      keyed.key = ordinal === 0 ? identity : this.dispatcher.keyFor(call, { ...context, ordinal });
-      const outcome = await callScope.run({ owner: this, execute, options }, () => this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, { ...context, ordinal }));
+      let at: { conversationId: string; turnIndex: number } = context;
+      if (messageId !== undefined && this.dispatcher.registry.get(name).effect !== "read") {
+        const placed = await claimedPlace();
+        ordinal += placed.base;
+        if (placed.turnIndex !== turnIndex) at = { conversationId: context.conversationId, turnIndex: placed.turnIndex };
+      }
+      keyed.key = ordinal === 0 && at === context ? identity : this.dispatcher.keyFor(call, { ...at, ordinal });
+      const outcome = await callScope.run({ owner: this, execute, options }, () => this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, { ...at, ordinal }));
       outcomes.set(options.toolCallId, outcome);
       return outcome;
     };
@@ -536,18 +587,19 @@ export class OnceTools<TOOLS extends ToolSet> {
     const claimedDenials = async (): Promise<ClaimedDenial[]> => {
       const found: ClaimedDenial[] = [];
       if (denials.length === 0) return found;
-      const base = await knownBase();
+      const { turnIndex: at, base } = await knownPlace();
       for (const denial of denials) {
-        const key = this.dispatcher.keyFor({ name: denial.toolName, input: denial.input }, { ...context, ordinal: base + denial.ordinal });
+        const key = this.dispatcher.keyFor({ name: denial.toolName, input: denial.input }, { conversationId: context.conversationId, turnIndex: at, ordinal: base + denial.ordinal });
         const row = await this.ledger.lookup(key);
         if (row !== undefined && row.state !== "released") found.push({ toolCallId: denial.toolCallId, toolName: denial.toolName, key, row });
       }
       return found;
     };
     const unansweredCalls = async (): Promise<UnansweredCalls> => {
-      const rows = await turnRowsOf(this.ledger, context.conversationId, turnIndex);
+      const { turnIndex: at, base } = await knownPlace();
+      const rows = await turnRowsOf(this.ledger, context.conversationId, at);
       if (rows === undefined) return { listed: false, reason: UNLISTED_REASON, calls: [] };
-      const answered = this.answeredByHistory(history, starts, identityOf, context, await knownBase());
+      const answered = this.answeredByHistory(history, starts, identityOf, { conversationId: context.conversationId, turnIndex: at }, base);
       for (const { key } of executedKeys) if (key !== undefined) answered.add(key);
       return { listed: true, calls: rows.filter((row) => !RECORD_NAMES.has(row.toolName) && !answered.has(row.key)).map(turnRowEffect) };
     };
@@ -648,7 +700,8 @@ export class OnceTools<TOOLS extends ToolSet> {
     for (const [identity, { call, answered }] of told) {
       const given = starts.get(identity) ?? 0;
       if (answered !== given) continue;
-      for (let ordinal = base; ordinal < base + given; ordinal++) keys.add(ordinal === 0 ? identity : this.dispatcher.keyFor(call, { ...context, ordinal }));
+      // (At the message's own turn, AISDK-17, which may not be the one its identity was taken at.)
+      for (let ordinal = base; ordinal < base + given; ordinal++) keys.add(this.dispatcher.keyFor(call, { ...context, ordinal }));
     }
     return keys;
   }
@@ -743,4 +796,12 @@ function describeCause(error: unknown): string {
     return typeof code === "string" ? `${code}: ${error.message}` : error.message;
   }
   return describeValue(error);
+}
+
+/** The error of a call whose request could not get its message's place (AISDK-17): the call was not claimed. */
+function notPlaced(context: { conversationId: string; turnIndex: number }, messageId: string, cause: unknown): LedgerUnavailableError {
+  return new LedgerUnavailableError(
+    `the ledger could not give user message ${messageId} its place at turn ${context.turnIndex} of conversation ${context.conversationId} (AISDK-17), so this request claimed and ran none of its calls; re-send the same message (${describeCause(cause)})`,
+    { cause },
+  );
 }

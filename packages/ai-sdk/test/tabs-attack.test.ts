@@ -40,7 +40,8 @@ function faulty(inner: MemoryLedger, hooks: Hooks): Ledger {
  */
 const NOT_CLAIMED = { code: "ledger_unavailable", effect: "possibly", retryable: "same_message", key: undefined };
 const toldOf = (error: unknown) => ({ code: (error as { code?: unknown }).code, effect: effectOf(error), retryable: retryableOf(error), key: (error as { key?: unknown }).key });
-const isRecordClaim = (args: unknown[]) => (args[0] as ClaimRequest).toolName === RECORD;
+/** A claim of either of the wrapper's records of a message (the message's turn, then its place there). */
+const isRecordClaim = (args: unknown[]) => [RECORD, "dispatch-once-message"].includes((args[0] as ClaimRequest).toolName);
 
 function chat(options: { ledger?: Ledger; memory?: MemoryLedger; dispatcher?: Record<string, unknown> } = {}) {
   const runs: Run[] = [];
@@ -317,15 +318,27 @@ describe("AISDK-17 attacked: re-sends of the second tab's message", () => {
     // A tab C that never dispatched denies the same call: its would-be key was never claimed.
     expect(await once.forTurn({ conversationId: CONV, messages: approval("uC", "cc", false) }).claimedDenials()).toEqual([]);
   });
-  it("not seen (documented): a history that holds both tabs' messages one after the other counts B's as the next turn, and B's regenerate from it pays again", async () => {
-    const { runs, request } = chat();
-    await request(tab("uA"));
+  it("a history that holds both tabs' messages one after the other (a store that keeps both, reloaded) counts B's as the next turn: B's regenerate from it still meets B's payment, and its listing is of B's turn", async () => {
+    const { runs, request, record } = chat();
+    const a = await request(tab("uA"));
     const b = await request(tab("uB"));
     // A store that keeps every message by id, reloaded into one history; the user regenerates B's answer.
-    const merged = await request([...tab("uA"), { id: "aA", role: "assistant", parts: [{ type: "text", text: "Paid." }] }, user("uB", "pay acme 5")]);
-    expect(merged.turn.turnIndex).toBe(3);
-    expect(merged.results).not.toEqual(b.results);
-    expect(runs.map((r) => r.ordinal)).toEqual([0, 1_000_000, 0]);
+    const merged: UIMessage[] = [...tab("uA"), { id: "aA", role: "assistant", parts: [{ type: "text", text: "Paid." }] }, user("uB", "pay acme 5")];
+    const regenerated = await request(merged);
+    expect(regenerated.turn.turnIndex).toBe(3);
+    expect(regenerated.results).toEqual(b.results);
+    expect(regenerated.outcomes[0]?.replayed).toBe(true);
+    expect(runs.map((r) => r.ordinal)).toEqual([0, 1_000_000]);
+    expect(await record(3)).toEqual([]);
+    // The listing is of the turn B's calls are keyed at: A's payment, and B's own (this request executed it).
+    expect((await regenerated.turn.unansweredCalls()).calls.map((c) => c.key)).toEqual([runs[0]!.key]);
+    // A's regenerate from the same store meets A's.
+    expect((await request([...tab("uA")])).results).toEqual(a.results);
+    // A new message after the merged history is a new turn.
+    const next = await request([...merged, { id: "aB", role: "assistant", parts: [{ type: "text", text: "Paid." }] }, user("u4", "pay acme 5")]);
+    expect(next.turn.turnIndex).toBe(4);
+    expect(runs).toHaveLength(3);
+    expect(next.outcomes[0]?.key).toBe(runs[2]!.key);
   });
 });
 
@@ -405,10 +418,25 @@ describe("AISDK-17 attacked: modes without message ids are unchanged", () => {
   });
 });
 
+describe("AISDK-17 attacked: a turn under way across the upgrade (documented, not told apart)", () => {
+  it("a turn whose first message paid under a wrapper without the record: another message reaching the new one first takes place 0 and meets that payment", async () => {
+    const { runs, request } = chat();
+    // The old wrapper keyed uA's payment at ordinal 0 and recorded nothing (as a request without a message id does).
+    const old = await request([], ["acme"], { turnIndex: 2 });
+    const b = await request(tab("uB"));
+    expect(b.outcomes[0]?.replayed).toBe(true);
+    expect(b.results).toEqual(old.results);
+    expect(runs).toHaveLength(1);
+  });
+});
+
 describe("AISDK-17 attacked: the record's key space", () => {
-  it("the reserved name cannot be an app's tool", () => {
+  it("the records' names cannot be an app's tool, nor named by its identity config", () => {
     const t = tool({ inputSchema: z.object({}), execute: async () => ({}) });
-    expect(() => createOnceTools({ tools: { [RECORD]: t }, effects: { [RECORD]: "read" }, ledger: new MemoryLedger() })).toThrow(/dispatch-once-turn/);
+    for (const name of [RECORD, "dispatch-once-message"]) {
+      expect(() => createOnceTools({ tools: { [name]: t }, effects: { [name]: "read" }, ledger: new MemoryLedger() })).toThrow(new RegExp(`options.tools.${name}`));
+      expect(() => createOnceTools({ tools: { t }, effects: { t: "read" }, identity: { [name]: [] } as never, ledger: new MemoryLedger() })).toThrow(new RegExp(`options.identity.${name}`));
+    }
   });
 
   it("the 100th message of a turn pays at ordinal 99 000 000 (a safe integer); the 101st is refused with invalid_argument, effect no, nothing run", async () => {
