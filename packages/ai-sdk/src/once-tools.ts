@@ -369,11 +369,17 @@ export class OnceTools<TOOLS extends ToolSet> {
       }
       first = (outcome.result as { turnIndex?: unknown } | null)?.turnIndex;
     } else {
-      const row = await this.ledger.lookup(this.dispatcher.keyFor(call, recordAt));
-      if (row?.state === "completed") first = (JSON.parse(row.result) as { turnIndex?: unknown } | null)?.turnIndex;
+      return this.messageTurnOf(context, messageId).then(async (turnIndex) => ({ turnIndex, base: await this.forkBaseOf({ conversationId: context.conversationId, turnIndex }, messageId, false) }));
     }
     const turnIndex = typeof first === "number" && Number.isSafeInteger(first) && first >= 0 ? first : context.turnIndex;
     return { turnIndex, base: await this.forkBaseOf({ conversationId: context.conversationId, turnIndex }, messageId, claim) };
+  }
+
+  /** The turn at which `messageId` first dispatched a claimed call (AISDK-17), read only; the request's own when none. */
+  private async messageTurnOf(context: { conversationId: string; turnIndex: number }, messageId: string): Promise<number> {
+    const row = await this.ledger.lookup(this.dispatcher.keyFor({ name: MESSAGE_RECORD_NAME, input: { messageId } }, { conversationId: context.conversationId, turnIndex: 0, ordinal: 0 }));
+    const first = row?.state === "completed" ? (JSON.parse(row.result) as { turnIndex?: unknown } | null)?.turnIndex : undefined;
+    return typeof first === "number" && Number.isSafeInteger(first) && first >= 0 ? first : context.turnIndex;
   }
 
   private async forkBaseOf(context: { conversationId: string; turnIndex: number }, messageId: string, claim: boolean): Promise<number> {
@@ -568,6 +574,9 @@ export class OnceTools<TOOLS extends ToolSet> {
         const identity = this.dispatcher.keyFor({ name: REPAIR_RECORD_NAME, input: broken }, { ...context, ordinal: 0 });
         const n = repairs.get(identity) ?? 0;
         repairs.set(identity, n + 1);
+        // Recorded at the message's own turn (AISDK-17), where its calls are keyed: a later history
+        // that counts the message at another index gets the repair its first requests got.
+        const at = messageId === undefined ? context : { conversationId: context.conversationId, turnIndex: place !== undefined ? (await place).turnIndex : await this.messageTurnOf(context, messageId) };
         const outcome = await repairScope.run(
           {
             owner: this,
@@ -577,7 +586,7 @@ export class OnceTools<TOOLS extends ToolSet> {
               return repaired === null ? null : { toolName: repaired.toolName, input: repaired.input };
             },
           },
-          () => this.dispatcher.dispatch({ name: REPAIR_RECORD_NAME, input: broken, callId: options.toolCall.toolCallId }, { ...context, ordinal: n }),
+          () => this.dispatcher.dispatch({ name: REPAIR_RECORD_NAME, input: broken, callId: options.toolCall.toolCallId }, { ...at, ordinal: n }),
         );
         const recorded = outcome.result as { toolName: string; input: string } | null;
         // The call keeps its own id: the provider minted it for this response.

@@ -66,7 +66,8 @@ function chat(options: { ledger?: Ledger; memory?: MemoryLedger; dispatcher?: Re
   let n = 0;
   /** One request of a tab: `calls` run in parallel at its first step (the AI SDK executes a step's calls at once). */
   const request = async (messages: readonly UIMessage[] | ModelMessage[], payees: string[] = ["acme"], extra: { turnIndex?: number } = {}) => {
-    const turn = extra.turnIndex !== undefined ? once.forTurn({ conversationId: CONV, turnIndex: extra.turnIndex }) : once.forTurn({ conversationId: CONV, messages });
+    // With turnIndex (the app numbers turns), `messages` are given as the turn's turnMessages.
+    const turn = extra.turnIndex !== undefined ? once.forTurn({ conversationId: CONV, turnIndex: extra.turnIndex, turnMessages: messages }) : once.forTurn({ conversationId: CONV, messages });
     const ids = payees.map(() => `call_${++n}`);
     const settled = await Promise.allSettled(payees.map(async (payee, i) => turn.tools.pay.execute!({ payee, amount: 5 }, { toolCallId: ids[i]!, messages: [] })));
     return { settled, results: settled.map((s) => (s.status === "fulfilled" ? s.value : undefined)), outcomes: ids.map((id) => turn.outcomeOf(id)), turn };
@@ -342,6 +343,27 @@ describe("AISDK-17 attacked: re-sends of the second tab's message", () => {
   });
 });
 
+describe("AISDK-17 attacked: a recorded repair (AISDK-11) in a merged history", () => {
+  it("B's regenerate from a history that counts B one turn later gets B's recorded repair, not a new one (a repair that answers differently would pay again)", async () => {
+    const { runs, once } = chat();
+    const broken = { type: "tool-call", toolCallId: "x", toolName: "pay", input: '{"payee":"acme","amount":"5"}' };
+    let payee = "acme";
+    const repair = async () => ({ ...broken, input: JSON.stringify({ payee, amount: 5 }) });
+    const send = async (messages: UIMessage[], toolCallId: string) => {
+      const turn = once.forTurn({ conversationId: CONV, messages });
+      const repaired = (await turn.repairToolCall(repair as never)({ toolCall: { ...broken, toolCallId } } as never)) as { input: string } | null;
+      return turn.tools.pay.execute!(JSON.parse(repaired!.input) as { payee: string; amount: number }, { toolCallId, messages: [] });
+    };
+    await send(tab("uA"), "ca");
+    const b = await send(tab("uB"), "cb");
+    payee = "ACME"; // the repair, a model request, answers otherwise now
+    const merged: UIMessage[] = [...tab("uA"), { id: "aA", role: "assistant", parts: [{ type: "text", text: "Paid." }] }, user("uB", "pay acme 5")];
+    const again = await send(merged, "cb2");
+    expect(again, JSON.stringify(runs)).toEqual(b);
+    expect(runs.map((r) => r.payee)).toEqual(["acme", "acme"]);
+  });
+});
+
 describe("AISDK-17 attacked: listings past the first message (AISDK-14)", () => {
   it("B's payment, cut before its answer reached B, is listed to B's next request; once B's history shows it answered, only A's is listed; never a record row", async () => {
     const { runs, request, once } = chat();
@@ -402,8 +424,9 @@ describe("AISDK-17 attacked: requests that dispatch reads, or nothing", () => {
 describe("AISDK-17 attacked: modes without message ids are unchanged", () => {
   it("turnIndex (+ turnMessages): two requests at one index share their keys and write no record", async () => {
     const { runs, request, record } = chat();
-    const a = await request([], ["acme"], { turnIndex: 2 });
-    const b = await request([], ["acme"], { turnIndex: 2 });
+    // The turn's messages from the app's store, each tab's user message with its own id: not read for an id.
+    const a = await request([user("uA", "pay acme 5")], ["acme"], { turnIndex: 2 });
+    const b = await request([user("uB", "pay acme 5")], ["acme"], { turnIndex: 2 });
     expect(runs.map((r) => r.ordinal)).toEqual([0]);
     expect(b.outcomes[0]?.replayed).toBe(true);
     expect(b.results).toEqual(a.results);
