@@ -356,30 +356,57 @@ export class OnceTools<TOOLS extends ToolSet> {
    * otherwise only read (a listing): a message with no place has dispatched nothing, and the next
    * free place is where its calls would go.
    */
+  /**
+   * AISDK-17: the message's place: the turn at which it first dispatched a claimed call (its
+   * message record) and the ordinal base of its slot there. `claim`: record both when missing (a
+   * request about to dispatch a claimed call); otherwise only read (a listing).
+   */
   private async placeOf(context: { conversationId: string; turnIndex: number }, messageId: string, claim: boolean): Promise<{ turnIndex: number; base: number }> {
-    const recordAt = { conversationId: context.conversationId, turnIndex: 0, ordinal: 0 };
-    const call = { name: MESSAGE_RECORD_NAME, input: { messageId } };
     let first: unknown;
+    let placedBefore: boolean;
     if (claim) {
       let outcome: DispatchOutcome;
       try {
-        outcome = await turnRecordScope.run({ owner: this, messageId, turnIndex: context.turnIndex }, () => this.dispatcher.dispatch(call, recordAt));
+        outcome = await turnRecordScope.run({ owner: this, messageId, turnIndex: context.turnIndex }, () => this.dispatcher.dispatch({ name: MESSAGE_RECORD_NAME, input: { messageId } }, { conversationId: context.conversationId, turnIndex: 0, ordinal: 0 }));
       } catch (cause) {
         throw notPlaced(context, messageId, cause);
       }
       first = (outcome.result as { turnIndex?: unknown } | null)?.turnIndex;
+      placedBefore = outcome.replayed;
     } else {
-      return this.messageTurnOf(context, messageId).then(async (turnIndex) => ({ turnIndex, base: await this.forkBaseOf({ conversationId: context.conversationId, turnIndex }, messageId, false) }));
+      const row = await this.ledger.lookup(this.messageRecordKey(context.conversationId, messageId));
+      if (row?.state === "completed") first = (JSON.parse(row.result) as { turnIndex?: unknown } | null)?.turnIndex;
+      placedBefore = row?.state === "completed";
     }
     const turnIndex = typeof first === "number" && Number.isSafeInteger(first) && first >= 0 ? first : context.turnIndex;
-    return { turnIndex, base: await this.forkBaseOf({ conversationId: context.conversationId, turnIndex }, messageId, claim) };
+    const at = { conversationId: context.conversationId, turnIndex };
+    // A message placed by an earlier request has its slot, past any gap the retention left where
+    // an earlier message's record was swept: found there, never given the gap as a new place.
+    if (placedBefore) {
+      const found = await this.findSlot(at, messageId);
+      if (found !== undefined) return { turnIndex, base: found };
+    }
+    return { turnIndex, base: await this.forkBaseOf(at, messageId, claim) };
+  }
+
+  private messageRecordKey(conversationId: string, messageId: string): string {
+    return this.dispatcher.keyFor({ name: MESSAGE_RECORD_NAME, input: { messageId } }, { conversationId, turnIndex: 0, ordinal: 0 });
   }
 
   /** The turn at which `messageId` first dispatched a claimed call (AISDK-17), read only; the request's own when none. */
   private async messageTurnOf(context: { conversationId: string; turnIndex: number }, messageId: string): Promise<number> {
-    const row = await this.ledger.lookup(this.dispatcher.keyFor({ name: MESSAGE_RECORD_NAME, input: { messageId } }, { conversationId: context.conversationId, turnIndex: 0, ordinal: 0 }));
+    const row = await this.ledger.lookup(this.messageRecordKey(context.conversationId, messageId));
     const first = row?.state === "completed" ? (JSON.parse(row.result) as { turnIndex?: unknown } | null)?.turnIndex : undefined;
     return typeof first === "number" && Number.isSafeInteger(first) && first >= 0 ? first : context.turnIndex;
+  }
+
+  /** The base of the slot that holds `messageId` at the turn, read through every slot (gaps included); undefined when none does. */
+  private async findSlot(context: { conversationId: string; turnIndex: number }, messageId: string): Promise<number | undefined> {
+    for (let k = 0; k < MAX_TURN_MESSAGES; k++) {
+      const row = await this.ledger.lookup(this.dispatcher.keyFor({ name: TURN_RECORD_NAME, input: {} }, { ...context, ordinal: k }));
+      if (row?.state === "completed" && (JSON.parse(row.result) as { messageId?: unknown } | null)?.messageId === messageId) return k * FORK_ORDINALS;
+    }
+    return undefined;
   }
 
   private async forkBaseOf(context: { conversationId: string; turnIndex: number }, messageId: string, claim: boolean): Promise<number> {

@@ -343,6 +343,25 @@ describe("AISDK-17 attacked: re-sends of the second tab's message", () => {
   });
 });
 
+describe("AISDK-17 attacked: the ledger's retention", () => {
+  it("A's rows swept by the retention while B's are kept: B's regenerate still meets B's payment (its place is not taken again from a gap)", async () => {
+    let now = 1_000_000;
+    const hour = 3_600_000;
+    const memory = new MemoryLedger({ now: () => now, retentionMs: 24 * hour });
+    const { runs, request, once } = chat({ memory });
+    await request(tab("uA"));
+    now += 10 * hour; // a stale tab sends B ten hours later
+    const b = await request(tab("uB"));
+    now += 15 * hour; // A's rows are past the retention, B's are not
+    const answered: UIMessage[] = [...tab("uB"), { id: "aB", role: "assistant", parts: [{ type: "tool-pay", toolCallId: "cb", state: "output-available", input: { payee: "acme", amount: 5 }, output: b.results[0] }] as UIMessage["parts"] }];
+    const listed = await once.forTurn({ conversationId: CONV, messages: answered }).unansweredCalls();
+    const again = await request(tab("uB"));
+    expect(again.results, JSON.stringify(runs)).toEqual(b.results);
+    expect(runs).toHaveLength(2);
+    expect(listed.calls, "B's payment is told by its history at B's place").toEqual([]);
+  });
+});
+
 describe("AISDK-17 attacked: a recorded repair (AISDK-11) in a merged history", () => {
   it("B's regenerate from a history that counts B one turn later gets B's recorded repair, not a new one (a repair that answers differently would pay again)", async () => {
     const { runs, once } = chat();
