@@ -252,6 +252,25 @@ describe("AISDK-17 attacked: a process that dies, a ledger that fails, at the re
     expect(await record()).toEqual(["uA"]);
   });
 
+  it("the ledger failing while a re-sent message reads its slot: told as not claimed, and the next re-send meets its payment", async () => {
+    const memory = new MemoryLedger();
+    let down = false;
+    const ledger = faulty(memory, {
+      lookup: async (args, next) => {
+        if (down && (await memory.lookup(args[0] as string))?.toolName === RECORD) throw new LedgerUnavailableError("connection reset");
+        return next();
+      },
+    });
+    const { runs, request } = chat({ ledger, memory });
+    const first = await request(tab("uA"));
+    down = true;
+    const failed = await request(tab("uA"));
+    expect(toldOf((failed.settled[0] as PromiseRejectedResult).reason), String((failed.settled[0] as PromiseRejectedResult).reason)).toEqual(NOT_CLAIMED);
+    down = false;
+    expect((await request(tab("uA"))).results).toEqual(first.results);
+    expect(runs).toHaveLength(1);
+  });
+
   it("the record's completion cannot be written: the payment did not run, and its error must not say it happened (nor that a re-send cannot help); the re-send pays once", async () => {
     let now = 1_000_000;
     const memory = new MemoryLedger({ now: () => now });
