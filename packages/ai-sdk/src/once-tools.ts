@@ -350,13 +350,6 @@ export class OnceTools<TOOLS extends ToolSet> {
   }
 
   /**
-   * AISDK-17: where the ordinals of the calls of `messageId`'s request start at this turn: the
-   * turn's k-th user message (in the order they first dispatched a call) starts at k * FORK_ORDINALS.
-   * `claim`: record the message when it has no place yet (a request about to dispatch a call);
-   * otherwise only read (a listing): a message with no place has dispatched nothing, and the next
-   * free place is where its calls would go.
-   */
-  /**
    * AISDK-17: the message's place: the turn at which it first dispatched a claimed call (its
    * message record) and the ordinal base of its slot there. `claim`: record both when missing (a
    * request about to dispatch a claimed call); otherwise only read (a listing).
@@ -409,6 +402,13 @@ export class OnceTools<TOOLS extends ToolSet> {
     return undefined;
   }
 
+  /**
+   * AISDK-17: where the ordinals of the calls of `messageId`'s request start at this turn: the
+   * turn's k-th user message (in the order they first dispatched a call) starts at k * FORK_ORDINALS.
+   * `claim`: record the message when it has no place yet (a request about to dispatch a call);
+   * otherwise only read (a listing): a message with no place has dispatched nothing, and the next
+   * free place is where its calls would go.
+   */
   private async forkBaseOf(context: { conversationId: string; turnIndex: number }, messageId: string, claim: boolean): Promise<number> {
     for (let k = 0; k < MAX_TURN_MESSAGES; k++) {
       let bound: unknown;
