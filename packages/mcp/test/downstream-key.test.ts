@@ -1,12 +1,11 @@
 import { MemoryLedger } from "@dispatch-once/core";
 import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { McpToolGuard, idempotencyKeyFor, mcpTurn, type McpToolGuardOptions } from "../src/index.js";
+import { connectedClient } from "./helpers.js";
 
 // MCP-16: the key a guarded handler forwards downstream is scoped as its ledger row is. Two agent
 // teams (principals, MCP-8) of one billing server pay from one payments account; each team's
@@ -48,9 +47,7 @@ async function billing(options: Omit<McpToolGuardOptions, "ledger">) {
       return { content: [{ type: "text", text: `paid ${body.amount} to ${body.payee}: ${body.id}` }] };
     },
   );
-  const client = new Client({ name: "agent", version: "1.0.0" });
-  const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
-  await Promise.all([server.connect(serverSide), client.connect(clientSide)]);
+  const client = await connectedClient(server);
   closers.push(async () => {
     await client.close();
     await server.close();

@@ -1,12 +1,11 @@
 import { LedgerUnavailableError, MemoryLedger, type Ledger } from "@dispatch-once/core";
 import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { z } from "zod";
 import { ERROR_META, McpToolGuard, mcpTurn, type GuardErrorMeta } from "../src/index.js";
+import { connectedClient } from "./helpers.js";
 
 // MCP-6: an error that says the effect happened, raised after this server's run returned its
 // result, carries that result's content. Told only "it happened; do not call it again", the user
@@ -34,10 +33,7 @@ async function billing(ledger: Ledger) {
       return { content: [{ type: "text", text: `paid ${amount} to ${payee}: ${body.id}` }, ...receipt], structuredContent: { paymentId: body.id } };
     },
   );
-  const client = new Client({ name: "agent", version: "1.0.0" });
-  const [a, b] = InMemoryTransport.createLinkedPair();
-  await Promise.all([server.connect(b), client.connect(a)]);
-  return client;
+  return connectedClient(server);
 }
 const text = (r: CallToolResult) => r.content.map((c) => (c.type === "text" ? c.text : "")).join("\n");
 const meta = (r: CallToolResult) => r._meta?.[ERROR_META] as GuardErrorMeta | undefined;

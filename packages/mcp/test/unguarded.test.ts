@@ -1,11 +1,10 @@
 import { MemoryLedger, ToolError } from "@dispatch-once/core";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { ERROR_META, McpToolGuard, UnguardedCallFailedError, type GuardErrorMeta } from "../src/index.js";
+import { connectedClient } from "./helpers.js";
 
 // MCP-4: a write run unguarded (unkeyedCalls: "run", a client that sends no key) that throws. Left
 // to McpServer, a ToolError reached the client as its bare message ("payments API 503"), nothing
@@ -16,9 +15,7 @@ async function unguarded(failure: unknown) {
   guard.registerTool(server, "send_payment", { inputSchema: { amount: z.number().int() }, effect: "keyed_write" }, async () => {
     throw failure;
   });
-  const client = new Client({ name: "ide", version: "1.0.0" });
-  const [a, b] = InMemoryTransport.createLinkedPair();
-  await Promise.all([server.connect(b), client.connect(a)]);
+  const client = await connectedClient(server, "ide");
   try {
     return (await client.callTool({ name: "send_payment", arguments: { amount: 5 } })) as CallToolResult;
   } finally {
