@@ -10,9 +10,11 @@ import { AbstractChat, DefaultChatTransport, lastAssistantMessageIsCompleteWithA
 import { defaultScript, say, startMockProvider, turn, lastUserText, type Fault, type MockProvider } from "@dispatch-once/mock-provider";
 import { startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { Redis } from "ioredis";
+import { createRedisLedger } from "@dispatch-once/ledger-redis";
 
 const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
-const PREFIX = `trialai-${process.pid}`;
+// TRIAL_TAG (optional) goes into the key prefix, so a run on a shared Redis is told apart.
+const PREFIX = process.env.TRIAL_TAG ? `trialai-${process.env.TRIAL_TAG}-${process.pid}` : `trialai-${process.pid}`;
 
 // ---- a Redis proxy that can be cut -----------------------------------------------------------
 class Proxy {
@@ -137,6 +139,9 @@ function judge(name: string, payees: string[], expected: number, tabs: Tab[], ex
   console.log(`${pass ? "PASS" : "GAP "} ${name}\n${JSON.stringify(verdicts.at(-1)!.detail, null, 1).replace(/\n\s*/g, " ")}`);
 }
 const chat = (n: string) => `trialai_${process.pid}_${n}`;
+// The ledger as the server sees it (straight to Redis, not through the proxy): a payment row's state.
+const observer = await createRedisLedger({ url: REDIS_URL, prefix: PREFIX });
+const paymentRows = async (conversationId: string) => (await observer.listRows!({ conversationId, toolName: "send_payment" })).rows.map((r) => r.state);
 
 const scenarios: Record<string, () => Promise<void>> = {
   // 1. regenerate after a cut stream that happened after the payment
@@ -234,14 +239,19 @@ const scenarios: Record<string, () => Promise<void>> = {
     faultFor = (n) => (n === first ? { kind: "hold", at: { beforeMessageStop: true } } : undefined);
     const sending = tab.sendMessage({ text: ask("k6", 6) });
     await until("the payment", () => effectsOf("k6").length === 1);
+    // The situation is "after the payment": its ledger row completed. Killed in the window between
+    // the payment and its record (a race the first re-run lost with core's default leases), the
+    // row is in flight, which is 6b's situation (FRICTION 12).
+    for (let end = Date.now() + 15_000; !(await paymentRows(chat("kill"))).includes("completed"); await sleep(20)) if (Date.now() > end) throw new Error("timed out waiting for the payment's record");
     await provider.waitForHold(first);
     await backend.kill();
+    const rowAtKill = await paymentRows(chat("kill")); // "completed": the kill came after the payment's record
     if (provider.held.some((h) => h.requestNumber === first)) provider.cutNow(first);
     await sending;
     const afterKill = toldBy(tab.messages);
     await backend.start();
     await tab.regenerate();
-    judge("6 server SIGKILLed after the payment; the client regenerates", ["k6"], 1, [tab], { afterKill });
+    judge("6 server SIGKILLed after the payment; the client regenerates", ["k6"], 1, [tab], { afterKill, rowAtKill });
     // 6b: killed while the payments API is still making the payment (its claim stays in flight for its lease)
     const t2 = new Tab(chat("kill2"), backend);
     payments.injectFault({ latencyMs: 1500 }, { times: 1 });
@@ -319,6 +329,7 @@ try {
   const keys = await redis.keys(`${PREFIX}:*`);
   if (keys.length) await redis.del(...keys);
   await redis.quit();
+  await observer.close();
   console.log(`\n${verdicts.filter((v) => v.pass).length}/${verdicts.length} pass; server log:\n${backend.log.join("").slice(-3000)}`);
 }
 process.exit(0);
