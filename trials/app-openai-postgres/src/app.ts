@@ -58,7 +58,12 @@ export async function openApp(config: AppConfig) {
     } catch (error) {
       if (TurnFailedError.isInstance(error)) {
         const effects = error.record.effects.map((e) => ({ name: e.name, key: e.key, effect: e.effect }));
-        return { status: "failed", text: effects.map((e) => `${e.name}: ${e.effect.replace(/_/g, " ")}`).join("\n") || "connection lost; please retry", effects, retryable: error.record.retryable };
+        // Without effects: "please retry" only when the record says a re-send can help (a request the
+        // API refused, 400, is not retryable: it is told as the refusal, never as a lost connection).
+        const nothing = error.record.retryable
+          ? "the answer was cut off before anything was done; send the same message again"
+          : `the turn failed and sending it again will not help (${error.record.error.code ?? error.record.error.name}: ${error.record.error.message})`;
+        return { status: "failed", text: effects.map((e) => `${e.name}: ${e.effect.replace(/_/g, " ")}`).join("\n") || nothing, effects, retryable: error.record.retryable };
       }
       // The store failed at the turn's end after calls ran (RECORD-9): say what each did; the same
       // message id completes the turn (openai README, "Adopting it", after the trial's fix).

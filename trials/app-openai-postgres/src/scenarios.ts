@@ -7,16 +7,18 @@ import net from "node:net";
 import { once } from "node:events";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
-import { call, lastUserText, reasoning, respond, say, startMockOpenAI, text as textItem } from "@dispatch-once/mock-openai";
+import { call, lastUserText, reasoning, respond, startMockOpenAI, text as textItem } from "@dispatch-once/mock-openai";
 import { startMockPayments } from "@dispatch-once/mock-payments";
 import { PostgresConversationStore } from "@dispatch-once/conversation-postgres";
 import type { Reply } from "./app.js";
 
 const DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const SCHEMA = `app_trial_${process.pid}`;
+// TRIAL_TAG (optional) goes into the schema and the Redis prefix, so a run on a shared server is told apart.
+const RUN = process.env.TRIAL_TAG ? `${process.env.TRIAL_TAG}_${process.pid}` : String(process.pid);
+const SCHEMA = `app_trial_${RUN}`;
 // LEDGER=redis: the ledger on Redis (ledger-redis), under a prefix of this run's own.
 const REDIS_URL = process.env.REDIS_URL ?? "redis://127.0.0.1:6379";
-const REDIS_PREFIX = process.env.LEDGER === "redis" ? `app-trial-${process.pid}` : undefined;
+const REDIS_PREFIX = process.env.LEDGER === "redis" ? `app-trial-${RUN}` : undefined;
 const only = process.argv[2];
 
 // A reasoning model that pays when asked: "pay <payee> <amount> ref <reference>".
@@ -25,7 +27,8 @@ const mock = await startMockOpenAI({
   timing: { beforeCompletedMs: 50 },
   script: (request) => {
     const last = Array.isArray(request.input) ? (request.input.at(-1) as { type?: string } | undefined) : undefined;
-    if (last?.type === "function_call_output") return say("Done: the payment was sent.");
+    // A reasoning model's closing answer opens with a reasoning item too, as gpt-5's does.
+    if (last?.type === "function_call_output") return respond(reasoning("The payment went through."), textItem("Done: the payment was sent."));
     const m = /pay (\w+) (\d+) ref (\S+)/.exec(lastUserText(request) ?? "");
     if (m === null) return respond(reasoning("Small talk."), textItem("Hello! Ask me to pay someone."));
     return respond(
@@ -229,7 +232,20 @@ async function abandoned() {
   console.log("OBSERVED 7 abandoned after payment");
 }
 
-const scenarios: Record<string, () => Promise<void>> = { happyAndRedelivery, killedMidTurn, cutStream, race, pgOutage, operator, abandoned };
+// 8. The conversation goes on after a reasoned answer: with store: false the next request carries
+// the committed reasoning items and the messages beside them back, as the API checks them.
+async function nextMessage() {
+  const c = "c-next";
+  const first = await worker(c, "m1", `pay hugo 530 ref ${c}`).reply;
+  const next = await worker(c, "m2", "thanks").reply;
+  const after = await worker(c, "m3", "bye").reply;
+  const log = (await readStore.log(c)).flat() as { type?: string; role?: string; id?: string }[];
+  const assistantMessages = log.filter((i) => i.type === "message" && i.role === "assistant").map((i) => i.id ?? "(no id)");
+  const answered = [first, next, after].every((r) => r.status === "answered");
+  await judge("8 the next messages after a reasoned answer (store: false)", c, [first, next, after], { assistantMessages, ok: answered ? true : { first, next, after } });
+}
+
+const scenarios: Record<string, () => Promise<void>> = { happyAndRedelivery, killedMidTurn, cutStream, race, pgOutage, operator, abandoned, nextMessage };
 try {
   for (const [name, run] of Object.entries(scenarios)) {
     if (only !== undefined && only !== name) continue;
