@@ -151,6 +151,29 @@ function checkToolChoice(choice: unknown): void {
   named(choice, "");
 }
 
+const isObject = (item: JsonValue | undefined): item is { [key: string]: JsonValue } => typeof item === "object" && item !== null && !Array.isArray(item);
+
+/**
+ * A log entry as it is sent. A response's output items are one array; one that an earlier release
+ * of this package committed holds an id-less `{ type: "message", role: "assistant", content: "…" }` right after a
+ * reasoning item, which the API refuses (`Item 'rs_…' of type 'reasoning' was provided without its
+ * required following item.`), and a failed turn commits nothing, so that conversation could never go
+ * on. Such a response is sent without its reasoning items, which the API discards after their turn
+ * anyway, and without its items' ids, which pair them with that reasoning; the stored log is not
+ * changed. Every other entry is sent as it was committed.
+ */
+function sendable(entry: JsonValue): JsonValue[] {
+  if (!Array.isArray(entry)) return [entry];
+  const isReasoning = (item: JsonValue | undefined) => isObject(item) && item["type"] === "reasoning";
+  const idlessMessage = (item: JsonValue | undefined) => isObject(item) && item["type"] === "message" && item["id"] === undefined && typeof item["content"] === "string";
+  if (!entry.some((item, i) => isReasoning(item) && idlessMessage(entry[i + 1]))) return entry;
+  return entry.filter((item) => !isReasoning(item)).map((item) => {
+    if (!isObject(item) || item["id"] === undefined) return item;
+    const { id: _id, ...rest } = item;
+    return rest;
+  });
+}
+
 /**
  * The Responses API as a `StreamProvider`. A function call is final at its
  * `response.output_item.done` (status completed), long before the response ends; only
@@ -198,7 +221,7 @@ class ResponsesStream implements StreamProvider<ResponsesTurnAccumulator, Stream
         ...params,
         ...(reset ? { tool_choice: followUpToolChoice(params.tool_choice!)! } : {}),
         model,
-        input: input.flatMap((entry) => (Array.isArray(entry) ? entry : [entry])) as unknown as OpenAI.Responses.ResponseInput,
+        input: input.flatMap(sendable) as unknown as OpenAI.Responses.ResponseInput,
         ...(tools.length > 0 ? { tools: tools.map(functionTool) } : {}),
         ...(instructions !== undefined ? { instructions } : {}),
         ...(maxOutputTokens !== undefined ? { max_output_tokens: maxOutputTokens } : {}),

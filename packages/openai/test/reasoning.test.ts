@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { MemoryConversationStore, type JsonValue, type TurnCommit } from "@dispatch-once/core";
 import { call, reasoning, respond, say, scriptFromPlans, startMockOpenAI, text, type Fault, type MockOpenAI } from "@dispatch-once/mock-openai";
 import { ResponsesTurnAccumulator } from "../src/index.js";
 import { PAY_ACME, closeDownstreams, providerPerTest, setup } from "./fixtures.js";
@@ -127,6 +128,45 @@ describe.each(MODES)("ConversationRunner: a reasoning model's text answers (%s)"
     // A re-send of the answered message reads the committed turn back: its text too.
     const again = await runner.send("conv-greet", { id: "m1", content: "greet, thinking" });
     expect(again.turns[0]!.text).toBe("Hello.");
+  });
+
+  /**
+   * The previous version committed a message as `{ type, role, content: "…" }` beside its reasoning
+   * item too: the API refuses that log's next request, and a failed turn commits nothing, so such a
+   * conversation could never go on. Its earlier responses are sent without their reasoning (the API
+   * discards an earlier turn's reasoning anyway) and without their items' ids, which name that
+   * reasoning; the stored log is not touched.
+   */
+  class PreviousVersionStore extends MemoryConversationStore {
+    override commitTurn(conversationId: string, commit: TurnCommit) {
+      const legacy = (items: JsonValue): JsonValue =>
+        Array.isArray(items)
+          ? items.map((item) => {
+              const m = item as { type?: string; role?: string; content?: { type: string; text?: string }[] };
+              return m.type === "message" && m.role === "assistant" && Array.isArray(m.content) ? { type: "message", role: "assistant", content: m.content.map((p) => p.text ?? "").join("") } : item;
+            })
+          : items;
+      return super.commitTurn(conversationId, { ...commit, assistant: legacy(commit.assistant) });
+    }
+  }
+
+  it("STREAM-15: a log the previous version committed (an id-less message beside its reasoning item) is sent without that response's reasoning and item ids: the next message is answered", async () => {
+    const store = new PreviousVersionStore();
+    const { runner, effects } = await setup(mock, { guarded: true, latencyMs: 5, store, ...(params === undefined ? {} : { runner: { params: params as never } }) });
+    const results = [];
+    for (const [i, content] of ["say then pay, thinking", "greet, thinking", "hello"].entries()) results.push(await runner.send("conv-previous", { id: `m${i + 1}`, content }));
+    expect(results.map((r) => r.status)).toEqual(["answered", "answered", "answered"]);
+    expect(effects()).toHaveLength(1);
+    const log = (await store.log("conv-previous")).flatMap((entry) => (Array.isArray(entry) ? entry : [entry])) as Item[];
+    // The stored log keeps what was committed: reasoning items beside id-less messages.
+    expect(log.filter((i) => i.type === "reasoning")).toHaveLength(3);
+    // The last request: every earlier response sent without its reasoning and its items' ids.
+    const last = mock.requests.at(-1)!;
+    const sent = (last.body as { input: Item[] }).input;
+    expect(sent.filter((i) => i.type === "reasoning")).toEqual([]);
+    expect(sent.filter((i) => i.id !== undefined)).toEqual([]);
+    expect(sent.map((i) => i.role ?? i.type)).toEqual(["user", "assistant", "function_call", "function_call_output", "assistant", "user", "assistant", "user"]);
+    expect(last.status).toBe(200);
   });
 
   for (const [content, order, said] of [
