@@ -29,6 +29,10 @@ export async function answer(client: Anthropic, conversationId: string, history:
     const runner = once.toolRunner(client, { model: "claude-sonnet-5-5", max_tokens: 1024, messages: history, stream: true }, { conversationId });
     try {
       const message = await runner.runUntilDone(); // a re-run's calls are answered from the ledger
+      // A call whose error a re-run can settle (its reply was lost after the payment went out:
+      // claim_released; in flight elsewhere; the ledger unreachable) reached the model as "it may
+      // have happened", and the loop went on: run it again for the same message, under the same key.
+      if (attempt < 3 && [...once.callsOf(runner).values()].some((call) => call.error?.retryable === "same_message")) continue;
       // A failed run may have paid in an iteration whose call this run's model did not make again
       // (it asked a question instead): the ledger still knows. Show these to the user too (ATR-12).
       const { calls: unanswered } = await once.unansweredCallsOf(runner);

@@ -130,6 +130,32 @@ describe("README", () => {
     }
   });
 
+  it("the tool runner example: a payment whose reply was lost (the tool threw after the payment went out) is run again under its key before the answer is returned, so the user is told it and a later message does not pay it again", async () => {
+    const args = { payee: "acme", amount: 100, currency: "EUR", memo: "May" };
+    const provider = await startMockProvider({ script: scriptFromPlans({ "pay acme": [turn(toolUse("send_payment", args))] }) });
+    // The payment goes out, then its reply is lost: the tool throws (recorded "unknown": the keyed
+    // write's claim is released for a re-run with the same key, claim_released).
+    const push = vi.spyOn(paid, "push").mockImplementationOnce((...items) => {
+      Array.prototype.push.apply(paid, items);
+      throw new Error("socket hang up");
+    });
+    try {
+      const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 });
+      const before = paid.length;
+      const { unanswered } = await answer(client, "conv-tool-runner-lost-reply", [{ role: "user", content: "pay acme" }]);
+      const keys = new Set(paid.slice(before).map((p) => p.key));
+      expect(keys.size).toBe(1); // one payment (a re-run sends the same key, which the payments API deduplicates)
+      // What the model was told last about the payment: its result, not "it may have happened".
+      const last = provider.requests.at(-1)!.body as { messages: Anthropic.Beta.Messages.BetaMessageParam[] };
+      const results = last.messages.flatMap((m) => (typeof m.content === "string" ? [] : m.content.filter((b) => b.type === "tool_result")));
+      expect(results.map((b) => ({ is_error: (b as { is_error?: boolean }).is_error === true, content: (b as { content?: unknown }).content }))).toEqual([{ is_error: false, content: JSON.stringify({ paymentId: `pay_${paid.length}` }) }]);
+      expect(unanswered).toEqual([]);
+    } finally {
+      push.mockRestore();
+      await provider.close();
+    }
+  });
+
   it("names only models the SDK knows and does not deprecate (it warns on every request otherwise)", () => {
     // The SDK's main entry is index.js at its root (its exports do not list package.json).
     const sdk = dirname(createRequire(import.meta.url).resolve("@anthropic-ai/sdk"));
