@@ -62,4 +62,5 @@ export {
   type DispatchOnceCallInfo,
   type OnceToolRunContext,
   type UnansweredCalls,
+  type UnansweredToolRunnerCall,
 } from "./tool-runner.js";

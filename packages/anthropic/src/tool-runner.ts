@@ -20,6 +20,7 @@ import {
   type EffectClass,
   type EffectKnowledge,
   type FailureDisposition,
+  type JsonValue,
   type Ledger,
   type Retryable,
   type ToolDefinition,
@@ -128,9 +129,16 @@ export interface OnceToolCall {
   error?: OnceToolCallError;
 }
 
+/**
+ * A call of the turn that the runner's answer does not answer (ATR-12), with the arguments its
+ * claim stored (`input`: the first claim's request, as the tool was run with it), so the app can
+ * tell the user which payment it was and not only that one happened.
+ */
+export type UnansweredToolRunnerCall = UnansweredCallRecord & { input?: JsonValue };
+
 /** What `unansweredCallsOf(runner)` found (ATR-12). */
 export type UnansweredCalls =
-  | { listed: true; calls: UnansweredCallRecord[] }
+  | { listed: true; calls: UnansweredToolRunnerCall[] }
   | { listed: false; reason: string; calls: [] };
 
 const OPTION_NAMES = ["tools", "effects", "ledger", "identity", "dispatcher", "providerTools"];
@@ -481,7 +489,7 @@ export class OnceToolRunner {
     const told = new Set(entry.dispatched);
     const messages = (runner as { params?: { messages?: unknown } }).params?.messages;
     if (Array.isArray(messages)) for (const key of this.toldIn(messages as MessageParam[], entry.turn, entry.turnIndex, entry.users)) told.add(key);
-    return { listed: true, calls: rows.filter((row) => !told.has(row.key)).map(turnRowEffect) };
+    return { listed: true, calls: rows.filter((row) => !told.has(row.key)).map((row) => ({ ...turnRowEffect(row), ...storedInputOf(row.request) })) };
   }
 
   /**
@@ -731,6 +739,16 @@ function refuseEagerRuns(params: object, field: string): void {
 
 function blocksOf(message: MessageParam): ToolUseLike[] {
   return typeof message.content === "string" ? [] : (message.content as ToolUseLike[]);
+}
+
+/** The arguments a row's claim stored (its request text), when they read back as JSON (ATR-12). */
+function storedInputOf(request: unknown): { input?: JsonValue } {
+  if (typeof request !== "string") return {};
+  try {
+    return { input: JSON.parse(request) as JsonValue };
+  } catch {
+    return {};
+  }
 }
 
 /**

@@ -147,7 +147,7 @@ describe("README", () => {
       expect(keys.size).toBe(1); // one payment (a re-run sends the same key, which the payments API deduplicates)
       // What the model was told last about the payment: its result, not "it may have happened".
       const last = provider.requests.at(-1)!.body as { messages: Anthropic.Beta.Messages.BetaMessageParam[] };
-      const results = last.messages.flatMap((m) => (typeof m.content === "string" ? [] : m.content.filter((b) => b.type === "tool_result")));
+      const results = last.messages.flatMap((m) => (typeof m.content === "string" || m.content === undefined ? [] : m.content.filter((b) => b.type === "tool_result")));
       expect(results.map((b) => ({ is_error: (b as { is_error?: boolean }).is_error === true, content: (b as { content?: unknown }).content }))).toEqual([{ is_error: false, content: JSON.stringify({ paymentId: `pay_${paid.length}` }) }]);
       expect(unanswered).toEqual([]);
     } finally {

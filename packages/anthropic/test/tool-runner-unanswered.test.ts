@@ -73,6 +73,15 @@ describe("ATR-12: the turn's effects that the re-run's answer does not answer", 
     expect(found.calls).toEqual([expect.objectContaining({ name: "send_payment", state: "completed", effect: "happened", result: expect.stringContaining(effects()[0]!.resourceId!) })]);
   });
 
+  it("a listed call carries the arguments its claim stored (`input`): the app can tell the user which payment it was, not only that a send_payment happened", async () => {
+    const p = await scripted([turn(toolUse("send_payment", PAY_ACME)), turn(say("Which account should I pay from?"))], [2]);
+    const { once, client, effects } = await app(p);
+    const { runner } = await answer(once, client, fromUser);
+    expect(effects()).toHaveLength(1);
+    const found = await once.unansweredCallsOf(runner);
+    expect(found.calls).toEqual([expect.objectContaining({ name: "send_payment", effect: "happened", input: PAY_ACME })]);
+  });
+
   it("control: the re-run's model pays again and is answered from the ledger: nothing is unanswered", async () => {
     const p = await scripted([turn(toolUse("send_payment", PAY_ACME)), turn(toolUse("send_payment", PAY_ACME))], [2]);
     const { once, client, effects } = await app(p);

@@ -81,7 +81,7 @@ export interface Told {
   status: "answered" | "failed";
   text: string;
   calls: ToldCall[];
-  unanswered: { listed: boolean; calls: { key: string; name: string; state: string; effect: string; result?: unknown }[] };
+  unanswered: { listed: boolean; calls: { key: string; name: string; state: string; effect: string; input?: unknown; result?: unknown }[] };
   attempts: number;
   error?: string;
 }
@@ -129,7 +129,7 @@ export async function handle(app: App, conversationId: string, messageId: string
       collect();
       if (process.env.APP_OLD_EXAMPLE !== "1" && attempt < 3 && [...app.once.callsOf(runner).values()].some((call) => call.error?.retryable === "same_message")) continue;
       const unanswered = await app.once.unansweredCallsOf(runner);
-      const told: Told = { status: "answered", text: textOf(message), calls, unanswered: { listed: unanswered.listed, calls: unanswered.calls.map((c) => ({ key: c.key, name: c.name, state: String(c.state), effect: c.effect, ...(c.result !== undefined ? { result: parse(c.result) } : {}) })) }, attempts: attempt };
+      const told: Told = { status: "answered", text: textOf(message), calls, unanswered: { listed: unanswered.listed, calls: unanswered.calls.map((c) => ({ key: c.key, name: c.name, state: String(c.state), effect: c.effect, ...("input" in c ? { input: c.input } : {}), ...(c.result !== undefined ? { result: parse(c.result) } : {}) })) }, attempts: attempt };
       const messages = [...runner.params.messages]; // the SDK appended the final reply (probe-final.txt)
       const now = load(conversationId);
       const notesNow = [...(now.notes ?? []), ...(process.env.APP_NOTE !== "system" ? [] : told.unanswered.calls).filter((c) => c.effect !== "not_happened").map((c) => `while answering message ${messageId}: ${c.name} ${c.effect}, result ${JSON.stringify(c.result ?? null)}`)];
