@@ -107,7 +107,7 @@ export async function handle(app: App, conversationId: string, messageId: string
   for (let attempt = 1; attempt <= 3; attempt++) {
     // APP_NOTE=system: the effects an answer did not tell (ATR-12) are given to the model of later messages.
     const notes = process.env.APP_NOTE === "system" ? (load(conversationId).notes ?? []) : [];
-    const runner = app.once.toolRunner(app.client, { model: "claude-sonnet-5-5", max_tokens: 1024, messages: base, stream: true, ...(notes.length > 0 ? { system: `Effects already made in this conversation:\n${notes.join("\n")}` } : {}), ...(process.env.MAX_ITERATIONS ? { max_iterations: Number(process.env.MAX_ITERATIONS) } : {}) }, { conversationId });
+    const runner = app.once.toolRunner(app.client, { model: "claude-sonnet-5-5", max_tokens: 1024, messages: base, stream: process.env.APP_STREAM !== "false", ...(notes.length > 0 ? { system: `Effects already made in this conversation:\n${notes.join("\n")}` } : {}), ...(process.env.MAX_ITERATIONS ? { max_iterations: Number(process.env.MAX_ITERATIONS) } : {}) }, { conversationId });
     const collect = () => {
       for (const [id, c] of app.once.callsOf(runner)) {
         if (calls.some((x) => x.toolUseId === id)) continue;

@@ -228,11 +228,28 @@ async function s7() {
   }
 }
 
+// 7d. The SDK's own retries: a 529 on iteration 2 (after the payment), which the SDK retries itself.
+// 7e. The non-streaming runner (stream: false): iteration 2's connection reset, the loop re-run.
+async function s7more() {
+  const c = "c7sdkretry";
+  let hit = 0;
+  plan = (req, info) => (isIteration2(req as never, c) && hit++ === 0 ? { kind: "status", status: 529, retryAfterMs: 10 } : undefined);
+  const r = await run(c, "m1", `pay acme 1200 ref ${c}`);
+  plan = () => undefined;
+  judge("7d a 529 on iteration 2, retried by the SDK itself", c, [r], 1, { ok: r.attempts === 1, note: `loop attempts ${r.attempts}` });
+  const d = "c7nostream";
+  let cut = 0;
+  plan = (req, info) => (!info.stream && isIteration2(req as never, d) && cut++ === 0 ? { kind: "reset", at: { event: 0 } } : undefined);
+  const n = await run(d, "m1", `pay acme 1200 ref ${d}`, { APP_STREAM: "false", APP_SDK_RETRIES: "0" });
+  plan = () => undefined;
+  judge("7e non-streaming runner, iteration 2's connection reset, loop re-run", d, [n], 1, { ok: n.attempts === 2, note: `loop attempts ${n.attempts}` });
+}
+
 const all: Record<string, () => Promise<void>> = {
   s1: async () => { await s1("end"); await s1("step"); },
   s2: async () => { await s2("end"); await s2("step"); },
   s3: async () => { await s3("end", { HISTORY: "end" }); await s3("step", { HISTORY: "step" }); await s3("endnote", { HISTORY: "end", APP_NOTE: "system" }); },
-  s4, s6, s7,
+  s4, s6, s7, s7more,
 };
 try {
   for (const [name, fn] of Object.entries(all)) if (!only || only === name) await fn().catch((e: unknown) => log(`FAIL ${name}: threw ${(e as Error).stack}`));
