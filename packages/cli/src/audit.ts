@@ -1,4 +1,4 @@
-import type { EffectClass, LedgerCapabilities, ToolRegistry } from "@dispatch-once/core";
+import { Dispatcher, MAX_LIST_LIMIT, MemoryLedger, type EffectClass, type Ledger, type LedgerCapabilities, type LedgerRow, type ToolRegistry } from "@dispatch-once/core";
 
 /** How one tool's effect is kept from happening twice, as `dispatch-once audit` reports it. */
 export interface ToolGuardReport {
@@ -16,13 +16,92 @@ export interface ToolGuardReport {
   identity: readonly string[] | "all arguments" | "n/a";
   /** Why the tool is risky, when it is; `audit --strict` exits 5 when any tool has one. */
   risk?: string;
+  /**
+   * With a ledger: how many of the tool's rows were checked, and how many its definition in the
+   * module no longer keys as the ledger holds them (IDENT-4: its identity or schema changed while
+   * rows made under the previous one are within retention), with a few of them.
+   */
+  rowsKeyedElsewhere?: RowKeyCheck;
+}
+
+/** The result of re-deriving the keys of one tool's ledger rows from the module's definition. */
+export interface RowKeyCheck {
+  checked: number;
+  mismatched: number;
+  /** Up to five rows whose key the definition does not derive again. */
+  examples: { key: string; conversationId: string; turnIndex: number; state: string; why: string }[];
+  /** True when the scan stopped at `maxRows` rows: more rows may be keyed under another definition. */
+  truncated: boolean;
+}
+
+/** The ordinals tried for a row (TURN-4: identical calls before it in one attempt); a row's own ordinal is not stored. */
+export const MAX_ORDINAL_TRIED = 64;
+/** The rows `auditTools` reads at most from a ledger, by default. */
+export const DEFAULT_MAX_AUDIT_ROWS = 10_000;
+
+/**
+ * Re-derive the key of every write row of the ledger (up to `maxRows`) from the registry's
+ * definition of its tool: the row's conversation, turn index and stored request, at ordinals 0 to
+ * MAX_ORDINAL_TRIED. A row whose key none of them gives was keyed under another definition of the
+ * tool (IDENT-4): a replay of its turn (a re-sent failed or stalled message) gets a new key, meets
+ * no row and runs the effect again. Rows of tools the registry does not define, rows without a
+ * conversation and turn (keys a caller derived itself), and tools that refuse differing requests
+ * (client-assigned keys, IDENT-6) are not checked.
+ */
+export async function checkRowKeys(registry: ToolRegistry, ledger: Ledger, maxRows: number = DEFAULT_MAX_AUDIT_ROWS): Promise<Map<string, RowKeyCheck>> {
+  const checks = new Map<string, RowKeyCheck>();
+  if (ledger.listRows === undefined) return checks;
+  // keyFor is pure (it validates, projects and hashes); a memory ledger keeps the dispatcher from touching the real one.
+  const dispatcher = new Dispatcher({ tools: registry, ledger: new MemoryLedger(), allowVolatileLedgerForUnkeyedWrites: true, logger: { warn: () => {} } });
+  let cursor: string | undefined;
+  let seen = 0;
+  let truncated = false;
+  do {
+    const page = await ledger.listRows({ limit: Math.min(MAX_LIST_LIMIT, maxRows - seen), ...(cursor !== undefined ? { cursor } : {}) });
+    for (const row of page.rows) {
+      seen += 1;
+      const why = keyedElsewhere(dispatcher, registry, row);
+      if (why === undefined) continue;
+      const check = checks.get(row.toolName) ?? { checked: 0, mismatched: 0, examples: [], truncated: false };
+      checks.set(row.toolName, check);
+      check.checked += 1;
+      if (why === "same") continue;
+      check.mismatched += 1;
+      if (check.examples.length < 5) check.examples.push({ key: row.key, conversationId: row.conversationId as string, turnIndex: row.turnIndex as number, state: row.state, why });
+    }
+    cursor = page.cursor;
+    if (cursor !== undefined && seen >= maxRows) truncated = true;
+  } while (cursor !== undefined && !truncated);
+  if (truncated) for (const check of checks.values()) check.truncated = true;
+  return checks;
+}
+
+/** undefined: not checked; "same": the definition derives the row's key; otherwise why it does not. */
+function keyedElsewhere(dispatcher: Dispatcher, registry: ToolRegistry, row: LedgerRow): string | undefined {
+  if (row.conversationId === undefined || row.turnIndex === undefined || !registry.has(row.toolName)) return undefined;
+  const tool = registry.get(row.toolName);
+  if (tool.effect === "read" || tool.onRequestDiffers === "refuse") return undefined;
+  let input: unknown;
+  try {
+    input = JSON.parse(row.request);
+  } catch {
+    return undefined;
+  }
+  try {
+    for (let ordinal = 0; ordinal <= MAX_ORDINAL_TRIED; ordinal++) {
+      if (dispatcher.keyFor({ name: row.toolName, input }, { conversationId: row.conversationId, turnIndex: row.turnIndex, ordinal }) === row.key) return "same";
+    }
+  } catch (error) {
+    return `its stored request is refused by the definition now: ${error instanceof Error ? error.message : String(error)}`;
+  }
+  return "the definition derives another key from its stored request (identity or schema changed)";
 }
 
 /**
  * Audit a registry: which tools can double-fire and how each is guarded. With the ledger's
  * capabilities, also whether the dispatcher would refuse a tool on that ledger (LEDGER-14).
  */
-export function auditTools(registry: ToolRegistry, capabilities?: LedgerCapabilities): ToolGuardReport[] {
+export function auditTools(registry: ToolRegistry, capabilities?: LedgerCapabilities, rowKeys?: Map<string, RowKeyCheck>): ToolGuardReport[] {
   const base = new Map(registry.audit().map((entry) => [entry.name, entry]));
   return registry.list().map((tool) => {
     const entry = base.get(tool.name);
@@ -56,6 +135,19 @@ export function auditTools(registry: ToolRegistry, capabilities?: LedgerCapabili
             "resolves it: add a reconcile probe, or use an API that takes an Idempotency-Key";
         }
         break;
+    }
+    const rows = rowKeys?.get(tool.name);
+    if (rows !== undefined) {
+      report.rowsKeyedElsewhere = rows;
+      if (rows.mismatched > 0) {
+        const risk =
+          `${rows.mismatched} of its ${rows.checked} ledger rows${rows.truncated ? " checked (the scan stopped early)" : ""} were keyed under another definition ` +
+          "(its identity or schema changed while they are within retention, IDENT-4): a re-sent failed or stalled message of their turns " +
+          "gets a new key and runs the effect again (a keyed downstream sees a new Idempotency-Key). Roll back, or give the changed tool a new name, " +
+          "until those rows are past retention; settle their messages first (turns --failed, turns --stalled). First rows: " +
+          rows.examples.map((e) => `${e.key} (${e.conversationId} turn ${e.turnIndex}, ${e.state})`).join(", ");
+        report.risk = report.risk === undefined ? risk : `${report.risk}; ${risk}`;
+      }
     }
     return report;
   });

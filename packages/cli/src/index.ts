@@ -12,7 +12,7 @@ export {
   type OpenedConversationStore,
 } from "./target.js";
 export { loadToolsModule } from "./tools-module.js";
-export { auditTools, type ToolGuardReport } from "./audit.js";
+export { auditTools, checkRowKeys, DEFAULT_MAX_AUDIT_ROWS, MAX_ORDINAL_TRIED, type RowKeyCheck, type ToolGuardReport } from "./audit.js";
 export { parseDuration } from "./duration.js";
 export type { CliIo, Command, CommandContext } from "./context.js";
 export {

@@ -49,6 +49,37 @@ describe("dispatch-once audit", () => {
     }
   });
 
+  it("with --ledger, flags a tool whose rows within retention were keyed under another identity (IDENT-4: a deploy changed it)", async () => {
+    const { Dispatcher } = await import("@dispatch-once/core");
+    const v1 = (await import(join(FIXTURES, "identity-v1.mjs"))) as { tools: import("@dispatch-once/core").ToolRegistry };
+    const sqlite = await sqliteBackend();
+    try {
+      // Two rows made by the running release: a completed payment, and the 2nd identical call of a turn (ordinal 1).
+      const dispatcher = new Dispatcher({ tools: v1.tools, ledger: sqlite.ledger });
+      const call = { name: "send_payment", input: { payee: "acme", amount: 1200, memo: "Invoice 1042" } };
+      await dispatcher.dispatch(call, { conversationId: "conv-deploy", turnIndex: 3 });
+      await dispatcher.dispatch(call, { conversationId: "conv-deploy", turnIndex: 3, ordinal: 1 });
+      // The same release's module finds every row's key again: nothing to flag.
+      const same = await runBin(["audit", join(FIXTURES, "identity-v1.mjs"), "--json", ...sqlite.args]);
+      expect(same.code, same.stderr).toBe(0);
+      const sameReports = JSON.parse(same.stdout) as ToolGuardReport[];
+      expect(sameReports.find((r) => r.name === "send_payment")?.risk).toBeUndefined();
+      expect(same.stderr).toBe("2 tools, 0 flagged\n");
+      // The deploy's module derives other keys for those rows' calls: a resumed turn would pay again.
+      const changed = await runBin(["audit", join(FIXTURES, "identity-v2.mjs"), "--strict", ...sqlite.args]);
+      expect(changed.code, changed.stderr).toBe(5);
+      expect(changed.stdout).toMatch(/^send_payment\s+keyed_write\s+possible\s+.*RISKY$/m);
+      expect(changed.stdout).toContain("RISKY send_payment: 2 of its 2 ledger rows were keyed under another definition");
+      expect(changed.stdout).toContain("conv-deploy");
+      const json = await runBin(["audit", join(FIXTURES, "identity-v2.mjs"), "--json", ...sqlite.args]);
+      const report = (JSON.parse(json.stdout) as ToolGuardReport[]).find((r) => r.name === "send_payment");
+      expect(report?.rowsKeyedElsewhere).toMatchObject({ checked: 2, mismatched: 2 });
+      expect(report?.rowsKeyedElsewhere?.examples[0]).toMatchObject({ conversationId: "conv-deploy", turnIndex: 3 });
+    } finally {
+      await sqlite.cleanup();
+    }
+  });
+
   it("a module without a registry, or that is missing, exits 2", async () => {
     const wrong = await runBin(["audit", join(FIXTURES, "not-tools.mjs")]);
     expect(wrong.code).toBe(2);

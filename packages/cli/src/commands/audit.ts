@@ -1,4 +1,4 @@
-import { auditTools } from "../audit.js";
+import { auditTools, checkRowKeys, DEFAULT_MAX_AUDIT_ROWS } from "../audit.js";
 import { LEDGER_HELP, LEDGER_OPTIONS, stringOption, type Command } from "../context.js";
 import { table } from "../format.js";
 import { loadToolsModule } from "../tools-module.js";
@@ -17,6 +17,11 @@ its effect class, whether a replayed turn could perform it twice, and what guard
   reconcile probe          a lost response can be checked downstream (RECON-1)
   volatile ledger refusal  the dispatcher refuses the tool on the --ledger given (LEDGER-14)
 Risky tools are flagged: an unkeyed_write without a reconcile probe, or one on a volatile ledger.
+With --ledger, each write row's key is also derived again from the module's definition of its tool
+(its conversation, turn and stored request; the first ${DEFAULT_MAX_AUDIT_ROWS} rows): a tool with rows
+it keys differently was changed (identity or schema, IDENT-4) while they are within retention, and
+is flagged: a re-sent message of their turns would run the effect again. Run it before a deploy,
+with the new release's module.
 
 Options:
       --strict   exit 5 when any tool is flagged
@@ -26,8 +31,9 @@ ${LEDGER_HELP}`,
   async run({ io, values, positionals, ledger }) {
     const registry = await loadToolsModule(positionals[0] as string, io.cwd);
     const hasLedger = stringOption(values, "ledger") !== undefined;
-    const capabilities = hasLedger ? (await ledger()).ledger.capabilities : undefined;
-    const reports = auditTools(registry, capabilities);
+    const opened = hasLedger ? (await ledger()).ledger : undefined;
+    const rowKeys = opened !== undefined ? await checkRowKeys(registry, opened) : undefined;
+    const reports = auditTools(registry, opened?.capabilities, rowKeys);
     const risky = reports.filter((r) => r.risk !== undefined);
     if (values["json"] === true) {
       io.stdout(`${JSON.stringify(reports)}\n`);
