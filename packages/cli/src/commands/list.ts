@@ -106,7 +106,9 @@ Examples:
     // holds no row at all, on stderr, so that an empty listing is never silently the wrong ledger.
     const nothingUnderPrefix =
       count === 0 && opened.target.kind === "redis" && (await store.listRows({ limit: 1 })).rows.length === 0
-        ? `no row at all under prefix ${JSON.stringify((store as { prefix?: string }).prefix ?? "")} on ${opened.display}: if your application writes its rows elsewhere, check --prefix (its ledger's prefix option; default "dispatch-once")\n`
+        ? `no row at all under prefix ${JSON.stringify((store as { prefix?: string }).prefix ?? "")} on ${opened.display}: if your application writes its rows elsewhere, check --prefix (its ledger's prefix option; default "dispatch-once"); ` +
+          `or the server lost them: a Redis ledger is volatile unless declared durable, and a restart or failover without an fsync'd AOF forgets every row ` +
+          `(check the server's uptime_in_seconds; what to do: the CLI README, "After a Redis restart")\n`
         : undefined;
     if (!json) {
       if (printed.length > 0) io.stdout(table(LIST_HEADER, printed));
