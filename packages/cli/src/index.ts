@@ -26,5 +26,6 @@ export {
   NothingSettledError,
   TooSoonError,
   FenceMovedError,
+  MismatchNotReleasableError,
   type CliErrorCode,
 } from "./errors/index.js";

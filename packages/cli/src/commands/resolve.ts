@@ -6,6 +6,7 @@ import { actorOf } from "../actor.js";
 import { parseCount } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
 import { TooSoonError } from "../errors/too-soon-error.js";
+import { MismatchNotReleasableError } from "../errors/mismatch-not-releasable-error.js";
 import { FenceMovedError } from "../errors/fence-moved-error.js";
 import { isDispatchOnceError, ResolutionRefusedError } from "@dispatch-once/core";
 import { DEFAULT_GRACE_MS, openForGrace } from "../grace.js";
@@ -13,6 +14,10 @@ import { parseDuration } from "../duration.js";
 import { UnsupportedOperationError } from "../errors/unsupported-operation-error.js";
 import { UsageError } from "../errors/usage-error.js";
 import { iso } from "../format.js";
+
+
+/** How the dispatcher begins the reason of a row it left unknown after request_mismatch (RECON-6). */
+const REQUEST_MISMATCH_REASON = "request_mismatch";
 
 /** The `name` of the stored error a `--failed` resolution writes; replays raise tool_failed with it. */
 export const RESOLVED_FAILURE_NAME = "OperatorResolvedFailure";
@@ -137,6 +142,10 @@ Example:
     // asserts the same absence for any write class (a keyed re-run is safe, a failed row is not: it
     // answers every replay with tool_failed even after the owner's late request lands), and a late
     // arrival cannot make --completed false, so only --completed goes without the wait.
+    // A row left unknown after request_mismatch (RECON-6): the downstream holds its key for another
+    // request, which may have happened; a release re-runs into the same refusal, or, once the
+    // downstream forgot the key, performs it again. Only --completed (or reconcile) settles it.
+    if (notPerformed && before.state === "unknown" && before.reason.startsWith(REQUEST_MISMATCH_REASON)) throw new MismatchNotReleasableError(key);
     const held = (notPerformed && before.effect === "unkeyed_write") || failed !== undefined;
     if (held && graceMs > 0) {
       const open = await openForGrace(store, before, graceMs);

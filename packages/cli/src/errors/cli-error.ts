@@ -10,7 +10,8 @@ export type CliErrorCode =
   | "tools_module"
   | "nothing_settled"
   | "too_soon"
-  | "fence_moved";
+  | "fence_moved"
+  | "mismatch_not_releasable";
 
 /** Shared by every copy of this package (ESM and CJS, two versions), unlike `instanceof`. */
 const CLI_ERROR_BRAND: unique symbol = Symbol.for("dispatch-once.cli-error") as never;

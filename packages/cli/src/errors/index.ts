@@ -8,3 +8,4 @@ export { ToolsModuleError } from "./tools-module-error.js";
 export { NothingSettledError } from "./nothing-settled-error.js";
 export { TooSoonError } from "./too-soon-error.js";
 export { FenceMovedError } from "./fence-moved-error.js";
+export { MismatchNotReleasableError } from "./mismatch-not-releasable-error.js";
