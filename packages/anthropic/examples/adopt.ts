@@ -1,5 +1,5 @@
 import Anthropic from "@anthropic-ai/sdk";
-import { Dispatcher, MemoryLedger, StoreUnavailableError, ToolRegistry, defineTool, type ConversationStore } from "@dispatch-once/core";
+import { Dispatcher, MemoryLedger, StoreUnavailableError, ToolRegistry, defineTool, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { ConversationRunner, MemoryConversationStore, TurnFailedError } from "@dispatch-once/anthropic";
 import { z } from "zod";
 
@@ -18,10 +18,10 @@ const tools = new ToolRegistry([
 ]);
 
 // store: SqliteConversationStore / PostgresConversationStore beside a durable ledger in production.
-export function createRunner(client: Anthropic, store: ConversationStore = new MemoryConversationStore()) {
+export function createRunner(client: Anthropic, store: ConversationStore = new MemoryConversationStore(), ledger: Ledger = new MemoryLedger()) {
   return new ConversationRunner({
     client, // new Anthropic() in production; its own retries stop once headers arrived
-    dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }), // a durable ledger in production
+    dispatcher: new Dispatcher({ tools, ledger }), // a durable ledger in production, one for every worker
     store,
     model: "claude-sonnet-5-5",
     tools: tools.providerSchemas(),
@@ -30,8 +30,12 @@ export function createRunner(client: Anthropic, store: ConversationStore = new M
 
 export async function handleUserMessage(runner: ConversationRunner, conversationId: string, messageId: string, text: string) {
   try {
-    const { turns } = await runner.send(conversationId, { id: messageId, content: text }); // messageId comes from the client
-    return turns.at(-1)?.text ?? "";
+    const { turns, records } = await runner.send(conversationId, { id: messageId, content: text }); // messageId comes from the client
+    // A turn that was resumed (its first holder died or paused) or retried may have had effects its
+    // committed answer does not mention (its model answered the re-run differently): the turn's
+    // records list them (RECORD-8). Tell them too.
+    const untold = (records ?? []).flatMap((r) => r.calls).map((c) => `${c.name}: ${c.effect.replace(/_/g, " ")}`);
+    return [turns.at(-1)?.text ?? "", ...untold].filter((line) => line !== "").join("\n");
   } catch (error) {
     // The store failed at the turn's end (PostgreSQL down after the payment ran): nothing was
     // committed, but the runner says what each call did (RECORD-9); the same message id completes it.

@@ -199,6 +199,43 @@ describe("README", () => {
     }
   });
 
+  it("RECORD-8 the adoption example tells the user a payment an earlier holder of the turn made that the committed answer does not", async () => {
+    // Worker A paid and paused before its commit, past its turn lease (a GC pause, a SIGSTOP);
+    // worker B resumed the turn (TURN-15) and its model answered with text only. The committed
+    // answer says nothing of the payment; the turn's record (RECORD-8) does, and the user must hear it.
+    let requests = 0;
+    const provider = await startMockProvider({
+      script: () =>
+        ++requests === 1
+          ? { content: [{ type: "tool_use", name: "send_payment", input: { payee: "resumed", amount: 70, currency: "EUR", memo: "x" } }] }
+          : { content: [{ type: "text", text: "I could not confirm the payment." }], stopReason: "end_turn" },
+    });
+    let now = 1_700_000_000_000;
+    const store = new MemoryConversationStore({ now: () => now });
+    const ledger = new MemoryLedger();
+    let reach!: () => void;
+    const reached = new Promise<void>((resolve) => (reach = resolve));
+    const never = () => {
+      reach();
+      return new Promise<never>(() => undefined);
+    };
+    const paused = Object.assign(Object.create(store) as MemoryConversationStore, { commitTurn: never, renewLease: never });
+    try {
+      const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 });
+      const before = payments.length;
+      void handleUserMessage(createRunner(client, paused, ledger), "conv-resumed", "msg-1", "pay resumed");
+      await reached;
+      expect(payments).toHaveLength(before + 1);
+      now += 10 * 60_000; // A's turn lease lapses while it is paused
+      const told = await handleUserMessage(createRunner(client, store, ledger), "conv-resumed", "msg-1", "pay resumed");
+      expect(told).toContain("I could not confirm the payment.");
+      expect(told).toContain("send_payment: happened");
+      expect(payments).toHaveLength(before + 1);
+    } finally {
+      await provider.close();
+    }
+  });
+
   it("RECORD-9 the adoption example tells the user a payment that happened when the store fails at the turn's end", async () => {
     // The store could not keep the turn's end after the payment ran (the OpenAI adoption trial's
     // PostgreSQL outage): store_unavailable carries what each call did, and the user must hear it.

@@ -1,5 +1,5 @@
 import OpenAI from "openai";
-import { Dispatcher, MemoryConversationStore, MemoryLedger, StoreUnavailableError, ToolError, ToolRegistry, defineTool, type ConversationStore } from "@dispatch-once/core";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, StoreUnavailableError, ToolError, ToolRegistry, defineTool, type ConversationStore, type Ledger } from "@dispatch-once/core";
 import { ConversationRunner, TurnFailedError } from "@dispatch-once/openai";
 import { z } from "zod";
 
@@ -20,10 +20,10 @@ const tools = new ToolRegistry([
 ]);
 
 // store: SqliteConversationStore / PostgresConversationStore beside a durable ledger in production.
-export function createRunner(client: OpenAI, store: ConversationStore = new MemoryConversationStore()) {
+export function createRunner(client: OpenAI, store: ConversationStore = new MemoryConversationStore(), ledger: Ledger = new MemoryLedger()) {
   return new ConversationRunner({
     client, // new OpenAI() in production
-    dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }), // a durable ledger in production
+    dispatcher: new Dispatcher({ tools, ledger }), // a durable ledger in production, one for every worker
     store,
     model: "gpt-5",
     tools: tools.providerSchemas(), // sent as function tools (strict: false)
@@ -32,10 +32,14 @@ export function createRunner(client: OpenAI, store: ConversationStore = new Memo
 
 export async function handleUserMessage(runner: ConversationRunner, conversationId: string, messageId: string, text: string) {
   try {
-    const { turns } = await runner.send(conversationId, { id: messageId, content: text }); // messageId comes from the client
+    const { turns, records } = await runner.send(conversationId, { id: messageId, content: text }); // messageId comes from the client
     // The model's words are not a receipt: say what each call did, as the ledger answered it.
     const calls = turns.flatMap((t) => t.calls.map((c) => (c.error !== undefined ? `${c.name} failed: ${c.error.message}` : `${c.name}: ${JSON.stringify(c.result)}`)));
-    return [turns.at(-1)?.text ?? "", ...calls].join("\n");
+    // A turn that was resumed (its first holder died or paused) or retried may have had effects its
+    // committed answer does not mention (its model answered the re-run differently): the turn's
+    // records list them (RECORD-8). Tell them too.
+    const untold = (records ?? []).flatMap((r) => r.calls).map((c) => `${c.name}: ${c.effect.replace(/_/g, " ")}`);
+    return [turns.at(-1)?.text ?? "", ...calls, ...untold].join("\n");
   } catch (error) {
     // The store failed at the turn's end (PostgreSQL down after the payment ran): nothing was
     // committed, but the runner says what each call did (RECORD-9); the same message id completes it.

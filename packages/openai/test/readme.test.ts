@@ -2,8 +2,8 @@ import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
-import { MemoryConversationStore, StoreUnavailableError } from "@dispatch-once/core";
-import { call, respond, scriptFromPlans, startMockOpenAI } from "@dispatch-once/mock-openai";
+import { MemoryConversationStore, MemoryLedger, StoreUnavailableError } from "@dispatch-once/core";
+import { call, respond, say, scriptFromPlans, startMockOpenAI } from "@dispatch-once/mock-openai";
 import { createRunner, handleUserMessage, payments } from "../examples/adopt.js";
 import { isPaymentRequest } from "./fixtures.js";
 
@@ -44,6 +44,39 @@ describe("README", () => {
       const refused = await handleUserMessage(runner, "conv-1", "msg-2", "pay acme a lot");
       expect(refused).toContain("send_payment failed: amount over the account's limit");
       expect(payments).toHaveLength(1);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  it("RECORD-8 the adoption example tells the user a payment an earlier holder of the turn made that the committed answer does not", async () => {
+    // Worker A paid and paused before its commit, past its turn lease; worker B resumed the turn
+    // (TURN-15) and its model answered with text only: the turn's record (RECORD-8) names the payment.
+    let requests = 0;
+    const provider = await startMockOpenAI({
+      script: () => (++requests === 1 ? respond(call("send_payment", { payee: "resumed", amount: 70, currency: "EUR", memo: "x" })) : say("I could not confirm the payment.")),
+    });
+    let now = 1_700_000_000_000;
+    const store = new MemoryConversationStore({ now: () => now });
+    const ledger = new MemoryLedger();
+    let reach!: () => void;
+    const reached = new Promise<void>((resolve) => (reach = resolve));
+    const never = () => {
+      reach();
+      return new Promise<never>(() => undefined);
+    };
+    const paused = Object.assign(Object.create(store) as MemoryConversationStore, { commitTurn: never, renewLease: never });
+    try {
+      const client = new OpenAI({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 });
+      const before = payments.length;
+      void handleUserMessage(createRunner(client, paused, ledger), "conv-resumed", "msg-1", "pay resumed");
+      await reached;
+      expect(payments).toHaveLength(before + 1);
+      now += 10 * 60_000; // A's turn lease lapses while it is paused
+      const told = await handleUserMessage(createRunner(client, store, ledger), "conv-resumed", "msg-1", "pay resumed");
+      expect(told).toContain("I could not confirm the payment.");
+      expect(told).toContain("send_payment: happened");
+      expect(payments).toHaveLength(before + 1);
     } finally {
       await provider.close();
     }
