@@ -9,6 +9,7 @@ export {
   type OnceExecutionOptions,
   type DispatchOnceCallInfo,
   type ClaimedDenial,
+  type UnansweredCall,
   type UnansweredCalls,
 } from "./once-tools.js";
 export { spliceGuard } from "./splice-guard.js";

@@ -10,6 +10,7 @@ import {
   LedgerUnavailableError,
   type DispatcherOptions,
   type EffectClass,
+  type JsonValue,
   type Ledger,
   type LedgerRow,
   type ToolDefinition,
@@ -171,9 +172,16 @@ export interface OnceTurn<TOOLS extends ToolSet> {
   unansweredCalls(): Promise<UnansweredCalls>;
 }
 
+/**
+ * A call of the turn the request's answer does not answer (AISDK-14), with the arguments its claim
+ * stored (`input`, as the tool ran with them), so the app can say which payment it was, not only
+ * that one happened.
+ */
+export type UnansweredCall = UnansweredCallRecord & { input?: JsonValue };
+
 /** What `unansweredCalls()` found (AISDK-14). */
 export type UnansweredCalls =
-  | { listed: true; calls: UnansweredCallRecord[] }
+  | { listed: true; calls: UnansweredCall[] }
   | { listed: false; reason: string; calls: [] };
 
 /** A call the request denies whose key the ledger holds as claimed: its effect may have happened (AISDK-12). */
@@ -637,7 +645,7 @@ export class OnceTools<TOOLS extends ToolSet> {
       if (rows === undefined) return { listed: false, reason: UNLISTED_REASON, calls: [] };
       const answered = this.answeredByHistory(history, starts, identityOf, { conversationId: context.conversationId, turnIndex: at }, base);
       for (const { key } of executedKeys) if (key !== undefined) answered.add(key);
-      return { listed: true, calls: rows.filter((row) => !RECORD_NAMES.has(row.toolName) && !answered.has(row.key)).map(turnRowEffect) };
+      return { listed: true, calls: rows.filter((row) => !RECORD_NAMES.has(row.toolName) && !answered.has(row.key)).map((row) => ({ ...turnRowEffect(row), ...storedInputOf(row.request) })) };
     };
     return {
       tools: tools as TOOLS,
@@ -840,4 +848,13 @@ function notPlaced(context: { conversationId: string; turnIndex: number }, messa
     `the ledger could not give user message ${messageId} its place at turn ${context.turnIndex} of conversation ${context.conversationId} (AISDK-17), so this request claimed and ran none of its calls; re-send the same message (${describeCause(cause)})`,
     { cause },
   );
+}
+
+/** The arguments a row's claim stored (its request text), when they read back as JSON (AISDK-14). */
+function storedInputOf(request: string): { input?: JsonValue } {
+  try {
+    return { input: JSON.parse(request) as JsonValue };
+  } catch {
+    return {};
+  }
 }

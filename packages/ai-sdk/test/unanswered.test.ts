@@ -80,6 +80,8 @@ describe("AISDK-14: the turn's effects that the kept answer does not answer", SL
     expect(unanswered.calls).toEqual([
       expect.objectContaining({ name: "create_invoice", state: "completed", effect: "happened", result: { invoice: payments.effects()[0]!.resourceId, amount: 12_500 } }),
     ]);
+    // Which invoice: the arguments its claim stored, so the user is told more than "create_invoice happened".
+    expect(unanswered.calls[0]).toMatchObject({ input: acme });
   });
 
   it("a response the provider ended at its output limit after a call that ran at its tool-call part (AISDK-8): its answer has no result for the call, so the request lists it", async () => {
