@@ -11,6 +11,7 @@ import { StreamedText } from "../examples/stream.js";
 import { answer, paid } from "../examples/tool-runner.js";
 import { errorTable, tableIn } from "../../core/scripts/error-table.js";
 import { ConversationRunner, type RunnerEvent } from "../src/index.js";
+import { pausedAtCommit } from "./fixtures.js";
 
 describe("README", () => {
   const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
@@ -213,13 +214,7 @@ describe("README", () => {
     let now = 1_700_000_000_000;
     const store = new MemoryConversationStore({ now: () => now });
     const ledger = new MemoryLedger();
-    let reach!: () => void;
-    const reached = new Promise<void>((resolve) => (reach = resolve));
-    const never = () => {
-      reach();
-      return new Promise<never>(() => undefined);
-    };
-    const paused = Object.assign(Object.create(store) as MemoryConversationStore, { commitTurn: never, renewLease: never });
+    const { store: paused, reached } = pausedAtCommit(store);
     try {
       const client = new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 });
       const before = payments.length;

@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { MemoryConversationStore, MemoryLedger, type ConversationStore } from "@dispatch-once/core";
+import { MemoryConversationStore, MemoryLedger } from "@dispatch-once/core";
 import { startMockProvider, type MockProvider } from "@dispatch-once/mock-provider";
 import type { ResumedTurnRecord, RunnerEvent } from "../src/index.js";
-import { PAY_ACME, closeDownstreams, setup } from "./fixtures.js";
+import { PAY_ACME, closeDownstreams, pausedAtCommit, setup } from "./fixtures.js";
 
 /**
  * RECORD-7's known gap through the real SDK, the mock provider and the mock payments API (proposed
@@ -17,17 +17,6 @@ afterEach(async () => {
   provider = undefined;
   await closeDownstreams();
 });
-
-/** The store as a paused worker sees it: commits and lease renewals never return. */
-function pausedAtCommit(store: ConversationStore): { store: ConversationStore; reached: Promise<void> } {
-  let reach!: () => void;
-  const reached = new Promise<void>((resolve) => (reach = resolve));
-  const never = () => {
-    reach();
-    return new Promise<never>(() => undefined);
-  };
-  return { store: Object.assign(Object.create(store) as ConversationStore, { commitTurn: never, renewLease: never }), reached };
-}
 
 describe("a resumed turn that commits without the earlier holder's payment (proposed RECORD-8)", () => {
   it("RECORD-8 A paid and paused before its commit; B's model answers with text and B commits: one payment, listed as happened beside the conversation", async () => {

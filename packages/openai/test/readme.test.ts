@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { MemoryConversationStore, MemoryLedger, StoreUnavailableError } from "@dispatch-once/core";
 import { call, respond, say, scriptFromPlans, startMockOpenAI } from "@dispatch-once/mock-openai";
 import { createRunner, handleUserMessage, payments } from "../examples/adopt.js";
-import { isPaymentRequest } from "./fixtures.js";
+import { isPaymentRequest, pausedAtCommit } from "./fixtures.js";
 
 describe("README", () => {
   const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");
@@ -59,13 +59,7 @@ describe("README", () => {
     let now = 1_700_000_000_000;
     const store = new MemoryConversationStore({ now: () => now });
     const ledger = new MemoryLedger();
-    let reach!: () => void;
-    const reached = new Promise<void>((resolve) => (reach = resolve));
-    const never = () => {
-      reach();
-      return new Promise<never>(() => undefined);
-    };
-    const paused = Object.assign(Object.create(store) as MemoryConversationStore, { commitTurn: never, renewLease: never });
+    const { store: paused, reached } = pausedAtCommit(store);
     try {
       const client = new OpenAI({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 });
       const before = payments.length;
