@@ -40,3 +40,9 @@ export declare function prng(seed: number): () => number;
  * one per instance).
  */
 export declare function asyncStoragesRunBy(f: () => Promise<void>): Promise<Set<import("node:async_hooks").AsyncLocalStorage<unknown>>>;
+
+/**
+ * A conversation store as a worker paused at its commit sees it (a GC pause, a SIGSTOP): `commitTurn`
+ * and `renewLease` never return; `reached` resolves once one of them was called.
+ */
+export declare function pausedAtCommit<S extends object>(store: S): { store: S; reached: Promise<void> };

@@ -105,3 +105,15 @@ export async function asyncStoragesRunBy(f) {
   }
   return seen;
 }
+
+// A worker paused at its commit (a GC pause, a SIGSTOP): its commits and lease renewals never
+// return; `reached` resolves once one was tried. The store's other methods are the store's own.
+export function pausedAtCommit(store) {
+  let reach;
+  const reached = new Promise((resolve) => (reach = resolve));
+  const never = () => {
+    reach();
+    return new Promise(() => undefined);
+  };
+  return { store: Object.assign(Object.create(store), { commitTurn: never, renewLease: never }), reached };
+}

@@ -16,7 +16,7 @@ import {
   type ToolDefinition,
   type DispatchOutcome,
 } from "@dispatch-once/core";
-import { loggerOption, turnRowEffect, turnRowsOf, UNLISTED_REASON, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
+import { loggerOption, turnRowEffect, turnRowInput, turnRowsOf, UNLISTED_REASON, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
 import type { UnansweredCallRecord } from "@dispatch-once/runner";
 import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolCallRepairFunction, type ToolExecutionOptions, type ToolSet } from "ai";
 import { z } from "zod";
@@ -645,7 +645,7 @@ export class OnceTools<TOOLS extends ToolSet> {
       if (rows === undefined) return { listed: false, reason: UNLISTED_REASON, calls: [] };
       const answered = this.answeredByHistory(history, starts, identityOf, { conversationId: context.conversationId, turnIndex: at }, base);
       for (const { key } of executedKeys) if (key !== undefined) answered.add(key);
-      return { listed: true, calls: rows.filter((row) => !RECORD_NAMES.has(row.toolName) && !answered.has(row.key)).map((row) => ({ ...turnRowEffect(row), ...storedInputOf(row.request) })) };
+      return { listed: true, calls: rows.filter((row) => !RECORD_NAMES.has(row.toolName) && !answered.has(row.key)).map((row) => ({ ...turnRowEffect(row), ...turnRowInput(row) })) };
     };
     return {
       tools: tools as TOOLS,
@@ -850,11 +850,3 @@ function notPlaced(context: { conversationId: string; turnIndex: number }, messa
   );
 }
 
-/** The arguments a row's claim stored (its request text), when they read back as JSON (AISDK-14). */
-function storedInputOf(request: string): { input?: JsonValue } {
-  try {
-    return { input: JSON.parse(request) as JsonValue };
-  } catch {
-    return {};
-  }
-}

@@ -27,7 +27,7 @@ import {
 } from "@dispatch-once/core";
 import { checkProviderRunParams, checkProviderTool, checkProviderToolsPolicy, type ProviderToolsPolicy } from "./provider-tools.js";
 import { checkKnownOptions, type UnansweredCallRecord } from "@dispatch-once/runner";
-import { turnRowEffect, turnRowsOf, UNLISTED_REASON } from "@dispatch-once/core/internal";
+import { turnRowEffect, turnRowInput, turnRowsOf, UNLISTED_REASON } from "@dispatch-once/core/internal";
 import { z } from "zod";
 
 /** What a wrapped tool's `run` finds in its context besides the SDK's own (read it with `dispatchOnceOf`). */
@@ -489,7 +489,7 @@ export class OnceToolRunner {
     const told = new Set(entry.dispatched);
     const messages = (runner as { params?: { messages?: unknown } }).params?.messages;
     if (Array.isArray(messages)) for (const key of this.toldIn(messages as MessageParam[], entry.turn, entry.turnIndex, entry.users)) told.add(key);
-    return { listed: true, calls: rows.filter((row) => !told.has(row.key)).map((row) => ({ ...turnRowEffect(row), ...storedInputOf(row.request) })) };
+    return { listed: true, calls: rows.filter((row) => !told.has(row.key)).map((row) => ({ ...turnRowEffect(row), ...turnRowInput(row) })) };
   }
 
   /**
@@ -741,15 +741,6 @@ function blocksOf(message: MessageParam): ToolUseLike[] {
   return typeof message.content === "string" ? [] : (message.content as ToolUseLike[]);
 }
 
-/** The arguments a row's claim stored (its request text), when they read back as JSON (ATR-12). */
-function storedInputOf(request: unknown): { input?: JsonValue } {
-  if (typeof request !== "string") return {};
-  try {
-    return { input: JSON.parse(request) as JsonValue };
-  } catch {
-    return {};
-  }
-}
 
 /**
  * A user message that the user said, not one of the loop's tool_result messages: one whose

@@ -11,7 +11,7 @@ import { StreamedText } from "../examples/stream.js";
 import { answer, paid } from "../examples/tool-runner.js";
 import { errorTable, tableIn } from "../../core/scripts/error-table.js";
 import { ConversationRunner, type RunnerEvent } from "../src/index.js";
-import { pausedAtCommit } from "./fixtures.js";
+import { pausedAtCommit } from "@dispatch-once/test-processes";
 
 describe("README", () => {
   const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");

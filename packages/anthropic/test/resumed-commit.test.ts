@@ -2,7 +2,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import { MemoryConversationStore, MemoryLedger } from "@dispatch-once/core";
 import { startMockProvider, type MockProvider } from "@dispatch-once/mock-provider";
 import type { ResumedTurnRecord, RunnerEvent } from "../src/index.js";
-import { PAY_ACME, closeDownstreams, pausedAtCommit, setup } from "./fixtures.js";
+import { pausedAtCommit } from "@dispatch-once/test-processes";
+import { PAY_ACME, closeDownstreams, setup } from "./fixtures.js";
 
 /**
  * RECORD-7's known gap through the real SDK, the mock provider and the mock payments API (proposed

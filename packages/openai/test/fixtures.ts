@@ -244,14 +244,3 @@ export function checkCutGates(): void {
   const failures = gateFailures.splice(0);
   if (failures.length > 0) throw new Error(`a cut gate did not see its dispatch resolve: ${failures.join("; ")}`);
 }
-
-/** The store as a paused worker sees it (a GC pause, a SIGSTOP): commits and lease renewals never return; `reached` once one was tried. */
-export function pausedAtCommit<S extends ConversationStore>(store: S): { store: S; reached: Promise<void> } {
-  let reach!: () => void;
-  const reached = new Promise<void>((resolve) => (reach = resolve));
-  const never = () => {
-    reach();
-    return new Promise<never>(() => undefined);
-  };
-  return { store: Object.assign(Object.create(store) as S, { commitTurn: never, renewLease: never }), reached };
-}

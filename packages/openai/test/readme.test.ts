@@ -5,7 +5,8 @@ import { describe, expect, it } from "vitest";
 import { MemoryConversationStore, MemoryLedger, StoreUnavailableError } from "@dispatch-once/core";
 import { call, respond, say, scriptFromPlans, startMockOpenAI } from "@dispatch-once/mock-openai";
 import { createRunner, handleUserMessage, payments } from "../examples/adopt.js";
-import { isPaymentRequest, pausedAtCommit } from "./fixtures.js";
+import { pausedAtCommit } from "@dispatch-once/test-processes";
+import { isPaymentRequest } from "./fixtures.js";
 
 describe("README", () => {
   const readme = readFileSync(join(__dirname, "..", "README.md"), "utf8");

@@ -48,7 +48,7 @@ export { MAX_TIMER_MS, unknownOptionName, unknownOptionMessage, type OptionNames
 export { DeadlineError, withDeadline, type Deadline } from "./deadline.js";
 // A turn's ledger rows and what each says of its effect: the runner's committed-turn record and
 // the AI SDK, tool-runner and MCP listings of a turn's unanswered calls read them the same way.
-export { turnRowsOf, turnRowEffect, UNLISTED_REASON, type TurnRowEffect } from "./turn-rows.js";
+export { turnRowsOf, turnRowEffect, turnRowInput, UNLISTED_REASON, type TurnRowEffect } from "./turn-rows.js";
 // One timer per distinct bound for many pending operations (the dispatcher's run timeouts, the
 // Redis ledger's command bound): a setTimeout made and cleared per operation costs more.
 export { RunDeadline, RunDeadlines } from "../run-deadlines.js";

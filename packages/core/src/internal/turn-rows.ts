@@ -25,6 +25,18 @@ export interface TurnRowEffect {
   error?: StoredError;
 }
 
+/**
+ * The arguments a row's claim stored (its request text, as the tool ran with them), for a listing
+ * that tells the user which call it was (AISDK-14, ATR-12); nothing when the text is not JSON.
+ */
+export function turnRowInput(row: LedgerRow): { input?: JsonValue } {
+  try {
+    return { input: JSON.parse(row.request) as JsonValue };
+  } catch {
+    return {};
+  }
+}
+
 /** What a row claimed at a turn index by an earlier run of the turn says of its effect (RECORD-8). */
 export function turnRowEffect(row: LedgerRow): TurnRowEffect {
   const base = { key: row.key, name: row.toolName, state: row.state };
