@@ -44,10 +44,18 @@ function carrying(now: () => number, deny: boolean): ConversationStore {
   const failures = new Map<string, FailedTurnRecord[]>();
   /** Per conversation and fence: when the holder began the turn (every attempt of this send began later). */
   const begun = new Map<string, number>();
+  /** Per conversation: the millisecond of its latest failed-turn record. */
+  const lastFailureAt = new Map<string, number>();
   return storeWith(inner, {
     beginTurn: async (conversationId, fence) => {
       const key = `${conversationId}\n${fence}`;
-      if (!begun.has(key)) begun.set(key, Date.now());
+      if (!begun.has(key)) {
+        // A holder that begins in the millisecond an earlier send's record was written could not
+        // be told apart from it by the clock (the records', the effect log's): the plant would
+        // then carry nothing. Begin in the next millisecond, as any real re-send does.
+        while (Date.now() <= (lastFailureAt.get(conversationId) ?? -1)) await new Promise((resolve) => setTimeout(resolve, 1));
+        begun.set(key, Date.now());
+      }
       return inner.beginTurn(conversationId, fence);
     },
     failMessage: async (conversationId, fence, messageId, failure) => {
@@ -79,6 +87,7 @@ function carrying(now: () => number, deny: boolean): ConversationStore {
       }
       await inner.failMessage(conversationId, fence, messageId, failure as JsonValue);
       failures.set(id, [...(failures.get(id) ?? []), structuredClone(record)]);
+      if (typeof record?.at === "string") lastFailureAt.set(conversationId, Math.max(lastFailureAt.get(conversationId) ?? -1, Date.parse(record.at)));
     },
   });
 }
@@ -157,7 +166,8 @@ describe.each(RUNNER_PROVIDERS)("record entries of earlier sends and kept copies
       conversationStore: carryingStore(true),
     }).catch((e: unknown) => e);
     // The bug was planted (the oracle of before passed all 300 runs with it, on both sides).
-    expect(planted.carried).toBeGreaterThan(0);
+    // When the plant never fired, say what the search ended with instead.
+    expect(planted.carried, `the plant never fired; the search ended with: ${String((error as Error | undefined)?.message ?? error).slice(0, 2000)}`).toBeGreaterThan(0);
     const message = expectReadable(error, 5);
     // The carried entry is judged against its own send's attempt (another send than the record's),
     // which completed the call: the earlier send's run, or the one before it that it replayed, made
