@@ -34,17 +34,22 @@ export async function handleUserMessage(runner: ConversationRunner, conversation
     // A turn that was resumed (its first holder died or paused) or retried may have had effects its
     // committed answer does not mention (its model answered the re-run differently): the turn's
     // records list them (RECORD-8). Tell them too.
-    const untold = (records ?? []).flatMap((r) => r.calls).map((c) => `${c.name}: ${c.effect.replace(/_/g, " ")}`);
+    const untold = (records ?? []).flatMap((r) => r.calls).map(told);
     return [turns.at(-1)?.text ?? "", ...untold].filter((line) => line !== "").join("\n");
   } catch (error) {
     // The store failed at the turn's end (PostgreSQL down after the payment ran): nothing was
     // committed, but the runner says what each call did (RECORD-9); the same message id completes it.
     if (StoreUnavailableError.isInstance(error) && error.effects !== undefined) {
-      return error.effects.map((e) => `${e.name}: ${e.effect.replace(/_/g, " ")}; its confirmation was not saved, send the same message again`).join("\n");
+      return error.effects.map((e) => `${told(e)}; its confirmation was not saved, send the same message again`).join("\n");
     }
     if (!TurnFailedError.isInstance(error)) throw error; // by brand and code: any copy of the package
     // Nothing was written to the conversation. Tell the user what happened to each effect, in
     // every attempt, and let them re-send the SAME message id (record.retryable says it can help).
-    return error.record.effects.map((e) => `${e.name}: ${e.effect.replace(/_/g, " ")}`).join("\n") || "connection lost; please retry";
+    return error.record.effects.map(told).join("\n") || "connection lost; please retry";
   }
+}
+
+/** One effect as the user reads it: which call, with its arguments (the request that ran), and what is known. */
+function told(e: { name: string; effect: string; input?: unknown }): string {
+  return `${e.name}: ${e.effect.replace(/_/g, " ")}${e.input !== undefined ? ` ${JSON.stringify(e.input)}` : ""}`;
 }

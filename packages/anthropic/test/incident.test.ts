@@ -113,7 +113,7 @@ describe("the chapter's incident over the real SDK", () => {
       expect.objectContaining({ attempt: 1, status: "completed", effect: "happened", replayed: false, result: paid }),
       expect.objectContaining({ attempt: 2, status: "completed", effect: "happened", replayed: true, result: paid }),
     ]);
-    expect(error.record.effects).toEqual([{ key: error.record.calls[0]!.key, name: "send_payment", effect: "happened" }]);
+    expect(error.record.effects).toEqual([{ key: error.record.calls[0]!.key, name: "send_payment", effect: "happened", input: expect.objectContaining({ payee: "acme", amount: 125000 }) }]);
     expect(effects()).toHaveLength(1);
     expect(await store.log("conv-ran")).toHaveLength(0);
   });

@@ -185,7 +185,8 @@ describe("README", () => {
       const warn = vi.spyOn(console, "warn");
       const runner = createRunner(new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }));
       const failed = await handleUserMessage(runner, "conv-1", "msg-1", "pay acme");
-      expect(failed).toBe("send_payment: happened");
+      // Which payment, with the arguments that ran (the first attempt's memo, not a replay's re-wording).
+      expect(failed).toBe('send_payment: happened {"payee":"acme","memo":"May","amount":100,"currency":"EUR"}');
       expect(payments).toHaveLength(1);
 
       // The user re-sends the same message: the turn now completes from the ledger.
@@ -225,6 +226,7 @@ describe("README", () => {
       const told = await handleUserMessage(createRunner(client, store, ledger), "conv-resumed", "msg-1", "pay resumed");
       expect(told).toContain("I could not confirm the payment.");
       expect(told).toContain("send_payment: happened");
+      expect(told).toContain('"payee":"resumed"');
       expect(payments).toHaveLength(before + 1);
     } finally {
       await provider.close();
@@ -251,7 +253,7 @@ describe("README", () => {
       const runner = createRunner(new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }), new FailingOnce());
       const before = payments.length;
       const told = await handleUserMessage(runner, "conv-store-down", "msg-1", "pay the trial");
-      expect(told).toBe("send_payment: happened; its confirmation was not saved, send the same message again");
+      expect(told).toBe('send_payment: happened {"amount":300,"currency":"EUR","memo":"x","payee":"trial"}; its confirmation was not saved, send the same message again');
       expect(payments).toHaveLength(before + 1);
       // The re-send of the same message id completes the turn from the ledger: no second payment.
       await handleUserMessage(runner, "conv-store-down", "msg-1", "pay the trial");

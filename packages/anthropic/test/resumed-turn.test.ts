@@ -76,7 +76,7 @@ describe("a resumed turn speaks for the earlier holder too (proposed TURN-15, RE
 
     // What B told the user about the payment's key must hold now that A paid under it.
     const about = record.effects.find((e) => e.key === payment!.idempotencyKey);
-    expect(about, JSON.stringify(record.effects)).toEqual({ key: payment!.idempotencyKey, name: "send_payment", effect: "may_have_happened" });
+    expect(about, JSON.stringify(record.effects)).toEqual({ key: payment!.idempotencyKey, name: "send_payment", effect: "may_have_happened", input: expect.objectContaining({ payee: "acme", amount: 125000 }) });
     expect(record.effects.map((e) => e.effect)).not.toContain("not_happened");
     expect(record.calls.map((c) => c.effect)).not.toContain("not_happened");
     // And it says why: an earlier holder may have run this turn's calls, listed here or not.
@@ -133,7 +133,7 @@ describe("a resumed turn speaks for the earlier holder too (proposed TURN-15, RE
     expect(effects()).toHaveLength(1);
     const [payment] = effects();
     expect(m2.record.resumed).toBe(true);
-    expect(m2.record.effects).toEqual([{ key: payment!.idempotencyKey, name: "send_payment", effect: "may_have_happened" }]);
+    expect(m2.record.effects).toEqual([{ key: payment!.idempotencyKey, name: "send_payment", effect: "may_have_happened", input: expect.objectContaining({ payee: "acme", amount: 125000 }) }]);
     expect(m2.record.calls.map((c) => c.effect)).not.toContain("not_happened");
   });
 

@@ -66,7 +66,7 @@ describe("re-runs send the first request (LEDGER-21, EFFECT-6)", () => {
       [1, "completed", "happened"],
       [2, "outcome_unknown", "may_have_happened"],
     ]);
-    expect(record.effects).toEqual([{ key: record.calls[0]!.key, name: "send_payment", effect: "happened" }]);
+    expect(record.effects).toEqual([{ key: record.calls[0]!.key, name: "send_payment", effect: "happened", input: expect.objectContaining({ payee: "acme", amount: 125000 }) }]);
     expect(record.retryable).toBe(false);
     expect(record.calls.some((c) => c.status === "failed")).toBe(false);
   });
@@ -113,7 +113,7 @@ describe("truthful results and records (DISPATCH-7, LEDGER-10, RECORD-5)", () =>
     expect(error.record.attempts).toBe(3);
     expect(effects()).toHaveLength(1);
     expect(error.record.calls).toEqual([expect.objectContaining({ attempt: 1, status: "completed", effect: "happened" })]);
-    expect(error.record.effects).toEqual([{ key: error.record.calls[0]!.key, name: "send_payment", effect: "happened" }]);
+    expect(error.record.effects).toEqual([{ key: error.record.calls[0]!.key, name: "send_payment", effect: "happened", input: expect.objectContaining({ payee: "acme", amount: 125000 }) }]);
     expect(error.record.retryable).toBe(true);
   });
 

@@ -34,7 +34,8 @@ describe("README", () => {
       provider.setFaultPlan((request) => (isPaymentRequest(request) && JSON.stringify(request.input).includes('"pay acme"') && ++cuts <= 3 ? { kind: "reset", at: { beforeCompleted: true } } : undefined));
       const runner = createRunner(new OpenAI({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }));
       const failed = await handleUserMessage(runner, "conv-1", "msg-1", "pay acme");
-      expect(failed).toBe("send_payment: happened");
+      // Which payment, with the arguments that ran (the first attempt's memo, not a replay's re-wording).
+      expect(failed).toBe('send_payment: happened {"payee":"acme","currency":"EUR","amount":100,"memo":"May"}');
       expect(payments).toHaveLength(1);
 
       // The user re-sends the same message: the turn now completes from the ledger.
@@ -71,6 +72,7 @@ describe("README", () => {
       const told = await handleUserMessage(createRunner(client, store, ledger), "conv-resumed", "msg-1", "pay resumed");
       expect(told).toContain("I could not confirm the payment.");
       expect(told).toContain("send_payment: happened");
+      expect(told).toContain('"payee":"resumed"');
       expect(payments).toHaveLength(before + 1);
     } finally {
       await provider.close();
@@ -98,7 +100,7 @@ describe("README", () => {
       const runner = createRunner(new OpenAI({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }), new FailingOnce());
       const before = payments.length;
       const told = await handleUserMessage(runner, "conv-store-down", "msg-1", "pay acme from the trial");
-      expect(told).toBe("send_payment: happened; its confirmation was not saved, send the same message again");
+      expect(told).toBe('send_payment: happened {"amount":300,"payee":"trial","currency":"EUR","memo":"x"}; its confirmation was not saved, send the same message again');
       expect(payments).toHaveLength(before + 1);
       // The re-send of the same message id completes the turn from the ledger: no second payment.
       expect(await handleUserMessage(runner, "conv-store-down", "msg-1", "pay acme from the trial")).toContain(`pay_${before + 1}`);

@@ -121,7 +121,7 @@ describe("ConversationRunner over the real openai SDK (Responses streaming) agai
       expect.objectContaining({ attempt: 1, status: "completed", effect: "happened", replayed: false, result: paid }),
       expect.objectContaining({ attempt: 2, status: "completed", effect: "happened", replayed: true, result: paid }),
     ]);
-    expect(error.record.effects).toEqual([{ key: error.record.calls[0]!.key, name: "send_payment", effect: "happened" }]);
+    expect(error.record.effects).toEqual([{ key: error.record.calls[0]!.key, name: "send_payment", effect: "happened", input: expect.objectContaining({ payee: "acme" }) }]);
     expect(effects()).toHaveLength(1);
     expect(await store.log("conv-ran")).toEqual([]);
     // A re-send of the same id reopens it (TURN-12: no later message was bound) and this send runs

@@ -10,6 +10,7 @@ export {
   turnRowsOf,
   readFailedTurnRecord,
   UNLISTED_REASON,
+  MAX_RECORDED_INPUT_DEPTH,
   type CallRecord,
   type CallStatus,
   type EffectStatus,
@@ -19,6 +20,7 @@ export {
   type SupersededAttemptRecord,
   type ResumedTurnRecord,
   type UnansweredCallRecord,
+  type TurnEffect,
   type ConversationRecord,
 } from "./record.js";
 export { defaultRetryPolicy, isFinalStop, type AttemptFailure, type RetryPolicy } from "./retry.js";

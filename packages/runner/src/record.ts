@@ -1,5 +1,5 @@
-import { turnRowEffect, turnRowsOf, UNLISTED_REASON } from "@dispatch-once/core/internal";
-import { effectOf, isDispatchOnceError, type JsonValue, type LedgerRow, type RowState, type StoredError } from "@dispatch-once/core";
+import { turnRowEffect, turnRowInput, turnRowsOf, UNLISTED_REASON } from "@dispatch-once/core/internal";
+import { MAX_CANONICAL_DEPTH, effectOf, isDispatchOnceError, type JsonValue, type LedgerRow, type RowState, type StoredError } from "@dispatch-once/core";
 import type { FailurePosition } from "./phases.js";
 
 /** What happened to one call of one attempt (spec RECORD-2). */
@@ -48,6 +48,13 @@ export interface CallRecord {
    * character) is given as U+FFFD, so that a store can keep the record.
    */
   partialArguments?: string;
+  /**
+   * The call's arguments, parsed, once the stream delivered them whole (absent for a call cut
+   * while they streamed, which has `partialArguments`, or whose text was not JSON): a record that
+   * says "pay: happened" must say which payment. A lone UTF-16 half in a string (a JSON escape
+   * the model wrote) is given as U+FFFD, so that a store can keep the record (TURN-18).
+   */
+  input?: JsonValue;
   key?: string;
   ordinal?: number;
   replayed?: boolean;
@@ -55,6 +62,15 @@ export interface CallRecord {
   /** The request `result` belongs to, when it is not this call's arguments (IDENT-3; as CallReport's). */
   storedRequest?: JsonValue;
   error?: StoredError;
+}
+
+/** One effect a failed turn's record tells of: per key, the strongest word of every attempt. */
+export interface TurnEffect {
+  key: string;
+  name: string;
+  effect: EffectStatus;
+  /** The call's arguments: the request stored under the key when a replay re-worded it (IDENT-3). */
+  input?: JsonValue;
 }
 
 /** @deprecated Use CallRecord. */
@@ -83,8 +99,12 @@ export interface FailedTurnRecord {
   error: StoredError;
   /** Every call of every attempt, in order. */
   calls: CallRecord[];
-  /** Per key, what is known about each effect the turn asked for (the strongest word across attempts). */
-  effects: { key: string; name: string; effect: EffectStatus }[];
+  /**
+   * Per key, what is known about each effect the turn asked for (the strongest word across
+   * attempts), with the request that ran or would run under the key (`input`: the stored request
+   * when a replay re-worded it, IDENT-3; absent in records written before the field).
+   */
+  effects: TurnEffect[];
   /** True when re-sending the same message id may complete the turn (nothing is left unknown). */
   retryable: boolean;
   /**
@@ -155,6 +175,11 @@ export interface UnansweredCallRecord {
   result?: JsonValue;
   /** The stored error of a failed row. */
   error?: StoredError;
+  /**
+   * The call's arguments: the request the row's claim stored, or, for a call known only from this
+   * runner's attempts, the request that ran under its key. Absent in records written before the field.
+   */
+  input?: JsonValue;
 }
 
 /**
@@ -196,8 +221,41 @@ export type ConversationRecord = FailedTurnRecord | SupersededAttemptRecord | Re
 
 /** What a row of a resumed turn says of its effect (RECORD-8): core's reading, shared with every listing of a turn's rows. */
 export function unansweredCall(row: LedgerRow): UnansweredCallRecord {
-  return turnRowEffect(row);
+  const { input } = turnRowInput(row);
+  const recorded = recordableInput(input);
+  return { ...turnRowEffect(row), ...(recorded !== undefined ? { input: recorded } : {}) };
 }
+
+/** The request that ran (or would run) under a call's key: the stored one when a replay re-worded it (IDENT-3). */
+function requestOf(call: CallRecord): { input?: JsonValue } {
+  const input = call.storedRequest ?? call.input;
+  return input !== undefined ? { input } : {};
+}
+
+/**
+ * Arguments as a record can keep them (TURN-18), or undefined when it cannot: strings (member
+ * names too) with each lone UTF-16 half as U+FFFD (a parsed argument can hold one: the model
+ * wrote `\ud83e` alone), and nothing nested deeper than MAX_RECORDED_INPUT_DEPTH (a record sits
+ * a few levels above its calls' arguments, and a store refuses JSON nested deeper than
+ * MAX_CANONICAL_DEPTH). A record the store refused would tell the turn's effects nowhere
+ * (RECORD-7), so arguments it cannot keep are left out, never the record.
+ */
+export function recordableInput(value: unknown, depth = 0): JsonValue | undefined {
+  if (typeof value === "string") return value.toWellFormed();
+  if (value === null || typeof value !== "object") return value as JsonValue;
+  if (depth >= MAX_RECORDED_INPUT_DEPTH) return undefined;
+  const entries = Array.isArray(value) ? value.map((member, i) => [String(i), member] as const) : Object.entries(value);
+  const kept: [string, JsonValue][] = [];
+  for (const [name, member] of entries) {
+    const recorded = recordableInput(member, depth + 1);
+    if (recorded === undefined) return undefined;
+    kept.push([name.toWellFormed(), recorded]);
+  }
+  return Array.isArray(value) ? kept.map(([, member]) => member) : Object.fromEntries(kept);
+}
+
+/** How deep a call's arguments may nest and still be kept in a record (below the store's MAX_CANONICAL_DEPTH). */
+export const MAX_RECORDED_INPUT_DEPTH = MAX_CANONICAL_DEPTH - 16;
 
 const RANK: Record<EffectStatus, number> = { none: 0, not_happened: 1, may_have_happened: 2, happened: 3 };
 
@@ -224,6 +282,7 @@ export function unansweredOwnCall(call: CallRecord): UnansweredCallRecord | unde
     summary: said,
     ...(call.result !== undefined ? { result: call.result } : {}),
     ...(call.error !== undefined ? { error: call.error } : {}),
+    ...requestOf(call),
   };
 }
 
@@ -238,7 +297,8 @@ export function mergeUnanswered(rows: readonly UnansweredCallRecord[], own: read
   for (const call of own) {
     const row = byKey.get(call.key);
     if (row === undefined) byKey.set(call.key, call);
-    else if (RANK[call.effect] > RANK[row.effect]) byKey.set(call.key, { ...call, ...(row.state !== undefined ? { state: row.state } : {}) });
+    // The row's stored request is what ran under the key: it stays the entry's arguments.
+    else if (RANK[call.effect] > RANK[row.effect]) byKey.set(call.key, { ...call, ...(row.state !== undefined ? { state: row.state } : {}), ...(row.input !== undefined ? { input: row.input } : {}) });
     else if (row.attempt === undefined) byKey.set(call.key, { ...row, ...(call.attempt !== undefined ? { attempt: call.attempt } : {}), ...(call.status !== undefined ? { status: call.status } : {}) });
   }
   return [...byKey.values()];
@@ -246,12 +306,17 @@ export function mergeUnanswered(rows: readonly UnansweredCallRecord[], own: read
 
 /** Per key, the strongest statement any attempt established (a completed replay beats "may have"). */
 export function summarizeEffects(calls: readonly CallRecord[]): FailedTurnRecord["effects"] {
-  const byKey = new Map<string, { key: string; name: string; effect: EffectStatus }>();
+  const byKey = new Map<string, TurnEffect>();
   for (const call of calls) {
     if (call.key === undefined || call.effect === "none") continue;
     const known = byKey.get(call.key);
     if (known === undefined || RANK[call.effect] > RANK[known.effect]) {
-      byKey.set(call.key, { key: call.key, name: call.name, effect: call.effect });
+      // Every attempt ran one request under a key; the first that says which is kept.
+      const request = known?.input !== undefined ? { input: known.input } : requestOf(call);
+      byKey.set(call.key, { key: call.key, name: call.name, effect: call.effect, ...request });
+    } else if (known.input === undefined) {
+      const request = requestOf(call);
+      if (request.input !== undefined) byKey.set(call.key, { ...known, ...request });
     }
   }
   return [...byKey.values()];

@@ -48,6 +48,7 @@ import {
   summarizeEffects,
   unansweredCall,
   unansweredOwnCall,
+  recordableInput,
   turnRowsOf,
   type CallRecord,
   type FailedTurnRecord,
@@ -1275,7 +1276,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       // A provider's text is not checked for well-formed Unicode: a lone UTF-16 half in a call's
       // id or name would make the record one no store can keep (TURN-18), and the turn's effects
       // would be told nowhere (RECORD-7).
-      const base = { attempt, index: call.index, callId: call.callId.toWellFormed(), name: call.name.toWellFormed() };
+      const input = call.phase !== "abandoned" ? recordableInput(call.input) : undefined;
+      const base = { attempt, index: call.index, callId: call.callId.toWellFormed(), name: call.name.toWellFormed(), ...(input !== undefined ? { input } : {}) };
       const resolution = resolutions.get(call.index);
       if (call.phase === "abandoned" || resolution === undefined) {
         // A cut between two deltas that split a character's UTF-16 pair leaves a lone half, which
@@ -1685,7 +1687,7 @@ function canonicalText(value: unknown): string | undefined {
  * (TURN-7); the store's own error is its cause. Nothing to tell (no call had a key) leaves it as it was.
  */
 function unstoredTurn(error: Error, known: FailedTurnRecord["effects"]): Error {
-  const effects = known.flatMap((e): UnstoredEffect[] => (e.effect === "none" ? [] : [{ key: e.key, name: e.name, effect: e.effect }]));
+  const effects = known.flatMap((e): UnstoredEffect[] => (e.effect === "none" ? [] : [{ key: e.key, name: e.name, effect: e.effect, ...(e.input !== undefined ? { input: e.input } : {}) }]));
   if (effects.length === 0) return error;
   return new StoreUnavailableError(`${error.message}; the turn's end was not stored, and its calls' effects are known: ${effects.map((e) => `${e.name} ${e.effect}`).join(", ")} (re-send the same message id to complete it)`, { cause: error, effects });
 }

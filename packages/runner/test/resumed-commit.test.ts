@@ -95,7 +95,8 @@ async function resumedCommitAnswersWithText(ledger: Ledger) {
     turnIndex: paid.turnIndex,
     resumed: true,
     listed: true,
-    calls: [{ key: paid.key, name: "pay", state: "completed", effect: "happened", result: { n: 1 } }],
+    // The arguments the row's claim stored: the user is told which payment (RECORD-8).
+    calls: [{ key: paid.key, name: "pay", state: "completed", effect: "happened", result: { n: 1 }, input: { to: "acme", memo: "from A" } }],
   };
   const stored = resumedRecords(await shared.store.records(CONV));
   expect(stored).toEqual([expect.objectContaining({ ...expected, calls: [expect.objectContaining(expected.calls[0])] })]);

@@ -38,7 +38,7 @@ describe("a turn that commits after more than one attempt of the same runner (pr
         messageId: "m1",
         turnIndex: 0,
         resumed: false,
-        calls: [expect.objectContaining({ key: paidKey, name: "pay", attempt: 1, status: "completed", effect: "happened", result: { n: 1 } })],
+        calls: [expect.objectContaining({ key: paidKey, name: "pay", attempt: 1, status: "completed", effect: "happened", result: { n: 1 }, input: { to: "acme", memo: "first" } })],
       }),
     ]);
     expect(result.records).toEqual(stored);

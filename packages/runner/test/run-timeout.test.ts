@@ -44,7 +44,7 @@ describe("DISPATCH-18 through the runner: a tool run that never returns does not
     expect(record.calls[0]!.error).toMatchObject({ code: "in_flight_elsewhere", message: expect.stringContaining("did not settle within 200 ms (runTimeoutMs)") as string });
     expect(record.calls[0]!.summary).toBe("its run did not settle within 200 ms (runTimeoutMs) and was signalled to stop; it may still complete, and a retry with the same key settles it");
     expect(record.calls[1]!.summary).toBe("still running in another attempt");
-    expect(record.effects).toEqual([{ key: record.calls[0]!.key, name: "pay", effect: "may_have_happened" }]);
+    expect(record.effects).toEqual([{ key: record.calls[0]!.key, name: "pay", effect: "may_have_happened", input: { to: "acme", memo: "rent" } }]);
     expect(record.retryable).toBe(true);
     expect(held).toBe(1);
     expect(w.performed).toEqual([]);
@@ -76,7 +76,7 @@ describe("DISPATCH-18 through the runner: a tool run that never returns does not
     const error = await w.runner.send("conv-run-timeout-fail", { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TurnFailedError);
     const record = (error as TurnFailedError).record;
-    expect(record.effects).toEqual([{ key: record.calls[0]!.key, name: "pay", effect: "may_have_happened" }]);
+    expect(record.effects).toEqual([{ key: record.calls[0]!.key, name: "pay", effect: "may_have_happened", input: { to: "acme", memo: "rent" } }]);
     downstream.open();
     await eventually(async () => (await w.dispatcher.ledger.lookup(record.calls[0]!.key!))?.state === "failed", "the late failure recorded");
     const result = await w.runner.send("conv-run-timeout-fail", { id: "m1", content: "pay acme" });

@@ -43,7 +43,7 @@ describe("a turn's end the store could not keep tells what happened (RECORD-9, T
     const error = await first.runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
     expect(StoreUnavailableError.isInstance(error), String(error)).toBe(true);
     const unstored = error as StoreUnavailableError;
-    expect(unstored.effects).toEqual([{ key: expect.stringMatching(/^[A-Za-z0-9_-]+$/), name: "pay", effect: "happened" }]);
+    expect(unstored.effects).toEqual([{ key: expect.stringMatching(/^[A-Za-z0-9_-]+$/), name: "pay", effect: "happened", input: { to: "acme", memo: "rent" } }]);
     expect(unstored.cause).toBeInstanceOf(StoreUnavailableError);
     // Still a store_unavailable: the message is in progress, so a re-send is what completes it.
     expect([effectOf(error), retryableOf(error)]).toEqual(["possibly", "same_message"]);
@@ -68,7 +68,7 @@ describe("a turn's end the store could not keep tells what happened (RECORD-9, T
     const error = await world(script, false, { store, ledger, performed }).runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
     expect(StoreUnavailableError.isInstance(error), String(error)).toBe(true);
     expect(TurnFailedError.isInstance(error)).toBe(false);
-    expect((error as StoreUnavailableError).effects).toEqual([{ key: expect.any(String), name: "pay", effect: "happened" }]);
+    expect((error as StoreUnavailableError).effects).toEqual([{ key: expect.any(String), name: "pay", effect: "happened", input: { to: "acme", memo: "rent" } }]);
     expect(performed).toHaveLength(1);
 
     heal();
@@ -89,7 +89,7 @@ describe("a turn's end the store could not keep tells what happened (RECORD-9, T
       (input.at(-1) as { role?: string }).role === "user" ? [...payCall("c", "rent"), { t: "end" as const }] : [{ t: "text" as const, index: 0, text: "Paid." }, { t: "end" as const }];
     const error = await world(script, false, { store, performed }).runner.send(CONV, { id: "m1", content: "pay acme" }).catch((e: unknown) => e);
     expect(StoreUnavailableError.isInstance(error), String(error)).toBe(true);
-    expect((error as StoreUnavailableError).effects).toEqual([{ key: expect.any(String), name: "pay", effect: "happened" }]);
+    expect((error as StoreUnavailableError).effects).toEqual([{ key: expect.any(String), name: "pay", effect: "happened", input: { to: "acme", memo: "rent" } }]);
     expect(performed).toHaveLength(1);
   });
 

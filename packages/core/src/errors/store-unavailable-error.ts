@@ -1,4 +1,5 @@
 import { DispatchOnceError } from "./dispatch-once-error.js";
+import type { JsonValue } from "../canonical.js";
 
 /**
  * What a runner knew of one effect of a turn whose end the conversation store could not keep
@@ -9,6 +10,8 @@ export interface UnstoredEffect {
   key: string;
   name: string;
   effect: "happened" | "not_happened" | "may_have_happened";
+  /** The call's arguments (the request stored under its key when a replay re-worded it, IDENT-3), when known. */
+  input?: JsonValue;
 }
 
 /** The conversation store could not be reached or refused the operation. */

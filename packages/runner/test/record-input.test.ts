@@ -1,0 +1,73 @@
+import { describe, expect, it } from "vitest";
+import { TurnFailedError } from "../src/index.js";
+import { MAX_RECORDED_INPUT_DEPTH, recordableInput } from "../src/record.js";
+import { payCall, world, type ToyEvent } from "./toy.js";
+
+/*
+ * A record that says "pay: happened" does not say which payment: a turn that paid two payees, or
+ * a user who asked for several, cannot be told which one to check (RECORD-2, RECORD-8). Each
+ * dispatched call's record, and each effect a failed-turn record lists, carries the arguments:
+ * for the effect, the request that ran (IDENT-3's stored request when a replay re-worded it).
+ */
+const twoPayments = (n: number): (ToyEvent | "cut")[] => [
+  ...payCall(`c0-${n}`, `memo ${n}`),
+  { t: "call", index: 1, id: `c1-${n}`, name: "pay" },
+  { t: "args", index: 1, json: '{"to":"bob","memo":"rent"}' },
+  { t: "done", index: 1 },
+  "cut",
+];
+
+describe("the arguments of each call a record tells of (RECORD-2, RECORD-8)", () => {
+  it("RECORD-2 a failed turn's record gives each dispatched call's arguments, and each effect the request that ran (the first attempt's memo, not a re-worded one)", async () => {
+    const { runner, performed, store } = world(twoPayments, true);
+    const error = (await runner.send("conv-input", { id: "m1", content: "pay acme and bob" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(error), String(error)).toBe(true);
+    expect(performed).toEqual([
+      { to: "acme", memo: "memo 1" },
+      { to: "bob", memo: "rent" },
+    ]);
+    const attempt2 = error.record.calls.filter((c) => c.attempt === 2);
+    expect(attempt2.map((c) => [c.index, c.input, c.storedRequest])).toEqual([
+      [0, { to: "acme", memo: "memo 2" }, { to: "acme", memo: "memo 1" }],
+      [1, { to: "bob", memo: "rent" }, undefined],
+    ]);
+    expect(error.record.effects.map((e) => [e.name, e.effect, e.input])).toEqual([
+      ["pay", "happened", { to: "acme", memo: "memo 1" }],
+      ["pay", "happened", { to: "bob", memo: "rent" }],
+    ]);
+    expect(await store.records("conv-input")).toEqual([expect.objectContaining({ kind: "failed_turn", effects: error.record.effects })]);
+  });
+
+  it("RECORD-2 a call cut while its arguments streamed has no arguments, only the partial text", async () => {
+    const { runner } = world(() => [{ t: "call", index: 0, id: "c", name: "pay" }, { t: "args", index: 0, json: '{"to":"ac' }, "cut"]);
+    const error = (await runner.send("conv-partial", { id: "m1", content: "pay" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(error.record.calls.map((c) => [c.status, "input" in c, c.partialArguments])).toEqual(Array(3).fill(["not_run", false, '{"to":"ac']));
+  });
+
+  it("TURN-18 arguments holding a lone UTF-16 half (a JSON escape the model wrote) are recorded with U+FFFD: the store keeps the record of the refused call", async () => {
+    const { runner, performed, store } = world((n) => [{ t: "call", index: 0, id: `c-${n}`, name: "pay" }, { t: "args", index: 0, json: '{"to":"acme","memo":"x\\ud83e"}' }, { t: "done", index: 0 }, "cut"]);
+    const error = (await runner.send("conv-lone-input", { id: "m1", content: "pay" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(error), String(error)).toBe(true);
+    expect(performed).toEqual([]);
+    expect(error.record.calls.map((c) => [c.status, c.input])).toEqual(Array(3).fill(["rejected", { to: "acme", memo: "x\ufffd" }]));
+    expect(await store.records("conv-lone-input")).toEqual([expect.objectContaining({ kind: "failed_turn", calls: error.record.calls })]);
+  });
+
+  it("TURN-18 arguments nested deeper than a store keeps (a 1,000-deep argument, refused by KEY-6) are left out of the record, which is kept", async () => {
+    const deep = `${'{"a":'.repeat(1000)}1${"}".repeat(1000)}`;
+    const { runner, performed, store } = world((n) => [{ t: "call", index: 0, id: `c-${n}`, name: "pay" }, { t: "args", index: 0, json: deep }, { t: "done", index: 0 }, "cut"]);
+    const error = (await runner.send("conv-deep-input", { id: "m1", content: "pay" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(error), String(error)).toBe(true);
+    expect(performed).toEqual([]);
+    expect(error.record.calls.map((c) => [c.status, "input" in c])).toEqual(Array(3).fill(["rejected", false]));
+    expect(await store.records("conv-deep-input")).toEqual([expect.objectContaining({ kind: "failed_turn", calls: error.record.calls })]);
+  });
+
+  it("TURN-18 arguments nested as deep as a record can keep are kept whole", async () => {
+    const depth = MAX_RECORDED_INPUT_DEPTH;
+    const value = JSON.parse(`${'{"a":'.repeat(depth)}1${"}".repeat(depth)}`) as unknown;
+    expect(recordableInput(value)).toEqual(value);
+    expect(recordableInput({ to: "acme", deeper: value })).toBeUndefined();
+    expect(recordableInput(["x\udc00", { "k\ud800": [1, null, true] }])).toEqual(["x\ufffd", { "k\ufffd": [1, null, true] }]);
+  });
+});
