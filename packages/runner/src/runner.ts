@@ -33,6 +33,7 @@ import {
   type UnstoredEffect,
 } from "@dispatch-once/core";
 import { MAX_LEASE_MS, MAX_TIMER_MS, checkLeaseOwner, loggerOption, sameJsonData } from "@dispatch-once/core/internal";
+import { afterTurn, carryingDispatcher, matchCarried, withRecord, type CarriedCall } from "./carry.js";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 import { MessageIdReusedError } from "./errors/message-id-reused.js";
 import { StreamIncompleteError } from "./errors/stream-incomplete.js";
@@ -215,6 +216,12 @@ export interface CallReport {
    */
   storedRequest?: JsonValue;
   error?: StoredError;
+  /**
+   * Set when the call was answered from a call an earlier turn of the same message left
+   * unanswered (TURN-23): the turn index whose key it carries. The model had not seen that
+   * call's effect (a re-run of that turn answered without it), and made the call again.
+   */
+  carriedFromTurn?: number;
 }
 
 export interface TurnOutcome {
@@ -259,7 +266,7 @@ export interface SendResult {
   records?: ResumedTurnRecord[];
 }
 
-type Resolution = { ok: true; outcome: DispatchOutcome } | { ok: false; error: unknown };
+type Resolution = { ok: true; outcome: DispatchOutcome; carriedFromTurn?: number } | { ok: false; error: unknown };
 
 type TurnResult =
   | { kind: "committed"; outcome: TurnOutcome; answers: boolean }
@@ -578,12 +585,10 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         // turns produced here are reported as produced.
         const readBack = fromStore || !answeredHere || !producedEvery(produced, current.turnIndex);
         const mine = new Map(produced.map((t) => [t.turnIndex, t]));
-        const turns = readBack
-          ? await Promise.all((await store.turnsOf(conversationId, message.id)).map(async (t) => mine.get(t.turnIndex) ?? (await this.storedTurnOutcome(conversationId, t))))
-          : produced;
         const records = readBack
           ? (await store.records(conversationId)).filter((r): r is ResumedTurnRecord & JsonValue => isResumedTurnRecordOf(r, message.id))
           : produced.flatMap((t) => (t.record !== undefined ? [t.record] : []));
+        const turns = readBack ? await this.readBackTurns(conversationId, await store.turnsOf(conversationId, message.id), records, mine) : produced;
         return {
           conversationId,
           messageId: message.id,
@@ -689,6 +694,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     let failed = false;
     let answered = false;
     const ours = () => ({ turns, failed, answered });
+    // Per message: the calls its committed turns left unanswered (TURN-23).
+    const carried = new Map<string, CarriedCall[]>();
     try {
       while (!lost) {
         let snapshot: TurnSnapshot | undefined;
@@ -723,7 +730,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           }
           continue;
         }
-        const result = await this.runTurn(snapshot, fence);
+        const carry = carried.get(snapshot.message.id) ?? (await this.carriedBefore(snapshot));
+        const result = await this.runTurn(snapshot, fence, carry);
+        if (result.kind === "committed") carried.set(snapshot.message.id, carriedAfter(carry, result.outcome));
         if (result.kind === "superseded") return ours();
         if (result.kind === "failed") {
           if (isOurs) {
@@ -1013,7 +1022,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   }
 
   /** One model response at the snapshot's turn index, retried per the policy. */
-  private async runTurn(snapshot: TurnSnapshot, fence: number): Promise<TurnResult> {
+  private async runTurn(snapshot: TurnSnapshot, fence: number, carry: readonly CarriedCall[] = []): Promise<TurnResult> {
     const { store } = this.options;
     const { conversationId, turnIndex } = snapshot;
     const messageId = snapshot.message.id;
@@ -1022,7 +1031,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     let attempt = 0;
     for (;;) {
       attempt++;
-      const run = await this.attempt(snapshot, attempt);
+      const run = await this.attempt(snapshot, attempt, carry);
       const records = this.callRecords(run.accumulator, run.resolutions, attempt, resumedTurn(snapshot));
       calls.push(...records);
       if (run.failure === undefined) {
@@ -1098,6 +1107,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   private async attempt(
     snapshot: TurnSnapshot,
     attempt: number,
+    carry: readonly CarriedCall[] = [],
   ): Promise<{ accumulator: A; resolutions: Map<number, Resolution>; failure?: AttemptFailure }> {
     const { dispatcher } = this.options;
     const { provider } = this;
@@ -1107,6 +1117,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const resolutions = new Map<number, Resolution>();
     // TURN-15: in a resumed turn a not-performed failure cannot say the call did not happen.
     const turn = dispatcher.turn({ conversationId, turnIndex, resumed: resumedTurn(snapshot) });
+    // TURN-23: the carried calls this attempt's calls took, each once (each attempt anew).
+    const carrying = carry.length > 0 ? { carry, taken: new Set<string>() } : undefined;
     const dispatches: Promise<void>[] = [];
     let failure: AttemptFailure | undefined;
     this.emit({ type: "attempt_started", ...info, messageId: snapshot.message.id });
@@ -1129,7 +1141,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         const step = provider.apply(accumulator, next.value);
         if (step.textDelta !== undefined) this.emit({ type: "text_delta", ...info, index: step.textDelta.index, text: step.textDelta.text });
         // Dispatch the moment the arguments are final, as latency-minded handlers do (STREAM-4).
-        if (step.complete !== undefined) dispatches.push(this.dispatchCall(turn, step.complete, resolutions, info));
+        if (step.complete !== undefined) dispatches.push(this.dispatchCall(turn, step.complete, resolutions, info, carrying));
       }
       drained = true;
       if (!provider.finished(accumulator)) {
@@ -1183,6 +1195,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     call: CallState,
     resolutions: Map<number, Resolution>,
     info: { conversationId: string; turnIndex: number; attempt: number },
+    carrying?: { carry: readonly CarriedCall[]; taken: Set<string> },
   ): Promise<void> {
     this.emit({ type: "call_complete", ...info, callId: call.callId, name: call.name, index: call.index });
     call.phase = "dispatched";
@@ -1190,8 +1203,17 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     if (call.inputError !== undefined) {
       resolution = { ok: false, error: new InvalidArgumentsJsonError(call.name, call.inputError) };
     } else {
+      const toolCall: ToolCall = { name: call.name, input: call.input, callId: call.callId };
+      // Decided before any await, as the turn's ordinals are: the same calls take the same carried calls in every attempt.
+      const direct = carrying !== undefined ? carryingDispatcher(this.options.dispatcher) : undefined;
+      const match = direct !== undefined && carrying !== undefined ? matchCarried(direct, info.conversationId, toolCall, carrying.carry, carrying.taken) : undefined;
+      if (match !== undefined) carrying?.taken.add(match.carried.key);
       try {
-        resolution = { ok: true, outcome: await turn.dispatch({ name: call.name, input: call.input, callId: call.callId }) };
+        resolution =
+          match !== undefined && direct !== undefined
+            ? // TURN-23: under the earlier turn's key; `resumed`: that row's claimant was an earlier run.
+              { ok: true, outcome: await direct.dispatch(toolCall, { conversationId: info.conversationId, turnIndex: match.carried.turnIndex, ordinal: match.ordinal, resumed: true }), carriedFromTurn: match.carried.turnIndex }
+            : { ok: true, outcome: await turn.dispatch(toolCall) };
       } catch (error) {
         resolution = { ok: false, error };
       }
@@ -1233,6 +1255,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         const { outcome } = resolution;
         const report: CallReport = { callId: call.callId, name: call.name, key: outcome.key, ordinal: outcome.ordinal, replayed: outcome.replayed, result: outcome.result };
         if (outcome.storedRequest !== undefined) report.storedRequest = outcome.storedRequest;
+        if (resolution.carriedFromTurn !== undefined) report.carriedFromTurn = resolution.carriedFromTurn;
         calls.push(report);
         answers.push({ call, answer: { ok: true, resultJson: outcome.resultJson } });
       } else {
@@ -1437,9 +1460,56 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   }
 
   /** A committed turn read back from the store (TURN-7): its text and its calls' results. */
-  private async storedTurnOutcome(conversationId: string, turn: StoredTurn): Promise<TurnOutcome> {
-    const view = this.provider.readTurn(turn);
-    const calls = this.storedCallReports(conversationId, turn.turnIndex, view.calls);
+  /**
+   * A message's committed turns read back (TURN-7), those this send produced as produced. A call
+   * answered from a call an earlier turn left unanswered (TURN-23) is found again as it was
+   * dispatched: the same records, the same calls in the same order, the same matching.
+   */
+  private async readBackTurns(conversationId: string, stored: readonly StoredTurn[], records: readonly ResumedTurnRecord[], mine: ReadonlyMap<number, TurnOutcome>): Promise<TurnOutcome[]> {
+    const direct = records.length > 0 ? carryingDispatcher(this.options.dispatcher) : undefined;
+    let carry: CarriedCall[] = [];
+    const turns: TurnOutcome[] = [];
+    for (const turn of stored) {
+      const view = this.provider.readTurn(turn);
+      let matches: ({ carried: CarriedCall; ordinal: number } | undefined)[] = [];
+      if (direct !== undefined && carry.length > 0) ({ carry, matches } = afterTurn(direct, conversationId, carry, view.calls));
+      turns.push(mine.get(turn.turnIndex) ?? (await this.storedTurnOutcome(conversationId, turn, view, matches)));
+      for (const record of records) if (record.turnIndex === turn.turnIndex) carry = withRecord(carry, record);
+    }
+    return turns;
+  }
+
+  /**
+   * TURN-23 for a holder that takes a message up after some of its turns were committed (its
+   * first holder died or lost the lease between two turns): the calls those turns left unanswered,
+   * from the records kept beside the conversation and the committed turns since. Nothing for a
+   * message's first turn, or with a dispatcher that cannot key a call at another turn.
+   */
+  private async carriedBefore(snapshot: TurnSnapshot): Promise<CarriedCall[]> {
+    const first = snapshot.message.turnIndex ?? snapshot.turnIndex;
+    const direct = carryingDispatcher(this.options.dispatcher);
+    if (snapshot.turnIndex <= first || direct === undefined) return [];
+    const { store } = this.options;
+    const { conversationId } = snapshot;
+    const messageId = snapshot.message.id;
+    const [all, stored] = await Promise.all([store.records(conversationId), store.turnsOf(conversationId, messageId)]);
+    const records = all.filter((r): r is ResumedTurnRecord & JsonValue => isResumedTurnRecordOf(r, messageId));
+    let carry: CarriedCall[] = [];
+    for (const turn of stored) {
+      if (turn.turnIndex >= snapshot.turnIndex) break;
+      if (carry.length > 0) carry = afterTurn(direct, conversationId, carry, this.provider.readTurn(turn).calls).carry;
+      for (const record of records) if (record.turnIndex === turn.turnIndex) carry = withRecord(carry, record);
+    }
+    return carry;
+  }
+
+  private async storedTurnOutcome(
+    conversationId: string,
+    turn: StoredTurn,
+    view: StoredTurnView = this.provider.readTurn(turn),
+    matches: readonly ({ carried: CarriedCall; ordinal: number } | undefined)[] = [],
+  ): Promise<TurnOutcome> {
+    const calls = await this.carriedReports(conversationId, turn.turnIndex, view.calls, matches);
     return {
       conversationId,
       turnIndex: turn.turnIndex,
@@ -1473,6 +1543,31 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   }
 
   /**
+   * The reports of a stored turn's calls, those answered from a carried call (TURN-23) under its
+   * key. A turn committed before the runner carried calls dispatched them all under their own
+   * turn's keys: when a row stands under the own key of a call that matches a carried one, the
+   * turn is read as that release dispatched it.
+   */
+  private async carriedReports(
+    conversationId: string,
+    turnIndex: number,
+    calls: StoredTurnView["calls"],
+    matches: readonly ({ carried: CarriedCall; ordinal: number } | undefined)[],
+  ): Promise<CallReport[]> {
+    const own = this.storedCallReports(conversationId, turnIndex, calls);
+    if (!matches.some((m) => m !== undefined)) return own;
+    const ledger = (this.options.dispatcher as { ledger?: { lookup?: (key: string) => Promise<LedgerRow | undefined> } }).ledger;
+    if (typeof ledger?.lookup === "function") {
+      for (const [i, match] of matches.entries()) {
+        const key = own[i]?.key;
+        if (match === undefined || key === undefined) continue;
+        if ((await ledger.lookup(key).catch(() => undefined)) !== undefined) return own;
+      }
+    }
+    return this.storedCallReports(conversationId, turnIndex, calls, matches);
+  }
+
+  /**
    * The calls of a committed turn read back, with the key and ordinal the first send reported:
    * keys are derived (conversation id, turn index, tool, ordinal, identity arguments), so they
    * are recomputed through the dispatcher rather than stored. Ordinals are counted per identical
@@ -1480,12 +1575,20 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * its key (unknown tool, invalid arguments) took none. Every keyed call gets its ordinal here;
    * `confirmedError` drops it from a call that stays an error, as the first send reports it.
    */
-  private storedCallReports(conversationId: string, turnIndex: number, calls: StoredTurnView["calls"]): CallReport[] {
+  private storedCallReports(
+    conversationId: string,
+    turnIndex: number,
+    calls: StoredTurnView["calls"],
+    matches: readonly ({ carried: CarriedCall; ordinal: number } | undefined)[] = [],
+  ): CallReport[] {
     const { dispatcher } = this.options;
     const keyFor = (dispatcher as { keyFor?: (call: ToolCall, context: TurnContext & { ordinal?: number }) => string }).keyFor;
     const seen = new Map<string, number>();
-    return calls.map(({ input, ...call }): CallReport => {
+    return calls.map(({ input, ...call }, i): CallReport => {
       const report: CallReport = { ...call, replayed: true };
+      // TURN-23: dispatched under the carried call's key, it took no ordinal of its own turn.
+      const match = matches[i];
+      if (match !== undefined) return { ...report, key: match.carried.key, ordinal: match.ordinal, carriedFromTurn: match.carried.turnIndex };
       // A call whose arguments were not JSON was never dispatched: it has no key.
       if (typeof keyFor !== "function" || input === undefined || call.error?.code === "invalid_arguments_json") return report;
       const toolCall: ToolCall = { name: call.name, input, callId: call.callId };
@@ -1646,6 +1749,13 @@ function isFailedTurnRecordAt(record: JsonValue, turnIndex: number): boolean {
 /** The earlier of two optional times. */
 function earliest(a: number | undefined, b: number | undefined): number | undefined {
   return a === undefined ? b : b === undefined ? a : Math.min(a, b);
+}
+
+/** The calls still carried after a committed turn (TURN-23): those its calls did not answer, then those its record lists. */
+function carriedAfter(carry: readonly CarriedCall[], outcome: TurnOutcome): CarriedCall[] {
+  const answered = new Set(outcome.calls.flatMap((c) => (c.key !== undefined ? [c.key] : [])));
+  const still = carry.filter((c) => !answered.has(c.key));
+  return outcome.record !== undefined ? withRecord(still, outcome.record) : still;
 }
 
 function resumedTurn(snapshot: TurnSnapshot): boolean {

@@ -1,0 +1,100 @@
+import type { DispatchOutcome, ToolCall, TurnContext } from "@dispatch-once/core";
+import type { ResumedTurnRecord } from "./record.js";
+
+/**
+ * A call an earlier turn of a message left unanswered whose effect may have happened (a
+ * committed turn's record lists it, RECORD-8): a later turn of the same message that makes the
+ * same call is answered from its row (TURN-23).
+ */
+export interface CarriedCall {
+  key: string;
+  name: string;
+  /** The turn index its key was made at. */
+  turnIndex: number;
+}
+
+/** The dispatcher members carrying needs: a `Dispatcher` has both; a custom CallDispatcher may not (then nothing is carried). */
+export interface CarryingDispatcher {
+  keyFor(call: ToolCall, context: TurnContext & { ordinal?: number }): string;
+  dispatch(call: ToolCall, context: TurnContext & { ordinal?: number }): Promise<DispatchOutcome>;
+}
+
+/** The highest ordinal tried when matching a call to a carried one: identical calls of one turn count from 0. */
+export const MAX_CARRIED_ORDINAL = 7;
+
+export function carryingDispatcher(dispatcher: object): CarryingDispatcher | undefined {
+  const d = dispatcher as Partial<CarryingDispatcher>;
+  return typeof d.keyFor === "function" && typeof d.dispatch === "function" ? (d as CarryingDispatcher) : undefined;
+}
+
+/**
+ * The carried calls after a committed turn's record: what was carried and still is, then each
+ * call the record lists whose effect may have happened. A key already carried keeps the turn
+ * index it was made at (a later turn's record lists it again when that turn adopted it in one
+ * attempt and committed without it in another).
+ */
+export function withRecord(carry: readonly CarriedCall[], record: Pick<ResumedTurnRecord, "turnIndex" | "calls">): CarriedCall[] {
+  const next = [...carry];
+  const known = new Set(carry.map((c) => c.key));
+  for (const call of record.calls) {
+    if (call.effect === "not_happened" || call.effect === "none" || known.has(call.key)) continue;
+    known.add(call.key);
+    next.push({ key: call.key, name: call.name, turnIndex: record.turnIndex });
+  }
+  return next;
+}
+
+/**
+ * The carried call this call is, if any: the first not yet taken whose key this call derives at
+ * that call's turn index, at an ordinal from 0 to MAX_CARRIED_ORDINAL. Identity arguments decide,
+ * as they decide a key (IDENT-1): a re-worded memo is the same call. A call the dispatcher refuses
+ * to key (an unknown tool, invalid input) is none: its dispatch raises what it raises.
+ */
+export function matchCarried(
+  dispatcher: CarryingDispatcher,
+  conversationId: string,
+  call: ToolCall,
+  carry: readonly CarriedCall[],
+  taken: ReadonlySet<string>,
+): { carried: CarriedCall; ordinal: number } | undefined {
+  for (const carried of carry) {
+    if (carried.name !== call.name || taken.has(carried.key)) continue;
+    for (let ordinal = 0; ordinal <= MAX_CARRIED_ORDINAL; ordinal++) {
+      let key: string;
+      try {
+        key = dispatcher.keyFor(call, { conversationId, turnIndex: carried.turnIndex, ordinal });
+      } catch {
+        return undefined;
+      }
+      if (key === carried.key) return { carried, ordinal };
+    }
+  }
+  return undefined;
+}
+
+/**
+ * The carried calls still unanswered after a committed turn's calls, in their order: each call
+ * that matches a carried one answered it (as the turn's dispatch adopted it). A call whose
+ * arguments the stored turn does not give (a provider that cannot read them back) may have
+ * answered any carried call of its tool: those are no longer carried, so that a later call is
+ * never answered with an effect it may not be (the reverse error, a payment asked for and not made).
+ */
+export function afterTurn(
+  dispatcher: CarryingDispatcher,
+  conversationId: string,
+  carry: readonly CarriedCall[],
+  calls: readonly { name: string; input?: unknown }[],
+): { carry: CarriedCall[]; matches: ({ carried: CarriedCall; ordinal: number } | undefined)[] } {
+  const taken = new Set<string>();
+  const dropped = new Set<string>();
+  const matches = calls.map((call) => {
+    if (call.input === undefined) {
+      dropped.add(call.name);
+      return undefined;
+    }
+    const match = matchCarried(dispatcher, conversationId, { name: call.name, input: call.input }, carry, taken);
+    if (match !== undefined) taken.add(match.carried.key);
+    return match;
+  });
+  return { carry: carry.filter((c) => !taken.has(c.key) && !dropped.has(c.name)), matches };
+}
