@@ -32,6 +32,7 @@ import { MAX_LEASE_MS } from "./internal/leases.js";
 import { loggerOption } from "./internal/logger.js";
 import { MAX_TIMER_MS, unknownOptionMessage, unknownOptionName, type OptionNames } from "./internal/options.js";
 import { sameData, sameJsonData } from "./same-json.js";
+import { DefinitionGuard, type DefinitionGuardDeps } from "./definition-guard.js";
 
 /** Where a call sits: identical across every replay of the turn (spec §4). */
 export interface TurnContext {
@@ -430,6 +431,10 @@ export class Dispatcher implements CallDispatcher {
   private readonly deadlines = new RunDeadlines();
   /** Tools already warned about key arguments not in NFC (IDENT-8): once each, not per call. */
   private nfcWarned: Set<string> | undefined;
+  /** What the IDENT-10 guards of re-run turns read through, made at the first one. */
+  private definitionGuardDeps: DefinitionGuardDeps | undefined;
+  /** Warned that the ledger does not list rows, so IDENT-10 cannot act: once per dispatcher. */
+  private unlistedWarned = false;
 
   constructor(options: DispatcherOptions) {
     if (typeof options !== "object" || options === null) {
@@ -505,6 +510,8 @@ export class Dispatcher implements CallDispatcher {
     // call on: most turns dispatch one call (a Map per turn was a measurable allocation).
     let first: string | undefined;
     let seen: Map<string, number> | undefined;
+    // IDENT-10: made at the first write call of a re-run turn only (a first run lists nothing).
+    let guard: DefinitionGuard | undefined;
     return {
       dispatch: (call: ToolCall) => {
         // Everything up to the ordinal is synchronous, so ordinals follow call order.
@@ -532,6 +539,10 @@ export class Dispatcher implements CallDispatcher {
             turnIndex: context.turnIndex,
           });
         }
+        if (context.resumed === true && guardable(prepared.tool)) {
+          guard ??= new DefinitionGuard(this.guardDeps(), context.conversationId, context.turnIndex);
+          return this.guarded(guard, prepared, context, ordinal);
+        }
         return this.execute(prepared, context, ordinal);
       },
     };
@@ -541,7 +552,48 @@ export class Dispatcher implements CallDispatcher {
   async dispatch(call: ToolCall, context: TurnContext & { ordinal?: number }): Promise<DispatchOutcome> {
     checkTurnContext(context);
     const prepared = this.prepare(call);
+    // IDENT-10 for a single call: its own listing (turn() lists once for all its calls).
+    if (context.resumed === true && guardable(prepared.tool)) {
+      return this.guarded(new DefinitionGuard(this.guardDeps(), context.conversationId, context.turnIndex), prepared, context, ordinalOf(context));
+    }
     return this.execute(prepared, context, ordinalOf(context));
+  }
+
+  /**
+   * A write of a re-run turn (IDENT-10): under the key of the row an earlier definition of its tool
+   * made for it, when the turn holds one, else under its own. Nothing is claimed before the guard answers.
+   */
+  private async guarded(guard: DefinitionGuard, prepared: PreparedCall, context: TurnContext, ordinal: number): Promise<DispatchOutcome> {
+    const own = this.keyOf(prepared, context, ordinal);
+    const key = await guard.keyOf(prepared.tool.name, own, ordinal, prepared.requestCanonical);
+    if (key !== own) {
+      this.logger.warn("this call's key changed with its tool's definition since the turn ran before; dispatched under the earlier run's key (IDENT-10)", {
+        tool: prepared.tool.name,
+        key,
+        derivedKey: own,
+        conversationId: context.conversationId,
+        turnIndex: context.turnIndex,
+      });
+    }
+    return this.claimAndRun(prepared, context, ordinal, key);
+  }
+
+  /** What a DefinitionGuard needs of this dispatcher, made once. */
+  private guardDeps(): DefinitionGuardDeps {
+    return (this.definitionGuardDeps ??= {
+      ledger: this.ledger,
+      registry: this.registry,
+      keyFor: (call, at) => this.keyOf(this.prepare(call), at, at.ordinal),
+      requestCanonical: (name, input) => this.prepare({ name, input }).requestCanonical,
+      unlisted: () => {
+        if (this.unlistedWarned) return;
+        this.unlistedWarned = true;
+        this.logger.warn(
+          "the ledger does not list rows (capabilities.supports.listRows): a re-run turn cannot find rows made under an earlier definition of a tool (IDENT-10); " +
+            "after a deploy that changes a write tool's identity or schema, a re-run of a turn that ran before it may perform a call again",
+        );
+      },
+    });
   }
 
   /** The key a call would get, without claiming or running anything. */
@@ -913,9 +965,8 @@ export class Dispatcher implements CallDispatcher {
    * A write: claim, then run, replay, or wait on another claimant's live claim. One async
    * function for the whole claimed path (it was two: an async frame less per dispatch).
    */
-  private async claimAndRun(prepared: PreparedCall, context: TurnContext, ordinal: number): Promise<DispatchOutcome> {
+  private async claimAndRun(prepared: PreparedCall, context: TurnContext, ordinal: number, key: string = this.keyOf(prepared, context, ordinal)): Promise<DispatchOutcome> {
     const { tool } = prepared;
-    const key = this.keyOf(prepared, context, ordinal);
     // Every path below returns awaited (runTimedOut throws) inside this try: a ledger_unavailable from any of them gets the key (RECORD-2).
     try {
       const base = { key, toolName: tool.name, effect: tool.effect, ordinal };
@@ -2239,6 +2290,14 @@ function ordinalOf(context: { ordinal?: number }): number {
 }
 
 /** Whether stored request text denotes the same JSON value as this dispatch's arguments. */
+/**
+ * A write whose rows IDENT-10 reads: not a tool that refuses differing requests, whose keys a
+ * client assigns (IDENT-6): a changed definition does not change them.
+ */
+function guardable(tool: ToolDefinition): boolean {
+  return tool.effect !== "read" && tool.onRequestDiffers !== "refuse";
+}
+
 function sameRequest(stored: string, canonical: string): boolean {
   try {
     return canonicalize(JSON.parse(stored)) === canonical;

@@ -366,6 +366,9 @@ export function classifyCallError(error: unknown, isRead: boolean): { status: Ca
     case "invalid_arguments_json":
     case "invalid_tool_definition":
     case "not_canonicalizable":
+    // IDENT-10: refused before any claim, the same way for every holder; the row it may be is the
+    // committed-turn record's to list (RECORD-8), under the row's own key.
+    case "tool_definition_changed":
       return { status: "rejected", effect: isRead ? "none" : "not_happened", summary: `not run: ${message}` };
     case "result_not_storable":
       return { status: "result_not_storable", effect: "happened", summary: "performed, but its result could not be stored" };

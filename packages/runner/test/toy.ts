@@ -142,6 +142,8 @@ export function world(
     beforePay?: (args: unknown) => void | Promise<void>;
     /** The dispatcher's options beyond its tools and ledger (runTimeoutMs, leaseMs, ...). */
     dispatcher?: Partial<Omit<DispatcherOptions, "tools" | "ledger">>;
+    /** Another definition of the pay tool's schema and identity (a deploy that changes them, IDENT-4). */
+    pay?: { input: z.ZodType; identity: string[] };
   } = {},
 ) {
   const performed: unknown[] = options.performed ?? [];
@@ -149,8 +151,8 @@ export function world(
     defineTool({
       name: "pay",
       effect: "keyed_write",
-      input: z.object({ to: z.string(), memo: z.string() }),
-      identity: ["to"],
+      input: options.pay?.input ?? z.object({ to: z.string(), memo: z.string() }),
+      identity: options.pay?.identity ?? ["to"],
       run: async (args) => {
         await new Promise((r) => setTimeout(r, 1));
         await options.beforePay?.(args);

@@ -33,6 +33,7 @@ export type DispatchOnceErrorCode =
   | "invalid_store_input"
   | "resolution_refused"
   | "idempotency_key_reused"
+  | "tool_definition_changed"
   | "message_id_reused";
 
 /** The brand every copy of this package puts on its errors. */

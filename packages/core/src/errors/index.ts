@@ -7,6 +7,7 @@ export { InvalidToolDefinitionError } from "./invalid-tool-definition-error.js";
 export { type ToolInputIssue, ToolInputError } from "./tool-input-error.js";
 export { InFlightElsewhereError } from "./in-flight-elsewhere-error.js";
 export { IdempotencyKeyReusedError } from "./idempotency-key-reused-error.js";
+export { ToolDefinitionChangedError } from "./tool-definition-changed-error.js";
 export { OutcomeUnknownError } from "./outcome-unknown-error.js";
 export { ClaimReleasedError } from "./claim-released-error.js";
 export { type StoredError, ToolFailedError } from "./tool-failed-error.js";
