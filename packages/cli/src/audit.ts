@@ -1,4 +1,5 @@
-import { Dispatcher, MAX_LIST_LIMIT, MemoryLedger, type EffectClass, type Ledger, type LedgerCapabilities, type LedgerRow, type ToolRegistry } from "@dispatch-once/core";
+import { Dispatcher, MAX_LIST_LIMIT, MemoryLedger, type EffectClass, type Ledger, type LedgerCapabilities, type ToolRegistry } from "@dispatch-once/core";
+import { checkRowDefinition, MAX_ORDINAL_TRIED } from "@dispatch-once/core/internal";
 
 /** How one tool's effect is kept from happening twice, as `dispatch-once audit` reports it. */
 export interface ToolGuardReport {
@@ -34,8 +35,8 @@ export interface RowKeyCheck {
   truncated: boolean;
 }
 
-/** The ordinals tried for a row (TURN-4: identical calls before it in one attempt); a row's own ordinal is not stored. */
-export const MAX_ORDINAL_TRIED = 64;
+// The ordinals tried for a row; the same bound as the dispatcher's IDENT-10 guard (one reading, core/internal).
+export { MAX_ORDINAL_TRIED };
 /** The rows `auditTools` reads at most from a ledger, by default. */
 export const DEFAULT_MAX_AUDIT_ROWS = 10_000;
 
@@ -46,13 +47,15 @@ export const DEFAULT_MAX_AUDIT_ROWS = 10_000;
  * tool (IDENT-4): a replay of its turn (a re-sent failed or stalled message) gets a new key, meets
  * no row and runs the effect again. Rows of tools the registry does not define, rows without a
  * conversation and turn (keys a caller derived itself), and tools that refuse differing requests
- * (client-assigned keys, IDENT-6) are not checked.
+ * (client-assigned keys, IDENT-6) are not checked. The row check is core's `checkRowDefinition`, which
+ * the dispatcher applies at run time to the rows of a re-run turn (IDENT-10).
  */
 export async function checkRowKeys(registry: ToolRegistry, ledger: Ledger, maxRows: number = DEFAULT_MAX_AUDIT_ROWS): Promise<Map<string, RowKeyCheck>> {
   const checks = new Map<string, RowKeyCheck>();
   if (ledger.listRows === undefined) return checks;
   // keyFor is pure (it validates, projects and hashes); a memory ledger keeps the dispatcher from touching the real one.
   const dispatcher = new Dispatcher({ tools: registry, ledger: new MemoryLedger(), allowVolatileLedgerForUnkeyedWrites: true, logger: { warn: () => {} } });
+  const keyFor = dispatcher.keyFor.bind(dispatcher);
   let cursor: string | undefined;
   let seen = 0;
   let truncated = false;
@@ -60,41 +63,20 @@ export async function checkRowKeys(registry: ToolRegistry, ledger: Ledger, maxRo
     const page = await ledger.listRows({ limit: Math.min(MAX_LIST_LIMIT, maxRows - seen), ...(cursor !== undefined ? { cursor } : {}) });
     for (const row of page.rows) {
       seen += 1;
-      const why = keyedElsewhere(dispatcher, registry, row);
-      if (why === undefined) continue;
-      const check = checks.get(row.toolName) ?? { checked: 0, mismatched: 0, examples: [], truncated: false };
-      checks.set(row.toolName, check);
-      check.checked += 1;
-      if (why === "same") continue;
-      check.mismatched += 1;
-      if (check.examples.length < 5) check.examples.push({ key: row.key, conversationId: row.conversationId as string, turnIndex: row.turnIndex as number, state: row.state, why });
+      const check = checkRowDefinition(registry, keyFor, row);
+      if (check === undefined) continue;
+      const tally = checks.get(row.toolName) ?? { checked: 0, mismatched: 0, examples: [], truncated: false };
+      checks.set(row.toolName, tally);
+      tally.checked += 1;
+      if (check.verdict === "same") continue;
+      tally.mismatched += 1;
+      if (tally.examples.length < 5) tally.examples.push({ key: row.key, conversationId: row.conversationId as string, turnIndex: row.turnIndex as number, state: row.state, why: check.why });
     }
     cursor = page.cursor;
     if (cursor !== undefined && seen >= maxRows) truncated = true;
   } while (cursor !== undefined && !truncated);
   if (truncated) for (const check of checks.values()) check.truncated = true;
   return checks;
-}
-
-/** undefined: not checked; "same": the definition derives the row's key; otherwise why it does not. */
-function keyedElsewhere(dispatcher: Dispatcher, registry: ToolRegistry, row: LedgerRow): string | undefined {
-  if (row.conversationId === undefined || row.turnIndex === undefined || !registry.has(row.toolName)) return undefined;
-  const tool = registry.get(row.toolName);
-  if (tool.effect === "read" || tool.onRequestDiffers === "refuse") return undefined;
-  let input: unknown;
-  try {
-    input = JSON.parse(row.request);
-  } catch {
-    return undefined;
-  }
-  try {
-    for (let ordinal = 0; ordinal <= MAX_ORDINAL_TRIED; ordinal++) {
-      if (dispatcher.keyFor({ name: row.toolName, input }, { conversationId: row.conversationId, turnIndex: row.turnIndex, ordinal }) === row.key) return "same";
-    }
-  } catch (error) {
-    return `its stored request is refused by the definition now: ${error instanceof Error ? error.message : String(error)}`;
-  }
-  return "the definition derives another key from its stored request (identity or schema changed)";
 }
 
 /**
