@@ -225,4 +225,30 @@ describe("IDENT-10 a re-run turn after a deploy that changed a write tool's iden
     await pair.next.turn({ ...at, resumed: true }).dispatch(pay());
     expect(sweptEffects).toHaveLength(2); // TURN-12's re-send window (below retention) is what covers this
   });
+
+  it("IDENT-10 a rollback is the same case turned round: the new definition paid in the turn's first run, the old one re-runs it and answers from that row", async () => {
+    const effects: Effect[] = [];
+    const { old, next } = dispatchers(new MemoryLedger(), effects);
+    const first = await next.turn(at).dispatch(pay());
+    const again = await old.turn({ ...at, resumed: true }).dispatch(pay("after the rollback"));
+    expect([again.key, again.replayed, effects.length]).toEqual([first.key, true, 1]);
+  });
+
+  it("IDENT-10 dispatch() with an explicit ordinal and resumed lists for its one call and answers from the row", async () => {
+    const { ledger, state } = counted();
+    const effects: Effect[] = [];
+    const { old, next } = dispatchers(ledger, effects);
+    const first = await old.dispatch(pay(), { ...at, ordinal: 0 });
+    const again = await next.dispatch(pay(), { ...at, ordinal: 0, resumed: true });
+    expect([again.key, again.replayed, effects.length, state.listings]).toEqual([first.key, true, 1, 1]);
+  });
+
+  it("IDENT-10 IDENT-6: a tool that refuses differing requests (client-assigned keys) is left out: nothing listed, dispatched as before", async () => {
+    const { ledger, state } = counted();
+    const effects: Effect[] = [];
+    const refusing = defineTool({ ...payTool(effects), onRequestDiffers: "refuse" });
+    const dispatcher = new Dispatcher({ tools: new ToolRegistry([refusing]), ledger, logger: { warn: () => {} } });
+    await dispatcher.turn({ ...at, resumed: true }).dispatch(pay());
+    expect([state.listings, effects.length]).toEqual([0, 1]);
+  });
 });

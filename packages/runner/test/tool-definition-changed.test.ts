@@ -47,7 +47,7 @@ async function workerAPaysAndDies(store: MemoryConversationStore, dispatcher: Ca
   return outcome.key;
 }
 
-async function takeOverAfterDeploy(ledger: Ledger, pay: { input: z.ZodType; identity: string[] }) {
+async function takeOverAfterDeploy(ledger: Ledger, pay: { input: z.ZodObject; identity: string[] }) {
   const s = shared(ledger);
   const a = world(payAcme("from A"), false, { store: s.store, ledger, performed: s.performed });
   const paidKey = await workerAPaysAndDies(s.store, a.dispatcher);

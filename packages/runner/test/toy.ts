@@ -143,7 +143,7 @@ export function world(
     /** The dispatcher's options beyond its tools and ledger (runTimeoutMs, leaseMs, ...). */
     dispatcher?: Partial<Omit<DispatcherOptions, "tools" | "ledger">>;
     /** Another definition of the pay tool's schema and identity (a deploy that changes them, IDENT-4). */
-    pay?: { input: z.ZodType; identity: string[] };
+    pay?: { input: z.ZodObject; identity: string[] };
   } = {},
 ) {
   const performed: unknown[] = options.performed ?? [];
@@ -151,7 +151,7 @@ export function world(
     defineTool({
       name: "pay",
       effect: "keyed_write",
-      input: options.pay?.input ?? z.object({ to: z.string(), memo: z.string() }),
+      input: options.pay?.input ?? (z.object({ to: z.string(), memo: z.string() }) as z.ZodObject),
       identity: options.pay?.identity ?? ["to"],
       run: async (args) => {
         await new Promise((r) => setTimeout(r, 1));
