@@ -43,6 +43,12 @@ export interface TurnContext {
    * TURN-15): that holder's run of a call may still be alive (a paused process) and may claim
    * the key after this run releases it. A not-performed failure then speaks for this run only,
    * and the call may have happened. Not part of the key.
+   *
+   * It also marks the turn index as one that ran before (a take-over, a failed message's re-send
+   * at its bound index, a new message at a failed turn's index: TURN-12, TURN-15), possibly under
+   * another definition of a tool: at its first write call the dispatcher lists the turn's rows
+   * once and dispatches a call whose key changed with its tool's definition under the row its
+   * first run made (IDENT-10). A first run (absent or false) lists nothing.
    */
   resumed?: boolean;
 }

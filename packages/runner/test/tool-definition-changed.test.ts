@@ -78,7 +78,10 @@ describe("a deploy that changes a write tool's identity while a paid turn is sta
     }
   });
 
-  it("IDENT-10 TURN-12 re-send: the turn paid and failed before its commit; after the deploy the re-send of the message pays nothing again", async () => {
+  it.each([
+    ["the re-send of the message", "m1"],
+    ["a new message at the failed turn's index", "m2"],
+  ])("IDENT-10 TURN-12: the turn paid and failed before its commit; after the deploy %s pays nothing again", async (_what, messageId) => {
     const s = shared(new MemoryLedger());
     // A's stream is cut after the payment resolved, every attempt: the turn fails, retryable.
     const cutAfterPay = (_n: number): (ToyEvent | "cut")[] => [{ t: "call", index: 0, id: "call_a", name: "pay" }, { t: "args", index: 0, json: `{"to":"acme","memo":"from A"}` }, { t: "done", index: 0 }, "cut"];
@@ -89,10 +92,10 @@ describe("a deploy that changes a write tool's identity while a paid turn is sta
     expect(s.performed).toHaveLength(1);
 
     const b = world(payAcme("from B"), false, { store: s.store, ledger: s.ledger, performed: s.performed, pay: withCurrency });
-    const result = await b.runner.send(CONV, { id: "m1", content: "pay acme" });
+    const result = await b.runner.send(CONV, { id: messageId, content: "pay acme" });
     expect(s.performed).toHaveLength(1);
-    // What the user is shown as done is the request that ran: A's (IDENT-3).
-  expect(result.turns[0]!.calls.map((c) => [c.key, c.replayed, c.storedRequest])).toEqual([[paidKey, true, { to: "acme", memo: "from A" }]]);
+    expect(result.turns[0]!.turnIndex).toBe(0);
+    expect(result.turns[0]!.calls.map((c) => [c.key, c.replayed, c.storedRequest])).toEqual([[paidKey, true, { to: "acme", memo: "from A" }]]);
   });
 
   it("IDENT-10 bare dispatcher: turn({ conversationId, turnIndex, resumed: true }) of the new definition answers the old row", async () => {
