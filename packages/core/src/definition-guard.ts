@@ -50,6 +50,8 @@ export class DefinitionGuard {
     try {
       rows = await this.listing;
     } catch (error) {
+      // A row that cannot be read back is the operator's (LEDGER-11): a re-send would meet it again.
+      if (isDispatchOnceError(error, "ledger_corrupt")) throw error;
       // Nothing was claimed: the call did not run, and a re-send lists again.
       if (isDispatchOnceError(error, "ledger_unavailable") && (error as { key?: unknown }).key === ownKey) throw error;
       throw new LedgerUnavailableError(`the rows of this re-run turn could not be listed, so call ${ownKey} to ${toolName} was not run (IDENT-10): ${error instanceof Error ? error.message : String(error)}`, { cause: error, key: ownKey });

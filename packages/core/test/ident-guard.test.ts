@@ -4,6 +4,7 @@ import {
   Dispatcher,
   ERROR_CATALOGUE,
   InFlightElsewhereError,
+  LedgerCorruptError,
   LedgerUnavailableError,
   MemoryLedger,
   ToolDefinitionChangedError,
@@ -40,12 +41,13 @@ function payTool(effects: Effect[], input: z.ZodObject = before, identity: strin
 
 /** A ledger that counts its listRows calls, and fails them while `down`. */
 function counted(base: MemoryLedger = new MemoryLedger()) {
-  const state = { listings: 0, down: false };
+  const state = { listings: 0, down: false, corrupt: false };
   const ledger: Ledger = Object.assign(Object.create(base) as Ledger, {
     capabilities: base.capabilities,
     listRows: async (...args: Parameters<MemoryLedger["listRows"]>) => {
       state.listings += 1;
       if (state.down) throw new LedgerUnavailableError("connection terminated");
+      if (state.corrupt) throw new LedgerCorruptError("0123456789abcdef0123456789abcdef", "its stored request is not text");
       return base.listRows(...args);
     },
   });
@@ -199,6 +201,11 @@ describe("IDENT-10 a re-run turn after a deploy that changed a write tool's iden
     expect(LedgerUnavailableError.isInstance(error) && error.key).toBe(next.keyFor(pay(), { ...at, ordinal: 0 }));
     expect((await base.listRows({ conversationId: CONV })).rows).toHaveLength(1);
     state.down = false;
+    state.corrupt = true;
+    // A row that cannot be read back stays ledger_corrupt (the operator's, not retryable), nothing run.
+    const corrupt = await next.turn({ ...at, resumed: true }).dispatch(pay()).catch((e: unknown) => e);
+    expect(LedgerCorruptError.isInstance(corrupt)).toBe(true);
+    state.corrupt = false;
     const again = await next.turn({ ...at, resumed: true }).dispatch(pay());
     expect([again.key, effects.length]).toEqual([first.key, 1]);
   });
