@@ -1,6 +1,8 @@
 #!/usr/bin/env node
-// Blind round L's sweep: every mutant of mutants.json against our harnesses, cheapest first,
-// stopping at the first check that catches it. `node faults/blind-l/run.mjs [--first] [L01 L02 ...]`.
+// The blind rounds' sweep (round L, and round M with --round=m): every mutant of a round's
+// mutants.json against our harnesses, cheapest first, stopping at the first check that catches it.
+// `node faults/blind-l/run.mjs [--round=m] [--first] [L01 L02 ...]`; a round's files are in
+// faults/blind-<round>/ (mutants.json, results.json), this script and its plugin in blind-l/.
 //
 // How a mutant is built, without writing src/: the mutated package's own tests load its source
 // through a vite plugin that patches the file as it loads (mutant-plugin.mjs); everything else
@@ -13,19 +15,23 @@
 // the failure is recorded as one by chance (`flaky`) and the chain goes on.
 // --first runs each mutant only against the first catcher results.json recorded for it (the file
 // that caught it); --only=TEXT only the catchers whose name contains TEXT (e.g. --only=conformance-e2e).
-// Results go to faults/blind-l/results.json (merged per mutant). Needs PostgreSQL and Redis as
+// Results go to faults/blind-<round>/results.json (merged per mutant). Needs PostgreSQL and Redis as
 // the suites do; run it alone (it swaps dist files other runs would load).
 import { spawn } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import { mutatedEntry } from "@dispatch-once/test-processes";
 
-const here = import.meta.dirname;
-const repo = resolve(here, "../..");
-const tmp = join(here, ".tmp");
-mkdirSync(tmp, { recursive: true });
+const script = import.meta.dirname;
+const repo = resolve(script, "../..");
 const vitest = join(repo, "node_modules", "vitest", "vitest.mjs");
 const args = process.argv.slice(2);
+// --round=m: the round whose mutants run (faults/blind-m); round L by default.
+const round = args.find((a) => a.startsWith("--round="))?.slice("--round=".length) ?? "l";
+if (!/^[a-z]$/.test(round)) throw new Error(`--round takes one letter, got ${JSON.stringify(round)}`);
+const here = join(script, "..", `blind-${round}`);
+const tmp = join(here, ".tmp");
+mkdirSync(tmp, { recursive: true });
 const firstOnly = args.includes("--first");
 const wanted = new Set(args.filter((a) => !a.startsWith("--")));
 // --only=TEXT: run only the catchers whose name contains TEXT (results are then not recorded).
@@ -62,14 +68,19 @@ const CHAINS = {
   openai: [pkgTests("openai", true), byteCut(["responses"]), e2e],
   "ai-sdk": [pkgTests("ai-sdk", true), e2eAiSdk],
   mcp: [pkgTests("mcp", true)],
+  // The CLI's tests run its built bin (dist/cli.js) as well as its source: both are mutated (BINS).
+  cli: [pkgTests("cli", true)],
 };
+
+/** Built entries besides dist/index.js that a package's tests run (a bin): swapped for the mutant's bundle too. */
+const BINS = { cli: ["cli"] };
 
 /** The package's own vitest config with the mutant plugin added (its base config imported statically, so vite bundles it). */
 function ownConfig(/** @type {string} */ pkg) {
   const file = join(tmp, `vitest.${pkg}.config.mjs`);
   writeFileSync(
     file,
-    `import { mergeConfig } from "vitest/config";\nimport base from ${JSON.stringify(join(repo, "packages", pkg, "vitest.config.ts"))};\nimport { mutantPlugin } from ${JSON.stringify(join(here, "mutant-plugin.mjs"))};\nexport default mergeConfig(base, { root: ${JSON.stringify(join(repo, "packages", pkg))}, plugins: [mutantPlugin(JSON.parse(process.env.BLIND_L_MUTANT))] });\n`,
+    `import { mergeConfig } from "vitest/config";\nimport base from ${JSON.stringify(join(repo, "packages", pkg, "vitest.config.ts"))};\nimport { mutantPlugin } from ${JSON.stringify(join(script, "mutant-plugin.mjs"))};\nexport default mergeConfig(base, { root: ${JSON.stringify(join(repo, "packages", pkg))}, plugins: [mutantPlugin(JSON.parse(process.env.BLIND_L_MUTANT))] });\n`,
   );
   return file;
 }
@@ -132,12 +143,23 @@ for (const m of mutants) {
   const abs = join(repo, m.file);
   const marker = join(tmp, `${m.id}.applied`);
   rmSync(marker, { force: true });
-  const built = await mutatedEntry(join(srcDir, "index.ts"), m.id.toLowerCase(), [{ file: abs.slice(srcDir.length + 1), from: m.find, to: m.replace }]);
-  const dist = join(repo, "packages", m.pkg, "dist", "index.js");
-  const backup = join(tmp, `${m.pkg}.index.js.orig`);
-  if (!existsSync(backup)) copyFileSync(dist, backup);
-  copyFileSync(built, dist);
-  swapped.push({ dist, backup });
+  const patch = [{ file: abs.slice(srcDir.length + 1), from: m.find, to: m.replace }];
+  // Each built entry of the package the mutated file is part of (a file the bin alone imports is not in index).
+  const entries = [];
+  for (const name of ["index", ...(BINS[m.pkg] ?? [])]) {
+    try {
+      entries.push({ name, built: await mutatedEntry(join(srcDir, `${name}.ts`), `${m.id.toLowerCase()}-${name}`, patch) });
+    } catch (error) {
+      if (!String(error?.message).includes("is not part of")) throw error;
+    }
+  }
+  if (entries.length === 0) throw new Error(`mutant ${m.id}: ${m.file} is part of no built entry of packages/${m.pkg}`);
+  const swaps = entries.map(({ name, built }) => ({ built, dist: join(repo, "packages", m.pkg, "dist", `${name}.js`), backup: join(tmp, `${m.pkg}.${name}.js.orig`) }));
+  for (const { built, dist, backup } of swaps) {
+    if (!existsSync(backup)) copyFileSync(dist, backup);
+    copyFileSync(built, dist);
+    swapped.push({ dist, backup });
+  }
   // --first: the recorded first catcher, narrowed to the file that caught the mutant.
   // An escape a new check now catches is run against that check (results' `escaped`).
   const known = results[m.id];
@@ -159,9 +181,9 @@ for (const m of mutants) {
         // loaded host), and the chain goes on. (Round L's first sweep counted one such failure as a catch.)
         const narrowed = { ...catcher, files: [r.file] };
         const again = await runCatcher(narrowed, { id: m.id, abs, find: m.find, replace: m.replace, marker });
-        copyFileSync(backup, dist);
+        for (const { dist, backup } of swaps) copyFileSync(backup, dist);
         const unmutated = await runCatcher({ ...narrowed, own: false }, undefined);
-        copyFileSync(built, dist);
+        for (const { built, dist } of swaps) copyFileSync(built, dist);
         if (again.verdict !== "caught" || unmutated.verdict !== "passed") {
           const note = `${r.test} — not confirmed: on the mutant again ${again.verdict}, unmutated ${unmutated.verdict}`;
           (entry.flaky ??= []).push(note);

@@ -1,9 +1,13 @@
 #!/usr/bin/env node
-// Writes VERDICTS.md from mutants.json and results.json (and the resolutions recorded there).
+// Writes a blind round's VERDICTS.md from its mutants.json and results.json (and the resolutions
+// recorded there): `node faults/blind-l/table.mjs [--round=m]` (faults/blind-<round>/; round L by default).
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-const here = import.meta.dirname;
+const round = process.argv.find((a) => a.startsWith("--round="))?.slice("--round=".length) ?? "l";
+if (!/^[a-z]$/.test(round)) throw new Error(`--round takes one letter, got ${JSON.stringify(round)}`);
+const here = join(import.meta.dirname, "..", `blind-${round}`);
+const ROUND = round.toUpperCase();
 const mutants = JSON.parse(readFileSync(join(here, "mutants.json"), "utf8"));
 const results = JSON.parse(readFileSync(join(here, "results.json"), "utf8"));
 const cell = (s) => String(s).replaceAll("|", "\\|").replaceAll("\n", " ");
@@ -29,10 +33,10 @@ for (const m of mutants) {
   totals[verdict] = (totals[verdict] ?? 0) + 1;
   rows.push(`| ${m.id} | ${m.pkg} | ${m.rule} | ${cell(m.cause)} | ${verdict} | ${cell(catcher)} |`);
 }
-const text = `# Blind round L: verdicts
+const text = `# Blind round ${ROUND}: verdicts
 
-Made by \`node faults/blind-l/table.mjs\` from \`mutants.json\` (written and committed before any test
-or harness was read) and \`results.json\` (\`node faults/blind-l/run.mjs\`: each mutant against the
+Made by \`node faults/blind-l/table.mjs${round === "l" ? "" : ` --round=${round}`}\` from \`mutants.json\` (written and committed before any test
+or harness was read) and \`results.json\` (\`node faults/blind-l/run.mjs${round === "l" ? "" : ` --round=${round}`}\`: each mutant against the
 mutated package's own tests, then its dependents' tests, the byte-cut and crash harnesses of
 \`faults/\` and the end-to-end kit's profiles, stopping at the first check that fails, and confirming
 it: the failing file fails again on the mutant and passes unmutated, or the failure is one by chance
