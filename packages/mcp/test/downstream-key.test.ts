@@ -32,7 +32,7 @@ afterEach(async () => {
 });
 
 /** A billing server over the shared ledger and payments account, in `namespace`, with a client connected to it. */
-async function billing(options: Omit<McpToolGuardOptions, "ledger">) {
+async function billing(options: Omit<McpToolGuardOptions, "ledger">, identity?: readonly string[]) {
   const api = createPaymentsClient({ baseURL: payments.url, token: "acct_platform" });
   const seen: { idempotencyKey: string | undefined; clientKey: string | undefined }[] = [];
   const server = new McpServer({ name: "billing", version: "1.0.0" });
@@ -40,7 +40,7 @@ async function billing(options: Omit<McpToolGuardOptions, "ledger">) {
   guard.registerTool(
     server,
     "send_payment",
-    { inputSchema: { payee: z.string(), amount: z.number().int(), reference: z.string() }, effect: "keyed_write" },
+    { inputSchema: { payee: z.string(), amount: z.number().int(), reference: z.string() }, effect: "keyed_write", ...(identity !== undefined ? { identity } : {}) },
     async (args, extra) => {
       seen.push({ idempotencyKey: extra.idempotencyKey, clientKey: extra.clientKey });
       const { body } = await api.createPayment({ ...args, currency: "EUR" }, { idempotencyKey: extra.idempotencyKey! });
@@ -66,6 +66,24 @@ describe("MCP-16: the downstream key is scoped by the namespace and the tool, as
     expect(told[0]).toContain(effects[0]!.resourceId);
     expect(told[1]).toContain(effects[1]!.resourceId);
     expect(told[0]).not.toBe(told[1]);
+  });
+
+  it("MCP-16 a tool that declares an identity forwards the row's key too, and its stored request keeps the mark: two principals' identical calls under one client key make two payments", async () => {
+    // The stored request of such a tool carries its identity arguments beside the arguments
+    // (MCP-10); the mark goes with them, or its runs forward the client's key.
+    const identity = ["payee", "amount", "reference"] as const;
+    const a = await billing({ namespace: "tenant-a" }, identity);
+    const b = await billing({ namespace: "tenant-b" }, identity);
+    const clientKey = idempotencyKeyFor(context, call);
+    const told = [await mcpTurn(a.client, context).callTool(call), await mcpTurn(b.client, context).callTool(call)].map(text);
+    expect(a.seen).toEqual([{ idempotencyKey: a.guard.ledgerKeyFor("send_payment", clientKey), clientKey }]);
+    expect(b.seen).toEqual([{ idempotencyKey: b.guard.ledgerKeyFor("send_payment", clientKey), clientKey }]);
+    const effects = payments.effects().filter((e) => e.kind === "payment_created");
+    expect(effects).toHaveLength(2);
+    expect(told[0]).toContain(effects[0]!.resourceId);
+    expect(told[1]).toContain(effects[1]!.resourceId);
+    const row = await ledger.lookup(a.guard.ledgerKeyFor("send_payment", clientKey));
+    expect(JSON.parse(row!.request)).toMatchObject({ key: clientKey, identityArgs: call.arguments, downstream: "scoped" });
   });
 
   it("the handler forwards the row's key (guard.ledgerKeyFor) and sees the client's key as clientKey; a replay re-sends nothing", async () => {
