@@ -211,6 +211,18 @@ describe("ResponsesTurnAccumulator: a message beside a reasoning item", () => {
     expect(acc.text()).toBe("I can't help with that.");
   });
 
+  it("STREAM-15 a message whose output_item.done never came (a gateway that dropped it) is committed beside the reasoning with the id its added event gave, its text from the deltas", () => {
+    // Without that id the item after the reasoning is id-less, and the API refuses every later
+    // request of the conversation (the reasoning item "provided without its required following item").
+    const acc = new ResponsesTurnAccumulator();
+    const [created, reasoning, added, , completed] = events([]);
+    const deltas = ["Hi ", "there."].map((delta) => ({ type: "response.output_text.delta", output_index: 1, content_index: 0, item_id: "msg_1", delta }) as never);
+    for (const e of [created, reasoning, added, ...deltas, completed]) acc.apply(e!);
+    expect(acc.completed).toBe(true);
+    expect(acc.output()[1]).toEqual({ id: "msg_1", type: "message", status: "completed", role: "assistant", content: [{ type: "output_text", text: "Hi there.", annotations: [] }] });
+    expect(acc.text()).toBe("Hi there.");
+  });
+
   it("without reasoning, the same message commits as before: role and text only", () => {
     const acc = new ResponsesTurnAccumulator();
     for (const e of events([{ type: "output_text", text: "Hi.", annotations: [] }]).filter((_, i) => i !== 1)) acc.apply(e);
