@@ -106,6 +106,7 @@ describe("TURN-12 a message bound at a failed turn's index counts its re-send wi
       await m2FailedAtM1sIndex(w);
       await sweptPastRetention(w);
       w.recover();
+      const recordsBefore = (await w.store.records(CONV)).length;
       const worker = w.worker();
       const resent = await worker.runner.send(CONV, { id: "m2", content: "pay acme" }).catch((e: unknown) => e);
       expect(w.performed).toHaveLength(1);
@@ -113,6 +114,10 @@ describe("TURN-12 a message bound at a failed turn's index counts its re-send wi
       expect(resent).toBeInstanceOf(TurnFailedError);
       expect((resent as TurnFailedError).notRetried).toBe("past_resend_window");
       expect((await w.store.message(CONV, "m2"))?.state).toBe("failed");
+      // Decided before the append, from m1's failure at m2's index too (TURN-12): the stored
+      // failure is returned as it is, never reopened for a holder's later check to fail again.
+      expect((resent as TurnFailedError).replayed).toBe(true);
+      expect(await w.store.records(CONV)).toHaveLength(recordsBefore);
     });
   }
 
