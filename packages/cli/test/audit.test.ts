@@ -1,7 +1,9 @@
 // `dispatch-once audit <tools module>`: which tools can double-fire and how each is guarded.
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import type { ToolGuardReport } from "../src/index.js";
+import { Dispatcher, MemoryLedger, ToolRegistry, defineTool, type Ledger } from "@dispatch-once/core";
+import { z } from "zod";
+import { checkRowKeys, type ToolGuardReport } from "../src/index.js";
 import { FIXTURES, REDIS_URL, runBin, sqliteBackend } from "./helpers.js";
 
 const MIXED = join(FIXTURES, "mixed-tools.mjs");
@@ -93,5 +95,38 @@ describe("dispatch-once audit", () => {
     const result = await runBin(["audit", join(FIXTURES, "invoice-tools.mjs"), "--json"]);
     expect(result.code, result.stderr).toBe(0);
     expect((JSON.parse(result.stdout) as ToolGuardReport[]).map((r) => r.name)).toEqual(["create_invoice", "look_up_customer"]);
+  });
+});
+
+describe("checkRowKeys: every write row is keyed again from the module's definition (IDENT-4)", () => {
+  const payment = (input: z.ZodType<Record<string, unknown>>, identity: readonly string[]) =>
+    new ToolRegistry([defineTool({ name: "send_payment", effect: "keyed_write", input, identity, run: () => ({ ok: true }) })]);
+  const v1 = payment(z.object({ payee: z.string(), amount: z.int(), memo: z.string() }), ["payee", "amount"]);
+  /** `n` completed payments of the running release (v1), one per turn. */
+  async function paid(n: number): Promise<MemoryLedger> {
+    const ledger = new MemoryLedger();
+    const dispatcher = new Dispatcher({ tools: v1, ledger });
+    for (let i = 0; i < n; i++) await dispatcher.dispatch({ name: "send_payment", input: { payee: "acme", amount: 100 + i, memo: `Invoice ${i}` } }, { conversationId: "conv-deploy", turnIndex: i });
+    return ledger;
+  }
+
+  it("IDENT-4 a deploy whose schema refuses the stored requests (a new required field) flags every row, saying why", async () => {
+    // A re-sent message of those turns is re-run by a model writing the new schema's arguments:
+    // another key, no row, a second payment. That the old requests cannot be replayed as they are
+    // does not make the rows safe; they are rows the new definition cannot key.
+    const v2 = payment(z.object({ payee: z.string(), amount: z.int(), memo: z.string(), currency: z.string() }), ["payee", "amount", "currency"]);
+    const checks = await checkRowKeys(v2, await paid(2));
+    expect(checks.get("send_payment")).toMatchObject({ checked: 2, mismatched: 2 });
+    expect(checks.get("send_payment")?.examples[0]?.why).toMatch(/^its stored request is refused by the definition now: /);
+  });
+
+  it("IDENT-4 every page of the listing is read: a ledger whose pages are shorter than the limit asked for still has all its rows checked", async () => {
+    // A ledger may answer fewer rows than the limit with a cursor (LIST-1); a scan that stopped at
+    // the first page would report a changed tool's later rows as clean.
+    const ledger = await paid(5);
+    const shortPages = Object.assign(Object.create(ledger) as Ledger, { listRows: (query: Parameters<MemoryLedger["listRows"]>[0]) => ledger.listRows({ ...query, limit: 2 }) });
+    const v2 = payment(z.object({ payee: z.string(), amount: z.int(), memo: z.string() }), ["payee", "amount", "memo"]);
+    expect(await checkRowKeys(v2, shortPages)).toEqual(new Map([["send_payment", expect.objectContaining({ checked: 5, mismatched: 5, truncated: false })]]));
+    expect(await checkRowKeys(v1, shortPages)).toEqual(new Map([["send_payment", expect.objectContaining({ checked: 5, mismatched: 0 })]]));
   });
 });
