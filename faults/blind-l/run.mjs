@@ -70,10 +70,12 @@ const CHAINS = {
   mcp: [pkgTests("mcp", true)],
   // The CLI's tests run its built bin (dist/cli.js) as well as its source: both are mutated (BINS).
   cli: [pkgTests("cli", true)],
+  // core's internal row check (IDENT-4's audit and IDENT-10's guard): its own tests, then the CLI's.
+  core: [pkgTests("core", true), pkgTests("cli")],
 };
 
 /** Built entries besides dist/index.js that a package's tests run (a bin): swapped for the mutant's bundle too. */
-const BINS = { cli: ["cli"] };
+const BINS = { cli: ["cli"], core: ["internal/index"] };
 
 /** The package's own vitest config with the mutant plugin added (its base config imported statically, so vite bundles it). */
 function ownConfig(/** @type {string} */ pkg) {
