@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { createOpenAI } from "@ai-sdk/openai";
-import { createOnceTools, dispatchOnceOf, spliceGuard } from "@dispatch-once/ai-sdk";
+import { createOnceTools, dispatchOnceOf, spliceGuard, turnIndexOf } from "@dispatch-once/ai-sdk";
 import { ToolError, catalogueEntry, canonicalize, type DispatcherOptions, type FailureDisposition, type Ledger } from "@dispatch-once/core";
 import type { LedgerFixture, LedgerSubject } from "@dispatch-once/conformance/ledger";
 import { lastUserText, scriptFromPlans, call, reasoning, respond, say as sayText, startMockOpenAI, type MockOpenAI, type RequestRecord, type ResponsesRequest, type ScriptedResponse } from "@dispatch-once/mock-openai";
@@ -15,7 +15,7 @@ import {
 } from "@dispatch-once/mock-payments";
 import { stepCountIs, streamText, tool, wrapLanguageModel, type LanguageModel, type ModelMessage, type ToolSet } from "ai";
 import { z } from "zod";
-import { APPROVAL_MARK, callsBeforeFollowUp, divergedStepsOf, followUpStepOf, stepsOf, type AiSdkChatPlan, type AiSdkDeath, type AiSdkMessagePlan, type AiSdkScenario, type AiSdkSplice } from "./ai-sdk-scenario.js";
+import { APPROVAL_MARK, callsBeforeFollowUp, divergedStepsOf, followUpStepOf, messagesOf, stepsOf, type AiSdkChatPlan, type AiSdkDeath, type AiSdkMessagePlan, type AiSdkScenario, type AiSdkSplice } from "./ai-sdk-scenario.js";
 import type { OracleViolation } from "./oracle.js";
 import { openAIPosition } from "./provider.js";
 import type { PlannedCall } from "./scenario.js";
@@ -434,6 +434,10 @@ interface Chat {
   spawn: () => Promise<AppProcess>;
   /** The message whose request a death cut, until its turn is asked again (counted: re-sent or regenerated). */
   diedIn?: string | undefined;
+  /** How the timeline names the chat's requests: another tab's (AiSdkChatPlan.tabs) or a reload's; its id otherwise. */
+  name?: string | undefined;
+  /** Called once after the next request of the chat ended, answered or not (another tab sends then, AiSdkTab.when). */
+  afterRequest?: (() => void) | undefined;
 }
 
 /**
@@ -534,7 +538,7 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   const request: AiSdkRequest = { conversationId: chat.plan.id, messages: chat.messages, dispatchAt: chat.plan.dispatchAt };
   if (chat.process.dead) chat.process = await chat.spawn();
   const process = chat.process;
-  say(ctx.log, "app", `${chat.plan.id} ${label}: request ${state.attempt} of ${JSON.stringify(message.text)} (${chat.messages.length} messages, tools at ${chat.plan.dispatchAt}, in ${process.name})`);
+  say(ctx.log, "app", `${chat.name ?? chat.plan.id} ${label}: request ${state.attempt} of ${JSON.stringify(message.text)} (${chat.messages.length} messages, tools at ${chat.plan.dispatchAt}, in ${process.name})`);
   count(ctx.log, "attempts");
   if (chat.diedIn === message.text) {
     // The client asks the turn again after a death cut its stream: AISDK-6's re-send, or a regenerate.
@@ -575,7 +579,8 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   try {
     const result = streamText({
       model: ctx.model({ trigger: pass === 0 ? "submit-message" : "regenerate-message" }),
-      messages: chat.messages,
+      // A user message's id is the UI message's (AISDK-17), which the route reads; the model is sent model messages.
+      messages: chat.messages.map(withoutId),
       tools: tools as ToolSet,
       onChunk: onChunk as never,
       stopWhen: stepCountIs(4),
@@ -673,7 +678,7 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
     say(ctx.log, "proxy", `spliced into ${spliced.regenerate ? "the regenerate's " : ""}request ${state.attempt} of ${JSON.stringify(message.text)}, after its call ${spliced.afterCall} completed, the response to the request sent again ${shape} (AISDK-16)`);
   }
   if (failed !== undefined) {
-    say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} failed (${failed}); nothing kept`);
+    say(ctx.log, "app", `${chat.name ?? chat.plan.id} request ${state.attempt} failed (${failed}); nothing kept`);
     // From now on the model answers the turn's re-runs differently, where the plan says so.
     if (message.rerunDivergence !== undefined) state.diverging = true;
     count(ctx.log, "attempts_failed");
@@ -703,7 +708,7 @@ async function attempt(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, c
   // A later turn's call identical to an earlier turn's (repeatsEarlier): its kept answers.
   const repeated = message.repeatsEarlier === undefined ? undefined : message.calls[message.repeatsEarlier.call];
   if (repeated !== undefined) count(ctx.log, "cross_turn_repeats_told", told.filter((t) => intentSignature(t.tool, t.input) === intentSignature(repeated.tool, repeated.args)).length);
-  say(ctx.log, "app", `${chat.plan.id} request ${state.attempt} answered; kept ${told.length} tool answers`);
+  say(ctx.log, "app", `${chat.name ?? chat.plan.id} request ${state.attempt} answered; kept ${told.length} tool answers`);
   return "answered";
 }
 
@@ -767,14 +772,14 @@ async function listUnanswered(ctx: RunContext, chat: Chat, turn: AiSdkTurnTools,
     listing.answer = await turn.unansweredCalls();
   } catch (error) {
     listing.error = describeError(error);
-    say(ctx.log, "app", `${chat.plan.id} unansweredCalls() failed: ${listing.error}`);
+    say(ctx.log, "app", `${chat.name ?? chat.plan.id} unansweredCalls() failed: ${listing.error}`);
     return listing;
   }
   const answer = listing.answer;
-  if (!answer.listed) say(ctx.log, "app", `${chat.plan.id} tells the user: the turn may have effects its answer does not show (${answer.reason})`);
+  if (!answer.listed) say(ctx.log, "app", `${chat.name ?? chat.plan.id} tells the user: the turn may have effects its answer does not show (${answer.reason})`);
   else if (answer.calls.length > 0) {
     count(ctx.log, "unanswered_listed", answer.calls.length);
-    say(ctx.log, "app", `${chat.plan.id} tells the user of ${answer.calls.length} call(s) the answer does not show: ${answer.calls.map((c) => `${c.name} key ${short(c.key)} ${c.effect}${c.state !== undefined ? ` (${c.state})` : ""}`).join(", ")}`);
+    say(ctx.log, "app", `${chat.name ?? chat.plan.id} tells the user of ${answer.calls.length} call(s) the answer does not show: ${answer.calls.map((c) => `${c.name} key ${short(c.key)} ${c.effect}${c.state !== undefined ? ` (${c.state})` : ""}`).join(", ")}`);
   }
   return listing;
 }
@@ -791,6 +796,9 @@ async function driveTurn(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan,
     const what = request === 0 ? label : `${label}, continuation ${request}`;
     for (let resend = 0; resend <= message.resends && !answered; resend++) {
       const attempted = await attempt(ctx, chat, message, content, resend === 0 ? what : `${what}, re-sent after a failure`, pass, request);
+      const after = chat.afterRequest;
+      chat.afterRequest = undefined;
+      after?.();
       if (attempted === "ended_for_good") return false;
       answered = attempted === "answered";
       if (!answered && resend < message.resends) count(ctx.log, "resends");
@@ -803,7 +811,7 @@ async function driveTurn(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan,
     count(ctx.log, "continuations");
     if (answer.approvals > 0) count(ctx.log, "approvals", answer.approvals);
     if (answer.results > 0) count(ctx.log, "client_tool_results", answer.results);
-    say(ctx.log, "app", `${chat.plan.id} the user answers: ${answer.approvals} approvals, ${answer.results} client-side tool results; the turn goes on`);
+    say(ctx.log, "app", `${chat.name ?? chat.plan.id} the user answers: ${answer.approvals} approvals, ${answer.results} client-side tool results; the turn goes on`);
   }
 }
 
@@ -831,28 +839,118 @@ function userAnswer(messages: readonly ModelMessage[]): { message: ModelMessage;
   return content.length === 0 ? undefined : { message: { role: "tool", content } as ModelMessage, approvals, results };
 }
 
-async function runChat(ctx: RunContext, plan: AiSdkChatPlan, spawn: Chat["spawn"]): Promise<void> {
+/** A user message as the app keeps it: with the id `useChat` gives it where the chat has tabs (AISDK-17). */
+function userMessage(content: string, id: string | undefined): ModelMessage {
+  return (id === undefined ? { role: "user", content } : { role: "user", content, id }) as ModelMessage;
+}
+
+/** The message the model is sent: a user message without its UI id. */
+function withoutId(m: ModelMessage): ModelMessage {
+  if (!("id" in m)) return m;
+  const { id: _id, ...rest } = m as ModelMessage & { id?: unknown };
+  return rest as ModelMessage;
+}
+
+/** The id of a user message of a chat with tabs (AiSdkChatPlan.tabs); none for a chat without. */
+const messageIdOf = (plan: AiSdkChatPlan, text: string) => (plan.tabs === undefined ? undefined : `${plan.id} ${text}`.replaceAll(" ", "-"));
+
+/**
+ * A turn the app asks, its user message already sent: the request and its re-sends (driveTurn),
+ * then the regenerate when the plan has one (the same user messages once more).
+ */
+async function settleTurn(ctx: RunContext, chat: Chat, message: AiSdkMessagePlan, content: string): Promise<void> {
+  const answered = await driveTurn(ctx, chat, message, content, "send", 0);
+  if (answered) ctx.log.answered.add(passOf(chat.plan.id, message.text, 0));
+  if (answered) count(ctx.log, "turns_answered");
+  else count(ctx.log, "turns_unanswered");
+  // A turn given up while it waits for the user: the next message is a new turn, and the AI SDK
+  // refuses a request whose history has a call left without its result.
+  if (!answered && userAnswer(chat.messages) !== undefined) chat.messages.splice(chat.messages.findLastIndex((m) => m.role === "user") + 1);
+  if (message.regenerate) {
+    // Regenerate: drop the answer after the last user message and ask the same turn again.
+    const lastUser = chat.messages.findLastIndex((m) => m.role === "user");
+    chat.messages.splice(lastUser + 1);
+    count(ctx.log, "regenerates");
+    const state = ctx.world.attempts.get(content)!;
+    state.regenerateFrom = state.attempt;
+    if (await driveTurn(ctx, chat, message, content, "regenerate", 1)) ctx.log.answered.add(passOf(chat.plan.id, message.text, 1));
+  }
+}
+
+async function runChat(ctx: RunContext, plan: AiSdkChatPlan, spawn: Chat["spawn"], spawnTab: (tab: number) => Chat["spawn"]): Promise<void> {
   const chat: Chat = { plan, messages: [], process: await spawn(), spawn };
-  for (const message of plan.messages) {
+  const tabs = plan.tabs;
+  /** The other tabs' turns under way, and those of stale tabs that send once the chat went on to its end. */
+  const running: Promise<void>[] = [];
+  const stale: (() => Promise<void>)[] = [];
+  const tabChats: Chat[] = [];
+  let forkedAt = 0;
+  for (const [index, message] of plan.messages.entries()) {
     const content = contentOf(ctx.account, plan.id, message.text);
-    chat.messages.push({ role: "user", content });
-    const answered = await driveTurn(ctx, chat, message, content, "send", 0);
-    if (answered) ctx.log.answered.add(passOf(plan.id, message.text, 0));
-    if (answered) count(ctx.log, "turns_answered");
-    else count(ctx.log, "turns_unanswered");
-    // A turn given up while it waits for the user: the next message is a new turn, and the AI SDK
-    // refuses a request whose history has a call left without its result.
-    if (!answered && userAnswer(chat.messages) !== undefined) chat.messages.splice(chat.messages.findLastIndex((m) => m.role === "user") + 1);
-    if (message.regenerate) {
-      // Regenerate: drop the answer after the last user message and ask the same turn again.
-      const lastUser = chat.messages.findLastIndex((m) => m.role === "user");
-      chat.messages.splice(lastUser + 1);
-      count(ctx.log, "regenerates");
-      const state = ctx.world.attempts.get(content)!;
-      state.regenerateFrom = state.attempt;
-      if (await driveTurn(ctx, chat, message, content, "regenerate", 1)) ctx.log.answered.add(passOf(plan.id, message.text, 1));
+    // Another tab holds the history as it was before this message (AISDK-17).
+    if (tabs?.at === index) {
+      forkedAt = chat.messages.length;
+      const base = [...chat.messages];
+      tabs.others.forEach((tab, k) => {
+        const send = async () => {
+          const other: Chat = { plan, name: `${plan.id} tab ${k + 2}`, messages: [...base], process: await spawnTab(k + 1)(), spawn: spawnTab(k + 1) };
+          tabChats[k] = other;
+          const tabContent = contentOf(ctx.account, plan.id, tab.message.text);
+          other.messages.push(userMessage(tabContent, messageIdOf(plan, tab.message.text)));
+          count(ctx.log, "tabs");
+          count(ctx.log, `tabs_${tab.when}`);
+          say(ctx.log, "app", `${plan.id} tab ${k + 2} sends ${JSON.stringify(tab.message.text)} on the history before ${JSON.stringify(message.text)} (${base.length} messages; ${tab.when.replaceAll("_", " ")})`);
+          await settleTurn(ctx, other, tab.message, tabContent);
+          // The same payment asked in this tab and the first (AiSdkTab.same): this tab's kept successes of it.
+          const same = tab.same === undefined ? undefined : tab.message.calls[tab.same.call]!;
+          if (same !== undefined) {
+            count(ctx.log, "tab_same_payments");
+            count(ctx.log, "tab_same_payments_told", ctx.log.told.filter((t) => t.ok && t.chat === plan.id && t.message === tab.message.text && intentSignature(t.tool, t.input) === intentSignature(same.tool, same.args)).length);
+          }
+        };
+        if (tab.when === "together") running.push(send());
+        else if (tab.when === "after_first_request") {
+          const before = chat.afterRequest;
+          chat.afterRequest = () => {
+            before?.();
+            running.push(send());
+          };
+        } else stale.push(send);
+      });
+    }
+    chat.messages.push(userMessage(content, messageIdOf(plan, message.text)));
+    await settleTurn(ctx, chat, message, content);
+  }
+  await Promise.all(running);
+  for (const send of stale) await send();
+  if (tabs?.reload === true) {
+    // The server's store kept every message it was sent, one after the other: the first tab's
+    // chat, then each other tab's message and its kept answer. Reloaded, the last tab's message
+    // is counted at a later index than the one it was asked at; the user regenerates it.
+    const last = tabs.others.at(-1)!;
+    const lastChat = tabChats[tabs.others.length - 1]!;
+    const messages = [...chat.messages, ...tabChats.slice(0, -1).flatMap((c) => c.messages.slice(forkedAt)), lastChat.messages[forkedAt]!];
+    const reloaded: Chat = { plan, name: `${plan.id} reloaded`, messages, process: lastChat.process, spawn: lastChat.spawn };
+    const content = contentOf(ctx.account, plan.id, last.message.text);
+    count(ctx.log, "tab_reloads");
+    say(ctx.log, "app", `${plan.id} reloads the store (${messages.length} messages) and regenerates ${JSON.stringify(last.message.text)}, now counted at turn ${turnIndexOf(messages)}`);
+    if (await driveTurn(ctx, reloaded, last.message, content, "regenerate", RELOAD_PASS)) {
+      ctx.log.answered.add(passOf(plan.id, last.message.text, RELOAD_PASS));
+      count(ctx.log, "tab_reloads_answered");
     }
   }
+}
+
+/** The pass at a tab's message that a reload of the store regenerates (AiSdkTabs.reload): after its sending (0) and its regenerate (1). */
+const RELOAD_PASS = 2;
+
+/** How the timeline and the verdicts name a pass at a message. */
+const passLabel = (pass: number) => (pass === 0 ? "as sent" : pass === RELOAD_PASS ? "reloaded, regenerated" : "regenerated");
+
+/** The last pass the user saw of a message: the reload's for the last tab of a chat that reloads, then its regenerate's, else its sending's. */
+function lastPassOf(chat: AiSdkChatPlan, m: AiSdkMessagePlan): number {
+  if (chat.tabs?.reload === true && chat.tabs.others.at(-1)?.message === m) return RELOAD_PASS;
+  return m.regenerate ? 1 : 0;
 }
 
 const passOf = (chat: string, message: string, pass: number) => `${chat}\u0000${message}\u0000${pass}`;
@@ -881,7 +979,8 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
   const { plans, attempts } = world;
   const contents: string[] = [];
   for (const chat of scenario.chats) {
-    for (const message of chat.messages) {
+    // Another tab's message (AiSdkChatPlan.tabs) is planned as the chat's own are: its own text, its own faults.
+    for (const message of messagesOf(chat)) {
       const content = contentOf(account, chat.id, message.text);
       contents.push(content);
       plans.set(content, scripted(message, stepsOf(message)));
@@ -918,53 +1017,58 @@ export async function runAiSdkCase(world: AiSdkWorld, subject: LedgerSubject, sc
     const ctx: RunContext = { world, account, log, model };
     await Promise.all(
       scenario.chats.map((chat) => {
-        let spawned = 0;
         // A server process of the chat route: the app's tools and createOnceTools built in it, over its own ledger instance.
-        const spawn = async (): Promise<AppProcess> => {
-          const name = `${chat.id}/p${++spawned}`;
-          const abort = new AbortController();
-          let dying!: () => void;
-          const died = new Promise<void>((resolve) => (dying = resolve));
-          const process: AppProcess = {
-            died,
-            name,
-            dead: false,
-            forTurn: undefined as never,
-            abort,
-            takingOver: new Set(),
-            fetch: ((input: Parameters<typeof fetch>[0], init?: RequestInit) => {
-              if (process.dead) return Promise.reject(new ProcessGone(name));
-              return fetch(input, { ...init, signal: init?.signal ? AbortSignal.any([init.signal, abort.signal]) : abort.signal });
-            }) as typeof fetch,
-            die: (what) => {
-              if (!process.dead) {
-                process.dead = true;
-                process.death = what;
-                say(log, "app", `${name} DIES ${what}`);
-                count(log, "deaths");
-                if (what.startsWith("after")) count(log, "deaths_after_effect");
-                // A death is planned on a tool loop's follow-up call (step 2, or the call after a
-                // continuation's repeats), on step 1's first call, or on an approved call's run.
-                const site = (Object.keys(DEATH_STATS) as DeathSite[]).find((w) => what.endsWith(`(${w})`)) ?? "follow_up";
-                count(log, DEATH_STATS[site]);
-                abort.abort(new ProcessGone(name));
-                dying();
-              }
-              throw new ProcessGone(name);
-            },
+        // Another tab's requests (AiSdkChatPlan.tabs) are served by processes of their own, each over a reopened instance.
+        const spawner = (prefix: string, first: "fixture" | "reopen") => {
+          let spawned = 0;
+          return async (): Promise<AppProcess> => {
+            const name = `${prefix}/p${++spawned}`;
+            const abort = new AbortController();
+            let dying!: () => void;
+            const died = new Promise<void>((resolve) => (dying = resolve));
+            const process: AppProcess = {
+              died,
+              name,
+              dead: false,
+              forTurn: undefined as never,
+              abort,
+              takingOver: new Set(),
+              fetch: ((input: Parameters<typeof fetch>[0], init?: RequestInit) => {
+                if (process.dead) return Promise.reject(new ProcessGone(name));
+                return fetch(input, { ...init, signal: init?.signal ? AbortSignal.any([init.signal, abort.signal]) : abort.signal });
+              }) as typeof fetch,
+              die: (what) => {
+                if (!process.dead) {
+                  process.dead = true;
+                  process.death = what;
+                  say(log, "app", `${name} DIES ${what}`);
+                  count(log, "deaths");
+                  if (what.startsWith("after")) count(log, "deaths_after_effect");
+                  // A death is planned on a tool loop's follow-up call (step 2, or the call after a
+                  // continuation's repeats), on step 1's first call, or on an approved call's run.
+                  const site = (Object.keys(DEATH_STATS) as DeathSite[]).find((w) => what.endsWith(`(${w})`)) ?? "follow_up";
+                  count(log, DEATH_STATS[site]);
+                  abort.abort(new ProcessGone(name));
+                  dying();
+                }
+                throw new ProcessGone(name);
+              },
+            };
+            const ledger = mortalLedger(spawned === 1 && first === "fixture" ? fixture.ledger : await fixture.reopen(), process);
+            const tools = appTools(world, account, log, faults, running, app.disposition, chat.messages.some((m) => m.continuation?.kind === "approval"), process, deaths);
+            const onEvent: NonNullable<AiSdkWrapOptions["dispatcher"]["onEvent"]> = (event) => {
+              if (process.dead || event.type !== "claimed" || !event.takeover) return;
+              process.takingOver.add(event.key);
+              say(log, "ledger", `${name} takes over the expired claim of key ${short(event.key)} (fence ${event.fence})`);
+              count(log, "takeovers");
+            };
+            process.forTurn = (app.wrap ?? wrapOnce)(tools, ledger, { effects: EFFECTS, identity: IDENTITY, dispatcher: { ...dispatcher, onEvent } });
+            return process;
           };
-          const ledger = mortalLedger(spawned === 1 ? fixture.ledger : await fixture.reopen(), process);
-          const tools = appTools(world, account, log, faults, running, app.disposition, chat.messages.some((m) => m.continuation?.kind === "approval"), process, deaths);
-          const onEvent: NonNullable<AiSdkWrapOptions["dispatcher"]["onEvent"]> = (event) => {
-            if (process.dead || event.type !== "claimed" || !event.takeover) return;
-            process.takingOver.add(event.key);
-            say(log, "ledger", `${name} takes over the expired claim of key ${short(event.key)} (fence ${event.fence})`);
-            count(log, "takeovers");
-          };
-          process.forTurn = (app.wrap ?? wrapOnce)(tools, ledger, { effects: EFFECTS, identity: IDENTITY, dispatcher: { ...dispatcher, onEvent } });
-          return process;
         };
-        return runChat(ctx, chat, spawn);
+        const tabSpawners = new Map<number, Chat["spawn"]>();
+        const spawnTab = (tab: number) => tabSpawners.get(tab) ?? tabSpawners.set(tab, spawner(`${chat.id}/tab${tab + 1}`, "reopen")).get(tab)!;
+        return runChat(ctx, chat, spawner(chat.id, "fixture"), spawnTab);
       }),
     );
     // A call started at its tool-call part may outlive the stream that was cut under it.
@@ -1057,7 +1161,7 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
   const add = (rule: string, message: string) => violations.push({ rule, message });
   const intents = new Map<string, { chat: string; message: string; call: PlannedCall; times: number }>();
   for (const chat of scenario.chats) {
-    for (const m of chat.messages) {
+    for (const m of messagesOf(chat)) {
       for (const c of plannedOf(m)) {
         const signature = intentSignature(c.tool, c.args);
         const known = intents.get(signature);
@@ -1101,16 +1205,17 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
   for (const { chat, message, signature, effects: list } of atTurn.values()) {
     const intent = intents.get(signature);
     if (intent === undefined) continue; // answers no intent: said above
-    const plan = scenario.chats.find((c) => c.id === chat)?.messages.find((m) => m.text === message);
+    const plan = planOf(scenario, chat, message);
     const times = chat === "" ? intent.times : plan === undefined ? 0 : plannedOf(plan).filter((c) => intentSignature(c.tool, c.args) === signature).length;
     if (list.length <= times) continue;
     const asked = times === 1 ? "one intent" : `${times} intents`;
     const others = chat !== "" && intent.times > times ? ` (at that turn; other turns asked for it ${intent.times - times} more times, which excuses none of these)` : "";
-    add("CONF-2", `${where(chat === "" ? intent : { chat, message, call: intent.call })}: performed ${list.length} times for ${asked}: ${list.map(describeEffect).join(", ")}${others}`);
+    const reloaded = chat !== "" && reloadedTab(scenario, chat) === message ? ` (a reload of the store counted this tab's message one or more turns later: a message keeps the turn at which it first dispatched, AISDK-17)` : "";
+    add("CONF-2", `${where(chat === "" ? intent : { chat, message, call: intent.call })}: performed ${list.length} times for ${asked}: ${list.map(describeEffect).join(", ")}${others}${reloaded}`);
   }
   // How often a turn's message asked for a signature (CONF-2's and EFFECT-6's count per turn).
   const timesAt = (chat: string, message: string, signature: string) => {
-    const plan = scenario.chats.find((c) => c.id === chat)?.messages.find((m) => m.text === message);
+    const plan = planOf(scenario, chat, message);
     return plan === undefined ? 0 : plannedOf(plan).filter((c) => intentSignature(c.tool, c.args) === signature).length;
   };
   const atTurnOf = (t: Told, e: Effect) => {
@@ -1138,6 +1243,15 @@ export function checkAiSdkOracle(scenario: AiSdkScenario, account: string, log: 
         // this turn was told the other turn's effect, and the one it asked for was never made.
         const e = list.find((x) => x.resourceId === named)!;
         const site = turnOf(e)!;
+        if (tabsAtOneTurn(scenario, t.chat, t.message, site.message)) {
+          // Two tabs' messages at one turn index (AISDK-17): two asks, and this one was answered with the other's.
+          add(
+            "CONF-2",
+            `${what} was kept as a success naming ${named}, the effect of ${site.chat} ${JSON.stringify(site.message)} (${describeEffect(e)}: its key ran in that message's request), ` +
+              `which another tab sent at the same turn index: the user asked for it in both tabs, and this tab's was never made (AISDK-17: each user message's calls take ordinals of their own)`,
+          );
+          continue;
+        }
         add(
           "CONF-2",
           `${what} was kept as a success naming ${named}, the effect of ${site.chat} ${JSON.stringify(site.message)} (${describeEffect(e)}: its key ran in that turn's request): ` +
@@ -1209,7 +1323,7 @@ function checkNoSplicedCallDispatched(log: CaseLog, add: (rule: string, message:
     if (r === undefined || judged.has(d.toolCallId)) continue;
     judged.add(d.toolCallId);
     const site = log.callAt.get(d.toolCallId);
-    const whereAt = site === undefined ? "a request of the case" : `request ${site.request + 1} of ${site.chat} ${JSON.stringify(site.message)} (${site.pass === 0 ? "as sent" : "regenerated"})`;
+    const whereAt = site === undefined ? "a request of the case" : `request ${site.request + 1} of ${site.chat} ${JSON.stringify(site.message)} (${passLabel(site.pass)})`;
     const how = r.spliced === "restart" ? "with its own start" : r.spliced === "headless" ? "without its start, led by a sentence" : "without its start or a lead";
     const point = d.at === "execute" ? "the AI SDK executed" : `the dispatcher ran (key ${short(d.key)})`;
     add(
@@ -1244,14 +1358,14 @@ function checkToldOfEveryEffect(
   for (const l of log.listings) {
     if (l.answer?.listed !== true) continue;
     for (const c of l.answer.calls) {
-      const where = `unansweredCalls() after request ${l.request + 1} of ${l.chat} ${JSON.stringify(l.message)} (${l.pass === 0 ? "as sent" : "regenerated"})`;
+      const where = `unansweredCalls() after request ${l.request + 1} of ${l.chat} ${JSON.stringify(l.message)} (${passLabel(l.pass)})`;
       if ((c.effect === "not_happened" || c.effect === "none") && keyed.has(c.key)) add("AISDK-14", `${where} listed ${c.name} key ${short(c.key)} as ${c.effect} (${c.state ?? "no state"}), but the payments API made ${effects.filter((e) => e.idempotencyKey === c.key).map(describeEffect).join(", ")}`);
       if (c.effect === "happened" && !keyed.has(c.key)) add("AISDK-14", `${where} listed ${c.name} key ${short(c.key)} as happened (${c.state ?? "no state"}), but the payments API made nothing under it`);
     }
   }
   const lastPassAnswered = new Set<string>();
   for (const chat of scenario.chats) {
-    for (const m of chat.messages) if (log.answered.has(passOf(chat.id, m.text, m.regenerate ? 1 : 0))) lastPassAnswered.add(`${chat.id}\u0000${m.text}`);
+    for (const m of messagesOf(chat)) if (log.answered.has(passOf(chat.id, m.text, lastPassOf(chat, m)))) lastPassAnswered.add(`${chat.id}\u0000${m.text}`);
   }
   for (const e of effects) {
     const signature = effectSignature(e);
@@ -1279,9 +1393,30 @@ function checkToldOfEveryEffect(
       if (listed.some((c) => c.state === "in_flight")) count(log, "omitted_dead_process_effect_told_by_unanswered_calls");
       continue;
     }
-    const asked = listings.length === 0 ? "the app kept no request of the turn" : listings.map((l) => `after request ${l.request + 1}${l.pass === 1 ? " of the regenerate" : ""}: ${l.answer === undefined ? (l.error !== undefined ? `failed (${l.error})` : "not asked") : `listed ${l.answer.calls.map((c) => `${short(c.key)} ${c.effect}`).join(", ") || "nothing"}`}`).join("; ");
+    const asked = listings.length === 0 ? "the app kept no request of the turn" : listings.map((l) => `after request ${l.request + 1}${l.pass === 1 ? " of the regenerate" : l.pass === RELOAD_PASS ? " of the reload's regenerate" : ""}: ${l.answer === undefined ? (l.error !== undefined ? `failed (${l.error})` : "not asked") : `listed ${l.answer.calls.map((c) => `${short(c.key)} ${c.effect}`).join(", ") || "nothing"}`}`).join("; ");
     add("AISDK-14", `${describeEffect(e)} of ${intent.chat} ${JSON.stringify(intent.message)} is told by no kept answer of its turn and listed by no unansweredCalls() answer of a request of it the app kept (${asked}): the user was answered with no trace of it`);
   }
+}
+
+/** A chat's message by its text: one of its own, or another tab's (AiSdkChatPlan.tabs). */
+function planOf(scenario: AiSdkScenario, chat: string, text: string): AiSdkMessagePlan | undefined {
+  const plan = scenario.chats.find((c) => c.id === chat);
+  return plan === undefined ? undefined : messagesOf(plan).find((m) => m.text === text);
+}
+
+/** Whether two messages of a chat were sent by its tabs at one turn index: the message the others forked at, and each other tab's. */
+function tabsAtOneTurn(scenario: AiSdkScenario, chat: string, a: string, b: string): boolean {
+  const tabs = scenario.chats.find((c) => c.id === chat)?.tabs;
+  if (tabs === undefined || a === b) return false;
+  const plan = scenario.chats.find((c) => c.id === chat)!;
+  const atTurn = [plan.messages[tabs.at]!.text, ...tabs.others.map((t) => t.message.text)];
+  return atTurn.includes(a) && atTurn.includes(b);
+}
+
+/** The text of the tab message a reload of the chat's store regenerates (AiSdkTabs.reload), if any. */
+function reloadedTab(scenario: AiSdkScenario, chat: string): string | undefined {
+  const tabs = scenario.chats.find((c) => c.id === chat)?.tabs;
+  return tabs?.reload === true ? tabs.others.at(-1)?.message.text : undefined;
 }
 
 /** Every call the user asked for in a message, in the model's order: step 1's, a tool loop's step 2, a continuation's repeats. */

@@ -211,6 +211,47 @@ export interface AiSdkChatPlan {
   /** Where the wrapped tools run: when the step finishes (the AI SDK's way) or at the tool-call part (AISDK-4). */
   dispatchAt: "step" | "tool-call";
   messages: AiSdkMessagePlan[];
+  /**
+   * Other tabs of the chat (AISDK-17): each sends a new user message, under an id of its own, on the
+   * history before `messages[at]`, so its request counts the same turn index as that message's.
+   * Only a chat with tabs gives its user messages ids (as `useChat` does); the others send model
+   * messages, which carry none. Drawn after every other field (`tabs` in aiSdkScenarioArbitrary).
+   */
+  tabs?: AiSdkTabs | undefined;
+}
+
+/**
+ * Two or three tabs of one chat asking at the same turn index (AiSdkChatPlan.tabs): the chat's
+ * message `at` is the first tab's ask, each of `others` another tab's. Each message's asks are its
+ * own: the same payment asked in two tabs is two payments, and a regenerate of one (the same id)
+ * is none more.
+ */
+export interface AiSdkTabs {
+  /** The chat's message whose history the other tabs hold (its index in `messages`). */
+  at: number;
+  others: AiSdkTab[];
+  /**
+   * Once everything of the chat settled, the server's store, which kept every message it was sent,
+   * is reloaded into one history (the first tab's messages, then each other tab's, one after the
+   * other) and the user regenerates the last tab's message from it: the history counts that
+   * message at a later index, and its calls must meet the keys of the turn at which it first
+   * dispatched (AISDK-17: a message keeps its turn).
+   */
+  reload: boolean;
+}
+
+/** Another tab's message (AiSdkTabs.others). */
+export interface AiSdkTab {
+  /** Its plan: one request per attempt (no continuation, tool loop, death, splice or divergence). */
+  message: AiSdkMessagePlan;
+  /**
+   * When the tab sends: `together` with the first tab's first request (before its stream is cut),
+   * `after_first_request` once that request ended (after a cut, before its re-send), `later` once
+   * the first tab's chat went on to its end (a stale tab).
+   */
+  when: "together" | "after_first_request" | "later";
+  /** The tab's call `call` is the first tab's call `of`, exactly (the same payment asked in both), with what was drawn before. */
+  same?: { call: number; of: number; drawn: PlannedCall } | undefined;
 }
 
 export interface AiSdkScenario {
@@ -220,7 +261,7 @@ export interface AiSdkScenario {
 const PAYEES = ["acme", "globex", "initech"];
 const CURRENCIES = ["EUR", "USD"];
 
-function callArbitrary(chat: number, message: number, index: number, approval: boolean): fc.Arbitrary<PlannedCall> {
+function callArbitrary(chat: number, message: number | string, index: number, approval: boolean): fc.Arbitrary<PlannedCall> {
   const mark = approval ? `-${APPROVAL_MARK}` : "";
   const payment = fc.record({
     payee: fc.constantFrom(...PAYEES),
@@ -501,6 +542,82 @@ export function withoutCrossTurnRepeats(scenario: AiSdkScenario): AiSdkScenario 
   };
 }
 
+/**
+ * Drawn after every other field, one per chat slot, so each seed's earlier draws (and the kit's
+ * planted tests' scenarios) stay what they were: in one chat in four, one other tab (three in four
+ * of them) or two, each with one or two calls of its own, the first of which is the first tab's
+ * call exactly in two tabs in three (the same payment asked in both); each may be cut, re-sent
+ * and regenerated; in half of them a reload of the store regenerates the last tab's message.
+ */
+function tabsArbitrary(chat: number): fc.Arbitrary<{ at: number; others: AiSdkTab[]; reload: boolean } | undefined> {
+  const tab = (k: number) =>
+    fc.integer({ min: 1, max: 2 }).chain((count) =>
+      fc
+        .tuple(...Array.from({ length: count }, (_, i) => callArbitrary(chat, `t${k}`, i, false)))
+        .chain((calls) =>
+          fc.record({
+            message: fc.record({
+              text: fc.constant(`c${chat} tab ${k}`),
+              calls: fc.constant(calls as PlannedCall[]),
+              cuts: fc.array(cutArbitrary(calls.length, 0), { maxLength: 2 }),
+              downstream: fc.oneof(
+                { weight: 3, arbitrary: fc.constant({}) },
+                {
+                  weight: 1,
+                  arbitrary: fc
+                    .tuple(fc.integer({ min: 0, max: calls.length - 1 }), fc.constantFrom<DownstreamFault>("fail_before_accept", "drop_after_accept"))
+                    .map(([i, fault]) => ({ [i]: fault })),
+                },
+              ) as fc.Arbitrary<Partial<Record<number, DownstreamFault>>>,
+              resends: fc.integer({ min: 0, max: 2 }),
+              regenerate: fc.boolean(),
+            }),
+            when: fc.constantFrom<AiSdkTab["when"]>("together", "after_first_request", "later"),
+            same: fc.oneof({ weight: 1, arbitrary: fc.constant(undefined) }, { weight: 2, arbitrary: fc.record({ call: fc.integer({ min: 0, max: 1 }), of: fc.integer({ min: 0, max: 1 }) }) }),
+          }),
+        ),
+    );
+  return fc.oneof(
+    { weight: 3, arbitrary: fc.constant(undefined) },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        at: fc.integer({ min: 0, max: 1 }),
+        others: fc.oneof({ weight: 3, arbitrary: fc.tuple(tab(2)) }, { weight: 1, arbitrary: fc.tuple(tab(2), tab(3)) }),
+        reload: fc.boolean(),
+      }),
+    },
+  ) as fc.Arbitrary<{ at: number; others: AiSdkTab[]; reload: boolean } | undefined>;
+}
+
+/** The chat's other tabs (AiSdkChatPlan.tabs), where drawn: forked at message `at` (modulo its messages), their copies of its call made. */
+function withTabs(chat: AiSdkChatPlan, drawn: { at: number; others: { message: AiSdkMessagePlan; when: AiSdkTab["when"]; same?: { call: number; of: number } | undefined }[]; reload: boolean } | undefined): AiSdkChatPlan {
+  if (drawn === undefined) return chat;
+  const at = drawn.at % chat.messages.length;
+  const fork = chat.messages[at]!;
+  const others = drawn.others.map((tab): AiSdkTab => {
+    const text = `c${chat.id.slice("chat-".length)} message ${at} ${tab.message.text.split(" ").slice(1).join(" ")}`;
+    const message = { ...tab.message, text };
+    // An approval turn's calls carry the approval mark in their identity: a copy would need an approval the tab does not plan.
+    if (tab.same === undefined || fork.continuation?.kind === "approval") return { message, when: tab.when };
+    const call = tab.same.call % message.calls.length;
+    const of = tab.same.of % fork.calls.length;
+    const calls = message.calls.map((c, i) => (i === call ? fork.calls[of]! : c));
+    return { message: { ...message, calls }, when: tab.when, same: { call, of, drawn: message.calls[call]! } };
+  });
+  return { ...chat, tabs: { at, others, reload: drawn.reload } };
+}
+
+/** The scenario as drawn before the tabs (the draws' tests compare it with the scenarios of before). */
+export function withoutTabs(scenario: AiSdkScenario): AiSdkScenario {
+  return { ...scenario, chats: scenario.chats.map(({ tabs: _tabs, ...chat }) => chat) };
+}
+
+/** A chat's messages and its other tabs' (AiSdkChatPlan.tabs): every message whose asks are the chat's. */
+export function messagesOf(chat: AiSdkChatPlan): AiSdkMessagePlan[] {
+  return [...chat.messages, ...(chat.tabs?.others ?? []).map((t) => t.message)];
+}
+
 export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
   return fc
     .tuple(
@@ -514,11 +631,13 @@ export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
       fc.array(regenerateSpliceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
       // After those, for the same reason: a later message asks for an earlier message's call again.
       fc.array(crossTurnRepeatArbitrary, { minLength: MAX_CHATS, maxLength: MAX_CHATS }),
+      // After those, for the same reason: other tabs of the chat ask at one of its turns (AISDK-17).
+      fc.tuple(...Array.from({ length: MAX_CHATS }, (_, c) => tabsArbitrary(c))),
     )
-    .map(([chats, firstCallDeaths, approvalDeaths, divergences, splices, regenerateSplices, crossTurnRepeats]) => {
+    .map(([chats, firstCallDeaths, approvalDeaths, divergences, splices, regenerateSplices, crossTurnRepeats, tabs]) => {
       let slot = 0;
       return {
-        chats: chats.map((chat, c) => withCrossTurnRepeat({
+        chats: chats.map((chat, c) => withTabs(withCrossTurnRepeat({
           ...chat,
           messages: chat.messages.map((m): AiSdkMessagePlan => {
             const when = firstCallDeaths[slot];
@@ -528,7 +647,7 @@ export function aiSdkScenarioArbitrary(): fc.Arbitrary<AiSdkScenario> {
             const diverged = divergences[slot++];
             return withRegenerateSplice(withSplice(withDivergence(withDeaths(m, when, approved), diverged), splice), regenerateSplice);
           }),
-        }, crossTurnRepeats[c])),
+        }, crossTurnRepeats[c]), tabs[c])),
       };
     });
 }

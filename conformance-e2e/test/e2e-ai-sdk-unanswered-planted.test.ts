@@ -68,7 +68,8 @@ describe("the ai-sdk side when the model answers a re-run without a call that ra
     const saysNotHappened = listingSays("not_happened");
     const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: SEED, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: saysNotHappened }).catch((e: unknown) => e);
     const message = expectReadable(error, SEED);
-    expect(message).toMatch(/breaks AISDK-14\): unansweredCalls\(\) after request \d of chat-\d "c\d message \d" \((as sent|regenerated)\) listed (send_payment|create_invoice) key \S+ as not_happened \((completed|in_flight|unknown|released)\), but the payments API made/);
+    // At seed 20261205 the first run rejected is a chat with another tab (AISDK-17), whose listing names the first tab's payment, at the same turn index.
+    expect(message).toMatch(/breaks AISDK-14\): unansweredCalls\(\) after request \d of chat-\d "c\d message \d( tab \d)?" \((as sent|regenerated|reloaded, regenerated)\) listed (send_payment|create_invoice) key \S+ as not_happened \((completed|in_flight|unknown|released)\), but the payments API made/);
   }, 600_000);
 
   it("AISDK-14 a wrapper whose unansweredCalls() says every row it lists happened tells the user of a payment or invoice never made", async () => {
@@ -76,6 +77,6 @@ describe("the ai-sdk side when the model answers a re-run without a call that ra
     const saysHappened = listingSays("happened");
     const error = await runEndToEnd(memory, { provider: "ai-sdk", runs: 100, seed: SEED, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, aiSdk: saysHappened }).catch((e: unknown) => e);
     const message = expectReadable(error, SEED);
-    expect(message).toMatch(/breaks AISDK-14\): unansweredCalls\(\) after request \d of chat-\d "c\d message \d" \((as sent|regenerated)\) listed (send_payment|create_invoice) key \S+ as happened \((in_flight|unknown|released|failed)\), but the payments API made nothing under it/);
+    expect(message).toMatch(/breaks AISDK-14\): unansweredCalls\(\) after request \d of chat-\d "c\d message \d( tab \d)?" \((as sent|regenerated|reloaded, regenerated)\) listed (send_payment|create_invoice) key \S+ as happened \((in_flight|unknown|released|failed)\), but the payments API made nothing under it/);
   }, 600_000);
 });

@@ -33,7 +33,7 @@ const SEARCH_BUDGET_MS = 60_000;
 const PERFORMED_AGAIN = /performed ([2-9]|\d{2,}) times for (one intent|([2-9]|\d{2,}) intents)/;
 
 describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
-  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 AISDK-14 an app with createOnceTools performs each intent at most once and keeps only the truth, tool loops inside a request (and in a continuation's last request) process deaths in their step 2, on step 1's first call and on an approved call's run, and re-runs the model answers without a call that ran included, over ${runs} random scenarios`, async () => {
+  it(`CONF-2 AISDK-1 AISDK-2 AISDK-4 AISDK-6 AISDK-7 AISDK-9 AISDK-14 AISDK-17 an app with createOnceTools performs each intent at most once and keeps only the truth, tool loops inside a request (and in a continuation's last request) process deaths in their step 2, on step 1's first call and on an approved call's run, re-runs the model answers without a call that ran, and other tabs of a chat asking at one turn index included, over ${runs} random scenarios`, async () => {
     const seen: Record<string, number> = {};
     await runEndToEnd(memory, {
       provider: "ai-sdk",
@@ -87,6 +87,15 @@ describe("end-to-end level on the Vercel AI SDK (provider ai-sdk)", () => {
     // constant turn index answers the repeat with the first turn's payment). 5 drawn and 1 answer
     // kept at the later turn at 30 runs (seed 20261201).
     for (const kind of ["cross_turn_repeats", "cross_turn_repeats_told"]) {
+      expect(seen[kind], kind).toBeGreaterThan(0);
+    }
+    // Other tabs of a chat asking at one of its turn indexes (AiSdkChatPlan.tabs, AISDK-17): each
+    // tab's message is an ask of its own, the same payment asked in two tabs is two payments, each
+    // told its own; a reload of the store regenerates the last tab's message one index later, and
+    // must meet its keys (e2e-ai-sdk-tabs-planted.test.ts: ordinals not per message fail both). At
+    // 30 runs (seed 20261201): 16 tabs (10 together with the first tab's first request, 3 after it,
+    // 3 once the chat went on), 10 same payments each told in its tab, 7 reloads answered.
+    for (const kind of ["tabs_together", "tabs_after_first_request", "tabs_later", "tab_same_payments_told", "tab_reloads_answered"]) {
       expect(seen[kind], kind).toBeGreaterThan(0);
     }
   }, 600_000);

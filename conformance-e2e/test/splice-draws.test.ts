@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import fc from "fast-check";
 import { valueAtPath } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
-import { aiSdkScenarioArbitrary, withoutCrossTurnRepeats, type AiSdkScenario } from "../src/ai-sdk-scenario.js";
+import { aiSdkScenarioArbitrary, messagesOf, withoutCrossTurnRepeats, withoutTabs, type AiSdkScenario } from "../src/ai-sdk-scenario.js";
 import { scenarioArbitrary, type Scenario } from "../src/scenario.js";
 
 /**
@@ -185,8 +185,8 @@ describe("ai-sdk: the regenerates' splices are drawn last", () => {
     for (const seed of Object.keys(AI_SDK_BEFORE_REGENERATE).map(Number)) {
       const now = fc.sample(aiSdkScenarioArbitrary(), { seed, numRuns: AI_SDK_BEFORE_REGENERATE[seed]!.length });
       messages.push(...now.flatMap((s) => s.chats.flatMap((c) => c.messages)));
-      // The cross-turn repeats are drawn after these (`crossTurnRepeats`), taken out: not in the scenarios of before.
-      const hashes = now.map((s) => digest(withoutRegenerateSplices(withoutCrossTurnRepeats(s))));
+      // The cross-turn repeats and the tabs are drawn after these (`crossTurnRepeats`, `tabs`), taken out: not in the scenarios of before.
+      const hashes = now.map((s) => digest(withoutRegenerateSplices(withoutCrossTurnRepeats(withoutTabs(s)))));
       expect(hashes, `seed ${seed}: a field drawn before the regenerates' splices changed`).toEqual(AI_SDK_BEFORE_REGENERATE[seed]);
     }
     expect(messages.filter((m) => m.regenerateSplice !== undefined).length).toBeGreaterThan(0);
@@ -199,7 +199,7 @@ describe("ai-sdk: the cross-turn repeats are drawn last", () => {
     let repeats = 0;
     for (const seed of Object.keys(AI_SDK_BEFORE_REGENERATE).map(Number)) {
       const now = fc.sample(aiSdkScenarioArbitrary(), { seed, numRuns: AI_SDK_BEFORE_REGENERATE[seed]!.length });
-      expect(now.map((s) => digest(withoutRegenerateSplices(withoutCrossTurnRepeats(s)))), `seed ${seed}`).toEqual(AI_SDK_BEFORE_REGENERATE[seed]);
+      expect(now.map((s) => digest(withoutRegenerateSplices(withoutCrossTurnRepeats(withoutTabs(s))))), `seed ${seed}`).toEqual(AI_SDK_BEFORE_REGENERATE[seed]);
     }
     for (const s of fc.sample(aiSdkScenarioArbitrary(), { seed: 20261201, numRuns: 40 })) {
       for (const chat of s.chats) {
@@ -211,5 +211,47 @@ describe("ai-sdk: the cross-turn repeats are drawn last", () => {
       }
     }
     expect(repeats).toBeGreaterThan(0);
+  });
+});
+
+/**
+ * The AI SDK profile's other tabs (`tabs`, AISDK-17) are drawn after every other field: the
+ * scenarios drawn now, without them, are whole the ones the arbitrary of before (commit 47ee39f8)
+ * drew, its seeds' planted tests included (7, 8, 34, CI's 20261201). What changes for a seed's
+ * runs is only in the chats that draw tabs: their user messages carry ids (as useChat's do), and
+ * the other tabs' requests run beside them.
+ */
+const AI_SDK_BEFORE_TABS: Record<number, string[]> = {
+  7: ["33809981dce2beec", "9aa5f9ede8896daf", "bf9869e19406db63", "fc3822f5600ca816", "05c9392031921ae0", "5ee54eda3bb371e7"],
+  8: ["a963a4e49ff80292", "6501e0c5ee00016c", "3962eddf284485a5", "b4a182c203e98358", "d8ce1d6766562654", "fcf76b1a55981bcf"],
+  34: ["25e5fe9ddf19139e", "225d5c138b909bf7", "ac1666d03c5711a9", "91f15d38ab532391", "d029e0525e88cef1", "923dc1f894806f5c"],
+  20261201: ["046d6bec4217dd4e", "3aae5670ae36f08e", "ffdde5973f91f669", "6e3377cbcf50167b", "89bdf4d591e4a343", "cbc3b9e46bb0e998"],
+};
+
+describe("ai-sdk: the other tabs are drawn last", () => {
+  it("every scenario of before stays whole once its tabs are taken out; a tab's same payment is its first tab's call exactly", () => {
+    let tabs = 0;
+    let same = 0;
+    for (const seed of Object.keys(AI_SDK_BEFORE_TABS).map(Number)) {
+      const now = fc.sample(aiSdkScenarioArbitrary(), { seed, numRuns: AI_SDK_BEFORE_TABS[seed]!.length });
+      expect(now.map((s) => digest(withoutTabs(s))), `seed ${seed}: a field drawn before the tabs changed`).toEqual(AI_SDK_BEFORE_TABS[seed]);
+    }
+    for (const s of fc.sample(aiSdkScenarioArbitrary(), { seed: 20261201, numRuns: 40 })) {
+      for (const chat of s.chats) {
+        if (chat.tabs === undefined) continue;
+        const fork = chat.messages[chat.tabs.at]!;
+        for (const tab of chat.tabs.others) {
+          tabs++;
+          // Texts stay unique within the chat (the mock's script and the oracle find a message by it).
+          expect(new Set(messagesOf(chat).map((m) => m.text)).size).toBe(messagesOf(chat).length);
+          if (tab.same === undefined) continue;
+          same++;
+          expect(tab.message.calls[tab.same.call]).toEqual(fork.calls[tab.same.of]);
+          expect(fork.continuation?.kind).not.toBe("approval");
+        }
+      }
+    }
+    expect(tabs).toBeGreaterThan(0);
+    expect(same).toBeGreaterThan(0);
   });
 });
