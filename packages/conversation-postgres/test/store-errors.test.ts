@@ -89,7 +89,7 @@ async function world() {
 async function expectPaidButUnstored(w: Awaited<ReturnType<typeof world>>, error: unknown, said: RegExp): Promise<void> {
   expect(StoreUnavailableError.isInstance(error), String(error)).toBe(true);
   expect((error as Error).message).toMatch(said);
-  expect((error as StoreUnavailableError).effects).toEqual([{ key: w.paid[0], name: "pay", effect: "happened" }]);
+  expect((error as StoreUnavailableError).effects).toEqual([{ key: w.paid[0], name: "pay", effect: "happened", input: { to: "acme" } }]);
   expect([effectOf(error), retryableOf(error)]).toEqual(["possibly", "same_message"]);
   expect(await w.ledger.lookup(w.paid[0]!)).toMatchObject({ state: "completed", fence: 1 });
   expect(await w.messageState()).toBe("in_progress");

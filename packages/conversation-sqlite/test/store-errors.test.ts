@@ -77,7 +77,7 @@ describe("the conversation store's SQLite refuses while a runner pays", () => {
     const error = await w.send();
     expect(StoreUnavailableError.isInstance(error), String(error)).toBe(true);
     expect((error as Error).message).toMatch(/database or disk is full/);
-    expect((error as StoreUnavailableError).effects).toEqual([{ key: w.paid[0], name: "pay", effect: "happened" }]);
+    expect((error as StoreUnavailableError).effects).toEqual([{ key: w.paid[0], name: "pay", effect: "happened", input: { to: "acme" } }]);
     expect(effectOf(error)).toBe("possibly");
     expect(retryableOf(error)).toBe("same_message");
     expect(await w.ledger.lookup(w.paid[0]!)).toMatchObject({ state: "completed", fence: 1 });

@@ -370,8 +370,24 @@ export interface CallDispatcher {
 }
 
 export interface TurnDispatch {
-  /** Dispatch a call whose content_block_stop has arrived; ordinals follow the order of these calls. */
-  dispatch(call: ToolCall): Promise<DispatchOutcome>;
+  /**
+   * Dispatch a call whose content_block_stop has arrived; ordinals follow the order of these calls.
+   * `options.at` dispatches it under the key an earlier turn of the same conversation gave it (a
+   * runner's TURN-23: the call an earlier turn's re-run left unanswered, made again): at that turn
+   * index and ordinal, as a turn that ran before (`resumed`). The call still counts among this
+   * turn's identical calls (TURN-4), so a later identical call's ordinal is the same in every attempt.
+   */
+  dispatch(call: ToolCall, options?: TurnDispatchOptions): Promise<DispatchOutcome>;
+}
+
+/** Where a call of a turn is dispatched when not at its own position (TurnDispatch.dispatch). */
+export interface TurnDispatchOptions {
+  /**
+   * The turn index and ordinal whose key the call takes: an earlier turn of the conversation.
+   * @default undefined (the call's own turn index and ordinal)
+   * @example { at: { turnIndex: 4, ordinal: 0 } }
+   */
+  at?: { turnIndex: number; ordinal: number };
 }
 
 /** What claimAndRun() learns about its claims, for retiring the claim id when the dispatch ends. */
@@ -519,10 +535,12 @@ export class Dispatcher implements CallDispatcher {
     // IDENT-10: made at the first write call of a re-run turn only (a first run lists nothing).
     let guard: DefinitionGuard | undefined;
     return {
-      dispatch: (call: ToolCall) => {
+      dispatch: (call: ToolCall, options?: TurnDispatchOptions) => {
         // Everything up to the ordinal is synchronous, so ordinals follow call order.
         let prepared: PreparedCall;
+        let at: (TurnContext & { ordinal: number }) | undefined;
         try {
+          at = options === undefined ? undefined : dispatchedAt(options, context);
           prepared = this.prepare(call);
         } catch (error) {
           return Promise.reject(error);
@@ -544,6 +562,11 @@ export class Dispatcher implements CallDispatcher {
             conversationId: context.conversationId,
             turnIndex: context.turnIndex,
           });
+        }
+        if (at !== undefined) {
+          // TURN-23: under the earlier turn's key, having taken its ordinal here all the same.
+          if (!guardable(prepared.tool)) return this.execute(prepared, at, at.ordinal);
+          return this.guarded(new DefinitionGuard(this.guardDeps(), at.conversationId, at.turnIndex), prepared, at, at.ordinal);
         }
         if (context.resumed === true && guardable(prepared.tool)) {
           guard ??= new DefinitionGuard(this.guardDeps(), context.conversationId, context.turnIndex);
@@ -2289,6 +2312,29 @@ function millis(value: unknown, fallback: number, field: string, min: number, ma
     throw new InvalidArgumentError(`options.${field}`, `must be a whole number of milliseconds ${range}, got ${describeValue(value)}`);
   }
   return value;
+}
+
+/**
+ * The position `TurnDispatch.dispatch`'s options name, or undefined for the call's own. Its turn
+ * index and ordinal are checked where the key is derived (KEY-3, KEY-4), as a context's are.
+ */
+function dispatchedAt(options: TurnDispatchOptions, context: TurnContext): (TurnContext & { ordinal: number }) | undefined {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) throw new InvalidArgumentError("options", "must be an object when given");
+  for (const name of Object.keys(options)) {
+    if (name !== "at") throw new InvalidArgumentError(`options.${name}`, "is not an option of a turn's dispatch (its option: at)");
+  }
+  const at = options.at;
+  if (at === undefined) return undefined;
+  if (typeof at !== "object" || at === null || Array.isArray(at)) throw new InvalidArgumentError("options.at", "must be { turnIndex, ordinal }");
+  for (const name of Object.keys(at)) {
+    if (name !== "turnIndex" && name !== "ordinal") throw new InvalidArgumentError(`options.at.${name}`, "is not a member of options.at (its members: turnIndex, ordinal)");
+  }
+  if (at.ordinal === undefined) throw new InvalidArgumentError("options.at.ordinal", "is required");
+  // Only a turn before this one: a later index would pre-empt a call nobody has made yet.
+  if (typeof at.turnIndex === "number" && at.turnIndex >= context.turnIndex) {
+    throw new InvalidArgumentError("options.at.turnIndex", `must be an earlier turn index than the turn's (${context.turnIndex}), got ${at.turnIndex}`);
+  }
+  return { conversationId: context.conversationId, turnIndex: at.turnIndex, ordinal: at.ordinal, resumed: true };
 }
 
 function ordinalOf(context: { ordinal?: number }): number {

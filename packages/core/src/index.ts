@@ -28,6 +28,7 @@ export {
   type DispatcherOptions,
   type CallDispatcher,
   type TurnDispatch,
+  type TurnDispatchOptions,
   type TurnContext,
   type ToolCall,
   type DispatchOutcome,

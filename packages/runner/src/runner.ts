@@ -1209,11 +1209,14 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       const match = direct !== undefined && carrying !== undefined ? matchCarried(direct, info.conversationId, toolCall, carrying.carry, carrying.taken) : undefined;
       if (match !== undefined) carrying?.taken.add(match.carried.key);
       try {
-        resolution =
-          match !== undefined && direct !== undefined
-            ? // TURN-23: under the earlier turn's key; `resumed`: that row's claimant was an earlier run.
-              { ok: true, outcome: await direct.dispatch(toolCall, { conversationId: info.conversationId, turnIndex: match.carried.turnIndex, ordinal: match.ordinal, resumed: true }), carriedFromTurn: match.carried.turnIndex }
-            : { ok: true, outcome: await turn.dispatch(toolCall) };
+        if (match === undefined) {
+          resolution = { ok: true, outcome: await turn.dispatch(toolCall) };
+        } else {
+          // TURN-23: under the earlier turn's key, still counted among this turn's identical calls (TURN-4).
+          const outcome = await turn.dispatch(toolCall, { at: { turnIndex: match.carried.turnIndex, ordinal: match.ordinal } });
+          // A TurnDispatch that does not take `at` dispatched it under its own key: said as it was.
+          resolution = outcome.key === match.carried.key ? { ok: true, outcome, carriedFromTurn: match.carried.turnIndex } : { ok: true, outcome };
+        }
       } catch (error) {
         resolution = { ok: false, error };
       }
@@ -1586,9 +1589,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const seen = new Map<string, number>();
     return calls.map(({ input, ...call }, i): CallReport => {
       const report: CallReport = { ...call, replayed: true };
-      // TURN-23: dispatched under the carried call's key, it took no ordinal of its own turn.
       const match = matches[i];
-      if (match !== undefined) return { ...report, key: match.carried.key, ordinal: match.ordinal, carriedFromTurn: match.carried.turnIndex };
       // A call whose arguments were not JSON was never dispatched: it has no key.
       if (typeof keyFor !== "function" || input === undefined || call.error?.code === "invalid_arguments_json") return report;
       const toolCall: ToolCall = { name: call.name, input, callId: call.callId };
@@ -1601,6 +1602,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       // Identical calls share the key at ordinal 0 (it is made of the tool and its identity).
       const ordinal = seen.get(first) ?? 0;
       seen.set(first, ordinal + 1);
+      // TURN-23: dispatched under the carried call's key, having taken its ordinal here (TURN-4).
+      if (match !== undefined) return { ...report, key: match.carried.key, ordinal: match.ordinal, carriedFromTurn: match.carried.turnIndex };
       let key = first;
       if (ordinal > 0) {
         try {

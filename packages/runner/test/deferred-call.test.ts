@@ -96,6 +96,12 @@ describe("a call a re-run of a turn left unanswered, made again in a later turn 
     // Two acme payments in attempt 1 (ordinals 0 and 1), bob, and only the third acme of turn 1 runs.
     expect(performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "acme", "bob", "acme"]);
     expect(result.turns[1]!.calls.map((c) => c.replayed)).toEqual([true, true, false]);
+    // The carried calls still count among turn 1's identical calls (TURN-4): the third is ordinal 2 there.
+    expect(result.turns[1]!.calls.map((c) => [c.ordinal, c.carriedFromTurn])).toEqual([
+      [0, 0],
+      [1, 0],
+      [2, undefined],
+    ]);
   });
 
   it("TURN-23 a holder that took the message up after turn 0 committed (its first holder died) answers turn 1's call from the records beside the conversation", async () => {

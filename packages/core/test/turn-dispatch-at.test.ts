@@ -1,0 +1,72 @@
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { Dispatcher, InvalidArgumentError, MemoryLedger, ToolRegistry, defineTool } from "../src/index.js";
+
+/*
+ * TurnDispatch.dispatch(call, { at }) (a runner's TURN-23): a call an earlier turn's re-run left
+ * unanswered, made again in a later turn of the same message, is dispatched under the key that
+ * earlier turn gave it, and still counts among its own turn's identical calls (TURN-4).
+ */
+function setup() {
+  const paid: string[] = [];
+  const dispatcher = new Dispatcher({
+    tools: new ToolRegistry([
+      defineTool({
+        name: "pay",
+        effect: "keyed_write",
+        input: z.object({ to: z.string(), memo: z.string() }),
+        identity: ["to"],
+        run: async ({ to }) => {
+          paid.push(to);
+          return { n: paid.length };
+        },
+      }),
+    ]),
+    ledger: new MemoryLedger(),
+    logger: { warn: () => {} },
+  });
+  return { dispatcher, paid };
+}
+
+describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
+  it("TURN-23 the call takes the earlier turn's key and is answered from its row; TURN-4 a later identical call of the turn is ordinal 1 there", async () => {
+    const { dispatcher, paid } = setup();
+    const first = await dispatcher.turn({ conversationId: "c", turnIndex: 0 }).dispatch({ name: "pay", input: { to: "acme", memo: "a" } });
+    const turn1 = dispatcher.turn({ conversationId: "c", turnIndex: 1 });
+    const carried = await turn1.dispatch({ name: "pay", input: { to: "acme", memo: "b" } }, { at: { turnIndex: 0, ordinal: 0 } });
+    const again = await turn1.dispatch({ name: "pay", input: { to: "acme", memo: "c" } });
+    expect(carried).toMatchObject({ key: first.key, replayed: true, result: { n: 1 }, ordinal: 0 });
+    expect(again.ordinal).toBe(1);
+    expect(again.key).toBe(dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "c" } }, { conversationId: "c", turnIndex: 1, ordinal: 1 }));
+    expect(paid).toEqual(["acme", "acme"]);
+  });
+
+  it.each([
+    ["an options value that is not an object", 5, "options"],
+    ["an unknown option", { ta: { turnIndex: 0, ordinal: 0 } }, "options.ta"],
+    ["an at that is not an object", { at: [0, 0] }, "options.at"],
+    ["an unknown member of at", { at: { turnIndex: 0, ordinal: 0, key: "x" } }, "options.at.key"],
+    ["an at without its ordinal", { at: { turnIndex: 0 } }, "options.at.ordinal"],
+    ["the turn's own index", { at: { turnIndex: 1, ordinal: 0 } }, "options.at.turnIndex"],
+    ["a later index", { at: { turnIndex: 2, ordinal: 0 } }, "options.at.turnIndex"],
+  ])("ERR-1 %s is refused with invalid_argument naming it, before anything is claimed", async (_what, options, field) => {
+    const { dispatcher, paid } = setup();
+    const error = await dispatcher
+      .turn({ conversationId: "c", turnIndex: 1 })
+      .dispatch({ name: "pay", input: { to: "acme", memo: "x" } }, options as never)
+      .catch((e: unknown) => e);
+    expect(InvalidArgumentError.isInstance(error), String(error)).toBe(true);
+    expect((error as InvalidArgumentError).field).toBe(field);
+    expect(paid).toEqual([]);
+  });
+
+  it("KEY-4 an at whose ordinal is not a valid ordinal is refused where the key is derived, nothing run", async () => {
+    const { dispatcher, paid } = setup();
+    const error = await dispatcher
+      .turn({ conversationId: "c", turnIndex: 1 })
+      .dispatch({ name: "pay", input: { to: "acme", memo: "x" } }, { at: { turnIndex: 0, ordinal: -1 } })
+      .catch((e: unknown) => e);
+    expect((error as { code?: string }).code).toMatch(/invalid/);
+    expect(paid).toEqual([]);
+  });
+});
