@@ -10,7 +10,7 @@
  */
 import { describe, expect, it, vi } from "vitest";
 import type { CrashPoint } from "./crash-protocol.js";
-import { EVERY_POINT, LEASE_MS, PAY_ACME, inWorld as inWorldOf, judgeAnswers, makeWorld, type LedgerKind, type ProviderKind, type StoreKind, type World } from "./crash-harness.js";
+import { EVERY_POINT, INVOICE_ACME, LEASE_MS, PAY_ACME, inWorld as inWorldOf, judgeAnswers, makeWorld, type LedgerKind, type ProviderKind, type StoreKind, type World } from "./crash-harness.js";
 
 // No bound of its own on a test: the package's (120 s) fails a runner that hangs. A 30 s bound
 // judged the host, not the runners: a test starts two or three runner processes, and on a loaded
@@ -201,7 +201,8 @@ describe.concurrent("other deliveries, pauses and answers after a crash", () => 
       const next = await crashAt(world, conversation, "after_accept", 1, "invoice acme");
       expect(invoicesOf(world)).toHaveLength(1);
       const [invoice] = invoicesOf(world);
-      const told = [{ key: invoice!.idempotencyKey, name: "create_invoice", effect: "may_have_happened" }];
+      // Which invoice: its arguments, as the dead owner's claim stored them (RECORD-10).
+      const told = [{ key: invoice!.idempotencyKey, name: "create_invoice", effect: "may_have_happened", input: INVOICE_ACME }];
 
       next.send(conversation, "m1", "invoice acme");
       const resent = await next.outcome();
