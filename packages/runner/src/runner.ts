@@ -695,7 +695,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     let answered = false;
     const ours = () => ({ turns, failed, answered });
     // Per message: the calls its committed turns left unanswered (TURN-23).
-    const carried = new Map<string, CarriedCall[]>();
+    const carried = new Map<string, readonly CarriedCall[]>();
     try {
       while (!lost) {
         let snapshot: TurnSnapshot | undefined;
@@ -1755,7 +1755,9 @@ function earliest(a: number | undefined, b: number | undefined): number | undefi
 }
 
 /** The calls still carried after a committed turn (TURN-23): those its calls did not answer, then those its record lists. */
-function carriedAfter(carry: readonly CarriedCall[], outcome: TurnOutcome): CarriedCall[] {
+function carriedAfter(carry: readonly CarriedCall[], outcome: TurnOutcome): readonly CarriedCall[] {
+  // Most turns: nothing carried, nothing recorded (no allocation on the hot path).
+  if (carry.length === 0 && outcome.record === undefined) return carry;
   const answered = new Set(outcome.calls.flatMap((c) => (c.key !== undefined ? [c.key] : [])));
   const still = carry.filter((c) => !answered.has(c.key));
   return outcome.record !== undefined ? withRecord(still, outcome.record) : still;
