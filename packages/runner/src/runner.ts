@@ -1548,8 +1548,10 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   /**
    * The reports of a stored turn's calls, those answered from a carried call (TURN-23) under its
    * key. A turn committed before the runner carried calls dispatched them all under their own
-   * turn's keys: when a row stands under the own key of a call that matches a carried one, the
-   * turn is read as that release dispatched it.
+   * turn's keys, so it claimed one more own key of each carried call's tool and identity than
+   * this release does: when a row stands under such a key (one this release's reading gives no
+   * call), the turn is read as that release dispatched it. A key this release's reading gives an
+   * identical call that was not carried proves nothing: in this release that call ran under it.
    */
   private async carriedReports(
     conversationId: string,
@@ -1559,15 +1561,16 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   ): Promise<CallReport[]> {
     const own = this.storedCallReports(conversationId, turnIndex, calls);
     if (!matches.some((m) => m !== undefined)) return own;
+    const carried = this.storedCallReports(conversationId, turnIndex, calls, matches);
     const ledger = (this.options.dispatcher as { ledger?: { lookup?: (key: string) => Promise<LedgerRow | undefined> } }).ledger;
     if (typeof ledger?.lookup === "function") {
-      for (const [i, match] of matches.entries()) {
-        const key = own[i]?.key;
-        if (match === undefined || key === undefined) continue;
-        if ((await ledger.lookup(key).catch(() => undefined)) !== undefined) return own;
+      const keysNow = new Set(carried.flatMap((r) => (r.key !== undefined ? [r.key] : [])));
+      for (const report of own) {
+        if (report.key === undefined || keysNow.has(report.key)) continue;
+        if ((await ledger.lookup(report.key).catch(() => undefined)) !== undefined) return own;
       }
     }
-    return this.storedCallReports(conversationId, turnIndex, calls, matches);
+    return carried;
   }
 
   /**

@@ -1,0 +1,82 @@
+import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue, type StoredTurn } from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { readStoredResult, type CallAnswer, type CommitShape, type StoredTurnView } from "../src/index.js";
+import { payCall, world, type ToyAccumulator, type ToyEvent } from "./toy.js";
+
+/*
+ * TURN-23 attacked: the read-back of a turn that both carried a call and ran an identical one, and
+ * a deploy that changes the pay tool's identity between the turn that left the call unanswered and
+ * the turn that makes it again (a holder of the new release takes the message up, IDENT-10).
+ */
+const CONV = "conv-carry-attack";
+
+const payIn = (id: string, index: number, to: string, memo: string): ToyEvent[] => [
+  { t: "call", index, id, name: "pay" },
+  { t: "args", index, json: `{"to":"${to}","memo":"${memo}"}` },
+  { t: "done", index },
+];
+const text: (ToyEvent | "cut")[] = [{ t: "text", index: 0, text: "Done." }, { t: "end" }];
+
+/** The toy provider, committing each call's arguments and reading them back, as the SDK providers do. */
+function readingInputs(provider: { commitShape: (a: ToyAccumulator, answers: CallAnswer[]) => CommitShape; readTurn: (turn: StoredTurn) => StoredTurnView }): void {
+  const shape = provider.commitShape.bind(provider);
+  provider.commitShape = (accumulator, answers) => {
+    const committed = shape(accumulator, answers);
+    if (Array.isArray(committed.toolResults)) {
+      committed.toolResults = (committed.toolResults as { id: string }[]).map((r, i) => ({ ...r, input: answers[i]!.call.input as JsonValue })) as JsonValue;
+    }
+    return committed;
+  };
+  provider.readTurn = (turn) => ({
+    text: "",
+    calls: (Array.isArray(turn.toolResults) ? (turn.toolResults as { id: string; input: unknown; ok?: string; error?: string }[]) : []).map((r) => ({
+      callId: r.id,
+      name: "pay",
+      input: r.input,
+      ...readStoredResult(r.ok ?? r.error, r.ok === undefined),
+    })),
+  });
+}
+
+describe("TURN-23 attacks", () => {
+  it("TURN-23 a turn that carried acme and paid a second acme reads back as it was sent (a re-send from the store reports the same keys)", async () => {
+    // Turn 0: attempt 1 pays acme, cut; the retry pays bob. Turn 1: acme twice (the first answered from turn 0's row, the second a new payment).
+    const script = (n: number): (ToyEvent | "cut")[] =>
+      n === 1 ? [...payCall("c1", "first"), "cut"] : n === 2 ? [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }] : n === 3 ? [...payIn("c3a", 0, "acme", "x"), ...payIn("c3b", 1, "acme", "y"), { t: "end" }] : text;
+    const w = world(script, true);
+    readingInputs(w.provider);
+    const sent = await w.runner.send(CONV, { id: "m1", content: "pay acme, bob, and acme once more" });
+    expect(w.performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob", "acme"]);
+    const asSent = sent.turns[1]!.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn]);
+    expect(asSent[0]![2]).toBe(0);
+    expect(asSent[1]![2]).toBeUndefined();
+    const again = await w.runner.send(CONV, { id: "m1", content: "pay acme, bob, and acme once more" });
+    expect(again.fromStore).toBe(true);
+    expect(again.turns[1]!.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn])).toEqual(asSent);
+    expect(w.performed).toHaveLength(3);
+  });
+
+  it("TURN-23 a turn an earlier release committed (it carried nothing: one or two acme calls paid under turn 1's own keys) reads back as that release dispatched it", async () => {
+    for (const twice of [false, true]) {
+      const ledger = new MemoryLedger();
+      const store = new MemoryConversationStore();
+      const performed: unknown[] = [];
+      const turn1: ToyEvent[] = twice ? [...payIn("c3a", 0, "acme", "x"), ...payIn("c3b", 1, "acme", "y")] : payIn("c3a", 0, "acme", "x");
+      const script = (n: number): (ToyEvent | "cut")[] =>
+        n === 1 ? [...payCall("c1", "first"), "cut"] : n === 2 ? [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }] : n === 3 ? [...turn1, { t: "end" }] : text;
+      // The earlier release: a dispatcher that cannot key a call at another turn index (the runner carries nothing).
+      const old = world(script, true, { store, ledger, performed });
+      const d = old.dispatcher;
+      readingInputs(old.provider);
+      const oldRunner = world(script, true, { store, ledger, performed, runner: { dispatcher: { turn: (c) => d.turn(c), effectClassOf: (n) => d.effectClassOf(n) } } });
+      readingInputs(oldRunner.provider);
+      const sent = await oldRunner.runner.send(CONV, { id: "m1", content: "pay" });
+      expect(performed.map((p) => (p as { to: string }).to)).toEqual(twice ? ["acme", "bob", "acme", "acme"] : ["acme", "bob", "acme"]);
+      const asSent = sent.turns[1]!.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn]);
+      // This release reads it back.
+      const again = await old.runner.send(CONV, { id: "m1", content: "pay" });
+      expect(again.fromStore).toBe(true);
+      expect(again.turns[1]!.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn]), `twice: ${twice}`).toEqual(asSent);
+    }
+  });
+});
