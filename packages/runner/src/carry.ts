@@ -11,6 +11,11 @@ export interface CarriedCall {
   name: string;
   /** The turn index its key was made at. */
   turnIndex: number;
+  /**
+   * The request that ran under its key, as the record lists it (RECORD-10): matched under the
+   * current definition when the key was made under an earlier one (IDENT-10).
+   */
+  input?: unknown;
 }
 
 /** The dispatcher members carrying needs: a `Dispatcher` has both; a custom CallDispatcher may not (then nothing is carried). */
@@ -39,7 +44,7 @@ export function withRecord(carry: readonly CarriedCall[], record: Pick<ResumedTu
   for (const call of record.calls) {
     if (call.effect === "not_happened" || call.effect === "none" || known.has(call.key)) continue;
     known.add(call.key);
-    next.push({ key: call.key, name: call.name, turnIndex: record.turnIndex });
+    next.push({ key: call.key, name: call.name, turnIndex: record.turnIndex, ...(call.input !== undefined ? { input: call.input } : {}) });
   }
   return next;
 }
@@ -49,6 +54,12 @@ export function withRecord(carry: readonly CarriedCall[], record: Pick<ResumedTu
  * that call's turn index, at an ordinal from 0 to MAX_CARRIED_ORDINAL. Identity arguments decide,
  * as they decide a key (IDENT-1): a re-worded memo is the same call. A call the dispatcher refuses
  * to key (an unknown tool, invalid input) is none: its dispatch raises what it raises.
+ *
+ * A key made under an earlier definition of the tool (a deploy between the two turns changed its
+ * identity or schema, IDENT-4) is derived by no call now: the carried call's recorded request then
+ * decides, read under the current definition (the same key at ordinal 0 is the same identity).
+ * Dispatched at that turn index with `resumed`, IDENT-10's guard finds the earlier row by the same
+ * reading; without the request (a record from before RECORD-10) nothing matches, as before.
  */
 export function matchCarried(
   dispatcher: CarryingDispatcher,
@@ -68,8 +79,25 @@ export function matchCarried(
       }
       if (key === carried.key) return { carried, ordinal };
     }
+    if (carried.input !== undefined && sameIdentityNow(dispatcher, conversationId, call, carried)) return { carried, ordinal: 0 };
   }
   return undefined;
+}
+
+/**
+ * Whether the carried call's key was made under an earlier definition (its recorded request derives
+ * it at no ordinal now) and the call has that request's identity under the current one.
+ */
+function sameIdentityNow(dispatcher: CarryingDispatcher, conversationId: string, call: ToolCall, carried: CarriedCall): boolean {
+  const recorded: ToolCall = { name: carried.name, input: carried.input };
+  const at = (ordinal: number) => ({ conversationId, turnIndex: carried.turnIndex, ordinal });
+  try {
+    for (let ordinal = 0; ordinal <= MAX_CARRIED_ORDINAL; ordinal++) if (dispatcher.keyFor(recorded, at(ordinal)) === carried.key) return false;
+    return dispatcher.keyFor(call, at(0)) === dispatcher.keyFor(recorded, at(0));
+  } catch {
+    // The current definition refuses the recorded request (a new required field): it cannot tell.
+    return false;
+  }
 }
 
 /**

@@ -1,5 +1,6 @@
 import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue, type StoredTurn } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { readStoredResult, type CallAnswer, type CommitShape, type StoredTurnView } from "../src/index.js";
 import { payCall, world, type ToyAccumulator, type ToyEvent } from "./toy.js";
 
@@ -78,5 +79,32 @@ describe("TURN-23 attacks", () => {
       expect(again.fromStore).toBe(true);
       expect(again.turns[1]!.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn]), `twice: ${twice}`).toEqual(asSent);
     }
+  });
+
+  it("TURN-23 with IDENT-10: a deploy between turn 0 and turn 1 changes the pay tool's identity; the new release's holder takes the message up and answers turn 1's acme from turn 0's row", async () => {
+    const ledger = new MemoryLedger();
+    const base = new MemoryConversationStore();
+    const performed: unknown[] = [];
+    let begun = 0;
+    // Worker A (the old definition) dies as it begins turn 1.
+    const dying = Object.assign(Object.create(base) as ConversationStore, {
+      beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => (++begun === 2 ? Promise.reject(new Error("worker A's process died")) : base.beginTurn(...args)),
+    });
+    const a = world((n) => (n === 1 ? [...payCall("c1", "first"), "cut"] : [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }]), true, { store: dying, ledger, performed });
+    await expect(a.runner.send(CONV, { id: "m1", content: "pay acme and bob" })).rejects.toThrow("worker A's process died");
+    expect(performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob"]);
+    const acmeKey = a.events.flatMap((e) => (e.type === "call_resolved" && e.attempt === 1 && e.ok ? [e.key] : []))[0];
+    // The deploy: a currency field with a default, in the identity. Worker B takes the message up at turn 1.
+    const pay = { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] };
+    const b = world((n) => (n === 1 ? [...payIn("c3", 0, "acme", "as asked"), { t: "end" }] : text), false, { store: base, ledger, performed, pay });
+    readingInputs(b.provider);
+    const result = await b.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+    expect(performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob"]);
+    expect(result.turns.find((t) => t.turnIndex === 1)?.calls).toEqual([expect.objectContaining({ key: acmeKey, replayed: true, carriedFromTurn: 0, storedRequest: { to: "acme", memo: "first" } })]);
+    // Read back by the new release: the same key, carried from turn 0.
+    const again = await b.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+    expect(again.fromStore).toBe(true);
+    expect(again.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.key, c.carriedFromTurn])).toEqual([[acmeKey, 0]]);
+    expect(performed).toHaveLength(2);
   });
 });
