@@ -4,6 +4,7 @@ import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, define
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { ConversationRunner } from "../src/index.js";
+import { PAY_ACME, PAY_BOB, paymentsDownstream } from "./fixtures.js";
 
 /*
  * TURN-23 over the real SDK, and its read-back (TURN-7): attempt 1 pays acme and its stream is cut
@@ -63,4 +64,66 @@ describe("a call a re-run left unanswered, made again in the next turn (TURN-23,
       await provider.close();
     }
   });
+});
+
+/*
+ * TURN-23 attacked over the payments API: the carried call's row is one a dead holder left in
+ * flight. Worker A began turn 0, claimed acme's payment, paid it and died before completing the
+ * row. Worker B takes turn 0 over (resumed): its model pays bob and the turn commits, its record
+ * listing acme's row as may have happened. In turn 1 the model pays acme, re-worded: the call is
+ * dispatched under turn 0's key, whose lapsed claim B takes over, and the re-run sends A's stored
+ * request under A's Idempotency-Key, which the API collapses (LEDGER-21).
+ */
+describe("a carried call whose row a dead holder left in flight (TURN-23, LEDGER-21, over the payments API)", () => {
+  it("TURN-23 the take-over of the carried row re-sends A's request under A's key: one acme payment in the effect log, and turn 1 reports it carried", async () => {
+    const down = await paymentsDownstream(0);
+    let requests = 0;
+    const provider = await startMockProvider({
+      script: () => {
+        requests += 1;
+        if (requests === 1) return { content: [{ type: "tool_use" as const, name: "send_payment", input: PAY_BOB }] };
+        if (requests === 2) return { content: [{ type: "tool_use" as const, name: "send_payment", input: { ...PAY_ACME, memo: "as asked, again" } }] };
+        return { content: [{ type: "text" as const, text: "Done." }], stopReason: "end_turn" };
+      },
+    });
+    try {
+      let now = 1_700_000_000_000;
+      const store = new MemoryConversationStore({ now: () => now });
+      const ledger = new MemoryLedger();
+      // Worker A: its process dies after the payment, before any write that follows it arrives.
+      const never = () => new Promise<never>(() => {});
+      const deadAfterClaim = Object.assign(Object.create(ledger) as MemoryLedger, { renew: never, complete: never, fail: never, markUnknown: never, release: never });
+      const a = new Dispatcher({ tools: down.tools, ledger: deadAfterClaim, leaseMs: 300 });
+      await store.appendUserMessage("conv-dead", { id: "m1", content: { role: "user", content: "pay acme and bob" } });
+      const lease = await store.acquireLease("conv-dead", "worker-a", 1_000);
+      if (!lease.acquired) throw new Error("worker A could not take the conversation");
+      const snapshot = await store.beginTurn("conv-dead", lease.fence);
+      const acme = { name: "send_payment", input: PAY_ACME };
+      const acmeKey = a.keyFor(acme, { conversationId: "conv-dead", turnIndex: snapshot!.turnIndex, ordinal: 0 });
+      void a.turn({ conversationId: "conv-dead", turnIndex: snapshot!.turnIndex }).dispatch(acme);
+      for (let i = 0; i < 200 && down.effects().length === 0; i++) await new Promise((r) => setTimeout(r, 5));
+      expect(down.effects().map((e) => e.idempotencyKey)).toEqual([acmeKey]);
+      now += 60_000; // A's conversation lease lapses; its ledger claim lapses 300 ms after it was made
+      const runner = new ConversationRunner({
+        client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }),
+        dispatcher: new Dispatcher({ tools: down.tools, ledger, waitMs: 10_000, pollMs: 10 }),
+        store,
+        model: "claude-sonnet-5-5",
+        tools: down.tools.providerSchemas(),
+        retry: { backoffMs: () => 1 },
+      });
+      const result = await runner.send("conv-dead", { id: "m1", content: "pay acme and bob" });
+      // The effect log and what was committed agree: acme once (A's key), bob once.
+      const effects = down.effects();
+      expect(effects).toHaveLength(2);
+      expect(effects[0]!.idempotencyKey).toBe(acmeKey);
+      expect(result.records?.map((r) => [r.turnIndex, r.resumed, r.calls.map((c) => [c.key, c.effect])])).toEqual([[0, true, [[acmeKey, "may_have_happened"]]]]);
+      const turn1 = result.turns.find((t) => t.turnIndex === 1);
+      expect(turn1?.calls).toEqual([expect.objectContaining({ key: acmeKey, carriedFromTurn: 0, result: { paymentId: effects[0]!.paymentId, status: "accepted" }, storedRequest: PAY_ACME })]);
+      expect(await ledger.lookup(acmeKey)).toMatchObject({ state: "completed" });
+    } finally {
+      await provider.close();
+      await down.server.close();
+    }
+  }, 30_000);
 });
