@@ -67,7 +67,11 @@ export class DefinitionGuard {
     const context = { conversationId: this.conversationId, turnIndex: this.turnIndex, ordinal };
     let matches = elsewhere.filter((r) => r.check.verdict === "other" && this.derives(toolName, r.check.input, context, ownKey));
     // Calls the identity cannot tell apart (ordinals 0 and 1): the one whose whole request is the row's.
-    if (matches.length > 1) matches = matches.filter((r) => this.sameRequest(toolName, (r.check as { input: unknown }).input, requestCanonical));
+    // None of them (each re-worded outside the identity) tells no more than all of them: still ambiguous.
+    if (matches.length > 1) {
+      const same = matches.filter((r) => this.sameRequest(toolName, (r.check as { input: unknown }).input, requestCanonical));
+      if (same.length > 0) matches = same;
+    }
     if (matches.length === 1) {
       const row = matches[0]!.row;
       this.adopted.add(row.key);

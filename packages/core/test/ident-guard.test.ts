@@ -169,6 +169,17 @@ describe("IDENT-10 a re-run turn after a deploy that changed a write tool's iden
     expect(effects).toHaveLength(2);
   });
 
+  it("IDENT-10 two calls of one identity at ordinals 0 and 1, both re-keyed and re-worded (memos outside the identity): neither whole request tells the rows apart, so both are refused (ambiguous), none paid again", async () => {
+    const effects: Effect[] = [];
+    const { old, next } = dispatchers(new MemoryLedger(), effects);
+    const a = old.turn(at);
+    await Promise.all([a.dispatch(pay("first")), a.dispatch(pay("second"))]);
+    const b = next.turn({ ...at, resumed: true });
+    const results = await Promise.allSettled([b.dispatch(pay("first, re-worded")), b.dispatch(pay("second, re-worded"))]);
+    expect(effects).toHaveLength(2);
+    expect(results.map((r) => r.status === "rejected" && (r.reason as { code?: string; reason?: string }).reason)).toEqual(["ambiguous", "ambiguous"]);
+  });
+
   it("IDENT-10 KEY-11: another tenant's row at the same conversation and turn, and a row under a key a caller chose, are never adopted", async () => {
     const ledger = new MemoryLedger();
     const effects: Effect[] = [];
