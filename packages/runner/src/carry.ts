@@ -106,15 +106,20 @@ function sameIdentityNow(dispatcher: CarryingDispatcher, conversationId: string,
  * arguments the stored turn does not give (a provider that cannot read them back) may have
  * answered any carried call of its tool: those are no longer carried, so that a later call is
  * never answered with an effect it may not be (the reverse error, a payment asked for and not made).
+ * A call answered with tool_definition_changed (IDENT-10 could not tell which earlier row it is)
+ * was refused before anything was claimed under the carried key: it answered nothing, as the
+ * holder that dispatched it found (its report's key is not the carried call's), and the carried
+ * call stays carried, so a later turn's same call is refused again rather than run.
  */
 export function afterTurn(
   dispatcher: CarryingDispatcher,
   conversationId: string,
   carry: readonly CarriedCall[],
-  calls: readonly { name: string; input?: unknown }[],
+  calls: readonly { name: string; input?: unknown; error?: { code?: string } }[],
 ): { carry: CarriedCall[]; matches: ({ carried: CarriedCall; ordinal: number } | undefined)[] } {
   const taken = new Set<string>();
   const dropped = new Set<string>();
+  const refused = new Set<string>();
   const matches = calls.map((call) => {
     if (call.input === undefined) {
       dropped.add(call.name);
@@ -122,7 +127,8 @@ export function afterTurn(
     }
     const match = matchCarried(dispatcher, conversationId, { name: call.name, input: call.input }, carry, taken);
     if (match !== undefined) taken.add(match.carried.key);
+    if (match !== undefined && call.error?.code === "tool_definition_changed") refused.add(match.carried.key);
     return match;
   });
-  return { carry: carry.filter((c) => !taken.has(c.key) && !dropped.has(c.name)), matches };
+  return { carry: carry.filter((c) => (!taken.has(c.key) || refused.has(c.key)) && !dropped.has(c.name)), matches };
 }

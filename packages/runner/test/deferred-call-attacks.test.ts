@@ -24,7 +24,10 @@ function readingInputs(provider: { commitShape: (a: ToyAccumulator, answers: Cal
   provider.commitShape = (accumulator, answers) => {
     const committed = shape(accumulator, answers);
     if (Array.isArray(committed.toolResults)) {
-      committed.toolResults = (committed.toolResults as { id: string }[]).map((r, i) => ({ ...r, input: answers[i]!.call.input as JsonValue })) as JsonValue;
+      // An error as the SDK providers commit it: { error: StoredError } as JSON text, its code kept.
+      committed.toolResults = answers.map(({ call, answer }) =>
+        answer.ok ? { id: call.callId, ok: answer.resultJson, input: call.input as JsonValue } : { id: call.callId, error: JSON.stringify({ error: answer.error }), input: call.input as JsonValue },
+      ) as JsonValue;
     }
     return committed;
   };
@@ -106,5 +109,41 @@ describe("TURN-23 attacks", () => {
     expect(again.fromStore).toBe(true);
     expect(again.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.key, c.carriedFromTurn])).toEqual([[acmeKey, 0]]);
     expect(performed).toHaveLength(2);
+  });
+
+  it("TURN-23 with IDENT-10: two acme payments carried across the deploy, re-worded in turn 1, are refused (ambiguous) and stay carried: turn 2's acme calls are refused again, by the holder that goes on and by one that takes the message up", async () => {
+    const pay = { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] };
+    const acmeTwice = (id: string): (ToyEvent | "cut")[] => [...payIn(`${id}a`, 0, "acme", `${id} one`), ...payIn(`${id}b`, 1, "acme", `${id} two`), { t: "end" }];
+    for (const takeUp of [false, true]) {
+      const ledger = new MemoryLedger();
+      const base = new MemoryConversationStore();
+      const performed: unknown[] = [];
+      const dyingAt = (n: number) => {
+        let begun = 0;
+        return Object.assign(Object.create(base) as ConversationStore, {
+          beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => (++begun === n ? Promise.reject(new Error("the process died")) : base.beginTurn(...args)),
+        });
+      };
+      // Worker A (the old definition): attempt 1 pays acme twice and is cut; the retry pays bob; A dies as it begins turn 1.
+      const a = world((n) => (n === 1 ? [...payCall("c1a", "first"), ...payIn("c1b", 1, "acme", "second"), "cut"] : [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }]), true, { store: dyingAt(2), ledger, performed });
+      await expect(a.runner.send(CONV, { id: "m1", content: "pay acme twice and bob" })).rejects.toThrow("the process died");
+      expect(performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "acme", "bob"]);
+      // Worker B (the new definition) takes the message up at turn 1; with takeUp it dies as it begins turn 2 and C takes it up.
+      const b = world((n) => (n === 1 ? acmeTwice("b") : n === 2 ? acmeTwice("b2") : text), false, { store: takeUp ? dyingAt(2) : base, ledger, performed, pay });
+      readingInputs(b.provider);
+      const sent = b.runner.send(CONV, { id: "m1", content: "pay acme twice and bob" });
+      let result;
+      if (takeUp) {
+        await expect(sent).rejects.toThrow("the process died");
+        const c = world((n) => (n === 1 ? acmeTwice("c") : text), false, { store: base, ledger, performed, pay });
+        readingInputs(c.provider);
+        result = await c.runner.send(CONV, { id: "m1", content: "pay acme twice and bob" });
+      } else {
+        result = await sent;
+      }
+      expect(performed.map((p) => (p as { to: string }).to), `takeUp: ${takeUp}`).toEqual(["acme", "acme", "bob"]);
+      const turn2 = result.turns.find((t) => t.turnIndex === 2);
+      expect(turn2?.calls.map((c) => c.error?.code), `takeUp: ${takeUp}`).toEqual(["tool_definition_changed", "tool_definition_changed"]);
+    }
   });
 });
