@@ -20,6 +20,8 @@ export interface CarriedCall {
 
 /** The dispatcher members carrying needs: a `Dispatcher` has both; a custom CallDispatcher may not (then nothing is carried). */
 export interface CarryingDispatcher {
+  /** A `Dispatcher`'s ledger: whether it lists rows decides whether IDENT-10's guard can find a row an earlier definition keyed. */
+  readonly ledger?: { capabilities?: { supports?: { listRows?: boolean } } };
   keyFor(call: ToolCall, context: TurnContext & { ordinal?: number }): string;
   dispatch(call: ToolCall, context: TurnContext & { ordinal?: number }): Promise<DispatchOutcome>;
 }
@@ -59,7 +61,8 @@ export function withRecord(carry: readonly CarriedCall[], record: Pick<ResumedTu
  * identity or schema, IDENT-4) is derived by no call now: the carried call's recorded request then
  * decides, read under the current definition (the same key at ordinal 0 is the same identity).
  * Dispatched at that turn index with `resumed`, IDENT-10's guard finds the earlier row by the same
- * reading; without the request (a record from before RECORD-10) nothing matches, as before.
+ * reading; without the request (a record from before RECORD-10), or on a ledger that does not
+ * list rows, nothing matches, as before.
  */
 export function matchCarried(
   dispatcher: CarryingDispatcher,
@@ -89,6 +92,9 @@ export function matchCarried(
  * it at no ordinal now) and the call has that request's identity under the current one.
  */
 function sameIdentityNow(dispatcher: CarryingDispatcher, conversationId: string, call: ToolCall, carried: CarriedCall): boolean {
+  // Without a listing the guard cannot find the earlier row: dispatched at the listed turn index the
+  // call would run under a key of that turn, and a later turn's same call, a new ask, would replay it.
+  if (dispatcher.ledger?.capabilities?.supports?.listRows !== true) return false;
   const recorded: ToolCall = { name: carried.name, input: carried.input };
   const at = (ordinal: number) => ({ conversationId, turnIndex: carried.turnIndex, ordinal });
   try {

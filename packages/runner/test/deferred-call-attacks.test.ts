@@ -146,4 +146,25 @@ describe("TURN-23 attacks", () => {
       expect(turn2?.calls.map((c) => c.error?.code), `takeUp: ${takeUp}`).toEqual(["tool_definition_changed", "tool_definition_changed"]);
     }
   });
+
+  it("TURN-23 with IDENT-10 on a ledger that does not list rows: across the deploy nothing can find turn 0's row, so turn 1's acme runs under turn 1's own key, and turn 2's acme (the model saw turn 1's paid) is a new payment", async () => {
+    const pay = { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] };
+    const memory = new MemoryLedger();
+    // A ledger without listRows (capabilities say so): IDENT-10's guard cannot act on it.
+    const ledger = Object.assign(Object.create(memory) as MemoryLedger, { capabilities: { ...memory.capabilities, supports: { ...memory.capabilities.supports, listRows: false } } });
+    const base = new MemoryConversationStore();
+    const performed: unknown[] = [];
+    let begun = 0;
+    const dying = Object.assign(Object.create(base) as ConversationStore, {
+      beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => (++begun === 2 ? Promise.reject(new Error("worker A's process died")) : base.beginTurn(...args)),
+    });
+    const a = world((n) => (n === 1 ? [...payCall("c1", "first"), "cut"] : [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }]), true, { store: dying, ledger, performed, dispatcher: { logger: { warn: () => {} } } });
+    await expect(a.runner.send(CONV, { id: "m1", content: "pay acme and bob" })).rejects.toThrow("worker A's process died");
+    const b = world((n) => (n === 1 ? [...payIn("c3", 0, "acme", "as asked"), { t: "end" }] : n === 2 ? [...payIn("c4", 0, "acme", "once more"), { t: "end" }] : text), false, { store: base, ledger, performed, pay, dispatcher: { logger: { warn: () => {} } } });
+    readingInputs(b.provider);
+    const result = await b.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+    expect(performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob", "acme", "acme"]);
+    const own = (turnIndex: number) => b.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex, ordinal: 0 });
+    expect(result.turns.slice(1, 3).map((t) => t.calls.map((c) => [c.key, c.replayed, c.carriedFromTurn]))).toEqual([[[own(1), false, undefined]], [[own(2), false, undefined]]]);
+  });
 });
