@@ -167,4 +167,21 @@ describe("TURN-23 attacks", () => {
     const own = (turnIndex: number) => b.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex, ordinal: 0 });
     expect(result.turns.slice(1, 3).map((t) => t.calls.map((c) => [c.key, c.replayed, c.carriedFromTurn]))).toEqual([[[own(1), false, undefined]], [[own(2), false, undefined]]]);
   });
+
+  it("TURN-23 documented limit: on a store without recordsWithCommit, a holder that dies between turn 0's commit and its record leaves nothing to carry; the holder that takes the message up pays acme again", async () => {
+    const base = new MemoryConversationStore();
+    const ledger = new MemoryLedger();
+    const performed: unknown[] = [];
+    const afterCommit = Object.assign(Object.create(base) as ConversationStore, {
+      capabilities: { ...base.capabilities, recordsWithCommit: false },
+      addRecord: () => Promise.reject(new Error("worker A died between the commit and the record")),
+    });
+    const a = world((n) => (n === 1 ? [...payCall("c1", "first"), "cut"] : [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }]), true, { store: afterCommit, ledger, performed });
+    await expect(a.runner.send(CONV, { id: "m1", content: "pay acme and bob" })).rejects.toThrow("died between the commit and the record");
+    expect(await base.records(CONV)).toEqual([]);
+    const b = world((n) => (n === 1 ? [...payIn("c3", 0, "acme", "as asked"), { t: "end" }] : text), false, { store: base, ledger, performed });
+    await b.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+    // RECORD-8's open window on such a store: the record is lost, and with it what TURN-23 carries.
+    expect(performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob", "acme"]);
+  });
 });
