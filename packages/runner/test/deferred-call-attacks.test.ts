@@ -25,9 +25,9 @@ function readingInputs(provider: { commitShape: (a: ToyAccumulator, answers: Cal
     const committed = shape(accumulator, answers);
     if (Array.isArray(committed.toolResults)) {
       // An error as the SDK providers commit it: { error: StoredError } as JSON text, its code kept.
-      committed.toolResults = answers.map(({ call, answer }) =>
+      committed.toolResults = answers.map(({ call, answer }): JsonValue =>
         answer.ok ? { id: call.callId, ok: answer.resultJson, input: call.input as JsonValue } : { id: call.callId, error: JSON.stringify({ error: answer.error }), input: call.input as JsonValue },
-      ) as JsonValue;
+      );
     }
     return committed;
   };
