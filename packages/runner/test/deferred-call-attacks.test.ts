@@ -1,4 +1,4 @@
-import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue, type StoredTurn } from "@dispatch-once/core";
+import { MemoryConversationStore, MemoryLedger, ToolError, type ConversationStore, type JsonValue, type StoredTurn } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { readStoredResult, type CallAnswer, type CommitShape, type StoredTurnView } from "../src/index.js";
@@ -183,5 +183,27 @@ describe("TURN-23 attacks", () => {
     await b.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
     // RECORD-8's open window on such a store: the record is lost, and with it what TURN-23 carries.
     expect(performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob", "acme"]);
+  });
+
+  it("TURN-23 a listed payment the API refused: released on a volatile ledger (may have happened), carried and re-run under turn 0's key with turn 0's request; failed on a durable one (not_happened), not carried, run under turn 1's key. One acme payment either way", async () => {
+    for (const durable of [false, true]) {
+      let runs = 0;
+      const script = (n: number): (ToyEvent | "cut")[] =>
+        n === 1 ? [...payCall("c1", "first"), "cut"] : n === 2 ? [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }] : n === 3 ? [...payIn("c3", 0, "acme", "as asked"), { t: "end" }] : text;
+      const memory = new MemoryLedger();
+      // A release at fence 1 of a ledger that declares itself durable says "not performed" (the row fails).
+      const ledger = durable ? Object.assign(Object.create(memory) as MemoryLedger, { capabilities: { ...memory.capabilities, durability: "durable" } }) : memory;
+      const w = world(script, true, {
+        ledger,
+        beforePay: () => {
+          if (++runs === 1) throw new ToolError("402 card declined", { disposition: "not_performed" });
+        },
+      });
+      const result = await w.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+      expect(w.performed, `durable: ${durable}`).toEqual([{ to: "bob", memo: "rent" }, { to: "acme", memo: durable ? "as asked" : "first" }]);
+      const key = (turnIndex: number) => w.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex, ordinal: 0 });
+      expect(result.records?.map((r) => r.calls.map((c) => [c.key, c.effect])), `durable: ${durable}`).toEqual([[[key(0), durable ? "not_happened" : "may_have_happened"]]]);
+      expect(result.turns[1]!.calls.map((c) => [c.key, c.replayed, c.carriedFromTurn]), `durable: ${durable}`).toEqual([durable ? [key(1), false, undefined] : [key(0), false, 0]]);
+    }
   });
 });
