@@ -1,4 +1,5 @@
 import type { DispatchOutcome, ToolCall, TurnContext } from "@dispatch-once/core";
+import { MAX_ORDINAL_TRIED } from "@dispatch-once/core/internal";
 import type { ResumedTurnRecord } from "./record.js";
 
 /**
@@ -26,8 +27,13 @@ export interface CarryingDispatcher {
   dispatch(call: ToolCall, context: TurnContext & { ordinal?: number }): Promise<DispatchOutcome>;
 }
 
-/** The highest ordinal tried when matching a call to a carried one: identical calls of one turn count from 0. */
-export const MAX_CARRIED_ORDINAL = 7;
+/**
+ * The highest ordinal tried when matching a call to a carried one: identical calls of one turn
+ * count from 0. The same bound as IDENT-10's reading of a row (a key that no ordinal up to it gives
+ * from the row's request was made under another definition): below it, the ninth of nine identical
+ * payments would pass for a deploy's row and be answered from the first one's.
+ */
+export const MAX_CARRIED_ORDINAL = MAX_ORDINAL_TRIED;
 
 export function carryingDispatcher(dispatcher: object): CarryingDispatcher | undefined {
   const d = dispatcher as Partial<CarryingDispatcher>;

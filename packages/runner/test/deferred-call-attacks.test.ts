@@ -206,4 +206,18 @@ describe("TURN-23 attacks", () => {
       expect(result.turns[1]!.calls.map((c) => [c.key, c.replayed, c.carriedFromTurn]), `durable: ${durable}`).toEqual([durable ? [key(1), false, undefined] : [key(0), false, 0]]);
     }
   });
+
+  it("TURN-23 nine identical payments, the ninth (ordinal 8) left unanswered: turn 1's acme is answered from that one's row, and turn 2's acme, a new ask, pays", async () => {
+    const nine = (id: string, n: number): ToyEvent[] => Array.from({ length: n }, (_, i) => payIn(`${id}${i}`, i, "acme", `${id} ${i}`)).flat();
+    const script = (n: number): (ToyEvent | "cut")[] =>
+      n === 1 ? [...nine("a", 9), "cut"] : n === 2 ? [...nine("b", 8), { t: "end" }] : n === 3 ? [...payIn("c3", 0, "acme", "the ninth"), { t: "end" }] : n === 4 ? [...payIn("c4", 0, "acme", "a tenth"), { t: "end" }] : text;
+    const w = world(script, true);
+    readingInputs(w.provider);
+    const result = await w.runner.send(CONV, { id: "m1", content: "pay acme nine times, then once more" });
+    const key = (turnIndex: number, ordinal: number) => w.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex, ordinal });
+    expect(result.records?.map((r) => r.calls.map((c) => c.key))).toEqual([[key(0, 8)]]);
+    const k = { [key(0, 0)]: "t0o0", [key(0, 8)]: "t0o8", [key(1, 0)]: "t1o0", [key(2, 0)]: "t2o0" };
+    expect(result.turns.slice(1, 3).map((t) => t.calls.map((c) => [k[c.key!] ?? c.key, c.replayed, c.carriedFromTurn]))).toEqual([[["t0o8", true, 0]], [["t2o0", false, undefined]]]);
+    expect(w.performed).toHaveLength(10);
+  });
 });
