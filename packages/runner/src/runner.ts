@@ -1552,6 +1552,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * this release does: when a row stands under such a key (one this release's reading gives no
    * call), the turn is read as that release dispatched it. A key this release's reading gives an
    * identical call that was not carried proves nothing: in this release that call ran under it.
+   * Nor does a completed row whose result is not the one the turn committed for that call: a
+   * holder of the earlier release paid under it and died, and this release's holder that took the
+   * turn over answered the call from the carried row (a rolling deploy).
    */
   private async carriedReports(
     conversationId: string,
@@ -1565,9 +1568,14 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const ledger = (this.options.dispatcher as { ledger?: { lookup?: (key: string) => Promise<LedgerRow | undefined> } }).ledger;
     if (typeof ledger?.lookup === "function") {
       const keysNow = new Set(carried.flatMap((r) => (r.key !== undefined ? [r.key] : [])));
-      for (const report of own) {
+      for (const [i, report] of own.entries()) {
         if (report.key === undefined || keysNow.has(report.key)) continue;
-        if ((await ledger.lookup(report.key).catch(() => undefined)) !== undefined) return own;
+        const row = await ledger.lookup(report.key).catch(() => undefined);
+        if (row === undefined) continue;
+        const committed = calls[i];
+        const answered = committed?.result !== undefined ? canonicalText(committed.result) : committed?.error !== undefined ? canonicalText({ error: committed.error }) : undefined;
+        if (row.state === "completed" && answered !== undefined && row.result !== answered) continue;
+        return own;
       }
     }
     return carried;

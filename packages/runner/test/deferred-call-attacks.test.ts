@@ -220,4 +220,33 @@ describe("TURN-23 attacks", () => {
     expect(result.turns.slice(1, 3).map((t) => t.calls.map((c) => [k[c.key!] ?? c.key, c.replayed, c.carriedFromTurn]))).toEqual([[["t0o8", true, 0]], [["t2o0", false, undefined]]]);
     expect(w.performed).toHaveLength(10);
   });
+
+  it("TURN-23 in a rolling deploy: a holder of the earlier release paid turn 1's acme under turn 1's key and died; this release's holder took turn 1 over and answered acme from turn 0's row. A re-send reads turn 1 back as this release sent it", async () => {
+    let now = 1_700_000_000_000;
+    const base = new MemoryConversationStore({ now: () => now });
+    const ledger = new MemoryLedger();
+    const performed: unknown[] = [];
+    const script = (n: number): (ToyEvent | "cut")[] =>
+      n === 1 ? [...payCall("c1", "first"), "cut"] : n === 2 ? [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }] : [...payIn("c3", 0, "acme", "as asked"), { t: "end" }];
+    // The earlier release (it carries nothing): pays turn 1's acme under turn 1's key and dies before the commit.
+    let commits = 0;
+    const dying = Object.assign(Object.create(base) as ConversationStore, {
+      commitTurn: (...args: Parameters<ConversationStore["commitTurn"]>) => (++commits === 2 ? Promise.reject(new Error("the earlier release's holder died")) : base.commitTurn(...args)),
+    });
+    const d = world(() => [], false, { ledger, performed }).dispatcher;
+    const old = world(script, true, { store: dying, ledger, performed, runner: { dispatcher: { turn: (c) => d.turn(c), effectClassOf: (n) => d.effectClassOf(n) } } });
+    await expect(old.runner.send(CONV, { id: "m1", content: "pay acme and bob" })).rejects.toThrow("the earlier release's holder died");
+    expect(performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob", "acme"]);
+    now += 60_000; // its conversation lease lapses
+    const b = world((n) => (n === 1 ? [...payIn("c3b", 0, "acme", "as asked again"), { t: "end" }] : text), false, { store: base, ledger, performed });
+    readingInputs(b.provider);
+    const sent = await b.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+    const key = (turnIndex: number) => b.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex, ordinal: 0 });
+    const turn1 = (r: typeof sent) => r.turns.find((t) => t.turnIndex === 1)!.calls.map((c) => [c.key, c.carriedFromTurn]);
+    expect(turn1(sent)).toEqual([[key(0), 0]]);
+    const again = await b.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+    expect(again.fromStore).toBe(true);
+    expect(turn1(again)).toEqual([[key(0), 0]]);
+    expect(performed).toHaveLength(3);
+  });
 });
