@@ -118,6 +118,8 @@ function sameIdentityNow(dispatcher: CarryingDispatcher, conversationId: string,
  * arguments the stored turn does not give (a provider that cannot read them back) may have
  * answered any carried call of its tool: those are no longer carried, so that a later call is
  * never answered with an effect it may not be (the reverse error, a payment asked for and not made).
+ * A call whose arguments were not JSON (answered invalid_arguments_json) was never dispatched: it
+ * answered nothing, whatever the provider reads back of it.
  * A call answered with tool_definition_changed (IDENT-10 could not tell which earlier row it is)
  * was refused before anything was claimed under the carried key: it answered nothing, as the
  * holder that dispatched it found (its report's key is not the carried call's), and the carried
@@ -133,6 +135,8 @@ export function afterTurn(
   const dropped = new Set<string>();
   const refused = new Set<string>();
   const matches = calls.map((call) => {
+    // Arguments that were not JSON: never dispatched (no key), so it answered nothing.
+    if (call.error?.code === "invalid_arguments_json") return undefined;
     if (call.input === undefined) {
       dropped.add(call.name);
       return undefined;

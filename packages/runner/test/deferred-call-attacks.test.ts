@@ -249,4 +249,35 @@ describe("TURN-23 attacks", () => {
     expect(turn1(again)).toEqual([[key(0), 0]]);
     expect(performed).toHaveLength(3);
   });
+
+  it("TURN-23 a call whose arguments were not JSON (never dispatched) answers no listed call: turn 2's acme is answered from turn 0's row, by the holder that goes on and by one that takes the message up after turn 1", async () => {
+    const malformed: (ToyEvent | "cut")[] = [{ t: "call", index: 0, id: "c-bad", name: "pay" }, { t: "args", index: 0, json: '{"to":"acme",' }, { t: "done", index: 0 }, { t: "end" }];
+    for (const takeUp of [false, true]) {
+      const ledger = new MemoryLedger();
+      const base = new MemoryConversationStore();
+      const performed: unknown[] = [];
+      let begun = 0;
+      const store = takeUp
+        ? Object.assign(Object.create(base) as ConversationStore, {
+            beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => (++begun === 3 ? Promise.reject(new Error("the process died")) : base.beginTurn(...args)),
+          })
+        : base;
+      const script = (n: number): (ToyEvent | "cut")[] =>
+        n === 1 ? [...payCall("c1", "first"), "cut"] : n === 2 ? [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }] : n === 3 ? malformed : n === 4 ? [...payIn("c4", 0, "acme", "as asked"), { t: "end" }] : text;
+      const a = world(script, true, { store, ledger, performed });
+      readingInputs(a.provider);
+      let result;
+      if (takeUp) {
+        await expect(a.runner.send(CONV, { id: "m1", content: "pay acme and bob" })).rejects.toThrow("the process died");
+        const b = world((n) => (n === 1 ? [...payIn("c4", 0, "acme", "as asked"), { t: "end" }] : text), false, { store: base, ledger, performed });
+        readingInputs(b.provider);
+        result = await b.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+      } else {
+        result = await a.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+      }
+      expect(result.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => c.error?.code)).toEqual(["invalid_arguments_json"]);
+      expect(performed.map((p) => (p as { to: string }).to), `takeUp: ${takeUp}`).toEqual(["acme", "bob"]);
+      expect(result.turns.find((t) => t.turnIndex === 2)?.calls.map((c) => c.carriedFromTurn), `takeUp: ${takeUp}`).toEqual([0]);
+    }
+  });
 });
