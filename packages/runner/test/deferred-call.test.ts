@@ -35,6 +35,17 @@ const deferred = (n: number): (ToyEvent | "cut")[] => {
   return paid;
 };
 
+/** Worker A's view of the store: its process dies as it begins its `n`-th turn (the message stays bound, in progress). */
+function diesAtBeginTurn(base: MemoryConversationStore, n: number): ConversationStore {
+  let begun = 0;
+  return Object.assign(Object.create(base) as ConversationStore, {
+    beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => {
+      if (++begun === n) return Promise.reject(new Error("worker A's process died"));
+      return base.beginTurn(...args);
+    },
+  });
+}
+
 function kept(records: JsonValue[]): ResumedTurnRecord[] {
   return (records as unknown as { kind: string }[]).filter((r) => r.kind === "resumed_turn") as unknown as ResumedTurnRecord[];
 }
@@ -109,13 +120,7 @@ describe("a call a re-run of a turn left unanswered, made again in a later turn 
     const base = new MemoryConversationStore();
     const performed: unknown[] = [];
     // Worker A dies as it begins turn 1: its process is gone, the message is bound and in progress.
-    let begun = 0;
-    const dying = Object.assign(Object.create(base) as ConversationStore, {
-      beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => {
-        if (++begun === 2) return Promise.reject(new Error("worker A's process died"));
-        return base.beginTurn(...args);
-      },
-    });
+    const dying = diesAtBeginTurn(base, 2);
     const a = world(deferred, true, { store: dying, ledger, performed });
     await expect(a.runner.send(CONV, { id: "m1", content: "pay acme and bob" })).rejects.toThrow("worker A's process died");
     expect(performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob"]);
@@ -130,13 +135,7 @@ describe("a call a re-run of a turn left unanswered, made again in a later turn 
     const ledger = new MemoryLedger();
     const base = new MemoryConversationStore();
     const performed: unknown[] = [];
-    let begun = 0;
-    const dying = Object.assign(Object.create(base) as ConversationStore, {
-      beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => {
-        if (++begun === 3) return Promise.reject(new Error("worker A's process died"));
-        return base.beginTurn(...args);
-      },
-    });
+    const dying = diesAtBeginTurn(base, 3);
     const a = world(deferred, true, { store: dying, ledger, performed });
     await expect(a.runner.send(CONV, { id: "m1", content: "pay acme, bob, then acme again" })).rejects.toThrow("worker A's process died");
     expect(performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob"]);
