@@ -91,12 +91,17 @@ export class DefinitionGuard {
     checked = [];
     for (const row of rows) {
       // KEY-11: only a row of this conversation and turn; a key this scope derives (checkRowDefinition).
-      if (row.toolName !== toolName || row.conversationId !== this.conversationId || row.turnIndex !== this.turnIndex) continue;
+      // A row of one of the tool's former names (IDENT-11) is the tool's too.
+      if (!this.isOf(toolName, row.toolName) || row.conversationId !== this.conversationId || row.turnIndex !== this.turnIndex) continue;
       const check = checkRowDefinition(this.deps.registry, this.deps.keyFor, row);
       if (check !== undefined && check.verdict !== "same") checked.push({ row, check });
     }
     this.elsewhere.set(toolName, checked);
     return checked;
+  }
+
+  private isOf(toolName: string, rowTool: string): boolean {
+    return rowTool === toolName || this.deps.registry.renamed(rowTool)?.name === toolName;
   }
 
   private derives(toolName: string, input: unknown, context: { conversationId: string; turnIndex: number; ordinal: number }, key: string): boolean {

@@ -92,6 +92,16 @@ export interface ToolDefinition<Schema extends z.ZodType = z.ZodType, Result = u
    * @example defineTool({ name: "export_report", effect: "keyed_write", input, runTimeoutMs: 3_600_000, run })
    */
   runTimeoutMs?: number;
+  /**
+   * The names this write tool had before (spec IDENT-11), oldest first or in any order. A rename
+   * changes every key (the name is part of it, KEY-1), so a turn that ran under an old name and
+   * is run again after the deploy would meet no row and run its effect again; with the old names
+   * listed, the re-run (IDENT-10) finds the rows they made and dispatches the call under the one
+   * that is its. A former name cannot be another tool's name or former name (the registry refuses).
+   * Keep a name listed while rows made under it are within retention.
+   * @example defineTool({ name: "send_payment", formerNames: ["pay"], effect: "keyed_write", input, run })
+   */
+  formerNames?: readonly string[];
   run(args: z.output<Schema>, context: ToolRunContext): Promise<Result> | Result;
   /**
    * Optional probe (RECON-1): asks the downstream whether this call's effect happened (by the
@@ -138,6 +148,8 @@ const EFFECTS: readonly EffectClass[] = ["read", "keyed_write", "unkeyed_write"]
  */
 export class ToolRegistry {
   private readonly tools = new Map<string, ToolDefinition>();
+  /** Each former name (IDENT-11) and the tool that declares it. */
+  private readonly formerNames = new Map<string, ToolDefinition>();
 
   constructor(tools: readonly ToolDefinition<any, any>[] = []) {
     // Anything else failed with a bare TypeError ("tools is not iterable"), or added nothing.
@@ -150,8 +162,29 @@ export class ToolRegistry {
     if (this.tools.has(tool.name)) {
       throw new InvalidToolDefinitionError(`tool ${tool.name} is registered twice`);
     }
+    // IDENT-11: a name is one tool's, now or before. An unrelated tool under a renamed tool's old
+    // name would have its rows read as the renamed tool's (and the renamed tool's as its own).
+    const holder = this.formerNames.get(tool.name);
+    if (holder !== undefined) {
+      throw new InvalidToolDefinitionError(`tool ${tool.name}: its name is a former name of tool ${holder.name} (IDENT-11); give the new tool another name`);
+    }
+    for (const former of tool.formerNames ?? []) {
+      if (this.tools.has(former)) {
+        throw new InvalidToolDefinitionError(`tool ${tool.name}: former name ${former} is the name of a registered tool (IDENT-11)`);
+      }
+      const other = this.formerNames.get(former);
+      if (other !== undefined) {
+        throw new InvalidToolDefinitionError(`tool ${tool.name}: former name ${former} is also a former name of tool ${other.name} (IDENT-11); a name's rows can be one tool's only`);
+      }
+    }
     this.tools.set(tool.name, tool as ToolDefinition);
+    for (const former of tool.formerNames ?? []) this.formerNames.set(former, tool as ToolDefinition);
     return this;
+  }
+
+  /** The tool that lists `formerName` among its former names (IDENT-11), if any. */
+  renamed(formerName: string): ToolDefinition | undefined {
+    return this.formerNames.get(formerName);
   }
 
   get(name: string): ToolDefinition {
@@ -217,6 +250,7 @@ const DEFINITION_MEMBERS: { readonly [Member in keyof Required<ToolDefinition>]:
   onRequestDiffers: true,
   comparedFields: true,
   runTimeoutMs: true,
+  formerNames: true,
   run: true,
   reconcile: true,
 };
@@ -277,12 +311,27 @@ function checkDefinition(tool: ToolDefinition<any, any>): void {
     }
     checkFieldList(tool, "comparedFields", tool.comparedFields);
   }
+  if (tool.formerNames !== undefined) checkFormerNames(tool, tool.formerNames);
   if (tool.identity !== undefined) {
     if (tool.effect === "read") {
       throw new InvalidToolDefinitionError(`tool ${tool.name} is a read; identity only applies to writes`);
     }
     checkFieldList(tool, "identity", tool.identity);
   }
+}
+
+/** IDENT-11: distinct tool names, none the tool's own, on a write. */
+function checkFormerNames(tool: ToolDefinition<any, any>, names: readonly string[]): void {
+  if (!Array.isArray(names)) throw new InvalidToolDefinitionError(`tool ${tool.name}: formerNames must be an array of tool names, got ${describeValue(names)}`);
+  // A read claims no rows (EFFECT-2): there is nothing of its old name to find.
+  if (tool.effect === "read") throw new InvalidToolDefinitionError(`tool ${tool.name} is a read; formerNames only applies to writes`);
+  for (const name of names) {
+    if (typeof name !== "string" || !TOOL_NAME_PATTERN.test(name)) {
+      throw new InvalidToolDefinitionError(`tool ${tool.name}: former name ${JSON.stringify(name)} must match ${TOOL_NAME_PATTERN.source}`);
+    }
+    if (name === tool.name) throw new InvalidToolDefinitionError(`tool ${tool.name}: formerNames lists its own name`);
+  }
+  if (new Set(names).size !== names.length) throw new InvalidToolDefinitionError(`tool ${tool.name}: formerNames names a tool twice`);
 }
 
 /** IDENT-2 for an identity, IDENT-9 for compared fields: a non-empty list of distinct top-level fields of the schema. */

@@ -13,9 +13,14 @@ export type KeyDeriver = (call: { name: string; input: unknown }, context: { con
  * - `same`: it derives the row's key again from the row's stored request, at some ordinal;
  * - `refused`: it refuses the stored request (a new required field, a stricter schema);
  * - `other`: it derives other keys from it (its identity or schema changed since the row was
- *   claimed): a re-run of the row's turn derives a new key for the row's call and meets no row.
+ *   claimed, or the row is of a former name, IDENT-11): a re-run of the row's turn derives a new
+ *   key for the row's call and meets no row.
+ * `toolName` is the current tool's: the row's own, or the tool that lists the row's as a former name.
  */
-export type RowDefinitionCheck = { verdict: "same" } | { verdict: "refused"; why: string } | { verdict: "other"; input: unknown; why: string };
+export type RowDefinitionCheck =
+  | { verdict: "same"; toolName: string }
+  | { verdict: "refused"; toolName: string; why: string }
+  | { verdict: "other"; toolName: string; input: unknown; why: string };
 
 const DERIVED_KEY = new RegExp(`^[0-9a-f]{${KEY_HEX_LENGTH}}$`);
 
@@ -24,27 +29,33 @@ const DERIVED_KEY = new RegExp(`^[0-9a-f]{${KEY_HEX_LENGTH}}$`);
  * turn index and stored request, at ordinals 0 to MAX_ORDINAL_TRIED. Undefined for a row it does
  * not check: a tool the registry does not define or that is a read, a tool that refuses differing
  * requests (client-assigned keys, IDENT-6), a row without a conversation and turn or whose key is
- * not a derived key (a key a caller chose itself), a stored request that is not JSON. One reading
+ * not a derived key (a key a caller chose itself), a stored request that is not JSON. A row of a
+ * tool's former name (IDENT-11) is read under that tool's definition: never `same` (the name is
+ * part of every key), `refused` when its schema refuses the stored request. One reading
  * for `dispatch-once audit --ledger` (before a deploy) and the dispatcher's IDENT-10 guard (at run
  * time, on re-runs of a turn).
  */
 export function checkRowDefinition(registry: ToolRegistry, keyFor: KeyDeriver, row: LedgerRow): RowDefinitionCheck | undefined {
-  if (row.conversationId === undefined || row.turnIndex === undefined || !registry.has(row.toolName) || !DERIVED_KEY.test(row.key)) return undefined;
-  const tool = registry.get(row.toolName);
-  if (tool.effect === "read" || tool.onRequestDiffers === "refuse") return undefined;
+  if (row.conversationId === undefined || row.turnIndex === undefined || !DERIVED_KEY.test(row.key)) return undefined;
+  const tool = registry.has(row.toolName) ? registry.get(row.toolName) : registry.renamed(row.toolName);
+  if (tool === undefined || tool.effect === "read" || tool.onRequestDiffers === "refuse") return undefined;
   let input: unknown;
   try {
     input = JSON.parse(row.request);
   } catch {
     return undefined;
   }
-  const call = { name: row.toolName, input };
+  const toolName = tool.name;
+  const call = { name: toolName, input };
+  const renamed = toolName !== row.toolName;
   try {
-    for (let ordinal = 0; ordinal <= MAX_ORDINAL_TRIED; ordinal++) {
-      if (keyFor(call, { conversationId: row.conversationId, turnIndex: row.turnIndex, ordinal }) === row.key) return { verdict: "same" };
+    // A former name's row: the current name is in every key the definition derives, so only whether it takes the request.
+    for (let ordinal = 0; ordinal <= (renamed ? 0 : MAX_ORDINAL_TRIED); ordinal++) {
+      if (keyFor(call, { conversationId: row.conversationId, turnIndex: row.turnIndex, ordinal }) === row.key) return { verdict: "same", toolName };
     }
   } catch (error) {
-    return { verdict: "refused", why: `its stored request is refused by the definition now: ${error instanceof Error ? error.message : String(error)}` };
+    return { verdict: "refused", toolName, why: `its stored request is refused by the definition now: ${error instanceof Error ? error.message : String(error)}` };
   }
-  return { verdict: "other", input, why: "the definition derives another key from its stored request (identity or schema changed)" };
+  const why = renamed ? `made under the tool's former name ${row.toolName} (IDENT-11)` : "the definition derives another key from its stored request (identity or schema changed)";
+  return { verdict: "other", toolName, input, why };
 }
