@@ -29,6 +29,12 @@ export interface ToolGuardReport {
 export interface RowKeyCheck {
   checked: number;
   mismatched: number;
+  /**
+   * How many of the checked rows were made under one of the tool's former names (IDENT-11): a
+   * re-run of their turn finds them (IDENT-10), so they count as mismatched only when the tool's
+   * schema refuses their stored request.
+   */
+  formerNameRows: number;
   /** Up to five rows whose key the definition does not derive again. */
   examples: { key: string; conversationId: string; turnIndex: number; state: string; why: string }[];
   /** True when the scan stopped at `maxRows` rows: more rows may be keyed under another definition. */
@@ -47,7 +53,8 @@ export const DEFAULT_MAX_AUDIT_ROWS = 10_000;
  * tool (IDENT-4): a replay of its turn (a re-sent failed or stalled message) gets a new key, meets
  * no row and runs the effect again. Rows of tools the registry does not define, rows without a
  * conversation and turn (keys a caller derived itself), and tools that refuse differing requests
- * (client-assigned keys, IDENT-6) are not checked. The row check is core's `checkRowDefinition`, which
+ * (client-assigned keys, IDENT-6) are not checked. A row of a former name a tool lists (IDENT-11)
+ * is that tool's, covered unless its schema refuses the stored request. The row check is core's `checkRowDefinition`, which
  * the dispatcher applies at run time to the rows of a re-run turn (IDENT-10).
  */
 export async function checkRowKeys(registry: ToolRegistry, ledger: Ledger, maxRows: number = DEFAULT_MAX_AUDIT_ROWS): Promise<Map<string, RowKeyCheck>> {
@@ -65,10 +72,13 @@ export async function checkRowKeys(registry: ToolRegistry, ledger: Ledger, maxRo
       seen += 1;
       const check = checkRowDefinition(registry, keyFor, row);
       if (check === undefined) continue;
-      const tally = checks.get(row.toolName) ?? { checked: 0, mismatched: 0, examples: [], truncated: false };
-      checks.set(row.toolName, tally);
+      // A former name's row is the tool's that lists it (IDENT-11), not a row of a tool the module lacks.
+      const tally = checks.get(check.toolName) ?? { checked: 0, mismatched: 0, formerNameRows: 0, examples: [], truncated: false };
+      checks.set(check.toolName, tally);
       tally.checked += 1;
-      if (check.verdict === "same") continue;
+      const renamed = check.toolName !== row.toolName;
+      if (renamed) tally.formerNameRows += 1;
+      if (check.verdict === "same" || (renamed && check.verdict === "other")) continue;
       tally.mismatched += 1;
       if (tally.examples.length < 5) tally.examples.push({ key: row.key, conversationId: row.conversationId as string, turnIndex: row.turnIndex as number, state: row.state, why: check.why });
     }

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { Dispatcher, MemoryLedger, ToolRegistry, defineTool, type Ledger } from "@dispatch-once/core";
 import { z } from "zod";
-import { checkRowKeys, type ToolGuardReport } from "../src/index.js";
+import { auditTools, checkRowKeys, type ToolGuardReport } from "../src/index.js";
 import { FIXTURES, REDIS_URL, runBin, sqliteBackend } from "./helpers.js";
 
 const MIXED = join(FIXTURES, "mixed-tools.mjs");
@@ -118,6 +118,22 @@ describe("checkRowKeys: every write row is keyed again from the module's definit
     const checks = await checkRowKeys(v2, await paid(2));
     expect(checks.get("send_payment")).toMatchObject({ checked: 2, mismatched: 2 });
     expect(checks.get("send_payment")?.examples[0]?.why).toMatch(/^its stored request is refused by the definition now: /);
+  });
+
+  it("IDENT-11 rows of a tool's former name are checked under the tool that lists it: covered (a re-run finds them), unless its schema refuses their stored request", async () => {
+    const ledger = new MemoryLedger();
+    const pay = new ToolRegistry([defineTool({ name: "pay", effect: "keyed_write", input: z.object({ payee: z.string(), amount: z.int(), memo: z.string() }), identity: ["payee", "amount"], run: () => ({ ok: true }) })]);
+    const old = new Dispatcher({ tools: pay, ledger });
+    for (let i = 0; i < 3; i++) await old.dispatch({ name: "pay", input: { payee: "acme", amount: 100 + i, memo: `Invoice ${i}` } }, { conversationId: "conv-deploy", turnIndex: i });
+    const renamed = (input: z.ZodType<Record<string, unknown>>) =>
+      new ToolRegistry([defineTool({ name: "send_payment", formerNames: ["pay"], effect: "keyed_write", input, identity: ["payee", "amount"], run: () => ({ ok: true }) })]);
+    const covered = await checkRowKeys(renamed(z.object({ payee: z.string(), amount: z.int(), memo: z.string() })), ledger);
+    expect(covered).toEqual(new Map([["send_payment", expect.objectContaining({ checked: 3, mismatched: 0, formerNameRows: 3 })]]));
+    expect(auditTools(renamed(z.object({ payee: z.string(), amount: z.int(), memo: z.string() })), undefined, covered)[0]?.risk).toBeUndefined();
+    const refused = await checkRowKeys(renamed(z.object({ payee: z.string(), amount: z.int(), memo: z.string(), currency: z.string() })), ledger);
+    expect(refused.get("send_payment")).toMatchObject({ checked: 3, mismatched: 3, formerNameRows: 3 });
+    // Without formerNames the old name's rows are of no tool of the module: not checked, as before.
+    expect(await checkRowKeys(payment(z.object({ payee: z.string(), amount: z.int(), memo: z.string() }), ["payee", "amount"]), ledger)).toEqual(new Map());
   });
 
   it("IDENT-4 every page of the listing is read: a ledger whose pages are shorter than the limit asked for still has all its rows checked", async () => {
