@@ -362,7 +362,7 @@ export class OnceTools<TOOLS extends ToolSet> {
    * message record) and the ordinal base of its slot there. `claim`: record both when missing (a
    * request about to dispatch a claimed call); otherwise only read (a listing).
    */
-  private async placeOf(context: { conversationId: string; turnIndex: number }, messageId: string, claim: boolean): Promise<{ turnIndex: number; base: number }> {
+  private async placeOf(context: { conversationId: string; turnIndex: number }, messageId: string, claim: boolean): Promise<{ turnIndex: number; base: number; resumed: boolean }> {
     let first: unknown;
     let placedBefore: boolean;
     if (claim) {
@@ -385,9 +385,21 @@ export class OnceTools<TOOLS extends ToolSet> {
     // an earlier message's record was swept: found there, never given the gap as a new place.
     if (placedBefore) {
       const found = await this.findSlot(at, messageId);
-      if (found !== undefined) return { turnIndex, base: found };
+      if (found !== undefined) return { turnIndex, base: found, resumed: claim && (await this.aloneAt(at, found)) };
     }
-    return { turnIndex, base: await this.forkBaseOf(at, messageId, claim) };
+    return { turnIndex, base: await this.forkBaseOf(at, messageId, claim), resumed: false };
+  }
+
+  /**
+   * AISDK-18: whether the message placed at `base` is the turn's only one, so that its calls may
+   * be dispatched as resumed (IDENT-10). The guard matches a row by its stored request, not by the
+   * message that made it: with two messages at the index, one's row could answer the other's call
+   * (AISDK-17's collision again), so such a turn is not guarded. One lookup, on a re-send only.
+   */
+  private async aloneAt(at: { conversationId: string; turnIndex: number }, base: number): Promise<boolean> {
+    if (base !== 0) return false;
+    const next = await this.ledger.lookup(this.dispatcher.keyFor({ name: TURN_RECORD_NAME, input: {} }, { ...at, ordinal: 1 }));
+    return next === undefined;
   }
 
   private messageRecordKey(conversationId: string, messageId: string): string {
@@ -496,7 +508,7 @@ export class OnceTools<TOOLS extends ToolSet> {
     const messageId = input.messages !== undefined ? turnMessageIdOf(input.messages) : undefined;
     // A message keeps the turn index at which it first dispatched a claimed call: a later history
     // that counts it at another index (both tabs' messages one after the other) meets its keys.
-    type Place = { turnIndex: number; base: number };
+    type Place = { turnIndex: number; base: number; resumed: boolean };
     let place: Promise<Place> | undefined;
     const claimedPlace = (): Promise<Place> => {
       if (place === undefined) {
@@ -508,7 +520,7 @@ export class OnceTools<TOOLS extends ToolSet> {
       }
       return place;
     };
-    const knownPlace = async (): Promise<Place> => (messageId === undefined ? { turnIndex, base: 0 } : place !== undefined ? place : this.placeOf(context, messageId, false));
+    const knownPlace = async (): Promise<Place> => (messageId === undefined ? { turnIndex, base: 0, resumed: false } : place !== undefined ? place : this.placeOf(context, messageId, false));
     const counts = new Map<string, number>();
     const started = new Map<string, Promise<DispatchOutcome>>();
     // The AI SDK executes a call once per tool-call part, and emits the part again when the
@@ -563,13 +575,21 @@ export class OnceTools<TOOLS extends ToolSet> {
       // A read claims nothing (EFFECT-2), so it takes no place either: a read-only request writes
       // nothing, and a read runs while the ledger is down; its key is at the turn's first ordinals.
       let at: { conversationId: string; turnIndex: number } = context;
+      // AISDK-18: a message that dispatched at its turn before re-runs it (a regenerate, a
+      // resubmit, a re-sent approval): resumed, so a deploy since then that changed a write tool's
+      // identity finds the row its earlier request made (IDENT-10). A first request is not: no listing.
+      let resumed = false;
       if (messageId !== undefined && this.dispatcher.registry.get(name).effect !== "read") {
         const placed = await claimedPlace();
         ordinal += placed.base;
+        resumed = placed.resumed;
         if (placed.turnIndex !== turnIndex) at = { conversationId: context.conversationId, turnIndex: placed.turnIndex };
       }
       keyed.key = ordinal === 0 && at === context ? identity : this.dispatcher.keyFor(call, { ...at, ordinal });
-      const outcome = await callScope.run({ owner: this, execute, options }, () => this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, { ...at, ordinal }));
+      const outcome = await callScope.run({ owner: this, execute, options }, () =>
+        this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, resumed ? { ...at, ordinal, resumed } : { ...at, ordinal }),
+      );
+      keyed.key = outcome.key; // an earlier definition's row, when the guard dispatched it under that (IDENT-10)
       outcomes.set(options.toolCallId, outcome);
       return outcome;
     };
@@ -798,13 +818,22 @@ function checkToolNames(options: OnceToolsOptions<ToolSet>): void {
  */
 function fieldsOf(name: string, schema: FlexibleSchema<unknown>, identity: readonly string[]): z.ZodType {
   const json: unknown = asSchema(schema).jsonSchema;
-  const fields = (names: readonly string[]) => z.looseObject(Object.fromEntries(names.map((field) => [field, z.unknown()])));
+  // Each field optional (the AI SDK validated the input: a field the schema leaves out may be
+  // absent), and a field the schema defaults gets its default: the input the AI SDK hands execute
+  // already holds it, so no call's key changes, while a stored request made before the field had
+  // it is keyed as the call the schema makes of it now (IDENT-10 on a re-sent message, AISDK-18).
+  const fields = (names: readonly string[], defaults: ReadonlyMap<string, unknown> = new Map()) =>
+    z.looseObject(Object.fromEntries(names.map((field) => [field, defaults.has(field) ? z.unknown().default(defaults.get(field)) : z.unknown().optional()])));
   if (typeof (json as { then?: unknown } | null)?.then === "function") return fields(identity);
   const properties = (json as { type?: unknown; properties?: unknown } | null)?.properties;
   if ((json as { type?: unknown } | null)?.type !== "object" || typeof properties !== "object" || properties === null) {
     throw new InvalidToolDefinitionError(`tool ${name} declares identity, so its inputSchema must be an object schema`);
   }
-  return fields(Object.keys(properties));
+  const defaults = new Map<string, unknown>();
+  for (const [field, property] of Object.entries(properties as Record<string, unknown>)) {
+    if (typeof property === "object" && property !== null && Object.hasOwn(property, "default")) defaults.set(field, (property as { default: unknown }).default);
+  }
+  return fields(Object.keys(properties), defaults);
 }
 
 /** Read the Dispatch-Once part of a wrapped tool's execute options (undefined when the tool is not wrapped). */

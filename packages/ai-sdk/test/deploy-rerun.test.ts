@@ -1,0 +1,109 @@
+import { MemoryLedger, type Ledger } from "@dispatch-once/core";
+import { tool, type UIMessage } from "ai";
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { createOnceTools, dispatchOnceOf } from "../src/index.js";
+
+/*
+ * IDENT-10 in the AI SDK wrapper (AISDK-18): a message that dispatched at its turn before (its
+ * AISDK-17 record is there: a regenerate, a resubmit, a re-sent approval) re-runs the turn, so its
+ * calls are dispatched as resumed; a deploy between its requests that changed a write tool's
+ * identity then finds the row the first request made instead of paying again. A message's first
+ * request lists nothing.
+ */
+type Run = { payee: string; currency?: string; key: string };
+
+const v1 = (runs: Run[]) =>
+  tool({
+    inputSchema: z.object({ payee: z.string(), amount: z.number(), memo: z.string().optional() }),
+    execute: async ({ payee }, options) => {
+      runs.push({ payee, key: dispatchOnceOf(options)!.idempotencyKey });
+      return { paid: `${payee}#${runs.length}` };
+    },
+  });
+/** The deploy: a currency with a default, in the identity. */
+const v2 = (runs: Run[]) =>
+  tool({
+    inputSchema: z.object({ payee: z.string(), amount: z.number(), currency: z.string().default("EUR"), memo: z.string().optional() }),
+    execute: async ({ payee, currency }, options) => {
+      runs.push({ payee, currency, key: dispatchOnceOf(options)!.idempotencyKey });
+      return { paid: `${payee}#${runs.length}` };
+    },
+  });
+
+/** A ledger that counts each method's calls. */
+function counted(): { ledger: Ledger; calls: Map<string, number> } {
+  const base = new MemoryLedger();
+  const calls = new Map<string, number>();
+  const ledger = new Proxy(base, {
+    get(target, name, receiver) {
+      const value = Reflect.get(target, name, receiver) as unknown;
+      if (typeof value !== "function" || typeof name !== "string") return value;
+      return (...args: unknown[]) => {
+        calls.set(name, (calls.get(name) ?? 0) + 1);
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+  return { ledger, calls };
+}
+
+const user = (id: string, text: string): UIMessage => ({ id, role: "user", parts: [{ type: "text", text }] });
+const hello: UIMessage[] = [user("u1", "hello"), { id: "a1", role: "assistant", parts: [{ type: "text", text: "Hi." }] }];
+const quiet = { logger: { warn: () => {} } };
+
+function release(ledger: Ledger, runs: Run[], version: "v1" | "v2") {
+  return version === "v1"
+    ? createOnceTools({ tools: { pay: v1(runs) }, effects: { pay: "keyed_write" }, identity: { pay: ["payee", "amount"] }, ledger, dispatcher: quiet })
+    : createOnceTools({ tools: { pay: v2(runs) }, effects: { pay: "keyed_write" }, identity: { pay: ["payee", "amount", "currency"] }, ledger, dispatcher: quiet });
+}
+
+/** One request of `messages` whose model calls pay(payee, 5) once; the AI SDK applied the release's schema (its defaults). */
+async function request(once: ReturnType<typeof release>, messages: UIMessage[], input: Record<string, unknown>, toolCallId: string) {
+  const turn = once.forTurn({ conversationId: "chat_deploy", messages });
+  const result = await turn.tools.pay.execute!(input as never, { toolCallId, messages: [] });
+  return { result, outcome: turn.outcomeOf(toolCallId)! };
+}
+
+describe("AISDK-18 a re-sent message after a deploy that changed a write tool's identity (IDENT-10)", () => {
+  it("AISDK-18 a regenerate after the deploy is answered from the first request's row: one payment, the regenerate told its result; the first request listed nothing", async () => {
+    const { ledger, calls } = counted();
+    const runs: Run[] = [];
+    const messages = [...hello, user("uA", "pay acme 5")];
+    const first = await request(release(ledger, runs, "v1"), messages, { payee: "acme", amount: 5, memo: "rent" }, "call_1");
+    expect(calls.get("listRows") ?? 0).toBe(0);
+    const again = await request(release(ledger, runs, "v2"), messages, { payee: "acme", amount: 5, currency: "EUR", memo: "rent, again" }, "call_2");
+    expect(runs, JSON.stringify(runs)).toHaveLength(1);
+    expect([again.result, again.outcome.key, again.outcome.replayed]).toEqual([first.result, first.outcome.key, true]);
+  });
+
+  it("AISDK-18 a message's first request makes no ledger call for the guard, whatever its calls (two writes: no listing, no extra lookup)", async () => {
+    const { ledger, calls } = counted();
+    const runs: Run[] = [];
+    const once = release(ledger, runs, "v2");
+    const turn = once.forTurn({ conversationId: "chat_deploy", messages: [...hello, user("uA", "pay acme and bob")] });
+    await turn.tools.pay.execute!({ payee: "acme", amount: 5, currency: "EUR" } as never, { toolCallId: "c1", messages: [] });
+    await turn.tools.pay.execute!({ payee: "bob", amount: 5, currency: "EUR" } as never, { toolCallId: "c2", messages: [] });
+    expect([calls.get("listRows") ?? 0, calls.get("lookup") ?? 0, runs.length]).toEqual([0, 0, 2]);
+  });
+
+  it("AISDK-18 another message at the same turn index (another tab) is a first request too: its own payment, nothing listed", async () => {
+    const { ledger, calls } = counted();
+    const runs: Run[] = [];
+    await request(release(ledger, runs, "v1"), [...hello, user("uA", "pay acme 5")], { payee: "acme", amount: 5 }, "call_1");
+    const b = await request(release(ledger, runs, "v2"), [...hello, user("uB", "pay acme 5")], { payee: "acme", amount: 5, currency: "EUR" }, "call_2");
+    expect([runs.length, b.outcome.replayed, calls.get("listRows") ?? 0]).toEqual([2, false, 0]);
+  });
+
+  it("AISDK-18 documented limit: a turn index that holds two messages is not guarded (a row of one message could answer the other's call); their re-sends run as before", async () => {
+    const { ledger } = counted();
+    const runs: Run[] = [];
+    const old = release(ledger, runs, "v1");
+    await request(old, [...hello, user("uA", "pay acme 5")], { payee: "acme", amount: 5 }, "call_1");
+    await request(old, [...hello, user("uB", "pay bob 5")], { payee: "bob", amount: 5 }, "call_2");
+    // uB's regenerate asks acme's payment now: uA's row must not be its answer.
+    const b = await request(release(ledger, runs, "v2"), [...hello, user("uB", "pay bob 5")], { payee: "acme", amount: 5, currency: "EUR" }, "call_3");
+    expect(b.result).not.toEqual({ paid: "acme#1" });
+    expect(runs.map((r) => r.payee)).toEqual(["acme", "bob", "acme"]);
+  });
+});
