@@ -113,6 +113,17 @@ export interface OnceToolRunnerTurn {
    * @example { conversationId: "conv-42", turnIndex: 7 }
    */
   turnIndex?: number;
+  /**
+   * Whether this loop runs again for a user message whose loop ran before (the app's retry of a
+   * failed loop, a re-sent message), possibly under an earlier release of its tools (spec ATR-13):
+   * its writes are dispatched as resumed, so a call whose key a deploy changed (an identity, a
+   * schema default, a rename) is answered from the row the earlier run made (IDENT-10). Implied
+   * when the runner's messages already hold a call after the turn's user message. A first run
+   * leaves it out: resumed costs one ledger listing, at the loop's first write.
+   * @default false, or true when the messages hold a call of the turn
+   * @example { conversationId: "conv-42", resumed: attempt > 0 }
+   */
+  resumed?: boolean;
 }
 
 /** What became of one wrapped call, by its `tool_use` id. */
@@ -142,7 +153,7 @@ export type UnansweredCalls =
   | { listed: false; reason: string; calls: [] };
 
 const OPTION_NAMES = ["tools", "effects", "ledger", "identity", "dispatcher", "providerTools"];
-const TURN_OPTION_NAMES = ["conversationId", "turnIndex"];
+const TURN_OPTION_NAMES = ["conversationId", "turnIndex", "resumed"];
 
 type ToolResultContent = string | Anthropic.Beta.Messages.BetaToolResultContentBlockParam[];
 
@@ -324,6 +335,7 @@ export class OnceToolRunner {
     for (const [name, tool] of tools) {
       const effect = effects.get(name)!;
       const fields = identity.get(name);
+      const defaults = defaultsOf(tool);
       definitions.push(
         defineTool({
           name,
@@ -332,7 +344,10 @@ export class OnceToolRunner {
           // The SDK's runner has parsed the input with the tool's own `parse` before `run`; an
           // identity only needs the schema's fields named (checked above against input_schema),
           // each optional here: the tool's schema already said which may be left out.
-          input: (fields === undefined ? z.unknown() : z.looseObject(Object.fromEntries(propertiesOf(tool).map((f) => [f, z.unknown().optional()])))) as z.ZodType<Record<string, unknown>>,
+          // A field the schema defaults gets its default: the SDK's parse already put it in every
+          // call's input (no key changes), and a stored request made before the field had it is
+          // keyed as the schema makes the call now (IDENT-10 on a re-run, ATR-13).
+          input: (fields === undefined ? z.unknown() : z.looseObject(Object.fromEntries(propertiesOf(tool).map((f) => [f, defaults.has(f) ? z.unknown().default(defaults.get(f)) : z.unknown().optional()])))) as z.ZodType<Record<string, unknown>>,
           ...(fields !== undefined ? { identity: fields } : {}),
           run: async (input, context) => {
             const scope = callScope.getStore();
@@ -397,8 +412,10 @@ export class OnceToolRunner {
     // An app-supplied turn index names one user message: the one the runner starts with.
     const users = Array.isArray(params.messages) ? params.messages.filter(isGenuineUserMessage).length : 0;
     const wrapped = new Map<string, AnyRunnableTool>();
+    // ATR-13: resumed for the app's say-so, or for messages that already hold a call of the turn.
+    const resumed = turn.resumed === true || holdsTurnCall(params.messages);
     for (const [name, tool] of this.tools) {
-      wrapped.set(name, this.wrap(tool, { ...turn, users }, calls, dispatched, () => runner, () => body.current, (toolUse) => stoppedReplyOf(toolUse, body.all)));
+      wrapped.set(name, this.wrap(tool, { ...turn, users, resumed }, calls, dispatched, () => runner, () => body.current, (toolUse) => stoppedReplyOf(toolUse, body.all)));
     }
     const wrapTools = <T>(list: readonly T[], field: string): T[] => this.wrappedTools(list, wrapped, field);
     const tools = params.tools === undefined ? [...wrapped.values()] : wrapTools(params.tools, "params.tools");
@@ -583,7 +600,7 @@ export class OnceToolRunner {
         const outcome = await callScope.run({ owner: this, tool, context, effect }, () =>
           this.dispatcher.dispatch(
             { name, input: args, callId: String(toolUse.id) },
-            { conversationId: turn.conversationId, turnIndex: place.turnIndex, ordinal: place.ordinal },
+            { conversationId: turn.conversationId, turnIndex: place.turnIndex, ordinal: place.ordinal, ...(turn.resumed === true ? { resumed: true } : {}) },
           ),
         );
         record.outcome = outcome;
@@ -778,6 +795,24 @@ function checkTurn(turn: OnceToolRunnerTurn): void {
   if (turn.turnIndex !== undefined && (!Number.isSafeInteger(turn.turnIndex) || turn.turnIndex < 0)) {
     throw new InvalidKeyInputError("turnIndex", "must be a non-negative safe integer");
   }
+  if (turn.resumed !== undefined && typeof turn.resumed !== "boolean") {
+    throw new InvalidArgumentError("turn.resumed", `must be a boolean when given, got ${describeValue(turn.resumed)}`);
+  }
+}
+
+/**
+ * ATR-13: whether `messages` hold a call after their last genuine user message: the loop for that
+ * message ran before (a first run starts at the user's message), so the run is a re-run.
+ */
+function holdsTurnCall(messages: unknown): boolean {
+  if (!Array.isArray(messages)) return false;
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const message = messages[i] as { role?: unknown; content?: unknown };
+    if (typeof message !== "object" || message === null) return false;
+    if (message.role === "user" && isGenuineUserMessage(message as { role: string; content?: unknown })) return false;
+    if (message.role === "assistant" && Array.isArray(message.content) && message.content.some((block: { type?: unknown }) => block?.type === "tool_use")) return true;
+  }
+  return false;
 }
 
 function checkEffects(options: OnceToolRunnerOptions, tools: ReadonlyMap<string, AnyRunnableTool>): Map<string, EffectClass> {
@@ -823,6 +858,17 @@ function checkIdentity(options: OnceToolRunnerOptions, tools: ReadonlyMap<string
     identity.set(name, fields);
   }
   return identity;
+}
+
+/** The defaults the top-level fields of a runnable tool's `input_schema` declare. */
+function defaultsOf(tool: AnyRunnableTool): Map<string, unknown> {
+  const properties = (tool as { input_schema?: { properties?: unknown } }).input_schema?.properties;
+  const defaults = new Map<string, unknown>();
+  if (typeof properties !== "object" || properties === null) return defaults;
+  for (const [field, property] of Object.entries(properties)) {
+    if (typeof property === "object" && property !== null && Object.hasOwn(property, "default")) defaults.set(field, (property as { default: unknown }).default);
+  }
+  return defaults;
 }
 
 /** The top-level fields of a runnable tool's `input_schema` (a JSON Schema object). */
