@@ -61,6 +61,15 @@ export interface OnceToolsOptions<TOOLS extends ToolSet> {
    */
   identity?: { [K in keyof TOOLS]?: readonly string[] };
   /**
+   * Per write tool, the names it had before (core's `formerNames`, spec IDENT-11): a renamed
+   * tool's keys all change with its name, so a re-sent message (AISDK-18) after the rename finds
+   * the rows the old name made only when the old name is listed. A former name may not be the name
+   * of a tool (or another tool's former name).
+   * @default {}
+   * @example { send_payment: ["pay"] }
+   */
+  formerNames?: { [K in keyof TOOLS]?: readonly string[] };
+  /**
    * The rest of core's dispatcher options (lease, wait bound, logger, events, ...).
    * @default {}
    * @example { dispatcher: { waitMs: 30_000 } }
@@ -213,7 +222,7 @@ const MAX_TURN_MESSAGES = 100;
 /** The wrapper's own rows: no effect, never listed as one (AISDK-14). */
 const RECORD_NAMES: ReadonlySet<string> = new Set([REPAIR_RECORD_NAME, TURN_RECORD_NAME, MESSAGE_RECORD_NAME]);
 
-const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, dispatcher: true };
+const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, formerNames: true, dispatcher: true };
 const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true };
 
 interface CallScope {
@@ -276,10 +285,12 @@ export class OnceTools<TOOLS extends ToolSet> {
       const effect = options.effects?.[name as keyof TOOLS];
       if (effect === undefined) throw new InvalidArgumentError(`options.effects.${name}`, "every tool with execute needs an effect class (EFFECT-1)");
       const identity = options.identity?.[name as keyof TOOLS];
+      const formerNames = options.formerNames?.[name as keyof TOOLS];
       definitions.push(
         defineTool({
           name,
           effect,
+          ...(formerNames !== undefined ? { formerNames } : {}),
           // The AI SDK has validated the input against the tool's own schema before execute; an
           // identity only needs the schema's fields named (core projects the input onto them,
           // untouched, and refuses an identity field the schema does not have: IDENT-2).
@@ -795,6 +806,18 @@ function checkToolNames(options: OnceToolsOptions<ToolSet>): void {
   if (typeof options.effects === "object" && options.effects !== null) {
     for (const name of Object.keys(options.effects)) {
       if (!Object.hasOwn(options.tools, name)) throw new InvalidArgumentError(`options.effects.${name}`, `names no tool of options.tools (${names.join(", ")})`);
+    }
+  }
+  if (options.formerNames !== undefined) {
+    if (typeof options.formerNames !== "object" || options.formerNames === null) {
+      throw new InvalidArgumentError("options.formerNames", "must map tool names to the names each had before");
+    }
+    for (const [name, former] of Object.entries(options.formerNames)) {
+      if (former === undefined) continue;
+      if (!Object.hasOwn(options.tools, name) || typeof options.tools[name]?.execute !== "function") {
+        throw new InvalidArgumentError(`options.formerNames.${name}`, `names no tool with execute in options.tools (${names.join(", ")})`);
+      }
+      if (!Array.isArray(former)) throw new InvalidArgumentError(`options.formerNames.${name}`, "must be an array of the tool's earlier names");
     }
   }
   if (options.identity === undefined) return;

@@ -107,3 +107,37 @@ describe("AISDK-18 a re-sent message after a deploy that changed a write tool's 
     expect(runs.map((r) => r.payee)).toEqual(["acme", "bob", "acme"]);
   });
 });
+
+describe("AISDK-18 a renamed tool (formerNames, core's IDENT-11)", () => {
+  it("AISDK-18 a regenerate after a deploy that renamed pay to send_payment is answered from the row pay made: one payment", async () => {
+    const ledger = new MemoryLedger();
+    const runs: Run[] = [];
+    const messages = [...hello, user("uA", "pay acme 5")];
+    const old = createOnceTools({ tools: { pay: v1(runs) }, effects: { pay: "keyed_write" }, identity: { pay: ["payee", "amount"] }, ledger, dispatcher: quiet });
+    const first = old.forTurn({ conversationId: "chat_deploy", messages });
+    const paid = await first.tools.pay.execute!({ payee: "acme", amount: 5 } as never, { toolCallId: "c1", messages: [] });
+    const renamed = createOnceTools({
+      tools: { send_payment: v1(runs) },
+      effects: { send_payment: "keyed_write" },
+      identity: { send_payment: ["payee", "amount"] },
+      formerNames: { send_payment: ["pay"] },
+      ledger,
+      dispatcher: quiet,
+    });
+    const again = renamed.forTurn({ conversationId: "chat_deploy", messages });
+    const result = await again.tools.send_payment.execute!({ payee: "acme", amount: 5 } as never, { toolCallId: "c2", messages: [] });
+    expect(runs, JSON.stringify(runs)).toHaveLength(1);
+    expect([result, again.outcomeOf("c2")?.replayed]).toEqual([paid, true]);
+  });
+
+  it("AISDK-18 formerNames must name a tool with execute and hold names (invalid_argument); a former name that is a tool's is refused (invalid_tool_definition)", () => {
+    const runs: Run[] = [];
+    const ledger = new MemoryLedger();
+    const make = (formerNames: unknown, tools: Record<string, ReturnType<typeof v1>> = { send_payment: v1(runs) }) =>
+      createOnceTools({ tools, effects: Object.fromEntries(Object.keys(tools).map((n) => [n, "keyed_write" as const])), formerNames: formerNames as never, ledger, dispatcher: quiet });
+    expect(() => make({ pay: ["x"] })).toThrow(expect.objectContaining({ code: "invalid_argument", field: "options.formerNames.pay" }));
+    expect(() => make({ send_payment: "pay" })).toThrow(expect.objectContaining({ code: "invalid_argument", field: "options.formerNames.send_payment" }));
+    expect(() => make({ send_payment: ["pay"] }, { send_payment: v1(runs), pay: v1(runs) })).toThrow(expect.objectContaining({ code: "invalid_tool_definition" }));
+    expect(() => make({ send_payment: ["dispatch-once-turn"] })).toThrow(expect.objectContaining({ code: "invalid_tool_definition" }));
+  });
+});

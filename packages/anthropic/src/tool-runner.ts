@@ -77,6 +77,14 @@ export interface OnceToolRunnerOptions {
    */
   identity?: Readonly<Record<string, readonly string[]>>;
   /**
+   * Per write tool, the names it had before (core's `formerNames`, spec IDENT-11): a renamed tool's
+   * keys all change with its name, so a re-run of a loop that ran under the old name (ATR-13) finds
+   * the rows that name made only when it is listed. A former name may not be a tool's name.
+   * @default {}
+   * @example { send_payment: ["pay"] }
+   */
+  formerNames?: Readonly<Record<string, readonly string[]>>;
+  /**
    * The rest of core's dispatcher options (lease, wait bound, logger, events, ...).
    * @default {}
    * @example { dispatcher: { waitMs: 30_000 } }
@@ -152,7 +160,7 @@ export type UnansweredCalls =
   | { listed: true; calls: UnansweredToolRunnerCall[] }
   | { listed: false; reason: string; calls: [] };
 
-const OPTION_NAMES = ["tools", "effects", "ledger", "identity", "dispatcher", "providerTools"];
+const OPTION_NAMES = ["tools", "effects", "ledger", "identity", "formerNames", "dispatcher", "providerTools"];
 const TURN_OPTION_NAMES = ["conversationId", "turnIndex", "resumed"];
 
 type ToolResultContent = string | Anthropic.Beta.Messages.BetaToolResultContentBlockParam[];
@@ -331,15 +339,18 @@ export class OnceToolRunner {
     const effects = checkEffects(options, tools);
     this.effects = effects;
     const identity = checkIdentity(options, tools);
+    const formerNames = checkFormerNames(options, tools);
     const definitions: ToolDefinition[] = [];
     for (const [name, tool] of tools) {
       const effect = effects.get(name)!;
       const fields = identity.get(name);
       const defaults = defaultsOf(tool);
+      const former = formerNames.get(name);
       definitions.push(
         defineTool({
           name,
           effect,
+          ...(former !== undefined ? { formerNames: former } : {}),
           ...(typeof (tool as { description?: unknown }).description === "string" ? { description: (tool as { description: string }).description } : {}),
           // The SDK's runner has parsed the input with the tool's own `parse` before `run`; an
           // identity only needs the schema's fields named (checked above against input_schema),
@@ -858,6 +869,22 @@ function checkIdentity(options: OnceToolRunnerOptions, tools: ReadonlyMap<string
     identity.set(name, fields);
   }
   return identity;
+}
+
+/** `options.formerNames` by tool (IDENT-11); the names themselves are checked by core's registry. */
+function checkFormerNames(options: OnceToolRunnerOptions, tools: ReadonlyMap<string, AnyRunnableTool>): Map<string, readonly string[]> {
+  const formerNames = new Map<string, readonly string[]>();
+  if (options.formerNames === undefined) return formerNames;
+  if (typeof options.formerNames !== "object" || options.formerNames === null) {
+    throw new InvalidArgumentError("options.formerNames", "must map tool names to the names each had before");
+  }
+  for (const [name, former] of Object.entries(options.formerNames)) {
+    if (former === undefined) continue;
+    if (!tools.has(name)) throw new InvalidArgumentError(`options.formerNames.${name}`, `names no tool of options.tools (${[...tools.keys()].join(", ")})`);
+    if (!Array.isArray(former)) throw new InvalidArgumentError(`options.formerNames.${name}`, "must be an array of the tool's earlier names");
+    formerNames.set(name, former);
+  }
+  return formerNames;
 }
 
 /** The defaults the top-level fields of a runnable tool's `input_schema` declare. */

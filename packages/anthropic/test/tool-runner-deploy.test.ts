@@ -119,4 +119,27 @@ describe("ATR-13 a loop re-run after a deploy that changed a write tool's identi
     expect((await loop(v2.once, client, fromUser())).failed).toBe(false);
     expect([runs.length, v2.listings()]).toEqual([1, 0]);
   });
+
+  it("ATR-13 a loop re-run after a deploy that renamed pay to send_payment (formerNames) is answered from the row pay made; a bad formerNames is refused", async () => {
+    const client = await scripted([turn(toolUse("pay", ACME)), turn(say("cut")), turn(toolUse("send_payment", ACME))], [2]);
+    const ledger = new MemoryLedger();
+    const runs: Run[] = [];
+    const schema = z.object({ payee: z.string(), amount: z.number().int(), memo: z.string().optional() });
+    const run = async (args: { payee: string }, context: unknown) => {
+      runs.push({ payee: args.payee, key: dispatchOnceOf(context as never)!.idempotencyKey });
+      return JSON.stringify({ paid: `${args.payee}#${runs.length}` });
+    };
+    const old = createOnceToolRunner({ tools: [betaZodTool({ name: "pay", description: "Pay", inputSchema: schema, run })], effects: { pay: "keyed_write" }, ledger, dispatcher: { logger: { warn: () => {} } } });
+    expect((await loop(old, client, fromUser())).failed).toBe(true);
+    const sendPayment = betaZodTool({ name: "send_payment", description: "Pay", inputSchema: schema, run });
+    const renamed = createOnceToolRunner({ tools: [sendPayment], effects: { send_payment: "keyed_write" }, formerNames: { send_payment: ["pay"] }, ledger, dispatcher: { logger: { warn: () => {} } } });
+    const again = await loop(renamed, client, fromUser(), true);
+    expect(again.failed).toBe(false);
+    expect(runs, JSON.stringify(runs)).toHaveLength(1);
+    expect(resultsOf(again.runner.params.messages)).toEqual([JSON.stringify({ paid: "acme#1" })]);
+    const bad = (formerNames: unknown) => () => createOnceToolRunner({ tools: [sendPayment], effects: { send_payment: "keyed_write" }, formerNames: formerNames as never, ledger });
+    expect(bad({ pay: ["x"] })).toThrow(expect.objectContaining({ code: "invalid_argument", field: "options.formerNames.pay" }));
+    expect(bad({ send_payment: "pay" })).toThrow(expect.objectContaining({ code: "invalid_argument", field: "options.formerNames.send_payment" }));
+    expect(bad({ send_payment: ["send_payment"] })).toThrow(expect.objectContaining({ code: "invalid_tool_definition" }));
+  });
 });

@@ -14,17 +14,19 @@ const before = z.object({ payee: z.string(), amount: z.number().int(), memo: z.s
 const withCurrency = z.object({ payee: z.string(), amount: z.number().int(), currency: z.string().default("EUR"), memo: z.string().optional() });
 
 function tool(effects: Effect[], name: string, extra: { formerNames?: string[]; input?: z.ZodObject; identity?: string[] } = {}) {
+  const input: z.ZodObject = extra.input ?? before;
+  const identity: string[] = extra.identity ?? ["payee", "amount"];
   return defineTool({
     name,
     effect: "keyed_write",
-    input: extra.input ?? before,
-    identity: extra.identity ?? ["payee", "amount"],
-    ...(extra.formerNames !== undefined ? ({ formerNames: extra.formerNames } as object) : {}),
+    input,
+    identity,
+    ...(extra.formerNames !== undefined ? { formerNames: extra.formerNames } : {}),
     async run(args: Record<string, unknown>, ctx) {
       effects.push({ key: ctx.idempotencyKey, payee: args.payee as string, amount: args.amount as number });
       return { paymentId: `pay_${effects.length}` };
     },
-  } as Parameters<typeof defineTool>[0]);
+  });
 }
 
 const CONV = "conv-rename";
@@ -100,6 +102,22 @@ describe("IDENT-11 a renamed write tool names its former names", () => {
     expect([again.replayed, listings, effects.length]).toEqual([true, 1, 3]); // its own first run's row, nothing else
   });
 
+  it("IDENT-11 a rollback of a rename is a rename too: the old release, given the new name as a former one, answers from the new release's row", async () => {
+    const ledger = new MemoryLedger();
+    const effects: Effect[] = [];
+    const first = await dispatcherOf(ledger, tool(effects, "send_payment", { formerNames: ["pay"] })).turn(at).dispatch(call("send_payment"));
+    const again = await dispatcherOf(ledger, tool(effects, "pay", { formerNames: ["send_payment"] })).turn({ ...at, resumed: true }).dispatch(call("pay", "after the rollback"));
+    expect([again.key, again.replayed, effects.length]).toEqual([first.key, true, 1]);
+  });
+
+  it("IDENT-11 a call of a former name is not the tool's: unknown_tool, nothing run", async () => {
+    const effects: Effect[] = [];
+    const next = dispatcherOf(new MemoryLedger(), tool(effects, "send_payment", { formerNames: ["pay"] }));
+    const error = await next.turn({ ...at, resumed: true }).dispatch(call("pay")).catch((e: unknown) => e);
+    expect((error as { code?: string }).code).toBe("unknown_tool");
+    expect(effects).toHaveLength(0);
+  });
+
   it("IDENT-11 without formerNames a rename pays again (the gap this rule closes): the row of the old name is not the tool's", async () => {
     const ledger = new MemoryLedger();
     const effects: Effect[] = [];
@@ -127,7 +145,7 @@ describe("IDENT-11 a renamed write tool names its former names", () => {
     refused(() => tool(effects, "send_payment", { formerNames: ["send_payment"] }), "its own name");
     refused(() => tool(effects, "send_payment", { formerNames: ["not a name!"] }), "must match");
     refused(() => tool(effects, "send_payment", { formerNames: "pay" as never }), "array");
-    refused(() => defineTool({ name: "lookup", effect: "read", input: before, formerNames: ["find"], run: () => 1 } as Parameters<typeof defineTool>[0]), "read");
+    refused(() => defineTool({ name: "lookup", effect: "read", input: before, formerNames: ["find"], run: () => 1 }), "read");
     refused(() => new ToolRegistry([tool(effects, "send_payment", { formerNames: ["pay"] }), tool(effects, "transfer", { formerNames: ["pay"] })]), "pay");
     expect(new ToolRegistry([tool(effects, "c", { formerNames: ["a", "b"] })]).renamed("a")?.name).toBe("c");
   });
