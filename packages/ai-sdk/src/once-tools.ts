@@ -16,7 +16,7 @@ import {
   type ToolDefinition,
   type DispatchOutcome,
 } from "@dispatch-once/core";
-import { loggerOption, turnRowEffect, turnRowInput, turnRowsOf, UNLISTED_REASON, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
+import { loggerOption, MAX_TURN_MESSAGES, MESSAGE_ORDINAL_STRIDE, turnRowEffect, turnRowInput, turnRowsOf, UNLISTED_REASON, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
 import type { UnansweredCallRecord } from "@dispatch-once/runner";
 import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolCallRepairFunction, type ToolExecutionOptions, type ToolSet } from "ai";
 import { z } from "zod";
@@ -215,10 +215,12 @@ const TURN_RECORD_NAME = "dispatch-once-turn";
  * history counts it at another index (a store that keeps both tabs' messages one after the other).
  */
 const MESSAGE_RECORD_NAME = "dispatch-once-message";
-/** The k-th user message of a turn (AISDK-17) starts its calls' ordinals at k * FORK_ORDINALS. */
-const FORK_ORDINALS = 1_000_000;
-/** How many user messages one turn index may be given before a request is refused. */
-const MAX_TURN_MESSAGES = 100;
+/**
+ * The k-th user message of a turn (AISDK-17) starts its calls' ordinals at k * FORK_ORDINALS; one
+ * turn index takes MAX_TURN_MESSAGES messages before a request is refused. Core's: its IDENT-10
+ * guard keys a row at those ordinals too (another message's row is not another definition's).
+ */
+const FORK_ORDINALS = MESSAGE_ORDINAL_STRIDE;
 /** The wrapper's own rows: no effect, never listed as one (AISDK-14). */
 const RECORD_NAMES: ReadonlySet<string> = new Set([REPAIR_RECORD_NAME, TURN_RECORD_NAME, MESSAGE_RECORD_NAME]);
 

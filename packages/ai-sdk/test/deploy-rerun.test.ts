@@ -95,6 +95,22 @@ describe("AISDK-18 a re-sent message after a deploy that changed a write tool's 
     expect([runs.length, b.outcome.replayed, calls.get("listRows") ?? 0]).toEqual([2, false, 0]);
   });
 
+  it("AISDK-18 another tab's message placed after a re-send checked it was alone: its rows (ordinals from 1 000 000, the same definition) never answer the re-send's calls", async () => {
+    // Found by the end-to-end level (seed 20261201): the guard took the other tab's row, keyed at
+    // its message's ordinals, for a row of another definition, and told this tab that payment.
+    const { ledger } = counted();
+    const runs: Run[] = [];
+    const once = release(ledger, runs, "v1");
+    const uA = [...hello, user("uA", "pay acme 5")];
+    await request(once, uA, { payee: "acme", amount: 5 }, "a1");
+    const again = once.forTurn({ conversationId: "chat_deploy", messages: uA });
+    await again.tools.pay.execute!({ payee: "acme", amount: 5 } as never, { toolCallId: "a2", messages: [] }); // placed: alone
+    const b = await request(once, [...hello, user("uB", "pay acme 5")], { payee: "acme", amount: 5 }, "b1");
+    const second = await again.tools.pay.execute!({ payee: "acme", amount: 5 } as never, { toolCallId: "a3", messages: [] }); // the same payment once more: ordinal 1
+    expect(second, JSON.stringify(runs)).not.toEqual(b.result);
+    expect(runs.map((r) => r.payee)).toEqual(["acme", "acme", "acme"]);
+  });
+
   it("AISDK-18 documented limit: a turn index that holds two messages is not guarded (a row of one message could answer the other's call); their re-sends run as before", async () => {
     const { ledger } = counted();
     const runs: Run[] = [];

@@ -93,7 +93,7 @@ export class DefinitionGuard {
       // KEY-11: only a row of this conversation and turn; a key this scope derives (checkRowDefinition).
       // A row of one of the tool's former names (IDENT-11) is the tool's too.
       if (!this.isOf(toolName, row.toolName) || row.conversationId !== this.conversationId || row.turnIndex !== this.turnIndex) continue;
-      const check = checkRowDefinition(this.deps.registry, this.deps.keyFor, row);
+      const check = checkRowDefinition(this.deps.registry, this.deps.keyFor, row, { messageOrdinals: true });
       if (check !== undefined && check.verdict !== "same") checked.push({ row, check });
     }
     this.elsewhere.set(toolName, checked);

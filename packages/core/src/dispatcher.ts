@@ -609,10 +609,15 @@ export class Dispatcher implements CallDispatcher {
 
   /** What a DefinitionGuard needs of this dispatcher, made once. */
   private guardDeps(): DefinitionGuardDeps {
+    // A row is keyed at up to 6 500 ordinals (checkRowDefinition): its call is prepared once, not per ordinal.
+    let last: { call: ToolCall; prepared: PreparedCall } | undefined;
     return (this.definitionGuardDeps ??= {
       ledger: this.ledger,
       registry: this.registry,
-      keyFor: (call, at) => this.keyOf(this.prepare(call), at, at.ordinal),
+      keyFor: (call, at) => {
+        if (last?.call !== call) last = { call, prepared: this.prepare(call) };
+        return this.keyOf(last.prepared, at, at.ordinal);
+      },
       requestCanonical: (name, input) => this.prepare({ name, input }).requestCanonical,
       unlisted: () => {
         if (this.unlistedWarned) return;

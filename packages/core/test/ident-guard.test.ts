@@ -252,6 +252,14 @@ describe("IDENT-10 a re-run turn after a deploy that changed a write tool's iden
     expect([again.key, again.replayed, effects.length]).toEqual([first.key, true, 1]);
   });
 
+  it("IDENT-10 a row of the same definition at another user message's ordinals (AISDK-17: from 1 000 000) is that message's, never adopted by this one's call", async () => {
+    const effects: Effect[] = [];
+    const { next } = dispatchers(new MemoryLedger(), effects);
+    const otherTab = await next.dispatch(pay(), { ...at, ordinal: 1_000_000 });
+    const mine = await next.dispatch(pay(), { ...at, ordinal: 1, resumed: true });
+    expect([mine.key === otherTab.key, mine.replayed, effects.length]).toEqual([false, false, 2]);
+  });
+
   it("IDENT-10 dispatch() with an explicit ordinal and resumed lists for its one call and answers from the row", async () => {
     const { ledger, state } = counted();
     const effects: Effect[] = [];

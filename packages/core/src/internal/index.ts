@@ -51,7 +51,7 @@ export { DeadlineError, withDeadline, type Deadline } from "./deadline.js";
 export { turnRowsOf, turnRowEffect, turnRowInput, UNLISTED_REASON, type TurnRowEffect } from "./turn-rows.js";
 // Whether a row's key is one the registry's definition of its tool derives again (IDENT-4): the
 // CLI's audit --ledger before a deploy and the dispatcher's guard on re-runs (IDENT-10) read it alike.
-export { checkRowDefinition, MAX_ORDINAL_TRIED, type KeyDeriver, type RowDefinitionCheck } from "./row-definition.js";
+export { checkRowDefinition, MAX_ORDINAL_TRIED, MAX_TURN_MESSAGES, MESSAGE_ORDINAL_STRIDE, type KeyDeriver, type RowDefinitionCheck } from "./row-definition.js";
 // One timer per distinct bound for many pending operations (the dispatcher's run timeouts, the
 // Redis ledger's command bound): a setTimeout made and cleared per operation costs more.
 export { RunDeadline, RunDeadlines } from "../run-deadlines.js";

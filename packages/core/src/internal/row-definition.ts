@@ -4,6 +4,12 @@ import type { ToolRegistry } from "../registry.js";
 
 /** The ordinals tried for a row (TURN-4: identical calls before it in one attempt); a row's own ordinal is not stored. */
 export const MAX_ORDINAL_TRIED = 64;
+/**
+ * AISDK-17: a wrapper that takes a turn's ordinals per user message starts the k-th message's at
+ * k × MESSAGE_ORDINAL_STRIDE, for at most MAX_TURN_MESSAGES messages of one turn index.
+ */
+export const MESSAGE_ORDINAL_STRIDE = 1_000_000;
+export const MAX_TURN_MESSAGES = 100;
 
 /** A key of a call where a turn index places it: `Dispatcher.keyFor`. */
 export type KeyDeriver = (call: { name: string; input: unknown }, context: { conversationId: string; turnIndex: number; ordinal: number }) => string;
@@ -35,7 +41,7 @@ const DERIVED_KEY = new RegExp(`^[0-9a-f]{${KEY_HEX_LENGTH}}$`);
  * for `dispatch-once audit --ledger` (before a deploy) and the dispatcher's IDENT-10 guard (at run
  * time, on re-runs of a turn).
  */
-export function checkRowDefinition(registry: ToolRegistry, keyFor: KeyDeriver, row: LedgerRow): RowDefinitionCheck | undefined {
+export function checkRowDefinition(registry: ToolRegistry, keyFor: KeyDeriver, row: LedgerRow, options: { messageOrdinals?: boolean } = {}): RowDefinitionCheck | undefined {
   if (row.conversationId === undefined || row.turnIndex === undefined || !DERIVED_KEY.test(row.key)) return undefined;
   const tool = registry.has(row.toolName) ? registry.get(row.toolName) : registry.renamed(row.toolName);
   if (tool === undefined || tool.effect === "read" || tool.onRequestDiffers === "refuse") return undefined;
@@ -48,10 +54,18 @@ export function checkRowDefinition(registry: ToolRegistry, keyFor: KeyDeriver, r
   const toolName = tool.name;
   const call = { name: toolName, input };
   const renamed = toolName !== row.toolName;
+  // `messageOrdinals`: also the ordinals of a turn's later user messages (AISDK-17). Without them the
+  // IDENT-10 guard took another tab's row, made under this very definition, for one of another
+  // definition, and answered a call with that tab's payment. (Up to 6 500 derivations for a row of
+  // another definition: the guard's few rows of a re-run turn, not an audit's whole ledger.)
+  const bands = options.messageOrdinals === true ? MAX_TURN_MESSAGES : 1;
   try {
     // A former name's row: the current name is in every key the definition derives, so only whether it takes the request.
-    for (let ordinal = 0; ordinal <= (renamed ? 0 : MAX_ORDINAL_TRIED); ordinal++) {
-      if (keyFor(call, { conversationId: row.conversationId, turnIndex: row.turnIndex, ordinal }) === row.key) return { verdict: "same", toolName };
+    for (let band = 0; band < (renamed ? 1 : bands); band++) {
+      for (let n = 0; n <= (renamed ? 0 : MAX_ORDINAL_TRIED); n++) {
+        const ordinal = band * MESSAGE_ORDINAL_STRIDE + n;
+        if (keyFor(call, { conversationId: row.conversationId, turnIndex: row.turnIndex, ordinal }) === row.key) return { verdict: "same", toolName };
+      }
     }
   } catch (error) {
     return { verdict: "refused", toolName, why: `its stored request is refused by the definition now: ${error instanceof Error ? error.message : String(error)}` };
