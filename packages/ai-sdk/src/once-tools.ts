@@ -397,8 +397,14 @@ export class OnceTools<TOOLS extends ToolSet> {
     // A message placed by an earlier request has its slot, past any gap the retention left where
     // an earlier message's record was swept: found there, never given the gap as a new place.
     if (placedBefore) {
-      const found = await this.findSlot(at, messageId);
-      if (found !== undefined) return { turnIndex, base: found, resumed: claim && (await this.aloneAt(at, found)) };
+      let found: number | undefined;
+      try {
+        found = await this.findSlot(at, messageId);
+      } catch (cause) {
+        // As for the record's claim: the lookup's error names a record's key, not the call's.
+        throw claim ? notPlaced(at, messageId, cause) : cause;
+      }
+      if (found !== undefined) return { turnIndex, base: found, resumed: claim && (await this.aloneAt(at, found, messageId)) };
     }
     return { turnIndex, base: await this.forkBaseOf(at, messageId, claim), resumed: false };
   }
@@ -409,9 +415,15 @@ export class OnceTools<TOOLS extends ToolSet> {
    * message that made it: with two messages at the index, one's row could answer the other's call
    * (AISDK-17's collision again), so such a turn is not guarded. One lookup, on a re-send only.
    */
-  private async aloneAt(at: { conversationId: string; turnIndex: number }, base: number): Promise<boolean> {
+  private async aloneAt(at: { conversationId: string; turnIndex: number }, base: number, messageId: string): Promise<boolean> {
     if (base !== 0) return false;
-    const next = await this.ledger.lookup(this.dispatcher.keyFor({ name: TURN_RECORD_NAME, input: {} }, { ...at, ordinal: 1 }));
+    let next: unknown;
+    try {
+      next = await this.ledger.lookup(this.dispatcher.keyFor({ name: TURN_RECORD_NAME, input: {} }, { ...at, ordinal: 1 }));
+    } catch (cause) {
+      // The lookup's error names the record's key, not the call's: the call was not claimed (AISDK-17).
+      throw notPlaced(at, messageId, cause);
+    }
     return next === undefined;
   }
 

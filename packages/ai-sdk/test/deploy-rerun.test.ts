@@ -1,4 +1,4 @@
-import { MemoryLedger, type Ledger } from "@dispatch-once/core";
+import { LedgerUnavailableError, MemoryLedger, type Ledger } from "@dispatch-once/core";
 import { tool, type UIMessage } from "ai";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
@@ -109,6 +109,37 @@ describe("AISDK-18 a re-sent message after a deploy that changed a write tool's 
     const second = await again.tools.pay.execute!({ payee: "acme", amount: 5 } as never, { toolCallId: "a3", messages: [] }); // the same payment once more: ordinal 1
     expect(second, JSON.stringify(runs)).not.toEqual(b.result);
     expect(runs.map((r) => r.payee)).toEqual(["acme", "acme", "acme"]);
+  });
+
+  it("AISDK-18 a re-send whose check of the turn's second place cannot reach the ledger runs nothing: ledger_unavailable without a key (AISDK-17's answer), then the re-send is answered", async () => {
+    const base = new MemoryLedger();
+    const runs: Run[] = [];
+    let down = false;
+    let secondPlace = "";
+    const ledger = new Proxy(base, {
+      get(target, name, receiver) {
+        const value = Reflect.get(target, name, receiver) as unknown;
+        if (name !== "lookup" || typeof value !== "function") return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+        return async (key: string) => {
+          if (down && key === secondPlace) throw new LedgerUnavailableError("connection terminated", { key });
+          return (value as (k: string) => unknown).call(target, key);
+        };
+      },
+    });
+    const once = release(ledger, runs, "v1");
+    secondPlace = once.dispatcher.keyFor({ name: "dispatch-once-turn", input: {} }, { conversationId: "chat_deploy", turnIndex: 2, ordinal: 1 });
+    const uA = [...hello, user("uA", "pay acme 5")];
+    const first = await request(once, uA, { payee: "acme", amount: 5 }, "a1");
+    down = true;
+    const error = await request(once, uA, { payee: "acme", amount: 5 }, "a2").catch((e: unknown) => e);
+    expect(LedgerUnavailableError.isInstance(error) && [error.key, runs.length]).toEqual([undefined, 1]);
+    // The same for the lookup of the message's own place (AISDK-17's slot read on a re-send).
+    secondPlace = once.dispatcher.keyFor({ name: "dispatch-once-turn", input: {} }, { conversationId: "chat_deploy", turnIndex: 2, ordinal: 0 });
+    const own = await request(once, uA, { payee: "acme", amount: 5 }, "a2b").catch((e: unknown) => e);
+    expect(LedgerUnavailableError.isInstance(own) && [own.key, runs.length]).toEqual([undefined, 1]);
+    down = false;
+    const again = await request(once, uA, { payee: "acme", amount: 5 }, "a3");
+    expect([again.result, runs.length]).toEqual([first.result, 1]);
   });
 
   it("AISDK-18 documented limit: a turn index that holds two messages is not guarded (a row of one message could answer the other's call); their re-sends run as before", async () => {

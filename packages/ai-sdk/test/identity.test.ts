@@ -70,7 +70,7 @@ describe("ERR-1: an option the wrapper does not take is refused, not ignored", (
   it("createOnceTools refuses a misspelt option (identities: the memo would be part of the key, and a re-worded one would pay again)", () => {
     const error = refusal(() => createOnceTools({ tools: { pay }, effects: { pay: "keyed_write" }, ledger, identities: { pay: ["payee"] } } as never));
     expect(error.code).toBe("invalid_argument");
-    expect(error.message).toMatch(/options\.identities: is not an option of createOnceTools \(its options: tools, effects, ledger, identity, dispatcher\)/);
+    expect(error.message).toMatch(/options\.identities: is not an option of createOnceTools \(its options: tools, effects, ledger, identity, formerNames, dispatcher\)/);
   });
 
   it("forTurn refuses a misspelt option", () => {
