@@ -344,7 +344,10 @@ export class OnceToolRunner {
     for (const [name, tool] of tools) {
       const effect = effects.get(name)!;
       const fields = identity.get(name);
-      const defaults = defaultsOf(tool);
+      // Only a tool whose input the SDK parses (betaZodTool's parse) has its defaults in every call; a
+      // tool without parse gets the model's input as sent, and filling a default in would change the
+      // key its calls had before this release.
+      const defaults = typeof (tool as { parse?: unknown }).parse === "function" ? defaultsOf(tool) : new Map<string, unknown>();
       const former = formerNames.get(name);
       definitions.push(
         defineTool({

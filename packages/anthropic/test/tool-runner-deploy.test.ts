@@ -142,4 +142,18 @@ describe("ATR-13 a loop re-run after a deploy that changed a write tool's identi
     expect(bad({ send_payment: "pay" })).toThrow(expect.objectContaining({ code: "invalid_argument", field: "options.formerNames.send_payment" }));
     expect(bad({ send_payment: ["send_payment"] })).toThrow(expect.objectContaining({ code: "invalid_tool_definition" }));
   });
+
+  it("ATR-13 a tool without parse (its input as the model sent it, no default applied) keeps the keys it had: its schema's defaults are not applied to its calls", () => {
+    const runnable = (withDefault: boolean) => ({
+      name: "send_payment",
+      input_schema: { type: "object" as const, properties: { payee: { type: "string" }, amount: { type: "number" }, channel: withDefault ? { type: "string", default: "sepa" } : { type: "string" } } },
+      run: async () => "ok",
+    });
+    const keyOf = (withDefault: boolean) =>
+      createOnceToolRunner({ tools: [runnable(withDefault) as never], effects: { send_payment: "keyed_write" }, identity: { send_payment: ["payee", "amount", "channel"] }, ledger: new MemoryLedger() }).dispatcher.keyFor(
+        { name: "send_payment", input: { payee: "acme", amount: 5 } },
+        { conversationId: "conv-deploy", turnIndex: 1, ordinal: 0 },
+      );
+    expect(keyOf(true)).toBe(keyOf(false));
+  });
 });
