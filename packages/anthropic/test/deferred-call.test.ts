@@ -64,6 +64,97 @@ describe("a call a re-run left unanswered, made again in the next turn (TURN-23,
       await provider.close();
     }
   });
+  it("TURN-23 read back, turn 1's carried call and an identical new call after it keep the keys they were dispatched under (the new call's row is not taken for a release that carried nothing)", async () => {
+    const use = (payee: string, memo: string) => ({ type: "tool_use" as const, name: "send_payment", input: { payee, amount: 42, currency: "EUR", memo } });
+    let requests = 0;
+    const provider = await startMockProvider({
+      script: () => {
+        requests += 1;
+        if (requests === 1) return { content: [use("acme", "first")] };
+        if (requests === 2) return { content: [use("bob", "rent")] };
+        // The deferred acme, then acme once more on purpose: one carried, one new.
+        if (requests === 3) return { content: [use("acme", "as asked"), use("acme", "and once more")] };
+        return { content: [{ type: "text" as const, text: "Done." }], stopReason: "end_turn" };
+      },
+    });
+    try {
+      provider.faults.enqueue({ kind: "reset", at: { beforeMessageStop: true } });
+      const paid: string[] = [];
+      const tools = new ToolRegistry([
+        defineTool({
+          name: "send_payment",
+          effect: "keyed_write",
+          input: z.object({ payee: z.string(), amount: z.number(), currency: z.string(), memo: z.string() }),
+          identity: ["payee", "amount", "currency"],
+          run: async (args) => {
+            paid.push(args.payee);
+            return { paymentId: `pay_${paid.length}` };
+          },
+        }),
+      ]);
+      const runner = new ConversationRunner({
+        client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }),
+        dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }),
+        store: new MemoryConversationStore(),
+        model: "claude-sonnet-5-5",
+        tools: tools.providerSchemas(),
+        retry: { backoffMs: () => 1 },
+      });
+      const result = await runner.send("conv-deferred-2", { id: "m1", content: "pay acme and bob, then acme twice" });
+      expect(paid).toEqual(["acme", "bob", "acme"]);
+      const reported = (turns: typeof result.turns) => turns.map((t) => t.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn]));
+      expect(result.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => c.carriedFromTurn)).toEqual([0, undefined]);
+      const again = await runner.send("conv-deferred-2", { id: "m1", content: "pay acme and bob, then acme twice" });
+      expect(again.fromStore).toBe(true);
+      expect(reported(again.turns)).toEqual(reported(result.turns));
+    } finally {
+      await provider.close();
+    }
+  });
+  it("TURN-23 read back, a turn an earlier release committed (both identical calls of turn 1 under their own turn's keys) reads as it dispatched them", async () => {
+    const use = (payee: string, memo: string) => ({ type: "tool_use" as const, name: "send_payment", input: { payee, amount: 42, currency: "EUR", memo } });
+    let requests = 0;
+    const provider = await startMockProvider({
+      script: () => {
+        requests += 1;
+        if (requests === 1) return { content: [use("acme", "first")] };
+        if (requests === 2) return { content: [use("bob", "rent")] };
+        if (requests === 3) return { content: [use("acme", "as asked"), use("acme", "and once more")] };
+        return { content: [{ type: "text" as const, text: "Done." }], stopReason: "end_turn" };
+      },
+    });
+    try {
+      provider.faults.enqueue({ kind: "reset", at: { beforeMessageStop: true } });
+      const paid: string[] = [];
+      const tools = new ToolRegistry([
+        defineTool({
+          name: "send_payment",
+          effect: "keyed_write",
+          input: z.object({ payee: z.string(), amount: z.number(), currency: z.string(), memo: z.string() }),
+          identity: ["payee", "amount", "currency"],
+          run: async (args) => {
+            paid.push(args.payee);
+            return { paymentId: `pay_${paid.length}` };
+          },
+        }),
+      ]);
+      const ledger = new MemoryLedger();
+      const store = new MemoryConversationStore();
+      const dispatcher = new Dispatcher({ tools, ledger });
+      const options = { client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }), store, model: "claude-sonnet-5-5", tools: tools.providerSchemas(), retry: { backoffMs: () => 1 } };
+      // The release before TURN-23: a dispatcher the runner cannot carry calls with (no dispatch of its own).
+      const before = new ConversationRunner({ ...options, dispatcher: { turn: (c) => dispatcher.turn(c), effectClassOf: (n) => dispatcher.effectClassOf(n), keyFor: dispatcher.keyFor.bind(dispatcher) } as typeof dispatcher });
+      const result = await before.send("conv-deferred-3", { id: "m1", content: "pay acme and bob, then acme twice" });
+      expect(paid).toEqual(["acme", "bob", "acme", "acme"]);
+      const turn1 = result.turns.find((t) => t.turnIndex === 1)!.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn]);
+      expect(turn1.map(([, ordinal, carried]) => [ordinal, carried])).toEqual([[0, undefined], [1, undefined]]);
+      const again = await new ConversationRunner({ ...options, dispatcher }).send("conv-deferred-3", { id: "m1", content: "pay acme and bob, then acme twice" });
+      expect(again.fromStore).toBe(true);
+      expect(again.turns.find((t) => t.turnIndex === 1)!.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn])).toEqual(turn1);
+    } finally {
+      await provider.close();
+    }
+  });
 });
 
 /*
