@@ -67,6 +67,8 @@ function caseStats(ctx: CaseContext, elapsedMs: number): Record<string, number> 
       const { calls, followUp = [] } = (m as SentMessage).plan;
       return followUp.some((f) => calls.some((c) => faultSignature(c.tool, c.args) === faultSignature(f.tool, f.args)));
     }, ctx.messages),
+    // A payment a re-run of the first turn omits that the model makes again in the next turn (scenario.ts `deferred`).
+    deferred_calls: count((m) => (m as SentMessage).plan.deferred !== undefined && (m as SentMessage).reaskOf === undefined, ctx.messages),
     sends: ctx.sends.length,
     attempts: count((e) => (e as { type: string }).type === "attempt_started", ctx.events),
     tool_runs: ctx.runs.length,

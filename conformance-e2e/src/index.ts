@@ -25,7 +25,7 @@ import { PROVIDERS, type ProviderName } from "./provider.js";
 import { startWorld } from "./world.js";
 
 export { PROVIDERS, RUNNER_PROVIDERS, type ProviderName, type RunnerProviderName, type CommittedCall, type CommittedResult, type TranscriptReader } from "./provider.js";
-export { scenarioArbitrary, faultFree, type Scenario } from "./scenario.js";
+export { scenarioArbitrary, faultFree, withoutDeferral, type Scenario, type DeferredCall } from "./scenario.js";
 export { aiSdkScenarioArbitrary, messagesOf, withoutCrossTurnRepeats, withoutTabs, type AiSdkCrossTurnRepeat, type AiSdkTab, type AiSdkTabs, type AiSdkScenario, type AiSdkChatPlan, type AiSdkMessagePlan, type AiSdkCut, type AiSdkContinuation, type AiSdkRerunDivergence, type AiSdkSplice } from "./ai-sdk-scenario.js";
 export type { AiSdkAppOptions, AiSdkMessage, AiSdkRequest, AiSdkToolSet, AiSdkTurnTools, AiSdkWrapOptions } from "./ai-sdk-case.js";
 export type { OracleViolation } from "./oracle.js";

@@ -310,11 +310,58 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
     }
   }
 
+  // ---- CONF-2 across a message's turns: a deferred call is the ask it defers (TURN-23) ----
+  // Per turn index the count above cannot tell a payment asked in a message's first turn, made by
+  // an attempt whose re-run answered without it, from the same payment made again in the message's
+  // next turn under that turn's key: one ask, paid at each index once (scenario.ts `deferred`).
+  for (const c of conversations) {
+    for (const m of c.sent) {
+      const deferred = m.plan.deferred;
+      const bound = boundOf.get(m.id);
+      if (deferred === undefined || bound === undefined || m.reaskOf !== undefined) continue;
+      const signature = plannedSignature(m.plan.calls[deferred.call]!);
+      if (signature === undefined) continue;
+      const allowance = deferredAllowance(m.plan, signature, c.turns.find((t) => t.messageId === m.id && t.turnIndex === bound), transcript);
+      if (allowance.answeredFirst) ctx.diagnostics.deferred_calls_answered_first = (ctx.diagnostics.deferred_calls_answered_first ?? 0) + 1;
+      const slots = new Set([slotOf(c.id, bound), slotOf(c.id, bound + 1)]);
+      const made = effects.filter((e) => {
+        const run = e.idempotencyKey === null ? undefined : runsByKey.get(e.idempotencyKey)?.[0];
+        return run !== undefined && slots.has(slotOf(run.conversationId, run.turnIndex)) && effectSignature(e, referenceOf) === signature;
+      });
+      if (made.length <= allowance.allowed) continue;
+      const turns = [...new Set(made.map((e) => runsByKey.get(e.idempotencyKey!)![0]!.turnIndex))].sort((a, b) => a - b);
+      add(
+        "CONF-2",
+        `${signature}: performed ${made.length} times for message ${JSON.stringify(m.id)} over its turns ${turns.join(" and ")}, which asked for it ${allowance.allowed === 1 ? "once" : `${allowance.allowed} times`}: ` +
+          `its first turn left a call of it unanswered (a re-run answered without it) and the next turn's call is that ask made again, ` +
+          `to be answered from the first turn's row (TURN-23), not paid under the next turn's key: ${made.map(describeEffect).join(", ")}`,
+      );
+    }
+  }
+
   // ---- committed calls: a success names its one effect, an error had none (RECORD-3, EFFECT-6, DISPATCH-5) ----
   const keyOfCall = new Map<string, string>();
   for (const e of ctx.events) if (e.type === "call_resolved" && e.key !== undefined) keyOfCall.set(e.callId, e.key);
   for (const send of ctx.sends) for (const t of send.result?.turns ?? []) for (const x of t.calls) if (x.key !== undefined) keyOfCall.set(x.callId, x.key);
   for (const e of ctx.events) if (e.type === "turn_failed" || e.type === "attempt_superseded") for (const x of e.record.calls) if (x.key !== undefined) keyOfCall.set(x.callId, x.key);
+  // TURN-23: the turn index a call was answered from, as each send reported it (produced or read back).
+  const carriedOf = new Map<string, number | undefined>();
+  const reportsOf = new Map<string, string>();
+  for (const send of ctx.sends) {
+    for (const t of send.result?.turns ?? []) {
+      for (const x of t.calls) {
+        if (x.key === undefined) continue;
+        carriedOf.set(x.callId, x.carriedFromTurn);
+        const report = `key ${short(x.key)}${x.carriedFromTurn === undefined ? "" : `, carried from turn ${x.carriedFromTurn}`}`;
+        const earlier = reportsOf.get(x.callId);
+        // Judged where a report says the call was carried (a runner's own keys read back are TURN-7's).
+        if (earlier !== undefined && earlier !== report && (x.carriedFromTurn !== undefined || earlier.includes("carried from"))) {
+          add("TURN-23", `${t.conversationId}: call ${x.callId} (turn ${t.turnIndex}) was reported with ${earlier} and, by a later send (a read-back), with ${report}: a committed turn reads back as it was dispatched`);
+        }
+        reportsOf.set(x.callId, report);
+      }
+    }
+  }
   const namedBy = new Map<string, Set<string>>();
   const answersByKey = new Map<string, string>();
   /** Per conversation and key: the committed turn whose write call first answered with a success under it. */
@@ -331,10 +378,23 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
       for (const use of uses) {
         const name = use.name ?? "";
         const identity = identityText(name, use.input);
-        const ordinal = identity === undefined ? 0 : (seen.get(`${name}|${identity}`) ?? 0);
-        if (identity !== undefined) seen.set(`${name}|${identity}`, ordinal + 1);
         // The key the call was dispatched under, as the runner reported it; the spec's key when it did not.
         const reported = keyOfCall.get(use.id ?? "");
+        // TURN-23: answered from a call an earlier turn of its message left unanswered, under that
+        // turn's key (spec §3's key there, at an ordinal from 0 to 64); it still counts among its own
+        // turn's identical calls (TURN-4), so an identical call after it takes the next ordinal.
+        const carriedFrom = reported === undefined || identity === undefined ? undefined : carriedTurnOf(c, t, name, use.input, reported);
+        const claimed = carriedOf.get(use.id ?? "");
+        if (WRITES.has(name) && reported !== undefined && claimed !== carriedFrom && !(claimed === undefined && carriedFrom !== undefined)) {
+          add(
+            "TURN-23",
+            `${name} call ${use.id} (turn ${t.turnIndex} of ${c.id}, message ${JSON.stringify(t.messageId)}) was reported carried from turn ${String(claimed)}, ` +
+              `but its key ${short(reported)} is ${carriedFrom === undefined ? "no earlier turn's key of this call" : `turn ${carriedFrom}'s key of this call`}`,
+          );
+        }
+        if (carriedFrom !== undefined && WRITES.has(name)) ctx.diagnostics.deferred_calls_carried = (ctx.diagnostics.deferred_calls_carried ?? 0) + 1;
+        const ordinal = identity === undefined ? 0 : (seen.get(`${name}|${identity}`) ?? 0);
+        if (identity !== undefined) seen.set(`${name}|${identity}`, ordinal + 1);
         const specKey = expectedKey(c.id, t.turnIndex, name, use.input, ordinal);
         const key = reported ?? specKey;
         const block = results.get(use.id);
@@ -349,7 +409,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
               `${where} was dispatched under key ${short(reported)}, the key of call ${other} of the same committed response: ` +
                 `two calls answered by one run (identical calls of one attempt take ordinals 0, 1, ...)`,
             );
-          } else if (specKey !== undefined && reported !== specKey) {
+          } else if (carriedFrom === undefined && specKey !== undefined && reported !== specKey) {
             // TURN-4, TURN-6: the committed call's key is spec §3's for another ordinal (a count
             // that did not restart with the attempt, or counted other calls). Keys derived some
             // other way altogether are judged by their effects (CONF-2 above).
@@ -1303,4 +1363,44 @@ function checkEveryEffectAccounted(
         `: the user is never told it happened`,
     );
   }
+}
+
+/**
+ * The earlier turn of the committed turn's message whose key (spec §3's, at an ordinal from 0 to 7)
+ * the call was reported under, if any: the call was answered from a call that turn left
+ * unanswered (TURN-23).
+ */
+function carriedTurnOf(c: ConversationState, turn: StoredTurn, name: string, input: unknown, key: string): number | undefined {
+  for (const earlier of c.turns) {
+    if (earlier.messageId !== turn.messageId || earlier.turnIndex >= turn.turnIndex) continue;
+    for (let ordinal = 0; ordinal <= 64; ordinal++) if (expectedKey(c.id, earlier.turnIndex, name, input, ordinal) === key) return earlier.turnIndex;
+  }
+  return undefined;
+}
+
+/**
+ * How many effects of a deferred call's signature a message may have made over its first turn
+ * and its next (scenario.ts DeferredCall): every call of it the user asked for in either, but the
+ * follow-up's first copy (of a `same`, `reworded` or `twice` deferral) is the first turn's ask made
+ * again when the committed first turn answered fewer calls of it than asked (a re-run answered
+ * without it): one ask then, not two. When the first turn answered every call of it (no re-run,
+ * or a re-run that made it: `answeredFirst`), the follow-up's call is a second ask, made having
+ * seen the first, and both run. A first turn never committed asked nothing of the follow-up.
+ */
+export function deferredAllowance(
+  plan: Pick<SentMessage["plan"], "calls" | "followUp" | "deferred">,
+  signature: string,
+  firstTurn: StoredTurn | undefined,
+  transcript: TranscriptReader,
+): { allowed: number; answeredFirst: boolean } {
+  const count = (calls: PlannedCall[]) => calls.filter((c) => plannedSignature(c) === signature).length;
+  const askedFirst = count(plan.calls);
+  const askedLater = count(plan.followUp ?? []);
+  const committed =
+    firstTurn === undefined
+      ? 0
+      : transcript.calls(firstTurn.assistant).filter((u) => plannedSignature({ tool: (u.name ?? "") as PlannedCall["tool"], args: (u.input ?? {}) as Record<string, unknown> }) === signature).length;
+  const again = plan.deferred?.kind === "other_payee" ? 0 : Math.min(askedLater, 1);
+  const unanswered = Math.max(0, askedFirst - committed);
+  return { allowed: askedFirst + askedLater - Math.min(again, unanswered), answeredFirst: firstTurn !== undefined && unanswered === 0 };
 }

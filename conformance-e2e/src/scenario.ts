@@ -206,6 +206,71 @@ export interface MessagePlan {
    * scenarioArbitrary).
    */
   reaskSplice?: SplicePlan;
+  /**
+   * A call a re-run of the first turn leaves out that the model makes again in the message's next
+   * turn (DeferredCall; TURN-23). Its follow-up (`followUp`) is made for it. Drawn after every
+   * other field (`deferrals` in scenarioArbitrary).
+   */
+  deferred?: DeferredCall;
+}
+
+/**
+ * A call the model defers to a later turn of the same message (TURN-23): the message's first-turn
+ * re-runs omit call `call` (rerunDivergence `omit`, a payment), and once the first turn's results
+ * are back the model makes it in its next response (MessagePlan `followUp`, made for it):
+ * - `same`: the same call, as first asked;
+ * - `reworded`: the same call, its memo re-worded (outside the payment's identity, IDENT-1);
+ * - `other_payee`: the same words to another payee: another payment, which must run;
+ * - `twice`: the same call, then once more, re-worded (the user asks for it twice on purpose).
+ * When the committed first turn answered the call (no re-run, or one that made it), the follow-up's
+ * call is a second ask the model made having seen the first: both must run. When it left the call
+ * unanswered after an attempt that ran it, the follow-up's call is the same ask made again: one
+ * payment, answered from the first turn's row (carriedFromTurn). The oracle counts a message's
+ * intents across its turns so (oracle.ts `deferredAllowance`).
+ */
+export interface DeferredCall {
+  call: number;
+  kind: "same" | "reworded" | "other_payee" | "twice";
+}
+
+/** The follow-up a deferral makes (DeferredCall): the omitted call again, as its kind says. */
+export function deferredFollowUp(call: PlannedCall, kind: DeferredCall["kind"]): PlannedCall[] {
+  const reworded: PlannedCall = { tool: call.tool, args: { ...call.args, memo: `${String(call.args.memo)} (as asked earlier)` } };
+  switch (kind) {
+    case "same":
+      return [call];
+    case "reworded":
+      return [reworded];
+    case "other_payee": {
+      const payee = PAYEES[(PAYEES.indexOf(String(call.args.payee)) + 1) % PAYEES.length]!;
+      return [{ tool: call.tool, args: { ...call.args, payee } }];
+    }
+    case "twice":
+      return [call, reworded];
+  }
+}
+
+/**
+ * Where a message can defer a call (DeferredCall): its first-turn re-runs omit a payment of two or
+ * more calls (an only call omitted would leave a text answer, and no follow-up), it has no tool loop
+ * of its own, and it is not re-asked (a re-ask is another message: TURN-23 carries nothing into it,
+ * and the oracle counts a message's intents across its own turns). Nothing else of the plan changes:
+ * `withoutDeferral` gives the plan as drawn.
+ */
+export function withDeferral(plan: MessagePlan, kind: DeferredCall["kind"] | undefined): MessagePlan {
+  const d = plan.rerunDivergence;
+  if (kind === undefined || d?.kind !== "omit" || plan.calls.length < 2 || (plan.followUp ?? []).length > 0 || plan.reask) return plan;
+  const call = d.call % plan.calls.length;
+  const omitted = plan.calls[call]!;
+  if (omitted.tool !== "send_payment") return plan;
+  return { ...plan, followUp: deferredFollowUp(omitted, kind), deferred: { call, kind } };
+}
+
+/** A plan without its deferral (the follow-up made for it taken out): as drawn before `deferrals`. */
+export function withoutDeferral(plan: MessagePlan): MessagePlan {
+  if (plan.deferred === undefined) return plan;
+  const { deferred: _, followUp: __, ...rest } = plan;
+  return rest;
 }
 
 export interface ConversationPlan {
@@ -736,8 +801,17 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
       // After those, for the same reason: a splice into a re-ask's first request (MessagePlan
       // `reaskSplice`): the splices above fall on a message's own requests only.
       reaskSplices: fc.array(reaskSpliceArbitrary, { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES }),
+      // After those, for the same reason: a call a re-run omits, made again in the message's next
+      // turn (MessagePlan `deferred`, TURN-23). Few slots can take one (withDeferral): most that can, do.
+      deferrals: fc.array(
+        fc.oneof(
+          { weight: 1, arbitrary: fc.constant(undefined) },
+          { weight: 3, arbitrary: fc.constantFrom<DeferredCall["kind"]>("same", "same", "reworded", "other_payee", "twice") },
+        ),
+        { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES },
+      ),
     })
-    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices: drawnSplices, bareSplices, followUpSplices, reaskSplices }) => {
+    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices: drawnSplices, bareSplices, followUpSplices, reaskSplices, deferrals }) => {
       const splices = drawnSplices.map((s, i): SplicePlan | undefined => (s !== undefined && s.shape === "headless" && bareSplices[i] === true ? { ...s, shape: "headless_bare" } : s));
       let slot = 0;
       const diverging = conversations.map((c) => ({
@@ -750,6 +824,7 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           const splice = splices[slot];
           const loopSplice = followUpSplices[slot];
           const reaskSplice = reaskSplices[slot];
+          const deferral = deferrals[slot];
           const drawn = followUpDivergences[slot++];
           // An omission falls on the follow-up call a worker dies on, when one does: the take-over's
           // re-run then leaves the dead worker's row unanswered (the case it exists for, RECORD-8).
@@ -771,9 +846,9 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           // Only a divergence that changes the response is kept (a shrunk scenario shows no inert one).
           if (d !== undefined && divergedCalls(plan) === undefined) delete plan.rerunDivergence;
           const death = releaseDeath ? releaseDeathOf(plan) : undefined;
-          if (death !== undefined) return withReaskSplice(withFollowUpSplice(withSplice({ ...plan, death }, splice), loopSplice), reaskSplice);
+          if (death !== undefined) return withDeferral(withReaskSplice(withFollowUpSplice(withSplice({ ...plan, death }, splice), loopSplice), reaskSplice), deferral);
           const twice = rerunDeath !== undefined ? releaseRerunDeathOf(plan) : undefined;
-          return withReaskSplice(withFollowUpSplice(withSplice(twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath }, splice), loopSplice), reaskSplice);
+          return withDeferral(withReaskSplice(withFollowUpSplice(withSplice(twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath }, splice), loopSplice), reaskSplice), deferral);
         }),
       }));
       // A reused id only on a message sent alone (a group of two sends at once, TURN-9); a re-ask

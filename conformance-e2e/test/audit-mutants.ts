@@ -28,9 +28,20 @@ export function realDispatcher(tools: Tools, ledger: Ledger, defaults: Parameter
   return new Dispatcher({ ...defaults, ledger, tools: new ToolRegistry(tools) });
 }
 
-/** A dispatcher whose turns are `turn`'s, its effect classes the inner one's. */
-export function wrapDispatcher(inner: Dispatcher, turn: CallDispatcher["turn"]): CallDispatcher {
-  return { turn, effectClassOf: (name) => inner.effectClassOf(name) };
+/**
+ * A dispatcher whose turns are `turn`'s, its effect classes, keys and carried calls' dispatch
+ * (TURN-23: a call a later turn of the message makes again, answered under an earlier turn's key)
+ * and ledger the inner one's: a plant breaks what its `turn` breaks, and keeps TURN-23, which the runner
+ * gives only a dispatcher with `keyFor` and `dispatch` of its own (test/e2e-deferred-call-planted.test.ts
+ * plants a runner without it).
+ */
+export function wrapDispatcher(inner: Dispatcher, turn: CallDispatcher["turn"], options: { carry?: boolean } = {}): CallDispatcher {
+  // A plant whose turn derives other keys than the inner keyFor (`carry: false`) gets neither: the
+  // runner would read its turns back under keys it never dispatched, and carry under them.
+  if (options.carry === false) return { turn, effectClassOf: (name) => inner.effectClassOf(name) };
+  // `ledger` too: the runner lists a resumed turn's rows through it (RECORD-8), and carries what they list.
+  const carrying = { keyFor: inner.keyFor.bind(inner), dispatch: inner.dispatch.bind(inner), ledger: inner.ledger };
+  return { turn, effectClassOf: (name) => inner.effectClassOf(name), ...carrying } as CallDispatcher;
 }
 
 /** The ledger, with each claim's result shown to `seen` first (which claims took over an expired one). */
@@ -112,7 +123,7 @@ export const MUTANTS: AuditMutant[] = [
     options: () => ({
       dispatcher: (tools, ledger, defaults) => {
         const inner = realDispatcher(tools, ledger, defaults);
-        return wrapDispatcher(inner, (context) => ({ dispatch: (call) => inner.turn(context).dispatch(call) }));
+        return wrapDispatcher(inner, (context) => ({ dispatch: (call) => inner.turn(context).dispatch(call) }), { carry: false });
       },
     }),
   },

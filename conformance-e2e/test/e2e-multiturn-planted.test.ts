@@ -38,7 +38,7 @@ function observedStore({ now }: { now: () => number }): ConversationStore {
 /** The planted bug: the real dispatcher, handed the message's first turn index for every turn of the message. */
 function firstTurnIndex(tools: ToolDefinition<any, any>[], ledger: Ledger, defaults: DispatcherDefaults): CallDispatcher {
   const real = realDispatcher(tools, ledger, defaults);
-  return wrapDispatcher(real, (context) => real.turn({ ...context, turnIndex: firstTurnOf.get(`${context.conversationId}#${context.turnIndex}`) ?? context.turnIndex }));
+  return wrapDispatcher(real, (context) => real.turn({ ...context, turnIndex: firstTurnOf.get(`${context.conversationId}#${context.turnIndex}`) ?? context.turnIndex }), { carry: false });
 }
 
 describe.each(RUNNER_PROVIDERS)("mutation round of 2026-12-04: the end-to-end oracle rejects a key of the message's first turn (provider %s)", (provider) => {

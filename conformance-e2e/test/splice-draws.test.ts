@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { valueAtPath } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
 import { aiSdkScenarioArbitrary, messagesOf, withoutCrossTurnRepeats, withoutTabs, type AiSdkScenario } from "../src/ai-sdk-scenario.js";
-import { scenarioArbitrary, type Scenario } from "../src/scenario.js";
+import { scenarioArbitrary, withoutDeferral, type Scenario } from "../src/scenario.js";
 
 /**
  * The splices are drawn after every other field of a scenario (`splices`, the record's last
@@ -70,9 +70,13 @@ type MessagePlan = Scenario["conversations"][number]["messages"][number];
 /** A scenario's first 16 hex digits of SHA-256 over its JSON. */
 const digest = (scenario: unknown) => createHash("sha256").update(JSON.stringify(scenario)).digest("hex").slice(0, 16);
 
-/** `scenario` with each message plan as `project` makes it (a copy: the scenario is not changed). */
+/**
+ * `scenario` with each message plan as `project` makes it (a copy: the scenario is not changed).
+ * The deferrals (`deferrals`, MessagePlan `deferred`), drawn after every other field, are taken
+ * out first (withoutDeferral): none of the scenarios of before had one.
+ */
 function mapPlans(scenario: Scenario, project: (plan: MessagePlan) => MessagePlan): Scenario {
-  return { ...scenario, conversations: scenario.conversations.map((c) => ({ ...c, messages: c.messages.map((m) => project({ ...m })) })) };
+  return { ...scenario, conversations: scenario.conversations.map((c) => ({ ...c, messages: c.messages.map((m) => project(withoutDeferral({ ...m }))) })) };
 }
 
 /** Without the re-asks' splices: as the arbitrary of before them drew it. */
@@ -160,6 +164,33 @@ describe("splices are drawn last: every earlier draw of a seed stays", () => {
     const messages = now.flatMap((s) => s.conversations.flatMap((c) => c.messages));
     expect(messages.filter((m) => m.reaskSplice !== undefined).length).toBeGreaterThan(0);
     for (const m of messages) if (m.reaskSplice !== undefined) expect(m.reask).toBe(true);
+  });
+});
+
+describe("deferred calls are drawn last: every earlier draw of a seed stays", () => {
+  it("a deferral only adds the follow-up it makes (the hashes above take it out); it is the payment the first turn's re-runs omit", () => {
+    let deferred = 0;
+    const kinds = new Set<string>();
+    for (const seed of [...Object.keys(BEFORE).map(Number), 1]) {
+      for (const s of fc.sample(scenarioArbitrary(), { seed, numRuns: 30 })) {
+        for (const m of s.conversations.flatMap((c) => c.messages)) {
+          if (m.deferred === undefined) continue;
+          deferred++;
+          kinds.add(m.deferred.kind);
+          const omitted = m.calls[m.deferred.call]!;
+          expect(omitted.tool).toBe("send_payment");
+          expect(m.reask).toBe(false);
+          // A calm run keeps the follow-up and drops the divergence: the first turn answers the payment, and the follow-up's is a second ask.
+          if (m.rerunDivergence !== undefined) expect(m.rerunDivergence).toEqual({ kind: "omit", call: expect.any(Number) });
+          const identity = (c: typeof omitted) => [c.args.amount, c.args.currency, c.args.reference];
+          expect(m.followUp!.map(identity)).toEqual(m.followUp!.map(() => identity(omitted)));
+          expect(m.followUp![0]!.args.payee === omitted.args.payee).toBe(m.deferred.kind !== "other_payee");
+          expect(withoutDeferral(m).followUp).toBeUndefined();
+        }
+      }
+    }
+    expect(deferred).toBeGreaterThan(0);
+    expect([...kinds].sort()).toEqual(["other_payee", "reworded", "same", "twice"]);
   });
 });
 

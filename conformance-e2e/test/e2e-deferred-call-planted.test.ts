@@ -1,0 +1,55 @@
+import type { CallDispatcher } from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { RUNNER_PROVIDERS, runEndToEnd } from "../src/index.js";
+import { memory, realDispatcher } from "./audit-mutants.js";
+import { expectReadable } from "./readable.js";
+
+/**
+ * TURN-23 at the end-to-end level: a re-run of a message's first turn answers without a payment
+ * the cut attempt made (rerunDivergence), the turn commits with a record listing it (RECORD-8),
+ * and the model makes the same payment in the message's next turn (scenario.ts `deferred`). The
+ * runner must answer it from the first turn's row, not pay again under the next turn's key.
+ *
+ * The plant: the real dispatcher behind a CallDispatcher that keys calls (`keyFor`) but has no
+ * `dispatch` of its own, so the runner carries nothing (carry.ts carryingDispatcher): the runner as
+ * it was before TURN-23. Every key runs once and every record tells the truth, so only a count of
+ * the message's intents across its turns sees the second payment (oracle.ts `deferredAllowance`).
+ */
+/**
+ * Seed 1's 24th run (path "23") on both sides: message 2 of conv-1 asks for a payment twice and an
+ * invoice; attempt 1 pays both and is cut, its re-runs omit the second, and the next turn makes it
+ * again and once more on purpose (a `twice` deferral). The search from run 1 reaches it in about
+ * 10 s per side; the test replays that run alone. Before the draw, 60 runs at seed 1 passed the plant.
+ */
+const SEED = 1;
+const PATH = "23";
+const RUNS = 60;
+
+/** How often the plant's runner met a turn whose calls it might have carried (the search reached it). */
+const planted = { turns: 0 };
+
+function withoutCarrying(tools: Parameters<typeof realDispatcher>[0], ledger: Parameters<typeof realDispatcher>[1], defaults: Parameters<typeof realDispatcher>[2]): CallDispatcher {
+  const inner = realDispatcher(tools, ledger, defaults);
+  return {
+    turn: (context) => {
+      if (context.turnIndex > 0) planted.turns++;
+      return inner.turn(context);
+    },
+    effectClassOf: (name) => inner.effectClassOf(name),
+    keyFor: inner.keyFor.bind(inner),
+  } as CallDispatcher;
+}
+
+describe.each(RUNNER_PROVIDERS)("a call deferred to a later turn of the same message: the end-to-end oracle counts the message's intents across its turns (provider %s)", (provider) => {
+  it("CONF-2 a runner that does not carry an unanswered call (TURN-23 disabled) pays it again in the next turn and is rejected, seed and path printed; the real runner passes that scenario", async () => {
+    const error = await runEndToEnd(memory, { provider, runs: RUNS, seed: SEED, path: PATH, shrinkTimeLimitMs: 0, dispatcher: withoutCarrying }).catch((e: unknown) => e);
+    expect(planted.turns).toBeGreaterThan(0);
+    const message = expectReadable(error, SEED);
+    expect(message).toMatch(/breaks CONF-2\): (CONF-2: )?payment \w+ \d+ \w+ c\d-m\d-r\d: performed (\d+) times for message "[^"]+" over its turns \d+ and \d+, which asked for it (once|\d+ times): its first turn left a call of it unanswered \(a re-run answered without it\) and the next turn's call is that ask made again/);
+    const cx = (error as { counterexample?: { seed: number; path: string } }).counterexample!;
+    let seen: Record<string, number> = {};
+    await runEndToEnd(memory, { provider, runs: RUNS, seed: cx.seed, path: cx.path, onStats: (stats) => (seen = stats) });
+    expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+    expect(seen.deferred_calls_carried).toBeGreaterThan(0);
+  }, 300_000);
+});
