@@ -16,13 +16,14 @@ import { expectReadable } from "./readable.js";
  * the message's intents across its turns sees the second payment (oracle.ts `deferredAllowance`).
  */
 /**
- * Seed 1's 24th run (path "23") on both sides: message 2 of conv-1 asks for a payment twice and an
- * invoice; attempt 1 pays both and is cut, its re-runs omit the second, and the next turn makes it
- * again and once more on purpose (a `twice` deferral). The search from run 1 reaches it in about
- * 10 s per side; the test replays that run alone. Before the draw, 60 runs at seed 1 passed the plant.
+ * Seed 1's 24th run (path "23") on both sides, shrunk (85 steps, Anthropic side) to one
+ * conversation: its message 2 asks for a payment and an invoice; attempt 1 pays and is cut, its
+ * re-runs omit the payment, and the next turn makes it again and once more on purpose (a `twice`
+ * deferral): 3 payments for 2 asks. The search from run 1 reaches the run in about 10 s per side;
+ * the test replays the shrunk scenario alone. Before the draw, 60 runs at seed 1 passed the plant.
  */
 const SEED = 1;
-const PATH = "23";
+const PATH = "23:2:0:0:0:0:0:0:0:0:21:1:1:1:1:1:1:1:1:1:1:0:0:0:0:0:0:0:0:2:0:1:1:1:1:1:1:1:2:1:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2:2";
 const RUNS = 60;
 
 /** How often the plant's runner met a turn whose calls it might have carried (the search reached it). */
