@@ -60,8 +60,9 @@ function unstorableAsFailedInLaterTurn(tools: ToolDefinition<any, any>[], ledger
     const turn = real.turn(context);
     if (!laterTurns.has(`${context.conversationId}#${context.turnIndex}`)) return turn;
     return {
-      dispatch: (call) =>
-        turn.dispatch(call).catch((error: unknown) => {
+      // The options too (TURN-23: a carried call is dispatched under an earlier turn's key).
+      dispatch: (call, options) =>
+        turn.dispatch(call, options).catch((error: unknown) => {
           if (!isDispatchOnceError(error, "result_not_storable")) throw error;
           throw new ToolFailedError((error as unknown as { key: string }).key, { name: "ToolError", message: "the payments API declined it", code: "declined" }, false);
         }),

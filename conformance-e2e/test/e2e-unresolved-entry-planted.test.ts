@@ -60,8 +60,9 @@ function observingDispatcher(tools: ToolDefinition<any, any>[], ledger: Ledger, 
   return wrapDispatcher(real, (context) => {
     const turn = real.turn(context);
     return {
-      dispatch: (call) =>
-        turn.dispatch(call).catch((error: unknown) => {
+      // The options too (TURN-23: a carried call is dispatched under an earlier turn's key).
+      dispatch: (call, options) =>
+        turn.dispatch(call, options).catch((error: unknown) => {
           const key = (error as { key?: string }).key;
           if (isDispatchOnceError(error, "claim_released") && key !== undefined && takeoverClaim.get(key) === true) takeoverReleases.add(`${call.callId} ${key}`);
           throw error;

@@ -1214,8 +1214,13 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         } else {
           // TURN-23: under the earlier turn's key, still counted among this turn's identical calls (TURN-4).
           const outcome = await turn.dispatch(toolCall, { at: { turnIndex: match.carried.turnIndex, ordinal: match.ordinal } });
-          // A TurnDispatch that does not take `at` dispatched it under its own key: said as it was.
-          resolution = outcome.key === match.carried.key ? { ok: true, outcome, carriedFromTurn: match.carried.turnIndex } : { ok: true, outcome };
+          // A TurnDispatch that does not take `at` (a wrapper that drops dispatch's options)
+          // dispatched it under its own key: said as it was, and said loudly, once.
+          if (outcome.key === match.carried.key) resolution = { ok: true, outcome, carriedFromTurn: match.carried.turnIndex };
+          else {
+            resolution = { ok: true, outcome };
+            this.warnAtDropped(match.carried.key, outcome.key);
+          }
         }
       } catch (error) {
         resolution = { ok: false, error };
@@ -1625,6 +1630,18 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       }
       return { ...report, key, ordinal };
     });
+  }
+
+  private atDroppedWarned = false;
+
+  /** TURN-23 could not act: the dispatcher's turn() dropped `TurnDispatch.dispatch`'s options. */
+  private warnAtDropped(carriedKey: string, key: string): void {
+    if (this.atDroppedWarned) return;
+    this.atDroppedWarned = true;
+    this.logger.warn(
+      "a call an earlier turn of its message left unanswered was dispatched under its own turn's key: the dispatcher's turn() does not pass TurnDispatch.dispatch's options ({ at }) through, so the call may have run again (TURN-23); a CallDispatcher that wraps another must forward them",
+      { carriedKey, key },
+    );
   }
 
   /** Events are reports: a callback that throws is logged and changes nothing the runner does (OTEL-3). */

@@ -178,4 +178,25 @@ describe("a call a re-run of a turn left unanswered, made again in a later turn 
     expect(error.record.turnIndex).toBe(1);
     expect(error.record.calls.map((c) => [c.status, c.effect])).toEqual([["in_flight_elsewhere", "may_have_happened"]]);
   });
+
+  it("TURN-23 a dispatcher wrapper whose turn() drops dispatch's options cannot carry: the call runs under its own key, reported as such, and the runner warns once", async () => {
+    const base = world(deferred, true);
+    const inner = base.dispatcher;
+    const dropping = {
+      turn: (context: Parameters<typeof inner.turn>[0]) => {
+        const turn = inner.turn(context);
+        return { dispatch: (call: Parameters<typeof turn.dispatch>[0]) => turn.dispatch(call) };
+      },
+      effectClassOf: (name: string) => inner.effectClassOf(name),
+      keyFor: inner.keyFor.bind(inner),
+      dispatch: inner.dispatch.bind(inner),
+      ledger: inner.ledger,
+    };
+    const warnings: string[] = [];
+    const w = world(deferred, true, { runner: { dispatcher: dropping, logger: { warn: (message: string) => void warnings.push(message) } } });
+    const result = await w.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+    expect(base.performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob", "acme"]);
+    expect(result.turns[1]!.calls.map((c) => [c.replayed, c.carriedFromTurn])).toEqual([[false, undefined]]);
+    expect(warnings.filter((m) => m.includes("TURN-23"))).toHaveLength(1);
+  });
 });
