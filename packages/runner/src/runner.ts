@@ -1206,6 +1206,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       const toolCall: ToolCall = { name: call.name, input: call.input, callId: call.callId };
       // Decided before any await, as the turn's ordinals are: the same calls take the same carried calls in every attempt.
       const direct = carrying !== undefined ? carryingDispatcher(this.options.dispatcher) : undefined;
+      if (carrying !== undefined && direct === undefined) this.warnCannotCarry();
       const match = direct !== undefined && carrying !== undefined ? matchCarried(direct, info.conversationId, toolCall, carrying.carry, carrying.taken) : undefined;
       if (match !== undefined) carrying?.taken.add(match.carried.key);
       try {
@@ -1633,6 +1634,16 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   }
 
   private atDroppedWarned = false;
+  private cannotCarryWarned = false;
+
+  /** TURN-23 could not act: an earlier turn of the message left calls unanswered, and the dispatcher cannot key a call elsewhere. */
+  private warnCannotCarry(): void {
+    if (this.cannotCarryWarned) return;
+    this.cannotCarryWarned = true;
+    this.logger.warn(
+      "an earlier turn of this message left calls unanswered that a later turn may make again, but the dispatcher has no keyFor (a CallDispatcher that is not core's Dispatcher, or wraps it without passing keyFor through): such a call runs under its own turn's key and may run again (TURN-23)",
+    );
+  }
 
   /** TURN-23 could not act: the dispatcher's turn() dropped `TurnDispatch.dispatch`'s options. */
   private warnAtDropped(carriedKey: string, key: string): void {

@@ -199,4 +199,15 @@ describe("a call a re-run of a turn left unanswered, made again in a later turn 
     expect(result.turns[1]!.calls.map((c) => [c.replayed, c.carriedFromTurn])).toEqual([[false, undefined]]);
     expect(warnings.filter((m) => m.includes("TURN-23"))).toHaveLength(1);
   });
+
+  it("TURN-23 a dispatcher without keyFor cannot carry: the call runs under its own key and the runner warns once", async () => {
+    const base = world(deferred, true);
+    const inner = base.dispatcher;
+    const bare = { turn: inner.turn.bind(inner), effectClassOf: (name: string) => inner.effectClassOf(name), ledger: inner.ledger };
+    const warnings: string[] = [];
+    const w = world(deferred, true, { runner: { dispatcher: bare, logger: { warn: (message: string) => void warnings.push(message) } } });
+    await w.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+    expect(base.performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob", "acme"]);
+    expect(warnings.filter((m) => m.includes("has no keyFor"))).toHaveLength(1);
+  });
 });
