@@ -1,6 +1,6 @@
 import Anthropic from "@anthropic-ai/sdk";
 import { startMockProvider } from "@dispatch-once/mock-provider";
-import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool } from "@dispatch-once/core";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool, type CallDispatcher } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { ConversationRunner } from "../src/index.js";
@@ -12,42 +12,56 @@ import { PAY_ACME, PAY_BOB, paymentsDownstream } from "./fixtures.js";
  * the message pays acme, re-worded. It is answered from turn 0's payment, and a re-send of the
  * answered message reads it back under that key.
  */
+const use = (payee: string, memo: string) => ({ type: "tool_use" as const, name: "send_payment", input: { payee, amount: 42, currency: "EUR", memo } });
+
+/**
+ * The three tests' world: request 1 pays acme (its stream cut before message_stop), request 2 (the
+ * retry) pays bob, request 3 (turn 1) makes `turn1`'s calls, then text. `paid` is the effect log.
+ */
+async function deferredWorld(turn1: ReturnType<typeof use>[]) {
+  let requests = 0;
+  const provider = await startMockProvider({
+    script: () => {
+      requests += 1;
+      if (requests === 1) return { content: [use("acme", "first")] };
+      if (requests === 2) return { content: [use("bob", "rent")] };
+      if (requests === 3) return { content: turn1 };
+      return { content: [{ type: "text" as const, text: "Done." }], stopReason: "end_turn" };
+    },
+  });
+  provider.faults.enqueue({ kind: "reset", at: { beforeMessageStop: true } }); // the first response only
+  const paid: string[] = [];
+  const tools = new ToolRegistry([
+    defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      input: z.object({ payee: z.string(), amount: z.number(), currency: z.string(), memo: z.string() }),
+      identity: ["payee", "amount", "currency"],
+      run: async (args) => {
+        paid.push(args.payee);
+        return { paymentId: `pay_${paid.length}` };
+      },
+    }),
+  ]);
+  const store = new MemoryConversationStore();
+  const dispatcher = new Dispatcher({ tools, ledger: new MemoryLedger() });
+  const runnerWith = (d: CallDispatcher = dispatcher) =>
+    new ConversationRunner({
+      client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }),
+      dispatcher: d,
+      store,
+      model: "claude-sonnet-5-5",
+      tools: tools.providerSchemas(),
+      retry: { backoffMs: () => 1 },
+    });
+  return { provider, paid, dispatcher, runnerWith };
+}
+
 describe("a call a re-run left unanswered, made again in the next turn (TURN-23, over the SDK)", () => {
   it("TURN-23 acme is paid once; turn 1's call carries turn 0's key, as sent and as read back", async () => {
-    const pay = (payee: string, memo: string) => ({ content: [{ type: "tool_use" as const, name: "send_payment", input: { payee, amount: 42, currency: "EUR", memo } }] });
-    let requests = 0;
-    const provider = await startMockProvider({
-      script: () => {
-        requests += 1;
-        if (requests === 1) return pay("acme", "first");
-        if (requests === 2) return pay("bob", "rent");
-        if (requests === 3) return pay("acme", "as asked");
-        return { content: [{ type: "text" as const, text: "Done." }], stopReason: "end_turn" };
-      },
-    });
+    const { provider, paid, runnerWith } = await deferredWorld([use("acme", "as asked")]);
     try {
-      provider.faults.enqueue({ kind: "reset", at: { beforeMessageStop: true } }); // the first response only
-      const paid: string[] = [];
-      const tools = new ToolRegistry([
-        defineTool({
-          name: "send_payment",
-          effect: "keyed_write",
-          input: z.object({ payee: z.string(), amount: z.number(), currency: z.string(), memo: z.string() }),
-          identity: ["payee", "amount", "currency"],
-          run: async (args) => {
-            paid.push(args.payee);
-            return { paymentId: `pay_${paid.length}` };
-          },
-        }),
-      ]);
-      const runner = new ConversationRunner({
-        client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }),
-        dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }),
-        store: new MemoryConversationStore(),
-        model: "claude-sonnet-5-5",
-        tools: tools.providerSchemas(),
-        retry: { backoffMs: () => 1 },
-      });
+      const runner = runnerWith();
       const result = await runner.send("conv-deferred", { id: "m1", content: "pay acme and bob" });
       expect(paid).toEqual(["acme", "bob"]);
       const acmeKey = result.records?.[0]?.calls[0]?.key;
@@ -64,46 +78,20 @@ describe("a call a re-run left unanswered, made again in the next turn (TURN-23,
       await provider.close();
     }
   });
+
   it("TURN-23 read back, turn 1's carried call and an identical new call after it keep the keys they were dispatched under (the new call's row is not taken for a release that carried nothing)", async () => {
-    const use = (payee: string, memo: string) => ({ type: "tool_use" as const, name: "send_payment", input: { payee, amount: 42, currency: "EUR", memo } });
-    let requests = 0;
-    const provider = await startMockProvider({
-      script: () => {
-        requests += 1;
-        if (requests === 1) return { content: [use("acme", "first")] };
-        if (requests === 2) return { content: [use("bob", "rent")] };
-        // The deferred acme, then acme once more on purpose: one carried, one new.
-        if (requests === 3) return { content: [use("acme", "as asked"), use("acme", "and once more")] };
-        return { content: [{ type: "text" as const, text: "Done." }], stopReason: "end_turn" };
-      },
-    });
+    // The deferred acme, then acme once more on purpose: one carried, one new.
+    const { provider, paid, runnerWith } = await deferredWorld([use("acme", "as asked"), use("acme", "and once more")]);
     try {
-      provider.faults.enqueue({ kind: "reset", at: { beforeMessageStop: true } });
-      const paid: string[] = [];
-      const tools = new ToolRegistry([
-        defineTool({
-          name: "send_payment",
-          effect: "keyed_write",
-          input: z.object({ payee: z.string(), amount: z.number(), currency: z.string(), memo: z.string() }),
-          identity: ["payee", "amount", "currency"],
-          run: async (args) => {
-            paid.push(args.payee);
-            return { paymentId: `pay_${paid.length}` };
-          },
-        }),
-      ]);
-      const runner = new ConversationRunner({
-        client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }),
-        dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger() }),
-        store: new MemoryConversationStore(),
-        model: "claude-sonnet-5-5",
-        tools: tools.providerSchemas(),
-        retry: { backoffMs: () => 1 },
-      });
+      const runner = runnerWith();
       const result = await runner.send("conv-deferred-2", { id: "m1", content: "pay acme and bob, then acme twice" });
       expect(paid).toEqual(["acme", "bob", "acme"]);
       const reported = (turns: typeof result.turns) => turns.map((t) => t.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn]));
-      expect(result.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => c.carriedFromTurn)).toEqual([0, undefined]);
+      // The carried call still counts among turn 1's identical calls (TURN-4): the new one is ordinal 1.
+      expect(result.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.ordinal, c.carriedFromTurn])).toEqual([
+        [0, 0],
+        [1, undefined],
+      ]);
       const again = await runner.send("conv-deferred-2", { id: "m1", content: "pay acme and bob, then acme twice" });
       expect(again.fromStore).toBe(true);
       expect(reported(again.turns)).toEqual(reported(result.turns));
@@ -111,44 +99,20 @@ describe("a call a re-run left unanswered, made again in the next turn (TURN-23,
       await provider.close();
     }
   });
+
   it("TURN-23 read back, a turn an earlier release committed (both identical calls of turn 1 under their own turn's keys) reads as it dispatched them", async () => {
-    const use = (payee: string, memo: string) => ({ type: "tool_use" as const, name: "send_payment", input: { payee, amount: 42, currency: "EUR", memo } });
-    let requests = 0;
-    const provider = await startMockProvider({
-      script: () => {
-        requests += 1;
-        if (requests === 1) return { content: [use("acme", "first")] };
-        if (requests === 2) return { content: [use("bob", "rent")] };
-        if (requests === 3) return { content: [use("acme", "as asked"), use("acme", "and once more")] };
-        return { content: [{ type: "text" as const, text: "Done." }], stopReason: "end_turn" };
-      },
-    });
+    const { provider, paid, dispatcher, runnerWith } = await deferredWorld([use("acme", "as asked"), use("acme", "and once more")]);
     try {
-      provider.faults.enqueue({ kind: "reset", at: { beforeMessageStop: true } });
-      const paid: string[] = [];
-      const tools = new ToolRegistry([
-        defineTool({
-          name: "send_payment",
-          effect: "keyed_write",
-          input: z.object({ payee: z.string(), amount: z.number(), currency: z.string(), memo: z.string() }),
-          identity: ["payee", "amount", "currency"],
-          run: async (args) => {
-            paid.push(args.payee);
-            return { paymentId: `pay_${paid.length}` };
-          },
-        }),
-      ]);
-      const ledger = new MemoryLedger();
-      const store = new MemoryConversationStore();
-      const dispatcher = new Dispatcher({ tools, ledger });
-      const options = { client: new Anthropic({ baseURL: provider.baseURL, apiKey: "test", maxRetries: 0 }), store, model: "claude-sonnet-5-5", tools: tools.providerSchemas(), retry: { backoffMs: () => 1 } };
       // The release before TURN-23: a dispatcher the runner cannot carry calls with (no dispatch of its own).
-      const before = new ConversationRunner({ ...options, dispatcher: { turn: (c) => dispatcher.turn(c), effectClassOf: (n) => dispatcher.effectClassOf(n), keyFor: dispatcher.keyFor.bind(dispatcher) } as typeof dispatcher });
+      const before = runnerWith({ turn: (c) => dispatcher.turn(c), effectClassOf: (n) => dispatcher.effectClassOf(n), keyFor: dispatcher.keyFor.bind(dispatcher) } as CallDispatcher);
       const result = await before.send("conv-deferred-3", { id: "m1", content: "pay acme and bob, then acme twice" });
       expect(paid).toEqual(["acme", "bob", "acme", "acme"]);
       const turn1 = result.turns.find((t) => t.turnIndex === 1)!.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn]);
-      expect(turn1.map(([, ordinal, carried]) => [ordinal, carried])).toEqual([[0, undefined], [1, undefined]]);
-      const again = await new ConversationRunner({ ...options, dispatcher }).send("conv-deferred-3", { id: "m1", content: "pay acme and bob, then acme twice" });
+      expect(turn1.map(([, ordinal, carried]) => [ordinal, carried])).toEqual([
+        [0, undefined],
+        [1, undefined],
+      ]);
+      const again = await runnerWith().send("conv-deferred-3", { id: "m1", content: "pay acme and bob, then acme twice" });
       expect(again.fromStore).toBe(true);
       expect(again.turns.find((t) => t.turnIndex === 1)!.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn])).toEqual(turn1);
     } finally {
