@@ -266,6 +266,20 @@
 #ifndef LOSTRECS
 #define LOSTRECS 0
 #endif
+/* -DTURNS2=1: a message has a second turn (TURN-3's continuation, TURN-23). After message 0's turn 0 commits, the
+ * message goes on to turn 1, a new turn index issued under the turn lease; it is answered when turn 1 commits. Turn 1's
+ * model makes the call again exactly when turn 0 committed without answering it (the same ask: the model never saw
+ * the call's effect), and when turn 0 answered it, either makes it again (a second ask, which runs under its own key)
+ * or answers with plain text. TURN-23: turn 1's call is dispatched under turn 0's key when turn 0's record lists it
+ * (happened, may_have_happened) and no committed turn answered it; the holder that committed turn 0 knows that record,
+ * a holder that takes the message up between turns (or in turn 1) reads it back from the records kept beside the
+ * conversation and the committed turn. Modelled with message 0 alone (-DSOLO=0). Switches that take a part away:
+ * -DNO_CARRY (turn 1's call claimed under turn 1's own key: P_ONCE), -DCARRY_NO_TAKEUP_READ (a holder that takes the
+ * message up does not read the records: P_ONCE). P_ONCE then counts effects per ask (the call of turn 0 and its
+ * repeat in turn 1 are one ask; a repeat after turn 0 answered it is a second one). */
+#ifndef TURNS2
+#define TURNS2 0
+#endif
 #ifdef RT_UNFENCED
 #define RT_UNFENCED_ON true
 #else
@@ -282,6 +296,9 @@
 #endif
 #if SAME_ASK && !(AGING && BOUNDAT) && !VSTORE
 #error "SAME_ASK is modelled with AGING and BOUNDAT, or with VSTORE (a store that forgets a binding)"
+#endif
+#if TURNS2 && (SOLO != 0 || AGING || VSTORE || SAME_ASK || NOTSTORABLE > 0 || RUNTIMEOUTS > 0 || defined(OLD_TURN) || defined(RECORD_AFTER_COMMIT))
+#error "TURNS2 is modelled for message 0 alone (-DSOLO=0), without AGING, VSTORE, SAME_ASK, NOTSTORABLE, RUNTIMEOUTS, OLD_TURN, RECORD_AFTER_COMMIT"
 #endif
 #ifndef LOSTACQS
 #define LOSTACQS 0       /* turn-lease acquires whose reply is lost: applied by the store or not (TURN-10) */
@@ -465,6 +482,16 @@ bit P_ACK = CHECK_ACK;   /* only where it is on: the other checks' state vector 
                    (rst[k] == R_COMPLETED -> SAY_HAPPENED : \
                    ((rst[k] == R_FAILED || rst[k] == R_FAILED_NS) -> SAY_NOT : SAY_MAY)))
 #endif
+#if TURNS2
+/* A resumed turn lists the rows claimed at its own turn index (LIST-3): a call carried from an earlier turn (TURN-23) is
+ * under that turn's key, which the listing of turn t does not show; the turn's own attempts and the resumed statement
+ * (RECORD-7) speak for it */
+#define SAY_LISTED(k) ((k) / M == t -> SAY_ROW(k) : SAY_NONE)
+#define LISTED_FAILED_AT(k) ((k) / M == t && LISTED_FAILED(k))
+#else
+#define SAY_LISTED(k) SAY_ROW(k)
+#define LISTED_FAILED_AT(k) LISTED_FAILED(k)
+#endif
 
 /* ------------------------------------------------------------------ state */
 
@@ -623,6 +650,15 @@ byte b_lostr = LOSTRECS;
 #if DIVERGES > 0
 byte b_div = DIVERGES;   /* only where it is on: the other checks' state vector keeps its size */
 #endif
+#if TURNS2
+/* TURN-23's second turn (only where it is on: the other checks' state vector keeps its size) */
+byte nbeg;               /* store: turn indexes of message 0 begun (beginTurn bound or began them): TURN-15's `resumed` */
+byte tk[T];              /* store: key +1 of the call each committed turn answers (a carried call answers turn 0's key) */
+byte effa[2];            /* ghost: effects per ask: 0 the call of turn 0 and its repeat in turn 1 while no committed turn
+                            answered it (the same ask), 1 a repeat in turn 1 after turn 0 answered it (a second ask) */
+/* the ask an effect under key k answers: key 2 (turn 1's own) is a second ask only when turn 0 answered the call */
+#define ASK(k) (((k) == KEY(1, 0) && tres[0] != C_NONE) -> 1 : 0)
+#endif
 
 #if RESOLVES > 0
 byte b_resolve = RESOLVES;
@@ -725,6 +761,12 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
   printf("@@ W%d   ** EFFECT of intent %d under key %d (effects for this intent: %d)\n", w, INTENT(k), k, eff[EFFI(k)]); \
   assert(!P_ONCE || eff[EFFI(k)] <= 1);   /* P_ONCE, per message */ \
   assert(!P_TOLD || !told[cur])           /* P_TOLD */
+#elif TURNS2
+/* P_ONCE per ask (TURN-23): a repeat of a call the committed turns left unanswered is the same ask */
+#define EFFECT(k) \
+  effa[ASK(k)]++; effk[k]++; mine = true; \
+  printf("@@ W%d   ** EFFECT of ask %d under key %d (effects for this ask: %d)\n", w, ASK(k), k, effa[ASK(k)]); \
+  assert(!P_ONCE || effa[ASK(k)] <= 1)   /* P_ONCE, per ask */
 #else
 #define EFFECT(k) \
   eff[INTENT(k)]++; effk[k]++; mine = true; \
@@ -734,7 +776,12 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
 
 /* ------------------------------------------------------------------ properties at quiet points */
 
+#if TURNS2
+/* the key each committed turn answered: turn 1's may be turn 0's key, carried (TURN-23) */
+#define DONE_AT(x, k) (tk[x] == (k) + 1 && tres[x] == C_OK)
+#else
 #define DONE_AT(x, k) (tmsg[x] != 0 && KEY(x, CALLI(tmsg[x] - 1)) == (k) && tres[x] == C_OK)
+#endif
 #define DONE_OK(k) (DONE_AT(0, k) || DONE_AT(1, k))
 #if VSTORE
 /* a message whose commit or failure a volatile store lost waits in progress for its resumed turn, whose records
@@ -765,7 +812,11 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
      assert(!P_TRUTH || (TRUTHFUL_TURN(0) && TRUTHFUL_TURN(1))) \
   :: else \
   fi
+#if TURNS2
+#define TRUTHFUL_TURN(x) (tres[x] != C_FAILED || effk[tk[x] - 1] == 0)
+#else
 #define TRUTHFUL_TURN(x) (tres[x] != C_FAILED || effk[KEY(x, CALLI(tmsg[x] - 1))] == 0)
+#endif
 
 /* The fence of a claim that creates the row (LEDGER-4): 1, or above a row retention forgot
  * (LEDGER-19, FENCE_CONTINUES: the forgotten row's fence is kept, with the row gone); a volatile
@@ -862,6 +913,11 @@ proctype Worker(byte w) provided (!crashed[w]) {
   byte wres;     /* what the record whose reply was lost answers, had its reply come (DISPATCH-17) */
   byte wst;      /* the row's state that record made */
   byte wfence;   /* its fence; 0: no record's reply is lost */
+#endif
+#if TURNS2
+  byte carry;    /* TURN-23, this drive's carried call of message 0: 0 not known here (read the store at turn 1), 1 none,
+                    2 turn 0's key 0 (the runner's `carried` map: set from the record of the turn 0 it committed) */
+  bool plain;    /* turn 1's model answered with plain text: committed at once */
 #endif
 #if GRANTS
   byte aq;       /* the store's answer to this worker's acquire (TURN-10) */

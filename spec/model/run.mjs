@@ -62,6 +62,10 @@ const RUN_TIMEOUT_FAULTS = { RUNTIMEOUTS: 1, REFUSALS: 1, LOSTS: 1, DECLINES: 1,
 // A record the ledger applies while its reply is lost (DISPATCH-10, DISPATCH-17), with the outcomes that make each write:
 // a refused request (release), a lost response (release or markUnknown), a cut stream (a retry replays the row).
 const LOST_RECORD_FAULTS = { LOSTRECS: 1, REFUSALS: 1, LOSTS: 1, STREAMCUTS: 1 };
+// Two turns of message 0 (TURN-23): turn 0's re-run answers without the call (DIVERGES), turn 1 makes it again; a crash
+// between or in the turns makes another holder take the message up and read the carried call back from the records.
+const CARRY_FAULTS = { SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, CRASHES: 1, LOSTS: 1, REFUSALS: 1 };
+const CARRY_PAUSE_FAULTS = { SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, PAUSES: 1, REDELIVERIES: 1, LOSTS: 1, REFUSALS: 1 };
 const SAME_ASK_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, STREAMCUTS: 2, REDELIVERIES: 1, MAXATT: 1, RESEND_FROM: 3, RECHECK: 3, SAME_ASK: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
@@ -593,6 +597,44 @@ const CHECKS = [
     about: "the stale_claim of a re-sent record taken at face value (-DSTALE_FACE): a completion the ledger applied, its "
       + "reply lost, is answered as a lost claim (may have happened) while the row holds it at this claim's fence",
     defines: { ...NONE, LOSTRECS: 1, STALE_FACE: true, ...ONLY("ACK") },
+  },
+  {
+    name: "carry",
+    kind: "verify",
+    about: "a message with two turns (TURN-23): turn 0's re-run answers without the call an earlier run made, turn 0 "
+      + "commits with its record listing it, and turn 1's model makes the call again; dispatched under turn 0's key "
+      + "(answered from its row, met in flight, or re-run under the stored request if released), read back from the "
+      + "records by a holder that takes the message up after a crash; a second ask after turn 0 answered the call runs "
+      + "under its own key; with a cut stream, a lost response and a refused request",
+    defines: { ...NONE, ...CARRY_FAULTS },
+  },
+  {
+    name: "carry-pause",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the two turns of carry with a pause past a lease instead of the crash, and a re-send: a holder of "
+      + "turn 0 paused with the call in flight while another commits turn 0 and carries the call into turn 1",
+    defines: { ...NONE, ...CARRY_PAUSE_FAULTS },
+  },
+  {
+    name: "no-carry",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "TURN-23 (a later turn's call dispatched under the listed call's key), RECORD-8",
+    explain: "TBD",
+    about: "turn 1's repeat of a call turn 0 left unanswered is claimed under turn 1's own key (-DNO_CARRY): it meets no "
+      + "row and the downstream sees a new Idempotency-Key",
+    defines: { ...NONE, SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, NO_CARRY: true, ...ONLY("ONCE") },
+  },
+  {
+    name: "carry-no-takeup-read",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "TURN-23 (a runner that takes a message up finds the listed calls again from the records and committed turns)",
+    explain: "TBD",
+    about: "a holder that takes the message up between its turns does not read turn 0's records back "
+      + "(-DCARRY_NO_TAKEUP_READ): the call turn 0 left unanswered is claimed under turn 1's own key",
+    defines: { ...NONE, SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, CRASHES: 1, CARRY_NO_TAKEUP_READ: true, ...ONLY("ONCE") },
   },
   {
     name: "nolist-omits-record",

@@ -437,7 +437,13 @@ inline END_ATTEMPT() {
      if
      :: lfence == myf && nturns == t && ms[cur] == MS_INPROG ->
 #endif
+#if TURNS2
+        /* turn 0's commit leaves the message in progress: it goes on to turn 1 (TURN-3) */
+        nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = (t == 0 -> MS_INPROG : MS_ANSWERED);
+        tk[t] = ((res == C_OK || res == C_FAILED) -> k + 1 : 0);
+#else
         nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = MS_ANSWERED; VWROTE(cur + 1) VMINE(cur)
+#endif
 #if TOLDNOT
         if :: res == C_FAILED -> tnot[k] = true :: else fi;   /* an error result tells the user: not happened */
 #endif
@@ -448,7 +454,7 @@ inline END_ATTEMPT() {
            /* RECORD-8: the committed turn does not answer key k. Its record lists what this runner's
               earlier attempts established of it (source 1: say) and, in a resumed turn, the key's
               row, listed right before the commit (source 2, LIST-3), the stronger statement once */
-           if :: resumed && SAY_ROW(k) > say -> say = SAY_ROW(k) :: else fi;
+           if :: resumed && SAY_LISTED(k) > say -> say = SAY_LISTED(k) :: else fi;
 #ifndef RESUME_OMITS
            /* RECORD-8 (proposed): a resumed turn's record is kept even when its listing found
               nothing: an earlier holder paused past its lease can still claim after the listing
@@ -456,7 +462,7 @@ inline END_ATTEMPT() {
               holder's effects may have happened (RECORD-7). Only a failed row, listed or read
               by an attempt, is terminal enough to say not_happened (RECORD-6). */
            if
-           :: resumed && say < SAY_MAY && !definite && !LISTED_FAILED(k) -> say = SAY_MAY;
+           :: resumed && say < SAY_MAY && !definite && !LISTED_FAILED_AT(k) -> say = SAY_MAY;
               printf("@@ W%d   the turn was resumed from an earlier holder: its record says so, its effects may have happened\n", w)
            :: else
            fi;
@@ -474,6 +480,11 @@ inline END_ATTEMPT() {
            if :: say > SAY_NONE -> SAY_WORD() :: else fi
 #endif
         fi;
+#if TURNS2
+        /* TURN-23: the runner's carried calls after turn 0's commit: the call its record lists (happened,
+           may_have_happened) when the committed turn does not answer it */
+        if :: t == 0 -> carry = ((res == C_NONE && say >= SAY_MAY) -> 2 : 1) :: else fi;
+#endif
         assert(!P_TRUTH || res != C_FAILED || effk[k] == 0)   /* P_TRUTH: RECORD-3 */
      :: else ->
         /* TURN-13: the commit is refused; the attempt's calls are kept beside the conversation, with
@@ -737,6 +748,74 @@ inline DRIVE() {
        :: cur == NOMSG -> goto dend
        :: else
        fi;
+#if TURNS2
+       /* TURN-1, TURN-11, TURN-15 (message 0 alone, first bound at index 0): beginTurn issues index nturns, the
+          committed count read under the lease; resumed exactly when that index was begun before (a holder that died or
+          lost the lease there, a failed turn re-opened at its index) */
+       t = nturns;
+       assert(t < T);                                         /* P_MODEL: two turns */
+       if
+       :: ms[cur] == MS_QUEUED ->
+          ms[cur] = MS_INPROG; lastBound = cur + 1;
+          printf("@@ W%d   binds message %d to turn %d (TURN-11)\n", w, cur, t)
+       :: else
+       fi;
+       if
+       :: t < nbeg ->
+          resumed = true; printf("@@ W%d   resumes message %d at its turn %d, begun before (TURN-15)\n", w, cur, t)
+       :: else ->
+          nbeg = t + 1;
+          if :: t > 0 -> printf("@@ W%d   begins turn %d, message %d's next turn (TURN-3)\n", w, t, cur) :: else fi
+       fi;
+       if
+       :: t == 0 -> k = KEY(0, 0)
+       :: else ->
+          /* TURN-23: the calls turn 0 left unanswered whose effect may have happened. The holder that committed turn 0
+             knows its record (carry); one that takes the message up here reads the records kept beside the
+             conversation at turn 0 and the committed turn 0 (the runner's carriedBefore) */
+          if
+          :: carry == 0 ->
+#ifdef CARRY_NO_TAKEUP_READ
+             carry = 1;   /* a take-up that reads nothing back */
+             printf("@@ W%d   takes the message up without reading turn 0's records back: nothing carried\n", w)
+#else
+             carry = ((tres[0] == C_NONE && recd[0] >= SAY_MAY) -> 2 : 1);
+             if
+             :: carry == 2 -> printf("@@ W%d   reads back turn 0's records and committed turn: key 0 is carried (TURN-23)\n", w)
+             :: else -> printf("@@ W%d   reads back turn 0's records and committed turn: nothing carried\n", w)
+             fi
+#endif
+          :: else
+          fi;
+          /* turn 0 committed without the call: the model, which never saw its effect, makes it again (the same ask);
+             after turn 0 answered it, a first run of turn 1 makes it again (a second ask) or answers with plain text */
+          if
+          :: tres[0] == C_NONE || resumed
+          :: tres[0] != C_NONE && !resumed
+          :: tres[0] != C_NONE && !resumed -> plain = true
+          fi;
+#ifdef NO_CARRY
+          k = KEY(1, 0);   /* turn 1's call claimed under its own turn index */
+#else
+          /* TURN-23: dispatched under the listed call's key while no committed turn answered it */
+          k = ((carry == 2 && tres[0] == C_NONE) -> KEY(0, 0) : KEY(1, 0));
+#endif
+          if
+          :: plain -> skip
+          :: !plain && k == KEY(0, 0) -> printf("@@ W%d   turn 1's call is the call turn 0 left unanswered: dispatched under its key 0 (TURN-23)\n", w)
+          :: !plain && k != KEY(0, 0) && tres[0] == C_NONE -> printf("@@ W%d   turn 1's call, made again: under turn 1's own key %d\n", w, k)
+          :: !plain && k != KEY(0, 0) && tres[0] != C_NONE -> printf("@@ W%d   turn 1's call, a second ask (turn 0 answered the first): under its own key %d\n", w, k)
+          fi
+       fi;
+       wk[w] = k + 1;
+       if
+       :: plain ->
+          /* the model answers with plain text: message_stop, the commit (TURN-5) in this step, nothing to record */
+          nturns++; tmsg[t] = cur + 1; tres[t] = C_NONE; tk[t] = 0; ms[cur] = MS_ANSWERED;
+          printf("@@ W%d   turn %d: the model answers with plain text; commits turn %d answering message %d\n", w, t, t, cur)
+       :: else
+       fi;
+#else
        if
        :: ms[cur] == MS_QUEUED ->
           ms[cur] = MS_INPROG; midx[cur] = nturns;
@@ -769,6 +848,7 @@ inline DRIVE() {
        t = nturns;
        assert(midx[cur] == t);                                /* P_MODEL: TURN-11, TURN-12 */
        k = KEY(t, CALLI(cur)); wk[w] = k + 1;
+#endif
        att = 0; say = SAY_NONE; gone = false; mine = false;
 #if AGING && BOUNDAT
        rcur[k] = false;   /* a new run of the message begins: its rows so far are older */
@@ -783,12 +863,22 @@ inline DRIVE() {
      :: past -> past = false
      :: else -> RUNTURN()
      fi;
+#elif TURNS2
+     if
+     :: plain -> plain = false; wk[w] = 0
+     :: else -> RUNTURN()
+     fi;
 #else
      RUNTURN();
 #endif
      atomic {
        if
+#if TURNS2
+       /* turn 0 committed: the message goes on to turn 1 under the same lease */
+       :: gone || (cur == m && SETTLED(m)) -> gone = false; resumed = false; cur = 0; t = 0; k = 0; goto dend
+#else
        :: gone || cur == m -> gone = false; resumed = false; cur = 0; t = 0; k = 0; goto dend
+#endif
        :: else -> resumed = false; cur = 0; t = 0; k = 0
        fi
      }
@@ -904,6 +994,9 @@ inline SEND() {
        :: else
        fi;
        myf = 0;
+#if TURNS2
+       carry = 0;   /* the runner's carried map lives for one drive */
+#endif
        if
        :: ms[m] == MS_ANSWERED || ms[m] == MS_FAILED ->
           printf("@@ W%d   send(message %d) returns\n", w, m); busy[w] = false; QUIET_CHECK; m = 0; break
