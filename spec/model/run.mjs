@@ -621,7 +621,7 @@ const CHECKS = [
     kind: "expect",
     property: "P_ONCE",
     rules: "TURN-23 (a later turn's call dispatched under the listed call's key), RECORD-8",
-    explain: "TBD",
+    explain: "Message 0 alone, with two turns (-DTURNS2). W1 binds message 0 at turn 0, claims key 0 (fence 1), pays and completes the row; the stream dies after the call resolved. The retry's model answers without the call this time (a re-run need not answer as an earlier run did), and W1 commits turn 0 without it; the committed turn's record says key 0 happened (RECORD-8). The message goes on to turn 1, and its model, which never saw the payment, makes the same call again: the same ask. With -DNO_CARRY it is claimed under turn 1's own key 2, which meets no row, and the downstream sees a new Idempotency-Key: paid twice for one ask, while every key ran once and every record told the truth. TURN-23 dispatches it under the listed call's key 0, whose completed row answers it (carry verifies it with a crash, a cut stream, a lost response and a refused request; carry-pause, --deep, with a pause).",
     about: "turn 1's repeat of a call turn 0 left unanswered is claimed under turn 1's own key (-DNO_CARRY): it meets no "
       + "row and the downstream sees a new Idempotency-Key",
     defines: { ...NONE, SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, NO_CARRY: true, ...ONLY("ONCE") },
@@ -631,7 +631,7 @@ const CHECKS = [
     kind: "expect",
     property: "P_ONCE",
     rules: "TURN-23 (a runner that takes a message up finds the listed calls again from the records and committed turns)",
-    explain: "TBD",
+    explain: "As no-carry until turn 0's commit: W1 pays under key 0, the stream dies after the call, the retry answers without it, and W1 commits turn 0 with a record that says key 0 happened. W1 crashes before it begins turn 1; the queue redelivers message 0 and W0 takes it up (the lease of the crashed holder expires): W0 begins turn 1 with nothing carried, since it does not read turn 0's records back (-DCARRY_NO_TAKEUP_READ; the holder that committed turn 0 carries the call from the record it wrote, and would have). Turn 1's model makes the call again and it is claimed under key 2: paid twice. TURN-23's take-up reads the records kept beside the conversation and the committed turns (the runner's carriedBefore) and finds key 0 again; carry verifies it.",
     about: "a holder that takes the message up between its turns does not read turn 0's records back "
       + "(-DCARRY_NO_TAKEUP_READ): the call turn 0 left unanswered is claimed under turn 1's own key",
     defines: { ...NONE, SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, CRASHES: 1, CARRY_NO_TAKEUP_READ: true, ...ONLY("ONCE") },
@@ -1111,7 +1111,7 @@ function writeCounterexamples(expects) {
   for (const r of expects) {
     sections.set(r.c.name, `\n## ${r.c.name}: ${r.c.property} violated\n\n${r.c.about}.\nRules: ${r.c.rules}.\n`
       + `Run: \`node spec/model/run.mjs --only ${r.c.name}\` (spin defines, faults and switches not zero: `
-      + `\`${defineFlags(r.c.defines).filter((d) => !d.endsWith("=0") || /^-D(GUARD|INHERIT|FIRST_RUN_EXEMPT)=/.test(d)).join(" ")}\`).\n\n${r.c.explain}\n\n`
+      + `\`${defineFlags(r.c.defines).filter((d) => !d.endsWith("=0") || /^-D(GUARD|INHERIT|FIRST_RUN_EXEMPT|SOLO)=/.test(d)).join(" ")}\`).\n\n${r.c.explain}\n\n`
       + `| # | who | what |\n|---:|---|---|\n`
       + r.story.rows.map((row, i) => `| ${i + 1} | ${row.who} | ${row.what.replace(/\|/g, "\\|")} |`).join("\n")
       + `\n\nspin: \`assertion violated ${r.story.assertion}\`: ${r.c.property}, ${MEANING[r.c.property]}.\n`);
