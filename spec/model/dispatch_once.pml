@@ -30,7 +30,8 @@
  *     every run is finite; run.mjs switches on, per check, the budgets that check is about.
  *
  * Properties. Each is a constant bit (so spin's report names it) switched off by -DCHECK_X=0:
- *   P_ONCE    at most one downstream effect per user intent (message)
+ *   P_ONCE    at most one downstream effect per user intent (message); with -DTURNS2, per ask (a call a committed turn
+ *             left unanswered and its repeat in the message's next turn are one ask, TURN-23)
  *   P_UKW     an unkeyed_write request reaches its downstream at most once per key: nothing
  *             re-runs an unkeyed write whose outcome was unknown
  *   P_TRUTH   a committed or recorded failure implies no effect (a ledger row failed with a
@@ -55,7 +56,9 @@
  *             effect of the intent is not always wrong: message 1 bound after message 0's row was swept is a
  *             new request and may pay; so P_ONCE counts effects per message (at most one by the runs of each)
  *             and P_TOLD says what the user was told stays true; P_RECORD still accounts for every effect.
- *   P_FRESH   (with -DSAME_ASK and -DVSTORE) a message is never answered with a row at a turn index issued again: one
+ *   P_FRESH   (with -DTURNS2) a second ask (a call made again after a committed turn answered it) is never answered
+ *             from the first ask's row (TURN-23);
+ *             (with -DSAME_ASK and -DVSTORE) a message is never answered with a row at a turn index issued again: one
  *             bound before to another message that had not failed there (a store that forgot that binding, TURN-14)
  *   P_ACK     (with -DLOSTRECS) a dispatch whose record the ledger applied, its reply lost, answers what that record
  *             says once a re-send and the lookup show it landed (DISPATCH-17): a ledger outage that heals does not
@@ -132,6 +135,11 @@
  *                      first copy moved the row), and reads the row (lookup, DISPATCH-17): the row at its fence in the state
  *                      the write makes is its own write, answered as acknowledged; otherwise the refusal stands (P_ACK).
  *                      -DSTALE_FACE takes the stale_claim at face value (no lookup: P_ACK)
+ *   -DTURNS2=1         with -DSOLO=0: message 0 has a second turn; turn 1's model makes the call again when turn 0 committed
+ *                      without answering it, and it is dispatched under turn 0's key when turn 0's record lists it (TURN-23);
+ *                      -DNO_CARRY claims it under turn 1's own key, -DCARRY_NO_TAKEUP_READ leaves a holder that takes the
+ *                      message up between the turns without the records' carried call (P_ONCE), -DCARRY_ANSWERED carries
+ *                      it also when turn 0 answered it, so a second ask is answered from the first's row (P_FRESH)
  *   -DSAME_ASK=1       with BOUNDAT: message 1 asks for what message 0 asked (the same intent, "pay" again under a
  *                      new message id), so bound at a failed message 0's index it derives message 0's key there
  *                      (TURN-12) and may replay its row; -DINHERIT=0 counts its window from its own binding, not

@@ -627,6 +627,16 @@ const CHECKS = [
     defines: { ...NONE, SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, NO_CARRY: true, ...ONLY("ONCE") },
   },
   {
+    name: "carry-answered",
+    kind: "expect",
+    property: "P_FRESH",
+    rules: "TURN-23 (a listed call carried only while no committed turn of the message answered it)",
+    explain: "Message 0 alone, with two turns (-DTURNS2), no fault. W1 binds message 0 at turn 0, claims key 0, pays and completes the row, and commits turn 0 answering the call with its result: the model has seen the payment. Turn 1's model makes the same call again: a second ask, made having seen the first, which TURN-23 runs under turn 1's own key. With -DCARRY_ANSWERED the runner carries the call although a committed turn answered it: turn 1's call is dispatched under key 0, the completed row replays its result, and the second payment is reported as made while nothing was paid. It is not a double effect (P_ONCE holds): what breaks is what the model and the user are told, P_FRESH with TURNS2. TURN-23 carries a listed call only while no committed turn of the message answered it (the runner's carriedAfter drops the answered keys).",
+    about: "a runner that carries a call after a committed turn answered it (-DCARRY_ANSWERED): the second ask turn 1 makes, "
+      + "having seen the first, is answered from the first ask's completed row and nothing is paid",
+    defines: { ...NONE, SOLO: 0, TURNS2: 1, CARRY_ANSWERED: true, ...ONLY("FRESH") },
+  },
+  {
     name: "carry-no-takeup-read",
     kind: "expect",
     property: "P_ONCE",
@@ -831,7 +841,7 @@ const MEANING = {
   P_GRANT: "a turn-lease grant nobody takes up (so every send waits out its lease) never comes from a grant id the store granted before",
   P_TOLD: "with SAME_ASK: a message told its call happened never makes that call again in a later attempt or run of it",
   P_ACK: "with LOSTRECS: a dispatch whose record the ledger applied, its reply lost, answers what that record says once the lookup shows it landed",
-  P_FRESH: "with SAME_ASK and VSTORE: a message is never answered with a row at a turn index issued again (bound before to a message that did not fail there)",
+  P_FRESH: "with SAME_ASK and VSTORE: a message is never answered with a row at a turn index issued again (bound before to a message that did not fail there); with TURNS2: a second ask is never answered from the first ask's row",
 };
 
 const args = process.argv.slice(2);

@@ -294,6 +294,11 @@ dclaim:
           so a row is replayed to a new message only as that failed message's; never at an index issued again */
        assert(!P_FRESH || !reiss[cur]);   /* P_FRESH */
 #endif
+#if TURNS2
+       /* P_FRESH (TURN-23): a call made again after a committed turn answered it is a second ask, never answered from
+          the first ask's row (a payment reported and not made) */
+       assert(!P_FRESH || !(t == 1 && k == KEY(0, 0) && tres[0] != C_NONE));   /* P_FRESH */
+#endif
        goto ddone
     :: rst[k] == R_FAILED ->
        res = C_FAILED; printf("@@ W%d   key %d failed: replays tool_failed (DISPATCH-9)\n", w, k); goto ddone
@@ -483,7 +488,12 @@ inline END_ATTEMPT() {
 #if TURNS2
         /* TURN-23: the runner's carried calls after turn 0's commit: the call its record lists (happened,
            may_have_happened) when the committed turn does not answer it */
+#ifdef CARRY_ANSWERED
+        /* a runner that keeps carrying a call once a committed turn answered it */
+        if :: t == 0 -> carry = ((say >= SAY_MAY || res == C_OK) -> 2 : 1) :: else fi;
+#else
         if :: t == 0 -> carry = ((res == C_NONE && say >= SAY_MAY) -> 2 : 1) :: else fi;
+#endif
 #endif
         assert(!P_TRUTH || res != C_FAILED || effk[k] == 0)   /* P_TRUTH: RECORD-3 */
      :: else ->
@@ -778,6 +788,9 @@ inline DRIVE() {
 #ifdef CARRY_NO_TAKEUP_READ
              carry = 1;   /* a take-up that reads nothing back */
              printf("@@ W%d   takes the message up without reading turn 0's records back: nothing carried\n", w)
+#elif defined(CARRY_ANSWERED)
+             carry = (recd[0] >= SAY_MAY -> 2 : 1);   /* whether or not a committed turn answered it */
+             printf("@@ W%d   reads back turn 0's records: key 0 carried: %d\n", w, carry == 2)
 #else
              carry = ((tres[0] == C_NONE && recd[0] >= SAY_MAY) -> 2 : 1);
              if
@@ -796,13 +809,16 @@ inline DRIVE() {
           fi;
 #ifdef NO_CARRY
           k = KEY(1, 0);   /* turn 1's call claimed under its own turn index */
+#elif defined(CARRY_ANSWERED)
+          k = (carry == 2 -> KEY(0, 0) : KEY(1, 0));   /* carried although turn 0 answered it */
 #else
           /* TURN-23: dispatched under the listed call's key while no committed turn answered it */
           k = ((carry == 2 && tres[0] == C_NONE) -> KEY(0, 0) : KEY(1, 0));
 #endif
           if
           :: plain -> skip
-          :: !plain && k == KEY(0, 0) -> printf("@@ W%d   turn 1's call is the call turn 0 left unanswered: dispatched under its key 0 (TURN-23)\n", w)
+          :: !plain && k == KEY(0, 0) && tres[0] == C_NONE -> printf("@@ W%d   turn 1's call is the call turn 0 left unanswered: dispatched under its key 0 (TURN-23)\n", w)
+          :: !plain && k == KEY(0, 0) && tres[0] != C_NONE -> printf("@@ W%d   turn 1's call, a second ask (turn 0 answered the first), is carried under turn 0's key 0\n", w)
           :: !plain && k != KEY(0, 0) && tres[0] == C_NONE -> printf("@@ W%d   turn 1's call, made again: under turn 1's own key %d\n", w, k)
           :: !plain && k != KEY(0, 0) && tres[0] != C_NONE -> printf("@@ W%d   turn 1's call, a second ask (turn 0 answered the first): under its own key %d\n", w, k)
           fi
