@@ -288,6 +288,21 @@
 #ifndef TURNS2
 #define TURNS2 0
 #endif
+/* -DDEPLOY=1: a deploy between two runs of one turn changes how pay's key is derived (IDENT-4 broken, IDENT-10's case).
+ * The key of the call derives from (turn index, definition): key 0 under the first definition, key 1 (message 1's
+ * slot: message 0 alone, -DSOLO=0, and pay keyed) under the deployed one. A holder derives under the definition
+ * deployed when it begins the turn; a holder that began it before the deploy (a paused process of the old release)
+ * keeps the old one. The deploy may keep the old stored request readable (the current definition gives the call's
+ * key from it) or not (its schema refuses it). IDENT-10's guard: in a resumed turn the dispatcher lists the turn's rows
+ * (one ledger step) before it claims; a row under the other definition's key, when the call's own key has none, is
+ * matched (the call dispatched under the row's key) when the stored request gives the call's key, and otherwise
+ * refused (tool_definition_changed: nothing claimed, nothing run; the turn commits with the call answered as not run
+ * and its record lists the row, RECORD-8). -DNO_IDENT_GUARD: no listing, the call claimed under its own key (P_ONCE). */
+#ifndef DEPLOY
+#define DEPLOY 0
+#endif
+/* message 0 alone, with store keys per turn (tk) and TURN-15's resumed from the indexes begun (nbeg) */
+#define SOLO_TURNS (TURNS2 || DEPLOY > 0)
 #ifdef RT_UNFENCED
 #define RT_UNFENCED_ON true
 #else
@@ -305,8 +320,11 @@
 #if SAME_ASK && !(AGING && BOUNDAT) && !VSTORE
 #error "SAME_ASK is modelled with AGING and BOUNDAT, or with VSTORE (a store that forgets a binding)"
 #endif
-#if TURNS2 && (SOLO != 0 || AGING || VSTORE || SAME_ASK || NOTSTORABLE > 0 || RUNTIMEOUTS > 0 || defined(OLD_TURN) || defined(RECORD_AFTER_COMMIT))
-#error "TURNS2 is modelled for message 0 alone (-DSOLO=0), without AGING, VSTORE, SAME_ASK, NOTSTORABLE, RUNTIMEOUTS, OLD_TURN, RECORD_AFTER_COMMIT"
+#if DEPLOY && (TURNS2 || RETENTION || VOLATILE > 0)
+#error "DEPLOY is modelled without TURNS2, RETENTION, VOLATILE"
+#endif
+#if SOLO_TURNS && (SOLO != 0 || AGING || VSTORE || SAME_ASK || NOTSTORABLE > 0 || RUNTIMEOUTS > 0 || defined(OLD_TURN) || defined(RECORD_AFTER_COMMIT))
+#error "TURNS2 and DEPLOY are modelled for message 0 alone (-DSOLO=0), without AGING, VSTORE, SAME_ASK, NOTSTORABLE, RUNTIMEOUTS, OLD_TURN, RECORD_AFTER_COMMIT"
 #endif
 #ifndef LOSTACQS
 #define LOSTACQS 0       /* turn-lease acquires whose reply is lost: applied by the store or not (TURN-10) */
@@ -338,7 +356,7 @@
 #endif
 #define TOMBSTONE (GUARD >= 1)
 #define RETIRE (GUARD >= 2)
-#ifdef ALL_KEYED
+#if defined(ALL_KEYED) || DEPLOY
 #define KEYED(i) true
 #else
 #define KEYED(i) ((i) == 0)
@@ -658,14 +676,25 @@ byte b_lostr = LOSTRECS;
 #if DIVERGES > 0
 byte b_div = DIVERGES;   /* only where it is on: the other checks' state vector keeps its size */
 #endif
-#if TURNS2
+#if SOLO_TURNS
 /* TURN-23's second turn (only where it is on: the other checks' state vector keeps its size) */
 byte nbeg;               /* store: turn indexes of message 0 begun (beginTurn bound or began them): TURN-15's `resumed` */
 byte tk[T];              /* store: key +1 of the call each committed turn answers (a carried call answers turn 0's key) */
 byte effa[2];            /* ghost: effects per ask: 0 the call of turn 0 and its repeat in turn 1 while no committed turn
                             answered it (the same ask), 1 a repeat in turn 1 after turn 0 answered it (a second ask) */
+#if TURNS2
 /* the ask an effect under key k answers: key 2 (turn 1's own) is a second ask only when turn 0 answered the call */
 #define ASK(k) (((k) == KEY(1, 0) && tres[0] != C_NONE) -> 1 : 0)
+#else
+#define ASK(k) 0         /* DEPLOY: one ask, under either definition's key */
+#endif
+#endif
+#if DEPLOY
+byte b_deploy = DEPLOY;
+byte defv;               /* the definition of pay deployed now: 0 the first, 1 the new one (IDENT-4) */
+bool dcompat;            /* the new definition reads a stored request of the old one and gives the call's key from it */
+/* the key of the call at turn index t under the other definition than key k's */
+#define OTHER_DEF(t, k) KEY(t, 1 - ((k) % M))
 #endif
 
 #if RESOLVES > 0
@@ -769,7 +798,7 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
   printf("@@ W%d   ** EFFECT of intent %d under key %d (effects for this intent: %d)\n", w, INTENT(k), k, eff[EFFI(k)]); \
   assert(!P_ONCE || eff[EFFI(k)] <= 1);   /* P_ONCE, per message */ \
   assert(!P_TOLD || !told[cur])           /* P_TOLD */
-#elif TURNS2
+#elif SOLO_TURNS
 /* P_ONCE per ask (TURN-23): a repeat of a call the committed turns left unanswered is the same ask */
 #define EFFECT(k) \
   effa[ASK(k)]++; effk[k]++; mine = true; \
@@ -784,7 +813,7 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
 
 /* ------------------------------------------------------------------ properties at quiet points */
 
-#if TURNS2
+#if SOLO_TURNS
 /* the key each committed turn answered: turn 1's may be turn 0's key, carried (TURN-23) */
 #define DONE_AT(x, k) (tk[x] == (k) + 1 && tres[x] == C_OK)
 #else
@@ -820,7 +849,7 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
      assert(!P_TRUTH || (TRUTHFUL_TURN(0) && TRUTHFUL_TURN(1))) \
   :: else \
   fi
-#if TURNS2
+#if SOLO_TURNS
 #define TRUTHFUL_TURN(x) (tres[x] != C_FAILED || effk[tk[x] - 1] == 0)
 #else
 #define TRUTHFUL_TURN(x) (tres[x] != C_FAILED || effk[KEY(x, CALLI(tmsg[x] - 1))] == 0)
@@ -922,7 +951,7 @@ proctype Worker(byte w) provided (!crashed[w]) {
   byte wst;      /* the row's state that record made */
   byte wfence;   /* its fence; 0: no record's reply is lost */
 #endif
-#if TURNS2
+#if SOLO_TURNS
   byte carry;    /* TURN-23, this drive's carried call of message 0: 0 not known here (read the store at turn 1), 1 none,
                     2 turn 0's key 0 (the runner's `carried` map: set from the record of the turn 0 it committed) */
   bool plain;    /* turn 1's model answered with plain text: committed at once */
@@ -1314,6 +1343,15 @@ end_env:
   :: VSTORE_FORGET_LOSE(0)
   :: VSTORE_FORGET_LOSE(1)
 #endif
+#endif
+#if DEPLOY
+  /* a deploy changes how pay's key is derived (IDENT-4 broken): holders that begin a turn from now on derive under
+     the new definition, which may or may not read an old stored request (IDENT-10) */
+  :: atomic { b_deploy > 0 -> b_deploy--; defv = 1;
+       if
+       :: dcompat = true; printf("@@ --   a deploy changes pay's key derivation; the new definition reads old stored requests (IDENT-4, IDENT-10)\n")
+       :: dcompat = false; printf("@@ --   a deploy changes pay's key derivation; the new schema refuses old stored requests (IDENT-4, IDENT-10)\n")
+       fi }
 #endif
   /* a volatile ledger forgets (LEDGER-14) */
   :: LOSE(0)

@@ -66,6 +66,8 @@ const LOST_RECORD_FAULTS = { LOSTRECS: 1, REFUSALS: 1, LOSTS: 1, STREAMCUTS: 1 }
 // between or in the turns makes another holder take the message up and read the carried call back from the records.
 const CARRY_FAULTS = { SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, CRASHES: 1, LOSTS: 1, REFUSALS: 1 };
 const CARRY_PAUSE_FAULTS = { SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, PAUSES: 1, REDELIVERIES: 1, LOSTS: 1, REFUSALS: 1 };
+// A deploy between two runs of one turn (IDENT-4 broken, IDENT-10's guard), message 0 alone, with a crash (the take-over).
+const DEPLOY_FAULTS = { SOLO: 0, DEPLOY: 1, CRASHES: 1, STREAMCUTS: 1, LOSTS: 1, REFUSALS: 1, DIVERGES: 1 };
 const SAME_ASK_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, STREAMCUTS: 2, REDELIVERIES: 1, MAXATT: 1, RESEND_FROM: 3, RECHECK: 3, SAME_ASK: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
@@ -635,6 +637,44 @@ const CHECKS = [
     about: "a runner that carries a call after a committed turn answered it (-DCARRY_ANSWERED): the second ask turn 1 makes, "
       + "having seen the first, is answered from the first ask's completed row and nothing is paid",
     defines: { ...NONE, SOLO: 0, TURNS2: 1, CARRY_ANSWERED: true, ...ONLY("FRESH") },
+  },
+  {
+    name: "deploy",
+    kind: "verify",
+    about: "a deploy between two runs of one turn changes how pay's key is derived (IDENT-4 broken), its new definition "
+      + "reading old stored requests or not: in a resumed turn IDENT-10's guard lists the turn's rows and dispatches the call "
+      + "under an earlier definition's row's key, or refuses it (tool_definition_changed) when the row cannot be read; "
+      + "with a crash, a cut stream, a lost response, a refused request and a re-run that answers without the call (the "
+      + "resumed turn's record lists the other definition's row, RECORD-8)",
+    defines: { ...NONE, ...DEPLOY_FAULTS },
+  },
+  {
+    name: "deploy-reword",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the faults of deploy and a re-worded replay: the row matched under another definition holds a request "
+      + "worded otherwise than the resumed turn's call, and its re-run sends the stored one (LEDGER-21)",
+    defines: { ...NONE, ...DEPLOY_FAULTS, REWORDS: 1 },
+  },
+  {
+    name: "no-guard",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "IDENT-10 (a resumed turn's guard against rows of another definition), IDENT-4, TURN-15",
+    explain: "Message 0 alone, one deploy (-DDEPLOY). W1 binds message 0 at turn 0, claims key 0 under pay's first definition and pays; it crashes before it records anything. A deploy changes how pay's key is derived (IDENT-4 says it must not while rows of the old definition are within retention; IDENT-10 is the net for when it does). The queue redelivers message 0 and W0 takes the turn over (resumed, TURN-15) under the new definition: the call's key is now key 1, which meets no row. With -DNO_IDENT_GUARD it is claimed and paid again, and a keyed downstream sees a new Idempotency-Key. IDENT-10's guard lists the turn's rows before claiming: key 0's row, made under another definition, whose stored request gives the call's key under the new one, and the call is dispatched under key 0 (in flight with its lease lapsed: taken over and re-run under the stored request, which the downstream collapses); when the new schema refuses the stored request, the call is refused with tool_definition_changed before anything is claimed (deploy verifies both).",
+    about: "a resumed turn after a deploy claims the call under its own key, with no listing (-DNO_IDENT_GUARD): the row "
+      + "the earlier run made under the old definition is never met",
+    defines: { ...NONE, SOLO: 0, DEPLOY: 1, CRASHES: 1, NO_IDENT_GUARD: true, ...ONLY("ONCE") },
+  },
+  {
+    name: "deploy-pause",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "IDENT-10 (its residual: a claim of the old definition made after the listing), IDENT-4, TURN-15",
+    explain: "IDENT-10's residual: a process of the old release still able to claim. W1 binds message 0 and its model's call is complete when W1 pauses past its turn lease, before it claims. Message 0 is delivered again; W0 acquires the lease, and a deploy changes pay's key derivation. W0 resumes the turn under the new definition (key 1); its listing finds no row, since W1 has not claimed. W1 wakes, claims key 0 under the old definition and pays; W0 claims key 1 and pays: two payments for one ask. Without the deploy both derive key 0 and the ledger holds the second claimant off (in flight elsewhere, LEDGER-15). No listing sees a claim made after it, and the paused process does not know it lost the turn (TURN-15): only IDENT-4 (no such deploy while a process of the old release can still claim for a turn, which in practice means draining the old release before it) keeps it out. With a crash instead of the pause (the old holder dead), deploy verifies every property.",
+    about: "IDENT-10's guard with a pause instead of a crash: a holder of the old release, paused past its turn lease before "
+      + "its claim, claims under the old definition's key after the new holder's listing, and both pay",
+    defines: { ...NONE, SOLO: 0, DEPLOY: 1, PAUSES: 1, REDELIVERIES: 1, ...ONLY("ONCE") },
   },
   {
     name: "carry-no-takeup-read",

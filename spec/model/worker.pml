@@ -217,6 +217,32 @@ inline RUN_BOUND() {
 
 inline DISPATCH() {
   res = C_NONE;
+#if DEPLOY
+  /* IDENT-10: in a resumed turn (TURN-15) the dispatcher lists the turn's rows (LIST-3) before it claims, one ledger
+     step; a row of the tool under the other definition's key, while the call's own key has none, was made under
+     another definition (IDENT-4) */
+  if
+  :: resumed ->
+     atomic {
+       if
+#ifndef NO_IDENT_GUARD
+       :: rst[OTHER_DEF(t, k)] != R_NONE && rst[k] == R_NONE && dcompat ->
+          /* its stored request, read under this definition, gives the call's key: the call is dispatched under the
+             row's key (a completed row answers, an in-flight one is waited on, a released one re-runs its request) */
+          printf("@@ W%d   lists turn %d's rows: key %d, made under the other definition, gives this call's key: dispatched under key %d (IDENT-10)\n", w, t, OTHER_DEF(t, k), OTHER_DEF(t, k));
+          k = OTHER_DEF(t, k); wk[w] = k + 1
+       :: rst[OTHER_DEF(t, k)] != R_NONE && rst[k] == R_NONE && !dcompat ->
+          /* the current schema refuses its stored request: cannot tell; refused before anything is claimed or run, and
+             answered to the model as a call that was not run; the turn's record speaks of the row (RECORD-8) */
+          printf("@@ W%d   lists turn %d's rows: key %d, made under the other definition, cannot be read: tool_definition_changed, nothing claimed (IDENT-10)\n", w, t, OTHER_DEF(t, k));
+          k = OTHER_DEF(t, k); wk[w] = k + 1; goto ddone
+#endif
+       :: else
+       fi
+     }
+  :: else
+  fi;
+#endif
   /* DISPATCH-16: a fresh claim id for this dispatch, sent with every claim of it. The model
      names it only when one of its claims meets ledger_unavailable (LOST_CID): an id no copy of
      which is on its way is never presented again once its dispatch ends, so it cannot matter
@@ -442,9 +468,9 @@ inline END_ATTEMPT() {
      if
      :: lfence == myf && nturns == t && ms[cur] == MS_INPROG ->
 #endif
-#if TURNS2
+#if SOLO_TURNS
         /* turn 0's commit leaves the message in progress: it goes on to turn 1 (TURN-3) */
-        nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = (t == 0 -> MS_INPROG : MS_ANSWERED);
+        nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = ((TURNS2 && t == 0) -> MS_INPROG : MS_ANSWERED);
         tk[t] = ((res == C_OK || res == C_FAILED) -> k + 1 : 0);
 #else
         nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = MS_ANSWERED; VWROTE(cur + 1) VMINE(cur)
@@ -494,6 +520,18 @@ inline END_ATTEMPT() {
 #else
         if :: t == 0 -> carry = ((res == C_NONE && say >= SAY_MAY) -> 2 : 1) :: else fi;
 #endif
+#endif
+#if DEPLOY
+        /* RECORD-8: a resumed turn's record lists every row of its index the turn does not answer, the other
+           definition's key's too, and its resumed statement covers what an earlier holder did there (RECORD-7) */
+        if
+        :: resumed ->
+           say = SAY_ROW(OTHER_DEF(t, k));
+           if :: say < SAY_MAY && !LISTED_FAILED(OTHER_DEF(t, k)) -> say = SAY_MAY :: else fi;
+           assert(!P_RECORD || say != SAY_NOT || effk[OTHER_DEF(t, k)] == 0);    /* P_RECORD */
+           if :: say > recd[OTHER_DEF(t, k)] -> recd[OTHER_DEF(t, k)] = say :: else fi
+        :: else
+        fi;
 #endif
         assert(!P_TRUTH || res != C_FAILED || effk[k] == 0)   /* P_TRUTH: RECORD-3 */
      :: else ->
@@ -758,7 +796,7 @@ inline DRIVE() {
        :: cur == NOMSG -> goto dend
        :: else
        fi;
-#if TURNS2
+#if SOLO_TURNS
        /* TURN-1, TURN-11, TURN-15 (message 0 alone, first bound at index 0): beginTurn issues index nturns, the
           committed count read under the lease; resumed exactly when that index was begun before (a holder that died or
           lost the lease there, a failed turn re-opened at its index) */
@@ -778,7 +816,12 @@ inline DRIVE() {
           if :: t > 0 -> printf("@@ W%d   begins turn %d, message %d's next turn (TURN-3)\n", w, t, cur) :: else fi
        fi;
        if
+#if DEPLOY
+       :: t == 0 -> k = KEY(0, defv);   /* IDENT-4: the key derives under the definition this holder runs */
+          if :: defv == 1 -> printf("@@ W%d   derives the call's key under the deployed definition: key %d\n", w, k) :: else fi
+#else
        :: t == 0 -> k = KEY(0, 0)
+#endif
        :: else ->
           /* TURN-23: the calls turn 0 left unanswered whose effect may have happened. The holder that committed turn 0
              knows its record (carry); one that takes the message up here reads the records kept beside the
@@ -879,7 +922,7 @@ inline DRIVE() {
      :: past -> past = false
      :: else -> RUNTURN()
      fi;
-#elif TURNS2
+#elif SOLO_TURNS
      if
      :: plain -> plain = false; wk[w] = 0
      :: else -> RUNTURN()
@@ -889,7 +932,7 @@ inline DRIVE() {
 #endif
      atomic {
        if
-#if TURNS2
+#if SOLO_TURNS
        /* turn 0 committed: the message goes on to turn 1 under the same lease */
        :: gone || (cur == m && SETTLED(m)) -> gone = false; resumed = false; cur = 0; t = 0; k = 0; goto dend
 #else
@@ -1010,7 +1053,7 @@ inline SEND() {
        :: else
        fi;
        myf = 0;
-#if TURNS2
+#if SOLO_TURNS
        carry = 0;   /* the runner's carried map lives for one drive */
 #endif
        if
