@@ -140,6 +140,9 @@
  *                      -DNO_CARRY claims it under turn 1's own key, -DCARRY_NO_TAKEUP_READ leaves a holder that takes the
  *                      message up between the turns without the records' carried call (P_ONCE), -DCARRY_ANSWERED carries
  *                      it also when turn 0 answered it, so a second ask is answered from the first's row (P_FRESH)
+ *   -DDEPLOY=1         with -DSOLO=0: a deploy between two runs of a turn changes pay's key derivation (key 0, then key 1);
+ *                      IDENT-10's guard in a resumed turn lists the turn's rows and dispatches under the other definition's
+ *                      row's key, or refuses (tool_definition_changed); -DNO_IDENT_GUARD claims the call's own key (P_ONCE)
  *   -DSAME_ASK=1       with BOUNDAT: message 1 asks for what message 0 asked (the same intent, "pay" again under a
  *                      new message id), so bound at a failed message 0's index it derives message 0's key there
  *                      (TURN-12) and may replay its row; -DINHERIT=0 counts its window from its own binding, not
