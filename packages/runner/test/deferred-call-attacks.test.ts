@@ -1,8 +1,8 @@
-import { MemoryConversationStore, MemoryLedger, ToolError, type ConversationStore, type JsonValue, type StoredTurn } from "@dispatch-once/core";
+import { MemoryConversationStore, MemoryLedger, ToolError, type ConversationStore } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { readStoredResult, type CallAnswer, type CommitShape, type StoredTurnView } from "../src/index.js";
-import { payCall, world, type ToyAccumulator, type ToyEvent } from "./toy.js";
+import { readingInputs } from "./reading-inputs.js";
+import { payCall, world, type ToyEvent } from "./toy.js";
 
 /*
  * TURN-23 attacked: the read-back of a turn that both carried a call and ran an identical one, and
@@ -17,30 +17,6 @@ const payIn = (id: string, index: number, to: string, memo: string): ToyEvent[] 
   { t: "done", index },
 ];
 const text: (ToyEvent | "cut")[] = [{ t: "text", index: 0, text: "Done." }, { t: "end" }];
-
-/** The toy provider, committing each call's arguments and reading them back, as the SDK providers do. */
-function readingInputs(provider: { commitShape: (a: ToyAccumulator, answers: CallAnswer[]) => CommitShape; readTurn: (turn: StoredTurn) => StoredTurnView }): void {
-  const shape = provider.commitShape.bind(provider);
-  provider.commitShape = (accumulator, answers) => {
-    const committed = shape(accumulator, answers);
-    if (Array.isArray(committed.toolResults)) {
-      // An error as the SDK providers commit it: { error: StoredError } as JSON text, its code kept.
-      committed.toolResults = answers.map(({ call, answer }): JsonValue =>
-        answer.ok ? { id: call.callId, ok: answer.resultJson, input: call.input as JsonValue } : { id: call.callId, error: JSON.stringify({ error: answer.error }), input: call.input as JsonValue },
-      );
-    }
-    return committed;
-  };
-  provider.readTurn = (turn) => ({
-    text: "",
-    calls: (Array.isArray(turn.toolResults) ? (turn.toolResults as { id: string; input: unknown; ok?: string; error?: string }[]) : []).map((r) => ({
-      callId: r.id,
-      name: "pay",
-      input: r.input,
-      ...readStoredResult(r.ok ?? r.error, r.ok === undefined),
-    })),
-  });
-}
 
 describe("TURN-23 attacks", () => {
   it("TURN-23 a turn that carried acme and paid a second acme reads back as it was sent (a re-send from the store reports the same keys)", async () => {

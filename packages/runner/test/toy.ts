@@ -142,14 +142,15 @@ export function world(
     beforePay?: (args: unknown) => void | Promise<void>;
     /** The dispatcher's options beyond its tools and ledger (runTimeoutMs, leaseMs, ...). */
     dispatcher?: Partial<Omit<DispatcherOptions, "tools" | "ledger">>;
-    /** Another definition of the pay tool's schema and identity (a deploy that changes them, IDENT-4). */
-    pay?: { input: z.ZodObject; identity: string[] };
+    /** Another definition of the pay tool's schema and identity (a deploy that changes them, IDENT-4), or its name (IDENT-11). */
+    pay?: { input?: z.ZodObject; identity?: string[]; name?: string; formerNames?: string[] };
   } = {},
 ) {
   const performed: unknown[] = options.performed ?? [];
   const tools = new ToolRegistry([
     defineTool({
-      name: "pay",
+      name: options.pay?.name ?? "pay",
+      ...(options.pay?.formerNames !== undefined ? { formerNames: options.pay.formerNames } : {}),
       effect: "keyed_write",
       input: options.pay?.input ?? (z.object({ to: z.string(), memo: z.string() }) as z.ZodObject),
       identity: options.pay?.identity ?? ["to"],

@@ -1,0 +1,112 @@
+import { MemoryConversationStore, MemoryLedger, type ConversationStore } from "@dispatch-once/core";
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { readingInputs } from "./reading-inputs.js";
+import { payCall, world, type ToyEvent } from "./toy.js";
+
+/*
+ * TURN-23 across a deploy the earlier attacks do not reach: the new definition refuses the listed
+ * call's stored request (a new required field in the identity), or renames the tool (IDENT-11).
+ * Turn 0 of m1 paid acme in attempt 1 and was cut; the retry paid bob and committed, its record
+ * listing acme's payment as happened. Worker A dies as it begins turn 1; a holder of the new release
+ * takes the message up and its model makes acme's payment again.
+ */
+const CONV = "conv-carry-deploy";
+
+const payIn = (id: string, index: number, name: string, args: Record<string, string>): ToyEvent[] => [
+  { t: "call", index, id, name },
+  { t: "args", index, json: JSON.stringify(args) },
+  { t: "done", index },
+];
+const text: (ToyEvent | "cut")[] = [{ t: "text", index: 0, text: "Done." }, { t: "end" }];
+
+/** The deploy: a currency field, required and in the identity: turn 0's stored request {to, memo} is refused now. */
+const currencyRequired = { input: z.object({ to: z.string(), memo: z.string(), currency: z.string() }), identity: ["to", "currency"] };
+
+function shared() {
+  const ledger = new MemoryLedger();
+  const base = new MemoryConversationStore();
+  const performed: unknown[] = [];
+  /** The store as seen by a worker whose process dies as it begins its n-th turn. */
+  const dyingAt = (n: number): ConversationStore => {
+    let begun = 0;
+    return Object.assign(Object.create(base) as ConversationStore, {
+      beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => (++begun === n ? Promise.reject(new Error("the process died")) : base.beginTurn(...args)),
+    });
+  };
+  return { ledger, base, performed, dyingAt };
+}
+
+/** Worker A (the definition before the deploy): turn 0 pays acme (attempt 1, cut), then bob; dies as it begins turn 1. Returns acme's key. */
+async function turnZeroThenDie(s: ReturnType<typeof shared>): Promise<string> {
+  const a = world((n) => (n === 1 ? [...payCall("c1", "first"), "cut"] : [...payIn("c-bob", 0, "pay", { to: "bob", memo: "rent" }), { t: "end" }]), true, {
+    store: s.dyingAt(2),
+    ledger: s.ledger,
+    performed: s.performed,
+  });
+  await expect(a.runner.send(CONV, { id: "m1", content: "pay acme and bob" })).rejects.toThrow("the process died");
+  expect(s.performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob"]);
+  return a.events.flatMap((e) => (e.type === "call_resolved" && e.attempt === 1 && e.ok ? [e.key] : []))[0]!;
+}
+
+const to = (performed: unknown[]) => performed.map((p) => (p as { to: string }).to);
+
+describe("TURN-23 across a deploy", () => {
+  it("TURN-23 with IDENT-10: the new schema refuses turn 0's listed acme request; turn 1's acme (and bob) are refused with tool_definition_changed (request_refused) and the model is told the payment happened; turn 2's acme is refused again, by the holder that goes on and by one that takes the message up; the next message pays", async () => {
+    for (const takeUp of [false, true]) {
+      const s = shared();
+      const acmeKey = await turnZeroThenDie(s);
+      const eur = (id: string, payee = "acme") => payIn(id, 0, "pay", { to: payee, memo: "as asked", currency: "EUR" });
+      const turns = (n: number): (ToyEvent | "cut")[] =>
+        n === 1 ? [...eur("c3"), ...payIn("c3-bob", 1, "pay", { to: "bob", memo: "tip", currency: "EUR" }), { t: "end" }] : n === 2 ? [...eur("c4"), { t: "end" }] : text;
+      const b = world(turns, false, { store: takeUp ? s.dyingAt(2) : s.base, ledger: s.ledger, performed: s.performed, pay: currencyRequired });
+      readingInputs(b.provider);
+      let result;
+      if (takeUp) {
+        await expect(b.runner.send(CONV, { id: "m1", content: "pay acme and bob" })).rejects.toThrow("the process died");
+        const c = world((n) => (n === 1 ? [...eur("c4c"), { t: "end" }] : text), false, { store: s.base, ledger: s.ledger, performed: s.performed, pay: currencyRequired });
+        readingInputs(c.provider);
+        result = await c.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+      } else {
+        result = await b.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+      }
+      // The effect log: acme paid once for one ask.
+      expect(to(s.performed), `takeUp: ${takeUp}`).toEqual(["acme", "bob"]);
+      const turn1 = result.turns.find((t) => t.turnIndex === 1)!;
+      expect(turn1.calls.map((c) => [c.name, c.error?.code]), `takeUp: ${takeUp}`).toEqual([
+        ["pay", "tool_definition_changed"],
+        ["pay", "tool_definition_changed"],
+      ]);
+      expect(result.turns.find((t) => t.turnIndex === 2)?.calls.map((c) => c.error?.code), `takeUp: ${takeUp}`).toEqual(["tool_definition_changed"]);
+      // What was committed: the refusal names turn 0's row and says its payment happened, never that nothing was paid.
+      const stored = await s.base.turnsOf(CONV, "m1");
+      const told = (stored.find((t) => t.turnIndex === 1)!.toolResults as { error?: string }[])[0]!.error!;
+      const error = (JSON.parse(told) as { error: { code: string; message: string } }).error;
+      expect(error.code).toBe("tool_definition_changed");
+      expect(error.message).toContain(acmeKey);
+      expect(error.message).toContain("happened");
+      // The next message is a new ask: it runs.
+      const d = world((n) => (n === 1 ? [...eur("c5"), { t: "end" }] : text), false, { store: s.base, ledger: s.ledger, performed: s.performed, pay: currencyRequired });
+      readingInputs(d.provider);
+      const next = await d.runner.send(CONV, { id: "m2", content: "pay acme once more" });
+      expect(to(s.performed), `takeUp: ${takeUp}`).toEqual(["acme", "bob", "acme"]);
+      expect(next.turns[0]!.calls.map((c) => [c.error?.code, c.carriedFromTurn])).toEqual([[undefined, undefined]]);
+    }
+  });
+
+  it("TURN-23 with IDENT-11: a deploy renames pay to send_payment (formerNames: ['pay']); turn 1's send_payment to acme is answered from turn 0's row", async () => {
+    for (const pay of [{ name: "send_payment", formerNames: ["pay"] }, { name: "send_payment", formerNames: ["pay"], input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] }]) {
+      const s = shared();
+      const acmeKey = await turnZeroThenDie(s);
+      const b = world((n) => (n === 1 ? [...payIn("c3", 0, "send_payment", { to: "acme", memo: "as asked" }), { t: "end" }] : text), false, { store: s.base, ledger: s.ledger, performed: s.performed, pay });
+      readingInputs(b.provider);
+      const result = await b.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+      expect(to(s.performed), JSON.stringify(pay.identity)).toEqual(["acme", "bob"]);
+      expect(result.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.key, c.replayed, c.carriedFromTurn])).toEqual([[acmeKey, true, 0]]);
+      // Read back by the same release: as it was sent.
+      const again = await b.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+      expect(again.fromStore).toBe(true);
+      expect(again.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.key, c.carriedFromTurn])).toEqual([[acmeKey, 0]]);
+    }
+  });
+});
