@@ -1,4 +1,4 @@
-import type { DispatchOutcome, ToolCall, TurnContext } from "@dispatch-once/core";
+import { ToolDefinitionChangedError, type DispatchOutcome, type RowState, type ToolCall, type TurnContext } from "@dispatch-once/core";
 import { MAX_ORDINAL_TRIED } from "@dispatch-once/core/internal";
 import type { ResumedTurnRecord } from "./record.js";
 
@@ -17,12 +17,18 @@ export interface CarriedCall {
    * current definition when the key was made under an earlier one (IDENT-10).
    */
   input?: unknown;
+  /** What the record says of its effect: a refusal in its name tells the model so (TURN-23). */
+  effect?: "happened" | "may_have_happened";
+  /** Its row's state when the record's runner listed it. */
+  state?: RowState;
 }
 
 /** The dispatcher members carrying needs: a `Dispatcher` has both; a custom CallDispatcher may not (then nothing is carried). */
 export interface CarryingDispatcher {
   /** A `Dispatcher`'s ledger: whether it lists rows decides whether IDENT-10's guard can find a row an earlier definition keyed. */
   readonly ledger?: { capabilities?: { supports?: { listRows?: boolean } } };
+  /** A `Dispatcher`'s registry: a listed call of a tool's former name (IDENT-11) is that tool's. */
+  readonly registry?: { renamed(formerName: string): { name: string } | undefined };
   keyFor(call: ToolCall, context: TurnContext & { ordinal?: number }): string;
   dispatch(call: ToolCall, context: TurnContext & { ordinal?: number }): Promise<DispatchOutcome>;
 }
@@ -52,7 +58,14 @@ export function withRecord(carry: readonly CarriedCall[], record: Pick<ResumedTu
   for (const call of record.calls) {
     if (call.effect === "not_happened" || call.effect === "none" || known.has(call.key)) continue;
     known.add(call.key);
-    next.push({ key: call.key, name: call.name, turnIndex: record.turnIndex, ...(call.input !== undefined ? { input: call.input } : {}) });
+    next.push({
+      key: call.key,
+      name: call.name,
+      turnIndex: record.turnIndex,
+      ...(call.input !== undefined ? { input: call.input } : {}),
+      ...(call.effect === "happened" || call.effect === "may_have_happened" ? { effect: call.effect } : {}),
+      ...(call.state !== undefined ? { state: call.state } : {}),
+    });
   }
   return next;
 }
@@ -78,7 +91,7 @@ export function matchCarried(
   taken: ReadonlySet<string>,
 ): { carried: CarriedCall; ordinal: number } | undefined {
   for (const carried of carry) {
-    if (carried.name !== call.name || taken.has(carried.key)) continue;
+    if (toolNow(dispatcher, carried.name) !== call.name || taken.has(carried.key)) continue;
     for (let ordinal = 0; ordinal <= MAX_CARRIED_ORDINAL; ordinal++) {
       let key: string;
       try {
@@ -101,7 +114,8 @@ function sameIdentityNow(dispatcher: CarryingDispatcher, conversationId: string,
   // Without a listing the guard cannot find the earlier row: dispatched at the listed turn index the
   // call would run under a key of that turn, and a later turn's same call, a new ask, would replay it.
   if (dispatcher.ledger?.capabilities?.supports?.listRows !== true) return false;
-  const recorded: ToolCall = { name: carried.name, input: carried.input };
+  // Under the call's name: the listed call's tool, or the tool that lists it as a former name (IDENT-11).
+  const recorded: ToolCall = { name: call.name, input: carried.input };
   const at = (ordinal: number) => ({ conversationId, turnIndex: carried.turnIndex, ordinal });
   try {
     for (let ordinal = 0; ordinal <= MAX_CARRIED_ORDINAL; ordinal++) if (dispatcher.keyFor(recorded, at(ordinal)) === carried.key) return false;
@@ -110,6 +124,52 @@ function sameIdentityNow(dispatcher: CarryingDispatcher, conversationId: string,
     // The current definition refuses the recorded request (a new required field): it cannot tell.
     return false;
   }
+}
+
+/** The name a listed call's tool has now: a former name (IDENT-11) is the tool's that lists it. */
+function toolNow(dispatcher: CarryingDispatcher, name: string): string {
+  return dispatcher.registry?.renamed(name)?.name ?? name;
+}
+
+/**
+ * TURN-23 across a deploy whose definition refuses a listed call's stored request (a new required
+ * field in the identity): no key can be derived from that request to tell whether a call is the
+ * listed one. A write call of that tool that no carried call answers is then refused, as IDENT-10
+ * refuses it in a re-run turn: running it would make the listed call's effect a second time
+ * whenever it is that call, and a second payment cannot be undone while a refusal loses nothing.
+ * Undefined when no such carried call is unanswered, or when the call itself cannot be keyed (its
+ * dispatch raises what it raises). `ordinal`: identical calls before it in the attempt (TURN-4), for
+ * the key the error carries (nothing is claimed under it).
+ */
+export function refusedForCarried(
+  dispatcher: CarryingDispatcher,
+  context: { conversationId: string; turnIndex: number; ordinal: number },
+  call: ToolCall,
+  carry: readonly CarriedCall[],
+  taken: ReadonlySet<string>,
+): ToolDefinitionChangedError | undefined {
+  let key: string;
+  try {
+    key = dispatcher.keyFor(call, context);
+  } catch {
+    return undefined;
+  }
+  for (const carried of carry) {
+    // Taken: an earlier call of the attempt derived its key (an identity the deploy left alone) and is answered from it.
+    if (carried.input === undefined || taken.has(carried.key) || toolNow(dispatcher, carried.name) !== call.name) continue;
+    try {
+      dispatcher.keyFor({ name: call.name, input: carried.input }, { conversationId: context.conversationId, turnIndex: carried.turnIndex, ordinal: 0 });
+    } catch (error) {
+      const why = `its stored request is refused by the definition now: ${error instanceof Error ? error.message : String(error)}`;
+      // The record's state of the row when listed; else what its effect says (a call that resolved with a result completed).
+      const state: RowState = carried.state ?? (carried.effect === "happened" ? "completed" : "unknown");
+      return new ToolDefinitionChangedError(key, call.name, { key: carried.key, state }, "request_refused", why, {
+        turnIndex: carried.turnIndex,
+        effect: carried.effect ?? "may_have_happened",
+      });
+    }
+  }
+  return undefined;
 }
 
 /**
@@ -138,7 +198,7 @@ export function afterTurn(
     // Arguments that were not JSON: never dispatched (no key), so it answered nothing.
     if (call.error?.code === "invalid_arguments_json") return undefined;
     if (call.input === undefined) {
-      dropped.add(call.name);
+      dropped.add(toolNow(dispatcher, call.name));
       return undefined;
     }
     const match = matchCarried(dispatcher, conversationId, { name: call.name, input: call.input }, carry, taken);
@@ -146,5 +206,5 @@ export function afterTurn(
     if (match !== undefined && call.error?.code === "tool_definition_changed") refused.add(match.carried.key);
     return match;
   });
-  return { carry: carry.filter((c) => (!taken.has(c.key) || refused.has(c.key)) && !dropped.has(c.name)), matches };
+  return { carry: carry.filter((c) => (!taken.has(c.key) || refused.has(c.key)) && !dropped.has(toolNow(dispatcher, c.name))), matches };
 }

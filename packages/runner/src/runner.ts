@@ -33,7 +33,7 @@ import {
   type UnstoredEffect,
 } from "@dispatch-once/core";
 import { MAX_LEASE_MS, MAX_TIMER_MS, checkLeaseOwner, loggerOption, sameJsonData } from "@dispatch-once/core/internal";
-import { afterTurn, carryingDispatcher, matchCarried, withRecord, type CarriedCall } from "./carry.js";
+import { afterTurn, carryingDispatcher, matchCarried, refusedForCarried, withRecord, type CarriedCall } from "./carry.js";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 import { MessageIdReusedError } from "./errors/message-id-reused.js";
 import { StreamIncompleteError } from "./errors/stream-incomplete.js";
@@ -1118,7 +1118,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     // TURN-15: in a resumed turn a not-performed failure cannot say the call did not happen.
     const turn = dispatcher.turn({ conversationId, turnIndex, resumed: resumedTurn(snapshot) });
     // TURN-23: the carried calls this attempt's calls took, each once (each attempt anew).
-    const carrying = carry.length > 0 ? { carry, taken: new Set<string>() } : undefined;
+    const carrying = carry.length > 0 ? { carry, taken: new Set<string>(), seen: new Map<string, number>() } : undefined;
     const dispatches: Promise<void>[] = [];
     let failure: AttemptFailure | undefined;
     this.emit({ type: "attempt_started", ...info, messageId: snapshot.message.id });
@@ -1195,7 +1195,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     call: CallState,
     resolutions: Map<number, Resolution>,
     info: { conversationId: string; turnIndex: number; attempt: number },
-    carrying?: { carry: readonly CarriedCall[]; taken: Set<string> },
+    carrying?: { carry: readonly CarriedCall[]; taken: Set<string>; seen: Map<string, number> },
   ): Promise<void> {
     this.emit({ type: "call_complete", ...info, callId: call.callId, name: call.name, index: call.index });
     call.phase = "dispatched";
@@ -1209,8 +1209,16 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       if (carrying !== undefined && direct === undefined) this.warnCannotCarry();
       const match = direct !== undefined && carrying !== undefined ? matchCarried(direct, info.conversationId, toolCall, carrying.carry, carrying.taken) : undefined;
       if (match !== undefined) carrying?.taken.add(match.carried.key);
+      // A listed call whose request the definition now refuses: a call no carried call answers may be it (TURN-23).
+      const ordinal = direct !== undefined && carrying !== undefined ? ordinalAmongIdentical(direct, info, toolCall, carrying.seen) : undefined;
+      const refused =
+        direct !== undefined && carrying !== undefined && match === undefined && ordinal !== undefined
+          ? refusedForCarried(direct, { conversationId: info.conversationId, turnIndex: info.turnIndex, ordinal }, toolCall, carrying.carry, carrying.taken)
+          : undefined;
       try {
-        if (match === undefined) {
+        if (refused !== undefined) {
+          resolution = { ok: false, error: refused };
+        } else if (match === undefined) {
           resolution = { ok: true, outcome: await turn.dispatch(toolCall) };
         } else {
           // TURN-23: under the earlier turn's key, still counted among this turn's identical calls (TURN-4).
@@ -1791,6 +1799,28 @@ function isFailedTurnRecordAt(record: JsonValue, turnIndex: number): boolean {
 /** The earlier of two optional times. */
 function earliest(a: number | undefined, b: number | undefined): number | undefined {
   return a === undefined ? b : b === undefined ? a : Math.min(a, b);
+}
+
+/**
+ * The call's place among the attempt's identical calls (TURN-4), counted as the dispatcher counts
+ * them (the same key at ordinal 0 is the same identity): the ordinal of the key a TURN-23 refusal
+ * carries. Undefined for a call that cannot be keyed (its dispatch raises what it raises).
+ */
+function ordinalAmongIdentical(
+  direct: NonNullable<ReturnType<typeof carryingDispatcher>>,
+  info: { conversationId: string; turnIndex: number },
+  call: ToolCall,
+  seen: Map<string, number>,
+): number | undefined {
+  let identity: string;
+  try {
+    identity = direct.keyFor(call, { conversationId: info.conversationId, turnIndex: info.turnIndex, ordinal: 0 });
+  } catch {
+    return undefined;
+  }
+  const ordinal = seen.get(identity) ?? 0;
+  seen.set(identity, ordinal + 1);
+  return ordinal;
 }
 
 /** The calls still carried after a committed turn (TURN-23): those its calls did not answer, then those its record lists. */

@@ -83,8 +83,11 @@ describe("TURN-23 across a deploy", () => {
       const told = (stored.find((t) => t.turnIndex === 1)!.toolResults as { error?: string }[])[0]!.error!;
       const error = (JSON.parse(told) as { error: { code: string; message: string } }).error;
       expect(error.code).toBe("tool_definition_changed");
-      expect(error.message).toContain(acmeKey);
-      expect(error.message).toContain("happened");
+      expect(error.message).toContain(`turn 0 of this message made a call to pay under another definition whose effect happened`);
+      expect(error.message).toContain(`row ${acmeKey}, completed`);
+      // The refusal's key is turn 1's own (nothing claimed under it); turn 0's record still lists acme as happened.
+      expect(turn1.calls[0]!.key).toBe(b.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x", currency: "EUR" } }, { conversationId: CONV, turnIndex: 1, ordinal: 0 }));
+      expect(result.records?.filter((r) => r.turnIndex === 0).map((r) => r.calls.map((c) => [c.key, c.effect]))).toEqual([[[acmeKey, "happened"]]]);
       // The next message is a new ask: it runs.
       const d = world((n) => (n === 1 ? [...eur("c5"), { t: "end" }] : text), false, { store: s.base, ledger: s.ledger, performed: s.performed, pay: currencyRequired });
       readingInputs(d.provider);
