@@ -113,3 +113,57 @@ describe("TURN-23 across a deploy", () => {
     }
   });
 });
+
+describe("an IDENT-10 refusal in a resumed turn, then the same call in the message's next turn (TURN-23)", () => {
+  /** Worker A (the definition before the deploy) begins m1's turn 0, pays acme (once per memo), and dies before any commit. */
+  async function workerAPaysAndDies(store: MemoryConversationStore, ledger: MemoryLedger, performed: unknown[], memos: string[]): Promise<string[]> {
+    const a = world(() => [], false, { store, ledger, performed });
+    await store.appendUserMessage(CONV, { id: "m1", content: { role: "user", content: "pay acme" } });
+    const lease = await store.acquireLease(CONV, "worker-a", 1_000);
+    if (!lease.acquired) throw new Error("worker A could not take the conversation");
+    const snapshot = await store.beginTurn(CONV, lease.fence);
+    if (snapshot === undefined) throw new Error("no turn to begin");
+    const turn = a.dispatcher.turn({ conversationId: CONV, turnIndex: snapshot.turnIndex, resumed: snapshot.resumed });
+    const keys: string[] = [];
+    for (const memo of memos) keys.push((await turn.dispatch({ name: "pay", input: { to: "acme", memo } })).key);
+    return keys;
+  }
+
+  const cases = [
+    { what: "request_refused (a required currency now)", memos: ["from A"], pay: currencyRequired as { input: z.ZodObject; identity: string[]; name?: string; formerNames?: string[] }, name: "pay", args: { to: "acme", memo: "from B", currency: "EUR" } },
+    { what: "ambiguous (two acme rows, currency defaulted, re-worded)", memos: ["one", "two"], pay: { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] }, name: "pay", args: { to: "acme", memo: "from B" } },
+    { what: "request_refused of a former name (renamed to send_payment, formerNames)", memos: ["from A"], pay: { ...currencyRequired, name: "send_payment", formerNames: ["pay"] }, name: "send_payment", args: { to: "acme", memo: "from B", currency: "EUR" } },
+  ];
+
+  it.each(cases)("TURN-23 with IDENT-10, $what: turn 0's call is refused; turn 1's same call is refused again, by the holder that goes on and by one that takes the message up after turn 0", async ({ memos, pay, name, args }) => {
+    for (const takeUp of [false, true]) {
+      let now = 1_700_000_000_000;
+      const base = new MemoryConversationStore({ now: () => now });
+      const ledger = new MemoryLedger();
+      const performed: unknown[] = [];
+      await workerAPaysAndDies(base, ledger, performed, memos);
+      expect(performed).toHaveLength(memos.length);
+      now += 60_000; // A's lease lapses
+      const again = (id: string, memo: string) => [...payIn(id, 0, name, { ...args, memo }), { t: "end" } as ToyEvent];
+      let begun = 0;
+      const store = takeUp
+        ? Object.assign(Object.create(base) as ConversationStore, {
+            beginTurn: (...a: Parameters<ConversationStore["beginTurn"]>) => (++begun === 2 ? Promise.reject(new Error("the process died")) : base.beginTurn(...a)),
+          })
+        : base;
+      const b = world((n) => (n === 1 ? again("b0", "from B") : n === 2 ? again("b1", "as asked, again") : text), false, { store, ledger, performed, pay });
+      readingInputs(b.provider);
+      let result;
+      if (takeUp) {
+        await expect(b.runner.send(CONV, { id: "m1", content: "pay acme" })).rejects.toThrow("the process died");
+        const c = world((n) => (n === 1 ? again("c1", "as asked, again") : text), false, { store: base, ledger, performed, pay });
+        readingInputs(c.provider);
+        result = await c.runner.send(CONV, { id: "m1", content: "pay acme" });
+      } else {
+        result = await b.runner.send(CONV, { id: "m1", content: "pay acme" });
+      }
+      expect(performed, `takeUp: ${takeUp}`).toHaveLength(memos.length);
+      expect(result.turns.slice(0, 2).map((t) => t.calls.map((c) => c.error?.code)), `takeUp: ${takeUp}`).toEqual([["tool_definition_changed"], ["tool_definition_changed"]]);
+    }
+  });
+});
