@@ -375,7 +375,7 @@ export class OnceTools<TOOLS extends ToolSet> {
    * message record) and the ordinal base of its slot there. `claim`: record both when missing (a
    * request about to dispatch a claimed call); otherwise only read (a listing).
    */
-  private async placeOf(context: { conversationId: string; turnIndex: number }, messageId: string, claim: boolean): Promise<{ turnIndex: number; base: number; resumed: boolean }> {
+  private async placeOf(context: { conversationId: string; turnIndex: number }, messageId: string, claim: boolean): Promise<{ turnIndex: number; base: number; resumed: boolean; shared: boolean }> {
     let first: unknown;
     let placedBefore: boolean;
     if (claim) {
@@ -404,16 +404,17 @@ export class OnceTools<TOOLS extends ToolSet> {
         // As for the record's claim: the lookup's error names a record's key, not the call's.
         throw claim ? notPlaced(at, messageId, cause) : cause;
       }
-      if (found !== undefined) return { turnIndex, base: found, resumed: claim && (await this.aloneAt(at, found, messageId)) };
+      if (found !== undefined) return { turnIndex, base: found, resumed: claim, shared: claim && !(await this.aloneAt(at, found, messageId)) };
     }
-    return { turnIndex, base: await this.forkBaseOf(at, messageId, claim), resumed: false };
+    return { turnIndex, base: await this.forkBaseOf(at, messageId, claim), resumed: false, shared: false };
   }
 
   /**
-   * AISDK-18: whether the message placed at `base` is the turn's only one, so that its calls may
-   * be dispatched as resumed (IDENT-10). The guard matches a row by its stored request, not by the
-   * message that made it: with two messages at the index, one's row could answer the other's call
-   * (AISDK-17's collision again), so such a turn is not guarded. One lookup, on a re-send only.
+   * AISDK-18: whether the message placed at `base` is the turn's only one. The guard matches a row
+   * by its stored request, not by the message that made it: with two messages at the index, one's
+   * row could answer the other's call (AISDK-17's collision again), so such a turn is guarded as
+   * shared (`sharedTurn`: a call a row of an earlier definition matches is refused, never answered
+   * from it nor run again). One lookup, on a re-send only.
    */
   private async aloneAt(at: { conversationId: string; turnIndex: number }, base: number, messageId: string): Promise<boolean> {
     if (base !== 0) return false;
@@ -533,7 +534,7 @@ export class OnceTools<TOOLS extends ToolSet> {
     const messageId = input.messages !== undefined ? turnMessageIdOf(input.messages) : undefined;
     // A message keeps the turn index at which it first dispatched a claimed call: a later history
     // that counts it at another index (both tabs' messages one after the other) meets its keys.
-    type Place = { turnIndex: number; base: number; resumed: boolean };
+    type Place = { turnIndex: number; base: number; resumed: boolean; shared: boolean };
     let place: Promise<Place> | undefined;
     const claimedPlace = (): Promise<Place> => {
       if (place === undefined) {
@@ -545,7 +546,7 @@ export class OnceTools<TOOLS extends ToolSet> {
       }
       return place;
     };
-    const knownPlace = async (): Promise<Place> => (messageId === undefined ? { turnIndex, base: 0, resumed: false } : place !== undefined ? place : this.placeOf(context, messageId, false));
+    const knownPlace = async (): Promise<Place> => (messageId === undefined ? { turnIndex, base: 0, resumed: false, shared: false } : place !== undefined ? place : this.placeOf(context, messageId, false));
     const counts = new Map<string, number>();
     const started = new Map<string, Promise<DispatchOutcome>>();
     // The AI SDK executes a call once per tool-call part, and emits the part again when the
@@ -604,15 +605,17 @@ export class OnceTools<TOOLS extends ToolSet> {
       // resubmit, a re-sent approval): resumed, so a deploy since then that changed a write tool's
       // identity finds the row its earlier request made (IDENT-10). A first request is not: no listing.
       let resumed = false;
+      let sharedTurn = false;
       if (messageId !== undefined && this.dispatcher.registry.get(name).effect !== "read") {
         const placed = await claimedPlace();
         ordinal += placed.base;
         resumed = placed.resumed;
+        sharedTurn = placed.shared;
         if (placed.turnIndex !== turnIndex) at = { conversationId: context.conversationId, turnIndex: placed.turnIndex };
       }
       keyed.key = ordinal === 0 && at === context ? identity : this.dispatcher.keyFor(call, { ...at, ordinal });
       const outcome = await callScope.run({ owner: this, execute, options }, () =>
-        this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, resumed ? { ...at, ordinal, resumed } : { ...at, ordinal }),
+        this.dispatcher.dispatch({ ...call, callId: options.toolCallId }, resumed ? { ...at, ordinal, resumed, ...(sharedTurn ? { sharedTurn } : {}) } : { ...at, ordinal }),
       );
       keyed.key = outcome.key; // an earlier definition's row, when the guard dispatched it under that (IDENT-10)
       outcomes.set(options.toolCallId, outcome);

@@ -1,4 +1,4 @@
-import { LedgerUnavailableError, MemoryLedger, type Ledger } from "@dispatch-once/core";
+import { LedgerUnavailableError, MemoryLedger, ToolDefinitionChangedError, type Ledger } from "@dispatch-once/core";
 import { tool, type UIMessage } from "ai";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
@@ -142,16 +142,17 @@ describe("AISDK-18 a re-sent message after a deploy that changed a write tool's 
     expect([again.result, runs.length]).toEqual([first.result, 1]);
   });
 
-  it("AISDK-18 documented limit: a turn index that holds two messages is not guarded (a row of one message could answer the other's call); their re-sends run as before", async () => {
+  it("AISDK-18 a turn index that holds two messages is guarded as shared (a row of one message could answer the other's call): uB's regenerate that asks acme now is not answered with uA's payment, and is refused rather than run (it may be uA's ask: deploy-tabs.test.ts)", async () => {
     const { ledger } = counted();
     const runs: Run[] = [];
     const old = release(ledger, runs, "v1");
     await request(old, [...hello, user("uA", "pay acme 5")], { payee: "acme", amount: 5 }, "call_1");
     await request(old, [...hello, user("uB", "pay bob 5")], { payee: "bob", amount: 5 }, "call_2");
     // uB's regenerate asks acme's payment now: uA's row must not be its answer.
-    const b = await request(release(ledger, runs, "v2"), [...hello, user("uB", "pay bob 5")], { payee: "acme", amount: 5, currency: "EUR" }, "call_3");
-    expect(b.result).not.toEqual({ paid: "acme#1" });
-    expect(runs.map((r) => r.payee)).toEqual(["acme", "bob", "acme"]);
+    const b = await request(release(ledger, runs, "v2"), [...hello, user("uB", "pay bob 5")], { payee: "acme", amount: 5, currency: "EUR" }, "call_3").catch((e: unknown) => e);
+    expect(b).not.toMatchObject({ result: { paid: "acme#1" } });
+    expect(ToolDefinitionChangedError.isInstance(b) && b.reason).toBe("ambiguous");
+    expect(runs.map((r) => r.payee)).toEqual(["acme", "bob"]);
   });
 });
 

@@ -36,6 +36,8 @@ export class DefinitionGuard {
     private readonly deps: DefinitionGuardDeps,
     private readonly conversationId: string,
     private readonly turnIndex: number,
+    /** The turn index holds several asks' calls (AISDK-17): a matched row may be another ask's, so none is adopted. */
+    private readonly shared = false,
   ) {}
 
   /**
@@ -74,6 +76,11 @@ export class DefinitionGuard {
     }
     if (matches.length === 1) {
       const row = matches[0]!.row;
+      // A turn index of several asks (AISDK-17): the row may be another ask's, and answering the
+      // call from it would tell this ask of that one's effect. Refused, as when several rows match.
+      if (this.shared) {
+        throw new ToolDefinitionChangedError(ownKey, toolName, row, "ambiguous", "a row of the earlier definition matches it, and this turn index holds several asks' calls (another tab's message, AISDK-17): a row does not say which ask made it");
+      }
       this.adopted.add(row.key);
       return row.key;
     }

@@ -51,6 +51,14 @@ export interface TurnContext {
    * first run made (IDENT-10). A first run (absent or false) lists nothing.
    */
   resumed?: boolean;
+  /**
+   * With `resumed`: the turn index holds the calls of several asks (AISDK-17: two tabs' user
+   * messages at one index), and a ledger row does not say which ask made it. A row of another
+   * definition that the call matches may then be another ask's, so the guard never answers the call
+   * from it: it refuses the call (`tool_definition_changed`, `ambiguous`) before anything is
+   * claimed, as it does when several rows match (IDENT-10). Not part of the key.
+   */
+  sharedTurn?: boolean;
 }
 
 export interface ToolCall {
@@ -569,7 +577,7 @@ export class Dispatcher implements CallDispatcher {
           return this.guarded(new DefinitionGuard(this.guardDeps(), at.conversationId, at.turnIndex), prepared, at, at.ordinal);
         }
         if (context.resumed === true && guardable(prepared.tool)) {
-          guard ??= new DefinitionGuard(this.guardDeps(), context.conversationId, context.turnIndex);
+          guard ??= new DefinitionGuard(this.guardDeps(), context.conversationId, context.turnIndex, context.sharedTurn === true);
           return this.guarded(guard, prepared, context, ordinal);
         }
         return this.execute(prepared, context, ordinal);
@@ -583,7 +591,7 @@ export class Dispatcher implements CallDispatcher {
     const prepared = this.prepare(call);
     // IDENT-10 for a single call: its own listing (turn() lists once for all its calls).
     if (context.resumed === true && guardable(prepared.tool)) {
-      return this.guarded(new DefinitionGuard(this.guardDeps(), context.conversationId, context.turnIndex), prepared, context, ordinalOf(context));
+      return this.guarded(new DefinitionGuard(this.guardDeps(), context.conversationId, context.turnIndex, context.sharedTurn === true), prepared, context, ordinalOf(context));
     }
     return this.execute(prepared, context, ordinalOf(context));
   }
@@ -2289,7 +2297,7 @@ function toRegistry(tools: unknown): ToolRegistry {
 /** The members of a `ToolCall`, as a record so that a new member cannot be left out of it. */
 const CALL_MEMBERS: { readonly [Member in keyof Required<ToolCall>]: true } = { name: true, input: true, callId: true };
 /** A turn()'s context members; dispatch() and keyFor() take an ordinal besides (turn() counts ordinals itself). */
-const TURN_CONTEXT_MEMBERS: Readonly<Record<string, true>> = { conversationId: true, turnIndex: true, resumed: true };
+const TURN_CONTEXT_MEMBERS: Readonly<Record<string, true>> = { conversationId: true, turnIndex: true, resumed: true, sharedTurn: true };
 const CALL_CONTEXT_MEMBERS: Readonly<Record<string, true>> = { ...TURN_CONTEXT_MEMBERS, ordinal: true };
 
 function checkTurnContext(context: unknown, members: Readonly<Record<string, true>> = CALL_CONTEXT_MEMBERS): asserts context is TurnContext {
@@ -2305,6 +2313,10 @@ function checkTurnContext(context: unknown, members: Readonly<Record<string, tru
   const resumed = (context as { resumed?: unknown }).resumed;
   if (resumed !== undefined && typeof resumed !== "boolean") {
     throw new InvalidArgumentError("context.resumed", "must be a boolean when given");
+  }
+  const sharedTurn = (context as { sharedTurn?: unknown }).sharedTurn;
+  if (sharedTurn !== undefined && typeof sharedTurn !== "boolean") {
+    throw new InvalidArgumentError("context.sharedTurn", "must be a boolean when given");
   }
 }
 

@@ -1,0 +1,92 @@
+import { MemoryLedger, ToolDefinitionChangedError, type Ledger } from "@dispatch-once/core";
+import { tool, type UIMessage } from "ai";
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { createOnceTools, dispatchOnceOf } from "../src/index.js";
+
+/*
+ * AISDK-18 x AISDK-17: a deploy between the requests of two tabs' messages at one turn index. A
+ * row does not say which message made it, so a turn index holding several messages was left
+ * unguarded: a re-sent message's call after a deploy that changed the payment's identity derived a
+ * new key, met no row, and paid again for one ask. Guarded as a shared turn, a call that a row of
+ * the earlier definition matches may be either message's: refused, never paid again, never answered
+ * with the other tab's payment.
+ */
+type Run = { payee: string; key: string };
+const v1 = (runs: Run[]) =>
+  tool({
+    inputSchema: z.object({ payee: z.string(), amount: z.number(), memo: z.string().optional() }),
+    execute: async ({ payee }, options) => {
+      runs.push({ payee, key: dispatchOnceOf(options)!.idempotencyKey });
+      return { paid: `${payee}#${runs.length}` };
+    },
+  });
+/** The deploy: a currency with a default, in the identity. */
+const v2 = (runs: Run[]) =>
+  tool({
+    inputSchema: z.object({ payee: z.string(), amount: z.number(), currency: z.string().default("EUR"), memo: z.string().optional() }),
+    execute: async ({ payee }, options) => {
+      runs.push({ payee, key: dispatchOnceOf(options)!.idempotencyKey });
+      return { paid: `${payee}#${runs.length}` };
+    },
+  });
+const quiet = { logger: { warn: () => {} } };
+function release(ledger: Ledger, runs: Run[], version: "v1" | "v2") {
+  return version === "v1"
+    ? createOnceTools({ tools: { pay: v1(runs) }, effects: { pay: "keyed_write" }, identity: { pay: ["payee", "amount"] }, ledger, dispatcher: quiet })
+    : createOnceTools({ tools: { pay: v2(runs) }, effects: { pay: "keyed_write" }, identity: { pay: ["payee", "amount", "currency"] }, ledger, dispatcher: quiet });
+}
+const user = (id: string, text: string): UIMessage => ({ id, role: "user", parts: [{ type: "text", text }] });
+const hello: UIMessage[] = [user("u1", "hello"), { id: "a1", role: "assistant", parts: [{ type: "text", text: "Hi." }] }];
+const tabA = [...hello, user("uA", "pay acme 5")];
+const tabB = [...hello, user("uB", "pay bob 5")];
+
+let n = 0;
+/** One request of a tab: its model calls pay once; the AI SDK applied the release's schema (its defaults). */
+async function request(once: ReturnType<typeof release>, messages: UIMessage[], input: Record<string, unknown>) {
+  const turn = once.forTurn({ conversationId: "chat_deploy_tabs", messages });
+  const toolCallId = `call_${++n}`;
+  try {
+    return { result: await turn.tools.pay.execute!(input as never, { toolCallId, messages: [] }), outcome: turn.outcomeOf(toolCallId) };
+  } catch (error) {
+    return { error };
+  }
+}
+const acmeV2 = { payee: "acme", amount: 5, currency: "EUR", memo: "again" };
+
+describe("AISDK-18 a deploy between the requests of two tabs' messages at one turn index", () => {
+  it("AISDK-18 tab A paid acme and tab B paid bob before the deploy; A's regenerate after it is refused (tool_definition_changed, ambiguous), not paid again; B's is too", async () => {
+    const ledger = new MemoryLedger();
+    const runs: Run[] = [];
+    const old = release(ledger, runs, "v1");
+    await request(old, tabA, { payee: "acme", amount: 5 });
+    await request(old, tabB, { payee: "bob", amount: 5 });
+    const now = release(ledger, runs, "v2");
+    const a = await request(now, tabA, acmeV2);
+    expect(runs.map((r) => r.payee), JSON.stringify(a)).toEqual(["acme", "bob"]);
+    expect(ToolDefinitionChangedError.isInstance(a.error) && [a.error.reason, a.error.rowState]).toEqual(["ambiguous", "completed"]);
+    // B's regenerate that asks acme now (A's payment): neither answered with A's payment nor paid.
+    const b = await request(now, tabB, acmeV2);
+    expect(ToolDefinitionChangedError.isInstance(b.error) && b.error.reason).toBe("ambiguous");
+    // B's regenerate that asks bob: its own row, the only one the call matches, may still be A's (a row does not say): refused too.
+    const bob = await request(now, tabB, { payee: "bob", amount: 5, currency: "EUR" });
+    expect(ToolDefinitionChangedError.isInstance(bob.error)).toBe(true);
+    // A call no row of the earlier definition matches is no earlier call: it runs.
+    const carol = await request(now, tabA, { payee: "carol", amount: 5, currency: "EUR" });
+    expect([carol.outcome?.replayed, runs.map((r) => r.payee)]).toEqual([false, ["acme", "bob", "carol"]]);
+  });
+
+  it("AISDK-18 tab A paid acme before the deploy, tab B after it (another ask: paid); A's regenerate is refused, B's is answered from its own row", async () => {
+    const ledger = new MemoryLedger();
+    const runs: Run[] = [];
+    await request(release(ledger, runs, "v1"), tabA, { payee: "acme", amount: 5 });
+    const now = release(ledger, runs, "v2");
+    const b = await request(now, tabB, acmeV2);
+    expect([b.outcome?.replayed, runs.map((r) => r.payee)]).toEqual([false, ["acme", "acme"]]);
+    const a = await request(now, tabA, acmeV2);
+    expect(runs.map((r) => r.payee), JSON.stringify(a)).toEqual(["acme", "acme"]);
+    expect(ToolDefinitionChangedError.isInstance(a.error) && a.error.reason).toBe("ambiguous");
+    const bAgain = await request(now, tabB, acmeV2);
+    expect([bAgain.result, bAgain.outcome?.key, bAgain.outcome?.replayed]).toEqual([b.result, b.outcome?.key, true]);
+  });
+});
