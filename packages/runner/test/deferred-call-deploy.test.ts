@@ -88,6 +88,13 @@ describe("TURN-23 across a deploy", () => {
       // The refusal's key is turn 1's own (nothing claimed under it); turn 0's record still lists acme as happened.
       expect(turn1.calls[0]!.key).toBe(b.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x", currency: "EUR" } }, { conversationId: CONV, turnIndex: 1, ordinal: 0 }));
       expect(result.records?.filter((r) => r.turnIndex === 0).map((r) => r.calls.map((c) => [c.key, c.effect]))).toEqual([[[acmeKey, "happened"]]]);
+      // Read back by the release that refused: the same calls, keys and codes as sent.
+      const reader = takeUp ? world(() => text, false, { store: s.base, ledger: s.ledger, performed: s.performed, pay: currencyRequired }) : b;
+      if (takeUp) readingInputs(reader.provider);
+      const readBack = await reader.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+      expect(readBack.fromStore).toBe(true);
+      const view = (r: typeof result) => r.turns.filter((t) => t.turnIndex > 0).map((t) => t.calls.map((c) => [c.key, c.error?.code, c.carriedFromTurn]));
+      expect(view(readBack), `takeUp: ${takeUp}`).toEqual(view(result));
       // The next message is a new ask: it runs.
       const d = world((n) => (n === 1 ? [...eur("c5"), { t: "end" }] : text), false, { store: s.base, ledger: s.ledger, performed: s.performed, pay: currencyRequired });
       readingInputs(d.provider);
