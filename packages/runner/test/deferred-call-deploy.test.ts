@@ -136,8 +136,8 @@ describe("an IDENT-10 refusal in a resumed turn, then the same call in the messa
     return keys;
   }
 
-  const cases = [
-    { what: "request_refused (a required currency now)", memos: ["from A"], pay: currencyRequired as { input: z.ZodObject; identity: string[]; name?: string; formerNames?: string[] }, name: "pay", args: { to: "acme", memo: "from B", currency: "EUR" } },
+  const cases: { what: string; memos: string[]; pay: { input: z.ZodObject; identity: string[]; name?: string; formerNames?: string[] }; name: string; args: Record<string, string> }[] = [
+    { what: "request_refused (a required currency now)", memos: ["from A"], pay: currencyRequired, name: "pay", args: { to: "acme", memo: "from B", currency: "EUR" } },
     { what: "ambiguous (two acme rows, currency defaulted, re-worded)", memos: ["one", "two"], pay: { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] }, name: "pay", args: { to: "acme", memo: "from B" } },
     { what: "request_refused of a former name (renamed to send_payment, formerNames)", memos: ["from A"], pay: { ...currencyRequired, name: "send_payment", formerNames: ["pay"] }, name: "send_payment", args: { to: "acme", memo: "from B", currency: "EUR" } },
   ];
