@@ -90,6 +90,18 @@ export type OnceTurnInput = {
    * @example { dispatchAt: "tool-call" }
    */
   dispatchAt?: "step" | "tool-call";
+  /**
+   * The app re-runs a turn that ran before, where nothing in the request tells (its user message
+   * carries no id: model messages, or a turn index from the app's own store): a regenerate or
+   * resubmit. Its write calls are dispatched as a re-run turn (core's `resumed`, IDENT-10), so a
+   * deploy since the turn's earlier request that changed a write tool's identity or name answers
+   * the call from the row that request made instead of running it again; one listing of the
+   * turn's rows per request. Refused for a turn whose user message carries an id: the wrapper tells
+   * a re-send there by the message's record (AISDK-18).
+   * @default false
+   * @example once.forTurn({ conversationId, turnIndex: stored.turnIndex, resumed: stored.ranBefore })
+   */
+  resumed?: boolean;
 } & (
   | {
       /**
@@ -225,7 +237,7 @@ const FORK_ORDINALS = MESSAGE_ORDINAL_STRIDE;
 const RECORD_NAMES: ReadonlySet<string> = new Set([REPAIR_RECORD_NAME, TURN_RECORD_NAME, MESSAGE_RECORD_NAME]);
 
 const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, formerNames: true, dispatcher: true };
-const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true };
+const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true, resumed: true };
 
 interface CallScope {
   /** The OnceTools whose dispatcher runs the call: another's scope (a call made inside its execute) is not this one's. */
@@ -532,6 +544,12 @@ export class OnceTools<TOOLS extends ToolSet> {
     // it on the same history) is another ask: its calls' ordinals start past the earlier messages'.
     // Model messages carry no id: their requests all start at 0, as before.
     const messageId = input.messages !== undefined ? turnMessageIdOf(input.messages) : undefined;
+    // AISDK-18: the app says a request without a message id re-runs its turn; with one, the record tells.
+    if (input.resumed !== undefined && typeof input.resumed !== "boolean") throw new InvalidArgumentError("input.resumed", `must be a boolean when given, got ${describeValue(input.resumed)}`);
+    if (input.resumed === true && messageId !== undefined) {
+      throw new InvalidArgumentError("input.resumed", "is for a turn whose user message carries no id; a message with an id is told re-sent by its record (AISDK-18)");
+    }
+    const saidResumed = input.resumed === true;
     // A message keeps the turn index at which it first dispatched a claimed call: a later history
     // that counts it at another index (both tabs' messages one after the other) meets its keys.
     type Place = { turnIndex: number; base: number; resumed: boolean; shared: boolean };
@@ -604,7 +622,7 @@ export class OnceTools<TOOLS extends ToolSet> {
       // AISDK-18: a message that dispatched at its turn before re-runs it (a regenerate, a
       // resubmit, a re-sent approval): resumed, so a deploy since then that changed a write tool's
       // identity finds the row its earlier request made (IDENT-10). A first request is not: no listing.
-      let resumed = false;
+      let resumed = saidResumed;
       let sharedTurn = false;
       if (messageId !== undefined && this.dispatcher.registry.get(name).effect !== "read") {
         const placed = await claimedPlace();

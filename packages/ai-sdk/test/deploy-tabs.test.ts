@@ -1,5 +1,5 @@
-import { MemoryLedger, ToolDefinitionChangedError, type Ledger } from "@dispatch-once/core";
-import { tool, type UIMessage } from "ai";
+import { InvalidArgumentError, MemoryLedger, ToolDefinitionChangedError, type Ledger } from "@dispatch-once/core";
+import { tool, type ModelMessage, type UIMessage } from "ai";
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
 import { createOnceTools, dispatchOnceOf } from "../src/index.js";
@@ -43,8 +43,8 @@ const tabB = [...hello, user("uB", "pay bob 5")];
 
 let n = 0;
 /** One request of a tab: its model calls pay once; the AI SDK applied the release's schema (its defaults). */
-async function request(once: ReturnType<typeof release>, messages: UIMessage[], input: Record<string, unknown>) {
-  const turn = once.forTurn({ conversationId: "chat_deploy_tabs", messages });
+async function request(once: ReturnType<typeof release>, messages: UIMessage[] | ModelMessage[], input: Record<string, unknown>, resumed?: boolean) {
+  const turn = once.forTurn({ conversationId: "chat_deploy_tabs", messages, ...(resumed !== undefined ? { resumed } : {}) });
   const toolCallId = `call_${++n}`;
   try {
     return { result: await turn.tools.pay.execute!(input as never, { toolCallId, messages: [] }), outcome: turn.outcomeOf(toolCallId) };
@@ -88,5 +88,37 @@ describe("AISDK-18 a deploy between the requests of two tabs' messages at one tu
     expect(ToolDefinitionChangedError.isInstance(a.error) && a.error.reason).toBe("ambiguous");
     const bAgain = await request(now, tabB, acmeV2);
     expect([bAgain.result, bAgain.outcome?.key, bAgain.outcome?.replayed]).toEqual([b.result, b.outcome?.key, true]);
+  });
+});
+
+describe("AISDK-18 requests whose user message carries no id (model messages): the app says when it re-runs a turn", () => {
+  const modelMessages: ModelMessage[] = [{ role: "user", content: "hello" }, { role: "assistant", content: "Hi." }, { role: "user", content: "pay acme 5" }];
+
+  it("AISDK-18 a regenerate of model messages after the deploy, said resumed, is answered from the first request's row; not said so, it pays again (nothing in the request tells)", async () => {
+    const ledger = new MemoryLedger();
+    const runs: Run[] = [];
+    const first = await request(release(ledger, runs, "v1"), modelMessages, { payee: "acme", amount: 5 });
+    const now = release(ledger, runs, "v2");
+    const again = await request(now, modelMessages, acmeV2, true);
+    expect(runs.map((r) => r.payee), JSON.stringify(again)).toEqual(["acme"]);
+    expect([again.result, again.outcome?.key, again.outcome?.replayed]).toEqual([first.result, first.outcome?.key, true]);
+    const unsaid = await request(now, modelMessages, acmeV2);
+    expect([unsaid.outcome?.replayed, runs.map((r) => r.payee)]).toEqual([false, ["acme", "acme"]]);
+  });
+
+  it("ERR-1 resumed that is not a boolean, or given for a turn whose user message carries an id (the wrapper tells a re-send itself there), is refused with invalid_argument", () => {
+    const once = release(new MemoryLedger(), [], "v2");
+    const refused = (input: Record<string, unknown>) => {
+      try {
+        once.forTurn({ conversationId: "chat_deploy_tabs", ...input } as never);
+        return undefined;
+      } catch (error) {
+        return InvalidArgumentError.isInstance(error) ? error.field : error;
+      }
+    };
+    expect(refused({ messages: modelMessages, resumed: "yes" })).toBe("input.resumed");
+    expect(refused({ messages: tabA, resumed: true })).toBe("input.resumed");
+    expect(refused({ turnIndex: 2, resumed: true })).toBeUndefined();
+    expect(refused({ messages: tabA, resumed: false })).toBeUndefined();
   });
 });
