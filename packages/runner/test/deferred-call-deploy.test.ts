@@ -174,3 +174,35 @@ describe("an IDENT-10 refusal in a resumed turn, then the same call in the messa
     }
   });
 });
+
+describe("TURN-23 across a deploy: two listed calls of one identity", () => {
+  it("TURN-23 with IDENT-10: acme 'one' and acme 'two' listed, a deploy (currency defaulted, in the identity); turn 1 pays acme 'one' twice: each listed row answers one call (A then B), as without the deploy, never A twice", async () => {
+    const s = shared();
+    const warnings: string[] = [];
+    const a = world((n) => (n === 1 ? [...payCall("c1a", "one"), ...payIn("c1b", 1, "pay", { to: "acme", memo: "two" }), "cut"] : [...payIn("c-bob", 0, "pay", { to: "bob", memo: "rent" }), { t: "end" }]), true, {
+      store: s.dyingAt(2),
+      ledger: s.ledger,
+      performed: s.performed,
+    });
+    await expect(a.runner.send(CONV, { id: "m1", content: "pay acme twice and bob" })).rejects.toThrow("the process died");
+    expect(to(s.performed)).toEqual(["acme", "acme", "bob"]);
+    const [keyA, keyB] = [0, 1].map((ordinal) => a.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex: 0, ordinal }));
+    const pay = { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] };
+    const b = world((n) => (n === 1 ? [...payIn("c3a", 0, "pay", { to: "acme", memo: "one" }), ...payIn("c3b", 1, "pay", { to: "acme", memo: "one" }), { t: "end" }] : text), false, {
+      store: s.base,
+      ledger: s.ledger,
+      performed: s.performed,
+      pay,
+      runner: { logger: { warn: (message: string) => void warnings.push(message), info: () => {}, error: () => {}, debug: () => {} } as never },
+      dispatcher: { logger: { warn: () => {} } },
+    });
+    readingInputs(b.provider);
+    const result = await b.runner.send(CONV, { id: "m1", content: "pay acme twice and bob" });
+    expect(to(s.performed)).toEqual(["acme", "acme", "bob"]);
+    expect(result.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.key, c.replayed, c.carriedFromTurn])).toEqual([
+      [keyA, true, 0],
+      [keyB, true, 0],
+    ]);
+    expect(warnings.filter((w) => w.includes("TURN-23"))).toEqual([]);
+  });
+});
