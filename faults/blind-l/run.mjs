@@ -36,7 +36,7 @@ const firstOnly = args.includes("--first");
 const wanted = new Set(args.filter((a) => !a.startsWith("--")));
 // --only=TEXT: run only the catchers whose name contains TEXT (results are then not recorded).
 const only = args.find((a) => a.startsWith("--only="))?.slice("--only=".length);
-/** @type {{ id: string; pkg: string; file: string; rule: string; area: string; cause: string; find: string; replace: string }[]} */
+/** @type {{ id: string; pkg: string; file: string; rule: string; area: string; cause: string; find: string; replace: string; chain?: string }[]} */
 const mutants = JSON.parse(readFileSync(join(here, "mutants.json"), "utf8"));
 const resultsFile = join(here, "results.json");
 /** @type {Record<string, { caughtBy: string | null; test?: string; file?: string; escaped?: { harmless: boolean; resolution: string; catcher?: string; file?: string }; runs: { catcher: string; verdict: string; seconds: number }[] }>} */
@@ -61,6 +61,9 @@ const byteCut = (/** @type {string[]} */ sides) => ({ name: `faults byte-cut (${
 const crash = { name: "faults crash", dir: "faults", files: ["test/crash.test.ts"] };
 const e2e = { name: "conformance-e2e CONF-2 (memory ledger, Messages and Responses)", dir: "conformance-e2e", files: ["test/e2e.test.ts"], grep: "in-memory ledger performs" };
 const e2eAiSdk = { name: "conformance-e2e AI SDK profile", dir: "conformance-e2e", files: ["test/e2e-ai-sdk.test.ts"] };
+// Round N: the kit's planted tests whose control runs the real runner (or, `own`, whose oracle and draws are mutated).
+const kit = (/** @type {string} */ name, /** @type {string[]} */ files, own = false) => ({ name: `conformance-e2e ${name}`, dir: "conformance-e2e", files, own });
+const deferredPlanted = kit("deferred-call planted (TURN-23)", ["test/e2e-deferred-call-planted.test.ts"]);
 /** @type {Record<string, Catcher[]>} */
 const CHAINS = {
   runner: [pkgTests("runner", true), pkgTests("anthropic"), pkgTests("openai"), byteCut(["messages", "responses", "tool-runner"]), crash, e2e],
@@ -72,17 +75,36 @@ const CHAINS = {
   cli: [pkgTests("cli", true)],
   // core's internal row check (IDENT-4's audit and IDENT-10's guard): its own tests, then the CLI's.
   core: [pkgTests("core", true), pkgTests("cli")],
+  // Round N (a mutant's `chain`, where its package's whole chain would cost more than it can tell):
+  // TURN-23's carried calls, exercised by the runner, the Anthropic side's SDK tests, the kit's
+  // deferred calls (its planted test's control runs the real runner) and CONF-2's profiles.
+  "runner-carry": [pkgTests("runner", true), pkgTests("anthropic"), pkgTests("openai"), deferredPlanted, e2e],
+  // core's { at } and IDENT-10 guard: its own tests, then the wrappers that dispatch through them.
+  "core-guard": [pkgTests("core", true), pkgTests("runner"), pkgTests("anthropic"), pkgTests("ai-sdk"), deferredPlanted],
+  // The Anthropic tool runner (ATR-*): its package's tests, then the byte-cut harness's tool-runner side.
+  "tool-runner": [pkgTests("anthropic", true), byteCut(["tool-runner"])],
+  // The kit's own oracle (TURN-23) and draws (AISDK-17): its planted tests (a laxer oracle passes a
+  // planted runner) and its control profiles (a stricter one rejects the real runner).
+  "kit-deferred": [
+    kit("deferred-call planted (TURN-23), mutated", ["test/e2e-deferred-call-planted.test.ts"], true),
+    kit("loop-faults, take-over release, unresolved entry planted, mutated", ["test/e2e-loopfaults-planted.test.ts", "test/e2e-takeover-release-planted.test.ts", "test/e2e-unresolved-entry-planted.test.ts"], true),
+    { ...e2e, name: `${e2e.name}, mutated`, own: true },
+  ],
+  "kit-tabs": [kit("AI SDK tabs planted (AISDK-17), mutated", ["test/e2e-ai-sdk-tabs-planted.test.ts"], true), { ...e2eAiSdk, name: `${e2eAiSdk.name}, mutated`, own: true }],
 };
+
+/** Where a mutant's package lives: packages/<pkg>, or the kit's own directory. */
+const pkgDir = (/** @type {string} */ pkg) => (pkg === "conformance-e2e" ? pkg : `packages/${pkg}`);
 
 /** Built entries besides dist/index.js that a package's tests run (a bin): swapped for the mutant's bundle too. */
 const BINS = { cli: ["cli"], core: ["internal/index"] };
 
 /** The package's own vitest config with the mutant plugin added (its base config imported statically, so vite bundles it). */
-function ownConfig(/** @type {string} */ pkg) {
-  const file = join(tmp, `vitest.${pkg}.config.mjs`);
+function ownConfig(/** @type {string} */ dir) {
+  const file = join(tmp, `vitest.${dir.replaceAll("/", "-")}.config.mjs`);
   writeFileSync(
     file,
-    `import { mergeConfig } from "vitest/config";\nimport base from ${JSON.stringify(join(repo, "packages", pkg, "vitest.config.ts"))};\nimport { mutantPlugin } from ${JSON.stringify(join(script, "mutant-plugin.mjs"))};\nexport default mergeConfig(base, { root: ${JSON.stringify(join(repo, "packages", pkg))}, plugins: [mutantPlugin(JSON.parse(process.env.BLIND_L_MUTANT))] });\n`,
+    `import { mergeConfig } from "vitest/config";\nimport base from ${JSON.stringify(join(repo, dir, "vitest.config.ts"))};\nimport { mutantPlugin } from ${JSON.stringify(join(script, "mutant-plugin.mjs"))};\nexport default mergeConfig(base, { root: ${JSON.stringify(join(repo, dir))}, plugins: [mutantPlugin(JSON.parse(process.env.BLIND_L_MUTANT))] });\n`,
   );
   return file;
 }
@@ -92,7 +114,7 @@ function runCatcher(/** @type {Catcher} */ catcher, /** @type {object | undefine
   const report = join(tmp, "report.json");
   rmSync(report, { force: true });
   const argv = [vitest, "run", "--bail=1", "--reporter=json", `--outputFile=${report}`];
-  if (catcher.own) argv.push(`--config=${ownConfig(catcher.dir.split("/")[1])}`);
+  if (catcher.own) argv.push(`--config=${ownConfig(catcher.dir)}`);
   if (catcher.grep !== undefined) argv.push("-t", catcher.grep);
   argv.push(...(catcher.files ?? []));
   const started = Date.now();
@@ -141,7 +163,7 @@ process.on("SIGINT", () => {
 
 for (const m of mutants) {
   if (wanted.size > 0 && !wanted.has(m.id)) continue;
-  const srcDir = join(repo, "packages", m.pkg, "src");
+  const srcDir = join(repo, pkgDir(m.pkg), "src");
   const abs = join(repo, m.file);
   const marker = join(tmp, `${m.id}.applied`);
   rmSync(marker, { force: true });
@@ -155,8 +177,8 @@ for (const m of mutants) {
       if (!String(error?.message).includes("is not part of")) throw error;
     }
   }
-  if (entries.length === 0) throw new Error(`mutant ${m.id}: ${m.file} is part of no built entry of packages/${m.pkg}`);
-  const swaps = entries.map(({ name, built }) => ({ built, dist: join(repo, "packages", m.pkg, "dist", `${name}.js`), backup: join(tmp, `${m.pkg}.${name}.js.orig`) }));
+  if (entries.length === 0) throw new Error(`mutant ${m.id}: ${m.file} is part of no built entry of ${pkgDir(m.pkg)}`);
+  const swaps = entries.map(({ name, built }) => ({ built, dist: join(repo, pkgDir(m.pkg), "dist", `${name}.js`), backup: join(tmp, `${m.pkg}.${name}.js.orig`) }));
   for (const { built, dist, backup } of swaps) {
     if (!existsSync(backup)) copyFileSync(dist, backup);
     copyFileSync(built, dist);
@@ -167,14 +189,14 @@ for (const m of mutants) {
   const known = results[m.id];
   const recorded = known?.caughtBy != null ? { catcher: known.caughtBy, file: known.file } : { catcher: known?.escaped?.catcher, file: known?.escaped?.file };
   const chain = firstOnly
-    ? CHAINS[m.pkg].filter((c) => c.name === recorded.catcher).map((c) => (recorded.file !== undefined ? { ...c, files: [recorded.file] } : c))
-    : CHAINS[m.pkg].filter((c) => only === undefined || c.name.includes(only));
+    ? CHAINS[m.chain ?? m.pkg].filter((c) => c.name === recorded.catcher).map((c) => (recorded.file !== undefined ? { ...c, files: [recorded.file] } : c))
+    : CHAINS[m.chain ?? m.pkg].filter((c) => only === undefined || c.name.includes(only));
   /** @type {{ caughtBy: string | null; test?: string; file?: string; flaky?: string[]; runs: { catcher: string; verdict: string; seconds: number }[] }} */
   const entry = { caughtBy: null, runs: [] };
   try {
     for (const catcher of chain) {
       const r = await runCatcher(catcher, { id: m.id, abs, find: m.find, replace: m.replace, marker });
-      if (catcher.own && !existsSync(marker)) throw new Error(`mutant ${m.id}: no test of packages/${m.pkg} loaded ${m.file}`);
+      if (catcher.own && !existsSync(marker)) throw new Error(`mutant ${m.id}: no test of ${pkgDir(m.pkg)} loaded ${m.file}`);
       entry.runs.push({ catcher: catcher.name, verdict: r.verdict, seconds: r.seconds });
       console.log(`${m.id} ${catcher.name}: ${r.verdict} (${r.seconds} s)${r.test ? ` — ${r.test}` : ""}`);
       if (r.verdict === "caught" && !firstOnly && r.file !== undefined) {
