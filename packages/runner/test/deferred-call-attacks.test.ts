@@ -123,6 +123,31 @@ describe("TURN-23 attacks", () => {
     }
   });
 
+  it("TURN-23 with IDENT-10: across the deploy, turn 1 pays carol (a new ask) and then acme; carol's call is not the carried acme (another identity under the new definition), acme is answered from turn 0's row", async () => {
+    // Blind round N's N04: a sameIdentityNow that matched any call of the tool let carol's call take
+    // the carried acme, so acme, made next, found nothing carried and paid again under turn 1's key.
+    const ledger = new MemoryLedger();
+    const base = new MemoryConversationStore();
+    const performed: unknown[] = [];
+    let begun = 0;
+    const dying = Object.assign(Object.create(base) as ConversationStore, {
+      beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => (++begun === 2 ? Promise.reject(new Error("worker A's process died")) : base.beginTurn(...args)),
+    });
+    const a = world((n) => (n === 1 ? [...payCall("c1", "first"), "cut"] : [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }]), true, { store: dying, ledger, performed });
+    await expect(a.runner.send(CONV, { id: "m1", content: "pay acme and bob, then carol" })).rejects.toThrow("worker A's process died");
+    const acmeKey = a.events.flatMap((e) => (e.type === "call_resolved" && e.attempt === 1 && e.ok ? [e.key] : []))[0];
+    const pay = { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] };
+    const b = world((n) => (n === 1 ? [...payIn("c3-carol", 0, "carol", "new"), ...payIn("c3-acme", 1, "acme", "as asked"), { t: "end" }] : text), false, { store: base, ledger, performed, pay, dispatcher: { logger: { warn: () => {} } }, runner: { logger: { warn: () => {} } } });
+    readingInputs(b.provider);
+    const result = await b.runner.send(CONV, { id: "m1", content: "pay acme and bob, then carol" });
+    expect(performed.map((p) => (p as { to: string }).to)).toEqual(["acme", "bob", "carol"]);
+    const turn1 = result.turns.find((t) => t.turnIndex === 1)!.calls;
+    expect(turn1.map((c) => [c.callId, c.key === acmeKey, c.carriedFromTurn])).toEqual([
+      ["c3-carol", false, undefined],
+      ["c3-acme", true, 0],
+    ]);
+  });
+
   it("TURN-23 with IDENT-10 on a ledger that does not list rows: across the deploy nothing can find turn 0's row, so turn 1's acme runs under turn 1's own key, and turn 2's acme (the model saw turn 1's paid) is a new payment", async () => {
     const pay = { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] };
     const memory = new MemoryLedger();
