@@ -172,7 +172,7 @@ for (const m of mutants) {
   const entries = [];
   for (const name of ["index", ...(BINS[m.pkg] ?? [])]) {
     try {
-      entries.push({ name, built: await mutatedEntry(join(srcDir, `${name}.ts`), `${m.id.toLowerCase()}-${name}`, patch) });
+      entries.push({ name, built: await mutatedEntry(join(srcDir, `${name}.ts`), `${m.id.toLowerCase()}-${name.replaceAll("/", "-")}`, patch) });
     } catch (error) {
       if (!String(error?.message).includes("is not part of")) throw error;
     }
