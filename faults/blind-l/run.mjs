@@ -18,9 +18,10 @@
 // Results go to faults/blind-<round>/results.json (merged per mutant). Needs PostgreSQL and Redis as
 // the suites do; run it alone (it swaps dist files other runs would load).
 import { spawn } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { join, relative, resolve } from "node:path";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { basename, join, relative, resolve } from "node:path";
 import { mutatedEntry } from "@dispatch-once/test-processes";
+import { createRequire } from "node:module";
 
 const script = import.meta.dirname;
 const repo = resolve(script, "../..");
@@ -98,6 +99,52 @@ const pkgDir = (/** @type {string} */ pkg) => (pkg === "conformance-e2e" ? pkg :
 
 /** Built entries besides dist/index.js that a package's tests run (a bin): swapped for the mutant's bundle too. */
 const BINS = { cli: ["cli"], core: ["internal/index"] };
+/**
+ * Packages whose entries are one library (core's index and internal/index share its classes, as
+ * its dist's shared chunk makes them): built together, split, so that an error class is one class.
+ * Bundled apart, each had its own InvalidArgumentError, and a runner test that checks the class of
+ * an error core/internal raised failed on every core mutant (round N's N16 and N21 were "caught" so).
+ */
+const SPLIT = new Set(["core"]);
+
+/** The package's entries bundled together with the patch applied, code shared in chunks: [{ name, built }] and the chunks. */
+async function splitMutant(/** @type {string} */ srcDir, /** @type {string[]} */ names, /** @type {string} */ id, /** @type {{ file: string; from: string; to: string }} */ patch) {
+  const { build } = createRequire(join(repo, "tests", "processes", "index.js"))("esbuild");
+  const outdir = join(tmp, `split-${id}`);
+  rmSync(outdir, { recursive: true, force: true });
+  const target = join(srcDir, patch.file);
+  let applied = false;
+  await build({
+    entryPoints: Object.fromEntries(names.map((name) => [name, join(srcDir, `${name}.ts`)])),
+    outdir,
+    bundle: true,
+    splitting: true,
+    packages: "external",
+    format: "esm",
+    platform: "node",
+    target: "node20",
+    logLevel: "error",
+    chunkNames: `mutant-${id}-[hash]`,
+    plugins: [
+      {
+        name: "mutant",
+        setup(b) {
+          b.onLoad({ filter: /\.ts$/ }, (args) => {
+            if (args.path !== target) return undefined;
+            const text = readFileSync(args.path, "utf8");
+            const at = text.indexOf(patch.from);
+            if (at < 0 || text.indexOf(patch.from, at + 1) >= 0) throw new Error(`mutant ${id}: its patch occurs ${at < 0 ? "nowhere" : "more than once"} in ${args.path}`);
+            applied = true;
+            return { contents: text.slice(0, at) + patch.to + text.slice(at + patch.from.length), loader: "ts" };
+          });
+        },
+      },
+    ],
+  });
+  if (!applied) throw new Error(`mutant ${id}: ${target} is part of no entry of ${srcDir}`);
+  const chunks = readdirSync(outdir).filter((f) => f.startsWith(`mutant-${id}-`) && f.endsWith(".js"));
+  return { entries: names.map((name) => ({ name, built: join(outdir, `${name}.js`) })), chunks: chunks.map((f) => join(outdir, f)) };
+}
 
 /** The package's own vitest config with the mutant plugin added (its base config imported statically, so vite bundles it). */
 function ownConfig(/** @type {string} */ dir) {
@@ -154,7 +201,9 @@ function runCatcher(/** @type {Catcher} */ catcher, /** @type {object | undefine
 
 const swapped = [];
 function restore() {
-  for (const { dist, backup } of swapped.splice(0)) copyFileSync(backup, dist);
+  // A mutant's chunk (SPLIT) has no original: removed.
+  for (const { dist, backup } of swapped.splice(0)) if (backup === undefined) rmSync(dist, { force: true });
+  else copyFileSync(backup, dist);
 }
 process.on("SIGINT", () => {
   restore();
@@ -170,7 +219,14 @@ for (const m of mutants) {
   const patch = [{ file: abs.slice(srcDir.length + 1), from: m.find, to: m.replace }];
   // Each built entry of the package the mutated file is part of (a file the bin alone imports is not in index).
   const entries = [];
-  for (const name of ["index", ...(BINS[m.pkg] ?? [])]) {
+  /** @type {string[]} */
+  let chunks = [];
+  if (SPLIT.has(m.pkg)) {
+    const split = await splitMutant(srcDir, ["index", ...(BINS[m.pkg] ?? [])], m.id.toLowerCase(), patch[0]);
+    entries.push(...split.entries);
+    chunks = split.chunks;
+  }
+  for (const name of SPLIT.has(m.pkg) ? [] : ["index", ...(BINS[m.pkg] ?? [])]) {
     try {
       entries.push({ name, built: await mutatedEntry(join(srcDir, `${name}.ts`), `${m.id.toLowerCase()}-${name.replaceAll("/", "-")}`, patch) });
     } catch (error) {
@@ -183,6 +239,12 @@ for (const m of mutants) {
     if (!existsSync(backup)) copyFileSync(dist, backup);
     copyFileSync(built, dist);
     swapped.push({ dist, backup });
+  }
+  // The mutant's shared chunks beside its entries (the unmutated entries never import them).
+  for (const chunk of chunks) {
+    const dist = join(repo, pkgDir(m.pkg), "dist", basename(chunk));
+    copyFileSync(chunk, dist);
+    swapped.push({ dist, backup: undefined });
   }
   // --first: the recorded first catcher, narrowed to the file that caught the mutant.
   // An escape a new check now catches is run against that check (results' `escaped`).
