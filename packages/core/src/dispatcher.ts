@@ -542,9 +542,10 @@ export class Dispatcher implements CallDispatcher {
     let seen: Map<string, number> | undefined;
     // IDENT-10: made at the first write call of a re-run turn only (a first run lists nothing).
     let guard: DefinitionGuard | undefined;
-    // TURN-23: one guard per earlier turn index its calls are dispatched at, so that a row one call
-    // was matched to is not another's (two listed calls of one identity answer two calls, each once).
-    let guardsAt: Map<number, DefinitionGuard> | undefined;
+    // IDENT-10 for calls dispatched at an earlier turn (TURN-23's { at }): one guard per turn index,
+    // as the turn's own, so that a row one call adopted is not another's. A guard per call let two
+    // calls carried across a deploy both adopt one row: two calls answered by one run (DISPATCH-6).
+    let atGuards: Map<number, DefinitionGuard> | undefined;
     return {
       dispatch: (call: ToolCall, options?: TurnDispatchOptions) => {
         // Everything up to the ordinal is synchronous, so ordinals follow call order.
@@ -577,10 +578,10 @@ export class Dispatcher implements CallDispatcher {
         if (at !== undefined) {
           // TURN-23: under the earlier turn's key, having taken its ordinal here all the same.
           if (!guardable(prepared.tool)) return this.execute(prepared, at, at.ordinal);
-          guardsAt ??= new Map();
-          let guardAt = guardsAt.get(at.turnIndex);
-          if (guardAt === undefined) guardsAt.set(at.turnIndex, (guardAt = new DefinitionGuard(this.guardDeps(), at.conversationId, at.turnIndex)));
-          return this.guarded(guardAt, prepared, at, at.ordinal);
+          atGuards ??= new Map();
+          let atGuard = atGuards.get(at.turnIndex);
+          if (atGuard === undefined) atGuards.set(at.turnIndex, (atGuard = new DefinitionGuard(this.guardDeps(), at.conversationId, at.turnIndex)));
+          return this.guarded(atGuard, prepared, at, at.ordinal);
         }
         if (context.resumed === true && guardable(prepared.tool)) {
           guard ??= new DefinitionGuard(this.guardDeps(), context.conversationId, context.turnIndex, context.sharedTurn === true);

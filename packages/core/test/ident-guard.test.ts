@@ -158,6 +158,24 @@ describe("IDENT-10 a re-run turn after a deploy that changed a write tool's iden
     expect(effects).toHaveLength(2);
   });
 
+  it("IDENT-10 two calls of the re-run, both with the first row's very request: the first adopts that row, the second the row left (never the one already adopted: two calls answered by one run, DISPATCH-6)", async () => {
+    // Blind round N's N21: without the adopted set both calls took the "first" row by its whole
+    // request, and the "second" payment, made by the turn's first run, was answered nowhere.
+    for (const second of ["first", "re-worded"]) {
+      const effects: Effect[] = [];
+      const { old, next } = dispatchers(new MemoryLedger(), effects);
+      const a = old.turn(at);
+      const firsts = await Promise.all([a.dispatch(pay("first")), a.dispatch(pay("second"))]);
+      const b = next.turn({ ...at, resumed: true });
+      const agains = await Promise.allSettled([b.dispatch(pay("first")), b.dispatch(pay(second))]);
+      expect(
+        agains.map((r) => (r.status === "fulfilled" ? [r.value.key, r.value.replayed] : (r.reason as { code?: string }).code)),
+        `the second call's memo: ${second}`,
+      ).toEqual(firsts.map((o) => [o.key, true]));
+      expect(effects).toHaveLength(2);
+    }
+  });
+
   it("IDENT-10 two identical calls at ordinals 0 and 1, both re-keyed: nothing tells which row is which, so both are refused (ambiguous), none paid again", async () => {
     const effects: Effect[] = [];
     const { old, next } = dispatchers(new MemoryLedger(), effects);

@@ -41,6 +41,44 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
     expect(paid).toEqual(["acme", "acme"]);
   });
 
+  it("IDENT-10 two calls carried across a deploy, both dispatched with { at } in one turn: the second never adopts the row the first did (one guard per earlier turn, as a resumed turn's)", async () => {
+    // Turn 0 (the old definition, identity `to`) paid acme twice, "first" and "second"; a deploy put
+    // `currency` in the identity, so neither row's key is derived now. Turn 1 makes both again, the
+    // second with the first's very request (or re-worded): each is answered by a row of its own.
+    // Each { at } dispatch had a guard of its own, whose adopted set was empty: both calls adopted
+    // the "first" row (two calls answered by one run, DISPATCH-6), or the re-worded one was refused
+    // as ambiguous although only the "second" row was left for it.
+    for (const second of ["first", "again"]) {
+      const paid: string[] = [];
+      const ledger = new MemoryLedger();
+      const tool = (input: z.ZodObject, identity: string[]) =>
+        defineTool({
+          name: "pay",
+          effect: "keyed_write",
+          input,
+          identity,
+          run: async ({ to, memo }: { to: string; memo: string }) => {
+            paid.push(`${to} ${memo}`);
+            return { n: paid.length };
+          },
+        });
+      const old = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string() }), ["to"])]), ledger, logger: { warn: () => {} } });
+      const next = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), ["to", "currency"])]), ledger, logger: { warn: () => {} } });
+      const turn0 = old.turn({ conversationId: "c", turnIndex: 0 });
+      const rows = await Promise.all([turn0.dispatch({ name: "pay", input: { to: "acme", memo: "first" } }), turn0.dispatch({ name: "pay", input: { to: "acme", memo: "second" } })]);
+      const turn1 = next.turn({ conversationId: "c", turnIndex: 1 });
+      const again = await Promise.allSettled([
+        turn1.dispatch({ name: "pay", input: { to: "acme", memo: "first" } }, { at: { turnIndex: 0, ordinal: 0 } }),
+        turn1.dispatch({ name: "pay", input: { to: "acme", memo: second } }, { at: { turnIndex: 0, ordinal: 0 } }),
+      ]);
+      expect(
+        again.map((r) => (r.status === "fulfilled" ? [r.value.key, r.value.replayed] : (r.reason as { code?: string }).code)),
+        `second call's memo: ${second}`,
+      ).toEqual(rows.map((o) => [o.key, true]));
+      expect(paid).toEqual(["acme first", "acme second"]);
+    }
+  });
+
   it.each([
     ["an options value that is not an object", 5, "options"],
     ["an unknown option", { ta: { turnIndex: 0, ordinal: 0 } }, "options.ta"],
