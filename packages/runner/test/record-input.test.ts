@@ -38,6 +38,26 @@ describe("the arguments of each call a record tells of (RECORD-2, RECORD-8)", ()
     expect(await store.records("conv-input")).toEqual([expect.objectContaining({ kind: "failed_turn", effects: error.record.effects })]);
   });
 
+  it("RECORD-10 a re-send's record gives each effect the request the first send ran, not the re-send's re-worded replay of it", async () => {
+    // Blind round N's N28: with the call's own arguments before its stored request, the re-send's
+    // record said acme was paid with "memo 4", a payment that was never made.
+    const { runner, performed } = world(twoPayments, true);
+    const first = (await runner.send("conv-resend-input", { id: "m1", content: "pay acme and bob" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(first), String(first)).toBe(true);
+    const again = (await runner.send("conv-resend-input", { id: "m1", content: "pay acme and bob" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(again), String(again)).toBe(true);
+    expect(performed).toEqual([
+      { to: "acme", memo: "memo 1" },
+      { to: "bob", memo: "rent" },
+    ]);
+    // Every call of the re-send was a replay, re-worded: its own arguments, and the request that ran.
+    expect(again.record.calls.filter((c) => c.index === 0).every((c) => c.storedRequest !== undefined && (c.input as { memo: string }).memo !== "memo 1")).toBe(true);
+    expect(again.record.effects.map((e) => [e.name, e.effect, e.input])).toEqual([
+      ["pay", "happened", { to: "acme", memo: "memo 1" }],
+      ["pay", "happened", { to: "bob", memo: "rent" }],
+    ]);
+  });
+
   it("RECORD-2 a call cut while its arguments streamed has no arguments, only the partial text", async () => {
     const { runner } = world(() => [{ t: "call", index: 0, id: "c", name: "pay" }, { t: "args", index: 0, json: '{"to":"ac' }, "cut"]);
     const error = (await runner.send("conv-partial", { id: "m1", content: "pay" }).catch((e: unknown) => e)) as TurnFailedError;
