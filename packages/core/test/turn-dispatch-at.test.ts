@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { Dispatcher, InvalidArgumentError, MemoryLedger, ToolRegistry, defineTool } from "../src/index.js";
+import { Dispatcher, InvalidArgumentError, MemoryLedger, ToolError, ToolRegistry, defineTool } from "../src/index.js";
 
 /*
  * TurnDispatch.dispatch(call, { at }) (a runner's TURN-23): a call an earlier turn's re-run left
@@ -77,6 +77,33 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
       ).toEqual(rows.map((o) => [o.key, true]));
       expect(paid).toEqual(["acme first", "acme second"]);
     }
+  });
+
+  it("TURN-15 a call dispatched at an earlier turn is dispatched as that turn run again: a first claim refused before acceptance says 'may have happened', even from a turn that was not resumed", async () => {
+    // Blind round N's N16: the position without `resumed` made a durable ledger's first claim's
+    // "not performed" a fact, while the earlier turn's holder (a paused process) may still claim the
+    // key and pay; and a row of the earlier turn swept meanwhile had run the effect already.
+    const base = new MemoryLedger();
+    const ledger = Object.assign(Object.create(base) as MemoryLedger, { capabilities: { ...base.capabilities, durability: "durable" as const } });
+    const dispatcher = new Dispatcher({
+      tools: new ToolRegistry([
+        defineTool({
+          name: "pay",
+          effect: "keyed_write",
+          input: z.object({ to: z.string(), memo: z.string() }),
+          identity: ["to"],
+          run: () => {
+            throw new ToolError("503 before acceptance", { disposition: "not_performed" });
+          },
+        }),
+      ]),
+      ledger,
+      logger: { warn: () => {} },
+    });
+    const call = { name: "pay", input: { to: "acme", memo: "x" } };
+    await expect(dispatcher.turn({ conversationId: "c", turnIndex: 1 }).dispatch(call, { at: { turnIndex: 0, ordinal: 0 } })).rejects.toMatchObject({ code: "claim_released", effectMayHaveHappened: true });
+    // The same call at its own position, in a turn this holder began: its own first claim, believed.
+    await expect(dispatcher.turn({ conversationId: "c", turnIndex: 2 }).dispatch(call)).rejects.toMatchObject({ code: "claim_released", effectMayHaveHappened: false });
   });
 
   it.each([
