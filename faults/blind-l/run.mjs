@@ -234,7 +234,7 @@ for (const m of mutants) {
     }
   }
   if (entries.length === 0) throw new Error(`mutant ${m.id}: ${m.file} is part of no built entry of ${pkgDir(m.pkg)}`);
-  const swaps = entries.map(({ name, built }) => ({ built, dist: join(repo, pkgDir(m.pkg), "dist", `${name}.js`), backup: join(tmp, `${m.pkg}.${name}.js.orig`) }));
+  const swaps = entries.map(({ name, built }) => ({ built, dist: join(repo, pkgDir(m.pkg), "dist", `${name}.js`), backup: join(tmp, `${m.pkg}.${name.replaceAll("/", "-")}.js.orig`) }));
   for (const { built, dist, backup } of swaps) {
     if (!existsSync(backup)) copyFileSync(dist, backup);
     copyFileSync(built, dist);
