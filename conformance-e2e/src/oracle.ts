@@ -1366,7 +1366,7 @@ function checkEveryEffectAccounted(
 }
 
 /**
- * The earlier turn of the committed turn's message whose key (spec §3's, at an ordinal from 0 to 7)
+ * The earlier turn of the committed turn's message whose key (spec §3's, at an ordinal from 0 to 64, as the runner matches)
  * the call was reported under, if any: the call was answered from a call that turn left
  * unanswered (TURN-23).
  */
