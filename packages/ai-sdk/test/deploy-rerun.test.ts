@@ -157,18 +157,20 @@ describe("AISDK-18 a re-sent message after a deploy that changed a write tool's 
 });
 
 describe("AISDK-18 the first message of a turn index that holds two", () => {
-  it("AISDK-18 the first tab's regenerate (its message at the turn's first place) is not guarded either when another tab's message followed it there: the other tab's row is never its answer", async () => {
+  it("AISDK-18 the first tab's regenerate (its message at the turn's first place) is guarded as shared when another tab's message followed it there: the other tab's row is never its answer, and the call is refused rather than run", async () => {
     // Blind round N's N29: with aloneAt's lookup of the turn's second place skipped, uA (placed
     // first) was taken for the turn's only message, its re-send was guarded, and its call was
     // answered with uB's payment: two asks, and uA's never made (AISDK-17's collision again).
+    // Guarded as shared (sharedTurn), the row may be either ask's, so the call is refused.
     const { ledger } = counted();
     const runs: Run[] = [];
     const old = release(ledger, runs, "v1");
     await request(old, [...hello, user("uA", "pay acme 5")], { payee: "acme", amount: 5 }, "call_1");
     await request(old, [...hello, user("uB", "pay bob 5")], { payee: "bob", amount: 5 }, "call_2");
-    const a = await request(release(ledger, runs, "v2"), [...hello, user("uA", "pay acme 5")], { payee: "bob", amount: 5, currency: "EUR" }, "call_3");
-    expect(a.result).not.toEqual({ paid: "bob#2" });
-    expect(runs.map((r) => r.payee)).toEqual(["acme", "bob", "bob"]);
+    const a = await request(release(ledger, runs, "v2"), [...hello, user("uA", "pay acme 5")], { payee: "bob", amount: 5, currency: "EUR" }, "call_3").catch((e: unknown) => e);
+    expect(a).not.toMatchObject({ result: { paid: "bob#2" } });
+    expect(ToolDefinitionChangedError.isInstance(a) && a.reason).toBe("ambiguous");
+    expect(runs.map((r) => r.payee)).toEqual(["acme", "bob"]);
   });
 });
 
