@@ -142,7 +142,11 @@
  *                      it also when turn 0 answered it, so a second ask is answered from the first's row (P_FRESH)
  *   -DDEPLOY=1         with -DSOLO=0: a deploy between two runs of a turn changes pay's key derivation (key 0, then key 1);
  *                      IDENT-10's guard in a resumed turn lists the turn's rows and dispatches under the other definition's
- *                      row's key, or refuses (tool_definition_changed); -DNO_IDENT_GUARD claims the call's own key (P_ONCE)
+ *                      row's key, or refuses (tool_definition_changed); -DNO_IDENT_GUARD claims the call's own key (P_ONCE).
+ *                      With -DTURNS2=1 too, the deploy may come between the turns (TURN-23 across a deploy): a carried call
+ *                      is dispatched at turn 0's index as a re-run, through the guard there; -DCARRY_DEPLOY_RUNS runs it
+ *                      under turn 1's key when the new schema refuses the stored request, -DCARRY_DEPLOY_OWN_INDEX claims a
+ *                      matched one at turn 1's index (both P_ONCE)
  *   -DSAME_ASK=1       with BOUNDAT: message 1 asks for what message 0 asked (the same intent, "pay" again under a
  *                      new message id), so bound at a failed message 0's index it derives message 0's key there
  *                      (TURN-12) and may replay its row; -DINHERIT=0 counts its window from its own binding, not
@@ -304,6 +308,17 @@
 #ifndef DEPLOY
 #define DEPLOY 0
 #endif
+/* With both -DTURNS2 and -DDEPLOY (TURN-23 across a deploy): keys KEY(turn index, definition), 0 and 1 at turn 0, 2 and 3 at
+ * turn 1. The deploy may come at any moment, between turn 0's commit and turn 1 too. Turn 1's call carried from turn 0
+ * (its record lists key 0 or key 1, happened or may_have_happened, and no committed turn answered it) is dispatched at
+ * turn 0's index as a re-run: under its key there as this holder's definition derives it (the listed key, when the listed
+ * call ran under this definition), through IDENT-10's guard at that index, which finds the other definition's row: the
+ * call is dispatched under the row's key when the stored request gives the call's key (answered from a completed row,
+ * waited on in flight, re-run under its old key when released), and refused with tool_definition_changed (request_refused)
+ * when the new schema refuses the stored request: nothing claimed or run, answered to the model as a call not run whose
+ * effect happened or may have happened, and the call stays listed (a retry or a take-up refuses again).
+ * -DCARRY_DEPLOY_RUNS (the spec before: a refused stored request matches nothing and the call runs under turn 1's key) and
+ * -DCARRY_DEPLOY_OWN_INDEX (a matched call claimed at turn 1's index instead of re-run at turn 0's): P_ONCE. */
 /* message 0 alone, with store keys per turn (tk) and TURN-15's resumed from the indexes begun (nbeg) */
 #define SOLO_TURNS (TURNS2 || DEPLOY > 0)
 #ifdef RT_UNFENCED
@@ -323,8 +338,11 @@
 #if SAME_ASK && !(AGING && BOUNDAT) && !VSTORE
 #error "SAME_ASK is modelled with AGING and BOUNDAT, or with VSTORE (a store that forgets a binding)"
 #endif
-#if DEPLOY && (TURNS2 || RETENTION || VOLATILE > 0)
-#error "DEPLOY is modelled without TURNS2, RETENTION, VOLATILE"
+#if DEPLOY && (RETENTION || VOLATILE > 0)
+#error "DEPLOY is modelled without RETENTION, VOLATILE"
+#endif
+#if (defined(CARRY_DEPLOY_RUNS) || defined(CARRY_DEPLOY_OWN_INDEX)) && !(TURNS2 && DEPLOY)
+#error "CARRY_DEPLOY_RUNS and CARRY_DEPLOY_OWN_INDEX are modelled with TURNS2 and DEPLOY"
 #endif
 #if SOLO_TURNS && (SOLO != 0 || AGING || VSTORE || SAME_ASK || NOTSTORABLE > 0 || RUNTIMEOUTS > 0 || defined(OLD_TURN) || defined(RECORD_AFTER_COMMIT))
 #error "TURNS2 and DEPLOY are modelled for message 0 alone (-DSOLO=0), without AGING, VSTORE, SAME_ASK, NOTSTORABLE, RUNTIMEOUTS, OLD_TURN, RECORD_AFTER_COMMIT"
@@ -686,8 +704,9 @@ byte tk[T];              /* store: key +1 of the call each committed turn answer
 byte effa[2];            /* ghost: effects per ask: 0 the call of turn 0 and its repeat in turn 1 while no committed turn
                             answered it (the same ask), 1 a repeat in turn 1 after turn 0 answered it (a second ask) */
 #if TURNS2
-/* the ask an effect under key k answers: key 2 (turn 1's own) is a second ask only when turn 0 answered the call */
-#define ASK(k) (((k) == KEY(1, 0) && tres[0] != C_NONE) -> 1 : 0)
+/* the ask an effect under key k answers: a key of turn 1's own (2, or 3 under a deployed definition) is a second ask only
+   when turn 0 answered the call */
+#define ASK(k) (((k) / M == 1 && tres[0] != C_NONE) -> 1 : 0)
 #else
 #define ASK(k) 0         /* DEPLOY: one ask, under either definition's key */
 #endif
@@ -698,6 +717,13 @@ byte defv;               /* the definition of pay deployed now: 0 the first, 1 t
 bool dcompat;            /* the new definition reads a stored request of the old one and gives the call's key from it */
 /* the key of the call at turn index t under the other definition than key k's */
 #define OTHER_DEF(t, k) KEY(t, 1 - ((k) % M))
+/* IDENT-10's guard runs where a call is dispatched as a re-run: in a resumed turn, and (TURN-23) for a call carried to an
+   earlier turn's index */
+#if TURNS2
+#define RERUN_AT(k) (resumed || (k) / M != t)
+#else
+#define RERUN_AT(k) resumed
+#endif
 #endif
 
 #if RESOLVES > 0
@@ -956,7 +982,8 @@ proctype Worker(byte w) provided (!crashed[w]) {
 #endif
 #if SOLO_TURNS
   byte carry;    /* TURN-23, this drive's carried call of message 0: 0 not known here (read the store at turn 1), 1 none,
-                    2 turn 0's key 0 (the runner's `carried` map: set from the record of the turn 0 it committed) */
+                    2 + j turn 0's key j (the runner's `carried` map: set from the record of the turn 0 it committed;
+                    j is 1 only under DEPLOY, a call turn 0 ran under the deployed definition) */
   bool plain;    /* turn 1's model answered with plain text: committed at once */
 #endif
 #if GRANTS

@@ -68,6 +68,9 @@ const CARRY_FAULTS = { SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, CRASHES: 
 const CARRY_PAUSE_FAULTS = { SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, PAUSES: 1, REDELIVERIES: 1, LOSTS: 1, REFUSALS: 1 };
 // A deploy between two runs of one turn (IDENT-4 broken, IDENT-10's guard), message 0 alone, with a crash (the take-over).
 const DEPLOY_FAULTS = { SOLO: 0, DEPLOY: 1, CRASHES: 1, STREAMCUTS: 1, LOSTS: 1, REFUSALS: 1, DIVERGES: 1 };
+// Two turns of message 0 and a deploy at any moment, between the turns too (TURN-23 across a deploy, IDENT-10): turn 0's
+// re-run answers without the call, a crash makes a holder of the new release take the message up.
+const CARRY_DEPLOY_FAULTS = { SOLO: 0, TURNS2: 1, DEPLOY: 1, DIVERGES: 1, STREAMCUTS: 1, CRASHES: 1, REFUSALS: 1 };
 const SAME_ASK_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, STREAMCUTS: 2, REDELIVERIES: 1, MAXATT: 1, RESEND_FROM: 3, RECHECK: 3, SAME_ASK: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
@@ -677,6 +680,44 @@ const CHECKS = [
     about: "(--deep) IDENT-10's guard with a pause instead of a crash: a holder of the old release, paused past its turn lease before "
       + "its claim, claims under the old definition's key after the new holder's listing, and both pay",
     defines: { ...NONE, SOLO: 0, DEPLOY: 1, PAUSES: 1, REDELIVERIES: 1, ...ONLY("ONCE") },
+  },
+  {
+    name: "carry-deploy",
+    kind: "verify",
+    about: "the two turns of carry with a deploy at any moment, between the turns too (TURN-23 across a deploy): turn 1's "
+      + "call carried from turn 0 is dispatched at turn 0's index as a re-run, through IDENT-10's guard there (answered "
+      + "from the old definition's row, waited on, re-run under its old key), or refused with tool_definition_changed "
+      + "when the new schema refuses the stored request (answered as not run, the listed call's effect may have happened); "
+      + "a holder of the new release takes the message up after a crash and reads the carried call back; with a cut stream",
+    defines: { ...NONE, ...CARRY_DEPLOY_FAULTS },
+  },
+  {
+    name: "carry-deploy-faults",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the faults of carry-deploy and a lost response and a refused request (a released row of the old "
+      + "definition re-run under its old key from turn 1)",
+    defines: { ...NONE, ...CARRY_DEPLOY_FAULTS, LOSTS: 1 },
+  },
+  {
+    name: "carry-deploy-runs",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "TURN-23 (a later turn's call of a tool whose new definition refuses the listed call's stored request is refused), IDENT-10",
+    explain: "TBD",
+    about: "the spec before: a carried call whose stored request the deployed schema refuses matches nothing and runs under "
+      + "turn 1's own key (-DCARRY_DEPLOY_RUNS)",
+    defines: { ...NONE, ...CARRY_DEPLOY_FAULTS, CARRY_DEPLOY_RUNS: true, ...ONLY("ONCE") },
+  },
+  {
+    name: "carry-deploy-own-index",
+    kind: "expect",
+    property: "P_ONCE",
+    rules: "TURN-23 (a call matched across a deploy is dispatched at the listed call's turn index as a re-run), IDENT-10",
+    explain: "TBD",
+    about: "a carried call matched across a deploy claimed at turn 1's index instead of re-run at turn 0's "
+      + "(-DCARRY_DEPLOY_OWN_INDEX): no guard lists turn 0's rows, and the new definition's key meets no row",
+    defines: { ...NONE, ...CARRY_DEPLOY_FAULTS, CARRY_DEPLOY_OWN_INDEX: true, ...ONLY("ONCE") },
   },
   {
     name: "carry-no-takeup-read",

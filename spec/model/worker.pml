@@ -220,22 +220,25 @@ inline DISPATCH() {
 #if DEPLOY
   /* IDENT-10: in a resumed turn (TURN-15) the dispatcher lists the turn's rows (LIST-3) before it claims, one ledger
      step; a row of the tool under the other definition's key, while the call's own key has none, was made under
-     another definition (IDENT-4) */
+     another definition (IDENT-4); TURN-23: a call carried to an earlier turn is dispatched at that turn's index as a
+     re-run, through the guard there (RERUN_AT) */
   if
-  :: resumed ->
+  :: RERUN_AT(k) ->
      atomic {
        if
 #ifndef NO_IDENT_GUARD
-       :: rst[OTHER_DEF(t, k)] != R_NONE && rst[k] == R_NONE && dcompat ->
+       :: rst[OTHER_DEF(k / M, k)] != R_NONE && rst[k] == R_NONE && dcompat ->
           /* its stored request, read under this definition, gives the call's key: the call is dispatched under the
              row's key (a completed row answers, an in-flight one is waited on, a released one re-runs its request) */
-          printf("@@ W%d   lists turn %d's rows: key %d, made under the other definition, gives this call's key: dispatched under key %d (IDENT-10)\n", w, t, OTHER_DEF(t, k), OTHER_DEF(t, k));
-          k = OTHER_DEF(t, k); wk[w] = k + 1
-       :: rst[OTHER_DEF(t, k)] != R_NONE && rst[k] == R_NONE && !dcompat ->
+          printf("@@ W%d   lists turn %d's rows: key %d, made under the other definition, gives this call's key: dispatched under key %d (IDENT-10)\n", w, k / M, OTHER_DEF(k / M, k), OTHER_DEF(k / M, k));
+          k = OTHER_DEF(k / M, k); wk[w] = k + 1
+       :: rst[OTHER_DEF(k / M, k)] != R_NONE && rst[k] == R_NONE && !dcompat ->
           /* the current schema refuses its stored request: cannot tell; refused before anything is claimed or run, and
-             answered to the model as a call that was not run; the turn's record speaks of the row (RECORD-8) */
-          printf("@@ W%d   lists turn %d's rows: key %d, made under the other definition, cannot be read: tool_definition_changed, nothing claimed (IDENT-10)\n", w, t, OTHER_DEF(t, k));
-          k = OTHER_DEF(t, k); wk[w] = k + 1; goto ddone
+             answered to the model as a call that was not run; the turn's record speaks of the row (RECORD-8). TURN-23:
+             for a carried call the answer says the listed call's effect happened or may have happened (res C_NONE:
+             never an error result, which would say it did not) */
+          printf("@@ W%d   lists turn %d's rows: key %d, made under the other definition, cannot be read: tool_definition_changed, nothing claimed (IDENT-10)\n", w, k / M, OTHER_DEF(k / M, k));
+          k = OTHER_DEF(k / M, k); wk[w] = k + 1; goto ddone
 #endif
        :: else
        fi
@@ -323,7 +326,7 @@ dclaim:
 #if TURNS2
        /* P_FRESH (TURN-23): a call made again after a committed turn answered it is a second ask, never answered from
           the first ask's row (a payment reported and not made) */
-       assert(!P_FRESH || !(t == 1 && k == KEY(0, 0) && tres[0] != C_NONE));   /* P_FRESH */
+       assert(!P_FRESH || !(t == 1 && k / M == 0 && tres[0] != C_NONE));   /* P_FRESH */
 #endif
        goto ddone
     :: rst[k] == R_FAILED ->
@@ -518,7 +521,7 @@ inline END_ATTEMPT() {
         /* a runner that keeps carrying a call once a committed turn answered it */
         if :: t == 0 -> carry = ((say >= SAY_MAY || res == C_OK) -> 2 : 1) :: else fi;
 #else
-        if :: t == 0 -> carry = ((res == C_NONE && say >= SAY_MAY) -> 2 : 1) :: else fi;
+        if :: t == 0 -> carry = ((res == C_NONE && say >= SAY_MAY) -> 2 + k : 1) :: else fi;
 #endif
 #endif
 #if DEPLOY
@@ -526,10 +529,10 @@ inline END_ATTEMPT() {
            definition's key's too, and its resumed statement covers what an earlier holder did there (RECORD-7) */
         if
         :: resumed ->
-           say = SAY_ROW(OTHER_DEF(t, k));
-           if :: say < SAY_MAY && !LISTED_FAILED(OTHER_DEF(t, k)) -> say = SAY_MAY :: else fi;
-           assert(!P_RECORD || say != SAY_NOT || effk[OTHER_DEF(t, k)] == 0);    /* P_RECORD */
-           if :: say > recd[OTHER_DEF(t, k)] -> recd[OTHER_DEF(t, k)] = say :: else fi
+           say = SAY_ROW(OTHER_DEF(k / M, k));
+           if :: say < SAY_MAY && !LISTED_FAILED(OTHER_DEF(k / M, k)) -> say = SAY_MAY :: else fi;
+           assert(!P_RECORD || say != SAY_NOT || effk[OTHER_DEF(k / M, k)] == 0);    /* P_RECORD */
+           if :: say > recd[OTHER_DEF(k / M, k)] -> recd[OTHER_DEF(k / M, k)] = say :: else fi
         :: else
         fi;
 #endif
@@ -834,6 +837,13 @@ inline DRIVE() {
 #elif defined(CARRY_ANSWERED)
              carry = (recd[0] >= SAY_MAY -> 2 : 1);   /* whether or not a committed turn answered it */
              printf("@@ W%d   reads back turn 0's records: key 0 carried: %d\n", w, carry == 2)
+#elif DEPLOY
+             /* the listed call of turn 0, under either definition's key */
+             carry = (tres[0] != C_NONE -> 1 : (recd[0] >= SAY_MAY -> 2 : (recd[1] >= SAY_MAY -> 3 : 1)));
+             if
+             :: carry >= 2 -> printf("@@ W%d   reads back turn 0's records and committed turn: key %d is carried (TURN-23)\n", w, carry - 2)
+             :: else -> printf("@@ W%d   reads back turn 0's records and committed turn: nothing carried\n", w)
+             fi
 #else
              carry = ((tres[0] == C_NONE && recd[0] >= SAY_MAY) -> 2 : 1);
              if
@@ -852,6 +862,18 @@ inline DRIVE() {
           fi;
 #ifdef NO_CARRY
           k = KEY(1, 0);   /* turn 1's call claimed under its own turn index */
+#elif DEPLOY
+          /* TURN-23 across a deploy: the carried call is dispatched at turn 0's index as a re-run, under its key there as
+             this holder's definition derives it (the listed key when the listed call ran under it); IDENT-10's guard
+             there finds the other definition's row (DISPATCH). A call not carried is keyed at turn 1's index */
+          k = ((carry >= 2 && tres[0] == C_NONE) -> KEY(0, defv) : KEY(1, defv));
+#if defined(CARRY_DEPLOY_RUNS)
+          /* the spec before: a stored request the new schema refuses matches nothing, and the call runs under turn 1's key */
+          if :: k / M == 0 && carry - 2 != defv && !dcompat -> k = KEY(1, defv) :: else fi;
+#elif defined(CARRY_DEPLOY_OWN_INDEX)
+          /* a call matched across the deploy claimed at its own turn's index, not re-run at the listed call's */
+          if :: k / M == 0 && carry - 2 != defv && dcompat -> k = KEY(1, defv) :: else fi;
+#endif
 #elif defined(CARRY_ANSWERED)
           k = (carry == 2 -> KEY(0, 0) : KEY(1, 0));   /* carried although turn 0 answered it */
 #else
@@ -860,10 +882,10 @@ inline DRIVE() {
 #endif
           if
           :: plain -> skip
-          :: !plain && k == KEY(0, 0) && tres[0] == C_NONE -> printf("@@ W%d   turn 1's call is the call turn 0 left unanswered: dispatched under its key 0 (TURN-23)\n", w)
-          :: !plain && k == KEY(0, 0) && tres[0] != C_NONE -> printf("@@ W%d   turn 1's call, a second ask (turn 0 answered the first), is carried under turn 0's key 0\n", w)
-          :: !plain && k != KEY(0, 0) && tres[0] == C_NONE -> printf("@@ W%d   turn 1's call, made again: under turn 1's own key %d\n", w, k)
-          :: !plain && k != KEY(0, 0) && tres[0] != C_NONE -> printf("@@ W%d   turn 1's call, a second ask (turn 0 answered the first): under its own key %d\n", w, k)
+          :: !plain && k / M == 0 && tres[0] == C_NONE -> printf("@@ W%d   turn 1's call is the call turn 0 left unanswered (listed under key %d): dispatched at turn 0's index under key %d (TURN-23)\n", w, carry - 2, k)
+          :: !plain && k / M == 0 && tres[0] != C_NONE -> printf("@@ W%d   turn 1's call, a second ask (turn 0 answered the first), is carried under turn 0's key %d\n", w, k)
+          :: !plain && k / M != 0 && tres[0] == C_NONE -> printf("@@ W%d   turn 1's call, made again: under turn 1's own key %d\n", w, k)
+          :: !plain && k / M != 0 && tres[0] != C_NONE -> printf("@@ W%d   turn 1's call, a second ask (turn 0 answered the first): under its own key %d\n", w, k)
           fi
        fi;
        wk[w] = k + 1;
