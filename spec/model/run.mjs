@@ -704,7 +704,7 @@ const CHECKS = [
     kind: "expect",
     property: "P_ONCE",
     rules: "TURN-23 (a later turn's call of a tool whose new definition refuses the listed call's stored request is refused), IDENT-10",
-    explain: "TBD",
+    explain: "Message 0 alone, two turns and one deploy (-DTURNS2 -DDEPLOY). W1 binds message 0 at turn 0, claims key 0 under pay's first definition, pays and completes the row; the stream dies after the call resolved, the retry's model answers without the call, and W1 commits turn 0 with a record that says key 0 happened (RECORD-8). A deploy changes how pay's key is derived, and its new schema refuses the stored request of key 0 (a new required field in the identity, RECORD-10). Turn 1 begins under the new definition and its model, which never saw the payment, makes the call again: the same ask. The spec before read the refused request as matching nothing (-DCARRY_DEPLOY_RUNS): the call is claimed under turn 1's own key 3, which meets no row, and the downstream sees a new Idempotency-Key: paid twice for one ask. TURN-23 as it stands refuses it with tool_definition_changed (request_refused) before anything is claimed, answered to the model as a call not run whose effect happened or may have happened, and the call stays listed (carry-deploy verifies it; a holder of the new release that takes the message up after a crash reads key 0 back and refuses alike).",
     about: "the spec before: a carried call whose stored request the deployed schema refuses matches nothing and runs under "
       + "turn 1's own key (-DCARRY_DEPLOY_RUNS)",
     defines: { ...NONE, ...CARRY_DEPLOY_FAULTS, CARRY_DEPLOY_RUNS: true, ...ONLY("ONCE") },
@@ -714,7 +714,7 @@ const CHECKS = [
     kind: "expect",
     property: "P_ONCE",
     rules: "TURN-23 (a call matched across a deploy is dispatched at the listed call's turn index as a re-run), IDENT-10",
-    explain: "TBD",
+    explain: "As carry-deploy-runs until the deploy: W1 pays under key 0 at turn 0, its stream dies after the call, the retry answers without it, and turn 0 commits with a record that says key 0 happened. The deploy changes pay's key derivation, and the new definition reads the old stored request (its key under the new definition is the call's). Turn 1's model makes the call again; with -DCARRY_DEPLOY_OWN_INDEX the matched call is claimed at turn 1's own index, key 3: IDENT-10's guard lists the rows of the index a call is dispatched at, and turn 1's index has none, so nothing finds key 0's row and the payment is made twice. TURN-23 dispatches it at turn 0's index as a re-run: its key there under the new definition is key 1, the guard lists turn 0's rows and finds key 0's, whose stored request gives the call's key, and the call is answered from it (carry-deploy verifies it).",
     about: "a carried call matched across a deploy claimed at turn 1's index instead of re-run at turn 0's "
       + "(-DCARRY_DEPLOY_OWN_INDEX): no guard lists turn 0's rows, and the new definition's key meets no row",
     defines: { ...NONE, ...CARRY_DEPLOY_FAULTS, CARRY_DEPLOY_OWN_INDEX: true, ...ONLY("ONCE") },
