@@ -318,7 +318,8 @@
  * when the new schema refuses the stored request: nothing claimed or run, answered to the model as a call not run whose
  * effect happened or may have happened, and the call stays listed (a retry or a take-up refuses again).
  * -DCARRY_DEPLOY_RUNS (the spec before: a refused stored request matches nothing and the call runs under turn 1's key) and
- * -DCARRY_DEPLOY_OWN_INDEX (a matched call claimed at turn 1's index instead of re-run at turn 0's): P_ONCE. */
+ * -DCARRY_DEPLOY_OWN_INDEX (a matched call claimed at turn 1's index instead of re-run at turn 0's): P_ONCE.
+ * -DDEPLOY_BETWEEN_TURNS: the deploy only after turn 0's commit (IDENT-10's residual reached through a carried call). */
 /* message 0 alone, with store keys per turn (tk) and TURN-15's resumed from the indexes begun (nbeg) */
 #define SOLO_TURNS (TURNS2 || DEPLOY > 0)
 #ifdef RT_UNFENCED
@@ -341,8 +342,25 @@
 #if DEPLOY && (RETENTION || VOLATILE > 0)
 #error "DEPLOY is modelled without RETENTION, VOLATILE"
 #endif
-#if (defined(CARRY_DEPLOY_RUNS) || defined(CARRY_DEPLOY_OWN_INDEX)) && !(TURNS2 && DEPLOY)
-#error "CARRY_DEPLOY_RUNS and CARRY_DEPLOY_OWN_INDEX are modelled with TURNS2 and DEPLOY"
+#if (defined(CARRY_DEPLOY_RUNS) || defined(CARRY_DEPLOY_OWN_INDEX) || defined(DEPLOY_BETWEEN_TURNS)) && !(TURNS2 && DEPLOY)
+#error "CARRY_DEPLOY_RUNS, CARRY_DEPLOY_OWN_INDEX and DEPLOY_BETWEEN_TURNS are modelled with TURNS2 and DEPLOY"
+#endif
+/* -DCARRY_LISTED_ONLY (with TURNS2, the runner as coded: carry.ts's withRecord): a call is carried only when a record lists
+ * it (RECORD-8's calls: an attempt's outcome, or the row the resumed turn's listing found), not on a resumed record's
+ * "resumed": true alone, which names no call (RECORD-7). recl[k] is the strongest statement of the key any record lists
+ * as a call. */
+#if defined(CARRY_LISTED_ONLY) && !(TURNS2 && !DEPLOY)
+#error "CARRY_LISTED_ONLY is modelled with TURNS2 alone"
+#endif
+#ifdef CARRY_LISTED_ONLY
+#define LISTED_REC(v) if :: (v) > recl[k] -> recl[k] = (v) :: else fi
+#else
+#define LISTED_REC(v) skip
+#endif
+#ifdef DEPLOY_BETWEEN_TURNS
+#define DEPLOY_NOW (nturns >= 1)
+#else
+#define DEPLOY_NOW true
 #endif
 #if SOLO_TURNS && (SOLO != 0 || AGING || VSTORE || SAME_ASK || NOTSTORABLE > 0 || RUNTIMEOUTS > 0 || defined(OLD_TURN) || defined(RECORD_AFTER_COMMIT))
 #error "TURNS2 and DEPLOY are modelled for message 0 alone (-DSOLO=0), without AGING, VSTORE, SAME_ASK, NOTSTORABLE, RUNTIMEOUTS, OLD_TURN, RECORD_AFTER_COMMIT"
@@ -802,6 +820,9 @@ bool inh[M];
 byte effk[K];            /* downstream effects per key */
 bool ukreached[K];       /* an unkeyed request of the key reached its downstream */
 byte recd[K];            /* strongest statement any record made about the key */
+#ifdef CARRY_LISTED_ONLY
+byte recl[K];            /* strongest statement any record made about the key as a listed call (not the resumed flag) */
+#endif
 byte maxf[K];            /* highest fence issued for the key within retention */
 byte gid[K];             /* claims granted for the key, ever (never reset) */
 byte lin[K];             /* how often the ledger forgot the key: a row's lineage */
@@ -984,6 +1005,9 @@ proctype Worker(byte w) provided (!crashed[w]) {
   byte carry;    /* TURN-23, this drive's carried call of message 0: 0 not known here (read the store at turn 1), 1 none,
                     2 + j turn 0's key j (the runner's `carried` map: set from the record of the turn 0 it committed;
                     j is 1 only under DEPLOY, a call turn 0 ran under the deployed definition) */
+#ifdef CARRY_LISTED_ONLY
+  byte lsay;     /* the committed record's statement of key k as a listed call, before the resumed flag's */
+#endif
   bool plain;    /* turn 1's model answered with plain text: committed at once */
 #endif
 #if GRANTS
@@ -1377,7 +1401,7 @@ end_env:
 #if DEPLOY
   /* a deploy changes how pay's key is derived (IDENT-4 broken): holders that begin a turn from now on derive under
      the new definition, which may or may not read an old stored request (IDENT-10) */
-  :: atomic { b_deploy > 0 -> b_deploy--; defv = 1;
+  :: atomic { b_deploy > 0 && DEPLOY_NOW -> b_deploy--; defv = 1;
        if
        :: dcompat = true; printf("@@ --   a deploy changes pay's key derivation; the new definition reads old stored requests (IDENT-4, IDENT-10)\n")
        :: dcompat = false; printf("@@ --   a deploy changes pay's key derivation; the new schema refuses old stored requests (IDENT-4, IDENT-10)\n")

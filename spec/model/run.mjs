@@ -700,6 +700,41 @@ const CHECKS = [
     defines: { ...NONE, ...CARRY_DEPLOY_FAULTS, LOSTS: 1 },
   },
   {
+    name: "carry-deploy-pause",
+    kind: "expect",
+    // IDENT-10's residual (deploy-pause) reached through a carried call: nothing of the code to regress, so --deep.
+    deep: true,
+    property: "P_ONCE",
+    rules: "IDENT-10 (its residual: a claim of the old definition made after the listing), TURN-23, TURN-15",
+    explain: "IDENT-10's residual (deploy-pause) reached through a carried call, with the deploy only after turn 0's commit (-DDEPLOY_BETWEEN_TURNS). W1 binds message 0 at turn 0; its model's call is complete when W1 pauses past its turn lease, before it claims. W0 resumes turn 0, lists no row, and the re-run answers without the call; W0 commits turn 0 with its resumed statement (the earlier holder's effects may have happened), which the model's TURNS2 carries as key 0. The deploy comes, and turn 1's carried call is dispatched at turn 0's index under the new definition's key 1; IDENT-10's guard there lists no row, since W1 has not claimed. W1 wakes, claims key 0 under the old definition and pays; W0 claims key 1 and pays. Without the deploy the carried call claims key 0 and meets W1's claim. Only IDENT-4 (no such deploy while a process of the old release can still claim for a turn) keeps it out, as for deploy-pause. The runner as coded does not carry on the resumed statement at all, and pays twice here without any deploy (carry-listed-only-pause).",
+    about: "(--deep) IDENT-10's residual across the turns: a holder of the old release paused before its claim at turn 0, "
+      + "a deploy only after turn 0's commit (-DDEPLOY_BETWEEN_TURNS); turn 1's carried call, dispatched at turn 0's index "
+      + "under the new definition's key, lists no row there and both pay",
+    defines: { ...NONE, SOLO: 0, TURNS2: 1, DEPLOY: 1, DIVERGES: 1, PAUSES: 1, REDELIVERIES: 1, DEPLOY_BETWEEN_TURNS: true, ...ONLY("ONCE") },
+  },
+  {
+    name: "carry-deploy-pause-safe",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the two turns and the deploy of carry-deploy with a pause past a lease and a re-send instead of the "
+      + "crash, P_ONCE off (carry-deploy-pause is its residual): every other property holds, P_RECORD, P_TRUTH, P_SAME "
+      + "and P_FRESH among them",
+    defines: { ...NONE, SOLO: 0, TURNS2: 1, DEPLOY: 1, DIVERGES: 1, STREAMCUTS: 1, PAUSES: 1, REDELIVERIES: 1, REFUSALS: 1, CHECK_ONCE: 0 },
+  },
+  {
+    name: "carry-listed-only-pause",
+    kind: "expect",
+    // A finding against TURN-23 as written (2026-12-06), for the lead: --deep until the rule is settled.
+    deep: true,
+    property: "P_ONCE",
+    rules: "TURN-23 (calls carried only when a record lists them), RECORD-7, RECORD-8, TURN-15",
+    explain: "The runner as coded (carry.ts's withRecord, -DCARRY_LISTED_ONLY): a call is carried only when a committed turn's record lists it, not on a resumed record's \"resumed\": true, which names no call. W1 binds message 0 at turn 0; its model's call is complete when W1 pauses past its turn lease, before it claims. Message 0 is delivered again; W0 takes the lease and resumes turn 0 (TURN-15); its listing finds no row (W1 has not claimed) and the re-run's model answers without the call, so W0 commits turn 0 with a record that lists no call and says resumed (RECORD-7: the earlier holder's effects may have happened). W1 wakes, claims key 0 and pays. Turn 1's model, which never saw the payment, makes the call again, the same ask; nothing is carried, and it is claimed under turn 1's key 2 and paid again. No deploy is needed. The model's TURNS2 carry without the switch carries on the resumed statement too (turn 1's call dispatched under turn 0's key 0, where it meets W1's claim), and carry-pause (--deep) verifies that: what TURN-23 would need to say for a resumed committed turn whose listing could not exclude a later claim.",
+    about: "(--deep) a finding against TURN-23 as written: the runner carries only calls a record lists (-DCARRY_LISTED_ONLY), and a "
+      + "holder paused before its claim at turn 0 claims after the resumed turn 0 committed without listing it; turn 1's call "
+      + "runs under its own key and both pay, with no deploy",
+    defines: { ...NONE, SOLO: 0, TURNS2: 1, DIVERGES: 1, PAUSES: 1, REDELIVERIES: 1, CARRY_LISTED_ONLY: true, ...ONLY("ONCE") },
+  },
+  {
     name: "carry-deploy-runs",
     kind: "expect",
     property: "P_ONCE",

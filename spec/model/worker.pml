@@ -489,6 +489,9 @@ inline END_ATTEMPT() {
               earlier attempts established of it (source 1: say) and, in a resumed turn, the key's
               row, listed right before the commit (source 2, LIST-3), the stronger statement once */
            if :: resumed && SAY_LISTED(k) > say -> say = SAY_LISTED(k) :: else fi;
+#ifdef CARRY_LISTED_ONLY
+           lsay = say;
+#endif
 #ifndef RESUME_OMITS
            /* RECORD-8 (proposed): a resumed turn's record is kept even when its listing found
               nothing: an earlier holder paused past its lease can still claim after the listing
@@ -511,6 +514,9 @@ inline END_ATTEMPT() {
 #else
            /* TURN-5: recordsWithCommit: the record is part of the commit's own write */
            if :: say > recd[k] -> recd[k] = say :: else fi;
+#ifdef CARRY_LISTED_ONLY
+           LISTED_REC(lsay);
+#endif
            if :: say > SAY_NONE -> SAY_WORD() :: else fi
 #endif
         fi;
@@ -520,6 +526,10 @@ inline END_ATTEMPT() {
 #ifdef CARRY_ANSWERED
         /* a runner that keeps carrying a call once a committed turn answered it */
         if :: t == 0 -> carry = ((say >= SAY_MAY || res == C_OK) -> 2 : 1) :: else fi;
+#elif defined(CARRY_LISTED_ONLY)
+        /* carry.ts's withRecord: the calls the record lists, not its resumed flag */
+        if :: t == 0 -> carry = ((res == C_NONE && lsay >= SAY_MAY) -> 2 + k : 1) :: else fi;
+        lsay = 0;
 #else
         if :: t == 0 -> carry = ((res == C_NONE && say >= SAY_MAY) -> 2 + k : 1) :: else fi;
 #endif
@@ -556,6 +566,9 @@ inline END_ATTEMPT() {
         fi;
         assert(!P_RECORD || !mine || say >= SAY_MAY);          /* P_RECORD (TURN-13, RECORD-7) */
         if :: say > recd[k] -> recd[k] = say :: else fi; VWROTE(0) VMINE(cur)
+#ifdef CARRY_LISTED_ONLY
+        LISTED_REC(say);
+#endif
         gone = true
      fi;
      TURN_DONE; goto rdone
@@ -597,6 +610,9 @@ inline END_ATTEMPT() {
         fi;
 #endif
         if :: say > recd[k] -> recd[k] = say :: else fi;
+#ifdef CARRY_LISTED_ONLY
+        LISTED_REC(say);   /* the failed turn's record, its resumed statement counted (more carried, never less) */
+#endif
         ms[cur] = MS_FAILED; FAILED_AGAIN(cur); VWROTE(cur + 1) VMINE(cur)
 #if TOLDNOT
         if :: say == SAY_NOT -> tnot[k] = true :: else fi;   /* the send raises turn_failed: not happened */
@@ -613,6 +629,9 @@ inline END_ATTEMPT() {
         assert(!P_RECORD || say != SAY_NOT || effk[k] == 0)    /* P_RECORD */
      :: else ->
         if :: say > recd[k] -> recd[k] = say :: else fi; VWROTE(0) VMINE(cur)
+#ifdef CARRY_LISTED_ONLY
+        LISTED_REC(say);
+#endif
         gone = true;
         printf("@@ W%d   turn lease lost: the failed-turn record goes beside the conversation\n", w)
      fi;
@@ -837,6 +856,9 @@ inline DRIVE() {
 #elif defined(CARRY_ANSWERED)
              carry = (recd[0] >= SAY_MAY -> 2 : 1);   /* whether or not a committed turn answered it */
              printf("@@ W%d   reads back turn 0's records: key 0 carried: %d\n", w, carry == 2)
+#elif defined(CARRY_LISTED_ONLY)
+             carry = ((tres[0] == C_NONE && recl[0] >= SAY_MAY) -> 2 : 1);   /* the calls the records list (carriedBefore) */
+             printf("@@ W%d   reads back the calls turn 0's records list: key 0 carried: %d\n", w, carry == 2)
 #elif DEPLOY
              /* the listed call of turn 0, under either definition's key */
              carry = (tres[0] != C_NONE -> 1 : (recd[0] >= SAY_MAY -> 2 : (recd[1] >= SAY_MAY -> 3 : 1)));
