@@ -321,9 +321,16 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
       if (deferred === undefined || bound === undefined || m.reaskOf !== undefined) continue;
       const signature = plannedSignature(m.plan.calls[deferred.call]!);
       if (signature === undefined) continue;
-      const allowance = deferredAllowance(m.plan, signature, c.turns.find((t) => t.messageId === m.id && t.turnIndex === bound), transcript);
+      const firstTurn = c.turns.find((t) => t.messageId === m.id && t.turnIndex === bound);
+      // A message whose first turn never committed under it (it failed there, and the next message
+      // was bound at the failed index, TURN-12) has no next turn of its own; nor has one whose
+      // first turn ended it, when the next message is bound at the index after: the turns there
+      // are that message's, and its payments its own asks (counted per index above).
+      if (firstTurn === undefined) continue;
+      const nextIsAnother = c.sent.some((o) => o.id !== m.id && boundOf.get(o.id) === bound + 1);
+      const allowance = deferredAllowance(m.plan, signature, firstTurn, transcript);
       if (allowance.answeredFirst) ctx.diagnostics.deferred_calls_answered_first = (ctx.diagnostics.deferred_calls_answered_first ?? 0) + 1;
-      const slots = new Set([slotOf(c.id, bound), slotOf(c.id, bound + 1)]);
+      const slots = new Set(nextIsAnother ? [slotOf(c.id, bound)] : [slotOf(c.id, bound), slotOf(c.id, bound + 1)]);
       const made = effects.filter((e) => {
         const run = e.idempotencyKey === null ? undefined : runsByKey.get(e.idempotencyKey)?.[0];
         return run !== undefined && slots.has(slotOf(run.conversationId, run.turnIndex)) && effectSignature(e, referenceOf) === signature;
