@@ -2058,12 +2058,17 @@ const RUN_SIGNAL: PropertyDescriptor = {
 };
 
 /**
- * A definite failure, or an unknown outcome, of the stored request, not this call's (IDENT-3): the
- * error names that request, as an outcome would.
+ * A definite failure, an unknown outcome, a result that could not be stored or a release of the
+ * stored request, not this call's (IDENT-3): the error names that request, as an outcome would
+ * (RECORD-10: a record of a re-worded call tells the request that ran, not the re-wording).
  */
 function namingStored(error: unknown, key: string, storedRequest: string | undefined): never {
-  if (storedRequest !== undefined && (isDispatchOnceError(error, "tool_failed") || isDispatchOnceError(error, "outcome_unknown"))) {
-    (error as ToolFailedError | OutcomeUnknownError).storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
+  if (
+    storedRequest !== undefined &&
+    (isDispatchOnceError(error, "tool_failed") || isDispatchOnceError(error, "outcome_unknown") || isDispatchOnceError(error, "result_not_storable") || isDispatchOnceError(error, "claim_released")) &&
+    (error as { key?: unknown }).key === key
+  ) {
+    (error as ToolFailedError | OutcomeUnknownError | ResultNotStorableError | ClaimReleasedError).storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
   }
   throw error;
 }

@@ -59,7 +59,11 @@ export interface CallRecord {
   ordinal?: number;
   replayed?: boolean;
   result?: JsonValue;
-  /** The request `result` belongs to, when it is not this call's arguments (IDENT-3; as CallReport's). */
+  /**
+   * The request that ran under the key, when it is not this call's arguments (IDENT-3): the one
+   * `result` belongs to (as CallReport's), or whose failure, unknown outcome, unstorable result or
+   * release this call met (RECORD-10: the effect is that request's, not the re-wording's).
+   */
   storedRequest?: JsonValue;
   error?: StoredError;
 }

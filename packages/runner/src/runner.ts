@@ -1342,7 +1342,18 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       const isRead = this.options.dispatcher.effectClassOf?.(call.name) === "read";
       const { status, effect, summary } = classifyCallError(resolution.error, isRead);
       const key = (resolution.error as { key?: unknown } | null)?.key;
-      return { ...base, status, effect, summary, ...(typeof key === "string" ? { key } : {}), error: storedErrorOf(resolution.error) };
+      // RECORD-10: the request that ran under the key, when it is not this call's (a re-worded
+      // call met the stored request's failure, unknown outcome, unstorable result or release).
+      const storedRequest = typeof key === "string" ? recordableInput((resolution.error as { storedRequest?: unknown }).storedRequest) : undefined;
+      return {
+        ...base,
+        status,
+        effect,
+        summary,
+        ...(typeof key === "string" ? { key } : {}),
+        ...(storedRequest !== undefined ? { storedRequest } : {}),
+        error: storedErrorOf(resolution.error),
+      };
     });
     if (!resumed) return records;
     return records.map((call) => forResumedTurn(call, this.options.dispatcher.effectClassOf?.(call.name) === "read"));

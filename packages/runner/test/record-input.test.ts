@@ -58,6 +58,50 @@ describe("the arguments of each call a record tells of (RECORD-2, RECORD-8)", ()
     ]);
   });
 
+  it("RECORD-10 a re-worded re-run of a released row that is released again: the effect is the stored request's (the first memo), not the re-wording", async () => {
+    // Every payments response is lost (an unknown outcome of a keyed write: released, LEDGER-8);
+    // each attempt's model re-words the memo, and each re-run sends the stored request (LEDGER-21).
+    const { runner, performed } = world((n) => [...payCall(`c-${n}`, `memo ${n}`), "cut"], true, {
+      beforePay: () => {
+        throw new Error("connection lost");
+      },
+    });
+    const error = (await runner.send("conv-released-input", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(error), String(error)).toBe(true);
+    expect(performed).toEqual([]);
+    expect(error.record.calls.map((c) => [c.attempt, c.status, c.input, c.storedRequest])).toEqual([
+      [1, "released", { to: "acme", memo: "memo 1" }, undefined],
+      [2, "released", { to: "acme", memo: "memo 2" }, { to: "acme", memo: "memo 1" }],
+      [3, "released", { to: "acme", memo: "memo 3" }, { to: "acme", memo: "memo 1" }],
+    ]);
+    expect(error.record.effects.map((e) => [e.effect, e.input])).toEqual([["may_have_happened", { to: "acme", memo: "memo 1" }]]);
+    // The user asks again (TURN-12: the failed turn's index): every attempt of it is re-worded.
+    const again = (await runner.send("conv-released-input", { id: "m2", content: "pay acme again" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(again), String(again)).toBe(true);
+    expect(again.record.calls.map((c) => [c.status, c.storedRequest])).toEqual(Array(3).fill(["released", { to: "acme", memo: "memo 1" }]));
+    expect(again.record.effects.map((e) => [e.effect, e.input])).toEqual([["may_have_happened", { to: "acme", memo: "memo 1" }]]);
+  });
+
+  it("RECORD-10 a re-worded replay of a row whose result could not be stored: the effect is the stored request's, not the re-wording", async () => {
+    // The payment happened and its result is no JSON (LEDGER-10): the row fails closed, and every
+    // later attempt, re-worded, is answered from it (result_not_storable, replayed).
+    const { runner, performed } = world((n) => [...payCall(`c-${n}`, `memo ${n}`), "cut"], true, { payResult: () => ({ n: 10n ** 30n }) });
+    const error = (await runner.send("conv-unstorable-input", { id: "m1", content: "pay acme" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(error), String(error)).toBe(true);
+    expect(performed).toEqual([{ to: "acme", memo: "memo 1" }]);
+    expect(error.record.calls.map((c) => [c.attempt, c.status, c.storedRequest])).toEqual([
+      [1, "result_not_storable", undefined],
+      [2, "result_not_storable", { to: "acme", memo: "memo 1" }],
+      [3, "result_not_storable", { to: "acme", memo: "memo 1" }],
+    ]);
+    expect(error.record.effects.map((e) => [e.effect, e.input])).toEqual([["happened", { to: "acme", memo: "memo 1" }]]);
+    // The user asks again (TURN-12: the failed turn's index): every attempt of it is re-worded.
+    const again = (await runner.send("conv-unstorable-input", { id: "m2", content: "pay acme again" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(again), String(again)).toBe(true);
+    expect(performed).toHaveLength(1);
+    expect(again.record.effects.map((e) => [e.effect, e.input])).toEqual([["happened", { to: "acme", memo: "memo 1" }]]);
+  });
+
   it("RECORD-2 a call cut while its arguments streamed has no arguments, only the partial text", async () => {
     const { runner } = world(() => [{ t: "call", index: 0, id: "c", name: "pay" }, { t: "args", index: 0, json: '{"to":"ac' }, "cut"]);
     const error = (await runner.send("conv-partial", { id: "m1", content: "pay" }).catch((e: unknown) => e)) as TurnFailedError;

@@ -144,6 +144,8 @@ export function world(
     dispatcher?: Partial<Omit<DispatcherOptions, "tools" | "ledger">>;
     /** Another definition of the pay tool's schema and identity (a deploy that changes them, IDENT-4), or its name (IDENT-11). */
     pay?: { input?: z.ZodObject; identity?: string[]; name?: string; formerNames?: string[] };
+    /** What the pay tool returns for its n-th payment (a value no ledger can keep, say); `{ n }` by default. */
+    payResult?: (n: number) => unknown;
   } = {},
 ) {
   const performed: unknown[] = options.performed ?? [];
@@ -158,7 +160,7 @@ export function world(
         await new Promise((r) => setTimeout(r, 1));
         await options.beforePay?.(args);
         performed.push(args);
-        return { n: performed.length };
+        return options.payResult !== undefined ? options.payResult(performed.length) : { n: performed.length };
       },
     }),
   ]);

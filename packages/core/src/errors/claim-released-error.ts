@@ -1,3 +1,4 @@
+import type { JsonValue } from "../canonical.js";
 import { DispatchOnceError } from "./dispatch-once-error.js";
 
 /**
@@ -13,6 +14,12 @@ export class ClaimReleasedError extends DispatchOnceError {
   readonly key: string;
   /** True when the tool could not say the effect did not happen. */
   readonly effectMayHaveHappened: boolean;
+  /**
+   * Present only when the request that ran under the key is not this call's (IDENT-3): a re-worded
+   * call met the stored request's re-run (released again). It says which request may have happened (RECORD-10); show it, not the
+   * call's arguments.
+   */
+  declare storedRequest?: JsonValue;
   constructor(key: string, effectMayHaveHappened: boolean, cause: unknown) {
     const what = cause instanceof Error ? cause.message : String(cause);
     super(
