@@ -39,6 +39,13 @@ export interface CaseOptions {
   conversationStore?: (options: { now: () => number }) => ConversationStore;
   /** Longest a single send() may take before the run is a TURN-10 violation. Default 20 s. */
   sendTimeoutMs?: number;
+  /**
+   * Whether a message's planned deploy lands (scenario.ts `deploy`, IDENT-10, IDENT-11). The kit's
+   * planted-bug tests of other rules replay scenarios found before deploys were drawn and turn it
+   * off, so that they run as found (the drawn field is then inert); a certification keeps it on.
+   * @default true
+   */
+  deploys?: boolean;
 }
 
 export interface CaseRun {
@@ -126,6 +133,10 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     sendTimeoutMs: options.sendTimeoutMs ?? 20_000,
     divergedTexts: new Map(),
     reuses: [],
+    deployed: new Map(),
+    // IDENT-10 binds a dispatcher whose ledger lists rows; over one that does not it warns and
+    // dispatches as before (a re-run after a deploy may pay again, IDENT-4's to prevent): no deploy then.
+    deploysApply: options.deploys !== false && fixture.ledger.capabilities?.supports?.listRows === true && typeof fixture.ledger.listRows === "function",
     sendsOf: new Map(),
   };
   let deaths = false;
@@ -180,6 +191,8 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     workers.push(worker);
     return worker;
   };
+  // A dead worker is replaced, and so is one of the release before its conversation's deploy.
+  const stale = (w: Worker) => w.dead || w.release !== ctx.deployed.get(w.conversationId);
   ctx.redeliver = (conversationId, messageId) => {
     const message = ctx.messages.find((m) => m.id === messageId);
     if (message === undefined) return Promise.resolve();
@@ -196,7 +209,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
       scenario.conversations.map(async (conversation, n) => {
         let primary: Worker = await spawn(`w${n}`, conversation.id);
         for (const group of sendGroups(conversation)) {
-          if (primary.dead) primary = await spawn(`${primary.name}*`, conversation.id);
+          if (stale(primary)) primary = await spawn(`${primary.name}*`, conversation.id);
           if (group.length === 2) {
             // Two distinct messages close together, from two workers (TURN-9).
             const second = await spawn(`${primary.name}b`, conversation.id);
@@ -245,7 +258,8 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
             const stat = rest ? "follow_up_reasks_rest" : "follow_up_reasks_whole";
             if (loop.length > 0) ctx.diagnostics[stat] = (ctx.diagnostics[stat] ?? 0) + 1;
             ctx.messages.push(reask);
-            if (primary.dead) primary = await spawn(`${primary.name}*`, conversation.id);
+            deployIfPlanned(ctx, message);
+            if (stale(primary)) primary = await spawn(`${primary.name}*`, conversation.id);
             note(ctx, "user", `${conversation.id} asks again in a new message ${JSON.stringify(reask.id)}`);
             await sendMessage(ctx, reask, spawn, primary);
           }
@@ -268,6 +282,30 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     await fixture.destroy().catch(() => {});
   }
 }
+
+/**
+ * The deploy a message plans (scenario.ts `deploy`), once it is left unanswered: every worker its
+ * conversation starts from now on runs the new release (world.ts DEPLOYED_PAYMENT). Once per
+ * conversation: a later deploy of the same kind changes nothing.
+ */
+function deployIfPlanned(ctx: CaseContext, message: SentMessage): void {
+  const kind = message.plan.deploy;
+  if (kind === undefined || message.reaskOf !== undefined || ctx.deployed.has(message.conversationId)) return;
+  if (!ctx.deploysApply) {
+    ctx.diagnostics.deploys_not_applied = (ctx.diagnostics.deploys_not_applied ?? 0) + 1;
+    return;
+  }
+  ctx.deployed.set(message.conversationId, kind);
+  ctx.diagnostics.deploys = (ctx.diagnostics.deploys ?? 0) + 1;
+  ctx.diagnostics[`deploys_${kind}`] = (ctx.diagnostics[`deploys_${kind}`] ?? 0) + 1;
+  note(ctx, "deploy", `${message.conversationId}: a new release (${DEPLOY_WORDS[kind]}) replaces the workers while ${JSON.stringify(message.id)} is unanswered`);
+}
+
+const DEPLOY_WORDS: Record<NonNullable<MessagePlan["deploy"]>, string> = {
+  identity: "send_payment's identity gains channel, default sepa",
+  transform: "send_payment's payee is transformed to an acct: id",
+  rename: "send_payment renamed pay, formerNames [send_payment]",
+};
 
 function register(ctx: CaseContext, conversationId: string, plan: MessagePlan, concurrent: boolean): SentMessage {
   const message: SentMessage = { conversationId, id: `${conversationId}:${plan.text}`, text: plan.text, plan, calls: plannedCalls(plan), concurrent };
@@ -438,9 +476,14 @@ async function sendMessage(
   for (let resend = 0, budget = 3; resend < Math.min(budget, 10); resend++) {
     const stored = await store.message(conversationId, id);
     if (stored?.state === "answered") return "answered";
+    // Left unanswered: a deploy planned for now lands before anything runs the message again.
+    deployIfPlanned(ctx, message);
     if (stored?.state === "failed" && (stored.failure as FailedTurnRecord | undefined)?.retryable !== true) return "failed";
     if (primary.dead) {
       budget++;
+      primary = await spawn(`${primary.name}+${resend}`, conversationId);
+    } else if (primary.release !== ctx.deployed.get(conversationId)) {
+      // The client's re-send reaches a process of the new release.
       primary = await spawn(`${primary.name}+${resend}`, conversationId);
     }
     note(ctx, primary.name, `${conversationId} re-sends ${JSON.stringify(id)} (${stored?.state ?? "never stored"})`);

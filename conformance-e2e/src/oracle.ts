@@ -3,8 +3,8 @@ import { canonicalize, type JsonValue, type StoredMessage, type StoredTurn } fro
 import type { Effect } from "@dispatch-once/mock-payments";
 import { mixedResponses } from "@dispatch-once/conformance/ledger";
 import type { ModelResponse, TranscriptReader } from "./provider.js";
-import { faultFree, type PlannedCall } from "./scenario.js";
-import { contentOf, expectedKey, identityText, short, type CaseContext, type RecordedEvent, type SentMessage, type ToolRun } from "./world.js";
+import { faultFree, type DeployKind, type PlannedCall } from "./scenario.js";
+import { contentOf, expectedKey, identityText, keysUnderReleases, kitToolName, paymentBody, short, type CaseContext, type RecordedEvent, type SentMessage, type ToolRun } from "./world.js";
 
 export interface OracleViolation {
   rule: string;
@@ -14,7 +14,8 @@ export interface OracleViolation {
 /** What the user asked for, as the downstream tells effects apart (a void by its payment's reference). */
 export function plannedSignature(call: PlannedCall): string | undefined {
   const a = call.args;
-  switch (call.tool) {
+  // A release's renamed payment tool (world.ts DEPLOYED_PAYMENT) asks for a payment all the same.
+  switch (kitToolName(call.tool) as PlannedCall["tool"]) {
     case "send_payment":
       return `payment ${a.payee} ${a.amount} ${a.currency} ${a.reference}`;
     case "create_invoice":
@@ -54,7 +55,7 @@ function sameJson(a: unknown, b: unknown): boolean {
   }
 }
 
-const WRITES = new Set(["send_payment", "void_payment", "create_invoice"]);
+const WRITES = new Set(["send_payment", "void_payment", "create_invoice", "pay"]);
 /** Record effect words that say the effect may be out there. */
 const SAYS_MAYBE = new Set(["happened", "may_have_happened"]);
 
@@ -349,7 +350,23 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   // ---- committed calls: a success names its one effect, an error had none (RECORD-3, EFFECT-6, DISPATCH-5) ----
   const keyOfCall = new Map<string, string>();
   for (const e of ctx.events) if (e.type === "call_resolved" && e.key !== undefined) keyOfCall.set(e.callId, e.key);
-  for (const send of ctx.sends) for (const t of send.result?.turns ?? []) for (const x of t.calls) if (x.key !== undefined) keyOfCall.set(x.callId, x.key);
+  const dispatchedKey = new Map(keyOfCall);
+  for (const send of ctx.sends) {
+    for (const t of send.result?.turns ?? []) {
+      for (const x of t.calls) {
+        if (x.key === undefined) continue;
+        // After a deploy (scenario.ts `deploy`) a send that reads a committed turn back derives its
+        // calls' keys under the new release's definition, not the one they ran under: the key the
+        // call was dispatched under (its call_resolved) is the one judged, and the difference counted.
+        const dispatched = dispatchedKey.get(x.callId);
+        if (dispatched !== undefined && dispatched !== x.key && ctx.deployed.has(t.conversationId)) {
+          ctx.diagnostics.deploy_readback_keys_rederived = (ctx.diagnostics.deploy_readback_keys_rederived ?? 0) + 1;
+          continue;
+        }
+        keyOfCall.set(x.callId, x.key);
+      }
+    }
+  }
   for (const e of ctx.events) if (e.type === "turn_failed" || e.type === "attempt_superseded") for (const x of e.record.calls) if (x.key !== undefined) keyOfCall.set(x.callId, x.key);
   // TURN-23: the turn index a call was answered from, as each send reported it (produced or read back).
   const carriedOf = new Map<string, number | undefined>();
@@ -390,7 +407,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
         // TURN-23: answered from a call an earlier turn of its message left unanswered, under that
         // turn's key (spec §3's key there, at an ordinal from 0 to 64); it still counts among its own
         // turn's identical calls (TURN-4), so an identical call after it takes the next ordinal.
-        const carriedFrom = reported === undefined || identity === undefined ? undefined : carriedTurnOf(c, t, name, use.input, reported);
+        const carriedFrom = reported === undefined || (identity === undefined && kitToolName(name) === name) ? undefined : carriedTurnOf(c, t, name, use.input, reported, ctx.deployed.get(c.id));
         const claimed = carriedOf.get(use.id ?? "");
         if (WRITES.has(name) && reported !== undefined && claimed !== carriedFrom && !(claimed === undefined && carriedFrom !== undefined)) {
           add(
@@ -979,7 +996,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
         if (previous !== undefined && previous !== text) add("DISPATCH-5", `key ${short(call.key)} answered ${previous} and later ${text}`);
         answersByKey.set(`sent:${call.key}`, text);
         const id = (call.result as { paymentId?: string }).paymentId;
-        if (call.name === "send_payment" && id !== undefined && !createdIds.has(id)) {
+        if (kitToolName(call.name) === "send_payment" && id !== undefined && !createdIds.has(id)) {
           add("DISPATCH-5", `send_payment answered with ${id}, which the payments API never created`);
         }
       }
@@ -991,6 +1008,9 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
   for (const e of ctx.events) {
     if (e.type === "call_abandoned" && completed.has(e.callId)) add("STREAM-3", `call ${e.callId} was abandoned but also dispatched`);
   }
+
+  checkDefinitionChanged(ctx, conversations, transcript, keyOfCall, effectsByKey, runsByKey, add);
+  checkRecordInputs(ctx, conversations, effectsByKey, runsByKey, add);
 
   // ---- a calm run is boring: no failure, no takeover, no unknown outcome, every message answered ----
   checkReusedIds(ctx, conversations, add);
@@ -1377,10 +1397,11 @@ function checkEveryEffectAccounted(
  * the call was reported under, if any: the call was answered from a call that turn left
  * unanswered (TURN-23).
  */
-function carriedTurnOf(c: ConversationState, turn: StoredTurn, name: string, input: unknown, key: string): number | undefined {
+function carriedTurnOf(c: ConversationState, turn: StoredTurn, name: string, input: unknown, key: string, release?: DeployKind): number | undefined {
   for (const earlier of c.turns) {
     if (earlier.messageId !== turn.messageId || earlier.turnIndex >= turn.turnIndex) continue;
-    for (let ordinal = 0; ordinal <= 64; ordinal++) if (expectedKey(c.id, earlier.turnIndex, name, input, ordinal) === key) return earlier.turnIndex;
+    // Under either release's definition after a deploy (scenario.ts `deploy`): the row carried may be the earlier one's.
+    for (let ordinal = 0; ordinal <= 64; ordinal++) if (keysUnderReleases(c.id, earlier.turnIndex, name, input, ordinal, release).includes(key)) return earlier.turnIndex;
   }
   return undefined;
 }
@@ -1410,4 +1431,159 @@ export function deferredAllowance(
   const again = plan.deferred?.kind === "other_payee" ? 0 : Math.min(askedLater, 1);
   const unanswered = Math.max(0, askedFirst - committed);
   return { allowed: askedFirst + askedLater - Math.min(again, unanswered), answeredFirst: firstTurn !== undefined && unanswered === 0 };
+}
+
+/** The `error` of a committed tool result, when it is one (its code). */
+function committedError(text: string): { code?: string } | undefined {
+  try {
+    const parsed = JSON.parse(text) as { error?: { code?: string } };
+    return parsed.error;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * IDENT-10, IDENT-11 (a deploy between two runs of a turn, scenario.ts `deploy`): a call refused with
+ * `tool_definition_changed` was not run. Nothing may have run under its own key (no tool run, no
+ * effect), and every report of the call (the committed result, each record entry) says it did not
+ * run under its own key only: a refusal under the key of a row an earlier run made (whose payment
+ * may have happened) would deny that payment. A refused call's earlier row is told by the committed
+ * turn's record (RECORD-8, judged with every effect below in checkEveryEffectAccounted).
+ */
+function checkDefinitionChanged(
+  ctx: CaseContext,
+  conversations: ConversationState[],
+  transcript: TranscriptReader,
+  keyOfCall: Map<string, string>,
+  effectsByKey: Map<string, Effect[]>,
+  runsByKey: Map<string, ToolRun[]>,
+  add: (rule: string, message: string) => void,
+): void {
+  const refused = (key: string | undefined, where: string) => {
+    ctx.diagnostics.definition_changed_refusals = (ctx.diagnostics.definition_changed_refusals ?? 0) + 1;
+    if (key === undefined) return;
+    const ran = runsByKey.get(key) ?? [];
+    const made = effectsByKey.get(key) ?? [];
+    if (ran.length > 0 || made.length > 0) {
+      add(
+        "IDENT-10",
+        `${where} was refused with tool_definition_changed (nothing claimed, nothing run) under key ${short(key)}, but ${ran.length} tool run(s) and ${made.length} effect(s) are under that key` +
+          `${made.length > 0 ? `: ${made.map(describeEffect).join(", ")}` : ""}: a refusal that denies what happened`,
+      );
+    }
+  };
+  for (const c of conversations) {
+    for (const t of c.turns) {
+      const results = new Map(transcript.results(t.toolResults).map((b) => [b.id, b]));
+      for (const use of transcript.calls(t.assistant)) {
+        const block = results.get(use.id);
+        if (block === undefined || !block.isError) continue;
+        if (committedError(block.text)?.code !== "tool_definition_changed") continue;
+        // The key the runner reported for the call (its call_resolved, or its send's report).
+        refused(keyOfCall.get(use.id ?? ""), `${use.name} call ${use.id} (turn ${t.turnIndex} of ${c.id}, message ${JSON.stringify(t.messageId)})`);
+      }
+    }
+  }
+  const records: (FailedTurnRecord | SupersededAttemptRecord)[] = [];
+  for (const e of ctx.events) if (e.type === "turn_failed" || e.type === "attempt_superseded") records.push(e.record);
+  for (const r of records) {
+    for (const call of r.calls) {
+      if (call.error?.code !== "tool_definition_changed" || call.key === undefined) continue;
+      const made = effectsByKey.get(call.key) ?? [];
+      if (call.effect === "not_happened" && made.length > 0) {
+        add("IDENT-10", `the ${r.kind} record of turn ${r.turnIndex} of ${r.conversationId} says ${call.name} key ${short(call.key)}, refused with tool_definition_changed, did not happen, but ${made.map(describeEffect).join(", ")} is under that key`);
+      }
+    }
+  }
+}
+
+/** A request as the payments API is sent it (world.ts paymentBody for a payment of any release), JCS text. */
+function downstreamText(name: string, input: unknown): string | undefined {
+  try {
+    const value = kitToolName(name) === "send_payment" && typeof input === "object" && input !== null ? paymentBody(input as Record<string, unknown>) : input;
+    return canonicalize(JSON.parse(JSON.stringify(value)) as JsonValue);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * RECORD-10: a record that says an effect happened or may have happened says which: its `input` is
+ * the request that ran, or would run, under the key (the stored request when a replay re-worded it,
+ * IDENT-3; a listed row's stored request), never a re-run's re-wording. Judged, as the payments API
+ * is sent it (a new release's `acct:` payee or defaulted `channel` read back, world.ts paymentBody),
+ * against the effect the payments API logged under the key (a payment's or an invoice's payload),
+ * else against the first tool run under it (what the dispatcher handed the run, LEDGER-21). Entries
+ * of a failed-turn record's `effects`, of a committed turn's record's `calls` (RECORD-8) and of
+ * `store_unavailable`'s effects (RECORD-9); a dispatched call's entry carries the stream's own
+ * arguments as `input` (a re-wording is allowed there), so only its `storedRequest` is held to the
+ * key's request, and its `input` to the same payment (the identity the effect log shows).
+ * RECORD-10 is a SHOULD: an entry without `input` is counted (`record_entries_without_input`), not
+ * failed; the certification test requires the runner of this repository to leave out none.
+ */
+function checkRecordInputs(
+  ctx: CaseContext,
+  conversations: ConversationState[],
+  effectsByKey: Map<string, Effect[]>,
+  runsByKey: Map<string, ToolRun[]>,
+  add: (rule: string, message: string) => void,
+): void {
+  const referenceOf = new Map<string, string>();
+  for (const list of effectsByKey.values()) for (const e of list) if (e.kind === "payment_created") referenceOf.set(e.resourceId, String(e.payload.reference));
+  /** The request the payments API was sent (or would be) under a key, as JCS text, and where it is read. */
+  const ranUnder = (name: string, key: string): { text: string; from: string } | undefined => {
+    const effect = (effectsByKey.get(key) ?? []).find((e) => e.kind === "payment_created" || e.kind === "invoice_created");
+    if (effect !== undefined) return { text: canonicalize(JSON.parse(JSON.stringify(effect.payload)) as JsonValue), from: `the payments API's ${describeEffect(effect)}` };
+    const run = runsByKey.get(key)?.[0];
+    if (run === undefined) return undefined;
+    const text = downstreamText(name, JSON.parse(run.request));
+    return text === undefined ? undefined : { text, from: `the first run under the key (${run.worker})` };
+  };
+  const seen = new Set<string>();
+  const judge = (what: string, entry: { key?: string; name: string; effect: string; input?: unknown }, whole: boolean) => {
+    if (entry.key === undefined || !SAYS_MAYBE.has(entry.effect) || !WRITES.has(entry.name)) return;
+    if (entry.input === undefined) {
+      ctx.diagnostics.record_entries_without_input = (ctx.diagnostics.record_entries_without_input ?? 0) + 1;
+      return;
+    }
+    const ran = ranUnder(entry.name, entry.key);
+    if (ran === undefined) return;
+    const told = downstreamText(entry.name, entry.input);
+    const id = `${what}\n${entry.key}\n${told}`;
+    if (seen.has(id)) return;
+    seen.add(id);
+    ctx.diagnostics.record_inputs_judged = (ctx.diagnostics.record_inputs_judged ?? 0) + 1;
+    const same = whole
+      ? told === ran.text
+      : plannedSignature({ tool: kitToolName(entry.name) as PlannedCall["tool"], args: JSON.parse(told ?? "{}") as Record<string, unknown> }) ===
+        plannedSignature({ tool: kitToolName(entry.name) as PlannedCall["tool"], args: JSON.parse(ran.text) as Record<string, unknown> });
+    if (!same) {
+      add(
+        "RECORD-10",
+        `${what} says ${entry.name} key ${short(entry.key)} ${entry.effect} with input ${told ?? JSON.stringify(entry.input)}, but the request that ran under the key is ${ran.text} (${ran.from}): ` +
+          `a record that says which payment happened must name the one that ran (the stored request, not a re-run's re-wording)`,
+      );
+    }
+  };
+  type AnyRecord = FailedTurnRecord | SupersededAttemptRecord | ResumedTurnRecord;
+  const records: { record: AnyRecord; where: string }[] = [];
+  for (const e of ctx.events) if (e.type === "turn_failed" || e.type === "attempt_superseded") records.push({ record: e.record, where: `reported by ${e.worker}` });
+  for (const c of conversations) for (const r of c.records) records.push({ record: r as unknown as AnyRecord, where: "kept beside the conversation" });
+  for (const { record, where } of records) {
+    const what = `the ${record.kind} record of turn ${record.turnIndex} of ${record.conversationId} (message ${JSON.stringify(record.messageId)}, ${where})`;
+    if (record.kind === "failed_turn") for (const e of record.effects ?? []) judge(what, e, true);
+    if (record.kind === "resumed_turn") for (const call of record.calls) judge(what, call, true);
+    if (record.kind !== "resumed_turn") {
+      for (const call of record.calls) {
+        if (call.storedRequest !== undefined) judge(what, { ...call, input: call.storedRequest }, true);
+        else judge(what, call, false);
+      }
+    }
+  }
+  for (const send of ctx.sends) {
+    const effects = (send.error as { code?: string; effects?: readonly { key: string; name: string; effect: string; input?: unknown }[] } | undefined)?.effects;
+    if ((send.error as { code?: string } | undefined)?.code !== "store_unavailable" || effects === undefined) continue;
+    for (const e of effects) judge(`the store_unavailable error ${send.worker}'s send of ${JSON.stringify(send.messageId)} raised`, e, true);
+  }
 }

@@ -157,8 +157,20 @@ export interface ProviderSide {
 /** How many responses with calls the plan of a user text has (0 when there is none). */
 const stepsOf = (plans: Map<string, PlannedCall[][]>, text: string | undefined): number => (text === undefined ? 0 : (plans.get(text)?.length ?? 0));
 
+/**
+ * The calls as the model makes them for a request that offers the payment tool under a new release's
+ * name (world.ts DEPLOYED_PAYMENT `rename`): the only name it is offered, so the one it calls.
+ */
+function asOffered(request: object, calls: PlannedCall[]): PlannedCall[] {
+  const tools = (request as { tools?: { name?: unknown }[] }).tools;
+  if (!Array.isArray(tools) || !tools.some((t) => t?.name === RENAMED_PAYMENT) || tools.some((t) => t?.name === "send_payment")) return calls;
+  return calls.map((c) => (c.tool === "send_payment" ? { ...c, tool: RENAMED_PAYMENT as PlannedCall["tool"] } : c));
+}
+/** The payment tool's name after a rename (world.ts DEPLOYED_PAYMENT; not imported: world.ts imports this module). */
+const RENAMED_PAYMENT = "pay";
+
 /** The send_payment memo is free text: a retried model re-words it (IDENT-1). */
-const rewordOf = (c: PlannedCall): { reword?: string[] } => (c.tool === "send_payment" ? { reword: ["memo"] } : {});
+const rewordOf = (c: PlannedCall): { reword?: string[] } => (c.tool === "send_payment" || (c.tool as string) === RENAMED_PAYMENT ? { reword: ["memo"] } : {});
 
 /**
  * Which requests get a re-run's different response: the fault plan (which the mocks consult
@@ -300,9 +312,10 @@ async function anthropicSide(): Promise<ProviderSide> {
           const planned = turnOf(calls);
           return (request) => {
             const second = splicing.second(request);
-            if (second !== undefined) return turnOf(second);
+            if (second !== undefined) return turnOf(asOffered(request, second));
             const rerun = marks.of(request);
-            return rerun === undefined ? planned : turnOf(rerun);
+            const offered = asOffered(request, rerun ?? calls);
+            return offered === calls ? planned : turnOf(offered);
           };
         });
       }
@@ -477,10 +490,13 @@ async function openAISide(): Promise<ProviderSide> {
         const step = openAIStep(request.input);
         // The response a proxy splices in (the fault plan below marked the request), asked for second.
         const second = splicing.second(request);
-        if (second !== undefined) return splicedOf(second, text!);
+        if (second !== undefined) return splicedOf(asOffered(request, second), text!);
         // A re-run the model answers differently (the fault plan below marked the request).
         const rerun = marks.of(request);
-        return rerun !== undefined ? responseOf(rerun, text!) : (steps[step] ?? responseOf([], text!));
+        if (rerun !== undefined) return responseOf(asOffered(request, rerun), text!);
+        const planned = plans.get(text!)?.[step];
+        const offered = planned === undefined ? undefined : asOffered(request, planned);
+        return offered !== undefined && offered !== planned ? responseOf(offered, text!) : (steps[step] ?? responseOf([], text!));
       };
       // The mock records every request; nothing reads them across cases, and a certification
       // makes thousands. Attempt numbers restart too, harmlessly: each case's texts are its own.

@@ -212,6 +212,46 @@ export interface MessagePlan {
    * other field (`deferrals` in scenarioArbitrary).
    */
   deferred?: DeferredCall;
+  /**
+   * A deploy while this message is unanswered (IDENT-10, IDENT-11): once its first send (or
+   * sends, by its replay route) settled without an answer (a worker died, the turn failed, a send
+   * was cut short), every worker the case starts for its conversation from then on runs a new
+   * release whose payment tool is defined otherwise (DeployKind): the take-over, the client's
+   * re-sends and a re-ask run the turn again under it. Drawn after every other field (`deploys`
+   * in scenarioArbitrary); only on a message with a payment.
+   */
+  deploy?: DeployKind;
+}
+
+/**
+ * How the new release (MessagePlan `deploy`) defines the payment tool, each keying the same call
+ * otherwise than the release before it (IDENT-4), each with the earlier request still valid:
+ * - `identity`: a field with a default (`channel`, "sepa") added to the input and the identity;
+ * - `transform`: the payee given as an account id (`acct:` prefixed) by a schema transform, so the
+ *   key is taken over another value (the tool strips the prefix for the payments API);
+ * - `rename`: the tool is renamed (`send_payment` to `pay`), listing the old name in `formerNames`
+ *   (IDENT-11); the model is offered the new name only and calls it.
+ * A re-run under the new release derives a new key for a call the earlier release claimed: only the
+ * dispatcher's guard (a resumed turn's listing of its rows) finds the row and answers it.
+ */
+export type DeployKind = "identity" | "transform" | "rename";
+
+/**
+ * A deploy on a message that makes a payment (MessagePlan `deploy`); none elsewhere, nor on a
+ * message that defers a call to its next turn (`deferred`, TURN-23): there the runner carries the
+ * call by the keys the current definition derives, and the earlier release's rows of the first turn
+ * are not matched (a finding left to the runner; conformance-e2e/README.md, the deploy bullet).
+ */
+function withDeploy(plan: MessagePlan, deploy: DeployKind | undefined): MessagePlan {
+  if (deploy === undefined || plan.deferred !== undefined || !plannedCalls(plan).some((c) => c.tool === "send_payment")) return plan;
+  return { ...plan, deploy };
+}
+
+/** A plan without its deploy: as drawn before `deploys`. */
+export function withoutDeploy(plan: MessagePlan): MessagePlan {
+  if (plan.deploy === undefined) return plan;
+  const { deploy: _, ...rest } = plan;
+  return rest;
 }
 
 /**
@@ -673,6 +713,7 @@ function calm(conversation: ConversationPlan): ConversationPlan {
       delete plan.splice;
       delete plan.followUpSplice;
       delete plan.reaskSplice;
+      delete plan.deploy;
       return plan;
     }),
   };
@@ -810,8 +851,18 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
         ),
         { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES },
       ),
+      // After those, for the same reason: a deploy while the message is unanswered (MessagePlan
+      // `deploy`, IDENT-10, IDENT-11), on half the message slots with a payment. It changes nothing
+      // until a send of the message settles unanswered (a worker that starts after that runs it).
+      deploys: fc.array(
+        fc.oneof(
+          { weight: 2, arbitrary: fc.constant(undefined) },
+          { weight: 2, arbitrary: fc.constantFrom<DeployKind>("identity", "transform", "rename") },
+        ),
+        { minLength: MAX_MESSAGES, maxLength: MAX_MESSAGES },
+      ),
     })
-    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices: drawnSplices, bareSplices, followUpSplices, reaskSplices, deferrals }) => {
+    .map(({ conversations, providerSeed, calm: quiet, divergences, releaseDeaths, releaseRerunDeaths, followUpDivergences, reuses, splices: drawnSplices, bareSplices, followUpSplices, reaskSplices, deferrals, deploys }) => {
       const splices = drawnSplices.map((s, i): SplicePlan | undefined => (s !== undefined && s.shape === "headless" && bareSplices[i] === true ? { ...s, shape: "headless_bare" } : s));
       let slot = 0;
       const diverging = conversations.map((c) => ({
@@ -825,6 +876,7 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           const loopSplice = followUpSplices[slot];
           const reaskSplice = reaskSplices[slot];
           const deferral = deferrals[slot];
+          const deploy = deploys[slot];
           const drawn = followUpDivergences[slot++];
           // An omission falls on the follow-up call a worker dies on, when one does: the take-over's
           // re-run then leaves the dead worker's row unanswered (the case it exists for, RECORD-8).
@@ -846,9 +898,9 @@ export function scenarioArbitrary(): fc.Arbitrary<Scenario> {
           // Only a divergence that changes the response is kept (a shrunk scenario shows no inert one).
           if (d !== undefined && divergedCalls(plan) === undefined) delete plan.rerunDivergence;
           const death = releaseDeath ? releaseDeathOf(plan) : undefined;
-          if (death !== undefined) return withDeferral(withReaskSplice(withFollowUpSplice(withSplice({ ...plan, death }, splice), loopSplice), reaskSplice), deferral);
+          if (death !== undefined) return withDeploy(withDeferral(withReaskSplice(withFollowUpSplice(withSplice({ ...plan, death }, splice), loopSplice), reaskSplice), deferral), deploy);
           const twice = rerunDeath !== undefined ? releaseRerunDeathOf(plan) : undefined;
-          return withDeferral(withReaskSplice(withFollowUpSplice(withSplice(twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath }, splice), loopSplice), reaskSplice), deferral);
+          return withDeploy(withDeferral(withReaskSplice(withFollowUpSplice(withSplice(twice === undefined ? plan : { ...plan, death: twice, releaseRerunDeath: rerunDeath }, splice), loopSplice), reaskSplice), deferral), deploy);
         }),
       }));
       // A reused id only on a message sent alone (a group of two sends at once, TURN-9); a re-ask

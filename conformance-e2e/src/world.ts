@@ -27,7 +27,7 @@ import {
 } from "@dispatch-once/mock-payments";
 import { z } from "zod";
 import { startProvider, type KitRunner, type ProviderSide, type RunnerProviderName } from "./provider.js";
-import { divergedCalls, divergedFollowUp, type MessagePlan, type PlannedCall, type Scenario, type SplicePlan, type StreamCut, type WorkerDeath } from "./scenario.js";
+import { divergedCalls, divergedFollowUp, type DeployKind, type MessagePlan, type PlannedCall, type Scenario, type SplicePlan, type StreamCut, type WorkerDeath } from "./scenario.js";
 
 /** The servers one property run shares across its cases; each case gets its own account and ledger namespace. */
 export interface World {
@@ -84,6 +84,42 @@ export const TOOL_SHAPES = {
 
 export type KitToolName = keyof typeof TOOL_SHAPES;
 
+const PAYMENT_IDENTITY = ["payee", "amount", "currency", "reference"];
+
+/**
+ * The payment tool as a new release defines it (scenario.ts DeployKind), each keying the same
+ * call otherwise than TOOL_SHAPES (IDENT-4) while the earlier release's requests stay valid:
+ * an identity field with a default, a transform of a key field, a rename with `formerNames`.
+ */
+export const DEPLOYED_PAYMENT: Record<DeployKind, { name: string; input: z.ZodType<Record<string, unknown>>; identity: string[]; formerNames?: string[] }> = {
+  identity: {
+    name: "send_payment",
+    input: TOOL_SHAPES.send_payment.input.extend({ channel: z.string().default("sepa") }),
+    identity: [...PAYMENT_IDENTITY, "channel"],
+  },
+  transform: {
+    name: "send_payment",
+    input: TOOL_SHAPES.send_payment.input.extend({ payee: z.string().transform((p) => (p.startsWith("acct:") ? p : `acct:${p}`)) }),
+    identity: PAYMENT_IDENTITY,
+  },
+  rename: { name: "pay", input: TOOL_SHAPES.send_payment.input, identity: PAYMENT_IDENTITY, formerNames: ["send_payment"] },
+};
+
+/** A tool name as the kit's plans name it: a release's renamed payment tool (DEPLOYED_PAYMENT) is `send_payment`. */
+export function kitToolName(name: string): string {
+  return name === DEPLOYED_PAYMENT.rename.name ? "send_payment" : name;
+}
+
+/**
+ * What the payments API is sent for a payment request, whichever release shaped it (DEPLOYED_PAYMENT):
+ * without the `channel` a new identity defaults, the payee without the `acct:` a transform adds. The
+ * oracle reads a record's `input` through it too (RECORD-10: which payment the effect log shows).
+ */
+export function paymentBody(args: Record<string, unknown>): Record<string, unknown> {
+  const { channel: _, ...rest } = args;
+  return typeof rest.payee === "string" ? { ...rest, payee: rest.payee.replace(/^acct:/, "") } : rest;
+}
+
 function identityArgs(name: KitToolName, args: Record<string, unknown>): Record<string, unknown> {
   const identity = TOOL_SHAPES[name].identity;
   if (identity === undefined) return args;
@@ -104,6 +140,28 @@ export function expectedKey(conversationId: string, turnIndex: number, name: str
   const parsed = TOOL_SHAPES[name as KitToolName].input.safeParse(input);
   if (!parsed.success) return undefined;
   return deriveKey({ conversationId, turnIndex, name, args: identityArgs(name as KitToolName, parsed.data as Record<string, unknown>), ordinal });
+}
+
+/**
+ * The keys spec §3 gives a call at an ordinal under each definition its tool had in the case: the
+ * kit's (TOOL_SHAPES) and, for a payment in a conversation a deploy reached (MessagePlan `deploy`),
+ * the new release's (DEPLOYED_PAYMENT: its identity, schema and name). A call of the renamed tool
+ * is keyed under the old name too (the rows that release made). Computed independently of the
+ * dispatcher under test.
+ */
+export function keysUnderReleases(conversationId: string, turnIndex: number, name: string, input: unknown, ordinal: number, release: DeployKind | undefined): string[] {
+  const keys: string[] = [];
+  const kitName = kitToolName(name);
+  const old = expectedKey(conversationId, turnIndex, kitName, input, ordinal);
+  if (old !== undefined) keys.push(old);
+  if (release === undefined || kitName !== "send_payment") return keys;
+  const now = DEPLOYED_PAYMENT[release];
+  const parsed = now.input.safeParse(input);
+  if (!parsed.success) return keys;
+  const data = parsed.data;
+  const args = Object.fromEntries(now.identity.filter((f) => data[f] !== undefined).map((f) => [f, data[f]]));
+  keys.push(deriveKey({ conversationId, turnIndex, name: now.name, args: args as never, ordinal }));
+  return keys;
 }
 
 /** Faults and deaths are planned per call; a re-worded memo must not hide the call from its plan. */
@@ -245,6 +303,13 @@ export interface CaseContext {
   divergedTexts: Map<string, PlannedCall[][]>;
   /** Sends of a stored message's id with other content (TURN-20; MessagePlan `reusedId`): never in `sends`. */
   reuses: ReuseRecord[];
+  /**
+   * Conversations whose workers run a new release from now on (scenario.ts `deploy`), with how
+   * it defines the payment tool; set when a message with a deploy is first left unanswered.
+   */
+  deployed: Map<string, DeployKind>;
+  /** Whether the subject's ledger lists rows (IDENT-10's guard needs it): deploys land only then. */
+  deploysApply: boolean;
   /** Per message (conversation id, newline, message id): sends begun and in flight (case.ts sendOnce). */
   sendsOf: Map<string, { started: number; inFlight: number }>;
 }
@@ -295,6 +360,8 @@ export interface Worker {
   name: string;
   conversationId: string;
   runner: KitRunner;
+  /** The release it runs: the payment tool of a deploy (DEPLOYED_PAYMENT), or the first one. */
+  release?: DeployKind;
   dead: boolean;
   /** Rejects when the worker dies or is retired, so whoever waits on it stops waiting. */
   died: Promise<never>;
@@ -373,7 +440,8 @@ function describeDownstream(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolDefinition<any, any>[] {
+function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient, release: DeployKind | undefined): ToolDefinition<any, any>[] {
+  const payment: (typeof DEPLOYED_PAYMENT)[DeployKind] = release === undefined ? { name: "send_payment", input: TOOL_SHAPES.send_payment.input, identity: PAYMENT_IDENTITY } : DEPLOYED_PAYMENT[release];
   // The step of the message's tool loop this run belongs to: its turn index less the message's
   // first turn's (the message of the attempt its send runs, sendScope).
   const stepOf = (conversationId: string, turnIndex: number): number => {
@@ -486,12 +554,16 @@ function kitTools(ctx: CaseContext, self: Worker, client: PaymentsClient): ToolD
   const unstorableResult = (result: Record<string, unknown>) => ({ ...result, settlementRef: 10n ** 30n });
   return [
     defineTool({
-      name: "send_payment",
+      name: payment.name,
+      ...(payment.formerNames !== undefined ? { formerNames: payment.formerNames } : {}),
       effect: "keyed_write",
-      input: TOOL_SHAPES.send_payment.input,
-      identity: ["payee", "amount", "currency", "reference"],
-      async run(args, context) {
-        const run = begin("send_payment", args, context);
+      input: payment.input as z.ZodType<Record<string, unknown>>,
+      identity: payment.identity as never,
+      async run(handed: Record<string, unknown>, context) {
+        // The run records what it was handed (the stored request on a re-run, LEDGER-21); the
+        // payments API and the planned faults see the payment whatever release shaped it.
+        const run = begin("send_payment", handed, context);
+        const args = paymentBody(handed) as z.infer<typeof TOOL_SHAPES.send_payment.input>;
         const { death, fault, unstorable, afterEffect } = hooks("send_payment", args, context);
         if (death === "before_downstream") die("before calling the payments API");
         if (death === "stall_before_downstream") await stall(context.conversationId);
@@ -620,7 +692,10 @@ export async function newWorker(
   const ledger = mortal(await options.ledger(), isDead, name, LEDGER_METHODS);
   const store = mortal(caseStore.store, isDead, name, STORE_METHODS);
   const payments = createPaymentsClient({ baseURL: world.payments.url, token: ctx.account, fetch: mortalFetch });
-  const toolList = kitTools(ctx, worker, payments);
+  // A worker started after its conversation's deploy runs the new release (MessagePlan `deploy`).
+  const release = ctx.deployed.get(conversationId);
+  worker.release = release;
+  const toolList = kitTools(ctx, worker, payments, release);
   const defaults: DispatcherDefaults = {
     leaseMs: options.leaseMs,
     // Long enough to outlive a dead worker's claim, so waiters see it lapse (LEDGER-7).
@@ -629,7 +704,15 @@ export async function newWorker(
     maxPollMs: 20,
     // The kit never loses acknowledged rows, so a volatile ledger is fine for unkeyed writes here.
     allowVolatileLedgerForUnkeyedWrites: true,
-    logger: { warn: () => {} },
+    logger: {
+      // Counted, not shown: a call of a re-run turn dispatched under the key of the row an earlier
+      // release's definition claimed for it (IDENT-10, IDENT-11; the kit's deploys, MessagePlan `deploy`).
+      warn: (message: string) => {
+        if (!worker.dead && message.includes("dispatched under the earlier run's key (IDENT-10)")) {
+          ctx.diagnostics.deploy_rows_adopted = (ctx.diagnostics.deploy_rows_adopted ?? 0) + 1;
+        }
+      },
+    },
     onEvent: (event) => {
       if (worker.dead) return;
       ctx.dispatchEvents.push({ ...event, worker: name, at: Date.now() - ctx.started });

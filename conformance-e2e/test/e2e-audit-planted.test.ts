@@ -17,7 +17,7 @@ const mutant = (name: string) => MUTANTS.find((m) => m.name === name)!;
 
 describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects the audit's planted bugs (provider %s)", (provider) => {
   it("DISPATCH-6 a dispatcher that counts each call's ordinal alone answers the second of two identical calls with the first's payment", async () => {
-    const error = await runEndToEnd(memory, { provider, runs: 300, seed: 6, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, ...mutant("ordinalPerCall").options() }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { deploys: false, provider, runs: 300, seed: 6, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, ...mutant("ordinalPerCall").options() }).catch((e: unknown) => e);
     const message = expectReadable(error, 6);
     expect(message).toMatch(/breaks DISPATCH-6/);
     expect(message).toMatch(/send_payment call \S+ \(turn \d+ of conv-\d+, message "[^"]+"\) was dispatched under key [0-9a-f]{8}, the key of call \S+ of the same committed response/);
@@ -25,21 +25,21 @@ describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects the audit's plant
 
   it("TURN-4 a dispatcher whose ordinal count does not restart with the attempt (TURN-6) keys a retried call as another call", async () => {
     // Caught before the audit by its duplicate payment (CONF-2); now by the key itself, on the smallest scenario.
-    const error = await runEndToEnd(memory, { provider, runs: 300, seed: 4, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, ...mutant("ordinalAcrossAttempts").options() }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { deploys: false, provider, runs: 300, seed: 4, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, ...mutant("ordinalAcrossAttempts").options() }).catch((e: unknown) => e);
     const message = expectReadable(error, 4);
     expect(message).toMatch(/breaks (TURN-4|CONF-2)/);
     expect(message).toMatch(/was dispatched under key [0-9a-f]{8}, the key of ordinal [1-9]\d*; 0 identical calls precede it/);
   }, 600_000);
 
   it("TURN-13 a store that drops superseded-attempt records keeps no word of the superseded attempt's calls beside the conversation", async () => {
-    const error = await runEndToEnd(memory, { provider, runs: 300, seed: 11, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, ...mutant("supersededRecordsNotKept").options() }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { deploys: false, provider, runs: 300, seed: 11, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, ...mutant("supersededRecordsNotKept").options() }).catch((e: unknown) => e);
     const message = expectReadable(error, 11);
     expect(message).toMatch(/breaks TURN-13/);
     expect(message).toMatch(/the superseded-attempt record of turn \d+ \(message "[^"]+", \S+\) is not kept beside the conversation/);
   }, 600_000);
 
   it("RECORD-8 a store whose addRecord keeps nothing (nor a commit's record) loses the record of a turn committed after a retry", async () => {
-    const error = await runEndToEnd(memory, { provider, runs: 300, seed: 8, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, ...mutant("addRecordNoop").options() }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { deploys: false, provider, runs: 300, seed: 8, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, ...mutant("addRecordNoop").options() }).catch((e: unknown) => e);
     const message = expectReadable(error, 8);
     expect(message).toMatch(/breaks (RECORD-8|TURN-13)/);
     expect(message).toMatch(/is not kept beside the conversation/);

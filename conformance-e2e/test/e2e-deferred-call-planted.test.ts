@@ -43,13 +43,13 @@ function withoutCarrying(tools: Parameters<typeof realDispatcher>[0], ledger: Pa
 
 describe.each(RUNNER_PROVIDERS)("a call deferred to a later turn of the same message: the end-to-end oracle counts the message's intents across its turns (provider %s)", (provider) => {
   it("CONF-2 a runner that does not carry an unanswered call (TURN-23 disabled) pays it again in the next turn and is rejected, seed and path printed; the real runner passes that scenario", async () => {
-    const error = await runEndToEnd(memory, { provider, runs: RUNS, seed: SEED, path: PATH, shrinkTimeLimitMs: 0, dispatcher: withoutCarrying }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { deploys: false, provider, runs: RUNS, seed: SEED, path: PATH, shrinkTimeLimitMs: 0, dispatcher: withoutCarrying }).catch((e: unknown) => e);
     expect(planted.turns).toBeGreaterThan(0);
     const message = expectReadable(error, SEED);
     expect(message).toMatch(/breaks CONF-2\): (CONF-2: )?payment \w+ \d+ \w+ c\d-m\d-r\d: performed (\d+) times for message "[^"]+" over its turns \d+ and \d+, which asked for it (once|\d+ times): its first turn left a call of it unanswered \(a re-run answered without it\) and the next turn's call is that ask made again/);
     const cx = (error as { counterexample?: { seed: number; path: string } }).counterexample!;
     let seen: Record<string, number> = {};
-    await runEndToEnd(memory, { provider, runs: RUNS, seed: cx.seed, path: cx.path, onStats: (stats) => (seen = stats) });
+    await runEndToEnd(memory, { deploys: false, provider, runs: RUNS, seed: cx.seed, path: cx.path, onStats: (stats) => (seen = stats) });
     expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(seen.deferred_calls_carried).toBeGreaterThan(0);
   }, 300_000);

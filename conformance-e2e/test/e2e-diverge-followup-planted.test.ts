@@ -61,7 +61,7 @@ describe.each(RUNNER_PROVIDERS)("a re-run of a follow-up turn the model answers 
   for (const [name, shrinkTimeLimitMs] of SHRINKS) {
     it(`RECORD-8 the take-over commits the follow-up without the dead worker's payment, and the kept record names no row (${name}); the real store passes that scenario and its record names the dead worker's row`, async () => {
       planted.count = 0;
-      const error = await runEndToEnd(memory, {
+      const error = await runEndToEnd(memory, { deploys: false,
         provider,
         runs: 300,
         seed: SEED,
@@ -78,7 +78,7 @@ describe.each(RUNNER_PROVIDERS)("a re-run of a follow-up turn the model answers 
       // and not the scenario's.
       const cx = (error as ConformanceFailure).counterexample!;
       let seen: Record<string, number> = {};
-      await runEndToEnd(memory, { provider, runs: 300, seed: cx.seed, path: cx.path, onStats: (stats) => (seen = stats) });
+      await runEndToEnd(memory, { deploys: false, provider, runs: 300, seed: cx.seed, path: cx.path, onStats: (stats) => (seen = stats) });
       expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
       expect(seen.follow_up_divergent_reruns).toBeGreaterThan(0);
       expect(seen.omitted_dead_worker_effect_told_by_committed_turn_record).toBeGreaterThan(0);

@@ -48,7 +48,7 @@ function expectVerdict(message: string): void {
 
 describe.each(RUNNER_PROVIDERS)("a re-run the model answers differently: the end-to-end oracle rejects a resumed turn's record that misses the dead worker's row (provider %s)", (provider) => {
   it("RECORD-8 the take-over commits without the dead worker's payment, and its record lists no row (shrinking off); the real dispatcher passes that scenario and its record names the dead worker's row", async () => {
-    const error = await runEndToEnd(memory, {
+    const error = await runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
       seed: SEED,
@@ -62,7 +62,7 @@ describe.each(RUNNER_PROVIDERS)("a re-run the model answers differently: the end
     // planted listing's doing and not the scenario's.
     const cx = (error as ConformanceFailure).counterexample!;
     let seen: Record<string, number> = {};
-    await runEndToEnd(memory, { provider, runs: 300, seed: cx.seed, path: cx.path, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
+    await runEndToEnd(memory, { deploys: false, provider, runs: 300, seed: cx.seed, path: cx.path, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
     expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(seen.omitted_dead_worker_effect_told_by_committed_turn_record).toBeGreaterThan(0);
   }, 600_000);
@@ -70,7 +70,7 @@ describe.each(RUNNER_PROVIDERS)("a re-run the model answers differently: the end
   // Fully shrunk only under CONFORMANCE_E2E_FULL_SHRINK=1 (readable.ts, SHRINKS): each shrink candidate
   // waits out lapsed leases, and on a loaded CI host the shrink outran its 240 s budget.
   if (FULL_SHRINK) it("RECORD-8 the same verdict, fully shrunk", async () => {
-    const error = await runEndToEnd(memory, {
+    const error = await runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
       seed: SEED,

@@ -28,7 +28,7 @@ const PATH = "14";
 
 describe("CONF-2 per turn index: the end-to-end oracle counts an intent's effects at the turn index their keys carry (provider openai)", () => {
   it("CONF-2 three identical payments at a failed first turn that asked for two are rejected, though the message's follow-up asked for a third; the real runner passes the same run", async () => {
-    const error = await runEndToEnd(memory, { provider: "openai", runs: 1, seed: SEED, path: PATH, shrinkTimeLimitMs: 0, runner: noTypeCheck }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { deploys: false, provider: "openai", runs: 1, seed: SEED, path: PATH, shrinkTimeLimitMs: 0, runner: noTypeCheck }).catch((e: unknown) => e);
     const message = expectReadable(error, SEED);
     expect(message).toMatch(
       /CONF-2: payment globex 18230 USD c0-m0-r1: performed 3 times for one intent at turn 2 \(messages "conv-0:c0 message 1", "conv-0:c0 message 2"\), which asked for it at most 2 times at that turn index: payment_created \S+ \(seq \d+, key [0-9a-f]{8}\), payment_created \S+ \(seq \d+, key [0-9a-f]{8}\), payment_created \S+ \(seq \d+, key [0-9a-f]{8}\)/,
@@ -39,7 +39,7 @@ describe("CONF-2 per turn index: the end-to-end oracle counts an intent's effect
 
     // The control: the real runner over the same run passes, and meets the shape.
     let seen: Record<string, number> = {};
-    await runEndToEnd(memory, { provider: "openai", runs: 1, seed: SEED, path: PATH, onStats: (stats) => (seen = stats) });
+    await runEndToEnd(memory, { deploys: false, provider: "openai", runs: 1, seed: SEED, path: PATH, onStats: (stats) => (seen = stats) });
     expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(seen.splices_headless).toBeGreaterThan(0);
   }, 120_000);

@@ -72,7 +72,7 @@ function unstorableAsFailedInLaterTurn(tools: ToolDefinition<any, any>[], ledger
 
 describe.each(RUNNER_PROVIDERS)("faults in a tool loop's later turn: the end-to-end oracle rejects runners that mishandle them (provider %s)", (provider) => {
   const planted = (dispatcher: typeof restartsAtFirstTurn) =>
-    runEndToEnd(memory, {
+    runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
       seed: 5,
@@ -93,7 +93,7 @@ describe.each(RUNNER_PROVIDERS)("faults in a tool loop's later turn: the end-to-
   const control = async (error: unknown, reached: string) => {
     const cx = (error as ConformanceFailure).counterexample!;
     let seen: Record<string, number> = {};
-    await runEndToEnd(memory, { provider, runs: 300, seed: cx.seed, path: cx.path, conversationStore: observedStore, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
+    await runEndToEnd(memory, { deploys: false, provider, runs: 300, seed: cx.seed, path: cx.path, conversationStore: observedStore, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
     expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(seen[reached]).toBeGreaterThan(0);
   };

@@ -43,7 +43,7 @@ function firstTurnIndex(tools: ToolDefinition<any, any>[], ledger: Ledger, defau
 
 describe.each(RUNNER_PROVIDERS)("mutation round of 2026-12-04: the end-to-end oracle rejects a key of the message's first turn (provider %s)", (provider) => {
   it("CONF-2 keys that take the message's first turn index answer a later turn's repeated payment from the first turn's row; the real dispatcher passes that scenario", async () => {
-    const error = await runEndToEnd(memory, {
+    const error = await runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
       seed: 5,
@@ -60,7 +60,7 @@ describe.each(RUNNER_PROVIDERS)("mutation round of 2026-12-04: the end-to-end or
     // the verdict is the mutant's doing. (It replaced 40 runs of seed 5.)
     const cx = (error as ConformanceFailure).counterexample!;
     let seen: Record<string, number> = {};
-    await runEndToEnd(memory, { provider, runs: 300, seed: cx.seed, path: cx.path, conversationStore: observedStore, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
+    await runEndToEnd(memory, { deploys: false, provider, runs: 300, seed: cx.seed, path: cx.path, conversationStore: observedStore, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
     expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(seen.follow_up_repeats).toBeGreaterThan(0);
   }, 600_000);

@@ -52,7 +52,7 @@ describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects planted bugs the 
     // A re-run of a void whose response was lost finds the other open payment with the same
     // reference: the API answers 422 for the key it already used. Taking that as "declined"
     // commits an error result while the first void went through.
-    const error = await runEndToEnd(memory, {
+    const error = await runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
       seed: 12,
@@ -99,14 +99,14 @@ describe.each(RUNNER_PROVIDERS)("the end-to-end oracle rejects planted bugs the 
         return { ...fixture, ledger, reopen: async () => ledger };
       },
     };
-    const error = await runEndToEnd(ownRequest, { provider, runs: 300, seed: 21, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS }).catch((e: unknown) => e);
+    const error = await runEndToEnd(ownRequest, { deploys: false, provider, runs: 300, seed: 21, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS }).catch((e: unknown) => e);
     const message = expectReadable(error, 21);
     expect(message).toMatch(/breaks LEDGER-21/);
     expect(message).toMatch(/send_payment key [0-9a-f]{8} ran with .*"memo":"[^"]*".* and later with .*"memo":"[^"]*"/);
   }, 600_000);
 
   it("TURN-11 a store that binds every queued message to one turn index lets two messages answer at the same index", async () => {
-    const error = await runEndToEnd(memory, {
+    const error = await runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
       seed: 11,
@@ -152,7 +152,7 @@ describe("the end-to-end oracle rejects a store that loses the provider's own bl
     // This verdict needs the smallest scenario, a fault-free one: the first failing scenario has
     // faults, and its first violation is another rule's (seen with shrinkTimeLimitMs 0). Shrinking
     // reaches it in under a second on a quiet host; it keeps the search's budget.
-    const error = await runEndToEnd(memory, { provider: "anthropic", runs: 100, seed: 3, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SEARCH_BUDGET_MS, conversationStore: dropsThinking }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { deploys: false, provider: "anthropic", runs: 100, seed: 3, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SEARCH_BUDGET_MS, conversationStore: dropsThinking }).catch((e: unknown) => e);
     const message = expectReadable(error, 3);
     expect(message).toMatch(/in a run with no fault injected/);
     expect(message).toMatch(/Expected `thinking` or `redacted_thinking`, but found `tool_use`/);
@@ -162,7 +162,7 @@ describe("the end-to-end oracle rejects a store that loses the provider's own bl
 describe("--path replays exactly one end-to-end case", () => {
   it("a planted bug's printed seed and path replay that one shrunk scenario once, failing it again (TURN-9 or TURN-11, the plant's two words); on a correct store it passes, once", async () => {
     const broken = ({ now }: { now: () => number }) => new BindsEveryQueuedMessage(new MemoryConversationStore({ now }));
-    const first = await runEndToEnd(memory, { runs: 300, seed: 11, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, conversationStore: broken }).catch((e: unknown) => e);
+    const first = await runEndToEnd(memory, { deploys: false, runs: 300, seed: 11, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: SHRINK_BUDGET_MS, conversationStore: broken }).catch((e: unknown) => e);
     expect(first).toBeInstanceOf(ConformanceFailure);
     const cx = (first as ConformanceFailure).counterexample!;
     const rule = (first as ConformanceFailure).violates!;
@@ -170,7 +170,7 @@ describe("--path replays exactly one end-to-end case", () => {
     expect(cx.path).toMatch(/^\d+(:\d+)*$/);
 
     let stats: Record<string, number> = {};
-    const again = await runEndToEnd(memory, {
+    const again = await runEndToEnd(memory, { deploys: false,
       runs: 300,
       seed: cx.seed,
       path: cx.path,
@@ -192,7 +192,7 @@ describe("--path replays exactly one end-to-end case", () => {
 
     // The same case on a correct store passes, after exactly one run, and says it was a replay.
     let passing: Record<string, number> = {};
-    await runEndToEnd(memory, { runs: 300, seed: cx.seed, path: cx.path, onStats: (s) => (passing = s) });
+    await runEndToEnd(memory, { deploys: false, runs: 300, seed: cx.seed, path: cx.path, onStats: (s) => (passing = s) });
     expect(passing).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(endToEndChecks(memory, { seed: cx.seed, path: cx.path })[0]!.name).toContain(`replay of path ${cx.path}, one case`);
   }, 600_000);
@@ -201,14 +201,14 @@ describe("--path replays exactly one end-to-end case", () => {
 describe("shrinkTimeLimitMs bounds the shrinking apart from the search", () => {
   it("0 reports the first failing scenario as the search found it, unshrunk, and its printed seed and path replay that scenario", async () => {
     const broken = ({ now }: { now: () => number }) => new BindsEveryQueuedMessage(new MemoryConversationStore({ now }));
-    const first = await runEndToEnd(memory, { runs: 300, seed: 11, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, conversationStore: broken }).catch((e: unknown) => e);
+    const first = await runEndToEnd(memory, { deploys: false, runs: 300, seed: 11, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, conversationStore: broken }).catch((e: unknown) => e);
     const message = expectReadable(first, 11);
     expect(message).toMatch(/breaks TURN-(9|11)/);
     expect(message).toMatch(/shrunk scenario after \d+ runs and 0 shrinks \(shrinking cut short by its budget, 0 ms\)/);
     const cx = (first as ConformanceFailure).counterexample!;
     // The path of a run of the search: no shrink step in it.
     expect(cx.path).toMatch(/^\d+$/);
-    const again = await runEndToEnd(memory, { runs: 300, seed: cx.seed, path: cx.path, conversationStore: broken }).catch((e: unknown) => e);
+    const again = await runEndToEnd(memory, { deploys: false, runs: 300, seed: cx.seed, path: cx.path, conversationStore: broken }).catch((e: unknown) => e);
     expect(again).toBeInstanceOf(ConformanceFailure);
     expect((again as ConformanceFailure).violates).toBe((first as ConformanceFailure).violates);
     expect((again as ConformanceFailure).counterexample!.value).toEqual(cx.value);

@@ -92,7 +92,7 @@ function idlessMessages(runner: KitRunner): KitRunner {
 
 describe("reasoning items: the end-to-end level rejects stores and stream sides that lose or mix them (provider openai)", () => {
   const planted = (options: Parameters<typeof runEndToEnd>[1]) =>
-    runEndToEnd(memory, { provider: "openai", ...CI, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, ...options }).catch((e: unknown) => e);
+    runEndToEnd(memory, { deploys: false, provider: "openai", ...CI, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, ...options }).catch((e: unknown) => e);
 
   it("STREAM-15 a conversation store that keeps only the messages and calls of a committed turn drops its reasoning item", async () => {
     const message = expectReadable(await planted({ conversationStore: dropsReasoning }), CI.seed);
@@ -122,7 +122,7 @@ describe("reasoning items: the end-to-end level rejects stores and stream sides 
 describe.each(RUNNER_PROVIDERS)("reasoning items: a stream side that mixes a cut attempt's into the committed turn (provider %s)", (provider) => {
   it("STREAM-15 a stream side that commits a cut attempt's reasoning item in place of the committing attempt's", async () => {
     const seed = provider === "openai" ? CI.seed : 20261129;
-    const error = await runEndToEnd(memory, { provider, runs: CI.runs, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, runner: keepsCutAttemptsReasoning }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { deploys: false, provider, runs: CI.runs, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, runner: keepsCutAttemptsReasoning }).catch((e: unknown) => e);
     const message = expectReadable(error, seed);
     const item = provider === "openai" ? "reasoning item rs_\\w+" : "thinking block \\S+";
     expect(message).toMatch(new RegExp(`breaks STREAM-15\\): .* ${item} at position 0 is another response's \\(request \\d+`));

@@ -156,7 +156,7 @@ const DENIED = String.raw`did not happen in attempt \d+ \((completed|[a-z_]+)[^)
 describe.each(RUNNER_PROVIDERS)("record entries of earlier sends and kept copies: the end-to-end oracle rejects a denied effect (provider %s)", (provider) => {
   it("RECORD-2 an earlier send's entry carried into a later send's record as not_happened", async () => {
     planted.carried = 0;
-    const error = await runEndToEnd(memory, {
+    const error = await runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
       seed: 5,
@@ -185,7 +185,7 @@ describe.each(RUNNER_PROVIDERS)("record entries of earlier sends and kept copies
 
   it("RECORD-2 a copy kept beside the conversation whose entries deny effects, the reported record intact", async () => {
     planted.keptCopy = 0;
-    const error = await runEndToEnd(memory, {
+    const error = await runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
       seed: 5,
@@ -213,7 +213,7 @@ describe.each(RUNNER_PROVIDERS)("record entries of earlier sends and kept copies
   it("a store that carries earlier entries as written and keeps an audit copy as written passes, with the real dispatcher", async () => {
     planted.carriedAsWritten = 0;
     planted.keptAsWritten = 0;
-    await runEndToEnd(memory, {
+    await runEndToEnd(memory, { deploys: false,
       provider,
       // The mutants' searches stop at run 12 (path "11") and run 3 (path "2"): the same first 12
       // scenarios, the failing ones included. More runs and other seeds for a soundness sweep:

@@ -14,7 +14,7 @@ import { memory } from "./audit-mutants.js";
  */
 describe("the kit redelivers a message whose holder died, whatever re-sends came before", () => {
   it("RECORD-7 a message whose holders both died after its re-sends for retryable failures is taken over and its payments told", async () => {
-    const result = await runEndToEnd(memory, {
+    const result = await runEndToEnd(memory, { deploys: false,
       provider: "anthropic",
       seed: 1394139834,
       path: "149:4:0:0:0:0:0:0:0:0:0:0:0:135:2:2:6:6:6:6:6:6:6:6:6:6:6:6:7:6:7:7:7:7:7:7",

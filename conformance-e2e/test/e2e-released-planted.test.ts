@@ -54,7 +54,7 @@ function expectVerdict(message: string): void {
 describe.each(RUNNER_PROVIDERS)("a released row: the end-to-end oracle rejects a resumed turn's listing that hides it (provider %s)", (provider) => {
   it("RECORD-8 the worker that released its lost payment dies, the take-over commits without the call, and its listing hides the released row (shrinking off); the real dispatcher passes that scenario and its record names the released row", async () => {
     hidden.count = 0;
-    const error = await runEndToEnd(memory, {
+    const error = await runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
       seed: SEED,
@@ -70,7 +70,7 @@ describe.each(RUNNER_PROVIDERS)("a released row: the end-to-end oracle rejects a
     // planted listing's doing and not the scenario's.
     const cx = (error as ConformanceFailure).counterexample!;
     let seen: Record<string, number> = {};
-    await runEndToEnd(memory, { provider, runs: 300, seed: cx.seed, path: cx.path, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
+    await runEndToEnd(memory, { deploys: false, provider, runs: 300, seed: cx.seed, path: cx.path, dispatcher: realDispatcher, onStats: (stats) => (seen = stats) });
     expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(seen.release_deaths).toBeGreaterThan(0);
     expect(seen.omitted_dead_worker_released_row_told_by_committed_turn_record).toBeGreaterThan(0);
@@ -79,7 +79,7 @@ describe.each(RUNNER_PROVIDERS)("a released row: the end-to-end oracle rejects a
   // Fully shrunk only under CONFORMANCE_E2E_FULL_SHRINK=1 (readable.ts, SHRINKS): each shrink candidate
   // waits out lapsed leases, and on a loaded CI host the shrink outran its 240 s budget.
   if (FULL_SHRINK) it("RECORD-8 the same verdict, fully shrunk", async () => {
-    const error = await runEndToEnd(memory, {
+    const error = await runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
       seed: SEED,

@@ -38,7 +38,7 @@ function takeoverNotPerformedAsFailed(tools: ToolDefinition<any, any>[], ledger:
 
 describe.each(RUNNER_PROVIDERS)("a fault on the re-run after a death: the end-to-end oracle rejects a take-over that denies the dead worker's effect (provider %s)", (provider) => {
   it("RECORD-3 a take-over's 5xx before accept told as a definite failure commits an error for a payment the dead worker made", async () => {
-    const error = await runEndToEnd(memory, {
+    const error = await runEndToEnd(memory, { deploys: false,
       provider,
       runs: 300,
       seed: 5,
@@ -57,7 +57,7 @@ describe.each(RUNNER_PROVIDERS)("a fault on the re-run after a death: the end-to
 
   it("the real dispatcher under the same hooks passes the same scenarios", async () => {
     const seen: Record<string, number> = {};
-    await runEndToEnd(memory, {
+    await runEndToEnd(memory, { deploys: false,
       provider,
       // The mutant's search stops at run 12 (path "11"): the same first 13 scenarios, the failing one included.
       runs: 13,

@@ -36,7 +36,7 @@ const SEEDS = [
 describe.each(RUNNER_PROVIDERS)("splices into follow-up requests: the end-to-end level rejects a stream side that checks the first turn's only (provider %s)", (provider) => {
   for (const [name, shrinkTimeLimitMs] of SHRINKS) {
     it.each(SEEDS)(`seed %i (%s): the plant takes the spliced follow-up response in; the real runner passes the same runs (${name})`, async (seed, shape, verdict) => {
-      const error = await runEndToEnd(memory, { provider, runs: 3, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs, runner: spliceChecksOnFirstTurnOnly }).catch((e: unknown) => e);
+      const error = await runEndToEnd(memory, { deploys: false, provider, runs: 3, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs, runner: spliceChecksOnFirstTurnOnly }).catch((e: unknown) => e);
       const message = expectReadable(error, seed);
       expect(message).toMatch(/proxy +splices into follow-up request \d of "[^"]+", after its call \d completed/);
       if (shrinkTimeLimitMs === 0) {

@@ -23,13 +23,13 @@ const SEARCH_BUDGET_MS = 120_000;
 
 describe.each(RUNNER_PROVIDERS)("splices: the end-to-end level rejects stream sides that take a spliced response in (provider %s)", (provider) => {
   const { seed, runs } = CI[provider];
-  const planted = (runner: typeof noPositionType) => runEndToEnd(memory, { provider, runs, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, runner }).catch((e: unknown) => e);
+  const planted = (runner: typeof noPositionType) => runEndToEnd(memory, { deploys: false, provider, runs, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, runner }).catch((e: unknown) => e);
 
   /** The failing scenario once more under the real runner: it passes, and it had a splice of the shape the plant misses. */
   const control = async (error: unknown, shapes: SplicePlan["shape"][]) => {
     const cx = (error as ConformanceFailure).counterexample!;
     let seen: Record<string, number> = {};
-    await runEndToEnd(memory, { provider, runs, seed: cx.seed, path: cx.path, onStats: (stats) => (seen = stats) });
+    await runEndToEnd(memory, { deploys: false, provider, runs, seed: cx.seed, path: cx.path, onStats: (stats) => (seen = stats) });
     expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(shapes.reduce((n, shape) => n + (seen[`splices_${shape}`] ?? 0), 0)).toBeGreaterThan(0);
   };

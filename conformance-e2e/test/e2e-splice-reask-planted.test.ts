@@ -43,7 +43,7 @@ describe.each(RUNNER_PROVIDERS)("splices into re-asks: the end-to-end level reje
   for (const [name, shrinkTimeLimitMs] of SHRINKS) {
     it.each(SEEDS)(`seed %i (%s): the plant takes the spliced re-ask response in; the real runner passes the same runs (${name})`, async (seed, shape, verdict) => {
       const plant = reaskPlant();
-      const error = await runEndToEnd(memory, { provider, runs: 3, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs, runner: plant.runner }).catch((e: unknown) => e);
+      const error = await runEndToEnd(memory, { deploys: false, provider, runs: 3, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs, runner: plant.runner }).catch((e: unknown) => e);
       const message = expectReadable(error, seed);
       expect(message).toMatch(/proxy +splices into re-ask request \d of "[^"]+ again(, the rest)?", after its call \d completed/);
       expect(plant.reasks()).toBeGreaterThan(0);
@@ -69,7 +69,7 @@ describe("splices into regenerates: the end-to-end level rejects an app that gua
       [7, "headless"],
       [18, "headless_bare"],
     ] as const)(`AISDK-16 seed %i (%s): the app pays a spliced regenerate's call again; the guarded app passes the same runs (${name})`, async (seed, shape) => {
-      const error = await runEndToEnd(subject, { provider: "ai-sdk", runs: 3, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs, aiSdk: regenerateUnguarded }).catch((e: unknown) => e);
+      const error = await runEndToEnd(subject, { deploys: false, provider: "ai-sdk", runs: 3, seed, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs, aiSdk: regenerateUnguarded }).catch((e: unknown) => e);
       const message = expectReadable(error, seed);
       expect(message).toMatch(/breaks CONF-2\): \w+ for chat-\d "c\d message \d" \(.*\): performed \d+ times for one intent/);
       expect(message).toMatch(/proxy +spliced into the regenerate's request \d of "c\d message \d", after its call \d completed, the response to the request sent again/);
@@ -78,7 +78,7 @@ describe("splices into regenerates: the end-to-end level rejects an app that gua
       const runs = Number(/after (\d+) runs/.exec(message)![1]);
       expect((error as ConformanceFailure).counterexample!.seed).toBe(seed);
       const seen: Record<string, number> = {};
-      await runEndToEnd(subject, { provider: "ai-sdk", runs, seed, onStats: (stats) => Object.assign(seen, stats) });
+      await runEndToEnd(subject, { deploys: false, provider: "ai-sdk", runs, seed, onStats: (stats) => Object.assign(seen, stats) });
       expect(seen).toMatchObject({ cases: runs });
       expect(seen.regenerate_splices).toBeGreaterThan(0);
       expect(seen[`splices_${shape}`]).toBeGreaterThan(0);

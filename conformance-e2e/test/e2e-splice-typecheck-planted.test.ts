@@ -30,7 +30,7 @@ const SEARCH_BUDGET_MS = 120_000;
 
 describe.each(RUNNER_PROVIDERS)("splices led by a sentence: the end-to-end level rejects a stream side without STREAM-17's type check alone (provider %s)", (provider) => {
   it("STREAM-17 the plant dispatches a call of the spliced response after its sentence replaced the call that ran; the real runner passes the same runs", async () => {
-    const error = await runEndToEnd(memory, { provider, runs: RUNS, seed: SEED, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, runner: noTypeCheck }).catch((e: unknown) => e);
+    const error = await runEndToEnd(memory, { deploys: false, provider, runs: RUNS, seed: SEED, timeLimitMs: SEARCH_BUDGET_MS, shrinkTimeLimitMs: 0, runner: noTypeCheck }).catch((e: unknown) => e);
     const message = expectReadable(error, SEED);
     expect(message).toMatch(
       /breaks STREAM-17\): conv-\d+: turn \d+ attempt \d+ \([^)]+\) dispatched \w+ \([^)]+\) at position \d+, a call of the response a proxy spliced into another's body \(without its start, led by a sentence/,
@@ -45,7 +45,7 @@ describe.each(RUNNER_PROVIDERS)("splices led by a sentence: the end-to-end level
     // The control: the real runner over the same runs passes, and meets the shape.
     expect((error as ConformanceFailure).counterexample!.seed).toBe(SEED);
     let seen: Record<string, number> = {};
-    await runEndToEnd(memory, { provider, runs: RUNS, seed: SEED, onStats: (stats) => (seen = stats) });
+    await runEndToEnd(memory, { deploys: false, provider, runs: RUNS, seed: SEED, onStats: (stats) => (seen = stats) });
     expect(seen).toMatchObject({ property_cases: RUNS });
     expect(seen.splices_headless).toBeGreaterThan(0);
   }, 300_000);

@@ -77,7 +77,7 @@ describe.each(RUNNER_PROVIDERS)("an entry no attempt resolved: the end-to-end or
   for (const [name, shrinkTimeLimitMs] of SHRINKS) {
     it(`RECORD-2 a take-over's call written as never dispatched (a call id no attempt resolved) that says not_happened, the dead worker's effect made before (${name})`, async () => {
       planted.count = 0;
-      const error = await runEndToEnd(memory, {
+      const error = await runEndToEnd(memory, { deploys: false,
         provider,
         runs: 300,
         seed: SEED,
@@ -99,7 +99,7 @@ describe.each(RUNNER_PROVIDERS)("an entry no attempt resolved: the end-to-end or
   it("the real dispatcher and store under the same hooks pass the same scenarios", async () => {
     takeoverReleases.clear();
     let stats: Record<string, number> = {};
-    await runEndToEnd(memory, {
+    await runEndToEnd(memory, { deploys: false,
       provider,
       // The mutant's search stops at run 12 (path "11"): the same first 13 scenarios, the failing one included.
       runs: 13,

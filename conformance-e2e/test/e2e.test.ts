@@ -21,7 +21,17 @@ function expectHardCases(seen: Record<string, number>, runs: number): void {
   expect(seen.committed_write_calls).toBeGreaterThan(0);
   // ...and the reasoning each committed turn kept (thinking blocks, reasoning items: STREAM-15).
   expect(seen.committed_reasoning_items).toBeGreaterThan(0);
+  // A deploy between two runs of a turn (scenario.ts `deploy`) landed, and the guard of a re-run turn
+  // answered a call from the row the earlier release claimed (IDENT-10, IDENT-11).
+  expect(seen.deploys, "deploys").toBeGreaterThan(0);
+  expect(seen.deploy_rows_adopted, "deploy_rows_adopted").toBeGreaterThan(0);
+  // RECORD-10: records named the request that ran, and the runner of this repository left no
+  // entry that tells of an effect without it (a SHOULD of the spec, which the oracle counts only).
+  expect(seen.record_inputs_judged, "record_inputs_judged").toBeGreaterThan(0);
+  expect(seen.record_entries_without_input ?? 0, "record_entries_without_input").toBe(0);
   if (runs < 200) return;
+  // Each way a release redefines the payment tool, and a call the guard could not match (refused).
+  for (const kind of ["deploys_identity", "deploys_transform", "deploys_rename", "definition_changed_refusals"]) expect(seen[kind], kind).toBeGreaterThan(0);
   // dead_worker_effect_unreached_reported_by_resumed_record: a dead worker's effect that no later
   // attempt reached, accounted for by the resumed turn's record (RECORD-6; the outage scenarios).
   // follow_up_repeats: a later turn of a message's tool loop repeating a first-turn call exactly.

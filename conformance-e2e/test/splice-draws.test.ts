@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { valueAtPath } from "@dispatch-once/conformance/ledger";
 import { describe, expect, it } from "vitest";
 import { aiSdkScenarioArbitrary, messagesOf, withoutCrossTurnRepeats, withoutTabs, type AiSdkScenario } from "../src/ai-sdk-scenario.js";
-import { scenarioArbitrary, withoutDeferral, type Scenario } from "../src/scenario.js";
+import { scenarioArbitrary, withoutDeferral, withoutDeploy, type Scenario } from "../src/scenario.js";
 
 /**
  * The splices are drawn after every other field of a scenario (`splices`, the record's last
@@ -72,11 +72,12 @@ const digest = (scenario: unknown) => createHash("sha256").update(JSON.stringify
 
 /**
  * `scenario` with each message plan as `project` makes it (a copy: the scenario is not changed).
- * The deferrals (`deferrals`, MessagePlan `deferred`), drawn after every other field, are taken
- * out first (withoutDeferral): none of the scenarios of before had one.
+ * The deferrals (`deferrals`, MessagePlan `deferred`) and the deploys drawn after them (`deploys`,
+ * MessagePlan `deploy`), drawn after every other field, are taken out first (withoutDeferral,
+ * withoutDeploy): none of the scenarios of before had one.
  */
 function mapPlans(scenario: Scenario, project: (plan: MessagePlan) => MessagePlan): Scenario {
-  return { ...scenario, conversations: scenario.conversations.map((c) => ({ ...c, messages: c.messages.map((m) => project(withoutDeferral({ ...m }))) })) };
+  return { ...scenario, conversations: scenario.conversations.map((c) => ({ ...c, messages: c.messages.map((m) => project(withoutDeferral(withoutDeploy({ ...m })))) })) };
 }
 
 /** Without the re-asks' splices: as the arbitrary of before them drew it. */
