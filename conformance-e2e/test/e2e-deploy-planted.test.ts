@@ -76,11 +76,11 @@ const FOUND: Record<(typeof RUNNER_PROVIDERS)[number], { guard: Found; record: F
     record: { seed: 20261129, path: "12:34:4:0:0:0:1:0:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1" },
     refusal: { seed: 20261129, path: "7" },
   },
-  // Search: run 1 (guard, record), run 8 (refusal); guard and record shrunk.
+  // Search: run 1 (guard, record), run 11 (refusal); guard and record shrunk.
   openai: {
     guard: { seed: 20261201, path: "0:3:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:3:1:1:1:1:1:1:0:0:0:0:0:0:0:40:0:0:0" },
     record: { seed: 20261201, path: "0:0:2:0:0:0:35:1:2:2:2:2:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3" },
-    refusal: { seed: 20261201, path: "7" },
+    refusal: { seed: 20261201, path: "10" },
   },
 };
 
