@@ -44,6 +44,7 @@ export interface CaseOptions {
    * planted-bug tests of other rules replay scenarios found before deploys were drawn and turn it
    * off, so that they run as found (the drawn field is then inert); a certification keeps it on.
    * @default true
+   * @example { deploys: false }
    */
   deploys?: boolean;
 }
@@ -134,6 +135,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     divergedTexts: new Map(),
     reuses: [],
     deployed: new Map(),
+    adoptedKeys: new Set(),
     // IDENT-10 binds a dispatcher whose ledger lists rows; over one that does not it warns and
     // dispatches as before (a re-run after a deploy may pay again, IDENT-4's to prevent): no deploy then.
     deploysApply: options.deploys !== false && fixture.ledger.capabilities?.supports?.listRows === true && typeof fixture.ledger.listRows === "function",

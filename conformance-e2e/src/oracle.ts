@@ -433,7 +433,9 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
               `${where} was dispatched under key ${short(reported)}, the key of call ${other} of the same committed response: ` +
                 `two calls answered by one run (identical calls of one attempt take ordinals 0, 1, ...)`,
             );
-          } else if (carriedFrom === undefined && specKey !== undefined && reported !== specKey) {
+          } else if (carriedFrom === undefined && specKey !== undefined && reported !== specKey && !ctx.adoptedKeys.has(reported)) {
+            // (A row an earlier release claimed, adopted by a re-run's guard after a deploy, is the
+            // call's by its stored request: of identical calls, not necessarily its own ordinal's, IDENT-10.)
             // TURN-4, TURN-6: the committed call's key is spec §3's for another ordinal (a count
             // that did not restart with the attempt, or counted other calls). Keys derived some
             // other way altogether are judged by their effects (CONF-2 above).

@@ -310,6 +310,12 @@ export interface CaseContext {
   deployed: Map<string, DeployKind>;
   /** Whether the subject's ledger lists rows (IDENT-10's guard needs it): deploys land only then. */
   deploysApply: boolean;
+  /**
+   * Keys of rows an earlier release claimed that a new release's guard dispatched a call under
+   * (IDENT-10): among identical calls, the row is the one whose stored request is the call's, not
+   * the one of the call's own ordinal (TURN-4 is not judged on them).
+   */
+  adoptedKeys: Set<string>;
   /** Per message (conversation id, newline, message id): sends begun and in flight (case.ts sendOnce). */
   sendsOf: Map<string, { started: number; inFlight: number }>;
 }
@@ -707,9 +713,11 @@ export async function newWorker(
     logger: {
       // Counted, not shown: a call of a re-run turn dispatched under the key of the row an earlier
       // release's definition claimed for it (IDENT-10, IDENT-11; the kit's deploys, MessagePlan `deploy`).
-      warn: (message: string) => {
+      warn: (message: string, meta?: unknown) => {
         if (!worker.dead && message.includes("dispatched under the earlier run's key (IDENT-10)")) {
           ctx.diagnostics.deploy_rows_adopted = (ctx.diagnostics.deploy_rows_adopted ?? 0) + 1;
+          const key = (meta as { key?: unknown } | undefined)?.key;
+          if (typeof key === "string") ctx.adoptedKeys.add(key);
         }
       },
     },
