@@ -21,7 +21,36 @@ export interface CarriedCall {
   effect?: "happened" | "may_have_happened";
   /** Its row's state when the record's runner listed it. */
   state?: RowState;
+  /**
+   * Set on a slot of a resumed turn (`PausedSlots`), not a listed call: its key is derived, and a
+   * read-back cannot tell whether its row was there before the call (it reports no `carriedFromTurn`).
+   */
+  paused?: true;
 }
+
+/**
+ * TURN-23 after a resumed turn (the spin model's finding 29): the earliest committed turn of the
+ * message whose record says an earlier holder may have acted (`resumed`). Its listing cannot
+ * exclude a holder paused before its claim, who claims later at that turn's index and pays: a
+ * later turn's write call that no listed call answers is dispatched at that index, after the
+ * identical calls the message's committed turns answered there, so that it meets such a claim.
+ */
+export interface PausedSlots {
+  turnIndex: number;
+  /** The keys the message's committed turns answered from that turn on: a slot under one is taken. */
+  answered: ReadonlySet<string>;
+  /** Tools of which a committed call could not be read back (no arguments): their slots cannot be counted. */
+  blind?: ReadonlySet<string>;
+}
+
+/** What a message's committed turns carry into its next turn (TURN-23). */
+export interface Carry {
+  calls: readonly CarriedCall[];
+  paused?: PausedSlots;
+}
+
+/** Nothing carried: the hot path (a message whose turns never left anything unanswered) shares it. */
+export const NOTHING_CARRIED: Carry = Object.freeze({ calls: Object.freeze([]) as readonly CarriedCall[] });
 
 /** The dispatcher members carrying needs: a `Dispatcher` has both; a custom CallDispatcher may not (then nothing is carried). */
 export interface CarryingDispatcher {
@@ -104,6 +133,100 @@ export function matchCarried(
     if (carried.input !== undefined && sameIdentityNow(dispatcher, conversationId, call, carried)) return { carried, ordinal: 0 };
   }
   return undefined;
+}
+
+/**
+ * The slot of a resumed turn (`PausedSlots`) a write call no listed call answers is dispatched at:
+ * the turn index of the resumed turn, at the ordinal after the highest one of the call's identity
+ * the message's committed turns answered there (each such slot answers none once a committed turn
+ * answered it), plus the call's place among the identical calls of this attempt (or stored turn)
+ * dispatched this way (`seen`, counted here). A paused holder's same call, made with the same
+ * committed turns before it, has that key: the two claims meet on one row. Undefined for a call
+ * that cannot be keyed (its dispatch raises what it raises), a tool whose committed calls could not
+ * be read back, or past MAX_CARRIED_ORDINAL (the call then runs under its own turn's key, as before).
+ */
+export function pausedSlot(
+  dispatcher: CarryingDispatcher,
+  conversationId: string,
+  call: ToolCall,
+  paused: PausedSlots,
+  seen: Map<string, number>,
+  listed: readonly CarriedCall[] = [],
+): { carried: CarriedCall; ordinal: number } | undefined {
+  if (paused.blind?.has(toolNow(dispatcher, call.name)) === true) return undefined;
+  const at = (ordinal: number) => ({ conversationId, turnIndex: paused.turnIndex, ordinal });
+  let identity: string;
+  try {
+    identity = dispatcher.keyFor(call, at(0));
+  } catch {
+    return undefined;
+  }
+  // The highest answered ordinal: identical calls a turn carried leave gaps below it that no holder claims.
+  // A listed call of that turn (its own attempt's row) is past too: a listed call answers the first
+  // identical call, and a slot under its key would answer a second call of one attempt with it.
+  const taken = new Set(paused.answered);
+  for (const c of listed) if (c.turnIndex === paused.turnIndex) taken.add(c.key);
+  let next = 0;
+  let found = 0;
+  for (let ordinal = 0; ordinal <= MAX_CARRIED_ORDINAL && found < taken.size; ordinal++) {
+    if (taken.has(ordinal === 0 ? identity : dispatcher.keyFor(call, at(ordinal)))) {
+      next = ordinal + 1;
+      found++;
+    }
+  }
+  const ordinal = next + (seen.get(identity) ?? 0);
+  if (ordinal > MAX_CARRIED_ORDINAL) return undefined;
+  seen.set(identity, (seen.get(identity) ?? 0) + 1);
+  const key = ordinal === 0 ? identity : dispatcher.keyFor(call, at(ordinal));
+  return { carried: { key, name: call.name, turnIndex: paused.turnIndex, paused: true }, ordinal };
+}
+
+/**
+ * A record's listed calls, less those under a slot's key (a later turn's attempt claimed it and the
+ * committed turn did not answer it): the slot stays the slot (no committed turn answered it), so a
+ * later identical call meets it there; listed at the record's turn index it would be looked for
+ * under keys of that turn, which never give it.
+ */
+export function withoutSlots<R extends Pick<ResumedTurnRecord, "turnIndex" | "calls">>(
+  dispatcher: CarryingDispatcher,
+  conversationId: string,
+  paused: PausedSlots | undefined,
+  record: R,
+): Pick<ResumedTurnRecord, "turnIndex" | "calls"> {
+  if (paused === undefined || record.turnIndex === paused.turnIndex) return record;
+  const isSlot = (call: ResumedTurnRecord["calls"][number]): boolean => {
+    if (call.input === undefined) return false;
+    const asked: ToolCall = { name: toolNow(dispatcher, call.name), input: call.input };
+    try {
+      for (let ordinal = 0; ordinal <= MAX_CARRIED_ORDINAL; ordinal++) {
+        if (dispatcher.keyFor(asked, { conversationId, turnIndex: paused.turnIndex, ordinal }) === call.key) return true;
+      }
+    } catch {
+      return false;
+    }
+    return false;
+  };
+  return { turnIndex: record.turnIndex, calls: record.calls.filter((c) => !isSlot(c)) };
+}
+
+/**
+ * The slots after a committed turn: the keys its calls answered added, or, when none were kept
+ * and its record says it was resumed (a record without the field is taken to be), its own.
+ * `keys`: the committed turn's calls' keys as reported; `unread`: tools of its calls whose
+ * arguments could not be read back.
+ */
+export function pausedAfter(
+  paused: PausedSlots | undefined,
+  record: Pick<ResumedTurnRecord, "turnIndex" | "resumed"> | undefined,
+  keys: readonly string[],
+  unread: readonly string[] = [],
+): PausedSlots | undefined {
+  if (paused === undefined && (record === undefined || record.resumed === false)) return undefined;
+  const answered = new Set(paused?.answered);
+  for (const key of keys) answered.add(key);
+  const blind = new Set(paused?.blind);
+  for (const name of unread) blind.add(name);
+  return { turnIndex: paused?.turnIndex ?? record!.turnIndex, answered, ...(blind.size > 0 ? { blind } : {}) };
 }
 
 /**

@@ -33,7 +33,7 @@ import {
   type UnstoredEffect,
 } from "@dispatch-once/core";
 import { MAX_LEASE_MS, MAX_TIMER_MS, checkLeaseOwner, loggerOption, sameJsonData } from "@dispatch-once/core/internal";
-import { afterTurn, carryingDispatcher, matchCarried, refusedForCarried, withRecord, type CarriedCall } from "./carry.js";
+import { NOTHING_CARRIED, afterTurn, carryingDispatcher, matchCarried, pausedAfter, pausedSlot, refusedForCarried, withRecord, withoutSlots, type CarriedCall, type Carry, type PausedSlots } from "./carry.js";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 import { MessageIdReusedError } from "./errors/message-id-reused.js";
 import { StreamIncompleteError } from "./errors/stream-incomplete.js";
@@ -695,7 +695,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     let answered = false;
     const ours = () => ({ turns, failed, answered });
     // Per message: the calls its committed turns left unanswered (TURN-23).
-    const carried = new Map<string, readonly CarriedCall[]>();
+    const carried = new Map<string, Carry>();
     try {
       while (!lost) {
         let snapshot: TurnSnapshot | undefined;
@@ -732,7 +732,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         }
         const carry = carried.get(snapshot.message.id) ?? (await this.carriedBefore(snapshot));
         const result = await this.runTurn(snapshot, fence, carry);
-        if (result.kind === "committed") carried.set(snapshot.message.id, carriedAfter(carry, result.outcome));
+        if (result.kind === "committed") carried.set(snapshot.message.id, carriedAfter(carryingDispatcher(this.options.dispatcher), carry, result.outcome));
         if (result.kind === "superseded") return ours();
         if (result.kind === "failed") {
           if (isOurs) {
@@ -1022,7 +1022,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   }
 
   /** One model response at the snapshot's turn index, retried per the policy. */
-  private async runTurn(snapshot: TurnSnapshot, fence: number, carry: readonly CarriedCall[] = []): Promise<TurnResult> {
+  private async runTurn(snapshot: TurnSnapshot, fence: number, carry: Carry = NOTHING_CARRIED): Promise<TurnResult> {
     const { store } = this.options;
     const { conversationId, turnIndex } = snapshot;
     const messageId = snapshot.message.id;
@@ -1107,7 +1107,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   private async attempt(
     snapshot: TurnSnapshot,
     attempt: number,
-    carry: readonly CarriedCall[] = [],
+    carry: Carry = NOTHING_CARRIED,
   ): Promise<{ accumulator: A; resolutions: Map<number, Resolution>; failure?: AttemptFailure }> {
     const { dispatcher } = this.options;
     const { provider } = this;
@@ -1117,8 +1117,11 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const resolutions = new Map<number, Resolution>();
     // TURN-15: in a resumed turn a not-performed failure cannot say the call did not happen.
     const turn = dispatcher.turn({ conversationId, turnIndex, resumed: resumedTurn(snapshot) });
-    // TURN-23: the carried calls this attempt's calls took, each once (each attempt anew).
-    const carrying = carry.length > 0 ? { carry, taken: new Set<string>(), seen: new Map<string, number>() } : undefined;
+    // TURN-23: the carried calls this attempt's calls took, each once, and the slots of a resumed turn they took (each attempt anew).
+    const carrying =
+      carry.calls.length > 0 || carry.paused !== undefined
+        ? { carry: carry.calls, paused: carry.paused, taken: new Set<string>(), seen: new Map<string, number>(), slots: new Map<string, number>() }
+        : undefined;
     const dispatches: Promise<void>[] = [];
     let failure: AttemptFailure | undefined;
     this.emit({ type: "attempt_started", ...info, messageId: snapshot.message.id });
@@ -1195,7 +1198,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     call: CallState,
     resolutions: Map<number, Resolution>,
     info: { conversationId: string; turnIndex: number; attempt: number },
-    carrying?: { carry: readonly CarriedCall[]; taken: Set<string>; seen: Map<string, number> },
+    carrying?: { carry: readonly CarriedCall[]; paused: PausedSlots | undefined; taken: Set<string>; seen: Map<string, number>; slots: Map<string, number> },
   ): Promise<void> {
     this.emit({ type: "call_complete", ...info, callId: call.callId, name: call.name, index: call.index });
     call.phase = "dispatched";
@@ -1215,20 +1218,31 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         direct !== undefined && carrying !== undefined && match === undefined && ordinal !== undefined
           ? refusedForCarried(direct, { conversationId: info.conversationId, turnIndex: info.turnIndex, ordinal }, toolCall, carrying.carry, carrying.taken)
           : undefined;
+      // TURN-23 after a resumed turn (finding 29): a write call no listed call answers is dispatched
+      // at that turn's index, where a holder of it paused before its claim would claim the same call.
+      const slot =
+        direct !== undefined && carrying?.paused !== undefined && match === undefined && refused === undefined && this.options.dispatcher.effectClassOf?.(call.name) !== "read"
+          ? pausedSlot(direct, info.conversationId, toolCall, carrying.paused, carrying.slots, carrying.carry)
+          : undefined;
+      const carriedMatch = match ?? slot;
       try {
         if (refused !== undefined) {
           resolution = { ok: false, error: refused };
-        } else if (match === undefined) {
+        } else if (carriedMatch === undefined) {
           resolution = { ok: true, outcome: await turn.dispatch(toolCall) };
         } else {
           // TURN-23: under the earlier turn's key, still counted among this turn's identical calls (TURN-4).
-          const outcome = await turn.dispatch(toolCall, { at: { turnIndex: match.carried.turnIndex, ordinal: match.ordinal } });
+          const outcome = await turn.dispatch(toolCall, { at: { turnIndex: carriedMatch.carried.turnIndex, ordinal: carriedMatch.ordinal } });
           // A TurnDispatch that does not take `at` (a wrapper that drops dispatch's options)
           // dispatched it under its own key: said as it was, and said loudly, once.
-          if (outcome.key === match.carried.key) resolution = { ok: true, outcome, carriedFromTurn: match.carried.turnIndex };
-          else {
+          if (outcome.key !== carriedMatch.carried.key) {
             resolution = { ok: true, outcome };
-            this.warnAtDropped(match.carried.key, outcome.key);
+            this.warnAtDropped(carriedMatch.carried.key, outcome.key);
+          } else if (match !== undefined || outcome.replayed) {
+            resolution = { ok: true, outcome, carriedFromTurn: carriedMatch.carried.turnIndex };
+          } else {
+            // A slot this call claimed fresh: it ran, a new run (the row was not there before it).
+            resolution = { ok: true, outcome };
           }
         }
       } catch (error) {
@@ -1495,14 +1509,14 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    */
   private async readBackTurns(conversationId: string, stored: readonly StoredTurn[], records: readonly ResumedTurnRecord[], mine: ReadonlyMap<number, TurnOutcome>): Promise<TurnOutcome[]> {
     const direct = records.length > 0 ? carryingDispatcher(this.options.dispatcher) : undefined;
-    let carry: CarriedCall[] = [];
+    let carry: Carry = NOTHING_CARRIED;
     const turns: TurnOutcome[] = [];
     for (const turn of stored) {
       const view = this.provider.readTurn(turn);
-      let matches: ({ carried: CarriedCall; ordinal: number } | undefined)[] = [];
-      if (direct !== undefined && carry.length > 0) ({ carry, matches } = afterTurn(direct, conversationId, carry, view.calls));
-      turns.push(mine.get(turn.turnIndex) ?? (await this.storedTurnOutcome(conversationId, turn, view, matches)));
-      for (const record of records) if (record.turnIndex === turn.turnIndex) carry = withRecord(carry, record);
+      const { calls, matches } = this.storedMatches(direct, conversationId, carry, view);
+      const outcome = mine.get(turn.turnIndex) ?? (await this.storedTurnOutcome(conversationId, turn, view, matches));
+      turns.push(outcome);
+      carry = this.storedCarryAfter(direct, conversationId, carry, calls, records, turn.turnIndex, outcome.calls, view);
     }
     return turns;
   }
@@ -1513,22 +1527,81 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * from the records kept beside the conversation and the committed turns since. Nothing for a
    * message's first turn, or with a dispatcher that cannot key a call at another turn.
    */
-  private async carriedBefore(snapshot: TurnSnapshot): Promise<CarriedCall[]> {
+  private async carriedBefore(snapshot: TurnSnapshot): Promise<Carry> {
     const first = snapshot.message.turnIndex ?? snapshot.turnIndex;
     const direct = carryingDispatcher(this.options.dispatcher);
-    if (snapshot.turnIndex <= first || direct === undefined) return [];
+    if (snapshot.turnIndex <= first || direct === undefined) return NOTHING_CARRIED;
     const { store } = this.options;
     const { conversationId } = snapshot;
     const messageId = snapshot.message.id;
     const [all, stored] = await Promise.all([store.records(conversationId), store.turnsOf(conversationId, messageId)]);
     const records = all.filter((r): r is ResumedTurnRecord & JsonValue => isResumedTurnRecordOf(r, messageId));
-    let carry: CarriedCall[] = [];
+    let carry: Carry = NOTHING_CARRIED;
     for (const turn of stored) {
       if (turn.turnIndex >= snapshot.turnIndex) break;
-      if (carry.length > 0) carry = afterTurn(direct, conversationId, carry, this.provider.readTurn(turn).calls).carry;
-      for (const record of records) if (record.turnIndex === turn.turnIndex) carry = withRecord(carry, record);
+      const view = this.provider.readTurn(turn);
+      const { calls, matches } = this.storedMatches(direct, conversationId, carry, view);
+      // The keys the turn's calls were dispatched under, as its read-back reports them (a slot's key among them).
+      const reports = carry.paused !== undefined || records.some((r) => r.turnIndex === turn.turnIndex) ? await this.carriedReports(conversationId, turn.turnIndex, view.calls, matches) : [];
+      carry = this.storedCarryAfter(direct, conversationId, carry, calls, records, turn.turnIndex, reports, view);
     }
     return carry;
+  }
+
+  /**
+   * A stored turn's calls matched as its holder dispatched them (TURN-23): the listed calls they
+   * answered, then, after a resumed turn, the slot each write call no listed call answers took.
+   * `calls`: the listed calls still carried after it.
+   */
+  private storedMatches(
+    direct: ReturnType<typeof carryingDispatcher>,
+    conversationId: string,
+    carry: Carry,
+    view: StoredTurnView,
+  ): { calls: readonly CarriedCall[]; matches: ({ carried: CarriedCall; ordinal: number } | undefined)[] } {
+    if (direct === undefined) return { calls: carry.calls, matches: [] };
+    let calls = carry.calls;
+    let matches: ({ carried: CarriedCall; ordinal: number } | undefined)[] = [];
+    if (calls.length > 0) ({ carry: calls, matches } = afterTurn(direct, conversationId, calls, view.calls));
+    const { paused } = carry;
+    if (paused !== undefined) {
+      const slots = new Map<string, number>();
+      matches = view.calls.map((call, i) => {
+        const code = call.error?.code;
+        if (matches[i] !== undefined || call.input === undefined || code === "invalid_arguments_json" || code === "tool_definition_changed") return matches[i];
+        if (this.options.dispatcher.effectClassOf?.(call.name) === "read") return undefined;
+        return pausedSlot(direct, conversationId, { name: call.name, input: call.input }, paused, slots, carry.calls);
+      });
+    }
+    return { calls, matches };
+  }
+
+  /** What a stored turn leaves carried (TURN-23): its listed calls still unanswered, its records', and the slots of a resumed turn. */
+  private storedCarryAfter(
+    direct: ReturnType<typeof carryingDispatcher>,
+    conversationId: string,
+    carry: Carry,
+    calls: readonly CarriedCall[],
+    records: readonly ResumedTurnRecord[],
+    turnIndex: number,
+    reports: readonly CallReport[],
+    view: StoredTurnView,
+  ): Carry {
+    let next = calls;
+    let paused = carry.paused;
+    for (const record of records) {
+      if (record.turnIndex !== turnIndex) continue;
+      next = withRecord(next, direct !== undefined ? withoutSlots(direct, conversationId, carry.paused, record) : record);
+      paused = pausedAfter(paused, record, [], []);
+    }
+    if (paused !== undefined) {
+      const keys = reports.flatMap((r) => (r.key !== undefined ? [r.key] : []));
+      // A committed call whose arguments cannot be read back: its slot cannot be counted.
+      const unread = view.calls.flatMap((c) => (c.input === undefined && c.error?.code !== "invalid_arguments_json" && this.options.dispatcher.effectClassOf?.(c.name) !== "read" ? [c.name] : []));
+      paused = pausedAfter(paused, undefined, keys, unread);
+    }
+    if (next === carry.calls && paused === carry.paused) return carry;
+    return { calls: next, ...(paused !== undefined ? { paused } : {}) };
   }
 
   private async storedTurnOutcome(
@@ -1639,7 +1712,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       const ordinal = seen.get(first) ?? 0;
       seen.set(first, ordinal + 1);
       // TURN-23: dispatched under the carried call's key, having taken its ordinal here (TURN-4).
-      if (match !== undefined) return { ...report, key: match.carried.key, ordinal: match.ordinal, carriedFromTurn: match.carried.turnIndex };
+      // A slot of a resumed turn (finding 29): whether its row was there before the call is not stored.
+      if (match !== undefined) return { ...report, key: match.carried.key, ordinal: match.ordinal, ...(match.carried.paused === true ? {} : { carriedFromTurn: match.carried.turnIndex }) };
       let key = first;
       if (ordinal > 0) {
         try {
@@ -1835,12 +1909,15 @@ function ordinalAmongIdentical(
 }
 
 /** The calls still carried after a committed turn (TURN-23): those its calls did not answer, then those its record lists. */
-function carriedAfter(carry: readonly CarriedCall[], outcome: TurnOutcome): readonly CarriedCall[] {
+function carriedAfter(direct: ReturnType<typeof carryingDispatcher>, carry: Carry, outcome: TurnOutcome): Carry {
   // Most turns: nothing carried, nothing recorded (no allocation on the hot path).
-  if (carry.length === 0 && outcome.record === undefined) return carry;
-  const answered = new Set(outcome.calls.flatMap((c) => (c.key !== undefined ? [c.key] : [])));
-  const still = carry.filter((c) => !answered.has(c.key));
-  return outcome.record !== undefined ? withRecord(still, outcome.record) : still;
+  if (carry.calls.length === 0 && carry.paused === undefined && outcome.record === undefined) return carry;
+  const keys = outcome.calls.flatMap((c) => (c.key !== undefined ? [c.key] : []));
+  const answered = new Set(keys);
+  const still = carry.calls.filter((c) => !answered.has(c.key));
+  const paused = pausedAfter(carry.paused, outcome.record, keys);
+  const record = outcome.record !== undefined && direct !== undefined ? withoutSlots(direct, outcome.conversationId, carry.paused, outcome.record) : outcome.record;
+  return { calls: record !== undefined ? withRecord(still, record) : still, ...(paused !== undefined ? { paused } : {}) };
 }
 
 function resumedTurn(snapshot: TurnSnapshot): boolean {
