@@ -276,6 +276,14 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
    * follow-up's, which a failed message may never reach. A message not bound to an index (none
    * should make calls) counts with all its calls at every slot.
    */
+  // TURN-23 after a resumed turn (finding 29): a message whose first turn was resumed keys its
+  // follow-up's write calls at that turn's index, after the calls it answered there.
+  const resumedFirst = new Set<string>();
+  for (const c of conversations) {
+    for (const r of c.records as { kind?: unknown; messageId?: unknown; turnIndex?: unknown; resumed?: unknown }[]) {
+      if (r?.kind === "resumed_turn" && r.resumed !== false && typeof r.messageId === "string" && c.stored.get(r.messageId)?.turnIndex === r.turnIndex) resumedFirst.add(r.messageId);
+    }
+  }
   const allowedAt = (group: SentMessage[], signature: string, slot: string): number => {
     const count = (calls: PlannedCall[]) => calls.filter((c) => plannedSignature(c) === signature).length;
     let allowed = 0;
@@ -291,6 +299,7 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
         [bound + 1, followUp],
       ];
       for (const [index, calls] of steps) if (slotOf(m.conversationId, index) === slot) allowed = Math.max(allowed, count(calls));
+      if (resumedFirst.has(m.id) && slotOf(m.conversationId, bound) === slot) allowed = Math.max(allowed, count(m.calls));
     }
     return allowed;
   };

@@ -1238,10 +1238,12 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           if (outcome.key !== carriedMatch.carried.key) {
             resolution = { ok: true, outcome };
             this.warnAtDropped(carriedMatch.carried.key, outcome.key);
-          } else if (match !== undefined || outcome.replayed) {
-            resolution = { ok: true, outcome, carriedFromTurn: carriedMatch.carried.turnIndex };
+          } else if (match !== undefined) {
+            resolution = { ok: true, outcome, carriedFromTurn: match.carried.turnIndex };
           } else {
-            // A slot this call claimed fresh: it ran, a new run (the row was not there before it).
+            // A slot of a resumed turn: claimed fresh it ran, a new run; met a paused holder's row it
+            // is `replayed`. Not `carriedFromTurn`: a read-back cannot tell the two apart (the store
+            // keeps no trace of which), and a re-send reports what the send reported.
             resolution = { ok: true, outcome };
           }
         }

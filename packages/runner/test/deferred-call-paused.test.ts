@@ -69,13 +69,15 @@ describe("TURN-23 after a resumed turn: a holder paused before its claim (findin
     const w1Key = w1.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex: 0, ordinal: 0 });
     expect(w1Outcome?.key).toBe(w1Key);
     expect(result.turns.map((t) => t.turnIndex)).toEqual([0, 1, 2]);
-    expect(result.turns[1]!.calls).toEqual([expect.objectContaining({ name: "pay", key: w1Key, ordinal: 0, replayed: true, result: { n: 2 }, carriedFromTurn: 0 })]);
+    expect(result.turns[1]!.calls).toEqual([expect.objectContaining({ name: "pay", key: w1Key, ordinal: 0, replayed: true, result: { n: 2 } })]);
+    // Answered from W1's row (replayed, turn 0's key); not `carriedFromTurn`, which a read-back could not repeat.
+    expect(result.turns[1]!.calls[0]!.carriedFromTurn).toBeUndefined();
     // Turn 0's record: resumed, listed, names no call (W1 claimed after the listing).
     expect(kept(await store.records(CONV)).map((r) => [r.turnIndex, r.resumed, r.calls.length])).toEqual([[0, true, 0]]);
     // A re-send reads the same key back.
     const again = await w0.runner.send(CONV, { id: "m1", content: "pay acme" });
     expect(again.fromStore).toBe(true);
-    expect(again.turns[1]!.calls.map((c) => [c.key, c.ordinal])).toEqual([[w1Key, 0]]);
+    expect(again.turns[1]!.calls.map((c) => [c.key, c.ordinal, c.carriedFromTurn])).toEqual([[w1Key, 0, undefined]]);
     expect(performed).toHaveLength(2);
   });
 
@@ -123,7 +125,7 @@ describe("TURN-23 after a resumed turn: a holder paused before its claim (findin
     const result = await w2.runner.send(CONV, { id: "m1", content: "pay acme" });
     expect(to(performed)).toEqual(["bob", "acme"]);
     const key = w1.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex: 0, ordinal: 0 });
-    expect(result.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.key, c.ordinal, c.replayed, c.carriedFromTurn])).toEqual([[key, 0, true, 0]]);
+    expect(result.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.key, c.ordinal, c.replayed, c.carriedFromTurn])).toEqual([[key, 0, true, undefined]]);
     const again = await w2.runner.send(CONV, { id: "m1", content: "pay acme" });
     expect(again.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.key, c.ordinal])).toEqual([[key, 0]]);
     expect(performed).toHaveLength(2);
@@ -176,7 +178,7 @@ describe("TURN-23 after a resumed turn: a holder paused before its claim (findin
       }
       const key = w1.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex: 0, ordinal: 0 });
       expect(to(performed), `takeUp: ${takeUp}`).toEqual(["bob", "acme", "carol"]);
-      expect(result.turns.find((t) => t.turnIndex === 2)?.calls.map((c) => [c.key, c.ordinal, c.replayed, c.carriedFromTurn]), `takeUp: ${takeUp}`).toEqual([[key, 0, true, 0]]);
+      expect(result.turns.find((t) => t.turnIndex === 2)?.calls.map((c) => [c.key, c.ordinal, c.replayed, c.carriedFromTurn]), `takeUp: ${takeUp}`).toEqual([[key, 0, true, undefined]]);
     }
   });
 });
