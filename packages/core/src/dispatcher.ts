@@ -395,7 +395,19 @@ export interface TurnDispatchOptions {
    * @default undefined (the call's own turn index and ordinal)
    * @example { at: { turnIndex: 4, ordinal: 0 } }
    */
-  at?: { turnIndex: number; ordinal: number };
+  at?: {
+    turnIndex: number;
+    ordinal: number;
+    /**
+     * Whether IDENT-10's guard at that turn index may answer the call from a row made under an
+     * earlier definition. `false` for a position no committed turn's record lists (a resumed turn's
+     * slot, TURN-23): a row of that index under an earlier definition is then a call a committed turn
+     * already answered, or one of a holder of the earlier release, which a guard cannot tell apart.
+     * @default true
+     * @example { at: { turnIndex: 0, ordinal: 1, guard: false } }
+     */
+    guard?: boolean;
+  };
 }
 
 /** What claimAndRun() learns about its claims, for retiring the claim id when the dispatch ends. */
@@ -577,7 +589,7 @@ export class Dispatcher implements CallDispatcher {
         }
         if (at !== undefined) {
           // TURN-23: under the earlier turn's key, having taken its ordinal here all the same.
-          if (!guardable(prepared.tool)) return this.execute(prepared, at, at.ordinal);
+          if (!guardable(prepared.tool) || options?.at?.guard === false) return this.execute(prepared, at, at.ordinal);
           atGuards ??= new Map();
           let atGuard = atGuards.get(at.turnIndex);
           if (atGuard === undefined) atGuards.set(at.turnIndex, (atGuard = new DefinitionGuard(this.guardDeps(), at.conversationId, at.turnIndex)));
@@ -2356,9 +2368,10 @@ function dispatchedAt(options: TurnDispatchOptions, context: TurnContext): (Turn
   if (at === undefined) return undefined;
   if (typeof at !== "object" || at === null || Array.isArray(at)) throw new InvalidArgumentError("options.at", "must be { turnIndex, ordinal }");
   for (const name of Object.keys(at)) {
-    if (name !== "turnIndex" && name !== "ordinal") throw new InvalidArgumentError(`options.at.${name}`, "is not a member of options.at (its members: turnIndex, ordinal)");
+    if (name !== "turnIndex" && name !== "ordinal" && name !== "guard") throw new InvalidArgumentError(`options.at.${name}`, "is not a member of options.at (its members: turnIndex, ordinal, guard)");
   }
   if (at.ordinal === undefined) throw new InvalidArgumentError("options.at.ordinal", "is required");
+  if (at.guard !== undefined && typeof at.guard !== "boolean") throw new InvalidArgumentError("options.at.guard", "must be a boolean when given");
   // Only a turn before this one: a later index would pre-empt a call nobody has made yet.
   if (typeof at.turnIndex === "number" && at.turnIndex >= context.turnIndex) {
     throw new InvalidArgumentError("options.at.turnIndex", `must be an earlier turn index than the turn's (${context.turnIndex}), got ${at.turnIndex}`);

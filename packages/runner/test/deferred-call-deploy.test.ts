@@ -206,3 +206,29 @@ describe("TURN-23 across a deploy: two listed calls of one identity", () => {
     expect(warnings.filter((w) => w.includes("TURN-23"))).toEqual([]);
   });
 });
+
+describe("TURN-23 after a resumed turn across a deploy: a slot never takes a row a committed turn answered", () => {
+  it("TURN-23 with IDENT-10: m1 fails at turn 0 after paying acme; a deploy (currency defaulted, in the identity); the re-send answers turn 0's acme from the old row; turn 1's acme, a second ask after turn 0 answered the first, runs", async () => {
+    // Found by the end-to-end kit (seed 20261129): the slot of the resumed turn 0 (finding 29) was
+    // dispatched through IDENT-10's guard at turn 0's index, which matched the old row turn 0's own
+    // call had answered (its key is not the current definition's at any ordinal), so turn 1's second
+    // ask was told the first payment and never made.
+    const ledger = new MemoryLedger();
+    const store = new MemoryConversationStore();
+    const performed: unknown[] = [];
+    const a = world(() => [...payCall("c-a", "first"), "cut"], true, { store, ledger, performed });
+    await expect(a.runner.send(CONV, { id: "m1", content: "pay acme" })).rejects.toThrow();
+    expect(to(performed)).toEqual(["acme"]);
+    const b = world(
+      (n) => (n === 1 ? [...payIn("c-b1", 0, "pay", { to: "acme", memo: "first" }), { t: "end" }] : n === 2 ? [...payIn("c-b2", 0, "pay", { to: "acme", memo: "again" }), { t: "end" }] : text),
+      false,
+      { store, ledger, performed, pay: { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] } },
+    );
+    readingInputs(b.provider);
+    const result = await b.runner.send(CONV, { id: "m1", content: "pay acme" });
+    expect(to(performed)).toEqual(["acme", "acme"]);
+    const [first, second] = [result.turns[0]!.calls[0]!, result.turns[1]!.calls[0]!];
+    expect([first.replayed, second.replayed]).toEqual([true, false]);
+    expect(second.key).not.toBe(first.key);
+  });
+});
