@@ -41,6 +41,13 @@ export class DefinitionGuard {
   ) {}
 
   /**
+   * Rows a committed turn already answered at this index (TURN-23's slot): never a later call's.
+   */
+  exclude(keys: Iterable<string>): void {
+    for (const key of keys) this.adopted.add(key);
+  }
+
+  /**
    * The key a write call is dispatched under: its own, or the key of the row made under an
    * earlier definition that the call is (its stored request gives the call's key under the current
    * definition). Throws tool_definition_changed when nothing can tell, and ledger_unavailable

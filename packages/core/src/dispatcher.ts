@@ -399,14 +399,13 @@ export interface TurnDispatchOptions {
     turnIndex: number;
     ordinal: number;
     /**
-     * Whether IDENT-10's guard at that turn index may answer the call from a row made under an
-     * earlier definition. `false` for a position no committed turn's record lists (a resumed turn's
-     * slot, TURN-23): a row of that index under an earlier definition is then a call a committed turn
-     * already answered, or one of a holder of the earlier release, which a guard cannot tell apart.
-     * @default true
-     * @example { at: { turnIndex: 0, ordinal: 1, guard: false } }
+     * Keys of rows at that turn index that a committed turn already answered (a resumed turn's slot,
+     * TURN-23): IDENT-10's guard there never answers the call from one of them, though it may match
+     * any other row made under an earlier definition (an attempt's row a deploy left behind).
+     * @default [] (every row of an earlier definition there may be matched)
+     * @example { at: { turnIndex: 0, ordinal: 1, answered: ["3a5f2386..."] } }
      */
-    guard?: boolean;
+    answered?: readonly string[];
   };
 }
 
@@ -589,10 +588,11 @@ export class Dispatcher implements CallDispatcher {
         }
         if (at !== undefined) {
           // TURN-23: under the earlier turn's key, having taken its ordinal here all the same.
-          if (!guardable(prepared.tool) || options?.at?.guard === false) return this.execute(prepared, at, at.ordinal);
+          if (!guardable(prepared.tool)) return this.execute(prepared, at, at.ordinal);
           atGuards ??= new Map();
           let atGuard = atGuards.get(at.turnIndex);
           if (atGuard === undefined) atGuards.set(at.turnIndex, (atGuard = new DefinitionGuard(this.guardDeps(), at.conversationId, at.turnIndex)));
+          if (options?.at?.answered !== undefined) atGuard.exclude(options.at.answered);
           return this.guarded(atGuard, prepared, at, at.ordinal);
         }
         if (context.resumed === true && guardable(prepared.tool)) {
@@ -2368,10 +2368,10 @@ function dispatchedAt(options: TurnDispatchOptions, context: TurnContext): (Turn
   if (at === undefined) return undefined;
   if (typeof at !== "object" || at === null || Array.isArray(at)) throw new InvalidArgumentError("options.at", "must be { turnIndex, ordinal }");
   for (const name of Object.keys(at)) {
-    if (name !== "turnIndex" && name !== "ordinal" && name !== "guard") throw new InvalidArgumentError(`options.at.${name}`, "is not a member of options.at (its members: turnIndex, ordinal, guard)");
+    if (name !== "turnIndex" && name !== "ordinal" && name !== "answered") throw new InvalidArgumentError(`options.at.${name}`, "is not a member of options.at (its members: turnIndex, ordinal, answered)");
   }
   if (at.ordinal === undefined) throw new InvalidArgumentError("options.at.ordinal", "is required");
-  if (at.guard !== undefined && typeof at.guard !== "boolean") throw new InvalidArgumentError("options.at.guard", "must be a boolean when given");
+  if (at.answered !== undefined && (!Array.isArray(at.answered) || at.answered.some((k) => typeof k !== "string"))) throw new InvalidArgumentError("options.at.answered", "must be an array of keys when given");
   // Only a turn before this one: a later index would pre-empt a call nobody has made yet.
   if (typeof at.turnIndex === "number" && at.turnIndex >= context.turnIndex) {
     throw new InvalidArgumentError("options.at.turnIndex", `must be an earlier turn index than the turn's (${context.turnIndex}), got ${at.turnIndex}`);

@@ -79,7 +79,7 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
     }
   });
 
-  it("IDENT-10 TURN-23 { at: { guard: false } } dispatches under the key the current definition derives at that index: a row of an earlier definition there (one a committed turn answered) is never adopted", async () => {
+  it("IDENT-10 TURN-23 { at: { answered } }: the guard at that index never answers the call from a row a committed turn answered, and still matches any other row of an earlier definition there", async () => {
     const paid: string[] = [];
     const ledger = new MemoryLedger();
     const tool = (input: z.ZodObject, identity: string[]) =>
@@ -97,10 +97,11 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
     const next = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), ["to", "currency"])]), ledger, logger: { warn: () => {} } });
     const row = await old.turn({ conversationId: "c", turnIndex: 0 }).dispatch({ name: "pay", input: { to: "acme", memo: "first" } });
     const call = { name: "pay", input: { to: "acme", memo: "again" } };
-    // Guarded (a listed call's carry), the old row is the call's; unguarded (a slot), it is not.
-    const guarded = await next.turn({ conversationId: "c", turnIndex: 1 }).dispatch(call, { at: { turnIndex: 0, ordinal: 1 } });
-    expect([guarded.key, guarded.replayed]).toEqual([row.key, true]);
-    const slot = await next.turn({ conversationId: "c", turnIndex: 1 }).dispatch(call, { at: { turnIndex: 0, ordinal: 1, guard: false } });
+    // Not answered by a committed turn: the old row is the call's (an attempt's row a deploy left behind).
+    const matched = await next.turn({ conversationId: "c", turnIndex: 1 }).dispatch(call, { at: { turnIndex: 0, ordinal: 1 } });
+    expect([matched.key, matched.replayed]).toEqual([row.key, true]);
+    // Answered by a committed turn: never the call's; it runs under the key the current definition derives.
+    const slot = await next.turn({ conversationId: "c", turnIndex: 1 }).dispatch(call, { at: { turnIndex: 0, ordinal: 1, answered: [row.key] } });
     expect([slot.key, slot.replayed]).toEqual([next.keyFor(call, { conversationId: "c", turnIndex: 0, ordinal: 1 }), false]);
     expect(paid).toEqual(["acme", "acme"]);
   });
@@ -138,7 +139,7 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
     ["an at that is not an object", { at: [0, 0] }, "options.at"],
     ["an unknown member of at", { at: { turnIndex: 0, ordinal: 0, key: "x" } }, "options.at.key"],
     ["an at without its ordinal", { at: { turnIndex: 0 } }, "options.at.ordinal"],
-    ["a guard that is not a boolean", { at: { turnIndex: 0, ordinal: 0, guard: "no" } }, "options.at.guard"],
+    ["answered keys that are not an array of strings", { at: { turnIndex: 0, ordinal: 0, answered: "k" } }, "options.at.answered"],
     ["the turn's own index", { at: { turnIndex: 1, ordinal: 0 } }, "options.at.turnIndex"],
     ["a later index", { at: { turnIndex: 2, ordinal: 0 } }, "options.at.turnIndex"],
   ])("ERR-1 %s is refused with invalid_argument naming it, before anything is claimed", async (_what, options, field) => {

@@ -152,7 +152,7 @@ export function pausedSlot(
   paused: PausedSlots,
   seen: Map<string, number>,
   listed: readonly CarriedCall[] = [],
-): { carried: CarriedCall; ordinal: number } | undefined {
+): { carried: CarriedCall; ordinal: number; answered: readonly string[] } | undefined {
   if (paused.blind?.has(toolNow(dispatcher, call.name)) === true) return undefined;
   const at = (ordinal: number) => ({ conversationId, turnIndex: paused.turnIndex, ordinal });
   let identity: string;
@@ -178,7 +178,10 @@ export function pausedSlot(
   if (ordinal > MAX_CARRIED_ORDINAL) return undefined;
   seen.set(identity, (seen.get(identity) ?? 0) + 1);
   const key = ordinal === 0 ? identity : dispatcher.keyFor(call, at(ordinal));
-  return { carried: { key, name: call.name, turnIndex: paused.turnIndex, paused: true }, ordinal };
+  // The rows it must never be answered from (IDENT-10's guard at that index, after a deploy): those
+  // a committed turn answered or a listed call holds; any other row there (an attempt's a deploy left
+  // behind, a paused holder's) may be the call's.
+  return { carried: { key, name: call.name, turnIndex: paused.turnIndex, paused: true }, ordinal, answered: [...taken] };
 }
 
 /**

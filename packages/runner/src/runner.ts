@@ -1232,10 +1232,9 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           resolution = { ok: true, outcome: await turn.dispatch(toolCall) };
         } else {
           // TURN-23: under the earlier turn's key, still counted among this turn's identical calls (TURN-4).
-          // A slot (no listed row) without IDENT-10's guard: a row of that index made under an earlier
-          // definition is one a committed turn answered, or an earlier release's holder's (TURN-23).
+          // A slot (no listed row): IDENT-10's guard there never takes a row a committed turn answered (TURN-23).
           const outcome = await turn.dispatch(toolCall, {
-            at: match !== undefined ? { turnIndex: carriedMatch.carried.turnIndex, ordinal: carriedMatch.ordinal } : { turnIndex: carriedMatch.carried.turnIndex, ordinal: carriedMatch.ordinal, guard: false },
+            at: match !== undefined || slot === undefined ? { turnIndex: carriedMatch.carried.turnIndex, ordinal: carriedMatch.ordinal } : { turnIndex: carriedMatch.carried.turnIndex, ordinal: carriedMatch.ordinal, answered: slot.answered },
           });
           // A TurnDispatch that does not take `at` (a wrapper that drops dispatch's options)
           // dispatched it under its own key: said as it was, and said loudly, once.

@@ -232,3 +232,40 @@ describe("TURN-23 after a resumed turn across a deploy: a slot never takes a row
     expect(second.key).not.toBe(first.key);
   });
 });
+
+describe("TURN-23 a slot after a resumed turn, with a deploy inside the later turn", () => {
+  it("TURN-23 with IDENT-10: A's turn 1 pays acme at the slot of the resumed turn 0 and dies before the commit; B, of a release whose identity adds a defaulted currency, takes turn 1 over: its acme is answered from A's row through the guard at the slot (not run under the new key), and bob's row, which turn 0 answered, is never its answer", async () => {
+    // Found by the end-to-end kit with deploys on deferral messages (OpenAI side, seed 20261201):
+    // with the slot dispatched without the guard, the take-over derived the new key at the slot and
+    // paid again; the guard excluding only the rows a committed turn answered matches A's row.
+    let now = 1_700_000_000_000;
+    const base = new MemoryConversationStore({ now: () => now });
+    const ledger = new MemoryLedger();
+    const performed: unknown[] = [];
+    let commits = 0;
+    const dying = Object.assign(Object.create(base) as ConversationStore, {
+      commitTurn: (...args: Parameters<ConversationStore["commitTurn"]>) => (++commits === 2 ? Promise.reject(new Error("the process died")) : base.commitTurn(...args)),
+    });
+    const a = world(
+      (n) => (n <= 3 ? [{ t: "text", index: 0, text: "Let me" }, "cut"] : n === 4 ? [...payIn("c-bob", 0, "pay", { to: "bob", memo: "rent" }), { t: "end" }] : [...payIn("c-acme", 0, "pay", { to: "acme", memo: "first" }), { t: "end" }]),
+      false,
+      { store: dying, ledger, performed },
+    );
+    readingInputs(a.provider);
+    await expect(a.runner.send(CONV, { id: "m1", content: "pay bob, then acme" })).rejects.toThrow();
+    await expect(a.runner.send(CONV, { id: "m1", content: "pay bob, then acme" })).rejects.toThrow("the process died");
+    expect(to(performed)).toEqual(["bob", "acme"]);
+    now += 600_000; // A's turn lease lapses
+    const b = world((n) => (n === 1 ? [...payIn("c-b", 0, "pay", { to: "acme", memo: "again" }), { t: "end" }] : text), false, {
+      store: base,
+      ledger,
+      performed,
+      pay: { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] },
+    });
+    readingInputs(b.provider);
+    const result = await b.runner.send(CONV, { id: "m1", content: "pay bob, then acme" });
+    expect(to(performed)).toEqual(["bob", "acme"]);
+    const acme = result.turns.find((t) => t.turnIndex === 1)!.calls[0]!;
+    expect(acme.replayed).toBe(true);
+  });
+});
