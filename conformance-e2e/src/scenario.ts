@@ -237,13 +237,11 @@ export interface MessagePlan {
 export type DeployKind = "identity" | "transform" | "rename";
 
 /**
- * A deploy on a message that makes a payment (MessagePlan `deploy`); none elsewhere, nor on a
- * message that defers a call to its next turn (`deferred`, TURN-23): there the runner carries the
- * call by the keys the current definition derives, and the earlier release's rows of the first turn
- * are not matched (a finding left to the runner; conformance-e2e/README.md, the deploy bullet).
+ * A deploy on a message that makes a payment (MessagePlan `deploy`), one that defers a call to its
+ * next turn (`deferred`, TURN-23 across a deploy) included; none elsewhere.
  */
 function withDeploy(plan: MessagePlan, deploy: DeployKind | undefined): MessagePlan {
-  if (deploy === undefined || plan.deferred !== undefined || !plannedCalls(plan).some((c) => c.tool === "send_payment")) return plan;
+  if (deploy === undefined || !plannedCalls(plan).some((c) => c.tool === "send_payment")) return plan;
   return { ...plan, deploy };
 }
 
