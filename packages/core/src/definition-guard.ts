@@ -41,19 +41,12 @@ export class DefinitionGuard {
   ) {}
 
   /**
-   * Rows a committed turn already answered at this index (TURN-23's slot): never a later call's.
-   */
-  exclude(keys: Iterable<string>): void {
-    for (const key of keys) this.adopted.add(key);
-  }
-
-  /**
    * The key a write call is dispatched under: its own, or the key of the row made under an
    * earlier definition that the call is (its stored request gives the call's key under the current
-   * definition). Throws tool_definition_changed when nothing can tell, and ledger_unavailable
+   * definition), never one of `excluded`. Throws tool_definition_changed when nothing can tell, and ledger_unavailable
    * (nothing claimed) when the rows cannot be listed.
    */
-  async keyOf(toolName: string, ownKey: string, ordinal: number, requestCanonical: string): Promise<string> {
+  async keyOf(toolName: string, ownKey: string, ordinal: number, requestCanonical: string, excluded?: readonly string[]): Promise<string> {
     this.listing ??= turnRowsOf(this.deps.ledger, this.conversationId, this.turnIndex);
     let rows: LedgerRow[] | undefined;
     try {
@@ -71,7 +64,9 @@ export class DefinitionGuard {
       return ownKey;
     }
     if (rows.some((row) => row.key === ownKey)) return ownKey;
-    const elsewhere = this.elsewhereOf(toolName, rows).filter((r) => !this.adopted.has(r.row.key));
+    // `excluded`: rows this call must never be answered from (TURN-23's slot: those a committed turn
+    // answered); this call's alone, not the turn's, so a later carried call still finds its own.
+    const elsewhere = this.elsewhereOf(toolName, rows).filter((r) => !this.adopted.has(r.row.key) && excluded?.includes(r.row.key) !== true);
     if (elsewhere.length === 0) return ownKey;
     const context = { conversationId: this.conversationId, turnIndex: this.turnIndex, ordinal };
     let matches = elsewhere.filter((r) => r.check.verdict === "other" && this.derives(toolName, r.check.input, context, ownKey));

@@ -592,8 +592,7 @@ export class Dispatcher implements CallDispatcher {
           atGuards ??= new Map();
           let atGuard = atGuards.get(at.turnIndex);
           if (atGuard === undefined) atGuards.set(at.turnIndex, (atGuard = new DefinitionGuard(this.guardDeps(), at.conversationId, at.turnIndex)));
-          if (options?.at?.answered !== undefined) atGuard.exclude(options.at.answered);
-          return this.guarded(atGuard, prepared, at, at.ordinal);
+          return this.guarded(atGuard, prepared, at, at.ordinal, options?.at?.answered);
         }
         if (context.resumed === true && guardable(prepared.tool)) {
           guard ??= new DefinitionGuard(this.guardDeps(), context.conversationId, context.turnIndex, context.sharedTurn === true);
@@ -619,9 +618,9 @@ export class Dispatcher implements CallDispatcher {
    * A write of a re-run turn (IDENT-10): under the key of the row an earlier definition of its tool
    * made for it, when the turn holds one, else under its own. Nothing is claimed before the guard answers.
    */
-  private async guarded(guard: DefinitionGuard, prepared: PreparedCall, context: TurnContext, ordinal: number): Promise<DispatchOutcome> {
+  private async guarded(guard: DefinitionGuard, prepared: PreparedCall, context: TurnContext, ordinal: number, excluded?: readonly string[]): Promise<DispatchOutcome> {
     const own = this.keyOf(prepared, context, ordinal);
-    const key = await guard.keyOf(prepared.tool.name, own, ordinal, prepared.requestCanonical);
+    const key = await guard.keyOf(prepared.tool.name, own, ordinal, prepared.requestCanonical, excluded);
     if (key !== own) {
       this.logger.warn("this call's key changed with its tool's definition since the turn ran before; dispatched under the earlier run's key (IDENT-10)", {
         tool: prepared.tool.name,

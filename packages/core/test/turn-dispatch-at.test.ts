@@ -28,6 +28,26 @@ function setup() {
   return { dispatcher, paid };
 }
 
+/** Two releases of pay over one ledger, recording each payment as "to memo": `next` adds a defaulted currency to the identity (a deploy, IDENT-4). */
+function deployed() {
+  const paid: string[] = [];
+  const ledger = new MemoryLedger();
+  const tool = (input: z.ZodObject, identity: string[]) =>
+    defineTool({
+      name: "pay",
+      effect: "keyed_write",
+      input,
+      identity,
+      run: async ({ to, memo }: { to: string; memo: string }) => {
+        paid.push(`${to} ${memo}`);
+        return { n: paid.length };
+      },
+    });
+  const old = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string() }), ["to"])]), ledger, logger: { warn: () => {} } });
+  const next = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), ["to", "currency"])]), ledger, logger: { warn: () => {} } });
+  return { old, next, paid };
+}
+
 describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
   it("TURN-23 the call takes the earlier turn's key and is answered from its row; TURN-4 a later identical call of the turn is ordinal 1 there", async () => {
     const { dispatcher, paid } = setup();
@@ -49,21 +69,7 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
     // the "first" row (two calls answered by one run, DISPATCH-6), or the re-worded one was refused
     // as ambiguous although only the "second" row was left for it.
     for (const second of ["first", "again"]) {
-      const paid: string[] = [];
-      const ledger = new MemoryLedger();
-      const tool = (input: z.ZodObject, identity: string[]) =>
-        defineTool({
-          name: "pay",
-          effect: "keyed_write",
-          input,
-          identity,
-          run: async ({ to, memo }: { to: string; memo: string }) => {
-            paid.push(`${to} ${memo}`);
-            return { n: paid.length };
-          },
-        });
-      const old = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string() }), ["to"])]), ledger, logger: { warn: () => {} } });
-      const next = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), ["to", "currency"])]), ledger, logger: { warn: () => {} } });
+      const { old, next, paid } = deployed();
       const turn0 = old.turn({ conversationId: "c", turnIndex: 0 });
       const rows = await Promise.all([turn0.dispatch({ name: "pay", input: { to: "acme", memo: "first" } }), turn0.dispatch({ name: "pay", input: { to: "acme", memo: "second" } })]);
       const turn1 = next.turn({ conversationId: "c", turnIndex: 1 });
@@ -80,21 +86,7 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
   });
 
   it("IDENT-10 TURN-23 { at: { answered } }: the guard at that index never answers the call from a row a committed turn answered, and still matches any other row of an earlier definition there", async () => {
-    const paid: string[] = [];
-    const ledger = new MemoryLedger();
-    const tool = (input: z.ZodObject, identity: string[]) =>
-      defineTool({
-        name: "pay",
-        effect: "keyed_write",
-        input,
-        identity,
-        run: async ({ to }: { to: string }) => {
-          paid.push(to);
-          return { n: paid.length };
-        },
-      });
-    const old = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string() }), ["to"])]), ledger, logger: { warn: () => {} } });
-    const next = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), ["to", "currency"])]), ledger, logger: { warn: () => {} } });
+    const { old, next, paid } = deployed();
     const row = await old.turn({ conversationId: "c", turnIndex: 0 }).dispatch({ name: "pay", input: { to: "acme", memo: "first" } });
     const call = { name: "pay", input: { to: "acme", memo: "again" } };
     // Not answered by a committed turn: the old row is the call's (an attempt's row a deploy left behind).
@@ -103,7 +95,21 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
     // Answered by a committed turn: never the call's; it runs under the key the current definition derives.
     const slot = await next.turn({ conversationId: "c", turnIndex: 1 }).dispatch(call, { at: { turnIndex: 0, ordinal: 1, answered: [row.key] } });
     expect([slot.key, slot.replayed]).toEqual([next.keyFor(call, { conversationId: "c", turnIndex: 0, ordinal: 1 }), false]);
-    expect(paid).toEqual(["acme", "acme"]);
+    expect(paid).toEqual(["acme first", "acme again"]);
+  });
+
+  it("IDENT-10 TURN-23 the rows one call's { at: { answered } } excludes are that call's alone: a later call of the turn at the same index still matches its own row (a slot before a carried call, after a deploy)", async () => {
+    const { old, next, paid } = deployed();
+    const turn0 = old.turn({ conversationId: "c", turnIndex: 0 });
+    const bob = await turn0.dispatch({ name: "pay", input: { to: "bob", memo: "rent" } });
+    const acme = await turn0.dispatch({ name: "pay", input: { to: "acme", memo: "first" } });
+    const turn1 = next.turn({ conversationId: "c", turnIndex: 1 });
+    // A slot call (carol) that must never take bob's (answered) or acme's (listed) rows...
+    const carol = await turn1.dispatch({ name: "pay", input: { to: "carol", memo: "x" } }, { at: { turnIndex: 0, ordinal: 0, answered: [bob.key, acme.key] } });
+    // ...then acme's carried call: answered from acme's row, not paid again under the new key.
+    const carried = await turn1.dispatch({ name: "pay", input: { to: "acme", memo: "again" } }, { at: { turnIndex: 0, ordinal: 0 } });
+    expect([carol.replayed, carried.key, carried.replayed]).toEqual([false, acme.key, true]);
+    expect(paid).toEqual(["bob rent", "acme first", "carol x"]);
   });
 
   it("TURN-15 a call dispatched at an earlier turn is dispatched as that turn run again: a first claim refused before acceptance says 'may have happened', even from a turn that was not resumed", async () => {
