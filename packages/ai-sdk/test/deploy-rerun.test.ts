@@ -1,8 +1,8 @@
 import { LedgerUnavailableError, MemoryLedger, ToolDefinitionChangedError, type Ledger } from "@dispatch-once/core";
-import { tool, type UIMessage } from "ai";
+import type { UIMessage } from "ai";
 import { describe, expect, it } from "vitest";
-import { z } from "zod";
-import { createOnceTools, dispatchOnceOf } from "../src/index.js";
+import { createOnceTools } from "../src/index.js";
+import { hello, quiet, release, user, v1, type Run } from "./deploy-releases.js";
 
 /*
  * IDENT-10 in the AI SDK wrapper (AISDK-18): a message that dispatched at its turn before (its
@@ -11,26 +11,6 @@ import { createOnceTools, dispatchOnceOf } from "../src/index.js";
  * identity then finds the row the first request made instead of paying again. A message's first
  * request lists nothing.
  */
-type Run = { payee: string; currency?: string; key: string };
-
-const v1 = (runs: Run[]) =>
-  tool({
-    inputSchema: z.object({ payee: z.string(), amount: z.number(), memo: z.string().optional() }),
-    execute: async ({ payee }, options) => {
-      runs.push({ payee, key: dispatchOnceOf(options)!.idempotencyKey });
-      return { paid: `${payee}#${runs.length}` };
-    },
-  });
-/** The deploy: a currency with a default, in the identity. */
-const v2 = (runs: Run[]) =>
-  tool({
-    inputSchema: z.object({ payee: z.string(), amount: z.number(), currency: z.string().default("EUR"), memo: z.string().optional() }),
-    execute: async ({ payee, currency }, options) => {
-      runs.push({ payee, currency, key: dispatchOnceOf(options)!.idempotencyKey });
-      return { paid: `${payee}#${runs.length}` };
-    },
-  });
-
 /** A ledger that counts each method's calls. */
 function counted(): { ledger: Ledger; calls: Map<string, number> } {
   const base = new MemoryLedger();
@@ -48,15 +28,6 @@ function counted(): { ledger: Ledger; calls: Map<string, number> } {
   return { ledger, calls };
 }
 
-const user = (id: string, text: string): UIMessage => ({ id, role: "user", parts: [{ type: "text", text }] });
-const hello: UIMessage[] = [user("u1", "hello"), { id: "a1", role: "assistant", parts: [{ type: "text", text: "Hi." }] }];
-const quiet = { logger: { warn: () => {} } };
-
-function release(ledger: Ledger, runs: Run[], version: "v1" | "v2") {
-  return version === "v1"
-    ? createOnceTools({ tools: { pay: v1(runs) }, effects: { pay: "keyed_write" }, identity: { pay: ["payee", "amount"] }, ledger, dispatcher: quiet })
-    : createOnceTools({ tools: { pay: v2(runs) }, effects: { pay: "keyed_write" }, identity: { pay: ["payee", "amount", "currency"] }, ledger, dispatcher: quiet });
-}
 
 /** One request of `messages` whose model calls pay(payee, 5) once; the AI SDK applied the release's schema (its defaults). */
 async function request(once: ReturnType<typeof release>, messages: UIMessage[], input: Record<string, unknown>, toolCallId: string) {

@@ -1,8 +1,7 @@
-import { InvalidArgumentError, MemoryLedger, ToolDefinitionChangedError, type Ledger } from "@dispatch-once/core";
-import { tool, type ModelMessage, type UIMessage } from "ai";
+import { InvalidArgumentError, MemoryLedger, ToolDefinitionChangedError } from "@dispatch-once/core";
+import type { ModelMessage, UIMessage } from "ai";
 import { describe, expect, it } from "vitest";
-import { z } from "zod";
-import { createOnceTools, dispatchOnceOf } from "../src/index.js";
+import { hello, release, user, type Run } from "./deploy-releases.js";
 
 /*
  * AISDK-18 x AISDK-17: a deploy between the requests of two tabs' messages at one turn index. A
@@ -12,32 +11,6 @@ import { createOnceTools, dispatchOnceOf } from "../src/index.js";
  * the earlier definition matches may be either message's: refused, never paid again, never answered
  * with the other tab's payment.
  */
-type Run = { payee: string; key: string };
-const v1 = (runs: Run[]) =>
-  tool({
-    inputSchema: z.object({ payee: z.string(), amount: z.number(), memo: z.string().optional() }),
-    execute: async ({ payee }, options) => {
-      runs.push({ payee, key: dispatchOnceOf(options)!.idempotencyKey });
-      return { paid: `${payee}#${runs.length}` };
-    },
-  });
-/** The deploy: a currency with a default, in the identity. */
-const v2 = (runs: Run[]) =>
-  tool({
-    inputSchema: z.object({ payee: z.string(), amount: z.number(), currency: z.string().default("EUR"), memo: z.string().optional() }),
-    execute: async ({ payee }, options) => {
-      runs.push({ payee, key: dispatchOnceOf(options)!.idempotencyKey });
-      return { paid: `${payee}#${runs.length}` };
-    },
-  });
-const quiet = { logger: { warn: () => {} } };
-function release(ledger: Ledger, runs: Run[], version: "v1" | "v2") {
-  return version === "v1"
-    ? createOnceTools({ tools: { pay: v1(runs) }, effects: { pay: "keyed_write" }, identity: { pay: ["payee", "amount"] }, ledger, dispatcher: quiet })
-    : createOnceTools({ tools: { pay: v2(runs) }, effects: { pay: "keyed_write" }, identity: { pay: ["payee", "amount", "currency"] }, ledger, dispatcher: quiet });
-}
-const user = (id: string, text: string): UIMessage => ({ id, role: "user", parts: [{ type: "text", text }] });
-const hello: UIMessage[] = [user("u1", "hello"), { id: "a1", role: "assistant", parts: [{ type: "text", text: "Hi." }] }];
 const tabA = [...hello, user("uA", "pay acme 5")];
 const tabB = [...hello, user("uB", "pay bob 5")];
 
