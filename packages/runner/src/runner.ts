@@ -1716,6 +1716,17 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       // Identical calls share the key at ordinal 0 (it is made of the tool and its identity).
       const ordinal = seen.get(first) ?? 0;
       seen.set(first, ordinal + 1);
+      // A call IDENT-10 refused at the carried call's index (tool_definition_changed) answered nothing
+      // (afterTurn keeps the carried call carried): the first send reported the key of the refusal, the
+      // call's own at that index and ordinal, never the carried row's (a read-back that said the
+      // row's key would deny, under it, the effect that happened there).
+      if (match !== undefined && call.error?.code === "tool_definition_changed") {
+        try {
+          return { ...report, key: keyFor.call(dispatcher, toolCall, { conversationId, turnIndex: match.carried.turnIndex, ordinal: match.ordinal }), ordinal: match.ordinal };
+        } catch {
+          return report;
+        }
+      }
       // TURN-23: dispatched under the carried call's key, having taken its ordinal here (TURN-4).
       // A slot of a resumed turn (finding 29): whether its row was there before the call is not stored.
       if (match !== undefined) return { ...report, key: match.carried.key, ordinal: match.ordinal, ...(match.carried.paused === true ? {} : { carriedFromTurn: match.carried.turnIndex }) };
