@@ -129,6 +129,10 @@ describe("PostgreSQL answers with an error class of its own", () => {
   it("LEDGER-12 DISPATCH-10 25006 read-only at the claim: ledger_unavailable naming the cause, retryable; the tool does not run, no row; once writable the call runs once", async () => {
     const s = await subject();
     await readOnly();
+    // The pool's connection from migrate() was terminated; on a loaded host the claim could be handed
+    // it before its end is read and fail 57P01 instead (CI, 2026-12-06): a read first lands on a new,
+    // read-only session (reads pass there).
+    await untilPoolReconnected(s.ledger);
     const error = await refusal(s.dispatch());
     expect(isDispatchOnceError(error, "ledger_unavailable"), String(error)).toBe(true);
     expect((error as Error).message).toMatch(/read-only transaction \(25006\)/);
