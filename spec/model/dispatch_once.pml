@@ -147,6 +147,14 @@
  *                      is dispatched at turn 0's index as a re-run, through the guard there; -DCARRY_DEPLOY_RUNS runs it
  *                      under turn 1's key when the new schema refuses the stored request, -DCARRY_DEPLOY_OWN_INDEX claims a
  *                      matched one at turn 1's index (both P_ONCE)
+ *   -DSLOT             with -DTURNS2 -DDEPLOY: finding 29's slot (TURN-23, the runner's pausedSlot): after a committed
+ *                      resumed turn 0 that answered the call, turn 1's second ask is dispatched at turn 0's index, at
+ *                      ordinal 1 when the key turn 0 answered is the call's key at ordinal 0 (keys 4 and 5: turn 0 at
+ *                      ordinal 1 under each definition), through IDENT-10's guard there less the row turn 0 answered
+ *                      (core's { at: { answered } }); -DREDERIVE_ANSWERED: a holder that reads the committed turn 0 back
+ *                      (a take-up, a re-send) sees the key it answered as KEY(0, its own definition), as the runner
+ *                      derives it, not the key stored with the turn: after a deploy the first ask's row is not excluded
+ *                      and the second ask is answered from it (P_FRESH)
  *   -DSAME_ASK=1       with BOUNDAT: message 1 asks for what message 0 asked (the same intent, "pay" again under a
  *                      new message id), so bound at a failed message 0's index it derives message 0's key there
  *                      (TURN-12) and may replay its row; -DINHERIT=0 counts its window from its own binding, not
@@ -362,6 +370,25 @@
 #else
 #define DEPLOY_NOW true
 #endif
+/* -DSLOT (with TURNS2 and DEPLOY): TURN-23's slot after a committed resumed turn (finding 29's fix, carry.ts's pausedSlot).
+ * A committed turn 0 that was resumed (its record says so, RECORD-7: an earlier holder may have acted) gives the message a
+ * slot at turn 0's index. When turn 0 answered the call (a result or an error result) and turn 1's model makes it again, a
+ * second ask that no listed call answers, it is dispatched at the slot: at ordinal 0 under the holder's definition, or at
+ * ordinal 1 when the key turn 0 answered is that key (the ordinal after the answered one: keys 4 and 5, ORD1), as a re-run
+ * through IDENT-10's guard at turn 0's index, which never answers it from the row turn 0 answered (core's `at.answered`).
+ * The slot when turn 0 did not answer the call is the model's carry on the resumed statement (carry-pause), unchanged.
+ * Which key turn 0 answered: the holder that committed it knows the key its call was dispatched under (the runner's
+ * carriedAfter); one that reads the committed turn back (a take-up between the turns or in turn 1, a re-send) knows the key
+ * stored with the turn (the fix being built: the keys kept with the committed turn), or, with -DREDERIVE_ANSWERED, the key
+ * it derives for the committed call under its own definition, KEY(0, defv) (the runner before that fix: storedCallReports
+ * derives keys, the store keeps none). Not modelled with the slot: listed calls at the slot's index (the record's other
+ * rows), several calls per response, ordinals past 1. */
+#if (defined(SLOT) || defined(REDERIVE_ANSWERED)) && !(TURNS2 && DEPLOY)
+#error "SLOT and REDERIVE_ANSWERED are modelled with TURNS2 and DEPLOY"
+#endif
+#if defined(REDERIVE_ANSWERED) && !defined(SLOT)
+#error "REDERIVE_ANSWERED is modelled with SLOT (the answered key is read only by the slot and its guard)"
+#endif
 #if SOLO_TURNS && (SOLO != 0 || AGING || VSTORE || SAME_ASK || NOTSTORABLE > 0 || RUNTIMEOUTS > 0 || defined(OLD_TURN) || defined(RECORD_AFTER_COMMIT))
 #error "TURNS2 and DEPLOY are modelled for message 0 alone (-DSOLO=0), without AGING, VSTORE, SAME_ASK, NOTSTORABLE, RUNTIMEOUTS, OLD_TURN, RECORD_AFTER_COMMIT"
 #endif
@@ -469,7 +496,12 @@ bit P_ACK = CHECK_ACK;   /* only where it is on: the other checks' state vector 
 #define W 2              /* workers */
 #define M 2              /* messages = user intents */
 #define T 2              /* turn indexes */
+#ifdef SLOT
+#define K 6              /* keys: 0 .. 3 KEY(t, definition), 4 and 5 turn 0's slot at ordinal 1 (ORD1) */
+#define ORD1(d) (4 + (d))
+#else
 #define K 4              /* keys */
+#endif
 #ifndef MAXATT
 #define MAXATT 3         /* retry policy: attempts per turn, the first included */
 #endif
@@ -721,7 +753,14 @@ byte nbeg;               /* store: turn indexes of message 0 begun (beginTurn bo
 byte tk[T];              /* store: key +1 of the call each committed turn answers (a carried call answers turn 0's key) */
 byte effa[2];            /* ghost: effects per ask: 0 the call of turn 0 and its repeat in turn 1 while no committed turn
                             answered it (the same ask), 1 a repeat in turn 1 after turn 0 answered it (a second ask) */
-#if TURNS2
+#if defined(SLOT)
+/* the ask an effect answers: with the slot a second ask runs at turn 0's index too, so the ask is the calling worker's:
+   a call of turn 1 after turn 0 answered it (t and tres[0] as the worker sees them when it sends) */
+#define SECOND_ASK (t == 1 && tres[0] != C_NONE)
+#define ASK(k) (SECOND_ASK -> 1 : 0)
+bit t0res;               /* store: the committed turn 0 was resumed (its record says so, RECORD-7): the message has a slot */
+byte rask[K];            /* ghost: the ask whose call made the key's row (P_FRESH) */
+#elif TURNS2
 /* the ask an effect under key k answers: a key of turn 1's own (2, or 3 under a deployed definition) is a second ask only
    when turn 0 answered the call */
 #define ASK(k) (((k) / M == 1 && tres[0] != C_NONE) -> 1 : 0)
@@ -889,6 +928,18 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
 #define QUIET (!busy[0] && !busy[1] && len(inbox) == 0)
 /* Checked whenever the system falls quiet (no send in progress, no delivery waiting): by the
  * step that ends the last send. */
+#ifdef SLOT
+/* the same, over the slot's keys 4 and 5 too */
+#define QUIET_CHECK \
+  if \
+  :: QUIET -> \
+     assert(!P_RECORD || (COVERED(0) && COVERED(1) && COVERED(2) && COVERED(3) && COVERED(4) && COVERED(5))); \
+     assert(!P_TRUTH || (TRUTHFUL_ROW(0) && TRUTHFUL_ROW(1) && TRUTHFUL_ROW(2) && TRUTHFUL_ROW(3) && TRUTHFUL_ROW(4) && \
+                         TRUTHFUL_ROW(5))); \
+     assert(!P_TRUTH || (TRUTHFUL_TURN(0) && TRUTHFUL_TURN(1))) \
+  :: else \
+  fi
+#else
 #define QUIET_CHECK \
   if \
   :: QUIET -> \
@@ -899,6 +950,7 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
      assert(!P_TRUTH || (TRUTHFUL_TURN(0) && TRUTHFUL_TURN(1))) \
   :: else \
   fi
+#endif
 #if SOLO_TURNS
 #define TRUTHFUL_TURN(x) (tres[x] != C_FAILED || effk[tk[x] - 1] == 0)
 #else
@@ -1010,6 +1062,10 @@ proctype Worker(byte w) provided (!crashed[w]) {
 #endif
   bool plain;    /* turn 1's model answered with plain text: committed at once */
 #endif
+#ifdef SLOT
+  byte slot;     /* with the slot: turn 1's call is a second ask dispatched at turn 0's slot; the key turn 0 answered, as this
+                    holder knows it, +1 (what IDENT-10's guard there excludes); 0: not a slot call */
+#endif
 #if GRANTS
   byte aq;       /* the store's answer to this worker's acquire (TURN-10) */
   byte aq2;      /* scratch: what a lost-reply acquire did at the store */
@@ -1116,6 +1172,10 @@ end_clock:
   :: atomic { EXPIRE_FREE(1) -> EXPIRE(1) }
   :: atomic { EXPIRE_FREE(2) -> EXPIRE(2) }
   :: atomic { EXPIRE_FREE(3) -> EXPIRE(3) }
+#ifdef SLOT
+  :: atomic { EXPIRE_FREE(4) -> EXPIRE(4) }
+  :: atomic { EXPIRE_FREE(5) -> EXPIRE(5) }
+#endif
   od
 }
 
@@ -1132,6 +1192,10 @@ end_ds:
   :: atomic { ds[1] == DS_INPROG && ORPHAN_REQ(1) -> ds[1] = DS_DONE }
   :: atomic { ds[2] == DS_INPROG && ORPHAN_REQ(2) -> ds[2] = DS_DONE }
   :: atomic { ds[3] == DS_INPROG && ORPHAN_REQ(3) -> ds[3] = DS_DONE }
+#ifdef SLOT
+  :: atomic { ds[4] == DS_INPROG && ORPHAN_REQ(4) -> ds[4] = DS_DONE }
+  :: atomic { ds[5] == DS_INPROG && ORPHAN_REQ(5) -> ds[5] = DS_DONE }
+#endif
   od
 }
 

@@ -71,6 +71,10 @@ const DEPLOY_FAULTS = { SOLO: 0, DEPLOY: 1, CRASHES: 1, STREAMCUTS: 1, LOSTS: 1,
 // Two turns of message 0 and a deploy at any moment, between the turns too (TURN-23 across a deploy, IDENT-10): turn 0's
 // re-run answers without the call, a crash makes a holder of the new release take the message up.
 const CARRY_DEPLOY_FAULTS = { SOLO: 0, TURNS2: 1, DEPLOY: 1, DIVERGES: 1, STREAMCUTS: 1, CRASHES: 1, REFUSALS: 1 };
+// TURN-23's slot after a committed resumed turn (finding 29's fix) across a deploy: turn 0's first attempt is cut and the
+// message fails (one attempt per turn), a re-send resumes turn 0 at its index, and a crash after turn 0's commit makes the
+// other worker take the message up and read the committed turn back.
+const SLOT_FAULTS = { SOLO: 0, TURNS2: 1, DEPLOY: 1, SLOT: true, STREAMCUTS: 1, MAXATT: 1, REDELIVERIES: 1, CRASHES: 1 };
 const SAME_ASK_FAULTS = { AGING: 1, BOUNDAT: 1, RETENTION: 1, STREAMCUTS: 2, REDELIVERIES: 1, MAXATT: 1, RESEND_FROM: 3, RECHECK: 3, SAME_ASK: 1 };
 
 /** @type {{name: string, kind: "verify"|"ltl"|"np"|"expect", deep?: boolean, about: string, defines: object, ltl?: string, property?: string, rules?: string, explain?: string}[]} */
@@ -763,6 +767,35 @@ const CHECKS = [
     about: "a holder that takes the message up between its turns does not read turn 0's records back "
       + "(-DCARRY_NO_TAKEUP_READ): the call turn 0 left unanswered is claimed under turn 1's own key",
     defines: { ...NONE, SOLO: 0, TURNS2: 1, DIVERGES: 1, STREAMCUTS: 1, CRASHES: 1, CARRY_NO_TAKEUP_READ: true, ...ONLY("ONCE") },
+  },
+  {
+    name: "carry-deploy-slot",
+    kind: "verify",
+    about: "TURN-23's slot after a committed resumed turn (-DSLOT, finding 29's fix: carry.ts's pausedSlot) across a deploy "
+      + "at any moment: turn 0 fails, is re-sent and resumed, and answers the call; turn 1's second ask is dispatched at turn "
+      + "0's index (at the ordinal after the answered one when that key is the call's), through IDENT-10's guard less the "
+      + "row turn 0 answered; turn 1 fails too and a re-send resumes it, reading back the key stored with the committed turn "
+      + "0; two cut streams, two re-sends, one attempt per turn",
+    defines: { ...NONE, ...SLOT_FAULTS, CRASHES: 0, STREAMCUTS: 2, REDELIVERIES: 2 },
+  },
+  {
+    name: "carry-deploy-slot-crash",
+    kind: "verify",
+    deep: true,
+    about: "(--deep) the slot of carry-deploy-slot taken up after a crash between the turns (the faults of carry-deploy-rederive, "
+      + "with the key stored with the committed turn), with a re-run that answers without the call and a refused request",
+    defines: { ...NONE, ...SLOT_FAULTS, DIVERGES: 1, REFUSALS: 1 },
+  },
+  {
+    name: "carry-deploy-rederive",
+    kind: "expect",
+    property: "P_FRESH",
+    rules: "TURN-23 (a slot's guard never answers a call from a row a committed turn answered: the key that turn answered, kept with it), IDENT-10",
+    explain: "Message 0 alone, two turns, one deploy, the slot (-DTURNS2 -DDEPLOY -DSLOT), one attempt per turn. W1 binds message 0 at turn 0; its stream dies before the call is complete and the message fails. The user re-sends it; W1 re-opens it at its index, resumed (TURN-15), claims key 0 under pay's first definition, pays, completes the row and commits turn 0 answering the call with its result: turn 0's record says resumed (RECORD-7), so the message has a slot at turn 0's index (TURN-23, finding 29). W1 crashes before it begins turn 1, and a deploy changes pay's key derivation (the new definition reads old stored requests). W0 takes the message up (the queue's redelivery) and begins turn 1, whose model pays again having seen the payment: a second ask, dispatched at the slot. W0 reads the committed turn 0 back and, with -DREDERIVE_ANSWERED, derives the key its call answered under its own definition, key 1, not the key 0 it was dispatched under: key 1 is the call's key at ordinal 0, so the slot takes ordinal 1, key 5, and IDENT-10's guard at turn 0's index excludes key 1, which has no row. It finds key 0, made under the other definition, whose stored request gives the call's key, and dispatches the call under it: the completed row replays the first payment's result, and the second ask is told a payment that was not made. With the key kept with the committed turn (the default) W0 knows turn 0 answered key 0: the slot is key 1 at ordinal 0, the guard excludes key 0 and finds no other row, and the second ask is claimed under key 1 and paid (carry-deploy-slot, and carry-deploy-slot-crash, --deep, with these faults, verify it). The holder that committed turn 0 knows the key from its own dispatch and is right either way: only a take-up between the turns or in turn 1, or a re-send, reads the turn back.",
+    about: "a holder that reads the committed turn 0 back derives the key it answered under its own definition "
+      + "(-DREDERIVE_ANSWERED, the runner before the keys are stored with the committed turn): after a deploy the slot's guard "
+      + "does not exclude the first ask's row, and turn 1's second ask is answered from it",
+    defines: { ...NONE, ...SLOT_FAULTS, REDERIVE_ANSWERED: true, ...ONLY("FRESH") },
   },
   {
     name: "nolist-omits-record",

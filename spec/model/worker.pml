@@ -218,6 +218,37 @@ inline RUN_BOUND() {
 inline DISPATCH() {
   res = C_NONE;
 #if DEPLOY
+#ifdef SLOT
+  /* TURN-23's slot: a second ask dispatched at turn 0's index is a re-run there, through IDENT-10's guard, which lists
+     turn 0's rows (one ledger step) and never answers it from the row the committed turn 0 answered (core's
+     `{ at: { answered } }`: slot - 1, the key as this holder knows it). The other rows of the other definition at that
+     index (ordinals 0 and 1) may be the call's: one is matched when the stored request gives the call's key, and
+     several, or one the current schema refuses, are refused (tool_definition_changed) before anything is claimed, the
+     turn's record listing the row (RECORD-8); the turn's retry refuses again (SLOT_REFUSED: the rows there can only
+     have grown), never dispatched under the row's key, which may be the first ask's */
+#define SLOT_REFUSED 16
+#define SLOT_ROW(c) (rst[c] != R_NONE && slot != (c) + 1)
+#define SLOT_ROWS(k) ((SLOT_ROW(KEY(0, 1 - (k) % M)) -> 1 : 0) + (SLOT_ROW(ORD1(1 - (k) % M)) -> 1 : 0))
+#define SLOT_THE_ROW(k) (SLOT_ROW(KEY(0, 1 - (k) % M)) -> KEY(0, 1 - (k) % M) : ORD1(1 - (k) % M))
+  if
+  :: slot != 0 ->
+     atomic {
+       if
+       :: slot >= SLOT_REFUSED ->
+          printf("@@ W%d   the slot's call is refused again: tool_definition_changed, nothing claimed (IDENT-10)\n", w);
+          goto ddone
+       :: slot < SLOT_REFUSED && rst[k] == R_NONE && SLOT_ROWS(k) == 1 && dcompat ->
+          printf("@@ W%d   lists turn 0's rows for the slot (less key %d, which turn 0 answered): key %d, made under the other definition, gives this call's key: dispatched under key %d (IDENT-10)\n", w, slot - 1, SLOT_THE_ROW(k), SLOT_THE_ROW(k));
+          k = SLOT_THE_ROW(k); wk[w] = k + 1
+       :: slot < SLOT_REFUSED && rst[k] == R_NONE && ((SLOT_ROWS(k) >= 1 && !dcompat) || SLOT_ROWS(k) == 2) ->
+          printf("@@ W%d   lists turn 0's rows for the slot (less key %d, which turn 0 answered): key %d cannot be told from this call: tool_definition_changed, nothing claimed (IDENT-10)\n", w, slot - 1, SLOT_THE_ROW(k));
+          k = SLOT_THE_ROW(k); wk[w] = k + 1; slot = slot + SLOT_REFUSED; goto ddone
+       :: else ->
+          printf("@@ W%d   lists turn 0's rows for the slot (less key %d, which turn 0 answered): none is this call's\n", w, slot - 1)
+       fi
+     }
+  :: else ->
+#endif
   /* IDENT-10: in a resumed turn (TURN-15) the dispatcher lists the turn's rows (LIST-3) before it claims, one ledger
      step; a row of the tool under the other definition's key, while the call's own key has none, was made under
      another definition (IDENT-4); TURN-23: a call carried to an earlier turn is dispatched at that turn's index as a
@@ -245,6 +276,9 @@ inline DISPATCH() {
      }
   :: else
   fi;
+#ifdef SLOT
+  fi;
+#endif
 #endif
   /* DISPATCH-16: a fresh claim id for this dispatch, sent with every claim of it. The model
      names it only when one of its claims meets ledger_unavailable (LOST_CID): an id no copy of
@@ -297,6 +331,9 @@ dclaim:
        /* LEDGER-1, LEDGER-21: the claim that creates the row stores the request */
        /* LEDGER-19: fence 1, or with FENCE_CONTINUES above the fence of a row retention forgot */
        rreq[k] = rq; GRANT(FRESH_FENCE(k));
+#ifdef SLOT
+       rask[k] = ASK(k);   /* ghost: the row is this ask's */
+#endif
        printf("@@ W%d   claims key %d: fence %d, stores request %d\n", w, k, cf, rreq[k])
     :: rst[k] == R_RELEASED ->
        /* LEDGER-3, LEDGER-4: a re-claim after release; LEDGER-21: the stored request is kept */
@@ -323,7 +360,11 @@ dclaim:
           so a row is replayed to a new message only as that failed message's; never at an index issued again */
        assert(!P_FRESH || !reiss[cur]);   /* P_FRESH */
 #endif
-#if TURNS2
+#if TURNS2 && defined(SLOT)
+       /* P_FRESH (TURN-23): a second ask is never answered from a row the first ask made (with the slot a second ask is
+          dispatched at turn 0's index too, and may meet its own ask's row there: an earlier attempt of turn 1) */
+       assert(!P_FRESH || !(SECOND_ASK && rask[k] == 0));   /* P_FRESH */
+#elif TURNS2
        /* P_FRESH (TURN-23): a call made again after a committed turn answered it is a second ask, never answered from
           the first ask's row (a payment reported and not made) */
        assert(!P_FRESH || !(t == 1 && k / M == 0 && tres[0] != C_NONE));   /* P_FRESH */
@@ -448,7 +489,18 @@ inline SAY_WORD() {
   fi
 }
 
+#ifdef SLOT
+/* RECORD-7: a resumed turn's record says an earlier holder's effects may have happened, naming no key. The model
+   otherwise reads it as a statement of the turn's own key (and, after a deploy, the other definition's key at the
+   index); with the slot an earlier holder of turn 1 may have claimed at turn 0's index, under a key of either
+   definition, so the statement is read as what it is: of every row there is, but one the ledger holds failed (a
+   definite failure, RECORD-6) */
+#define BLANKET(c) if :: rst[c] != R_NONE && rst[c] != R_FAILED && recd[c] < SAY_MAY -> recd[c] = SAY_MAY :: else fi
+#define RESUMED_BLANKET BLANKET(0); BLANKET(1); BLANKET(2); BLANKET(3); BLANKET(4); BLANKET(5)
+#define TURN_DONE wk[w] = 0; res = C_NONE; stopped = false; rq = 0; say = SAY_NONE; mine = false; definite = false; att = 0; slot = 0
+#else
 #define TURN_DONE wk[w] = 0; res = C_NONE; stopped = false; rq = 0; say = SAY_NONE; mine = false; definite = false; att = 0
+#endif
 
 /* After an attempt: how its stream ended, then commit, retry or fail the turn. One atomic step
  * with the store operation it leads to (compare-and-append or failMessage). */
@@ -475,6 +527,10 @@ inline END_ATTEMPT() {
         /* turn 0's commit leaves the message in progress: it goes on to turn 1 (TURN-3) */
         nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = ((TURNS2 && t == 0) -> MS_INPROG : MS_ANSWERED);
         tk[t] = ((res == C_OK || res == C_FAILED) -> k + 1 : 0);
+#ifdef SLOT
+        /* RECORD-7: the committed turn's record says it was resumed: the message has a slot at its index (TURN-23) */
+        if :: t == 0 -> t0res = resumed :: else fi;
+#endif
 #else
         nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = MS_ANSWERED; VWROTE(cur + 1) VMINE(cur)
 #endif
@@ -542,7 +598,12 @@ inline END_ATTEMPT() {
            say = SAY_ROW(OTHER_DEF(k / M, k));
            if :: say < SAY_MAY && !LISTED_FAILED(OTHER_DEF(k / M, k)) -> say = SAY_MAY :: else fi;
            assert(!P_RECORD || say != SAY_NOT || effk[OTHER_DEF(k / M, k)] == 0);    /* P_RECORD */
+#ifdef SLOT
+           if :: say > recd[OTHER_DEF(k / M, k)] -> recd[OTHER_DEF(k / M, k)] = say :: else fi;
+           RESUMED_BLANKET
+#else
            if :: say > recd[OTHER_DEF(k / M, k)] -> recd[OTHER_DEF(k / M, k)] = say :: else fi
+#endif
         :: else
         fi;
 #endif
@@ -612,6 +673,9 @@ inline END_ATTEMPT() {
         if :: say > recd[k] -> recd[k] = say :: else fi;
 #ifdef CARRY_LISTED_ONLY
         LISTED_REC(say);   /* the failed turn's record, its resumed statement counted (more carried, never less) */
+#endif
+#ifdef SLOT
+        if :: resumed -> RESUMED_BLANKET :: else fi;
 #endif
         ms[cur] = MS_FAILED; FAILED_AGAIN(cur); VWROTE(cur + 1) VMINE(cur)
 #if TOLDNOT
@@ -845,6 +909,16 @@ inline DRIVE() {
        :: t == 0 -> k = KEY(0, 0)
 #endif
        :: else ->
+#ifdef SLOT
+          /* the key the committed turn 0 answered, as this holder knows it: the holder that committed it, the key its call
+             was dispatched under; one that reads it back (carry not known here), the key stored with the turn, or with
+             -DREDERIVE_ANSWERED the key it derives for the committed call under its own definition */
+#ifdef REDERIVE_ANSWERED
+          slot = (carry != 0 -> tk[0] : (tk[0] != 0 -> KEY(0, defv) + 1 : 0));
+#else
+          slot = tk[0];
+#endif
+#endif
           /* TURN-23: the calls turn 0 left unanswered whose effect may have happened. The holder that committed turn 0
              knows its record (carry); one that takes the message up here reads the records kept beside the
              conversation at turn 0 and the committed turn 0 (the runner's carriedBefore) */
@@ -896,11 +970,25 @@ inline DRIVE() {
           /* a call matched across the deploy claimed at its own turn's index, not re-run at the listed call's */
           if :: k / M == 0 && carry - 2 != defv && dcompat -> k = KEY(1, defv) :: else fi;
 #endif
+#ifdef SLOT
+          /* TURN-23's slot (pausedSlot): after a committed resumed turn 0 that answered the call, a second ask is dispatched
+             at turn 0's index, at the ordinal after the one turn 0 answered when that key is the call's at ordinal 0 */
+          if
+          :: !plain && tres[0] != C_NONE && t0res ->
+             k = (slot == KEY(0, defv) + 1 -> ORD1(defv) : KEY(0, defv))
+          :: else -> slot = 0
+          fi;
+#endif
 #elif defined(CARRY_ANSWERED)
           k = (carry == 2 -> KEY(0, 0) : KEY(1, 0));   /* carried although turn 0 answered it */
 #else
           /* TURN-23: dispatched under the listed call's key while no committed turn answered it */
           k = ((carry == 2 && tres[0] == C_NONE) -> KEY(0, 0) : KEY(1, 0));
+#endif
+#ifdef SLOT
+          if
+          :: slot != 0 -> printf("@@ W%d   turn 1's call, a second ask after the resumed turn 0 answered the first under key %d (as this holder knows it): dispatched at turn 0's slot under key %d (TURN-23)\n", w, slot - 1, k)
+          :: else ->
 #endif
           if
           :: plain -> skip
@@ -909,6 +997,9 @@ inline DRIVE() {
           :: !plain && k / M != 0 && tres[0] == C_NONE -> printf("@@ W%d   turn 1's call, made again: under turn 1's own key %d\n", w, k)
           :: !plain && k / M != 0 && tres[0] != C_NONE -> printf("@@ W%d   turn 1's call, a second ask (turn 0 answered the first): under its own key %d\n", w, k)
           fi
+#ifdef SLOT
+          fi
+#endif
        fi;
        wk[w] = k + 1;
        if
