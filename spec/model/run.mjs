@@ -610,7 +610,10 @@ const CHECKS = [
   {
     name: "carry",
     kind: "verify",
-    about: "a message with two turns (TURN-23): turn 0's re-run answers without the call an earlier run made, turn 0 "
+    // Subsumed by carry-deploy-faults (--deep: the same faults with the deploy optional); CI keeps carry-deploy
+    // and carry-deploy-slot. Moved on 2026-12-06 to pay for carry-deploy-slot and carry-deploy-rederive.
+    deep: true,
+    about: "(--deep) a message with two turns (TURN-23): turn 0's re-run answers without the call an earlier run made, turn 0 "
       + "commits with its record listing it, and turn 1's model makes the call again; dispatched under turn 0's key "
       + "(answered from its row, met in flight, or re-run under the stored request if released), read back from the "
       + "records by a holder that takes the message up after a crash; a second ask after turn 0 answered the call runs "
@@ -648,7 +651,10 @@ const CHECKS = [
   {
     name: "deploy",
     kind: "verify",
-    about: "a deploy between two runs of one turn changes how pay's key is derived (IDENT-4 broken), its new definition "
+    // Subsumed by carry-deploy-faults (--deep: the same faults with the deploy optional); CI keeps carry-deploy
+    // and carry-deploy-slot. Moved on 2026-12-06 to pay for carry-deploy-slot and carry-deploy-rederive.
+    deep: true,
+    about: "(--deep) a deploy between two runs of one turn changes how pay's key is derived (IDENT-4 broken), its new definition "
       + "reading old stored requests or not: in a resumed turn IDENT-10's guard lists the turn's rows and dispatches the call "
       + "under an earlier definition's row's key, or refuses it (tool_definition_changed) when the row cannot be read; "
       + "with a crash, a cut stream, a lost response, a refused request and a re-run that answers without the call (the "
