@@ -91,6 +91,16 @@ const CHAINS = {
     kit("loop-faults, take-over release, unresolved entry planted, mutated", ["test/e2e-loopfaults-planted.test.ts", "test/e2e-takeover-release-planted.test.ts", "test/e2e-unresolved-entry-planted.test.ts"], true),
     { ...e2e, name: `${e2e.name}, mutated`, own: true },
   ],
+  // Round O: TURN-23's slot after a resumed turn (finding 29), exercised by the runner, both stream
+  // sides' tests and the kit's deferred calls (its planted test's control runs the real runner).
+  "runner-slot": [pkgTests("runner", true), pkgTests("anthropic"), pkgTests("openai"), deferredPlanted],
+  // Round O: the kit's deploy draw and its IDENT-10 / RECORD-10 / TURN-23 readings: its deploy and
+  // deferred-call planted tests (a laxer oracle passes a planted runner), then CONF-2's profiles.
+  "kit-deploy": [
+    kit("deploy planted (IDENT-10), mutated", ["test/e2e-deploy-planted.test.ts"], true),
+    kit("deferred-call planted (TURN-23), mutated", ["test/e2e-deferred-call-planted.test.ts"], true),
+    { ...e2e, name: `${e2e.name}, mutated`, own: true },
+  ],
   "kit-tabs": [kit("AI SDK tabs planted (AISDK-17), mutated", ["test/e2e-ai-sdk-tabs-planted.test.ts"], true), { ...e2eAiSdk, name: `${e2eAiSdk.name}, mutated`, own: true }],
 };
 
