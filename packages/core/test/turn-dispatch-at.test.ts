@@ -112,6 +112,17 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
     expect(paid).toEqual(["bob rent", "acme first", "carol x"]);
   });
 
+  it("IDENT-10 TURN-23 calls of one turn carried from two earlier turns, after a deploy: each index's guard lists its own rows, and each call is answered from its row there (one guard per earlier turn index, not one for all)", async () => {
+    const { old, next, paid } = deployed();
+    const acme = await old.turn({ conversationId: "c", turnIndex: 0 }).dispatch({ name: "pay", input: { to: "acme", memo: "first" } });
+    const bob = await old.turn({ conversationId: "c", turnIndex: 1 }).dispatch({ name: "pay", input: { to: "bob", memo: "rent" } });
+    const turn2 = next.turn({ conversationId: "c", turnIndex: 2 });
+    const fromTurn0 = await turn2.dispatch({ name: "pay", input: { to: "acme", memo: "again" } }, { at: { turnIndex: 0, ordinal: 0 } });
+    const fromTurn1 = await turn2.dispatch({ name: "pay", input: { to: "bob", memo: "again" } }, { at: { turnIndex: 1, ordinal: 0 } });
+    expect([fromTurn0.key, fromTurn0.replayed, fromTurn1.key, fromTurn1.replayed]).toEqual([acme.key, true, bob.key, true]);
+    expect(paid).toEqual(["acme first", "bob rent"]);
+  });
+
   it("TURN-15 a call dispatched at an earlier turn is dispatched as that turn run again: a first claim refused before acceptance says 'may have happened', even from a turn that was not resumed", async () => {
     // Blind round N's N16: the position without `resumed` made a durable ledger's first claim's
     // "not performed" a fact, while the earlier turn's holder (a paused process) may still claim the
