@@ -112,6 +112,33 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
     expect(paid).toEqual(["bob rent", "acme first", "carol x"]);
   });
 
+  it("IDENT-10 TURN-23 { at: { answered } } after a deploy whose schema refuses the row's stored request: a row a committed turn answered is no candidate at all, so the slot call runs rather than being refused for it", async () => {
+    const paid: string[] = [];
+    const ledger = new MemoryLedger();
+    const tool = (input: z.ZodObject, identity: string[]) =>
+      defineTool({
+        name: "pay",
+        effect: "keyed_write",
+        input,
+        identity,
+        run: async ({ to, memo }: { to: string; memo: string }) => {
+          paid.push(`${to} ${memo}`);
+          return { n: paid.length };
+        },
+      });
+    const old = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string() }), ["to"])]), ledger, logger: { warn: () => {} } });
+    // The new release requires a currency in the identity: the old row's stored request is refused now.
+    const next = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string(), currency: z.string() }), ["to", "currency"])]), ledger, logger: { warn: () => {} } });
+    const row = await old.turn({ conversationId: "c", turnIndex: 0 }).dispatch({ name: "pay", input: { to: "acme", memo: "first" } });
+    const call = { name: "pay", input: { to: "acme", memo: "again", currency: "EUR" } };
+    // Not excluded, the row refuses the call (IDENT-10: nothing can tell whether it is the row's call).
+    await expect(next.turn({ conversationId: "c", turnIndex: 1 }).dispatch(call, { at: { turnIndex: 0, ordinal: 1 } })).rejects.toMatchObject({ code: "tool_definition_changed", reason: "request_refused" });
+    // Answered by a committed turn, it is another ask's: the slot call runs under its own key there.
+    const slot = await next.turn({ conversationId: "c", turnIndex: 1 }).dispatch(call, { at: { turnIndex: 0, ordinal: 1, answered: [row.key] } });
+    expect([slot.key, slot.replayed]).toEqual([next.keyFor(call, { conversationId: "c", turnIndex: 0, ordinal: 1 }), false]);
+    expect(paid).toEqual(["acme first", "acme again"]);
+  });
+
   it("IDENT-10 TURN-23 calls of one turn carried from two earlier turns, after a deploy: each index's guard lists its own rows, and each call is answered from its row there (one guard per earlier turn index, not one for all)", async () => {
     const { old, next, paid } = deployed();
     const acme = await old.turn({ conversationId: "c", turnIndex: 0 }).dispatch({ name: "pay", input: { to: "acme", memo: "first" } });
