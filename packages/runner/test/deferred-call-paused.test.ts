@@ -131,6 +131,51 @@ describe("TURN-23 after a resumed turn: a holder paused before its claim (findin
     expect(performed).toHaveLength(2);
   });
 
+  it("TURN-23 a holder that takes the message up and cannot read turn 0's call back (no arguments) keeps no slot for its tool: turn 1's acme, a second ask after turn 0 paid acme, runs under turn 1's own key, never answered from turn 0's row", async () => {
+    const { store, ledger, performed, w1 } = await pausedHolder();
+    let begun = 0;
+    const dying = Object.assign(Object.create(store) as ConversationStore, {
+      beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => (++begun === 2 ? Promise.reject(new Error("W0's process died")) : store.beginTurn(...args)),
+    });
+    // W0 takes turn 0 over (resumed) and pays acme: turn 0 answers it. W0 dies before turn 1.
+    const w0 = world(() => [...payIn("c-a0", 0, "acme", "first"), { t: "end" }], false, { store: dying, ledger, performed });
+    readingInputs(w0.provider);
+    await expect(w0.runner.send(CONV, { id: "m1", content: "pay acme" })).rejects.toThrow("W0's process died");
+    // W2's provider reads no arguments back: which acme turn 0 answered it cannot tell.
+    const w2 = world((n) => (n === 1 ? [...payIn("c-a1", 0, "acme", "second"), { t: "end" }] : text), false, { store, ledger, performed });
+    const result = await w2.runner.send(CONV, { id: "m1", content: "pay acme" });
+    const own = w1.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex: 1, ordinal: 0 });
+    expect(result.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.key, c.replayed])).toEqual([[own, false]]);
+    expect(to(performed)).toEqual(["acme", "acme"]);
+  });
+
+  it("TURN-23 a resumed turn's record kept without `resumed` (a release before the field) is taken as resumed: a holder that takes the message up keeps its slot, and turn 1's acme is answered from the paused W1's row", async () => {
+    const { store, ledger, performed, wake, w1 } = await pausedHolder();
+    let begun = 0;
+    const dying = Object.assign(Object.create(store) as ConversationStore, {
+      beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => (++begun === 2 ? Promise.reject(new Error("W0's process died")) : store.beginTurn(...args)),
+    });
+    const w0 = world(() => [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }], false, { store: dying, ledger, performed });
+    readingInputs(w0.provider);
+    await expect(w0.runner.send(CONV, { id: "m1", content: "pay acme" })).rejects.toThrow("W0's process died");
+    expect((await wake()).replayed).toBe(false);
+    // The records as an earlier release kept them: no `resumed` field.
+    const older = Object.assign(Object.create(store) as ConversationStore, {
+      records: async (conversationId: string) =>
+        (await store.records(conversationId)).map((r) => {
+          if ((r as { kind?: unknown }).kind !== "resumed_turn") return r;
+          const { resumed: _, ...rest } = r as Record<string, JsonValue>;
+          return rest as JsonValue;
+        }),
+    });
+    const w2 = world((n) => (n === 1 ? [...payIn("c-acme", 0, "acme", "from W2"), { t: "end" }] : text), false, { store: older, ledger, performed });
+    readingInputs(w2.provider);
+    const result = await w2.runner.send(CONV, { id: "m1", content: "pay acme" });
+    const key = w1.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex: 0, ordinal: 0 });
+    expect(result.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.key, c.replayed])).toEqual([[key, true]]);
+    expect(to(performed)).toEqual(["bob", "acme"]);
+  });
+
   it("TURN-23 a listed call of the resumed turn and a slot in one attempt never share a key: turn 1's first acme is answered from turn 0's listed row, its second runs at the next ordinal", async () => {
     const { store, ledger, performed, wake, w1 } = await pausedHolder();
     // W0's attempt 1 of turn 0 pays acme and is cut; its retry pays bob: the record lists acme.
