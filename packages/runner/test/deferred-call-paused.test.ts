@@ -1,4 +1,5 @@
-import { MemoryConversationStore, MemoryLedger, type ConversationStore, type JsonValue } from "@dispatch-once/core";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool, type ConversationStore, type JsonValue } from "@dispatch-once/core";
+import { z } from "zod";
 import { describe, expect, it } from "vitest";
 import type { ResumedTurnRecord } from "../src/index.js";
 import { readingInputs } from "./reading-inputs.js";
@@ -173,6 +174,27 @@ describe("TURN-23 after a resumed turn: a holder paused before its claim (findin
     const result = await w2.runner.send(CONV, { id: "m1", content: "pay acme" });
     const key = w1.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex: 0, ordinal: 0 });
     expect(result.turns.find((t) => t.turnIndex === 1)?.calls.map((c) => [c.key, c.replayed])).toEqual([[key, true]]);
+    expect(to(performed)).toEqual(["bob", "acme"]);
+  });
+
+  it("TURN-23 a read call of a turn after a resumed turn takes no slot (a slot is a write call's): it runs under its own turn's key, and a re-send reads the same keys back", async () => {
+    const { store, ledger, performed, w1 } = await pausedHolder();
+    const look = defineTool({ name: "look", effect: "read", input: z.object({ to: z.string() }), run: async ({ to }: { to: string }) => ({ balance: to.length }) });
+    const script = (n: number): (ToyEvent | "cut")[] =>
+      n === 1 ? [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }] : n === 2 ? [{ t: "call", index: 0, id: "c-look", name: "look" }, { t: "args", index: 0, json: `{"to":"acme"}` }, { t: "done", index: 0 }, ...payIn("c-acme", 1, "acme", "x"), { t: "end" }] : text;
+    const tools = world(() => [], false, { store, ledger, performed }).dispatcher.registry.list();
+    const dispatcher = new Dispatcher({ tools: new ToolRegistry([...tools, look]), ledger });
+    const w0 = world(script, false, { store, ledger, performed, runner: { dispatcher } });
+    readingInputs(w0.provider);
+    const result = await w0.runner.send(CONV, { id: "m1", content: "pay acme" });
+    const own = dispatcher.keyFor({ name: "look", input: { to: "acme" } }, { conversationId: CONV, turnIndex: 1, ordinal: 0 });
+    const slot = w1.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex: 0, ordinal: 0 });
+    expect(result.turns[1]!.calls.map((c) => [c.name, c.key])).toEqual([
+      ["look", own],
+      ["pay", slot],
+    ]);
+    const again = await w0.runner.send(CONV, { id: "m1", content: "pay acme" });
+    expect(again.turns[1]!.calls.map((c) => [c.name, c.key])).toEqual(result.turns[1]!.calls.map((c) => [c.name, c.key]));
     expect(to(performed)).toEqual(["bob", "acme"]);
   });
 
