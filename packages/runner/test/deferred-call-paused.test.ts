@@ -198,6 +198,23 @@ describe("TURN-23 after a resumed turn: a holder paused before its claim (findin
     expect(to(performed)).toEqual(["bob", "acme"]);
   });
 
+  it("TURN-23 two identical write calls of one attempt after a resumed turn take two slots (a slot answers at most one call of each attempt): both run, at turn 0's ordinals 0 and 1, and read back alike", async () => {
+    const { store, ledger, performed, w1 } = await pausedHolder();
+    const script = (n: number): (ToyEvent | "cut")[] =>
+      n === 1 ? [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }] : n === 2 ? [...payIn("c-a1", 0, "acme", "one"), ...payIn("c-a2", 1, "acme", "two"), { t: "end" }] : text;
+    const w0 = world(script, false, { store, ledger, performed });
+    readingInputs(w0.provider);
+    const result = await w0.runner.send(CONV, { id: "m1", content: "pay acme" });
+    const at = (ordinal: number) => w1.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex: 0, ordinal });
+    expect(result.turns[1]!.calls.map((c) => [c.key, c.replayed])).toEqual([
+      [at(0), false],
+      [at(1), false],
+    ]);
+    expect(to(performed)).toEqual(["bob", "acme", "acme"]);
+    const again = await w0.runner.send(CONV, { id: "m1", content: "pay acme" });
+    expect(again.turns[1]!.calls.map((c) => c.key)).toEqual([at(0), at(1)]);
+  });
+
   it("TURN-23 a listed call of the resumed turn and a slot in one attempt never share a key: turn 1's first acme is answered from turn 0's listed row, its second runs at the next ordinal", async () => {
     const { store, ledger, performed, wake, w1 } = await pausedHolder();
     // W0's attempt 1 of turn 0 pays acme and is cut; its retry pays bob: the record lists acme.
