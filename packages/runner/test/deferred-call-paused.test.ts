@@ -215,6 +215,41 @@ describe("TURN-23 after a resumed turn: a holder paused before its claim (findin
     expect(again.turns[1]!.calls.map((c) => c.key)).toEqual([at(0), at(1)]);
   });
 
+  it("TURN-23 a call refused for a listed call whose stored request the new schema refuses takes no slot: after the listed call is answered in the same attempt, an identical call takes the slot's first free ordinal, and a re-send reads the same keys back", async () => {
+    const { store, ledger, performed, w1 } = await pausedHolder();
+    let begun = 0;
+    const dying = Object.assign(Object.create(store) as ConversationStore, {
+      beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => (++begun === 2 ? Promise.reject(new Error("W0's process died")) : store.beginTurn(...args)),
+    });
+    // W0 takes turn 0 over (resumed): attempt 1 pays acme and is cut, the retry pays bob; the record lists acme. W0 dies before turn 1.
+    const w0 = world((n) => (n === 1 ? [...payIn("c-a", 0, "acme", "first"), "cut"] : [...payIn("c-bob", 0, "bob", "rent-paid"), { t: "end" }]), true, { store: dying, ledger, performed });
+    readingInputs(w0.provider);
+    await expect(w0.runner.send(CONV, { id: "m1", content: "pay acme" })).rejects.toThrow("W0's process died");
+    // The new release wants memos of 6 characters or more (the identity, `to`, keeps its keys): turn 0's stored
+    // acme request (memo "first") is refused now, its bob request (memo "rent-paid") is not.
+    const pay = { input: z.object({ to: z.string(), memo: z.string().min(6) }), identity: ["to"] };
+    const w2 = world((n) => (n === 1 ? [...payIn("c1", 0, "bob", "again!"), ...payIn("c2", 1, "acme", "again!"), ...payIn("c3", 2, "bob", "again!"), { t: "end" }] : text), false, {
+      store,
+      ledger,
+      performed,
+      pay,
+    });
+    readingInputs(w2.provider);
+    const result = await w2.runner.send(CONV, { id: "m1", content: "pay acme" });
+    const at = (payee: string, ordinal: number) => w1.dispatcher.keyFor({ name: "pay", input: { to: payee, memo: "x" } }, { conversationId: CONV, turnIndex: 0, ordinal });
+    const turn1 = result.turns.find((t) => t.turnIndex === 1)!;
+    // bob refused (acme still listed), acme answered from turn 0's listed row, then bob at the slot after turn 0's answered bob.
+    expect(turn1.calls.map((c) => [c.error?.code, c.key === at("acme", 0), c.replayed])).toEqual([
+      ["tool_definition_changed", false, undefined],
+      [undefined, true, true],
+      [undefined, false, false],
+    ]);
+    expect(turn1.calls[2]!.key).toBe(at("bob", 1));
+    const again = await w2.runner.send(CONV, { id: "m1", content: "pay acme" });
+    expect(again.turns.find((t) => t.turnIndex === 1)!.calls.map((c) => c.key)).toEqual(turn1.calls.map((c) => c.key));
+    expect(to(performed)).toEqual(["acme", "bob", "bob"]);
+  });
+
   it("TURN-23 a listed call of the resumed turn and a slot in one attempt never share a key: turn 1's first acme is answered from turn 0's listed row, its second runs at the next ordinal", async () => {
     const { store, ledger, performed, wake, w1 } = await pausedHolder();
     // W0's attempt 1 of turn 0 pays acme and is cut; its retry pays bob: the record lists acme.
