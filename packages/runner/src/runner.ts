@@ -1601,8 +1601,14 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     }
     if (paused !== undefined) {
       const keys = reports.flatMap((r) => (r.key !== undefined ? [r.key] : []));
-      // A committed call whose arguments cannot be read back: its slot cannot be counted.
-      const unread = view.calls.flatMap((c) => (c.input === undefined && c.error?.code !== "invalid_arguments_json" && this.options.dispatcher.effectClassOf?.(c.name) !== "read" ? [c.name] : []));
+      // A committed call whose arguments cannot be read back, or that ran (it has a result) and that the
+      // current definition cannot key (a deploy since refuses its stored request): which slot it
+      // answered cannot be told, so its tool's slots cannot be counted (a slot at its key would
+      // answer a second ask with its effect).
+      const unkeyed = (c: StoredTurnView["calls"][number], i: number) => c.input !== undefined && c.error === undefined && reports[i] !== undefined && reports[i].key === undefined;
+      const unread = view.calls.flatMap((c, i) =>
+        ((c.input === undefined && c.error?.code !== "invalid_arguments_json") || unkeyed(c, i)) && this.options.dispatcher.effectClassOf?.(c.name) !== "read" ? [c.name] : [],
+      );
       paused = pausedAfter(paused, undefined, keys, unread);
     }
     if (next === carry.calls && paused === carry.paused) return carry;

@@ -250,6 +250,27 @@ describe("TURN-23 after a resumed turn: a holder paused before its claim (findin
     expect(to(performed)).toEqual(["acme", "bob", "bob"]);
   });
 
+  it("TURN-23 a holder of a new release that takes the message up and whose schema refuses the stored request of a call turn 0 answered (its identity unchanged) never answers turn 1's same call, a second ask, from turn 0's row: it runs", async () => {
+    const { store, ledger, performed, w1 } = await pausedHolder();
+    let begun = 0;
+    const dying = Object.assign(Object.create(store) as ConversationStore, {
+      beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => (++begun === 2 ? Promise.reject(new Error("W0's process died")) : store.beginTurn(...args)),
+    });
+    // W0 takes turn 0 over (resumed) and pays bob, memo "rent": turn 0 answers it. W0 dies before turn 1.
+    const w0 = world(() => [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }], false, { store: dying, ledger, performed });
+    readingInputs(w0.provider);
+    await expect(w0.runner.send(CONV, { id: "m1", content: "pay acme" })).rejects.toThrow("W0's process died");
+    // The new release wants memos of 6 characters or more; the identity (`to`) and so the keys are unchanged.
+    const pay = { input: z.object({ to: z.string(), memo: z.string().min(6) }), identity: ["to"] };
+    const w2 = world((n) => (n === 1 ? [...payIn("c-bob2", 0, "bob", "again!"), { t: "end" }] : text), false, { store, ledger, performed, pay });
+    readingInputs(w2.provider);
+    const result = await w2.runner.send(CONV, { id: "m1", content: "pay acme" });
+    const answered = w1.dispatcher.keyFor({ name: "pay", input: { to: "bob", memo: "x" } }, { conversationId: CONV, turnIndex: 0, ordinal: 0 });
+    const turn1 = result.turns.find((t) => t.turnIndex === 1)!;
+    expect(turn1.calls.map((c) => [c.key === answered, c.replayed])).toEqual([[false, false]]);
+    expect(to(performed)).toEqual(["bob", "bob"]);
+  });
+
   it("TURN-23 a listed call of the resumed turn and a slot in one attempt never share a key: turn 1's first acme is answered from turn 0's listed row, its second runs at the next ordinal", async () => {
     const { store, ledger, performed, wake, w1 } = await pausedHolder();
     // W0's attempt 1 of turn 0 pays acme and is cut; its retry pays bob: the record lists acme.
