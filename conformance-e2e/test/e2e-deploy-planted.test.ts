@@ -111,3 +111,12 @@ describe.each(RUNNER_PROVIDERS)("a deploy between two runs of a turn (IDENT-10, 
     expect(message).toMatch(/IDENT-10: .*refused with tool_definition_changed.* is under that key|IDENT-10: .*refused with tool_definition_changed \(nothing claimed, nothing run\) under key \w+, but \d+ tool run/);
   }, 120_000);
 });
+
+describe("the kit's deploys option (CaseOptions `deploys`)", () => {
+  it("IDENT-10 `deploys: false` holds a drawn deploy, so a planted test of another rule replays its scenario as found: the guard plant's own counterexample, replayed so, lands no deploy and passes the plant", async () => {
+    const found = FOUND.anthropic.guard;
+    let seen: Record<string, number> = {};
+    await runEndToEnd(memory, { provider: "anthropic", runs: 30, seed: found.seed, path: found.path, deploys: false, dispatcher: withoutGuard as (...args: Parameters<Plant>) => CallDispatcher, onStats: (stats) => (seen = stats) });
+    expect([seen.deploys ?? 0, (seen.deploys_not_applied ?? 0) > 0], `seed ${found.seed}, path ${found.path}`).toEqual([0, true]);
+  }, 120_000);
+});
