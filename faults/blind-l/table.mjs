@@ -12,7 +12,7 @@ const mutants = JSON.parse(readFileSync(join(here, "mutants.json"), "utf8"));
 const results = JSON.parse(readFileSync(join(here, "results.json"), "utf8"));
 const cell = (s) => String(s).replaceAll("|", "\\|").replaceAll("\n", " ");
 const rows = [];
-const totals = { caught: 0, "escaped-fixed": 0, "escaped-harmless": 0, unrun: 0 };
+const totals = { caught: 0, "escaped-fixed": 0, "escaped-harmless": 0, "escaped-open": 0, unrun: 0 };
 for (const m of mutants) {
   const r = results[m.id];
   let verdict;
@@ -21,7 +21,7 @@ for (const m of mutants) {
     verdict = "unrun";
     catcher = "";
   } else if (r.escaped !== undefined) {
-    verdict = r.escaped.harmless ? "escaped-harmless" : "escaped-fixed";
+    verdict = r.escaped.harmless ? "escaped-harmless" : r.escaped.open ? "escaped-open" : "escaped-fixed";
     catcher = `ESCAPED the sweep; ${r.escaped.resolution}`;
   } else if (r.caughtBy !== null) {
     verdict = "caught";
@@ -43,7 +43,7 @@ it: the failing file fails again on the mutant and passes unmutated, or the fail
 and the chain goes on). The escapes are the first sweep's (before the new checks, whose catches are
 the later sweep's); "caught" rows name the later sweep's confirmed first catcher.
 
-Totals: ${mutants.length} mutants; caught ${totals.caught}, escaped then fixed (a new check catches it) ${totals["escaped-fixed"]}, escaped and harmless ${totals["escaped-harmless"]}${totals.unrun ? `, not run ${totals.unrun}` : ""}.
+Totals: ${mutants.length} mutants; caught ${totals.caught}, escaped then fixed (a new check catches it) ${totals["escaped-fixed"]}, escaped and harmless ${totals["escaped-harmless"]}${totals["escaped-open"] ? `, escaped and left open (a gap named, no check yet) ${totals["escaped-open"]}` : ""}${totals.unrun ? `, not run ${totals.unrun}` : ""}.
 
 | mutant | package | rule | cause | verdict | first catcher (file > test) or resolution |
 |---|---|---|---|---|---|
