@@ -44,7 +44,7 @@ describe("report for MemoryConversationStore", () => {
   it("hands out the reference store itself", async () => {
     const fixture = await memoryConversationSubject().create();
     expect(fixture.store).toBeInstanceOf(MemoryConversationStore);
-    expect(fixture.store.capabilities).toEqual({ durability: "volatile", clock: "process", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true } });
+    expect(fixture.store.capabilities).toEqual({ durability: "volatile", clock: "process", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true, callKeys: true } });
     expect(await fixture.reopen()).toBe(fixture.store);
     await fixture.destroy();
   });

@@ -23,6 +23,7 @@ import type { ConversationStoreFixture, ConversationStoreSubject, ConversationSu
 import { FAILED_TURNS_CHECKS, listingOf } from "./failed-turns.js";
 import { STALLED_MESSAGES_CHECKS } from "./stalled-messages.js";
 import { LEASE_GRANT_CHECKS } from "./lease-grants.js";
+import { CALL_KEYS_CHECKS } from "./call-keys.js";
 import { BOUND_AT_CHECKS, REOPEN_WINDOW_CHECKS } from "./reopen-window.js";
 import { SILENT_CONVERSATION_STORE_CHECKS } from "./silent-store.js";
 
@@ -1763,6 +1764,7 @@ export const CONVERSATION_CHECK_SPECS: readonly ConversationCheckSpec[] = [
   userMessageEntersWithCommit,
   sameContentEntersTwice,
   turnsOfInOrder,
+  ...CALL_KEYS_CHECKS,
   contentRoundTrips,
   largeHistoryAllReturned,
   nonJsonRefused,

@@ -17,6 +17,7 @@ const CAPABILITY_WORDS: Record<ConversationSubjectCapability, string> = {
   leaseGrants: "needs leaseGrants (the store takes lease grant ids: supports.leaseGrants, releaseLeaseGrant)",
   reopenWindow: "needs reopenWindow (appendUserMessage takes reopenWithinMs: supports.reopenWindow)",
   boundAt: "needs boundAt (a bound message shows its first binding's time: supports.boundAt)",
+  callKeys: "needs callKeys (a commit keeps its calls' keys with the turn: supports.callKeys)",
   clockSkew: "needs clockSkew (raw.skewedInstance: an instance on a skewed process clock)",
   silentStore: "needs silentStore (raw.storeAddress and raw.openVia, for the kit's SilenceProxy in front of the storage, and limits.operationBoundMs, the store's documented bound)",
 };
@@ -95,7 +96,7 @@ export function validateConversationStoreSubject(subject: ConversationStoreSubje
     }
   }
   // Optional flags: absent is false, anything else but a boolean is a mistake.
-  for (const flag of ["listFailedTurns", "listStalledMessages", "recordsWithCommit", "legacyFailedRows", "leaseGrants", "reopenWindow", "boundAt", "clockSkew", "silentStore"]) {
+  for (const flag of ["listFailedTurns", "listStalledMessages", "recordsWithCommit", "legacyFailedRows", "leaseGrants", "reopenWindow", "boundAt", "callKeys", "clockSkew", "silentStore"]) {
     if (caps?.[flag] !== undefined && typeof caps[flag] !== "boolean") {
       throw new TypeError(`conversation-store subject ${subject.name}: capabilities.${flag}, when given, must be true or false`);
     }
@@ -123,6 +124,7 @@ export {
 } from "./model.js";
 export { REOPEN_WINDOW_CHECKS, BOUND_AT_CHECKS, reopenWithinWindow, reopenWindowNotForOtherBound, reopenWindowFromFirstFailure, listingJudgesReopenWindow, boundShowsBoundAt, reopenWindowFromBinding, boundAtInheritedAtFailedIndex } from "./reopen-window.js";
 export { SILENT_CONVERSATION_STORE_CHECKS, silentConversationStoreAfterConnecting, silentConversationStoreBeforeConnecting, declaredConversationBound } from "./silent-store.js";
+export { CALL_KEYS_CHECKS, callKeysKept, callKeysRefused } from "./call-keys.js";
 export { LEASE_GRANT_CHECKS, grantResentIsSameGrant, grantOtherIdHeld, grantResentAfterTakeoverRefused, grantReleasedByGrantId, grantEarlierRefused, grantIdChecked, grantIdsComparedExactly } from "./lease-grants.js";
 export { memoryConversationSubject, memoryRaw, memoryConversationState, monotonicClock } from "./memory-subject.js";
 export { LEASE_MS as CONVERSATION_LEASE_MS, TRICKY_CONTENT } from "./support.js";

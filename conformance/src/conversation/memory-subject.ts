@@ -73,7 +73,7 @@ export function memoryRaw(store: MemoryConversationStore, now: () => number): Co
 export function memoryConversationSubject(name = "conversation-memory"): ConversationStoreSubject {
   return {
     name,
-    capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false, listFailedTurns: true, listStalledMessages: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true,
+    capabilities: { sharedAcrossProcesses: false, survivesRestart: false, corruption: false, unavailability: false, listFailedTurns: true, listStalledMessages: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true, callKeys: true,
       // n/a: an in-process map has no connection that could go silent (TURN-21's silent-store checks).
       silentStore: false },
     async create(): Promise<ConversationStoreFixture> {

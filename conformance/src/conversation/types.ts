@@ -82,6 +82,12 @@ export interface ConversationSubjectCapabilities {
    */
   boundAt?: boolean;
   /**
+   * Optional: the store declares `supports.callKeys` (TURN-24: a commit keeps its calls' keys with
+   * the turn, and turnsOf gives them back). Declared true, the store must declare the flag
+   * (checked), and its checks run. Absent means false: they are reported not applicable.
+   */
+  callKeys?: boolean;
+  /**
    * Optional: raw.skewedInstance is implemented, so the kit can give an instance a process clock
    * that reads wrong (TURN-10: the turn lease is measured on the store's clock). Absent means false:
    * that check is reported not applicable.

@@ -41,6 +41,7 @@ import {
   decodeStoredTurn,
   beginTurnIndex,
   encodeStoreJson,
+  encodeCallKeys,
   type StoredMessageRow,
   type StoredTurnRow,
   unknownOptionName,
@@ -243,7 +244,7 @@ export class PostgresConversationStore implements ConversationStore {
       this.ownsPool = true;
     }
     this.sql = statements(this.tables);
-    this.capabilities = { durability, clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true } };
+    this.capabilities = { durability, clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true, callKeys: true } };
   }
 
   /** The DDL migrate() runs. */
@@ -413,7 +414,7 @@ export class PostgresConversationStore implements ConversationStore {
       const [state] = await run<StoredMessageRow & { turn_count: number }>(this.sql.commitState, [conversationId, c.messageId]);
       if (state === undefined || state.turn_count !== c.turnIndex) return { committed: false };
       if (state.message_id === null || decodeStoredMessage(conversationId, state).state !== "in_progress") return { committed: false };
-      await run(this.sql.insertTurn, [conversationId, c.turnIndex, c.messageId, c.stopReason, c.assistant, c.toolResults, c.answers]);
+      await run(this.sql.insertTurn, [conversationId, c.turnIndex, c.messageId, c.stopReason, c.assistant, c.toolResults, c.answers, c.callKeys]);
       // RECORD-4: beside the conversation, never in the log; in the commit's own transaction, under its row lock (RECORD-8).
       if (c.record !== null) await run(this.sql.insertRecord, [conversationId, c.record]);
       return { committed: true };
@@ -779,6 +780,7 @@ function checkCommit(commit: TurnCommit): {
   stopReason: string | null;
   answers: boolean;
   record: string | null;
+  callKeys: string | null;
 } {
   if (typeof commit !== "object" || commit === null) throw new InvalidStoreInputError("commit", "expected a turn commit object");
   checkMessageIdType(commit.messageId);
@@ -797,6 +799,8 @@ function checkCommit(commit: TurnCommit): {
     stopReason: commit.stopReason,
     answers: commit.answers,
     record: commit.record === undefined ? null : encodeStoreJson("record", commit.record),
+    // TURN-24: JSON text beside the turn (a NUL in an id is escaped there), never in the log.
+    callKeys: encodeCallKeys(commit.callKeys),
   };
 }
 

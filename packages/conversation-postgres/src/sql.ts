@@ -62,6 +62,9 @@ const MIGRATE_LOCK_ID = 7_326_119_502_418_914n;
  * - messages: one row per user message, `seq` the arrival order; `content`/`failure` JSON text
  *   (text, not jsonb: jsonb would reorder members and cannot hold \u0000).
  * - turns: the primary key (conversation_id, turn_index) forbids a second turn at one index.
+ *   `call_keys` is the JSON text of the keys the turn's calls were dispatched under (TURN-24,
+ *   `supports.callKeys`), NULL for a turn committed without them; schemas made by an earlier
+ *   version get the column here.
  * - records: beside the log, never in it (RECORD-4).
  * - lease_grants: the grant ids of a conversation's earlier grants (TURN-10), each with its fence
  *   and `superseded_at`, when a later grant replaced it as the latest (server clock). An acquire
@@ -109,6 +112,7 @@ CREATE TABLE IF NOT EXISTS ${q.turns} (
   stop_reason     text,
   assistant       text    NOT NULL,
   tool_results    text,
+  call_keys       text,
   PRIMARY KEY (conversation_id, turn_index)
 );
 CREATE INDEX IF NOT EXISTS "${t.turns}_message" ON ${q.turns} (conversation_id, message_id, turn_index);
@@ -162,6 +166,13 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM information_schema.columns
                   WHERE table_schema = '${t.schema}' AND table_name = '${t.messages}' AND column_name = 'bound_at') THEN
     ALTER TABLE ${q.msgs} ADD COLUMN bound_at bigint;
+  END IF;
+  -- Committed calls' keys (TURN-24): one nullable column. A process of an earlier version keeps
+  -- working against it: its insert names the columns it knows, and its turns are read back
+  -- without keys (derived by their reader, as before).
+  IF NOT EXISTS (SELECT 1 FROM information_schema.columns
+                  WHERE table_schema = '${t.schema}' AND table_name = '${t.turns}' AND column_name = 'call_keys') THEN
+    ALTER TABLE ${q.turns} ADD COLUMN call_keys text;
   END IF;
 END
 $upgrade$;
@@ -320,7 +331,7 @@ export function statements(t: ConversationTables): Statements {
     setBegun: s("set_begun", `UPDATE ${q.conv} SET begun_turn = $2, begun_fence = $3 WHERE conversation_id = $1`),
     turnsOf: s(
       "turns_of",
-      `SELECT turn_index, message_id, assistant, tool_results, stop_reason FROM ${q.turns} WHERE conversation_id = $1 AND message_id = $2 ORDER BY turn_index`,
+      `SELECT turn_index, message_id, assistant, tool_results, stop_reason, call_keys FROM ${q.turns} WHERE conversation_id = $1 AND message_id = $2 ORDER BY turn_index`,
     ),
     // The content is fetched only where a message's turns begin (lag), not once per turn.
     log: s(
@@ -401,8 +412,8 @@ export function statements(t: ConversationTables): Statements {
     insertTurn: s(
       "insert_turn",
       `WITH turn AS (
-         INSERT INTO ${q.turns} (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results)
-         VALUES ($1, $2, $3, $4, $5, $6) RETURNING 1)
+         INSERT INTO ${q.turns} (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results, call_keys)
+         VALUES ($1, $2, $3, $4, $5, $6, $8) RETURNING 1)
        UPDATE ${q.msgs} SET state = 'answered' WHERE $7::boolean AND conversation_id = $1 AND message_id = $3 AND EXISTS (SELECT 1 FROM turn)`,
     ),
     fail: s(

@@ -268,7 +268,7 @@ describe("bad input is refused with invalid_store_input before anything is store
     await store.appendUserMessage("layout", { id: "m1", content: { z: 1, a: "é", n: [1.5, -0.25] } });
     const { rows } = await admin.query(`SELECT content FROM "${schema}".dispatch_once_messages`);
     expect(rows).toEqual([{ content: '{"z":1,"a":"é","n":[1.5,-0.25]}' }]);
-    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true } });
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true, callKeys: true } });
     await store.close();
     const volatile = new PostgresConversationStore({ connectionString: DATABASE_URL, durability: "volatile" });
     expect(volatile.capabilities.durability).toBe("volatile");
@@ -777,6 +777,45 @@ describe("TURN-12 the re-send window (supports.reopenWindow), on the server's cl
       await rejectsWith(store.appendUserMessage("conv-x", { id: "m1", content: user("m1") }, { reopenWithinMs: bad as number }), "invalid_store_input", "reopenWithinMs");
     }
     expect(await store.message("conv-x", "m1")).toBeUndefined();
+    await store.close();
+  });
+});
+
+describe("TURN-24 committed call keys", () => {
+  async function commitWith(store: PostgresConversationStore, c: string, callKeys?: { callId: string; key: string; ordinal?: number; carriedFromTurn?: number }[]) {
+    const lease = await store.acquireLease(c, "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    try {
+      const begun = (await store.beginTurn(c, lease.fence))!;
+      return await store.commitTurn(c, { fence: lease.fence, messageId: begun.message.id, turnIndex: begun.turnIndex, assistant: { calls: ["toolu_1"] }, toolResults: { toolu_1: "paid" }, stopReason: "tool_use", answers: false, ...(callKeys !== undefined ? { callKeys } : {}) });
+    } finally {
+      await store.releaseLease(c, lease.fence);
+    }
+  }
+
+  it("migrate() adds call_keys to a turns table made without it: turns committed before read back without keys, the earlier version's insert still runs (its turn without keys), a new commit keeps them as JSON text; stored text that is not a list of keys is store_corrupt; a malformed value is refused, nothing written", async () => {
+    const { store, schema } = await fresh("call_keys");
+    await store.appendUserMessage("conv-k", { id: "m1", content: user("m1") });
+    expect(await commitWith(store, "conv-k")).toEqual({ committed: true });
+    await admin.query(`ALTER TABLE "${schema}".dispatch_once_turns DROP COLUMN call_keys`);
+    await store.migrate();
+    const { rows: columns } = await admin.query(`SELECT data_type FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'dispatch_once_turns' AND column_name = 'call_keys'`, [schema]);
+    expect(columns).toEqual([{ data_type: "text" }]);
+    // The earlier version's insert (it names the columns it knows), against the migrated table.
+    await admin.query(`INSERT INTO "${schema}".dispatch_once_turns (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results) VALUES ($1, $2, $3, $4, $5, $6)`, ["conv-k", 1, "m1", "tool_use", "{}", null]);
+    // A NUL and a non-ASCII id: JSON text keeps them (jsonb could not hold \u0000).
+    const keys = [{ callId: "toolu_1", key: "k-\u00e9\u0000", ordinal: 0, carriedFromTurn: 0 }, { callId: "toolu_1", key: "k2" }];
+    expect(await commitWith(store, "conv-k", keys)).toEqual({ committed: true });
+    const turns = await store.turnsOf("conv-k", "m1");
+    expect(turns.map((t) => [t.turnIndex, "callKeys" in t, t.callKeys])).toEqual([[0, false, undefined], [1, false, undefined], [2, true, keys]]);
+    for (const text of ["not json", '{"callId":"toolu_1","key":"k"}', '[{"callId":"toolu_1"}]']) {
+      await admin.query(`UPDATE "${schema}".dispatch_once_turns SET call_keys = $1 WHERE turn_index = 2`, [text]);
+      await rejectsWith(store.turnsOf("conv-k", "m1"), "store_corrupt");
+    }
+    await store.appendUserMessage("conv-b", { id: "m1", content: user("m1") });
+    await rejectsWith(commitWith(store, "conv-b", "k1" as never), "invalid_store_input", "callKeys");
+    await rejectsWith(commitWith(store, "conv-b", [{ callId: "toolu_1", key: "k1", ordinal: 1.5 }]), "invalid_store_input", "callKeys[0].ordinal");
+    expect(await store.turnsOf("conv-b", "m1")).toEqual([]);
     await store.close();
   });
 });

@@ -25,7 +25,7 @@ export function createPostgresConversationSubject(
   const admin = adminPool(2);
   return {
     name,
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, listStalledMessages: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true, clockSkew: true, silentStore: true },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, listStalledMessages: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true, callKeys: true, clockSkew: true, silentStore: true },
     // TURN-21: timeoutMs bounds every method (a connection, connecting, every statement, the COMMIT);
     // raw.openVia's instance is configured with it, small so that the silent windows stay short.
     limits: { operationBoundMs: SILENT_BOUND_MS },

@@ -46,7 +46,10 @@ export function tablesFor(prefix: string = DEFAULT_TABLE_PREFIX): ConversationTa
  *   the oldest queued one without scanning the conversation's history.
  * - turns: one row per committed turn; the primary key (conversation_id, turn_index) makes a
  *   second turn at one index impossible even if the compare-and-append were wrong.
- *   `tool_results` is NULL when the turn has none (JSON null is the text 'null').
+ *   `tool_results` is NULL when the turn has none (JSON null is the text 'null'). `call_keys` is
+ *   the JSON text of the keys the turn's calls were dispatched under (TURN-24,
+ *   `supports.callKeys`), NULL for a turn committed without them; tables of an earlier version
+ *   get it from `migrate()` (`callKeysUpgradeSql`).
  * - records: failed-turn and superseded-attempt records, beside the log, never in it (RECORD-4).
  * - lease_grants: the grant ids of a conversation's earlier grants (TURN-10), each with its fence
  *   and `superseded_at`, when a later grant replaced it as the conversation's latest (store
@@ -94,6 +97,7 @@ CREATE TABLE IF NOT EXISTS "${t.turns}" (
   stop_reason     TEXT,
   assistant       TEXT    NOT NULL,
   tool_results    TEXT,
+  call_keys       TEXT,
   PRIMARY KEY (conversation_id, turn_index)
 );
 CREATE INDEX IF NOT EXISTS "${t.turns}_message" ON "${t.turns}" (conversation_id, message_id, turn_index);
@@ -229,5 +233,17 @@ export function leaseGrantUpgradeSql(prefix: string = DEFAULT_TABLE_PREFIX): str
   const t = tablesFor(prefix);
   return `ALTER TABLE "${t.conversations}" ADD COLUMN lease_grant TEXT;
 ALTER TABLE "${t.conversations}" ADD COLUMN lease_grant_fence INTEGER;
+`;
+}
+
+/**
+ * What `migrate()` runs on a turns table made before `call_keys` existed: one nullable column,
+ * nothing else (TURN-24). A process of an earlier version keeps working against the migrated
+ * table: its insert names the columns it knows and leaves `call_keys` NULL, and such a turn is
+ * read back without keys (its reader derives them, as before).
+ */
+export function callKeysUpgradeSql(prefix: string = DEFAULT_TABLE_PREFIX): string {
+  const t = tablesFor(prefix);
+  return `ALTER TABLE "${t.turns}" ADD COLUMN call_keys TEXT;
 `;
 }

@@ -40,6 +40,7 @@ import {
   decodeStoredMessage,
   decodeStoredTurn,
   beginTurnIndex,
+  encodeCallKeys,
   encodeStoreJson,
   type StoredMessageRow,
   type StoredTurnRow,
@@ -47,7 +48,7 @@ import {
   unknownOptionMessage,
   type OptionNames,
 } from "@dispatch-once/core/internal";
-import { DEFAULT_TABLE_PREFIX, STORE_NOW_SQL, boundAtUpgradeSql, failedAtTriggerSql, failedAtUpgradeSql, firstFailedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, leaseGrantUpgradeSql, type ConversationTables } from "./schema.js";
+import { DEFAULT_TABLE_PREFIX, STORE_NOW_SQL, boundAtUpgradeSql, callKeysUpgradeSql, failedAtTriggerSql, failedAtUpgradeSql, firstFailedAtUpgradeSql, failedIndexSql, schemaSql, tablesFor, upgradeSql, leaseGrantUpgradeSql, type ConversationTables } from "./schema.js";
 
 /** better-sqlite3's connection type, re-exported so callers can bring their own. */
 export type SqliteDatabase = Database.Database;
@@ -264,7 +265,7 @@ export class SqliteConversationStore implements ConversationStore {
         // An anonymous (":memory:" or temporary) database lives inside one connection.
         sharedAcrossProcesses: !db.memory,
         recordsWithCommit: true,
-        supports: { leaseGrants: true, reopenWindow: true, boundAt: true },
+        supports: { leaseGrants: true, reopenWindow: true, boundAt: true, callKeys: true },
       };
     } catch (cause) {
       if (this.ownsDatabase) db.close();
@@ -452,7 +453,7 @@ export class SqliteConversationStore implements ConversationStore {
         if (s.turnCount.get(conversationId)!.n !== c.turnIndex) return { committed: false };
         const stored = s.message.get(conversationId, c.messageId);
         if (stored === undefined || decodeStoredMessage(conversationId, stored).state !== "in_progress") return { committed: false };
-        s.insertTurn.run(conversationId, c.turnIndex, c.messageId, c.stopReason, c.assistant, c.toolResults);
+        s.insertTurn.run(conversationId, c.turnIndex, c.messageId, c.stopReason, c.assistant, c.toolResults, c.callKeys);
         if (c.answers) s.answer.run(conversationId, c.messageId);
         // RECORD-4: beside the conversation, never in the log; in the commit's own transaction (RECORD-8).
         if (c.record !== null) s.insertRecord.run(conversationId, conversationId, c.record);
@@ -673,7 +674,7 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
     turnCount: db.prepare(`SELECT coalesce(max(turn_index) + 1, 0) AS n FROM ${turns} WHERE conversation_id = ?`),
     hasTurn: db.prepare(`SELECT 1 AS one FROM ${turns} WHERE conversation_id = ? AND message_id = ? LIMIT 1`),
     turnsOf: db.prepare(
-      `SELECT turn_index, message_id, assistant, tool_results, stop_reason FROM ${turns} WHERE conversation_id = ? AND message_id = ? ORDER BY turn_index`,
+      `SELECT turn_index, message_id, assistant, tool_results, stop_reason, call_keys FROM ${turns} WHERE conversation_id = ? AND message_id = ? ORDER BY turn_index`,
     ),
     // The content is fetched only where a message's turns begin (lag), not once per turn.
     log: db.prepare(
@@ -702,7 +703,7 @@ function prepare(db: SqliteDatabase, t: ConversationTables, now: string): Statem
        ON CONFLICT (conversation_id, grant_id) DO UPDATE SET fence = excluded.fence, superseded_at = excluded.superseded_at`,
     ),
     insertTurn: db.prepare(
-      `INSERT INTO ${turns} (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results) VALUES (?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO ${turns} (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results, call_keys) VALUES (?, ?, ?, ?, ?, ?, ?)`,
     ),
     answer: db.prepare(`UPDATE ${msgs} SET state = 'answered' WHERE conversation_id = ? AND message_id = ?`),
     fail: db.prepare(`UPDATE ${msgs} SET state = 'failed', failure = ?, failed_at = ${now}, first_failed_at = coalesce(first_failed_at, ${now}) WHERE conversation_id = ? AND message_id = ?`),
@@ -771,6 +772,8 @@ function migrateTables(db: SqliteDatabase, prefix: string, tables: ConversationT
     if (!messageColumns.some((c) => c.name === "failed_at")) db.exec(failedAtUpgradeSql(prefix));
     if (!messageColumns.some((c) => c.name === "first_failed_at")) db.exec(firstFailedAtUpgradeSql(prefix));
     if (!messageColumns.some((c) => c.name === "bound_at")) db.exec(boundAtUpgradeSql(prefix));
+    const turnColumns = db.prepare(`SELECT name FROM pragma_table_info(?)`).all(tables.turns) as { name: string }[];
+    if (!turnColumns.some((c) => c.name === "call_keys")) db.exec(callKeysUpgradeSql(prefix));
     db.exec(failedIndexSql(prefix));
     db.exec(failedAtTriggerSql(prefix));
   }).immediate();
@@ -812,6 +815,7 @@ function checkCommit(commit: TurnCommit): {
   stopReason: string | null;
   answers: boolean;
   record: string | null;
+  callKeys: string | null;
 } {
   if (typeof commit !== "object" || commit === null) throw new InvalidStoreInputError("commit", "expected a turn commit object");
   checkMessageIdType(commit.messageId);
@@ -830,6 +834,8 @@ function checkCommit(commit: TurnCommit): {
     stopReason: commit.stopReason,
     answers: commit.answers,
     record: commit.record === undefined ? null : encodeStoreJson("record", commit.record),
+    // TURN-24: kept as JSON text beside the turn, never in the log.
+    callKeys: encodeCallKeys(commit.callKeys),
   };
 }
 

@@ -175,7 +175,7 @@ describe("TURN-15 resumed, on disk", () => {
 describe("TURN-14 durability is declared from the connection's settings", () => {
   it("a file with WAL and synchronous=FULL is durable, shared across processes, on the store's clock", async () => {
     const store = new SqliteConversationStore({ path: freshPath() });
-    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true } });
+    expect(store.capabilities).toEqual({ durability: "durable", clock: "store", sharedAcrossProcesses: true, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true, callKeys: true } });
     expect(store.database.pragma("journal_mode", { simple: true })).toBe("wal");
     expect(store.database.pragma("synchronous", { simple: true })).toBe(2);
     await store.close();
@@ -186,7 +186,7 @@ describe("TURN-14 durability is declared from the connection's settings", () => 
     expect(normal.capabilities.durability).toBe("volatile");
     await normal.close();
     const memory = new SqliteConversationStore({ path: ":memory:" });
-    expect(memory.capabilities).toEqual({ durability: "volatile", clock: "store", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true } });
+    expect(memory.capabilities).toEqual({ durability: "volatile", clock: "store", sharedAcrossProcesses: false, recordsWithCommit: true, supports: { leaseGrants: true, reopenWindow: true, boundAt: true, callKeys: true } });
     await memory.close();
     const clocked = new SqliteConversationStore({ path: freshPath(), now: () => 1_000 });
     expect(clocked.capabilities.clock).toBe("process");
@@ -910,6 +910,58 @@ describe("TURN-12 the re-send window (supports.reopenWindow), on the store's clo
     }
     await rejectsWith(store.appendUserMessage("conv-x", { id: "m1", content: user("m1") }, 5 as never), "invalid_store_input", "options");
     expect(await store.message("conv-x", "m1")).toBeUndefined();
+    await store.close();
+  });
+});
+
+describe("TURN-24 committed call keys", () => {
+  /** m1 bound in `c` under a fresh lease; commits its turn `turnIndex` (tool use) with the given keys. */
+  async function commitWith(store: SqliteConversationStore, c: string, callKeys?: { callId: string; key: string; ordinal?: number; carriedFromTurn?: number }[]) {
+    const lease = await store.acquireLease(c, "worker", 600_000);
+    if (!lease.acquired) throw new Error("not acquired");
+    try {
+      const begun = (await store.beginTurn(c, lease.fence))!;
+      return await store.commitTurn(c, { fence: lease.fence, messageId: begun.message.id, turnIndex: begun.turnIndex, assistant: { calls: ["toolu_1"] }, toolResults: { toolu_1: "paid" }, stopReason: "tool_use", answers: false, ...(callKeys !== undefined ? { callKeys } : {}) });
+    } finally {
+      await store.releaseLease(c, lease.fence);
+    }
+  }
+
+  it("migrate() adds call_keys to a turns table made without it: turns committed before read back without keys, the earlier version's insert still runs (its turn without keys), a new commit keeps them; stored text that is not a list of keys is store_corrupt", async () => {
+    const path = freshPath();
+    const old = new SqliteConversationStore({ path });
+    await old.appendUserMessage("conv-k", { id: "m1", content: user("m1") });
+    expect(await commitWith(old, "conv-k")).toEqual({ committed: true });
+    await old.close();
+    const raw = rawConnection(path);
+    raw.exec(`ALTER TABLE dispatch_once_turns DROP COLUMN call_keys`);
+    const upgraded = new SqliteConversationStore({ path });
+    const columns = (raw.prepare("SELECT name FROM pragma_table_info('dispatch_once_turns')").all() as { name: string }[]).map((r) => r.name);
+    expect(columns).toContain("call_keys");
+    upgraded.migrate();
+    // The earlier version's insert (it names the columns it knows), against the migrated table.
+    raw.prepare(`INSERT INTO dispatch_once_turns (conversation_id, turn_index, message_id, stop_reason, assistant, tool_results) VALUES (?, ?, ?, ?, ?, ?)`).run("conv-k", 1, "m1", "tool_use", "{}", null);
+    const keys = [{ callId: "toolu_1", key: "k-\u00e9\u0000", ordinal: 0, carriedFromTurn: 0 }, { callId: "toolu_1", key: "k2" }];
+    expect(await commitWith(upgraded, "conv-k", keys)).toEqual({ committed: true });
+    const turns = await upgraded.turnsOf("conv-k", "m1");
+    expect(turns.map((t) => [t.turnIndex, "callKeys" in t, t.callKeys])).toEqual([[0, false, undefined], [1, false, undefined], [2, true, keys]]);
+    expect(raw.prepare(`SELECT call_keys FROM dispatch_once_turns WHERE turn_index = 2`).get()).toEqual({ call_keys: JSON.stringify(keys) });
+    for (const text of ["not json", '{"callId":"toolu_1","key":"k"}', '[{"callId":"toolu_1"}]']) {
+      raw.prepare(`UPDATE dispatch_once_turns SET call_keys = ? WHERE turn_index = 2`).run(text);
+      await rejectsWith(upgraded.turnsOf("conv-k", "m1"), "store_corrupt");
+    }
+    raw.close();
+    await upgraded.close();
+  });
+
+  it("a malformed callKeys is refused with invalid_store_input naming it, and nothing of the commit is written", async () => {
+    const store = new SqliteConversationStore({ path: freshPath() });
+    await store.appendUserMessage("conv-b", { id: "m1", content: user("m1") });
+    await rejectsWith(commitWith(store, "conv-b", "k1" as never), "invalid_store_input", "callKeys");
+    await rejectsWith(commitWith(store, "conv-b", [{ callId: "toolu_1", key: "k1", ordinal: -1 }]), "invalid_store_input", "callKeys[0].ordinal");
+    await rejectsWith(commitWith(store, "conv-b", [{ callId: "toolu_1", key: "" }]), "invalid_store_input", "callKeys[0].key");
+    expect(await store.turnsOf("conv-b", "m1")).toEqual([]);
+    expect(await store.log("conv-b")).toEqual([]);
     await store.close();
   });
 });

@@ -22,7 +22,7 @@ export function createSqliteConversationSubject(name = "conversation-sqlite", St
     // silentStore: n/a. SQLite is a library in this process over a local file: no connection can go
     // silent, so TURN-21's silent-store checks are reported not applicable (a stuck file lock is a
     // busy wait, bounded by busyTimeoutMs).
-    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, listStalledMessages: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true, clockSkew: true, silentStore: false },
+    capabilities: { sharedAcrossProcesses: true, survivesRestart: true, corruption: true, unavailability: true, listFailedTurns: true, listStalledMessages: true, recordsWithCommit: true, legacyFailedRows: true, leaseGrants: true, reopenWindow: true, boundAt: true, callKeys: true, clockSkew: true, silentStore: false },
     async create(): Promise<ConversationStoreFixture> {
       // The kit checks semantics, not the disk: a memory-backed filesystem keeps
       // synchronous=FULL (the default) cheap. The restart and race tests use a real temp dir.

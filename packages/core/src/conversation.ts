@@ -93,6 +93,24 @@ export interface AppendOptions {
   reopenWithinMs?: number;
 }
 
+/**
+ * The key one call of a committed turn was dispatched under (TURN-24): dispatcher metadata kept
+ * beside the turn, never in the log the model sees. A key is derived from the tool's definition
+ * (IDENT-1), so after a deploy that changed the tool's identity (IDENT-10) the same call derives
+ * another key: only the stored one names the row the call ran under, which the runner reports on
+ * read-back and never lets a later call of the message be answered from (TURN-23's slots).
+ */
+export interface CommittedCallKey {
+  /** The provider's id of the call (`toolu_…`, `call_…`), as the turn's assistant message gives it. */
+  callId: string;
+  /** The key the call was claimed (or found) under: its `Idempotency-Key` downstream. */
+  key: string;
+  /** Its ordinal among the identical calls it was counted with (TURN-4); absent for a call answered with an error. */
+  ordinal?: number;
+  /** Set when it was answered from a call an earlier turn of the message left unanswered (TURN-23): that turn's index. */
+  carriedFromTurn?: number;
+}
+
 /** One committed turn as stored. */
 export interface StoredTurn {
   turnIndex: number;
@@ -101,6 +119,13 @@ export interface StoredTurn {
   /** The message carrying the tool results, when the turn stopped for tool use. */
   toolResults?: JsonValue;
   stopReason: string | null;
+  /**
+   * The keys the turn's calls were dispatched under, exactly as committed (TURN-24), in the
+   * turn's call order: one per call that had a key. Given by a store that declares
+   * `supports.callKeys` for a turn committed with them; absent for a turn committed without them
+   * (by an earlier release, or by a runner that did not pass them) and from a store without the flag.
+   */
+  callKeys?: CommittedCallKey[];
 }
 
 export type LeaseResult =
@@ -160,6 +185,13 @@ export interface TurnCommit {
    * store whose capabilities declare `recordsWithCommit`.
    */
   record?: JsonValue;
+  /**
+   * The keys the turn's calls were dispatched under (TURN-24), kept with the turn in the same
+   * write, exactly when it is appended, and given back by `turnsOf` as `StoredTurn.callKeys`.
+   * Never part of the log. Only to a store that declares `supports.callKeys`; such a store refuses
+   * a malformed value with `invalid_store_input` naming `callKeys`, storing nothing.
+   */
+  callKeys?: CommittedCallKey[];
 }
 
 export interface ConversationStoreCapabilities {
@@ -220,6 +252,14 @@ export interface ConversationStoreSupports {
    * driven again.
    */
   boundAt?: boolean;
+  /**
+   * Committed calls' keys (TURN-24): `commitTurn` takes `commit.callKeys` and keeps it with the
+   * turn, exactly as given, in the commit's own write; `turnsOf` gives it back as
+   * `StoredTurn.callKeys` (absent for a turn committed without it). A runner without it derives a
+   * committed call's key again on read-back, which after a deploy that changed the tool's
+   * identity is not the key the call ran under.
+   */
+  callKeys?: boolean;
 }
 
 /** What a lease grant id looks like (TURN-10): LEDGER-26's claim id form, URL-safe and unguessable. */

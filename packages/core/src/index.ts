@@ -50,6 +50,7 @@ export type {
   MessageState,
   StoredMessage,
   StoredTurn,
+  CommittedCallKey,
   AppendResult,
   AppendOptions,
   LeaseResult,

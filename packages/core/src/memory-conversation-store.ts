@@ -20,7 +20,7 @@ import type {
 import { ConversationLeaseLostError, InvalidStoreInputError, describeValue } from "./errors/index.js";
 import { CONVERSATION_ID_PATTERN } from "./key.js";
 import { checkFailedTurnsQuery, checkStalledMessagesQuery, encodeFailedTurnsCursor, isAfterPosition } from "./failed-turns.js";
-import { checkLeaseGrantId, checkLeaseOwner, checkReopenWithinMs, checkStoreJson, checkUserMessage, checkTurnLeaseMs } from "./internal/store-rows.js";
+import { checkCallKeys, checkLeaseGrantId, checkLeaseOwner, checkReopenWithinMs, checkStoreJson, checkUserMessage, checkTurnLeaseMs } from "./internal/store-rows.js";
 
 interface Conversation {
   messages: Map<string, StoredMessage>;
@@ -79,7 +79,7 @@ export class MemoryConversationStore implements ConversationStore {
     clock: "process",
     sharedAcrossProcesses: false,
     recordsWithCommit: true,
-    supports: { leaseGrants: true, reopenWindow: true, boundAt: true },
+    supports: { leaseGrants: true, reopenWindow: true, boundAt: true, callKeys: true },
   };
   private readonly conversations = new Map<string, Conversation>();
   private readonly now: () => number;
@@ -244,6 +244,8 @@ export class MemoryConversationStore implements ConversationStore {
     checkStoreJson("assistant", commit.assistant);
     if (commit.toolResults !== undefined) checkStoreJson("toolResults", commit.toolResults);
     if (commit.record !== undefined) checkStoreJson("record", commit.record);
+    // TURN-24: checked before anything is stored, kept beside the turn (never in the log).
+    const callKeys = commit.callKeys !== undefined ? checkCallKeys(commit.callKeys) : undefined;
     const conversation = this.get(conversationId);
     const lease = conversation.lease;
     if (lease === undefined || lease.fence !== commit.fence) return { committed: false };
@@ -260,6 +262,7 @@ export class MemoryConversationStore implements ConversationStore {
       stopReason: commit.stopReason,
     };
     if (commit.toolResults !== undefined) turn.toolResults = clone(commit.toolResults);
+    if (callKeys !== undefined) turn.callKeys = callKeys;
     conversation.turns.push(turn);
     if (commit.answers) message.state = "answered";
     // RECORD-4: beside the conversation, never in the log; in the commit's own write (RECORD-8).

@@ -1,5 +1,5 @@
 import { canonicalize, type JsonValue } from "../canonical.js";
-import { LEASE_GRANT_ID_PATTERN, type MessageState, type StoredMessage, type StoredTurn } from "../conversation.js";
+import { LEASE_GRANT_ID_PATTERN, type CommittedCallKey, type MessageState, type StoredMessage, type StoredTurn } from "../conversation.js";
 import { InvalidStoreInputError, StoreCorruptError, isDispatchOnceError } from "../errors/index.js";
 import { checkLeaseMs } from "./leases.js";
 import { MAX_CLAIM_LABEL_LENGTH, checkLabel } from "./ledger-rows.js";
@@ -73,6 +73,8 @@ export interface StoredTurnRow {
   assistant: unknown;
   tool_results: unknown;
   stop_reason: unknown;
+  /** TURN-24's committed call keys as JSON text, for a store that declares `supports.callKeys`; NULL or absent for a turn committed without them. */
+  call_keys?: unknown;
 }
 
 const STATES: ReadonlySet<string> = new Set<MessageState>(["queued", "in_progress", "answered", "failed"]);
@@ -128,7 +130,59 @@ export function decodeStoredTurn(conversationId: string, row: StoredTurnRow): St
     stopReason: row.stop_reason,
   };
   if (row.tool_results !== null) turn.toolResults = decodeStoreJson(conversationId, `tool results of ${what}`, row.tool_results);
+  if (row.call_keys !== undefined && row.call_keys !== null) {
+    const keys = decodeStoreJson(conversationId, `call keys of ${what}`, row.call_keys);
+    try {
+      turn.callKeys = checkCallKeys(keys);
+    } catch (cause) {
+      // Checked on the way in: anything else read back was changed in storage.
+      throw new StoreCorruptError(conversationId, `call keys of ${what} are malformed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    }
+  }
   return turn;
+}
+
+/** Longest call id and key a committed call's key entry may carry (TURN-24): ids, not payloads (a ledger's MAX_CLAIM_LABEL_LENGTH). */
+export const MAX_CALL_KEY_LABEL_LENGTH = MAX_CLAIM_LABEL_LENGTH;
+
+const CALL_KEY_MEMBERS: ReadonlySet<string> = new Set(["callId", "key", "ordinal", "carriedFromTurn"]);
+
+/**
+ * A turn commit's `callKeys` (TURN-24), checked before anything is stored: an array of
+ * `{ callId, key, ordinal?, carriedFromTurn? }` with non-empty ids the store keeps exactly and
+ * counts that are safe integers from 0, nothing else. Refused with `invalid_store_input` naming
+ * `callKeys` (and the entry); returns a copy holding only the checked members.
+ */
+export function checkCallKeys(value: unknown, limits: { storesNul?: boolean } = {}): CommittedCallKey[] {
+  const refuse = (field: string, reason: string) => new InvalidStoreInputError(field, reason);
+  if (!Array.isArray(value)) throw refuse("callKeys", "expected an array of { callId, key, ordinal?, carriedFromTurn? }");
+  return value.map((entry: unknown, i): CommittedCallKey => {
+    const field = `callKeys[${i}]`;
+    if (typeof entry !== "object" || entry === null || Array.isArray(entry)) throw refuse(field, "expected an object { callId, key, ordinal?, carriedFromTurn? }");
+    const unknown = Object.keys(entry).find((name) => !CALL_KEY_MEMBERS.has(name));
+    if (unknown !== undefined) throw refuse(`${field}.${unknown}`, "is not a member of a committed call's key (callId, key, ordinal, carriedFromTurn)");
+    const e = entry as Record<string, unknown>;
+    const out: CommittedCallKey = {
+      callId: checkLabel(`${field}.callId`, e.callId, MAX_CALL_KEY_LABEL_LENGTH, limits, refuse),
+      key: checkLabel(`${field}.key`, e.key, MAX_CALL_KEY_LABEL_LENGTH, limits, refuse),
+    };
+    for (const name of ["ordinal", "carriedFromTurn"] as const) {
+      const count = e[name];
+      if (count === undefined) continue;
+      if (!isCount(count, 0)) throw refuse(`${field}.${name}`, `must be a safe integer, 0 or more, got ${describeCount(count)}`);
+      out[name] = count;
+    }
+    return out;
+  });
+}
+
+/** The JSON text a durable store keeps of `callKeys`, checked (TURN-24); null when absent. */
+export function encodeCallKeys(value: unknown, limits: { storesNul?: boolean } = {}): string | null {
+  return value === undefined ? null : JSON.stringify(checkCallKeys(value, limits));
+}
+
+function describeCount(value: unknown): string {
+  return typeof value === "number" ? String(value) : typeof value;
 }
 
 /**
