@@ -26,13 +26,14 @@ import {
   type StoredError,
   type StoredMessage,
   type StoredTurn,
+  type CommittedCallKey,
   type ToolCall,
   type TurnContext,
   type TurnDispatch,
   type TurnSnapshot,
   type UnstoredEffect,
 } from "@dispatch-once/core";
-import { MAX_LEASE_MS, MAX_TIMER_MS, checkLeaseOwner, loggerOption, sameJsonData } from "@dispatch-once/core/internal";
+import { MAX_CALL_KEY_LABEL_LENGTH, MAX_LEASE_MS, MAX_TIMER_MS, checkLeaseOwner, loggerOption, sameJsonData } from "@dispatch-once/core/internal";
 import { NOTHING_CARRIED, afterTurn, carryingDispatcher, matchCarried, pausedAfter, pausedSlot, refusedForCarried, withRecord, withoutSlots, type CarriedCall, type Carry, type PausedSlots } from "./carry.js";
 import { InvalidArgumentsJsonError } from "./errors/invalid-arguments-json.js";
 import { MessageIdReusedError } from "./errors/message-id-reused.js";
@@ -1309,6 +1310,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     // writes both at once: a process that dies right after the commit cannot lose the record.
     const record = await this.committedTurnRecord(snapshot, attempts, own, calls);
     const withCommit = record !== undefined && store.capabilities?.recordsWithCommit === true;
+    // TURN-24: the keys the calls ran under, beside the turn, to a store that keeps them.
+    const callKeys = calls.length > 0 && store.capabilities?.supports?.callKeys === true ? committedCallKeys(calls) : undefined;
     const { committed } = await store.commitTurn(conversationId, {
       fence,
       messageId: snapshot.message.id,
@@ -1318,6 +1321,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       stopReason,
       answers: shape.answers,
       ...(withCommit ? { record: record as unknown as JsonValue } : {}),
+      ...(callKeys !== undefined ? { callKeys } : {}),
     });
     this.emit({ type: "turn_committed", conversationId, turnIndex, attempt: attempts, committed, stopReason });
     const outcome: TurnOutcome & { answers: boolean } = { conversationId, turnIndex, attempts, committed, stopReason, text: shape.text, calls, answers: shape.answers };
@@ -1547,7 +1551,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       const view = this.provider.readTurn(turn);
       const { calls, matches } = this.storedMatches(direct, conversationId, carry, view);
       // The keys the turn's calls were dispatched under, as its read-back reports them (a slot's key among them).
-      const reports = carry.paused !== undefined || records.some((r) => r.turnIndex === turn.turnIndex) ? await this.carriedReports(conversationId, turn.turnIndex, view.calls, matches) : [];
+      const reports = carry.paused !== undefined || records.some((r) => r.turnIndex === turn.turnIndex) ? await this.carriedReports(conversationId, turn, view.calls, matches) : [];
       carry = this.storedCarryAfter(direct, conversationId, carry, calls, records, turn.turnIndex, reports, view);
     }
     return carry;
@@ -1621,7 +1625,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     view: StoredTurnView = this.provider.readTurn(turn),
     matches: readonly ({ carried: CarriedCall; ordinal: number } | undefined)[] = [],
   ): Promise<TurnOutcome> {
-    const calls = await this.carriedReports(conversationId, turn.turnIndex, view.calls, matches);
+    const calls = await this.carriedReports(conversationId, turn, view.calls, matches);
     return {
       conversationId,
       turnIndex: turn.turnIndex,
@@ -1664,13 +1668,20 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * Nor does a completed row whose result is not the one the turn committed for that call: a
    * holder of the earlier release paid under it and died, and this release's holder that took the
    * turn over answered the call from the carried row (a rolling deploy).
+   *
+   * A turn committed with its calls' keys (TURN-24, a store with `supports.callKeys`) is reported
+   * with them: they are the keys the calls ran under, whatever the definition is now, so neither
+   * the derivation nor the earlier release's reading is needed.
    */
   private async carriedReports(
     conversationId: string,
-    turnIndex: number,
+    turn: Pick<StoredTurn, "turnIndex" | "callKeys">,
     calls: StoredTurnView["calls"],
     matches: readonly ({ carried: CarriedCall; ordinal: number } | undefined)[],
   ): Promise<CallReport[]> {
+    const { turnIndex } = turn;
+    const stored = this.options.store.capabilities?.supports?.callKeys === true ? turn.callKeys : undefined;
+    if (stored !== undefined) return withStoredKeys(calls, stored);
     const own = this.storedCallReports(conversationId, turnIndex, calls);
     if (!matches.some((m) => m !== undefined)) return own;
     const carried = this.storedCallReports(conversationId, turnIndex, calls, matches);
@@ -1691,9 +1702,11 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   }
 
   /**
-   * The calls of a committed turn read back, with the key and ordinal the first send reported:
-   * keys are derived (conversation id, turn index, tool, ordinal, identity arguments), so they
-   * are recomputed through the dispatcher rather than stored. Ordinals are counted per identical
+   * The calls of a committed turn read back, with the key and ordinal the first send reported, for
+   * a turn committed without its calls' keys (an earlier release, a store without
+   * `supports.callKeys`): keys are derived (conversation id, turn index, tool, ordinal, identity
+   * arguments), so they are recomputed through the dispatcher. After a deploy that changed a tool's
+   * identity (IDENT-10) that is not the key the call ran under (TURN-24 keeps it for that). Ordinals are counted per identical
    * call in the committed order, as the dispatcher's `turn()` counted them: a call refused before
    * its key (unknown tool, invalid arguments) took none. Every keyed call gets its ordinal here;
    * `confirmedError` drops it from a call that stays an error, as the first send reports it.
@@ -1940,6 +1953,39 @@ function carriedAfter(direct: ReturnType<typeof carryingDispatcher>, carry: Carr
   const paused = pausedAfter(carry.paused, outcome.record, keys);
   const record = outcome.record !== undefined && direct !== undefined ? withoutSlots(direct, outcome.conversationId, carry.paused, outcome.record) : outcome.record;
   return { calls: record !== undefined ? withRecord(still, record) : still, ...(paused !== undefined ? { paused } : {}) };
+}
+
+/**
+ * The keys a turn's calls were dispatched under, as its commit keeps them (TURN-24): one entry per
+ * call that had a key, in the turn's order, with its ordinal (absent for a call answered with an
+ * error, as its report) and the turn it was carried from (TURN-23). A call id the store could not
+ * keep exactly (empty, too long) is left out: that call is read back by derivation, as before.
+ */
+function committedCallKeys(calls: readonly CallReport[]): CommittedCallKey[] {
+  return calls.flatMap((c): CommittedCallKey[] => {
+    if (c.key === undefined || c.callId.length === 0 || c.callId.length > MAX_CALL_KEY_LABEL_LENGTH || !c.callId.isWellFormed()) return [];
+    if (c.key.length > MAX_CALL_KEY_LABEL_LENGTH) return [];
+    return [{ callId: c.callId, key: c.key, ...(c.ordinal !== undefined ? { ordinal: c.ordinal } : {}), ...(c.carriedFromTurn !== undefined ? { carriedFromTurn: c.carriedFromTurn } : {}) }];
+  });
+}
+
+/**
+ * A stored turn's call reports with the keys its commit kept (TURN-24), matched by call id in
+ * order (a repeated id takes the next entry of it). A call without an entry had no key when it was
+ * dispatched (refused before its key: an unknown tool, arguments that were not JSON) and gets none
+ * now, whatever the definition now derives for it. A call's ordinal is its entry's; an error
+ * answer's key has none, as its report at the first send.
+ */
+function withStoredKeys(calls: StoredTurnView["calls"], stored: readonly CommittedCallKey[]): CallReport[] {
+  const used = new Set<number>();
+  return calls.map(({ input: _input, ...call }): CallReport => {
+    const report: CallReport = { ...call, replayed: true };
+    const at = stored.findIndex((entry, i) => !used.has(i) && entry.callId === call.callId);
+    if (at < 0) return report;
+    used.add(at);
+    const entry = stored[at]!;
+    return { ...report, key: entry.key, ...(entry.ordinal !== undefined ? { ordinal: entry.ordinal } : {}), ...(entry.carriedFromTurn !== undefined ? { carriedFromTurn: entry.carriedFromTurn } : {}) };
+  });
 }
 
 function resumedTurn(snapshot: TurnSnapshot): boolean {
