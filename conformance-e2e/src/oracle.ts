@@ -358,19 +358,39 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
 
   // ---- committed calls: a success names its one effect, an error had none (RECORD-3, EFFECT-6, DISPATCH-5) ----
   const keyOfCall = new Map<string, string>();
-  for (const e of ctx.events) if (e.type === "call_resolved" && e.key !== undefined) keyOfCall.set(e.callId, e.key);
-  const dispatchedKey = new Map(keyOfCall);
+  /** Every key a call id was dispatched under (its call_resolved events: attempts of one turn may repeat an id). */
+  const dispatchedKeys = new Map<string, Set<string>>();
+  for (const e of ctx.events) {
+    if (e.type !== "call_resolved" || e.key === undefined) continue;
+    keyOfCall.set(e.callId, e.key);
+    const keys = dispatchedKeys.get(e.callId) ?? new Set<string>();
+    keys.add(e.key);
+    dispatchedKeys.set(e.callId, keys);
+  }
   for (const send of ctx.sends) {
     for (const t of send.result?.turns ?? []) {
       for (const x of t.calls) {
         if (x.key === undefined) continue;
-        // After a deploy (scenario.ts `deploy`) a send that reads a committed turn back derives its
-        // calls' keys under the new release's definition, not the one they ran under: the key the
-        // call was dispatched under (its call_resolved) is the one judged, and the difference counted.
-        const dispatched = dispatchedKey.get(x.callId);
-        if (dispatched !== undefined && dispatched !== x.key && ctx.deployed.has(t.conversationId)) {
-          ctx.diagnostics.deploy_readback_keys_rederived = (ctx.diagnostics.deploy_readback_keys_rederived ?? 0) + 1;
-          continue;
+        const dispatched = dispatchedKeys.get(x.callId);
+        if (dispatched !== undefined && !dispatched.has(x.key)) {
+          // TURN-24: a store that keeps a committed turn's keys (supports.callKeys) lets a read-back
+          // report the key the call ran under, whatever the definition is now: any other key is one no
+          // call ran under (an operator looking it up downstream finds nothing).
+          if (ctx.stores.get(t.conversationId)?.store.capabilities?.supports?.callKeys === true) {
+            add(
+              "TURN-24",
+              `${t.conversationId}: call ${x.callId} (turn ${t.turnIndex}) was dispatched under key ${[...dispatched].map((k) => short(k)).join(" / ")}, and a send reported it with key ${short(x.key)}${ctx.deployed.has(t.conversationId) ? " after a deploy" : ""}: ` +
+                `a committed turn reads back with the keys its calls ran under, which the store keeps`,
+            );
+            continue;
+          }
+          // A store without the flag: after a deploy (scenario.ts `deploy`) a read-back derives the keys
+          // under the new release's definition (TURN-24's residual): the key the call was dispatched
+          // under is the one judged, and the difference counted.
+          if (ctx.deployed.has(t.conversationId)) {
+            ctx.diagnostics.deploy_readback_keys_rederived = (ctx.diagnostics.deploy_readback_keys_rederived ?? 0) + 1;
+            continue;
+          }
         }
         keyOfCall.set(x.callId, x.key);
       }
