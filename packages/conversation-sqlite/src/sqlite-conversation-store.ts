@@ -146,7 +146,7 @@ interface Statements {
   earlierGrant: Database.Statement<[string, string, number], { fence: number }>;
   pruneGrants: Database.Statement<[string, number]>;
   keepGrant: Database.Statement<[string, string, number, number]>;
-  insertTurn: Database.Statement<[string, number, string, string | null, string, string | null]>;
+  insertTurn: Database.Statement<[string, number, string, string | null, string, string | null, string | null]>;
   answer: Database.Statement<[string, string]>;
   fail: Database.Statement<[string, string, string]>;
   insertRecord: Database.Statement<[string, string, string]>;
