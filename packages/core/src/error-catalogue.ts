@@ -59,7 +59,7 @@ const ENTRIES: { readonly [C in DispatchOnceErrorCode]: Omit<ErrorCatalogueEntry
   store_unavailable: { rules: ["TURN-14", "RECORD-9", "ERR-5"], carries: ["cause", "effects"], effect: "possibly", retryable: "same_message", raisedWhen: "the conversation store cannot be reached or refused the operation; at a turn's end after calls ran, `effects` says what the runner knew of each (RECORD-9)" },
   store_corrupt: { rules: ["TURN-14"], carries: ["conversationId"], effect: "possibly", retryable: "no", raisedWhen: "stored conversation data cannot be read back" },
   resolution_refused: { rules: ["RESOLVE-2"], carries: ["key", "state"], effect: "possibly", retryable: "no", raisedWhen: "resolve() met a live in-flight, completed, failed or absent row" },
-  invalid_store_input: { rules: ["TURN-10", "TURN-12", "TURN-17", "TURN-18", "TURN-22"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a conversation-store option or argument it cannot accept" },
+  invalid_store_input: { rules: ["TURN-10", "TURN-12", "TURN-17", "TURN-18", "TURN-22", "TURN-24"], carries: ["field"], effect: "no", retryable: "no", raisedWhen: "a conversation-store option or argument it cannot accept" },
 };
 
 /**
