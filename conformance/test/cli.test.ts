@@ -220,7 +220,7 @@ describe("dispatch-once-conformance --store: the conversation-store level from t
     const { code, stdout } = cli(["--store", memory, "--level", "conversation", "--runs", "5", "--seed", "3", "--only", "TURN-2*", "--json", "--quiet"]);
     expect(code).toBe(0);
     const rules = [...new Set(JSON.parse(stdout).checks.map((c: { rule: string }) => c.rule))].sort();
-    expect(rules).toEqual(["TURN-2", "TURN-21", "TURN-22"]);
+    expect(rules).toEqual(["TURN-2", "TURN-21", "TURN-22", "TURN-24"]);
   });
 
   it("rejects a store whose commit ignores the fence: exit 1, TURN-5, a timeline, and a replay command that replays the same case", () => {
