@@ -1958,15 +1958,20 @@ function carriedAfter(direct: ReturnType<typeof carryingDispatcher>, carry: Carr
 /**
  * The keys a turn's calls were dispatched under, as its commit keeps them (TURN-24): one entry per
  * call that had a key, in the turn's order, with its ordinal (absent for a call answered with an
- * error, as its report) and the turn it was carried from (TURN-23). A call id the store could not
- * keep exactly (empty, too long) is left out: that call is read back by derivation, as before.
+ * error, as its report) and the turn it was carried from (TURN-23). Undefined when a keyed call's id
+ * or key is one the store could not keep exactly (empty, too long): a read-back takes a call without
+ * an entry for one that had no key, so such a turn is committed without keys and read back by
+ * derivation, as before, rather than refused.
  */
-function committedCallKeys(calls: readonly CallReport[]): CommittedCallKey[] {
-  return calls.flatMap((c): CommittedCallKey[] => {
-    if (c.key === undefined || c.callId.length === 0 || c.callId.length > MAX_CALL_KEY_LABEL_LENGTH || !c.callId.isWellFormed()) return [];
-    if (c.key.length > MAX_CALL_KEY_LABEL_LENGTH) return [];
-    return [{ callId: c.callId, key: c.key, ...(c.ordinal !== undefined ? { ordinal: c.ordinal } : {}), ...(c.carriedFromTurn !== undefined ? { carriedFromTurn: c.carriedFromTurn } : {}) }];
-  });
+function committedCallKeys(calls: readonly CallReport[]): CommittedCallKey[] | undefined {
+  const keys: CommittedCallKey[] = [];
+  for (const c of calls) {
+    if (c.key === undefined) continue;
+    const keepable = (text: string) => text.length > 0 && text.length <= MAX_CALL_KEY_LABEL_LENGTH && text.isWellFormed();
+    if (!keepable(c.callId) || !keepable(c.key)) return undefined;
+    keys.push({ callId: c.callId, key: c.key, ...(c.ordinal !== undefined ? { ordinal: c.ordinal } : {}), ...(c.carriedFromTurn !== undefined ? { carriedFromTurn: c.carriedFromTurn } : {}) });
+  }
+  return keys;
 }
 
 /**

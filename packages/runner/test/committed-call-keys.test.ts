@@ -77,3 +77,26 @@ describe("TURN-23 after a resumed turn across a deploy, taken up: the slot's ans
     expect(results[1]).not.toBe(results[0]);
   });
 });
+
+describe("TURN-24: a turn whose keys a store cannot keep exactly is committed without them", () => {
+  it("TURN-24: a call id longer than a store keeps (1025 characters) commits the turn without callKeys, and a re-send reads the call's key back by derivation, never as a call that had none", async () => {
+    const store = new MemoryConversationStore();
+    const ledger = new MemoryLedger();
+    const longId = `toolu_${"x".repeat(1019)}`;
+    const a = world((n) => (n === 1 ? [...payIn(longId, "pay", { to: "acme", memo: "rent" }), ...payIn2("toolu_short", { to: "bob", memo: "tip" }), { t: "end" }] : text), false, { store, ledger });
+    readingInputs(a.provider);
+    const sent = await a.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+    expect(sent.turns[0]!.calls.every((c) => c.key !== undefined)).toBe(true);
+    const again = await a.runner.send(CONV, { id: "m1", content: "pay acme and bob" });
+    expect(again.turns[0]!.calls.map((c) => [c.key, c.ordinal])).toEqual(sent.turns[0]!.calls.map((c) => [c.key, c.ordinal]));
+    expect((await store.turnsOf(CONV, "m1")).map((t) => t.callKeys)).toEqual([undefined, undefined]);
+  });
+});
+
+function payIn2(id: string, args: Record<string, string>): ToyEvent[] {
+  return [
+    { t: "call", index: 1, id, name: "pay" },
+    { t: "args", index: 1, json: JSON.stringify(args) },
+    { t: "done", index: 1 },
+  ];
+}
