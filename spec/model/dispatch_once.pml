@@ -379,7 +379,7 @@
  * The slot when turn 0 did not answer the call is the model's carry on the resumed statement (carry-pause), unchanged.
  * Which key turn 0 answered: the holder that committed it knows the key its call was dispatched under (the runner's
  * carriedAfter); one that reads the committed turn back (a take-up between the turns or in turn 1, a re-send) knows the key
- * stored with the turn (the fix being built: the keys kept with the committed turn), or, with -DREDERIVE_ANSWERED, the key
+ * stored with the turn (TURN-24: the keys kept with the committed turn), or, with -DREDERIVE_ANSWERED, the key
  * it derives for the committed call under its own definition, KEY(0, defv) (the runner before that fix: storedCallReports
  * derives keys, the store keeps none). Not modelled with the slot: listed calls at the slot's index (the record's other
  * rows), several calls per response, ordinals past 1. */
