@@ -97,7 +97,8 @@ const CHAINS = {
   // Round O: the kit's deploy draw and its IDENT-10 / RECORD-10 / TURN-23 readings: its deploy and
   // deferred-call planted tests (a laxer oracle passes a planted runner), then CONF-2's profiles.
   "kit-deploy": [
-    kit("deploy draws (IDENT-10, IDENT-11), mutated", ["test/deploy-draws.test.ts"], true),
+    // Not `own`: it loads the draw (scenario.ts), never the oracle; the catchers after it check that a mutant was loaded.
+    kit("deploy draws (IDENT-10, IDENT-11), mutated", ["test/deploy-draws.test.ts"]),
     kit("deploy planted (IDENT-10), mutated", ["test/e2e-deploy-planted.test.ts"], true),
     kit("deferred-call planted (TURN-23), mutated", ["test/e2e-deferred-call-planted.test.ts"], true),
     { ...e2e, name: `${e2e.name}, mutated`, own: true },
