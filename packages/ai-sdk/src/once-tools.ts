@@ -7,6 +7,8 @@ import {
   InvalidArgumentError,
   InvalidKeyInputError,
   InvalidToolDefinitionError,
+  isRecordRowName,
+  RECORD_ROW_PREFIX,
   LedgerUnavailableError,
   type DispatcherOptions,
   type EffectClass,
@@ -16,7 +18,7 @@ import {
   type ToolDefinition,
   type DispatchOutcome,
 } from "@dispatch-once/core";
-import { loggerOption, MAX_TURN_MESSAGES, MESSAGE_ORDINAL_STRIDE, turnRowEffect, turnRowInput, turnRowsOf, UNLISTED_REASON, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
+import { loggerOption, markRecordTool, MAX_TURN_MESSAGES, MESSAGE_ORDINAL_STRIDE, turnRowEffect, turnRowInput, turnRowsOf, UNLISTED_REASON, unknownOptionMessage, unknownOptionName, type OptionNames } from "@dispatch-once/core/internal";
 import type { UnansweredCallRecord } from "@dispatch-once/runner";
 import { asSchema, type FlexibleSchema, type ModelMessage, type Tool, type ToolCallRepairFunction, type ToolExecutionOptions, type ToolSet } from "ai";
 import { z } from "zod";
@@ -214,27 +216,25 @@ export interface ClaimedDenial {
   row: Exclude<LedgerRow, { state: "released" }>;
 }
 
-/** The name under which a model call's first repair is recorded (not a tool name an app may use). */
-const REPAIR_RECORD_NAME = "dispatch-once-repair";
+/** The name under which a model call's first repair is recorded (reserved by core: no app tool has it, EFFECT-8). */
+const REPAIR_RECORD_NAME = `${RECORD_ROW_PREFIX}repair`;
 /**
  * The name under which a turn's user messages are recorded, one row per message in the order they
  * first dispatched a call (AISDK-17): ordinal k holds the id of the turn's k-th message.
  */
-const TURN_RECORD_NAME = "dispatch-once-turn";
+const TURN_RECORD_NAME = `${RECORD_ROW_PREFIX}turn`;
 /**
  * The name under which a user message's turn is recorded (AISDK-17), one row per message id: the
  * turn index at which it first dispatched a claimed call, where its calls stay keyed when a later
  * history counts it at another index (a store that keeps both tabs' messages one after the other).
  */
-const MESSAGE_RECORD_NAME = "dispatch-once-message";
+const MESSAGE_RECORD_NAME = `${RECORD_ROW_PREFIX}message`;
 /**
  * The k-th user message of a turn (AISDK-17) starts its calls' ordinals at k * FORK_ORDINALS; one
  * turn index takes MAX_TURN_MESSAGES messages before a request is refused. Core's: its IDENT-10
  * guard keys a row at those ordinals too (another message's row is not another definition's).
  */
 const FORK_ORDINALS = MESSAGE_ORDINAL_STRIDE;
-/** The wrapper's own rows: no effect, never listed as one (AISDK-14). */
-const RECORD_NAMES: ReadonlySet<string> = new Set([REPAIR_RECORD_NAME, TURN_RECORD_NAME, MESSAGE_RECORD_NAME]);
 
 const OPTION_NAMES: OptionNames<OnceToolsOptions<ToolSet>> = { tools: true, effects: true, ledger: true, identity: true, formerNames: true, dispatcher: true };
 const TURN_OPTION_NAMES: OptionNames<OnceTurnInput> = { conversationId: true, messages: true, turnIndex: true, turnMessages: true, dispatchAt: true, resumed: true };
@@ -283,6 +283,11 @@ export class OnceTools<TOOLS extends ToolSet> {
     const unknown = unknownOptionName(options, OPTION_NAMES);
     if (unknown !== undefined) throw new InvalidArgumentError(`options.${unknown}`, unknownOptionMessage("createOnceTools", OPTION_NAMES));
     if (typeof options.tools !== "object" || options.tools === null) throw new InvalidArgumentError("options.tools", "must be the app's tool set");
+    // EFFECT-8: the wrapper's own rows (repairs, turn and message records) go under these names and
+    // are never listed as effects (AISDK-14): an app's tool there would have its payments hidden.
+    for (const name of Object.keys(options.tools)) {
+      if (isRecordRowName(name)) throw new InvalidArgumentError(`options.tools.${name}`, `is reserved: tool names beginning with "${RECORD_ROW_PREFIX}" are Dispatch-Once's own bookkeeping rows, which hold no effect (EFFECT-8; this wrapper records repairs, AISDK-11, and a turn's user messages, AISDK-17, under them); rename the tool`);
+    }
     this.tools = options.tools;
     this.ledger = options.ledger;
     checkDispatcherOptions(options.dispatcher);
@@ -330,18 +335,10 @@ export class OnceTools<TOOLS extends ToolSet> {
         }),
       );
     }
-    if (Object.hasOwn(options.tools, REPAIR_RECORD_NAME)) {
-      throw new InvalidArgumentError(`options.tools.${REPAIR_RECORD_NAME}`, "is the name under which the wrapper records repaired calls (AISDK-11); rename the tool");
-    }
-    for (const reserved of [TURN_RECORD_NAME, MESSAGE_RECORD_NAME]) {
-      if (Object.hasOwn(options.tools, reserved)) {
-        throw new InvalidArgumentError(`options.tools.${reserved}`, "is a name under which the wrapper records a turn's user messages (AISDK-17); rename the tool");
-      }
-    }
     // A model call's first repair, recorded as a keyed write of the repair's own result: a re-run
     // of the claim is answered with the recorded repair, and a repair that failed may run again.
     definitions.push(
-      defineTool({
+      defineTool(markRecordTool({
         name: REPAIR_RECORD_NAME,
         effect: "keyed_write",
         input: z.object({ toolName: z.string(), input: z.unknown() }),
@@ -350,12 +347,12 @@ export class OnceTools<TOOLS extends ToolSet> {
           if (scope?.owner !== this) throw new Error("a repair ran outside a wrapped repairToolCall");
           return scope.repair();
         },
-      }),
+      })),
     );
     // A turn's k-th user message (AISDK-17): the first request of a message to dispatch a call
     // claims the next free ordinal and records its id; a re-send finds it there.
     definitions.push(
-      defineTool({
+      defineTool(markRecordTool({
         name: TURN_RECORD_NAME,
         effect: "keyed_write",
         input: z.object({}),
@@ -364,11 +361,11 @@ export class OnceTools<TOOLS extends ToolSet> {
           if (scope?.owner !== this) throw new Error("a turn record ran outside forTurn");
           return { messageId: scope.messageId };
         },
-      }),
+      })),
     );
     // A user message's turn (AISDK-17): the turn index of the request that first claimed its record.
     definitions.push(
-      defineTool({
+      defineTool(markRecordTool({
         name: MESSAGE_RECORD_NAME,
         effect: "keyed_write",
         input: z.object({ messageId: z.string() }),
@@ -377,7 +374,7 @@ export class OnceTools<TOOLS extends ToolSet> {
           if (scope?.owner !== this) throw new Error("a message record ran outside forTurn");
           return { turnIndex: scope.turnIndex };
         },
-      }),
+      })),
     );
     this.dispatcher = new Dispatcher({ ...options.dispatcher, tools: definitions, ledger: options.ledger });
   }
@@ -711,7 +708,7 @@ export class OnceTools<TOOLS extends ToolSet> {
       if (rows === undefined) return { listed: false, reason: UNLISTED_REASON, calls: [] };
       const answered = this.answeredByHistory(history, starts, identityOf, { conversationId: context.conversationId, turnIndex: at }, base);
       for (const { key } of executedKeys) if (key !== undefined) answered.add(key);
-      return { listed: true, calls: rows.filter((row) => !RECORD_NAMES.has(row.toolName) && !answered.has(row.key)).map((row) => ({ ...turnRowEffect(row), ...turnRowInput(row) })) };
+      return { listed: true, calls: rows.filter((row) => !isRecordRowName(row.toolName) && !answered.has(row.key)).map((row) => ({ ...turnRowEffect(row), ...turnRowInput(row) })) };
     };
     return {
       tools: tools as TOOLS,

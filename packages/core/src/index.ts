@@ -89,3 +89,4 @@ export {
   type Retryable,
 } from "./error-catalogue.js";
 export { tenantConversationId, TENANT_PATTERN } from "./tenant.js";
+export { RECORD_ROW_PREFIX, isRecordRowName } from "./record-rows.js";

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { InvalidToolDefinitionError, UnknownToolError, describeValue } from "./errors/index.js";
 import { TOOL_NAME_PATTERN } from "./key.js";
+import { isRecordRowName, isRecordTool, RECORD_ROW_PREFIX } from "./record-rows.js";
 import type { EffectClass } from "./ledger.js";
 
 /** What a tool's run function receives besides its arguments. */
@@ -262,6 +263,11 @@ function checkDefinition(tool: ToolDefinition<any, any>): void {
       `tool name ${JSON.stringify(tool.name)} must match ${TOOL_NAME_PATTERN.source}`,
     );
   }
+  // EFFECT-8: a row under a reserved name is read as bookkeeping (never listed as an effect, never
+  // an operator's to settle): an app's tool there would have its effects hidden.
+  if (isRecordRowName(tool.name) && !isRecordTool(tool)) {
+    throw new InvalidToolDefinitionError(`tool name ${JSON.stringify(tool.name)} is reserved: names beginning with "${RECORD_ROW_PREFIX}" are Dispatch-Once's own bookkeeping rows, which hold no effect (EFFECT-8); rename the tool`);
+  }
   // A misspelt member is never ignored: `identiy` left the tool keyed by all its arguments, so a
   // replay that re-worded the memo got a new key and paid again (IDENT-1, ERR-1).
   const unknown = Object.keys(tool).find((member) => !Object.hasOwn(DEFINITION_MEMBERS, member));
@@ -330,6 +336,7 @@ function checkFormerNames(tool: ToolDefinition<any, any>, names: readonly string
       throw new InvalidToolDefinitionError(`tool ${tool.name}: former name ${JSON.stringify(name)} must match ${TOOL_NAME_PATTERN.source}`);
     }
     if (name === tool.name) throw new InvalidToolDefinitionError(`tool ${tool.name}: formerNames lists its own name`);
+    if (isRecordRowName(name)) throw new InvalidToolDefinitionError(`tool ${tool.name}: former name ${JSON.stringify(name)} is reserved: names beginning with "${RECORD_ROW_PREFIX}" are Dispatch-Once's own bookkeeping rows (EFFECT-8)`);
   }
   if (new Set(names).size !== names.length) throw new InvalidToolDefinitionError(`tool ${tool.name}: formerNames names a tool twice`);
 }

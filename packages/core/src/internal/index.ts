@@ -58,3 +58,4 @@ export { checkRowDefinition, MAX_ORDINAL_TRIED, MAX_TURN_MESSAGES, MESSAGE_ORDIN
 // One timer per distinct bound for many pending operations (the dispatcher's run timeouts, the
 // Redis ledger's command bound): a setTimeout made and cleared per operation costs more.
 export { RunDeadline, RunDeadlines } from "../run-deadlines.js";
+export { markRecordTool } from "../record-rows.js";
