@@ -1,4 +1,5 @@
 import type { AuditEntry, LedgerRow } from "@dispatch-once/core";
+import { isRecordRowName } from "./record-rows.js";
 
 /**
  * What a row and its audit trail establish about its effect, as `list` and `inspect` print it.
@@ -6,11 +7,12 @@ import type { AuditEntry, LedgerRow } from "@dispatch-once/core";
  * `basis`: who says so: the run (its result, or its result_not_storable), the tool's own answer
  * about the downstream (`tool`), a reconcile probe (`probe`), an operator's resolution
  * (`operator`, with `actor` and `reason`), nobody yet (`none`), or a ledger that keeps no audit
- * trail, so that a release's origin cannot be told (`unrecorded`).
+ * trail, so that a release's origin cannot be told (`unrecorded`). A row of Dispatch-Once's own
+ * bookkeeping (a reserved tool name, EFFECT-8) holds no effect: `{ effect: "none", basis: "record" }`.
  */
 export interface RowEvidence {
-  effect: "happened" | "not_happened" | "may_have_happened" | "open";
-  basis: "run" | "tool" | "probe" | "operator" | "none" | "unrecorded";
+  effect: "happened" | "not_happened" | "may_have_happened" | "open" | "none";
+  basis: "run" | "tool" | "probe" | "operator" | "none" | "unrecorded" | "record";
   actor?: string;
   reason?: string;
 }
@@ -36,6 +38,7 @@ function byResolution(entry: AuditEntry, effect: RowEvidence["effect"]): RowEvid
  * the key). `audit` undefined: the ledger keeps no trail.
  */
 export function evidenceOf(row: LedgerRow, audit: readonly AuditEntry[] | undefined): RowEvidence {
+  if (isRecordRowName(row.toolName)) return { effect: "none", basis: "record" };
   switch (row.state) {
     case "in_flight":
       return { effect: "open", basis: "none" };
@@ -74,6 +77,7 @@ function earlierUnknown(row: LedgerRow, audit: readonly AuditEntry[]): boolean {
 
 /** The few words after the state, `(...)`, or "" when the plain state says it all. */
 export function evidenceWords(row: LedgerRow, evidence: RowEvidence): string {
+  if (evidence.basis === "record") return `${row.state} (bookkeeping, no effect)`;
   const who = evidence.basis === "operator" ? `on ${evidence.actor ?? "an operator"}'s word` : evidence.basis === "probe" ? "by a reconcile probe" : undefined;
   switch (row.state) {
     case "released":

@@ -14,7 +14,8 @@ export const EXIT_CODES = Object.freeze({
   /**
    * The ledger refused, or nothing could be done: resolve on a row that is not open or a stale
    * `--expected-fence`, an operation the ledger does not support, a reconcile that settled nothing,
-   * a `resolve --not-performed` of an unkeyed row, or a `resolve --failed` of any row, within `--grace`.
+   * a `resolve --not-performed` of an unkeyed row, or a `resolve --failed` of any row, within `--grace`,
+   * a resolve or reconcile of one of Dispatch-Once's own bookkeeping rows (no effect, EFFECT-8).
    */
   refused: 4,
   /** `audit --strict` found a tool whose double-fire is not guarded well enough. */

@@ -2,6 +2,7 @@ import type { LedgerRow } from "@dispatch-once/core";
 import { formatAge } from "./duration.js";
 import type { AuditEntry } from "@dispatch-once/core";
 import { evidenceOf, evidenceWords, type RowEvidence } from "./evidence.js";
+import { recordRowWords } from "./record-rows.js";
 
 /** A plain, aligned text table (no colours: output is often piped or pasted into a ticket). */
 export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
@@ -26,7 +27,7 @@ export const LIST_HEADER = ["KEY", "STATE", "TOOL", "FENCE", "CONVERSATION", "TU
  * an operator may resolve), from the row's lease expiry, which is on the ledger's clock.
  */
 export function stateCell(row: LedgerRow, now: number, evidence?: RowEvidence): string {
-  if (evidence !== undefined && row.state !== "in_flight") return evidenceWords(row, evidence);
+  if (evidence !== undefined && (row.state !== "in_flight" || evidence.basis === "record")) return evidenceWords(row, evidence);
   if (row.state === "failed") return failedState(row);
   if (row.state !== "in_flight") return row.state;
   const left = row.leaseExpiresAt - now;
@@ -82,8 +83,11 @@ export function describeRow(row: LedgerRow, audit: readonly AuditEntry[] | undef
   const out: string[] = [];
   const field = (name: string, value: string) => out.push(`${`${name}:`.padEnd(14)}${value}`);
   field("key", row.key);
-  field("state", row.state === "in_flight" ? row.state : evidenceWords(row, evidenceOf(row, audit)));
+  const evidence = evidenceOf(row, audit);
+  field("state", row.state === "in_flight" && evidence.basis !== "record" ? row.state : evidenceWords(row, evidence));
   field("tool", `${row.toolName} (${row.effect})`);
+  // EFFECT-8: a reserved name is Dispatch-Once's own row; say what it is before its fields read as a payment's.
+  if (evidence.basis === "record") field("record", `Dispatch-Once's own bookkeeping (${recordRowWords(row.toolName)}): no effect was made under it, and there is nothing to settle (resolve and reconcile refuse it)`);
   field("fence", String(row.fence));
   const conversation = row.conversationId;
   const turn = row.turnIndex;

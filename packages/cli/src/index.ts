@@ -27,5 +27,6 @@ export {
   TooSoonError,
   FenceMovedError,
   MismatchNotReleasableError,
+  RecordRowError,
   type CliErrorCode,
 } from "./errors/index.js";

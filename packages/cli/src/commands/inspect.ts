@@ -14,8 +14,9 @@ Show everything the ledger holds for one key: state, tool and effect class, fenc
 lease and owner (in flight), request, result or error, conversation and turn, and the audit
 trail of its resolutions. A settled row's state says on whose word its outcome rests:
 "released (not performed on alice's word)", "completed (by a reconcile probe)", "released (may
-have happened; ...)" for a keyed_write its owner released after an unknown outcome. Exit 3 when
-the key has no row.
+have happened; ...)" for a keyed_write its owner released after an unknown outcome. A row of
+Dispatch-Once's own bookkeeping (a tool name beginning with "dispatch-once-") reads
+"completed (bookkeeping, no effect)" and says what it records. Exit 3 when the key has no row.
 
 Options:
       --json   one JSON object: { "row": ..., "audit": [...], "evidence": {...} } ("audit" is

@@ -5,6 +5,7 @@ import { UnsupportedOperationError } from "../errors/unsupported-operation-error
 import { UsageError } from "../errors/usage-error.js";
 import { LIST_HEADER, listRow, table } from "../format.js";
 import { evidenceOf } from "../evidence.js";
+import { isRecordRowName } from "../record-rows.js";
 import { MAX_LIST_LIMIT, type ListRowsQuery } from "@dispatch-once/core";
 
 export const ROW_STATES: readonly RowState[] = ["in_flight", "completed", "failed", "unknown", "released"];
@@ -23,6 +24,7 @@ export const listCommand: Command = {
     "older-than": { type: "string" },
     limit: { type: "string" },
     "page-size": { type: "string" },
+    records: { type: "boolean" },
     json: { type: "boolean" },
   },
   positionals: [0, 0],
@@ -37,18 +39,24 @@ A settled row says on whose word its outcome rests: "released (not performed on 
 (resolve --not-performed), "completed (by a reconcile probe)", "released (not performed, as its
 tool answered)", "released (may have happened; ...)": a keyed_write its owner released after an
 unknown outcome, whose re-run carries the same key.
+Rows of Dispatch-Once's own bookkeeping (tool names beginning with "dispatch-once-": the AI SDK
+wrapper's records of a turn's messages and of repaired calls) hold no effect and are left out
+unless --records (or --tool with such a name) is given; shown, their STATE reads
+"completed (bookkeeping, no effect)".
 
 Options:
       --state <state>        in_flight, completed, failed, unknown or released; repeat it
                              (or separate with commas) for several
       --tool <name>          only this tool's rows
       --conversation <id>    only this conversation's rows
+      --records              also Dispatch-Once's own bookkeeping rows (no effect; see above)
       --older-than <age>     only rows whose last change is at least this old: 30s, 10m, 2h, 7d
       --limit <n>            print at most n rows (default ${DEFAULT_LIST_ROWS}; 0 = all)
       --page-size <n>        rows asked of the ledger per page (default and most ${MAX_LIST_LIMIT});
                              smaller pages hold the store's locks and memory for less time
       --json                 one JSON object per line: the row as the ledger returns it, plus
-                             "evidence": { effect, basis, actor?, reason? }
+                             "evidence": { effect, basis, actor?, reason? } (a bookkeeping
+                             row's: { "effect": "none", "basis": "record" })
 ${LEDGER_HELP}
 
 Examples:
@@ -67,6 +75,10 @@ Examples:
     }
     const tool = stringOption(values, "tool");
     if (tool !== undefined) query.toolName = tool;
+    // EFFECT-8: bookkeeping rows are no effect; an operator looking for payments is not shown them
+    // unless asked (--records, or naming such a tool).
+    const records = values["records"] === true || (tool !== undefined && isRecordRowName(tool));
+    let hidden = 0;
     const { conversationId, olderThanMs, limit, pageSize, json } = listingOptions(values, command, { limit: DEFAULT_LIST_ROWS, maxPageSize: MAX_LIST_LIMIT });
     if (conversationId !== undefined) query.conversationId = conversationId;
     if (olderThanMs !== undefined) query.olderThanMs = olderThanMs;
@@ -85,6 +97,10 @@ Examples:
       const want = limit === 0 ? pageSize : Math.min(pageSize, limit - count);
       const page = await store.listRows({ ...query, limit: want, ...(cursor !== undefined ? { cursor } : {}) });
       for (const row of page.rows) {
+        if (!records && isRecordRowName(row.toolName)) {
+          hidden += 1;
+          continue;
+        }
         if (limit !== 0 && count >= limit) {
           more = true;
           break;
@@ -112,7 +128,8 @@ Examples:
         : undefined;
     if (!json) {
       if (printed.length > 0) io.stdout(table(LIST_HEADER, printed));
-      io.stderr(`${count} row${count === 1 ? "" : "s"}${more ? ` (more may match: raise --limit, or --limit 0 for all)` : ""}\n`);
+      const left = hidden === 0 ? "" : ` (${hidden} bookkeeping row${hidden === 1 ? "" : "s"} of Dispatch-Once itself, which hold no effect, not shown: --records shows them)`;
+      io.stderr(`${count} row${count === 1 ? "" : "s"}${left}${more ? ` (more may match: raise --limit, or --limit 0 for all)` : ""}\n`);
     } else if (more) {
       io.stderr(`stopped at --limit ${limit}; more rows may match\n`);
     }

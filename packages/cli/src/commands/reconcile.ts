@@ -4,6 +4,8 @@ import { Dispatcher } from "@dispatch-once/core";
 import { keyArgument, LEDGER_HELP, LEDGER_OPTIONS, RETENTION_HELP, RETENTION_OPTION, stringOption, type Command } from "../context.js";
 import { parseDuration } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
+import { RecordRowError } from "../errors/record-row-error.js";
+import { isRecordRowName } from "../record-rows.js";
 import { NothingSettledError } from "../errors/nothing-settled-error.js";
 import { UsageError } from "../errors/usage-error.js";
 import { iso } from "../format.js";
@@ -46,7 +48,8 @@ ${LEDGER_HELP}
 
 Exit 0 when the row was settled; 3 when the key has no row; 4 when nothing was settled (the row
 is not open, its tool has no probe or is not in the module, the probe could not tell, or it
-did not answer within --timeout).`,
+did not answer within --timeout; or the row is Dispatch-Once's own bookkeeping, a tool name
+beginning with "dispatch-once-": it holds no effect, and there is nothing to settle).`,
   async run({ io, values, positionals, ledger, command }) {
     const key = keyArgument(positionals, command);
     const toolsPath = stringOption(values, "tools");
@@ -62,6 +65,8 @@ did not answer within --timeout).`,
     const store = opened.ledger;
     const before = await store.lookup(key);
     if (before === undefined) throw new KeyNotFoundError(key);
+    // EFFECT-8: a bookkeeping row holds no effect; settling it would only corrupt the bookkeeping.
+    if (isRecordRowName(before.toolName)) throw new RecordRowError("reconcile", key, before.toolName);
     const dispatcher = new Dispatcher({
       tools,
       ledger: store,

@@ -5,6 +5,8 @@ import { keyArgument, LEDGER_HELP, LEDGER_OPTIONS, RETENTION_HELP, RETENTION_OPT
 import { actorOf } from "../actor.js";
 import { parseCount } from "../duration.js";
 import { KeyNotFoundError } from "../errors/key-not-found-error.js";
+import { RecordRowError } from "../errors/record-row-error.js";
+import { isRecordRowName } from "../record-rows.js";
 import { TooSoonError } from "../errors/too-soon-error.js";
 import { MismatchNotReleasableError } from "../errors/mismatch-not-releasable-error.js";
 import { FenceMovedError } from "../errors/fence-moved-error.js";
@@ -83,7 +85,8 @@ one claim, and a claim a replay took over after you looked is not the one you ch
 
 Exit 3 when the key has no row; 4 when the ledger refuses (the row is completed, failed, or in
 flight with a live lease, or the fence moved), or when --not-performed or --failed comes within
---grace.
+--grace; 4 also for a row of Dispatch-Once's own bookkeeping (a tool name beginning with
+"dispatch-once-"): it holds no effect, and there is nothing to settle.
 
 Example:
   dispatch-once resolve 3f1c0a9b8e7d6c5b4a3928170f6e5de9 -l ./ledger.db --retention 7d --completed '{"invoiceId":"inv_42"}' \\
@@ -129,6 +132,8 @@ Example:
     if (!supports(store, "resolve") || store.resolve === undefined) throw new UnsupportedOperationError("resolve", opened.display);
     const before = await store.lookup(key);
     if (before === undefined) throw new KeyNotFoundError(key);
+    // EFFECT-8: a bookkeeping row holds no effect; settling it would only corrupt the bookkeeping.
+    if (isRecordRowName(before.toolName)) throw new RecordRowError("resolve", key, before.toolName);
     if (pinned !== undefined && before.fence !== pinned) {
       // A run of this very command whose reply was lost (a crashed CLI, a dropped connection) left
       // the row as asked: say so, rather than that someone else acted.

@@ -5,6 +5,7 @@ import { UnsupportedOperationError } from "../errors/unsupported-operation-error
 import { UsageError } from "../errors/usage-error.js";
 import { iso, table } from "../format.js";
 import { openConversationStore, openLedger, parseTarget, type OpenedConversationStore } from "../target.js";
+import { isRecordRowName } from "../record-rows.js";
 
 /** Turns shown when --limit is not given. */
 const DEFAULT_TURN_ROWS = 100;
@@ -145,7 +146,8 @@ and nobody re-sent the message. Nothing answers it, and the user was told nothin
 message id is re-sent (or the conversation gets a new message, whose runner resumes it first,
 TURN-15). A message a live lease holds is never listed. STALLED SINCE is the lapsed lease's expiry,
 or, for a released lease (no release time is kept), the message's binding. With --ledger, LEDGER
-names the ledger's rows of that turn (conversation and turn index): what its calls did.
+names the ledger's rows of that turn (conversation and turn index): what its calls did (not
+Dispatch-Once's own bookkeeping rows, which hold no effect).
 
 Options:
       --failed                 list failed turns (see above)
@@ -338,7 +340,8 @@ async function ledgerRowsOf(io: CommandContext["io"], values: OptionValues, targ
       do {
         const page = await ledger.listRows({ conversationId, ...(cursor !== undefined ? { cursor } : {}) });
         for (const row of page.rows) {
-          if (row.turnIndex !== undefined) wanted.get(turnKey(conversationId, row.turnIndex))?.push(row);
+          // EFFECT-8: Dispatch-Once's own bookkeeping rows tell nothing of what the turn's calls did.
+          if (row.turnIndex !== undefined && !isRecordRowName(row.toolName)) wanted.get(turnKey(conversationId, row.turnIndex))?.push(row);
         }
         cursor = page.cursor;
       } while (cursor !== undefined);

@@ -11,7 +11,8 @@ export type CliErrorCode =
   | "nothing_settled"
   | "too_soon"
   | "fence_moved"
-  | "mismatch_not_releasable";
+  | "mismatch_not_releasable"
+  | "record_row";
 
 /** Shared by every copy of this package (ESM and CJS, two versions), unlike `instanceof`. */
 const CLI_ERROR_BRAND: unique symbol = Symbol.for("dispatch-once.cli-error") as never;

@@ -9,3 +9,4 @@ export { NothingSettledError } from "./nothing-settled-error.js";
 export { TooSoonError } from "./too-soon-error.js";
 export { FenceMovedError } from "./fence-moved-error.js";
 export { MismatchNotReleasableError } from "./mismatch-not-releasable-error.js";
+export { RecordRowError } from "./record-row-error.js";
