@@ -54,3 +54,27 @@ describe.each(RUNNER_PROVIDERS)("a call deferred to a later turn of the same mes
     expect(seen.deferred_calls_carried).toBeGreaterThan(0);
   }, 300_000);
 });
+
+/**
+ * TURN-23 across a deploy (scenario.ts `deploy` on a deferral message): the message's first send
+ * is left unanswered, the new release lands before its first turn commits, and the re-send runs
+ * that turn under the new release; the next turn makes the left-out payment again and the runner
+ * carries it under the key the new release derives at the first turn's index. A correct runner, so
+ * the oracle must take a key of either release there (oracle.ts carriedTurnOf, keysUnderReleases):
+ * a stricter reading of the kit's own definition only (blind round O's O34) rejects it with "is no
+ * earlier turn's key of this call". Found by a search with that reading, 150 runs from seed 2 on
+ * each side (run 112 on both), shrunk for 5 s; the test replays it alone.
+ */
+const DEPLOYED: Record<(typeof RUNNER_PROVIDERS)[number], string> = {
+  anthropic: "111:3:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0",
+  openai: "111:3:0:0:0:0:0:0:0:0:0:0:0",
+};
+
+describe.each(RUNNER_PROVIDERS)("a call deferred across a deploy that landed before the message's first turn committed (TURN-23, IDENT-10; provider %s)", (provider) => {
+  it("TURN-23 the real runner carries the call under the new release's key at the first turn's index, and the oracle passes it", async () => {
+    let seen: Record<string, number> = {};
+    await runEndToEnd(memory, { provider, runs: 150, seed: 2, path: DEPLOYED[provider], onStats: (stats) => (seen = stats) });
+    expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+    expect([seen.deploys ?? 0, seen.deferred_calls_carried ?? 0].every((n) => n > 0), `seed 2, path ${DEPLOYED[provider]}: ${JSON.stringify(seen)}`).toBe(true);
+  }, 120_000);
+});
