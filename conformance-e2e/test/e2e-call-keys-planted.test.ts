@@ -1,7 +1,7 @@
-import { MemoryConversationStore, type ConversationStore } from "@dispatch-once/core";
+import { MemoryConversationStore, type ConversationStore, type ToolCall } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
-import { runEndToEnd } from "../src/index.js";
-import { memory } from "./audit-mutants.js";
+import { RUNNER_PROVIDERS, runEndToEnd, type EndToEndOptions } from "../src/index.js";
+import { memory, realDispatcher, wrapDispatcher } from "./audit-mutants.js";
 import { expectReadable } from "./readable.js";
 
 /**
@@ -48,5 +48,74 @@ describe("a read-back after a deploy reports the keys the calls ran under (TURN-
     const before = await replay(earlier);
     expect(before).toMatchObject({ property_cases: 1, replayed_passed: 1 });
     expect(before.deploy_readback_keys_rederived).toBeGreaterThan(0);
+  }, 120_000);
+});
+
+/**
+ * The other side of the flag's residual: on a store without `supports.callKeys`, only a deploy
+ * excuses a read-back key that differs from the one the call was dispatched under. Without one, the
+ * key the read-back reports is the one judged. The plant: a runner whose read-back (a send answered
+ * from the store, `fromStore`) derives every call at ordinal 0, so the second of two identical calls
+ * is reported under the first's key (planted through the kit's `runner` hook, with the keys derived
+ * by the worker's own dispatcher from the call as it was dispatched). Blind round O's O35 excused any
+ * such difference, deploy or not, and passed it. Found by a search with the plant (60 runs at each
+ * side's CI seed, shrunk for 5 s: Anthropic 20261129, run 1; OpenAI 20261201, run 1); replayed.
+ * With O35 applied the Anthropic path's plant passes; the OpenAI path's is still rejected, by
+ * DISPATCH-5 (its key answered two payments), not by the read-back's key.
+ */
+const ORDINAL_BLIND: Record<(typeof RUNNER_PROVIDERS)[number], { seed: number; path: string }> = {
+  anthropic: { seed: 20261129, path: "0:1:0:0:0:0:0:0:0:0" },
+  openai: { seed: 20261201, path: "0:0" },
+};
+
+/** The calls each worker's dispatcher was handed, by call id, and a keyFor to derive their keys (deploys are off: one release). */
+const dispatched = new Map<string, ToolCall>();
+let keyFor: ((call: ToolCall, context: { conversationId: string; turnIndex: number; ordinal: number }) => string) | undefined;
+const readBack = { rekeyed: 0 };
+
+const recording: NonNullable<EndToEndOptions["dispatcher"]> = (tools, ledger, defaults) => {
+  const inner = realDispatcher(tools, ledger, defaults);
+  keyFor = inner.keyFor.bind(inner) as typeof keyFor;
+  return wrapDispatcher(inner, (context) => {
+    const turn = inner.turn(context);
+    return {
+      dispatch: (call, options) => {
+        dispatched.set(call.callId, call);
+        return turn.dispatch(call, options);
+      },
+    };
+  });
+};
+
+/** A read-back that derives each call's key at ordinal 0: identical calls of a turn share the first one's key. */
+const ordinalBlindReadBack: NonNullable<EndToEndOptions["runner"]> = (runner) => ({
+  send: async (conversationId, message) => {
+    const result = await runner.send(conversationId, message);
+    if (!result.fromStore) return result;
+    for (const turn of result.turns) {
+      for (const x of turn.calls) {
+        const call = dispatched.get(x.callId);
+        if (x.key === undefined || (x.ordinal ?? 0) === 0 || call === undefined || keyFor === undefined) continue;
+        x.key = keyFor(call, { conversationId, turnIndex: turn.turnIndex, ordinal: 0 });
+        readBack.rekeyed++;
+      }
+    }
+    return result;
+  },
+});
+
+describe.each(RUNNER_PROVIDERS)("a read-back without a deploy on a store without callKeys reports the keys the calls ran under (TURN-24, TURN-4; provider %s)", (provider) => {
+  it("TURN-4 a read-back that derives identical calls at ordinal 0 reports the second under the first's key, on a store without the flag and no deploy, and is rejected; the real runner passes the scenario", async () => {
+    const { seed, path } = ORDINAL_BLIND[provider];
+    readBack.rekeyed = 0;
+    const options = { deploys: false, provider, runs: 60, seed, path, shrinkTimeLimitMs: 0, conversationStore: earlier };
+    let planted: Record<string, number> = {};
+    const error = await runEndToEnd(memory, { ...options, dispatcher: recording as never, runner: ordinalBlindReadBack, onStats: (stats) => (planted = stats) }).catch((e: unknown) => e);
+    expect(readBack.rekeyed, `seed ${seed}, path ${path}`).toBeGreaterThan(0);
+    expect(expectReadable(error, seed)).toMatch(/breaks (TURN-4|DISPATCH-6)\): send_payment call \S+ \(turn \d+ of conv-\d+, message "[^"]+"\) was dispatched under key \w+, the key of /);
+    expect(planted.deploy_readback_keys_rederived).toBeUndefined();
+    let seen: Record<string, number> = {};
+    await runEndToEnd(memory, { ...options, onStats: (stats) => (seen = stats) });
+    expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
   }, 120_000);
 });

@@ -103,6 +103,8 @@ const CHAINS = {
     kit("deferred-call planted (TURN-23), mutated", ["test/e2e-deferred-call-planted.test.ts"], true),
     // The only planted test whose wrong stored request reaches a superseded-attempt record alone (O32).
     kit("superseded-attempt record planted (RECORD-10), mutated", ["test/e2e-superseded-record-planted.test.ts"], true),
+    // A read-back key on a store without callKeys, excused only after a deploy (O35).
+    kit("call-keys planted (TURN-24), mutated", ["test/e2e-call-keys-planted.test.ts"], true),
     { ...e2e, name: `${e2e.name}, mutated`, own: true },
   ],
   "kit-tabs": [kit("AI SDK tabs planted (AISDK-17), mutated", ["test/e2e-ai-sdk-tabs-planted.test.ts"], true), { ...e2eAiSdk, name: `${e2eAiSdk.name}, mutated`, own: true }],
