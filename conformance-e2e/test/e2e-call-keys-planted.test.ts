@@ -60,8 +60,8 @@ describe("a read-back after a deploy reports the keys the calls ran under (TURN-
  * by the worker's own dispatcher from the call as it was dispatched). Blind round O's O35 excused any
  * such difference, deploy or not, and passed it. Found by a search with the plant (60 runs at each
  * side's CI seed, shrunk for 5 s: Anthropic 20261129, run 1; OpenAI 20261201, run 1); replayed.
- * With O35 applied the Anthropic path's plant passes; the OpenAI path's is still rejected, by
- * DISPATCH-5 (its key answered two payments), not by the read-back's key.
+ * With O35 applied the Anthropic path's plant passes; the OpenAI path's passed too, or (one run of
+ * three) was rejected by DISPATCH-5 (its key answered two payments): not the verdict asserted.
  */
 const ORDINAL_BLIND: Record<(typeof RUNNER_PROVIDERS)[number], { seed: number; path: string }> = {
   anthropic: { seed: 20261129, path: "0:1:0:0:0:0:0:0:0:0" },
@@ -107,11 +107,17 @@ const ordinalBlindReadBack: NonNullable<EndToEndOptions["runner"]> = (runner) =>
 describe.each(RUNNER_PROVIDERS)("a read-back without a deploy on a store without callKeys reports the keys the calls ran under (TURN-24, TURN-4; provider %s)", (provider) => {
   it("TURN-4 a read-back that derives identical calls at ordinal 0 reports the second under the first's key, on a store without the flag and no deploy, and is rejected; the real runner passes the scenario", async () => {
     const { seed, path } = ORDINAL_BLIND[provider];
-    readBack.rekeyed = 0;
     const options = { deploys: false, provider, runs: 60, seed, path, shrinkTimeLimitMs: 0, conversationStore: earlier };
     let planted: Record<string, number> = {};
-    const error = await runEndToEnd(memory, { ...options, dispatcher: recording as never, runner: ordinalBlindReadBack, onStats: (stats) => (planted = stats) }).catch((e: unknown) => e);
-    expect(readBack.rekeyed, `seed ${seed}, path ${path}`).toBeGreaterThan(0);
+    let error: unknown;
+    // A replay whose races go otherwise on a loaded host may read no identical calls back: it says
+    // nothing, so up to 3 replays, the verdict taken from the first that reaches the read-back.
+    for (let i = 0; i < 3; i++) {
+      readBack.rekeyed = 0;
+      error = await runEndToEnd(memory, { ...options, dispatcher: recording as never, runner: ordinalBlindReadBack, onStats: (stats) => (planted = stats) }).catch((e: unknown) => e);
+      if (readBack.rekeyed > 0) break;
+    }
+    expect(readBack.rekeyed, `seed ${seed}, path ${path}: no replay of 3 read identical calls back`).toBeGreaterThan(0);
     expect(expectReadable(error, seed)).toMatch(/breaks (TURN-4|DISPATCH-6)\): send_payment call \S+ \(turn \d+ of conv-\d+, message "[^"]+"\) was dispatched under key \w+, the key of /);
     expect(planted.deploy_readback_keys_rederived).toBeUndefined();
     let seen: Record<string, number> = {};

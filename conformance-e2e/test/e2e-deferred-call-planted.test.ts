@@ -73,8 +73,13 @@ const DEPLOYED: Record<(typeof RUNNER_PROVIDERS)[number], string> = {
 describe.each(RUNNER_PROVIDERS)("a call deferred across a deploy that landed before the message's first turn committed (TURN-23, IDENT-10; provider %s)", (provider) => {
   it("TURN-23 the real runner carries the call under the new release's key at the first turn's index, and the oracle passes it", async () => {
     let seen: Record<string, number> = {};
-    await runEndToEnd(memory, { provider, runs: 150, seed: 2, path: DEPLOYED[provider], onStats: (stats) => (seen = stats) });
-    expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+    // A replay whose races go otherwise on a loaded host may land no deploy or carry nothing: it
+    // says nothing, so up to 3 replays (each must pass), the reach judged on the last.
+    for (let i = 0; i < 3; i++) {
+      await runEndToEnd(memory, { provider, runs: 150, seed: 2, path: DEPLOYED[provider], onStats: (stats) => (seen = stats) });
+      expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+      if ((seen.deploys ?? 0) > 0 && (seen.deferred_calls_carried ?? 0) > 0) break;
+    }
     expect([seen.deploys ?? 0, seen.deferred_calls_carried ?? 0].every((n) => n > 0), `seed 2, path ${DEPLOYED[provider]}: ${JSON.stringify(seen)}`).toBe(true);
   }, 120_000);
 });

@@ -45,19 +45,34 @@ function rewordingStore({ now }: { now: () => number }): ConversationStore {
   });
 }
 
+/**
+ * A replay reaches the superseded attempt only when its lease race goes as it went in the search:
+ * on a loaded host it may not (one replay in a sweep of blind round O missed it). A replay that
+ * does not reach it says nothing either way, so each side replays up to REPLAYS times, and a verdict
+ * is taken from the first that does; none reaching it fails the test.
+ */
+const REPLAYS = 3;
+
 describe.each(RUNNER_PROVIDERS)("a superseded attempt's record names the request that ran under a re-worded call's key (RECORD-10, TURN-13; provider %s)", (provider) => {
   it("RECORD-10 a superseded-attempt record whose stored request is the re-run's re-wording is rejected; the real runner's record names the payment that ran", async () => {
     const { seed, path } = FOUND[provider];
-    planted.rewritten = 0;
-    const error = await runEndToEnd(memory, { provider, runs: 60, seed, path, shrinkTimeLimitMs: 0, conversationStore: rewordingStore as NonNullable<EndToEndOptions["conversationStore"]> }).catch((e: unknown) => e);
-    expect(planted.rewritten, `seed ${seed}, path ${path}`).toBeGreaterThan(0);
+    let error: unknown;
+    for (let i = 0; i < REPLAYS; i++) {
+      planted.rewritten = 0;
+      error = await runEndToEnd(memory, { provider, runs: 60, seed, path, shrinkTimeLimitMs: 0, conversationStore: rewordingStore as NonNullable<EndToEndOptions["conversationStore"]> }).catch((e: unknown) => e);
+      if (planted.rewritten > 0) break;
+    }
+    expect(planted.rewritten, `seed ${seed}, path ${path}: no replay of ${REPLAYS} reached a superseded attempt's stored request`).toBeGreaterThan(0);
     const message = expectReadable(error, seed);
     expect(message).toMatch(
       /breaks RECORD-10\): the superseded_attempt record of turn \d+ of conv-\d+ \(message "[^"]+", (reported by \w+|kept beside the conversation)\) says send_payment key \w+ happened with input .*, but the request that ran under the key is .*the payments API's payment_created/,
     );
     let seen: Record<string, number> = {};
-    await runEndToEnd(memory, { provider, runs: 60, seed, path, onStats: (stats) => (seen = stats) });
-    expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+    for (let i = 0; i < REPLAYS; i++) {
+      await runEndToEnd(memory, { provider, runs: 60, seed, path, onStats: (stats) => (seen = stats) });
+      expect(seen).toMatchObject({ property_cases: 1, replayed_passed: 1 });
+      if ((seen.superseded ?? 0) > 0) break;
+    }
     expect(seen.superseded, "the real runner's replay has a superseded attempt").toBeGreaterThan(0);
     expect(seen.record_inputs_judged).toBeGreaterThan(0);
   }, 120_000);
