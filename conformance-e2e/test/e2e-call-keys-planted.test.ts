@@ -80,7 +80,7 @@ const recording: NonNullable<EndToEndOptions["dispatcher"]> = (tools, ledger, de
     const turn = inner.turn(context);
     return {
       dispatch: (call, options) => {
-        dispatched.set(call.callId, call);
+        if (call.callId !== undefined) dispatched.set(call.callId, call);
         return turn.dispatch(call, options);
       },
     };
