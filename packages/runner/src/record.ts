@@ -308,19 +308,34 @@ export function mergeUnanswered(rows: readonly UnansweredCallRecord[], own: read
   return [...byKey.values()];
 }
 
+/**
+ * Whether a call's record says which request ran under its key (RECORD-10): one that names the
+ * stored request, or one that completed without it (core names the stored request whenever it is
+ * not the call's arguments, so a completed call's own arguments are what ran or was replayed). A
+ * call that met another holder's claim, or failed before it learned the stored request, gives only
+ * its own arguments, which a re-worded re-run may have changed.
+ */
+function namesWhatRan(call: CallRecord): boolean {
+  return call.storedRequest !== undefined || (call.status === "completed" && call.input !== undefined);
+}
+
 /** Per key, the strongest statement any attempt established (a completed replay beats "may have"). */
 export function summarizeEffects(calls: readonly CallRecord[]): FailedTurnRecord["effects"] {
   const byKey = new Map<string, TurnEffect>();
+  // Keys whose entry's request is one that ran (namesWhatRan): only another such request replaces it.
+  const ran = new Set<string>();
   for (const call of calls) {
     if (call.key === undefined || call.effect === "none") continue;
     const known = byKey.get(call.key);
+    // One request ran under a key, whichever attempt says so; an attempt that only knows its own
+    // arguments gives them until one that knows what ran does.
+    const names = namesWhatRan(call);
+    const request = known?.input !== undefined && (ran.has(call.key) || !names) ? { input: known.input } : requestOf(call);
+    if (names && request.input !== undefined && !ran.has(call.key)) ran.add(call.key);
     if (known === undefined || RANK[call.effect] > RANK[known.effect]) {
-      // Every attempt ran one request under a key; the first that says which is kept.
-      const request = known?.input !== undefined ? { input: known.input } : requestOf(call);
       byKey.set(call.key, { key: call.key, name: call.name, effect: call.effect, ...request });
-    } else if (known.input === undefined) {
-      const request = requestOf(call);
-      if (request.input !== undefined) byKey.set(call.key, { ...known, ...request });
+    } else if (request.input !== undefined && request.input !== known.input) {
+      byKey.set(call.key, { ...known, ...request });
     }
   }
   return [...byKey.values()];
