@@ -50,7 +50,8 @@ describe("dispatch-once-conformance --level e2e (CONF-2)", () => {
     expect(unknown.stderr).toContain('provider must be one of anthropic, openai, ai-sdk, got "opnai"');
     const ledgerOnly = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "ledger", "--provider", "openai"]);
     expect(ledgerOnly.code).toBe(2);
-  });
+    // Four processes of the CLI, each loading the kit: past 60 s on a loaded CI host (2026-12-06).
+  }, 180_000);
 
   it("--provider ai-sdk runs the end-to-end level as an AI SDK app (streamText, createOnceTools) and the report names it", () => {
     const { code, stdout } = cli(["--adapter", "test/fixtures/memory-subject.mjs", "--level", "e2e", "--provider", "ai-sdk", "--e2e-runs", "3", "--seed", "3", "--json", "--quiet"]);
