@@ -345,11 +345,18 @@ export async function checkOracle(ctx: CaseContext, effects: Effect[], transcrip
         const run = e.idempotencyKey === null ? undefined : runsByKey.get(e.idempotencyKey)?.[0];
         return run !== undefined && slots.has(slotOf(run.conversationId, run.turnIndex)) && effectSignature(e, referenceOf) === signature;
       });
-      if (made.length <= allowance.allowed) continue;
+      // Another message bound at the same index (one that failed there before this one was bound,
+      // TURN-12) keyed its calls there too, and this message's calls meet its rows: the effects at
+      // the index may be as many as that message asked for there (found by a hunt, seed 449695202:
+      // two identical asks of a failed message, each answered to this one's one ask at turn 0 and
+      // its repeat at turn 1, were counted against this one's ask alone).
+      const others = c.sent.filter((o) => o.id !== m.id && boundOf.get(o.id) === bound);
+      const allowed = Math.max(allowance.allowed, allowedAt(others, signature, slotOf(c.id, bound)));
+      if (made.length <= allowed) continue;
       const turns = [...new Set(made.map((e) => runsByKey.get(e.idempotencyKey!)![0]!.turnIndex))].sort((a, b) => a - b);
       add(
         "CONF-2",
-        `${signature}: performed ${made.length} times for message ${JSON.stringify(m.id)} over its turns ${turns.join(" and ")}, which asked for it ${allowance.allowed === 1 ? "once" : `${allowance.allowed} times`}: ` +
+        `${signature}: performed ${made.length} times for message ${JSON.stringify(m.id)} over its turns ${turns.join(" and ")}, which asked for it ${allowed === 1 ? "once" : `${allowed} times`}${allowed > allowance.allowed ? " (with another message bound at its index)" : ""}: ` +
           `its first turn left a call of it unanswered (a re-run answered without it) and the next turn's call is that ask made again, ` +
           `to be answered from the first turn's row (TURN-23), not paid under the next turn's key: ${made.map(describeEffect).join(", ")}`,
       );
