@@ -2069,17 +2069,21 @@ const RUN_SIGNAL: PropertyDescriptor = {
 };
 
 /**
- * A definite failure, an unknown outcome, a result that could not be stored or a release of the
- * stored request, not this call's (IDENT-3): the error names that request, as an outcome would
+ * A definite failure, an unknown outcome, a result that could not be stored, a release or a lost
+ * claim (after the run) of the stored request, not this call's (IDENT-3): the error names that request, as an outcome would
  * (RECORD-10: a record of a re-worded call tells the request that ran, not the re-wording).
  */
 function namingStored(error: unknown, key: string, storedRequest: string | undefined): never {
   if (
     storedRequest !== undefined &&
-    (isDispatchOnceError(error, "tool_failed") || isDispatchOnceError(error, "outcome_unknown") || isDispatchOnceError(error, "result_not_storable") || isDispatchOnceError(error, "claim_released")) &&
+    (isDispatchOnceError(error, "tool_failed") ||
+      isDispatchOnceError(error, "outcome_unknown") ||
+      isDispatchOnceError(error, "result_not_storable") ||
+      isDispatchOnceError(error, "claim_released") ||
+      isDispatchOnceError(error, "stale_claim")) &&
     (error as { key?: unknown }).key === key
   ) {
-    (error as ToolFailedError | OutcomeUnknownError | ResultNotStorableError | ClaimReleasedError).storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
+    (error as ToolFailedError | OutcomeUnknownError | ResultNotStorableError | ClaimReleasedError | StaleClaimError).storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
   }
   throw error;
 }

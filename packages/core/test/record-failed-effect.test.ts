@@ -193,3 +193,38 @@ describe("DISPATCH-10 ERR-4 a record lost after the run returned its result, to 
     else expect(error).toBeInstanceOf(TypeError);
   });
 });
+
+describe("RECORD-10 a stale claim after a re-worded call ran the stored request names that request", () => {
+  it("DISPATCH-8 IDENT-3 a re-worded call re-runs a released row's stored request and loses its claim before recording: stale_claim, the effect happened, and its storedRequest is the request that ran", async () => {
+    // A fresh-clone CI of 2026-12-06 (the kit's splice-planted search, OpenAI side): a failed-turn
+    // record said the payment happened with the re-worded call's memo, a request that never ran.
+    let now = 1_000_000;
+    const memory = new MemoryLedger({ now: () => now });
+    const ledger: Ledger = Object.assign(Object.create(memory) as Ledger, { capabilities: { ...memory.capabilities, durability: "durable" as const } });
+    const ran: string[] = [];
+    let attempt = 0;
+    const tool = defineTool({
+      name: "send_payment",
+      effect: "keyed_write",
+      identity: ["amount"],
+      input: z.object({ amount: z.number(), memo: z.string() }),
+      run: async (args, ctx) => {
+        attempt++;
+        // First run: refused before anything was accepted (released, LEDGER-21 keeps its request).
+        if (attempt === 1) throw new ToolError("503 before acceptance", { disposition: "not_performed" });
+        ran.push(args.memo);
+        // Second run: paused past the lease; an operator settles the row meanwhile.
+        now += 120_000;
+        await memory.resolve!({ key: ctx.idempotencyKey, resolution: { outcome: "not_performed" }, actor: "ops", reason: "nothing at the bank yet" });
+        return { id: "pay_1" };
+      },
+    });
+    const dispatcher = new Dispatcher({ tools: [tool], ledger, leaseMs: 30_000, logger: { warn: () => {} } });
+    const first = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 5, memo: "Monthly fee" } }).then(() => undefined, (e: unknown) => e);
+    expect(first).toMatchObject({ code: "claim_released" });
+    const error = await dispatcher.turn(turn0).dispatch({ name: "send_payment", input: { amount: 5, memo: "Regarding monthly fee" } }).then(() => undefined, (e: unknown) => e);
+    expect(ran).toEqual(["Monthly fee"]);
+    expect(error).toMatchObject({ code: "stale_claim", effectHappened: true });
+    expect((error as { storedRequest?: unknown }).storedRequest).toEqual({ amount: 5, memo: "Monthly fee" });
+  });
+});

@@ -1,3 +1,4 @@
+import type { JsonValue } from "../canonical.js";
 import { DispatchOnceError } from "./dispatch-once-error.js";
 
 /** The fencing token presented no longer owns the row (LEDGER-5). */
@@ -13,6 +14,11 @@ export class StaleClaimError extends DispatchOnceError {
    * `effectOf` answers "yes". Absent when nothing is known of the effect ("possibly").
    */
   readonly effectHappened?: true;
+  /**
+   * The request that ran under the key when it was not this call's arguments (IDENT-3: a re-worded
+   * call that re-ran or took over the stored request), as an outcome names it (RECORD-10).
+   */
+  declare storedRequest?: JsonValue;
   constructor(key: string, fence: number, message = "claim is no longer held", options: { effectHappened?: true; cause?: unknown } = {}) {
     super("stale_claim", `${message}: key ${key}, fence ${fence}`, options.cause !== undefined ? { cause: options.cause } : undefined);
     this.key = key;
