@@ -28,8 +28,12 @@ function setup() {
   return { dispatcher, paid };
 }
 
-/** Two releases of pay over one ledger, recording each payment as "to memo": `next` adds a defaulted currency to the identity (a deploy, IDENT-4). */
-function deployed() {
+/**
+ * Two releases of pay over one ledger, recording each payment as "to memo": `next` adds a currency
+ * to the identity (a deploy, IDENT-4), defaulted, or with `currency: "required"` required (the old
+ * rows' stored requests are then refused by it).
+ */
+function deployed(options: { currency?: "defaulted" | "required" } = {}) {
   const paid: string[] = [];
   const ledger = new MemoryLedger();
   const tool = (input: z.ZodObject, identity: string[]) =>
@@ -44,7 +48,8 @@ function deployed() {
       },
     });
   const old = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string() }), ["to"])]), ledger, logger: { warn: () => {} } });
-  const next = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), ["to", "currency"])]), ledger, logger: { warn: () => {} } });
+  const currency = options.currency === "required" ? z.string() : z.string().default("EUR");
+  const next = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string(), currency }), ["to", "currency"])]), ledger, logger: { warn: () => {} } });
   return { old, next, paid };
 }
 
@@ -113,22 +118,8 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
   });
 
   it("IDENT-10 TURN-23 { at: { answered } } after a deploy whose schema refuses the row's stored request: a row a committed turn answered is no candidate at all, so the slot call runs rather than being refused for it", async () => {
-    const paid: string[] = [];
-    const ledger = new MemoryLedger();
-    const tool = (input: z.ZodObject, identity: string[]) =>
-      defineTool({
-        name: "pay",
-        effect: "keyed_write",
-        input,
-        identity,
-        run: async ({ to, memo }: { to: string; memo: string }) => {
-          paid.push(`${to} ${memo}`);
-          return { n: paid.length };
-        },
-      });
-    const old = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string() }), ["to"])]), ledger, logger: { warn: () => {} } });
     // The new release requires a currency in the identity: the old row's stored request is refused now.
-    const next = new Dispatcher({ tools: new ToolRegistry([tool(z.object({ to: z.string(), memo: z.string(), currency: z.string() }), ["to", "currency"])]), ledger, logger: { warn: () => {} } });
+    const { old, next, paid } = deployed({ currency: "required" });
     const row = await old.turn({ conversationId: "c", turnIndex: 0 }).dispatch({ name: "pay", input: { to: "acme", memo: "first" } });
     const call = { name: "pay", input: { to: "acme", memo: "again", currency: "EUR" } };
     // Not excluded, the row refuses the call (IDENT-10: nothing can tell whether it is the row's call).
