@@ -1211,7 +1211,12 @@ export class Dispatcher implements CallDispatcher {
           return replayed;
         }
         const waited = Date.now() - started;
-        if (waited >= this.waitMs) throw new InFlightElsewhereError(key, waited);
+        if (waited >= this.waitMs) {
+          const elsewhere = new InFlightElsewhereError(key, waited);
+          // The holder runs the stored request, not this re-wording (IDENT-3, RECORD-10).
+          if (storedRequest !== undefined) elsewhere.storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
+          throw elsewhere;
+        }
         this.emit({ type: "waiting", key, toolName: tool.name, ordinal, owner: (row as InFlightRow).owner });
         await sleep(Math.min(delay, this.waitMs - waited));
         delay = Math.min(delay * 2, this.maxPollMs);
@@ -2069,23 +2074,29 @@ const RUN_SIGNAL: PropertyDescriptor = {
 };
 
 /**
- * A definite failure, an unknown outcome, a result that could not be stored, a release or a lost
- * claim (after the run) of the stored request, not this call's (IDENT-3): the error names that request, as an outcome would
- * (RECORD-10: a record of a re-worded call tells the request that ran, not the re-wording).
+ * A definite failure, an unknown outcome, a result that could not be stored, a release, a lost
+ * claim, a run past its bound (DISPATCH-18) or a ledger error while recording (after the run) of
+ * the stored request, not this call's (IDENT-3): the error names that request, as an outcome would
+ * (RECORD-10: a record of a re-worded call tells the request that ran, not the re-wording). A
+ * ledger_unavailable gets the call's key first (as claimAndRun would give it), so that it is named too.
  */
 function namingStored(error: unknown, key: string, storedRequest: string | undefined): never {
+  const keyed = storedRequest !== undefined ? withCallKey(error, key) : error;
   if (
     storedRequest !== undefined &&
-    (isDispatchOnceError(error, "tool_failed") ||
-      isDispatchOnceError(error, "outcome_unknown") ||
-      isDispatchOnceError(error, "result_not_storable") ||
-      isDispatchOnceError(error, "claim_released") ||
-      isDispatchOnceError(error, "stale_claim")) &&
-    (error as { key?: unknown }).key === key
+    (isDispatchOnceError(keyed, "tool_failed") ||
+      isDispatchOnceError(keyed, "outcome_unknown") ||
+      isDispatchOnceError(keyed, "result_not_storable") ||
+      isDispatchOnceError(keyed, "claim_released") ||
+      isDispatchOnceError(keyed, "stale_claim") ||
+      isDispatchOnceError(keyed, "in_flight_elsewhere") ||
+      isDispatchOnceError(keyed, "ledger_unavailable") ||
+      isDispatchOnceError(keyed, "ledger_corrupt")) &&
+    (keyed as { key?: unknown }).key === key
   ) {
-    (error as ToolFailedError | OutcomeUnknownError | ResultNotStorableError | ClaimReleasedError | StaleClaimError).storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
+    (keyed as { storedRequest?: JsonValue }).storedRequest = parseStoredRequest(key, storedRequest) as JsonValue;
   }
-  throw error;
+  throw keyed;
 }
 
 /**

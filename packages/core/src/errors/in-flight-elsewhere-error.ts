@@ -1,3 +1,4 @@
+import type { JsonValue } from "../canonical.js";
 import { DispatchOnceError } from "./dispatch-once-error.js";
 
 /**
@@ -13,6 +14,13 @@ export class InFlightElsewhereError extends DispatchOnceError {
   readonly waitedMs: number;
   /** Set when this dispatch's own run outlived its bound (DISPATCH-18): the bound, in ms. */
   readonly runTimeoutMs?: number;
+  /**
+   * Present only when the request in flight is not this call's (IDENT-3): a re-worded call waited
+   * on a live claim of the stored request, or its own run of the stored request (a re-run after a
+   * release, or a takeover) outlived `runTimeoutMs`. That request is the one whose effect may
+   * happen, as an outcome names it (RECORD-10); show it, not the call's arguments.
+   */
+  declare storedRequest?: JsonValue;
   /** `read`: the run was a read's, which claims nothing, so nothing is left in flight. */
   constructor(key: string, waitedMs: number, options: { runTimeoutMs?: number; read?: boolean } = {}) {
     super(

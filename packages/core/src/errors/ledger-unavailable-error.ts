@@ -1,3 +1,4 @@
+import type { JsonValue } from "../canonical.js";
 import { DispatchOnceError } from "./dispatch-once-error.js";
 
 /** The store could not be reached or refused the operation (LEDGER-12); the effect is assumed to have possibly happened, or known to have happened when `effectHappened` is set (DISPATCH-10). */
@@ -17,6 +18,12 @@ export class LedgerUnavailableError extends DispatchOnceError {
    * is known of the effect ("possibly"), as for every error of the ledger's own.
    */
   readonly effectHappened?: true;
+  /**
+   * Present only when the request the dispatch ran is not this call's (IDENT-3): a re-worded call
+   * re-ran or took over the stored request, and the ledger was lost while recording it. That
+   * request is the one whose effect happened or may have (RECORD-10); show it, not the call's arguments.
+   */
+  declare storedRequest?: JsonValue;
   constructor(message: string, options?: { cause?: unknown; key?: string; effectHappened?: true }) {
     super("ledger_unavailable", message, options?.cause !== undefined ? { cause: options.cause } : undefined);
     if (options?.key !== undefined) this.key = options.key;
