@@ -1,3 +1,4 @@
+import { ToolError } from "@dispatch-once/core";
 import { describe, expect, it } from "vitest";
 import { TurnFailedError } from "../src/index.js";
 import { MAX_RECORDED_INPUT_DEPTH, recordableInput } from "../src/record.js";
@@ -100,6 +101,68 @@ describe("the arguments of each call a record tells of (RECORD-2, RECORD-8)", ()
     expect(TurnFailedError.isInstance(again), String(again)).toBe(true);
     expect(performed).toHaveLength(1);
     expect(again.record.effects.map((e) => [e.effect, e.input])).toEqual([["happened", { to: "acme", memo: "memo 1" }]]);
+  });
+
+  it("RECORD-10 LEDGER-15 a re-send whose re-worded call waits on the first send's payment still in flight: the effect is the payment in flight (Monthly fee), not the re-wording", async () => {
+    // The first send's run of "Monthly fee" outlives runTimeoutMs (DISPATCH-18) and goes on; the
+    // user sends again, the model re-words the memo, and the call waits on that live claim past the
+    // wait bound (in_flight_elsewhere). Before, the re-send's record said the payment may have
+    // happened with "Regarding monthly fee", a request that never ran.
+    let open!: () => void;
+    const downstream = new Promise<void>((resolve) => (open = resolve));
+    const memos = ["Monthly fee", "Regarding monthly fee"];
+    const w = world((n) => [...payCall(`c-${n}`, memos[n - 1]!), { t: "end" }], false, {
+      dispatcher: { runTimeoutMs: 100, waitMs: 30, pollMs: 5, logger: { warn: () => {} } },
+      runner: { retry: { attempts: 1, backoffMs: () => 1 } },
+      beforePay: () => downstream,
+    });
+    const first = (await w.runner.send("conv-inflight-input", { id: "m1", content: "pay acme the monthly fee" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(first), String(first)).toBe(true);
+    expect(first.record.effects.map((e) => [e.effect, e.input])).toEqual([["may_have_happened", { to: "acme", memo: "Monthly fee" }]]);
+    const again = (await w.runner.send("conv-inflight-input", { id: "m1", content: "pay acme the monthly fee" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(again), String(again)).toBe(true);
+    expect(again.record.calls.map((c) => [c.status, c.effect, c.input, c.storedRequest])).toEqual([
+      ["in_flight_elsewhere", "may_have_happened", { to: "acme", memo: "Regarding monthly fee" }, { to: "acme", memo: "Monthly fee" }],
+    ]);
+    expect(again.record.effects.map((e) => [e.effect, e.input])).toEqual([["may_have_happened", { to: "acme", memo: "Monthly fee" }]]);
+    // Nothing was paid yet; the payment in flight completes: one payment, the memo the record told.
+    expect(w.performed).toEqual([]);
+    open();
+    const key = again.record.calls[0]!.key!;
+    for (let i = 0; i < 2_000 && (await w.dispatcher.ledger.lookup(key))?.state !== "completed"; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(await w.dispatcher.ledger.lookup(key)).toMatchObject({ state: "completed" });
+    expect(w.performed).toEqual([{ to: "acme", memo: "Monthly fee" }]);
+  });
+
+  it("RECORD-10 DISPATCH-18 a re-send's re-worded call re-runs the released row's stored request, which outlives runTimeoutMs: the effect is the request in flight (Monthly fee)", async () => {
+    let open!: () => void;
+    const downstream = new Promise<void>((resolve) => (open = resolve));
+    const memos = ["Monthly fee", "Regarding monthly fee"];
+    let payments = 0;
+    const w = world((n) => [...payCall(`c-${n}`, memos[n - 1]!), { t: "end" }], false, {
+      dispatcher: { runTimeoutMs: 100, logger: { warn: () => {} } },
+      runner: { retry: { attempts: 1, backoffMs: () => 1 } },
+      beforePay: async () => {
+        // The first run is refused before acceptance (released, LEDGER-21 keeps its request); the re-run hangs.
+        if (++payments === 1) throw new ToolError("503 before acceptance", { disposition: "not_performed" });
+        await downstream;
+      },
+    });
+    const first = (await w.runner.send("conv-timeout-input", { id: "m1", content: "pay acme the monthly fee" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(first), String(first)).toBe(true);
+    expect(first.record.calls.map((c) => c.status)).toEqual(["released"]);
+    const again = (await w.runner.send("conv-timeout-input", { id: "m1", content: "pay acme the monthly fee" }).catch((e: unknown) => e)) as TurnFailedError;
+    expect(TurnFailedError.isInstance(again), String(again)).toBe(true);
+    expect(again.record.calls.map((c) => [c.status, c.effect, c.input, c.storedRequest])).toEqual([
+      ["in_flight_elsewhere", "may_have_happened", { to: "acme", memo: "Regarding monthly fee" }, { to: "acme", memo: "Monthly fee" }],
+    ]);
+    expect(again.record.effects.map((e) => [e.effect, e.input])).toEqual([["may_have_happened", { to: "acme", memo: "Monthly fee" }]]);
+    expect(w.performed).toEqual([]);
+    open();
+    const key = again.record.calls[0]!.key!;
+    for (let i = 0; i < 2_000 && (await w.dispatcher.ledger.lookup(key))?.state !== "completed"; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(await w.dispatcher.ledger.lookup(key)).toMatchObject({ state: "completed" });
+    expect(w.performed).toEqual([{ to: "acme", memo: "Monthly fee" }]);
   });
 
   it("RECORD-2 a call cut while its arguments streamed has no arguments, only the partial text", async () => {
