@@ -311,9 +311,10 @@ export function mergeUnanswered(rows: readonly UnansweredCallRecord[], own: read
 /**
  * Whether a call's record says which request ran under its key (RECORD-10): one that names the
  * stored request, or one that completed without it (core names the stored request whenever it is
- * not the call's arguments, so a completed call's own arguments are what ran or was replayed). A
- * call that met another holder's claim, or failed before it learned the stored request, gives only
- * its own arguments, which a re-worded re-run may have changed.
+ * not the call's arguments, so a completed call's own arguments are what ran or was replayed; an
+ * error raised after a re-worded call met the stored row names it too, a wait on another holder's
+ * claim included). A call that failed before it learned the stored request (its claim never
+ * answered) gives only its own arguments, which a re-worded re-run may have changed.
  */
 function namesWhatRan(call: CallRecord): boolean {
   return call.storedRequest !== undefined || (call.status === "completed" && call.input !== undefined);
