@@ -676,11 +676,12 @@ function errorResult(error: Error & { code: string }, key?: string): CallToolRes
     ...(key !== undefined ? { key } : {}),
   };
   if (isDispatchOnceError(error, "tool_failed")) meta.error = (error as unknown as { error: StoredError }).error;
-  // A re-worded call answered with the stored request's failure or unknown outcome: say which
-  // request failed, or may have happened (IDENT-3, MCP-10).
+  // A re-worded call answered with the stored request's failure or unknown outcome, or whose run of
+  // it (or wait on another's) is still in flight, released or unrecorded: say which request failed,
+  // happened or may have (IDENT-3, MCP-10). Core names it on every error raised after the stored row (RECORD-10).
   let stored = {};
   const { storedRequest } = error as { storedRequest?: { args?: unknown } };
-  if (storedRequest !== undefined && (isDispatchOnceError(error, "tool_failed") || isDispatchOnceError(error, "outcome_unknown"))) {
+  if (!own && storedRequest !== undefined && isDispatchOnceError(error)) {
     stored = { [STORED_ARGUMENTS_META]: storedRequest.args };
   }
   return { isError: true, content: [{ type: "text", text: `[${error.code}] ${error.message.replace(/\.$/, "")}. ${effectNote(meta)}` }], _meta: { [ERROR_META]: meta, ...stored } };

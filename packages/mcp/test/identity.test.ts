@@ -128,6 +128,49 @@ describe("MCP-10: a tool's identity on both sides of MCP", () => {
     }
   });
 
+  it("MCP-10 RECORD-10 a regenerate that re-words the memo of a re-run still in flight past runTimeoutMs is told which request may happen: the stored arguments ride on in_flight_elsewhere", async () => {
+    const invoices = new McpServer({ name: "invoicing", version: "1.0.0" });
+    const guard = new McpToolGuard({ ledger, dispatcher: { logger: { warn: () => {} }, runTimeoutMs: 50 } });
+    let open!: () => void;
+    const downstream = new Promise<void>((resolve) => (open = resolve));
+    const posted: string[] = []; // the invoicing API's effect log
+    let runs = 0;
+    guard.registerTool(
+      invoices,
+      "post_invoice",
+      { inputSchema: { payee: z.string(), amount: z.number().int(), currency: z.string(), reference: z.string(), memo: z.string() }, effect: "keyed_write", identity: IDENTITY },
+      async ({ memo }) => {
+        runs++;
+        // The first run is refused before acceptance (released: its request is kept, LEDGER-21); the re-run hangs.
+        if (runs === 1) throw new ToolError("503 before acceptance", { disposition: "not_performed" });
+        await downstream;
+        posted.push(memo);
+        return { content: [{ type: "text", text: "posted" }] };
+      },
+    );
+    const agent = new Client({ name: "agent", version: "1.0.0" });
+    const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+    await Promise.all([invoices.connect(serverSide), agent.connect(clientSide)]);
+    try {
+      const options = { identity: { post_invoice: IDENTITY } };
+      const invoice = (memo: string) => ({ ...pay(memo), name: "post_invoice" });
+      const first = (await mcpTurn(agent, context, options).callTool(invoice("Invoice 1042"))) as CallToolResult;
+      expect((first._meta?.[ERROR_META] as GuardErrorMeta).code).toBe("claim_released");
+      const again = (await mcpTurn(agent, context, options).callTool(invoice("Paying INV-1042 as asked"))) as CallToolResult;
+      expect(again._meta?.[ERROR_META]).toMatchObject({ code: "in_flight_elsewhere", effect: "possibly" });
+      expect((again._meta?.[STORED_ARGUMENTS_META] as { memo?: string } | undefined)?.memo).toBe("Invoice 1042");
+      // The run goes on and posts the stored request's memo, once.
+      open();
+      for (let i = 0; i < 2_000 && posted.length === 0; i++) await new Promise((r) => setTimeout(r, 5));
+      expect(posted).toEqual(["Invoice 1042"]);
+      expect(runs).toBe(2);
+    } finally {
+      open();
+      await agent.close();
+      await invoices.close();
+    }
+  });
+
   it("a regenerate that re-words the memo of an invoice whose outcome is unknown is told which request may have happened: the stored arguments ride on the replayed outcome_unknown", async () => {
     const invoices = new McpServer({ name: "invoicing", version: "1.0.0" });
     const guard = new McpToolGuard({ ledger, dispatcher: { logger: { warn: () => {} }, allowVolatileLedgerForUnkeyedWrites: true } });
