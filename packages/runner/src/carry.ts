@@ -1,4 +1,4 @@
-import { ToolDefinitionChangedError, type DispatchOutcome, type RowState, type ToolCall, type TurnContext } from "@dispatch-once/core";
+import { ToolDefinitionChangedError, type CommittedCallKey, type DispatchOutcome, type RowState, type ToolCall, type TurnContext } from "@dispatch-once/core";
 import { MAX_ORDINAL_TRIED } from "@dispatch-once/core/internal";
 import type { ResumedTurnRecord } from "./record.js";
 
@@ -310,13 +310,22 @@ export function refusedForCarried(
  * was refused before anything was claimed under the carried key: it answered nothing, as the
  * holder that dispatched it found (its report's key is not the carried call's), and the carried
  * call stays carried, so a later turn's same call is refused again rather than run.
+ *
+ * A turn committed with its calls' keys (`stored`, TURN-24) says it exactly, whatever the tool's
+ * definition is now: a listed call was answered by the call committed under its key (as the holder
+ * that committed the turn found, `carriedAfter`), and by no other. Derived again after a deploy that
+ * changed the tool's identity or name, the match can take a call that ran under its own key for
+ * the listed one (a later identical call, the listed call's own ask, would then run again) or miss
+ * the call that answered it (a second ask would be told the first payment).
  */
 export function afterTurn(
   dispatcher: CarryingDispatcher,
   conversationId: string,
   carry: readonly CarriedCall[],
-  calls: readonly { name: string; input?: unknown; error?: { code?: string } }[],
+  calls: readonly { callId?: string; name: string; input?: unknown; error?: { code?: string } }[],
+  stored?: readonly CommittedCallKey[],
 ): { carry: CarriedCall[]; matches: ({ carried: CarriedCall; ordinal: number } | undefined)[] } {
+  if (stored !== undefined) return afterStoredTurn(carry, calls, stored);
   const taken = new Set<string>();
   const dropped = new Set<string>();
   const refused = new Set<string>();
@@ -333,4 +342,30 @@ export function afterTurn(
     return match;
   });
   return { carry: carry.filter((c) => (!taken.has(c.key) || refused.has(c.key)) && !dropped.has(toolNow(dispatcher, c.name))), matches };
+}
+
+/**
+ * `afterTurn` for a turn committed with its calls' keys (TURN-24): each call's entry is found by
+ * call id, in order (as a read-back reports it); the listed call under an entry's key is the one
+ * that call answered. A call without an entry had no key (it answered nothing); a call refused
+ * with tool_definition_changed was committed under its own key, never the listed call's.
+ */
+function afterStoredTurn(
+  carry: readonly CarriedCall[],
+  calls: readonly { callId?: string; name: string; error?: { code?: string } }[],
+  stored: readonly CommittedCallKey[],
+): { carry: CarriedCall[]; matches: ({ carried: CarriedCall; ordinal: number } | undefined)[] } {
+  const used = new Set<number>();
+  const taken = new Set<string>();
+  const matches = calls.map((call) => {
+    const at = stored.findIndex((entry, i) => !used.has(i) && entry.callId === call.callId);
+    if (at < 0) return undefined;
+    used.add(at);
+    const entry = stored[at]!;
+    const carried = carry.find((c) => c.key === entry.key && !taken.has(c.key));
+    if (carried === undefined) return undefined;
+    taken.add(carried.key);
+    return { carried, ordinal: entry.ordinal ?? 0 };
+  });
+  return { carry: carry.filter((c) => !taken.has(c.key)), matches };
 }

@@ -1522,7 +1522,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const turns: TurnOutcome[] = [];
     for (const turn of stored) {
       const view = this.provider.readTurn(turn);
-      const { calls, matches } = this.storedMatches(direct, conversationId, carry, view);
+      const { calls, matches } = this.storedMatches(direct, conversationId, carry, view, turn);
       const outcome = mine.get(turn.turnIndex) ?? (await this.storedTurnOutcome(conversationId, turn, view, matches));
       turns.push(outcome);
       carry = this.storedCarryAfter(direct, conversationId, carry, calls, records, turn.turnIndex, outcome.calls, view);
@@ -1549,7 +1549,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     for (const turn of stored) {
       if (turn.turnIndex >= snapshot.turnIndex) break;
       const view = this.provider.readTurn(turn);
-      const { calls, matches } = this.storedMatches(direct, conversationId, carry, view);
+      const { calls, matches } = this.storedMatches(direct, conversationId, carry, view, turn);
       // The keys the turn's calls were dispatched under, as its read-back reports them (a slot's key among them).
       const reports = carry.paused !== undefined || records.some((r) => r.turnIndex === turn.turnIndex) ? await this.carriedReports(conversationId, turn, view.calls, matches) : [];
       carry = this.storedCarryAfter(direct, conversationId, carry, calls, records, turn.turnIndex, reports, view);
@@ -1560,18 +1560,22 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   /**
    * A stored turn's calls matched as its holder dispatched them (TURN-23): the listed calls they
    * answered, then, after a resumed turn, the slot each write call no listed call answers took.
-   * `calls`: the listed calls still carried after it.
+   * `calls`: the listed calls still carried after it. A turn committed with its calls' keys
+   * (TURN-24) says which listed calls it answered: those under its keys, whatever the tools'
+   * definitions derive now.
    */
   private storedMatches(
     direct: ReturnType<typeof carryingDispatcher>,
     conversationId: string,
     carry: Carry,
     view: StoredTurnView,
+    turn: Pick<StoredTurn, "callKeys">,
   ): { calls: readonly CarriedCall[]; matches: ({ carried: CarriedCall; ordinal: number } | undefined)[] } {
     if (direct === undefined) return { calls: carry.calls, matches: [] };
     let calls = carry.calls;
     let matches: ({ carried: CarriedCall; ordinal: number } | undefined)[] = [];
-    if (calls.length > 0) ({ carry: calls, matches } = afterTurn(direct, conversationId, calls, view.calls));
+    const stored = this.options.store.capabilities?.supports?.callKeys === true ? turn.callKeys : undefined;
+    if (calls.length > 0) ({ carry: calls, matches } = afterTurn(direct, conversationId, calls, view.calls, stored));
     const { paused } = carry;
     if (paused !== undefined) {
       const slots = new Map<string, number>();
