@@ -1,8 +1,10 @@
 import Anthropic from "@anthropic-ai/sdk";
-import { MemoryLedger, type Ledger } from "@dispatch-once/core";
+import { Dispatcher, MemoryLedger, defineTool, type Ledger } from "@dispatch-once/core";
+import { markRecordTool } from "@dispatch-once/core/internal";
 import { say, startMockProvider, toolUse, turn, type MockProvider } from "@dispatch-once/mock-provider";
 import type { AssistantTurn } from "@dispatch-once/mock-provider";
 import { afterEach, describe, expect, it } from "vitest";
+import { z } from "zod";
 import { createOnceToolRunner, rerunMessagesOf, type OnceToolRunner } from "../src/index.js";
 import { PAY_ACME } from "./fixtures.js";
 import { paymentsApp } from "./tool-runner-fixtures.js";
@@ -165,5 +167,23 @@ describe("ATR-12: the turn's effects that the re-run's answer does not answer", 
     const p = await scripted([], []);
     const { once } = await app(p);
     await expect(once.unansweredCallsOf({})).rejects.toMatchObject({ code: "invalid_argument" });
+  });
+});
+
+describe("EFFECT-8 with ATR-12: a bookkeeping row is no effect of the turn", () => {
+  it("EFFECT-8: the app shares its ledger and conversation id with the AI SDK wrapper, whose dispatch-once-turn row is at the turn's index; the cut payment is listed, the bookkeeping row never", async () => {
+    const ledger = new MemoryLedger();
+    // The AI SDK wrapper's record of a turn's user message (AISDK-17), claimed as it claims it.
+    const record = defineTool(markRecordTool({ name: "dispatch-once-turn", effect: "keyed_write", input: z.object({}), run: async () => ({ messageId: "m-ai" }) }));
+    await new Dispatcher({ ledger, tools: [record] }).dispatch({ name: "dispatch-once-turn", input: {} }, { conversationId: "conv-u", turnIndex: 5, ordinal: 0 });
+    const p = await scripted([turn(toolUse("send_payment", PAY_ACME)), turn(say("Which account should I pay from?"))], [2]);
+    const { once, client, effects } = await app(p, ledger);
+    const { runner } = await answer(once, client, fromUser, 5);
+    // The effect log and the ledger read directly: one payment; its row and the bookkeeping row at turn 5.
+    expect(effects()).toHaveLength(1);
+    expect((await ledger.listRows({ conversationId: "conv-u" })).rows.map((r) => [r.toolName, r.turnIndex]).sort()).toEqual([["dispatch-once-turn", 5], ["send_payment", 5]]);
+    // What is reported: the payment alone.
+    const found = await once.unansweredCallsOf(runner);
+    expect(found.calls.map((c) => [c.name, c.effect])).toEqual([["send_payment", "happened"]]);
   });
 });

@@ -1,4 +1,5 @@
-import { MemoryLedger, ToolError, type Ledger } from "@dispatch-once/core";
+import { Dispatcher, MemoryLedger, ToolError, defineTool, type Ledger } from "@dispatch-once/core";
+import { markRecordTool } from "@dispatch-once/core/internal";
 import { createPaymentsClient, startMockPayments, type MockPaymentsServer } from "@dispatch-once/mock-payments";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
@@ -112,6 +113,24 @@ describe("MCP-15 a re-run of a cut turn finds the earlier attempt's effect in th
     expect(paymentOf(await rerun.callTool(pay100))).toBe(made()[0]);
     expect(await rerun.unansweredCalls()).toEqual({ listed: true, calls: [] });
     expect(made()).toHaveLength(1);
+  });
+});
+
+describe("EFFECT-8 with MCP-15: a bookkeeping row is no effect of the turn", () => {
+  it("EFFECT-8: the app shares the guard's ledger with the AI SDK wrapper under the guard's conversation id, whose dispatch-once-turn row is at the turn's index; turnCalls lists the cut payment, never the bookkeeping row", async () => {
+    const { connect, made, ledger, guard } = await world();
+    const client = await connect();
+    // The AI SDK wrapper's record of a turn's user message (AISDK-17), claimed as it claims it.
+    const record = defineTool(markRecordTool({ name: "dispatch-once-turn", effect: "keyed_write", input: z.object({}), run: async () => ({ messageId: "m-ai" }) }));
+    await new Dispatcher({ ledger, tools: [record] }).dispatch({ name: "dispatch-once-turn", input: {} }, { conversationId: guardConversationId("mcp", context.conversationId), turnIndex: context.turnIndex, ordinal: 0 });
+    await expect(mcpTurn(cutAfterFirst(client), context).callTool(pay100)).rejects.toThrow("socket hang up");
+    // The effect log and the ledger read directly: one payment; its row and the bookkeeping row at the turn.
+    expect(made()).toHaveLength(1);
+    expect((await ledger.listRows!({})).rows.map((r) => [r.toolName, r.turnIndex]).sort()).toEqual([["dispatch-once-turn", 2], ["send_payment", 2]]);
+    // What is reported, to the client and to an operator: the payment alone.
+    const found = await mcpTurn(client, context).unansweredCalls();
+    expect(found.calls.map((c) => [c.name, c.effect])).toEqual([["send_payment", "happened"]]);
+    expect((await guard.turnCalls(context.conversationId, context.turnIndex)).calls.map((c) => [c.name, c.effect])).toEqual([["send_payment", "happened"]]);
   });
 });
 

@@ -1,6 +1,7 @@
 import type { JsonValue } from "../canonical.js";
 import type { StoredError } from "../errors/index.js";
 import { MAX_LIST_LIMIT, type Ledger, type LedgerRow, type RowState } from "../ledger.js";
+import { isRecordRowName } from "../record-rows.js";
 
 /**
  * What a ledger row of a turn says of its effect, as a runner's committed-turn record says it
@@ -76,6 +77,12 @@ export function turnRowEffect(row: LedgerRow): TurnRowEffect {
  * not list rows (`capabilities.supports.listRows`). A listing that fails throws its error. Shared
  * by the runner's committed-turn record (RECORD-8) and the AI SDK, tool-runner and MCP listings of
  * a turn's unanswered calls (AISDK-14, ATR-12, MCP-15).
+ *
+ * Bookkeeping rows (EFFECT-8: a tool name with RECORD_ROW_PREFIX, such as the AI SDK wrapper's
+ * `dispatch-once-turn` row at a turn's index) are left out: they hold no effect, and an app that
+ * shares one ledger and conversation id between that wrapper and another dispatcher would have
+ * them listed as a turn's effects (a record, a tool runner's or MCP's listing telling the user of
+ * a payment-like effect that is none). Every caller lists effects, so they are left out here, once.
  */
 export async function turnRowsOf(ledger: Partial<Ledger> | undefined, conversationId: string, turnIndex: number): Promise<LedgerRow[] | undefined> {
   if (typeof ledger?.listRows !== "function" || ledger.capabilities?.supports?.listRows !== true) return undefined;
@@ -83,7 +90,7 @@ export async function turnRowsOf(ledger: Partial<Ledger> | undefined, conversati
   let cursor: string | undefined;
   do {
     const page = await ledger.listRows({ conversationId, limit: MAX_LIST_LIMIT, ...(cursor !== undefined ? { cursor } : {}) });
-    for (const row of page.rows) if (row.turnIndex === turnIndex) rows.push(row);
+    for (const row of page.rows) if (row.turnIndex === turnIndex && !isRecordRowName(row.toolName)) rows.push(row);
     cursor = page.cursor;
   } while (cursor !== undefined);
   return rows;
