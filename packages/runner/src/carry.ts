@@ -188,16 +188,20 @@ export function pausedSlot(
  * A record's listed calls, less those under a slot's key (a later turn's attempt claimed it and the
  * committed turn did not answer it): the slot stays the slot (no committed turn answered it), so a
  * later identical call meets it there; listed at the record's turn index it would be looked for
- * under keys of that turn, which never give it.
+ * under keys of that turn, which never give it. `atSlot`: keys whose ledger rows stand at the
+ * slot's turn index (a holder that takes the message up reads them from the rows): a slot's key
+ * made under an earlier definition of its tool, which no derivation gives after a deploy.
  */
 export function withoutSlots<R extends Pick<ResumedTurnRecord, "turnIndex" | "calls">>(
   dispatcher: CarryingDispatcher,
   conversationId: string,
   paused: PausedSlots | undefined,
   record: R,
+  atSlot?: ReadonlySet<string>,
 ): Pick<ResumedTurnRecord, "turnIndex" | "calls"> {
   if (paused === undefined || record.turnIndex === paused.turnIndex) return record;
   const isSlot = (call: ResumedTurnRecord["calls"][number]): boolean => {
+    if (atSlot?.has(call.key) === true) return true;
     if (call.input === undefined) return false;
     const asked: ToolCall = { name: toolNow(dispatcher, call.name), input: call.input };
     try {

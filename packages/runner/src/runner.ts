@@ -1525,7 +1525,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       const { calls, matches } = this.storedMatches(direct, conversationId, carry, view, turn);
       const outcome = mine.get(turn.turnIndex) ?? (await this.storedTurnOutcome(conversationId, turn, view, matches));
       turns.push(outcome);
-      carry = this.storedCarryAfter(direct, conversationId, carry, calls, records, turn.turnIndex, outcome.calls, view);
+      const atSlot = await this.slotRowKeys(conversationId, carry.paused, records, turn.turnIndex);
+      carry = this.storedCarryAfter(direct, conversationId, carry, calls, records, turn.turnIndex, outcome.calls, view, atSlot);
     }
     return turns;
   }
@@ -1552,9 +1553,32 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       const { calls, matches } = this.storedMatches(direct, conversationId, carry, view, turn);
       // The keys the turn's calls were dispatched under, as its read-back reports them (a slot's key among them).
       const reports = carry.paused !== undefined || records.some((r) => r.turnIndex === turn.turnIndex) ? await this.carriedReports(conversationId, turn, view.calls, matches) : [];
-      carry = this.storedCarryAfter(direct, conversationId, carry, calls, records, turn.turnIndex, reports, view);
+      const atSlot = await this.slotRowKeys(conversationId, carry.paused, records, turn.turnIndex);
+      carry = this.storedCarryAfter(direct, conversationId, carry, calls, records, turn.turnIndex, reports, view, atSlot);
     }
     return carry;
+  }
+
+  /**
+   * The keys a committed turn's records list whose ledger rows stand at the slot's turn index
+   * (TURN-23: a later turn's attempt claimed them there, and the committed turn did not answer
+   * them), read from the rows themselves: derived under the tool's definition now, after a deploy
+   * (TURN-24), the slot's keys are not the ones that attempt claimed under. Empty without a slot,
+   * or for the slot's own turn; a row that cannot be looked up is left to the derivation.
+   */
+  private async slotRowKeys(conversationId: string, paused: PausedSlots | undefined, records: readonly ResumedTurnRecord[], turnIndex: number): Promise<ReadonlySet<string>> {
+    const keys = new Set<string>();
+    if (paused === undefined || turnIndex === paused.turnIndex) return keys;
+    const ledger = (this.options.dispatcher as { ledger?: { lookup?: (key: string) => Promise<LedgerRow | undefined> } }).ledger;
+    if (typeof ledger?.lookup !== "function") return keys;
+    for (const record of records) {
+      if (record.turnIndex !== turnIndex) continue;
+      for (const call of record.calls) {
+        const row = await ledger.lookup(call.key).catch(() => undefined);
+        if (row?.conversationId === conversationId && row.turnIndex === paused.turnIndex) keys.add(call.key);
+      }
+    }
+    return keys;
   }
 
   /**
@@ -1599,12 +1623,13 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     turnIndex: number,
     reports: readonly CallReport[],
     view: StoredTurnView,
+    atSlot?: ReadonlySet<string>,
   ): Carry {
     let next = calls;
     let paused = carry.paused;
     for (const record of records) {
       if (record.turnIndex !== turnIndex) continue;
-      next = withRecord(next, direct !== undefined ? withoutSlots(direct, conversationId, carry.paused, record) : record);
+      next = withRecord(next, direct !== undefined ? withoutSlots(direct, conversationId, carry.paused, record, atSlot) : record);
       paused = pausedAfter(paused, record, [], []);
     }
     if (paused !== undefined) {

@@ -321,4 +321,32 @@ describe("TURN-23 after a resumed turn: a holder paused before its claim (findin
       expect(result.turns.find((t) => t.turnIndex === 2)?.calls.map((c) => [c.key, c.ordinal, c.replayed, c.carriedFromTurn]), `takeUp: ${takeUp}`).toEqual([[key, 0, true, undefined]]);
     }
   });
+
+  it("TURN-23 with TURN-24: the slot a later turn's attempt paid and its retry left unanswered stays the slot across a deploy: a holder of a new release (currency defaulted, in the identity) takes m1 up and turn 2's acme is answered from that slot's row, never run", async () => {
+    const { store, ledger, performed, w1 } = await pausedHolder();
+    const script = (n: number): (ToyEvent | "cut")[] =>
+      n === 1 ? [...payIn("c-bob", 0, "bob", "rent"), { t: "end" }] : n === 2 ? [...payIn("c-a", 0, "acme", "first"), "cut"] : n === 3 ? [...payIn("c-carol", 0, "carol", "x"), { t: "end" }] : text;
+    let begun = 0;
+    const dying = Object.assign(Object.create(store) as ConversationStore, {
+      beginTurn: (...args: Parameters<ConversationStore["beginTurn"]>) => (++begun === 3 ? Promise.reject(new Error("W0's process died")) : store.beginTurn(...args)),
+    });
+    const w0 = world(script, true, { store: dying, ledger, performed });
+    readingInputs(w0.provider);
+    await expect(w0.runner.send(CONV, { id: "m1", content: "pay acme" })).rejects.toThrow("W0's process died");
+    expect(to(performed)).toEqual(["bob", "acme", "carol"]);
+    const slotKey = w1.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "x" } }, { conversationId: CONV, turnIndex: 0, ordinal: 0 });
+    expect((await ledger.lookup(slotKey))?.state).toBe("completed");
+    // The deploy: a defaulted currency joins the identity, so no key of the earlier release derives now.
+    const pay = { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] };
+    const w2 = world((n) => (n === 1 ? [...payIn("c-a2", 0, "acme", "again"), { t: "end" }] : text), false, { store, ledger, performed, pay });
+    readingInputs(w2.provider);
+    const result = await w2.runner.send(CONV, { id: "m1", content: "pay acme" });
+    // The effect log: acme paid once, for one ask (turn 1 never answered it).
+    expect(to(performed)).toEqual(["bob", "acme", "carol"]);
+    // What was reported and committed: turn 2's acme answered from the slot's row.
+    const call = result.turns.find((t) => t.turnIndex === 2)!.calls[0]!;
+    expect([call.key, call.replayed, call.carriedFromTurn]).toEqual([slotKey, true, undefined]);
+    const stored = await store.turnsOf(CONV, "m1");
+    expect(stored[2]!.callKeys?.map((k) => k.key)).toEqual([slotKey]);
+  });
 });
