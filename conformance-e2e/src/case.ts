@@ -140,6 +140,7 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
     // dispatches as before (a re-run after a deploy may pay again, IDENT-4's to prevent): no deploy then.
     deploysApply: options.deploys !== false && fixture.ledger.capabilities?.supports?.listRows === true && typeof fixture.ledger.listRows === "function",
     sendsOf: new Map(),
+    sending: new Map(),
   };
   let deaths = false;
   for (const conversation of scenario.conversations) {
@@ -288,13 +289,26 @@ export async function runCase(world: World, subject: LedgerSubject, scenario: Sc
 /**
  * The deploy a message plans (scenario.ts `deploy`), once it is left unanswered: every worker its
  * conversation starts from now on runs the new release (world.ts DEPLOYED_PAYMENT). Once per
- * conversation: a later deploy of the same kind changes nothing.
+ * conversation: a later deploy of the same kind changes nothing. Not while a live worker of the
+ * old release is inside a send of the conversation (IDENT-10: a process of the old release that
+ * can still claim for the turn is outside the guard); a later re-send's check lands it then.
  */
 function deployIfPlanned(ctx: CaseContext, message: SentMessage): void {
   const kind = message.plan.deploy;
   if (kind === undefined || message.reaskOf !== undefined || ctx.deployed.has(message.conversationId)) return;
   if (!ctx.deploysApply) {
     ctx.diagnostics.deploys_not_applied = (ctx.diagnostics.deploys_not_applied ?? 0) + 1;
+    return;
+  }
+  // IDENT-10's guard holds once no process of the old release can still claim for the turn (its
+  // rationale): a live worker of the old release still inside a send (the other message of two
+  // sent at once, queued behind this one and then bound at its failed index, TURN-12) would run
+  // its calls under the old definition's keys after the new release's re-run paid under the new
+  // one's, and pay again. The deploy waits until those sends settle (the next re-send's check).
+  const draining = [...ctx.sending.keys()].filter((w) => w.conversationId === message.conversationId && !w.dead && w.release !== kind);
+  if (draining.length > 0) {
+    ctx.diagnostics.deploys_waiting = (ctx.diagnostics.deploys_waiting ?? 0) + 1;
+    note(ctx, "deploy", `${message.conversationId}: the new release waits while ${draining.map((w) => w.name).join(", ")} of the old one ${draining.length === 1 ? "is" : "are"} inside a send`);
     return;
   }
   ctx.deployed.set(message.conversationId, kind);
@@ -349,16 +363,22 @@ async function boundedSend(ctx: CaseContext, w: Worker, send: number, conversati
   const timeout = new Promise<typeof TIMEOUT>((resolve) => {
     timer = setTimeout(() => resolve(TIMEOUT), ctx.sendTimeoutMs);
   });
-  const settled = await Promise.race([
-    sendScope.run(send, () => w.runner.send(conversationId, { id, content })).then(
-      (result) => ({ result }),
-      (error: unknown) => ({ error }),
-    ),
-    w.died.catch(() => DIED),
-    timeout,
-  ]);
-  clearTimeout(timer);
-  return settled;
+  ctx.sending.set(w, (ctx.sending.get(w) ?? 0) + 1);
+  try {
+    return await Promise.race([
+      sendScope.run(send, () => w.runner.send(conversationId, { id, content })).then(
+        (result) => ({ result }),
+        (error: unknown) => ({ error }),
+      ),
+      w.died.catch(() => DIED),
+      timeout,
+    ]);
+  } finally {
+    clearTimeout(timer);
+    const left = (ctx.sending.get(w) ?? 1) - 1;
+    if (left > 0) ctx.sending.set(w, left);
+    else ctx.sending.delete(w);
+  }
 }
 
 /** What a send that raised ended as. */

@@ -318,6 +318,11 @@ export interface CaseContext {
   adoptedKeys: Set<string>;
   /** Per message (conversation id, newline, message id): sends begun and in flight (case.ts sendOnce). */
   sendsOf: Map<string, { started: number; inFlight: number }>;
+  /**
+   * Workers inside a send (case.ts boundedSend), by how many: a deploy lands only once no live
+   * worker of its conversation's old release is inside one (case.ts deployIfPlanned, IDENT-10).
+   */
+  sending: Map<Worker, number>;
 }
 
 /**
