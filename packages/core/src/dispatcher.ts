@@ -86,6 +86,15 @@ export interface DispatchOutcome {
    * Absent when the two are the same JSON data (member order and number spelling aside).
    */
   storedRequest?: JsonValue;
+  /**
+   * The earlier turn index the call was dispatched at (`TurnDispatch.dispatch`'s `options.at`,
+   * TURN-23), present only then. Its key need not be the one derived there: IDENT-10's guard at
+   * that index may answer it from a row an earlier definition of its tool made. A caller tells
+   * from this, not from the key, that `at` was honoured (a wrapper that drops the options
+   * returns an outcome without it).
+   * @example 0
+   */
+  dispatchedAt?: number;
 }
 
 /** The ledger writes that record a claimed run's outcome (DISPATCH-10, DISPATCH-17). */
@@ -588,11 +597,13 @@ export class Dispatcher implements CallDispatcher {
         }
         if (at !== undefined) {
           // TURN-23: under the earlier turn's key, having taken its ordinal here all the same.
-          if (!guardable(prepared.tool)) return this.execute(prepared, at, at.ordinal);
+          const dispatchedAt = at.turnIndex;
+          const stamped = (outcome: DispatchOutcome): DispatchOutcome => ({ ...outcome, dispatchedAt });
+          if (!guardable(prepared.tool)) return this.execute(prepared, at, at.ordinal).then(stamped);
           atGuards ??= new Map();
           let atGuard = atGuards.get(at.turnIndex);
           if (atGuard === undefined) atGuards.set(at.turnIndex, (atGuard = new DefinitionGuard(this.guardDeps(), at.conversationId, at.turnIndex)));
-          return this.guarded(atGuard, prepared, at, at.ordinal, options?.at?.answered);
+          return this.guarded(atGuard, prepared, at, at.ordinal, options?.at?.answered).then(stamped);
         }
         if (context.resumed === true && guardable(prepared.tool)) {
           guard ??= new DefinitionGuard(this.guardDeps(), context.conversationId, context.turnIndex, context.sharedTurn === true);

@@ -103,6 +103,19 @@ describe("TurnDispatch.dispatch(call, { at }) (TURN-23, TURN-4)", () => {
     expect(paid).toEqual(["acme first", "acme again"]);
   });
 
+  it("TURN-23 IDENT-10 an outcome dispatched at { at } says so (dispatchedAt), also when the guard there answered it under an earlier definition's row, whose key is not the one derived there; an outcome dispatched at its own turn has none", async () => {
+    const { old, next, paid } = deployed();
+    const row = await old.turn({ conversationId: "c", turnIndex: 0 }).dispatch({ name: "pay", input: { to: "acme", memo: "first" } });
+    expect(row.dispatchedAt).toBeUndefined();
+    const call = { name: "pay", input: { to: "acme", memo: "again" } };
+    const matched = await next.turn({ conversationId: "c", turnIndex: 1 }).dispatch(call, { at: { turnIndex: 0, ordinal: 0 } });
+    expect([matched.key, matched.replayed, matched.dispatchedAt]).toEqual([row.key, true, 0]);
+    expect(matched.key).not.toBe(next.keyFor(call, { conversationId: "c", turnIndex: 0, ordinal: 0 }));
+    const own = await next.turn({ conversationId: "c", turnIndex: 1 }).dispatch({ name: "pay", input: { to: "bob", memo: "rent" } });
+    expect(own.dispatchedAt).toBeUndefined();
+    expect(paid).toEqual(["acme first", "bob rent"]);
+  });
+
   it("IDENT-10 TURN-23 the rows one call's { at: { answered } } excludes are that call's alone: a later call of the turn at the same index still matches its own row (a slot before a carried call, after a deploy)", async () => {
     const { old, next, paid } = deployed();
     const turn0 = old.turn({ conversationId: "c", turnIndex: 0 });
