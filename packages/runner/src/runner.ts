@@ -1238,8 +1238,12 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
             at: match !== undefined || slot === undefined ? { turnIndex: carriedMatch.carried.turnIndex, ordinal: carriedMatch.ordinal } : { turnIndex: carriedMatch.carried.turnIndex, ordinal: carriedMatch.ordinal, answered: slot.answered },
           });
           // A TurnDispatch that does not take `at` (a wrapper that drops dispatch's options)
-          // dispatched it under its own key: said as it was, and said loudly, once.
-          if (outcome.key !== carriedMatch.carried.key) {
+          // dispatched it under its own key: said as it was, and said loudly, once. Told by the
+          // outcome's `dispatchedAt` (core's Dispatcher), not by its key alone: at that index
+          // IDENT-10's guard may answer the call from a row an earlier definition made, whose key
+          // is not the carried one (a slot's is derived); that row's key is the one reported.
+          // A dispatcher that says no `dispatchedAt` honoured `at` when the key is the carried one.
+          if (outcome.dispatchedAt !== carriedMatch.carried.turnIndex && outcome.key !== carriedMatch.carried.key) {
             resolution = { ok: true, outcome };
             this.warnAtDropped(carriedMatch.carried.key, outcome.key);
           } else if (match !== undefined) {
