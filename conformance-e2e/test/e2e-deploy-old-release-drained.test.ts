@@ -43,4 +43,26 @@ describe("CONF-2 IDENT-10 a deploy lands once the old release's workers are out 
     expect(error).toBeInstanceOf(Error);
     expect((error as Error).message).toMatch(/payment globex 6 EUR c0-m0-r0: performed 2 times for one intent at turn 0/);
   }, 120_000);
+
+  // The same class, found by a hunt at new seeds the same day (Anthropic side, 50 runs each; seeds
+  // 1165103001 and 1012481355 alike): the deploy a rename (`send_payment` -> `pay`, formerNames),
+  // and the old release's worker of the other message still waiting for the conversation's turn.
+  const HUNT_SEED = 242362793;
+  const HUNT_PATH = "33:1:0:0:0:0:0:0:0:121:0:0:2:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:3:4:3:3";
+
+  it("CONF-2 IDENT-11 a rename's deploy waits for the first release's worker still waiting for the turn (seed 242362793, the shrunk path)", async () => {
+    const seen: Record<string, number> = {};
+    await runEndToEnd(memory, { provider: "anthropic", runs: 1, seed: HUNT_SEED, path: HUNT_PATH, onStats: (s) => Object.assign(seen, s) });
+    expect({ replayed: seen.replayed_passed, waited: (seen.deploys_waiting ?? 0) > 0, deploys: seen.deploys }).toEqual({ replayed: 1, waited: true, deploys: 1 });
+  }, 120_000);
+
+  it("CONF-2 IDENT-11 on that path a dispatcher without the guard is still rejected", async () => {
+    const withoutGuard: NonNullable<EndToEndOptions["dispatcher"]> = (tools, ledger, defaults) => {
+      const inner = realDispatcher(tools, ledger, defaults);
+      return wrapDispatcher(inner, (context) => inner.turn({ ...context, resumed: false }));
+    };
+    const error = await runEndToEnd(memory, { provider: "anthropic", runs: 1, seed: HUNT_SEED, path: HUNT_PATH, dispatcher: withoutGuard }).catch((e: unknown) => e as Error);
+    expect(error).toBeInstanceOf(Error);
+    expect((error as Error).message).toMatch(/performed 2 times for one intent/);
+  }, 120_000);
 });
