@@ -18,6 +18,12 @@ import { memory, realDispatcher, wrapDispatcher } from "./audit-mutants.js";
  * first release's rows: a dispatcher without the guard (its turns never `resumed`, as
  * e2e-deploy-planted.test.ts plants it) still pays twice there and is rejected.
  */
+/** A dispatcher without IDENT-10's guard: its turns never say `resumed` (as e2e-deploy-planted.test.ts plants it). */
+const withoutGuard: NonNullable<EndToEndOptions["dispatcher"]> = (tools, ledger, defaults) => {
+  const inner = realDispatcher(tools, ledger, defaults);
+  return wrapDispatcher(inner, (context) => inner.turn({ ...context, resumed: false }));
+};
+
 const SEED = 274107145;
 const PATH = "6:96:0:3:3:3:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:0:1:0:2:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:1:2";
 
@@ -35,10 +41,6 @@ describe("CONF-2 IDENT-10 a deploy lands once the old release's workers are out 
   }, 120_000);
 
   it("CONF-2 IDENT-10 a dispatcher without the guard is still rejected on that path (the deploy that lands later)", async () => {
-    const withoutGuard: NonNullable<EndToEndOptions["dispatcher"]> = (tools, ledger, defaults) => {
-      const inner = realDispatcher(tools, ledger, defaults);
-      return wrapDispatcher(inner, (context) => inner.turn({ ...context, resumed: false }));
-    };
     const error = await runEndToEnd(memory, { provider: "openai", runs: 1, seed: SEED, path: PATH, dispatcher: withoutGuard }).catch((e: unknown) => e as Error);
     expect(error).toBeInstanceOf(Error);
     expect((error as Error).message).toMatch(/payment globex 6 EUR c0-m0-r0: performed 2 times for one intent at turn 0/);
@@ -57,10 +59,6 @@ describe("CONF-2 IDENT-10 a deploy lands once the old release's workers are out 
   }, 120_000);
 
   it("CONF-2 IDENT-11 on that path a dispatcher without the guard is still rejected", async () => {
-    const withoutGuard: NonNullable<EndToEndOptions["dispatcher"]> = (tools, ledger, defaults) => {
-      const inner = realDispatcher(tools, ledger, defaults);
-      return wrapDispatcher(inner, (context) => inner.turn({ ...context, resumed: false }));
-    };
     const error = await runEndToEnd(memory, { provider: "anthropic", runs: 1, seed: HUNT_SEED, path: HUNT_PATH, dispatcher: withoutGuard }).catch((e: unknown) => e as Error);
     expect(error).toBeInstanceOf(Error);
     expect((error as Error).message).toMatch(/performed 2 times for one intent/);
