@@ -1396,7 +1396,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
    * reach) is `may_have_happened`: the new holder may be running it right now.
    */
   private async asOfTakeover(calls: CallRecord[]): Promise<CallRecord[]> {
-    const ledger = (this.options.dispatcher as { ledger?: { lookup?: (key: string) => Promise<LedgerRow | undefined> } }).ledger;
+    const ledger = this.dispatcherLedger();
     const rows = new Map<string, Promise<LedgerRow | undefined | "unreadable">>();
     const rowOf = (key: string) => {
       let row = rows.get(key);
@@ -1487,7 +1487,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   /** The ledger rows claimed at the turn index, through the dispatcher's ledger when it lists (LIST-3). */
   private async turnRows(conversationId: string, turnIndex: number): Promise<{ ok: true; rows: LedgerRow[] } | { ok: false; reason: string }> {
     // Duck-typed: a CallDispatcher need not have a ledger (the unguarded baseline, a custom one).
-    const ledger = (this.options.dispatcher as { ledger?: Partial<Ledger> }).ledger;
+    const ledger = this.dispatcherLedger();
     try {
       const rows = await turnRowsOf(ledger, conversationId, turnIndex);
       return rows === undefined ? { ok: false, reason: "the dispatcher's ledger does not list rows (capabilities.supports.listRows)" } : { ok: true, rows };
@@ -1573,7 +1573,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
   private async slotRowKeys(conversationId: string, paused: PausedSlots | undefined, records: readonly ResumedTurnRecord[], turnIndex: number): Promise<ReadonlySet<string>> {
     const keys = new Set<string>();
     if (paused === undefined || turnIndex === paused.turnIndex) return keys;
-    const ledger = (this.options.dispatcher as { ledger?: { lookup?: (key: string) => Promise<LedgerRow | undefined> } }).ledger;
+    const ledger = this.dispatcherLedger();
     if (typeof ledger?.lookup !== "function") return keys;
     for (const record of records) {
       if (record.turnIndex !== turnIndex) continue;
@@ -1681,7 +1681,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     // As in the first send, a call answered with an error carries its key but no ordinal.
     const { ordinal, ...failed } = report;
     if (report.key === undefined || ordinal === undefined) return failed;
-    const ledger = (this.options.dispatcher as { ledger?: { lookup?: (key: string) => Promise<LedgerRow | undefined> } }).ledger;
+    const ledger = this.dispatcherLedger();
     if (typeof ledger?.lookup !== "function") return failed;
     const row = await ledger.lookup(report.key).catch(() => undefined);
     // Only the very output the turn committed: a row completed with anything else (an operator's
@@ -1718,7 +1718,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const own = this.storedCallReports(conversationId, turnIndex, calls);
     if (!matches.some((m) => m !== undefined)) return own;
     const carried = this.storedCallReports(conversationId, turnIndex, calls, matches);
-    const ledger = (this.options.dispatcher as { ledger?: { lookup?: (key: string) => Promise<LedgerRow | undefined> } }).ledger;
+    const ledger = this.dispatcherLedger();
     if (typeof ledger?.lookup === "function") {
       const keysNow = new Set(carried.flatMap((r) => (r.key !== undefined ? [r.key] : [])));
       for (const [i, report] of own.entries()) {
@@ -1792,6 +1792,11 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       }
       return { ...report, key, ordinal };
     });
+  }
+
+  /** The ledger of the dispatcher, when it shows one (core's Dispatcher does): rows are looked up and listed there. */
+  private dispatcherLedger(): Partial<Ledger> | undefined {
+    return (this.options.dispatcher as { ledger?: Partial<Ledger> }).ledger;
   }
 
   private atDroppedWarned = false;

@@ -234,7 +234,7 @@ describe("TURN-23 after a resumed turn across a deploy: a slot never takes a row
 });
 
 describe("TURN-23 a slot after a resumed turn, with a deploy inside the later turn", () => {
-  it("TURN-23 with IDENT-10: A's turn 1 pays acme at the slot of the resumed turn 0 and dies before the commit; B, of a release whose identity adds a defaulted currency, takes turn 1 over: its acme is answered from A's row through the guard at the slot (not run under the new key), and bob's row, which turn 0 answered, is never its answer", async () => {
+  it("TURN-23 with IDENT-10: A's turn 1 pays acme at the slot of the resumed turn 0 and dies before the commit; B, of a release whose identity adds a defaulted currency, takes turn 1 over: its acme is answered from A's row through the guard at the slot (not run under the new key), reported under that row's key and read back alike, and bob's row, which turn 0 answered, is never its answer; no warning that the dispatcher dropped { at }", async () => {
     // Found by the end-to-end kit with deploys on deferral messages (OpenAI side, seed 20261201):
     // with the slot dispatched without the guard, the take-over derived the new key at the slot and
     // paid again; the guard excluding only the rows a committed turn answered matches A's row.
@@ -255,17 +255,35 @@ describe("TURN-23 a slot after a resumed turn, with a deploy inside the later tu
     await expect(a.runner.send(CONV, { id: "m1", content: "pay bob, then acme" })).rejects.toThrow();
     await expect(a.runner.send(CONV, { id: "m1", content: "pay bob, then acme" })).rejects.toThrow("the process died");
     expect(to(performed)).toEqual(["bob", "acme"]);
+    // The key A's acme ran under: what the payments API saw as its Idempotency-Key.
+    const rowKey = a.events.flatMap((e) => (e.type === "call_resolved" && e.turnIndex === 1 && e.ok ? [e.key] : []))[0]!;
+    expect(rowKey).toBeDefined();
     now += 600_000; // A's turn lease lapses
+    const warnings: string[] = [];
     const b = world((n) => (n === 1 ? [...payIn("c-b", 0, "pay", { to: "acme", memo: "again" }), { t: "end" }] : text), false, {
       store: base,
       ledger,
       performed,
       pay: { input: z.object({ to: z.string(), memo: z.string(), currency: z.string().default("EUR") }), identity: ["to", "currency"] },
+      runner: { logger: { warn: (message: string) => void warnings.push(message) } },
     });
     readingInputs(b.provider);
+    const slotKey = b.dispatcher.keyFor({ name: "pay", input: { to: "acme", memo: "again" } }, { conversationId: CONV, turnIndex: 0, ordinal: 0 });
+    expect(slotKey).not.toBe(rowKey); // the deploy changed the derivation: the guard, not the derivation, found A's row
     const result = await b.runner.send(CONV, { id: "m1", content: "pay bob, then acme" });
     expect(to(performed)).toEqual(["bob", "acme"]);
     const acme = result.turns.find((t) => t.turnIndex === 1)!.calls[0]!;
-    expect(acme.replayed).toBe(true);
+    // Answered from A's row, under its key; a slot, so no carriedFromTurn (a read-back cannot tell a slot's row was there before).
+    expect([acme.key, acme.replayed, acme.carriedFromTurn]).toEqual([rowKey, true, undefined]);
+    // The dispatcher honoured { at } (the outcome's dispatchedAt): no false alarm blaming a wrapper
+    // for dropping it (the kit's OpenAI side, seed 20261201, logged one: carriedKey 6a56ce4c..., key 3c9175ac...).
+    const dropped = () => warnings.filter((m) => m.includes("does not pass TurnDispatch.dispatch's options"));
+    expect(dropped()).toEqual([]);
+    // A re-send reads the same report back (TURN-24), and pays nothing.
+    const again = await b.runner.send(CONV, { id: "m1", content: "pay bob, then acme" });
+    const back = again.turns.find((t) => t.turnIndex === 1)!.calls[0]!;
+    expect([back.key, back.carriedFromTurn]).toEqual([rowKey, undefined]);
+    expect(to(performed)).toEqual(["bob", "acme"]);
+    expect(dropped()).toEqual([]);
   });
 });
