@@ -18,10 +18,16 @@ interface Verdict {
   message: RegExp;
   /** How the whole kit stood before this round, where it did not reject the mutant by this check. */
   before?: string;
+  /**
+   * The mutant is a race the check provokes rather than a fault every run shows: the check is run
+   * up to this many times and must fail in one (a fresh-clone CI of 2026-12-06 saw the 8 acquires
+   * of one run all land without two winners).
+   */
+  attempts?: number;
 }
 
 const VERDICTS: Record<string, Verdict> = {
-  "cp-lock-without-for-update": { check: /^of 8 concurrent acquires exactly one wins/, message: /a loser is told the winner/ },
+  "cp-lock-without-for-update": { check: /^of 8 concurrent acquires exactly one wins/, message: /a loser is told the winner/, attempts: 5 },
   "cp-fail-moves-first-failure": { check: /^a reopened message shows firstFailedAt/, message: /after its retry failed again/ },
   "cp-regrant-revives-expired": { check: /^an acquire sent again with the grant id of the live grant/, message: /once its lease expired/ },
   "cp-renew-after-release": {
@@ -55,7 +61,10 @@ describe("blind round K: every mutant of the PostgreSQL conversation store is re
       const subject = createPostgresConversationSubject(`conversation-postgres:${mutant.id}`, await mutantClass(mutant), "blindk");
       const checks = conversationStoreChecks(subject, { runs: RUNS, seed: SEED }).filter((c) => c.rule === rule && verdict.check.test(c.name));
       expect(checks.map((c) => c.name), `exactly one ${rule} check matching ${verdict.check}`).toHaveLength(1);
-      const [check] = (await runChecks(checks, { subject: subject.name, seed: SEED, runs: RUNS, levels: ["conversation"] })).checks;
+      let check: Awaited<ReturnType<typeof runChecks>>["checks"][number] | undefined;
+      for (let attempt = 1; attempt <= (verdict.attempts ?? 1) && check?.status !== "fail"; attempt++) {
+        [check] = (await runChecks(checks, { subject: subject.name, seed: SEED, runs: RUNS, levels: ["conversation"] })).checks;
+      }
       expect(check!.status, `${check!.rule} ${check!.name}: ${String(check!.error)}`).toBe("fail");
       expect(String(check!.error)).toMatch(verdict.message);
     });
