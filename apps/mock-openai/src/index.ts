@@ -1,11 +1,12 @@
-export { startMockOpenAI, parseFault } from "./provider.js";
+export { startMockOpenAI, parseFault, responsesView } from "./provider.js";
 export type { HeldStream, MockOpenAI, MockOpenAIOptions, WaitOptions } from "./provider.js";
 export { MockOpenAIError } from "./errors.js";
 export type { MockOpenAIErrorCode } from "./errors.js";
 export { scriptFromPlans, say, text, call, reasoning, respond, lastUserText, forcedByToolChoice } from "./script.js";
-export { renderResponse, resolvePosition } from "./render.js";
+export { renderResponse, renderChatCompletion, resolvePosition, CHAT_DONE } from "./render.js";
 export type { PlannedEvent, RenderedResponse } from "./render.js";
 export type {
+  Api,
   CutKind,
   Fault,
   FaultPlan,

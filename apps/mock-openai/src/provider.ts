@@ -6,9 +6,9 @@ import { jsonBody } from "@dispatch-once/mock-http";
 import { z } from "zod";
 import { MockOpenAIError } from "./errors.js";
 import { sha256Hex, stableStringify } from "./random.js";
-import { renderResponse, resolvePosition } from "./render.js";
+import { CHAT_DONE, renderChatCompletion, renderResponse, resolvePosition, type RenderedResponse } from "./render.js";
 import { forcedByToolChoice, text } from "./script.js";
-import type { CutKind, Fault, FaultPlan, RequestRecord, ResponsesRequest, Script, SentEvent, Timing } from "./types.js";
+import type { Api, CutKind, Fault, FaultPlan, RequestRecord, ResponsesRequest, Script, SentEvent, Timing } from "./types.js";
 
 export interface MockOpenAIOptions {
   script: Script;
@@ -53,7 +53,7 @@ export interface WaitOptions {
 
 export interface MockOpenAI {
   url: string;
-  /** What to pass to the SDK as `baseURL` (it appends `/responses`). */
+  /** What to pass to the SDK as `baseURL` (it appends `/responses`, or `/chat/completions`). */
   baseURL: string;
   readonly requests: RequestRecord[];
   setFaultPlan(plan: FaultPlan | undefined): void;
@@ -103,6 +103,49 @@ const requestSchema = z
     tools: z.array(z.unknown()).optional(),
   })
   .loose();
+
+const chatRequestSchema = z
+  .object({
+    model: z.string().min(1),
+    messages: z.array(z.record(z.string(), z.unknown())).min(1),
+    stream: z.boolean().optional(),
+    tools: z.array(z.unknown()).optional(),
+  })
+  .loose();
+
+/**
+ * A Chat Completions request as the Responses request it amounts to, which is what the script
+ * (and `forcedByToolChoice`) reads: messages become input items (an assistant message's
+ * `tool_calls` become `function_call` items after its text, a `tool` message a
+ * `function_call_output`), and a `tool_choice` naming a function or an `allowed_tools` list of
+ * them takes the Responses shape. The script stays one function of the request for both APIs.
+ */
+export function responsesView(body: Record<string, unknown>): ResponsesRequest {
+  const { messages, tool_choice: choice, ...rest } = body as { messages: Record<string, unknown>[]; tool_choice?: unknown };
+  const input: Record<string, unknown>[] = [];
+  for (const message of messages) {
+    if (message.role === "tool") {
+      input.push({ type: "function_call_output", call_id: message.tool_call_id, output: message.content });
+      continue;
+    }
+    const calls = Array.isArray(message.tool_calls) ? (message.tool_calls as { id?: unknown; function?: { name?: unknown; arguments?: unknown } }[]) : [];
+    if (message.role !== "assistant" || (message.content !== null && message.content !== undefined && message.content !== "")) {
+      input.push({ role: message.role, content: message.content });
+    }
+    for (const c of calls) input.push({ type: "function_call", call_id: c.id, name: c.function?.name, arguments: c.function?.arguments });
+  }
+  const fn = (tool: { function?: { name?: unknown } }) => ({ type: "function", name: tool.function?.name });
+  let toolChoice: unknown = choice;
+  if (typeof choice === "object" && choice !== null) {
+    const c = choice as { type?: unknown; function?: { name?: unknown }; allowed_tools?: { mode?: unknown; tools?: { function?: { name?: unknown } }[] } };
+    if (c.type === "function") toolChoice = fn(c);
+    else if (c.type === "allowed_tools") toolChoice = { type: "allowed_tools", mode: c.allowed_tools?.mode, tools: (c.allowed_tools?.tools ?? []).map(fn) };
+  }
+  return { ...rest, model: String(body["model"]), input, ...(toolChoice !== undefined ? { tool_choice: toolChoice } : {}) } as ResponsesRequest;
+}
+
+/** The Chat Completions `finish_reason` a Responses `incomplete_details.reason` stands for. */
+const chatFinishReason = (reason: string | undefined): string => (reason === undefined || reason === "max_output_tokens" ? "length" : reason);
 
 function statusError(status: number): { type: string; code: string | null; message: string } {
   if (status === 429) return { type: "rate_limit_exceeded", code: "rate_limit_exceeded", message: "Rate limit reached" };
@@ -269,8 +312,11 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     res.status(204).end();
   });
 
-  app.post("/v1/responses", async (req: Request, res: ExpressResponse) => {
-    const parsed = requestSchema.safeParse(req.body);
+  // One handler for both APIs: the same script, variation, fault plan, holds and log; only the
+  // request's shape, the rendering and the wire format of events and faults differ.
+  const serve = (api: Api) => async (req: Request, res: ExpressResponse) => {
+    const chat = api === "chat.completions";
+    const parsed = chat ? chatRequestSchema.safeParse(req.body) : requestSchema.safeParse(req.body);
     const stream = parsed.success && parsed.data.stream === true;
     const body = req.body as Record<string, unknown>;
     const { stream: _ignored, ...modelInput } = (body ?? {}) as Record<string, unknown>;
@@ -278,7 +324,7 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     const attempt = (attempts.get(bodyHash) ?? 0) + 1;
     attempts.set(bodyHash, attempt);
     const headers = Object.fromEntries(Object.entries(req.headers).map(([k, v]) => [k, String(v)]));
-    const record: RequestRecord = { requestNumber: ++requestCounter, attempt, bodyHash, body, headers, stream, faultFired: false, calls: [], events: [], outcome: "pending" };
+    const record: RequestRecord = { requestNumber: ++requestCounter, api, attempt, bodyHash, body, headers, stream, faultFired: false, calls: [], events: [], outcome: "pending" };
     requests.push(record);
     if (options.logLimit !== undefined && requests.length > options.logLimit) requests.splice(0, requests.length - options.logLimit);
     const fail = (status: number, outcome: RequestRecord["outcome"], message: string, type = "invalid_request_error", param: string | null = null) => {
@@ -289,14 +335,16 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
       res.status(status).set("x-should-retry", "false").json({ error: { message, type, param, code: null } });
     };
     if (!parsed.success) return fail(400, "invalid_request", parsed.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; "));
-    const refused = checkStatelessInput(parsed.data as ResponsesRequest, reasonings, requiredBy);
+    // What the script and the fault plan read: a Chat Completions request as its Responses request.
+    const request: ResponsesRequest = chat ? responsesView(parsed.data as Record<string, unknown>) : (parsed.data as ResponsesRequest);
+    const refused = chat ? undefined : checkStatelessInput(request, reasonings, requiredBy);
     // The API names the request's input as the parameter at fault.
     if (refused !== undefined) return fail(400, "invalid_request", refused, "invalid_request_error", "input");
 
     let fault: Fault | undefined;
     try {
       const header = req.headers["x-mock-fault"];
-      fault = typeof header === "string" ? parseFault(JSON.parse(header)) : queued.shift() ?? plan?.(parsed.data as ResponsesRequest, { requestNumber: record.requestNumber, headers, attempt, bodyHash, stream });
+      fault = typeof header === "string" ? parseFault(JSON.parse(header)) : queued.shift() ?? plan?.(request, { requestNumber: record.requestNumber, headers, attempt, bodyHash, stream });
     } catch (error) {
       return fail(400, "invalid_request", (error as Error).message);
     }
@@ -313,20 +361,27 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
       return;
     }
 
-    let rendered;
+    let rendered: RenderedResponse;
     let cutAt: number | undefined;
     try {
-      const scripted = forcedByToolChoice(parsed.data as ResponsesRequest, options.script(parsed.data as ResponsesRequest));
+      const scripted = forcedByToolChoice(request, options.script(request));
       record.scripted = scripted;
-      const encryptedContent = !isStateless(parsed.data as ResponsesRequest) || includesEncryptedContent(parsed.data as ResponsesRequest);
-      rendered = renderResponse(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model, encryptedContent });
-      remember(rendered.response);
+      if (chat) {
+        const includeUsage = (parsed.data as { stream_options?: { include_usage?: unknown } }).stream_options?.include_usage === true;
+        rendered = renderChatCompletion(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model, includeUsage });
+      } else {
+        const encryptedContent = !isStateless(request) || includesEncryptedContent(request);
+        rendered = renderResponse(scripted, { seed, bodyHash, attempt, salt: String(generation), model: parsed.data.model, encryptedContent });
+        remember(rendered.response);
+      }
       if (fault !== undefined && stream) cutAt = resolvePosition(fault.at, rendered.events);
       if (fault?.kind === "splice") {
+        if (chat) throw new MockOpenAIError("fault_not_applicable", "fault splice applies to Responses API streams only");
         if (!stream) throw new MockOpenAIError("fault_not_applicable", "fault splice applies to streaming requests only");
-        const again = forcedByToolChoice(parsed.data as ResponsesRequest, options.script(parsed.data as ResponsesRequest));
+        const again = forcedByToolChoice(request, options.script(request));
         const second = fault.lead === undefined ? again : { ...again, output: [text(fault.lead), ...again.output] };
         // Rendered as the next attempt's response: other ids, fragments and wording, as a second upstream request gets.
+        const encryptedContent = !isStateless(request) || includesEncryptedContent(request);
         const spliced = renderResponse(second, { seed, bodyHash, attempt: attempt + 1, salt: `${generation}:splice`, model: parsed.data.model, encryptedContent });
         remember(spliced.response);
         const tail = fault.responseCreated ? spliced.events : spliced.events.filter((e) => e.type !== "response.created");
@@ -353,17 +408,20 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     res.on("close", () => {
       if (!res.writableFinished) clientGone = true;
     });
-    res.status(200).set({ "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-request-id": `req_${rendered.responseId.slice(5)}` });
+    res.status(200).set({ "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-request-id": `req_${rendered.responseId.replace(/^(resp_|chatcmpl-)/, "")}` });
     res.flushHeaders();
     record.status = 200;
-    // Every event carries an `event:` line, as the API sends them. Each write is awaited until it left
+    // A Responses event carries an `event:` line, as the API sends them; a Chat Completions chunk is
+    // a bare `data:` line, and its stream ends with `data: [DONE]`. Each write is awaited until it left
     // the process, so a reset after event n cuts after exactly n events, not somewhere in a buffer.
+    const wire = (type: string, data: Record<string, unknown>) =>
+      !chat ? `event: ${type}\ndata: ${JSON.stringify(data)}\n\n` : type === CHAT_DONE ? `data: ${CHAT_DONE}\n\n` : `data: ${JSON.stringify(data)}\n\n`;
     const write = (type: string, data: Record<string, unknown>) =>
       new Promise<void>((resolve) => {
         const sent: SentEvent = { index: record.events.length, type, data };
         record.events.push(sent);
         if (clientGone || res.destroyed) return resolve();
-        res.write(`event: ${type}\ndata: ${JSON.stringify(data)}\n\n`, () => {
+        res.write(wire(type, data), () => {
           emitter.emit("event", sent, record);
           resolve();
         });
@@ -375,6 +433,20 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
       if (kind === "reset") {
         // The chunked body stays unterminated: undici reports "terminated".
         req.socket.destroy();
+        return;
+      }
+      if (chat) {
+        // The API's in-stream failure is a chunk with `error` (the SDK throws an APIError for it);
+        // it has no response.failed, so failed_event sends the same. Its output limit and content
+        // filter are the choice's finish_reason (`length`, `content_filter`), then [DONE].
+        const { id, created, model, system_fingerprint } = rendered.response as Record<string, unknown>;
+        if (kind === "incomplete_event") {
+          await write("chunk.finish", { id, object: "chat.completion.chunk", created, model, system_fingerprint, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: chatFinishReason(detail.reason) }] });
+          await write(CHAT_DONE, {});
+        } else if (kind === "error_event" || kind === "failed_event") {
+          await write("error", { error: { message: detail.message ?? "The server had an error while processing your request.", type: "server_error", param: null, code: detail.code ?? "server_error" } });
+        }
+        res.end();
         return;
       }
       if (kind === "error_event") {
@@ -415,8 +487,8 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
       const event = rendered.events[i];
       if (i > 0) await sleep(timing.betweenEventsMs);
       const previous = rendered.events[i - 1];
-      if (previous?.type === "response.output_item.done" && previous.call !== undefined) await sleep(timing.afterCallDoneMs);
-      if (event?.type === "response.completed") await sleep(timing.beforeCompletedMs);
+      if (previous?.finalizes !== undefined) await sleep(timing.afterCallDoneMs);
+      if (event?.finish === true) await sleep(timing.beforeCompletedMs);
       if (clientGone) {
         record.outcome = "client_closed";
         return;
@@ -436,7 +508,9 @@ export async function startMockOpenAI(options: MockOpenAIOptions): Promise<MockO
     }
     record.outcome = "complete";
     res.end();
-  });
+  };
+  app.post("/v1/responses", serve("responses"));
+  app.post("/v1/chat/completions", serve("chat.completions"));
 
   const server: Server = await new Promise((resolve) => {
     const s = app.listen(options.port ?? 0, options.host ?? "127.0.0.1", () => resolve(s));

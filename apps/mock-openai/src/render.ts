@@ -16,6 +16,10 @@ export interface PlannedEvent {
   call?: number;
   /** For argument deltas: 1-based count of this call's fragments once this event is sent. */
   fragment?: number;
+  /** The calls (ordinals) whose arguments a client knows to be final once this event arrived. */
+  finalizes?: number[];
+  /** The event that finishes the response (`response.completed`; a Chat Completions choice's `finish_reason`). */
+  finish?: true;
 }
 
 export interface RenderedResponse {
@@ -152,39 +156,113 @@ export function renderResponse(scripted: ScriptedResponse, options: RenderOption
       push("response.function_call_arguments.delta", { item_id: call.id, output_index: outputIndex, delta }, { call: ordinal, fragment: i + 1 }),
     );
     push("response.function_call_arguments.done", { item_id: call.id, output_index: outputIndex, name: call.name, arguments: json }, { call: ordinal });
-    push("response.output_item.done", { output_index: outputIndex, item: item("completed", json) }, { call: ordinal });
+    push("response.output_item.done", { output_index: outputIndex, item: item("completed", json) }, { call: ordinal, finalizes: [ordinal] });
     items.push(item("completed", json));
   }
   const response = base("completed", items);
-  push("response.completed", { response });
+  push("response.completed", { response }, { finish: true });
   events.forEach((e, i) => {
     e.data = { ...e.data, sequence_number: i };
   });
   return { responseId, calls, events, response };
 }
 
-/** The index of the event a fault replaces. A position the response never reaches is an error. */
+/**
+ * The index of the event a fault replaces, read from the events' marks (so it places a fault the
+ * same way in a Responses stream and in a Chat Completions one). A position the response never
+ * reaches is an error.
+ */
 export function resolvePosition(position: FaultPosition, events: readonly PlannedEvent[]): number {
   const unreachable = (why: string) => new MockOpenAIError("fault_position_unreachable", `fault position ${JSON.stringify(position)}: ${why}`);
   if ("event" in position) {
     if (position.event >= events.length) throw unreachable(`the response has only ${events.length} events`);
     return position.event;
   }
-  if ("beforeCompleted" in position) return events.findIndex((e) => e.type === "response.completed");
+  if ("beforeCompleted" in position) return events.findIndex((e) => e.finish === true);
   if ("afterCallDone" in position) {
-    const done = events.findIndex((e) => e.type === "response.output_item.done" && e.call === position.afterCallDone);
+    const done = events.findIndex((e) => e.finalizes?.includes(position.afterCallDone) === true);
     if (done === -1) throw unreachable(`the response has no function call number ${position.afterCallDone}`);
     return done + 1;
   }
-  const added = events.findIndex((e) => e.type === "response.output_item.added" && e.call === position.call);
+  // A call's first event opens it; its argument fragments carry `fragment`.
+  const added = events.findIndex((e) => e.call === position.call);
   if (added === -1) throw unreachable(`the response has no function call number ${position.call}`);
   let last = added;
   for (let i = added + 1; i < events.length; i++) {
     const e = events[i]!;
-    if (e.call !== position.call || e.type !== "response.function_call_arguments.delta") continue;
-    if ((e.fragment ?? 0) > position.afterFragment) break;
+    if (e.call !== position.call || e.fragment === undefined) continue;
+    if (e.fragment > position.afterFragment) break;
     last = i;
   }
-  // Past the last fragment the fault replaces arguments.done: the arguments never complete.
+  // Past the last fragment the fault replaces what ends the arguments: they never complete.
   return last + 1;
+}
+
+/** The type of the planned event that stands for the `data: [DONE]` line ending a Chat Completions stream. */
+export const CHAT_DONE = "[DONE]";
+
+/**
+ * The same scripted response as a Chat Completions stream (`chat.completion.chunk`s of one choice),
+ * varied as `renderResponse` varies it (ids, key order, whitespace, fragment boundaries, wording):
+ * a first chunk with the role, the text as `content` deltas, each call as `tool_calls` fragments of
+ * its index (the first names it: `id`, `type`, `function.name`; the rest carry argument pieces),
+ * the choice's `finish_reason` (`tool_calls` or `stop`), a usage chunk when the request asked for
+ * one (`stream_options.include_usage`), then `[DONE]`. A call is final to a client at the first
+ * fragment of the next index or at `finish_reason`: those events carry its `finalizes` mark. The
+ * API has no reasoning items: a reasoning output streams as `reasoning_content` deltas, the field
+ * DeepSeek and vLLM use, which OpenAI's own SDK does not read.
+ */
+export function renderChatCompletion(scripted: ScriptedResponse, options: RenderOptions & { includeUsage?: boolean }): RenderedResponse {
+  const rng = new Rng(options.seed, options.bodyHash, options.attempt, options.salt);
+  const id = mintId("chatcmpl-", rng);
+  const created = Math.floor(Date.now() / 1000);
+  const events: PlannedEvent[] = [];
+  const calls: RenderedCall[] = [];
+  const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
+    id,
+    object: "chat.completion.chunk",
+    created,
+    model: options.model,
+    system_fingerprint: "fp_mock",
+    choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+  });
+  const push = (type: string, data: Record<string, unknown>, extra: Partial<PlannedEvent> = {}) => events.push({ type, data, ...extra });
+  push("chunk.role", chunk({ role: "assistant", content: "", refusal: null }));
+  let content = "";
+  const toolCalls: Record<string, unknown>[] = [];
+  for (const out of scripted.output) {
+    if (out.type === "text") {
+      for (const delta of split(out.text, rng)) push("chunk.content", chunk({ content: delta }));
+      content += out.text;
+      continue;
+    }
+    if (out.type === "reasoning") {
+      for (const delta of split(out.summary, rng)) push("chunk.reasoning_content", chunk({ reasoning_content: delta }));
+      continue;
+    }
+    const ordinal = calls.length;
+    const args = reword(out, rng, options.attempt);
+    const json = serialise(args, rng, rng.next() < 0.5, out.spell);
+    const fragments = split(json, rng);
+    const callId = mintId("call_", rng);
+    calls.push({ id: callId, callId, name: out.name, arguments: args, json, fragments });
+    toolCalls.push({ id: callId, type: "function", function: { name: out.name, arguments: json } });
+    // Its first fragment makes the call before it final (OpenAI streams indexes in order).
+    push(
+      "chunk.tool_call",
+      chunk({ tool_calls: [{ index: ordinal, id: callId, type: "function", function: { name: out.name, arguments: "" } }] }),
+      { call: ordinal, ...(ordinal > 0 ? { finalizes: [ordinal - 1] } : {}) },
+    );
+    fragments.forEach((piece, i) =>
+      push("chunk.tool_call.arguments", chunk({ tool_calls: [{ index: ordinal, function: { arguments: piece } }] }), { call: ordinal, fragment: i + 1 }),
+    );
+  }
+  const finishReason = calls.length > 0 ? "tool_calls" : "stop";
+  push("chunk.finish", chunk({}, finishReason), { finish: true, ...(calls.length > 0 ? { finalizes: [calls.length - 1] } : {}) });
+  const usage = { prompt_tokens: 20, completion_tokens: 10, total_tokens: 30 };
+  if (options.includeUsage === true) push("chunk.usage", { id, object: "chat.completion.chunk", created, model: options.model, system_fingerprint: "fp_mock", choices: [], usage });
+  push(CHAT_DONE, {});
+  const message = { role: "assistant", content: content === "" && calls.length > 0 ? null : content, refusal: null, ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}) };
+  const response = { id, object: "chat.completion", created, model: options.model, system_fingerprint: "fp_mock", choices: [{ index: 0, message, logprobs: null, finish_reason: finishReason }], usage };
+  return { responseId: id, calls, events, response };
 }

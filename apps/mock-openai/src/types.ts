@@ -70,6 +70,14 @@ export type FaultPosition =
   | { beforeCompleted: true };
 
 /**
+ * On a Chat Completions stream (`POST /v1/chat/completions`) the same kinds apply to its chunks:
+ * `clean_close` ends the body without the choice's `finish_reason` (and without `[DONE]`);
+ * `error_event` and `failed_event` send a chunk with `error` (that API has no response.failed);
+ * `incomplete_event` sends the `finish_reason` `length` (`reason` `content_filter` sends that one),
+ * then `[DONE]`; `{ afterCallDone: n }` is right after the chunk that makes call n final (the next
+ * index's first fragment, or `finish_reason`), `{ beforeCompleted: true }` the `finish_reason`
+ * chunk. `splice` is refused there.
+ *
  * - `reset`: the socket is destroyed mid-body.
  * - `clean_close`: the body ends cleanly without `response.completed`.
  * - `error_event`: an `event: error` (type `error`, code, message), then the body ends.
@@ -133,8 +141,12 @@ export interface SentEvent {
   data: Record<string, unknown>;
 }
 
+/** The API a request was sent to: `POST /v1/responses` or `POST /v1/chat/completions`. */
+export type Api = "responses" | "chat.completions";
+
 export interface RequestRecord {
   requestNumber: number;
+  api: Api;
   attempt: number;
   bodyHash: string;
   body: unknown;
