@@ -5,6 +5,12 @@ import type { CallPhases, CallState } from "./phases.js";
 export interface StreamStep {
   /** The call whose arguments just became final: the runner dispatches it now (STREAM-4). */
   complete?: CallState;
+  /**
+   * Further calls the same event made final, after `complete`, in the response's order: a Chat
+   * Completions chunk may carry several whole calls (each is final at the next one's first fragment
+   * and the last at `finish_reason`). Dispatched as `complete` is.
+   */
+  completeMore?: CallState[];
   /** Text the model streamed, forwarded as a `text_delta` event for a UI. */
   textDelta?: { index: number; text: string };
 }

@@ -1146,6 +1146,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
         if (step.textDelta !== undefined) this.emit({ type: "text_delta", ...info, index: step.textDelta.index, text: step.textDelta.text });
         // Dispatch the moment the arguments are final, as latency-minded handlers do (STREAM-4).
         if (step.complete !== undefined) dispatches.push(this.dispatchCall(turn, step.complete, resolutions, info, carrying));
+        // One event may make several calls final (a Chat Completions chunk carrying whole calls): each, in order.
+        for (const call of step.completeMore ?? []) dispatches.push(this.dispatchCall(turn, call, resolutions, info, carrying));
       }
       drained = true;
       if (!provider.finished(accumulator)) {
