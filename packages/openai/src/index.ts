@@ -1,6 +1,8 @@
 export { ResponsesTurnAccumulator } from "./accumulator.js";
 export type { CallPhase, CallState, FailurePosition, OutputItem, StreamErrorReport, TerminalEvent } from "./accumulator.js";
 export { ConversationRunner, type ConversationRunnerOptions, type ConversationRunnerParams, type UserContent } from "./runner.js";
+export { ChatCompletionsTurnAccumulator, type ChatCallState, type ChatStreamErrorReport } from "./chat-accumulator.js";
+export { ChatCompletionsRunner, type ChatCompletionsRunnerOptions, type ChatCompletionsRunnerParams, type ChatUserContent } from "./chat-runner.js";
 // The runner's logic, errors, events and records are shared with every stream side (@dispatch-once/runner).
 export {
   StreamIncompleteError,

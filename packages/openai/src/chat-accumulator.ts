@@ -1,0 +1,169 @@
+import type OpenAI from "openai";
+import { InvalidArgumentError, describeValue } from "@dispatch-once/core";
+import { CallPhases, checkEventMembers, type CallState as SharedCallState } from "@dispatch-once/runner";
+
+type Chunk = OpenAI.Chat.Completions.ChatCompletionChunk;
+
+// The phases are the shared runner's (@dispatch-once/runner); on this stream: announced = the first
+// tool_calls fragment of an index (it names the call); arguments_streaming = an argument piece
+// seen; complete = the first fragment of a higher index, or choice 0's finish_reason (dispatchable);
+// abandoned = the stream died, or stopped for good (length, content_filter), first.
+
+export interface ChatCallState extends SharedCallState {
+  /** The call's `index` in the message's `tool_calls`. */
+  index: number;
+  /** `id` (`call_…`): minted per response, so it cannot deduplicate a replay; for the record and the tool message only. */
+  callId: string;
+}
+
+/** Why a Chat Completions stream ended without establishing its response, as the stream showed it. */
+export interface ChatStreamErrorReport {
+  /**
+   * `finish_reason` for a stop the response ended with for good (`length`, `content_filter`) or
+   * one this side does not know; `tool_calls` for a fragment of a call already final (STREAM-20);
+   * `choices` for a choice other than 0.
+   */
+  event: "finish_reason" | "tool_calls" | "choices";
+  code: string;
+  message: string;
+}
+
+/** The finish reasons that end a response this side commits: the model ended its answer, or waits for its calls' results. */
+const FINISHED = new Set(["stop", "tool_calls", "function_call"]);
+/** The finish reasons that end the response for good: the same request ends the same way (STREAM-13). */
+const FINAL_STOPS = new Set(["length", "content_filter"]);
+
+/**
+ * Folds Chat Completions chunks (`chat.completions.create({ stream: true })`) into the assistant
+ * message, tracking each tool call's phase (STREAM-20). Choice 0 is the response: its
+ * `finish_reason` is the only proof it finished (STREAM-1). The `openai` SDK swallows `[DONE]` and
+ * ends its iterator the same way on a body that closed before it, so a stream that ended without
+ * that chunk is a failed one, whatever the SDK raised. A call's arguments are final at the first
+ * fragment of a higher index (the API streams indexes in order) or at `finish_reason`.
+ */
+export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
+  /** The response's id, from its first chunk that gave one. */
+  responseId: string | undefined;
+  /** Choice 0's `finish_reason`, once it arrived. */
+  finishReason: string | undefined;
+  streamError: ChatStreamErrorReport | undefined;
+  /** The `content` the response streamed. */
+  content = "";
+  /** The `refusal` the response streamed: text the model said instead of an answer. */
+  refusal = "";
+  /** The highest tool-call index seen: every call below it is final. */
+  private highest = -1;
+
+  /** True once a finishing `finish_reason` arrived with nothing wrong before it (STREAM-1, STREAM-20). */
+  get completed(): boolean {
+    return this.finishReason !== undefined && FINISHED.has(this.finishReason) && this.streamError === undefined;
+  }
+
+  /** The provider's reason when it ended the response for good (STREAM-13). */
+  get finalStop(): string | undefined {
+    return this.streamError?.event === "finish_reason" && FINAL_STOPS.has(this.streamError.code) ? this.streamError.code : undefined;
+  }
+
+  /** Whether any call completed in this response. */
+  get hasCalls(): boolean {
+    return this.calls.some((c) => c.phase !== "abandoned" && c.phase !== "announced" && c.phase !== "arguments_streaming");
+  }
+
+  /** Apply one chunk; returns the calls whose arguments it made final, in index order. */
+  apply(chunk: Chunk): ChatCallState[] {
+    // Before anything is counted or folded: a malformed chunk changes nothing (ERR-1).
+    if (typeof chunk !== "object" || chunk === null) throw new InvalidArgumentError("chunk", `must be a chat.completion.chunk object, got ${describeValue(chunk)}`);
+    checkEventMembers(chunk, { choices: "array" }, "chunk", "chat.completion.chunk");
+    const choice = chunk.choices.find((c) => c?.index === 0);
+    if (choice !== undefined) {
+      checkEventMembers(choice, { delta: "object" }, "chunk.choices[0]", "chat.completion.chunk");
+      const fragments: unknown = choice.delta.tool_calls;
+      if (fragments !== undefined && fragments !== null) {
+        if (!Array.isArray(fragments)) throw new InvalidArgumentError("chunk.choices[0].delta.tool_calls", `must be an array, got ${describeValue(fragments)}`);
+        fragments.forEach((f: unknown, i) => {
+          const path = `chunk.choices[0].delta.tool_calls[${i}]`;
+          if (typeof f !== "object" || f === null) throw new InvalidArgumentError(path, `must be an object, got ${describeValue(f)}`);
+          checkEventMembers(f, { index: "number" }, path, "chat.completion.chunk");
+        });
+      }
+    }
+    this.eventsSeen++;
+    // After a failure nothing more belongs to this attempt; a chunk after the finish may only carry usage.
+    if (this.streamError !== undefined) return [];
+    if (this.responseId === undefined && typeof chunk.id === "string" && chunk.id !== "") this.responseId = chunk.id;
+    // Several choices are several responses: the runner asks for one (n is refused), so another is not this response's.
+    const other = chunk.choices.find((c) => c?.index !== 0);
+    if (other !== undefined) {
+      this.streamError = { event: "choices", code: "second_choice", message: `a choice with index ${describeValue(other.index)} in a stream that asked for one` };
+      return [];
+    }
+    if (choice === undefined) return [];
+    const delta = choice.delta;
+    const completed: ChatCallState[] = [];
+    for (const fragment of delta.tool_calls ?? []) {
+      const final = this.finishReason !== undefined || fragment.index < this.highest || this.callAt(fragment.index)?.phase === "complete";
+      if (final) {
+        // A piece for a call already final (dispatched, maybe run): the arguments that ran are not
+        // the call's, and taking it in would commit a call other than the one dispatched (STREAM-20).
+        this.streamError = {
+          event: "tool_calls",
+          code: "tool_call_fragment_after_final",
+          message: `a tool_calls fragment for index ${fragment.index}, whose call was already final (${this.finishReason !== undefined ? "after finish_reason" : `index ${this.highest} had begun`})`,
+        };
+        return completed;
+      }
+      if (fragment.index > this.highest) {
+        // A higher index: every call before it is final (the API streams indexes in order).
+        for (const call of this.openCalls()) {
+          const done = this.completeCall(call, { requireObject: true });
+          if (done !== undefined) completed.push(done);
+        }
+        this.highest = fragment.index;
+        const path = "chunk.choices[0].delta.tool_calls[].function";
+        checkEventMembers(fragment as object, { id: "string", function: "object" }, "chunk.choices[0].delta.tool_calls[]", "chat.completion.chunk");
+        checkEventMembers(fragment.function as object, { name: "string" }, path, "chat.completion.chunk");
+        this.openCall({ index: fragment.index, callId: fragment.id!, name: fragment.function!.name!, phase: "announced", partialJson: "" });
+      }
+      const call = this.callAt(fragment.index)!;
+      // A first fragment delivered again names its call again; one that names another is another response's.
+      if (typeof fragment.id === "string" && fragment.id !== "" && fragment.id !== call.callId) {
+        this.streamError = { event: "tool_calls", code: "tool_call_index_reused", message: `a tool call ${fragment.id} at index ${fragment.index}, which holds ${call.callId}` };
+        return completed;
+      }
+      const piece: unknown = fragment.function?.arguments;
+      if (typeof piece === "string" && piece !== "") this.appendArguments(call, piece);
+    }
+    if (typeof delta.content === "string") this.content += delta.content;
+    if (typeof delta.refusal === "string") this.refusal += delta.refusal;
+    if (choice.finish_reason !== null && choice.finish_reason !== undefined) {
+      this.finishReason = String(choice.finish_reason);
+      if (FINISHED.has(this.finishReason)) {
+        for (const call of this.openCalls()) {
+          const done = this.completeCall(call, { requireObject: true });
+          if (done !== undefined) completed.push(done);
+        }
+      } else {
+        // length / content_filter: the open call's arguments were cut (STREAM-13); an unknown
+        // reason establishes nothing either: a failed stream, the open calls abandoned.
+        this.streamError = {
+          event: "finish_reason",
+          code: this.finishReason,
+          message: FINAL_STOPS.has(this.finishReason) ? `the response stopped for good (finish_reason ${this.finishReason})` : `finish_reason ${this.finishReason}, which ends no response this side commits`,
+        };
+      }
+    }
+    return completed;
+  }
+
+  /** The assistant's text: its content, then its refusal (the model's words either way). */
+  text(): string {
+    return this.content + this.refusal;
+  }
+
+  /** The completed calls in index order, as the assistant message's `tool_calls`. */
+  toolCalls(): { id: string; type: "function"; function: { name: string; arguments: string } }[] {
+    return this.orderedParts()
+      .filter((part): part is ChatCallState => "phase" in part && part.phase !== "abandoned" && part.phase !== "announced" && part.phase !== "arguments_streaming")
+      .map((call) => ({ id: call.callId, type: "function", function: { name: call.name, arguments: call.partialJson } }));
+  }
+}
