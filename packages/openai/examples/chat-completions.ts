@@ -1,0 +1,47 @@
+import OpenAI from "openai";
+import { Dispatcher, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool, type ConversationStore, type Ledger } from "@dispatch-once/core";
+import { ChatCompletionsRunner, TurnFailedError } from "@dispatch-once/openai";
+import { z } from "zod";
+
+export const transfers: { key: string; payee: string }[] = [];
+const tools = new ToolRegistry([
+  defineTool({
+    name: "send_payment",
+    effect: "keyed_write",
+    input: z.object({ payee: z.string(), amount: z.number().int(), currency: z.string(), reference: z.string(), memo: z.string().optional() }),
+    identity: ["payee", "amount", "currency", "reference"],
+    run: async (args, { idempotencyKey }) => {
+      // Your API call, with the key as a header.
+      transfers.push({ key: idempotencyKey, payee: args.payee });
+      return { paymentId: `pay_${transfers.length}` };
+    },
+  }),
+]);
+
+// Any server that speaks Chat Completions: new OpenAI({ baseURL: "http://localhost:8000/v1" }) for vLLM,
+// Groq, OpenRouter, Ollama, DeepSeek; AzureOpenAI for Azure.
+export function createChatRunner(client: OpenAI, store: ConversationStore = new MemoryConversationStore(), ledger: Ledger = new MemoryLedger()) {
+  return new ChatCompletionsRunner({
+    client,
+    dispatcher: new Dispatcher({ tools, ledger }), // a durable ledger in production
+    store,
+    model: "gpt-4.1",
+    tools: tools.providerSchemas(), // sent as { type: "function", function: { name, description, parameters } }
+    instructions: "You are a billing assistant.", // a leading system message of every request, not stored
+  });
+}
+
+export async function payFromChat(runner: ChatCompletionsRunner, conversationId: string, messageId: string, text: string) {
+  try {
+    const { turns } = await runner.send(conversationId, { id: messageId, content: text });
+    // What each call did, as the ledger answered it; then the model's closing words.
+    const calls = turns.flatMap((t) => t.calls.map((c) => `${c.name} ${JSON.stringify(c.result ?? c.error)}`));
+    return [...calls, turns.at(-1)?.text ?? ""].join("\n");
+  } catch (error) {
+    if (!TurnFailedError.isInstance(error)) throw error;
+    // Nothing was committed. finish_reason "length" or "content_filter" is not retryable (the same
+    // request stops the same way); a cut stream that ran out of retries is: re-send the same message id.
+    const effects = error.record.effects.map((e) => `${e.name}: ${e.effect.replace(/_/g, " ")}`);
+    return [...effects, error.record.retryable ? "connection lost; please retry" : "the model stopped; please rephrase"].join("\n");
+  }
+}
