@@ -51,6 +51,8 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
   content = "";
   /** The `refusal` the response streamed: text the model said instead of an answer. */
   refusal = "";
+  /** The text (content and refusal) the last applied chunk added, for the runner's text_delta. */
+  lastText = "";
   /** The highest tool-call index seen: every call below it is final. */
   private highest = -1;
 
@@ -88,6 +90,7 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
       }
     }
     this.eventsSeen++;
+    this.lastText = "";
     // After a failure nothing more belongs to this attempt; a chunk after the finish may only carry usage.
     if (this.streamError !== undefined) return [];
     if (this.responseId === undefined && typeof chunk.id === "string" && chunk.id !== "") this.responseId = chunk.id;
@@ -135,6 +138,7 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
     }
     if (typeof delta.content === "string") this.content += delta.content;
     if (typeof delta.refusal === "string") this.refusal += delta.refusal;
+    this.lastText = (typeof delta.content === "string" ? delta.content : "") + (typeof delta.refusal === "string" ? delta.refusal : "");
     if (choice.finish_reason !== null && choice.finish_reason !== undefined) {
       this.finishReason = String(choice.finish_reason);
       if (FINISHED.has(this.finishReason)) {

@@ -201,13 +201,11 @@ class ChatCompletionsStream implements StreamProvider<ChatCompletionsTurnAccumul
   }
 
   apply(accumulator: ChatCompletionsTurnAccumulator, chunk: Chunk): StreamStep {
-    const before = accumulator.text().length;
     const [complete, ...more] = accumulator.apply(chunk);
     const step: StreamStep = {};
     if (complete !== undefined) step.complete = complete;
     if (more.length > 0) step.completeMore = more;
-    const text = accumulator.text().slice(before);
-    if (text !== "") step.textDelta = { index: 0, text };
+    if (accumulator.lastText !== "") step.textDelta = { index: 0, text: accumulator.lastText };
     return step;
   }
 

@@ -151,6 +151,25 @@ describe("ChatCompletionsRunner: the chapter's incident on Chat Completions, thr
     expect(result.turns[0]!.calls).toEqual([expect.objectContaining({ callId: "call_c", replayed: true })]);
   });
 
+  it("STREAM-20 a first fragment naming another call id at a held index, or a second choice, fails the stream; a refusal is committed as the model's text", async () => {
+    const first = { index: 0, id: "call_a", type: "function", function: { name: "send_payment", arguments: "" } };
+    const { client } = scriptedClient([
+      [{ tool_calls: [first] }, { tool_calls: [{ ...first, id: "call_z", function: { name: "send_payment", arguments: JSON.stringify(PAY_ACME) } }] }, { finish: "tool_calls" }],
+      [{ content: "Sure." }, { content: "Two.", choice: 1 }, { finish: "stop" }],
+      [{ content: "I can't " }, { refusal: "help with that." }, { finish: "stop" }],
+    ]);
+    const { runner, effects, events, store } = await chatSetup(provider(), { client });
+    const result = await runner.send("conv-chat-splice", { id: "m1", content: "pay acme" });
+    expect(events.filter((e) => e.type === "stream_failed").map((e) => (e as { error: string }).error)).toEqual([
+      expect.stringContaining("tool_call_index_reused"),
+      expect.stringContaining("second_choice"),
+    ]);
+    expect(effects()).toHaveLength(0);
+    expect(result.turns.map((t) => [t.attempts, t.text, t.stopReason])).toEqual([[3, "I can't help with that.", "stop"]]);
+    expect((await store.log("conv-chat-splice")).at(-1)).toEqual({ role: "assistant", content: "I can't ", refusal: "help with that." });
+    expect(events.filter((e) => e.type === "text_delta" && e.attempt === 3).map((e) => (e as { text: string }).text)).toEqual(["I can't ", "help with that."]);
+  });
+
   it("STREAM-20 one chunk carrying whole calls and finish_reason (as vLLM and Ollama send them) dispatches each call once, in order", async () => {
     const whole = (index: number, id: string, args: object) => ({ index, id, type: "function", function: { name: "send_payment", arguments: JSON.stringify(args) } });
     const { client } = scriptedClient([[{ tool_calls: [whole(0, "call_a", PAY_ACME), whole(1, "call_b", PAY_BOB)], finish: "stop" }], [{ content: "Paid." }, { finish: "stop" }]]);
@@ -224,7 +243,7 @@ describe("ChatCompletionsRunner: the chapter's incident on Chat Completions, thr
   });
 });
 
-type ScriptedChunk = { content?: string; tool_calls?: unknown[]; finish?: string };
+type ScriptedChunk = { content?: string; refusal?: string; tool_calls?: unknown[]; finish?: string; choice?: number };
 
 /**
  * The real SDK over a server that streams the given chunks (one list per request, in order): for
@@ -240,8 +259,12 @@ function scriptedClient(responses: ScriptedChunk[][]): { client: OpenAI; bodies:
       bodies.push(JSON.parse(String(init?.body)));
       const chunks = responses[bodies.length - 1] ?? [];
       const lines = chunks.map((c, i) => {
-        const delta = { ...(c.content !== undefined ? { content: c.content } : {}), ...(c.tool_calls !== undefined ? { tool_calls: c.tool_calls } : {}) };
-        const chunk = { id: `chatcmpl-${bodies.length}`, object: "chat.completion.chunk", created: 0, model: "gpt-test", choices: [{ index: 0, delta: i === 0 ? { role: "assistant", ...delta } : delta, finish_reason: c.finish ?? null }] };
+        const delta = {
+          ...(c.content !== undefined ? { content: c.content } : {}),
+          ...(c.refusal !== undefined ? { refusal: c.refusal } : {}),
+          ...(c.tool_calls !== undefined ? { tool_calls: c.tool_calls } : {}),
+        };
+        const chunk = { id: `chatcmpl-${bodies.length}`, object: "chat.completion.chunk", created: 0, model: "gpt-test", choices: [{ index: c.choice ?? 0, delta: i === 0 ? { role: "assistant", ...delta } : delta, finish_reason: c.finish ?? null }] };
         return `data: ${JSON.stringify(chunk)}\n\n`;
       });
       return new Response(`${lines.join("")}data: [DONE]\n\n`, { status: 200, headers: { "content-type": "text/event-stream" } });
