@@ -1130,6 +1130,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
     const request = new AbortController();
     const idle = new IdleBound(this.options.streamIdleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS);
     let drained = false;
+    let undispatched: StreamIncompleteError | undefined;
     let events: AsyncIterator<E> | undefined;
     let opening: Promise<AsyncIterable<E>> | undefined;
     try {
@@ -1153,6 +1154,8 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
       if (!provider.finished(accumulator)) {
         throw new StreamIncompleteError(accumulator.eventsSeen, provider.finishEvent, provider.streamError?.(accumulator), provider.finalStop?.(accumulator));
       }
+      undispatched = undispatchedAtFinish(accumulator, provider.finishEvent);
+      if (undispatched !== undefined) throw undispatched;
     } catch (thrown) {
       // STREAM-16: a silent stream is a failed one, named by the bound it outwaited.
       const error =
@@ -1160,7 +1163,7 @@ export class TurnRunner<A extends CallPhases<CallState>, E, U = unknown> {
           ? new StreamIncompleteError(accumulator.eventsSeen, provider.finishEvent, provider.streamError?.(accumulator), provider.finalStop?.(accumulator), thrown.idleMs)
           : thrown;
       // A transport error after the finish event changes nothing: the stream established the turn (STREAM-1).
-      if (!provider.finished(accumulator)) {
+      if (!provider.finished(accumulator) || thrown === undispatched) {
         // Read the position now: calls still running belong to "during_dispatch" (STREAM-2).
         const position = accumulator.failurePosition();
         for (const call of accumulator.abandonOpenCalls()) {
@@ -1857,6 +1860,22 @@ function closeQuietly(events: AsyncIterator<unknown> | undefined): void {
   } catch {
     // A stream side's close that throws changes nothing: the attempt has already failed.
   }
+}
+
+/**
+ * STREAM-11 whatever the stream side: a response that reached its finish event while holding a
+ * call the runner never dispatched (still open: its side finished without its completing event;
+ * or made final without a StreamStep saying so) cannot be committed, since the commit would carry
+ * that call without its result, which the provider refuses on every later request. A failed
+ * stream instead: open calls are abandoned, never run (STREAM-3), as a cut would leave them.
+ */
+function undispatchedAtFinish(accumulator: CallPhases<CallState>, finishEvent: string): StreamIncompleteError | undefined {
+  const held = accumulator.calls.filter((c) => c.phase === "announced" || c.phase === "arguments_streaming" || c.phase === "complete");
+  if (held.length === 0) return undefined;
+  const named = held.map((c) => `${c.name} (${c.callId}, ${c.phase === "complete" ? "final but never handed to the runner" : "never completed"})`).join(", ");
+  // A final call no StreamStep handed over was never run: abandoned with the open ones, not "during dispatch".
+  for (const call of held) if (call.phase === "complete") call.phase = "abandoned";
+  return new StreamIncompleteError(accumulator.eventsSeen, finishEvent, `${finishEvent} arrived while the response held calls the runner did not dispatch: ${named}`);
 }
 
 /** The idle bound's expiry, turned into the attempt's `StreamIncompleteError` (STREAM-16). */
