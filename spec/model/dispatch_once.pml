@@ -57,7 +57,7 @@
  *             new request and may pay; so P_ONCE counts effects per message (at most one by the runs of each)
  *             and P_TOLD says what the user was told stays true; P_RECORD still accounts for every effect.
  *   P_FRESH   (with -DTURNS2) a second ask (a call made again after a committed turn answered it) is never answered
- *             from the first ask's row (TURN-23);
+ *             from the first ask's row (TURN-23); with -DTURNS3, no ask from the row of an earlier one;
  *             (with -DSAME_ASK and -DVSTORE) a message is never answered with a row at a turn index issued again: one
  *             bound before to another message that had not failed there (a store that forgot that binding, TURN-14)
  *   P_ACK     (with -DLOSTRECS) a dispatch whose record the ledger applied, its reply lost, answers what that record
@@ -155,6 +155,14 @@
  *                      (a take-up, a re-send) sees the key it answered as KEY(0, its own definition), as the runner
  *                      derives it, not the key stored with the turn: after a deploy the first ask's row is not excluded
  *                      and the second ask is answered from it (P_FRESH)
+ *   -DTURNS3=1         with -DTURNS2 -DDEPLOY (not -DSLOT): message 0 has a third turn, so that a listed call of turn 0 can be
+ *                      answered by turn 1 (carried) and asked for again in turn 2 (a second ask); a holder that reads the
+ *                      committed turns back (a take-up before turn 2, a re-send of a failed turn 2) decides which listed call
+ *                      turn 1 answered by the key stored with the committed turn 1 (TURN-24: the runner's afterStoredTurn);
+ *                      -DREDERIVE_CARRY: by the key it derives for turn 1's committed call now, at the listed call's index
+ *                      under its own definition (the runner before that fix: afterTurn's matchCarried): after a deploy the
+ *                      answered listed call is taken for unanswered, turn 2's second ask is carried to turn 0's index and
+ *                      IDENT-10's guard there answers it from the first ask's row (P_FRESH)
  *   -DSAME_ASK=1       with BOUNDAT: message 1 asks for what message 0 asked (the same intent, "pay" again under a
  *                      new message id), so bound at a failed message 0's index it derives message 0's key there
  *                      (TURN-12) and may replay its row; -DINHERIT=0 counts its window from its own binding, not
@@ -389,6 +397,26 @@
 #if defined(REDERIVE_ANSWERED) && !defined(SLOT)
 #error "REDERIVE_ANSWERED is modelled with SLOT (the answered key is read only by the slot and its guard)"
 #endif
+/* -DTURNS3=1 (with TURNS2 and DEPLOY): message 0 has a third turn (turn indexes 0, 1, 2; keys KEY(t, definition), 0 to 5). A
+ * call turn 0 left unanswered (listed by its record) is carried by turn 1, which may answer it; turn 2's model makes the
+ * call again, the same ask while no committed turn answered it, a further ask once one did (or plain text). TURN-23,
+ * TURN-24: a holder that reads the committed turns back before turn 2 (a take-up, a re-send of a failed turn 2) reads
+ * which listed call turn 1 answered from the key stored with the committed turn 1 (the runner's afterStoredTurn): the
+ * listed call under that key; -DREDERIVE_CARRY derives turn 1's committed call's key now instead, at the listed call's
+ * turn index under the holder's own definition, and compares it with the listed key (afterTurn's matchCarried before the
+ * keys were stored; the model has one identity and no names, so the deploy stands for every change that makes the
+ * derivation miss: a rename, IDENT-11, in the runner's case). Turn 0's own record needs no such decision: a committed
+ * turn's record lists only the calls it does not answer, as the holder that committed it knew them (RECORD-8); the
+ * model reads that from tres[0], as with two turns. Not with SLOT (its keys 4 and 5 are turn 2's here). */
+#ifndef TURNS3
+#define TURNS3 0
+#endif
+#if TURNS3 && (!(TURNS2 && DEPLOY) || defined(SLOT))
+#error "TURNS3 is modelled with TURNS2 and DEPLOY, without SLOT"
+#endif
+#if defined(REDERIVE_CARRY) && !TURNS3
+#error "REDERIVE_CARRY is modelled with TURNS3 (the decision it changes is which listed call a later committed turn answered)"
+#endif
 #if SOLO_TURNS && (SOLO != 0 || AGING || VSTORE || SAME_ASK || NOTSTORABLE > 0 || RUNTIMEOUTS > 0 || defined(OLD_TURN) || defined(RECORD_AFTER_COMMIT))
 #error "TURNS2 and DEPLOY are modelled for message 0 alone (-DSOLO=0), without AGING, VSTORE, SAME_ASK, NOTSTORABLE, RUNTIMEOUTS, OLD_TURN, RECORD_AFTER_COMMIT"
 #endif
@@ -495,8 +523,14 @@ bit P_ACK = CHECK_ACK;   /* only where it is on: the other checks' state vector 
 
 #define W 2              /* workers */
 #define M 2              /* messages = user intents */
+#if TURNS3
+#define T 3              /* turn indexes: message 0's three turns */
+#else
 #define T 2              /* turn indexes */
-#ifdef SLOT
+#endif
+#if TURNS3
+#define K 6              /* keys: KEY(t, definition) for turns 0, 1, 2 */
+#elif defined(SLOT)
 #define K 6              /* keys: 0 .. 3 KEY(t, definition), 4 and 5 turn 0's slot at ordinal 1 (ORD1) */
 #define ORD1(d) (4 + (d))
 #else
@@ -751,9 +785,20 @@ byte b_div = DIVERGES;   /* only where it is on: the other checks' state vector 
 /* TURN-23's second turn (only where it is on: the other checks' state vector keeps its size) */
 byte nbeg;               /* store: turn indexes of message 0 begun (beginTurn bound or began them): TURN-15's `resumed` */
 byte tk[T];              /* store: key +1 of the call each committed turn answers (a carried call answers turn 0's key) */
+#if TURNS3
+byte effa[3];            /* ghost: effects per ask: the number of committed turns that answered the call before the turn
+                            that makes it (0 the first ask and its repeats while no committed turn answered it) */
+#else
 byte effa[2];            /* ghost: effects per ask: 0 the call of turn 0 and its repeat in turn 1 while no committed turn
                             answered it (the same ask), 1 a repeat in turn 1 after turn 0 answered it (a second ask) */
-#if defined(SLOT)
+#endif
+#if TURNS3
+/* the ask an effect answers, as with the slot the calling worker's: how many committed turns before its turn answered the
+   call (t and tres as the worker sees them when it sends); a carried call's repeat is the same ask as the listed call */
+#define ASKN (((t >= 1 && tres[0] != C_NONE) -> 1 : 0) + ((t >= 2 && tres[1] != C_NONE) -> 1 : 0))
+#define ASK(k) ASKN
+byte rask[K];            /* ghost: the ask whose call made the key's row (P_FRESH) */
+#elif defined(SLOT)
 /* the ask an effect answers: with the slot a second ask runs at turn 0's index too, so the ask is the calling worker's:
    a call of turn 1 after turn 0 answered it (t and tres[0] as the worker sees them when it sends) */
 #define SECOND_ASK (t == 1 && tres[0] != C_NONE)
@@ -908,7 +953,11 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
 #else
 #define DONE_AT(x, k) (tmsg[x] != 0 && KEY(x, CALLI(tmsg[x] - 1)) == (k) && tres[x] == C_OK)
 #endif
+#if TURNS3
+#define DONE_OK(k) (DONE_AT(0, k) || DONE_AT(1, k) || DONE_AT(2, k))
+#else
 #define DONE_OK(k) (DONE_AT(0, k) || DONE_AT(1, k))
+#endif
 #if VSTORE
 /* a message whose commit or failure a volatile store lost waits in progress for its resumed turn, whose records
    and commit are checked when it ends (TURN-14, TURN-15); the user was told (P_TRUTH keeps that true) */
@@ -928,15 +977,20 @@ byte rown[K];            /* worker +1 whose unseen claim the in-flight row is (C
 #define QUIET (!busy[0] && !busy[1] && len(inbox) == 0)
 /* Checked whenever the system falls quiet (no send in progress, no delivery waiting): by the
  * step that ends the last send. */
-#ifdef SLOT
-/* the same, over the slot's keys 4 and 5 too */
+#if TURNS3
+#define TRUTHFUL_T2 && TRUTHFUL_TURN(2)
+#else
+#define TRUTHFUL_T2
+#endif
+#if defined(SLOT) || TURNS3
+/* the same, over the slot's keys 4 and 5 too (with TURNS3, turn 2's keys and its committed turn) */
 #define QUIET_CHECK \
   if \
   :: QUIET -> \
      assert(!P_RECORD || (COVERED(0) && COVERED(1) && COVERED(2) && COVERED(3) && COVERED(4) && COVERED(5))); \
      assert(!P_TRUTH || (TRUTHFUL_ROW(0) && TRUTHFUL_ROW(1) && TRUTHFUL_ROW(2) && TRUTHFUL_ROW(3) && TRUTHFUL_ROW(4) && \
                          TRUTHFUL_ROW(5))); \
-     assert(!P_TRUTH || (TRUTHFUL_TURN(0) && TRUTHFUL_TURN(1))) \
+     assert(!P_TRUTH || (TRUTHFUL_TURN(0) && TRUTHFUL_TURN(1)TRUTHFUL_T2)) \
   :: else \
   fi
 #else
@@ -1172,7 +1226,7 @@ end_clock:
   :: atomic { EXPIRE_FREE(1) -> EXPIRE(1) }
   :: atomic { EXPIRE_FREE(2) -> EXPIRE(2) }
   :: atomic { EXPIRE_FREE(3) -> EXPIRE(3) }
-#ifdef SLOT
+#if defined(SLOT) || TURNS3
   :: atomic { EXPIRE_FREE(4) -> EXPIRE(4) }
   :: atomic { EXPIRE_FREE(5) -> EXPIRE(5) }
 #endif

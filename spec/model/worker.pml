@@ -331,7 +331,7 @@ dclaim:
        /* LEDGER-1, LEDGER-21: the claim that creates the row stores the request */
        /* LEDGER-19: fence 1, or with FENCE_CONTINUES above the fence of a row retention forgot */
        rreq[k] = rq; GRANT(FRESH_FENCE(k));
-#ifdef SLOT
+#if defined(SLOT) || TURNS3
        rask[k] = ASK(k);   /* ghost: the row is this ask's */
 #endif
        printf("@@ W%d   claims key %d: fence %d, stores request %d\n", w, k, cf, rreq[k])
@@ -360,7 +360,11 @@ dclaim:
           so a row is replayed to a new message only as that failed message's; never at an index issued again */
        assert(!P_FRESH || !reiss[cur]);   /* P_FRESH */
 #endif
-#if TURNS2 && defined(SLOT)
+#if TURNS3
+       /* P_FRESH (TURN-23): a call is never answered from a row an earlier ask made (a call made again after a committed
+          turn answered it is a further ask; its carried repeats are the same ask as the listed call) */
+       assert(!P_FRESH || ASKN <= rask[k]);   /* P_FRESH */
+#elif TURNS2 && defined(SLOT)
        /* P_FRESH (TURN-23): a second ask is never answered from a row the first ask made (with the slot a second ask is
           dispatched at turn 0's index too, and may meet its own ask's row there: an earlier attempt of turn 1) */
        assert(!P_FRESH || !(SECOND_ASK && rask[k] == 0));   /* P_FRESH */
@@ -525,7 +529,12 @@ inline END_ATTEMPT() {
 #endif
 #if SOLO_TURNS
         /* turn 0's commit leaves the message in progress: it goes on to turn 1 (TURN-3) */
+#if TURNS3
+        /* turns 0 and 1 leave the message in progress: it goes on to the next turn */
+        nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = (t < T - 1 -> MS_INPROG : MS_ANSWERED);
+#else
         nturns++; tmsg[t] = cur + 1; tres[t] = res; ms[cur] = ((TURNS2 && t == 0) -> MS_INPROG : MS_ANSWERED);
+#endif
         tk[t] = ((res == C_OK || res == C_FAILED) -> k + 1 : 0);
 #ifdef SLOT
         /* RECORD-7: the committed turn's record says it was resumed: the message has a slot at its index (TURN-23) */
@@ -588,6 +597,16 @@ inline END_ATTEMPT() {
         lsay = 0;
 #else
         if :: t == 0 -> carry = ((res == C_NONE && say >= SAY_MAY) -> 2 + k : 1) :: else fi;
+#endif
+#if TURNS3
+        /* after turn 1's commit: a carried call (dispatched at turn 0's index) that it answered is no longer carried (the
+           holder knows the key it dispatched under, carriedAfter); one it did not answer (refused, or a re-run without it)
+           stays listed; otherwise turn 1's own unanswered call is the one its record lists */
+        if
+        :: t == 1 && carry >= 2 && k / M == 0 -> carry = (res != C_NONE -> 1 : carry)
+        :: t == 1 && !(carry >= 2 && k / M == 0) -> carry = ((res == C_NONE && say >= SAY_MAY) -> 2 + k : 1)
+        :: else
+        fi;
 #endif
 #endif
 #if DEPLOY
@@ -909,6 +928,9 @@ inline DRIVE() {
        :: t == 0 -> k = KEY(0, 0)
 #endif
        :: else ->
+#if TURNS3
+          TURN_LATER()
+#else
 #ifdef SLOT
           /* the key the committed turn 0 answered, as this holder knows it: the holder that committed it, the key its call
              was dispatched under; one that reads it back (carry not known here), the key stored with the turn, or with
@@ -1000,12 +1022,17 @@ inline DRIVE() {
 #ifdef SLOT
           fi
 #endif
+#endif
        fi;
        wk[w] = k + 1;
        if
        :: plain ->
           /* the model answers with plain text: message_stop, the commit (TURN-5) in this step, nothing to record */
+#if TURNS3
+          nturns++; tmsg[t] = cur + 1; tres[t] = C_NONE; tk[t] = 0; ms[cur] = (t < T - 1 -> MS_INPROG : MS_ANSWERED);
+#else
           nturns++; tmsg[t] = cur + 1; tres[t] = C_NONE; tk[t] = 0; ms[cur] = MS_ANSWERED;
+#endif
           printf("@@ W%d   turn %d: the model answers with plain text; commits turn %d answering message %d\n", w, t, t, cur)
        :: else
        fi;
@@ -1103,6 +1130,72 @@ inline RESUMED_PAST_WINDOW() {
   ms[cur] = MS_FAILED; FAILED_AGAIN(cur);
   printf("@@ W%d   message %d: its re-send window has passed: runs nothing, fails it (past_resend_window, TURN-12)\n", w, cur);
   SAY_WORD(); TURN_DONE
+}
+#endif
+
+#if TURNS3
+/* Turn 1 or 2 of message 0 with -DTURNS3 (TURN-23, TURN-24): the carried call, the model's call, its key. */
+/* TURN-23's listed call of turn 0 (the model's one call, under either definition's key) */
+#define LISTED0(j) (recd[j] >= SAY_MAY)
+/* a committed turn before t answered the call: the model has seen it */
+#define ANSWERED_BEFORE (tres[0] != C_NONE || (t == 2 && tres[1] != C_NONE))
+inline TURN_LATER() {
+  /* The holder that committed the turns before knows what they left carried (carry: the runner's carriedAfter); one that
+     reads them back (a take-up, a re-send of a failed turn: carry not known here) finds turn 0's listed call in the records
+     kept beside the conversation (a committed turn's record lists only the calls it does not answer, RECORD-8, as its
+     holder knew them: tres[0]) and reads which listed call the committed turn 1 answered (the runner's carriedBefore) */
+  if
+  :: carry == 0 ->
+     carry = (tres[0] != C_NONE -> 1 : (LISTED0(0) -> 2 : (LISTED0(1) -> 3 : 1)));
+     if
+     :: t == 2 && carry >= 2 ->
+#ifdef REDERIVE_CARRY
+        /* afterTurn before TURN-24: the key turn 1's committed call derives now, at the listed call's index under this
+           holder's definition, compared with the listed keys */
+        if
+        :: tk[1] != 0 && LISTED0(KEY(0, defv)) -> carry = 1;
+           printf("@@ W%d   reads back the committed turn 1: its call, keyed now at turn 0's index, derives key %d, a listed key: it answered the listed call\n", w, KEY(0, defv))
+        :: tk[1] != 0 && !LISTED0(KEY(0, defv)) ->
+           printf("@@ W%d   reads back the committed turn 1: its call, keyed now at turn 0's index, derives key %d, which no record lists (it ran under key %d): the listed call of key %d is taken for unanswered\n", w, KEY(0, defv), tk[1] - 1, carry - 2)
+        :: else
+        fi
+#else
+        /* TURN-24: the listed call under the key stored with the committed turn 1 is the one it answered, and no other */
+        if
+        :: tk[1] != 0 && (tk[1] - 1) / M == 0 && LISTED0(tk[1] - 1) -> carry = 1;
+           printf("@@ W%d   reads back the committed turn 1: its call's stored key %d is a listed key: it answered the listed call (TURN-24)\n", w, tk[1] - 1)
+        :: else
+        fi
+#endif
+     :: t == 2 && carry < 2 ->
+        /* turn 1's own call, which its record lists when the committed turn 1 does not answer it */
+        carry = ((tres[1] == C_NONE && recd[KEY(1, 0)] >= SAY_MAY) -> 2 + KEY(1, 0) :
+                 ((tres[1] == C_NONE && recd[KEY(1, 1)] >= SAY_MAY) -> 2 + KEY(1, 1) : 1))
+     :: else
+     fi;
+     if
+     :: carry >= 2 -> printf("@@ W%d   reads back the records and committed turns: key %d is carried (TURN-23)\n", w, carry - 2)
+     :: else -> printf("@@ W%d   reads back the records and committed turns: nothing carried\n", w)
+     fi
+  :: else
+  fi;
+  /* no committed turn answered the call: the model, which never saw its effect, makes it again (the same ask); after one
+     answered it, a first run of the turn makes it again (a further ask) or answers with plain text */
+  if
+  :: !ANSWERED_BEFORE || resumed
+  :: ANSWERED_BEFORE && !resumed
+  :: ANSWERED_BEFORE && !resumed -> plain = true
+  fi;
+  /* TURN-23 across a deploy: a carried call is dispatched at its listed index as a re-run, under its key there as this
+     holder's definition derives it, through IDENT-10's guard there (DISPATCH); a call not carried is keyed at its own index */
+  k = (carry >= 2 -> KEY((carry - 2) / M, defv) : KEY(t, defv));
+  if
+  :: plain -> skip
+  :: !plain && k / M != t && !ANSWERED_BEFORE -> printf("@@ W%d   turn %d's call is the listed call of key %d: dispatched at turn %d's index under key %d (TURN-23)\n", w, t, carry - 2, k / M, k)
+  :: !plain && k / M != t && ANSWERED_BEFORE -> printf("@@ W%d   turn %d's call, a further ask (a committed turn answered the call), is carried to the listed call of key %d: dispatched at turn %d's index under key %d\n", w, t, carry - 2, k / M, k)
+  :: !plain && k / M == t && !ANSWERED_BEFORE -> printf("@@ W%d   turn %d's call, made again: under its own key %d\n", w, t, k)
+  :: !plain && k / M == t && ANSWERED_BEFORE -> printf("@@ W%d   turn %d's call, a further ask (a committed turn answered the call): under its own key %d\n", w, t, k)
+  fi
 }
 #endif
 
