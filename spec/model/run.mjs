@@ -820,12 +820,24 @@ const CHECKS = [
     defines: { ...NONE, ...CARRY_DEPLOY_FAULTS, TURNS3: 1 },
   },
   {
+    name: "carry-three-resend",
+    kind: "verify",
+    about: "the three turns of carry-three-deploy read back by a re-send instead of a take-up after a crash: turn 0 "
+      + "fails after its payment, is re-sent and resumed, and its re-run answers without the call; turn 1 answers it from "
+      + "its row; turn 2 fails and a re-send resumes it, reading which listed call turn 1 answered from its stored key; "
+      + "a deploy at any moment, two cut streams, two re-sends, one attempt per turn",
+    defines: { ...NONE, SOLO: 0, TURNS2: 1, DEPLOY: 1, TURNS3: 1, DIVERGES: 1, STREAMCUTS: 2, REDELIVERIES: 2, MAXATT: 1 },
+  },
+  {
     name: "carry-deploy-rederive-carry",
     kind: "expect",
+    // The runner's fix is guarded in CI by carry-three-resend (the same reading, default), whose flip to -DREDERIVE_CARRY
+    // breaks P_FRESH too; this trail, the finding's story, is --deep.
+    deep: true,
     property: "P_FRESH",
     rules: "TURN-24 (which listed call a committed turn answered is read from its stored keys alone), TURN-23, IDENT-10",
     explain: "Message 0 alone, three turns and one deploy (-DTURNS2 -DDEPLOY -DTURNS3). W1 binds message 0 at turn 0, claims key 0 under pay's first definition, pays and completes the row; the stream dies after the call resolved, the retry's model answers without the call, and W1 commits turn 0 with a record that says key 0 happened (RECORD-8). Turn 1's model, which never saw the payment, makes the call again, the same ask: carried (TURN-23), dispatched under key 0 and answered from its completed row; W1 commits turn 1 with the result, and the model has now seen the payment. W1 crashes before it begins turn 2, and a deploy changes pay's key derivation (the new definition reads old stored requests). W0 takes the message up (the queue's redelivery) and reads the committed turns back before turn 2: turn 0's record lists key 0, and which listed call turn 1 answered is the question. With -DREDERIVE_CARRY W0 derives turn 1's committed call's key now, at turn 0's index under its own definition: key 1, which no record lists, so the listed call of key 0 is taken for unanswered and still carried. Turn 2's model pays again having seen the payment, a second ask; carried, it is dispatched at turn 0's index under key 1, IDENT-10's guard there finds key 0, made under the other definition, whose stored request gives the call's key, and the completed row replays the first payment to the second ask: a payment reported and not made (P_FRESH). With the key stored with the committed turn 1 (TURN-24, the default) W0 reads that turn 1 answered the listed call under key 0, carries nothing, and turn 2's call is claimed under its own key 5 and paid (the same faults verify every property: 619,825 states; carry-three-deploy, --deep, adds a refused request). The runner before TURN-24's stored keys did this after a rename (IDENT-11): the committed call's former name matched no listed call under the tool's name now (packages/runner/test/committed-keys-carry.test.ts); the model has no names, and the deploy's key change stands for it. Turn 0's own record needs no such reading: a committed turn's record lists only the calls it does not answer, as the holder that committed it knew them.",
-    about: "a holder that takes the message up before turn 2 derives turn 1's committed call's key now, at the listed call's "
+    about: "(--deep) a holder that takes the message up before turn 2 derives turn 1's committed call's key now, at the listed call's "
       + "index under its own definition (-DREDERIVE_CARRY, the runner before TURN-24's stored keys): after a deploy the "
       + "listed call turn 1 answered is taken for unanswered, and turn 2's second ask is answered from the first ask's row",
     defines: { ...NONE, ...CARRY_DEPLOY_FAULTS, REFUSALS: 0, TURNS3: 1, REDERIVE_CARRY: true, ...ONLY("FRESH") },

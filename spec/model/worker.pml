@@ -1137,6 +1137,9 @@ inline RESUMED_PAST_WINDOW() {
 /* Turn 1 or 2 of message 0 with -DTURNS3 (TURN-23, TURN-24): the carried call, the model's call, its key. */
 /* TURN-23's listed call of turn 0 (the model's one call, under either definition's key) */
 #define LISTED0(j) (recd[j] >= SAY_MAY)
+/* a listed call under key j of turn 0: a record lists the key and a call was claimed under it (recd also holds a resumed
+   record's statement of a key nothing claimed, RECORD-7, which names no call: not a key a record lists) */
+#define LISTED_CALL0(j) (recd[j] >= SAY_MAY && rst[j] != R_NONE)
 /* a committed turn before t answered the call: the model has seen it */
 #define ANSWERED_BEFORE (tres[0] != C_NONE || (t == 2 && tres[1] != C_NONE))
 inline TURN_LATER() {
@@ -1153,16 +1156,16 @@ inline TURN_LATER() {
         /* afterTurn before TURN-24: the key turn 1's committed call derives now, at the listed call's index under this
            holder's definition, compared with the listed keys */
         if
-        :: tk[1] != 0 && LISTED0(KEY(0, defv)) -> carry = 1;
+        :: tk[1] != 0 && LISTED_CALL0(KEY(0, defv)) -> carry = 1;
            printf("@@ W%d   reads back the committed turn 1: its call, keyed now at turn 0's index, derives key %d, a listed key: it answered the listed call\n", w, KEY(0, defv))
-        :: tk[1] != 0 && !LISTED0(KEY(0, defv)) ->
+        :: tk[1] != 0 && !LISTED_CALL0(KEY(0, defv)) ->
            printf("@@ W%d   reads back the committed turn 1: its call, keyed now at turn 0's index, derives key %d, which no record lists (it ran under key %d): the listed call of key %d is taken for unanswered\n", w, KEY(0, defv), tk[1] - 1, carry - 2)
         :: else
         fi
 #else
         /* TURN-24: the listed call under the key stored with the committed turn 1 is the one it answered, and no other */
         if
-        :: tk[1] != 0 && (tk[1] - 1) / M == 0 && LISTED0(tk[1] - 1) -> carry = 1;
+        :: tk[1] != 0 && (tk[1] - 1) / M == 0 && LISTED_CALL0(tk[1] - 1) -> carry = 1;
            printf("@@ W%d   reads back the committed turn 1: its call's stored key %d is a listed key: it answered the listed call (TURN-24)\n", w, tk[1] - 1)
         :: else
         fi
