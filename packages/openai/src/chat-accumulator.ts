@@ -77,16 +77,15 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
     if (typeof chunk !== "object" || chunk === null) throw new InvalidArgumentError("chunk", `must be a chat.completion.chunk object, got ${describeValue(chunk)}`);
     checkEventMembers(chunk, { choices: "array" }, "chunk", "chat.completion.chunk");
     const choice = chunk.choices.find((c) => c?.index === 0);
+    // Azure's asynchronous content filter interleaves choice-0 annotations that carry no delta at
+    // all: nothing streamed, read as an empty one (its finish_reason, null there, still counts).
+    const delta: Chunk["choices"][number]["delta"] = choice === undefined || choice.delta === undefined || choice.delta === null ? {} : choice.delta;
     if (choice !== undefined) {
-      checkEventMembers(choice, { delta: "object" }, "chunk.choices[0]", "chat.completion.chunk");
-      const fragments: unknown = choice.delta.tool_calls;
+      checkEventMembers({ delta }, { delta: "object" }, "chunk.choices[0]", "chat.completion.chunk");
+      const fragments: unknown = delta.tool_calls;
       if (fragments !== undefined && fragments !== null) {
         if (!Array.isArray(fragments)) throw new InvalidArgumentError("chunk.choices[0].delta.tool_calls", `must be an array, got ${describeValue(fragments)}`);
-        fragments.forEach((f: unknown, i) => {
-          const path = `chunk.choices[0].delta.tool_calls[${i}]`;
-          if (typeof f !== "object" || f === null) throw new InvalidArgumentError(path, `must be an object, got ${describeValue(f)}`);
-          checkEventMembers(f, { index: "number" }, path, "chat.completion.chunk");
-        });
+        fragments.forEach((f: unknown, i) => checkFragment(f, `chunk.choices[0].delta.tool_calls[${i}]`));
       }
     }
     this.eventsSeen++;
@@ -101,7 +100,6 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
       return [];
     }
     if (choice === undefined) return [];
-    const delta = choice.delta;
     const completed: ChatCallState[] = [];
     for (const fragment of delta.tool_calls ?? []) {
       const final = this.finishReason !== undefined || fragment.index < this.highest || this.callAt(fragment.index)?.phase === "complete";
@@ -128,9 +126,15 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
         this.openCall({ index: fragment.index, callId: fragment.id!, name: fragment.function!.name!, phase: "announced", partialJson: "" });
       }
       const call = this.callAt(fragment.index)!;
-      // A first fragment delivered again names its call again; one that names another is another response's.
+      // A first fragment delivered again names its call again (vLLM repeats id and name on every
+      // fragment); one that names another call or function is another response's.
       if (typeof fragment.id === "string" && fragment.id !== "" && fragment.id !== call.callId) {
         this.streamError = { event: "tool_calls", code: "tool_call_index_reused", message: `a tool call ${fragment.id} at index ${fragment.index}, which holds ${call.callId}` };
+        return completed;
+      }
+      const name: unknown = fragment.function?.name;
+      if (typeof name === "string" && name !== "" && name !== call.name) {
+        this.streamError = { event: "tool_calls", code: "tool_call_index_reused", message: `a tool call of ${name} at index ${fragment.index}, which holds a call of ${call.name} (${call.callId})` };
         return completed;
       }
       const piece: unknown = fragment.function?.arguments;
@@ -169,5 +173,24 @@ export class ChatCompletionsTurnAccumulator extends CallPhases<ChatCallState> {
     return this.orderedParts()
       .filter((part): part is ChatCallState => "phase" in part && part.phase !== "abandoned" && part.phase !== "announced" && part.phase !== "arguments_streaming")
       .map((call) => ({ id: call.callId, type: "function", function: { name: call.name, arguments: call.partialJson } }));
+  }
+}
+
+/**
+ * One `tool_calls` fragment, checked before anything of its chunk is folded (ERR-1). Its `index`
+ * is a whole number >= 0 (a position in the message's `tool_calls`); its `arguments`, when given,
+ * a string: a server that sends them as an object (Ollama's native shape) would otherwise have the
+ * call run with none of them, as `{}`.
+ */
+function checkFragment(fragment: unknown, path: string): void {
+  if (typeof fragment !== "object" || fragment === null) throw new InvalidArgumentError(path, `must be an object, got ${describeValue(fragment)}`);
+  checkEventMembers(fragment, { index: "number" }, path, "chat.completion.chunk");
+  const { index, function: fn } = fragment as { index: number; function?: unknown };
+  if (!Number.isInteger(index) || index < 0) throw new InvalidArgumentError(`${path}.index`, `must be a whole number >= 0 in a chat.completion.chunk event, got ${describeValue(index)}`);
+  if (fn === undefined || fn === null) return;
+  if (typeof fn !== "object" || Array.isArray(fn)) throw new InvalidArgumentError(`${path}.function`, `must be an object in a chat.completion.chunk event, got ${describeValue(fn)}`);
+  const pieces: unknown = (fn as { arguments?: unknown }).arguments;
+  if (pieces !== undefined && pieces !== null && typeof pieces !== "string") {
+    throw new InvalidArgumentError(`${path}.function.arguments`, `must be a string (a piece of the arguments' JSON text) in a chat.completion.chunk event, got ${describeValue(pieces)}`);
   }
 }

@@ -1,0 +1,176 @@
+import OpenAI from "openai";
+import { Dispatcher, InvalidArgumentError, MemoryConversationStore, MemoryLedger, ToolRegistry, defineTool, type ConversationStore } from "@dispatch-once/core";
+import { afterEach, describe, expect, it } from "vitest";
+import { z } from "zod";
+import { ChatCompletionsRunner, ChatCompletionsTurnAccumulator, TurnFailedError, type ChatCompletionsRunnerOptions, type RunnerEvent } from "../src/index.js";
+import { PAY_ACME, PAY_BOB, closeDownstreams, payments } from "./fixtures.js";
+
+// Chat Completions as real OpenAI-compatible servers stream it (Azure, Gemini, vLLM, Ollama, ...),
+// through the real SDK over a scripted SSE body: shapes the mock does not make.
+
+afterEach(closeDownstreams);
+
+/** One SSE body: chunk objects (a choice-0 chunk is built from `delta`/`finish`), raw lines, and whether `[DONE]` ends it. */
+type Body = { chunks: (object | string)[]; done?: boolean };
+
+/** The real SDK over a server that answers request n with bodies[n]. */
+function serverOf(bodies: Body[]): { client: OpenAI; requests: Record<string, unknown>[] } {
+  const requests: Record<string, unknown>[] = [];
+  const client = new OpenAI({
+    baseURL: "http://chat.invalid/v1",
+    apiKey: "test-key",
+    maxRetries: 0,
+    fetch: async (_url, init) => {
+      requests.push(JSON.parse(String(init?.body)) as Record<string, unknown>);
+      const body = bodies[requests.length - 1] ?? { chunks: [] };
+      const lines = body.chunks.map((c) => (typeof c === "string" ? c : `data: ${JSON.stringify(c)}\n\n`));
+      return new Response(`${lines.join("")}${body.done === false ? "" : "data: [DONE]\n\n"}`, { status: 200, headers: { "content-type": "text/event-stream" } });
+    },
+  });
+  return { client, requests };
+}
+
+/** A chunk of choice 0. */
+const chunk = (delta: object | undefined, finish: string | null = null, extra: object = {}) => ({
+  id: "chatcmpl-1",
+  object: "chat.completion.chunk",
+  created: 0,
+  model: "m",
+  choices: [{ index: 0, ...(delta !== undefined ? { delta } : {}), finish_reason: finish }],
+  ...extra,
+});
+const whole = (index: number | undefined, id: string, name: string, args: object | string) => ({
+  ...(index !== undefined ? { index } : {}),
+  id,
+  type: "function",
+  function: { name, arguments: typeof args === "string" ? args : JSON.stringify(args) },
+});
+const answer = (text: string): Body => ({ chunks: [chunk({ role: "assistant", content: text }), chunk({}, "stop")] });
+
+/**
+ * The runner over a scripted server, the mock payments API (send_payment) and close_accounts, a
+ * keyed write whose arguments are all optional (no argument closes every account): its own log is
+ * the oracle for what it ran with.
+ */
+async function setup(client: OpenAI, runner: Partial<ChatCompletionsRunnerOptions> = {}, store: ConversationStore = new MemoryConversationStore()) {
+  const downstream = await payments(5);
+  const closed: unknown[] = [];
+  const tools = new ToolRegistry([
+    downstream.tools.get("send_payment"),
+    defineTool({
+      name: "close_accounts",
+      description: "Close the given account, or every account",
+      effect: "keyed_write",
+      input: z.object({ account: z.string().optional() }),
+      identity: ["account"],
+      run: async (args) => {
+        closed.push(args);
+        return { closed: args.account ?? "all" };
+      },
+    }),
+  ]);
+  const events: RunnerEvent[] = [];
+  const options: ChatCompletionsRunnerOptions = {
+    client,
+    dispatcher: new Dispatcher({ tools, ledger: new MemoryLedger(), waitMs: 10_000, pollMs: 5 }),
+    store,
+    model: "m",
+    tools: tools.providerSchemas(),
+    retry: { attempts: 2, backoffMs: () => 1 },
+    onEvent: (e) => events.push(e),
+    ...runner,
+  };
+  return { effects: downstream.effects, closed, store, events, runner: new ChatCompletionsRunner(options) };
+}
+
+const failures = (events: RunnerEvent[]) => events.filter((e) => e.type === "stream_failed").map((e) => (e as { error: string }).error);
+const flat = async (store: ConversationStore, conversationId: string) =>
+  (await store.log(conversationId)).flatMap((entry) => (Array.isArray(entry) ? entry : [entry])) as Record<string, unknown>[];
+
+describe("ChatCompletionsRunner against real servers' chunk shapes", () => {
+  it("Azure's asynchronous content filter: choice-0 annotation chunks without delta (between calls and after the finish) are no failure; each paid once, committed", async () => {
+    const annotation = {
+      id: "",
+      object: "",
+      created: 0,
+      model: "",
+      choices: [{ index: 0, finish_reason: null, content_filter_results: { hate: { filtered: false, severity: "safe" } }, content_filter_offsets: { check_offset: 0, start_offset: 0, end_offset: 40 } }],
+    };
+    const { client, requests } = serverOf([
+      {
+        chunks: [
+          // The prompt's annotation: no choices at all.
+          { id: "", object: "", created: 0, model: "", choices: [], prompt_filter_results: [{ prompt_index: 0, content_filter_results: {} }] },
+          chunk({ role: "assistant", content: "" }),
+          chunk({ tool_calls: [whole(0, "call_a", "send_payment", PAY_ACME)] }),
+          annotation,
+          chunk({ tool_calls: [whole(1, "call_b", "send_payment", PAY_BOB)] }),
+          chunk({}, "tool_calls"),
+          annotation,
+        ],
+      },
+      answer("Both paid."),
+    ]);
+    const { runner, effects, events, store } = await setup(client);
+    const result = await runner.send("conv-azure", { id: "m1", content: "pay acme and bob" });
+    expect(failures(events)).toEqual([]);
+    expect(requests).toHaveLength(2);
+    expect(effects()).toHaveLength(2);
+    expect(result.turns.map((t) => t.calls.map((c) => c.callId))).toEqual([["call_a", "call_b"], []]);
+    expect((await flat(store, "conv-azure")).filter((m) => m.role === "tool").map((m) => m.tool_call_id)).toEqual(["call_a", "call_b"]);
+  });
+
+  it("arguments sent as a JSON object, not a string: the call never runs with other arguments ({}); a failed stream naming the field, nothing committed", async () => {
+    // A server that sends the arguments as an object (Ollama's native shape) behind a compatible endpoint.
+    const bad: Body = { chunks: [chunk({ role: "assistant", tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "close_accounts", arguments: { account: "acct_9" } } }] }), chunk({}, "tool_calls")] };
+    const { client, requests } = serverOf([bad, bad]);
+    const { runner, closed, events, store } = await setup(client);
+    const error = await runner.send("conv-object-args", { id: "m1", content: "close acct_9" }).catch((e: unknown) => e);
+    expect(closed).toEqual([]);
+    expect(TurnFailedError.isInstance(error)).toBe(true);
+    expect(requests).toHaveLength(2);
+    expect(failures(events)).toEqual([
+      expect.stringContaining("chunk.choices[0].delta.tool_calls[0].function.arguments"),
+      expect.stringContaining("chunk.choices[0].delta.tool_calls[0].function.arguments"),
+    ]);
+    expect((await flat(store, "conv-object-args")).filter((m) => m.role !== "user")).toEqual([]);
+  });
+
+  it("a tool_calls index that is not a whole number >= 0 is a typed error naming it, before anything is folded", () => {
+    for (const index of [-1, 1.5]) {
+      const accumulator = new ChatCompletionsTurnAccumulator();
+      let thrown: unknown;
+      try {
+        accumulator.apply(chunk({ tool_calls: [whole(index, "call_a", "send_payment", PAY_ACME)] }) as never);
+      } catch (e) {
+        thrown = e;
+      }
+      expect(thrown, String(index)).toBeInstanceOf(InvalidArgumentError);
+      expect(thrown, String(index)).toMatchObject({ field: "chunk.choices[0].delta.tool_calls[0].index" });
+      expect(accumulator.calls).toEqual([]);
+      expect(accumulator.eventsSeen).toBe(0);
+    }
+  });
+
+  it("a later fragment naming another function at a held index is not this call's: a failed stream, the call never run under either name", async () => {
+    const { client } = serverOf([
+      {
+        chunks: [
+          chunk({ role: "assistant", tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "send_payment", arguments: "" } }] }),
+          // vLLM repeats the id and name on every fragment: the same name is the same call.
+          chunk({ tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "send_payment", arguments: '{"account":' } }] }),
+          chunk({ tool_calls: [{ index: 0, type: "function", function: { name: "close_accounts", arguments: '"acct_9"}' } }] }),
+          chunk({}, "tool_calls"),
+        ],
+      },
+      { chunks: [chunk({ tool_calls: [whole(0, "call_c", "close_accounts", { account: "acct_9" })] }), chunk({}, "tool_calls")] },
+      answer("Closed."),
+    ]);
+    const { runner, closed, effects, events } = await setup(client);
+    const result = await runner.send("conv-renamed", { id: "m1", content: "close acct_9" });
+    expect(failures(events)).toEqual([expect.stringContaining("tool_call_index_reused")]);
+    expect(effects()).toEqual([]);
+    expect(closed).toEqual([{ account: "acct_9" }]);
+    expect(result.turns[0]!.calls.map((c) => [c.callId, c.name])).toEqual([["call_c", "close_accounts"]]);
+  });
+});
